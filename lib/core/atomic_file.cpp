@@ -1,0 +1,119 @@
+// Atomic file output.
+#include "core/atomic_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace ucpkit {
+namespace {
+std::atomic<uint64_t> g_temp_counter{0};
+constexpr size_t kBufferSize = 1 << 20;
+}  // namespace
+
+AtomicFile::AtomicFile(std::string target, bool durable) : target_(std::move(target)), durable_(durable) {
+  temp_ = target_ + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(g_temp_counter++);
+  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail(target_, std::string("cannot create: ") + std::strerror(errno));
+  buffer_.reserve(kBufferSize);
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(temp_.c_str());
+}
+
+void AtomicFile::flush_buffer() {
+  const char* p = buffer_.data();
+  size_t left = buffer_.size();
+  while (left > 0) {
+    ssize_t w = ::write(fd_, p, left);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail(target_, std::string("write failed: ") + std::strerror(errno));
+    }
+    p += w;
+    left -= static_cast<size_t>(w);
+  }
+  buffer_.clear();
+}
+
+void AtomicFile::write(const void* data, size_t n) {
+  if (n == 0) return;
+  offset_ += n;
+  if (buffer_.size() + n <= kBufferSize) {
+    buffer_.append(static_cast<const char*>(data), n);
+    return;
+  }
+  flush_buffer();
+  if (n < kBufferSize) {
+    buffer_.append(static_cast<const char*>(data), n);
+    return;
+  }
+  const char* p = static_cast<const char*>(data);
+  size_t left = n;
+  while (left > 0) {
+    ssize_t w = ::write(fd_, p, left);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail(target_, std::string("write failed: ") + std::strerror(errno));
+    }
+    p += w;
+    left -= static_cast<size_t>(w);
+  }
+}
+
+void AtomicFile::write_zeros(size_t n) {
+  static const char zeros[4096] = {};
+  while (n > 0) {
+    size_t k = std::min(n, sizeof(zeros));
+    write(zeros, k);
+    n -= k;
+  }
+}
+
+void AtomicFile::commit() {
+  flush_buffer();
+  if (durable_ && ::fsync(fd_) != 0) fail(target_, std::string("fsync failed: ") + std::strerror(errno));
+  if (::close(fd_) != 0) {
+    fd_ = -1;
+    fail(target_, std::string("close failed: ") + std::strerror(errno));
+  }
+  fd_ = -1;
+  if (::rename(temp_.c_str(), target_.c_str()) != 0)
+    fail(target_, std::string("cannot rename into place: ") + std::strerror(errno));
+  committed_ = true;
+  if (durable_) fsync_dir(std::filesystem::path(target_).parent_path().string());
+}
+
+void write_file_atomic(const std::string& path, std::string_view contents, bool durable) {
+  AtomicFile f(path, durable);
+  f.write(contents.data(), contents.size());
+  f.commit();
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot open");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace ucpkit

@@ -1,0 +1,44 @@
+// Crash-safe output: write to a temporary name beside the target, fsync, then rename into place.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace ucpkit {
+
+// A file being written to `<target>.tmp.<pid>.<n>`; commit() renames it to the target, the
+// destructor removes it when commit() was never reached (error or exception).
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string target, bool durable = false);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, size_t n);
+  void write(std::span<const uint8_t> bytes) { write(bytes.data(), bytes.size()); }
+  // Writes `n` zero bytes (padding).
+  void write_zeros(size_t n);
+  uint64_t offset() const { return offset_; }
+  void commit();
+  const std::string& target() const { return target_; }
+
+ private:
+  void flush_buffer();
+  std::string target_, temp_;
+  int fd_ = -1;
+  bool durable_;
+  bool committed_ = false;
+  uint64_t offset_ = 0;
+  std::string buffer_;
+};
+
+// Writes a whole small file atomically.
+void write_file_atomic(const std::string& path, std::string_view contents, bool durable = false);
+// Reads a whole small file; throws Error naming the file.
+std::string read_text_file(const std::string& path);
+// fsyncs a directory so a rename inside it is durable.
+void fsync_dir(const std::string& dir);
+
+}  // namespace ucpkit

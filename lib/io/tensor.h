@@ -1,0 +1,108 @@
+// Lazy tensors: dtype, shape, strides and offset over a shared storage whose bytes live in a mapped
+// file (zero-copy) or in memory. Views of one storage share it; data is touched only when asked.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "io/dtype.h"
+
+namespace ucpkit {
+
+class MappedFile;
+
+// One storage (untyped bytes + element type), as torch.save writes one record per storage.
+class Storage {
+ public:
+  // A storage backed by `nbytes` bytes at `offset` of a mapped file (nothing is read until bytes()).
+  static std::shared_ptr<Storage> mapped(DType dtype, int64_t numel, std::shared_ptr<const MappedFile> file,
+                                         uint64_t offset);
+  // A storage owning its bytes (size must be numel * dtype_size).
+  static std::shared_ptr<Storage> owned(DType dtype, std::vector<uint8_t> bytes);
+  // A zero-filled owned storage.
+  static std::shared_ptr<Storage> zeros(DType dtype, int64_t numel);
+
+  DType dtype() const { return dtype_; }
+  int64_t numel() const { return numel_; }
+  uint64_t nbytes() const { return static_cast<uint64_t>(numel_) * dtype_size(dtype_); }
+  std::span<const uint8_t> bytes() const;
+  // Writable bytes; only for owned storages (throws Error otherwise).
+  std::span<uint8_t> mutable_bytes();
+  bool is_mapped() const { return file_ != nullptr; }
+
+  // Where the storage came from / should go: record key and device location ("cpu", "cuda:0").
+  std::string key;
+  std::string location = "cpu";
+
+ private:
+  DType dtype_ = DType::Float32;
+  int64_t numel_ = 0;
+  std::shared_ptr<const MappedFile> file_;
+  uint64_t offset_ = 0;
+  std::vector<uint8_t> owned_;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // A view; throws Error when the view does not fit in the storage.
+  Tensor(std::shared_ptr<Storage> storage, int64_t storage_offset, std::vector<int64_t> shape,
+         std::vector<int64_t> strides);
+  // A new contiguous tensor owning `bytes` (size must match).
+  static Tensor from_bytes(DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes);
+  template <typename T>
+  static Tensor from_vector(DType dtype, std::vector<int64_t> shape, const std::vector<T>& values) {
+    std::vector<uint8_t> b(values.size() * sizeof(T));
+    if (!b.empty()) std::memcpy(b.data(), values.data(), b.size());
+    return from_bytes(dtype, std::move(shape), std::move(b));
+  }
+  static Tensor zeros(DType dtype, std::vector<int64_t> shape);
+  static std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);
+
+  DType dtype() const { return storage_ ? storage_->dtype() : DType::Float32; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  const std::vector<int64_t>& strides() const { return strides_; }
+  int64_t storage_offset() const { return offset_; }
+  int64_t dim() const { return static_cast<int64_t>(shape_.size()); }
+  int64_t numel() const;
+  uint64_t nbytes() const { return static_cast<uint64_t>(numel()) * dtype_size(dtype()); }
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+  bool is_contiguous() const;
+
+  // The bytes of a contiguous tensor (zero-copy view into the storage). Throws if not contiguous.
+  std::span<const uint8_t> contiguous_bytes() const;
+  // Copies the elements in logical (row-major) order into `dst` (nbytes() bytes).
+  void copy_to(void* dst) const;
+  // A contiguous copy owning its bytes (or *this when already contiguous and `force_copy` is false).
+  Tensor contiguous(bool force_copy = false) const;
+  template <typename T>
+  std::vector<T> to_vector() const {
+    std::vector<T> out(static_cast<size_t>(numel()));
+    copy_to(out.data());
+    return out;
+  }
+  // Element-wise conversion between floating types (round to nearest even, as torch does).
+  Tensor to(DType target) const;
+  // A view of rows [start, start+length) along dimension `dim`.
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  // A view with a new shape (tensor must be contiguous).
+  Tensor reshape(std::vector<int64_t> shape) const;
+  // Bitwise equality of dtype, shape and element bytes.
+  bool equal(const Tensor& other) const;
+
+  bool requires_grad = false;
+  bool is_parameter = false;  // rebuilt through torch._utils._rebuild_parameter
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  int64_t offset_ = 0;
+  std::vector<int64_t> shape_, strides_;
+};
+
+// Concatenation along `dim` into a new contiguous tensor (dtypes and other dims must match).
+Tensor cat(const std::vector<Tensor>& parts, int64_t dim);
+
+}  // namespace ucpkit

@@ -1,0 +1,45 @@
+// What every tool driver shares: error reporting and exit codes, verbosity, progress, resource usage.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace ucpkit::tool {
+
+// Exit codes of the command-line contract.
+enum ExitCode : int { kSuccess = 0, kFailure = 1, kUsage = 2 };
+
+// Runs a tool body and maps exceptions to `tool: error: message` on stderr and the exit code:
+// UsageError -> 2, Error and any other exception -> 1.
+int run(const char* tool_name, const std::function<int()>& body);
+
+// Verbosity: -1 quiet, 0 normal, 1+ verbose. Messages go to stderr.
+void set_verbosity(int level);
+int verbosity();
+void info(const std::string& message);     // shown unless quiet
+void verbose(const std::string& message);  // shown with -v
+void warn(const std::string& message);     // always shown, as "tool: warning: ..."
+
+// Exit for tools whose work is not built yet: says so, never pretends to succeed.
+[[noreturn]] void not_implemented(const std::string& what);
+
+// Peak resident set size of this process, in bytes.
+uint64_t peak_rss_bytes();
+
+// A progress bar drawn on stderr only when stderr is a terminal and not quiet.
+class Progress {
+ public:
+  Progress(std::string label, uint64_t total);
+  ~Progress();
+  void advance(uint64_t n = 1);
+  void finish();
+
+ private:
+  void draw(bool force);
+  std::string label_;
+  uint64_t total_, done_ = 0;
+  bool enabled_;
+  double last_draw_ = 0;
+};
+
+}  // namespace ucpkit::tool
