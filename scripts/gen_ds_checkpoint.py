@@ -1,0 +1,61 @@
+#!/usr/bin/python3
+"""Generates a DeepSpeed / Megatron-DeepSpeed checkpoint with seeded random values plus its ground
+truth (see docs/fixtures.md). Run with Debian's /usr/bin/python3 (torch 1.13)."""
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dsgen  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--output", required=True, help="folder to create: latest, global_stepN/, truth/")
+    ap.add_argument("--model", default="gpt", choices=["gpt", "llama", "mixtral", "dsmoe"])
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=32)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=None, help="GQA key/value heads (llama, mixtral)")
+    ap.add_argument("--ffn", type=int, default=64)
+    ap.add_argument("--vocab", type=int, default=100)
+    ap.add_argument("--seq", type=int, default=16)
+    ap.add_argument("--untied", action="store_true", help="gpt: separate output layer")
+    ap.add_argument("--swiglu", action="store_true", help="gpt: fused SwiGLU dense_h_to_4h")
+    ap.add_argument("--experts", type=int, default=4)
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--pp", type=int, default=1)
+    ap.add_argument("--dp", type=int, default=1)
+    ap.add_argument("--ep", type=int, default=1)
+    ap.add_argument("--zero", type=int, default=1, choices=[1, 2])
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
+    ap.add_argument("--bf16-optimizer", action="store_true", help="BF16_Optimizer files (no zero_stage)")
+    ap.add_argument("--data-before-expert", action="store_true", help="use_data_before_expert_parallel_")
+    ap.add_argument("--step", type=int, default=100)
+    ap.add_argument("--step-tensor", action="store_true")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--no-uc-info", action="store_true", help="omit universal_checkpoint_info")
+    ap.add_argument("--no-truth", action="store_true")
+    ap.add_argument("--patterns-out", help="also write the model's patterns as a pattern file (JSON)")
+    a = ap.parse_args()
+    kv = a.kv_heads if a.kv_heads is not None else (max(1, a.heads // 2) if a.model in ("llama", "mixtral") else a.heads)
+    cfg = dsgen.ModelConfig(family=a.model, layers=a.layers, hidden=a.hidden, heads=a.heads, kv_heads=kv,
+                            ffn=a.ffn, vocab=a.vocab, seq=a.seq, tied=not a.untied, swiglu=a.swiglu,
+                            experts=a.experts)
+    lay = dsgen.Layout(tp=a.tp, pp=a.pp, dp=a.dp, zero=a.zero, dtype=a.dtype, bf16_optimizer=a.bf16_optimizer,
+                       ep=a.ep, data_before_expert=a.data_before_expert, step=a.step, step_tensor=a.step_tensor,
+                       seed=a.seed, uc_info=not a.no_uc_info)
+    t0 = time.time()
+    model = dsgen.generate(a.output, cfg, lay, truth=not a.no_truth)
+    if a.patterns_out:
+        import json
+        with open(a.patterns_out, "w") as f:
+            json.dump(model.uc_info, f, indent=2)
+    n = sum(int(__import__("math").prod(p.shape)) for p in model.params if not p.tied_copy)
+    print(f"gen_ds_checkpoint: {a.model} tp={a.tp} pp={a.pp} dp={a.dp} ep={a.ep} zero={a.zero} {a.dtype}: "
+          f"{len(model.params)} params, {n} elements, {time.time() - t0:.1f}s -> {a.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
