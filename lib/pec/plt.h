@@ -1,0 +1,47 @@
+// Proportion of lost tokens (MoC-System), dynamic K, the post-recovery capacity plan (MoEtion) and
+// the checkpoint size formula C_pec / C_full.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "pec/tokens.h"
+
+namespace ucpkit::pec {
+
+struct Plt {
+  double overall = 0;            // mean over MoE layers
+  std::vector<double> per_layer;  // lost / (tokens * top-k) of each layer
+};
+
+// lost[l][e]: tokens processed by expert e of layer l whose updates the restore loses;
+// processed[l][e]: all tokens it processed over the same training span. Per layer:
+// sum(lost) / sum(processed) (sum(processed) = tokens * top-k, minus dropped tokens); 0 for a layer
+// that processed nothing.
+Plt compute_plt(const TokenMatrix& lost, const TokenMatrix& processed);
+
+// Dynamic K: double K (at least 1, at most the largest layer's E) when PLT passes the threshold.
+int next_k(int k, int max_experts, double plt, double threshold);
+
+struct CapacityEntry {
+  int moe_layer = 0;
+  int expert = 0;
+  double capacity_factor = 1.1;
+  int64_t iterations = 0;  // iterations of extra capacity needed to make up the lost tokens
+  int64_t lost_tokens = 0;
+};
+
+// Experts that lost tokens get `capacity_factor` (1.1 = +10%) until the extra capacity has processed
+// their lost tokens: iterations = ceil(lost / ((factor - 1) * tokens_per_iteration)), where the rate is
+// the expert's own, or its layer's mean when the expert's rate is unknown or zero.
+std::vector<CapacityEntry> capacity_plan(const TokenMatrix& lost, const std::vector<std::vector<double>>& tokens_per_iteration,
+                                         double capacity_factor = 1.1);
+
+// C_full = (P_ne + P_e)(B_w + B_o); C_pec = (P_ne + K/E * P_e)(B_w + B_o). Returns C_pec / C_full.
+double pec_size_ratio(double non_expert_params, double expert_params, double k, double experts);
+
+nlohmann::json plt_to_json(const Plt& p);
+nlohmann::json capacity_plan_to_json(const std::vector<CapacityEntry>& plan);
+
+}  // namespace ucpkit::pec

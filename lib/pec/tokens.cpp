@@ -1,0 +1,222 @@
+// Token-count readers (JSON matrix, CSV, Megatron router trace JSONL).
+#include "pec/tokens.h"
+
+#include <algorithm>
+#include <cctype>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+
+namespace ucpkit::pec {
+namespace {
+using nlohmann::json;
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string> split(std::string_view s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t i = 0; i <= s.size(); ++i) {
+    if (i == s.size() || s[i] == sep) {
+      out.emplace_back(trim(s.substr(start, i - start)));
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
+int64_t to_count(const std::string& s, const std::string& name) {
+  try {
+    size_t used = 0;
+    double v = std::stod(s, &used);
+    if (used != s.size() || v < 0) throw std::invalid_argument(s);
+    return static_cast<int64_t>(v + 0.5);
+  } catch (const std::exception&) {
+    fail(name, "not a token count: '" + s + "'");
+  }
+}
+
+void put(TokenMatrix& m, int64_t layer, int64_t expert, int64_t tokens, const std::string& name) {
+  if (layer < 0 || expert < 0 || tokens < 0) fail(name, "negative layer, expert or token count");
+  if (static_cast<size_t>(layer) >= m.size()) m.resize(static_cast<size_t>(layer) + 1);
+  auto& row = m[static_cast<size_t>(layer)];
+  if (static_cast<size_t>(expert) >= row.size()) row.resize(static_cast<size_t>(expert) + 1, 0);
+  row[static_cast<size_t>(expert)] += tokens;
+}
+
+TokenMatrix parse_json_matrix(const json& j, const std::string& name) {
+  const json& m = j.is_object() && j.contains("tokens") ? j.at("tokens") : j;
+  if (!m.is_array()) fail(name, "expected a JSON matrix [moe_layer][global_expert]");
+  TokenMatrix out;
+  for (const auto& row : m) {
+    if (!row.is_array()) fail(name, "expected a JSON matrix [moe_layer][global_expert]");
+    std::vector<int64_t> r;
+    for (const auto& v : row) {
+      if (!v.is_number() || v.get<double>() < 0) fail(name, "token counts must be non-negative numbers");
+      r.push_back(static_cast<int64_t>(v.get<double>() + 0.5));
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+void flatten_ids(const json& v, std::vector<int64_t>& out) {
+  if (v.is_array()) {
+    for (const auto& x : v) flatten_ids(x, out);
+  } else if (v.is_number_integer() || v.is_number_unsigned()) {
+    out.push_back(v.get<int64_t>());
+  }
+}
+
+const json* first_key(const json& o, std::initializer_list<const char*> keys) {
+  for (const char* k : keys)
+    if (o.contains(k)) return &o.at(k);
+  return nullptr;
+}
+
+TokenMatrix parse_jsonl(std::string_view text, const std::string& name) {
+  TokenMatrix m;
+  std::istringstream in{std::string(text)};
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (trim(line).empty()) continue;
+    json o;
+    try {
+      o = json::parse(line);
+    } catch (const std::exception& e) {
+      fail(name, "line " + std::to_string(line_no) + ": " + e.what());
+    }
+    if (!o.is_object()) fail(name, "line " + std::to_string(line_no) + ": expected a JSON object");
+    const json* layer = first_key(o, {"moe_layer", "layer", "layer_idx", "layer_number"});
+    if (!layer || !layer->is_number_integer())
+      fail(name, "line " + std::to_string(line_no) + ": no MoE layer index (moe_layer/layer/layer_idx)");
+    int64_t l = layer->get<int64_t>();
+    if (const json* counts = first_key(o, {"tokens_per_expert", "expert_counts", "counts"})) {
+      if (!counts->is_array()) fail(name, "line " + std::to_string(line_no) + ": counts must be a list");
+      for (size_t e = 0; e < counts->size(); ++e) put(m, l, static_cast<int64_t>(e), to_count((*counts)[e].dump(), name), name);
+    } else if (const json* ids = first_key(o, {"experts", "topk_ids", "indices", "expert_ids"})) {
+      std::vector<int64_t> flat;
+      flatten_ids(*ids, flat);
+      for (int64_t e : flat) put(m, l, e, 1, name);
+    } else if (o.contains("expert") && o.contains("tokens")) {
+      put(m, l, o.at("expert").get<int64_t>(), to_count(o.at("tokens").dump(), name), name);
+    } else {
+      fail(name, "line " + std::to_string(line_no) + ": no expert counts or routed expert ids");
+    }
+    if (l >= 0 && static_cast<size_t>(l) >= m.size()) m.resize(static_cast<size_t>(l) + 1);
+  }
+  return m;
+}
+
+TokenMatrix parse_csv(std::string_view text, const std::string& name) {
+  std::istringstream in{std::string(text)};
+  std::string line;
+  std::vector<std::vector<std::string>> rows;
+  while (std::getline(in, line)) {
+    if (trim(line).empty() || trim(line).front() == '#') continue;
+    rows.push_back(split(line, ','));
+  }
+  TokenMatrix m;
+  if (rows.empty()) return m;
+  auto lower = [](std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+    return s;
+  };
+  int li = -1, ei = -1, ti = -1;
+  for (size_t c = 0; c < rows[0].size(); ++c) {
+    std::string h = lower(rows[0][c]);
+    if (h == "layer" || h == "moe_layer") li = static_cast<int>(c);
+    if (h == "expert" || h == "global_expert") ei = static_cast<int>(c);
+    if (h == "tokens" || h == "count") ti = static_cast<int>(c);
+  }
+  if (li >= 0 || ei >= 0 || ti >= 0) {
+    if (li < 0 || ei < 0 || ti < 0) fail(name, "CSV header needs layer, expert and tokens columns");
+    for (size_t r = 1; r < rows.size(); ++r) {
+      const auto& row = rows[r];
+      size_t need = static_cast<size_t>(std::max({li, ei, ti}));
+      if (row.size() <= need) fail(name, "CSV row " + std::to_string(r + 1) + " has too few columns");
+      put(m, to_count(row[li], name), to_count(row[ei], name), to_count(row[ti], name), name);
+    }
+    return m;
+  }
+  for (const auto& row : rows) {
+    std::vector<int64_t> r;
+    for (const auto& cell : row)
+      if (!cell.empty()) r.push_back(to_count(cell, name));
+    m.push_back(std::move(r));
+  }
+  return m;
+}
+}  // namespace
+
+TokenMatrix parse_tokens(std::string_view text, const std::string& name) {
+  std::string_view t = trim(text);
+  if (t.empty()) fail(name, "empty token-count file");
+  if (t.front() == '[') {
+    try {
+      return parse_json_matrix(json::parse(t), name);
+    } catch (const json::exception& e) {
+      fail(name, std::string("bad JSON: ") + e.what());
+    }
+  }
+  if (t.front() == '{') {
+    // A single JSON document with a "tokens" key, else one object per line.
+    try {
+      json j = json::parse(t);
+      if (j.contains("tokens")) return parse_json_matrix(j, name);
+    } catch (const json::exception&) {
+    }
+    return parse_jsonl(t, name);
+  }
+  return parse_csv(t, name);
+}
+
+TokenMatrix load_tokens(const std::string& path) { return parse_tokens(read_text_file(path), path); }
+
+TokenMatrix zero_tokens(const std::vector<int>& experts_per_layer) {
+  TokenMatrix m;
+  for (int e : experts_per_layer) m.emplace_back(static_cast<size_t>(e), 0);
+  return m;
+}
+
+TokenMatrix fit_tokens(const TokenMatrix& tokens, const std::vector<int>& experts_per_layer,
+                       const std::string& name) {
+  if (tokens.size() > experts_per_layer.size())
+    fail(name, "token counts for " + std::to_string(tokens.size()) + " MoE layers, the checkpoint has " +
+                   std::to_string(experts_per_layer.size()));
+  TokenMatrix out = zero_tokens(experts_per_layer);
+  for (size_t l = 0; l < tokens.size(); ++l) {
+    if (tokens[l].size() > out[l].size())
+      fail(name, "MoE layer " + std::to_string(l) + " has counts for " + std::to_string(tokens[l].size()) +
+                     " experts, the checkpoint has " + std::to_string(out[l].size()));
+    std::copy(tokens[l].begin(), tokens[l].end(), out[l].begin());
+  }
+  return out;
+}
+
+TokenMatrix add_tokens(const TokenMatrix& a, const TokenMatrix& b) {
+  TokenMatrix out = a;
+  if (out.size() < b.size()) out.resize(b.size());
+  for (size_t l = 0; l < b.size(); ++l) {
+    if (out[l].size() < b[l].size()) out[l].resize(b[l].size(), 0);
+    for (size_t e = 0; e < b[l].size(); ++e) out[l][e] += b[l][e];
+  }
+  return out;
+}
+
+nlohmann::json tokens_to_json(const TokenMatrix& t) { return json(t); }
+
+TokenMatrix tokens_from_json(const nlohmann::json& j, const std::string& name) {
+  if (j.is_null()) return {};
+  return parse_json_matrix(j, name);
+}
+
+}  // namespace ucpkit::pec
