@@ -32,6 +32,11 @@ class Storage {
   // Writable bytes; only for owned storages (throws Error otherwise).
   std::span<uint8_t> mutable_bytes();
   bool is_mapped() const { return file_ != nullptr; }
+  // Binds a storage created without data to bytes of a mapped file (legacy torch files, whose
+  // storages follow the pickle). Throws Error when the range does not fit the file.
+  static std::shared_ptr<Storage> unbound(DType dtype, int64_t numel);
+  void bind(std::shared_ptr<const MappedFile> file, uint64_t offset);
+  bool is_bound() const { return file_ != nullptr || !unbound_; }
 
   // Where the storage came from / should go: record key and device location ("cpu", "cuda:0").
   std::string key;
@@ -43,6 +48,7 @@ class Storage {
   std::shared_ptr<const MappedFile> file_;
   uint64_t offset_ = 0;
   std::vector<uint8_t> owned_;
+  bool unbound_ = false;
 };
 
 class Tensor {

@@ -1,0 +1,308 @@
+// Protocol-2 pickler for Value trees.
+#include "io/pickle/pickler.h"
+
+#include <bit>
+#include <unordered_map>
+
+#include "core/error.h"
+
+namespace ucpkit::pickle {
+namespace {
+
+class Pickler {
+ public:
+  explicit Pickler(const PickleOptions& options) : opt_(options) {}
+
+  std::string run(const ValuePtr& root) {
+    out_ += '\x80';
+    out_ += '\x02';
+    save(root);
+    out_ += '.';
+    return std::move(out_);
+  }
+
+ private:
+  void u32(uint32_t v) {
+    for (int k = 0; k < 4; ++k) out_ += static_cast<char>((v >> (8 * k)) & 0xff);
+  }
+  // Memoized values are kept alive: a freed temporary's address must never match a later value.
+  void memoize(const ValuePtr& p) {
+    const Value* v = p.get();
+    keep_.push_back(p);
+    uint64_t idx = memo_.size();
+    memo_[v] = idx;
+    if (idx < 256) {
+      out_ += 'q';
+      out_ += static_cast<char>(idx);
+    } else {
+      out_ += 'r';
+      u32(static_cast<uint32_t>(idx));
+    }
+  }
+  bool get_memo(const Value* v) {
+    auto it = memo_.find(v);
+    if (it == memo_.end()) return false;
+    if (it->second < 256) {
+      out_ += 'h';
+      out_ += static_cast<char>(it->second);
+    } else {
+      out_ += 'j';
+      u32(static_cast<uint32_t>(it->second));
+    }
+    return true;
+  }
+  void global(std::string_view module, std::string_view name) {
+    out_ += 'c';
+    out_.append(module);
+    out_ += '\n';
+    out_.append(name);
+    out_ += '\n';
+  }
+  void unicode(std::string_view s) {
+    out_ += 'X';
+    u32(static_cast<uint32_t>(s.size()));
+    out_.append(s);
+  }
+  void integer(int64_t v) {
+    if (v >= 0 && v < 256) {
+      out_ += 'K';
+      out_ += static_cast<char>(v);
+    } else if (v >= 0 && v < 65536) {
+      out_ += 'M';
+      out_ += static_cast<char>(v & 0xff);
+      out_ += static_cast<char>(v >> 8);
+    } else if (v >= INT32_MIN && v <= INT32_MAX) {
+      out_ += 'J';
+      u32(static_cast<uint32_t>(static_cast<int32_t>(v)));
+    } else {
+      std::string bytes;
+      uint64_t u = static_cast<uint64_t>(v);
+      for (int k = 0; k < 8; ++k) bytes += static_cast<char>((u >> (8 * k)) & 0xff);
+      while (bytes.size() > 1) {
+        uint8_t last = static_cast<uint8_t>(bytes.back()), prev = static_cast<uint8_t>(bytes[bytes.size() - 2]);
+        if ((last == 0 && !(prev & 0x80)) || (last == 0xff && (prev & 0x80)))
+          bytes.pop_back();
+        else
+          break;
+      }
+      long_bytes(bytes);
+    }
+  }
+  void long_bytes(const std::string& bytes) {
+    if (bytes.size() < 256) {
+      out_ += '\x8a';
+      out_ += static_cast<char>(bytes.size());
+    } else {
+      out_ += '\x8b';
+      u32(static_cast<uint32_t>(bytes.size()));
+    }
+    out_ += bytes;
+  }
+  void empty_ordered_dict() {
+    global("collections", "OrderedDict");
+    out_ += ')';
+    out_ += 'R';
+  }
+  void tuple_of(const std::vector<ValuePtr>& items) {
+    if (items.empty()) {
+      out_ += ')';
+      return;
+    }
+    if (items.size() <= 3) {
+      for (const auto& it : items) save(it);
+      out_ += static_cast<char>(0x84 + items.size());  // TUPLE1..3 = 0x85..0x87
+      return;
+    }
+    out_ += '(';
+    for (const auto& it : items) save(it);
+    out_ += 't';
+  }
+  void int_tuple(const std::vector<int64_t>& v) {
+    std::vector<ValuePtr> items;
+    for (auto x : v) items.push_back(Value::integer(x));
+    tuple_of(items);
+  }
+  void appends(const std::vector<ValuePtr>& items) {
+    for (size_t start = 0; start < items.size(); start += 1000) {
+      size_t end = std::min(items.size(), start + 1000);
+      if (end - start == 1) {
+        save(items[start]);
+        out_ += 'a';
+        continue;
+      }
+      out_ += '(';
+      for (size_t k = start; k < end; ++k) save(items[k]);
+      out_ += 'e';
+    }
+  }
+  void setitems(const std::vector<Entry>& entries) {
+    for (size_t start = 0; start < entries.size(); start += 1000) {
+      size_t end = std::min(entries.size(), start + 1000);
+      if (end - start == 1) {
+        save(entries[start].first);
+        save(entries[start].second);
+        out_ += 's';
+        continue;
+      }
+      out_ += '(';
+      for (size_t k = start; k < end; ++k) {
+        save(entries[k].first);
+        save(entries[k].second);
+      }
+      out_ += 'u';
+    }
+  }
+  void tensor(const Tensor& t) {
+    if (!opt_.storage_id) throw Error("pickler: tensors need a storage writer");
+    if (t.is_parameter) {
+      global("torch._utils", "_rebuild_parameter");
+      out_ += '(';
+    }
+    global("torch._utils", "_rebuild_tensor_v2");
+    out_ += '(';
+    save(opt_.storage_id(t.storage()));
+    out_ += 'Q';  // BINPERSID
+    integer(t.storage_offset());
+    int_tuple(t.shape());
+    int_tuple(t.strides());
+    out_ += (t.requires_grad && !t.is_parameter) ? '\x88' : '\x89';
+    empty_ordered_dict();
+    out_ += 't';
+    out_ += 'R';
+    if (t.is_parameter) {
+      out_ += t.requires_grad ? '\x88' : '\x89';
+      empty_ordered_dict();
+      out_ += 't';
+      out_ += 'R';
+    }
+  }
+  void object(const ValuePtr& p) {
+    const Value& v = *p;
+    const Object& o = *v.object;
+    switch (o.build) {
+      case Object::Build::Reduce:
+        save(o.callable);
+        save(o.args ? o.args : Value::tuple());
+        out_ += 'R';
+        break;
+      case Object::Build::NewObj:
+        save(o.callable);
+        save(o.args ? o.args : Value::tuple());
+        out_ += '\x81';
+        break;
+      case Object::Build::NewObjEx:  // protocol 2 has no NEWOBJ_EX: copyreg.__newobj_ex__(cls, args, kwargs)
+        global("copyreg", "__newobj_ex__");
+        save(o.callable);
+        save(o.args ? o.args : Value::tuple());
+        save(o.kwargs ? o.kwargs : Value::dict());
+        out_ += '\x87';
+        out_ += 'R';
+        break;
+    }
+    memoize(p);
+    if (!o.list_items.empty()) appends(o.list_items);
+    if (!o.dict_items.empty()) setitems(o.dict_items);
+    if (o.state) {
+      save(o.state);
+      out_ += 'b';
+    }
+  }
+
+  void save(const ValuePtr& p) {
+    if (!p) throw Error("pickler: null value");
+    const Value& v = *p;
+    if (get_memo(&v)) return;
+    if (++depth_ > 2000) throw Error("pickler: structure nested too deeply");
+    switch (v.kind) {
+      case Kind::None: out_ += 'N'; break;
+      case Kind::Bool: out_ += v.b ? '\x88' : '\x89'; break;
+      case Kind::Int: integer(v.i); break;
+      case Kind::BigInt: long_bytes(v.s); break;
+      case Kind::Float: {
+        out_ += 'G';
+        uint64_t bits = std::bit_cast<uint64_t>(v.f);
+        for (int k = 7; k >= 0; --k) out_ += static_cast<char>((bits >> (8 * k)) & 0xff);
+        break;
+      }
+      case Kind::Str: unicode(v.s); break;
+      case Kind::Bytes: {
+        // Python 3 pickles bytes at protocol 2 as _codecs.encode(<latin-1 text>, 'latin1').
+        global("_codecs", "encode");
+        std::string text;
+        for (unsigned char c : v.s) {
+          if (c < 0x80) {
+            text += static_cast<char>(c);
+          } else {
+            text += static_cast<char>(0xC0 | (c >> 6));
+            text += static_cast<char>(0x80 | (c & 0x3F));
+          }
+        }
+        unicode(text);
+        unicode("latin1");
+        out_ += '\x86';
+        out_ += 'R';
+        memoize(p);
+        break;
+      }
+      case Kind::Tuple:
+        tuple_of(v.items);
+        memoize(p);
+        break;
+      case Kind::List:
+        out_ += ']';
+        memoize(p);
+        appends(v.items);
+        break;
+      case Kind::Dict:
+        if (v.ordered)
+          empty_ordered_dict();
+        else
+          out_ += '}';
+        memoize(p);
+        setitems(v.entries);
+        break;
+      case Kind::Set:
+      case Kind::FrozenSet:
+        global("builtins", v.kind == Kind::Set ? "set" : "frozenset");
+        out_ += ']';
+        appends(v.items);
+        out_ += '\x85';
+        out_ += 'R';
+        memoize(p);
+        break;
+      case Kind::Shape:
+        global("torch", "Size");
+        int_tuple(v.shape);
+        out_ += '\x85';
+        out_ += 'R';
+        memoize(p);
+        break;
+      case Kind::Dtype: global("torch", dtype_name(v.dtype)); break;
+      case Kind::Tensor:
+        tensor(*v.tensor);
+        memoize(p);
+        break;
+      case Kind::Global:
+        global(v.s, v.name);
+        memoize(p);
+        break;
+      case Kind::Object: object(p); break;
+    }
+    --depth_;
+  }
+
+  const PickleOptions& opt_;
+  std::string out_;
+  std::unordered_map<const Value*, uint64_t> memo_;
+  std::vector<ValuePtr> keep_;
+  int depth_ = 0;
+};
+
+}  // namespace
+
+std::string pickle(const ValuePtr& root, const PickleOptions& options) {
+  Pickler p(options);
+  return p.run(root);
+}
+
+}  // namespace ucpkit::pickle

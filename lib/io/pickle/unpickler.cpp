@@ -1,0 +1,790 @@
+// Pickle interpreter producing Value trees.
+#include "io/pickle/unpickler.h"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+
+#include "core/error.h"
+
+namespace ucpkit::pickle {
+namespace {
+
+// Decimal text (optionally signed) -> little-endian two's complement bytes (Python int pickling).
+std::string decimal_to_twos_complement(std::string_view text, bool& ok) {
+  ok = false;
+  bool neg = false;
+  size_t p = 0;
+  if (p < text.size() && (text[p] == '-' || text[p] == '+')) neg = text[p++] == '-';
+  if (p == text.size()) return {};
+  std::vector<uint8_t> mag;  // little-endian magnitude
+  for (; p < text.size(); ++p) {
+    if (text[p] < '0' || text[p] > '9') return {};
+    unsigned carry = static_cast<unsigned>(text[p] - '0');
+    for (auto& byte : mag) {
+      unsigned v = byte * 10u + carry;
+      byte = static_cast<uint8_t>(v & 0xff);
+      carry = v >> 8;
+    }
+    while (carry) {
+      mag.push_back(static_cast<uint8_t>(carry & 0xff));
+      carry >>= 8;
+    }
+  }
+  while (!mag.empty() && mag.back() == 0) mag.pop_back();
+  if (mag.empty()) {
+    ok = true;
+    return {};
+  }
+  mag.push_back(0);  // room for the sign bit
+  if (neg) {
+    unsigned carry = 1;
+    for (auto& byte : mag) {
+      unsigned v = static_cast<uint8_t>(~byte) + carry;
+      byte = static_cast<uint8_t>(v & 0xff);
+      carry = v >> 8;
+    }
+  }
+  // Minimal length: drop redundant sign bytes.
+  while (mag.size() > 1) {
+    uint8_t last = mag.back(), prev = mag[mag.size() - 2];
+    if ((last == 0 && !(prev & 0x80)) || (last == 0xff && (prev & 0x80)))
+      mag.pop_back();
+    else
+      break;
+  }
+  ok = true;
+  return std::string(mag.begin(), mag.end());
+}
+
+// Two's complement bytes -> Int when they fit in 64 bits, BigInt otherwise.
+ValuePtr make_long(std::string bytes) {
+  if (bytes.size() <= 8) {
+    auto v = Value::integer(0);
+    v->kind = Kind::BigInt;
+    v->s = bytes;
+    int64_t x = bytes.empty() ? 0 : v->as_int();
+    return Value::integer(x);
+  }
+  auto v = Value::integer(0);
+  v->kind = Kind::BigInt;
+  v->s = std::move(bytes);
+  return v;
+}
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// UTF-8 -> code points (lenient: invalid bytes map to themselves).
+std::vector<uint32_t> utf8_code_points(std::string_view s) {
+  std::vector<uint32_t> cps;
+  for (size_t k = 0; k < s.size();) {
+    uint8_t c = static_cast<uint8_t>(s[k]);
+    int n = c < 0x80 ? 0 : (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : (c >> 3) == 30 ? 3 : -1;
+    if (n < 0 || k + n >= s.size() + (n == 0 ? 1 : 0)) {
+      if (n <= 0) {
+        cps.push_back(c);
+        ++k;
+        continue;
+      }
+    }
+    if (k + static_cast<size_t>(n) >= s.size() && n > 0) {
+      cps.push_back(c);
+      ++k;
+      continue;
+    }
+    uint32_t cp = n == 0 ? c : n == 1 ? (c & 0x1F) : n == 2 ? (c & 0x0F) : (c & 0x07);
+    for (int j = 1; j <= n; ++j) cp = (cp << 6) | (static_cast<uint8_t>(s[k + j]) & 0x3F);
+    cps.push_back(cp);
+    k += static_cast<size_t>(n) + 1;
+  }
+  return cps;
+}
+
+bool is_torch_dtype_name(std::string_view name, DType& out) {
+  static const std::pair<std::string_view, DType> names[] = {
+      {"float32", DType::Float32}, {"float", DType::Float32},   {"float16", DType::Float16},
+      {"half", DType::Float16},    {"bfloat16", DType::BFloat16}, {"float64", DType::Float64},
+      {"double", DType::Float64},  {"int8", DType::Int8},       {"int16", DType::Int16},
+      {"short", DType::Int16},     {"int32", DType::Int32},     {"int", DType::Int32},
+      {"int64", DType::Int64},     {"long", DType::Int64},      {"uint8", DType::UInt8},
+      {"bool", DType::Bool},
+  };
+  for (const auto& [n, t] : names)
+    if (n == name) {
+      out = t;
+      return true;
+    }
+  return false;
+}
+
+// Hashable signature of a dict key (for Python's "same key replaces" semantics); empty if unhashable.
+std::string key_signature(const Value& k, int depth = 0) {
+  switch (k.kind) {
+    case Kind::Str: return "s" + k.s;
+    case Kind::Bytes: return "b" + k.s;
+    case Kind::Int: return "i" + std::to_string(k.i);
+    case Kind::Bool: return "i" + std::to_string(k.b ? 1 : 0);
+    case Kind::BigInt: return "I" + k.s;
+    case Kind::None: return "N";
+    case Kind::Float: {
+      if (std::floor(k.f) == k.f && std::fabs(k.f) < 9e18) return "i" + std::to_string(static_cast<int64_t>(k.f));
+      return "f" + std::to_string(std::bit_cast<uint64_t>(k.f));
+    }
+    case Kind::Tuple: {
+      if (depth > 8) return {};
+      std::string sig = "t(";
+      for (const auto& it : k.items) {
+        std::string s = key_signature(*it, depth + 1);
+        if (s.empty()) return {};
+        sig += std::to_string(s.size()) + ":" + s;
+      }
+      return sig + ")";
+    }
+    default: return {};
+  }
+}
+
+class Unpickler {
+ public:
+  Unpickler(std::span<const uint8_t> data, const std::string& name, const UnpickleOptions& options)
+      : d_(data), name_(name), opt_(options) {}
+
+  // After a failure nothing escapes, so the partial trees are torn down without recursion (they may
+  // be very deep or cyclic); after success they are shared with the result and only dropped.
+  ~Unpickler() {
+    if (succeeded_) return;
+    for (auto& v : stack_) release_tree(std::move(v));
+    for (auto& [k, v] : memo_) release_tree(std::move(v));
+    for (auto& frame : mark_stack_)
+      for (auto& v : frame) release_tree(std::move(v));
+  }
+
+  ValuePtr run(size_t* consumed);
+
+ private:
+  [[noreturn]] void error(const std::string& what) const {
+    fail(name_, "pickle: " + what + " (at byte " + std::to_string(op_pos_) + ")");
+  }
+  void need(uint64_t n) const {
+    if (n > d_.size() - pos_) error("truncated: needs " + std::to_string(n) + " more bytes, " +
+                                    std::to_string(d_.size() - pos_) + " left");
+  }
+  uint8_t u8() {
+    need(1);
+    return d_[pos_++];
+  }
+  uint64_t le(int n) {
+    need(static_cast<uint64_t>(n));
+    uint64_t v = 0;
+    for (int k = 0; k < n; ++k) v |= static_cast<uint64_t>(d_[pos_ + k]) << (8 * k);
+    pos_ += static_cast<size_t>(n);
+    return v;
+  }
+  std::string take(uint64_t n) {
+    need(n);
+    std::string s(reinterpret_cast<const char*>(d_.data() + pos_), static_cast<size_t>(n));
+    pos_ += static_cast<size_t>(n);
+    return s;
+  }
+  std::string line() {
+    const uint8_t* start = d_.data() + pos_;
+    const void* nl = std::memchr(start, '\n', d_.size() - pos_);
+    if (!nl) error("truncated: missing end of line");
+    size_t n = static_cast<size_t>(static_cast<const uint8_t*>(nl) - start);
+    std::string s(reinterpret_cast<const char*>(start), n);
+    pos_ += n + 1;
+    if (!s.empty() && s.back() == '\r') s.pop_back();
+    return s;
+  }
+
+  ValuePtr pop() {
+    if (stack_.empty()) error("stack underflow");
+    ValuePtr v = std::move(stack_.back());
+    stack_.pop_back();
+    return v;
+  }
+  ValuePtr& top() {
+    if (stack_.empty()) error("stack underflow");
+    return stack_.back();
+  }
+  void push(ValuePtr v) { stack_.push_back(std::move(v)); }
+  void mark() {
+    mark_stack_.push_back(std::move(stack_));
+    stack_.clear();
+  }
+  std::vector<ValuePtr> pop_mark() {
+    if (mark_stack_.empty()) error("MARK expected but not found");
+    std::vector<ValuePtr> items = std::move(stack_);
+    stack_ = std::move(mark_stack_.back());
+    mark_stack_.pop_back();
+    return items;
+  }
+  void memo_put(uint64_t idx) { memo_[idx] = top(); }
+  ValuePtr memo_get(uint64_t idx) {
+    auto it = memo_.find(idx);
+    if (it == memo_.end()) error("memo key " + std::to_string(idx) + " not found");
+    return it->second;
+  }
+
+  ValuePtr global(std::string module, std::string name);
+  ValuePtr reduce(ValuePtr callable, ValuePtr args);
+  ValuePtr new_object(ValuePtr cls, ValuePtr args, ValuePtr kwargs, Object::Build how);
+  void set_items(Value& target, std::vector<ValuePtr>& kv);
+  void append_items(Value& target, std::vector<ValuePtr>& items);
+  ValuePtr persistent(ValuePtr pid);
+  ValuePtr parse_string_literal(const std::string& text);
+  ValuePtr parse_raw_unicode_escape(const std::string& text);
+  void validate(const ValuePtr& root);
+
+  std::span<const uint8_t> d_;
+  size_t pos_ = 0, op_pos_ = 0;
+  bool succeeded_ = false;
+  const std::string& name_;
+  const UnpickleOptions& opt_;
+  std::vector<ValuePtr> stack_;
+  std::vector<std::vector<ValuePtr>> mark_stack_;
+  std::unordered_map<uint64_t, ValuePtr> memo_;
+  std::unordered_map<const Value*, std::unordered_map<std::string, size_t>> dict_index_;
+};
+
+ValuePtr Unpickler::global(std::string module, std::string name) {
+  DType t;
+  if (module == "torch" && is_torch_dtype_name(name, t)) return Value::torch_dtype(t);
+  return Value::global(std::move(module), std::move(name));
+}
+
+ValuePtr Unpickler::persistent(ValuePtr pid) {
+  if (!opt_.persistent_load) error("persistent id found but no persistent loader given");
+  try {
+    return opt_.persistent_load(pid);
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    // Errors from the loader may already name the file.
+    if (msg.rfind(name_, 0) == 0) throw;
+    error(msg);
+  }
+}
+
+ValuePtr Unpickler::reduce(ValuePtr callable, ValuePtr args) {
+  if (args->kind != Kind::Tuple) error("REDUCE arguments are not a tuple");
+  auto& a = args->items;
+  if (callable->kind == Kind::Global) {
+    const std::string& m = callable->s;
+    const std::string& n = callable->name;
+    if (m == "collections" && n == "OrderedDict") {
+      auto d = Value::dict(true);
+      if (!a.empty() && a[0]->is_sequence()) {
+        std::vector<ValuePtr> kv;
+        for (auto& pair : a[0]->items) {
+          if (!pair->is_sequence() || pair->items.size() != 2) error("OrderedDict argument is not a list of pairs");
+          kv.push_back(pair->items[0]);
+          kv.push_back(pair->items[1]);
+        }
+        set_items(*d, kv);
+      }
+      return d;
+    }
+    if (m == "torch._utils" && (n == "_rebuild_tensor_v2" || n == "_rebuild_tensor")) {
+      if (a.size() < 4) error(n + " expects at least 4 arguments");
+      if (a[0]->kind != Kind::Tensor) error(n + ": first argument is not a storage");
+      try {
+        Tensor t(a[0]->tensor->storage(), a[1]->as_int(), a[2]->as_shape(), a[3]->as_shape());
+        if (a.size() > 4 && a[4]->kind == Kind::Bool) t.requires_grad = a[4]->b;
+        return Value::of_tensor(std::move(t));
+      } catch (const Error& e) {
+        error(std::string("bad tensor: ") + e.what());
+      }
+    }
+    if (m == "torch._utils" && (n == "_rebuild_parameter" || n == "_rebuild_parameter_with_state")) {
+      if (a.size() < 2 || a[0]->kind != Kind::Tensor) error(n + ": first argument is not a tensor");
+      auto v = Value::of_tensor(*a[0]->tensor);
+      v->tensor->is_parameter = true;
+      v->tensor->requires_grad = a[1]->kind == Kind::Bool ? a[1]->b : a[1]->as_int() != 0;
+      return v;
+    }
+    if (m == "torch" && n == "Size") {
+      if (a.size() != 1 || !a[0]->is_sequence()) error("torch.Size expects one tuple");
+      try {
+        return Value::torch_size(a[0]->as_shape());
+      } catch (const Error& e) {
+        error(std::string("bad torch.Size: ") + e.what());
+      }
+    }
+    if ((m == "builtins" || m == "__builtin__") && (n == "set" || n == "frozenset")) {
+      auto v = Value::set();
+      if (n == "frozenset") v->kind = Kind::FrozenSet;
+      if (!a.empty()) {
+        if (!a[0]->is_sequence() && a[0]->kind != Kind::Set && a[0]->kind != Kind::FrozenSet)
+          error(n + " expects a sequence");
+        v->items = a[0]->items;
+      }
+      return v;
+    }
+    if (m == "_codecs" && n == "encode" && !a.empty() && a[0]->kind == Kind::Str) {
+      std::string out;
+      for (uint32_t cp : utf8_code_points(a[0]->s)) {
+        if (cp > 0xff) error("_codecs.encode: character outside latin-1");
+        out += static_cast<char>(cp);
+      }
+      return Value::bytes(std::move(out));
+    }
+    if ((m == "builtins" || m == "__builtin__") && n == "bytearray" && !a.empty() && a[0]->kind == Kind::Bytes)
+      return Value::bytes(a[0]->s);
+  }
+  auto v = std::make_shared<Value>();
+  v->kind = Kind::Object;
+  v->object = std::make_shared<Object>();
+  v->object->callable = std::move(callable);
+  v->object->args = std::move(args);
+  v->object->build = Object::Build::Reduce;
+  return v;
+}
+
+ValuePtr Unpickler::new_object(ValuePtr cls, ValuePtr args, ValuePtr kwargs, Object::Build how) {
+  if (args->kind != Kind::Tuple) error("NEWOBJ arguments are not a tuple");
+  if (cls->kind == Kind::Global && cls->s == "collections" && cls->name == "OrderedDict" && args->items.empty())
+    return Value::dict(true);
+  auto v = std::make_shared<Value>();
+  v->kind = Kind::Object;
+  v->object = std::make_shared<Object>();
+  v->object->callable = std::move(cls);
+  v->object->args = std::move(args);
+  v->object->kwargs = std::move(kwargs);
+  v->object->build = how;
+  return v;
+}
+
+void Unpickler::set_items(Value& target, std::vector<ValuePtr>& kv) {
+  if (kv.size() % 2) error("SETITEMS with an odd number of items");
+  if (target.kind == Kind::Object) {
+    for (size_t k = 0; k < kv.size(); k += 2) target.object->dict_items.emplace_back(kv[k], kv[k + 1]);
+    return;
+  }
+  if (target.kind != Kind::Dict) error("SETITEM on a " + std::string(kind_name(target.kind)));
+  auto& index = dict_index_[&target];
+  if (index.size() != target.entries.size()) {
+    index.clear();
+    for (size_t k = 0; k < target.entries.size(); ++k) {
+      std::string sig = key_signature(*target.entries[k].first);
+      if (!sig.empty()) index.emplace(std::move(sig), k);
+    }
+  }
+  for (size_t k = 0; k < kv.size(); k += 2) {
+    std::string sig = key_signature(*kv[k]);
+    if (sig.empty()) error("unhashable dict key of type " + std::string(kind_name(kv[k]->kind)));
+    auto it = index.find(sig);
+    if (it != index.end()) {
+      target.entries[it->second].second = kv[k + 1];
+    } else {
+      index.emplace(std::move(sig), target.entries.size());
+      target.entries.emplace_back(kv[k], kv[k + 1]);
+    }
+  }
+}
+
+void Unpickler::append_items(Value& target, std::vector<ValuePtr>& items) {
+  if (target.kind == Kind::List) {
+    target.items.insert(target.items.end(), items.begin(), items.end());
+  } else if (target.kind == Kind::Object) {
+    target.object->list_items.insert(target.object->list_items.end(), items.begin(), items.end());
+  } else {
+    error("APPEND on a " + std::string(kind_name(target.kind)));
+  }
+}
+
+ValuePtr Unpickler::parse_string_literal(const std::string& text) {
+  if (text.size() < 2 || (text.front() != '\'' && text.front() != '"') || text.back() != text.front())
+    error("STRING argument is not a quoted string");
+  std::string out;
+  for (size_t k = 1; k + 1 < text.size(); ++k) {
+    char c = text[k];
+    if (c != '\\') {
+      out += c;
+      continue;
+    }
+    if (++k + 1 > text.size() - 1) error("bad escape in STRING");
+    char e = text[k];
+    switch (e) {
+      case 'n': out += '\n'; break;
+      case 't': out += '\t'; break;
+      case 'r': out += '\r'; break;
+      case '\\': out += '\\'; break;
+      case '\'': out += '\''; break;
+      case '"': out += '"'; break;
+      case 'x': {
+        if (k + 2 >= text.size()) error("bad \\x escape in STRING");
+        out += static_cast<char>(std::stoi(text.substr(k + 1, 2), nullptr, 16));
+        k += 2;
+        break;
+      }
+      default:
+        if (e >= '0' && e <= '7') {
+          int v = 0, n = 0;
+          while (n < 3 && k < text.size() - 1 && text[k] >= '0' && text[k] <= '7') v = v * 8 + (text[k++] - '0'), ++n;
+          --k;
+          out += static_cast<char>(v & 0xff);
+        } else {
+          out += '\\';
+          out += e;
+        }
+    }
+  }
+  return Value::str(std::move(out));
+}
+
+ValuePtr Unpickler::parse_raw_unicode_escape(const std::string& text) {
+  std::string out;
+  for (size_t k = 0; k < text.size(); ++k) {
+    uint8_t c = static_cast<uint8_t>(text[k]);
+    if (c == '\\' && k + 1 < text.size() && (text[k + 1] == 'u' || text[k + 1] == 'U')) {
+      size_t n = text[k + 1] == 'u' ? 4 : 8;
+      if (k + 2 + n > text.size()) error("bad \\u escape in UNICODE");
+      uint32_t cp = 0;
+      for (size_t j = 0; j < n; ++j) {
+        char h = text[k + 2 + j];
+        int v = (h >= '0' && h <= '9') ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10 : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+        if (v < 0) error("bad hex digit in UNICODE escape");
+        cp = cp * 16 + static_cast<uint32_t>(v);
+      }
+      if (cp > 0x10FFFF) error("code point out of range in UNICODE");
+      append_utf8(out, cp);
+      k += 1 + n;
+    } else {
+      append_utf8(out, c);
+    }
+  }
+  return Value::str(std::move(out));
+}
+
+ValuePtr Unpickler::run(size_t* consumed) {
+  while (true) {
+    op_pos_ = pos_;
+    uint8_t op = u8();
+    switch (op) {
+      case 0x80: {  // PROTO
+        uint8_t proto = u8();
+        if (proto > 5) error("unsupported pickle protocol " + std::to_string(proto));
+        break;
+      }
+      case 0x95: le(8); break;  // FRAME: a length hint only
+      case '.': {               // STOP
+        ValuePtr result = top();  // stays on the stack while validated: a failed tree is freed safely
+        if (consumed) *consumed = pos_;
+        validate(result);
+        stack_.pop_back();
+        succeeded_ = true;
+        return result;
+      }
+      case '(': mark(); break;
+      case ')': push(Value::tuple()); break;
+      case ']': push(Value::list()); break;
+      case '}': push(Value::dict()); break;
+      case 0x8f: push(Value::set()); break;
+      case 'N': push(Value::none()); break;
+      case 0x88: push(Value::boolean(true)); break;
+      case 0x89: push(Value::boolean(false)); break;
+      case 'J': push(Value::integer(static_cast<int32_t>(le(4)))); break;
+      case 'K': push(Value::integer(u8())); break;
+      case 'M': push(Value::integer(static_cast<int64_t>(le(2)))); break;
+      case 0x8a: push(make_long(take(u8()))); break;
+      case 0x8b: {
+        int64_t n = static_cast<int32_t>(le(4));
+        if (n < 0) error("negative LONG4 length");
+        push(make_long(take(static_cast<uint64_t>(n))));
+        break;
+      }
+      case 'G': {
+        uint64_t bits = 0;
+        need(8);
+        for (int k = 0; k < 8; ++k) bits = (bits << 8) | d_[pos_ + k];
+        pos_ += 8;
+        push(Value::real(std::bit_cast<double>(bits)));
+        break;
+      }
+      case 'X': push(Value::str(take(le(4)))); break;
+      case 0x8c: push(Value::str(take(u8()))); break;
+      case 0x8d: push(Value::str(take(le(8)))); break;
+      case 'T': {
+        int64_t n = static_cast<int32_t>(le(4));
+        if (n < 0) error("negative BINSTRING length");
+        push(Value::str(take(static_cast<uint64_t>(n))));
+        break;
+      }
+      case 'U': push(Value::str(take(u8()))); break;
+      case 'B': push(Value::bytes(take(le(4)))); break;
+      case 'C': push(Value::bytes(take(u8()))); break;
+      case 0x8e: push(Value::bytes(take(le(8)))); break;
+      case 0x96: push(Value::bytes(take(le(8)))); break;  // BYTEARRAY8
+      case 0x85: {
+        auto a = pop();
+        push(Value::tuple({a}));
+        break;
+      }
+      case 0x86: {
+        auto b = pop();
+        auto a = pop();
+        push(Value::tuple({a, b}));
+        break;
+      }
+      case 0x87: {
+        auto c = pop();
+        auto b = pop();
+        auto a = pop();
+        push(Value::tuple({a, b, c}));
+        break;
+      }
+      case 't': push(Value::tuple(pop_mark())); break;
+      case 'l': push(Value::list(pop_mark())); break;
+      case 'd': {
+        auto kv = pop_mark();
+        auto dct = Value::dict();
+        set_items(*dct, kv);
+        push(dct);
+        break;
+      }
+      case 0x91: {  // FROZENSET
+        auto v = Value::set(pop_mark());
+        v->kind = Kind::FrozenSet;
+        push(v);
+        break;
+      }
+      case 'a': {
+        auto item = pop();
+        std::vector<ValuePtr> items{item};
+        append_items(*top(), items);
+        break;
+      }
+      case 'e': {
+        auto items = pop_mark();
+        append_items(*top(), items);
+        break;
+      }
+      case 's': {
+        auto v = pop();
+        auto k = pop();
+        std::vector<ValuePtr> kv{k, v};
+        set_items(*top(), kv);
+        break;
+      }
+      case 'u': {
+        auto kv = pop_mark();
+        set_items(*top(), kv);
+        break;
+      }
+      case 0x90: {  // ADDITEMS
+        auto items = pop_mark();
+        Value& s = *top();
+        if (s.kind != Kind::Set) error("ADDITEMS on a " + std::string(kind_name(s.kind)));
+        s.items.insert(s.items.end(), items.begin(), items.end());
+        break;
+      }
+      case 'c': {
+        std::string module = line();
+        std::string name = line();
+        push(global(std::move(module), std::move(name)));
+        break;
+      }
+      case 0x93: {  // STACK_GLOBAL
+        auto name = pop();
+        auto module = pop();
+        if (module->kind != Kind::Str || name->kind != Kind::Str) error("STACK_GLOBAL expects two strings");
+        push(global(module->s, name->s));
+        break;
+      }
+      case 'R': {
+        auto args = pop();
+        auto callable = pop();
+        push(reduce(std::move(callable), std::move(args)));
+        break;
+      }
+      case 0x81: {  // NEWOBJ
+        auto args = pop();
+        auto cls = pop();
+        push(new_object(std::move(cls), std::move(args), nullptr, Object::Build::NewObj));
+        break;
+      }
+      case 0x92: {  // NEWOBJ_EX
+        auto kwargs = pop();
+        auto args = pop();
+        auto cls = pop();
+        push(new_object(std::move(cls), std::move(args), std::move(kwargs), Object::Build::NewObjEx));
+        break;
+      }
+      case 'b': {  // BUILD
+        auto state = pop();
+        Value& obj = *top();
+        if (obj.kind == Kind::Object) {
+          obj.object->state = std::move(state);
+        } else if (!state->is_none() && obj.kind != Kind::Tensor && obj.kind != Kind::Dict) {
+          error("BUILD on a " + std::string(kind_name(obj.kind)));
+        }
+        break;
+      }
+      case 'i': {  // INST
+        std::string module = line();
+        std::string name = line();
+        auto args = Value::tuple(pop_mark());
+        push(reduce(global(std::move(module), std::move(name)), std::move(args)));
+        break;
+      }
+      case 'o': {  // OBJ
+        auto items = pop_mark();
+        if (items.empty()) error("OBJ without a class");
+        auto cls = items.front();
+        auto args = Value::tuple(std::vector<ValuePtr>(items.begin() + 1, items.end()));
+        push(reduce(std::move(cls), std::move(args)));
+        break;
+      }
+      case 'q': memo_put(u8()); break;
+      case 'r': memo_put(le(4)); break;
+      case 'p': {
+        std::string l = line();
+        char* end = nullptr;
+        uint64_t idx = std::strtoull(l.c_str(), &end, 10);
+        if (l.empty() || *end) error("bad PUT index");
+        memo_put(idx);
+        break;
+      }
+      case 0x94: memo_put(memo_.size()); break;  // MEMOIZE
+      case 'h': push(memo_get(u8())); break;
+      case 'j': push(memo_get(le(4))); break;
+      case 'g': {
+        std::string l = line();
+        char* end = nullptr;
+        uint64_t idx = std::strtoull(l.c_str(), &end, 10);
+        if (l.empty() || *end) error("bad GET index");
+        push(memo_get(idx));
+        break;
+      }
+      case 'Q': push(persistent(pop())); break;
+      case 'P': push(persistent(Value::str(line()))); break;
+      case '0': pop(); break;
+      case '1': pop_mark(); break;
+      case '2': push(top()); break;
+      case 'I': {
+        std::string l = line();
+        if (l == "00") {
+          push(Value::boolean(false));
+        } else if (l == "01") {
+          push(Value::boolean(true));
+        } else {
+          bool ok;
+          std::string b = decimal_to_twos_complement(l, ok);
+          if (!ok) error("bad INT literal");
+          push(make_long(std::move(b)));
+        }
+        break;
+      }
+      case 'L': {
+        std::string l = line();
+        if (!l.empty() && l.back() == 'L') l.pop_back();
+        bool ok;
+        std::string b = decimal_to_twos_complement(l, ok);
+        if (!ok) error("bad LONG literal");
+        push(make_long(std::move(b)));
+        break;
+      }
+      case 'F': {
+        std::string l = line();
+        char* end = nullptr;
+        double v = std::strtod(l.c_str(), &end);
+        if (l.empty() || *end) error("bad FLOAT literal");
+        push(Value::real(v));
+        break;
+      }
+      case 'S': push(parse_string_literal(line())); break;
+      case 'V': push(parse_raw_unicode_escape(line())); break;
+      case 0x82:
+      case 0x83:
+      case 0x84: error("extension registry opcodes (EXT1/2/4) are not supported");
+      case 0x97:
+      case 0x98: error("out-of-band buffers (protocol 5) are not supported");
+      default: {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "0x%02x", op);
+        error(std::string("unknown opcode ") + hex);
+      }
+    }
+  }
+}
+
+// Rejects reference cycles and trees nested deeper than the limit (iterative: no recursion).
+void Unpickler::validate(const ValuePtr& root) {
+  std::unordered_map<const Value*, uint32_t> state;  // 1 = on path, 2 + depth = done
+  struct Frame {
+    const Value* v;
+    std::vector<const Value*> children;
+    size_t next = 0;
+    uint32_t depth = 0;
+  };
+  auto children_of = [](const Value* v) {
+    std::vector<const Value*> c;
+    for (auto& it : v->items) c.push_back(it.get());
+    for (auto& [k, val] : v->entries) {
+      c.push_back(k.get());
+      c.push_back(val.get());
+    }
+    if (v->object) {
+      for (auto* p : {v->object->callable.get(), v->object->args.get(), v->object->kwargs.get(), v->object->state.get()})
+        if (p) c.push_back(p);
+      for (auto& it : v->object->list_items) c.push_back(it.get());
+      for (auto& [k, val] : v->object->dict_items) {
+        c.push_back(k.get());
+        c.push_back(val.get());
+      }
+    }
+    return c;
+  };
+  std::vector<Frame> path;
+  path.push_back({root.get(), children_of(root.get())});
+  state[root.get()] = 1;
+  while (!path.empty()) {
+    Frame& f = path.back();
+    if (f.next < f.children.size()) {
+      const Value* c = f.children[f.next++];
+      auto it = state.find(c);
+      if (it == state.end()) {
+        if (path.size() >= opt_.max_depth) error("nesting deeper than " + std::to_string(opt_.max_depth) + " levels");
+        state[c] = 1;
+        path.push_back({c, children_of(c)});
+      } else if (it->second == 1) {
+        error("reference cycle in the pickled data (not supported)");
+      } else {
+        f.depth = std::max(f.depth, it->second - 2 + 1);
+      }
+      continue;
+    }
+    uint32_t depth = f.depth;
+    state[f.v] = 2 + depth;
+    path.pop_back();
+    if (!path.empty()) path.back().depth = std::max(path.back().depth, depth + 1);
+    if (depth >= opt_.max_depth) error("nesting deeper than " + std::to_string(opt_.max_depth) + " levels");
+  }
+}
+
+}  // namespace
+
+ValuePtr unpickle(std::span<const uint8_t> data, const std::string& name, const UnpickleOptions& options,
+                  size_t* consumed) {
+  Unpickler u(data, name, options);
+  return u.run(consumed);
+}
+
+}  // namespace ucpkit::pickle

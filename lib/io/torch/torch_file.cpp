@@ -1,0 +1,217 @@
+// torch.save files: zip and legacy containers.
+#include "io/torch/torch_file.h"
+
+#include <filesystem>
+#include <map>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/mapped_file.h"
+#include "io/pickle/pickler.h"
+#include "io/pickle/unpickler.h"
+#include "io/zip/zip_reader.h"
+#include "io/zip/zip_writer.h"
+
+namespace ucpkit {
+namespace {
+
+using pickle::Kind;
+using pickle::Value;
+using pickle::ValuePtr;
+
+// A persistent id's storage part: (storage class, key, location, numel).
+struct StorageId {
+  DType dtype;
+  std::string key, location;
+  int64_t numel;
+};
+
+StorageId parse_storage_id(const ValuePtr& pid, const std::string& path, size_t min_items) {
+  if (pid->kind != Kind::Tuple || pid->items.size() < min_items)
+    fail(path, "persistent id is not a storage tuple: " + pid->repr(1));
+  const auto& it = pid->items;
+  if (it[0]->kind != Kind::Str || it[0]->s != "storage") fail(path, "unsupported persistent id " + pid->repr(1));
+  if (it[1]->kind != Kind::Global) fail(path, "storage type is not a class: " + it[1]->repr(1));
+  std::optional<DType> dt = it[1]->name == "UntypedStorage" ? std::optional<DType>(DType::UInt8)
+                                                          : dtype_from_storage_class(it[1]->name);
+  if (!dt) fail(path, "unsupported storage type " + it[1]->class_path());
+  StorageId id{*dt, it[2]->kind == Kind::Str ? it[2]->s : std::to_string(it[2]->as_int()),
+               it[3]->kind == Kind::Str ? it[3]->s : "cpu", it[4]->as_int()};
+  if (id.numel < 0) fail(path, "negative storage size for key '" + id.key + "'");
+  return id;
+}
+
+ValuePtr storage_value(std::shared_ptr<Storage> s) {
+  // A bare storage is represented as a 1-D tensor over all of it.
+  int64_t n = s->numel();
+  return Value::of_tensor(Tensor(std::move(s), 0, {n}, {1}));
+}
+
+TorchFile load_zip(std::shared_ptr<const MappedFile> file, const TorchLoadOptions& options) {
+  const std::string& path = file->path();
+  ZipReader zip(file);
+  auto pkl = zip.find("data.pkl");
+  if (!pkl) fail(path, "zip: no data.pkl record");
+  if (options.verify_crc)
+    for (const auto& [name, rec] : zip.records())
+      if (crc32_of(zip.bytes(rec)) != rec.crc32) fail(path, "zip: CRC-32 mismatch in record '" + name + "'");
+
+  std::unordered_map<std::string, std::shared_ptr<Storage>> storages;
+  pickle::UnpickleOptions uo;
+  uo.persistent_load = [&](const ValuePtr& pid) -> ValuePtr {
+    StorageId id = parse_storage_id(pid, path, 5);
+    auto it = storages.find(id.key);
+    if (it != storages.end()) {
+      if (it->second->dtype() != id.dtype) fail(path, "storage '" + id.key + "' is used with two dtypes");
+      return storage_value(it->second);
+    }
+    auto rec = zip.find("data/" + id.key);
+    if (!rec) fail(path, "storage record 'data/" + id.key + "' is missing");
+    uint64_t need = static_cast<uint64_t>(id.numel) * dtype_size(id.dtype);
+    if (id.numel > 0 && (need / dtype_size(id.dtype) != static_cast<uint64_t>(id.numel) || rec->size < need))
+      fail(path, "storage record 'data/" + id.key + "' holds " + std::to_string(rec->size) + " bytes but its " +
+                     std::to_string(id.numel) + " " + std::string(dtype_name(id.dtype)) + " elements need " +
+                     std::to_string(need));
+    auto s = Storage::mapped(id.dtype, id.numel, file, rec->data_offset);
+    s->key = id.key;
+    s->location = id.location;
+    storages.emplace(id.key, s);
+    return storage_value(s);
+  };
+  TorchFile tf;
+  tf.root = pickle::unpickle(zip.bytes(*pkl), path, uo);
+  tf.container = TorchContainer::Zip;
+  tf.archive_prefix = zip.prefix();
+  tf.file = std::move(file);
+  return tf;
+}
+
+// Legacy format: pickles of magic number, protocol version, sys info, the object, the storage keys;
+// then each storage as an int64 element count followed by its bytes.
+TorchFile load_legacy(std::shared_ptr<const MappedFile> file) {
+  const std::string& path = file->path();
+  auto data = file->bytes();
+  if (data.size() < 2 || data[0] != 0x80) fail(path, "not a torch file (wrong magic: neither zip nor pickle)");
+  size_t pos = 0, used = 0;
+  auto next = [&](const pickle::UnpickleOptions& o) {
+    ValuePtr v = pickle::unpickle(data.subspan(pos), path, o, &used);
+    pos += used;
+    return v;
+  };
+  pickle::UnpickleOptions plain;
+  ValuePtr magic = next(plain);
+  // 0x1950a86a20f9469cfc6c, as LONG1 little-endian bytes.
+  static const std::string kMagic("\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19", 10);
+  if (magic->kind != Kind::BigInt || magic->s != kMagic) fail(path, "not a torch file (wrong magic number)");
+  ValuePtr proto = next(plain);
+  if (proto->kind != Kind::Int || proto->i != 1001)
+    fail(path, "unsupported legacy protocol version " + proto->repr(1));
+  next(plain);  // sys info
+
+  struct Root {
+    std::shared_ptr<Storage> storage;
+    std::vector<std::pair<std::shared_ptr<Storage>, int64_t>> views;  // storage, element offset
+  };
+  std::map<std::string, Root> roots;
+  pickle::UnpickleOptions uo;
+  uo.persistent_load = [&](const ValuePtr& pid) -> ValuePtr {
+    if (pid->kind == Kind::Tuple && !pid->items.empty() && pid->items[0]->kind == Kind::Str &&
+        pid->items[0]->s == "module")
+      return Value::none();  // source of a pickled nn.Module class: not needed
+    StorageId id = parse_storage_id(pid, path, 6);
+    Root& root = roots[id.key];
+    if (!root.storage) {
+      root.storage = Storage::unbound(id.dtype, id.numel);
+      root.storage->key = id.key;
+      root.storage->location = id.location;
+    } else if (root.storage->dtype() != id.dtype) {
+      fail(path, "storage '" + id.key + "' is used with two dtypes");
+    }
+    const ValuePtr& view = pid->items[5];
+    if (view->is_none()) return storage_value(root.storage);
+    if (!view->is_sequence() || view->items.size() != 3) fail(path, "bad storage view metadata");
+    int64_t offset = view->items[1]->as_int(), size = view->items[2]->as_int();
+    if (offset < 0 || size < 0 || offset > root.storage->numel() || size > root.storage->numel() - offset)
+      fail(path, "storage view outside its storage '" + id.key + "'");
+    auto v = Storage::unbound(id.dtype, size);
+    v->key = id.key;
+    v->location = id.location;
+    root.views.emplace_back(v, offset);
+    return storage_value(v);
+  };
+  TorchFile tf;
+  tf.root = next(uo);
+  ValuePtr keys = next(plain);
+  if (keys->kind != Kind::List) fail(path, "legacy storage key list is missing");
+  for (const auto& k : keys->items) {
+    std::string key = k->kind == Kind::Str ? k->s : std::to_string(k->as_int());
+    if (pos + 8 > data.size()) fail(path, "truncated: storage '" + key + "' header past the end of the file");
+    uint64_t count = 0;
+    for (int b = 0; b < 8; ++b) count |= static_cast<uint64_t>(data[pos + b]) << (8 * b);
+    pos += 8;
+    auto it = roots.find(key);
+    if (it == roots.end()) fail(path, "storage '" + key + "' is listed but never used (element size unknown)");
+    Root& root = it->second;
+    const size_t es = dtype_size(root.storage->dtype());
+    if (count > (data.size() - pos) / es) fail(path, "truncated: storage '" + key + "' runs past the end of the file");
+    if (count < static_cast<uint64_t>(root.storage->numel()))
+      fail(path, "storage '" + key + "' holds " + std::to_string(count) + " elements, its tensors need " +
+                     std::to_string(root.storage->numel()));
+    root.storage->bind(file, pos);
+    for (auto& [view, offset] : root.views) view->bind(file, pos + static_cast<uint64_t>(offset) * es);
+    pos += count * es;
+  }
+  for (const auto& [key, root] : roots)
+    if (!root.storage->is_bound()) fail(path, "storage '" + key + "' has no data in the file");
+  tf.container = TorchContainer::Legacy;
+  tf.file = std::move(file);
+  return tf;
+}
+
+TorchFile load_any(std::shared_ptr<const MappedFile> file, const TorchLoadOptions& options) {
+  if (file->size() == 0) fail(file->path(), "empty file");
+  if (ZipReader::looks_like_zip(file->bytes())) return load_zip(std::move(file), options);
+  return load_legacy(std::move(file));
+}
+
+}  // namespace
+
+TorchFile load_torch_file(const std::string& path, const TorchLoadOptions& options) {
+  return load_any(MappedFile::open(path), options);
+}
+
+TorchFile load_torch_bytes(std::span<const uint8_t> bytes, const std::string& name, const TorchLoadOptions& options) {
+  return load_any(MappedFile::from_bytes(bytes, name), options);
+}
+
+pickle::ValuePtr load_torch(const std::string& path) { return load_torch_file(path).root; }
+
+void save_torch_file(const std::string& path, const pickle::ValuePtr& root, const TorchSaveOptions& options) {
+  std::unordered_map<const Storage*, std::string> keys;
+  std::vector<std::shared_ptr<Storage>> order;
+  pickle::PickleOptions po;
+  po.storage_id = [&](const std::shared_ptr<Storage>& s) -> ValuePtr {
+    auto it = keys.find(s.get());
+    if (it == keys.end()) {
+      it = keys.emplace(s.get(), std::to_string(order.size())).first;
+      order.push_back(s);
+    }
+    return Value::tuple({Value::str("storage"), Value::global("torch", std::string(dtype_storage_class(s->dtype()))),
+                         Value::str(it->second), Value::str(s->location.empty() ? "cpu" : s->location),
+                         Value::integer(s->numel())});
+  };
+  std::string pkl = pickle::pickle(root, po);
+  const std::string& prefix = options.archive_prefix;
+  ZipWriter zip(path, options.durable);
+  zip.add(prefix + "/data.pkl", std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(pkl.data()), pkl.size()));
+  static const std::string kByteOrder = "little";
+  zip.add(prefix + "/byteorder",
+          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(kByteOrder.data()), kByteOrder.size()));
+  for (size_t k = 0; k < order.size(); ++k) zip.add(prefix + "/data/" + std::to_string(k), order[k]->bytes());
+  static const std::string kVersion = "3\n";
+  zip.add(prefix + "/version",
+          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(kVersion.data()), kVersion.size()));
+  zip.finish();
+}
+
+}  // namespace ucpkit

@@ -1,0 +1,159 @@
+// Zip container writer in torch.save's layout.
+#include "io/zip/zip_writer.h"
+
+#include <tbb/parallel_for.h>
+#include <zlib.h>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+
+namespace ucpkit {
+namespace {
+
+constexpr uint64_t kAlign = 64;
+constexpr size_t kCrcChunk = 8 << 20;
+
+struct Bytes {
+  std::string b;
+  void u16(uint64_t v) { put(v, 2); }
+  void u32(uint64_t v) { put(v, 4); }
+  void u64(uint64_t v) { put(v, 8); }
+  void put(uint64_t v, int n) {
+    for (int k = 0; k < n; ++k) b += static_cast<char>((v >> (8 * k)) & 0xff);
+  }
+};
+
+constexpr uint16_t kDosTime = 0, kDosDate = (1 << 5) | 1;  // 1980-01-01: reproducible files
+
+}  // namespace
+
+uint32_t crc32_of(std::span<const uint8_t> data, uint32_t crc) {
+  if (data.size() <= kCrcChunk) {
+    return static_cast<uint32_t>(::crc32_z(crc, data.data(), data.size()));
+  }
+  // Large records: CRC chunks in parallel, then combine.
+  size_t n = (data.size() + kCrcChunk - 1) / kCrcChunk;
+  std::vector<uLong> part(n);
+  tbb::parallel_for(size_t{0}, n, [&](size_t k) {
+    size_t off = k * kCrcChunk, len = std::min(kCrcChunk, data.size() - off);
+    part[k] = ::crc32_z(0, data.data() + off, len);
+  });
+  uLong r = crc;
+  for (size_t k = 0; k < n; ++k) {
+    size_t len = std::min(kCrcChunk, data.size() - k * kCrcChunk);
+    r = ::crc32_combine(r, part[k], static_cast<z_off_t>(len));
+  }
+  return static_cast<uint32_t>(r);
+}
+
+ZipWriter::ZipWriter(const std::string& path, bool durable) : out_(std::make_unique<AtomicFile>(path, durable)) {}
+ZipWriter::~ZipWriter() = default;
+
+void ZipWriter::add(const std::string& name, std::span<const uint8_t> data) {
+  add(name, std::vector<std::span<const uint8_t>>{data});
+}
+
+void ZipWriter::add(const std::string& name, const std::vector<std::span<const uint8_t>>& parts) {
+  uint64_t size = 0;
+  uint32_t crc = 0;
+  for (auto p : parts) {
+    crc = crc32_of(p, crc);
+    size += p.size();
+  }
+  const uint64_t offset = out_->offset();
+  const bool z64 = size >= 0xFFFFFFFFull || offset >= 0xFFFFFFFFull;
+  Bytes h;
+  h.u32(0x04034b50);
+  h.u16(z64 ? 45 : 20);
+  h.u16(0);  // flags
+  h.u16(0);  // stored
+  h.u16(kDosTime);
+  h.u16(kDosDate);
+  h.u32(crc);
+  h.u32(z64 ? 0xFFFFFFFF : size);
+  h.u32(z64 ? 0xFFFFFFFF : size);
+  h.u16(name.size());
+  // Extra fields: ZIP64 sizes when needed, then "FB" padding so the data starts 64-byte aligned.
+  uint64_t z64_len = z64 ? 20 : 0;
+  uint64_t before = offset + 30 + name.size() + z64_len + 4;
+  uint64_t pad = (kAlign - before % kAlign) % kAlign;
+  h.u16(z64_len + 4 + pad);
+  h.b += name;
+  if (z64) {
+    h.u16(0x0001);
+    h.u16(16);
+    h.u64(size);
+    h.u64(size);
+  }
+  h.u16(0x4246);  // 'FB'
+  h.u16(pad);
+  h.b.append(pad, 'Z');
+  out_->write(h.b.data(), h.b.size());
+  for (auto p : parts) out_->write(p);
+  entries_.push_back({name, offset, size, crc});
+}
+
+void ZipWriter::finish() {
+  const uint64_t cd_offset = out_->offset();
+  Bytes cd;
+  for (const auto& e : entries_) {
+    const bool z64 = e.size >= 0xFFFFFFFFull || e.header_offset >= 0xFFFFFFFFull;
+    cd.u32(0x02014b50);
+    cd.u16(z64 ? 45 : 20);  // made by
+    cd.u16(z64 ? 45 : 20);  // needed
+    cd.u16(0);
+    cd.u16(0);
+    cd.u16(kDosTime);
+    cd.u16(kDosDate);
+    cd.u32(e.crc);
+    cd.u32(z64 ? 0xFFFFFFFF : e.size);
+    cd.u32(z64 ? 0xFFFFFFFF : e.size);
+    cd.u16(e.name.size());
+    cd.u16(z64 ? 28 : 0);
+    cd.u16(0);  // comment
+    cd.u16(0);  // disk
+    cd.u16(0);  // internal attributes
+    cd.u32(0);  // external attributes
+    cd.u32(z64 ? 0xFFFFFFFF : e.header_offset);
+    cd.b += e.name;
+    if (z64) {
+      cd.u16(0x0001);
+      cd.u16(24);
+      cd.u64(e.size);
+      cd.u64(e.size);
+      cd.u64(e.header_offset);
+    }
+  }
+  const uint64_t cd_size = cd.b.size();
+  const uint64_t n = entries_.size();
+  const bool z64 = n >= 0xFFFF || cd_offset >= 0xFFFFFFFFull || cd_size >= 0xFFFFFFFFull;
+  if (z64) {
+    const uint64_t z64_offset = cd_offset + cd_size;
+    cd.u32(0x06064b50);
+    cd.u64(44);
+    cd.u16(45);
+    cd.u16(45);
+    cd.u32(0);
+    cd.u32(0);
+    cd.u64(n);
+    cd.u64(n);
+    cd.u64(cd_size);
+    cd.u64(cd_offset);
+    cd.u32(0x07064b50);
+    cd.u32(0);
+    cd.u64(z64_offset);
+    cd.u32(1);
+  }
+  cd.u32(0x06054b50);
+  cd.u16(0);
+  cd.u16(0);
+  cd.u16(z64 ? 0xFFFF : n);
+  cd.u16(z64 ? 0xFFFF : n);
+  cd.u32(z64 ? 0xFFFFFFFF : cd_size);
+  cd.u32(z64 ? 0xFFFFFFFF : cd_offset);
+  cd.u16(0);
+  out_->write(cd.b.data(), cd.b.size());
+  out_->commit();
+}
+
+}  // namespace ucpkit
