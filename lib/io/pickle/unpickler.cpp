@@ -3,6 +3,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cctype>
 #include <cstring>
 #include <unordered_map>
 
@@ -14,6 +15,7 @@ namespace {
 // Decimal text (optionally signed) -> little-endian two's complement bytes (Python int pickling).
 std::string decimal_to_twos_complement(std::string_view text, bool& ok) {
   ok = false;
+  if (text.size() > 10000) return {};  // quadratic conversion: refuse absurd literals
   bool neg = false;
   size_t p = 0;
   if (p < text.size() && (text[p] == '-' || text[p] == '+')) neg = text[p++] == '-';
@@ -148,7 +150,8 @@ std::string key_signature(const Value& k, int depth = 0) {
       return "f" + std::to_string(std::bit_cast<uint64_t>(k.f));
     }
     case Kind::Tuple: {
-      if (depth > 8) return {};
+      // Deep or long tuple keys are compared by identity only (bounded work per key).
+      if (depth > 8 || k.items.size() > 256) return "p" + std::to_string(reinterpret_cast<uintptr_t>(&k));
       std::string sig = "t(";
       for (const auto& it : k.items) {
         std::string s = key_signature(*it, depth + 1);
@@ -429,8 +432,10 @@ ValuePtr Unpickler::parse_string_literal(const std::string& text) {
       case '\'': out += '\''; break;
       case '"': out += '"'; break;
       case 'x': {
-        if (k + 2 >= text.size()) error("bad \\x escape in STRING");
-        out += static_cast<char>(std::stoi(text.substr(k + 1, 2), nullptr, 16));
+        if (k + 2 >= text.size() || !std::isxdigit(static_cast<unsigned char>(text[k + 1])) ||
+            !std::isxdigit(static_cast<unsigned char>(text[k + 2])))
+          error("bad \\x escape in STRING");
+        out += static_cast<char>(std::strtol(text.substr(k + 1, 2).c_str(), nullptr, 16));
         k += 2;
         break;
       }

@@ -2,6 +2,7 @@
 #include "io/torch/torch_file.h"
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <unordered_map>
 
@@ -174,14 +175,29 @@ TorchFile load_any(std::shared_ptr<const MappedFile> file, const TorchLoadOption
   return load_legacy(std::move(file));
 }
 
+// Every failure is reported as an Error that names the file.
+TorchFile load_guarded(const std::string& name, const std::function<TorchFile()>& load) {
+  try {
+    return load();
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    if (msg.rfind(name + ":", 0) == 0) throw;
+    throw Error(name + ": " + msg);
+  } catch (const std::bad_alloc&) {
+    throw Error(name + ": out of memory while reading (absurd sizes?)");
+  } catch (const std::length_error& e) {
+    throw Error(name + ": absurd size (" + std::string(e.what()) + ")");
+  }
+}
+
 }  // namespace
 
 TorchFile load_torch_file(const std::string& path, const TorchLoadOptions& options) {
-  return load_any(MappedFile::open(path), options);
+  return load_guarded(path, [&] { return load_any(MappedFile::open(path), options); });
 }
 
 TorchFile load_torch_bytes(std::span<const uint8_t> bytes, const std::string& name, const TorchLoadOptions& options) {
-  return load_any(MappedFile::from_bytes(bytes, name), options);
+  return load_guarded(name, [&] { return load_any(MappedFile::from_bytes(bytes, name), options); });
 }
 
 pickle::ValuePtr load_torch(const std::string& path) { return load_torch_file(path).root; }

@@ -1,0 +1,202 @@
+// DeepSpeed checkpoint discovery.
+#include "layout/deepspeed/files.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <regex>
+#include <set>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::layout {
+
+std::optional<FileName> parse_file_name(std::string_view name_view) {
+  static const std::regex model(R"(mp_rank_(\d+)_model_states\.pt)");
+  static const std::regex zero3_model(R"((bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_model_states\.pt)");
+  static const std::regex optim(R"((bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt)");
+  static const std::regex layer(R"(layer_(\d+)(-model_(\d+))?-model_states\.pt)");
+  static const std::regex expert(R"(layer_(\d+)_expert_(\d+)_mp_rank_(\d+)_model_states\.pt)");
+  static const std::regex expp(R"(expp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt)");
+  const std::string name(name_view);
+  std::smatch m;
+  auto num = [&](int i) { return std::stoi(m[i].str()); };
+  FileName f{};
+  if (std::regex_match(name, m, model)) {
+    f.kind = FileKind::ModelStates;
+    f.mp = num(1);
+  } else if (std::regex_match(name, m, zero3_model)) {
+    f.kind = FileKind::Zero3ModelStates;
+    f.bf16 = m[1].matched;
+    f.dp = num(2);
+    f.mp = num(3);
+  } else if (std::regex_match(name, m, optim)) {
+    f.kind = FileKind::OptimStates;
+    f.bf16 = m[1].matched;
+    f.dp = num(2);
+    f.mp = num(3);
+  } else if (std::regex_match(name, m, expert)) {
+    f.kind = FileKind::ExpertStates;
+    f.moe_layer = num(1);
+    f.expert = num(2);
+    f.mp = num(3);
+  } else if (std::regex_match(name, m, layer)) {
+    f.kind = FileKind::LayerStates;
+    f.layer = num(1);
+    f.tp = m[3].matched ? num(3) : -1;
+  } else if (std::regex_match(name, m, expp)) {
+    f.kind = FileKind::ExpertOptim;
+    f.ep_rank = num(1);
+    f.mp = num(2);
+  } else {
+    return std::nullopt;
+  }
+  return f;
+}
+
+namespace {
+std::string join(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
+
+template <typename T>
+int count_dense(const std::set<T>& s) { return s.empty() ? 0 : static_cast<int>(*s.rbegin()) + 1; }
+}  // namespace
+
+DeepSpeedLayout infer_layout(const std::vector<std::string>& names, const std::string& dir) {
+  DeepSpeedLayout L;
+  L.dir = dir;
+  L.tag = fs::path(dir).filename().string();
+  std::map<int, std::string> model;
+  std::map<std::pair<int, int>, std::string> optim, zero3_model;  // (mp, dp)
+  std::map<std::pair<int, int>, std::string> layers;              // (layer, tp)
+  std::map<int, std::string> expp;
+  std::set<int> layer_tps;
+  bool bf16_seen = false, plain_seen = false;
+  for (const auto& n : names) {
+    auto f = parse_file_name(n);
+    if (!f) {
+      L.ignored.push_back(n);
+      continue;
+    }
+    auto dup = [&](bool inserted) {
+      if (!inserted) throw Error(join(dir, n) + ": duplicate shard");
+    };
+    switch (f->kind) {
+      case FileKind::ModelStates: dup(model.emplace(f->mp, n).second); break;
+      case FileKind::Zero3ModelStates: dup(zero3_model.emplace(std::pair{f->mp, f->dp}, n).second); break;
+      case FileKind::OptimStates:
+        (f->bf16 ? bf16_seen : plain_seen) = true;
+        dup(optim.emplace(std::pair{f->mp, f->dp}, n).second);
+        break;
+      case FileKind::LayerStates:
+        dup(layers.emplace(std::pair{f->layer, std::max(f->tp, 0)}, n).second);
+        layer_tps.insert(std::max(f->tp, 0));
+        break;
+      case FileKind::ExpertStates: L.expert_files.push_back({f->moe_layer, f->expert, f->mp, join(dir, n)}); break;
+      case FileKind::ExpertOptim: dup(expp.emplace(f->ep_rank, n).second); break;
+    }
+  }
+  if (bf16_seen && plain_seen) throw Error(dir + ": both bf16_ and plain ZeRO optimizer shards are present");
+  L.bf16_prefix = bf16_seen;
+  if (optim.empty()) throw Error(dir + ": no ZeRO optimizer shards (*_optim_states.pt) found");
+
+  std::set<int> mps, dps;
+  for (const auto& [k, v] : optim) {
+    mps.insert(k.first);
+    dps.insert(k.second);
+  }
+  int mp_count = count_dense(mps);
+  L.dp = count_dense(dps);
+  if (!zero3_model.empty()) {
+    L.zero3 = true;
+  } else {
+    for (const auto& [k, v] : model) mps.insert(k);
+    mp_count = count_dense(mps);
+  }
+  L.pipeline = !layers.empty();
+  if (L.pipeline) {
+    L.tp = count_dense(layer_tps);
+    if (mp_count % L.tp)
+      throw Error(dir + ": " + std::to_string(mp_count) + " model-parallel ranks do not divide by tp=" +
+                  std::to_string(L.tp) + " (from the layer files)");
+    L.pp = mp_count / L.tp;
+  } else {
+    L.tp = mp_count;
+    L.pp = 1;
+  }
+  auto missing = [&](const std::string& what) { throw Error(join(dir, what) + ": missing shard"); };
+  auto two = [](int v) {
+    char b[16];
+    std::snprintf(b, sizeof b, "%02d", v);
+    return std::string(b);
+  };
+  const std::string prefix = L.bf16_prefix ? "bf16_" : "";
+  L.model_files.resize(mp_count);
+  L.optim_files.assign(mp_count, std::vector<std::string>(L.dp));
+  for (int mp = 0; mp < mp_count; ++mp) {
+    if (!L.zero3) {
+      auto it = model.find(mp);
+      if (it == model.end()) missing("mp_rank_" + two(mp) + "_model_states.pt");
+      L.model_files[mp] = join(dir, it->second);
+    } else {
+      auto it = zero3_model.find({mp, 0});
+      if (it == zero3_model.end()) missing("zero_pp_rank_0_mp_rank_" + two(mp) + "_model_states.pt");
+      L.model_files[mp] = join(dir, it->second);
+    }
+    for (int d = 0; d < L.dp; ++d) {
+      auto it = optim.find({mp, d});
+      if (it == optim.end())
+        missing(prefix + "zero_pp_rank_" + std::to_string(d) + "_mp_rank_" + two(mp) + "_optim_states.pt");
+      L.optim_files[mp][d] = join(dir, it->second);
+    }
+  }
+  for (const auto& [k, v] : layers) {
+    auto& row = L.layer_files[k.first];
+    row.resize(L.tp);
+    row[k.second] = join(dir, v);
+  }
+  for (const auto& [layer, row] : L.layer_files)
+    for (int t = 0; t < L.tp; ++t)
+      if (row[t].empty()) missing("layer_" + two(layer) + "-model_" + two(t) + "-model_states.pt");
+  std::sort(L.expert_files.begin(), L.expert_files.end(), [](const ExpertFile& a, const ExpertFile& b) {
+    return std::tie(a.moe_layer, a.expert, a.mp) < std::tie(b.moe_layer, b.expert, b.mp);
+  });
+  if (!expp.empty()) {
+    std::set<int> eps;
+    for (const auto& [r, n] : expp) eps.insert(r);
+    L.ep = count_dense(eps);
+    for (int r = 0; r < L.ep; ++r) {
+      auto it = expp.find(r);
+      if (it == expp.end()) missing("expp_rank_" + std::to_string(r) + "_mp_rank_00_optim_states.pt");
+      L.expert_optim_files.push_back(join(dir, it->second));
+    }
+  }
+  return L;
+}
+
+std::string resolve_checkpoint_dir(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) throw Error(path + ": not a checkpoint folder");
+  if (fs::exists(fs::path(path) / "latest")) {
+    std::string tag = read_text_file((fs::path(path) / "latest").string());
+    while (!tag.empty() && (tag.back() == '\n' || tag.back() == '\r' || tag.back() == ' ')) tag.pop_back();
+    auto dir = fs::path(path) / tag;
+    if (!fs::is_directory(dir, ec)) throw Error((fs::path(path) / "latest").string() + ": names missing folder " + tag);
+    return dir.string();
+  }
+  return path;
+}
+
+DeepSpeedLayout discover(const std::string& path) {
+  const std::string dir = resolve_checkpoint_dir(path);
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file()) names.push_back(e.path().filename().string());
+  if (ec) throw Error(dir + ": cannot list: " + ec.message());
+  std::sort(names.begin(), names.end());
+  return infer_layout(names, dir);
+}
+
+}  // namespace ucpkit::layout

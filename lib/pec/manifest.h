@@ -1,0 +1,69 @@
+// The manifest of one committed step in one store tier: what was saved, where its bytes are, and the
+// bookkeeping the next save and a restore need (token counts, last-saved steps). JSON schema and
+// binder in one place; the file carries a checksum of its own content.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "pec/policy.h"
+#include "pec/tokens.h"
+
+namespace ucpkit::pec {
+
+inline constexpr const char* kManifestFormat = "ucpkit-pec-manifest/1";
+
+struct ChunkRef {
+  std::string object;  // object id
+  uint64_t size = 0;   // uncompressed bytes
+  uint64_t stored = 0;  // bytes on disk when written (statistics only)
+};
+
+// One file of the checkpoint, relative to the step folder, split into chunks.
+struct FileEntry {
+  std::string path;
+  uint64_t size = 0;
+  std::string digest;  // DigestChain over the chunks' bytes
+  std::vector<ChunkRef> chunks;
+};
+
+struct ExpertEntry {
+  int moe_layer = 0;
+  int expert = 0;
+  std::vector<FileEntry> files;
+};
+
+struct Manifest {
+  int64_t step = 0;
+  std::string tier;    // "durable" or "fast"
+  std::string layout;  // "deepspeed-moe" or "universal"
+  std::string tag;     // folder name of the step in the source checkpoint (global_step<N>, ...)
+  MoeShape shape;
+  std::string policy;
+  int k = 0;
+  int64_t save_index = 0;
+  TokenMatrix tokens_interval;    // since the previous save (empty when unknown)
+  TokenMatrix tokens_cumulative;  // since the first save this store chain saw
+  bool tokens_known = false;
+  std::vector<std::vector<int64_t>> last_saved_step;  // per expert, after this commit, in this tier
+  TokenMatrix unsaved_tokens;                          // per expert, after this commit
+  bool non_expert_pruned = false;  // garbage collection removed the non-expert state of this step
+  std::vector<FileEntry> non_expert;
+  std::vector<ExpertEntry> experts;
+  nlohmann::json stats = nlohmann::json::object();
+  nlohmann::json source = nlohmann::json::object();  // layout-specific facts (root files, ...)
+
+  const ExpertEntry* find_expert(int moe_layer, int expert) const;
+};
+
+nlohmann::json manifest_to_json(const Manifest& m);
+// Checks format and checksum; throws Error naming `name` when the manifest is damaged.
+Manifest manifest_from_json(const nlohmann::json& j, const std::string& name);
+// Serialized text with the checksum field filled in.
+std::string manifest_text(const Manifest& m);
+Manifest parse_manifest(const std::string& text, const std::string& name);
+
+}  // namespace ucpkit::pec

@@ -1,0 +1,183 @@
+// Content-addressed object files.
+#include "pec/object_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "core/atomic_file.h"
+#include "core/mapped_file.h"
+#include "pec/checksum.h"
+#include "pec/crash.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::pec {
+namespace {
+constexpr char kMagic[8] = {'U', 'C', 'P', 'K', 'O', 'B', 'J', '1'};
+constexpr size_t kHeader = 32;
+std::atomic<uint64_t> g_tmp_counter{0};
+
+void put_u64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint64_t get_u64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+void write_all(int fd, const uint8_t* p, size_t n, const std::string& path) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail(path, std::string("write failed: ") + std::strerror(errno));
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+}  // namespace
+
+ObjectStore::ObjectStore(std::string dir, int zstd_level) : dir_(std::move(dir)), level_(zstd_level) {}
+
+std::string ObjectStore::path_of(const std::string& id) const {
+  return dir_ + "/objects/" + id.substr(0, 2) + "/" + id;
+}
+
+bool ObjectStore::exists(const std::string& id) const { return fs::exists(path_of(id)); }
+
+ObjectInfo ObjectStore::put(std::span<const uint8_t> bytes) {
+  ObjectInfo info;
+  Digest d = digest(bytes);
+  info.id = d.hex();
+  info.raw_size = bytes.size();
+  const std::string path = path_of(info.id);
+  std::error_code ec;
+  if (auto size = fs::file_size(path, ec); !ec) {
+    info.stored_size = size;
+    info.existed = true;
+    return info;
+  }
+  const std::string sub = fs::path(path).parent_path().string();
+  fs::create_directories(sub, ec);
+  if (ec) fail(sub, "cannot create folder: " + ec.message());
+
+  std::vector<uint8_t> out(kHeader + ZSTD_compressBound(bytes.size()));
+  std::memcpy(out.data(), kMagic, 8);
+  put_u64(out.data() + 8, bytes.size());
+  put_u64(out.data() + 16, d.hi);
+  put_u64(out.data() + 24, d.lo);
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level_);
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+  size_t n = ZSTD_compress2(cctx, out.data() + kHeader, out.size() - kHeader, bytes.data(), bytes.size());
+  ZSTD_freeCCtx(cctx);
+  if (ZSTD_isError(n)) fail(path, std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
+  out.resize(kHeader + n);
+
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(g_tmp_counter++);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail(tmp, std::string("cannot create: ") + std::strerror(errno));
+  try {
+    size_t half = out.size() / 2;
+    write_all(fd, out.data(), half, tmp);
+    crash_point("object half written");
+    write_all(fd, out.data() + half, out.size() - half, tmp);
+    if (::fsync(fd) != 0) fail(tmp, std::string("fsync failed: ") + std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    fail(path, std::string("cannot rename into place: ") + std::strerror(errno));
+  }
+  crash_point("object renamed");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    touched_dirs_.insert(sub);
+  }
+  info.stored_size = out.size();
+  return info;
+}
+
+std::vector<uint8_t> ObjectStore::get(const std::string& id, uint64_t raw_size) const {
+  const std::string path = path_of(id);
+  if (!fs::exists(path)) throw ObjectError(path + ": object missing");
+  std::shared_ptr<const MappedFile> f;
+  try {
+    f = MappedFile::open(path);
+  } catch (const std::exception& e) {
+    throw ObjectError(std::string(e.what()));
+  }
+  const uint8_t* p = f->data();
+  if (f->size() < kHeader || std::memcmp(p, kMagic, 8) != 0) throw ObjectError(path + ": not a PEC object (bad header)");
+  uint64_t size = get_u64(p + 8);
+  Digest want{get_u64(p + 16), get_u64(p + 24)};
+  if (size != raw_size) throw ObjectError(path + ": size " + std::to_string(size) + " differs from the manifest's " + std::to_string(raw_size));
+  if (want.hex() != id) throw ObjectError(path + ": header checksum does not match the object id");
+  std::vector<uint8_t> out(size);
+  size_t n = ZSTD_decompress(out.data(), out.size(), p + kHeader, f->size() - kHeader);
+  if (ZSTD_isError(n)) throw ObjectError(path + ": corrupt object (zstd: " + ZSTD_getErrorName(n) + ")");
+  if (n != size) throw ObjectError(path + ": corrupt object (decompressed to " + std::to_string(n) + " bytes)");
+  if (!(digest(out) == want)) throw ObjectError(path + ": corrupt object (checksum mismatch)");
+  return out;
+}
+
+void ObjectStore::sync_dirs() {
+  std::set<std::string> dirs;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    dirs.swap(touched_dirs_);
+  }
+  for (const auto& d : dirs) fsync_dir(d);
+  fsync_dir(dir_ + "/objects");
+  fsync_dir(dir_);
+}
+
+std::vector<std::string> ObjectStore::list() const {
+  std::vector<std::string> out;
+  std::error_code ec;
+  fs::path root = dir_ + "/objects";
+  if (!fs::exists(root)) return out;
+  for (const auto& sub : fs::directory_iterator(root, ec)) {
+    if (!sub.is_directory()) continue;
+    for (const auto& f : fs::directory_iterator(sub.path(), ec)) {
+      std::string name = f.path().filename().string();
+      if (name.size() == 32 && name.find('.') == std::string::npos) out.push_back(name);
+    }
+  }
+  return out;
+}
+
+void ObjectStore::remove(const std::string& id) {
+  std::error_code ec;
+  fs::remove(path_of(id), ec);
+}
+
+size_t ObjectStore::remove_temporaries() {
+  size_t n = 0;
+  std::error_code ec;
+  fs::path root = dir_ + "/objects";
+  if (!fs::exists(root)) return 0;
+  for (const auto& sub : fs::directory_iterator(root, ec)) {
+    if (!sub.is_directory()) continue;
+    for (const auto& f : fs::directory_iterator(sub.path(), ec))
+      if (f.path().filename().string().find(".tmp.") != std::string::npos) {
+        fs::remove(f.path(), ec);
+        ++n;
+      }
+  }
+  return n;
+}
+
+}  // namespace ucpkit::pec

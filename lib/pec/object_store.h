@@ -1,0 +1,57 @@
+// Content-addressed, zstd-compressed, checksummed objects: <dir>/objects/<id[0:2]>/<id>, where id is
+// the 128-bit digest of the uncompressed bytes. An object file is a 32-byte header (magic
+// "UCPKOBJ1", raw size, digest hi, digest lo; little-endian) followed by one zstd frame (with zstd's
+// own content checksum). Objects are immutable: written to a temporary name, fsynced, renamed.
+#pragma once
+#include <cstdint>
+#include <mutex>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace ucpkit::pec {
+
+// A missing or damaged object (restore falls back to another copy when it can).
+class ObjectError : public Error {
+ public:
+  using Error::Error;
+};
+
+struct ObjectInfo {
+  std::string id;
+  uint64_t raw_size = 0;
+  uint64_t stored_size = 0;  // bytes of the object file
+  bool existed = false;      // already in the store (deduplicated)
+};
+
+class ObjectStore {
+ public:
+  explicit ObjectStore(std::string dir, int zstd_level = 3);
+  const std::string& dir() const { return dir_; }
+  std::string path_of(const std::string& id) const;
+
+  // Stores `bytes` (thread-safe); skips the write when the object is already present.
+  ObjectInfo put(std::span<const uint8_t> bytes);
+  // Reads, decompresses and verifies an object; throws ObjectError when missing or corrupt.
+  std::vector<uint8_t> get(const std::string& id, uint64_t raw_size) const;
+  bool exists(const std::string& id) const;
+  // fsyncs every object folder a put() created entries in, then the objects folder: after this the
+  // renames of all objects written so far are durable.
+  void sync_dirs();
+  // Every object id present on disk, and removal (for garbage collection).
+  std::vector<std::string> list() const;
+  void remove(const std::string& id);
+  // Removes leftovers of interrupted writes (temporary files); returns how many.
+  size_t remove_temporaries();
+
+ private:
+  std::string dir_;
+  int level_;
+  std::mutex mutex_;
+  std::set<std::string> touched_dirs_;
+};
+
+}  // namespace ucpkit::pec

@@ -1,0 +1,246 @@
+// Store tier: commit protocol and garbage collection.
+#include "pec/store.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "pec/checksum.h"
+#include "pec/crash.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::pec {
+namespace {
+constexpr const char* kStoreMarker = "PEC_STORE";
+
+void write_durable(const std::string& path, const std::string& text, const char* crash_label) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail(tmp, std::string("cannot create: ") + std::strerror(errno));
+  size_t half = text.size() / 2;
+  auto put = [&](const char* p, size_t n) {
+    while (n > 0) {
+      ssize_t w = ::write(fd, p, n);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        ::close(fd);
+        fail(tmp, std::string("write failed: ") + std::strerror(errno));
+      }
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+  };
+  put(text.data(), half);
+  crash_point(crash_label);
+  put(text.data() + half, text.size() - half);
+  if (::fsync(fd) != 0) {
+    ::close(fd);
+    fail(tmp, std::string("fsync failed: ") + std::strerror(errno));
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail(path, std::string("cannot rename into place: ") + std::strerror(errno));
+  fsync_dir(fs::path(path).parent_path().string());
+}
+}  // namespace
+
+Store::Store(std::string dir, std::string tier, bool create, int zstd_level)
+    : dir_(std::move(dir)), tier_(std::move(tier)), objects_(dir_, zstd_level) {
+  std::error_code ec;
+  const std::string marker = dir_ + "/" + kStoreMarker;
+  if (!fs::exists(marker)) {
+    if (!create) fail(dir_, "not a PEC store (no " + std::string(kStoreMarker) + " file)");
+    if (fs::exists(dir_) && !fs::is_directory(dir_)) fail(dir_, "exists and is not a folder");
+    fs::create_directories(dir_ + "/manifests", ec);
+    if (ec) fail(dir_, "cannot create store folder: " + ec.message());
+    fs::create_directories(dir_ + "/objects", ec);
+    write_file_atomic(marker, "ucpkit PEC store, format 1\n", true);
+  }
+  fs::create_directories(dir_ + "/manifests", ec);
+  fs::create_directories(dir_ + "/objects", ec);
+}
+
+Store::~Store() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+void Store::lock(bool exclusive) {
+  if (lock_fd_ < 0) {
+    lock_fd_ = ::open((dir_ + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd_ < 0) fail(dir_ + "/.lock", std::string("cannot open lock: ") + std::strerror(errno));
+  }
+  if (::flock(lock_fd_, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0)
+    fail(dir_, exclusive ? "another pec-save holds this store (.lock); wait for it to finish"
+                         : "a pec-save is writing this store (.lock); wait for it to finish");
+}
+
+std::string Store::manifest_path(int64_t step) const {
+  char name[64];
+  std::snprintf(name, sizeof name, "step-%012lld.json", static_cast<long long>(step));
+  return dir_ + "/manifests/" + name;
+}
+
+std::vector<int64_t> Store::committed_steps() const {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(dir_ + "/manifests", ec)) {
+    std::string n = f.path().filename().string();
+    if (n.size() == 23 && n.rfind("step-", 0) == 0 && n.substr(17) == ".json") {
+      try {
+        steps.push_back(std::stoll(n.substr(5, 12)));
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+std::optional<int64_t> Store::latest_step() const {
+  auto s = committed_steps();
+  if (s.empty()) return std::nullopt;
+  return s.back();
+}
+
+Manifest Store::load_manifest(int64_t step) const {
+  const std::string path = manifest_path(step);
+  Manifest m = parse_manifest(read_text_file(path), path);
+  if (m.step != step) fail(path, "manifest names step " + std::to_string(m.step));
+  return m;
+}
+
+FileEntry Store::put_file(const std::string& rel_path, std::span<const uint8_t> bytes, uint64_t chunk_bytes) {
+  FileEntry f;
+  f.path = rel_path;
+  f.size = bytes.size();
+  DigestChain chain;
+  uint64_t off = 0;
+  do {
+    uint64_t n = std::min<uint64_t>(chunk_bytes, bytes.size() - off);
+    auto part = bytes.subspan(off, n);
+    chain.update(part);
+    ObjectInfo info = objects_.put(part);
+    f.chunks.push_back({info.id, info.raw_size, info.existed ? 0 : info.stored_size});
+    off += n;
+  } while (off < bytes.size());
+  f.digest = chain.hex();
+  return f;
+}
+
+std::vector<uint8_t> Store::read_file(const FileEntry& f) const {
+  std::vector<uint8_t> out;
+  out.reserve(f.size);
+  DigestChain chain;
+  for (const auto& c : f.chunks) {
+    auto part = objects_.get(c.object, c.size);
+    chain.update(part);
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  if (out.size() != f.size || chain.hex() != f.digest)
+    throw ObjectError(dir_ + ": " + f.path + ": reassembled file does not match its checksum");
+  return out;
+}
+
+void Store::write_manifest(const Manifest& m, const std::string& crash_label) {
+  write_durable(manifest_path(m.step), manifest_text(m), crash_label.c_str());
+  crash_point("manifest renamed");
+}
+
+void Store::commit(const Manifest& m) {
+  objects_.sync_dirs();
+  write_manifest(m, "manifest half written");
+}
+
+GcStats Store::collect_garbage(int keep_steps) {
+  GcStats stats;
+  auto steps = committed_steps();
+  if (keep_steps < 1) keep_steps = 1;
+  std::map<int64_t, Manifest> manifests;
+  for (int64_t s : steps) {
+    try {
+      manifests.emplace(s, load_manifest(s));
+    } catch (const std::exception&) {
+      // A damaged manifest is left alone: garbage collection must never make things worse.
+      return stats;
+    }
+  }
+  const size_t first_target = steps.size() > static_cast<size_t>(keep_steps) ? steps.size() - keep_steps : 0;
+  std::set<int64_t> targets(steps.begin() + static_cast<long>(first_target), steps.end());
+  // For each kept manifest, the expert copies still needed: (step -> set of (layer, expert)).
+  std::map<int64_t, std::set<std::pair<int, int>>> needed_experts;
+  for (int64_t t : targets) {
+    const Manifest& tm = manifests.at(t);
+    for (int l = 0; l < tm.shape.num_layers(); ++l)
+      for (int e = 0; e < tm.shape.experts_per_layer[static_cast<size_t>(l)]; ++e) {
+        for (auto it = manifests.upper_bound(t); it != manifests.begin();) {
+          --it;
+          if (it->second.find_expert(l, e)) {
+            needed_experts[it->first].insert({l, e});
+            break;
+          }
+        }
+      }
+  }
+  // Rewrite older manifests that are still needed, drop the others.
+  for (auto& [s, m] : manifests) {
+    if (targets.count(s)) continue;
+    auto need = needed_experts.find(s);
+    if (need == needed_experts.end()) {
+      std::error_code ec;
+      fs::remove(manifest_path(s), ec);
+      crash_point("gc manifest removed");
+      ++stats.manifests_removed;
+      continue;
+    }
+    bool changed = !m.non_expert.empty() || !m.non_expert_pruned;
+    std::vector<ExpertEntry> kept;
+    for (auto& e : m.experts)
+      if (need->second.count({e.moe_layer, e.expert})) kept.push_back(e);
+    changed = changed || kept.size() != m.experts.size();
+    if (changed) {
+      m.non_expert.clear();
+      m.non_expert_pruned = true;
+      m.experts = std::move(kept);
+      write_manifest(m, "gc manifest half written");
+      ++stats.manifests_pruned;
+    }
+  }
+  fsync_dir(dir_ + "/manifests");
+  // Objects named by no remaining manifest go.
+  std::set<std::string> live;
+  for (int64_t s : committed_steps()) {
+    Manifest m = load_manifest(s);
+    for (const auto& f : m.non_expert)
+      for (const auto& c : f.chunks) live.insert(c.object);
+    for (const auto& e : m.experts)
+      for (const auto& f : e.files)
+        for (const auto& c : f.chunks) live.insert(c.object);
+  }
+  for (const auto& id : objects_.list()) {
+    if (live.count(id)) continue;
+    std::error_code ec;
+    stats.bytes_removed += fs::file_size(objects_.path_of(id), ec);
+    objects_.remove(id);
+    crash_point("gc object removed");
+    ++stats.objects_removed;
+  }
+  stats.temporaries_removed = objects_.remove_temporaries();
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(dir_ + "/manifests", ec))
+    if (f.path().filename().string().find(".tmp.") != std::string::npos) {
+      fs::remove(f.path(), ec);
+      ++stats.temporaries_removed;
+    }
+  return stats;
+}
+
+}  // namespace ucpkit::pec

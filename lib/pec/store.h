@@ -1,0 +1,70 @@
+// One tier of the PEC store (durable folder, or a fast tier such as /dev/shm/...):
+//   <dir>/objects/..            content-addressed objects (object_store.h)
+//   <dir>/manifests/step-<N>.json   one per committed step; its atomic rename is the commit
+//   <dir>/.lock                 flock: one writer at a time
+// A step is committed iff its manifest exists; every object a manifest names was written and fsynced,
+// and its folder fsynced, before the manifest was created.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pec/manifest.h"
+#include "pec/object_store.h"
+
+namespace ucpkit::pec {
+
+struct GcStats {
+  size_t manifests_removed = 0;
+  size_t manifests_pruned = 0;
+  size_t objects_removed = 0;
+  uint64_t bytes_removed = 0;
+  size_t temporaries_removed = 0;
+};
+
+class Store {
+ public:
+  // Opens (and with `create`, creates) a tier folder. Throws Error when it is not a PEC store.
+  Store(std::string dir, std::string tier, bool create, int zstd_level = 3);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  const std::string& tier() const { return tier_; }
+  ObjectStore& objects() { return objects_; }
+  const ObjectStore& objects() const { return objects_; }
+
+  // Exclusive (writer) or shared (reader) advisory lock on the tier, held until destruction.
+  void lock(bool exclusive);
+
+  std::vector<int64_t> committed_steps() const;  // ascending
+  std::optional<int64_t> latest_step() const;
+  std::string manifest_path(int64_t step) const;
+  Manifest load_manifest(int64_t step) const;  // throws Error when damaged
+
+  // Stores a file's bytes as chunks of at most `chunk_bytes`.
+  FileEntry put_file(const std::string& rel_path, std::span<const uint8_t> bytes, uint64_t chunk_bytes);
+  // Reads a file back, verifying every chunk and the whole-file digest (throws ObjectError).
+  std::vector<uint8_t> read_file(const FileEntry& f) const;
+
+  // Makes all objects written so far durable, then writes the manifest atomically (temp + fsync +
+  // rename + fsync of the folder). After this returns the step is committed.
+  void commit(const Manifest& m);
+
+  // Keeps what restoring each of the latest `keep_steps` committed steps needs from this tier: their
+  // manifests and non-expert state, and for every expert its newest copy at or before each of them.
+  // Older manifests still needed for an expert copy are rewritten without their non-expert state;
+  // the rest are removed, then every object no manifest names (incl. leftovers of crashed saves).
+  GcStats collect_garbage(int keep_steps);
+
+ private:
+  void write_manifest(const Manifest& m, const std::string& crash_label);
+  std::string dir_, tier_;
+  ObjectStore objects_;
+  int lock_fd_ = -1;
+};
+
+}  // namespace ucpkit::pec

@@ -1,0 +1,32 @@
+// compact baseline: Lazarus's replica counts, each expert's replicas packed onto as few nodes as possible.
+#include "placement/algorithm.h"
+#include "placement/allocation.h"
+
+namespace ucpkit::placement {
+namespace {
+
+class Compact : public PlacementAlgorithm {
+ public:
+  std::string name() const override { return "compact"; }
+  std::string description() const override { return "Lazarus replica counts, replicas packed node by node"; }
+  PlacementResult place(const LoadMatrix& loads, const Cluster& cluster, const PlacementOptions& opt) const override {
+    check_fits(loads, cluster);
+    PlacementResult res;
+    const int c = cluster.slots_per_node();
+    for (size_t l = 0; l < loads.layers; ++l) {
+      std::vector<double> t = loads.layer_vector(l);
+      std::vector<int> r = lazarus_allocation(t, cluster.nodes, c, opt.fault_tolerance);
+      std::vector<std::vector<int>> nodes(cluster.nodes);
+      long long next = 0;
+      for (size_t e = 0; e < r.size(); ++e)
+        for (int i = 0; i < r[e]; ++i) nodes[next++ / c].push_back(static_cast<int>(e));
+      res.layers.push_back(layout_nodes(nodes, t, cluster));
+    }
+    return res;
+  }
+};
+
+const AlgorithmRegistrar kRegister("compact", [] { return std::make_unique<Compact>(); });
+
+}  // namespace
+}  // namespace ucpkit::placement

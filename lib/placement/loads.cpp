@@ -1,0 +1,252 @@
+// Load readers: JSON matrices and dumps, CSV, Megatron router traces; optional moving average.
+#include "placement/loads.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+
+namespace ucpkit::placement {
+namespace {
+
+using json = nlohmann::json;
+using Snapshot = std::vector<std::vector<double>>;
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+double number(const json& v, const std::string& name, size_t l, size_t e) {
+  if (v.is_number()) return v.get<double>();
+  if (v.is_null()) return std::nan("");  // NaN serialized by Python's json as null in some dumps
+  fail(name, "layer " + std::to_string(l) + " expert " + std::to_string(e) + ": not a number: " + v.dump());
+}
+
+Snapshot matrix_from_json(const json& m, const std::string& name) {
+  if (!m.is_array() || m.empty()) fail(name, "loads must be a non-empty [layers][experts] matrix");
+  Snapshot out;
+  for (size_t l = 0; l < m.size(); ++l) {
+    if (!m[l].is_array()) fail(name, "layer " + std::to_string(l) + " is not a list of expert loads");
+    std::vector<double> row;
+    for (size_t e = 0; e < m[l].size(); ++e) row.push_back(number(m[l][e], name, l, e));
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+bool is_3d(const json& m) { return m.is_array() && !m.empty() && m[0].is_array() && !m[0].empty() && m[0][0].is_array(); }
+
+std::vector<Snapshot> snapshots_from_array(const json& m, const std::string& name) {
+  std::vector<Snapshot> out;
+  if (is_3d(m)) {
+    for (const auto& s : m) out.push_back(matrix_from_json(s, name));
+  } else {
+    out.push_back(matrix_from_json(m, name));
+  }
+  return out;
+}
+
+std::vector<Snapshot> snapshots_from_json(const json& doc, const std::string& name, const LoadOptions& opt) {
+  if (doc.is_array()) return snapshots_from_array(doc, name);
+  if (!doc.is_object()) fail(name, "expected a JSON matrix or object with expert loads");
+  if (doc.contains("iterations")) {
+    const json& it = doc["iterations"];
+    if (!it.is_object() || it.empty()) fail(name, "\"iterations\" must map snapshot keys to matrices");
+    std::vector<std::pair<std::string, const json*>> keys;
+    for (auto kv = it.begin(); kv != it.end(); ++kv) keys.emplace_back(kv.key(), &kv.value());
+    auto numeric = [](const std::string& k) {
+      try {
+        return std::stod(k);
+      } catch (...) {
+        return 0.0;
+      }
+    };
+    std::stable_sort(keys.begin(), keys.end(),
+                     [&](const auto& a, const auto& b) { return numeric(a.first) < numeric(b.first); });
+    std::vector<Snapshot> out;
+    if (!opt.snapshot.empty()) {
+      for (const auto& [k, v] : keys)
+        if (k == opt.snapshot) return {matrix_from_json(*v, name)};
+      fail(name, "no snapshot \"" + opt.snapshot + "\" in \"iterations\"");
+    }
+    for (const auto& [k, v] : keys) out.push_back(matrix_from_json(*v, name));
+    return out;
+  }
+  for (const char* key : {"weight", "loads", "expert_loads", "logical_count", "logical_counts"}) {
+    if (doc.contains(key)) return snapshots_from_array(doc[key], name);
+  }
+  fail(name, "no expert loads found (expected \"weight\", \"loads\", \"logical_count\" or \"iterations\")");
+}
+
+std::vector<Snapshot> snapshots_from_csv(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  std::string line;
+  Snapshot m;
+  bool first = true, drop_first_column = false;
+  size_t lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos || line[0] == '#') continue;
+    std::vector<std::string> cells;
+    std::string cell;
+    std::istringstream ls(line);
+    while (std::getline(ls, cell, ',')) cells.push_back(cell);
+    auto trim = [](std::string s) {
+      s.erase(0, s.find_first_not_of(" \t\""));
+      s.erase(s.find_last_not_of(" \t\"") + 1);
+      return s;
+    };
+    for (auto& c : cells) c = trim(c);
+    if (first) {
+      first = false;
+      char* end = nullptr;
+      std::strtod(cells.empty() ? "" : cells[0].c_str(), &end);
+      bool header = cells.empty() || end == cells[0].c_str() || *end != '\0';
+      if (header) {
+        std::string h = cells.empty() ? "" : cells[0];
+        std::transform(h.begin(), h.end(), h.begin(), ::tolower);
+        drop_first_column = (h == "layer" || h == "layers");
+        continue;
+      }
+    }
+    std::vector<double> row;
+    for (size_t i = drop_first_column ? 1 : 0; i < cells.size(); ++i) {
+      char* end = nullptr;
+      double v = std::strtod(cells[i].c_str(), &end);
+      if (cells[i].empty() || *end != '\0')
+        fail(name, "line " + std::to_string(lineno) + ": not a number: \"" + cells[i] + "\"");
+      row.push_back(v);
+    }
+    m.push_back(std::move(row));
+  }
+  if (m.empty()) fail(name, "no rows of expert loads");
+  return {m};
+}
+
+std::vector<Snapshot> snapshots_from_trace(const std::string& text, const std::string& name, const LoadOptions& opt) {
+  // iteration -> layer -> expert -> tokens
+  std::map<long long, std::map<long long, std::map<long long, double>>> counts;
+  std::istringstream in(text);
+  std::string line;
+  size_t lineno = 0;
+  long long max_layer = -1, max_expert = -1;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    json rec;
+    try {
+      rec = json::parse(line);
+    } catch (const std::exception& e) {
+      fail(name, "line " + std::to_string(lineno) + ": not JSON: " + e.what());
+    }
+    if (!rec.is_object() || !rec.contains("top_indices"))
+      fail(name, "line " + std::to_string(lineno) + ": router trace record needs \"top_indices\"");
+    long long layer = rec.value("layer", rec.value("layer_number", 0LL));
+    long long iter = rec.value("iteration", rec.value("step", 0LL));
+    if (!opt.snapshot.empty() && std::to_string(iter) != opt.snapshot) continue;
+    if (layer < 0) fail(name, "line " + std::to_string(lineno) + ": negative layer");
+    auto& lc = counts[iter][layer];
+    max_layer = std::max(max_layer, layer);
+    if (rec.contains("num_experts")) max_expert = std::max(max_expert, rec["num_experts"].get<long long>() - 1);
+    auto add = [&](const json& v) {
+      if (!v.is_number_integer() || v.get<long long>() < 0)
+        fail(name, "line " + std::to_string(lineno) + ": bad expert id " + v.dump());
+      long long e = v.get<long long>();
+      lc[e] += 1;
+      max_expert = std::max(max_expert, e);
+    };
+    for (const auto& tok : rec["top_indices"]) {
+      if (tok.is_array()) {
+        for (const auto& e : tok) add(e);
+      } else {
+        add(tok);
+      }
+    }
+  }
+  if (counts.empty()) fail(name, opt.snapshot.empty() ? "no router trace records" : "no records of iteration " + opt.snapshot);
+  size_t experts = opt.experts ? opt.experts : static_cast<size_t>(max_expert + 1);
+  if (static_cast<long long>(experts) <= max_expert)
+    fail(name, "expert id " + std::to_string(max_expert) + " out of range for " + std::to_string(experts) + " experts");
+  std::vector<Snapshot> out;
+  for (const auto& [iter, layers] : counts) {
+    Snapshot m(static_cast<size_t>(max_layer + 1), std::vector<double>(experts, 0.0));
+    for (const auto& [l, ex] : layers)
+      for (const auto& [e, n] : ex) m[l][e] = n;
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+LoadMatrix average(const std::vector<Snapshot>& snaps, const std::string& name, size_t window) {
+  size_t n = snaps.size();
+  size_t take = (window == 0 || window > n) ? n : window;
+  const Snapshot& ref = snaps[n - take];
+  LoadMatrix out;
+  out.layers = ref.size();
+  out.experts = ref.empty() ? 0 : ref[0].size();
+  out.values.assign(out.layers * out.experts, 0.0);
+  for (size_t s = n - take; s < n; ++s) {
+    const Snapshot& m = snaps[s];
+    if (m.size() != out.layers) fail(name, "snapshots disagree on the number of layers");
+    for (size_t l = 0; l < m.size(); ++l) {
+      if (m[l].size() != out.experts)
+        fail(name, "layer " + std::to_string(l) + " has " + std::to_string(m[l].size()) + " experts, layer 0 has " +
+                       std::to_string(out.experts) + " (loads must be [layers][experts])");
+      for (size_t e = 0; e < out.experts; ++e) out.values[l * out.experts + e] += m[l][e] / static_cast<double>(take);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void validate_loads(const LoadMatrix& loads, const std::string& name) {
+  if (loads.layers == 0 || loads.experts == 0) fail(name, "loads are empty");
+  if (loads.values.size() != loads.layers * loads.experts) fail(name, "loads are not a [layers][experts] matrix");
+  for (size_t l = 0; l < loads.layers; ++l)
+    for (size_t e = 0; e < loads.experts; ++e) {
+      double v = loads.at(l, e);
+      if (!std::isfinite(v))
+        fail(name, "layer " + std::to_string(l) + " expert " + std::to_string(e) + ": load is not a finite number");
+      if (v < 0)
+        fail(name, "layer " + std::to_string(l) + " expert " + std::to_string(e) + ": negative load " + std::to_string(v));
+    }
+}
+
+LoadMatrix parse_loads(const std::string& text, const std::string& name, const LoadOptions& opt) {
+  std::vector<Snapshot> snaps;
+  size_t start = text.find_first_not_of(" \t\r\n");
+  if (start == std::string::npos) fail(name, "file is empty");
+  if (ends_with(name, ".csv")) {
+    snaps = snapshots_from_csv(text, name);
+  } else if (ends_with(name, ".jsonl") || ends_with(name, ".ndjson")) {
+    snaps = snapshots_from_trace(text, name, opt);
+  } else if (text[start] == '[' || text[start] == '{') {
+    json doc;
+    bool parsed = true;
+    try {
+      doc = json::parse(text);
+    } catch (const std::exception& e) {
+      parsed = false;
+      if (text[start] != '{') fail(name, std::string("not valid JSON: ") + e.what());
+    }
+    snaps = parsed ? snapshots_from_json(doc, name, opt) : snapshots_from_trace(text, name, opt);
+  } else {
+    snaps = snapshots_from_csv(text, name);
+  }
+  if (snaps.empty()) fail(name, "no expert loads");
+  LoadMatrix out = average(snaps, name, opt.window);
+  validate_loads(out, name);
+  return out;
+}
+
+LoadMatrix read_loads(const std::string& path, const LoadOptions& options) {
+  return parse_loads(read_text_file(path), path, options);
+}
+
+}  // namespace ucpkit::placement

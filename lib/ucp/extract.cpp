@@ -1,0 +1,276 @@
+// Extract: checkpoint metadata -> plan; plan -> work folder.
+#include "ucp/extract.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <set>
+
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "io/torch/torch_file.h"
+#include "layout/deepspeed/files.h"
+#include "layout/deepspeed/moe.h"
+#include "tool/tool.h"
+#include "ucp/shard_reader.h"
+#include "ucp/value_json.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::ucp {
+
+using pickle::Kind;
+using pickle::ValuePtr;
+
+namespace {
+
+int64_t numel_of(const std::vector<int64_t>& s) {
+  return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<>());
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+// name -> TP-local shape of one model-parallel rank: param_shapes when present; else (native MoE
+// files) the module tensors and the expert files.
+void collect_shapes(const ValuePtr& model, std::map<std::string, std::vector<int64_t>>& shapes) {
+  if (auto ps = model->get("param_shapes"); ps && ps->is_sequence()) {
+    for (const auto& group : ps->items)
+      if (group && group->kind == Kind::Dict)
+        for (const auto& [k, v] : group->entries) shapes[k->as_str()] = v->as_shape();
+    return;
+  }
+  if (auto ps = model->get("param_shapes"); ps && ps->kind == Kind::Dict) {
+    for (const auto& [k, v] : ps->entries) shapes[k->as_str()] = v->as_shape();
+    return;
+  }
+  if (auto module = model->get("module"); module && module->kind == Kind::Dict)
+    for (const auto& [k, v] : module->entries)
+      if (v && v->kind == Kind::Tensor) shapes[k->as_str()] = v->tensor->shape();
+}
+
+}  // namespace
+
+Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& options) {
+  const layout::DeepSpeedLayout L = layout::discover(checkpoint);
+  if (L.zero3) throw Error(L.dir + ": ZeRO-3 checkpoints are not supported yet by ucp-extract");
+  Plan plan;
+
+  // Model states of every (pp, tp): shapes, world sizes, patterns.
+  std::vector<std::map<std::string, std::vector<int64_t>>> shapes(L.mp_count());
+  ValuePtr uc_info;
+  std::vector<int> num_experts;
+  bool data_before_expert = false;
+  for (int mp = 0; mp < L.mp_count(); ++mp) {
+    const auto& path = L.model_files[mp];
+    ValuePtr root = load_torch(path);
+    if (!root || root->kind != Kind::Dict) fail(path, "not a model-states dict");
+    if (auto v = root->get("dp_world_size"); v && !v->is_none() && v->as_int() != L.dp)
+      fail(path, "inconsistent world sizes: dp_world_size is " + std::to_string(v->as_int()) + " but " +
+                     std::to_string(L.dp) + " ZeRO shards per model-parallel rank were found");
+    if (auto v = root->get("mp_world_size"); v && !v->is_none() && v->as_int() != L.tp && v->as_int() != L.tp * L.pp)
+      fail(path, "inconsistent world sizes: mp_world_size is " + std::to_string(v->as_int()) + " but the files say tp=" +
+                     std::to_string(L.tp));
+    if (auto args = root->get("args"); args && args->kind == Kind::Object) {
+      auto check = [&](const char* field, int expect) {
+        if (auto a = args->attr(field); a && a->kind == Kind::Int && a->i != expect)
+          fail(path, std::string("inconsistent world sizes: args.") + field + " is " + std::to_string(a->i) +
+                         " but the files say " + std::to_string(expect));
+      };
+      check("tensor_model_parallel_size", L.tp);
+      check("pipeline_model_parallel_size", L.pp);
+    }
+    if (mp == 0) {
+      uc_info = root->get("universal_checkpoint_info");
+      if (auto ne = root->get("num_experts"); ne && ne->is_sequence())
+        for (const auto& x : ne->items) num_experts.push_back(static_cast<int>(x->as_int()));
+    }
+    collect_shapes(root, shapes[mp]);
+  }
+  for (const auto& ef : L.expert_files) {
+    ValuePtr root = load_torch(ef.path);
+    if (!root || root->kind != Kind::Dict) fail(ef.path, "not an expert state dict");
+    for (const auto& [k, v] : root->entries)
+      if (v && v->kind == Kind::Tensor) shapes.at(ef.mp)[k->as_str()] = v->tensor->shape();
+  }
+
+  // Patterns: an explicit file wins; else the checkpoint's own.
+  nlohmann::json pj;
+  if (!options.patterns_file.empty()) {
+    std::ifstream in(options.patterns_file);
+    if (!in) throw Error(options.patterns_file + ": cannot read pattern file");
+    try {
+      in >> pj;
+    } catch (const std::exception& e) {
+      throw Error(options.patterns_file + ": not valid JSON: " + e.what());
+    }
+    plan.patterns_origin = options.patterns_file;
+    if (uc_info) {
+      auto info = value_to_json(uc_info);
+      for (const char* k : {"original_vocab_size", "padded_vocab_size"})
+        if (!pj.contains(k) && info.contains(k)) pj[k] = info[k];
+    }
+  } else if (uc_info && uc_info->kind == Kind::Dict) {
+    pj = value_to_json(uc_info);
+    plan.patterns_origin = "checkpoint";
+  } else {
+    if (L.tp > 1)
+      throw UsageError(L.model_files[0] + ": no universal_checkpoint_info in the checkpoint and tp=" +
+                       std::to_string(L.tp) + ": pass --patterns <patterns/*.json>");
+    pj = nlohmann::json::object();
+    plan.patterns_origin = "none";
+  }
+  const patterns::PatternSet pset = patterns::PatternSet::from_json(pj, plan.patterns_origin);
+  plan.patterns_json = pset.to_json();
+
+  // Optimizer shards: fragments of every parameter.
+  std::map<std::string, size_t> index;
+  std::map<std::string, patterns::ParamRule> rules;
+  auto rule_of = [&](const std::string& name) -> const patterns::ParamRule& {
+    auto it = rules.find(name);
+    if (it == rules.end()) it = rules.emplace(name, patterns::classify(pset, name)).first;
+    return it->second;
+  };
+  int ep_seen = 0;
+  for (int mp = 0; mp < L.mp_count(); ++mp) {
+    const int pp_rank = L.pp_rank(mp), tp_rank = L.tp_rank(mp);
+    for (int d = 0; d < L.dp; ++d) {
+      const std::string& path = L.optim_files[mp][d];
+      ValuePtr root = load_torch(path);
+      ShardView shard(root, path);
+      if (d == 0 && mp == 0) {
+        if (auto cfg = root->get("ds_config"); cfg && cfg->kind == Kind::Dict)
+          if (auto f = cfg->get("use_data_before_expert_parallel_"); f && f->kind == Kind::Bool) data_before_expert = f->b;
+      }
+      const int file_index = static_cast<int>(plan.files.size());
+      plan.files.push_back(path);
+      for (int g = 0; g < shard.groups(); ++g) {
+        const auto group = shard.group_info(g);
+        int part = d, count = L.dp, ep_rank = -1, per = 0;
+        if (group.moe) {
+          if (group.ep_size <= 0) fail(path, "expert param group " + std::to_string(g) + " has no ep_size_<N> name");
+          ep_seen = group.ep_size;
+          auto c = layout::ep_coords(d, L.dp, group.ep_size, data_before_expert);
+          part = c.edp_rank;
+          count = L.dp / group.ep_size;
+          ep_rank = c.ep_rank;
+        }
+        if (group.partition_count >= 0 && group.partition_count != count)
+          fail(path, "inconsistent world sizes: param group " + std::to_string(g) + " has partition_count " +
+                         std::to_string(group.partition_count) + ", expected " + std::to_string(count));
+        for (const auto& [local, start, numel] : shard.fragments(g)) {
+          std::string name = local;
+          int moe_layer = -1, expert = -1;
+          if (group.moe) {
+            auto j = layout::local_expert_index(local);
+            if (!j) fail(path, "expert group holds a non-expert parameter " + local);
+            auto layer = layout::transformer_layer_index(local);
+            int experts = num_experts.empty() ? 0 : num_experts[0];
+            per = experts > 0 ? experts / group.ep_size : 0;
+            if (per <= 0) fail(path, "native MoE shard but the model states have no num_experts");
+            expert = ep_rank * per + *j;
+            moe_layer = layer ? *layer : -1;
+            name = layout::with_expert_index(local, expert);
+          }
+          const auto& rule = rule_of(name);
+          if (pp_rank > 0 && rule.pipeline_replicated) continue;
+          auto [it, fresh] = index.emplace(name, plan.params.size());
+          if (fresh) {
+            ParamPlan p;
+            p.name = name;
+            p.tp_shapes.assign(L.tp, {});
+            p.fragments.assign(L.tp, {});
+            p.pp_stage = pp_rank;
+            p.moe_layer = moe_layer;
+            p.expert = expert;
+            p.states = shard.states(g);
+            if (shard.has_step(g)) {
+              p.step_file = file_index;
+              p.step_group = g;
+            }
+            plan.params.push_back(std::move(p));
+          }
+          ParamPlan& p = plan.params[it->second];
+          if (!fresh && p.pp_stage != pp_rank)
+            fail(path, "parameter " + name + " appears on pipeline stages " + std::to_string(p.pp_stage) + " and " +
+                           std::to_string(pp_rank) + " but matches no pipeline_replicated pattern");
+          auto sh = shapes[mp].find(group.moe ? local : name);
+          if (sh == shapes[mp].end()) sh = shapes[mp].find(name);
+          if (sh == shapes[mp].end())
+            fail(path, "parameter " + name + " has no shape in " + L.model_files[mp] + " (param_shapes/module)");
+          if (p.tp_shapes[tp_rank].empty()) p.tp_shapes[tp_rank] = sh->second;
+          p.fragments[tp_rank].push_back({file_index, g, start, numel, part});
+        }
+      }
+    }
+  }
+  (void)ep_seen;
+
+  // Completeness: every TP slice fully covered by its fragments, in partition order.
+  for (auto& p : plan.params) {
+    for (int t = 0; t < L.tp; ++t) {
+      auto& fr = p.fragments[t];
+      std::stable_sort(fr.begin(), fr.end(), [](const Fragment& a, const Fragment& b) { return a.part < b.part; });
+      for (size_t i = 1; i < fr.size(); ++i)
+        if (fr[i].part == fr[i - 1].part)
+          throw Error(plan.files[fr[i].file] + ": parameter " + p.name + " appears twice in partition " +
+                      std::to_string(fr[i].part) + " (extra shard?)");
+      int64_t have = 0;
+      for (const auto& f : fr) have += f.numel;
+      if (fr.empty())
+        throw Error(L.dir + ": parameter " + p.name + " has no fragments for tp rank " + std::to_string(t) +
+                    " (missing shard?)");
+      if (have != numel_of(p.tp_shapes[t]))
+        throw Error(L.dir + ": parameter " + p.name + " tp rank " + std::to_string(t) + ": fragments hold " +
+                    std::to_string(have) + " elements but its shape " + shape_str(p.tp_shapes[t]) + " needs " +
+                    std::to_string(numel_of(p.tp_shapes[t])) + " (missing or extra shard?)");
+    }
+  }
+
+  // Unused patterns (strict): a pattern that matches no parameter.
+  std::set<std::string> used;
+  for (const auto& [n, r] : rules)
+    for (const auto& s : r.matched) used.insert(s);
+  for (const auto& s : pset.all_sources())
+    if (!used.count(s)) plan.unused_patterns.push_back(s);
+
+  plan.model_files = L.model_files;
+  plan.optimizer_state_file = L.optim_files[0][0];
+  plan.source = {{"dir", fs::absolute(L.dir).string()}, {"tag", L.tag}, {"tp", L.tp}, {"pp", L.pp}, {"dp", L.dp},
+                 {"ep", std::max(L.ep, ep_seen > 0 ? ep_seen : 1)}, {"pipeline", L.pipeline},
+                 {"bf16", L.bf16_prefix}, {"data_before_expert", data_before_expert},
+                 {"num_experts", num_experts}, {"expert_files", L.expert_files.size()}};
+  return plan;
+}
+
+bool is_work_folder(const std::string& dir) { return fs::exists(fs::path(dir) / "plan.json"); }
+
+Plan load_work_plan(const std::string& work_dir) {
+  std::ifstream in(fs::path(work_dir) / "plan.json");
+  if (!in) throw Error(work_dir + "/plan.json: cannot read");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const std::exception& e) {
+    throw Error(work_dir + "/plan.json: corrupt: " + e.what());
+  }
+  Plan p = Plan::from_json(j);
+  auto abs = [&](std::string& f) {
+    if (fs::path(f).is_relative()) f = (fs::path(work_dir) / f).string();
+  };
+  for (auto& f : p.files) abs(f);
+  for (auto& f : p.model_files) abs(f);
+  abs(p.optimizer_state_file);
+  return p;
+}
+
+}  // namespace ucpkit::ucp

@@ -1,0 +1,33 @@
+// MPI when the tool runs under mpirun (one process otherwise): rank, size and the few collectives
+// the conversion needs. MPI is initialized lazily and only when a launcher is detected.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ucpkit::ucp {
+
+class MpiSession {
+ public:
+  // The process-wide session (initializes MPI on first use when launched by mpirun/srun).
+  static MpiSession& get();
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  bool active() const { return active_; }
+
+  void barrier();
+  std::string broadcast(const std::string& s, int root = 0);
+  bool any(bool flag);                      // logical OR over ranks
+  uint64_t sum(uint64_t v);
+  uint64_t max(uint64_t v);
+  double max(double v);
+  std::vector<std::string> gather(const std::string& s, int root = 0);  // on root: one per rank
+
+ private:
+  MpiSession();
+  ~MpiSession();
+  int rank_ = 0, size_ = 1;
+  bool active_ = false;
+};
+
+}  // namespace ucpkit::ucp

@@ -1,0 +1,103 @@
+// Extraction plans as JSON, and the size-balanced split across ranks.
+#include "ucp/plan.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace ucpkit::ucp {
+
+int64_t ParamPlan::numel() const {
+  int64_t n = 0;
+  for (const auto& s : tp_shapes) n += std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<>());
+  return n;
+}
+
+nlohmann::json Plan::to_json() const {
+  nlohmann::json j;
+  j["format"] = "ucpkit-extract-plan";
+  j["version"] = 1;
+  j["source"] = source;
+  j["patterns"] = patterns_json;
+  j["patterns_origin"] = patterns_origin;
+  j["files"] = files;
+  j["model_files"] = model_files;
+  j["optimizer_state_file"] = optimizer_state_file;
+  j["optimizer_state_prepared"] = optimizer_state_prepared;
+  j["unused_patterns"] = unused_patterns;
+  auto& ps = j["params"] = nlohmann::json::array();
+  for (const auto& p : params) {
+    nlohmann::json e;
+    e["name"] = p.name;
+    e["tp_shapes"] = p.tp_shapes;
+    e["states"] = p.states;
+    e["step"] = {p.step_file, p.step_group};
+    e["pp_stage"] = p.pp_stage;
+    if (p.expert >= 0) e["expert"] = {p.moe_layer, p.expert};
+    auto& fr = e["fragments"] = nlohmann::json::array();
+    for (const auto& tp : p.fragments) {
+      auto row = nlohmann::json::array();
+      for (const auto& f : tp) row.push_back({f.file, f.group, f.offset, f.numel, f.part});
+      fr.push_back(row);
+    }
+    ps.push_back(std::move(e));
+  }
+  return j;
+}
+
+Plan Plan::from_json(const nlohmann::json& j) {
+  Plan p;
+  p.source = j.at("source");
+  p.patterns_json = j.at("patterns");
+  p.patterns_origin = j.value("patterns_origin", "");
+  p.files = j.at("files").get<std::vector<std::string>>();
+  p.model_files = j.at("model_files").get<std::vector<std::string>>();
+  p.optimizer_state_file = j.at("optimizer_state_file").get<std::string>();
+  p.optimizer_state_prepared = j.at("optimizer_state_prepared").get<bool>();
+  p.unused_patterns = j.value("unused_patterns", std::vector<std::string>{});
+  for (const auto& e : j.at("params")) {
+    ParamPlan q;
+    q.name = e.at("name").get<std::string>();
+    q.tp_shapes = e.at("tp_shapes").get<std::vector<std::vector<int64_t>>>();
+    q.states = e.at("states").get<std::vector<std::string>>();
+    q.step_file = e.at("step")[0].get<int>();
+    q.step_group = e.at("step")[1].get<int>();
+    q.pp_stage = e.value("pp_stage", 0);
+    if (e.contains("expert")) {
+      q.moe_layer = e["expert"][0].get<int>();
+      q.expert = e["expert"][1].get<int>();
+    }
+    for (const auto& row : e.at("fragments")) {
+      std::vector<Fragment> fs;
+      for (const auto& f : row)
+        fs.push_back({f[0].get<int>(), f[1].get<int>(), f[2].get<int64_t>(), f[3].get<int64_t>(), f[4].get<int>()});
+      q.fragments.push_back(std::move(fs));
+    }
+    p.params.push_back(std::move(q));
+  }
+  return p;
+}
+
+patterns::PatternSet Plan::pattern_set() const { return patterns::PatternSet::from_json(patterns_json, patterns_origin); }
+
+std::vector<int> assign_by_size(const std::vector<uint64_t>& sizes, int ranks) {
+  std::vector<size_t> order(sizes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
+  std::vector<uint64_t> load(std::max(ranks, 1), 0);
+  std::vector<int> owner(sizes.size(), 0);
+  for (size_t i : order) {
+    int best = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    owner[i] = best;
+    load[best] += sizes[i];
+  }
+  return owner;
+}
+
+std::string param_folder(const std::string& name) {
+  std::string s = name;
+  for (char& c : s)
+    if (c == '/') c = '_';
+  return s;
+}
+
+}  // namespace ucpkit::ucp
