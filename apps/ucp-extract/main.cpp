@@ -1,20 +1,27 @@
 // ucp-extract: map phase of universal checkpointing (distributed checkpoint -> parameter fragments).
+#include <iostream>
+
 #include "tool/cli.h"
+#include "ucp/convert.h"
 
 int main(int argc, char** argv) {
   using namespace ucpkit;
   CLI::App app{"Extract parameter fragments from a DeepSpeed / Megatron-DeepSpeed checkpoint", "ucp-extract"};
   tool::CommonOptions common;
-  std::string input, output, patterns;
-  int threads = 0;
+  std::string input, output;
+  ucp::ConvertOptions opt;
   app.add_option("--input", input, "Checkpoint folder (global_stepN/ or its parent with `latest`)")->required();
-  app.add_option("--output", output, "Work folder for fragments")->required();
-  app.add_option("--patterns", patterns, "Pattern file (patterns/*.json) when the checkpoint has none");
-  app.add_option("--threads", threads, "TBB threads (0 = all cores)");
+  app.add_option("--output", output, "Work folder for fragments (must not exist)")->required();
+  app.add_option("--patterns", opt.patterns_file, "Pattern file (patterns/*.json) when the checkpoint has none");
+  app.add_option("--threads", opt.threads, "TBB threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  app.add_flag("--allow-unused-patterns", opt.allow_unused_patterns, "Accept patterns that match no parameter");
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
   return tool::run("ucp-extract", [&] {
-    tool::not_implemented("ucp-extract (issue 3)");
+    auto s = ucp::run_extract(input, output, opt);
+    if (common.json) std::cout << s.to_json().dump(1) << "\n";
+    tool::info("ucp-extract: " + std::to_string(s.params) + " parameters, " + std::to_string(s.files_written) +
+               " fragment files -> " + output);
     return 0;
   });
 }

@@ -1,21 +1,33 @@
 // ucp-union: reduce phase of universal checkpointing (fragments -> atomic universal checkpoint).
+#include <iostream>
+
 #include "tool/cli.h"
+#include "ucp/convert.h"
+#include "ucp/mpi_session.h"
 
 int main(int argc, char** argv) {
   using namespace ucpkit;
   CLI::App app{"Join parameter fragments into a universal checkpoint", "ucp-union"};
   tool::CommonOptions common;
-  std::string input, output, patterns;
-  int threads = 0;
+  std::string input, output;
+  ucp::ConvertOptions opt;
   app.add_option("--input", input, "Work folder from ucp-extract, or a checkpoint folder (one-step mode)")
       ->required();
   app.add_option("--output", output, "Universal checkpoint folder to create")->required();
-  app.add_option("--patterns", patterns, "Pattern file (patterns/*.json) when the checkpoint has none");
-  app.add_option("--threads", threads, "TBB threads (0 = all cores)");
+  app.add_option("--patterns", opt.patterns_file, "Pattern file (patterns/*.json) when the checkpoint has none");
+  app.add_option("--threads", opt.threads, "TBB threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--tolerance", opt.tolerance, "Accept TP-replicated copies differing by at most this")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--allow-unused-patterns", opt.allow_unused_patterns, "Accept patterns that match no parameter");
+  app.add_flag("--overwrite", opt.overwrite, "Replace an existing output folder (atomically, at the end)");
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
   return tool::run("ucp-union", [&] {
-    tool::not_implemented("ucp-union (issue 3)");
+    auto s = ucp::run_union(input, output, opt);
+    if (ucp::MpiSession::get().rank() == 0) {
+      if (common.json) std::cout << s.to_json().dump(1) << "\n";
+      tool::info("ucp-union: " + std::to_string(s.params) + " parameters -> " + output);
+    }
     return 0;
   });
 }

@@ -1,0 +1,451 @@
+// Conversion drivers: extract to a work folder, union into the universal layout.
+#include "ucp/convert.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <numeric>
+
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "io/torch/torch_file.h"
+#include "tool/tool.h"
+#include "ucp/extract.h"
+#include "ucp/mpi_session.h"
+#include "ucp/save.h"
+#include "ucp/shard_reader.h"
+#include "ucp/union_fragments.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::ucp {
+
+using pickle::Value;
+using pickle::ValuePtr;
+
+nlohmann::json RunSummary::to_json() const {
+  return {{"tool", tool},
+          {"output", output},
+          {"params", params},
+          {"files_written", files_written},
+          {"bytes_read", bytes_read},
+          {"bytes_written", bytes_written},
+          {"seconds", seconds},
+          {"peak_rss_bytes", peak_rss_bytes},
+          {"mpi_ranks", ranks},
+          {"threads", threads}};
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int thread_count(int requested) {
+  return requested > 0 ? requested : std::max(1, tbb::this_task_arena::max_concurrency());
+}
+
+uint64_t file_size(const std::string& p) {
+  std::error_code ec;
+  auto n = fs::file_size(p, ec);
+  return ec ? 0 : n;
+}
+
+void make_dirs(const fs::path& p) {
+  std::error_code ec;
+  fs::create_directories(p, ec);
+  if (ec) throw Error(p.string() + ": cannot create folder: " + ec.message());
+}
+
+void copy_file(const std::string& from, const fs::path& to) {
+  std::error_code ec;
+  fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+  if (ec) throw Error(to.string() + ": cannot copy " + from + ": " + ec.message());
+}
+
+// A temporary folder beside `target`, removed unless committed (renamed onto the target).
+class StagingDir {
+ public:
+  StagingDir(const fs::path& target, bool overwrite, bool create) : target_(fs::absolute(target)) {
+    std::error_code ec;
+    if (fs::exists(target_, ec) && !overwrite)
+      throw Error(target_.string() + ": output already exists (remove it or pass --overwrite)");
+    const fs::path parent = target_.parent_path();
+    if (!fs::is_directory(parent, ec)) throw Error(parent.string() + ": output parent folder does not exist");
+    path_ = parent / ("." + target_.filename().string() + ".ucp-tmp-" + std::to_string(getpid()));
+    if (create) {
+      fs::remove_all(path_, ec);
+      if (!fs::create_directory(path_, ec) || ec)
+        throw Error(target_.string() + ": cannot create output: " + (ec ? ec.message() : std::string("failed")));
+    }
+  }
+  StagingDir(fs::path target, fs::path staged) : target_(std::move(target)), path_(std::move(staged)) {}
+  ~StagingDir() {
+    if (!committed_ && owner_) {
+      std::error_code ec;
+      fs::remove_all(path_, ec);
+    }
+  }
+  const fs::path& path() const { return path_; }
+  const fs::path& target() const { return target_; }
+  void disown() { owner_ = false; }
+  void commit() {
+    std::error_code ec;
+    fs::path old;
+    if (fs::exists(target_, ec)) {
+      old = target_.parent_path() / ("." + target_.filename().string() + ".ucp-old-" + std::to_string(getpid()));
+      fs::rename(target_, old, ec);
+      if (ec) throw Error(target_.string() + ": cannot replace: " + ec.message());
+    }
+    fs::rename(path_, target_, ec);
+    if (ec) throw Error(target_.string() + ": cannot rename output into place: " + ec.message());
+    committed_ = true;
+    if (!old.empty()) fs::remove_all(old, ec);
+    fsync_dir(target_.parent_path().string());
+  }
+
+ private:
+  fs::path target_, path_;
+  bool committed_ = false, owner_ = true;
+};
+
+class SafeProgress {
+ public:
+  SafeProgress(const std::string& label, uint64_t total, bool enabled)
+      : bar_(enabled ? std::make_unique<tool::Progress>(label, total) : nullptr) {}
+  void advance() {
+    if (!bar_) return;
+    std::lock_guard lock(mu_);
+    bar_->advance();
+  }
+  void finish() {
+    if (bar_) bar_->finish();
+  }
+
+ private:
+  std::mutex mu_;
+  std::unique_ptr<tool::Progress> bar_;
+};
+
+std::string shape_json_key(const std::vector<int64_t>& s) { return nlohmann::json(s).dump(); }
+
+}  // namespace
+
+// ------------------------------------------------------------------ extract -> work folder
+
+ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, int threads) {
+  ExtractStats stats;
+  StagingDir staging(work_dir, false, true);
+  make_dirs(staging.path() / "fragments");
+  make_dirs(staging.path() / "model_states");
+
+  // New plan: one fragment file per (param, tp, partition).
+  Plan out = plan;
+  out.files.clear();
+  struct Job {
+    size_t param;
+    int tp;
+    size_t index;
+  };
+  std::map<int, std::vector<Job>> by_source;
+  for (size_t i = 0; i < plan.params.size(); ++i) {
+    const auto& p = plan.params[i];
+    make_dirs(staging.path() / "fragments" / param_folder(p.name));
+    for (int t = 0; t < (int)p.fragments.size(); ++t)
+      for (size_t k = 0; k < p.fragments[t].size(); ++k) {
+        const auto& f = p.fragments[t][k];
+        by_source[f.file].push_back({i, t, k});
+        auto& nf = out.params[i].fragments[t][k];
+        nf.file = static_cast<int>(out.files.size());
+        nf.group = -1;
+        nf.offset = 0;
+        out.files.push_back("fragments/" + param_folder(p.name) + "/tp" + std::to_string(t) + ".part" +
+                            std::to_string(f.part) + ".pt");
+      }
+    if (p.step_file >= 0 && !p.fragments.empty() && !p.fragments[0].empty()) {
+      out.params[i].step_file = out.params[i].fragments[0][0].file;
+      out.params[i].step_group = -1;
+    }
+  }
+  std::vector<int> sources;
+  for (const auto& [f, jobs] : by_source) sources.push_back(f);
+  SourceCache cache(plan.files);
+  std::atomic<uint64_t> read{0}, written{0}, count{0};
+  tbb::task_arena arena(thread_count(threads));
+  arena.execute([&] {
+    tbb::parallel_for(size_t{0}, sources.size(), [&](size_t si) {
+      const int src = sources[si];
+      uint64_t r = 0;
+      for (const auto& job : by_source[src]) {
+        const auto& p = plan.params[job.param];
+        const auto& f = p.fragments[job.tp][job.index];
+        auto d = Value::dict();
+        for (const auto& state : p.states) d->set_item(state, Value::of_tensor(read_slice(cache, {f}, state, {f.numel}, &r)));
+        if (p.step_file >= 0 && f.group >= 0) {
+          // The step of the group this fragment came from (same for every fragment of a shard).
+          if (auto tf = cache.get(f.file); ShardView(tf->root, plan.files[f.file]).has_step(f.group))
+            d->set_item("step", ShardView(tf->root, plan.files[f.file]).step(f.group));
+        }
+        const std::string rel = out.files[out.params[job.param].fragments[job.tp][job.index].file];
+        const std::string path = (staging.path() / rel).string();
+        save_torch_file(path, d);
+        written += file_size(path);
+        ++count;
+      }
+      read += r;
+    });
+  });
+  for (size_t i = 0; i < plan.model_files.size(); ++i) {
+    const std::string rel = "model_states/" + fs::path(plan.model_files[i]).filename().string();
+    copy_file(plan.model_files[i], staging.path() / rel);
+    read += file_size(plan.model_files[i]);
+    written += file_size(plan.model_files[i]);
+    out.model_files[i] = rel;
+  }
+  {
+    auto root = load_torch(plan.optimizer_state_file);
+    save_torch_file((staging.path() / "optimizer_state.pt").string(),
+                    common_optimizer_state(root, plan.optimizer_state_file));
+    out.optimizer_state_file = "optimizer_state.pt";
+    out.optimizer_state_prepared = true;
+  }
+  write_file_atomic((staging.path() / "plan.json").string(), out.to_json().dump(1));
+  staging.commit();
+  stats.bytes_read = read;
+  stats.bytes_written = written;
+  stats.fragments = count;
+  return stats;
+}
+
+RunSummary run_extract(const std::string& checkpoint, const std::string& work_dir, const ConvertOptions& options) {
+  const auto t0 = Clock::now();
+  ExtractOptions eo;
+  eo.patterns_file = options.patterns_file;
+  eo.threads = options.threads;
+  Plan plan = plan_checkpoint(checkpoint, eo);
+  if (!plan.unused_patterns.empty() && !options.allow_unused_patterns)
+    throw Error("unused pattern '" + plan.unused_patterns[0] + "' (" + plan.patterns_origin +
+                ") matches no parameter (--allow-unused-patterns to accept)");
+  auto stats = write_work_folder(plan, work_dir, options.threads);
+  RunSummary s;
+  s.tool = "ucp-extract";
+  s.output = work_dir;
+  s.params = plan.params.size();
+  s.files_written = stats.fragments;
+  s.bytes_read = stats.bytes_read;
+  s.bytes_written = stats.bytes_written;
+  s.threads = thread_count(options.threads);
+  s.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  s.peak_rss_bytes = tool::peak_rss_bytes();
+  return s;
+}
+
+// ------------------------------------------------------------------ union -> universal layout
+
+namespace {
+
+struct ParamResult {
+  nlohmann::json manifest;
+  uint64_t bytes_read = 0, bytes_written = 0;
+  size_t files = 0;
+};
+
+ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, SourceCache& cache,
+                          const fs::path& zero_dir, const UnionOptions& uo) {
+  ParamResult r;
+  const auto rule = patterns::classify(set, p.name);
+  const fs::path dir = zero_dir / param_folder(p.name);
+  make_dirs(dir);
+  nlohmann::json states = nlohmann::json::object();
+  std::vector<int64_t> shape;
+  std::string dtype;
+  for (const auto& state : p.states) {
+    std::vector<Tensor> slices;
+    for (size_t t = 0; t < p.fragments.size(); ++t)
+      slices.push_back(read_slice(cache, p.fragments[t], state, p.tp_shapes[t], &r.bytes_read));
+    Tensor joined = union_fragments(p.name, slices, rule, set, uo);
+    slices.clear();
+    if (rule.vocab) {
+      if (!set.original_vocab_size)
+        throw Error("parameter " + p.name + " matches a vocabulary pattern but the patterns give no original_vocab_size");
+      joined = strip_padding(p.name, joined, *set.original_vocab_size);
+    }
+    const std::string path = (dir / (state + ".pt")).string();
+    save_torch_file(path, state_file_value(joined, rule, set));
+    r.bytes_written += file_size(path);
+    ++r.files;
+    char crc[16];
+    std::snprintf(crc, sizeof crc, "%08x", tensor_crc32(joined));
+    states[state] = {{"file", "zero/" + param_folder(p.name) + "/" + state + ".pt"}, {"crc32", crc}};
+    shape = joined.shape();
+    dtype = dtype_name(joined.dtype());
+  }
+  if (p.step_file >= 0) {
+    const std::string path = (dir / "step.pt").string();
+    save_torch_file(path, read_step(cache, p.step_file, p.step_group));
+    r.bytes_written += file_size(path);
+    ++r.files;
+  }
+  r.manifest = {{"name", p.name}, {"shape", shape}, {"dtype", dtype}, {"join", patterns::describe(rule)},
+                {"tp_shapes", p.tp_shapes}, {"pp_stage", p.pp_stage}, {"states", states},
+                {"step", p.step_file >= 0}, {"patterns", rule.matched}};
+  if (rule.kind == patterns::JoinKind::Cat || rule.kind == patterns::JoinKind::TwoSubParams)
+    r.manifest["cat_dim"] = rule.cat_dim;
+  if (rule.vocab) r.manifest["vocab_tensor"] = true;
+  if (p.expert >= 0) r.manifest["expert"] = {{"layer", p.moe_layer}, {"global_id", p.expert}};
+  return r;
+}
+
+}  // namespace
+
+RunSummary run_union(const std::string& input, const std::string& output, const ConvertOptions& options) {
+  const auto t0 = Clock::now();
+  auto& mpi = MpiSession::get();
+  std::string failure;
+  auto guarded = [&](auto&& f) {
+    try {
+      f();
+    } catch (const UsageError&) {
+      throw;
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  };
+
+  Plan plan;
+  const bool from_work = is_work_folder(input);
+  guarded([&] {
+    if (from_work) {
+      plan = load_work_plan(input);
+    } else {
+      ExtractOptions eo;
+      eo.patterns_file = options.patterns_file;
+      plan = plan_checkpoint(input, eo);
+    }
+    if (!plan.unused_patterns.empty() && !options.allow_unused_patterns)
+      throw Error("unused pattern '" + plan.unused_patterns[0] + "' (" + plan.patterns_origin +
+                  ") matches no parameter (--allow-unused-patterns to accept)");
+  });
+  if (mpi.any(!failure.empty())) throw Error(failure.empty() ? "another MPI rank failed while planning" : failure);
+  const patterns::PatternSet set = plan.pattern_set();
+
+  // Staging folder: created by rank 0, shared through its name.
+  std::unique_ptr<StagingDir> staging;
+  std::string staged_path;
+  guarded([&] {
+    if (mpi.rank() == 0) {
+      staging = std::make_unique<StagingDir>(output, options.overwrite, true);
+      make_dirs(staging->path() / "zero");
+      staged_path = staging->path().string();
+    }
+  });
+  if (mpi.any(!failure.empty())) throw Error(failure.empty() ? "another MPI rank failed" : failure);
+  staged_path = mpi.broadcast(staged_path);
+  const fs::path staged(staged_path), zero_dir = staged / "zero";
+
+  // Parameters of this rank, largest first.
+  std::vector<uint64_t> sizes;
+  for (const auto& p : plan.params) sizes.push_back(p.bytes_in());
+  const auto owner = assign_by_size(sizes, mpi.size());
+  std::vector<size_t> mine;
+  for (size_t i = 0; i < plan.params.size(); ++i)
+    if (owner[i] == mpi.rank()) mine.push_back(i);
+  std::stable_sort(mine.begin(), mine.end(), [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
+
+  std::vector<ParamResult> results(plan.params.size());
+  const int threads = thread_count(options.threads);
+  UnionOptions uo;
+  uo.tolerance = options.tolerance;
+  SourceCache cache(plan.files);
+  SafeProgress progress("ucp-union", mine.size(), mpi.rank() == 0);
+  guarded([&] {
+    tbb::task_arena arena(threads);
+    arena.execute([&] {
+      tbb::parallel_for(
+          tbb::blocked_range<size_t>(0, mine.size(), 1),
+          [&](const tbb::blocked_range<size_t>& range) {
+            for (size_t k = range.begin(); k != range.end(); ++k) {
+              const size_t i = mine[k];
+              results[i] = convert_param(plan.params[i], set, cache, zero_dir, uo);
+              progress.advance();
+            }
+          },
+          tbb::simple_partitioner());
+    });
+  });
+  progress.finish();
+  if (mpi.any(!failure.empty())) throw Error(failure.empty() ? "another MPI rank failed" : failure);
+
+  // Gather manifest entries on rank 0, in plan order.
+  nlohmann::json mine_json = nlohmann::json::array();
+  uint64_t bytes_read = 0, bytes_written = 0, files = 0;
+  for (size_t i : mine) {
+    mine_json.push_back({i, results[i].manifest});
+    bytes_read += results[i].bytes_read;
+    bytes_written += results[i].bytes_written;
+    files += results[i].files;
+  }
+  auto gathered = mpi.gather(mine_json.dump());
+  guarded([&] {
+    if (mpi.rank() != 0) return;
+    std::vector<nlohmann::json> entries(plan.params.size());
+    for (const auto& g : gathered)
+      for (const auto& e : nlohmann::json::parse(g)) entries[e[0].get<size_t>()] = e[1];
+    // Common files: optimizer state, model files, manifest.
+    const std::string opt_path = (zero_dir / "optimizer_state.pt").string();
+    if (plan.optimizer_state_prepared) {
+      copy_file(plan.optimizer_state_file, opt_path);
+    } else {
+      auto root = load_torch(plan.optimizer_state_file);
+      save_torch_file(opt_path, common_optimizer_state(root, plan.optimizer_state_file));
+      bytes_read += 0;
+    }
+    bytes_written += file_size(opt_path);
+    ++files;
+    nlohmann::json model_files = nlohmann::json::array();
+    for (const auto& f : plan.model_files) {
+      const auto name = fs::path(f).filename();
+      copy_file(f, staged / name);
+      bytes_read += file_size(f);
+      bytes_written += file_size(f);
+      ++files;
+      model_files.push_back(name.string());
+    }
+    nlohmann::json manifest;
+    manifest["format"] = "ucpkit-universal";
+    manifest["version"] = 1;
+    manifest["source"] = plan.source;
+    manifest["patterns"] = {{"origin", plan.patterns_origin}, {"set", plan.patterns_json}};
+    manifest["model_files"] = model_files;
+    manifest["optimizer_state"] = "zero/optimizer_state.pt";
+    manifest["checksum"] = "crc32 of each state's tensor elements (row-major)";
+    manifest["params"] = entries;
+    write_file_atomic((staged / "manifest.json").string(), manifest.dump(1));
+    staging->commit();
+    // latest_universal beside the folder, as ds_to_universal writes it.
+    const fs::path target = fs::absolute(output);
+    write_file_atomic((target.parent_path() / "latest_universal").string(), target.filename().string());
+  });
+  if (mpi.any(!failure.empty())) throw Error(failure.empty() ? "another MPI rank failed" : failure);
+
+  RunSummary s;
+  s.tool = "ucp-union";
+  s.output = output;
+  s.params = plan.params.size();
+  s.ranks = mpi.size();
+  s.threads = threads;
+  s.bytes_read = mpi.sum(bytes_read);
+  s.bytes_written = mpi.sum(bytes_written);
+  s.files_written = mpi.sum(files);
+  s.peak_rss_bytes = mpi.max(tool::peak_rss_bytes());
+  s.seconds = mpi.max(std::chrono::duration<double>(Clock::now() - t0).count());
+  return s;
+}
+
+}  // namespace ucpkit::ucp
