@@ -1,24 +1,48 @@
 // pec-restore: rebuild a full checkpoint from a chain of partial expert checkpoints.
+#include <iostream>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "pec/restore.h"
 #include "tool/cli.h"
 
 int main(int argc, char** argv) {
   using namespace ucpkit;
   CLI::App app{"Restore a complete checkpoint from a PEC store", "pec-restore"};
   tool::CommonOptions common;
-  std::string store, fast_store, output, tokens, report;
+  pec::RestoreOptions o;
+  std::string report;
   long long step = -1;
-  double plt_threshold = 0.0375;
-  app.add_option("--store", store, "PEC store folder")->required();
-  app.add_option("--fast-store", fast_store, "Fast tier folder");
-  app.add_option("--output", output, "Checkpoint folder to write")->required();
+  app.add_option("--store", o.store, "PEC store folder")->required();
+  app.add_option("--fast-store", o.fast_store, "Fast tier folder");
+  app.add_option("--output", o.output, "Checkpoint folder to write")->required();
   app.add_option("--step", step, "Step to restore (default: latest committed)");
-  app.add_option("--tokens", tokens, "Tokens per expert (JSON, CSV or router JSONL)");
+  app.add_option("--tokens", o.tokens, "Tokens per expert per save interval, when the store has none (JSON, CSV or router JSONL)");
   app.add_option("--report", report, "Write the restore report (JSON) here");
-  app.add_option("--plt-threshold", plt_threshold, "PLT threshold above which K doubles")->capture_default_str();
+  app.add_option("--plt-threshold", o.plt_threshold, "PLT threshold above which K doubles")->capture_default_str();
+  app.add_option("--capacity-factor", o.capacity_factor, "Capacity factor for experts restored from older states")
+      ->capture_default_str();
+  app.add_flag("--force", o.force, "Replace an existing global_step<N> folder under --output");
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
   return tool::run("pec-restore", [&] {
-    tool::not_implemented("pec-restore (issue 5)");
+    o.step = step;
+    if (o.plt_threshold < 0) throw UsageError("--plt-threshold must be >= 0");
+    if (o.capacity_factor < 1) throw UsageError("--capacity-factor must be >= 1");
+    auto r = pec::pec_restore(o);
+    if (!report.empty()) write_file_atomic(report, r.report.dump(2) + "\n", true);
+    std::string table = pec::report_table(r.report);
+    if (common.json) {
+      if (!common.quiet) std::cerr << table;
+      nlohmann::json s = r.report;
+      s["output"] = r.output_dir;
+      s["bytes_written"] = r.bytes_written;
+      s["seconds"] = r.seconds;
+      std::cout << s.dump(2) << "\n";
+    } else if (!common.quiet) {
+      std::cout << table;
+      tool::info("wrote " + r.output_dir);
+    }
     return 0;
   });
 }

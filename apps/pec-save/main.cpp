@@ -1,29 +1,84 @@
 // pec-save: partial expert checkpointing into a crash-safe store.
+#include <cstdio>
+#include <iostream>
+
+#include "core/error.h"
+#include "pec/save.h"
 #include "tool/cli.h"
 
 int main(int argc, char** argv) {
   using namespace ucpkit;
   CLI::App app{"Save non-expert state and a selection of experts into a PEC store", "pec-save"};
   tool::CommonOptions common;
-  std::string checkpoint, store, policy, tokens, fast_store;
-  long long step = 0, budget = 0;
-  int k = 0, k_snapshot = 0, k_persist = 0;
-  app.add_option("--checkpoint", checkpoint, "Full checkpoint folder written by the training job")->required();
-  app.add_option("--store", store, "PEC store folder")->required();
+  pec::SaveOptions o;
+  long long step = -1, budget = 0;
+  double bandwidth = 0, iteration_seconds = 0;
+  int chunk_mib = 64;
+  bool no_bootstrap = false;
+  app.add_option("--checkpoint", o.checkpoint, "Full checkpoint folder written by the training job")->required();
+  app.add_option("--store", o.store, "PEC store folder")->required();
   app.add_option("--step", step, "Training step being saved")->required();
-  app.add_option("--policy", policy, "Expert selection policy")
+  app.add_option("--policy", o.policy, "Expert selection policy")
       ->required()
       ->check(CLI::IsMember({"sequential", "load-aware", "budget"}));
-  app.add_option("--k", k, "Experts saved per MoE layer");
+  app.add_option("--k", o.k, "Experts saved per MoE layer");
   app.add_option("--budget-bytes", budget, "Byte budget for experts (budget policy)");
-  app.add_option("--tokens", tokens, "Tokens per expert since the previous save (JSON, CSV or router JSONL)");
-  app.add_option("--fast-store", fast_store, "Fast tier folder (e.g. /dev/shm/...)");
-  app.add_option("--k-snapshot", k_snapshot, "Experts per layer into the fast tier");
-  app.add_option("--k-persist", k_persist, "Experts per layer into the durable store");
+  app.add_option("--bandwidth", bandwidth, "Host bandwidth in bytes/s (budget = bandwidth x iteration time)");
+  app.add_option("--iteration-seconds", iteration_seconds, "Iteration time in seconds (with --bandwidth)");
+  app.add_option("--tokens", o.tokens, "Tokens per expert since the previous save (JSON, CSV or router JSONL)");
+  app.add_option("--fast-store", o.fast_store, "Fast tier folder (e.g. /dev/shm/...)");
+  app.add_option("--k-snapshot", o.k_snapshot, "Experts per layer into the fast tier");
+  app.add_option("--k-persist", o.k_persist, "Experts per layer into the durable store");
+  app.add_option("--keep", o.keep, "Durable tier: keep what restoring the latest N steps needs")->capture_default_str();
+  app.add_option("--keep-fast", o.keep_fast, "Fast tier: keep what restoring the latest N steps needs")->capture_default_str();
+  app.add_option("--zstd-level", o.zstd_level, "zstd compression level")->capture_default_str();
+  app.add_option("--chunk-mib", chunk_mib, "Largest object in MiB (files are split)")->capture_default_str();
+  app.add_option("--ep", o.open.ep_size, "Expert-parallel degree (default: inferred, 1 for universal checkpoints)");
+  app.add_flag("--data-before-expert", o.open.data_before_expert, "use_data_before_expert_parallel_ rank order");
+  app.add_flag("--no-bootstrap", no_bootstrap, "Do not add experts the durable store never saved");
+  app.add_flag("--plan", o.plan_only, "Print the selection and the fully sharded save plan as JSON, save nothing");
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
   return tool::run("pec-save", [&] {
-    tool::not_implemented("pec-save (issue 5)");
+    o.step = step;
+    if (budget < 0) throw UsageError("--budget-bytes must be >= 0");
+    o.budget_bytes = static_cast<uint64_t>(budget);
+    if (bandwidth > 0 || iteration_seconds > 0) {
+      if (bandwidth <= 0 || iteration_seconds <= 0) throw UsageError("--bandwidth and --iteration-seconds go together");
+      if (budget > 0) throw UsageError("give --budget-bytes or --bandwidth/--iteration-seconds, not both");
+      o.budget_bytes = static_cast<uint64_t>(bandwidth * iteration_seconds);
+    }
+    if (o.budget_bytes > 0 && o.policy != "budget") throw UsageError("--budget-bytes needs --policy budget");
+    if (chunk_mib < 1) throw UsageError("--chunk-mib must be >= 1");
+    o.chunk_bytes = static_cast<uint64_t>(chunk_mib) << 20;
+    o.bootstrap = !no_bootstrap;
+    std::unique_ptr<tool::Progress> bar;
+    uint64_t total = 0;
+    auto summary = pec::pec_save(
+        o,
+        [&](uint64_t n) {
+          if (!bar) bar = std::make_unique<tool::Progress>("pec-save", total);
+          bar->advance(n);
+        },
+        &total);
+    if (bar) bar->finish();
+    if (summary.empty()) return 0;  // other MPI ranks
+    if (o.plan_only || common.json) {
+      std::cout << summary.dump(2) << "\n";
+      return 0;
+    }
+    for (const auto& t : summary["tiers"]) {
+      const auto& s = t["stats"];
+      char line[400];
+      std::snprintf(line, sizeof line,
+                    "step %lld -> %s tier: %d experts, %.1f MiB (%.1f%% of the full %.1f MiB checkpoint; formula C_pec/C_full "
+                    "%.1f%%), %.1f MiB on disk after zstd",
+                    step, t["tier"].get<std::string>().c_str(), s["experts_saved"].get<int>(),
+                    s["bytes_logical"].get<double>() / 1048576.0, 100 * s["ratio_logical_vs_full"].get<double>(),
+                    s["bytes_full_checkpoint"].get<double>() / 1048576.0, 100 * s["ratio_formula"].get<double>(),
+                    s["bytes_stored"].get<double>() / 1048576.0);
+      tool::info(line);
+    }
     return 0;
   });
 }

@@ -11,7 +11,9 @@ using nlohmann::json;
 json file_to_json(const FileEntry& f) {
   json chunks = json::array();
   for (const auto& c : f.chunks) chunks.push_back({{"object", c.object}, {"size", c.size}, {"stored", c.stored}});
-  return {{"path", f.path}, {"size", f.size}, {"digest", f.digest}, {"chunks", chunks}};
+  json j = {{"path", f.path}, {"size", f.size}, {"digest", f.digest}, {"chunks", chunks}};
+  if (!f.ranges.is_null()) j["ranges"] = f.ranges;
+  return j;
 }
 
 FileEntry file_from_json(const json& j) {
@@ -21,6 +23,7 @@ FileEntry file_from_json(const json& j) {
   f.digest = j.at("digest").get<std::string>();
   for (const auto& c : j.at("chunks"))
     f.chunks.push_back({c.at("object").get<std::string>(), c.at("size").get<uint64_t>(), c.value("stored", uint64_t{0})});
+  if (j.contains("ranges")) f.ranges = j.at("ranges");
   return f;
 }
 }  // namespace

@@ -28,6 +28,9 @@ struct FileEntry {
   uint64_t size = 0;
   std::string digest;  // DigestChain over the chunks' bytes
   std::vector<ChunkRef> chunks;
+  // Expert fragments inside a shared file: [[record, offset, length], ...] (checkpoint.h); the
+  // chunks then hold those ranges' bytes concatenated. Null for a whole file.
+  nlohmann::json ranges;
 };
 
 struct ExpertEntry {

@@ -94,7 +94,7 @@ std::vector<int64_t> Store::committed_steps() const {
   std::error_code ec;
   for (const auto& f : fs::directory_iterator(dir_ + "/manifests", ec)) {
     std::string n = f.path().filename().string();
-    if (n.size() == 23 && n.rfind("step-", 0) == 0 && n.substr(17) == ".json") {
+    if (n.size() == 22 && n.rfind("step-", 0) == 0 && n.substr(17) == ".json") {
       try {
         steps.push_back(std::stoll(n.substr(5, 12)));
       } catch (const std::exception&) {

@@ -1,0 +1,328 @@
+// Checkpoint discovery for PEC (universal and native DeepSpeed MoE layouts).
+#include "pec/checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <regex>
+#include <set>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/mapped_file.h"
+#include "io/torch/torch_file.h"
+#include "layout/deepspeed/files.h"
+#include "layout/deepspeed/moe.h"
+#include "pec/zip_records.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::pec {
+namespace {
+
+std::string trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.erase(s.begin());
+  return s;
+}
+
+// Expert parameter names: "...layers.<i>.<...>experts.[deepspeed_experts.|local_experts.]<j>.<...>".
+const std::regex& expert_name_regex() {
+  static const std::regex re(R"((?:^|\.)layers\.(\d+)\.(?:.*\.)?experts\.(?:deepspeed_experts\.|local_experts\.)?(\d+)\.)");
+  return re;
+}
+
+void list_files(const fs::path& root, std::vector<std::string>& out) {
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    if (!e.is_regular_file()) continue;
+    std::string rel = fs::relative(e.path(), root).string();
+    if (rel.find(".tmp.") != std::string::npos) continue;
+    out.push_back(rel);
+  }
+  std::sort(out.begin(), out.end());
+}
+
+void finish_shape(SourceCheckpoint& c, const std::map<int, int>& max_expert) {
+  c.shape.experts_per_layer.clear();
+  int expect = 0;
+  for (const auto& [l, e] : max_expert) {
+    if (l != expect) fail(c.root, "MoE layer " + std::to_string(expect) + " has no experts");
+    c.shape.experts_per_layer.push_back(e + 1);
+    ++expect;
+  }
+  for (int l = 0; l < c.shape.num_layers(); ++l)
+    for (int e = 0; e < c.shape.experts_per_layer[static_cast<size_t>(l)]; ++e)
+      if (!c.experts.count({l, e})) fail(c.root, "expert " + std::to_string(e) + " of MoE layer " + std::to_string(l) + " is missing");
+}
+
+void open_universal(SourceCheckpoint& c, const OpenOptions& o) {
+  c.layout = "universal";
+  std::vector<std::string> files;
+  list_files(c.root, files);
+  // Transformer layer -> MoE layer index, in layer order.
+  std::map<std::string, std::pair<int, int>> param_expert;  // param folder -> (transformer layer, expert)
+  std::set<int> moe_layers;
+  for (const auto& rel : files) {
+    fs::path p(rel);
+    auto it = p.begin();
+    if (it == p.end() || *it != "zero") continue;
+    ++it;
+    if (it == p.end()) continue;
+    std::string param = it->string();
+    if (param_expert.count(param)) continue;
+    std::smatch m;
+    if (std::regex_search(param, m, expert_name_regex())) {
+      int layer = std::stoi(m[1]), expert = std::stoi(m[2]);
+      param_expert[param] = {layer, expert};
+      moe_layers.insert(layer);
+    }
+  }
+  std::map<int, int> moe_index;
+  for (int l : moe_layers) moe_index.emplace(l, static_cast<int>(moe_index.size()));
+  std::map<int, int> max_expert;
+  for (const auto& rel : files) {
+    uint64_t size = fs::file_size(fs::path(c.root) / rel);
+    c.file_sizes[rel] = size;
+    fs::path p(rel);
+    auto it = p.begin();
+    std::string param;
+    if (it != p.end() && *it == "zero" && ++it != p.end()) param = it->string();
+    auto pe = param_expert.find(param);
+    if (pe == param_expert.end() || fs::path(rel).parent_path().string() != "zero/" + param) {
+      c.non_expert_files.push_back(rel);
+      c.non_expert_bytes_total += size;
+      continue;
+    }
+    int l = moe_index.at(pe->second.first), e = pe->second.second;
+    max_expert[l] = std::max(max_expert[l], e);
+    c.experts[{l, e}].push_back({rel, {}, size});
+    c.expert_bytes_total += size;
+  }
+  if (c.experts.empty()) fail(c.root, "no expert parameters under zero/ (is this an MoE universal checkpoint?)");
+  finish_shape(c, max_expert);
+  c.shape.ep_size = o.ep_size > 0 ? o.ep_size : 1;
+}
+
+// Expert fragments of one optimizer file: (moe layer, global expert) -> ranges.
+void slice_optimizer_file(SourceCheckpoint& c, const std::string& rel, int dp_rank, int dp_size, const OpenOptions& o,
+                          const std::map<int, int>& layer_to_moe, std::map<std::pair<int, int>, std::vector<ByteRange>>& out) {
+  const std::string path = (fs::path(c.root) / rel).string();
+  auto mapped = MappedFile::open(path);
+  if (!is_zip(mapped->bytes())) fail(path, "legacy (non-zip) optimizer files are not supported by pec-save");
+  auto records = zip_records(mapped->bytes(), path);
+  TorchFile tf = load_torch_file(path);
+  auto osd = tf.root->get("optimizer_state_dict");
+  if (!osd) fail(path, "no optimizer_state_dict");
+  auto mappings = osd->get("param_slice_mappings");
+  auto fp32 = osd->get("single_partition_of_fp32_groups");
+  auto base = osd->get("base_optimizer_state");
+  if (!mappings || !fp32 || !base) fail(path, "optimizer shard lacks param_slice_mappings / fp32 groups / base state");
+  auto groups = base->get("param_groups");
+  auto state = base->get("state");
+  const std::string prefix = tf.archive_prefix.empty() ? std::string() : tf.archive_prefix + "/";
+  for (size_t g = 0; g < mappings->items.size(); ++g) {
+    const auto& mapping = mappings->items[g];
+    int ep = c.shape.ep_size;
+    if (groups && g < groups->items.size())
+      if (auto name = groups->items[g]->get("name"); name && name->is(pickle::Kind::Str))
+        if (auto n = layout::ep_size_from_group_name(name->as_str())) ep = *n;
+    // The tensors whose partitions follow this group's slice mapping.
+    std::vector<const Tensor*> tensors;
+    if (g < fp32->items.size()) tensors.push_back(&fp32->items[g]->as_tensor());
+    if (state)
+      for (const auto& [k, v] : state->entries)
+        if (k->is(pickle::Kind::Int) && static_cast<size_t>(k->i) == g)
+          for (const char* s : {"exp_avg", "exp_avg_sq"})
+            if (auto t = v->get(s); t && t->is(pickle::Kind::Tensor)) tensors.push_back(&t->as_tensor());
+    for (const auto& [key, frag] : mapping->entries) {
+      const std::string& name = key->as_str();
+      auto local = layout::local_expert_index(name);
+      if (!local) continue;
+      auto tl = layout::transformer_layer_index(name);
+      if (!tl) fail(path, "expert parameter without a layer index: " + name);
+      auto moe = layer_to_moe.find(*tl);
+      if (moe == layer_to_moe.end()) fail(path, "expert parameter of transformer layer " + std::to_string(*tl) + " has no expert files");
+      int experts = c.shape.experts_per_layer.at(static_cast<size_t>(moe->second));
+      int per_rank = experts / std::max(ep, 1);
+      int ep_rank = layout::ep_coords(dp_rank, dp_size, ep, o.data_before_expert).ep_rank;
+      int global = ep_rank * per_rank + *local;
+      auto [numel, start] = frag->as_fragment_address();
+      for (const Tensor* t : tensors) {
+        const auto& st = t->storage();
+        auto rec = records.find(prefix + "data/" + st->key);
+        if (rec == records.end()) fail(path, "no record for storage " + st->key);
+        uint64_t es = dtype_size(t->dtype());
+        ByteRange r{rec->first, static_cast<uint64_t>(t->storage_offset() + start) * es, static_cast<uint64_t>(numel) * es};
+        if (r.offset + r.length > rec->second.size) fail(path, "fragment of " + name + " runs past its storage");
+        out[{moe->second, global}].push_back(r);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+namespace {
+
+void open_native(SourceCheckpoint& c, const OpenOptions& o, const layout::DeepSpeedLayout& ds) {
+  c.layout = "deepspeed-moe";
+  if (ds.tp != 1 || ds.pp != 1) fail(c.root, "native DeepSpeed MoE with TP or PP > 1 is not supported by pec-save yet");
+  c.shape.ep_size = o.ep_size > 0 ? o.ep_size : std::max(ds.ep, 1);
+  std::vector<std::string> files;
+  list_files(c.root, files);
+  for (const auto& rel : files) c.file_sizes[rel] = fs::file_size(fs::path(c.root) / rel);
+  std::map<int, int> max_expert;
+  std::set<std::string> expert_files;
+  std::map<int, int> layer_to_moe;  // transformer layer -> MoE layer, from the expert files' keys
+  for (const auto& ef : ds.expert_files) {
+    std::string rel = fs::relative(ef.path, c.root).string();
+    if (fs::path(ef.path).is_relative()) rel = fs::path(ef.path).filename().string();
+    expert_files.insert(rel);
+    max_expert[ef.moe_layer] = std::max(max_expert[ef.moe_layer], ef.expert);
+    uint64_t size = c.file_sizes.at(rel);
+    c.experts[{ef.moe_layer, ef.expert}].push_back({rel, {}, size});
+    c.expert_bytes_total += size;
+    if (!layer_to_moe.count(-1 - ef.moe_layer)) {
+      // One file per MoE layer tells which transformer layer it is.
+      auto root = load_torch(fs::path(c.root) / rel);
+      for (const auto& [k, v] : root->entries)
+        if (k->is(pickle::Kind::Str))
+          if (auto tl = layout::transformer_layer_index(k->as_str())) {
+            layer_to_moe[*tl] = ef.moe_layer;
+            break;
+          }
+      layer_to_moe[-1 - ef.moe_layer] = 0;  // marks the MoE layer as looked up
+    }
+  }
+  for (auto it = layer_to_moe.begin(); it != layer_to_moe.end();) it = it->first < 0 ? layer_to_moe.erase(it) : std::next(it);
+  finish_shape(c, max_expert);
+  // Expert fragments inside the optimizer shards.
+  std::map<std::pair<int, int>, std::vector<ByteRange>> per_expert;
+  for (size_t mp = 0; mp < ds.optim_files.size(); ++mp)
+    for (size_t d = 0; d < ds.optim_files[mp].size(); ++d) {
+      std::string rel = fs::path(ds.optim_files[mp][d]).filename().string();
+      std::map<std::pair<int, int>, std::vector<ByteRange>> found;
+      slice_optimizer_file(c, rel, static_cast<int>(d), ds.dp, o, layer_to_moe, found);
+      for (auto& [key, ranges] : found) {
+        ExpertPart part{rel, ranges, 0};
+        for (const auto& r : ranges) part.bytes += r.length;
+        auto& all = c.expert_ranges[rel];
+        all.insert(all.end(), ranges.begin(), ranges.end());
+        c.experts[key].push_back(part);
+        c.expert_bytes_total += part.bytes;
+      }
+    }
+  for (const auto& rel : files) {
+    if (expert_files.count(rel)) continue;
+    c.non_expert_files.push_back(rel);
+    uint64_t size = c.file_sizes.at(rel);
+    uint64_t sliced = 0;
+    if (auto it = c.expert_ranges.find(rel); it != c.expert_ranges.end())
+      for (const auto& r : it->second) sliced += r.length;
+    c.non_expert_bytes_total += size - sliced;
+  }
+}
+
+std::string resolve_root(const std::string& path, std::string& tag) {
+  fs::path p(path);
+  if (!fs::is_directory(p)) fail(path, "checkpoint folder not found");
+  for (const char* pointer : {"latest", "latest_universal"})
+    if (fs::exists(p / pointer) && !fs::is_directory(p / pointer)) {
+      tag = trim(read_text_file((p / pointer).string()));
+      if (tag.empty() || tag.find('/') != std::string::npos) fail((p / pointer).string(), "bad tag '" + tag + "'");
+      if (!fs::is_directory(p / tag)) fail((p / pointer).string(), "names " + tag + ", which is not a folder");
+      return (p / tag).string();
+    }
+  tag = fs::absolute(p).lexically_normal().filename().string();
+  if (tag.empty()) tag = fs::absolute(p).lexically_normal().parent_path().filename().string();
+  return p.string();
+}
+
+}  // namespace
+
+uint64_t SourceCheckpoint::expert_bytes(int moe_layer, int expert) const {
+  uint64_t n = 0;
+  auto it = experts.find({moe_layer, expert});
+  if (it != experts.end())
+    for (const auto& p : it->second) n += p.bytes;
+  return n;
+}
+
+SourceCheckpoint open_checkpoint(const std::string& path, const OpenOptions& options) {
+  SourceCheckpoint c;
+  c.root = resolve_root(path, c.tag);
+  if (fs::is_directory(fs::path(c.root) / "zero")) {
+    open_universal(c, options);
+    return c;
+  }
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(c.root))
+    if (e.is_regular_file()) names.push_back(e.path().filename().string());
+  auto ds = layout::infer_layout(names, c.root);
+  if (ds.expert_files.empty()) fail(c.root, "no expert files (layer_<L>_expert_<E>_mp_rank_XX_model_states.pt): not an MoE checkpoint");
+  open_native(c, options, ds);
+  return c;
+}
+
+std::vector<uint8_t> read_non_expert(const SourceCheckpoint& c, const std::string& rel) {
+  auto f = MappedFile::open((fs::path(c.root) / rel).string());
+  std::vector<uint8_t> bytes(f->data(), f->data() + f->size());
+  auto it = c.expert_ranges.find(rel);
+  if (it == c.expert_ranges.end()) return bytes;
+  auto records = zip_records(bytes, f->path());
+  for (const auto& r : it->second) {
+    const auto& pos = records.at(r.record);
+    std::fill_n(bytes.begin() + static_cast<long>(pos.data_offset + r.offset), r.length, uint8_t{0});
+  }
+  return bytes;
+}
+
+std::vector<uint8_t> read_expert_part(const SourceCheckpoint& c, const ExpertPart& part) {
+  auto f = MappedFile::open((fs::path(c.root) / part.path).string());
+  if (part.ranges.empty()) return std::vector<uint8_t>(f->data(), f->data() + f->size());
+  auto records = zip_records(f->bytes(), f->path());
+  std::vector<uint8_t> out;
+  out.reserve(part.bytes);
+  for (const auto& r : part.ranges) {
+    const auto& pos = records.at(r.record);
+    out.insert(out.end(), f->data() + pos.data_offset + r.offset, f->data() + pos.data_offset + r.offset + r.length);
+  }
+  return out;
+}
+
+void patch_expert_part(std::vector<uint8_t>& file, const std::string& file_name, const std::vector<ByteRange>& ranges,
+                       std::span<const uint8_t> blob, std::vector<std::string>& touched) {
+  auto records = zip_records(file, file_name);
+  uint64_t off = 0;
+  for (const auto& r : ranges) {
+    auto it = records.find(r.record);
+    if (it == records.end()) fail(file_name, "has no record " + r.record + " for a saved expert fragment");
+    if (r.offset + r.length > it->second.size) fail(file_name, "record " + r.record + " is smaller than the saved expert fragment");
+    if (off + r.length > blob.size()) fail(file_name, "saved expert fragment shorter than its ranges");
+    std::copy_n(blob.data() + off, r.length, file.begin() + static_cast<long>(it->second.data_offset + r.offset));
+    off += r.length;
+    touched.push_back(r.record);
+  }
+  if (off != blob.size()) fail(file_name, "saved expert fragment longer than its ranges");
+}
+
+void finish_patched_file(std::vector<uint8_t>& file, const std::string& file_name, const std::vector<std::string>& touched) {
+  if (touched.empty()) return;
+  auto records = zip_records(file, file_name);
+  std::set<std::string> done;
+  for (const auto& r : touched)
+    if (done.insert(r).second) fix_zip_crc(file, records.at(r));
+}
+
+nlohmann::json ranges_to_json(const std::vector<ByteRange>& rs) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& r : rs) a.push_back({r.record, r.offset, r.length});
+  return a;
+}
+
+std::vector<ByteRange> ranges_from_json(const nlohmann::json& j) {
+  std::vector<ByteRange> out;
+  for (const auto& r : j) out.push_back({r.at(0).get<std::string>(), r.at(1).get<uint64_t>(), r.at(2).get<uint64_t>()});
+  return out;
+}
+
+}  // namespace ucpkit::pec

@@ -1,0 +1,74 @@
+// What PEC sees of a training checkpoint: the non-expert files and, per (MoE layer, global expert),
+// the bytes that make up that expert. Two layouts:
+//  * universal: every expert parameter is its own zero/<param>/ folder, named by global expert id;
+//  * native DeepSpeed MoE: layer_<L>_expert_<E>_mp_rank_XX_model_states.pt files, plus each expert's
+//    fragments (fp32 master, exp_avg, exp_avg_sq) inside [bf16_]zero_pp_rank_D_mp_rank_XX_optim_states.pt,
+//    located through param_slice_mappings (LOCAL expert names) and the rank topology. Those optimizer
+//    files are stored with every expert fragment zeroed and get the fragments patched back on restore.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "pec/policy.h"
+
+namespace ucpkit::pec {
+
+// A byte range inside one record (`record` is the full zip entry name, e.g. "arch/data/3").
+struct ByteRange {
+  std::string record;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+// One piece of an expert: a whole file (ranges empty) or byte ranges inside a shared file.
+struct ExpertPart {
+  std::string path;  // relative to the checkpoint step folder
+  std::vector<ByteRange> ranges;
+  uint64_t bytes = 0;
+};
+
+struct OpenOptions {
+  int ep_size = 0;                  // 0: infer
+  bool data_before_expert = false;  // use_data_before_expert_parallel_ rank order
+};
+
+struct SourceCheckpoint {
+  std::string layout;  // "deepspeed-moe" or "universal"
+  std::string root;    // folder holding the files (global_stepN/ or the universal folder)
+  std::string tag;     // its name
+  MoeShape shape;
+  std::vector<std::string> non_expert_files;  // relative paths, sorted
+  std::map<std::string, std::vector<ByteRange>> expert_ranges;  // shared file -> all expert ranges in it
+  std::map<std::pair<int, int>, std::vector<ExpertPart>> experts;
+  std::map<std::string, uint64_t> file_sizes;
+  uint64_t expert_bytes_total = 0, non_expert_bytes_total = 0;
+
+  uint64_t expert_bytes(int moe_layer, int expert) const;
+  uint64_t total_bytes() const { return expert_bytes_total + non_expert_bytes_total; }
+};
+
+// Accepts a folder with `latest` (or `latest_universal`), a global_stepN folder, or a universal
+// folder (with zero/). Throws Error when no expert can be found.
+SourceCheckpoint open_checkpoint(const std::string& path, const OpenOptions& options);
+
+// Reads a non-expert file as stored: for shared files, with every expert range zeroed.
+std::vector<uint8_t> read_non_expert(const SourceCheckpoint& c, const std::string& rel);
+// Reads one part of an expert: the file, or its ranges concatenated.
+std::vector<uint8_t> read_expert_part(const SourceCheckpoint& c, const ExpertPart& part);
+// Copies `blob` (ranges concatenated, as read_expert_part made it) back into a shared file's bytes,
+// resolving records in `file` (whose layout may differ from the saved one's). Throws Error on
+// mismatch. Records touched are added to `touched`.
+void patch_expert_part(std::vector<uint8_t>& file, const std::string& file_name, const std::vector<ByteRange>& ranges,
+                       std::span<const uint8_t> blob, std::vector<std::string>& touched);
+// Recomputes the CRCs of the given records.
+void finish_patched_file(std::vector<uint8_t>& file, const std::string& file_name, const std::vector<std::string>& touched);
+
+nlohmann::json ranges_to_json(const std::vector<ByteRange>& r);
+std::vector<ByteRange> ranges_from_json(const nlohmann::json& j);
+
+}  // namespace ucpkit::pec

@@ -1,0 +1,36 @@
+// pec-restore: rebuild a complete checkpoint from the store tiers (latest non-expert state plus each
+// expert's newest intact copy in any tier), and the report: restored step per expert, lost tokens,
+// PLT, dynamic K and the capacity plan.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ucpkit::pec {
+
+struct RestoreOptions {
+  std::string store;
+  std::string fast_store;
+  std::string output;
+  int64_t step = -1;  // -1: latest committed
+  std::string tokens;  // per-interval token counts when the store has none
+  double plt_threshold = 0.0375;
+  double capacity_factor = 1.1;
+  bool force = false;  // replace an existing global_step<N> under --output
+};
+
+struct RestoreResult {
+  nlohmann::json report;         // the --report document
+  std::vector<std::string> warnings;
+  std::string output_dir;        // the step folder written
+  uint64_t bytes_written = 0;
+  double seconds = 0;
+};
+
+RestoreResult pec_restore(const RestoreOptions& options);
+// Plain-text table of a report (one line per expert that lost tokens or came from an older step).
+std::string report_table(const nlohmann::json& report);
+
+}  // namespace ucpkit::pec

@@ -1,0 +1,302 @@
+// pec-save orchestration.
+#include "pec/save.h"
+
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "core/error.h"
+#include "pec/plt.h"
+#include "pec/shard_plan.h"
+#include "pec/store.h"
+#include "pec/tokens.h"
+#include "ucp/mpi_session.h"
+
+namespace ucpkit::pec {
+namespace {
+using nlohmann::json;
+
+struct Tier {
+  std::string name;
+  std::unique_ptr<Store> store;
+  int k = 0;
+  uint64_t budget = 0;
+  int keep = 1;
+  std::optional<Manifest> prev;
+  Selection selection;
+  Manifest next;
+};
+
+struct Work {
+  size_t tier;
+  int moe_layer = -1, expert = -1;  // expert work; else non-expert file
+  std::string path;
+  const ExpertPart* part = nullptr;
+};
+
+json file_entry_json(const FileEntry& f) {
+  Manifest m;
+  m.non_expert.push_back(f);
+  return manifest_to_json(m)["non_expert"][0];
+}
+
+void check_shape(const Manifest& m, const MoeShape& s, const std::string& dir) {
+  if (m.shape.experts_per_layer != s.experts_per_layer)
+    fail(dir, "the checkpoint's MoE shape (experts per layer) differs from the store's step " + std::to_string(m.step));
+}
+
+std::vector<std::vector<int64_t>> never_saved(const MoeShape& s) {
+  std::vector<std::vector<int64_t>> v;
+  for (int e : s.experts_per_layer) v.emplace_back(static_cast<size_t>(e), -1);
+  return v;
+}
+}  // namespace
+
+json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progress, uint64_t* total_bytes) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto& mpi = ucp::MpiSession::get();
+  const bool root = mpi.rank() == 0;
+  if (o.step < 0) throw UsageError("--step must be >= 0");
+  auto policy = make_policy(o.policy);
+  if (!o.fast_store.empty() && o.k_snapshot <= 0) throw UsageError("--fast-store needs --k-snapshot K1 >= 1");
+  if (o.fast_store.empty() && o.k_snapshot > 0) throw UsageError("--k-snapshot needs --fast-store");
+
+  SourceCheckpoint src = open_checkpoint(o.checkpoint, o.open);
+  const MoeShape& shape = src.shape;
+  TokenMatrix interval = zero_tokens(shape.experts_per_layer);
+  bool tokens_known = false;
+  if (!o.tokens.empty()) {
+    interval = fit_tokens(load_tokens(o.tokens), shape.experts_per_layer, o.tokens);
+    tokens_known = true;
+  } else if (o.policy != "sequential") {
+    throw UsageError("the " + o.policy + " policy needs --tokens (token counts since the previous save)");
+  }
+
+  std::vector<Tier> tiers;
+  {
+    Tier d;
+    d.name = "durable";
+    d.k = o.k_persist > 0 ? o.k_persist : o.k;
+    d.budget = o.budget_bytes;
+    d.keep = o.keep;
+    d.store = std::make_unique<Store>(o.store, "durable", true, o.zstd_level);
+    tiers.push_back(std::move(d));
+  }
+  if (!o.fast_store.empty()) {
+    Tier f;
+    f.name = "fast";
+    f.k = o.k_snapshot;
+    f.keep = o.keep_fast;
+    f.store = std::make_unique<Store>(o.fast_store, "fast", true, o.zstd_level);
+    tiers.push_back(std::move(f));
+  }
+  if (root && !o.plan_only)
+    for (auto& t : tiers) t.store->lock(true);
+
+  // Previous state of each tier and the newest cumulative token counts of any tier.
+  std::optional<Manifest> newest;
+  for (auto& t : tiers) {
+    if (auto last = t.store->latest_step()) {
+      t.prev = t.store->load_manifest(*last);
+      check_shape(*t.prev, shape, t.store->dir());
+      if (*last >= o.step)
+        fail(t.store->dir(), "step " + std::to_string(o.step) + " is not newer than its latest committed step " + std::to_string(*last));
+      if (!newest || t.prev->step > newest->step) newest = *t.prev;
+    }
+  }
+  TokenMatrix cumulative = add_tokens(newest ? newest->tokens_cumulative : zero_tokens(shape.experts_per_layer), interval);
+
+  std::vector<std::vector<uint64_t>> expert_bytes;
+  for (int l = 0; l < shape.num_layers(); ++l) {
+    expert_bytes.emplace_back();
+    for (int e = 0; e < shape.experts_per_layer[static_cast<size_t>(l)]; ++e) expert_bytes.back().push_back(src.expert_bytes(l, e));
+  }
+
+  // Selection per tier.
+  for (auto& t : tiers) {
+    SelectionRequest req;
+    req.shape = shape;
+    req.save_index = t.prev ? t.prev->save_index + 1 : 0;
+    req.k = t.k;
+    req.budget_bytes = t.budget;
+    req.expert_bytes = expert_bytes;
+    req.unsaved_tokens = add_tokens(t.prev ? t.prev->unsaved_tokens : zero_tokens(shape.experts_per_layer), interval);
+    req.last_saved_step = t.prev ? t.prev->last_saved_step : never_saved(shape);
+    const bool by_budget = t.name == "durable" && o.policy == "budget" && t.budget > 0;
+    if (t.k <= 0 && !by_budget)
+      throw UsageError(t.name == "fast" ? "--k-snapshot must be >= 1"
+                                        : "give --k (or --k-persist, or --budget-bytes with the budget policy)");
+    const SelectionPolicy& pol = *policy;
+    if (t.name == "fast" && o.policy == "budget") {
+      req.budget_bytes = 0;  // the fast tier is sized by --k-snapshot
+    }
+    t.selection = pol.select(req);
+    if (t.name == "durable" && o.bootstrap)
+      for (int l = 0; l < shape.num_layers(); ++l)
+        for (int e = 0; e < shape.experts_per_layer[static_cast<size_t>(l)]; ++e)
+          if (req.last_saved_step[static_cast<size_t>(l)][static_cast<size_t>(e)] < 0 &&
+              std::find(t.selection[l].begin(), t.selection[l].end(), e) == t.selection[l].end())
+            t.selection[l].push_back(e);
+    for (auto& s : t.selection) std::sort(s.begin(), s.end());
+
+    Manifest& m = t.next;
+    m.step = o.step;
+    m.tier = t.name;
+    m.layout = src.layout;
+    m.tag = src.tag;
+    m.shape = shape;
+    m.policy = o.policy;
+    m.k = t.k;
+    m.save_index = req.save_index;
+    m.tokens_known = tokens_known || (t.prev && t.prev->tokens_known);
+    m.tokens_interval = interval;
+    m.tokens_cumulative = cumulative;
+    m.last_saved_step = req.last_saved_step;
+    m.unsaved_tokens = req.unsaved_tokens;
+    for (int l = 0; l < shape.num_layers(); ++l)
+      for (int e : t.selection[l]) {
+        m.last_saved_step[l][e] = o.step;
+        m.unsaved_tokens[l][e] = 0;
+      }
+    json shared = json::object();
+    for (const auto& [file, ranges] : src.expert_ranges) shared[file] = ranges.size();
+    m.source = {{"root_pointer", src.layout == "universal" ? "latest_universal" : "latest"}, {"shared_files", shared}};
+  }
+
+  // Work items and the fully sharded plan.
+  std::vector<Work> work;
+  std::vector<SaveItem> items;
+  for (size_t ti = 0; ti < tiers.size(); ++ti) {
+    for (int l = 0; l < shape.num_layers(); ++l)
+      for (int e : tiers[ti].selection[l]) {
+        for (const auto& part : src.experts.at({l, e})) {
+          work.push_back({ti, l, e, part.path, &part});
+          items.push_back({tiers[ti].name + ":" + part.path, part.bytes, l, e});
+        }
+      }
+    for (const auto& f : src.non_expert_files) {
+      work.push_back({ti, -1, -1, f, nullptr});
+      items.push_back({tiers[ti].name + ":" + f, src.file_sizes.at(f)});
+    }
+  }
+  ShardPlan plan = plan_fully_sharded(items, shape, mpi.size(), o.open.data_before_expert);
+  if (o.plan_only) {
+    json j = shard_plan_to_json(plan, items);
+    json sel = json::object();
+    for (const auto& t : tiers) sel[t.name] = t.selection;
+    j["selection"] = sel;
+    j["step"] = o.step;
+    return root ? j : json::object();
+  }
+
+  // Execute this rank's share.
+  const auto& mine = plan.items_of_rank[static_cast<size_t>(mpi.rank())];
+  uint64_t my_total = 0;
+  for (size_t i : mine) my_total += items[i].bytes;
+  if (total_bytes) *total_bytes = my_total;
+  std::vector<FileEntry> results(work.size());
+  std::mutex progress_mutex;
+  tbb::parallel_for(size_t{0}, mine.size(), [&](size_t n) {
+    const Work& w = work[mine[n]];
+    Store& st = *tiers[w.tier].store;
+    std::vector<uint8_t> bytes = w.part ? read_expert_part(src, *w.part) : read_non_expert(src, w.path);
+    FileEntry f = st.put_file(w.path, bytes, o.chunk_bytes);
+    if (w.part && !w.part->ranges.empty()) f.ranges = ranges_to_json(w.part->ranges);
+    results[mine[n]] = std::move(f);
+    if (progress) {
+      std::lock_guard<std::mutex> lock(progress_mutex);
+      progress(items[mine[n]].bytes);
+    }
+  });
+  for (auto& t : tiers) t.store->objects().sync_dirs();
+
+  json local = json::array();
+  for (size_t i : mine) local.push_back({{"work", i}, {"entry", file_entry_json(results[i])}});
+  auto gathered = mpi.gather(local.dump());
+  json summary = json::object();
+  if (root) {
+    for (const auto& g : gathered)
+      for (const auto& r : json::parse(g)) {
+        size_t i = r.at("work").get<size_t>();
+        Manifest tmp;
+        json wrap = manifest_to_json(tmp);
+        wrap["non_expert"] = json::array({r.at("entry")});
+        results[i] = manifest_from_json(wrap, "gathered entry").non_expert.at(0);
+      }
+    // Assemble the manifests (entries in work order, which is deterministic).
+    for (size_t i = 0; i < work.size(); ++i) {
+      const Work& w = work[i];
+      Manifest& m = tiers[w.tier].next;
+      if (w.moe_layer < 0) {
+        m.non_expert.push_back(results[i]);
+      } else {
+        if (m.experts.empty() || m.experts.back().moe_layer != w.moe_layer || m.experts.back().expert != w.expert)
+          m.experts.push_back({w.moe_layer, w.expert, {}});
+        m.experts.back().files.push_back(results[i]);
+      }
+    }
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    json tiers_json = json::array();
+    uint64_t ne = src.non_expert_bytes_total, ex = src.expert_bytes_total;
+    for (auto& t : tiers) {
+      Manifest& m = t.next;
+      uint64_t logical = 0, stored = 0, expert_logical = 0;
+      for (const auto& f : m.non_expert) {
+        for (const auto& c : f.chunks) stored += c.stored;
+      }
+      for (const auto& e : m.experts)
+        for (const auto& f : e.files) {
+          expert_logical += f.size;
+          for (const auto& c : f.chunks) stored += c.stored;
+        }
+      logical = ne + expert_logical;
+      double k_avg = 0, e_avg = 0;
+      for (int l = 0; l < shape.num_layers(); ++l) {
+        k_avg += static_cast<double>(t.selection[l].size());
+        e_avg += shape.experts_per_layer[static_cast<size_t>(l)];
+      }
+      int saved_experts = static_cast<int>(k_avg);
+      if (shape.num_layers()) k_avg /= shape.num_layers(), e_avg /= shape.num_layers();
+      m.stats = {{"bytes_logical", logical},
+                 {"bytes_stored", stored},
+                 {"bytes_full_checkpoint", src.total_bytes()},
+                 {"ratio_logical_vs_full", src.total_bytes() ? static_cast<double>(logical) / src.total_bytes() : 0.0},
+                 {"ratio_stored_vs_full", src.total_bytes() ? static_cast<double>(stored) / src.total_bytes() : 0.0},
+                 {"ratio_formula", pec_size_ratio(static_cast<double>(ne), static_cast<double>(ex), k_avg, e_avg)},
+                 {"experts_saved", saved_experts}};
+      t.store->commit(m);
+      GcStats gc = t.store->collect_garbage(t.keep);
+      json sel = json::array();
+      for (int l = 0; l < shape.num_layers(); ++l) sel.push_back(t.selection[l]);
+      tiers_json.push_back({{"tier", t.name},
+                            {"store", t.store->dir()},
+                            {"k", t.k},
+                            {"selection", sel},
+                            {"stats", m.stats},
+                            {"gc", {{"manifests_removed", gc.manifests_removed}, {"manifests_pruned", gc.manifests_pruned},
+                                    {"objects_removed", gc.objects_removed}, {"bytes_removed", gc.bytes_removed}}}});
+    }
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    summary = {{"step", o.step},
+               {"layout", src.layout},
+               {"policy", o.policy},
+               {"experts_per_layer", shape.experts_per_layer},
+               {"ep_size", shape.ep_size},
+               {"world_size", mpi.size()},
+               {"non_expert_bytes", ne},
+               {"expert_bytes", ex},
+               {"tokens_known", tokens_known},
+               {"tiers", tiers_json},
+               {"seconds", seconds},
+               {"max_rank_bytes", plan.max_rank_bytes()}};
+  }
+  mpi.barrier();
+  return summary;
+}
+
+}  // namespace ucpkit::pec

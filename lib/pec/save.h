@@ -1,0 +1,39 @@
+// pec-save: store all non-expert state and the selected experts of one checkpoint step into the
+// store tiers, then commit the step (read -> plan -> execute -> commit -> garbage-collect).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "pec/checkpoint.h"
+
+namespace ucpkit::pec {
+
+struct SaveOptions {
+  std::string checkpoint;
+  std::string store;
+  std::string fast_store;
+  int64_t step = -1;
+  std::string policy = "sequential";
+  int k = 0;
+  uint64_t budget_bytes = 0;
+  std::string tokens;
+  int k_snapshot = 0;
+  int k_persist = 0;
+  int keep = 2;       // durable tier: keep what restoring the latest `keep` steps needs
+  int keep_fast = 1;  // fast tier retention
+  int zstd_level = 3;
+  uint64_t chunk_bytes = 64ull << 20;
+  bool bootstrap = true;  // the durable tier saves every expert it never saved (first save is full)
+  bool plan_only = false;
+  OpenOptions open;
+};
+
+// Returns the JSON summary (on MPI rank 0; other ranks get an empty object), or the save plan when
+// `plan_only`. `progress` is called with bytes done (rank-local).
+nlohmann::json pec_save(const SaveOptions& options, const std::function<void(uint64_t)>& progress = {},
+                        uint64_t* total_bytes = nullptr);
+
+}  // namespace ucpkit::pec
