@@ -1,0 +1,34 @@
+// GPU path of ucp-load: materializes one target rank's ZeRO partition (fp32 master weights and
+// optimizer states) directly in GPU memory. Members of a DP group each read a disjoint share of the
+// atomic files and NCCL all-gather gives every member the whole group buffer it slices from.
+// Built from device_load.cu with CUDA + NCCL; device_load_stub.cpp otherwise.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ucpkit::gpu {
+
+struct DeviceLoadRequest {
+  std::string universal_dir;
+  int tp = 1, pp = 1, dp = 1, zero_stage = 1;
+  int pp_rank = 0, tp_rank = 0, dp_rank = 0;  // the target rank this process materializes
+  bool verify = true;                          // checksums of the atomic tensors vs the manifest
+};
+
+struct DeviceLoadResult {
+  uint64_t bytes_to_device = 0;   // bytes copied host -> device
+  double seconds = 0;             // wall time of the copies (incl. NCCL exchange)
+  double gbps = 0;                // bytes_to_device / seconds / 1e9
+  double baseline_gbps = 0;       // plain pinned-memory cudaMemcpy of the same bytes, same run
+  std::vector<uint32_t> partition_crc32;  // per group and state, of the bytes now on the device
+  int device = -1;
+};
+
+// True when a CUDA device is usable (false in stub builds and on machines without a GPU).
+bool gpu_available(std::string* why = nullptr);
+
+// Loads the partition; throws Error("no GPU: ...") when no device is usable.
+DeviceLoadResult load_partition_to_device(const DeviceLoadRequest& request);
+
+}  // namespace ucpkit::gpu

@@ -1,0 +1,284 @@
+// DeepSpeed / Megatron-DeepSpeed target files: model states, pipeline layer files, ZeRO shards.
+#include "load/deepspeed_writer.h"
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/torch/torch_file.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::load {
+
+using pickle::Kind;
+using pickle::Object;
+using pickle::Value;
+using pickle::ValuePtr;
+
+namespace {
+
+uint64_t saved(const std::string& path, const ValuePtr& root) {
+  save_torch_file(path, root);
+  std::error_code ec;
+  const auto n = fs::file_size(path, ec);
+  return ec ? 0 : n;
+}
+
+ValuePtr fragment_address(int64_t numel, int64_t start) {
+  auto st = Value::dict();
+  st->set_item("numel", Value::integer(numel));
+  st->set_item("start", Value::integer(start));
+  // A dataclass pickles as NEWOBJ on the class, then BUILD with its __dict__.
+  return Value::make_object("deepspeed.utils.tensor_fragment", "fragment_address", Value::tuple(), st,
+                            Object::Build::NewObj);
+}
+
+ValuePtr zero_stage_enum(int stage) {
+  // An int Enum pickles as REDUCE: ZeroStageEnum(value).
+  return Value::make_object("deepspeed.runtime.zero.config", "ZeroStageEnum", Value::tuple({Value::integer(stage)}),
+                            nullptr, Object::Build::Reduce);
+}
+
+ValuePtr loss_scaler(DType dtype) {
+  auto st = Value::dict();
+  if (dtype == DType::Float16) {
+    st->set_item("cur_scale", Value::real(65536.0));
+    st->set_item("dynamic", Value::boolean(true));
+    st->set_item("cur_iter", Value::integer(0));
+    st->set_item("last_overflow_iter", Value::integer(-1));
+    st->set_item("scale_factor", Value::real(2.0));
+    st->set_item("scale_window", Value::integer(1000));
+    st->set_item("min_scale", Value::integer(1));
+    st->set_item("delayed_shift", Value::integer(1));
+    st->set_item("cur_hysteresis", Value::integer(1));
+    st->set_item("consecutive_hysteresis", Value::boolean(false));
+    st->set_item("raise_error_at_min_scale", Value::boolean(true));
+    st->set_item("dtype", Value::torch_dtype(DType::Float16));
+    return Value::make_object("deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler", Value::tuple(), st,
+                              Object::Build::NewObj);
+  }
+  st->set_item("cur_scale", Value::integer(1));
+  st->set_item("dynamic", Value::boolean(false));
+  return Value::make_object("deepspeed.runtime.fp16.loss_scaler", "LossScaler", Value::tuple(), st,
+                            Object::Build::NewObj);
+}
+
+void set_if_present(const ValuePtr& obj, const char* field, ValuePtr v) {
+  if (obj && obj->attr(field)) obj->set_attr(field, std::move(v));
+}
+
+
+}  // namespace
+
+void retarget_args(const ValuePtr& args, const TargetLayout& t, int64_t padded_vocab, int source_dp) {
+  if (!args || args->kind != Kind::Object) return;
+  (void)source_dp;
+  set_if_present(args, "tensor_model_parallel_size", Value::integer(t.tp));
+  set_if_present(args, "pipeline_model_parallel_size", Value::integer(t.pp));
+  set_if_present(args, "data_parallel_size", Value::integer(t.dp));
+  set_if_present(args, "world_size", Value::integer(static_cast<int64_t>(t.tp) * t.pp * t.dp));
+  set_if_present(args, "zero_stage", Value::integer(t.zero_stage));
+  if (padded_vocab > 0) set_if_present(args, "padded_vocab_size", Value::integer(padded_vocab));
+  set_if_present(args, "params_dtype", Value::torch_dtype(t.dtype));
+  set_if_present(args, "fp16", Value::boolean(t.dtype == DType::Float16));
+  set_if_present(args, "bf16", Value::boolean(t.dtype == DType::BFloat16));
+}
+
+DeepSpeedWriter::DeepSpeedWriter(const ModelInfo& model, const UcpInfo& plan, UniversalReader& reader,
+                                 ValuePtr common_optimizer_state)
+    : model_(model), plan_(plan), reader_(reader), common_(std::move(common_optimizer_state)) {
+  if (!common_ || common_->kind != Kind::Dict) throw Error("zero/optimizer_state.pt: not a dict");
+}
+
+Tensor DeepSpeedWriter::partition_tensor(int mp, int group, int dp_rank, const std::string& state) const {
+  const GroupPlan& g = plan_.mp_ranks.at(mp).groups.at(group);
+  Tensor out = Tensor::zeros(DType::Float32, {g.partition});
+  float* dst = reinterpret_cast<float*>(out.storage()->mutable_bytes().data());
+  for (const auto& f : partition_of(g, dp_rank).fragments) {
+    const Slot& s = g.slots[f.slot];
+    const Tensor& u = reader_.tensor(s.param, state);
+    copy_flat_range(reinterpret_cast<const float*>(u.contiguous_bytes().data()), model_.params[s.param].shape,
+                    s.slice, f.param_offset, f.param_offset + f.numel, dst + f.start);
+  }
+  return out;
+}
+
+Tensor DeepSpeedWriter::low_precision_slice(int mp, int group, int slot) const {
+  const Slot& s = plan_.mp_ranks.at(mp).groups.at(group).slots.at(slot);
+  const Tensor& u = reader_.tensor(s.param, "fp32");
+  std::vector<float> tmp(static_cast<size_t>(s.numel()));
+  copy_flat_range(reinterpret_cast<const float*>(u.contiguous_bytes().data()), model_.params[s.param].shape, s.slice,
+                  0, s.numel(), tmp.data());
+  Tensor out = Tensor::zeros(plan_.target.dtype, s.slice.shape);
+  convert_from_fp32(tmp.data(), tmp.size(), plan_.target.dtype, out.storage()->mutable_bytes().data());
+  return out;
+}
+
+ValuePtr DeepSpeedWriter::ds_config(const ValuePtr& source) const {
+  if (!source || source->kind != Kind::Dict) return source;
+  auto cfg = pickle::deep_copy(source);
+  const auto& t = plan_.target;
+  if (auto z = cfg->get("zero_optimization"); z && z->kind == Kind::Dict) z->set_item("stage", Value::integer(t.zero_stage));
+  if (auto b = cfg->get("bf16"); b && b->kind == Kind::Dict) b->set_item("enabled", Value::boolean(t.dtype == DType::BFloat16));
+  if (auto f = cfg->get("fp16"); f && f->kind == Kind::Dict) f->set_item("enabled", Value::boolean(t.dtype == DType::Float16));
+  if (auto tb = cfg->get("train_batch_size"); tb && tb->kind == Kind::Int && model_.source_dp > 0 &&
+                                             tb->i % model_.source_dp == 0)
+    cfg->set_item("train_batch_size", Value::integer(tb->i / model_.source_dp * t.dp));
+  return cfg;
+}
+
+ValuePtr DeepSpeedWriter::model_root(int mp) const {
+  const MpRankPlan& mr = plan_.mp_ranks.at(mp);
+  const auto& t = plan_.target;
+  ValuePtr src = load_torch(model_.model_files.at(mr.template_file));
+  if (!src || src->kind != Kind::Dict) fail(model_.model_files.at(mr.template_file), "not a model-states dict");
+  ValuePtr root = pickle::deep_copy(src);
+
+  // Module weights (non-pipeline): views into one low-precision flat buffer per group, as ZeRO saves them.
+  if (auto module = root->get("module"); module && module->kind == Kind::Dict) {
+    std::map<std::string, ValuePtr> fresh;
+    for (size_t gi = 0; gi < mr.groups.size(); ++gi) {
+      const GroupPlan& g = mr.groups[gi];
+      auto storage = Storage::zeros(t.dtype, g.padded);
+      const size_t es = dtype_size(t.dtype);
+      for (size_t si = 0; si < g.slots.size(); ++si) {
+        const Slot& s = g.slots[si];
+        Tensor lp = low_precision_slice(mp, static_cast<int>(gi), static_cast<int>(si));
+        std::memcpy(storage->mutable_bytes().data() + s.offset * es, lp.contiguous_bytes().data(), lp.nbytes());
+        fresh[model_.params[s.param].name] =
+            Value::of_tensor(Tensor(storage, s.offset, s.slice.shape, Tensor::contiguous_strides(s.slice.shape)));
+      }
+    }
+    auto out = Value::dict(module->ordered);
+    for (const auto& [k, v] : module->entries) {
+      auto it = fresh.find(k->as_str());
+      if (it != fresh.end()) {
+        out->entries.emplace_back(k, it->second);
+        fresh.erase(it);
+      } else {
+        out->entries.emplace_back(k, v);  // buffers and other non-trainable entries travel as they are
+      }
+    }
+    for (const auto& [gi, si] : mr.module) {
+      const auto& name = model_.params[mr.groups[gi].slots[si].param].name;
+      if (auto it = fresh.find(name); it != fresh.end()) out->set_item(name, it->second);
+    }
+    root->set_item("module", out);
+  }
+
+  if (root->contains("param_shapes")) {
+    auto shapes = Value::list();
+    for (const auto& g : mr.groups) {
+      auto d = Value::dict(true);
+      for (const auto& s : g.slots) d->set_item(model_.params[s.param].name, Value::torch_size(s.slice.shape));
+      shapes->items.push_back(d);
+    }
+    root->set_item("param_shapes", shapes);
+  }
+  if (root->contains("dp_world_size")) root->set_item("dp_world_size", Value::integer(t.dp));
+  if (root->contains("mp_world_size")) root->set_item("mp_world_size", Value::integer(t.tp));
+  if (auto cpd = root->get("checkpoint_parallel_dimensions"); cpd && cpd->kind == Kind::Dict) {
+    cpd->set_item("pp_degree", Value::integer(t.pp));
+    cpd->set_item("tp_degree", Value::integer(t.tp));
+  }
+  if (auto cfg = root->get("ds_config")) root->set_item("ds_config", ds_config(cfg));
+  retarget_args(root->get("args"), t, plan_.padded_vocab, model_.source_dp);
+  if (auto uc = root->get("universal_checkpoint_info"); uc && uc->kind == Kind::Dict && plan_.padded_vocab > 0 &&
+                                                          uc->contains("padded_vocab_size"))
+    uc->set_item("padded_vocab_size", Value::integer(plan_.padded_vocab));
+  return root;
+}
+
+uint64_t DeepSpeedWriter::write_model_file(int mp, const std::string& dir) const {
+  return saved((fs::path(dir) / plan_.mp_ranks.at(mp).model_file()).string(), model_root(mp));
+}
+
+uint64_t DeepSpeedWriter::write_layer_files(int mp, const std::string& dir) const {
+  const MpRankPlan& mr = plan_.mp_ranks.at(mp);
+  uint64_t n = 0;
+  for (const auto& lf : mr.layers) {
+    auto sd = Value::dict(true);
+    for (const auto& [local, where] : lf.entries)
+      sd->set_item(local, Value::of_tensor(low_precision_slice(mp, where.first, where.second)));
+    char name[96];
+    std::snprintf(name, sizeof name, "layer_%02d-model_%02d-model_states.pt", lf.layer, mr.tp_rank);
+    n += saved((fs::path(dir) / name).string(), sd);
+  }
+  return n;
+}
+
+uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir) const {
+  const MpRankPlan& mr = plan_.mp_ranks.at(mp);
+  const auto& t = plan_.target;
+  auto common_groups = common_->get("param_groups");
+  if (!common_groups || !common_groups->is_sequence()) throw Error("zero/optimizer_state.pt: no param_groups");
+
+  auto state = Value::dict();
+  auto hyper = Value::list();
+  auto fp32_parts = Value::list();
+  auto maps = Value::list();
+  auto pads = Value::list();
+  auto counts = Value::list();
+  for (size_t gi = 0; gi < mr.groups.size(); ++gi) {
+    const GroupPlan& g = mr.groups[gi];
+    const PartitionPlan part = partition_of(g, d);
+    auto gs = Value::dict();
+    ValuePtr step;
+    for (const auto& s : g.slots)
+      if ((step = reader_.step(s.param))) break;
+    if (step) gs->set_item("step", step);
+    for (size_t k = 1; k < model_.states.size(); ++k)
+      gs->set_item(model_.states[k], Value::of_tensor(partition_tensor(mp, static_cast<int>(gi), d, model_.states[k])));
+    state->entries.emplace_back(Value::integer(static_cast<int64_t>(gi)), gs);
+    if (g.group >= (int)common_groups->items.size())
+      throw Error("zero/optimizer_state.pt: no param_groups entry for group " + std::to_string(g.group));
+    auto h = pickle::deep_copy(common_groups->items[g.group]);
+    if (h->kind == Kind::Dict) h->set_item("params", Value::list({Value::integer(static_cast<int64_t>(gi))}));
+    hyper->items.push_back(h);
+    Tensor fp32 = partition_tensor(mp, static_cast<int>(gi), d, "fp32");
+    if (!t.bf16_optimizer) fp32 = fp32.narrow(0, 0, g.partition - part.padding).contiguous(true);
+    fp32_parts->items.push_back(Value::of_tensor(fp32));
+    auto m = Value::dict(true);
+    for (const auto& f : part.fragments)
+      m->set_item(model_.params[g.slots[f.slot].param].name, fragment_address(f.numel, f.start));
+    maps->items.push_back(m);
+    pads->items.push_back(Value::integer(part.padding));
+    counts->items.push_back(Value::integer(g.partition_count));
+  }
+
+  auto osd = Value::dict(true);
+  if (!t.bf16_optimizer) {
+    auto ls = common_->get("loss_scaler");
+    // fp16 needs a dynamic scaler; other dtypes keep the source's scaler (or a static one).
+    const bool dynamic = ls && ls->class_path().find("DynamicLossScaler") != std::string::npos;
+    if (!ls || (t.dtype == DType::Float16) != dynamic) ls = loss_scaler(t.dtype);
+    osd->set_item("loss_scaler", ls);
+    osd->set_item("dynamic_loss_scale", Value::boolean(t.dtype == DType::Float16));
+    auto ov = common_->get("overflow");
+    osd->set_item("overflow", ov ? ov : Value::boolean(false));
+  }
+  auto clip = common_->get("clip_grad");
+  osd->set_item("clip_grad", clip ? clip : Value::real(1.0));
+  auto base = Value::dict();
+  base->set_item("state", state);
+  base->set_item("param_groups", hyper);
+  osd->set_item("base_optimizer_state", base);
+  osd->set_item("single_partition_of_fp32_groups", fp32_parts);
+  if (!t.bf16_optimizer) osd->set_item("zero_stage", zero_stage_enum(t.zero_stage));
+  osd->set_item("group_paddings", pads);
+  osd->set_item("partition_count", counts);
+  auto ver = common_->get("ds_version");
+  osd->set_item("ds_version", ver ? ver : Value::str("0.16.4"));
+  osd->set_item("param_slice_mappings", maps);
+
+  auto root = Value::dict();
+  root->set_item("optimizer_state_dict", osd);
+  ValuePtr tmpl = load_torch(model_.model_files.at(mr.template_file));
+  if (auto cfg = tmpl->get("ds_config")) root->set_item("ds_config", ds_config(cfg));
+  root->set_item("ds_version", ver ? ver : Value::str("0.16.4"));
+  return saved((fs::path(dir) / plan_.optim_file(d, mp)).string(), root);
+}
+
+}  // namespace ucpkit::load

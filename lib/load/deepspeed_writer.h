@@ -1,0 +1,45 @@
+// Load (the paper's last step) for DeepSpeed / Megatron-DeepSpeed targets: builds the files of one
+// target rank (formats.md section 2) from the UcpInfo plan and the atomic tensors.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "io/pickle/value.h"
+#include "load/model_info.h"
+#include "load/ucp_info.h"
+#include "load/universal_reader.h"
+
+namespace ucpkit::load {
+
+class DeepSpeedWriter {
+ public:
+  // `common_optimizer_state` is the universal zero/optimizer_state.pt root.
+  DeepSpeedWriter(const ModelInfo& model, const UcpInfo& plan, UniversalReader& reader,
+                  pickle::ValuePtr common_optimizer_state);
+
+  // mp_rank_XX_model_states.pt of model-parallel rank `mp` into `dir`; returns bytes written.
+  uint64_t write_model_file(int mp, const std::string& dir) const;
+  // The pipeline layer files of `mp` (none for non-pipeline models).
+  uint64_t write_layer_files(int mp, const std::string& dir) const;
+  // [bf16_]zero_pp_rank_D_mp_rank_XX_optim_states.pt of (dp_rank, mp).
+  uint64_t write_optim_file(int dp_rank, int mp, const std::string& dir) const;
+
+  // The module weights of one slot in the target dtype, as a compact tensor.
+  Tensor low_precision_slice(int mp, int group, int slot) const;
+  // One state of one DP partition of a group (fp32, `partition` elements, zero padding).
+  Tensor partition_tensor(int mp, int group, int dp_rank, const std::string& state) const;
+
+ private:
+  pickle::ValuePtr model_root(int mp) const;
+  pickle::ValuePtr ds_config(const pickle::ValuePtr& source) const;
+  const ModelInfo& model_;
+  const UcpInfo& plan_;
+  UniversalReader& reader_;
+  pickle::ValuePtr common_;
+};
+
+// Sets the layout fields of carried-over objects to the target: Megatron args (parallel sizes,
+// padded vocabulary, dtype flags), ds_config (ZeRO stage, precision, batch size), world sizes.
+void retarget_args(const pickle::ValuePtr& args, const TargetLayout& target, int64_t padded_vocab, int source_dp);
+
+}  // namespace ucpkit::load

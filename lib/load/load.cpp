@@ -1,0 +1,264 @@
+// ucp-load driver: plan, then write every target file once (TBB threads; MPI ranks split the files).
+#include "load/load.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "io/torch/torch_file.h"
+#include "load/deepspeed_writer.h"
+#include "load/safetensors_writer.h"
+#include "load/universal_reader.h"
+#include "tool/tool.h"
+#include "ucp/mpi_session.h"
+#include "ucp/plan.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::load {
+
+nlohmann::json LoadSummary::to_json() const {
+  return {{"tool", "ucp-load"},      {"output", output},         {"format", format},
+          {"params", params},        {"files_written", files_written}, {"bytes_read", bytes_read},
+          {"bytes_written", bytes_written}, {"seconds", seconds}, {"peak_rss_bytes", peak_rss_bytes},
+          {"mpi_ranks", ranks},      {"threads", threads}};
+}
+
+Prepared prepare(const LoadOptions& options) {
+  Prepared p;
+  p.model = read_model_info(options.input);
+  if (options.vocab_multiple > 0) {
+    p.model.vocab_multiple = options.vocab_multiple;
+  } else if (p.model.vocab_multiple_ambiguous && options.target.tp != p.model.source_tp) {
+    tool::warn("the vocabulary padding multiple is not recorded (args.make_vocab_size_divisible_by); assuming " +
+               std::to_string(p.model.vocab_multiple) + " (pass --vocab-multiple to choose)");
+  }
+  TargetLayout t = options.target;
+  switch (options.optimizer) {
+    case OptimizerKind::Zero: t.bf16_optimizer = false; break;
+    case OptimizerKind::Bf16: t.bf16_optimizer = true; break;
+    case OptimizerKind::Auto:
+      // BF16_Optimizer where DeepSpeed would pick it: bf16 with ZeRO 0, or ZeRO 1 when the source used it.
+      t.bf16_optimizer = t.dtype == DType::BFloat16 &&
+                         (t.zero_stage == 0 || (t.zero_stage == 1 && p.model.source_bf16_optimizer));
+      break;
+  }
+  if (options.format == "safetensors") {
+    // Weights only, unsharded: the parallel layout does not apply.
+    p.plan.target = t;
+    return p;
+  }
+  p.plan = ucp_info(p.model, t);
+  return p;
+}
+
+nlohmann::json plan_json(const LoadOptions& options) {
+  auto p = prepare(options);
+  if (options.format == "safetensors") {
+    nlohmann::json j;
+    j["format"] = "safetensors";
+    j["dtype"] = std::string(dtype_name(options.target.dtype));
+    auto& shards = j["shards"] = nlohmann::json::array();
+    for (const auto& sh : safetensors_shards(p.model, options.target.dtype, options.shard_bytes)) {
+      nlohmann::json names = nlohmann::json::array();
+      for (int i : sh) names.push_back(p.model.params[i].name);
+      shards.push_back(names);
+    }
+    return j;
+  }
+  return p.plan.to_json(p.model);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A temporary folder beside the target; renamed into place by commit(), removed otherwise.
+class Staging {
+ public:
+  Staging(const fs::path& target, bool overwrite) : target_(fs::absolute(target)) {
+    std::error_code ec;
+    if (fs::exists(target_, ec) && !overwrite)
+      throw Error(target_.string() + ": output already exists (remove it or pass --overwrite)");
+    if (!fs::is_directory(target_.parent_path(), ec))
+      throw Error(target_.parent_path().string() + ": output parent folder does not exist");
+    path_ = target_.parent_path() / ("." + target_.filename().string() + ".ucp-load-tmp-" + std::to_string(getpid()));
+    fs::remove_all(path_, ec);
+    if (!fs::create_directory(path_, ec) || ec)
+      throw Error(target_.string() + ": cannot create output: " + (ec ? ec.message() : std::string("failed")));
+  }
+  ~Staging() {
+    if (!committed_) {
+      std::error_code ec;
+      fs::remove_all(path_, ec);
+    }
+  }
+  const fs::path& path() const { return path_; }
+  void commit() {
+    std::error_code ec;
+    fs::path old;
+    if (fs::exists(target_, ec)) {
+      old = target_.parent_path() / ("." + target_.filename().string() + ".ucp-load-old-" + std::to_string(getpid()));
+      fs::rename(target_, old, ec);
+      if (ec) throw Error(target_.string() + ": cannot replace: " + ec.message());
+    }
+    fs::rename(path_, target_, ec);
+    if (ec) throw Error(target_.string() + ": cannot rename output into place: " + ec.message());
+    committed_ = true;
+    if (!old.empty()) fs::remove_all(old, ec);
+    fsync_dir(target_.parent_path().string());
+  }
+
+ private:
+  fs::path target_, path_;
+  bool committed_ = false;
+};
+
+struct Job {
+  enum Kind { Model, Optim } kind;
+  int mp = 0, dp = 0;
+  uint64_t bytes = 0;  // estimated output bytes (for the split across MPI ranks and ordering)
+};
+
+std::vector<Job> jobs_of(const ModelInfo& m, const UcpInfo& plan) {
+  std::vector<Job> jobs;
+  const uint64_t es = dtype_size(plan.target.dtype);
+  for (const auto& mr : plan.mp_ranks) {
+    uint64_t numel = 0, part = 0;
+    for (const auto& g : mr.groups) {
+      numel += g.numel;
+      part += g.partition;
+    }
+    jobs.push_back({Job::Model, mr.mp, 0, numel * es * (mr.layers.empty() ? 1 : 2)});
+    for (int d = 0; d < plan.target.dp; ++d)
+      jobs.push_back({Job::Optim, mr.mp, d, part * 4 * m.states.size()});
+  }
+  return jobs;
+}
+
+}  // namespace
+
+LoadSummary run_load(const LoadOptions& options) {
+  const auto t0 = Clock::now();
+  auto& mpi = ucp::MpiSession::get();
+  std::string failure;
+  auto guarded = [&](auto&& f) {
+    try {
+      f();
+    } catch (const UsageError&) {
+      throw;
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  };
+  auto check = [&] {
+    if (mpi.any(!failure.empty())) throw Error(failure.empty() ? "another MPI rank failed" : failure);
+  };
+
+  Prepared prep;
+  guarded([&] { prep = prepare(options); });
+  check();
+  const ModelInfo& model = prep.model;
+  const int threads = options.threads > 0 ? options.threads : std::max(1, tbb::this_task_arena::max_concurrency());
+
+  std::unique_ptr<Staging> staging;
+  std::string staged;
+  guarded([&] {
+    if (mpi.rank() == 0) {
+      staging = std::make_unique<Staging>(options.output, options.overwrite);
+      staged = staging->path().string();
+    }
+  });
+  check();
+  staged = mpi.broadcast(staged);
+
+  UniversalReader reader(model, options.input, options.verify);
+  std::atomic<uint64_t> written{0}, files{0};
+
+  if (options.format == "safetensors") {
+    guarded([&] {
+      if (mpi.rank() == 0) {
+        written += write_safetensors(model, reader, options.target.dtype, options.shard_bytes, staged, threads);
+        files += safetensors_shards(model, options.target.dtype, options.shard_bytes).size() + 1;
+      }
+    });
+  } else {
+    const UcpInfo& plan = prep.plan;
+    const fs::path ckdir = fs::path(staged) / model.tag;
+    guarded([&] {
+      if (mpi.rank() == 0) {
+        fs::create_directories(ckdir);
+        write_file_atomic((fs::path(staged) / "latest").string(), model.tag);
+      }
+    });
+    check();
+    mpi.barrier();
+    guarded([&] {
+      pickle::ValuePtr common = load_torch((fs::path(options.input) / "zero" / "optimizer_state.pt").string());
+      DeepSpeedWriter writer(model, plan, reader, common);
+      auto jobs = jobs_of(model, plan);
+      std::vector<uint64_t> sizes;
+      for (const auto& j : jobs) sizes.push_back(j.bytes);
+      const auto owner = ucp::assign_by_size(sizes, mpi.size());
+      std::vector<size_t> mine;
+      for (size_t i = 0; i < jobs.size(); ++i)
+        if (owner[i] == mpi.rank()) mine.push_back(i);
+      std::stable_sort(mine.begin(), mine.end(), [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
+      tool::Progress progress("ucp-load", mine.size());
+      std::mutex progress_mu;
+      tbb::task_arena arena(threads);
+      arena.execute([&] {
+        tbb::parallel_for(
+            tbb::blocked_range<size_t>(0, mine.size(), 1),
+            [&](const tbb::blocked_range<size_t>& r) {
+              for (size_t k = r.begin(); k != r.end(); ++k) {
+                const Job& j = jobs[mine[k]];
+                if (j.kind == Job::Model) {
+                  written += writer.write_model_file(j.mp, ckdir.string());
+                  written += writer.write_layer_files(j.mp, ckdir.string());
+                  files += 1 + plan.mp_ranks[j.mp].layers.size();
+                } else {
+                  written += writer.write_optim_file(j.dp, j.mp, ckdir.string());
+                  files += 1;
+                }
+                if (mpi.rank() == 0) {
+                  std::lock_guard lock(progress_mu);
+                  progress.advance();
+                }
+              }
+            },
+            tbb::simple_partitioner());
+      });
+      progress.finish();
+    });
+  }
+  check();
+  mpi.barrier();
+  guarded([&] {
+    if (mpi.rank() == 0) staging->commit();
+  });
+  check();
+
+  LoadSummary s;
+  s.output = options.output;
+  s.format = options.format;
+  s.params = model.params.size();
+  s.ranks = mpi.size();
+  s.threads = threads;
+  s.files_written = mpi.sum(files.load());
+  s.bytes_read = mpi.sum(reader.bytes_read());
+  s.bytes_written = mpi.sum(written.load());
+  s.peak_rss_bytes = mpi.max(tool::peak_rss_bytes());
+  s.seconds = mpi.max(std::chrono::duration<double>(Clock::now() - t0).count());
+  return s;
+}
+
+}  // namespace ucpkit::load

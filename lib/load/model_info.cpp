@@ -1,0 +1,217 @@
+// Reading a universal checkpoint's model description: manifest.json, param_shapes, Megatron args.
+#include "load/model_info.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "core/error.h"
+#include "io/torch/torch_file.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::load {
+
+using pickle::Kind;
+using pickle::ValuePtr;
+
+int ModelInfo::param_index(const std::string& name) const {
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+int64_t pad_vocab(int64_t vocab, int64_t multiple, int tp) {
+  const int64_t m = multiple * tp;
+  return (vocab + m - 1) / m * m;
+}
+
+int64_t infer_vocab_multiple(int64_t vocab, int64_t padded, int tp) {
+  for (int64_t m = 128; m >= 1; m /= 2)
+    if (pad_vocab(vocab, m, tp) == padded) return m;
+  throw Error("padded_vocab_size " + std::to_string(padded) + " is not vocab " + std::to_string(vocab) +
+              " padded to a power-of-two multiple of tp=" + std::to_string(tp) + " (pass --vocab-multiple)");
+}
+
+namespace {
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) throw Error(p.string() + ": cannot read (incomplete universal checkpoint?)");
+  try {
+    nlohmann::json j;
+    in >> j;
+    return j;
+  } catch (const std::exception& e) {
+    throw Error(p.string() + ": corrupt JSON: " + e.what());
+  }
+}
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+int64_t arg_int(const ValuePtr& args, const char* field) {
+  if (!args || args->kind != Kind::Object) return 0;
+  auto a = args->attr(field);
+  return a && a->kind == Kind::Int ? a->i : 0;
+}
+
+// Names in flat-buffer order per group, from a model file's param_shapes.
+std::vector<std::vector<std::string>> group_lists(const ValuePtr& root, const std::string& path) {
+  std::vector<std::vector<std::string>> out;
+  auto ps = root->get("param_shapes");
+  if (!ps || !ps->is_sequence()) fail(path, "no param_shapes list (needed for the optimizer group layout)");
+  for (const auto& g : ps->items) {
+    if (!g || g->kind != Kind::Dict) fail(path, "param_shapes entry is not a dict");
+    std::vector<std::string> names;
+    for (const auto& [k, v] : g->entries) names.push_back(k->as_str());
+    out.push_back(std::move(names));
+  }
+  return out;
+}
+
+}  // namespace
+
+ModelInfo read_model_info(const std::string& universal_dir) {
+  const fs::path dir(universal_dir);
+  if (!fs::is_directory(dir)) throw Error(universal_dir + ": not a folder");
+  const auto manifest = read_json(dir / "manifest.json");
+  if (manifest.value("format", "") != "ucpkit-universal")
+    throw Error((dir / "manifest.json").string() + ": not a ucpkit universal manifest");
+  ModelInfo m;
+  try {
+    const auto& src = manifest.at("source");
+    m.source_tp = src.value("tp", 1);
+    m.source_pp = src.value("pp", 1);
+    m.source_dp = src.value("dp", 1);
+    m.source_ep = src.value("ep", 1);
+    m.pipeline = src.value("pipeline", false);
+    m.tag = src.value("tag", m.tag);
+    m.patterns_json = manifest.at("patterns").at("set");
+    for (const auto& f : manifest.at("model_files")) m.model_files.push_back((dir / f.get<std::string>()).string());
+  } catch (const nlohmann::json::exception& e) {
+    throw Error((dir / "manifest.json").string() + ": missing field: " + e.what());
+  }
+  m.patterns = patterns::PatternSet::from_json(m.patterns_json, "manifest");
+  if ((int)m.model_files.size() != m.source_tp * m.source_pp)
+    throw Error((dir / "manifest.json").string() + ": " + std::to_string(m.model_files.size()) +
+                " model files listed but the source layout has tp*pp = " + std::to_string(m.source_tp * m.source_pp));
+  for (const auto& f : m.model_files)
+    if (!fs::exists(f)) throw Error(f + ": missing (the universal checkpoint is incomplete)");
+
+  // Parameters as the manifest lists them.
+  std::map<std::string, ParamInfo> by_name;
+  std::set<std::string> states;
+  for (const auto& e : manifest.at("params")) {
+    if (e.is_null()) throw Error((dir / "manifest.json").string() + ": a parameter entry is empty");
+    ParamInfo p;
+    p.name = e.at("name").get<std::string>();
+    p.shape = e.at("shape").get<std::vector<int64_t>>();
+    p.rule = patterns::classify(m.patterns, p.name);
+    p.step = e.value("step", false);
+    if (e.contains("expert")) m.native_moe = true;
+    for (const auto& [state, v] : e.at("states").items()) {
+      p.state_files[state] = v.at("file").get<std::string>();
+      p.crc32[state] = static_cast<uint32_t>(std::stoul(v.at("crc32").get<std::string>(), nullptr, 16));
+      states.insert(state);
+      if (!fs::exists(dir / p.state_files[state]))
+        throw Error((dir / p.state_files[state]).string() + ": missing (the universal checkpoint is incomplete)");
+    }
+    if (!p.state_files.count("fp32")) throw Error("manifest: parameter " + p.name + " has no fp32 state");
+    by_name[p.name] = std::move(p);
+  }
+  m.states.push_back("fp32");
+  for (const auto& s : states)
+    if (s != "fp32") m.states.push_back(s);
+  for (const auto& [n, p] : by_name)
+    if (p.state_files.size() != m.states.size())
+      throw Error("manifest: parameter " + n + " has " + std::to_string(p.state_files.size()) + " states, others " +
+                  std::to_string(m.states.size()));
+
+  // Model files: group membership and flat-buffer order (stage by stage), Megatron sizes.
+  ValuePtr first = load_torch(m.model_files[0]);
+  if (!first || first->kind != Kind::Dict) fail(m.model_files[0], "not a model-states dict");
+  auto args = first->get("args");
+  m.heads = arg_int(args, "num_attention_heads");
+  m.kv_heads = arg_int(args, "num_key_value_heads");
+  m.hidden = arg_int(args, "hidden_size");
+  m.ffn = arg_int(args, "ffn_hidden_size");
+  if (m.patterns.original_vocab_size) {
+    m.original_vocab = *m.patterns.original_vocab_size;
+    if (int64_t mult = arg_int(args, "make_vocab_size_divisible_by"); mult > 0)
+      m.vocab_multiple = mult;
+    else if (m.patterns.padded_vocab_size)
+    {
+      m.vocab_multiple = infer_vocab_multiple(m.original_vocab, *m.patterns.padded_vocab_size, m.source_tp);
+      m.vocab_multiple_ambiguous =
+          m.vocab_multiple > 1 &&
+          pad_vocab(m.original_vocab, m.vocab_multiple / 2, m.source_tp) == *m.patterns.padded_vocab_size;
+    }
+  }
+  if (m.native_moe) return m;  // group layout of expert models: not handled by ucp_info yet
+
+  std::set<std::string> seen;
+  for (int s = 0; s < m.source_pp; ++s) {
+    const std::string& path = m.model_files[s * m.source_tp];
+    ValuePtr root = s == 0 ? first : load_torch(path);
+    const auto lists = group_lists(root, path);
+    m.groups = std::max<int>(m.groups, static_cast<int>(lists.size()));
+    for (size_t g = 0; g < lists.size(); ++g) {
+      for (size_t k = 0; k < lists[g].size(); ++k) {
+        const auto& name = lists[g][k];
+        if (seen.count(name)) {
+          if (s == m.source_pp - 1 && s > 0 && lists[g].size() > 1) m.tied_copy_first = (k == 0);
+          continue;
+        }
+        auto it = by_name.find(name);
+        if (it == by_name.end())
+          throw Error(path + ": parameter " + name + " has no entry in manifest.json (incomplete universal checkpoint)");
+        seen.insert(name);
+        it->second.group = static_cast<int>(g);
+        m.params.push_back(it->second);
+      }
+    }
+  }
+  for (const auto& [n, p] : by_name)
+    if (!seen.count(n)) throw Error("manifest.json: parameter " + n + " appears in no model file's param_shapes");
+
+  if (m.pipeline) {
+    std::set<int> blocks;
+    int max_layer = -1;
+    for (auto& p : m.params) {
+      const auto dot = p.name.find('.');
+      const std::string head = p.name.substr(0, dot);
+      if (all_digits(head) && dot != std::string::npos) {
+        p.layer = std::stoi(head);
+        p.local = p.name.substr(dot + 1);
+        max_layer = std::max(max_layer, p.layer);
+        if (p.local.find("attention") != std::string::npos) blocks.insert(p.layer);
+      } else if (head == "tied_modules") {
+        const auto dot2 = p.name.find('.', dot + 1);
+        if (dot2 == std::string::npos) throw Error("pipeline parameter " + p.name + " has no local name");
+        p.tied = true;
+        p.local = p.name.substr(dot2 + 1);
+      } else {
+        throw Error("pipeline model parameter " + p.name + " is neither <layer>.<name> nor tied_modules.*");
+      }
+    }
+    for (auto& p : m.params) p.transformer = p.layer >= 0 && blocks.count(p.layer);
+    // GPTModelPipe: the embedding two layers before the first block, the tied head after the last layer.
+    const int embed_layer = blocks.empty() ? 1 : std::max(0, *blocks.begin() - 2);
+    for (auto& p : m.params)
+      if (p.tied) p.layer = embed_layer;
+    m.tied_head_layer = max_layer + 1;
+  }
+
+  // Optimizer flavour of the source (BF16_Optimizer shards have no zero_stage).
+  const fs::path opt = dir / "zero" / "optimizer_state.pt";
+  if (!fs::exists(opt)) throw Error(opt.string() + ": missing (the universal checkpoint is incomplete)");
+  ValuePtr osd = load_torch(opt.string());
+  m.source_bf16_optimizer = osd && osd->kind == Kind::Dict && !osd->contains("zero_stage");
+  return m;
+}
+
+}  // namespace ucpkit::load

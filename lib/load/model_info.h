@@ -1,0 +1,65 @@
+// What ucp-load knows about the model in a universal checkpoint: every atomic parameter with its
+// universal shape, join rule, optimizer group and pipeline position, plus the vocabulary and
+// source-layout facts the target layout is computed from. Read from manifest.json and the copied
+// mp_rank model files; plain data once read.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "patterns/pattern_set.h"
+
+namespace ucpkit::load {
+
+struct ParamInfo {
+  std::string name;             // universal (atomic) name
+  std::vector<int64_t> shape;   // universal shape: vocabulary rows unpadded
+  patterns::ParamRule rule;     // how TP splits it (the union rule, reversed)
+  int group = 0;                // optimizer param group
+  // Pipeline models (names "<layer>.<local>" and "tied_modules.<module>.<local>"):
+  int layer = -1;               // pipeline layer index; -1: tied module or non-pipeline name
+  std::string local;            // name inside the layer file
+  bool transformer = false;     // part of a transformer block (balanced over stages)
+  bool tied = false;            // tied_modules.*: first stage; last stage too when pipeline-replicated
+  bool step = false;            // zero/<name>/step.pt exists
+  std::map<std::string, std::string> state_files;  // state -> relative path in the universal folder
+  std::map<std::string, uint32_t> crc32;           // state -> checksum of the tensor elements
+};
+
+struct ModelInfo {
+  std::vector<ParamInfo> params;        // global flat-buffer order (stages in order, groups interleaved)
+  int groups = 0;                       // dense optimizer param groups
+  std::vector<std::string> states;      // "fp32", then optimizer states (exp_avg, exp_avg_sq)
+  patterns::PatternSet patterns;
+  nlohmann::json patterns_json;
+  int64_t original_vocab = 0;           // 0: no vocabulary parameter
+  int64_t vocab_multiple = 1;           // padded vocab = multiple of vocab_multiple * tp
+  bool vocab_multiple_ambiguous = false;  // inferred, and a smaller multiple fits the source as well
+  bool pipeline = false;                // names of a PipelineModule (layer files, module = None)
+  bool tied_copy_first = false;         // last stage lists the tied copy before its own params
+  int tied_head_layer = -1;             // layer index of the last stage's tied copy
+  int source_tp = 1, source_pp = 1, source_dp = 1, source_ep = 1;
+  bool source_bf16_optimizer = false;   // BF16_Optimizer shards (no zero_stage)
+  bool native_moe = false;
+  // Model sizes from Megatron args, 0 when unknown (for layout validation).
+  int64_t heads = 0, kv_heads = 0, hidden = 0, ffn = 0;
+  std::string tag = "global_step0";      // the source checkpoint's tag (global_stepN)
+  std::vector<std::string> model_files;  // copied source mp_rank files, [pp_rank * tp + tp_rank]
+
+  int param_index(const std::string& name) const;
+};
+
+// Reads `universal_dir`: manifest.json, the copied model files (param_shapes give group membership
+// and flat-buffer order) and zero/optimizer_state.pt. Throws Error when the folder is incomplete or
+// disagrees with its manifest.
+ModelInfo read_model_info(const std::string& universal_dir);
+
+// The vocabulary padding multiple m such that padding `vocab` to a multiple of m * tp gives
+// `padded` (largest of 128, 64, ..., 1 that fits; Megatron's make_vocab_size_divisible_by).
+int64_t infer_vocab_multiple(int64_t vocab, int64_t padded, int tp);
+int64_t pad_vocab(int64_t vocab, int64_t multiple, int tp);
+
+}  // namespace ucpkit::load

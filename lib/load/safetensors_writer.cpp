@@ -1,0 +1,104 @@
+// safetensors: 8-byte little-endian header length, JSON header (dtype, shape, data_offsets), raw bytes.
+#include "load/safetensors_writer.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::load {
+
+namespace {
+int64_t numel_of(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+}  // namespace
+
+std::vector<std::vector<int>> safetensors_shards(const ModelInfo& model, DType dtype, uint64_t shard_bytes) {
+  std::vector<std::vector<int>> shards;
+  uint64_t used = 0;
+  for (size_t i = 0; i < model.params.size(); ++i) {
+    const uint64_t n = static_cast<uint64_t>(numel_of(model.params[i].shape)) * dtype_size(dtype);
+    if (shards.empty() || (used > 0 && used + n > shard_bytes)) {
+      shards.emplace_back();
+      used = 0;
+    }
+    shards.back().push_back(static_cast<int>(i));
+    used += n;
+  }
+  return shards;
+}
+
+uint64_t write_safetensors(const ModelInfo& model, UniversalReader& reader, DType dtype, uint64_t shard_bytes,
+                           const std::string& dir, int threads) {
+  const auto shards = safetensors_shards(model, dtype, shard_bytes);
+  const size_t es = dtype_size(dtype);
+  std::vector<std::string> names(shards.size());
+  for (size_t k = 0; k < shards.size(); ++k) {
+    char buf[96];
+    if (shards.size() == 1)
+      std::snprintf(buf, sizeof buf, "model.safetensors");
+    else
+      std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
+    names[k] = buf;
+  }
+  std::vector<uint64_t> written(shards.size(), 0);
+  uint64_t total = 0;
+  for (const auto& sh : shards)
+    for (int i : sh) total += static_cast<uint64_t>(numel_of(model.params[i].shape)) * es;
+
+  tbb::task_arena arena(threads > 0 ? threads : tbb::this_task_arena::max_concurrency());
+  arena.execute([&] {
+    tbb::parallel_for(size_t{0}, shards.size(), [&](size_t k) {
+      nlohmann::ordered_json header = nlohmann::ordered_json::object();
+      header["__metadata__"] = {{"format", "pt"}};
+      uint64_t off = 0;
+      for (int i : shards[k]) {
+        const auto& p = model.params[i];
+        const uint64_t n = static_cast<uint64_t>(numel_of(p.shape)) * es;
+        header[p.name] = {{"dtype", std::string(dtype_safetensors_name(dtype))}, {"shape", p.shape},
+                          {"data_offsets", {off, off + n}}};
+        off += n;
+      }
+      std::string h = header.dump();
+      h.append((8 - h.size() % 8) % 8, ' ');  // keeps tensor data 8-byte aligned
+      AtomicFile f((fs::path(dir) / names[k]).string());
+      uint8_t len[8];
+      for (int b = 0; b < 8; ++b) len[b] = static_cast<uint8_t>(static_cast<uint64_t>(h.size()) >> (8 * b));
+      f.write(len, 8);
+      f.write(h.data(), h.size());
+      std::vector<uint8_t> buf;
+      for (int i : shards[k]) {
+        const Tensor& u = reader.tensor(i, "fp32");
+        const size_t n = static_cast<size_t>(u.numel());
+        buf.resize(n * es);
+        convert_from_fp32(reinterpret_cast<const float*>(u.contiguous_bytes().data()), n, dtype, buf.data());
+        f.write(buf.data(), buf.size());
+      }
+      written[k] = f.offset();
+      f.commit();
+    });
+  });
+  nlohmann::ordered_json index;
+  index["metadata"] = {{"total_size", total}};
+  nlohmann::ordered_json map = nlohmann::ordered_json::object();
+  for (size_t k = 0; k < shards.size(); ++k)
+    for (int i : shards[k]) map[model.params[i].name] = names[k];
+  index["weight_map"] = map;
+  const std::string text = index.dump(2);
+  write_file_atomic((fs::path(dir) / "model.safetensors.index.json").string(), text);
+  uint64_t sum = text.size();
+  for (auto w : written) sum += w;
+  return sum;
+}
+
+}  // namespace ucpkit::load

@@ -1,0 +1,380 @@
+// UcpInfo: target-rank slices, flat-buffer layout and ZeRO partitions, computed without I/O.
+#include "load/ucp_info.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "core/error.h"
+
+namespace ucpkit::load {
+
+using patterns::JoinKind;
+
+nlohmann::json TargetLayout::to_json() const {
+  return {{"tp", tp},
+          {"pp", pp},
+          {"dp", dp},
+          {"zero_stage", zero_stage},
+          {"ep", ep},
+          {"dtype", std::string(dtype_name(dtype))},
+          {"bf16_optimizer", bf16_optimizer}};
+}
+
+int64_t TpSlice::numel() const {
+  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+}
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+[[noreturn]] void indivisible(const std::string& name, const std::vector<int64_t>& shape, int dim, int64_t size,
+                              int tp, const char* what) {
+  throw Error("impossible layout: tp=" + std::to_string(tp) + " does not divide " + what + " " +
+              std::to_string(size) + " (dim " + std::to_string(dim) + " of " + name + ", shape " + shape_str(shape) +
+              ")");
+}
+
+}  // namespace
+
+TpSlice tp_slice(const std::string& name, const std::vector<int64_t>& shape, const patterns::ParamRule& rule,
+                 const patterns::PatternSet& set, int tp, int t, int64_t padded_rows) {
+  TpSlice s;
+  s.shape = shape;
+  if (padded_rows >= 0) {
+    if (shape.empty() || padded_rows < shape[0])
+      throw Error("vocabulary parameter " + name + " has more rows than the padded vocabulary (" +
+                  std::to_string(padded_rows) + ")");
+    s.padded_rows = padded_rows;
+    s.shape[0] = padded_rows;
+  }
+  const std::vector<int64_t> full = s.shape;
+  if (full.empty()) {  // a scalar: replicated
+    s.dim = 0;
+    return s;
+  }
+  switch (rule.kind) {
+    case JoinKind::Replicate:
+    case JoinKind::Average: s.pieces = {{0, full[0]}}; return s;
+    case JoinKind::Cat: {
+      const int d = static_cast<int>(rule.cat_dim);
+      if (d >= (int)full.size()) throw Error("parameter " + name + " has no dim " + std::to_string(d) + " to split");
+      if (full[d] % tp) indivisible(name, full, d, full[d], tp, "the split dimension");
+      const int64_t n = full[d] / tp;
+      s.dim = d;
+      s.pieces = {{t * n, n}};
+      s.shape[d] = n;
+      return s;
+    }
+    case JoinKind::TwoSubParams: {
+      if (full[0] % 2) throw Error("parameter " + name + " has an odd dim 0 but two sub-params");
+      const int64_t half = full[0] / 2;
+      if (half % tp) indivisible(name, full, 0, half, tp, "the sub-parameter size");
+      const int64_t n = half / tp;
+      s.pieces = {{t * n, n}, {half + t * n, n}};
+      s.shape[0] = 2 * n;
+      return s;
+    }
+    case JoinKind::SubParams: {
+      const auto& spec = set.sub_params.at(rule.sub_param_index);
+      const int d = static_cast<int>(spec.partition_dim);
+      if (d >= (int)full.size()) throw Error("parameter " + name + " has no partition dim " + std::to_string(d));
+      std::vector<int64_t> sizes = spec.sub_sizes;
+      if (!spec.sizes_as_tuple) {
+        const int64_t k = static_cast<int64_t>(sizes.size());
+        if (k <= 0 || full[d] % k) throw Error("parameter " + name + " cannot be cut into " + std::to_string(k) + " sub-params");
+        std::fill(sizes.begin(), sizes.end(), full[d] / k);
+      }
+      if (std::accumulate(sizes.begin(), sizes.end(), int64_t{0}) != full[d])
+        throw Error("parameter " + name + ": sub-param sizes do not add up to dim " + std::to_string(d) + " = " +
+                    std::to_string(full[d]));
+      s.dim = d;
+      s.shape[d] = 0;
+      int64_t base = 0;
+      for (int64_t sz : sizes) {
+        if (sz % tp) indivisible(name, full, d, sz, tp, "the sub-parameter size");
+        const int64_t n = sz / tp;
+        s.pieces.push_back({base + t * n, n});
+        s.shape[d] += n;
+        base += sz;
+      }
+      return s;
+    }
+  }
+  return s;
+}
+
+PartitionPlan partition_of(const GroupPlan& g, int part) {
+  PartitionPlan p;
+  p.part = part;
+  const int64_t lo = part * g.partition, hi = lo + g.partition;
+  for (size_t i = 0; i < g.slots.size(); ++i) {
+    const auto& s = g.slots[i];
+    const int64_t a = std::max(s.offset, lo), b = std::min(s.offset + s.numel(), hi);
+    if (b > a) p.fragments.push_back({static_cast<int>(i), a - lo, b - a, a - s.offset});
+  }
+  p.padding = hi - std::max(lo, std::min(hi, g.numel));
+  return p;
+}
+
+std::string MpRankPlan::model_file() const {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "mp_rank_%02d_model_states.pt", mp);
+  return buf;
+}
+
+std::string UcpInfo::optim_file(int dp_rank, int mp) const {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%szero_pp_rank_%d_mp_rank_%02d_optim_states.pt",
+                target.dtype == DType::BFloat16 ? "bf16_" : "", dp_rank, mp);
+  return buf;
+}
+
+int UcpInfo::global_rank(int pp_rank, int dp_rank, int tp_rank) const {
+  return (pp_rank * target.dp + dp_rank) * target.tp + tp_rank;
+}
+
+std::vector<int> stage_of_blocks(int n, int pp) {
+  std::vector<int> out;
+  const int base = n / pp, extra = n % pp;
+  for (int s = 0; s < pp; ++s)
+    for (int k = 0; k < base + (s < extra ? 1 : 0); ++k) out.push_back(s);
+  return out;
+}
+
+namespace {
+
+void check_layout(const ModelInfo& m, const TargetLayout& t) {
+  auto pos = [](int v, const char* what) {
+    if (v < 1) throw UsageError(std::string("--") + what + " must be at least 1");
+  };
+  pos(t.tp, "tp");
+  pos(t.pp, "pp");
+  pos(t.dp, "dp");
+  pos(t.ep, "ep");
+  if (t.zero_stage < 0 || t.zero_stage > 3) throw UsageError("--zero-stage must be 0, 1, 2 or 3");
+  if (t.pp > 1 && t.zero_stage > 1)
+    throw UsageError("pipeline parallelism (--pp " + std::to_string(t.pp) + ") needs ZeRO stage 0 or 1, not " +
+                     std::to_string(t.zero_stage));
+  if (t.bf16_optimizer && t.dtype != DType::BFloat16) throw UsageError("the BF16 optimizer needs --dtype bf16");
+  if (t.bf16_optimizer && t.zero_stage > 1) throw UsageError("the BF16 optimizer runs with ZeRO stage 0 or 1 only");
+  if (t.zero_stage == 0 && !t.bf16_optimizer)
+    throw UsageError("ZeRO stage 0 is written as BF16_Optimizer shards: it needs --dtype bf16");
+  if (t.zero_stage == 3) throw Error("ZeRO-3 target layouts are not implemented yet (stages 0-2 are)");
+  if (t.ep > 1 && !m.native_moe)
+    throw UsageError("--ep " + std::to_string(t.ep) + " but the model has no native MoE experts");
+  if (m.native_moe) throw Error("native DeepSpeed MoE targets (expert files, EP) are not implemented yet");
+  if (t.pp > 1 && !m.pipeline)
+    throw Error("impossible layout: the universal checkpoint holds a non-pipeline model (language_model.* names); "
+                "--pp " + std::to_string(t.pp) + " needs a PipelineModule checkpoint");
+  auto divides = [&](int64_t size, const char* what) {
+    if (size > 0 && size % t.tp)
+      throw Error("impossible layout: tp=" + std::to_string(t.tp) + " does not divide " + what + " (" +
+                  std::to_string(size) + ")");
+  };
+  divides(m.heads, "the number of attention heads");
+  divides(m.kv_heads, "the number of key/value heads");
+  divides(m.ffn, "the FFN hidden size");
+}
+
+}  // namespace
+
+UcpInfo ucp_info(const ModelInfo& m, const TargetLayout& target) {
+  check_layout(m, target);
+  UcpInfo info;
+  info.target = target;
+  info.padded_vocab = m.original_vocab > 0 ? pad_vocab(m.original_vocab, m.vocab_multiple, target.tp) : 0;
+
+  // Pipeline stage of every parameter (a set: tied embeddings live on the first and last stage).
+  const int P = target.pp;
+  std::vector<std::vector<int>> stages(m.params.size());
+  info.stage_layers.assign(P, {});
+  if (m.pipeline) {
+    std::set<int> blocks_set, layers_set;
+    for (const auto& p : m.params) {
+      if (p.layer >= 0) layers_set.insert(p.layer);
+      if (p.transformer) blocks_set.insert(p.layer);
+    }
+    std::vector<int> blocks(blocks_set.begin(), blocks_set.end());
+    if ((int)blocks.size() < P)
+      throw Error("impossible layout: --pp " + std::to_string(P) + " but the model has only " +
+                  std::to_string(blocks.size()) + " transformer layers");
+    const auto st = stage_of_blocks(static_cast<int>(blocks.size()), P);
+    std::map<int, int> layer_stage;
+    for (size_t i = 0; i < blocks.size(); ++i) layer_stage[blocks[i]] = st[i];
+    const int first_block = blocks.empty() ? 0 : blocks.front();
+    for (int L : layers_set)
+      if (!layer_stage.count(L)) layer_stage[L] = L < first_block ? 0 : P - 1;
+    for (size_t i = 0; i < m.params.size(); ++i) {
+      const auto& p = m.params[i];
+      if (p.tied) {
+        stages[i].push_back(0);
+        if (p.rule.pipeline_replicated && P > 1) stages[i].push_back(P - 1);
+      } else {
+        stages[i].push_back(layer_stage.at(p.layer));
+      }
+    }
+    std::set<int> tied_layers;
+    for (const auto& p : m.params)
+      if (p.tied) {
+        tied_layers.insert(p.layer);
+        if (p.rule.pipeline_replicated && m.tied_head_layer >= 0) tied_layers.insert(m.tied_head_layer);
+      }
+    for (int L : tied_layers)
+      if (!layer_stage.count(L)) layer_stage[L] = L < first_block ? 0 : P - 1;
+    for (const auto& [L, s] : layer_stage) info.stage_layers[s].push_back(L);
+  } else {
+    for (auto& s : stages) s = {0};
+    info.stage_layers[0] = {};
+  }
+
+  for (int s = 0; s < P; ++s) {
+    for (int t = 0; t < target.tp; ++t) {
+      MpRankPlan mr;
+      mr.mp = s * target.tp + t;
+      mr.pp_rank = s;
+      mr.tp_rank = t;
+      // Carried-over state from the same coordinate when the source had it, else the nearest one
+      // (the last stage from the source's last stage: it holds the head's scheduler state alike).
+      const int ss = (s == P - 1) ? m.source_pp - 1 : std::min(s, m.source_pp - 1);
+      mr.template_file = ss * m.source_tp + std::min(t, m.source_tp - 1);
+      std::map<int, std::pair<int, int>> where;  // param -> (group, slot)
+      for (int g = 0; g < m.groups; ++g) {
+        GroupPlan gp;
+        gp.group = g;
+        std::vector<int> own, tied_copies;
+        for (size_t i = 0; i < m.params.size(); ++i) {
+          const auto& p = m.params[i];
+          if (p.group != g || std::find(stages[i].begin(), stages[i].end(), s) == stages[i].end()) continue;
+          if (p.tied && s != 0) tied_copies.push_back(static_cast<int>(i));
+          else own.push_back(static_cast<int>(i));
+        }
+        std::vector<int> order;
+        if (m.tied_copy_first) order.insert(order.end(), tied_copies.begin(), tied_copies.end());
+        order.insert(order.end(), own.begin(), own.end());
+        if (!m.tied_copy_first) order.insert(order.end(), tied_copies.begin(), tied_copies.end());
+        if (order.empty()) continue;  // empty groups are dropped, as DeepSpeed does
+        int64_t off = 0;
+        for (int i : order) {
+          const auto& p = m.params[i];
+          Slot slot;
+          slot.param = i;
+          slot.slice = tp_slice(p.name, p.shape, p.rule, m.patterns, target.tp, t,
+                                p.rule.vocab ? info.padded_vocab : -1);
+          slot.offset = off;
+          off += slot.numel();
+          where[i] = {static_cast<int>(mr.groups.size()), static_cast<int>(gp.slots.size())};
+          gp.slots.push_back(std::move(slot));
+        }
+        gp.numel = off;
+        gp.partition_count = target.dp;
+        const int64_t align = 2 * static_cast<int64_t>(target.dp);
+        gp.padded = off ? (off + align - 1) / align * align : align;
+        gp.partition = gp.padded / target.dp;
+        mr.groups.push_back(std::move(gp));
+      }
+      for (size_t i = 0; i < m.params.size(); ++i)
+        if (auto it = where.find(static_cast<int>(i)); it != where.end()) mr.module.push_back(it->second);
+      if (m.pipeline) {
+        for (int L : info.stage_layers[s]) {
+          LayerFilePlan lf;
+          lf.layer = L;
+          for (size_t i = 0; i < m.params.size(); ++i) {
+            const auto& p = m.params[i];
+            auto it = where.find(static_cast<int>(i));
+            if (it == where.end()) continue;
+            const bool here = p.layer == L || (p.tied && p.rule.pipeline_replicated && L == m.tied_head_layer);
+            if (here) lf.entries.push_back({p.local, it->second});
+          }
+          if (!lf.entries.empty()) mr.layers.push_back(std::move(lf));
+        }
+      }
+      info.mp_ranks.push_back(std::move(mr));
+    }
+  }
+  return info;
+}
+
+nlohmann::json UcpInfo::to_json(const ModelInfo& m) const {
+  nlohmann::json j;
+  j["target"] = target.to_json();
+  j["padded_vocab_size"] = padded_vocab;
+  j["original_vocab_size"] = m.original_vocab;
+  j["stage_layers"] = stage_layers;
+  auto& mps = j["mp_ranks"] = nlohmann::json::array();
+  for (const auto& mr : mp_ranks) {
+    nlohmann::json x = {{"mp_rank", mr.mp},
+                        {"pp_rank", mr.pp_rank},
+                        {"tp_rank", mr.tp_rank},
+                        {"model_file", mr.model_file()},
+                        {"template_file", m.model_files.empty() ? "" : m.model_files.at(mr.template_file)}};
+    auto& groups = x["groups"] = nlohmann::json::array();
+    for (const auto& g : mr.groups) {
+      nlohmann::json gj = {{"group", g.group},
+                           {"numel", g.numel},
+                           {"padded_numel", g.padded},
+                           {"partition_numel", g.partition},
+                           {"partition_count", g.partition_count}};
+      auto& params = gj["params"] = nlohmann::json::array();
+      for (const auto& s : g.slots) {
+        nlohmann::json pieces = nlohmann::json::array();
+        for (const auto& [a, n] : s.slice.pieces) pieces.push_back({a, n});
+        nlohmann::json pj = {{"name", m.params[s.param].name},
+                             {"universal_shape", m.params[s.param].shape},
+                             {"shape", s.slice.shape},
+                             {"slice", {{"dim", s.slice.dim}, {"pieces", pieces}}},
+                             {"flat_offset", s.offset},
+                             {"numel", s.numel()}};
+        if (s.slice.padded_rows >= 0) pj["slice"]["padded_rows"] = s.slice.padded_rows;
+        params.push_back(pj);
+      }
+      groups.push_back(gj);
+    }
+    if (!mr.layers.empty()) {
+      auto& layers = x["layer_files"] = nlohmann::json::array();
+      for (const auto& lf : mr.layers) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "layer_%02d-model_%02d-model_states.pt", lf.layer, mr.tp_rank);
+        nlohmann::json names = nlohmann::json::array();
+        for (const auto& e : lf.entries) names.push_back(e.first);
+        layers.push_back({{"file", buf}, {"layer", lf.layer}, {"params", names}});
+      }
+    }
+    mps.push_back(x);
+  }
+  auto& ranks = j["ranks"] = nlohmann::json::array();
+  for (int s = 0; s < target.pp; ++s)
+    for (int d = 0; d < target.dp; ++d)
+      for (int t = 0; t < target.tp; ++t) {
+        const auto& mr = mp_ranks[s * target.tp + t];
+        nlohmann::json r = {{"rank", global_rank(s, d, t)},
+                            {"pp_rank", s},
+                            {"dp_rank", d},
+                            {"tp_rank", t},
+                            {"mp_rank", mr.mp},
+                            {"optim_file", optim_file(d, mr.mp)}};
+        auto& parts = r["partitions"] = nlohmann::json::array();
+        for (const auto& g : mr.groups) {
+          const auto p = partition_of(g, d);
+          nlohmann::json frs = nlohmann::json::array();
+          for (const auto& f : p.fragments)
+            frs.push_back({{"name", m.params[g.slots[f.slot].param].name},
+                           {"start", f.start},
+                           {"numel", f.numel},
+                           {"param_offset", f.param_offset}});
+          parts.push_back({{"group", g.group}, {"padding", p.padding}, {"fragments", frs}});
+        }
+        ranks.push_back(r);
+      }
+  std::sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a["rank"] < b["rank"]; });
+  return j;
+}
+
+}  // namespace ucpkit::load

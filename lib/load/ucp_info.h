@@ -1,0 +1,110 @@
+// UcpInfo (the paper's planning step, formats.md section 4 reversed): for a target layout, which
+// slice of which atomic tensor every target rank owns, where it sits in the ZeRO flat buffers and
+// which fragment of those buffers each DP rank keeps. Pure data: computed without I/O, printable as
+// JSON (`ucp-load --plan`).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/dtype.h"
+#include "load/model_info.h"
+
+namespace ucpkit::load {
+
+struct TargetLayout {
+  int tp = 1, pp = 1, dp = 1, zero_stage = 1, ep = 1;
+  DType dtype = DType::BFloat16;  // low-precision module weights
+  bool bf16_optimizer = false;    // BF16_Optimizer shards (bf16, ZeRO 0/1): padding kept, no zero_stage
+  nlohmann::json to_json() const;
+};
+
+// A TP slice of a universal tensor: along `dim`, the concatenation of `pieces` (start, length) of
+// the tensor whose dim-0 is padded with zero rows up to `padded_rows` (vocabulary parameters).
+struct TpSlice {
+  int dim = 0;
+  std::vector<std::pair<int64_t, int64_t>> pieces;
+  std::vector<int64_t> shape;  // the slice's shape
+  int64_t padded_rows = -1;    // -1: no vocabulary padding
+  int64_t numel() const;
+};
+
+// Rank `t` of `tp` of a parameter of universal shape `shape` under `rule`; `padded_rows` >= 0 pads
+// vocabulary rows first. Throws Error when TP does not divide the split dimension.
+TpSlice tp_slice(const std::string& name, const std::vector<int64_t>& shape, const patterns::ParamRule& rule,
+                 const patterns::PatternSet& set, int tp, int t, int64_t padded_rows);
+
+// One parameter in a flat group buffer of one model-parallel rank.
+struct Slot {
+  int param = -1;               // index into ModelInfo::params
+  TpSlice slice;
+  int64_t offset = 0;           // element offset in the group's flat buffer
+  int64_t numel() const { return slice.numel(); }
+};
+
+// One optimizer param group of one model-parallel rank, flattened and padded as DeepSpeed does:
+// the buffer is padded to a multiple of 2 * partition_count, then split equally.
+struct GroupPlan {
+  int group = 0;                // index in the universal optimizer_state param_groups
+  std::vector<Slot> slots;      // flat-buffer order
+  int64_t numel = 0, padded = 0, partition = 0;
+  int partition_count = 1;
+};
+
+// A run of one parameter inside one DP rank's partition: param_slice_mappings' fragment_address.
+struct Fragment {
+  int slot = -1;                // index into GroupPlan::slots
+  int64_t start = 0;            // offset in the partition
+  int64_t numel = 0;
+  int64_t param_offset = 0;     // offset in the flattened TP slice
+};
+
+struct PartitionPlan {
+  int part = 0;                 // partition index (DP rank)
+  int64_t padding = 0;          // padding elements inside this partition
+  std::vector<Fragment> fragments;
+};
+
+// Fragments of partition `part` of `g`.
+PartitionPlan partition_of(const GroupPlan& g, int part);
+
+// A pipeline layer file: layer-local names -> slots of this model-parallel rank.
+struct LayerFilePlan {
+  int layer = 0;
+  std::vector<std::pair<std::string, std::pair<int, int>>> entries;  // local name -> (group, slot)
+};
+
+struct MpRankPlan {
+  int mp = 0, pp_rank = 0, tp_rank = 0;
+  int template_file = 0;                       // source model file the carried-over state comes from
+  std::vector<GroupPlan> groups;
+  std::vector<std::pair<int, int>> module;     // (group, slot) in module state_dict order (non-pipeline)
+  std::vector<LayerFilePlan> layers;           // pipeline models
+  std::string model_file() const;              // mp_rank_XX_model_states.pt
+};
+
+struct UcpInfo {
+  TargetLayout target;
+  int64_t padded_vocab = 0;
+  std::vector<MpRankPlan> mp_ranks;            // [pp_rank * tp + tp_rank]
+  std::vector<std::vector<int>> stage_layers;  // pipeline layers per stage
+
+  std::string optim_file(int dp_rank, int mp) const;  // [bf16_]zero_pp_rank_D_mp_rank_XX_optim_states.pt
+  // Megatron's rank order: tp fastest, then dp, then pp.
+  int global_rank(int pp_rank, int dp_rank, int tp_rank) const;
+  nlohmann::json to_json(const ModelInfo& model) const;
+};
+
+// Checks the target against the model and computes the plan. Throws UsageError for option
+// combinations that cannot exist (PP > 1 with ZeRO-2/3, ...) and Error for layouts the model does
+// not allow (TP not dividing heads or a split dimension, more stages than layers, ...).
+UcpInfo ucp_info(const ModelInfo& model, const TargetLayout& target);
+
+// The transformer layers of `n` blocks over `pp` stages: contiguous, the first stages get one more
+// when `n` is not a multiple of `pp`.
+std::vector<int> stage_of_blocks(int n, int pp);
+
+}  // namespace ucpkit::load

@@ -1,0 +1,34 @@
+#!/bin/bash
+# Full ucp-load round-trip matrix (tests/load/cases.py FULL): for every case, dsgen source ->
+# ucp-union -> ucp-load -> ucp-union; the two universal checkpoints must agree bit for bit and the
+# target must equal dsgen's checkpoint for that layout (tests/load/compare_target.py).
+# Usage: scripts/test_load_matrix.sh [build_dir] [work_dir]
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${1:-$ROOT/build-load}
+WORK=${2:-$BUILD/load-matrix}
+PY=/usr/bin/python3
+BIN=$BUILD/bin
+mkdir -p "$WORK"
+$PY "$ROOT/tests/load/fixtures.py" "$WORK/fx" --full || exit 1
+pass=0; fail=0
+while IFS=$'\t' read -r name args; do
+  d=$WORK/run/$name
+  rm -rf "$d"; mkdir -p "$d"
+  ok=1
+  "$BIN/ucp-union" -q --input "$WORK/fx/$name/src" --output "$d/u1" >"$d/log" 2>&1 || ok=0
+  [ $ok = 1 ] && { "$BIN/ucp-load" -q --input "$d/u1" --output "$d/target" $args >>"$d/log" 2>&1 || ok=0; }
+  [ $ok = 1 ] && { "$BIN/ucp-union" -q --input "$d/target" --output "$d/u2" >>"$d/log" 2>&1 || ok=0; }
+  if [ $ok = 1 ]; then
+    # Atomic files bit for bit (optimizer_state.pt and the copied model files describe the layout).
+    (cd "$d/u1/zero" && find . -type f ! -name optimizer_state.pt | sort | while read -r f; do
+       cmp -s "$f" "$d/u2/zero/$f" || echo "differs: $f"; done) >"$d/diff" 2>&1
+    [ -s "$d/diff" ] && ok=0 && cat "$d/diff" >>"$d/log"
+  fi
+  [ $ok = 1 ] && { $PY "$ROOT/tests/load/compare_target.py" "$d/target" "$WORK/fx/$name/ref" "$WORK/fx/$name/src/truth" >>"$d/log" 2>&1 || ok=0; }
+  if [ $ok = 1 ]; then echo "PASS $name"; pass=$((pass+1)); else echo "FAIL $name (see $d/log)"; tail -5 "$d/log"; fail=$((fail+1)); fi
+done < <($PY -c "
+import json,sys
+for c in json.load(open('$WORK/fx/cases.json')): print(c['name'] + '\t' + ' '.join(c['target_args']))")
+echo "test_load_matrix: $pass passed, $fail failed"
+[ $fail = 0 ]

@@ -1,0 +1,40 @@
+"""The load round-trip matrix: (name, model, source layout, target layout). Shared by fixtures.py
+(CI subset), scripts/test_load_matrix.sh (everything) and the tests (which read cases.json)."""
+
+# model: dict of dsgen.ModelConfig fields; layouts: dict of dsgen.Layout fields.
+GPT = {"family": "gpt", "layers": 4, "hidden": 32, "heads": 4, "kv_heads": 4, "ffn": 64, "vocab": 100, "seq": 16}
+GPT_UNTIED_SWIGLU = dict(GPT, tied=False, swiglu=True)
+LLAMA = {"family": "llama", "layers": 4, "hidden": 32, "heads": 4, "kv_heads": 2, "ffn": 64, "vocab": 100}
+
+CI = [
+    # TP growth with DP changing divisibility (2 -> 3), bf16 ZeRO-1
+    ("gpt_tp1dp2_to_tp2dp3", GPT, dict(tp=1, dp=2), dict(tp=2, dp=3)),
+    # TP shrink, ZeRO stage change 1 -> 2, dtype change bf16 -> fp16
+    ("gpt_tp2dp2_to_tp1dp4_z2_fp16", GPT, dict(tp=2, dp=2), dict(tp=1, dp=4, zero=2, dtype="fp16")),
+    # PP growth 2 -> 4 with TP growth (pipeline layer files, tied embeddings on first and last stage)
+    ("gpt_pp2_to_tp2pp4dp2", GPT, dict(tp=1, pp=2, dp=1), dict(tp=2, pp=4, dp=2)),
+    # GQA sub-params, SwiGLU, averaged norms; BF16_Optimizer source and target, DP 1 -> 5
+    ("llama_tp2_to_tp1dp5_bf16opt", LLAMA, dict(tp=2, dp=1, bf16_optimizer=True), dict(tp=1, dp=5, bf16_optimizer=True)),
+]
+
+FULL = CI + [
+    ("gpt_tp4dp1_to_tp1dp8", GPT, dict(tp=4, dp=1), dict(tp=1, dp=8)),
+    ("gpt_untied_swiglu_tp1_to_tp2dp2_fp32", GPT_UNTIED_SWIGLU, dict(tp=1, dp=1), dict(tp=2, dp=2, dtype="fp32")),
+    ("gpt_pp4_to_pp2dp3", GPT, dict(tp=1, pp=4, dp=1), dict(tp=1, pp=2, dp=3)),
+    ("gpt_tp2pp2dp2_to_tp4pp2dp1", GPT, dict(tp=2, pp=2, dp=2), dict(tp=4, pp=2, dp=1)),
+    ("gpt_untied_pp2_to_pp3dp2", GPT_UNTIED_SWIGLU, dict(tp=1, pp=2, dp=1), dict(tp=1, pp=3, dp=2)),
+    ("gpt_z2fp16_to_z1bf16dp7", GPT, dict(tp=1, dp=2, zero=2, dtype="fp16"), dict(tp=1, dp=7)),
+    ("llama_tp1_to_tp2dp3", LLAMA, dict(tp=1, dp=1), dict(tp=2, dp=3)),
+    ("gpt_dp1_to_dp16_trailing_pad", GPT, dict(tp=1, dp=1), dict(tp=2, dp=16)),
+]
+
+
+def target_args(t):
+    """ucp-load arguments for a target layout dict."""
+    a = ["--tp", str(t.get("tp", 1)), "--pp", str(t.get("pp", 1)), "--dp", str(t.get("dp", 1)),
+         "--zero-stage", str(t.get("zero", 1)), "--dtype", t.get("dtype", "bf16")]
+    a += ["--optimizer", "bf16" if t.get("bf16_optimizer") else "zero"]
+    # dsgen pads the vocabulary to a multiple of 8 * tp and, unlike Megatron, does not record
+    # make_vocab_size_divisible_by in args: say it (else ucp-load infers the largest that fits).
+    a += ["--vocab-multiple", "8"]
+    return a

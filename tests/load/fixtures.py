@@ -1,0 +1,40 @@
+"""Source checkpoints and reference target checkpoints (dsgen, same seed and ground truth) for the
+ucp-load round-trip tests. Usage: /usr/bin/python3 tests/load/fixtures.py <outdir> [--full]
+Writes <outdir>/<case>/src and <outdir>/<case>/ref, and <outdir>/cases.json."""
+import json
+import os
+import shutil
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+import dsgen  # noqa: E402
+import cases  # noqa: E402
+
+
+def gen(out, model, layout):
+    if os.path.exists(os.path.join(out, "latest")):
+        return
+    shutil.rmtree(out, ignore_errors=True)
+    cfg = dsgen.ModelConfig(**model)
+    lay = dsgen.Layout(**layout)
+    dsgen.generate(out, cfg, lay, truth=True)
+
+
+def main():
+    out = sys.argv[1]
+    matrix = cases.FULL if "--full" in sys.argv[2:] else cases.CI
+    os.makedirs(out, exist_ok=True)
+    listing = []
+    for name, model, src, tgt in matrix:
+        d = os.path.join(out, name)
+        gen(os.path.join(d, "src"), model, src)
+        gen(os.path.join(d, "ref"), model, tgt)
+        listing.append({"name": name, "target_args": cases.target_args(tgt), "source": src, "target": tgt})
+    with open(os.path.join(out, "cases.json"), "w") as f:
+        json.dump(listing, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,221 @@
+// ucp-load end to end: source checkpoint (dsgen) -> ucp-union -> ucp-load -> ucp-union must give
+// the same atomic files bit for bit, and the target must equal what dsgen writes for that layout
+// (compared by Python torch.load); plus the safetensors export and bad-input behaviour.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kBin = UCPKIT_BIN_DIR;
+const std::string kFx = UCPKIT_FIXTURES_DIR;
+const std::string kSrc = UCPKIT_SOURCE_DIR;
+const std::string kPy = UCPKIT_PYTHON;
+
+int sh(const std::string& cmd, std::string* out = nullptr) {
+  std::string full = cmd + " 2>&1";
+  FILE* p = popen(full.c_str(), "r");
+  if (!p) return -1;
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
+  const int st = pclose(p);
+  if (out) *out = text;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+std::string scratch(const std::string& name) {
+  const fs::path d = fs::path(UCPKIT_BUILD_DIR) / "scratch-load" / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d.string();
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+nlohmann::json cases() {
+  std::ifstream in(fs::path(kFx) / "cases.json");
+  nlohmann::json j;
+  in >> j;
+  return j;
+}
+
+std::string join(const nlohmann::json& args) {
+  std::string s;
+  for (const auto& a : args) s += " " + a.get<std::string>();
+  return s;
+}
+
+// Every zero/<param>/*.pt of `a` equals `b`'s byte for byte, and the manifests agree on names,
+// shapes, rules and checksums.
+void expect_same_universal(const fs::path& a, const fs::path& b) {
+  size_t files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(a / "zero")) {
+    if (!e.is_regular_file() || e.path().filename() == "optimizer_state.pt") continue;
+    const auto rel = fs::relative(e.path(), a);
+    ASSERT_TRUE(fs::exists(b / rel)) << rel;
+    EXPECT_TRUE(slurp(e.path()) == slurp(b / rel)) << rel << " differs";
+    ++files;
+  }
+  EXPECT_GT(files, 10u);
+  auto ma = nlohmann::json::parse(slurp(a / "manifest.json"));
+  auto mb = nlohmann::json::parse(slurp(b / "manifest.json"));
+  ASSERT_EQ(ma["params"].size(), mb["params"].size());
+  for (size_t i = 0; i < ma["params"].size(); ++i) {
+    const auto& x = ma["params"][i];
+    nlohmann::json y;
+    for (const auto& c : mb["params"])
+      if (c["name"] == x["name"]) y = c;
+    ASSERT_FALSE(y.is_null()) << x["name"];
+    EXPECT_EQ(x["shape"], y["shape"]) << x["name"];
+    EXPECT_EQ(x["join"], y["join"]) << x["name"];
+    EXPECT_EQ(x["states"], y["states"]) << x["name"];
+  }
+}
+
+class RoundTrip : public ::testing::TestWithParam<int> {};
+
+TEST_P(RoundTrip, UnionLoadUnionIsIdentityAndTargetMatchesGenerator) {
+  const auto c = cases().at(GetParam());
+  const std::string name = c["name"];
+  SCOPED_TRACE(name);
+  const fs::path dir = scratch(name);
+  const fs::path src = fs::path(kFx) / name / "src", ref = fs::path(kFx) / name / "ref";
+  std::string out;
+  ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + src.string() + " --output " + (dir / "u1").string(), &out), 0) << out;
+  ASSERT_EQ(sh(kBin + "/ucp-load -q --input " + (dir / "u1").string() + " --output " + (dir / "target").string() +
+                   join(c["target_args"]),
+               &out),
+            0)
+      << out;
+  ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + (dir / "target").string() + " --output " + (dir / "u2").string(), &out),
+            0)
+      << out;
+  expect_same_universal(dir / "u1", dir / "u2");
+  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/load/compare_target.py " + (dir / "target").string() + " " + ref.string() +
+                   " " + (src / "truth").string(),
+               &out),
+            0)
+      << out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ci, RoundTrip, ::testing::Range(0, 4));
+
+// A universal checkpoint of the first case, made once.
+const fs::path& universal() {
+  static fs::path u = [] {
+    const fs::path d = scratch("shared");
+    const auto c = cases().at(0);
+    std::string out;
+    const fs::path src = fs::path(kFx) / c["name"].get<std::string>() / "src";
+    if (sh(kBin + "/ucp-union -q --input " + src.string() + " --output " + (d / "u").string(), &out) != 0)
+      ADD_FAILURE() << out;
+    return d / "u";
+  }();
+  return u;
+}
+
+TEST(LoadPlan, PrintsUcpInfoJsonAndWritesNothing) {
+  std::string out;
+  const fs::path target = fs::path(scratch("plan")) / "t";
+  ASSERT_EQ(sh(kBin + "/ucp-load --plan --input " + universal().string() + " --output " + target.string() +
+                   " --tp 2 --pp 1 --dp 3 --zero-stage 1 2>/dev/null",
+               &out),
+            0)
+      << out;
+  auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["ranks"].size(), 6u);
+  EXPECT_EQ(j["padded_vocab_size"], 112);
+  EXPECT_FALSE(j["ranks"][0]["partitions"][0]["fragments"].empty());
+  EXPECT_FALSE(fs::exists(target));
+}
+
+TEST(LoadSafetensors, ShardsReadByAnIndependentReader) {
+  std::string out;
+  const fs::path target = fs::path(scratch("safetensors")) / "st";
+  ASSERT_EQ(sh(kBin + "/ucp-load -q --format safetensors --dtype bf16 --shard-size-gb 0.00002 --input " +
+                   universal().string() + " --output " + target.string(),
+               &out),
+            0)
+      << out;
+  EXPECT_TRUE(fs::exists(target / "model.safetensors.index.json"));
+  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/load/read_safetensors.py " + target.string() + " " + universal().string() +
+                   " bf16",
+               &out),
+            0)
+      << out;
+}
+
+struct BadCase {
+  std::string what, args;
+  int code;
+  std::string message;
+};
+
+TEST(LoadBadInput, ClearErrorNonZeroExitNothingWritten) {
+  const fs::path d = scratch("bad");
+  const std::string u = universal().string();
+  fs::create_directories(d / "exists");
+  // A universal copy with a missing state file, and one with a wrong checksum.
+  fs::copy(u, d / "missing", fs::copy_options::recursive);
+  fs::remove(d / "missing" / "zero" / "language_model.encoder.final_layernorm.weight" / "exp_avg.pt");
+  fs::copy(u, d / "badcrc", fs::copy_options::recursive);
+  {
+    auto m = nlohmann::json::parse(slurp(d / "badcrc" / "manifest.json"));
+    m["params"][0]["states"]["fp32"]["crc32"] = "00000000";
+    std::ofstream(d / "badcrc" / "manifest.json") << m.dump();
+  }
+  const std::vector<BadCase> bad = {
+      {"output exists", "--input " + u + " --output " + (d / "exists").string() + " --tp 1 --pp 1 --dp 1 --zero-stage 1",
+       1, "already exists"},
+      {"tp not dividing heads", "--input " + u + " --output " + (d / "o1").string() + " --tp 3 --pp 1 --dp 1 --zero-stage 1",
+       1, "impossible layout"},
+      {"pp with zero 2", "--input " + u + " --output " + (d / "o2").string() + " --tp 1 --pp 2 --dp 1 --zero-stage 2", 2,
+       "ZeRO stage"},
+      {"missing layout options", "--input " + u + " --output " + (d / "o3").string(), 2, "required"},
+      {"missing state file", "--input " + (d / "missing").string() + " --output " + (d / "o4").string() +
+                                 " --tp 1 --pp 1 --dp 1 --zero-stage 1",
+       1, "incomplete"},
+      {"checksum mismatch", "--input " + (d / "badcrc").string() + " --output " + (d / "o5").string() +
+                                " --tp 1 --pp 1 --dp 1 --zero-stage 1",
+       1, "checksum mismatch"},
+      {"not a universal folder", "--input " + (d / "exists").string() + " --output " + (d / "o6").string() +
+                                     " --tp 1 --pp 1 --dp 1 --zero-stage 1",
+       1, "manifest.json"},
+  };
+  for (const auto& b : bad) {
+    std::string out;
+    EXPECT_EQ(sh(kBin + "/ucp-load " + b.args, &out), b.code) << b.what << ": " << out;
+    EXPECT_NE(out.find(b.message), std::string::npos) << b.what << ": " << out;
+    EXPECT_NE(out.find("ucp-load: error:"), std::string::npos) << b.what << ": " << out;
+  }
+  for (const char* o : {"o1", "o2", "o3", "o4", "o5", "o6"}) EXPECT_FALSE(fs::exists(d / o)) << o;
+  // No staging folders left behind.
+  for (const auto& e : fs::directory_iterator(d))
+    EXPECT_EQ(e.path().filename().string().find(".ucp-load-tmp"), std::string::npos) << e.path();
+}
+
+TEST(LoadDevice, CudaWithoutGpuSaysSoAndExitsCleanly) {
+  std::string out;
+  const int rc = sh(kBin + "/ucp-load --device cuda --input " + universal().string() +
+                        " --tp 1 --pp 1 --dp 1 --zero-stage 1 --json",
+                    &out);
+  if (rc == 0) GTEST_SKIP() << "a GPU is present: " << out;
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("no GPU"), std::string::npos) << out;
+}
+
+}  // namespace

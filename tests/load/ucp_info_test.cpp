@@ -1,0 +1,217 @@
+// UcpInfo without I/O: TP slices per join rule, vocabulary re-padding, ZeRO partitions and
+// padding, pipeline stages, layout checks; and the flat-range copy of a TP slice.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "core/error.h"
+#include "load/model_info.h"
+#include "load/ucp_info.h"
+#include "load/universal_reader.h"
+
+using namespace ucpkit;
+using namespace ucpkit::load;
+using patterns::JoinKind;
+using patterns::ParamRule;
+
+namespace {
+
+ParamRule rule(JoinKind k, int64_t cat_dim = 0, bool vocab = false) {
+  ParamRule r;
+  r.kind = k;
+  r.cat_dim = cat_dim;
+  r.vocab = vocab;
+  return r;
+}
+
+// The reference: materialize the TP slice by explicit index arithmetic.
+std::vector<float> slice_ref(const std::vector<float>& u, const std::vector<int64_t>& ushape, const TpSlice& s) {
+  std::vector<float> out;
+  const int64_t rows = ushape[0], cols = ushape.size() > 1 ? ushape[1] : 1;
+  auto at = [&](int64_t r, int64_t c) { return r < rows ? u[r * cols + c] : 0.0f; };
+  if (s.dim == 0) {
+    for (auto [a, n] : s.pieces)
+      for (int64_t r = a; r < a + n; ++r)
+        for (int64_t c = 0; c < cols; ++c) out.push_back(at(r, c));
+  } else {
+    for (int64_t r = 0; r < rows; ++r)
+      for (auto [a, n] : s.pieces)
+        for (int64_t c = a; c < a + n; ++c) out.push_back(at(r, c));
+  }
+  return out;
+}
+
+std::vector<float> iota_vec(int64_t n) {
+  std::vector<float> v(n);
+  std::iota(v.begin(), v.end(), 1.0f);
+  return v;
+}
+
+ModelInfo tiny_model() {
+  // Two groups; a vocab embedding (cat 0), a row-parallel weight (cat 1), a replicated norm.
+  ModelInfo m;
+  m.groups = 2;
+  m.states = {"fp32", "exp_avg", "exp_avg_sq"};
+  m.original_vocab = 10;
+  m.vocab_multiple = 2;
+  m.heads = 4;
+  auto add = [&](std::string name, std::vector<int64_t> shape, ParamRule r, int group) {
+    ParamInfo p;
+    p.name = std::move(name);
+    p.shape = std::move(shape);
+    p.rule = r;
+    p.group = group;
+    m.params.push_back(p);
+  };
+  add("emb", {10, 4}, rule(JoinKind::Cat, 0, true), 0);
+  add("dense", {4, 8}, rule(JoinKind::Cat, 1), 0);
+  add("norm", {4}, rule(JoinKind::Replicate), 1);
+  return m;
+}
+
+}  // namespace
+
+TEST(TpSlice, CatDim0AndDim1) {
+  patterns::PatternSet set;
+  auto s = tp_slice("w", {8, 6}, rule(JoinKind::Cat, 0), set, 2, 1, -1);
+  EXPECT_EQ(s.shape, (std::vector<int64_t>{4, 6}));
+  ASSERT_EQ(s.pieces.size(), 1u);
+  EXPECT_EQ(s.pieces[0], (std::pair<int64_t, int64_t>{4, 4}));
+  s = tp_slice("w", {8, 6}, rule(JoinKind::Cat, 1), set, 3, 2, -1);
+  EXPECT_EQ(s.dim, 1);
+  EXPECT_EQ(s.shape, (std::vector<int64_t>{8, 2}));
+  EXPECT_EQ(s.pieces[0], (std::pair<int64_t, int64_t>{4, 2}));
+}
+
+TEST(TpSlice, TwoSubParamsTakesEachHalf) {
+  patterns::PatternSet set;
+  auto s = tp_slice("h4h", {8, 2}, rule(JoinKind::TwoSubParams), set, 2, 1, -1);
+  ASSERT_EQ(s.pieces.size(), 2u);
+  EXPECT_EQ(s.pieces[0], (std::pair<int64_t, int64_t>{2, 2}));
+  EXPECT_EQ(s.pieces[1], (std::pair<int64_t, int64_t>{6, 2}));
+  EXPECT_EQ(s.shape, (std::vector<int64_t>{4, 2}));
+}
+
+TEST(TpSlice, SubParamsGqaUnequalSizes) {
+  patterns::PatternSet set;
+  patterns::SubParamSpec spec;
+  spec.sub_sizes = {8, 4, 4};  // q, k, v rows
+  spec.shape = {16, -1};
+  set.sub_params.push_back(spec);
+  auto r = rule(JoinKind::SubParams);
+  r.sub_param_index = 0;
+  auto s = tp_slice("qkv", {16, 3}, r, set, 2, 1, -1);
+  ASSERT_EQ(s.pieces.size(), 3u);
+  EXPECT_EQ(s.pieces[0], (std::pair<int64_t, int64_t>{4, 4}));
+  EXPECT_EQ(s.pieces[1], (std::pair<int64_t, int64_t>{10, 2}));
+  EXPECT_EQ(s.pieces[2], (std::pair<int64_t, int64_t>{14, 2}));
+  EXPECT_EQ(s.shape, (std::vector<int64_t>{8, 3}));
+  EXPECT_THROW(tp_slice("qkv", {16, 3}, r, set, 8, 0, -1), Error);  // 4 kv rows over 8 ranks
+}
+
+TEST(TpSlice, VocabularyRepaddedForNewTp) {
+  patterns::PatternSet set;
+  EXPECT_EQ(pad_vocab(10, 2, 2), 12);
+  EXPECT_EQ(pad_vocab(100, 8, 3), 120);
+  EXPECT_EQ(infer_vocab_multiple(100, 112, 2), 8);
+  auto s = tp_slice("emb", {10, 4}, rule(JoinKind::Cat, 0, true), set, 2, 1, 12);
+  EXPECT_EQ(s.shape, (std::vector<int64_t>{6, 4}));
+  EXPECT_EQ(s.pieces[0], (std::pair<int64_t, int64_t>{6, 6}));
+  EXPECT_THROW(tp_slice("emb", {10, 4}, rule(JoinKind::Cat, 0, true), set, 2, 0, 8), Error);
+}
+
+TEST(CopyFlatRange, MatchesExplicitIndexingForEveryRangeAndRule) {
+  patterns::PatternSet set;
+  struct Case {
+    std::vector<int64_t> ushape;
+    TpSlice slice;
+  };
+  const std::vector<Case> cases = {
+      {{10, 6}, tp_slice("a", {10, 6}, rule(JoinKind::Cat, 1), set, 3, 1, -1)},
+      {{10, 6}, tp_slice("b", {10, 6}, rule(JoinKind::Cat, 0, true), set, 2, 1, 12)},
+      {{12, 6}, tp_slice("c", {12, 6}, rule(JoinKind::TwoSubParams), set, 3, 2, -1)},
+      {{10, 6}, tp_slice("d", {10, 6}, rule(JoinKind::Replicate), set, 4, 3, -1)},
+  };
+  for (const auto& c : cases) {
+    const auto src = iota_vec(c.ushape[0] * c.ushape[1]);
+    const auto want = slice_ref(src, c.ushape, c.slice);
+    const int64_t n = c.slice.numel();
+    ASSERT_EQ((int64_t)want.size(), n);
+    for (int64_t a = 0; a < n; a += 5)
+      for (int64_t b = a; b <= n; b += 7) {
+        std::vector<float> got(b - a, -1.0f);
+        copy_flat_range(src.data(), c.ushape, c.slice, a, b, got.data());
+        for (int64_t i = a; i < b; ++i) ASSERT_EQ(got[i - a], want[i]) << "range " << a << ".." << b << " at " << i;
+      }
+  }
+}
+
+TEST(Partition, PaddingToTwiceDpAndTrailingAllPaddingRanks) {
+  GroupPlan g;
+  Slot a, b;
+  a.slice.shape = {7};
+  b.slice.shape = {3};
+  b.offset = 7;
+  g.slots = {a, b};
+  g.numel = 10;
+  g.partition_count = 8;
+  g.padded = 16;  // multiple of 2 * 8
+  g.partition = 2;
+  auto p0 = partition_of(g, 0);
+  ASSERT_EQ(p0.fragments.size(), 1u);
+  EXPECT_EQ(p0.fragments[0].numel, 2);
+  auto p3 = partition_of(g, 3);  // elements 6..7: end of a, start of b
+  ASSERT_EQ(p3.fragments.size(), 2u);
+  EXPECT_EQ(p3.fragments[0].param_offset, 6);
+  EXPECT_EQ(p3.fragments[1].start, 1);
+  EXPECT_EQ(p3.fragments[1].param_offset, 0);
+  EXPECT_EQ(p3.padding, 0);
+  EXPECT_EQ(partition_of(g, 4).padding, 0);
+  EXPECT_EQ(partition_of(g, 5).padding, 2);
+  EXPECT_TRUE(partition_of(g, 7).fragments.empty());
+  EXPECT_EQ(partition_of(g, 7).padding, 2);
+}
+
+TEST(UcpInfo, PlanForTinyModel) {
+  auto m = tiny_model();
+  TargetLayout t;
+  t.tp = 2;
+  t.dp = 3;
+  auto plan = ucp_info(m, t);
+  EXPECT_EQ(plan.padded_vocab, 12);
+  ASSERT_EQ(plan.mp_ranks.size(), 2u);
+  const auto& g0 = plan.mp_ranks[1].groups[0];
+  ASSERT_EQ(g0.slots.size(), 2u);
+  EXPECT_EQ(g0.slots[0].slice.shape, (std::vector<int64_t>{6, 4}));
+  EXPECT_EQ(g0.slots[1].slice.shape, (std::vector<int64_t>{4, 4}));
+  EXPECT_EQ(g0.numel, 40);
+  EXPECT_EQ(g0.padded, 42);  // multiple of 6
+  EXPECT_EQ(g0.partition, 14);
+  EXPECT_EQ(partition_of(g0, 2).padding, 2);
+  EXPECT_EQ(plan.optim_file(1, 1), "bf16_zero_pp_rank_1_mp_rank_01_optim_states.pt");
+  auto j = plan.to_json(m);
+  EXPECT_EQ(j["ranks"].size(), 6u);
+  EXPECT_EQ(j["ranks"][0]["partitions"][0]["fragments"][0]["name"], "emb");
+}
+
+TEST(UcpInfo, ImpossibleLayoutsAndOptionCombos) {
+  auto m = tiny_model();
+  TargetLayout t;
+  t.tp = 3;  // 4 heads
+  EXPECT_THROW(ucp_info(m, t), Error);
+  t.tp = 1;
+  t.pp = 2;
+  t.zero_stage = 2;
+  EXPECT_THROW(ucp_info(m, t), UsageError);
+  t.pp = 1;
+  t.zero_stage = 0;
+  EXPECT_THROW(ucp_info(m, t), UsageError);  // ZeRO-0 without BF16_Optimizer
+  t.zero_stage = 1;
+  t.ep = 2;
+  EXPECT_THROW(ucp_info(m, t), UsageError);  // no experts
+}
+
+TEST(UcpInfo, StagesOfBlocks) {
+  EXPECT_EQ(stage_of_blocks(4, 2), (std::vector<int>{0, 0, 1, 1}));
+  EXPECT_EQ(stage_of_blocks(5, 3), (std::vector<int>{0, 0, 1, 1, 2}));
+}
