@@ -32,18 +32,23 @@ AtomicFile::~AtomicFile() {
   if (!committed_) ::unlink(temp_.c_str());
 }
 
-void AtomicFile::flush_buffer() {
-  const char* p = buffer_.data();
-  size_t left = buffer_.size();
+namespace {
+// write(2) until everything is out (EINTR and short writes).
+void write_all(int fd, const char* p, size_t left, const std::string& target) {
   while (left > 0) {
-    ssize_t w = ::write(fd_, p, left);
+    ssize_t w = ::write(fd, p, left);
     if (w < 0) {
       if (errno == EINTR) continue;
-      fail(target_, std::string("write failed: ") + std::strerror(errno));
+      fail(target, std::string("write failed: ") + std::strerror(errno));
     }
     p += w;
     left -= static_cast<size_t>(w);
   }
+}
+}  // namespace
+
+void AtomicFile::flush_buffer() {
+  write_all(fd_, buffer_.data(), buffer_.size(), target_);
   buffer_.clear();
 }
 
@@ -59,17 +64,7 @@ void AtomicFile::write(const void* data, size_t n) {
     buffer_.append(static_cast<const char*>(data), n);
     return;
   }
-  const char* p = static_cast<const char*>(data);
-  size_t left = n;
-  while (left > 0) {
-    ssize_t w = ::write(fd_, p, left);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      fail(target_, std::string("write failed: ") + std::strerror(errno));
-    }
-    p += w;
-    left -= static_cast<size_t>(w);
-  }
+  write_all(fd_, static_cast<const char*>(data), n, target_);
 }
 
 void AtomicFile::write_zeros(size_t n) {
