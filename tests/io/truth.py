@@ -5,6 +5,7 @@ with). Written only against Python/torch; nothing here knows about ucpkit."""
 import collections
 import copyreg
 import enum
+import json
 import struct
 import sys
 import types
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 from typing import List, Tuple, Union
 
 import numpy as np
+
+sys.setrecursionlimit(20000)
 import torch
 
 
@@ -205,7 +208,9 @@ class Encoder:
         if isinstance(o, tuple) and type(o) is tuple:
             return {"t": "tuple", "items": [self(x) for x in o]}
         if isinstance(o, (set, frozenset)):
-            return {"t": "set" if isinstance(o, set) else "frozenset", "items": [self(x) for x in o]}
+            # iteration order of str sets changes between processes (hash seed): sort canonically
+            items = sorted((self(x) for x in o), key=lambda e: json.dumps(e, sort_keys=True))
+            return {"t": "set" if isinstance(o, set) else "frozenset", "items": items}
         if isinstance(o, (type, types.FunctionType, types.BuiltinFunctionType)):
             return {"t": "global", "v": qualname(o)}
         return self.encode_object(o)
@@ -250,6 +255,8 @@ def diff(a, b, path="$", out=None, limit=50):
         out.append(f"{path}: {a!r:.200} != {b!r:.200}")
     elif isinstance(a, dict):
         for k in sorted(set(a) | set(b)):
+            if k == "repr":  # informative only
+                continue
             if k not in a or k not in b:
                 out.append(f"{path}.{k}: only in {'expected' if k in a else 'actual'}")
             else:

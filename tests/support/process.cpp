@@ -1,0 +1,55 @@
+// Test helpers: processes, scratch directories, time limits.
+#include "support/process.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <iostream>
+
+namespace ucpkit::testing {
+
+int run_command(const std::string& command, std::string* output) {
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (!p) return -1;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0)
+    if (output) output->append(buf.data(), n);
+  int status = pclose(p);
+  if (status == -1 || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+std::string scratch_dir(const std::string& name) {
+#ifdef UCPKIT_BUILD_DIR
+  std::filesystem::path root = std::filesystem::path(UCPKIT_BUILD_DIR) / "test-scratch";
+#else
+  std::filesystem::path root = std::filesystem::temp_directory_path() / "ucpkit-test-scratch";
+#endif
+  std::filesystem::path dir = root / (name + "." + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+void within(std::chrono::seconds limit, const std::string& what, const std::function<void()>& f) {
+  auto fut = std::async(std::launch::async, f);
+  if (fut.wait_for(limit) == std::future_status::timeout) {
+    std::cerr << "TIMEOUT: " << what << " did not finish within " << limit.count() << " s" << std::endl;
+    std::_Exit(3);
+  }
+  fut.get();
+}
+
+std::string quote(const std::string& arg) {
+  std::string r = "'";
+  for (char c : arg) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return r + "'";
+}
+
+}  // namespace ucpkit::testing

@@ -1,0 +1,23 @@
+// Tiny helpers shared by test binaries: run a shell command, make a scratch directory, bound a call's time.
+#pragma once
+#include <chrono>
+#include <functional>
+#include <string>
+
+namespace ucpkit::testing {
+
+// Runs `command` through the shell; returns its exit code (-1 when it could not run or was killed)
+// and, when `output` is given, its stdout and stderr together.
+int run_command(const std::string& command, std::string* output = nullptr);
+
+// A fresh empty directory under the build tree (or /tmp) for one test; removed by nothing (debuggable).
+std::string scratch_dir(const std::string& name);
+
+// Runs `f`; if it has not returned after `limit`, prints `what` and ends the process (a hang is a
+// failure, not something to wait for). Exceptions from `f` propagate.
+void within(std::chrono::seconds limit, const std::string& what, const std::function<void()>& f);
+
+// Shell-quotes one argument.
+std::string quote(const std::string& arg);
+
+}  // namespace ucpkit::testing
