@@ -1,0 +1,59 @@
+"""PEC fixtures: a chain of native DeepSpeed MoE checkpoints (one per training step, each with its
+own values) written by the issue-3 generator (scripts/dsgen), their universal-layout truth, and
+seeded token counts per save interval in the three accepted formats.
+Usage: /usr/bin/python3 tests/pec/fixtures.py OUT_DIR"""
+import json
+import os
+import random
+import shutil
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+import dsgen  # noqa: E402
+
+STEPS = [100, 200, 300, 400, 500]
+
+
+def chain(out, name, steps, **layout):
+    cfg = dsgen.ModelConfig(family="dsmoe", layers=4, hidden=32, heads=4, kv_heads=4, ffn=64, vocab=128, seq=16,
+                            experts=4)
+    for i, step in enumerate(steps):
+        d = os.path.join(out, name, f"step{step}")
+        lay = dsgen.Layout(dp=4, ep=2, zero=1, dtype="bf16", step=step, seed=1000 * (i + 1) + len(name), **layout)
+        dsgen.generate(d, cfg, lay, truth=(name == "ds"))
+
+
+def tokens(out):
+    rng = random.Random(5)
+    tdir = os.path.join(out, "tokens")
+    os.makedirs(tdir, exist_ok=True)
+    for step in STEPS:
+        m = [[rng.randrange(0, 1000) for _ in range(4)] for _ in range(2)]
+        with open(os.path.join(tdir, f"step{step}.json"), "w") as f:
+            json.dump(m, f)
+    m = [[10, 20, 30, 40], [1, 2, 3, 4]]
+    with open(os.path.join(tdir, "fixed.csv"), "w") as f:
+        f.write("moe_layer,expert,tokens\n")
+        for l, row in enumerate(m):
+            for e, t in enumerate(row):
+                f.write(f"{l},{e},{t}\n")
+    with open(os.path.join(tdir, "fixed.jsonl"), "w") as f:
+        for l, row in enumerate(m):
+            f.write(json.dumps({"layer": l, "tokens_per_expert": row}) + "\n")
+
+
+def main():
+    out = sys.argv[1]
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    chain(out, "ds", STEPS)
+    chain(out, "dbe", STEPS[:3], data_before_expert=True, bf16_optimizer=True)
+    tokens(out)
+    with open(os.path.join(out, "done"), "w") as f:
+        f.write("ok\n")
+
+
+if __name__ == "__main__":
+    main()
