@@ -1,21 +1,76 @@
-// moe-replace: load-balanced, failure-tolerant expert placement.
+// moe-replace: load-balanced, failure-tolerant expert placement and re-placement.
+#include <iostream>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "placement/planner.h"
 #include "tool/cli.h"
 
 int main(int argc, char** argv) {
   using namespace ucpkit;
-  CLI::App app{"Plan expert replica placement", "moe-replace"};
+  CLI::App app{"Plan which GPU holds which expert replicas: balanced load, and every expert alive after node failures",
+               "moe-replace"};
   tool::CommonOptions common;
-  std::string loads, output;
-  int nodes = 0, gpus = 0, slots = 0;
-  app.add_option("--loads", loads, "Expert loads per MoE layer")->required();
-  app.add_option("--nodes", nodes, "Nodes")->required();
-  app.add_option("--gpus-per-node", gpus, "GPUs per node")->required();
-  app.add_option("--slots-per-gpu", slots, "Replica slots per GPU")->required();
+  placement::PlanRequest req;
+  std::string output, svg, failed;
+  int added = 0;
+  double exact_limit = 1e6;
+  app.add_option("--loads", req.loads_path, "Expert loads: JSON [layers][experts], CSV, router trace JSONL, logical_count dump")
+      ->required();
+  app.add_option("--nodes", req.cluster.nodes, "Nodes (with --current: nodes of the current plan)")->required();
+  app.add_option("--gpus-per-node", req.cluster.gpus_per_node, "GPUs per node")->required();
+  app.add_option("--slots-per-gpu", req.cluster.slots_per_gpu, "Expert replica slots per GPU")->required();
+  app.add_option("--fault-tolerance", req.placement.fault_tolerance,
+                 "f: every expert keeps a replica when fewer than f nodes fail (lazarus, spread, compact)")
+      ->capture_default_str();
+  app.add_option("--groups", req.placement.groups, "Expert groups (eplb: hierarchical when groups % nodes == 0)")
+      ->capture_default_str();
+  app.add_option("--algorithm", req.algorithm, "lazarus | eplb | eplb-global | spread | compact | hecate")
+      ->capture_default_str();
   app.add_option("--output", output, "Plan JSON to write")->required();
+  auto* cur = app.add_option("--current", req.current_path, "Current plan JSON, for re-placement");
+  auto* fail_opt = app.add_option("--failed-nodes", failed, "Failed node ids, e.g. 3,7 (needs --current)");
+  auto* add_opt = app.add_option("--added-nodes", added, "Number of nodes added (needs --current)");
+  fail_opt->needs(cur);
+  add_opt->needs(cur);
+  fail_opt->excludes(add_opt);
+  app.add_option("--svg", svg, "Also draw GPU load before/after and the replica map");
+  app.add_option("--svg-layer", req.svg_layer, "Layer drawn in the replica map")->capture_default_str();
+  app.add_option("--max-failures", req.placement.recovery.max_failures, "Recovery probability for k = 1..K failed nodes")
+      ->capture_default_str();
+  app.add_option("--mc-samples", req.placement.recovery.mc_samples, "Monte Carlo samples per k")->capture_default_str();
+  app.add_option("--seed", req.placement.recovery.seed, "Monte Carlo seed")->capture_default_str();
+  app.add_option("--exact-limit", exact_limit, "Enumerate exactly when C(N,k) <= this")->capture_default_str();
+  app.add_option("--window", req.load_options.window, "Moving average over the last W load snapshots (0: all)")
+      ->capture_default_str();
+  app.add_option("--snapshot", req.load_options.snapshot, "Use one load snapshot by key (e.g. SmartMoE iteration)");
+  app.add_option("--experts", req.load_options.experts, "Experts per layer for router traces (0: infer)");
+  app.add_option("--overlap-degree", req.placement.overlap_degree, "hecate: overlap degree t (default: all experts)");
+  app.add_option("--expert-bytes", req.expert_bytes, "Bytes per expert replica, to report bytes moved");
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
+
   return tool::run("moe-replace", [&] {
-    tool::not_implemented("moe-replace (issue 6)");
+    req.placement.recovery.exact_limit = exact_limit;
+    if (req.placement.recovery.max_failures < 0) throw UsageError("--max-failures must not be negative");
+    if (!failed.empty()) req.change.failed = placement::parse_id_list(failed, "--failed-nodes");
+    req.change.added = added;
+    req.want_svg = !svg.empty();
+    placement::PlanOutcome out = placement::make_plan(req);
+    for (const auto& note : out.notes) tool::warn(note);
+    if (out.migration && !out.migration->lost.empty())
+      tool::warn(std::to_string(out.migration->lost.size()) + " experts have no surviving replica");
+    write_file_atomic(output, out.plan_json.dump() + "\n");
+    if (!svg.empty()) write_file_atomic(svg, out.svg);
+    if (common.json) {
+      out.summary["output"] = output;
+      if (!svg.empty()) out.summary["svg"] = svg;
+      out.summary["peak_rss_bytes"] = tool::peak_rss_bytes();
+      std::cout << out.summary.dump(2) << "\n";
+    } else if (tool::verbosity() >= 0) {
+      std::cout << out.table;
+    }
+    tool::verbose("wrote " + output + " in " + std::to_string(out.seconds) + " s");
     return 0;
   });
 }

@@ -12,8 +12,9 @@ namespace ucpkit::placement {
 namespace {
 
 // The same replicas packed for balance alone: heaviest replica first onto the least loaded GPU with
-// a free slot, preferring GPUs on nodes that do not hold the expert yet.
-LayerPlacement balanced_layout(const std::vector<int>& r, const std::vector<double>& loads, const Cluster& cluster) {
+// a free slot (optionally preferring GPUs on nodes that do not hold the expert yet).
+LayerPlacement balanced_layout(const std::vector<int>& r, const std::vector<double>& loads, const Cluster& cluster,
+                               bool prefer_new_node) {
   const int E = static_cast<int>(r.size());
   std::vector<int> reps;
   for (int e = 0; e < E; ++e)
@@ -30,7 +31,7 @@ LayerPlacement balanced_layout(const std::vector<int>& r, const std::vector<doub
   for (int g = 0; g < D; ++g) open.insert({0.0, g});
   for (int e : reps) {
     auto pick = open.begin();
-    if (spread[e] < cluster.nodes)
+    if (prefer_new_node && spread[e] < cluster.nodes)
       for (auto it = open.begin(); it != open.end(); ++it)
         if (!on_node[e][cluster.node_of_gpu(it->second)]) {
           pick = it;
@@ -81,15 +82,23 @@ class Lazarus : public PlacementAlgorithm {
       LayerPlacement mro = layout_nodes(mro_placement(r, t, cluster.nodes, c, mo), t, cluster);
       // MRO is one optimal placement for recovery; when a purely balance-driven packing of the same
       // replicas is as recoverable for every k evaluated, take it: the balance is then free.
-      LayerPlacement bal = balanced_layout(r, t, cluster);
-      bool use_bal = false;
-      if (balancedness(bal.phy2log, t, cluster) > balancedness(mro.phy2log, t, cluster) + 1e-9) {
-        auto pm = model.evaluate(ExpertNodeSets::from_layer(mro.phy2log, cluster, E));
-        auto pb = model.evaluate(ExpertNodeSets::from_layer(bal.phy2log, cluster, E));
-        use_bal = no_worse(pb, pm);
+      double best_b = balancedness(mro.phy2log, t, cluster);
+      std::vector<RecoveryEstimate> pm;
+      int pick = 0;
+      LayerPlacement best = std::move(mro);
+      for (int variant = 1; variant <= 2; ++variant) {
+        LayerPlacement cand = balanced_layout(r, t, cluster, variant == 2);
+        double b = balancedness(cand.phy2log, t, cluster);
+        if (b <= best_b + 1e-9) continue;
+        if (pm.empty()) pm = model.evaluate(ExpertNodeSets::from_layer(best.phy2log, cluster, E));
+        if (!no_worse(model.evaluate(ExpertNodeSets::from_layer(cand.phy2log, cluster, E)), pm)) continue;
+        best = std::move(cand);
+        best_b = b;
+        pick = variant;
       }
+      bool use_bal = pick != 0;
       chosen.push_back(use_bal ? "balanced" : "mro");
-      res.layers.push_back(use_bal ? std::move(bal) : std::move(mro));
+      res.layers.push_back(std::move(best));
     }
     return res;
   }

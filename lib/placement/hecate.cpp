@@ -1,0 +1,196 @@
+// hecate: heterogeneous sharding + sparse materialization.
+#include "placement/hecate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+#include "placement/algorithm.h"
+
+namespace ucpkit::placement {
+namespace {
+
+std::vector<int> by_load_desc(const std::vector<double>& t) {
+  std::vector<int> order(t.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return t[a] > t[b]; });
+  return order;
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> hecate_sharding(const LoadMatrix& loads, const Cluster& cluster, int t) {
+  const int L = static_cast<int>(loads.layers), E = static_cast<int>(loads.experts);
+  const int D = cluster.gpus(), G = cluster.gpus_per_node, N = cluster.nodes;
+  t = std::clamp(t, 0, E);
+  const long long per_gpu = (1LL * L * E + D - 1) / D;
+  std::vector<long long> free(D, per_gpu);
+  std::vector<std::vector<int>> owner(L, std::vector<int>(E, -1));
+  std::vector<std::vector<int>> overlappable(L);
+
+  std::vector<int> layers(L);
+  std::iota(layers.begin(), layers.end(), 0);
+  auto max_load = [&](int l) {
+    auto row = loads.layer(l);
+    return *std::max_element(row.begin(), row.end());
+  };
+  std::stable_sort(layers.begin(), layers.end(), [&](int a, int b) { return max_load(a) > max_load(b); });
+  for (int l : layers) {
+    std::vector<double> row = loads.layer_vector(l);
+    std::vector<int> order = by_load_desc(row);
+    overlappable[l].assign(order.begin(), order.begin() + t);
+    std::vector<double> node_load(N, 0.0), gpu_load(D, 0.0);
+    for (int i = t; i < E; ++i) {
+      int e = order[i];
+      int best_node = -1;
+      long long best_free = 0;
+      for (int n = 0; n < N; ++n) {
+        long long nf = 0;
+        for (int g = n * G; g < (n + 1) * G; ++g) nf += free[g];
+        if (nf == 0) continue;
+        if (best_node < 0 || node_load[n] < node_load[best_node] ||
+            (node_load[n] == node_load[best_node] && nf < best_free)) {
+          best_node = n;
+          best_free = nf;
+        }
+      }
+      int best = -1;
+      for (int g = best_node * G; g < (best_node + 1) * G; ++g) {
+        if (free[g] == 0) continue;
+        if (best < 0 || gpu_load[g] < gpu_load[best] || (gpu_load[g] == gpu_load[best] && free[g] < free[best])) best = g;
+      }
+      owner[l][e] = best;
+      free[best]--;
+      node_load[best_node] += row[e];
+      gpu_load[best] += row[e];
+    }
+  }
+  // Overlappable experts go to the remaining shard slots, GPUs with the most room first.
+  for (int l : layers)
+    for (int e : overlappable[l]) {
+      int best = static_cast<int>(std::max_element(free.begin(), free.end()) - free.begin());
+      owner[l][e] = best;
+      free[best]--;
+    }
+  return owner;
+}
+
+LayerPlacement hecate_materialize(const std::vector<double>& t, const std::vector<int>& owner, const Cluster& cluster,
+                                  int overlap_degree) {
+  const int E = static_cast<int>(t.size()), D = cluster.gpus(), G = cluster.gpus_per_node, S = cluster.slots_per_gpu;
+  std::vector<std::vector<int>> slots(D);
+  std::vector<std::vector<char>> has(D, std::vector<char>(E, 0));
+  std::vector<int> cnt(E, 0);
+  std::vector<double> gload(D, 0.0);
+  auto room = [&](int g) { return S - static_cast<int>(slots[g].size()); };
+  auto put = [&](int e, int g) {
+    slots[g].push_back(e);
+    has[g][e] = 1;
+    cnt[e]++;
+    gload[g] += t[e];
+  };
+  std::vector<int> order = by_load_desc(t);
+
+  // Owner shards first.
+  for (int e : order) {
+    int g = owner[e];
+    if (room(g) <= 0) {
+      int node = cluster.node_of_gpu(g), best = -1;
+      for (int h = node * G; h < (node + 1) * G; ++h)
+        if (room(h) > 0 && (best < 0 || gload[h] < gload[best])) best = h;
+      if (best < 0)
+        for (int h = 0; h < D; ++h)
+          if (room(h) > 0 && (best < 0 || gload[h] < gload[best])) best = h;
+      g = best;
+    }
+    put(e, g);
+  }
+
+  // Most room on nodes lacking e, then on GPUs lacking e.
+  auto place_copy = [&](int e) {
+    int best = -1, best_node_room = -1;
+    bool best_node_lacks = false, best_lacks = false;
+    for (int n = 0; n < cluster.nodes; ++n) {
+      int nr = 0;
+      bool lacks = true;
+      for (int g = n * G; g < (n + 1) * G; ++g) {
+        nr += room(g);
+        lacks = lacks && !has[g][e];
+      }
+      if (nr == 0) continue;
+      for (int g = n * G; g < (n + 1) * G; ++g) {
+        if (room(g) == 0) continue;
+        bool gl = !has[g][e];
+        auto key = std::make_tuple(lacks, nr, gl, room(g));
+        auto cur = std::make_tuple(best_node_lacks, best_node_room, best_lacks, best < 0 ? -1 : room(best));
+        if (best < 0 || key > cur) {
+          best = g;
+          best_node_room = nr;
+          best_node_lacks = lacks;
+          best_lacks = gl;
+        }
+      }
+    }
+    if (best >= 0) put(e, best);
+    return best >= 0;
+  };
+
+  const int free_total = D * S - E;
+  int tt = std::clamp(overlap_degree < 0 ? E : overlap_degree, 0, E);
+  int m = std::min(S, tt);
+  if (tt > 0 && tt <= m) {
+    for (int i = 0; i < tt; ++i)
+      for (int g = 0; g < D; ++g)
+        if (room(g) > 0 && !has[g][order[i]]) put(order[i], g);
+  } else if (tt > 0) {
+    double sum = 0;
+    for (int i = 0; i < tt; ++i) sum += t[order[i]];
+    for (int i = 0; i < tt && sum > 0; ++i) {
+      int n = static_cast<int>(std::floor(free_total * t[order[i]] / sum));
+      for (int j = 0; j < n; ++j)
+        if (!place_copy(order[i])) break;
+    }
+  }
+  // Slots still free: the largest load per replica gets the next copy.
+  for (bool placed = true; placed;) {
+    placed = false;
+    int best = -1;
+    for (int e = 0; e < E; ++e)
+      if (best < 0 || t[e] / cnt[e] > t[best] / cnt[best]) best = e;
+    if (best >= 0 && place_copy(best)) placed = true;
+  }
+
+  LayerPlacement out;
+  out.phy2log.resize(cluster.slots());
+  for (int g = 0; g < D; ++g)
+    for (int s = 0; s < S; ++s) out.phy2log[g * S + s] = slots[g][s];
+  out.phyrank = ranks_by_appearance(out.phy2log, E);
+  return out;
+}
+
+namespace {
+
+class Hecate : public PlacementAlgorithm {
+ public:
+  std::string name() const override { return "hecate"; }
+  std::string description() const override { return "Hecate heterogeneous sharding + sparse materialization"; }
+  PlacementResult place(const LoadMatrix& loads, const Cluster& cluster, const PlacementOptions& opt) const override {
+    check_fits(loads, cluster);
+    const int E = static_cast<int>(loads.experts);
+    int t = opt.overlap_degree < 0 ? E : std::min(opt.overlap_degree, E);
+    auto owner = hecate_sharding(loads, cluster, t);
+    PlacementResult res;
+    for (size_t l = 0; l < loads.layers; ++l)
+      res.layers.push_back(hecate_materialize(loads.layer_vector(l), owner[l], cluster, t));
+    res.details["overlap_degree"] = t;
+    res.details["shards_per_gpu"] = (1LL * loads.layers * E + cluster.gpus() - 1) / cluster.gpus();
+    res.details["shard_owner"] = owner;
+    return res;
+  }
+};
+
+const AlgorithmRegistrar kRegister("hecate", [] { return std::make_unique<Hecate>(); });
+
+}  // namespace
+}  // namespace ucpkit::placement

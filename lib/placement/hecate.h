@@ -1,0 +1,25 @@
+// Hecate (FSSDP): heterogeneous sharding of all layers' experts and sparse materialization per layer.
+#pragma once
+#include <vector>
+
+#include "placement/cluster.h"
+#include "placement/loads.h"
+
+namespace ucpkit::placement {
+
+// Heterogeneous sharding (Hecate Algorithm 2): every GPU gets the same number of expert shards
+// counted over all layers (ceil(L*E / GPUs)); per layer, the top-t experts by load are "overlappable";
+// the others are placed first, layers with the most loaded expert first, each expert (heaviest first)
+// on the least loaded node (ties: fewer free shard slots) and then its least loaded GPU (same rule);
+// the overlappable experts fill the remaining shard slots. Returns owner GPU per [layer][expert].
+std::vector<std::vector<int>> hecate_sharding(const LoadMatrix& loads, const Cluster& cluster, int overlap_degree);
+
+// Sparse materialization (Hecate Algorithm 1) for one layer with S = slots per GPU as the memory
+// capacity m: each expert first occupies a slot on its owner GPU (or the least loaded GPU of the
+// owner's node, or anywhere); if t <= m the top-t experts are materialized on every GPU with room,
+// else the free slots are given to the top-t experts in proportion to load, each expert's copies on
+// nodes lacking it first; slots still free go to the expert with the largest load per replica.
+LayerPlacement hecate_materialize(const std::vector<double>& loads, const std::vector<int>& owner, const Cluster& cluster,
+                                  int overlap_degree);
+
+}  // namespace ucpkit::placement

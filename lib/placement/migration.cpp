@@ -1,0 +1,193 @@
+// Node mapping and transfer schedule for re-placement.
+#include "placement/migration.h"
+
+#include <algorithm>
+#include <bit>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+
+namespace ucpkit::placement {
+namespace {
+
+// Distinct experts per node (or GPU) per layer as bitsets: [layer][unit * words + w].
+struct Holdings {
+  int units = 0, words = 0;
+  std::vector<std::vector<uint64_t>> bits;
+  bool has(int l, int u, int e) const { return (bits[l][u * words + (e >> 6)] >> (e & 63)) & 1; }
+};
+
+Holdings holdings(const Plan& plan, int unit_slots) {
+  Holdings h;
+  h.units = plan.cluster.slots() / unit_slots;
+  h.words = (plan.experts + 63) / 64;
+  for (const auto& layer : plan.layers) {
+    std::vector<uint64_t> b(static_cast<size_t>(h.units) * h.words, 0);
+    for (size_t p = 0; p < layer.phy2log.size(); ++p) {
+      int u = static_cast<int>(p) / unit_slots, e = layer.phy2log[p];
+      b[u * h.words + (e >> 6)] |= uint64_t{1} << (e & 63);
+    }
+    h.bits.push_back(std::move(b));
+  }
+  return h;
+}
+
+long long missing(const Holdings& want, int wu, const Holdings& have, int hu) {
+  if (hu < 0) {
+    long long n = 0;
+    for (const auto& b : want.bits)
+      for (int w = 0; w < want.words; ++w) n += std::popcount(b[wu * want.words + w]);
+    return n;
+  }
+  long long n = 0;
+  for (size_t l = 0; l < want.bits.size(); ++l)
+    for (int w = 0; w < want.words; ++w)
+      n += std::popcount(want.bits[l][wu * want.words + w] & ~have.bits[l][hu * have.words + w]);
+  return n;
+}
+
+// Greedy pairing on a cost matrix: repeatedly the cheapest unpaired (row, col); returns col per row.
+std::vector<int> greedy_pairs(const std::vector<std::vector<long long>>& cost) {
+  const int n = static_cast<int>(cost.size());
+  std::vector<int> col_of(n, -1);
+  std::vector<char> row_done(n, 0), col_done(n, 0);
+  for (int step = 0; step < n; ++step) {
+    long long best = std::numeric_limits<long long>::max();
+    int br = -1, bc = -1;
+    for (int r = 0; r < n; ++r) {
+      if (row_done[r]) continue;
+      for (int c = 0; c < n; ++c)
+        if (!col_done[c] && cost[r][c] < best) {
+          best = cost[r][c];
+          br = r;
+          bc = c;
+        }
+    }
+    row_done[br] = col_done[bc] = 1;
+    col_of[br] = bc;
+  }
+  return col_of;
+}
+
+}  // namespace
+
+std::vector<int> nodes_after_change(const Plan& current, const NodeChange& change) {
+  std::set<int> failed;
+  for (int f : change.failed) {
+    if (std::find(current.node_ids.begin(), current.node_ids.end(), f) == current.node_ids.end())
+      throw UsageError("failed node " + std::to_string(f) + " is not in the current plan");
+    if (!failed.insert(f).second) throw UsageError("failed node " + std::to_string(f) + " listed twice");
+  }
+  if (change.added < 0) throw UsageError("--added-nodes must not be negative");
+  std::vector<int> ids;
+  for (int id : current.node_ids)
+    if (!failed.count(id)) ids.push_back(id);
+  int next = *std::max_element(current.node_ids.begin(), current.node_ids.end()) + 1;
+  for (int i = 0; i < change.added; ++i) ids.push_back(next + i);
+  if (ids.empty()) throw UsageError("no node left after the failures");
+  return ids;
+}
+
+Migration migrate(const Plan& current, Plan& next, const std::vector<int>& physical_ids) {
+  if (current.layers.size() != next.layers.size())
+    throw Error("current plan has " + std::to_string(current.layers.size()) + " layers, loads have " +
+                std::to_string(next.layers.size()));
+  if (current.experts > next.experts)
+    throw Error("current plan places " + std::to_string(current.experts) + " experts, loads have " +
+                std::to_string(next.experts));
+  const int N = next.cluster.nodes;
+  const int node_slots = next.cluster.slots_per_node();
+  std::map<int, int> old_index;  // physical id -> node index in the current plan
+  for (size_t i = 0; i < current.node_ids.size(); ++i) old_index[current.node_ids[i]] = static_cast<int>(i);
+  auto old_of = [&](int phys) {
+    auto it = old_index.find(phys);
+    return it == old_index.end() ? -1 : it->second;
+  };
+
+  Plan widened = current;
+  widened.experts = next.experts;
+  Holdings have = holdings(widened, current.cluster.slots_per_node());
+  Holdings want = holdings(next, node_slots);
+  std::vector<std::vector<long long>> cost(N, std::vector<long long>(N));
+  for (int i = 0; i < N; ++i)
+    for (int q = 0; q < N; ++q) cost[i][q] = missing(want, q, have, old_of(physical_ids[i]));
+  std::vector<int> logical_of = greedy_pairs(cost);
+
+  // Same GPU matching inside each node when GPU shapes agree.
+  const bool match_gpus = current.cluster.gpus_per_node == next.cluster.gpus_per_node &&
+                          current.cluster.slots_per_gpu == next.cluster.slots_per_gpu;
+  Holdings have_gpu = match_gpus ? holdings(widened, current.cluster.slots_per_gpu) : Holdings{};
+  Holdings want_gpu = holdings(next, next.cluster.slots_per_gpu);
+  const int G = next.cluster.gpus_per_node, S = next.cluster.slots_per_gpu;
+  std::vector<LayerPlacement> reordered(next.layers.size());
+  for (auto& l : reordered) l.phy2log.assign(next.cluster.slots(), -1);
+  for (int i = 0; i < N; ++i) {
+    int q = logical_of[i], old = old_of(physical_ids[i]);
+    std::vector<int> gpu_of(G);
+    for (int g = 0; g < G; ++g) gpu_of[g] = g;
+    if (match_gpus && old >= 0) {
+      std::vector<std::vector<long long>> gc(G, std::vector<long long>(G));
+      for (int g = 0; g < G; ++g)
+        for (int h = 0; h < G; ++h) gc[g][h] = missing(want_gpu, q * G + h, have_gpu, old * G + g);
+      gpu_of = greedy_pairs(gc);
+    }
+    for (size_t l = 0; l < next.layers.size(); ++l)
+      for (int g = 0; g < G; ++g)
+        for (int s = 0; s < S; ++s)
+          reordered[l].phy2log[(i * G + g) * S + s] = next.layers[l].phy2log[(q * G + gpu_of[g]) * S + s];
+  }
+  for (auto& l : reordered) l.phyrank = ranks_by_appearance(l.phy2log, next.experts);
+  next.layers = std::move(reordered);
+  next.node_ids = physical_ids;
+
+  Migration m;
+  m.node_ids = physical_ids;
+  Holdings now = holdings(next, node_slots);
+  std::map<int, long long> sends;
+  for (size_t l = 0; l < next.layers.size(); ++l) {
+    long long moved = 0;
+    for (int e = 0; e < next.experts; ++e) {
+      std::vector<int> owners;  // surviving physical nodes that held e
+      for (int i = 0; i < N; ++i) {
+        int old = old_of(physical_ids[i]);
+        if (old >= 0 && e < current.experts && have.has(static_cast<int>(l), old, e)) owners.push_back(physical_ids[i]);
+      }
+      bool needed = false;
+      for (int i = 0; i < N; ++i) {
+        if (!now.has(static_cast<int>(l), i, e)) continue;
+        needed = true;
+        int old = old_of(physical_ids[i]);
+        if (old >= 0 && have.has(static_cast<int>(l), old, e)) continue;
+        int from = -1;
+        for (int o : owners)
+          if (from < 0 || sends[o] < sends[from]) from = o;
+        if (from >= 0) sends[from]++;
+        m.transfers.push_back({static_cast<int>(l), e, from, physical_ids[i]});
+        ++moved;
+      }
+      if (needed && owners.empty()) m.lost.emplace_back(static_cast<int>(l), e);
+    }
+    m.moved_per_layer.push_back(moved);
+    m.replicas_moved += moved;
+  }
+  return m;
+}
+
+nlohmann::json migration_to_json(const Migration& m, double expert_bytes) {
+  nlohmann::json t = nlohmann::json::array();
+  for (const auto& x : m.transfers) t.push_back({{"layer", x.layer}, {"expert", x.expert}, {"from", x.from}, {"to", x.to}});
+  nlohmann::json lost = nlohmann::json::array();
+  for (const auto& [l, e] : m.lost) lost.push_back({{"layer", l}, {"expert", e}});
+  nlohmann::json j = {{"node_ids", m.node_ids},
+                      {"replicas_moved", m.replicas_moved},
+                      {"replicas_moved_per_layer", m.moved_per_layer},
+                      {"recoverable", m.lost.empty()},
+                      {"lost_experts", lost},
+                      {"transfers", t}};
+  if (expert_bytes > 0) j["bytes_moved"] = expert_bytes * static_cast<double>(m.replicas_moved);
+  return j;
+}
+
+}  // namespace ucpkit::placement

@@ -1,0 +1,42 @@
+// Re-placement after node failures, node additions or a rebalance: map the new plan's nodes onto
+// physical nodes so that the fewest replicas move, and schedule the transfers.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "placement/plan.h"
+
+namespace ucpkit::placement {
+
+struct NodeChange {
+  std::vector<int> failed;  // physical node ids (the current plan's node_ids)
+  int added = 0;
+};
+
+// One expert state fetched by node `to` from node `from` (physical ids; from = -1: no surviving
+// owner, the expert must come from a checkpoint).
+struct Transfer {
+  int layer, expert, from, to;
+};
+
+struct Migration {
+  std::vector<int> node_ids;               // physical id of each node of the new plan
+  std::vector<long long> moved_per_layer;  // (node, expert) pairs a node must fetch
+  long long replicas_moved = 0;
+  std::vector<Transfer> transfers;
+  std::vector<std::pair<int, int>> lost;  // (layer, expert) with no replica left
+};
+
+// Physical ids of the nodes after the change: survivors in order, then new ids past the largest.
+// Throws UsageError for a failed node that is not in the plan, duplicates, or no node left.
+std::vector<int> nodes_after_change(const Plan& current, const NodeChange& change);
+
+// Permutes the nodes of `next` (planned on logical nodes) onto `physical_ids`, greedily pairing the
+// physical node and plan node with the fewest experts to fetch, also matching GPUs inside each node;
+// then lists the fetches, each from the surviving owner of that expert with the fewest sends so far.
+Migration migrate(const Plan& current, Plan& next, const std::vector<int>& physical_ids);
+
+nlohmann::json migration_to_json(const Migration& m, double expert_bytes);
+
+}  // namespace ucpkit::placement

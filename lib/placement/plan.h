@@ -1,0 +1,48 @@
+// The placement plan: per-layer EPLB-compatible maps plus metrics, and its JSON form.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "placement/cluster.h"
+#include "placement/loads.h"
+#include "placement/recovery.h"
+
+namespace ucpkit::placement {
+
+struct LayerMetrics {
+  std::vector<double> gpu_loads;
+  double mean_load = 0, max_load = 0, balancedness = 1;
+  std::vector<RecoveryEstimate> recovery;  // k = 1..K
+};
+
+struct PlanMetrics {
+  double balancedness = 1;      // sum of layer means / sum of layer maxima
+  double min_balancedness = 1;  // worst layer
+  std::vector<RecoveryEstimate> recovery;  // mean over layers
+};
+
+struct Plan {
+  Cluster cluster;
+  std::string algorithm;
+  int experts = 0;
+  int fault_tolerance = 1;
+  std::vector<LayerPlacement> layers;
+  std::vector<int> node_ids;  // physical id of every plan node (identity unless re-placed)
+  std::vector<LayerMetrics> layer_metrics;
+  PlanMetrics metrics;
+  RecoveryOptions recovery_options;
+  nlohmann::json details = nlohmann::json::object();
+};
+
+// Fills layer_metrics and metrics: GPU loads, balancedness, recovery probabilities.
+void compute_metrics(Plan& plan, const LoadMatrix& loads, const RecoveryOptions& options);
+
+// The plan file: {"nodes","gpus_per_node","slots_per_gpu","algorithm","layers":[{"phy2log","log2phy",
+// "logcnt","balancedness","recovery_probability":{"1":..}, ...}],"metrics":{...}} plus extra keys.
+nlohmann::json plan_to_json(const Plan& plan);
+// Reads the keys a re-placement needs (sizes, phy2log per layer, node_ids); throws Error naming `name`.
+Plan plan_from_json(const nlohmann::json& doc, const std::string& name);
+Plan read_plan(const std::string& path);
+
+}  // namespace ucpkit::placement

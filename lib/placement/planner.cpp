@@ -1,0 +1,184 @@
+// moe-replace pipeline.
+#include "placement/planner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+#include "core/error.h"
+#include "placement/balance.h"
+#include "placement/svg.h"
+
+namespace ucpkit::placement {
+namespace {
+
+std::string fixed(double v, int digits = 4) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+
+std::string render_table(const Plan& plan, const std::optional<Migration>& mig, size_t layers_shown) {
+  std::ostringstream o;
+  o << plan.algorithm << " on " << plan.cluster.describe() << ", " << plan.layers.size() << " layers x " << plan.experts
+    << " experts, f=" << plan.fault_tolerance << "\n";
+  o << "layer  balancedness";
+  for (const auto& r : plan.metrics.recovery) o << "   p(" << r.failed_nodes << " fail)";
+  o << "\n";
+  auto row = [&](const std::string& name, double b, const std::vector<RecoveryEstimate>& rec) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%-6s %12s", name.c_str(), fixed(b).c_str());
+    o << buf;
+    for (const auto& r : rec) {
+      std::snprintf(buf, sizeof buf, "  %9s%s", fixed(r.probability).c_str(), r.exact ? " " : "*");
+      o << buf;
+    }
+    o << "\n";
+  };
+  for (size_t l = 0; l < plan.layer_metrics.size() && l < layers_shown; ++l)
+    row(std::to_string(l), plan.layer_metrics[l].balancedness, plan.layer_metrics[l].recovery);
+  if (plan.layer_metrics.size() > layers_shown) o << "...    (" << plan.layer_metrics.size() - layers_shown << " more layers in the plan)\n";
+  row("all", plan.metrics.balancedness, plan.metrics.recovery);
+  o << "min balancedness " << fixed(plan.metrics.min_balancedness);
+  bool mc = false;
+  for (const auto& r : plan.metrics.recovery) mc = mc || !r.exact;
+  if (mc) o << "; * Monte Carlo, " << plan.recovery_options.mc_samples << " samples, seed " << plan.recovery_options.seed;
+  o << "\n";
+  if (mig) {
+    o << "migration: " << mig->replicas_moved << " replicas to fetch";
+    if (!mig->lost.empty()) o << ", " << mig->lost.size() << " experts have no surviving replica (restore from checkpoint)";
+    o << "\n";
+  }
+  return o.str();
+}
+
+}  // namespace
+
+std::vector<int> parse_id_list(const std::string& text, const std::string& option) {
+  std::vector<int> ids;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t used = 0;
+    int v = -1;
+    try {
+      v = std::stoi(item, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || v < 0)
+      throw UsageError(option + " expects non-negative node ids separated by commas, got \"" + text + "\"");
+    ids.push_back(v);
+  }
+  if (ids.empty()) throw UsageError(option + " lists no node");
+  return ids;
+}
+
+Plan plan_placement(const LoadMatrix& loads, const Cluster& cluster, const std::string& algorithm,
+                    const PlacementOptions& options) {
+  validate_cluster(cluster);
+  auto algo = make_algorithm(algorithm);
+  PlacementResult placed = algo->place(loads, cluster, options);
+  Plan plan;
+  plan.cluster = cluster;
+  plan.algorithm = algo->name();
+  plan.experts = static_cast<int>(loads.experts);
+  plan.fault_tolerance = options.fault_tolerance;
+  plan.layers = std::move(placed.layers);
+  plan.details = std::move(placed.details);
+  plan.node_ids.resize(cluster.nodes);
+  for (int i = 0; i < cluster.nodes; ++i) plan.node_ids[i] = i;
+  for (const auto& l : plan.layers) check_placement(l, cluster, plan.experts, plan.algorithm);
+  return plan;
+}
+
+PlanOutcome make_plan(const PlanRequest& req) {
+  auto t0 = std::chrono::steady_clock::now();
+  validate_cluster(req.cluster);
+  LoadMatrix loads = read_loads(req.loads_path, req.load_options);
+
+  std::optional<Plan> current;
+  Cluster target = req.cluster;
+  std::vector<int> physical;
+  if (!req.current_path.empty()) {
+    current = read_plan(req.current_path);
+    const Cluster& cc = current->cluster;
+    if (cc.nodes != req.cluster.nodes || cc.gpus_per_node != req.cluster.gpus_per_node ||
+        cc.slots_per_gpu != req.cluster.slots_per_gpu)
+      throw UsageError("--nodes/--gpus-per-node/--slots-per-gpu (" + req.cluster.describe() +
+                       ") do not match the current plan (" + cc.describe() + ")");
+    if (current->layers.size() != loads.layers)
+      throw Error(req.current_path + ": plan has " + std::to_string(current->layers.size()) + " layers, loads have " +
+                  std::to_string(loads.layers));
+    if (current->experts > static_cast<int>(loads.experts))
+      throw Error(req.current_path + ": plan places expert ids beyond the " + std::to_string(loads.experts) +
+                  " experts of the loads");
+    physical = nodes_after_change(*current, req.change);
+    target.nodes = static_cast<int>(physical.size());
+  } else if (!req.change.failed.empty() || req.change.added > 0) {
+    throw UsageError("--failed-nodes and --added-nodes need --current");
+  }
+
+  PlanOutcome out;
+  PlacementOptions popt = req.placement;
+  if (current) {
+    // After failures there may be too few slots for f replicas each; Lazarus then lowers f.
+    long long fit = std::min<long long>(target.nodes, target.slots() / static_cast<long long>(loads.experts));
+    if (fit >= 1 && popt.fault_tolerance > fit) {
+      out.notes.push_back("fault tolerance lowered from " + std::to_string(popt.fault_tolerance) + " to " +
+                          std::to_string(fit) + ": not enough slots left");
+      popt.fault_tolerance = static_cast<int>(fit);
+    }
+  }
+  out.plan = plan_placement(loads, target, req.algorithm, popt);
+  if (current) out.migration = migrate(*current, out.plan, physical);
+  compute_metrics(out.plan, loads, popt.recovery);
+  out.plan_json = plan_to_json(out.plan);
+  if (out.migration) out.plan_json["migration"] = migration_to_json(*out.migration, req.expert_bytes);
+  out.table = render_table(out.plan, out.migration, 32);
+
+  if (req.want_svg) {
+    std::vector<double> before;
+    std::string label;
+    if (current) {
+      label = "before: current plan";
+      before.assign(current->cluster.gpus(), 0.0);
+      for (size_t l = 0; l < loads.layers; ++l) {
+        auto g = gpu_loads(current->layers[l].phy2log, loads.layer_vector(l), current->cluster);
+        for (size_t i = 0; i < g.size(); ++i) before[i] += g[i];
+      }
+    } else {
+      label = "before: spread baseline";
+      Plan base = plan_placement(loads, target, "spread", popt);
+      before.assign(target.gpus(), 0.0);
+      for (size_t l = 0; l < loads.layers; ++l) {
+        auto g = gpu_loads(base.layers[l].phy2log, loads.layer_vector(l), target);
+        for (size_t i = 0; i < g.size(); ++i) before[i] += g[i];
+      }
+    }
+    out.svg = plan_svg(out.plan, before, label, req.svg_layer);
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  nlohmann::json s = {{"algorithm", out.plan.algorithm},
+                      {"nodes", out.plan.cluster.nodes},
+                      {"gpus_per_node", out.plan.cluster.gpus_per_node},
+                      {"slots_per_gpu", out.plan.cluster.slots_per_gpu},
+                      {"layers", out.plan.layers.size()},
+                      {"experts", out.plan.experts},
+                      {"fault_tolerance", out.plan.fault_tolerance},
+                      {"metrics", out.plan_json["metrics"]},
+                      {"seconds", out.seconds}};
+  if (out.migration) {
+    s["replicas_moved"] = out.migration->replicas_moved;
+    s["recoverable"] = out.migration->lost.empty();
+    s["node_ids"] = out.migration->node_ids;
+    if (req.expert_bytes > 0) s["bytes_moved"] = req.expert_bytes * static_cast<double>(out.migration->replicas_moved);
+  }
+  if (!out.notes.empty()) s["notes"] = out.notes;
+  out.summary = std::move(s);
+  return out;
+}
+
+}  // namespace ucpkit::placement

@@ -1,0 +1,49 @@
+// The moe-replace pipeline as plain data in, plain data out: read loads -> place -> (migrate) ->
+// metrics -> plan JSON, table and SVG text. Nothing is written here; the driver writes atomically.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "placement/algorithm.h"
+#include "placement/loads.h"
+#include "placement/migration.h"
+#include "placement/plan.h"
+
+namespace ucpkit::placement {
+
+struct PlanRequest {
+  std::string loads_path;
+  LoadOptions load_options;
+  Cluster cluster;  // the cluster of --nodes/--gpus-per-node/--slots-per-gpu (before any change)
+  std::string algorithm = "lazarus";
+  PlacementOptions placement;
+  std::string current_path;  // re-placement when set
+  NodeChange change;
+  double expert_bytes = 0;  // bytes per expert replica, for "bytes_moved"
+  bool want_svg = false;
+  int svg_layer = 0;
+};
+
+struct PlanOutcome {
+  Plan plan;
+  std::optional<Migration> migration;
+  nlohmann::json plan_json;
+  nlohmann::json summary;  // the --json summary
+  std::string table;       // the terminal table
+  std::string svg;         // when requested
+  std::vector<std::string> notes;  // warnings for the user (e.g. f lowered after failures)
+  double seconds = 0;
+};
+
+PlanOutcome make_plan(const PlanRequest& request);
+
+// Places `loads` with one algorithm and computes metrics; the piece benchmarks and tests reuse.
+Plan plan_placement(const LoadMatrix& loads, const Cluster& cluster, const std::string& algorithm,
+                    const PlacementOptions& options);
+
+// Parses "i,j,k" into ids; throws UsageError on anything else.
+std::vector<int> parse_id_list(const std::string& text, const std::string& option);
+
+}  // namespace ucpkit::placement

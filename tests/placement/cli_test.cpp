@@ -1,0 +1,163 @@
+// moe-replace as job scripts call it: exit codes, plan keys, no output left behind on errors.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "test_data.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string binary() {
+  const char* bin = std::getenv("UCPKIT_BIN");
+  return bin ? std::string(bin) + "/moe-replace" : std::string();
+}
+
+struct CliRun {
+  int rc;
+  std::string out;
+};
+
+CliRun run(const std::string& args) {
+  fs::path log = fs::temp_directory_path() / ("moe_replace_cli_" + std::to_string(::getpid()) + ".log");
+  std::string cmd = binary() + " " + args + " > " + log.string() + " 2>&1";
+  int status = std::system(cmd.c_str());
+  std::ifstream in(log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  fs::remove(log);
+  return {WEXITSTATUS(status), ss.str()};
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (binary().empty() || !fs::exists(binary())) GTEST_SKIP() << "UCPKIT_BIN/moe-replace not built";
+    dir = fs::temp_directory_path() / ("moe_replace_cli_" + std::to_string(::getpid()) + "_" +
+                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir);
+    write("loads.json", "[[90,132,40,61,104,165,39,4,73,56,183,86],[20,107,104,64,19,197,187,157,172,86,16,27]]");
+  }
+  void TearDown() override {
+    if (!dir.empty()) fs::remove_all(dir);
+  }
+  void write(const std::string& name, const std::string& text) { std::ofstream(dir / name) << text; }
+  std::string p(const std::string& name) const { return (dir / name).string(); }
+  nlohmann::json read(const std::string& name) const {
+    std::ifstream in(dir / name);
+    return nlohmann::json::parse(in);
+  }
+  fs::path dir;
+};
+
+}  // namespace
+
+TEST_F(Cli, WritesPlanWithContractKeys) {
+  CliRun r = run("--loads " + p("loads.json") + " --nodes 4 --gpus-per-node 4 --slots-per-gpu 2 --fault-tolerance 2 " +
+              "--output " + p("plan.json") + " --svg " + p("plan.svg"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  nlohmann::json plan = read("plan.json");
+  EXPECT_EQ(plan["nodes"], 4);
+  EXPECT_EQ(plan["gpus_per_node"], 4);
+  EXPECT_EQ(plan["slots_per_gpu"], 2);
+  EXPECT_EQ(plan["algorithm"], "lazarus");
+  ASSERT_EQ(plan["layers"].size(), 2u);
+  for (const auto& L : plan["layers"]) {
+    EXPECT_EQ(L["phy2log"].size(), 32u);
+    EXPECT_EQ(L["logcnt"].size(), 12u);
+    EXPECT_EQ(L["log2phy"].size(), 12u);
+    EXPECT_TRUE(L["balancedness"].is_number());
+    EXPECT_EQ(L["recovery_probability"]["1"], 1.0);
+  }
+  EXPECT_TRUE(plan["metrics"]["balancedness"].is_number());
+  EXPECT_TRUE(plan["metrics"]["min_balancedness"].is_number());
+  EXPECT_TRUE(plan["metrics"]["recovery_probability"].contains("1"));
+  EXPECT_TRUE(fs::exists(dir / "plan.svg"));
+  EXPECT_NE(r.out.find("balancedness"), std::string::npos);
+}
+
+TEST_F(Cli, JsonSummaryAndEplb) {
+  CliRun r = run("--loads " + p("loads.json") + " --nodes 2 --gpus-per-node 4 --slots-per-gpu 2 --groups 4 " +
+              "--algorithm eplb --output " + p("eplb.json") + " --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  nlohmann::json s = nlohmann::json::parse(r.out);
+  EXPECT_EQ(s["algorithm"], "eplb");
+  nlohmann::json plan = read("eplb.json");
+  EXPECT_EQ(plan["layers"][0]["phy2log"],
+            nlohmann::json::parse("[5, 6, 5, 7, 8, 4, 3, 4, 10, 9, 10, 2, 0, 1, 11, 1]"));
+}
+
+TEST_F(Cli, ReplacementAfterFailure) {
+  ASSERT_EQ(run("--loads " + p("loads.json") + " --nodes 4 --gpus-per-node 4 --slots-per-gpu 2 --fault-tolerance 2 " +
+                "--output " + p("plan.json") + " -q")
+                .rc,
+            0);
+  CliRun r = run("--loads " + p("loads.json") + " --nodes 4 --gpus-per-node 4 --slots-per-gpu 2 --fault-tolerance 2 " +
+              "--current " + p("plan.json") + " --failed-nodes 2 --output " + p("next.json") + " --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  nlohmann::json next = read("next.json");
+  EXPECT_EQ(next["nodes"], 3);
+  EXPECT_EQ(next["node_ids"], nlohmann::json::parse("[0, 1, 3]"));
+  EXPECT_TRUE(next["migration"]["recoverable"].get<bool>());
+  for (const auto& t : next["migration"]["transfers"]) EXPECT_NE(t["from"], 2);
+}
+
+TEST_F(Cli, BadInputFailsCleanly) {
+  write("ragged.json", "[[1,2,3],[4,5]]");
+  write("neg.json", "[[1,-2,3]]");
+  write("nan.csv", "1,nan,3\n");
+  struct Case {
+    std::string args;
+    int rc;
+  } cases[] = {
+      {"--loads " + p("ragged.json") + " --nodes 2 --gpus-per-node 1 --slots-per-gpu 4", 1},
+      {"--loads " + p("neg.json") + " --nodes 2 --gpus-per-node 1 --slots-per-gpu 4", 1},
+      {"--loads " + p("nan.csv") + " --nodes 2 --gpus-per-node 1 --slots-per-gpu 4", 1},
+      {"--loads " + p("missing.json") + " --nodes 2 --gpus-per-node 1 --slots-per-gpu 4", 1},
+      {"--loads " + p("loads.json") + " --nodes 2 --gpus-per-node 1 --slots-per-gpu 4", 2},  // 12 experts, 8 slots
+      {"--loads " + p("loads.json") + " --nodes 2 --gpus-per-node 4 --slots-per-gpu 2 --fault-tolerance 2", 2},
+      {"--loads " + p("loads.json") + " --nodes 2 --gpus-per-node 4 --slots-per-gpu 2 --algorithm nope", 2},
+      {"--loads " + p("loads.json") + " --nodes 0 --gpus-per-node 4 --slots-per-gpu 2", 2},
+      {"--loads " + p("loads.json") + " --nodes 2 --gpus-per-node 4", 2},
+  };
+  for (const auto& c : cases) {
+    CliRun r = run(c.args + " --output " + p("out.json"));
+    EXPECT_EQ(r.rc, c.rc) << c.args << "\n" << r.out;
+    EXPECT_FALSE(fs::exists(dir / "out.json")) << c.args;
+    EXPECT_NE(r.out.find("moe-replace: error:"), std::string::npos) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  }
+  // Failed node not in the plan.
+  ASSERT_EQ(run("--loads " + p("loads.json") + " --nodes 2 --gpus-per-node 4 --slots-per-gpu 2 --output " + p("plan.json") + " -q").rc, 0);
+  CliRun r = run("--loads " + p("loads.json") + " --nodes 2 --gpus-per-node 4 --slots-per-gpu 2 --current " + p("plan.json") +
+              " --failed-nodes 7 --output " + p("out.json"));
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("failed node 7 is not in the current plan"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir / "out.json"));
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().filename().string().find(".tmp") != std::string::npos) left.push_back(entry.path().string());
+  EXPECT_TRUE(left.empty());
+}
+
+TEST_F(Cli, HelpAndVersion) {
+  EXPECT_EQ(run("--help").rc, 0);
+  CliRun v = run("--version");
+  EXPECT_EQ(v.rc, 0);
+  EXPECT_NE(v.out.find("moe-replace"), std::string::npos);
+}
+
+TEST_F(Cli, SmartMoeLoadsAllAlgorithms) {
+  std::string smart = placement_test::shared_data("smartmoe_expert_loads.json");
+  if (smart.empty()) GTEST_SKIP() << "../shared/data not found (set UCPKIT_SOURCE)";
+  for (const char* algo : {"lazarus", "eplb", "eplb-global", "spread", "compact", "hecate"}) {
+    CliRun r = run("--loads " + smart + " --nodes 8 --gpus-per-node 2 --slots-per-gpu 4 --fault-tolerance 2 --algorithm " +
+                algo + " --output " + p("plan.json") + " -q");
+    EXPECT_EQ(r.rc, 0) << algo << ": " << r.out;
+  }
+}
