@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   return tool::run("ucp-extract", [&] {
     auto s = ucp::run_extract(input, output, opt);
     if (common.json) std::cout << s.to_json().dump(1) << "\n";
-    tool::info("ucp-extract: " + std::to_string(s.params) + " parameters, " + std::to_string(s.files_written) +
+    tool::info(std::to_string(s.params) + " parameters, " + std::to_string(s.files_written) +
                " fragment files -> " + output);
     return 0;
   });

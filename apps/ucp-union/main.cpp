@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
     auto s = ucp::run_union(input, output, opt);
     if (ucp::MpiSession::get().rank() == 0) {
       if (common.json) std::cout << s.to_json().dump(1) << "\n";
-      tool::info("ucp-union: " + std::to_string(s.params) + " parameters -> " + output);
+      tool::info(std::to_string(s.params) + " parameters -> " + output);
     }
     return 0;
   });

@@ -74,9 +74,14 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
     const auto& path = L.model_files[mp];
     ValuePtr root = load_torch(path);
     if (!root || root->kind != Kind::Dict) fail(path, "not a model-states dict");
-    if (auto v = root->get("dp_world_size"); v && !v->is_none() && v->as_int() != L.dp)
+    if (auto v = root->get("dp_world_size"); v && !v->is_none() && v->as_int() != L.dp) {
+      if (v->as_int() > 0 && v->as_int() < L.dp)
+        throw Error(L.optim_files[mp][v->as_int()] + ": extra shard: " + path + " says dp_world_size is " +
+                    std::to_string(v->as_int()) + " but ZeRO shards up to rank " + std::to_string(L.dp - 1) +
+                    " were found");
       fail(path, "inconsistent world sizes: dp_world_size is " + std::to_string(v->as_int()) + " but " +
                      std::to_string(L.dp) + " ZeRO shards per model-parallel rank were found");
+    }
     if (auto v = root->get("mp_world_size"); v && !v->is_none() && v->as_int() != L.tp && v->as_int() != L.tp * L.pp)
       fail(path, "inconsistent world sizes: mp_world_size is " + std::to_string(v->as_int()) + " but the files say tp=" +
                      std::to_string(L.tp));

@@ -1,0 +1,277 @@
+// ucp-extract / ucp-union end to end: bit-exact universal output against the generator's ground
+// truth (checked by tests/ucp/check_universal.py with Python torch), modes that must agree bit for
+// bit (one-step, two-step, threads, MPI ranks), and the failure cases of issue 3.
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kFixtures = UCPKIT_FIXTURES_DIR;
+const std::string kBin = UCPKIT_BIN_DIR;
+const std::string kSource = UCPKIT_SOURCE_DIR;
+const std::string kPython = UCPKIT_PYTHON;
+
+struct Result {
+  int rc;
+  std::string out;
+};
+
+Result sh(const std::string& cmd) {
+  Result r{0, ""};
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  return r;
+}
+
+std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+
+// A fresh folder for one test's outputs.
+fs::path scratch() {
+  auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string(info->test_suite_name()) + "." + info->name();
+  for (char& c : name)
+    if (c == '/') c = '_';
+  fs::path d = fs::path(kFixtures) / "runs" / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+Result uni(const std::string& args) { return sh(kBin + "/ucp-union -q " + args); }
+
+Result check(const fs::path& out, const std::string& fixture) {
+  return sh(kPython + " " + kSource + "/tests/ucp/check_universal.py " + q(out) + " " + q(fs::path(kFixtures) / fixture));
+}
+
+// Copies a fixture checkpoint (without truth) for tests that break it.
+fs::path copy_fixture(const std::string& name, const fs::path& dir) {
+  fs::path dst = dir / name;
+  fs::copy(fs::path(kFixtures) / name, dst, fs::copy_options::recursive);
+  fs::remove_all(dst / "truth");
+  return dst;
+}
+
+// Nothing of the output may be left: neither the folder nor a staging folder beside it.
+void expect_no_output(const fs::path& out) {
+  EXPECT_FALSE(fs::exists(out)) << out;
+  for (const auto& e : fs::directory_iterator(out.parent_path()))
+    EXPECT_EQ(e.path().filename().string().find(".ucp-tmp-"), std::string::npos) << e.path();
+}
+
+fs::path step_dir(const fs::path& ckpt) { return ckpt / "global_step100"; }
+
+class Layouts : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Layouts, OneStepBitExact) {
+  auto d = scratch();
+  auto r = uni("--input " + q(fs::path(kFixtures) / GetParam()) + " --output " + q(d / "universal"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  auto c = check(d / "universal", GetParam());
+  EXPECT_EQ(c.rc, 0) << c.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucp, Layouts,
+                         ::testing::Values("gpt_tp2_pp2_dp3", "gpt_untied_swiglu_tp2_dp3_zero2_fp16",
+                                           "llama_gqa_tp2_dp2_bf16opt", "mixtral_tp2_dp2_fp32", "dsmoe_dp4_ep2",
+                                           "gpt_dp16_padding_ranks"));
+
+TEST(Ucp, TwoStepBitExact) {
+  auto d = scratch();
+  for (std::string fx : {"gpt_tp2_pp2_dp3", "dsmoe_dp4_ep2"}) {
+    auto e = sh(kBin + "/ucp-extract -q --input " + q(fs::path(kFixtures) / fx) + " --output " + q(d / (fx + ".work")));
+    ASSERT_EQ(e.rc, 0) << e.out;
+    ASSERT_TRUE(fs::exists(d / (fx + ".work") / "plan.json"));
+    fs::create_directories(d / fx);
+    auto r = uni("--input " + q(d / (fx + ".work")) + " --output " + q(d / fx / "universal"));
+    ASSERT_EQ(r.rc, 0) << r.out;
+    auto c = check(d / fx / "universal", fx);
+    EXPECT_EQ(c.rc, 0) << c.out;
+  }
+}
+
+TEST(Ucp, SameBytesForAnyThreadCount) {
+  auto d = scratch();
+  const auto in = q(fs::path(kFixtures) / "gpt_tp2_pp2_dp3");
+  ASSERT_EQ(uni("--threads 1 --input " + in + " --output " + q(d / "t1")).rc, 0);
+  ASSERT_EQ(uni("--threads 2 --input " + in + " --output " + q(d / "t2")).rc, 0);
+  auto r = sh("diff -r " + q(d / "t1") + " " + q(d / "t2"));
+  EXPECT_EQ(r.rc, 0) << r.out;
+}
+
+TEST(Ucp, MpiTwoRanksSameBytes) {
+  if (sh("command -v mpirun").rc != 0) GTEST_SKIP() << "no mpirun";
+  auto d = scratch();
+  const auto in = q(fs::path(kFixtures) / "llama_gqa_tp2_dp2_bf16opt");
+  ASSERT_EQ(uni("--input " + in + " --output " + q(d / "one")).rc, 0);
+  auto r = sh("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe " + kBin +
+              "/ucp-union -q --json --input " + in + " --output " + q(d / "two"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("\"mpi_ranks\": 2"), std::string::npos) << r.out;
+  auto diff = sh("diff -r " + q(d / "one") + " " + q(d / "two"));
+  EXPECT_EQ(diff.rc, 0) << diff.out;
+}
+
+TEST(Ucp, JsonSummary) {
+  auto d = scratch();
+  auto r = sh(kBin + "/ucp-union -q --json --input " + q(fs::path(kFixtures) / "dsmoe_dp4_ep2") + " --output " +
+              q(d / "u"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  for (const char* k : {"params", "bytes_read", "bytes_written", "seconds", "peak_rss_bytes"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_GT(j["params"].get<int>(), 0);
+  // Native MoE: one entry per global expert, named by its global id.
+  auto m = nlohmann::json::parse(std::ifstream(d / "u" / "manifest.json"));
+  int experts = 0;
+  for (const auto& p : m["params"])
+    if (p.contains("expert")) ++experts;
+  EXPECT_EQ(experts, 2 /*moe layers*/ * 4 /*experts*/ * 4 /*params each*/);
+  EXPECT_TRUE(fs::exists(d / "u" / "zero" /
+                         "language_model.encoder.layers.3.mlp.deepspeed_moe.experts.deepspeed_experts.3.dense_h_to_4h.weight" /
+                         "fp32.pt"));
+}
+
+TEST(Ucp, PatternFileWhenCheckpointHasNone) {
+  auto d = scratch();
+  const auto in = q(fs::path(kFixtures) / "gpt_no_uc_info");
+  auto r = uni("--input " + in + " --output " + q(d / "u"));
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--patterns"), std::string::npos) << r.out;
+  r = uni("--input " + in + " --output " + q(d / "u") + " --patterns " +
+          q(fs::path(kFixtures) / "gpt_no_uc_info.patterns.json"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  auto c = check(d / "u", "gpt_no_uc_info");
+  EXPECT_EQ(c.rc, 0) << c.out;
+}
+
+TEST(Ucp, UnusedPatternIsAnError) {
+  auto d = scratch();
+  const auto in = q(fs::path(kFixtures) / "gpt_no_uc_info");
+  const auto pat = q(fs::path(kFixtures) / "unused.patterns.json");
+  auto r = uni("--input " + in + " --output " + q(d / "u") + " --patterns " + pat);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("unused pattern 'no_such_param'"), std::string::npos) << r.out;
+  expect_no_output(d / "u");
+  r = uni("--input " + in + " --output " + q(d / "u") + " --patterns " + pat + " --allow-unused-patterns");
+  EXPECT_EQ(r.rc, 0) << r.out;
+}
+
+TEST(Ucp, MissingShardThenRerun) {
+  auto d = scratch();
+  auto ck = copy_fixture("gpt_tp2_pp2_dp3", d);
+  const auto f = step_dir(ck) / "bf16_zero_pp_rank_1_mp_rank_02_optim_states.pt";
+  fs::rename(f, d / "aside.pt");
+  auto r = uni("--input " + q(ck) + " --output " + q(d / "u"));
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("bf16_zero_pp_rank_1_mp_rank_02_optim_states.pt: missing shard"), std::string::npos) << r.out;
+  expect_no_output(d / "u");
+  fs::rename(d / "aside.pt", f);
+  r = uni("--input " + q(ck) + " --output " + q(d / "u"));
+  EXPECT_EQ(r.rc, 0) << r.out;
+}
+
+TEST(Ucp, ExtraShard) {
+  auto d = scratch();
+  auto ck = copy_fixture("gpt_tp2_pp2_dp3", d);
+  for (int mp = 0; mp < 4; ++mp) {
+    const std::string sfx = "_mp_rank_0" + std::to_string(mp) + "_optim_states.pt";
+    fs::copy_file(step_dir(ck) / ("bf16_zero_pp_rank_0" + sfx), step_dir(ck) / ("bf16_zero_pp_rank_3" + sfx));
+  }
+  auto r = uni("--input " + q(ck) + " --output " + q(d / "u"));
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("extra shard"), std::string::npos) << r.out;
+  expect_no_output(d / "u");
+}
+
+TEST(Ucp, InconsistentWorldSizes) {
+  auto d = scratch();
+  auto ck = copy_fixture("gpt_tp2_pp2_dp3", d);
+  for (int mp = 0; mp < 4; ++mp)
+    fs::remove(step_dir(ck) / ("bf16_zero_pp_rank_2_mp_rank_0" + std::to_string(mp) + "_optim_states.pt"));
+  auto r = uni("--input " + q(ck) + " --output " + q(d / "u"));
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("inconsistent world sizes"), std::string::npos) << r.out;
+  expect_no_output(d / "u");
+}
+
+TEST(Ucp, ShapeMismatchBetweenFragments) {
+  auto d = scratch();
+  auto r = uni("--input " + q(fs::path(kFixtures) / "bad_shape") + " --output " + q(d / "u"));
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("shape mismatch"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("self_attention.dense.weight"), std::string::npos) << r.out;
+  expect_no_output(d / "u");
+}
+
+TEST(Ucp, DriftedReplicasNeedTolerance) {
+  auto d = scratch();
+  const auto in = q(fs::path(kFixtures) / "drift");
+  auto r = uni("--input " + in + " --output " + q(d / "u"));
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("TP-replicated copies differ"), std::string::npos) << r.out;
+  expect_no_output(d / "u");
+  r = uni("--input " + in + " --output " + q(d / "u") + " --tolerance 1e-4");
+  EXPECT_EQ(r.rc, 0) << r.out;
+}
+
+TEST(Ucp, CorruptFile) {
+  auto d = scratch();
+  auto ck = copy_fixture("gpt_tp2_pp2_dp3", d);
+  const auto f = step_dir(ck) / "bf16_zero_pp_rank_2_mp_rank_01_optim_states.pt";
+  fs::resize_file(f, fs::file_size(f) / 2);
+  auto r = uni("--input " + q(ck) + " --output " + q(d / "u"));
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("bf16_zero_pp_rank_2_mp_rank_01_optim_states.pt"), std::string::npos) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "one-line error expected: " << r.out;
+  expect_no_output(d / "u");
+}
+
+TEST(Ucp, OutputNotWritable) {
+  auto r = uni("--input " + q(fs::path(kFixtures) / "gpt_tp2_pp2_dp3") + " --output /proc/ucpkit-test-out");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("/proc/ucpkit-test-out"), std::string::npos) << r.out;
+}
+
+TEST(Ucp, OutputExists) {
+  auto d = scratch();
+  const auto in = q(fs::path(kFixtures) / "gpt_tp2_pp2_dp3");
+  ASSERT_EQ(uni("--input " + in + " --output " + q(d / "u")).rc, 0);
+  auto r = uni("--input " + in + " --output " + q(d / "u"));
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("already exists"), std::string::npos) << r.out;
+  r = uni("--input " + in + " --output " + q(d / "u") + " --overwrite");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(check(d / "u", "gpt_tp2_pp2_dp3").rc, 0);
+}
+
+TEST(Ucp, UsageErrors) {
+  EXPECT_EQ(uni("--output /tmp/x").rc, 2);
+  EXPECT_EQ(uni("--input a --output b --threads -3").rc, 2);
+}
+
+TEST(Ucp, DiskFull) {
+  auto d = scratch();
+  const fs::path mnt = d / "small";
+  fs::create_directories(mnt);
+  if (mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=256k") != 0) GTEST_SKIP() << "cannot mount a small tmpfs here";
+  auto r = uni("--input " + q(fs::path(kFixtures) / "gpt_tp2_pp2_dp3") + " --output " + q(mnt / "u"));
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  expect_no_output(mnt / "u");
+  umount(mnt.c_str());
+}
+
+}  // namespace
