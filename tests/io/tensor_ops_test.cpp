@@ -19,6 +19,21 @@ Tensor make(const json& t) { return tensor_from_truth(t, storages()); }
 
 std::string elem_hex(const std::string& hex, size_t i, size_t esize) { return hex.substr(2 * i * esize, 2 * esize); }
 
+// NaN test on one element's bytes (NaN payloads are not compared: torch's vectorized fp32->bf16 path
+// writes 0xffff, its scalar path 0x7fc0).
+bool is_nan(const std::string& hex, DType dt) {
+  auto b = from_hex(hex);
+  uint64_t u = 0;
+  for (size_t k = 0; k < b.size(); ++k) u |= static_cast<uint64_t>(b[k]) << (8 * k);
+  switch (dt) {
+    case DType::BFloat16: return (u & 0x7f80) == 0x7f80 && (u & 0x7f);
+    case DType::Float16: return (u & 0x7c00) == 0x7c00 && (u & 0x3ff);
+    case DType::Float32: return (u & 0x7f800000) == 0x7f800000 && (u & 0x7fffff);
+    case DType::Float64: return (u & 0x7ff0000000000000ULL) == 0x7ff0000000000000ULL && (u & 0xfffffffffffffULL);
+    default: return false;
+  }
+}
+
 // Conversions between all floating dtypes, including ties, subnormals, overflow, NaN, inf, -0.0 and
 // float64 values whose float32 rounding lands on a float16/bfloat16 tie.
 TEST(TensorOps, ToMatchesTorch) {
@@ -47,7 +62,8 @@ TEST(TensorOps, ToMatchesTorch) {
       int bad = 0;
       std::ostringstream first;
       for (size_t i = 0; i < static_cast<size_t>(got.numel()); ++i) {
-        if (elem_hex(gh, i, es) != elem_hex(wh, i, es)) {
+        std::string g = elem_hex(gh, i, es), w = elem_hex(wh, i, es);
+        if (g != w && !(is_nan(g, dt) && is_nan(w, dt))) {
           if (bad < 5)
             first << "\n  element " << i << ": source bytes(le) " << elem_hex(sh, i, src_es) << " -> got "
                   << elem_hex(gh, i, es) << ", torch " << elem_hex(wh, i, es);
@@ -72,7 +88,8 @@ TEST(TensorOps, NarrowIsAViewLikeTorch) {
     std::string what = "narrow(" + std::to_string(dim) + ", " + std::to_string(start) + ", " + std::to_string(len) + ")";
     EXPECT_EQ(got.shape(), want["shape"].get<std::vector<int64_t>>()) << what;
     EXPECT_EQ(got.strides(), want["strides"].get<std::vector<int64_t>>()) << what;
-    EXPECT_EQ(got.storage_offset(), want["offset"].get<int64_t>()) << what;
+    // an empty view's offset is unobservable (ucpkit keeps the source's, torch moves it to start)
+    if (len > 0) EXPECT_EQ(got.storage_offset(), want["offset"].get<int64_t>()) << what;
     EXPECT_EQ(got.storage().get(), src.storage().get()) << what << " must not copy";
     EXPECT_EQ(tensor_hex(got), want["hex"].get<std::string>()) << what;
   }
@@ -143,8 +160,14 @@ TEST(TensorOps, ToVectorAndReshape) {
   Tensor r = f.reshape({f.numel(), 1});
   EXPECT_EQ(r.shape(), (std::vector<int64_t>{f.numel(), 1}));
   EXPECT_EQ(tensor_hex(r), tensor_hex(f));
-  Tensor strided = make(entry(entry(conv, "float32_strided"), "src"));
-  EXPECT_THROW(strided.reshape({strided.numel()}), ucpkit::Error);
+  // a non-contiguous source is copied (like torch.reshape): logical order is kept
+  for (const auto& c : entry(ops_truth()["value"], "contiguous")["items"]) {
+    Tensor src = make(c);
+    Tensor flat = src.reshape({src.numel()});
+    EXPECT_EQ(flat.shape(), (std::vector<int64_t>{src.numel()}));
+    EXPECT_EQ(tensor_hex(flat), c["hex"].get<std::string>());
+  }
+  EXPECT_THROW(f.reshape({f.numel() + 1}), ucpkit::Error);
 }
 
 }  // namespace

@@ -170,7 +170,19 @@ TEST(TorchBadInput, DamagedZipDirectory) {
   expect_bytes_error(poke<uint32_t>(b, l.eocd + 16, 0xFFFFFF00u), "cd-offset-past-end.pt");
   expect_bytes_error(poke<uint32_t>(b, l.eocd + 16, static_cast<uint32_t>(l.cd_offset + 7)), "cd-offset-skewed.pt");
   expect_bytes_error(poke<uint32_t>(b, l.eocd + 12, 0xFFFFFF00u), "cd-size-huge.pt");
-  expect_bytes_error(poke<uint16_t>(b, l.eocd + 10, 0xFFFF), "cd-count-huge.pt");
+  expect_bytes_error(poke<uint16_t>(poke<uint16_t>(b, l.eocd + 10, 0xFF), l.eocd + 8, 0xFF), "cd-count-too-big.pt");
+  // torch (miniz) also writes ZIP64 end records; 0xFFFF in the plain record defers to them
+  if (l.eocd >= 20 && b[l.eocd - 20] == 'P' && b[l.eocd - 19] == 'K' && b[l.eocd - 18] == 6 && b[l.eocd - 17] == 7) {
+    uint64_t z64;
+    std::memcpy(&z64, &b[l.eocd - 20 + 8], 8);
+    ASSERT_LT(z64 + 56, b.size());
+    auto marked = poke<uint16_t>(poke<uint16_t>(b, l.eocd + 10, 0xFFFF), l.eocd + 8, 0xFFFF);
+    expect_bytes_error(poke<uint64_t>(marked, z64 + 32, uint64_t{1} << 60), "zip64-count-huge.pt");
+    expect_bytes_error(poke<uint64_t>(poke<uint32_t>(b, l.eocd + 16, 0xFFFFFFFFu), z64 + 48, uint64_t{1} << 62),
+                       "zip64-cd-offset-huge.pt");
+    expect_bytes_error(poke<uint64_t>(poke<uint32_t>(b, l.eocd + 16, 0xFFFFFFFFu), l.eocd - 20 + 8, uint64_t{1} << 62),
+                       "zip64-locator-offset-huge.pt");
+  }
   expect_bytes_error(poke<uint32_t>(b, l.first_cd, 0x12345678u), "cd-signature.pt");
   expect_bytes_error(poke<uint32_t>(b, l.first_cd + 42, 0xFFFFFF00u), "local-offset-past-end.pt");
   expect_bytes_error(poke<uint16_t>(b, l.first_cd + 28, 0xFFFF), "name-length-huge.pt");
