@@ -10,9 +10,11 @@ build=${1:-$root/build}
 gib=${2:-1.0}
 repeats=${3:-3}
 py=/usr/bin/python3
-[ -f "$build/build.ninja" ] || cmake -S "$root" -B "$build" -G Ninja >/dev/null
-ninja -C "$build" bench_torch_io >/dev/null
-bench="$build/bin/bench_torch_io"
+if [ -z "${UCPKIT_BENCH_BIN:-}" ]; then
+  [ -f "$build/build.ninja" ] || cmake -S "$root" -B "$build" -G Ninja >/dev/null
+  ninja -C "$build" bench_torch_io >/dev/null
+fi
+bench="${UCPKIT_BENCH_BIN:-$build/bin/bench_torch_io}"
 work=$(mktemp -d "${TMPDIR:-/tmp}/bench_torch_io.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 file="$work/state_dict.pt"

@@ -43,7 +43,7 @@ int speed(int argc, char** argv) {
   double t1 = now(), c1 = cpu();
   compute_metrics(p, w, o.recovery);
   double t2 = now(), c2 = cpu();
-  std::string text = plan_to_json(p).dump();
+  std::string text = plan_json_text(p);
   double t3 = now(), c3 = cpu();
   std::printf(
       "{\"algorithm\":\"%s\",\"layers\":%d,\"experts\":%d,\"nodes\":%d,\"gpus_per_node\":%d,\"slots_per_gpu\":%d,"

@@ -287,3 +287,31 @@ TEST(TorchWrite, OpaqueObjectsReEmitted) {
 
 }  // namespace
 }  // namespace iotest
+
+namespace iotest {
+namespace {
+
+TEST(TorchWrite, UnwritablePathIsAnError) {
+  std::string bad = "/nonexistent-ucpkit-dir/sub/out.pt";
+  try {
+    ucpkit::save_torch_file(bad, Value::integer(1));
+    ADD_FAILURE() << "no error";
+  } catch (const ucpkit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+  }
+}
+
+// Overwriting an existing file replaces it whole (temporary name + rename).
+TEST(TorchWrite, OverwriteReplaces) {
+  std::string dir = ucpkit::testing::scratch_dir("overwrite");
+  std::string path = dir + "/x.pt";
+  ucpkit::save_torch_file(path, Value::of_tensor(Tensor::zeros(DType::Float32, {1000})));
+  ucpkit::save_torch_file(path, Value::integer(7));
+  EXPECT_EQ(ucpkit::load_torch(path)->as_int(), 7);
+  size_t files = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++files;
+  EXPECT_EQ(files, 1u);
+}
+
+}  // namespace
+}  // namespace iotest
