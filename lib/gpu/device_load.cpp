@@ -114,7 +114,7 @@ DeviceLoadResult load_partition_to_device(const DeviceLoadRequest& req) {
     const size_t part_bytes = static_cast<size_t>(g.partition) * 4;
     // fp32 master partition and optimizer states: this rank's own share, read by this rank only.
     for (const auto& state : model.states) {
-      Tensor host = writer.partition_tensor(mp, static_cast<int>(gi), me, state);
+      Tensor host = writer.partition_tensor(g, me, state);
       Pinned pin(part_bytes);
       std::memcpy(pin.p, host.contiguous_bytes().data(), part_bytes);
       auto dev = std::make_unique<DeviceBuf>(part_bytes);
@@ -132,7 +132,7 @@ DeviceLoadResult load_partition_to_device(const DeviceLoadRequest& req) {
     }
     // Low-precision weights are replicated over DP: each member converts its share, NCCL all-gathers.
     if (group) {
-      Tensor host = writer.partition_tensor(mp, static_cast<int>(gi), me, "fp32");
+      Tensor host = writer.partition_tensor(g, me, "fp32");
       const size_t lp_part = static_cast<size_t>(g.partition) * 2;
       Pinned pin(lp_part);
       load::convert_from_fp32(reinterpret_cast<const float*>(host.contiguous_bytes().data()),

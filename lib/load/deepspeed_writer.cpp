@@ -80,6 +80,7 @@ void retarget_args(const ValuePtr& args, const TargetLayout& t, int64_t padded_v
   set_if_present(args, "data_parallel_size", Value::integer(t.dp));
   set_if_present(args, "world_size", Value::integer(static_cast<int64_t>(t.tp) * t.pp * t.dp));
   set_if_present(args, "zero_stage", Value::integer(t.zero_stage));
+  set_if_present(args, "moe_expert_parallel_size", Value::integer(t.ep));
   if (padded_vocab > 0) set_if_present(args, "padded_vocab_size", Value::integer(padded_vocab));
   set_if_present(args, "params_dtype", Value::torch_dtype(t.dtype));
   set_if_present(args, "fp16", Value::boolean(t.dtype == DType::Float16));
@@ -92,11 +93,10 @@ DeepSpeedWriter::DeepSpeedWriter(const ModelInfo& model, const UcpInfo& plan, Un
   if (!common_ || common_->kind != Kind::Dict) throw Error("zero/optimizer_state.pt: not a dict");
 }
 
-Tensor DeepSpeedWriter::partition_tensor(int mp, int group, int dp_rank, const std::string& state) const {
-  const GroupPlan& g = plan_.mp_ranks.at(mp).groups.at(group);
+Tensor DeepSpeedWriter::partition_tensor(const GroupPlan& g, int part, const std::string& state) const {
   Tensor out = Tensor::zeros(DType::Float32, {g.partition});
   float* dst = reinterpret_cast<float*>(out.storage()->mutable_bytes().data());
-  for (const auto& f : partition_of(g, dp_rank).fragments) {
+  for (const auto& f : partition_of(g, part).fragments) {
     const Slot& s = g.slots[f.slot];
     const Tensor& u = reader_.tensor(s.param, state);
     copy_flat_range(reinterpret_cast<const float*>(u.contiguous_bytes().data()), model_.params[s.param].shape,
@@ -105,8 +105,7 @@ Tensor DeepSpeedWriter::partition_tensor(int mp, int group, int dp_rank, const s
   return out;
 }
 
-Tensor DeepSpeedWriter::low_precision_slice(int mp, int group, int slot) const {
-  const Slot& s = plan_.mp_ranks.at(mp).groups.at(group).slots.at(slot);
+Tensor DeepSpeedWriter::low_precision_slice(const Slot& s) const {
   const Tensor& u = reader_.tensor(s.param, "fp32");
   std::vector<float> tmp(static_cast<size_t>(s.numel()));
   copy_flat_range(reinterpret_cast<const float*>(u.contiguous_bytes().data()), model_.params[s.param].shape, s.slice,
@@ -145,7 +144,7 @@ ValuePtr DeepSpeedWriter::model_root(int mp) const {
       const size_t es = dtype_size(t.dtype);
       for (size_t si = 0; si < g.slots.size(); ++si) {
         const Slot& s = g.slots[si];
-        Tensor lp = low_precision_slice(mp, static_cast<int>(gi), static_cast<int>(si));
+        Tensor lp = low_precision_slice(s);
         std::memcpy(storage->mutable_bytes().data() + s.offset * es, lp.contiguous_bytes().data(), lp.nbytes());
         fresh[model_.params[s.param].name] =
             Value::of_tensor(Tensor(storage, s.offset, s.slice.shape, Tensor::contiguous_strides(s.slice.shape)));
@@ -172,7 +171,7 @@ ValuePtr DeepSpeedWriter::model_root(int mp) const {
     auto shapes = Value::list();
     for (const auto& g : mr.groups) {
       auto d = Value::dict(true);
-      for (const auto& s : g.slots) d->set_item(model_.params[s.param].name, Value::torch_size(s.slice.shape));
+      for (const auto& s : g.slots) d->set_item(s.name, Value::torch_size(s.slice.shape));
       shapes->items.push_back(d);
     }
     root->set_item("param_shapes", shapes);
@@ -201,11 +200,34 @@ uint64_t DeepSpeedWriter::write_layer_files(int mp, const std::string& dir) cons
   for (const auto& lf : mr.layers) {
     auto sd = Value::dict(true);
     for (const auto& [local, where] : lf.entries)
-      sd->set_item(local, Value::of_tensor(low_precision_slice(mp, where.first, where.second)));
+      sd->set_item(local, Value::of_tensor(low_precision_slice(mr.groups.at(where.first).slots.at(where.second))));
     char name[96];
     std::snprintf(name, sizeof name, "layer_%02d-model_%02d-model_states.pt", lf.layer, mr.tp_rank);
     n += saved((fs::path(dir) / name).string(), sd);
   }
+  return n;
+}
+
+uint64_t DeepSpeedWriter::write_expert_files(int mp, const std::string& dir) const {
+  const MpRankPlan& mr = plan_.mp_ranks.at(mp);
+  uint64_t n = 0;
+  for (const auto& ef : mr.expert_files) {
+    auto sd = Value::dict(true);
+    for (const auto& [name, w] : ef.entries)
+      sd->set_item(name, Value::of_tensor(low_precision_slice(mr.expert_groups.at(w[0]).at(w[1]).slots.at(w[2]))));
+    char fn[128];
+    std::snprintf(fn, sizeof fn, "layer_%d_expert_%d_mp_rank_%02d_model_states.pt", ef.moe_id, ef.expert, mp);
+    n += saved((fs::path(dir) / fn).string(), sd);
+  }
+  if (model_.native_moe)
+    for (int r = 0; r < plan_.target.ep; ++r) {
+      // Under ZeRO the per-EP-rank optimizer file only says that the optimizer lives in the ZeRO shards.
+      auto d = Value::dict();
+      d->set_item("optimizer", Value::none());
+      char fn[96];
+      std::snprintf(fn, sizeof fn, "expp_rank_%d_mp_rank_%02d_optim_states.pt", r, mp);
+      n += saved((fs::path(dir) / fn).string(), d);
+    }
   return n;
 }
 
@@ -221,28 +243,39 @@ uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir
   auto maps = Value::list();
   auto pads = Value::list();
   auto counts = Value::list();
-  for (size_t gi = 0; gi < mr.groups.size(); ++gi) {
-    const GroupPlan& g = mr.groups[gi];
-    const PartitionPlan part = partition_of(g, d);
+  // Dense groups partitioned over DP, then (native MoE) this rank's expert groups over expert-DP.
+  std::vector<std::pair<const GroupPlan*, int>> groups;
+  for (const auto& g : mr.groups) groups.push_back({&g, d});
+  if (!mr.expert_groups.empty()) {
+    const auto [er, edp] = plan_.ep_coords(d);
+    for (const auto& g : mr.expert_groups.at(er)) groups.push_back({&g, edp});
+  }
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const GroupPlan& g = *groups[gi].first;
+    const int p = groups[gi].second;
+    const PartitionPlan part = partition_of(g, p);
     auto gs = Value::dict();
     ValuePtr step;
     for (const auto& s : g.slots)
       if ((step = reader_.step(s.param))) break;
     if (step) gs->set_item("step", step);
     for (size_t k = 1; k < model_.states.size(); ++k)
-      gs->set_item(model_.states[k], Value::of_tensor(partition_tensor(mp, static_cast<int>(gi), d, model_.states[k])));
+      gs->set_item(model_.states[k], Value::of_tensor(partition_tensor(g, p, model_.states[k])));
     state->entries.emplace_back(Value::integer(static_cast<int64_t>(gi)), gs);
     if (g.group >= (int)common_groups->items.size())
       throw Error("zero/optimizer_state.pt: no param_groups entry for group " + std::to_string(g.group));
     auto h = pickle::deep_copy(common_groups->items[g.group]);
-    if (h->kind == Kind::Dict) h->set_item("params", Value::list({Value::integer(static_cast<int64_t>(gi))}));
+    if (h->kind == Kind::Dict) {
+      h->set_item("params", Value::list({Value::integer(static_cast<int64_t>(gi))}));
+      if (auto moe = h->get("moe"); moe && moe->kind == Kind::Bool && moe->b && h->contains("name"))
+        h->set_item("name", Value::str("ep_size_" + std::to_string(t.ep)));
+    }
     hyper->items.push_back(h);
-    Tensor fp32 = partition_tensor(mp, static_cast<int>(gi), d, "fp32");
+    Tensor fp32 = partition_tensor(g, p, "fp32");
     if (!t.bf16_optimizer) fp32 = fp32.narrow(0, 0, g.partition - part.padding).contiguous(true);
     fp32_parts->items.push_back(Value::of_tensor(fp32));
     auto m = Value::dict(true);
-    for (const auto& f : part.fragments)
-      m->set_item(model_.params[g.slots[f.slot].param].name, fragment_address(f.numel, f.start));
+    for (const auto& f : part.fragments) m->set_item(g.slots[f.slot].name, fragment_address(f.numel, f.start));
     maps->items.push_back(m);
     pads->items.push_back(Value::integer(part.padding));
     counts->items.push_back(Value::integer(g.partition_count));
@@ -276,7 +309,24 @@ uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir
   auto root = Value::dict();
   root->set_item("optimizer_state_dict", osd);
   ValuePtr tmpl = load_torch(model_.model_files.at(mr.template_file));
-  if (auto cfg = tmpl->get("ds_config")) root->set_item("ds_config", ds_config(cfg));
+  if (auto source_cfg = tmpl->get("ds_config")) {
+    root->set_item("ds_config", ds_config(source_cfg));
+  } else {
+    // Native MoE model files carry no ds_config: a minimal one keeps the layout facts readers need
+    // (ZeRO stage, precision, the expert rank order).
+    auto cfg = Value::dict();
+    auto z = Value::dict();
+    z->set_item("stage", Value::integer(t.zero_stage));
+    cfg->set_item("zero_optimization", z);
+    auto bf = Value::dict();
+    bf->set_item("enabled", Value::boolean(t.dtype == DType::BFloat16));
+    cfg->set_item("bf16", bf);
+    auto fp = Value::dict();
+    fp->set_item("enabled", Value::boolean(t.dtype == DType::Float16));
+    cfg->set_item("fp16", fp);
+    if (plan_.data_before_expert) cfg->set_item("use_data_before_expert_parallel_", Value::boolean(true));
+    root->set_item("ds_config", cfg);
+  }
   root->set_item("ds_version", ver ? ver : Value::str("0.16.4"));
   return saved((fs::path(dir) / plan_.optim_file(d, mp)).string(), root);
 }

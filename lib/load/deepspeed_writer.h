@@ -21,13 +21,15 @@ class DeepSpeedWriter {
   uint64_t write_model_file(int mp, const std::string& dir) const;
   // The pipeline layer files of `mp` (none for non-pipeline models).
   uint64_t write_layer_files(int mp, const std::string& dir) const;
+  // Native MoE: layer_M_expert_G_mp_rank_XX_model_states.pt and expp_rank_R_mp_rank_XX_optim_states.pt.
+  uint64_t write_expert_files(int mp, const std::string& dir) const;
   // [bf16_]zero_pp_rank_D_mp_rank_XX_optim_states.pt of (dp_rank, mp).
   uint64_t write_optim_file(int dp_rank, int mp, const std::string& dir) const;
 
   // The module weights of one slot in the target dtype, as a compact tensor.
-  Tensor low_precision_slice(int mp, int group, int slot) const;
-  // One state of one DP partition of a group (fp32, `partition` elements, zero padding).
-  Tensor partition_tensor(int mp, int group, int dp_rank, const std::string& state) const;
+  Tensor low_precision_slice(const Slot& slot) const;
+  // One state of partition `part` of a group (fp32, `partition` elements, zero padding).
+  Tensor partition_tensor(const GroupPlan& group, int part, const std::string& state) const;
 
  private:
   pickle::ValuePtr model_root(int mp) const;

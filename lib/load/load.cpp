@@ -224,7 +224,9 @@ LoadSummary run_load(const LoadOptions& options) {
                 if (j.kind == Job::Model) {
                   written += writer.write_model_file(j.mp, ckdir.string());
                   written += writer.write_layer_files(j.mp, ckdir.string());
-                  files += 1 + plan.mp_ranks[j.mp].layers.size();
+                  written += writer.write_expert_files(j.mp, ckdir.string());
+                  files += 1 + plan.mp_ranks[j.mp].layers.size() + plan.mp_ranks[j.mp].expert_files.size() +
+                           (model.native_moe ? plan.target.ep : 0);
                 } else {
                   written += writer.write_optim_file(j.dp, j.mp, ckdir.string());
                   files += 1;

@@ -73,6 +73,67 @@ std::vector<std::vector<std::string>> group_lists(const ValuePtr& root, const st
   return out;
 }
 
+// Native MoE model files have no param_shapes: dense params follow the module order, expert params
+// (layer, global expert, name order); optimizer groups follow Megatron's rule (no weight decay for
+// biases and norms, i.e. 1-D tensors) matched against the common param_groups (moe flag, decay).
+void read_moe_groups(ModelInfo& m, std::map<std::string, ParamInfo>& by_name, const ValuePtr& first,
+                     const fs::path& dir) {
+  const fs::path opt = dir / "zero" / "optimizer_state.pt";
+  ValuePtr osd = load_torch(opt.string());
+  auto groups = osd && osd->kind == Kind::Dict ? osd->get("param_groups") : nullptr;
+  if (!groups || !groups->is_sequence()) fail(opt.string(), "no param_groups");
+  int dense[2] = {-1, -1}, moe[2] = {-1, -1};
+  for (size_t i = 0; i < groups->items.size(); ++i) {
+    const auto& g = groups->items[i];
+    if (!g || g->kind != Kind::Dict) continue;
+    const bool is_moe = g->get("moe") && g->get("moe")->kind == Kind::Bool && g->get("moe")->b;
+    const auto wd = g->get("weight_decay");
+    const int slot = wd && wd->as_float() > 0 ? 0 : 1;
+    int& target = is_moe ? moe[slot] : dense[slot];
+    if (target < 0) target = static_cast<int>(i);
+  }
+  auto group_of = [&](const ParamInfo& p, const int* table) {
+    const int slot = p.shape.size() >= 2 ? 0 : 1;
+    if (table[slot] < 0)
+      fail(opt.string(), "no " + std::string(slot == 0 ? "weight-decay" : "no-decay") + (table == moe ? " expert" : "") +
+                             " param group for " + p.name);
+    return table[slot];
+  };
+  m.groups = static_cast<int>(groups->items.size());
+  m.expert_group_of = {moe[0], moe[1]};
+  std::set<std::string> placed;
+  auto module = first->get("module");
+  if (module && module->kind == Kind::Dict)
+    for (const auto& [k, v] : module->entries) {
+      auto it = by_name.find(k->as_str());
+      if (it == by_name.end() || it->second.expert >= 0) continue;
+      it->second.group = group_of(it->second, dense);
+      m.params.push_back(it->second);
+      placed.insert(it->first);
+    }
+  for (auto& [n, p] : by_name)
+    if (p.expert < 0 && !placed.count(n))
+      throw Error("manifest.json: parameter " + n + " is not in the model file's module");
+  std::vector<ParamInfo> experts;
+  std::set<int> layers;
+  for (auto& [n, p] : by_name)
+    if (p.expert >= 0) {
+      p.group = group_of(p, moe);
+      experts.push_back(p);
+      layers.insert(p.moe_layer);
+    }
+  std::vector<int> layer_list(layers.begin(), layers.end());
+  for (auto& p : experts)
+    p.moe_id = static_cast<int>(std::find(layer_list.begin(), layer_list.end(), p.moe_layer) - layer_list.begin());
+  std::stable_sort(experts.begin(), experts.end(), [&](const ParamInfo& a, const ParamInfo& b) {
+    if (a.moe_layer != b.moe_layer) return a.moe_layer < b.moe_layer;
+    if (a.expert != b.expert) return a.expert < b.expert;
+    return a.manifest_index < b.manifest_index;
+  });
+  for (auto& p : experts) m.params.push_back(std::move(p));
+  if (m.num_experts.empty()) throw Error("manifest.json: native MoE checkpoint without source.num_experts");
+}
+
 }  // namespace
 
 ModelInfo read_model_info(const std::string& universal_dir) {
@@ -90,6 +151,8 @@ ModelInfo read_model_info(const std::string& universal_dir) {
     m.source_ep = src.value("ep", 1);
     m.pipeline = src.value("pipeline", false);
     m.tag = src.value("tag", m.tag);
+    m.data_before_expert = src.value("data_before_expert", false);
+    if (src.contains("num_experts")) m.num_experts = src["num_experts"].get<std::vector<int>>();
     m.patterns_json = manifest.at("patterns").at("set");
     for (const auto& f : manifest.at("model_files")) m.model_files.push_back((dir / f.get<std::string>()).string());
   } catch (const nlohmann::json::exception& e) {
@@ -112,7 +175,12 @@ ModelInfo read_model_info(const std::string& universal_dir) {
     p.shape = e.at("shape").get<std::vector<int64_t>>();
     p.rule = patterns::classify(m.patterns, p.name);
     p.step = e.value("step", false);
-    if (e.contains("expert")) m.native_moe = true;
+    p.manifest_index = static_cast<int>(by_name.size());
+    if (e.contains("expert")) {
+      m.native_moe = true;
+      p.expert = e["expert"].value("global_id", -1);
+      p.moe_layer = e["expert"].value("layer", -1);
+    }
     for (const auto& [state, v] : e.at("states").items()) {
       p.state_files[state] = v.at("file").get<std::string>();
       p.crc32[state] = static_cast<uint32_t>(std::stoul(v.at("crc32").get<std::string>(), nullptr, 16));
@@ -151,7 +219,15 @@ ModelInfo read_model_info(const std::string& universal_dir) {
           pad_vocab(m.original_vocab, m.vocab_multiple / 2, m.source_tp) == *m.patterns.padded_vocab_size;
     }
   }
-  if (m.native_moe) return m;  // group layout of expert models: not handled by ucp_info yet
+  // Optimizer flavour of the source (BF16_Optimizer shards have no zero_stage).
+  const fs::path opt = dir / "zero" / "optimizer_state.pt";
+  if (!fs::exists(opt)) throw Error(opt.string() + ": missing (the universal checkpoint is incomplete)");
+  ValuePtr osd = load_torch(opt.string());
+  m.source_bf16_optimizer = osd && osd->kind == Kind::Dict && !osd->contains("zero_stage");
+  if (m.native_moe) {
+    read_moe_groups(m, by_name, first, dir);
+    return m;
+  }
 
   std::set<std::string> seen;
   for (int s = 0; s < m.source_pp; ++s) {
@@ -206,11 +282,6 @@ ModelInfo read_model_info(const std::string& universal_dir) {
     m.tied_head_layer = max_layer + 1;
   }
 
-  // Optimizer flavour of the source (BF16_Optimizer shards have no zero_stage).
-  const fs::path opt = dir / "zero" / "optimizer_state.pt";
-  if (!fs::exists(opt)) throw Error(opt.string() + ": missing (the universal checkpoint is incomplete)");
-  ValuePtr osd = load_torch(opt.string());
-  m.source_bf16_optimizer = osd && osd->kind == Kind::Dict && !osd->contains("zero_stage");
   return m;
 }
 

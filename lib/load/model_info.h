@@ -25,6 +25,11 @@ struct ParamInfo {
   bool transformer = false;     // part of a transformer block (balanced over stages)
   bool tied = false;            // tied_modules.*: first stage; last stage too when pipeline-replicated
   bool step = false;            // zero/<name>/step.pt exists
+  // Native DeepSpeed MoE experts (the universal name carries the global expert id):
+  int expert = -1;              // global expert id
+  int moe_layer = -1;           // transformer layer index of its MoE layer
+  int moe_id = -1;              // MoE layer counter (layer_<moe_id>_expert_<id> files)
+  int manifest_index = -1;      // position in manifest.json
   std::map<std::string, std::string> state_files;  // state -> relative path in the universal folder
   std::map<std::string, uint32_t> crc32;           // state -> checksum of the tensor elements
 };
@@ -44,6 +49,9 @@ struct ModelInfo {
   int source_tp = 1, source_pp = 1, source_dp = 1, source_ep = 1;
   bool source_bf16_optimizer = false;   // BF16_Optimizer shards (no zero_stage)
   bool native_moe = false;
+  std::vector<int> num_experts;         // native MoE: experts per MoE layer
+  bool data_before_expert = false;      // use_data_before_expert_parallel_ rank order
+  std::vector<int> expert_group_of;     // native MoE: common param_groups index per expert group (decay, no decay)
   // Model sizes from Megatron args, 0 when unknown (for layout validation).
   int64_t heads = 0, kv_heads = 0, hidden = 0, ffn = 0;
   std::string tag = "global_step0";      // the source checkpoint's tag (global_stepN)

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "layout/deepspeed/moe.h"
 
 namespace ucpkit::load {
 
@@ -170,7 +171,18 @@ void check_layout(const ModelInfo& m, const TargetLayout& t) {
   if (t.zero_stage == 3) throw Error("ZeRO-3 target layouts are not implemented yet (stages 0-2 are)");
   if (t.ep > 1 && !m.native_moe)
     throw UsageError("--ep " + std::to_string(t.ep) + " but the model has no native MoE experts");
-  if (m.native_moe) throw Error("native DeepSpeed MoE targets (expert files, EP) are not implemented yet");
+  if (m.native_moe) {
+    if (t.tp != 1 || t.pp != 1)
+      throw Error("native DeepSpeed MoE targets are written with TP = PP = 1 only (asked tp=" + std::to_string(t.tp) +
+                  ", pp=" + std::to_string(t.pp) + ")");
+    for (int e : m.num_experts)
+      if (e % t.ep)
+        throw Error("impossible layout: --ep " + std::to_string(t.ep) + " does not divide the " + std::to_string(e) +
+                    " experts of a MoE layer");
+    if (t.dp % t.ep)
+      throw UsageError("--ep " + std::to_string(t.ep) + " must divide --dp " + std::to_string(t.dp) +
+                       " (expert-data-parallel groups)");
+  }
   if (t.pp > 1 && !m.pipeline)
     throw Error("impossible layout: the universal checkpoint holds a non-pipeline model (language_model.* names); "
                 "--pp " + std::to_string(t.pp) + " needs a PipelineModule checkpoint");
@@ -184,12 +196,65 @@ void check_layout(const ModelInfo& m, const TargetLayout& t) {
   divides(m.ffn, "the FFN hidden size");
 }
 
+// Expert param groups of every EP rank: its experts (global id / per == rank) under local names,
+// padded to 2 * (DP/EP) and partitioned over the expert-data-parallel group; and the expert files.
+void add_expert_groups(const ModelInfo& m, const UcpInfo& info, MpRankPlan& mr) {
+  const auto& t = info.target;
+  const int edp = t.dp / t.ep;
+  std::map<std::pair<int, int>, size_t> file_of;
+  mr.expert_groups.assign(t.ep, {});
+  for (int r = 0; r < t.ep; ++r) {
+    for (int g : m.expert_group_of) {
+      if (g < 0) continue;
+      GroupPlan gp;
+      gp.group = g;
+      int64_t off = 0;
+      for (size_t i = 0; i < m.params.size(); ++i) {
+        const auto& p = m.params[i];
+        if (p.expert < 0 || p.group != g) continue;
+        const int per = m.num_experts.at(std::max(0, p.moe_id)) / t.ep;
+        if (p.expert / per != r) continue;
+        Slot slot;
+        slot.param = static_cast<int>(i);
+        slot.name = layout::with_expert_index(p.name, p.expert % per);
+        slot.slice = tp_slice(p.name, p.shape, p.rule, m.patterns, 1, 0, -1);
+        slot.offset = off;
+        off += slot.numel();
+        auto key = std::make_pair(p.moe_id, p.expert);
+        if (!file_of.count(key)) {
+          file_of[key] = mr.expert_files.size();
+          mr.expert_files.push_back({p.moe_id, p.expert, {}});
+        }
+        mr.expert_files[file_of[key]].entries.push_back(
+            {p.name, {r, static_cast<int>(mr.expert_groups[r].size()), static_cast<int>(gp.slots.size())}});
+        gp.slots.push_back(std::move(slot));
+      }
+      if (gp.slots.empty()) continue;
+      gp.numel = off;
+      gp.partition_count = edp;
+      const int64_t align = 2 * static_cast<int64_t>(edp);
+      gp.padded = (off + align - 1) / align * align;
+      gp.partition = gp.padded / edp;
+      mr.expert_groups[r].push_back(std::move(gp));
+    }
+  }
+  std::sort(mr.expert_files.begin(), mr.expert_files.end(), [](const ExpertFilePlan& a, const ExpertFilePlan& b) {
+    return std::make_pair(a.moe_id, a.expert) < std::make_pair(b.moe_id, b.expert);
+  });
+}
+
 }  // namespace
+
+std::pair<int, int> UcpInfo::ep_coords(int d) const {
+  const auto c = layout::ep_coords(d, target.dp, target.ep, data_before_expert);
+  return {c.ep_rank, c.edp_rank};
+}
 
 UcpInfo ucp_info(const ModelInfo& m, const TargetLayout& target) {
   check_layout(m, target);
   UcpInfo info;
   info.target = target;
+  info.data_before_expert = m.data_before_expert;
   info.padded_vocab = m.original_vocab > 0 ? pad_vocab(m.original_vocab, m.vocab_multiple, target.tp) : 0;
 
   // Pipeline stage of every parameter (a set: tied embeddings live on the first and last stage).
@@ -252,7 +317,8 @@ UcpInfo ucp_info(const ModelInfo& m, const TargetLayout& target) {
         std::vector<int> own, tied_copies;
         for (size_t i = 0; i < m.params.size(); ++i) {
           const auto& p = m.params[i];
-          if (p.group != g || std::find(stages[i].begin(), stages[i].end(), s) == stages[i].end()) continue;
+          if (p.group != g || p.expert >= 0 || std::find(stages[i].begin(), stages[i].end(), s) == stages[i].end())
+            continue;
           if (p.tied && s != 0) tied_copies.push_back(static_cast<int>(i));
           else own.push_back(static_cast<int>(i));
         }
@@ -266,6 +332,7 @@ UcpInfo ucp_info(const ModelInfo& m, const TargetLayout& target) {
           const auto& p = m.params[i];
           Slot slot;
           slot.param = i;
+          slot.name = p.name;
           slot.slice = tp_slice(p.name, p.shape, p.rule, m.patterns, target.tp, t,
                                 p.rule.vocab ? info.padded_vocab : -1);
           slot.offset = off;
@@ -282,6 +349,7 @@ UcpInfo ucp_info(const ModelInfo& m, const TargetLayout& target) {
       }
       for (size_t i = 0; i < m.params.size(); ++i)
         if (auto it = where.find(static_cast<int>(i)); it != where.end()) mr.module.push_back(it->second);
+      if (m.native_moe) add_expert_groups(m, info, mr);
       if (m.pipeline) {
         for (int L : info.stage_layers[s]) {
           LayerFilePlan lf;
@@ -347,6 +415,16 @@ nlohmann::json UcpInfo::to_json(const ModelInfo& m) const {
         layers.push_back({{"file", buf}, {"layer", lf.layer}, {"params", names}});
       }
     }
+    if (!mr.expert_files.empty()) {
+      auto& ef = x["expert_files"] = nlohmann::json::array();
+      for (const auto& e : mr.expert_files) {
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "layer_%d_expert_%d_mp_rank_%02d_model_states.pt", e.moe_id, e.expert, mr.mp);
+        nlohmann::json names = nlohmann::json::array();
+        for (const auto& en : e.entries) names.push_back(en.first);
+        ef.push_back({{"file", buf}, {"ep_rank", e.entries.empty() ? 0 : e.entries[0].second[0]}, {"params", names}});
+      }
+    }
     mps.push_back(x);
   }
   auto& ranks = j["ranks"] = nlohmann::json::array();
@@ -370,6 +448,26 @@ nlohmann::json UcpInfo::to_json(const ModelInfo& m) const {
                            {"numel", f.numel},
                            {"param_offset", f.param_offset}});
           parts.push_back({{"group", g.group}, {"padding", p.padding}, {"fragments", frs}});
+        }
+        if (!mr.expert_groups.empty()) {
+          const auto [er, edp] = ep_coords(d);
+          r["ep_rank"] = er;
+          r["expert_dp_rank"] = edp;
+          for (const auto& g : mr.expert_groups[er]) {
+            const auto p = partition_of(g, edp);
+            nlohmann::json frs = nlohmann::json::array();
+            for (const auto& f : p.fragments)
+              frs.push_back({{"name", g.slots[f.slot].name},
+                             {"atomic", m.params[g.slots[f.slot].param].name},
+                             {"start", f.start},
+                             {"numel", f.numel},
+                             {"param_offset", f.param_offset}});
+            parts.push_back({{"group", g.group},
+                             {"moe", true},
+                             {"partition_count", g.partition_count},
+                             {"padding", p.padding},
+                             {"fragments", frs}});
+          }
         }
         ranks.push_back(r);
       }

@@ -3,6 +3,7 @@
 // which fragment of those buffers each DP rank keeps. Pure data: computed without I/O, printable as
 // JSON (`ucp-load --plan`).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -40,6 +41,7 @@ TpSlice tp_slice(const std::string& name, const std::vector<int64_t>& shape, con
 // One parameter in a flat group buffer of one model-parallel rank.
 struct Slot {
   int param = -1;               // index into ModelInfo::params
+  std::string name;             // name in param_shapes / param_slice_mappings (local expert index for experts)
   TpSlice slice;
   int64_t offset = 0;           // element offset in the group's flat buffer
   int64_t numel() const { return slice.numel(); }
@@ -77,12 +79,20 @@ struct LayerFilePlan {
   std::vector<std::pair<std::string, std::pair<int, int>>> entries;  // local name -> (group, slot)
 };
 
+// layer_<moe_id>_expert_<expert>_mp_rank_XX_model_states.pt: global names -> (ep_rank, group, slot).
+struct ExpertFilePlan {
+  int moe_id = 0, expert = 0;
+  std::vector<std::pair<std::string, std::array<int, 3>>> entries;
+};
+
 struct MpRankPlan {
   int mp = 0, pp_rank = 0, tp_rank = 0;
   int template_file = 0;                       // source model file the carried-over state comes from
   std::vector<GroupPlan> groups;
   std::vector<std::pair<int, int>> module;     // (group, slot) in module state_dict order (non-pipeline)
   std::vector<LayerFilePlan> layers;           // pipeline models
+  std::vector<std::vector<GroupPlan>> expert_groups;  // native MoE: [ep_rank], partitioned over expert-DP
+  std::vector<ExpertFilePlan> expert_files;
   std::string model_file() const;              // mp_rank_XX_model_states.pt
 };
 
@@ -93,6 +103,9 @@ struct UcpInfo {
   std::vector<std::vector<int>> stage_layers;  // pipeline layers per stage
 
   std::string optim_file(int dp_rank, int mp) const;  // [bf16_]zero_pp_rank_D_mp_rank_XX_optim_states.pt
+  // Native MoE: (ep_rank, expert-DP rank) of DP rank d.
+  std::pair<int, int> ep_coords(int dp_rank) const;
+  bool data_before_expert = false;
   // Megatron's rank order: tp fastest, then dp, then pp.
   int global_rank(int pp_rank, int dp_rank, int tp_rank) const;
   nlohmann::json to_json(const ModelInfo& model) const;

@@ -4,6 +4,9 @@
 # model: dict of dsgen.ModelConfig fields; layouts: dict of dsgen.Layout fields.
 GPT = {"family": "gpt", "layers": 4, "hidden": 32, "heads": 4, "kv_heads": 4, "ffn": 64, "vocab": 100, "seq": 16}
 GPT_UNTIED_SWIGLU = dict(GPT, tied=False, swiglu=True)
+DSMOE = {"family": "dsmoe", "layers": 4, "hidden": 32, "heads": 4, "kv_heads": 4, "ffn": 64, "vocab": 100, "seq": 16,
+         "experts": 4}
+DSMOE8 = dict(DSMOE, experts=8)
 LLAMA = {"family": "llama", "layers": 4, "hidden": 32, "heads": 4, "kv_heads": 2, "ffn": 64, "vocab": 100}
 
 CI = [
@@ -15,6 +18,9 @@ CI = [
     ("gpt_pp2_to_tp2pp4dp2", GPT, dict(tp=1, pp=2, dp=1), dict(tp=2, pp=4, dp=2)),
     # GQA sub-params, SwiGLU, averaged norms; BF16_Optimizer source and target, DP 1 -> 5
     ("llama_tp2_to_tp1dp5_bf16opt", LLAMA, dict(tp=2, dp=1, bf16_optimizer=True), dict(tp=1, dp=5, bf16_optimizer=True)),
+    # native DeepSpeed MoE: EP 2 -> 4 and 4 -> 2 (global -> local expert numbering, expert-DP groups)
+    ("dsmoe_ep2dp4_to_ep4dp4", DSMOE, dict(dp=4, ep=2), dict(dp=4, ep=4)),
+    ("dsmoe_ep4dp4_to_ep2dp6", DSMOE, dict(dp=4, ep=4), dict(dp=6, ep=2)),
 ]
 
 FULL = CI + [
@@ -26,13 +32,18 @@ FULL = CI + [
     ("gpt_z2fp16_to_z1bf16dp7", GPT, dict(tp=1, dp=2, zero=2, dtype="fp16"), dict(tp=1, dp=7)),
     ("llama_tp1_to_tp2dp3", LLAMA, dict(tp=1, dp=1), dict(tp=2, dp=3)),
     ("gpt_dp1_to_dp16_trailing_pad", GPT, dict(tp=1, dp=1), dict(tp=2, dp=16)),
+    ("dsmoe8_ep8dp8_to_ep1dp2", DSMOE8, dict(dp=8, ep=8), dict(dp=2, ep=1)),
+    ("dsmoe8_ep1dp1_to_ep8dp8", DSMOE8, dict(dp=1, ep=1), dict(dp=8, ep=8)),
+    ("dsmoe_data_before_expert_ep2dp4_to_ep4dp8", DSMOE, dict(dp=4, ep=2, data_before_expert=True),
+     dict(dp=8, ep=4, data_before_expert=True)),
+    ("dsmoe_ep2_to_ep2dp2_fp16_z2", DSMOE, dict(dp=2, ep=2), dict(dp=2, ep=2, zero=2, dtype="fp16")),
 ]
 
 
 def target_args(t):
     """ucp-load arguments for a target layout dict."""
     a = ["--tp", str(t.get("tp", 1)), "--pp", str(t.get("pp", 1)), "--dp", str(t.get("dp", 1)),
-         "--zero-stage", str(t.get("zero", 1)), "--dtype", t.get("dtype", "bf16")]
+         "--zero-stage", str(t.get("zero", 1)), "--dtype", t.get("dtype", "bf16"), "--ep", str(t.get("ep", 1))]
     a += ["--optimizer", "bf16" if t.get("bf16_optimizer") else "zero"]
     # dsgen pads the vocabulary to a multiple of 8 * tp and, unlike Megatron, does not record
     # make_vocab_size_divisible_by in args: say it (else ucp-load infers the largest that fits).

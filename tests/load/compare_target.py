@@ -233,7 +233,14 @@ def main():
                 compare_model_file(model, os.path.join(od, fn), os.path.join(rd, fn), fn, t, pipe_names)
             compare_optim_files(model, od, rd, mp, dp, t, prefix)
     for fn in fr:
-        if fn.startswith("layer_") and fn in fo:
+        if fn not in fo:
+            continue
+        if "_expert_" in fn:
+            compare_weights(fn, model, load(os.path.join(od, fn)), load(os.path.join(rd, fn)), 0)
+        elif fn.startswith("expp_rank_"):
+            if load(os.path.join(od, fn)) != load(os.path.join(rd, fn)):
+                err(f"{fn}: differs")
+        elif fn.startswith("layer_"):
             t = int(fn.split("-model_")[1][:2]) if fn.count("model") == 2 else 0
             layer = int(fn[len("layer_"):].split("-")[0])
             compare_weights(fn, model, load(os.path.join(od, fn)), load(os.path.join(rd, fn)), t, layer)

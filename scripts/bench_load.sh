@@ -1,0 +1,66 @@
+#!/bin/bash
+# ucp-load benchmark: a ~500M-parameter GPT checkpoint (bf16, ZeRO-1, TP=2 PP=2 DP=2, dsgen) is
+# turned into a universal checkpoint once (ucp-union), then ucp-load writes a different layout
+# (default TP=1 PP=4 DP=4). In the same run the I/O floor is measured: reading every atomic byte
+# (cat > /dev/null) plus writing as many bytes as ucp-load wrote (dd from /dev/zero), no fsync in
+# either. Prints one JSON line per measurement and a summary; target: ucp-load within 1.5x.
+# Usage: scripts/bench_load.sh [build_dir] [work_dir] [ucp-load target options...]
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${1:-$ROOT/build-load}
+WORK=${2:-/tmp/ucp-load-bench}
+shift $(( $# > 2 ? 2 : $# ))
+TARGET=("$@")
+[ ${#TARGET[@]} -eq 0 ] && TARGET=(--tp 1 --pp 4 --dp 4 --zero-stage 1)
+LAYERS=${BENCH_LAYERS:-24} HIDDEN=${BENCH_HIDDEN:-1280} HEADS=${BENCH_HEADS:-16} VOCAB=${BENCH_VOCAB:-50257}
+BIN=$BUILD/bin
+mkdir -p "$WORK"
+SRC=$WORK/src-l$LAYERS-h$HIDDEN
+if [ ! -f "$SRC/latest" ]; then
+  rm -rf "$SRC"
+  /usr/bin/python3 "$ROOT/scripts/gen_ds_checkpoint.py" --output "$SRC" --model gpt --layers "$LAYERS" \
+    --hidden "$HIDDEN" --heads "$HEADS" --ffn $((4 * HIDDEN)) --vocab "$VOCAB" --seq 2048 \
+    --tp 2 --pp 2 --dp 2 --no-truth
+fi
+UNI=$WORK/universal-l$LAYERS-h$HIDDEN
+if [ ! -f "$UNI/manifest.json" ]; then
+  rm -rf "$UNI"
+  "$BIN/ucp-union" -q --input "$SRC" --output "$UNI"
+fi
+params=$(/usr/bin/python3 -c "
+import json, math; m = json.load(open('$UNI/manifest.json'))
+print(sum(math.prod(p['shape']) for p in m['params']))")
+atomic_bytes=$(find "$UNI/zero" -type f -printf '%s\n' | awk '{s+=$1} END {print s}')
+
+now() { date +%s.%N; }
+floor() {  # read all atomic bytes, write $1 bytes
+  local t0 t1
+  t0=$(now)
+  find "$UNI/zero" -type f -print0 | xargs -0 cat > /dev/null
+  dd if=/dev/zero of="$WORK/floor.bin" bs=16M count=$(( ($1 + 16777215) / 16777216 )) status=none
+  t1=$(now)
+  rm -f "$WORK/floor.bin"
+  echo "$t1 - $t0" | bc -l
+}
+load() {  # extra ucp-load options...
+  rm -rf "$WORK/target"
+  "$BIN/ucp-load" -q --json --input "$UNI" --output "$WORK/target" "${TARGET[@]}" "$@"
+}
+
+# Warm-up (page cache in the same state for every measurement), then alternate.
+load > "$WORK/load0.json"
+out_bytes=$(du -sb "$WORK/target" | cut -f1)
+f1=$(floor "$out_bytes")
+l1=$(load | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['seconds'])")
+f2=$(floor "$out_bytes")
+l2=$(load | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['seconds'])")
+nv=$(load --no-verify | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['seconds'])")
+rss=$(/usr/bin/python3 -c "import json; print(json.load(open('$WORK/load0.json'))['peak_rss_bytes'])")
+/usr/bin/python3 - <<PY
+f = min($f1, $f2); l = min($l1, $l2); nv = $nv
+print(f"bench_load: {$params/1e6:.0f}M params, atomic bytes {$atomic_bytes/1e9:.2f} GB, output {$out_bytes/1e9:.2f} GB, target: ${TARGET[*]}")
+print(f"  I/O floor (read atomic + write output): {f:.2f} s   runs: {$f1:.2f} {$f2:.2f}")
+print(f"  ucp-load (checksums verified):          {l:.2f} s   runs: {$l1:.2f} {$l2:.2f}   ratio {l/f:.2f}x")
+print(f"  ucp-load --no-verify:                   {nv:.2f} s   ratio {nv/f:.2f}x")
+print(f"  peak RSS {$rss/1e9:.2f} GB; nproc $(nproc)")
+PY
