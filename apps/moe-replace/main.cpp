@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
     for (const auto& note : out.notes) tool::warn(note);
     if (out.migration && !out.migration->lost.empty())
       tool::warn(std::to_string(out.migration->lost.size()) + " experts have no surviving replica");
-    write_file_atomic(output, out.plan_json.dump() + "\n");
+    write_file_atomic(output, out.plan_text);
     if (!svg.empty()) write_file_atomic(svg, out.svg);
     if (common.json) {
       out.summary["output"] = output;

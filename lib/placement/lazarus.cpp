@@ -55,9 +55,14 @@ LayerPlacement balanced_layout(const std::vector<int>& r, const std::vector<doub
   return out;
 }
 
-bool no_worse(const std::vector<RecoveryEstimate>& a, const std::vector<RecoveryEstimate>& b) {
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i].probability < b[i].probability - 1e-12) return false;
+// True when `cand` recovers at least as often as `base` for every k, checked from k = 1 up so a
+// worse candidate is usually rejected on the cheap small k. `base` is filled lazily.
+bool no_worse(const RecoveryModel& model, const ExpertNodeSets& cand, const ExpertNodeSets& base_sets,
+              std::vector<RecoveryEstimate>& base) {
+  for (int k = 1; k <= model.max_failures(); ++k) {
+    if (static_cast<int>(base.size()) < k) base.push_back(model.evaluate_one(base_sets, k));
+    if (model.evaluate_one(cand, k).probability < base[k - 1].probability - 1e-12) return false;
+  }
   return true;
 }
 
@@ -84,14 +89,14 @@ class Lazarus : public PlacementAlgorithm {
       // replicas is as recoverable for every k evaluated, take it: the balance is then free.
       double best_b = balancedness(mro.phy2log, t, cluster);
       std::vector<RecoveryEstimate> pm;
+      const ExpertNodeSets mro_sets = ExpertNodeSets::from_layer(mro.phy2log, cluster, E);
       int pick = 0;
       LayerPlacement best = std::move(mro);
       for (int variant = 1; variant <= 2; ++variant) {
         LayerPlacement cand = balanced_layout(r, t, cluster, variant == 2);
         double b = balancedness(cand.phy2log, t, cluster);
         if (b <= best_b + 1e-9) continue;
-        if (pm.empty()) pm = model.evaluate(ExpertNodeSets::from_layer(best.phy2log, cluster, E));
-        if (!no_worse(model.evaluate(ExpertNodeSets::from_layer(cand.phy2log, cluster, E)), pm)) continue;
+        if (!no_worse(model, ExpertNodeSets::from_layer(cand.phy2log, cluster, E), mro_sets, pm)) continue;
         best = std::move(cand);
         best_b = b;
         pick = variant;

@@ -32,6 +32,16 @@ void swap_replicas(Nodes& nodes, int x, int a, int y, int b) {
 // node y lacking e, in exchange for an expert b of y that x lacks (b keeps its distinct-node count).
 void repair_degrees(Nodes& nodes, const std::vector<int>& r, const std::vector<int>& order, int f) {
   const int N = static_cast<int>(nodes.size());
+  std::vector<int> degree(r.size(), 0);
+  for (const auto& n : nodes) {
+    std::vector<int> u = n;
+    std::sort(u.begin(), u.end());
+    u.erase(std::unique(u.begin(), u.end()), u.end());
+    for (int e : u) degree[e]++;
+  }
+  bool short_of_f = false;
+  for (int e : order) short_of_f = short_of_f || degree[e] < std::min({f, r[e], N});
+  if (!short_of_f) return;
   for (bool changed = true; changed;) {
     changed = false;
     for (int e : order) {
@@ -156,9 +166,13 @@ std::vector<std::vector<int>> mro_placement(const std::vector<int>& r, const std
 
   // Leftover replicas, heaviest replica first, onto the least loaded node with room that lacks them.
   std::vector<double> node_load(N, 0.0);
+  std::vector<std::vector<char>> present(N, std::vector<char>(E, 0));
   auto rload = [&](int e) { return r[e] ? loads[e] / r[e] : 0.0; };
   for (int n = 0; n < N; ++n)
-    for (int e : nodes[n]) node_load[n] += rload(e);
+    for (int e : nodes[n]) {
+      node_load[n] += rload(e);
+      present[n][e] = 1;
+    }
   std::vector<int> pending;
   for (int e : order)
     for (int i = 0; i < left[e]; ++i) pending.push_back(e);
@@ -166,19 +180,21 @@ std::vector<std::vector<int>> mro_placement(const std::vector<int>& r, const std
   for (int e : pending) {
     int best = -1;
     bool best_lacks = false;
+    int best_room = 0;
     for (int n = 0; n < N; ++n) {
       int room = c - static_cast<int>(nodes[n].size());
       if (room <= 0) continue;
-      bool lacks = count_of(nodes[n], e) == 0;
+      bool lacks = !present[n][e];
       if (best < 0 || (lacks && !best_lacks) ||
-          (lacks == best_lacks &&
-           (node_load[n] < node_load[best] - 1e-12 ||
-            (node_load[n] <= node_load[best] + 1e-12 && room > c - static_cast<int>(nodes[best].size()))))) {
+          (lacks == best_lacks && (node_load[n] < node_load[best] - 1e-12 ||
+                                   (node_load[n] <= node_load[best] + 1e-12 && room > best_room)))) {
         best = n;
         best_lacks = lacks;
+        best_room = room;
       }
     }
     nodes[best].push_back(e);
+    present[best][e] = 1;
     node_load[best] += rload(e);
   }
 

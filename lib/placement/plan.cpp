@@ -2,6 +2,7 @@
 #include "placement/plan.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <numeric>
 
@@ -63,7 +64,19 @@ void compute_metrics(Plan& plan, const LoadMatrix& loads, const RecoveryOptions&
   plan.metrics.recovery = model.aggregate(per_layer, survivals);
 }
 
-json plan_to_json(const Plan& plan) {
+namespace {
+
+int log2phy_width(const Plan& plan, std::vector<std::vector<int>>& counts) {
+  int width = 1;
+  for (const auto& layer : plan.layers) {
+    counts.push_back(logical_counts(layer.phy2log, plan.experts));
+    width = std::max(width, *std::max_element(counts.back().begin(), counts.back().end()));
+  }
+  return width;
+}
+
+// Everything but "layers" (small).
+json plan_header(const Plan& plan) {
   json doc = {{"nodes", plan.cluster.nodes},
               {"gpus_per_node", plan.cluster.gpus_per_node},
               {"slots_per_gpu", plan.cluster.slots_per_gpu},
@@ -71,31 +84,6 @@ json plan_to_json(const Plan& plan) {
               {"experts", plan.experts},
               {"fault_tolerance", plan.fault_tolerance}};
   if (!plan.node_ids.empty()) doc["node_ids"] = plan.node_ids;
-  int width = 1;
-  std::vector<std::vector<int>> counts;
-  for (const auto& layer : plan.layers) {
-    counts.push_back(logical_counts(layer.phy2log, plan.experts));
-    width = std::max(width, *std::max_element(counts.back().begin(), counts.back().end()));
-  }
-  json layers = json::array();
-  for (size_t l = 0; l < plan.layers.size(); ++l) {
-    json L = {{"phy2log", plan.layers[l].phy2log},
-              {"log2phy", log2phy(plan.layers[l], plan.experts, width)},
-              {"logcnt", counts[l]}};
-    if (l < plan.layer_metrics.size()) {
-      const auto& m = plan.layer_metrics[l];
-      L["balancedness"] = m.balancedness;
-      L["recovery_probability"] = recovery_json(m.recovery);
-      L["recovery_method"] = recovery_detail(m.recovery);
-      json g = json::array();
-      for (double v : m.gpu_loads) g.push_back(round6(v));
-      L["gpu_loads"] = g;
-      L["max_gpu_load"] = m.max_load;
-      L["mean_gpu_load"] = m.mean_load;
-    }
-    layers.push_back(std::move(L));
-  }
-  doc["layers"] = std::move(layers);
   json metrics = {{"balancedness", plan.metrics.balancedness},
                   {"min_balancedness", plan.metrics.min_balancedness},
                   {"recovery_probability", recovery_json(plan.metrics.recovery)}};
@@ -109,6 +97,69 @@ json plan_to_json(const Plan& plan) {
   doc["metrics"] = std::move(metrics);
   for (auto it = plan.details.begin(); it != plan.details.end(); ++it) doc[it.key()] = it.value();
   return doc;
+}
+
+// Small per-layer keys; the big integer arrays are written separately.
+json layer_small(const Plan& plan, size_t l) {
+  json L = json::object();
+  if (l < plan.layer_metrics.size()) {
+    const auto& m = plan.layer_metrics[l];
+    L["balancedness"] = m.balancedness;
+    L["recovery_probability"] = recovery_json(m.recovery);
+    L["recovery_method"] = recovery_detail(m.recovery);
+    json g = json::array();
+    for (double v : m.gpu_loads) g.push_back(round6(v));
+    L["gpu_loads"] = g;
+    L["max_gpu_load"] = m.max_load;
+    L["mean_gpu_load"] = m.mean_load;
+  }
+  return L;
+}
+
+void append_ints(std::string& out, const std::vector<int>& v) {
+  out += '[';
+  char buf[16];
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    auto r = std::to_chars(buf, buf + sizeof buf, v[i]);
+    out.append(buf, r.ptr);
+  }
+  out += ']';
+}
+
+}  // namespace
+
+json plan_to_json(const Plan& plan) { return json::parse(plan_json_text(plan)); }
+
+std::string plan_json_text(const Plan& plan, const json& extra) {
+  std::vector<std::vector<int>> counts;
+  const int width = log2phy_width(plan, counts);
+  json head = plan_header(plan);
+  for (auto it = extra.begin(); it != extra.end(); ++it) head[it.key()] = it.value();
+  std::string text = head.dump();
+  text.pop_back();  // reopen the object to add "layers"
+  text += ",\"layers\":[";
+  for (size_t l = 0; l < plan.layers.size(); ++l) {
+    if (l) text += ',';
+    text += "{\"phy2log\":";
+    append_ints(text, plan.layers[l].phy2log);
+    text += ",\"log2phy\":[";
+    auto l2p = log2phy(plan.layers[l], plan.experts, width);
+    for (size_t e = 0; e < l2p.size(); ++e) {
+      if (e) text += ',';
+      append_ints(text, l2p[e]);
+    }
+    text += "],\"logcnt\":";
+    append_ints(text, counts[l]);
+    std::string small = layer_small(plan, l).dump();
+    if (small.size() > 2) {
+      text += ',';
+      text.append(small, 1, small.size() - 2);
+    }
+    text += '}';
+  }
+  text += "]}\n";
+  return text;
 }
 
 Plan plan_from_json(const json& doc, const std::string& name) {

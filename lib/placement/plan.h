@@ -40,7 +40,10 @@ void compute_metrics(Plan& plan, const LoadMatrix& loads, const RecoveryOptions&
 
 // The plan file: {"nodes","gpus_per_node","slots_per_gpu","algorithm","layers":[{"phy2log","log2phy",
 // "logcnt","balancedness","recovery_probability":{"1":..}, ...}],"metrics":{...}} plus extra keys.
+// plan_json_text writes the same document fast (large integer arrays by hand), with `extra` keys
+// (e.g. "migration") added at the top level.
 nlohmann::json plan_to_json(const Plan& plan);
+std::string plan_json_text(const Plan& plan, const nlohmann::json& extra = nlohmann::json::object());
 // Reads the keys a re-placement needs (sizes, phy2log per layer, node_ids); throws Error naming `name`.
 Plan plan_from_json(const nlohmann::json& doc, const std::string& name);
 Plan read_plan(const std::string& path);

@@ -53,6 +53,12 @@ std::string render_table(const Plan& plan, const std::optional<Migration>& mig, 
   return o.str();
 }
 
+nlohmann::json recovery_summary(const std::vector<RecoveryEstimate>& rec) {
+  nlohmann::json o = nlohmann::json::object();
+  for (const auto& r : rec) o[std::to_string(r.failed_nodes)] = r.probability;
+  return o;
+}
+
 }  // namespace
 
 std::vector<int> parse_id_list(const std::string& text, const std::string& option) {
@@ -134,8 +140,9 @@ PlanOutcome make_plan(const PlanRequest& req) {
   out.plan = plan_placement(loads, target, req.algorithm, popt);
   if (current) out.migration = migrate(*current, out.plan, physical);
   compute_metrics(out.plan, loads, popt.recovery);
-  out.plan_json = plan_to_json(out.plan);
-  if (out.migration) out.plan_json["migration"] = migration_to_json(*out.migration, req.expert_bytes);
+  nlohmann::json extra = nlohmann::json::object();
+  if (out.migration) extra["migration"] = migration_to_json(*out.migration, req.expert_bytes);
+  out.plan_text = plan_json_text(out.plan, extra);
   out.table = render_table(out.plan, out.migration, 32);
 
   if (req.want_svg) {
@@ -168,7 +175,9 @@ PlanOutcome make_plan(const PlanRequest& req) {
                       {"layers", out.plan.layers.size()},
                       {"experts", out.plan.experts},
                       {"fault_tolerance", out.plan.fault_tolerance},
-                      {"metrics", out.plan_json["metrics"]},
+                      {"metrics", {{"balancedness", out.plan.metrics.balancedness},
+                                   {"min_balancedness", out.plan.metrics.min_balancedness},
+                                   {"recovery_probability", recovery_summary(out.plan.metrics.recovery)}}},
                       {"seconds", out.seconds}};
   if (out.migration) {
     s["replicas_moved"] = out.migration->replicas_moved;

@@ -29,7 +29,7 @@ struct PlanRequest {
 struct PlanOutcome {
   Plan plan;
   std::optional<Migration> migration;
-  nlohmann::json plan_json;
+  std::string plan_text;   // the plan file
   nlohmann::json summary;  // the --json summary
   std::string table;       // the terminal table
   std::string svg;         // when requested

@@ -184,41 +184,44 @@ std::vector<std::vector<uint32_t>> RecoveryModel::new_survivals() const {
   return s;
 }
 
+RecoveryEstimate RecoveryModel::evaluate_one(const ExpertNodeSets& sets, int k,
+                                             std::vector<std::vector<uint32_t>>* survivals) const {
+  RecoveryEstimate est;
+  est.failed_nodes = k;
+  auto cand = minimal_candidates(sets, k);
+  if (exact(k) || cand.empty()) {
+    double total = binomial(nodes_, k);
+    est.probability = cand.empty() ? 1.0 : 1.0 - count_lost_sets(cand, nodes_, k) / total;
+    est.ci_low = est.ci_high = est.probability;
+    if (!exact(k) && survivals) {
+      for (auto& v : (*survivals)[k]) v += 1;
+    }
+    return est;
+  }
+  std::vector<char> failed(nodes_, 0);
+  const auto& smp = samples_[k];
+  const uint64_t n = options_.mc_samples;
+  uint64_t ok = 0;
+  uint32_t* acc = survivals ? (*survivals)[k].data() : nullptr;
+  for (uint64_t s = 0; s < n; ++s) {
+    const int* F = smp.data() + s * k;
+    for (int i = 0; i < k; ++i) failed[F[i]] = 1;
+    bool survived = !any_lost(cand, cand.size(), failed);
+    for (int i = 0; i < k; ++i) failed[F[i]] = 0;
+    ok += survived;
+    if (acc) acc[s] += survived;
+  }
+  est.exact = false;
+  est.samples = n;
+  est.probability = static_cast<double>(ok) / static_cast<double>(n);
+  wilson(est, static_cast<double>(ok), static_cast<double>(n));
+  return est;
+}
+
 std::vector<RecoveryEstimate> RecoveryModel::evaluate(const ExpertNodeSets& sets,
                                                       std::vector<std::vector<uint32_t>>* survivals) const {
   std::vector<RecoveryEstimate> out;
-  std::vector<char> failed(nodes_, 0);
-  for (int k = 1; k <= max_k_; ++k) {
-    RecoveryEstimate est;
-    est.failed_nodes = k;
-    auto cand = minimal_candidates(sets, k);
-    if (exact(k) || cand.empty()) {
-      double total = binomial(nodes_, k);
-      est.probability = cand.empty() ? 1.0 : 1.0 - count_lost_sets(cand, nodes_, k) / total;
-      est.ci_low = est.ci_high = est.probability;
-      if (!exact(k) && survivals) {
-        for (auto& v : (*survivals)[k]) v += 1;
-      }
-    } else {
-      const auto& smp = samples_[k];
-      const uint64_t n = options_.mc_samples;
-      uint64_t ok = 0;
-      uint32_t* acc = survivals ? (*survivals)[k].data() : nullptr;
-      for (uint64_t s = 0; s < n; ++s) {
-        const int* F = smp.data() + s * k;
-        for (int i = 0; i < k; ++i) failed[F[i]] = 1;
-        bool survived = !any_lost(cand, cand.size(), failed);
-        for (int i = 0; i < k; ++i) failed[F[i]] = 0;
-        ok += survived;
-        if (acc) acc[s] += survived;
-      }
-      est.exact = false;
-      est.samples = n;
-      est.probability = static_cast<double>(ok) / static_cast<double>(n);
-      wilson(est, static_cast<double>(ok), static_cast<double>(n));
-    }
-    out.push_back(est);
-  }
+  for (int k = 1; k <= max_k_; ++k) out.push_back(evaluate_one(sets, k, survivals));
   return out;
 }
 

@@ -60,6 +60,9 @@ class RecoveryModel {
   // (*survivals)[k][sample] for the Monte Carlo k, to aggregate over layers.
   std::vector<RecoveryEstimate> evaluate(const ExpertNodeSets& sets,
                                          std::vector<std::vector<uint32_t>>* survivals = nullptr) const;
+  // The estimate for one k.
+  RecoveryEstimate evaluate_one(const ExpertNodeSets& sets, int k,
+                                std::vector<std::vector<uint32_t>>* survivals = nullptr) const;
   // Mean over layers per k, with the interval from the per-sample layer averages for Monte Carlo k.
   std::vector<RecoveryEstimate> aggregate(const std::vector<std::vector<RecoveryEstimate>>& per_layer,
                                           const std::vector<std::vector<uint32_t>>& survivals) const;
