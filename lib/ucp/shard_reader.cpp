@@ -119,7 +119,6 @@ void release_pages(const Tensor& t) {
   if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
-namespace {
 Tensor fragment_tensor(SourceCache& cache, const Fragment& f, const std::string& state) {
   auto tf = cache.get(f.file);
   Tensor flat;
@@ -136,7 +135,6 @@ Tensor fragment_tensor(SourceCache& cache, const Fragment& f, const std::string&
                                  std::to_string(f.offset) + ", " + std::to_string(f.offset + f.numel) + ")");
   return flat.narrow(0, f.offset, f.numel);
 }
-}  // namespace
 
 Tensor read_slice(SourceCache& cache, const std::vector<Fragment>& fragments, const std::string& state,
                   const std::vector<int64_t>& shape, uint64_t* bytes_read) {

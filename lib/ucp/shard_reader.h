@@ -54,6 +54,8 @@ class SourceCache {
   std::vector<std::unique_ptr<std::once_flag>> once_;
 };
 
+// The 1-D run of `state` that a fragment names (a view into the mapped file).
+Tensor fragment_tensor(SourceCache& cache, const Fragment& f, const std::string& state);
 // One TP slice of one state: its fragments concatenated in partition order, shaped `shape`.
 // Adds the bytes read to *bytes_read. Mapped pages are released after the copy.
 Tensor read_slice(SourceCache& cache, const std::vector<Fragment>& fragments, const std::string& state,

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# UCP benchmark: a generated ~500M-parameter bf16 ZeRO-1 GPT checkpoint (TP=2, PP=2, DP=2) converted
+# by ucp-union (one process, both cores), against the I/O floor measured in the same run: a plain
+# read of every input byte ucp-union reads plus a plain copy of every output byte it writes. Then
+# `mpirun -np 2` on the same input must give the same output bit for bit. Finally a memory check:
+# a checkpoint 4x larger with the same largest parameter must not need more than ~1.2x the memory.
+# Usage: scripts/bench_ucp.sh [build_dir] [work_dir]   (env: HIDDEN, LAYERS, VOCAB to resize)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+work=${2:-/tmp/ucp-bench}
+bin=$build/bin
+py=/usr/bin/python3
+HIDDEN=${HIDDEN:-2048}; LAYERS=${LAYERS:-8}; VOCAB=${VOCAB:-50257}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mkdir -p "$work"
+ck=$work/ckpt-h$HIDDEN-l$LAYERS
+if [ ! -f "$ck/latest" ]; then
+  echo "bench_ucp: generating checkpoint in $ck" >&2
+  $py "$root/scripts/gen_ds_checkpoint.py" --output "$ck" --model gpt --hidden "$HIDDEN" --ffn $((4*HIDDEN)) \
+    --heads 16 --layers "$LAYERS" --vocab "$VOCAB" --seq 2048 --tp 2 --pp 2 --dp 2 --dtype bf16 --no-truth
+fi
+step=$ck/$(cat "$ck/latest")
+inputs=("$step"/*optim_states.pt "$step"/mp_rank_*_model_states.pt)
+in_bytes=$(cat "${inputs[@]}" | wc -c)
+now() { date +%s.%N; }
+rm -rf "$work/out" "$work/out.copy" "$work/out-mpi" "$work/latest_universal"
+cat "${inputs[@]}" > /dev/null   # same page-cache state for every measurement
+
+t0=$(now); cat "${inputs[@]}" > /dev/null; t1=$(now)
+read_floor=$(echo "$t1 - $t0" | bc)
+
+"$bin/ucp-union" -q --json --input "$ck" --output "$work/out" > "$work/union.json"
+union_s=$($py -c "import json;print(json.load(open('$work/union.json'))['seconds'])")
+rss=$($py -c "import json;print(json.load(open('$work/union.json'))['peak_rss_bytes'])")
+params=$($py -c "import json;print(json.load(open('$work/union.json'))['params'])")
+out_bytes=$(du -sb "$work/out" | cut -f1)
+
+t0=$(now); cp -r "$work/out" "$work/out.copy"; t1=$(now)
+write_floor=$(echo "$t1 - $t0" | bc)
+rm -rf "$work/out.copy"
+floor=$(echo "$read_floor + $write_floor" | bc)
+ratio=$(echo "scale=2; $union_s / $floor" | bc)
+
+t0=$(now)
+mpirun -np 2 --oversubscribe "$bin/ucp-union" -q --json --input "$ck" --output "$work/out-mpi" > "$work/union-mpi.json"
+t1=$(now)
+mpi_s=$(echo "$t1 - $t0" | bc)
+if diff -r -q "$work/out" "$work/out-mpi" > /dev/null; then mpi_same=yes; else mpi_same=NO; fi
+rm -rf "$work/out-mpi"
+
+elements=$($py -c "
+import json; m=json.load(open('$work/out/manifest.json'))
+import math; print(sum(math.prod(p['shape']) for p in m['params']))")
+cat <<REPORT
+bench_ucp: GPT hidden=$HIDDEN layers=$LAYERS vocab=$VOCAB, bf16 ZeRO-1, TP=2 PP=2 DP=2
+  parameters (tensors / elements):  $params / $elements
+  input read / output written:      $((in_bytes/1048576)) MiB / $((out_bytes/1048576)) MiB
+  ucp-union (1 process, 2 threads): ${union_s}s, peak RSS $((rss/1048576)) MiB
+  I/O floor (cat inputs + cp -r output): ${floor}s (read ${read_floor}s + copy ${write_floor}s)
+  ratio to floor:                   ${ratio}x  (target <= 1.5x)
+  mpirun -np 2 (wall incl. start):  ${mpi_s}s, output identical to 1 process: $mpi_same
+REPORT
+
+if [ "${MEMCHECK:-1}" = 1 ]; then
+  # Memory bound: same largest parameter (embedding), 4x more layers.
+  for l in 2 8; do
+    m=$work/mem-l$l
+    [ -f "$m/latest" ] || $py "$root/scripts/gen_ds_checkpoint.py" --output "$m" --model gpt --hidden 1024 \
+      --ffn 4096 --heads 16 --layers $l --vocab 50257 --seq 2048 --tp 2 --pp 1 --dp 2 --no-truth 2>/dev/null
+    rm -rf "$m.out"
+    "$bin/ucp-union" -q --json --input "$m" --output "$m.out" > "$m.json"
+    rm -rf "$m.out"
+  done
+  $py - "$work/mem-l2.json" "$work/mem-l8.json" <<'PY'
+import json, sys, os
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+print(f"  memory bound: 2 layers peak RSS {a['peak_rss_bytes']>>20} MiB, 8 layers (4x) {b['peak_rss_bytes']>>20} MiB,"
+      f" ratio {b['peak_rss_bytes']/a['peak_rss_bytes']:.2f}x (target <= 1.2x)")
+PY
+fi
