@@ -36,7 +36,7 @@ bool is_nan(const std::string& hex, DType dt) {
 
 // Conversions between all floating dtypes, including ties, subnormals, overflow, NaN, inf, -0.0 and
 // float64 values whose float32 rounding lands on a float16/bfloat16 tie.
-TEST(TensorOps, ToMatchesTorch) {
+TEST(TensorOperations, ToMatchesTorch) {
   const json& conv = entry(ops_truth()["value"], "conv");
   int checked = 0;
   for (const auto& e : conv["entries"]) {
@@ -78,7 +78,7 @@ TEST(TensorOps, ToMatchesTorch) {
   EXPECT_GE(checked, 20);
 }
 
-TEST(TensorOps, NarrowIsAViewLikeTorch) {
+TEST(TensorOperations, NarrowIsAViewLikeTorch) {
   const json& cases = entry(ops_truth()["value"], "narrow");
   for (const auto& c : cases["items"]) {
     Tensor src = make(c["items"][0]);
@@ -99,7 +99,7 @@ TEST(TensorOps, NarrowIsAViewLikeTorch) {
   EXPECT_THROW(t.narrow(0, -1, 1), ucpkit::Error);
 }
 
-TEST(TensorOps, CatMatchesTorch) {
+TEST(TensorOperations, CatMatchesTorch) {
   const json& cases = entry(ops_truth()["value"], "cat");
   for (const auto& c : cases["items"]) {
     std::vector<Tensor> parts;
@@ -118,7 +118,7 @@ TEST(TensorOps, CatMatchesTorch) {
   EXPECT_THROW(ucpkit::cat(mixed, 0), ucpkit::Error);
 }
 
-TEST(TensorOps, ContiguousMatchesTorch) {
+TEST(TensorOperations, ContiguousMatchesTorch) {
   const json& cases = entry(ops_truth()["value"], "contiguous");
   for (const auto& c : cases["items"]) {
     Tensor src = make(c);
@@ -140,7 +140,7 @@ TEST(TensorOps, ContiguousMatchesTorch) {
   EXPECT_TRUE(copy.equal(a));
 }
 
-TEST(TensorOps, EqualIsBitwise) {
+TEST(TensorOperations, EqualIsBitwise) {
   const json& cases = entry(ops_truth()["value"], "equal");
   for (const auto& c : cases["items"]) {
     Tensor x = make(c["items"][0]), y = make(c["items"][1]);
@@ -151,7 +151,7 @@ TEST(TensorOps, EqualIsBitwise) {
   }
 }
 
-TEST(TensorOps, ToVectorAndReshape) {
+TEST(TensorOperations, ToVectorAndReshape) {
   const json& conv = entry(ops_truth()["value"], "conv");
   Tensor f = make(entry(entry(conv, "float32"), "src"));
   auto v = f.to_vector<float>();

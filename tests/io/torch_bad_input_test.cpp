@@ -65,20 +65,20 @@ void expect_clean(const std::vector<uint8_t>& bytes, const std::string& name) {
   }
 }
 
-TEST(TorchBadInput, WrongMagic) {
+TEST(TorchInputRejection, WrongMagic) {
   expect_file_error("bad_magic.pt");
   expect_file_error("bad_text.pt");
   expect_file_error("bad_empty.pt");
 }
 
-TEST(TorchBadInput, MissingFile) { expect_file_error("does_not_exist.pt"); }
+TEST(TorchInputRejection, MissingFile) { expect_file_error("does_not_exist.pt"); }
 
-TEST(TorchBadInput, UnknownOpcode) { expect_file_error("bad_unknown_opcode.pt"); }
-TEST(TorchBadInput, PickleWithoutStop) { expect_file_error("bad_no_stop.pt"); }
-TEST(TorchBadInput, StackUnderflow) { expect_file_error("bad_stack_underflow.pt"); }
-TEST(TorchBadInput, MemoGetOfUnsetSlot) { expect_file_error("bad_memo_get.pt"); }
+TEST(TorchInputRejection, UnknownOpcode) { expect_file_error("bad_unknown_opcode.pt"); }
+TEST(TorchInputRejection, PickleWithoutStop) { expect_file_error("bad_no_stop.pt"); }
+TEST(TorchInputRejection, StackUnderflow) { expect_file_error("bad_stack_underflow.pt"); }
+TEST(TorchInputRejection, MemoGetOfUnsetSlot) { expect_file_error("bad_memo_get.pt"); }
 
-TEST(TorchBadInput, AbsurdLengths) {
+TEST(TorchInputRejection, AbsurdLengths) {
   long before = max_rss_kib();
   expect_file_error("bad_huge_unicode.pt");
   expect_file_error("bad_huge_bytes8.pt");
@@ -87,24 +87,24 @@ TEST(TorchBadInput, AbsurdLengths) {
   EXPECT_LT(max_rss_kib() - before, 256 * 1024) << "absurd length fields must not be allocated";
 }
 
-TEST(TorchBadInput, DeepNesting) {
+TEST(TorchInputRejection, DeepNesting) {
   expect_file_error("bad_deep_lists.pt");
   expect_file_error("bad_deep_tuples.pt");
   expect_file_error("bad_deep_dicts.pt");
 }
 
-TEST(TorchBadInput, ReferenceCycles) {
+TEST(TorchInputRejection, ReferenceCycles) {
   expect_file_error("bad_cycle_list.pt");
   expect_file_error("bad_cycle_dict.pt");
 }
 
-TEST(TorchBadInput, StorageShorterThanItsTensors) {
+TEST(TorchInputRejection, StorageShorterThanItsTensors) {
   expect_file_error("bad_short_storage.pt");
   expect_file_error("bad_view_past_storage.pt");
   expect_file_error("bad_legacy_short.pt");
 }
 
-TEST(TorchBadInput, MissingRecords) {
+TEST(TorchInputRejection, MissingRecords) {
   expect_file_error("bad_missing_storage.pt");
   expect_file_error("bad_missing_pickle.pt");
   expect_file_error("bad_pid_key.pt");
@@ -130,12 +130,12 @@ void check_truncations(const std::string& file, size_t max_cuts) {
     }
   }
 }
-TEST(TorchBadInput, TruncatedZip) { check_truncations("basic.pt", 1000); }
-TEST(TorchBadInput, TruncatedZipTensors) { check_truncations("shared_storage.pt", 1000); }
-TEST(TorchBadInput, TruncatedZipCheckpoint) { check_truncations("zero_pp_rank_0_mp_rank_00_optim_states.pt", 800); }
-TEST(TorchBadInput, TruncatedLegacy) { check_truncations("legacy_basic.pt", 1000); }
-TEST(TorchBadInput, TruncatedLegacyTensors) { check_truncations("legacy_single.pt", 400); }
-TEST(TorchBadInput, TruncatedLegacyCheckpoint) { check_truncations("legacy_mp_rank_00_model_states.pt", 800); }
+TEST(TorchInputRejection, TruncatedZip) { check_truncations("basic.pt", 1000); }
+TEST(TorchInputRejection, TruncatedZipTensors) { check_truncations("shared_storage.pt", 1000); }
+TEST(TorchInputRejection, TruncatedZipCheckpoint) { check_truncations("zero_pp_rank_0_mp_rank_00_optim_states.pt", 800); }
+TEST(TorchInputRejection, TruncatedLegacy) { check_truncations("legacy_basic.pt", 1000); }
+TEST(TorchInputRejection, TruncatedLegacyTensors) { check_truncations("legacy_single.pt", 400); }
+TEST(TorchInputRejection, TruncatedLegacyCheckpoint) { check_truncations("legacy_mp_rank_00_model_states.pt", 800); }
 
 // ---- damaged zip directories (offsets from the end-of-central-directory record) ----
 
@@ -162,7 +162,7 @@ std::vector<uint8_t> poke(std::vector<uint8_t> b, size_t at, T v) {
   return b;
 }
 
-TEST(TorchBadInput, DamagedZipDirectory) {
+TEST(TorchInputRejection, DamagedZipDirectory) {
   auto b = read_bytes(fixture("single_dict.pt"));
   ZipLayout l = layout(b);
   ASSERT_EQ(b[l.first_cd], 'P');
@@ -218,12 +218,12 @@ void mutate_file(const std::string& file, int rounds, uint64_t seed) {
     }
   });
 }
-TEST(TorchBadInput, RandomMutationsZip) { mutate_file("basic.pt", 3000, 1); }
-TEST(TorchBadInput, RandomMutationsZipCheckpoint) { mutate_file("zero_pp_rank_0_mp_rank_00_optim_states.pt", 1500, 2); }
-TEST(TorchBadInput, RandomMutationsLegacy) { mutate_file("legacy_objects.pt", 3000, 3); }
+TEST(TorchInputRejection, RandomMutationsZip) { mutate_file("basic.pt", 3000, 1); }
+TEST(TorchInputRejection, RandomMutationsZipCheckpoint) { mutate_file("zero_pp_rank_0_mp_rank_00_optim_states.pt", 1500, 2); }
+TEST(TorchInputRejection, RandomMutationsLegacy) { mutate_file("legacy_objects.pt", 3000, 3); }
 
 // Constructing a view that does not fit its storage is an Error, not a later out-of-bounds read.
-TEST(TorchBadInput, TensorViewOutsideStorage) {
+TEST(TorchInputRejection, TensorViewOutsideStorage) {
   auto s = ucpkit::Storage::zeros(DType::Float32, 10);
   EXPECT_THROW(Tensor(s, 0, {11}, {1}), ucpkit::Error);
   EXPECT_THROW(Tensor(s, 5, {2, 3}, {3, 1}), ucpkit::Error);

@@ -11,31 +11,31 @@
 namespace iotest {
 namespace {
 
-TEST(TorchRead, Basic) { check_fixture("basic"); }
-TEST(TorchRead, LegacyBasic) { check_fixture("legacy_basic"); }
-TEST(TorchRead, SingleInt) { check_fixture("single_int"); }
-TEST(TorchRead, SingleItemList) { check_fixture("single_list"); }
-TEST(TorchRead, SingleItemDict) { check_fixture("single_dict"); }
-TEST(TorchRead, TensorsAllDtypesAndLayouts) { check_fixture("tensors"); }
-TEST(TorchRead, LegacyTensors) { check_fixture("legacy_tensors"); }
-TEST(TorchRead, CheckpointObjects) { check_fixture("objects"); }
-TEST(TorchRead, LegacyCheckpointObjects) { check_fixture("legacy_objects"); }
-TEST(TorchRead, EnumPy310) { check_fixture("enum_py310"); }
-TEST(TorchRead, EnumPy311) { check_fixture("enum_py311"); }
-TEST(TorchRead, MegatronModelStates) { check_fixture("mp_rank_00_model_states"); }
-TEST(TorchRead, LegacyMegatronModelStates) { check_fixture("legacy_mp_rank_00_model_states"); }
-TEST(TorchRead, ZeroOptimizerShard) { check_fixture("zero_pp_rank_0_mp_rank_00_optim_states"); }
-TEST(TorchRead, ZeroOptimizerShardPy311) { check_fixture("zero_pp_rank_0_mp_rank_00_optim_states_py311"); }
-TEST(TorchRead, LegacyZeroOptimizerShard) { check_fixture("legacy_zero_pp_rank_0_mp_rank_00_optim_states"); }
-TEST(TorchRead, PrefixIsFileStemAtSaveTime) { check_fixture("renamed_after_save"); }
-TEST(TorchRead, PrefixArchiveFromBuffer) { check_fixture("from_buffer"); }
-TEST(TorchRead, SharedStorage) { check_fixture("shared_storage"); }
-TEST(TorchRead, HandmadePickle) { check_fixture("handmade_ok"); }
-TEST(TorchRead, LegacySingle) { check_fixture("legacy_single"); }
-TEST(TorchRead, TensorOpsFixture) { check_fixture("ops"); }
+TEST(TorchDeserialization, Basic) { check_fixture("basic"); }
+TEST(TorchDeserialization, LegacyBasic) { check_fixture("legacy_basic"); }
+TEST(TorchDeserialization, SingleInt) { check_fixture("single_int"); }
+TEST(TorchDeserialization, SingleItemList) { check_fixture("single_list"); }
+TEST(TorchDeserialization, SingleItemDict) { check_fixture("single_dict"); }
+TEST(TorchDeserialization, TensorsAllDtypesAndLayouts) { check_fixture("tensors"); }
+TEST(TorchDeserialization, LegacyTensors) { check_fixture("legacy_tensors"); }
+TEST(TorchDeserialization, CheckpointObjects) { check_fixture("objects"); }
+TEST(TorchDeserialization, LegacyCheckpointObjects) { check_fixture("legacy_objects"); }
+TEST(TorchDeserialization, EnumPy310) { check_fixture("enum_py310"); }
+TEST(TorchDeserialization, EnumPy311) { check_fixture("enum_py311"); }
+TEST(TorchDeserialization, MegatronModelStates) { check_fixture("mp_rank_00_model_states"); }
+TEST(TorchDeserialization, LegacyMegatronModelStates) { check_fixture("legacy_mp_rank_00_model_states"); }
+TEST(TorchDeserialization, ZeroOptimizerShard) { check_fixture("zero_pp_rank_0_mp_rank_00_optim_states"); }
+TEST(TorchDeserialization, ZeroOptimizerShardPy311) { check_fixture("zero_pp_rank_0_mp_rank_00_optim_states_py311"); }
+TEST(TorchDeserialization, LegacyZeroOptimizerShard) { check_fixture("legacy_zero_pp_rank_0_mp_rank_00_optim_states"); }
+TEST(TorchDeserialization, PrefixIsFileStemAtSaveTime) { check_fixture("renamed_after_save"); }
+TEST(TorchDeserialization, PrefixArchiveFromBuffer) { check_fixture("from_buffer"); }
+TEST(TorchDeserialization, SharedStorage) { check_fixture("shared_storage"); }
+TEST(TorchDeserialization, HandmadePickle) { check_fixture("handmade_ok"); }
+TEST(TorchDeserialization, LegacySingle) { check_fixture("legacy_single"); }
+TEST(TorchDeserialization, TensorOpsFixture) { check_fixture("ops"); }
 
 // The accessors a tool uses, on the Megatron file: Namespace attributes, param_shapes, views of one buffer.
-TEST(TorchRead, MegatronAccessors) {
+TEST(TorchDeserialization, MegatronAccessors) {
   json truth = truth_of("mp_rank_00_model_states");
   auto root = ucpkit::load_torch(fixture("mp_rank_00_model_states.pt"));
   ASSERT_TRUE(root && root->is(Kind::Dict));
@@ -114,11 +114,11 @@ void check_zero_accessors(const std::string& name) {
   EXPECT_EQ(scaler->attr("dtype")->dtype, DType::BFloat16);
   EXPECT_TRUE(scaler->attr("dynamic")->as_bool());
 }
-TEST(TorchRead, ZeroAccessors) { check_zero_accessors("zero_pp_rank_0_mp_rank_00_optim_states"); }
-TEST(TorchRead, ZeroAccessorsPy311Enum) { check_zero_accessors("zero_pp_rank_0_mp_rank_00_optim_states_py311"); }
-TEST(TorchRead, ZeroAccessorsLegacy) { check_zero_accessors("legacy_zero_pp_rank_0_mp_rank_00_optim_states"); }
+TEST(TorchDeserialization, ZeroAccessors) { check_zero_accessors("zero_pp_rank_0_mp_rank_00_optim_states"); }
+TEST(TorchDeserialization, ZeroAccessorsPy311Enum) { check_zero_accessors("zero_pp_rank_0_mp_rank_00_optim_states_py311"); }
+TEST(TorchDeserialization, ZeroAccessorsLegacy) { check_zero_accessors("legacy_zero_pp_rank_0_mp_rank_00_optim_states"); }
 
-TEST(TorchRead, OrderedDictKeepsOrder) {
+TEST(TorchDeserialization, OrderedDictKeepsOrder) {
   auto root = ucpkit::load_torch(fixture("basic.pt"));
   const ValuePtr& od = root->at("ordered");
   ASSERT_TRUE(od->ordered);
@@ -133,7 +133,7 @@ TEST(TorchRead, OrderedDictKeepsOrder) {
 }
 
 // Storages of a zip file are memory-mapped views of the file (zero-copy), not copies.
-TEST(TorchRead, ZipStoragesAreMapped) {
+TEST(TorchDeserialization, ZipStoragesAreMapped) {
   auto tf = ucpkit::load_torch_file(fixture("tensors.pt"));
   const auto& t = tf.root->at("large")->as_tensor();
   ASSERT_TRUE(t.storage()->is_mapped());
@@ -143,7 +143,7 @@ TEST(TorchRead, ZipStoragesAreMapped) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u) << "torch aligns records to 64 bytes";
 }
 
-TEST(TorchRead, BytesAndFileGiveTheSameTree) {
+TEST(TorchDeserialization, BytesAndFileGiveTheSameTree) {
   std::ifstream in(fixture("objects.pt"), std::ios::binary);
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   auto tf = ucpkit::load_torch_bytes(bytes, "objects-in-memory.pt");
@@ -153,7 +153,7 @@ TEST(TorchRead, BytesAndFileGiveTheSameTree) {
   EXPECT_TRUE(c.errors.empty()) << c.report();
 }
 
-TEST(TorchRead, VerifyCrc) {
+TEST(TorchDeserialization, VerifyCrc) {
   std::ifstream in(fixture("tensors.pt"), std::ios::binary);
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   ucpkit::TorchLoadOptions opt;
@@ -173,7 +173,7 @@ TEST(TorchRead, VerifyCrc) {
   }
 }
 
-TEST(TorchRead, ZipReaderRecords) {
+TEST(TorchDeserialization, ZipReaderRecords) {
   json truth = truth_of("renamed_after_save");
   auto file = ucpkit::MappedFile::open(fixture("renamed_after_save.pt"));
   ucpkit::ZipReader zip(file);

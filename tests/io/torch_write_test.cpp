@@ -59,26 +59,26 @@ void round_trip(const std::string& name, const std::string& prefix = "archive") 
   EXPECT_TRUE(c.errors.empty()) << name << " read back by C++:\n" << c.report();
 }
 
-TEST(TorchWrite, Basic) { round_trip("basic"); }
-TEST(TorchWrite, SingleItems) {
+TEST(TorchSerialization, Basic) { round_trip("basic"); }
+TEST(TorchSerialization, SingleItems) {
   round_trip("single_int");
   round_trip("single_list");
   round_trip("single_dict");
 }
-TEST(TorchWrite, Tensors) { round_trip("tensors"); }
-TEST(TorchWrite, CheckpointObjects) { round_trip("objects"); }
-TEST(TorchWrite, EnumPy310) { round_trip("enum_py310"); }
-TEST(TorchWrite, EnumPy311) { round_trip("enum_py311"); }
-TEST(TorchWrite, MegatronModelStates) { round_trip("mp_rank_00_model_states"); }
-TEST(TorchWrite, ZeroOptimizerShard) { round_trip("zero_pp_rank_0_mp_rank_00_optim_states"); }
-TEST(TorchWrite, ZeroOptimizerShardPy311) { round_trip("zero_pp_rank_0_mp_rank_00_optim_states_py311"); }
-TEST(TorchWrite, SharedStorageWrittenOnce) { round_trip("shared_storage"); }
-TEST(TorchWrite, LegacyInZipOut) {
+TEST(TorchSerialization, Tensors) { round_trip("tensors"); }
+TEST(TorchSerialization, CheckpointObjects) { round_trip("objects"); }
+TEST(TorchSerialization, EnumPy310) { round_trip("enum_py310"); }
+TEST(TorchSerialization, EnumPy311) { round_trip("enum_py311"); }
+TEST(TorchSerialization, MegatronModelStates) { round_trip("mp_rank_00_model_states"); }
+TEST(TorchSerialization, ZeroOptimizerShard) { round_trip("zero_pp_rank_0_mp_rank_00_optim_states"); }
+TEST(TorchSerialization, ZeroOptimizerShardPy311) { round_trip("zero_pp_rank_0_mp_rank_00_optim_states_py311"); }
+TEST(TorchSerialization, SharedStorageWrittenOnce) { round_trip("shared_storage"); }
+TEST(TorchSerialization, LegacyInZipOut) {
   round_trip("legacy_tensors");
   round_trip("legacy_mp_rank_00_model_states");
 }
-TEST(TorchWrite, CustomPrefix) { round_trip("renamed_after_save", "my_prefix"); }
-TEST(TorchWrite, Ops) { round_trip("ops"); }
+TEST(TorchSerialization, CustomPrefix) { round_trip("renamed_after_save", "my_prefix"); }
+TEST(TorchSerialization, Ops) { round_trip("ops"); }
 
 // ---- trees built from scratch with Value constructors; the expected Python objects are written
 // alongside as truth JSON (built here independently of the writer) ----
@@ -141,7 +141,7 @@ void write_and_check(const std::string& name, const Built& root, const json& sto
   EXPECT_EQ(rc, 0) << name << ":\n" << output;
 }
 
-TEST(TorchWrite, FromScratchValues) {
+TEST(TorchSerialization, FromScratchValues) {
   auto big = Value::bytes("");  // 2**100 as a BigInt: 13 bytes little-endian two's complement
   big->kind = Kind::BigInt;
   big->s = std::string(12, '\0') + std::string(1, '\x10');
@@ -177,7 +177,7 @@ TEST(TorchWrite, FromScratchValues) {
   write_and_check("from_scratch_values", root, json::array());
 }
 
-TEST(TorchWrite, FromScratchTensorsSharedStorage) {
+TEST(TorchSerialization, FromScratchTensorsSharedStorage) {
   std::vector<float> vals(24);
   for (int i = 0; i < 24; ++i) vals[static_cast<size_t>(i)] = 0.5f * static_cast<float>(i) - 3.0f;
   Tensor base = Tensor::from_vector(DType::Float32, {4, 6}, vals);
@@ -223,7 +223,7 @@ TEST(TorchWrite, FromScratchTensorsSharedStorage) {
 
 // Opaque objects read from one file are written into another unchanged (SubparamShape, LossScaler,
 // fragment_address, Namespace, numpy arrays), and new ones built with make_object are re-emitted.
-TEST(TorchWrite, OpaqueObjectsReEmitted) {
+TEST(TorchSerialization, OpaqueObjectsReEmitted) {
   json truth = truth_of("objects");
   auto src = ucpkit::load_torch(fixture("objects.pt"));
   auto root = Value::dict();
@@ -291,7 +291,7 @@ TEST(TorchWrite, OpaqueObjectsReEmitted) {
 namespace iotest {
 namespace {
 
-TEST(TorchWrite, UnwritablePathIsAnError) {
+TEST(TorchSerialization, UnwritablePathIsAnError) {
   std::string bad = "/nonexistent-ucpkit-dir/sub/out.pt";
   try {
     ucpkit::save_torch_file(bad, Value::integer(1));
@@ -302,7 +302,7 @@ TEST(TorchWrite, UnwritablePathIsAnError) {
 }
 
 // Overwriting an existing file replaces it whole (temporary name + rename).
-TEST(TorchWrite, OverwriteReplaces) {
+TEST(TorchSerialization, OverwriteReplaces) {
   std::string dir = ucpkit::testing::scratch_dir("overwrite");
   std::string path = dir + "/x.pt";
   ucpkit::save_torch_file(path, Value::of_tensor(Tensor::zeros(DType::Float32, {1000})));
