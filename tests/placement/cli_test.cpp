@@ -14,8 +14,8 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string binary() {
-  const char* bin = std::getenv("UCPKIT_BIN");
-  return bin ? std::string(bin) + "/moe-replace" : std::string();
+  std::string dir = placement_test::tool_dir();
+  return dir.empty() ? std::string() : dir + "/moe-replace";
 }
 
 struct CliRun {
