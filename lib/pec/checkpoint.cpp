@@ -263,30 +263,76 @@ SourceCheckpoint open_checkpoint(const std::string& path, const OpenOptions& opt
   return c;
 }
 
-std::vector<uint8_t> read_non_expert(const SourceCheckpoint& c, const std::string& rel) {
-  auto f = MappedFile::open((fs::path(c.root) / rel).string());
-  std::vector<uint8_t> bytes(f->data(), f->data() + f->size());
-  auto it = c.expert_ranges.find(rel);
-  if (it == c.expert_ranges.end()) return bytes;
-  auto records = zip_records(bytes, f->path());
-  for (const auto& r : it->second) {
-    const auto& pos = records.at(r.record);
-    std::fill_n(bytes.begin() + static_cast<long>(pos.data_offset + r.offset), r.length, uint8_t{0});
-  }
-  return bytes;
+std::span<const uint8_t> Blob::bytes() const {
+  if (file) return file->bytes();
+  return owned;
 }
 
-std::vector<uint8_t> read_expert_part(const SourceCheckpoint& c, const ExpertPart& part) {
-  auto f = MappedFile::open((fs::path(c.root) / part.path).string());
-  if (part.ranges.empty()) return std::vector<uint8_t>(f->data(), f->data() + f->size());
+Blob read_non_expert(const SourceCheckpoint& c, const std::string& rel, nlohmann::json& cut) {
+  Blob b;
+  b.file = MappedFile::open((fs::path(c.root) / rel).string());
+  cut = nullptr;
+  auto it = c.expert_ranges.find(rel);
+  if (it == c.expert_ranges.end()) return b;
+  auto f = b.file;
   auto records = zip_records(f->bytes(), f->path());
-  std::vector<uint8_t> out;
-  out.reserve(part.bytes);
+  std::vector<std::pair<uint64_t, uint64_t>> abs;
+  for (const auto& r : it->second) abs.emplace_back(records.at(r.record).data_offset + r.offset, r.length);
+  std::sort(abs.begin(), abs.end());
+  std::vector<std::pair<uint64_t, uint64_t>> merged;
+  for (const auto& [o, l] : abs) {
+    if (l == 0) continue;
+    if (!merged.empty() && o <= merged.back().first + merged.back().second)
+      merged.back().second = std::max(merged.back().first + merged.back().second, o + l) - merged.back().first;
+    else
+      merged.emplace_back(o, l);
+  }
+  uint64_t removed = 0;
+  for (const auto& [o, l] : merged) removed += l;
+  b.owned.reserve(f->size() - removed);
+  uint64_t pos = 0;
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& [o, l] : merged) {
+    b.owned.insert(b.owned.end(), f->data() + pos, f->data() + o);
+    pos = o + l;
+    list.push_back({o, l});
+  }
+  b.owned.insert(b.owned.end(), f->data() + pos, f->data() + f->size());
+  cut = {{"file_size", f->size()}, {"cut", list}};
+  b.file.reset();
+  return b;
+}
+
+std::vector<uint8_t> rebuild_cut_file(std::vector<uint8_t> blob, const nlohmann::json& cut, const std::string& name) {
+  if (cut.is_null()) return blob;
+  const uint64_t size = cut.at("file_size").get<uint64_t>();
+  std::vector<uint8_t> out(size, 0);
+  uint64_t pos = 0, from = 0;
+  for (const auto& r : cut.at("cut")) {
+    uint64_t o = r.at(0).get<uint64_t>(), l = r.at(1).get<uint64_t>();
+    if (o < pos || o + l > size || from + (o - pos) > blob.size()) fail(name, "stored cut list does not fit the file");
+    std::copy_n(blob.data() + from, o - pos, out.data() + pos);
+    from += o - pos;
+    pos = o + l;
+  }
+  if (from + (size - pos) != blob.size()) fail(name, "stored non-expert bytes do not fit the file size");
+  std::copy_n(blob.data() + from, size - pos, out.data() + pos);
+  return out;
+}
+
+Blob read_expert_part(const SourceCheckpoint& c, const ExpertPart& part) {
+  Blob b;
+  b.file = MappedFile::open((fs::path(c.root) / part.path).string());
+  if (part.ranges.empty()) return b;
+  auto f = b.file;
+  auto records = zip_records(f->bytes(), f->path());
+  b.owned.reserve(part.bytes);
   for (const auto& r : part.ranges) {
     const auto& pos = records.at(r.record);
-    out.insert(out.end(), f->data() + pos.data_offset + r.offset, f->data() + pos.data_offset + r.offset + r.length);
+    b.owned.insert(b.owned.end(), f->data() + pos.data_offset + r.offset, f->data() + pos.data_offset + r.offset + r.length);
   }
-  return out;
+  b.file.reset();
+  return b;
 }
 
 void patch_expert_part(std::vector<uint8_t>& file, const std::string& file_name, const std::vector<ByteRange>& ranges,

@@ -8,6 +8,8 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +17,10 @@
 #include <nlohmann/json.hpp>
 
 #include "pec/policy.h"
+
+namespace ucpkit {
+class MappedFile;
+}
 
 namespace ucpkit::pec {
 
@@ -56,10 +62,20 @@ struct SourceCheckpoint {
 // folder (with zero/). Throws Error when no expert can be found.
 SourceCheckpoint open_checkpoint(const std::string& path, const OpenOptions& options);
 
-// Reads a non-expert file as stored: for shared files, with every expert range zeroed.
-std::vector<uint8_t> read_non_expert(const SourceCheckpoint& c, const std::string& rel);
+// Bytes to store: a whole mapped file (zero-copy) or an assembled buffer.
+struct Blob {
+  std::shared_ptr<const MappedFile> file;
+  std::vector<uint8_t> owned;
+  std::span<const uint8_t> bytes() const;
+};
+
+// Reads a non-expert file as stored. For shared files every expert range is cut out: `cut` gets
+// {"file_size": n, "cut": [[absolute offset, length], ...]} (sorted, disjoint) for rebuild_cut_file.
+Blob read_non_expert(const SourceCheckpoint& c, const std::string& rel, nlohmann::json& cut);
+// The full-size file from a cut blob (cut ranges zero until experts are patched in).
+std::vector<uint8_t> rebuild_cut_file(std::vector<uint8_t> blob, const nlohmann::json& cut, const std::string& name);
 // Reads one part of an expert: the file, or its ranges concatenated.
-std::vector<uint8_t> read_expert_part(const SourceCheckpoint& c, const ExpertPart& part);
+Blob read_expert_part(const SourceCheckpoint& c, const ExpertPart& part);
 // Copies `blob` (ranges concatenated, as read_expert_part made it) back into a shared file's bytes,
 // resolving records in `file` (whose layout may differ from the saved one's). Throws Error on
 // mismatch. Records touched are added to `touched`.

@@ -13,6 +13,7 @@ json file_to_json(const FileEntry& f) {
   for (const auto& c : f.chunks) chunks.push_back({{"object", c.object}, {"size", c.size}, {"stored", c.stored}});
   json j = {{"path", f.path}, {"size", f.size}, {"digest", f.digest}, {"chunks", chunks}};
   if (!f.ranges.is_null()) j["ranges"] = f.ranges;
+  if (!f.cut.is_null()) j["cut"] = f.cut;
   return j;
 }
 
@@ -24,6 +25,7 @@ FileEntry file_from_json(const json& j) {
   for (const auto& c : j.at("chunks"))
     f.chunks.push_back({c.at("object").get<std::string>(), c.at("size").get<uint64_t>(), c.value("stored", uint64_t{0})});
   if (j.contains("ranges")) f.ranges = j.at("ranges");
+  if (j.contains("cut")) f.cut = j.at("cut");
   return f;
 }
 }  // namespace

@@ -31,6 +31,8 @@ struct FileEntry {
   // Expert fragments inside a shared file: [[record, offset, length], ...] (checkpoint.h); the
   // chunks then hold those ranges' bytes concatenated. Null for a whole file.
   nlohmann::json ranges;
+  // Non-expert shared file stored with the expert ranges cut out: {"file_size", "cut"} (checkpoint.h).
+  nlohmann::json cut;
 };
 
 struct ExpertEntry {

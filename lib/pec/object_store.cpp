@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "core/atomic_file.h"
 #include "core/mapped_file.h"
@@ -69,7 +70,9 @@ ObjectInfo ObjectStore::put(std::span<const uint8_t> bytes) {
   fs::create_directories(sub, ec);
   if (ec) fail(sub, "cannot create folder: " + ec.message());
 
-  std::vector<uint8_t> out(kHeader + ZSTD_compressBound(bytes.size()));
+  const size_t cap = kHeader + ZSTD_compressBound(bytes.size());
+  std::unique_ptr<uint8_t[]> buf(new uint8_t[cap]);  // uninitialized: zero-filling it is measurable
+  std::span<uint8_t> out(buf.get(), cap);
   std::memcpy(out.data(), kMagic, 8);
   put_u64(out.data() + 8, bytes.size());
   put_u64(out.data() + 16, d.hi);
@@ -80,7 +83,7 @@ ObjectInfo ObjectStore::put(std::span<const uint8_t> bytes) {
   size_t n = ZSTD_compress2(cctx, out.data() + kHeader, out.size() - kHeader, bytes.data(), bytes.size());
   ZSTD_freeCCtx(cctx);
   if (ZSTD_isError(n)) fail(path, std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
-  out.resize(kHeader + n);
+  out = out.first(kHeader + n);
 
   const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(g_tmp_counter++);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -112,7 +112,7 @@ RestoreResult pec_restore(const RestoreOptions& o) {
     if (m.step != target || m.non_expert_pruned) continue;
     try {
       std::map<std::string, std::vector<uint8_t>> got;
-      for (const auto& f : m.non_expert) got[f.path] = tiers[ti]->read_file(f);
+      for (const auto& f : m.non_expert) got[f.path] = rebuild_cut_file(tiers[ti]->read_file(f), f.cut, f.path);
       files = std::move(got);
       base = &m;
       break;

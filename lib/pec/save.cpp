@@ -204,8 +204,10 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
   tbb::parallel_for(size_t{0}, mine.size(), [&](size_t n) {
     const Work& w = work[mine[n]];
     Store& st = *tiers[w.tier].store;
-    std::vector<uint8_t> bytes = w.part ? read_expert_part(src, *w.part) : read_non_expert(src, w.path);
-    FileEntry f = st.put_file(w.path, bytes, o.chunk_bytes);
+    json cut;
+    Blob blob = w.part ? read_expert_part(src, *w.part) : read_non_expert(src, w.path, cut);
+    FileEntry f = st.put_file(w.path, blob.bytes(), o.chunk_bytes);
+    f.cut = cut;
     if (w.part && !w.part->ranges.empty()) f.ranges = ranges_to_json(w.part->ranges);
     results[mine[n]] = std::move(f);
     if (progress) {

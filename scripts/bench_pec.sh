@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# PEC benchmark: a generated native DeepSpeed MoE checkpoint shaped like GPT-350M-16E (24 layers,
+# 12 MoE layers, 16 experts, EP 4, DP 4, bf16 + ZeRO-1) at reduced width (hidden 256, ffn 1024,
+# vocabulary 12288 so that embeddings keep their share of the non-expert part). Measures:
+#   * store size of one save with K = 1, 2, 4 versus the full checkpoint, versus the formula
+#     C_pec/C_full, and versus the paper's 42.3% for K = 1;
+#   * pec-save throughput versus a plain copy (cat + fsync) of the same selected files;
+#   * pec-restore time versus reading the full checkpoint once (cat > /dev/null).
+# Usage: scripts/bench_pec.sh [build_dir] [work_dir]     (env: HIDDEN, FFN, VOCAB, ZSTD_LEVEL)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+work=${2:-/tmp/ucpkit-bench-pec}
+bin=$build/bin
+py=/usr/bin/python3
+hidden=${HIDDEN:-256}
+ffn=${FFN:-1024}
+vocab=${VOCAB:-12288}
+level=${ZSTD_LEVEL:-3}
+mkdir -p "$work"
+ckpt=$work/ckpt
+if [ ! -f "$ckpt/latest" ]; then
+  echo "generating checkpoint (hidden $hidden, ffn $ffn, vocab $vocab) ..." >&2
+  $py "$root/scripts/gen_ds_checkpoint.py" --output "$ckpt" --model dsmoe --layers 24 --experts 16 \
+    --hidden "$hidden" --heads 8 --ffn "$ffn" --vocab "$vocab" --seq 512 --dp 4 --ep 4 --zero 1 \
+    --dtype bf16 --step 1000 --seed 7 --no-truth >&2
+fi
+step_dir=$ckpt/$(cat "$ckpt/latest")
+full_bytes=$(du -sb "$step_dir" | cut -f1)
+now() { date +%s.%N; }
+echo "checkpoint: $step_dir, $full_bytes bytes"
+echo
+printf "%-3s %14s %14s %9s %9s %9s %10s %10s %10s %10s %10s\n" K logical_B stored_B logical% stored% formula% paper_K1% save_s save_MB/s copy_s copy_MB/s
+for k in 1 2 4; do
+  store=$work/store_k$k
+  rm -rf "$store" "$work/copy"
+  sync
+  t0=$(now)
+  "$bin/pec-save" --checkpoint "$ckpt" --store "$store" --step 1000 --policy sequential --k "$k" \
+    --no-bootstrap --zstd-level "$level" --json -q > "$work/save_k$k.json"
+  t1=$(now)
+  # Plain copy of the same selection: non-expert files whole (optimizer shards included) plus the
+  # selected experts' files, each fsynced, as a checkpoint writer without PEC's cut would do.
+  files=$($py - "$work/save_k$k.json" "$step_dir" <<'PY'
+import json, os, re, sys
+s = json.load(open(sys.argv[1])); d = sys.argv[2]
+sel = s["tiers"][0]["selection"]
+out = []
+for n in sorted(os.listdir(d)):
+    m = re.match(r"layer_(\d+)_expert_(\d+)_", n)
+    if m and int(m.group(2)) not in sel[int(m.group(1))]:
+        continue
+    out.append(os.path.join(d, n))
+print("\n".join(out))
+PY
+)
+  mkdir -p "$work/copy"
+  t2=$(now)
+  while read -r f; do cat "$f" > "$work/copy/$(basename "$f")"; done <<< "$files"
+  sync -f "$work/copy"
+  t3=$(now)
+  copy_bytes=$(du -sb "$work/copy" | cut -f1)
+  $py - "$work/save_k$k.json" "$k" "$t0" "$t1" "$t2" "$t3" "$copy_bytes" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1])); k = int(sys.argv[2])
+t0, t1, t2, t3 = map(float, sys.argv[3:7]); copy_bytes = int(sys.argv[7])
+st = s["tiers"][0]["stats"]
+save_s = t1 - t0; copy_s = t3 - t2
+print(f"{k:<3d} {st['bytes_logical']:14d} {st['bytes_stored']:14d} {100*st['ratio_logical_vs_full']:9.2f} "
+      f"{100*st['ratio_stored_vs_full']:9.2f} {100*st['ratio_formula']:9.2f} {42.3 if k == 1 else float('nan'):10.1f} "
+      f"{save_s:10.2f} {st['bytes_logical']/save_s/1e6:10.1f} {copy_s:10.2f} {copy_bytes/copy_s/1e6:10.1f}")
+PY
+done
+rm -rf "$work/copy"
+echo
+# Restore: a chain of two saves (full first save, then K=1) rebuilt into a normal checkpoint.
+store=$work/store_chain
+rm -rf "$store" "$work/restored"
+"$bin/pec-save" --checkpoint "$ckpt" --store "$store" --step 1000 --policy sequential --k 1 --zstd-level "$level" -q
+"$bin/pec-save" --checkpoint "$ckpt" --store "$store" --step 1001 --policy sequential --k 1 --zstd-level "$level" -q
+sync
+t0=$(now)
+"$bin/pec-restore" --store "$store" --output "$work/restored" --json -q > "$work/restore.json"
+t1=$(now)
+for f in "$step_dir"/*; do cat "$f" > /dev/null; done
+t2=$(now)
+for f in "$step_dir"/*; do cat "$f" > "$work/plain_copy.tmp"; done
+sync -f "$work"
+t3=$(now)
+rm -f "$work/plain_copy.tmp"
+restored_bytes=$(du -sb "$work/restored/global_step1001" | cut -f1)
+$py - "$t0" "$t1" "$t2" "$t3" "$restored_bytes" "$full_bytes" <<'PY'
+import sys
+t0, t1, t2, t3 = map(float, sys.argv[1:5]); rb, fb = int(sys.argv[5]), int(sys.argv[6])
+print(f"pec-restore (2-step chain -> {rb} bytes): {t1-t0:.2f} s ({rb/(t1-t0)/1e6:.0f} MB/s)")
+print(f"read the full checkpoint once (cat > /dev/null, page cache warm): {t2-t1:.2f} s")
+print(f"read + write the full checkpoint (cat > file, fsync): {t3-t2:.2f} s")
+PY
