@@ -80,8 +80,13 @@ int quality(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
-  if (mode == "speed" && argc >= 7) return speed(argc, argv);
-  if (mode == "quality" && argc >= 7) return quality(argc, argv);
+  try {
+    if (mode == "speed" && argc >= 7) return speed(argc, argv);
+    if (mode == "quality" && argc >= 7) return quality(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_placement: error: %s\n", e.what());
+    return 1;
+  }
   std::fprintf(stderr,
                "usage: bench_placement speed <layers> <experts> <nodes> <gpus> <slots> [algorithm] [f]\n"
                "       bench_placement quality <loads> <nodes> <gpus> <slots> <f> [window]\n");
