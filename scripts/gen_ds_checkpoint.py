@@ -35,6 +35,7 @@ def main():
     ap.add_argument("--step", type=int, default=100)
     ap.add_argument("--step-tensor", action="store_true")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--elastic", action="store_true", help="elastic_checkpoint: base_optimizer_state as a list")
     ap.add_argument("--no-uc-info", action="store_true", help="omit universal_checkpoint_info")
     ap.add_argument("--no-truth", action="store_true")
     ap.add_argument("--patterns-out", help="also write the model's patterns as a pattern file (JSON)")
@@ -45,7 +46,7 @@ def main():
                             experts=a.experts)
     lay = dsgen.Layout(tp=a.tp, pp=a.pp, dp=a.dp, zero=a.zero, dtype=a.dtype, bf16_optimizer=a.bf16_optimizer,
                        ep=a.ep, data_before_expert=a.data_before_expert, step=a.step, step_tensor=a.step_tensor,
-                       seed=a.seed, uc_info=not a.no_uc_info)
+                       seed=a.seed, uc_info=not a.no_uc_info, elastic=a.elastic)
     t0 = time.time()
     model = dsgen.generate(a.output, cfg, lay, truth=not a.no_truth)
     if a.patterns_out:

@@ -25,6 +25,7 @@ cases=(
   "gpt-dp16-tiny:--model gpt --dp 16 --hidden 8 --ffn 16 --heads 2 --vocab 10 --seq 4 --layers 2"
   "gpt-dp16-odd-padding-ranks:--model gpt --dp 16 --hidden 6 --heads 2 --ffn 10 --vocab 10 --seq 3 --layers 1"
   "gpt-step-tensor:--model gpt --tp 2 --dp 2 --step-tensor"
+  "gpt-elastic-tp2-dp3:--model gpt --tp 2 --dp 3 --elastic"
   "llama-tp2-dp2:--model llama --tp 2 --dp 2 --heads 4 --kv-heads 2"
   "llama-tp4-pp2-dp3-bf16opt:--model llama --tp 4 --pp 2 --dp 3 --heads 8 --kv-heads 4 --hidden 64 --ffn 96 --bf16-optimizer"
   "llama-tp2-mqa:--model llama --tp 2 --dp 2 --heads 4 --kv-heads 2 --hidden 48 --ffn 40"

@@ -32,6 +32,7 @@ class Layout:
     step_tensor: bool = False   # Adam step as a 0-d tensor instead of an int
     seed: int = 1234
     uc_info: bool = True        # write universal_checkpoint_info into model files
+    elastic: bool = False       # elastic_checkpoint: base_optimizer_state is a list of lean group states
     ds_version: str = "0.16.4"
 
 
@@ -376,7 +377,12 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
                     osd["dynamic_loss_scale"] = lay.dtype == "fp16"
                     osd["overflow"] = False
                 osd["clip_grad"] = 1.0
-                osd["base_optimizer_state"] = {"state": base_state, "param_groups": hyper}
+                if lay.elastic:  # per group, padding removed, no hyper-parameters
+                    osd["base_optimizer_state"] = [
+                        {k: (v[:v.numel() - pads[g]].clone() if torch.is_tensor(v) and v.dim() == 1 else v)
+                         for k, v in base_state[g].items()} for g in range(len(base_state))]
+                else:
+                    osd["base_optimizer_state"] = {"state": base_state, "param_groups": hyper}
                 osd["single_partition_of_fp32_groups"] = fp32_parts
                 if not lay.bf16_optimizer:
                     osd["zero_stage"] = stubs.ZeroStageEnum(lay.zero)

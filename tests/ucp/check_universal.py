@@ -77,7 +77,8 @@ def main():
     osd = torch.load(src)["optimizer_state_dict"]
     expect = {k: v for k, v in osd.items()
               if k not in ("base_optimizer_state", "param_slice_mappings", "single_partition_of_fp32_groups")}
-    expect["param_groups"] = osd["base_optimizer_state"]["param_groups"]
+    base = osd["base_optimizer_state"]
+    expect["param_groups"] = base["param_groups"] if isinstance(base, dict) else []
     got = torch.load(os.path.join(zero, "optimizer_state.pt"))
     if list(got.keys()) != list(expect.keys()):
         err(f"optimizer_state.pt keys {list(got.keys())} != {list(expect.keys())}")
