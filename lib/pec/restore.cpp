@@ -4,7 +4,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
+#include <exception>
+#include <mutex>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -112,7 +116,21 @@ RestoreResult pec_restore(const RestoreOptions& o) {
     if (m.step != target || m.non_expert_pruned) continue;
     try {
       std::map<std::string, std::vector<uint8_t>> got;
-      for (const auto& f : m.non_expert) got[f.path] = rebuild_cut_file(tiers[ti]->read_file(f), f.cut, f.path);
+      std::vector<std::vector<uint8_t>*> slots;
+      for (const auto& f : m.non_expert) slots.push_back(&got[f.path]);
+      std::exception_ptr error;
+      std::mutex error_mutex;
+      const Store& store = *tiers[ti];
+      tbb::parallel_for(size_t{0}, m.non_expert.size(), [&](size_t i) {
+        try {
+          const FileEntry& f = m.non_expert[i];
+          *slots[i] = rebuild_cut_file(store.read_file(f), f.cut, f.path);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(error_mutex);
+          if (!error) error = std::current_exception();
+        }
+      });
+      if (error) std::rethrow_exception(error);
       files = std::move(got);
       base = &m;
       break;
@@ -243,10 +261,13 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   if (fs::exists(final_dir) && !o.force) fail(final_dir.string(), "already exists (use --force to replace it)");
   fs::remove_all(tmp_dir);
   try {
+    std::vector<std::pair<const std::string*, const std::vector<uint8_t>*>> todo;
     for (const auto& [path, bytes] : files) {
-      write_file_durable((tmp_dir / path).string(), bytes);
+      todo.emplace_back(&path, &bytes);
       res.bytes_written += bytes.size();
+      fs::create_directories((tmp_dir / path).parent_path());
     }
+    tbb::parallel_for(size_t{0}, todo.size(), [&](size_t i) { write_file_durable((tmp_dir / *todo[i].first).string(), *todo[i].second); });
     for (const auto& d : fs::recursive_directory_iterator(tmp_dir))
       if (d.is_directory()) fsync_dir(d.path().string());
     fsync_dir(tmp_dir.string());

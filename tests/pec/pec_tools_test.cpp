@@ -322,3 +322,23 @@ TEST(PecTools, TokenFormatsPlanAndExitCodes) {
   json s = json::parse(slurp(d + "/restore.json"));
   EXPECT_EQ(s["step"], 200);
 }
+
+TEST(PecTools, MpiSaveMatchesSingleProcess) {
+  if (sh("command -v mpirun") != 0) GTEST_SKIP() << "no mpirun";
+  std::string d = scratch("mpi");
+  const std::string mpi = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun -np 2 --oversubscribe ";
+  for (int64_t s : {100, 200, 300}) {
+    std::string args = " --checkpoint " + ckpt("ds", s) + " --step " + std::to_string(s) + " --policy sequential --k 1 --tokens " + tokens(s);
+    ASSERT_EQ(sh(mpi + kBin + "/pec-save --store " + d + "/mpi" + args, d + "/mpi.log"), 0) << slurp(d + "/mpi.log");
+    ASSERT_EQ(sh(kBin + "/pec-save --store " + d + "/one" + args), 0);
+  }
+  ASSERT_EQ(sh(mpi + kBin + "/pec-save --store " + d + "/mpi --checkpoint " + ckpt("ds", 400) +
+                   " --step 400 --policy sequential --k 1 --plan", d + "/plan.json"), 0);
+  json plan = json::parse(slurp(d + "/plan.json"));
+  ASSERT_EQ(plan["ranks"].size(), 2u);
+  for (const auto& r : plan["ranks"]) EXPECT_GT(r["bytes"].get<uint64_t>(), 0u);  // both ranks write
+  ASSERT_EQ(restore(d + "/mpi", d + "/o_mpi", ""), 0);
+  ASSERT_EQ(restore(d + "/one", d + "/o_one", ""), 0);
+  EXPECT_EQ(tree_bytes(d + "/o_mpi/global_step300"), tree_bytes(d + "/o_one/global_step300"));
+  EXPECT_EQ(verify_native(d + "/o_mpi", 300), 0) << slurp(d + "/o_mpi/verify.log");
+}
