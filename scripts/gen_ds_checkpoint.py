@@ -28,7 +28,8 @@ def main():
     ap.add_argument("--pp", type=int, default=1)
     ap.add_argument("--dp", type=int, default=1)
     ap.add_argument("--ep", type=int, default=1)
-    ap.add_argument("--zero", type=int, default=1, choices=[1, 2])
+    ap.add_argument("--zero", type=int, default=1, choices=[1, 2, 3])
+    ap.add_argument("--sub-group-size", type=int, default=1_000_000_000, help="ZeRO-3 sub-group size (elements per rank)")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     ap.add_argument("--bf16-optimizer", action="store_true", help="BF16_Optimizer files (no zero_stage)")
     ap.add_argument("--data-before-expert", action="store_true", help="use_data_before_expert_parallel_")
@@ -46,7 +47,7 @@ def main():
                             experts=a.experts)
     lay = dsgen.Layout(tp=a.tp, pp=a.pp, dp=a.dp, zero=a.zero, dtype=a.dtype, bf16_optimizer=a.bf16_optimizer,
                        ep=a.ep, data_before_expert=a.data_before_expert, step=a.step, step_tensor=a.step_tensor,
-                       seed=a.seed, uc_info=not a.no_uc_info, elastic=a.elastic)
+                       seed=a.seed, uc_info=not a.no_uc_info, elastic=a.elastic, sub_group_size=a.sub_group_size)
     t0 = time.time()
     model = dsgen.generate(a.output, cfg, lay, truth=not a.no_truth)
     if a.patterns_out:

@@ -35,6 +35,9 @@ cases=(
   "dsmoe-dp4-ep4:--model dsmoe --dp 4 --ep 4"
   "dsmoe-dp8-ep2-dbe:--model dsmoe --dp 8 --ep 2 --data-before-expert --experts 8"
   "dsmoe-dp6-ep3-zero2-fp16:--model dsmoe --dp 6 --ep 3 --experts 6 --zero 2 --dtype fp16"
+  "gpt-zero3-dp3-subgroups-fp16:--model gpt --zero 3 --dp 3 --sub-group-size 3000 --dtype fp16"
+  "gpt-zero3-dp40-empty-slices:--model gpt --zero 3 --dp 40 --sub-group-size 2000"
+  "llama-zero3-dp4-bf16:--model llama --zero 3 --dp 4 --heads 4 --kv-heads 2"
   "gpt-nouc-patterns:--model gpt --tp 2 --dp 2 --no-uc-info"
 )
 for c in "${cases[@]}"; do

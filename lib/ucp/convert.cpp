@@ -354,7 +354,7 @@ Tensor join_state(const ParamPlan& p, const patterns::ParamRule& rule, const pat
 }
 
 ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, SourceCache& cache,
-                          const fs::path& zero_dir, const UnionOptions& uo) {
+                          const fs::path& zero_dir, const UnionOptions& uo, bool flat) {
   ParamResult r;
   const auto rule = patterns::classify(set, p.name);
   const fs::path dir = zero_dir / param_folder(p.name);
@@ -363,9 +363,19 @@ ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, S
   std::vector<int64_t> shape;
   std::string dtype;
   for (const auto& state : p.states) {
-    Tensor joined = join_state(p, rule, set, read_slices(cache, p, state, &r.bytes_read), uo);
+    Tensor joined;
+    ValuePtr value;
+    if (flat) {  // ds_to_universal's ZeRO-3 (TP = 1) output: the bare 1-D tensor, padding kept
+      SliceBuffer b = read_slices(cache, p, state, &r.bytes_read);
+      const int64_t n = static_cast<int64_t>(b.bytes.size() / dtype_size(b.dtype));
+      joined = Tensor::from_bytes(b.dtype, {n}, std::move(b.bytes));
+      value = Value::of_tensor(joined);
+    } else {
+      joined = join_state(p, rule, set, read_slices(cache, p, state, &r.bytes_read), uo);
+      value = state_file_value(joined, rule, set);
+    }
     const std::string path = (dir / (state + ".pt")).string();
-    save_torch_file(path, state_file_value(joined, rule, set));
+    save_torch_file(path, value);
     r.bytes_written += file_size(path);
     ++r.files;
     char crc[16];
@@ -385,7 +395,11 @@ ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, S
                 {"step", p.step_file >= 0}, {"patterns", rule.matched}};
   if (rule.kind == patterns::JoinKind::Cat || rule.kind == patterns::JoinKind::TwoSubParams)
     r.manifest["cat_dim"] = rule.cat_dim;
-  if (rule.vocab) r.manifest["vocab_tensor"] = true;
+  if (rule.vocab && !flat) r.manifest["vocab_tensor"] = true;
+  if (flat) {
+    r.manifest["flat"] = true;  // the state files hold 1-D tensors; "shape" is the parameter's
+    r.manifest["shape"] = p.tp_shapes[0];
+  }
   if (p.expert >= 0) r.manifest["expert"] = {{"layer", p.moe_layer}, {"global_id", p.expert}};
   return r;
 }
@@ -448,6 +462,7 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
   std::stable_sort(mine.begin(), mine.end(), [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
 
   std::vector<ParamResult> results(plan.params.size());
+  const bool flat = plan.source.value("zero_stage", 1) == 3;
   const int threads = thread_count(options.threads);
   UnionOptions uo;
   uo.tolerance = options.tolerance;
@@ -461,7 +476,7 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
           [&](const tbb::blocked_range<size_t>& range) {
             for (size_t k = range.begin(); k != range.end(); ++k) {
               const size_t i = mine[k];
-              results[i] = convert_param(plan.params[i], set, cache, zero_dir, uo);
+              results[i] = convert_param(plan.params[i], set, cache, zero_dir, uo, flat);
               progress.advance();
             }
           },

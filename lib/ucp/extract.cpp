@@ -60,9 +60,120 @@ void collect_shapes(const ValuePtr& model, std::map<std::string, std::vector<int
 
 }  // namespace
 
+// Patterns: an explicit file wins; else the checkpoint's own.
+static patterns::PatternSet choose_patterns(const ExtractOptions& options, const ValuePtr& uc_info,
+                                     const layout::DeepSpeedLayout& L, Plan& plan) {
+  nlohmann::json pj;
+  if (!options.patterns_file.empty()) {
+    std::ifstream in(options.patterns_file);
+    if (!in) throw Error(options.patterns_file + ": cannot read pattern file");
+    try {
+      in >> pj;
+    } catch (const std::exception& e) {
+      throw Error(options.patterns_file + ": not valid JSON: " + e.what());
+    }
+    plan.patterns_origin = options.patterns_file;
+    if (uc_info) {
+      auto info = value_to_json(uc_info);
+      for (const char* k : {"original_vocab_size", "padded_vocab_size"})
+        if (!pj.contains(k) && info.contains(k)) pj[k] = info[k];
+    }
+  } else if (uc_info && uc_info->kind == Kind::Dict) {
+    pj = value_to_json(uc_info);
+    plan.patterns_origin = "checkpoint";
+  } else {
+    if (L.tp > 1)
+      throw UsageError(L.model_files[0] + ": no universal_checkpoint_info in the checkpoint and tp=" +
+                       std::to_string(L.tp) + ": pass --patterns <patterns/*.json>");
+    pj = nlohmann::json::object();
+    plan.patterns_origin = "none";
+  }
+  patterns::PatternSet pset = patterns::PatternSet::from_json(pj, plan.patterns_origin);
+  plan.patterns_json = pset.to_json();
+  return pset;
+}
+
+
+// ZeRO-3: every parameter is split on its own into ceil(numel/dp) slices (padding at the end);
+// a rank's flat sub-group is the concatenation of its slices, in param_shapes order.
+static Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& options) {
+  if (L.mp_count() != 1)
+    throw Error(L.dir + ": ZeRO-3 with tensor parallelism (" + std::to_string(L.mp_count()) +
+                " model-parallel ranks) is not supported");
+  Plan plan;
+  const std::string& model_path = L.zero3_model_files[0][0];
+  ValuePtr model = load_torch(model_path);
+  if (!model || model->kind != Kind::Dict) fail(model_path, "not a model-states dict");
+  if (auto v = model->get("dp_world_size"); v && !v->is_none() && v->as_int() != L.dp)
+    fail(model_path, "inconsistent world sizes: dp_world_size is " + std::to_string(v->as_int()) + " but " +
+                         std::to_string(L.dp) + " ZeRO-3 shards were found");
+  auto ps = model->get("param_shapes");
+  if (!ps || !ps->is_sequence()) fail(model_path, "ZeRO-3 model states have no param_shapes list");
+  std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>> sub_groups;
+  for (const auto& g : ps->items) {
+    if (!g || g->kind != Kind::Dict) fail(model_path, "param_shapes entry is not a dict");
+    auto& row = sub_groups.emplace_back();
+    for (const auto& [k, v] : g->entries) row.emplace_back(k->as_str(), v->as_shape());
+  }
+  const patterns::PatternSet pset = choose_patterns(options, model->get("universal_checkpoint_info"), L, plan);
+  std::map<std::string, size_t> index;
+  for (int d = 0; d < L.dp; ++d) {
+    const std::string& path = L.optim_files[0][d];
+    ShardView shard(load_torch(path), path);
+    if (!shard.zero3()) fail(path, "ZeRO-3 model files but this optimizer shard is not ZeRO-3");
+    if (auto pc = shard.group_info(0).partition_count; pc >= 0 && pc != L.dp)
+      fail(path, "inconsistent world sizes: partition_count is " + std::to_string(pc) + " but " +
+                     std::to_string(L.dp) + " shards were found");
+    if (shard.groups() != static_cast<int>(sub_groups.size()))
+      fail(path, std::to_string(shard.groups()) + " sub-groups but param_shapes lists " +
+                     std::to_string(sub_groups.size()));
+    const int file_index = static_cast<int>(plan.files.size());
+    plan.files.push_back(path);
+    for (int g = 0; g < shard.groups(); ++g) {
+      int64_t offset = 0;
+      for (const auto& [name, shape] : sub_groups[g]) {
+        const int64_t n = numel_of(shape), per = (n + L.dp - 1) / L.dp;
+        const int64_t have = std::max<int64_t>(0, std::min(per, n - d * per));
+        auto [it, fresh] = index.emplace(name, plan.params.size());
+        if (fresh) {
+          ParamPlan p;
+          p.name = name;
+          p.tp_shapes = {shape};
+          p.fragments.assign(1, {});
+          p.states = shard.states(g);
+          if (shard.has_step(g)) {
+            p.step_file = file_index;
+            p.step_group = g;
+          }
+          plan.params.push_back(std::move(p));
+        }
+        if (have > 0) plan.params[it->second].fragments[0].push_back({file_index, g, offset, have, d});
+        offset += per;
+      }
+      if (offset != shard.state_tensor(g, "fp32").numel())
+        fail(path, "sub-group " + std::to_string(g) + " holds " + std::to_string(shard.state_tensor(g, "fp32").numel()) +
+                       " elements but its parameters need " + std::to_string(offset));
+    }
+  }
+  for (const auto& p : plan.params) {
+    int64_t have = 0;
+    for (const auto& f : p.fragments[0]) have += f.numel;
+    if (have != numel_of(p.tp_shapes[0]))
+      throw Error(L.dir + ": parameter " + p.name + ": ZeRO-3 slices hold " + std::to_string(have) + " of " +
+                  std::to_string(numel_of(p.tp_shapes[0])) + " elements");
+  }
+  plan.model_files.clear();
+  for (const auto& f : L.zero3_model_files[0]) plan.model_files.push_back(f);
+  plan.optimizer_state_file = L.optim_files[0][0];
+  plan.source = {{"dir", fs::absolute(L.dir).string()}, {"tag", L.tag}, {"tp", 1}, {"pp", 1}, {"dp", L.dp},
+                 {"ep", 1}, {"zero_stage", 3}, {"pipeline", false}, {"bf16", L.bf16_prefix},
+                 {"sub_groups", sub_groups.size()}};
+  return plan;
+}
+
 Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& options) {
   const layout::DeepSpeedLayout L = layout::discover(checkpoint);
-  if (L.zero3) throw Error(L.dir + ": ZeRO-3 checkpoints are not supported yet by ucp-extract");
+  if (L.zero3) return plan_zero3(L, options);
   Plan plan;
 
   // Model states of every (pp, tp): shapes, world sizes, patterns.
@@ -108,34 +219,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
       if (v && v->kind == Kind::Tensor) shapes.at(ef.mp)[k->as_str()] = v->tensor->shape();
   }
 
-  // Patterns: an explicit file wins; else the checkpoint's own.
-  nlohmann::json pj;
-  if (!options.patterns_file.empty()) {
-    std::ifstream in(options.patterns_file);
-    if (!in) throw Error(options.patterns_file + ": cannot read pattern file");
-    try {
-      in >> pj;
-    } catch (const std::exception& e) {
-      throw Error(options.patterns_file + ": not valid JSON: " + e.what());
-    }
-    plan.patterns_origin = options.patterns_file;
-    if (uc_info) {
-      auto info = value_to_json(uc_info);
-      for (const char* k : {"original_vocab_size", "padded_vocab_size"})
-        if (!pj.contains(k) && info.contains(k)) pj[k] = info[k];
-    }
-  } else if (uc_info && uc_info->kind == Kind::Dict) {
-    pj = value_to_json(uc_info);
-    plan.patterns_origin = "checkpoint";
-  } else {
-    if (L.tp > 1)
-      throw UsageError(L.model_files[0] + ": no universal_checkpoint_info in the checkpoint and tp=" +
-                       std::to_string(L.tp) + ": pass --patterns <patterns/*.json>");
-    pj = nlohmann::json::object();
-    plan.patterns_origin = "none";
-  }
-  const patterns::PatternSet pset = patterns::PatternSet::from_json(pj, plan.patterns_origin);
-  plan.patterns_json = pset.to_json();
+  const patterns::PatternSet pset = choose_patterns(options, uc_info, L, plan);
 
   // Optimizer shards: fragments of every parameter.
   std::map<std::string, size_t> index;
@@ -146,6 +230,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
     return it->second;
   };
   int ep_seen = 0;
+  int zero_stage = 1;  // BF16_Optimizer shards have no zero_stage
   for (int mp = 0; mp < L.mp_count(); ++mp) {
     const int pp_rank = L.pp_rank(mp), tp_rank = L.tp_rank(mp);
     for (int d = 0; d < L.dp; ++d) {
@@ -153,6 +238,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
       ValuePtr root = load_torch(path);
       ShardView shard(root, path);
       if (d == 0 && mp == 0) {
+        if (auto z = shard.optimizer_state_dict()->get("zero_stage"); z && !z->is_none()) zero_stage = static_cast<int>(z->as_int());
         if (auto cfg = root->get("ds_config"); cfg && cfg->kind == Kind::Dict)
           if (auto f = cfg->get("use_data_before_expert_parallel_"); f && f->kind == Kind::Bool) data_before_expert = f->b;
       }
@@ -251,6 +337,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
   plan.model_files = L.model_files;
   plan.optimizer_state_file = L.optim_files[0][0];
   plan.source = {{"dir", fs::absolute(L.dir).string()}, {"tag", L.tag}, {"tp", L.tp}, {"pp", L.pp}, {"dp", L.dp},
+                 {"zero_stage", zero_stage},
                  {"ep", std::max(L.ep, ep_seen > 0 ? ep_seen : 1)}, {"pipeline", L.pipeline},
                  {"bf16", L.bf16_prefix}, {"data_before_expert", data_before_expert},
                  {"num_experts", num_experts}, {"expert_files", L.expert_files.size()}};

@@ -75,6 +75,7 @@ ValuePtr common_optimizer_state(const ValuePtr& root, const std::string& path) {
     out->entries.emplace_back(k, v);
   }
   auto base = osd->get("base_optimizer_state");
+  if (!base) base = osd->get("optimizer_state_dict");  // ZeRO-3
   ValuePtr groups = base && base->kind == Kind::Dict ? base->get("param_groups") : nullptr;
   out->set_item("param_groups", groups ? groups : Value::list());
   return out;

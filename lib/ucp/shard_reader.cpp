@@ -20,16 +20,26 @@ ShardView::ShardView(ValuePtr root, std::string path) : root_(std::move(root)), 
   if (!root_ || root_->kind != Kind::Dict) fail(path_, "not an optimizer-states dict");
   osd_ = root_->get("optimizer_state_dict");
   if (!osd_ || osd_->kind != Kind::Dict) fail(path_, "no optimizer_state_dict (not a ZeRO optimizer shard)");
-  if (auto z = osd_->get("zero_stage"); z && !z->is_none() && z->as_int() > 2)
-    fail(path_, "ZeRO stage " + std::to_string(z->as_int()) + " shards are not supported yet");
+  if (auto z = osd_->get("zero_stage"); z && !z->is_none() && z->as_int() == 3) {
+    zero3_ = true;
+    for (const char* k : {"fp32_flat_groups", "optimizer_state_dict"})
+      if (!osd_->get(k)) fail(path_, std::string("ZeRO-3 optimizer_state_dict has no ") + k);
+    return;
+  }
   for (const char* k : {"param_slice_mappings", "single_partition_of_fp32_groups", "base_optimizer_state"})
     if (!osd_->get(k)) fail(path_, std::string("optimizer_state_dict has no ") + k);
 }
 
-int ShardView::groups() const { return static_cast<int>(osd_->at("param_slice_mappings")->items.size()); }
+int ShardView::groups() const {
+  return static_cast<int>(osd_->at(zero3_ ? "fp32_flat_groups" : "param_slice_mappings")->items.size());
+}
 
 GroupInfo ShardView::group_info(int g) const {
   GroupInfo gi;
+  if (zero3_) {
+    if (auto pc = osd_->get("partition_count"); pc && pc->kind == Kind::Int) gi.partition_count = static_cast<int>(pc->i);
+    return gi;
+  }
   if (auto pc = osd_->get("partition_count")) {
     if (pc->is_sequence() && g < (int)pc->items.size()) gi.partition_count = static_cast<int>(pc->items[g]->as_int());
     else if (pc->kind == Kind::Int) gi.partition_count = static_cast<int>(pc->i);
@@ -59,6 +69,7 @@ std::vector<std::tuple<std::string, int64_t, int64_t>> ShardView::fragments(int 
 }
 
 ValuePtr ShardView::group_state(int g) const {
+  if (zero3_) return get_int_key(osd_->at("optimizer_state_dict")->get("state"), g);
   auto base = osd_->at("base_optimizer_state");
   if (base->is_sequence()) return g < (int)base->items.size() ? base->items[g] : nullptr;  // elastic
   return get_int_key(base->get("state"), g);
@@ -85,7 +96,7 @@ ValuePtr ShardView::step(int g) const { return group_state(g)->at("step"); }
 Tensor ShardView::state_tensor(int g, const std::string& state) const {
   ValuePtr v;
   if (state == "fp32") {
-    const auto& groups = osd_->at("single_partition_of_fp32_groups");
+    const auto& groups = osd_->at(zero3_ ? "fp32_flat_groups" : "single_partition_of_fp32_groups");
     if (!groups->is_sequence() || g >= (int)groups->items.size())
       fail(path_, "single_partition_of_fp32_groups has no group " + std::to_string(g));
     v = groups->items[g];

@@ -19,7 +19,8 @@ struct GroupInfo {
   int partition_count = -1;  // -1: not recorded
 };
 
-// A view of one ZeRO-1/2 or BF16_Optimizer shard (`*_optim_states.pt` root).
+// A view of one ZeRO-1/2, BF16_Optimizer or ZeRO-3 shard (`*_optim_states.pt` root). For ZeRO-3
+// a "group" is a sub-group (fp32_flat_groups[g], optimizer_state_dict.state[g]).
 class ShardView {
  public:
   ShardView(pickle::ValuePtr root, std::string path);
@@ -34,11 +35,13 @@ class ShardView {
   Tensor state_tensor(int g, const std::string& state) const;
   pickle::ValuePtr step(int g) const;
   const pickle::ValuePtr& optimizer_state_dict() const { return osd_; }
+  bool zero3() const { return zero3_; }
 
  private:
   pickle::ValuePtr group_state(int g) const;
   pickle::ValuePtr root_, osd_;
   std::string path_;
+  bool zero3_ = false;
 };
 
 // Thread-safe cache of loaded source files (pickle trees; tensor bytes stay mapped and lazy).

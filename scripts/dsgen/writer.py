@@ -32,7 +32,8 @@ class Layout:
     step_tensor: bool = False   # Adam step as a 0-d tensor instead of an int
     seed: int = 1234
     uc_info: bool = True        # write universal_checkpoint_info into model files
-    elastic: bool = False       # elastic_checkpoint: base_optimizer_state is a list of lean group states
+    elastic: bool = False
+    sub_group_size: int = 1_000_000_000  # ZeRO-3: elements per rank in one sub-group       # elastic_checkpoint: base_optimizer_state is a list of lean group states
     ds_version: str = "0.16.4"
 
 
@@ -215,8 +216,8 @@ def _ep_coords(lay: Layout, d):
 
 def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=print):
     cfg = model.cfg
-    if lay.zero not in (1, 2):
-        raise NotImplementedError("ZeRO-3 checkpoints are not generated yet")
+    if lay.zero not in (1, 2, 3):
+        raise ValueError("ZeRO stage must be 1, 2 or 3")
     if lay.bf16_optimizer and (lay.dtype != "bf16" or lay.zero > 1):
         raise ValueError("BF16_Optimizer files need bf16 and ZeRO 0/1")
     if cfg.family == "dsmoe":
@@ -239,6 +240,42 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
     prefix = "bf16_" if lay.dtype == "bf16" else ""
     args = _args(model, lay)
     dsmoe = cfg.family == "dsmoe"
+
+    if lay.zero == 3:
+        from . import zero3
+
+        def common(module, shapes, stage):
+            sd = collections.OrderedDict()
+            sd["module"] = module
+            sd["buffer_names"] = []
+            sd["optimizer"] = None
+            sd["param_shapes"] = shapes
+            sd["frozen_param_shapes"] = None
+            sd["shared_params"] = {}
+            sd["frozen_param_fragments"] = None
+            sd["lr_scheduler"] = {"last_batch_iteration": lay.step, "_last_lr": [1e-4]}
+            sd["data_sampler"] = None
+            sd["random_ltd"] = None
+            sd["sparse_tensor_module_names"] = set()
+            sd["skipped_steps"] = 0
+            sd["global_steps"] = lay.step
+            sd["global_samples"] = lay.step * 8 * lay.dp
+            sd["dp_world_size"] = lay.dp
+            sd["mp_world_size"] = 1
+            sd["ds_config"] = _ds_config(lay)
+            sd["ds_version"] = lay.ds_version
+            sd["args"] = args
+            sd["checkpoint_version"] = 3.0
+            sd["iteration"] = lay.step
+            if lay.uc_info:
+                sd["universal_checkpoint_info"] = uc_info
+            sd["rng_state"] = _rng_state()
+            return sd
+
+        zero3.write(model, lay, truth, ck, common, log)
+        if truth_dir:
+            write_truth(model, lay, truth, uc_info, truth_dir, step_value)
+        return
 
     for s in range(lay.pp):
         stage_params = [p for p in model.params if p.stage == s]
@@ -421,6 +458,11 @@ def write_truth(model: Model, lay: Layout, truth: Truth, uc_info, truth_dir, ste
         md = universal_metadata(p, uc_info)
         shape = None
         for state in STATES:
+            if lay.zero == 3:  # ds_to_universal's ZeRO-3 (TP = 1) output: the bare 1-D tensor, unpadded
+                t = truth.full(p, state, 0)
+                shape = list(t.shape)
+                torch.save(t.reshape(-1).clone(), os.path.join(d, f"{state}.pt"))
+                continue
             t = truth.universal(p, state, lay.tp)
             shape = list(t.shape)
             sd = dict(md)

@@ -52,6 +52,10 @@ def main():
                 continue
             ours = torch.load(ours_path)
             ref = torch.load(os.path.join(truth, "universal", "zero", name, f"{state}.pt"))
+            if torch.is_tensor(ref):  # ZeRO-3: bare flat tensors
+                if not same_value(ref, ours):
+                    err(f"{name}/{state}.pt differs from the flat reference")
+                continue
             if not isinstance(ours, dict):
                 err(f"{name}/{state}.pt is {type(ours).__name__}, not a dict")
                 continue
@@ -77,7 +81,7 @@ def main():
     osd = torch.load(src)["optimizer_state_dict"]
     expect = {k: v for k, v in osd.items()
               if k not in ("base_optimizer_state", "param_slice_mappings", "single_partition_of_fp32_groups")}
-    base = osd["base_optimizer_state"]
+    base = osd.get("base_optimizer_state", osd.get("optimizer_state_dict"))
     expect["param_groups"] = base["param_groups"] if isinstance(base, dict) else []
     got = torch.load(os.path.join(zero, "optimizer_state.pt"))
     if list(got.keys()) != list(expect.keys()):
@@ -93,7 +97,9 @@ def main():
                                           type(b).__name__ == "ZeroStageEnum")
             if not ok:
                 err(f"optimizer_state.pt[{k!r}] differs: {b!r} vs {a!r}")
-    for f in sorted(glob.glob(os.path.join(ck, "mp_rank_*_model_states.pt"))):
+    model_files = glob.glob(os.path.join(ck, "mp_rank_*_model_states.pt")) or \
+        glob.glob(os.path.join(ck, "zero_pp_rank_*_mp_rank_*_model_states.pt"))
+    for f in sorted(model_files):
         o = os.path.join(out, os.path.basename(f))
         if not os.path.exists(o) or not filecmp.cmp(f, o, shallow=False):
             err(f"{os.path.basename(f)} not copied byte for byte")

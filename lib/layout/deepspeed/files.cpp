@@ -140,9 +140,14 @@ DeepSpeedLayout infer_layout(const std::vector<std::string>& names, const std::s
       if (it == model.end()) missing("mp_rank_" + two(mp) + "_model_states.pt");
       L.model_files[mp] = join(dir, it->second);
     } else {
-      auto it = zero3_model.find({mp, 0});
-      if (it == zero3_model.end()) missing("zero_pp_rank_0_mp_rank_" + two(mp) + "_model_states.pt");
-      L.model_files[mp] = join(dir, it->second);
+      L.zero3_model_files.resize(mp_count);
+      for (int d = 0; d < L.dp; ++d) {
+        auto it = zero3_model.find({mp, d});
+        if (it == zero3_model.end())
+          missing("zero_pp_rank_" + std::to_string(d) + "_mp_rank_" + two(mp) + "_model_states.pt");
+        L.zero3_model_files[mp].push_back(join(dir, it->second));
+      }
+      L.model_files[mp] = L.zero3_model_files[mp][0];
     }
     for (int d = 0; d < L.dp; ++d) {
       auto it = optim.find({mp, d});

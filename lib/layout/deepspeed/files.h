@@ -41,6 +41,7 @@ struct DeepSpeedLayout {
   bool pipeline = false;                             // layer files present
   std::vector<std::string> model_files;              // [mp], mp = pp_rank * tp + tp_rank
   std::vector<std::vector<std::string>> optim_files; // [mp][dp]
+  std::vector<std::vector<std::string>> zero3_model_files;  // ZeRO-3: [mp][dp]
   std::map<int, std::vector<std::string>> layer_files;  // layer -> [tp]
   std::vector<ExpertFile> expert_files;              // sorted (moe_layer, expert, mp)
   std::vector<std::string> expert_optim_files;       // [ep_rank]
