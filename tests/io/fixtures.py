@@ -92,7 +92,7 @@ basic = {
     "floats": [0.0, -0.0, 1.5, -2.25, 1e-310, 1.7976931348623157e308, float("inf"), float("-inf"), float("nan"),
                random.random(), 3.141592653589793],
     "str": ["", "ascii", "ünïcødé ✓ 漢字 🚀", "with\nnewline and \"quotes\" and \\", "x" * 300],
-    "bytes": [b"", b"\x00\x01\x02\xff\xfe", bytes(range(256)), os.urandom(1000)],
+    "bytes": [b"", b"\x00\x01\x02\xff\xfe", bytes(range(256)), random.randbytes(1000)],
     "single_list": [42], "single_dict": {"only": 1}, "empty_list": [], "empty_dict": {}, "empty_tuple": (),
     "single_tuple": (7,), "pair": (1, "two"), "triple": (1, 2.0, "3"), "quad": (1, 2, 3, (4, 5)),
     "nested": [[1, [2, [3, [4, []]]]], ((), ((),)), {"a": {"b": {"c": [None]}}}],
@@ -455,7 +455,7 @@ count_at = len(raw) - 6 * 4 - 8
 assert struct.unpack("<q", raw[count_at:count_at + 8])[0] == 6
 open(os.path.join(OUT, "bad_legacy_count.pt"), "wb").write(raw[:count_at] + struct.pack("<q", 2**40) + raw[count_at + 8:])
 open(os.path.join(OUT, "bad_legacy_short.pt"), "wb").write(raw[:-3])
-open(os.path.join(OUT, "bad_magic.pt"), "wb").write(b"\x80\x02\x8a\x0a" + os.urandom(200))
+open(os.path.join(OUT, "bad_magic.pt"), "wb").write(b"\x80\x02\x8a\x0a" + random.randbytes(200))
 open(os.path.join(OUT, "bad_empty.pt"), "wb").write(b"")
 open(os.path.join(OUT, "bad_text.pt"), "wb").write(b"this is not a checkpoint\n" * 20)
 
