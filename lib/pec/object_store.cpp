@@ -114,6 +114,12 @@ ObjectInfo ObjectStore::put(std::span<const uint8_t> bytes) {
 }
 
 std::vector<uint8_t> ObjectStore::get(const std::string& id, uint64_t raw_size) const {
+  std::vector<uint8_t> out(raw_size);
+  get_into(id, raw_size, out.data());
+  return out;
+}
+
+void ObjectStore::get_into(const std::string& id, uint64_t raw_size, uint8_t* dst) const {
   const std::string path = path_of(id);
   if (!fs::exists(path)) throw ObjectError(path + ": object missing");
   std::shared_ptr<const MappedFile> f;
@@ -128,12 +134,10 @@ std::vector<uint8_t> ObjectStore::get(const std::string& id, uint64_t raw_size) 
   Digest want{get_u64(p + 16), get_u64(p + 24)};
   if (size != raw_size) throw ObjectError(path + ": size " + std::to_string(size) + " differs from the manifest's " + std::to_string(raw_size));
   if (want.hex() != id) throw ObjectError(path + ": header checksum does not match the object id");
-  std::vector<uint8_t> out(size);
-  size_t n = ZSTD_decompress(out.data(), out.size(), p + kHeader, f->size() - kHeader);
+  size_t n = ZSTD_decompress(dst, size, p + kHeader, f->size() - kHeader);
   if (ZSTD_isError(n)) throw ObjectError(path + ": corrupt object (zstd: " + ZSTD_getErrorName(n) + ")");
   if (n != size) throw ObjectError(path + ": corrupt object (decompressed to " + std::to_string(n) + " bytes)");
-  if (!(digest(out) == want)) throw ObjectError(path + ": corrupt object (checksum mismatch)");
-  return out;
+  if (!(digest(std::span<const uint8_t>(dst, size)) == want)) throw ObjectError(path + ": corrupt object (checksum mismatch)");
 }
 
 void ObjectStore::sync_dirs() {

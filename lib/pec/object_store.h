@@ -37,6 +37,8 @@ class ObjectStore {
   ObjectInfo put(std::span<const uint8_t> bytes);
   // Reads, decompresses and verifies an object; throws ObjectError when missing or corrupt.
   std::vector<uint8_t> get(const std::string& id, uint64_t raw_size) const;
+  // Same, decompressing straight into `dst` (raw_size bytes).
+  void get_into(const std::string& id, uint64_t raw_size, uint8_t* dst) const;
   bool exists(const std::string& id) const;
   // fsyncs every object folder a put() created entries in, then the objects folder: after this the
   // renames of all objects written so far are durable.

@@ -137,15 +137,18 @@ FileEntry Store::put_file(const std::string& rel_path, std::span<const uint8_t> 
 }
 
 std::vector<uint8_t> Store::read_file(const FileEntry& f) const {
-  std::vector<uint8_t> out;
-  out.reserve(f.size);
+  uint64_t total = 0;
+  for (const auto& c : f.chunks) total += c.size;
+  if (total != f.size) throw ObjectError(dir_ + ": " + f.path + ": chunk sizes do not add up to the file size");
+  std::vector<uint8_t> out(f.size);
   DigestChain chain;
+  uint64_t off = 0;
   for (const auto& c : f.chunks) {
-    auto part = objects_.get(c.object, c.size);
-    chain.update(part);
-    out.insert(out.end(), part.begin(), part.end());
+    objects_.get_into(c.object, c.size, out.data() + off);
+    chain.update(std::span<const uint8_t>(out.data() + off, c.size));
+    off += c.size;
   }
-  if (out.size() != f.size || chain.hex() != f.digest)
+  if (chain.hex() != f.digest)
     throw ObjectError(dir_ + ": " + f.path + ": reassembled file does not match its checksum");
   return out;
 }
