@@ -4,7 +4,9 @@
 # vocabulary 12288 so that embeddings keep their share of the non-expert part). Measures:
 #   * store size of one save with K = 1, 2, 4 versus the full checkpoint, versus the formula
 #     C_pec/C_full, and versus the paper's 42.3% for K = 1;
-#   * pec-save throughput versus a plain copy (cat + fsync) of the same selected files;
+#   * pec-save throughput versus a plain copy (cat + fsync) of exactly the same number of selected
+#     bytes ("same"), and versus copying the selected files whole ("files": non-expert files incl.
+#     whole optimizer shards + the selected expert files, what a file-level partial save would write);
 #   * pec-restore time versus reading the full checkpoint once (cat > /dev/null).
 # Usage: scripts/bench_pec.sh [build_dir] [work_dir]     (env: HIDDEN, FFN, VOCAB, ZSTD_LEVEL)
 set -euo pipefail
@@ -28,9 +30,9 @@ fi
 step_dir=$ckpt/$(cat "$ckpt/latest")
 full_bytes=$(du -sb "$step_dir" | cut -f1)
 now() { date +%s.%N; }
-echo "checkpoint: $step_dir, $full_bytes bytes"
+echo "checkpoint: $step_dir, $full_bytes bytes; load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 echo
-printf "%-3s %14s %14s %9s %9s %9s %10s %10s %10s %10s %10s\n" K logical_B stored_B logical% stored% formula% paper_K1% save_s save_MB/s copy_s copy_MB/s
+printf "%-3s %12s %12s %8s %8s %9s %9s %7s %9s %7s %9s %7s %9s\n" K logical_B stored_B logical% stored% formula% paper_K1% save_s save_MB/s same_s same_MB/s files_s files_MB/s
 for k in 1 2 4; do
   store=$work/store_k$k
   rm -rf "$store" "$work/copy"
@@ -60,15 +62,23 @@ PY
   sync -f "$work/copy"
   t3=$(now)
   copy_bytes=$(du -sb "$work/copy" | cut -f1)
-  $py - "$work/save_k$k.json" "$k" "$t0" "$t1" "$t2" "$t3" "$copy_bytes" <<'PY'
+  rm -rf "$work/copy"
+  # Plain copy of exactly the bytes pec-save selected (bytes_logical), from the same files.
+  logical=$($py -c "import json,sys; print(json.load(open(sys.argv[1]))['tiers'][0]['stats']['bytes_logical'])" "$work/save_k$k.json")
+  t4=$(now)
+  (set +o pipefail; while read -r f; do cat "$f" 2>/dev/null || break; done <<< "$files" | head -c "$logical" > "$work/same.bin")
+  sync -f "$work/same.bin"
+  t5=$(now)
+  rm -f "$work/same.bin"
+  $py - "$work/save_k$k.json" "$k" "$t0" "$t1" "$t2" "$t3" "$copy_bytes" "$t4" "$t5" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1])); k = int(sys.argv[2])
-t0, t1, t2, t3 = map(float, sys.argv[3:7]); copy_bytes = int(sys.argv[7])
+t0, t1, t2, t3 = map(float, sys.argv[3:7]); copy_bytes = int(sys.argv[7]); t4, t5 = map(float, sys.argv[8:10])
 st = s["tiers"][0]["stats"]
-save_s = t1 - t0; copy_s = t3 - t2
-print(f"{k:<3d} {st['bytes_logical']:14d} {st['bytes_stored']:14d} {100*st['ratio_logical_vs_full']:9.2f} "
-      f"{100*st['ratio_stored_vs_full']:9.2f} {100*st['ratio_formula']:9.2f} {42.3 if k == 1 else float('nan'):10.1f} "
-      f"{save_s:10.2f} {st['bytes_logical']/save_s/1e6:10.1f} {copy_s:10.2f} {copy_bytes/copy_s/1e6:10.1f}")
+save_s = t1 - t0; copy_s = t3 - t2; same_s = t5 - t4; lb = st['bytes_logical']
+print(f"{k:<3d} {lb:12d} {st['bytes_stored']:12d} {100*st['ratio_logical_vs_full']:8.2f} "
+      f"{100*st['ratio_stored_vs_full']:8.2f} {100*st['ratio_formula']:9.2f} {42.3 if k == 1 else float('nan'):9.1f} "
+      f"{save_s:7.2f} {lb/save_s/1e6:9.1f} {same_s:7.2f} {lb/same_s/1e6:9.1f} {copy_s:7.2f} {copy_bytes/copy_s/1e6:9.1f}")
 PY
 done
 rm -rf "$work/copy"
@@ -80,7 +90,7 @@ rm -rf "$store" "$work/restored"
 "$bin/pec-save" --checkpoint "$ckpt" --store "$store" --step 1001 --policy sequential --k 1 --zstd-level "$level" -q
 sync
 t0=$(now)
-"$bin/pec-restore" --store "$store" --output "$work/restored" --json -q > "$work/restore.json"
+"$bin/pec-restore" --store "$store" --output "$work/restored" --json -q > "$work/restore.json" 2>/dev/null
 t1=$(now)
 for f in "$step_dir"/*; do cat "$f" > /dev/null; done
 t2=$(now)
