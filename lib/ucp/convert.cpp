@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -16,6 +17,8 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/mapped_file.h"
+#include "io/zip/zip_reader.h"
 #include "io/torch/torch_file.h"
 #include "tool/tool.h"
 #include "ucp/extract.h"
@@ -52,7 +55,7 @@ using Clock = std::chrono::steady_clock;
 // that the kernel must fault in and zero each time) roughly halves the conversion time.
 void tune_allocator() {
   mallopt(M_MMAP_MAX, 0);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, INT_MAX);
 }
 
 int thread_count(int requested) {
@@ -293,14 +296,35 @@ SliceBuffer read_slices(SourceCache& cache, const ParamPlan& p, const std::strin
   size_t off = 0;
   for (size_t t = 0; t < parts.size(); ++t) {
     b.offsets.push_back(off);
-    for (const auto& x : parts[t]) {
-      x.copy_to(b.bytes.data() + off);
+    for (size_t k = 0; k < parts[t].size(); ++k) {
+      const Tensor& x = parts[t][k];
+      if (!cache.read_into(p.fragments[t][k].file, x, b.bytes.data() + off)) {
+        x.copy_to(b.bytes.data() + off);
+        release_pages(x);
+      }
       off += x.nbytes();
-      release_pages(x);
     }
   }
   *bytes_read += total;
   return b;
+}
+
+// The CRC-32 of a state's elements, taken from the zip record the writer just wrote (it had to
+// compute it anyway) instead of a second pass over the data; recomputed when not found.
+uint32_t written_crc32(const std::string& path, const Tensor& t) {
+  try {
+    ZipReader zip(MappedFile::open(path));
+    const ZipRecord* found = nullptr;
+    int data_records = 0;
+    for (const auto& [name, rec] : zip.records())
+      if (name.find("/data/") != std::string::npos) {
+        ++data_records;
+        if (rec.size == t.nbytes()) found = &rec;
+      }
+    if (data_records == 1 && found) return found->crc32;
+  } catch (const Error&) {
+  }
+  return tensor_crc32(t);
 }
 
 int64_t numel_of(const std::vector<int64_t>& s) {
@@ -379,7 +403,7 @@ ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, S
     r.bytes_written += file_size(path);
     ++r.files;
     char crc[16];
-    std::snprintf(crc, sizeof crc, "%08x", tensor_crc32(joined));
+    std::snprintf(crc, sizeof crc, "%08x", written_crc32(path, joined));
     states[state] = {{"file", "zero/" + param_folder(p.name) + "/" + state + ".pt"}, {"crc32", crc}};
     shape = joined.shape();
     dtype = dtype_name(joined.dtype());

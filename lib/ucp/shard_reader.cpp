@@ -1,11 +1,15 @@
 // Reading ZeRO optimizer shards.
 #include "ucp/shard_reader.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+
+#include "core/mapped_file.h"
 
 #include "core/error.h"
 #include "layout/deepspeed/moe.h"
@@ -111,7 +115,39 @@ Tensor ShardView::state_tensor(int g, const std::string& state) const {
 
 SourceCache::SourceCache(std::vector<std::string> files) : files_(std::move(files)) {
   loaded_.resize(files_.size());
-  for (size_t i = 0; i < files_.size(); ++i) once_.push_back(std::make_unique<std::once_flag>());
+  fds_.assign(files_.size(), -1);
+  for (size_t i = 0; i < files_.size(); ++i) {
+    once_.push_back(std::make_unique<std::once_flag>());
+    fd_once_.push_back(std::make_unique<std::once_flag>());
+  }
+}
+
+SourceCache::~SourceCache() {
+  for (int fd : fds_)
+    if (fd >= 0) ::close(fd);
+}
+
+bool SourceCache::read_into(int file, const Tensor& t, uint8_t* dst) {
+  const auto& st = t.storage();
+  if (!st || !st->is_mapped() || !t.is_contiguous()) return false;
+  auto tf = get(file);
+  if (!tf->file) return false;
+  const uint8_t* base = tf->file->data();
+  const uint8_t* p = st->bytes().data() + static_cast<size_t>(t.storage_offset()) * dtype_size(t.dtype());
+  if (p < base || p + t.nbytes() > base + tf->file->size()) return false;
+  std::call_once(*fd_once_[file], [&] { fds_[file] = ::open(files_[file].c_str(), O_RDONLY | O_CLOEXEC); });
+  const int fd = fds_[file];
+  if (fd < 0) return false;
+  uint64_t off = static_cast<uint64_t>(p - base), left = t.nbytes();
+  while (left > 0) {
+    const ssize_t n = ::pread(fd, dst, left, static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail(files_[file], std::string("read failed: ") + (n < 0 ? std::strerror(errno) : "unexpected end of file"));
+    dst += n;
+    off += static_cast<uint64_t>(n);
+    left -= static_cast<uint64_t>(n);
+  }
+  return true;
 }
 
 std::shared_ptr<const TorchFile> SourceCache::get(int file) {

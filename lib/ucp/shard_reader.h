@@ -50,11 +50,17 @@ class SourceCache {
   explicit SourceCache(std::vector<std::string> files);
   std::shared_ptr<const TorchFile> get(int file);
   const std::string& path(int file) const { return files_[file]; }
+  // Copies the bytes of a contiguous tensor that lives in `file`'s mapping with pread (a plain
+  // kernel copy, like `cat`, instead of faulting the mapping in); false when it cannot.
+  bool read_into(int file, const Tensor& t, uint8_t* dst);
+  ~SourceCache();
 
  private:
   std::vector<std::string> files_;
   std::vector<std::shared_ptr<const TorchFile>> loaded_;
   std::vector<std::unique_ptr<std::once_flag>> once_;
+  std::vector<int> fds_;
+  std::vector<std::unique_ptr<std::once_flag>> fd_once_;
 };
 
 // The 1-D run of `state` that a fragment names (a view into the mapped file).

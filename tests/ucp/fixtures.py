@@ -21,6 +21,7 @@ CASES = {
     "dsmoe_dp4_ep2": (dict(family="dsmoe"), dict(dp=4, ep=2)),
     "gpt_dp16_padding_ranks": (dict(family="gpt", hidden=6, heads=2, ffn=10, vocab=10, seq=3, layers=1), dict(dp=16)),
     "gpt_no_uc_info": (dict(family="gpt"), dict(tp=2, dp=2, uc_info=False)),
+    "gpt_zero3_dp40_subgroups": (dict(family="gpt"), dict(dp=40, zero=3, sub_group_size=2000)),
 }
 
 

@@ -86,7 +86,7 @@ TEST_P(Layouts, OneStepBitExact) {
 INSTANTIATE_TEST_SUITE_P(Ucp, Layouts,
                          ::testing::Values("gpt_tp2_pp2_dp3", "gpt_untied_swiglu_tp2_dp3_zero2_fp16",
                                            "llama_gqa_tp2_dp2_bf16opt", "mixtral_tp2_dp2_fp32", "dsmoe_dp4_ep2",
-                                           "gpt_dp16_padding_ranks"));
+                                           "gpt_dp16_padding_ranks", "gpt_zero3_dp40_subgroups"));
 
 TEST(Ucp, TwoStepBitExact) {
   auto d = scratch();
