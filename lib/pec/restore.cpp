@@ -151,8 +151,10 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   json experts = json::array();
   TokenMatrix lost = zero_tokens(shape.experts_per_layer);
   std::map<std::pair<int, int>, const Manifest*> source_of;
+  tool::Progress bar("pec-restore experts", static_cast<uint64_t>(shape.total_experts()));
   for (int l = 0; l < shape.num_layers(); ++l)
     for (int e = 0; e < shape.experts_per_layer[static_cast<size_t>(l)]; ++e) {
+      bar.advance();
       const Manifest* used = nullptr;
       std::string why;
       for (const auto& [ti, m] : all) {
@@ -184,6 +186,7 @@ RestoreResult pec_restore(const RestoreOptions& o) {
                           std::to_string(target) + (why.empty() ? "" : " (last error: " + why + ")"));
       source_of[{l, e}] = used;
     }
+  bar.finish();
   for (auto& [path, recs] : touched) finish_patched_file(files.at(path), path, recs);
 
   // Lost tokens: from the stored cumulative counts, or from --tokens as the per-interval estimate.
