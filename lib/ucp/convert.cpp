@@ -53,7 +53,10 @@ using Clock = std::chrono::steady_clock;
 
 // Large buffers come and go for every parameter; keeping them in the heap (instead of fresh mmaps
 // that the kernel must fault in and zero each time) roughly halves the conversion time.
+// glibc serves large requests of non-main arenas with fresh mmaps whatever M_MMAP_MAX says, so
+// all threads share the main arena.
 void tune_allocator() {
+  mallopt(M_ARENA_MAX, 1);
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, INT_MAX);
 }
