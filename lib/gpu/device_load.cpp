@@ -106,6 +106,10 @@ DeviceLoadResult load_partition_to_device(const DeviceLoadRequest& req) {
   load::UniversalReader reader(model, req.universal_dir, req.verify);
   load::DeepSpeedWriter writer(model, plan, reader,
                                load_torch((fs::path(req.universal_dir) / "zero" / "optimizer_state.pt").string()));
+  if (req.verify)  // each DP member verifies a disjoint share of the atomic tensors
+    for (size_t i = 0; i < model.params.size(); ++i)
+      if (static_cast<int>(i % (group ? req.dp : 1)) == (group ? me : 0))
+        for (const auto& st : model.states) reader.check(static_cast<int>(i), st);
   std::vector<std::unique_ptr<DeviceBuf>> keep;
   double copy_seconds = 0;
   uint64_t bytes = 0;

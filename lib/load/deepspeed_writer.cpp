@@ -93,23 +93,20 @@ DeepSpeedWriter::DeepSpeedWriter(const ModelInfo& model, const UcpInfo& plan, Un
   if (!common_ || common_->kind != Kind::Dict) throw Error("zero/optimizer_state.pt: not a dict");
 }
 
-Tensor DeepSpeedWriter::partition_tensor(const GroupPlan& g, int part, const std::string& state) const {
-  Tensor out = Tensor::zeros(DType::Float32, {g.partition});
+Tensor DeepSpeedWriter::partition_tensor(const GroupPlan& g, int part, const std::string& state,
+                                         int64_t length) const {
+  Tensor out = Tensor::zeros(DType::Float32, {length < 0 ? g.partition : length});
   float* dst = reinterpret_cast<float*>(out.storage()->mutable_bytes().data());
   for (const auto& f : partition_of(g, part).fragments) {
     const Slot& s = g.slots[f.slot];
-    const Tensor& u = reader_.tensor(s.param, state);
-    copy_flat_range(reinterpret_cast<const float*>(u.contiguous_bytes().data()), model_.params[s.param].shape,
-                    s.slice, f.param_offset, f.param_offset + f.numel, dst + f.start);
+    reader_.read_range(s.param, state, s.slice, f.param_offset, f.param_offset + f.numel, dst + f.start);
   }
   return out;
 }
 
 Tensor DeepSpeedWriter::low_precision_slice(const Slot& s) const {
-  const Tensor& u = reader_.tensor(s.param, "fp32");
   std::vector<float> tmp(static_cast<size_t>(s.numel()));
-  copy_flat_range(reinterpret_cast<const float*>(u.contiguous_bytes().data()), model_.params[s.param].shape, s.slice,
-                  0, s.numel(), tmp.data());
+  reader_.read_range(s.param, "fp32", s.slice, 0, s.numel(), tmp.data());
   Tensor out = Tensor::zeros(plan_.target.dtype, s.slice.shape);
   convert_from_fp32(tmp.data(), tmp.size(), plan_.target.dtype, out.storage()->mutable_bytes().data());
   return out;
@@ -271,8 +268,8 @@ uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir
         h->set_item("name", Value::str("ep_size_" + std::to_string(t.ep)));
     }
     hyper->items.push_back(h);
-    Tensor fp32 = partition_tensor(g, p, "fp32");
-    if (!t.bf16_optimizer) fp32 = fp32.narrow(0, 0, g.partition - part.padding).contiguous(true);
+    // ZeRO-1/2 drop the padding from the fp32 partition; BF16_Optimizer keeps it.
+    Tensor fp32 = partition_tensor(g, p, "fp32", t.bf16_optimizer ? -1 : g.partition - part.padding);
     fp32_parts->items.push_back(Value::of_tensor(fp32));
     auto m = Value::dict(true);
     for (const auto& f : part.fragments) m->set_item(g.slots[f.slot].name, fragment_address(f.numel, f.start));

@@ -28,8 +28,9 @@ class DeepSpeedWriter {
 
   // The module weights of one slot in the target dtype, as a compact tensor.
   Tensor low_precision_slice(const Slot& slot) const;
-  // One state of partition `part` of a group (fp32, `partition` elements, zero padding).
-  Tensor partition_tensor(const GroupPlan& group, int part, const std::string& state) const;
+  // One state of partition `part` of a group (fp32, zero padding): its first `length` elements
+  // (-1: the whole partition).
+  Tensor partition_tensor(const GroupPlan& group, int part, const std::string& state, int64_t length = -1) const;
 
  private:
   pickle::ValuePtr model_root(int mp) const;

@@ -27,7 +27,9 @@ struct LoadOptions {
 struct LoadSummary {
   std::string output, format;
   size_t params = 0, files_written = 0;
-  uint64_t bytes_read = 0, bytes_written = 0, peak_rss_bytes = 0;
+  uint64_t bytes_read = 0;      // atomic bytes copied into target files (each DP partition once)
+  uint64_t bytes_verified = 0;  // atomic bytes read for checksum verification (each tensor once)
+  uint64_t bytes_written = 0, peak_rss_bytes = 0;
   double seconds = 0;
   int ranks = 1, threads = 1;
   nlohmann::json to_json() const;

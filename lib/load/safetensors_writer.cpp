@@ -78,10 +78,13 @@ uint64_t write_safetensors(const ModelInfo& model, UniversalReader& reader, DTyp
       f.write(h.data(), h.size());
       std::vector<uint8_t> buf;
       for (int i : shards[k]) {
-        const Tensor& u = reader.tensor(i, "fp32");
-        const size_t n = static_cast<size_t>(u.numel());
+        const auto& p = model.params[i];
+        TpSlice whole{0, {{0, p.shape.empty() ? 1 : p.shape[0]}}, p.shape, -1};
+        const size_t n = static_cast<size_t>(whole.numel());
+        std::vector<float> f32(n);
+        reader.read_range(i, "fp32", whole, 0, static_cast<int64_t>(n), f32.data());
         buf.resize(n * es);
-        convert_from_fp32(reinterpret_cast<const float*>(u.contiguous_bytes().data()), n, dtype, buf.data());
+        convert_from_fp32(f32.data(), n, dtype, buf.data());
         f.write(buf.data(), buf.size());
       }
       written[k] = f.offset();

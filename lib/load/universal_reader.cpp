@@ -1,13 +1,18 @@
 // Atomic tensor access and TP-slice range copies.
 #include "load/universal_reader.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "io/torch/torch_file.h"
-#include "ucp/save.h"
 
 namespace fs = std::filesystem;
 
@@ -21,7 +26,11 @@ UniversalReader::UniversalReader(const ModelInfo& model, std::string dir, bool v
   for (auto& e : entries_) e = std::make_unique<Entry>();
 }
 
-const Tensor& UniversalReader::tensor(int param, const std::string& state) {
+UniversalReader::Entry::~Entry() {
+  if (fd >= 0) ::close(fd);
+}
+
+UniversalReader::Entry& UniversalReader::entry(int param, const std::string& state) {
   size_t si = 0;
   while (si < model_.states.size() && model_.states[si] != state) ++si;
   if (si == model_.states.size()) throw Error("no optimizer state '" + state + "' in the universal checkpoint");
@@ -41,22 +50,66 @@ const Tensor& UniversalReader::tensor(int param, const std::string& state) {
       fail(path, "not a universal state file");
     }
     if (t.dtype() != DType::Float32) fail(path, "state tensor is " + std::string(dtype_name(t.dtype())) + ", not float32");
-    if (t.numel() != TpSlice{0, {}, p.shape, -1}.numel())
-      fail(path, "state tensor has " + std::to_string(t.numel()) + " elements but the manifest says shape of " +
-                     std::to_string(TpSlice{0, {}, p.shape, -1}.numel()));
-    t = t.contiguous();
-    if (verify_) {
-      const uint32_t crc = ucp::tensor_crc32(t);
-      if (crc != p.crc32.at(state)) {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "%08x, manifest says %08x", crc, p.crc32.at(state));
-        fail(path, std::string("checksum mismatch: crc32 ") + buf);
-      }
-    }
-    bytes_read_ += t.nbytes();
-    e.tensor = std::move(t);
+    const int64_t want = TpSlice{0, {}, p.shape, -1}.numel();
+    if (t.numel() != want)
+      fail(path, "state tensor has " + std::to_string(t.numel()) + " elements but the manifest's shape has " +
+                     std::to_string(want));
+    if (!t.is_contiguous() || !t.storage()->is_mapped()) fail(path, "state tensor is not a contiguous stored tensor");
+    // The element bytes' position in the file (storages of a zip torch file are stored records).
+    e.offset = static_cast<uint64_t>(t.contiguous_bytes().data() - tf.file->data());
+    e.path = path;
+    e.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (e.fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
   });
-  return e.tensor;
+  if (e.fd < 0) throw Error(model_.params[param].name + ": state " + state + " failed to open earlier");
+  return e;
+}
+
+namespace {
+void pread_all(int fd, void* dst, size_t n, uint64_t off, const std::string& path) {
+  auto* p = static_cast<char*>(dst);
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(off));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) fail(path, r == 0 ? "unexpected end of file" : std::string("read error: ") + std::strerror(errno));
+    p += r;
+    n -= static_cast<size_t>(r);
+    off += static_cast<uint64_t>(r);
+  }
+}
+}  // namespace
+
+void UniversalReader::check(int param, const std::string& state) {
+  Entry& e = entry(param, state);
+  if (!verifies(param)) return;
+  const auto& p = model_.params[param];
+  const uint64_t nbytes = static_cast<uint64_t>(TpSlice{0, {}, p.shape, -1}.numel()) * 4;
+  thread_local std::vector<uint8_t> buf(8u << 20);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (uint64_t done = 0; done < nbytes;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), nbytes - done));
+    pread_all(e.fd, buf.data(), n, e.offset + done, e.path);
+    crc = crc32(crc, buf.data(), static_cast<uInt>(n));
+    done += n;
+  }
+  bytes_verified_ += nbytes;
+  if (static_cast<uint32_t>(crc) != p.crc32.at(state)) {
+    char msg[64];
+    std::snprintf(msg, sizeof msg, "%08x, manifest says %08x", static_cast<unsigned>(crc), p.crc32.at(state));
+    fail(e.path, std::string("checksum mismatch: crc32 ") + msg);
+  }
+}
+
+void UniversalReader::read_range(int param, const std::string& state, const TpSlice& s, int64_t a, int64_t b,
+                                 float* dst) {
+  Entry& e = entry(param, state);
+  for_each_run(model_.params[param].shape, s, a, b, [&](int64_t src, int64_t n, int64_t at) {
+    if (src < 0)
+      std::memset(dst + at, 0, static_cast<size_t>(n) * 4);
+    else
+      pread_all(e.fd, dst + at, static_cast<size_t>(n) * 4, e.offset + static_cast<uint64_t>(src) * 4, e.path);
+  });
+  bytes_read_ += static_cast<uint64_t>(b - a) * 4;
 }
 
 pickle::ValuePtr UniversalReader::step(int param) {
@@ -67,11 +120,11 @@ pickle::ValuePtr UniversalReader::step(int param) {
   return load_torch(path);
 }
 
-void copy_flat_range(const float* src, const std::vector<int64_t>& ushape, const TpSlice& s, int64_t a, int64_t b,
-                     float* dst) {
+void for_each_run(const std::vector<int64_t>& ushape, const TpSlice& s, int64_t a, int64_t b,
+                  const std::function<void(int64_t, int64_t, int64_t)>& run) {
   if (b <= a) return;
   if (s.shape.empty()) {
-    dst[0] = src[0];
+    run(0, 1, 0);
     return;
   }
   const int d = s.dim;
@@ -80,7 +133,6 @@ void copy_flat_range(const float* src, const std::vector<int64_t>& ushape, const
   for (size_t k = d + 1; k < s.shape.size(); ++k) inner *= s.shape[k];
   const int64_t D = s.shape[d], Ud = ushape[d];
   const int64_t block = D * inner;
-  // Cumulative offsets of the pieces along dim d.
   std::vector<int64_t> cum(s.pieces.size() + 1, 0);
   for (size_t j = 0; j < s.pieces.size(); ++j) cum[j + 1] = cum[j] + s.pieces[j].second;
   int64_t i = a;
@@ -90,18 +142,27 @@ void copy_flat_range(const float* src, const std::vector<int64_t>& ushape, const
     while (!(k >= cum[j] && k < cum[j + 1])) j = (k < cum[j]) ? 0 : j + 1;
     const int64_t sk = s.pieces[j].first + (k - cum[j]);
     const int64_t piece_end_sk = s.pieces[j].first + s.pieces[j].second;
-    int64_t run;
+    int64_t n;
     if (sk < Ud) {
-      run = (std::min(piece_end_sk, Ud) - sk) * inner - x;
-      run = std::min(run, b - i);
-      std::memcpy(dst, src + (o * Ud + sk) * inner + x, static_cast<size_t>(run) * sizeof(float));
+      // Consecutive rows of one piece are consecutive in the source as well.
+      n = std::min((std::min(piece_end_sk, Ud) - sk) * inner - x, b - i);
+      run((o * Ud + sk) * inner + x, n, i - a);
     } else {
-      run = std::min((piece_end_sk - sk) * inner - x, b - i);
-      std::memset(dst, 0, static_cast<size_t>(run) * sizeof(float));
+      n = std::min((piece_end_sk - sk) * inner - x, b - i);
+      run(-1, n, i - a);
     }
-    dst += run;
-    i += run;
+    i += n;
   }
+}
+
+void copy_flat_range(const float* src, const std::vector<int64_t>& ushape, const TpSlice& s, int64_t a, int64_t b,
+                     float* dst) {
+  for_each_run(ushape, s, a, b, [&](int64_t from, int64_t n, int64_t at) {
+    if (from < 0)
+      std::memset(dst + at, 0, static_cast<size_t>(n) * sizeof(float));
+    else
+      std::memcpy(dst + at, src + from, static_cast<size_t>(n) * sizeof(float));
+  });
 }
 
 void convert_from_fp32(const float* src, size_t n, DType target, uint8_t* dst) {

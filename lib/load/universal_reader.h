@@ -3,6 +3,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -18,26 +19,46 @@ namespace ucpkit::load {
 class UniversalReader {
  public:
   UniversalReader(const ModelInfo& model, std::string dir, bool verify);
-  // The fp32 tensor of `state` of parameter `param` (contiguous, mapped). Throws Error when the
-  // file is missing, is not what the manifest says, or fails its checksum.
-  const Tensor& tensor(int param, const std::string& state);
+  // Restricts checksum verification to the parameters marked true (MPI: each atomic tensor is
+  // verified by exactly one rank, so together the ranks read every atomic byte once for it).
+  void set_verify_mask(std::vector<char> mask) { verify_mask_ = std::move(mask); }
+  bool verifies(int param) const { return verify_ && (verify_mask_.empty() || verify_mask_[param]); }
+  // Opens (once) and checks the fp32 tensor of `state` of parameter `param`: shape and dtype against
+  // the manifest, CRC-32 when verifying. Throws Error when the file is missing, is not what the
+  // manifest says, or fails its checksum.
+  void check(int param, const std::string& state);
+  // Copies elements [a, b) of the flattened TP slice `s` of that tensor into `dst` with pread (no
+  // memory map: page faults on fresh mappings cost more than the copy on virtual machines).
+  void read_range(int param, const std::string& state, const TpSlice& s, int64_t a, int64_t b, float* dst);
   // The raw step value (int or tensor) of a parameter, or nullptr when it has none.
   pickle::ValuePtr step(int param);
+  // Bytes copied out of atomic tensors into target files, and bytes read to verify checksums.
   uint64_t bytes_read() const { return bytes_read_; }
+  uint64_t bytes_verified() const { return bytes_verified_; }
+  void count_read(uint64_t n) { bytes_read_ += n; }
   const std::string& dir() const { return dir_; }
 
  private:
   struct Entry {
     std::once_flag once;
-    Tensor tensor;
+    int fd = -1;
+    uint64_t offset = 0;  // of the tensor's elements in the file
+    std::string path;
+    ~Entry();
   };
+  Entry& entry(int param, const std::string& state);
   const ModelInfo& model_;
   std::string dir_;
   bool verify_;
   std::vector<std::unique_ptr<Entry>> entries_;  // [param * states + state]
-  std::atomic<uint64_t> bytes_read_{0};
+  std::vector<char> verify_mask_;
+  std::atomic<uint64_t> bytes_read_{0}, bytes_verified_{0};
 };
 
+// Calls run(src_element or -1 for zeros, count, dst_element) for the contiguous runs that make up
+// elements [a, b) of the flattened TP slice `s` of a universal tensor of shape `ushape`.
+void for_each_run(const std::vector<int64_t>& ushape, const TpSlice& s, int64_t a, int64_t b,
+                  const std::function<void(int64_t, int64_t, int64_t)>& run);
 // Copies elements [a, b) of the flattened TP slice `s` of a universal tensor with data `src` and
 // shape `ushape` into `dst` (fp32). Vocabulary padding rows read as zeros.
 void copy_flat_range(const float* src, const std::vector<int64_t>& ushape, const TpSlice& s, int64_t a, int64_t b,
