@@ -27,16 +27,18 @@ now() { date +%s.%N; }
 rm -rf "$work/out" "$work/out.copy" "$work/out-mpi" "$work/latest_universal"
 cat "${inputs[@]}" > /dev/null   # same page-cache state for every measurement
 
-t0=$(now); cat "${inputs[@]}" > /dev/null; t1=$(now)
+t0=$(now); /usr/bin/time -f "%U %S" -o "$work/read.cpu" cat "${inputs[@]}" > /dev/null; t1=$(now)
 read_floor=$(echo "$t1 - $t0" | bc)
 
-"$bin/ucp-union" -q --json --input "$ck" --output "$work/out" > "$work/union.json"
+/usr/bin/time -f "%U %S" -o "$work/union.cpu" "$bin/ucp-union" -q --json --input "$ck" --output "$work/out" > "$work/union.json"
+union_cpu=$(awk '{print $1 + $2}' "$work/union.cpu")
 union_s=$($py -c "import json;print(json.load(open('$work/union.json'))['seconds'])")
 rss=$($py -c "import json;print(json.load(open('$work/union.json'))['peak_rss_bytes'])")
 params=$($py -c "import json;print(json.load(open('$work/union.json'))['params'])")
 out_bytes=$(du -sb "$work/out" | cut -f1)
 
-t0=$(now); cp -r "$work/out" "$work/out.copy"; t1=$(now)
+t0=$(now); /usr/bin/time -f "%U %S" -o "$work/copy.cpu" cp -r "$work/out" "$work/out.copy"; t1=$(now)
+floor_cpu=$(cat "$work/read.cpu" "$work/copy.cpu" | awk '{s += $1 + $2} END {print s}')
 write_floor=$(echo "$t1 - $t0" | bc)
 rm -rf "$work/out.copy"
 floor=$(echo "$read_floor + $write_floor" | bc)
@@ -59,6 +61,7 @@ bench_ucp: GPT hidden=$HIDDEN layers=$LAYERS vocab=$VOCAB, bf16 ZeRO-1, TP=2 PP=
   ucp-union (1 process, 2 threads): ${union_s}s, peak RSS $((rss/1048576)) MiB
   I/O floor (cat inputs + cp -r output): ${floor}s (read ${read_floor}s + copy ${write_floor}s)
   ratio to floor:                   ${ratio}x  (target <= 1.5x)
+  CPU seconds (user+sys):           ucp-union ${union_cpu}s, floor ${floor_cpu}s; load average $(cut -d' ' -f1 /proc/loadavg)
   mpirun -np 2 (wall incl. start):  ${mpi_s}s, output identical to 1 process: $mpi_same
 REPORT
 
