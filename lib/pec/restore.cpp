@@ -151,56 +151,41 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   json experts = json::array();
   TokenMatrix lost = zero_tokens(shape.experts_per_layer);
   std::map<std::pair<int, int>, const Manifest*> source_of;
-  // Reading, decompressing and verifying the copies runs in parallel; placing them is serial.
-  struct ExpertJob {
-    int l = 0, e = 0;
-    const Manifest* used = nullptr;
-    std::vector<std::pair<const FileEntry*, std::vector<uint8_t>>> parts;
-    std::vector<std::string> warnings;
-    std::string why;
-  };
-  std::vector<ExpertJob> jobs;
+  tool::Progress bar("pec-restore experts", static_cast<uint64_t>(shape.total_experts()));
   for (int l = 0; l < shape.num_layers(); ++l)
-    for (int e = 0; e < shape.experts_per_layer[static_cast<size_t>(l)]; ++e) jobs.push_back({l, e});
-  tool::Progress bar("pec-restore experts", static_cast<uint64_t>(jobs.size()));
-  tbb::parallel_for(size_t{0}, jobs.size(), [&](size_t j) {
-    ExpertJob& job = jobs[j];
-    for (const auto& [ti, m] : all) {
-      if (m.step > target) continue;
-      const ExpertEntry* x = m.find_expert(job.l, job.e);
-      if (!x) continue;
-      try {
-        std::vector<std::pair<const FileEntry*, std::vector<uint8_t>>> parts;
-        for (const auto& f : x->files) parts.emplace_back(&f, tiers[ti]->read_file(f));
-        job.parts = std::move(parts);
-        job.used = &m;
-        break;
-      } catch (const ObjectError& err) {
-        job.why = err.what();
-        job.warnings.push_back("expert " + std::to_string(job.e) + " of MoE layer " + std::to_string(job.l) + ": copy of step " +
-                               std::to_string(m.step) + " in the " + tiers[ti]->tier() + " tier is damaged (" + err.what() +
-                               "); trying an older copy");
+    for (int e = 0; e < shape.experts_per_layer[static_cast<size_t>(l)]; ++e) {
+      bar.advance();
+      const Manifest* used = nullptr;
+      std::string why;
+      for (const auto& [ti, m] : all) {
+        if (m.step > target) continue;
+        const ExpertEntry* x = m.find_expert(l, e);
+        if (!x) continue;
+        try {
+          std::vector<std::pair<const FileEntry*, std::vector<uint8_t>>> parts;
+          for (const auto& f : x->files) parts.emplace_back(&f, tiers[ti]->read_file(f));
+          for (auto& [f, bytes] : parts) {
+            if (f->ranges.is_null()) {
+              files[f->path] = std::move(bytes);
+            } else {
+              auto it = files.find(f->path);
+              if (it == files.end()) fail(f->path, "expert fragment saved for a file the non-expert state lacks");
+              patch_expert_part(it->second, f->path, ranges_from_json(f->ranges), bytes, touched[f->path]);
+            }
+          }
+          used = &m;
+          break;
+        } catch (const ObjectError& err) {
+          why = err.what();
+          warn("expert " + std::to_string(e) + " of MoE layer " + std::to_string(l) + ": copy of step " + std::to_string(m.step) +
+               " in the " + tiers[ti]->tier() + " tier is damaged (" + err.what() + "); trying an older copy");
+        }
       }
+      if (!used)
+        fail(o.store, "expert " + std::to_string(e) + " of MoE layer " + std::to_string(l) + " has no intact copy at or before step " +
+                          std::to_string(target) + (why.empty() ? "" : " (last error: " + why + ")"));
+      source_of[{l, e}] = used;
     }
-    bar.advance();
-  });
-  for (auto& job : jobs) {
-    for (const auto& w : job.warnings) warn(w);
-    if (!job.used)
-      fail(o.store, "expert " + std::to_string(job.e) + " of MoE layer " + std::to_string(job.l) + " has no intact copy at or before step " +
-                        std::to_string(target) + (job.why.empty() ? "" : " (last error: " + job.why + ")"));
-    for (auto& [f, bytes] : job.parts) {
-      if (f->ranges.is_null()) {
-        files[f->path] = std::move(bytes);
-      } else {
-        auto it = files.find(f->path);
-        if (it == files.end()) fail(f->path, "expert fragment saved for a file the non-expert state lacks");
-        patch_expert_part(it->second, f->path, ranges_from_json(f->ranges), bytes, touched[f->path]);
-      }
-      std::vector<uint8_t>().swap(bytes);
-    }
-    source_of[{job.l, job.e}] = job.used;
-  }
   bar.finish();
   for (auto& [path, recs] : touched) finish_patched_file(files.at(path), path, recs);
 
