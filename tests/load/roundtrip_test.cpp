@@ -212,6 +212,25 @@ TEST(LoadBadInput, ClearErrorNonZeroExitNothingWritten) {
     EXPECT_EQ(e.path().filename().string().find(".ucp-load-tmp"), std::string::npos) << e.path();
 }
 
+TEST(LoadMpi, TwoRanksWriteTheSameFilesAndVerifyEachTensorOnce) {
+  std::string out;
+  if (sh("command -v mpirun", &out) != 0) GTEST_SKIP() << "no mpirun";
+  const fs::path d = scratch("mpi");
+  const std::string args = " --tp 2 --pp 1 --dp 3 --zero-stage 1 --vocab-multiple 8 --json -q";
+  ASSERT_EQ(sh(kBin + "/ucp-load --input " + universal().string() + " --output " + (d / "one").string() + args, &out), 0)
+      << out;
+  const auto one = nlohmann::json::parse(out);
+  ASSERT_EQ(sh("mpirun --allow-run-as-root --oversubscribe -np 2 " + kBin + "/ucp-load --input " + universal().string() +
+                   " --output " + (d / "two").string() + args + " 2>/dev/null",
+               &out),
+            0)
+      << out;
+  const auto two = nlohmann::json::parse(out);
+  EXPECT_EQ(two["mpi_ranks"], 2);
+  EXPECT_EQ(two["bytes_verified"], one["bytes_verified"]);  // every atomic tensor checked exactly once
+  EXPECT_EQ(sh("diff -r " + (d / "one").string() + " " + (d / "two").string(), &out), 0) << out;
+}
+
 TEST(LoadDevice, CudaWithoutGpuSaysSoAndExitsCleanly) {
   std::string out;
   const int rc = sh(kBin + "/ucp-load --device cuda --input " + universal().string() +
