@@ -260,6 +260,10 @@ class Pickler {
           out_ += '}';
         memoize(p);
         setitems(v.entries);
+        if (v.dict_state) {  // OrderedDict attributes (a state_dict's _metadata) via BUILD
+          save(v.dict_state);
+          out_ += 'b';
+        }
         break;
       case Kind::Set:
       case Kind::FrozenSet:

@@ -348,8 +348,11 @@ ValuePtr Unpickler::reduce(ValuePtr callable, ValuePtr args) {
       }
       return Value::bytes(std::move(out));
     }
-    if ((m == "builtins" || m == "__builtin__") && n == "bytearray" && !a.empty() && a[0]->kind == Kind::Bytes)
-      return Value::bytes(a[0]->s);
+    if ((m == "builtins" || m == "__builtin__") && (n == "bytearray" || n == "bytes")) {
+      // Python 2-compatible pickles write b'' as __builtin__.bytes() (REDUCE with no arguments).
+      if (a.empty()) return Value::bytes({});
+      if (a[0]->kind == Kind::Bytes) return Value::bytes(a[0]->s);
+    }
   }
   auto v = std::make_shared<Value>();
   v->kind = Kind::Object;
@@ -637,6 +640,8 @@ ValuePtr Unpickler::run(size_t* consumed) {
         Value& obj = *top();
         if (obj.kind == Kind::Object) {
           obj.object->state = std::move(state);
+        } else if (obj.kind == Kind::Dict && !state->is_none()) {
+          obj.dict_state = std::move(state);  // e.g. OrderedDict._metadata of a state_dict
         } else if (!state->is_none() && obj.kind != Kind::Tensor && obj.kind != Kind::Dict) {
           error("BUILD on a " + std::string(kind_name(obj.kind)));
         }
@@ -746,6 +751,7 @@ void Unpickler::validate(const ValuePtr& root) {
       c.push_back(k.get());
       c.push_back(val.get());
     }
+    if (v->dict_state) c.push_back(v->dict_state.get());
     if (v->object) {
       for (auto* p : {v->object->callable.get(), v->object->args.get(), v->object->kwargs.get(), v->object->state.get()})
         if (p) c.push_back(p);

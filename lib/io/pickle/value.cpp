@@ -357,6 +357,7 @@ ValuePtr deep_copy(const ValuePtr& root) {
       k = copy(k);
       val = copy(val);
     }
+    c->dict_state = copy(c->dict_state);
     if (v->tensor) c->tensor = std::make_shared<ucpkit::Tensor>(*v->tensor);
     if (v->object) {
       auto o = std::make_shared<Object>(*v->object);
@@ -392,6 +393,7 @@ void release_tree(ValuePtr root) {
       take(val);
     }
     v->entries.clear();
+    take(v->dict_state);
     if (v->object) {
       auto o = std::move(v->object);
       take(o->callable);

@@ -49,6 +49,7 @@ struct Value {
   std::vector<ValuePtr> items;   // List, Tuple, Set, FrozenSet
   std::vector<Entry> entries;    // Dict (insertion order kept)
   bool ordered = false;          // Dict: collections.OrderedDict
+  ValuePtr dict_state;           // Dict: argument of a BUILD on it (a state_dict's `_metadata` attribute), or null
   std::vector<int64_t> shape;    // Shape
   DType dtype = DType::Float32;  // Dtype
   std::shared_ptr<ucpkit::Tensor> tensor;
