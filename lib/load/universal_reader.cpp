@@ -3,13 +3,13 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 
+#include "core/crc32.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "io/torch/torch_file.h"
@@ -85,15 +85,15 @@ void UniversalReader::check(int param, const std::string& state) {
   const auto& p = model_.params[param];
   const uint64_t nbytes = static_cast<uint64_t>(TpSlice{0, {}, p.shape, -1}.numel()) * 4;
   thread_local std::vector<uint8_t> buf(8u << 20);
-  uLong crc = crc32(0L, Z_NULL, 0);
+  uint32_t crc = 0;
   for (uint64_t done = 0; done < nbytes;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), nbytes - done));
     pread_all(e.fd, buf.data(), n, e.offset + done, e.path);
-    crc = crc32(crc, buf.data(), static_cast<uInt>(n));
+    crc = crc32_update(crc, {buf.data(), n});
     done += n;
   }
   bytes_verified_ += nbytes;
-  if (static_cast<uint32_t>(crc) != p.crc32.at(state)) {
+  if (crc != p.crc32.at(state)) {
     char msg[64];
     std::snprintf(msg, sizeof msg, "%08x, manifest says %08x", static_cast<unsigned>(crc), p.crc32.at(state));
     fail(e.path, std::string("checksum mismatch: crc32 ") + msg);

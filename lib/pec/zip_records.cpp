@@ -1,11 +1,11 @@
 // Minimal zip directory walk (EOCD, ZIP64 EOCD, central entries, local headers).
 #include "pec/zip_records.h"
 
-#include <zlib.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "core/crc32.h"
 #include "core/error.h"
 
 namespace ucpkit::pec {
@@ -76,22 +76,16 @@ std::map<std::string, ZipRecordPos> zip_records(std::span<const uint8_t> f, cons
 }
 
 void fix_zip_crc(std::span<uint8_t> f, const ZipRecordPos& r) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  uint64_t off = 0;
-  while (off < r.size) {
-    uInt n = static_cast<uInt>(std::min<uint64_t>(r.size - off, 1u << 30));
-    crc = crc32(crc, f.data() + r.data_offset + off, n);
-    off += n;
-  }
-  wr32(f, r.central_entry + 16, static_cast<uint32_t>(crc));
+  const uint32_t crc = crc32_parallel(f.subspan(r.data_offset, r.size));
+  wr32(f, r.central_entry + 16, crc);
   const uint16_t flags = static_cast<uint16_t>(f[r.local_header + 6] | (f[r.local_header + 7] << 8));
   if (flags & 0x8) {
     // CRC and sizes follow the data in a data descriptor (torch.save writes them this way).
     uint64_t d = r.data_offset + r.size;
     if (d + 4 <= f.size() && f[d] == 0x50 && f[d + 1] == 0x4b && f[d + 2] == 0x07 && f[d + 3] == 0x08) d += 4;
-    if (d + 4 <= f.size()) wr32(f, d, static_cast<uint32_t>(crc));
+    if (d + 4 <= f.size()) wr32(f, d, crc);
   } else {
-    wr32(f, r.local_header + 14, static_cast<uint32_t>(crc));
+    wr32(f, r.local_header + 14, crc);
   }
 }
 

@@ -1,12 +1,11 @@
 // Universal layout files.
 #include "ucp/save.h"
 
-#include <tbb/parallel_for.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "core/crc32.h"
 #include "core/error.h"
 
 namespace ucpkit::ucp {
@@ -83,20 +82,7 @@ ValuePtr common_optimizer_state(const ValuePtr& root, const std::string& path) {
 
 uint32_t tensor_crc32(const Tensor& t) {
   auto c = t.contiguous();
-  auto b = c.contiguous_bytes();
-  // Chunks in parallel, joined with crc32_combine: the same value as one sequential pass.
-  constexpr size_t kChunk = 8 << 20;
-  const size_t n = (b.size() + kChunk - 1) / kChunk;
-  if (n <= 1) return static_cast<uint32_t>(crc32_z(crc32(0L, Z_NULL, 0), b.data(), b.size()));
-  std::vector<uLong> part(n);
-  tbb::parallel_for(size_t{0}, n, [&](size_t k) {
-    const size_t off = k * kChunk, len = std::min(kChunk, b.size() - off);
-    part[k] = crc32_z(0, b.data() + off, len);
-  });
-  uLong crc = crc32(0L, Z_NULL, 0);
-  for (size_t k = 0; k < n; ++k)
-    crc = crc32_combine(crc, part[k], static_cast<z_off_t>(std::min(kChunk, b.size() - k * kChunk)));
-  return static_cast<uint32_t>(crc);
+  return crc32_parallel(c.contiguous_bytes());
 }
 
 }  // namespace ucpkit::ucp

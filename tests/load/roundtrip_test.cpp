@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/process.h"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -32,12 +34,8 @@ int sh(const std::string& cmd, std::string* out = nullptr) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-std::string scratch(const std::string& name) {
-  const fs::path d = fs::path(UCPKIT_BUILD_DIR) / "scratch-load" / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
-}
+// A fresh folder per test process (name + pid): tests running at once never share one.
+std::string scratch(const std::string& name) { return ucpkit::testing::scratch_dir(name); }
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -118,7 +116,8 @@ INSTANTIATE_TEST_SUITE_P(Ci, RoundTrip, ::testing::Range(0, kCiCases));
 
 TEST(RoundTripCases, EveryCiCaseHasATestInstance) { EXPECT_EQ(cases().size(), static_cast<size_t>(kCiCases)); }
 
-// A universal checkpoint of the first case, made once.
+// A universal checkpoint of the first case, made once per test process (ctest runs each test in its
+// own process, several at once: each gets its own folder so none removes another's).
 const fs::path& universal() {
   static fs::path u = [] {
     const fs::path d = scratch("shared");

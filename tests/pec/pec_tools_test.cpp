@@ -11,6 +11,8 @@
 #include <set>
 #include <sstream>
 
+#include "support/process.h"
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -26,12 +28,8 @@ std::string step_dir(const std::string& family, int64_t step) {
 std::string universal(int64_t step) { return ckpt("ds", step) + "/truth/universal"; }
 std::string tokens(int64_t step) { return kFx + "/tokens/step" + std::to_string(step) + ".json"; }
 
-std::string scratch(const std::string& name) {
-  std::string d = std::string(UCPKIT_BUILD_DIR) + "/pec-scratch/" + name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+// A fresh folder per test process (name + pid): tests running at once never share one.
+std::string scratch(const std::string& name) { return ucpkit::testing::scratch_dir(name); }
 
 // Runs a shell command; returns its exit code (128 + signal when killed). Output goes to `log`.
 int sh(const std::string& cmd, const std::string& log = "/dev/null") {

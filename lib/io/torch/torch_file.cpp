@@ -6,6 +6,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "core/crc32.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "io/pickle/pickler.h"
@@ -55,7 +56,7 @@ TorchFile load_zip(std::shared_ptr<const MappedFile> file, const TorchLoadOption
   if (!pkl) fail(path, "zip: no data.pkl record");
   if (options.verify_crc)
     for (const auto& [name, rec] : zip.records())
-      if (crc32_of(zip.bytes(rec)) != rec.crc32) fail(path, "zip: CRC-32 mismatch in record '" + name + "'");
+      if (crc32_parallel(zip.bytes(rec)) != rec.crc32) fail(path, "zip: CRC-32 mismatch in record '" + name + "'");
 
   std::unordered_map<std::string, std::shared_ptr<Storage>> storages;
   pickle::UnpickleOptions uo;

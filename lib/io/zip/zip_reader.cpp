@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
-#include "io/zip/zip_writer.h"
+#include "core/crc32.h"
 
 namespace ucpkit {
 namespace {
@@ -127,7 +127,7 @@ std::span<const uint8_t> ZipReader::bytes(const ZipRecord& r) const {
 void ZipReader::verify_crc(const std::string& relative_name) const {
   auto r = find(relative_name);
   if (!r) fail(file_->path(), "zip: no record '" + relative_name + "'");
-  if (crc32_of(bytes(*r)) != r->crc32) fail(file_->path(), "zip: CRC-32 mismatch in record '" + relative_name + "'");
+  if (crc32_parallel(bytes(*r)) != r->crc32) fail(file_->path(), "zip: CRC-32 mismatch in record '" + relative_name + "'");
 }
 
 }  // namespace ucpkit

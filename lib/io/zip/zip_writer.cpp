@@ -1,17 +1,14 @@
 // Zip container writer in torch.save's layout.
 #include "io/zip/zip_writer.h"
 
-#include <tbb/parallel_for.h>
-#include <zlib.h>
-
 #include "core/atomic_file.h"
+#include "core/crc32.h"
 #include "core/error.h"
 
 namespace ucpkit {
 namespace {
 
 constexpr uint64_t kAlign = 64;
-constexpr size_t kCrcChunk = 8 << 20;
 
 struct Bytes {
   std::string b;
@@ -27,25 +24,6 @@ constexpr uint16_t kDosTime = 0, kDosDate = (1 << 5) | 1;  // 1980-01-01: reprod
 
 }  // namespace
 
-uint32_t crc32_of(std::span<const uint8_t> data, uint32_t crc) {
-  if (data.size() <= kCrcChunk) {
-    return static_cast<uint32_t>(::crc32_z(crc, data.data(), data.size()));
-  }
-  // Large records: CRC chunks in parallel, then combine.
-  size_t n = (data.size() + kCrcChunk - 1) / kCrcChunk;
-  std::vector<uLong> part(n);
-  tbb::parallel_for(size_t{0}, n, [&](size_t k) {
-    size_t off = k * kCrcChunk, len = std::min(kCrcChunk, data.size() - off);
-    part[k] = ::crc32_z(0, data.data() + off, len);
-  });
-  uLong r = crc;
-  for (size_t k = 0; k < n; ++k) {
-    size_t len = std::min(kCrcChunk, data.size() - k * kCrcChunk);
-    r = ::crc32_combine(r, part[k], static_cast<z_off_t>(len));
-  }
-  return static_cast<uint32_t>(r);
-}
-
 ZipWriter::ZipWriter(const std::string& path, bool durable) : out_(std::make_unique<AtomicFile>(path, durable)) {}
 ZipWriter::~ZipWriter() = default;
 
@@ -57,7 +35,7 @@ void ZipWriter::add(const std::string& name, const std::vector<std::span<const u
   uint64_t size = 0;
   uint32_t crc = 0;
   for (auto p : parts) {
-    crc = crc32_of(p, crc);
+    crc = crc32_parallel(p, crc);
     size += p.size();
   }
   const uint64_t offset = out_->offset();

@@ -31,6 +31,4 @@ class ZipWriter {
   std::vector<Entry> entries_;
 };
 
-uint32_t crc32_of(std::span<const uint8_t> data, uint32_t crc = 0);
-
 }  // namespace ucpkit
