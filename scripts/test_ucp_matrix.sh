@@ -38,7 +38,14 @@ cases=(
   "gpt-zero3-dp3-subgroups-fp16:--model gpt --zero 3 --dp 3 --sub-group-size 3000 --dtype fp16"
   "gpt-zero3-dp40-empty-slices:--model gpt --zero 3 --dp 40 --sub-group-size 2000"
   "llama-zero3-dp4-bf16:--model llama --zero 3 --dp 4 --heads 4 --kv-heads 2"
+  "gpt-zero3-tp2-dp3-empty-slices:--model gpt --zero 3 --tp 2 --dp 3 --hidden 4 --heads 2 --ffn 8 --vocab 10 --seq 2 --layers 2 --sub-group-size 8"
+  "gpt-zero3-tp4-dp5-subgroups-fp16:--model gpt --zero 3 --tp 4 --dp 5 --sub-group-size 500 --dtype fp16"
+  "gpt-untied-swiglu-zero3-tp2-dp4:--model gpt --untied --swiglu --zero 3 --tp 2 --dp 4 --sub-group-size 3000"
+  "gpt-zero3-tp8-dp16-fp32:--model gpt --zero 3 --tp 8 --dp 16 --hidden 64 --ffn 128 --heads 8 --sub-group-size 1000 --dtype fp32"
+  "llama-zero3-tp4-dp3-gqa:--model llama --zero 3 --tp 4 --dp 3 --heads 8 --kv-heads 4 --hidden 64 --ffn 96 --sub-group-size 2000"
+  "mixtral-zero3-tp2-dp2-step-tensor:--model mixtral --zero 3 --tp 2 --dp 2 --heads 4 --kv-heads 2 --step-tensor"
   "gpt-nouc-patterns:--model gpt --tp 2 --dp 2 --no-uc-info"
+  "gpt-zero3-tp2-nouc-patterns:--model gpt --zero 3 --tp 2 --dp 2 --no-uc-info"
 )
 for c in "${cases[@]}"; do
   name=${c%%:*}; args=${c#*:}

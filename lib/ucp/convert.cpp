@@ -392,7 +392,7 @@ ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, S
   for (const auto& state : p.states) {
     Tensor joined;
     ValuePtr value;
-    if (flat) {  // ds_to_universal's ZeRO-3 (TP = 1) output: the bare 1-D tensor, padding kept
+    if (flat) {  // ds_to_universal's ZeRO-3 (TP = 1) output: the bare 1-D tensor (DP padding dropped)
       SliceBuffer b = read_slices(cache, p, state, &r.bytes_read);
       const int64_t n = static_cast<int64_t>(b.bytes.size() / dtype_size(b.dtype));
       joined = Tensor::from_bytes(b.dtype, {n}, std::move(b.bytes));
@@ -489,7 +489,9 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
   std::stable_sort(mine.begin(), mine.end(), [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
 
   std::vector<ParamResult> results(plan.params.size());
-  const bool flat = plan.source.value("zero_stage", 1) == 3;
+  // ZeRO-3 with TP = 1 gives bare 1-D tensors; with TP > 1 ds_to_universal joins the TP slices by the
+  // patterns (merge_tp_slices), so the output is the ZeRO-1/2 dict form.
+  const bool flat = plan.source.value("zero_stage", 1) == 3 && plan.source.value("tp", 1) == 1;
   const int threads = thread_count(options.threads);
   UnionOptions uo;
   uo.tolerance = options.tolerance;

@@ -58,6 +58,22 @@ void collect_shapes(const ValuePtr& model, std::map<std::string, std::vector<int
       if (v && v->kind == Kind::Tensor) shapes[k->as_str()] = v->tensor->shape();
 }
 
+// mp_world_size and Megatron's args against the degrees the file names give.
+void check_model_parallel_sizes(const ValuePtr& root, const std::string& path, const layout::DeepSpeedLayout& L) {
+  if (auto v = root->get("mp_world_size"); v && !v->is_none() && v->as_int() != L.tp && v->as_int() != L.tp * L.pp)
+    fail(path, "inconsistent world sizes: mp_world_size is " + std::to_string(v->as_int()) + " but the files say tp=" +
+                   std::to_string(L.tp));
+  if (auto args = root->get("args"); args && args->kind == Kind::Object) {
+    auto check = [&](const char* field, int expect) {
+      if (auto a = args->attr(field); a && a->kind == Kind::Int && a->i != expect)
+        fail(path, std::string("inconsistent world sizes: args.") + field + " is " + std::to_string(a->i) +
+                       " but the files say " + std::to_string(expect));
+    };
+    check("tensor_model_parallel_size", L.tp);
+    check("pipeline_model_parallel_size", L.pp);
+  }
+}
+
 }  // namespace
 
 // Patterns: an explicit file wins; else the checkpoint's own.
@@ -95,79 +111,123 @@ static patterns::PatternSet choose_patterns(const ExtractOptions& options, const
 
 
 // ZeRO-3: every parameter is split on its own into ceil(numel/dp) slices (padding at the end);
-// a rank's flat sub-group is the concatenation of its slices, in param_shapes order.
+// a rank's flat sub-group is the concatenation of its slices, in param_shapes order. With tensor
+// parallelism (Megatron-DeepSpeed, AutoTP) each TP rank t writes its own
+// zero_pp_rank_<dp>_mp_rank_<t>_* files whose param_shapes are that rank's TP-slice shapes: the
+// TP slice is assembled from its DP slices, then the slices are joined across TP by the patterns
+// as for ZeRO-1/2 (what ds_to_universal's merge_tp_slices does for stage 3 with tp_degree > 1).
 static Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& options) {
-  if (L.mp_count() != 1)
-    throw Error(L.dir + ": ZeRO-3 with tensor parallelism (" + std::to_string(L.mp_count()) +
-                " model-parallel ranks) is not supported");
+  if (L.pipeline || L.pp != 1)
+    throw Error(L.dir + ": ZeRO-3 with pipeline parallelism is not supported (DeepSpeed's PipelineEngine "
+                        "refuses ZeRO stage 2 and 3, so such checkpoints are not written)");
+  using SubGroups = std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>>;
   Plan plan;
-  const std::string& model_path = L.zero3_model_files[0][0];
-  ValuePtr model = load_torch(model_path);
-  if (!model || model->kind != Kind::Dict) fail(model_path, "not a model-states dict");
-  if (auto v = model->get("dp_world_size"); v && !v->is_none() && v->as_int() != L.dp)
-    fail(model_path, "inconsistent world sizes: dp_world_size is " + std::to_string(v->as_int()) + " but " +
-                         std::to_string(L.dp) + " ZeRO-3 shards were found");
-  auto ps = model->get("param_shapes");
-  if (!ps || !ps->is_sequence()) fail(model_path, "ZeRO-3 model states have no param_shapes list");
-  std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>> sub_groups;
-  for (const auto& g : ps->items) {
-    if (!g || g->kind != Kind::Dict) fail(model_path, "param_shapes entry is not a dict");
-    auto& row = sub_groups.emplace_back();
-    for (const auto& [k, v] : g->entries) row.emplace_back(k->as_str(), v->as_shape());
-  }
-  const patterns::PatternSet pset = choose_patterns(options, model->get("universal_checkpoint_info"), L, plan);
-  std::map<std::string, size_t> index;
-  for (int d = 0; d < L.dp; ++d) {
-    const std::string& path = L.optim_files[0][d];
-    ShardView shard(load_torch(path), path);
-    if (!shard.zero3()) fail(path, "ZeRO-3 model files but this optimizer shard is not ZeRO-3");
-    if (auto pc = shard.group_info(0).partition_count; pc >= 0 && pc != L.dp)
-      fail(path, "inconsistent world sizes: partition_count is " + std::to_string(pc) + " but " +
-                     std::to_string(L.dp) + " shards were found");
-    if (shard.groups() != static_cast<int>(sub_groups.size()))
-      fail(path, std::to_string(shard.groups()) + " sub-groups but param_shapes lists " +
-                     std::to_string(sub_groups.size()));
-    const int file_index = static_cast<int>(plan.files.size());
-    plan.files.push_back(path);
-    for (int g = 0; g < shard.groups(); ++g) {
-      int64_t offset = 0;
-      for (const auto& [name, shape] : sub_groups[g]) {
-        const int64_t n = numel_of(shape), per = (n + L.dp - 1) / L.dp;
-        const int64_t have = std::max<int64_t>(0, std::min(per, n - d * per));
-        auto [it, fresh] = index.emplace(name, plan.params.size());
-        if (fresh) {
-          ParamPlan p;
-          p.name = name;
-          p.tp_shapes = {shape};
-          p.fragments.assign(1, {});
-          p.states = shard.states(g);
-          if (shard.has_step(g)) {
-            p.step_file = file_index;
-            p.step_group = g;
-          }
-          plan.params.push_back(std::move(p));
-        }
-        if (have > 0) plan.params[it->second].fragments[0].push_back({file_index, g, offset, have, d});
-        offset += per;
-      }
-      if (offset != shard.state_tensor(g, "fp32").numel())
-        fail(path, "sub-group " + std::to_string(g) + " holds " + std::to_string(shard.state_tensor(g, "fp32").numel()) +
-                       " elements but its parameters need " + std::to_string(offset));
+  std::vector<SubGroups> sub_groups(L.tp);  // [tp][sub-group]
+  ValuePtr uc_info;
+  for (int t = 0; t < L.tp; ++t) {
+    const std::string& model_path = L.zero3_model_files[t][0];
+    ValuePtr model = load_torch(model_path);
+    if (!model || model->kind != Kind::Dict) fail(model_path, "not a model-states dict");
+    if (auto v = model->get("dp_world_size"); v && !v->is_none() && v->as_int() != L.dp)
+      fail(model_path, "inconsistent world sizes: dp_world_size is " + std::to_string(v->as_int()) + " but " +
+                           std::to_string(L.dp) + " ZeRO-3 shards were found");
+    check_model_parallel_sizes(model, model_path, L);
+    auto ps = model->get("param_shapes");
+    if (!ps || !ps->is_sequence()) fail(model_path, "ZeRO-3 model states have no param_shapes list");
+    for (const auto& g : ps->items) {
+      if (!g || g->kind != Kind::Dict) fail(model_path, "param_shapes entry is not a dict");
+      auto& row = sub_groups[t].emplace_back();
+      for (const auto& [k, v] : g->entries) row.emplace_back(k->as_str(), v->as_shape());
     }
+    if (t == 0) uc_info = model->get("universal_checkpoint_info");
   }
-  for (const auto& p : plan.params) {
-    int64_t have = 0;
-    for (const auto& f : p.fragments[0]) have += f.numel;
-    if (have != numel_of(p.tp_shapes[0]))
-      throw Error(L.dir + ": parameter " + p.name + ": ZeRO-3 slices hold " + std::to_string(have) + " of " +
-                  std::to_string(numel_of(p.tp_shapes[0])) + " elements");
+  const patterns::PatternSet pset = choose_patterns(options, uc_info, L, plan);
+  // Parameters in TP rank 0's param_shapes order; every TP rank must list the same names.
+  std::map<std::string, size_t> index;
+  for (const auto& row : sub_groups[0])
+    for (const auto& [name, shape] : row) {
+      if (!index.emplace(name, plan.params.size()).second)
+        fail(L.zero3_model_files[0][0], "parameter " + name + " listed twice in param_shapes");
+      ParamPlan p;
+      p.name = name;
+      p.tp_shapes.assign(L.tp, {});
+      p.fragments.assign(L.tp, {});
+      plan.params.push_back(std::move(p));
+    }
+  for (int t = 0; t < L.tp; ++t) {
+    size_t listed = 0;
+    for (const auto& row : sub_groups[t])
+      for (const auto& [name, shape] : row) {
+        auto it = index.find(name);
+        if (it == index.end())
+          fail(L.zero3_model_files[t][0], "parameter " + name + " is not in tp rank 0's param_shapes");
+        plan.params[it->second].tp_shapes[t] = shape;
+        ++listed;
+      }
+    if (listed != plan.params.size())
+      fail(L.zero3_model_files[t][0], "param_shapes lists " + std::to_string(listed) + " parameters but tp rank 0's lists " +
+                                          std::to_string(plan.params.size()));
+  }
+  for (int t = 0; t < L.tp; ++t)
+    for (int d = 0; d < L.dp; ++d) {
+      const std::string& path = L.optim_files[t][d];
+      ShardView shard(load_torch(path), path);
+      if (!shard.zero3()) fail(path, "ZeRO-3 model files but this optimizer shard is not ZeRO-3");
+      if (auto pc = shard.group_info(0).partition_count; pc >= 0 && pc != L.dp)
+        fail(path, "inconsistent world sizes: partition_count is " + std::to_string(pc) + " but " +
+                       std::to_string(L.dp) + " shards were found");
+      const auto& groups = sub_groups[t];
+      if (shard.groups() != static_cast<int>(groups.size()))
+        fail(path, std::to_string(shard.groups()) + " sub-groups but param_shapes lists " + std::to_string(groups.size()));
+      const int file_index = static_cast<int>(plan.files.size());
+      plan.files.push_back(path);
+      for (int g = 0; g < shard.groups(); ++g) {
+        int64_t offset = 0;
+        for (const auto& [name, shape] : groups[g]) {
+          const int64_t n = numel_of(shape), per = (n + L.dp - 1) / L.dp;
+          const int64_t have = std::max<int64_t>(0, std::min(per, n - d * per));
+          ParamPlan& p = plan.params[index.at(name)];
+          if (t == 0 && d == 0) {
+            p.states = shard.states(g);
+            if (shard.has_step(g)) {
+              p.step_file = file_index;
+              p.step_group = g;
+            }
+          } else if (shard.states(g) != p.states) {
+            fail(path, "parameter " + name + ": sub-group " + std::to_string(g) +
+                           " holds other optimizer states than tp rank 0, dp rank 0");
+          }
+          if (have > 0) p.fragments[t].push_back({file_index, g, offset, have, d});
+          offset += per;
+        }
+        if (offset != shard.state_tensor(g, "fp32").numel())
+          fail(path, "sub-group " + std::to_string(g) + " holds " + std::to_string(shard.state_tensor(g, "fp32").numel()) +
+                         " elements but its parameters need " + std::to_string(offset));
+      }
+    }
+  for (const auto& p : plan.params)
+    for (int t = 0; t < L.tp; ++t) {
+      int64_t have = 0;
+      for (const auto& f : p.fragments[t]) have += f.numel;
+      if (have != numel_of(p.tp_shapes[t]))
+        throw Error(L.dir + ": parameter " + p.name + (L.tp > 1 ? " tp rank " + std::to_string(t) : std::string()) +
+                    ": ZeRO-3 slices hold " + std::to_string(have) + " of " + std::to_string(numel_of(p.tp_shapes[t])) +
+                    " elements");
+    }
+  if (L.tp > 1) {  // the joins use the patterns: a pattern matching no parameter is reported
+    std::set<std::string> used;
+    for (const auto& p : plan.params)
+      for (const auto& s : patterns::classify(pset, p.name).matched) used.insert(s);
+    for (const auto& s : pset.all_sources())
+      if (!used.count(s)) plan.unused_patterns.push_back(s);
   }
   plan.model_files.clear();
-  for (const auto& f : L.zero3_model_files[0]) plan.model_files.push_back(f);
+  for (const auto& row : L.zero3_model_files)
+    for (const auto& f : row) plan.model_files.push_back(f);
   plan.optimizer_state_file = L.optim_files[0][0];
-  plan.source = {{"dir", fs::absolute(L.dir).string()}, {"tag", L.tag}, {"tp", 1}, {"pp", 1}, {"dp", L.dp},
+  plan.source = {{"dir", fs::absolute(L.dir).string()}, {"tag", L.tag}, {"tp", L.tp}, {"pp", 1}, {"dp", L.dp},
                  {"ep", 1}, {"zero_stage", 3}, {"pipeline", false}, {"bf16", L.bf16_prefix},
-                 {"sub_groups", sub_groups.size()}};
+                 {"sub_groups", sub_groups[0].size()}};
   return plan;
 }
 
@@ -193,18 +253,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
       fail(path, "inconsistent world sizes: dp_world_size is " + std::to_string(v->as_int()) + " but " +
                      std::to_string(L.dp) + " ZeRO shards per model-parallel rank were found");
     }
-    if (auto v = root->get("mp_world_size"); v && !v->is_none() && v->as_int() != L.tp && v->as_int() != L.tp * L.pp)
-      fail(path, "inconsistent world sizes: mp_world_size is " + std::to_string(v->as_int()) + " but the files say tp=" +
-                     std::to_string(L.tp));
-    if (auto args = root->get("args"); args && args->kind == Kind::Object) {
-      auto check = [&](const char* field, int expect) {
-        if (auto a = args->attr(field); a && a->kind == Kind::Int && a->i != expect)
-          fail(path, std::string("inconsistent world sizes: args.") + field + " is " + std::to_string(a->i) +
-                         " but the files say " + std::to_string(expect));
-      };
-      check("tensor_model_parallel_size", L.tp);
-      check("pipeline_model_parallel_size", L.pp);
-    }
+    check_model_parallel_sizes(root, path, L);
     if (mp == 0) {
       uc_info = root->get("universal_checkpoint_info");
       if (auto ne = root->get("num_experts"); ne && ne->is_sequence())

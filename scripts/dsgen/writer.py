@@ -23,7 +23,7 @@ class Layout:
     tp: int = 1
     pp: int = 1
     dp: int = 1
-    zero: int = 1               # 1 or 2 (3: not generated yet)
+    zero: int = 1               # 1, 2 or 3 (3: PP = 1, dense models)
     dtype: str = "bf16"         # fp16 | bf16 | fp32
     bf16_optimizer: bool = False  # Megatron-DeepSpeed BF16_Optimizer files (no zero_stage key)
     ep: int = 1                 # dsmoe only
@@ -261,7 +261,7 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
             sd["global_steps"] = lay.step
             sd["global_samples"] = lay.step * 8 * lay.dp
             sd["dp_world_size"] = lay.dp
-            sd["mp_world_size"] = 1
+            sd["mp_world_size"] = lay.tp
             sd["ds_config"] = _ds_config(lay)
             sd["ds_version"] = lay.ds_version
             sd["args"] = args
@@ -458,7 +458,7 @@ def write_truth(model: Model, lay: Layout, truth: Truth, uc_info, truth_dir, ste
         md = universal_metadata(p, uc_info)
         shape = None
         for state in STATES:
-            if lay.zero == 3:  # ds_to_universal's ZeRO-3 (TP = 1) output: the bare 1-D tensor, unpadded
+            if lay.zero == 3 and lay.tp == 1:  # ds_to_universal's ZeRO-3 (TP = 1) output: the bare 1-D tensor, unpadded
                 t = truth.full(p, state, 0)
                 shape = list(t.shape)
                 torch.save(t.reshape(-1).clone(), os.path.join(d, f"{state}.pt"))

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """CI fixtures for the ucp tests: a small set of generated checkpoints (every pattern kind, TP/PP/DP,
-ZeRO-1/2, BF16_Optimizer, native MoE, trailing all-padding ranks) with ground truth, plus broken
+ZeRO-1/2/3 (ZeRO-3 also with TP 2), BF16_Optimizer, native MoE, trailing all-padding ranks) with ground truth, plus broken
 variants for the failure tests. Usage: fixtures.py <out_dir>"""
 import os
 import shutil
@@ -22,6 +22,12 @@ CASES = {
     "gpt_dp16_padding_ranks": (dict(family="gpt", hidden=6, heads=2, ffn=10, vocab=10, seq=3, layers=1), dict(dp=16)),
     "gpt_no_uc_info": (dict(family="gpt"), dict(tp=2, dp=2, uc_info=False)),
     "gpt_zero3_dp40_subgroups": (dict(family="gpt"), dict(dp=40, zero=3, sub_group_size=2000)),
+    # ZeRO-3 with TP (Megatron-DeepSpeed / AutoTP): hidden 4 leaves DP rank 2 an empty slice of
+    # every 4-element parameter; sub-group size 8 gives 11 sub-groups per TP rank.
+    "gpt_zero3_tp2_dp3_subgroups": (dict(family="gpt", hidden=4, heads=2, ffn=8, vocab=10, seq=2, layers=2),
+                                    dict(tp=2, dp=3, zero=3, sub_group_size=8)),
+    "llama_gqa_zero3_tp2_dp2_fp16": (dict(family="llama", heads=4, kv_heads=2, layers=2),
+                                     dict(tp=2, dp=2, zero=3, dtype="fp16", sub_group_size=600)),
 }
 
 

@@ -86,11 +86,12 @@ TEST_P(Layouts, OneStepBitExact) {
 INSTANTIATE_TEST_SUITE_P(Ucp, Layouts,
                          ::testing::Values("gpt_tp2_pp2_dp3", "gpt_untied_swiglu_tp2_dp3_zero2_fp16",
                                            "llama_gqa_tp2_dp2_bf16opt", "mixtral_tp2_dp2_fp32", "dsmoe_dp4_ep2",
-                                           "gpt_dp16_padding_ranks", "gpt_zero3_dp40_subgroups"));
+                                           "gpt_dp16_padding_ranks", "gpt_zero3_dp40_subgroups",
+                                           "gpt_zero3_tp2_dp3_subgroups", "llama_gqa_zero3_tp2_dp2_fp16"));
 
 TEST(Ucp, TwoStepBitExact) {
   auto d = scratch();
-  for (std::string fx : {"gpt_tp2_pp2_dp3", "dsmoe_dp4_ep2"}) {
+  for (std::string fx : {"gpt_tp2_pp2_dp3", "dsmoe_dp4_ep2", "gpt_zero3_tp2_dp3_subgroups"}) {
     auto e = sh(kBin + "/ucp-extract -q --input " + q(fs::path(kFixtures) / fx) + " --output " + q(d / (fx + ".work")));
     ASSERT_EQ(e.rc, 0) << e.out;
     ASSERT_TRUE(fs::exists(d / (fx + ".work") / "plan.json"));
@@ -181,6 +182,38 @@ TEST(Ucp, MissingShardThenRerun) {
   fs::rename(d / "aside.pt", f);
   r = uni("--input " + q(ck) + " --output " + q(d / "u"));
   EXPECT_EQ(r.rc, 0) << r.out;
+}
+
+// ZeRO-3 with TP: the TP slices are joined by the patterns (dict output with cat_dim, full shapes);
+// a TP rank's missing shard is named.
+TEST(Ucp, Zero3TensorParallel) {
+  auto d = scratch();
+  const std::string fx = "gpt_zero3_tp2_dp3_subgroups";
+  ASSERT_EQ(uni("--input " + q(fs::path(kFixtures) / fx) + " --output " + q(d / "u")).rc, 0);
+  auto m = nlohmann::json::parse(std::ifstream(d / "u" / "manifest.json"));
+  EXPECT_EQ(m["source"]["tp"], 2);
+  EXPECT_EQ(m["model_files"].size(), 6u);
+  for (const auto& p : m["params"]) {
+    EXPECT_FALSE(p.contains("flat")) << p["name"];
+    if (p["name"] == "language_model.encoder.layers.0.self_attention.dense.weight") {
+      EXPECT_EQ(p["shape"], nlohmann::json({4, 4}));
+      EXPECT_EQ(p["cat_dim"], 1);
+    }
+  }
+  auto ck = copy_fixture(fx, d);
+  fs::remove(step_dir(ck) / "bf16_zero_pp_rank_2_mp_rank_01_optim_states.pt");
+  auto r = uni("--input " + q(ck) + " --output " + q(d / "v"));
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("bf16_zero_pp_rank_2_mp_rank_01_optim_states.pt: missing shard"), std::string::npos) << r.out;
+  expect_no_output(d / "v");
+  // A pipeline layer file beside ZeRO-3 shards: ZeRO-3 with PP > 1 is refused by name.
+  fs::create_directories(d / "pp");
+  auto pp = copy_fixture(fx, d / "pp");
+  fs::copy_file(step_dir(pp) / "zero_pp_rank_0_mp_rank_00_model_states.pt", step_dir(pp) / "layer_01-model_00-model_states.pt");
+  r = uni("--input " + q(pp) + " --output " + q(d / "w"));
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("ZeRO-3 with pipeline parallelism is not supported"), std::string::npos) << r.out;
+  expect_no_output(d / "w");
 }
 
 TEST(Ucp, ExtraShard) {
