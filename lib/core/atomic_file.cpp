@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -74,6 +75,26 @@ void AtomicFile::write_zeros(size_t n) {
     write(zeros, k);
     n -= k;
   }
+}
+
+void AtomicFile::pwrite_at(uint64_t offset, std::span<const uint8_t> bytes) {
+  if (offset > offset_ || bytes.size() > offset_ - offset)
+    fail(target_, "pwrite_at: bytes [" + std::to_string(offset) + ", +" + std::to_string(bytes.size()) +
+                      ") were not written yet");
+  // Bytes still in the buffer are patched there, the rest in the file.
+  const uint64_t buffered_from = offset_ - buffer_.size();
+  size_t in_file = 0;
+  if (offset < buffered_from) in_file = static_cast<size_t>(std::min<uint64_t>(bytes.size(), buffered_from - offset));
+  for (size_t done = 0; done < in_file;) {
+    ssize_t w = ::pwrite(fd_, bytes.data() + done, in_file - done, static_cast<off_t>(offset + done));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail(target_, std::string("write failed: ") + std::strerror(errno));
+    }
+    done += static_cast<size_t>(w);
+  }
+  if (in_file < bytes.size())
+    std::memcpy(buffer_.data() + (offset + in_file - buffered_from), bytes.data() + in_file, bytes.size() - in_file);
 }
 
 void AtomicFile::commit() {

@@ -20,6 +20,9 @@ class AtomicFile {
   void write(std::span<const uint8_t> bytes) { write(bytes.data(), bytes.size()); }
   // Writes `n` zero bytes (padding).
   void write_zeros(size_t n);
+  // Overwrites bytes already written at `offset` (e.g. a header field known only afterwards); the
+  // range must lie before offset(). Throws Error otherwise or when the write fails.
+  void pwrite_at(uint64_t offset, std::span<const uint8_t> bytes);
   uint64_t offset() const { return offset_; }
   void commit();
   const std::string& target() const { return target_; }

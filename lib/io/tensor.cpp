@@ -159,6 +159,26 @@ std::shared_ptr<Storage> Storage::zeros(DType dtype, int64_t numel) {
   return owned(dtype, std::vector<uint8_t>(static_cast<size_t>(numel) * dtype_size(dtype), 0));
 }
 
+std::shared_ptr<Storage> Storage::generated(DType dtype, int64_t numel, Generator fill) {
+  if (numel < 0) throw Error("negative storage size");
+  if (!fill) throw Error("generated storage without a generator");
+  checked_mul(numel, static_cast<int64_t>(dtype_size(dtype)), "storage");
+  auto s = std::make_shared<Storage>();
+  s->dtype_ = dtype;
+  s->numel_ = numel;
+  s->generator_ = std::move(fill);
+  return s;
+}
+
+void Storage::generate(uint64_t offset, std::span<uint8_t> out) const {
+  if (!generator_) throw Error("storage '" + key + "' is not generated");
+  const uint64_t es = dtype_size(dtype_);
+  if (offset % es != 0 || out.size() % es != 0 || offset > nbytes() || out.size() > nbytes() - offset)
+    throw Error("generated storage: bytes [" + std::to_string(offset) + ", +" + std::to_string(out.size()) +
+                ") are not whole elements inside the storage");
+  generator_(offset, out);
+}
+
 std::shared_ptr<Storage> Storage::unbound(DType dtype, int64_t numel) {
   if (numel < 0) throw Error("negative storage size");
   checked_mul(numel, static_cast<int64_t>(dtype_size(dtype)), "storage");
@@ -181,12 +201,15 @@ void Storage::bind(std::shared_ptr<const MappedFile> file, uint64_t offset) {
 
 std::span<const uint8_t> Storage::bytes() const {
   if (unbound_) throw Error("storage '" + key + "' has no data");
+  if (generator_)
+    throw Error("storage '" + key + "' is generated on demand (only save_torch_file can write it), it has no bytes");
   if (file_) return {file_->data() + offset_, static_cast<size_t>(nbytes())};
   return {owned_.data(), owned_.size()};
 }
 
 std::span<uint8_t> Storage::mutable_bytes() {
   if (file_) throw Error("storage '" + key + "' is memory-mapped read-only");
+  if (generator_) throw Error("storage '" + key + "' is generated on demand, it has no bytes");
   return {owned_.data(), owned_.size()};
 }
 

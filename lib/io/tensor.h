@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -24,6 +25,12 @@ class Storage {
   static std::shared_ptr<Storage> owned(DType dtype, std::vector<uint8_t> bytes);
   // A zero-filled owned storage.
   static std::shared_ptr<Storage> zeros(DType dtype, int64_t numel);
+  // Fills `out` with the storage's bytes starting at byte `offset` (offset and size are multiples
+  // of the element size; the range lies inside the storage).
+  using Generator = std::function<void(uint64_t offset, std::span<uint8_t> out)>;
+  // A storage whose bytes are produced on demand, window by window, by `fill`: only the writers
+  // consume it (save_torch_file streams it through a small reused buffer); bytes() throws Error.
+  static std::shared_ptr<Storage> generated(DType dtype, int64_t numel, Generator fill);
 
   DType dtype() const { return dtype_; }
   int64_t numel() const { return numel_; }
@@ -32,6 +39,9 @@ class Storage {
   // Writable bytes; only for owned storages (throws Error otherwise).
   std::span<uint8_t> mutable_bytes();
   bool is_mapped() const { return file_ != nullptr; }
+  bool is_generated() const { return static_cast<bool>(generator_); }
+  // Produces bytes [offset, offset + out.size()) of a generated storage (throws Error otherwise).
+  void generate(uint64_t offset, std::span<uint8_t> out) const;
   // Binds a storage created without data to bytes of a mapped file (legacy torch files, whose
   // storages follow the pickle). Throws Error when the range does not fit the file.
   static std::shared_ptr<Storage> unbound(DType dtype, int64_t numel);
@@ -49,6 +59,7 @@ class Storage {
   uint64_t offset_ = 0;
   std::vector<uint8_t> owned_;
   bool unbound_ = false;
+  Generator generator_;
 };
 
 class Tensor {

@@ -1,6 +1,7 @@
 // DeepSpeed / Megatron-DeepSpeed target files: model states, pipeline layer files, ZeRO shards.
 #include "load/deepspeed_writer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -93,23 +94,61 @@ DeepSpeedWriter::DeepSpeedWriter(const ModelInfo& model, const UcpInfo& plan, Un
   if (!common_ || common_->kind != Kind::Dict) throw Error("zero/optimizer_state.pt: not a dict");
 }
 
-Tensor DeepSpeedWriter::partition_tensor(const GroupPlan& g, int part, const std::string& state,
-                                         int64_t length) const {
-  Tensor out = Tensor::zeros(DType::Float32, {length < 0 ? g.partition : length});
-  float* dst = reinterpret_cast<float*>(out.storage()->mutable_bytes().data());
-  for (const auto& f : partition_of(g, part).fragments) {
-    const Slot& s = g.slots[f.slot];
-    reader_.read_range(s.param, state, s.slice, f.param_offset, f.param_offset + f.numel, dst + f.start);
+void DeepSpeedWriter::fill_runs(const std::vector<Run>& runs, const std::string& state, int64_t e0, int64_t n,
+                                float* dst) const {
+  const int64_t end = e0 + n;
+  int64_t at = e0;
+  for (const Run& r : runs) {
+    if (r.start + r.numel <= at) continue;
+    if (r.start >= end) break;
+    if (r.start > at) {
+      std::memset(dst + (at - e0), 0, static_cast<size_t>(r.start - at) * sizeof(float));
+      at = r.start;
+    }
+    const int64_t b = std::min(end, r.start + r.numel);
+    reader_.read_range(r.slot->param, state, r.slot->slice, r.param_offset + (at - r.start),
+                       r.param_offset + (b - r.start), dst + (at - e0));
+    at = b;
   }
-  return out;
+  if (at < end) std::memset(dst + (at - e0), 0, static_cast<size_t>(end - at) * sizeof(float));
+}
+
+std::shared_ptr<Storage> DeepSpeedWriter::streamed(DType dtype, int64_t numel, std::vector<Run> runs,
+                                                   const std::string& state) const {
+  for (size_t k = 1; k < runs.size(); ++k)
+    if (runs[k].start < runs[k - 1].start + runs[k - 1].numel) throw Error("flat buffer runs overlap or are unsorted");
+  return Storage::generated(dtype, numel, [this, dtype, runs = std::move(runs), state](uint64_t off, std::span<uint8_t> out) {
+    const size_t es = dtype_size(dtype);
+    const int64_t e0 = static_cast<int64_t>(off / es), n = static_cast<int64_t>(out.size() / es);
+    if (dtype == DType::Float32) {
+      fill_runs(runs, state, e0, n, reinterpret_cast<float*>(out.data()));
+      return;
+    }
+    thread_local std::vector<float> tmp;  // reused window: stays in cache
+    if (tmp.size() < static_cast<size_t>(n)) tmp.resize(static_cast<size_t>(n));
+    fill_runs(runs, state, e0, n, tmp.data());
+    convert_from_fp32(tmp.data(), static_cast<size_t>(n), dtype, out.data());
+  });
+}
+
+Tensor DeepSpeedWriter::partition_tensor(const GroupPlan& g, int part, const std::string& state, int64_t length,
+                                         bool stream) const {
+  const int64_t n = length < 0 ? g.partition : length;
+  std::vector<Run> runs;
+  for (const auto& f : partition_of(g, part).fragments)
+    if (f.start < n) runs.push_back({&g.slots[f.slot], f.start, std::min(f.numel, n - f.start), f.param_offset});
+  auto storage = streamed(DType::Float32, n, std::move(runs), state);
+  if (!stream) {
+    std::vector<uint8_t> bytes(static_cast<size_t>(storage->nbytes()));
+    storage->generate(0, bytes);
+    storage = Storage::owned(DType::Float32, std::move(bytes));
+  }
+  return Tensor(storage, 0, {n}, {1});
 }
 
 Tensor DeepSpeedWriter::low_precision_slice(const Slot& s) const {
-  std::vector<float> tmp(static_cast<size_t>(s.numel()));
-  reader_.read_range(s.param, "fp32", s.slice, 0, s.numel(), tmp.data());
-  Tensor out = Tensor::zeros(plan_.target.dtype, s.slice.shape);
-  convert_from_fp32(tmp.data(), tmp.size(), plan_.target.dtype, out.storage()->mutable_bytes().data());
-  return out;
+  auto storage = streamed(plan_.target.dtype, s.numel(), {{&s, 0, s.numel(), 0}}, "fp32");
+  return Tensor(storage, 0, s.slice.shape, Tensor::contiguous_strides(s.slice.shape));
 }
 
 ValuePtr DeepSpeedWriter::ds_config(const ValuePtr& source) const {
@@ -137,15 +176,12 @@ ValuePtr DeepSpeedWriter::model_root(int mp) const {
     std::map<std::string, ValuePtr> fresh;
     for (size_t gi = 0; gi < mr.groups.size(); ++gi) {
       const GroupPlan& g = mr.groups[gi];
-      auto storage = Storage::zeros(t.dtype, g.padded);
-      const size_t es = dtype_size(t.dtype);
-      for (size_t si = 0; si < g.slots.size(); ++si) {
-        const Slot& s = g.slots[si];
-        Tensor lp = low_precision_slice(s);
-        std::memcpy(storage->mutable_bytes().data() + s.offset * es, lp.contiguous_bytes().data(), lp.nbytes());
+      std::vector<Run> runs;
+      for (const Slot& s : g.slots) runs.push_back({&s, s.offset, s.numel(), 0});
+      auto storage = streamed(t.dtype, g.padded, std::move(runs), "fp32");
+      for (const Slot& s : g.slots)
         fresh[model_.params[s.param].name] =
             Value::of_tensor(Tensor(storage, s.offset, s.slice.shape, Tensor::contiguous_strides(s.slice.shape)));
-      }
     }
     auto out = Value::dict(module->ordered);
     for (const auto& [k, v] : module->entries) {
@@ -257,7 +293,7 @@ uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir
       if ((step = reader_.step(s.param))) break;
     if (step) gs->set_item("step", step);
     for (size_t k = 1; k < model_.states.size(); ++k)
-      gs->set_item(model_.states[k], Value::of_tensor(partition_tensor(g, p, model_.states[k])));
+      gs->set_item(model_.states[k], Value::of_tensor(partition_tensor(g, p, model_.states[k], -1, true)));
     state->entries.emplace_back(Value::integer(static_cast<int64_t>(gi)), gs);
     if (g.group >= (int)common_groups->items.size())
       throw Error("zero/optimizer_state.pt: no param_groups entry for group " + std::to_string(g.group));
@@ -269,7 +305,7 @@ uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir
     }
     hyper->items.push_back(h);
     // ZeRO-1/2 drop the padding from the fp32 partition; BF16_Optimizer keeps it.
-    Tensor fp32 = partition_tensor(g, p, "fp32", t.bf16_optimizer ? -1 : g.partition - part.padding);
+    Tensor fp32 = partition_tensor(g, p, "fp32", t.bf16_optimizer ? -1 : g.partition - part.padding, true);
     fp32_parts->items.push_back(Value::of_tensor(fp32));
     auto m = Value::dict(true);
     for (const auto& f : part.fragments) m->set_item(g.slots[f.slot].name, fragment_address(f.numel, f.start));

@@ -2,7 +2,9 @@
 // target rank (formats.md section 2) from the UcpInfo plan and the atomic tensors.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "io/pickle/value.h"
 #include "load/model_info.h"
@@ -26,13 +28,29 @@ class DeepSpeedWriter {
   // [bf16_]zero_pp_rank_D_mp_rank_XX_optim_states.pt of (dp_rank, mp).
   uint64_t write_optim_file(int dp_rank, int mp, const std::string& dir) const;
 
-  // The module weights of one slot in the target dtype, as a compact tensor.
+  // The module weights of one slot in the target dtype, as a compact tensor. Streamed: its storage
+  // is generated (Storage::generated), its bytes are read and converted while the file is written.
   Tensor low_precision_slice(const Slot& slot) const;
   // One state of partition `part` of a group (fp32, zero padding): its first `length` elements
-  // (-1: the whole partition).
-  Tensor partition_tensor(const GroupPlan& group, int part, const std::string& state, int64_t length = -1) const;
+  // (-1: the whole partition). `streamed`: a generated storage, read window by window while the
+  // file is written (what the writer uses); otherwise the bytes are read now into owned memory.
+  Tensor partition_tensor(const GroupPlan& group, int part, const std::string& state, int64_t length = -1,
+                          bool streamed = false) const;
+
+  // A run of a flat buffer: elements [start, start + numel) are elements [param_offset, ...) of the
+  // flattened TP slice of `slot`.
+  struct Run {
+    const Slot* slot;
+    int64_t start, numel, param_offset;
+  };
 
  private:
+  // Elements [e0, e0 + n) of a flat fp32 buffer made of `runs` (sorted by start, disjoint) and
+  // zeros elsewhere, into `dst`: only gaps and padding are zeroed.
+  void fill_runs(const std::vector<Run>& runs, const std::string& state, int64_t e0, int64_t n, float* dst) const;
+  // A flat buffer of `numel` elements of `dtype` made of `runs` of state `state`, as a generated
+  // storage (fp32 read straight into the window; other dtypes read and converted).
+  std::shared_ptr<Storage> streamed(DType dtype, int64_t numel, std::vector<Run> runs, const std::string& state) const;
   pickle::ValuePtr model_root(int mp) const;
   pickle::ValuePtr ds_config(const pickle::ValuePtr& source) const;
   const ModelInfo& model_;

@@ -121,10 +121,21 @@ pickle::ValuePtr UniversalReader::step(int param) {
 }
 
 void for_each_run(const std::vector<int64_t>& ushape, const TpSlice& s, int64_t a, int64_t b,
-                  const std::function<void(int64_t, int64_t, int64_t)>& run) {
+                  const std::function<void(int64_t, int64_t, int64_t)>& emit) {
   if (b <= a) return;
+  // Runs that continue each other in the source (rows of a slice that spans the whole dimension,
+  // consecutive zero rows) are merged: one pread instead of one per row.
+  int64_t p_src = 0, p_n = 0, p_at = 0;
+  auto run = [&](int64_t src, int64_t n, int64_t at) {
+    if (p_n > 0 && ((src < 0 && p_src < 0) || (src >= 0 && p_src >= 0 && src == p_src + p_n))) {
+      p_n += n;
+      return;
+    }
+    if (p_n > 0) emit(p_src, p_n, p_at);
+    p_src = src, p_n = n, p_at = at;
+  };
   if (s.shape.empty()) {
-    run(0, 1, 0);
+    emit(0, 1, 0);
     return;
   }
   const int d = s.dim;
@@ -153,6 +164,7 @@ void for_each_run(const std::vector<int64_t>& ushape, const TpSlice& s, int64_t 
     }
     i += n;
   }
+  emit(p_src, p_n, p_at);
 }
 
 void copy_flat_range(const float* src, const std::vector<int64_t>& ushape, const TpSlice& s, int64_t a, int64_t b,

@@ -55,7 +55,7 @@ class UniversalReader {
   std::atomic<uint64_t> bytes_read_{0}, bytes_verified_{0};
 };
 
-// Calls run(src_element or -1 for zeros, count, dst_element) for the contiguous runs that make up
+// Calls run(src_element or -1 for zeros, count, dst_element) for the maximal contiguous runs that make up
 // elements [a, b) of the flattened TP slice `s` of a universal tensor of shape `ushape`.
 void for_each_run(const std::vector<int64_t>& ushape, const TpSlice& s, int64_t a, int64_t b,
                   const std::function<void(int64_t, int64_t, int64_t)>& run);

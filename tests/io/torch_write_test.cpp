@@ -4,8 +4,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/atomic_file.h"
+#include "core/crc32.h"
 #include "core/mapped_file.h"
 #include "io/zip/zip_reader.h"
+#include "io/zip/zip_writer.h"
 #include "support/process.h"
 #include "truth_check.h"
 
@@ -219,6 +222,85 @@ TEST(TorchSerialization, FromScratchTensorsSharedStorage) {
   std::string path = ucpkit::testing::scratch_dir("scratch_from_scratch_tensors") + "/x.pt";
   ucpkit::save_torch_file(path, root.v);
   EXPECT_EQ(storage_records(path), 7u) << "shared storage must be written once";
+}
+
+// Generated storages (Storage::generated) are streamed window by window: Python reads the same
+// bytes, the CRC-32 is right in the central directory and patched into the local header, both when
+// the header is still in AtomicFile's buffer (small windows) and when it is already in the file.
+void check_generated(const std::string& name, size_t window, int64_t n32, int64_t n16) {
+  ucpkit::ZipWriter::set_stream_window(window);
+  auto f32 = [](int64_t i) { return 0.25f * static_cast<float>(i % 1000) - 7.0f; };
+  auto g32 = ucpkit::Storage::generated(DType::Float32, n32, [&](uint64_t off, std::span<uint8_t> out) {
+    for (size_t k = 0; k < out.size() / 4; ++k) {
+      const float v = f32(static_cast<int64_t>(off / 4 + k));
+      std::memcpy(out.data() + 4 * k, &v, 4);
+    }
+  });
+  auto g16 = ucpkit::Storage::generated(DType::BFloat16, n16, [](uint64_t off, std::span<uint8_t> out) {
+    for (size_t k = 0; k < out.size(); ++k) out[k] = static_cast<uint8_t>((off + k) * 7 + 1);
+  });
+  EXPECT_THROW(g32->bytes(), ucpkit::Error);
+  std::vector<uint8_t> b32(static_cast<size_t>(g32->nbytes())), b16(static_cast<size_t>(g16->nbytes()));
+  g32->generate(0, b32);
+  g16->generate(0, b16);
+  Tensor whole(g32, 0, {n32}, {1});
+  Tensor view(g32, 10, {5}, {1});
+  Tensor half(g16, 0, {n16}, {1});
+  json storages = json::array({{{"dtype", "float32"}, {"numel", n32}, {"hex", to_hex(b32.data(), b32.size())}},
+                               {{"dtype", "bfloat16"}, {"numel", n16}, {"hex", to_hex(b16.data(), b16.size())}}});
+  Built root = D({{"whole", T(whole, 0, to_hex(b32.data(), b32.size()))},
+                  {"view", T(view, 0, to_hex(b32.data() + 40, 20))},
+                  {"half", T(half, 1, to_hex(b16.data(), b16.size()))}},
+                 true);
+  write_and_check(name, root, storages);
+  const std::string path = ucpkit::testing::scratch_dir("zip_" + name) + "/x.pt";
+  ucpkit::save_torch_file(path, root.v);
+  ucpkit::ZipWriter::set_stream_window(8u << 20);
+
+  auto file = ucpkit::MappedFile::open(path);
+  ucpkit::ZipReader zip(file);
+  const auto all = file->bytes();
+  for (const auto& [rname, rec] : zip.records()) {
+    EXPECT_EQ(ucpkit::crc32_update(0, zip.bytes(rec)), rec.crc32) << rname;
+    // The local header: signature, then the CRC-32 at byte 14, the name at byte 30.
+    const std::string& full = rname;
+    auto it = std::search(all.begin(), all.end(), full.begin(), full.end());
+    ASSERT_NE(it, all.end()) << full;
+    const size_t h = static_cast<size_t>(it - all.begin()) - 30;
+    EXPECT_EQ(all[h], 'P');
+    EXPECT_EQ(all[h + 1], 'K');
+    uint32_t local = 0;
+    for (int k = 0; k < 4; ++k) local |= static_cast<uint32_t>(all[h + 14 + k]) << (8 * k);
+    EXPECT_EQ(local, rec.crc32) << "local header CRC of " << full;
+  }
+}
+
+TEST(TorchSerialization, GeneratedStoragesStreamedSmallWindows) { check_generated("generated_small", 4096, 10007, 4099); }
+TEST(TorchSerialization, GeneratedStoragesStreamedLargeWindows) {
+  check_generated("generated_large", 1u << 20, 700001, 3);
+}
+
+TEST(AtomicFileTest, PwriteAtPatchesFileAndBuffer) {
+  const std::string path = ucpkit::testing::scratch_dir("pwrite_at") + "/x.bin";
+  std::vector<uint8_t> want(10 + (2u << 20) + 10);
+  for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<uint8_t>(i * 13);
+  {
+    ucpkit::AtomicFile f(path);
+    f.write(want.data(), 10);
+    f.write(want.data() + 10, 2u << 20);  // flushed to the file
+    f.write(want.data() + 10 + (2u << 20), 10);  // still buffered
+    const uint8_t patch[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    const uint64_t at = 10 + (2u << 20) - 4;  // half in the file, half in the buffer
+    f.pwrite_at(at, patch);
+    f.pwrite_at(2, std::span<const uint8_t>(patch, 3));
+    std::memcpy(want.data() + at, patch, 8);
+    std::memcpy(want.data() + 2, patch, 3);
+    EXPECT_THROW(f.pwrite_at(want.size() - 2, patch), ucpkit::Error);
+    f.commit();
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::vector<uint8_t> got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(got == want);
 }
 
 // Opaque objects read from one file are written into another unchanged (SubparamShape, LossScaler,

@@ -224,7 +224,15 @@ void save_torch_file(const std::string& path, const pickle::ValuePtr& root, cons
   static const std::string kByteOrder = "little";
   zip.add(prefix + "/byteorder",
           std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(kByteOrder.data()), kByteOrder.size()));
-  for (size_t k = 0; k < order.size(); ++k) zip.add(prefix + "/data/" + std::to_string(k), order[k]->bytes());
+  for (size_t k = 0; k < order.size(); ++k) {
+    const std::string name = prefix + "/data/" + std::to_string(k);
+    const Storage& st = *order[k];
+    if (st.is_generated())
+      zip.add_streamed(name, st.nbytes(), [&st](uint64_t off, std::span<uint8_t> w) { st.generate(off, w); },
+                       dtype_size(st.dtype()));
+    else
+      zip.add(name, st.bytes());
+  }
   static const std::string kVersion = "3\n";
   zip.add(prefix + "/version",
           std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(kVersion.data()), kVersion.size()));

@@ -38,7 +38,8 @@ struct TorchSaveOptions {
 };
 
 // Writes `root` as a zip-format torch file: to a temporary name, then renamed into place. Each
-// distinct storage is written once, as one record.
+// distinct storage is written once, as one record; generated storages (Storage::generated) are
+// streamed window by window, never held whole in memory.
 void save_torch_file(const std::string& path, const pickle::ValuePtr& root, const TorchSaveOptions& options = {});
 
 }  // namespace ucpkit

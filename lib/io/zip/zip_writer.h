@@ -2,6 +2,7 @@
 // when sizes or offsets need it; written through an AtomicFile (temporary name, then rename).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -18,10 +19,20 @@ class ZipWriter {
   // Adds one record; `parts` are written back to back (no copy into one buffer).
   void add(const std::string& name, std::span<const uint8_t> data);
   void add(const std::string& name, const std::vector<std::span<const uint8_t>>& parts);
+  // Adds one record of `size` bytes produced by `fill(offset, window)` window by window through one
+  // reused buffer per thread (never the whole record in memory): each window is filled,
+  // checksummed and written; the CRC-32 is patched into the local header at the end. `align` is
+  // the element size: every window offset and size (but the last size) is a multiple of it.
+  using Fill = std::function<void(uint64_t offset, std::span<uint8_t> window)>;
+  void add_streamed(const std::string& name, uint64_t size, const Fill& fill, size_t align = 1);
+  // Window size used by add_streamed (bytes; default 8 MiB).
+  static void set_stream_window(size_t bytes);
   // Writes the central directory and renames the file into place.
   void finish();
 
  private:
+  // Writes the local header of a record starting at the current offset; returns that offset.
+  uint64_t local_header(const std::string& name, uint64_t size, uint32_t crc);
   struct Entry {
     std::string name;
     uint64_t header_offset, size;
