@@ -1,6 +1,7 @@
 // safetensors: 8-byte little-endian header length, JSON header (dtype, shape, data_offsets), raw bytes.
 #include "load/safetensors_writer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -76,16 +77,28 @@ uint64_t write_safetensors(const ModelInfo& model, UniversalReader& reader, DTyp
       for (int b = 0; b < 8; ++b) len[b] = static_cast<uint8_t>(static_cast<uint64_t>(h.size()) >> (8 * b));
       f.write(len, 8);
       f.write(h.data(), h.size());
-      std::vector<uint8_t> buf;
+      // Each tensor is streamed through one reused window (cache-warm buffers are copied by the
+      // kernel far faster than large cold ones), never held whole.
+      constexpr int64_t kWindow = 1 << 20;  // elements
+      thread_local std::vector<float> f32;
+      thread_local std::vector<uint8_t> buf;
+      f32.resize(kWindow);
+      buf.resize(kWindow * es);
       for (int i : shards[k]) {
         const auto& p = model.params[i];
         TpSlice whole{0, {{0, p.shape.empty() ? 1 : p.shape[0]}}, p.shape, -1};
-        const size_t n = static_cast<size_t>(whole.numel());
-        std::vector<float> f32(n);
-        reader.read_range(i, "fp32", whole, 0, static_cast<int64_t>(n), f32.data());
-        buf.resize(n * es);
-        convert_from_fp32(f32.data(), n, dtype, buf.data());
-        f.write(buf.data(), buf.size());
+        const int64_t n = whole.numel();
+        for (int64_t a = 0; a < n; a += kWindow) {
+          const int64_t b = std::min(n, a + kWindow);
+          reader.read_range(i, "fp32", whole, a, b, f32.data());
+          const size_t m = static_cast<size_t>(b - a);
+          if (dtype == DType::Float32) {
+            f.write(f32.data(), m * 4);
+          } else {
+            convert_from_fp32(f32.data(), m, dtype, buf.data());
+            f.write(buf.data(), m * es);
+          }
+        }
       }
       written[k] = f.offset();
       f.commit();
