@@ -34,6 +34,9 @@ int main(int argc, char** argv) {
   app.add_flag("--no-verify", no_verify, "Skip the manifest checksum check of atomic tensors");
   app.add_flag("--overwrite", opt.overwrite, "Replace an existing output folder (atomically, at the end)");
   app.add_option("--vocab-multiple", opt.vocab_multiple, "Pad the vocabulary to a multiple of this times TP");
+  app.add_option("--sub-group-size", opt.target.sub_group_size,
+                 "ZeRO-3: the job's zero_optimization.sub_group_size (elements; DeepSpeed's default 1e9)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--shard-size-gb", shard_gb, "safetensors shard size limit (GB)")->check(CLI::PositiveNumber);
   app.add_option("--pp-rank", pp_rank, "--device cuda: pipeline rank to materialize");
   app.add_option("--tp-rank", tp_rank, "--device cuda: tensor rank to materialize");

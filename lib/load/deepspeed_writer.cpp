@@ -155,7 +155,10 @@ ValuePtr DeepSpeedWriter::ds_config(const ValuePtr& source) const {
   if (!source || source->kind != Kind::Dict) return source;
   auto cfg = pickle::deep_copy(source);
   const auto& t = plan_.target;
-  if (auto z = cfg->get("zero_optimization"); z && z->kind == Kind::Dict) z->set_item("stage", Value::integer(t.zero_stage));
+  if (auto z = cfg->get("zero_optimization"); z && z->kind == Kind::Dict) {
+    z->set_item("stage", Value::integer(t.zero_stage));
+    if (t.zero_stage == 3) z->set_item("sub_group_size", Value::integer(t.sub_group_size));
+  }
   if (auto b = cfg->get("bf16"); b && b->kind == Kind::Dict) b->set_item("enabled", Value::boolean(t.dtype == DType::BFloat16));
   if (auto f = cfg->get("fp16"); f && f->kind == Kind::Dict) f->set_item("enabled", Value::boolean(t.dtype == DType::Float16));
   if (auto tb = cfg->get("train_batch_size"); tb && tb->kind == Kind::Int && model_.source_dp > 0 &&
@@ -174,7 +177,12 @@ ValuePtr DeepSpeedWriter::model_root(int mp) const {
   // Module weights (non-pipeline): views into one low-precision flat buffer per group, as ZeRO saves them.
   if (auto module = root->get("module"); module && module->kind == Kind::Dict) {
     std::map<std::string, ValuePtr> fresh;
-    for (size_t gi = 0; gi < mr.groups.size(); ++gi) {
+    // ZeRO-3 keeps the weights only in the optimizer shards: the module holds 0-element placeholders.
+    if (t.zero_stage == 3)
+      for (const GroupPlan& g : mr.groups)
+        for (const Slot& s : g.slots)
+          fresh[model_.params[s.param].name] = Value::of_tensor(Tensor(Storage::zeros(t.dtype, 0), 0, {0}, {1}));
+    for (size_t gi = 0; gi < mr.groups.size() && t.zero_stage != 3; ++gi) {
       const GroupPlan& g = mr.groups[gi];
       std::vector<Run> runs;
       for (const Slot& s : g.slots) runs.push_back({&s, s.offset, s.numel(), 0});
@@ -227,6 +235,10 @@ uint64_t DeepSpeedWriter::write_model_file(int mp, const std::string& dir) const
   return saved((fs::path(dir) / plan_.mp_ranks.at(mp).model_file()).string(), model_root(mp));
 }
 
+uint64_t DeepSpeedWriter::write_zero3_model_file(int d, int mp, const std::string& dir) const {
+  return saved((fs::path(dir) / plan_.zero3_model_file(d, mp)).string(), model_root(mp));
+}
+
 uint64_t DeepSpeedWriter::write_layer_files(int mp, const std::string& dir) const {
   const MpRankPlan& mr = plan_.mp_ranks.at(mp);
   uint64_t n = 0;
@@ -264,11 +276,102 @@ uint64_t DeepSpeedWriter::write_expert_files(int mp, const std::string& dir) con
   return n;
 }
 
+ValuePtr DeepSpeedWriter::group_step(const GroupPlan& g) const {
+  for (const auto& s : g.slots)
+    if (auto step = reader_.step(s.param)) return step;
+  return nullptr;
+}
+
+ValuePtr DeepSpeedWriter::target_loss_scaler() const {
+  auto ls = common_->get("loss_scaler");
+  // fp16 needs a dynamic scaler; other dtypes keep the source's scaler (or a static one).
+  const bool dynamic = ls && ls->class_path().find("DynamicLossScaler") != std::string::npos;
+  if (!ls || (plan_.target.dtype == DType::Float16) != dynamic) ls = loss_scaler(plan_.target.dtype);
+  return ls;
+}
+
+ValuePtr DeepSpeedWriter::common_param_groups() const {
+  auto g = common_->get("param_groups");
+  if (!g || !g->is_sequence()) throw Error("zero/optimizer_state.pt: no param_groups");
+  return g;
+}
+
+ValuePtr DeepSpeedWriter::zero3_state(int d, int mp) const {
+  const MpRankPlan& mr = plan_.mp_ranks.at(mp);
+  const auto& t = plan_.target;
+  const auto common_groups = common_param_groups();
+  auto state = Value::dict();
+  auto flats = Value::list();
+  for (size_t sg = 0; sg < mr.groups.size(); ++sg) {
+    const GroupPlan& g = mr.groups[sg];
+    auto gs = Value::dict();
+    if (auto step = group_step(g)) gs->set_item("step", step);
+    for (size_t k = 1; k < model_.states.size(); ++k)
+      gs->set_item(model_.states[k], Value::of_tensor(partition_tensor(g, d, model_.states[k], -1, true)));
+    state->entries.emplace_back(Value::integer(static_cast<int64_t>(sg)), gs);
+    flats->items.push_back(Value::of_tensor(partition_tensor(g, d, "fp32", -1, true)));
+  }
+  // One entry per optimizer param group, listing its sub-groups (DeepSpeed's
+  // _set_fp32_optimizer_param_groups), groups without parameters included.
+  auto hyper = Value::list();
+  for (size_t gi = 0; gi < common_groups->items.size(); ++gi) {
+    auto h = pickle::deep_copy(common_groups->items[gi]);
+    if (h->kind == Kind::Dict) {
+      auto ids = Value::list();
+      for (size_t sg = 0; sg < mr.groups.size(); ++sg)
+        if (mr.groups[sg].group == static_cast<int>(gi)) ids->items.push_back(Value::integer(static_cast<int64_t>(sg)));
+      h->set_item("params", ids);
+    }
+    hyper->items.push_back(h);
+  }
+  auto inner = Value::dict();
+  inner->set_item("state", state);
+  inner->set_item("param_groups", hyper);
+  auto osd = Value::dict(true);
+  osd->set_item("zero_stage", zero_stage_enum(3));
+  osd->set_item("loss_scaler", target_loss_scaler());
+  osd->set_item("dynamic_loss_scale", Value::boolean(t.dtype == DType::Float16));
+  auto ov = common_->get("overflow");
+  osd->set_item("overflow", ov ? ov : Value::boolean(false));
+  osd->set_item("partition_count", Value::integer(t.dp));
+  osd->set_item("optimizer_state_dict", inner);
+  osd->set_item("fp32_flat_groups", flats);
+  return osd;
+}
+
 uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir) const {
   const MpRankPlan& mr = plan_.mp_ranks.at(mp);
   const auto& t = plan_.target;
-  auto common_groups = common_->get("param_groups");
-  if (!common_groups || !common_groups->is_sequence()) throw Error("zero/optimizer_state.pt: no param_groups");
+  auto ver = common_->get("ds_version");
+  auto root = Value::dict();
+  root->set_item("optimizer_state_dict", t.zero_stage == 3 ? zero3_state(d, mp) : zero12_state(d, mp));
+  ValuePtr tmpl = load_torch(model_.model_files.at(mr.template_file));
+  if (auto source_cfg = tmpl->get("ds_config")) {
+    root->set_item("ds_config", ds_config(source_cfg));
+  } else {
+    // Native MoE model files carry no ds_config: a minimal one keeps the layout facts readers need
+    // (ZeRO stage, precision, the expert rank order).
+    auto cfg = Value::dict();
+    auto z = Value::dict();
+    z->set_item("stage", Value::integer(t.zero_stage));
+    cfg->set_item("zero_optimization", z);
+    auto bf = Value::dict();
+    bf->set_item("enabled", Value::boolean(t.dtype == DType::BFloat16));
+    cfg->set_item("bf16", bf);
+    auto fp = Value::dict();
+    fp->set_item("enabled", Value::boolean(t.dtype == DType::Float16));
+    cfg->set_item("fp16", fp);
+    if (plan_.data_before_expert) cfg->set_item("use_data_before_expert_parallel_", Value::boolean(true));
+    root->set_item("ds_config", cfg);
+  }
+  root->set_item("ds_version", ver ? ver : Value::str("0.16.4"));
+  return saved((fs::path(dir) / plan_.optim_file(d, mp)).string(), root);
+}
+
+ValuePtr DeepSpeedWriter::zero12_state(int d, int mp) const {
+  const MpRankPlan& mr = plan_.mp_ranks.at(mp);
+  const auto& t = plan_.target;
+  const auto common_groups = common_param_groups();
 
   auto state = Value::dict();
   auto hyper = Value::list();
@@ -288,10 +391,7 @@ uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir
     const int p = groups[gi].second;
     const PartitionPlan part = partition_of(g, p);
     auto gs = Value::dict();
-    ValuePtr step;
-    for (const auto& s : g.slots)
-      if ((step = reader_.step(s.param))) break;
-    if (step) gs->set_item("step", step);
+    if (auto step = group_step(g)) gs->set_item("step", step);
     for (size_t k = 1; k < model_.states.size(); ++k)
       gs->set_item(model_.states[k], Value::of_tensor(partition_tensor(g, p, model_.states[k], -1, true)));
     state->entries.emplace_back(Value::integer(static_cast<int64_t>(gi)), gs);
@@ -316,11 +416,7 @@ uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir
 
   auto osd = Value::dict(true);
   if (!t.bf16_optimizer) {
-    auto ls = common_->get("loss_scaler");
-    // fp16 needs a dynamic scaler; other dtypes keep the source's scaler (or a static one).
-    const bool dynamic = ls && ls->class_path().find("DynamicLossScaler") != std::string::npos;
-    if (!ls || (t.dtype == DType::Float16) != dynamic) ls = loss_scaler(t.dtype);
-    osd->set_item("loss_scaler", ls);
+    osd->set_item("loss_scaler", target_loss_scaler());
     osd->set_item("dynamic_loss_scale", Value::boolean(t.dtype == DType::Float16));
     auto ov = common_->get("overflow");
     osd->set_item("overflow", ov ? ov : Value::boolean(false));
@@ -339,29 +435,7 @@ uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir
   osd->set_item("ds_version", ver ? ver : Value::str("0.16.4"));
   osd->set_item("param_slice_mappings", maps);
 
-  auto root = Value::dict();
-  root->set_item("optimizer_state_dict", osd);
-  ValuePtr tmpl = load_torch(model_.model_files.at(mr.template_file));
-  if (auto source_cfg = tmpl->get("ds_config")) {
-    root->set_item("ds_config", ds_config(source_cfg));
-  } else {
-    // Native MoE model files carry no ds_config: a minimal one keeps the layout facts readers need
-    // (ZeRO stage, precision, the expert rank order).
-    auto cfg = Value::dict();
-    auto z = Value::dict();
-    z->set_item("stage", Value::integer(t.zero_stage));
-    cfg->set_item("zero_optimization", z);
-    auto bf = Value::dict();
-    bf->set_item("enabled", Value::boolean(t.dtype == DType::BFloat16));
-    cfg->set_item("bf16", bf);
-    auto fp = Value::dict();
-    fp->set_item("enabled", Value::boolean(t.dtype == DType::Float16));
-    cfg->set_item("fp16", fp);
-    if (plan_.data_before_expert) cfg->set_item("use_data_before_expert_parallel_", Value::boolean(true));
-    root->set_item("ds_config", cfg);
-  }
-  root->set_item("ds_version", ver ? ver : Value::str("0.16.4"));
-  return saved((fs::path(dir) / plan_.optim_file(d, mp)).string(), root);
+  return osd;
 }
 
 }  // namespace ucpkit::load

@@ -25,6 +25,8 @@ class DeepSpeedWriter {
   uint64_t write_layer_files(int mp, const std::string& dir) const;
   // Native MoE: layer_M_expert_G_mp_rank_XX_model_states.pt and expp_rank_R_mp_rank_XX_optim_states.pt.
   uint64_t write_expert_files(int mp, const std::string& dir) const;
+  // ZeRO-3: zero_pp_rank_D_mp_rank_XX_model_states.pt (0-element module tensors, sub-group shapes).
+  uint64_t write_zero3_model_file(int dp_rank, int mp, const std::string& dir) const;
   // [bf16_]zero_pp_rank_D_mp_rank_XX_optim_states.pt of (dp_rank, mp).
   uint64_t write_optim_file(int dp_rank, int mp, const std::string& dir) const;
 
@@ -52,6 +54,12 @@ class DeepSpeedWriter {
   // storage (fp32 read straight into the window; other dtypes read and converted).
   std::shared_ptr<Storage> streamed(DType dtype, int64_t numel, std::vector<Run> runs, const std::string& state) const;
   pickle::ValuePtr model_root(int mp) const;
+  // optimizer_state_dict of a ZeRO-1/2 or BF16_Optimizer shard, and of a ZeRO-3 shard.
+  pickle::ValuePtr zero12_state(int dp_rank, int mp) const;
+  pickle::ValuePtr zero3_state(int dp_rank, int mp) const;
+  pickle::ValuePtr group_step(const GroupPlan& g) const;  // the first step.pt of the group's params
+  pickle::ValuePtr target_loss_scaler() const;
+  pickle::ValuePtr common_param_groups() const;
   pickle::ValuePtr ds_config(const pickle::ValuePtr& source) const;
   const ModelInfo& model_;
   const UcpInfo& plan_;

@@ -124,7 +124,7 @@ class Staging {
 };
 
 struct Job {
-  enum Kind { Model, Optim } kind;
+  enum Kind { Model, Zero3Model, Optim } kind;
   int mp = 0, dp = 0;
   uint64_t bytes = 0;  // estimated output bytes (for the split across MPI ranks and ordering)
 };
@@ -138,9 +138,12 @@ std::vector<Job> jobs_of(const ModelInfo& m, const UcpInfo& plan) {
       numel += g.numel;
       part += g.partition;
     }
-    jobs.push_back({Job::Model, mr.mp, 0, numel * es * (mr.layers.empty() ? 1 : 2)});
-    for (int d = 0; d < plan.target.dp; ++d)
+    const bool zero3 = plan.target.zero_stage == 3;
+    if (!zero3) jobs.push_back({Job::Model, mr.mp, 0, numel * es * (mr.layers.empty() ? 1 : 2)});
+    for (int d = 0; d < plan.target.dp; ++d) {
+      if (zero3) jobs.push_back({Job::Zero3Model, mr.mp, d, 0});
       jobs.push_back({Job::Optim, mr.mp, d, part * 4 * m.states.size()});
+    }
   }
   return jobs;
 }
@@ -258,6 +261,9 @@ LoadSummary run_load(const LoadOptions& options) {
                   written += writer.write_expert_files(j.mp, ckdir.string());
                   files += 1 + plan.mp_ranks[j.mp].layers.size() + plan.mp_ranks[j.mp].expert_files.size() +
                            (model.native_moe ? plan.target.ep : 0);
+                } else if (j.kind == Job::Zero3Model) {
+                  written += writer.write_zero3_model_file(j.dp, j.mp, ckdir.string());
+                  files += 1;
                 } else {
                   written += writer.write_optim_file(j.dp, j.mp, ckdir.string());
                   files += 1;

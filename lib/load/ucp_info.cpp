@@ -15,13 +15,15 @@ namespace ucpkit::load {
 using patterns::JoinKind;
 
 nlohmann::json TargetLayout::to_json() const {
-  return {{"tp", tp},
+  nlohmann::json j = {{"tp", tp},
           {"pp", pp},
           {"dp", dp},
           {"zero_stage", zero_stage},
           {"ep", ep},
           {"dtype", std::string(dtype_name(dtype))},
           {"bf16_optimizer", bf16_optimizer}};
+  if (zero_stage == 3) j["sub_group_size"] = sub_group_size;
+  return j;
 }
 
 int64_t TpSlice::numel() const {
@@ -115,6 +117,17 @@ TpSlice tp_slice(const std::string& name, const std::vector<int64_t>& shape, con
 PartitionPlan partition_of(const GroupPlan& g, int part) {
   PartitionPlan p;
   p.part = part;
+  if (g.per_param) {
+    int64_t start = 0;
+    for (size_t i = 0; i < g.slots.size(); ++i) {
+      const int64_t n = g.slots[i].numel(), per = (n + g.partition_count - 1) / g.partition_count;
+      const int64_t a = std::min(n, part * per), b = std::min(n, (part + 1) * per);
+      if (b > a) p.fragments.push_back({static_cast<int>(i), start, b - a, a});
+      p.padding += per - (b - a);
+      start += per;
+    }
+    return p;
+  }
   const int64_t lo = part * g.partition, hi = lo + g.partition;
   for (size_t i = 0; i < g.slots.size(); ++i) {
     const auto& s = g.slots[i];
@@ -135,6 +148,12 @@ std::string UcpInfo::optim_file(int dp_rank, int mp) const {
   char buf[96];
   std::snprintf(buf, sizeof buf, "%szero_pp_rank_%d_mp_rank_%02d_optim_states.pt",
                 target.dtype == DType::BFloat16 ? "bf16_" : "", dp_rank, mp);
+  return buf;
+}
+
+std::string UcpInfo::zero3_model_file(int dp_rank, int mp) const {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "zero_pp_rank_%d_mp_rank_%02d_model_states.pt", dp_rank, mp);
   return buf;
 }
 
@@ -168,7 +187,13 @@ void check_layout(const ModelInfo& m, const TargetLayout& t) {
   if (t.bf16_optimizer && t.zero_stage > 1) throw UsageError("the BF16 optimizer runs with ZeRO stage 0 or 1 only");
   if (t.zero_stage == 0 && !t.bf16_optimizer)
     throw UsageError("ZeRO stage 0 is written as BF16_Optimizer shards: it needs --dtype bf16");
-  if (t.zero_stage == 3) throw Error("ZeRO-3 target layouts are not implemented yet (stages 0-2 are)");
+  if (t.zero_stage == 3) {
+    if (t.sub_group_size < 1) throw UsageError("--sub-group-size must be at least 1");
+    if (m.pipeline)
+      throw Error("impossible layout: ZeRO-3 with a PipelineModule checkpoint (layer files): DeepSpeed's "
+                  "PipelineEngine runs ZeRO stage 0 or 1 only");
+    if (m.native_moe) throw Error("ZeRO-3 targets for native DeepSpeed MoE are not supported (stages 0-2 are)");
+  }
   if (t.ep > 1 && !m.native_moe)
     throw UsageError("--ep " + std::to_string(t.ep) + " but the model has no native MoE experts");
   if (m.native_moe) {
@@ -327,25 +352,43 @@ UcpInfo ucp_info(const ModelInfo& m, const TargetLayout& target) {
         order.insert(order.end(), own.begin(), own.end());
         if (!m.tied_copy_first) order.insert(order.end(), tied_copies.begin(), tied_copies.end());
         if (order.empty()) continue;  // empty groups are dropped, as DeepSpeed does
-        int64_t off = 0;
-        for (int i : order) {
+        const int64_t dp = target.dp;
+        auto close = [&] {
+          gp.partition_count = target.dp;
+          if (gp.per_param) {
+            for (const auto& s : gp.slots) gp.partition += (s.numel() + dp - 1) / dp;
+            gp.padded = gp.partition * dp;
+          } else {
+            const int64_t align = 2 * dp;
+            gp.padded = gp.numel ? (gp.numel + align - 1) / align * align : align;
+            gp.partition = gp.padded / dp;
+          }
+          mr.groups.push_back(std::move(gp));
+          gp = GroupPlan{};
+          gp.group = g;
+        };
+        gp.per_param = target.zero_stage == 3;
+        int64_t slice_sum = 0;  // ZeRO-3: per-rank slice elements of the open sub-group
+        for (size_t k = 0; k < order.size(); ++k) {
+          const int i = order[k];
           const auto& p = m.params[i];
           Slot slot;
           slot.param = i;
           slot.name = p.name;
           slot.slice = tp_slice(p.name, p.shape, p.rule, m.patterns, target.tp, t,
                                 p.rule.vocab ? info.padded_vocab : -1);
-          slot.offset = off;
-          off += slot.numel();
+          slot.offset = gp.numel;
+          gp.numel += slot.numel();
+          slice_sum += (slot.numel() + dp - 1) / dp;
           where[i] = {static_cast<int>(mr.groups.size()), static_cast<int>(gp.slots.size())};
           gp.slots.push_back(std::move(slot));
+          if (gp.per_param && slice_sum >= target.sub_group_size && k + 1 < order.size()) {
+            close();
+            gp.per_param = true;
+            slice_sum = 0;
+          }
         }
-        gp.numel = off;
-        gp.partition_count = target.dp;
-        const int64_t align = 2 * static_cast<int64_t>(target.dp);
-        gp.padded = off ? (off + align - 1) / align * align : align;
-        gp.partition = gp.padded / target.dp;
-        mr.groups.push_back(std::move(gp));
+        close();
       }
       for (size_t i = 0; i < m.params.size(); ++i)
         if (auto it = where.find(static_cast<int>(i)); it != where.end()) mr.module.push_back(it->second);
@@ -381,7 +424,7 @@ nlohmann::json UcpInfo::to_json(const ModelInfo& m) const {
     nlohmann::json x = {{"mp_rank", mr.mp},
                         {"pp_rank", mr.pp_rank},
                         {"tp_rank", mr.tp_rank},
-                        {"model_file", mr.model_file()},
+                        {"model_file", target.zero_stage == 3 ? nlohmann::json() : nlohmann::json(mr.model_file())},
                         {"template_file", m.model_files.empty() ? "" : m.model_files.at(mr.template_file)}};
     auto& groups = x["groups"] = nlohmann::json::array();
     for (const auto& g : mr.groups) {
@@ -390,6 +433,7 @@ nlohmann::json UcpInfo::to_json(const ModelInfo& m) const {
                            {"padded_numel", g.padded},
                            {"partition_numel", g.partition},
                            {"partition_count", g.partition_count}};
+      if (g.per_param) gj["zero3_sub_group"] = true;
       auto& params = gj["params"] = nlohmann::json::array();
       for (const auto& s : g.slots) {
         nlohmann::json pieces = nlohmann::json::array();
@@ -438,6 +482,7 @@ nlohmann::json UcpInfo::to_json(const ModelInfo& m) const {
                             {"tp_rank", t},
                             {"mp_rank", mr.mp},
                             {"optim_file", optim_file(d, mr.mp)}};
+        if (target.zero_stage == 3) r["model_file"] = zero3_model_file(d, mr.mp);
         auto& parts = r["partitions"] = nlohmann::json::array();
         for (const auto& g : mr.groups) {
           const auto p = partition_of(g, d);

@@ -20,6 +20,7 @@ struct TargetLayout {
   int tp = 1, pp = 1, dp = 1, zero_stage = 1, ep = 1;
   DType dtype = DType::BFloat16;  // low-precision module weights
   bool bf16_optimizer = false;    // BF16_Optimizer shards (bf16, ZeRO 0/1): padding kept, no zero_stage
+  int64_t sub_group_size = 1000000000;  // ZeRO-3: zero_optimization.sub_group_size (DeepSpeed's default 1e9)
   nlohmann::json to_json() const;
 };
 
@@ -47,13 +48,16 @@ struct Slot {
   int64_t numel() const { return slice.numel(); }
 };
 
-// One optimizer param group of one model-parallel rank, flattened and padded as DeepSpeed does:
-// the buffer is padded to a multiple of 2 * partition_count, then split equally.
+// One optimizer param group of one model-parallel rank, flattened and padded as DeepSpeed does.
+// ZeRO-1/2: the buffer is padded to a multiple of 2 * partition_count, then split equally.
+// ZeRO-3 (`per_param`): one sub-group; every parameter is split on its own into partition_count
+// slices of ceil(numel / partition_count), and a partition is its slices back to back.
 struct GroupPlan {
   int group = 0;                // index in the universal optimizer_state param_groups
   std::vector<Slot> slots;      // flat-buffer order
   int64_t numel = 0, padded = 0, partition = 0;
   int partition_count = 1;
+  bool per_param = false;
 };
 
 // A run of one parameter inside one DP rank's partition: param_slice_mappings' fragment_address.
@@ -103,6 +107,8 @@ struct UcpInfo {
   std::vector<std::vector<int>> stage_layers;  // pipeline layers per stage
 
   std::string optim_file(int dp_rank, int mp) const;  // [bf16_]zero_pp_rank_D_mp_rank_XX_optim_states.pt
+  // ZeRO-3: zero_pp_rank_D_mp_rank_XX_model_states.pt (one per DP rank, replaces mp_rank_XX_...).
+  std::string zero3_model_file(int dp_rank, int mp) const;
   // Native MoE: (ep_rank, expert-DP rank) of DP rank d.
   std::pair<int, int> ep_coords(int dp_rank) const;
   bool data_before_expert = false;
@@ -114,6 +120,8 @@ struct UcpInfo {
 // Checks the target against the model and computes the plan. Throws UsageError for option
 // combinations that cannot exist (PP > 1 with ZeRO-2/3, ...) and Error for layouts the model does
 // not allow (TP not dividing heads or a split dimension, more stages than layers, ...).
+// ZeRO-3 groups are cut into sub-groups as DeepSpeed's _create_fp16_sub_groups does: parameters are
+// appended in group order until their per-rank slice sizes reach sub_group_size.
 UcpInfo ucp_info(const ModelInfo& model, const TargetLayout& target);
 
 // The transformer layers of `n` blocks over `pp` stages: contiguous, the first stages get one more

@@ -184,7 +184,10 @@ def _args(model: Model, lay: Layout):
 
 
 def _ds_config(lay: Layout):
-    cfg = {"train_batch_size": 8 * lay.dp, "zero_optimization": {"stage": lay.zero},
+    zero = {"stage": lay.zero}
+    if lay.zero == 3:
+        zero["sub_group_size"] = lay.sub_group_size
+    cfg = {"train_batch_size": 8 * lay.dp, "zero_optimization": zero,
            "bf16": {"enabled": lay.dtype == "bf16"}, "fp16": {"enabled": lay.dtype == "fp16"}}
     if lay.data_before_expert:
         cfg["use_data_before_expert_parallel_"] = True
@@ -267,6 +270,7 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
             sd["args"] = args
             sd["checkpoint_version"] = 3.0
             sd["iteration"] = lay.step
+            sd["tokens"] = lay.step * 8 * lay.dp * cfg.seq
             if lay.uc_info:
                 sd["universal_checkpoint_info"] = uc_info
             sd["rng_state"] = _rng_state()

@@ -21,6 +21,8 @@ CI = [
     # native DeepSpeed MoE: EP 2 -> 4 and 4 -> 2 (global -> local expert numbering, expert-DP groups)
     ("dsmoe_ep2dp4_to_ep4dp4", DSMOE, dict(dp=4, ep=2), dict(dp=4, ep=4)),
     ("dsmoe_ep4dp4_to_ep2dp6", DSMOE, dict(dp=4, ep=4), dict(dp=6, ep=2)),
+    # ZeRO stage 1 -> 3 with TP 2, DP 2 -> 3 and several sub-groups per TP rank
+    ("gpt_tp2dp2_to_zero3_tp2dp3_subgroups", GPT, dict(tp=2, dp=2), dict(tp=2, dp=3, zero=3, sub_group_size=700)),
 ]
 
 FULL = CI + [
@@ -37,6 +39,12 @@ FULL = CI + [
     ("dsmoe_data_before_expert_ep2dp4_to_ep4dp8", DSMOE, dict(dp=4, ep=2, data_before_expert=True),
      dict(dp=8, ep=4, data_before_expert=True)),
     ("dsmoe_ep2_to_ep2dp2_fp16_z2", DSMOE, dict(dp=2, ep=2), dict(dp=2, ep=2, zero=2, dtype="fp16")),
+    # ZeRO-3 targets: TP = 1 (the union gives ds_to_universal's flat form), GQA + SwiGLU sub-params,
+    # DP 16 where small parameters leave ranks with empty slices, fp32
+    ("gpt_tp2_to_zero3_tp1dp3_fp16", GPT, dict(tp=2, dp=1), dict(tp=1, dp=3, zero=3, dtype="fp16", sub_group_size=500)),
+    ("llama_tp1_to_zero3_tp2dp2", LLAMA, dict(tp=1, dp=2, bf16_optimizer=True), dict(tp=2, dp=2, zero=3)),
+    ("gpt_z2fp16_to_zero3_dp16_fp32", GPT, dict(tp=1, dp=2, zero=2, dtype="fp16"),
+     dict(tp=1, dp=16, zero=3, dtype="fp32", sub_group_size=300)),
 ]
 
 
@@ -45,6 +53,8 @@ def target_args(t):
     a = ["--tp", str(t.get("tp", 1)), "--pp", str(t.get("pp", 1)), "--dp", str(t.get("dp", 1)),
          "--zero-stage", str(t.get("zero", 1)), "--dtype", t.get("dtype", "bf16"), "--ep", str(t.get("ep", 1))]
     a += ["--optimizer", "bf16" if t.get("bf16_optimizer") else "zero"]
+    if t.get("zero") == 3:
+        a += ["--sub-group-size", str(t.get("sub_group_size", 1_000_000_000))]
     # dsgen pads the vocabulary to a multiple of 8 * tp and, unlike Megatron, does not record
     # make_vocab_size_divisible_by in args: say it (else ucp-load infers the largest that fits).
     a += ["--vocab-multiple", "8"]

@@ -105,8 +105,8 @@ def compare_weights(what, model, ours, ref, tp_rank, layer=None):
         compare_tensor(f"{what}[{k}]", ours[k], exp, mask)
 
 
-def compare_model_file(model, ours, ref, fname, tp_rank, pipe_names):
-    o, r = load(ours), load(ref)
+def compare_model_file(model, ours, ref, fname, tp_rank, pipe_names, loaded=None):
+    o, r = loaded if loaded else (load(ours), load(ref))
     for key in ("dp_world_size", "mp_world_size", "num_experts"):
         if key in r and o.get(key) != r[key]:
             err(f"{fname}: {key} {o.get(key)} vs {r[key]}")
@@ -123,7 +123,12 @@ def compare_model_file(model, ours, ref, fname, tp_rank, pipe_names):
         err(f"{fname}: universal_checkpoint_info differs")
     if set(o.keys()) != set(r.keys()):
         err(f"{fname}: top-level keys differ: {sorted(set(o) ^ set(r))}")
-    if r["module"] is None:
+    if r["module"] and all(v.numel() == 0 for v in r["module"].values()):  # ZeRO-3 placeholders
+        mo, mr = o["module"] or {}, r["module"]
+        if list(mo.keys()) != list(mr.keys()) or any(
+                v.numel() != 0 or v.dtype != mr[k].dtype for k, v in mo.items() if k in mr):
+            err(f"{fname}: module placeholders differ")
+    elif r["module"] is None:
         if o["module"] is not None:
             err(f"{fname}: module should be None (pipeline)")
     else:
@@ -208,6 +213,67 @@ def compare_optim_files(model, ours_dir, ref_dir, mp, dp, tp_rank, prefix):
                 err(f"mp {mp} dp {d} group {g}: padding not zero")
 
 
+def compare_zero3(model, od, rd, tp, dp, prefix):
+    """ZeRO-3 targets: per (DP rank, TP rank) model file (0-element module tensors, param_shapes per
+    sub-group) and optimizer shard (fp32_flat_groups and moments per sub-group, each parameter's
+    ceil(numel/dp) slice of this rank, zero padding)."""
+    for t in range(tp):
+        for d in range(dp):
+            mf = f"zero_pp_rank_{d}_mp_rank_{t:02d}_model_states.pt"
+            o, r = load(os.path.join(od, mf)), load(os.path.join(rd, mf))
+            compare_model_file(model, os.path.join(od, mf), os.path.join(rd, mf), mf, t, False, loaded=(o, r))
+            shapes = [list(g.items()) for g in r["param_shapes"]]
+            fn = f"{prefix}zero_pp_rank_{d}_mp_rank_{t:02d}_optim_states.pt"
+            oo = load(os.path.join(od, fn))["optimizer_state_dict"]
+            rr = load(os.path.join(rd, fn))["optimizer_state_dict"]
+            if list(oo.keys()) != list(rr.keys()):
+                err(f"{fn}: keys {list(oo.keys())} vs {list(rr.keys())}")
+            for key in ("partition_count", "dynamic_loss_scale", "overflow"):
+                if oo.get(key) != rr.get(key):
+                    err(f"{fn}: {key} {oo.get(key)} vs {rr.get(key)}")
+            if int(oo["zero_stage"]) != int(rr["zero_stage"]):
+                err(f"{fn}: zero_stage {oo['zero_stage']} vs {rr['zero_stage']}")
+            if type(oo["loss_scaler"]).__name__ != type(rr["loss_scaler"]).__name__:
+                err(f"{fn}: loss_scaler {type(oo['loss_scaler']).__name__} vs {type(rr['loss_scaler']).__name__}")
+            po = [g["params"] for g in oo["optimizer_state_dict"]["param_groups"]]
+            pr = [g["params"] for g in rr["optimizer_state_dict"]["param_groups"]]
+            if po != pr:
+                err(f"{fn}: param_groups params {po} vs {pr}")
+            if len(oo["fp32_flat_groups"]) != len(shapes):
+                err(f"{fn}: {len(oo['fp32_flat_groups'])} sub-groups vs {len(shapes)}")
+                continue
+            for sg, params in enumerate(shapes):
+                so, sr = oo["optimizer_state_dict"]["state"][sg], rr["optimizer_state_dict"]["state"][sg]
+                if str(so.get("step")) != str(sr.get("step")):
+                    err(f"{fn}: sub-group {sg} step {so.get('step')} vs {sr.get('step')}")
+                for state in ("fp32", "exp_avg", "exp_avg_sq"):
+                    ot = oo["fp32_flat_groups"][sg] if state == "fp32" else so[state]
+                    rt = rr["fp32_flat_groups"][sg] if state == "fp32" else sr[state]
+                    if ot.shape != rt.shape or ot.dtype != rt.dtype:
+                        err(f"{fn}: sub-group {sg} {state}: {ot.dtype}{tuple(ot.shape)} vs {rt.dtype}{tuple(rt.shape)}")
+                        continue
+                    start = 0
+                    for name, shape in params:
+                        n = math.prod(shape)
+                        per = -(-n // dp)
+                        lo, hi = min(n, d * per), min(n, (d + 1) * per)
+                        what = f"{fn} sub-group {sg} {name} {state}"
+                        o_frag, r_frag = ot[start:start + hi - lo], rt[start:start + hi - lo]
+                        if model.kind(name) == "average":
+                            compare_tensor(what, o_frag, model.truth(name, state).reshape(-1)[lo:hi])
+                        elif model.is_vocab(name):
+                            idx = torch.arange(lo, hi)
+                            valid = (t * shape[0] + idx // shape[1]) < model.vocab
+                            compare_tensor(what, o_frag, r_frag, valid)
+                        else:
+                            compare_tensor(what, o_frag, r_frag)
+                        if torch.count_nonzero(ot[start + hi - lo:start + per]) != 0:
+                            err(f"{what}: padding not zero")
+                        start += per
+                    if start != ot.numel():
+                        err(f"{fn}: sub-group {sg} {state}: {ot.numel()} elements, slices need {start}")
+
+
 def main():
     ours, ref, truth_dir = sys.argv[1:4]
     tag = open(os.path.join(ref, "latest")).read().strip()
@@ -225,7 +291,9 @@ def main():
     model.padded_rows_per_rank = ref_meta["padded_vocab"] // tp
     prefix = "bf16_" if lay["dtype"] == "bf16" else ""
     pipe_names = ref_meta["pipe"]
-    for s in range(pp):
+    if lay["zero"] == 3:
+        compare_zero3(model, od, rd, tp, dp, prefix)
+    for s in range(pp if lay["zero"] != 3 else 0):
         for t in range(tp):
             mp = s * tp + t
             fn = f"mp_rank_{mp:02d}_model_states.pt"

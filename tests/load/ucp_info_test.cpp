@@ -194,6 +194,50 @@ TEST(UcpInfo, PlanForTinyModel) {
   EXPECT_EQ(j["ranks"][0]["partitions"][0]["fragments"][0]["name"], "emb");
 }
 
+TEST(UcpInfo, Zero3SubGroupsAndPerParameterPartitions) {
+  auto m = tiny_model();
+  TargetLayout t;
+  t.tp = 2;
+  t.dp = 3;
+  t.zero_stage = 3;
+  auto plan = ucp_info(m, t);
+  // TP rank 1: emb [6, 4] (24 elements, 8 per DP rank) and dense [4, 4] (16, 6 per rank) in group 0.
+  const auto& g = plan.mp_ranks[1].groups.at(0);
+  ASSERT_TRUE(g.per_param);
+  EXPECT_EQ(g.partition, 8 + 6);
+  const auto p2 = partition_of(g, 2);
+  ASSERT_EQ(p2.fragments.size(), 2u);
+  EXPECT_EQ(p2.fragments[0].start, 0);  // emb elements [16, 24)
+  EXPECT_EQ(p2.fragments[0].numel, 8);
+  EXPECT_EQ(p2.fragments[0].param_offset, 16);
+  EXPECT_EQ(p2.fragments[1].start, 8);  // dense elements [12, 16), then 2 padding
+  EXPECT_EQ(p2.fragments[1].numel, 4);
+  EXPECT_EQ(p2.fragments[1].param_offset, 12);
+  EXPECT_EQ(p2.padding, 2);
+  EXPECT_EQ(plan.zero3_model_file(2, 1), "zero_pp_rank_2_mp_rank_01_model_states.pt");
+
+  // Sub-groups close once the per-rank slices reach sub_group_size, never across optimizer groups.
+  t.dp = 4;
+  t.sub_group_size = 5;
+  plan = ucp_info(m, t);
+  const auto& gs = plan.mp_ranks[1].groups;
+  ASSERT_EQ(gs.size(), 3u);  // [emb] (6 >= 5), [dense] (4), [norm] (group 1)
+  EXPECT_EQ(gs[0].slots.at(0).name, "emb");
+  EXPECT_EQ(gs[1].slots.at(0).name, "dense");
+  EXPECT_EQ(gs[2].group, 1);
+
+  // More ranks than elements: trailing ranks own an empty, all-padding slice.
+  t.tp = 1;
+  t.dp = 16;
+  t.sub_group_size = 1000000000;
+  plan = ucp_info(m, t);
+  const auto& norm = plan.mp_ranks[0].groups.at(1);
+  EXPECT_EQ(norm.partition, 1);
+  EXPECT_EQ(partition_of(norm, 3).fragments.size(), 1u);
+  EXPECT_TRUE(partition_of(norm, 4).fragments.empty());
+  EXPECT_EQ(partition_of(norm, 4).padding, 1);
+}
+
 TEST(UcpInfo, ImpossibleLayoutsAndOptionCombos) {
   auto m = tiny_model();
   TargetLayout t;
@@ -209,6 +253,10 @@ TEST(UcpInfo, ImpossibleLayoutsAndOptionCombos) {
   t.zero_stage = 1;
   t.ep = 2;
   EXPECT_THROW(ucp_info(m, t), UsageError);  // no experts
+  t.ep = 1;
+  t.zero_stage = 3;
+  m.pipeline = true;
+  EXPECT_THROW(ucp_info(m, t), Error);  // PipelineEngine runs ZeRO 0/1 only
 }
 
 TEST(UcpInfo, StagesOfBlocks) {
