@@ -24,13 +24,14 @@ ls "$work/source/global_step"*/ | head -20
 step "2. ucp-union (one-step) -> $work/universal"
 rm -rf "$work/universal"
 "$bin/ucp-union" --input "$work/source" --output "$work/universal" --json | tee "$work/union.json"
-$py "$root/tests/ucp/check_universal.py" "$work/universal" "$work/source/truth/universal"
+$py "$root/tests/ucp/check_universal.py" "$work/universal" "$work/source"
 
 step "3. ucp-load -> TP=1 PP=1 DP=4 ZeRO-1 in $work/target, then back to universal"
 rm -rf "$work/target" "$work/universal2"
 "$bin/ucp-load" --input "$work/universal" --output "$work/target" --tp 1 --pp 1 --dp 4 --zero-stage 1 --json
 "$bin/ucp-union" --input "$work/target" --output "$work/universal2" -q
-$py "$root/tests/ucp/check_universal.py" "$work/universal2" "$work/source/truth/universal"
+# Same atomic tensors bit for bit (the layout-describing optimizer_state.pt and model copies differ).
+$py "$root/tests/load/same_universal.py" "$work/universal" "$work/universal2"
 
 data=$root/../shared/data/smartmoe_expert_loads.json
 if [ -f "$data" ]; then
