@@ -214,11 +214,7 @@ void open_native(SourceCheckpoint& c, const OpenOptions& o, const layout::DeepSp
   for (const auto& rel : files) {
     if (expert_files.count(rel)) continue;
     c.non_expert_files.push_back(rel);
-    uint64_t size = c.file_sizes.at(rel);
-    uint64_t sliced = 0;
-    if (auto it = c.expert_ranges.find(rel); it != c.expert_ranges.end())
-      for (const auto& r : it->second) sliced += r.length;
-    c.non_expert_bytes_total += size - sliced;
+    c.non_expert_bytes_total += c.stored_bytes(rel);
   }
 }
 
@@ -245,6 +241,13 @@ uint64_t SourceCheckpoint::expert_bytes(int moe_layer, int expert) const {
   if (it != experts.end())
     for (const auto& p : it->second) n += p.bytes;
   return n;
+}
+
+uint64_t SourceCheckpoint::stored_bytes(const std::string& rel) const {
+  uint64_t size = file_sizes.at(rel), sliced = 0;
+  if (auto it = expert_ranges.find(rel); it != expert_ranges.end())
+    for (const auto& r : it->second) sliced += r.length;  // disjoint: each byte belongs to one expert
+  return size - sliced;
 }
 
 SourceCheckpoint open_checkpoint(const std::string& path, const OpenOptions& options) {

@@ -55,6 +55,8 @@ struct SourceCheckpoint {
   uint64_t expert_bytes_total = 0, non_expert_bytes_total = 0;
 
   uint64_t expert_bytes(int moe_layer, int expert) const;
+  // Bytes the store receives for a non-expert file: its size minus the expert ranges cut out of it.
+  uint64_t stored_bytes(const std::string& rel) const;
   uint64_t total_bytes() const { return expert_bytes_total + non_expert_bytes_total; }
 };
 

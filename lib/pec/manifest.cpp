@@ -53,6 +53,8 @@ json manifest_to_json(const Manifest& m) {
           {"ep_size", m.shape.ep_size},
           {"policy", m.policy},
           {"k", m.k},
+          {"budget_bytes", m.budget_bytes},
+          {"k_per_layer", m.k_per_layer},
           {"save_index", m.save_index},
           {"tokens_known", m.tokens_known},
           {"tokens_interval", m.tokens_interval},
@@ -78,6 +80,8 @@ Manifest manifest_from_json(const json& j, const std::string& name) {
     m.shape.ep_size = j.at("ep_size").get<int>();
     m.policy = j.at("policy").get<std::string>();
     m.k = j.at("k").get<int>();
+    m.budget_bytes = j.value("budget_bytes", uint64_t{0});
+    m.k_per_layer = j.value("k_per_layer", std::vector<int>{});
     m.save_index = j.at("save_index").get<int64_t>();
     m.tokens_known = j.at("tokens_known").get<bool>();
     m.tokens_interval = j.at("tokens_interval").get<TokenMatrix>();

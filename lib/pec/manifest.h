@@ -48,7 +48,9 @@ struct Manifest {
   std::string tag;     // folder name of the step in the source checkpoint (global_step<N>, ...)
   MoeShape shape;
   std::string policy;
-  int k = 0;
+  int k = 0;                  // --k of this tier (0 with the budget policy)
+  uint64_t budget_bytes = 0;  // byte budget of the budget policy (0 otherwise)
+  std::vector<int> k_per_layer;  // experts the policy selected per MoE layer (bootstrap additions excluded)
   int64_t save_index = 0;
   TokenMatrix tokens_interval;    // since the previous save (empty when unknown)
   TokenMatrix tokens_cumulative;  // since the first save this store chain saw

@@ -60,13 +60,17 @@ ObjectInfo ObjectStore::put(std::span<const uint8_t> bytes) {
   info.id = d.hex();
   info.raw_size = bytes.size();
   const std::string path = path_of(info.id);
+  const std::string sub = fs::path(path).parent_path().string();
   std::error_code ec;
   if (auto size = fs::file_size(path, ec); !ec) {
     info.stored_size = size;
     info.existed = true;
+    // The object may have been renamed into place by a save that crashed before fsyncing its folder:
+    // the commit that now names it must make that folder entry durable too.
+    std::lock_guard<std::mutex> lock(mutex_);
+    touched_dirs_.insert(sub);
     return info;
   }
-  const std::string sub = fs::path(path).parent_path().string();
   fs::create_directories(sub, ec);
   if (ec) fail(sub, "cannot create folder: " + ec.message());
 

@@ -98,51 +98,65 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   });
   if (all.empty()) fail(o.store, "no committed step in the store");
 
-  int64_t target = o.step;
-  if (target < 0) {
+  // Target: --step, or the newest step with non-expert state; without --step a damaged newest state
+  // makes restore fall back, with a warning, to the next older step whose state is intact.
+  std::vector<int64_t> candidates;
+  if (o.step >= 0) {
+    candidates.push_back(o.step);
+  } else {
     for (const auto& [ti, m] : all)
-      if (!m.non_expert_pruned) {
-        target = m.step;
-        break;
-      }
-    if (target < 0) fail(o.store, "no committed step with its non-expert state");
+      if (!m.non_expert_pruned && (candidates.empty() || candidates.back() != m.step)) candidates.push_back(m.step);
+    if (candidates.empty()) fail(o.store, "no committed step with its non-expert state");
   }
 
   // Non-expert state of the target step (any tier holding it intact).
+  int64_t target = -1;
   std::map<std::string, std::vector<uint8_t>> files;
   const Manifest* base = nullptr;
   std::string last_error;
-  for (const auto& [ti, m] : all) {
-    if (m.step != target || m.non_expert_pruned) continue;
-    try {
-      std::map<std::string, std::vector<uint8_t>> got;
-      std::vector<std::vector<uint8_t>*> slots;
-      for (const auto& f : m.non_expert) slots.push_back(&got[f.path]);
-      std::exception_ptr error;
-      std::mutex error_mutex;
-      const Store& store = *tiers[ti];
-      tbb::parallel_for(size_t{0}, m.non_expert.size(), [&](size_t i) {
-        try {
-          const FileEntry& f = m.non_expert[i];
-          *slots[i] = rebuild_cut_file(store.read_file(f), f.cut, f.path);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(error_mutex);
-          if (!error) error = std::current_exception();
-        }
-      });
-      if (error) std::rethrow_exception(error);
-      files = std::move(got);
-      base = &m;
-      break;
-    } catch (const ObjectError& e) {
-      last_error = e.what();
-      warn(std::string("non-expert state of step ") + std::to_string(target) + " in the " + tiers[ti]->tier() +
-           " tier is damaged: " + e.what());
+  for (size_t ci = 0; ci < candidates.size(); ++ci) {
+    const int64_t want = candidates[ci];
+    for (const auto& [ti, m] : all) {
+      if (m.step != want || m.non_expert_pruned) continue;
+      try {
+        std::map<std::string, std::vector<uint8_t>> got;
+        std::vector<std::vector<uint8_t>*> slots;
+        for (const auto& f : m.non_expert) slots.push_back(&got[f.path]);
+        std::exception_ptr error;
+        std::mutex error_mutex;
+        const Store& store = *tiers[ti];
+        tbb::parallel_for(size_t{0}, m.non_expert.size(), [&](size_t i) {
+          try {
+            const FileEntry& f = m.non_expert[i];
+            *slots[i] = rebuild_cut_file(store.read_file(f), f.cut, f.path);
+          } catch (...) {
+            std::lock_guard<std::mutex> lock(error_mutex);
+            if (!error) error = std::current_exception();
+          }
+        });
+        if (error) std::rethrow_exception(error);
+        files = std::move(got);
+        base = &m;
+        break;
+      } catch (const ObjectError& e) {
+        last_error = e.what();
+        warn(std::string("non-expert state of step ") + std::to_string(want) + " in the " + tiers[ti]->tier() +
+             " tier is damaged: " + e.what());
+      }
     }
+    if (base) {
+      target = want;
+      break;
+    }
+    if (ci + 1 < candidates.size())
+      warn("no intact non-expert state for the newest step " + std::to_string(want) +
+           "; falling back to the next older committed step (more tokens are lost)");
   }
   if (!base) {
-    if (last_error.empty()) fail(o.store, "step " + std::to_string(target) + " is not committed (or its non-expert state was garbage-collected)");
-    fail(o.store, "no intact non-expert state for step " + std::to_string(target) + ": " + last_error);
+    if (o.step >= 0 && last_error.empty())
+      fail(o.store, "step " + std::to_string(o.step) + " is not committed (or its non-expert state was garbage-collected)");
+    if (o.step >= 0) fail(o.store, "no intact non-expert state for step " + std::to_string(o.step) + ": " + last_error);
+    fail(o.store, "no committed step has intact non-expert state (last error: " + last_error + ")");
   }
   const MoeShape& shape = base->shape;
 
@@ -240,21 +254,35 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   auto capacity = capacity_plan(lost, rate, o.capacity_factor);
   int max_e = 0;
   for (int e : shape.experts_per_layer) max_e = std::max(max_e, e);
-  int k_now = base->k;
+  // K of the durable tier at the target step (the tier whose K the next run sets). With the budget
+  // policy K is the per-layer outcome of the budget: k = the largest per-layer count, and the next
+  // run should double the budget (next_budget_bytes) when PLT passes the threshold.
+  const Manifest* kref = base;
   for (const auto& [ti, m] : all)
-    if (m.step == target && m.tier == "durable") k_now = m.k;
+    if (m.step == target && m.tier == "durable") kref = &m;
+  std::vector<int> k_per_layer = kref->k_per_layer;
+  int k_now = kref->k;
+  if (k_now <= 0 && !k_per_layer.empty()) k_now = *std::max_element(k_per_layer.begin(), k_per_layer.end());
+  if (k_per_layer.empty()) k_per_layer.assign(shape.experts_per_layer.size(), std::max(k_now, 0));
+  const bool exceeded = plt.overall > o.plt_threshold;
 
   res.report = {{"step", target},
                 {"experts", experts},
                 {"plt", plt_to_json(plt)},
                 {"plt_threshold", o.plt_threshold},
-                {"plt_exceeded", plt.overall > o.plt_threshold},
+                {"plt_exceeded", exceeded},
+                {"policy", kref->policy},
                 {"k", k_now},
+                {"k_per_layer", k_per_layer},
                 {"next_k", next_k(k_now, max_e, plt.overall, o.plt_threshold)},
                 {"capacity_plan", capacity_plan_to_json(capacity)},
                 {"layout", base->layout},
                 {"tokens_known", tokens_known || !per_interval.empty()},
                 {"warnings", res.warnings}};
+  if (kref->budget_bytes > 0) {
+    res.report["budget_bytes"] = kref->budget_bytes;
+    res.report["next_budget_bytes"] = exceeded ? 2 * kref->budget_bytes : kref->budget_bytes;
+  }
 
   // Write the checkpoint: a temporary folder renamed into place, then the `latest` pointer.
   const std::string tag = "global_step" + std::to_string(target);
@@ -296,10 +324,19 @@ RestoreResult pec_restore(const RestoreOptions& o) {
 
 std::string report_table(const json& r) {
   std::ostringstream o;
-  char line[256];
-  std::snprintf(line, sizeof line, "restored step %lld  PLT %.4f%% (threshold %.4f%%)  K %d -> next K %d\n",
+  char line[1024];
+  std::string k_text;
+  if (r.contains("budget_bytes")) {
+    std::string per;
+    for (const auto& k : r.value("k_per_layer", json::array())) per += (per.empty() ? "" : ",") + std::to_string(k.get<int>());
+    k_text = "budget " + std::to_string(r.at("budget_bytes").get<uint64_t>()) + " B (K per layer " + per + ") -> next budget " +
+             std::to_string(r.at("next_budget_bytes").get<uint64_t>()) + " B";
+  } else {
+    k_text = "K " + std::to_string(r.at("k").get<int>()) + " -> next K " + std::to_string(r.at("next_k").get<int>());
+  }
+  std::snprintf(line, sizeof line, "restored step %lld  PLT %.4f%% (threshold %.4f%%)  %s\n",
                 static_cast<long long>(r.at("step").get<int64_t>()), 100 * r.at("plt").at("overall").get<double>(),
-                100 * r.at("plt_threshold").get<double>(), r.at("k").get<int>(), r.at("next_k").get<int>());
+                100 * r.at("plt_threshold").get<double>(), k_text.c_str());
   o << line;
   o << "moe_layer  expert  restored_step  lost_tokens  tier\n";
   int64_t step = r.at("step").get<int64_t>();

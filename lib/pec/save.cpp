@@ -15,6 +15,7 @@
 #include "pec/shard_plan.h"
 #include "pec/store.h"
 #include "pec/tokens.h"
+#include "tool/tool.h"
 #include "ucp/mpi_session.h"
 
 namespace ucpkit::pec {
@@ -136,6 +137,8 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
       req.budget_bytes = 0;  // the fast tier is sized by --k-snapshot
     }
     t.selection = pol.select(req);
+    std::vector<int> k_per_layer;
+    for (const auto& layer : t.selection) k_per_layer.push_back(static_cast<int>(layer.size()));
     if (t.name == "durable" && o.bootstrap)
       for (int l = 0; l < shape.num_layers(); ++l)
         for (int e = 0; e < shape.experts_per_layer[static_cast<size_t>(l)]; ++e)
@@ -152,6 +155,8 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
     m.shape = shape;
     m.policy = o.policy;
     m.k = t.k;
+    m.budget_bytes = req.budget_bytes;
+    m.k_per_layer = k_per_layer;
     m.save_index = req.save_index;
     m.tokens_known = tokens_known || (t.prev && t.prev->tokens_known);
     m.tokens_interval = interval;
@@ -181,7 +186,7 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
       }
     for (const auto& f : src.non_expert_files) {
       work.push_back({ti, -1, -1, f, nullptr});
-      items.push_back({tiers[ti].name + ":" + f, src.file_sizes.at(f)});
+      items.push_back({tiers[ti].name + ":" + f, src.stored_bytes(f)});  // what the store receives
     }
   }
   ShardPlan plan = plan_fully_sharded(items, shape, mpi.size(), o.open.data_before_expert);
@@ -272,16 +277,24 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
                  {"ratio_formula", pec_size_ratio(static_cast<double>(ne), static_cast<double>(ex), k_avg, e_avg)},
                  {"experts_saved", saved_experts}};
       t.store->commit(m);
-      GcStats gc = t.store->collect_garbage(t.keep);
+      // The fast tier keeps only what the durable tier (committed and collected just before) lacks:
+      // the non-expert state of its kept steps and expert copies newer than the durable ones.
+      ExpertCopySteps durable_copies;
+      if (t.name == "fast") durable_copies = tiers.front().store->expert_copy_steps();
+      GcStats gc = t.store->collect_garbage(t.keep, t.name == "fast" ? &durable_copies : nullptr);
+      if (!gc.skipped.empty()) tool::warn(gc.skipped);
       json sel = json::array();
       for (int l = 0; l < shape.num_layers(); ++l) sel.push_back(t.selection[l]);
       tiers_json.push_back({{"tier", t.name},
                             {"store", t.store->dir()},
                             {"k", t.k},
+                            {"k_per_layer", m.k_per_layer},
+                            {"budget_bytes", m.budget_bytes},
                             {"selection", sel},
                             {"stats", m.stats},
                             {"gc", {{"manifests_removed", gc.manifests_removed}, {"manifests_pruned", gc.manifests_pruned},
-                                    {"objects_removed", gc.objects_removed}, {"bytes_removed", gc.bytes_removed}}}});
+                                    {"objects_removed", gc.objects_removed}, {"bytes_removed", gc.bytes_removed},
+                                    {"skipped", gc.skipped}}}});
     }
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     summary = {{"step", o.step},

@@ -163,7 +163,20 @@ void Store::commit(const Manifest& m) {
   write_manifest(m, "manifest half written");
 }
 
-GcStats Store::collect_garbage(int keep_steps) {
+ExpertCopySteps Store::expert_copy_steps() const {
+  ExpertCopySteps out;
+  for (int64_t s : committed_steps()) {
+    try {
+      Manifest m = load_manifest(s);
+      for (const auto& e : m.experts) out[{e.moe_layer, e.expert}].insert(s);
+    } catch (const std::exception&) {
+      // A damaged manifest covers nothing.
+    }
+  }
+  return out;
+}
+
+GcStats Store::collect_garbage(int keep_steps, const ExpertCopySteps* covered) {
   GcStats stats;
   auto steps = committed_steps();
   if (keep_steps < 1) keep_steps = 1;
@@ -171,14 +184,23 @@ GcStats Store::collect_garbage(int keep_steps) {
   for (int64_t s : steps) {
     try {
       manifests.emplace(s, load_manifest(s));
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
       // A damaged manifest is left alone: garbage collection must never make things worse.
+      stats.skipped = std::string(e.what()) + "; garbage collection of " + dir_ + " skipped (remove or repair that manifest)";
       return stats;
     }
   }
   const size_t first_target = steps.size() > static_cast<size_t>(keep_steps) ? steps.size() - keep_steps : 0;
   std::set<int64_t> targets(steps.begin() + static_cast<long>(first_target), steps.end());
-  // For each kept manifest, the expert copies still needed: (step -> set of (layer, expert)).
+  // Does the other tier hold a copy of (l, e) at a step in [from, to]?
+  auto covered_between = [&](int l, int e, int64_t from, int64_t to) {
+    if (!covered) return false;
+    auto it = covered->find({l, e});
+    if (it == covered->end()) return false;
+    auto s = it->second.lower_bound(from);
+    return s != it->second.end() && *s <= to;
+  };
+  // For each manifest, the expert copies still needed: (step -> set of (layer, expert)).
   std::map<int64_t, std::set<std::pair<int, int>>> needed_experts;
   for (int64_t t : targets) {
     const Manifest& tm = manifests.at(t);
@@ -187,31 +209,34 @@ GcStats Store::collect_garbage(int keep_steps) {
         for (auto it = manifests.upper_bound(t); it != manifests.begin();) {
           --it;
           if (it->second.find_expert(l, e)) {
-            needed_experts[it->first].insert({l, e});
+            if (!covered_between(l, e, it->first, t)) needed_experts[it->first].insert({l, e});
             break;
           }
         }
       }
   }
-  // Rewrite older manifests that are still needed, drop the others.
+  // Rewrite the manifests that hold copies no longer needed (older ones also lose their non-expert
+  // state), drop the older ones that hold nothing needed.
   for (auto& [s, m] : manifests) {
-    if (targets.count(s)) continue;
+    const bool target = targets.count(s) > 0;
     auto need = needed_experts.find(s);
-    if (need == needed_experts.end()) {
+    if (!target && need == needed_experts.end()) {
       std::error_code ec;
       fs::remove(manifest_path(s), ec);
       crash_point("gc manifest removed");
       ++stats.manifests_removed;
       continue;
     }
-    bool changed = !m.non_expert.empty() || !m.non_expert_pruned;
     std::vector<ExpertEntry> kept;
     for (auto& e : m.experts)
-      if (need->second.count({e.moe_layer, e.expert})) kept.push_back(e);
-    changed = changed || kept.size() != m.experts.size();
-    if (changed) {
+      if (need != needed_experts.end() && need->second.count({e.moe_layer, e.expert})) kept.push_back(e);
+    bool changed = kept.size() != m.experts.size();
+    if (!target) {
+      changed = changed || !m.non_expert.empty() || !m.non_expert_pruned;
       m.non_expert.clear();
       m.non_expert_pruned = true;
+    }
+    if (changed) {
       m.experts = std::move(kept);
       write_manifest(m, "gc manifest half written");
       ++stats.manifests_pruned;

@@ -6,8 +6,10 @@
 // and its folder fsynced, before the manifest was created.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,7 +24,11 @@ struct GcStats {
   size_t objects_removed = 0;
   uint64_t bytes_removed = 0;
   size_t temporaries_removed = 0;
+  std::string skipped;  // why garbage collection did nothing (a damaged manifest), empty when it ran
 };
+
+// Steps at which a tier holds a committed copy of each expert: (moe_layer, expert) -> steps.
+using ExpertCopySteps = std::map<std::pair<int, int>, std::set<int64_t>>;
 
 class Store {
  public:
@@ -58,7 +64,14 @@ class Store {
   // manifests and non-expert state, and for every expert its newest copy at or before each of them.
   // Older manifests still needed for an expert copy are rewritten without their non-expert state;
   // the rest are removed, then every object no manifest names (incl. leftovers of crashed saves).
-  GcStats collect_garbage(int keep_steps);
+  // With `covered` (the copies another tier holds, e.g. the durable tier seen from the fast tier), an
+  // expert copy at step s is kept for a target t only when that tier has no copy at a step in [s, t]:
+  // this tier then holds only the experts the other tier does not have as new, plus the non-expert
+  // state of the kept steps. When a manifest is damaged nothing is collected (`skipped` says why).
+  GcStats collect_garbage(int keep_steps, const ExpertCopySteps* covered = nullptr);
+
+  // The steps of every expert copy named by a readable manifest of this tier.
+  ExpertCopySteps expert_copy_steps() const;
 
  private:
   void write_manifest(const Manifest& m, const std::string& crash_label);

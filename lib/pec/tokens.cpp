@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -80,11 +81,22 @@ const json* first_key(const json& o, std::initializer_list<const char*> keys) {
   return nullptr;
 }
 
+// Router trace JSONL. `moe_layer` is the MoE layer index itself. `layer`/`layer_idx`/`layer_number`
+// may be transformer-layer ids (Megatron numbers every transformer layer, so with MoE every other
+// layer a trace reads 1, 3, 5, ...): when the distinct ids do not already form 0..L-1 they are mapped,
+// in sorted order, onto the MoE layers 0..L-1.
 TokenMatrix parse_jsonl(std::string_view text, const std::string& name) {
-  TokenMatrix m;
+  std::map<int64_t, std::vector<int64_t>> rows;  // layer id -> counts per expert
+  bool by_moe_layer = false, by_layer = false;
   std::istringstream in{std::string(text)};
   std::string line;
   int line_no = 0;
+  auto add = [&](int64_t l, int64_t e, int64_t tokens) {
+    if (e < 0 || tokens < 0) fail(name, "line " + std::to_string(line_no) + ": negative expert or token count");
+    auto& row = rows[l];
+    if (static_cast<size_t>(e) >= row.size()) row.resize(static_cast<size_t>(e) + 1, 0);
+    row[static_cast<size_t>(e)] += tokens;
+  };
   while (std::getline(in, line)) {
     ++line_no;
     if (trim(line).empty()) continue;
@@ -95,23 +107,37 @@ TokenMatrix parse_jsonl(std::string_view text, const std::string& name) {
       fail(name, "line " + std::to_string(line_no) + ": " + e.what());
     }
     if (!o.is_object()) fail(name, "line " + std::to_string(line_no) + ": expected a JSON object");
-    const json* layer = first_key(o, {"moe_layer", "layer", "layer_idx", "layer_number"});
+    const json* layer = first_key(o, {"moe_layer"});
+    (layer ? by_moe_layer : by_layer) = true;
+    if (!layer) layer = first_key(o, {"layer", "layer_idx", "layer_number"});
     if (!layer || !layer->is_number_integer())
-      fail(name, "line " + std::to_string(line_no) + ": no MoE layer index (moe_layer/layer/layer_idx)");
+      fail(name, "line " + std::to_string(line_no) + ": no layer index (moe_layer, or layer/layer_idx/layer_number)");
     int64_t l = layer->get<int64_t>();
+    if (l < 0) fail(name, "line " + std::to_string(line_no) + ": negative layer index");
+    rows[l];
     if (const json* counts = first_key(o, {"tokens_per_expert", "expert_counts", "counts"})) {
       if (!counts->is_array()) fail(name, "line " + std::to_string(line_no) + ": counts must be a list");
-      for (size_t e = 0; e < counts->size(); ++e) put(m, l, static_cast<int64_t>(e), to_count((*counts)[e].dump(), name), name);
+      for (size_t e = 0; e < counts->size(); ++e) add(l, static_cast<int64_t>(e), to_count((*counts)[e].dump(), name));
     } else if (const json* ids = first_key(o, {"experts", "topk_ids", "indices", "expert_ids"})) {
       std::vector<int64_t> flat;
       flatten_ids(*ids, flat);
-      for (int64_t e : flat) put(m, l, e, 1, name);
+      for (int64_t e : flat) add(l, e, 1);
     } else if (o.contains("expert") && o.contains("tokens")) {
-      put(m, l, o.at("expert").get<int64_t>(), to_count(o.at("tokens").dump(), name), name);
+      add(l, o.at("expert").get<int64_t>(), to_count(o.at("tokens").dump(), name));
     } else {
       fail(name, "line " + std::to_string(line_no) + ": no expert counts or routed expert ids");
     }
-    if (l >= 0 && static_cast<size_t>(l) >= m.size()) m.resize(static_cast<size_t>(l) + 1);
+  }
+  if (by_moe_layer && by_layer)
+    fail(name, "mixes moe_layer with layer/layer_idx/layer_number keys; use one kind of layer index");
+  TokenMatrix m;
+  if (rows.empty()) return m;
+  const bool dense = rows.rbegin()->first == static_cast<int64_t>(rows.size()) - 1;  // ids are exactly 0..L-1
+  if (by_moe_layer || dense) {
+    m.resize(static_cast<size_t>(rows.rbegin()->first) + 1);
+    for (auto& [l, row] : rows) m[static_cast<size_t>(l)] = std::move(row);
+  } else {
+    for (auto& [l, row] : rows) m.push_back(std::move(row));  // i-th smallest transformer layer -> MoE layer i
   }
   return m;
 }

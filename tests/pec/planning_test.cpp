@@ -41,6 +41,25 @@ TEST(PecTokens, RouterTraceJsonl) {
   EXPECT_EQ(m[1], (std::vector<int64_t>{4, 0, 1}));
 }
 
+TEST(PecTokens, RouterTraceByTransformerLayerMapsToMoeLayerOrder) {
+  // Megatron numbers transformer layers; with MoE every other layer a trace reads 1, 3, 5.
+  auto m = parse_tokens("{\"layer_number\": 3, \"tokens_per_expert\": [0, 7]}\n"
+                        "{\"layer_number\": 1, \"topk_ids\": [[1, 0], [1, 1]]}\n"
+                        "{\"layer_number\": 5, \"counts\": [2, 2]}\n"
+                        "{\"layer_number\": 1, \"experts\": [0]}\n",
+                        "t");
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[0], (std::vector<int64_t>{2, 3}));  // transformer layer 1
+  EXPECT_EQ(m[1], (std::vector<int64_t>{0, 7}));  // transformer layer 3
+  EXPECT_EQ(m[2], (std::vector<int64_t>{2, 2}));  // transformer layer 5
+  // Ids that already are 0..L-1 stay as they are; `moe_layer` is never remapped.
+  auto dense = parse_tokens("{\"layer\": 1, \"counts\": [1]}\n{\"layer\": 0, \"counts\": [2]}\n", "t");
+  EXPECT_EQ(dense, (TokenMatrix{{2}, {1}}));
+  auto moe = parse_tokens("{\"moe_layer\": 1, \"counts\": [5]}\n", "t");
+  EXPECT_EQ(moe, (TokenMatrix{{}, {5}}));
+  EXPECT_THROW(parse_tokens("{\"moe_layer\": 0, \"counts\": [1]}\n{\"layer\": 3, \"counts\": [1]}\n", "t"), Error);
+}
+
 TEST(PecTokens, BadInputFailsClearly) {
   EXPECT_THROW(parse_tokens("[[1, -2]]", "t"), Error);
   EXPECT_THROW(parse_tokens("a,b\nx,y\n", "t"), Error);
