@@ -105,7 +105,7 @@ class Tensor {
   Tensor to(DType target) const;
   // A view of rows [start, start+length) along dimension `dim`.
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
-  // A view with a new shape (tensor must be contiguous).
+  // The same elements with a new shape: a view when contiguous, else a contiguous copy (as torch.reshape).
   Tensor reshape(std::vector<int64_t> shape) const;
   // Bitwise equality of dtype, shape and element bytes.
   bool equal(const Tensor& other) const;

@@ -49,9 +49,9 @@ def zip_prefix(path):
         return z.namelist()[0].split("/")[0]
 
 
-def save(name, obj, legacy=False, pickle_module=None, check=True):
+def save(name, obj, legacy=False, pickle_module=None, check=True, protocol=None):
     path = os.path.join(OUT, name + ".pt")
-    kw = {}
+    kw = {} if protocol is None else {"pickle_protocol": protocol}
     if legacy:
         kw["_use_new_zipfile_serialization"] = False
     if pickle_module is not None:
@@ -142,6 +142,11 @@ tensors["large"] = torch.randn(300, 301)  # > 64 KiB record
 tensors["tuple_of_tensors"] = (torch.ones(2), torch.zeros(2, dtype=torch.int64))
 save("tensors", tensors)
 save("legacy_tensors", tensors, legacy=True)
+# Other pickle protocols than torch.save's default 2: 1 (text LONG magic in legacy files), 4 and 5.
+save("legacy_tensors_proto1", tensors, legacy=True, protocol=1)
+save("tensors_proto1", tensors, protocol=1)
+save("basic_proto4", basic, protocol=4)
+save("legacy_basic_proto5", basic, legacy=True, protocol=5)
 
 # ---------------- objects found in real checkpoints ----------------
 

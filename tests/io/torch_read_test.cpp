@@ -19,6 +19,10 @@ TEST(TorchDeserialization, SingleItemList) { check_fixture("single_list"); }
 TEST(TorchDeserialization, SingleItemDict) { check_fixture("single_dict"); }
 TEST(TorchDeserialization, TensorsAllDtypesAndLayouts) { check_fixture("tensors"); }
 TEST(TorchDeserialization, LegacyTensors) { check_fixture("legacy_tensors"); }
+TEST(TorchDeserialization, PickleProtocol1Legacy) { check_fixture("legacy_tensors_proto1"); }
+TEST(TorchDeserialization, PickleProtocol1Zip) { check_fixture("tensors_proto1"); }
+TEST(TorchDeserialization, PickleProtocol4Zip) { check_fixture("basic_proto4"); }
+TEST(TorchDeserialization, PickleProtocol5Legacy) { check_fixture("legacy_basic_proto5"); }
 TEST(TorchDeserialization, CheckpointObjects) { check_fixture("objects"); }
 TEST(TorchDeserialization, LegacyCheckpointObjects) { check_fixture("legacy_objects"); }
 TEST(TorchDeserialization, EnumPy310) { check_fixture("enum_py310"); }

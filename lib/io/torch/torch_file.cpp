@@ -93,7 +93,9 @@ TorchFile load_zip(std::shared_ptr<const MappedFile> file, const TorchLoadOption
 TorchFile load_legacy(std::shared_ptr<const MappedFile> file) {
   const std::string& path = file->path();
   auto data = file->bytes();
-  if (data.size() < 2 || data[0] != 0x80) fail(path, "not a torch file (wrong magic: neither zip nor pickle)");
+  // Protocol 2+ pickles start with PROTO (0x80); protocols 0/1 pickle the magic number as a text LONG.
+  if (data.size() < 2 || (data[0] != 0x80 && data[0] != 'L'))
+    fail(path, "not a torch file (wrong magic: neither zip nor pickle)");
   size_t pos = 0, used = 0;
   auto next = [&](const pickle::UnpickleOptions& o) {
     ValuePtr v = pickle::unpickle(data.subspan(pos), path, o, &used);
