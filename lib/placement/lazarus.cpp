@@ -66,6 +66,23 @@ bool no_worse(const RecoveryModel& model, const ExpertNodeSets& cand, const Expe
   return true;
 }
 
+// Experts of every node, from a layer's slots.
+std::vector<std::vector<int>> node_contents(const std::vector<int>& phy2log, const Cluster& cluster) {
+  std::vector<std::vector<int>> nodes(cluster.nodes);
+  for (size_t p = 0; p < phy2log.size(); ++p) nodes[cluster.node_of_slot(static_cast<int>(p))].push_back(phy2log[p]);
+  return nodes;
+}
+
+// Small clusters: every k = 1..N-1, exactly (a layout that ties for the k reported can still lose at
+// a larger k, e.g. N = 6, c = 3, r = (1, 7, 10): p(5) = 0 instead of 1/6).
+constexpr int kAllFailuresUpTo = 12;
+
+bool no_worse_all_k(const std::vector<double>& cand, const std::vector<double>& base) {
+  for (size_t i = 0; i < base.size(); ++i)
+    if (cand[i] < base[i] - 1e-12) return false;
+  return true;
+}
+
 class Lazarus : public PlacementAlgorithm {
  public:
   std::string name() const override { return "lazarus"; }
@@ -86,17 +103,23 @@ class Lazarus : public PlacementAlgorithm {
       mo.fault_tolerance = opt.fault_tolerance;
       LayerPlacement mro = layout_nodes(mro_placement(r, t, cluster.nodes, c, mo), t, cluster);
       // MRO is one optimal placement for recovery; when a purely balance-driven packing of the same
-      // replicas is as recoverable for every k evaluated, take it: the balance is then free.
+      // replicas is as recoverable for every k (k = 1..N-1 exactly when N <= 12, else k = 1..K with
+      // the same Monte Carlo samples), take it: the balance is then free.
       double best_b = balancedness(mro.phy2log, t, cluster);
       std::vector<RecoveryEstimate> pm;
       const ExpertNodeSets mro_sets = ExpertNodeSets::from_layer(mro.phy2log, cluster, E);
+      const bool all_k = cluster.nodes <= kAllFailuresUpTo;
+      std::vector<double> mro_vector;
+      if (all_k) mro_vector = exact_recovery_vector(node_contents(mro.phy2log, cluster), E);
       int pick = 0;
       LayerPlacement best = std::move(mro);
       for (int variant = 1; variant <= 2; ++variant) {
         LayerPlacement cand = balanced_layout(r, t, cluster, variant == 2);
         double b = balancedness(cand.phy2log, t, cluster);
         if (b <= best_b + 1e-9) continue;
-        if (!no_worse(model, ExpertNodeSets::from_layer(cand.phy2log, cluster, E), mro_sets, pm)) continue;
+        if (all_k ? !no_worse_all_k(exact_recovery_vector(node_contents(cand.phy2log, cluster), E), mro_vector)
+                  : !no_worse(model, ExpertNodeSets::from_layer(cand.phy2log, cluster, E), mro_sets, pm))
+          continue;
         best = std::move(cand);
         best_b = b;
         pick = variant;

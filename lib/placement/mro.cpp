@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "placement/recovery.h"
 
 namespace ucpkit::placement {
 namespace {
@@ -101,6 +102,93 @@ void refine(Nodes& nodes, int experts) {
       }
   }
 }
+
+// Exhaustive search over node-level placements of a small cluster (N <= 6, so a set of failed nodes
+// is a bit of one 64-bit word). Nodes are unlabeled: each node holds a non-decreasing sequence of
+// experts and successive nodes non-decreasing sequences (lexicographically), so every placement is
+// visited once up to node relabeling. Objective: the lexicographically largest vector
+// (p(1), ..., p(N-1)), then the smallest maximum node load (replica load = t_e / r_e). On every
+// instance with N <= 6, E <= 6, c <= 3 one placement is best for every k at once (checked over all
+// 561 sorted allocations), so the lexicographic best is the per-k best there. Gives up (returns
+// false) after `step_cap` search steps.
+class Exhaustive {
+ public:
+  Exhaustive(const std::vector<int>& r, const std::vector<double>& loads, int N, int c, long long step_cap)
+      : N_(N), c_(c), E_(static_cast<int>(r.size())), cap_(step_cap), left_(r), cur_(N, std::vector<int>(c)) {
+    const uint32_t full = (1u << N) - 1;
+    for (uint32_t m = 0; m <= full; ++m) {
+      sup_[m] = 0;
+      for (uint32_t f = 0; f <= full; ++f)
+        if ((f & m) == m) sup_[m] |= uint64_t{1} << f;
+    }
+    for (int k = 0; k <= N; ++k) {
+      layer_[k] = 0;
+      for (uint32_t f = 0; f <= full; ++f)
+        if (std::popcount(f) == k) layer_[k] |= uint64_t{1} << f;
+    }
+    for (int e = 0; e < E_; ++e) rload_.push_back(r[e] ? loads[e] / r[e] : 0.0);
+  }
+
+  bool run(Nodes& out) {
+    descend(0, 0, false);
+    if (aborted_ || best_.empty()) return false;
+    out = best_;
+    return true;
+  }
+
+ private:
+  void descend(int n, int s, bool tight) {
+    if (aborted_ || ++steps_ > cap_) {
+      aborted_ = true;
+      return;
+    }
+    if (n == N_) return leaf();
+    if (s == c_) return descend(n + 1, 0, n + 1 < N_);
+    int lo = s > 0 ? cur_[n][s - 1] : 0;
+    if (tight) lo = std::max(lo, cur_[n - 1][s]);
+    for (int e = lo; e < E_; ++e) {
+      if (left_[e] == 0) continue;
+      left_[e]--;
+      cur_[n][s] = e;
+      descend(n, s + 1, tight && e == cur_[n - 1][s]);
+      left_[e]++;
+      if (aborted_) return;
+    }
+  }
+
+  void leaf() {
+    uint32_t mask[64] = {};
+    for (int n = 0; n < N_; ++n)
+      for (int e : cur_[n]) mask[e] |= 1u << n;
+    uint64_t bad = 0;  // failure sets that lose some expert
+    for (int e = 0; e < E_; ++e) bad |= sup_[mask[e]];
+    std::vector<int> lost(N_);
+    for (int k = 1; k < N_; ++k) lost[k - 1] = std::popcount(bad & layer_[k]);
+    double peak = 0;
+    for (int n = 0; n < N_; ++n) {
+      double l = 0;
+      for (int e : cur_[n]) l += rload_[e];
+      peak = std::max(peak, l);
+    }
+    if (!best_.empty()) {
+      if (lost > best_lost_) return;
+      if (lost == best_lost_ && peak >= best_peak_ - 1e-12) return;
+    }
+    best_lost_ = std::move(lost);
+    best_peak_ = peak;
+    best_ = cur_;
+  }
+
+  int N_, c_, E_;
+  long long cap_, steps_ = 0;
+  bool aborted_ = false;
+  std::vector<int> left_;
+  Nodes cur_, best_;
+  std::vector<int> best_lost_;
+  double best_peak_ = 0;
+  std::vector<double> rload_;
+  uint64_t sup_[64], layer_[7];
+};
 
 }  // namespace
 
@@ -200,6 +288,10 @@ std::vector<std::vector<int>> mro_placement(const std::vector<int>& r, const std
 
   repair_degrees(nodes, r, order, options.fault_tolerance);
 
+  if (N >= 2 && N <= 6 && E <= 64 && binomial(E + c - 1, c) <= options.exhaustive_node_choices) {
+    Nodes best;
+    if (Exhaustive(r, loads, N, c, options.exhaustive_steps).run(best)) return best;
+  }
   if (N <= 16 && N >= 2) {
     double swaps = 0.5 * N * (N - 1) * static_cast<double>(c) * c;
     double cost = swaps * std::ldexp(1.0, N) * E;

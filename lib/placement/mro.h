@@ -12,6 +12,13 @@ struct MroOptions {
   // we then improve it by replica swaps that raise the exact recovery vector (p1, p2, ...)
   // lexicographically. Work limit for that search, in expert-set checks per pass.
   double refine_budget = 5e7;
+  // Clusters of at most 6 nodes whose node contents can be chosen in at most this many ways
+  // (C(E + c - 1, c) multisets of c experts) are searched exhaustively for the lexicographically best
+  // (p(1), ..., p(N-1)), ties to the smallest maximum node load; this covers N <= 6, E <= 6, c <= 3
+  // (C(8,3) = 56 and at most 32152 placements). The search gives up after `exhaustive_steps` steps
+  // and the construction plus refinement is used instead.
+  double exhaustive_node_choices = 100;
+  long long exhaustive_steps = 2000000;
 };
 
 // Node -> multiset of experts, exactly `slots_per_node` entries per node, for replica counts
@@ -19,7 +26,7 @@ struct MroOptions {
 // are cut into consecutive groups of `slots_per_node`; group k takes a block of as many nodes as its
 // first (representative) expert has replicas, one replica of every member on each block node (nested
 // node sets); the last group is nested over the remaining nodes; leftover replicas fill vacant slots
-// on nodes that lack the expert, least loaded node first.
+// on nodes that lack the expert, least loaded node first. Small clusters: see MroOptions.
 std::vector<std::vector<int>> mro_placement(const std::vector<int>& replicas, const std::vector<double>& loads,
                                             int nodes, int slots_per_node, const MroOptions& options = {});
 

@@ -1,13 +1,16 @@
-// MRO placement versus brute force over every placement of the same allocation (small instances).
+// MRO placement versus brute force over every placement of the same allocation: every instance shape
+// with N <= 6 nodes, E <= 6 experts, c <= 3 slots per node, p(k) compared for every k = 1..N-1.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <random>
 
 #include "placement/allocation.h"
 #include "placement/mro.h"
+#include "placement/planner.h"
 
 using namespace ucpkit::placement;
 
@@ -15,26 +18,36 @@ namespace {
 
 using Nodes = std::vector<std::vector<int>>;
 
-// Recovery probability for k failed nodes, straight from the definition: every k-subset of failed
-// nodes, does every expert still have a replica on a live node?
-double brute_recovery(const Nodes& nodes, int experts, int k) {
+// Recovery probability for every k (index k, k = 0..N), straight from the definition: for every set
+// of failed nodes, does every expert still have a replica on a live node?
+std::vector<double> brute_recovery(const Nodes& nodes, int experts) {
   const int N = static_cast<int>(nodes.size());
-  int good = 0, total = 0;
-  for (int mask = 0; mask < (1 << N); ++mask) {
-    if (__builtin_popcount(mask) != k) continue;
-    ++total;
-    std::vector<bool> alive(experts, false);
-    for (int n = 0; n < N; ++n)
-      if (!(mask >> n & 1))
-        for (int e : nodes[n]) alive[e] = true;
-    good += std::all_of(alive.begin(), alive.end(), [](bool b) { return b; });
+  std::vector<double> good(N + 1, 0), total(N + 1, 0);
+  std::vector<unsigned> where(experts, 0);
+  for (int n = 0; n < N; ++n)
+    for (int e : nodes[n]) where[e] |= 1u << n;
+  for (unsigned failed = 0; failed < (1u << N); ++failed) {
+    int k = __builtin_popcount(failed);
+    bool all = true;
+    for (int e = 0; e < experts; ++e) all = all && (where[e] & ~failed) != 0;
+    total[k] += 1;
+    good[k] += all;
   }
-  return static_cast<double>(good) / total;
+  for (int k = 0; k <= N; ++k) good[k] /= total[k];
+  return good;
 }
 
-// Best recovery probability per k over all placements: nodes are unlabeled, so each node takes a
-// multiset (non-decreasing expert ids) and successive nodes take non-increasing multisets.
-std::vector<double> brute_best(const std::vector<int>& r, int N, int c) {
+// Best recovery probability per k over all placements of replica counts r on N nodes of c slots:
+// nodes are unlabeled, so each node takes a multiset (non-decreasing expert ids) and successive
+// nodes take non-decreasing multisets (by index in the list of multisets). The best depends only on
+// the sorted counts, so results are cached.
+std::vector<double> brute_best(std::vector<int> r, int N, int c) {
+  std::sort(r.begin(), r.end());
+  static std::map<std::vector<int>, std::vector<double>> cache;
+  std::vector<int> key = r;
+  key.push_back(N);
+  key.push_back(c);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
   const int E = static_cast<int>(r.size());
   std::vector<std::vector<int>> multisets;
   std::vector<int> cur;
@@ -50,12 +63,13 @@ std::vector<double> brute_best(const std::vector<int>& r, int N, int c) {
     }
   };
   gen(0);
-  std::vector<double> best(N, -1.0);
+  std::vector<double> best(N + 1, -1.0);
   Nodes nodes;
   std::vector<int> left = r;
   std::function<void(size_t)> place = [&](size_t min_index) {
     if (static_cast<int>(nodes.size()) == N) {
-      for (int k = 1; k < N; ++k) best[k] = std::max(best[k], brute_recovery(nodes, E, k));
+      std::vector<double> p = brute_recovery(nodes, E);
+      for (int k = 1; k < N; ++k) best[k] = std::max(best[k], p[k]);
       return;
     }
     for (size_t i = min_index; i < multisets.size(); ++i) {
@@ -71,7 +85,21 @@ std::vector<double> brute_best(const std::vector<int>& r, int N, int c) {
     }
   };
   place(0);
-  return best;
+  return cache[key] = best;
+}
+
+std::string describe(const std::vector<int>& r, int N, int c) {
+  std::string s = "N=" + std::to_string(N) + " c=" + std::to_string(c) + " r=";
+  for (int x : r) s += std::to_string(x) + " ";
+  return s;
+}
+
+// Node-level placement `nodes` of counts r reaches the brute-force best for every k.
+void expect_best(const Nodes& nodes, const std::vector<int>& r, int N, int c, const std::string& what) {
+  std::vector<double> best = brute_best(r, N, c);
+  std::vector<double> got = brute_recovery(nodes, static_cast<int>(r.size()));
+  for (int k = 1; k < N; ++k)
+    EXPECT_NEAR(got[k], best[k], 1e-12) << what << " " << describe(r, N, c) << "k=" << k;
 }
 
 void expect_optimal(const std::vector<int>& r, const std::vector<double>& loads, int N, int c, int f) {
@@ -84,13 +112,29 @@ void expect_optimal(const std::vector<int>& r, const std::vector<double>& loads,
     ASSERT_EQ(static_cast<int>(n.size()), c);
     for (int e : n) count[e]++;
   }
-  ASSERT_EQ(count, r);
-  std::vector<double> best = brute_best(r, N, c);
-  for (int k = 1; k < N; ++k) {
-    std::string where = "N=" + std::to_string(N) + " c=" + std::to_string(c) + " k=" + std::to_string(k) + " r=";
-    for (int x : r) where += std::to_string(x) + " ";
-    EXPECT_NEAR(brute_recovery(nodes, static_cast<int>(r.size()), k), best[k], 1e-12) << where;
-  }
+  ASSERT_EQ(count, r) << describe(r, N, c);
+  expect_best(nodes, r, N, c, "mro");
+}
+
+// Every allocation r_1 <= ... <= r_E, r_e >= 1, sum N*c.
+void for_each_sorted_allocation(int E, int total, const std::function<void(const std::vector<int>&)>& fn) {
+  std::vector<int> r;
+  std::function<void(int, int)> part = [&](int lo, int rem) {
+    if (static_cast<int>(r.size()) == E - 1) {
+      if (rem >= lo) {
+        r.push_back(rem);
+        fn(r);
+        r.pop_back();
+      }
+      return;
+    }
+    for (int x = lo; x * (E - static_cast<int>(r.size())) <= rem; ++x) {
+      r.push_back(x);
+      part(x, rem - x);
+      r.pop_back();
+    }
+  };
+  part(1, total);
 }
 
 }  // namespace
@@ -99,7 +143,7 @@ TEST(Mro, PaperExampleNestedSets) {
   // E <= c: the least replicated expert spans its r nodes, the others contain them (nested).
   std::vector<int> r = {1, 2, 3, 4};
   Nodes nodes = mro_placement(r, {1, 2, 3, 4}, 5, 2);
-  EXPECT_NEAR(brute_recovery(nodes, 4, 1), 4.0 / 5.0, 1e-12);
+  EXPECT_NEAR(brute_recovery(nodes, 4)[1], 4.0 / 5.0, 1e-12);
 }
 
 TEST(Mro, RepairsLastGroupThatRunsOutOfNodes) {
@@ -107,38 +151,101 @@ TEST(Mro, RepairsLastGroupThatRunsOutOfNodes) {
   expect_optimal({2, 2, 2}, {1, 1, 1}, 3, 2, 2);
 }
 
+TEST(Mro, AuditCounterexamples) {
+  // 5 equal experts x 3 replicas on 5 nodes x 3 slots: three distinct nodes each gives p(2) = 1
+  // (the construction alone doubled a replica on one node: p(2) = 0.9).
+  expect_optimal({3, 3, 3, 3, 3}, {10, 10, 10, 10, 10}, 5, 3, 1);
+  Nodes nodes = mro_placement({3, 3, 3, 3, 3}, {10, 10, 10, 10, 10}, 5, 3);
+  EXPECT_EQ(brute_recovery(nodes, 5)[2], 1.0);
+  // r = (5,5,4,4) on 6 nodes x 3 slots: optimum p(4) = 13/15 (the construction gave 0.8).
+  expect_optimal({5, 5, 4, 4}, {5, 5, 4, 4}, 6, 3, 1);
+  expect_optimal({1, 7, 10}, {10, 50, 60}, 6, 3, 1);
+}
+
+TEST(Mro, MatchesBruteForceOnEverySortedAllocation) {
+  // Every N <= 6, c <= 3, E <= min(6, N*c) and every allocation up to relabeling (561 instances).
+  int checked = 0;
+  for (int N = 1; N <= 6; ++N)
+    for (int c = 1; c <= 3; ++c)
+      for (int E = 1; E <= std::min(6, N * c); ++E)
+        for_each_sorted_allocation(E, N * c, [&](const std::vector<int>& r) {
+          std::vector<double> loads(r.begin(), r.end());
+          expect_optimal(r, loads, N, c, 1);
+          ++checked;
+        });
+  EXPECT_EQ(checked, 561 + 6);  // 6 more with N = 1 (nothing to compare there)
+}
+
 TEST(Mro, MatchesBruteForceOnRandomSmallInstances) {
+  // Random allocations in random expert order with unrelated loads, several per shape.
   std::mt19937 rng(7);
   int checked = 0;
-  for (int trial = 0; trial < 120; ++trial) {
-    int N = 2 + static_cast<int>(rng() % 5);  // 2..6
-    int c = 1 + static_cast<int>(rng() % 3);  // 1..3
-    int E = 1 + static_cast<int>(rng() % std::min(6, N * c));
-    // Keep the brute force quick: at most 12 slots.
-    if (N * c > 12) continue;
-    std::vector<int> r(E, 1);
-    for (int i = E; i < N * c; ++i) r[rng() % E]++;
-    std::vector<double> loads(E);
-    for (int e = 0; e < E; ++e) loads[e] = r[e] + 0.1 * e;
-    expect_optimal(r, loads, N, c, 1);
-    ++checked;
-  }
-  EXPECT_GT(checked, 60);
+  for (int N = 2; N <= 6; ++N)
+    for (int c = 1; c <= 3; ++c)
+      for (int E = 1; E <= std::min(6, N * c); ++E)
+        for (int trial = 0; trial < 3; ++trial) {
+          std::vector<int> r(E, 1);
+          for (int i = E; i < N * c; ++i) r[rng() % E]++;
+          std::vector<double> loads(E);
+          for (auto& t : loads) t = static_cast<double>(rng() % 1000);
+          int f = 1 + static_cast<int>(rng() % 3);
+          f = std::min({f, N, *std::min_element(r.begin(), r.end())});
+          expect_optimal(r, loads, N, c, f);
+          ++checked;
+        }
+  EXPECT_GT(checked, 200);
 }
 
 TEST(Mro, MatchesBruteForceOnLazarusAllocations) {
   std::mt19937 rng(11);
-  for (int trial = 0; trial < 40; ++trial) {
-    int N = 2 + static_cast<int>(rng() % 5);
-    int c = 1 + static_cast<int>(rng() % 3);
-    if (N * c > 12) continue;
-    int E = 1 + static_cast<int>(rng() % std::min(6, N * c));
-    int f = 1 + static_cast<int>(rng() % 2);
-    if (f > N || f * E > N * c) f = 1;
-    std::vector<double> loads(E);
-    for (auto& t : loads) t = static_cast<double>(rng() % 1000);
-    std::vector<int> r = lazarus_allocation(loads, N, c, f);
-    expect_optimal(r, loads, N, c, f);
+  int checked = 0;
+  for (int N = 2; N <= 6; ++N)
+    for (int c = 1; c <= 3; ++c)
+      for (int E = 1; E <= std::min(6, N * c); ++E)
+        for (int f = 1; f <= 3; ++f) {
+          if (f > N || f * E > N * c) continue;
+          std::vector<double> loads(E);
+          for (auto& t : loads) t = static_cast<double>(rng() % 1000);
+          std::vector<int> r = lazarus_allocation(loads, N, c, f);
+          expect_optimal(r, loads, N, c, f);
+          ++checked;
+        }
+  EXPECT_GT(checked, 100);
+}
+
+TEST(Mro, LazarusPlannerKeepsTheOptimumForEveryK) {
+  // The planner may swap in a balance-driven layout; on small clusters it must stay optimal for
+  // every k = 1..N-1, not only k <= --max-failures (r = (1,7,10) on 6 x 3: p(5) = 1/6, not 0).
+  struct Case {
+    Cluster cluster;
+    std::vector<double> loads;
+    int f;
+  };
+  std::vector<Case> cases = {{{6, 1, 3}, {10, 50, 60}, 1}, {{5, 1, 3}, {10, 10, 10, 10, 10}, 1},
+                             {{6, 3, 1}, {10, 50, 60}, 1}, {{6, 1, 3}, {5, 5, 4, 4}, 1}};
+  std::mt19937 rng(5);
+  for (int N = 2; N <= 6; ++N)
+    for (int c = 1; c <= 3; ++c)
+      for (int E = 1; E <= std::min(6, N * c); ++E) {
+        std::vector<double> loads(E);
+        for (auto& t : loads) t = static_cast<double>(1 + rng() % 1000);
+        int f = E * 2 <= N * c && N >= 2 ? 2 : 1;
+        int G = rng() % 2 ? c : 1;  // c GPUs x 1 slot or 1 GPU x c slots
+        cases.push_back({{N, G, c / G}, loads, f});
+      }
+  for (const auto& cs : cases) {
+    LoadMatrix w;
+    w.layers = 1;
+    w.experts = cs.loads.size();
+    w.values = cs.loads;
+    PlacementOptions o;
+    o.fault_tolerance = cs.f;
+    o.recovery.max_failures = 2;  // fewer than N - 1: the layout choice must still look at every k
+    Plan p = plan_placement(w, cs.cluster, "lazarus", o);
+    const int c = cs.cluster.slots_per_node(), E = static_cast<int>(cs.loads.size());
+    Nodes nodes(cs.cluster.nodes);
+    for (size_t s = 0; s < p.layers[0].phy2log.size(); ++s) nodes[s / c].push_back(p.layers[0].phy2log[s]);
+    expect_best(nodes, logical_counts(p.layers[0].phy2log, E), cs.cluster.nodes, c, "lazarus");
   }
 }
 
