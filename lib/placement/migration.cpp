@@ -48,30 +48,57 @@ long long missing(const Holdings& want, int wu, const Holdings& have, int hu) {
   return n;
 }
 
-// Greedy pairing on a cost matrix: repeatedly the cheapest unpaired (row, col); returns col per row.
-std::vector<int> greedy_pairs(const std::vector<std::vector<long long>>& cost) {
+}  // namespace
+
+std::vector<int> min_cost_assignment(const std::vector<std::vector<long long>>& cost) {
+  // Hungarian algorithm with potentials (Kuhn-Munkres, shortest augmenting paths), 1-based inside.
   const int n = static_cast<int>(cost.size());
-  std::vector<int> col_of(n, -1);
-  std::vector<char> row_done(n, 0), col_done(n, 0);
-  for (int step = 0; step < n; ++step) {
-    long long best = std::numeric_limits<long long>::max();
-    int br = -1, bc = -1;
-    for (int r = 0; r < n; ++r) {
-      if (row_done[r]) continue;
-      for (int c = 0; c < n; ++c)
-        if (!col_done[c] && cost[r][c] < best) {
-          best = cost[r][c];
-          br = r;
-          bc = c;
+  for (const auto& row : cost)
+    if (static_cast<int>(row.size()) != n) throw Error("internal: assignment cost matrix is not square");
+  const long long inf = std::numeric_limits<long long>::max() / 4;
+  std::vector<long long> u(n + 1, 0), v(n + 1, 0);
+  std::vector<int> p(n + 1, 0), way(n + 1, 0);  // p[j]: row matched to column j
+  for (int i = 1; i <= n; ++i) {
+    p[0] = i;
+    int j0 = 0;
+    std::vector<long long> minv(n + 1, inf);
+    std::vector<char> used(n + 1, 0);
+    do {
+      used[j0] = 1;
+      int i0 = p[j0], j1 = 0;
+      long long delta = inf;
+      for (int j = 1; j <= n; ++j) {
+        if (used[j]) continue;
+        long long cur = cost[i0 - 1][j - 1] - u[i0] - v[j];
+        if (cur < minv[j]) {
+          minv[j] = cur;
+          way[j] = j0;
         }
-    }
-    row_done[br] = col_done[bc] = 1;
-    col_of[br] = bc;
+        if (minv[j] < delta) {
+          delta = minv[j];
+          j1 = j;
+        }
+      }
+      for (int j = 0; j <= n; ++j) {
+        if (used[j]) {
+          u[p[j]] += delta;
+          v[j] -= delta;
+        } else {
+          minv[j] -= delta;
+        }
+      }
+      j0 = j1;
+    } while (p[j0] != 0);
+    do {
+      int j1 = way[j0];
+      p[j0] = p[j1];
+      j0 = j1;
+    } while (j0);
   }
+  std::vector<int> col_of(n, -1);
+  for (int j = 1; j <= n; ++j) col_of[p[j] - 1] = j - 1;
   return col_of;
 }
-
-}  // namespace
 
 std::vector<int> nodes_after_change(const Plan& current, const NodeChange& change) {
   std::set<int> failed;
@@ -113,9 +140,9 @@ Migration migrate(const Plan& current, Plan& next, const std::vector<int>& physi
   std::vector<std::vector<long long>> cost(N, std::vector<long long>(N));
   for (int i = 0; i < N; ++i)
     for (int q = 0; q < N; ++q) cost[i][q] = missing(want, q, have, old_of(physical_ids[i]));
-  std::vector<int> logical_of = greedy_pairs(cost);
+  std::vector<int> logical_of = min_cost_assignment(cost);
 
-  // Same GPU matching inside each node when GPU shapes agree.
+  // The same optimal matching for the GPUs inside each node when GPU shapes agree.
   const bool match_gpus = current.cluster.gpus_per_node == next.cluster.gpus_per_node &&
                           current.cluster.slots_per_gpu == next.cluster.slots_per_gpu;
   Holdings have_gpu = match_gpus ? holdings(widened, current.cluster.slots_per_gpu) : Holdings{};
@@ -131,7 +158,7 @@ Migration migrate(const Plan& current, Plan& next, const std::vector<int>& physi
       std::vector<std::vector<long long>> gc(G, std::vector<long long>(G));
       for (int g = 0; g < G; ++g)
         for (int h = 0; h < G; ++h) gc[g][h] = missing(want_gpu, q * G + h, have_gpu, old * G + g);
-      gpu_of = greedy_pairs(gc);
+      gpu_of = min_cost_assignment(gc);
     }
     for (size_t l = 0; l < next.layers.size(); ++l)
       for (int g = 0; g < G; ++g)

@@ -32,9 +32,15 @@ struct Migration {
 // Throws UsageError for a failed node that is not in the plan, duplicates, or no node left.
 std::vector<int> nodes_after_change(const Plan& current, const NodeChange& change);
 
-// Permutes the nodes of `next` (planned on logical nodes) onto `physical_ids`, greedily pairing the
-// physical node and plan node with the fewest experts to fetch, also matching GPUs inside each node;
-// then lists the fetches, each from the surviving owner of that expert with the fewest sends so far.
+// Minimum-cost perfect matching of a square cost matrix (Hungarian algorithm, O(n^3)): the column
+// of every row.
+std::vector<int> min_cost_assignment(const std::vector<std::vector<long long>>& cost);
+
+// Permutes the nodes of `next` (planned on logical nodes) onto `physical_ids` so that the number of
+// (layer, node, expert) fetches is minimal over all node permutations (an optimal assignment on the
+// cost "experts the physical node lacks", summed over layers), then matches the GPUs inside each
+// node the same way (fewest experts a GPU lacks; this does not change the fetch count); then lists
+// the fetches, each from the surviving owner of that expert with the fewest sends so far.
 Migration migrate(const Plan& current, Plan& next, const std::vector<int>& physical_ids);
 
 nlohmann::json migration_to_json(const Migration& m, double expert_bytes);
