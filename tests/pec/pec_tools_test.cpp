@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 
 #include <filesystem>
+#include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -297,6 +299,217 @@ TEST(PecTools, TwoTiersPreferTheNewerCopy) {
   EXPECT_LT(both["plt"]["overall"].get<double>(), slow["plt"]["overall"].get<double>());
   EXPECT_EQ(verify_native(d + "/both", 400), 0) << slurp(d + "/both/verify.log");
   EXPECT_EQ(verify_native(d + "/slow", 400), 0) << slurp(d + "/slow/verify.log");
+}
+
+TEST(PecTools, FastTierHoldsOnlyWhatTheDurableTierLacks) {
+  // Five saves into two tiers (universal layout, so every expert's bytes are its own files and the
+  // bound below is computed from the checkpoint's files, independently of pec-save).
+  std::string d = scratch("fast_small");
+  std::map<std::pair<int, int>, int64_t> durable_last, fast_last;
+  for (int64_t s : kSteps) {
+    ASSERT_EQ(save(universal(s), d + "/durable", s,
+                   "--policy sequential --ep 2 --k-persist 1 --fast-store " + d + "/fast --k-snapshot 2 --json", "",
+                   d + "/save.json"),
+              0)
+        << slurp(d + "/save.json");
+    json out = json::parse(slurp(d + "/save.json"));
+    for (const auto& t : out["tiers"]) {
+      auto& last = t["tier"] == "fast" ? fast_last : durable_last;
+      for (size_t l = 0; l < t["selection"].size(); ++l)
+        for (const auto& e : t["selection"][l]) last[{static_cast<int>(l), e.get<int>()}] = s;
+    }
+  }
+  // Experts the durable tier does not hold as new as the fast tier ("not yet persisted").
+  std::set<std::pair<int, int>> pending;
+  for (const auto& [key, s] : fast_last)
+    if (s > durable_last.at(key)) pending.insert(key);
+  ASSERT_FALSE(pending.empty());  // K_snapshot 2 > K_persist 1: some copies exist only in the fast tier
+  ASSERT_LT(pending.size(), 8u);
+  // Raw bytes of the checkpoint at the last step: non-expert files, and each expert's files (MoE layers
+  // are transformer layers 1 and 3).
+  uint64_t non_expert = 0;
+  std::map<std::pair<int, int>, uint64_t> expert_bytes;
+  for (const auto& [rel, bytes] : tree_bytes(universal(500))) {
+    auto pos = rel.find("deepspeed_experts.");
+    if (pos == std::string::npos) {
+      non_expert += bytes.size();
+      continue;
+    }
+    int layer = std::stoi(rel.substr(rel.find("layers.") + 7));
+    expert_bytes[{layer == 1 ? 0 : 1, std::stoi(rel.substr(pos + 18))}] += bytes.size();
+  }
+  uint64_t bound = non_expert, objects = 0, on_disk = 0;
+  for (const auto& key : pending) bound += expert_bytes.at(key);
+  for (const auto& e : fs::recursive_directory_iterator(d + "/fast/objects"))
+    if (e.is_regular_file()) {
+      ++objects;
+      on_disk += e.file_size();
+    }
+  // Each object adds a 32-byte header and a zstd frame (<= 18 B header + 4 B checksum + 3 B per block).
+  EXPECT_LE(on_disk, bound + objects * 64) << "non-expert " << non_expert << ", pending experts " << pending.size();
+  // The fast manifests name exactly the pending experts, each at the step the fast tier saved it.
+  std::set<std::pair<int, int>> in_fast;
+  size_t with_state = 0;
+  for (const auto& e : fs::directory_iterator(d + "/fast/manifests")) {
+    json m = json::parse(slurp(e.path().string()))["manifest"];
+    with_state += !m["non_expert_pruned"].get<bool>();
+    for (const auto& x : m["experts"]) {
+      std::pair<int, int> key{x["moe_layer"].get<int>(), x["expert"].get<int>()};
+      EXPECT_TRUE(in_fast.insert(key).second);
+      EXPECT_EQ(m["step"].get<int64_t>(), fast_last.at(key));
+    }
+  }
+  EXPECT_EQ(in_fast, pending);
+  EXPECT_EQ(with_state, 1u);  // --keep-fast 1: only the latest non-expert state
+  // Restore from both tiers: every expert from its newest copy in either tier, bit-exact.
+  ASSERT_EQ(restore(d + "/durable", d + "/out", "--fast-store " + d + "/fast", d + "/restore.log"), 0) << slurp(d + "/restore.log");
+  auto from = restored_steps(report_of(d + "/out"));
+  for (const auto& [key, s] : durable_last) EXPECT_EQ(from.at(key), std::max(s, fast_last.count(key) ? fast_last.at(key) : -1));
+  auto got = tree_bytes(d + "/out/global_step500");
+  ASSERT_EQ(got.size(), tree_bytes(universal(500)).size());
+  for (const auto& [rel, bytes] : got) {
+    int64_t step = 500;
+    auto pos = rel.find("deepspeed_experts.");
+    if (pos != std::string::npos) {
+      int layer = std::stoi(rel.substr(rel.find("layers.") + 7));
+      step = from.at({layer == 1 ? 0 : 1, std::stoi(rel.substr(pos + 18))});
+    }
+    EXPECT_EQ(bytes, slurp(universal(step) + "/" + rel)) << rel;
+  }
+}
+
+TEST(PecTools, DamagedNewestNonExpertStateFallsBackWithoutStep) {
+  std::string d = scratch("ne_damaged");
+  save_chain("ds", d + "/store", "--policy sequential --k 1 --keep 2");
+  // Damage an object of step 500's non-expert state that step 400 does not share.
+  json m500 = json::parse(slurp(d + "/store/manifests/step-000000000500.json"))["manifest"];
+  json m400 = json::parse(slurp(d + "/store/manifests/step-000000000400.json"))["manifest"];
+  std::set<std::string> shared;
+  for (const auto& f : m400["non_expert"])
+    for (const auto& c : f["chunks"]) shared.insert(c["object"].get<std::string>());
+  std::string id;
+  for (const auto& f : m500["non_expert"])
+    for (const auto& c : f["chunks"])
+      if (id.empty() && !shared.count(c["object"].get<std::string>())) id = c["object"].get<std::string>();
+  ASSERT_FALSE(id.empty());
+  {
+    std::fstream f(d + "/store/objects/" + id.substr(0, 2) + "/" + id, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(40);
+    char c = 0x33;
+    f.write(&c, 1);
+  }
+  ASSERT_EQ(restore(d + "/store", d + "/out", "", d + "/out.log"), 0) << slurp(d + "/out.log");
+  EXPECT_NE(slurp(d + "/out.log").find("falling back"), std::string::npos) << slurp(d + "/out.log");
+  json r = report_of(d + "/out");
+  EXPECT_EQ(r["step"], 400);
+  EXPECT_FALSE(r["warnings"].empty());
+  EXPECT_EQ(slurp(d + "/out/latest"), "global_step400");
+  EXPECT_EQ(verify_native(d + "/out", 400), 0) << slurp(d + "/out/verify.log");
+  // An explicit --step 500 fails clearly and writes nothing.
+  EXPECT_EQ(restore(d + "/store", d + "/o500", "--step 500", d + "/o500.log"), 1);
+  EXPECT_NE(slurp(d + "/o500.log").find("no intact non-expert state for step 500"), std::string::npos) << slurp(d + "/o500.log");
+  EXPECT_FALSE(fs::exists(d + "/o500/global_step500"));
+}
+
+TEST(PecTools, BudgetReportGivesKPerLayerAndNextBudget) {
+  std::string d = scratch("budget_report");
+  const uint64_t budget = 200000;
+  std::vector<int> last_selection;
+  for (int64_t s : {100, 200, 300}) {
+    ASSERT_EQ(save(ckpt("ds", s), d + "/store", s,
+                   "--policy budget --budget-bytes " + std::to_string(budget) + " --tokens " + tokens(s) + " --json", "",
+                   d + "/save.json"),
+              0);
+    json t = json::parse(slurp(d + "/save.json"))["tiers"][0];
+    last_selection.clear();
+    for (const auto& layer : t["selection"]) last_selection.push_back(static_cast<int>(layer.size()));
+  }
+  ASSERT_EQ(restore(d + "/store", d + "/out", "--plt-threshold 0", d + "/table.txt"), 0);
+  json r = report_of(d + "/out");
+  EXPECT_EQ(r["policy"], "budget");
+  EXPECT_EQ(r["budget_bytes"].get<uint64_t>(), budget);
+  EXPECT_EQ(r["k_per_layer"].get<std::vector<int>>(), last_selection);  // what step 300 saved per layer
+  int largest = *std::max_element(last_selection.begin(), last_selection.end());
+  EXPECT_GE(largest, 1);
+  EXPECT_EQ(r["k"].get<int>(), largest);
+  ASSERT_TRUE(r["plt_exceeded"].get<bool>());  // threshold 0
+  EXPECT_EQ(r["next_budget_bytes"].get<uint64_t>(), 2 * budget);
+  EXPECT_EQ(r["next_k"].get<int>(), std::min(2 * largest, 4));
+  EXPECT_NE(slurp(d + "/table.txt").find("next budget 400000 B"), std::string::npos) << slurp(d + "/table.txt");
+}
+
+TEST(PecTools, PlanCountsTheBytesTheStoreReceives) {
+  std::string d = scratch("plan_bytes");
+  // Checks a plan (JSON) against the manifest of the same step saved for real.
+  auto check = [&](const json& plan, const json& manifest, int world) {
+    std::map<std::string, uint64_t> stored;  // name in the plan -> bytes the store received
+    uint64_t total = 0;
+    for (const auto& f : manifest["non_expert"]) {
+      stored["durable:" + f["path"].get<std::string>()] = f["size"].get<uint64_t>();
+      total += f["size"].get<uint64_t>();
+    }
+    std::map<std::pair<int, int>, uint64_t> expert;
+    for (const auto& e : manifest["experts"])
+      for (const auto& f : e["files"]) {
+        expert[{e["moe_layer"].get<int>(), e["expert"].get<int>()}] += f["size"].get<uint64_t>();
+        total += f["size"].get<uint64_t>();
+      }
+    ASSERT_EQ(plan["ranks"].size(), static_cast<size_t>(world));
+    std::map<std::pair<int, int>, uint64_t> planned_expert;
+    std::set<std::string> planned;
+    uint64_t sum = 0, lo = UINT64_MAX, hi = 0, largest_module = 0;
+    bool cut_seen = false;
+    for (const auto& r : plan["ranks"]) {
+      uint64_t rank = 0;
+      for (const auto& m : r["non_expert"]) {
+        std::string name = m["name"].get<std::string>();
+        ASSERT_TRUE(stored.count(name)) << name;
+        EXPECT_EQ(m["bytes"].get<uint64_t>(), stored.at(name)) << name;
+        cut_seen = cut_seen || (name.find("optim_states") != std::string::npos &&
+                                stored.at(name) < fs::file_size(step_dir("ds", manifest["step"].get<int64_t>()) + "/" + name.substr(8)));
+        planned.insert(name);
+        rank += m["bytes"].get<uint64_t>();
+        largest_module = std::max(largest_module, m["bytes"].get<uint64_t>());
+      }
+      for (const auto& e : r["experts"]) {
+        planned_expert[{e["moe_layer"].get<int>(), e["expert"].get<int>()}] += e["bytes"].get<uint64_t>();
+        rank += e["bytes"].get<uint64_t>();
+      }
+      EXPECT_EQ(r["bytes"].get<uint64_t>(), rank);
+      sum += rank;
+      lo = std::min(lo, rank);
+      hi = std::max(hi, rank);
+    }
+    EXPECT_TRUE(cut_seen);  // optimizer shards count their bytes minus the expert fragments
+    EXPECT_EQ(planned.size(), stored.size());
+    EXPECT_EQ(planned_expert, expert);
+    EXPECT_EQ(sum, total);
+    EXPECT_EQ(plan["max_rank_bytes"].get<uint64_t>(), hi);
+    // Greedy split: no rank exceeds the least loaded one by more than the largest non-expert item.
+    EXPECT_LE(hi - lo, largest_module) << "ranks " << lo << ".." << hi;
+  };
+  save_chain("ds", d + "/one", "--policy sequential --k 1", 2);
+  ASSERT_EQ(save(ckpt("ds", 300), d + "/one", 300, "--policy sequential --k 1 --plan", "", d + "/plan1.json"), 0);
+  ASSERT_EQ(save(ckpt("ds", 300), d + "/one", 300, "--policy sequential --k 1"), 0);
+  check(json::parse(slurp(d + "/plan1.json")), json::parse(slurp(d + "/one/manifests/step-000000000300.json"))["manifest"], 1);
+  if (sh("command -v mpirun") != 0) GTEST_SKIP() << "no mpirun";
+  const std::string mpi = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun -np 2 --oversubscribe ";
+  const std::string args = " --store " + d + "/one --checkpoint " + ckpt("ds", 400) + " --step 400 --policy sequential --k 1";
+  ASSERT_EQ(sh(mpi + kBin + "/pec-save" + args + " --plan", d + "/plan2.json"), 0) << slurp(d + "/plan2.json");
+  ASSERT_EQ(sh(mpi + kBin + "/pec-save" + args, d + "/mpi.log"), 0) << slurp(d + "/mpi.log");
+  check(json::parse(slurp(d + "/plan2.json")), json::parse(slurp(d + "/one/manifests/step-000000000400.json"))["manifest"], 2);
+}
+
+TEST(PecTools, GarbageCollectionSkippedOnADamagedManifestIsReported) {
+  std::string d = scratch("gc_skip");
+  save_chain("ds", d + "/store", "--policy sequential --k 1 --keep 1", 2);
+  {
+    std::ofstream f(d + "/store/manifests/step-000000000050.json");
+    f << "{\"checksum\": \"0\", \"manifest\": {}}\n";  // a damaged manifest of an older step
+  }
+  ASSERT_EQ(save(ckpt("ds", 300), d + "/store", 300, "--policy sequential --k 1 --tokens " + tokens(300), "", d + "/save.log"), 0);
+  EXPECT_NE(slurp(d + "/save.log").find("garbage collection"), std::string::npos) << slurp(d + "/save.log");
+  EXPECT_TRUE(fs::exists(d + "/store/manifests/step-000000000200.json"));  // nothing was collected
 }
 
 TEST(PecTools, TokenFormatsPlanAndExitCodes) {
