@@ -146,23 +146,26 @@ PlanOutcome make_plan(const PlanRequest& req) {
   out.table = render_table(out.plan, out.migration, 32);
 
   if (req.want_svg) {
-    std::vector<double> before;
+    // Before: every GPU of the current plan under its physical node id (failed nodes included), or
+    // the spread baseline on the same nodes for a fresh plan.
+    GpuChart before;
     std::string label;
+    const Plan* base = nullptr;
+    Plan spread;
     if (current) {
       label = "before: current plan";
-      before.assign(current->cluster.gpus(), 0.0);
-      for (size_t l = 0; l < loads.layers; ++l) {
-        auto g = gpu_loads(current->layers[l].phy2log, loads.layer_vector(l), current->cluster);
-        for (size_t i = 0; i < g.size(); ++i) before[i] += g[i];
-      }
+      base = &*current;
     } else {
       label = "before: spread baseline";
-      Plan base = plan_placement(loads, target, "spread", popt);
-      before.assign(target.gpus(), 0.0);
-      for (size_t l = 0; l < loads.layers; ++l) {
-        auto g = gpu_loads(base.layers[l].phy2log, loads.layer_vector(l), target);
-        for (size_t i = 0; i < g.size(); ++i) before[i] += g[i];
-      }
+      spread = plan_placement(loads, target, "spread", popt);
+      base = &spread;
+    }
+    before.node_ids = base->node_ids;
+    before.gpus_per_node = base->cluster.gpus_per_node;
+    before.loads.assign(base->cluster.gpus(), 0.0);
+    for (size_t l = 0; l < loads.layers; ++l) {
+      auto g = gpu_loads(base->layers[l].phy2log, loads.layer_vector(l), base->cluster);
+      for (size_t i = 0; i < g.size(); ++i) before.loads[i] += g[i];
     }
     out.svg = plan_svg(out.plan, before, label, req.svg_layer);
   }

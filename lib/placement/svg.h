@@ -7,7 +7,21 @@
 
 namespace ucpkit::placement {
 
-// `before` are per-GPU loads of the previous (or baseline) placement, empty to draw only `after`.
-std::string plan_svg(const Plan& plan, const std::vector<double>& before, const std::string& before_label, int layer);
+// GPU loads of a placement summed over layers: GPUs node-major, `gpus_per_node` per node, with the
+// physical id of every node (a plan's node_ids).
+struct GpuChart {
+  std::vector<int> node_ids;
+  int gpus_per_node = 0;
+  std::vector<double> loads;
+};
+
+// The chart of `plan` itself.
+GpuChart plan_gpu_chart(const Plan& plan);
+
+// Bars of `before` (the current plan, or a baseline; empty to draw only the plan) and of `plan`,
+// aligned by physical node id: every GPU of either placement has its place, nodes in the order of
+// `before` then nodes only the plan has; a node that only `before` has is marked "failed", one
+// only the plan has "new".
+std::string plan_svg(const Plan& plan, const GpuChart& before, const std::string& before_label, int layer);
 
 }  // namespace ucpkit::placement

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -105,6 +106,35 @@ TEST_F(Cli, ReplacementAfterFailure) {
   EXPECT_EQ(next["node_ids"], nlohmann::json::parse("[0, 1, 3]"));
   EXPECT_TRUE(next["migration"]["recoverable"].get<bool>());
   for (const auto& t : next["migration"]["transfers"]) EXPECT_NE(t["from"], 2);
+}
+
+TEST_F(Cli, SvgAfterFailureDrawsEveryGpuByPhysicalNode) {
+  ASSERT_EQ(run("--loads " + p("loads.json") + " --nodes 4 --gpus-per-node 4 --slots-per-gpu 2 --fault-tolerance 2 " +
+                "--output " + p("plan.json") + " -q")
+                .rc,
+            0);
+  CliRun r = run("--loads " + p("loads.json") + " --nodes 4 --gpus-per-node 4 --slots-per-gpu 2 --fault-tolerance 2 " +
+                 "--current " + p("plan.json") + " --failed-nodes 1 --output " + p("next.json") + " --svg " +
+                 p("next.svg") + " -q");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::ifstream in(dir / "next.svg");
+  std::string svg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = svg.find(what); at != std::string::npos; at = svg.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("class=\"before\""), 16u);  // all 4 current nodes x 4 GPUs
+  EXPECT_EQ(count("class=\"after\""), 12u);   // the 3 surviving nodes
+  EXPECT_EQ(count("class=\"failed\""), 1u);
+  EXPECT_EQ(count("before: node 1 GPU 3:"), 1u);
+  EXPECT_EQ(count("after: node 1 GPU"), 0u);
+  // Bars of one physical node sit together: node 2's after bar follows node 2's before bar.
+  size_t b2 = svg.find("before: node 2 GPU 0:"), a2 = svg.find("after: node 2 GPU 0:"), b3 = svg.find("before: node 3 GPU 0:");
+  ASSERT_NE(b2, std::string::npos);
+  ASSERT_NE(a2, std::string::npos);
+  EXPECT_LT(b2, a2);
+  EXPECT_LT(a2, b3);
 }
 
 TEST_F(Cli, BadInputFailsCleanly) {
