@@ -1,8 +1,10 @@
 // ucp-extract: map phase of universal checkpointing (distributed checkpoint -> parameter fragments).
+#include <csignal>
 #include <iostream>
 
 #include "tool/cli.h"
 #include "ucp/convert.h"
+#include "ucp/mpi_session.h"
 
 int main(int argc, char** argv) {
   using namespace ucpkit;
@@ -17,11 +19,18 @@ int main(int argc, char** argv) {
   app.add_flag("--allow-unused-patterns", opt.allow_unused_patterns, "Accept patterns that match no parameter");
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
-  return tool::run("ucp-extract", [&] {
+  const int rc = tool::run("ucp-extract", [&] {
     auto s = ucp::run_extract(input, output, opt);
-    if (common.json) std::cout << s.to_json().dump(1) << "\n";
-    tool::info(std::to_string(s.params) + " parameters, " + std::to_string(s.files_written) +
-               " fragment files -> " + output);
+    if (ucp::MpiSession::get().rank() == 0) {
+      if (common.json) std::cout << s.to_json().dump(1) << "\n";
+      tool::info(std::to_string(s.params) + " parameters, " + std::to_string(s.files_written) +
+                 " fragment files -> " + output);
+    }
     return 0;
   });
+  if (int sig = ucp::interrupted_signal()) {  // staging folder removed: die as the signal asked
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+  }
+  return rc;
 }

@@ -1,4 +1,5 @@
 // ucp-union: reduce phase of universal checkpointing (fragments -> atomic universal checkpoint).
+#include <csignal>
 #include <iostream>
 
 #include "tool/cli.h"
@@ -22,7 +23,7 @@ int main(int argc, char** argv) {
   app.add_flag("--overwrite", opt.overwrite, "Replace an existing output folder (atomically, at the end)");
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
-  return tool::run("ucp-union", [&] {
+  const int rc = tool::run("ucp-union", [&] {
     auto s = ucp::run_union(input, output, opt);
     if (ucp::MpiSession::get().rank() == 0) {
       if (common.json) std::cout << s.to_json().dump(1) << "\n";
@@ -30,4 +31,9 @@ int main(int argc, char** argv) {
     }
     return 0;
   });
+  if (int sig = ucp::interrupted_signal()) {  // staging folder removed: die as the signal asked
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+  }
+  return rc;
 }

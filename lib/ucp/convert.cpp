@@ -2,12 +2,18 @@
 #include "ucp/convert.h"
 
 #include <malloc.h>
+#include <signal.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
 
 #include <algorithm>
 #include <climits>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -83,6 +89,85 @@ void copy_file(const std::string& from, const fs::path& to) {
   if (ec) throw Error(to.string() + ": cannot copy " + from + ": " + ec.message());
 }
 
+// ---- interruption: SIGINT/SIGTERM while a staging folder exists only set a flag (async-signal-safe);
+// the workers poll it between files/parameters and throw, so the staging folder is removed by the
+// normal failure path. Outside a staged phase the signal keeps its default action.
+std::atomic<int> g_signal{0};
+std::atomic<int> g_staged{0};  // > 0 while this process writes into a staging folder
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_staged.load() == 0) {
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+    return;
+  }
+  g_signal.store(sig);
+}
+
+void install_stop_handlers() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (int sig : {SIGINT, SIGTERM}) {
+      struct sigaction old {};
+      if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;  // stays ignored (nohup)
+      ::sigaction(sig, &sa, nullptr);
+    }
+  });
+}
+
+void check_interrupted() {
+  if (int sig = g_signal.load())
+    throw Error(std::string("interrupted by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+                "; the unfinished output was removed");
+}
+
+// Marks this process as writing into a staging folder for its lifetime (signals become a flag).
+struct StagedPhase {
+  StagedPhase() {
+    install_stop_handlers();
+    ++g_staged;
+  }
+  ~StagedPhase() { --g_staged; }
+  StagedPhase(const StagedPhase&) = delete;
+  StagedPhase& operator=(const StagedPhase&) = delete;
+};
+
+// Test hook: UCPKIT_TEST_PAUSE_STAGED=1 waits (staging folder written, not yet committed) until a
+// signal arrives, so tests can kill a run at a known point.
+void test_pause_if_asked() {
+  const char* v = std::getenv("UCPKIT_TEST_PAUSE_STAGED");
+  if (!v || std::string(v) != "1") return;
+  while (g_signal.load() == 0) ::usleep(10000);
+}
+
+// Removes `.<name>.ucp-tmp-<pid>` folders beside `target` whose process is gone (kill(pid, 0) fails
+// with ESRCH): left by a run killed with SIGKILL or a crash. `.<name>.ucp-old-<pid>` (the previous
+// output while --overwrite swaps it) is removed only when the target exists.
+void sweep_stale_staging(const fs::path& target) {
+  const std::string prefix = "." + target.filename().string() + ".ucp-";
+  std::error_code ec;
+  for (fs::directory_iterator it(target.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string rest = name.substr(prefix.size());
+    const bool tmp = rest.compare(0, 4, "tmp-") == 0, old = rest.compare(0, 4, "old-") == 0;
+    if (!tmp && !old) continue;
+    const std::string digits = rest.substr(4);
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to probe): keep
+    std::error_code e2;
+    if (old && !fs::exists(target, e2)) continue;  // the only copy of the previous output
+    fs::remove_all(it->path(), e2);
+    tool::verbose("removed stale staging folder " + it->path().string() + " (process " + digits + " is gone)");
+  }
+}
+
 // A temporary folder beside `target`, removed unless committed (renamed onto the target).
 class StagingDir {
  public:
@@ -94,21 +179,19 @@ class StagingDir {
     if (!fs::is_directory(parent, ec)) throw Error(parent.string() + ": output parent folder does not exist");
     path_ = parent / ("." + target_.filename().string() + ".ucp-tmp-" + std::to_string(getpid()));
     if (create) {
+      sweep_stale_staging(target_);
       fs::remove_all(path_, ec);
       if (!fs::create_directory(path_, ec) || ec)
         throw Error(target_.string() + ": cannot create output: " + (ec ? ec.message() : std::string("failed")));
     }
   }
-  StagingDir(fs::path target, fs::path staged) : target_(std::move(target)), path_(std::move(staged)) {}
   ~StagingDir() {
-    if (!committed_ && owner_) {
+    if (!committed_) {
       std::error_code ec;
       fs::remove_all(path_, ec);
     }
   }
   const fs::path& path() const { return path_; }
-  const fs::path& target() const { return target_; }
-  void disown() { owner_ = false; }
   void commit() {
     std::error_code ec;
     fs::path old;
@@ -125,8 +208,44 @@ class StagingDir {
   }
 
  private:
+  StagedPhase phase_;  // first member: signals are flags before the folder is created
   fs::path target_, path_;
-  bool committed_ = false, owner_ = true;
+  bool committed_ = false;
+};
+
+// Runs `f`, keeping an exception's message (usage errors go through); `settle` then raises the
+// first failure on every MPI rank (a collective: every rank must call it).
+class RankFailure {
+ public:
+  explicit RankFailure(MpiSession& mpi) : mpi_(mpi) {}
+  template <class F>
+  void guard(F&& f) {
+    try {
+      f();
+    } catch (const UsageError&) {
+      throw;
+    } catch (const std::exception& e) {
+      if (failure_.empty()) failure_ = e.what();
+    }
+  }
+  // `cleanup` (rank 0 removing its staging folder) runs before any rank leaves, so a rank that exits
+  // first cannot get the job killed while the folder is still there.
+  void settle(const char* what = "another MPI rank failed", const std::function<void()>& cleanup = {}) {
+    if (!mpi_.any(!failure_.empty())) return;
+    if (cleanup) {
+      try {
+        cleanup();
+      } catch (const std::exception&) {
+      }
+    }
+    mpi_.barrier();
+    throw Error(failure_.empty() ? std::string(what) : failure_);
+  }
+  void settle(const std::function<void()>& cleanup) { settle("another MPI rank failed", cleanup); }
+
+ private:
+  MpiSession& mpi_;
+  std::string failure_;
 };
 
 class SafeProgress {
@@ -153,24 +272,26 @@ std::string shape_json_key(const std::vector<int64_t>& s) { return nlohmann::jso
 
 // ------------------------------------------------------------------ extract -> work folder
 
-ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, int threads) {
-  ExtractStats stats;
-  StagingDir staging(work_dir, false, true);
-  make_dirs(staging.path() / "fragments");
-  make_dirs(staging.path() / "model_states");
+// The fragment files of a work folder, grouped by the shard file they are read from.
+namespace {
+struct WorkJob {
+  size_t param;
+  int tp;
+  size_t index;
+};
+}  // namespace
 
-  // New plan: one fragment file per (param, tp, partition).
+ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, int threads) {
+  auto& mpi = MpiSession::get();
+  RankFailure failed(mpi);
+  ExtractStats stats;
+
+  // New plan: one fragment file per (param, tp, partition). Every rank computes the same one.
   Plan out = plan;
   out.files.clear();
-  struct Job {
-    size_t param;
-    int tp;
-    size_t index;
-  };
-  std::map<int, std::vector<Job>> by_source;
+  std::map<int, std::vector<WorkJob>> by_source;
   for (size_t i = 0; i < plan.params.size(); ++i) {
     const auto& p = plan.params[i];
-    make_dirs(staging.path() / "fragments" / param_folder(p.name));
     for (int t = 0; t < (int)p.fragments.size(); ++t)
       for (size_t k = 0; k < p.fragments[t].size(); ++k) {
         const auto& f = p.fragments[t][k];
@@ -187,66 +308,129 @@ ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, in
       out.params[i].step_group = -1;
     }
   }
+
+  // Staging folder and every fragment folder: created by rank 0, shared through its name.
+  StagedPhase phase;
+  std::unique_ptr<StagingDir> staging;
+  std::string staged_path;
+  failed.guard([&] {
+    if (mpi.rank() != 0) return;
+    staging = std::make_unique<StagingDir>(work_dir, false, true);
+    make_dirs(staging->path() / "fragments");
+    make_dirs(staging->path() / "model_states");
+    for (const auto& p : plan.params) make_dirs(staging->path() / "fragments" / param_folder(p.name));
+    staged_path = staging->path().string();
+  });
+  auto drop_staging = [&] { staging.reset(); };
+  failed.settle(drop_staging);
+  const fs::path staged(mpi.broadcast(staged_path));
+
+  // Source shards split across ranks by the bytes they hold (largest first onto the least-loaded
+  // rank), TBB threads over this rank's shards.
   std::vector<int> sources;
-  for (const auto& [f, jobs] : by_source) sources.push_back(f);
+  std::vector<uint64_t> sizes;
+  for (const auto& [f, jobs] : by_source) {
+    sources.push_back(f);
+    uint64_t bytes = 0;
+    for (const auto& job : jobs) {
+      const auto& p = plan.params[job.param];
+      bytes += static_cast<uint64_t>(p.fragments[job.tp][job.index].numel) * 4 * p.states.size();
+    }
+    sizes.push_back(bytes);
+  }
+  const auto owner = assign_by_size(sizes, mpi.size());
+  std::vector<size_t> mine;
+  size_t my_files = 0;
+  for (size_t si = 0; si < sources.size(); ++si)
+    if (owner[si] == mpi.rank()) {
+      mine.push_back(si);
+      my_files += by_source[sources[si]].size();
+    }
+  std::stable_sort(mine.begin(), mine.end(), [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
+
   SourceCache cache(plan.files);
   std::atomic<uint64_t> read{0}, written{0}, count{0};
-  tbb::task_arena arena(thread_count(threads));
-  arena.execute([&] {
-    tbb::parallel_for(size_t{0}, sources.size(), [&](size_t si) {
-      const int src = sources[si];
-      uint64_t r = 0;
-      for (const auto& job : by_source[src]) {
-        const auto& p = plan.params[job.param];
-        const auto& f = p.fragments[job.tp][job.index];
-        auto d = Value::dict();
-        for (const auto& state : p.states) d->set_item(state, Value::of_tensor(read_slice(cache, {f}, state, {f.numel}, &r)));
-        if (p.step_file >= 0 && f.group >= 0) {
-          // The step of the group this fragment came from (same for every fragment of a shard).
-          if (auto tf = cache.get(f.file); ShardView(tf->root, plan.files[f.file]).has_step(f.group))
-            d->set_item("step", ShardView(tf->root, plan.files[f.file]).step(f.group));
-        }
-        const std::string rel = out.files[out.params[job.param].fragments[job.tp][job.index].file];
-        const std::string path = (staging.path() / rel).string();
-        save_torch_file(path, d);
-        written += file_size(path);
-        ++count;
-      }
-      read += r;
+  SafeProgress progress("ucp-extract", my_files, mpi.rank() == 0);
+  failed.guard([&] {
+    tbb::task_arena arena(thread_count(threads));
+    arena.execute([&] {
+      tbb::parallel_for(
+          tbb::blocked_range<size_t>(0, mine.size(), 1),
+          [&](const tbb::blocked_range<size_t>& range) {
+            for (size_t m = range.begin(); m != range.end(); ++m) {
+              const int src = sources[mine[m]];
+              uint64_t r = 0;
+              for (const auto& job : by_source.at(src)) {
+                check_interrupted();
+                const auto& p = plan.params[job.param];
+                const auto& f = p.fragments[job.tp][job.index];
+                auto d = Value::dict();
+                for (const auto& state : p.states)
+                  d->set_item(state, Value::of_tensor(read_slice(cache, {f}, state, {f.numel}, &r)));
+                if (p.step_file >= 0 && f.group >= 0) {
+                  // The step of the group this fragment came from (same for every fragment of a shard).
+                  if (auto tf = cache.get(f.file); ShardView(tf->root, plan.files[f.file]).has_step(f.group))
+                    d->set_item("step", ShardView(tf->root, plan.files[f.file]).step(f.group));
+                }
+                const std::string rel = out.files[out.params[job.param].fragments[job.tp][job.index].file];
+                const std::string path = (staged / rel).string();
+                save_torch_file(path, d);
+                written += file_size(path);
+                ++count;
+                progress.advance();
+              }
+              read += r;
+            }
+          },
+          tbb::simple_partitioner());
     });
   });
-  for (size_t i = 0; i < plan.model_files.size(); ++i) {
-    const std::string rel = "model_states/" + fs::path(plan.model_files[i]).filename().string();
-    copy_file(plan.model_files[i], staging.path() / rel);
-    read += file_size(plan.model_files[i]);
-    written += file_size(plan.model_files[i]);
-    out.model_files[i] = rel;
-  }
-  {
+  progress.finish();
+  failed.settle(drop_staging);
+
+  // Rank 0: model files, the common optimizer state, plan.json, then the rename.
+  failed.guard([&] {
+    if (mpi.rank() != 0) return;
+    for (size_t i = 0; i < plan.model_files.size(); ++i) {
+      check_interrupted();
+      const std::string rel = "model_states/" + fs::path(plan.model_files[i]).filename().string();
+      copy_file(plan.model_files[i], staged / rel);
+      read += file_size(plan.model_files[i]);
+      written += file_size(plan.model_files[i]);
+      out.model_files[i] = rel;
+    }
     auto root = load_torch(plan.optimizer_state_file);
-    save_torch_file((staging.path() / "optimizer_state.pt").string(),
-                    common_optimizer_state(root, plan.optimizer_state_file));
+    save_torch_file((staged / "optimizer_state.pt").string(), common_optimizer_state(root, plan.optimizer_state_file));
     out.optimizer_state_file = "optimizer_state.pt";
     out.optimizer_state_prepared = true;
-  }
-  write_file_atomic((staging.path() / "plan.json").string(), out.to_json().dump(1));
-  staging.commit();
-  stats.bytes_read = read;
-  stats.bytes_written = written;
-  stats.fragments = count;
+    write_file_atomic((staged / "plan.json").string(), out.to_json().dump(1));
+    test_pause_if_asked();
+    check_interrupted();
+    staging->commit();
+  });
+  failed.settle(drop_staging);
+  stats.bytes_read = mpi.sum(read.load());
+  stats.bytes_written = mpi.sum(written.load());
+  stats.fragments = mpi.sum(count.load());
   return stats;
 }
 
 RunSummary run_extract(const std::string& checkpoint, const std::string& work_dir, const ConvertOptions& options) {
   const auto t0 = Clock::now();
   tune_allocator();
+  auto& mpi = MpiSession::get();
+  RankFailure failed(mpi);
   ExtractOptions eo;
   eo.patterns_file = options.patterns_file;
   eo.threads = options.threads;
-  Plan plan = plan_checkpoint(checkpoint, eo);
-  if (!plan.unused_patterns.empty() && !options.allow_unused_patterns)
-    throw Error("unused pattern '" + plan.unused_patterns[0] + "' (" + plan.patterns_origin +
-                ") matches no parameter (--allow-unused-patterns to accept)");
+  Plan plan;
+  failed.guard([&] {
+    plan = plan_checkpoint(checkpoint, eo);
+    if (!plan.unused_patterns.empty() && !options.allow_unused_patterns)
+      throw Error("unused pattern '" + plan.unused_patterns[0] + "' (" + plan.patterns_origin +
+                  ") matches no parameter (--allow-unused-patterns to accept)");
+  });
+  failed.settle("another MPI rank failed while planning");
   auto stats = write_work_folder(plan, work_dir, options.threads);
   RunSummary s;
   s.tool = "ucp-extract";
@@ -255,11 +439,14 @@ RunSummary run_extract(const std::string& checkpoint, const std::string& work_di
   s.files_written = stats.fragments;
   s.bytes_read = stats.bytes_read;
   s.bytes_written = stats.bytes_written;
+  s.ranks = mpi.size();
   s.threads = thread_count(options.threads);
-  s.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  s.peak_rss_bytes = tool::peak_rss_bytes();
+  s.peak_rss_bytes = mpi.max(tool::peak_rss_bytes());
+  s.seconds = mpi.max(std::chrono::duration<double>(Clock::now() - t0).count());
   return s;
 }
+
+int interrupted_signal() { return g_signal.load(); }
 
 // ------------------------------------------------------------------ union -> universal layout
 
@@ -437,20 +624,15 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
   const auto t0 = Clock::now();
   tune_allocator();
   auto& mpi = MpiSession::get();
-  std::string failure;
-  auto guarded = [&](auto&& f) {
-    try {
-      f();
-    } catch (const UsageError&) {
-      throw;
-    } catch (const std::exception& e) {
-      failure = e.what();
-    }
-  };
+  RankFailure failed(mpi);
 
   Plan plan;
   const bool from_work = is_work_folder(input);
-  guarded([&] {
+  if (from_work && !options.patterns_file.empty())
+    throw UsageError("--patterns " + options.patterns_file + ": " + input +
+                     " is a ucp-extract work folder whose patterns were fixed when it was extracted "
+                     "(pass --patterns to ucp-extract, or convert the checkpoint in one step)");
+  failed.guard([&] {
     if (from_work) {
       plan = load_work_plan(input);
     } else {
@@ -462,20 +644,22 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
       throw Error("unused pattern '" + plan.unused_patterns[0] + "' (" + plan.patterns_origin +
                   ") matches no parameter (--allow-unused-patterns to accept)");
   });
-  if (mpi.any(!failure.empty())) throw Error(failure.empty() ? "another MPI rank failed while planning" : failure);
+  failed.settle("another MPI rank failed while planning");
   const patterns::PatternSet set = plan.pattern_set();
 
   // Staging folder: created by rank 0, shared through its name.
+  StagedPhase phase;
   std::unique_ptr<StagingDir> staging;
   std::string staged_path;
-  guarded([&] {
+  failed.guard([&] {
     if (mpi.rank() == 0) {
       staging = std::make_unique<StagingDir>(output, options.overwrite, true);
       make_dirs(staging->path() / "zero");
       staged_path = staging->path().string();
     }
   });
-  if (mpi.any(!failure.empty())) throw Error(failure.empty() ? "another MPI rank failed" : failure);
+  auto drop_staging = [&] { staging.reset(); };
+  failed.settle(drop_staging);
   staged_path = mpi.broadcast(staged_path);
   const fs::path staged(staged_path), zero_dir = staged / "zero";
 
@@ -497,13 +681,14 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
   uo.tolerance = options.tolerance;
   SourceCache cache(plan.files);
   SafeProgress progress("ucp-union", mine.size(), mpi.rank() == 0);
-  guarded([&] {
+  failed.guard([&] {
     tbb::task_arena arena(threads);
     arena.execute([&] {
       tbb::parallel_for(
           tbb::blocked_range<size_t>(0, mine.size(), 1),
           [&](const tbb::blocked_range<size_t>& range) {
             for (size_t k = range.begin(); k != range.end(); ++k) {
+              check_interrupted();
               const size_t i = mine[k];
               results[i] = convert_param(plan.params[i], set, cache, zero_dir, uo, flat);
               progress.advance();
@@ -513,7 +698,7 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
     });
   });
   progress.finish();
-  if (mpi.any(!failure.empty())) throw Error(failure.empty() ? "another MPI rank failed" : failure);
+  failed.settle(drop_staging);
 
   // Gather manifest entries on rank 0, in plan order.
   nlohmann::json mine_json = nlohmann::json::array();
@@ -525,7 +710,7 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
     files += results[i].files;
   }
   auto gathered = mpi.gather(mine_json.dump());
-  guarded([&] {
+  failed.guard([&] {
     if (mpi.rank() != 0) return;
     std::vector<nlohmann::json> entries(plan.params.size());
     for (const auto& g : gathered)
@@ -560,12 +745,14 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
     manifest["checksum"] = "crc32 of each state's tensor elements (row-major)";
     manifest["params"] = entries;
     write_file_atomic((staged / "manifest.json").string(), manifest.dump(1));
+    test_pause_if_asked();
+    check_interrupted();
     staging->commit();
     // latest_universal beside the folder, as ds_to_universal writes it.
     const fs::path target = fs::absolute(output);
     write_file_atomic((target.parent_path() / "latest_universal").string(), target.filename().string());
   });
-  if (mpi.any(!failure.empty())) throw Error(failure.empty() ? "another MPI rank failed" : failure);
+  failed.settle(drop_staging);
 
   RunSummary s;
   s.tool = "ucp-union";

@@ -235,6 +235,12 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
   const layout::DeepSpeedLayout L = layout::discover(checkpoint);
   if (L.zero3) return plan_zero3(L, options);
   Plan plan;
+  auto refuse_moe_model_parallel = [&] {
+    throw Error(L.dir + ": native DeepSpeed MoE with tp=" + std::to_string(L.tp) + " pp=" + std::to_string(L.pp) +
+                " is not supported (only tp=1, pp=1: expert numbering across tensor/pipeline ranks is not handled)");
+  };
+  if ((!L.expert_files.empty() || !L.expert_optim_files.empty()) && (L.tp > 1 || L.pp > 1 || L.pipeline))
+    refuse_moe_model_parallel();
 
   // Model states of every (pp, tp): shapes, world sizes, patterns.
   std::vector<std::map<std::string, std::vector<int64_t>>> shapes(L.mp_count());
@@ -261,11 +267,46 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
     }
     collect_shapes(root, shapes[mp]);
   }
+  // Native DeepSpeed MoE: TP = PP = 1 only; every layer_L_expert_E_mp_rank_XX file of every MoE
+  // layer L < len(num_experts) and expert E < num_experts[L] must be there, and no other.
+  const bool native_moe = !L.expert_files.empty() || !L.expert_optim_files.empty() || !num_experts.empty();
+  if (native_moe && (L.tp > 1 || L.pp > 1 || L.pipeline)) refuse_moe_model_parallel();
+  if (native_moe) {
+    if (num_experts.empty()) fail(L.model_files[0], "native MoE expert files but the model states have no num_experts");
+    auto expert_file = [&](int layer, int e) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "layer_%d_expert_%d_mp_rank_00_model_states.pt", layer, e);
+      return (fs::path(L.dir) / buf).string();
+    };
+    std::set<std::pair<int, int>> found;
+    for (const auto& ef : L.expert_files) {
+      if (ef.moe_layer >= static_cast<int>(num_experts.size()) || ef.expert >= num_experts[ef.moe_layer])
+        fail(ef.path, "extra shard: num_experts is " + nlohmann::json(num_experts).dump() + " (per MoE layer)");
+      found.emplace(ef.moe_layer, ef.expert);
+    }
+    for (int layer = 0; layer < static_cast<int>(num_experts.size()); ++layer)
+      for (int e = 0; e < num_experts[layer]; ++e)
+        if (!found.count({layer, e}))
+          fail(expert_file(layer, e), "missing shard (native MoE layer " + std::to_string(layer) + " expert " +
+                                          std::to_string(e) + " of " + std::to_string(num_experts[layer]) + ")");
+  }
+  // Expert parameter (name with expert index 0) -> its MoE layer, from the expert files' keys.
+  std::map<std::string, int> moe_layer_of;
+  std::map<std::string, std::string> expert_file_of;  // global expert parameter name -> its file
   for (const auto& ef : L.expert_files) {
     ValuePtr root = load_torch(ef.path);
     if (!root || root->kind != Kind::Dict) fail(ef.path, "not an expert state dict");
     for (const auto& [k, v] : root->entries)
-      if (v && v->kind == Kind::Tensor) shapes.at(ef.mp)[k->as_str()] = v->tensor->shape();
+      if (v && v->kind == Kind::Tensor) {
+        const std::string key = k->as_str();
+        shapes.at(ef.mp)[key] = v->tensor->shape();
+        expert_file_of[key] = ef.path;
+        if (layout::local_expert_index(key)) {
+          auto [it, fresh] = moe_layer_of.emplace(layout::with_expert_index(key, 0), ef.moe_layer);
+          if (!fresh && it->second != ef.moe_layer)
+            fail(ef.path, "expert parameter " + key + " also appears in MoE layer " + std::to_string(it->second) + "'s files");
+        }
+      }
   }
 
   const patterns::PatternSet pset = choose_patterns(options, uc_info, L, plan);
@@ -313,10 +354,23 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
           if (group.moe) {
             auto j = layout::local_expert_index(local);
             if (!j) fail(path, "expert group holds a non-expert parameter " + local);
+            if (L.tp > 1 || L.pp > 1)
+              fail(path, "native DeepSpeed MoE with tp > 1 or pp > 1 is not supported");
             auto layer = layout::transformer_layer_index(local);
-            int experts = num_experts.empty() ? 0 : num_experts[0];
-            per = experts > 0 ? experts / group.ep_size : 0;
-            if (per <= 0) fail(path, "native MoE shard but the model states have no num_experts");
+            auto ml = moe_layer_of.find(layout::with_expert_index(local, 0));
+            if (ml == moe_layer_of.end())
+              fail(path, "expert parameter " + local + " is in no layer_L_expert_E_mp_rank_00_model_states.pt file");
+            if (ml->second >= static_cast<int>(num_experts.size()))
+              fail(path, "native MoE layer " + std::to_string(ml->second) + " but num_experts lists " +
+                             std::to_string(num_experts.size()) + " layers");
+            const int experts = num_experts[ml->second];
+            if (experts <= 0 || experts % group.ep_size != 0)
+              fail(path, "MoE layer " + std::to_string(ml->second) + ": num_experts " + std::to_string(experts) +
+                             " is not a positive multiple of ep_size " + std::to_string(group.ep_size));
+            per = experts / group.ep_size;
+            if (*j >= per)
+              fail(path, "expert parameter " + local + ": local expert index " + std::to_string(*j) + " but only " +
+                             std::to_string(per) + " experts per EP rank in MoE layer " + std::to_string(ml->second));
             expert = ep_rank * per + *j;
             moe_layer = layer ? *layer : -1;
             name = layout::with_expert_index(local, expert);
@@ -343,8 +397,10 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
           if (!fresh && p.pp_stage != pp_rank)
             fail(path, "parameter " + name + " appears on pipeline stages " + std::to_string(p.pp_stage) + " and " +
                            std::to_string(pp_rank) + " but matches no pipeline_replicated pattern");
-          auto sh = shapes[mp].find(group.moe ? local : name);
-          if (sh == shapes[mp].end()) sh = shapes[mp].find(name);
+          auto sh = shapes[mp].find(name);
+          if (group.moe && (sh == shapes[mp].end() || !expert_file_of.count(name)))
+            fail(path, "expert parameter " + name + " (global expert " + std::to_string(expert) +
+                           ") is in none of the layer_L_expert_E_mp_rank_00_model_states.pt files");
           if (sh == shapes[mp].end())
             fail(path, "parameter " + name + " has no shape in " + L.model_files[mp] + " (param_shapes/module)");
           if (p.tp_shapes[tp_rank].empty()) p.tp_shapes[tp_rank] = sh->second;

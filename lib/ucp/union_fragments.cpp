@@ -72,10 +72,10 @@ Tensor replicate(const std::string& name, const std::vector<Tensor>& s, const Un
 Tensor average(const std::string& name, const std::vector<Tensor>& s) {
   same_shapes(name, s);
   if (s[0].dtype() != DType::Float32) mismatch(name, "averaging needs float32 slices");
-  // Same arithmetic as Python's sum(slices) / len(slices) in float32: left to right, then divide.
-  std::vector<float> acc(static_cast<size_t>(s[0].numel()));
-  s[0].copy_to(acc.data());
-  for (size_t i = 1; i < s.size(); ++i)
+  // Same arithmetic as Python's sum(slices) / len(slices) in float32: sum() starts from the int 0,
+  // so the accumulator starts at +0.0 (0 + -0.0 is +0.0), adds left to right, then divides.
+  std::vector<float> acc(static_cast<size_t>(s[0].numel()), +0.0f);
+  for (size_t i = 0; i < s.size(); ++i)
     for_each_float(s[i].contiguous(), [&](int64_t k, float v) { acc[k] = acc[k] + v; });
   const float n = static_cast<float>(s.size());
   for (auto& v : acc) v = v / n;

@@ -19,6 +19,7 @@ class ModelConfig:
     swiglu: bool = False         # gpt only (llama/mixtral always)
     experts: int = 4             # mixtral / dsmoe experts per MoE layer
     expert_interval: int = 2     # dsmoe: layers 1, 3, 5... are MoE
+    experts_per_layer: tuple = ()  # dsmoe: experts of each MoE layer (empty: `experts` for all)
 
 
 @dataclass
@@ -131,8 +132,9 @@ def build(cfg: ModelConfig, tp: int, pp: int, ep: int = 1) -> Model:
                 lp(f"mlp.experts.{e}.dense_h_to_4h.weight", (2 * F, H), "swiglu", 0)
                 lp(f"mlp.experts.{e}.dense_4h_to_h.weight", (H, F), "row", 0)
         elif is_moe:  # dsmoe
-            lp("mlp.deepspeed_moe.gate.wg.weight", (cfg.experts, H), "replicate", 0)
-            for e in range(cfg.experts):
+            n_exp = cfg.experts_per_layer[moe_id] if cfg.experts_per_layer else cfg.experts
+            lp("mlp.deepspeed_moe.gate.wg.weight", (n_exp, H), "replicate", 0)
+            for e in range(n_exp):
                 x = f"mlp.deepspeed_moe.experts.deepspeed_experts.{e}."
                 for local, shape, kind, group in ((x + "dense_h_to_4h.weight", (F, H), "col", 0),
                                                   (x + "dense_h_to_4h.bias", (F,), "col", 1),
@@ -140,7 +142,7 @@ def build(cfg: ModelConfig, tp: int, pp: int, ep: int = 1) -> Model:
                                                   (x + "dense_4h_to_h.bias", (H,), "replicate", 1)):
                     lp(local, shape, kind, group, moe_layer=moe_id, expert=e)
             moe_id += 1
-            num_experts.append(cfg.experts)
+            num_experts.append(n_exp)
         else:
             lp("mlp.dense_h_to_4h.weight", (2 * F if cfg.swiglu else F, H), "swiglu" if cfg.swiglu else "col", 0)
             if biases:
@@ -170,7 +172,7 @@ def build(cfg: ModelConfig, tp: int, pp: int, ep: int = 1) -> Model:
     # Pipeline-local names of dsmoe experts (local expert index under EP).
     for p in params:
         if p.expert is not None:
-            per = cfg.experts // ep
+            per = num_experts[p.moe_layer] // ep
             p.expert_local_name = p.name.replace(f"deepspeed_experts.{p.expert}.", f"deepspeed_experts.{p.expert % per}.")
 
     model = Model(cfg, params, {}, padded, pipe, num_experts)

@@ -226,7 +226,7 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
     if cfg.family == "dsmoe":
         if lay.tp != 1 or lay.pp != 1:
             raise ValueError("native DeepSpeed MoE generation supports TP = PP = 1")
-        if cfg.experts % lay.ep or lay.dp % lay.ep:
+        if any(e % lay.ep for e in (cfg.experts_per_layer or (cfg.experts,))) or lay.dp % lay.ep:
             raise ValueError("EP must divide the expert count and DP")
     truth = Truth(lay.seed)
     truth.vocab_rows = cfg.vocab
@@ -300,10 +300,9 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
                     if ps:
                         out.append((ps, [p.name for p in ps], lay.dp, False))
                 if dsmoe:
-                    per = cfg.experts // lay.ep
                     for gi in (0, 1):
                         ps = [p for p in stage_params if p.expert is not None and p.group == gi
-                              and p.expert // per == ep_rank]
+                              and p.expert // (model.num_experts[p.moe_layer] // lay.ep) == ep_rank]
                         if ps:
                             out.append((ps, [p.expert_local_name for p in ps], lay.dp // lay.ep, True))
                 return out

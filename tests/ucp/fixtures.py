@@ -19,6 +19,8 @@ CASES = {
     "mixtral_tp2_dp2_fp32": (dict(family="mixtral", heads=4, kv_heads=2), dict(tp=2, dp=2, dtype="fp32",
                                                                              step_tensor=True)),
     "dsmoe_dp4_ep2": (dict(family="dsmoe"), dict(dp=4, ep=2)),
+    # Native MoE whose layers have different expert counts (num_experts = [2, 4]).
+    "dsmoe_uneven_experts_dp4_ep2": (dict(family="dsmoe", experts_per_layer=(2, 4)), dict(dp=4, ep=2)),
     "gpt_dp16_padding_ranks": (dict(family="gpt", hidden=6, heads=2, ffn=10, vocab=10, seq=3, layers=1), dict(dp=16)),
     "gpt_no_uc_info": (dict(family="gpt"), dict(tp=2, dp=2, uc_info=False)),
     "gpt_zero3_dp40_subgroups": (dict(family="gpt"), dict(dp=40, zero=3, sub_group_size=2000)),

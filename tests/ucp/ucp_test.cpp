@@ -3,6 +3,8 @@
 // bit (one-step, two-step, threads, MPI ranks), and the failure cases of issue 3.
 #include <gtest/gtest.h>
 #include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -86,6 +88,7 @@ TEST_P(Layouts, OneStepBitExact) {
 INSTANTIATE_TEST_SUITE_P(Ucp, Layouts,
                          ::testing::Values("gpt_tp2_pp2_dp3", "gpt_untied_swiglu_tp2_dp3_zero2_fp16",
                                            "llama_gqa_tp2_dp2_bf16opt", "mixtral_tp2_dp2_fp32", "dsmoe_dp4_ep2",
+                                           "dsmoe_uneven_experts_dp4_ep2",
                                            "gpt_dp16_padding_ranks", "gpt_zero3_dp40_subgroups",
                                            "gpt_zero3_tp2_dp3_subgroups", "llama_gqa_zero3_tp2_dp2_fp16"));
 
@@ -123,6 +126,153 @@ TEST(Ucp, MpiTwoRanksSameBytes) {
   EXPECT_NE(r.out.find("\"mpi_ranks\": 2"), std::string::npos) << r.out;
   auto diff = sh("diff -r " + q(d / "one") + " " + q(d / "two"));
   EXPECT_EQ(diff.rc, 0) << diff.out;
+}
+
+// ucp-extract under MPI: shards split across two ranks, the same work folder byte for byte (diff -r)
+// and the same universal checkpoint from it.
+TEST(Ucp, MpiExtractSameBytes) {
+  if (sh("command -v mpirun").rc != 0) GTEST_SKIP() << "no mpirun";
+  auto d = scratch();
+  for (std::string fx : {"gpt_tp2_pp2_dp3", "dsmoe_dp4_ep2"}) {
+    const auto in = q(fs::path(kFixtures) / fx);
+    ASSERT_EQ(sh(kBin + "/ucp-extract -q --input " + in + " --output " + q(d / (fx + ".one"))).rc, 0);
+    auto r = sh("mpirun --allow-run-as-root --oversubscribe -np 2 " + kBin + "/ucp-extract -q --json --input " + in +
+                " --output " + q(d / (fx + ".two")));
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find("\"mpi_ranks\": 2"), std::string::npos) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '{'), 1) << "one summary (rank 0) expected: " << r.out;
+    auto diff = sh("diff -r " + q(d / (fx + ".one")) + " " + q(d / (fx + ".two")));
+    EXPECT_EQ(diff.rc, 0) << diff.out;
+    fs::create_directories(d / fx);
+    ASSERT_EQ(uni("--input " + q(d / (fx + ".one")) + " --output " + q(d / fx / "one")).rc, 0);
+    ASSERT_EQ(uni("--input " + q(d / (fx + ".two")) + " --output " + q(d / fx / "two")).rc, 0);
+    diff = sh("diff -r " + q(d / fx / "one") + " " + q(d / fx / "two"));
+    EXPECT_EQ(diff.rc, 0) << diff.out;
+    auto c = check(d / fx / "two", fx);
+    EXPECT_EQ(c.rc, 0) << c.out;
+  }
+}
+
+// Runs `cmd` (argv) in the background with UCPKIT_TEST_PAUSE_STAGED=1, waits until `ready` exists
+// inside its staging folder `.<name>.ucp-tmp-<pid>`, sends `sig`, and returns the wait status.
+int kill_when_staged(const std::vector<std::string>& cmd, const fs::path& out, const std::string& ready, int sig,
+                     bool* reached) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("UCPKIT_TEST_PAUSE_STAGED", "1", 1);
+    std::vector<char*> argv;
+    for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  const fs::path staged = out.parent_path() / ("." + out.filename().string() + ".ucp-tmp-" + std::to_string(pid));
+  *reached = false;
+  int status = 0;
+  for (int i = 0; i < 6000 && !*reached; ++i) {  // up to 60 s for the run to reach its pause
+    if (waitpid(pid, &status, WNOHANG) == pid) return status;
+    *reached = fs::exists(staged / ready);
+    if (!*reached) usleep(10000);
+  }
+  kill(pid, sig);
+  waitpid(pid, &status, 0);
+  return status;
+}
+
+// SIGTERM/SIGINT while the staging folder is written: the folder is removed, the process dies by
+// the signal, and a rerun succeeds.
+TEST(Ucp, KilledRunLeavesNoStaging) {
+  auto d = scratch();
+  const std::string in = (fs::path(kFixtures) / "gpt_tp2_pp2_dp3").string();
+  bool reached = false;
+  int st = kill_when_staged({kBin + "/ucp-union", "-q", "--input", in, "--output", (d / "u").string()}, d / "u",
+                            "manifest.json", SIGTERM, &reached);
+  EXPECT_TRUE(reached) << "the run never reached its pause";
+  EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM) << st;
+  expect_no_output(d / "u");
+  st = kill_when_staged({kBin + "/ucp-extract", "-q", "--input", in, "--output", (d / "w").string()}, d / "w",
+                        "plan.json", SIGTERM, &reached);
+  EXPECT_TRUE(reached);
+  EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM) << st;
+  expect_no_output(d / "w");
+  // Killed right away (before or while planning): nothing either.
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl((kBin + "/ucp-union").c_str(), "ucp-union", "-q", "--input", in.c_str(), "--output", (d / "v").c_str(),
+          (char*)nullptr);
+    _exit(127);
+  }
+  kill(pid, SIGTERM);
+  waitpid(pid, &st, 0);
+  expect_no_output(d / "v");
+  auto r = uni("--input " + q(in) + " --output " + q(d / "u"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(check(d / "u", "gpt_tp2_pp2_dp3").rc, 0);
+}
+
+// SIGKILL cannot be caught: the staging folder stays, and the next run removes it (its pid is dead),
+// leaving a live process's folder alone.
+TEST(Ucp, StaleStagingSweptAtStart) {
+  auto d = scratch();
+  const std::string in = (fs::path(kFixtures) / "gpt_tp2_pp2_dp3").string();
+  bool reached = false;
+  int st = kill_when_staged({kBin + "/ucp-union", "-q", "--input", in, "--output", (d / "u").string()}, d / "u",
+                            "manifest.json", SIGKILL, &reached);
+  ASSERT_TRUE(reached);
+  ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+  size_t left = 0;
+  for (const auto& e : fs::directory_iterator(d)) left += e.path().filename().string().rfind(".u.ucp-tmp-", 0) == 0;
+  ASSERT_EQ(left, 1u) << "SIGKILL should leave the staging folder";
+  const fs::path live = d / (".u.ucp-tmp-" + std::to_string(getpid()));  // this test process: alive
+  fs::create_directories(live);
+  auto r = uni("--input " + q(in) + " --output " + q(d / "u"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  left = 0;
+  for (const auto& e : fs::directory_iterator(d)) left += e.path().filename().string().rfind(".u.ucp-tmp-", 0) == 0;
+  EXPECT_EQ(left, 1u);
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_EQ(check(d / "u", "gpt_tp2_pp2_dp3").rc, 0);
+}
+
+// --patterns with a work folder: the patterns were fixed by ucp-extract; refused as a usage error.
+TEST(Ucp, PatternsWithWorkFolderRefused) {
+  auto d = scratch();
+  ASSERT_EQ(sh(kBin + "/ucp-extract -q --input " + q(fs::path(kFixtures) / "gpt_tp2_pp2_dp3") + " --output " +
+               q(d / "work")).rc,
+            0);
+  for (std::string pat : {std::string("/nonexistent/patterns.json"), kSource + "/patterns/megatron-gpt-tied.json"}) {
+    auto r = uni("--input " + q(d / "work") + " --output " + q(d / "u") + " --patterns " + q(pat));
+    EXPECT_EQ(r.rc, 2) << r.out;
+    EXPECT_NE(r.out.find("work folder"), std::string::npos) << r.out;
+    expect_no_output(d / "u");
+  }
+}
+
+// Native MoE: a missing expert file is named; TP > 1 is refused.
+TEST(Ucp, NativeMoeMissingExpertFileAndTensorParallel) {
+  auto d = scratch();
+  auto ck = copy_fixture("dsmoe_dp4_ep2", d);
+  fs::remove(step_dir(ck) / "layer_1_expert_2_mp_rank_00_model_states.pt");
+  auto r = uni("--input " + q(ck) + " --output " + q(d / "u"));
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("layer_1_expert_2_mp_rank_00_model_states.pt: missing shard"), std::string::npos) << r.out;
+  expect_no_output(d / "u");
+  r = sh(kBin + "/ucp-extract -q --input " + q(ck) + " --output " + q(d / "w"));
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("layer_1_expert_2_mp_rank_00_model_states.pt"), std::string::npos) << r.out;
+  expect_no_output(d / "w");
+  // A second model-parallel rank (every mp_rank_00 file copied to mp_rank_01): tp=2.
+  fs::create_directories(d / "tp");
+  auto tp = copy_fixture("dsmoe_dp4_ep2", d / "tp");
+  for (const auto& e : fs::directory_iterator(step_dir(tp))) {
+    std::string n = e.path().filename().string();
+    if (auto k = n.find("mp_rank_00"); k != std::string::npos)
+      fs::copy_file(e.path(), step_dir(tp) / n.replace(k, 10, "mp_rank_01"));
+  }
+  r = uni("--input " + q(tp) + " --output " + q(d / "v"));
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("native DeepSpeed MoE with tp=2 pp=1 is not supported"), std::string::npos) << r.out;
+  expect_no_output(d / "v");
 }
 
 TEST(Ucp, JsonSummary) {

@@ -70,7 +70,7 @@ DeepSpeedLayout infer_layout(const std::vector<std::string>& names, const std::s
   std::map<int, std::string> model;
   std::map<std::pair<int, int>, std::string> optim, zero3_model;  // (mp, dp)
   std::map<std::pair<int, int>, std::string> layers;              // (layer, tp)
-  std::map<int, std::string> expp;
+  std::map<std::pair<int, int>, std::string> expp;  // (ep_rank, mp) -> name
   std::set<int> layer_tps;
   bool bf16_seen = false, plain_seen = false;
   for (const auto& n : names) {
@@ -94,7 +94,7 @@ DeepSpeedLayout infer_layout(const std::vector<std::string>& names, const std::s
         layer_tps.insert(std::max(f->tp, 0));
         break;
       case FileKind::ExpertStates: L.expert_files.push_back({f->moe_layer, f->expert, f->mp, join(dir, n)}); break;
-      case FileKind::ExpertOptim: dup(expp.emplace(f->ep_rank, n).second); break;
+      case FileKind::ExpertOptim: dup(expp.emplace(std::pair{f->ep_rank, f->mp}, n).second); break;
     }
   }
   if (bf16_seen && plain_seen) throw Error(dir + ": both bf16_ and plain ZeRO optimizer shards are present");
@@ -168,11 +168,13 @@ DeepSpeedLayout infer_layout(const std::vector<std::string>& names, const std::s
     return std::tie(a.moe_layer, a.expert, a.mp) < std::tie(b.moe_layer, b.expert, b.mp);
   });
   if (!expp.empty()) {
+    // One expp_rank_R_mp_rank_TT file per EP rank and model-parallel rank; the plan reads mp 0's
+    // (native MoE is planned for tp = pp = 1 only, and refused otherwise).
     std::set<int> eps;
-    for (const auto& [r, n] : expp) eps.insert(r);
+    for (const auto& [k, n] : expp) eps.insert(k.first);
     L.ep = count_dense(eps);
     for (int r = 0; r < L.ep; ++r) {
-      auto it = expp.find(r);
+      auto it = expp.find({r, 0});
       if (it == expp.end()) missing("expp_rank_" + std::to_string(r) + "_mp_rank_00_optim_states.pt");
       L.expert_optim_files.push_back(join(dir, it->second));
     }
