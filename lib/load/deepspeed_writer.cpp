@@ -178,12 +178,12 @@ ValuePtr DeepSpeedWriter::model_root(int mp) const {
   if (auto module = root->get("module"); module && module->kind == Kind::Dict) {
     std::map<std::string, ValuePtr> fresh;
     // ZeRO-3 keeps the weights only in the optimizer shards: the module holds 0-element placeholders.
-    if (t.zero_stage == 3)
-      for (const GroupPlan& g : mr.groups)
+    for (const GroupPlan& g : mr.groups) {
+      if (t.zero_stage == 3) {
         for (const Slot& s : g.slots)
           fresh[model_.params[s.param].name] = Value::of_tensor(Tensor(Storage::zeros(t.dtype, 0), 0, {0}, {1}));
-    for (size_t gi = 0; gi < mr.groups.size() && t.zero_stage != 3; ++gi) {
-      const GroupPlan& g = mr.groups[gi];
+        continue;
+      }
       std::vector<Run> runs;
       for (const Slot& s : g.slots) runs.push_back({&s, s.offset, s.numel(), 0});
       auto storage = streamed(t.dtype, g.padded, std::move(runs), "fp32");
@@ -276,10 +276,16 @@ uint64_t DeepSpeedWriter::write_expert_files(int mp, const std::string& dir) con
   return n;
 }
 
-ValuePtr DeepSpeedWriter::group_step(const GroupPlan& g) const {
-  for (const auto& s : g.slots)
-    if (auto step = reader_.step(s.param)) return step;
-  return nullptr;
+ValuePtr DeepSpeedWriter::optimizer_state(const GroupPlan& g, int part) const {
+  auto gs = Value::dict();
+  for (const auto& s : g.slots)  // the step of the group's first parameter that has a step.pt
+    if (auto step = reader_.step(s.param)) {
+      gs->set_item("step", step);
+      break;
+    }
+  for (size_t k = 1; k < model_.states.size(); ++k)
+    gs->set_item(model_.states[k], Value::of_tensor(partition_tensor(g, part, model_.states[k], -1, true)));
+  return gs;
 }
 
 ValuePtr DeepSpeedWriter::target_loss_scaler() const {
@@ -304,11 +310,7 @@ ValuePtr DeepSpeedWriter::zero3_state(int d, int mp) const {
   auto flats = Value::list();
   for (size_t sg = 0; sg < mr.groups.size(); ++sg) {
     const GroupPlan& g = mr.groups[sg];
-    auto gs = Value::dict();
-    if (auto step = group_step(g)) gs->set_item("step", step);
-    for (size_t k = 1; k < model_.states.size(); ++k)
-      gs->set_item(model_.states[k], Value::of_tensor(partition_tensor(g, d, model_.states[k], -1, true)));
-    state->entries.emplace_back(Value::integer(static_cast<int64_t>(sg)), gs);
+    state->entries.emplace_back(Value::integer(static_cast<int64_t>(sg)), optimizer_state(g, d));
     flats->items.push_back(Value::of_tensor(partition_tensor(g, d, "fp32", -1, true)));
   }
   // One entry per optimizer param group, listing its sub-groups (DeepSpeed's
@@ -390,11 +392,7 @@ ValuePtr DeepSpeedWriter::zero12_state(int d, int mp) const {
     const GroupPlan& g = *groups[gi].first;
     const int p = groups[gi].second;
     const PartitionPlan part = partition_of(g, p);
-    auto gs = Value::dict();
-    if (auto step = group_step(g)) gs->set_item("step", step);
-    for (size_t k = 1; k < model_.states.size(); ++k)
-      gs->set_item(model_.states[k], Value::of_tensor(partition_tensor(g, p, model_.states[k], -1, true)));
-    state->entries.emplace_back(Value::integer(static_cast<int64_t>(gi)), gs);
+    state->entries.emplace_back(Value::integer(static_cast<int64_t>(gi)), optimizer_state(g, p));
     if (g.group >= (int)common_groups->items.size())
       throw Error("zero/optimizer_state.pt: no param_groups entry for group " + std::to_string(g.group));
     auto h = pickle::deep_copy(common_groups->items[g.group]);

@@ -57,7 +57,8 @@ class DeepSpeedWriter {
   // optimizer_state_dict of a ZeRO-1/2 or BF16_Optimizer shard, and of a ZeRO-3 shard.
   pickle::ValuePtr zero12_state(int dp_rank, int mp) const;
   pickle::ValuePtr zero3_state(int dp_rank, int mp) const;
-  pickle::ValuePtr group_step(const GroupPlan& g) const;  // the first step.pt of the group's params
+  // The torch optimizer state of partition `part` of a group: step, then the moments (streamed).
+  pickle::ValuePtr optimizer_state(const GroupPlan& g, int part) const;
   pickle::ValuePtr target_loss_scaler() const;
   pickle::ValuePtr common_param_groups() const;
   pickle::ValuePtr ds_config(const pickle::ValuePtr& source) const;
