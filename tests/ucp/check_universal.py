@@ -2,7 +2,8 @@
 """Checks a universal checkpoint written by ucp-union against the generator's ground truth, with
 Python torch.load only (independent of ucpkit's reader): every zero/<param>/<state>.pt bit for bit
 with its metadata, step.pt, zero/optimizer_state.pt, the copied model files, latest_universal and
-manifest.json. Usage: check_universal.py <universal_dir> <generated_dir>   (exit 0 = identical)"""
+manifest.json. Usage: check_universal.py <universal_dir> <generated_dir> [<universal_dir> <generated_dir> ...]
+(exit 0 = every pair identical; several pairs share one Python start)"""
 import filecmp
 import glob
 import json
@@ -35,8 +36,8 @@ def same_value(a, b):
     return type(a) == type(b) and a == b
 
 
-def main():
-    out, gen = sys.argv[1], sys.argv[2]
+def main(out, gen):
+    del errors[:]
     truth = os.path.join(gen, "truth")
     meta = json.load(open(os.path.join(truth, "meta.json")))
     names = [p["name"] for p in meta["params"]]
@@ -119,4 +120,12 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    args = sys.argv[1:]
+    if not args or len(args) % 2:
+        sys.exit("usage: check_universal.py <universal_dir> <generated_dir> [...]")
+    rc = 0
+    for i in range(0, len(args), 2):
+        if len(args) > 2:
+            print(f"check_universal: {args[i]}")
+        rc |= main(args[i], args[i + 1])
+    sys.exit(rc)

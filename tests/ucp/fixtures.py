@@ -32,6 +32,20 @@ CASES = {
                                      dict(tp=2, dp=2, zero=3, dtype="fp16", sub_group_size=600)),
 }
 
+# One checkpoint per shipped pattern file (patterns/<name>.json), converted with --patterns by the
+# ShippedPatternFiles test: the generator's default sizes, TP = 2 where the family allows it.
+PATTERN_CASES = {
+    "megatron-gpt-tied": (dict(family="gpt"), dict(tp=2)),
+    "megatron-gpt-untied": (dict(family="gpt", tied=False), dict(tp=2)),
+    "megatron-gpt-tied-swiglu": (dict(family="gpt", swiglu=True), dict(tp=2)),
+    "megatron-gpt-untied-swiglu": (dict(family="gpt", tied=False, swiglu=True), dict(tp=2)),
+    "megatron-gpt-pipe-tied": (dict(family="gpt"), dict(tp=2, pp=2)),
+    "megatron-gpt-pipe-untied": (dict(family="gpt", tied=False), dict(tp=2, pp=2)),
+    "llama-gqa": (dict(family="llama", heads=4, kv_heads=2), dict(tp=2)),
+    "mixtral-moe": (dict(family="mixtral", heads=4, kv_heads=2), dict(tp=2)),
+    "deepspeed-native-moe": (dict(family="dsmoe"), dict(dp=2, ep=2)),
+}
+
 
 def main():
     out = sys.argv[1]
@@ -48,6 +62,10 @@ def main():
             info["tp_replicated_parameter_patterns"] = info["tp_replicated_parameter_patterns"] + ["no_such_param"]
             with open(os.path.join(out, "unused.patterns.json"), "w") as f:
                 json.dump(info, f)
+    for name, (mk, lk) in PATTERN_CASES.items():
+        d = os.path.join(out, "patterns", name)
+        shutil.rmtree(d, ignore_errors=True)
+        dsgen.generate(d, dsgen.ModelConfig(**mk), dsgen.Layout(**lk))
     # A shape mismatch between fragments: tp rank 1 claims a row-parallel weight is transposed.
     src = os.path.join(out, "gpt_tp2_pp2_dp3")
     bad = os.path.join(out, "bad_shape")

@@ -7,12 +7,15 @@
 #include <unistd.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "ucp/union_fragments.h"
 
 namespace fs = std::filesystem;
 
@@ -275,6 +278,23 @@ TEST(Ucp, NativeMoeMissingExpertFileAndTensorParallel) {
   expect_no_output(d / "v");
 }
 
+// Averaging as Python's sum(slices) / n: sum() starts from the int 0, so -0.0 copies give +0.0
+// (torch: sum([tensor([-0.]), tensor([-0.])]) / 2 is tensor([0.]), signbit False).
+TEST(Ucp, AverageOfNegativeZerosIsPositiveZero) {
+  using namespace ucpkit;
+  auto a = Tensor::from_vector<float>(DType::Float32, {3}, {-0.0f, 1.5f, -0.0f});
+  auto b = Tensor::from_vector<float>(DType::Float32, {3}, {-0.0f, -1.5f, 2.0f});
+  patterns::ParamRule rule;
+  rule.kind = patterns::JoinKind::Average;
+  auto r = ucp::union_fragments("x", {a, b}, rule, patterns::PatternSet{});
+  std::vector<float> v(3);
+  r.copy_to(v.data());
+  EXPECT_EQ(v[0], 0.0f);
+  EXPECT_FALSE(std::signbit(v[0]));
+  EXPECT_FALSE(std::signbit(v[1]));
+  EXPECT_EQ(v[2], 1.0f);
+}
+
 TEST(Ucp, JsonSummary) {
   auto d = scratch();
   auto r = sh(kBin + "/ucp-union -q --json --input " + q(fs::path(kFixtures) / "dsmoe_dp4_ep2") + " --output " +
@@ -305,6 +325,32 @@ TEST(Ucp, PatternFileWhenCheckpointHasNone) {
           q(fs::path(kFixtures) / "gpt_no_uc_info.patterns.json"));
   ASSERT_EQ(r.rc, 0) << r.out;
   auto c = check(d / "u", "gpt_no_uc_info");
+  EXPECT_EQ(c.rc, 0) << c.out;
+}
+
+// Every shipped pattern file converts the generator's model of its family (fixtures.py
+// PATTERN_CASES) bit for bit when given with --patterns (it then wins over the checkpoint's own
+// universal_checkpoint_info; only the vocabulary sizes come from the checkpoint).
+TEST(Ucp, ShippedPatternFiles) {
+  auto d = scratch();
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(fs::path(kSource) / "patterns"))
+    if (e.path().extension() == ".json") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  ASSERT_GE(files.size(), 9u);
+  std::string pairs;
+  for (const auto& f : files) {
+    const std::string name = f.stem().string();
+    const fs::path ck = fs::path(kFixtures) / "patterns" / name;
+    ASSERT_TRUE(fs::exists(ck)) << "no fixture for shipped pattern file " << f << " (tests/ucp/fixtures.py PATTERN_CASES)";
+    fs::create_directories(d / name);
+    auto r = uni("--input " + q(ck) + " --output " + q(d / name / "u") + " --patterns " + q(f));
+    ASSERT_EQ(r.rc, 0) << name << ": " << r.out;
+    auto m = nlohmann::json::parse(std::ifstream(d / name / "u" / "manifest.json"));
+    EXPECT_EQ(m["patterns"]["origin"], f.string()) << name;
+    pairs += " " + q(d / name / "u") + " " + q(ck);
+  }
+  auto c = sh(kPython + " " + kSource + "/tests/ucp/check_universal.py" + pairs);
   EXPECT_EQ(c.rc, 0) << c.out;
 }
 
