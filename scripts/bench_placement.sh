@@ -5,7 +5,7 @@
 # Usage: scripts/bench_placement.sh [build_dir]   (needs bench_placement and moe-replace built)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-build="${1:-$root/build-placement}"
+build="${1:-$root/build}"
 bench="$build/bin/bench_placement"
 tool="$build/bin/moe-replace"
 data="$root/../shared/data"

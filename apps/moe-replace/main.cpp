@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
   app.add_option("--gpus-per-node", req.cluster.gpus_per_node, "GPUs per node")->required();
   app.add_option("--slots-per-gpu", req.cluster.slots_per_gpu, "Expert replica slots per GPU")->required();
   app.add_option("--fault-tolerance", req.placement.fault_tolerance,
-                 "f: every expert keeps a replica when fewer than f nodes fail (lazarus, spread, compact)")
+                 "f: every expert keeps a replica when fewer than f nodes fail (lazarus, spread; other algorithms: "
+                 "a warning, and the plan records the f that holds)")
       ->capture_default_str();
   app.add_option("--groups", req.placement.groups, "Expert groups (eplb: hierarchical when groups % nodes == 0)")
       ->capture_default_str();
@@ -46,6 +47,9 @@ int main(int argc, char** argv) {
   app.add_option("--snapshot", req.load_options.snapshot, "Use one load snapshot by key (e.g. SmartMoE iteration)");
   app.add_option("--experts", req.load_options.experts, "Experts per layer for router traces (0: infer)");
   app.add_option("--overlap-degree", req.placement.overlap_degree, "hecate: overlap degree t (default: all experts)");
+  app.add_option("--memory", req.placement.memory,
+                 "hecate: memory capacity m, distinct experts materialized per GPU per layer, 1..S (default: "
+                 "--slots-per-gpu; with m < S the other slots repeat experts the GPU holds)");
   app.add_option("--expert-bytes", req.expert_bytes, "Bytes per expert replica, to report bytes moved");
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;

@@ -16,6 +16,7 @@ struct PlacementOptions {
   int fault_tolerance = 1;  // f: every expert keeps a replica when fewer than f nodes fail
   int groups = 1;           // expert groups (EPLB's group-limited routing); hierarchical when groups % nodes == 0
   int overlap_degree = -1;  // Hecate's t (-1: number of experts)
+  int memory = -1;          // Hecate's m: distinct experts materialized per GPU per layer (-1: slots per GPU)
   RecoveryOptions recovery;  // used by planners that compare candidate placements
 };
 

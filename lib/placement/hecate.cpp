@@ -77,13 +77,18 @@ std::vector<std::vector<int>> hecate_sharding(const LoadMatrix& loads, const Clu
 }
 
 LayerPlacement hecate_materialize(const std::vector<double>& t, const std::vector<int>& owner, const Cluster& cluster,
-                                  int overlap_degree) {
+                                  int overlap_degree, int memory) {
   const int E = static_cast<int>(t.size()), D = cluster.gpus(), G = cluster.gpus_per_node, S = cluster.slots_per_gpu;
+  const int M = memory < 0 ? S : memory;
+  if (M < 1 || M > S) throw UsageError("--memory must be between 1 and --slots-per-gpu (" + std::to_string(S) + ")");
+  if (static_cast<long long>(D) * M < E)
+    throw UsageError(std::to_string(E) + " experts do not fit " + std::to_string(D) + " GPUs x --memory " +
+                     std::to_string(M));
   std::vector<std::vector<int>> slots(D);
   std::vector<std::vector<char>> has(D, std::vector<char>(E, 0));
   std::vector<int> cnt(E, 0);
   std::vector<double> gload(D, 0.0);
-  auto room = [&](int g) { return S - static_cast<int>(slots[g].size()); };
+  auto room = [&](int g) { return M - static_cast<int>(slots[g].size()); };
   auto put = [&](int e, int g) {
     slots[g].push_back(e);
     has[g][e] = 1;
@@ -136,10 +141,9 @@ LayerPlacement hecate_materialize(const std::vector<double>& t, const std::vecto
     return best >= 0;
   };
 
-  const int free_total = D * S - E;
+  const int free_total = D * M - E;
   int tt = std::clamp(overlap_degree < 0 ? E : overlap_degree, 0, E);
-  int m = std::min(S, tt);
-  if (tt > 0 && tt <= m) {
+  if (tt > 0 && tt <= M) {
     for (int i = 0; i < tt; ++i)
       for (int g = 0; g < D; ++g)
         if (room(g) > 0 && !has[g][order[i]]) put(order[i], g);
@@ -161,6 +165,16 @@ LayerPlacement hecate_materialize(const std::vector<double>& t, const std::vecto
     if (best >= 0 && place_copy(best)) placed = true;
   }
 
+  // m < S: the plan's other slots repeat experts the GPU already holds.
+  for (int g = 0; g < D; ++g)
+    while (static_cast<int>(slots[g].size()) < S) {
+      int best = -1;
+      for (int e : slots[g])
+        if (best < 0 || t[e] / cnt[e] > t[best] / cnt[best]) best = e;
+      slots[g].push_back(best);
+      cnt[best]++;
+    }
+
   LayerPlacement out;
   out.phy2log.resize(cluster.slots());
   for (int g = 0; g < D; ++g)
@@ -179,11 +193,15 @@ class Hecate : public PlacementAlgorithm {
     check_fits(loads, cluster);
     const int E = static_cast<int>(loads.experts);
     int t = opt.overlap_degree < 0 ? E : std::min(opt.overlap_degree, E);
+    const int m = opt.memory < 0 ? cluster.slots_per_gpu : opt.memory;
+    if (m < 1 || m > cluster.slots_per_gpu)
+      throw UsageError("--memory must be between 1 and --slots-per-gpu (" + std::to_string(cluster.slots_per_gpu) + ")");
     auto owner = hecate_sharding(loads, cluster, t);
     PlacementResult res;
     for (size_t l = 0; l < loads.layers; ++l)
-      res.layers.push_back(hecate_materialize(loads.layer_vector(l), owner[l], cluster, t));
+      res.layers.push_back(hecate_materialize(loads.layer_vector(l), owner[l], cluster, t, m));
     res.details["overlap_degree"] = t;
+    res.details["memory"] = m;
     res.details["shards_per_gpu"] = (1LL * loads.layers * E + cluster.gpus() - 1) / cluster.gpus();
     res.details["shard_owner"] = owner;
     return res;

@@ -14,12 +14,15 @@ namespace ucpkit::placement {
 // the overlappable experts fill the remaining shard slots. Returns owner GPU per [layer][expert].
 std::vector<std::vector<int>> hecate_sharding(const LoadMatrix& loads, const Cluster& cluster, int overlap_degree);
 
-// Sparse materialization (Hecate Algorithm 1) for one layer with S = slots per GPU as the memory
-// capacity m: each expert first occupies a slot on its owner GPU (or the least loaded GPU of the
-// owner's node, or anywhere); if t <= m the top-t experts are materialized on every GPU with room,
-// else the free slots are given to the top-t experts in proportion to load, each expert's copies on
-// nodes lacking it first; slots still free go to the expert with the largest load per replica.
+// Sparse materialization (Hecate Algorithm 1) for one layer with memory capacity m (experts per GPU,
+// 1 <= m <= S; -1: m = S): each expert first occupies a slot on its owner GPU (or, when that GPU has
+// m already, the least loaded GPU of the owner's node, or anywhere); if t <= m the top-t experts are
+// materialized on every GPU with room, else the free capacity is given to the top-t experts in
+// proportion to load, each expert's copies on nodes lacking it first; capacity still free goes to
+// the expert with the largest load per replica. The plan format has exactly S slots per GPU: when
+// m < S, each GPU's other S - m slots repeat experts it already holds (largest load per replica
+// first), so no GPU holds more than m distinct experts.
 LayerPlacement hecate_materialize(const std::vector<double>& loads, const std::vector<int>& owner, const Cluster& cluster,
-                                  int overlap_degree);
+                                  int overlap_degree, int memory = -1);
 
 }  // namespace ucpkit::placement

@@ -61,6 +61,25 @@ nlohmann::json recovery_summary(const std::vector<RecoveryEstimate>& rec) {
 
 }  // namespace
 
+int guaranteed_fault_tolerance(const Plan& plan) {
+  const int c = plan.cluster.slots_per_node();
+  int least = plan.cluster.nodes;
+  std::vector<int> last_node(plan.experts), degree(plan.experts);
+  for (const auto& layer : plan.layers) {
+    std::fill(last_node.begin(), last_node.end(), -1);
+    std::fill(degree.begin(), degree.end(), 0);
+    for (size_t p = 0; p < layer.phy2log.size(); ++p) {
+      int e = layer.phy2log[p], n = static_cast<int>(p) / c;
+      if (last_node[e] != n) {  // slots are node-major, so a node's slots are consecutive
+        last_node[e] = n;
+        degree[e]++;
+      }
+    }
+    for (int d : degree) least = std::min(least, d);
+  }
+  return least;
+}
+
 std::vector<int> parse_id_list(const std::string& text, const std::string& option) {
   std::vector<int> ids;
   std::stringstream ss(text);
@@ -84,6 +103,7 @@ std::vector<int> parse_id_list(const std::string& text, const std::string& optio
 Plan plan_placement(const LoadMatrix& loads, const Cluster& cluster, const std::string& algorithm,
                     const PlacementOptions& options) {
   validate_cluster(cluster);
+  if (options.fault_tolerance < 1) throw UsageError("--fault-tolerance must be at least 1");
   auto algo = make_algorithm(algorithm);
   PlacementResult placed = algo->place(loads, cluster, options);
   Plan plan;
@@ -96,6 +116,14 @@ Plan plan_placement(const LoadMatrix& loads, const Cluster& cluster, const std::
   plan.node_ids.resize(cluster.nodes);
   for (int i = 0; i < cluster.nodes; ++i) plan.node_ids[i] = i;
   for (const auto& l : plan.layers) check_placement(l, cluster, plan.experts, plan.algorithm);
+  // What the placement guarantees: every expert survives fewer than f failed nodes iff it sits on at
+  // least f distinct nodes. eplb, eplb-global and hecate ignore f, and compact may put an expert's
+  // replicas on one node; the plan records the guarantee that holds, and the request beside it.
+  int guaranteed = guaranteed_fault_tolerance(plan);
+  if (guaranteed < options.fault_tolerance) {
+    plan.fault_tolerance = guaranteed;
+    plan.details["fault_tolerance_requested"] = options.fault_tolerance;
+  }
   return plan;
 }
 
@@ -138,6 +166,11 @@ PlanOutcome make_plan(const PlanRequest& req) {
     }
   }
   out.plan = plan_placement(loads, target, req.algorithm, popt);
+  if (out.plan.details.contains("fault_tolerance_requested"))
+    out.notes.push_back(out.plan.algorithm + " does not guarantee --fault-tolerance " +
+                        std::to_string(popt.fault_tolerance) + ": some expert sits on only " +
+                        std::to_string(out.plan.fault_tolerance) + " node(s); the plan records fault_tolerance " +
+                        std::to_string(out.plan.fault_tolerance));
   if (current) out.migration = migrate(*current, out.plan, physical);
   compute_metrics(out.plan, loads, popt.recovery);
   nlohmann::json extra = nlohmann::json::object();
@@ -188,6 +221,8 @@ PlanOutcome make_plan(const PlanRequest& req) {
     s["node_ids"] = out.migration->node_ids;
     if (req.expert_bytes > 0) s["bytes_moved"] = req.expert_bytes * static_cast<double>(out.migration->replicas_moved);
   }
+  if (out.plan.details.contains("fault_tolerance_requested"))
+    s["fault_tolerance_requested"] = out.plan.details["fault_tolerance_requested"];
   if (!out.notes.empty()) s["notes"] = out.notes;
   out.summary = std::move(s);
   return out;

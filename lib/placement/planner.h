@@ -43,6 +43,11 @@ PlanOutcome make_plan(const PlanRequest& request);
 Plan plan_placement(const LoadMatrix& loads, const Cluster& cluster, const std::string& algorithm,
                     const PlacementOptions& options);
 
+// The fault tolerance a plan guarantees: the fewest distinct nodes any expert of any layer sits on
+// (every expert keeps a replica when fewer nodes than that fail). plan_placement records
+// min(requested f, this) as the plan's fault_tolerance, and "fault_tolerance_requested" when lower.
+int guaranteed_fault_tolerance(const Plan& plan);
+
 // Parses "i,j,k" into ids; throws UsageError on anything else.
 std::vector<int> parse_id_list(const std::string& text, const std::string& option);
 

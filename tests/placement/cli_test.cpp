@@ -93,6 +93,26 @@ TEST_F(Cli, JsonSummaryAndEplb) {
             nlohmann::json::parse("[5, 6, 5, 7, 8, 4, 3, 4, 10, 9, 10, 2, 0, 1, 11, 1]"));
 }
 
+TEST_F(Cli, FaultToleranceNotGuaranteedIsWarnedAndRecorded) {
+  // eplb ignores f: a warning, and the plan records the guarantee that holds (every expert of the
+  // example sits on at least one node; some on exactly one), with the request beside it.
+  CliRun r = run("--loads " + p("loads.json") + " --nodes 2 --gpus-per-node 4 --slots-per-gpu 2 --groups 4 " +
+                 "--algorithm eplb --fault-tolerance 2 --output " + p("eplb.json"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("moe-replace: warning: eplb does not guarantee --fault-tolerance 2"), std::string::npos) << r.out;
+  nlohmann::json plan = read("eplb.json");
+  EXPECT_EQ(plan["fault_tolerance"], 1);
+  EXPECT_EQ(plan["fault_tolerance_requested"], 2);
+  // lazarus guarantees it: no warning, no extra key.
+  r = run("--loads " + p("loads.json") + " --nodes 4 --gpus-per-node 4 --slots-per-gpu 2 --fault-tolerance 2 " +
+          "--output " + p("plan.json"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("warning"), std::string::npos) << r.out;
+  plan = read("plan.json");
+  EXPECT_EQ(plan["fault_tolerance"], 2);
+  EXPECT_FALSE(plan.contains("fault_tolerance_requested"));
+}
+
 TEST_F(Cli, ReplacementAfterFailure) {
   ASSERT_EQ(run("--loads " + p("loads.json") + " --nodes 4 --gpus-per-node 4 --slots-per-gpu 2 --fault-tolerance 2 " +
                 "--output " + p("plan.json") + " -q")

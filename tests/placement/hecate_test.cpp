@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
+
+#include "core/error.h"
 
 #include "placement/hecate.h"
 #include "placement/planner.h"
@@ -49,4 +52,30 @@ TEST(Hecate, MaterializationCoversEveryExpertAndSlot) {
     compute_metrics(p, w, o.recovery);
     EXPECT_GT(p.metrics.balancedness, 0.3);
   }
+}
+
+TEST(Hecate, MemoryCapsDistinctExpertsPerGpu) {
+  LoadMatrix w;
+  w.layers = 2;
+  w.experts = 8;
+  std::mt19937 rng(4);
+  for (int i = 0; i < 16; ++i) w.values.push_back(1 + rng() % 1000);
+  Cluster cl{2, 2, 4};  // 4 GPUs x 4 slots
+  for (int m : {2, 3, 4}) {
+    PlacementOptions o;
+    o.memory = m;
+    o.overlap_degree = 2;
+    Plan p = plan_placement(w, cl, "hecate", o);  // every slot filled, every expert present
+    EXPECT_EQ(p.details["memory"], m);
+    for (const auto& layer : p.layers)
+      for (int g = 0; g < cl.gpus(); ++g) {
+        std::set<int> distinct(layer.phy2log.begin() + g * 4, layer.phy2log.begin() + (g + 1) * 4);
+        EXPECT_LE(static_cast<int>(distinct.size()), m) << "m=" << m << " GPU " << g;
+      }
+  }
+  PlacementOptions bad;
+  bad.memory = 5;  // more than the 4 slots per GPU
+  EXPECT_THROW(plan_placement(w, cl, "hecate", bad), ucpkit::UsageError);
+  bad.memory = 1;  // 8 experts on 4 GPUs x 1
+  EXPECT_THROW(plan_placement(w, cl, "hecate", bad), ucpkit::UsageError);
 }
