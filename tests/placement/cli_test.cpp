@@ -49,6 +49,14 @@ class Cli : public ::testing::Test {
   }
   void write(const std::string& name, const std::string& text) { std::ofstream(dir / name) << text; }
   std::string p(const std::string& name) const { return (dir / name).string(); }
+  // 4 nodes x 4 GPUs x 2 slots, f = 2, then a re-placement of plan.json with `change` into next.json.
+  CliRun replace_after(const std::string& change) {
+    const std::string cluster = " --nodes 4 --gpus-per-node 4 --slots-per-gpu 2 --fault-tolerance 2 ";
+    CliRun first = run("--loads " + p("loads.json") + cluster + "--output " + p("plan.json") + " -q");
+    if (first.rc != 0) return first;
+    return run("--loads " + p("loads.json") + cluster + "--current " + p("plan.json") + " " + change + " --output " +
+               p("next.json"));
+  }
   nlohmann::json read(const std::string& name) const {
     std::ifstream in(dir / name);
     return nlohmann::json::parse(in);
@@ -114,12 +122,7 @@ TEST_F(Cli, FaultToleranceNotGuaranteedIsWarnedAndRecorded) {
 }
 
 TEST_F(Cli, ReplacementAfterFailure) {
-  ASSERT_EQ(run("--loads " + p("loads.json") + " --nodes 4 --gpus-per-node 4 --slots-per-gpu 2 --fault-tolerance 2 " +
-                "--output " + p("plan.json") + " -q")
-                .rc,
-            0);
-  CliRun r = run("--loads " + p("loads.json") + " --nodes 4 --gpus-per-node 4 --slots-per-gpu 2 --fault-tolerance 2 " +
-              "--current " + p("plan.json") + " --failed-nodes 2 --output " + p("next.json") + " --json");
+  CliRun r = replace_after("--failed-nodes 2 --json");
   ASSERT_EQ(r.rc, 0) << r.out;
   nlohmann::json next = read("next.json");
   EXPECT_EQ(next["nodes"], 3);
@@ -129,13 +132,7 @@ TEST_F(Cli, ReplacementAfterFailure) {
 }
 
 TEST_F(Cli, SvgAfterFailureDrawsEveryGpuByPhysicalNode) {
-  ASSERT_EQ(run("--loads " + p("loads.json") + " --nodes 4 --gpus-per-node 4 --slots-per-gpu 2 --fault-tolerance 2 " +
-                "--output " + p("plan.json") + " -q")
-                .rc,
-            0);
-  CliRun r = run("--loads " + p("loads.json") + " --nodes 4 --gpus-per-node 4 --slots-per-gpu 2 --fault-tolerance 2 " +
-                 "--current " + p("plan.json") + " --failed-nodes 1 --output " + p("next.json") + " --svg " +
-                 p("next.svg") + " -q");
+  CliRun r = replace_after("--failed-nodes 1 --svg " + p("next.svg") + " -q");
   ASSERT_EQ(r.rc, 0) << r.out;
   std::ifstream in(dir / "next.svg");
   std::string svg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

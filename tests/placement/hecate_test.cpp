@@ -11,12 +11,21 @@
 
 using namespace ucpkit::placement;
 
-TEST(Hecate, ShardsAreEqualPerGpuAcrossLayers) {
+namespace {
+
+LoadMatrix random_loads(int layers, int experts, unsigned seed) {
   LoadMatrix w;
-  w.layers = 4;
-  w.experts = 16;
-  std::mt19937 rng(1);
-  for (int i = 0; i < 64; ++i) w.values.push_back(1 + rng() % 1000);
+  w.layers = layers;
+  w.experts = experts;
+  std::mt19937 rng(seed);
+  for (int i = 0; i < layers * experts; ++i) w.values.push_back(1 + rng() % 1000);
+  return w;
+}
+
+}  // namespace
+
+TEST(Hecate, ShardsAreEqualPerGpuAcrossLayers) {
+  LoadMatrix w = random_loads(4, 16, 1);
   Cluster cl{2, 4, 3};
   auto owner = hecate_sharding(w, cl, 2);
   std::vector<int> shards(cl.gpus(), 0);
@@ -40,11 +49,7 @@ TEST(Hecate, UnderloadedExpertsGoToLeastLoadedNodes) {
 }
 
 TEST(Hecate, MaterializationCoversEveryExpertAndSlot) {
-  LoadMatrix w;
-  w.layers = 3;
-  w.experts = 8;
-  std::mt19937 rng(2);
-  for (int i = 0; i < 24; ++i) w.values.push_back(1 + rng() % 1000);
+  LoadMatrix w = random_loads(3, 8, 2);
   for (int t : {-1, 1, 3}) {
     PlacementOptions o;
     o.overlap_degree = t;
@@ -55,11 +60,7 @@ TEST(Hecate, MaterializationCoversEveryExpertAndSlot) {
 }
 
 TEST(Hecate, MemoryCapsDistinctExpertsPerGpu) {
-  LoadMatrix w;
-  w.layers = 2;
-  w.experts = 8;
-  std::mt19937 rng(4);
-  for (int i = 0; i < 16; ++i) w.values.push_back(1 + rng() % 1000);
+  LoadMatrix w = random_loads(2, 8, 4);
   Cluster cl{2, 2, 4};  // 4 GPUs x 4 slots
   for (int m : {2, 3, 4}) {
     PlacementOptions o;
