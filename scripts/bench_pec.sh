@@ -7,8 +7,11 @@
 #   * pec-save throughput versus a plain copy (cat + fsync) of exactly the same number of selected
 #     bytes ("same"), and versus copying the selected files whole ("files": non-expert files incl.
 #     whole optimizer shards + the selected expert files, what a file-level partial save would write);
-#   * pec-restore time versus reading the full checkpoint once (cat > /dev/null).
-# Usage: scripts/bench_pec.sh [build_dir] [work_dir]     (env: HIDDEN, FFN, VOCAB, ZSTD_LEVEL)
+#   * pec-restore time (and peak memory) versus reading the full checkpoint once (cat > /dev/null)
+#     and versus reading + writing it (cat > file + fsync);
+#   * two tiers: fast-tier size after several saves (--k-snapshot 2 into FAST_DIR, --k-persist 1 into
+#     the durable store) versus the non-expert state and the full checkpoint.
+# Usage: scripts/bench_pec.sh [build_dir] [work_dir]     (env: HIDDEN, FFN, VOCAB, ZSTD_LEVEL, FAST_DIR)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -90,7 +93,8 @@ rm -rf "$store" "$work/restored"
 "$bin/pec-save" --checkpoint "$ckpt" --store "$store" --step 1001 --policy sequential --k 1 --zstd-level "$level" -q
 sync
 t0=$(now)
-"$bin/pec-restore" --store "$store" --output "$work/restored" --json -q > "$work/restore.json" 2>/dev/null
+/usr/bin/time -f "%M" -o "$work/restore.rss" "$bin/pec-restore" --store "$store" --output "$work/restored" --json -q \
+  > "$work/restore.json" 2>/dev/null
 t1=$(now)
 for f in "$step_dir"/*; do cat "$f" > /dev/null; done
 t2=$(now)
@@ -99,10 +103,29 @@ sync -f "$work"
 t3=$(now)
 rm -f "$work/plain_copy.tmp"
 restored_bytes=$(du -sb "$work/restored/global_step1001" | cut -f1)
-$py - "$t0" "$t1" "$t2" "$t3" "$restored_bytes" "$full_bytes" <<'PY'
+$py - "$t0" "$t1" "$t2" "$t3" "$restored_bytes" "$full_bytes" "$(cat "$work/restore.rss")" <<'PY'
 import sys
-t0, t1, t2, t3 = map(float, sys.argv[1:5]); rb, fb = int(sys.argv[5]), int(sys.argv[6])
-print(f"pec-restore (2-step chain -> {rb} bytes): {t1-t0:.2f} s ({rb/(t1-t0)/1e6:.0f} MB/s)")
+t0, t1, t2, t3 = map(float, sys.argv[1:5]); rb, fb = int(sys.argv[5]), int(sys.argv[6]); rss = int(sys.argv[7])
+print(f"pec-restore (2-step chain -> {rb} bytes): {t1-t0:.2f} s ({rb/(t1-t0)/1e6:.0f} MB/s), peak RSS {rss/1024:.0f} MiB")
 print(f"read the full checkpoint once (cat > /dev/null, page cache warm): {t2-t1:.2f} s")
 print(f"read + write the full checkpoint (cat > file, fsync): {t3-t2:.2f} s")
 PY
+rm -rf "$work/restored" "$store"
+echo
+# Two tiers: four saves of the checkpoint (as steps 2000..2003), K_persist 1, K_snapshot 2.
+fast=${FAST_DIR:-/dev/shm/ucpkit-bench-pec-fast}
+store=$work/store_tiers
+rm -rf "$store" "$fast"
+for s in 2000 2001 2002 2003; do
+  "$bin/pec-save" --checkpoint "$ckpt" --store "$store" --fast-store "$fast" --step $s --policy sequential \
+    --k-persist 1 --k-snapshot 2 --zstd-level "$level" --json -q > "$work/tiers_$s.json"
+  echo "after step $s: fast tier $(du -sb "$fast" | cut -f1) bytes, durable $(du -sb "$store" | cut -f1) bytes"
+done
+$py - "$work/tiers_2003.json" "$full_bytes" "$(du -sb "$fast" | cut -f1)" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1])); full = int(sys.argv[2]); fast = int(sys.argv[3])
+ne = s["non_expert_bytes"]; fstats = [t for t in s["tiers"] if t["tier"] == "fast"][0]["stats"]
+print(f"fast tier: {fast} bytes = {100*fast/full:.1f}% of the full checkpoint; non-expert state {ne} bytes "
+      f"(its last save stored {fstats['bytes_stored']} bytes incl. {fstats['experts_saved']} experts)")
+PY
+rm -rf "$fast"
