@@ -262,7 +262,8 @@ RestoreResult pec_restore(const RestoreOptions& o) {
     if (m.step == target && m.tier == "durable") kref = &m;
   std::vector<int> k_per_layer = kref->k_per_layer;
   int k_now = kref->k;
-  if (k_now <= 0 && !k_per_layer.empty()) k_now = *std::max_element(k_per_layer.begin(), k_per_layer.end());
+  if ((k_now <= 0 || kref->budget_bytes > 0) && !k_per_layer.empty())
+    k_now = *std::max_element(k_per_layer.begin(), k_per_layer.end());
   if (k_per_layer.empty()) k_per_layer.assign(shape.experts_per_layer.size(), std::max(k_now, 0));
   const bool exceeded = plt.overall > o.plt_threshold;
 
