@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   app.add_option("--k-snapshot", o.k_snapshot, "Experts per layer into the fast tier");
   app.add_option("--k-persist", o.k_persist, "Experts per layer into the durable store");
   app.add_option("--keep", o.keep, "Durable tier: keep what restoring the latest N steps needs")->capture_default_str();
-  app.add_option("--keep-fast", o.keep_fast, "Fast tier: keep what restoring the latest N steps needs")->capture_default_str();
+  app.add_option("--keep-fast", o.keep_fast, "Fast tier: keep the non-expert state of the latest N steps and only expert copies newer than the durable tier's")->capture_default_str();
   app.add_option("--zstd-level", o.zstd_level, "zstd compression level")->capture_default_str();
   app.add_option("--chunk-mib", chunk_mib, "Largest object in MiB (files are split)")->capture_default_str();
   app.add_option("--ep", o.open.ep_size, "Expert-parallel degree (default: inferred, 1 for universal checkpoints)");
