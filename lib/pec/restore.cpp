@@ -149,7 +149,7 @@ RestoreResult pec_restore(const RestoreOptions& o) {
       break;
     }
     if (ci + 1 < candidates.size())
-      warn("no intact non-expert state for the newest step " + std::to_string(want) +
+      warn("no intact non-expert state for step " + std::to_string(want) +
            "; falling back to the next older committed step (more tokens are lost)");
   }
   if (!base) {
