@@ -16,7 +16,8 @@ int main(int argc, char** argv) {
   std::string dtype = "bf16", device = "cpu", optimizer = "auto";
   int tp = 1, pp = 1, dp = 1, zero = 1, ep = 1, pp_rank = 0, tp_rank = 0, dp_rank = 0;
   bool plan = false, no_verify = false;
-  double shard_gb = 5;
+  double shard_gb = 5, batch_mb = 256;
+  std::string exchange = "auto";
   app.add_option("--input", opt.input, "Universal checkpoint folder")->required();
   app.add_option("--output", opt.output, "Target checkpoint folder");
   auto* o_tp = app.add_option("--tp", tp, "Target tensor-parallel degree");
@@ -38,6 +39,13 @@ int main(int argc, char** argv) {
                  "ZeRO-3: the job's zero_optimization.sub_group_size (elements; DeepSpeed's default 1e9)")
       ->check(CLI::PositiveNumber);
   app.add_option("--shard-size-gb", shard_gb, "safetensors shard size limit (GB)")->check(CLI::PositiveNumber);
+  app.add_option("--exchange", exchange,
+                 "How atomic tensors reach the files: 'on' reads each atomic tensor once in total (its owner "
+                 "rank, checksum in the same pass) and exchanges slices over MPI batch by batch; 'off' lets each "
+                 "rank read what its own files need; 'auto' (default) is on under mpirun -np > 1")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_option("--batch-mb", batch_mb, "--exchange: atomic MiB per batch (bounds memory per rank; default 256)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--pp-rank", pp_rank, "--device cuda: pipeline rank to materialize");
   app.add_option("--tp-rank", tp_rank, "--device cuda: tensor rank to materialize");
   app.add_option("--dp-rank", dp_rank, "--device cuda: data-parallel rank to materialize (MPI rank under mpirun)");
@@ -59,6 +67,11 @@ int main(int argc, char** argv) {
                                           : load::OptimizerKind::Auto;
     opt.verify = !no_verify;
     opt.shard_bytes = static_cast<uint64_t>(shard_gb * 1e9);
+    opt.exchange = exchange == "on"    ? load::ExchangeMode::Exchange
+                   : exchange == "off" ? load::ExchangeMode::Files
+                                       : load::ExchangeMode::Auto;
+    opt.batch_bytes = static_cast<uint64_t>(batch_mb * (1 << 20));
+    if (exchange == "on" && opt.format != "deepspeed") throw UsageError("--exchange on applies to --format deepspeed");
     const bool root = ucp::MpiSession::get().rank() == 0;
     if (plan) {
       auto j = load::plan_json(opt);

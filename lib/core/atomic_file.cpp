@@ -77,6 +77,21 @@ void AtomicFile::write_zeros(size_t n) {
   }
 }
 
+void AtomicFile::flush() {
+  flush_buffer();
+  std::string().swap(buffer_);
+}
+
+void AtomicFile::skip(uint64_t n) {
+  if (n == 0) return;
+  flush_buffer();
+  if (::lseek(fd_, static_cast<off_t>(n), SEEK_CUR) < 0) fail(target_, std::string("seek failed: ") + std::strerror(errno));
+  offset_ += n;
+  // A hole at the very end would not extend the file; the next write or commit() does.
+  if (::ftruncate(fd_, static_cast<off_t>(offset_)) != 0)
+    fail(target_, std::string("cannot extend: ") + std::strerror(errno));
+}
+
 void AtomicFile::pwrite_at(uint64_t offset, std::span<const uint8_t> bytes) {
   if (offset > offset_ || bytes.size() > offset_ - offset)
     fail(target_, "pwrite_at: bytes [" + std::to_string(offset) + ", +" + std::to_string(bytes.size()) +

@@ -20,10 +20,16 @@ class AtomicFile {
   void write(std::span<const uint8_t> bytes) { write(bytes.data(), bytes.size()); }
   // Writes `n` zero bytes (padding).
   void write_zeros(size_t n);
-  // Overwrites bytes already written at `offset` (e.g. a header field known only afterwards); the
-  // range must lie before offset(). Throws Error otherwise or when the write fails.
+  // Leaves `n` bytes unwritten (a hole that reads as zeros) to be filled later with pwrite_at.
+  void skip(uint64_t n);
+  // Overwrites bytes already written (or skipped) at `offset` (e.g. a header field known only
+  // afterwards); the range must lie before offset(). Throws Error otherwise or when the write fails.
+  // Safe from several threads at once for disjoint ranges that are no longer buffered (skipped
+  // ranges never are) while no other member function runs.
   void pwrite_at(uint64_t offset, std::span<const uint8_t> bytes);
   uint64_t offset() const { return offset_; }
+  // Writes out buffered bytes and frees the buffer (files kept open for a long time).
+  void flush();
   void commit();
   const std::string& target() const { return target_; }
 

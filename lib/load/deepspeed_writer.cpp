@@ -20,12 +20,6 @@ using pickle::ValuePtr;
 
 namespace {
 
-uint64_t saved(const std::string& path, const ValuePtr& root) {
-  save_torch_file(path, root);
-  std::error_code ec;
-  const auto n = fs::file_size(path, ec);
-  return ec ? 0 : n;
-}
 
 ValuePtr fragment_address(int64_t numel, int64_t start) {
   auto st = Value::dict();
@@ -117,7 +111,15 @@ std::shared_ptr<Storage> DeepSpeedWriter::streamed(DType dtype, int64_t numel, s
                                                    const std::string& state) const {
   for (size_t k = 1; k < runs.size(); ++k)
     if (runs[k].start < runs[k - 1].start + runs[k - 1].numel) throw Error("flat buffer runs overlap or are unsorted");
-  return Storage::generated(dtype, numel, [this, dtype, runs = std::move(runs), state](uint64_t off, std::span<uint8_t> out) {
+  std::vector<Source> sources;
+  if (record_) {
+    const uint64_t es = dtype_size(dtype);
+    const int si = reader_.state_index(state);
+    for (const Run& r : runs)
+      sources.push_back({static_cast<uint64_t>(r.start) * es, static_cast<uint64_t>(r.start + r.numel) * es, r.slot,
+                         r.param_offset, si});
+  }
+  auto storage = Storage::generated(dtype, numel, [this, dtype, runs = std::move(runs), state](uint64_t off, std::span<uint8_t> out) {
     const size_t es = dtype_size(dtype);
     const int64_t e0 = static_cast<int64_t>(off / es), n = static_cast<int64_t>(out.size() / es);
     if (dtype == DType::Float32) {
@@ -129,6 +131,25 @@ std::shared_ptr<Storage> DeepSpeedWriter::streamed(DType dtype, int64_t numel, s
     fill_runs(runs, state, e0, n, tmp.data());
     convert_from_fp32(tmp.data(), static_cast<size_t>(n), dtype, out.data());
   });
+  if (record_) {
+    std::lock_guard lock(recorded_mu_);
+    recorded_[storage.get()] = std::move(sources);
+  }
+  return storage;
+}
+
+uint64_t DeepSpeedWriter::emit(const std::string& path, const ValuePtr& root) const {
+  if (sink_) return sink_(path, root);
+  save_torch_file(path, root);
+  std::error_code ec;
+  const auto n = fs::file_size(path, ec);
+  return ec ? 0 : n;
+}
+
+std::vector<DeepSpeedWriter::Source> DeepSpeedWriter::sources_of(const Storage* storage) const {
+  std::lock_guard lock(recorded_mu_);
+  auto it = recorded_.find(storage);
+  return it == recorded_.end() ? std::vector<Source>{} : it->second;
 }
 
 Tensor DeepSpeedWriter::partition_tensor(const GroupPlan& g, int part, const std::string& state, int64_t length,
@@ -232,11 +253,11 @@ ValuePtr DeepSpeedWriter::model_root(int mp) const {
 }
 
 uint64_t DeepSpeedWriter::write_model_file(int mp, const std::string& dir) const {
-  return saved((fs::path(dir) / plan_.mp_ranks.at(mp).model_file()).string(), model_root(mp));
+  return emit((fs::path(dir) / plan_.mp_ranks.at(mp).model_file()).string(), model_root(mp));
 }
 
 uint64_t DeepSpeedWriter::write_zero3_model_file(int d, int mp, const std::string& dir) const {
-  return saved((fs::path(dir) / plan_.zero3_model_file(d, mp)).string(), model_root(mp));
+  return emit((fs::path(dir) / plan_.zero3_model_file(d, mp)).string(), model_root(mp));
 }
 
 uint64_t DeepSpeedWriter::write_layer_files(int mp, const std::string& dir) const {
@@ -248,7 +269,7 @@ uint64_t DeepSpeedWriter::write_layer_files(int mp, const std::string& dir) cons
       sd->set_item(local, Value::of_tensor(low_precision_slice(mr.groups.at(where.first).slots.at(where.second))));
     char name[96];
     std::snprintf(name, sizeof name, "layer_%02d-model_%02d-model_states.pt", lf.layer, mr.tp_rank);
-    n += saved((fs::path(dir) / name).string(), sd);
+    n += emit((fs::path(dir) / name).string(), sd);
   }
   return n;
 }
@@ -262,7 +283,7 @@ uint64_t DeepSpeedWriter::write_expert_files(int mp, const std::string& dir) con
       sd->set_item(name, Value::of_tensor(low_precision_slice(mr.expert_groups.at(w[0]).at(w[1]).slots.at(w[2]))));
     char fn[128];
     std::snprintf(fn, sizeof fn, "layer_%d_expert_%d_mp_rank_%02d_model_states.pt", ef.moe_id, ef.expert, mp);
-    n += saved((fs::path(dir) / fn).string(), sd);
+    n += emit((fs::path(dir) / fn).string(), sd);
   }
   if (model_.native_moe)
     for (int r = 0; r < plan_.target.ep; ++r) {
@@ -271,7 +292,7 @@ uint64_t DeepSpeedWriter::write_expert_files(int mp, const std::string& dir) con
       d->set_item("optimizer", Value::none());
       char fn[96];
       std::snprintf(fn, sizeof fn, "expp_rank_%d_mp_rank_%02d_optim_states.pt", r, mp);
-      n += saved((fs::path(dir) / fn).string(), d);
+      n += emit((fs::path(dir) / fn).string(), d);
     }
   return n;
 }
@@ -367,7 +388,7 @@ uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir
     root->set_item("ds_config", cfg);
   }
   root->set_item("ds_version", ver ? ver : Value::str("0.16.4"));
-  return saved((fs::path(dir) / plan_.optim_file(d, mp)).string(), root);
+  return emit((fs::path(dir) / plan_.optim_file(d, mp)).string(), root);
 }
 
 ValuePtr DeepSpeedWriter::zero12_state(int d, int mp) const {

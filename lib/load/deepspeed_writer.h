@@ -2,7 +2,10 @@
 // target rank (formats.md section 2) from the UcpInfo plan and the atomic tensors.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -39,6 +42,25 @@ class DeepSpeedWriter {
   Tensor partition_tensor(const GroupPlan& group, int part, const std::string& state, int64_t length = -1,
                           bool streamed = false) const;
 
+  // What a generated storage made by this writer is made of: bytes [byte_begin, byte_end) are
+  // elements [param_offset, ...) of the flattened TP slice `slot` of atomic state `state` (index
+  // into ModelInfo::states), converted to the storage's dtype; bytes outside every source are zeros.
+  struct Source {
+    uint64_t byte_begin, byte_end;
+    const Slot* slot;
+    int64_t param_offset;
+    int state;
+  };
+  // While on, every generated storage this writer creates is recorded (the MPI exchange splits
+  // the files it writes into batches of parameters with it).
+  void record_sources(bool on) { record_ = on; }
+  // Where finished file roots go: by default each is saved at once (save_torch_file); a sink gets
+  // (path, root) instead and returns the bytes it wrote (the MPI exchange writes them later).
+  using Sink = std::function<uint64_t(const std::string& path, const pickle::ValuePtr& root)>;
+  void set_sink(Sink sink) { sink_ = std::move(sink); }
+  // The sources of `storage`, sorted by byte_begin (empty when it was not recorded).
+  std::vector<Source> sources_of(const Storage* storage) const;
+
   // A run of a flat buffer: elements [start, start + numel) are elements [param_offset, ...) of the
   // flattened TP slice of `slot`.
   struct Run {
@@ -66,6 +88,11 @@ class DeepSpeedWriter {
   const UcpInfo& plan_;
   UniversalReader& reader_;
   pickle::ValuePtr common_;
+  uint64_t emit(const std::string& path, const pickle::ValuePtr& root) const;
+  bool record_ = false;
+  Sink sink_;
+  mutable std::mutex recorded_mu_;
+  mutable std::map<const Storage*, std::vector<Source>> recorded_;
 };
 
 // Sets the layout fields of carried-over objects to the target: Megatron args (parallel sizes,

@@ -2,12 +2,14 @@
 #include "load/load.h"
 
 #include <malloc.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
@@ -16,6 +18,7 @@
 #include "core/error.h"
 #include "io/torch/torch_file.h"
 #include "load/deepspeed_writer.h"
+#include "load/exchange.h"
 #include "load/safetensors_writer.h"
 #include "load/universal_reader.h"
 #include "tool/tool.h"
@@ -30,7 +33,8 @@ nlohmann::json LoadSummary::to_json() const {
   return {{"tool", "ucp-load"},      {"output", output},         {"format", format},
           {"params", params},        {"files_written", files_written}, {"bytes_read", bytes_read},
           {"bytes_written", bytes_written}, {"bytes_verified", bytes_verified}, {"seconds", seconds}, {"peak_rss_bytes", peak_rss_bytes},
-          {"mpi_ranks", ranks},      {"threads", threads}};
+          {"mpi_ranks", ranks},      {"threads", threads}, {"mode", exchange ? "exchange" : "files"},
+          {"batches", batches}};
 }
 
 Prepared prepare(const LoadOptions& options) {
@@ -148,6 +152,33 @@ std::vector<Job> jobs_of(const ModelInfo& m, const UcpInfo& plan) {
   return jobs;
 }
 
+// Writes (or, with a sink set on the writer, hands over) the files of job `j`; adds to the counts.
+void run_job(const DeepSpeedWriter& writer, const ModelInfo& model, const UcpInfo& plan, const Job& j,
+             const std::string& dir, std::atomic<uint64_t>& written, std::atomic<uint64_t>& files) {
+  if (j.kind == Job::Model) {
+    written += writer.write_model_file(j.mp, dir);
+    written += writer.write_layer_files(j.mp, dir);
+    written += writer.write_expert_files(j.mp, dir);
+    files += 1 + plan.mp_ranks[j.mp].layers.size() + plan.mp_ranks[j.mp].expert_files.size() +
+             (model.native_moe ? plan.target.ep : 0);
+  } else if (j.kind == Job::Zero3Model) {
+    written += writer.write_zero3_model_file(j.dp, j.mp, dir);
+    files += 1;
+  } else {
+    written += writer.write_optim_file(j.dp, j.mp, dir);
+    files += 1;
+  }
+}
+
+// More open files than the default soft limit may be needed (exchange: all of a rank's files at once).
+void raise_open_file_limit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
 }  // namespace
 
 LoadSummary run_load(const LoadOptions& options) {
@@ -190,8 +221,13 @@ LoadSummary run_load(const LoadOptions& options) {
   check();
   staged = mpi.broadcast(staged);
 
+  const bool exchange = options.format == "deepspeed" &&
+                        (options.exchange == ExchangeMode::Exchange ||
+                         (options.exchange == ExchangeMode::Auto && mpi.size() > 1));
+  size_t batches = 0;
   UniversalReader reader(model, options.input, options.verify);
-  if (options.verify) {
+  // Exchange mode verifies each atomic tensor while its owner reads it (one read in total).
+  if (options.verify && !exchange) {
     // Each atomic tensor is verified by one rank (balanced by bytes) before anything is written, all
     // threads at once (verifying lazily inside the jobs would serialize them on the large tensors).
     std::vector<uint64_t> sizes;
@@ -235,9 +271,13 @@ LoadSummary run_load(const LoadOptions& options) {
     });
     check();
     mpi.barrier();
+    std::unique_ptr<DeepSpeedWriter> writer_owner;
+    std::vector<std::unique_ptr<DeferredTorchFile>> deferred;
+    std::optional<ExchangePlan> xplan;
     guarded([&] {
       pickle::ValuePtr common = load_torch((fs::path(options.input) / "zero" / "optimizer_state.pt").string());
-      DeepSpeedWriter writer(model, plan, reader, common);
+      writer_owner = std::make_unique<DeepSpeedWriter>(model, plan, reader, common);
+      DeepSpeedWriter& writer = *writer_owner;
       auto jobs = jobs_of(model, plan);
       std::vector<uint64_t> sizes;
       for (const auto& j : jobs) sizes.push_back(j.bytes);
@@ -246,28 +286,36 @@ LoadSummary run_load(const LoadOptions& options) {
       for (size_t i = 0; i < jobs.size(); ++i)
         if (owner[i] == mpi.rank()) mine.push_back(i);
       std::stable_sort(mine.begin(), mine.end(), [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
+      tbb::task_arena arena(threads);
+      if (exchange) {
+        // Every file is laid out first (pickle written, data records reserved); run_exchange below
+        // fills them batch by batch with the exchanged atomic slices.
+        raise_open_file_limit();
+        xplan = plan_exchange(model, mpi.size(), options.batch_bytes);
+        batches = xplan->batches.size();
+        std::mutex mu;
+        writer.record_sources(true);
+        writer.set_sink([&](const std::string& path, const pickle::ValuePtr& root) -> uint64_t {
+          auto f = std::make_unique<DeferredTorchFile>(path, root);
+          std::lock_guard lock(mu);
+          deferred.push_back(std::move(f));
+          return 0;
+        });
+        std::atomic<uint64_t> none{0};
+        arena.execute([&] {
+          tbb::parallel_for(size_t{0}, mine.size(),
+                            [&](size_t k) { run_job(writer, model, plan, jobs[mine[k]], ckdir.string(), none, files); });
+        });
+        return;
+      }
       tool::Progress progress("ucp-load", mine.size());
       std::mutex progress_mu;
-      tbb::task_arena arena(threads);
       arena.execute([&] {
         tbb::parallel_for(
             tbb::blocked_range<size_t>(0, mine.size(), 1),
             [&](const tbb::blocked_range<size_t>& r) {
               for (size_t k = r.begin(); k != r.end(); ++k) {
-                const Job& j = jobs[mine[k]];
-                if (j.kind == Job::Model) {
-                  written += writer.write_model_file(j.mp, ckdir.string());
-                  written += writer.write_layer_files(j.mp, ckdir.string());
-                  written += writer.write_expert_files(j.mp, ckdir.string());
-                  files += 1 + plan.mp_ranks[j.mp].layers.size() + plan.mp_ranks[j.mp].expert_files.size() +
-                           (model.native_moe ? plan.target.ep : 0);
-                } else if (j.kind == Job::Zero3Model) {
-                  written += writer.write_zero3_model_file(j.dp, j.mp, ckdir.string());
-                  files += 1;
-                } else {
-                  written += writer.write_optim_file(j.dp, j.mp, ckdir.string());
-                  files += 1;
-                }
+                run_job(writer, model, plan, jobs[mine[k]], ckdir.string(), written, files);
                 if (mpi.rank() == 0) {
                   std::lock_guard lock(progress_mu);
                   progress.advance();
@@ -278,6 +326,9 @@ LoadSummary run_load(const LoadOptions& options) {
       });
       progress.finish();
     });
+    check();
+    // Collective; on any rank's failure every rank throws (temporary files and staging removed).
+    if (exchange) written += run_exchange(deferred, *writer_owner, reader, model, *xplan, mpi, threads);
   }
   check();
   mpi.barrier();
@@ -292,6 +343,8 @@ LoadSummary run_load(const LoadOptions& options) {
   s.params = model.params.size();
   s.ranks = mpi.size();
   s.threads = threads;
+  s.exchange = exchange;
+  s.batches = batches;
   s.files_written = mpi.sum(files.load());
   s.bytes_read = mpi.sum(reader.bytes_read());
   s.bytes_verified = mpi.sum(reader.bytes_verified());

@@ -11,6 +11,10 @@
 namespace ucpkit::load {
 
 enum class OptimizerKind { Auto, Zero, Bf16 };
+// How atomic tensors reach the target files. Files: every rank reads what its own files need (MPI
+// ranks split the files). Exchange: every atomic tensor is read once in total by its owner rank and
+// the slices are exchanged over MPI batch by batch (exchange.h). Auto: exchange under mpirun -np > 1.
+enum class ExchangeMode { Auto, Files, Exchange };
 
 struct LoadOptions {
   std::string input, output;
@@ -22,12 +26,17 @@ struct LoadOptions {
   bool overwrite = false;
   int64_t vocab_multiple = 0;            // 0: from args / inferred from the source padding
   uint64_t shard_bytes = 5ull << 30;     // safetensors shard size limit
+  ExchangeMode exchange = ExchangeMode::Auto;
+  uint64_t batch_bytes = 256ull << 20;   // exchange: atomic bytes per batch (bounds memory per rank)
 };
 
 struct LoadSummary {
   std::string output, format;
   size_t params = 0, files_written = 0;
-  uint64_t bytes_read = 0;      // atomic bytes copied into target files (each DP partition once)
+  uint64_t bytes_read = 0;      // atomic bytes read from files (files mode: copied into target files,
+                                // each DP partition once; exchange mode: each atomic tensor once)
+  bool exchange = false;        // exchange mode used
+  size_t batches = 0;           // exchange batches
   uint64_t bytes_verified = 0;  // atomic bytes read for checksum verification (each tensor once)
   uint64_t bytes_written = 0, peak_rss_bytes = 0;
   double seconds = 0;

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
 
 #include "core/crc32.h"
@@ -30,10 +31,32 @@ UniversalReader::Entry::~Entry() {
   if (fd >= 0) ::close(fd);
 }
 
+void AtomicCache::add(int param, int state, int64_t start, int64_t count, const float* data) {
+  if (count > 0) intervals_[{param, state}].push_back({start, count, data});
+}
+
+const float* AtomicCache::find(int param, int state, int64_t start, int64_t count) const {
+  auto it = intervals_.find({param, state});
+  if (it != intervals_.end()) {
+    const auto& v = it->second;
+    auto j = std::upper_bound(v.begin(), v.end(), start, [](int64_t s, const Interval& iv) { return s < iv.start; });
+    if (j != v.begin()) {
+      --j;
+      if (start + count <= j->start + j->count) return j->data + (start - j->start);
+    }
+  }
+  throw Error("internal error: atomic elements [" + std::to_string(start) + ", +" + std::to_string(count) +
+              ") of parameter " + std::to_string(param) + " were not exchanged");
+}
+
+int UniversalReader::state_index(const std::string& state) const {
+  for (size_t si = 0; si < model_.states.size(); ++si)
+    if (model_.states[si] == state) return static_cast<int>(si);
+  throw Error("no optimizer state '" + state + "' in the universal checkpoint");
+}
+
 UniversalReader::Entry& UniversalReader::entry(int param, const std::string& state) {
-  size_t si = 0;
-  while (si < model_.states.size() && model_.states[si] != state) ++si;
-  if (si == model_.states.size()) throw Error("no optimizer state '" + state + "' in the universal checkpoint");
+  const size_t si = static_cast<size_t>(state_index(state));
   auto& e = *entries_[static_cast<size_t>(param) * model_.states.size() + si];
   std::call_once(e.once, [&] {
     const auto& p = model_.params[param];
@@ -77,6 +100,12 @@ void pread_all(int fd, void* dst, size_t n, uint64_t off, const std::string& pat
     off += static_cast<uint64_t>(r);
   }
 }
+void expect_crc(const std::string& path, uint32_t crc, uint32_t manifest) {
+  if (crc == manifest) return;
+  char msg[64];
+  std::snprintf(msg, sizeof msg, "%08x, manifest says %08x", static_cast<unsigned>(crc), manifest);
+  fail(path, std::string("checksum mismatch: crc32 ") + msg);
+}
 }  // namespace
 
 void UniversalReader::check(int param, const std::string& state) {
@@ -93,15 +122,40 @@ void UniversalReader::check(int param, const std::string& state) {
     done += n;
   }
   bytes_verified_ += nbytes;
-  if (crc != p.crc32.at(state)) {
-    char msg[64];
-    std::snprintf(msg, sizeof msg, "%08x, manifest says %08x", static_cast<unsigned>(crc), p.crc32.at(state));
-    fail(e.path, std::string("checksum mismatch: crc32 ") + msg);
+  expect_crc(e.path, crc, p.crc32.at(state));
+}
+
+void UniversalReader::read_whole(int param, const std::string& state, float* dst) {
+  Entry& e = entry(param, state);
+  const auto& p = model_.params[param];
+  const uint64_t nbytes = static_cast<uint64_t>(TpSlice{0, {}, p.shape, -1}.numel()) * 4;
+  const bool verify = verifies(param);
+  auto* out = reinterpret_cast<uint8_t*>(dst);
+  uint32_t crc = 0;
+  for (uint64_t done = 0; done < nbytes;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(8u << 20, nbytes - done));
+    pread_all(e.fd, out + done, n, e.offset + done, e.path);
+    if (verify) crc = crc32_update(crc, {out + done, n});  // still in cache
+    done += n;
   }
+  bytes_read_ += nbytes;
+  if (!verify) return;
+  bytes_verified_ += nbytes;
+  expect_crc(e.path, crc, p.crc32.at(state));
 }
 
 void UniversalReader::read_range(int param, const std::string& state, const TpSlice& s, int64_t a, int64_t b,
                                  float* dst) {
+  if (cache_) {
+    const int si = state_index(state);
+    for_each_run(model_.params[param].shape, s, a, b, [&](int64_t src, int64_t n, int64_t at) {
+      if (src < 0)
+        std::memset(dst + at, 0, static_cast<size_t>(n) * 4);
+      else
+        std::memcpy(dst + at, cache_->find(param, si, src, n), static_cast<size_t>(n) * 4);
+    });
+    return;
+  }
   Entry& e = entry(param, state);
   for_each_run(model_.params[param].shape, s, a, b, [&](int64_t src, int64_t n, int64_t at) {
     if (src < 0)

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -15,6 +16,25 @@
 #include "load/ucp_info.h"
 
 namespace ucpkit::load {
+
+// Elements of atomic tensors held in memory: under ucp-load's MPI exchange, the elements of one
+// batch that this rank needs, received from the ranks that read them. Filled, then only read.
+class AtomicCache {
+ public:
+  // Elements [start, start + count) of state `state` (index into ModelInfo::states) of `param`;
+  // intervals of one tensor must not overlap and are added in increasing `start` order. `data` must outlive the cache's use.
+  void add(int param, int state, int64_t start, int64_t count, const float* data);
+  void clear() { intervals_.clear(); }
+  // The elements [start, start + count), which must lie inside one added interval (throws Error).
+  const float* find(int param, int state, int64_t start, int64_t count) const;
+
+ private:
+  struct Interval {
+    int64_t start, count;
+    const float* data;
+  };
+  std::map<std::pair<int, int>, std::vector<Interval>> intervals_;  // added in increasing start order
+};
 
 class UniversalReader {
  public:
@@ -30,6 +50,12 @@ class UniversalReader {
   // Copies elements [a, b) of the flattened TP slice `s` of that tensor into `dst` with pread (no
   // memory map: page faults on fresh mappings cost more than the copy on virtual machines).
   void read_range(int param, const std::string& state, const TpSlice& s, int64_t a, int64_t b, float* dst);
+  // Reads the whole tensor of `state` of `param` into `dst` (numel floats), verifying its CRC-32 in
+  // the same pass when verifying: each atomic byte read once (MPI exchange owners).
+  void read_whole(int param, const std::string& state, float* dst);
+  // While set, read_range copies from `cache` instead of reading files (nullptr: files again).
+  void set_cache(const AtomicCache* cache) { cache_ = cache; }
+  int state_index(const std::string& state) const;
   // The raw step value (int or tensor) of a parameter, or nullptr when it has none.
   pickle::ValuePtr step(int param);
   // Bytes copied out of atomic tensors into target files, and bytes read to verify checksums.
@@ -52,6 +78,7 @@ class UniversalReader {
   bool verify_;
   std::vector<std::unique_ptr<Entry>> entries_;  // [param * states + state]
   std::vector<char> verify_mask_;
+  const AtomicCache* cache_ = nullptr;
   std::atomic<uint64_t> bytes_read_{0}, bytes_verified_{0};
 };
 

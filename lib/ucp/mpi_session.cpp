@@ -3,7 +3,9 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <stdexcept>
 
 namespace ucpkit::ucp {
 
@@ -97,6 +99,50 @@ std::vector<std::string> MpiSession::gather(const std::string& s, int root) {
   if (rank_ == root)
     for (int r = 0; r < size_; ++r) out.push_back(all.substr(displs[r], sizes[r]));
   return out;
+}
+
+std::vector<std::vector<int64_t>> MpiSession::allgather(const std::vector<int64_t>& v) {
+  if (!active_) return {v};
+  if (v.size() > static_cast<size_t>(INT32_MAX)) throw std::length_error("allgather: more than 2^31 values");
+  int n = static_cast<int>(v.size());
+  std::vector<int> sizes(size_), displs(size_);
+  MPI_Allgather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  int64_t total = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (total > INT32_MAX) throw std::length_error("allgather: more than 2^31 values in all");
+    displs[r] = static_cast<int>(total);
+    total += sizes[r];
+  }
+  std::vector<int64_t> all(static_cast<size_t>(total));
+  MPI_Allgatherv(v.data(), n, MPI_INT64_T, all.data(), sizes.data(), displs.data(), MPI_INT64_T, MPI_COMM_WORLD);
+  std::vector<std::vector<int64_t>> out;
+  for (int r = 0; r < size_; ++r) out.emplace_back(all.begin() + displs[r], all.begin() + displs[r] + sizes[r]);
+  return out;
+}
+
+std::vector<float> MpiSession::alltoallv(const std::vector<float>& send, const std::vector<uint64_t>& send_counts,
+                                         const std::vector<uint64_t>& recv_counts) {
+  uint64_t recv_total = 0;
+  for (auto c : recv_counts) recv_total += c;
+  if (!active_) return std::vector<float>(send.begin(), send.begin() + static_cast<ptrdiff_t>(send_counts.at(0)));
+  // Counts and displacements are ints in MPI: 2^31 floats (8 GiB) per pair and in all per rank.
+  auto ints = [](const std::vector<uint64_t>& counts, std::vector<int>& c, std::vector<int>& d) {
+    uint64_t at = 0;
+    for (size_t r = 0; r < counts.size(); ++r) {
+      if (counts[r] > INT32_MAX || at > INT32_MAX)
+        throw std::length_error("MPI exchange batch too large (more than 2^31 floats for one rank); lower --batch-mb");
+      c[r] = static_cast<int>(counts[r]);
+      d[r] = static_cast<int>(at);
+      at += counts[r];
+    }
+  };
+  std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
+  ints(send_counts, sc, sd);
+  ints(recv_counts, rc, rd);
+  std::vector<float> recv(recv_total);
+  MPI_Alltoallv(send.data(), sc.data(), sd.data(), MPI_FLOAT, recv.data(), rc.data(), rd.data(), MPI_FLOAT,
+                MPI_COMM_WORLD);
+  return recv;
 }
 
 }  // namespace ucpkit::ucp

@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <mutex>
+#include <algorithm>
 #include <unordered_map>
 
 #include "core/crc32.h"
@@ -205,9 +207,11 @@ TorchFile load_torch_bytes(std::span<const uint8_t> bytes, const std::string& na
 
 pickle::ValuePtr load_torch(const std::string& path) { return load_torch_file(path).root; }
 
-void save_torch_file(const std::string& path, const pickle::ValuePtr& root, const TorchSaveOptions& options) {
+namespace {
+
+// Pickles `root`, numbering its distinct storages in order of first appearance.
+std::string pickle_root(const pickle::ValuePtr& root, std::vector<std::shared_ptr<Storage>>& order) {
   std::unordered_map<const Storage*, std::string> keys;
-  std::vector<std::shared_ptr<Storage>> order;
   pickle::PickleOptions po;
   po.storage_id = [&](const std::shared_ptr<Storage>& s) -> ValuePtr {
     auto it = keys.find(s.get());
@@ -219,26 +223,105 @@ void save_torch_file(const std::string& path, const pickle::ValuePtr& root, cons
                          Value::str(it->second), Value::str(s->location.empty() ? "cpu" : s->location),
                          Value::integer(s->numel())});
   };
-  std::string pkl = pickle::pickle(root, po);
-  const std::string& prefix = options.archive_prefix;
-  ZipWriter zip(path, options.durable);
-  zip.add(prefix + "/data.pkl", std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(pkl.data()), pkl.size()));
+  return pickle::pickle(root, po);
+}
+
+std::span<const uint8_t> text_bytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+// Writes the records of a torch file in torch.save's order; `generated(k, storage)` handles each
+// generated storage (streamed now, or reserved for later).
+void write_records(ZipWriter& zip, const std::string& prefix, const std::string& pkl,
+                   const std::vector<std::shared_ptr<Storage>>& order,
+                   const std::function<void(const std::string&, const Storage&)>& generated) {
+  zip.add(prefix + "/data.pkl", text_bytes(pkl));
   static const std::string kByteOrder = "little";
-  zip.add(prefix + "/byteorder",
-          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(kByteOrder.data()), kByteOrder.size()));
+  zip.add(prefix + "/byteorder", text_bytes(kByteOrder));
   for (size_t k = 0; k < order.size(); ++k) {
     const std::string name = prefix + "/data/" + std::to_string(k);
     const Storage& st = *order[k];
     if (st.is_generated())
-      zip.add_streamed(name, st.nbytes(), [&st](uint64_t off, std::span<uint8_t> w) { st.generate(off, w); },
-                       dtype_size(st.dtype()));
+      generated(name, st);
     else
       zip.add(name, st.bytes());
   }
   static const std::string kVersion = "3\n";
-  zip.add(prefix + "/version",
-          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(kVersion.data()), kVersion.size()));
+  zip.add(prefix + "/version", text_bytes(kVersion));
+}
+
+}  // namespace
+
+void save_torch_file(const std::string& path, const pickle::ValuePtr& root, const TorchSaveOptions& options) {
+  std::vector<std::shared_ptr<Storage>> order;
+  const std::string pkl = pickle_root(root, order);
+  ZipWriter zip(path, options.durable);
+  write_records(zip, options.archive_prefix, pkl, order, [&](const std::string& name, const Storage& st) {
+    zip.add_streamed(name, st.nbytes(), [&st](uint64_t off, std::span<uint8_t> w) { st.generate(off, w); },
+                     dtype_size(st.dtype()));
+  });
   zip.finish();
+}
+
+struct DeferredTorchFile::Pieces {
+  std::mutex mu;
+  struct Piece {
+    uint64_t offset, size;
+    uint32_t crc;
+  };
+  std::vector<Piece> list;
+};
+
+DeferredTorchFile::DeferredTorchFile(const std::string& path, const pickle::ValuePtr& root,
+                                     const TorchSaveOptions& options)
+    : path_(path), zip_(std::make_unique<ZipWriter>(path, options.durable)) {
+  std::vector<std::shared_ptr<Storage>> order;
+  const std::string pkl = pickle_root(root, order);
+  std::unordered_map<const Storage*, std::shared_ptr<Storage>> by_ptr;
+  for (const auto& s : order) by_ptr[s.get()] = s;
+  write_records(*zip_, options.archive_prefix, pkl, order, [&](const std::string& name, const Storage& st) {
+    Record r;
+    r.storage = by_ptr.at(&st);
+    r.zip_index = zip_->reserve(name, st.nbytes());
+    records_.push_back(std::move(r));
+    pieces_.push_back(std::make_unique<Pieces>());
+  });
+  zip_->flush();
+}
+
+DeferredTorchFile::~DeferredTorchFile() = default;
+
+void DeferredTorchFile::write(size_t k, uint64_t offset, std::span<const uint8_t> bytes) {
+  if (bytes.empty()) return;
+  const uint32_t crc = crc32_update(0, bytes);
+  zip_->write_reserved(records_.at(k).zip_index, offset, bytes);
+  std::lock_guard lock(pieces_[k]->mu);
+  pieces_[k]->list.push_back({offset, bytes.size(), crc});
+}
+
+uint64_t DeferredTorchFile::finish() {
+  for (size_t k = 0; k < records_.size(); ++k) {
+    auto& list = pieces_[k]->list;
+    std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
+    uint32_t crc = 0;
+    uint64_t at = 0;
+    for (const auto& p : list) {
+      if (p.offset != at)
+        fail(path_, "internal error: record " + std::to_string(k) + " written " +
+                        (p.offset < at ? "twice" : "with a gap") + " at byte " + std::to_string(std::min(p.offset, at)));
+      crc = at == 0 ? p.crc : crc32_combine(crc, p.crc, p.size);
+      at += p.size;
+    }
+    const uint64_t want = records_[k].storage->nbytes();
+    if (at != want)
+      fail(path_, "internal error: record " + std::to_string(k) + " has " + std::to_string(at) + " of " +
+                      std::to_string(want) + " bytes");
+    zip_->set_crc(records_[k].zip_index, crc);
+  }
+  zip_->finish();
+  std::error_code ec;
+  const auto n = std::filesystem::file_size(path_, ec);
+  return ec ? 0 : n;
 }
 
 }  // namespace ucpkit

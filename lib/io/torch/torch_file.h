@@ -4,6 +4,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "io/pickle/value.h"
 
@@ -41,5 +42,35 @@ struct TorchSaveOptions {
 // distinct storage is written once, as one record; generated storages (Storage::generated) are
 // streamed window by window, never held whole in memory.
 void save_torch_file(const std::string& path, const pickle::ValuePtr& root, const TorchSaveOptions& options = {});
+
+class ZipWriter;
+
+// The same file written out of order (ucp-load's MPI exchange: data arrives batch by batch, and a
+// record spans every batch). The constructor writes the pickle and every stored storage and
+// reserves one record per generated storage; write() gives any byte range of a reserved record
+// (several threads at once for disjoint ranges; each piece's CRC-32 is kept); finish() checks that
+// every reserved byte was written exactly once, combines the CRCs, writes the central directory
+// and renames the file into place (the bytes equal what save_torch_file writes for `root`).
+// Destroyed without finish(), the temporary file is removed.
+class DeferredTorchFile {
+ public:
+  DeferredTorchFile(const std::string& path, const pickle::ValuePtr& root, const TorchSaveOptions& options = {});
+  ~DeferredTorchFile();
+  struct Record {
+    std::shared_ptr<Storage> storage;  // a generated storage
+    size_t zip_index = 0;
+  };
+  const std::vector<Record>& records() const { return records_; }
+  void write(size_t record, uint64_t offset, std::span<const uint8_t> bytes);
+  // Returns the file size.
+  uint64_t finish();
+
+ private:
+  struct Pieces;
+  std::string path_;
+  std::unique_ptr<ZipWriter> zip_;
+  std::vector<Record> records_;
+  std::vector<std::unique_ptr<Pieces>> pieces_;
+};
 
 }  // namespace ucpkit

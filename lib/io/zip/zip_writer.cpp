@@ -74,6 +74,34 @@ void ZipWriter::add_streamed(const std::string& name, uint64_t size, const Fill&
   entries_.push_back({name, offset, size, crc});
 }
 
+size_t ZipWriter::reserve(const std::string& name, uint64_t size) {
+  const uint64_t offset = local_header(name, size, 0);
+  Entry e{name, offset, size, 0};
+  e.data_offset = out_->offset();
+  e.reserved = true;
+  out_->skip(size);
+  entries_.push_back(std::move(e));
+  return entries_.size() - 1;
+}
+
+void ZipWriter::write_reserved(size_t record, uint64_t offset, std::span<const uint8_t> bytes) {
+  const Entry& e = entries_.at(record);
+  if (!e.reserved || offset > e.size || bytes.size() > e.size - offset)
+    throw Error("zip record " + e.name + ": write outside its reserved bytes");
+  out_->pwrite_at(e.data_offset + offset, bytes);
+}
+
+void ZipWriter::flush() { out_->flush(); }
+
+void ZipWriter::set_crc(size_t record, uint32_t crc) {
+  Entry& e = entries_.at(record);
+  if (!e.reserved) throw Error("zip record " + e.name + ": not a reserved record");
+  e.crc = crc;
+  uint8_t le[4];
+  for (int k = 0; k < 4; ++k) le[k] = static_cast<uint8_t>(crc >> (8 * k));
+  out_->pwrite_at(e.header_offset + kCrcField, le);
+}
+
 uint64_t ZipWriter::local_header(const std::string& name, uint64_t size, uint32_t crc) {
   const uint64_t offset = out_->offset();
   const bool z64 = size >= 0xFFFFFFFFull || offset >= 0xFFFFFFFFull;

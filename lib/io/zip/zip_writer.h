@@ -25,6 +25,14 @@ class ZipWriter {
   // the element size: every window offset and size (but the last size) is a multiple of it.
   using Fill = std::function<void(uint64_t offset, std::span<uint8_t> window)>;
   void add_streamed(const std::string& name, uint64_t size, const Fill& fill, size_t align = 1);
+  // Reserves one record of `size` bytes without writing it (the file is written out of order):
+  // its bytes are given later with write_reserved (any order, several threads at once for
+  // disjoint ranges) and its CRC-32 with set_crc, both before finish(). Returns the record's index.
+  size_t reserve(const std::string& name, uint64_t size);
+  void write_reserved(size_t record, uint64_t offset, std::span<const uint8_t> bytes);
+  void set_crc(size_t record, uint32_t crc);
+  // Writes out buffered bytes and frees the write buffer (a writer kept open while others work).
+  void flush();
   // Window size used by add_streamed (bytes; default 8 MiB).
   static void set_stream_window(size_t bytes);
   // Writes the central directory and renames the file into place.
@@ -37,6 +45,8 @@ class ZipWriter {
     std::string name;
     uint64_t header_offset, size;
     uint32_t crc;
+    uint64_t data_offset = 0;  // reserved records: where their bytes go
+    bool reserved = false;
   };
   std::unique_ptr<AtomicFile> out_;
   std::vector<Entry> entries_;
