@@ -3,6 +3,8 @@
 // (tests/io/check_roundtrip.py compares against the JSON truth; its exit code decides).
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <thread>
 
 #include "core/atomic_file.h"
 #include "core/crc32.h"
@@ -393,6 +395,82 @@ TEST(TorchSerialization, OverwriteReplaces) {
   size_t files = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++files;
   EXPECT_EQ(files, 1u);
+}
+
+
+// DeferredTorchFile (ucp-load's out-of-order writer): pieces of the generated records given in a
+// shuffled order from several threads give the same bytes as save_torch_file; a missing or
+// doubled piece is an error at finish() and leaves no file.
+ucpkit::pickle::ValuePtr deferred_root() {
+  using ucpkit::pickle::Value;
+  auto g32 = ucpkit::Storage::generated(DType::Float32, 300007, [](uint64_t off, std::span<uint8_t> out) {
+    for (size_t k = 0; k < out.size(); ++k) out[k] = static_cast<uint8_t>((off + k) * 31 + 3);
+  });
+  auto g16 = ucpkit::Storage::generated(DType::BFloat16, 5, [](uint64_t off, std::span<uint8_t> out) {
+    for (size_t k = 0; k < out.size(); ++k) out[k] = static_cast<uint8_t>(off + k + 100);
+  });
+  auto root = Value::dict();
+  root->set_item("big", Value::of_tensor(Tensor(g32, 0, {300007}, {1})));
+  root->set_item("stored", Value::of_tensor(Tensor::from_bytes(DType::Float32, {2}, std::vector<uint8_t>(8, 7))));
+  root->set_item("tiny", Value::of_tensor(Tensor(g16, 1, {2, 2}, {2, 1})));
+  return root;
+}
+std::vector<std::pair<uint64_t, uint64_t>> shuffled_pieces(uint64_t n, uint64_t step, unsigned seed) {
+  std::vector<std::pair<uint64_t, uint64_t>> v;
+  for (uint64_t a = 0; a < n; a += step) v.emplace_back(a, std::min(n, a + step));
+  std::mt19937 rng(seed);
+  std::shuffle(v.begin(), v.end(), rng);
+  return v;
+}
+
+TEST(TorchSerialization, DeferredFileOutOfOrderEqualsStreamed) {
+  const std::string dir = ucpkit::testing::scratch_dir("deferred");
+  auto root = deferred_root();
+  ucpkit::save_torch_file(dir + "/streamed.pt", root);
+  ucpkit::DeferredTorchFile f(dir + "/deferred.pt", root);
+  ASSERT_EQ(f.records().size(), 2u);  // the two generated storages; the stored one is written already
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < f.records().size(); ++k) {
+    const auto& st = *f.records()[k].storage;
+    for (unsigned t = 0; t < 3; ++t)
+      threads.emplace_back([&, k, t] {
+        auto pieces = shuffled_pieces(st.nbytes(), 4 * 1009, 7);  // one order, split over threads
+        for (size_t i = t; i < pieces.size(); i += 3) {
+          std::vector<uint8_t> w(pieces[i].second - pieces[i].first);
+          st.generate(pieces[i].first, w);
+          f.write(k, pieces[i].first, w);
+        }
+      });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/deferred.pt"));  // not before finish()
+  f.finish();
+  std::ifstream a(dir + "/streamed.pt", std::ios::binary), b(dir + "/deferred.pt", std::ios::binary);
+  const std::string sa((std::istreambuf_iterator<char>(a)), {}), sb((std::istreambuf_iterator<char>(b)), {});
+  EXPECT_GT(sa.size(), 1200000u);
+  EXPECT_TRUE(sa == sb) << "out-of-order bytes differ from the streamed file";
+}
+
+TEST(TorchSerialization, DeferredFileMissingOrDoubledPieceFails) {
+  const std::string dir = ucpkit::testing::scratch_dir("deferred_bad");
+  for (int mode = 0; mode < 2; ++mode) {
+    const std::string path = dir + "/x" + std::to_string(mode) + ".pt";
+    {
+      ucpkit::DeferredTorchFile f(path, deferred_root());
+      for (size_t k = 0; k < f.records().size(); ++k) {
+        const auto& st = *f.records()[k].storage;
+        std::vector<uint8_t> w(st.nbytes());
+        st.generate(0, w);
+        if (mode == 0 && k == 0) w.resize(w.size() - 4);  // last element missing
+        f.write(k, 0, w);
+        if (mode == 1 && k == 1) f.write(k, 0, std::span<const uint8_t>(w.data(), 2));  // written twice
+      }
+      EXPECT_THROW(f.finish(), ucpkit::Error) << mode;
+    }
+    EXPECT_FALSE(std::filesystem::exists(path)) << mode;
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      EXPECT_EQ(e.path().filename().string().find("x" + std::to_string(mode) + ".pt.tmp"), std::string::npos) << e.path();
+  }
 }
 
 }  // namespace

@@ -118,6 +118,14 @@ TEST_P(RoundTrip, UnionLoadUnionIsIdentityAndTargetMatchesGenerator) {
                &out),
             0)
       << out;
+  // The exchange path (one process, batches smaller than a layer, files written out of order)
+  // writes the same bytes.
+  ASSERT_EQ(sh(kBin + "/ucp-load -q --exchange on --batch-mb 0.05 --input " + (dir / "u1").string() + " --output " +
+                   (dir / "exchange").string() + join(c["target_args"]),
+               &out),
+            0)
+      << out;
+  EXPECT_EQ(sh("diff -r " + (dir / "target").string() + " " + (dir / "exchange").string(), &out), 0) << out;
 }
 
 // One instance per tests/load/cases.py CI entry (the list is known before fixtures.py has run).
@@ -221,23 +229,92 @@ TEST(LoadBadInput, ClearErrorNonZeroExitNothingWritten) {
     EXPECT_EQ(e.path().filename().string().find(".ucp-load-tmp"), std::string::npos) << e.path();
 }
 
-TEST(LoadMpi, TwoRanksWriteTheSameFilesAndVerifyEachTensorOnce) {
+// Atomic element bytes of a universal checkpoint, from its manifest (numel * 4 per state tensor).
+uint64_t atomic_bytes(const fs::path& u) {
+  const auto m = nlohmann::json::parse(slurp(u / "manifest.json"));
+  uint64_t total = 0;
+  for (const auto& p : m["params"]) {
+    uint64_t n = 4;
+    for (const auto& d : p["shape"]) n *= d.get<uint64_t>();
+    total += n * p["states"].size();
+  }
+  return total;
+}
+
+// Under mpirun: --exchange off splits the files (each tensor verified once); the default exchange
+// mode reads every atomic byte exactly once in total (checksum in the same pass) and exchanges the
+// slices, with 2 and 3 ranks and batches smaller than one layer; all give the same bytes as one process.
+TEST(LoadMpi, ExchangeReadsEveryAtomicByteOnceAndWritesTheSameFiles) {
   std::string out;
   if (sh("command -v mpirun", &out) != 0) GTEST_SKIP() << "no mpirun";
   const fs::path d = scratch("mpi");
   const std::string args = " --tp 2 --pp 1 --dp 3 --zero-stage 1 --vocab-multiple 8 --json -q";
+  const std::string mpirun = "timeout 120 mpirun --allow-run-as-root --oversubscribe -np ";
   ASSERT_EQ(sh(kBin + "/ucp-load --input " + universal().string() + " --output " + (d / "one").string() + args, &out), 0)
       << out;
   const auto one = nlohmann::json::parse(out);
-  ASSERT_EQ(sh("mpirun --allow-run-as-root --oversubscribe -np 2 " + kBin + "/ucp-load --input " + universal().string() +
-                   " --output " + (d / "two").string() + args + " 2>/dev/null",
+  EXPECT_EQ(one["mode"], "files");
+  const uint64_t total = atomic_bytes(universal());
+  EXPECT_EQ(one["bytes_verified"], total);
+
+  ASSERT_EQ(sh(mpirun + "2 " + kBin + "/ucp-load --exchange off --input " + universal().string() + " --output " +
+                   (d / "files2").string() + args + " 2>/dev/null",
                &out),
             0)
       << out;
-  const auto two = nlohmann::json::parse(out);
-  EXPECT_EQ(two["mpi_ranks"], 2);
-  EXPECT_EQ(two["bytes_verified"], one["bytes_verified"]);  // every atomic tensor checked exactly once
-  EXPECT_EQ(sh("diff -r " + (d / "one").string() + " " + (d / "two").string(), &out), 0) << out;
+  auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["mpi_ranks"], 2);
+  EXPECT_EQ(j["mode"], "files");
+  EXPECT_EQ(j["bytes_verified"], total);  // every atomic tensor checked exactly once
+  EXPECT_EQ(sh("diff -r " + (d / "one").string() + " " + (d / "files2").string(), &out), 0) << out;
+
+  for (const char* np : {"2", "3"}) {
+    const fs::path o = d / (std::string("x") + np);
+    ASSERT_EQ(sh(mpirun + np + " " + kBin + "/ucp-load --batch-mb 0.05 --input " + universal().string() + " --output " +
+                     o.string() + args + " 2>/dev/null",
+                 &out),
+              0)
+        << out;
+    j = nlohmann::json::parse(out);
+    EXPECT_EQ(j["mpi_ranks"], std::stoi(np));
+    EXPECT_EQ(j["mode"], "exchange");
+    EXPECT_GT(j["batches"].get<int>(), 3);
+    EXPECT_EQ(j["bytes_read"], total) << "each atomic byte read once in total";
+    EXPECT_EQ(j["bytes_verified"], total);
+    EXPECT_EQ(sh("diff -r " + (d / "one").string() + " " + o.string(), &out), 0) << out;
+  }
+  // The same in one process (the out-of-order writer without MPI).
+  ASSERT_EQ(sh(kBin + "/ucp-load --exchange on --batch-mb 0.05 --input " + universal().string() + " --output " +
+                   (d / "x1").string() + args,
+               &out),
+            0)
+      << out;
+  EXPECT_EQ(nlohmann::json::parse(out)["bytes_read"], total);
+  EXPECT_EQ(sh("diff -r " + (d / "one").string() + " " + (d / "x1").string(), &out), 0) << out;
+}
+
+// A checksum mismatch found by one rank in the middle of the exchange: every rank stops (no hang),
+// exit 1 with the file named, and nothing is left behind.
+TEST(LoadMpi, ExchangeChecksumMismatchStopsEveryRankCleanly) {
+  std::string out;
+  if (sh("command -v mpirun", &out) != 0) GTEST_SKIP() << "no mpirun";
+  const fs::path d = scratch("mpi_bad");
+  fs::copy(universal(), d / "bad", fs::copy_options::recursive);
+  auto m = nlohmann::json::parse(slurp(d / "bad" / "manifest.json"));
+  const size_t victim = m["params"].size() / 2;  // a batch in the middle
+  m["params"][victim]["states"]["exp_avg"]["crc32"] = "00000000";
+  std::ofstream(d / "bad" / "manifest.json") << m.dump();
+  const int rc = sh("timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 " + kBin +
+                        "/ucp-load --batch-mb 0.05 --input " + (d / "bad").string() + " --output " +
+                        (d / "out").string() + " --tp 2 --pp 1 --dp 3 --zero-stage 1 --vocab-multiple 8",
+                    &out);
+  EXPECT_NE(rc, 124) << "timed out (a rank hung): " << out;
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("checksum mismatch"), std::string::npos) << out;
+  EXPECT_NE(out.find(m["params"][victim]["states"]["exp_avg"]["file"].get<std::string>()), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(d / "out"));
+  for (const auto& e : fs::directory_iterator(d))
+    EXPECT_EQ(e.path().filename().string().find(".ucp-load-tmp"), std::string::npos) << e.path();
 }
 
 TEST(LoadDevice, CudaWithoutGpuSaysSoAndExitsCleanly) {

@@ -2,9 +2,12 @@
 // padding, pipeline stages, layout checks; and the flat-range copy of a TP slice.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "core/error.h"
+#include "load/exchange.h"
 #include "load/model_info.h"
 #include "load/ucp_info.h"
 #include "load/universal_reader.h"
@@ -262,4 +265,89 @@ TEST(UcpInfo, ImpossibleLayoutsAndOptionCombos) {
 TEST(UcpInfo, StagesOfBlocks) {
   EXPECT_EQ(stage_of_blocks(4, 2), (std::vector<int>{0, 0, 1, 1}));
   EXPECT_EQ(stage_of_blocks(5, 3), (std::vector<int>{0, 0, 1, 1, 2}));
+}
+
+// The MPI exchange plan: every atomic tensor read exactly once, batches closed at the byte budget
+// in model order, owners balanced inside each batch.
+TEST(Exchange, EveryTensorReadOnceBatchesBoundedOwnersBalanced) {
+  ModelInfo m = tiny_model();
+  for (int i = 0; i < 9; ++i) m.params.push_back(m.params[i % 3]);  // 12 parameters of 160, 128, 16 bytes
+  for (int ranks : {1, 2, 3, 5}) {
+    for (uint64_t budget : {1ull, 500ull, 1000ull, 1ull << 40}) {
+      const auto plan = plan_exchange(m, ranks, budget);
+      std::map<std::pair<int, int>, int> seen;
+      std::vector<uint64_t> per_rank(ranks, 0);
+      int last_param = -1;
+      for (size_t b = 0; b < plan.batches.size(); ++b) {
+        uint64_t bytes = 0, largest = 0;
+        std::vector<uint64_t> load(ranks, 0);
+        for (size_t k : plan.batches[b]) {
+          const auto& r = plan.reads[k];
+          ++seen[{r.param, r.state}];
+          EXPECT_EQ(r.batch, static_cast<int>(b));
+          EXPECT_GE(r.param, last_param);  // model order
+          last_param = r.param;
+          uint64_t numel = 1;
+          for (auto d : m.params[r.param].shape) numel *= d;
+          EXPECT_EQ(r.bytes, numel * 4);
+          bytes += r.bytes;
+          largest = std::max(largest, r.bytes);
+          ASSERT_GE(r.owner, 0);
+          ASSERT_LT(r.owner, ranks);
+          load[r.owner] += r.bytes;
+          per_rank[r.owner] += r.bytes;
+        }
+        // Closed as soon as the budget is reached: without its last parameter it was below it.
+        const auto& last = plan.reads[plan.batches[b].back()];
+        if (b + 1 < plan.batches.size()) {
+          EXPECT_GE(bytes, budget);
+          EXPECT_LT(bytes - last.bytes * m.states.size(), budget);
+        }
+        const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+        EXPECT_LE(*hi - *lo, largest) << "ranks " << ranks << " budget " << budget << " batch " << b;
+      }
+      EXPECT_EQ(seen.size(), m.params.size() * m.states.size());
+      for (const auto& [key, n] : seen) EXPECT_EQ(n, 1);
+      if (budget == 1) EXPECT_EQ(plan.batches.size(), m.params.size());
+      if (budget == (1ull << 40)) EXPECT_EQ(plan.batches.size(), 1u);
+    }
+  }
+}
+
+// What a rank needs from an atomic tensor: the elements of its TP slices, as merged intervals,
+// compared with explicit indexing.
+TEST(Exchange, NeedsAreTheSliceElementsMerged) {
+  ModelInfo m = tiny_model();
+  patterns::PatternSet set;
+  Slot dense;  // [4, 8] split along columns over TP 2: rank 1 holds columns 4..7 of every row
+  dense.param = 1;
+  dense.slice = tp_slice("dense", {4, 8}, m.params[1].rule, set, 2, 1, -1);
+  Slot emb;  // [10, 4] split along rows over TP 2 with the vocabulary padded to 12 rows
+  emb.param = 0;
+  emb.slice = tp_slice("emb", {10, 4}, m.params[0].rule, set, 2, 1, 12);
+  // Storage of bf16: dense elements [2, 2 + 10) of the slice; emb: its whole slice (6 rows, 1 padding).
+  std::vector<DeepSpeedWriter::Source> sources = {{0, 20, &dense, 2, 1}, {20, 20 + 48, &emb, 0, 0}};
+  AtomicNeeds needs;
+  add_needs(m, sources, DType::BFloat16, needs);
+  add_needs(m, {{0, 8, &dense, 0, 1}}, DType::BFloat16, needs);  // overlaps the first: merged
+  normalize_needs(needs);
+  // Independent truth: slice element i of dense rank 1 is atomic (i / 4) * 8 + 4 + i % 4.
+  auto expect = [](std::vector<int64_t> elems) {
+    std::sort(elems.begin(), elems.end());
+    std::vector<std::pair<int64_t, int64_t>> iv;
+    for (int64_t e : elems) {
+      if (!iv.empty() && iv.back().first + iv.back().second == e)
+        ++iv.back().second;
+      else if (iv.empty() || iv.back().first + iv.back().second < e)
+        iv.emplace_back(e, 1);
+    }
+    return iv;
+  };
+  std::vector<int64_t> d;
+  for (int64_t i = 0; i < 12; ++i) d.push_back(i / 4 * 8 + 4 + i % 4);
+  EXPECT_EQ((needs[{1, 1}]), expect(d));
+  std::vector<int64_t> e;  // rows 6..9 exist (24..39), rows 10..11 are padding
+  for (int64_t i = 24; i < 40; ++i) e.push_back(i);
+  EXPECT_EQ((needs[{0, 0}]), expect(e));
+  EXPECT_EQ(needs.size(), 2u);
 }
