@@ -5,6 +5,9 @@
 # (cat > /dev/null) plus writing as many bytes as ucp-load wrote (dd from /dev/zero), no fsync in
 # either; once with one stream and once with two at once (ucp-load reads and writes on both cores).
 # Prints one JSON line per measurement and a summary; target: ucp-load within 1.5x.
+# With mpirun on PATH (BENCH_MPI=0 to skip), it also runs `mpirun -np 2` in both modes: --exchange
+# on (each atomic byte read once in total, slices exchanged over MPI) and off (ranks split the files),
+# and --exchange on with --batch-mb 64 and 1024 (peak memory per rank follows the batch).
 # Usage: scripts/bench_load.sh [build_dir] [work_dir] [ucp-load target options...]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -87,3 +90,21 @@ print(f"  I/O floor with 2 streams (both cores):  {p:.2f} s   runs: {$p1:.2f} {$
 print(f"  peak RSS {$rss/1e9:.2f} GB; nproc $(nproc); load average $(cut -d' ' -f1-3 /proc/loadavg)")
 PY
 settle
+if [ "${BENCH_MPI:-1}" = 1 ] && command -v mpirun > /dev/null; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  mpiload() {  # label, extra options...
+    local label=$1
+    shift
+    settle
+    mpirun --allow-run-as-root --oversubscribe -np 2 "$BIN/ucp-load" -q --json --input "$UNI" --output "$WORK/target" \
+      "${TARGET[@]}" "$@" < /dev/null 2> /dev/null |
+      /usr/bin/python3 -c "import json,sys; j=json.load(sys.stdin); print(f\"  mpirun -np 2 {'$label':28s} {j['seconds']:6.2f} s   atomic bytes read {j['bytes_read']/1e9:.2f} GB + {(j['bytes_verified'] if j['mode']=='files' else 0)/1e9:.2f} GB to verify   peak RSS/rank {j['peak_rss_bytes']/2**20:.0f} MiB   phases {json.dumps({k: round(v, 2) for k, v in j['phase_seconds'].items()})}\")"
+  }
+  for rep in 1 2; do
+    mpiload "--exchange on" --exchange on
+    mpiload "--exchange off" --exchange off
+  done
+  mpiload "--exchange on --batch-mb 64" --exchange on --batch-mb 64
+  mpiload "--exchange on --batch-mb 1024" --exchange on --batch-mb 1024
+  settle
+fi

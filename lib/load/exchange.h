@@ -40,8 +40,8 @@ struct ExchangePlan {
   nlohmann::json to_json(const ModelInfo& model) const;
 };
 
-// Parameters in model order with all their states together; a batch is closed once it holds at
-// least `batch_bytes` (so one parameter larger than that is a batch of its own). Inside a batch the
+// Atomic tensors in model order (parameter, then its states); a batch is closed once it holds at
+// least `batch_bytes` (so one tensor larger than that is a batch of its own). Inside a batch the
 // tensors go largest first to the rank with the fewest bytes in that batch (ties: fewest bytes so
 // far, then lowest rank).
 ExchangePlan plan_exchange(const ModelInfo& model, int ranks, uint64_t batch_bytes);
@@ -54,10 +54,16 @@ void add_needs(const ModelInfo& model, const std::vector<DeepSpeedWriter::Source
                AtomicNeeds& needs);
 void normalize_needs(AtomicNeeds& needs);
 
+// Where one rank's time went (wall seconds of each phase, summed over batches).
+struct ExchangeStats {
+  uint64_t bytes_written = 0;
+  double read_seconds = 0, pack_seconds = 0, alltoall_seconds = 0, fill_seconds = 0, finish_seconds = 0;
+};
+
 // Fills and finishes `files` (reserved by this rank through `writer`'s sink, with its sources
-// recorded) by the exchange; collective over all ranks of `mpi`. Returns the bytes written.
-uint64_t run_exchange(std::vector<std::unique_ptr<DeferredTorchFile>>& files, const DeepSpeedWriter& writer,
-                      UniversalReader& reader, const ModelInfo& model, const ExchangePlan& plan, ucp::MpiSession& mpi,
-                      int threads);
+// recorded) by the exchange; collective over all ranks of `mpi`.
+ExchangeStats run_exchange(std::vector<std::unique_ptr<DeferredTorchFile>>& files, const DeepSpeedWriter& writer,
+                           UniversalReader& reader, const ModelInfo& model, const ExchangePlan& plan,
+                           ucp::MpiSession& mpi, int threads);
 
 }  // namespace ucpkit::load

@@ -34,7 +34,7 @@ nlohmann::json LoadSummary::to_json() const {
           {"params", params},        {"files_written", files_written}, {"bytes_read", bytes_read},
           {"bytes_written", bytes_written}, {"bytes_verified", bytes_verified}, {"seconds", seconds}, {"peak_rss_bytes", peak_rss_bytes},
           {"mpi_ranks", ranks},      {"threads", threads}, {"mode", exchange ? "exchange" : "files"},
-          {"batches", batches}};
+          {"batches", batches}, {"phase_seconds", phase_seconds}};
 }
 
 Prepared prepare(const LoadOptions& options) {
@@ -225,6 +225,7 @@ LoadSummary run_load(const LoadOptions& options) {
                         (options.exchange == ExchangeMode::Exchange ||
                          (options.exchange == ExchangeMode::Auto && mpi.size() > 1));
   size_t batches = 0;
+  ExchangeStats xstats;
   UniversalReader reader(model, options.input, options.verify);
   // Exchange mode verifies each atomic tensor while its owner reads it (one read in total).
   if (options.verify && !exchange) {
@@ -328,7 +329,10 @@ LoadSummary run_load(const LoadOptions& options) {
     });
     check();
     // Collective; on any rank's failure every rank throws (temporary files and staging removed).
-    if (exchange) written += run_exchange(deferred, *writer_owner, reader, model, *xplan, mpi, threads);
+    if (exchange) {
+      xstats = run_exchange(deferred, *writer_owner, reader, model, *xplan, mpi, threads);
+      written += xstats.bytes_written;
+    }
   }
   check();
   mpi.barrier();
@@ -345,6 +349,12 @@ LoadSummary run_load(const LoadOptions& options) {
   s.threads = threads;
   s.exchange = exchange;
   s.batches = batches;
+  if (exchange)  // rank 0's phases (every rank waits for the slowest at each all-to-all)
+    s.phase_seconds = {{"read", xstats.read_seconds},
+                       {"pack", xstats.pack_seconds},
+                       {"alltoall", xstats.alltoall_seconds},
+                       {"fill", xstats.fill_seconds},
+                       {"finish", xstats.finish_seconds}};
   s.files_written = mpi.sum(files.load());
   s.bytes_read = mpi.sum(reader.bytes_read());
   s.bytes_verified = mpi.sum(reader.bytes_verified());

@@ -37,6 +37,7 @@ struct LoadSummary {
                                 // each DP partition once; exchange mode: each atomic tensor once)
   bool exchange = false;        // exchange mode used
   size_t batches = 0;           // exchange batches
+  nlohmann::json phase_seconds = nlohmann::json::object();  // exchange: seconds per phase (rank 0)
   uint64_t bytes_verified = 0;  // atomic bytes read for checksum verification (each tensor once)
   uint64_t bytes_written = 0, peak_rss_bytes = 0;
   double seconds = 0;

@@ -125,23 +125,33 @@ void UniversalReader::check(int param, const std::string& state) {
   expect_crc(e.path, crc, p.crc32.at(state));
 }
 
-void UniversalReader::read_whole(int param, const std::string& state, float* dst) {
+uint32_t UniversalReader::read_part(int param, const std::string& state, int64_t a, int64_t n, float* dst) {
   Entry& e = entry(param, state);
-  const auto& p = model_.params[param];
-  const uint64_t nbytes = static_cast<uint64_t>(TpSlice{0, {}, p.shape, -1}.numel()) * 4;
   const bool verify = verifies(param);
   auto* out = reinterpret_cast<uint8_t*>(dst);
+  const uint64_t nbytes = static_cast<uint64_t>(n) * 4;
   uint32_t crc = 0;
   for (uint64_t done = 0; done < nbytes;) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(8u << 20, nbytes - done));
-    pread_all(e.fd, out + done, n, e.offset + done, e.path);
-    if (verify) crc = crc32_update(crc, {out + done, n});  // still in cache
-    done += n;
+    const size_t k = static_cast<size_t>(std::min<uint64_t>(8u << 20, nbytes - done));
+    pread_all(e.fd, out + done, k, e.offset + static_cast<uint64_t>(a) * 4 + done, e.path);
+    if (verify) crc = crc32_update(crc, {out + done, k});  // still in cache
+    done += k;
   }
   bytes_read_ += nbytes;
-  if (!verify) return;
-  bytes_verified_ += nbytes;
+  return crc;
+}
+
+void UniversalReader::verify_whole(int param, const std::string& state, uint32_t crc) {
+  if (!verifies(param)) return;
+  const Entry& e = entry(param, state);
+  const auto& p = model_.params[param];
+  bytes_verified_ += static_cast<uint64_t>(TpSlice{0, {}, p.shape, -1}.numel()) * 4;
   expect_crc(e.path, crc, p.crc32.at(state));
+}
+
+void UniversalReader::read_whole(int param, const std::string& state, float* dst) {
+  const int64_t n = TpSlice{0, {}, model_.params[param].shape, -1}.numel();
+  verify_whole(param, state, read_part(param, state, 0, n, dst));
 }
 
 void UniversalReader::read_range(int param, const std::string& state, const TpSlice& s, int64_t a, int64_t b,

@@ -53,6 +53,11 @@ class UniversalReader {
   // Reads the whole tensor of `state` of `param` into `dst` (numel floats), verifying its CRC-32 in
   // the same pass when verifying: each atomic byte read once (MPI exchange owners).
   void read_whole(int param, const std::string& state, float* dst);
+  // The same in parts (several threads at once): elements [a, a + n) of the tensor into `dst`,
+  // returning their CRC-32 when verifying (0 otherwise); then verify_whole with the parts' CRCs
+  // combined in order.
+  uint32_t read_part(int param, const std::string& state, int64_t a, int64_t n, float* dst);
+  void verify_whole(int param, const std::string& state, uint32_t crc);
   // While set, read_range copies from `cache` instead of reading files (nullptr: files again).
   void set_cache(const AtomicCache* cache) { cache_ = cache; }
   int state_index(const std::string& state) const;
