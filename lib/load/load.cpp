@@ -79,7 +79,12 @@ nlohmann::json plan_json(const LoadOptions& options) {
     }
     return j;
   }
-  return p.plan.to_json(p.model);
+  auto j = p.plan.to_json(p.model);
+  // Which rank reads which atomic tensor in which batch, when the exchange would be used.
+  const int ranks = ucp::MpiSession::get().size();
+  if (options.exchange == ExchangeMode::Exchange || (options.exchange == ExchangeMode::Auto && ranks > 1))
+    j["exchange"] = plan_exchange(p.model, ranks, options.batch_bytes).to_json(p.model);
+  return j;
 }
 
 namespace {

@@ -161,7 +161,30 @@ TEST(LoadPlan, PrintsUcpInfoJsonAndWritesNothing) {
   EXPECT_EQ(j["ranks"].size(), 6u);
   EXPECT_EQ(j["padded_vocab_size"], 112);
   EXPECT_FALSE(j["ranks"][0]["partitions"][0]["fragments"].empty());
+  EXPECT_FALSE(j.contains("exchange"));  // one process, --exchange auto: files mode
   EXPECT_FALSE(fs::exists(target));
+  // With the exchange: every atomic tensor once, in batches, with its owner.
+  ASSERT_EQ(sh(kBin + "/ucp-load --plan --exchange on --batch-mb 0.05 --input " + universal().string() +
+                   " --tp 2 --pp 1 --dp 3 --zero-stage 1 2>/dev/null",
+               &out),
+            0)
+      << out;
+  j = nlohmann::json::parse(out);
+  const auto m = nlohmann::json::parse(slurp(universal() / "manifest.json"));
+  size_t reads = 0;
+  uint64_t bytes = 0;
+  for (const auto& b : j["exchange"]["batches"]) {
+    for (const auto& r : b["reads"]) {
+      EXPECT_EQ(r["owner"], 0);
+      bytes += r["bytes"].get<uint64_t>();
+      ++reads;
+    }
+  }
+  EXPECT_GT(j["exchange"]["batches"].size(), 3u);
+  size_t tensors = 0;
+  for (const auto& p : m["params"]) tensors += p["states"].size();
+  EXPECT_EQ(reads, tensors);
+  EXPECT_EQ(j["exchange"]["bytes_read_per_rank"][0], bytes);
 }
 
 TEST(LoadSafetensors, ShardsReadByAnIndependentReader) {
