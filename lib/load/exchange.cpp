@@ -20,12 +20,6 @@ namespace ucpkit::load {
 
 namespace {
 
-uint64_t numel_of(const ParamInfo& p) {
-  uint64_t n = 1;
-  for (auto d : p.shape) n *= static_cast<uint64_t>(d);
-  return n;
-}
-
 // Runs `f` on every rank; if it threw on any rank, all ranks throw (the failing one its message),
 // so that no rank is left waiting in the next collective.
 template <class F>
@@ -101,7 +95,7 @@ ExchangePlan plan_exchange(const ModelInfo& model, int ranks, uint64_t batch_byt
     open_bytes = 0;
   };
   for (size_t i = 0; i < model.params.size(); ++i) {
-    const uint64_t bytes = numel_of(model.params[i]) * 4;
+    const uint64_t bytes = static_cast<uint64_t>(TpSlice{0, {}, model.params[i].shape, -1}.numel()) * 4;
     for (size_t s = 0; s < model.states.size(); ++s) {
       ExchangePlan::Read r;
       r.param = static_cast<int>(i);

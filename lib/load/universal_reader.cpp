@@ -149,11 +149,6 @@ void UniversalReader::verify_whole(int param, const std::string& state, uint32_t
   expect_crc(e.path, crc, p.crc32.at(state));
 }
 
-void UniversalReader::read_whole(int param, const std::string& state, float* dst) {
-  const int64_t n = TpSlice{0, {}, model_.params[param].shape, -1}.numel();
-  verify_whole(param, state, read_part(param, state, 0, n, dst));
-}
-
 void UniversalReader::read_range(int param, const std::string& state, const TpSlice& s, int64_t a, int64_t b,
                                  float* dst) {
   if (cache_) {

@@ -50,12 +50,10 @@ class UniversalReader {
   // Copies elements [a, b) of the flattened TP slice `s` of that tensor into `dst` with pread (no
   // memory map: page faults on fresh mappings cost more than the copy on virtual machines).
   void read_range(int param, const std::string& state, const TpSlice& s, int64_t a, int64_t b, float* dst);
-  // Reads the whole tensor of `state` of `param` into `dst` (numel floats), verifying its CRC-32 in
-  // the same pass when verifying: each atomic byte read once (MPI exchange owners).
-  void read_whole(int param, const std::string& state, float* dst);
-  // The same in parts (several threads at once): elements [a, a + n) of the tensor into `dst`,
-  // returning their CRC-32 when verifying (0 otherwise); then verify_whole with the parts' CRCs
-  // combined in order.
+  // Elements [a, a + n) of the whole tensor of `state` of `param` into `dst` (several threads at
+  // once for different parts), returning their CRC-32 when verifying (0 otherwise); then
+  // verify_whole with the parts' CRCs combined in order: each atomic byte is read once, checksum
+  // included (MPI exchange owners).
   uint32_t read_part(int param, const std::string& state, int64_t a, int64_t n, float* dst);
   void verify_whole(int param, const std::string& state, uint32_t crc);
   // While set, read_range copies from `cache` instead of reading files (nullptr: files again).
