@@ -95,7 +95,7 @@ ExchangePlan plan_exchange(const ModelInfo& model, int ranks, uint64_t batch_byt
     open_bytes = 0;
   };
   for (size_t i = 0; i < model.params.size(); ++i) {
-    const uint64_t bytes = static_cast<uint64_t>(TpSlice{0, {}, model.params[i].shape, -1}.numel()) * 4;
+    const uint64_t bytes = static_cast<uint64_t>(model.params[i].stored_numel) * 4;
     for (size_t s = 0; s < model.states.size(); ++s) {
       ExchangePlan::Read r;
       r.param = static_cast<int>(i);

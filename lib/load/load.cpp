@@ -238,9 +238,7 @@ LoadSummary run_load(const LoadOptions& options) {
     // threads at once (verifying lazily inside the jobs would serialize them on the large tensors).
     std::vector<uint64_t> sizes;
     for (const auto& p : model.params) {
-      uint64_t n = 4 * model.states.size();
-      for (auto d : p.shape) n *= static_cast<uint64_t>(d);
-      sizes.push_back(n);
+      sizes.push_back(4 * model.states.size() * static_cast<uint64_t>(p.stored_numel));
     }
     const auto owner = ucp::assign_by_size(sizes, mpi.size());
     std::vector<char> mask(model.params.size());

@@ -134,6 +134,41 @@ void read_moe_groups(ModelInfo& m, std::map<std::string, ParamInfo>& by_name, co
   if (m.num_experts.empty()) throw Error("manifest.json: native MoE checkpoint without source.num_experts");
 }
 
+// The DP-rank-0 model file of each TP rank among a ZeRO-3 source's zero_pp_rank_D_mp_rank_TT files.
+std::vector<std::string> zero3_templates(const std::vector<std::string>& files, int tp, const std::string& manifest) {
+  std::vector<std::string> out;
+  for (int t = 0; t < tp; ++t) {
+    char name[64];
+    std::snprintf(name, sizeof name, "zero_pp_rank_0_mp_rank_%02d_model_states.pt", t);
+    auto it = std::find_if(files.begin(), files.end(), [&](const std::string& f) { return fs::path(f).filename() == name; });
+    if (it == files.end()) throw Error(manifest + ": ZeRO-3 source without " + name + " in model_files");
+    out.push_back(*it);
+  }
+  return out;
+}
+
+// ZeRO-3: param_groups[g]["params"] lists the sub-group indices of optimizer group g (the optimizer's
+// state_dict numbering of the fp32 sub-group partitions). Returns the group of every sub-group.
+std::vector<int> sub_group_owners(const ValuePtr& osd, const std::string& path, size_t sub_groups) {
+  auto groups = osd && osd->kind == Kind::Dict ? osd->get("param_groups") : nullptr;
+  if (!groups || !groups->is_sequence()) fail(path, "no param_groups (needed to place ZeRO-3 sub-groups)");
+  std::vector<int> owner(sub_groups, -1);
+  for (size_t g = 0; g < groups->items.size(); ++g) {
+    auto ids = groups->items[g] && groups->items[g]->kind == Kind::Dict ? groups->items[g]->get("params") : nullptr;
+    if (!ids || !ids->is_sequence()) fail(path, "param_groups[" + std::to_string(g) + "] has no params list");
+    for (const auto& id : ids->items) {
+      const int64_t sg = id ? id->as_int() : -1;
+      if (sg < 0 || sg >= static_cast<int64_t>(sub_groups) || owner[static_cast<size_t>(sg)] >= 0)
+        fail(path, "param_groups[" + std::to_string(g) + "] lists sub-group " + std::to_string(sg) + " but the model "
+                   "file has " + std::to_string(sub_groups) + " (or it is listed twice)");
+      owner[static_cast<size_t>(sg)] = static_cast<int>(g);
+    }
+  }
+  for (size_t sg = 0; sg < sub_groups; ++sg)
+    if (owner[sg] < 0) fail(path, "ZeRO-3 sub-group " + std::to_string(sg) + " is in no param group");
+  return owner;
+}
+
 }  // namespace
 
 ModelInfo read_model_info(const std::string& universal_dir) {
@@ -153,17 +188,22 @@ ModelInfo read_model_info(const std::string& universal_dir) {
     m.tag = src.value("tag", m.tag);
     m.data_before_expert = src.value("data_before_expert", false);
     if (src.contains("num_experts")) m.num_experts = src["num_experts"].get<std::vector<int>>();
+    if (src.contains("zero_stage") && src["zero_stage"].is_number_integer()) m.source_zero_stage = src["zero_stage"];
     m.patterns_json = manifest.at("patterns").at("set");
     for (const auto& f : manifest.at("model_files")) m.model_files.push_back((dir / f.get<std::string>()).string());
   } catch (const nlohmann::json::exception& e) {
     throw Error((dir / "manifest.json").string() + ": missing field: " + e.what());
   }
   m.patterns = patterns::PatternSet::from_json(m.patterns_json, "manifest");
-  if ((int)m.model_files.size() != m.source_tp * m.source_pp)
+  const bool zero3 = m.source_zero_stage == 3;
+  const int per_rank = zero3 ? m.source_dp : 1;  // ZeRO-3: every DP rank has its own model file
+  if ((int)m.model_files.size() != m.source_tp * m.source_pp * per_rank)
     throw Error((dir / "manifest.json").string() + ": " + std::to_string(m.model_files.size()) +
-                " model files listed but the source layout has tp*pp = " + std::to_string(m.source_tp * m.source_pp));
+                " model files listed but the source layout has " + (zero3 ? "tp*dp = " : "tp*pp = ") +
+                std::to_string(m.source_tp * m.source_pp * per_rank));
   for (const auto& f : m.model_files)
     if (!fs::exists(f)) throw Error(f + ": missing (the universal checkpoint is incomplete)");
+  if (zero3) m.model_files = zero3_templates(m.model_files, m.source_tp, (dir / "manifest.json").string());
 
   // Parameters as the manifest lists them.
   std::map<std::string, ParamInfo> by_name;
@@ -174,6 +214,13 @@ ModelInfo read_model_info(const std::string& universal_dir) {
     p.name = e.at("name").get<std::string>();
     p.shape = e.at("shape").get<std::vector<int64_t>>();
     p.rule = patterns::classify(m.patterns, p.name);
+    p.stored_numel = 1;
+    for (auto d : p.shape) p.stored_numel *= d;
+    // ds_to_universal's ZeRO-3 TP = 1 form keeps the vocabulary padding: the universal tensor is the
+    // first original_vocab_size rows (the same rows the TP > 1 form keeps), the padding is dropped.
+    if (e.value("flat", false) && p.rule.vocab && m.patterns.original_vocab_size && !p.shape.empty() &&
+        p.shape[0] > *m.patterns.original_vocab_size)
+      p.shape[0] = *m.patterns.original_vocab_size;
     p.step = e.value("step", false);
     p.manifest_index = static_cast<int>(by_name.size());
     if (e.contains("expert")) {
@@ -234,7 +281,11 @@ ModelInfo read_model_info(const std::string& universal_dir) {
     const std::string& path = m.model_files[s * m.source_tp];
     ValuePtr root = s == 0 ? first : load_torch(path);
     const auto lists = group_lists(root, path);
-    m.groups = std::max<int>(m.groups, static_cast<int>(lists.size()));
+    // ZeRO-3 lists sub-groups, each inside one optimizer param group (in group order).
+    const std::vector<int> group_of = zero3 ? sub_group_owners(osd, opt.string(), lists.size())
+                                            : std::vector<int>();
+    m.groups = zero3 ? static_cast<int>(osd->get("param_groups")->items.size())
+                     : std::max<int>(m.groups, static_cast<int>(lists.size()));
     for (size_t g = 0; g < lists.size(); ++g) {
       for (size_t k = 0; k < lists[g].size(); ++k) {
         const auto& name = lists[g][k];
@@ -246,7 +297,7 @@ ModelInfo read_model_info(const std::string& universal_dir) {
         if (it == by_name.end())
           throw Error(path + ": parameter " + name + " has no entry in manifest.json (incomplete universal checkpoint)");
         seen.insert(name);
-        it->second.group = static_cast<int>(g);
+        it->second.group = zero3 ? group_of[g] : static_cast<int>(g);
         m.params.push_back(it->second);
       }
     }

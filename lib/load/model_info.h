@@ -17,6 +17,9 @@ namespace ucpkit::load {
 struct ParamInfo {
   std::string name;             // universal (atomic) name
   std::vector<int64_t> shape;   // universal shape: vocabulary rows unpadded
+  int64_t stored_numel = 0;     // fp32 elements in each state file: prod(shape), except DeepSpeed's ZeRO-3
+                                // TP = 1 flat form of a vocabulary tensor, which keeps the padding rows
+                                // after the `shape` rows (they are dropped: re-padded with zeros)
   patterns::ParamRule rule;     // how TP splits it (the union rule, reversed)
   int group = 0;                // optimizer param group
   // Pipeline models (names "<layer>.<local>" and "tied_modules.<module>.<local>"):
@@ -55,7 +58,9 @@ struct ModelInfo {
   // Model sizes from Megatron args, 0 when unknown (for layout validation).
   int64_t heads = 0, kv_heads = 0, hidden = 0, ffn = 0;
   std::string tag = "global_step0";      // the source checkpoint's tag (global_stepN)
-  std::vector<std::string> model_files;  // copied source mp_rank files, [pp_rank * tp + tp_rank]
+  std::vector<std::string> model_files;  // copied source mp_rank files, [pp_rank * tp + tp_rank]; ZeRO-3
+                                         // sources: zero_pp_rank_0_mp_rank_<tp_rank> (weights-free templates)
+  int source_zero_stage = 0;             // 0 when not recorded (BF16_Optimizer, native MoE)
 
   int param_index(const std::string& name) const;
 };

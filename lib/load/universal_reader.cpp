@@ -73,10 +73,9 @@ UniversalReader::Entry& UniversalReader::entry(int param, const std::string& sta
       fail(path, "not a universal state file");
     }
     if (t.dtype() != DType::Float32) fail(path, "state tensor is " + std::string(dtype_name(t.dtype())) + ", not float32");
-    const int64_t want = TpSlice{0, {}, p.shape, -1}.numel();
-    if (t.numel() != want)
+    if (t.numel() != p.stored_numel)
       fail(path, "state tensor has " + std::to_string(t.numel()) + " elements but the manifest's shape has " +
-                     std::to_string(want));
+                     std::to_string(p.stored_numel));
     if (!t.is_contiguous() || !t.storage()->is_mapped()) fail(path, "state tensor is not a contiguous stored tensor");
     // The element bytes' position in the file (storages of a zip torch file are stored records).
     e.offset = static_cast<uint64_t>(t.contiguous_bytes().data() - tf.file->data());
@@ -112,7 +111,7 @@ void UniversalReader::check(int param, const std::string& state) {
   Entry& e = entry(param, state);
   if (!verifies(param)) return;
   const auto& p = model_.params[param];
-  const uint64_t nbytes = static_cast<uint64_t>(TpSlice{0, {}, p.shape, -1}.numel()) * 4;
+  const uint64_t nbytes = static_cast<uint64_t>(p.stored_numel) * 4;
   thread_local std::vector<uint8_t> buf(8u << 20);
   uint32_t crc = 0;
   for (uint64_t done = 0; done < nbytes;) {
@@ -145,7 +144,7 @@ void UniversalReader::verify_whole(int param, const std::string& state, uint32_t
   if (!verifies(param)) return;
   const Entry& e = entry(param, state);
   const auto& p = model_.params[param];
-  bytes_verified_ += static_cast<uint64_t>(TpSlice{0, {}, p.shape, -1}.numel()) * 4;
+  bytes_verified_ += static_cast<uint64_t>(p.stored_numel) * 4;
   expect_crc(e.path, crc, p.crc32.at(state));
 }
 

@@ -23,6 +23,8 @@ CI = [
     ("dsmoe_ep4dp4_to_ep2dp6", DSMOE, dict(dp=4, ep=4), dict(dp=6, ep=2)),
     # ZeRO stage 1 -> 3 with TP 2, DP 2 -> 3 and several sub-groups per TP rank
     ("gpt_tp2dp2_to_zero3_tp2dp3_subgroups", GPT, dict(tp=2, dp=2), dict(tp=2, dp=3, zero=3, sub_group_size=700)),
+    # ZeRO-3 source, TP = 1 (ds_to_universal's flat form, vocabulary padding kept) -> ZeRO-1 TP 2
+    ("gpt_zero3_tp1dp2_subgroups_to_tp2dp3", GPT, dict(tp=1, dp=2, zero=3, sub_group_size=700), dict(tp=2, dp=3)),
 ]
 
 FULL = CI + [
@@ -45,6 +47,13 @@ FULL = CI + [
     ("llama_tp1_to_zero3_tp2dp2", LLAMA, dict(tp=1, dp=2, bf16_optimizer=True), dict(tp=2, dp=2, zero=3)),
     ("gpt_z2fp16_to_zero3_dp16_fp32", GPT, dict(tp=1, dp=2, zero=2, dtype="fp16"),
      dict(tp=1, dp=16, zero=3, dtype="fp32", sub_group_size=300)),
+    # ZeRO-3 sources: TP 2 (dict form, sub-groups) -> ZeRO-2 TP 1 fp16; flat TP 1 -> flat TP 1 with
+    # other sub-groups and DP; GQA + SwiGLU ZeRO-3 TP 2 -> BF16_Optimizer TP 1
+    ("gpt_zero3_tp2dp2_to_z2_tp1dp3_fp16", GPT, dict(tp=2, dp=2, zero=3, sub_group_size=500),
+     dict(tp=1, dp=3, zero=2, dtype="fp16")),
+    ("gpt_zero3_tp1dp3_to_zero3_tp1dp2", GPT, dict(tp=1, dp=3, zero=3, sub_group_size=400),
+     dict(tp=1, dp=2, zero=3, sub_group_size=900)),
+    ("llama_zero3_tp2dp2_to_tp1dp2_bf16opt", LLAMA, dict(tp=2, dp=2, zero=3), dict(tp=1, dp=2, bf16_optimizer=True)),
 ]
 
 

@@ -54,7 +54,15 @@ class Model:
     def truth(self, name, state):
         key = (name, state)
         if key not in self._truth:
-            self._truth[key] = load(os.path.join(self.truth_dir, "universal", "zero", name, state + ".pt"))["param"]
+            t = load(os.path.join(self.truth_dir, "universal", "zero", name, state + ".pt"))
+            if isinstance(t, dict):
+                t = t["param"]
+            else:  # ZeRO-3 TP = 1 source: ds_to_universal's flat form, vocabulary padding kept
+                shape = self.kinds[name]["shape"]
+                t = t.reshape(-1, *shape[1:]) if shape else t.reshape(())
+                if self.is_vocab(name):
+                    t = t[:self.vocab]
+            self._truth[key] = t
         return self._truth[key]
 
 

@@ -103,7 +103,8 @@ TEST_P(RoundTrip, UnionLoadUnionIsIdentityAndTargetMatchesGenerator) {
             0)
       << out;
   const auto& t = c["target"];
-  if (t.value("zero", 1) == 3 && t.value("tp", 1) == 1) {
+  const auto& s = c["source"];
+  if ((t.value("zero", 1) == 3 && t.value("tp", 1) == 1) || (s.value("zero", 1) == 3 && s.value("tp", 1) == 1)) {
     // ds_to_universal's ZeRO-3 TP = 1 form: bare flat tensors, compared element by element.
     EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/load/same_universal.py " + (dir / "u1").string() + " " +
                      (dir / "u2").string(),
@@ -129,7 +130,7 @@ TEST_P(RoundTrip, UnionLoadUnionIsIdentityAndTargetMatchesGenerator) {
 }
 
 // One instance per tests/load/cases.py CI entry (the list is known before fixtures.py has run).
-constexpr int kCiCases = 7;
+constexpr int kCiCases = 8;
 INSTANTIATE_TEST_SUITE_P(Ci, RoundTrip, ::testing::Range(0, kCiCases));
 
 TEST(RoundTripCases, EveryCiCaseHasATestInstance) { EXPECT_EQ(cases().size(), static_cast<size_t>(kCiCases)); }
@@ -250,6 +251,39 @@ TEST(LoadBadInput, ClearErrorNonZeroExitNothingWritten) {
   // No staging folders left behind.
   for (const auto& e : fs::directory_iterator(d))
     EXPECT_EQ(e.path().filename().string().find(".ucp-load-tmp"), std::string::npos) << e.path();
+}
+
+// A universal checkpoint made from a ZeRO-3 source whose optimizer_state.pt puts a sub-group in two
+// param groups, or whose manifest lists one model file too few: clear error, nothing written.
+TEST(LoadBadInput, ZeroThreeSourceInconsistentSubGroupsOrModelFiles) {
+  const fs::path d = scratch("bad_zero3");
+  nlohmann::json c;
+  for (const auto& x : cases())
+    if (x["source"].value("zero", 1) == 3) c = x;
+  ASSERT_FALSE(c.is_null()) << "no CI case with a ZeRO-3 source";
+  std::string out;
+  const fs::path src = fs::path(kFx) / c["name"].get<std::string>() / "src";
+  ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + src.string() + " --output " + (d / "u").string(), &out), 0) << out;
+  fs::copy(d / "u", d / "groups", fs::copy_options::recursive);
+  const std::string opt = (d / "groups" / "zero" / "optimizer_state.pt").string();
+  ASSERT_EQ(sh(kPy + " -c \"import sys; sys.path.insert(0, '" + kSrc + "/scripts'); import dsgen, torch; o = torch.load('" +
+                   opt + "'); o['param_groups'][1]['params'] = [0]; torch.save(o, '" + opt + "')\"",
+               &out),
+            0)
+      << out;
+  fs::copy(d / "u", d / "files", fs::copy_options::recursive);
+  {
+    auto m = nlohmann::json::parse(slurp(d / "files" / "manifest.json"));
+    m["model_files"].erase(m["model_files"].size() - 1);
+    std::ofstream(d / "files" / "manifest.json") << m.dump();
+  }
+  const std::string layout = " --tp 2 --pp 1 --dp 3 --zero-stage 1";
+  EXPECT_EQ(sh(kBin + "/ucp-load --input " + (d / "groups").string() + " --output " + (d / "o1").string() + layout, &out), 1);
+  EXPECT_NE(out.find("optimizer_state.pt: param_groups[1] lists sub-group 0"), std::string::npos) << out;
+  EXPECT_EQ(sh(kBin + "/ucp-load --input " + (d / "files").string() + " --output " + (d / "o2").string() + layout, &out), 1);
+  EXPECT_NE(out.find("model files listed but the source layout has tp*dp"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(d / "o1"));
+  EXPECT_FALSE(fs::exists(d / "o2"));
 }
 
 // Atomic element bytes of a universal checkpoint, from its manifest (numel * 4 per state tensor).

@@ -1,16 +1,39 @@
 """Checks that two universal checkpoints hold the same atomic tensors: every zero/<param>/<state>.pt
-of the first must be byte-identical in the second, except where the second is DeepSpeed's ZeRO-3
-TP = 1 form (a bare flat fp32 tensor, vocabulary padding kept): then its first numel elements must
-equal the first's `param` bit for bit and the rest (padding rows) must be zero.
+of the first must be byte-identical in the second, except where either is DeepSpeed's ZeRO-3 TP = 1
+form (a bare flat fp32 tensor, vocabulary padding kept): then the universal tensor (for a vocabulary
+parameter the first original_vocab_size rows, from the manifest's patterns) must be equal bit for
+bit. Padding rows of the second (made by ucp-load) must be zero; those of the first (the source's
+own padding rows, which a universal checkpoint drops) may hold anything.
 
 Usage: /usr/bin/python3 same_universal.py <u1> <u2>   (exit 0 = same)"""
 import filecmp
+import json
+import math
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 import dsgen  # noqa: E402,F401  (registers the DeepSpeed stand-in classes)
 import torch  # noqa: E402
+
+
+def logical_numel(universal, rel):
+    """Elements of the universal tensor `rel` (zero/<param>/<state>.pt) without vocabulary padding."""
+    with open(os.path.join(universal, "manifest.json")) as f:
+        m = json.load(f)
+    name = os.path.basename(os.path.dirname(rel))
+    entry = next(p for p in m["params"] if p["name"] == name)
+    shape = list(entry["shape"])
+    pats = m["patterns"]["set"]
+    vocab = pats.get("original_vocab_size")
+    if vocab and any(re.fullmatch(p, name) for p in pats.get("vocabulary_parameter_patterns", [])):
+        shape[0] = min(shape[0], vocab)
+    return math.prod(shape)
+
+
+def flat_values(x):
+    return (x["param"] if isinstance(x, dict) else x).reshape(-1)
 
 
 def main():
@@ -29,13 +52,16 @@ def main():
                 same_bytes += 1
                 continue
             x, y = torch.load(os.path.join(a, rel)), torch.load(pb)
-            if f == "step.pt" or not isinstance(x, dict) or not torch.is_tensor(y):
+            if f == "step.pt" or (isinstance(x, dict) and isinstance(y, dict)):
                 errors.append(f"{rel}: differs")
                 continue
-            p = x["param"].reshape(-1)
-            if y.dim() != 1 or y.numel() < p.numel() or not torch.equal(
-                    y[:p.numel()].view(torch.int32), p.view(torch.int32)) or torch.count_nonzero(y[p.numel():]):
+            n = logical_numel(a, rel)
+            p, q = flat_values(x), flat_values(y)
+            if p.numel() < n or q.numel() < n or not torch.equal(p[:n].view(torch.int32), q[:n].view(torch.int32)):
                 errors.append(f"{rel}: flat tensor differs from the atomic tensor")
+                continue
+            if torch.count_nonzero(q[n:]):
+                errors.append(f"{rel}: padding rows written by ucp-load are not zero")
                 continue
             same_values += 1
     if errors or same_bytes + same_values == 0:

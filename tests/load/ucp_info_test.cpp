@@ -62,6 +62,8 @@ ModelInfo tiny_model() {
     ParamInfo p;
     p.name = std::move(name);
     p.shape = std::move(shape);
+    p.stored_numel = 1;
+    for (auto d : p.shape) p.stored_numel *= d;
     p.rule = r;
     p.group = group;
     m.params.push_back(p);
