@@ -1,7 +1,7 @@
 // ucp-extract: map phase of universal checkpointing (distributed checkpoint -> parameter fragments).
-#include <csignal>
 #include <iostream>
 
+#include "core/staging.h"
 #include "tool/cli.h"
 #include "ucp/convert.h"
 #include "ucp/mpi_session.h"
@@ -28,9 +28,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   });
-  if (int sig = ucp::interrupted_signal()) {  // staging folder removed: die as the signal asked
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-  }
+  if (interrupted_signal()) ucp::MpiSession::get().finalize();  // every rank has cleaned up
+  raise_if_interrupted();  // staging folder removed: die as the signal asked
   return rc;
 }

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "core/staging.h"
 #include "gpu/device_load.h"
 #include "io/dtype.h"
 #include "load/load.h"
@@ -51,7 +52,7 @@ int main(int argc, char** argv) {
   app.add_option("--dp-rank", dp_rank, "--device cuda: data-parallel rank to materialize (MPI rank under mpirun)");
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
-  return tool::run("ucp-load", [&] {
+  const int rc = tool::run("ucp-load", [&] {
     const bool layout_given = o_tp->count() && o_pp->count() && o_dp->count() && o_zero->count();
     if (opt.format == "deepspeed" && !layout_given)
       throw UsageError("--tp, --pp, --dp and --zero-stage are required (see --help)");
@@ -103,4 +104,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   });
+  if (interrupted_signal()) ucp::MpiSession::get().finalize();  // every rank has cleaned up
+  raise_if_interrupted();  // staging folder removed: die as the signal asked
+  return rc;
 }

@@ -12,6 +12,7 @@
 
 #include "core/crc32.h"
 #include "core/error.h"
+#include "core/staging.h"
 #include "io/torch/torch_file.h"
 #include "tool/tool.h"
 #include "ucp/mpi_session.h"
@@ -254,6 +255,7 @@ ExchangeStats run_exchange(std::vector<std::unique_ptr<DeferredTorchFile>>& file
     std::vector<std::vector<float>> data(owned.size());
     auto t = Clock::now();
     collective_step(mpi, [&] {
+      check_interrupted();  // SIGINT/SIGTERM: every rank stops at the start of the next batch
       // Every tensor in parts of 8 MiB, all at once (a batch is often one large tensor); the
       // parts' CRCs are combined in order and checked against the manifest.
       constexpr int64_t kPart = 2 << 20;  // elements

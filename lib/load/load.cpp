@@ -3,7 +3,6 @@
 
 #include <malloc.h>
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +15,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/staging.h"
 #include "io/torch/torch_file.h"
 #include "load/deepspeed_writer.h"
 #include "load/exchange.h"
@@ -90,47 +90,6 @@ nlohmann::json plan_json(const LoadOptions& options) {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A temporary folder beside the target; renamed into place by commit(), removed otherwise.
-class Staging {
- public:
-  Staging(const fs::path& target, bool overwrite) : target_(fs::absolute(target)) {
-    std::error_code ec;
-    if (fs::exists(target_, ec) && !overwrite)
-      throw Error(target_.string() + ": output already exists (remove it or pass --overwrite)");
-    if (!fs::is_directory(target_.parent_path(), ec))
-      throw Error(target_.parent_path().string() + ": output parent folder does not exist");
-    path_ = target_.parent_path() / ("." + target_.filename().string() + ".ucp-load-tmp-" + std::to_string(getpid()));
-    fs::remove_all(path_, ec);
-    if (!fs::create_directory(path_, ec) || ec)
-      throw Error(target_.string() + ": cannot create output: " + (ec ? ec.message() : std::string("failed")));
-  }
-  ~Staging() {
-    if (!committed_) {
-      std::error_code ec;
-      fs::remove_all(path_, ec);
-    }
-  }
-  const fs::path& path() const { return path_; }
-  void commit() {
-    std::error_code ec;
-    fs::path old;
-    if (fs::exists(target_, ec)) {
-      old = target_.parent_path() / ("." + target_.filename().string() + ".ucp-load-old-" + std::to_string(getpid()));
-      fs::rename(target_, old, ec);
-      if (ec) throw Error(target_.string() + ": cannot replace: " + ec.message());
-    }
-    fs::rename(path_, target_, ec);
-    if (ec) throw Error(target_.string() + ": cannot rename output into place: " + ec.message());
-    committed_ = true;
-    if (!old.empty()) fs::remove_all(old, ec);
-    fsync_dir(target_.parent_path().string());
-  }
-
- private:
-  fs::path target_, path_;
-  bool committed_ = false;
-};
 
 struct Job {
   enum Kind { Model, Zero3Model, Optim } kind;
@@ -215,11 +174,13 @@ LoadSummary run_load(const LoadOptions& options) {
   const ModelInfo& model = prep.model;
   const int threads = options.threads > 0 ? options.threads : std::max(1, tbb::this_task_arena::max_concurrency());
 
-  std::unique_ptr<Staging> staging;
+  // Every rank turns SIGINT/SIGTERM into a failure at its next job from here on (staging removed).
+  StagedPhase phase;
+  std::unique_ptr<StagingDir> staging;
   std::string staged;
   guarded([&] {
     if (mpi.rank() == 0) {
-      staging = std::make_unique<Staging>(options.output, options.overwrite);
+      staging = std::make_unique<StagingDir>(options.output, options.overwrite, "ucp-load", tool::verbose);
       staged = staging->path().string();
     }
   });
@@ -248,6 +209,7 @@ LoadSummary run_load(const LoadOptions& options) {
       tbb::task_arena arena(threads);
       arena.execute([&] {
         tbb::parallel_for(size_t{0}, mask.size() * model.states.size(), [&](size_t k) {
+          check_interrupted();
           const size_t i = k / model.states.size();
           if (mask[i]) reader.check(static_cast<int>(i), model.states[k % model.states.size()]);
         });
@@ -308,7 +270,10 @@ LoadSummary run_load(const LoadOptions& options) {
         std::atomic<uint64_t> none{0};
         arena.execute([&] {
           tbb::parallel_for(size_t{0}, mine.size(),
-                            [&](size_t k) { run_job(writer, model, plan, jobs[mine[k]], ckdir.string(), none, files); });
+                            [&](size_t k) {
+                              check_interrupted();
+                              run_job(writer, model, plan, jobs[mine[k]], ckdir.string(), none, files);
+                            });
         });
         return;
       }
@@ -319,6 +284,7 @@ LoadSummary run_load(const LoadOptions& options) {
             tbb::blocked_range<size_t>(0, mine.size(), 1),
             [&](const tbb::blocked_range<size_t>& r) {
               for (size_t k = r.begin(); k != r.end(); ++k) {
+                check_interrupted();
                 run_job(writer, model, plan, jobs[mine[k]], ckdir.string(), written, files);
                 if (mpi.rank() == 0) {
                   std::lock_guard lock(progress_mu);
@@ -337,6 +303,10 @@ LoadSummary run_load(const LoadOptions& options) {
       written += xstats.bytes_written;
     }
   }
+  guarded([&] {
+    if (mpi.rank() == 0) test_pause_if_asked();  // output written, not yet renamed into place
+    check_interrupted();
+  });
   check();
   mpi.barrier();
   guarded([&] {

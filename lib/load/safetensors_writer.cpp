@@ -11,6 +11,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/staging.h"
 
 namespace fs = std::filesystem;
 
@@ -85,6 +86,7 @@ uint64_t write_safetensors(const ModelInfo& model, UniversalReader& reader, DTyp
       f32.resize(kWindow);
       buf.resize(kWindow * es);
       for (int i : shards[k]) {
+        check_interrupted();
         const auto& p = model.params[i];
         TpSlice whole{0, {{0, p.shape.empty() ? 1 : p.shape[0]}}, p.shape, -1};
         const int64_t n = whole.numel();

@@ -2,14 +2,9 @@
 #include "ucp/convert.h"
 
 #include <malloc.h>
-#include <signal.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <cerrno>
-#include <cstdlib>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <chrono>
 #include <filesystem>
@@ -24,6 +19,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "core/staging.h"
 #include "io/zip/zip_reader.h"
 #include "io/torch/torch_file.h"
 #include "tool/tool.h"
@@ -88,130 +84,6 @@ void copy_file(const std::string& from, const fs::path& to) {
   fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
   if (ec) throw Error(to.string() + ": cannot copy " + from + ": " + ec.message());
 }
-
-// ---- interruption: SIGINT/SIGTERM while a staging folder exists only set a flag (async-signal-safe);
-// the workers poll it between files/parameters and throw, so the staging folder is removed by the
-// normal failure path. Outside a staged phase the signal keeps its default action.
-std::atomic<int> g_signal{0};
-std::atomic<int> g_staged{0};  // > 0 while this process writes into a staging folder
-
-extern "C" void on_stop_signal(int sig) {
-  if (g_staged.load() == 0) {
-    ::signal(sig, SIG_DFL);
-    ::raise(sig);
-    return;
-  }
-  g_signal.store(sig);
-}
-
-void install_stop_handlers() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    for (int sig : {SIGINT, SIGTERM}) {
-      struct sigaction old {};
-      if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;  // stays ignored (nohup)
-      ::sigaction(sig, &sa, nullptr);
-    }
-  });
-}
-
-void check_interrupted() {
-  if (int sig = g_signal.load())
-    throw Error(std::string("interrupted by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
-                "; the unfinished output was removed");
-}
-
-// Marks this process as writing into a staging folder for its lifetime (signals become a flag).
-struct StagedPhase {
-  StagedPhase() {
-    install_stop_handlers();
-    ++g_staged;
-  }
-  ~StagedPhase() { --g_staged; }
-  StagedPhase(const StagedPhase&) = delete;
-  StagedPhase& operator=(const StagedPhase&) = delete;
-};
-
-// Test hook: UCPKIT_TEST_PAUSE_STAGED=1 waits (staging folder written, not yet committed) until a
-// signal arrives, so tests can kill a run at a known point.
-void test_pause_if_asked() {
-  const char* v = std::getenv("UCPKIT_TEST_PAUSE_STAGED");
-  if (!v || std::string(v) != "1") return;
-  while (g_signal.load() == 0) ::usleep(10000);
-}
-
-// Removes `.<name>.ucp-tmp-<pid>` folders beside `target` whose process is gone (kill(pid, 0) fails
-// with ESRCH): left by a run killed with SIGKILL or a crash. `.<name>.ucp-old-<pid>` (the previous
-// output while --overwrite swaps it) is removed only when the target exists.
-void sweep_stale_staging(const fs::path& target) {
-  const std::string prefix = "." + target.filename().string() + ".ucp-";
-  std::error_code ec;
-  for (fs::directory_iterator it(target.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.compare(0, prefix.size(), prefix) != 0) continue;
-    const std::string rest = name.substr(prefix.size());
-    const bool tmp = rest.compare(0, 4, "tmp-") == 0, old = rest.compare(0, 4, "old-") == 0;
-    if (!tmp && !old) continue;
-    const std::string digits = rest.substr(4);
-    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    const pid_t pid = static_cast<pid_t>(std::stol(digits));
-    if (pid <= 0 || pid == ::getpid()) continue;
-    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to probe): keep
-    std::error_code e2;
-    if (old && !fs::exists(target, e2)) continue;  // the only copy of the previous output
-    fs::remove_all(it->path(), e2);
-    tool::verbose("removed stale staging folder " + it->path().string() + " (process " + digits + " is gone)");
-  }
-}
-
-// A temporary folder beside `target`, removed unless committed (renamed onto the target).
-class StagingDir {
- public:
-  StagingDir(const fs::path& target, bool overwrite, bool create) : target_(fs::absolute(target)) {
-    std::error_code ec;
-    if (fs::exists(target_, ec) && !overwrite)
-      throw Error(target_.string() + ": output already exists (remove it or pass --overwrite)");
-    const fs::path parent = target_.parent_path();
-    if (!fs::is_directory(parent, ec)) throw Error(parent.string() + ": output parent folder does not exist");
-    path_ = parent / ("." + target_.filename().string() + ".ucp-tmp-" + std::to_string(getpid()));
-    if (create) {
-      sweep_stale_staging(target_);
-      fs::remove_all(path_, ec);
-      if (!fs::create_directory(path_, ec) || ec)
-        throw Error(target_.string() + ": cannot create output: " + (ec ? ec.message() : std::string("failed")));
-    }
-  }
-  ~StagingDir() {
-    if (!committed_) {
-      std::error_code ec;
-      fs::remove_all(path_, ec);
-    }
-  }
-  const fs::path& path() const { return path_; }
-  void commit() {
-    std::error_code ec;
-    fs::path old;
-    if (fs::exists(target_, ec)) {
-      old = target_.parent_path() / ("." + target_.filename().string() + ".ucp-old-" + std::to_string(getpid()));
-      fs::rename(target_, old, ec);
-      if (ec) throw Error(target_.string() + ": cannot replace: " + ec.message());
-    }
-    fs::rename(path_, target_, ec);
-    if (ec) throw Error(target_.string() + ": cannot rename output into place: " + ec.message());
-    committed_ = true;
-    if (!old.empty()) fs::remove_all(old, ec);
-    fsync_dir(target_.parent_path().string());
-  }
-
- private:
-  StagedPhase phase_;  // first member: signals are flags before the folder is created
-  fs::path target_, path_;
-  bool committed_ = false;
-};
 
 // Runs `f`, keeping an exception's message (usage errors go through); `settle` then raises the
 // first failure on every MPI rank (a collective: every rank must call it).
@@ -315,7 +187,7 @@ ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, in
   std::string staged_path;
   failed.guard([&] {
     if (mpi.rank() != 0) return;
-    staging = std::make_unique<StagingDir>(work_dir, false, true);
+    staging = std::make_unique<StagingDir>(work_dir, false, "ucp", tool::verbose);
     make_dirs(staging->path() / "fragments");
     make_dirs(staging->path() / "model_states");
     for (const auto& p : plan.params) make_dirs(staging->path() / "fragments" / param_folder(p.name));
@@ -445,8 +317,6 @@ RunSummary run_extract(const std::string& checkpoint, const std::string& work_di
   s.seconds = mpi.max(std::chrono::duration<double>(Clock::now() - t0).count());
   return s;
 }
-
-int interrupted_signal() { return g_signal.load(); }
 
 // ------------------------------------------------------------------ union -> universal layout
 
@@ -653,7 +523,7 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
   std::string staged_path;
   failed.guard([&] {
     if (mpi.rank() == 0) {
-      staging = std::make_unique<StagingDir>(output, options.overwrite, true);
+      staging = std::make_unique<StagingDir>(output, options.overwrite, "ucp", tool::verbose);
       make_dirs(staging->path() / "zero");
       staged_path = staging->path().string();
     }

@@ -30,8 +30,4 @@ RunSummary run_extract(const std::string& checkpoint, const std::string& work_di
 // ucp-union: work folder or checkpoint (one-step mode) -> universal checkpoint folder.
 RunSummary run_union(const std::string& input, const std::string& output, const ConvertOptions& options);
 
-// The signal (SIGINT/SIGTERM) that stopped a run while it wrote its staging folder, else 0. The run
-// then throws after removing the folder; the driver re-raises the signal with its default action.
-int interrupted_signal();
-
 }  // namespace ucpkit::ucp

@@ -31,12 +31,13 @@ MpiSession::MpiSession() {
   active_ = true;
 }
 
-MpiSession::~MpiSession() {
-  if (active_) {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Finalize();
-  }
+MpiSession::~MpiSession() { finalize(); }
+
+void MpiSession::finalize() {
+  if (!active_) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
 }
 
 void MpiSession::barrier() {

@@ -16,6 +16,10 @@ class MpiSession {
   bool active() const { return active_; }
 
   void barrier();
+  // Ends MPI now (no-op when not active or already ended). MPI_Finalize waits for every rank, so a
+  // rank about to die by a signal calls it first: the launcher, seeing one rank killed, would
+  // otherwise SIGKILL the others while rank 0 still removes its staging folder.
+  void finalize();
   std::string broadcast(const std::string& s, int root = 0);
   bool any(bool flag);                      // logical OR over ranks
   uint64_t sum(uint64_t v);

@@ -1,0 +1,152 @@
+// Staged output folders and the SIGINT/SIGTERM handling that lets a run remove its own.
+#include "core/staging.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <mutex>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit {
+
+namespace {
+
+std::atomic<int> g_signal{0};
+std::atomic<int> g_staged{0};  // > 0 while this process writes into a staging folder
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_staged.load() == 0) {
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+    return;
+  }
+  g_signal.store(sig);
+}
+
+void install_stop_handlers() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (int sig : {SIGINT, SIGTERM}) {
+      struct sigaction old {};
+      if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;  // stays ignored (nohup)
+      ::sigaction(sig, &sa, nullptr);
+    }
+  });
+}
+
+// ".<name>.<tag>-": what every staging name of `target` starts with.
+std::string staging_prefix(const fs::path& target, const std::string& tag) {
+  std::string s(".");
+  s += target.filename().string();
+  s += '.';
+  s += tag;
+  s += '-';
+  return s;
+}
+
+// `.<name>.<tag>-<kind>-<pid>` beside `target`, for this process.
+fs::path sibling(const fs::path& target, const std::string& tag, const char* kind) {
+  return target.parent_path() / (staging_prefix(target, tag) + kind + "-" + std::to_string(getpid()));
+}
+
+}  // namespace
+
+StagedPhase::StagedPhase() {
+  install_stop_handlers();
+  ++g_staged;
+}
+
+StagedPhase::~StagedPhase() { --g_staged; }
+
+void check_interrupted() {
+  if (int sig = g_signal.load())
+    throw Error(std::string("interrupted by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+                "; the unfinished output was removed");
+}
+
+int interrupted_signal() { return g_signal.load(); }
+
+void raise_if_interrupted() {
+  if (int sig = interrupted_signal()) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+  }
+}
+
+void test_pause_if_asked() {
+  const char* v = std::getenv("UCPKIT_TEST_PAUSE_STAGED");
+  if (!v || std::string(v) != "1") return;
+  while (g_signal.load() == 0) ::usleep(10000);
+}
+
+// A pid is gone when kill(pid, 0) fails with ESRCH.
+void sweep_stale_staging(const fs::path& target, const std::string& tag, const StagingNote& note) {
+  const std::string prefix = staging_prefix(target, tag);
+  std::error_code ec;
+  for (fs::directory_iterator it(target.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string rest = name.substr(prefix.size());
+    const bool tmp = rest.compare(0, 4, "tmp-") == 0, old = rest.compare(0, 4, "old-") == 0;
+    if (!tmp && !old) continue;
+    const std::string digits = rest.substr(4);
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to probe): keep
+    std::error_code e2;
+    if (old && !fs::exists(target, e2)) continue;  // the only copy of the previous output
+    fs::remove_all(it->path(), e2);
+    if (note) note("removed stale staging folder " + it->path().string() + " (process " + digits + " is gone)");
+  }
+}
+
+StagingDir::StagingDir(const fs::path& target, bool overwrite, std::string tag, const StagingNote& note)
+    : target_(fs::absolute(target)), tag_(std::move(tag)) {
+  std::error_code ec;
+  if (fs::exists(target_, ec) && !overwrite)
+    throw Error(target_.string() + ": output already exists (remove it or pass --overwrite)");
+  const fs::path parent = target_.parent_path();
+  if (!fs::is_directory(parent, ec)) throw Error(parent.string() + ": output parent folder does not exist");
+  path_ = sibling(target_, tag_, "tmp");
+  sweep_stale_staging(target_, tag_, note);
+  fs::remove_all(path_, ec);
+  if (!fs::create_directory(path_, ec) || ec)
+    throw Error(target_.string() + ": cannot create output: " + (ec ? ec.message() : std::string("failed")));
+}
+
+StagingDir::~StagingDir() {
+  if (!committed_) {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+}
+
+void StagingDir::commit() {
+  std::error_code ec;
+  fs::path old;
+  if (fs::exists(target_, ec)) {
+    old = sibling(target_, tag_, "old");
+    fs::rename(target_, old, ec);
+    if (ec) throw Error(target_.string() + ": cannot replace: " + ec.message());
+  }
+  fs::rename(path_, target_, ec);
+  if (ec) throw Error(target_.string() + ": cannot rename output into place: " + ec.message());
+  committed_ = true;
+  if (!old.empty()) fs::remove_all(old, ec);
+  fsync_dir(target_.parent_path().string());
+}
+
+}  // namespace ucpkit

@@ -1,0 +1,67 @@
+// Staged output folders: a tool writes into a temporary folder beside its target and renames it into
+// place at the end; on failure, and on SIGINT/SIGTERM, the folder is removed; a folder left by a
+// SIGKILLed run is removed by the next run on the same target.
+#pragma once
+#include <filesystem>
+#include <functional>
+#include <string>
+
+namespace ucpkit {
+
+// Marks this process as writing into a staging folder for its lifetime: SIGINT/SIGTERM then only set
+// a flag (async-signal-safe), which check_interrupted() turns into an Error at the next job. Outside
+// such a phase the signals keep their default action; a signal ignored at start (nohup) stays ignored.
+class StagedPhase {
+ public:
+  StagedPhase();
+  ~StagedPhase();
+  StagedPhase(const StagedPhase&) = delete;
+  StagedPhase& operator=(const StagedPhase&) = delete;
+};
+
+// Receives a line for the user (tools pass tool::verbose; lib/core prints nothing itself).
+using StagingNote = std::function<void(const std::string&)>;
+
+// The folder `.<name>.<tag>-tmp-<pid>` beside `target` (created at construction, after sweeping stale
+// ones, each reported to `note`), removed unless committed. `tag` names the tool family ("ucp":
+// ucp-extract / ucp-union, "ucp-load"). An existing target is refused unless `overwrite`; commit()
+// then swaps it out through `.<name>.<tag>-old-<pid>`.
+class StagingDir {
+ public:
+  StagingDir(const std::filesystem::path& target, bool overwrite, std::string tag, const StagingNote& note = {});
+  ~StagingDir();
+  StagingDir(const StagingDir&) = delete;
+  StagingDir& operator=(const StagingDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  // Renames the folder onto the target (replacing an existing one) and fsyncs the parent folder.
+  void commit();
+
+ private:
+  StagedPhase phase_;  // first member: signals are flags before the folder is created
+  std::filesystem::path target_, path_;
+  std::string tag_;
+  bool committed_ = false;
+};
+
+// Throws Error("interrupted by SIGINT|SIGTERM; ...") once such a signal arrived during a staged phase.
+// Workers call it between jobs (files, parameters).
+void check_interrupted();
+
+// The signal (SIGINT/SIGTERM) that stopped a run while it wrote its staging folder, else 0. The run
+// then throws after removing the folder; the tool's main re-raises the signal with its default action.
+int interrupted_signal();
+
+// For a tool's main, after the run: when interrupted_signal() is set, dies by that signal (default
+// action, so the shell sees 128 + signal); returns otherwise.
+void raise_if_interrupted();
+
+// Test hook: with UCPKIT_TEST_PAUSE_STAGED=1, waits (staging folder written, not yet committed) until
+// a signal arrives, so tests can kill a run at a known point.
+void test_pause_if_asked();
+
+// Removes `.<name>.<tag>-tmp-<pid>` folders beside `target` whose process is gone (left by SIGKILL or
+// a crash); `.<name>.<tag>-old-<pid>` only when the target exists (else it is the only copy). Each
+// removal is reported to `note`.
+void sweep_stale_staging(const std::filesystem::path& target, const std::string& tag, const StagingNote& note = {});
+
+}  // namespace ucpkit
