@@ -1,7 +1,6 @@
 // ucp-extract: map phase of universal checkpointing (distributed checkpoint -> parameter fragments).
 #include <iostream>
 
-#include "core/staging.h"
 #include "tool/cli.h"
 #include "ucp/convert.h"
 #include "ucp/mpi_session.h"
@@ -28,7 +27,6 @@ int main(int argc, char** argv) {
     }
     return 0;
   });
-  if (interrupted_signal()) ucp::MpiSession::get().finalize();  // every rank has cleaned up
-  raise_if_interrupted();  // staging folder removed: die as the signal asked
+  ucp::die_if_interrupted();  // staging folder removed: die as the signal asked
   return rc;
 }

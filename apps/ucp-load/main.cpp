@@ -2,7 +2,6 @@
 #include <iostream>
 
 #include "core/error.h"
-#include "core/staging.h"
 #include "gpu/device_load.h"
 #include "io/dtype.h"
 #include "load/load.h"
@@ -104,7 +103,6 @@ int main(int argc, char** argv) {
     }
     return 0;
   });
-  if (interrupted_signal()) ucp::MpiSession::get().finalize();  // every rank has cleaned up
-  raise_if_interrupted();  // staging folder removed: die as the signal asked
+  ucp::die_if_interrupted();  // staging folder removed: die as the signal asked
   return rc;
 }

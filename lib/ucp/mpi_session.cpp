@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "core/staging.h"
+
 namespace ucpkit::ucp {
 
 namespace {
@@ -168,6 +170,12 @@ std::vector<float> MpiSession::alltoallv(const std::vector<float>& send, const s
   MPI_Alltoallv(send.data(), sc.data(), sd.data(), MPI_FLOAT, recv.data(), rc.data(), rd.data(), MPI_FLOAT,
                 MPI_COMM_WORLD);
   return recv;
+}
+
+void die_if_interrupted() {
+  if (!interrupted_signal()) return;
+  MpiSession::get().finalize();
+  raise_if_interrupted();
 }
 
 }  // namespace ucpkit::ucp

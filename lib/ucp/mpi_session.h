@@ -39,4 +39,8 @@ class MpiSession {
   bool active_ = false;
 };
 
+// For a tool's main after its run: when SIGINT/SIGTERM stopped it (staging folder removed), ends MPI
+// together with the other ranks, then dies by that signal; returns otherwise.
+void die_if_interrupted();
+
 }  // namespace ucpkit::ucp

@@ -18,18 +18,19 @@ import dsgen  # noqa: E402,F401  (registers the DeepSpeed stand-in classes)
 import torch  # noqa: E402
 
 
-def logical_numel(universal, rel):
-    """Elements of the universal tensor `rel` (zero/<param>/<state>.pt) without vocabulary padding."""
+def logical_numels(universal):
+    """{parameter name: elements of its universal tensor without vocabulary padding}, from the manifest."""
     with open(os.path.join(universal, "manifest.json")) as f:
         m = json.load(f)
-    name = os.path.basename(os.path.dirname(rel))
-    entry = next(p for p in m["params"] if p["name"] == name)
-    shape = list(entry["shape"])
     pats = m["patterns"]["set"]
     vocab = pats.get("original_vocab_size")
-    if vocab and any(re.fullmatch(p, name) for p in pats.get("vocabulary_parameter_patterns", [])):
-        shape[0] = min(shape[0], vocab)
-    return math.prod(shape)
+    out = {}
+    for entry in m["params"]:
+        name, shape = entry["name"], list(entry["shape"])
+        if vocab and any(re.fullmatch(p, name) for p in pats.get("vocabulary_parameter_patterns", [])):
+            shape[0] = min(shape[0], vocab)
+        out[name] = math.prod(shape)
+    return out
 
 
 def flat_values(x):
@@ -39,6 +40,7 @@ def flat_values(x):
 def main():
     a, b = sys.argv[1], sys.argv[2]
     errors, same_bytes, same_values = [], 0, 0
+    numels = logical_numels(a)
     for root, _, files in os.walk(os.path.join(a, "zero")):
         for f in sorted(files):
             if f == "optimizer_state.pt":
@@ -55,7 +57,7 @@ def main():
             if f == "step.pt" or (isinstance(x, dict) and isinstance(y, dict)):
                 errors.append(f"{rel}: differs")
                 continue
-            n = logical_numel(a, rel)
+            n = numels[os.path.basename(os.path.dirname(rel))]
             p, q = flat_values(x), flat_values(y)
             if p.numel() < n or q.numel() < n or not torch.equal(p[:n].view(torch.int32), q[:n].view(torch.int32)):
                 errors.append(f"{rel}: flat tensor differs from the atomic tensor")
