@@ -8,21 +8,20 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "io/pickle/value.h"
 #include "load/deepspeed_writer.h"
 #include "load/model_info.h"
 #include "load/universal_reader.h"
 
-namespace ucpkit {
-class DeferredTorchFile;
-namespace ucp {
+namespace ucpkit::ucp {
 class MpiSession;
 }
-}  // namespace ucpkit
 
 namespace ucpkit::load {
 
@@ -35,16 +34,27 @@ struct ExchangePlan {
   };
   int ranks = 1;
   uint64_t batch_bytes = 0;
-  std::vector<Read> reads;                   // batch by batch; model order inside a batch
-  std::vector<std::vector<size_t>> batches;  // indices into reads
+  std::vector<Read> reads;                   // one per atomic tensor: [param * states + state]
+  std::vector<std::vector<size_t>> batches;  // indices into reads, model order inside a batch
+  std::vector<int> file_ranks;               // which rank writes each target file
   nlohmann::json to_json(const ModelInfo& model) const;
 };
 
-// Atomic tensors in model order (parameter, then its states); a batch is closed once it holds at
-// least `batch_bytes` (so one tensor larger than that is a batch of its own). Inside a batch the
-// tensors go largest first to the rank with the fewest bytes in that batch (ties: fewest bytes so
-// far, then lowest rank).
-ExchangePlan plan_exchange(const ModelInfo& model, int ranks, uint64_t batch_bytes);
+// What one target file gets from each atomic tensor: (param * states + state, bytes in the file).
+using FileNeeds = std::vector<std::pair<size_t, uint64_t>>;
+
+// The plan, from what every target file needs (`files`, the same list on every rank):
+// * each file is written by one rank, files balanced by bytes (largest first onto the least loaded);
+// * each atomic tensor is read by the rank whose files need most of it (ties: the rank that has
+//   read the fewest bytes), so that most of the data never leaves the rank that reads it;
+// * batches: every tensor joins the queue of the file that needs most of it (model order inside a
+//   queue); the queues are merged by how far into its queue each tensor lies (the middle of the
+//   tensor as a fraction of the queue's bytes), so every batch carries about the same share of every
+//   file and every rank has its part of each batch to write (in model order, a batch fed one or two
+//   files and the other ranks waited); a batch is closed once it holds at least `batch_bytes` (so a
+//   tensor larger than that is a batch of its own).
+ExchangePlan plan_exchange(const ModelInfo& model, const std::vector<FileNeeds>& files, int ranks,
+                           uint64_t batch_bytes);
 
 // Atomic element intervals [start, start + count) per (param, state), sorted and merged.
 using AtomicNeeds = std::map<std::pair<int, int>, std::vector<std::pair<int64_t, int64_t>>>;
@@ -54,15 +64,29 @@ void add_needs(const ModelInfo& model, const std::vector<DeepSpeedWriter::Source
                AtomicNeeds& needs);
 void normalize_needs(AtomicNeeds& needs);
 
+// A target file laid out (pickled root; its generated storages are filled later) but not created.
+struct LaidOutFile {
+  std::string path;
+  pickle::ValuePtr root;
+};
+
+// What each target file needs of each atomic tensor (its generated storages' recorded sources).
+std::vector<FileNeeds> file_needs(const std::vector<LaidOutFile>& files, const DeepSpeedWriter& writer,
+                                  const ModelInfo& model);
+
 // Where one rank's time went (wall seconds of each phase, summed over batches).
 struct ExchangeStats {
-  uint64_t bytes_written = 0;
+  uint64_t bytes_written = 0, files_written = 0;
+  // Sum over fill steps of the bytes of the busiest rank, and the same if every step were split
+  // evenly (their ratio is how long ranks wait for each other in the fill).
+  uint64_t fill_cost = 0, fill_cost_even = 0;
   double read_seconds = 0, pack_seconds = 0, alltoall_seconds = 0, fill_seconds = 0, finish_seconds = 0;
 };
 
-// Fills and finishes `files` (reserved by this rank through `writer`'s sink, with its sources
-// recorded) by the exchange; collective over all ranks of `mpi`.
-ExchangeStats run_exchange(std::vector<std::unique_ptr<DeferredTorchFile>>& files, const DeepSpeedWriter& writer,
+// Writes the target files by the exchange; collective over all ranks of `mpi`. `files`: every
+// target file, in the same order on every rank, laid out through `writer` with its sources recorded;
+// `plan` made from them; this rank creates and writes the files the plan gives it.
+ExchangeStats run_exchange(const std::vector<LaidOutFile>& files, const DeepSpeedWriter& writer,
                            UniversalReader& reader, const ModelInfo& model, const ExchangePlan& plan,
                            ucp::MpiSession& mpi, int threads);
 

@@ -30,11 +30,13 @@ namespace fs = std::filesystem;
 namespace ucpkit::load {
 
 nlohmann::json LoadSummary::to_json() const {
-  return {{"tool", "ucp-load"},      {"output", output},         {"format", format},
+  nlohmann::json j = {{"tool", "ucp-load"},      {"output", output},         {"format", format},
           {"params", params},        {"files_written", files_written}, {"bytes_read", bytes_read},
           {"bytes_written", bytes_written}, {"bytes_verified", bytes_verified}, {"seconds", seconds}, {"peak_rss_bytes", peak_rss_bytes},
           {"mpi_ranks", ranks},      {"threads", threads}, {"mode", exchange ? "exchange" : "files"},
           {"batches", batches}, {"phase_seconds", phase_seconds}};
+  if (exchange) j["fill_balance"] = fill_balance;
+  return j;
 }
 
 Prepared prepare(const LoadOptions& options) {
@@ -63,28 +65,6 @@ Prepared prepare(const LoadOptions& options) {
   }
   p.plan = ucp_info(p.model, t);
   return p;
-}
-
-nlohmann::json plan_json(const LoadOptions& options) {
-  auto p = prepare(options);
-  if (options.format == "safetensors") {
-    nlohmann::json j;
-    j["format"] = "safetensors";
-    j["dtype"] = std::string(dtype_name(options.target.dtype));
-    auto& shards = j["shards"] = nlohmann::json::array();
-    for (const auto& sh : safetensors_shards(p.model, options.target.dtype, options.shard_bytes)) {
-      nlohmann::json names = nlohmann::json::array();
-      for (int i : sh) names.push_back(p.model.params[i].name);
-      shards.push_back(names);
-    }
-    return j;
-  }
-  auto j = p.plan.to_json(p.model);
-  // Which rank reads which atomic tensor in which batch, when the exchange would be used.
-  const int ranks = ucp::MpiSession::get().size();
-  if (options.exchange == ExchangeMode::Exchange || (options.exchange == ExchangeMode::Auto && ranks > 1))
-    j["exchange"] = plan_exchange(p.model, ranks, options.batch_bytes).to_json(p.model);
-  return j;
 }
 
 namespace {
@@ -134,6 +114,32 @@ void run_job(const DeepSpeedWriter& writer, const ModelInfo& model, const UcpInf
   }
 }
 
+// Every target file laid out through `writer` (pickles built, sources recorded, nothing written),
+// sorted by path: the same list on every MPI rank.
+std::vector<LaidOutFile> lay_out_all(DeepSpeedWriter& writer, const ModelInfo& model, const UcpInfo& plan,
+                                     const std::string& dir, int threads) {
+  std::vector<LaidOutFile> out;
+  std::mutex mu;
+  writer.record_sources(true);
+  writer.set_sink([&](const std::string& path, const pickle::ValuePtr& root) -> uint64_t {
+    std::lock_guard lock(mu);
+    out.push_back({path, root});
+    return 0;
+  });
+  const auto jobs = jobs_of(model, plan);
+  std::atomic<uint64_t> none{0}, counted{0};
+  tbb::task_arena arena(threads);
+  arena.execute([&] {
+    tbb::parallel_for(size_t{0}, jobs.size(), [&](size_t k) {
+      check_interrupted();
+      run_job(writer, model, plan, jobs[k], dir, none, counted);
+    });
+  });
+  writer.set_sink(nullptr);
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
+  return out;
+}
+
 // More open files than the default soft limit may be needed (exchange: all of a rank's files at once).
 void raise_open_file_limit() {
   rlimit rl{};
@@ -144,6 +150,38 @@ void raise_open_file_limit() {
 }
 
 }  // namespace
+
+nlohmann::json plan_json(const LoadOptions& options) {
+  auto p = prepare(options);
+  if (options.format == "safetensors") {
+    nlohmann::json j;
+    j["format"] = "safetensors";
+    j["dtype"] = std::string(dtype_name(options.target.dtype));
+    auto& shards = j["shards"] = nlohmann::json::array();
+    for (const auto& sh : safetensors_shards(p.model, options.target.dtype, options.shard_bytes)) {
+      nlohmann::json names = nlohmann::json::array();
+      for (int i : sh) names.push_back(p.model.params[i].name);
+      shards.push_back(names);
+    }
+    return j;
+  }
+  auto j = p.plan.to_json(p.model);
+  // Which rank writes which file, and reads which atomic tensor in which batch, when the exchange
+  // would be used (the files are laid out in memory for it; nothing is written).
+  const int ranks = ucp::MpiSession::get().size();
+  if (options.exchange == ExchangeMode::Exchange || (options.exchange == ExchangeMode::Auto && ranks > 1)) {
+    UniversalReader reader(p.model, options.input, false);
+    DeepSpeedWriter writer(p.model, p.plan, reader,
+                           load_torch((fs::path(options.input) / "zero" / "optimizer_state.pt").string()));
+    const int threads = options.threads > 0 ? options.threads : std::max(1, tbb::this_task_arena::max_concurrency());
+    const auto files = lay_out_all(writer, p.model, p.plan, p.model.tag, threads);
+    const auto xplan = plan_exchange(p.model, file_needs(files, writer, p.model), ranks, options.batch_bytes);
+    auto& x = j["exchange"] = xplan.to_json(p.model);
+    auto& writers = x["files"] = nlohmann::json::array();
+    for (size_t f = 0; f < files.size(); ++f) writers.push_back({{"file", files[f].path}, {"rank", xplan.file_ranks[f]}});
+  }
+  return j;
+}
 
 LoadSummary run_load(const LoadOptions& options) {
   const auto t0 = Clock::now();
@@ -238,7 +276,7 @@ LoadSummary run_load(const LoadOptions& options) {
     check();
     mpi.barrier();
     std::unique_ptr<DeepSpeedWriter> writer_owner;
-    std::vector<std::unique_ptr<DeferredTorchFile>> deferred;
+    std::vector<LaidOutFile> laid_out;  // exchange: every target file, sorted by path
     std::optional<ExchangePlan> xplan;
     guarded([&] {
       pickle::ValuePtr common = load_torch((fs::path(options.input) / "zero" / "optimizer_state.pt").string());
@@ -254,27 +292,12 @@ LoadSummary run_load(const LoadOptions& options) {
       std::stable_sort(mine.begin(), mine.end(), [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
       tbb::task_arena arena(threads);
       if (exchange) {
-        // Every file is laid out first (pickle written, data records reserved); run_exchange below
-        // fills them batch by batch with the exchanged atomic slices.
+        // Every rank lays out every file, and makes the same plan from them: who writes which file,
+        // who reads which atomic tensor, in which batch. run_exchange then writes this rank's files.
         raise_open_file_limit();
-        xplan = plan_exchange(model, mpi.size(), options.batch_bytes);
+        laid_out = lay_out_all(writer, model, plan, ckdir.string(), threads);
+        xplan = plan_exchange(model, file_needs(laid_out, writer, model), mpi.size(), options.batch_bytes);
         batches = xplan->batches.size();
-        std::mutex mu;
-        writer.record_sources(true);
-        writer.set_sink([&](const std::string& path, const pickle::ValuePtr& root) -> uint64_t {
-          auto f = std::make_unique<DeferredTorchFile>(path, root);
-          std::lock_guard lock(mu);
-          deferred.push_back(std::move(f));
-          return 0;
-        });
-        std::atomic<uint64_t> none{0};
-        arena.execute([&] {
-          tbb::parallel_for(size_t{0}, mine.size(),
-                            [&](size_t k) {
-                              check_interrupted();
-                              run_job(writer, model, plan, jobs[mine[k]], ckdir.string(), none, files);
-                            });
-        });
         return;
       }
       tool::Progress progress("ucp-load", mine.size());
@@ -299,8 +322,9 @@ LoadSummary run_load(const LoadOptions& options) {
     check();
     // Collective; on any rank's failure every rank throws (temporary files and staging removed).
     if (exchange) {
-      xstats = run_exchange(deferred, *writer_owner, reader, model, *xplan, mpi, threads);
+      xstats = run_exchange(laid_out, *writer_owner, reader, model, *xplan, mpi, threads);
       written += xstats.bytes_written;
+      files += xstats.files_written;
     }
   }
   guarded([&] {
@@ -328,6 +352,8 @@ LoadSummary run_load(const LoadOptions& options) {
                        {"alltoall", xstats.alltoall_seconds},
                        {"fill", xstats.fill_seconds},
                        {"finish", xstats.finish_seconds}};
+  if (exchange && xstats.fill_cost_even > 0)
+    s.fill_balance = static_cast<double>(xstats.fill_cost) / static_cast<double>(xstats.fill_cost_even);
   s.files_written = mpi.sum(files.load());
   s.bytes_read = mpi.sum(reader.bytes_read());
   s.bytes_verified = mpi.sum(reader.bytes_verified());

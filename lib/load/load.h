@@ -38,6 +38,9 @@ struct LoadSummary {
   bool exchange = false;        // exchange mode used
   size_t batches = 0;           // exchange batches
   nlohmann::json phase_seconds = nlohmann::json::object();  // exchange: seconds per phase (rank 0)
+  // Exchange: sum over fill steps of the busiest rank's bytes over the same with every step split
+  // evenly (1.0: no rank waits for another in the fill).
+  double fill_balance = 0;
   uint64_t bytes_verified = 0;  // atomic bytes read for checksum verification (each tensor once)
   uint64_t bytes_written = 0, peak_rss_bytes = 0;
   double seconds = 0;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <thread>
 
@@ -147,11 +148,12 @@ std::vector<std::vector<int64_t>> MpiSession::allgather(const std::vector<int64_
   return out;
 }
 
-std::vector<float> MpiSession::alltoallv(const std::vector<float>& send, const std::vector<uint64_t>& send_counts,
-                                         const std::vector<uint64_t>& recv_counts) {
-  uint64_t recv_total = 0;
-  for (auto c : recv_counts) recv_total += c;
-  if (!active_) return std::vector<float>(send.begin(), send.begin() + static_cast<ptrdiff_t>(send_counts.at(0)));
+void MpiSession::alltoallv(const float* send, const std::vector<uint64_t>& send_counts, float* recv,
+                           const std::vector<uint64_t>& recv_counts) {
+  if (!active_) {
+    if (send_counts.at(0) > 0) std::memcpy(recv, send, send_counts[0] * sizeof(float));
+    return;
+  }
   // Counts and displacements are ints in MPI: 2^31 floats (8 GiB) per pair and in all per rank.
   auto ints = [](const std::vector<uint64_t>& counts, std::vector<int>& c, std::vector<int>& d) {
     uint64_t at = 0;
@@ -166,10 +168,7 @@ std::vector<float> MpiSession::alltoallv(const std::vector<float>& send, const s
   std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
   ints(send_counts, sc, sd);
   ints(recv_counts, rc, rd);
-  std::vector<float> recv(recv_total);
-  MPI_Alltoallv(send.data(), sc.data(), sd.data(), MPI_FLOAT, recv.data(), rc.data(), rd.data(), MPI_FLOAT,
-                MPI_COMM_WORLD);
-  return recv;
+  MPI_Alltoallv(send, sc.data(), sd.data(), MPI_FLOAT, recv, rc.data(), rd.data(), MPI_FLOAT, MPI_COMM_WORLD);
 }
 
 void die_if_interrupted() {

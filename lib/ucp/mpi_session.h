@@ -27,10 +27,11 @@ class MpiSession {
   double max(double v);
   std::vector<std::string> gather(const std::string& s, int root = 0);  // on root: one per rank
   std::vector<std::vector<int64_t>> allgather(const std::vector<int64_t>& v);  // one per rank
-  // Personalized all-to-all: `send` holds send_counts[r] floats for each rank r back to back; returns
-  // recv_counts[r] floats from each rank r back to back (counts must be known on both sides).
-  std::vector<float> alltoallv(const std::vector<float>& send, const std::vector<uint64_t>& send_counts,
-                               const std::vector<uint64_t>& recv_counts);
+  // Personalized all-to-all: `send` holds send_counts[r] floats for each rank r back to back; `recv`
+  // gets recv_counts[r] floats from each rank r back to back (counts must be known on both sides;
+  // the caller's buffers, so that a loop of exchanges reuses the same memory).
+  void alltoallv(const float* send, const std::vector<uint64_t>& send_counts, float* recv,
+                 const std::vector<uint64_t>& recv_counts);
 
  private:
   MpiSession();

@@ -191,6 +191,14 @@ TEST(LoadPlan, PrintsUcpInfoJsonAndWritesNothing) {
   for (const auto& p : m["params"]) tensors += p["states"].size();
   EXPECT_EQ(reads, tensors);
   EXPECT_EQ(j["exchange"]["bytes_read_per_rank"][0], bytes);
+  // Who writes which file: every target file of the layout (TP 2, DP 3: 2 model files, 6 optimizer
+  // files), by the only rank.
+  ASSERT_EQ(j["exchange"]["files"].size(), 8u);
+  for (const auto& f : j["exchange"]["files"]) {
+    EXPECT_EQ(f["rank"], 0);
+    const std::string name = fs::path(f["file"].get<std::string>()).filename().string();
+    EXPECT_TRUE(name.starts_with("mp_rank_0") || name.starts_with("bf16_zero_pp_rank_")) << name;
+  }
 }
 
 TEST(LoadSafetensors, ShardsReadByAnIndependentReader) {

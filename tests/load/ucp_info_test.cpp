@@ -269,49 +269,105 @@ TEST(UcpInfo, StagesOfBlocks) {
   EXPECT_EQ(stage_of_blocks(5, 3), (std::vector<int>{0, 0, 1, 1, 2}));
 }
 
-// The MPI exchange plan: every atomic tensor read exactly once, batches closed at the byte budget
-// in model order, owners balanced inside each batch.
-TEST(Exchange, EveryTensorReadOnceBatchesBoundedOwnersBalanced) {
+// The MPI exchange plan, from what each target file needs of each atomic tensor (synthetic needs
+// shaped like a ZeRO target: DP partition files taking contiguous runs of the flat buffer, all
+// states; weight files taking the fp32 state of a range of parameters, at half the bytes).
+TEST(Exchange, PlanReadsEachTensorOnceByItsMainUserAndKeepsFilesInStep) {
   ModelInfo m = tiny_model();
   for (int i = 0; i < 9; ++i) m.params.push_back(m.params[i % 3]);  // 12 parameters of 160, 128, 16 bytes
-  for (int ranks : {1, 2, 3, 5}) {
-    for (uint64_t budget : {1ull, 500ull, 1000ull, 1ull << 40}) {
-      const auto plan = plan_exchange(m, ranks, budget);
-      std::map<std::pair<int, int>, int> seen;
-      std::vector<uint64_t> per_rank(ranks, 0);
-      int last_param = -1;
-      for (size_t b = 0; b < plan.batches.size(); ++b) {
-        uint64_t bytes = 0, largest = 0;
+  const size_t S = m.states.size(), T = m.params.size() * S;
+  auto bytes_of = [&](size_t t) { return static_cast<uint64_t>(m.params[t / S].stored_numel) * 4; };
+  for (int nfiles : {1, 3, 4, 7}) {
+    std::vector<FileNeeds> files(static_cast<size_t>(nfiles) + 2);
+    for (size_t t = 0; t < T; ++t) {
+      // Partition files: parameter p to file p * nfiles / 12; a parameter on a boundary is split.
+      const size_t p = t / S, f = p * static_cast<size_t>(nfiles) / m.params.size();
+      const size_t g = (p * static_cast<size_t>(nfiles) + static_cast<size_t>(nfiles) - 1) / m.params.size();
+      if (f == g || g >= static_cast<size_t>(nfiles)) {
+        files[f].emplace_back(t, bytes_of(t));
+      } else {  // two thirds to the first, one third to the next
+        files[f].emplace_back(t, bytes_of(t) * 2 / 3);
+        files[g].emplace_back(t, bytes_of(t) - bytes_of(t) * 2 / 3);
+      }
+      if (t % S == 0) files[static_cast<size_t>(nfiles) + (p < 6 ? 0 : 1)].emplace_back(t, bytes_of(t) / 2);
+    }
+    for (int ranks : {1, 2, 3, 5}) {
+      for (uint64_t budget : {1ull, 300ull, 1000ull, 1ull << 40}) {
+        SCOPED_TRACE("files " + std::to_string(nfiles) + " ranks " + std::to_string(ranks) + " budget " +
+                     std::to_string(budget));
+        const auto plan = plan_exchange(m, files, ranks, budget);
+        // Files balanced by bytes: the spread is at most the largest file.
+        ASSERT_EQ(plan.file_ranks.size(), files.size());
         std::vector<uint64_t> load(ranks, 0);
-        for (size_t k : plan.batches[b]) {
-          const auto& r = plan.reads[k];
-          ++seen[{r.param, r.state}];
-          EXPECT_EQ(r.batch, static_cast<int>(b));
-          EXPECT_GE(r.param * 3 + r.state, last_param);  // model order, then state order
-          last_param = r.param * 3 + r.state;
-          uint64_t numel = 1;
-          for (auto d : m.params[r.param].shape) numel *= d;
-          EXPECT_EQ(r.bytes, numel * 4);
-          bytes += r.bytes;
-          largest = std::max(largest, r.bytes);
-          ASSERT_GE(r.owner, 0);
-          ASSERT_LT(r.owner, ranks);
-          load[r.owner] += r.bytes;
-          per_rank[r.owner] += r.bytes;
-        }
-        // Closed as soon as the budget is reached: without its last parameter it was below it.
-        const auto& last = plan.reads[plan.batches[b].back()];
-        if (b + 1 < plan.batches.size()) {
-          EXPECT_GE(bytes, budget);
-          EXPECT_LT(bytes - last.bytes, budget);
+        uint64_t largest_file = 0;
+        std::vector<std::vector<uint64_t>> need(T, std::vector<uint64_t>(ranks, 0));
+        for (size_t f = 0; f < files.size(); ++f) {
+          uint64_t n = 0;
+          for (const auto& [t, b] : files[f]) {
+            n += b;
+            need[t][plan.file_ranks[f]] += b;
+          }
+          load[plan.file_ranks[f]] += n;
+          largest_file = std::max(largest_file, n);
         }
         const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
-        EXPECT_LE(*hi - *lo, largest) << "ranks " << ranks << " budget " << budget << " batch " << b;
+        EXPECT_LE(*hi - *lo, largest_file);
+        // Every tensor read once, by a rank whose files need the most of it.
+        ASSERT_EQ(plan.reads.size(), T);
+        std::vector<int> seen(T, 0);
+        for (size_t b = 0; b < plan.batches.size(); ++b) {
+          uint64_t bytes = 0, largest = 0;
+          for (size_t i = 0; i < plan.batches[b].size(); ++i) {
+            const size_t t = plan.batches[b][i];
+            if (i > 0) EXPECT_LT(plan.batches[b][i - 1], t);  // model order inside a batch
+            const auto& r = plan.reads[t];
+            ++seen[t];
+            EXPECT_EQ(r.batch, static_cast<int>(b));
+            EXPECT_EQ(static_cast<size_t>(r.param) * S + static_cast<size_t>(r.state), t);
+            EXPECT_EQ(r.bytes, bytes_of(t));
+            ASSERT_GE(r.owner, 0);
+            ASSERT_LT(r.owner, ranks);
+            EXPECT_EQ(need[t][r.owner], *std::max_element(need[t].begin(), need[t].end())) << "tensor " << t;
+            bytes += r.bytes;
+            largest = std::max(largest, r.bytes);
+          }
+          if (b + 1 < plan.batches.size()) EXPECT_GE(bytes, budget);
+          EXPECT_LT(bytes, budget + largest);  // closed as soon as the budget was reached
+        }
+        for (size_t t = 0; t < T; ++t) EXPECT_EQ(seen[t], 1) << "tensor " << t;
+        if (budget == 1) EXPECT_EQ(plan.batches.size(), T);
+        if (budget == (1ull << 40)) EXPECT_EQ(plan.batches.size(), 1u);
+        // Files in step: each tensor's queue is the file needing most of it; a queue is read in
+        // model order, and after every batch any two queues are done to the same fraction within
+        // half a tensor of each.
+        std::vector<size_t> queue(T);
+        for (size_t t = 0; t < T; ++t) {
+          uint64_t best = 0;
+          for (size_t f = 0; f < files.size(); ++f)
+            for (const auto& [u, b] : files[f])
+              if (u == t && b > best) best = b, queue[t] = f;
+        }
+        std::map<size_t, uint64_t> total, largest_in, done;
+        for (size_t t = 0; t < T; ++t) {
+          total[queue[t]] += bytes_of(t);
+          largest_in[queue[t]] = std::max(largest_in[queue[t]], bytes_of(t));
+        }
+        std::map<size_t, int> last_batch;
+        for (size_t t = 0; t < T; ++t) {
+          if (last_batch.count(queue[t])) EXPECT_GE(plan.reads[t].batch, last_batch[queue[t]]);
+          last_batch[queue[t]] = plan.reads[t].batch;
+        }
+        for (size_t b = 0; b < plan.batches.size(); ++b) {
+          for (size_t t : plan.batches[b]) done[queue[t]] += bytes_of(t);
+          for (const auto& [q1, d1] : done)
+            for (const auto& [q2, d2] : done) {
+              const double f1 = static_cast<double>(d1) / total[q1], f2 = static_cast<double>(d2) / total[q2];
+              const double slack = (static_cast<double>(largest_in[q1]) / total[q1] +
+                                    static_cast<double>(largest_in[q2]) / total[q2]) / 2;
+              EXPECT_LE(std::abs(f1 - f2), slack + 1e-9) << "batch " << b << " queues " << q1 << " " << q2;
+            }
+        }
       }
-      EXPECT_EQ(seen.size(), m.params.size() * m.states.size());
-      for (const auto& [key, n] : seen) EXPECT_EQ(n, 1);
-      if (budget == 1) EXPECT_EQ(plan.batches.size(), m.params.size() * m.states.size());
-      if (budget == (1ull << 40)) EXPECT_EQ(plan.batches.size(), 1u);
     }
   }
 }

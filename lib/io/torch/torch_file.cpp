@@ -263,6 +263,14 @@ void save_torch_file(const std::string& path, const pickle::ValuePtr& root, cons
   zip.finish();
 }
 
+std::vector<std::shared_ptr<Storage>> generated_storages(const pickle::ValuePtr& root) {
+  std::vector<std::shared_ptr<Storage>> order, generated;
+  pickle_root(root, order);
+  for (auto& s : order)
+    if (s->is_generated()) generated.push_back(std::move(s));
+  return generated;
+}
+
 struct DeferredTorchFile::Pieces {
   std::mutex mu;
   struct Piece {

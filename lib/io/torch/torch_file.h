@@ -45,6 +45,10 @@ void save_torch_file(const std::string& path, const pickle::ValuePtr& root, cons
 
 class ZipWriter;
 
+// The generated storages of `root` in the order DeferredTorchFile(path, root).records() lists them
+// (nothing is written; the MPI exchange uses it to weigh files before deciding who writes them).
+std::vector<std::shared_ptr<Storage>> generated_storages(const pickle::ValuePtr& root);
+
 // The same file written out of order (ucp-load's MPI exchange: data arrives batch by batch, and a
 // record spans every batch). The constructor writes the pickle and every stored storage and
 // reserves one record per generated storage; write() gives any byte range of a reserved record
