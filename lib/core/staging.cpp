@@ -6,9 +6,11 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -128,9 +130,14 @@ StagingDir::StagingDir(const fs::path& target, bool overwrite, std::string tag, 
 }
 
 StagingDir::~StagingDir() {
-  if (!committed_) {
-    std::error_code ec;
+  if (committed_) return;
+  // Under MPI the other ranks may still be removing their own temporary files in this folder while
+  // this rank removes it; an entry vanishing under remove_all can make it stop early, so try again.
+  std::error_code ec;
+  for (int attempt = 0; attempt < 20; ++attempt) {
     fs::remove_all(path_, ec);
+    if (!fs::exists(path_, ec)) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
 
