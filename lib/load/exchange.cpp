@@ -52,6 +52,7 @@ nlohmann::json ExchangePlan::to_json(const ModelInfo& model) const {
   nlohmann::json j;
   j["ranks"] = ranks;
   j["batch_bytes"] = batch_bytes;
+  j["unit_elements"] = unit_elements;
   std::vector<uint64_t> per_rank(static_cast<size_t>(ranks), 0);
   auto& bs = j["batches"] = nlohmann::json::array();
   for (const auto& b : batches) {
@@ -59,8 +60,8 @@ nlohmann::json ExchangePlan::to_json(const ModelInfo& model) const {
     uint64_t bytes = 0;
     for (size_t k : b) {
       const Read& r = this->reads[k];
-      reads.push_back({{"param", model.params[r.param].name}, {"state", model.states[r.state]}, {"bytes", r.bytes},
-                       {"owner", r.owner}});
+      reads.push_back({{"param", model.params[r.param].name}, {"state", model.states[r.state]}, {"start", r.start},
+                       {"count", r.count}, {"bytes", r.bytes}, {"owner", r.owner}});
       bytes += r.bytes;
       per_rank[static_cast<size_t>(r.owner)] += r.bytes;
     }
@@ -70,68 +71,98 @@ nlohmann::json ExchangePlan::to_json(const ModelInfo& model) const {
   return j;
 }
 
+namespace {
+
+// Calls f(start, count) for the parts of the sorted, merged intervals `v` inside [a, b).
+template <class F>
+void for_each_overlap(const std::vector<std::pair<int64_t, int64_t>>& v, int64_t a, int64_t b, F&& f) {
+  auto it = std::upper_bound(v.begin(), v.end(), a, [](int64_t x, const auto& iv) { return x < iv.first; });
+  if (it != v.begin()) --it;
+  for (; it != v.end() && it->first < b; ++it) {
+    const int64_t lo = std::max(a, it->first), hi = std::min(b, it->first + it->second);
+    if (lo < hi) f(lo, hi - lo);
+  }
+}
+
+}  // namespace
+
 ExchangePlan plan_exchange(const ModelInfo& model, const std::vector<FileNeeds>& files, int ranks,
                            uint64_t batch_bytes) {
   if (ranks < 1) throw Error("plan_exchange: no ranks");
   ExchangePlan plan;
   plan.ranks = ranks;
   plan.batch_bytes = batch_bytes;
+  plan.unit_elements = std::max<int64_t>(1, static_cast<int64_t>(batch_bytes / 32 / 4));
   const size_t nstates = model.states.size(), ntensors = model.params.size() * nstates;
+
+  // Units in model order.
+  for (size_t t = 0; t < ntensors; ++t) {
+    plan.first_unit.push_back(plan.reads.size());
+    const int64_t n = model.params[t / nstates].stored_numel;
+    for (int64_t a = 0; a < n || a == 0; a += plan.unit_elements) {
+      ExchangePlan::Read r;
+      r.param = static_cast<int>(t / nstates);
+      r.state = static_cast<int>(t % nstates);
+      r.start = a;
+      r.count = std::min(plan.unit_elements, n - a);
+      r.bytes = static_cast<uint64_t>(r.count) * 4;
+      plan.reads.push_back(r);
+    }
+  }
+  plan.first_unit.push_back(plan.reads.size());
+  const size_t nunits = plan.reads.size();
 
   // Files onto ranks, balanced by bytes.
   std::vector<uint64_t> file_bytes;
-  for (const auto& f : files) {
-    uint64_t n = 0;
-    for (const auto& [t, bytes] : f) n += bytes;
-    file_bytes.push_back(n);
-  }
+  for (const auto& f : files) file_bytes.push_back(f.bytes);
   plan.file_ranks = ucp::assign_by_size(file_bytes, ranks);
 
-  // Per tensor: the bytes each rank's files need, and the file that needs most (its queue).
-  std::vector<std::vector<uint64_t>> need(ntensors, std::vector<uint64_t>(static_cast<size_t>(ranks), 0));
-  std::vector<std::map<size_t, uint64_t>> per_file(ntensors);
-  for (size_t f = 0; f < files.size(); ++f)
-    for (const auto& [t, bytes] : files[f]) {
+  // Per unit: the elements each rank's files need, and the file that needs most (its queue).
+  std::vector<std::vector<uint64_t>> need(nunits, std::vector<uint64_t>(static_cast<size_t>(ranks), 0));
+  std::vector<long> queue_of(nunits, -1);  // -1: needed by no file (a queue of its own)
+  std::vector<uint64_t> queue_need(nunits, 0);
+  for (size_t f = 0; f < files.size(); ++f) {
+    std::map<size_t, uint64_t> per_unit;
+    for (const auto& [key, v] : files[f].elements) {
+      const size_t t = static_cast<size_t>(key.first) * nstates + static_cast<size_t>(key.second);
       if (t >= ntensors) throw Error("plan_exchange: tensor index out of range");
-      need[t][static_cast<size_t>(plan.file_ranks[f])] += bytes;
-      per_file[t][f] += bytes;
+      for (const auto& [start, count] : v)
+        for (int64_t a = start; a < start + count;) {
+          const size_t u = plan.first_unit[t] + static_cast<size_t>(a / plan.unit_elements);
+          const int64_t end = std::min(start + count, (a / plan.unit_elements + 1) * plan.unit_elements);
+          per_unit[u] += static_cast<uint64_t>(end - a);
+          a = end;
+        }
     }
-  std::vector<long> queue_of(ntensors, -1);  // -1: needed by no file (a queue of its own)
-  for (size_t t = 0; t < ntensors; ++t) {
-    uint64_t best = 0;
-    for (const auto& [f, bytes] : per_file[t])
-      if (bytes > best) best = bytes, queue_of[t] = static_cast<long>(f);
+    for (const auto& [u, n] : per_unit) {
+      need[u][static_cast<size_t>(plan.file_ranks[f])] += n;
+      if (n > queue_need[u]) queue_need[u] = n, queue_of[u] = static_cast<long>(f);
+    }
   }
 
-  // Owners in model order: the rank that needs most of the tensor, then the one that read least.
+  // Owners in model order: the rank that needs most of the unit, then the one that read least.
   std::vector<uint64_t> read(static_cast<size_t>(ranks), 0);
-  plan.reads.resize(ntensors);
-  for (size_t t = 0; t < ntensors; ++t) {
-    auto& r = plan.reads[t];
-    r.param = static_cast<int>(t / nstates);
-    r.state = static_cast<int>(t % nstates);
-    r.bytes = static_cast<uint64_t>(model.params[static_cast<size_t>(r.param)].stored_numel) * 4;
+  for (size_t u = 0; u < nunits; ++u) {
     int best = 0;
     for (int k = 1; k < ranks; ++k)
-      if (std::pair(need[t][k], -static_cast<int64_t>(read[k])) >
-          std::pair(need[t][best], -static_cast<int64_t>(read[best])))
+      if (std::pair(need[u][k], -static_cast<int64_t>(read[k])) >
+          std::pair(need[u][best], -static_cast<int64_t>(read[best])))
         best = k;
-    r.owner = best;
-    read[static_cast<size_t>(best)] += r.bytes;
+    plan.reads[u].owner = best;
+    read[static_cast<size_t>(best)] += plan.reads[u].bytes;
   }
 
-  // The queues merged by progress: tensor t lies at the fraction key[t] of its queue's bytes.
-  std::map<long, uint64_t> queue_total;
-  for (size_t t = 0; t < ntensors; ++t) queue_total[queue_of[t]] += plan.reads[t].bytes;
-  std::map<long, uint64_t> done;
-  std::vector<double> key(ntensors, 0);
-  for (size_t t = 0; t < ntensors; ++t) {
-    const uint64_t total = std::max<uint64_t>(queue_total[queue_of[t]], 1);
-    uint64_t& d = done[queue_of[t]];
-    key[t] = (static_cast<double>(d) + static_cast<double>(plan.reads[t].bytes) / 2) / static_cast<double>(total);
-    d += plan.reads[t].bytes;
+  // The queues merged by progress: unit u lies at the fraction key[u] of its queue's bytes.
+  std::map<long, uint64_t> queue_total, done;
+  for (size_t u = 0; u < nunits; ++u) queue_total[queue_of[u]] += plan.reads[u].bytes;
+  std::vector<double> key(nunits, 0);
+  for (size_t u = 0; u < nunits; ++u) {
+    const uint64_t total = std::max<uint64_t>(queue_total[queue_of[u]], 1);
+    uint64_t& d = done[queue_of[u]];
+    key[u] = (static_cast<double>(d) + static_cast<double>(plan.reads[u].bytes) / 2) / static_cast<double>(total);
+    d += plan.reads[u].bytes;
   }
-  std::vector<size_t> order(ntensors);
+  std::vector<size_t> order(nunits);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key[a] < key[b]; });
 
@@ -140,14 +171,14 @@ ExchangePlan plan_exchange(const ModelInfo& model, const std::vector<FileNeeds>&
   auto close = [&] {
     if (open.empty()) return;
     std::sort(open.begin(), open.end());  // model order inside a batch
-    for (size_t t : open) plan.reads[t].batch = static_cast<int>(plan.batches.size());
+    for (size_t u : open) plan.reads[u].batch = static_cast<int>(plan.batches.size());
     plan.batches.push_back(std::move(open));
     open.clear();
     open_bytes = 0;
   };
-  for (size_t t : order) {
-    open.push_back(t);
-    open_bytes += plan.reads[t].bytes;
+  for (size_t u : order) {
+    open.push_back(u);
+    open_bytes += plan.reads[u].bytes;
     if (open_bytes >= batch_bytes) close();
   }
   close();
@@ -158,12 +189,12 @@ std::vector<FileNeeds> file_needs(const std::vector<LaidOutFile>& files, const D
                                   const ModelInfo& model) {
   std::vector<FileNeeds> out(files.size());
   tbb::parallel_for(size_t{0}, files.size(), [&](size_t f) {
-    std::map<size_t, uint64_t> bytes;
-    for (const auto& st : generated_storages(files[f].root))
-      for (const auto& s : writer.sources_of(st.get()))
-        bytes[static_cast<size_t>(s.slot->param) * model.states.size() + static_cast<size_t>(s.state)] +=
-            s.byte_end - s.byte_begin;
-    out[f].assign(bytes.begin(), bytes.end());
+    for (const auto& st : generated_storages(files[f].root)) {
+      const auto sources = writer.sources_of(st.get());
+      for (const auto& s : sources) out[f].bytes += s.byte_end - s.byte_begin;
+      add_needs(model, sources, st->dtype(), out[f].elements);
+    }
+    normalize_needs(out[f].elements);
   });
   return out;
 }
@@ -199,18 +230,47 @@ void normalize_needs(AtomicNeeds& needs) {
 
 namespace {
 
-// The pieces of a generated storage: its sources' byte ranges, each tagged with the fill step of
-// its atomic tensor's batch (b + 1), and the gaps between them (zeros, step 0).
+// The pieces of a generated storage to fill: its sources' byte ranges cut where their atomic
+// elements move to a unit of another batch, each tagged with the fill step of that batch (b + 1),
+// and the gaps between sources (zeros, step 0). Padding rows inside a source go with the piece
+// they follow (step 0 when a source starts with them).
 template <class F>
 void for_each_piece(const Storage& st, const DeepSpeedWriter& writer, const ModelInfo& model,
-                    const std::vector<int>& batch_of, F&& piece) {
+                    const ExchangePlan& plan, F&& piece) {
   auto sources = writer.sources_of(&st);
   std::sort(sources.begin(), sources.end(), [](const auto& a, const auto& b) { return a.byte_begin < b.byte_begin; });
+  const uint64_t es = dtype_size(st.dtype());
   uint64_t at = 0;
   for (const auto& s : sources) {
     if (s.byte_begin > at) piece(size_t{0}, at, s.byte_begin);
-    const size_t key = static_cast<size_t>(s.slot->param) * model.states.size() + static_cast<size_t>(s.state);
-    piece(static_cast<size_t>(batch_of[key]) + 1, s.byte_begin, s.byte_end);
+    const size_t t = static_cast<size_t>(s.slot->param) * model.states.size() + static_cast<size_t>(s.state);
+    const int64_t n = static_cast<int64_t>((s.byte_end - s.byte_begin) / es);
+    size_t step = 0;
+    uint64_t begin = s.byte_begin;
+    bool started = false;
+    for_each_run(model.params[s.slot->param].shape, s.slot->slice, s.param_offset, s.param_offset + n,
+                 [&](int64_t src, int64_t count, int64_t out) {
+                   if (src < 0) {
+                     started = true;
+                     return;
+                   }
+                   for (int64_t done = 0; done < count;) {
+                     const int64_t e = src + done, k = e / plan.unit_elements;
+                     const size_t u = plan.first_unit[t] + static_cast<size_t>(k);
+                     const size_t here = static_cast<size_t>(plan.reads[u].batch) + 1;
+                     const uint64_t pos = s.byte_begin + static_cast<uint64_t>(out + done) * es;
+                     if (!started) {
+                       step = here;
+                       started = true;
+                     } else if (here != step) {
+                       if (pos > begin) piece(step, begin, pos);
+                       begin = pos;
+                       step = here;
+                     }
+                     done += std::min(count - done, (k + 1) * plan.unit_elements - e);
+                   }
+                 });
+    if (s.byte_end > begin) piece(step, begin, s.byte_end);
     at = std::max(at, s.byte_end);
   }
   if (at < st.nbytes()) piece(size_t{0}, at, st.nbytes());
@@ -228,8 +288,6 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
   const int me = mpi.rank(), nranks = mpi.size();
   if (plan.ranks != nranks) throw Error("exchange plan made for " + std::to_string(plan.ranks) + " ranks");
   tbb::task_arena arena(threads);
-  std::vector<int> batch_of(model.params.size() * model.states.size(), 0);  // [param * states + state]
-  for (const auto& r : plan.reads) batch_of[static_cast<size_t>(r.param) * model.states.size() + r.state] = r.batch;
   const size_t steps = plan.batches.size() + 1;  // fill steps: [0] zeros; [b + 1] batch b
 
   // 1. This rank's files (the plan says who writes which).
@@ -256,7 +314,7 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
     const auto& records = files[f]->records();
     for (size_t k = 0; k < records.size(); ++k) {
       const Storage& st = *records[k].storage;
-      for_each_piece(st, writer, model, batch_of,
+      for_each_piece(st, writer, model, plan,
                      [&](size_t step, uint64_t a, uint64_t b) { items[step].push_back({f, k, a, b}); });
       add_needs(model, writer.sources_of(&st), st.dtype(), mine);
     }
@@ -292,19 +350,19 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
                                                                                                          a[i + 3]);
     }
   }
-  auto needed = [&](int rank, const ExchangePlan::Read& rd) -> const std::vector<std::pair<int64_t, int64_t>>* {
+  // Calls f(start, count) for the elements of unit `rd` that `rank` needs (in increasing order).
+  auto each_needed = [&](int rank, const ExchangePlan::Read& rd, auto&& f) {
     const auto& m = needs[static_cast<size_t>(rank)];
     auto it = m.find({rd.param, rd.state});
-    return it == m.end() ? nullptr : &it->second;
+    if (it != m.end()) for_each_overlap(it->second, rd.start, rd.start + rd.count, f);
   };
-  auto count_of = [](const std::vector<std::pair<int64_t, int64_t>>* v) {
+  auto count_of = [&](int rank, const ExchangePlan::Read& rd) {
     uint64_t n = 0;
-    if (v)
-      for (const auto& iv : *v) n += static_cast<uint64_t>(iv.second);
+    each_needed(rank, rd, [&](int64_t, int64_t count) { n += static_cast<uint64_t>(count); });
     return n;
   };
 
-  // Per batch: the tensors this rank owns, what it sends to and receives from each rank. The three
+  // Per batch: the units this rank owns, what it sends to and receives from each rank. The three
   // buffers are allocated once, for the largest batch, and left uninitialized: fresh pages every
   // batch (a page fault and a zero-fill each) cost more than the copies themselves.
   struct BatchIo {
@@ -325,9 +383,9 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
         x.owned.push_back(k);
         x.owned_at.push_back(x.owned_at.back() + rd.bytes / 4);
         for (int r = 0; r < nranks; ++r)
-          if (r != me) x.send_counts[static_cast<size_t>(r)] += count_of(needed(r, rd));
+          if (r != me) x.send_counts[static_cast<size_t>(r)] += count_of(r, rd);
       } else {
-        x.recv_counts[static_cast<size_t>(rd.owner)] += count_of(needed(me, rd));
+        x.recv_counts[static_cast<size_t>(rd.owner)] += count_of(me, rd);
       }
     }
     max_owned = std::max(max_owned, x.owned_at.back());
@@ -380,38 +438,64 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
     stats.fill_seconds += since(t);
   }
 
+  std::vector<uint32_t> unit_crc(plan.reads.size(), 0);  // every unit's CRC, from whichever rank read it
+  std::vector<char> unit_read(plan.reads.size(), 0), tensor_checked(plan.first_unit.size() - 1, 0);
   tool::Progress progress("ucp-load", plan.batches.size());
   for (size_t b = 0; b < plan.batches.size(); ++b) {
     const auto& x = io[b];
     auto data = [&](size_t i) { return owned_buf.get() + x.owned_at[i]; };
     auto numel = [&](size_t i) { return static_cast<int64_t>(x.owned_at[i + 1] - x.owned_at[i]); };
-    // 4. Owners read their tensors of the batch whole (checksum in the same pass).
+    // 4. Owners read their units of the batch (checksum in the same pass). The units' CRCs go to
+    //    every rank; once all units of a tensor have been read, the owner of its first unit combines
+    //    them in order and checks the manifest's CRC (each atomic byte is read once in all).
     auto t = Clock::now();
+    std::vector<uint32_t> crcs(x.owned.size(), 0);
     collective_step(mpi, [&] {
       check_interrupted();  // SIGINT/SIGTERM: every rank stops at the start of the next batch
-      // Every tensor in parts of 8 MiB, all at once (a batch is often one large tensor); the
-      // parts' CRCs are combined in order and checked against the manifest.
+      // Every unit in parts of 8 MiB, all at once; the parts' CRCs are combined in order.
       constexpr int64_t kPart = 2 << 20;  // elements
-      std::vector<std::pair<size_t, int64_t>> parts;  // (owned index, first element)
+      std::vector<std::pair<size_t, int64_t>> parts;  // (owned index, first element in the unit)
       for (size_t i = 0; i < x.owned.size(); ++i)
         for (int64_t a = 0; a < numel(i) || a == 0; a += kPart) parts.emplace_back(i, a);
-      std::vector<uint32_t> crcs(parts.size(), 0);
+      std::vector<uint32_t> part_crcs(parts.size(), 0);
       arena.execute([&] {
         tbb::parallel_for(size_t{0}, parts.size(), [&](size_t p) {
           const auto [i, a] = parts[p];
           const auto& rd = plan.reads[x.owned[i]];
           const int64_t n = std::min<int64_t>(kPart, numel(i) - a);
-          crcs[p] = reader.read_part(rd.param, model.states[static_cast<size_t>(rd.state)], a, n, data(i) + a);
+          part_crcs[p] = reader.read_part(rd.param, model.states[static_cast<size_t>(rd.state)], rd.start + a, n,
+                                          data(i) + a);
         });
       });
-      for (size_t p = 0; p < parts.size();) {
-        const size_t i = parts[p].first;
-        uint32_t crc = 0;
-        for (; p < parts.size() && parts[p].first == i; ++p) {
-          const int64_t n = std::min<int64_t>(kPart, numel(i) - parts[p].second);
-          crc = parts[p].second == 0 ? crcs[p] : crc32_combine(crc, crcs[p], static_cast<uint64_t>(n) * 4);
+      for (size_t p = 0; p < parts.size(); ++p) {
+        const auto [i, a] = parts[p];
+        const int64_t n = std::min<int64_t>(kPart, numel(i) - a);
+        crcs[i] = a == 0 ? part_crcs[p] : crc32_combine(crcs[i], part_crcs[p], static_cast<uint64_t>(n) * 4);
+      }
+    });
+    {
+      std::vector<int64_t> mine_crcs;
+      for (size_t i = 0; i < x.owned.size(); ++i)
+        mine_crcs.insert(mine_crcs.end(), {static_cast<int64_t>(x.owned[i]), static_cast<int64_t>(crcs[i])});
+      for (const auto& from : mpi.allgather(mine_crcs))
+        for (size_t i = 0; i + 1 < from.size(); i += 2) {
+          unit_crc[static_cast<size_t>(from[i])] = static_cast<uint32_t>(from[i + 1]);
+          unit_read[static_cast<size_t>(from[i])] = 1;
         }
-        const auto& rd = plan.reads[x.owned[i]];
+    }
+    collective_step(mpi, [&] {
+      for (size_t k : plan.batches[b]) {
+        const auto& rd = plan.reads[k];
+        const size_t tensor = static_cast<size_t>(rd.param) * model.states.size() + static_cast<size_t>(rd.state);
+        const size_t u0 = plan.first_unit[tensor], u1 = plan.first_unit[tensor + 1];
+        if (tensor_checked[tensor]) continue;
+        if (!std::all_of(unit_read.begin() + static_cast<ptrdiff_t>(u0), unit_read.begin() + static_cast<ptrdiff_t>(u1),
+                         [](char c) { return c != 0; }))
+          continue;
+        tensor_checked[tensor] = 1;  // on every rank; the owner of the first unit checks it
+        if (plan.reads[u0].owner != me) continue;
+        uint32_t crc = unit_crc[u0];
+        for (size_t u = u0 + 1; u < u1; ++u) crc = crc32_combine(crc, unit_crc[u], plan.reads[u].bytes);
         reader.verify_whole(rd.param, model.states[static_cast<size_t>(rd.state)], crc);
       }
     });
@@ -425,12 +509,13 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
       tbb::parallel_for(0, nranks, [&](int r) {
         if (r == me) return;
         float* out = send_buf.get() + send_at[r];
-        for (size_t i = 0; i < x.owned.size(); ++i)
-          if (const auto* v = needed(r, plan.reads[x.owned[i]]))
-            for (const auto& [start, count] : *v) {
-              std::memcpy(out, data(i) + start, static_cast<size_t>(count) * 4);
-              out += count;
-            }
+        for (size_t i = 0; i < x.owned.size(); ++i) {
+          const auto& rd = plan.reads[x.owned[i]];
+          each_needed(r, rd, [&](int64_t start, int64_t count) {
+            std::memcpy(out, data(i) + (start - rd.start), static_cast<size_t>(count) * 4);
+            out += count;
+          });
+        }
       });
     });
     stats.pack_seconds += since(t);
@@ -446,15 +531,14 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
     for (size_t k : plan.batches[b]) {
       const auto& rd = plan.reads[k];
       const float* mine_data = rd.owner == me ? data(own++) : nullptr;
-      if (const auto* v = needed(me, rd))
-        for (const auto& [start, count] : *v) {
-          if (mine_data) {
-            cache.add(rd.param, rd.state, start, count, mine_data + start);
-          } else {
-            cache.add(rd.param, rd.state, start, count, recv_buf.get() + recv_at[rd.owner]);
-            recv_at[rd.owner] += static_cast<uint64_t>(count);
-          }
+      each_needed(me, rd, [&](int64_t start, int64_t count) {
+        if (mine_data) {
+          cache.add(rd.param, rd.state, start, count, mine_data + (start - rd.start));
+        } else {
+          cache.add(rd.param, rd.state, start, count, recv_buf.get() + recv_at[rd.owner]);
+          recv_at[rd.owner] += static_cast<uint64_t>(count);
         }
+      });
     }
     t = Clock::now();
     collective_step(mpi, [&] { fill(items[b + 1]); });
@@ -463,6 +547,8 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
     if (me == 0) progress.advance();
   }
   progress.finish();
+  if (std::find(tensor_checked.begin(), tensor_checked.end(), 0) != tensor_checked.end())
+    throw Error("internal error: an atomic tensor was not read whole");
 
   // 7. Checksums combined, central directories written, files renamed into place.
   const auto t = Clock::now();

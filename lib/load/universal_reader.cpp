@@ -35,15 +35,20 @@ void AtomicCache::add(int param, int state, int64_t start, int64_t count, const 
   if (count > 0) intervals_[{param, state}].push_back({start, count, data});
 }
 
-const float* AtomicCache::find(int param, int state, int64_t start, int64_t count) const {
+void AtomicCache::copy(int param, int state, int64_t start, int64_t count, float* dst) const {
   auto it = intervals_.find({param, state});
   if (it != intervals_.end()) {
     const auto& v = it->second;
     auto j = std::upper_bound(v.begin(), v.end(), start, [](int64_t s, const Interval& iv) { return s < iv.start; });
-    if (j != v.begin()) {
-      --j;
-      if (start + count <= j->start + j->count) return j->data + (start - j->start);
+    if (j != v.begin()) --j;
+    // The elements may span intervals that continue each other (pieces of one tensor read as
+    // separate units).
+    for (; count > 0 && j != v.end() && j->start <= start && start < j->start + j->count; ++j) {
+      const int64_t n = std::min(count, j->start + j->count - start);
+      std::memcpy(dst, j->data + (start - j->start), static_cast<size_t>(n) * 4);
+      dst += n, start += n, count -= n;
     }
+    if (count == 0) return;
   }
   throw Error("internal error: atomic elements [" + std::to_string(start) + ", +" + std::to_string(count) +
               ") of parameter " + std::to_string(param) + " were not exchanged");
@@ -156,7 +161,7 @@ void UniversalReader::read_range(int param, const std::string& state, const TpSl
       if (src < 0)
         std::memset(dst + at, 0, static_cast<size_t>(n) * 4);
       else
-        std::memcpy(dst + at, cache_->find(param, si, src, n), static_cast<size_t>(n) * 4);
+        cache_->copy(param, si, src, n, dst + at);
     });
     return;
   }

@@ -25,8 +25,9 @@ class AtomicCache {
   // intervals of one tensor must not overlap and are added in increasing `start` order. `data` must outlive the cache's use.
   void add(int param, int state, int64_t start, int64_t count, const float* data);
   void clear() { intervals_.clear(); }
-  // The elements [start, start + count), which must lie inside one added interval (throws Error).
-  const float* find(int param, int state, int64_t start, int64_t count) const;
+  // Copies the elements [start, start + count) to `dst`; they must lie inside added intervals that
+  // continue each other (throws Error otherwise).
+  void copy(int param, int state, int64_t start, int64_t count, float* dst) const;
 
  private:
   struct Interval {

@@ -177,19 +177,31 @@ TEST(LoadPlan, PrintsUcpInfoJsonAndWritesNothing) {
       << out;
   j = nlohmann::json::parse(out);
   const auto m = nlohmann::json::parse(slurp(universal() / "manifest.json"));
-  size_t reads = 0;
+  // Units: every element of every atomic tensor in exactly one, units in order, at most
+  // unit_elements long (0.05 MB / 32).
+  std::map<std::pair<std::string, std::string>, int64_t> covered;
   uint64_t bytes = 0;
-  for (const auto& b : j["exchange"]["batches"]) {
+  const int64_t unit = j["exchange"]["unit_elements"];
+  EXPECT_EQ(unit, static_cast<int64_t>(0.05 * (1 << 20)) / 32 / 4);
+  for (const auto& b : j["exchange"]["batches"])
     for (const auto& r : b["reads"]) {
       EXPECT_EQ(r["owner"], 0);
+      EXPECT_LE(r["count"].get<int64_t>(), unit);
+      EXPECT_EQ(r["bytes"].get<int64_t>(), 4 * r["count"].get<int64_t>());
+      covered[{r["param"], r["state"]}] += r["count"].get<int64_t>();
       bytes += r["bytes"].get<uint64_t>();
-      ++reads;
     }
-  }
   EXPECT_GT(j["exchange"]["batches"].size(), 3u);
   size_t tensors = 0;
-  for (const auto& p : m["params"]) tensors += p["states"].size();
-  EXPECT_EQ(reads, tensors);
+  for (const auto& p : m["params"]) {
+    int64_t numel = 1;
+    for (const auto& d : p["shape"]) numel *= d.get<int64_t>();
+    for (const auto& [state, info] : p["states"].items()) {
+      EXPECT_EQ((covered[{p["name"], state}]), numel) << p["name"] << " " << state;
+      ++tensors;
+    }
+  }
+  EXPECT_EQ(covered.size(), tensors);
   EXPECT_EQ(j["exchange"]["bytes_read_per_rank"][0], bytes);
   // Who writes which file: every target file of the layout (TP 2, DP 3: 2 model files, 6 optimizer
   // files), by the only rank.

@@ -270,29 +270,41 @@ TEST(UcpInfo, StagesOfBlocks) {
 }
 
 // The MPI exchange plan, from what each target file needs of each atomic tensor (synthetic needs
-// shaped like a ZeRO target: DP partition files taking contiguous runs of the flat buffer, all
-// states; weight files taking the fp32 state of a range of parameters, at half the bytes).
-TEST(Exchange, PlanReadsEachTensorOnceByItsMainUserAndKeepsFilesInStep) {
+// shaped like a ZeRO target: DP partition files each taking a contiguous run of the flat buffer of
+// all parameters, in every state; two weight files taking the fp32 state of half the parameters).
+TEST(Exchange, PlanReadsEveryElementOnceByItsMainUserAndKeepsFilesInStep) {
   ModelInfo m = tiny_model();
-  for (int i = 0; i < 9; ++i) m.params.push_back(m.params[i % 3]);  // 12 parameters of 160, 128, 16 bytes
-  const size_t S = m.states.size(), T = m.params.size() * S;
-  auto bytes_of = [&](size_t t) { return static_cast<uint64_t>(m.params[t / S].stored_numel) * 4; };
+  for (int i = 0; i < 9; ++i) m.params.push_back(m.params[i % 3]);  // 12 parameters of 40, 32, 4 elements
+  const size_t S = m.states.size(), P = m.params.size(), T = P * S;
+  int64_t flat = 0;
+  std::vector<int64_t> offset;  // of each parameter in the flat buffer
+  for (const auto& p : m.params) offset.push_back(std::exchange(flat, flat + p.stored_numel));
   for (int nfiles : {1, 3, 4, 7}) {
     std::vector<FileNeeds> files(static_cast<size_t>(nfiles) + 2);
-    for (size_t t = 0; t < T; ++t) {
-      // Partition files: parameter p to file p * nfiles / 12; a parameter on a boundary is split.
-      const size_t p = t / S, f = p * static_cast<size_t>(nfiles) / m.params.size();
-      const size_t g = (p * static_cast<size_t>(nfiles) + static_cast<size_t>(nfiles) - 1) / m.params.size();
-      if (f == g || g >= static_cast<size_t>(nfiles)) {
-        files[f].emplace_back(t, bytes_of(t));
-      } else {  // two thirds to the first, one third to the next
-        files[f].emplace_back(t, bytes_of(t) * 2 / 3);
-        files[g].emplace_back(t, bytes_of(t) - bytes_of(t) * 2 / 3);
+    for (int f = 0; f < nfiles; ++f) {
+      const int64_t lo = flat * f / nfiles, hi = flat * (f + 1) / nfiles;
+      for (size_t p = 0; p < P; ++p) {
+        const int64_t a = std::max(lo, offset[p]), b = std::min(hi, offset[p] + m.params[p].stored_numel);
+        if (a >= b) continue;
+        for (int s = 0; s < static_cast<int>(S); ++s) files[f].elements[{static_cast<int>(p), s}] = {{a - offset[p], b - a}};
+        files[f].bytes += static_cast<uint64_t>(b - a) * 4 * S;
       }
-      if (t % S == 0) files[static_cast<size_t>(nfiles) + (p < 6 ? 0 : 1)].emplace_back(t, bytes_of(t) / 2);
     }
+    for (size_t p = 0; p < P; ++p) {
+      auto& w = files[static_cast<size_t>(nfiles) + (p < P / 2 ? 0 : 1)];
+      w.elements[{static_cast<int>(p), 0}] = {{0, m.params[p].stored_numel}};
+      w.bytes += static_cast<uint64_t>(m.params[p].stored_numel) * 2;
+    }
+    // Independent truth: what each file needs of element e of tensor t.
+    auto file_needs_element = [&](size_t f, size_t t, int64_t e) {
+      auto it = files[f].elements.find({static_cast<int>(t / S), static_cast<int>(t % S)});
+      if (it == files[f].elements.end()) return false;
+      for (const auto& [a, n] : it->second)
+        if (e >= a && e < a + n) return true;
+      return false;
+    };
     for (int ranks : {1, 2, 3, 5}) {
-      for (uint64_t budget : {1ull, 300ull, 1000ull, 1ull << 40}) {
+      for (uint64_t budget : {4ull, 100ull, 1000ull, 1ull << 40}) {
         SCOPED_TRACE("files " + std::to_string(nfiles) + " ranks " + std::to_string(ranks) + " budget " +
                      std::to_string(budget));
         const auto plan = plan_exchange(m, files, ranks, budget);
@@ -300,65 +312,78 @@ TEST(Exchange, PlanReadsEachTensorOnceByItsMainUserAndKeepsFilesInStep) {
         ASSERT_EQ(plan.file_ranks.size(), files.size());
         std::vector<uint64_t> load(ranks, 0);
         uint64_t largest_file = 0;
-        std::vector<std::vector<uint64_t>> need(T, std::vector<uint64_t>(ranks, 0));
         for (size_t f = 0; f < files.size(); ++f) {
-          uint64_t n = 0;
-          for (const auto& [t, b] : files[f]) {
-            n += b;
-            need[t][plan.file_ranks[f]] += b;
-          }
-          load[plan.file_ranks[f]] += n;
-          largest_file = std::max(largest_file, n);
+          load[plan.file_ranks[f]] += files[f].bytes;
+          largest_file = std::max(largest_file, files[f].bytes);
         }
         const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
         EXPECT_LE(*hi - *lo, largest_file);
-        // Every tensor read once, by a rank whose files need the most of it.
-        ASSERT_EQ(plan.reads.size(), T);
-        std::vector<int> seen(T, 0);
+        // Units: every element of every tensor in exactly one, in model order, none larger than
+        // budget / 32 bytes (at least one element).
+        EXPECT_EQ(plan.unit_elements, std::max<int64_t>(1, static_cast<int64_t>(budget / 128)));
+        ASSERT_EQ(plan.first_unit.size(), T + 1);
+        for (size_t t = 0; t < T; ++t) {
+          int64_t at = 0;
+          for (size_t u = plan.first_unit[t]; u < plan.first_unit[t + 1]; ++u) {
+            const auto& r = plan.reads[u];
+            EXPECT_EQ(static_cast<size_t>(r.param) * S + static_cast<size_t>(r.state), t);
+            EXPECT_EQ(r.start, at);
+            EXPECT_GE(r.count, 1);
+            EXPECT_LE(r.count, plan.unit_elements);
+            EXPECT_EQ(r.bytes, static_cast<uint64_t>(r.count) * 4);
+            at += r.count;
+          }
+          EXPECT_EQ(at, m.params[t / S].stored_numel) << "tensor " << t;
+        }
+        // Each unit read once, by a rank whose files need the most of its elements.
+        std::vector<int> seen(plan.reads.size(), 0);
         for (size_t b = 0; b < plan.batches.size(); ++b) {
           uint64_t bytes = 0, largest = 0;
           for (size_t i = 0; i < plan.batches[b].size(); ++i) {
-            const size_t t = plan.batches[b][i];
-            if (i > 0) EXPECT_LT(plan.batches[b][i - 1], t);  // model order inside a batch
-            const auto& r = plan.reads[t];
-            ++seen[t];
+            const size_t u = plan.batches[b][i];
+            if (i > 0) EXPECT_LT(plan.batches[b][i - 1], u);  // model order inside a batch
+            const auto& r = plan.reads[u];
+            ++seen[u];
             EXPECT_EQ(r.batch, static_cast<int>(b));
-            EXPECT_EQ(static_cast<size_t>(r.param) * S + static_cast<size_t>(r.state), t);
-            EXPECT_EQ(r.bytes, bytes_of(t));
             ASSERT_GE(r.owner, 0);
             ASSERT_LT(r.owner, ranks);
-            EXPECT_EQ(need[t][r.owner], *std::max_element(need[t].begin(), need[t].end())) << "tensor " << t;
+            std::vector<uint64_t> need(ranks, 0);
+            const size_t t = static_cast<size_t>(r.param) * S + static_cast<size_t>(r.state);
+            for (size_t f = 0; f < files.size(); ++f)
+              for (int64_t e = r.start; e < r.start + r.count; ++e) need[plan.file_ranks[f]] += file_needs_element(f, t, e);
+            EXPECT_EQ(need[r.owner], *std::max_element(need.begin(), need.end())) << "unit " << u;
             bytes += r.bytes;
             largest = std::max(largest, r.bytes);
           }
           if (b + 1 < plan.batches.size()) EXPECT_GE(bytes, budget);
           EXPECT_LT(bytes, budget + largest);  // closed as soon as the budget was reached
         }
-        for (size_t t = 0; t < T; ++t) EXPECT_EQ(seen[t], 1) << "tensor " << t;
-        if (budget == 1) EXPECT_EQ(plan.batches.size(), T);
+        for (size_t u = 0; u < seen.size(); ++u) EXPECT_EQ(seen[u], 1) << "unit " << u;
         if (budget == (1ull << 40)) EXPECT_EQ(plan.batches.size(), 1u);
-        // Files in step: each tensor's queue is the file needing most of it; a queue is read in
-        // model order, and after every batch any two queues are done to the same fraction within
-        // half a tensor of each.
-        std::vector<size_t> queue(T);
-        for (size_t t = 0; t < T; ++t) {
+        // Files in step: each unit's queue is the file needing most of its elements (lowest index
+        // on ties); a queue is read in model order, and after every batch any two queues are done
+        // to the same fraction within half a unit of each.
+        std::vector<long> queue(plan.reads.size(), -1);
+        for (size_t u = 0; u < plan.reads.size(); ++u) {
+          const auto& r = plan.reads[u];
+          const size_t t = static_cast<size_t>(r.param) * S + static_cast<size_t>(r.state);
           uint64_t best = 0;
-          for (size_t f = 0; f < files.size(); ++f)
-            for (const auto& [u, b] : files[f])
-              if (u == t && b > best) best = b, queue[t] = f;
+          for (size_t f = 0; f < files.size(); ++f) {
+            uint64_t n = 0;
+            for (int64_t e = r.start; e < r.start + r.count; ++e) n += file_needs_element(f, t, e);
+            if (n > best) best = n, queue[u] = static_cast<long>(f);
+          }
         }
-        std::map<size_t, uint64_t> total, largest_in, done;
-        for (size_t t = 0; t < T; ++t) {
-          total[queue[t]] += bytes_of(t);
-          largest_in[queue[t]] = std::max(largest_in[queue[t]], bytes_of(t));
-        }
-        std::map<size_t, int> last_batch;
-        for (size_t t = 0; t < T; ++t) {
-          if (last_batch.count(queue[t])) EXPECT_GE(plan.reads[t].batch, last_batch[queue[t]]);
-          last_batch[queue[t]] = plan.reads[t].batch;
+        std::map<long, uint64_t> total, largest_in, done;
+        std::map<long, int> last_batch;
+        for (size_t u = 0; u < plan.reads.size(); ++u) {
+          total[queue[u]] += plan.reads[u].bytes;
+          largest_in[queue[u]] = std::max(largest_in[queue[u]], plan.reads[u].bytes);
+          if (last_batch.count(queue[u])) EXPECT_GE(plan.reads[u].batch, last_batch[queue[u]]);
+          last_batch[queue[u]] = plan.reads[u].batch;
         }
         for (size_t b = 0; b < plan.batches.size(); ++b) {
-          for (size_t t : plan.batches[b]) done[queue[t]] += bytes_of(t);
+          for (size_t u : plan.batches[b]) done[queue[u]] += plan.reads[u].bytes;
           for (const auto& [q1, d1] : done)
             for (const auto& [q2, d2] : done) {
               const double f1 = static_cast<double>(d1) / total[q1], f2 = static_cast<double>(d2) / total[q2];
