@@ -117,8 +117,9 @@ ExchangePlan plan_exchange(const ModelInfo& model, const std::vector<FileNeeds>&
   for (const auto& f : files) file_bytes.push_back(f.bytes);
   plan.file_ranks = ucp::assign_by_size(file_bytes, ranks);
 
-  // Per unit: the elements each rank's files need, and the file that needs most (its queue).
-  std::vector<std::vector<uint64_t>> need(nunits, std::vector<uint64_t>(static_cast<size_t>(ranks), 0));
+  // Per unit: the elements each rank's files need (sparse: a unit is needed by a few ranks), and
+  // the file that needs most (its queue).
+  std::vector<std::vector<std::pair<int, uint64_t>>> need(nunits);
   std::vector<long> queue_of(nunits, -1);  // -1: needed by no file (a queue of its own)
   std::vector<uint64_t> queue_need(nunits, 0);
   for (size_t f = 0; f < files.size(); ++f) {
@@ -135,19 +136,30 @@ ExchangePlan plan_exchange(const ModelInfo& model, const std::vector<FileNeeds>&
         }
     }
     for (const auto& [u, n] : per_unit) {
-      need[u][static_cast<size_t>(plan.file_ranks[f])] += n;
+      auto& v = need[u];
+      auto it = std::find_if(v.begin(), v.end(), [&](const auto& e) { return e.first == plan.file_ranks[f]; });
+      if (it == v.end()) v.emplace_back(plan.file_ranks[f], n); else it->second += n;
       if (n > queue_need[u]) queue_need[u] = n, queue_of[u] = static_cast<long>(f);
     }
   }
 
-  // Owners in model order: the rank that needs most of the unit, then the one that read least.
+  // Owners in model order: the rank that needs most of the unit, then the one that has read least,
+  // then the lowest (a unit no file needs goes to the rank that has read least).
   std::vector<uint64_t> read(static_cast<size_t>(ranks), 0);
   for (size_t u = 0; u < nunits; ++u) {
-    int best = 0;
-    for (int k = 1; k < ranks; ++k)
-      if (std::pair(need[u][k], -static_cast<int64_t>(read[k])) >
-          std::pair(need[u][best], -static_cast<int64_t>(read[best])))
-        best = k;
+    int best = -1;
+    uint64_t most = 0;
+    for (const auto& [r, n] : need[u]) most = std::max(most, n);
+    auto better = [&](int r, int than) {
+      return than < 0 || read[r] < read[than] || (read[r] == read[than] && r < than);
+    };
+    if (most == 0) {
+      for (int r = 0; r < ranks; ++r)
+        if (better(r, best)) best = r;
+    } else {
+      for (const auto& [r, n] : need[u])
+        if (n == most && better(r, best)) best = r;
+    }
     plan.reads[u].owner = best;
     read[static_cast<size_t>(best)] += plan.reads[u].bytes;
   }
