@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -112,10 +113,20 @@ ExchangePlan plan_exchange(const ModelInfo& model, const std::vector<FileNeeds>&
   plan.first_unit.push_back(plan.reads.size());
   const size_t nunits = plan.reads.size();
 
-  // Files onto ranks, balanced by bytes.
+  // Files onto ranks, balanced by bytes; files with nothing to fill (ZeRO-3 model files, PP > 1
+  // model files) by count, onto the rank with the fewest files.
   std::vector<uint64_t> file_bytes;
   for (const auto& f : files) file_bytes.push_back(f.bytes);
   plan.file_ranks = ucp::assign_by_size(file_bytes, ranks);
+  std::vector<size_t> count(static_cast<size_t>(ranks), 0);
+  for (size_t f = 0; f < files.size(); ++f)
+    if (files[f].bytes > 0) ++count[static_cast<size_t>(plan.file_ranks[f])];
+  for (size_t f = 0; f < files.size(); ++f)
+    if (files[f].bytes == 0) {
+      const auto r = static_cast<size_t>(std::min_element(count.begin(), count.end()) - count.begin());
+      plan.file_ranks[f] = static_cast<int>(r);
+      ++count[r];
+    }
 
   // Per unit: the elements each rank's files need (sparse: a unit is needed by a few ranks), and
   // the file that needs most (its queue).
@@ -143,8 +154,9 @@ ExchangePlan plan_exchange(const ModelInfo& model, const std::vector<FileNeeds>&
     }
   }
 
-  // Owners in model order: the rank that needs most of the unit, then the one that has read least,
-  // then the lowest (a unit no file needs goes to the rank that has read least).
+  // Owners in model order: among the ranks that need at least 9/10 as much of the unit as the rank
+  // that needs most (ZeRO-3 splits every parameter evenly over the DP ranks, equal up to rounding),
+  // the one that has read least, then the lowest (a unit no file needs: the one that has read least).
   std::vector<uint64_t> read(static_cast<size_t>(ranks), 0);
   for (size_t u = 0; u < nunits; ++u) {
     int best = -1;
@@ -158,7 +170,7 @@ ExchangePlan plan_exchange(const ModelInfo& model, const std::vector<FileNeeds>&
         if (better(r, best)) best = r;
     } else {
       for (const auto& [r, n] : need[u])
-        if (n == most && better(r, best)) best = r;
+        if (n * 10 >= most * 9 && better(r, best)) best = r;
     }
     plan.reads[u].owner = best;
     read[static_cast<size_t>(best)] += plan.reads[u].bytes;
@@ -198,15 +210,18 @@ ExchangePlan plan_exchange(const ModelInfo& model, const std::vector<FileNeeds>&
 }
 
 std::vector<FileNeeds> file_needs(const std::vector<LaidOutFile>& files, const DeepSpeedWriter& writer,
-                                  const ModelInfo& model) {
+                                  const ModelInfo& model, int threads) {
   std::vector<FileNeeds> out(files.size());
-  tbb::parallel_for(size_t{0}, files.size(), [&](size_t f) {
-    for (const auto& st : generated_storages(files[f].root)) {
-      const auto sources = writer.sources_of(st.get());
-      for (const auto& s : sources) out[f].bytes += s.byte_end - s.byte_begin;
-      add_needs(model, sources, st->dtype(), out[f].elements);
-    }
-    normalize_needs(out[f].elements);
+  tbb::task_arena(threads).execute([&] {
+    tbb::parallel_for(size_t{0}, files.size(), [&](size_t f) {
+      check_interrupted();
+      for (const auto& st : generated_storages(files[f].root)) {
+        const auto sources = writer.sources_of(st.get());
+        for (const auto& s : sources) out[f].bytes += s.byte_end - s.byte_begin;
+        add_needs(model, sources, st->dtype(), out[f].elements);
+      }
+      normalize_needs(out[f].elements);
+    });
   });
   return out;
 }
@@ -322,16 +337,18 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
   //    the atomic elements those pieces need.
   std::vector<std::vector<Item>> items(steps);
   AtomicNeeds mine;
-  for (size_t f = 0; f < files.size(); ++f) {
-    const auto& records = files[f]->records();
-    for (size_t k = 0; k < records.size(); ++k) {
-      const Storage& st = *records[k].storage;
-      for_each_piece(st, writer, model, plan,
-                     [&](size_t step, uint64_t a, uint64_t b) { items[step].push_back({f, k, a, b}); });
-      add_needs(model, writer.sources_of(&st), st.dtype(), mine);
+  collective_step(mpi, [&] {
+    for (size_t f = 0; f < files.size(); ++f) {
+      const auto& records = files[f]->records();
+      for (size_t k = 0; k < records.size(); ++k) {
+        const Storage& st = *records[k].storage;
+        for_each_piece(st, writer, model, plan,
+                       [&](size_t step, uint64_t a, uint64_t b) { items[step].push_back({f, k, a, b}); });
+        add_needs(model, writer.sources_of(&st), st.dtype(), mine);
+      }
     }
-  }
-  normalize_needs(mine);
+    normalize_needs(mine);
+  });
   {
     std::vector<int64_t> step_bytes(steps, 0);
     for (size_t s = 0; s < steps; ++s)
@@ -404,7 +421,14 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
     max_send = std::max(max_send, std::accumulate(x.send_counts.begin(), x.send_counts.end(), uint64_t{0}));
     max_recv = std::max(max_recv, std::accumulate(x.recv_counts.begin(), x.recv_counts.end(), uint64_t{0}));
   }
-  const auto owned_buf = floats(max_owned), send_buf = floats(max_send), recv_buf = floats(max_recv);
+  // Allocated (and MPI's int counts checked) on every rank before any transfer, so that a failure
+  // here stops all ranks instead of leaving the others in an all-to-all.
+  std::unique_ptr<float[]> owned_buf, send_buf, recv_buf;
+  collective_step(mpi, [&] {
+    if (std::max(max_send, max_recv) > static_cast<uint64_t>(INT32_MAX))
+      throw Error("MPI exchange batch too large (more than 2^31 floats to send or receive on one rank); lower --batch-mb");
+    owned_buf = floats(max_owned), send_buf = floats(max_send), recv_buf = floats(max_recv);
+  });
 
   // Fills the pieces in `list` window by window. One thread per file at a time: buffered writes to
   // one file serialize on its inode lock (threads writing the same file spun on it: 18% of the time).

@@ -59,11 +59,13 @@ struct FileNeeds {
 };
 
 // The plan, from what every target file needs (`files`, the same list on every rank):
-// * each file is written by one rank, files balanced by bytes (largest first onto the least loaded);
+// * each file is written by one rank, files balanced by bytes (largest first onto the least loaded;
+//   files with no bytes to fill by count);
 // * every tensor is cut into units of at most max(1, batch_bytes / 32) bytes (so a tensor larger
 //   than a batch no longer makes a batch of its own, and a batch holds pieces of many files);
-// * each unit is read by exactly one rank, the one whose files need most of its elements (ties: the
-//   rank that has read the fewest bytes), so most of the data is used where it is read;
+// * each unit is read by exactly one rank, one whose files need most of its elements (within 9/10 of
+//   the most; among those the rank that has read the fewest bytes), so most of the data is used
+//   where it is read and reads stay balanced when several ranks need a unit about equally;
 // * batches: each unit joins the queue of the file that needs most of it (model order inside a
 //   queue); the queues are merged by how far into its queue each unit lies (its middle as a fraction
 //   of the queue's bytes), so every batch carries about the same share of every file and every rank
@@ -80,7 +82,7 @@ struct LaidOutFile {
 
 // What each target file needs of each atomic tensor (its generated storages' recorded sources).
 std::vector<FileNeeds> file_needs(const std::vector<LaidOutFile>& files, const DeepSpeedWriter& writer,
-                                  const ModelInfo& model);
+                                  const ModelInfo& model, int threads);
 
 // Where one rank's time went (wall seconds of each phase, summed over batches).
 struct ExchangeStats {

@@ -126,6 +126,10 @@ std::vector<LaidOutFile> lay_out_all(DeepSpeedWriter& writer, const ModelInfo& m
     out.push_back({path, root});
     return 0;
   });
+  struct ResetSink {  // the sink refers to this function's locals
+    DeepSpeedWriter& w;
+    ~ResetSink() { w.set_sink(nullptr); }
+  } reset{writer};
   const auto jobs = jobs_of(model, plan);
   std::atomic<uint64_t> none{0}, counted{0};
   tbb::task_arena arena(threads);
@@ -135,7 +139,6 @@ std::vector<LaidOutFile> lay_out_all(DeepSpeedWriter& writer, const ModelInfo& m
       run_job(writer, model, plan, jobs[k], dir, none, counted);
     });
   });
-  writer.set_sink(nullptr);
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
   return out;
 }
@@ -175,7 +178,7 @@ nlohmann::json plan_json(const LoadOptions& options) {
                            load_torch((fs::path(options.input) / "zero" / "optimizer_state.pt").string()));
     const int threads = options.threads > 0 ? options.threads : std::max(1, tbb::this_task_arena::max_concurrency());
     const auto files = lay_out_all(writer, p.model, p.plan, p.model.tag, threads);
-    const auto xplan = plan_exchange(p.model, file_needs(files, writer, p.model), ranks, options.batch_bytes);
+    const auto xplan = plan_exchange(p.model, file_needs(files, writer, p.model, threads), ranks, options.batch_bytes);
     auto& x = j["exchange"] = xplan.to_json(p.model);
     auto& writers = x["files"] = nlohmann::json::array();
     for (size_t f = 0; f < files.size(); ++f) writers.push_back({{"file", files[f].path}, {"rank", xplan.file_ranks[f]}});
@@ -296,7 +299,7 @@ LoadSummary run_load(const LoadOptions& options) {
         // who reads which atomic tensor, in which batch. run_exchange then writes this rank's files.
         raise_open_file_limit();
         laid_out = lay_out_all(writer, model, plan, ckdir.string(), threads);
-        xplan = plan_exchange(model, file_needs(laid_out, writer, model), mpi.size(), options.batch_bytes);
+        xplan = plan_exchange(model, file_needs(laid_out, writer, model, threads), mpi.size(), options.batch_bytes);
         batches = xplan->batches.size();
         return;
       }

@@ -272,7 +272,7 @@ TEST(UcpInfo, StagesOfBlocks) {
 // The MPI exchange plan, from what each target file needs of each atomic tensor (synthetic needs
 // shaped like a ZeRO target: DP partition files each taking a contiguous run of the flat buffer of
 // all parameters, in every state; two weight files taking the fp32 state of half the parameters).
-TEST(Exchange, PlanReadsEveryElementOnceByItsMainUserAndKeepsFilesInStep) {
+TEST(Exchange, PlanReadsEveryElementOnceByAMainUserAndKeepsFilesInStep) {
   ModelInfo m = tiny_model();
   for (int i = 0; i < 9; ++i) m.params.push_back(m.params[i % 3]);  // 12 parameters of 40, 32, 4 elements
   const size_t S = m.states.size(), P = m.params.size(), T = P * S;
@@ -295,6 +295,9 @@ TEST(Exchange, PlanReadsEveryElementOnceByItsMainUserAndKeepsFilesInStep) {
       w.elements[{static_cast<int>(p), 0}] = {{0, m.params[p].stored_numel}};
       w.bytes += static_cast<uint64_t>(m.params[p].stored_numel) * 2;
     }
+    // Files with nothing to fill (ZeRO-3 or pipeline model files): spread by count.
+    const size_t with_bytes = files.size();
+    files.resize(files.size() + 5);
     // Independent truth: what each file needs of element e of tensor t.
     auto file_needs_element = [&](size_t f, size_t t, int64_t e) {
       auto it = files[f].elements.find({static_cast<int>(t / S), static_cast<int>(t % S)});
@@ -318,6 +321,12 @@ TEST(Exchange, PlanReadsEveryElementOnceByItsMainUserAndKeepsFilesInStep) {
         }
         const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
         EXPECT_LE(*hi - *lo, largest_file);
+        std::vector<size_t> count(ranks, 0);
+        for (size_t f = 0; f < with_bytes; ++f) ++count[plan.file_ranks[f]];
+        for (size_t f = with_bytes; f < files.size(); ++f) {
+          EXPECT_EQ(count[plan.file_ranks[f]], *std::min_element(count.begin(), count.end())) << "file " << f;
+          ++count[plan.file_ranks[f]];
+        }
         // Units: every element of every tensor in exactly one, in model order, none larger than
         // budget / 32 bytes (at least one element).
         EXPECT_EQ(plan.unit_elements, std::max<int64_t>(1, static_cast<int64_t>(budget / 128)));
@@ -335,7 +344,7 @@ TEST(Exchange, PlanReadsEveryElementOnceByItsMainUserAndKeepsFilesInStep) {
           }
           EXPECT_EQ(at, m.params[t / S].stored_numel) << "tensor " << t;
         }
-        // Each unit read once, by a rank whose files need the most of its elements.
+        // Each unit read once, by a rank whose files need (nearly) the most of its elements.
         std::vector<int> seen(plan.reads.size(), 0);
         for (size_t b = 0; b < plan.batches.size(); ++b) {
           uint64_t bytes = 0, largest = 0;
@@ -351,7 +360,8 @@ TEST(Exchange, PlanReadsEveryElementOnceByItsMainUserAndKeepsFilesInStep) {
             const size_t t = static_cast<size_t>(r.param) * S + static_cast<size_t>(r.state);
             for (size_t f = 0; f < files.size(); ++f)
               for (int64_t e = r.start; e < r.start + r.count; ++e) need[plan.file_ranks[f]] += file_needs_element(f, t, e);
-            EXPECT_EQ(need[r.owner], *std::max_element(need.begin(), need.end())) << "unit " << u;
+            const uint64_t most = *std::max_element(need.begin(), need.end());
+            EXPECT_GE(need[r.owner] * 10, most * 9) << "unit " << u;  // within 9/10 of the most
             bytes += r.bytes;
             largest = std::max(largest, r.bytes);
           }
