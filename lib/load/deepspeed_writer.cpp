@@ -20,7 +20,6 @@ using pickle::ValuePtr;
 
 namespace {
 
-
 ValuePtr fragment_address(int64_t numel, int64_t start) {
   auto st = Value::dict();
   st->set_item("numel", Value::integer(numel));

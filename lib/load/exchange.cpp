@@ -24,18 +24,9 @@ namespace ucpkit::load {
 
 namespace {
 
-// Runs `f` on every rank; if it threw on any rank, all ranks throw (the failing one its message),
-// so that no rank is left waiting in the next collective.
-template <class F>
-void collective_step(ucp::MpiSession& mpi, F&& f) {
-  std::string failure;
-  try {
-    f();
-  } catch (const std::exception& e) {
-    failure = e.what();
-    if (failure.empty()) failure = "unknown error";
-  }
-  if (mpi.any(!failure.empty())) throw Error(failure.empty() ? "another MPI rank failed" : failure);
+// Atomic tensors are numbered param * states + state (ExchangePlan::first_unit's index).
+size_t tensor_index(const ModelInfo& model, int param, int state) {
+  return static_cast<size_t>(param) * model.states.size() + static_cast<size_t>(state);
 }
 
 using Clock = std::chrono::steady_clock;
@@ -136,7 +127,7 @@ ExchangePlan plan_exchange(const ModelInfo& model, const std::vector<FileNeeds>&
   for (size_t f = 0; f < files.size(); ++f) {
     std::map<size_t, uint64_t> per_unit;
     for (const auto& [key, v] : files[f].elements) {
-      const size_t t = static_cast<size_t>(key.first) * nstates + static_cast<size_t>(key.second);
+      const size_t t = tensor_index(model, key.first, key.second);
       if (t >= ntensors) throw Error("plan_exchange: tensor index out of range");
       for (const auto& [start, count] : v)
         for (int64_t a = start; a < start + count;) {
@@ -264,13 +255,12 @@ namespace {
 template <class F>
 void for_each_piece(const Storage& st, const DeepSpeedWriter& writer, const ModelInfo& model,
                     const ExchangePlan& plan, F&& piece) {
-  auto sources = writer.sources_of(&st);
-  std::sort(sources.begin(), sources.end(), [](const auto& a, const auto& b) { return a.byte_begin < b.byte_begin; });
+  const auto sources = writer.sources_of(&st);  // sorted by byte_begin
   const uint64_t es = dtype_size(st.dtype());
   uint64_t at = 0;
   for (const auto& s : sources) {
     if (s.byte_begin > at) piece(size_t{0}, at, s.byte_begin);
-    const size_t t = static_cast<size_t>(s.slot->param) * model.states.size() + static_cast<size_t>(s.state);
+    const size_t t = tensor_index(model, s.slot->param, s.state);
     const int64_t n = static_cast<int64_t>((s.byte_end - s.byte_begin) / es);
     size_t step = 0;
     uint64_t begin = s.byte_begin;
@@ -323,7 +313,7 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
   for (size_t f = 0; f < laid_out.size(); ++f)
     if (plan.file_ranks[f] == me) mine_of.push_back(f);
   std::vector<std::unique_ptr<DeferredTorchFile>> files(mine_of.size());
-  collective_step(mpi, [&] {
+  ucp::collectively(mpi, [&] {
     arena.execute([&] {
       tbb::parallel_for(size_t{0}, mine_of.size(), [&](size_t i) {
         check_interrupted();
@@ -337,7 +327,7 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
   //    the atomic elements those pieces need.
   std::vector<std::vector<Item>> items(steps);
   AtomicNeeds mine;
-  collective_step(mpi, [&] {
+  ucp::collectively(mpi, [&] {
     for (size_t f = 0; f < files.size(); ++f) {
       const auto& records = files[f]->records();
       for (size_t k = 0; k < records.size(); ++k) {
@@ -424,7 +414,7 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
   // Allocated (and MPI's int counts checked) on every rank before any transfer, so that a failure
   // here stops all ranks instead of leaving the others in an all-to-all.
   std::unique_ptr<float[]> owned_buf, send_buf, recv_buf;
-  collective_step(mpi, [&] {
+  ucp::collectively(mpi, [&] {
     if (std::max(max_send, max_recv) > static_cast<uint64_t>(INT32_MAX))
       throw Error("MPI exchange batch too large (more than 2^31 floats to send or receive on one rank); lower --batch-mb");
     owned_buf = floats(max_owned), send_buf = floats(max_send), recv_buf = floats(max_recv);
@@ -470,12 +460,14 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
   } reset{reader};
   {
     const auto t = Clock::now();
-    collective_step(mpi, [&] { fill(items[0]); });
+    ucp::collectively(mpi, [&] { fill(items[0]); });
     stats.fill_seconds += since(t);
   }
 
   std::vector<uint32_t> unit_crc(plan.reads.size(), 0);  // every unit's CRC, from whichever rank read it
-  std::vector<char> unit_read(plan.reads.size(), 0), tensor_checked(plan.first_unit.size() - 1, 0);
+  std::vector<size_t> units_left(plan.first_unit.size() - 1);  // per tensor: units not read yet
+  for (size_t t = 0; t < units_left.size(); ++t) units_left[t] = plan.first_unit[t + 1] - plan.first_unit[t];
+  auto tensor_of = [&](const ExchangePlan::Read& rd) { return tensor_index(model, rd.param, rd.state); };
   tool::Progress progress("ucp-load", plan.batches.size());
   for (size_t b = 0; b < plan.batches.size(); ++b) {
     const auto& x = io[b];
@@ -486,7 +478,7 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
     //    them in order and checks the manifest's CRC (each atomic byte is read once in all).
     auto t = Clock::now();
     std::vector<uint32_t> crcs(x.owned.size(), 0);
-    collective_step(mpi, [&] {
+    ucp::collectively(mpi, [&] {
       check_interrupted();  // SIGINT/SIGTERM: every rank stops at the start of the next batch
       // Every unit in parts of 8 MiB, all at once; the parts' CRCs are combined in order.
       constexpr int64_t kPart = 2 << 20;  // elements
@@ -509,29 +501,23 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
         crcs[i] = a == 0 ? part_crcs[p] : crc32_combine(crcs[i], part_crcs[p], static_cast<uint64_t>(n) * 4);
       }
     });
-    {
-      std::vector<int64_t> mine_crcs;
-      for (size_t i = 0; i < x.owned.size(); ++i)
-        mine_crcs.insert(mine_crcs.end(), {static_cast<int64_t>(x.owned[i]), static_cast<int64_t>(crcs[i])});
-      for (const auto& from : mpi.allgather(mine_crcs))
-        for (size_t i = 0; i + 1 < from.size(); i += 2) {
-          unit_crc[static_cast<size_t>(from[i])] = static_cast<uint32_t>(from[i + 1]);
-          unit_read[static_cast<size_t>(from[i])] = 1;
-        }
-    }
-    collective_step(mpi, [&] {
-      for (size_t k : plan.batches[b]) {
-        const auto& rd = plan.reads[k];
-        const size_t tensor = static_cast<size_t>(rd.param) * model.states.size() + static_cast<size_t>(rd.state);
+    std::vector<int64_t> mine_crcs;
+    for (size_t i = 0; i < x.owned.size(); ++i)
+      mine_crcs.insert(mine_crcs.end(), {static_cast<int64_t>(x.owned[i]), static_cast<int64_t>(crcs[i])});
+    std::vector<size_t> complete;  // tensors whose last unit was read in this batch
+    for (const auto& from : mpi.allgather(mine_crcs))
+      for (size_t i = 0; i + 1 < from.size(); i += 2) {
+        const auto u = static_cast<size_t>(from[i]);
+        unit_crc[u] = static_cast<uint32_t>(from[i + 1]);
+        if (--units_left[tensor_of(plan.reads[u])] == 0) complete.push_back(tensor_of(plan.reads[u]));
+      }
+    ucp::collectively(mpi, [&] {
+      for (size_t tensor : complete) {
         const size_t u0 = plan.first_unit[tensor], u1 = plan.first_unit[tensor + 1];
-        if (tensor_checked[tensor]) continue;
-        if (!std::all_of(unit_read.begin() + static_cast<ptrdiff_t>(u0), unit_read.begin() + static_cast<ptrdiff_t>(u1),
-                         [](char c) { return c != 0; }))
-          continue;
-        tensor_checked[tensor] = 1;  // on every rank; the owner of the first unit checks it
-        if (plan.reads[u0].owner != me) continue;
+        if (plan.reads[u0].owner != me) continue;  // the owner of the first unit checks it
         uint32_t crc = unit_crc[u0];
         for (size_t u = u0 + 1; u < u1; ++u) crc = crc32_combine(crc, unit_crc[u], plan.reads[u].bytes);
+        const auto& rd = plan.reads[u0];
         reader.verify_whole(rd.param, model.states[static_cast<size_t>(rd.state)], crc);
       }
     });
@@ -577,19 +563,19 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
       });
     }
     t = Clock::now();
-    collective_step(mpi, [&] { fill(items[b + 1]); });
+    ucp::collectively(mpi, [&] { fill(items[b + 1]); });
     stats.fill_seconds += since(t);
     cache.clear();
     if (me == 0) progress.advance();
   }
   progress.finish();
-  if (std::find(tensor_checked.begin(), tensor_checked.end(), 0) != tensor_checked.end())
+  if (std::any_of(units_left.begin(), units_left.end(), [](size_t n) { return n > 0; }))
     throw Error("internal error: an atomic tensor was not read whole");
 
   // 7. Checksums combined, central directories written, files renamed into place.
   const auto t = Clock::now();
   std::atomic<uint64_t> written{0};
-  collective_step(mpi, [&] {
+  ucp::collectively(mpi, [&] {
     arena.execute([&] {
       tbb::parallel_for(size_t{0}, files.size(), [&](size_t f) { written += files[f]->finish(); });
     });

@@ -152,6 +152,34 @@ void raise_open_file_limit() {
   }
 }
 
+int threads_of(const LoadOptions& options) {
+  return options.threads > 0 ? options.threads : std::max(1, tbb::this_task_arena::max_concurrency());
+}
+
+bool uses_exchange(const LoadOptions& options, int ranks) {
+  return options.format == "deepspeed" &&
+         (options.exchange == ExchangeMode::Exchange || (options.exchange == ExchangeMode::Auto && ranks > 1));
+}
+
+pickle::ValuePtr common_optimizer_state(const LoadOptions& options) {
+  return load_torch((fs::path(options.input) / "zero" / "optimizer_state.pt").string());
+}
+
+// The exchange's inputs: every target file laid out, and the plan made from what they need (the
+// same on every rank).
+struct ExchangeSetup {
+  std::vector<LaidOutFile> files;  // sorted by path
+  ExchangePlan plan;
+};
+
+ExchangeSetup set_up_exchange(DeepSpeedWriter& writer, const ModelInfo& model, const UcpInfo& plan,
+                              const std::string& dir, int ranks, uint64_t batch_bytes, int threads) {
+  ExchangeSetup x;
+  x.files = lay_out_all(writer, model, plan, dir, threads);
+  x.plan = plan_exchange(model, file_needs(x.files, writer, model, threads), ranks, batch_bytes);
+  return x;
+}
+
 }  // namespace
 
 nlohmann::json plan_json(const LoadOptions& options) {
@@ -172,16 +200,15 @@ nlohmann::json plan_json(const LoadOptions& options) {
   // Which rank writes which file, and reads which atomic tensor in which batch, when the exchange
   // would be used (the files are laid out in memory for it; nothing is written).
   const int ranks = ucp::MpiSession::get().size();
-  if (options.exchange == ExchangeMode::Exchange || (options.exchange == ExchangeMode::Auto && ranks > 1)) {
+  if (uses_exchange(options, ranks)) {
     UniversalReader reader(p.model, options.input, false);
-    DeepSpeedWriter writer(p.model, p.plan, reader,
-                           load_torch((fs::path(options.input) / "zero" / "optimizer_state.pt").string()));
-    const int threads = options.threads > 0 ? options.threads : std::max(1, tbb::this_task_arena::max_concurrency());
-    const auto files = lay_out_all(writer, p.model, p.plan, p.model.tag, threads);
-    const auto xplan = plan_exchange(p.model, file_needs(files, writer, p.model, threads), ranks, options.batch_bytes);
-    auto& x = j["exchange"] = xplan.to_json(p.model);
+    DeepSpeedWriter writer(p.model, p.plan, reader, common_optimizer_state(options));
+    const auto setup =
+        set_up_exchange(writer, p.model, p.plan, p.model.tag, ranks, options.batch_bytes, threads_of(options));
+    auto& x = j["exchange"] = setup.plan.to_json(p.model);
     auto& writers = x["files"] = nlohmann::json::array();
-    for (size_t f = 0; f < files.size(); ++f) writers.push_back({{"file", files[f].path}, {"rank", xplan.file_ranks[f]}});
+    for (size_t f = 0; f < setup.files.size(); ++f)
+      writers.push_back({{"file", setup.files[f].path}, {"rank", setup.plan.file_ranks[f]}});
   }
   return j;
 }
@@ -195,42 +222,28 @@ LoadSummary run_load(const LoadOptions& options) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_TOP_PAD, 64 << 20);
   auto& mpi = ucp::MpiSession::get();
-  std::string failure;
-  auto guarded = [&](auto&& f) {
-    try {
-      f();
-    } catch (const UsageError&) {
-      throw;
-    } catch (const std::exception& e) {
-      failure = e.what();
-    }
-  };
-  auto check = [&] {
-    if (mpi.any(!failure.empty())) throw Error(failure.empty() ? "another MPI rank failed" : failure);
-  };
+  ucp::RankFailure failed(mpi);  // guard() the work of each step, settle() at its end on every rank
 
   Prepared prep;
-  guarded([&] { prep = prepare(options); });
-  check();
+  failed.guard([&] { prep = prepare(options); });
+  failed.settle();
   const ModelInfo& model = prep.model;
-  const int threads = options.threads > 0 ? options.threads : std::max(1, tbb::this_task_arena::max_concurrency());
+  const int threads = threads_of(options);
 
   // Every rank turns SIGINT/SIGTERM into a failure at its next job from here on (staging removed).
   StagedPhase phase;
   std::unique_ptr<StagingDir> staging;
   std::string staged;
-  guarded([&] {
+  failed.guard([&] {
     if (mpi.rank() == 0) {
       staging = std::make_unique<StagingDir>(options.output, options.overwrite, "ucp-load", tool::verbose);
       staged = staging->path().string();
     }
   });
-  check();
+  failed.settle();
   staged = mpi.broadcast(staged);
 
-  const bool exchange = options.format == "deepspeed" &&
-                        (options.exchange == ExchangeMode::Exchange ||
-                         (options.exchange == ExchangeMode::Auto && mpi.size() > 1));
+  const bool exchange = uses_exchange(options, mpi.size());
   size_t batches = 0;
   ExchangeStats xstats;
   UniversalReader reader(model, options.input, options.verify);
@@ -246,7 +259,7 @@ LoadSummary run_load(const LoadOptions& options) {
     std::vector<char> mask(model.params.size());
     for (size_t i = 0; i < mask.size(); ++i) mask[i] = owner[i] == mpi.rank();
     reader.set_verify_mask(mask);
-    guarded([&] {
+    failed.guard([&] {
       tbb::task_arena arena(threads);
       arena.execute([&] {
         tbb::parallel_for(size_t{0}, mask.size() * model.states.size(), [&](size_t k) {
@@ -256,12 +269,12 @@ LoadSummary run_load(const LoadOptions& options) {
         });
       });
     });
-    check();
+    failed.settle();
   }
   std::atomic<uint64_t> written{0}, files{0};
 
   if (options.format == "safetensors") {
-    guarded([&] {
+    failed.guard([&] {
       if (mpi.rank() == 0) {
         written += write_safetensors(model, reader, options.target.dtype, options.shard_bytes, staged, threads);
         files += safetensors_shards(model, options.target.dtype, options.shard_bytes).size() + 1;
@@ -270,21 +283,27 @@ LoadSummary run_load(const LoadOptions& options) {
   } else {
     const UcpInfo& plan = prep.plan;
     const fs::path ckdir = fs::path(staged) / model.tag;
-    guarded([&] {
+    failed.guard([&] {
       if (mpi.rank() == 0) {
         fs::create_directories(ckdir);
         write_file_atomic((fs::path(staged) / "latest").string(), model.tag);
       }
     });
-    check();
+    failed.settle();
     mpi.barrier();
     std::unique_ptr<DeepSpeedWriter> writer_owner;
-    std::vector<LaidOutFile> laid_out;  // exchange: every target file, sorted by path
-    std::optional<ExchangePlan> xplan;
-    guarded([&] {
-      pickle::ValuePtr common = load_torch((fs::path(options.input) / "zero" / "optimizer_state.pt").string());
-      writer_owner = std::make_unique<DeepSpeedWriter>(model, plan, reader, common);
+    std::optional<ExchangeSetup> setup;
+    failed.guard([&] {
+      writer_owner = std::make_unique<DeepSpeedWriter>(model, plan, reader, common_optimizer_state(options));
       DeepSpeedWriter& writer = *writer_owner;
+      if (exchange) {
+        // Every rank lays out every file, and makes the same plan from them: who writes which file,
+        // who reads which atomic tensor, in which batch. run_exchange then writes this rank's files.
+        raise_open_file_limit();
+        setup = set_up_exchange(writer, model, plan, ckdir.string(), mpi.size(), options.batch_bytes, threads);
+        batches = setup->plan.batches.size();
+        return;
+      }
       auto jobs = jobs_of(model, plan);
       std::vector<uint64_t> sizes;
       for (const auto& j : jobs) sizes.push_back(j.bytes);
@@ -294,15 +313,6 @@ LoadSummary run_load(const LoadOptions& options) {
         if (owner[i] == mpi.rank()) mine.push_back(i);
       std::stable_sort(mine.begin(), mine.end(), [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
       tbb::task_arena arena(threads);
-      if (exchange) {
-        // Every rank lays out every file, and makes the same plan from them: who writes which file,
-        // who reads which atomic tensor, in which batch. run_exchange then writes this rank's files.
-        raise_open_file_limit();
-        laid_out = lay_out_all(writer, model, plan, ckdir.string(), threads);
-        xplan = plan_exchange(model, file_needs(laid_out, writer, model, threads), mpi.size(), options.batch_bytes);
-        batches = xplan->batches.size();
-        return;
-      }
       tool::Progress progress("ucp-load", mine.size());
       std::mutex progress_mu;
       arena.execute([&] {
@@ -322,24 +332,24 @@ LoadSummary run_load(const LoadOptions& options) {
       });
       progress.finish();
     });
-    check();
+    failed.settle();
     // Collective; on any rank's failure every rank throws (temporary files and staging removed).
     if (exchange) {
-      xstats = run_exchange(laid_out, *writer_owner, reader, model, *xplan, mpi, threads);
+      xstats = run_exchange(setup->files, *writer_owner, reader, model, setup->plan, mpi, threads);
       written += xstats.bytes_written;
       files += xstats.files_written;
     }
   }
-  guarded([&] {
+  failed.guard([&] {
     if (mpi.rank() == 0) test_pause_if_asked();  // output written, not yet renamed into place
     check_interrupted();
   });
-  check();
+  failed.settle();
   mpi.barrier();
-  guarded([&] {
+  failed.guard([&] {
     if (mpi.rank() == 0) staging->commit();
   });
-  check();
+  failed.settle();
 
   LoadSummary s;
   s.output = options.output;

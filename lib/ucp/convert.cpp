@@ -85,41 +85,6 @@ void copy_file(const std::string& from, const fs::path& to) {
   if (ec) throw Error(to.string() + ": cannot copy " + from + ": " + ec.message());
 }
 
-// Runs `f`, keeping an exception's message (usage errors go through); `settle` then raises the
-// first failure on every MPI rank (a collective: every rank must call it).
-class RankFailure {
- public:
-  explicit RankFailure(MpiSession& mpi) : mpi_(mpi) {}
-  template <class F>
-  void guard(F&& f) {
-    try {
-      f();
-    } catch (const UsageError&) {
-      throw;
-    } catch (const std::exception& e) {
-      if (failure_.empty()) failure_ = e.what();
-    }
-  }
-  // `cleanup` (rank 0 removing its staging folder) runs before any rank leaves, so a rank that exits
-  // first cannot get the job killed while the folder is still there.
-  void settle(const char* what = "another MPI rank failed", const std::function<void()>& cleanup = {}) {
-    if (!mpi_.any(!failure_.empty())) return;
-    if (cleanup) {
-      try {
-        cleanup();
-      } catch (const std::exception&) {
-      }
-    }
-    mpi_.barrier();
-    throw Error(failure_.empty() ? std::string(what) : failure_);
-  }
-  void settle(const std::function<void()>& cleanup) { settle("another MPI rank failed", cleanup); }
-
- private:
-  MpiSession& mpi_;
-  std::string failure_;
-};
-
 class SafeProgress {
  public:
   SafeProgress(const std::string& label, uint64_t total, bool enabled)

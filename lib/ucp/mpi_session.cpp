@@ -171,6 +171,18 @@ void MpiSession::alltoallv(const float* send, const std::vector<uint64_t>& send_
   MPI_Alltoallv(send, sc.data(), sd.data(), MPI_FLOAT, recv, rc.data(), rd.data(), MPI_FLOAT, MPI_COMM_WORLD);
 }
 
+void RankFailure::settle(const char* what, const std::function<void()>& cleanup) {
+  if (!mpi_.any(!failure_.empty())) return;
+  if (cleanup) {
+    try {
+      cleanup();
+    } catch (const std::exception&) {
+    }
+  }
+  mpi_.barrier();
+  throw Error(failure_.empty() ? std::string(what) : failure_);
+}
+
 void die_if_interrupted() {
   if (!interrupted_signal()) return;
   MpiSession::get().finalize();

@@ -2,8 +2,11 @@
 // the conversion needs. MPI is initialized lazily and only when a launcher is detected.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "core/error.h"
 
 namespace ucpkit::ucp {
 
@@ -39,6 +42,41 @@ class MpiSession {
   int rank_ = 0, size_ = 1;
   bool active_ = false;
 };
+
+// Runs work on this rank keeping the first failure's message (usage errors go through: every rank
+// makes the same ones); settle() then raises it on every MPI rank, the others saying `what`. A
+// collective: every rank calls settle() at the same point, so no rank is left waiting in the next
+// collective while another has failed.
+class RankFailure {
+ public:
+  explicit RankFailure(MpiSession& mpi) : mpi_(mpi) {}
+  template <class F>
+  void guard(F&& f) {
+    try {
+      f();
+    } catch (const UsageError&) {
+      throw;
+    } catch (const std::exception& e) {
+      if (failure_.empty()) failure_ = *e.what() ? e.what() : "unknown error";
+    }
+  }
+  // `cleanup` (rank 0 removing its staging folder) runs before any rank leaves, so a rank that exits
+  // first cannot get the job killed while the folder is still there.
+  void settle(const char* what = "another MPI rank failed", const std::function<void()>& cleanup = {});
+  void settle(const std::function<void()>& cleanup) { settle("another MPI rank failed", cleanup); }
+
+ private:
+  MpiSession& mpi_;
+  std::string failure_;
+};
+
+// One step all ranks take together: `f` under a RankFailure, then settle().
+template <class F>
+void collectively(MpiSession& mpi, F&& f) {
+  RankFailure failed(mpi);
+  failed.guard(std::forward<F>(f));
+  failed.settle();
+}
 
 // For a tool's main after its run: when SIGINT/SIGTERM stopped it (staging folder removed), ends MPI
 // together with the other ranks, then dies by that signal; returns otherwise.

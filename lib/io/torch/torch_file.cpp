@@ -1,11 +1,11 @@
 // torch.save files: zip and legacy containers.
 #include "io/torch/torch_file.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
-#include <algorithm>
 #include <unordered_map>
 
 #include "core/crc32.h"
@@ -234,17 +234,16 @@ std::span<const uint8_t> text_bytes(const std::string& s) {
 // generated storage (streamed now, or reserved for later).
 void write_records(ZipWriter& zip, const std::string& prefix, const std::string& pkl,
                    const std::vector<std::shared_ptr<Storage>>& order,
-                   const std::function<void(const std::string&, const Storage&)>& generated) {
+                   const std::function<void(const std::string&, const std::shared_ptr<Storage>&)>& generated) {
   zip.add(prefix + "/data.pkl", text_bytes(pkl));
   static const std::string kByteOrder = "little";
   zip.add(prefix + "/byteorder", text_bytes(kByteOrder));
   for (size_t k = 0; k < order.size(); ++k) {
     const std::string name = prefix + "/data/" + std::to_string(k);
-    const Storage& st = *order[k];
-    if (st.is_generated())
-      generated(name, st);
+    if (order[k]->is_generated())
+      generated(name, order[k]);
     else
-      zip.add(name, st.bytes());
+      zip.add(name, order[k]->bytes());
   }
   static const std::string kVersion = "3\n";
   zip.add(prefix + "/version", text_bytes(kVersion));
@@ -256,9 +255,9 @@ void save_torch_file(const std::string& path, const pickle::ValuePtr& root, cons
   std::vector<std::shared_ptr<Storage>> order;
   const std::string pkl = pickle_root(root, order);
   ZipWriter zip(path, options.durable);
-  write_records(zip, options.archive_prefix, pkl, order, [&](const std::string& name, const Storage& st) {
-    zip.add_streamed(name, st.nbytes(), [&st](uint64_t off, std::span<uint8_t> w) { st.generate(off, w); },
-                     dtype_size(st.dtype()));
+  write_records(zip, options.archive_prefix, pkl, order, [&](const std::string& name, const std::shared_ptr<Storage>& st) {
+    zip.add_streamed(name, st->nbytes(), [&st](uint64_t off, std::span<uint8_t> w) { st->generate(off, w); },
+                     dtype_size(st->dtype()));
   });
   zip.finish();
 }
@@ -285,12 +284,10 @@ DeferredTorchFile::DeferredTorchFile(const std::string& path, const pickle::Valu
     : path_(path), zip_(std::make_unique<ZipWriter>(path, options.durable)) {
   std::vector<std::shared_ptr<Storage>> order;
   const std::string pkl = pickle_root(root, order);
-  std::unordered_map<const Storage*, std::shared_ptr<Storage>> by_ptr;
-  for (const auto& s : order) by_ptr[s.get()] = s;
-  write_records(*zip_, options.archive_prefix, pkl, order, [&](const std::string& name, const Storage& st) {
+  write_records(*zip_, options.archive_prefix, pkl, order, [&](const std::string& name, const std::shared_ptr<Storage>& st) {
     Record r;
-    r.storage = by_ptr.at(&st);
-    r.zip_index = zip_->reserve(name, st.nbytes());
+    r.storage = st;
+    r.zip_index = zip_->reserve(name, st->nbytes());
     records_.push_back(std::move(r));
     pieces_.push_back(std::make_unique<Pieces>());
   });
