@@ -4,6 +4,7 @@
 // Built from device_load.cu with CUDA + NCCL; device_load_stub.cpp otherwise.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,10 +19,14 @@ struct DeviceLoadRequest {
 
 struct DeviceLoadResult {
   uint64_t bytes_to_device = 0;   // bytes copied host -> device
-  double seconds = 0;             // wall time of the copies (incl. NCCL exchange)
-  double gbps = 0;                // bytes_to_device / seconds / 1e9
+  double seconds = 0;             // device time of the host -> device DMAs (CUDA events)
+  double gbps = 0;                // bytes_to_device / seconds / 1e9: the transfer stage alone
+  double end_to_end_seconds = 0;  // from the call to every partition on the device (set-up, checksum
+  double end_to_end_gbps = 0;     // verification, reading the universal files, DMAs), read-back excluded
   double baseline_gbps = 0;       // plain pinned-memory cudaMemcpy of the same bytes, same run
-  std::vector<uint32_t> partition_crc32;  // per group and state, of the bytes now on the device
+  std::map<std::string, double> phase_seconds;  // setup, verify, stage, device_check
+  int threads = 0;                // TBB threads that filled the staging buffers
+  std::vector<uint32_t> partition_crc32;  // per group and state, of the bytes read back from the device
   int device = -1;
 };
 
