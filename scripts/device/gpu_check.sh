@@ -52,6 +52,17 @@ for r in 0 1; do
   done
   cp $W/gpu$r.json "$OUT/gpu$r.json"
 done
+step "ucp-load --device cuda --dp 1 (the whole 2.46 GB of fp32 + moments to one GPU)"
+for rep in 1 2 3; do
+  "$B/ucp-load" --device cuda -q --json --dp-rank 0 --input $W/u --tp 1 --pp 1 --dp 1 --zero-stage 1 > $W/gpu_dp1.json
+  python3 -c "import json; j=json.load(open('$W/gpu_dp1.json')); b=j['baseline_pinned_memcpy_gbps']; print('rep $rep: bytes', j['bytes_to_device'], 'transfers %.2f GB/s (%.3f of memcpy), end to end %.3f s %.2f GB/s, stage %.3f s = %.2f GB/s, memcpy %.2f GB/s' % (j['gbps'], j['gbps']/b, j['end_to_end_seconds'], j['end_to_end_gbps'], j['phase_seconds']['stage'], j['bytes_to_device']/j['phase_seconds']['stage']/1e9, b))"
+done
+cp $W/gpu_dp1.json "$OUT/gpu_dp1.json"
+step "host read floor: the universal checkpoint's files read from the page cache by 16 processes"
+for rep in 1 2 3; do
+  s=$(date +%s.%N); find $W/u -name '*.pt' -print0 | xargs -0 -P16 -n4 cat > /dev/null; e=$(date +%s.%N)
+  python3 -c "b=$(du -sb $W/u | cut -f1); t=$e-$s; print('rep $rep: %.2f GB in %.3f s = %.2f GB/s' % (b/1e9, t, b/1e9/t))"
+done
 step "torch reads ucp-load's CPU output; GPU partition CRCs"
 python3 scripts/device/torch_reads_output.py $W/cpu $W/gpu0.json $W/gpu1.json
 step done
