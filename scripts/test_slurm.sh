@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# The example job scripts (scripts/examples/slurm/) under a real Slurm: starts a one-node cluster
+# (scripts/slurm/cluster.sh: Debian's slurm-wlm + munge, installed if missing), submits each example
+# with sbatch on small generated checkpoints, waits, checks the results against independent truth,
+# kills a conversion with scancel and resubmits, then stops the daemons. Exit 0 iff everything held.
+# Needs root. Run by ctest (test `slurm_examples`) and by hand:
+#   scripts/test_slurm.sh [build_dir] [work_dir]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-$root/build}" && pwd)
+work=${2:-$(mktemp -d /tmp/ucpkit-slurm.XXXXXX)}
+rm -rf "$work"; mkdir -p "$work"
+py=/usr/bin/python3
+ex=$root/scripts/examples/slurm
+export UCPKIT_BIN=$build/bin OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+failures=0
+step() { printf '\n== %s\n' "$*"; }
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+cleanup() { "$root/scripts/slurm/cluster.sh" stop "$work/cluster" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+
+step "starting a one-node Slurm cluster in $work/cluster"
+eval "$("$root/scripts/slurm/cluster.sh" start "$work/cluster")"
+sinfo
+# sbatch --wait, then the job's exit code and output (the job's log is its own output file).
+submit() {  # NAME SCRIPT [sbatch args...]: runs the job to its end; its exit code
+  local name=$1 script=$2 rc=0
+  shift 2
+  sbatch --wait --chdir "$work" --output "$work/$name.out" "$@" "$script" >/dev/null || rc=$?
+  sed "s/^/  [$name] /" "$work/$name.out"
+  return $rc
+}
+
+step "generating checkpoints"
+$py - "$root" "$work" <<'PY'
+import os, shutil, sys
+sys.path.insert(0, os.path.join(sys.argv[1], "scripts"))
+import dsgen
+work = sys.argv[2]
+# A dense GPT run saved at DP 2 (ZeRO-1, bf16), with ground truth of its universal form.
+dsgen.generate(os.path.join(work, "gpt"), dsgen.ModelConfig(family="gpt", layers=2, hidden=32, heads=4, ffn=128,
+               vocab=96, seq=16), dsgen.Layout(tp=1, pp=1, dp=2, zero=1, dtype="bf16", step=200, seed=7))
+# A native-MoE run with two checkpoint tags in one save folder (as DeepSpeed writes them).
+cfg = dsgen.ModelConfig(family="dsmoe", layers=4, hidden=32, heads=4, kv_heads=4, ffn=64, vocab=128, seq=16, experts=4)
+moe = os.path.join(work, "moe")
+for i, step in enumerate((10, 20)):
+    tmp = os.path.join(work, f"moe_tmp{step}")
+    dsgen.generate(tmp, cfg, dsgen.Layout(dp=4, ep=2, zero=1, dtype="bf16", step=step, seed=100 + i), truth=False)
+    os.makedirs(moe, exist_ok=True)
+    shutil.move(os.path.join(tmp, f"global_step{step}"), os.path.join(moe, f"global_step{step}"))
+    shutil.rmtree(tmp)
+with open(os.path.join(moe, "latest"), "w") as f:
+    f.write("global_step20")
+PY
+(cd "$work/gpt" && find . -type f -print0 | sort -z | xargs -0 sha256sum) > "$work/gpt.sha256"
+
+step "1. elastic resume: DP 2 -> 3, interrupted by scancel, then resubmitted"
+export CKPT_DIR=$work/gpt NEW_DP=3 NEW_TP=1 NEW_PP=1 ZERO_STAGE=1
+# Pause the first conversion step once its output is staged (test hook), then scancel the job.
+jid=$(UCPKIT_TEST_PAUSE_STAGED=1 sbatch --parsable --chdir "$work" --output "$work/elastic-killed.out" \
+      --export=ALL,UCPKIT_TEST_PAUSE_STAGED=1 "$ex/elastic_resume.sbatch")
+for _ in $(seq 600); do
+  find "$work" "$work/gpt" -maxdepth 1 -name '.*-tmp-*' 2>/dev/null | grep -q . && break
+  sleep 0.1
+done
+sleep 0.5
+scancel "$jid"
+for _ in $(seq 300); do squeue -h -j "$jid" 2>/dev/null | grep -q . || break; sleep 0.1; done
+sed "s/^/  [elastic-killed] /" "$work/elastic-killed.out"
+grep -q "INTERRUPTED\|CANCELLED" "$work/elastic-killed.out" || fail "the cancelled job did not report the interruption"
+[ ! -e "$work/gpt_dp3" ] || fail "a cancelled conversion left $work/gpt_dp3"
+! find "$work" "$work/gpt" -maxdepth 1 -name '.*-tmp-*' | grep . || fail "a cancelled conversion left its staging folder"
+(cd "$work/gpt" && sha256sum --quiet -c "$work/gpt.sha256") || fail "the source checkpoint changed"
+submit elastic "$ex/elastic_resume.sbatch" || fail "elastic resume exited $?"
+[ -f "$work/gpt_dp3/latest" ] || fail "no converted checkpoint"
+if [ -f "$work/gpt_dp3/latest" ]; then
+  "$UCPKIT_BIN/ucp-union" -q --input "$work/gpt_dp3" --output "$work/gpt_dp3_universal" &&
+    $py "$root/tests/load/same_universal.py" "$work/gpt/global_step200_universal" "$work/gpt_dp3_universal" ||
+    fail "the DP 3 checkpoint is not the source's model and optimizer state bit for bit"
+  $py "$root/tests/ucp/check_universal.py" "$work/gpt/global_step200_universal" "$work/gpt" ||
+    fail "the universal checkpoint differs from the generator's truth"
+  ls "$work/gpt_dp3/global_step200" | grep -c zero_pp_rank | grep -qx 3 || fail "expected 3 ZeRO shards"
+fi
+submit elastic-again "$ex/elastic_resume.sbatch" || fail "re-running elastic resume exited $?"
+grep -q "reused" "$work/elastic-again.out" || fail "a re-run did not reuse the finished conversion"
+unset CKPT_DIR NEW_DP NEW_TP NEW_PP ZERO_STAGE
+
+step "2. between runs: universal + safetensors under mpirun -np 2"
+rm -rf "$work/gpt/global_step200_universal"
+CKPT_DIR=$work/gpt submit between "$ex/between_runs.sbatch" || fail "between-runs exited $?"
+grep -q "mpirun -np 2" "$work/between.out" || fail "the conversion did not run on both tasks"
+$py "$root/tests/ucp/check_universal.py" "$work/gpt/global_step200_universal" "$work/gpt" ||
+  fail "universal checkpoint differs from the truth"
+$py "$root/tests/load/read_safetensors.py" "$work/gpt/global_step200_safetensors" "$work/gpt/global_step200_universal" bf16 ||
+  fail "safetensors export differs from the universal checkpoint"
+
+step "3. partial expert checkpoints: pec-save per tag (twice: idempotent), pec-restore as the restart hook"
+export CKPT_DIR=$work/moe STORE=$work/pec-store K=1
+MODE=save submit pec-save "$ex/pec_checkpoint.sbatch" || fail "pec save exited $?"
+MODE=save submit pec-save-again "$ex/pec_checkpoint.sbatch" || fail "pec save re-run exited $?"
+[ "$(grep -c 'already in' "$work/pec-save-again.out")" = 2 ] || fail "a re-run saved a committed step again"
+MODE=restore RESTORE_DIR=$work/restored submit pec-restore "$ex/pec_checkpoint.sbatch" || fail "pec restore exited $?"
+$py "$root/tests/pec/verify_restore.py" "$work/restored/global_step20" "$work/restored.report.json" 2 0 \
+  "10=$work/moe/global_step10" "20=$work/moe/global_step20" || fail "restored checkpoint differs from its sources"
+unset CKPT_DIR STORE K
+
+step "4. pre-launch placement from expert loads"
+$py - "$work/loads.json" <<'PY'
+import json, random, sys
+rng = random.Random(3)
+json.dump([[rng.randrange(1, 1000) for _ in range(16)] for _ in range(4)], open(sys.argv[1], "w"))
+PY
+LOADS=$work/loads.json PLAN=$work/plan.json GPUS_PER_NODE=4 SLOTS_PER_GPU=2 FAULT_TOLERANCE=1 NODES=4 \
+  TRAIN_CMD="echo launch" submit placement "$ex/prelaunch_placement.sbatch" || fail "placement exited $?"
+grep -q -- "launch --expert-placement $work/plan.json" "$work/placement.out" || fail "the plan was not handed to the launch command"
+$py -c "import json,sys; p=json.load(open(sys.argv[1])); assert p, 'empty plan'" "$work/plan.json" || fail "no valid plan"
+
+step "5. a usage error ends the job with exit code 2"
+rc=0; NEW_DP=0 CKPT_DIR=$work/gpt OUT_DIR=$work/bad submit bad "$ex/elastic_resume.sbatch" || rc=$?
+grep -q "usage error" "$work/bad.out" || fail "a bad option was not reported as a usage error (exit $rc)"
+
+echo
+if [ $failures -ne 0 ]; then echo "test_slurm: $failures check(s) failed (work folder $work)"; exit 1; fi
+echo "test_slurm: all checks passed"
+rm -rf "$work"
