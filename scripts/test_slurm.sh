@@ -122,4 +122,5 @@ grep -q "usage error" "$work/bad.out" || fail "a bad option was not reported as 
 echo
 if [ $failures -ne 0 ]; then echo "test_slurm: $failures check(s) failed (work folder $work)"; exit 1; fi
 echo "test_slurm: all checks passed"
+cleanup
 rm -rf "$work"

@@ -56,6 +56,11 @@ if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
 fi
 
 stop  # leftovers of an earlier run from the same folder
+for port in 16817 16818; do
+  if (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; then
+    die "port $port is in use (another slurmctld/slurmd of an earlier test still running? pgrep -a slurm)"
+  fi
+done
 host=$(hostname -s)
 cpus=$(nproc)
 mem=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
@@ -93,6 +98,11 @@ CONF
 export SLURM_CONF=$conf
 slurmctld -f "$conf" -i || die "slurmctld did not start: $(tail -5 "$dir/slurmctld.log" 2>/dev/null)"
 slurmd -f "$conf" || die "slurmd did not start: $(tail -5 "$dir/slurmd.log" 2>/dev/null)"
+sleep 0.5
+for d in slurmctld slurmd; do
+  p=$(pid_of "$dir/$d.pid" || true)
+  [ -n "$p" ] && kill -0 "$p" 2>/dev/null || die "$d exited: $(grep -i error "$dir/$d.log" | tail -3)"
+done
 for _ in $(seq 100); do
   state=$(sinfo -h -N -o %T 2>/dev/null | head -1 || true)
   case "$state" in idle|mixed|allocated) break ;; esac
