@@ -6,7 +6,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
 
 packages=(cmake ninja-build g++ libtorch-dev libtbb-dev libopenmpi-dev openmpi-bin nlohmann-json3-dev
-          libzstd-dev zlib1g-dev libcli11-dev libgtest-dev python3-torch python3-numpy)
+          libzstd-dev zlib1g-dev libcli11-dev libgtest-dev python3-torch python3-numpy strace)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -67,7 +67,7 @@ sleep 0.5
 scancel "$jid"
 for _ in $(seq 300); do squeue -h -j "$jid" 2>/dev/null | grep -q . || break; sleep 0.1; done
 sed "s/^/  [elastic-killed] /" "$work/elastic-killed.out"
-grep -q "INTERRUPTED\|CANCELLED" "$work/elastic-killed.out" || fail "the cancelled job did not report the interruption"
+grep -q "ucp-union: INTERRUPTED" "$work/elastic-killed.out" || fail "the cancelled job did not report the interruption"
 [ ! -e "$work/gpt_dp3" ] || fail "a cancelled conversion left $work/gpt_dp3"
 ! find "$work" "$work/gpt" -maxdepth 1 -name '.*-tmp-*' | grep . || fail "a cancelled conversion left its staging folder"
 (cd "$work/gpt" && sha256sum --quiet -c "$work/gpt.sha256") || fail "the source checkpoint changed"

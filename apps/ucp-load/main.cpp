@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", opt.threads, "TBB threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   app.add_flag("--no-verify", no_verify, "Skip the manifest checksum check of atomic tensors");
   app.add_flag("--overwrite", opt.overwrite, "Replace an existing output folder (atomically, at the end)");
+  app.add_flag("--no-sync", [&opt](int64_t) { opt.sync = false; }, "Do not flush the output to stable storage before renaming it into place (scratch outputs)");
   app.add_option("--vocab-multiple", opt.vocab_multiple, "Pad the vocabulary to a multiple of this times TP");
   app.add_option("--sub-group-size", opt.target.sub_group_size,
                  "ZeRO-3: the job's zero_optimization.sub_group_size (elements; DeepSpeed's default 1e9)")

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   app.add_option("--output", output, "Universal checkpoint folder to create")->required();
   app.add_option("--patterns", opt.patterns_file, "Pattern file (patterns/*.json) when the checkpoint has none");
   app.add_option("--threads", opt.threads, "TBB threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  app.add_flag("--no-sync", [&opt](int64_t) { opt.sync = false; }, "Do not flush the output to stable storage before renaming it into place (scratch outputs)");
   app.add_option("--tolerance", opt.tolerance, "Accept TP-replicated copies differing by at most this")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--allow-unused-patterns", opt.allow_unused_patterns, "Accept patterns that match no parameter");

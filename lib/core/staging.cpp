@@ -1,7 +1,9 @@
 // Staged output folders and the SIGINT/SIGTERM handling that lets a run remove its own.
 #include "core/staging.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -9,6 +11,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -89,8 +92,21 @@ void raise_if_interrupted() {
 
 void test_pause_if_asked() {
   const char* v = std::getenv("UCPKIT_TEST_PAUSE_STAGED");
-  if (!v || std::string(v) != "1") return;
-  while (g_signal.load() == 0) ::usleep(10000);
+  if (!v || !*v) return;
+  const std::string go = v;
+  while (g_signal.load() == 0) {
+    if (go != "1" && ::access(go.c_str(), F_OK) == 0) return;
+    ::usleep(10000);
+  }
+}
+
+void sync_file_system(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(path.string() + ": cannot open to flush to stable storage: " + std::strerror(errno));
+  const int rc = ::syncfs(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw Error(path.string() + ": flushing to stable storage failed: " + std::strerror(err));
 }
 
 // A pid is gone when kill(pid, 0) fails with ESRCH.
@@ -115,8 +131,9 @@ void sweep_stale_staging(const fs::path& target, const std::string& tag, const S
   }
 }
 
-StagingDir::StagingDir(const fs::path& target, bool overwrite, std::string tag, const StagingNote& note)
-    : target_(fs::absolute(target)), tag_(std::move(tag)) {
+StagingDir::StagingDir(const fs::path& target, bool overwrite, std::string tag, const StagingNote& note,
+                       bool durable)
+    : target_(fs::absolute(target)), tag_(std::move(tag)), overwrite_(overwrite), durable_(durable) {
   std::error_code ec;
   if (fs::exists(target_, ec) && !overwrite)
     throw Error(target_.string() + ": output already exists (remove it or pass --overwrite)");
@@ -141,18 +158,46 @@ StagingDir::~StagingDir() {
   }
 }
 
+void StagingDir::sync() const {
+  if (durable_) sync_file_system(path_);
+}
+
 void StagingDir::commit() {
+  sync();
   std::error_code ec;
-  fs::path old;
-  if (fs::exists(target_, ec)) {
-    old = sibling(target_, tag_, "old");
-    fs::rename(target_, old, ec);
-    if (ec) throw Error(target_.string() + ": cannot replace: " + ec.message());
+  if (!overwrite_) {
+    // Rename without replacing: a target that appeared during the run (a concurrent run, a user's
+    // folder) stays, and this run fails instead of deleting it.
+    if (::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, target_.c_str(), RENAME_NOREPLACE) != 0) {
+      const int err = errno;
+      if (err == EEXIST || err == ENOTEMPTY)
+        throw Error(target_.string() + ": output appeared while this run was writing it (another run?); kept it, "
+                    "nothing written (pass --overwrite to replace it)");
+      if (err != EINVAL && err != ENOSYS) throw Error(target_.string() + ": cannot rename output into place: " + std::strerror(err));
+      // A file system without RENAME_NOREPLACE: check, then rename (a narrow race remains).
+      if (fs::exists(target_, ec))
+        throw Error(target_.string() + ": output appeared while this run was writing it (another run?); kept it, "
+                    "nothing written (pass --overwrite to replace it)");
+      fs::rename(path_, target_, ec);
+      if (ec) throw Error(target_.string() + ": cannot rename output into place: " + ec.message());
+    }
+    committed_ = true;
+  } else if (fs::exists(target_, ec) &&
+             ::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, target_.c_str(), RENAME_EXCHANGE) == 0) {
+    committed_ = true;  // the old output now lives at path_: remove it
+    fs::remove_all(path_, ec);
+  } else {
+    fs::path old;
+    if (fs::exists(target_, ec)) {
+      old = sibling(target_, tag_, "old");
+      fs::rename(target_, old, ec);
+      if (ec) throw Error(target_.string() + ": cannot replace: " + ec.message());
+    }
+    fs::rename(path_, target_, ec);
+    if (ec) throw Error(target_.string() + ": cannot rename output into place: " + ec.message());
+    committed_ = true;
+    if (!old.empty()) fs::remove_all(old, ec);
   }
-  fs::rename(path_, target_, ec);
-  if (ec) throw Error(target_.string() + ": cannot rename output into place: " + ec.message());
-  committed_ = true;
-  if (!old.empty()) fs::remove_all(old, ec);
   fsync_dir(target_.parent_path().string());
 }
 

@@ -22,24 +22,38 @@ class StagedPhase {
 // Receives a line for the user (tools pass tool::verbose; lib/core prints nothing itself).
 using StagingNote = std::function<void(const std::string&)>;
 
+// Flushes the file system holding `path` to stable storage (syncfs: one call for every file written
+// there, instead of an fsync per file). Throws Error naming `path` when the flush fails.
+void sync_file_system(const std::filesystem::path& path);
+
 // The folder `.<name>.<tag>-tmp-<pid>` beside `target` (created at construction, after sweeping stale
 // ones, each reported to `note`), removed unless committed. `tag` names the tool family ("ucp":
 // ucp-extract / ucp-union, "ucp-load"). An existing target is refused unless `overwrite`; commit()
-// then swaps it out through `.<name>.<tag>-old-<pid>`.
+// then swaps it out (atomically where the file system can exchange two names). `durable` (the
+// default; tools' `--no-sync` turns it off for scratch outputs): commit() first flushes the file system
+// of the folder, so the data is on stable storage before its name is, and fsyncs the parent folder after.
 class StagingDir {
  public:
-  StagingDir(const std::filesystem::path& target, bool overwrite, std::string tag, const StagingNote& note = {});
+  StagingDir(const std::filesystem::path& target, bool overwrite, std::string tag, const StagingNote& note = {},
+             bool durable = true);
   ~StagingDir();
   StagingDir(const StagingDir&) = delete;
   StagingDir& operator=(const StagingDir&) = delete;
   const std::filesystem::path& path() const { return path_; }
-  // Renames the folder onto the target (replacing an existing one) and fsyncs the parent folder.
+  // Makes the folder the target: flushes its file system (when durable), renames it into place and
+  // fsyncs the parent folder. Without `overwrite`, a target that appeared since the start (another run,
+  // a user) is kept and commit() throws Error (rename without replacing); with it, the old target is
+  // exchanged out and removed.
   void commit();
+  // Flushes the folder's file system when durable (MPI ranks call it for their own files before the
+  // barrier that precedes rank 0's commit: on a shared file system each client flushes its own data).
+  void sync() const;
 
  private:
   StagedPhase phase_;  // first member: signals are flags before the folder is created
   std::filesystem::path target_, path_;
   std::string tag_;
+  bool overwrite_ = false, durable_ = true;
   bool committed_ = false;
 };
 
@@ -56,7 +70,8 @@ int interrupted_signal();
 void raise_if_interrupted();
 
 // Test hook: with UCPKIT_TEST_PAUSE_STAGED=1, waits (staging folder written, not yet committed) until
-// a signal arrives, so tests can kill a run at a known point.
+// a signal arrives, so tests can kill a run at a known point; with UCPKIT_TEST_PAUSE_STAGED=<path>,
+// waits until that file exists (or a signal arrives), so tests can act before the commit.
 void test_pause_if_asked();
 
 // Removes `.<name>.<tag>-tmp-<pid>` folders beside `target` whose process is gone (left by SIGKILL or

@@ -236,7 +236,8 @@ LoadSummary run_load(const LoadOptions& options) {
   std::string staged;
   failed.guard([&] {
     if (mpi.rank() == 0) {
-      staging = std::make_unique<StagingDir>(options.output, options.overwrite, "ucp-load", tool::verbose);
+      staging = std::make_unique<StagingDir>(options.output, options.overwrite, "ucp-load", tool::verbose,
+                                             options.sync);
       staged = staging->path().string();
     }
   });
@@ -342,6 +343,7 @@ LoadSummary run_load(const LoadOptions& options) {
   }
   failed.guard([&] {
     if (mpi.rank() == 0) test_pause_if_asked();  // output written, not yet renamed into place
+    if (mpi.rank() != 0 && options.sync) sync_file_system(staged);  // each rank's own files
     check_interrupted();
   });
   failed.settle();

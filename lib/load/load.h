@@ -24,6 +24,7 @@ struct LoadOptions {
   int threads = 0;                       // 0: all cores
   bool verify = true;                    // check atomic tensors against manifest checksums
   bool overwrite = false;
+  bool sync = true;                      // flush the output to stable storage before renaming it (--no-sync: off)
   int64_t vocab_multiple = 0;            // 0: from args / inferred from the source padding
   uint64_t shard_bytes = 5ull << 30;     // safetensors shard size limit
   ExchangeMode exchange = ExchangeMode::Auto;

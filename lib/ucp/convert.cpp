@@ -118,7 +118,7 @@ struct WorkJob {
 };
 }  // namespace
 
-ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, int threads) {
+ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, int threads, bool sync) {
   auto& mpi = MpiSession::get();
   RankFailure failed(mpi);
   ExtractStats stats;
@@ -152,7 +152,7 @@ ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, in
   std::string staged_path;
   failed.guard([&] {
     if (mpi.rank() != 0) return;
-    staging = std::make_unique<StagingDir>(work_dir, false, "ucp", tool::verbose);
+    staging = std::make_unique<StagingDir>(work_dir, false, "ucp", tool::verbose, sync);
     make_dirs(staging->path() / "fragments");
     make_dirs(staging->path() / "model_states");
     for (const auto& p : plan.params) make_dirs(staging->path() / "fragments" / param_folder(p.name));
@@ -223,6 +223,9 @@ ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, in
     });
   });
   progress.finish();
+  failed.guard([&] {  // each rank's own files (rank 0 flushes again at commit, with what it writes last)
+    if (mpi.rank() != 0 && sync) sync_file_system(staged);
+  });
   failed.settle(drop_staging);
 
   // Rank 0: model files, the common optimizer state, plan.json, then the rename.
@@ -268,7 +271,7 @@ RunSummary run_extract(const std::string& checkpoint, const std::string& work_di
                   ") matches no parameter (--allow-unused-patterns to accept)");
   });
   failed.settle("another MPI rank failed while planning");
-  auto stats = write_work_folder(plan, work_dir, options.threads);
+  auto stats = write_work_folder(plan, work_dir, options.threads, options.sync);
   RunSummary s;
   s.tool = "ucp-extract";
   s.output = work_dir;
@@ -488,7 +491,7 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
   std::string staged_path;
   failed.guard([&] {
     if (mpi.rank() == 0) {
-      staging = std::make_unique<StagingDir>(output, options.overwrite, "ucp", tool::verbose);
+      staging = std::make_unique<StagingDir>(output, options.overwrite, "ucp", tool::verbose, options.sync);
       make_dirs(staging->path() / "zero");
       staged_path = staging->path().string();
     }
@@ -533,6 +536,9 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
     });
   });
   progress.finish();
+  failed.guard([&] {  // each rank's own files (rank 0 flushes again at commit, with what it writes last)
+    if (mpi.rank() != 0 && options.sync) sync_file_system(staged_path);
+  });
   failed.settle(drop_staging);
 
   // Gather manifest entries on rank 0, in plan order.

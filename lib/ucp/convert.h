@@ -14,6 +14,7 @@ struct ConvertOptions {
   double tolerance = 0;               // --tolerance for drifted TP replicas
   bool allow_unused_patterns = false; // --allow-unused-patterns
   bool overwrite = false;             // --overwrite an existing output folder
+  bool sync = true;                   // flush the output to stable storage before renaming it (--no-sync: off)
 };
 
 struct RunSummary {

@@ -22,8 +22,9 @@ struct ExtractStats {
 
 // Writes `plan`'s fragments as work_dir/fragments/<param>/tp<T>.part<D>.pt (dict state -> 1-D
 // tensor, plus "step"), copies of the model files, the common optimizer state, and plan.json
-// pointing at them. The folder appears only when complete (built beside it, then renamed).
-ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, int threads);
+// pointing at them. The folder appears only when complete (built beside it, then renamed; with
+// `sync`, flushed to stable storage first).
+ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, int threads, bool sync = true);
 
 // True when `dir` is a work folder written by write_work_folder.
 bool is_work_folder(const std::string& dir);

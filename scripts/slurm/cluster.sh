@@ -44,6 +44,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+stop  # leftovers of an earlier run from the same folder (before munged: stop() ends a munged it started)
+
 # munge: one daemon per machine; start it if none answers.
 if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
   [ -s /etc/munge/munge.key ] || { mkdir -p /etc/munge; dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key 2>/dev/null; }
@@ -55,7 +57,6 @@ if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
   munge -n | unmunge >/dev/null || die "munge does not answer"
 fi
 
-stop  # leftovers of an earlier run from the same folder
 for port in 16817 16818; do
   if (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; then
     die "port $port is in use (another slurmctld/slurmd of an earlier test still running? pgrep -a slurm)"

@@ -21,7 +21,18 @@ run_step() {
   local name=$1 rc=0
   shift
   log "$name: $*"
-  "$@" || rc=$?
+  # In the background and waited for, so that a SIGTERM/SIGINT to this script (scancel, Ctrl-C) is
+  # passed on and the script stays until the tool has removed its staged output: Slurm ends the job
+  # (and kills what is left) as soon as the batch script exits.
+  "$@" &
+  local pid=$! stopped=0
+  trap "stopped=143; kill -TERM $pid 2>/dev/null" TERM
+  trap "stopped=130; kill -INT $pid 2>/dev/null" INT
+  wait "$pid" || rc=$?
+  while kill -0 "$pid" 2>/dev/null; do rc=0; wait "$pid" || rc=$?; done
+  trap - TERM INT
+  # mpirun reports a rank ended by a signal as a plain failure; the job was stopped, say so.
+  [ "$stopped" -eq 0 ] || [ "$rc" -eq 0 ] || rc=$stopped
   case $rc in
     0) log "$name: done" ;;
     1) log "$name: FAILED (runtime error, nothing written; the previous checkpoint is untouched)" ;;

@@ -1,0 +1,149 @@
+// Commit protocol of the staged outputs (lib/core/staging): a target that appears while a run writes
+// is kept and the run fails (no silent replacement, issue "Reliability" item 4), and exit 0 means the
+// data was flushed to stable storage before the folder got its name (item 1), checked in the system
+// calls the tools make (strace).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kBin = UCPKIT_BIN_DIR;
+const std::string kFx = UCPKIT_FIXTURES_DIR;
+
+int sh(const std::string& cmd, std::string* out = nullptr) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return -1;
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
+  const int st = pclose(p);
+  if (out) *out = text;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+fs::path scratch(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("ucpkit_rel_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool has_staging(const fs::path& dir) {
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().find("-tmp-") != std::string::npos) return true;
+  return false;
+}
+
+// Runs `cmd` (which writes `target`) paused before its commit, creates `target` with a marker file
+// meanwhile, lets it go on: it must fail, name the target, keep the marker, and leave no staging.
+void expect_appearing_target_kept(const std::string& cmd, const fs::path& target) {
+  const fs::path go = target.parent_path() / "go";
+  const fs::path log = target.parent_path() / "log.txt";
+  const std::string bg = "UCPKIT_TEST_PAUSE_STAGED=" + go.string() + " " + cmd + " > " + log.string() +
+                         " 2>&1; echo $? > " + (target.parent_path() / "rc").string();
+  std::thread runner([&] { sh(bg); });
+  bool staged = false;
+  for (int i = 0; i < 3000 && !staged; ++i) {
+    staged = has_staging(target.parent_path());
+    if (!staged) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(staged) << "the run never staged its output";
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let it reach the pause point
+  fs::create_directories(target);
+  std::ofstream(target / "mine.txt") << "a user's folder\n";
+  std::ofstream(go) << "go\n";
+  runner.join();
+  EXPECT_EQ(slurp(target.parent_path() / "rc"), "1\n") << slurp(log);
+  EXPECT_NE(slurp(log).find("appeared while this run was writing it"), std::string::npos) << slurp(log);
+  EXPECT_NE(slurp(log).find(target.string()), std::string::npos) << slurp(log);
+  EXPECT_TRUE(fs::exists(target / "mine.txt"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(target), fs::directory_iterator()), 1);
+  EXPECT_FALSE(has_staging(target.parent_path()));
+}
+
+}  // namespace
+
+TEST(CommitRace, UnionKeepsAnOutputThatAppearedMidRun) {
+  const fs::path d = scratch("union_race");
+  expect_appearing_target_kept(kBin + "/ucp-union --input " + kFx + "/gpt --output " + (d / "u").string(), d / "u");
+  fs::remove_all(d);
+}
+
+TEST(CommitRace, LoadKeepsAnOutputThatAppearedMidRun) {
+  const fs::path d = scratch("load_race");
+  ASSERT_EQ(sh(kBin + "/ucp-union -q --no-sync --input " + kFx + "/gpt --output " + (d / "u").string()), 0);
+  const fs::path w = d / "w";
+  fs::create_directories(w);
+  expect_appearing_target_kept(kBin + "/ucp-load --input " + (d / "u").string() + " --output " + (w / "t").string() +
+                                   " --tp 1 --pp 1 --dp 3 --zero-stage 1",
+                               w / "t");
+  fs::remove_all(d);
+}
+
+TEST(CommitRace, OverwriteStillReplaces) {
+  const fs::path d = scratch("overwrite");
+  fs::create_directories(d / "u");
+  std::ofstream(d / "u" / "old.txt") << "old\n";
+  std::string out;
+  ASSERT_EQ(sh(kBin + "/ucp-union -q --overwrite --input " + kFx + "/gpt --output " + (d / "u").string(), &out), 0) << out;
+  EXPECT_FALSE(fs::exists(d / "u" / "old.txt"));
+  EXPECT_TRUE(fs::exists(d / "u" / "manifest.json"));
+  EXPECT_FALSE(has_staging(d));
+  fs::remove_all(d);
+}
+
+// strace of a run: the data is flushed (syncfs) before the staging folder is renamed onto the target,
+// and the parent folder is fsynced after; --no-sync skips the flush. CI installs strace (setup.sh).
+TEST(Durability, FlushBeforeRenameThenParentFsync) {
+  std::string out;
+  ASSERT_EQ(sh("command -v strace", &out), 0) << "strace is needed for this test (scripts/setup.sh installs it)";
+  const fs::path d = scratch("durable");
+  for (const bool sync : {true, false}) {
+    const fs::path target = d / (sync ? "u_sync" : "u_nosync"), log = d / (sync ? "s.txt" : "n.txt");
+    ASSERT_EQ(sh("strace -f -o " + log.string() + " -e trace=syncfs,fsync,renameat2,rename,renameat " + kBin +
+                     "/ucp-union -q " + (sync ? "" : "--no-sync ") + "--input " + kFx + "/gpt --output " +
+                     target.string(),
+                 &out),
+              0)
+        << out;
+    std::istringstream lines(slurp(log));
+    std::string line;
+    int syncfs_at = -1, rename_at = -1, fsync_after = -1, i = 0;
+    for (; std::getline(lines, line); ++i) {
+      if (line.find("syncfs(") != std::string::npos && line.find("= 0") != std::string::npos && rename_at < 0)
+        syncfs_at = i;
+      if (line.find("rename") != std::string::npos && line.find("\"" + target.string() + "\"") != std::string::npos &&
+          line.find("-tmp-") != std::string::npos)
+        rename_at = i;
+      if (rename_at >= 0 && i > rename_at && line.find("fsync(") != std::string::npos) fsync_after = i;
+    }
+    EXPECT_GE(rename_at, 0) << "no rename of the staging folder onto " << target << ":\n" << slurp(log);
+    if (sync) {
+      EXPECT_GE(syncfs_at, 0) << "no syncfs before the rename:\n" << slurp(log);
+      EXPECT_LT(syncfs_at, rename_at);
+    } else {
+      EXPECT_LT(syncfs_at, 0) << "--no-sync still flushed:\n" << slurp(log);
+    }
+    EXPECT_GT(fsync_after, rename_at) << "the parent folder was not fsynced after the rename:\n" << slurp(log);
+  }
+  fs::remove_all(d);
+}
