@@ -66,7 +66,7 @@ int quality(int argc, char** argv) {
   o.fault_tolerance = std::atoi(argv[6]);
   o.recovery.max_failures = 4;
   std::printf("| algorithm | balancedness | min balancedness | p(1) | p(2) | p(3) | p(4) |\n|---|---|---|---|---|---|---|\n");
-  for (const char* algo : {"lazarus", "eplb", "eplb-global", "spread", "compact", "hecate"}) {
+  for (const char* algo : {"balanced-ft", "lazarus", "eplb", "eplb-global", "spread", "compact", "hecate"}) {
     Plan p = plan_placement(w, cl, algo, o);
     compute_metrics(p, w, o.recovery);
     std::printf("| %s | %.4f | %.4f", algo, p.metrics.balancedness, p.metrics.min_balancedness);

@@ -1,0 +1,210 @@
+// balanced-ft placement (see balanced_ft.h and docs/moe-replace.md).
+#include "placement/balanced_ft.h"
+
+#include <algorithm>
+#include <optional>
+#include <queue>
+#include <set>
+
+#include "core/error.h"
+#include "placement/algorithm.h"
+#include "placement/allocation.h"
+#include "placement/balance.h"
+#include "placement/layer_state.h"
+#include "placement/mro.h"
+
+namespace ucpkit::placement {
+
+std::vector<int> floor_greedy_allocation(const std::vector<double>& loads, long long slots, int floor,
+                                         long long greedy_slots) {
+  const int E = static_cast<int>(loads.size());
+  if (static_cast<long long>(floor) * E > slots)
+    throw UsageError("--fault-tolerance " + std::to_string(floor) + " is impossible: " + std::to_string(E) +
+                     " experts x " + std::to_string(floor) + " replicas exceed " + std::to_string(slots) + " slots");
+  std::vector<int> r(E, floor);
+  // Max-heap on load per replica, ties to the lower id.
+  auto worse = [&](int a, int b) {
+    double wa = loads[a] / r[a], wb = loads[b] / r[b];
+    return wa < wb || (wa == wb && a > b);
+  };
+  std::priority_queue<int, std::vector<int>, decltype(worse)> heap(worse);
+  for (int e = 0; e < E; ++e) heap.push(e);
+  if (greedy_slots < 0 || greedy_slots > slots) greedy_slots = slots;
+  long long left = slots - static_cast<long long>(floor) * E;
+  for (long long g = greedy_slots - static_cast<long long>(floor) * E; g > 0 && left > 0; --g, --left) {
+    int e = heap.top();
+    heap.pop();
+    r[e]++;
+    heap.push(e);
+  }
+  std::vector<int> light = ascending_load_order(loads);
+  for (long long i = 0; left > 0; ++i, --left) r[light[i % E]]++;
+  return r;
+}
+
+namespace {
+
+// Largest share first onto the least loaded GPU with a free slot; with `spread`, only GPUs on nodes
+// holding the fewest replicas of that expert so far are eligible (replicas round over the nodes)
+// unless none of them has a free slot.
+std::vector<int> lpt_pack(const std::vector<int>& r, const std::vector<double>& t, const Cluster& cl, bool spread) {
+  const int E = static_cast<int>(r.size()), N = cl.nodes, S = cl.slots_per_gpu;
+  std::vector<int> reps;
+  for (int e = 0; e < E; ++e)
+    for (int i = 0; i < r[e]; ++i) reps.push_back(e);
+  std::stable_sort(reps.begin(), reps.end(), [&](int a, int b) { return t[a] / r[a] > t[b] / r[b]; });
+  std::vector<double> load(cl.gpus(), 0.0);
+  std::vector<int> used(cl.gpus(), 0), placed(E, 0);
+  std::vector<int> nodecnt(static_cast<size_t>(E) * N, 0);
+  std::vector<int> phy2log(cl.slots(), -1);
+  std::set<std::pair<double, int>> open;
+  for (int g = 0; g < cl.gpus(); ++g) open.insert({0.0, g});
+  for (int e : reps) {
+    auto pick = open.begin();
+    if (spread) {
+      const int level = placed[e] / N;
+      for (auto it = open.begin(); it != open.end(); ++it)
+        if (nodecnt[static_cast<size_t>(e) * N + cl.node_of_gpu(it->second)] <= level) {
+          pick = it;
+          break;
+        }
+    }
+    int g = pick->second;
+    open.erase(pick);
+    phy2log[g * S + used[g]] = e;
+    load[g] += t[e] / r[e];
+    nodecnt[static_cast<size_t>(e) * N + cl.node_of_gpu(g)]++;
+    placed[e]++;
+    if (++used[g] < S) open.insert({load[g], g});
+  }
+  return phy2log;
+}
+
+std::vector<std::vector<int>> node_contents(const std::vector<int>& phy2log, const Cluster& cl) {
+  std::vector<std::vector<int>> nodes(cl.nodes);
+  for (size_t p = 0; p < phy2log.size(); ++p) nodes[cl.node_of_slot(static_cast<int>(p))].push_back(phy2log[p]);
+  return nodes;
+}
+
+// Swap budget for the balance search: enough for every replica to move a few times.
+int swap_budget(const Cluster& cl) { return std::max(64, 2 * cl.gpus()); }
+
+double max_of(const std::vector<int>& phy2log, const std::vector<double>& t, const Cluster& cl) {
+  auto g = gpu_loads(phy2log, t, cl);
+  return *std::max_element(g.begin(), g.end());
+}
+
+}  // namespace
+
+double eplb_reference_max_load(const std::vector<double>& t, const Cluster& cl) {
+  return max_of(lpt_pack(floor_greedy_allocation(t, cl.slots(), 1), t, cl, false), t, cl);
+}
+
+LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl, int f, BalancedFtLayerInfo* info) {
+  const int E = static_cast<int>(t.size());
+  const long long slots = cl.slots(), floor_slots = static_cast<long long>(f) * E;
+  // Candidate allocations: the greedy over all slots, and over fewer (half a GPU's worth of slots per
+  // GPU less each time, at most 2S + 1 of them), the rest to the least loaded experts; each packed
+  // largest share first with replicas spread over nodes. The one with the lightest most loaded GPU
+  // is refined by swaps and rewrites; the runner-up too when the first stays above EPLB's packing.
+  struct Cand {
+    double max;
+    long long greedy;
+    bool spread;
+  };
+  std::vector<Cand> cands;
+  const long long step = std::max<long long>(1, cl.gpus() / 2);
+  for (long long x = slots, k = 0; x >= floor_slots && k <= 2LL * cl.slots_per_gpu; x -= step, ++k)
+    for (bool spread : {true, false}) {
+      auto r = floor_greedy_allocation(t, slots, f, x);
+      cands.push_back({max_of(lpt_pack(r, t, cl, spread), t, cl), x, spread});
+    }
+  std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.max < b.max; });
+  const double reference = eplb_reference_max_load(t, cl);
+  std::optional<LayerState> best;
+  const char* best_name = "";
+  long long best_greedy = slots;
+  for (size_t i = 0; i < cands.size() && i < 2; ++i) {
+    if (best && best->max_load() <= reference) break;
+    auto r = floor_greedy_allocation(t, slots, f, cands[i].greedy);
+    LayerState st(cl, t, lpt_pack(r, t, cl, cands[i].spread));
+    repair_fault_tolerance(st, f);
+    reduce_max(st, f, swap_budget(cl), true);
+    if (!best || st.max_load() < best->max_load() * (1 - 1e-12)) {
+      best.emplace(std::move(st));
+      best_name = cands[i].spread ? "node-spread" : "plain";
+      best_greedy = cands[i].greedy;
+    }
+  }
+  LayerState& st = *best;
+  // Recovery may use the slack down to EPLB's balance (0.2% margin for tie-order differences).
+  auto [before, after] = overlap_node_sets(st, f, std::max(st.max_load(), reference / 1.002));
+  LayerPlacement out;
+  out.phy2log = st.phy2log();
+  bool mro_won = false;
+  // Small clusters: the MRO placement of the same replicas (recovery-optimal where its search is
+  // exhaustive) when it is as balanced and at least as recoverable for every k.
+  if (cl.nodes <= 12) {
+    MroOptions mo;
+    mo.fault_tolerance = f;
+    std::vector<int> r(E, 0);
+    for (int e : out.phy2log) r[e]++;
+    LayerPlacement mro = layout_nodes(mro_placement(r, t, cl.nodes, cl.slots_per_node(), mo), t, cl);
+    if (balancedness(mro.phy2log, t, cl) >= balancedness(out.phy2log, t, cl) - 1e-12) {
+      auto pm = exact_recovery_vector(node_contents(mro.phy2log, cl), E);
+      auto po = exact_recovery_vector(node_contents(out.phy2log, cl), E);
+      bool no_worse = true, better = false;
+      for (size_t i = 0; i < po.size(); ++i) {
+        no_worse = no_worse && pm[i] >= po[i] - 1e-12;
+        better = better || pm[i] > po[i] + 1e-12;
+      }
+      if (no_worse && better) {
+        out.phy2log = mro.phy2log;
+        mro_won = true;
+      }
+    }
+  }
+  out.phyrank = ranks_by_appearance(out.phy2log, E);
+  if (info) {
+    info->packing = best_name;
+    info->greedy_slots = best_greedy;
+    info->node_sets_before = before;
+    info->node_sets_after = after;
+    info->mro = mro_won;
+  }
+  return out;
+}
+
+namespace {
+
+class BalancedFt : public PlacementAlgorithm {
+ public:
+  std::string name() const override { return "balanced-ft"; }
+  std::string description() const override {
+    return "at least f replicas on f distinct nodes, packed for balance, node sets overlapped for recovery";
+  }
+  PlacementResult place(const LoadMatrix& loads, const Cluster& cluster, const PlacementOptions& opt) const override {
+    check_fits(loads, cluster);
+    const int f = opt.fault_tolerance;
+    if (f > cluster.nodes)
+      throw UsageError("--fault-tolerance " + std::to_string(f) + " is impossible with " +
+                       std::to_string(cluster.nodes) + " nodes (each expert needs replicas on f distinct nodes)");
+    PlacementResult res;
+    auto& d = res.details["balanced_ft"] = nlohmann::json::array();
+    for (size_t l = 0; l < loads.layers; ++l) {
+      BalancedFtLayerInfo info;
+      res.layers.push_back(balanced_ft_layer(loads.layer_vector(l), cluster, f, &info));
+      d.push_back({{"packing", info.packing},
+                   {"f_node_sets_before_overlap", info.node_sets_before},
+                   {"f_node_sets", info.node_sets_after},
+                   {"greedy_slots", info.greedy_slots},
+                   {"mro", info.mro}});
+    }
+    return res;
+  }
+};
+
+const AlgorithmRegistrar kRegister("balanced-ft", [] { return std::make_unique<BalancedFt>(); });
+
+}  // namespace
+}  // namespace ucpkit::placement
