@@ -21,12 +21,12 @@ int main(int argc, char** argv) {
   app.add_option("--gpus-per-node", req.cluster.gpus_per_node, "GPUs per node")->required();
   app.add_option("--slots-per-gpu", req.cluster.slots_per_gpu, "Expert replica slots per GPU")->required();
   app.add_option("--fault-tolerance", req.placement.fault_tolerance,
-                 "f: every expert keeps a replica when fewer than f nodes fail (lazarus, spread; other algorithms: "
+                 "f: every expert keeps a replica when fewer than f nodes fail (balanced-ft, lazarus, spread; others: "
                  "a warning, and the plan records the f that holds)")
       ->capture_default_str();
   app.add_option("--groups", req.placement.groups, "Expert groups (eplb: hierarchical when groups % nodes == 0)")
       ->capture_default_str();
-  app.add_option("--algorithm", req.algorithm, "lazarus | eplb | eplb-global | spread | compact | hecate")
+  app.add_option("--algorithm", req.algorithm, "balanced-ft (default) | lazarus | eplb | eplb-global | spread | compact | hecate")
       ->capture_default_str();
   app.add_option("--output", output, "Plan JSON to write")->required();
   auto* cur = app.add_option("--current", req.current_path, "Current plan JSON, for re-placement");

@@ -104,7 +104,7 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
   const int E = static_cast<int>(t.size());
   const long long slots = cl.slots(), floor_slots = static_cast<long long>(f) * E;
   // Candidate allocations: the greedy over all slots, and over fewer (half a GPU's worth of slots per
-  // GPU less each time, at most 2S + 1 of them), the rest to the least loaded experts; each packed
+  // GPU less each time, at most S + 1 of them, stopping once the full greedy packs as well as EPLB), the rest to the least loaded experts; each packed
   // largest share first with replicas spread over nodes. The one with the lightest most loaded GPU
   // is refined by swaps and rewrites; the runner-up too when the first stays above EPLB's packing.
   struct Cand {
@@ -112,15 +112,17 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
     long long greedy;
     bool spread;
   };
+  floor_greedy_allocation(t, slots, f);  // throws UsageError when f * E > slots
   std::vector<Cand> cands;
-  const long long step = std::max<long long>(1, cl.gpus() / 2);
-  for (long long x = slots, k = 0; x >= floor_slots && k <= 2LL * cl.slots_per_gpu; x -= step, ++k)
-    for (bool spread : {true, false}) {
-      auto r = floor_greedy_allocation(t, slots, f, x);
-      cands.push_back({max_of(lpt_pack(r, t, cl, spread), t, cl), x, spread});
-    }
-  std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.max < b.max; });
   const double reference = eplb_reference_max_load(t, cl);
+  const long long step = std::max<long long>(1, cl.gpus() / 2);
+  for (long long x = slots, k = 0; x >= floor_slots && k <= cl.slots_per_gpu; x -= step, ++k) {
+    auto r = floor_greedy_allocation(t, slots, f, x);
+    cands.push_back({max_of(lpt_pack(r, t, cl, true), t, cl), x, true});
+    if (cands.front().max <= reference) break;  // the full greedy already packs as well as EPLB
+    if (k == 0) cands.push_back({max_of(lpt_pack(r, t, cl, false), t, cl), x, false});
+  }
+  std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.max < b.max; });
   std::optional<LayerState> best;
   const char* best_name = "";
   long long best_greedy = slots;

@@ -182,11 +182,11 @@ void apply_move(LayerState& st, const LayerMove& m) {
 int reduce_max(LayerState& st, int f, int max_moves, bool rewrites) {
   int n = 0;
   for (; n < max_moves; ++n) {
-    auto s = best_swap(st, f);
-    std::optional<LayerMove> r;
-    if (rewrites) r = best_rewrite(st, f);
-    if (!s && !r) break;
-    apply_move(st, (s && (!r || s->worst <= r->worst)) ? *s : *r);
+    // Swaps first (cheap to evaluate); a rewrite only when no swap helps.
+    std::optional<LayerMove> m = best_swap(st, f);
+    if (!m && rewrites) m = best_rewrite(st, f);
+    if (!m) break;
+    apply_move(st, *m);
   }
   return n;
 }
@@ -198,10 +198,19 @@ std::vector<std::pair<int, int>> repair_fault_tolerance(LayerState& st, int f) {
     while (st.distinct(e) < std::min({f, st.count(e), cl.nodes})) {
       int bp = -1, bq = -1;
       double best = 0;
+      // Partners on the 64 lightest GPUs first, on every GPU when none of those fits.
+      std::vector<int> partners;
+      for (int h : light_gpus(st, 64))
+        for (int s = 0; s < cl.slots_per_gpu; ++s) partners.push_back(h * cl.slots_per_gpu + s);
+      for (int pass = 0; pass < 2 && bp < 0; ++pass) {
+      if (pass == 1) {
+        partners.resize(cl.slots());
+        std::iota(partners.begin(), partners.end(), 0);
+      }
       for (int p : st.slots_of(e)) {
         int a = cl.node_of_slot(p);
         if (st.on_node(e, a) < 2) continue;
-        for (int q = 0; q < cl.slots(); ++q) {
+        for (int q : partners) {
           int b = cl.node_of_slot(q), y = st.phy2log()[q];
           if (st.on_node(e, b) > 0 || y == e) continue;
           if (st.distinct_after_move(y, b, a) < std::min(f, st.distinct(y))) continue;
@@ -213,6 +222,7 @@ std::vector<std::pair<int, int>> repair_fault_tolerance(LayerState& st, int f) {
             bq = q;
           }
         }
+      }
       }
       if (bp < 0) throw Error("internal: no swap gives expert " + std::to_string(e) + " " + std::to_string(f) + " nodes");
       st.swap_slots(bp, bq);

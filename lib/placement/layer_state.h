@@ -68,7 +68,7 @@ std::optional<LayerMove> best_swap(const LayerState& state, int f);
 std::optional<LayerMove> best_rewrite(const LayerState& state, int f);
 void apply_move(LayerState& state, const LayerMove& move);
 
-// Applies the better of best_swap / best_rewrite (rewrites only with `rewrites`) until neither
+// Applies best_swap, or best_rewrite when no swap helps (rewrites only with `rewrites`), until neither
 // helps or `max_moves` is reached. Returns the number of moves.
 int reduce_max(LayerState& state, int f, int max_moves, bool rewrites);
 

@@ -17,7 +17,7 @@ struct PlanRequest {
   std::string loads_path;
   LoadOptions load_options;
   Cluster cluster;  // the cluster of --nodes/--gpus-per-node/--slots-per-gpu (before any change)
-  std::string algorithm = "lazarus";
+  std::string algorithm = "balanced-ft";
   PlacementOptions placement;
   std::string current_path;  // re-placement when set
   NodeChange change;

@@ -74,7 +74,7 @@ TEST_F(Cli, WritesPlanWithContractKeys) {
   EXPECT_EQ(plan["nodes"], 4);
   EXPECT_EQ(plan["gpus_per_node"], 4);
   EXPECT_EQ(plan["slots_per_gpu"], 2);
-  EXPECT_EQ(plan["algorithm"], "lazarus");
+  EXPECT_EQ(plan["algorithm"], "balanced-ft");  // the default
   ASSERT_EQ(plan["layers"].size(), 2u);
   for (const auto& L : plan["layers"]) {
     EXPECT_EQ(L["phy2log"].size(), 32u);
