@@ -51,6 +51,17 @@ int main(int argc, char** argv) {
                  "hecate: memory capacity m, distinct experts materialized per GPU per layer, 1..S (default: "
                  "--slots-per-gpu; with m < S the other slots repeat experts the GPU holds)");
   app.add_option("--expert-bytes", req.expert_bytes, "Bytes per expert replica, to report bytes moved");
+  auto* prev_opt = app.add_option("--previous", req.previous_path,
+                                  "Previous plan JSON: re-place for the new --loads on its cluster, counting the "
+                                  "expert copies moved (balanced-ft moves, fault tolerance kept)");
+  prev_opt->excludes(cur);
+  app.add_option("--max-moved-bytes", req.max_moved_bytes,
+                 "With --previous: bytes the balance moves may copy (needs --expert-bytes; the copies that keep "
+                 "--fault-tolerance are made regardless)");
+  app.add_option("--migration-weight", req.migration_weight,
+                 "With --previous: take moves only when the imbalance removed (fraction of total load) is at least "
+                 "this x the fraction of all replicas copied (0: every improving move)")
+      ->capture_default_str();
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
 

@@ -169,6 +169,36 @@ std::optional<LayerMove> best_rewrite(const LayerState& st, int f) {
       }
     }
   }
+  // The other direction: a slot on one of the 16 lightest GPUs (whose expert y keeps its guarantee)
+  // becomes another replica of an expert x of the most loaded GPU, so every holder of x sheds load.
+  for (int h : light_gpus(st, 16)) {
+    if (h == g) continue;
+    for (int sq = 0; sq < S; ++sq) {
+      const int q = h * S + sq, y = st.phy2log()[q];
+      if (st.count(y) <= f || st.distinct_after_remove(y, cl.node_of_slot(q)) < std::min(f, st.distinct(y))) continue;
+      const double ty = st.expert_load(y), ry = st.count(y);
+      const double dy = ty / (ry - 1) - ty / ry;
+      for (int sp = 0; sp < S; ++sp) {
+        const int x = st.phy2log()[g * S + sp];
+        if (x == y) continue;
+        const double tx = st.expert_load(x), rx = st.count(x);
+        const double dx = tx / rx - tx / (rx + 1);
+        for (int s : st.slots_of(x)) delta[cl.gpu_of_slot(s)] -= dx;
+        for (int s : st.slots_of(y))
+          if (s != q) delta[cl.gpu_of_slot(s)] += dy;
+        double worst = st.load(h) - ty / ry + tx / (rx + 1) + delta[h];
+        for (int s : st.slots_of(x)) worst = std::max(worst, st.load(cl.gpu_of_slot(s)) + delta[cl.gpu_of_slot(s)]);
+        for (int s : st.slots_of(y)) worst = std::max(worst, st.load(cl.gpu_of_slot(s)) + delta[cl.gpu_of_slot(s)]);
+        for (int s : st.slots_of(x)) delta[cl.gpu_of_slot(s)] = 0;
+        for (int s : st.slots_of(y)) delta[cl.gpu_of_slot(s)] = 0;
+        delta[h] = 0;
+        if (worst < best) {
+          best = worst;
+          out = LayerMove{true, q, x, worst};
+        }
+      }
+    }
+  }
   return out;
 }
 

@@ -63,8 +63,10 @@ struct LayerMove {
 // (all GPUs up to 64, else the 64 lightest), every expert keeping at least min(f, its current
 // distinct nodes) distinct nodes.
 std::optional<LayerMove> best_swap(const LayerState& state, int f);
-// Best rewrite of a slot on the most loaded GPU (whose expert keeps at least f replicas and
-// min(f, distinct) nodes) to one of the 16 experts with the largest load per replica.
+// Best rewrite: a slot on the most loaded GPU (whose expert keeps at least f replicas and
+// min(f, distinct) nodes) becomes one of the 16 experts with the largest load per replica, or a slot
+// on one of the 16 lightest GPUs (same condition) becomes another replica of an expert of the most
+// loaded GPU.
 std::optional<LayerMove> best_rewrite(const LayerState& state, int f);
 void apply_move(LayerState& state, const LayerMove& move);
 

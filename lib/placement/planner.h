@@ -10,6 +10,7 @@
 #include "placement/loads.h"
 #include "placement/migration.h"
 #include "placement/plan.h"
+#include "placement/replace.h"
 
 namespace ucpkit::placement {
 
@@ -21,6 +22,10 @@ struct PlanRequest {
   PlacementOptions placement;
   std::string current_path;  // re-placement when set
   NodeChange change;
+  // Migration-aware re-placement for new loads on the same cluster (replace.h) when set.
+  std::string previous_path;
+  double max_moved_bytes = -1;  // < 0: no budget
+  double migration_weight = 0;
   double expert_bytes = 0;  // bytes per expert replica, for "bytes_moved"
   bool want_svg = false;
   int svg_layer = 0;
@@ -29,6 +34,7 @@ struct PlanRequest {
 struct PlanOutcome {
   Plan plan;
   std::optional<Migration> migration;
+  std::optional<ReplaceResult> replacement;
   std::string plan_text;   // the plan file
   nlohmann::json summary;  // the --json summary
   std::string table;       // the terminal table
