@@ -25,6 +25,13 @@ LayerState::LayerState(const Cluster& cluster, std::vector<double> loads, std::v
   }
   load_.assign(cluster_.gpus(), 0.0);
   for (int p = 0; p < cluster_.slots(); ++p) load_[cluster_.gpu_of_slot(p)] += share(phy2log_[p]);
+  for (int g = 0; g < cluster_.gpus(); ++g) order_.insert({load_[g], g});
+}
+
+void LayerState::add_load(int gpu, double delta) {
+  order_.erase({load_[gpu], gpu});
+  load_[gpu] += delta;
+  order_.insert({load_[gpu], gpu});
 }
 
 void LayerState::add_node(int e, int node, int delta) {
@@ -34,11 +41,6 @@ void LayerState::add_node(int e, int node, int delta) {
   if (c == 0 && delta < 0) distinct_[e]--;
 }
 
-double LayerState::max_load() const { return *std::max_element(load_.begin(), load_.end()); }
-
-int LayerState::argmax_gpu() const {
-  return static_cast<int>(std::max_element(load_.begin(), load_.end()) - load_.begin());
-}
 
 int LayerState::distinct_after_move(int x, int a, int b) const {
   if (a == b) return distinct_[x];
@@ -49,8 +51,8 @@ void LayerState::swap_slots(int p, int q) {
   int x = phy2log_[p], y = phy2log_[q];
   if (x == y) return;
   int gp = cluster_.gpu_of_slot(p), gq = cluster_.gpu_of_slot(q);
-  load_[gp] += share(y) - share(x);
-  load_[gq] += share(x) - share(y);
+  add_load(gp, share(y) - share(x));
+  add_load(gq, share(x) - share(y));
   int np = cluster_.node_of_slot(p), nq = cluster_.node_of_slot(q);
   add_node(x, nq, 1);
   add_node(x, np, -1);
@@ -65,8 +67,8 @@ void LayerState::swap_slots(int p, int q) {
 void LayerState::set_slot(int p, int e) {
   int x = phy2log_[p];
   if (x == e) return;
-  for (int s : slots_of_[x]) load_[cluster_.gpu_of_slot(s)] -= share(x);
-  for (int s : slots_of_[e]) load_[cluster_.gpu_of_slot(s)] -= share(e);
+  for (int s : slots_of_[x]) add_load(cluster_.gpu_of_slot(s), -share(x));
+  for (int s : slots_of_[e]) add_load(cluster_.gpu_of_slot(s), -share(e));
   slots_of_[x].erase(std::find(slots_of_[x].begin(), slots_of_[x].end(), p));
   slots_of_[e].push_back(p);
   cnt_[x]--;
@@ -74,25 +76,18 @@ void LayerState::set_slot(int p, int e) {
   add_node(x, cluster_.node_of_slot(p), -1);
   add_node(e, cluster_.node_of_slot(p), 1);
   phy2log_[p] = e;
-  for (int s : slots_of_[x]) load_[cluster_.gpu_of_slot(s)] += share(x);
-  for (int s : slots_of_[e]) load_[cluster_.gpu_of_slot(s)] += share(e);
+  for (int s : slots_of_[x]) add_load(cluster_.gpu_of_slot(s), share(x));
+  for (int s : slots_of_[e]) add_load(cluster_.gpu_of_slot(s), share(e));
 }
 
 namespace {
 
 // The GPUs a swap partner is looked for on: all of them on small clusters, else the lightest 64.
 std::vector<int> light_gpus(const LayerState& st, size_t limit) {
-  std::vector<int> order(st.cluster().gpus());
-  std::iota(order.begin(), order.end(), 0);
-  const auto& L = st.gpu_loads();
-  auto by_load = [&](int a, int b) { return L[a] < L[b] || (L[a] == L[b] && a < b); };
-  if (order.size() > limit) {
-    std::partial_sort(order.begin(), order.begin() + limit, order.end(), by_load);
-    order.resize(limit);
-  } else {
-    std::sort(order.begin(), order.end(), by_load);
-  }
-  return order;
+  std::vector<int> out;
+  for (auto it = st.gpus_by_load().begin(); it != st.gpus_by_load().end() && out.size() < limit; ++it)
+    out.push_back(it->second);
+  return out;
 }
 
 bool keeps_guarantee(const LayerState& st, int f, int x, int from_node, int to_node) {

@@ -3,6 +3,7 @@
 // slot rewrites. Shared by balanced-ft (placement) and the migration-aware re-placement.
 #pragma once
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "placement/cluster.h"
@@ -25,8 +26,10 @@ class LayerState {
   // Load one replica of e carries: t_e / r_e.
   double share(int e) const { return cnt_[e] ? t_[e] / cnt_[e] : 0.0; }
   const std::vector<int>& slots_of(int e) const { return slots_of_[e]; }
-  double max_load() const;
-  int argmax_gpu() const;
+  double max_load() const { return order_.rbegin()->first; }
+  int argmax_gpu() const { return order_.rbegin()->second; }
+  // GPUs by load ascending (ties by id).
+  const std::set<std::pair<double, int>>& gpus_by_load() const { return order_; }
 
   // Distinct nodes of x after one of its replicas moves from node a to node b.
   int distinct_after_move(int x, int a, int b) const;
@@ -41,11 +44,13 @@ class LayerState {
 
  private:
   void add_node(int e, int node, int delta);
+  void add_load(int gpu, double delta);
   Cluster cluster_;
   int experts_;
   std::vector<double> t_;
   std::vector<int> phy2log_, cnt_, distinct_, nodecnt_;
   std::vector<double> load_;
+  std::set<std::pair<double, int>> order_;
   std::vector<std::vector<int>> slots_of_;
 };
 

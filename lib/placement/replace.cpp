@@ -206,7 +206,7 @@ ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previo
     long long cur = base_copies;
     tr.max_after.push_back(run.max_load());
     tr.copies.push_back(0);
-    const int limit = std::max(4 * cl.slots(), 256);
+    const int limit = std::max(256, cl.gpus() / 2);
     for (int i = 0; i < limit; ++i) {
       std::optional<LayerMove> m = best_swap(run, f);
       if (!m) m = best_rewrite(run, f);
