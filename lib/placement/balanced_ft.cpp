@@ -15,31 +15,58 @@
 
 namespace ucpkit::placement {
 
-std::vector<int> floor_greedy_allocation(const std::vector<double>& loads, long long slots, int floor,
-                                         long long greedy_slots) {
+namespace {
+
+// The experts that receive the extra replicas, in the greedy's order (largest load per replica
+// first, ties to the lower id), for `extra` replicas on top of `floor` each.
+std::vector<int> greedy_order(const std::vector<double>& loads, int floor, long long extra) {
   const int E = static_cast<int>(loads.size());
-  if (static_cast<long long>(floor) * E > slots)
-    throw UsageError("--fault-tolerance " + std::to_string(floor) + " is impossible: " + std::to_string(E) +
-                     " experts x " + std::to_string(floor) + " replicas exceed " + std::to_string(slots) + " slots");
-  std::vector<int> r(E, floor);
-  // Max-heap on load per replica, ties to the lower id.
+  std::vector<int> r(E, floor), seq;
+  seq.reserve(static_cast<size_t>(std::max<long long>(0, extra)));
   auto worse = [&](int a, int b) {
     double wa = loads[a] / r[a], wb = loads[b] / r[b];
     return wa < wb || (wa == wb && a > b);
   };
   std::priority_queue<int, std::vector<int>, decltype(worse)> heap(worse);
   for (int e = 0; e < E; ++e) heap.push(e);
-  if (greedy_slots < 0 || greedy_slots > slots) greedy_slots = slots;
-  long long left = slots - static_cast<long long>(floor) * E;
-  for (long long g = greedy_slots - static_cast<long long>(floor) * E; g > 0 && left > 0; --g, --left) {
+  for (long long i = 0; i < extra; ++i) {
     int e = heap.top();
     heap.pop();
     r[e]++;
+    seq.push_back(e);
     heap.push(e);
   }
-  std::vector<int> light = ascending_load_order(loads);
-  for (long long i = 0; left > 0; ++i, --left) r[light[i % E]]++;
+  return seq;
+}
+
+// Counts from a prefix of the greedy order: `floor` each, the first greedy_slots - floor * E
+// increments, the rest one at a time to the least loaded experts.
+std::vector<int> counts_from(const std::vector<double>& loads, const std::vector<int>& seq, long long slots, int floor,
+                             long long greedy_slots) {
+  const int E = static_cast<int>(loads.size());
+  std::vector<int> r(E, floor);
+  long long left = slots - static_cast<long long>(floor) * E;
+  const long long take = std::min<long long>(left, std::max<long long>(0, greedy_slots - static_cast<long long>(floor) * E));
+  for (long long i = 0; i < take; ++i) r[seq[i]]++;
+  left -= take;
+  if (left > 0) {
+    std::vector<int> light = ascending_load_order(loads);
+    for (long long i = 0; left > 0; ++i, --left) r[light[i % E]]++;
+  }
   return r;
+}
+
+}  // namespace
+
+std::vector<int> floor_greedy_allocation(const std::vector<double>& loads, long long slots, int floor,
+                                         long long greedy_slots) {
+  const int E = static_cast<int>(loads.size());
+  if (static_cast<long long>(floor) * E > slots)
+    throw UsageError("--fault-tolerance " + std::to_string(floor) + " is impossible: " + std::to_string(E) +
+                     " experts x " + std::to_string(floor) + " replicas exceed " + std::to_string(slots) + " slots");
+  if (greedy_slots < 0 || greedy_slots > slots) greedy_slots = slots;
+  auto seq = greedy_order(loads, floor, greedy_slots - static_cast<long long>(floor) * E);
+  return counts_from(loads, seq, slots, floor, greedy_slots);
 }
 
 namespace {
@@ -112,12 +139,13 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
     long long greedy;
     bool spread;
   };
-  floor_greedy_allocation(t, slots, f);  // throws UsageError when f * E > slots
+  floor_greedy_allocation(t, 0 + slots, f, floor_slots);  // throws UsageError when f * E > slots
+  const auto seq = greedy_order(t, f, slots - floor_slots);  // every candidate is a prefix of it
   std::vector<Cand> cands;
   const double reference = eplb_reference_max_load(t, cl);
   const long long step = std::max<long long>(1, cl.gpus() / 2);
   for (long long x = slots, k = 0; x >= floor_slots && k <= cl.slots_per_gpu; x -= step, ++k) {
-    auto r = floor_greedy_allocation(t, slots, f, x);
+    auto r = counts_from(t, seq, slots, f, x);
     cands.push_back({max_of(lpt_pack(r, t, cl, true), t, cl), x, true});
     if (cands.front().max <= reference) break;  // the full greedy already packs as well as EPLB
     if (k == 0) cands.push_back({max_of(lpt_pack(r, t, cl, false), t, cl), x, false});
@@ -128,7 +156,7 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
   long long best_greedy = slots;
   for (size_t i = 0; i < cands.size() && i < 2; ++i) {
     if (best && best->max_load() <= reference) break;
-    auto r = floor_greedy_allocation(t, slots, f, cands[i].greedy);
+    auto r = counts_from(t, seq, slots, f, cands[i].greedy);
     LayerState st(cl, t, lpt_pack(r, t, cl, cands[i].spread));
     repair_fault_tolerance(st, f);
     reduce_max(st, f, swap_budget(cl), true);
