@@ -73,19 +73,28 @@ namespace {
 
 // Largest share first onto the least loaded GPU with a free slot; with `spread`, only GPUs on nodes
 // holding the fewest replicas of that expert so far are eligible (replicas round over the nodes)
-// unless none of them has a free slot.
-std::vector<int> lpt_pack(const std::vector<int>& r, const std::vector<double>& t, const Cluster& cl, bool spread) {
+// unless none of them has a free slot. Slots already set in `phy2log` (>= 0) stay; experts with
+// `skip[e]` are not placed (they were, by the caller).
+std::vector<int> lpt_fill(std::vector<int> phy2log, const std::vector<int>& r, const std::vector<double>& t,
+                          const Cluster& cl, bool spread, const std::vector<char>& skip) {
   const int E = static_cast<int>(r.size()), N = cl.nodes, S = cl.slots_per_gpu;
   std::vector<int> reps;
   for (int e = 0; e < E; ++e)
-    for (int i = 0; i < r[e]; ++i) reps.push_back(e);
+    if (!skip[e])
+      for (int i = 0; i < r[e]; ++i) reps.push_back(e);
   std::stable_sort(reps.begin(), reps.end(), [&](int a, int b) { return t[a] / r[a] > t[b] / r[b]; });
   std::vector<double> load(cl.gpus(), 0.0);
   std::vector<int> used(cl.gpus(), 0), placed(E, 0);
   std::vector<int> nodecnt(static_cast<size_t>(E) * N, 0);
-  std::vector<int> phy2log(cl.slots(), -1);
+  for (int p = 0; p < cl.slots(); ++p)
+    if (phy2log[p] >= 0) {
+      int g = cl.gpu_of_slot(p), e = phy2log[p];
+      load[g] += t[e] / r[e];
+      used[g]++;
+    }
   std::set<std::pair<double, int>> open;
-  for (int g = 0; g < cl.gpus(); ++g) open.insert({0.0, g});
+  for (int g = 0; g < cl.gpus(); ++g)
+    if (used[g] < S) open.insert({load[g], g});
   for (int e : reps) {
     auto pick = open.begin();
     if (spread) {
@@ -98,13 +107,54 @@ std::vector<int> lpt_pack(const std::vector<int>& r, const std::vector<double>& 
     }
     int g = pick->second;
     open.erase(pick);
-    phy2log[g * S + used[g]] = e;
+    int slot = g * S;
+    while (phy2log[slot] >= 0) ++slot;
+    phy2log[slot] = e;
     load[g] += t[e] / r[e];
     nodecnt[static_cast<size_t>(e) * N + cl.node_of_gpu(g)]++;
     placed[e]++;
     if (++used[g] < S) open.insert({load[g], g});
   }
   return phy2log;
+}
+
+std::vector<int> lpt_pack(const std::vector<int>& r, const std::vector<double>& t, const Cluster& cl, bool spread) {
+  return lpt_fill(std::vector<int>(cl.slots(), -1), r, t, cl, spread, std::vector<char>(r.size(), 0));
+}
+
+// Experts with exactly f replicas placed first in blocks of f nodes, `per_node` experts per block
+// (block b on nodes b*f .. b*f+f-1, wrapping), each replica on the least loaded GPU of its node with
+// room; then everything else by lpt_fill. Fewer blocks = fewer node sets an f-node failure can hit.
+std::vector<int> blocked_pack(const std::vector<int>& r, const std::vector<double>& t, const Cluster& cl, int f,
+                              int per_node) {
+  const int E = static_cast<int>(r.size()), S = cl.slots_per_gpu, G = cl.gpus_per_node;
+  std::vector<int> phy2log(cl.slots(), -1), used(cl.gpus(), 0);
+  std::vector<double> load(cl.gpus(), 0.0);
+  std::vector<char> skip(E, 0);
+  std::vector<int> fexp;
+  for (int e = 0; e < E; ++e)
+    if (r[e] == f) fexp.push_back(e);
+  std::stable_sort(fexp.begin(), fexp.end(), [&](int a, int b) { return t[a] < t[b]; });
+  for (size_t i = 0; i < fexp.size(); ++i) {
+    const int e = fexp[i], b = static_cast<int>(i) / per_node;
+    std::vector<int> nodes;
+    for (int j = 0; j < f; ++j) nodes.push_back((b * f + j) % cl.nodes);
+    std::vector<int> gpus;
+    for (int n : nodes) {
+      int best = -1;
+      for (int g = n * G; g < (n + 1) * G; ++g)
+        if (used[g] < S && (best < 0 || load[g] < load[best])) best = g;
+      if (best < 0) break;
+      gpus.push_back(best);
+    }
+    if (static_cast<int>(gpus.size()) < f) continue;  // a full node: lpt_fill places this expert
+    for (int g : gpus) {
+      phy2log[g * S + used[g]++] = e;
+      load[g] += t[e] / r[e];
+    }
+    skip[e] = 1;
+  }
+  return lpt_fill(std::move(phy2log), r, t, cl, true, skip);
 }
 
 std::vector<std::vector<int>> node_contents(const std::vector<int>& phy2log, const Cluster& cl) {
@@ -166,9 +216,35 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
       best_greedy = cands[i].greedy;
     }
   }
-  LayerState& st = *best;
   // Recovery may use the slack down to EPLB's balance (0.2% margin for tie-order differences).
-  auto [before, after] = overlap_node_sets(st, f, std::max(st.max_load(), reference / 1.002));
+  const double cap = std::max(best->max_load(), reference / 1.002);
+  auto [before, after] = overlap_node_sets(*best, f, cap);
+  // Blocked candidates: the experts on exactly f nodes packed first into blocks of f nodes, 2, 4, ...
+  // times the even share per node; kept when the most loaded GPU stays within the cap and fewer
+  // node sets remain.
+  {
+    std::vector<int> r(E, 0);
+    for (int e : best->phy2log()) r[e]++;
+    int F = 0;
+    for (int x : r) F += x == f;
+    const int even = static_cast<int>((static_cast<long long>(f) * F + cl.nodes - 1) / cl.nodes);
+    if (F >= 2 && cl.nodes > f && after > 1)
+      for (int q = std::max(1, 2 * even), tries = 0; q <= cl.slots_per_node() && tries < (cl.nodes > 32 ? 1 : 8);
+           q *= 2, ++tries) {
+        LayerState cand(cl, t, blocked_pack(r, t, cl, f, q));
+        repair_fault_tolerance(cand, f);
+        reduce_max(cand, f, swap_budget(cl), false);
+        if (cand.max_load() > cap) break;  // more per block only gets less balanced
+        auto [b2, a2] = overlap_node_sets(cand, f, cap);
+        if (a2 < after) {
+          best.emplace(std::move(cand));
+          before = b2;
+          after = a2;
+          best_name = "blocked";
+        }
+      }
+  }
+  LayerState& st = *best;
   LayerPlacement out;
   out.phy2log = st.phy2log();
   bool mro_won = false;
