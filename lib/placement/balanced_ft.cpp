@@ -78,11 +78,14 @@ namespace {
 std::vector<int> lpt_fill(std::vector<int> phy2log, const std::vector<int>& r, const std::vector<double>& t,
                           const Cluster& cl, bool spread, const std::vector<char>& skip) {
   const int E = static_cast<int>(r.size()), N = cl.nodes, S = cl.slots_per_gpu;
-  std::vector<int> reps;
+  // Experts by share descending (ties by id), each repeated r_e times.
+  std::vector<std::pair<double, int>> by_share;
   for (int e = 0; e < E; ++e)
-    if (!skip[e])
-      for (int i = 0; i < r[e]; ++i) reps.push_back(e);
-  std::stable_sort(reps.begin(), reps.end(), [&](int a, int b) { return t[a] / r[a] > t[b] / r[b]; });
+    if (!skip[e] && r[e] > 0) by_share.push_back({-t[e] / r[e], e});
+  std::sort(by_share.begin(), by_share.end());
+  std::vector<int> reps;
+  for (const auto& [w, e] : by_share)
+    for (int i = 0; i < r[e]; ++i) reps.push_back(e);
   std::vector<double> load(cl.gpus(), 0.0);
   std::vector<int> used(cl.gpus(), 0), placed(E, 0);
   std::vector<int> nodecnt(static_cast<size_t>(E) * N, 0);
@@ -188,17 +191,24 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
     double max;
     long long greedy;
     bool spread;
+    std::vector<int> phy2log;
   };
   floor_greedy_allocation(t, 0 + slots, f, floor_slots);  // throws UsageError when f * E > slots
   const auto seq = greedy_order(t, f, slots - floor_slots);  // every candidate is a prefix of it
   std::vector<Cand> cands;
   const double reference = eplb_reference_max_load(t, cl);
   const long long step = std::max<long long>(1, cl.gpus() / 2);
-  for (long long x = slots, k = 0; x >= floor_slots && k <= cl.slots_per_gpu; x -= step, ++k) {
+  for (long long x = slots, k = 0; x >= floor_slots && k <= std::min(cl.slots_per_gpu, 2); x -= step, ++k) {
     auto r = counts_from(t, seq, slots, f, x);
-    cands.push_back({max_of(lpt_pack(r, t, cl, true), t, cl), x, true});
+    auto packed = lpt_pack(r, t, cl, true);
+    double m = max_of(packed, t, cl);
+    cands.push_back({m, x, true, std::move(packed)});
     if (cands.front().max <= reference) break;  // the full greedy already packs as well as EPLB
-    if (k == 0) cands.push_back({max_of(lpt_pack(r, t, cl, false), t, cl), x, false});
+    if (k == 0) {
+      packed = lpt_pack(r, t, cl, false);
+      m = max_of(packed, t, cl);
+      cands.push_back({m, x, false, std::move(packed)});
+    }
   }
   std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.max < b.max; });
   std::optional<LayerState> best;
@@ -206,8 +216,7 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
   long long best_greedy = slots;
   for (size_t i = 0; i < cands.size() && i < 2; ++i) {
     if (best && best->max_load() <= reference) break;
-    auto r = counts_from(t, seq, slots, f, cands[i].greedy);
-    LayerState st(cl, t, lpt_pack(r, t, cl, cands[i].spread));
+    LayerState st(cl, t, std::move(cands[i].phy2log));
     repair_fault_tolerance(st, f);
     reduce_max(st, f, swap_budget(cl), true);
     if (!best || st.max_load() < best->max_load() * (1 - 1e-12)) {
