@@ -62,6 +62,9 @@ int main(int argc, char** argv) {
                  "With --previous: take moves only when the imbalance removed (fraction of total load) is at least "
                  "this x the fraction of all replicas copied (0: every improving move)")
       ->capture_default_str();
+  app.add_flag("--report", req.report,
+               "Also print a Pareto table: every algorithm's balancedness, recovery for k = 1..f+1, copies from "
+               "--previous and run time (in the --json summary as \"pareto\")");
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
 

@@ -143,6 +143,9 @@ Plan plan_placement(const LoadMatrix& loads, const Cluster& cluster, const std::
 
 namespace {
 
+void add_pareto_report(const PlanRequest& req, const LoadMatrix& loads, const Cluster& cluster,
+                       const std::vector<std::vector<int>>* before, PlanOutcome& out);
+
 // --previous: re-place for new loads on the previous plan's cluster, counting migration.
 PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::chrono::steady_clock::time_point t0) {
   if (!req.current_path.empty()) throw UsageError("--previous and --current are exclusive");
@@ -234,7 +237,63 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
                  {"replacement", summary_rep},
                  {"seconds", out.seconds}};
   if (!out.notes.empty()) out.summary["notes"] = out.notes;
+  if (req.report) add_pareto_report(req, loads, cc, &before, out);
   return out;
+}
+
+// --report: every registered algorithm on the same loads and cluster: balancedness, recovery for
+// k = 1..f+1, copies (and bytes) from the previous plan when there is one, and run time.
+void add_pareto_report(const PlanRequest& req, const LoadMatrix& loads, const Cluster& cluster,
+                       const std::vector<std::vector<int>>* before, PlanOutcome& out) {
+  PlacementOptions popt = req.placement;
+  popt.recovery.max_failures = std::min(popt.fault_tolerance + 1, cluster.nodes - 1);
+  nlohmann::json rows = nlohmann::json::array();
+  std::ostringstream o;
+  o << "\nPareto table (same loads and cluster; p(k) for k = 1.." << popt.recovery.max_failures << ")\n";
+  o << "algorithm        balancedness";
+  for (int k = 1; k <= popt.recovery.max_failures; ++k) o << "    p(" << k << ")";
+  if (before) o << "   copies";
+  o << "   seconds\n";
+  for (const auto& name : algorithm_names()) {
+    auto t0 = std::chrono::steady_clock::now();
+    nlohmann::json row = {{"algorithm", name}};
+    try {
+      Plan p = plan_placement(loads, cluster, name, popt);
+      compute_metrics(p, loads, popt.recovery);
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      row["balancedness"] = p.metrics.balancedness;
+      row["fault_tolerance"] = p.fault_tolerance;
+      row["recovery_probability"] = recovery_summary(p.metrics.recovery);
+      row["seconds"] = secs;
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%-16s %12s", name.c_str(), fixed(p.metrics.balancedness).c_str());
+      o << buf;
+      for (const auto& r : p.metrics.recovery) {
+        std::snprintf(buf, sizeof buf, "  %6s%s", fixed(r.probability).c_str(), r.exact ? " " : "*");
+        o << buf;
+      }
+      if (before) {
+        long long copies = 0;
+        for (size_t l = 0; l < loads.layers; ++l) copies += copies_between((*before)[l], p.layers[l].phy2log, cluster);
+        row["copies_moved"] = copies;
+        if (req.expert_bytes > 0) row["bytes_moved"] = req.expert_bytes * static_cast<double>(copies);
+        std::snprintf(buf, sizeof buf, " %8lld", copies);
+        o << buf;
+      }
+      std::snprintf(buf, sizeof buf, "  %8.4f\n", secs);
+      o << buf;
+    } catch (const UsageError& e) {
+      row["error"] = e.what();
+      o << name << ": " << e.what() << "\n";
+    }
+    rows.push_back(row);
+  }
+  if (before && out.replacement) {
+    o << "re-placement (--previous): balancedness " << fixed(out.plan.metrics.balancedness) << ", "
+      << out.replacement->copies << " copies\n";
+  }
+  out.table += o.str();
+  out.summary["pareto"] = rows;
 }
 
 }  // namespace
@@ -338,6 +397,7 @@ PlanOutcome make_plan(const PlanRequest& req) {
     s["fault_tolerance_requested"] = out.plan.details["fault_tolerance_requested"];
   if (!out.notes.empty()) s["notes"] = out.notes;
   out.summary = std::move(s);
+  if (req.report) add_pareto_report(req, loads, target, nullptr, out);
   return out;
 }
 

@@ -26,6 +26,7 @@ struct PlanRequest {
   std::string previous_path;
   double max_moved_bytes = -1;  // < 0: no budget
   double migration_weight = 0;
+  bool report = false;  // --report: every algorithm on the same workload (Pareto table)
   double expert_bytes = 0;  // bytes per expert replica, for "bytes_moved"
   bool want_svg = false;
   int svg_layer = 0;
@@ -37,7 +38,7 @@ struct PlanOutcome {
   std::optional<ReplaceResult> replacement;
   std::string plan_text;   // the plan file
   nlohmann::json summary;  // the --json summary
-  std::string table;       // the terminal table
+  std::string table;       // the terminal table (with --report, the Pareto table appended)
   std::string svg;         // when requested
   std::vector<std::string> notes;  // warnings for the user (e.g. f lowered after failures)
   double seconds = 0;

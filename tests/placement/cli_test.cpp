@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "test_data.h"
@@ -244,4 +245,26 @@ TEST_F(Cli, PreviousPlanReplacementReportsCopiesAndRejectsBadOptions) {
                      p("plan.json") + " --output " + p("out.json"));
   EXPECT_EQ(other.rc, 2) << other.out;
   EXPECT_FALSE(fs::exists(dir / "out.json"));
+}
+
+TEST_F(Cli, ReportListsEveryAlgorithmAsItsOwnRunPlacesIt) {
+  const std::string cluster = " --nodes 4 --gpus-per-node 4 --slots-per-gpu 2 --fault-tolerance 2 ";
+  CliRun r = run("--loads " + p("loads.json") + cluster + "--report --json --output " + p("plan.json"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  nlohmann::json summary = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(summary.contains("pareto"));
+  std::set<std::string> names;
+  for (const auto& row : summary["pareto"]) {
+    std::string name = row["algorithm"];
+    names.insert(name);
+    ASSERT_TRUE(row.contains("balancedness")) << row.dump();
+    EXPECT_EQ(row["recovery_probability"].size(), 3u);  // k = 1..f+1
+    CliRun one = run("--loads " + p("loads.json") + cluster + "--algorithm " + name + " -q --output " + p("one.json"));
+    ASSERT_EQ(one.rc, 0) << one.out;
+    nlohmann::json plan = read("one.json");
+    EXPECT_NEAR(row["balancedness"].get<double>(), plan["metrics"]["balancedness"].get<double>(), 1e-12) << name;
+    EXPECT_NEAR(row["recovery_probability"]["1"].get<double>(),
+                plan["metrics"]["recovery_probability"]["1"].get<double>(), 1e-12) << name;
+  }
+  for (const char* n : {"balanced-ft", "eplb-global", "lazarus", "spread", "hecate"}) EXPECT_TRUE(names.count(n)) << n;
 }
