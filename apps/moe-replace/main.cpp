@@ -21,12 +21,12 @@ int main(int argc, char** argv) {
   app.add_option("--gpus-per-node", req.cluster.gpus_per_node, "GPUs per node")->required();
   app.add_option("--slots-per-gpu", req.cluster.slots_per_gpu, "Expert replica slots per GPU")->required();
   app.add_option("--fault-tolerance", req.placement.fault_tolerance,
-                 "f: every expert keeps a replica when fewer than f nodes fail (lazarus, spread; other algorithms: "
+                 "f: every expert keeps a replica when fewer than f nodes fail (balanced-ft, lazarus, spread; others: "
                  "a warning, and the plan records the f that holds)")
       ->capture_default_str();
   app.add_option("--groups", req.placement.groups, "Expert groups (eplb: hierarchical when groups % nodes == 0)")
       ->capture_default_str();
-  app.add_option("--algorithm", req.algorithm, "lazarus | eplb | eplb-global | spread | compact | hecate")
+  app.add_option("--algorithm", req.algorithm, "balanced-ft (default) | lazarus | eplb | eplb-global | spread | compact | hecate")
       ->capture_default_str();
   app.add_option("--output", output, "Plan JSON to write")->required();
   auto* cur = app.add_option("--current", req.current_path, "Current plan JSON, for re-placement");
@@ -51,6 +51,20 @@ int main(int argc, char** argv) {
                  "hecate: memory capacity m, distinct experts materialized per GPU per layer, 1..S (default: "
                  "--slots-per-gpu; with m < S the other slots repeat experts the GPU holds)");
   app.add_option("--expert-bytes", req.expert_bytes, "Bytes per expert replica, to report bytes moved");
+  auto* prev_opt = app.add_option("--previous", req.previous_path,
+                                  "Previous plan JSON: re-place for the new --loads on its cluster, counting the "
+                                  "expert copies moved (balanced-ft moves, fault tolerance kept)");
+  prev_opt->excludes(cur);
+  app.add_option("--max-moved-bytes", req.max_moved_bytes,
+                 "With --previous: bytes the balance moves may copy (needs --expert-bytes; the copies that keep "
+                 "--fault-tolerance are made regardless)");
+  app.add_option("--migration-weight", req.migration_weight,
+                 "With --previous: take moves only when the imbalance removed (fraction of total load) is at least "
+                 "this x the fraction of all replicas copied (0: every improving move)")
+      ->capture_default_str();
+  app.add_flag("--report", req.report,
+               "Also print a Pareto table: every algorithm's balancedness, recovery for k = 1..f+1, copies from "
+               "--previous and run time (in the --json summary as \"pareto\")");
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
 

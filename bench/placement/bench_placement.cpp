@@ -2,13 +2,18 @@
 // scaling over nodes and experts, and a quality table for a given loads file.
 // Usage: bench_placement speed <layers> <experts> <nodes> <gpus> <slots> [algorithm] [f]
 //        bench_placement quality <loads> <nodes> <gpus> <slots> <f> [window]
+//        bench_placement replace <layers> <experts> <nodes> <gpus> <slots> [migration_weight]
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <string>
 
+#include "placement/balance.h"
 #include "placement/planner.h"
+#include "placement/replace.h"
 
 using namespace ucpkit::placement;
 
@@ -57,6 +62,52 @@ int speed(int argc, char** argv) {
   return 0;
 }
 
+// Re-placement after a load drift (each load times a log-normal factor, sigma 0.5): the previous
+// plan is balanced-ft for the old loads; timed: replace_with_migration (which includes a balanced-ft
+// placement from scratch as an option) against eplb-global re-run from scratch.
+int replace(int argc, char** argv) {
+  int L = std::atoi(argv[2]), E = std::atoi(argv[3]);
+  Cluster cl{std::atoi(argv[4]), std::atoi(argv[5]), std::atoi(argv[6])};
+  double weight = argc > 7 ? std::atof(argv[7]) : 0.0;
+  PlacementOptions o;
+  o.fault_tolerance = 2;
+  LoadMatrix w0 = synthetic(L, E, 1), w1 = w0;
+  std::mt19937 rng(2);
+  std::lognormal_distribution<double> drift(0.0, 0.5);
+  for (auto& v : w1.values) v = std::floor(v * drift(rng));
+  Plan prev = plan_placement(w0, cl, "balanced-ft", o);
+  std::vector<std::vector<int>> before;
+  for (const auto& l : prev.layers) before.push_back(l.phy2log);
+  ReplaceOptions ro;
+  ro.fault_tolerance = 2;
+  ro.migration_weight = weight;
+  double c0 = cpu();
+  ReplaceResult r = replace_with_migration(before, w1, cl, ro);
+  double c1 = cpu();
+  Plan eplb = plan_placement(w1, cl, "eplb-global", o);
+  double c2 = cpu();
+  auto overall = [&](const std::vector<LayerPlacement>& layers) {
+    double mean = 0, mx = 0;
+    for (size_t l = 0; l < layers.size(); ++l) {
+      auto g = gpu_loads(layers[l].phy2log, w1.layer_vector(l), cl);
+      for (double x : g) mean += x / static_cast<double>(g.size());
+      mx += *std::max_element(g.begin(), g.end());
+    }
+    return mean / mx;
+  };
+  long long eplb_copies = 0;
+  for (size_t l = 0; l < before.size(); ++l) eplb_copies += copies_between(before[l], eplb.layers[l].phy2log, cl);
+  std::printf(
+      "{\"mode\":\"replace\",\"layers\":%d,\"experts\":%d,\"nodes\":%d,\"gpus_per_node\":%d,\"slots_per_gpu\":%d,"
+      "\"migration_weight\":%g,\"replace_cpu_s\":%.4f,\"previous_balancedness\":%.4f,\"balancedness\":%.4f,"
+      "\"copies\":%lld,\"mandatory\":%lld,\"layers_from_scratch\":%d,\"rounds\":%d,\"round_lower_bound\":%d,"
+      "\"eplb_scratch_cpu_s\":%.4f,\"eplb_scratch_balancedness\":%.4f,\"eplb_scratch_copies\":%lld,\"slots\":%lld}\n",
+      L, E, cl.nodes, cl.gpus_per_node, cl.slots_per_gpu, weight, c1 - c0, overall(prev.layers), overall(r.layers),
+      r.copies, r.mandatory_copies, r.layers_from_scratch, r.rounds, r.round_lower_bound, c2 - c1, overall(eplb.layers),
+      eplb_copies, static_cast<long long>(L) * cl.slots());
+  return 0;
+}
+
 int quality(int argc, char** argv) {
   LoadOptions lo;
   if (argc > 7) lo.window = static_cast<size_t>(std::atoi(argv[7]));
@@ -66,7 +117,7 @@ int quality(int argc, char** argv) {
   o.fault_tolerance = std::atoi(argv[6]);
   o.recovery.max_failures = 4;
   std::printf("| algorithm | balancedness | min balancedness | p(1) | p(2) | p(3) | p(4) |\n|---|---|---|---|---|---|---|\n");
-  for (const char* algo : {"lazarus", "eplb", "eplb-global", "spread", "compact", "hecate"}) {
+  for (const char* algo : {"balanced-ft", "lazarus", "eplb", "eplb-global", "spread", "compact", "hecate"}) {
     Plan p = plan_placement(w, cl, algo, o);
     compute_metrics(p, w, o.recovery);
     std::printf("| %s | %.4f | %.4f", algo, p.metrics.balancedness, p.metrics.min_balancedness);
@@ -83,12 +134,14 @@ int main(int argc, char** argv) {
   try {
     if (mode == "speed" && argc >= 7) return speed(argc, argv);
     if (mode == "quality" && argc >= 7) return quality(argc, argv);
+    if (mode == "replace" && argc >= 7) return replace(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_placement: error: %s\n", e.what());
     return 1;
   }
   std::fprintf(stderr,
                "usage: bench_placement speed <layers> <experts> <nodes> <gpus> <slots> [algorithm] [f]\n"
-               "       bench_placement quality <loads> <nodes> <gpus> <slots> <f> [window]\n");
+               "       bench_placement quality <loads> <nodes> <gpus> <slots> <f> [window]\n"
+               "       bench_placement replace <layers> <experts> <nodes> <gpus> <slots> [migration_weight]\n");
   return 2;
 }

@@ -2,6 +2,7 @@
 #include "placement/planner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <sstream>
@@ -17,6 +18,19 @@ std::string fixed(double v, int digits = 4) {
   char b[32];
   std::snprintf(b, sizeof b, "%.*f", digits, v);
   return b;
+}
+
+// Sum of layer means / sum of layer maxima of GPU loads.
+double overall_balancedness(const std::vector<LayerPlacement>& layers, const LoadMatrix& loads, const Cluster& cl) {
+  double mean = 0, mx = 0;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    auto g = gpu_loads(layers[l].phy2log, loads.layer_vector(l), cl);
+    double sum = 0, m = 0;
+    for (double x : g) sum += x, m = std::max(m, x);
+    mean += sum / static_cast<double>(g.size());
+    mx += m;
+  }
+  return mx > 0 ? mean / mx : 1.0;
 }
 
 std::string render_table(const Plan& plan, const std::optional<Migration>& mig, size_t layers_shown) {
@@ -127,11 +141,169 @@ Plan plan_placement(const LoadMatrix& loads, const Cluster& cluster, const std::
   return plan;
 }
 
+namespace {
+
+void add_pareto_report(const PlanRequest& req, const LoadMatrix& loads, const Cluster& cluster,
+                       const std::vector<std::vector<int>>* before, PlanOutcome& out);
+
+// --previous: re-place for new loads on the previous plan's cluster, counting migration.
+PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::chrono::steady_clock::time_point t0) {
+  if (!req.current_path.empty()) throw UsageError("--previous and --current are exclusive");
+  if (req.algorithm != "balanced-ft")
+    throw UsageError("--previous re-places with balanced-ft's moves; --algorithm " + req.algorithm + " does not apply");
+  if (req.max_moved_bytes >= 0 && req.expert_bytes <= 0)
+    throw UsageError("--max-moved-bytes needs --expert-bytes (bytes of one expert copy)");
+  if (req.migration_weight < 0 || !std::isfinite(req.migration_weight))
+    throw UsageError("--migration-weight must be a finite number >= 0");
+  Plan prev = read_plan(req.previous_path);
+  const Cluster& cc = prev.cluster;
+  if (cc.nodes != req.cluster.nodes || cc.gpus_per_node != req.cluster.gpus_per_node ||
+      cc.slots_per_gpu != req.cluster.slots_per_gpu)
+    throw UsageError("--nodes/--gpus-per-node/--slots-per-gpu (" + req.cluster.describe() +
+                     ") do not match the previous plan (" + cc.describe() + ")");
+  if (prev.layers.size() != loads.layers || prev.experts != static_cast<int>(loads.experts))
+    throw Error(req.previous_path + ": plan has " + std::to_string(prev.layers.size()) + " layers x " +
+                std::to_string(prev.experts) + " experts, loads have " + std::to_string(loads.layers) + " x " +
+                std::to_string(loads.experts));
+  PlacementOptions popt = req.placement;
+  if (popt.fault_tolerance < 1) throw UsageError("--fault-tolerance must be at least 1");
+  if (popt.fault_tolerance > cc.nodes || static_cast<long long>(popt.fault_tolerance) * prev.experts > cc.slots())
+    throw UsageError("--fault-tolerance " + std::to_string(popt.fault_tolerance) + " is impossible on " + cc.describe() +
+                     " with " + std::to_string(prev.experts) + " experts");
+  std::vector<std::vector<int>> before;
+  for (const auto& l : prev.layers) {
+    for (int e : l.phy2log)
+      if (e < 0 || e >= prev.experts) throw Error(req.previous_path + ": phy2log names an unknown expert");
+    before.push_back(l.phy2log);
+  }
+  ReplaceOptions ro;
+  ro.fault_tolerance = popt.fault_tolerance;
+  ro.expert_bytes = req.expert_bytes;
+  ro.max_moved_bytes = req.max_moved_bytes;
+  ro.migration_weight = req.migration_weight;
+  PlanOutcome out;
+  out.replacement = replace_with_migration(before, loads, cc, ro);
+  out.plan.cluster = cc;
+  out.plan.algorithm = "balanced-ft";
+  out.plan.experts = prev.experts;
+  out.plan.fault_tolerance = popt.fault_tolerance;
+  out.plan.layers = out.replacement->layers;
+  out.plan.node_ids = prev.node_ids;
+  out.plan.details["replaced_from"] = req.previous_path;
+  int guaranteed = guaranteed_fault_tolerance(out.plan);
+  if (guaranteed < popt.fault_tolerance) throw Error("internal: re-placement lost the fault-tolerance guarantee");
+  const auto& rr = *out.replacement;
+  if (req.max_moved_bytes >= 0 && req.expert_bytes * static_cast<double>(rr.mandatory_copies) > req.max_moved_bytes)
+    out.notes.push_back("keeping --fault-tolerance " + std::to_string(popt.fault_tolerance) + " needs " +
+                        std::to_string(rr.mandatory_copies) + " copies, more than --max-moved-bytes allows");
+  compute_metrics(out.plan, loads, popt.recovery);
+  // The same loads placed from scratch, for comparison: what a plain re-run would move.
+  nlohmann::json scratch = nlohmann::json::object();
+  double prev_bal = overall_balancedness(prev.layers, loads, cc);
+  for (const char* algo : {"eplb-global", "balanced-ft"}) {
+    Plan fresh = plan_placement(loads, cc, algo, popt);
+    long long copies = 0;
+    for (size_t l = 0; l < loads.layers; ++l) copies += copies_between(before[l], fresh.layers[l].phy2log, cc);
+    nlohmann::json j = {{"balancedness", overall_balancedness(fresh.layers, loads, cc)}, {"copies_moved", copies}};
+    if (req.expert_bytes > 0) j["bytes_moved"] = req.expert_bytes * static_cast<double>(copies);
+    scratch[algo] = j;
+  }
+  nlohmann::json rep = replace_to_json(rr, req.expert_bytes);
+  rep["previous_balancedness"] = prev_bal;
+  rep["from_scratch"] = scratch;
+  out.plan_text = plan_json_text(out.plan, {{"replacement", rep}});
+  std::ostringstream extra;
+  extra << "re-placement from " << req.previous_path << ": balancedness " << fixed(prev_bal) << " (previous plan, new loads) -> "
+        << fixed(out.plan.metrics.balancedness) << ", " << rr.copies << " expert copies moved";
+  if (req.expert_bytes > 0) extra << " (" << req.expert_bytes * static_cast<double>(rr.copies) << " bytes)";
+  extra << " in " << rr.rounds << " rounds (lower bound " << rr.round_lower_bound << ")\n";
+  for (const auto& [name, j] : scratch.items())
+    extra << "  from scratch, " << name << ": balancedness " << fixed(j["balancedness"].get<double>()) << ", "
+          << j["copies_moved"].get<long long>() << " copies\n";
+  out.table = render_table(out.plan, std::nullopt, 32) + extra.str();
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  nlohmann::json summary_rep = rep;
+  summary_rep.erase("transfers");
+  out.summary = {{"algorithm", out.plan.algorithm},
+                 {"nodes", cc.nodes},
+                 {"gpus_per_node", cc.gpus_per_node},
+                 {"slots_per_gpu", cc.slots_per_gpu},
+                 {"layers", out.plan.layers.size()},
+                 {"experts", out.plan.experts},
+                 {"fault_tolerance", out.plan.fault_tolerance},
+                 {"metrics", {{"balancedness", out.plan.metrics.balancedness},
+                              {"min_balancedness", out.plan.metrics.min_balancedness},
+                              {"recovery_probability", recovery_summary(out.plan.metrics.recovery)}}},
+                 {"replacement", summary_rep},
+                 {"seconds", out.seconds}};
+  if (!out.notes.empty()) out.summary["notes"] = out.notes;
+  if (req.report) add_pareto_report(req, loads, cc, &before, out);
+  return out;
+}
+
+// --report: every registered algorithm on the same loads and cluster: balancedness, recovery for
+// k = 1..f+1, copies (and bytes) from the previous plan when there is one, and run time.
+void add_pareto_report(const PlanRequest& req, const LoadMatrix& loads, const Cluster& cluster,
+                       const std::vector<std::vector<int>>* before, PlanOutcome& out) {
+  PlacementOptions popt = req.placement;
+  popt.recovery.max_failures = std::min(popt.fault_tolerance + 1, cluster.nodes - 1);
+  nlohmann::json rows = nlohmann::json::array();
+  std::ostringstream o;
+  o << "\nPareto table (same loads and cluster; p(k) for k = 1.." << popt.recovery.max_failures << ")\n";
+  o << "algorithm        balancedness";
+  for (int k = 1; k <= popt.recovery.max_failures; ++k) o << "    p(" << k << ")";
+  if (before) o << "   copies";
+  o << "   seconds\n";
+  for (const auto& name : algorithm_names()) {
+    auto t0 = std::chrono::steady_clock::now();
+    nlohmann::json row = {{"algorithm", name}};
+    try {
+      Plan p = plan_placement(loads, cluster, name, popt);
+      compute_metrics(p, loads, popt.recovery);
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      row["balancedness"] = p.metrics.balancedness;
+      row["fault_tolerance"] = p.fault_tolerance;
+      row["recovery_probability"] = recovery_summary(p.metrics.recovery);
+      row["seconds"] = secs;
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%-16s %12s", name.c_str(), fixed(p.metrics.balancedness).c_str());
+      o << buf;
+      for (const auto& r : p.metrics.recovery) {
+        std::snprintf(buf, sizeof buf, "  %6s%s", fixed(r.probability).c_str(), r.exact ? " " : "*");
+        o << buf;
+      }
+      if (before) {
+        long long copies = 0;
+        for (size_t l = 0; l < loads.layers; ++l) copies += copies_between((*before)[l], p.layers[l].phy2log, cluster);
+        row["copies_moved"] = copies;
+        if (req.expert_bytes > 0) row["bytes_moved"] = req.expert_bytes * static_cast<double>(copies);
+        std::snprintf(buf, sizeof buf, " %8lld", copies);
+        o << buf;
+      }
+      std::snprintf(buf, sizeof buf, "  %8.4f\n", secs);
+      o << buf;
+    } catch (const UsageError& e) {
+      row["error"] = e.what();
+      o << name << ": " << e.what() << "\n";
+    }
+    rows.push_back(row);
+  }
+  if (before && out.replacement) {
+    o << "re-placement (--previous): balancedness " << fixed(out.plan.metrics.balancedness) << ", "
+      << out.replacement->copies << " copies\n";
+  }
+  out.table += o.str();
+  out.summary["pareto"] = rows;
+}
+
+}  // namespace
+
 PlanOutcome make_plan(const PlanRequest& req) {
   auto t0 = std::chrono::steady_clock::now();
   validate_cluster(req.cluster);
   LoadMatrix loads = read_loads(req.loads_path, req.load_options);
 
+  if (!req.previous_path.empty()) return replace_plan(req, loads, t0);
   std::optional<Plan> current;
   Cluster target = req.cluster;
   std::vector<int> physical;
@@ -225,6 +397,7 @@ PlanOutcome make_plan(const PlanRequest& req) {
     s["fault_tolerance_requested"] = out.plan.details["fault_tolerance_requested"];
   if (!out.notes.empty()) s["notes"] = out.notes;
   out.summary = std::move(s);
+  if (req.report) add_pareto_report(req, loads, target, nullptr, out);
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include "placement/loads.h"
 #include "placement/migration.h"
 #include "placement/plan.h"
+#include "placement/replace.h"
 
 namespace ucpkit::placement {
 
@@ -17,10 +18,15 @@ struct PlanRequest {
   std::string loads_path;
   LoadOptions load_options;
   Cluster cluster;  // the cluster of --nodes/--gpus-per-node/--slots-per-gpu (before any change)
-  std::string algorithm = "lazarus";
+  std::string algorithm = "balanced-ft";
   PlacementOptions placement;
   std::string current_path;  // re-placement when set
   NodeChange change;
+  // Migration-aware re-placement for new loads on the same cluster (replace.h) when set.
+  std::string previous_path;
+  double max_moved_bytes = -1;  // < 0: no budget
+  double migration_weight = 0;
+  bool report = false;  // --report: every algorithm on the same workload (Pareto table)
   double expert_bytes = 0;  // bytes per expert replica, for "bytes_moved"
   bool want_svg = false;
   int svg_layer = 0;
@@ -29,9 +35,10 @@ struct PlanRequest {
 struct PlanOutcome {
   Plan plan;
   std::optional<Migration> migration;
+  std::optional<ReplaceResult> replacement;
   std::string plan_text;   // the plan file
   nlohmann::json summary;  // the --json summary
-  std::string table;       // the terminal table
+  std::string table;       // the terminal table (with --report, the Pareto table appended)
   std::string svg;         // when requested
   std::vector<std::string> notes;  // warnings for the user (e.g. f lowered after failures)
   double seconds = 0;

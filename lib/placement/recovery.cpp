@@ -203,10 +203,28 @@ RecoveryEstimate RecoveryModel::evaluate_one(const ExpertNodeSets& sets, int k,
   const uint64_t n = options_.mc_samples;
   uint64_t ok = 0;
   uint32_t* acc = survivals ? (*survivals)[k].data() : nullptr;
+  // A candidate set can only be lost when its smallest node failed: bucket the sets by that node and
+  // check, per sample, only the buckets of the k failed nodes (same outcome as checking every set).
+  std::vector<std::vector<int>> by_node(nodes_);
+  for (size_t i = 0; i < cand.size(); ++i)
+    by_node[*std::min_element(cand[i].begin(), cand[i].end())].push_back(static_cast<int>(i));
+  auto lost_in = [&](int node) {
+    for (int i : by_node[node]) {
+      bool lost = true;
+      for (int m : cand[i])
+        if (!failed[m]) {
+          lost = false;
+          break;
+        }
+      if (lost) return true;
+    }
+    return false;
+  };
   for (uint64_t s = 0; s < n; ++s) {
     const int* F = smp.data() + s * k;
     for (int i = 0; i < k; ++i) failed[F[i]] = 1;
-    bool survived = !any_lost(cand, cand.size(), failed);
+    bool survived = true;
+    for (int i = 0; i < k && survived; ++i) survived = !lost_in(F[i]);
     for (int i = 0; i < k; ++i) failed[F[i]] = 0;
     ok += survived;
     if (acc) acc[s] += survived;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "test_data.h"
@@ -74,7 +75,7 @@ TEST_F(Cli, WritesPlanWithContractKeys) {
   EXPECT_EQ(plan["nodes"], 4);
   EXPECT_EQ(plan["gpus_per_node"], 4);
   EXPECT_EQ(plan["slots_per_gpu"], 2);
-  EXPECT_EQ(plan["algorithm"], "lazarus");
+  EXPECT_EQ(plan["algorithm"], "balanced-ft");  // the default
   ASSERT_EQ(plan["layers"].size(), 2u);
   for (const auto& L : plan["layers"]) {
     EXPECT_EQ(L["phy2log"].size(), 32u);
@@ -207,4 +208,63 @@ TEST_F(Cli, SmartMoeLoadsAllAlgorithms) {
                 algo + " --output " + p("plan.json") + " -q");
     EXPECT_EQ(r.rc, 0) << algo << ": " << r.out;
   }
+}
+
+TEST_F(Cli, PreviousPlanReplacementReportsCopiesAndRejectsBadOptions) {
+  const std::string cluster = " --nodes 4 --gpus-per-node 4 --slots-per-gpu 2 --fault-tolerance 2 ";
+  write("drift.json", "[[900,13,40,61,10,165,39,4,73,56,18,86],[20,10,104,640,19,19,187,15,17,86,16,27]]");
+  ASSERT_EQ(run("--loads " + p("loads.json") + cluster + "--output " + p("plan.json") + " -q").rc, 0);
+  CliRun r = run("--loads " + p("drift.json") + cluster + "--previous " + p("plan.json") +
+                 " --expert-bytes 1000 --json --output " + p("next.json"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  nlohmann::json plan = read("next.json");
+  const auto& rep = plan["replacement"];
+  EXPECT_EQ(rep["bytes_moved"].get<double>(), 1000.0 * rep["copies_moved"].get<double>());
+  EXPECT_EQ(rep["transfers"].size(), rep["copies_moved"].get<size_t>());
+  EXPECT_TRUE(rep["from_scratch"].contains("eplb-global"));
+  EXPECT_GE(plan["fault_tolerance"], 2);
+  nlohmann::json summary = nlohmann::json::parse(r.out);
+  EXPECT_EQ(summary["replacement"]["copies_moved"], rep["copies_moved"]);
+  struct Case {
+    std::string args;
+    int rc;
+  } cases[] = {
+      {"--previous " + p("plan.json") + " --max-moved-bytes 10", 2},  // no --expert-bytes
+      {"--previous " + p("plan.json") + " --migration-weight -1", 2},
+      {"--previous " + p("plan.json") + " --algorithm eplb", 2},
+      {"--previous " + p("plan.json") + " --current " + p("plan.json") + " --failed-nodes 1", 2},
+      {"--previous " + p("missing.json"), 1},
+  };
+  for (const auto& c : cases) {
+    CliRun bad = run("--loads " + p("drift.json") + cluster + c.args + " --output " + p("out.json"));
+    EXPECT_EQ(bad.rc, c.rc) << c.args << "\n" << bad.out;
+    EXPECT_FALSE(fs::exists(dir / "out.json")) << c.args;
+    EXPECT_NE(bad.out.find("moe-replace: error:"), std::string::npos) << bad.out;
+  }
+  CliRun other = run("--loads " + p("drift.json") + " --nodes 2 --gpus-per-node 8 --slots-per-gpu 2 --previous " +
+                     p("plan.json") + " --output " + p("out.json"));
+  EXPECT_EQ(other.rc, 2) << other.out;
+  EXPECT_FALSE(fs::exists(dir / "out.json"));
+}
+
+TEST_F(Cli, ReportListsEveryAlgorithmAsItsOwnRunPlacesIt) {
+  const std::string cluster = " --nodes 4 --gpus-per-node 4 --slots-per-gpu 2 --fault-tolerance 2 ";
+  CliRun r = run("--loads " + p("loads.json") + cluster + "--report --json --output " + p("plan.json"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  nlohmann::json summary = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(summary.contains("pareto"));
+  std::set<std::string> names;
+  for (const auto& row : summary["pareto"]) {
+    std::string name = row["algorithm"];
+    names.insert(name);
+    ASSERT_TRUE(row.contains("balancedness")) << row.dump();
+    EXPECT_EQ(row["recovery_probability"].size(), 3u);  // k = 1..f+1
+    CliRun one = run("--loads " + p("loads.json") + cluster + "--algorithm " + name + " -q --output " + p("one.json"));
+    ASSERT_EQ(one.rc, 0) << one.out;
+    nlohmann::json plan = read("one.json");
+    EXPECT_NEAR(row["balancedness"].get<double>(), plan["metrics"]["balancedness"].get<double>(), 1e-12) << name;
+    EXPECT_NEAR(row["recovery_probability"]["1"].get<double>(),
+                plan["metrics"]["recovery_probability"]["1"].get<double>(), 1e-12) << name;
+  }
+  for (const char* n : {"balanced-ft", "eplb-global", "lazarus", "spread", "hecate"}) EXPECT_TRUE(names.count(n)) << n;
 }

@@ -9,7 +9,15 @@ namespace placement_test {
 // The repository root: $UCPKIT_SOURCE, else three levels above this header.
 inline std::filesystem::path source_root() {
   if (const char* src = std::getenv("UCPKIT_SOURCE")) return src;
-  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+  std::filesystem::path file(__FILE__);
+  if (file.is_relative()) {
+    // ccache's base_dir makes __FILE__ relative to the build folder (Ninja compiles from there):
+    // <build>/tests/test_placement -> <build>.
+    std::error_code ec;
+    auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec) file = self.parent_path().parent_path() / file;
+  }
+  return file.lexically_normal().parent_path().parent_path().parent_path();
 }
 
 // The folder with the tools: $UCPKIT_BIN, else <build>/bin beside <build>/tests/test_placement.

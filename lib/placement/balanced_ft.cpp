@@ -1,0 +1,325 @@
+// balanced-ft placement (see balanced_ft.h and docs/moe-replace.md).
+#include "placement/balanced_ft.h"
+
+#include <algorithm>
+#include <optional>
+#include <queue>
+#include <set>
+
+#include "core/error.h"
+#include "placement/algorithm.h"
+#include "placement/allocation.h"
+#include "placement/balance.h"
+#include "placement/layer_state.h"
+#include "placement/mro.h"
+
+namespace ucpkit::placement {
+
+namespace {
+
+// The experts that receive the extra replicas, in the greedy's order (largest load per replica
+// first, ties to the lower id), for `extra` replicas on top of `floor` each.
+std::vector<int> greedy_order(const std::vector<double>& loads, int floor, long long extra) {
+  const int E = static_cast<int>(loads.size());
+  std::vector<int> r(E, floor), seq;
+  seq.reserve(static_cast<size_t>(std::max<long long>(0, extra)));
+  auto worse = [&](int a, int b) {
+    double wa = loads[a] / r[a], wb = loads[b] / r[b];
+    return wa < wb || (wa == wb && a > b);
+  };
+  std::priority_queue<int, std::vector<int>, decltype(worse)> heap(worse);
+  for (int e = 0; e < E; ++e) heap.push(e);
+  for (long long i = 0; i < extra; ++i) {
+    int e = heap.top();
+    heap.pop();
+    r[e]++;
+    seq.push_back(e);
+    heap.push(e);
+  }
+  return seq;
+}
+
+// Counts from a prefix of the greedy order: `floor` each, the first greedy_slots - floor * E
+// increments, the rest one at a time to the least loaded experts.
+std::vector<int> counts_from(const std::vector<double>& loads, const std::vector<int>& seq, long long slots, int floor,
+                             long long greedy_slots) {
+  const int E = static_cast<int>(loads.size());
+  std::vector<int> r(E, floor);
+  long long left = slots - static_cast<long long>(floor) * E;
+  const long long take = std::min<long long>(left, std::max<long long>(0, greedy_slots - static_cast<long long>(floor) * E));
+  for (long long i = 0; i < take; ++i) r[seq[i]]++;
+  left -= take;
+  if (left > 0) {
+    std::vector<int> light = ascending_load_order(loads);
+    for (long long i = 0; left > 0; ++i, --left) r[light[i % E]]++;
+  }
+  return r;
+}
+
+}  // namespace
+
+std::vector<int> floor_greedy_allocation(const std::vector<double>& loads, long long slots, int floor,
+                                         long long greedy_slots) {
+  const int E = static_cast<int>(loads.size());
+  if (static_cast<long long>(floor) * E > slots)
+    throw UsageError("--fault-tolerance " + std::to_string(floor) + " is impossible: " + std::to_string(E) +
+                     " experts x " + std::to_string(floor) + " replicas exceed " + std::to_string(slots) + " slots");
+  if (greedy_slots < 0 || greedy_slots > slots) greedy_slots = slots;
+  auto seq = greedy_order(loads, floor, greedy_slots - static_cast<long long>(floor) * E);
+  return counts_from(loads, seq, slots, floor, greedy_slots);
+}
+
+namespace {
+
+// Largest share first onto the least loaded GPU with a free slot; with `spread`, only GPUs on nodes
+// holding the fewest replicas of that expert so far are eligible (replicas round over the nodes)
+// unless none of them has a free slot. Slots already set in `phy2log` (>= 0) stay; experts with
+// `skip[e]` are not placed (they were, by the caller).
+std::vector<int> lpt_fill(std::vector<int> phy2log, const std::vector<int>& r, const std::vector<double>& t,
+                          const Cluster& cl, bool spread, const std::vector<char>& skip) {
+  const int E = static_cast<int>(r.size()), N = cl.nodes, S = cl.slots_per_gpu;
+  // Experts by share descending (ties by id), each repeated r_e times.
+  std::vector<std::pair<double, int>> by_share;
+  for (int e = 0; e < E; ++e)
+    if (!skip[e] && r[e] > 0) by_share.push_back({-t[e] / r[e], e});
+  std::sort(by_share.begin(), by_share.end());
+  std::vector<int> reps;
+  for (const auto& [w, e] : by_share)
+    for (int i = 0; i < r[e]; ++i) reps.push_back(e);
+  std::vector<double> load(cl.gpus(), 0.0);
+  std::vector<int> used(cl.gpus(), 0), placed(E, 0);
+  std::vector<int> nodecnt(static_cast<size_t>(E) * N, 0);
+  for (int p = 0; p < cl.slots(); ++p)
+    if (phy2log[p] >= 0) {
+      int g = cl.gpu_of_slot(p), e = phy2log[p];
+      load[g] += t[e] / r[e];
+      used[g]++;
+    }
+  std::set<std::pair<double, int>> open;
+  for (int g = 0; g < cl.gpus(); ++g)
+    if (used[g] < S) open.insert({load[g], g});
+  for (int e : reps) {
+    auto pick = open.begin();
+    if (spread) {
+      const int level = placed[e] / N;
+      for (auto it = open.begin(); it != open.end(); ++it)
+        if (nodecnt[static_cast<size_t>(e) * N + cl.node_of_gpu(it->second)] <= level) {
+          pick = it;
+          break;
+        }
+    }
+    int g = pick->second;
+    open.erase(pick);
+    int slot = g * S;
+    while (phy2log[slot] >= 0) ++slot;
+    phy2log[slot] = e;
+    load[g] += t[e] / r[e];
+    nodecnt[static_cast<size_t>(e) * N + cl.node_of_gpu(g)]++;
+    placed[e]++;
+    if (++used[g] < S) open.insert({load[g], g});
+  }
+  return phy2log;
+}
+
+std::vector<int> lpt_pack(const std::vector<int>& r, const std::vector<double>& t, const Cluster& cl, bool spread) {
+  return lpt_fill(std::vector<int>(cl.slots(), -1), r, t, cl, spread, std::vector<char>(r.size(), 0));
+}
+
+// Experts with exactly f replicas placed first in blocks of f nodes, `per_node` experts per block
+// (block b on nodes b*f .. b*f+f-1, wrapping), each replica on the least loaded GPU of its node with
+// room; then everything else by lpt_fill. Fewer blocks = fewer node sets an f-node failure can hit.
+std::vector<int> blocked_pack(const std::vector<int>& r, const std::vector<double>& t, const Cluster& cl, int f,
+                              int per_node) {
+  const int E = static_cast<int>(r.size()), S = cl.slots_per_gpu, G = cl.gpus_per_node;
+  std::vector<int> phy2log(cl.slots(), -1), used(cl.gpus(), 0);
+  std::vector<double> load(cl.gpus(), 0.0);
+  std::vector<char> skip(E, 0);
+  std::vector<int> fexp;
+  for (int e = 0; e < E; ++e)
+    if (r[e] == f) fexp.push_back(e);
+  std::stable_sort(fexp.begin(), fexp.end(), [&](int a, int b) { return t[a] < t[b]; });
+  for (size_t i = 0; i < fexp.size(); ++i) {
+    const int e = fexp[i], b = static_cast<int>(i) / per_node;
+    std::vector<int> nodes;
+    for (int j = 0; j < f; ++j) nodes.push_back((b * f + j) % cl.nodes);
+    std::vector<int> gpus;
+    for (int n : nodes) {
+      int best = -1;
+      for (int g = n * G; g < (n + 1) * G; ++g)
+        if (used[g] < S && (best < 0 || load[g] < load[best])) best = g;
+      if (best < 0) break;
+      gpus.push_back(best);
+    }
+    if (static_cast<int>(gpus.size()) < f) continue;  // a full node: lpt_fill places this expert
+    for (int g : gpus) {
+      phy2log[g * S + used[g]++] = e;
+      load[g] += t[e] / r[e];
+    }
+    skip[e] = 1;
+  }
+  return lpt_fill(std::move(phy2log), r, t, cl, true, skip);
+}
+
+std::vector<std::vector<int>> node_contents(const std::vector<int>& phy2log, const Cluster& cl) {
+  std::vector<std::vector<int>> nodes(cl.nodes);
+  for (size_t p = 0; p < phy2log.size(); ++p) nodes[cl.node_of_slot(static_cast<int>(p))].push_back(phy2log[p]);
+  return nodes;
+}
+
+// Swap budget for the balance search: enough for every replica to move a few times.
+int swap_budget(const Cluster& cl) { return std::max(64, 2 * cl.gpus()); }
+
+double max_of(const std::vector<int>& phy2log, const std::vector<double>& t, const Cluster& cl) {
+  auto g = gpu_loads(phy2log, t, cl);
+  return *std::max_element(g.begin(), g.end());
+}
+
+}  // namespace
+
+double eplb_reference_max_load(const std::vector<double>& t, const Cluster& cl) {
+  return max_of(lpt_pack(floor_greedy_allocation(t, cl.slots(), 1), t, cl, false), t, cl);
+}
+
+LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl, int f, BalancedFtLayerInfo* info) {
+  const int E = static_cast<int>(t.size());
+  const long long slots = cl.slots(), floor_slots = static_cast<long long>(f) * E;
+  // Candidate allocations: the greedy over all slots, and over fewer (half a GPU's worth of slots per
+  // GPU less each time, at most S + 1 of them, stopping once the full greedy packs as well as EPLB), the rest to the least loaded experts; each packed
+  // largest share first with replicas spread over nodes. The one with the lightest most loaded GPU
+  // is refined by swaps and rewrites; the runner-up too when the first stays above EPLB's packing.
+  struct Cand {
+    double max;
+    long long greedy;
+    bool spread;
+    std::vector<int> phy2log;
+  };
+  floor_greedy_allocation(t, 0 + slots, f, floor_slots);  // throws UsageError when f * E > slots
+  const auto seq = greedy_order(t, f, slots - floor_slots);  // every candidate is a prefix of it
+  std::vector<Cand> cands;
+  const double reference = eplb_reference_max_load(t, cl);
+  const long long step = std::max<long long>(1, cl.gpus() / 2);
+  for (long long x = slots, k = 0; x >= floor_slots && k <= std::min(cl.slots_per_gpu, 2); x -= step, ++k) {
+    auto r = counts_from(t, seq, slots, f, x);
+    auto packed = lpt_pack(r, t, cl, true);
+    double m = max_of(packed, t, cl);
+    cands.push_back({m, x, true, std::move(packed)});
+    if (cands.front().max <= reference) break;  // the full greedy already packs as well as EPLB
+    if (k == 0) {
+      packed = lpt_pack(r, t, cl, false);
+      m = max_of(packed, t, cl);
+      cands.push_back({m, x, false, std::move(packed)});
+    }
+  }
+  std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.max < b.max; });
+  std::optional<LayerState> best;
+  const char* best_name = "";
+  long long best_greedy = slots;
+  for (size_t i = 0; i < cands.size() && i < 2; ++i) {
+    if (best && best->max_load() <= reference) break;
+    LayerState st(cl, t, std::move(cands[i].phy2log));
+    repair_fault_tolerance(st, f);
+    reduce_max(st, f, swap_budget(cl), true);
+    if (!best || st.max_load() < best->max_load() * (1 - 1e-12)) {
+      best.emplace(std::move(st));
+      best_name = cands[i].spread ? "node-spread" : "plain";
+      best_greedy = cands[i].greedy;
+    }
+  }
+  // Recovery may use the slack down to EPLB's balance (0.2% margin for tie-order differences).
+  const double cap = std::max(best->max_load(), reference / 1.002);
+  auto [before, after] = overlap_node_sets(*best, f, cap);
+  // Blocked candidates: the experts on exactly f nodes packed first into blocks of f nodes, 2, 4, ...
+  // times the even share per node; kept when the most loaded GPU stays within the cap and fewer
+  // node sets remain.
+  {
+    std::vector<int> r(E, 0);
+    for (int e : best->phy2log()) r[e]++;
+    int F = 0;
+    for (int x : r) F += x == f;
+    const int even = static_cast<int>((static_cast<long long>(f) * F + cl.nodes - 1) / cl.nodes);
+    if (F >= 2 && cl.nodes > f && after > 1)
+      for (int q = std::max(1, 2 * even), tries = 0; q <= cl.slots_per_node() && tries < (cl.nodes > 32 ? 1 : 8);
+           q *= 2, ++tries) {
+        LayerState cand(cl, t, blocked_pack(r, t, cl, f, q));
+        repair_fault_tolerance(cand, f);
+        reduce_max(cand, f, swap_budget(cl), false);
+        if (cand.max_load() > cap) break;  // more per block only gets less balanced
+        auto [b2, a2] = overlap_node_sets(cand, f, cap);
+        if (a2 < after) {
+          best.emplace(std::move(cand));
+          before = b2;
+          after = a2;
+          best_name = "blocked";
+        }
+      }
+  }
+  LayerState& st = *best;
+  LayerPlacement out;
+  out.phy2log = st.phy2log();
+  bool mro_won = false;
+  // Small clusters: the MRO placement of the same replicas (recovery-optimal where its search is
+  // exhaustive) when it is as balanced and at least as recoverable for every k.
+  if (cl.nodes <= 12) {
+    MroOptions mo;
+    mo.fault_tolerance = f;
+    std::vector<int> r(E, 0);
+    for (int e : out.phy2log) r[e]++;
+    LayerPlacement mro = layout_nodes(mro_placement(r, t, cl.nodes, cl.slots_per_node(), mo), t, cl);
+    if (balancedness(mro.phy2log, t, cl) >= balancedness(out.phy2log, t, cl) - 1e-12) {
+      auto pm = exact_recovery_vector(node_contents(mro.phy2log, cl), E);
+      auto po = exact_recovery_vector(node_contents(out.phy2log, cl), E);
+      bool no_worse = true, better = false;
+      for (size_t i = 0; i < po.size(); ++i) {
+        no_worse = no_worse && pm[i] >= po[i] - 1e-12;
+        better = better || pm[i] > po[i] + 1e-12;
+      }
+      if (no_worse && better) {
+        out.phy2log = mro.phy2log;
+        mro_won = true;
+      }
+    }
+  }
+  out.phyrank = ranks_by_appearance(out.phy2log, E);
+  if (info) {
+    info->packing = best_name;
+    info->greedy_slots = best_greedy;
+    info->node_sets_before = before;
+    info->node_sets_after = after;
+    info->mro = mro_won;
+  }
+  return out;
+}
+
+namespace {
+
+class BalancedFt : public PlacementAlgorithm {
+ public:
+  std::string name() const override { return "balanced-ft"; }
+  std::string description() const override {
+    return "at least f replicas on f distinct nodes, packed for balance, node sets overlapped for recovery";
+  }
+  PlacementResult place(const LoadMatrix& loads, const Cluster& cluster, const PlacementOptions& opt) const override {
+    check_fits(loads, cluster);
+    const int f = opt.fault_tolerance;
+    if (f > cluster.nodes)
+      throw UsageError("--fault-tolerance " + std::to_string(f) + " is impossible with " +
+                       std::to_string(cluster.nodes) + " nodes (each expert needs replicas on f distinct nodes)");
+    PlacementResult res;
+    auto& d = res.details["balanced_ft"] = nlohmann::json::array();
+    for (size_t l = 0; l < loads.layers; ++l) {
+      BalancedFtLayerInfo info;
+      res.layers.push_back(balanced_ft_layer(loads.layer_vector(l), cluster, f, &info));
+      d.push_back({{"packing", info.packing},
+                   {"f_node_sets_before_overlap", info.node_sets_before},
+                   {"f_node_sets", info.node_sets_after},
+                   {"greedy_slots", info.greedy_slots},
+                   {"mro", info.mro}});
+    }
+    return res;
+  }
+};
+
+const AlgorithmRegistrar kRegister("balanced-ft", [] { return std::make_unique<BalancedFt>(); });
+
+}  // namespace
+}  // namespace ucpkit::placement

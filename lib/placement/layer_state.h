@@ -1,0 +1,95 @@
+// One layer's placement as mutable state for local search: replica counts, GPU loads under the
+// equal-share assumption, and per expert the replicas on every node, kept current by slot swaps and
+// slot rewrites. Shared by balanced-ft (placement) and the migration-aware re-placement.
+#pragma once
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "placement/cluster.h"
+
+namespace ucpkit::placement {
+
+class LayerState {
+ public:
+  LayerState(const Cluster& cluster, std::vector<double> loads, std::vector<int> phy2log);
+
+  const Cluster& cluster() const { return cluster_; }
+  int experts() const { return experts_; }
+  const std::vector<int>& phy2log() const { return phy2log_; }
+  const std::vector<double>& gpu_loads() const { return load_; }
+  double load(int gpu) const { return load_[gpu]; }
+  double expert_load(int e) const { return t_[e]; }
+  int count(int e) const { return cnt_[e]; }
+  int distinct(int e) const { return distinct_[e]; }
+  int on_node(int e, int node) const { return nodecnt_[static_cast<size_t>(e) * cluster_.nodes + node]; }
+  // Load one replica of e carries: t_e / r_e.
+  double share(int e) const { return cnt_[e] ? t_[e] / cnt_[e] : 0.0; }
+  const std::vector<int>& slots_of(int e) const { return slots_of_[e]; }
+  double max_load() const { return order_.rbegin()->first; }
+  int argmax_gpu() const { return order_.rbegin()->second; }
+  // GPUs by load ascending (ties by id).
+  const std::set<std::pair<double, int>>& gpus_by_load() const { return order_; }
+
+  // Distinct nodes of x after one of its replicas moves from node a to node b.
+  int distinct_after_move(int x, int a, int b) const;
+  // Distinct nodes of x after one of its replicas on node a is removed (rewritten).
+  int distinct_after_remove(int x, int a) const { return distinct_[x] - (on_node(x, a) == 1 ? 1 : 0); }
+
+  // Exchanges the experts of two slots (replica counts and shares unchanged).
+  void swap_slots(int p, int q);
+  // Rewrites slot p to expert e: the old expert loses a replica, e gains one, and every GPU holding
+  // either has its load updated.
+  void set_slot(int p, int e);
+
+ private:
+  void add_node(int e, int node, int delta);
+  void add_load(int gpu, double delta);
+  Cluster cluster_;
+  int experts_;
+  std::vector<double> t_;
+  std::vector<int> phy2log_, cnt_, distinct_, nodecnt_;
+  std::vector<double> load_;
+  std::set<std::pair<double, int>> order_;
+  std::vector<std::vector<int>> slots_of_;
+};
+
+// One local-search move that lowers the most loaded GPU: a swap of two slots (replica counts
+// unchanged) or a rewrite of one slot to another expert (the old expert loses a replica, the new one
+// gains one, so every GPU holding either changes load). `worst` is the largest load among the GPUs it
+// touches afterwards; a move is only offered when that is below the current maximum.
+struct LayerMove {
+  bool rewrite = false;
+  int p = -1, q = -1;  // swap: slots p and q; rewrite: slot p becomes expert q
+  double worst = 0;
+};
+
+// Best swap of a replica on the most loaded GPU with a lighter replica on one of the lightest GPUs
+// (all GPUs up to 64, else the 64 lightest), every expert keeping at least min(f, its current
+// distinct nodes) distinct nodes.
+std::optional<LayerMove> best_swap(const LayerState& state, int f);
+// Best rewrite: a slot on the most loaded GPU (whose expert keeps at least f replicas and
+// min(f, distinct) nodes) becomes one of the 16 experts with the largest load per replica, or a slot
+// on one of the 16 lightest GPUs (same condition) becomes another replica of an expert of the most
+// loaded GPU.
+std::optional<LayerMove> best_rewrite(const LayerState& state, int f);
+void apply_move(LayerState& state, const LayerMove& move);
+
+// Applies best_swap, or best_rewrite when no swap helps (rewrites only with `rewrites`), until neither
+// helps or `max_moves` is reached. Returns the number of moves.
+int reduce_max(LayerState& state, int f, int max_moves, bool rewrites);
+
+// Raises every expert with fewer than min(f, replicas) distinct nodes to that many by swapping a
+// duplicate replica with a slot on a node lacking the expert (the partner keeps its own guarantee),
+// choosing the swap with the smallest resulting GPU load. Returns the swaps made. Throws Error when
+// no such swap exists.
+std::vector<std::pair<int, int>> repair_fault_tolerance(LayerState& state, int f);
+
+// Recovery for k >= f failed nodes: an expert on exactly f nodes is lost exactly when its node set
+// fails, so p(f) = 1 - (distinct node sets of such experts) / C(N, f). Merges those node sets: the
+// experts of a small set move, one replica per node, onto the nodes of a larger set by swaps with
+// replicas of experts that stay on more than f nodes, never raising a GPU above `max_load`; a set is
+// merged entirely or not at all. Returns {node sets before, node sets after}.
+std::pair<int, int> overlap_node_sets(LayerState& state, int f, double max_load);
+
+}  // namespace ucpkit::placement

@@ -1,0 +1,310 @@
+// Migration-aware re-placement (see replace.h and docs/moe-replace.md).
+#include "placement/replace.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <queue>
+
+#include "core/error.h"
+#include "placement/algorithm.h"
+#include "placement/layer_state.h"
+#include "placement/migration.h"
+
+namespace ucpkit::placement {
+namespace {
+
+// Copies GPU g needs: its slots in `after` not matched by a slot of the same expert in `before`.
+int gpu_copies(const std::vector<int>& before, const std::vector<int>& after, int g, int S) {
+  int matched = 0;
+  std::vector<char> used(S, 0);
+  for (int a = 0; a < S; ++a)
+    for (int b = 0; b < S; ++b)
+      if (!used[b] && before[g * S + b] == after[g * S + a]) {
+        used[b] = 1;
+        ++matched;
+        break;
+      }
+  return S - matched;
+}
+
+// Experts with fewer than f replicas take slots from experts that keep at least f replicas and
+// min(f, their distinct nodes) nodes, on a node lacking the expert, least loaded GPU first.
+void raise_counts(LayerState& st, int f) {
+  const Cluster& cl = st.cluster();
+  for (int e = 0; e < st.experts(); ++e)
+    while (st.count(e) < std::min(f, cl.slots())) {
+      int best = -1;
+      for (int q = 0; q < cl.slots(); ++q) {
+        int y = st.phy2log()[q], n = cl.node_of_slot(q);
+        if (y == e || st.count(y) <= f || st.distinct_after_remove(y, n) < std::min(f, st.distinct(y))) continue;
+        if (st.on_node(e, n) > 0 && st.distinct(e) < std::min(f, cl.nodes)) continue;
+        if (best < 0 || st.load(cl.gpu_of_slot(q)) < st.load(cl.gpu_of_slot(best))) best = q;
+      }
+      if (best < 0) throw Error("internal: no slot can be freed to give expert " + std::to_string(e) + " f replicas");
+      st.set_slot(best, e);
+    }
+}
+
+// `fresh` with its nodes, and the GPUs inside each node, permuted (both optimal assignments) so that
+// it needs the fewest GPU-level copies from `prev` that node and GPU relabelings allow. Balance,
+// fault tolerance and recovery of a layer do not depend on the labels.
+std::vector<int> align_to(const std::vector<int>& prev, const std::vector<int>& fresh, const Cluster& cl, int experts) {
+  const int N = cl.nodes, G = cl.gpus_per_node, S = cl.slots_per_gpu, c = cl.slots_per_node();
+  // Node cost: replicas of fresh node q that physical node i lacks (multiset difference).
+  std::vector<std::vector<int>> have(N, std::vector<int>(experts, 0));
+  for (int p = 0; p < cl.slots(); ++p) have[cl.node_of_slot(p)][prev[p]]++;
+  std::vector<std::vector<long long>> cost(N, std::vector<long long>(N, 0));
+  std::vector<int> want(experts, 0);
+  for (int q = 0; q < N; ++q) {
+    for (int s = 0; s < c; ++s) want[fresh[q * c + s]]++;
+    for (int i = 0; i < N; ++i) {
+      long long miss = 0;
+      for (int s = 0; s < c; ++s) {
+        int e = fresh[q * c + s];
+        if (want[e] > 0) {
+          miss += std::max(0, want[e] - have[i][e]);
+          want[e] = -want[e];  // count each expert once
+        }
+      }
+      for (int s = 0; s < c; ++s) want[fresh[q * c + s]] = std::abs(want[fresh[q * c + s]]);
+      cost[i][q] = miss;
+    }
+    for (int s = 0; s < c; ++s) want[fresh[q * c + s]] = 0;
+  }
+  std::vector<int> node_of = min_cost_assignment(cost);
+  std::vector<int> out(cl.slots());
+  for (int i = 0; i < N; ++i) {
+    const int q = node_of[i];
+    std::vector<std::vector<long long>> gc(G, std::vector<long long>(G));
+    for (int g = 0; g < G; ++g)
+      for (int h = 0; h < G; ++h) {
+        std::vector<int> a(prev.begin() + (i * G + g) * S, prev.begin() + (i * G + g + 1) * S);
+        std::vector<int> b(fresh.begin() + (q * G + h) * S, fresh.begin() + (q * G + h + 1) * S);
+        int matched = 0;
+        std::vector<char> used(S, 0);
+        for (int x = 0; x < S; ++x)
+          for (int y = 0; y < S; ++y)
+            if (!used[y] && a[y] == b[x]) {
+              used[y] = 1;
+              ++matched;
+              break;
+            }
+        gc[g][h] = S - matched;
+      }
+    std::vector<int> gpu_of = min_cost_assignment(gc);
+    for (int g = 0; g < G; ++g)
+      for (int s = 0; s < S; ++s) out[(i * G + g) * S + s] = fresh[(q * G + gpu_of[g]) * S + s];
+  }
+  return out;
+}
+
+struct Trajectory {
+  std::vector<LayerMove> moves;
+  std::vector<double> max_after;   // layer maximum after each prefix (index 0: no move)
+  std::vector<long long> copies;   // copies beyond the mandatory ones after each prefix
+  size_t taken = 0;
+  std::vector<int> fresh;  // the last point, when set: balanced-ft from scratch, aligned to the previous
+};
+
+}  // namespace
+
+long long copies_between(const std::vector<int>& before, const std::vector<int>& after, const Cluster& cl) {
+  long long n = 0;
+  for (int g = 0; g < cl.gpus(); ++g) n += gpu_copies(before, after, g, cl.slots_per_gpu);
+  return n;
+}
+
+void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResult& res, const Cluster& cl) {
+  const int D = cl.gpus(), S = cl.slots_per_gpu;
+  std::vector<std::vector<char>> sends(D), recvs(D);
+  std::vector<long long> sent(D, 0);
+  auto busy = [](std::vector<char>& v, int r) {
+    if (static_cast<int>(v.size()) <= r) v.resize(r + 1, 0);
+    return v[r] != 0;
+  };
+  res.transfers.clear();
+  res.rounds = 0;
+  res.round_lower_bound = 0;
+  std::vector<int> received(D, 0);
+  for (size_t l = 0; l < res.layers.size(); ++l) {
+    const auto& old = before[l];
+    const auto& now = res.layers[l].phy2log;
+    std::vector<std::vector<int>> holders(*std::max_element(old.begin(), old.end()) + 1);
+    for (int p = 0; p < cl.slots(); ++p) {
+      int g = cl.gpu_of_slot(p);
+      if (holders[old[p]].empty() || holders[old[p]].back() != g) holders[old[p]].push_back(g);
+    }
+    for (int g = 0; g < D; ++g) {
+      std::vector<char> used(S, 0);
+      for (int a = 0; a < S; ++a) {
+        int e = now[g * S + a];
+        bool have = false;
+        for (int b = 0; b < S && !have; ++b)
+          if (!used[b] && old[g * S + b] == e) used[b] = 1, have = true;
+        if (have) continue;
+        if (e >= static_cast<int>(holders.size()) || holders[e].empty())
+          throw Error("internal: expert " + std::to_string(e) + " of layer " + std::to_string(l) + " has no holder");
+        ++received[g];
+        for (int r = 0;; ++r) {
+          if (busy(recvs[g], r)) continue;
+          int from = -1;
+          for (int h : holders[e])
+            if (h != g && !busy(sends[h], r) && (from < 0 || sent[h] < sent[from])) from = h;
+          if (from < 0) continue;
+          sends[from][r] = 1;
+          recvs[g][r] = 1;
+          sent[from]++;
+          res.transfers.push_back({static_cast<int>(l), e, from, g, r});
+          res.rounds = std::max(res.rounds, r + 1);
+          break;
+        }
+      }
+    }
+  }
+  res.round_lower_bound = D ? *std::max_element(received.begin(), received.end()) : 0;
+}
+
+ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previous, const LoadMatrix& loads,
+                                     const Cluster& cl, const ReplaceOptions& opt) {
+  if (previous.size() != loads.layers)
+    throw Error("previous plan has " + std::to_string(previous.size()) + " layers, loads have " +
+                std::to_string(loads.layers));
+  const int f = opt.fault_tolerance, S = cl.slots_per_gpu;
+  const size_t L = loads.layers;
+  ReplaceResult res;
+  std::vector<LayerState> base;
+  std::vector<Trajectory> traj(L);
+  // balanced-ft from scratch for the new loads: the far end of every layer's options.
+  std::vector<LayerPlacement> fresh_layers;
+  {
+    auto algo = make_algorithm("balanced-ft");
+    PlacementOptions po;
+    po.fault_tolerance = f;
+    fresh_layers = algo->place(loads, cl, po).layers;
+  }
+  double sum_mean = 0;
+  for (size_t l = 0; l < L; ++l) {
+    const auto& prev = previous[l];
+    if (static_cast<int>(prev.size()) != cl.slots()) throw Error("previous plan: layer of the wrong size");
+    std::vector<int> cnt = logical_counts(prev, static_cast<int>(loads.experts));
+    for (int e = 0; e < static_cast<int>(loads.experts); ++e)
+      if (cnt[e] == 0)
+        throw Error("previous plan: layer " + std::to_string(l) + " has no replica of expert " + std::to_string(e));
+    auto t = loads.layer_vector(l);
+    sum_mean += std::accumulate(t.begin(), t.end(), 0.0) / cl.gpus();
+    LayerState st(cl, t, prev);
+    raise_counts(st, f);
+    repair_fault_tolerance(st, f);
+    res.mandatory_copies += copies_between(prev, st.phy2log(), cl);
+    // The balance moves from here on, with the copies they add beyond the mandatory ones.
+    LayerState run = st;
+    Trajectory& tr = traj[l];
+    std::vector<int> per_gpu(cl.gpus());
+    long long base_copies = 0;
+    for (int g = 0; g < cl.gpus(); ++g) base_copies += per_gpu[g] = gpu_copies(prev, run.phy2log(), g, S);
+    long long cur = base_copies;
+    tr.max_after.push_back(run.max_load());
+    tr.copies.push_back(0);
+    const int limit = std::max(256, cl.gpus() / 2);
+    for (int i = 0; i < limit; ++i) {
+      std::optional<LayerMove> m = best_swap(run, f);
+      if (!m) m = best_rewrite(run, f);
+      if (!m) break;
+      apply_move(run, *m);
+      for (int g : {cl.gpu_of_slot(m->p), m->rewrite ? cl.gpu_of_slot(m->p) : cl.gpu_of_slot(m->q)}) {
+        cur -= per_gpu[g];
+        per_gpu[g] = gpu_copies(prev, run.phy2log(), g, S);
+        cur += per_gpu[g];
+      }
+      tr.moves.push_back(*m);
+      tr.max_after.push_back(run.max_load());
+      tr.copies.push_back(cur - base_copies);
+    }
+    if (!fresh_layers.empty()) {
+      tr.fresh = align_to(prev, fresh_layers[l].phy2log, cl, static_cast<int>(loads.experts));
+      tr.max_after.push_back(LayerState(cl, t, tr.fresh).max_load());
+      tr.copies.push_back(copies_between(prev, tr.fresh, cl) - base_copies);
+    }
+    base.push_back(std::move(st));
+  }
+
+  // Batches across layers, best balance per copy first (lazy priority queue).
+  const double all_replicas = static_cast<double>(L) * cl.slots();
+  double budget = opt.max_moved_bytes < 0 ? INFINITY
+                                          : (opt.expert_bytes > 0 ? opt.max_moved_bytes / opt.expert_bytes : 0.0);
+  budget -= static_cast<double>(res.mandatory_copies);  // mandatory copies come first
+  long long spent = 0;
+  struct Ext {
+    double ratio;
+    size_t layer, to;
+    bool operator<(const Ext& o) const { return ratio < o.ratio; }
+  };
+  auto best_ext = [&](size_t l) -> std::optional<Ext> {
+    const Trajectory& tr = traj[l];
+    std::optional<Ext> best;
+    for (size_t j = tr.taken + 1; j < tr.max_after.size(); ++j) {
+      double gain = tr.max_after[tr.taken] - tr.max_after[j];
+      long long cost = tr.copies[j] - tr.copies[tr.taken];
+      if (gain <= 0) continue;
+      if (static_cast<double>(spent + cost) > budget) continue;
+      if (gain / sum_mean < opt.migration_weight * static_cast<double>(cost) / all_replicas) continue;
+      double ratio = cost <= 0 ? INFINITY : gain / static_cast<double>(cost);
+      if (!best || ratio > best->ratio) best = Ext{ratio, l, j};
+    }
+    return best;
+  };
+  std::priority_queue<Ext> pq;
+  for (size_t l = 0; l < L; ++l)
+    if (auto e = best_ext(l)) pq.push(*e);
+  while (!pq.empty()) {
+    Ext e = pq.top();
+    pq.pop();
+    auto fresh = best_ext(e.layer);  // the budget may have shrunk since it was queued
+    if (!fresh) continue;
+    if (fresh->to != e.to || fresh->ratio != e.ratio) {
+      pq.push(*fresh);
+      continue;
+    }
+    Trajectory& tr = traj[e.layer];
+    spent += tr.copies[e.to] - tr.copies[tr.taken];
+    tr.taken = e.to;
+    if (auto next = best_ext(e.layer)) pq.push(*next);
+  }
+
+  for (size_t l = 0; l < L; ++l) {
+    LayerState& st = base[l];
+    LayerPlacement lp;
+    if (!traj[l].fresh.empty() && traj[l].taken == traj[l].max_after.size() - 1) {
+      lp.phy2log = traj[l].fresh;
+      res.layers_from_scratch++;
+    } else {
+      for (size_t i = 0; i < traj[l].taken; ++i) apply_move(st, traj[l].moves[i]);
+      lp.phy2log = st.phy2log();
+    }
+    lp.phyrank = ranks_by_appearance(lp.phy2log, static_cast<int>(loads.experts));
+    long long c = copies_between(previous[l], lp.phy2log, cl);
+    res.copies_per_layer.push_back(c);
+    res.copies += c;
+    res.layers.push_back(std::move(lp));
+  }
+  schedule_transfers(previous, res, cl);
+  return res;
+}
+
+nlohmann::json replace_to_json(const ReplaceResult& r, double expert_bytes) {
+  nlohmann::json t = nlohmann::json::array();
+  for (const auto& x : r.transfers)
+    t.push_back({{"layer", x.layer}, {"expert", x.expert}, {"from_gpu", x.from}, {"to_gpu", x.to}, {"round", x.round}});
+  nlohmann::json j = {{"copies_moved", r.copies},
+                      {"mandatory_copies", r.mandatory_copies},
+                      {"copies_moved_per_layer", r.copies_per_layer},
+                      {"layers_from_scratch", r.layers_from_scratch},
+                      {"rounds", r.rounds},
+                      {"round_lower_bound", r.round_lower_bound},
+                      {"transfers", t}};
+  if (expert_bytes > 0) j["bytes_moved"] = expert_bytes * static_cast<double>(r.copies);
+  return j;
+}
+
+}  // namespace ucpkit::placement

@@ -1,0 +1,61 @@
+// Re-placement that counts migration: new loads on the same cluster, starting from the previous
+// plan, moving as few expert copies as the balance gain is worth, keeping the fault-tolerance
+// guarantee, and a transfer schedule in rounds in which no GPU sends or receives twice.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "placement/cluster.h"
+#include "placement/loads.h"
+
+namespace ucpkit::placement {
+
+struct ReplaceOptions {
+  int fault_tolerance = 1;
+  double expert_bytes = 0;      // bytes of one expert copy (0: copies only)
+  double max_moved_bytes = -1;  // budget for the optional (balance) moves; < 0: none
+  // A batch of moves is taken only when the imbalance it removes, as a fraction of the plan's total
+  // load (decrease of sum of layer maxima / sum of layer means), is at least weight x the fraction of
+  // all replicas it copies. 0: every move that lowers a most loaded GPU.
+  double migration_weight = 0;
+};
+
+// One expert copy: GPU `to` receives expert `expert` of `layer` from GPU `from` (global GPU ids of
+// the cluster) in round `round`; the sources read the previous placement, which stays in memory until
+// the last round (the new weights land in staging buffers and are swapped in afterwards).
+struct GpuTransfer {
+  int layer, expert, from, to, round;
+};
+
+struct ReplaceResult {
+  std::vector<LayerPlacement> layers;
+  std::vector<long long> copies_per_layer;
+  long long copies = 0;            // (GPU, replica) pairs a GPU does not hold yet, summed
+  long long mandatory_copies = 0;  // of those, copies the fault-tolerance repair needed
+  int layers_from_scratch = 0;     // layers that took balanced-ft's fresh placement (aligned)
+  std::vector<GpuTransfer> transfers;
+  int rounds = 0;
+  int round_lower_bound = 0;  // most copies one GPU receives (each GPU receives once per round)
+};
+
+// Copies GPU-level: for each GPU the replicas of `after` beyond those it holds in `before`.
+long long copies_between(const std::vector<int>& before, const std::vector<int>& after, const Cluster& cluster);
+
+// Schedules the copies from `before` to `after` of every layer: each copy from a GPU that holds the
+// expert in `before`, greedily in the earliest round where the receiver and some holder are free
+// (the holder with the fewest sends so far). Fills transfers, rounds and round_lower_bound.
+void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResult& result, const Cluster& cluster);
+
+// Re-places `previous` (phy2log per layer, all on `cluster`) for `loads`. Mandatory first: experts
+// with fewer than f replicas get slots from experts with more, then experts on fewer than f nodes are
+// spread by swaps (these copies are made even beyond the budget; the result says how many). Then, per
+// layer, the local search of balanced-ft (swaps and rewrites off the most loaded GPU) gives a move
+// sequence, and balanced-ft's placement from scratch, nodes and GPUs relabeled for the fewest copies,
+// is one more option at its end; batches of moves are taken across layers in order of balance gained per copy while they
+// fit the budget and pass the weight rule. Throws Error on shape mismatch.
+ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previous, const LoadMatrix& loads,
+                                     const Cluster& cluster, const ReplaceOptions& options);
+
+nlohmann::json replace_to_json(const ReplaceResult& r, double expert_bytes);
+
+}  // namespace ucpkit::placement
