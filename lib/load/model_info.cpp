@@ -350,6 +350,8 @@ ModelInfo read_model_info(const std::string& universal_dir) {
     if (any_tied && m.numbering.embedding < 0)
       throw Error(mpath + ": pipeline checkpoint without source.pipeline_numbering (made by an older ucp-union?) and "
                   "no pipeline_numbering in its patterns: the layer_NN files of the tied embedding are unknown");
+    if (const auto& src = manifest.at("source"); src.contains("layer_keys") && src["layer_keys"].is_object())
+      for (const auto& [idx, keys] : src["layer_keys"].items()) m.layer_keys[std::stoi(idx)] = keys.get<std::vector<std::string>>();
     for (auto& p : m.params)
       if (p.tied) p.layer = m.numbering.embedding;
     m.tied_head_layer = m.numbering.tied_head;

@@ -51,6 +51,7 @@ struct ModelInfo {
   bool tied_copy_first = layout::kTiedModulesFirst;  // last stage lists the tied copies before its own params
   int tied_head_layer = -1;             // layer index of the last stage's tied copy
   layout::PipelineNumbering numbering;  // pipeline sources: which layer_NN holds what
+  std::map<int, std::vector<std::string>> layer_keys;  // key order of the source's layer files (module order)
   int source_tp = 1, source_pp = 1, source_dp = 1, source_ep = 1;
   bool source_bf16_optimizer = false;   // BF16_Optimizer shards (no zero_stage)
   bool native_moe = false;

@@ -234,8 +234,10 @@ static Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& o
 
 // Layer-file numbering of a PipelineModule source, read from its own files: which layer_NN holds
 // the tied embedding and the tied head (their names carry no index), blocks and final norm from the
-// parameter names. Only the layer files that are not a numbered layer's are opened (keys only).
-layout::PipelineNumbering pipeline_numbering_of(const layout::DeepSpeedLayout& L, const Plan& plan) {
+// parameter names. Every TP-rank-0 layer file is opened (keys only): `keys` gets each file's key order
+// (the layer module's registration order, which the target's layer files keep).
+layout::PipelineNumbering pipeline_numbering_of(const layout::DeepSpeedLayout& L, const Plan& plan,
+                                                std::map<int, std::vector<std::string>>& keys) {
   std::set<int> numbered, blocks;
   std::set<std::string> tied;
   for (const auto& p : plan.params) {
@@ -247,9 +249,8 @@ layout::PipelineNumbering pipeline_numbering_of(const layout::DeepSpeedLayout& L
       tied.insert(local);
     }
   }
-  std::map<int, std::vector<std::string>> keys;
   for (const auto& [idx, files] : L.layer_files) {
-    if (numbered.count(idx) || files.empty() || tied.empty()) continue;
+    if (files.empty()) continue;
     ValuePtr root = load_torch(files[0]);
     auto& k = keys[idx];
     if (root && root->kind == Kind::Dict)
@@ -472,14 +473,19 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
 
   plan.model_files = L.model_files;
   plan.optimizer_state_file = L.optim_files[0][0];
-  nlohmann::json numbering;
-  if (L.pipeline) numbering = layout::to_json(pipeline_numbering_of(L, plan));
+  nlohmann::json numbering, layer_keys;
+  if (L.pipeline) {
+    std::map<int, std::vector<std::string>> keys;
+    numbering = layout::to_json(pipeline_numbering_of(L, plan, keys));
+    for (const auto& [idx, k] : keys) layer_keys[std::to_string(idx)] = k;
+  }
   plan.source = {{"dir", fs::absolute(L.dir).string()}, {"tag", L.tag}, {"tp", L.tp}, {"pp", L.pp}, {"dp", L.dp},
                  {"zero_stage", zero_stage},
                  {"ep", std::max(L.ep, ep_seen > 0 ? ep_seen : 1)}, {"pipeline", L.pipeline},
                  {"bf16", L.bf16_prefix}, {"data_before_expert", data_before_expert},
                  {"num_experts", num_experts}, {"expert_files", L.expert_files.size()}};
   if (!numbering.is_null()) plan.source["pipeline_numbering"] = numbering;
+  if (!layer_keys.is_null()) plan.source["layer_keys"] = layer_keys;
   return plan;
 }
 

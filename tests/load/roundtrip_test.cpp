@@ -1,6 +1,7 @@
 // ucp-load end to end: source checkpoint (dsgen) -> ucp-union -> ucp-load -> ucp-union must give
-// the same atomic files bit for bit, and the target must equal what dsgen writes for that layout
-// (compared by Python torch.load); plus the safetensors export and bad-input behaviour.
+// the same atomic files bit for bit, the target must equal what dsgen writes for that layout
+// (compared by Python torch.load) and load the way DeepSpeed / Megatron read it (ds_consumer.py);
+// plus the safetensors export and bad-input behaviour.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -124,6 +125,13 @@ TEST_P(RoundTrip, UnionLoadUnionIsIdentityAndTargetMatchesGenerator) {
                &out),
             0)
       << out;
+  // Read as DeepSpeed / Megatron-DeepSpeed read it (tests/load/ds_consumer.py): mp_world_size, layer
+  // files, nested module, positional ZeRO partitions, storage tags.
+  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/load/ds_consumer.py " + (dir / "target").string() + " " +
+                   (dir / "u1").string() + " " + ref.string() + " " + (src / "truth").string(),
+               &out),
+            0)
+      << out;
   // The exchange path (one process, batches smaller than a layer, files written out of order)
   // writes the same bytes.
   ASSERT_EQ(sh(kBin + "/ucp-load -q --exchange on --batch-mb 0.05 --input " + (dir / "u1").string() + " --output " +
@@ -135,7 +143,7 @@ TEST_P(RoundTrip, UnionLoadUnionIsIdentityAndTargetMatchesGenerator) {
 }
 
 // One instance per tests/load/cases.py CI entry (the list is known before fixtures.py has run).
-constexpr int kCiCases = 8;
+constexpr int kCiCases = 9;
 INSTANTIATE_TEST_SUITE_P(Ci, RoundTrip, ::testing::Range(0, kCiCases));
 
 TEST(RoundTripCases, EveryCiCaseHasATestInstance) { EXPECT_EQ(cases().size(), static_cast<size_t>(kCiCases)); }
