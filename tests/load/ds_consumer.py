@@ -211,15 +211,22 @@ def megatron_groups(named):
 # ------------------------------------------------------------------ the checks
 
 def check_tags(universal, target_tag_dir):
+    """One line per folder: how many files carry non-cpu tags, and the first of them."""
+    bad_u = []
     for f in sorted(glob.glob(os.path.join(universal, "zero", "**", "*.pt"), recursive=True)):
-        bad = [t for t in locations(f) if t != "cpu"]
+        bad = sorted({t for t in locations(f) if t != "cpu"})
         if bad:
-            fail(f"{os.path.relpath(f, universal)}: storage tags {sorted(set(bad))}; DeepSpeed's universal loader "
-                 f"calls torch.load without map_location (universal_checkpoint.py:164)")
+            bad_u.append(f"{os.path.relpath(f, universal)} {bad}")
+    if bad_u:
+        fail(f"universal: {len(bad_u)} files with non-cpu storage tags (first: {bad_u[0]}); DeepSpeed's universal "
+             f"loader calls torch.load without map_location (universal_checkpoint.py:164)")
+    bad_t = []
     for f in sorted(os.listdir(target_tag_dir)):
-        bad = [t for t in locations(os.path.join(target_tag_dir, f)) if t != "cpu"]
+        bad = sorted({t for t in locations(os.path.join(target_tag_dir, f)) if t != "cpu"})
         if bad:
-            fail(f"target {f}: storage tags {sorted(set(bad))} (not loadable without that GPU)")
+            bad_t.append(f"{f} {bad}")
+    if bad_t:
+        fail(f"target: {len(bad_t)} files with non-cpu storage tags (first: {bad_t[0]}), not loadable without that GPU")
 
 
 def main():
