@@ -107,6 +107,9 @@ static patterns::PatternSet choose_patterns(const ExtractOptions& options, const
   }
   patterns::PatternSet pset = patterns::PatternSet::from_json(pj, plan.patterns_origin);
   plan.patterns_json = pset.to_json();
+  // A pattern file's PipelineModule layer numbering travels with the set (ucp-load's fallback when
+  // the layer files say nothing, layout/deepspeed/pipeline.h).
+  if (pj.is_object() && pj.contains("pipeline_numbering")) plan.patterns_json["pipeline_numbering"] = pj["pipeline_numbering"];
   return pset;
 }
 

@@ -534,3 +534,45 @@ TEST(LoadInterrupt, MpirunKilledLeavesNoStaging) {
 }
 
 }  // namespace
+
+// Issue 14: the layer numbering of a pipeline source comes from the manifest's record; without it
+// (a universal folder of an older ucp-union) from the pattern file's pipeline_numbering (here
+// Megatron-DeepSpeed's, which the source has); with neither, a clear error and nothing written.
+TEST(LoadPipelineNumbering, FromPatternFileWithoutRecordElseRefused) {
+  const auto all = cases();
+  nlohmann::json c;
+  for (const auto& x : all)
+    if (x["name"] == "gpt_tp2pp2dp2_gpu_to_tp2pp2dp3") c = x;
+  ASSERT_FALSE(c.is_null());
+  const fs::path d = scratch("numbering");
+  const fs::path src = fs::path(kFx) / "gpt_tp2pp2dp2_gpu_to_tp2pp2dp3" / "src", ref = src.parent_path() / "ref";
+  std::string out;
+  ASSERT_EQ(sh(kBin + "/ucp-union -q --patterns " + kSrc + "/patterns/megatron-gpt-pipe-tied.json --input " +
+                   src.string() + " --output " + (d / "u").string(), &out),
+            0)
+      << out;
+  auto m = nlohmann::json::parse(slurp(d / "u" / "manifest.json"));
+  ASSERT_EQ(m["source"]["pipeline_numbering"]["embedding"], 1);  // read from the layer files
+  ASSERT_EQ(m["source"]["pipeline_numbering"]["tied_head"], 7);
+  m["source"].erase("pipeline_numbering");
+  m["source"].erase("layer_keys");
+  std::ofstream(d / "u" / "manifest.json") << m.dump();
+  ASSERT_EQ(sh(kBin + "/ucp-load -q --input " + (d / "u").string() + " --output " + (d / "t").string() +
+                   join(c["target_args"]), &out),
+            0)
+      << out;
+  EXPECT_TRUE(fs::exists(d / "t" / "global_step100" / "layer_01-model_00-model_states.pt"));
+  EXPECT_TRUE(fs::exists(d / "t" / "global_step100" / "layer_07-model_01-model_states.pt"));
+  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/load/ds_consumer.py " + (d / "t").string() + " " + (d / "u").string() + " " +
+                   ref.string() + " " + (src / "truth").string(), &out),
+            0)
+      << out;
+  m["patterns"]["set"].erase("pipeline_numbering");
+  std::ofstream(d / "u" / "manifest.json") << m.dump();
+  EXPECT_EQ(sh(kBin + "/ucp-load -q --input " + (d / "u").string() + " --output " + (d / "t2").string() +
+                   join(c["target_args"]), &out),
+            1)
+      << out;
+  EXPECT_NE(out.find("pipeline_numbering"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(d / "t2"));
+}
