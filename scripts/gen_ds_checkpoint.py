@@ -35,6 +35,10 @@ def main():
     ap.add_argument("--data-before-expert", action="store_true", help="use_data_before_expert_parallel_")
     ap.add_argument("--step", type=int, default=100)
     ap.add_argument("--step-tensor", action="store_true")
+    ap.add_argument("--pipe-numbering", default="megatron-deepspeed", choices=["megatron-deepspeed", "bigscience"],
+                    help="GPTModelPipe layer_NN numbering (dsgen/models.py PIPE_NUMBERING)")
+    ap.add_argument("--device-tags", action="store_true",
+                    help="cuda:<local rank> storage tags on GPU-held tensors, as a GPU job saves them")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--elastic", action="store_true", help="elastic_checkpoint: base_optimizer_state as a list")
     ap.add_argument("--no-uc-info", action="store_true", help="omit universal_checkpoint_info")
@@ -44,10 +48,11 @@ def main():
     kv = a.kv_heads if a.kv_heads is not None else (max(1, a.heads // 2) if a.model in ("llama", "mixtral") else a.heads)
     cfg = dsgen.ModelConfig(family=a.model, layers=a.layers, hidden=a.hidden, heads=a.heads, kv_heads=kv,
                             ffn=a.ffn, vocab=a.vocab, seq=a.seq, tied=not a.untied, swiglu=a.swiglu,
-                            experts=a.experts)
+                            experts=a.experts, pipe_numbering=a.pipe_numbering)
     lay = dsgen.Layout(tp=a.tp, pp=a.pp, dp=a.dp, zero=a.zero, dtype=a.dtype, bf16_optimizer=a.bf16_optimizer,
                        ep=a.ep, data_before_expert=a.data_before_expert, step=a.step, step_tensor=a.step_tensor,
-                       seed=a.seed, uc_info=not a.no_uc_info, elastic=a.elastic, sub_group_size=a.sub_group_size)
+                       seed=a.seed, uc_info=not a.no_uc_info, elastic=a.elastic, sub_group_size=a.sub_group_size,
+                       device_tags=a.device_tags)
     t0 = time.time()
     model = dsgen.generate(a.output, cfg, lay, truth=not a.no_truth)
     if a.patterns_out:

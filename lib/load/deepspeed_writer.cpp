@@ -8,6 +8,8 @@
 
 #include "core/error.h"
 #include "io/torch/torch_file.h"
+#include "layout/deepspeed/pipeline.h"
+#include "layout/deepspeed/storage_tags.h"
 
 namespace fs = std::filesystem;
 
@@ -187,6 +189,32 @@ ValuePtr DeepSpeedWriter::ds_config(const ValuePtr& source) const {
   return cfg;
 }
 
+// The template's module with every parameter leaf replaced by the target's tensor. Megatron saves
+// the module nested (GPTModel.state_dict_for_save_checkpoint: {'language_model': {'embedding':
+// {'word_embeddings': {'weight'}}, 'encoder': {'layers.0....'}}}, Megatron-DeepSpeed
+// megatron/model/gpt_model.py:266-283, language_model.py:269-285, :603-645) and loads it by the same
+// key paths, so a leaf's dotted path is the parameter's name; other leaves (buffers) stay as they are.
+ValuePtr DeepSpeedWriter::retarget_module(const ValuePtr& tree, const std::string& prefix,
+                                          std::map<std::string, ValuePtr>& fresh) {
+  auto out = Value::dict(tree->ordered);
+  out->dict_state = tree->dict_state;
+  for (const auto& [k, v] : tree->entries) {
+    const std::string path = k->kind == Kind::Str ? (prefix.empty() ? k->s : prefix + "." + k->s) : std::string();
+    if (v && v->kind == Kind::Dict && !path.empty()) {
+      out->entries.emplace_back(k, retarget_module(v, path, fresh));
+      continue;
+    }
+    auto it = path.empty() ? fresh.end() : fresh.find(path);
+    if (it != fresh.end()) {
+      out->entries.emplace_back(k, it->second);
+      fresh.erase(it);
+    } else {
+      out->entries.emplace_back(k, v);  // buffers and other non-trainable entries travel as they are
+    }
+  }
+  return out;
+}
+
 ValuePtr DeepSpeedWriter::model_root(int mp) const {
   const MpRankPlan& mr = plan_.mp_ranks.at(mp);
   const auto& t = plan_.target;
@@ -211,19 +239,28 @@ ValuePtr DeepSpeedWriter::model_root(int mp) const {
         fresh[model_.params[s.param].name] =
             Value::of_tensor(Tensor(storage, s.offset, s.slice.shape, Tensor::contiguous_strides(s.slice.shape)));
     }
-    auto out = Value::dict(module->ordered);
-    for (const auto& [k, v] : module->entries) {
-      auto it = fresh.find(k->as_str());
-      if (it != fresh.end()) {
-        out->entries.emplace_back(k, it->second);
-        fresh.erase(it);
-      } else {
-        out->entries.emplace_back(k, v);  // buffers and other non-trainable entries travel as they are
-      }
-    }
+    auto out = retarget_module(module, "", fresh);
+    // Parameters the template has no entry for: at their place in the tree (the deepest dict whose
+    // path prefixes the name), in module order.
     for (const auto& [gi, si] : mr.module) {
       const auto& name = model_.params[mr.groups[gi].slots[si].param].name;
-      if (auto it = fresh.find(name); it != fresh.end()) out->set_item(name, it->second);
+      auto it = fresh.find(name);
+      if (it == fresh.end()) continue;
+      ValuePtr at = out;
+      std::string rest = name;
+      for (bool descended = true; descended;) {
+        descended = false;
+        for (const auto& [k, v] : at->entries)
+          if (v && v->kind == Kind::Dict && k->kind == Kind::Str && rest.size() > k->s.size() &&
+              rest.compare(0, k->s.size(), k->s) == 0 && rest[k->s.size()] == '.') {
+            rest = rest.substr(k->s.size() + 1);
+            at = v;
+            descended = true;
+            break;
+          }
+      }
+      at->set_item(rest, it->second);
+      fresh.erase(it);
     }
     root->set_item("module", out);
   }
@@ -238,7 +275,8 @@ ValuePtr DeepSpeedWriter::model_root(int mp) const {
     root->set_item("param_shapes", shapes);
   }
   if (root->contains("dp_world_size")) root->set_item("dp_world_size", Value::integer(t.dp));
-  if (root->contains("mp_world_size")) root->set_item("mp_world_size", Value::integer(t.tp));
+  if (root->contains("mp_world_size"))
+    root->set_item("mp_world_size", Value::integer(layout::mp_world_size(t.tp, t.pp, model_.pipeline)));
   if (auto cpd = root->get("checkpoint_parallel_dimensions"); cpd && cpd->kind == Kind::Dict) {
     cpd->set_item("pp_degree", Value::integer(t.pp));
     cpd->set_item("tp_degree", Value::integer(t.tp));
@@ -300,6 +338,7 @@ ValuePtr DeepSpeedWriter::optimizer_state(const GroupPlan& g, int part) const {
   auto gs = Value::dict();
   for (const auto& s : g.slots)  // the step of the group's first parameter that has a step.pt
     if (auto step = reader_.step(s.param)) {
+      layout::tag_storages_cpu(step);  // a universal step.pt from an older ucp-union may carry cuda:N
       gs->set_item("step", step);
       break;
     }

@@ -76,6 +76,8 @@ class DeepSpeedWriter {
   // storage (fp32 read straight into the window; other dtypes read and converted).
   std::shared_ptr<Storage> streamed(DType dtype, int64_t numel, std::vector<Run> runs, const std::string& state) const;
   pickle::ValuePtr model_root(int mp) const;
+  static pickle::ValuePtr retarget_module(const pickle::ValuePtr& tree, const std::string& prefix,
+                                         std::map<std::string, pickle::ValuePtr>& fresh);
   // optimizer_state_dict of a ZeRO-1/2 or BF16_Optimizer shard, and of a ZeRO-3 shard.
   pickle::ValuePtr zero12_state(int dp_rank, int mp) const;
   pickle::ValuePtr zero3_state(int dp_rank, int mp) const;

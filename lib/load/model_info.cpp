@@ -5,10 +5,12 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
 #include "io/torch/torch_file.h"
+#include "layout/deepspeed/pipeline.h"
 
 namespace fs = std::filesystem;
 
@@ -47,10 +49,6 @@ nlohmann::json read_json(const fs::path& p) {
   } catch (const std::exception& e) {
     throw Error(p.string() + ": corrupt JSON: " + e.what());
   }
-}
-
-bool all_digits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
 }
 
 int64_t arg_int(const ValuePtr& args, const char* field) {
@@ -277,6 +275,10 @@ ModelInfo read_model_info(const std::string& universal_dir) {
   }
 
   std::set<std::string> seen;
+  // Whether the last stage lists its tied copies before its own parameters, per group, from the
+  // source's param_shapes; PipelineModule's registration order (tied modules first) when a group does
+  // not show it (no tied copy, or nothing else in the group).
+  std::optional<bool> tied_first;
   for (int s = 0; s < m.source_pp; ++s) {
     const std::string& path = m.model_files[s * m.source_tp];
     ValuePtr root = s == 0 ? first : load_torch(path);
@@ -287,12 +289,26 @@ ModelInfo read_model_info(const std::string& universal_dir) {
     m.groups = zero3 ? static_cast<int>(osd->get("param_groups")->items.size())
                      : std::max<int>(m.groups, static_cast<int>(lists.size()));
     for (size_t g = 0; g < lists.size(); ++g) {
+      if (s == m.source_pp - 1 && s > 0) {
+        // Copies (names already seen on an earlier stage) must form a prefix or a suffix of the group.
+        size_t copies = 0, leading = 0;
+        for (const auto& name : lists[g]) copies += seen.count(name);
+        while (leading < lists[g].size() && seen.count(lists[g][leading])) ++leading;
+        if (copies > 0 && copies < lists[g].size()) {
+          const bool first = leading == copies;
+          size_t trailing = 0;
+          while (trailing < lists[g].size() && seen.count(lists[g][lists[g].size() - 1 - trailing])) ++trailing;
+          if (!first && trailing != copies)
+            fail(path, "param_shapes group " + std::to_string(g) + " interleaves pipeline-replicated copies with the "
+                       "stage's own parameters (neither first nor last)");
+          if (tied_first && *tied_first != first)
+            fail(path, "param_shapes groups disagree on whether pipeline-replicated copies come first");
+          tied_first = first;
+        }
+      }
       for (size_t k = 0; k < lists[g].size(); ++k) {
         const auto& name = lists[g][k];
-        if (seen.count(name)) {
-          if (s == m.source_pp - 1 && s > 0 && lists[g].size() > 1) m.tied_copy_first = (k == 0);
-          continue;
-        }
+        if (seen.count(name)) continue;
         auto it = by_name.find(name);
         if (it == by_name.end())
           throw Error(path + ": parameter " + name + " has no entry in manifest.json (incomplete universal checkpoint)");
@@ -305,32 +321,40 @@ ModelInfo read_model_info(const std::string& universal_dir) {
   for (const auto& [n, p] : by_name)
     if (!seen.count(n)) throw Error("manifest.json: parameter " + n + " appears in no model file's param_shapes");
 
+  m.tied_copy_first = tied_first.value_or(layout::kTiedModulesFirst);
+
   if (m.pipeline) {
-    std::set<int> blocks;
-    int max_layer = -1;
+    std::set<int> blocks, numbered;
+    bool any_tied = false;
     for (auto& p : m.params) {
-      const auto dot = p.name.find('.');
-      const std::string head = p.name.substr(0, dot);
-      if (all_digits(head) && dot != std::string::npos) {
-        p.layer = std::stoi(head);
-        p.local = p.name.substr(dot + 1);
-        max_layer = std::max(max_layer, p.layer);
-        if (p.local.find("attention") != std::string::npos) blocks.insert(p.layer);
-      } else if (head == "tied_modules") {
-        const auto dot2 = p.name.find('.', dot + 1);
-        if (dot2 == std::string::npos) throw Error("pipeline parameter " + p.name + " has no local name");
-        p.tied = true;
-        p.local = p.name.substr(dot2 + 1);
+      const auto [idx, local] = layout::split_pipeline_name(p.name);
+      if (idx == -2) throw Error("pipeline model parameter " + p.name + " is neither <layer>.<name> nor tied_modules.*");
+      p.local = local;
+      if (idx >= 0) {
+        p.layer = idx;
+        numbered.insert(idx);
+        if (layout::is_block_local(local)) blocks.insert(idx);
       } else {
-        throw Error("pipeline model parameter " + p.name + " is neither <layer>.<name> nor tied_modules.*");
+        p.tied = true;
+        any_tied = true;
       }
     }
     for (auto& p : m.params) p.transformer = p.layer >= 0 && blocks.count(p.layer);
-    // GPTModelPipe: the embedding two layers before the first block, the tied head after the last layer.
-    const int embed_layer = blocks.empty() ? 1 : std::max(0, *blocks.begin() - 2);
+    // Layer-file numbering: the source checkpoint's own record (ucp-union reads its layer files),
+    // else the model family's pattern file; never a guess.
+    const std::string mpath = (dir / "manifest.json").string();
+    if (manifest.at("source").contains("pipeline_numbering"))
+      m.numbering = layout::pipeline_numbering_from_json(manifest["source"]["pipeline_numbering"], mpath);
+    else
+      m.numbering = layout::pipeline_numbering_from_patterns(m.patterns_json, numbered, blocks);
+    if (any_tied && m.numbering.embedding < 0)
+      throw Error(mpath + ": pipeline checkpoint without source.pipeline_numbering (made by an older ucp-union?) and "
+                  "no pipeline_numbering in its patterns: the layer_NN files of the tied embedding are unknown");
+    if (const auto& src = manifest.at("source"); src.contains("layer_keys") && src["layer_keys"].is_object())
+      for (const auto& [idx, keys] : src["layer_keys"].items()) m.layer_keys[std::stoi(idx)] = keys.get<std::vector<std::string>>();
     for (auto& p : m.params)
-      if (p.tied) p.layer = embed_layer;
-    m.tied_head_layer = max_layer + 1;
+      if (p.tied) p.layer = m.numbering.embedding;
+    m.tied_head_layer = m.numbering.tied_head;
   }
 
   return m;

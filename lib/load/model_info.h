@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "layout/deepspeed/pipeline.h"
 #include "patterns/pattern_set.h"
 
 namespace ucpkit::load {
@@ -47,8 +48,10 @@ struct ModelInfo {
   int64_t vocab_multiple = 1;           // padded vocab = multiple of vocab_multiple * tp
   bool vocab_multiple_ambiguous = false;  // inferred, and a smaller multiple fits the source as well
   bool pipeline = false;                // names of a PipelineModule (layer files, module = None)
-  bool tied_copy_first = false;         // last stage lists the tied copy before its own params
+  bool tied_copy_first = layout::kTiedModulesFirst;  // last stage lists the tied copies before its own params
   int tied_head_layer = -1;             // layer index of the last stage's tied copy
+  layout::PipelineNumbering numbering;  // pipeline sources: which layer_NN holds what
+  std::map<int, std::vector<std::string>> layer_keys;  // key order of the source's layer files (module order)
   int source_tp = 1, source_pp = 1, source_dp = 1, source_ep = 1;
   bool source_bf16_optimizer = false;   // BF16_Optimizer shards (no zero_stage)
   bool native_moe = false;

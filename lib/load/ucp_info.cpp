@@ -404,6 +404,14 @@ UcpInfo ucp_info(const ModelInfo& m, const TargetLayout& target) {
             const bool here = p.layer == L || (p.tied && p.rule.pipeline_replicated && L == m.tied_head_layer);
             if (here) lf.entries.push_back({p.local, it->second});
           }
+          // Module (registration) order, as the source's file of this layer lists its keys.
+          if (auto k = m.layer_keys.find(L); k != m.layer_keys.end()) {
+            auto rank = [&](const std::string& local) {
+              return std::find(k->second.begin(), k->second.end(), local) - k->second.begin();
+            };
+            std::stable_sort(lf.entries.begin(), lf.entries.end(),
+                             [&](const auto& a, const auto& b) { return rank(a.first) < rank(b.first); });
+          }
           if (!lf.entries.empty()) mr.layers.push_back(std::move(lf));
         }
       }

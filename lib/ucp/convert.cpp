@@ -22,6 +22,7 @@
 #include "core/staging.h"
 #include "io/zip/zip_reader.h"
 #include "io/torch/torch_file.h"
+#include "layout/deepspeed/storage_tags.h"
 #include "tool/tool.h"
 #include "ucp/extract.h"
 #include "ucp/mpi_session.h"
@@ -211,6 +212,7 @@ ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, in
                 }
                 const std::string rel = out.files[out.params[job.param].fragments[job.tp][job.index].file];
                 const std::string path = (staged / rel).string();
+                layout::tag_storages_cpu(d);
                 save_torch_file(path, d);
                 written += file_size(path);
                 ++count;
@@ -438,7 +440,9 @@ ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, S
   }
   if (p.step_file >= 0) {
     const std::string path = (dir / "step.pt").string();
-    save_torch_file(path, read_step(cache, p.step_file, p.step_group));
+    auto step = read_step(cache, p.step_file, p.step_group);
+    layout::tag_storages_cpu(step);  // as ds_to_universal saves it (loaded with map_location='cpu')
+    save_torch_file(path, step);
     r.bytes_written += file_size(path);
     ++r.files;
   }

@@ -17,6 +17,7 @@
 #include "io/torch/torch_file.h"
 #include "layout/deepspeed/files.h"
 #include "layout/deepspeed/moe.h"
+#include "layout/deepspeed/pipeline.h"
 #include "tool/tool.h"
 #include "ucp/shard_reader.h"
 #include "ucp/value_json.h"
@@ -106,6 +107,9 @@ static patterns::PatternSet choose_patterns(const ExtractOptions& options, const
   }
   patterns::PatternSet pset = patterns::PatternSet::from_json(pj, plan.patterns_origin);
   plan.patterns_json = pset.to_json();
+  // A pattern file's PipelineModule layer numbering travels with the set (ucp-load's fallback when
+  // the layer files say nothing, layout/deepspeed/pipeline.h).
+  if (pj.is_object() && pj.contains("pipeline_numbering")) plan.patterns_json["pipeline_numbering"] = pj["pipeline_numbering"];
   return pset;
 }
 
@@ -229,6 +233,37 @@ static Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& o
                  {"ep", 1}, {"zero_stage", 3}, {"pipeline", false}, {"bf16", L.bf16_prefix},
                  {"sub_groups", sub_groups[0].size()}};
   return plan;
+}
+
+// Layer-file numbering of a PipelineModule source, read from its own files: which layer_NN holds
+// the tied embedding and the tied head (their names carry no index), blocks and final norm from the
+// parameter names. Every TP-rank-0 layer file is opened (keys only): `keys` gets each file's key order
+// (the layer module's registration order, which the target's layer files keep).
+layout::PipelineNumbering pipeline_numbering_of(const layout::DeepSpeedLayout& L, const Plan& plan,
+                                                std::map<int, std::vector<std::string>>& keys) {
+  std::set<int> numbered, blocks;
+  std::set<std::string> tied;
+  for (const auto& p : plan.params) {
+    const auto [idx, local] = layout::split_pipeline_name(p.name);
+    if (idx >= 0) {
+      numbered.insert(idx);
+      if (layout::is_block_local(local)) blocks.insert(idx);
+    } else if (idx == -1) {
+      tied.insert(local);
+    }
+  }
+  for (const auto& [idx, files] : L.layer_files) {
+    if (files.empty()) continue;
+    ValuePtr root = load_torch(files[0]);
+    auto& k = keys[idx];
+    if (root && root->kind == Kind::Dict)
+      for (const auto& [key, v] : root->entries) k.push_back(key->as_str());
+  }
+  try {
+    return layout::detect_pipeline_numbering(keys, numbered, blocks, tied);
+  } catch (const Error& e) {
+    throw Error(L.dir + ": " + e.what());
+  }
 }
 
 Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& options) {
@@ -441,11 +476,19 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
 
   plan.model_files = L.model_files;
   plan.optimizer_state_file = L.optim_files[0][0];
+  nlohmann::json numbering, layer_keys;
+  if (L.pipeline) {
+    std::map<int, std::vector<std::string>> keys;
+    numbering = layout::to_json(pipeline_numbering_of(L, plan, keys));
+    for (const auto& [idx, k] : keys) layer_keys[std::to_string(idx)] = k;
+  }
   plan.source = {{"dir", fs::absolute(L.dir).string()}, {"tag", L.tag}, {"tp", L.tp}, {"pp", L.pp}, {"dp", L.dp},
                  {"zero_stage", zero_stage},
                  {"ep", std::max(L.ep, ep_seen > 0 ? ep_seen : 1)}, {"pipeline", L.pipeline},
                  {"bf16", L.bf16_prefix}, {"data_before_expert", data_before_expert},
                  {"num_experts", num_experts}, {"expert_files", L.expert_files.size()}};
+  if (!numbering.is_null()) plan.source["pipeline_numbering"] = numbering;
+  if (!layer_keys.is_null()) plan.source["layer_keys"] = layer_keys;
   return plan;
 }
 

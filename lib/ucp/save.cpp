@@ -7,6 +7,7 @@
 
 #include "core/crc32.h"
 #include "core/error.h"
+#include "layout/deepspeed/storage_tags.h"
 
 namespace ucpkit::ucp {
 
@@ -77,6 +78,7 @@ ValuePtr common_optimizer_state(const ValuePtr& root, const std::string& path) {
   if (!base) base = osd->get("optimizer_state_dict");  // ZeRO-3
   ValuePtr groups = base && base->kind == Kind::Dict ? base->get("param_groups") : nullptr;
   out->set_item("param_groups", groups ? groups : Value::list());
+  layout::tag_storages_cpu(out);  // ds_to_universal writes it from map_location='cpu' loads
   return out;
 }
 

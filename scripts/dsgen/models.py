@@ -20,6 +20,8 @@ class ModelConfig:
     experts: int = 4             # mixtral / dsmoe experts per MoE layer
     expert_interval: int = 2     # dsmoe: layers 1, 3, 5... are MoE
     experts_per_layer: tuple = ()  # dsmoe: experts of each MoE layer (empty: `experts` for all)
+    # Pipeline layer numbering of GPTModelPipe's specs (layer_NN files), see PIPE_NUMBERING.
+    pipe_numbering: str = "megatron-deepspeed"
 
 
 @dataclass
@@ -54,6 +56,17 @@ class Model:
     num_experts: list = field(default_factory=list)   # dsmoe: E per MoE layer
 
 
+# GPTModelPipe spec indices (= layer_NN numbers) in the two forks that exist in the wild:
+# * deepspeedai/Megatron-DeepSpeed megatron/model/gpt_model.py (commit 4efb479): _to_float16 0
+#   (:349), embedding 1 (TiedLayerSpec :362 / LayerSpec :353 untied), transformer blocks 2..L+1
+#   (:386-388), final norm L+2 (:403), tied head L+3 (TiedLayerSpec :424 / LMHeadPipe :420);
+# * bigscience-workshop/Megatron-DeepSpeed megatron/model/gpt_model.py (commit 8387ae1): _to_float16
+#   0 (:222), embedding 1 (:225), transpose lambda 2 (:236-245), blocks 3..L+2 (:247-249), undo
+#   transpose L+3 (:262), final norm L+4 (:265), tied head L+5 (:277).
+# Values: (first block, layers between the last block and the final norm).
+PIPE_NUMBERING = {"megatron-deepspeed": (2, 0), "bigscience": (3, 1)}
+
+
 def _stage_of_layers(n_layers, pp):
     """Transformer layer i -> stage (contiguous, as even as possible)."""
     base, extra = divmod(n_layers, pp)
@@ -79,10 +92,12 @@ def build(cfg: ModelConfig, tp: int, pp: int, ep: int = 1) -> Model:
     norm_kind = "average" if gqa else "replicate"
     stages = _stage_of_layers(cfg.layers, pp)
     params = []
-    # Pipeline layer indices as GPTModelPipe lays them out: 0 fn, 1 embed, 2 fn, 3.. transformer
-    # layers, then fn, final norm, and the tied/untied head.
-    first_block = 3
-    final_norm_layer = first_block + cfg.layers + 1
+    # Pipeline layer indices as GPTModelPipe lays them out (PIPE_NUMBERING): embedding 1, blocks,
+    # final norm, then the tied/untied head.
+    if cfg.pipe_numbering not in PIPE_NUMBERING:
+        raise ValueError(f"pipe_numbering must be one of {sorted(PIPE_NUMBERING)}")
+    first_block, gap = PIPE_NUMBERING[cfg.pipe_numbering]
+    final_norm_layer = first_block + cfg.layers + gap
     head_layer = final_norm_layer + 1
 
     def add(name, shape, kind, group, stage=0, layer=None, local="", **kw):
@@ -157,8 +172,14 @@ def build(cfg: ModelConfig, tp: int, pp: int, ep: int = 1) -> Model:
         if biases:
             add(f"{final_norm_layer}.bias", (H,), norm_kind, 1, last, final_norm_layer, "bias")
         if cfg.tied:
+            # The head's TiedLayerSpec('embed', EmbeddingPipe, ...) builds the whole EmbeddingPipe on the
+            # last stage (deepspeed/runtime/pipe/module.py:260-261), so both embeddings are there; only
+            # the word embedding is tied (tied_weight_attr), the position embedding copy is unused.
             add("tied_modules.embed.word_embeddings.weight", (padded, H), "col", 0, last, head_layer,
                 "word_embeddings.weight", vocab=True, tied_copy=True)
+            if cfg.family == "gpt":
+                add("tied_modules.embed.position_embeddings.weight", (cfg.seq, H), "replicate", 0, last, head_layer,
+                    "position_embeddings.weight", tied_copy=True)
         else:
             add(f"{head_layer}.lm_head.weight", (padded, H), "col", 0, last, head_layer, "lm_head.weight",
                 vocab=True)
@@ -203,7 +224,10 @@ def uc_info_for(model: Model) -> dict:
         voc.append(r"\d+.lm_head.weight" if n.endswith("lm_head.weight") else n)
     info["vocabulary_parameter_patterns"] = voc
     if pipe and cfg.tied:
+        # gpt_model.py:125-131 (deepspeedai): the vocabulary patterns plus the position embedding.
         info["pipeline_replicated_parameter_patterns"] = ["tied_modules.embed.word_embeddings.weight"]
+        if cfg.family == "gpt":
+            info["pipeline_replicated_parameter_patterns"].append("tied_modules.embed.position_embeddings.weight")
     else:
         info["pipeline_replicated_parameter_patterns"] = []
     rep, avg, row, two, subs = [], [], [], [], []

@@ -35,6 +35,11 @@ class Layout:
     elastic: bool = False
     sub_group_size: int = 1_000_000_000  # ZeRO-3: elements per rank in one sub-group       # elastic_checkpoint: base_optimizer_state is a list of lean group states
     ds_version: str = "0.16.4"
+    # Storage location tags as a GPU job writes them: "cuda:<local rank>" for the tensors DeepSpeed
+    # holds on the device when it saves (module weights, optimizer partitions and states, a tensor
+    # step); RNG states and pipeline layer files (cloned to CPU first, deepspeed/checkpoint/utils.py:41
+    # clone_tensors_for_torch_save(device=cpu), used by pipe/module.py:637-641) stay "cpu".
+    device_tags: bool = False
 
 
 # ---------------------------------------------------------------- ground truth
@@ -159,6 +164,59 @@ def padding_of(g: GroupLayout, r):
 
 # ---------------------------------------------------------------- the checkpoint
 
+def _save(obj, path, device=None, tensors=()):
+    """torch.save; with `device`, the storages of `tensors` get that location tag (torch 1.13 asks
+    torch.serialization.location_tag for every storage it writes)."""
+    if device is None:
+        torch.save(obj, path)
+        return
+    ptrs = {t.storage().data_ptr() for t in tensors if torch.is_tensor(t) and t.numel() > 0}
+    orig = torch.serialization.location_tag
+
+    def tag(storage):
+        return device if storage.data_ptr() in ptrs else orig(storage)
+    torch.serialization.location_tag = tag
+    try:
+        torch.save(obj, path)
+    finally:
+        torch.serialization.location_tag = orig
+
+
+def _tensors(x):
+    if torch.is_tensor(x):
+        yield x
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from _tensors(v)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _tensors(v)
+
+
+def nest_megatron_module(flat):
+    """The module as Megatron-DeepSpeed saves it without pipeline parallelism: checkpointing.py swaps
+    the module's state_dict for state_dict_for_save_checkpoint (deepspeedai/Megatron-DeepSpeed
+    megatron/checkpointing.py, `args.no_pipeline_parallel`), which nests it as GPTModel
+    (gpt_model.py:266-283: {'language_model': ...}) -> TransformerLanguageModel (language_model.py:
+    603-645: 'embedding', 'encoder', 'output_layer') -> Embedding (language_model.py:269-285:
+    'word_embeddings', 'position_embeddings', each a module state_dict {'weight': ...}); the encoder
+    (ParallelTransformer) keeps flat keys ('layers.0.input_layernorm.weight', 'final_layernorm.weight')."""
+    out = collections.OrderedDict()
+    for name, t in flat.items():
+        parts = name.split(".")
+        if parts[0] != "language_model":
+            out[name] = t
+            continue
+        lm = out.setdefault("language_model", collections.OrderedDict())
+        if parts[1] == "embedding":
+            lm.setdefault("embedding", collections.OrderedDict()).setdefault(
+                parts[2], collections.OrderedDict())[".".join(parts[3:])] = t
+        elif parts[1] == "encoder":
+            lm.setdefault("encoder", collections.OrderedDict())[".".join(parts[2:])] = t
+        else:
+            lm.setdefault(parts[1], collections.OrderedDict())[".".join(parts[2:])] = t
+    return out
+
 def _rng_state():
     st = {"random_rng_state": random.Random(7).getstate(), "torch_rng_state": torch.get_rng_state(),
           "cuda_rng_state": torch.zeros(16, dtype=torch.uint8), "rng_tracker_states": {}}
@@ -282,10 +340,21 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
         return
 
     for s in range(lay.pp):
+        # PipelineModule registers `tied_modules` (deepspeed/runtime/pipe/module.py:196, in __init__)
+        # before _build adds the numbered layers (:255, :277), so module.parameters() -- and with it
+        # Megatron's param groups and ZeRO's flat buffers -- list the tied modules' parameters first
+        # on every stage that builds them (the first, and the last for the tied head).
         stage_params = [p for p in model.params if p.stage == s]
+        if model.pipe:
+            stage_params = ([p for p in stage_params if p.name.startswith("tied_modules.")] +
+                            [p for p in stage_params if not p.name.startswith("tied_modules.")])
         for t in range(lay.tp):
             mp = s * lay.tp + t
             slices = {}  # (id(p), state) computed lazily per group
+            # Local GPU of a rank (Megatron's order: tp fastest, then dp, then pp; 8 GPUs per node).
+            def device_of(d):
+                return f"cuda:{(s * lay.dp * lay.tp + d * lay.tp + t) % 8}" if lay.device_tags else None
+            device = device_of(0)
 
             def sl(p, state):
                 return tp_slice(truth, p, state, t, lay.tp)
@@ -339,6 +408,8 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
             if not model.pipe:
                 order = [p.name for p in model.params if p.stage == s and p.expert is None]
                 module = collections.OrderedDict((n, module[n]) for n in order)
+                if not dsmoe:
+                    module = nest_megatron_module(module)
             sd = collections.OrderedDict()
             sd["module"] = None if model.pipe else module
             if not dsmoe:
@@ -357,7 +428,11 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
             sd["global_steps"] = lay.step
             sd["global_samples"] = lay.step * 8 * lay.dp
             sd["dp_world_size"] = lay.dp
-            sd["mp_world_size"] = lay.tp
+            # engine.py:1841 mp_world_size = groups._get_model_parallel_world_size() = the mpu's
+            # get_model_parallel_world_size(); under PipelineEngine the mpu is PipelineModule's grid,
+            # whose model group is every rank with the same data coordinate (pipe/topology.py:304-313):
+            # PP x TP.
+            sd["mp_world_size"] = lay.tp * lay.pp if model.pipe else lay.tp
             if dsmoe:
                 sd["num_experts"] = list(model.num_experts)
             else:
@@ -370,7 +445,8 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
             if lay.uc_info:
                 sd["universal_checkpoint_info"] = uc_info
             sd["rng_state"] = _rng_state()
-            torch.save(sd, os.path.join(ck, f"mp_rank_{mp:02d}_model_states.pt"))
+            _save(sd, os.path.join(ck, f"mp_rank_{mp:02d}_model_states.pt"), device,
+                  list(_tensors(sd["module"])) if sd["module"] else [])
 
             # ---- pipeline layer files: compact clones (DeepSpeed clones before saving)
             if model.pipe:
@@ -431,7 +507,8 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
                 osd["ds_version"] = lay.ds_version
                 osd["param_slice_mappings"] = maps
                 zsd = {"optimizer_state_dict": osd, "ds_config": _ds_config(lay), "ds_version": lay.ds_version}
-                torch.save(zsd, os.path.join(ck, f"{prefix}zero_pp_rank_{d}_mp_rank_{mp:02d}_optim_states.pt"))
+                _save(zsd, os.path.join(ck, f"{prefix}zero_pp_rank_{d}_mp_rank_{mp:02d}_optim_states.pt"),
+                      device_of(d), list(_tensors(osd["base_optimizer_state"])) + fp32_parts)
         log(f"stage {s} written")
 
     if truth_dir:

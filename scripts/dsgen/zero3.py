@@ -37,6 +37,9 @@ def write(model, lay, truth, ck, common, log):
     lp = DTYPES[lay.dtype]
     step_value = torch.tensor(float(lay.step)) if lay.step_tensor else lay.step
     module = collections.OrderedDict((p.name, torch.empty(0, dtype=lp)) for p in model.params)
+    if model.cfg.family != "dsmoe":  # Megatron's nested module (writer.nest_megatron_module)
+        from .writer import nest_megatron_module
+        module = nest_megatron_module(module)
     prefix = "bf16_" if lay.dtype == "bf16" else ""
     n_groups = 0
     for t in range(lay.tp):
@@ -78,6 +81,9 @@ def write(model, lay, truth, ck, common, log):
             osd["optimizer_state_dict"] = {"state": state, "param_groups": hyper}
             osd["fp32_flat_groups"] = flats
             zsd = {"optimizer_state_dict": osd, "ds_config": _ds_config(lay), "ds_version": lay.ds_version}
-            torch.save(zsd, os.path.join(ck, f"{prefix}zero_pp_rank_{d}_mp_rank_{t:02d}_optim_states.pt"))
+            # device_tags: the optimizer state lives on the rank's GPU (Megatron order, tp fastest)
+            from .writer import _save, _tensors
+            _save(zsd, os.path.join(ck, f"{prefix}zero_pp_rank_{d}_mp_rank_{t:02d}_optim_states.pt"),
+                  f"cuda:{(d * lay.tp + t) % 8}" if lay.device_tags else None, list(_tensors(osd["optimizer_state_dict"])) + flats)
     log(f"zero-3: tp {lay.tp}, {n_groups} sub-groups per TP rank")
     return n_groups

@@ -4,6 +4,11 @@
 # model: dict of dsgen.ModelConfig fields; layouts: dict of dsgen.Layout fields.
 GPT = {"family": "gpt", "layers": 4, "hidden": 32, "heads": 4, "kv_heads": 4, "ffn": 64, "vocab": 100, "seq": 16}
 GPT_UNTIED_SWIGLU = dict(GPT, tied=False, swiglu=True)
+GPT_TIED_SWIGLU = dict(GPT, swiglu=True)
+# GPTModelPipe layer numbering of BigScience's fork (embedding 1, blocks from 3; dsgen PIPE_NUMBERING)
+GPT_BIGSCIENCE = dict(GPT, pipe_numbering="bigscience")
+# Every pipeline case has word and position embeddings tied (both on the first and the last stage).
+# Sources with device_tags write cuda:N storage tags and a tensor step, as a GPU job does.
 DSMOE = {"family": "dsmoe", "layers": 4, "hidden": 32, "heads": 4, "kv_heads": 4, "ffn": 64, "vocab": 100, "seq": 16,
          "experts": 4}
 DSMOE8 = dict(DSMOE, experts=8)
@@ -14,8 +19,12 @@ CI = [
     ("gpt_tp1dp2_to_tp2dp3", GPT, dict(tp=1, dp=2), dict(tp=2, dp=3)),
     # TP shrink, ZeRO stage change 1 -> 2, dtype change bf16 -> fp16
     ("gpt_tp2dp2_to_tp1dp4_z2_fp16", GPT, dict(tp=2, dp=2), dict(tp=1, dp=4, zero=2, dtype="fp16")),
-    # PP growth 2 -> 4 with TP growth (pipeline layer files, tied embeddings on first and last stage)
-    ("gpt_pp2_to_tp2pp4dp2", GPT, dict(tp=1, pp=2, dp=1), dict(tp=2, pp=4, dp=2)),
+    # PP growth 2 -> 4 with TP growth (pipeline layer files, tied embeddings on first and last stage),
+    # BigScience's layer numbering
+    ("gpt_pp2_to_tp2pp4dp2", GPT_BIGSCIENCE, dict(tp=1, pp=2, dp=1), dict(tp=2, pp=4, dp=2)),
+    # issue 14: Megatron-DeepSpeed numbering, TP2 PP2 DP2 bf16 from a GPU job -> TP2 PP2 DP3 ZeRO-1
+    ("gpt_tp2pp2dp2_gpu_to_tp2pp2dp3", GPT, dict(tp=2, pp=2, dp=2, device_tags=True, step_tensor=True),
+     dict(tp=2, pp=2, dp=3, step_tensor=True)),
     # GQA sub-params, SwiGLU, averaged norms; BF16_Optimizer source and target, DP 1 -> 5
     ("llama_tp2_to_tp1dp5_bf16opt", LLAMA, dict(tp=2, dp=1, bf16_optimizer=True), dict(tp=1, dp=5, bf16_optimizer=True)),
     # native DeepSpeed MoE: EP 2 -> 4 and 4 -> 2 (global -> local expert numbering, expert-DP groups)
@@ -24,7 +33,8 @@ CI = [
     # ZeRO stage 1 -> 3 with TP 2, DP 2 -> 3 and several sub-groups per TP rank
     ("gpt_tp2dp2_to_zero3_tp2dp3_subgroups", GPT, dict(tp=2, dp=2), dict(tp=2, dp=3, zero=3, sub_group_size=700)),
     # ZeRO-3 source, TP = 1 (ds_to_universal's flat form, vocabulary padding kept) -> ZeRO-1 TP 2
-    ("gpt_zero3_tp1dp2_subgroups_to_tp2dp3", GPT, dict(tp=1, dp=2, zero=3, sub_group_size=700), dict(tp=2, dp=3)),
+    ("gpt_zero3_tp1dp2_subgroups_to_tp2dp3", GPT, dict(tp=1, dp=2, zero=3, sub_group_size=700, device_tags=True),
+     dict(tp=2, dp=3)),
 ]
 
 FULL = CI + [
@@ -32,7 +42,9 @@ FULL = CI + [
     ("gpt_untied_swiglu_tp1_to_tp2dp2_fp32", GPT_UNTIED_SWIGLU, dict(tp=1, dp=1), dict(tp=2, dp=2, dtype="fp32")),
     ("gpt_pp4_to_pp2dp3", GPT, dict(tp=1, pp=4, dp=1), dict(tp=1, pp=2, dp=3)),
     ("gpt_tp2pp2dp2_to_tp4pp2dp1", GPT, dict(tp=2, pp=2, dp=2), dict(tp=4, pp=2, dp=1)),
-    ("gpt_untied_pp2_to_pp3dp2", GPT_UNTIED_SWIGLU, dict(tp=1, pp=2, dp=1), dict(tp=1, pp=3, dp=2)),
+    ("gpt_swiglu_pp2_to_pp3dp2", GPT_TIED_SWIGLU, dict(tp=1, pp=2, dp=1), dict(tp=1, pp=3, dp=2)),
+    ("gpt_bigscience_tp2pp2dp2_gpu_to_tp1pp4dp2_fp16", GPT_BIGSCIENCE,
+     dict(tp=2, pp=2, dp=2, device_tags=True, step_tensor=True), dict(tp=1, pp=4, dp=2, dtype="fp16", step_tensor=True)),
     ("gpt_z2fp16_to_z1bf16dp7", GPT, dict(tp=1, dp=2, zero=2, dtype="fp16"), dict(tp=1, dp=7)),
     ("llama_tp1_to_tp2dp3", LLAMA, dict(tp=1, dp=1), dict(tp=2, dp=3)),
     ("gpt_dp1_to_dp16_trailing_pad", GPT, dict(tp=1, dp=1), dict(tp=2, dp=16)),

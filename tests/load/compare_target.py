@@ -97,10 +97,25 @@ def expected_lp(model, name, tp_rank, ref, dtype):
     return ref
 
 
-def compare_weights(what, model, ours, ref, tp_rank, layer=None):
+def flatten(tree, prefix=""):
+    """A (possibly nested, Megatron-style) module state dict as dotted path -> tensor, in order."""
+    out = {}
+    for k, v in tree.items():
+        path = f"{prefix}.{k}" if prefix else k
+        if isinstance(v, dict):
+            out.update(flatten(v, path))
+        else:
+            out[path] = v
+    return out
+
+
+def compare_weights(what, model, ours, ref, tp_rank, layer=None, ordered=True):
+    ours, ref = flatten(ours), flatten(ref)
     keys_o, keys_r = list(ours.keys()), list(ref.keys())
     if sorted(keys_o) != sorted(keys_r):
         err(f"{what}: keys differ: only ours {sorted(set(keys_o) - set(keys_r))}, only ref {sorted(set(keys_r) - set(keys_o))}")
+    elif ordered and keys_o != keys_r:
+        err(f"{what}: key order differs:\n ours {keys_o}\n ref  {keys_r}")
     for k in keys_r:
         if k not in ours:
             continue
@@ -131,8 +146,10 @@ def compare_model_file(model, ours, ref, fname, tp_rank, pipe_names, loaded=None
         err(f"{fname}: universal_checkpoint_info differs")
     if set(o.keys()) != set(r.keys()):
         err(f"{fname}: top-level keys differ: {sorted(set(o) ^ set(r))}")
-    if r["module"] and all(v.numel() == 0 for v in r["module"].values()):  # ZeRO-3 placeholders
-        mo, mr = o["module"] or {}, r["module"]
+    elif list(o.keys()) != list(r.keys()):
+        err(f"{fname}: top-level key order {list(o.keys())} vs {list(r.keys())}")
+    if r["module"] and all(v.numel() == 0 for v in flatten(r["module"]).values()):  # ZeRO-3 placeholders
+        mo, mr = flatten(o["module"] or {}), flatten(r["module"])
         if list(mo.keys()) != list(mr.keys()) or any(
                 v.numel() != 0 or v.dtype != mr[k].dtype for k, v in mo.items() if k in mr):
             err(f"{fname}: module placeholders differ")
@@ -312,7 +329,9 @@ def main():
         if fn not in fo:
             continue
         if "_expert_" in fn:
-            compare_weights(fn, model, load(os.path.join(od, fn)), load(os.path.join(rd, fn)), 0)
+            # Key order of native-MoE expert files is not checked yet (ucp-load writes them in flat-buffer
+            # order, DeepSpeed in module order): left to the native-MoE work.
+            compare_weights(fn, model, load(os.path.join(od, fn)), load(os.path.join(rd, fn)), 0, ordered=False)
         elif fn.startswith("expp_rank_"):
             if load(os.path.join(od, fn)) != load(os.path.join(rd, fn)):
                 err(f"{fn}: differs")

@@ -1,6 +1,7 @@
 // ucp-load end to end: source checkpoint (dsgen) -> ucp-union -> ucp-load -> ucp-union must give
-// the same atomic files bit for bit, and the target must equal what dsgen writes for that layout
-// (compared by Python torch.load); plus the safetensors export and bad-input behaviour.
+// the same atomic files bit for bit, the target must equal what dsgen writes for that layout
+// (compared by Python torch.load) and load the way DeepSpeed / Megatron read it (ds_consumer.py);
+// plus the safetensors export and bad-input behaviour.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -124,6 +125,13 @@ TEST_P(RoundTrip, UnionLoadUnionIsIdentityAndTargetMatchesGenerator) {
                &out),
             0)
       << out;
+  // Read as DeepSpeed / Megatron-DeepSpeed read it (tests/load/ds_consumer.py): mp_world_size, layer
+  // files, nested module, positional ZeRO partitions, storage tags.
+  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/load/ds_consumer.py " + (dir / "target").string() + " " +
+                   (dir / "u1").string() + " " + ref.string() + " " + (src / "truth").string(),
+               &out),
+            0)
+      << out;
   // The exchange path (one process, batches smaller than a layer, files written out of order)
   // writes the same bytes.
   ASSERT_EQ(sh(kBin + "/ucp-load -q --exchange on --batch-mb 0.05 --input " + (dir / "u1").string() + " --output " +
@@ -135,7 +143,7 @@ TEST_P(RoundTrip, UnionLoadUnionIsIdentityAndTargetMatchesGenerator) {
 }
 
 // One instance per tests/load/cases.py CI entry (the list is known before fixtures.py has run).
-constexpr int kCiCases = 8;
+constexpr int kCiCases = 9;
 INSTANTIATE_TEST_SUITE_P(Ci, RoundTrip, ::testing::Range(0, kCiCases));
 
 TEST(RoundTripCases, EveryCiCaseHasATestInstance) { EXPECT_EQ(cases().size(), static_cast<size_t>(kCiCases)); }
@@ -526,3 +534,45 @@ TEST(LoadInterrupt, MpirunKilledLeavesNoStaging) {
 }
 
 }  // namespace
+
+// Issue 14: the layer numbering of a pipeline source comes from the manifest's record; without it
+// (a universal folder of an older ucp-union) from the pattern file's pipeline_numbering (here
+// Megatron-DeepSpeed's, which the source has); with neither, a clear error and nothing written.
+TEST(LoadPipelineNumbering, FromPatternFileWithoutRecordElseRefused) {
+  const auto all = cases();
+  nlohmann::json c;
+  for (const auto& x : all)
+    if (x["name"] == "gpt_tp2pp2dp2_gpu_to_tp2pp2dp3") c = x;
+  ASSERT_FALSE(c.is_null());
+  const fs::path d = scratch("numbering");
+  const fs::path src = fs::path(kFx) / "gpt_tp2pp2dp2_gpu_to_tp2pp2dp3" / "src", ref = src.parent_path() / "ref";
+  std::string out;
+  ASSERT_EQ(sh(kBin + "/ucp-union -q --patterns " + kSrc + "/patterns/megatron-gpt-pipe-tied.json --input " +
+                   src.string() + " --output " + (d / "u").string(), &out),
+            0)
+      << out;
+  auto m = nlohmann::json::parse(slurp(d / "u" / "manifest.json"));
+  ASSERT_EQ(m["source"]["pipeline_numbering"]["embedding"], 1);  // read from the layer files
+  ASSERT_EQ(m["source"]["pipeline_numbering"]["tied_head"], 7);
+  m["source"].erase("pipeline_numbering");
+  m["source"].erase("layer_keys");
+  std::ofstream(d / "u" / "manifest.json") << m.dump();
+  ASSERT_EQ(sh(kBin + "/ucp-load -q --input " + (d / "u").string() + " --output " + (d / "t").string() +
+                   join(c["target_args"]), &out),
+            0)
+      << out;
+  EXPECT_TRUE(fs::exists(d / "t" / "global_step100" / "layer_01-model_00-model_states.pt"));
+  EXPECT_TRUE(fs::exists(d / "t" / "global_step100" / "layer_07-model_01-model_states.pt"));
+  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/load/ds_consumer.py " + (d / "t").string() + " " + (d / "u").string() + " " +
+                   ref.string() + " " + (src / "truth").string(), &out),
+            0)
+      << out;
+  m["patterns"]["set"].erase("pipeline_numbering");
+  std::ofstream(d / "u" / "manifest.json") << m.dump();
+  EXPECT_EQ(sh(kBin + "/ucp-load -q --input " + (d / "u").string() + " --output " + (d / "t2").string() +
+                   join(c["target_args"]), &out),
+            1)
+      << out;
+  EXPECT_NE(out.find("pipeline_numbering"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(d / "t2"));
+}
