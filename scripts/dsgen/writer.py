@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import dsmoe as dsmoe_files
 from . import stubs
 from .models import Model, Param
 
@@ -35,6 +36,7 @@ class Layout:
     elastic: bool = False
     sub_group_size: int = 1_000_000_000  # ZeRO-3: elements per rank in one sub-group       # elastic_checkpoint: base_optimizer_state is a list of lean group states
     ds_version: str = "0.16.4"
+    ds_line: str = "0.14"       # dsmoe: DeepSpeed version line of the MoE save path (dsmoe.LINES)
 
 
 # ---------------------------------------------------------------- ground truth
@@ -327,6 +329,7 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
             r0 = 0
             module = collections.OrderedDict()
             param_shapes = []
+            all_shapes, expert_local_keys = [], []  # dsmoe: every bit16 group, EP rank 0's local expert names
             for g, sizes, flats in group_sets[r0]:
                 lp_flat = flats["fp32"].to(lp_dtype)  # ZeRO keeps module params as views of this
                 shapes = collections.OrderedDict()
@@ -336,9 +339,27 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
                         module[p.name] = lp_flat.narrow(0, off, n).view(tp_shape(p, lay.tp))
                 if not g.moe:
                     param_shapes.append(shapes)
+                else:
+                    expert_local_keys += g.names
+                all_shapes.append(shapes)
             if not model.pipe:
                 order = [p.name for p in model.params if p.stage == s and p.expert is None]
                 module = collections.OrderedDict((n, module[n]) for n in order)
+            if dsmoe:
+                base = {"lr_scheduler": {"last_batch_iteration": lay.step, "_last_lr": [1e-4]}, "data_sampler": None,
+                        "random_ltd": None, "sparse_tensor_module_names": set(), "skipped_steps": 0,
+                        "global_steps": lay.step, "global_samples": lay.step * 8 * lay.dp, "dp_world_size": lay.dp,
+                        "mp_world_size": lay.tp, "num_experts": list(model.num_experts)}
+                client = collections.OrderedDict([("args", args), ("checkpoint_version", 3.0), ("iteration", lay.step),
+                                                  ("tokens", lay.step * 8 * lay.dp * cfg.seq)])
+                if lay.uc_info:
+                    client["universal_checkpoint_info"] = uc_info
+                client["rng_state"] = _rng_state()
+                names = [p.expert_local_name if p.expert is not None else p.name for p in model.params
+                         if p.expert is None or p.expert_local_name in expert_local_keys]
+                sd = dsmoe_files.model_states(lay.ds_line, module, list(dict.fromkeys(names)),
+                                              all_shapes, base, client, _ds_config(lay), lay.zero)
+                torch.save(sd, os.path.join(ck, f"mp_rank_{mp:02d}_model_states.pt"))
             sd = collections.OrderedDict()
             sd["module"] = None if model.pipe else module
             if not dsmoe:
@@ -370,7 +391,8 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
             if lay.uc_info:
                 sd["universal_checkpoint_info"] = uc_info
             sd["rng_state"] = _rng_state()
-            torch.save(sd, os.path.join(ck, f"mp_rank_{mp:02d}_model_states.pt"))
+            if not dsmoe:
+                torch.save(sd, os.path.join(ck, f"mp_rank_{mp:02d}_model_states.pt"))
 
             # ---- pipeline layer files: compact clones (DeepSpeed clones before saving)
             if model.pipe:
@@ -390,10 +412,8 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
                     if p.expert is not None:
                         by_file.setdefault((p.moe_layer, p.expert), collections.OrderedDict())[p.name] = \
                             sl(p, "fp32").to(lp_dtype).clone()
-                for (ml, e), esd in by_file.items():
-                    torch.save(esd, os.path.join(ck, f"layer_{ml}_expert_{e}_mp_rank_{mp:02d}_model_states.pt"))
-                for r in range(lay.ep):
-                    torch.save({"optimizer": None}, os.path.join(ck, f"expp_rank_{r}_mp_rank_{mp:02d}_optim_states.pt"))
+                dsmoe_files.write_expert_files(lay.ds_line, ck, mp, by_file)
+                dsmoe_files.write_expp_files(lay.ds_line, ck, mp, lay.ep)
 
             # ---- optimizer shards, one per DP rank
             for d in range(lay.dp):
