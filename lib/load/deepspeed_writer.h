@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "io/pickle/value.h"
+#include "layout/deepspeed/version_line.h"
 #include "load/model_info.h"
+#include "load/moe_line.h"
 #include "load/ucp_info.h"
 #include "load/universal_reader.h"
 
@@ -76,6 +78,7 @@ class DeepSpeedWriter {
   // storage (fp32 read straight into the window; other dtypes read and converted).
   std::shared_ptr<Storage> streamed(DType dtype, int64_t numel, std::vector<Run> runs, const std::string& state) const;
   pickle::ValuePtr model_root(int mp) const;
+  MoeLineInputs moe_line_inputs(const MpRankPlan& mr, const pickle::ValuePtr& root) const;
   // optimizer_state_dict of a ZeRO-1/2 or BF16_Optimizer shard, and of a ZeRO-3 shard.
   pickle::ValuePtr zero12_state(int dp_rank, int mp) const;
   pickle::ValuePtr zero3_state(int dp_rank, int mp) const;
@@ -88,6 +91,7 @@ class DeepSpeedWriter {
   const UcpInfo& plan_;
   UniversalReader& reader_;
   pickle::ValuePtr common_;
+  const layout::VersionLine* moe_line_ = nullptr;  // native MoE: the DeepSpeed version line written
   uint64_t emit(const std::string& path, const pickle::ValuePtr& root) const;
   bool record_ = false;
   Sink sink_;

@@ -1,0 +1,33 @@
+// ucp-load's native-MoE model files laid out as one DeepSpeed version line writes them
+// (layout/deepspeed/version_line.h): which keys, in which order, _metadata on the module, expp files.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "io/pickle/value.h"
+#include "layout/deepspeed/version_line.h"
+
+namespace ucpkit::load {
+
+// The line to write: `requested` (--ds-version: a line or a release) when given, else the line the
+// universal checkpoint recorded (`recorded`, manifest source.ds_line), else the one the template
+// model file shows (`template_root`).
+const layout::VersionLine& resolve_moe_line(const std::string& requested, const std::string& recorded,
+                                            const pickle::ValuePtr& template_root);
+
+struct MoeLineInputs {
+  pickle::ValuePtr param_shapes;               // list of every bit16 group's OrderedDict(name -> Size)
+  pickle::ValuePtr ds_config;                  // the target's ds_config
+  int zero_stage = 1;
+  std::vector<std::string> expert_local_names;  // DP rank 0's expert parameters (local indices), module order
+};
+
+// Rewrites `root` (a copy of the template mp_rank file whose module already holds the target's
+// tensors) to `line`'s keys and key order; Megatron's client-state keys follow in template order.
+void apply_moe_line(const pickle::ValuePtr& root, const layout::VersionLine& line, const MoeLineInputs& in);
+
+// A minimal ds_config for native MoE targets when the template has none: the layout facts readers
+// need (ZeRO stage, precision flags, expert rank order).
+pickle::ValuePtr minimal_moe_ds_config(int zero_stage, bool bf16, bool fp16, bool data_before_expert);
+
+}  // namespace ucpkit::load
