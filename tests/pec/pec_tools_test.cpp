@@ -121,6 +121,24 @@ TEST(PecTools, KEqualsERestoresTheFullCheckpointExactly) {
   EXPECT_TRUE(r["capacity_plan"].empty());
 }
 
+// Every DeepSpeed version line of native MoE (the chain above is the 0.14 line): pec-save and
+// pec-restore give back the source bytes, and ucp-union reads the restored folder as it reads the source.
+TEST(PecTools, EveryDeepSpeedVersionLineRestoresBitExactAndConverts) {
+  for (std::string line : {"0.17.1", "0.19.2", "0.19.3", "0.19.5"}) {
+    SCOPED_TRACE(line);
+    const std::string family = "line" + line, d = scratch("line" + line);
+    ASSERT_EQ(save(ckpt(family, 100), d + "/store", 100, "--policy sequential --k 4 --tokens " + tokens(100)), 0);
+    ASSERT_EQ(restore(d + "/store", d + "/out", "", d + "/restore.log"), 0) << slurp(d + "/restore.log");
+    EXPECT_EQ(tree_bytes(d + "/out/global_step100"), tree_bytes(step_dir(family, 100)));
+    ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + d + "/out --output " + d + "/u_out", d + "/u.log"), 0) << slurp(d + "/u.log");
+    ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + ckpt(family, 100) + " --output " + d + "/u_src", d + "/u.log"), 0)
+        << slurp(d + "/u.log");
+    EXPECT_EQ(tree_bytes(d + "/u_out/zero"), tree_bytes(d + "/u_src/zero"));
+    EXPECT_NE(slurp(d + "/u_out/manifest.json").find("\"ds_line\": \"" + line + "\""), std::string::npos);
+    fs::remove_all(d);
+  }
+}
+
 TEST(PecTools, PltMatchesTokenCounts) {
   std::string d = scratch("plt");
   save_chain("ds", d + "/store", "--policy load-aware --k 1 --keep 5");
