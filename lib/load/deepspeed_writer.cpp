@@ -248,7 +248,7 @@ ValuePtr DeepSpeedWriter::model_root(int mp) const {
         fresh[model_.params[s.param].name] =
             Value::of_tensor(Tensor(storage, s.offset, s.slice.shape, Tensor::contiguous_strides(s.slice.shape)));
     }
-    if (layout::module_is_nested(module)) {  // Megatron's nested dict (native MoE)
+    if (layout::module_is_nested(module)) {  // Megatron's nested dict (native MoE): same tree, new tensors
       layout::replace_module_tensors(module, [&](const std::string& name, const ValuePtr&) -> ValuePtr {
         auto it = fresh.find(name);
         if (it == fresh.end()) return nullptr;
@@ -258,22 +258,23 @@ ValuePtr DeepSpeedWriter::model_root(int mp) const {
       });
       if (!fresh.empty())
         fail(model_.model_files.at(mr.template_file), "parameter " + fresh.begin()->first + " has no place in the nested module");
-    }
-    auto out = Value::dict(module->ordered);
-    for (const auto& [k, v] : layout::module_is_nested(module) ? std::vector<pickle::Entry>{} : module->entries) {
-      auto it = fresh.find(k->as_str());
-      if (it != fresh.end()) {
-        out->entries.emplace_back(k, it->second);
-        fresh.erase(it);
-      } else {
-        out->entries.emplace_back(k, v);  // buffers and other non-trainable entries travel as they are
+    } else {
+      auto out = Value::dict(module->ordered);
+      for (const auto& [k, v] : module->entries) {
+        auto it = fresh.find(k->as_str());
+        if (it != fresh.end()) {
+          out->entries.emplace_back(k, it->second);
+          fresh.erase(it);
+        } else {
+          out->entries.emplace_back(k, v);  // buffers and other non-trainable entries travel as they are
+        }
       }
+      for (const auto& [gi, si] : mr.module) {
+        const auto& name = model_.params[mr.groups[gi].slots[si].param].name;
+        if (auto it = fresh.find(name); it != fresh.end()) out->set_item(name, it->second);
+      }
+      root->set_item("module", out);
     }
-    for (const auto& [gi, si] : mr.module) {
-      const auto& name = model_.params[mr.groups[gi].slots[si].param].name;
-      if (auto it = fresh.find(name); it != fresh.end()) out->set_item(name, it->second);
-    }
-    if (!layout::module_is_nested(module)) root->set_item("module", out);
   }
 
   if (root->contains("param_shapes")) {

@@ -31,3 +31,14 @@ void apply_moe_line(const pickle::ValuePtr& root, const layout::VersionLine& lin
 pickle::ValuePtr minimal_moe_ds_config(int zero_stage, bool bf16, bool fp16, bool data_before_expert);
 
 }  // namespace ucpkit::load
+
+namespace ucpkit::load {
+
+// Rewrites the native-MoE checkpoint folder `step_dir` (global_stepN, TP = PP = 1, ZeRO-1/2) in
+// place as `line` lays it out: mp_rank_00_model_states.pt (keys, _metadata, views into per-group
+// flat buffers or compact copies, param_shapes from the module and expert files by Megatron's
+// parameter-group rule) and the expp_rank_* files. The ZeRO shards and expert files are the same in
+// every line and are not touched. Returns the line the folder had. Throws Error naming a file.
+std::string relayout_moe_folder(const std::string& step_dir, const layout::VersionLine& line);
+
+}  // namespace ucpkit::load
