@@ -117,7 +117,7 @@ TEST_P(MoeLine, UnionMatchesTruthAndLoadRoundTripsInTheLinesLayout) {
 
 INSTANTIATE_TEST_SUITE_P(Lines, MoeLine, ::testing::Range(0, 5));
 
-TEST(MoeLineBadInput, UnknownDsVersionIsAUsageErrorAndWritesNothing) {
+TEST(MoeLineBadInput, UnknownDsVersionOrDenseSourceIsAUsageErrorAndWritesNothing) {
   const fs::path src = fs::path(kFx) / "moe_lines" / "0.14";
   const fs::path dir = ucpkit::testing::scratch_dir("moe_line_bad");
   std::string out;
@@ -126,6 +126,13 @@ TEST(MoeLineBadInput, UnknownDsVersionIsAUsageErrorAndWritesNothing) {
                    load_args(2, 2) + " --ds-version 0.12.6", &out), 2) << out;
   EXPECT_NE(out.find("unknown DeepSpeed version line '0.12.6'"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dir / "t"));
+  // A dense checkpoint has no DeepSpeed MoE version line to pick.
+  const fs::path dense = fs::path(kFx) / "gpt_tp1dp2_to_tp2dp3" / "src";
+  ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + dense.string() + " --output " + (dir / "ud").string(), &out), 0) << out;
+  EXPECT_EQ(sh(kBin + "/ucp-load -q --input " + (dir / "ud").string() + " --output " + (dir / "td").string() +
+                   load_args(2, 1) + " --ds-version 0.14", &out), 2) << out;
+  EXPECT_NE(out.find("--ds-version applies to native DeepSpeed MoE"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir / "td"));
   fs::remove_all(dir);
 }
 
