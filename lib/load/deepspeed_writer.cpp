@@ -86,8 +86,11 @@ DeepSpeedWriter::DeepSpeedWriter(const ModelInfo& model, const UcpInfo& plan, Un
                                  ValuePtr common_optimizer_state)
     : model_(model), plan_(plan), reader_(reader), common_(std::move(common_optimizer_state)) {
   if (!common_ || common_->kind != Kind::Dict) throw Error("zero/optimizer_state.pt: not a dict");
-  if (model_.native_moe && !model_.model_files.empty())
+  if (model_.native_moe && !model_.model_files.empty()) {
     moe_line_ = &resolve_moe_line(plan_.target.ds_line, model_.ds_line, load_torch(model_.model_files[0]));
+    const std::string& req = plan_.target.ds_line;
+    if (!req.empty() && req != moe_line_->name) ds_release_ = req[0] == 'v' ? req.substr(1) : req;
+  }
 }
 
 void DeepSpeedWriter::fill_runs(const std::vector<Run>& runs, const std::string& state, int64_t e0, int64_t n,
@@ -196,6 +199,7 @@ MoeLineInputs DeepSpeedWriter::moe_line_inputs(const MpRankPlan& mr, const Value
   const auto& t = plan_.target;
   MoeLineInputs in;
   in.zero_stage = t.zero_stage;
+  in.ds_release = ds_release_;
   in.param_shapes = Value::list();
   auto add = [&](const GroupPlan& g) {
     auto d = Value::dict(true);
@@ -216,6 +220,16 @@ MoeLineInputs DeepSpeedWriter::moe_line_inputs(const MpRankPlan& mr, const Value
     in.ds_config = minimal_moe_ds_config(t.zero_stage, t.dtype == DType::BFloat16, t.dtype == DType::Float16,
                                          plan_.data_before_expert);
   return in;
+}
+
+// ds_version of the ZeRO shards: the source's, or the release of the native-MoE line written when
+// the source's release belongs to another line.
+ValuePtr DeepSpeedWriter::target_ds_version() const {
+  if (!ds_release_.empty()) return Value::str(ds_release_);
+  auto ver = common_->get("ds_version");
+  if (moe_line_ && (!ver || ver->kind != Kind::Str || layout::moe_line_of_release(ver->s) != moe_line_->name))
+    return Value::str(moe_line_->ds_version);
+  return ver ? ver : Value::str("0.16.4");
 }
 
 ValuePtr DeepSpeedWriter::model_root(int mp) const {
@@ -414,7 +428,7 @@ ValuePtr DeepSpeedWriter::zero3_state(int d, int mp) const {
 uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir) const {
   const MpRankPlan& mr = plan_.mp_ranks.at(mp);
   const auto& t = plan_.target;
-  auto ver = common_->get("ds_version");
+  auto ver = target_ds_version();
   auto root = Value::dict();
   root->set_item("optimizer_state_dict", t.zero_stage == 3 ? zero3_state(d, mp) : zero12_state(d, mp));
   ValuePtr tmpl = load_torch(model_.model_files.at(mr.template_file));
@@ -425,7 +439,7 @@ uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir
     root->set_item("ds_config", minimal_moe_ds_config(t.zero_stage, t.dtype == DType::BFloat16,
                                                       t.dtype == DType::Float16, plan_.data_before_expert));
   }
-  root->set_item("ds_version", ver ? ver : Value::str("0.16.4"));
+  root->set_item("ds_version", ver);
   return emit((fs::path(dir) / plan_.optim_file(d, mp)).string(), root);
 }
 
@@ -488,8 +502,7 @@ ValuePtr DeepSpeedWriter::zero12_state(int d, int mp) const {
   if (!t.bf16_optimizer) osd->set_item("zero_stage", zero_stage_enum(t.zero_stage));
   osd->set_item("group_paddings", pads);
   osd->set_item("partition_count", counts);
-  auto ver = common_->get("ds_version");
-  osd->set_item("ds_version", ver ? ver : Value::str("0.16.4"));
+  osd->set_item("ds_version", target_ds_version());
   osd->set_item("param_slice_mappings", maps);
 
   return osd;

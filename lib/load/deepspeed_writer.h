@@ -78,6 +78,7 @@ class DeepSpeedWriter {
   // storage (fp32 read straight into the window; other dtypes read and converted).
   std::shared_ptr<Storage> streamed(DType dtype, int64_t numel, std::vector<Run> runs, const std::string& state) const;
   pickle::ValuePtr model_root(int mp) const;
+  pickle::ValuePtr target_ds_version() const;
   MoeLineInputs moe_line_inputs(const MpRankPlan& mr, const pickle::ValuePtr& root) const;
   // optimizer_state_dict of a ZeRO-1/2 or BF16_Optimizer shard, and of a ZeRO-3 shard.
   pickle::ValuePtr zero12_state(int dp_rank, int mp) const;
@@ -92,6 +93,7 @@ class DeepSpeedWriter {
   UniversalReader& reader_;
   pickle::ValuePtr common_;
   const layout::VersionLine* moe_line_ = nullptr;  // native MoE: the DeepSpeed version line written
+  std::string ds_release_;                         // --ds-version given as a release (0.16.5), else ""
   uint64_t emit(const std::string& path, const pickle::ValuePtr& root) const;
   bool record_ = false;
   Sink sink_;

@@ -64,6 +64,7 @@ void apply_moe_line(const ValuePtr& root, const layout::VersionLine& line, const
     if (key == "param_shapes") return in.param_shapes;
     if (key == "ds_config") return in.ds_config;
     if (key == "ds_version") {
+      if (!in.ds_release.empty()) return Value::str(in.ds_release);
       auto v = root->get("ds_version");
       if (v && v->kind == Kind::Str && layout::moe_line_of_release(v->s) == line.name) return v;
       return Value::str(line.ds_version);

@@ -20,6 +20,8 @@ struct MoeLineInputs {
   pickle::ValuePtr ds_config;                  // the target's ds_config
   int zero_stage = 1;
   std::vector<std::string> expert_local_names;  // DP rank 0's expert parameters (local indices), module order
+  std::string ds_release;                       // ds_version to write when the line has it ("" = the template's
+                                                // when it is of the line, else the line's first release)
 };
 
 // Rewrites `root` (a copy of the template mp_rank file whose module already holds the target's

@@ -448,9 +448,10 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
                     osd["zero_stage"] = stubs.ZeroStageEnum(lay.zero)
                 osd["group_paddings"] = pads
                 osd["partition_count"] = counts
-                osd["ds_version"] = lay.ds_version
+                ds_version = dsmoe_files.LINES[lay.ds_line]["version"] if dsmoe else lay.ds_version
+                osd["ds_version"] = ds_version
                 osd["param_slice_mappings"] = maps
-                zsd = {"optimizer_state_dict": osd, "ds_config": _ds_config(lay), "ds_version": lay.ds_version}
+                zsd = {"optimizer_state_dict": osd, "ds_config": _ds_config(lay), "ds_version": ds_version}
                 torch.save(zsd, os.path.join(ck, f"{prefix}zero_pp_rank_{d}_mp_rank_{mp:02d}_optim_states.pt"))
         log(f"stage {s} written")
 
