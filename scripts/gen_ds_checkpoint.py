@@ -33,6 +33,8 @@ def main():
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     ap.add_argument("--bf16-optimizer", action="store_true", help="BF16_Optimizer files (no zero_stage)")
     ap.add_argument("--data-before-expert", action="store_true", help="use_data_before_expert_parallel_")
+    ap.add_argument("--ds-line", default=dsgen.dsmoe.DEFAULT_LINE, choices=list(dsgen.dsmoe.LINES),
+                    help="dsmoe: DeepSpeed version line of the MoE save path (scripts/dsgen/dsmoe.py)")
     ap.add_argument("--step", type=int, default=100)
     ap.add_argument("--step-tensor", action="store_true")
     ap.add_argument("--pipe-numbering", default="megatron-deepspeed", choices=["megatron-deepspeed", "bigscience"],
@@ -52,7 +54,7 @@ def main():
     lay = dsgen.Layout(tp=a.tp, pp=a.pp, dp=a.dp, zero=a.zero, dtype=a.dtype, bf16_optimizer=a.bf16_optimizer,
                        ep=a.ep, data_before_expert=a.data_before_expert, step=a.step, step_tensor=a.step_tensor,
                        seed=a.seed, uc_info=not a.no_uc_info, elastic=a.elastic, sub_group_size=a.sub_group_size,
-                       device_tags=a.device_tags)
+                       device_tags=a.device_tags, ds_line=a.ds_line)
     t0 = time.time()
     model = dsgen.generate(a.output, cfg, lay, truth=not a.no_truth)
     if a.patterns_out:

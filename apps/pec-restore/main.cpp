@@ -22,6 +22,9 @@ int main(int argc, char** argv) {
   app.add_option("--plt-threshold", o.plt_threshold, "PLT threshold above which K doubles")->capture_default_str();
   app.add_option("--capacity-factor", o.capacity_factor, "Capacity factor for experts restored from older states")
       ->capture_default_str();
+  app.add_option("--ds-version", o.ds_version,
+                 "Native MoE: DeepSpeed version line to write (0.14, 0.17.1, 0.19.2, 0.19.3, 0.19.5, or a release; "
+                 "default: the saved checkpoint's)");
   app.add_flag("--force", o.force, "Replace an existing global_step<N> folder under --output");
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;

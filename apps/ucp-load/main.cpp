@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype, "Low-precision weight dtype")->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   app.add_option("--format", opt.format, "Output format")->check(CLI::IsMember({"deepspeed", "safetensors"}));
   app.add_option("--device", device, "Where to materialize")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--ds-version", opt.target.ds_line,
+                 "Native MoE: DeepSpeed version line to write (0.14, 0.17.1, 0.19.2, 0.19.3, 0.19.5, or a release "
+                 "such as 0.16.5; default: the source's)");
   app.add_flag("--plan", plan, "Print the UcpInfo plan as JSON and write nothing");
   app.add_option("--optimizer", optimizer, "Optimizer shard flavour: auto, zero, bf16 (BF16_Optimizer)")
       ->check(CLI::IsMember({"auto", "zero", "bf16"}));

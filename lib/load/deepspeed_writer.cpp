@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "io/torch/torch_file.h"
+#include "layout/deepspeed/module_tree.h"
 #include "layout/deepspeed/pipeline.h"
 #include "layout/deepspeed/storage_tags.h"
 
@@ -87,6 +88,11 @@ DeepSpeedWriter::DeepSpeedWriter(const ModelInfo& model, const UcpInfo& plan, Un
                                  ValuePtr common_optimizer_state)
     : model_(model), plan_(plan), reader_(reader), common_(std::move(common_optimizer_state)) {
   if (!common_ || common_->kind != Kind::Dict) throw Error("zero/optimizer_state.pt: not a dict");
+  if (model_.native_moe && !model_.model_files.empty()) {
+    moe_line_ = &resolve_moe_line(plan_.target.ds_line, model_.ds_line, load_torch(model_.model_files[0]));
+    const std::string& req = plan_.target.ds_line;
+    if (!req.empty() && req != moe_line_->name) ds_release_ = req[0] == 'v' ? req.substr(1) : req;
+  }
 }
 
 void DeepSpeedWriter::fill_runs(const std::vector<Run>& runs, const std::string& state, int64_t e0, int64_t n,
@@ -215,6 +221,45 @@ ValuePtr DeepSpeedWriter::retarget_module(const ValuePtr& tree, const std::strin
   return out;
 }
 
+// What a native-MoE version line needs beyond the template: param_shapes of every bit16 group (dense
+// groups, then DP rank 0's expert groups under local names; engine.py v0.19.3:5102-5135), ds_config.
+MoeLineInputs DeepSpeedWriter::moe_line_inputs(const MpRankPlan& mr, const ValuePtr& root) const {
+  const auto& t = plan_.target;
+  MoeLineInputs in;
+  in.zero_stage = t.zero_stage;
+  in.ds_release = ds_release_;
+  in.param_shapes = Value::list();
+  auto add = [&](const GroupPlan& g) {
+    auto d = Value::dict(true);
+    for (const auto& s : g.slots) d->set_item(s.name, Value::torch_size(s.slice.shape));
+    in.param_shapes->items.push_back(d);
+  };
+  for (const auto& g : mr.groups) add(g);
+  if (!mr.expert_groups.empty()) {
+    for (const auto& g : mr.expert_groups[0]) add(g);
+    std::vector<std::pair<int, std::string>> names;  // module order: parameter index in the manifest order
+    for (const auto& g : mr.expert_groups[0])
+      for (const auto& s : g.slots) names.emplace_back(model_.params[s.param].manifest_index, s.name);
+    std::sort(names.begin(), names.end());
+    for (auto& [i, n] : names) in.expert_local_names.push_back(std::move(n));
+  }
+  in.ds_config = root->get("ds_config");
+  if (!in.ds_config)
+    in.ds_config = minimal_moe_ds_config(t.zero_stage, t.dtype == DType::BFloat16, t.dtype == DType::Float16,
+                                         plan_.data_before_expert);
+  return in;
+}
+
+// ds_version of the ZeRO shards: the source's, or the release of the native-MoE line written when
+// the source's release belongs to another line.
+ValuePtr DeepSpeedWriter::target_ds_version() const {
+  if (!ds_release_.empty()) return Value::str(ds_release_);
+  auto ver = common_->get("ds_version");
+  if (moe_line_ && (!ver || ver->kind != Kind::Str || layout::moe_line_of_release(ver->s) != moe_line_->name))
+    return Value::str(moe_line_->ds_version);
+  return ver ? ver : Value::str("0.16.4");
+}
+
 ValuePtr DeepSpeedWriter::model_root(int mp) const {
   const MpRankPlan& mr = plan_.mp_ranks.at(mp);
   const auto& t = plan_.target;
@@ -225,11 +270,17 @@ ValuePtr DeepSpeedWriter::model_root(int mp) const {
   // Module weights (non-pipeline): views into one low-precision flat buffer per group, as ZeRO saves them.
   if (auto module = root->get("module"); module && module->kind == Kind::Dict) {
     std::map<std::string, ValuePtr> fresh;
+    // From DeepSpeed 0.17.1 on, clone_tensors_for_torch_save gives every tensor its own storage.
+    const bool compact = moe_line_ && moe_line_->compact_copies;
     // ZeRO-3 keeps the weights only in the optimizer shards: the module holds 0-element placeholders.
     for (const GroupPlan& g : mr.groups) {
       if (t.zero_stage == 3) {
         for (const Slot& s : g.slots)
           fresh[model_.params[s.param].name] = Value::of_tensor(Tensor(Storage::zeros(t.dtype, 0), 0, {0}, {1}));
+        continue;
+      }
+      if (compact) {
+        for (const Slot& s : g.slots) fresh[model_.params[s.param].name] = Value::of_tensor(low_precision_slice(s));
         continue;
       }
       std::vector<Run> runs;
@@ -283,6 +334,7 @@ ValuePtr DeepSpeedWriter::model_root(int mp) const {
   }
   if (auto cfg = root->get("ds_config")) root->set_item("ds_config", ds_config(cfg));
   retarget_args(root->get("args"), t, plan_.padded_vocab, model_.source_dp);
+  if (moe_line_) apply_moe_line(root, *moe_line_, moe_line_inputs(mr, root));
   if (auto uc = root->get("universal_checkpoint_info"); uc && uc->kind == Kind::Dict && plan_.padded_vocab > 0 &&
                                                           uc->contains("padded_vocab_size"))
     uc->set_item("padded_vocab_size", Value::integer(plan_.padded_vocab));
@@ -315,14 +367,14 @@ uint64_t DeepSpeedWriter::write_expert_files(int mp, const std::string& dir) con
   const MpRankPlan& mr = plan_.mp_ranks.at(mp);
   uint64_t n = 0;
   for (const auto& ef : mr.expert_files) {
-    auto sd = Value::dict(true);
+    auto sd = Value::dict();  // a plain dict: an entry of defaultdict(dict) (engine.py v0.16.5:3373)
     for (const auto& [name, w] : ef.entries)
       sd->set_item(name, Value::of_tensor(low_precision_slice(mr.expert_groups.at(w[0]).at(w[1]).slots.at(w[2]))));
     char fn[128];
     std::snprintf(fn, sizeof fn, "layer_%d_expert_%d_mp_rank_%02d_model_states.pt", ef.moe_id, ef.expert, mp);
     n += emit((fs::path(dir) / fn).string(), sd);
   }
-  if (model_.native_moe)
+  if (moe_line_ && moe_line_->expp_files)
     for (int r = 0; r < plan_.target.ep; ++r) {
       // Under ZeRO the per-EP-rank optimizer file only says that the optimizer lives in the ZeRO shards.
       auto d = Value::dict();
@@ -403,29 +455,18 @@ ValuePtr DeepSpeedWriter::zero3_state(int d, int mp) const {
 uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir) const {
   const MpRankPlan& mr = plan_.mp_ranks.at(mp);
   const auto& t = plan_.target;
-  auto ver = common_->get("ds_version");
+  auto ver = target_ds_version();
   auto root = Value::dict();
   root->set_item("optimizer_state_dict", t.zero_stage == 3 ? zero3_state(d, mp) : zero12_state(d, mp));
   ValuePtr tmpl = load_torch(model_.model_files.at(mr.template_file));
   if (auto source_cfg = tmpl->get("ds_config")) {
     root->set_item("ds_config", ds_config(source_cfg));
   } else {
-    // Native MoE model files carry no ds_config: a minimal one keeps the layout facts readers need
-    // (ZeRO stage, precision, the expert rank order).
-    auto cfg = Value::dict();
-    auto z = Value::dict();
-    z->set_item("stage", Value::integer(t.zero_stage));
-    cfg->set_item("zero_optimization", z);
-    auto bf = Value::dict();
-    bf->set_item("enabled", Value::boolean(t.dtype == DType::BFloat16));
-    cfg->set_item("bf16", bf);
-    auto fp = Value::dict();
-    fp->set_item("enabled", Value::boolean(t.dtype == DType::Float16));
-    cfg->set_item("fp16", fp);
-    if (plan_.data_before_expert) cfg->set_item("use_data_before_expert_parallel_", Value::boolean(true));
-    root->set_item("ds_config", cfg);
+    // Native MoE model files before 0.19.3 carry no ds_config.
+    root->set_item("ds_config", minimal_moe_ds_config(t.zero_stage, t.dtype == DType::BFloat16,
+                                                      t.dtype == DType::Float16, plan_.data_before_expert));
   }
-  root->set_item("ds_version", ver ? ver : Value::str("0.16.4"));
+  root->set_item("ds_version", ver);
   return emit((fs::path(dir) / plan_.optim_file(d, mp)).string(), root);
 }
 
@@ -488,8 +529,7 @@ ValuePtr DeepSpeedWriter::zero12_state(int d, int mp) const {
   if (!t.bf16_optimizer) osd->set_item("zero_stage", zero_stage_enum(t.zero_stage));
   osd->set_item("group_paddings", pads);
   osd->set_item("partition_count", counts);
-  auto ver = common_->get("ds_version");
-  osd->set_item("ds_version", ver ? ver : Value::str("0.16.4"));
+  osd->set_item("ds_version", target_ds_version());
   osd->set_item("param_slice_mappings", maps);
 
   return osd;

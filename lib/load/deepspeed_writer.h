@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "io/pickle/value.h"
+#include "layout/deepspeed/version_line.h"
 #include "load/model_info.h"
+#include "load/moe_line.h"
 #include "load/ucp_info.h"
 #include "load/universal_reader.h"
 
@@ -78,6 +80,8 @@ class DeepSpeedWriter {
   pickle::ValuePtr model_root(int mp) const;
   static pickle::ValuePtr retarget_module(const pickle::ValuePtr& tree, const std::string& prefix,
                                          std::map<std::string, pickle::ValuePtr>& fresh);
+  pickle::ValuePtr target_ds_version() const;
+  MoeLineInputs moe_line_inputs(const MpRankPlan& mr, const pickle::ValuePtr& root) const;
   // optimizer_state_dict of a ZeRO-1/2 or BF16_Optimizer shard, and of a ZeRO-3 shard.
   pickle::ValuePtr zero12_state(int dp_rank, int mp) const;
   pickle::ValuePtr zero3_state(int dp_rank, int mp) const;
@@ -90,6 +94,8 @@ class DeepSpeedWriter {
   const UcpInfo& plan_;
   UniversalReader& reader_;
   pickle::ValuePtr common_;
+  const layout::VersionLine* moe_line_ = nullptr;  // native MoE: the DeepSpeed version line written
+  std::string ds_release_;                         // --ds-version given as a release (0.16.5), else ""
   uint64_t emit(const std::string& path, const pickle::ValuePtr& root) const;
   bool record_ = false;
   Sink sink_;

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/staging.h"
 #include "io/torch/torch_file.h"
+#include "layout/deepspeed/version_line.h"
 #include "load/deepspeed_writer.h"
 #include "load/exchange.h"
 #include "load/safetensors_writer.h"
@@ -47,6 +48,11 @@ Prepared prepare(const LoadOptions& options) {
   } else if (p.model.vocab_multiple_ambiguous && options.target.tp != p.model.source_tp) {
     tool::warn("the vocabulary padding multiple is not recorded (args.make_vocab_size_divisible_by); assuming " +
                std::to_string(p.model.vocab_multiple) + " (pass --vocab-multiple to choose)");
+  }
+  if (!options.target.ds_line.empty()) {  // a usage error before any work
+    if (!p.model.native_moe)
+      throw UsageError("--ds-version applies to native DeepSpeed MoE checkpoints; " + options.input + " has no experts");
+    (void)layout::moe_version_line(options.target.ds_line);
   }
   TargetLayout t = options.target;
   switch (options.optimizer) {

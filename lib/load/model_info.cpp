@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "io/torch/torch_file.h"
+#include "layout/deepspeed/module_tree.h"
 #include "layout/deepspeed/pipeline.h"
 
 namespace fs = std::filesystem;
@@ -101,9 +102,9 @@ void read_moe_groups(ModelInfo& m, std::map<std::string, ParamInfo>& by_name, co
   m.expert_group_of = {moe[0], moe[1]};
   std::set<std::string> placed;
   auto module = first->get("module");
-  if (module && module->kind == Kind::Dict)
-    for (const auto& [k, v] : module->entries) {
-      auto it = by_name.find(k->as_str());
+  for (const auto& entry : layout::module_tensors(module)) {
+      const std::string& flat_name = entry.first;  // flat or Megatron's nested module
+      auto it = by_name.find(flat_name);
       if (it == by_name.end() || it->second.expert >= 0) continue;
       it->second.group = group_of(it->second, dense);
       m.params.push_back(it->second);
@@ -185,6 +186,7 @@ ModelInfo read_model_info(const std::string& universal_dir) {
     m.pipeline = src.value("pipeline", false);
     m.tag = src.value("tag", m.tag);
     m.data_before_expert = src.value("data_before_expert", false);
+    m.ds_line = src.value("ds_line", std::string());
     if (src.contains("num_experts")) m.num_experts = src["num_experts"].get<std::vector<int>>();
     if (src.contains("zero_stage") && src["zero_stage"].is_number_integer()) m.source_zero_stage = src["zero_stage"];
     m.patterns_json = manifest.at("patterns").at("set");

@@ -55,6 +55,7 @@ struct ModelInfo {
   int source_tp = 1, source_pp = 1, source_dp = 1, source_ep = 1;
   bool source_bf16_optimizer = false;   // BF16_Optimizer shards (no zero_stage)
   bool native_moe = false;
+  std::string ds_line;                  // native MoE: DeepSpeed version line of the source (manifest), "" if not recorded
   std::vector<int> num_experts;         // native MoE: experts per MoE layer
   bool data_before_expert = false;      // use_data_before_expert_parallel_ rank order
   std::vector<int> expert_group_of;     // native MoE: common param_groups index per expert group (decay, no decay)

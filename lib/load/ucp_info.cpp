@@ -23,6 +23,7 @@ nlohmann::json TargetLayout::to_json() const {
           {"dtype", std::string(dtype_name(dtype))},
           {"bf16_optimizer", bf16_optimizer}};
   if (zero_stage == 3) j["sub_group_size"] = sub_group_size;
+  if (!ds_line.empty()) j["ds_line"] = ds_line;
   return j;
 }
 

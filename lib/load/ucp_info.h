@@ -21,6 +21,7 @@ struct TargetLayout {
   DType dtype = DType::BFloat16;  // low-precision module weights
   bool bf16_optimizer = false;    // BF16_Optimizer shards (bf16, ZeRO 0/1): padding kept, no zero_stage
   int64_t sub_group_size = 1000000000;  // ZeRO-3: zero_optimization.sub_group_size (DeepSpeed's default 1e9)
+  std::string ds_line;            // native MoE: DeepSpeed version line to write ("" = the source's)
   nlohmann::json to_json() const;
 };
 

@@ -19,6 +19,8 @@
 #include <sstream>
 
 #include "core/atomic_file.h"
+#include "layout/deepspeed/version_line.h"
+#include "load/moe_line.h"
 #include "core/error.h"
 #include "pec/checkpoint.h"
 #include "pec/plt.h"
@@ -66,6 +68,7 @@ int64_t at(const TokenMatrix& m, int l, int e) {
 }  // namespace
 
 RestoreResult pec_restore(const RestoreOptions& o) {
+  if (!o.ds_version.empty()) (void)layout::moe_version_line(o.ds_version);  // a usage error before any work
   auto t0 = std::chrono::steady_clock::now();
   RestoreResult res;
   auto warn = [&](const std::string& w) {
@@ -300,6 +303,10 @@ RestoreResult pec_restore(const RestoreOptions& o) {
       fs::create_directories((tmp_dir / path).parent_path());
     }
     tbb::parallel_for(size_t{0}, todo.size(), [&](size_t i) { write_file_durable((tmp_dir / *todo[i].first).string(), *todo[i].second); });
+    if (!o.ds_version.empty()) {  // another DeepSpeed version line than the one saved
+      if (base->layout == "universal") throw UsageError("--ds-version applies to native DeepSpeed MoE checkpoints, not universal ones");
+      load::relayout_moe_folder(tmp_dir.string(), layout::moe_version_line(o.ds_version));
+    }
     for (const auto& d : fs::recursive_directory_iterator(tmp_dir))
       if (d.is_directory()) fsync_dir(d.path().string());
     fsync_dir(tmp_dir.string());

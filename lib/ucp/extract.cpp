@@ -16,8 +16,10 @@
 #include "core/error.h"
 #include "io/torch/torch_file.h"
 #include "layout/deepspeed/files.h"
+#include "layout/deepspeed/module_tree.h"
 #include "layout/deepspeed/moe.h"
 #include "layout/deepspeed/pipeline.h"
+#include "layout/deepspeed/version_line.h"
 #include "tool/tool.h"
 #include "ucp/shard_reader.h"
 #include "ucp/value_json.h"
@@ -42,7 +44,7 @@ std::string shape_str(const std::vector<int64_t>& s) {
 }
 
 // name -> TP-local shape of one model-parallel rank: param_shapes when present; else (native MoE
-// files) the module tensors and the expert files.
+// files before DeepSpeed 0.19.3) the module tensors, flat or Megatron's nested dict, and the expert files.
 void collect_shapes(const ValuePtr& model, std::map<std::string, std::vector<int64_t>>& shapes) {
   if (auto ps = model->get("param_shapes"); ps && ps->is_sequence()) {
     for (const auto& group : ps->items)
@@ -54,9 +56,7 @@ void collect_shapes(const ValuePtr& model, std::map<std::string, std::vector<int
     for (const auto& [k, v] : ps->entries) shapes[k->as_str()] = v->as_shape();
     return;
   }
-  if (auto module = model->get("module"); module && module->kind == Kind::Dict)
-    for (const auto& [k, v] : module->entries)
-      if (v && v->kind == Kind::Tensor) shapes[k->as_str()] = v->tensor->shape();
+  for (const auto& [name, v] : layout::module_tensors(model->get("module"))) shapes[name] = v->tensor->shape();
 }
 
 // mp_world_size and Megatron's args against the degrees the file names give.
@@ -282,6 +282,8 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
   ValuePtr uc_info;
   std::vector<int> num_experts;
   bool data_before_expert = false;
+  layout::MoeFileFacts facts;  // what DeepSpeed version line the native MoE files follow
+  facts.expp_files = !L.expert_optim_files.empty();
   for (int mp = 0; mp < L.mp_count(); ++mp) {
     const auto& path = L.model_files[mp];
     ValuePtr root = load_torch(path);
@@ -299,6 +301,10 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
       uc_info = root->get("universal_checkpoint_info");
       if (auto ne = root->get("num_experts"); ne && ne->is_sequence())
         for (const auto& x : ne->items) num_experts.push_back(static_cast<int>(x->as_int()));
+      facts.param_shapes = root->contains("param_shapes");
+      facts.autoep_key = root->contains("ds_autoep_layers");
+      facts.module_metadata = layout::module_has_metadata(root->get("module"));
+      if (auto v = root->get("ds_version"); v && v->kind == Kind::Str) facts.ds_version = v->s;
     }
     collect_shapes(root, shapes[mp]);
   }
@@ -489,6 +495,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
                  {"num_experts", num_experts}, {"expert_files", L.expert_files.size()}};
   if (!numbering.is_null()) plan.source["pipeline_numbering"] = numbering;
   if (!layer_keys.is_null()) plan.source["layer_keys"] = layer_keys;
+  if (native_moe) plan.source["ds_line"] = layout::detect_moe_version_line(facts).name;
   return plan;
 }
 

@@ -1,6 +1,7 @@
 """dsgen: writes real DeepSpeed / Megatron-DeepSpeed checkpoints from seeded ground truth (run with
 Debian's /usr/bin/python3 and its torch). See docs/fixtures.md."""
 from . import stubs  # noqa: F401  (registers the DeepSpeed stand-in classes first)
+from . import dsmoe  # noqa: F401
 from .models import ModelConfig, build  # noqa: F401
 from .writer import Layout, write_checkpoint  # noqa: F401
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import dsmoe as dsmoe_files
 from . import stubs
 from .models import Model, Param
 
@@ -40,6 +41,7 @@ class Layout:
     # step); RNG states and pipeline layer files (cloned to CPU first, deepspeed/checkpoint/utils.py:41
     # clone_tensors_for_torch_save(device=cpu), used by pipe/module.py:637-641) stay "cpu".
     device_tags: bool = False
+    ds_line: str = "0.14"       # dsmoe: DeepSpeed version line of the MoE save path (dsmoe.LINES)
 
 
 # ---------------------------------------------------------------- ground truth
@@ -396,6 +398,7 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
             r0 = 0
             module = collections.OrderedDict()
             param_shapes = []
+            all_shapes, expert_local_keys = [], []  # dsmoe: every bit16 group, EP rank 0's local expert names
             for g, sizes, flats in group_sets[r0]:
                 lp_flat = flats["fp32"].to(lp_dtype)  # ZeRO keeps module params as views of this
                 shapes = collections.OrderedDict()
@@ -405,11 +408,29 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
                         module[p.name] = lp_flat.narrow(0, off, n).view(tp_shape(p, lay.tp))
                 if not g.moe:
                     param_shapes.append(shapes)
+                else:
+                    expert_local_keys += g.names
+                all_shapes.append(shapes)
             if not model.pipe:
                 order = [p.name for p in model.params if p.stage == s and p.expert is None]
                 module = collections.OrderedDict((n, module[n]) for n in order)
                 if not dsmoe:
                     module = nest_megatron_module(module)
+            if dsmoe:
+                base = {"lr_scheduler": {"last_batch_iteration": lay.step, "_last_lr": [1e-4]}, "data_sampler": None,
+                        "random_ltd": None, "sparse_tensor_module_names": set(), "skipped_steps": 0,
+                        "global_steps": lay.step, "global_samples": lay.step * 8 * lay.dp, "dp_world_size": lay.dp,
+                        "mp_world_size": lay.tp, "num_experts": list(model.num_experts)}
+                client = collections.OrderedDict([("args", args), ("checkpoint_version", 3.0), ("iteration", lay.step),
+                                                  ("tokens", lay.step * 8 * lay.dp * cfg.seq)])
+                if lay.uc_info:
+                    client["universal_checkpoint_info"] = uc_info
+                client["rng_state"] = _rng_state()
+                names = [p.expert_local_name if p.expert is not None else p.name for p in model.params
+                         if p.expert is None or p.expert_local_name in expert_local_keys]
+                sd = dsmoe_files.model_states(lay.ds_line, module, list(dict.fromkeys(names)),
+                                              all_shapes, base, client, _ds_config(lay), lay.zero)
+                _save(sd, os.path.join(ck, f"mp_rank_{mp:02d}_model_states.pt"), device, list(_tensors(sd["module"])))
             sd = collections.OrderedDict()
             sd["module"] = None if model.pipe else module
             if not dsmoe:
@@ -445,8 +466,9 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
             if lay.uc_info:
                 sd["universal_checkpoint_info"] = uc_info
             sd["rng_state"] = _rng_state()
-            _save(sd, os.path.join(ck, f"mp_rank_{mp:02d}_model_states.pt"), device,
-                  list(_tensors(sd["module"])) if sd["module"] else [])
+            if not dsmoe:
+                _save(sd, os.path.join(ck, f"mp_rank_{mp:02d}_model_states.pt"), device,
+                      list(_tensors(sd["module"])) if sd["module"] else [])
 
             # ---- pipeline layer files: compact clones (DeepSpeed clones before saving)
             if model.pipe:
@@ -466,10 +488,8 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
                     if p.expert is not None:
                         by_file.setdefault((p.moe_layer, p.expert), collections.OrderedDict())[p.name] = \
                             sl(p, "fp32").to(lp_dtype).clone()
-                for (ml, e), esd in by_file.items():
-                    torch.save(esd, os.path.join(ck, f"layer_{ml}_expert_{e}_mp_rank_{mp:02d}_model_states.pt"))
-                for r in range(lay.ep):
-                    torch.save({"optimizer": None}, os.path.join(ck, f"expp_rank_{r}_mp_rank_{mp:02d}_optim_states.pt"))
+                dsmoe_files.write_expert_files(lay.ds_line, ck, mp, by_file)
+                dsmoe_files.write_expp_files(lay.ds_line, ck, mp, lay.ep)
 
             # ---- optimizer shards, one per DP rank
             for d in range(lay.dp):
@@ -504,9 +524,10 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
                     osd["zero_stage"] = stubs.ZeroStageEnum(lay.zero)
                 osd["group_paddings"] = pads
                 osd["partition_count"] = counts
-                osd["ds_version"] = lay.ds_version
+                ds_version = dsmoe_files.LINES[lay.ds_line]["version"] if dsmoe else lay.ds_version
+                osd["ds_version"] = ds_version
                 osd["param_slice_mappings"] = maps
-                zsd = {"optimizer_state_dict": osd, "ds_config": _ds_config(lay), "ds_version": lay.ds_version}
+                zsd = {"optimizer_state_dict": osd, "ds_config": _ds_config(lay), "ds_version": ds_version}
                 _save(zsd, os.path.join(ck, f"{prefix}zero_pp_rank_{d}_mp_rank_{mp:02d}_optim_states.pt"),
                       device_of(d), list(_tensors(osd["base_optimizer_state"])) + fp32_parts)
         log(f"stage {s} written")

@@ -37,6 +37,11 @@ CI = [
      dict(tp=2, dp=3)),
 ]
 
+# Native MoE of every DeepSpeed version line (scripts/dsgen/dsmoe.py): EP 2 -> 4 -> 2 round trips and
+# --ds-version conversions (tests/load/moe_lines_test.cpp).
+MOE_LINES = ["0.14", "0.17.1", "0.19.2", "0.19.3", "0.19.5"]
+MOE_LINE_SOURCE = dict(dp=4, ep=2)
+
 FULL = CI + [
     ("gpt_tp4dp1_to_tp1dp8", GPT, dict(tp=4, dp=1), dict(tp=1, dp=8)),
     ("gpt_untied_swiglu_tp1_to_tp2dp2_fp32", GPT_UNTIED_SWIGLU, dict(tp=1, dp=1), dict(tp=2, dp=2, dtype="fp32")),

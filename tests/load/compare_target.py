@@ -128,8 +128,24 @@ def compare_weights(what, model, ours, ref, tp_rank, layer=None, ordered=True):
         compare_tensor(f"{what}[{k}]", ours[k], exp, mask)
 
 
+def flat_module(m, prefix=""):
+    """Megatron's nested module dict (native MoE) -> {engine parameter name: tensor}."""
+    if not isinstance(m, dict) or not any(isinstance(v, dict) for v in m.values()):
+        return m
+    out = {}
+    for k, v in m.items():
+        name = prefix + k
+        if isinstance(v, dict):
+            out.update(flat_module(v, name + ".") if any(isinstance(x, dict) for x in v.values())
+                       else {name + "." + kk: vv for kk, vv in v.items()})
+        else:
+            out[name] = v
+    return out
+
+
 def compare_model_file(model, ours, ref, fname, tp_rank, pipe_names, loaded=None):
     o, r = loaded if loaded else (load(ours), load(ref))
+    o, r = dict(o, module=flat_module(o["module"])), dict(r, module=flat_module(r["module"]))
     for key in ("dp_world_size", "mp_world_size", "num_experts"):
         if key in r and o.get(key) != r[key]:
             err(f"{fname}: {key} {o.get(key)} vs {r[key]}")

@@ -32,6 +32,8 @@ def main():
         gen(os.path.join(d, "src"), model, src)
         gen(os.path.join(d, "ref"), model, tgt)
         listing.append({"name": name, "target_args": cases.target_args(tgt), "source": src, "target": tgt})
+    for line in cases.MOE_LINES:
+        gen(os.path.join(out, "moe_lines", line), cases.DSMOE, dict(cases.MOE_LINE_SOURCE, ds_line=line))
     with open(os.path.join(out, "cases.json"), "w") as f:
         json.dump(listing, f, indent=1)
 

@@ -50,6 +50,9 @@ def main():
     os.makedirs(out)
     chain(out, "ds", STEPS)
     chain(out, "dbe", STEPS[:3], data_before_expert=True, bf16_optimizer=True)
+    # One checkpoint of each later DeepSpeed version line ("ds" above is the default 0.14 line).
+    for line in ("0.17.1", "0.19.2", "0.19.3", "0.19.5"):
+        chain(out, "line" + line, STEPS[:1], ds_line=line)
     tokens(out)
     with open(os.path.join(out, "done"), "w") as f:
         f.write("ok\n")

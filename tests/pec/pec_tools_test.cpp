@@ -121,6 +121,58 @@ TEST(PecTools, KEqualsERestoresTheFullCheckpointExactly) {
   EXPECT_TRUE(r["capacity_plan"].empty());
 }
 
+// Every DeepSpeed version line of native MoE (the chain above is the 0.14 line): pec-save and
+// pec-restore give back the source bytes, and ucp-union reads the restored folder as it reads the source.
+TEST(PecTools, EveryDeepSpeedVersionLineRestoresBitExactAndConverts) {
+  for (std::string line : {"0.17.1", "0.19.2", "0.19.3", "0.19.5"}) {
+    SCOPED_TRACE(line);
+    const std::string family = "line" + line, d = scratch("line" + line);
+    ASSERT_EQ(save(ckpt(family, 100), d + "/store", 100, "--policy sequential --k 4 --tokens " + tokens(100)), 0);
+    ASSERT_EQ(restore(d + "/store", d + "/out", "", d + "/restore.log"), 0) << slurp(d + "/restore.log");
+    EXPECT_EQ(tree_bytes(d + "/out/global_step100"), tree_bytes(step_dir(family, 100)));
+    ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + d + "/out --output " + d + "/u_out", d + "/u.log"), 0) << slurp(d + "/u.log");
+    ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + ckpt(family, 100) + " --output " + d + "/u_src", d + "/u.log"), 0)
+        << slurp(d + "/u.log");
+    EXPECT_EQ(tree_bytes(d + "/u_out/zero"), tree_bytes(d + "/u_src/zero"));
+    EXPECT_NE(slurp(d + "/u_out/manifest.json").find("\"ds_line\": \"" + line + "\""), std::string::npos);
+    fs::remove_all(d);
+  }
+}
+
+// pec-restore --ds-version: the 0.14 chain's step restored as every other line (then back as 0.14
+// from a 0.19.5 checkpoint): laid out as that line (tests/load/check_moe_line.py), param_shapes as the
+// generator writes them for that line, and ucp-union gives the same atomics as from the source.
+TEST(PecTools, RestoreAsAnotherDeepSpeedVersionLine) {
+  const std::string d = scratch("ds_version");
+  ASSERT_EQ(save(ckpt("ds", 100), d + "/store", 100, "--policy sequential --k 4 --tokens " + tokens(100)), 0);
+  ASSERT_EQ(save(ckpt("line0.19.5", 100), d + "/store95", 100, "--policy sequential --k 4 --tokens " + tokens(100)), 0);
+  ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + ckpt("ds", 100) + " --output " + d + "/u_src"), 0);
+  ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + ckpt("line0.19.5", 100) + " --output " + d + "/u_src95"), 0);
+  std::string check = std::string(UCPKIT_PYTHON) + " " + UCPKIT_SOURCE_DIR + "/tests/load/check_moe_line.py";
+  const std::string meta = ckpt("ds", 100) + "/truth/meta.json";
+  for (std::string line : {"0.17.1", "0.19.2", "0.19.3", "0.19.5", "0.14"}) {
+    SCOPED_TRACE(line);
+    const bool from95 = line == "0.14";
+    const std::string out = d + "/out" + line;
+    ASSERT_EQ(restore(d + (from95 ? "/store95" : "/store"), out, "--ds-version " + line, d + "/r.log"), 0) << slurp(d + "/r.log");
+    ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + out + " --output " + d + "/u" + line, d + "/u.log"), 0) << slurp(d + "/u.log");
+    EXPECT_EQ(tree_bytes(d + "/u" + line + "/zero"), tree_bytes(d + (from95 ? "/u_src95" : "/u_src") + "/zero"));
+    check += " " + out + " " + line + " 2 " + meta;
+  }
+  EXPECT_EQ(sh(check, d + "/check.log"), 0) << slurp(d + "/check.log");
+  // param_shapes built from the module and expert files = what the generator writes for 0.19.3.
+  const std::string cmp = std::string(UCPKIT_PYTHON) + " -c \"import sys; sys.path.insert(0, '" + UCPKIT_SOURCE_DIR +
+                          "/scripts'); import dsgen, torch; f = lambda p: [[(k, tuple(v)) for k, v in g.items()] for g in "
+                          "torch.load(p)['param_shapes']]; sys.exit(f(sys.argv[1]) != f(sys.argv[2]))\" " + d +
+                          "/out0.19.3/global_step100/mp_rank_00_model_states.pt " + step_dir("line0.19.3", 100) +
+                          "/mp_rank_00_model_states.pt";
+  EXPECT_EQ(sh(cmp, d + "/cmp.log"), 0) << slurp(d + "/cmp.log");
+  // An unknown line is a usage error before anything is written.
+  EXPECT_EQ(restore(d + "/store", d + "/bad", "--ds-version 0.12", d + "/bad.log"), 2) << slurp(d + "/bad.log");
+  EXPECT_FALSE(fs::exists(d + "/bad/global_step100"));
+  fs::remove_all(d);
+}
+
 TEST(PecTools, PltMatchesTokenCounts) {
   std::string d = scratch("plt");
   save_chain("ds", d + "/store", "--policy load-aware --k 1 --keep 5");

@@ -1,0 +1,127 @@
+"""Native DeepSpeed MoE (Megatron-DeepSpeed GPT-MoE, ZeRO-1/2) model-state files for each DeepSpeed
+version line of shared/docs/deepspeed-moe-format.md section 8. Line numbers are deepspeedai/DeepSpeed
+at the named tag and deepspeedai/Megatron-DeepSpeed 4efb479d. The same table lives in C++ in
+lib/layout/deepspeed/version_line.cpp (written independently from the sources, not from this file)."""
+import collections
+import os
+
+import torch
+
+# name -> what _save_moe_checkpoint writes in that line
+LINES = {
+    # v0.16.5 deepspeed/runtime/engine.py:3346-3453 (v0.14.0 :3165-3269): state = {...} :3428-3451,
+    # tensors saved as they are (module: views into the ZeRO flat lp buffer), expert files
+    # experts_state_dict = defaultdict(dict) :3373 with .clone().detach() :3388, expp :3410-3416.
+    "0.14": dict(metadata=True, compact=False, common=False, autoep=False, expp=True, version="0.16.5"),
+    # v0.17.1 engine.py:3483,3505,3545: clone_tensors_for_torch_save (checkpoint/utils.py:41-65):
+    # compact CPU copies, dicts rebuilt with type(d)({...}) so `_metadata` is gone.
+    "0.17.1": dict(metadata=False, compact=True, common=False, autoep=False, expp=True, version="0.17.1"),
+    # v0.19.2 engine.py:4377-4402: 'ds_autoep_layers': None after 'num_experts' (:4401).
+    "0.19.2": dict(metadata=False, compact=True, common=False, autoep=True, expp=True, version="0.19.2"),
+    # v0.19.3 engine.py:4988-4990: state = _common_checkpoint_state(...) (:4705-4726) then num_experts,
+    # ds_autoep_layers; expp file still written under ZeRO (:4933-4949).
+    "0.19.3": dict(metadata=False, compact=True, common=True, autoep=True, expp=True, version="0.19.3"),
+    # v0.19.5 engine.py:5066-5087: the expp file only without ZeRO; mp_rank as 0.19.3 (:5124-5126).
+    "0.19.5": dict(metadata=False, compact=True, common=True, autoep=True, expp=False, version="0.19.5"),
+}
+DEFAULT_LINE = "0.14"  # v0.14.0 - v0.17.0: what Megatron-DeepSpeed GPT-MoE runs were trained with
+
+
+def _with_metadata(od, keys=None):
+    """torch Module.state_dict (torch/nn/modules/module.py, state_dict): the top-level OrderedDict gets
+    _metadata[prefix[:-1]] = {'version': module._version} for every module in pre-order. Modelled from
+    the modules that own parameters (Megatron's parameter-less modules such as core_attention are not
+    listed); `keys`: the state_dict's keys in module order, including those popped after it ran."""
+    meta = collections.OrderedDict()
+    meta[""] = {"version": 1}
+    for k in (od.keys() if keys is None else keys):
+        parts = k.split(".")
+        for i in range(1, len(parts)):
+            meta.setdefault(".".join(parts[:i]), {"version": 1})
+    od._metadata = meta
+    return od
+
+
+def nested_module(flat, all_names, metadata):
+    """Megatron's GPTModel.state_dict_for_save_checkpoint (gpt_model.py:266-283) ->
+    TransformerLanguageModel (language_model.py:603-645) -> Embedding (:269-285): plain dicts for
+    language_model and embedding, torch state_dicts (OrderedDict) for word/position embeddings,
+    encoder (ParallelTransformer.state_dict) and output_layer. Expert keys were popped from the
+    encoder (language_model.py:628-631) and dropped by DeepSpeed's _get_non_moe_state_dict
+    (engine.py v0.16.5 :3336-3344); the gate stays. all_names: every parameter name of DP rank 0's
+    module in module order (experts with local indices), for the encoder's _metadata."""
+    lm = {}
+    emb = {}
+    enc = collections.OrderedDict()
+    out = collections.OrderedDict()
+    for name, t in flat.items():
+        rest = name[len("language_model."):]
+        if rest.startswith("embedding."):
+            sub, key = rest[len("embedding."):].split(".", 1)
+            emb.setdefault(sub, collections.OrderedDict())[key] = t
+        elif rest.startswith("encoder."):
+            enc[rest[len("encoder."):]] = t
+        elif rest.startswith("output_layer."):
+            out[rest[len("output_layer."):]] = t
+        else:
+            raise ValueError(name)
+    if metadata:
+        for od in emb.values():
+            _with_metadata(od)
+        _with_metadata(enc, [k[len("language_model.encoder."):] for k in all_names if k.startswith("language_model.encoder.")])
+        if out:
+            _with_metadata(out)
+    lm["embedding"] = emb
+    lm["encoder"] = enc
+    if out:
+        lm["output_layer"] = out
+    return {"language_model": lm}
+
+
+def model_states(line, module_flat, all_names, param_shapes, base, client, ds_config, zero_stage):
+    """mp_rank_XX_model_states.pt of `line`. module_flat: name -> lp tensor (views into the flat
+    buffer); param_shapes: every bit16 group's OrderedDict(local name -> Size) (engine.py v0.19.3
+    :5102-5135 _get_zero_param_shapes); base: DeepSpeed's scalar keys; client: Megatron's
+    client_state (checkpointing.py:254-281), merged last by state.update(client_state)."""
+    L = LINES[line]
+    if L["compact"]:
+        module_flat = collections.OrderedDict((k, v.clone()) for k, v in module_flat.items())
+    module = nested_module(module_flat, all_names, L["metadata"])
+    sd = {}  # DeepSpeed builds a plain dict (engine.py v0.16.5 :3428, v0.19.3 :4706 dict(...))
+    sd["module"] = module
+    if L["common"]:
+        frozen = collections.OrderedDict() if zero_stage >= 2 else None  # save_frozen_param (:4983)
+        sd["buffer_names"] = []
+        sd["optimizer"] = None
+        sd["param_shapes"] = param_shapes
+        sd["frozen_param_shapes"] = frozen
+        sd["shared_params"] = {}
+        sd["frozen_param_fragments"] = frozen
+    for k in ("lr_scheduler", "data_sampler", "random_ltd", "sparse_tensor_module_names", "skipped_steps",
+              "global_steps", "global_samples", "dp_world_size", "mp_world_size"):
+        sd[k] = base[k]
+    if L["common"]:
+        sd["ds_config"] = ds_config
+        sd["ds_version"] = L["version"]
+    sd["num_experts"] = base["num_experts"]
+    if L["autoep"]:
+        sd["ds_autoep_layers"] = None
+    sd.update(client)
+    return sd
+
+
+def write_expert_files(line, ck, mp, by_file):
+    """layer_{moe_layer_id}_expert_{global}_mp_rank_XX_model_states.pt (engine.py v0.16.5 :3373-3396):
+    a plain dict (an entry of defaultdict(dict)) of compact clones; clone_tensors_for_torch_save
+    keeps it a dict in later lines."""
+    for (ml, e), esd in by_file.items():
+        torch.save(dict(esd), os.path.join(ck, f"layer_{ml}_expert_{e}_mp_rank_{mp:02d}_model_states.pt"))
+
+
+def write_expp_files(line, ck, mp, ep):
+    """expp_rank_R_mp_rank_XX_optim_states.pt = {'optimizer': None} under ZeRO (v0.16.5 :3410-3416);
+    not written from v0.19.5 on."""
+    if not LINES[line]["expp"]:
+        return
+    for r in range(ep):
+        torch.save({"optimizer": None}, os.path.join(ck, f"expp_rank_{r}_mp_rank_{mp:02d}_optim_states.pt"))
