@@ -3,6 +3,7 @@
 // The constructs found in the real torch 2.11 files are covered by torch2_real_test.cpp.
 #include <filesystem>
 
+#include "io/pickle/unpickler.h"
 #include "support/process.h"
 #include "truth_check.h"
 
@@ -68,6 +69,23 @@ TEST(Torch2Constructs, UnrepresentableTensorsRefusedByName) {
     const std::string msg = load_error(file);
     EXPECT_NE(msg.find(fixture(file)), std::string::npos) << msg;
     EXPECT_NE(msg.find(what), std::string::npos) << msg;
+  }
+}
+
+// torch never nests _rebuild_from_type_v2 in itself; a pickle that does is refused (the reader
+// calls func(*args) itself, so nesting would otherwise recurse as deep as the input goes).
+TEST(Torch2Constructs, RebuildFromTypeNestedInItselfRefused) {
+  // (adjacent literals: a hex escape such as \x00 would otherwise swallow the following 'c')
+  static const char raw[] = "\x80\x02" "ctorch._tensor\n_rebuild_from_type_v2\n" "q\x00" "(" "h\x00"
+                            "ctorch\nTensor\n" "(" "h\x00" "ctorch\nTensor\n" ")}t}tR.";
+  const std::string pkl(raw, sizeof(raw) - 1);  // holds NUL bytes
+  std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(pkl.data()), pkl.size());
+  try {
+    ucpkit::pickle::unpickle(bytes, "nested.pkl");
+    ADD_FAILURE() << "no error";
+  } catch (const ucpkit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nested.pkl"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("_rebuild_from_type_v2 nested in itself"), std::string::npos) << e.what();
   }
 }
 

@@ -19,6 +19,7 @@ Ground truth comes from the torch 1.13 tensors the records were made from (truth
 import collections
 import json
 import os
+import shutil
 import sys
 import types
 
@@ -79,6 +80,10 @@ def main(out):
     torch.save({"w": Reduced(torch._utils._rebuild_wrapper_subclass,
                              (torch.Tensor, torch.float32, (2,), (1,), 0, torch.strided, torch.device("cpu"), False))},
                path("torch2_wrapper"))
+    # the real torch 2.11 files, for the truncation and mutation tests of torch_bad_input_test.cpp
+    real = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch2_real")
+    shutil.copy(os.path.join(real, "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"), path("torch2_real_zero3"))
+    shutil.copy(os.path.join(real, "torch2_values.pt"), path("torch2_real_values"))
 
 
 if __name__ == "__main__":

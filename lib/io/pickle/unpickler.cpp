@@ -374,6 +374,9 @@ ValuePtr Unpickler::reduce(ValuePtr callable, ValuePtr args) {
       if (a[0]->kind != Kind::Global) error(n + ": first argument is not a function: " + a[0]->repr(1));
       if (a[1]->kind != Kind::Global) error(n + ": second argument is not a class: " + a[1]->repr(1));
       if (a[2]->kind != Kind::Tuple) error(n + ": third argument is not a tuple");
+      // torch never nests it (func comes from _reduce_ex_internal); refusing keeps the recursion
+      // below one level however the input is built
+      if (a[0]->s == m && a[0]->name == n) error(n + " nested in itself");
       ValuePtr inner = reduce(a[0], a[2]);
       if (inner->kind != Kind::Tensor) {
         // e.g. a meta tensor (_rebuild_meta_tensor_no_storage) with attributes: kept as it was built
