@@ -146,6 +146,25 @@ std::shared_ptr<Storage> Storage::mapped(DType dtype, int64_t numel, std::shared
   return s;
 }
 
+std::shared_ptr<Storage> Storage::reinterpret(DType dtype) {
+  if (dtype == dtype_) return shared_from_this();
+  const uint64_t size = dtype_size(dtype);
+  if (nbytes() % size) throw Error("storage of " + std::to_string(nbytes()) + " bytes is not a whole number of " +
+                                   std::string(dtype_name(dtype)) + " elements");
+  const auto numel = static_cast<int64_t>(nbytes() / size);
+  std::shared_ptr<Storage> s;
+  if (file_) {
+    s = mapped(dtype, numel, file_, offset_);
+  } else if (!generator_ && !unbound_) {
+    s = owned(dtype, owned_);
+  } else {
+    throw Error("cannot reinterpret a generated or unbound storage");
+  }
+  s->key = key;
+  s->location = location;
+  return s;
+}
+
 std::shared_ptr<Storage> Storage::owned(DType dtype, std::vector<uint8_t> bytes) {
   if (bytes.size() % dtype_size(dtype) != 0) throw Error("storage byte size is not a multiple of the element size");
   auto s = std::make_shared<Storage>();

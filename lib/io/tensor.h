@@ -16,7 +16,7 @@ namespace ucpkit {
 class MappedFile;
 
 // One storage (untyped bytes + element type), as torch.save writes one record per storage.
-class Storage {
+class Storage : public std::enable_shared_from_this<Storage> {
  public:
   // A storage backed by `nbytes` bytes at `offset` of a mapped file (nothing is read until bytes()).
   static std::shared_ptr<Storage> mapped(DType dtype, int64_t numel, std::shared_ptr<const MappedFile> file,
@@ -47,6 +47,11 @@ class Storage {
   static std::shared_ptr<Storage> unbound(DType dtype, int64_t numel);
   void bind(std::shared_ptr<const MappedFile> file, uint64_t offset);
   bool is_bound() const { return file_ != nullptr || !unbound_; }
+
+  // The same bytes read as another element type (torch >= 2.1 _rebuild_tensor_v3 gives an untyped
+  // storage plus a dtype). Mapped or owned storages whose byte count the new element size divides;
+  // throws Error otherwise. Returns this storage when the dtype is already `dtype`.
+  std::shared_ptr<Storage> reinterpret(DType dtype);
 
   // Where the storage came from / should go: record key and device location ("cpu", "cuda:0").
   std::string key;

@@ -219,6 +219,9 @@ void mutate_file(const std::string& file, int rounds, uint64_t seed) {
   });
 }
 TEST(TorchInputRejection, RandomMutationsZip) { mutate_file("basic.pt", 3000, 1); }
+// real torch 2.11 files (_rebuild_from_type_v2, _rebuild_parameter_with_state, torch 2.x records)
+TEST(TorchInputRejection, TruncatedTorch2Zero3) { check_truncations("torch2_real_zero3.pt", 800); }
+TEST(TorchInputRejection, RandomMutationsTorch2) { mutate_file("torch2_real_values.pt", 1500, 3); }
 TEST(TorchInputRejection, RandomMutationsZipCheckpoint) { mutate_file("zero_pp_rank_0_mp_rank_00_optim_states.pt", 1500, 2); }
 TEST(TorchInputRejection, RandomMutationsLegacy) { mutate_file("legacy_objects.pt", 3000, 3); }
 

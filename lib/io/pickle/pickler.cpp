@@ -152,13 +152,29 @@ class Pickler {
       out_ += 'u';
     }
   }
-  void tensor(const Tensor& t) {
+  // A tensor as torch.save writes it: _rebuild_tensor_v2(storage, offset, size, stride,
+  // requires_grad, OrderedDict()), inside _rebuild_parameter(data, requires_grad, OrderedDict()) for
+  // a Parameter. With Python state (torch >= 2.0, torch/_tensor.py Tensor.__reduce_ex__ and
+  // torch/nn/parameter.py Parameter.__reduce_ex__) the record read is re-emitted:
+  // _rebuild_from_type_v2(_rebuild_tensor_v2, type, args, state) or
+  // _rebuild_parameter_with_state(data, requires_grad, OrderedDict(), state).
+  void tensor(const Value& v) {
+    const Tensor& t = *v.tensor;
     if (!opt_.storage_id) throw Error("pickler: tensors need a storage writer");
-    if (t.is_parameter) {
-      global("torch._utils", "_rebuild_parameter");
+    const bool from_type = v.tensor_type != nullptr;
+    const bool param_state = !from_type && t.is_parameter && v.tensor_state;
+    if (from_type) {
+      global("torch._tensor", "_rebuild_from_type_v2");
       out_ += '(';
+      global("torch._utils", "_rebuild_tensor_v2");
+      save(v.tensor_type);
+    } else if (t.is_parameter) {
+      global("torch._utils", param_state ? "_rebuild_parameter_with_state" : "_rebuild_parameter");
+      out_ += '(';
+      global("torch._utils", "_rebuild_tensor_v2");
+    } else {
+      global("torch._utils", "_rebuild_tensor_v2");
     }
-    global("torch._utils", "_rebuild_tensor_v2");
     out_ += '(';
     save(opt_.storage_id(t.storage()));
     out_ += 'Q';  // BINPERSID
@@ -168,10 +184,17 @@ class Pickler {
     out_ += (t.requires_grad && !t.is_parameter) ? '\x88' : '\x89';
     empty_ordered_dict();
     out_ += 't';
+    if (from_type) {  // args stay a tuple: func(*args) is called by _rebuild_from_type_v2
+      save(v.tensor_state ? v.tensor_state : Value::dict());
+      out_ += 't';
+      out_ += 'R';
+      return;
+    }
     out_ += 'R';
     if (t.is_parameter) {
       out_ += t.requires_grad ? '\x88' : '\x89';
       empty_ordered_dict();
+      if (param_state) save(v.tensor_state);
       out_ += 't';
       out_ += 'R';
     }
@@ -283,7 +306,7 @@ class Pickler {
         break;
       case Kind::Dtype: global("torch", dtype_name(v.dtype)); break;
       case Kind::Tensor:
-        tensor(*v.tensor);
+        tensor(v);
         memoize(p);
         break;
       case Kind::Global:

@@ -119,6 +119,30 @@ std::vector<uint32_t> utf8_code_points(std::string_view s) {
   return cps;
 }
 
+// Tensor reconstructors torch emits for tensors ucpkit cannot represent (torch/_tensor.py
+// _reduce_ex_internal; torch/_utils.py): a clear error naming the construct, never an opaque object.
+const char* unsupported_tensor_construct(const std::string& m, const std::string& n) {
+  static const std::pair<std::string_view, const char*> utils[] = {
+      {"_rebuild_sparse_tensor", "sparse tensor"},
+      {"_rebuild_sparse_csr_tensor", "sparse CSR tensor"},
+      {"_rebuild_qtensor", "quantized tensor"},
+      {"_rebuild_nested_tensor", "nested tensor"},
+      {"_rebuild_wrapper_subclass", "tensor wrapper subclass"},
+      {"_rebuild_device_tensor_from_numpy", "device tensor from numpy (xla/mtia)"},
+      {"_rebuild_xla_tensor", "xla tensor"},
+      {"_rebuild_device_tensor_from_cpu_tensor", "device tensor from a cpu tensor (xla/maia/mtia)"},
+      {"_rebuild_mps_tensor", "mps tensor"},
+  };
+  if (m == "torch._utils")
+    for (const auto& [name, what] : utils)
+      if (name == n) return what;
+  return nullptr;
+}
+
+std::string supported_dtype_names() {
+  return "float32, float16, bfloat16, float64, int8, int16, int32, int64, uint8, bool";
+}
+
 bool is_torch_dtype_name(std::string_view name, DType& out) {
   static const std::pair<std::string_view, DType> names[] = {
       {"float32", DType::Float32}, {"float", DType::Float32},   {"float16", DType::Float16},
@@ -315,13 +339,60 @@ ValuePtr Unpickler::reduce(ValuePtr callable, ValuePtr args) {
         error(std::string("bad tensor: ") + e.what());
       }
     }
+    if (m == "torch._utils" && n == "_rebuild_tensor_v3") {
+      // torch >= 2.1 for the dtypes TypedStorage cannot name (torch/_tensor.py _reduce_ex_internal:
+      // storage.UntypedStorage + dtype as the 7th argument; torch/_utils.py _rebuild_tensor_v3).
+      if (a.size() < 7) error(n + " expects at least 7 arguments");
+      if (a[0]->kind != Kind::Tensor) error(n + ": first argument is not a storage");
+      if (a[6]->kind != Kind::Dtype)
+        error(n + ": unsupported dtype " + a[6]->repr(1) + " (ucpkit handles " + supported_dtype_names() + ")");
+      try {
+        auto storage = a[0]->tensor->storage()->reinterpret(a[6]->dtype);
+        Tensor t(std::move(storage), a[1]->as_int(), a[2]->as_shape(), a[3]->as_shape());
+        if (a[4]->kind == Kind::Bool) t.requires_grad = a[4]->b;
+        return Value::of_tensor(std::move(t));
+      } catch (const Error& e) {
+        error(std::string("bad tensor (") + n + "): " + e.what());
+      }
+    }
     if (m == "torch._utils" && (n == "_rebuild_parameter" || n == "_rebuild_parameter_with_state")) {
       if (a.size() < 2 || a[0]->kind != Kind::Tensor) error(n + ": first argument is not a tensor");
+      if (n == "_rebuild_parameter_with_state" && a.size() < 4) error(n + " expects 4 arguments");
       auto v = Value::of_tensor(*a[0]->tensor);
       v->tensor->is_parameter = true;
       v->tensor->requires_grad = a[1]->kind == Kind::Bool ? a[1]->b : a[1]->as_int() != 0;
+      // torch/_utils.py _rebuild_parameter_with_state: the 4th argument is the Parameter's Python
+      // state (torch/nn/parameter.py Parameter.__reduce_ex__ emits it only when non-empty).
+      if (n == "_rebuild_parameter_with_state") v->tensor_state = a[3];
       return v;
     }
+    if (m == "torch._tensor" && n == "_rebuild_from_type_v2") {
+      // torch >= 2.0 for a tensor with Python state (torch/_tensor.py Tensor.__reduce_ex__):
+      // (func, type, args, state); the tensor is func(*args), the state its __dict__ (or a
+      // (dict, slots) tuple). func is a reference only: it is called here, not by the pickle.
+      if (a.size() != 4) error(n + " expects 4 arguments");
+      if (a[0]->kind != Kind::Global) error(n + ": first argument is not a function: " + a[0]->repr(1));
+      if (a[1]->kind != Kind::Global) error(n + ": second argument is not a class: " + a[1]->repr(1));
+      if (a[2]->kind != Kind::Tuple) error(n + ": third argument is not a tuple");
+      // torch never nests it (func comes from _reduce_ex_internal); refusing keeps the recursion
+      // below one level however the input is built
+      if (a[0]->s == m && a[0]->name == n) error(n + " nested in itself");
+      ValuePtr inner = reduce(a[0], a[2]);
+      if (inner->kind != Kind::Tensor) {
+        // e.g. a meta tensor (_rebuild_meta_tensor_no_storage) with attributes: kept as it was built
+        auto v = std::make_shared<Value>();
+        v->kind = Kind::Object;
+        v->object = std::make_shared<Object>();
+        v->object->callable = std::move(callable);
+        v->object->args = std::move(args);
+        return v;
+      }
+      auto v = Value::of_tensor(*inner->tensor);
+      v->tensor_type = a[1];
+      v->tensor_state = a[3];
+      return v;
+    }
+    if (const char* what = unsupported_tensor_construct(m, n)) error("unsupported " + std::string(what) + " (" + m + "." + n + ")");
     if (m == "torch" && n == "Size") {
       if (a.size() != 1 || !a[0]->is_sequence()) error("torch.Size expects one tuple");
       try {
@@ -752,6 +823,8 @@ void Unpickler::validate(const ValuePtr& root) {
       c.push_back(val.get());
     }
     if (v->dict_state) c.push_back(v->dict_state.get());
+    if (v->tensor_type) c.push_back(v->tensor_type.get());
+    if (v->tensor_state) c.push_back(v->tensor_state.get());
     if (v->object) {
       for (auto* p : {v->object->callable.get(), v->object->args.get(), v->object->kwargs.get(), v->object->state.get()})
         if (p) c.push_back(p);

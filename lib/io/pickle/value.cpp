@@ -358,6 +358,8 @@ ValuePtr deep_copy(const ValuePtr& root) {
       val = copy(val);
     }
     c->dict_state = copy(c->dict_state);
+    c->tensor_type = copy(c->tensor_type);
+    c->tensor_state = copy(c->tensor_state);
     if (v->tensor) c->tensor = std::make_shared<ucpkit::Tensor>(*v->tensor);
     if (v->object) {
       auto o = std::make_shared<Object>(*v->object);
@@ -394,6 +396,8 @@ void release_tree(ValuePtr root) {
     }
     v->entries.clear();
     take(v->dict_state);
+    take(v->tensor_type);
+    take(v->tensor_state);
     if (v->object) {
       auto o = std::move(v->object);
       take(o->callable);

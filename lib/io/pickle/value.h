@@ -53,6 +53,14 @@ struct Value {
   std::vector<int64_t> shape;    // Shape
   DType dtype = DType::Float32;  // Dtype
   std::shared_ptr<ucpkit::Tensor> tensor;
+  // Tensor with Python state, as torch >= 2.0 pickles it (torch/_tensor.py Tensor.__reduce_ex__):
+  //  * tensor_type set: torch._tensor._rebuild_from_type_v2(func, tensor_type, args, tensor_state), the
+  //    tensor being func(*args) (a plain tensor carrying attributes, e.g. DeepSpeed's {'ds_id': '0_29'});
+  //  * tensor_type null, tensor_state set, tensor->is_parameter: a Parameter with attributes,
+  //    torch._utils._rebuild_parameter_with_state(data, requires_grad, hooks, tensor_state).
+  // The writer re-emits the same record. Null for tensors without Python state.
+  ValuePtr tensor_type;
+  ValuePtr tensor_state;
   std::shared_ptr<Object> object;
 
   // --- constructors ---

@@ -2,6 +2,7 @@
 #include "io/torch/torch_file.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -230,23 +231,51 @@ std::span<const uint8_t> text_bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
-// Writes the records of a torch file in torch.save's order; `generated(k, storage)` handles each
+// torch >= 2.0's `.data/serialization_id`: 40 decimal digits, a 20-digit hash of the record names
+// and 20 digits of a CRC (caffe2/serialize/inline_container.cc writeSerializationId). torch hashes
+// with c10::hash and combines the CRCs of every record; it never reads the id back. Ours is
+// FNV-1a over the names and the CRC-32 of data.pkl, known before the storages are written (the
+// deferred writer fills them later), so the id is deterministic for a given pickle.
+std::string serialization_id(const std::vector<std::string>& names, const std::string& pkl) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& n : names) {
+    for (unsigned char c : n) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;
+  }
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%020llu%020llu", static_cast<unsigned long long>(h),
+                static_cast<unsigned long long>(crc32_update(0, text_bytes(pkl))));
+  return buf;
+}
+
+// Writes the records of a torch file in torch >= 2.0 torch.save's order (torch/serialization.py
+// _save: data.pkl, .format_version "1", .storage_alignment "64", byteorder, data/<key> in key order;
+// then PyTorchStreamWriter::writeEndOfFile: version "3\n", .data/serialization_id). torch 1.13 reads
+// such files (it ignores the records it does not know). `generated(k, storage)` handles each
 // generated storage (streamed now, or reserved for later).
 void write_records(ZipWriter& zip, const std::string& prefix, const std::string& pkl,
                    const std::vector<std::shared_ptr<Storage>>& order,
                    const std::function<void(const std::string&, const std::shared_ptr<Storage>&)>& generated) {
-  zip.add(prefix + "/data.pkl", text_bytes(pkl));
-  static const std::string kByteOrder = "little";
-  zip.add(prefix + "/byteorder", text_bytes(kByteOrder));
+  std::vector<std::string> names;
+  auto text = [&](const std::string& name, const std::string& value) {
+    names.push_back(name);
+    zip.add(prefix + "/" + name, text_bytes(value));
+  };
+  text("data.pkl", pkl);
+  text(".format_version", "1");
+  text(".storage_alignment", "64");
+  text("byteorder", "little");
   for (size_t k = 0; k < order.size(); ++k) {
-    const std::string name = prefix + "/data/" + std::to_string(k);
+    names.push_back("data/" + std::to_string(k));
+    const std::string name = prefix + "/" + names.back();
     if (order[k]->is_generated())
       generated(name, order[k]);
     else
       zip.add(name, order[k]->bytes());
   }
-  static const std::string kVersion = "3\n";
-  zip.add(prefix + "/version", text_bytes(kVersion));
+  text("version", "3\n");
+  const std::string id = serialization_id(names, pkl);
+  text(".data/serialization_id", id);
 }
 
 }  // namespace
