@@ -13,8 +13,8 @@ for name in sorted(os.listdir(os.path.join(b, "zero"))):
         if f == "step.pt" and not os.path.exists(os.path.join(a, "zero", name, f)):
             no_step += 1  # ds_to_universal writes no step.pt for ZeRO-3 (formats.md section 2)
             continue
-        x = torch.load(os.path.join(a, "zero", name, f), map_location="cpu")
-        y = torch.load(os.path.join(d, f), map_location="cpu")
+        x = torch.load(os.path.join(a, "zero", name, f), map_location="cpu", weights_only=False)
+        y = torch.load(os.path.join(d, f), map_location="cpu", weights_only=False)
         px = x["param"] if isinstance(x, dict) else x
         py = y["param"] if isinstance(y, dict) else y
         if isinstance(x, dict) and isinstance(y, dict):

@@ -73,7 +73,7 @@ def torch2_zip(pickled_zip, dst):
 
 
 def rewrite(path):
-    obj = torch.load(path)
+    obj = torch.load(path, weights_only=False)
     osd = obj.get("optimizer_state_dict") if isinstance(obj, dict) else None
     if isinstance(osd, dict) and int(osd.get("zero_stage", 0)) == 3 and "fp32_flat_groups" in osd:
         osd["fp32_flat_groups"] = [AttributedTensor(t, {"ds_id": f"{2 * s}_{2 * s + 1}"})

@@ -59,7 +59,7 @@ def save(name, obj, legacy=False, pickle_module=None, check=True, protocol=None)
     torch.save(obj, path, **kw)
     write_truth(name, obj, path, legacy)
     if check:  # the truth must describe what torch itself loads back
-        back = torch.load(path)
+        back = torch.load(path, weights_only=False)
         problems = truth.diff(truth.describe(obj), truth.describe(back))
         assert not problems, (name, problems)
     return path
@@ -449,7 +449,7 @@ with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
     z.writestr("archive/data/0", struct.pack("<4f", 1, 2, 3, 4))
     z.writestr("archive/version", "3\n")
 open(os.path.join(OUT, "handmade_ok.pt"), "wb").write(buf.getvalue())
-assert torch.equal(torch.load(os.path.join(OUT, "handmade_ok.pt")), torch.tensor([1.0, 2, 3, 4]))
+assert torch.equal(torch.load(os.path.join(OUT, "handmade_ok.pt"), weights_only=False), torch.tensor([1.0, 2, 3, 4]))
 write_truth("handmade_ok", torch.tensor([1.0, 2, 3, 4]), os.path.join(OUT, "handmade_ok.pt"), False)
 # legacy file whose storage count claims far more elements than follow
 lp = os.path.join(OUT, "legacy_single.pt")

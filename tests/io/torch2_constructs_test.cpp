@@ -50,7 +50,7 @@ TEST(Torch2Constructs, LayoutKeptAndWrittenBack) {
   ucpkit::save_torch_file(out, tf.root);
   std::string log;
   int rc = ucpkit::testing::run_command(
-      std::string(UCPKIT_PYTHON) + " -c \"import sys, torch; o = torch.load(sys.argv[1]); "
+      std::string(UCPKIT_PYTHON) + " -c \"import sys, torch; o = torch.load(sys.argv[1], weights_only=False); "
       "sys.exit(0 if o['layout'] is torch.strided and o['t'].tolist() == [1.0, 1.0] else 1)\" " + out, &log);
   EXPECT_EQ(rc, 0) << log;
 }

@@ -144,7 +144,7 @@ def main():
     for p in (orig, written):
         try:
             loaded.append(truth.describe(torch.load(p, weights_only=False) if torch.__version__ >= "2"
-                                         else torch.load(p)))
+                                         else torch.load(p, weights_only=False)))
         except Exception as e:  # noqa: BLE001
             loaded.append(f"{type(e).__name__}: {e}")
     if isinstance(loaded[0], str) != isinstance(loaded[1], str):

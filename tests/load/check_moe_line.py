@@ -44,7 +44,7 @@ def main(ck_dir, line, ep, meta_path):
     del errors[:]
     tag = open(os.path.join(ck_dir, "latest")).read().strip()
     d = os.path.join(ck_dir, tag)
-    sd = torch.load(os.path.join(d, "mp_rank_00_model_states.pt"), map_location="cpu")
+    sd = torch.load(os.path.join(d, "mp_rank_00_model_states.pt"), map_location="cpu", weights_only=False)
     check(type(sd) is dict, f"state is a {type(sd).__name__}, DeepSpeed saves a dict")
     want = KEYS[line] + [k for k in CLIENT if k in sd]
     check(list(sd.keys()) == want, f"keys {list(sd.keys())} != {want}")
@@ -87,7 +87,7 @@ def main(ck_dir, line, ep, meta_path):
             for local in range(per):
                 g = ep_rank * per + local
                 f = os.path.join(d, f"layer_{moe_layer_id}_expert_{g}_mp_rank_00_model_states.pt")
-                esd = torch.load(f, map_location="cpu")
+                esd = torch.load(f, map_location="cpu", weights_only=False)
                 check(type(esd) is dict, f"{f}: a {type(esd).__name__}, DeepSpeed saves a plain dict")
                 for key in list(esd.keys()):
                     esd[key.replace(f"{prefix}{g}", f"{prefix}{local}")] = esd.pop(key)
@@ -127,7 +127,7 @@ def main(ck_dir, line, ep, meta_path):
     else:
         check(expp == sorted(f"expp_rank_{r}_mp_rank_00_optim_states.pt" for r in range(ep)), f"expp files {expp}")
         for f in expp:
-            check(torch.load(os.path.join(d, f)) == {"optimizer": None}, f"{f} is not {{'optimizer': None}}")
+            check(torch.load(os.path.join(d, f), weights_only=False) == {"optimizer": None}, f"{f} is not {{'optimizer': None}}")
     if errors:
         for e in errors:
             print(f"check_moe_line {line}: {e}", file=sys.stderr)

@@ -30,7 +30,7 @@ def err(msg):
 
 
 def load(p):
-    return torch.load(p, map_location="cpu")
+    return torch.load(p, map_location="cpu", weights_only=False)
 
 
 class Model:

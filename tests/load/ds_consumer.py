@@ -75,12 +75,12 @@ def locations(path):
     def ml(storage, loc):
         tags.append(loc)
         return storage
-    torch.load(path, map_location=ml)
+    torch.load(path, map_location=ml, weights_only=False)
     return tags
 
 
 def load(path):
-    return torch.load(path, map_location="cpu")
+    return torch.load(path, map_location="cpu", weights_only=False)
 
 
 # ------------------------------------------------------------------ expected tensors

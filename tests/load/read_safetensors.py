@@ -41,7 +41,7 @@ def main():
                 continue
             t = torch.frombuffer(bytearray(raw[base + a:base + b]), dtype=tdtype).reshape(e["shape"])
             total += b - a
-            ref = torch.load(os.path.join(uni, "zero", name, "fp32.pt"))["param"].to(tdtype)
+            ref = torch.load(os.path.join(uni, "zero", name, "fp32.pt"), weights_only=False)["param"].to(tdtype)
             if not torch.equal(t, ref):
                 errors.append(f"{name}: values differ")
     if total != index["metadata"]["total_size"]:

@@ -300,7 +300,7 @@ TEST(LoadBadInput, ZeroThreeSourceInconsistentSubGroupsOrModelFiles) {
   fs::copy(d / "u", d / "groups", fs::copy_options::recursive);
   const std::string opt = (d / "groups" / "zero" / "optimizer_state.pt").string();
   ASSERT_EQ(sh(kPy + " -c \"import sys; sys.path.insert(0, '" + kSrc + "/scripts'); import dsgen, torch; o = torch.load('" +
-                   opt + "'); o['param_groups'][1]['params'] = [0]; torch.save(o, '" + opt + "')\"",
+                   opt + "', weights_only=False); o['param_groups'][1]['params'] = [0]; torch.save(o, '" + opt + "')\"",
                &out),
             0)
       << out;

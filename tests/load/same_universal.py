@@ -53,7 +53,7 @@ def main():
             if filecmp.cmp(os.path.join(a, rel), pb, shallow=False):
                 same_bytes += 1
                 continue
-            x, y = torch.load(os.path.join(a, rel)), torch.load(pb)
+            x, y = torch.load(os.path.join(a, rel), weights_only=False), torch.load(pb, weights_only=False)
             if f == "step.pt" or (isinstance(x, dict) and isinstance(y, dict)):
                 errors.append(f"{rel}: differs")
                 continue

@@ -51,8 +51,8 @@ def main(out, gen):
             if not os.path.exists(ours_path):
                 err(f"{name}/{state}.pt missing")
                 continue
-            ours = torch.load(ours_path)
-            ref = torch.load(os.path.join(truth, "universal", "zero", name, f"{state}.pt"))
+            ours = torch.load(ours_path, weights_only=False)
+            ref = torch.load(os.path.join(truth, "universal", "zero", name, f"{state}.pt"), weights_only=False)
             if torch.is_tensor(ref):  # ZeRO-3: bare flat tensors
                 if not same_value(ref, ours):
                     err(f"{name}/{state}.pt differs from the flat reference")
@@ -70,21 +70,21 @@ def main(out, gen):
                         if ours[k].shape == ref[k].shape:
                             detail += f", max diff {(ours[k].double() - ref[k].double()).abs().max().item():.3g}"
                     err(f"{name}/{state}.pt[{k!r}] differs{detail}")
-        step_ref = torch.load(os.path.join(truth, "universal", "zero", name, "step.pt"))
+        step_ref = torch.load(os.path.join(truth, "universal", "zero", name, "step.pt"), weights_only=False)
         sp = os.path.join(zero, name, "step.pt")
         if not os.path.exists(sp):
             err(f"{name}/step.pt missing")
-        elif not same_value(step_ref, torch.load(sp)):
-            err(f"{name}/step.pt differs: {torch.load(sp)!r} vs {step_ref!r}")
+        elif not same_value(step_ref, torch.load(sp, weights_only=False)):
+            err(f"{name}/step.pt differs: {torch.load(sp, weights_only=False)!r} vs {step_ref!r}")
 
     ck = os.path.join(gen, open(os.path.join(gen, "latest")).read().strip())
     src = sorted(glob.glob(os.path.join(ck, "*zero_pp_rank_0_mp_rank_00_optim_states.pt")))[0]
-    osd = torch.load(src)["optimizer_state_dict"]
+    osd = torch.load(src, weights_only=False)["optimizer_state_dict"]
     expect = {k: v for k, v in osd.items()
               if k not in ("base_optimizer_state", "param_slice_mappings", "single_partition_of_fp32_groups")}
     base = osd.get("base_optimizer_state", osd.get("optimizer_state_dict"))
     expect["param_groups"] = base["param_groups"] if isinstance(base, dict) else []
-    got = torch.load(os.path.join(zero, "optimizer_state.pt"))
+    got = torch.load(os.path.join(zero, "optimizer_state.pt"), weights_only=False)
     if list(got.keys()) != list(expect.keys()):
         err(f"optimizer_state.pt keys {list(got.keys())} != {list(expect.keys())}")
     else:

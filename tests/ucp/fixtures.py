@@ -72,7 +72,7 @@ def main():
     shutil.rmtree(bad, ignore_errors=True)
     shutil.copytree(src, bad, ignore=shutil.ignore_patterns("truth"))
     f = os.path.join(bad, "global_step100", "mp_rank_01_model_states.pt")
-    sd = torch.load(f)
+    sd = torch.load(f, weights_only=False)
     for group in sd["param_shapes"]:
         for k, v in group.items():
             if k.endswith("self_attention.dense.weight"):
@@ -83,7 +83,7 @@ def main():
     shutil.rmtree(drift, ignore_errors=True)
     shutil.copytree(src, drift, ignore=shutil.ignore_patterns("truth"))
     f = os.path.join(drift, "global_step100", "bf16_zero_pp_rank_0_mp_rank_01_optim_states.pt")
-    sd = torch.load(f)
+    sd = torch.load(f, weights_only=False)
     osd = sd["optimizer_state_dict"]
     for g, mapping in enumerate(osd["param_slice_mappings"]):
         for k, frag in mapping.items():

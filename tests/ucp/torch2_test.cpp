@@ -83,7 +83,7 @@ TEST(Torch2, SparseTensorRefused) {
   auto ck = torch2_zero3(d, "bf16");
   const fs::path f = ck / "global_step100" / "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt";
   auto s = run(kPython + " -c \"import sys; sys.path.insert(0, sys.argv[2]); from dsgen import stubs; import torch; "
-               "o=torch.load(sys.argv[1]); g=o['optimizer_state_dict']['fp32_flat_groups']; "
+               "o=torch.load(sys.argv[1], weights_only=False); g=o['optimizer_state_dict']['fp32_flat_groups']; "
                "g[0]=torch.sparse_coo_tensor([[0, 2]], [1.0, 2.0], (g[0].numel(),)); torch.save(o, sys.argv[1])\" " +
                q(f) + " " + q(fs::path(kSource) / "scripts"));
   ASSERT_EQ(s.rc, 0) << s.out;
