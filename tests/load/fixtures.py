@@ -1,6 +1,7 @@
 """Source checkpoints and reference target checkpoints (dsgen, same seed and ground truth) for the
 ucp-load round-trip tests. Usage: /usr/bin/python3 tests/load/fixtures.py <outdir> [--full]
 Writes <outdir>/<case>/src and <outdir>/<case>/ref, and <outdir>/cases.json."""
+import hashlib
 import json
 import os
 import shutil
@@ -13,13 +14,32 @@ import dsgen  # noqa: E402
 import cases  # noqa: E402
 
 
+def _generator_digest():
+    """The generator's source: a fixture made by another version of it is made again (a build folder
+    outlives changes to scripts/dsgen)."""
+    h = hashlib.sha256()
+    gdir = os.path.join(HERE, "..", "..", "scripts", "dsgen")
+    for name in sorted(os.listdir(gdir)):
+        if name.endswith(".py"):
+            with open(os.path.join(gdir, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()
+
+
+GENERATOR = _generator_digest()
+
+
 def gen(out, model, layout):
-    if os.path.exists(os.path.join(out, "latest")):
+    stamp = out.rstrip("/") + ".generated"  # beside the checkpoint, not in it
+    key = json.dumps([GENERATOR, model, layout], sort_keys=True)
+    if os.path.exists(os.path.join(out, "latest")) and os.path.exists(stamp) and open(stamp).read() == key:
         return
     shutil.rmtree(out, ignore_errors=True)
     cfg = dsgen.ModelConfig(**model)
     lay = dsgen.Layout(**layout)
     dsgen.generate(out, cfg, lay, truth=True)
+    with open(stamp, "w") as f:
+        f.write(key)
 
 
 def main():
