@@ -134,6 +134,8 @@ json plan_to_json(const Plan& plan) { return json::parse(plan_json_text(plan)); 
 std::string plan_json_text(const Plan& plan, const json& extra) {
   std::vector<std::vector<int>> counts;
   const int width = log2phy_width(plan, counts);
+  std::string padding;
+  for (int i = 0; i < width; ++i) padding += ",-1";
   json head = plan_header(plan);
   for (auto it = extra.begin(); it != extra.end(); ++it) head[it.key()] = it.value();
   std::string text = head.dump();
@@ -147,7 +149,19 @@ std::string plan_json_text(const Plan& plan, const json& extra) {
     auto l2p = log2phy(plan.layers[l], plan.experts, width);
     for (size_t e = 0; e < l2p.size(); ++e) {
       if (e) text += ',';
-      append_ints(text, l2p[e]);
+      // The valid ids, then the -1 padding as one append (most of a padded log2phy is padding).
+      const size_t valid = static_cast<size_t>(std::max(0, counts[l][e]));
+      bool trailing = valid > 0 && valid < l2p[e].size();
+      for (size_t i = valid; trailing && i < l2p[e].size(); ++i) trailing = l2p[e][i] == -1;
+      if (!trailing) {
+        append_ints(text, l2p[e]);
+        continue;
+      }
+      std::vector<int> head(l2p[e].begin(), l2p[e].begin() + static_cast<std::ptrdiff_t>(valid));
+      append_ints(text, head);
+      text.pop_back();  // reopen the list
+      text.append(padding, 0, 3 * (l2p[e].size() - valid));
+      text += ']';
     }
     text += "],\"logcnt\":";
     append_ints(text, counts[l]);
