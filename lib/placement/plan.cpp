@@ -139,6 +139,14 @@ std::string plan_json_text(const Plan& plan, const json& extra) {
   json head = plan_header(plan);
   for (auto it = extra.begin(); it != extra.end(); ++it) head[it.key()] = it.value();
   std::string text = head.dump();
+  // Reserve the whole document once: growing a ~20 MB string by doubling copies and page-faults it
+  // again at every step. Ids (phy2log and log2phy) take at most 7 characters with the comma, padding
+  // 3, GPU loads about 24.
+  size_t estimate = text.size() + 64;
+  for (size_t l = 0; l < plan.layers.size(); ++l)
+    estimate += 14 * plan.layers[l].phy2log.size() + static_cast<size_t>(plan.experts) * (3 * width + 12) +
+                24 * static_cast<size_t>(plan.cluster.gpus()) + 4096;
+  text.reserve(estimate);
   text.pop_back();  // reopen the object to add "layers"
   text += ",\"layers\":[";
   for (size_t l = 0; l < plan.layers.size(); ++l) {
