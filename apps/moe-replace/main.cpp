@@ -1,4 +1,7 @@
 // moe-replace: load-balanced, failure-tolerant expert placement and re-placement.
+#include <unistd.h>
+
+#include <filesystem>
 #include <iostream>
 
 #include "core/atomic_file.h"
@@ -89,6 +92,14 @@ int main(int argc, char** argv) {
     for (const auto& note : out.notes) tool::warn(note);
     if (out.migration && !out.migration->lost.empty())
       tool::warn(std::to_string(out.migration->lost.size()) + " experts have no surviving replica");
+    // Every output's folder is checked before the first is written, so an unwritable one leaves
+    // none of them behind.
+    for (const std::string& path : {output, svg, sglang_out, vllm_out}) {
+      if (path.empty()) continue;
+      std::filesystem::path dir = std::filesystem::path(path).parent_path();
+      if (dir.empty()) dir = ".";
+      if (::access(dir.c_str(), W_OK) != 0) throw Error(path + ": folder " + dir.string() + " is not writable");
+    }
     write_file_atomic(output, out.plan_text);
     if (!svg.empty()) write_file_atomic(svg, out.svg);
     if (!sglang_out.empty()) write_file_atomic(sglang_out, out.sglang_text);

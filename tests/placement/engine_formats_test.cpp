@@ -130,4 +130,11 @@ TEST_F(EngineFormats, BadDumpsFailCleanly) {
     EXPECT_FALSE(fs::exists(dir / "out.json"));
     EXPECT_FALSE(fs::exists(dir / "s.json"));
   }
+  // An engine file in a folder that does not exist: nothing is written, not even the plan.
+  ShellRun r = sh(tool + " --loads " + p("loads.json") + " --nodes 2 --gpus-per-node 4 --slots-per-gpu 2 --output " +
+                      p("out.json") + " --vllm-eplb-state " + p("missing/v.safetensors"),
+                  dir);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("missing"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir / "out.json"));
 }
