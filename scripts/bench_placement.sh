@@ -29,6 +29,13 @@ speed = {r["algorithm"]: r for r in rows if "algorithm" in r}
 b, e = speed["balanced-ft"], speed["eplb-global"]
 print("balanced-ft / eplb-global: balancedness %.4f, total CPU %.2f; p(1) %.4f vs %.4f, p(2) %.4f vs %.4f"
       % (b["balancedness"] / e["balancedness"], b["total_cpu_s"] / e["total_cpu_s"], b["p1"], e["p1"], b["p2"], e["p2"]))
+for name in ("balanced-ft", "eplb-global", "lazarus"):
+    r = speed[name]
+    print("%s: dispatch plan balancedness %.4f vs equal shares %.4f (ratio %.4f), dispatch CPU %.3f s (%.2f of its placement)"
+          % (name, r["dispatch_balancedness"], r["balancedness"], r["dispatch_balancedness"] / r["balancedness"],
+             r["dispatch_cpu_s"], r["dispatch_cpu_s"] / r["place_cpu_s"]))
+print("balanced-ft place + metrics %.3f s, total (with plan JSON) %.3f s: %s the 1 s target"
+      % (b["place_cpu_s"] + b["metrics_cpu_s"], b["total_cpu_s"], "within" if b["total_cpu_s"] < 1 else "over"))
 l = speed["lazarus"]
 print("balanced-ft / lazarus: balancedness %.4f, total CPU %.2f; p(2) %.5f vs %.5f"
       % (b["balancedness"] / l["balancedness"], b["total_cpu_s"] / l["total_cpu_s"], b["p2"], l["p2"]))
@@ -65,6 +72,17 @@ if [[ -f "$data/smartmoe_expert_loads.json" ]]; then
     set -- $cfg
     echo "== SmartMoE loads (24 layers x 32 experts, latest snapshot): $1 nodes x $2 GPUs x $3 slots, f=$4"
     "$bench" quality "$data/smartmoe_expert_loads.json" "$1" "$2" "$3" "$4"
+  done
+  echo "== token dispatch plan (--dispatch) on SmartMoE, latest snapshot: balancedness with equal shares -> with the dispatch plan"
+  for cfg in "8 4 4 2" "16 2 4 2" "10 1 6 1"; do
+    set -- $cfg
+    for algo in balanced-ft eplb-global lazarus spread; do
+      "$tool" --loads "$data/smartmoe_expert_loads.json" --nodes "$1" --gpus-per-node "$2" --slots-per-gpu "$3" \
+        --fault-tolerance "$4" --algorithm "$algo" --dispatch --output "$tmp/d.json" --json |
+        python3 -c 'import json,sys; d=json.load(sys.stdin)["dispatch"]
+print("%-10s %-12s equal shares %.4f -> dispatch %.4f (min %.4f), ratio %.4f" % (sys.argv[1], sys.argv[2],
+      d["equal_share_balancedness"], d["balancedness"], d["min_balancedness"], d["balancedness"] / d["equal_share_balancedness"]))' "$1x$2x$3" "$algo"
+    done
   done
   echo "== SmartMoE re-placement: plan for snapshot 1, then new loads = latest snapshot (8 nodes x 4 GPUs x 4 slots, f=2, 100 MB per expert)"
   "$tool" --loads "$data/smartmoe_expert_loads.json" --snapshot 1 --nodes 8 --gpus-per-node 4 --slots-per-gpu 4 \

@@ -1,4 +1,7 @@
 // moe-replace: load-balanced, failure-tolerant expert placement and re-placement.
+#include <unistd.h>
+
+#include <filesystem>
 #include <iostream>
 
 #include "core/atomic_file.h"
@@ -15,7 +18,7 @@ int main(int argc, char** argv) {
   std::string output, svg, failed;
   int added = 0;
   double exact_limit = 1e6;
-  app.add_option("--loads", req.loads_path, "Expert loads: JSON [layers][experts], CSV, router trace JSONL, logical_count dump")
+  app.add_option("--loads", req.loads_path, "Expert loads: JSON [layers][experts], CSV, router trace JSONL, logical_count dump, SGLang expert-distribution .pt dump, vLLM EPLB load window .safetensors")
       ->required();
   app.add_option("--nodes", req.cluster.nodes, "Nodes (with --current: nodes of the current plan)")->required();
   app.add_option("--gpus-per-node", req.cluster.gpus_per_node, "GPUs per node")->required();
@@ -65,6 +68,15 @@ int main(int argc, char** argv) {
   app.add_flag("--report", req.report,
                "Also print a Pareto table: every algorithm's balancedness, recovery for k = 1..f+1, copies from "
                "--previous and run time (in the --json summary as \"pareto\")");
+  app.add_flag("--dispatch", req.dispatch,
+               "Also compute a token dispatch plan for uneven replicas: per slot the share of its expert's tokens "
+               "that balances GPU loads best (plan key \"dispatch\"; balancedness for it and for equal shares)");
+  std::string sglang_out, vllm_out;
+  app.add_option("--sglang-expert-location", sglang_out,
+                 "Also write the plan as SGLang's --init-expert-location JSON ({\"physical_to_logical_map\"})");
+  app.add_option("--vllm-eplb-state", vllm_out,
+                 "Also write the plan as vLLM EPLB state tensors (safetensors: physical_to_logical_map, "
+                 "logical_to_physical_map, logical_replica_count)");
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
 
@@ -74,15 +86,29 @@ int main(int argc, char** argv) {
     if (!failed.empty()) req.change.failed = placement::parse_id_list(failed, "--failed-nodes");
     req.change.added = added;
     req.want_svg = !svg.empty();
+    req.want_sglang = !sglang_out.empty();
+    req.want_vllm = !vllm_out.empty();
     placement::PlanOutcome out = placement::make_plan(req);
     for (const auto& note : out.notes) tool::warn(note);
     if (out.migration && !out.migration->lost.empty())
       tool::warn(std::to_string(out.migration->lost.size()) + " experts have no surviving replica");
+    // Every output's folder is checked before the first is written, so an unwritable one leaves
+    // none of them behind.
+    for (const std::string& path : {output, svg, sglang_out, vllm_out}) {
+      if (path.empty()) continue;
+      std::filesystem::path dir = std::filesystem::path(path).parent_path();
+      if (dir.empty()) dir = ".";
+      if (::access(dir.c_str(), W_OK) != 0) throw Error(path + ": folder " + dir.string() + " is not writable");
+    }
     write_file_atomic(output, out.plan_text);
     if (!svg.empty()) write_file_atomic(svg, out.svg);
+    if (!sglang_out.empty()) write_file_atomic(sglang_out, out.sglang_text);
+    if (!vllm_out.empty()) write_file_atomic(vllm_out, out.vllm_bytes);
     if (common.json) {
       out.summary["output"] = output;
       if (!svg.empty()) out.summary["svg"] = svg;
+      if (!sglang_out.empty()) out.summary["sglang_expert_location"] = sglang_out;
+      if (!vllm_out.empty()) out.summary["vllm_eplb_state"] = vllm_out;
       out.summary["peak_rss_bytes"] = tool::peak_rss_bytes();
       std::cout << out.summary.dump(2) << "\n";
     } else if (tool::verbosity() >= 0) {

@@ -95,28 +95,41 @@ std::vector<int> lpt_fill(std::vector<int> phy2log, const std::vector<int>& r, c
       load[g] += t[e] / r[e];
       used[g]++;
     }
-  std::set<std::pair<double, int>> open;
-  for (int g = 0; g < cl.gpus(); ++g)
-    if (used[g] < S) open.insert({load[g], g});
+  // The least loaded open GPU of every node, ordered: (load, gpu). The pick, the least loaded open
+  // GPU on an eligible node (else anywhere), is the first entry whose node is eligible; at most
+  // the nodes already holding this expert at this level are skipped.
+  const int G = cl.gpus_per_node;
+  std::set<std::pair<double, int>> node_best;
+  std::vector<int> best_of(N, -1);
+  auto refresh = [&](int n) {
+    if (best_of[n] >= 0) node_best.erase({load[best_of[n]], best_of[n]});
+    best_of[n] = -1;
+    for (int g = n * G; g < (n + 1) * G; ++g)
+      if (used[g] < S && (best_of[n] < 0 || load[g] < load[best_of[n]])) best_of[n] = g;
+    if (best_of[n] >= 0) node_best.insert({load[best_of[n]], best_of[n]});
+  };
+  for (int n = 0; n < N; ++n) refresh(n);
   for (int e : reps) {
-    auto pick = open.begin();
+    auto pick = node_best.begin();
     if (spread) {
       const int level = placed[e] / N;
-      for (auto it = open.begin(); it != open.end(); ++it)
+      for (auto it = node_best.begin(); it != node_best.end(); ++it)
         if (nodecnt[static_cast<size_t>(e) * N + cl.node_of_gpu(it->second)] <= level) {
           pick = it;
           break;
         }
     }
-    int g = pick->second;
-    open.erase(pick);
+    const int g = pick->second, node = cl.node_of_gpu(g);
+    node_best.erase(pick);
+    best_of[node] = -1;
     int slot = g * S;
     while (phy2log[slot] >= 0) ++slot;
     phy2log[slot] = e;
     load[g] += t[e] / r[e];
-    nodecnt[static_cast<size_t>(e) * N + cl.node_of_gpu(g)]++;
+    used[g]++;
+    nodecnt[static_cast<size_t>(e) * N + node]++;
     placed[e]++;
-    if (++used[g] < S) open.insert({load[g], g});
+    refresh(node);
   }
   return phy2log;
 }

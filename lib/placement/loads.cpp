@@ -9,6 +9,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "placement/engine_formats.h"
 
 namespace ucpkit::placement {
 namespace {
@@ -246,6 +247,7 @@ LoadMatrix parse_loads(const std::string& text, const std::string& name, const L
 }
 
 LoadMatrix read_loads(const std::string& path, const LoadOptions& options) {
+  if (ends_with(path, ".pt") || ends_with(path, ".safetensors")) return read_engine_loads(path);
   return parse_loads(read_text_file(path), path, options);
 }
 

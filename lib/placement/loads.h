@@ -33,7 +33,9 @@ struct LoadOptions {
 //    3-D with a leading buffer dimension) or "iterations" {key: matrix} (SmartMoE trace);
 //  * CSV: one row per layer, one column per expert, optional header (a leading "layer" column is dropped);
 //  * Megatron router trace JSONL: one object per line with "layer" and "top_indices" (per token, a list
-//    of expert ids or one id) and optionally "iteration"; tokens are counted per expert.
+//    of expert ids or one id) and optionally "iteration"; tokens are counted per expert;
+//  * .pt (SGLang expert-distribution dump) and .safetensors (vLLM EPLB load window):
+//    engine_formats.h, read_engine_loads (window and snapshot options do not apply).
 // Throws Error naming the file on malformed, ragged, negative or non-finite input.
 LoadMatrix read_loads(const std::string& path, const LoadOptions& options = {});
 // The same, from text already in memory; `name` is used in messages and to pick the format.

@@ -134,9 +134,19 @@ json plan_to_json(const Plan& plan) { return json::parse(plan_json_text(plan)); 
 std::string plan_json_text(const Plan& plan, const json& extra) {
   std::vector<std::vector<int>> counts;
   const int width = log2phy_width(plan, counts);
+  std::string padding;
+  for (int i = 0; i < width; ++i) padding += ",-1";
   json head = plan_header(plan);
   for (auto it = extra.begin(); it != extra.end(); ++it) head[it.key()] = it.value();
   std::string text = head.dump();
+  // Reserve the whole document once: growing a ~20 MB string by doubling copies and page-faults it
+  // again at every step. Ids (phy2log and log2phy) take at most 7 characters with the comma, padding
+  // 3, GPU loads about 24.
+  size_t estimate = text.size() + 64;
+  for (size_t l = 0; l < plan.layers.size(); ++l)
+    estimate += 14 * plan.layers[l].phy2log.size() + static_cast<size_t>(plan.experts) * (3 * width + 12) +
+                24 * static_cast<size_t>(plan.cluster.gpus()) + 4096;
+  text.reserve(estimate);
   text.pop_back();  // reopen the object to add "layers"
   text += ",\"layers\":[";
   for (size_t l = 0; l < plan.layers.size(); ++l) {
@@ -147,7 +157,19 @@ std::string plan_json_text(const Plan& plan, const json& extra) {
     auto l2p = log2phy(plan.layers[l], plan.experts, width);
     for (size_t e = 0; e < l2p.size(); ++e) {
       if (e) text += ',';
-      append_ints(text, l2p[e]);
+      // The valid ids, then the -1 padding as one append (most of a padded log2phy is padding).
+      const size_t valid = static_cast<size_t>(std::max(0, counts[l][e]));
+      bool trailing = valid > 0 && valid < l2p[e].size();
+      for (size_t i = valid; trailing && i < l2p[e].size(); ++i) trailing = l2p[e][i] == -1;
+      if (!trailing) {
+        append_ints(text, l2p[e]);
+        continue;
+      }
+      std::vector<int> head(l2p[e].begin(), l2p[e].begin() + static_cast<std::ptrdiff_t>(valid));
+      append_ints(text, head);
+      text.pop_back();  // reopen the list
+      text.append(padding, 0, 3 * (l2p[e].size() - valid));
+      text += ']';
     }
     text += "],\"logcnt\":";
     append_ints(text, counts[l]);

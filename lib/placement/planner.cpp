@@ -9,6 +9,8 @@
 
 #include "core/error.h"
 #include "placement/balance.h"
+#include "placement/dispatch.h"
+#include "placement/engine_formats.h"
 #include "placement/svg.h"
 
 namespace ucpkit::placement {
@@ -31,6 +33,39 @@ double overall_balancedness(const std::vector<LayerPlacement>& layers, const Loa
     mx += m;
   }
   return mx > 0 ? mean / mx : 1.0;
+}
+
+// --dispatch: per layer the load-aware token shares (dispatch.h) and the balancedness they reach,
+// beside the equal-share balancedness of the same placement.
+nlohmann::json dispatch_report(const Plan& plan, const LoadMatrix& loads) {
+  nlohmann::json layers = nlohmann::json::array();
+  double mean = 0, mx = 0, worst = 1;
+  for (size_t l = 0; l < plan.layers.size(); ++l) {
+    DispatchPlan d = dispatch_plan(plan.layers[l].phy2log, loads.layer_vector(l), plan.cluster);
+    mean += d.mean_load, mx += d.max_load, worst = std::min(worst, d.balancedness);
+    layers.push_back({{"share", d.share},
+                      {"gpu_loads", d.gpu_loads},
+                      {"max_gpu_load", d.max_load},
+                      {"balancedness", d.balancedness},
+                      {"equal_share_balancedness", plan.layer_metrics[l].balancedness}});
+  }
+  return {{"method", "min-max GPU load over all splits of each expert's tokens among its replicas (max-flow)"},
+          {"balancedness", mx > 0 ? mean / mx : 1.0},
+          {"min_balancedness", worst},
+          {"equal_share_balancedness", plan.metrics.balancedness},
+          {"layers", layers}};
+}
+
+std::string dispatch_line(const nlohmann::json& d) {
+  return "dispatch plan: balancedness " + fixed(d["balancedness"].get<double>()) + " (min " +
+         fixed(d["min_balancedness"].get<double>()) + "); equal shares " +
+         fixed(d["equal_share_balancedness"].get<double>()) + "\n";
+}
+
+nlohmann::json dispatch_summary(const nlohmann::json& d) {
+  return {{"balancedness", d["balancedness"]},
+          {"min_balancedness", d["min_balancedness"]},
+          {"equal_share_balancedness", d["equal_share_balancedness"]}};
 }
 
 std::string render_table(const Plan& plan, const std::optional<Migration>& mig, size_t layers_shown) {
@@ -211,7 +246,9 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
   nlohmann::json rep = replace_to_json(rr, req.expert_bytes);
   rep["previous_balancedness"] = prev_bal;
   rep["from_scratch"] = scratch;
-  out.plan_text = plan_json_text(out.plan, {{"replacement", rep}});
+  nlohmann::json rextra = {{"replacement", rep}};
+  if (req.dispatch) rextra["dispatch"] = dispatch_report(out.plan, loads);
+  out.plan_text = plan_json_text(out.plan, rextra);
   std::ostringstream extra;
   extra << "re-placement from " << req.previous_path << ": balancedness " << fixed(prev_bal) << " (previous plan, new loads) -> "
         << fixed(out.plan.metrics.balancedness) << ", " << rr.copies << " expert copies moved";
@@ -221,6 +258,7 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
     extra << "  from scratch, " << name << ": balancedness " << fixed(j["balancedness"].get<double>()) << ", "
           << j["copies_moved"].get<long long>() << " copies\n";
   out.table = render_table(out.plan, std::nullopt, 32) + extra.str();
+  if (req.dispatch) out.table += dispatch_line(rextra["dispatch"]);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   nlohmann::json summary_rep = rep;
   summary_rep.erase("transfers");
@@ -236,6 +274,7 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
                               {"recovery_probability", recovery_summary(out.plan.metrics.recovery)}}},
                  {"replacement", summary_rep},
                  {"seconds", out.seconds}};
+  if (req.dispatch) out.summary["dispatch"] = dispatch_summary(rextra["dispatch"]);
   if (!out.notes.empty()) out.summary["notes"] = out.notes;
   if (req.report) add_pareto_report(req, loads, cc, &before, out);
   return out;
@@ -296,9 +335,7 @@ void add_pareto_report(const PlanRequest& req, const LoadMatrix& loads, const Cl
   out.summary["pareto"] = rows;
 }
 
-}  // namespace
-
-PlanOutcome make_plan(const PlanRequest& req) {
+PlanOutcome make_plan_core(const PlanRequest& req) {
   auto t0 = std::chrono::steady_clock::now();
   validate_cluster(req.cluster);
   LoadMatrix loads = read_loads(req.loads_path, req.load_options);
@@ -347,8 +384,10 @@ PlanOutcome make_plan(const PlanRequest& req) {
   compute_metrics(out.plan, loads, popt.recovery);
   nlohmann::json extra = nlohmann::json::object();
   if (out.migration) extra["migration"] = migration_to_json(*out.migration, req.expert_bytes);
+  if (req.dispatch) extra["dispatch"] = dispatch_report(out.plan, loads);
   out.plan_text = plan_json_text(out.plan, extra);
   out.table = render_table(out.plan, out.migration, 32);
+  if (req.dispatch) out.table += dispatch_line(extra["dispatch"]);
 
   if (req.want_svg) {
     // Before: every GPU of the current plan under its physical node id (failed nodes included), or
@@ -396,8 +435,18 @@ PlanOutcome make_plan(const PlanRequest& req) {
   if (out.plan.details.contains("fault_tolerance_requested"))
     s["fault_tolerance_requested"] = out.plan.details["fault_tolerance_requested"];
   if (!out.notes.empty()) s["notes"] = out.notes;
+  if (req.dispatch) s["dispatch"] = dispatch_summary(extra["dispatch"]);
   out.summary = std::move(s);
   if (req.report) add_pareto_report(req, loads, target, nullptr, out);
+  return out;
+}
+
+}  // namespace
+
+PlanOutcome make_plan(const PlanRequest& req) {
+  PlanOutcome out = make_plan_core(req);
+  if (req.want_sglang) out.sglang_text = sglang_expert_location_json(out.plan);
+  if (req.want_vllm) out.vllm_bytes = vllm_eplb_state_safetensors(out.plan);
   return out;
 }
 

@@ -29,6 +29,9 @@ struct PlanRequest {
   bool report = false;  // --report: every algorithm on the same workload (Pareto table)
   double expert_bytes = 0;  // bytes per expert replica, for "bytes_moved"
   bool want_svg = false;
+  bool dispatch = false;     // --dispatch: token dispatch plan (dispatch.h) in the plan and summary
+  bool want_sglang = false;  // --sglang-expert-location: SGLang's init file (engine_formats.h)
+  bool want_vllm = false;    // --vllm-eplb-state: vLLM EplbModelState tensors (engine_formats.h)
   int svg_layer = 0;
 };
 
@@ -40,6 +43,8 @@ struct PlanOutcome {
   nlohmann::json summary;  // the --json summary
   std::string table;       // the terminal table (with --report, the Pareto table appended)
   std::string svg;         // when requested
+  std::string sglang_text;  // when requested
+  std::string vllm_bytes;   // when requested (safetensors)
   std::vector<std::string> notes;  // warnings for the user (e.g. f lowered after failures)
   double seconds = 0;
 };

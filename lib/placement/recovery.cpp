@@ -175,6 +175,37 @@ RecoveryModel::RecoveryModel(int nodes, const RecoveryOptions& options)
       }
     }
   }
+  failed_in_.resize(max_k_ + 1);
+  for (int k = 1; k <= max_k_; ++k) {
+    if (samples_[k].empty()) continue;
+    failed_in_[k].assign(nodes, {});
+    for (uint64_t s = 0; s < options.mc_samples; ++s)
+      for (int i = 0; i < k; ++i) failed_in_[k][samples_[k][s * k + i]].push_back(static_cast<uint32_t>(s));
+  }
+  pair_start_.resize(max_k_ + 1);
+  pair_samples_.resize(max_k_ + 1);
+  const size_t pairs = static_cast<size_t>(nodes) * nodes;
+  for (int k = 2; k <= max_k_; ++k) {
+    if (samples_[k].empty() || pairs > (size_t{1} << 24)) continue;
+    auto& start = pair_start_[k];
+    auto& data = pair_samples_[k];
+    start.assign(pairs + 1, 0);
+    const int* F = samples_[k].data();
+    auto each_pair = [&](uint64_t s, auto&& fn) {
+      for (int i = 0; i < k; ++i)
+        for (int j = i + 1; j < k; ++j) {
+          int a = F[s * k + i], b = F[s * k + j];
+          if (a > b) std::swap(a, b);
+          fn(static_cast<size_t>(a) * nodes + b);
+        }
+    };
+    for (uint64_t s = 0; s < options.mc_samples; ++s) each_pair(s, [&](size_t key) { start[key + 1]++; });
+    for (size_t i = 0; i < pairs; ++i) start[i + 1] += start[i];
+    data.resize(start[pairs]);
+    std::vector<uint32_t> fill(start.begin(), start.end() - 1);
+    for (uint64_t s = 0; s < options.mc_samples; ++s)
+      each_pair(s, [&](size_t key) { data[fill[key]++] = static_cast<uint32_t>(s); });
+  }
 }
 
 std::vector<std::vector<uint32_t>> RecoveryModel::new_survivals() const {
@@ -198,34 +229,49 @@ RecoveryEstimate RecoveryModel::evaluate_one(const ExpertNodeSets& sets, int k,
     }
     return est;
   }
-  std::vector<char> failed(nodes_, 0);
   const auto& smp = samples_[k];
   const uint64_t n = options_.mc_samples;
-  uint64_t ok = 0;
   uint32_t* acc = survivals ? (*survivals)[k].data() : nullptr;
-  // A candidate set can only be lost when its smallest node failed: bucket the sets by that node and
-  // check, per sample, only the buckets of the k failed nodes (same outcome as checking every set).
-  std::vector<std::vector<int>> by_node(nodes_);
-  for (size_t i = 0; i < cand.size(); ++i)
-    by_node[*std::min_element(cand[i].begin(), cand[i].end())].push_back(static_cast<int>(i));
-  auto lost_in = [&](int node) {
-    for (int i : by_node[node]) {
-      bool lost = true;
-      for (int m : cand[i])
-        if (!failed[m]) {
-          lost = false;
+  // A sample loses a candidate set exactly when every node of the set failed in it: walk the
+  // samples in which the set's rarest-listed node failed and check the others there (the same
+  // outcome per sample as testing every set against every sample).
+  std::vector<char> lost(n, 0);
+  for (const auto& c : cand) {
+    // Samples to walk: those in which the first two nodes of the set both failed (pair index), or
+    // for a single node (or without the index) those in which its least often failed node did.
+    int pivot = c[0], pivot2 = -1;
+    const uint32_t *begin = nullptr, *end = nullptr;
+    if (c.size() >= 2 && !pair_start_[k].empty()) {
+      pivot2 = c[1];
+      const size_t key = static_cast<size_t>(std::min(pivot, pivot2)) * nodes_ + std::max(pivot, pivot2);
+      begin = pair_samples_[k].data() + pair_start_[k][key];
+      end = pair_samples_[k].data() + pair_start_[k][key + 1];
+    } else {
+      for (int m : c)
+        if (failed_in_[k][m].size() < failed_in_[k][pivot].size()) pivot = m;
+      begin = failed_in_[k][pivot].data();
+      end = begin + failed_in_[k][pivot].size();
+    }
+    for (const uint32_t* it = begin; it != end; ++it) {
+      const uint32_t s = *it;
+      if (lost[s]) continue;
+      const int* F = smp.data() + static_cast<uint64_t>(s) * k;
+      bool all = true;
+      for (int m : c) {
+        if (m == pivot || m == pivot2) continue;
+        bool in = false;
+        for (int i = 0; i < k && !in; ++i) in = F[i] == m;
+        if (!in) {
+          all = false;
           break;
         }
-      if (lost) return true;
+      }
+      if (all) lost[s] = 1;
     }
-    return false;
-  };
+  }
+  uint64_t ok = 0;
   for (uint64_t s = 0; s < n; ++s) {
-    const int* F = smp.data() + s * k;
-    for (int i = 0; i < k; ++i) failed[F[i]] = 1;
-    bool survived = true;
-    for (int i = 0; i < k && survived; ++i) survived = !lost_in(F[i]);
-    for (int i = 0; i < k; ++i) failed[F[i]] = 0;
+    const uint32_t survived = lost[s] ? 0u : 1u;
     ok += survived;
     if (acc) acc[s] += survived;
   }

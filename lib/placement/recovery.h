@@ -72,6 +72,11 @@ class RecoveryModel {
   int nodes_, max_k_;
   RecoveryOptions options_;
   std::vector<std::vector<int>> samples_;  // per k: mc_samples * k node ids (empty when exact)
+  // Per k and node: the samples in which that node failed, ascending (the inverse of samples_).
+  std::vector<std::vector<std::vector<uint32_t>>> failed_in_;
+  // Per k >= 2: the samples in which both nodes a < b failed, as CSR over the pair a * nodes + b
+  // (pair_start_[k] has nodes * nodes + 1 offsets into pair_samples_[k]).
+  std::vector<std::vector<uint32_t>> pair_start_, pair_samples_;
 };
 
 }  // namespace ucpkit::placement

@@ -1,0 +1,32 @@
+// Small safetensors files held in memory: 8-byte little-endian header length, JSON header
+// {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}}, raw bytes
+// (little-endian, row-major). For index-sized tensors (plans, load counters); model weights are
+// streamed by load/safetensors_writer.h.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ucpkit {
+
+struct SafetensorsTensor {
+  std::string dtype;  // "I64", "I32", "F32", "F64", ...
+  std::vector<int64_t> shape;
+  std::string bytes;
+
+  int64_t numel() const;
+  // Elements converted to double (I8/I16/I32/I64/U8/F32/F64); throws Error for other dtypes.
+  std::vector<double> to_doubles(const std::string& name) const;
+};
+
+// Tensors in the order given (names sorted by the writer, as safetensors does).
+std::string safetensors_bytes(const std::map<std::string, SafetensorsTensor>& tensors,
+                              const std::map<std::string, std::string>& metadata = {});
+std::string safetensors_tensor_i64(const std::vector<int64_t>& values);
+
+// Parses a whole file held in memory; throws Error naming `name` on a malformed header or offsets.
+std::map<std::string, SafetensorsTensor> parse_safetensors(const std::string& bytes, const std::string& name,
+                                                           std::map<std::string, std::string>* metadata = nullptr);
+
+}  // namespace ucpkit
