@@ -137,7 +137,7 @@ def write(out):
         sd, osd = osd_of(p)
         sd["ds_version"] = osd["ds_version"] = "0.15.4"
         save(sd, p)
-    case("ds_version", a, opt % (2, 0), "ds_version is '0.15.4'", other_version)
+    case("ds_version", a, opt % (2, 0), "ds_version of the optimizer shards is '0.15.4'", other_version)
 
     # ZeRO-3: DP rank 1's optimizer shard and model file of another step.
     z3opt = "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"

@@ -114,9 +114,11 @@ IdentityFields model_file_identity(const ValuePtr& root) {
 IdentityFields optim_file_identity(const ValuePtr& root) {
   IdentityFields out;
   if (!root || root->kind != Kind::Dict) return out;
-  add(out, "ds_version", root->get("ds_version"));
+  // Compared among optimizer shards only: a conversion to another native-MoE version line rewrites
+  // the model files' ds_version (load/moe_line.h) and keeps the shards' bytes.
+  add(out, "ds_version of the optimizer shards", root->get("ds_version"));
   if (auto osd = root->get("optimizer_state_dict"); osd && osd->kind == Kind::Dict)
-    add(out, "ds_version", osd->get("ds_version"));
+    add(out, "ds_version of the optimizer shards", osd->get("ds_version"));
   return out;
 }
 

@@ -9,7 +9,9 @@
 //    plus world sizes and progress counters). Not `args.rank` / `local_rank`: they differ per rank
 //    (megatron/arguments.py:66).
 //  * optimizer shards: ds_version (file root and optimizer_state_dict,
-//    deepspeed/runtime/zero/stage_1_and_2.py:2630).
+//    deepspeed/runtime/zero/stage_1_and_2.py:2630), under its own field name: compared among the
+//    shards, not with the model files (a native-MoE version-line conversion, pec-restore
+//    --ds-version, rewrites only the model files' ds_version).
 #pragma once
 #include <string>
 #include <utility>
