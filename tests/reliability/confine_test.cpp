@@ -85,6 +85,14 @@ TEST(Confine, UnionReadsOnlyFilesInsideTheWorkFolder) {
     write_json(w / "plan.json", p);
     expect_refused(union_cmd, "plan.json", "./optimizer_state.pt", d / "u");
   }
+  {  // a parameter named ".." would be written beside zero/<param>/
+    json p = plan;
+    p["params"][0]["name"] = "..";
+    write_json(w / "plan.json", p);
+    EXPECT_EQ(run_command(union_cmd, &log), 1) << log;
+    EXPECT_NE(log.find("parameter name '..' cannot name a folder"), std::string::npos) << log;
+    EXPECT_FALSE(fs::exists(d / "u"));
+  }
   write_json(w / "plan.json", plan);  // control: the unchanged plan converts
   EXPECT_EQ(run_command(union_cmd, &log), 0) << log;
   fs::remove_all(d);
