@@ -1,5 +1,6 @@
 """Reliability fixtures: one small Megatron-DeepSpeed GPT checkpoint (TP 1, PP 1, DP 2, ZeRO-1, bf16)
-written by scripts/dsgen, the input of the commit and durability tests.
+written by scripts/dsgen, the input of the commit and durability tests (and of the output / confinement
+tests); fixtures_shards.py adds the shard-agreement cases (agree/) and a native MoE checkpoint (moe/).
 Usage: /usr/bin/python3 tests/reliability/fixtures.py OUT_DIR"""
 import os
 import shutil
