@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "core/atomic_file.h"
+#include "core/confine.h"
 #include "core/error.h"
 #include "placement/planner.h"
 #include "tool/cli.h"
@@ -82,6 +83,17 @@ int main(int argc, char** argv) {
 
   return tool::run("moe-replace", [&] {
     req.placement.recovery.exact_limit = exact_limit;
+    // A written file never replaces the loads (or the other written file).
+    auto refuse_same = [](const std::string& a, const char* a_opt, const std::string& b, const char* b_opt) {
+      if (path_within(a, b) && path_within(b, a))
+        throw UsageError(std::string(a_opt) + " " + a + " is " + b_opt + " " + b + ": writing it would replace the " +
+                         (std::string(b_opt) == "--loads" ? "input" : "plan"));
+    };
+    refuse_same(output, "--output", req.loads_path, "--loads");
+    if (!svg.empty()) {
+      refuse_same(svg, "--svg", req.loads_path, "--loads");
+      refuse_same(svg, "--svg", output, "--output");
+    }
     if (req.placement.recovery.max_failures < 0) throw UsageError("--max-failures must not be negative");
     if (!failed.empty()) req.change.failed = placement::parse_id_list(failed, "--failed-nodes");
     req.change.added = added;

@@ -14,6 +14,7 @@
 #include <tbb/task_arena.h>
 
 #include "core/atomic_file.h"
+#include "core/confine.h"
 #include "core/error.h"
 #include "core/staging.h"
 #include "io/torch/torch_file.h"
@@ -229,6 +230,7 @@ LoadSummary run_load(const LoadOptions& options) {
   mallopt(M_TOP_PAD, 64 << 20);
   auto& mpi = ucp::MpiSession::get();
   ucp::RankFailure failed(mpi);  // guard() the work of each step, settle() at its end on every rank
+  refuse_output_over_input(options.output, "--output", options.input, "--input");
 
   Prepared prep;
   failed.guard([&] { prep = prepare(options); });

@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 
+#include "core/confine.h"
 #include "core/error.h"
 #include "io/torch/torch_file.h"
 #include "layout/deepspeed/module_tree.h"
@@ -190,7 +191,8 @@ ModelInfo read_model_info(const std::string& universal_dir) {
     if (src.contains("num_experts")) m.num_experts = src["num_experts"].get<std::vector<int>>();
     if (src.contains("zero_stage") && src["zero_stage"].is_number_integer()) m.source_zero_stage = src["zero_stage"];
     m.patterns_json = manifest.at("patterns").at("set");
-    for (const auto& f : manifest.at("model_files")) m.model_files.push_back((dir / f.get<std::string>()).string());
+    for (const auto& f : manifest.at("model_files"))
+      m.model_files.push_back(confined_path(dir, f.get<std::string>(), (dir / "manifest.json").string(), "model file").string());
   } catch (const nlohmann::json::exception& e) {
     throw Error((dir / "manifest.json").string() + ": missing field: " + e.what());
   }
@@ -222,6 +224,7 @@ ModelInfo read_model_info(const std::string& universal_dir) {
         p.shape[0] > *m.patterns.original_vocab_size)
       p.shape[0] = *m.patterns.original_vocab_size;
     p.step = e.value("step", false);
+    p.flat = e.value("flat", false);
     p.manifest_index = static_cast<int>(by_name.size());
     if (e.contains("expert")) {
       m.native_moe = true;
@@ -230,6 +233,7 @@ ModelInfo read_model_info(const std::string& universal_dir) {
     }
     for (const auto& [state, v] : e.at("states").items()) {
       p.state_files[state] = v.at("file").get<std::string>();
+      confined_path(dir, p.state_files[state], (dir / "manifest.json").string(), p.name + " " + state + " file");
       p.crc32[state] = static_cast<uint32_t>(std::stoul(v.at("crc32").get<std::string>(), nullptr, 16));
       states.insert(state);
       if (!fs::exists(dir / p.state_files[state]))

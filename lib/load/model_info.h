@@ -29,6 +29,7 @@ struct ParamInfo {
   bool transformer = false;     // part of a transformer block (balanced over stages)
   bool tied = false;            // tied_modules.*: first stage; last stage too when pipeline-replicated
   bool step = false;            // zero/<name>/step.pt exists
+  bool flat = false;            // the state files hold 1-D tensors of stored_numel (ZeRO-3, TP = 1 form)
   // Native DeepSpeed MoE experts (the universal name carries the global expert id):
   int expert = -1;              // global expert id
   int moe_layer = -1;           // transformer layer index of its MoE layer

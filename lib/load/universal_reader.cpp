@@ -81,6 +81,13 @@ UniversalReader::Entry& UniversalReader::entry(int param, const std::string& sta
     if (t.numel() != p.stored_numel)
       fail(path, "state tensor has " + std::to_string(t.numel()) + " elements but the manifest's shape has " +
                      std::to_string(p.stored_numel));
+    // The same element count is not enough: TP slices are cut by the shape (a transposed or
+    // re-split shape in the manifest would cut the wrong elements).
+    if (p.flat ? t.dim() != 1 : t.shape() != p.shape) {
+      const auto want = p.flat ? std::vector<int64_t>{p.stored_numel} : p.shape;
+      fail(path, "state tensor has shape " + nlohmann::json(t.shape()).dump() + " but manifest.json says " +
+                     nlohmann::json(want).dump());
+    }
     if (!t.is_contiguous() || !t.storage()->is_mapped()) fail(path, "state tensor is not a contiguous stored tensor");
     // The element bytes' position in the file (storages of a zip torch file are stored records).
     e.offset = static_cast<uint64_t>(t.contiguous_bytes().data() - tf.file->data());

@@ -1,6 +1,7 @@
 // Manifest JSON binder.
 #include "pec/manifest.h"
 
+#include "core/confine.h"
 #include "core/error.h"
 #include "pec/checksum.h"
 
@@ -17,13 +18,25 @@ json file_to_json(const FileEntry& f) {
   return j;
 }
 
-FileEntry file_from_json(const json& j) {
+// An object id is the 32 lowercase hex digits of Digest::hex (object_store.h): anything else would
+// name a file outside objects/ (ObjectStore::path_of).
+bool is_object_id(const std::string& id) {
+  return id.size() == 32 && id.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+FileEntry file_from_json(const json& j, const std::string& name) {
   FileEntry f;
   f.path = j.at("path").get<std::string>();
+  // Restore writes the file at <step folder>/<path>: it must stay inside that folder.
+  if (!is_confined_name(f.path))
+    fail(name, "file path '" + printable_name(f.path) + "' is not a relative path inside the checkpoint folder");
   f.size = j.at("size").get<uint64_t>();
   f.digest = j.at("digest").get<std::string>();
-  for (const auto& c : j.at("chunks"))
+  for (const auto& c : j.at("chunks")) {
     f.chunks.push_back({c.at("object").get<std::string>(), c.at("size").get<uint64_t>(), c.value("stored", uint64_t{0})});
+    if (!is_object_id(f.chunks.back().object))
+      fail(name, printable_name(f.path) + ": object id '" + printable_name(f.chunks.back().object) + "' is not 32 lowercase hex digits");
+  }
   if (j.contains("ranges")) f.ranges = j.at("ranges");
   if (j.contains("cut")) f.cut = j.at("cut");
   return f;
@@ -89,12 +102,12 @@ Manifest manifest_from_json(const json& j, const std::string& name) {
     m.last_saved_step = j.at("last_saved_step").get<std::vector<std::vector<int64_t>>>();
     m.unsaved_tokens = j.at("unsaved_tokens").get<TokenMatrix>();
     m.non_expert_pruned = j.at("non_expert_pruned").get<bool>();
-    for (const auto& f : j.at("non_expert")) m.non_expert.push_back(file_from_json(f));
+    for (const auto& f : j.at("non_expert")) m.non_expert.push_back(file_from_json(f, name));
     for (const auto& e : j.at("experts")) {
       ExpertEntry x;
       x.moe_layer = e.at("moe_layer").get<int>();
       x.expert = e.at("expert").get<int>();
-      for (const auto& f : e.at("files")) x.files.push_back(file_from_json(f));
+      for (const auto& f : e.at("files")) x.files.push_back(file_from_json(f, name));
       m.experts.push_back(std::move(x));
     }
     m.stats = j.value("stats", json::object());

@@ -17,11 +17,13 @@
 #include <tbb/task_arena.h>
 
 #include "core/atomic_file.h"
+#include "core/confine.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "core/staging.h"
 #include "io/zip/zip_reader.h"
 #include "io/torch/torch_file.h"
+#include "layout/deepspeed/files.h"
 #include "layout/deepspeed/storage_tags.h"
 #include "tool/tool.h"
 #include "ucp/extract.h"
@@ -262,6 +264,7 @@ RunSummary run_extract(const std::string& checkpoint, const std::string& work_di
   tune_allocator();
   auto& mpi = MpiSession::get();
   RankFailure failed(mpi);
+  refuse_output_over_input(work_dir, "--output", layout::resolve_checkpoint_dir(checkpoint), "--input");
   ExtractOptions eo;
   eo.patterns_file = options.patterns_file;
   eo.threads = options.threads;
@@ -474,6 +477,9 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
     throw UsageError("--patterns " + options.patterns_file + ": " + input +
                      " is a ucp-extract work folder whose patterns were fixed when it was extracted "
                      "(pass --patterns to ucp-extract, or convert the checkpoint in one step)");
+  // The folder the data is read from: the work folder, or the checkpoint's global_stepN folder (an
+  // output beside it under the same parent, as ds_to_universal's, is fine).
+  refuse_output_over_input(output, "--output", from_work ? input : layout::resolve_checkpoint_dir(input), "--input");
   failed.guard([&] {
     if (from_work) {
       plan = load_work_plan(input);

@@ -13,6 +13,7 @@
 #include <tbb/task_arena.h>
 
 #include "core/atomic_file.h"
+#include "core/confine.h"
 #include "core/error.h"
 #include "io/torch/torch_file.h"
 #include "layout/deepspeed/files.h"
@@ -21,6 +22,7 @@
 #include "layout/deepspeed/pipeline.h"
 #include "layout/deepspeed/version_line.h"
 #include "tool/tool.h"
+#include "ucp/shard_agreement.h"
 #include "ucp/shard_reader.h"
 #include "ucp/value_json.h"
 
@@ -128,6 +130,10 @@ static Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& o
   Plan plan;
   std::vector<SubGroups> sub_groups(L.tp);  // [tp][sub-group]
   ValuePtr uc_info;
+  ShardAgreement agreement;
+  // Every DP rank's model file (weights-free under ZeRO-3: pickles only) must be of the same save.
+  for (const auto& row : L.zero3_model_files)
+    for (const auto& path : row) agreement.model_file(load_torch(path), path);
   for (int t = 0; t < L.tp; ++t) {
     const std::string& model_path = L.zero3_model_files[t][0];
     ValuePtr model = load_torch(model_path);
@@ -175,7 +181,8 @@ static Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& o
   for (int t = 0; t < L.tp; ++t)
     for (int d = 0; d < L.dp; ++d) {
       const std::string& path = L.optim_files[t][d];
-      ShardView shard(load_torch(path), path);
+      const ValuePtr root = load_torch(path);
+      ShardView shard(root, path);
       if (!shard.zero3()) fail(path, "ZeRO-3 model files but this optimizer shard is not ZeRO-3");
       if (auto pc = shard.group_info(0).partition_count; pc >= 0 && pc != L.dp)
         fail(path, "inconsistent world sizes: partition_count is " + std::to_string(pc) + " but " +
@@ -208,7 +215,9 @@ static Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& o
           fail(path, "sub-group " + std::to_string(g) + " holds " + std::to_string(shard.state_tensor(g, "fp32").numel()) +
                          " elements but its parameters need " + std::to_string(offset));
       }
+      agreement.optim_shard(shard, root, path);
     }
+  agreement.finish();
   for (const auto& p : plan.params)
     for (int t = 0; t < L.tp; ++t) {
       int64_t have = 0;
@@ -284,6 +293,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
   bool data_before_expert = false;
   layout::MoeFileFacts facts;  // what DeepSpeed version line the native MoE files follow
   facts.expp_files = !L.expert_optim_files.empty();
+  ShardAgreement agreement;  // every file of one save; every shard's partitions fully described
   for (int mp = 0; mp < L.mp_count(); ++mp) {
     const auto& path = L.model_files[mp];
     ValuePtr root = load_torch(path);
@@ -297,6 +307,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
                      std::to_string(L.dp) + " ZeRO shards per model-parallel rank were found");
     }
     check_model_parallel_sizes(root, path, L);
+    agreement.model_file(root, path);
     if (mp == 0) {
       uc_info = root->get("universal_checkpoint_info");
       if (auto ne = root->get("num_experts"); ne && ne->is_sequence())
@@ -368,6 +379,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
       const std::string& path = L.optim_files[mp][d];
       ValuePtr root = load_torch(path);
       ShardView shard(root, path);
+      agreement.optim_shard(shard, root, path);
       if (d == 0 && mp == 0) {
         if (auto z = shard.optimizer_state_dict()->get("zero_stage"); z && !z->is_none()) zero_stage = static_cast<int>(z->as_int());
         if (auto cfg = root->get("ds_config"); cfg && cfg->kind == Kind::Dict)
@@ -451,6 +463,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
     }
   }
   (void)ep_seen;
+  agreement.finish();
 
   // Completeness: every TP slice fully covered by its fragments, in partition order.
   for (auto& p : plan.params) {
@@ -511,12 +524,13 @@ Plan load_work_plan(const std::string& work_dir) {
     throw Error(work_dir + "/plan.json: corrupt: " + e.what());
   }
   Plan p = Plan::from_json(j);
-  auto abs = [&](std::string& f) {
-    if (fs::path(f).is_relative()) f = (fs::path(work_dir) / f).string();
-  };
-  for (auto& f : p.files) abs(f);
-  for (auto& f : p.model_files) abs(f);
-  abs(p.optimizer_state_file);
+  // write_work_folder names only files inside the folder: any other path (absolute, "..") would make
+  // ucp-union read, and copy into its output, a file from anywhere.
+  const std::string source = (fs::path(work_dir) / "plan.json").string();
+  auto inside = [&](std::string& f, const char* what) { f = confined_path(work_dir, f, source, what).string(); };
+  for (auto& f : p.files) inside(f, "fragment file");
+  for (auto& f : p.model_files) inside(f, "model file");
+  inside(p.optimizer_state_file, "optimizer state file");
   return p;
 }
 

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/error.h"
+
 namespace ucpkit::ucp {
 
 int64_t ParamPlan::numel() const {
@@ -94,6 +96,10 @@ std::vector<int> assign_by_size(const std::vector<uint64_t>& sizes, int ranks) {
 }
 
 std::string param_folder(const std::string& name) {
+  // No PyTorch parameter is named so; as a folder they would write beside zero/<param>/ (names come
+  // from the checkpoint's pickles, or a work folder's plan.json).
+  if (name.empty() || name == "." || name == "..")
+    throw Error("parameter name '" + name + "' cannot name a folder (corrupt param_slice_mappings or plan.json)");
   std::string s = name;
   for (char& c : s)
     if (c == '/') c = '_';

@@ -1,0 +1,82 @@
+// Shards that must agree (issue "Reliability" item 2): checkpoints whose files are each valid torch
+// files but do not belong together (fixtures_shards.py: a rank's optimizer state dropped or filed
+// under another group, exp_avg missing on one rank, param_slice_mappings that overlap or leave a hole,
+// a shard or model file of another step, another DeepSpeed version) converted with exit 0 into a
+// wrong universal checkpoint. ucp-union and ucp-extract must refuse them: exit 1, one line naming
+// the changed file and what disagrees, nothing written.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "support/process.h"
+
+namespace fs = std::filesystem;
+using ucpkit::testing::quote;
+using ucpkit::testing::run_command;
+using ucpkit::testing::scratch_dir;
+
+namespace {
+
+const std::string kBin = UCPKIT_BIN_DIR;
+const std::string kFx = UCPKIT_FIXTURES_DIR;
+
+nlohmann::json cases() {
+  std::ifstream in(kFx + "/agree/cases.json");
+  nlohmann::json j;
+  in >> j;
+  return j;
+}
+
+size_t entries(const fs::path& dir) { return std::distance(fs::directory_iterator(dir), fs::directory_iterator()); }
+
+// Runs `tool` (ucp-union or ucp-extract) on the case's checkpoint into an empty scratch folder.
+void expect_refused(const std::string& name, const std::string& tool = "ucp-union") {
+  const auto c = cases().at(name);
+  const fs::path d = scratch_dir("agree_" + tool + "_" + name);
+  const fs::path out = d / "out";
+  std::string log;
+  const int rc = run_command(kBin + "/" + tool + " --no-sync --input " + quote(c.at("checkpoint")) + " --output " +
+                                 quote(out.string()),
+                             &log);
+  EXPECT_EQ(rc, 1) << log;
+  EXPECT_NE(log.find(c.at("file").get<std::string>()), std::string::npos) << "the changed file is not named: " << log;
+  EXPECT_NE(log.find(c.at("expect").get<std::string>()), std::string::npos) << log;
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << "not one line: " << log;
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_EQ(entries(d), 0u) << "something was left in " << d;  // no staging folder, no latest_universal
+  fs::remove_all(d);
+}
+
+}  // namespace
+
+TEST(Agree, CleanCheckpointConverts) {
+  const fs::path d = scratch_dir("agree_clean");
+  std::string log;
+  EXPECT_EQ(run_command(kBin + "/ucp-union -q --no-sync --input " + quote(cases().at("clean").at("checkpoint")) +
+                            " --output " + quote((d / "out").string()),
+                        &log),
+            0)
+      << log;
+  EXPECT_TRUE(fs::exists(d / "out" / "manifest.json"));
+  fs::remove_all(d);
+}
+
+TEST(Agree, RankWithoutOptimizerState) { expect_refused("state_missing"); }
+TEST(Agree, StateKeyedUnderAnotherGroup) { expect_refused("state_other_group"); }
+TEST(Agree, ExpAvgMissingOnOneRank) { expect_refused("exp_avg_missing"); }
+TEST(Agree, OverlappingFragments) { expect_refused("overlap"); }
+TEST(Agree, HoleInFragments) { expect_refused("hole"); }
+TEST(Agree, ShardOfAnotherStep) { expect_refused("mixed_step_shard"); }
+TEST(Agree, ModelFileOfAnotherStep) { expect_refused("mixed_step_model"); }
+TEST(Agree, ShardOfAnotherDeepSpeedVersion) { expect_refused("ds_version"); }
+TEST(Agree, Zero3ShardOfAnotherStep) { expect_refused("zero3_mixed_step_shard"); }
+TEST(Agree, Zero3ModelFileOfAnotherStep) { expect_refused("zero3_mixed_step_model"); }
+// The map phase plans with the same checks (a work folder of a mixed checkpoint is never written).
+TEST(Agree, ExtractRefusesToo) {
+  expect_refused("mixed_step_shard", "ucp-extract");
+  expect_refused("overlap", "ucp-extract");
+}
