@@ -65,7 +65,7 @@ for _ in $(seq 600); do
 done
 sleep 0.5
 scancel "$jid"
-for _ in $(seq 300); do squeue -h -j "$jid" 2>/dev/null | grep -q . || break; sleep 0.1; done
+for _ in $(seq 900); do squeue -h -j "$jid" 2>/dev/null | grep -q . || break; sleep 0.1; done
 sed "s/^/  [elastic-killed] /" "$work/elastic-killed.out"
 grep -q "ucp-union: INTERRUPTED" "$work/elastic-killed.out" || fail "the cancelled job did not report the interruption"
 [ ! -e "$work/gpt_dp3" ] || fail "a cancelled conversion left $work/gpt_dp3"

@@ -2,6 +2,9 @@
 # Settings (environment): UCPKIT_BIN (folder of the tools; default: on PATH),
 # UCPKIT_LAUNCH (how MPI-capable tools start; default `mpirun -np $SLURM_NTASKS` inside an allocation
 # of more than one task, else nothing).
+# Open MPI gives a signalled rank 1 s before SIGKILL (odls_base_sigkill_timeout): too short for rank 0
+# to remove its staging folder on a loaded node. Slurm's own KillWait still bounds the wait.
+export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-20}
 log() { printf '[%s %s] %s\n' "$(date +%T)" "${SLURM_JOB_ID:-local}" "$*"; }
 tool() { if [ -n "${UCPKIT_BIN:-}" ]; then echo "$UCPKIT_BIN/$1"; else command -v "$1"; fi; }
 launcher() {
