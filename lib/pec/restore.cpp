@@ -2,6 +2,7 @@
 #include "pec/restore.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "load/moe_line.h"
 #include "core/error.h"
 #include "pec/checkpoint.h"
+#include "pec/crash.h"
 #include "pec/plt.h"
 #include "pec/restore_writer.h"
 #include "pec/store.h"
@@ -37,6 +39,20 @@ struct Copy {
   size_t tier;
   const Manifest* manifest;
 };
+
+// Folders `.global_stepN.tmp.<pid>` left by a restore killed on this host (its pid no longer runs).
+void remove_stale_temporaries(const std::string& output) {
+  std::error_code ec;
+  for (const auto& d : fs::directory_iterator(output, ec)) {
+    const std::string n = d.path().filename().string();
+    const auto at = n.rfind(".tmp.");
+    if (n.rfind(".global_step", 0) != 0 || at == std::string::npos || !d.is_directory()) continue;
+    const std::string pid = n.substr(at + 5);
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (::kill(static_cast<pid_t>(std::stol(pid)), 0) == 0 || errno != ESRCH) continue;
+    fs::remove_all(d.path(), ec);
+  }
+}
 
 int64_t at(const TokenMatrix& m, int l, int e) {
   if (static_cast<size_t>(l) >= m.size() || static_cast<size_t>(e) >= m[l].size()) return 0;
@@ -94,6 +110,7 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   // Streamed straight into a temporary step folder, renamed into place at the end. Under MPI every
   // rank writes the files it owns into the folder rank 0 names.
   fs::create_directories(o.output);
+  if (root) remove_stale_temporaries(o.output);
   const std::string pid0 = mpi.broadcast(std::to_string(::getpid()));
   fs::path tmp_dir;
   auto remove_tmp = [&] {
@@ -361,8 +378,10 @@ RestoreResult pec_restore(const RestoreOptions& o) {
           fs::rename(final_dir, old);
           fs::remove_all(old);
         }
+        crash_point("restore folder complete");
         fs::rename(tmp_dir, final_dir);
         fsync_dir(o.output);
+        crash_point("restore folder renamed");
         write_file_atomic((fs::path(o.output) / "latest").string(), tag, true);
         if (base->layout == "universal") write_file_atomic((fs::path(o.output) / "latest_universal").string(), tag, true);
       } catch (...) {

@@ -26,6 +26,7 @@
 #include "core/mapped_file.h"
 #include "pec/checkpoint.h"
 #include "pec/checksum.h"
+#include "pec/crash.h"
 #include "pec/object_store.h"
 #include "pec/store.h"
 #include "pec/zip_records.h"
@@ -219,6 +220,7 @@ void stream_job(const std::string& object_path, const std::string& id, uint64_t 
   if (!(digest_out == want)) throw ObjectError(object_path + ": corrupt object (checksum mismatch)");
   for (size_t k = 0; k < segs.size(); ++k)
     if (segs[k].record) pieces.push_back({out_rel, *segs[k].record, segs[k].file, segs[k].length, crc[k]});
+  crash_point("restore chunk written");
 }
 }  // namespace
 

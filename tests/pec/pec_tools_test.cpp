@@ -270,6 +270,36 @@ TEST(PecTools, KillDuringSaveNeverDamagesTheLastCommit) {
   EXPECT_GT(points, 20);
 }
 
+// pec-restore killed (SIGKILL) at every crash point of the streaming writer: the output folder never
+// holds a partial global_stepN nor a `latest` naming one; the next restore cleans up and succeeds.
+TEST(PecTools, KillDuringRestoreLeavesNoOutput) {
+  std::string d = scratch("kill_restore");
+  save_chain("ds", d + "/store", "--policy sequential --k 1", 3);
+  ASSERT_EQ(restore(d + "/store", d + "/ref", ""), 0);
+  auto ref = tree_bytes(d + "/ref/global_step300");
+  int points = 0;
+  for (int n = 1; n < 400; ++n) {
+    fs::remove_all(d + "/o");
+    int rc = sh("UCPKIT_PEC_CRASH_AFTER=" + std::to_string(n) + " " + kBin + "/pec-restore --store " + d + "/store --output " + d + "/o");
+    if (rc == 0) break;  // past the last crash point
+    ++points;
+    ASSERT_EQ(rc, 137) << "crash point " << n;
+    if (fs::exists(d + "/o/global_step300")) {
+      // Killed after the rename: the folder is complete (only `latest` may be missing).
+      EXPECT_EQ(tree_bytes(d + "/o/global_step300"), ref) << "crash point " << n;
+    } else {
+      EXPECT_FALSE(fs::exists(d + "/o/latest")) << "crash point " << n;
+    }
+    if (n % 4 != 0) continue;  // every fourth point: the next restore cleans up and succeeds
+    ASSERT_EQ(restore(d + "/store", d + "/o", "--force", d + "/o.log"), 0) << n << ": " << slurp(d + "/o.log");
+    EXPECT_EQ(tree_bytes(d + "/o/global_step300"), ref) << "restore after crash point " << n;
+    EXPECT_EQ(slurp(d + "/o/latest"), "global_step300");
+    for (const auto& e : fs::directory_iterator(d + "/o"))
+      EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << "left over: " << e.path();
+  }
+  EXPECT_GT(points, 20);
+}
+
 TEST(PecTools, CorruptOrMissingObjectFallsBackToAnOlderCopy) {
   std::string d = scratch("corrupt");
   save_chain("ds", d + "/store", "--policy sequential --k 2 --keep 5");
@@ -604,4 +634,28 @@ TEST(PecTools, MpiSaveMatchesSingleProcess) {
   ASSERT_EQ(restore(d + "/one", d + "/o_one", ""), 0);
   EXPECT_EQ(tree_bytes(d + "/o_mpi/global_step300"), tree_bytes(d + "/o_one/global_step300"));
   EXPECT_EQ(verify_native(d + "/o_mpi", 300), 0) << slurp(d + "/o_mpi/verify.log");
+  // pec-restore under mpirun: the ranks write disjoint files of one folder; same bytes, same report.
+  ASSERT_EQ(sh(mpi + kBin + "/pec-restore --store " + d + "/one --output " + d + "/r_mpi --report " + d + "/r_mpi.json",
+               d + "/r_mpi.log"), 0) << slurp(d + "/r_mpi.log");
+  EXPECT_EQ(tree_bytes(d + "/r_mpi/global_step300"), tree_bytes(d + "/o_one/global_step300"));
+  EXPECT_EQ(slurp(d + "/r_mpi/latest"), "global_step300");
+  json a = json::parse(slurp(d + "/r_mpi.json")), b = report_of(d + "/o_one");
+  EXPECT_EQ(a["experts"], b["experts"]);
+  EXPECT_EQ(a["plt"], b["plt"]);
+  // A damaged newest copy under MPI: every rank moves that expert to its older copy together.
+  json m = json::parse(slurp(d + "/one/manifests/step-000000000300.json"))["manifest"];
+  for (const auto& f : m["experts"][0]["files"]) {
+    std::string id = f["chunks"][0]["object"].get<std::string>();
+    std::fstream o(d + "/one/objects/" + id.substr(0, 2) + "/" + id, std::ios::in | std::ios::out | std::ios::binary);
+    o.seekp(40);
+    o.put(0x5a);
+  }
+  ASSERT_EQ(sh(mpi + kBin + "/pec-restore --store " + d + "/one --output " + d + "/r_bad --report " + d + "/r_bad.json",
+               d + "/r_bad.log"), 0) << slurp(d + "/r_bad.log");
+  json bad = json::parse(slurp(d + "/r_bad.json"));
+  const int layer = m["experts"][0]["moe_layer"].get<int>(), expert = m["experts"][0]["expert"].get<int>();
+  EXPECT_LT(restored_steps(bad).at({layer, expert}), 300);
+  std::string rep = d + "/r_bad/report.json";
+  fs::copy_file(d + "/r_bad.json", rep);
+  EXPECT_EQ(verify_native(d + "/r_bad", 300), 0) << slurp(d + "/r_bad/verify.log");
 }
