@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   app.add_option("--k-persist", o.k_persist, "Experts per layer into the durable store");
   app.add_option("--keep", o.keep, "Durable tier: keep what restoring the latest N steps needs")->capture_default_str();
   app.add_option("--keep-fast", o.keep_fast, "Fast tier: keep the non-expert state of the latest N steps and only expert copies newer than the durable tier's")->capture_default_str();
-  app.add_option("--zstd-level", o.zstd_level, "zstd compression level")->capture_default_str();
+  app.add_option("--zstd-level", o.zstd_level, "zstd compression level (0: store the bytes uncompressed)")->capture_default_str();
   app.add_option("--chunk-mib", chunk_mib, "Largest object in MiB (files are split)")->capture_default_str();
   app.add_option("--ep", o.open.ep_size, "Expert-parallel degree (default: inferred, 1 for universal checkpoints)");
   app.add_flag("--data-before-expert", o.open.data_before_expert, "use_data_before_expert_parallel_ rank order");

@@ -36,8 +36,7 @@ namespace fs = std::filesystem;
 
 namespace ucpkit::pec {
 namespace {
-constexpr size_t kHeader = 32;  // object header (object_store.cpp)
-constexpr char kMagic[8] = {'U', 'C', 'P', 'K', 'O', 'B', 'J', '1'};
+constexpr size_t kHeader = kObjectHeader;
 constexpr size_t kInBlock = size_t{1} << 20;
 constexpr size_t kWindow = size_t{4} << 20;
 // Per worker: input block + output window + zstd decoder (<= 8 MiB window for levels up to 19).
@@ -161,7 +160,8 @@ void stream_job(const std::string& object_path, const std::string& id, uint64_t 
   }
   uint8_t head[kHeader];
   ssize_t got = pread_some(in.fd, head, kHeader, 0);
-  if (got != static_cast<ssize_t>(kHeader) || std::memcmp(head, kMagic, 8) != 0)
+  const bool raw = got == static_cast<ssize_t>(kHeader) && std::memcmp(head, kObjectMagicRaw, 8) == 0;
+  if (got != static_cast<ssize_t>(kHeader) || (!raw && std::memcmp(head, kObjectMagicZstd, 8) != 0))
     throw ObjectError(object_path + ": not a PEC object (bad header)");
   const uint64_t size = get_u64(head + 8);
   const Digest want{get_u64(head + 16), get_u64(head + 24)};
@@ -192,11 +192,20 @@ void stream_job(const std::string& object_path, const std::string& id, uint64_t 
   };
 
   uint64_t pos = kHeader;
+  if (raw) {  // stored bytes (zstd level 0): read straight into the window
+    for (;;) {
+      ssize_t n = pread_some(in.fd, b.out.get(), kWindow, pos);
+      if (n < 0) throw ObjectError(object_path + ": read failed: " + std::strerror(errno));
+      if (n == 0) break;
+      pos += static_cast<uint64_t>(n);
+      consume(b.out.get(), static_cast<size_t>(n));
+    }
+  }
   ZSTD_inBuffer ib{b.in.get(), 0, 0};
   size_t ret = 1;
   bool full = false;  // the last call filled the window: the decoder may hold more output
   bool eof = false;
-  for (;;) {
+  for (; !raw;) {
     if (ib.pos == ib.size && !full) {
       ssize_t n = pread_some(in.fd, b.in.get(), kInBlock, pos);
       if (n < 0) throw ObjectError(object_path + ": read failed: " + std::strerror(errno));
@@ -214,11 +223,10 @@ void stream_job(const std::string& object_path, const std::string& id, uint64_t 
     full = ob.pos == ob.size;
     if (ret == 0 && !full) break;  // frame complete and flushed
   }
-  if (ret != 0 || eof) {
-    if (ret != 0) throw ObjectError(object_path + ": corrupt object (truncated zstd frame)");
-  }
+  (void)eof;
+  if (!raw && ret != 0) throw ObjectError(object_path + ": corrupt object (truncated zstd frame)");
   uint8_t extra;
-  if (ib.pos != ib.size || pread_some(in.fd, &extra, 1, pos) != 0)
+  if (!raw && (ib.pos != ib.size || pread_some(in.fd, &extra, 1, pos) != 0))
     throw ObjectError(object_path + ": corrupt object (bytes after the zstd frame)");
   if (produced != raw_size)
     throw ObjectError(object_path + ": corrupt object (decompressed to " + std::to_string(produced) + " bytes)");

@@ -111,6 +111,17 @@ TEST(PecTools, DataBeforeExpertBf16OptimizerRestoresBitExact) {
   EXPECT_EQ(verify_native(d + "/out", 300, "dbe", true), 0) << slurp(d + "/out/verify.log");
 }
 
+TEST(PecTools, UncompressedStoreRestoresBitExact) {
+  std::string d = scratch("level0");
+  save_chain("ds", d + "/store", "--policy sequential --k 1 --zstd-level 0", 3);
+  ASSERT_EQ(restore(d + "/store", d + "/out", "", d + "/restore.log"), 0) << slurp(d + "/restore.log");
+  EXPECT_EQ(verify_native(d + "/out", 300), 0) << slurp(d + "/out/verify.log");
+  size_t raw = 0;
+  for (const auto& e : fs::recursive_directory_iterator(d + "/store/objects"))
+    if (e.is_regular_file()) raw += slurp(e.path().string()).rfind("UCPKOBJ0", 0) == 0;
+  EXPECT_GT(raw, 10u);
+}
+
 TEST(PecTools, KEqualsERestoresTheFullCheckpointExactly) {
   std::string d = scratch("k_eq_e");
   save_chain("ds", d + "/store", "--policy sequential --k 4", 3);
