@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "pec/save.h"
+#include "pec/watch.h"
 #include "tool/cli.h"
 
 int main(int argc, char** argv) {
@@ -15,9 +16,17 @@ int main(int argc, char** argv) {
   double bandwidth = 0, iteration_seconds = 0;
   int chunk_mib = 64;
   bool no_bootstrap = false;
-  app.add_option("--checkpoint", o.checkpoint, "Full checkpoint folder written by the training job")->required();
+  pec::WatchOptions watch;
+  app.add_option("--checkpoint", o.checkpoint, "Full checkpoint folder written by the training job");
   app.add_option("--store", o.store, "PEC store folder")->required();
-  app.add_option("--step", step, "Training step being saved")->required();
+  app.add_option("--step", step, "Training step being saved");
+  app.add_option("--watch", watch.dir,
+                 "Persist agent: wait for each new global_step<N> that `latest` names in this folder, save it, "
+                 "until SIGTERM (replaces --checkpoint/--step)");
+  app.add_option("--poll-seconds", watch.poll_seconds, "With --watch: how often `latest` is read")->capture_default_str();
+  app.add_option("--keep-snapshots", watch.keep_snapshots,
+                 "With --watch: after each save keep only the newest N global_step folders of the watched folder (0: keep all)")
+      ->capture_default_str();
   app.add_option("--policy", o.policy, "Expert selection policy")
       ->required()
       ->check(CLI::IsMember({"sequential", "load-aware", "budget"}));
@@ -52,6 +61,16 @@ int main(int argc, char** argv) {
     if (chunk_mib < 1) throw UsageError("--chunk-mib must be >= 1");
     o.chunk_bytes = static_cast<uint64_t>(chunk_mib) << 20;
     o.bootstrap = !no_bootstrap;
+    if (!watch.dir.empty()) {
+      if (!o.checkpoint.empty() || step >= 0) throw UsageError("--watch replaces --checkpoint and --step");
+      if (o.plan_only) throw UsageError("--watch and --plan do not go together");
+      pec::watch_and_save(o, watch, [](const std::string& line) {
+        std::cout << line << std::endl;
+      });
+      return 0;
+    }
+    if (o.checkpoint.empty()) throw UsageError("--checkpoint is required (or --watch)");
+    if (step < 0) throw UsageError("--step is required (or --watch)");
     std::unique_ptr<tool::Progress> bar;
     uint64_t total = 0;
     auto summary = pec::pec_save(

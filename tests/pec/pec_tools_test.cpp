@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <chrono>
+#include <thread>
 
 #include "support/process.h"
 
@@ -120,6 +122,54 @@ TEST(PecTools, UncompressedStoreRestoresBitExact) {
   for (const auto& e : fs::recursive_directory_iterator(d + "/store/objects"))
     if (e.is_regular_file()) raw += slurp(e.path().string()).rfind("UCPKOBJ0", 0) == 0;
   EXPECT_GT(raw, 10u);
+}
+
+// pec-save --watch beside a fake trainer that writes three steps the way DeepSpeed does (the step
+// folder first, `latest` last): each step is saved once `latest` names it and not before, snapshots
+// older than --keep-snapshots are removed, SIGTERM stops the agent with exit code 0, and the store
+// restores the last step bit-exactly.
+TEST(PecTools, WatchPersistsEachCompletedStepAndStopsOnSigterm) {
+  std::string d = scratch("watch");
+  const std::string shm = d + "/shm", store = d + "/store";
+  fs::create_directories(shm);
+  ASSERT_EQ(std::system(("(" + kBin + "/pec-save --watch " + shm + " --store " + store +
+                         " --policy sequential --k 1 --poll-seconds 0.05 --keep-snapshots 1 >" + d +
+                         "/watch.log 2>&1; echo $? >" + d + "/watch.rc) & echo $! >" + d + "/watch.pid")
+                            .c_str()),
+            0);
+  auto manifest = [&](int64_t s) { return store + "/manifests/step-000000000" + std::to_string(s) + ".json"; };
+  auto wait_for = [&](const std::string& path) {
+    for (int i = 0; i < 1200 && !fs::exists(path); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return fs::exists(path);
+  };
+  for (int64_t s : {100, 200, 300}) {
+    const std::string tag = "global_step" + std::to_string(s);
+    fs::copy(step_dir("ds", s), shm + "/" + tag, fs::copy_options::recursive);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_FALSE(fs::exists(manifest(s))) << "saved before `latest` named it: " << s;
+    { std::ofstream(shm + "/latest.tmp") << tag; }
+    fs::rename(shm + "/latest.tmp", shm + "/latest");
+    ASSERT_TRUE(wait_for(manifest(s))) << s << ": " << slurp(d + "/watch.log");
+  }
+  // The watcher saved step 300; wait for its log line (pruning follows the commit), then stop it.
+  for (int i = 0; i < 200 && slurp(d + "/watch.log").find("step 300 saved") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::string pid = slurp(d + "/watch.pid");
+  std::system(("pkill -TERM -P " + pid.substr(0, pid.find('\n'))).c_str());
+  ASSERT_TRUE(wait_for(d + "/watch.rc")) << slurp(d + "/watch.log");
+  EXPECT_EQ(slurp(d + "/watch.rc"), "0\n") << slurp(d + "/watch.log");
+  const std::string log = slurp(d + "/watch.log");
+  size_t lines = 0;
+  for (size_t p = log.find(" saved from "); p != std::string::npos; p = log.find(" saved from ", p + 1)) ++lines;
+  EXPECT_EQ(lines, 3u) << log;
+  EXPECT_NE(log.find("stopped by signal after 3 saves"), std::string::npos) << log;
+  std::set<std::string> left;
+  for (const auto& e : fs::directory_iterator(shm))
+    if (e.is_directory()) left.insert(e.path().filename().string());
+  EXPECT_EQ(left, std::set<std::string>({"global_step300"}));
+  ASSERT_EQ(restore(store, d + "/out", "", d + "/restore.log"), 0) << slurp(d + "/restore.log");
+  EXPECT_EQ(report_of(d + "/out")["step"], 300);
+  EXPECT_EQ(verify_native(d + "/out", 300), 0) << slurp(d + "/out/verify.log");
 }
 
 TEST(PecTools, KEqualsERestoresTheFullCheckpointExactly) {
