@@ -315,6 +315,16 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   if (!tokens_known && per_interval.empty())
     warn("no token counts in the store and no --tokens: lost tokens and PLT are reported as 0 (unknown)");
   Plt plt = compute_plt(lost, processed);
+  // PLT over the whole run: this restore's lost tokens plus those of the earlier restores recorded in
+  // the durable store (each earlier failure's lost updates stay lost); it drives next_k.
+  PltHistory history;
+  try {
+    history = load_plt_history(o.store);
+  } catch (const std::exception& e) {
+    warn(std::string(e.what()) + "; the accumulated PLT counts this restore only");
+  }
+  add_restore(history, target, lost);
+  const Plt plt_total = compute_plt(total_lost(history, shape.experts_per_layer), processed);
 
   // Tokens per iteration of each expert, for the capacity plan.
   int64_t prev_step = -1;
@@ -341,7 +351,7 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   if ((k_now <= 0 || kref->budget_bytes > 0) && !k_per_layer.empty())
     k_now = *std::max_element(k_per_layer.begin(), k_per_layer.end());
   if (k_per_layer.empty()) k_per_layer.assign(shape.experts_per_layer.size(), std::max(k_now, 0));
-  const bool exceeded = plt.overall > o.plt_threshold;
+  const bool exceeded = plt_total.overall > o.plt_threshold;
 
   res.report = {{"step", target},
                 {"experts", experts},
@@ -351,7 +361,9 @@ RestoreResult pec_restore(const RestoreOptions& o) {
                 {"policy", kref->policy},
                 {"k", k_now},
                 {"k_per_layer", k_per_layer},
-                {"next_k", next_k(k_now, max_e, plt.overall, o.plt_threshold)},
+                {"plt_accumulated", plt_to_json(plt_total)},
+                {"restores_counted", history.restores.size()},
+                {"next_k", next_k(k_now, max_e, plt_total.overall, o.plt_threshold)},
                 {"capacity_plan", capacity_plan_to_json(capacity)},
                 {"layout", base->layout},
                 {"tokens_known", tokens_known || !per_interval.empty()},
@@ -384,6 +396,11 @@ RestoreResult pec_restore(const RestoreOptions& o) {
         crash_point("restore folder renamed");
         write_file_atomic((fs::path(o.output) / "latest").string(), tag, true);
         if (base->layout == "universal") write_file_atomic((fs::path(o.output) / "latest_universal").string(), tag, true);
+        try {
+          save_plt_history(o.store, history);
+        } catch (const std::exception& e) {
+          warn(std::string(e.what()) + " (the accumulated PLT of this restore is not recorded)");
+        }
       } catch (...) {
         remove_tmp();
         throw;
@@ -413,6 +430,11 @@ std::string report_table(const json& r) {
                 static_cast<long long>(r.at("step").get<int64_t>()), 100 * r.at("plt").at("overall").get<double>(),
                 100 * r.at("plt_threshold").get<double>(), k_text.c_str());
   o << line;
+  if (r.value("restores_counted", 1) > 1) {
+    std::snprintf(line, sizeof line, "accumulated PLT over %d restores of this run: %.4f%% (drives next K)\n",
+                  r.at("restores_counted").get<int>(), 100 * r.at("plt_accumulated").at("overall").get<double>());
+    o << line;
+  }
   o << "moe_layer  expert  restored_step  lost_tokens  tier\n";
   int64_t step = r.at("step").get<int64_t>();
   size_t current = 0;

@@ -270,6 +270,40 @@ TEST(PecTools, PltMatchesTokenCounts) {
   }
 }
 
+// Accumulated PLT: a second restore of the same store adds its lost tokens to the first one's
+// (recorded in the store); restoring an earlier step again drops the abandoned later record.
+TEST(PecTools, AccumulatedPltAddsUpOverRestores) {
+  std::string d = scratch("plt_acc");
+  save_chain("ds", d + "/store", "--policy sequential --k 1 --keep 5");
+  ASSERT_EQ(restore(d + "/store", d + "/a", "--step 300"), 0);
+  json a = report_of(d + "/a");
+  EXPECT_EQ(a["restores_counted"], 1);
+  EXPECT_EQ(a["plt_accumulated"], a["plt"]);
+  ASSERT_EQ(restore(d + "/store", d + "/b", "--step 500 --plt-threshold 0.01"), 0);
+  json b = report_of(d + "/b");
+  EXPECT_EQ(b["restores_counted"], 2);
+  // Independently: lost tokens of both reports over all tokens up to step 500, per layer.
+  std::map<int64_t, json> tok;
+  for (int64_t s : kSteps) tok[s] = json::parse(slurp(tokens(s)));
+  double overall = 0;
+  for (int l = 0; l < 2; ++l) {
+    double lost = 0, all = 0;
+    for (const json* r : {&a, &b})
+      for (const auto& e : (*r)["experts"])
+        if (e["moe_layer"] == l) lost += e["lost_tokens"].get<double>();
+    for (int e = 0; e < 4; ++e)
+      for (int64_t s : kSteps) all += tok[s][l][e].get<double>();
+    EXPECT_NEAR(b["plt_accumulated"]["per_layer"][l].get<double>(), lost / all, 1e-12);
+    overall += lost / all / 2;
+  }
+  EXPECT_GT(b["plt_accumulated"]["overall"].get<double>(), b["plt"]["overall"].get<double>());
+  int k = b["k"].get<int>();
+  EXPECT_EQ(b["next_k"].get<int>(), overall > 0.01 ? std::min(2 * k, 4) : k);
+  ASSERT_EQ(restore(d + "/store", d + "/c", "--step 400"), 0);
+  json c = report_of(d + "/c");
+  EXPECT_EQ(c["restores_counted"], 2);  // 300 and 400; the 500 record belonged to an abandoned timeline
+}
+
 TEST(PecTools, UniversalLayoutRestoresBitExact) {
   std::string d = scratch("universal");
   for (int64_t s : {100, 200, 300})
