@@ -149,6 +149,25 @@ struct RestoreWriter::CutFile {
 };
 
 namespace {
+// One job per stored chunk of `f`, placed in `out` by `map` (the whole entry's stream -> file map).
+template <class JobT>
+void add_chunk_jobs(std::vector<JobT>& jobs, const Store& store, const FileEntry& f, const std::string& out,
+                    const std::vector<Seg>& map, size_t group) {
+  uint64_t off = 0;
+  for (const auto& c : f.chunks) {
+    JobT j;
+    j.object_path = store.objects().path_of(c.object);
+    j.id = c.object;
+    j.raw_size = c.size;
+    j.out = out;
+    j.out_rel = f.path;
+    j.segs = slice(map, off, c.size);
+    j.group = group;
+    jobs.push_back(std::move(j));
+    off += c.size;
+  }
+}
+
 // Streams one object into its segments: read a block, decompress into the window, hash, pwrite.
 void stream_job(const std::string& object_path, const std::string& id, uint64_t raw_size, const std::string& out_path,
                 const std::vector<Seg>& segs, const std::string& out_rel, Buffers& b, Digest& digest_out,
@@ -345,19 +364,7 @@ void RestoreWriter::write_non_expert(const Store& store, const std::vector<FileE
     auto cf = std::make_unique<CutFile>();
     cf->size = size;
     cut_[f.path] = std::move(cf);
-    uint64_t off = 0;
-    for (const auto& c : f.chunks) {
-      Job j;
-      j.object_path = store.objects().path_of(c.object);
-      j.id = c.object;
-      j.raw_size = c.size;
-      j.out = out;
-      j.out_rel = f.path;
-      j.segs = slice(map, off, c.size);
-      j.group = groups.size();
-      jobs.push_back(std::move(j));
-      off += c.size;
-    }
+    add_chunk_jobs(jobs, store, f, out, map, groups.size());
     groups.push_back(&f);
   }
   run(jobs);
@@ -425,19 +432,7 @@ std::vector<CopyOutcome> RestoreWriter::write_experts(const std::vector<ExpertCo
         }
         if (off != f.size) fail(f.path, "saved expert fragment longer than its ranges");
       }
-      uint64_t off = 0;
-      for (const auto& c : f.chunks) {
-        Job j;
-        j.object_path = store.objects().path_of(c.object);
-        j.id = c.object;
-        j.raw_size = c.size;
-        j.out = out_path;
-        j.out_rel = f.path;
-        j.segs = slice(map, off, c.size);
-        j.group = groups.size();
-        jobs.push_back(std::move(j));
-        off += c.size;
-      }
+      add_chunk_jobs(jobs, store, f, out_path, map, groups.size());
       groups.push_back({ci, &f, &store});
     }
   }

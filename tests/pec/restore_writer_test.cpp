@@ -26,6 +26,8 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
+const std::string kStep = std::string(UCPKIT_FIXTURES_DIR) + "/ds/step300/global_step300";
+
 // Stores every file of `src` (non-expert files with their expert ranges cut out, expert parts
 // separately) in chunks of a few KiB; returns the entries.
 void store_all(const SourceCheckpoint& src, Store& store, std::vector<FileEntry>& non_expert, std::vector<ExpertEntry>& experts) {
@@ -47,6 +49,23 @@ void store_all(const SourceCheckpoint& src, Store& store, std::vector<FileEntry>
     experts.push_back(x);
   }
 }
+
+// The fixture's step 300 stored in a fresh store under build/pec-scratch/<name>.
+struct Stored {
+  explicit Stored(const std::string& name)
+      : src(open_checkpoint(kStep, {})), dir(std::string(UCPKIT_BUILD_DIR) + "/pec-scratch/" + name), store(fresh(dir) + "/store", "durable", true) {
+    store_all(src, store, non_expert, experts);
+  }
+  static std::string fresh(const std::string& d) {
+    fs::remove_all(d);
+    return d;
+  }
+  SourceCheckpoint src;
+  std::string dir;
+  Store store;
+  std::vector<FileEntry> non_expert;
+  std::vector<ExpertEntry> experts;
+};
 }  // namespace
 
 TEST(PecChecksum, StreamingDigestsEqualOneShot) {
@@ -72,15 +91,13 @@ TEST(PecChecksum, StreamingDigestsEqualOneShot) {
 }
 
 TEST(PecRestoreWriter, TinyChunksRebuildEveryFileExactly) {
-  const std::string step = std::string(UCPKIT_FIXTURES_DIR) + "/ds/step300/global_step300";
-  SourceCheckpoint src = open_checkpoint(step, {});
+  Stored st("writer");
+  const std::string step = kStep, d = st.dir;
+  const SourceCheckpoint& src = st.src;
+  Store& store = st.store;
+  const auto& non_expert = st.non_expert;
+  const auto& experts = st.experts;
   ASSERT_FALSE(src.expert_ranges.empty());  // optimizer shards with expert fragments cut out
-  const std::string d = std::string(UCPKIT_BUILD_DIR) + "/pec-scratch/writer";
-  fs::remove_all(d);
-  Store store(d + "/store", "durable", true);
-  std::vector<FileEntry> non_expert;
-  std::vector<ExpertEntry> experts;
-  store_all(src, store, non_expert, experts);
   for (uint64_t mib : {64u, 256u}) {
     const std::string out = d + "/out" + std::to_string(mib);
     RestoreWriter w(out, mib << 20);
@@ -116,14 +133,11 @@ TEST(PecRestoreWriter, TinyChunksRebuildEveryFileExactly) {
 }
 
 TEST(PecRestoreWriter, DamagedFragmentIsReportedAndDiscarded) {
-  const std::string step = std::string(UCPKIT_FIXTURES_DIR) + "/ds/step300/global_step300";
-  SourceCheckpoint src = open_checkpoint(step, {});
-  const std::string d = std::string(UCPKIT_BUILD_DIR) + "/pec-scratch/writer_damaged";
-  fs::remove_all(d);
-  Store store(d + "/store", "durable", true);
-  std::vector<FileEntry> non_expert;
-  std::vector<ExpertEntry> experts;
-  store_all(src, store, non_expert, experts);
+  Stored st("writer_damaged");
+  const std::string d = st.dir;
+  Store& store = st.store;
+  const auto& non_expert = st.non_expert;
+  const auto& experts = st.experts;
   // Damage the last chunk of the first expert's optimizer fragments.
   const FileEntry* frag = nullptr;
   for (const auto& f : experts[0].files)
