@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
       char line[400];
       std::snprintf(line, sizeof line,
                     "step %lld -> %s tier: %d experts, %.1f MiB (%.1f%% of the full %.1f MiB checkpoint; formula C_pec/C_full "
-                    "%.1f%%), %.1f MiB on disk after zstd",
+                    "%.1f%%), %.1f MiB on disk",
                     step, t["tier"].get<std::string>().c_str(), s["experts_saved"].get<int>(),
                     s["bytes_logical"].get<double>() / 1048576.0, 100 * s["ratio_logical_vs_full"].get<double>(),
                     s["bytes_full_checkpoint"].get<double>() / 1048576.0, 100 * s["ratio_formula"].get<double>(),
