@@ -7,11 +7,14 @@
 #   * pec-save throughput versus a plain copy (cat + fsync) of exactly the same number of selected
 #     bytes ("same"), and versus copying the selected files whole ("files": non-expert files incl.
 #     whole optimizer shards + the selected expert files, what a file-level partial save would write);
-#   * pec-restore time (and peak memory) versus reading the full checkpoint once (cat > /dev/null)
-#     and versus reading + writing it (cat > file + fsync);
+#   * pec-restore time and peak RSS (RUNS times, default 3, --memory-mb MEMORY_MB, default 256) versus
+#     reading + writing the same checkpoint in the same run (cat of every file into a fresh folder, then
+#     sync -f), and that the restored files equal the source;
 #   * two tiers: fast-tier size after several saves (--k-snapshot 2 into FAST_DIR, --k-persist 1 into
 #     the durable store) versus the non-expert state and the full checkpoint.
-# Usage: scripts/bench_pec.sh [build_dir] [work_dir]     (env: HIDDEN, FFN, VOCAB, ZSTD_LEVEL, FAST_DIR)
+# Usage: scripts/bench_pec.sh [build_dir] [work_dir]
+#   env: HIDDEN, FFN, VOCAB (4x larger: HIDDEN=512 FFN=2048 VOCAB=24576), ZSTD_LEVEL, FAST_DIR, RUNS,
+#        MEMORY_MB, SECTIONS (any of "size restore tiers"; default all three)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -22,6 +25,10 @@ hidden=${HIDDEN:-256}
 ffn=${FFN:-1024}
 vocab=${VOCAB:-12288}
 level=${ZSTD_LEVEL:-3}
+runs=${RUNS:-3}
+memory_mb=${MEMORY_MB:-256}
+sections=${SECTIONS:-size restore tiers}
+has() { [[ " $sections " == *" $1 "* ]]; }
 mkdir -p "$work"
 ckpt=$work/ckpt
 if [ ! -f "$ckpt/latest" ]; then
@@ -35,6 +42,7 @@ full_bytes=$(du -sb "$step_dir" | cut -f1)
 now() { date +%s.%N; }
 echo "checkpoint: $step_dir, $full_bytes bytes; load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 echo
+if has size; then
 printf "%-3s %12s %12s %8s %8s %9s %9s %7s %9s %7s %9s %7s %9s\n" K logical_B stored_B logical% stored% formula% paper_K1% save_s save_MB/s same_s same_MB/s files_s files_MB/s
 for k in 1 2 4; do
   store=$work/store_k$k
@@ -86,32 +94,47 @@ PY
 done
 rm -rf "$work/copy"
 echo
-# Restore: a chain of two saves (full first save, then K=1) rebuilt into a normal checkpoint.
+fi
+
+# Restore: a chain of two saves (full first save, then K=1) rebuilt into a normal checkpoint, RUNS
+# times; each run also copies the same checkpoint (cat of every file into a fresh folder + sync -f).
+if has restore; then
 store=$work/store_chain
-rm -rf "$store" "$work/restored"
+rm -rf "$store" "$work/restored" "$work/plain"
 "$bin/pec-save" --checkpoint "$ckpt" --store "$store" --step 1000 --policy sequential --k 1 --zstd-level "$level" -q
 "$bin/pec-save" --checkpoint "$ckpt" --store "$store" --step 1001 --policy sequential --k 1 --zstd-level "$level" -q
-sync
-t0=$(now)
-/usr/bin/time -f "%M" -o "$work/restore.rss" "$bin/pec-restore" --store "$store" --output "$work/restored" --json -q \
-  > "$work/restore.json" 2>/dev/null
-t1=$(now)
-for f in "$step_dir"/*; do cat "$f" > /dev/null; done
-t2=$(now)
-for f in "$step_dir"/*; do cat "$f" > "$work/plain_copy.tmp"; done
-sync -f "$work"
-t3=$(now)
-rm -f "$work/plain_copy.tmp"
-restored_bytes=$(du -sb "$work/restored/global_step1001" | cut -f1)
-$py - "$t0" "$t1" "$t2" "$t3" "$restored_bytes" "$full_bytes" "$(cat "$work/restore.rss")" <<'PY'
+echo "store: $(du -sb "$store" | cut -f1) bytes; restore --memory-mb $memory_mb"
+printf "%-4s %10s %9s %12s %11s %9s %8s %s\n" run restore_s MB/s peak_RSS_MiB cat+fsync_s MB/s ratio load
+for run in $(seq 1 "$runs"); do
+  rm -rf "$work/restored" "$work/plain"
+  sync
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  t0=$(now)
+  /usr/bin/time -f "%M" -o "$work/restore.rss" "$bin/pec-restore" --store "$store" --output "$work/restored" \
+    --memory-mb "$memory_mb" --json -q > "$work/restore.json" 2>"$work/restore.err"
+  t1=$(now)
+  mkdir -p "$work/plain"
+  t2=$(now)
+  for f in "$step_dir"/*; do cat "$f" > "$work/plain/$(basename "$f")"; done
+  sync -f "$work/plain"
+  t3=$(now)
+  rb=$(du -sb "$work/restored/global_step1001" | cut -f1)
+  $py - "$run" "$t0" "$t1" "$t2" "$t3" "$rb" "$(tail -1 "$work/restore.rss")" "$load" <<'PY'
 import sys
-t0, t1, t2, t3 = map(float, sys.argv[1:5]); rb, fb = int(sys.argv[5]), int(sys.argv[6]); rss = int(sys.argv[7])
-print(f"pec-restore (2-step chain -> {rb} bytes): {t1-t0:.2f} s ({rb/(t1-t0)/1e6:.0f} MB/s), peak RSS {rss/1024:.0f} MiB")
-print(f"read the full checkpoint once (cat > /dev/null, page cache warm): {t2-t1:.2f} s")
-print(f"read + write the full checkpoint (cat > file, fsync): {t3-t2:.2f} s")
+run = sys.argv[1]; t0, t1, t2, t3 = map(float, sys.argv[2:6]); rb = int(sys.argv[6]); rss = int(sys.argv[7])
+r, c = t1 - t0, t3 - t2
+print(f"{run:<4s} {r:10.2f} {rb/r/1e6:9.0f} {rss/1024:12.0f} {c:11.2f} {rb/c/1e6:9.0f} {r/c:8.2f} {sys.argv[8]}")
 PY
-rm -rf "$work/restored" "$store"
+  if [ "$run" = 1 ]; then
+    same=yes
+    for f in "$step_dir"/*; do cmp -s "$f" "$work/restored/global_step1001/$(basename "$f")" || same=no; done
+    echo "     restored files identical to the source checkpoint: $same ($rb bytes)"
+  fi
+done
+rm -rf "$work/restored" "$work/plain" "$store"
 echo
+fi
+if has tiers; then
 # Two tiers: four saves of the checkpoint (as steps 2000..2003), K_persist 1, K_snapshot 2.
 fast=${FAST_DIR:-/dev/shm/ucpkit-bench-pec-fast}
 store=$work/store_tiers
@@ -129,3 +152,4 @@ print(f"fast tier: {fast} bytes = {100*fast/full:.1f}% of the full checkpoint; n
       f"(its last save stored {fstats['bytes_stored']} bytes incl. {fstats['experts_saved']} experts)")
 PY
 rm -rf "$fast"
+fi

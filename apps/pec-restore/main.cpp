@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "pec/restore.h"
 #include "tool/cli.h"
+#include "ucp/mpi_session.h"
 
 int main(int argc, char** argv) {
   using namespace ucpkit;
@@ -25,6 +26,10 @@ int main(int argc, char** argv) {
   app.add_option("--ds-version", o.ds_version,
                  "Native MoE: DeepSpeed version line to write (0.14, 0.17.1, 0.19.2, 0.19.3, 0.19.5, or a release; "
                  "default: the saved checkpoint's)");
+  app.add_option("--memory-mb", o.memory_mb,
+                 "Memory budget in MiB: buffers of the streaming writer (input block, output window, zstd decoder per "
+                 "worker); restore memory does not grow with the checkpoint")
+      ->capture_default_str();
   app.add_flag("--force", o.force, "Replace an existing global_step<N> folder under --output");
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
@@ -33,6 +38,7 @@ int main(int argc, char** argv) {
     if (o.plt_threshold < 0) throw UsageError("--plt-threshold must be >= 0");
     if (o.capacity_factor < 1) throw UsageError("--capacity-factor must be >= 1");
     auto r = pec::pec_restore(o);
+    if (ucp::MpiSession::get().rank() != 0) return 0;  // under mpirun rank 0 reports
     if (!report.empty()) write_file_atomic(report, r.report.dump(2) + "\n", true);
     std::string table = pec::report_table(r.report);
     if (common.json) {

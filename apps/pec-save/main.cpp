@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "pec/save.h"
+#include "pec/watch.h"
 #include "tool/cli.h"
 
 int main(int argc, char** argv) {
@@ -15,9 +16,17 @@ int main(int argc, char** argv) {
   double bandwidth = 0, iteration_seconds = 0;
   int chunk_mib = 64;
   bool no_bootstrap = false;
-  app.add_option("--checkpoint", o.checkpoint, "Full checkpoint folder written by the training job")->required();
+  pec::WatchOptions watch;
+  app.add_option("--checkpoint", o.checkpoint, "Full checkpoint folder written by the training job");
   app.add_option("--store", o.store, "PEC store folder")->required();
-  app.add_option("--step", step, "Training step being saved")->required();
+  app.add_option("--step", step, "Training step being saved");
+  app.add_option("--watch", watch.dir,
+                 "Persist agent: wait for each new global_step<N> that `latest` names in this folder, save it, "
+                 "until SIGTERM (replaces --checkpoint/--step)");
+  app.add_option("--poll-seconds", watch.poll_seconds, "With --watch: how often `latest` is read")->capture_default_str();
+  app.add_option("--keep-snapshots", watch.keep_snapshots,
+                 "With --watch: after each save keep only the newest N global_step folders of the watched folder (0: keep all)")
+      ->capture_default_str();
   app.add_option("--policy", o.policy, "Expert selection policy")
       ->required()
       ->check(CLI::IsMember({"sequential", "load-aware", "budget"}));
@@ -31,7 +40,7 @@ int main(int argc, char** argv) {
   app.add_option("--k-persist", o.k_persist, "Experts per layer into the durable store");
   app.add_option("--keep", o.keep, "Durable tier: keep what restoring the latest N steps needs")->capture_default_str();
   app.add_option("--keep-fast", o.keep_fast, "Fast tier: keep the non-expert state of the latest N steps and only expert copies newer than the durable tier's")->capture_default_str();
-  app.add_option("--zstd-level", o.zstd_level, "zstd compression level")->capture_default_str();
+  app.add_option("--zstd-level", o.zstd_level, "zstd compression level (0: store the bytes uncompressed)")->capture_default_str();
   app.add_option("--chunk-mib", chunk_mib, "Largest object in MiB (files are split)")->capture_default_str();
   app.add_option("--ep", o.open.ep_size, "Expert-parallel degree (default: inferred, 1 for universal checkpoints)");
   app.add_flag("--data-before-expert", o.open.data_before_expert, "use_data_before_expert_parallel_ rank order");
@@ -52,6 +61,16 @@ int main(int argc, char** argv) {
     if (chunk_mib < 1) throw UsageError("--chunk-mib must be >= 1");
     o.chunk_bytes = static_cast<uint64_t>(chunk_mib) << 20;
     o.bootstrap = !no_bootstrap;
+    if (!watch.dir.empty()) {
+      if (!o.checkpoint.empty() || step >= 0) throw UsageError("--watch replaces --checkpoint and --step");
+      if (o.plan_only) throw UsageError("--watch and --plan do not go together");
+      pec::watch_and_save(o, watch, [](const std::string& line) {
+        std::cout << line << std::endl;
+      });
+      return 0;
+    }
+    if (o.checkpoint.empty()) throw UsageError("--checkpoint is required (or --watch)");
+    if (step < 0) throw UsageError("--step is required (or --watch)");
     std::unique_ptr<tool::Progress> bar;
     uint64_t total = 0;
     auto summary = pec::pec_save(
@@ -72,7 +91,7 @@ int main(int argc, char** argv) {
       char line[400];
       std::snprintf(line, sizeof line,
                     "step %lld -> %s tier: %d experts, %.1f MiB (%.1f%% of the full %.1f MiB checkpoint; formula C_pec/C_full "
-                    "%.1f%%), %.1f MiB on disk after zstd",
+                    "%.1f%%), %.1f MiB on disk",
                     step, t["tier"].get<std::string>().c_str(), s["experts_saved"].get<int>(),
                     s["bytes_logical"].get<double>() / 1048576.0, 100 * s["ratio_logical_vs_full"].get<double>(),
                     s["bytes_full_checkpoint"].get<double>() / 1048576.0, 100 * s["ratio_formula"].get<double>(),

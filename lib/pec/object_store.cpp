@@ -5,6 +5,8 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include <tbb/parallel_for.h>
+
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -20,8 +22,7 @@ namespace fs = std::filesystem;
 
 namespace ucpkit::pec {
 namespace {
-constexpr char kMagic[8] = {'U', 'C', 'P', 'K', 'O', 'B', 'J', '1'};
-constexpr size_t kHeader = 32;
+constexpr size_t kHeader = kObjectHeader;
 std::atomic<uint64_t> g_tmp_counter{0};
 
 void put_u64(uint8_t* p, uint64_t v) {
@@ -58,11 +59,17 @@ ObjectInfo ObjectStore::put(std::span<const uint8_t> bytes) {
   ObjectInfo info;
   Digest d = digest(bytes);
   info.id = d.hex();
+  info.digest = d;
   info.raw_size = bytes.size();
   const std::string path = path_of(info.id);
   const std::string sub = fs::path(path).parent_path().string();
   std::error_code ec;
-  if (auto size = fs::file_size(path, ec); !ec) {
+  bool trusted;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    trusted = trust_all_ || trusted_.count(info.id);
+  }
+  if (auto size = fs::file_size(path, ec); !ec && trusted) {
     info.stored_size = size;
     info.existed = true;
     // The object may have been renamed into place by a save that crashed before fsyncing its folder:
@@ -74,30 +81,35 @@ ObjectInfo ObjectStore::put(std::span<const uint8_t> bytes) {
   fs::create_directories(sub, ec);
   if (ec) fail(sub, "cannot create folder: " + ec.message());
 
-  const size_t cap = kHeader + ZSTD_compressBound(bytes.size());
-  std::unique_ptr<uint8_t[]> buf(new uint8_t[cap]);  // uninitialized: zero-filling it is measurable
-  std::span<uint8_t> out(buf.get(), cap);
-  std::memcpy(out.data(), kMagic, 8);
-  put_u64(out.data() + 8, bytes.size());
-  put_u64(out.data() + 16, d.hi);
-  put_u64(out.data() + 24, d.lo);
-  ZSTD_CCtx* cctx = ZSTD_createCCtx();
-  ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level_);
-  ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
-  size_t n = ZSTD_compress2(cctx, out.data() + kHeader, out.size() - kHeader, bytes.data(), bytes.size());
-  ZSTD_freeCCtx(cctx);
-  if (ZSTD_isError(n)) fail(path, std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
-  out = out.first(kHeader + n);
+  uint8_t header[kHeader];
+  std::memcpy(header, level_ == 0 ? kObjectMagicRaw : kObjectMagicZstd, 8);
+  put_u64(header + 8, bytes.size());
+  put_u64(header + 16, d.hi);
+  put_u64(header + 24, d.lo);
+  std::unique_ptr<uint8_t[]> buf;
+  std::span<const uint8_t> payload = bytes;  // level 0: the bytes as they are
+  if (level_ != 0) {
+    const size_t cap = ZSTD_compressBound(bytes.size());
+    buf.reset(new uint8_t[cap]);  // uninitialized: zero-filling it is measurable
+    ZSTD_CCtx* cctx = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level_);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+    size_t n = ZSTD_compress2(cctx, buf.get(), cap, bytes.data(), bytes.size());
+    ZSTD_freeCCtx(cctx);
+    if (ZSTD_isError(n)) fail(path, std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
+    payload = {buf.get(), n};
+  }
+  const uint64_t total = kHeader + payload.size();
 
   const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(g_tmp_counter++);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail(tmp, std::string("cannot create: ") + std::strerror(errno));
   try {
-    size_t half = out.size() / 2;
-    write_all(fd, out.data(), half, tmp);
+    write_all(fd, header, kHeader, tmp);
+    size_t half = payload.size() / 2;
+    write_all(fd, payload.data(), half, tmp);
     crash_point("object half written");
-    write_all(fd, out.data() + half, out.size() - half, tmp);
-    if (::fsync(fd) != 0) fail(tmp, std::string("fsync failed: ") + std::strerror(errno));
+    write_all(fd, payload.data() + half, payload.size() - half, tmp);
   } catch (...) {
     ::close(fd);
     ::unlink(tmp.c_str());
@@ -112,8 +124,10 @@ ObjectInfo ObjectStore::put(std::span<const uint8_t> bytes) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     touched_dirs_.insert(sub);
+    unsynced_.push_back(path);
+    trusted_.insert(info.id);
   }
-  info.stored_size = out.size();
+  info.stored_size = total;
   return info;
 }
 
@@ -133,23 +147,48 @@ void ObjectStore::get_into(const std::string& id, uint64_t raw_size, uint8_t* ds
     throw ObjectError(std::string(e.what()));
   }
   const uint8_t* p = f->data();
-  if (f->size() < kHeader || std::memcmp(p, kMagic, 8) != 0) throw ObjectError(path + ": not a PEC object (bad header)");
+  const bool raw = f->size() >= kHeader && std::memcmp(p, kObjectMagicRaw, 8) == 0;
+  if (f->size() < kHeader || (!raw && std::memcmp(p, kObjectMagicZstd, 8) != 0))
+    throw ObjectError(path + ": not a PEC object (bad header)");
   uint64_t size = get_u64(p + 8);
   Digest want{get_u64(p + 16), get_u64(p + 24)};
   if (size != raw_size) throw ObjectError(path + ": size " + std::to_string(size) + " differs from the manifest's " + std::to_string(raw_size));
   if (want.hex() != id) throw ObjectError(path + ": header checksum does not match the object id");
-  size_t n = ZSTD_decompress(dst, size, p + kHeader, f->size() - kHeader);
+  if (raw && f->size() != kHeader + size) throw ObjectError(path + ": corrupt object (stored size differs)");
+  if (raw) std::memcpy(dst, p + kHeader, size);
+  size_t n = raw ? size : ZSTD_decompress(dst, size, p + kHeader, f->size() - kHeader);
   if (ZSTD_isError(n)) throw ObjectError(path + ": corrupt object (zstd: " + ZSTD_getErrorName(n) + ")");
   if (n != size) throw ObjectError(path + ": corrupt object (decompressed to " + std::to_string(n) + " bytes)");
   if (!(digest(std::span<const uint8_t>(dst, size)) == want)) throw ObjectError(path + ": corrupt object (checksum mismatch)");
 }
 
+void ObjectStore::trust(std::set<std::string> ids) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  trust_all_ = false;
+  trusted_ = std::move(ids);
+}
+
 void ObjectStore::sync_dirs() {
   std::set<std::string> dirs;
+  std::vector<std::string> files;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     dirs.swap(touched_dirs_);
+    files.swap(unsynced_);
   }
+  // One batched pass: the kernel writes the objects back together instead of one fsync per put().
+  std::atomic<bool> failed{false};
+  std::string failed_path;
+  std::mutex m;
+  tbb::parallel_for(size_t{0}, files.size(), [&](size_t i) {
+    int fd = ::open(files[i].c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::fsync(fd) != 0) {
+      std::lock_guard<std::mutex> lock(m);
+      if (!failed.exchange(true)) failed_path = files[i] + ": fsync failed: " + std::strerror(errno);
+    }
+    if (fd >= 0) ::close(fd);
+  });
+  if (failed) throw Error(failed_path);
   for (const auto& d : dirs) fsync_dir(d);
   fsync_dir(dir_ + "/objects");
   fsync_dir(dir_);

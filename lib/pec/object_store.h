@@ -1,7 +1,9 @@
 // Content-addressed, zstd-compressed, checksummed objects: <dir>/objects/<id[0:2]>/<id>, where id is
 // the 128-bit digest of the uncompressed bytes. An object file is a 32-byte header (magic
 // "UCPKOBJ1", raw size, digest hi, digest lo; little-endian) followed by one zstd frame (with zstd's
-// own content checksum). Objects are immutable: written to a temporary name, fsynced, renamed.
+// own content checksum), or, with zstd level 0, magic "UCPKOBJ0" followed by the bytes as they are.
+// Objects are immutable: written to a temporary name and renamed; sync_dirs() then fsyncs every
+// object written (one batched pass) and the folders before a manifest may name them.
 #pragma once
 #include <cstdint>
 #include <mutex>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "pec/checksum.h"
 
 namespace ucpkit::pec {
 
@@ -25,7 +28,13 @@ struct ObjectInfo {
   uint64_t raw_size = 0;
   uint64_t stored_size = 0;  // bytes of the object file
   bool existed = false;      // already in the store (deduplicated)
+  Digest digest;             // of the raw bytes (the id)
 };
+
+// Magic of the object header: zstd frame or stored bytes.
+inline constexpr char kObjectMagicZstd[8] = {'U', 'C', 'P', 'K', 'O', 'B', 'J', '1'};
+inline constexpr char kObjectMagicRaw[8] = {'U', 'C', 'P', 'K', 'O', 'B', 'J', '0'};
+inline constexpr size_t kObjectHeader = 32;
 
 class ObjectStore {
  public:
@@ -33,15 +42,21 @@ class ObjectStore {
   const std::string& dir() const { return dir_; }
   std::string path_of(const std::string& id) const;
 
-  // Stores `bytes` (thread-safe); skips the write when the object is already present.
+  // Stores `bytes` (thread-safe); skips the write when the object is already present and trusted
+  // (see trust()). Not durable until sync_dirs().
   ObjectInfo put(std::span<const uint8_t> bytes);
+  // Only these objects (those committed manifests name: fsynced before their commit) and the ones
+  // this process writes are reused; any other file already at an object's name may be the leftover
+  // of a save that crashed before its batched fsync (torn after a power loss) and is rewritten.
+  // Without a call every object present is reused.
+  void trust(std::set<std::string> ids);
   // Reads, decompresses and verifies an object; throws ObjectError when missing or corrupt.
   std::vector<uint8_t> get(const std::string& id, uint64_t raw_size) const;
   // Same, decompressing straight into `dst` (raw_size bytes).
   void get_into(const std::string& id, uint64_t raw_size, uint8_t* dst) const;
   bool exists(const std::string& id) const;
-  // fsyncs every object folder a put() created entries in, then the objects folder: after this the
-  // renames of all objects written so far are durable.
+  // fsyncs every object put() wrote (in parallel), then every object folder a put() created entries
+  // in, then the objects folder: after this all objects written so far and their names are durable.
   void sync_dirs();
   // Every object id present on disk, and removal (for garbage collection).
   std::vector<std::string> list() const;
@@ -54,6 +69,9 @@ class ObjectStore {
   int level_;
   std::mutex mutex_;
   std::set<std::string> touched_dirs_;
+  std::vector<std::string> unsynced_;  // objects written and not yet fsynced
+  bool trust_all_ = true;
+  std::set<std::string> trusted_;
 };
 
 }  // namespace ucpkit::pec

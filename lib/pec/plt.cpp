@@ -3,7 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
 
 namespace ucpkit::pec {
 
@@ -73,6 +77,44 @@ nlohmann::json capacity_plan_to_json(const std::vector<CapacityEntry>& plan) {
     a.push_back({{"moe_layer", c.moe_layer}, {"expert", c.expert}, {"capacity_factor", c.capacity_factor},
                  {"iterations", c.iterations}, {"lost_tokens", c.lost_tokens}});
   return a;
+}
+
+namespace {
+constexpr const char* kHistoryFile = "plt-history.json";
+constexpr const char* kHistoryFormat = "ucpkit-pec-plt-history/1";
+}  // namespace
+
+PltHistory load_plt_history(const std::string& store_dir) {
+  PltHistory h;
+  const std::string path = store_dir + "/" + kHistoryFile;
+  if (!std::filesystem::exists(path)) return h;
+  try {
+    auto j = nlohmann::json::parse(read_text_file(path));
+    if (j.at("format").get<std::string>() != kHistoryFormat) fail(path, "unknown format");
+    for (const auto& r : j.at("restores")) h.restores.emplace_back(r.at("step").get<int64_t>(), r.at("lost").get<TokenMatrix>());
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, std::string("damaged PLT history: ") + e.what());
+  }
+  return h;
+}
+
+void save_plt_history(const std::string& store_dir, const PltHistory& h) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& [step, lost] : h.restores) a.push_back({{"step", step}, {"lost", lost}});
+  write_file_atomic(store_dir + "/" + kHistoryFile, nlohmann::json{{"format", kHistoryFormat}, {"restores", a}}.dump() + "\n", true);
+}
+
+void add_restore(PltHistory& h, int64_t step, const TokenMatrix& lost) {
+  std::erase_if(h.restores, [&](const auto& r) { return r.first >= step; });
+  h.restores.emplace_back(step, lost);
+}
+
+TokenMatrix total_lost(const PltHistory& h, const std::vector<int>& experts_per_layer) {
+  TokenMatrix t = zero_tokens(experts_per_layer);
+  for (const auto& [step, lost] : h.restores)
+    for (size_t l = 0; l < t.size() && l < lost.size(); ++l)
+      for (size_t e = 0; e < t[l].size() && e < lost[l].size(); ++e) t[l][e] += lost[l][e];
+  return t;
 }
 
 }  // namespace ucpkit::pec

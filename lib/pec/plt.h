@@ -2,6 +2,8 @@
 // the checkpoint size formula C_pec / C_full.
 #pragma once
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -40,6 +42,20 @@ std::vector<CapacityEntry> capacity_plan(const TokenMatrix& lost, const std::vec
 
 // C_full = (P_ne + P_e)(B_w + B_o); C_pec = (P_ne + K/E * P_e)(B_w + B_o). Returns C_pec / C_full.
 double pec_size_ratio(double non_expert_params, double expert_params, double k, double experts);
+
+// Lost tokens of every restore of a store's chain (`<store>/plt-history.json`), so that PLT adds up
+// over the whole run (MoC-System's PLT is over all failures since training began).
+struct PltHistory {
+  std::vector<std::pair<int64_t, TokenMatrix>> restores;  // restored step, lost tokens per expert
+};
+// Empty when the file is absent; throws Error naming the file when it is damaged.
+PltHistory load_plt_history(const std::string& store_dir);
+void save_plt_history(const std::string& store_dir, const PltHistory& h);  // atomic, durable
+// Records a restore at `step`. Records of the same or later steps are dropped: restoring `step`
+// abandons the timeline they belonged to (and restoring one step twice counts once).
+void add_restore(PltHistory& h, int64_t step, const TokenMatrix& lost);
+// Sum of the recorded lost tokens, in the shape of `experts_per_layer`.
+TokenMatrix total_lost(const PltHistory& h, const std::vector<int>& experts_per_layer);
 
 nlohmann::json plt_to_json(const Plt& p);
 nlohmann::json capacity_plan_to_json(const std::vector<CapacityEntry>& plan);

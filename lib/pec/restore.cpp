@@ -2,9 +2,8 @@
 #include "pec/restore.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
-
-#include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <exception>
@@ -23,9 +22,12 @@
 #include "load/moe_line.h"
 #include "core/error.h"
 #include "pec/checkpoint.h"
+#include "pec/crash.h"
 #include "pec/plt.h"
+#include "pec/restore_writer.h"
 #include "pec/store.h"
 #include "tool/tool.h"
+#include "ucp/mpi_session.h"
 
 namespace fs = std::filesystem;
 
@@ -38,27 +40,18 @@ struct Copy {
   const Manifest* manifest;
 };
 
-void write_file_durable(const std::string& path, std::span<const uint8_t> bytes) {
-  fs::create_directories(fs::path(path).parent_path());
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(path, std::string("cannot create: ") + std::strerror(errno));
-  const uint8_t* p = bytes.data();
-  size_t n = bytes.size();
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      ::close(fd);
-      fail(path, std::string("write failed: ") + std::strerror(errno));
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
+// Folders `.global_stepN.tmp.<pid>` left by a restore killed on this host (its pid no longer runs).
+void remove_stale_temporaries(const std::string& output) {
+  std::error_code ec;
+  for (const auto& d : fs::directory_iterator(output, ec)) {
+    const std::string n = d.path().filename().string();
+    const auto at = n.rfind(".tmp.");
+    if (n.rfind(".global_step", 0) != 0 || at == std::string::npos || !d.is_directory()) continue;
+    const std::string pid = n.substr(at + 5);
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (::kill(static_cast<pid_t>(std::stol(pid)), 0) == 0 || errno != ESRCH) continue;
+    fs::remove_all(d.path(), ec);
   }
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    fail(path, std::string("fsync failed: ") + std::strerror(errno));
-  }
-  ::close(fd);
 }
 
 int64_t at(const TokenMatrix& m, int l, int e) {
@@ -71,9 +64,11 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   if (!o.ds_version.empty()) (void)layout::moe_version_line(o.ds_version);  // a usage error before any work
   auto t0 = std::chrono::steady_clock::now();
   RestoreResult res;
+  auto& mpi = ucp::MpiSession::get();
+  const bool root = mpi.rank() == 0;
   auto warn = [&](const std::string& w) {
     res.warnings.push_back(w);
-    tool::warn(w);
+    if (root) tool::warn(w);
   };
   std::vector<std::unique_ptr<Store>> tiers;
   tiers.push_back(std::make_unique<Store>(o.store, "durable", false));
@@ -112,40 +107,69 @@ RestoreResult pec_restore(const RestoreOptions& o) {
     if (candidates.empty()) fail(o.store, "no committed step with its non-expert state");
   }
 
+  // Streamed straight into a temporary step folder, renamed into place at the end. Under MPI every
+  // rank writes the files it owns into the folder rank 0 names.
+  fs::create_directories(o.output);
+  if (root) remove_stale_temporaries(o.output);
+  const std::string pid0 = mpi.broadcast(std::to_string(::getpid()));
+  fs::path tmp_dir;
+  auto remove_tmp = [&] {
+    if (root && !tmp_dir.empty()) {
+      std::error_code ec;
+      fs::remove_all(tmp_dir, ec);
+    }
+  };
+  std::unique_ptr<RestoreWriter> writer;
+
   // Non-expert state of the target step (any tier holding it intact).
   int64_t target = -1;
-  std::map<std::string, std::vector<uint8_t>> files;
   const Manifest* base = nullptr;
   std::string last_error;
   for (size_t ci = 0; ci < candidates.size(); ++ci) {
     const int64_t want = candidates[ci];
     for (const auto& [ti, m] : all) {
       if (m.step != want || m.non_expert_pruned) continue;
-      try {
-        std::map<std::string, std::vector<uint8_t>> got;
-        std::vector<std::vector<uint8_t>*> slots;
-        for (const auto& f : m.non_expert) slots.push_back(&got[f.path]);
-        std::exception_ptr error;
-        std::mutex error_mutex;
-        const Store& store = *tiers[ti];
-        tbb::parallel_for(size_t{0}, m.non_expert.size(), [&](size_t i) {
-          try {
-            const FileEntry& f = m.non_expert[i];
-            *slots[i] = rebuild_cut_file(store.read_file(f), f.cut, f.path);
-          } catch (...) {
-            std::lock_guard<std::mutex> lock(error_mutex);
-            if (!error) error = std::current_exception();
-          }
-        });
-        if (error) std::rethrow_exception(error);
-        files = std::move(got);
-        base = &m;
-        break;
-      } catch (const ObjectError& e) {
-        last_error = e.what();
+      const fs::path final_dir = fs::path(o.output) / ("global_step" + std::to_string(want));
+      if (fs::exists(final_dir) && !o.force) fail(final_dir.string(), "already exists (use --force to replace it)");
+      if (!o.ds_version.empty() && m.layout == "universal")
+        throw UsageError("--ds-version applies to native DeepSpeed MoE checkpoints, not universal ones");
+      tmp_dir = fs::path(o.output) / (".global_step" + std::to_string(want) + ".tmp." + pid0);
+      if (root) fs::remove_all(tmp_dir);
+      mpi.barrier();
+      auto w = std::make_unique<RestoreWriter>(tmp_dir.string(), o.memory_mb << 20, mpi.rank(), mpi.size());
+      // Owners: every file of the step, largest first to the least loaded rank.
+      std::vector<std::pair<std::string, uint64_t>> sizes;
+      for (const auto& f : m.non_expert) sizes.emplace_back(f.path, f.cut.is_null() ? f.size : f.cut.at("file_size").get<uint64_t>());
+      for (const auto& [tj, mj] : all)
+        if (mj.step <= want)
+          for (const auto& x : mj.experts)
+            for (const auto& f : x.files)
+              if (f.ranges.is_null()) sizes.emplace_back(f.path, f.size);
+      w->assign(sizes);
+      std::string err;
+      ucp::RankFailure failed(mpi);
+      failed.guard([&] {
+        try {
+          w->write_non_expert(*tiers[ti], m.non_expert);
+        } catch (const ObjectError& e) {
+          err = e.what();
+        }
+      });
+      failed.settle(remove_tmp);
+      if (mpi.any(!err.empty())) {
+        std::string first;
+        for (const auto& g : mpi.gather(err))
+          if (!g.empty() && first.empty()) first = g;
+        last_error = mpi.broadcast(first);
         warn(std::string("non-expert state of step ") + std::to_string(want) + " in the " + tiers[ti]->tier() +
-             " tier is damaged: " + e.what());
+             " tier is damaged: " + last_error);
+        remove_tmp();
+        mpi.barrier();
+        continue;
       }
+      writer = std::move(w);
+      base = &m;
+      break;
     }
     if (base) {
       target = want;
@@ -163,48 +187,97 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   }
   const MoeShape& shape = base->shape;
 
-  // Each expert's newest intact copy at or before the target step.
-  std::map<std::string, std::vector<std::string>> touched;
+  // Each expert's newest intact copy at or before the target step, written in rounds: every expert's
+  // newest copy first; the copies found damaged (on any rank) are wiped and the next older copy of
+  // those experts is written in the next round.
   json experts = json::array();
   TokenMatrix lost = zero_tokens(shape.experts_per_layer);
   std::map<std::pair<int, int>, const Manifest*> source_of;
-  tool::Progress bar("pec-restore experts", static_cast<uint64_t>(shape.total_experts()));
+  struct Candidate {
+    size_t tier;
+    const Manifest* manifest;
+    const ExpertEntry* entry;
+  };
+  std::vector<std::pair<int, int>> ids;
+  std::vector<std::vector<Candidate>> cands;
   for (int l = 0; l < shape.num_layers(); ++l)
     for (int e = 0; e < shape.experts_per_layer[static_cast<size_t>(l)]; ++e) {
-      bar.advance();
-      const Manifest* used = nullptr;
-      std::string why;
-      for (const auto& [ti, m] : all) {
-        if (m.step > target) continue;
-        const ExpertEntry* x = m.find_expert(l, e);
-        if (!x) continue;
-        try {
-          std::vector<std::pair<const FileEntry*, std::vector<uint8_t>>> parts;
-          for (const auto& f : x->files) parts.emplace_back(&f, tiers[ti]->read_file(f));
-          for (auto& [f, bytes] : parts) {
-            if (f->ranges.is_null()) {
-              files[f->path] = std::move(bytes);
-            } else {
-              auto it = files.find(f->path);
-              if (it == files.end()) fail(f->path, "expert fragment saved for a file the non-expert state lacks");
-              patch_expert_part(it->second, f->path, ranges_from_json(f->ranges), bytes, touched[f->path]);
-            }
-          }
-          used = &m;
-          break;
-        } catch (const ObjectError& err) {
-          why = err.what();
-          warn("expert " + std::to_string(e) + " of MoE layer " + std::to_string(l) + ": copy of step " + std::to_string(m.step) +
-               " in the " + tiers[ti]->tier() + " tier is damaged (" + err.what() + "); trying an older copy");
-        }
-      }
-      if (!used)
-        fail(o.store, "expert " + std::to_string(e) + " of MoE layer " + std::to_string(l) + " has no intact copy at or before step " +
-                          std::to_string(target) + (why.empty() ? "" : " (last error: " + why + ")"));
-      source_of[{l, e}] = used;
+      ids.emplace_back(l, e);
+      cands.emplace_back();
+      for (const auto& [ti, m] : all)
+        if (m.step <= target)
+          if (const ExpertEntry* x = m.find_expert(l, e)) cands.back().push_back({ti, &m, x});
     }
+  auto no_copy = [&](size_t x, const std::string& why) {
+    remove_tmp();
+    fail(o.store, "expert " + std::to_string(ids[x].second) + " of MoE layer " + std::to_string(ids[x].first) +
+                      " has no intact copy at or before step " + std::to_string(target) +
+                      (why.empty() ? "" : " (last error: " + why + ")"));
+  };
+  for (size_t x = 0; x < ids.size(); ++x)
+    if (cands[x].empty()) no_copy(x, "");
+  std::vector<size_t> choice(ids.size(), 0);
+  std::vector<size_t> pending(ids.size());
+  for (size_t x = 0; x < ids.size(); ++x) pending[x] = x;
+  tool::Progress bar("pec-restore experts", static_cast<uint64_t>(ids.size()));
+  while (!pending.empty()) {
+    std::vector<RestoreWriter::ExpertCopy> copies;
+    for (size_t x : pending) {
+      const Candidate& c = cands[x][choice[x]];
+      copies.push_back({tiers[c.tier].get(), c.entry});
+    }
+    std::vector<CopyOutcome> outs;
+    ucp::RankFailure failed(mpi);
+    failed.guard([&] { outs = writer->write_experts(copies); });
+    failed.settle(remove_tmp);
+    std::vector<int64_t> mine;
+    json messages = json::object();
+    for (size_t k = 0; k < pending.size(); ++k)
+      if (!outs[k].error.empty()) {
+        mine.push_back(static_cast<int64_t>(pending[k]));
+        messages[std::to_string(pending[k])] = outs[k].error;
+      }
+    std::set<size_t> damaged;
+    for (const auto& r : mpi.allgather(mine))
+      for (int64_t x : r) damaged.insert(static_cast<size_t>(x));
+    if (!damaged.empty()) {  // rank 0 learns the other ranks' error texts for its warnings
+      json merged = messages;
+      for (const auto& g : mpi.gather(messages.dump())) {
+        const json part = json::parse(g);
+        for (const auto& [key, text] : part.items()) merged[key] = text;
+      }
+      messages = json::parse(mpi.broadcast(merged.dump()));
+    }
+    std::vector<size_t> next;
+    failed.guard([&] {
+      for (size_t k = 0; k < pending.size(); ++k) {
+        const size_t x = pending[k];
+        if (!damaged.count(x)) {
+          writer->accept(std::move(outs[k]));
+          source_of[ids[x]] = cands[x][choice[x]].manifest;
+          bar.advance();
+          continue;
+        }
+        writer->discard(outs[k]);
+        const Candidate& c = cands[x][choice[x]];
+        const std::string why = messages.value(std::to_string(x), std::string("damaged on another rank"));
+        warn("expert " + std::to_string(ids[x].second) + " of MoE layer " + std::to_string(ids[x].first) + ": copy of step " +
+             std::to_string(c.manifest->step) + " in the " + tiers[c.tier]->tier() + " tier is damaged (" + why +
+             "); trying an older copy");
+        if (++choice[x] == cands[x].size()) no_copy(x, why);
+        next.push_back(x);
+      }
+    });
+    failed.settle(remove_tmp);
+    pending = std::move(next);
+  }
   bar.finish();
-  for (auto& [path, recs] : touched) finish_patched_file(files.at(path), path, recs);
+  {
+    ucp::RankFailure failed(mpi);
+    failed.guard([&] { writer->finish(); });
+    failed.settle(remove_tmp);
+  }
+  res.bytes_written = mpi.sum(writer->bytes_written());
 
   // Lost tokens: from the stored cumulative counts, or from --tokens as the per-interval estimate.
   std::set<int64_t> timeline;
@@ -242,6 +315,16 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   if (!tokens_known && per_interval.empty())
     warn("no token counts in the store and no --tokens: lost tokens and PLT are reported as 0 (unknown)");
   Plt plt = compute_plt(lost, processed);
+  // PLT over the whole run: this restore's lost tokens plus those of the earlier restores recorded in
+  // the durable store (each earlier failure's lost updates stay lost); it drives next_k.
+  PltHistory history;
+  try {
+    history = load_plt_history(o.store);
+  } catch (const std::exception& e) {
+    warn(std::string(e.what()) + "; the accumulated PLT counts this restore only");
+  }
+  add_restore(history, target, lost);
+  const Plt plt_total = compute_plt(total_lost(history, shape.experts_per_layer), processed);
 
   // Tokens per iteration of each expert, for the capacity plan.
   int64_t prev_step = -1;
@@ -268,7 +351,7 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   if ((k_now <= 0 || kref->budget_bytes > 0) && !k_per_layer.empty())
     k_now = *std::max_element(k_per_layer.begin(), k_per_layer.end());
   if (k_per_layer.empty()) k_per_layer.assign(shape.experts_per_layer.size(), std::max(k_now, 0));
-  const bool exceeded = plt.overall > o.plt_threshold;
+  const bool exceeded = plt_total.overall > o.plt_threshold;
 
   res.report = {{"step", target},
                 {"experts", experts},
@@ -278,7 +361,9 @@ RestoreResult pec_restore(const RestoreOptions& o) {
                 {"policy", kref->policy},
                 {"k", k_now},
                 {"k_per_layer", k_per_layer},
-                {"next_k", next_k(k_now, max_e, plt.overall, o.plt_threshold)},
+                {"plt_accumulated", plt_to_json(plt_total)},
+                {"restores_counted", history.restores.size()},
+                {"next_k", next_k(k_now, max_e, plt_total.overall, o.plt_threshold)},
                 {"capacity_plan", capacity_plan_to_json(capacity)},
                 {"layout", base->layout},
                 {"tokens_known", tokens_known || !per_interval.empty()},
@@ -288,42 +373,41 @@ RestoreResult pec_restore(const RestoreOptions& o) {
     res.report["next_budget_bytes"] = exceeded ? 2 * kref->budget_bytes : kref->budget_bytes;
   }
 
-  // Write the checkpoint: a temporary folder renamed into place, then the `latest` pointer.
+  // Commit (rank 0): version-line rewrite if asked, folder fsyncs, rename into place, then `latest`.
   const std::string tag = "global_step" + std::to_string(target);
-  fs::create_directories(o.output);
   const fs::path final_dir = fs::path(o.output) / tag;
-  const fs::path tmp_dir = fs::path(o.output) / ("." + tag + ".tmp." + std::to_string(::getpid()));
-  if (fs::exists(final_dir) && !o.force) fail(final_dir.string(), "already exists (use --force to replace it)");
-  fs::remove_all(tmp_dir);
-  try {
-    std::vector<std::pair<const std::string*, const std::vector<uint8_t>*>> todo;
-    for (const auto& [path, bytes] : files) {
-      todo.emplace_back(&path, &bytes);
-      res.bytes_written += bytes.size();
-      fs::create_directories((tmp_dir / path).parent_path());
-    }
-    tbb::parallel_for(size_t{0}, todo.size(), [&](size_t i) { write_file_durable((tmp_dir / *todo[i].first).string(), *todo[i].second); });
-    if (!o.ds_version.empty()) {  // another DeepSpeed version line than the one saved
-      if (base->layout == "universal") throw UsageError("--ds-version applies to native DeepSpeed MoE checkpoints, not universal ones");
-      load::relayout_moe_folder(tmp_dir.string(), layout::moe_version_line(o.ds_version));
-    }
-    for (const auto& d : fs::recursive_directory_iterator(tmp_dir))
-      if (d.is_directory()) fsync_dir(d.path().string());
-    fsync_dir(tmp_dir.string());
-    if (fs::exists(final_dir)) {
-      fs::path old = fs::path(o.output) / ("." + tag + ".old." + std::to_string(::getpid()));
-      fs::rename(final_dir, old);
-      fs::remove_all(old);
-    }
-    fs::rename(tmp_dir, final_dir);
-    fsync_dir(o.output);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove_all(tmp_dir, ec);
-    throw;
+  {
+    ucp::RankFailure failed(mpi);
+    if (root) failed.guard([&] {
+      try {
+        if (!o.ds_version.empty())  // another DeepSpeed version line than the one saved
+          load::relayout_moe_folder(tmp_dir.string(), layout::moe_version_line(o.ds_version));
+        for (const auto& d : fs::recursive_directory_iterator(tmp_dir))
+          if (d.is_directory()) fsync_dir(d.path().string());
+        fsync_dir(tmp_dir.string());
+        if (fs::exists(final_dir)) {
+          fs::path old = fs::path(o.output) / ("." + tag + ".old." + pid0);
+          fs::rename(final_dir, old);
+          fs::remove_all(old);
+        }
+        crash_point("restore folder complete");
+        fs::rename(tmp_dir, final_dir);
+        fsync_dir(o.output);
+        crash_point("restore folder renamed");
+        write_file_atomic((fs::path(o.output) / "latest").string(), tag, true);
+        if (base->layout == "universal") write_file_atomic((fs::path(o.output) / "latest_universal").string(), tag, true);
+        try {
+          save_plt_history(o.store, history);
+        } catch (const std::exception& e) {
+          warn(std::string(e.what()) + " (the accumulated PLT of this restore is not recorded)");
+        }
+      } catch (...) {
+        remove_tmp();
+        throw;
+      }
+    });
+    failed.settle(remove_tmp);
   }
-  write_file_atomic((fs::path(o.output) / "latest").string(), tag, true);
-  if (base->layout == "universal") write_file_atomic((fs::path(o.output) / "latest_universal").string(), tag, true);
   res.output_dir = final_dir.string();
   res.report["warnings"] = res.warnings;
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -346,6 +430,11 @@ std::string report_table(const json& r) {
                 static_cast<long long>(r.at("step").get<int64_t>()), 100 * r.at("plt").at("overall").get<double>(),
                 100 * r.at("plt_threshold").get<double>(), k_text.c_str());
   o << line;
+  if (r.value("restores_counted", 1) > 1) {
+    std::snprintf(line, sizeof line, "accumulated PLT over %d restores of this run: %.4f%% (drives next K)\n",
+                  r.at("restores_counted").get<int>(), 100 * r.at("plt_accumulated").at("overall").get<double>());
+    o << line;
+  }
   o << "moe_layer  expert  restored_step  lost_tokens  tier\n";
   int64_t step = r.at("step").get<int64_t>();
   size_t current = 0;

@@ -19,6 +19,7 @@ struct RestoreOptions {
   double plt_threshold = 0.0375;
   double capacity_factor = 1.1;
   bool force = false;  // replace an existing global_step<N> under --output
+  uint64_t memory_mb = 256;  // budget for the streaming writer's buffers (peak RSS stays near it)
   std::string ds_version;  // native MoE: DeepSpeed version line to write ("" = the saved checkpoint's)
 };
 

@@ -98,6 +98,10 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
   }
   if (root && !o.plan_only)
     for (auto& t : tiers) t.store->lock(true);
+  // Objects are fsynced in one pass before the commit, so a file at an object's name that no
+  // committed manifest names may be torn (a save that crashed before its fsync): it is rewritten.
+  if (!o.plan_only)
+    for (auto& t : tiers) t.store->objects().trust(t.store->referenced_objects());
 
   // Previous state of each tier and the newest cumulative token counts of any tier.
   std::optional<Manifest> newest;

@@ -24,7 +24,7 @@ struct SaveOptions {
   int k_persist = 0;
   int keep = 2;       // durable tier: keep what restoring the latest `keep` steps needs
   int keep_fast = 1;  // fast tier retention
-  int zstd_level = 3;
+  int zstd_level = 0;  // 0: stored uncompressed (measured fastest on 2 cores; docs/pec.md)
   uint64_t chunk_bytes = 64ull << 20;
   bool bootstrap = true;  // the durable tier saves every expert it never saved (first save is full)
   bool plan_only = false;

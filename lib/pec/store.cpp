@@ -5,6 +5,8 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -122,16 +124,19 @@ FileEntry Store::put_file(const std::string& rel_path, std::span<const uint8_t> 
   FileEntry f;
   f.path = rel_path;
   f.size = bytes.size();
+  // Chunks hashed, compressed and written in parallel; the whole-file digest is chained from the
+  // chunk digests (each byte is hashed once).
+  const size_t count = bytes.empty() ? 1 : static_cast<size_t>((bytes.size() + chunk_bytes - 1) / chunk_bytes);
+  std::vector<ObjectInfo> infos(count);
+  tbb::parallel_for(size_t{0}, count, [&](size_t i) {
+    const uint64_t off = i * chunk_bytes;
+    infos[i] = objects_.put(bytes.subspan(off, std::min<uint64_t>(chunk_bytes, bytes.size() - off)));
+  });
   DigestChain chain;
-  uint64_t off = 0;
-  do {
-    uint64_t n = std::min<uint64_t>(chunk_bytes, bytes.size() - off);
-    auto part = bytes.subspan(off, n);
-    chain.update(part);
-    ObjectInfo info = objects_.put(part);
+  for (const auto& info : infos) {
+    chain.update(info.digest, info.raw_size);
     f.chunks.push_back({info.id, info.raw_size, info.existed ? 0 : info.stored_size});
-    off += n;
-  } while (off < bytes.size());
+  }
   f.digest = chain.hex();
   return f;
 }
@@ -161,6 +166,24 @@ void Store::write_manifest(const Manifest& m, const std::string& crash_label) {
 void Store::commit(const Manifest& m) {
   objects_.sync_dirs();
   write_manifest(m, "manifest half written");
+}
+
+std::set<std::string> Store::referenced_objects() const {
+  std::set<std::string> ids;
+  for (int64_t s : committed_steps()) {
+    try {
+      Manifest m = load_manifest(s);
+      auto add = [&](const FileEntry& f) {
+        for (const auto& c : f.chunks) ids.insert(c.object);
+      };
+      for (const auto& f : m.non_expert) add(f);
+      for (const auto& e : m.experts)
+        for (const auto& f : e.files) add(f);
+    } catch (const std::exception&) {
+      // A damaged manifest vouches for nothing.
+    }
+  }
+  return ids;
 }
 
 ExpertCopySteps Store::expert_copy_steps() const {

@@ -70,6 +70,9 @@ class Store {
   // state of the kept steps. When a manifest is damaged nothing is collected (`skipped` says why).
   GcStats collect_garbage(int keep_steps, const ExpertCopySteps* covered = nullptr);
 
+  // Every object a readable committed manifest of this tier names (durable: fsynced before its commit).
+  std::set<std::string> referenced_objects() const;
+
   // The steps of every expert copy named by a readable manifest of this tier.
   ExpertCopySteps expert_copy_steps() const;
 

@@ -75,18 +75,28 @@ std::map<std::string, ZipRecordPos> zip_records(std::span<const uint8_t> f, cons
   return out;
 }
 
-void fix_zip_crc(std::span<uint8_t> f, const ZipRecordPos& r) {
-  const uint32_t crc = crc32_parallel(f.subspan(r.data_offset, r.size));
-  wr32(f, r.central_entry + 16, crc);
-  const uint16_t flags = static_cast<uint16_t>(f[r.local_header + 6] | (f[r.local_header + 7] << 8));
-  if (flags & 0x8) {
+void store_zip_crc(uint64_t size, const ZipRecordPos& r, uint32_t crc, const std::function<void(uint64_t, size_t, uint8_t*)>& read,
+                   const std::function<void(uint64_t, uint32_t)>& write) {
+  write(r.central_entry + 16, crc);
+  uint8_t flags[2];
+  read(r.local_header + 6, 2, flags);
+  if (flags[0] & 0x8) {
     // CRC and sizes follow the data in a data descriptor (torch.save writes them this way).
     uint64_t d = r.data_offset + r.size;
-    if (d + 4 <= f.size() && f[d] == 0x50 && f[d + 1] == 0x4b && f[d + 2] == 0x07 && f[d + 3] == 0x08) d += 4;
-    if (d + 4 <= f.size()) wr32(f, d, crc);
+    uint8_t sig[4] = {0, 0, 0, 0};
+    if (d + 4 <= size) read(d, 4, sig);
+    if (d + 4 <= size && sig[0] == 0x50 && sig[1] == 0x4b && sig[2] == 0x07 && sig[3] == 0x08) d += 4;
+    if (d + 4 <= size) write(d, crc);
   } else {
-    wr32(f, r.local_header + 14, crc);
+    write(r.local_header + 14, crc);
   }
+}
+
+void fix_zip_crc(std::span<uint8_t> f, const ZipRecordPos& r) {
+  store_zip_crc(
+      f.size(), r, crc32_parallel(f.subspan(r.data_offset, r.size)),
+      [&](uint64_t off, size_t n, uint8_t* out) { std::copy_n(f.data() + off, n, out); },
+      [&](uint64_t off, uint32_t v) { wr32(f, off, v); });
 }
 
 }  // namespace ucpkit::pec

@@ -3,6 +3,7 @@
 // without re-serializing them (so untouched bytes stay identical).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -22,5 +23,10 @@ std::map<std::string, ZipRecordPos> zip_records(std::span<const uint8_t> file, c
 bool is_zip(std::span<const uint8_t> file);
 // Recomputes the CRC-32 of a record and writes it into its local header and central entry.
 void fix_zip_crc(std::span<uint8_t> file, const ZipRecordPos& r);
+// Writes a record's CRC-32 into a file of `file_size` bytes not held in memory: its central entry
+// and its data descriptor (or local header), through `read(offset, n, out)` / `write(offset, crc)`.
+void store_zip_crc(uint64_t file_size, const ZipRecordPos& r, uint32_t crc,
+                   const std::function<void(uint64_t, size_t, uint8_t*)>& read,
+                   const std::function<void(uint64_t, uint32_t)>& write);
 
 }  // namespace ucpkit::pec

@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <chrono>
+#include <thread>
 
 #include "support/process.h"
 
@@ -109,6 +111,65 @@ TEST(PecTools, DataBeforeExpertBf16OptimizerRestoresBitExact) {
   save_chain("dbe", d + "/store", "--policy load-aware --k 1 --data-before-expert");
   ASSERT_EQ(restore(d + "/store", d + "/out", "", d + "/restore.log"), 0) << slurp(d + "/restore.log");
   EXPECT_EQ(verify_native(d + "/out", 300, "dbe", true), 0) << slurp(d + "/out/verify.log");
+}
+
+TEST(PecTools, UncompressedStoreRestoresBitExact) {
+  std::string d = scratch("level0");
+  save_chain("ds", d + "/store", "--policy sequential --k 1 --zstd-level 0", 3);
+  ASSERT_EQ(restore(d + "/store", d + "/out", "", d + "/restore.log"), 0) << slurp(d + "/restore.log");
+  EXPECT_EQ(verify_native(d + "/out", 300), 0) << slurp(d + "/out/verify.log");
+  size_t raw = 0;
+  for (const auto& e : fs::recursive_directory_iterator(d + "/store/objects"))
+    if (e.is_regular_file()) raw += slurp(e.path().string()).rfind("UCPKOBJ0", 0) == 0;
+  EXPECT_GT(raw, 10u);
+}
+
+// pec-save --watch beside a fake trainer that writes three steps the way DeepSpeed does (the step
+// folder first, `latest` last): each step is saved once `latest` names it and not before, snapshots
+// older than --keep-snapshots are removed, SIGTERM stops the agent with exit code 0, and the store
+// restores the last step bit-exactly.
+TEST(PecTools, WatchPersistsEachCompletedStepAndStopsOnSigterm) {
+  std::string d = scratch("watch");
+  const std::string shm = d + "/shm", store = d + "/store";
+  fs::create_directories(shm);
+  ASSERT_EQ(std::system(("(" + kBin + "/pec-save --watch " + shm + " --store " + store +
+                         " --policy sequential --k 1 --poll-seconds 0.05 --keep-snapshots 1 >" + d +
+                         "/watch.log 2>&1; echo $? >" + d + "/watch.rc) & echo $! >" + d + "/watch.pid")
+                            .c_str()),
+            0);
+  auto manifest = [&](int64_t s) { return store + "/manifests/step-000000000" + std::to_string(s) + ".json"; };
+  auto wait_for = [&](const std::string& path) {
+    for (int i = 0; i < 1200 && !fs::exists(path); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return fs::exists(path);
+  };
+  for (int64_t s : {100, 200, 300}) {
+    const std::string tag = "global_step" + std::to_string(s);
+    fs::copy(step_dir("ds", s), shm + "/" + tag, fs::copy_options::recursive);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_FALSE(fs::exists(manifest(s))) << "saved before `latest` named it: " << s;
+    { std::ofstream(shm + "/latest.tmp") << tag; }
+    fs::rename(shm + "/latest.tmp", shm + "/latest");
+    ASSERT_TRUE(wait_for(manifest(s))) << s << ": " << slurp(d + "/watch.log");
+  }
+  // The watcher saved step 300; wait for its log line (pruning follows the commit), then stop it.
+  for (int i = 0; i < 200 && slurp(d + "/watch.log").find("step 300 saved") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::string pid = slurp(d + "/watch.pid");
+  std::system(("pkill -TERM -P " + pid.substr(0, pid.find('\n'))).c_str());
+  ASSERT_TRUE(wait_for(d + "/watch.rc")) << slurp(d + "/watch.log");
+  EXPECT_EQ(slurp(d + "/watch.rc"), "0\n") << slurp(d + "/watch.log");
+  const std::string log = slurp(d + "/watch.log");
+  size_t lines = 0;
+  for (size_t p = log.find(" saved from "); p != std::string::npos; p = log.find(" saved from ", p + 1)) ++lines;
+  EXPECT_EQ(lines, 3u) << log;
+  EXPECT_NE(log.find("stopped by signal after 3 saves"), std::string::npos) << log;
+  std::set<std::string> left;
+  for (const auto& e : fs::directory_iterator(shm))
+    if (e.is_directory()) left.insert(e.path().filename().string());
+  EXPECT_EQ(left, std::set<std::string>({"global_step300"}));
+  ASSERT_EQ(restore(store, d + "/out", "", d + "/restore.log"), 0) << slurp(d + "/restore.log");
+  EXPECT_EQ(report_of(d + "/out")["step"], 300);
+  EXPECT_EQ(verify_native(d + "/out", 300), 0) << slurp(d + "/out/verify.log");
 }
 
 TEST(PecTools, KEqualsERestoresTheFullCheckpointExactly) {
@@ -209,6 +270,40 @@ TEST(PecTools, PltMatchesTokenCounts) {
   }
 }
 
+// Accumulated PLT: a second restore of the same store adds its lost tokens to the first one's
+// (recorded in the store); restoring an earlier step again drops the abandoned later record.
+TEST(PecTools, AccumulatedPltAddsUpOverRestores) {
+  std::string d = scratch("plt_acc");
+  save_chain("ds", d + "/store", "--policy sequential --k 1 --keep 5");
+  ASSERT_EQ(restore(d + "/store", d + "/a", "--step 300"), 0);
+  json a = report_of(d + "/a");
+  EXPECT_EQ(a["restores_counted"], 1);
+  EXPECT_EQ(a["plt_accumulated"], a["plt"]);
+  ASSERT_EQ(restore(d + "/store", d + "/b", "--step 500 --plt-threshold 0.01"), 0);
+  json b = report_of(d + "/b");
+  EXPECT_EQ(b["restores_counted"], 2);
+  // Independently: lost tokens of both reports over all tokens up to step 500, per layer.
+  std::map<int64_t, json> tok;
+  for (int64_t s : kSteps) tok[s] = json::parse(slurp(tokens(s)));
+  double overall = 0;
+  for (int l = 0; l < 2; ++l) {
+    double lost = 0, all = 0;
+    for (const json* r : {&a, &b})
+      for (const auto& e : (*r)["experts"])
+        if (e["moe_layer"] == l) lost += e["lost_tokens"].get<double>();
+    for (int e = 0; e < 4; ++e)
+      for (int64_t s : kSteps) all += tok[s][l][e].get<double>();
+    EXPECT_NEAR(b["plt_accumulated"]["per_layer"][l].get<double>(), lost / all, 1e-12);
+    overall += lost / all / 2;
+  }
+  EXPECT_GT(b["plt_accumulated"]["overall"].get<double>(), b["plt"]["overall"].get<double>());
+  int k = b["k"].get<int>();
+  EXPECT_EQ(b["next_k"].get<int>(), overall > 0.01 ? std::min(2 * k, 4) : k);
+  ASSERT_EQ(restore(d + "/store", d + "/c", "--step 400"), 0);
+  json c = report_of(d + "/c");
+  EXPECT_EQ(c["restores_counted"], 2);  // 300 and 400; the 500 record belonged to an abandoned timeline
+}
+
 TEST(PecTools, UniversalLayoutRestoresBitExact) {
   std::string d = scratch("universal");
   for (int64_t s : {100, 200, 300})
@@ -266,6 +361,36 @@ TEST(PecTools, KillDuringSaveNeverDamagesTheLastCommit) {
       ASSERT_EQ(restore(store, d + "/o", ""), 0);
       EXPECT_EQ(tree_bytes(d + "/o/global_step300"), ref300) << "rerun after crash point " << n;
     }
+  }
+  EXPECT_GT(points, 20);
+}
+
+// pec-restore killed (SIGKILL) at every crash point of the streaming writer: the output folder never
+// holds a partial global_stepN nor a `latest` naming one; the next restore cleans up and succeeds.
+TEST(PecTools, KillDuringRestoreLeavesNoOutput) {
+  std::string d = scratch("kill_restore");
+  save_chain("ds", d + "/store", "--policy sequential --k 1", 3);
+  ASSERT_EQ(restore(d + "/store", d + "/ref", ""), 0);
+  auto ref = tree_bytes(d + "/ref/global_step300");
+  int points = 0;
+  for (int n = 1; n < 400; ++n) {
+    fs::remove_all(d + "/o");
+    int rc = sh("UCPKIT_PEC_CRASH_AFTER=" + std::to_string(n) + " " + kBin + "/pec-restore --store " + d + "/store --output " + d + "/o");
+    if (rc == 0) break;  // past the last crash point
+    ++points;
+    ASSERT_EQ(rc, 137) << "crash point " << n;
+    if (fs::exists(d + "/o/global_step300")) {
+      // Killed after the rename: the folder is complete (only `latest` may be missing).
+      EXPECT_EQ(tree_bytes(d + "/o/global_step300"), ref) << "crash point " << n;
+    } else {
+      EXPECT_FALSE(fs::exists(d + "/o/latest")) << "crash point " << n;
+    }
+    if (n % 4 != 0) continue;  // every fourth point: the next restore cleans up and succeeds
+    ASSERT_EQ(restore(d + "/store", d + "/o", "--force", d + "/o.log"), 0) << n << ": " << slurp(d + "/o.log");
+    EXPECT_EQ(tree_bytes(d + "/o/global_step300"), ref) << "restore after crash point " << n;
+    EXPECT_EQ(slurp(d + "/o/latest"), "global_step300");
+    for (const auto& e : fs::directory_iterator(d + "/o"))
+      EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << "left over: " << e.path();
   }
   EXPECT_GT(points, 20);
 }
@@ -604,4 +729,28 @@ TEST(PecTools, MpiSaveMatchesSingleProcess) {
   ASSERT_EQ(restore(d + "/one", d + "/o_one", ""), 0);
   EXPECT_EQ(tree_bytes(d + "/o_mpi/global_step300"), tree_bytes(d + "/o_one/global_step300"));
   EXPECT_EQ(verify_native(d + "/o_mpi", 300), 0) << slurp(d + "/o_mpi/verify.log");
+  // pec-restore under mpirun: the ranks write disjoint files of one folder; same bytes, same report.
+  ASSERT_EQ(sh(mpi + kBin + "/pec-restore --store " + d + "/one --output " + d + "/r_mpi --report " + d + "/r_mpi.json",
+               d + "/r_mpi.log"), 0) << slurp(d + "/r_mpi.log");
+  EXPECT_EQ(tree_bytes(d + "/r_mpi/global_step300"), tree_bytes(d + "/o_one/global_step300"));
+  EXPECT_EQ(slurp(d + "/r_mpi/latest"), "global_step300");
+  json a = json::parse(slurp(d + "/r_mpi.json")), b = report_of(d + "/o_one");
+  EXPECT_EQ(a["experts"], b["experts"]);
+  EXPECT_EQ(a["plt"], b["plt"]);
+  // A damaged newest copy under MPI: every rank moves that expert to its older copy together.
+  json m = json::parse(slurp(d + "/one/manifests/step-000000000300.json"))["manifest"];
+  for (const auto& f : m["experts"][0]["files"]) {
+    std::string id = f["chunks"][0]["object"].get<std::string>();
+    std::fstream o(d + "/one/objects/" + id.substr(0, 2) + "/" + id, std::ios::in | std::ios::out | std::ios::binary);
+    o.seekp(40);
+    o.put(0x5a);
+  }
+  ASSERT_EQ(sh(mpi + kBin + "/pec-restore --store " + d + "/one --output " + d + "/r_bad --report " + d + "/r_bad.json",
+               d + "/r_bad.log"), 0) << slurp(d + "/r_bad.log");
+  json bad = json::parse(slurp(d + "/r_bad.json"));
+  const int layer = m["experts"][0]["moe_layer"].get<int>(), expert = m["experts"][0]["expert"].get<int>();
+  EXPECT_LT(restored_steps(bad).at({layer, expert}), 300);
+  std::string rep = d + "/r_bad/report.json";
+  fs::copy_file(d + "/r_bad.json", rep);
+  EXPECT_EQ(verify_native(d + "/r_bad", 300), 0) << slurp(d + "/r_bad/verify.log");
 }

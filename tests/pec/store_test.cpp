@@ -102,3 +102,43 @@ TEST(PecStore, GarbageCollectionKeepsNewestCopiesOfTheKeptSteps) {
   EXPECT_EQ(st.objects().list().size(), 3u);  // ne@3, e0@3, e1@1
   EXPECT_EQ(gc.objects_removed, 5u);          // ne@1, e0@1, ne@2, e0@2, orphan
 }
+
+// zstd level 0 stores the bytes as they are ("UCPKOBJ0" header), read back and damage-checked alike.
+TEST(PecStore, LevelZeroStoresUncompressed) {
+  std::string d = fresh("raw");
+  Store st(d, "durable", true, 0);
+  std::string text(100000, 'x');
+  FileEntry f = st.put_file("a.pt", bytes_of(text), 30000);
+  std::string path = st.objects().path_of(f.chunks[0].object);
+  EXPECT_EQ(fs::file_size(path), 32u + 30000u);  // highly compressible, yet stored whole
+  std::ifstream in(path, std::ios::binary);
+  char magic[8];
+  in.read(magic, 8);
+  EXPECT_EQ(std::string(magic, 8), "UCPKOBJ0");
+  EXPECT_EQ(st.read_file(f), bytes_of(text));
+  {
+    std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(100);
+    io.put('y');
+  }
+  EXPECT_THROW(st.read_file(f), ObjectError);
+}
+
+// An object file no committed manifest names (left by a save that died before its batched fsync,
+// possibly torn) is rewritten, not reused; a trusted one is reused.
+TEST(PecStore, UntrustedLeftoverObjectIsRewritten) {
+  std::string d = fresh("untrusted");
+  Store st(d, "durable", true);
+  std::string text(5000, 'q');
+  FileEntry f = st.put_file("a.pt", bytes_of(text), 1 << 20);
+  std::string path = st.objects().path_of(f.chunks[0].object);
+  { std::ofstream(path, std::ios::binary | std::ios::trunc) << "torn"; }
+  Store again(d, "durable", false);
+  again.objects().trust({});
+  FileEntry g = again.put_file("a.pt", bytes_of(text), 1 << 20);
+  EXPECT_GT(g.chunks[0].stored, 0u);  // written again
+  EXPECT_EQ(again.read_file(g), bytes_of(text));
+  Store third(d, "durable", false);
+  third.objects().trust({g.chunks[0].object});
+  EXPECT_EQ(third.put_file("a.pt", bytes_of(text), 1 << 20).chunks[0].stored, 0u);  // reused
+}

@@ -1,0 +1,564 @@
+// Streaming restore writer: chunks stream object file -> zstd window -> digest -> pwrite.
+#include "pec/restore_writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_d_forceIgnoreChecksum
+#include <zstd.h>
+
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
+#include <tbb/parallel_pipeline.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+#include "core/crc32.h"
+#include "core/error.h"
+#include "core/mapped_file.h"
+#include "pec/checkpoint.h"
+#include "pec/checksum.h"
+#include "pec/crash.h"
+#include "pec/object_store.h"
+#include "pec/store.h"
+#include "pec/zip_records.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::pec {
+namespace {
+constexpr size_t kHeader = kObjectHeader;
+constexpr size_t kInBlock = size_t{1} << 20;
+constexpr size_t kWindow = size_t{4} << 20;
+// Per worker: input block + output window + zstd decoder (<= 8 MiB window for levels up to 19).
+constexpr uint64_t kPerWorker = kInBlock + kWindow + (uint64_t{9} << 20);
+// The rest of the process: code, TBB, manifests, report.
+constexpr uint64_t kBase = uint64_t{48} << 20;
+
+// Bytes [stream, stream + length) of a chunk go to [file, file + length) of the output file; with
+// `record` set their CRC-32 is computed on the way.
+struct Seg {
+  uint64_t stream = 0, file = 0, length = 0;
+  const std::string* record = nullptr;
+};
+
+uint64_t get_u64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+void pwrite_all(int fd, const uint8_t* p, size_t n, uint64_t off, const std::string& path) {
+  while (n > 0) {
+    ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(off));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail(path, std::string("write failed: ") + std::strerror(errno));
+    }
+    p += w;
+    off += static_cast<uint64_t>(w);
+    n -= static_cast<size_t>(w);
+  }
+}
+
+ssize_t pread_some(int fd, uint8_t* p, size_t n, uint64_t off) {
+  for (;;) {
+    ssize_t r = ::pread(fd, p, n, static_cast<off_t>(off));
+    if (r >= 0 || errno != EINTR) return r;
+  }
+}
+
+void pread_all(int fd, uint8_t* p, size_t n, uint64_t off, const std::string& path) {
+  while (n > 0) {
+    ssize_t r = pread_some(fd, p, n, off);
+    if (r <= 0) fail(path, r == 0 ? "unexpected end of file" : std::string("read failed: ") + std::strerror(errno));
+    p += r;
+    off += static_cast<uint64_t>(r);
+    n -= static_cast<size_t>(r);
+  }
+}
+
+struct Fd {
+  int fd = -1;
+  Fd(const std::string& path, int flags, mode_t mode = 0644) : fd(::open(path.c_str(), flags | O_CLOEXEC, mode)) {}
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+};
+
+void create_sized(const std::string& path, uint64_t size) {
+  fs::create_directories(fs::path(path).parent_path());
+  Fd f(path, O_WRONLY | O_CREAT | O_TRUNC);
+  if (f.fd < 0) fail(path, std::string("cannot create: ") + std::strerror(errno));
+  if (::ftruncate(f.fd, static_cast<off_t>(size)) != 0) fail(path, std::string("cannot size: ") + std::strerror(errno));
+}
+
+// The part of `map` (stream -> file placement of a whole stored entry) that chunk [off, off + n) covers,
+// with stream offsets relative to the chunk.
+std::vector<Seg> slice(const std::vector<Seg>& map, uint64_t off, uint64_t n) {
+  std::vector<Seg> out;
+  for (const auto& s : map) {
+    uint64_t lo = std::max(off, s.stream), hi = std::min(off + n, s.stream + s.length);
+    if (lo < hi) out.push_back({lo - off, s.file + (lo - s.stream), hi - lo, s.record});
+  }
+  return out;
+}
+
+struct Buffers {
+  std::unique_ptr<uint8_t[]> in{new uint8_t[kInBlock]};
+  std::unique_ptr<uint8_t[]> out{new uint8_t[kWindow]};
+  std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx{ZSTD_createDCtx(), ZSTD_freeDCtx};
+  Buffers() {
+    // zstd's own content checksum would hash every byte a third time: the object digest computed
+    // on the way covers the same bytes with 128 bits.
+    ZSTD_DCtx_setParameter(dctx.get(), ZSTD_d_forceIgnoreChecksum, ZSTD_d_ignoreChecksum);
+  }
+};
+}  // namespace
+
+struct RestoreWriter::Job {
+  std::string object_path, id;
+  uint64_t raw_size = 0;
+  std::string out;  // output file
+  std::string out_rel;
+  std::vector<Seg> segs;
+  size_t group = 0;  // (copy, file) or file the job belongs to
+  // Results.
+  Digest digest;
+  std::string error;
+  std::vector<CrcPiece> pieces;
+  std::exception_ptr fatal;
+};
+
+struct RestoreWriter::CutFile {
+  uint64_t size = 0;
+  std::map<std::string, ZipRecordPos> records;
+  std::vector<CrcPiece> pieces;
+  std::set<std::string> touched;
+};
+
+namespace {
+// One job per stored chunk of `f`, placed in `out` by `map` (the whole entry's stream -> file map).
+template <class JobT>
+void add_chunk_jobs(std::vector<JobT>& jobs, const Store& store, const FileEntry& f, const std::string& out,
+                    const std::vector<Seg>& map, size_t group) {
+  uint64_t off = 0;
+  for (const auto& c : f.chunks) {
+    JobT j;
+    j.object_path = store.objects().path_of(c.object);
+    j.id = c.object;
+    j.raw_size = c.size;
+    j.out = out;
+    j.out_rel = f.path;
+    j.segs = slice(map, off, c.size);
+    j.group = group;
+    jobs.push_back(std::move(j));
+    off += c.size;
+  }
+}
+
+// Streams one object into its segments: read a block, decompress into the window, hash, pwrite.
+void stream_job(const std::string& object_path, const std::string& id, uint64_t raw_size, const std::string& out_path,
+                const std::vector<Seg>& segs, const std::string& out_rel, Buffers& b, Digest& digest_out,
+                std::vector<CrcPiece>& pieces) {
+  Fd in(object_path, O_RDONLY);
+  if (in.fd < 0) {
+    if (errno == ENOENT) throw ObjectError(object_path + ": object missing");
+    throw ObjectError(object_path + ": cannot open: " + std::strerror(errno));
+  }
+  uint8_t head[kHeader];
+  ssize_t got = pread_some(in.fd, head, kHeader, 0);
+  const bool raw = got == static_cast<ssize_t>(kHeader) && std::memcmp(head, kObjectMagicRaw, 8) == 0;
+  if (got != static_cast<ssize_t>(kHeader) || (!raw && std::memcmp(head, kObjectMagicZstd, 8) != 0))
+    throw ObjectError(object_path + ": not a PEC object (bad header)");
+  const uint64_t size = get_u64(head + 8);
+  const Digest want{get_u64(head + 16), get_u64(head + 24)};
+  if (size != raw_size)
+    throw ObjectError(object_path + ": size " + std::to_string(size) + " differs from the manifest's " + std::to_string(raw_size));
+  if (want.hex() != id) throw ObjectError(object_path + ": header checksum does not match the object id");
+  Fd out(out_path, O_WRONLY);
+  if (out.fd < 0) fail(out_path, std::string("cannot open: ") + std::strerror(errno));
+
+  ZSTD_DCtx_reset(b.dctx.get(), ZSTD_reset_session_only);  // keeps the parameters
+  DigestStream hash;
+  std::vector<uint32_t> crc(segs.size(), 0);
+  uint64_t produced = 0;
+  size_t first = 0;
+  auto consume = [&](const uint8_t* data, size_t n) {
+    if (produced + n > raw_size) throw ObjectError(object_path + ": corrupt object (decompresses to more than its size)");
+    hash.update({data, n});
+    const uint64_t s0 = produced, s1 = produced + n;
+    while (first < segs.size() && segs[first].stream + segs[first].length <= s0) ++first;
+    for (size_t k = first; k < segs.size() && segs[k].stream < s1; ++k) {
+      const Seg& s = segs[k];
+      const uint64_t lo = std::max(s0, s.stream), hi = std::min(s1, s.stream + s.length);
+      if (lo >= hi) continue;
+      pwrite_all(out.fd, data + (lo - s0), hi - lo, s.file + (lo - s.stream), out_path);
+      if (s.record) crc[k] = crc32_update(crc[k], {data + (lo - s0), hi - lo});
+    }
+    produced = s1;
+  };
+
+  uint64_t pos = kHeader;
+  if (raw) {  // stored bytes (zstd level 0): read straight into the window
+    for (;;) {
+      ssize_t n = pread_some(in.fd, b.out.get(), kWindow, pos);
+      if (n < 0) throw ObjectError(object_path + ": read failed: " + std::strerror(errno));
+      if (n == 0) break;
+      pos += static_cast<uint64_t>(n);
+      consume(b.out.get(), static_cast<size_t>(n));
+    }
+  }
+  ZSTD_inBuffer ib{b.in.get(), 0, 0};
+  size_t ret = 1;
+  bool full = false;  // the last call filled the window: the decoder may hold more output
+  bool eof = false;
+  for (; !raw;) {
+    if (ib.pos == ib.size && !full) {
+      ssize_t n = pread_some(in.fd, b.in.get(), kInBlock, pos);
+      if (n < 0) throw ObjectError(object_path + ": read failed: " + std::strerror(errno));
+      if (n == 0) {
+        eof = true;
+        break;
+      }
+      pos += static_cast<uint64_t>(n);
+      ib = {b.in.get(), static_cast<size_t>(n), 0};
+    }
+    ZSTD_outBuffer ob{b.out.get(), kWindow, 0};
+    ret = ZSTD_decompressStream(b.dctx.get(), &ob, &ib);
+    if (ZSTD_isError(ret)) throw ObjectError(object_path + ": corrupt object (zstd: " + ZSTD_getErrorName(ret) + ")");
+    consume(b.out.get(), ob.pos);
+    full = ob.pos == ob.size;
+    if (ret == 0 && !full) break;  // frame complete and flushed
+  }
+  (void)eof;
+  if (!raw && ret != 0) throw ObjectError(object_path + ": corrupt object (truncated zstd frame)");
+  uint8_t extra;
+  if (!raw && (ib.pos != ib.size || pread_some(in.fd, &extra, 1, pos) != 0))
+    throw ObjectError(object_path + ": corrupt object (bytes after the zstd frame)");
+  if (produced != raw_size)
+    throw ObjectError(object_path + ": corrupt object (decompressed to " + std::to_string(produced) + " bytes)");
+  digest_out = hash.value();
+  if (!(digest_out == want)) throw ObjectError(object_path + ": corrupt object (checksum mismatch)");
+  for (size_t k = 0; k < segs.size(); ++k)
+    if (segs[k].record) pieces.push_back({out_rel, *segs[k].record, segs[k].file, segs[k].length, crc[k]});
+  crash_point("restore chunk written");
+}
+}  // namespace
+
+RestoreWriter::RestoreWriter(std::string dir, uint64_t memory_bytes, int rank, int world)
+    : dir_(std::move(dir)), rank_(rank), world_(std::max(world, 1)) {
+  if (memory_bytes < kBase + kPerWorker)
+    throw UsageError("--memory-mb " + std::to_string(memory_bytes >> 20) + " is too small: restore needs at least " +
+                     std::to_string((kBase + kPerWorker + (1 << 20) - 1) >> 20) + " MiB");
+  const uint64_t fit = (memory_bytes - kBase) / kPerWorker;
+  // I/O waits overlap with decompression: a few more streams than cores, bounded by the budget.
+  const uint64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  workers_ = static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(fit, std::max<uint64_t>(4, 2 * cores))));
+}
+
+RestoreWriter::~RestoreWriter() = default;
+
+void RestoreWriter::assign(const std::vector<std::pair<std::string, uint64_t>>& files) {
+  std::vector<std::pair<std::string, uint64_t>> order = files;
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    if (a.second != b.second) return a.second > b.second;
+    return a.first < b.first;
+  });
+  std::vector<uint64_t> load(static_cast<size_t>(world_), 0);
+  for (const auto& [path, bytes] : order) {
+    if (owner_.count(path)) continue;
+    size_t r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    owner_[path] = static_cast<int>(r);
+    load[r] += bytes;
+  }
+}
+
+bool RestoreWriter::owns(const std::string& path) const {
+  if (world_ == 1) return true;
+  auto it = owner_.find(path);
+  if (it != owner_.end()) return it->second == rank_;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a: the same on every rank
+  for (unsigned char c : path) h = (h ^ c) * 1099511628211ull;
+  return static_cast<int>(h % static_cast<uint64_t>(world_)) == rank_;
+}
+
+void RestoreWriter::run(std::vector<Job>& jobs) {
+  std::vector<size_t> order(jobs.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return jobs[a].raw_size > jobs[b].raw_size; });
+  tbb::enumerable_thread_specific<Buffers> buffers;
+  size_t next = 0;
+  // More streams than cores (I/O waits overlap): lift TBB's default limit of one thread per core.
+  tbb::global_control allow(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(workers_));
+  tbb::task_arena arena(workers_);
+  arena.execute([&] {
+    tbb::parallel_pipeline(
+        static_cast<size_t>(workers_),
+        tbb::make_filter<void, size_t>(tbb::filter_mode::serial_in_order,
+                                       [&](tbb::flow_control& fc) -> size_t {
+                                         if (next == order.size()) {
+                                           fc.stop();
+                                           return 0;
+                                         }
+                                         return order[next++];
+                                       }) &
+            tbb::make_filter<size_t, void>(tbb::filter_mode::parallel, [&](size_t i) {
+              Job& j = jobs[i];
+              try {
+                stream_job(j.object_path, j.id, j.raw_size, j.out, j.segs, j.out_rel, buffers.local(), j.digest, j.pieces);
+              } catch (const ObjectError& e) {
+                j.error = e.what();
+                j.pieces.clear();
+              } catch (...) {
+                j.fatal = std::current_exception();
+              }
+            }));
+  });
+  for (auto& j : jobs)
+    if (j.fatal) std::rethrow_exception(j.fatal);
+}
+
+void RestoreWriter::write_non_expert(const Store& store, const std::vector<FileEntry>& files) {
+  std::vector<Job> jobs;
+  std::vector<const FileEntry*> groups;
+  for (const auto& f : files) {
+    non_expert_.insert(f.path);
+    if (!owns(f.path)) continue;
+    uint64_t total = 0;
+    for (const auto& c : f.chunks) total += c.size;
+    if (total != f.size) throw ObjectError(store.dir() + ": " + f.path + ": chunk sizes do not add up to the file size");
+    std::vector<Seg> map;
+    uint64_t size = f.size;
+    if (f.cut.is_null()) {
+      map.push_back({0, 0, f.size, nullptr});
+    } else {
+      // The stored bytes are the file without its expert ranges (checkpoint.cpp, rebuild_cut_file).
+      size = f.cut.at("file_size").get<uint64_t>();
+      uint64_t pos = 0, from = 0;
+      for (const auto& r : f.cut.at("cut")) {
+        uint64_t o = r.at(0).get<uint64_t>(), l = r.at(1).get<uint64_t>();
+        if (o < pos || o + l > size || from + (o - pos) > f.size) fail(f.path, "stored cut list does not fit the file");
+        if (o > pos) map.push_back({from, pos, o - pos, nullptr});
+        from += o - pos;
+        pos = o + l;
+      }
+      if (from + (size - pos) != f.size) fail(f.path, "stored non-expert bytes do not fit the file size");
+      if (size > pos) map.push_back({from, pos, size - pos, nullptr});
+    }
+    const std::string out = (fs::path(dir_) / f.path).string();
+    create_sized(out, size);
+    written_.insert(f.path);
+    bytes_written_ += size;
+    auto cf = std::make_unique<CutFile>();
+    cf->size = size;
+    cut_[f.path] = std::move(cf);
+    add_chunk_jobs(jobs, store, f, out, map, groups.size());
+    groups.push_back(&f);
+  }
+  run(jobs);
+  std::vector<DigestChain> chains(groups.size());
+  for (const auto& j : jobs) {
+    if (!j.error.empty()) throw ObjectError(j.error);
+    chains[j.group].update(j.digest, j.raw_size);
+  }
+  for (size_t g = 0; g < groups.size(); ++g)
+    if (chains[g].hex() != groups[g]->digest)
+      throw ObjectError(store.dir() + ": " + groups[g]->path + ": reassembled file does not match its checksum");
+}
+
+const RestoreWriter::CutFile& RestoreWriter::cut_file(const std::string& path) {
+  auto it = cut_.find(path);
+  if (it == cut_.end()) fail(path, "expert fragment saved for a file the non-expert state lacks");
+  CutFile& cf = *it->second;
+  if (cf.records.empty()) {
+    auto f = MappedFile::open((fs::path(dir_) / path).string());  // touches the zip directory pages only
+    cf.records = zip_records(f->bytes(), path);
+  }
+  return cf;
+}
+
+std::vector<CopyOutcome> RestoreWriter::write_experts(const std::vector<ExpertCopy>& copies) {
+  std::vector<CopyOutcome> out(copies.size());
+  std::vector<Job> jobs;
+  struct Group {
+    size_t copy;
+    const FileEntry* file;
+    const Store* store;
+  };
+  std::vector<Group> groups;
+  for (size_t ci = 0; ci < copies.size(); ++ci) {
+    const Store& store = *copies[ci].store;
+    for (const auto& f : copies[ci].entry->files) {
+      if (!owns(f.path)) continue;
+      if (!f.ranges.is_null() && !non_expert_.count(f.path))
+        fail(f.path, "expert fragment saved for a file the non-expert state lacks");
+      uint64_t total = 0;
+      for (const auto& c : f.chunks) total += c.size;
+      if (total != f.size) {
+        if (out[ci].error.empty()) out[ci].error = store.dir() + ": " + f.path + ": chunk sizes do not add up to the file size";
+        continue;
+      }
+      std::vector<Seg> map;
+      const std::string out_path = (fs::path(dir_) / f.path).string();
+      if (f.ranges.is_null()) {
+        create_sized(out_path, f.size);
+        out[ci].whole_files.push_back(f.path);
+        map.push_back({0, 0, f.size, nullptr});
+      } else {
+        const CutFile& cf = cut_file(f.path);
+        uint64_t off = 0;
+        for (const auto& r : ranges_from_json(f.ranges)) {
+          auto rec = cf.records.find(r.record);
+          if (rec == cf.records.end()) fail(f.path, "has no record " + r.record + " for a saved expert fragment");
+          if (r.offset + r.length > rec->second.size)
+            fail(f.path, "record " + r.record + " is smaller than the saved expert fragment");
+          if (off + r.length > f.size) fail(f.path, "saved expert fragment shorter than its ranges");
+          const uint64_t at = rec->second.data_offset + r.offset;
+          map.push_back({off, at, r.length, &rec->first});
+          out[ci].fragments.push_back({f.path, {at, r.length}});
+          off += r.length;
+        }
+        if (off != f.size) fail(f.path, "saved expert fragment longer than its ranges");
+      }
+      add_chunk_jobs(jobs, store, f, out_path, map, groups.size());
+      groups.push_back({ci, &f, &store});
+    }
+  }
+  run(jobs);
+  std::vector<DigestChain> chains(groups.size());
+  std::vector<bool> broken(groups.size(), false);
+  for (auto& j : jobs) {
+    CopyOutcome& o = out[groups[j.group].copy];
+    if (!j.error.empty()) {
+      broken[j.group] = true;
+      if (o.error.empty()) o.error = j.error;
+      continue;
+    }
+    chains[j.group].update(j.digest, j.raw_size);
+    o.pieces.insert(o.pieces.end(), j.pieces.begin(), j.pieces.end());
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    CopyOutcome& o = out[groups[g].copy];
+    if (!broken[g] && chains[g].hex() != groups[g].file->digest && o.error.empty())
+      o.error = groups[g].store->dir() + ": " + groups[g].file->path + ": reassembled file does not match its checksum";
+  }
+  for (auto& o : out)
+    if (!o.error.empty()) o.pieces.clear();
+  for (auto& o : out)
+    for (const auto& w : o.whole_files) written_.insert(w);
+  return out;
+}
+
+void RestoreWriter::discard(const CopyOutcome& o) {
+  static const std::vector<uint8_t> zeros(kInBlock, 0);
+  for (const auto& [path, range] : o.fragments) {
+    const std::string p = (fs::path(dir_) / path).string();
+    Fd f(p, O_WRONLY);
+    if (f.fd < 0) fail(p, std::string("cannot open: ") + std::strerror(errno));
+    for (uint64_t done = 0; done < range.second;) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(zeros.size(), range.second - done));
+      pwrite_all(f.fd, zeros.data(), n, range.first + done, p);
+      done += n;
+    }
+  }
+  for (const auto& w : o.whole_files) {
+    std::error_code ec;
+    fs::remove(fs::path(dir_) / w, ec);
+    written_.erase(w);
+  }
+}
+
+void RestoreWriter::accept(CopyOutcome&& o) {
+  for (auto& p : o.pieces) {
+    CutFile& cf = *cut_.at(p.file);
+    cf.touched.insert(p.record);
+    cf.pieces.push_back(std::move(p));
+  }
+}
+
+void RestoreWriter::finish() {
+  // Bytes already counted for non-expert files; whole expert files are counted here.
+  for (const auto& w : written_)
+    if (!cut_.count(w)) bytes_written_ += fs::file_size(fs::path(dir_) / w);
+  std::vector<uint8_t> buf;
+  for (auto& [path, cfp] : cut_) {
+    CutFile& cf = *cfp;
+    if (cf.touched.empty()) continue;
+    const std::string p = (fs::path(dir_) / path).string();
+    Fd f(p, O_RDWR);
+    if (f.fd < 0) fail(p, std::string("cannot open: ") + std::strerror(errno));
+    auto crc_of = [&](uint64_t off, uint64_t n) {  // bytes written before (non-expert), read back
+      if (buf.empty()) buf.resize(kInBlock);
+      uint32_t c = 0;
+      for (uint64_t done = 0; done < n;) {
+        size_t k = static_cast<size_t>(std::min<uint64_t>(buf.size(), n - done));
+        pread_all(f.fd, buf.data(), k, off + done, p);
+        c = crc32_update(c, {buf.data(), k});
+        done += k;
+      }
+      return c;
+    };
+    std::map<std::string, std::vector<const CrcPiece*>> by_record;
+    for (const auto& piece : cf.pieces) by_record[piece.record].push_back(&piece);
+    for (const auto& name : cf.touched) {
+      const ZipRecordPos& r = cf.records.at(name);
+      auto& ps = by_record[name];
+      std::sort(ps.begin(), ps.end(), [](const CrcPiece* a, const CrcPiece* b) { return a->offset < b->offset; });
+      uint64_t pos = r.data_offset;
+      const uint64_t end = r.data_offset + r.size;
+      uint32_t crc = 0;
+      bool overlap = false;
+      for (const CrcPiece* piece : ps) {
+        if (piece->offset < pos || piece->offset + piece->length > end) {
+          overlap = true;
+          break;
+        }
+        if (piece->offset > pos) crc = crc32_combine(crc, crc_of(pos, piece->offset - pos), piece->offset - pos);
+        crc = crc32_combine(crc, piece->crc, piece->length);
+        pos = piece->offset + piece->length;
+      }
+      if (overlap) {
+        crc = crc_of(r.data_offset, r.size);
+      } else if (end > pos) {
+        crc = crc32_combine(crc, crc_of(pos, end - pos), end - pos);
+      }
+      store_zip_crc(
+          cf.size, r, crc, [&](uint64_t off, size_t n, uint8_t* dst) { pread_all(f.fd, dst, n, off, p); },
+          [&](uint64_t off, uint32_t v) {
+            uint8_t b[4] = {static_cast<uint8_t>(v), static_cast<uint8_t>(v >> 8), static_cast<uint8_t>(v >> 16),
+                            static_cast<uint8_t>(v >> 24)};
+            pwrite_all(f.fd, b, 4, off, p);
+          });
+    }
+  }
+  std::vector<std::string> files(written_.begin(), written_.end());
+  std::exception_ptr error;
+  std::mutex m;
+  tbb::global_control allow(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(workers_));
+  tbb::task_arena arena(workers_);
+  arena.execute([&] {
+    tbb::parallel_for(size_t{0}, files.size(), [&](size_t i) {
+      const std::string p = (fs::path(dir_) / files[i]).string();
+      Fd f(p, O_RDONLY);
+      if (f.fd < 0 || ::fsync(f.fd) != 0) {
+        std::lock_guard<std::mutex> lock(m);
+        if (!error) error = std::make_exception_ptr(Error(p + ": fsync failed: " + std::strerror(errno)));
+      }
+    });
+  });
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace ucpkit::pec

@@ -1,0 +1,92 @@
+// Streaming writer of a restored checkpoint. Every stored chunk is read in small blocks, decompressed
+// by zstd's streaming decoder into a small reused window, hashed once for its object digest (the
+// whole-file digest is chained from the chunk digests, so no byte is hashed twice for it) and written
+// with pwrite straight to its place in the output file: whole files, non-expert files with their
+// expert ranges cut out (the cut ranges stay holes until the experts are written into them), and
+// expert fragments patched into optimizer shards at their record offsets. CRC-32s of the zip records
+// expert fragments touch are combined from per-piece CRCs computed as the bytes stream past (only the
+// non-expert bytes inside such records are read back). Memory is a fixed set of per-worker buffers
+// (input block, output window, zstd decoder), sized from the --memory-mb budget, whatever the
+// checkpoint size. Under MPI each rank writes the files it owns (greedy split by bytes).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pec/manifest.h"
+
+namespace ucpkit::pec {
+
+class Store;
+
+// CRC-32 of a byte range written into a zip record of a shared (cut) file.
+struct CrcPiece {
+  std::string file;  // relative path
+  std::string record;
+  uint64_t offset = 0;  // absolute in the file
+  uint64_t length = 0;
+  uint32_t crc = 0;
+};
+
+// What writing one expert copy did on this rank.
+struct CopyOutcome {
+  std::string error;  // empty when every part owned here was intact
+  std::vector<CrcPiece> pieces;
+  std::vector<std::pair<std::string, std::pair<uint64_t, uint64_t>>> fragments;  // file, [offset, length]
+  std::vector<std::string> whole_files;
+};
+
+class RestoreWriter {
+ public:
+  // `dir`: the (temporary) step folder to write. Throws UsageError when the budget cannot hold one
+  // worker's buffers.
+  RestoreWriter(std::string dir, uint64_t memory_bytes, int rank = 0, int world = 1);
+  ~RestoreWriter();
+  RestoreWriter(const RestoreWriter&) = delete;
+  RestoreWriter& operator=(const RestoreWriter&) = delete;
+
+  int workers() const { return workers_; }
+  // Assigns every output file to a rank (largest first to the least loaded; deterministic). Files not
+  // named here go to a rank chosen by a hash of their path.
+  void assign(const std::vector<std::pair<std::string, uint64_t>>& files);
+  bool owns(const std::string& path) const;
+
+  // Creates and writes this rank's non-expert files (cut ranges left as holes). Throws ObjectError
+  // when a stored object or a whole-file digest is damaged, Error on I/O failures.
+  void write_non_expert(const Store& store, const std::vector<FileEntry>& files);
+
+  // Writes the parts owned by this rank of each expert copy (whole files and fragments inside the
+  // non-expert files written before). Damage is reported in the outcome, not thrown.
+  struct ExpertCopy {
+    const Store* store = nullptr;
+    const ExpertEntry* entry = nullptr;
+  };
+  std::vector<CopyOutcome> write_experts(const std::vector<ExpertCopy>& copies);
+  // A copy that will not be used: its fragments are zeroed and its whole files removed.
+  void discard(const CopyOutcome& outcome);
+  // A copy that is used: its CRC pieces count for the records it touched.
+  void accept(CopyOutcome&& outcome);
+
+  // Recomputes the CRC-32 of every zip record an accepted copy touched and fsyncs this rank's files.
+  void finish();
+  uint64_t bytes_written() const { return bytes_written_; }
+
+ private:
+  struct Job;
+  struct CutFile;
+  void run(std::vector<Job>& jobs);
+  const CutFile& cut_file(const std::string& path);
+  std::string dir_;
+  int rank_, world_, workers_;
+  std::map<std::string, int> owner_;
+  std::map<std::string, std::unique_ptr<CutFile>> cut_;
+  std::set<std::string> non_expert_;  // every non-expert file of the step (all ranks')
+  std::set<std::string> written_;     // files this rank created
+  uint64_t bytes_written_ = 0;
+};
+
+}  // namespace ucpkit::pec

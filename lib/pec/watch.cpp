@@ -1,0 +1,117 @@
+// The persist agent loop.
+#include "pec/watch.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <regex>
+#include <thread>
+#include <vector>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "pec/store.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::pec {
+namespace {
+volatile std::sig_atomic_t g_stop = 0;
+void on_signal(int) { g_stop = 1; }
+
+std::optional<int64_t> step_of(const std::string& tag) {
+  static const std::regex re("global_step([0-9]+)");
+  std::smatch m;
+  if (!std::regex_match(tag, m, re)) return std::nullopt;
+  return std::stoll(m[1].str());
+}
+
+// The step `latest` names, when its folder exists.
+std::optional<int64_t> completed_step(const std::string& dir) {
+  const fs::path latest = fs::path(dir) / "latest";
+  std::error_code ec;
+  if (!fs::is_regular_file(latest, ec)) return std::nullopt;
+  std::string tag;
+  try {
+    tag = read_text_file(latest.string());
+  } catch (const std::exception&) {
+    return std::nullopt;  // being replaced
+  }
+  while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ' || tag.back() == '\r')) tag.pop_back();
+  auto s = step_of(tag);
+  if (!s || !fs::is_directory(fs::path(dir) / tag, ec)) return std::nullopt;
+  return s;
+}
+
+void prune_snapshots(const std::string& dir, int keep, int64_t newest_saved) {
+  std::vector<std::pair<int64_t, fs::path>> steps;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (auto s = step_of(e.path().filename().string()); s && e.is_directory()) steps.emplace_back(*s, e.path());
+  std::sort(steps.begin(), steps.end());
+  for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i)
+    if (steps[i].first < newest_saved) fs::remove_all(steps[i].second, ec);
+}
+}  // namespace
+
+int watch_and_save(const SaveOptions& base, const WatchOptions& w, const std::function<void(const std::string&)>& log) {
+  if (!fs::is_directory(w.dir)) fail(w.dir, "folder to watch not found");
+  if (w.poll_seconds <= 0) throw UsageError("--poll-seconds must be > 0");
+  if (w.keep_snapshots < 0) throw UsageError("--keep-snapshots must be >= 0");
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_term {}, old_int {};
+  sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGINT, &sa, &old_int);
+  g_stop = 0;
+  int64_t last = -1;  // newest step saved or attempted
+  {
+    Store durable(base.store, "durable", true);
+    if (auto s = durable.latest_step()) last = *s;
+  }
+  int saved = 0;
+  while (!g_stop) {
+    auto step = completed_step(w.dir);
+    if (step && *step > last) {
+      SaveOptions o = base;
+      o.checkpoint = (fs::path(w.dir) / ("global_step" + std::to_string(*step))).string();
+      o.step = *step;
+      last = *step;
+      auto t0 = std::chrono::steady_clock::now();
+      try {
+        auto summary = pec_save(o, {}, nullptr);
+        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::string line = "pec-save --watch: step " + std::to_string(*step) + " saved from " + o.checkpoint;
+        char buf[200];
+        for (const auto& t : summary["tiers"]) {
+          std::snprintf(buf, sizeof buf, "; %s tier %d experts, %.1f MiB stored", t["tier"].get<std::string>().c_str(),
+                        t["stats"]["experts_saved"].get<int>(), t["stats"]["bytes_stored"].get<double>() / 1048576.0);
+          line += buf;
+        }
+        std::snprintf(buf, sizeof buf, " (%.2f s)", s);
+        log(line + buf);
+        ++saved;
+        if (w.keep_snapshots > 0) prune_snapshots(w.dir, w.keep_snapshots, *step);
+      } catch (const UsageError&) {
+        throw;
+      } catch (const std::exception& e) {
+        log("pec-save --watch: step " + std::to_string(*step) + " NOT saved: " + e.what());
+      }
+      continue;
+    }
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(w.poll_seconds);
+    while (!g_stop && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGINT, &old_int, nullptr);
+  log("pec-save --watch: stopped by signal after " + std::to_string(saved) + " saves");
+  return saved;
+}
+
+}  // namespace ucpkit::pec
