@@ -187,6 +187,14 @@ ModelInfo read_model_info(const std::string& universal_dir) {
     m.tag = src.value("tag", m.tag);
     m.data_before_expert = src.value("data_before_expert", false);
     m.ds_line = src.value("ds_line", std::string());
+    // Not done yet: target layouts of DeepSpeed AutoEP (docs/formats.md "AutoEP"). Writing one as a
+    // dense model would put the fused [E, ...] expert weights into a group partitioned over all DP
+    // ranks, which DeepSpeed cannot load; refuse instead.
+    if (src.contains("autoep"))
+      throw Error((dir / "manifest.json").string() +
+                  ": source is a DeepSpeed AutoEP checkpoint (ds_autoep_layers); ucp-load cannot write AutoEP layouts "
+                  "yet (DeepSpeed >= 0.19.2 loads this universal folder itself at any EP size: "
+                  "checkpoint/universal_checkpoint.py:125-137)");
     if (src.contains("num_experts")) m.num_experts = src["num_experts"].get<std::vector<int>>();
     if (src.contains("zero_stage") && src["zero_stage"].is_number_integer()) m.source_zero_stage = src["zero_stage"];
     m.patterns_json = manifest.at("patterns").at("set");

@@ -124,3 +124,28 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::string(info.param.fixture); });
 
 }  // namespace
+
+namespace {
+
+// Not done yet: ucp-load cannot write AutoEP layouts. It must refuse (exit 1, one line naming the
+// manifest, nothing written) instead of writing the fused expert weights as dense parameters.
+TEST(AutoEpLoad, RefusesToWriteAutoEpLayoutsClearly) {
+  const std::string c = "dp4_ep2_zero1_bf16";
+  const fs::path d = scratch("load_refuses");
+  std::string log;
+  ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote(kFx + "/" + c) + " --output " + quote((d / "u").string()), &log), 0)
+      << log;
+  for (const char* ep : {"1", "4"}) {
+    log.clear();
+    const int rc = run_command(kBin + "/ucp-load -q --input " + quote((d / "u").string()) + " --output " +
+                                   quote((d / "t").string()) + " --tp 1 --pp 1 --dp 4 --zero-stage 1 --dtype bf16 --ep " + ep,
+                               &log);
+    EXPECT_EQ(rc, 1) << log;
+    EXPECT_NE(log.find((d / "u" / "manifest.json").string()), std::string::npos) << log;
+    EXPECT_NE(log.find("ucp-load cannot write AutoEP layouts yet"), std::string::npos) << log;
+    EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
+    EXPECT_FALSE(fs::exists(d / "t"));
+  }
+}
+
+}  // namespace
