@@ -137,6 +137,11 @@ static Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& o
       fail(model_path, "inconsistent world sizes: dp_world_size is " + std::to_string(v->as_int()) + " but " +
                            std::to_string(L.dp) + " ZeRO-3 shards were found");
     check_model_parallel_sizes(model, model_path, L);
+    // Not done yet: AutoEP's ZeRO-3 partition-native format (docs/formats.md "AutoEP"): expert
+    // weights are partitioned over expert-DP groups (ds_zero_partition_groups), not over all DP ranks.
+    if (auto a = model->get("ds_autoep_layers"); a && !a->is_none())
+      fail(model_path, "DeepSpeed AutoEP under ZeRO-3 (partition-native expert shards) is not supported yet "
+                       "(AutoEP under ZeRO-1/2 is)");
     auto ps = model->get("param_shapes");
     if (!ps || !ps->is_sequence()) fail(model_path, "ZeRO-3 model states have no param_shapes list");
     for (const auto& g : ps->items) {

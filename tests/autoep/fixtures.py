@@ -60,6 +60,19 @@ def main():
         sd["param_shapes"][1]["model.layers.0.mlp.experts.w2"] = torch.Size([3, 8, 12])
     edit_model("local_shape_mismatch", bad_local_shape)
 
+    # ZeRO-3 model files carrying ds_autoep_layers (a dense ZeRO-3 checkpoint with the key added: a
+    # stand-in for AutoEP's partition-native ZeRO-3 format, which is refused as not supported yet).
+    import glob
+    import dsgen
+    z3 = os.path.join(out, "bad_zero3")
+    shutil.rmtree(z3, ignore_errors=True)
+    dsgen.generate(z3, dsgen.ModelConfig(family="gpt", hidden=4, heads=2, ffn=8, vocab=10, seq=2, layers=1),
+                   dsgen.Layout(dp=2, zero=3), truth=False)
+    for path in glob.glob(os.path.join(z3, "global_step*", "zero_pp_rank_*_model_states.pt")):
+        sd = torch.load(path, weights_only=False)
+        sd["ds_autoep_layers"] = autoep.autoep_layer_info(1, 4, 2, 2, zero3=True)
+        torch.save(sd, path)
+
     # An expert file whose key names another expert.
     p = os.path.join(variant("expert_file_wrong_key"), "layer_0_expert_1_mp_rank_00_model_states.pt")
     sd = torch.load(p, weights_only=False)
