@@ -1,8 +1,9 @@
 // DeepSpeed AutoEP (DeepSpeed >= 0.19.2) under ZeRO-1/2: the generator writes AutoEP checkpoints as
 // DeepSpeed v0.19.5's save code does (scripts/dsgen/autoep.py); ucp-union (one step, two steps via
 // ucp-extract, two MPI ranks) must write the universal form autoep_universal.py writes, checked bit for
-// bit against the generator's ground truth by tests/autoep/check_universal.py with Python torch; broken
-// inputs must fail with one clear line naming the file, exit 1, nothing written.
+// bit against the generator's ground truth by tests/autoep/check_universal.py with Python torch; ucp-load
+// --ep must write AutoEP layouts for another EP size; broken inputs must fail with one clear line naming the
+// file, exit 1, nothing written.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -128,25 +129,87 @@ INSTANTIATE_TEST_SUITE_P(
 
 namespace {
 
-// Not done yet: ucp-load cannot write AutoEP layouts. It must refuse (exit 1, one line naming the
-// manifest, nothing written) instead of writing the fused expert weights as dense parameters.
-TEST(AutoEpLoad, RefusesToWriteAutoEpLayoutsClearly) {
-  const std::string c = "dp4_ep2_zero1_bf16";
-  const fs::path d = scratch("load_refuses");
+// ucp-load --ep writes AutoEP layouts for another EP size: the folder it writes from EP 2's universal
+// checkpoint equals, file by file and value by value, what the generator (DeepSpeed v0.19.5's save
+// code) writes at the target layout (tests/autoep/same_layout.py), and ucp-union of it gives the
+// ground truth again, bit for bit; EP 2 -> 4 and 4 -> 2.
+struct Trip {
+  const char* from;  // fixture
+  int ep;            // target EP
+  const char* same;  // fixture written by the generator at the target layout
+};
+
+class AutoEpLoad : public ::testing::TestWithParam<Trip> {};
+
+TEST_P(AutoEpLoad, WritesDeepSpeedsLayoutAtAnotherEpSizeAndRoundTrips) {
+  const Trip c = GetParam();
+  const fs::path d = scratch(std::string("load_") + c.from + "_ep" + std::to_string(c.ep));
+  std::string log;
+  ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote(kFx + "/" + c.from) + " --output " + quote((d / "u").string()), &log), 0)
+      << log;
+  ASSERT_EQ(run_command(kBin + "/ucp-load -q --input " + quote((d / "u").string()) + " --output " + quote((d / "t").string()) +
+                            " --tp 1 --pp 1 --dp 4 --zero-stage 1 --dtype bf16 --ep " + std::to_string(c.ep),
+                        &log),
+            0)
+      << log;
+  log.clear();
+  EXPECT_EQ(run_command(kPy + " " + quote(kSrc + "/tests/autoep/same_layout.py") + " " + quote((d / "t" / "global_step7").string()) +
+                            " " + quote(kFx + "/" + c.same + "/global_step7"),
+                        &log),
+            0)
+      << log;
+  ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote((d / "t").string()) + " --output " + quote((d / "u2").string()), &log), 0)
+      << log;
+  log.clear();
+  EXPECT_EQ(run_command(kPy + " " + quote(kSrc + "/tests/autoep/check_universal.py") + " " + quote((d / "u2").string()) + " " +
+                            quote(kFx + "/" + c.from) + " --input " + quote((d / "t").string()),
+                        &log),
+            0)
+      << log;
+}
+
+INSTANTIATE_TEST_SUITE_P(Trips, AutoEpLoad,
+                         ::testing::Values(Trip{"dp4_ep2_zero1_bf16", 4, "dp4_ep4_zero1_bf16"},
+                                           Trip{"dp4_ep4_zero1_bf16", 2, "dp4_ep2_zero1_bf16"}),
+                         [](const auto& info) { return std::string(info.param.from) + "_to_ep" + std::to_string(info.param.ep); });
+
+// Back to the source's own layout (DP 6, EP 2, expert-DP ranks before EP ranks, ZeRO-2, fp16) with two
+// MPI ranks (the exchange path): the written folder equals the generated source value by value.
+TEST(AutoEpLoadMpi, SameLayoutDataBeforeExpertEqualsTheSource) {
+  if (run_command("command -v mpirun") != 0) GTEST_SKIP() << "no mpirun";
+  const std::string c = "dp6_ep2_zero2_fp16_data_before_expert";
+  const fs::path d = scratch("load_mpi_same");
   std::string log;
   ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote(kFx + "/" + c) + " --output " + quote((d / "u").string()), &log), 0)
       << log;
-  for (const char* ep : {"1", "4"}) {
-    log.clear();
-    const int rc = run_command(kBin + "/ucp-load -q --input " + quote((d / "u").string()) + " --output " +
-                                   quote((d / "t").string()) + " --tp 1 --pp 1 --dp 4 --zero-stage 1 --dtype bf16 --ep " + ep,
-                               &log);
-    EXPECT_EQ(rc, 1) << log;
-    EXPECT_NE(log.find((d / "u" / "manifest.json").string()), std::string::npos) << log;
-    EXPECT_NE(log.find("ucp-load cannot write AutoEP layouts yet"), std::string::npos) << log;
-    EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
-    EXPECT_FALSE(fs::exists(d / "t"));
-  }
+  ASSERT_EQ(run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe " + kBin +
+                            "/ucp-load -q --input " + quote((d / "u").string()) + " --output " + quote((d / "t").string()) +
+                            " --tp 1 --pp 1 --dp 6 --ep 2 --zero-stage 2 --dtype fp16",
+                        &log),
+            0)
+      << log;
+  log.clear();
+  EXPECT_EQ(run_command(kPy + " " + quote(kSrc + "/tests/autoep/same_layout.py") + " " + quote((d / "t" / "global_step7").string()) +
+                            " " + quote(kFx + "/" + c + "/global_step7"),
+                        &log),
+            0)
+      << log;
+}
+
+// A target EP size that does not divide the experts: one clear line, exit 1, nothing written.
+TEST(AutoEpLoadBadInput, EpNotDividingTheExperts) {
+  const fs::path d = scratch("load_bad_ep");
+  std::string log;
+  ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote(kFx + "/dp4_ep2_zero1_bf16") + " --output " + quote((d / "u").string()), &log), 0)
+      << log;
+  log.clear();
+  const int rc = run_command(kBin + "/ucp-load -q --input " + quote((d / "u").string()) + " --output " + quote((d / "t").string()) +
+                                 " --tp 1 --pp 1 --dp 3 --zero-stage 1 --dtype bf16 --ep 3",
+                             &log);
+  EXPECT_EQ(rc, 1) << log;
+  EXPECT_NE(log.find("--ep 3 does not divide the 4 experts of model.layers.0.mlp.experts.w1"), std::string::npos) << log;
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
+  EXPECT_FALSE(fs::exists(d / "t"));
 }
 
 }  // namespace

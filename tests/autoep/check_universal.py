@@ -6,7 +6,8 @@ zero/<param>/<state>.pt bit for bit with the same keys in the same order (expert
 deepspeed/checkpoint/autoep_universal.py:333-338 writes them), step.pt, no extra parameter folders,
 and the mp_rank file copied byte for byte. Then it slices every expert weight the way DeepSpeed's
 universal loader does (checkpoint/universal_checkpoint.py:125-137) for each EP size given with --ep
-and compares with the truth. Usage: check_universal.py <universal_dir> <generated_dir> [--ep N ...]"""
+and compares with the truth. Usage: check_universal.py <universal_dir> <generated_dir> [--ep N ...]
+[--input <checkpoint ucp-union read, when not the generated one>]"""
 import filecmp
 import json
 import os
@@ -29,6 +30,9 @@ def same(a, b):
 def main():
     out, gen = sys.argv[1], sys.argv[2]
     eps = [int(x) for i, x in enumerate(sys.argv) if i > 0 and sys.argv[i - 1] == "--ep"]
+    # --input DIR: the checkpoint ucp-union read (default: the generated one), whose mp_rank file is copied
+    inputs = [x for i, x in enumerate(sys.argv) if i > 0 and sys.argv[i - 1] == "--input"]
+    src_dir = inputs[0] if inputs else gen
     meta = json.load(open(os.path.join(gen, "truth", "meta.json")))
     errors = []
     names = {p["name"] for p in meta["params"]}
@@ -56,7 +60,7 @@ def main():
         s = torch.load(os.path.join(out, "zero", p["name"], "step.pt"), weights_only=False)
         if s != meta["step"] or type(s) is not int:
             errors.append(f"{p['name']}/step.pt: {s!r}, expected {meta['step']}")
-    src = os.path.join(gen, open(os.path.join(gen, "latest")).read().strip(), "mp_rank_00_model_states.pt")
+    src = os.path.join(src_dir, open(os.path.join(src_dir, "latest")).read().strip(), "mp_rank_00_model_states.pt")
     if not filecmp.cmp(src, os.path.join(out, "mp_rank_00_model_states.pt"), shallow=False):
         errors.append("mp_rank_00_model_states.pt is not a byte copy of the source")
     for e in errors[:20]:

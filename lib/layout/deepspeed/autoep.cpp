@@ -68,6 +68,27 @@ std::string autoep_expert_file_key(const std::string& prefix, const std::string&
   return prefix + "." + weight + "." + std::to_string(global_expert);
 }
 
+void retarget_autoep_layers(const ValuePtr& layers, int ep, int dp) {
+  if (!layers || layers->kind != Kind::List) return;
+  for (const auto& e : layers->items) {
+    if (!e || e->kind != Kind::Dict) continue;
+    auto n = e->get("num_experts");
+    if (!n || n->kind != Kind::Int) continue;
+    const int64_t per = n->i / ep;
+    auto set = [&](const char* key, ValuePtr v) {
+      if (e->contains(key)) e->set_item(key, std::move(v));
+    };
+    set("ep_size", Value::integer(ep));
+    set("num_local_experts", Value::integer(per));
+    set("ep_group_name", Value::str("ep_size_" + std::to_string(ep)));
+    set("ep_rank", Value::integer(0));
+    set("expert_data_parallel_rank", Value::integer(0));
+    set("expert_data_parallel_world_size", Value::integer(dp / ep));
+    set("global_expert_start", Value::integer(0));
+    set("global_expert_end", Value::integer(per));
+  }
+}
+
 ValuePtr autoep_universal_state(const ValuePtr& param, int num_experts) {
   auto d = Value::dict();
   d->set_item("param", param);

@@ -39,6 +39,12 @@ std::string autoep_expert_file_key(const std::string& prefix, const std::string&
 // {'param': [E, ...], 'cat_dim': 0, 'is_expert_param': True, 'ep_num_experts': E}.
 pickle::ValuePtr autoep_universal_state(const pickle::ValuePtr& param, int num_experts);
 
+// Rewrites a saved `ds_autoep_layers` list (top level or inside universal_checkpoint_info) for a
+// target EP size and DP size, as rank 0 of that job records it (engine.py:4986-5017): ep_size,
+// num_local_experts, ep_group_name, ep_rank 0, expert_data_parallel_rank 0,
+// expert_data_parallel_world_size, global_expert_start 0, global_expert_end. No-op on None.
+void retarget_autoep_layers(const pickle::ValuePtr& layers, int ep, int dp);
+
 // ds_config key naming the expert/data rank order (runtime/constants.py:518; ds_to_universal.py:877).
 inline constexpr const char* kUseDataBeforeExpertParallelism = "use_data_before_expert_parallelism";
 
