@@ -13,7 +13,10 @@ import dsgen  # noqa: E402
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--output", required=True, help="folder to create: latest, global_stepN/, truth/")
-    ap.add_argument("--model", default="gpt", choices=["gpt", "llama", "mixtral", "dsmoe"])
+    ap.add_argument("--model", default="gpt", choices=["gpt", "llama", "mixtral", "dsmoe", "autoep"],
+                    help="autoep: DeepSpeed AutoEP (>= 0.19.2) Hugging Face style MoE, ZeRO-1/2, as v0.19.5 saves it "
+                         "(scripts/dsgen/autoep.py; uses --layers --hidden --ffn --vocab --experts --dp --ep --zero "
+                         "--dtype --data-before-expert --step --seed)")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--heads", type=int, default=4)
@@ -47,6 +50,20 @@ def main():
     ap.add_argument("--no-truth", action="store_true")
     ap.add_argument("--patterns-out", help="also write the model's patterns as a pattern file (JSON)")
     a = ap.parse_args()
+    if a.model == "autoep":
+        from dsgen import autoep
+        if a.tp != 1 or a.pp != 1:
+            ap.error("--model autoep: TP = PP = 1")
+        t0 = time.time()
+        try:
+            autoep.write(a.output, None if a.no_truth else os.path.join(a.output, "truth"), dp=a.dp, ep=a.ep,
+                         zero=a.zero, dtype=a.dtype, layers=a.layers, experts=a.experts, hidden=a.hidden, ffn=a.ffn,
+                         vocab=a.vocab, step=a.step, seed=a.seed, data_before_expert=a.data_before_expert)
+        except ValueError as e:
+            ap.error(f"--model autoep: {e}")
+        print(f"gen_ds_checkpoint: autoep dp={a.dp} ep={a.ep} zero={a.zero} {a.dtype}: {time.time() - t0:.1f}s -> "
+              f"{a.output}", file=sys.stderr)
+        return
     kv = a.kv_heads if a.kv_heads is not None else (max(1, a.heads // 2) if a.model in ("llama", "mixtral") else a.heads)
     cfg = dsgen.ModelConfig(family=a.model, layers=a.layers, hidden=a.hidden, heads=a.heads, kv_heads=kv,
                             ffn=a.ffn, vocab=a.vocab, seq=a.seq, tied=not a.untied, swiglu=a.swiglu,

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "io/torch/torch_file.h"
+#include "layout/deepspeed/autoep.h"
 #include "layout/deepspeed/module_tree.h"
 #include "layout/deepspeed/pipeline.h"
 #include "layout/deepspeed/storage_tags.h"
@@ -183,6 +184,9 @@ ValuePtr DeepSpeedWriter::ds_config(const ValuePtr& source) const {
   if (!source || source->kind != Kind::Dict) return source;
   auto cfg = pickle::deep_copy(source);
   const auto& t = plan_.target;
+  // AutoEP: expert_parallel.autoep_size is the EP size (engine.py v0.19.5:562).
+  if (auto ep = cfg->get("expert_parallel"); model_.autoep && ep && ep->kind == Kind::Dict && ep->contains("autoep_size"))
+    ep->set_item("autoep_size", Value::integer(t.ep));
   if (auto z = cfg->get("zero_optimization"); z && z->kind == Kind::Dict) {
     z->set_item("stage", Value::integer(t.zero_stage));
     if (t.zero_stage == 3) z->set_item("sub_group_size", Value::integer(t.sub_group_size));
@@ -323,7 +327,18 @@ ValuePtr DeepSpeedWriter::model_root(int mp) const {
       for (const auto& s : g.slots) d->set_item(s.name, Value::torch_size(s.slice.shape));
       shapes->items.push_back(d);
     }
+    if (model_.autoep && !mr.expert_groups.empty())  // then EP rank 0's expert group (engine.py v0.19.5:5244-5284)
+      for (const auto& g : mr.expert_groups[0]) {
+        auto d = Value::dict(true);
+        for (const auto& s : g.slots) d->set_item(s.name, Value::torch_size(s.slice.shape));
+        shapes->items.push_back(d);
+      }
     root->set_item("param_shapes", shapes);
+  }
+  if (model_.autoep) {
+    layout::retarget_autoep_layers(root->get("ds_autoep_layers"), t.ep, t.dp);
+    if (auto uc = root->get("universal_checkpoint_info"); uc && uc->kind == Kind::Dict)
+      layout::retarget_autoep_layers(uc->get("ds_autoep_layers"), t.ep, t.dp);
   }
   if (root->contains("dp_world_size")) root->set_item("dp_world_size", Value::integer(t.dp));
   if (root->contains("mp_world_size"))
@@ -368,8 +383,16 @@ uint64_t DeepSpeedWriter::write_expert_files(int mp, const std::string& dir) con
   uint64_t n = 0;
   for (const auto& ef : mr.expert_files) {
     auto sd = Value::dict();  // a plain dict: an entry of defaultdict(dict) (engine.py v0.16.5:3373)
-    for (const auto& [name, w] : ef.entries)
-      sd->set_item(name, Value::of_tensor(low_precision_slice(mr.expert_groups.at(w[0]).at(w[1]).slots.at(w[2]))));
+    for (const auto& [name, w] : ef.entries) {
+      if (w[3] < 0) {
+        sd->set_item(name, Value::of_tensor(low_precision_slice(mr.expert_groups.at(w[0]).at(w[1]).slots.at(w[2]))));
+        continue;
+      }
+      const Slot& row = ef.rows.at(w[3]);  // AutoEP: one expert of a fused weight
+      Tensor t = low_precision_slice(row);
+      std::vector<int64_t> shape(row.slice.shape.begin() + 1, row.slice.shape.end());
+      sd->set_item(name, Value::of_tensor(Tensor(t.storage(), 0, shape, Tensor::contiguous_strides(shape))));
+    }
     char fn[128];
     std::snprintf(fn, sizeof fn, "layer_%d_expert_%d_mp_rank_%02d_model_states.pt", ef.moe_id, ef.expert, mp);
     n += emit((fs::path(dir) / fn).string(), sd);

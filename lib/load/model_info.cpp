@@ -188,6 +188,10 @@ ModelInfo read_model_info(const std::string& universal_dir) {
     m.tag = src.value("tag", m.tag);
     m.data_before_expert = src.value("data_before_expert", false);
     m.ds_line = src.value("ds_line", std::string());
+    if (src.contains("autoep")) {
+      m.autoep = true;
+      m.autoep_layers = src["autoep"];
+    }
     if (src.contains("num_experts")) m.num_experts = src["num_experts"].get<std::vector<int>>();
     if (src.contains("zero_stage") && src["zero_stage"].is_number_integer()) m.source_zero_stage = src["zero_stage"];
     m.patterns_json = manifest.at("patterns").at("set");
@@ -226,6 +230,12 @@ ModelInfo read_model_info(const std::string& universal_dir) {
     p.step = e.value("step", false);
     p.flat = e.value("flat", false);
     p.manifest_index = static_cast<int>(by_name.size());
+    if (e.contains("autoep")) {
+      p.autoep_experts = e["autoep"].at("num_experts").get<int>();
+      p.moe_id = e["autoep"].at("moe_layer_id").get<int>();
+      if (!m.autoep || p.autoep_experts < 1)
+        throw Error((dir / "manifest.json").string() + ": AutoEP expert weight " + p.name + " without source.autoep");
+    }
     if (e.contains("expert")) {
       m.native_moe = true;
       p.expert = e["expert"].value("global_id", -1);
@@ -328,6 +338,15 @@ ModelInfo read_model_info(const std::string& universal_dir) {
     if (!seen.count(n)) throw Error("manifest.json: parameter " + n + " appears in no model file's param_shapes");
 
   m.tied_copy_first = tied_first.value_or(layout::kTiedModulesFirst);
+
+  if (m.autoep) {  // the groups holding the fused expert weights are expert groups (ep_size_<EP>)
+    std::set<int> expert_groups, dense_groups;
+    for (const auto& p : m.params) (p.autoep_experts > 0 ? expert_groups : dense_groups).insert(p.group);
+    for (int g : expert_groups)
+      if (dense_groups.count(g))
+        fail(m.model_files[0], "param_shapes group " + std::to_string(g) + " mixes AutoEP expert weights and dense parameters");
+    m.expert_group_of.assign(expert_groups.begin(), expert_groups.end());
+  }
 
   if (m.pipeline) {
     std::set<int> blocks, numbered;

@@ -34,6 +34,9 @@ struct ParamInfo {
   int expert = -1;              // global expert id
   int moe_layer = -1;           // transformer layer index of its MoE layer
   int moe_id = -1;              // MoE layer counter (layer_<moe_id>_expert_<id> files)
+  // DeepSpeed AutoEP fused expert weight [E, ...] (docs/formats.md "AutoEP"): E, 0 otherwise; moe_id is
+  // its layer's moe_layer_id.
+  int autoep_experts = 0;
   int manifest_index = -1;      // position in manifest.json
   std::map<std::string, std::string> state_files;  // state -> relative path in the universal folder
   std::map<std::string, uint32_t> crc32;           // state -> checksum of the tensor elements
@@ -56,6 +59,8 @@ struct ModelInfo {
   int source_tp = 1, source_pp = 1, source_dp = 1, source_ep = 1;
   bool source_bf16_optimizer = false;   // BF16_Optimizer shards (no zero_stage)
   bool native_moe = false;
+  bool autoep = false;                  // DeepSpeed AutoEP source (manifest source.autoep)
+  nlohmann::json autoep_layers;         // manifest source.autoep: one entry per AutoEP layer
   std::string ds_line;                  // native MoE: DeepSpeed version line of the source (manifest), "" if not recorded
   std::vector<int> num_experts;         // native MoE: experts per MoE layer
   bool data_before_expert = false;      // use_data_before_expert_parallel_ rank order

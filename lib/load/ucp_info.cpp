@@ -195,7 +195,19 @@ void check_layout(const ModelInfo& m, const TargetLayout& t) {
                   "PipelineEngine runs ZeRO stage 0 or 1 only");
     if (m.native_moe) throw Error("ZeRO-3 targets for native DeepSpeed MoE are not supported (stages 0-2 are)");
   }
-  if (t.ep > 1 && !m.native_moe)
+  if (m.autoep) {
+    if (t.tp != 1 || t.pp != 1 || t.zero_stage == 3 || t.zero_stage == 0)
+      throw Error("DeepSpeed AutoEP targets are written with TP = PP = 1 and ZeRO stage 1 or 2 only (asked tp=" +
+                  std::to_string(t.tp) + ", pp=" + std::to_string(t.pp) + ", zero=" + std::to_string(t.zero_stage) + ")");
+    for (const auto& p : m.params)
+      if (p.autoep_experts > 0 && p.autoep_experts % t.ep)
+        throw Error("impossible layout: --ep " + std::to_string(t.ep) + " does not divide the " +
+                    std::to_string(p.autoep_experts) + " experts of " + p.name);
+    if (t.dp % t.ep)
+      throw UsageError("--ep " + std::to_string(t.ep) + " must divide --dp " + std::to_string(t.dp) +
+                       " (expert-data-parallel groups)");
+  }
+  if (t.ep > 1 && !m.native_moe && !m.autoep)
     throw UsageError("--ep " + std::to_string(t.ep) + " but the model has no native MoE experts");
   if (m.native_moe) {
     if (t.tp != 1 || t.pp != 1)
@@ -220,6 +232,22 @@ void check_layout(const ModelInfo& m, const TargetLayout& t) {
   divides(m.heads, "the number of attention heads");
   divides(m.kv_heads, "the number of key/value heads");
   divides(m.ffn, "the FFN hidden size");
+}
+
+// An expert group of `numel` elements padded to 2 * edp and partitioned over the expert-DP group.
+void close_expert_group(GroupPlan gp, int64_t numel, int edp, std::vector<GroupPlan>& out) {
+  gp.numel = numel;
+  gp.partition_count = edp;
+  const int64_t align = 2 * static_cast<int64_t>(edp);
+  gp.padded = (numel + align - 1) / align * align;
+  gp.partition = gp.padded / edp;
+  out.push_back(std::move(gp));
+}
+
+void sort_expert_files(MpRankPlan& mr) {
+  std::sort(mr.expert_files.begin(), mr.expert_files.end(), [](const ExpertFilePlan& a, const ExpertFilePlan& b) {
+    return std::make_pair(a.moe_id, a.expert) < std::make_pair(b.moe_id, b.expert);
+  });
 }
 
 // Expert param groups of every EP rank: its experts (global id / per == rank) under local names,
@@ -252,21 +280,63 @@ void add_expert_groups(const ModelInfo& m, const UcpInfo& info, MpRankPlan& mr) 
           mr.expert_files.push_back({p.moe_id, p.expert, {}});
         }
         mr.expert_files[file_of[key]].entries.push_back(
-            {p.name, {r, static_cast<int>(mr.expert_groups[r].size()), static_cast<int>(gp.slots.size())}});
+            {p.name, {r, static_cast<int>(mr.expert_groups[r].size()), static_cast<int>(gp.slots.size()), -1}});
         gp.slots.push_back(std::move(slot));
       }
-      if (gp.slots.empty()) continue;
-      gp.numel = off;
-      gp.partition_count = edp;
-      const int64_t align = 2 * static_cast<int64_t>(edp);
-      gp.padded = (off + align - 1) / align * align;
-      gp.partition = gp.padded / edp;
-      mr.expert_groups[r].push_back(std::move(gp));
+      if (!gp.slots.empty()) close_expert_group(std::move(gp), off, edp, mr.expert_groups[r]);
     }
   }
-  std::sort(mr.expert_files.begin(), mr.expert_files.end(), [](const ExpertFilePlan& a, const ExpertFilePlan& b) {
-    return std::make_pair(a.moe_id, a.expert) < std::make_pair(b.moe_id, b.expert);
-  });
+  sort_expert_files(mr);
+}
+
+// AutoEP (docs/formats.md "AutoEP"): per EP rank r one expert group of the fused weights under their
+// own names, each slot rows r*E_local .. of the [E, ...] tensor, padded to 2 * (DP/EP) and partitioned
+// over the expert-data-parallel group; per (layer, global expert) one file of that expert's rows.
+void add_autoep_groups(const ModelInfo& m, const UcpInfo& info, MpRankPlan& mr) {
+  const auto& t = info.target;
+  const int edp = t.dp / t.ep;
+  std::map<std::pair<int, int>, size_t> file_of;
+  mr.expert_groups.assign(t.ep, {});
+  for (int r = 0; r < t.ep; ++r) {
+    for (int g : m.expert_group_of) {
+      GroupPlan gp;
+      gp.group = g;
+      int64_t off = 0;
+      for (size_t i = 0; i < m.params.size(); ++i) {
+        const auto& p = m.params[i];
+        if (p.autoep_experts <= 0 || p.group != g) continue;
+        const int per = p.autoep_experts / t.ep;
+        Slot slot;
+        slot.param = static_cast<int>(i);
+        slot.name = p.name;
+        slot.slice.dim = 0;
+        slot.slice.pieces = {{static_cast<int64_t>(r) * per, per}};
+        slot.slice.shape = p.shape;
+        slot.slice.shape[0] = per;
+        slot.offset = off;
+        off += slot.numel();
+        for (int j = 0; j < per; ++j) {
+          auto key = std::make_pair(p.moe_id, r * per + j);
+          if (!file_of.count(key)) {
+            file_of[key] = mr.expert_files.size();
+            mr.expert_files.push_back({p.moe_id, r * per + j, {}});
+          }
+          auto& ef = mr.expert_files[file_of[key]];
+          Slot row = slot;
+          row.slice.pieces = {{static_cast<int64_t>(r) * per + j, 1}};
+          row.slice.shape[0] = 1;
+          row.offset = 0;
+          ef.entries.push_back({p.name + "." + std::to_string(r * per + j),
+                                {r, static_cast<int>(mr.expert_groups[r].size()), static_cast<int>(gp.slots.size()),
+                                 static_cast<int>(ef.rows.size())}});
+          ef.rows.push_back(std::move(row));
+        }
+        gp.slots.push_back(std::move(slot));
+      }
+      if (!gp.slots.empty()) close_expert_group(std::move(gp), off, edp, mr.expert_groups[r]);
+    }
+  }
+  sort_expert_files(mr);
 }
 
 }  // namespace
@@ -343,7 +413,7 @@ UcpInfo ucp_info(const ModelInfo& m, const TargetLayout& target) {
         std::vector<int> own, tied_copies;
         for (size_t i = 0; i < m.params.size(); ++i) {
           const auto& p = m.params[i];
-          if (p.group != g || p.expert >= 0 || std::find(stages[i].begin(), stages[i].end(), s) == stages[i].end())
+          if (p.group != g || p.expert >= 0 || p.autoep_experts > 0 || std::find(stages[i].begin(), stages[i].end(), s) == stages[i].end())
             continue;
           if (p.tied && s != 0) tied_copies.push_back(static_cast<int>(i));
           else own.push_back(static_cast<int>(i));
@@ -394,6 +464,7 @@ UcpInfo ucp_info(const ModelInfo& m, const TargetLayout& target) {
       for (size_t i = 0; i < m.params.size(); ++i)
         if (auto it = where.find(static_cast<int>(i)); it != where.end()) mr.module.push_back(it->second);
       if (m.native_moe) add_expert_groups(m, info, mr);
+      if (m.autoep) add_autoep_groups(m, info, mr);
       if (m.pipeline) {
         for (int L : info.stage_layers[s]) {
           LayerFilePlan lf;

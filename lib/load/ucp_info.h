@@ -85,9 +85,12 @@ struct LayerFilePlan {
 };
 
 // layer_<moe_id>_expert_<expert>_mp_rank_XX_model_states.pt: global names -> (ep_rank, group, slot).
+// (ep_rank, group, slot, row): row >= 0 is an index into `rows`, one expert (a dim-0 row of shape
+// [1, ...], written without the leading 1) of an AutoEP fused weight; -1: the whole slot (native MoE).
 struct ExpertFilePlan {
   int moe_id = 0, expert = 0;
-  std::vector<std::pair<std::string, std::array<int, 3>>> entries;
+  std::vector<std::pair<std::string, std::array<int, 4>>> entries;
+  std::vector<Slot> rows;
 };
 
 struct MpRankPlan {

@@ -23,6 +23,7 @@
 #include "core/staging.h"
 #include "io/zip/zip_reader.h"
 #include "io/torch/torch_file.h"
+#include "layout/deepspeed/autoep.h"
 #include "layout/deepspeed/files.h"
 #include "layout/deepspeed/storage_tags.h"
 #include "tool/tool.h"
@@ -429,7 +430,8 @@ ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, S
       value = Value::of_tensor(joined);
     } else {
       joined = join_state(p, rule, set, read_slices(cache, p, state, &r.bytes_read), uo);
-      value = state_file_value(joined, rule, set);
+      value = p.autoep_experts > 0 ? layout::autoep_universal_state(Value::of_tensor(joined), p.autoep_experts)
+                                   : state_file_value(joined, rule, set);
     }
     const std::string path = (dir / (state + ".pt")).string();
     save_torch_file(path, value);
@@ -460,6 +462,10 @@ ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, S
     r.manifest["shape"] = p.tp_shapes[0];
   }
   if (p.expert >= 0) r.manifest["expert"] = {{"layer", p.moe_layer}, {"global_id", p.expert}};
+  if (p.autoep_experts > 0) {
+    r.manifest["autoep"] = {{"moe_layer_id", p.moe_layer}, {"num_experts", p.autoep_experts}};
+    r.manifest["cat_dim"] = 0;
+  }
   return r;
 }
 

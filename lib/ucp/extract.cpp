@@ -16,6 +16,7 @@
 #include "core/confine.h"
 #include "core/error.h"
 #include "io/torch/torch_file.h"
+#include "layout/deepspeed/autoep.h"
 #include "layout/deepspeed/files.h"
 #include "layout/deepspeed/module_tree.h"
 #include "layout/deepspeed/moe.h"
@@ -142,6 +143,11 @@ static Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& o
       fail(model_path, "inconsistent world sizes: dp_world_size is " + std::to_string(v->as_int()) + " but " +
                            std::to_string(L.dp) + " ZeRO-3 shards were found");
     check_model_parallel_sizes(model, model_path, L);
+    // Not done yet: AutoEP's ZeRO-3 partition-native format (docs/formats.md "AutoEP"): expert
+    // weights are partitioned over expert-DP groups (ds_zero_partition_groups), not over all DP ranks.
+    if (auto a = model->get("ds_autoep_layers"); a && !a->is_none())
+      fail(model_path, "DeepSpeed AutoEP under ZeRO-3 (partition-native expert shards) is not supported yet "
+                       "(AutoEP under ZeRO-1/2 is)");
     auto ps = model->get("param_shapes");
     if (!ps || !ps->is_sequence()) fail(model_path, "ZeRO-3 model states have no param_shapes list");
     for (const auto& g : ps->items) {
@@ -275,6 +281,69 @@ layout::PipelineNumbering pipeline_numbering_of(const layout::DeepSpeedLayout& L
   }
 }
 
+// AutoEP under ZeRO-1/2 (docs/formats.md "AutoEP"): TP = PP = 1; num_experts lists each layer's E;
+// the expert group's param_shapes hold [num_local_experts, ...] for <prefix>.w1/w2/w3; and exactly the
+// files layer_<id>_expert_<g>_mp_rank_00_model_states.pt, g < E, each holding <prefix>.w{1,2,3}.<g> of
+// that shape without the expert dimension (engine.py:5029-5054). Fills `param` (weight -> layer index).
+void check_autoep_files(const layout::DeepSpeedLayout& L, const std::vector<layout::AutoEpLayer>& autoep,
+                        const std::vector<int>& num_experts, const std::map<std::string, std::vector<int64_t>>& shapes,
+                        std::map<std::string, size_t>& param) {
+  if (L.tp > 1 || L.pp > 1 || L.pipeline)
+    throw Error(L.dir + ": DeepSpeed AutoEP with tp=" + std::to_string(L.tp) + " pp=" + std::to_string(L.pp) +
+                " is not supported (only tp=1, pp=1; ds_to_universal refuses it too, autoep_universal.py:281-283)");
+  if (num_experts.size() != autoep.size())
+    fail(L.model_files[0], "num_experts lists " + std::to_string(num_experts.size()) + " layers but ds_autoep_layers " +
+                               std::to_string(autoep.size()) + " (models mixing native MoE and AutoEP are not supported)");
+  std::map<int, size_t> by_id;
+  for (size_t i = 0; i < autoep.size(); ++i) {
+    const auto& a = autoep[i];
+    by_id[a.moe_layer_id] = i;
+    if (num_experts[i] != a.num_experts)
+      fail(L.model_files[0], "num_experts[" + std::to_string(i) + "] is " + std::to_string(num_experts[i]) +
+                                 " but ds_autoep_layers says " + std::to_string(a.num_experts) + " for " + a.expert_key_prefix);
+    for (const auto& w : layout::autoep_weight_names()) {
+      const std::string name = a.expert_key_prefix + "." + w;
+      auto sh = shapes.find(name);
+      if (sh == shapes.end()) fail(L.model_files[0], "AutoEP expert weight " + name + " is not in param_shapes");
+      if (sh->second.empty() || sh->second[0] != a.num_local_experts)
+        fail(L.model_files[0], "AutoEP expert weight " + name + " has shape " + shape_str(sh->second) +
+                                   " in param_shapes; expected num_local_experts " + std::to_string(a.num_local_experts) +
+                                   " in dim 0");
+      param[name] = i;
+    }
+  }
+  std::set<std::pair<int, int>> found;
+  for (const auto& ef : L.expert_files) {
+    auto it = by_id.find(ef.moe_layer);
+    if (it == by_id.end() || ef.expert >= autoep[it->second].num_experts || ef.mp != 0)
+      fail(ef.path, "extra shard: no such AutoEP layer/expert in ds_autoep_layers");
+    const auto& a = autoep[it->second];
+    ValuePtr root = load_torch(ef.path);
+    if (!root || root->kind != Kind::Dict) fail(ef.path, "not an expert state dict");
+    std::set<std::string> want;
+    for (const auto& w : layout::autoep_weight_names()) want.insert(layout::autoep_expert_file_key(a.expert_key_prefix, w, ef.expert));
+    for (const auto& [k, v] : root->entries) {
+      if (!k || k->kind != Kind::Str) fail(ef.path, "expert state dict has a non-string key");
+      if (k->s == "folding") fail(ef.path, "folded AutoEP+AutoTP expert shards are not supported (autoep_universal.py:201-207)");
+      if (!want.erase(k->s)) fail(ef.path, "unexpected key " + k->s + " (expected " + a.expert_key_prefix + ".w1/w2/w3." + std::to_string(ef.expert) + ")");
+      if (!v || v->kind != Kind::Tensor) fail(ef.path, k->s + " is not a tensor");
+      const std::string w = k->s.substr(a.expert_key_prefix.size() + 1, 2);
+      std::vector<int64_t> local = shapes.at(a.expert_key_prefix + "." + w);
+      local.erase(local.begin());
+      if (v->tensor->shape() != local)
+        fail(ef.path, k->s + " has shape " + shape_str(v->tensor->shape()) + " but param_shapes gives " + shape_str(local) + " per expert");
+    }
+    if (!want.empty()) fail(ef.path, "missing key " + *want.begin());
+    found.emplace(a.moe_layer_id, ef.expert);
+  }
+  for (const auto& a : autoep)
+    for (int e = 0; e < a.num_experts; ++e)
+      if (!found.count({a.moe_layer_id, e}))
+        fail((fs::path(L.dir) / layout::autoep_expert_file_name(a.moe_layer_id, e)).string(),
+             "missing shard (AutoEP layer " + a.expert_key_prefix + " expert " + std::to_string(e) + " of " +
+                 std::to_string(a.num_experts) + ")");
+}
+
 Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& options) {
   const layout::DeepSpeedLayout L = layout::discover(checkpoint);
   if (L.zero3) return plan_zero3(L, options);
@@ -294,6 +363,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
   layout::MoeFileFacts facts;  // what DeepSpeed version line the native MoE files follow
   facts.expp_files = !L.expert_optim_files.empty();
   ShardAgreement agreement;  // every file of one save; every shard's partitions fully described
+  std::vector<layout::AutoEpLayer> autoep;  // DeepSpeed AutoEP layers (ds_autoep_layers is a list)
   for (int mp = 0; mp < L.mp_count(); ++mp) {
     const auto& path = L.model_files[mp];
     ValuePtr root = load_torch(path);
@@ -316,12 +386,25 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
       facts.autoep_key = root->contains("ds_autoep_layers");
       facts.module_metadata = layout::module_has_metadata(root->get("module"));
       if (auto v = root->get("ds_version"); v && v->kind == Kind::Str) facts.ds_version = v->s;
+      if (auto a = root->get("ds_autoep_layers"); a && !a->is_none()) {
+        autoep = layout::parse_autoep_layers(a, path);
+        // ds_to_universal.py:877: the rank order comes from the model file's ds_config.
+        if (auto cfg = root->get("ds_config"); cfg && cfg->kind == Kind::Dict)
+          if (auto f = cfg->get(layout::kUseDataBeforeExpertParallelism); f) {
+            if (f->kind != Kind::Bool) fail(path, std::string("ds_config.") + layout::kUseDataBeforeExpertParallelism + " is not a boolean");
+            data_before_expert = f->b;
+          }
+      }
     }
     collect_shapes(root, shapes[mp]);
   }
   // Native DeepSpeed MoE: TP = PP = 1 only; every layer_L_expert_E_mp_rank_XX file of every MoE
   // layer L < len(num_experts) and expert E < num_experts[L] must be there, and no other.
-  const bool native_moe = !L.expert_files.empty() || !L.expert_optim_files.empty() || !num_experts.empty();
+  // AutoEP fused expert weight "<prefix>.w1" -> its layer (index into `autoep`).
+  std::map<std::string, size_t> autoep_param;
+  if (!autoep.empty()) check_autoep_files(L, autoep, num_experts, shapes[0], autoep_param);
+  const bool native_moe = autoep.empty() &&
+                          (!L.expert_files.empty() || !L.expert_optim_files.empty() || !num_experts.empty());
   if (native_moe && (L.tp > 1 || L.pp > 1 || L.pipeline)) refuse_moe_model_parallel();
   if (native_moe) {
     if (num_experts.empty()) fail(L.model_files[0], "native MoE expert files but the model states have no num_experts");
@@ -346,6 +429,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
   std::map<std::string, int> moe_layer_of;
   std::map<std::string, std::string> expert_file_of;  // global expert parameter name -> its file
   for (const auto& ef : L.expert_files) {
+    if (!autoep.empty()) break;  // checked by check_autoep_files
     ValuePtr root = load_torch(ef.path);
     if (!root || root->kind != Kind::Dict) fail(ef.path, "not an expert state dict");
     for (const auto& [k, v] : root->entries)
@@ -383,7 +467,8 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
       if (d == 0 && mp == 0) {
         if (auto z = shard.optimizer_state_dict()->get("zero_stage"); z && !z->is_none()) zero_stage = static_cast<int>(z->as_int());
         if (auto cfg = root->get("ds_config"); cfg && cfg->kind == Kind::Dict)
-          if (auto f = cfg->get("use_data_before_expert_parallel_"); f && f->kind == Kind::Bool) data_before_expert = f->b;
+          if (auto f = cfg->get("use_data_before_expert_parallel_"); f && f->kind == Kind::Bool && autoep.empty())
+            data_before_expert = f->b;
       }
       const int file_index = static_cast<int>(plan.files.size());
       plan.files.push_back(path);
@@ -404,7 +489,22 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
         for (const auto& [local, start, numel] : shard.fragments(g)) {
           std::string name = local;
           int moe_layer = -1, expert = -1;
-          if (group.moe) {
+          const layout::AutoEpLayer* ae = nullptr;
+          if (group.moe && !autoep.empty()) {
+            // AutoEP: the fused [E_local, ...] weight has the same name on every EP rank; the
+            // partitions of EP rank r (its expert-DP group, in rank order) hold experts
+            // r*E_local .. (r+1)*E_local-1 (autoep_universal.py:301-328), so part = r * (DP/EP) + edp.
+            auto it = autoep_param.find(local);
+            if (it == autoep_param.end())
+              fail(path, "expert param group " + std::to_string(g) + " holds " + local +
+                             ", which is no AutoEP expert weight (<expert_key_prefix>.w1/w2/w3 of ds_autoep_layers)");
+            ae = &autoep[it->second];
+            if (group.ep_size != ae->ep_size)
+              fail(path, "expert param group " + std::to_string(g) + " is ep_size_" + std::to_string(group.ep_size) +
+                             " but ds_autoep_layers says ep_size " + std::to_string(ae->ep_size));
+            part = ep_rank * count + part;
+            moe_layer = ae->moe_layer_id;
+          } else if (group.moe) {
             auto j = layout::local_expert_index(local);
             if (!j) fail(path, "expert group holds a non-expert parameter " + local);
             if (L.tp > 1 || L.pp > 1)
@@ -447,10 +547,22 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
             plan.params.push_back(std::move(p));
           }
           ParamPlan& p = plan.params[it->second];
+          if (ae) {
+            p.autoep_experts = ae->num_experts;
+            p.moe_layer = ae->moe_layer_id;
+          }
           if (!fresh && p.pp_stage != pp_rank)
             fail(path, "parameter " + name + " appears on pipeline stages " + std::to_string(p.pp_stage) + " and " +
                            std::to_string(pp_rank) + " but matches no pipeline_replicated pattern");
           auto sh = shapes[mp].find(name);
+          if (ae) {  // checked against num_local_experts by check_autoep_files
+            if (p.tp_shapes[tp_rank].empty()) {
+              p.tp_shapes[tp_rank] = sh->second;
+              p.tp_shapes[tp_rank][0] = ae->num_experts;
+            }
+            p.fragments[tp_rank].push_back({file_index, g, start, numel, part});
+            continue;
+          }
           if (group.moe && (sh == shapes[mp].end() || !expert_file_of.count(name)))
             fail(path, "expert parameter " + name + " (global expert " + std::to_string(expert) +
                            ") is in none of the layer_L_expert_E_mp_rank_00_model_states.pt files");
@@ -509,6 +621,15 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
   if (!numbering.is_null()) plan.source["pipeline_numbering"] = numbering;
   if (!layer_keys.is_null()) plan.source["layer_keys"] = layer_keys;
   if (native_moe) plan.source["ds_line"] = layout::detect_moe_version_line(facts).name;
+  if (!autoep.empty()) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (const auto& a : autoep)
+      layers.push_back({{"moe_layer_id", a.moe_layer_id}, {"module_path", a.module_path},
+                        {"expert_key_prefix", a.expert_key_prefix}, {"num_experts", a.num_experts},
+                        {"num_local_experts", a.num_local_experts}, {"ep_size", a.ep_size}});
+    plan.source["autoep"] = layers;
+    plan.source["expert_files"] = L.expert_files.size();
+  }
   return plan;
 }
 

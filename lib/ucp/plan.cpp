@@ -35,6 +35,7 @@ nlohmann::json Plan::to_json() const {
     e["step"] = {p.step_file, p.step_group};
     e["pp_stage"] = p.pp_stage;
     if (p.expert >= 0) e["expert"] = {p.moe_layer, p.expert};
+    if (p.autoep_experts > 0) e["autoep"] = {p.moe_layer, p.autoep_experts};
     auto& fr = e["fragments"] = nlohmann::json::array();
     for (const auto& tp : p.fragments) {
       auto row = nlohmann::json::array();
@@ -67,6 +68,10 @@ Plan Plan::from_json(const nlohmann::json& j) {
     if (e.contains("expert")) {
       q.moe_layer = e["expert"][0].get<int>();
       q.expert = e["expert"][1].get<int>();
+    }
+    if (e.contains("autoep")) {
+      q.moe_layer = e["autoep"][0].get<int>();
+      q.autoep_experts = e["autoep"][1].get<int>();
     }
     for (const auto& row : e.at("fragments")) {
       std::vector<Fragment> fs;

@@ -28,6 +28,8 @@ struct ParamPlan {
   int step_file = -1, step_group = -1;             // where the step value lives (group -1: root["step"])
   int pp_stage = 0;
   int moe_layer = -1, expert = -1;                 // native MoE experts
+  int autoep_experts = 0;                          // AutoEP fused expert weight: E (fragments of all EP
+                                                   // ranks in part order give [E, ...]); 0 otherwise
   int64_t numel() const;                           // over all TP slices
   uint64_t bytes_in() const { return static_cast<uint64_t>(numel()) * 4 * states.size(); }
 };

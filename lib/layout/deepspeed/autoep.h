@@ -1,0 +1,51 @@
+// DeepSpeed AutoEP (DeepSpeed >= 0.19.2, module_inject/auto_ep_layer.py) checkpoint format under
+// ZeRO-1/2: the `ds_autoep_layers` list of the mp_rank file, the per-expert file names and keys, the
+// fused expert parameter names, and the universal form of an expert parameter that
+// deepspeed/checkpoint/autoep_universal.py writes. docs/formats.md "AutoEP" has the facts with
+// DeepSpeed file:line (tag v0.19.5). Readers describe what they found; no file I/O here.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "io/pickle/value.h"
+
+namespace ucpkit::layout {
+
+// One entry of `ds_autoep_layers` (engine.py:4986-5017).
+struct AutoEpLayer {
+  int moe_layer_id = 0;           // layer_<moe_layer_id>_expert_<g>_... files
+  std::string module_path;        // "model.layers.3.mlp"
+  int num_experts = 0;            // E (global)
+  int num_local_experts = 0;      // E / ep_size
+  int ep_size = 0;
+  std::string expert_key_prefix;  // "<module_path>.experts": parameters <prefix>.w1, .w2, .w3
+  std::string checkpoint_format;  // "per_expert_files" (ZeRO-0/1/2) or "zero3_partitioned"
+};
+
+// The fused expert weights of every AutoEP layer (autoep_universal.py:249-253).
+const std::vector<std::string>& autoep_weight_names();  // {"w1", "w2", "w3"}
+
+// Parses and validates `ds_autoep_layers` as autoep_universal.py:214-255 does (non-empty list of dicts
+// with expert_key_prefix, num_experts, num_local_experts, ep_size; positive ints; num_experts =
+// num_local_experts * ep_size; unique prefixes and moe_layer_ids). Throws Error "<file>: ..." otherwise.
+std::vector<AutoEpLayer> parse_autoep_layers(const pickle::ValuePtr& v, const std::string& file);
+
+// "layer_<id>_expert_<g>_mp_rank_<mp>_model_states.pt" (engine.py:4190-4200).
+std::string autoep_expert_file_name(int moe_layer_id, int global_expert, int mp_rank = 0);
+// Key of expert `global_expert` of `<prefix>.<w>` inside its per-expert file (engine.py:5037-5040).
+std::string autoep_expert_file_key(const std::string& prefix, const std::string& weight, int global_expert);
+
+// The universal state file of an AutoEP expert parameter (autoep_universal.py:333-338):
+// {'param': [E, ...], 'cat_dim': 0, 'is_expert_param': True, 'ep_num_experts': E}.
+pickle::ValuePtr autoep_universal_state(const pickle::ValuePtr& param, int num_experts);
+
+// Rewrites a saved `ds_autoep_layers` list (top level or inside universal_checkpoint_info) for a
+// target EP size and DP size, as rank 0 of that job records it (engine.py:4986-5017): ep_size,
+// num_local_experts, ep_group_name, ep_rank 0, expert_data_parallel_rank 0,
+// expert_data_parallel_world_size, global_expert_start 0, global_expert_end. No-op on None.
+void retarget_autoep_layers(const pickle::ValuePtr& layers, int ep, int dp);
+
+// ds_config key naming the expert/data rank order (runtime/constants.py:518; ds_to_universal.py:877).
+inline constexpr const char* kUseDataBeforeExpertParallelism = "use_data_before_expert_parallelism";
+
+}  // namespace ucpkit::layout

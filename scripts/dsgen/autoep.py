@@ -1,0 +1,258 @@
+"""DeepSpeed AutoEP checkpoints (DeepSpeed >= 0.19.2, ZeRO-1/2, TP = PP = 1) written as DeepSpeed
+v0.19.5's save code writes them, and the universal form deepspeed/checkpoint/autoep_universal.py
+writes for them, computed independently from the seeded full tensors. docs/formats.md "AutoEP" has the
+facts; line numbers below are deepspeedai/DeepSpeed at tag v0.19.5.
+
+Model: a small Hugging Face style MoE decoder (Qwen3-MoE layer order: self_attn, mlp,
+input_layernorm, post_attention_layernorm) whose every `mlp` AutoEP replaced with AutoEPMoELayer
+(module_inject/auto_ep_layer.py:356): `mlp.router.gate.weight` [E, H] (router registered first,
+:412, TokenChoiceTopKRouter.gate = nn.Linear, moe/ep_router.py:65) then `mlp.experts.w1/w2/w3`
+(GroupedExperts, moe/ep_experts.py:212-214: w1 [E_local, F, H], w2 [E_local, H, F], w3 [E_local, F, H]).
+load_balance_coeff is None (no persistent expert_bias buffer, auto_ep_layer.py:507-514)."""
+import collections
+import json
+import os
+import zlib
+
+import torch
+
+from . import stubs
+from .writer import build_group, fragment_map, padding_of
+
+STATES = ("fp32", "exp_avg", "exp_avg_sq")
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+DS_VERSION = "0.19.5"
+
+
+def _full(seed, name, state, shape):
+    g = torch.Generator()
+    g.manual_seed((zlib.crc32(f"{name}|{state}".encode()) ^ seed) & 0x7FFFFFFF)
+    t = torch.randn(shape, generator=g)
+    return t.abs() * 1e-3 if state == "exp_avg_sq" else t
+
+
+def model_params(layers, experts, hidden, ffn, vocab):
+    """(name, full shape, expert) in module.parameters() order; expert params have the full [E, ...] shape."""
+    H, F, E = hidden, ffn, experts
+    out = [("model.embed_tokens.weight", (vocab, H), False)]
+    for i in range(layers):
+        L = f"model.layers.{i}."
+        for p in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            out.append((L + f"self_attn.{p}.weight", (H, H), False))
+        out.append((L + "mlp.router.gate.weight", (E, H), False))
+        out.append((L + "mlp.experts.w1", (E, F, H), True))
+        out.append((L + "mlp.experts.w2", (E, H, F), True))
+        out.append((L + "mlp.experts.w3", (E, F, H), True))
+        out.append((L + "input_layernorm.weight", (H, ), False))
+        out.append((L + "post_attention_layernorm.weight", (H, ), False))
+    out.append(("model.norm.weight", (H, ), False))
+    out.append(("lm_head.weight", (vocab, H), False))
+    return out
+
+
+def ep_coords(d, dp, ep, data_before_expert):
+    """(ep_rank, expert-DP rank) of DP rank d: utils/groups.py:304 _create_expert_and_data_parallel;
+    the same rank sets checkpoint/autoep_universal.py:262-269 _autoep_zero12_dp_ranks reads back."""
+    edp = dp // ep
+    if data_before_expert:
+        return d // edp, d % edp
+    return d % ep, d // ep
+
+
+def ds_config(zero, dtype, dp, data_before_expert, ep):
+    cfg = {"train_batch_size": 8 * dp, "zero_optimization": {"stage": zero},
+           "bf16": {"enabled": dtype == "bf16"}, "fp16": {"enabled": dtype == "fp16"},
+           "expert_parallel": {"enabled": True, "autoep_size": ep}}
+    if data_before_expert:
+        # runtime/constants.py:518 USE_DATA_BEFORE_EXPERT_PARALLEL; ds_to_universal.py:877 reads it.
+        cfg["use_data_before_expert_parallelism"] = True
+    return cfg
+
+
+def autoep_layer_info(layers, experts, ep, dp, zero3=False):
+    """engine.py:4986-5017: the entry every rank builds per AutoEPMoELayer; rank 0 (EP rank 0,
+    expert-DP rank 0) writes the mp_rank file, so its own ranks are recorded."""
+    per = experts // ep
+    out = []
+    for i in range(layers):
+        out.append({
+            "moe_layer_id": i,
+            "module_path": f"model.layers.{i}.mlp",
+            "num_experts": experts,
+            "num_local_experts": per,
+            "ep_size": ep,
+            "expert_key_prefix": f"model.layers.{i}.mlp.experts",
+            "checkpoint_format": "zero3_partitioned" if zero3 else "per_expert_files",
+            "checkpoint_format_version": 1 if zero3 else None,
+            "ep_group_name": f"ep_size_{ep}",
+            "ep_rank": 0,
+            "expert_data_parallel_rank": 0,
+            "expert_data_parallel_world_size": dp // ep,
+            "global_expert_start": 0,
+            "global_expert_end": per,
+        })
+    return out
+
+
+def _hyper(group, name, moe):
+    d = {"lr": 1e-4, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0, "amsgrad": False,
+         "bias_correction": True, "params": [group], "name": name}
+    if moe:
+        d["moe"] = True
+    return d
+
+
+def write(out_dir, truth_dir, *, dp=4, ep=2, zero=1, dtype="bf16", layers=2, experts=4, hidden=8, ffn=12,
+          vocab=16, step=7, seed=4321, data_before_expert=False):
+    if dp % ep or experts % ep:
+        raise ValueError("EP must divide DP and the expert count")
+    if zero not in (1, 2):
+        raise ValueError("AutoEP fixtures: ZeRO stage 1 or 2")
+    per = experts // ep
+    tag = f"global_step{step}"
+    ck = os.path.join(out_dir, tag)
+    os.makedirs(ck, exist_ok=True)
+    with open(os.path.join(out_dir, "latest"), "w") as f:
+        f.write(tag)
+    lp = DTYPES[dtype]
+    params = model_params(layers, experts, hidden, ffn, vocab)
+    full = {(n, s): _full(seed, n, s, shape) for n, shape, _ in params for s in STATES}
+
+    def local(name, state, ep_rank):  # an EP rank's [E_local, ...] slice of an expert parameter
+        return full[(name, state)][ep_rank * per:(ep_rank + 1) * per]
+
+    # Param groups: configure_moe_param_groups (moe/utils.py:155-175) wraps model.parameters() into
+    # {'params': ..., 'name': 'dense-params'} and split_params_into_different_moe_groups_for_optimizer
+    # (:72-148) moves the expert params (allreduce False, group_name 'ep_size_<EP>', auto_ep_layer.py:480-484)
+    # into {'name': 'ep_size_<EP>', 'moe': True} appended after the dense group. Expert groups are
+    # partitioned over the expert-DP group (DP / EP ranks), dense groups over all DP ranks.
+    dense = [(n, s) for n, s, e in params if not e]
+    expert = [(n, s) for n, s, e in params if e]
+    groups_by_ep = {}
+    for r in range(ep):
+        gs = []
+        for names_shapes, count, moe in ((dense, dp, False), (expert, dp // ep, True)):
+            names = [n for n, _ in names_shapes]
+            shapes = [((per, ) + tuple(s[1:])) if moe else tuple(s) for _, s in names_shapes]
+            sizes = [int(torch.Size(s).numel()) for s in shapes]
+            g = build_group(names, names, sizes, count, moe)
+            flats = {}
+            for state in STATES:
+                buf = torch.zeros(g.padded, dtype=torch.float32)
+                for n, off, size in zip(names, g.offsets, sizes):
+                    src = local(n, state, r) if moe else full[(n, state)]
+                    buf[off:off + size] = src.reshape(-1)
+                flats[state] = buf
+            gs.append((g, sizes, shapes, flats))
+        groups_by_ep[r] = gs
+
+    info = autoep_layer_info(layers, experts, ep, dp)
+    cfg = ds_config(zero, dtype, dp, data_before_expert, ep)
+
+    # ---- mp_rank_00_model_states.pt (engine.py:5090-5152, written by DP rank 0)
+    # module: _get_non_moe_state_dict (:4807-4838) drops experts.w1/w2/w3, keeps the router;
+    # clone_tensors_for_torch_save (checkpoint/utils.py:41) makes compact CPU copies (no _metadata).
+    module = collections.OrderedDict((n, full[(n, "fp32")].to(lp).clone()) for n, _ in dense)
+    # param_shapes: _get_zero_param_shapes (:5244-5284), one OrderedDict per bit16 group, EP rank 0's
+    # local shapes for the expert group.
+    param_shapes = [collections.OrderedDict((n, torch.Size(s)) for n, s in zip(g.names, shapes))
+                    for g, _, shapes, _ in groups_by_ep[0]]
+    frozen = collections.OrderedDict() if zero == 2 else None  # save_frozen_param (:5099)
+    sd = {}  # _common_checkpoint_state (:4840-4862)
+    sd["module"] = module
+    sd["buffer_names"] = []
+    sd["optimizer"] = None
+    sd["param_shapes"] = param_shapes
+    sd["frozen_param_shapes"] = frozen
+    sd["shared_params"] = {}
+    sd["frozen_param_fragments"] = frozen
+    sd["lr_scheduler"] = None
+    sd["data_sampler"] = None
+    sd["random_ltd"] = None
+    sd["sparse_tensor_module_names"] = set()
+    sd["skipped_steps"] = 0
+    sd["global_steps"] = step
+    sd["global_samples"] = step * 8 * dp
+    sd["dp_world_size"] = dp
+    sd["mp_world_size"] = 1
+    sd["checkpoint_parallel_dimensions"] = {"pp_degree": 1, "tp_degree": 1}  # :238-246, constants.py:46-48
+    sd["ds_config"] = cfg
+    sd["ds_version"] = DS_VERSION
+    sd["num_experts"] = [experts] * layers  # engine.py:1734-1740: one entry per MoE / AutoEP layer
+    sd["ds_autoep_layers"] = info  # :5126
+    # :5112-5122 and :5127-5128: universal_checkpoint_info = {} gains the version, the expert pattern
+    # and the layer list (constants.py:59-61, :119).
+    sd["universal_checkpoint_info"] = {"universal_checkpoint_version": 0.3,
+                                       "expert_parameter_patterns": [r".*\.experts\.w[123]$"],
+                                       "ds_autoep_layers": info}
+    torch.save(sd, os.path.join(ck, "mp_rank_00_model_states.pt"))
+
+    # ---- per-expert files (:5027-5056): written by expert-DP rank 0 of each EP rank, one per
+    # (layer, global expert), keys f"{prefix}.{w}.{global_id}" with param[local_id].clone().detach(),
+    # file name _get_expert_ckpt_name (:4190-4200).
+    for i in range(layers):
+        prefix = f"model.layers.{i}.mlp.experts"
+        for e in range(experts):
+            esd = {f"{prefix}.{w}.{e}": full[(f"{prefix}.{w}", "fp32")][e].to(lp).clone() for w in ("w1", "w2", "w3")}
+            torch.save(esd, os.path.join(ck, f"layer_{i}_expert_{e}_mp_rank_00_model_states.pt"))
+    # No expp_rank_* file under ZeRO (:5067-5088).
+
+    # ---- ZeRO-1/2 optimizer shards, one per DP rank (stage_1_and_2.py state_dict; file name
+    # engine.py:4138-4154: "bf16_" prefix when bf16 is enabled).
+    prefix = "bf16_" if dtype == "bf16" else ""
+    for d in range(dp):
+        ep_rank, edp_rank = ep_coords(d, dp, ep, data_before_expert)
+        base_state, fp32_parts, maps, pads, counts, hyper = {}, [], [], [], [], []
+        for gi, (g, sizes, _, flats) in enumerate(groups_by_ep[ep_rank]):
+            r = edp_rank if g.moe else d
+            lo, hi = r * g.partition, (r + 1) * g.partition
+            pad = padding_of(g, r)
+            part = {k: v[lo:hi].clone() for k, v in flats.items()}
+            base_state[gi] = {"step": step, "exp_avg": part["exp_avg"], "exp_avg_sq": part["exp_avg_sq"]}
+            fp32_parts.append(part["fp32"][:g.partition - pad].clone())
+            maps.append(fragment_map(g, sizes, r))
+            pads.append(pad)
+            counts.append(g.count)
+            hyper.append(_hyper(gi, f"ep_size_{ep}" if g.moe else "dense-params", g.moe))
+        osd = collections.OrderedDict()
+        osd["loss_scaler"] = (stubs.DynamicLossScaler(init_scale=2.0 ** 12, dtype=torch.float16)
+                              if dtype == "fp16" else stubs.LossScaler(scale=1))
+        osd["dynamic_loss_scale"] = dtype == "fp16"
+        osd["overflow"] = False
+        osd["clip_grad"] = 1.0
+        osd["base_optimizer_state"] = {"state": base_state, "param_groups": hyper}
+        osd["single_partition_of_fp32_groups"] = fp32_parts
+        osd["zero_stage"] = stubs.ZeroStageEnum(zero)
+        osd["group_paddings"] = pads
+        osd["partition_count"] = counts
+        osd["ds_version"] = DS_VERSION
+        osd["param_slice_mappings"] = maps
+        zsd = {"optimizer_state_dict": osd, "ds_config": cfg, "ds_version": DS_VERSION}
+        torch.save(zsd, os.path.join(ck, f"{prefix}zero_pp_rank_{d}_mp_rank_00_optim_states.pt"))
+
+    if truth_dir:
+        write_truth(truth_dir, params, full, experts, step)
+    return info
+
+
+def write_truth(truth_dir, params, full, experts, step):
+    """The universal form from the full tensors: ds_to_universal.py:345-366 merge_tp_slices for dense
+    parameters at TP = 1 ({cat_dim: 0, param}), autoep_universal.py:333-338 for expert parameters
+    ({param: [E, ...], cat_dim: 0, is_expert_param: True, ep_num_experts: E}); step.pt the raw step
+    (:349, ds_to_universal.py:307-309)."""
+    zero = os.path.join(truth_dir, "universal", "zero")
+    listing = []
+    for name, shape, is_expert in params:
+        d = os.path.join(zero, name)
+        os.makedirs(d, exist_ok=True)
+        for state in STATES:
+            t = full[(name, state)]
+            if is_expert:
+                sd = {"param": t, "cat_dim": 0, "is_expert_param": True, "ep_num_experts": experts}
+            else:
+                sd = {"cat_dim": 0, "param": t}
+            torch.save(sd, os.path.join(d, f"{state}.pt"))
+        torch.save(step, os.path.join(d, "step.pt"))
+        listing.append({"name": name, "shape": list(shape), "expert": is_expert})
+    with open(os.path.join(truth_dir, "meta.json"), "w") as f:
+        json.dump({"params": listing, "num_experts": experts, "step": step}, f, indent=1)

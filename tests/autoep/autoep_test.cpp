@@ -1,0 +1,215 @@
+// DeepSpeed AutoEP (DeepSpeed >= 0.19.2) under ZeRO-1/2: the generator writes AutoEP checkpoints as
+// DeepSpeed v0.19.5's save code does (scripts/dsgen/autoep.py); ucp-union (one step, two steps via
+// ucp-extract, two MPI ranks) must write the universal form autoep_universal.py writes, checked bit for
+// bit against the generator's ground truth by tests/autoep/check_universal.py with Python torch; ucp-load
+// --ep must write AutoEP layouts for another EP size; broken inputs must fail with one clear line naming the
+// file, exit 1, nothing written.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "support/process.h"
+
+namespace fs = std::filesystem;
+using ucpkit::testing::quote;
+using ucpkit::testing::run_command;
+
+namespace {
+
+const std::string kFx = UCPKIT_FIXTURES_DIR;
+const std::string kBin = UCPKIT_BIN_DIR;
+const std::string kSrc = UCPKIT_SOURCE_DIR;
+const std::string kPy = UCPKIT_PYTHON;
+
+fs::path scratch(const std::string& name) {
+  fs::path d = fs::path(kFx) / "runs" / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+void expect_matches_truth(const fs::path& out, const std::string& fixture) {
+  std::string log;
+  const int rc = run_command(kPy + " " + quote(kSrc + "/tests/autoep/check_universal.py") + " " + quote(out.string()) +
+                                 " " + quote(kFx + "/" + fixture) + " --ep 1 --ep 2 --ep 4",
+                             &log);
+  EXPECT_EQ(rc, 0) << log;
+}
+
+class AutoEp : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(AutoEp, UnionWritesDeepSpeedsUniversalForm) {
+  const std::string c = GetParam();
+  const fs::path out = scratch("union_" + c) / "u";
+  std::string log;
+  ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote(kFx + "/" + c) + " --output " + quote(out.string()), &log), 0)
+      << log;
+  expect_matches_truth(out, c);
+  // The manifest tags the expert weights and records the AutoEP layers of the source.
+  std::ifstream in(out / "manifest.json");
+  nlohmann::json m;
+  in >> m;
+  ASSERT_TRUE(m["source"].contains("autoep")) << m["source"].dump();
+  EXPECT_EQ(m["source"]["autoep"].size(), 2u);
+  int tagged = 0;
+  for (const auto& p : m["params"])
+    if (p.contains("autoep")) {
+      ++tagged;
+      EXPECT_EQ(p["autoep"]["num_experts"], 4);
+      EXPECT_EQ(p["shape"][0], 4) << p["name"];
+    }
+  EXPECT_EQ(tagged, 6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, AutoEp,
+                         ::testing::Values("dp4_ep2_zero1_bf16", "dp4_ep4_zero1_bf16",
+                                           "dp6_ep2_zero2_fp16_data_before_expert", "dp2_ep1_zero2_fp32"),
+                         [](const auto& info) { return std::string(info.param); });
+
+TEST(AutoEpModes, ExtractThenUnionAndMpiAgreeWithTruth) {
+  const std::string c = "dp6_ep2_zero2_fp16_data_before_expert";
+  const fs::path d = scratch("modes");
+  std::string log;
+  ASSERT_EQ(run_command(kBin + "/ucp-extract -q --input " + quote(kFx + "/" + c) + " --output " + quote((d / "w").string()), &log), 0)
+      << log;
+  ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote((d / "w").string()) + " --output " + quote((d / "u").string()), &log), 0)
+      << log;
+  expect_matches_truth(d / "u", c);
+  if (run_command("command -v mpirun") != 0) GTEST_SKIP() << "no mpirun";
+  ASSERT_EQ(run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe " + kBin +
+                            "/ucp-union -q --input " + quote(kFx + "/" + c) + " --output " + quote((d / "m").string()),
+                        &log),
+            0)
+      << log;
+  expect_matches_truth(d / "m", c);
+}
+
+struct Bad {
+  const char* fixture;
+  const char* file;     // the file the message must name
+  const char* message;  // and what it must say
+};
+
+class AutoEpBadInput : public ::testing::TestWithParam<Bad> {};
+
+TEST_P(AutoEpBadInput, OneClearLineExitOneNothingWritten) {
+  const Bad b = GetParam();
+  const fs::path out = scratch(std::string("bad_") + b.fixture) / "u";
+  for (const char* tool : {"ucp-union", "ucp-extract"}) {
+    std::string log;
+    const int rc = run_command(kBin + "/" + tool + " -q --input " + quote(kFx + "/bad_" + b.fixture) + " --output " +
+                                   quote(out.string()),
+                               &log);
+    EXPECT_EQ(rc, 1) << tool << ": " << log;
+    EXPECT_NE(log.find(b.file), std::string::npos) << tool << ": " << log;
+    EXPECT_NE(log.find(b.message), std::string::npos) << tool << ": " << log;
+    EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << tool << ": " << log;
+    EXPECT_FALSE(fs::exists(out)) << tool;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, AutoEpBadInput,
+    ::testing::Values(
+        Bad{"missing_expert_file", "layer_1_expert_3_mp_rank_00_model_states.pt", "missing shard (AutoEP layer"},
+        Bad{"layer_missing_prefix", "mp_rank_00_model_states.pt", "entry 0 has no 'expert_key_prefix'"},
+        Bad{"layer_count_mismatch", "mp_rank_00_model_states.pt", "num_experts 6 != num_local_experts 2 * ep_size 2"},
+        Bad{"layers_not_list", "mp_rank_00_model_states.pt", "expected a non-empty list"},
+        Bad{"local_shape_mismatch", "mp_rank_00_model_states.pt", "expected num_local_experts 2 in dim 0"},
+        Bad{"zero3", "zero_pp_rank_0_mp_rank_00_model_states.pt", "AutoEP under ZeRO-3 (partition-native expert shards) is not supported yet"},
+        Bad{"expert_file_wrong_key", "layer_0_expert_1_mp_rank_00_model_states.pt", "unexpected key model.layers.0.mlp.experts.w1.2"}),
+    [](const auto& info) { return std::string(info.param.fixture); });
+
+}  // namespace
+
+namespace {
+
+// ucp-load --ep writes AutoEP layouts for another EP size: the folder it writes from EP 2's universal
+// checkpoint equals, file by file and value by value, what the generator (DeepSpeed v0.19.5's save
+// code) writes at the target layout (tests/autoep/same_layout.py), and ucp-union of it gives the
+// ground truth again, bit for bit; EP 2 -> 4 and 4 -> 2.
+struct Trip {
+  const char* from;  // fixture
+  int ep;            // target EP
+  const char* same;  // fixture written by the generator at the target layout
+};
+
+class AutoEpLoad : public ::testing::TestWithParam<Trip> {};
+
+TEST_P(AutoEpLoad, WritesDeepSpeedsLayoutAtAnotherEpSizeAndRoundTrips) {
+  const Trip c = GetParam();
+  const fs::path d = scratch(std::string("load_") + c.from + "_ep" + std::to_string(c.ep));
+  std::string log;
+  ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote(kFx + "/" + c.from) + " --output " + quote((d / "u").string()), &log), 0)
+      << log;
+  ASSERT_EQ(run_command(kBin + "/ucp-load -q --input " + quote((d / "u").string()) + " --output " + quote((d / "t").string()) +
+                            " --tp 1 --pp 1 --dp 4 --zero-stage 1 --dtype bf16 --ep " + std::to_string(c.ep),
+                        &log),
+            0)
+      << log;
+  log.clear();
+  EXPECT_EQ(run_command(kPy + " " + quote(kSrc + "/tests/autoep/same_layout.py") + " " + quote((d / "t" / "global_step7").string()) +
+                            " " + quote(kFx + "/" + c.same + "/global_step7"),
+                        &log),
+            0)
+      << log;
+  ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote((d / "t").string()) + " --output " + quote((d / "u2").string()), &log), 0)
+      << log;
+  log.clear();
+  EXPECT_EQ(run_command(kPy + " " + quote(kSrc + "/tests/autoep/check_universal.py") + " " + quote((d / "u2").string()) + " " +
+                            quote(kFx + "/" + c.from) + " --input " + quote((d / "t").string()),
+                        &log),
+            0)
+      << log;
+}
+
+INSTANTIATE_TEST_SUITE_P(Trips, AutoEpLoad,
+                         ::testing::Values(Trip{"dp4_ep2_zero1_bf16", 4, "dp4_ep4_zero1_bf16"},
+                                           Trip{"dp4_ep4_zero1_bf16", 2, "dp4_ep2_zero1_bf16"}),
+                         [](const auto& info) { return std::string(info.param.from) + "_to_ep" + std::to_string(info.param.ep); });
+
+// Back to the source's own layout (DP 6, EP 2, expert-DP ranks before EP ranks, ZeRO-2, fp16) with two
+// MPI ranks (the exchange path): the written folder equals the generated source value by value.
+TEST(AutoEpLoadMpi, SameLayoutDataBeforeExpertEqualsTheSource) {
+  if (run_command("command -v mpirun") != 0) GTEST_SKIP() << "no mpirun";
+  const std::string c = "dp6_ep2_zero2_fp16_data_before_expert";
+  const fs::path d = scratch("load_mpi_same");
+  std::string log;
+  ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote(kFx + "/" + c) + " --output " + quote((d / "u").string()), &log), 0)
+      << log;
+  ASSERT_EQ(run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe " + kBin +
+                            "/ucp-load -q --input " + quote((d / "u").string()) + " --output " + quote((d / "t").string()) +
+                            " --tp 1 --pp 1 --dp 6 --ep 2 --zero-stage 2 --dtype fp16",
+                        &log),
+            0)
+      << log;
+  log.clear();
+  EXPECT_EQ(run_command(kPy + " " + quote(kSrc + "/tests/autoep/same_layout.py") + " " + quote((d / "t" / "global_step7").string()) +
+                            " " + quote(kFx + "/" + c + "/global_step7"),
+                        &log),
+            0)
+      << log;
+}
+
+// A target EP size that does not divide the experts: one clear line, exit 1, nothing written.
+TEST(AutoEpLoadBadInput, EpNotDividingTheExperts) {
+  const fs::path d = scratch("load_bad_ep");
+  std::string log;
+  ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote(kFx + "/dp4_ep2_zero1_bf16") + " --output " + quote((d / "u").string()), &log), 0)
+      << log;
+  log.clear();
+  const int rc = run_command(kBin + "/ucp-load -q --input " + quote((d / "u").string()) + " --output " + quote((d / "t").string()) +
+                                 " --tp 1 --pp 1 --dp 3 --zero-stage 1 --dtype bf16 --ep 3",
+                             &log);
+  EXPECT_EQ(rc, 1) << log;
+  EXPECT_NE(log.find("--ep 3 does not divide the 4 experts of model.layers.0.mlp.experts.w1"), std::string::npos) << log;
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
+  EXPECT_FALSE(fs::exists(d / "t"));
+}
+
+}  // namespace

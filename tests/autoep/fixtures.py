@@ -1,0 +1,84 @@
+#!/usr/bin/python3
+"""CI fixtures for the AutoEP tests: DeepSpeed AutoEP ZeRO-1/2 checkpoints (scripts/dsgen/autoep.py,
+laid out as DeepSpeed v0.19.5's save code writes them) with the universal form autoep_universal.py
+writes as ground truth, plus broken variants. Usage: fixtures.py <out_dir>"""
+import os
+import shutil
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from dsgen import autoep  # noqa: E402
+import torch  # noqa: E402
+
+CASES = {
+    "dp4_ep2_zero1_bf16": dict(dp=4, ep=2, zero=1, dtype="bf16"),
+    "dp4_ep4_zero1_bf16": dict(dp=4, ep=4, zero=1, dtype="bf16"),
+    "dp6_ep2_zero2_fp16_data_before_expert": dict(dp=6, ep=2, zero=2, dtype="fp16", data_before_expert=True),
+    "dp2_ep1_zero2_fp32": dict(dp=2, ep=1, zero=2, dtype="fp32"),
+}
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    for name, kw in CASES.items():
+        d = os.path.join(out, name)
+        shutil.rmtree(d, ignore_errors=True)
+        autoep.write(d, os.path.join(d, "truth"), **kw)
+
+    # Broken variants of dp4_ep2_zero1_bf16.
+    src = os.path.join(out, "dp4_ep2_zero1_bf16")
+    ck = "global_step7"
+
+    def variant(name):
+        d = os.path.join(out, "bad_" + name)
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(src, d, ignore=shutil.ignore_patterns("truth"))
+        return os.path.join(d, ck)
+
+    os.remove(os.path.join(variant("missing_expert_file"), "layer_1_expert_3_mp_rank_00_model_states.pt"))
+
+    def edit_model(name, fn):
+        path = os.path.join(variant(name), "mp_rank_00_model_states.pt")
+        sd = torch.load(path, weights_only=False)
+        fn(sd)
+        torch.save(sd, path)
+
+    def drop_field(sd):
+        del sd["ds_autoep_layers"][0]["expert_key_prefix"]
+    edit_model("layer_missing_prefix", drop_field)
+
+    def bad_count(sd):
+        sd["ds_autoep_layers"][1]["num_experts"] = 6
+    edit_model("layer_count_mismatch", bad_count)
+
+    def not_list(sd):
+        sd["ds_autoep_layers"] = {"moe_layer_id": 0}
+    edit_model("layers_not_list", not_list)
+
+    def bad_local_shape(sd):
+        sd["param_shapes"][1]["model.layers.0.mlp.experts.w2"] = torch.Size([3, 8, 12])
+    edit_model("local_shape_mismatch", bad_local_shape)
+
+    # ZeRO-3 model files carrying ds_autoep_layers (a dense ZeRO-3 checkpoint with the key added: a
+    # stand-in for AutoEP's partition-native ZeRO-3 format, which is refused as not supported yet).
+    import glob
+    import dsgen
+    z3 = os.path.join(out, "bad_zero3")
+    shutil.rmtree(z3, ignore_errors=True)
+    dsgen.generate(z3, dsgen.ModelConfig(family="gpt", hidden=4, heads=2, ffn=8, vocab=10, seq=2, layers=1),
+                   dsgen.Layout(dp=2, zero=3), truth=False)
+    for path in glob.glob(os.path.join(z3, "global_step*", "zero_pp_rank_*_model_states.pt")):
+        sd = torch.load(path, weights_only=False)
+        sd["ds_autoep_layers"] = autoep.autoep_layer_info(1, 4, 2, 2, zero3=True)
+        torch.save(sd, path)
+
+    # An expert file whose key names another expert.
+    p = os.path.join(variant("expert_file_wrong_key"), "layer_0_expert_1_mp_rank_00_model_states.pt")
+    sd = torch.load(p, weights_only=False)
+    sd["model.layers.0.mlp.experts.w1.2"] = sd.pop("model.layers.0.mlp.experts.w1.1")
+    torch.save(sd, p)
+
+
+if __name__ == "__main__":
+    main()
