@@ -35,7 +35,7 @@ def main():
     ap.add_argument("--sub-group-size", type=int, default=1_000_000_000, help="ZeRO-3 sub-group size (elements per rank)")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     ap.add_argument("--bf16-optimizer", action="store_true", help="BF16_Optimizer files (no zero_stage)")
-    ap.add_argument("--data-before-expert", action="store_true", help="use_data_before_expert_parallel_")
+    ap.add_argument("--data-before-expert", action="store_true", help="ds_config use_data_before_expert_parallelism (D+E rank order)")
     ap.add_argument("--ds-line", default=dsgen.dsmoe.DEFAULT_LINE, choices=list(dsgen.dsmoe.LINES),
                     help="dsmoe: DeepSpeed version line of the MoE save path (scripts/dsgen/dsmoe.py)")
     ap.add_argument("--step", type=int, default=100)

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "io/torch/torch_file.h"
+#include "layout/deepspeed/autoep.h"
 #include "layout/deepspeed/files.h"
 #include "layout/deepspeed/module_tree.h"
 #include "layout/deepspeed/moe.h"
@@ -42,7 +43,7 @@ ValuePtr minimal_moe_ds_config(int zero_stage, bool bf16, bool fp16, bool data_b
   auto fp = Value::dict();
   fp->set_item("enabled", Value::boolean(fp16));
   cfg->set_item("fp16", fp);
-  if (data_before_expert) cfg->set_item("use_data_before_expert_parallel_", Value::boolean(true));
+  if (data_before_expert) cfg->set_item(layout::kUseDataBeforeExpertParallelism, Value::boolean(true));
   return cfg;
 }
 

@@ -467,8 +467,14 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
       if (d == 0 && mp == 0) {
         if (auto z = shard.optimizer_state_dict()->get("zero_stage"); z && !z->is_none()) zero_stage = static_cast<int>(z->as_int());
         if (auto cfg = root->get("ds_config"); cfg && cfg->kind == Kind::Dict)
-          if (auto f = cfg->get("use_data_before_expert_parallel_"); f && f->kind == Kind::Bool && autoep.empty())
-            data_before_expert = f->b;
+          // The config key is "use_data_before_expert_parallelism" (deepspeed/runtime/constants.py
+          // USE_DATA_BEFORE_EXPERT_PARALLEL); use_data_before_expert_parallel_ is the engine's attribute
+          // name, which earlier ucpkit fixtures wrote: both are read.
+          for (const char* key : {layout::kUseDataBeforeExpertParallelism, "use_data_before_expert_parallel_"})
+            if (auto f = cfg->get(key); f && f->kind == Kind::Bool && autoep.empty()) {
+              data_before_expert = f->b;
+              break;
+            }
       }
       const int file_index = static_cast<int>(plan.files.size());
       plan.files.push_back(path);

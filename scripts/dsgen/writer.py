@@ -250,7 +250,7 @@ def _ds_config(lay: Layout):
     cfg = {"train_batch_size": 8 * lay.dp, "zero_optimization": zero,
            "bf16": {"enabled": lay.dtype == "bf16"}, "fp16": {"enabled": lay.dtype == "fp16"}}
     if lay.data_before_expert:
-        cfg["use_data_before_expert_parallel_"] = True
+        cfg["use_data_before_expert_parallelism"] = True  # deepspeed/runtime/constants.py USE_DATA_BEFORE_EXPERT_PARALLEL
     return cfg
 
 
