@@ -17,10 +17,11 @@ Mutations (chosen at random, seeded): `flip` (1-8 random bytes XORed, zip CRCs l
 between the damage and the output), `truncate` (cut at a random length), `swap-records` (two records
 of equal size exchanged, CRCs rewritten), `swap-files` (two rank files exchanged), `drop` (a file removed).
 
-Usage: mutation_campaign.py --build BUILD --input CHECKPOINT [--runs N | --seconds S] [--seed N]
+Usage: mutation_campaign.py --build BUILD --input CHECKPOINT [--runs N | --seconds S] [--seed N] [--jobs J]
 Prints the figures per mutation and tool; exit 1 when any run broke a rule (each one listed)."""
 import argparse
 import collections
+import concurrent.futures
 import hashlib
 import os
 import random
@@ -221,13 +222,13 @@ def main():
     ap.add_argument("--timeout", type=float, default=60)
     ap.add_argument("--tools", default="ucp-union,ucp-extract+union")
     ap.add_argument("--work", default=None)
+    ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--kinds", default="flip,flip-pkl,truncate,swap-records,swap-files,drop",
                     help="mutations to draw from (comma-separated)")
     args = ap.parse_args()
     if not args.runs and not args.seconds:
         args.runs = 100
     here = os.path.dirname(os.path.abspath(__file__))
-    rng = random.Random(args.seed)
     tools = args.tools.split(",")
     kinds = args.kinds.split(",")
     work = tempfile.mkdtemp(prefix="ucpkit_mutation_", dir=args.work)
@@ -243,12 +244,12 @@ def main():
                 print("clean run of %s failed (%s): %s" % (tool, rc, log))
                 return 1
             clean[tool] = output_digest(os.path.join(work, "clean_" + tool, "out"), clean_in)
-        t0, n = time.time(), 0
-        while (args.runs and n < args.runs) or (args.seconds and time.time() - t0 < args.seconds):
-            tool = tools[n % len(tools)]
+        def one(i):
+            """Run i: its own seeded draw and sandbox; (stats key, failure text or None, input to keep)."""
+            rng = random.Random(args.seed * 1000003 + i)
+            tool = tools[i % len(tools)]
             kind = kinds[rng.randrange(len(kinds))]
-            sandbox = os.path.join(work, "run")
-            shutil.rmtree(sandbox, ignore_errors=True)
+            sandbox = os.path.join(work, "run%d" % i)
             inp = os.path.join(sandbox, "in")
             shutil.copytree(clean_in, inp)
             os.makedirs(os.path.join(sandbox, "dest"))
@@ -256,24 +257,21 @@ def main():
             before = tree(sandbox)
             out = os.path.join(sandbox, "dest", "out")
             rc, log = run_tool(args.build, tool, inp, out, args.timeout)
-            n += 1
-            verdict = None
+            verdict, result = None, "exit %s" % rc
             # ds_to_universal's tag file beside the output is part of a successful run's output.
             after = tree(sandbox, skip=("dest/out", "dest/latest_universal") if rc == 0 else ("dest/out",))
             if after != before:
                 diff = sorted(set(after.items()) ^ set(before.items()))
                 verdict = "touched outside the output: %s" % diff[:4]
-            elif rc == 0 and open(os.path.join(sandbox, "dest", "latest_universal")).read().strip() != "out":
-                verdict = "latest_universal does not name the output"
             elif rc not in (0, 1, 2):
                 verdict = "exit %s" % rc
             elif rc != 0 and os.path.exists(out):
-                verdict = "exit %d but the output exists" % rc
+                verdict = "exit %s but the output exists" % rc
+            elif rc == 0 and open(os.path.join(sandbox, "dest", "latest_universal")).read().strip() != "out":
+                verdict = "latest_universal does not name the output"
             elif rc == 0:
-                got = output_digest(out, inp)
-                if got == clean[tool]:
-                    stats[(kind, tool, "0-same")] += 1
-                    verdict = ""
+                if output_digest(out, inp) == clean[tool]:
+                    result = "0-same"
                 elif changed is None:
                     verdict = "exit 0, output differs (%s)" % kind
                 else:
@@ -282,17 +280,34 @@ def main():
                                          stderr=subprocess.STDOUT).stdout.decode().strip().splitlines()
                     what = cmp[-1] if cmp else "?"
                     if what == "different":
-                        stats[(kind, tool, "0-valid-different")] += 1
-                        verdict = ""
+                        result = "0-valid-different"
                     else:
                         verdict = "exit 0, output differs, torch.load of the input: %s" % what
-            if verdict is None:
-                stats[(kind, tool, "exit %s" % rc)] += 1
-            elif verdict:
-                stats[(kind, tool, "FAIL")] += 1
-                failures.append("%s %s: %s | %s" % (tool, desc, verdict, log.strip()[:300]))
-                keep = os.path.join(work, "fail_%d" % len(failures))
-                shutil.copytree(inp, keep, dirs_exist_ok=True)
+            failure = None
+            if verdict:
+                result = "FAIL"
+                failure = "%s %s: %s | %s" % (tool, desc, verdict, log.strip()[:300])
+                shutil.copytree(inp, os.path.join(work, "fail_run%d" % i), dirs_exist_ok=True)
+            shutil.rmtree(sandbox, ignore_errors=True)
+            return (kind, tool, result), failure
+
+        t0, n = time.time(), 0
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            pending = set()
+            while True:
+                more = (args.runs and n < args.runs) or (args.seconds and time.time() - t0 < args.seconds)
+                while more and len(pending) < 2 * args.jobs:
+                    pending.add(pool.submit(one, n))
+                    n += 1
+                    more = (args.runs and n < args.runs) or (args.seconds and time.time() - t0 < args.seconds)
+                if not pending:
+                    break
+                done, pending = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+                for f in done:
+                    key, failure = f.result()
+                    stats[key] += 1
+                    if failure:
+                        failures.append(failure)
         elapsed = time.time() - t0
         print("mutation campaign: %d runs in %.0f s (seed %d, tools %s)" % (n, elapsed, args.seed, ",".join(tools)))
         print("%-13s %-12s %-18s %6s" % ("mutation", "tool", "result", "runs"))
