@@ -11,7 +11,10 @@ of fixtures.py with torch 1.13 and byte patches whose effect torch itself confir
 * badutf8/, surrogate/: a string of the model file's pickle ("MT19937", numpy's rng state) made
   invalid UTF-8 (0xff), which torch.load refuses (UnicodeDecodeError, asserted), and made an encoded
   surrogate (ED A0 80), which CPython's BINUNICODE decoding ('surrogatepass', Modules/_pickle.c
-  load_binunicode) accepts (asserted); record CRCs fixed so only the string is wrong."""
+  load_binunicode) accepts (asserted); record CRCs fixed so only the string is wrong.
+* rgrad_list/: the first tensor's requires_grad (NEWFALSE) in the model file's pickle made an empty
+  list (EMPTY_LIST, a mutation-campaign find), which torch.load refuses ("requires_grad must be a
+  bool", asserted); CRC fixed."""
 import collections
 import os
 import shutil
@@ -148,3 +151,18 @@ def make(out):
         except UnicodeDecodeError:
             loaded = False
         assert loaded == (name == "surrogate"), name
+
+    d = _copy(gpt, os.path.join(out, "rgrad_list"))
+    p = os.path.join(d, STEP, MODEL)
+    pkl = [n for n in zipfile.ZipFile(p).namelist() if n.endswith("/data.pkl")][0]
+
+    def to_list(b):
+        at = b.index(b"\x89", b.index(b"_rebuild_tensor_v2"))  # first NEWFALSE after it: requires_grad
+        return b[:at] + b"]" + b[at + 1:]
+
+    patch_record(p, pkl, to_list)
+    try:
+        _load(p)
+        raise AssertionError("torch.load took a list as requires_grad")
+    except RuntimeError as e:
+        assert "requires_grad" in str(e), e

@@ -243,3 +243,17 @@ TEST(DeepJson, DepthIsBoundedAndMessagesShort) {
   expect_one_short_line(out, 300);
   fs::remove_all(d);
 }
+
+
+// Found by the mutation campaign: NEWFALSE turned into EMPTY_LIST for _rebuild_tensor_v2's
+// requires_grad; torch.load refuses it ("requires_grad must be a bool", asserted in
+// bugs_fixtures.py), ucp-union converted it with exit 0.
+TEST(PickleTensor, RequiresGradMustBeABool) {
+  const fs::path d = scratch("rgrad");
+  std::string out;
+  EXPECT_EQ(sh(union_cmd("rgrad_list", d / "u"), &out), 1) << out;
+  EXPECT_NE(out.find("requires_grad is a list, not a bool"), std::string::npos) << out;
+  expect_one_short_line(out);
+  EXPECT_FALSE(fs::exists(d / "u"));
+  fs::remove_all(d);
+}

@@ -375,6 +375,9 @@ ValuePtr Unpickler::reduce(ValuePtr callable, ValuePtr args) {
     if (m == "torch._utils" && (n == "_rebuild_tensor_v2" || n == "_rebuild_tensor")) {
       if (a.size() < 4) error(n + " expects at least 4 arguments");
       if (a[0]->kind != Kind::Tensor) error(n + ": first argument is not a storage");
+      // torch sets tensor.requires_grad from it, which refuses anything but a bool.
+      if (n == "_rebuild_tensor_v2" && a.size() > 4 && a[4]->kind != Kind::Bool)
+        error(n + ": requires_grad is a " + std::string(kind_name(a[4]->kind)) + ", not a bool");
       try {
         Tensor t(a[0]->tensor->storage(), a[1]->as_int(), a[2]->as_shape(), a[3]->as_shape());
         if (a.size() > 4 && a[4]->kind == Kind::Bool) t.requires_grad = a[4]->b;
@@ -390,10 +393,12 @@ ValuePtr Unpickler::reduce(ValuePtr callable, ValuePtr args) {
       if (a[0]->kind != Kind::Tensor) error(n + ": first argument is not a storage");
       if (a[6]->kind != Kind::Dtype)
         error(n + ": unsupported dtype " + a[6]->repr(1) + " (ucpkit handles " + supported_dtype_names() + ")");
+      if (a[4]->kind != Kind::Bool)
+        error(n + ": requires_grad is a " + std::string(kind_name(a[4]->kind)) + ", not a bool");
       try {
         auto storage = a[0]->tensor->storage()->reinterpret(a[6]->dtype);
         Tensor t(std::move(storage), a[1]->as_int(), a[2]->as_shape(), a[3]->as_shape());
-        if (a[4]->kind == Kind::Bool) t.requires_grad = a[4]->b;
+        t.requires_grad = a[4]->b;
         return Value::of_tensor(std::move(t));
       } catch (const Error& e) {
         error(std::string("bad tensor (") + n + "): " + e.what());
@@ -404,7 +409,9 @@ ValuePtr Unpickler::reduce(ValuePtr callable, ValuePtr args) {
       if (n == "_rebuild_parameter_with_state" && a.size() < 4) error(n + " expects 4 arguments");
       auto v = Value::of_tensor(*a[0]->tensor);
       v->tensor->is_parameter = true;
-      v->tensor->requires_grad = a[1]->kind == Kind::Bool ? a[1]->b : a[1]->as_int() != 0;
+      if (a[1]->kind != Kind::Bool)  // torch.Tensor._make_subclass takes a bool
+        error(n + ": requires_grad is a " + std::string(kind_name(a[1]->kind)) + ", not a bool");
+      v->tensor->requires_grad = a[1]->b;
       // torch/_utils.py _rebuild_parameter_with_state: the 4th argument is the Parameter's Python
       // state (torch/nn/parameter.py Parameter.__reduce_ex__ emits it only when non-empty).
       if (n == "_rebuild_parameter_with_state") v->tensor_state = a[3];
