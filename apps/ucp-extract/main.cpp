@@ -1,6 +1,7 @@
 // ucp-extract: map phase of universal checkpointing (distributed checkpoint -> parameter fragments).
 #include <iostream>
 
+#include "io/torch/verify.h"
 #include "tool/cli.h"
 #include "ucp/convert.h"
 #include "ucp/mpi_session.h"
@@ -15,6 +16,8 @@ int main(int argc, char** argv) {
   app.add_option("--output", output, "Work folder for fragments (must not exist)")->required();
   app.add_option("--patterns", opt.patterns_file, "Pattern file (patterns/*.json) when the checkpoint has none");
   app.add_option("--threads", opt.threads, "TBB threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  app.add_flag("--no-verify", [](int64_t) { set_verify_files_crc(false); },
+               "Do not check the zip CRC-32 of the input files' records (they are checked by default)");
   app.add_flag("--no-sync", [&opt](int64_t) { opt.sync = false; }, "Do not flush the output to stable storage before renaming it into place (scratch outputs)");
   app.add_flag("--allow-unused-patterns", opt.allow_unused_patterns, "Accept patterns that match no parameter");
   tool::add_common_options(app, common);

@@ -5,6 +5,7 @@
 #include "gpu/device_load.h"
 #include "io/dtype.h"
 #include "load/load.h"
+#include "io/torch/verify.h"
 #include "tool/cli.h"
 #include "ucp/mpi_session.h"
 
@@ -35,7 +36,7 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer", optimizer, "Optimizer shard flavour: auto, zero, bf16 (BF16_Optimizer)")
       ->check(CLI::IsMember({"auto", "zero", "bf16"}));
   app.add_option("--threads", opt.threads, "TBB threads (0 = all cores)")->check(CLI::NonNegativeNumber);
-  app.add_flag("--no-verify", no_verify, "Skip the manifest checksum check of atomic tensors");
+  app.add_flag("--no-verify", no_verify, "Skip the manifest checksum check of atomic tensors and the zip CRC-32 check of input files");
   app.add_flag("--overwrite", opt.overwrite, "Replace an existing output folder (atomically, at the end)");
   app.add_flag("--no-sync", [&opt](int64_t) { opt.sync = false; }, "Do not flush the output to stable storage before renaming it into place (scratch outputs)");
   app.add_option("--vocab-multiple", opt.vocab_multiple, "Pad the vocabulary to a multiple of this times TP");
@@ -70,6 +71,7 @@ int main(int argc, char** argv) {
                     : optimizer == "bf16" ? load::OptimizerKind::Bf16
                                           : load::OptimizerKind::Auto;
     opt.verify = !no_verify;
+    if (no_verify) set_verify_files_crc(false);
     opt.shard_bytes = static_cast<uint64_t>(shard_gb * 1e9);
     opt.exchange = exchange == "on"    ? load::ExchangeMode::Exchange
                    : exchange == "off" ? load::ExchangeMode::Files

@@ -3,12 +3,15 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_input.h"
 
 namespace ucpkit::pec {
 namespace {
@@ -32,15 +35,47 @@ std::vector<std::string> split(std::string_view s, char sep) {
   return out;
 }
 
+// Largest count taken: 2^53, the last integer a double (JSON number, CSV cell) holds exactly; sums of
+// up to 1024 such counts still fit in int64.
+constexpr double kMaxCount = 9007199254740992.0;
+
+// Shortest form of a cell for a message: at most 40 characters, non-printable bytes escaped.
+std::string shown(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s.substr(0, 40)) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
+  }
+  return s.size() > 40 ? out + "..." : out;
+}
+
+int64_t count_of(double v, const std::string& text, const std::string& name) {
+  if (!std::isfinite(v) || v < 0 || v > kMaxCount)
+    fail(name, "token count " + shown(text) + " is not a number in [0, 2^53]");
+  return static_cast<int64_t>(v + 0.5);
+}
+
 int64_t to_count(const std::string& s, const std::string& name) {
+  double v = 0;
   try {
     size_t used = 0;
-    double v = std::stod(s, &used);
-    if (used != s.size() || v < 0) throw std::invalid_argument(s);
-    return static_cast<int64_t>(v + 0.5);
+    v = std::stod(s, &used);
+    if (used != s.size()) throw std::invalid_argument(s);
   } catch (const std::exception&) {
-    fail(name, "not a token count: '" + s + "'");
+    fail(name, "not a token count: '" + shown(s) + "'");
   }
+  return count_of(v, s, name);
+}
+
+int64_t add_count(int64_t a, int64_t b, const std::string& name) {
+  int64_t sum = 0;
+  if (__builtin_add_overflow(a, b, &sum)) fail(name, "token counts add up beyond the int64 range");
+  return sum;
 }
 
 void put(TokenMatrix& m, int64_t layer, int64_t expert, int64_t tokens, const std::string& name) {
@@ -48,10 +83,12 @@ void put(TokenMatrix& m, int64_t layer, int64_t expert, int64_t tokens, const st
   if (static_cast<size_t>(layer) >= m.size()) m.resize(static_cast<size_t>(layer) + 1);
   auto& row = m[static_cast<size_t>(layer)];
   if (static_cast<size_t>(expert) >= row.size()) row.resize(static_cast<size_t>(expert) + 1, 0);
-  row[static_cast<size_t>(expert)] += tokens;
+  row[static_cast<size_t>(expert)] = add_count(row[static_cast<size_t>(expert)], tokens, name);
 }
 
-TokenMatrix parse_json_matrix(const json& j, const std::string& name) {
+// `rectangular`: a user's count file, whose rows must all be as long (a short row was read as zeros
+// before); matrices a store wrote follow the checkpoint's experts per layer.
+TokenMatrix parse_json_matrix(const json& j, const std::string& name, bool rectangular) {
   const json& m = j.is_object() && j.contains("tokens") ? j.at("tokens") : j;
   if (!m.is_array()) fail(name, "expected a JSON matrix [moe_layer][global_expert]");
   TokenMatrix out;
@@ -59,9 +96,12 @@ TokenMatrix parse_json_matrix(const json& j, const std::string& name) {
     if (!row.is_array()) fail(name, "expected a JSON matrix [moe_layer][global_expert]");
     std::vector<int64_t> r;
     for (const auto& v : row) {
-      if (!v.is_number() || v.get<double>() < 0) fail(name, "token counts must be non-negative numbers");
-      r.push_back(static_cast<int64_t>(v.get<double>() + 0.5));
+      if (!v.is_number()) fail(name, "token counts must be non-negative numbers");
+      r.push_back(count_of(v.get<double>(), v.dump(), name));
     }
+    if (rectangular && !out.empty() && r.size() != out[0].size())
+      fail(name, "ragged matrix: MoE layer " + std::to_string(out.size()) + " has " + std::to_string(r.size()) +
+                     " counts, layer 0 has " + std::to_string(out[0].size()));
     out.push_back(std::move(r));
   }
   return out;
@@ -95,17 +135,12 @@ TokenMatrix parse_jsonl(std::string_view text, const std::string& name) {
     if (e < 0 || tokens < 0) fail(name, "line " + std::to_string(line_no) + ": negative expert or token count");
     auto& row = rows[l];
     if (static_cast<size_t>(e) >= row.size()) row.resize(static_cast<size_t>(e) + 1, 0);
-    row[static_cast<size_t>(e)] += tokens;
+    row[static_cast<size_t>(e)] = add_count(row[static_cast<size_t>(e)], tokens, name);
   };
   while (std::getline(in, line)) {
     ++line_no;
     if (trim(line).empty()) continue;
-    json o;
-    try {
-      o = json::parse(line);
-    } catch (const std::exception& e) {
-      fail(name, "line " + std::to_string(line_no) + ": " + e.what());
-    }
+    json o = parse_json_input(line, name, "line " + std::to_string(line_no));
     if (!o.is_object()) fail(name, "line " + std::to_string(line_no) + ": expected a JSON object");
     const json* layer = first_key(o, {"moe_layer"});
     (layer ? by_moe_layer : by_layer) = true;
@@ -177,6 +212,9 @@ TokenMatrix parse_csv(std::string_view text, const std::string& name) {
     std::vector<int64_t> r;
     for (const auto& cell : row)
       if (!cell.empty()) r.push_back(to_count(cell, name));
+    if (!m.empty() && r.size() != m[0].size())
+      fail(name, "ragged matrix: MoE layer " + std::to_string(m.size()) + " has " + std::to_string(r.size()) +
+                     " counts, layer 0 has " + std::to_string(m[0].size()));
     m.push_back(std::move(r));
   }
   return m;
@@ -188,18 +226,15 @@ TokenMatrix parse_tokens(std::string_view text, const std::string& name) {
   if (t.empty()) fail(name, "empty token-count file");
   if (t.front() == '[') {
     try {
-      return parse_json_matrix(json::parse(t), name);
+      return parse_json_matrix(parse_json_input(t, name, "bad JSON"), name, true);
     } catch (const json::exception& e) {
-      fail(name, std::string("bad JSON: ") + e.what());
+      fail(name, "bad JSON: " + escaped_brief(e.what(), 160));
     }
   }
   if (t.front() == '{') {
     // A single JSON document with a "tokens" key, else one object per line.
-    try {
-      json j = json::parse(t);
-      if (j.contains("tokens")) return parse_json_matrix(j, name);
-    } catch (const json::exception&) {
-    }
+    json j;
+    if (try_parse_json_input(t, name, j) && j.is_object() && j.contains("tokens")) return parse_json_matrix(j, name, true);
     return parse_jsonl(t, name);
   }
   return parse_csv(t, name);
@@ -233,7 +268,7 @@ TokenMatrix add_tokens(const TokenMatrix& a, const TokenMatrix& b) {
   if (out.size() < b.size()) out.resize(b.size());
   for (size_t l = 0; l < b.size(); ++l) {
     if (out[l].size() < b[l].size()) out[l].resize(b[l].size(), 0);
-    for (size_t e = 0; e < b[l].size(); ++e) out[l][e] += b[l][e];
+    for (size_t e = 0; e < b[l].size(); ++e) out[l][e] = add_count(out[l][e], b[l][e], "token counts");
   }
   return out;
 }
@@ -242,7 +277,7 @@ nlohmann::json tokens_to_json(const TokenMatrix& t) { return json(t); }
 
 TokenMatrix tokens_from_json(const nlohmann::json& j, const std::string& name) {
   if (j.is_null()) return {};
-  return parse_json_matrix(j, name);
+  return parse_json_matrix(j, name, false);
 }
 
 }  // namespace ucpkit::pec

@@ -9,6 +9,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_input.h"
 #include "placement/engine_formats.h"
 
 namespace ucpkit::placement {
@@ -17,6 +18,8 @@ namespace {
 using json = nlohmann::json;
 using Snapshot = std::vector<std::vector<double>>;
 
+constexpr double kMaxLoad = 9007199254740992.0;  // 2^53
+
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -24,7 +27,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 double number(const json& v, const std::string& name, size_t l, size_t e) {
   if (v.is_number()) return v.get<double>();
   if (v.is_null()) return std::nan("");  // NaN serialized by Python's json as null in some dumps
-  fail(name, "layer " + std::to_string(l) + " expert " + std::to_string(e) + ": not a number: " + v.dump());
+  fail(name, "layer " + std::to_string(l) + " expert " + std::to_string(e) + ": not a number: " + json_brief(v));
 }
 
 Snapshot matrix_from_json(const json& m, const std::string& name) {
@@ -139,12 +142,7 @@ std::vector<Snapshot> snapshots_from_trace(const std::string& text, const std::s
   while (std::getline(in, line)) {
     ++lineno;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    json rec;
-    try {
-      rec = json::parse(line);
-    } catch (const std::exception& e) {
-      fail(name, "line " + std::to_string(lineno) + ": not JSON: " + e.what());
-    }
+    json rec = parse_json_input(line, name, "line " + std::to_string(lineno) + ": not JSON");
     if (!rec.is_object() || !rec.contains("top_indices"))
       fail(name, "line " + std::to_string(lineno) + ": router trace record needs \"top_indices\"");
     long long layer = rec.value("layer", rec.value("layer_number", 0LL));
@@ -156,7 +154,7 @@ std::vector<Snapshot> snapshots_from_trace(const std::string& text, const std::s
     if (rec.contains("num_experts")) max_expert = std::max(max_expert, rec["num_experts"].get<long long>() - 1);
     auto add = [&](const json& v) {
       if (!v.is_number_integer() || v.get<long long>() < 0)
-        fail(name, "line " + std::to_string(lineno) + ": bad expert id " + v.dump());
+        fail(name, "line " + std::to_string(lineno) + ": bad expert id " + json_brief(v));
       long long e = v.get<long long>();
       lc[e] += 1;
       max_expert = std::max(max_expert, e);
@@ -216,6 +214,11 @@ void validate_loads(const LoadMatrix& loads, const std::string& name) {
         fail(name, "layer " + std::to_string(l) + " expert " + std::to_string(e) + ": load is not a finite number");
       if (v < 0)
         fail(name, "layer " + std::to_string(l) + " expert " + std::to_string(e) + ": negative load " + std::to_string(v));
+      // Token counts above 2^53 are not exact in a double, and sums of 1e300s overflow to inf
+      // (balancedness inf, recovery computed on NaN shares).
+      if (v > kMaxLoad)
+        fail(name, "layer " + std::to_string(l) + " expert " + std::to_string(e) + ": load " + json_brief(json(v)) +
+                       " out of range (at most 2^53)");
     }
 }
 
@@ -229,13 +232,8 @@ LoadMatrix parse_loads(const std::string& text, const std::string& name, const L
     snaps = snapshots_from_trace(text, name, opt);
   } else if (text[start] == '[' || text[start] == '{') {
     json doc;
-    bool parsed = true;
-    try {
-      doc = json::parse(text);
-    } catch (const std::exception& e) {
-      parsed = false;
-      if (text[start] != '{') fail(name, std::string("not valid JSON: ") + e.what());
-    }
+    const bool parsed = text[start] == '{' ? try_parse_json_input(text, name, doc) : true;
+    if (text[start] != '{') doc = parse_json_input(text, name);
     snaps = parsed ? snapshots_from_json(doc, name, opt) : snapshots_from_trace(text, name, opt);
   } else {
     snaps = snapshots_from_csv(text, name);

@@ -8,6 +8,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_input.h"
 #include "placement/balance.h"
 
 namespace ucpkit::placement {
@@ -219,19 +220,13 @@ Plan plan_from_json(const json& doc, const std::string& name) {
       std::iota(plan.node_ids.begin(), plan.node_ids.end(), 0);
     }
   } catch (const nlohmann::json::exception& e) {
-    fail(name, std::string("malformed plan: ") + e.what());
+    fail(name, "malformed plan: " + escaped_brief(e.what(), 160));
   }
   return plan;
 }
 
 Plan read_plan(const std::string& path) {
-  json doc;
-  try {
-    doc = json::parse(read_text_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    fail(path, std::string("not valid JSON: ") + e.what());
-  }
-  return plan_from_json(doc, path);
+  return plan_from_json(parse_json_input(read_text_file(path), path), path);
 }
 
 }  // namespace ucpkit::placement

@@ -160,9 +160,20 @@ void release_pages(const Tensor& t) {
   if (!st || !st->is_mapped() || t.numel() == 0) return;
   static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   auto bytes = st->bytes();
-  const uint8_t* p = bytes.data() + t.storage_offset() * dtype_size(t.dtype());
-  uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
-  uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + t.nbytes()) & ~(page - 1);
+  // The bytes the view can touch: its first element to its last (a stride-0 / expanded view touches
+  // one element, whatever its numel), never past its storage (which lies inside the file mapping).
+  int64_t last = 0;
+  for (size_t d = 0; d < t.shape().size(); ++d) {
+    if (t.strides()[d] < 0) return;
+    last += (t.shape()[d] - 1) * t.strides()[d];
+  }
+  const size_t es = dtype_size(t.dtype());
+  const size_t first = static_cast<size_t>(t.storage_offset()) * es;
+  const size_t end = std::min(bytes.size(), first + (static_cast<size_t>(last) + 1) * es);
+  if (first >= end) return;
+  const uintptr_t base = reinterpret_cast<uintptr_t>(bytes.data());
+  uintptr_t lo = (base + first + page - 1) & ~(page - 1);
+  uintptr_t hi = (base + end) & ~(page - 1);
   if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 

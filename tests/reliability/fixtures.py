@@ -21,3 +21,9 @@ dsgen.generate(os.path.join(out, "gpt"), dsgen.ModelConfig(family="gpt", layers=
 import fixtures_shards  # noqa: E402
 fixtures_shards.write(out)
 fixtures_shards.write_pec_source(out)
+
+# Items 6, 7, 12 (bugs_test.cpp): variants of gpt.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bugs_fixtures  # noqa: E402
+
+bugs_fixtures.make(out)

@@ -93,6 +93,41 @@ void append_utf8(std::string& out, uint32_t cp) {
   }
 }
 
+// Offset of the first byte that Python's UTF-8 decoder refuses, or npos when `s` decodes. Python
+// rejects overlong forms, code points above U+10FFFF and truncated sequences; surrogates (ED A0..BF)
+// only with errors='surrogatepass', which CPython's _pickle.c load_binunicode / load_short_binunicode
+// use; STRING/BINSTRING/SHORT_BINSTRING and GLOBAL decode strictly (torch.load passes encoding='utf-8').
+size_t invalid_utf8_at(std::string_view s, bool surrogatepass) {
+  auto cont = [&](size_t k) { return k < s.size() && (static_cast<uint8_t>(s[k]) & 0xC0) == 0x80; };
+  for (size_t k = 0; k < s.size();) {
+    const uint8_t c = static_cast<uint8_t>(s[k]);
+    if (c < 0x80) {
+      ++k;
+      continue;
+    }
+    int n;
+    uint8_t lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) {
+      n = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED && !surrogatepass) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return k;
+    }
+    if (k + 1 >= s.size() || static_cast<uint8_t>(s[k + 1]) < lo || static_cast<uint8_t>(s[k + 1]) > hi) return k;
+    for (int j = 2; j <= n; ++j)
+      if (!cont(k + static_cast<size_t>(j))) return k;
+    k += static_cast<size_t>(n) + 1;
+  }
+  return std::string_view::npos;
+}
+
 // UTF-8 -> code points (lenient: invalid bytes map to themselves).
 std::vector<uint32_t> utf8_code_points(std::string_view s) {
   std::vector<uint32_t> cps;
@@ -230,6 +265,15 @@ class Unpickler {
     pos_ += static_cast<size_t>(n);
     return s;
   }
+  // A string as Python decodes it: refused (offset named, bytes not echoed) where Python raises
+  // UnicodeDecodeError.
+  std::string text(std::string s, const char* opcode, bool surrogatepass) const {
+    const size_t bad = invalid_utf8_at(s, surrogatepass);
+    if (bad != std::string_view::npos)
+      error(std::string("invalid UTF-8 in ") + opcode + " string (byte " + std::to_string(bad) + " of " +
+            std::to_string(s.size()) + ")");
+    return s;
+  }
   std::string line() {
     const uint8_t* start = d_.data() + pos_;
     const void* nl = std::memchr(start, '\n', d_.size() - pos_);
@@ -331,6 +375,9 @@ ValuePtr Unpickler::reduce(ValuePtr callable, ValuePtr args) {
     if (m == "torch._utils" && (n == "_rebuild_tensor_v2" || n == "_rebuild_tensor")) {
       if (a.size() < 4) error(n + " expects at least 4 arguments");
       if (a[0]->kind != Kind::Tensor) error(n + ": first argument is not a storage");
+      // torch sets tensor.requires_grad from it, which refuses anything but a bool.
+      if (n == "_rebuild_tensor_v2" && a.size() > 4 && a[4]->kind != Kind::Bool)
+        error(n + ": requires_grad is a " + std::string(kind_name(a[4]->kind)) + ", not a bool");
       try {
         Tensor t(a[0]->tensor->storage(), a[1]->as_int(), a[2]->as_shape(), a[3]->as_shape());
         if (a.size() > 4 && a[4]->kind == Kind::Bool) t.requires_grad = a[4]->b;
@@ -346,10 +393,12 @@ ValuePtr Unpickler::reduce(ValuePtr callable, ValuePtr args) {
       if (a[0]->kind != Kind::Tensor) error(n + ": first argument is not a storage");
       if (a[6]->kind != Kind::Dtype)
         error(n + ": unsupported dtype " + a[6]->repr(1) + " (ucpkit handles " + supported_dtype_names() + ")");
+      if (a[4]->kind != Kind::Bool)
+        error(n + ": requires_grad is a " + std::string(kind_name(a[4]->kind)) + ", not a bool");
       try {
         auto storage = a[0]->tensor->storage()->reinterpret(a[6]->dtype);
         Tensor t(std::move(storage), a[1]->as_int(), a[2]->as_shape(), a[3]->as_shape());
-        if (a[4]->kind == Kind::Bool) t.requires_grad = a[4]->b;
+        t.requires_grad = a[4]->b;
         return Value::of_tensor(std::move(t));
       } catch (const Error& e) {
         error(std::string("bad tensor (") + n + "): " + e.what());
@@ -360,7 +409,9 @@ ValuePtr Unpickler::reduce(ValuePtr callable, ValuePtr args) {
       if (n == "_rebuild_parameter_with_state" && a.size() < 4) error(n + " expects 4 arguments");
       auto v = Value::of_tensor(*a[0]->tensor);
       v->tensor->is_parameter = true;
-      v->tensor->requires_grad = a[1]->kind == Kind::Bool ? a[1]->b : a[1]->as_int() != 0;
+      if (a[1]->kind != Kind::Bool)  // torch.Tensor._make_subclass takes a bool
+        error(n + ": requires_grad is a " + std::string(kind_name(a[1]->kind)) + ", not a bool");
+      v->tensor->requires_grad = a[1]->b;
       // torch/_utils.py _rebuild_parameter_with_state: the 4th argument is the Parameter's Python
       // state (torch/nn/parameter.py Parameter.__reduce_ex__ emits it only when non-empty).
       if (n == "_rebuild_parameter_with_state") v->tensor_state = a[3];
@@ -597,16 +648,16 @@ ValuePtr Unpickler::run(size_t* consumed) {
         push(Value::real(std::bit_cast<double>(bits)));
         break;
       }
-      case 'X': push(Value::str(take(le(4)))); break;
-      case 0x8c: push(Value::str(take(u8()))); break;
-      case 0x8d: push(Value::str(take(le(8)))); break;
+      case 'X': push(Value::str(text(take(le(4)), "BINUNICODE", true))); break;
+      case 0x8c: push(Value::str(text(take(u8()), "SHORT_BINUNICODE", true))); break;
+      case 0x8d: push(Value::str(text(take(le(8)), "BINUNICODE8", true))); break;
       case 'T': {
         int64_t n = static_cast<int32_t>(le(4));
         if (n < 0) error("negative BINSTRING length");
-        push(Value::str(take(static_cast<uint64_t>(n))));
+        push(Value::str(text(take(static_cast<uint64_t>(n)), "BINSTRING", false)));
         break;
       }
-      case 'U': push(Value::str(take(u8()))); break;
+      case 'U': push(Value::str(text(take(u8()), "SHORT_BINSTRING", false))); break;
       case 'B': push(Value::bytes(take(le(4)))); break;
       case 'C': push(Value::bytes(take(u8()))); break;
       case 0x8e: push(Value::bytes(take(le(8)))); break;
@@ -675,8 +726,8 @@ ValuePtr Unpickler::run(size_t* consumed) {
         break;
       }
       case 'c': {
-        std::string module = line();
-        std::string name = line();
+        std::string module = text(line(), "GLOBAL", false);
+        std::string name = text(line(), "GLOBAL", false);
         push(global(std::move(module), std::move(name)));
         break;
       }

@@ -1,13 +1,22 @@
 // torch.save files: zip and legacy containers.
 #include "io/torch/torch_file.h"
+#include "io/torch/verify.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <set>
+#include <tuple>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <unordered_map>
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/crc32.h"
 #include "core/error.h"
@@ -198,8 +207,65 @@ TorchFile load_guarded(const std::string& name, const std::function<TorchFile()>
 
 }  // namespace
 
+namespace {
+
+std::atomic<bool> g_verify_files_crc{true};
+// Files whose CRCs were checked in this process (path, size, mtime): a tool that opens a shard once
+// to plan and once to copy checks it once.
+std::mutex g_verified_mu;
+std::set<std::tuple<std::string, int64_t, int64_t>> g_verified;
+
+std::tuple<std::string, int64_t, int64_t> file_identity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {path, -1, -1};
+  return {path, static_cast<int64_t>(st.st_size),
+          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+}
+
+// Every record's CRC-32 against the central directory, in windows each dropped from the resident
+// set once summed (a file larger than memory is not faulted in whole; the copy reads it again from
+// the page cache).
+void check_record_crcs(const std::shared_ptr<const MappedFile>& file) {
+  ZipReader zip(file);
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  constexpr uint64_t kWindow = 64ull << 20;
+  for (const auto& [name, rec] : zip.records()) {
+    uint32_t crc = 0;
+    for (uint64_t off = 0; off < rec.size; off += kWindow) {
+      const auto bytes = zip.bytes(rec).subspan(static_cast<size_t>(off), static_cast<size_t>(std::min(kWindow, rec.size - off)));
+      crc = crc32_parallel(bytes, crc);
+      const uintptr_t lo = (reinterpret_cast<uintptr_t>(bytes.data()) + page - 1) / page * page;
+      const uintptr_t hi = (reinterpret_cast<uintptr_t>(bytes.data()) + bytes.size()) / page * page;
+      if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+    }
+    if (crc != rec.crc32)
+      fail(file->path(), "zip: CRC-32 mismatch in record '" + name + "' (the file is damaged; --no-verify skips this check)");
+  }
+}
+
+}  // namespace
+
+void set_verify_files_crc(bool on) { g_verify_files_crc = on; }
+bool verify_files_crc() { return g_verify_files_crc; }
+
 TorchFile load_torch_file(const std::string& path, const TorchLoadOptions& options) {
-  return load_guarded(path, [&] { return load_any(MappedFile::open(path), options); });
+  std::tuple<std::string, int64_t, int64_t> id{"", -1, -1};
+  bool check = false;
+  if (!options.verify_crc && g_verify_files_crc) {
+    id = file_identity(path);
+    std::lock_guard<std::mutex> lock(g_verified_mu);
+    check = !g_verified.count(id);
+  }
+  TorchFile tf = load_guarded(path, [&] {
+    auto file = MappedFile::open(path);
+    if (check && file->size() >= 4 && std::memcmp(file->data(), "PK\x03\x04", 4) == 0) check_record_crcs(file);
+    return load_any(std::move(file), options);
+  });
+  if (check && std::get<1>(id) >= 0) {
+    std::lock_guard<std::mutex> lock(g_verified_mu);
+    g_verified.insert(id);
+  }
+  return tf;
 }
 
 TorchFile load_torch_bytes(std::span<const uint8_t> bytes, const std::string& name, const TorchLoadOptions& options) {

@@ -1,0 +1,68 @@
+// JSON input: bounded depth, short escaped messages.
+#include "core/json_input.h"
+
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace ucpkit {
+namespace {
+
+using json = nlohmann::json;
+
+struct TooDeep {};
+
+json parse_bounded(std::string_view text, const std::string& name) {
+  try {
+    return json::parse(text.begin(), text.end(), [](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxJsonDepth) throw TooDeep{};
+      return true;
+    });
+  } catch (const TooDeep&) {
+    fail(name, "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  }
+}
+
+}  // namespace
+
+std::string escaped_brief(std::string_view s, size_t max) {
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < max; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
+  }
+  if (s.size() > max) out += "...";
+  return out;
+}
+
+json parse_json_input(std::string_view text, const std::string& name, const std::string& what) {
+  try {
+    return parse_bounded(text, name);
+  } catch (const json::exception& e) {
+    fail(name, what + ": " + escaped_brief(e.what(), 160));
+  }
+}
+
+bool try_parse_json_input(std::string_view text, const std::string& name, json& out) {
+  try {
+    out = parse_bounded(text, name);
+    return true;
+  } catch (const json::exception&) {
+    return false;
+  }
+}
+
+std::string json_brief(const json& v) {
+  if (v.is_array()) return "a list of " + std::to_string(v.size());
+  if (v.is_object()) return "an object of " + std::to_string(v.size()) + " keys";
+  if (v.is_string()) return "\"" + escaped_brief(v.get_ref<const std::string&>(), 40) + "\"";
+  return escaped_brief(v.dump(), 40);
+}
+
+}  // namespace ucpkit

@@ -1,0 +1,24 @@
+// Parsing JSON a user hands in: nesting depth bounded (a 100,000-deep list would overflow the stack
+// when printed or walked) and error messages that stay one short line (never the input echoed back).
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+namespace ucpkit {
+
+// Deepest nesting accepted (load matrices are 3 deep, plans and manifests a few more).
+constexpr int kMaxJsonDepth = 64;
+
+// Parses `text`; on failure throws Error "<name>: <what>: <reason>" (reason short, bytes escaped).
+nlohmann::json parse_json_input(std::string_view text, const std::string& name, const std::string& what = "not valid JSON");
+// Same, returning false instead of throwing on bad JSON (the caller tries another format); depth
+// beyond the limit still throws.
+bool try_parse_json_input(std::string_view text, const std::string& name, nlohmann::json& out);
+// A value for an error message: numbers and short strings as written, long ones cut, control and
+// non-ASCII bytes escaped; lists and objects only named with their size.
+std::string json_brief(const nlohmann::json& v);
+// At most `max` characters of `s` with control and non-ASCII bytes as \xNN, "..." when cut.
+std::string escaped_brief(std::string_view s, size_t max = 80);
+
+}  // namespace ucpkit
