@@ -492,6 +492,9 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
         if (group.partition_count >= 0 && group.partition_count != count)
           fail(path, "inconsistent world sizes: param group " + std::to_string(g) + " has partition_count " +
                          std::to_string(group.partition_count) + ", expected " + std::to_string(count));
+        agreement.partition("mp rank " + std::to_string(mp) + ", param group " + std::to_string(g) +
+                                (ep_rank >= 0 ? ", EP rank " + std::to_string(ep_rank) : std::string()),
+                            part, count, shard.state_tensor(g, "fp32").numel(), shard.fragments(g), path);
         for (const auto& [local, start, numel] : shard.fragments(g)) {
           std::string name = local;
           int moe_layer = -1, expert = -1;

@@ -128,7 +128,49 @@ void ShardAgreement::optim_shard(const ShardView& shard, const ValuePtr& root, c
   }
 }
 
+void ShardAgreement::partition(const std::string& buffer, int part, int count, int64_t partition_numel,
+                               std::vector<std::tuple<std::string, int64_t, int64_t>> fragments,
+                               const std::string& path) {
+  auto& parts = buffers_[buffer];
+  if (static_cast<int>(parts.size()) < count) parts.resize(count);
+  if (part < 0 || part >= static_cast<int>(parts.size())) return;
+  std::stable_sort(fragments.begin(), fragments.end(),
+                   [](const auto& a, const auto& b) { return std::get<1>(a) < std::get<1>(b); });
+  fragments.erase(std::remove_if(fragments.begin(), fragments.end(), [](const auto& f) { return std::get<2>(f) == 0; }),
+                  fragments.end());
+  parts[part] = Part{path, partition_numel, std::move(fragments)};
+}
+
+void ShardAgreement::check_walk(const std::string& buffer, const std::vector<Part>& parts) const {
+  std::map<std::string, size_t> last_part;  // parameter -> the partition it was last seen in
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Part& p = parts[i];
+    if (p.path.empty()) continue;  // a partition not planned (not read): nothing to compare
+    for (size_t k = 0; k < p.fragments.size(); ++k) {
+      const auto& [name, start, numel] = p.fragments[k];
+      auto seen = last_part.find(name);
+      if (seen == last_part.end()) {
+        last_part.emplace(name, i);
+        continue;
+      }
+      // The parameter continues from an earlier partition: only from the one just before, as the
+      // first fragment here (at 0) after the last fragment there (ending at that partition's end).
+      const Part& prev = parts[seen->second];
+      const bool from_previous = seen->second + 1 == i && k == 0 && start == 0 && !prev.fragments.empty() &&
+                                 std::get<0>(prev.fragments.back()) == name &&
+                                 std::get<1>(prev.fragments.back()) + std::get<2>(prev.fragments.back()) == prev.numel;
+      if (!from_previous)
+        fail(p.path, buffer + ": parameter " + name + " is also in " + prev.path +
+                         ", but not as the continuation of that partition into this one (partition " +
+                         std::to_string(seen->second) + " -> " + std::to_string(i) +
+                         "): rank files exchanged or of different layouts");
+      seen->second = i;
+    }
+  }
+}
+
 void ShardAgreement::finish() const {
+  for (const auto& [buffer, parts] : buffers_) check_walk(buffer, parts);
   for (const auto& field : order_) {
     const auto& seen = fields_.at(field);
     std::map<std::string, size_t> count;

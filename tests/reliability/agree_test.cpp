@@ -73,6 +73,7 @@ TEST(Agree, HoleInFragments) { expect_refused("hole"); }
 TEST(Agree, ShardOfAnotherStep) { expect_refused("mixed_step_shard"); }
 TEST(Agree, ModelFileOfAnotherStep) { expect_refused("mixed_step_model"); }
 TEST(Agree, ShardOfAnotherDeepSpeedVersion) { expect_refused("ds_version"); }
+TEST(Agree, RankFilesExchanged) { expect_refused("exchanged_ranks"); }
 TEST(Agree, Zero3ShardOfAnotherStep) { expect_refused("zero3_mixed_step_shard"); }
 TEST(Agree, Zero3ModelFileOfAnotherStep) { expect_refused("zero3_mixed_step_model"); }
 // The map phase plans with the same checks (a work folder of a mixed checkpoint is never written).

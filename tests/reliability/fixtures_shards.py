@@ -139,6 +139,17 @@ def write(out):
         save(sd, p)
     case("ds_version", a, opt % (2, 0), "ds_version of the optimizer shards is '0.15.4'", other_version)
 
+    # DP ranks 0 and 1 of TP rank 0 exchanged (the files of one save, each valid and complete): only
+    # the flat order tells, a parameter cut at the partition boundary (mutation campaign `swap-files`).
+    def exchange_dp01(p):
+        folder = os.path.dirname(p)
+        r0, r1 = os.path.join(folder, opt % (0, 0)), os.path.join(folder, opt % (1, 0))
+        tmp = r0 + ".swap"
+        os.rename(r0, tmp)
+        os.rename(r1, r0)
+        os.rename(tmp, r1)
+    case("exchanged_ranks", a, opt % (1, 0), "rank files exchanged", exchange_dp01)
+
     # ZeRO-3: DP rank 1's optimizer shard and model file of another step.
     z3opt = "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"
     case("zero3_mixed_step_shard", z3a, z3opt, "optimizer step is 20",
