@@ -104,6 +104,30 @@ $py "$root/tests/pec/verify_restore.py" "$work/restored/global_step20" "$work/re
   "10=$work/moe/global_step10" "20=$work/moe/global_step20" || fail "restored checkpoint differs from its sources"
 unset CKPT_DIR STORE K
 
+step "3b. two-level PEC: the persist agent (pec-save --watch) beside a fake trainer, then the restart hook"
+# The fake trainer saves the two MoE steps into node-local CKPT_DIR as DeepSpeed does (the tag folder
+# first, `latest` last), a few seconds apart; MODE=train runs the agent beside it and stops it after.
+cat > "$work/fake_train.sh" <<TRAIN
+#!/usr/bin/env bash
+set -euo pipefail
+for s in 10 20; do
+  cp -r "$work/moe/global_step\$s" "$work/shm/global_step\$s"
+  echo "global_step\$s" > "$work/shm/latest"
+  sleep 4
+done
+TRAIN
+chmod +x "$work/fake_train.sh"
+mkdir -p "$work/shm"
+export CKPT_DIR=$work/shm STORE=$work/pec-store2 K=1 TRAIN_CMD=$work/fake_train.sh
+MODE=train submit pec-train "$ex/pec_checkpoint.sbatch" || fail "pec train (agent beside training) exited $?"
+for s in 10 20; do
+  [ -e "$(printf '%s/manifests/step-%012d.json' "$STORE" "$s")" ] || fail "the persist agent did not commit step $s"
+done
+MODE=restore RESTORE_DIR=$work/restored2 submit pec-restore2 "$ex/pec_checkpoint.sbatch" || fail "pec restore (agent's store) exited $?"
+$py "$root/tests/pec/verify_restore.py" "$work/restored2/global_step20" "$work/restored2.report.json" 2 0 \
+  "10=$work/moe/global_step10" "20=$work/moe/global_step20" || fail "checkpoint restored from the agent's store differs from its sources"
+unset CKPT_DIR STORE K TRAIN_CMD
+
 step "4. pre-launch placement from expert loads"
 $py - "$work/loads.json" <<'PY'
 import json, random, sys
