@@ -40,19 +40,7 @@ std::vector<std::string> split(std::string_view s, char sep) {
 constexpr double kMaxCount = 9007199254740992.0;
 
 // Shortest form of a cell for a message: at most 40 characters, non-printable bytes escaped.
-std::string shown(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s.substr(0, 40)) {
-    if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", c);
-      out += hex;
-    }
-  }
-  return s.size() > 40 ? out + "..." : out;
-}
+std::string shown(const std::string& s) { return escaped_brief(s, 40); }
 
 int64_t count_of(double v, const std::string& text, const std::string& name) {
   if (!std::isfinite(v) || v < 0 || v > kMaxCount)

@@ -4,12 +4,11 @@
 // scripts/gen_ds_checkpoint.py --zero 3 rewritten by scripts/dsgen/torch2.py; the universal output
 // is checked bit for bit against the generator's ground truth by tests/ucp/check_universal.py.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <string>
+
+#include "support/process.h"
 
 namespace fs = std::filesystem;
 
@@ -27,22 +26,13 @@ struct Result {
 
 Result run(const std::string& cmd) {
   Result r{0, ""};
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  r.rc = ucpkit::testing::run_command(cmd, &r.out);
   return r;
 }
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+std::string q(const fs::path& p) { return ucpkit::testing::quote(p.string()); }
 
-fs::path fresh(const std::string& name) {
-  fs::path d = fs::path(kFixtures) / "runs" / ("Torch2." + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path fresh(const std::string& name) { return ucpkit::testing::scratch_dir("Torch2." + name); }
 
 // A small ZeRO-3 checkpoint (2 dp ranks, 2 layers, sub-groups) in torch 2.x byte form.
 fs::path torch2_zero3(const fs::path& d, const std::string& dtype) {
