@@ -250,6 +250,13 @@ void sort_expert_files(MpRankPlan& mr) {
   });
 }
 
+// The expert file of (MoE layer, global expert) in `mr`, made on first use (file_of: its index).
+auto& expert_file_for(MpRankPlan& mr, std::map<std::pair<int, int>, size_t>& file_of, int moe_id, int expert) {
+  auto [it, fresh] = file_of.try_emplace({moe_id, expert}, mr.expert_files.size());
+  if (fresh) mr.expert_files.push_back({moe_id, expert, {}});
+  return mr.expert_files[it->second];
+}
+
 // Expert param groups of every EP rank: its experts (global id / per == rank) under local names,
 // padded to 2 * (DP/EP) and partitioned over the expert-data-parallel group; and the expert files.
 void add_expert_groups(const ModelInfo& m, const UcpInfo& info, MpRankPlan& mr) {
@@ -274,12 +281,7 @@ void add_expert_groups(const ModelInfo& m, const UcpInfo& info, MpRankPlan& mr) 
         slot.slice = tp_slice(p.name, p.shape, p.rule, m.patterns, 1, 0, -1);
         slot.offset = off;
         off += slot.numel();
-        auto key = std::make_pair(p.moe_id, p.expert);
-        if (!file_of.count(key)) {
-          file_of[key] = mr.expert_files.size();
-          mr.expert_files.push_back({p.moe_id, p.expert, {}});
-        }
-        mr.expert_files[file_of[key]].entries.push_back(
+        expert_file_for(mr, file_of, p.moe_id, p.expert).entries.push_back(
             {p.name, {r, static_cast<int>(mr.expert_groups[r].size()), static_cast<int>(gp.slots.size()), -1}});
         gp.slots.push_back(std::move(slot));
       }
@@ -316,12 +318,7 @@ void add_autoep_groups(const ModelInfo& m, const UcpInfo& info, MpRankPlan& mr) 
         slot.offset = off;
         off += slot.numel();
         for (int j = 0; j < per; ++j) {
-          auto key = std::make_pair(p.moe_id, r * per + j);
-          if (!file_of.count(key)) {
-            file_of[key] = mr.expert_files.size();
-            mr.expert_files.push_back({p.moe_id, r * per + j, {}});
-          }
-          auto& ef = mr.expert_files[file_of[key]];
+          auto& ef = expert_file_for(mr, file_of, p.moe_id, r * per + j);
           Slot row = slot;
           row.slice.pieces = {{static_cast<int64_t>(r) * per + j, 1}};
           row.slice.shape[0] = 1;
