@@ -497,6 +497,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
                             part, count, shard.state_tensor(g, "fp32").numel(), shard.fragments(g), path);
         for (const auto& [local, start, numel] : shard.fragments(g)) {
           std::string name = local;
+          int frag_part = part;  // the fragment's place in its parameter's join order
           int moe_layer = -1, expert = -1;
           const layout::AutoEpLayer* ae = nullptr;
           if (group.moe && !autoep.empty()) {
@@ -511,7 +512,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
             if (group.ep_size != ae->ep_size)
               fail(path, "expert param group " + std::to_string(g) + " is ep_size_" + std::to_string(group.ep_size) +
                              " but ds_autoep_layers says ep_size " + std::to_string(ae->ep_size));
-            part = ep_rank * count + part;
+            frag_part = ep_rank * count + part;
             moe_layer = ae->moe_layer_id;
           } else if (group.moe) {
             auto j = layout::local_expert_index(local);
@@ -569,7 +570,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
               p.tp_shapes[tp_rank] = sh->second;
               p.tp_shapes[tp_rank][0] = ae->num_experts;
             }
-            p.fragments[tp_rank].push_back({file_index, g, start, numel, part});
+            p.fragments[tp_rank].push_back({file_index, g, start, numel, frag_part});
             continue;
           }
           if (group.moe && (sh == shapes[mp].end() || !expert_file_of.count(name)))
@@ -578,7 +579,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
           if (sh == shapes[mp].end())
             fail(path, "parameter " + name + " has no shape in " + L.model_files[mp] + " (param_shapes/module)");
           if (p.tp_shapes[tp_rank].empty()) p.tp_shapes[tp_rank] = sh->second;
-          p.fragments[tp_rank].push_back({file_index, g, start, numel, part});
+          p.fragments[tp_rank].push_back({file_index, g, start, numel, frag_part});
         }
       }
     }
