@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   app.add_flag("--force", o.force, "Replace an existing global_step<N> folder under --output");
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
-  return tool::run("pec-restore", [&] {
+  const int rc = tool::run("pec-restore", [&] {
     o.step = step;
     if (o.plt_threshold < 0) throw UsageError("--plt-threshold must be >= 0");
     if (o.capacity_factor < 1) throw UsageError("--capacity-factor must be >= 1");
@@ -54,4 +54,6 @@ int main(int argc, char** argv) {
     }
     return 0;
   });
+  ucp::die_if_interrupted();  // temporary folder removed: die as the signal asked
+  return rc;
 }

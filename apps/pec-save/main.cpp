@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "io/torch/verify.h"
 #include "pec/save.h"
 #include "pec/watch.h"
 #include "tool/cli.h"
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   double bandwidth = 0, iteration_seconds = 0;
   int chunk_mib = 64;
   bool no_bootstrap = false;
+  bool verify = false;
   pec::WatchOptions watch;
   app.add_option("--checkpoint", o.checkpoint, "Full checkpoint folder written by the training job");
   app.add_option("--store", o.store, "PEC store folder")->required();
@@ -45,10 +47,16 @@ int main(int argc, char** argv) {
   app.add_option("--ep", o.open.ep_size, "Expert-parallel degree (default: inferred, 1 for universal checkpoints)");
   app.add_flag("--data-before-expert", o.open.data_before_expert, "use_data_before_expert_parallel_ rank order");
   app.add_flag("--no-bootstrap", no_bootstrap, "Do not add experts the durable store never saved");
+  app.add_flag("--verify", verify,
+               "Also check the zip CRC-32 of every record of the torch files parsed to find the experts (a full read of "
+               "every optimizer shard, most of which a partial save does not store)");
   app.add_flag("--plan", o.plan_only, "Print the selection and the fully sharded save plan as JSON, save nothing");
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
   return tool::run("pec-save", [&] {
+    // A partial save reads only the bytes it stores (plus the zip directories and pickles it parses);
+    // checking every record's CRC-32 would read whole optimizer shards (docs/pec.md, Figures).
+    if (!verify) set_verify_files_crc(false);
     o.step = step;
     if (budget < 0) throw UsageError("--budget-bytes must be >= 0");
     o.budget_bytes = static_cast<uint64_t>(budget);

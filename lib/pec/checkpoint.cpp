@@ -250,7 +250,39 @@ uint64_t SourceCheckpoint::stored_bytes(const std::string& rel) const {
   return size - sliced;
 }
 
+namespace {
+SourceCheckpoint open_checkpoint_unchecked(const std::string& path, const OpenOptions& options);
+
+// Every torch file stored whole (expert files, model states, universal state files) must be complete
+// before it goes into the store: a zip whose directory is missing or whose records run past the end
+// (a truncated copy, a save still being written) is refused, naming the file. Only the directory and
+// the local headers are read (a few pages per file); the bytes themselves are not interpreted.
+void check_whole_files(const SourceCheckpoint& c) {
+  std::vector<std::string> files = c.non_expert_files;
+  for (const auto& [key, parts] : c.experts)
+    for (const auto& p : parts)
+      if (p.ranges.empty()) files.push_back(p.path);
+  for (const auto& rel : files) {
+    if (c.expert_ranges.count(rel) || fs::path(rel).extension() != ".pt") continue;  // shards: parsed whole
+    const std::string path = (fs::path(c.root) / rel).string();
+    auto f = MappedFile::open(path);
+    if (is_zip(f->bytes())) {
+      (void)zip_records(f->bytes(), path);
+    } else if (f->size() < 2 || f->data()[0] != 0x80) {  // legacy torch.save: a pickle (PROTO opcode)
+      fail(path, "not a torch file (neither a zip archive nor a pickle; empty or truncated?)");
+    }
+  }
+}
+}  // namespace
+
 SourceCheckpoint open_checkpoint(const std::string& path, const OpenOptions& options) {
+  SourceCheckpoint c = open_checkpoint_unchecked(path, options);
+  check_whole_files(c);
+  return c;
+}
+
+namespace {
+SourceCheckpoint open_checkpoint_unchecked(const std::string& path, const OpenOptions& options) {
   SourceCheckpoint c;
   c.root = resolve_root(path, c.tag);
   if (fs::is_directory(fs::path(c.root) / "zero")) {
@@ -265,19 +297,26 @@ SourceCheckpoint open_checkpoint(const std::string& path, const OpenOptions& opt
   open_native(c, options, ds);
   return c;
 }
+}  // namespace
 
 std::span<const uint8_t> Blob::bytes() const {
   if (file) return file->bytes();
   return owned;
 }
 
-Blob read_non_expert(const SourceCheckpoint& c, const std::string& rel, nlohmann::json& cut) {
-  Blob b;
-  b.file = MappedFile::open((fs::path(c.root) / rel).string());
+SourceSegments non_expert_segments(const SourceCheckpoint& c, const std::string& rel, nlohmann::json& cut) {
+  SourceSegments s;
+  s.path = (fs::path(c.root) / rel).string();
   cut = nullptr;
+  const uint64_t size = c.file_sizes.count(rel) ? c.file_sizes.at(rel) : fs::file_size(s.path);
   auto it = c.expert_ranges.find(rel);
-  if (it == c.expert_ranges.end()) return b;
-  auto f = b.file;
+  if (it == c.expert_ranges.end()) {
+    if (size) s.segments.emplace_back(0, size);
+    s.size = size;
+    return s;
+  }
+  auto f = MappedFile::open(s.path);  // the zip directory only (a few pages)
+  if (f->size() != size) fail(s.path, "changed size while being saved");
   auto records = zip_records(f->bytes(), f->path());
   std::vector<std::pair<uint64_t, uint64_t>> abs;
   for (const auto& r : it->second) abs.emplace_back(records.at(r.record).data_offset + r.offset, r.length);
@@ -290,20 +329,59 @@ Blob read_non_expert(const SourceCheckpoint& c, const std::string& rel, nlohmann
     else
       merged.emplace_back(o, l);
   }
-  uint64_t removed = 0;
-  for (const auto& [o, l] : merged) removed += l;
-  b.owned.reserve(f->size() - removed);
   uint64_t pos = 0;
   nlohmann::json list = nlohmann::json::array();
   for (const auto& [o, l] : merged) {
-    b.owned.insert(b.owned.end(), f->data() + pos, f->data() + o);
+    if (o > pos) s.segments.emplace_back(pos, o - pos);
     pos = o + l;
     list.push_back({o, l});
   }
-  b.owned.insert(b.owned.end(), f->data() + pos, f->data() + f->size());
-  cut = {{"file_size", f->size()}, {"cut", list}};
-  b.file.reset();
+  if (size > pos) s.segments.emplace_back(pos, size - pos);
+  for (const auto& [o, l] : s.segments) s.size += l;
+  cut = {{"file_size", size}, {"cut", list}};
+  return s;
+}
+
+SourceSegments expert_part_segments(const SourceCheckpoint& c, const ExpertPart& part) {
+  SourceSegments s;
+  s.path = (fs::path(c.root) / part.path).string();
+  if (part.ranges.empty()) {
+    const uint64_t size = fs::file_size(s.path);
+    if (size) s.segments.emplace_back(0, size);
+    s.size = size;
+    return s;
+  }
+  auto f = MappedFile::open(s.path);
+  auto records = zip_records(f->bytes(), f->path());
+  for (const auto& r : part.ranges) {
+    const auto& pos = records.at(r.record);
+    if (r.length) s.segments.emplace_back(pos.data_offset + r.offset, r.length);
+    s.size += r.length;
+  }
+  return s;
+}
+
+namespace {
+Blob read_segments(const SourceSegments& s) {
+  Blob b;
+  auto f = MappedFile::open(s.path);
+  b.owned.reserve(s.size);
+  for (const auto& [o, l] : s.segments) {
+    if (o + l > f->size()) fail(s.path, "changed size while being saved");
+    b.owned.insert(b.owned.end(), f->data() + o, f->data() + o + l);
+  }
   return b;
+}
+}  // namespace
+
+Blob read_non_expert(const SourceCheckpoint& c, const std::string& rel, nlohmann::json& cut) {
+  auto s = non_expert_segments(c, rel, cut);
+  if (cut.is_null()) {
+    Blob b;
+    b.file = MappedFile::open(s.path);
+    return b;
+  }
+  return read_segments(s);
 }
 
 std::vector<uint8_t> rebuild_cut_file(std::vector<uint8_t> blob, const nlohmann::json& cut, const std::string& name) {
@@ -324,18 +402,12 @@ std::vector<uint8_t> rebuild_cut_file(std::vector<uint8_t> blob, const nlohmann:
 }
 
 Blob read_expert_part(const SourceCheckpoint& c, const ExpertPart& part) {
-  Blob b;
-  b.file = MappedFile::open((fs::path(c.root) / part.path).string());
-  if (part.ranges.empty()) return b;
-  auto f = b.file;
-  auto records = zip_records(f->bytes(), f->path());
-  b.owned.reserve(part.bytes);
-  for (const auto& r : part.ranges) {
-    const auto& pos = records.at(r.record);
-    b.owned.insert(b.owned.end(), f->data() + pos.data_offset + r.offset, f->data() + pos.data_offset + r.offset + r.length);
+  if (part.ranges.empty()) {
+    Blob b;
+    b.file = MappedFile::open((fs::path(c.root) / part.path).string());
+    return b;
   }
-  b.file.reset();
-  return b;
+  return read_segments(expert_part_segments(c, part));
 }
 
 void patch_expert_part(std::vector<uint8_t>& file, const std::string& file_name, const std::vector<ByteRange>& ranges,

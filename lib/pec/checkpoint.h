@@ -62,6 +62,8 @@ struct SourceCheckpoint {
 
 // Accepts a folder with `latest` (or `latest_universal`), a global_stepN folder, or a universal
 // folder (with zero/). Throws Error when no expert can be found.
+// Every torch file stored whole must be a complete zip (directory present, records inside the file):
+// a truncated file is refused (Error naming it) before anything is stored.
 SourceCheckpoint open_checkpoint(const std::string& path, const OpenOptions& options);
 
 // Bytes to store: a whole mapped file (zero-copy) or an assembled buffer.
@@ -70,6 +72,19 @@ struct Blob {
   std::vector<uint8_t> owned;
   std::span<const uint8_t> bytes() const;
 };
+
+// Where the bytes of one stored item come from: byte ranges (absolute offset, length) of one source
+// file, concatenated. pec-save reads them with pread into reused buffers (no page faults on a
+// mapping, no copy into a fresh buffer; docs/pec.md, Figures).
+struct SourceSegments {
+  std::string path;  // absolute or relative to the working folder
+  std::vector<std::pair<uint64_t, uint64_t>> segments;
+  uint64_t size = 0;  // sum of the lengths
+};
+// The bytes read_non_expert returns, as segments (`cut` as there).
+SourceSegments non_expert_segments(const SourceCheckpoint& c, const std::string& rel, nlohmann::json& cut);
+// The bytes read_expert_part returns, as segments.
+SourceSegments expert_part_segments(const SourceCheckpoint& c, const ExpertPart& part);
 
 // Reads a non-expert file as stored. For shared files every expert range is cut out: `cut` gets
 // {"file_size": n, "cut": [[absolute offset, length], ...]} (sorted, disjoint) for rebuild_cut_file.

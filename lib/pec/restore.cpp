@@ -21,6 +21,7 @@
 #include "layout/deepspeed/version_line.h"
 #include "load/moe_line.h"
 #include "core/error.h"
+#include "core/staging.h"
 #include "pec/checkpoint.h"
 #include "pec/crash.h"
 #include "pec/plt.h"
@@ -108,7 +109,9 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   }
 
   // Streamed straight into a temporary step folder, renamed into place at the end. Under MPI every
-  // rank writes the files it owns into the folder rank 0 names.
+  // rank writes the files it owns into the folder rank 0 names. SIGINT/SIGTERM from here on stop the
+  // run at the next chunk and remove the folder (the tool then dies by the signal).
+  StagedPhase staged;
   fs::create_directories(o.output);
   if (root) remove_stale_temporaries(o.output);
   const std::string pid0 = mpi.broadcast(std::to_string(::getpid()));
@@ -380,6 +383,8 @@ RestoreResult pec_restore(const RestoreOptions& o) {
     ucp::RankFailure failed(mpi);
     if (root) failed.guard([&] {
       try {
+        test_pause_if_asked();
+        check_interrupted();
         if (!o.ds_version.empty())  // another DeepSpeed version line than the one saved
           load::relayout_moe_folder(tmp_dir.string(), layout::moe_version_line(o.ds_version));
         for (const auto& d : fs::recursive_directory_iterator(tmp_dir))

@@ -24,6 +24,7 @@
 
 #include "core/crc32.h"
 #include "core/error.h"
+#include "core/staging.h"
 #include "core/mapped_file.h"
 #include "pec/checkpoint.h"
 #include "pec/checksum.h"
@@ -308,6 +309,7 @@ void RestoreWriter::run(std::vector<Job>& jobs) {
         static_cast<size_t>(workers_),
         tbb::make_filter<void, size_t>(tbb::filter_mode::serial_in_order,
                                        [&](tbb::flow_control& fc) -> size_t {
+                                         check_interrupted();  // SIGINT/SIGTERM: stop at the next chunk
                                          if (next == order.size()) {
                                            fc.stop();
                                            return 0;

@@ -58,14 +58,28 @@ std::vector<std::vector<int64_t>> never_saved(const MoeShape& s) {
 }
 }  // namespace
 
+void check_save_options(const SaveOptions& o) {
+  (void)make_policy(o.policy);
+  if (!o.fast_store.empty() && o.k_snapshot <= 0) throw UsageError("--fast-store needs --k-snapshot K1 >= 1");
+  if (o.fast_store.empty() && o.k_snapshot > 0) throw UsageError("--k-snapshot needs --fast-store");
+  if (o.k < 0 || o.k_persist < 0) throw UsageError("--k and --k-persist must be >= 1");
+  const int durable_k = o.k_persist > 0 ? o.k_persist : o.k;
+  if (durable_k <= 0 && !(o.policy == "budget" && o.budget_bytes > 0))
+    throw UsageError("give --k >= 1 (or --k-persist, or --budget-bytes with the budget policy)");
+  if (o.zstd_level < 0 || o.zstd_level > 22) throw UsageError("--zstd-level must be 0..22");
+  if (o.chunk_bytes == 0) throw UsageError("--chunk-mib must be >= 1");
+  if (o.tokens.empty() && o.policy != "sequential")
+    throw UsageError("the " + o.policy + " policy needs --tokens (token counts since the previous save)");
+}
+
 json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progress, uint64_t* total_bytes) {
   auto t0 = std::chrono::steady_clock::now();
   auto& mpi = ucp::MpiSession::get();
   const bool root = mpi.rank() == 0;
   if (o.step < 0) throw UsageError("--step must be >= 0");
+  // Every usage error before anything is created: a refused run leaves no store behind.
+  check_save_options(o);
   auto policy = make_policy(o.policy);
-  if (!o.fast_store.empty() && o.k_snapshot <= 0) throw UsageError("--fast-store needs --k-snapshot K1 >= 1");
-  if (o.fast_store.empty() && o.k_snapshot > 0) throw UsageError("--k-snapshot needs --fast-store");
 
   SourceCheckpoint src = open_checkpoint(o.checkpoint, o.open);
   const MoeShape& shape = src.shape;
@@ -78,11 +92,12 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
     throw UsageError("the " + o.policy + " policy needs --tokens (token counts since the previous save)");
   }
 
+  const int durable_k = o.k_persist > 0 ? o.k_persist : o.k;
   std::vector<Tier> tiers;
   {
     Tier d;
     d.name = "durable";
-    d.k = o.k_persist > 0 ? o.k_persist : o.k;
+    d.k = durable_k;
     d.budget = o.budget_bytes;
     d.keep = o.keep;
     d.store = std::make_unique<Store>(o.store, "durable", true, o.zstd_level);
@@ -214,8 +229,8 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
     const Work& w = work[mine[n]];
     Store& st = *tiers[w.tier].store;
     json cut;
-    Blob blob = w.part ? read_expert_part(src, *w.part) : read_non_expert(src, w.path, cut);
-    FileEntry f = st.put_file(w.path, blob.bytes(), o.chunk_bytes);
+    SourceSegments from = w.part ? expert_part_segments(src, *w.part) : non_expert_segments(src, w.path, cut);
+    FileEntry f = st.put_file_from(w.path, from.path, from.segments, o.chunk_bytes);
     f.cut = cut;
     if (w.part && !w.part->ranges.empty()) f.ranges = ranges_to_json(w.part->ranges);
     results[mine[n]] = std::move(f);

@@ -31,6 +31,10 @@ struct SaveOptions {
   OpenOptions open;
 };
 
+// Throws UsageError for options that cannot work (K, tiers, policy without tokens, zstd level); called
+// by pec_save and the watch loop before any store is created.
+void check_save_options(const SaveOptions& options);
+
 // Returns the JSON summary (on MPI rank 0; other ranks get an empty object), or the save plan when
 // `plan_only`. `progress` is called with bytes done (rank-local).
 nlohmann::json pec_save(const SaveOptions& options, const std::function<void(uint64_t)>& progress = {},

@@ -5,6 +5,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "core/atomic_file.h"
@@ -53,6 +55,16 @@ void write_durable(const std::string& path, const std::string& text, const char*
   if (::rename(tmp.c_str(), path.c_str()) != 0) fail(path, std::string("cannot rename into place: ") + std::strerror(errno));
   fsync_dir(fs::path(path).parent_path().string());
 }
+// The chunks of a file entry and its whole-file digest, chained from the chunk digests (each byte
+// is hashed once).
+void add_chunks(FileEntry& f, const std::vector<ObjectInfo>& infos) {
+  DigestChain chain;
+  for (const auto& info : infos) {
+    chain.update(info.digest, info.raw_size);
+    f.chunks.push_back({info.id, info.raw_size, info.existed ? 0 : info.stored_size});
+  }
+  f.digest = chain.hex();
+}
 }  // namespace
 
 Store::Store(std::string dir, std::string tier, bool create, int zstd_level)
@@ -76,9 +88,17 @@ Store::~Store() {
 }
 
 void Store::lock(bool exclusive) {
+  const std::string path = dir_ + "/.lock";
   if (lock_fd_ < 0) {
-    lock_fd_ = ::open((dir_ + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (lock_fd_ < 0) fail(dir_ + "/.lock", std::string("cannot open lock: ") + std::strerror(errno));
+    // flock needs no write access: a reader opens the lock file read-only, so a read-only store (a
+    // mount, another user's files) can be restored from.
+    lock_fd_ = ::open(path.c_str(), exclusive ? (O_RDWR | O_CREAT | O_CLOEXEC) : (O_RDONLY | O_CLOEXEC), 0644);
+    if (lock_fd_ < 0 && !exclusive && errno == ENOENT) {
+      lock_fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      // No lock file and none can be made (read-only store): no writer can lock it either.
+      if (lock_fd_ < 0 && (errno == EROFS || errno == EACCES || errno == EPERM)) return;
+    }
+    if (lock_fd_ < 0) fail(path, std::string("cannot open lock: ") + std::strerror(errno));
   }
   if (::flock(lock_fd_, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0)
     fail(dir_, exclusive ? "another pec-save holds this store (.lock); wait for it to finish"
@@ -132,12 +152,66 @@ FileEntry Store::put_file(const std::string& rel_path, std::span<const uint8_t> 
     const uint64_t off = i * chunk_bytes;
     infos[i] = objects_.put(bytes.subspan(off, std::min<uint64_t>(chunk_bytes, bytes.size() - off)));
   });
-  DigestChain chain;
-  for (const auto& info : infos) {
-    chain.update(info.digest, info.raw_size);
-    f.chunks.push_back({info.id, info.raw_size, info.existed ? 0 : info.stored_size});
+  add_chunks(f, infos);
+  return f;
+}
+
+FileEntry Store::put_file_from(const std::string& rel_path, const std::string& source,
+                               const std::vector<std::pair<uint64_t, uint64_t>>& segments, uint64_t chunk_bytes) {
+  FileEntry f;
+  f.path = rel_path;
+  std::vector<uint64_t> starts;  // logical offset of each segment
+  uint64_t size = 0;
+  for (const auto& [o, l] : segments) {
+    starts.push_back(size);
+    size += l;
   }
-  f.digest = chain.hex();
+  f.size = size;
+  const int fd = ::open(source.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(source, std::string("cannot open: ") + std::strerror(errno));
+  struct Buffer {
+    std::unique_ptr<uint8_t[]> p;  // uninitialized: zero-filling is measurable
+    uint64_t cap = 0;
+  };
+  tbb::enumerable_thread_specific<Buffer> buffers;
+  const size_t count = size == 0 ? 1 : static_cast<size_t>((size + chunk_bytes - 1) / chunk_bytes);
+  std::vector<ObjectInfo> infos(count);
+  try {
+    tbb::parallel_for(size_t{0}, count, [&](size_t i) {
+      const uint64_t off = i * chunk_bytes, len = std::min<uint64_t>(chunk_bytes, size - off);
+      Buffer& b = buffers.local();
+      if (b.cap < len) {
+        b.p.reset(new uint8_t[len]);
+        b.cap = len;
+      }
+      // Segments overlapping [off, off + len).
+      size_t s = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), off) - starts.begin());
+      s = s ? s - 1 : 0;
+      uint64_t done = 0;
+      for (; done < len && s < segments.size(); ++s) {
+        const uint64_t in = off + done - starts[s];  // offset inside segment s
+        if (in >= segments[s].second) continue;
+        uint64_t n = std::min(segments[s].second - in, len - done);
+        uint64_t at = segments[s].first + in;
+        while (n > 0) {
+          ssize_t r = ::pread(fd, b.p.get() + done, n, static_cast<off_t>(at));
+          if (r < 0 && errno == EINTR) continue;
+          if (r < 0) fail(source, std::string("read failed: ") + std::strerror(errno));
+          if (r == 0) fail(source, "changed size while being saved (ends at byte " + std::to_string(at) + ")");
+          done += static_cast<uint64_t>(r);
+          at += static_cast<uint64_t>(r);
+          n -= static_cast<uint64_t>(r);
+        }
+      }
+      if (done != len) fail(source, "changed size while being saved");
+      infos[i] = objects_.put(std::span<const uint8_t>(b.p.get(), len));
+    });
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  add_chunks(f, infos);
   return f;
 }
 

@@ -63,6 +63,7 @@ int watch_and_save(const SaveOptions& base, const WatchOptions& w, const std::fu
   if (!fs::is_directory(w.dir)) fail(w.dir, "folder to watch not found");
   if (w.poll_seconds <= 0) throw UsageError("--poll-seconds must be > 0");
   if (w.keep_snapshots < 0) throw UsageError("--keep-snapshots must be >= 0");
+  check_save_options(base);  // usage errors before the store is created
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);

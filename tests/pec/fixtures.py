@@ -2,6 +2,7 @@
 own values) written by the issue-3 generator (scripts/dsgen), their universal-layout truth, and
 seeded token counts per save interval in the three accepted formats.
 Usage: /usr/bin/python3 tests/pec/fixtures.py OUT_DIR"""
+import hashlib
 import json
 import os
 import random
@@ -10,12 +11,12 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
-import dsgen  # noqa: E402
 
 STEPS = [100, 200, 300, 400, 500]
 
 
 def chain(out, name, steps, **layout):
+    import dsgen  # imports torch (seconds): only when the fixtures are made
     cfg = dsgen.ModelConfig(family="dsmoe", layers=4, hidden=32, heads=4, kv_heads=4, ffn=64, vocab=128, seq=16,
                             experts=4)
     for i, step in enumerate(steps):
@@ -43,8 +44,26 @@ def tokens(out):
             f.write(json.dumps({"layer": l, "tokens_per_expert": row}) + "\n")
 
 
+def generator_digest():
+    """This script and the generator's sources (scripts/dsgen): a build folder outlives changes to either,
+    and fixtures made by another version of them are made again (as tests/load/fixtures.py does)."""
+    h = hashlib.sha256()
+    with open(os.path.abspath(__file__), "rb") as f:
+        h.update(b"fixtures.py\0" + f.read())
+    gdir = os.path.join(HERE, "..", "..", "scripts", "dsgen")
+    for name in sorted(os.listdir(gdir)):
+        if name.endswith(".py"):
+            with open(os.path.join(gdir, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()
+
+
 def main():
     out = sys.argv[1]
+    stamp = os.path.join(out, "done")
+    key = "generator " + generator_digest() + "\n"
+    if os.path.exists(stamp) and open(stamp).read() == key:
+        return  # made by this very generator: reused
     if os.path.exists(out):
         shutil.rmtree(out)
     os.makedirs(out)
@@ -54,8 +73,8 @@ def main():
     for line in ("0.17.1", "0.19.2", "0.19.3", "0.19.5"):
         chain(out, "line" + line, STEPS[:1], ds_line=line)
     tokens(out)
-    with open(os.path.join(out, "done"), "w") as f:
-        f.write("ok\n")
+    with open(stamp, "w") as f:  # last: an interrupted run leaves no stamp and is made again
+        f.write(key)
 
 
 if __name__ == "__main__":
