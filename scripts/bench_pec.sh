@@ -4,7 +4,7 @@
 # vocabulary 12288 so that embeddings keep their share of the non-expert part). Measures:
 #   * store size of one save with K = 1, 2, 4 versus the full checkpoint, versus the formula
 #     C_pec/C_full, and versus the paper's 42.3% for K = 1;
-#   * pec-save throughput versus a plain copy (cat + fsync) of exactly the same number of selected
+#   * pec-save throughput (RUNS times per K) versus a plain copy (cat + fsync) of exactly the same number of selected
 #     bytes ("same"), and versus copying the selected files whole ("files": non-expert files incl.
 #     whole optimizer shards + the selected expert files, what a file-level partial save would write);
 #   * pec-restore time and peak RSS (RUNS times, default 3, --memory-mb MEMORY_MB, default 256) versus
@@ -13,7 +13,8 @@
 #   * two tiers: fast-tier size after several saves (--k-snapshot 2 into FAST_DIR, --k-persist 1 into
 #     the durable store) versus the non-expert state and the full checkpoint.
 # Usage: scripts/bench_pec.sh [build_dir] [work_dir]
-#   env: HIDDEN, FFN, VOCAB (4x larger: HIDDEN=512 FFN=2048 VOCAB=24576), ZSTD_LEVEL, FAST_DIR, RUNS,
+#   env: HIDDEN, FFN, VOCAB (4x larger: HIDDEN=512 FFN=2048 VOCAB=24576), ZSTD_LEVEL, FAST_DIR, RUNS, KS (K values
+#        of the size section, default "1 2 4"),
 #        MEMORY_MB, SECTIONS (any of "size restore tiers"; default all three)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -43,9 +44,11 @@ now() { date +%s.%N; }
 echo "checkpoint: $step_dir, $full_bytes bytes; load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 echo
 if has size; then
-printf "%-3s %12s %12s %8s %8s %9s %9s %7s %9s %7s %9s %7s %9s\n" K logical_B stored_B logical% stored% formula% paper_K1% save_s save_MB/s same_s same_MB/s files_s files_MB/s
-for k in 1 2 4; do
+printf "%-3s %-3s %12s %12s %8s %8s %9s %9s %7s %9s %7s %9s %7s %9s %6s %5s\n" K run logical_B stored_B logical% stored% formula% paper_K1% save_s save_MB/s same_s same_MB/s files_s files_MB/s save/same load
+for k in ${KS:-1 2 4}; do
+for run in $(seq 1 "$runs"); do
   store=$work/store_k$k
+  load=$(cut -d' ' -f1 /proc/loadavg)
   rm -rf "$store" "$work/copy"
   sync
   t0=$(now)
@@ -81,16 +84,18 @@ PY
   sync -f "$work/same.bin"
   t5=$(now)
   rm -f "$work/same.bin"
-  $py - "$work/save_k$k.json" "$k" "$t0" "$t1" "$t2" "$t3" "$copy_bytes" "$t4" "$t5" <<'PY'
+  $py - "$work/save_k$k.json" "$k" "$t0" "$t1" "$t2" "$t3" "$copy_bytes" "$t4" "$t5" "$run" "$load" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1])); k = int(sys.argv[2])
 t0, t1, t2, t3 = map(float, sys.argv[3:7]); copy_bytes = int(sys.argv[7]); t4, t5 = map(float, sys.argv[8:10])
 st = s["tiers"][0]["stats"]
 save_s = t1 - t0; copy_s = t3 - t2; same_s = t5 - t4; lb = st['bytes_logical']
-print(f"{k:<3d} {lb:12d} {st['bytes_stored']:12d} {100*st['ratio_logical_vs_full']:8.2f} "
+print(f"{k:<3d} {sys.argv[10]:<3s} {lb:12d} {st['bytes_stored']:12d} {100*st['ratio_logical_vs_full']:8.2f} "
       f"{100*st['ratio_stored_vs_full']:8.2f} {100*st['ratio_formula']:9.2f} {42.3 if k == 1 else float('nan'):9.1f} "
-      f"{save_s:7.2f} {lb/save_s/1e6:9.1f} {same_s:7.2f} {lb/same_s/1e6:9.1f} {copy_s:7.2f} {copy_bytes/copy_s/1e6:9.1f}")
+      f"{save_s:7.2f} {lb/save_s/1e6:9.1f} {same_s:7.2f} {lb/same_s/1e6:9.1f} {copy_s:7.2f} {copy_bytes/copy_s/1e6:9.1f} "
+      f"{save_s/same_s:6.2f} {sys.argv[11]:>5s}")
 PY
+done
 done
 rm -rf "$work/copy"
 echo

@@ -26,6 +26,7 @@
 #include "pec/crash.h"
 #include "pec/plt.h"
 #include "pec/restore_writer.h"
+#include "pec/shard_version.h"
 #include "pec/store.h"
 #include "tool/tool.h"
 #include "ucp/mpi_session.h"
@@ -385,8 +386,19 @@ RestoreResult pec_restore(const RestoreOptions& o) {
       try {
         test_pause_if_asked();
         check_interrupted();
-        if (!o.ds_version.empty())  // another DeepSpeed version line than the one saved
-          load::relayout_moe_folder(tmp_dir.string(), layout::moe_version_line(o.ds_version));
+        if (!o.ds_version.empty()) {  // another DeepSpeed version line than the one saved
+          const layout::VersionLine& line = layout::moe_version_line(o.ds_version);
+          load::relayout_moe_folder(tmp_dir.string(), line);
+          // The optimizer shards' ds_version: kept when it is a release of the line, else the line's.
+          for (const auto& e : fs::directory_iterator(tmp_dir)) {
+            const std::string n = e.path().filename().string();
+            if (!e.is_regular_file() || n.find("optim_states.pt") == std::string::npos) continue;
+            VersionPatch p = patch_ds_version(e.path().string(), [&](const std::string& have) {
+              return layout::moe_line_of_release(have) == line.name ? have : line.ds_version;
+            });
+            if (!p.skipped.empty()) warn(n + ": " + p.skipped);
+          }
+        }
         for (const auto& d : fs::recursive_directory_iterator(tmp_dir))
           if (d.is_directory()) fsync_dir(d.path().string());
         fsync_dir(tmp_dir.string());
