@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -134,6 +135,108 @@ ObjectInfo ObjectStore::put(std::span<const uint8_t> bytes) {
   return info;
 }
 
+ObjectInfo ObjectStore::put_stream(uint64_t size, const std::function<void(uint64_t, size_t, uint8_t*)>& read) {
+  thread_local std::vector<uint8_t> in(kStreamBlock), out;  // reused: stay in the CPU cache
+  const std::string objects = dir_ + "/objects";
+  const std::string tmp = objects + "/.put.tmp." + std::to_string(::getpid()) + "." + std::to_string(g_tmp_counter++);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail(tmp, std::string("cannot create: ") + std::strerror(errno));
+  ZSTD_CCtx* cctx = nullptr;
+  ObjectInfo info;
+  uint64_t total = kHeader;
+  try {
+    uint8_t header[kHeader] = {};
+    write_all(fd, header, kHeader, tmp);  // filled in once the digest is known
+    if (level_ != 0) {
+      cctx = ZSTD_createCCtx();
+      ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level_);
+      ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+      ZSTD_CCtx_setPledgedSrcSize(cctx, size);
+      out.resize(ZSTD_CStreamOutSize());
+    }
+    DigestStream ds;
+    bool halfway = false;
+    for (uint64_t off = 0; off < size || (off == 0 && size == 0);) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kStreamBlock, size - off));
+      if (n) read(off, n, in.data());
+      ds.update(std::span<const uint8_t>(in.data(), n));
+      off += n;
+      if (level_ == 0) {
+        write_all(fd, in.data(), n, tmp);
+        total += n;
+      } else {
+        ZSTD_inBuffer src{in.data(), n, 0};
+        const ZSTD_EndDirective mode = off == size ? ZSTD_e_end : ZSTD_e_continue;
+        size_t left;
+        do {
+          ZSTD_outBuffer dst{out.data(), out.size(), 0};
+          left = ZSTD_compressStream2(cctx, &dst, &src, mode);
+          if (ZSTD_isError(left)) fail(tmp, std::string("zstd compression failed: ") + ZSTD_getErrorName(left));
+          write_all(fd, out.data(), dst.pos, tmp);
+          total += dst.pos;
+        } while (mode == ZSTD_e_end ? left != 0 : src.pos < src.size);
+      }
+      if (!halfway && off * 2 >= size) {
+        halfway = true;
+        crash_point("object half written");
+      }
+      if (size == 0) break;
+    }
+    const Digest d = ds.value();
+    info.id = d.hex();
+    info.digest = d;
+    info.raw_size = size;
+    std::memcpy(header, level_ == 0 ? kObjectMagicRaw : kObjectMagicZstd, 8);
+    put_u64(header + 8, size);
+    put_u64(header + 16, d.hi);
+    put_u64(header + 24, d.lo);
+    if (::pwrite(fd, header, kHeader, 0) != static_cast<ssize_t>(kHeader)) fail(tmp, std::string("write failed: ") + std::strerror(errno));
+  } catch (...) {
+    if (cctx) ZSTD_freeCCtx(cctx);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (cctx) ZSTD_freeCCtx(cctx);
+  const std::string path = path_of(info.id);
+  const std::string sub = fs::path(path).parent_path().string();
+  bool trusted;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    trusted = trust_all_ || trusted_.count(info.id);
+  }
+  std::error_code ec;
+  if (auto have = fs::file_size(path, ec); !ec && trusted) {  // already stored: this copy is not needed
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    info.stored_size = have;
+    info.existed = true;
+    std::lock_guard<std::mutex> lock(mutex_);
+    touched_dirs_.insert(sub);  // see put(): the entry may not be durable yet
+    return info;
+  }
+  ::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);  // write-back starts now (see put())
+  ::close(fd);
+  fs::create_directories(sub, ec);
+  if (ec) {
+    ::unlink(tmp.c_str());
+    fail(sub, "cannot create folder: " + ec.message());
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    fail(path, std::string("cannot rename into place: ") + std::strerror(errno));
+  }
+  crash_point("object renamed");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    touched_dirs_.insert(sub);  // (the objects folder, which held the temporary name, is always fsynced)
+    unsynced_.push_back(path);
+    trusted_.insert(info.id);
+  }
+  info.stored_size = total;
+  return info;
+}
+
 std::vector<uint8_t> ObjectStore::get(const std::string& id, uint64_t raw_size) const {
   std::vector<uint8_t> out(raw_size);
   get_into(id, raw_size, out.data());
@@ -223,7 +326,13 @@ size_t ObjectStore::remove_temporaries() {
   fs::path root = dir_ + "/objects";
   if (!fs::exists(root)) return 0;
   for (const auto& sub : fs::directory_iterator(root, ec)) {
-    if (!sub.is_directory()) continue;
+    if (!sub.is_directory()) {
+      if (sub.path().filename().string().find(".tmp.") != std::string::npos) {  // put_stream()'s
+        fs::remove(sub.path(), ec);
+        ++n;
+      }
+      continue;
+    }
     for (const auto& f : fs::directory_iterator(sub.path(), ec))
       if (f.path().filename().string().find(".tmp.") != std::string::npos) {
         fs::remove(f.path(), ec);

@@ -6,6 +6,7 @@
 // object written (one batched pass) and the folders before a manifest may name them.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <span>
@@ -45,6 +46,12 @@ class ObjectStore {
   // Stores `bytes` (thread-safe); skips the write when the object is already present and trusted
   // (see trust()). Not durable until sync_dirs().
   ObjectInfo put(std::span<const uint8_t> bytes);
+  // Same for `size` bytes that `read(offset, n, dst)` fills piece by piece (at most kStreamBlock at a
+  // time) into a small buffer reused for every piece, which is hashed, compressed and written while
+  // it is still in the CPU cache; the object is written to a temporary name and, once its digest is
+  // known, renamed to its id (or dropped when that object is already present and trusted).
+  ObjectInfo put_stream(uint64_t size, const std::function<void(uint64_t, size_t, uint8_t*)>& read);
+  static constexpr size_t kStreamBlock = 1 << 20;
   // Only these objects (those committed manifests name: fsynced before their commit) and the ones
   // this process writes are reused; any other file already at an object's name may be the leftover
   // of a save that crashed before its batched fsync (torn after a power loss) and is rewritten.

@@ -225,7 +225,7 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
   if (total_bytes) *total_bytes = my_total;
   std::vector<FileEntry> results(work.size());
   std::mutex progress_mutex;
-  tbb::parallel_for(size_t{0}, mine.size(), [&](size_t n) {
+tbb::parallel_for(size_t{0}, mine.size(), [&](size_t n) {
     const Work& w = work[mine[n]];
     Store& st = *tiers[w.tier].store;
     json cut;

@@ -5,7 +5,6 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
@@ -169,42 +168,33 @@ FileEntry Store::put_file_from(const std::string& rel_path, const std::string& s
   f.size = size;
   const int fd = ::open(source.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(source, std::string("cannot open: ") + std::strerror(errno));
-  struct Buffer {
-    std::unique_ptr<uint8_t[]> p;  // uninitialized: zero-filling is measurable
-    uint64_t cap = 0;
+  // Logical bytes [at, at + n) of the file entry, from the segments, into dst.
+  auto read = [&](uint64_t at, size_t n, uint8_t* dst) {
+    size_t s = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), at) - starts.begin());
+    s = s ? s - 1 : 0;
+    while (n > 0) {
+      if (s >= segments.size()) fail(source, "changed size while being saved");
+      const uint64_t in = at - starts[s];
+      if (in >= segments[s].second) {
+        ++s;
+        continue;
+      }
+      const size_t want = static_cast<size_t>(std::min<uint64_t>(segments[s].second - in, n));
+      ssize_t r = ::pread(fd, dst, want, static_cast<off_t>(segments[s].first + in));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) fail(source, std::string("read failed: ") + std::strerror(errno));
+      if (r == 0) fail(source, "changed size while being saved (ends before byte " + std::to_string(segments[s].first + in) + ")");
+      dst += r;
+      at += static_cast<uint64_t>(r);
+      n -= static_cast<size_t>(r);
+    }
   };
-  tbb::enumerable_thread_specific<Buffer> buffers;
   const size_t count = size == 0 ? 1 : static_cast<size_t>((size + chunk_bytes - 1) / chunk_bytes);
   std::vector<ObjectInfo> infos(count);
   try {
     tbb::parallel_for(size_t{0}, count, [&](size_t i) {
       const uint64_t off = i * chunk_bytes, len = std::min<uint64_t>(chunk_bytes, size - off);
-      Buffer& b = buffers.local();
-      if (b.cap < len) {
-        b.p.reset(new uint8_t[len]);
-        b.cap = len;
-      }
-      // Segments overlapping [off, off + len).
-      size_t s = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), off) - starts.begin());
-      s = s ? s - 1 : 0;
-      uint64_t done = 0;
-      for (; done < len && s < segments.size(); ++s) {
-        const uint64_t in = off + done - starts[s];  // offset inside segment s
-        if (in >= segments[s].second) continue;
-        uint64_t n = std::min(segments[s].second - in, len - done);
-        uint64_t at = segments[s].first + in;
-        while (n > 0) {
-          ssize_t r = ::pread(fd, b.p.get() + done, n, static_cast<off_t>(at));
-          if (r < 0 && errno == EINTR) continue;
-          if (r < 0) fail(source, std::string("read failed: ") + std::strerror(errno));
-          if (r == 0) fail(source, "changed size while being saved (ends at byte " + std::to_string(at) + ")");
-          done += static_cast<uint64_t>(r);
-          at += static_cast<uint64_t>(r);
-          n -= static_cast<uint64_t>(r);
-        }
-      }
-      if (done != len) fail(source, "changed size while being saved");
-      infos[i] = objects_.put(std::span<const uint8_t>(b.p.get(), len));
+      infos[i] = objects_.put_stream(len, [&](uint64_t o, size_t n, uint8_t* dst) { read(off + o, n, dst); });
     });
   } catch (...) {
     ::close(fd);

@@ -54,9 +54,9 @@ class Store {
   // Stores a file's bytes as chunks of at most `chunk_bytes`.
   FileEntry put_file(const std::string& rel_path, std::span<const uint8_t> bytes, uint64_t chunk_bytes);
   // Same for bytes read from `segments` (absolute offset, length; concatenated) of the file at
-  // `source`: each chunk is read once with pread into a buffer reused by its thread (chunk_bytes per
-  // thread), hashed and written; no mapping of the source (page faults cost much more than reads on
-  // a virtual machine) and no copy of a cut file into a fresh buffer.
+  // `source`, streamed (ObjectStore::put_stream): each byte is read once with pread into a small
+  // buffer that stays in the CPU cache while it is hashed and written; no mapping of the source (page
+  // faults cost much more than reads on a virtual machine) and no copy of a cut file.
   FileEntry put_file_from(const std::string& rel_path, const std::string& source,
                           const std::vector<std::pair<uint64_t, uint64_t>>& segments, uint64_t chunk_bytes);
   // Reads a file back, verifying every chunk and the whole-file digest (throws ObjectError).
