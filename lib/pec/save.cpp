@@ -16,7 +16,7 @@
 #include "pec/store.h"
 #include "pec/tokens.h"
 #include "tool/tool.h"
-#include "ucp/mpi_session.h"
+#include "parallel/mpi_session.h"
 
 namespace ucpkit::pec {
 namespace {
@@ -60,7 +60,7 @@ std::vector<std::vector<int64_t>> never_saved(const MoeShape& s) {
 
 json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progress, uint64_t* total_bytes) {
   auto t0 = std::chrono::steady_clock::now();
-  auto& mpi = ucp::MpiSession::get();
+  auto& mpi = parallel::MpiSession::get();
   const bool root = mpi.rank() == 0;
   if (o.step < 0) throw UsageError("--step must be >= 0");
   auto policy = make_policy(o.policy);
