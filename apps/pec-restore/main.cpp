@@ -5,7 +5,7 @@
 #include "core/error.h"
 #include "pec/restore.h"
 #include "tool/cli.h"
-#include "ucp/mpi_session.h"
+#include "parallel/mpi_session.h"
 
 int main(int argc, char** argv) {
   using namespace ucpkit;
@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     if (o.plt_threshold < 0) throw UsageError("--plt-threshold must be >= 0");
     if (o.capacity_factor < 1) throw UsageError("--capacity-factor must be >= 1");
     auto r = pec::pec_restore(o);
-    if (ucp::MpiSession::get().rank() != 0) return 0;  // under mpirun rank 0 reports
+    if (parallel::MpiSession::get().rank() != 0) return 0;  // under mpirun rank 0 reports
     if (!report.empty()) write_file_atomic(report, r.report.dump(2) + "\n", true);
     std::string table = pec::report_table(r.report);
     if (common.json) {

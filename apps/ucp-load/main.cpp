@@ -7,7 +7,7 @@
 #include "load/load.h"
 #include "io/torch/verify.h"
 #include "tool/cli.h"
-#include "ucp/mpi_session.h"
+#include "parallel/mpi_session.h"
 
 int main(int argc, char** argv) {
   using namespace ucpkit;
@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
                                        : load::ExchangeMode::Auto;
     opt.batch_bytes = static_cast<uint64_t>(batch_mb * (1 << 20));
     if (exchange == "on" && opt.format != "deepspeed") throw UsageError("--exchange on applies to --format deepspeed");
-    const bool root = ucp::MpiSession::get().rank() == 0;
+    const bool root = parallel::MpiSession::get().rank() == 0;
     if (plan) {
       auto j = load::plan_json(opt);
       if (root) std::cout << j.dump(1) << "\n";
@@ -117,6 +117,6 @@ int main(int argc, char** argv) {
     }
     return 0;
   });
-  ucp::die_if_interrupted();  // staging folder removed: die as the signal asked
+  parallel::die_if_interrupted();  // staging folder removed: die as the signal asked
   return rc;
 }

@@ -4,7 +4,7 @@
 #include "io/torch/verify.h"
 #include "tool/cli.h"
 #include "ucp/convert.h"
-#include "ucp/mpi_session.h"
+#include "parallel/mpi_session.h"
 
 int main(int argc, char** argv) {
   using namespace ucpkit;
@@ -28,12 +28,12 @@ int main(int argc, char** argv) {
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
   const int rc = tool::run("ucp-union", [&] {
     auto s = ucp::run_union(input, output, opt);
-    if (ucp::MpiSession::get().rank() == 0) {
+    if (parallel::MpiSession::get().rank() == 0) {
       if (common.json) std::cout << s.to_json().dump(1) << "\n";
       tool::info(std::to_string(s.params) + " parameters -> " + output);
     }
     return 0;
   });
-  ucp::die_if_interrupted();  // staging folder removed: die as the signal asked
+  parallel::die_if_interrupted();  // staging folder removed: die as the signal asked
   return rc;
 }

@@ -14,8 +14,11 @@ struct TooDeep {};
 
 json parse_bounded(std::string_view text, const std::string& name) {
   try {
-    return json::parse(text.begin(), text.end(), [](int depth, json::parse_event_t, json&) {
-      if (depth > kMaxJsonDepth) throw TooDeep{};
+    // nlohmann reports a list's or object's start with the depth of its parent (0 for the outermost),
+    // so the kMaxJsonDepth-th nested level starts at depth kMaxJsonDepth - 1.
+    return json::parse(text.begin(), text.end(), [](int depth, json::parse_event_t event, json&) {
+      const bool opens = event == json::parse_event_t::array_start || event == json::parse_event_t::object_start;
+      if (opens && depth >= kMaxJsonDepth) throw TooDeep{};
       return true;
     });
   } catch (const TooDeep&) {

@@ -14,7 +14,6 @@
 #include <vector>
 
 #include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
 
 #include "core/crc32.h"
 #include "core/error.h"
@@ -23,7 +22,8 @@
 #include "load/model_info.h"
 #include "load/ucp_info.h"
 #include "load/universal_reader.h"
-#include "ucp/mpi_session.h"
+#include "parallel/mpi_session.h"
+#include "parallel/threads.h"
 #include "ucp/save.h"
 
 namespace fs = std::filesystem;
@@ -74,7 +74,7 @@ DeviceLoadResult load_partition_to_device(const DeviceLoadRequest& req) {
   const auto t_start = Clock::now();
   std::string why;
   if (!gpu_available(&why)) throw Error("no GPU: " + why);
-  auto& mpi = ucp::MpiSession::get();
+  auto& mpi = parallel::MpiSession::get();
   load::ModelInfo model = load::read_model_info(req.universal_dir);
   load::TargetLayout t;
   t.tp = req.tp;
@@ -112,7 +112,7 @@ DeviceLoadResult load_partition_to_device(const DeviceLoadRequest& req) {
   load::UniversalReader reader(model, req.universal_dir, req.verify);
   load::DeepSpeedWriter writer(model, plan, reader,
                                load_torch((fs::path(req.universal_dir) / "zero" / "optimizer_state.pt").string()));
-  const int threads = std::max(1, tbb::this_task_arena::max_concurrency());
+  const int threads = parallel::thread_count(0);
   res.phase_seconds["setup"] = since(t_start);
 
   // Checksums of the atomic tensors (each DP member a disjoint share), all cores at once.

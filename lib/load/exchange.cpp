@@ -17,7 +17,9 @@
 #include "core/staging.h"
 #include "io/torch/torch_file.h"
 #include "tool/tool.h"
-#include "ucp/mpi_session.h"
+#include "parallel/mpi_session.h"
+#include "parallel/share.h"
+#include "parallel/threads.h"
 #include "ucp/plan.h"
 
 namespace ucpkit::load {
@@ -108,7 +110,7 @@ ExchangePlan plan_exchange(const ModelInfo& model, const std::vector<FileNeeds>&
   // model files) by count, onto the rank with the fewest files.
   std::vector<uint64_t> file_bytes;
   for (const auto& f : files) file_bytes.push_back(f.bytes);
-  plan.file_ranks = ucp::assign_by_size(file_bytes, ranks);
+  plan.file_ranks = parallel::assign_by_size(file_bytes, ranks);
   std::vector<size_t> count(static_cast<size_t>(ranks), 0);
   for (size_t f = 0; f < files.size(); ++f)
     if (files[f].bytes > 0) ++count[static_cast<size_t>(plan.file_ranks[f])];
@@ -203,7 +205,7 @@ ExchangePlan plan_exchange(const ModelInfo& model, const std::vector<FileNeeds>&
 std::vector<FileNeeds> file_needs(const std::vector<LaidOutFile>& files, const DeepSpeedWriter& writer,
                                   const ModelInfo& model, int threads) {
   std::vector<FileNeeds> out(files.size());
-  tbb::task_arena(threads).execute([&] {
+  parallel::in_arena(threads, [&] {
     tbb::parallel_for(size_t{0}, files.size(), [&](size_t f) {
       check_interrupted();
       for (const auto& st : generated_storages(files[f].root)) {
@@ -300,7 +302,7 @@ std::unique_ptr<float[]> floats(uint64_t n) { return std::make_unique_for_overwr
 
 ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepSpeedWriter& writer,
                            UniversalReader& reader, const ModelInfo& model, const ExchangePlan& plan,
-                           ucp::MpiSession& mpi, int threads) {
+                           parallel::MpiSession& mpi, int threads) {
   ExchangeStats stats;
   const int me = mpi.rank(), nranks = mpi.size();
   if (plan.ranks != nranks) throw Error("exchange plan made for " + std::to_string(plan.ranks) + " ranks");
@@ -313,7 +315,7 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
   for (size_t f = 0; f < laid_out.size(); ++f)
     if (plan.file_ranks[f] == me) mine_of.push_back(f);
   std::vector<std::unique_ptr<DeferredTorchFile>> files(mine_of.size());
-  ucp::collectively(mpi, [&] {
+  parallel::collectively(mpi, [&] {
     arena.execute([&] {
       tbb::parallel_for(size_t{0}, mine_of.size(), [&](size_t i) {
         check_interrupted();
@@ -327,7 +329,7 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
   //    the atomic elements those pieces need.
   std::vector<std::vector<Item>> items(steps);
   AtomicNeeds mine;
-  ucp::collectively(mpi, [&] {
+  parallel::collectively(mpi, [&] {
     for (size_t f = 0; f < files.size(); ++f) {
       const auto& records = files[f]->records();
       for (size_t k = 0; k < records.size(); ++k) {
@@ -414,7 +416,7 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
   // Allocated (and MPI's int counts checked) on every rank before any transfer, so that a failure
   // here stops all ranks instead of leaving the others in an all-to-all.
   std::unique_ptr<float[]> owned_buf, send_buf, recv_buf;
-  ucp::collectively(mpi, [&] {
+  parallel::collectively(mpi, [&] {
     if (std::max(max_send, max_recv) > static_cast<uint64_t>(INT32_MAX))
       throw Error("MPI exchange batch too large (more than 2^31 floats to send or receive on one rank); lower --batch-mb");
     owned_buf = floats(max_owned), send_buf = floats(max_send), recv_buf = floats(max_recv);
@@ -460,7 +462,7 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
   } reset{reader};
   {
     const auto t = Clock::now();
-    ucp::collectively(mpi, [&] { fill(items[0]); });
+    parallel::collectively(mpi, [&] { fill(items[0]); });
     stats.fill_seconds += since(t);
   }
 
@@ -478,7 +480,7 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
     //    them in order and checks the manifest's CRC (each atomic byte is read once in all).
     auto t = Clock::now();
     std::vector<uint32_t> crcs(x.owned.size(), 0);
-    ucp::collectively(mpi, [&] {
+    parallel::collectively(mpi, [&] {
       check_interrupted();  // SIGINT/SIGTERM: every rank stops at the start of the next batch
       // Every unit in parts of 8 MiB, all at once; the parts' CRCs are combined in order.
       constexpr int64_t kPart = 2 << 20;  // elements
@@ -511,7 +513,7 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
         unit_crc[u] = static_cast<uint32_t>(from[i + 1]);
         if (--units_left[tensor_of(plan.reads[u])] == 0) complete.push_back(tensor_of(plan.reads[u]));
       }
-    ucp::collectively(mpi, [&] {
+    parallel::collectively(mpi, [&] {
       for (size_t tensor : complete) {
         const size_t u0 = plan.first_unit[tensor], u1 = plan.first_unit[tensor + 1];
         if (plan.reads[u0].owner != me) continue;  // the owner of the first unit checks it
@@ -563,7 +565,7 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
       });
     }
     t = Clock::now();
-    ucp::collectively(mpi, [&] { fill(items[b + 1]); });
+    parallel::collectively(mpi, [&] { fill(items[b + 1]); });
     stats.fill_seconds += since(t);
     cache.clear();
     if (me == 0) progress.advance();
@@ -575,7 +577,7 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
   // 7. Checksums combined, central directories written, files renamed into place.
   const auto t = Clock::now();
   std::atomic<uint64_t> written{0};
-  ucp::collectively(mpi, [&] {
+  parallel::collectively(mpi, [&] {
     arena.execute([&] {
       tbb::parallel_for(size_t{0}, files.size(), [&](size_t f) { written += files[f]->finish(); });
     });

@@ -19,7 +19,7 @@
 #include "load/model_info.h"
 #include "load/universal_reader.h"
 
-namespace ucpkit::ucp {
+namespace ucpkit::parallel {
 class MpiSession;
 }
 
@@ -98,6 +98,6 @@ struct ExchangeStats {
 // `plan` made from them; this rank creates and writes the files the plan gives it.
 ExchangeStats run_exchange(const std::vector<LaidOutFile>& files, const DeepSpeedWriter& writer,
                            UniversalReader& reader, const ModelInfo& model, const ExchangePlan& plan,
-                           ucp::MpiSession& mpi, int threads);
+                           parallel::MpiSession& mpi, int threads);
 
 }  // namespace ucpkit::load

@@ -11,7 +11,6 @@
 #include <optional>
 
 #include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
 
 #include "core/atomic_file.h"
 #include "core/confine.h"
@@ -24,7 +23,9 @@
 #include "load/safetensors_writer.h"
 #include "load/universal_reader.h"
 #include "tool/tool.h"
-#include "ucp/mpi_session.h"
+#include "parallel/mpi_session.h"
+#include "parallel/share.h"
+#include "parallel/threads.h"
 #include "ucp/plan.h"
 
 namespace fs = std::filesystem;
@@ -139,8 +140,7 @@ std::vector<LaidOutFile> lay_out_all(DeepSpeedWriter& writer, const ModelInfo& m
   } reset{writer};
   const auto jobs = jobs_of(model, plan);
   std::atomic<uint64_t> none{0}, counted{0};
-  tbb::task_arena arena(threads);
-  arena.execute([&] {
+  parallel::in_arena(threads, [&] {
     tbb::parallel_for(size_t{0}, jobs.size(), [&](size_t k) {
       check_interrupted();
       run_job(writer, model, plan, jobs[k], dir, none, counted);
@@ -157,10 +157,6 @@ void raise_open_file_limit() {
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
   }
-}
-
-int threads_of(const LoadOptions& options) {
-  return options.threads > 0 ? options.threads : std::max(1, tbb::this_task_arena::max_concurrency());
 }
 
 bool uses_exchange(const LoadOptions& options, int ranks) {
@@ -206,12 +202,12 @@ nlohmann::json plan_json(const LoadOptions& options) {
   auto j = p.plan.to_json(p.model);
   // Which rank writes which file, and reads which atomic tensor in which batch, when the exchange
   // would be used (the files are laid out in memory for it; nothing is written).
-  const int ranks = ucp::MpiSession::get().size();
+  const int ranks = parallel::MpiSession::get().size();
   if (uses_exchange(options, ranks)) {
     UniversalReader reader(p.model, options.input, false);
     DeepSpeedWriter writer(p.model, p.plan, reader, common_optimizer_state(options));
     const auto setup =
-        set_up_exchange(writer, p.model, p.plan, p.model.tag, ranks, options.batch_bytes, threads_of(options));
+        set_up_exchange(writer, p.model, p.plan, p.model.tag, ranks, options.batch_bytes, parallel::thread_count(options.threads));
     auto& x = j["exchange"] = setup.plan.to_json(p.model);
     auto& writers = x["files"] = nlohmann::json::array();
     for (size_t f = 0; f < setup.files.size(); ++f)
@@ -228,15 +224,15 @@ LoadSummary run_load(const LoadOptions& options) {
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_TOP_PAD, 64 << 20);
-  auto& mpi = ucp::MpiSession::get();
-  ucp::RankFailure failed(mpi);  // guard() the work of each step, settle() at its end on every rank
+  auto& mpi = parallel::MpiSession::get();
+  parallel::RankFailure failed(mpi);  // guard() the work of each step, settle() at its end on every rank
   refuse_output_over_input(options.output, "--output", options.input, "--input");
 
   Prepared prep;
   failed.guard([&] { prep = prepare(options); });
   failed.settle();
   const ModelInfo& model = prep.model;
-  const int threads = threads_of(options);
+  const int threads = parallel::thread_count(options.threads);
 
   // Every rank turns SIGINT/SIGTERM into a failure at its next job from here on (staging removed).
   StagedPhase phase;
@@ -264,13 +260,12 @@ LoadSummary run_load(const LoadOptions& options) {
     for (const auto& p : model.params) {
       sizes.push_back(4 * model.states.size() * static_cast<uint64_t>(p.stored_numel));
     }
-    const auto owner = ucp::assign_by_size(sizes, mpi.size());
+    const auto owner = parallel::assign_by_size(sizes, mpi.size());
     std::vector<char> mask(model.params.size());
     for (size_t i = 0; i < mask.size(); ++i) mask[i] = owner[i] == mpi.rank();
     reader.set_verify_mask(mask);
     failed.guard([&] {
-      tbb::task_arena arena(threads);
-      arena.execute([&] {
+      parallel::in_arena(threads, [&] {
         tbb::parallel_for(size_t{0}, mask.size() * model.states.size(), [&](size_t k) {
           check_interrupted();
           const size_t i = k / model.states.size();
@@ -316,15 +311,10 @@ LoadSummary run_load(const LoadOptions& options) {
       auto jobs = jobs_of(model, plan);
       std::vector<uint64_t> sizes;
       for (const auto& j : jobs) sizes.push_back(j.bytes);
-      const auto owner = ucp::assign_by_size(sizes, mpi.size());
-      std::vector<size_t> mine;
-      for (size_t i = 0; i < jobs.size(); ++i)
-        if (owner[i] == mpi.rank()) mine.push_back(i);
-      std::stable_sort(mine.begin(), mine.end(), [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
-      tbb::task_arena arena(threads);
+      const std::vector<size_t> mine = parallel::share_of(sizes, mpi.size(), mpi.rank());
       tool::Progress progress("ucp-load", mine.size());
       std::mutex progress_mu;
-      arena.execute([&] {
+      parallel::in_arena(threads, [&] {
         tbb::parallel_for(
             tbb::blocked_range<size_t>(0, mine.size(), 1),
             [&](const tbb::blocked_range<size_t>& r) {

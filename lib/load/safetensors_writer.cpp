@@ -7,11 +7,11 @@
 
 #include <nlohmann/json.hpp>
 #include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/staging.h"
+#include "parallel/threads.h"
 
 namespace fs = std::filesystem;
 
@@ -58,8 +58,7 @@ uint64_t write_safetensors(const ModelInfo& model, UniversalReader& reader, DTyp
   for (const auto& sh : shards)
     for (int i : sh) total += static_cast<uint64_t>(numel_of(model.params[i].shape)) * es;
 
-  tbb::task_arena arena(threads > 0 ? threads : tbb::this_task_arena::max_concurrency());
-  arena.execute([&] {
+  parallel::in_arena(threads, [&] {
     tbb::parallel_for(size_t{0}, shards.size(), [&](size_t k) {
       nlohmann::ordered_json header = nlohmann::ordered_json::object();
       header["__metadata__"] = {{"format", "pt"}};

@@ -29,7 +29,7 @@
 #include "pec/shard_version.h"
 #include "pec/store.h"
 #include "tool/tool.h"
-#include "ucp/mpi_session.h"
+#include "parallel/mpi_session.h"
 
 namespace fs = std::filesystem;
 
@@ -66,7 +66,7 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   if (!o.ds_version.empty()) (void)layout::moe_version_line(o.ds_version);  // a usage error before any work
   auto t0 = std::chrono::steady_clock::now();
   RestoreResult res;
-  auto& mpi = ucp::MpiSession::get();
+  auto& mpi = parallel::MpiSession::get();
   const bool root = mpi.rank() == 0;
   auto warn = [&](const std::string& w) {
     res.warnings.push_back(w);
@@ -151,7 +151,7 @@ RestoreResult pec_restore(const RestoreOptions& o) {
               if (f.ranges.is_null()) sizes.emplace_back(f.path, f.size);
       w->assign(sizes);
       std::string err;
-      ucp::RankFailure failed(mpi);
+      parallel::RankFailure failed(mpi);
       failed.guard([&] {
         try {
           w->write_non_expert(*tiers[ti], m.non_expert);
@@ -231,7 +231,7 @@ RestoreResult pec_restore(const RestoreOptions& o) {
       copies.push_back({tiers[c.tier].get(), c.entry});
     }
     std::vector<CopyOutcome> outs;
-    ucp::RankFailure failed(mpi);
+    parallel::RankFailure failed(mpi);
     failed.guard([&] { outs = writer->write_experts(copies); });
     failed.settle(remove_tmp);
     std::vector<int64_t> mine;
@@ -277,7 +277,7 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   }
   bar.finish();
   {
-    ucp::RankFailure failed(mpi);
+    parallel::RankFailure failed(mpi);
     failed.guard([&] { writer->finish(); });
     failed.settle(remove_tmp);
   }
@@ -381,7 +381,7 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   const std::string tag = "global_step" + std::to_string(target);
   const fs::path final_dir = fs::path(o.output) / tag;
   {
-    ucp::RankFailure failed(mpi);
+    parallel::RankFailure failed(mpi);
     if (root) failed.guard([&] {
       try {
         test_pause_if_asked();

@@ -16,7 +16,7 @@
 #include "pec/store.h"
 #include "pec/tokens.h"
 #include "tool/tool.h"
-#include "ucp/mpi_session.h"
+#include "parallel/mpi_session.h"
 
 namespace ucpkit::pec {
 namespace {
@@ -74,7 +74,7 @@ void check_save_options(const SaveOptions& o) {
 
 json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progress, uint64_t* total_bytes) {
   auto t0 = std::chrono::steady_clock::now();
-  auto& mpi = ucp::MpiSession::get();
+  auto& mpi = parallel::MpiSession::get();
   const bool root = mpi.rank() == 0;
   if (o.step < 0) throw UsageError("--step must be >= 0");
   // Every usage error before anything is created: a refused run leaves no store behind.

@@ -12,6 +12,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_input.h"
+#include "io/router_trace.h"
 
 namespace ucpkit::pec {
 namespace {
@@ -95,75 +96,7 @@ TokenMatrix parse_json_matrix(const json& j, const std::string& name, bool recta
   return out;
 }
 
-void flatten_ids(const json& v, std::vector<int64_t>& out) {
-  if (v.is_array()) {
-    for (const auto& x : v) flatten_ids(x, out);
-  } else if (v.is_number_integer() || v.is_number_unsigned()) {
-    out.push_back(v.get<int64_t>());
-  }
-}
-
-const json* first_key(const json& o, std::initializer_list<const char*> keys) {
-  for (const char* k : keys)
-    if (o.contains(k)) return &o.at(k);
-  return nullptr;
-}
-
-// Router trace JSONL. `moe_layer` is the MoE layer index itself. `layer`/`layer_idx`/`layer_number`
-// may be transformer-layer ids (Megatron numbers every transformer layer, so with MoE every other
-// layer a trace reads 1, 3, 5, ...): when the distinct ids do not already form 0..L-1 they are mapped,
-// in sorted order, onto the MoE layers 0..L-1.
-TokenMatrix parse_jsonl(std::string_view text, const std::string& name) {
-  std::map<int64_t, std::vector<int64_t>> rows;  // layer id -> counts per expert
-  bool by_moe_layer = false, by_layer = false;
-  std::istringstream in{std::string(text)};
-  std::string line;
-  int line_no = 0;
-  auto add = [&](int64_t l, int64_t e, int64_t tokens) {
-    if (e < 0 || tokens < 0) fail(name, "line " + std::to_string(line_no) + ": negative expert or token count");
-    auto& row = rows[l];
-    if (static_cast<size_t>(e) >= row.size()) row.resize(static_cast<size_t>(e) + 1, 0);
-    row[static_cast<size_t>(e)] = add_count(row[static_cast<size_t>(e)], tokens, name);
-  };
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (trim(line).empty()) continue;
-    json o = parse_json_input(line, name, "line " + std::to_string(line_no));
-    if (!o.is_object()) fail(name, "line " + std::to_string(line_no) + ": expected a JSON object");
-    const json* layer = first_key(o, {"moe_layer"});
-    (layer ? by_moe_layer : by_layer) = true;
-    if (!layer) layer = first_key(o, {"layer", "layer_idx", "layer_number"});
-    if (!layer || !layer->is_number_integer())
-      fail(name, "line " + std::to_string(line_no) + ": no layer index (moe_layer, or layer/layer_idx/layer_number)");
-    int64_t l = layer->get<int64_t>();
-    if (l < 0) fail(name, "line " + std::to_string(line_no) + ": negative layer index");
-    rows[l];
-    if (const json* counts = first_key(o, {"tokens_per_expert", "expert_counts", "counts"})) {
-      if (!counts->is_array()) fail(name, "line " + std::to_string(line_no) + ": counts must be a list");
-      for (size_t e = 0; e < counts->size(); ++e) add(l, static_cast<int64_t>(e), to_count((*counts)[e].dump(), name));
-    } else if (const json* ids = first_key(o, {"experts", "topk_ids", "indices", "expert_ids"})) {
-      std::vector<int64_t> flat;
-      flatten_ids(*ids, flat);
-      for (int64_t e : flat) add(l, e, 1);
-    } else if (o.contains("expert") && o.contains("tokens")) {
-      add(l, o.at("expert").get<int64_t>(), to_count(o.at("tokens").dump(), name));
-    } else {
-      fail(name, "line " + std::to_string(line_no) + ": no expert counts or routed expert ids");
-    }
-  }
-  if (by_moe_layer && by_layer)
-    fail(name, "mixes moe_layer with layer/layer_idx/layer_number keys; use one kind of layer index");
-  TokenMatrix m;
-  if (rows.empty()) return m;
-  const bool dense = rows.rbegin()->first == static_cast<int64_t>(rows.size()) - 1;  // ids are exactly 0..L-1
-  if (by_moe_layer || dense) {
-    m.resize(static_cast<size_t>(rows.rbegin()->first) + 1);
-    for (auto& [l, row] : rows) m[static_cast<size_t>(l)] = std::move(row);
-  } else {
-    for (auto& [l, row] : rows) m.push_back(std::move(row));  // i-th smallest transformer layer -> MoE layer i
-  }
-  return m;
-}
+TokenMatrix parse_jsonl(std::string_view text, const std::string& name) { return io::parse_router_trace(text, name).total(name); }
 
 TokenMatrix parse_csv(std::string_view text, const std::string& name) {
   std::istringstream in{std::string(text)};

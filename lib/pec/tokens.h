@@ -16,10 +16,8 @@ using TokenMatrix = std::vector<std::vector<int64_t>>;
 //  * JSON matrix `[[...], ...]` or `{"tokens": [[...]]}`;
 //  * CSV: long form with a header naming `layer`/`moe_layer`, `expert`, `tokens`, or a bare matrix
 //    (one row per MoE layer);
-//  * Megatron router trace JSONL: one object per line with the MoE layer (`layer`, `moe_layer` or
-//    `layer_idx`) and either per-expert counts (`tokens_per_expert`, `expert_counts`, `counts`) or the
-//    routed expert ids of each token (`experts`, `topk_ids`, `indices`; nested lists are flattened).
-//    Lines of one layer are summed.
+//  * router trace JSONL (io/router_trace.h, the parser moe-replace uses too): every line's counts
+//    added up, over all iterations.
 // Throws Error (naming `name`) on malformed input.
 TokenMatrix parse_tokens(std::string_view text, const std::string& name);
 TokenMatrix load_tokens(const std::string& path);

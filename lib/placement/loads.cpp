@@ -10,6 +10,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_input.h"
+#include "io/router_trace.h"
 #include "placement/engine_formats.h"
 
 namespace ucpkit::placement {
@@ -133,51 +134,20 @@ std::vector<Snapshot> snapshots_from_csv(const std::string& text, const std::str
 }
 
 std::vector<Snapshot> snapshots_from_trace(const std::string& text, const std::string& name, const LoadOptions& opt) {
-  // iteration -> layer -> expert -> tokens
-  std::map<long long, std::map<long long, std::map<long long, double>>> counts;
-  std::istringstream in(text);
-  std::string line;
-  size_t lineno = 0;
-  long long max_layer = -1, max_expert = -1;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    json rec = parse_json_input(line, name, "line " + std::to_string(lineno) + ": not JSON");
-    if (!rec.is_object() || !rec.contains("top_indices"))
-      fail(name, "line " + std::to_string(lineno) + ": router trace record needs \"top_indices\"");
-    long long layer = rec.value("layer", rec.value("layer_number", 0LL));
-    long long iter = rec.value("iteration", rec.value("step", 0LL));
-    if (!opt.snapshot.empty() && std::to_string(iter) != opt.snapshot) continue;
-    if (layer < 0) fail(name, "line " + std::to_string(lineno) + ": negative layer");
-    auto& lc = counts[iter][layer];
-    max_layer = std::max(max_layer, layer);
-    if (rec.contains("num_experts")) max_expert = std::max(max_expert, rec["num_experts"].get<long long>() - 1);
-    auto add = [&](const json& v) {
-      if (!v.is_number_integer() || v.get<long long>() < 0)
-        fail(name, "line " + std::to_string(lineno) + ": bad expert id " + json_brief(v));
-      long long e = v.get<long long>();
-      lc[e] += 1;
-      max_expert = std::max(max_expert, e);
-    };
-    for (const auto& tok : rec["top_indices"]) {
-      if (tok.is_array()) {
-        for (const auto& e : tok) add(e);
-      } else {
-        add(tok);
-      }
-    }
-  }
-  if (counts.empty()) fail(name, opt.snapshot.empty() ? "no router trace records" : "no records of iteration " + opt.snapshot);
-  size_t experts = opt.experts ? opt.experts : static_cast<size_t>(max_expert + 1);
-  if (static_cast<long long>(experts) <= max_expert)
-    fail(name, "expert id " + std::to_string(max_expert) + " out of range for " + std::to_string(experts) + " experts");
+  const io::RouterTrace trace = io::parse_router_trace(text, name);
+  if (trace.iterations.empty()) fail(name, "no router trace records");
+  const size_t experts = opt.experts ? opt.experts : trace.experts;
+  if (experts < trace.experts)
+    fail(name, "expert id " + std::to_string(trace.experts - 1) + " out of range for " + std::to_string(experts) + " experts");
   std::vector<Snapshot> out;
-  for (const auto& [iter, layers] : counts) {
-    Snapshot m(static_cast<size_t>(max_layer + 1), std::vector<double>(experts, 0.0));
-    for (const auto& [l, ex] : layers)
-      for (const auto& [e, n] : ex) m[l][e] = n;
-    out.push_back(std::move(m));
+  for (const auto& [iteration, m] : trace.iterations) {
+    if (!opt.snapshot.empty() && std::to_string(iteration) != opt.snapshot) continue;
+    Snapshot s(trace.layers, std::vector<double>(experts, 0.0));
+    for (size_t l = 0; l < m.size(); ++l)
+      for (size_t e = 0; e < m[l].size(); ++e) s[l][e] = static_cast<double>(m[l][e]);
+    out.push_back(std::move(s));
   }
+  if (out.empty()) fail(name, "no records of iteration " + opt.snapshot);
   return out;
 }
 

@@ -32,8 +32,7 @@ struct LoadOptions {
 //  * JSON object with "weight" (EPLB example), "loads", "logical_count" (SGLang/vLLM dump, 2-D or
 //    3-D with a leading buffer dimension) or "iterations" {key: matrix} (SmartMoE trace);
 //  * CSV: one row per layer, one column per expert, optional header (a leading "layer" column is dropped);
-//  * Megatron router trace JSONL: one object per line with "layer" and "top_indices" (per token, a list
-//    of expert ids or one id) and optionally "iteration"; tokens are counted per expert;
+//  * router trace JSONL (io/router_trace.h, the parser pec-save uses too): one snapshot per "iteration";
 //  * .pt (SGLang expert-distribution dump) and .safetensors (vLLM EPLB load window):
 //    engine_formats.h, read_engine_loads (window and snapshot options do not apply).
 // Throws Error naming the file on malformed, ragged, negative or non-finite input.

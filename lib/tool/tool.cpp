@@ -56,11 +56,6 @@ void warn(const std::string& message) {
   std::cerr << g_tool << ": warning: " << message << "\n";
 }
 
-void not_implemented(const std::string& what) {
-  std::cerr << g_tool << ": error: not implemented yet: " << what << "\n";
-  std::exit(kFailure);
-}
-
 uint64_t peak_rss_bytes() {
   struct rusage ru {};
   ::getrusage(RUSAGE_SELF, &ru);

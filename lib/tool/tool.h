@@ -20,9 +20,6 @@ void info(const std::string& message);     // shown unless quiet
 void verbose(const std::string& message);  // shown with -v
 void warn(const std::string& message);     // always shown, as "tool: warning: ..."
 
-// Exit for tools whose work is not built yet: says so, never pretends to succeed.
-[[noreturn]] void not_implemented(const std::string& what);
-
 // Peak resident set size of this process, in bytes.
 uint64_t peak_rss_bytes();
 

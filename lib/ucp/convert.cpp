@@ -14,7 +14,6 @@
 #include <numeric>
 
 #include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
 
 #include "core/atomic_file.h"
 #include "core/confine.h"
@@ -28,7 +27,9 @@
 #include "layout/deepspeed/storage_tags.h"
 #include "tool/tool.h"
 #include "ucp/extract.h"
-#include "ucp/mpi_session.h"
+#include "parallel/mpi_session.h"
+#include "parallel/share.h"
+#include "parallel/threads.h"
 #include "ucp/save.h"
 #include "ucp/shard_reader.h"
 #include "ucp/union_fragments.h"
@@ -65,10 +66,6 @@ void tune_allocator() {
   mallopt(M_ARENA_MAX, 1);
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, INT_MAX);
-}
-
-int thread_count(int requested) {
-  return requested > 0 ? requested : std::max(1, tbb::this_task_arena::max_concurrency());
 }
 
 uint64_t file_size(const std::string& p) {
@@ -123,8 +120,8 @@ struct WorkJob {
 }  // namespace
 
 ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, int threads, bool sync) {
-  auto& mpi = MpiSession::get();
-  RankFailure failed(mpi);
+  auto& mpi = parallel::MpiSession::get();
+  parallel::RankFailure failed(mpi);
   ExtractStats stats;
 
   // New plan: one fragment file per (param, tp, partition). Every rank computes the same one.
@@ -179,22 +176,15 @@ ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, in
     }
     sizes.push_back(bytes);
   }
-  const auto owner = assign_by_size(sizes, mpi.size());
-  std::vector<size_t> mine;
+  const std::vector<size_t> mine = parallel::share_of(sizes, mpi.size(), mpi.rank());
   size_t my_files = 0;
-  for (size_t si = 0; si < sources.size(); ++si)
-    if (owner[si] == mpi.rank()) {
-      mine.push_back(si);
-      my_files += by_source[sources[si]].size();
-    }
-  std::stable_sort(mine.begin(), mine.end(), [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
+  for (size_t si : mine) my_files += by_source[sources[si]].size();
 
   SourceCache cache(plan.files);
   std::atomic<uint64_t> read{0}, written{0}, count{0};
   SafeProgress progress("ucp-extract", my_files, mpi.rank() == 0);
   failed.guard([&] {
-    tbb::task_arena arena(thread_count(threads));
-    arena.execute([&] {
+    parallel::in_arena(threads, [&] {
       tbb::parallel_for(
           tbb::blocked_range<size_t>(0, mine.size(), 1),
           [&](const tbb::blocked_range<size_t>& range) {
@@ -263,8 +253,8 @@ ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, in
 RunSummary run_extract(const std::string& checkpoint, const std::string& work_dir, const ConvertOptions& options) {
   const auto t0 = Clock::now();
   tune_allocator();
-  auto& mpi = MpiSession::get();
-  RankFailure failed(mpi);
+  auto& mpi = parallel::MpiSession::get();
+  parallel::RankFailure failed(mpi);
   refuse_output_over_input(work_dir, "--output", layout::resolve_checkpoint_dir(checkpoint), "--input");
   ExtractOptions eo;
   eo.patterns_file = options.patterns_file;
@@ -286,7 +276,7 @@ RunSummary run_extract(const std::string& checkpoint, const std::string& work_di
   s.bytes_read = stats.bytes_read;
   s.bytes_written = stats.bytes_written;
   s.ranks = mpi.size();
-  s.threads = thread_count(options.threads);
+  s.threads = parallel::thread_count(options.threads);
   s.peak_rss_bytes = mpi.max(tool::peak_rss_bytes());
   s.seconds = mpi.max(std::chrono::duration<double>(Clock::now() - t0).count());
   return s;
@@ -474,8 +464,8 @@ ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, S
 RunSummary run_union(const std::string& input, const std::string& output, const ConvertOptions& options) {
   const auto t0 = Clock::now();
   tune_allocator();
-  auto& mpi = MpiSession::get();
-  RankFailure failed(mpi);
+  auto& mpi = parallel::MpiSession::get();
+  parallel::RankFailure failed(mpi);
 
   Plan plan;
   const bool from_work = is_work_folder(input);
@@ -520,24 +510,19 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
   // Parameters of this rank, largest first.
   std::vector<uint64_t> sizes;
   for (const auto& p : plan.params) sizes.push_back(p.bytes_in());
-  const auto owner = assign_by_size(sizes, mpi.size());
-  std::vector<size_t> mine;
-  for (size_t i = 0; i < plan.params.size(); ++i)
-    if (owner[i] == mpi.rank()) mine.push_back(i);
-  std::stable_sort(mine.begin(), mine.end(), [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
+  const std::vector<size_t> mine = parallel::share_of(sizes, mpi.size(), mpi.rank());
 
   std::vector<ParamResult> results(plan.params.size());
   // ZeRO-3 with TP = 1 gives bare 1-D tensors; with TP > 1 ds_to_universal joins the TP slices by the
   // patterns (merge_tp_slices), so the output is the ZeRO-1/2 dict form.
   const bool flat = plan.source.value("zero_stage", 1) == 3 && plan.source.value("tp", 1) == 1;
-  const int threads = thread_count(options.threads);
+  const int threads = parallel::thread_count(options.threads);
   UnionOptions uo;
   uo.tolerance = options.tolerance;
   SourceCache cache(plan.files);
   SafeProgress progress("ucp-union", mine.size(), mpi.rank() == 0);
   failed.guard([&] {
-    tbb::task_arena arena(threads);
-    arena.execute([&] {
+    parallel::in_arena(threads, [&] {
       tbb::parallel_for(
           tbb::blocked_range<size_t>(0, mine.size(), 1),
           [&](const tbb::blocked_range<size_t>& range) {

@@ -86,20 +86,6 @@ Plan Plan::from_json(const nlohmann::json& j) {
 
 patterns::PatternSet Plan::pattern_set() const { return patterns::PatternSet::from_json(patterns_json, patterns_origin); }
 
-std::vector<int> assign_by_size(const std::vector<uint64_t>& sizes, int ranks) {
-  std::vector<size_t> order(sizes.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
-  std::vector<uint64_t> load(std::max(ranks, 1), 0);
-  std::vector<int> owner(sizes.size(), 0);
-  for (size_t i : order) {
-    int best = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
-    owner[i] = best;
-    load[best] += sizes[i];
-  }
-  return owner;
-}
-
 std::string param_folder(const std::string& name) {
   // No PyTorch parameter is named so; as a folder they would write beside zero/<param>/ (names come
   // from the checkpoint's pickles, or a work folder's plan.json).

@@ -50,10 +50,6 @@ struct Plan {
   patterns::PatternSet pattern_set() const;
 };
 
-// Largest first onto the least-loaded of `ranks` bins (ties: lowest rank); returns the bin of each
-// item. Deterministic, so every MPI rank computes the same split.
-std::vector<int> assign_by_size(const std::vector<uint64_t>& sizes, int ranks);
-
 // Turns a parameter name into a file-system-safe folder name (names with '/' are rare but legal).
 std::string param_folder(const std::string& name);
 

@@ -129,10 +129,3 @@ TEST(Union, ShapeMismatchNamesParameter) {
     EXPECT_NE(std::string(e.what()).find("3.self_attention.dense.weight: shape mismatch"), std::string::npos);
   }
 }
-
-TEST(Plan, LargestFirstOntoLeastLoaded) {
-  auto owner = ucp::assign_by_size({10, 1, 7, 3, 3}, 2);
-  // 10 -> 0, 7 -> 1, 3 -> 1 (7 < 10), 3 -> 0 (10 = 10, lowest rank), 1 -> 1.
-  EXPECT_EQ(owner, (std::vector<int>{0, 1, 1, 1, 0}));
-  EXPECT_EQ(ucp::assign_by_size({5, 5}, 1), (std::vector<int>{0, 0}));
-}

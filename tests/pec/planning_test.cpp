@@ -56,7 +56,7 @@ TEST(PecTokens, RouterTraceByTransformerLayerMapsToMoeLayerOrder) {
   auto dense = parse_tokens("{\"layer\": 1, \"counts\": [1]}\n{\"layer\": 0, \"counts\": [2]}\n", "t");
   EXPECT_EQ(dense, (TokenMatrix{{2}, {1}}));
   auto moe = parse_tokens("{\"moe_layer\": 1, \"counts\": [5]}\n", "t");
-  EXPECT_EQ(moe, (TokenMatrix{{}, {5}}));
+  EXPECT_EQ(moe, (TokenMatrix{{0}, {5}}));
   EXPECT_THROW(parse_tokens("{\"moe_layer\": 0, \"counts\": [1]}\n{\"layer\": 3, \"counts\": [1]}\n", "t"), Error);
 }
 

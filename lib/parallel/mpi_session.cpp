@@ -1,5 +1,5 @@
 // MPI session.
-#include "ucp/mpi_session.h"
+#include "parallel/mpi_session.h"
 
 #include <mpi.h>
 
@@ -13,7 +13,7 @@
 
 #include "core/staging.h"
 
-namespace ucpkit::ucp {
+namespace ucpkit::parallel {
 
 namespace {
 // Completes a non-blocking collective without spinning a core: MPI_Test, then sleeps that grow from
@@ -189,4 +189,4 @@ void die_if_interrupted() {
   raise_if_interrupted();
 }
 
-}  // namespace ucpkit::ucp
+}  // namespace ucpkit::parallel

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 
-namespace ucpkit::ucp {
+namespace ucpkit::parallel {
 
 class MpiSession {
  public:
@@ -82,4 +82,4 @@ void collectively(MpiSession& mpi, F&& f) {
 // together with the other ranks, then dies by that signal; returns otherwise.
 void die_if_interrupted();
 
-}  // namespace ucpkit::ucp
+}  // namespace ucpkit::parallel

@@ -1,0 +1,121 @@
+// core/atomic_file: the target appears only at commit, whole; an uncommitted file leaves nothing;
+// holes read as zeros; patches land both in the buffer and in bytes already written out.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <stdexcept>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "support/process.h"
+
+using namespace ucpkit;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+size_t entries(const fs::path& dir) {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST(AtomicFile, TargetAppearsOnlyAtCommitWithEveryByte) {
+  const fs::path dir = ucpkit::testing::scratch_dir("atomic_commit");
+  const fs::path target = dir / "out.bin";
+  std::mt19937 rng(5);
+  std::string expect;
+  {
+    AtomicFile f(target.string(), /*durable=*/true);
+    // Small writes (buffered), one larger than the buffer (written through), zeros.
+    for (int i = 0; i < 1000; ++i) {
+      std::string piece(rng() % 300, static_cast<char>('a' + i % 26));
+      f.write(piece.data(), piece.size());
+      expect += piece;
+    }
+    std::string big(3u << 20, 'B');
+    f.write(big.data(), big.size());
+    expect += big;
+    f.write_zeros(10000);
+    expect += std::string(10000, '\0');
+    EXPECT_FALSE(fs::exists(target));
+    EXPECT_EQ(f.offset(), expect.size());
+    f.commit();
+  }
+  EXPECT_EQ(slurp(target), expect);
+  EXPECT_EQ(entries(dir), 1u) << "temporary file left beside the target";
+}
+
+TEST(AtomicFile, UncommittedFileLeavesNothingAndKeepsAnOldTarget) {
+  const fs::path dir = ucpkit::testing::scratch_dir("atomic_abort");
+  const fs::path target = dir / "out.bin";
+  { std::ofstream(target) << "old"; }
+  try {
+    AtomicFile f(target.string());
+    f.write("new", 3);
+    throw std::runtime_error("stop before commit");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_EQ(slurp(target), "old");
+  EXPECT_EQ(entries(dir), 1u);
+}
+
+TEST(AtomicFile, SkippedBytesReadAsZerosAndPatchesLandEverywhere) {
+  const fs::path dir = ucpkit::testing::scratch_dir("atomic_patch");
+  const fs::path target = dir / "out.bin";
+  std::string expect;
+  {
+    AtomicFile f(target.string());
+    std::string head(2u << 20, 'h');  // beyond the buffer: written out to the file
+    f.write(head.data(), head.size());
+    f.skip(4096);
+    f.write("tail", 4);
+    expect = head + std::string(4096, '\0') + "tail";
+    const std::string p1 = "PATCH-IN-FILE", p2 = "HOLE", p3 = "BUF";
+    f.pwrite_at(100, {reinterpret_cast<const uint8_t*>(p1.data()), p1.size()});
+    f.pwrite_at(head.size() + 10, {reinterpret_cast<const uint8_t*>(p2.data()), p2.size()});
+    f.pwrite_at(head.size() + 4096 + 1, {reinterpret_cast<const uint8_t*>(p3.data()), p3.size()});
+    expect.replace(100, p1.size(), p1);
+    expect.replace(head.size() + 10, p2.size(), p2);
+    expect.replace(head.size() + 4096 + 1, p3.size(), p3);
+    const uint8_t x = 'x';
+    EXPECT_THROW(f.pwrite_at(f.offset(), {&x, 1}), Error) << "a patch past the written end must be refused";
+    f.commit();
+  }
+  EXPECT_EQ(slurp(target), expect);
+}
+
+TEST(AtomicFile, HoleAtTheEndStillExtendsTheFile) {
+  const fs::path dir = ucpkit::testing::scratch_dir("atomic_hole_end");
+  const fs::path target = dir / "out.bin";
+  {
+    AtomicFile f(target.string());
+    f.write("ab", 2);
+    f.skip(1000);
+    f.commit();
+  }
+  EXPECT_EQ(slurp(target), std::string("ab") + std::string(1000, '\0'));
+}
+
+TEST(AtomicFile, ErrorsNameTheTarget) {
+  const fs::path dir = ucpkit::testing::scratch_dir("atomic_errors");
+  const std::string target = (dir / "no-such-folder" / "out.bin").string();
+  try {
+    AtomicFile f(target);
+    FAIL() << "created a file in a missing folder";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(target + ": ", 0), 0u) << e.what();
+  }
+  EXPECT_THROW(read_text_file(target), Error);
+  write_file_atomic((dir / "small.txt").string(), "contents\n", true);
+  EXPECT_EQ(read_text_file((dir / "small.txt").string()), "contents\n");
+}

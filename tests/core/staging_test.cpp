@@ -1,0 +1,125 @@
+// core/staging: a staged folder becomes the target only at commit; it is removed on failure; a target
+// that exists (or appears mid-run) is kept unless --overwrite; leftovers of dead runs are swept and
+// those of live processes are not.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "core/error.h"
+#include "core/staging.h"
+#include "support/process.h"
+
+using namespace ucpkit;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+size_t entries(const fs::path& dir) {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++n;
+  return n;
+}
+
+// The pid of a process that has exited and been reaped (no process has it for a while).
+pid_t dead_pid() {
+  pid_t p = ::fork();
+  if (p == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(p, &status, 0);
+  return p;
+}
+
+}  // namespace
+
+TEST(Staging, CommitMakesTheFolderTheTarget) {
+  const fs::path dir = ucpkit::testing::scratch_dir("staging_commit");
+  const fs::path target = dir / "out";
+  {
+    StagingDir s(target, false, "ucp", {}, /*durable=*/true);
+    EXPECT_TRUE(fs::is_directory(s.path()));
+    EXPECT_EQ(s.path().parent_path(), target.parent_path());
+    std::ofstream(s.path() / "f.txt") << "data";
+    EXPECT_FALSE(fs::exists(target));
+    s.commit();
+  }
+  EXPECT_EQ(slurp(target / "f.txt"), "data");
+  EXPECT_EQ(entries(dir), 1u);
+}
+
+TEST(Staging, FailureRemovesTheFolder) {
+  const fs::path dir = ucpkit::testing::scratch_dir("staging_fail");
+  try {
+    StagingDir s(dir / "out", false, "ucp");
+    std::ofstream(s.path() / "f.txt") << "data";
+    throw std::runtime_error("failed mid-run");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_EQ(entries(dir), 0u);
+}
+
+TEST(Staging, ExistingTargetRefusedWithoutOverwriteReplacedWithIt) {
+  const fs::path dir = ucpkit::testing::scratch_dir("staging_existing");
+  const fs::path target = dir / "out";
+  fs::create_directory(target);
+  std::ofstream(target / "old.txt") << "old";
+  EXPECT_ANY_THROW(StagingDir(target, false, "ucp"));
+  EXPECT_EQ(slurp(target / "old.txt"), "old");
+  {
+    StagingDir s(target, true, "ucp");
+    std::ofstream(s.path() / "new.txt") << "new";
+    s.commit();
+  }
+  EXPECT_FALSE(fs::exists(target / "old.txt"));
+  EXPECT_EQ(slurp(target / "new.txt"), "new");
+  EXPECT_EQ(entries(dir), 1u) << "the old target or the staging folder was left beside the new one";
+}
+
+TEST(Staging, TargetAppearingMidRunIsKeptAndCommitFails) {
+  const fs::path dir = ucpkit::testing::scratch_dir("staging_race");
+  const fs::path target = dir / "out";
+  StagingDir s(target, false, "ucp");
+  std::ofstream(s.path() / "mine.txt") << "mine";
+  fs::create_directory(target);
+  std::ofstream(target / "theirs.txt") << "theirs";
+  EXPECT_THROW(s.commit(), Error);
+  EXPECT_EQ(slurp(target / "theirs.txt"), "theirs");
+  EXPECT_FALSE(fs::exists(target / "mine.txt"));
+}
+
+TEST(Staging, SweepRemovesDeadRunsLeftoversOnly) {
+  const fs::path dir = ucpkit::testing::scratch_dir("staging_sweep");
+  const fs::path target = dir / "out";
+  const fs::path dead = dir / (".out.ucp-tmp-" + std::to_string(dead_pid()));
+  const fs::path live = dir / (".out.ucp-tmp-" + std::to_string(::getppid()));
+  const fs::path other_tag = dir / (".out.pec-tmp-" + std::to_string(dead_pid()));
+  const fs::path other_target = dir / (".outx.ucp-tmp-" + std::to_string(dead_pid()));
+  for (const auto& p : {dead, live, other_tag, other_target}) fs::create_directory(p);
+  std::vector<std::string> notes;
+  sweep_stale_staging(target, "ucp", [&](const std::string& n) { notes.push_back(n); });
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(live)) << "a live process's staging folder was removed";
+  EXPECT_TRUE(fs::exists(other_tag));
+  EXPECT_TRUE(fs::exists(other_target));
+  EXPECT_EQ(notes.size(), 1u);
+}
+
+TEST(Staging, OldCopyOfADeadRunIsKeptWhenItIsTheOnlyCopy) {
+  const fs::path dir = ucpkit::testing::scratch_dir("staging_old");
+  const fs::path target = dir / "out";
+  const fs::path old = dir / (".out.ucp-old-" + std::to_string(dead_pid()));
+  fs::create_directory(old);
+  sweep_stale_staging(target, "ucp");
+  EXPECT_TRUE(fs::exists(old)) << "the only copy of the output was removed";
+  fs::create_directory(target);
+  sweep_stale_staging(target, "ucp");
+  EXPECT_FALSE(fs::exists(old));
+}
