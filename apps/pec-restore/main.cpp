@@ -54,6 +54,6 @@ int main(int argc, char** argv) {
     }
     return 0;
   });
-  ucp::die_if_interrupted();  // temporary folder removed: die as the signal asked
+  parallel::die_if_interrupted();  // temporary folder removed: die as the signal asked
   return rc;
 }

@@ -11,12 +11,12 @@
 #include <optional>
 
 #include "core/error.h"
+#include "parallel/mpi_session.h"
 #include "pec/plt.h"
 #include "pec/shard_plan.h"
 #include "pec/store.h"
 #include "pec/tokens.h"
 #include "tool/tool.h"
-#include "parallel/mpi_session.h"
 
 namespace ucpkit::pec {
 namespace {
@@ -225,27 +225,34 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
   if (total_bytes) *total_bytes = my_total;
   std::vector<FileEntry> results(work.size());
   std::mutex progress_mutex;
-tbb::parallel_for(size_t{0}, mine.size(), [&](size_t n) {
-    const Work& w = work[mine[n]];
-    Store& st = *tiers[w.tier].store;
-    json cut;
-    SourceSegments from = w.part ? expert_part_segments(src, *w.part) : non_expert_segments(src, w.path, cut);
-    FileEntry f = st.put_file_from(w.path, from.path, from.segments, o.chunk_bytes);
-    f.cut = cut;
-    if (w.part && !w.part->ranges.empty()) f.ranges = ranges_to_json(w.part->ranges);
-    results[mine[n]] = std::move(f);
-    if (progress) {
-      std::lock_guard<std::mutex> lock(progress_mutex);
-      progress(items[mine[n]].bytes);
-    }
+  // Every step after this one ends in a collective (gather, barrier): a rank that fails settles with
+  // the others instead of leaving them waiting there (parallel/mpi_session.h).
+  parallel::RankFailure failed(mpi);
+  failed.guard([&] {
+    tbb::parallel_for(size_t{0}, mine.size(), [&](size_t n) {
+      const Work& w = work[mine[n]];
+      Store& st = *tiers[w.tier].store;
+      json cut;
+      SourceSegments from = w.part ? expert_part_segments(src, *w.part) : non_expert_segments(src, w.path, cut);
+      FileEntry f = st.put_file_from(w.path, from.path, from.segments, o.chunk_bytes);
+      f.cut = cut;
+      if (w.part && !w.part->ranges.empty()) f.ranges = ranges_to_json(w.part->ranges);
+      results[mine[n]] = std::move(f);
+      if (progress) {
+        std::lock_guard<std::mutex> lock(progress_mutex);
+        progress(items[mine[n]].bytes);
+      }
+    });
+    for (auto& t : tiers) t.store->objects().sync_dirs();
   });
-  for (auto& t : tiers) t.store->objects().sync_dirs();
+  failed.settle("another MPI rank failed while storing its share");
 
   json local = json::array();
   for (size_t i : mine) local.push_back({{"work", i}, {"entry", file_entry_json(results[i])}});
   auto gathered = mpi.gather(local.dump());
   json summary = json::object();
-  if (root) {
+  failed.guard([&] {
+    if (!root) return;
     for (const auto& g : gathered)
       for (const auto& r : json::parse(g)) {
         size_t i = r.at("work").get<size_t>();
@@ -328,8 +335,8 @@ tbb::parallel_for(size_t{0}, mine.size(), [&](size_t n) {
                {"tiers", tiers_json},
                {"seconds", seconds},
                {"max_rank_bytes", plan.max_rank_bytes()}};
-  }
-  mpi.barrier();
+  });
+  failed.settle("MPI rank 0 failed while committing the step");
   return summary;
 }
 

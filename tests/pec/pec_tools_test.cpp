@@ -739,6 +739,30 @@ TEST(PecTools, TokenFormatsPlanAndExitCodes) {
   EXPECT_EQ(s["step"], 200);
 }
 
+// Issue 21: an error on one rank only (UCPKIT_PEC_FAIL_AFTER=1: an I/O failure at its first crash
+// point) must end every rank with that error; before the failure protocol, rank 0 waited for the
+// failed rank in the gather forever (the timeout below then gives 124).
+TEST(PecTools, MpiSaveFailingOnOneRankEndsEveryRank) {
+  if (sh("command -v mpirun") != 0) GTEST_SKIP() << "no mpirun";
+  std::string d = scratch("mpi_fail");
+  const std::string args = " --store " + d + "/s --checkpoint " + ckpt("ds", 100) + " --step 100 --policy sequential --k 1";
+  for (int failing : {1, 0}) {
+    std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun --oversubscribe";
+    for (int r = 0; r < 2; ++r)
+      cmd += std::string(r ? " :" : "") + " -np 1 " + (r == failing ? "env UCPKIT_PEC_FAIL_AFTER=1 " : "") + kBin + "/pec-save" + args;
+    const std::string log = d + "/fail" + std::to_string(failing) + ".log";
+    const int rc = sh(cmd + " < /dev/null", log);
+    EXPECT_NE(rc, 124) << "a rank still waited after 120 s (rank " << failing << " failed)\n" << slurp(log);
+    EXPECT_EQ(rc, 1) << slurp(log);
+    EXPECT_NE(slurp(log).find("fault injection: failed at crash point 1"), std::string::npos) << slurp(log);
+    EXPECT_FALSE(fs::exists(d + "/s/manifests/step-000000000100.json")) << "a step was committed";
+  }
+  const std::string mpi = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun -np 2 --oversubscribe ";
+  ASSERT_EQ(sh(mpi + kBin + "/pec-save" + args + " < /dev/null", d + "/ok.log"), 0) << slurp(d + "/ok.log");
+  ASSERT_EQ(restore(d + "/s", d + "/o", ""), 0);
+  EXPECT_EQ(verify_native(d + "/o", 100), 0) << slurp(d + "/o/verify.log");
+}
+
 TEST(PecTools, MpiSaveMatchesSingleProcess) {
   if (sh("command -v mpirun") != 0) GTEST_SKIP() << "no mpirun";
   std::string d = scratch("mpi");
