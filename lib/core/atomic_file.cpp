@@ -140,6 +140,51 @@ std::string read_text_file(const std::string& path) {
   return ss.str();
 }
 
+void copy_file_contents(const std::string& from, const std::string& to) {
+  const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) fail(from, std::string("cannot open: ") + std::strerror(errno));
+  const int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (out < 0) {
+    const int err = errno;
+    ::close(in);
+    fail(to, std::string("cannot create: ") + std::strerror(err));
+  }
+  auto give_up = [&](const char* what, int err) {
+    ::close(in);
+    ::close(out);
+    fail(to, std::string(what) + " (copying " + from + "): " + std::strerror(err));
+  };
+  bool plain = false;  // copy_file_range unsupported here (another file system, a device): read/write
+  std::string buf;
+  for (;;) {
+    if (!plain) {
+      const ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, 1 << 30, 0);
+      if (n > 0) continue;
+      if (n == 0) break;
+      if (errno == EINTR) continue;
+      if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) give_up("write failed", errno);
+      plain = true;
+      buf.resize(kBufferSize);
+    }
+    const ssize_t n = ::read(in, buf.data(), buf.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      give_up("read failed", errno);
+    }
+    if (n == 0) break;
+    for (ssize_t done = 0; done < n;) {
+      const ssize_t w = ::write(out, buf.data() + done, static_cast<size_t>(n - done));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        give_up("write failed", errno);
+      }
+      done += w;
+    }
+  }
+  ::close(in);
+  if (::close(out) != 0) fail(to, std::string("close failed: ") + std::strerror(errno));
+}
+
 void fsync_dir(const std::string& dir) {
   int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;

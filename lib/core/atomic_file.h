@@ -47,6 +47,10 @@ class AtomicFile {
 void write_file_atomic(const std::string& path, std::string_view contents, bool durable = false);
 // Reads a whole small file; throws Error naming the file.
 std::string read_text_file(const std::string& path);
+// Copies the file `from` to `to` (created or truncated, mode 0644). Throws Error naming `to` with the
+// real errno text of a failed read or write ("No space left on device"; std::filesystem::copy_file
+// reports a short sendfile as EIO whatever the cause).
+void copy_file_contents(const std::string& from, const std::string& to);
 // fsyncs a directory so a rename inside it is durable.
 void fsync_dir(const std::string& dir);
 

@@ -109,7 +109,26 @@ void sync_file_system(const fs::path& path) {
   if (rc != 0) throw Error(path.string() + ": flushing to stable storage failed: " + std::strerror(err));
 }
 
-// A pid is gone when kill(pid, 0) fails with ESRCH.
+namespace {
+// A process is gone when kill(pid, 0) fails with ESRCH, or when it is a zombie (dead, not reaped yet:
+// the ranks of an mpirun killed with SIGKILL are orphans that a container's init may never reap).
+bool process_gone(pid_t pid) {
+  if (::kill(pid, 0) == 0 || errno != ESRCH) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+    FILE* f = std::fopen(path, "re");
+    if (!f) return false;  // alive (or not ours to probe): keep
+    char buf[512];
+    const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = 0;
+    const char* close = std::strrchr(buf, ')');  // "pid (comm) S ...": comm may hold spaces and ')'
+    return close && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
+  }
+  return true;
+}
+}  // namespace
+
 void sweep_stale_staging(const fs::path& target, const std::string& tag, const StagingNote& note) {
   const std::string prefix = staging_prefix(target, tag);
   std::error_code ec;
@@ -123,7 +142,7 @@ void sweep_stale_staging(const fs::path& target, const std::string& tag, const S
     if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
     const pid_t pid = static_cast<pid_t>(std::stol(digits));
     if (pid <= 0 || pid == ::getpid()) continue;
-    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to probe): keep
+    if (!process_gone(pid)) continue;  // alive (or not ours to probe): keep
     std::error_code e2;
     if (old && !fs::exists(target, e2)) continue;  // the only copy of the previous output
     fs::remove_all(it->path(), e2);
@@ -133,7 +152,7 @@ void sweep_stale_staging(const fs::path& target, const std::string& tag, const S
 
 StagingDir::StagingDir(const fs::path& target, bool overwrite, std::string tag, const StagingNote& note,
                        bool durable)
-    : target_(fs::absolute(target)), tag_(std::move(tag)), overwrite_(overwrite), durable_(durable) {
+    : target_(fs::absolute(target)), tag_(std::move(tag)), note_(note), overwrite_(overwrite), durable_(durable) {
   std::error_code ec;
   if (fs::exists(target_, ec) && !overwrite)
     throw Error(target_.string() + ": output already exists (remove it or pass --overwrite)");
@@ -163,6 +182,9 @@ void StagingDir::sync() const {
 }
 
 void StagingDir::commit() {
+  // Again at the end: the processes of a run killed just before this one started (the orphaned ranks
+  // of a SIGKILLed mpirun) may have still been alive then; their folders would stay until a next run.
+  sweep_stale_staging(target_, tag_, note_);
   sync();
   std::error_code ec;
   if (!overwrite_) {

@@ -27,7 +27,8 @@ using StagingNote = std::function<void(const std::string&)>;
 void sync_file_system(const std::filesystem::path& path);
 
 // The folder `.<name>.<tag>-tmp-<pid>` beside `target` (created at construction, after sweeping stale
-// ones, each reported to `note`), removed unless committed. `tag` names the tool family ("ucp":
+// ones, each reported to `note`; swept again at commit, for owners that died during this run),
+// removed unless committed. `tag` names the tool family ("ucp":
 // ucp-extract / ucp-union, "ucp-load"). An existing target is refused unless `overwrite`; commit()
 // then swaps it out (atomically where the file system can exchange two names). `durable` (the
 // default; tools' `--no-sync` turns it off for scratch outputs): commit() first flushes the file system
@@ -53,6 +54,7 @@ class StagingDir {
   StagedPhase phase_;  // first member: signals are flags before the folder is created
   std::filesystem::path target_, path_;
   std::string tag_;
+  StagingNote note_;
   bool overwrite_ = false, durable_ = true;
   bool committed_ = false;
 };
@@ -75,7 +77,7 @@ void raise_if_interrupted();
 void test_pause_if_asked();
 
 // Removes `.<name>.<tag>-tmp-<pid>` folders beside `target` whose process is gone (left by SIGKILL or
-// a crash); `.<name>.<tag>-old-<pid>` only when the target exists (else it is the only copy). Each
+// a crash; a zombie counts as gone); `.<name>.<tag>-old-<pid>` only when the target exists (else it is the only copy). Each
 // removal is reported to `note`.
 void sweep_stale_staging(const std::filesystem::path& target, const std::string& tag, const StagingNote& note = {});
 

@@ -7,9 +7,12 @@
 #include <fstream>
 #include <optional>
 #include <set>
+#include <sstream>
+#include <stdexcept>
 
 #include "core/confine.h"
 #include "core/error.h"
+#include "core/json_input.h"
 #include "io/torch/torch_file.h"
 #include "layout/deepspeed/module_tree.h"
 #include "layout/deepspeed/pipeline.h"
@@ -42,15 +45,11 @@ int64_t infer_vocab_multiple(int64_t vocab, int64_t padded, int tp) {
 namespace {
 
 nlohmann::json read_json(const fs::path& p) {
-  std::ifstream in(p);
+  std::ifstream in(p, std::ios::binary);
   if (!in) throw Error(p.string() + ": cannot read (incomplete universal checkpoint?)");
-  try {
-    nlohmann::json j;
-    in >> j;
-    return j;
-  } catch (const std::exception& e) {
-    throw Error(p.string() + ": corrupt JSON: " + e.what());
-  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_json_input(text.str(), p.string(), "corrupt JSON");
 }
 
 int64_t arg_int(const ValuePtr& args, const char* field) {
@@ -171,7 +170,24 @@ std::vector<int> sub_group_owners(const ValuePtr& osd, const std::string& path, 
 
 }  // namespace
 
+static ModelInfo read_model_info_unchecked(const std::string& universal_dir);
+
+// Fields of manifest.json of another type than written (nlohmann's type_error, a crc32 that is not
+// hex) name the manifest, in one short line.
 ModelInfo read_model_info(const std::string& universal_dir) {
+  const std::string manifest = (fs::path(universal_dir) / "manifest.json").string();
+  try {
+    return read_model_info_unchecked(universal_dir);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(manifest + ": malformed: " + escaped_brief(e.what(), 160));
+  } catch (const std::invalid_argument& e) {
+    throw Error(manifest + ": malformed: a number field holds something else (" + escaped_brief(e.what(), 40) + ")");
+  } catch (const std::out_of_range& e) {
+    throw Error(manifest + ": malformed: a number field is out of range (" + escaped_brief(e.what(), 40) + ")");
+  }
+}
+
+static ModelInfo read_model_info_unchecked(const std::string& universal_dir) {
   const fs::path dir(universal_dir);
   if (!fs::is_directory(dir)) throw Error(universal_dir + ": not a folder");
   const auto manifest = read_json(dir / "manifest.json");
@@ -249,7 +265,7 @@ ModelInfo read_model_info(const std::string& universal_dir) {
       if (!fs::exists(dir / p.state_files[state]))
         throw Error((dir / p.state_files[state]).string() + ": missing (the universal checkpoint is incomplete)");
     }
-    if (!p.state_files.count("fp32")) throw Error("manifest: parameter " + p.name + " has no fp32 state");
+    if (!p.state_files.count("fp32")) throw Error((dir / "manifest.json").string() + ": parameter " + p.name + " has no fp32 state");
     by_name[p.name] = std::move(p);
   }
   m.states.push_back("fp32");
@@ -257,7 +273,7 @@ ModelInfo read_model_info(const std::string& universal_dir) {
     if (s != "fp32") m.states.push_back(s);
   for (const auto& [n, p] : by_name)
     if (p.state_files.size() != m.states.size())
-      throw Error("manifest: parameter " + n + " has " + std::to_string(p.state_files.size()) + " states, others " +
+      throw Error((dir / "manifest.json").string() + ": parameter " + n + " has " + std::to_string(p.state_files.size()) + " states, others " +
                   std::to_string(m.states.size()));
 
   // Model files: group membership and flat-buffer order (stage by stage), Megatron sizes.

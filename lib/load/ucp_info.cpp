@@ -180,6 +180,12 @@ void check_layout(const ModelInfo& m, const TargetLayout& t) {
   pos(t.pp, "pp");
   pos(t.dp, "dp");
   pos(t.ep, "ep");
+  // The plan holds a few kB per target rank (and the output a file or more per rank): a world size no
+  // cluster has (a typo, 1e6 for 1e3) is refused before it takes gigabytes.
+  const int64_t world = static_cast<int64_t>(t.tp) * t.pp * t.dp;
+  if (world > kMaxTargetWorldSize)
+    throw UsageError("target world size tp*pp*dp = " + std::to_string(world) + " is larger than " +
+                     std::to_string(kMaxTargetWorldSize) + " ranks");
   if (t.zero_stage < 0 || t.zero_stage > 3) throw UsageError("--zero-stage must be 0, 1, 2 or 3");
   if (t.pp > 1 && t.zero_stage > 1)
     throw UsageError("pipeline parallelism (--pp " + std::to_string(t.pp) + ") needs ZeRO stage 0 or 1, not " +

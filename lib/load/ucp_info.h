@@ -16,6 +16,10 @@
 
 namespace ucpkit::load {
 
+// The largest target world size (tp * pp * dp) ucp-load plans for: 2^18 = 262,144 ranks, more than
+// any machine has; beyond it the plan alone would take gigabytes (docs/reliability.md).
+constexpr int64_t kMaxTargetWorldSize = int64_t{1} << 18;
+
 struct TargetLayout {
   int tp = 1, pp = 1, dp = 1, zero_stage = 1, ep = 1;
   DType dtype = DType::BFloat16;  // low-precision module weights

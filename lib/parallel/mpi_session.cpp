@@ -179,8 +179,26 @@ void RankFailure::settle(const char* what, const std::function<void()>& cleanup)
     } catch (const std::exception&) {
     }
   }
+  // Rank 0 reports the failure of the lowest failing rank, naming it; the other ranks exit 1 quietly
+  // (each rank printing its own line gave interleaved, repeated lines, and "another MPI rank failed"
+  // from rank 0 without the reason).
+  const auto all = mpi_.gather(failure_);
   mpi_.barrier();
-  throw Error(failure_.empty() ? std::string(what) : failure_);
+  if (mpi_.rank() != 0) throw ReportedElsewhere(failure_.empty() ? std::string(what) : failure_);
+  int first = -1, count = 0;
+  for (int r = 0; r < static_cast<int>(all.size()); ++r)
+    if (!all[r].empty()) {
+      if (first < 0) first = r;
+      ++count;
+    }
+  if (first < 0) throw Error(what);
+  std::string msg = all[first];
+  if (first != 0 || count > 1) {
+    msg += " (MPI rank " + std::to_string(first);
+    if (count > 1) msg += "; " + std::to_string(count) + " of " + std::to_string(mpi_.size()) + " ranks failed";
+    msg += ")";
+  }
+  throw Error(msg);
 }
 
 void die_if_interrupted() {

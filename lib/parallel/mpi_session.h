@@ -44,7 +44,9 @@ class MpiSession {
 };
 
 // Runs work on this rank keeping the first failure's message (usage errors go through: every rank
-// makes the same ones); settle() then raises it on every MPI rank, the others saying `what`. A
+// makes the same ones); settle() then raises it on every MPI rank: on rank 0 as Error with the lowest
+// failing rank's message (naming that rank when it is not 0; `what` when none has one), on the others
+// as ReportedElsewhere (tools exit 1 without printing it, so the user reads one line). A
 // collective: every rank calls settle() at the same point, so no rank is left waiting in the next
 // collective while another has failed.
 class RankFailure {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <mutex>
 
@@ -23,15 +24,57 @@ double now_seconds() {
 }
 }  // namespace
 
+namespace {
+// The rank of this process under an MPI launcher, 0 otherwise (read from the launcher's environment:
+// lib/tool does not link MPI).
+int launcher_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
+    if (const char* r = std::getenv(v); r && *r) return std::atoi(r);
+  return 0;
+}
+
+// One line on stderr in a single write (MPI ranks and threads do not interleave inside it): control
+// bytes and bytes outside printable ASCII escaped, cut at kMaxErrorLine characters.
+void print_error_line(const char* tool_name, const std::string& what) {
+  constexpr size_t kMaxErrorLine = 600;
+  std::string line = std::string(tool_name) + ": error: ";
+  const size_t head = line.size();
+  for (unsigned char c : what) {
+    if (line.size() - head >= kMaxErrorLine) {
+      line += "...";
+      break;
+    }
+    if (c >= 0x20 && c < 0x7f) {
+      line += static_cast<char>(c);
+    } else {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02x", c);
+      line += b;
+    }
+  }
+  line += '\n';
+  std::lock_guard<std::mutex> lock(g_print_mutex);
+  std::fflush(stderr);
+  for (size_t done = 0; done < line.size();) {
+    const ssize_t n = ::write(2, line.data() + done, line.size() - done);
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+}
+}  // namespace
+
 int run(const char* tool_name, const std::function<int()>& body) {
   g_tool = tool_name;
   try {
     return body();
   } catch (const UsageError& e) {
-    std::cerr << tool_name << ": error: " << e.what() << "\n";
+    // Every MPI rank makes the same usage error: rank 0 says it.
+    if (launcher_rank() == 0) print_error_line(tool_name, e.what());
     return kUsage;
+  } catch (const ReportedElsewhere&) {
+    return kFailure;  // rank 0 prints this rank's failure
   } catch (const std::exception& e) {
-    std::cerr << tool_name << ": error: " << e.what() << "\n";
+    print_error_line(tool_name, e.what());
     return kFailure;
   }
 }

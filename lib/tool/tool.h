@@ -10,7 +10,9 @@ namespace ucpkit::tool {
 enum ExitCode : int { kSuccess = 0, kFailure = 1, kUsage = 2 };
 
 // Runs a tool body and maps exceptions to `tool: error: message` on stderr and the exit code:
-// UsageError -> 2, Error and any other exception -> 1.
+// UsageError -> 2, Error and any other exception -> 1. The message is one line written at once
+// (control and non-ASCII bytes as \xNN, cut at 600 characters); under an MPI launcher usage errors are
+// printed by rank 0 only and ReportedElsewhere (a rank whose failure rank 0 reports) not at all.
 int run(const char* tool_name, const std::function<int()>& body);
 
 // Verbosity: -1 quiet, 0 normal, 1+ verbose. Messages go to stderr.

@@ -80,11 +80,7 @@ void make_dirs(const fs::path& p) {
   if (ec) throw Error(p.string() + ": cannot create folder: " + ec.message());
 }
 
-void copy_file(const std::string& from, const fs::path& to) {
-  std::error_code ec;
-  fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
-  if (ec) throw Error(to.string() + ": cannot copy " + from + ": " + ec.message());
-}
+void copy_file(const std::string& from, const fs::path& to) { copy_file_contents(from, to.string()); }
 
 class SafeProgress {
  public:
@@ -119,7 +115,8 @@ struct WorkJob {
 };
 }  // namespace
 
-ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, int threads, bool sync) {
+ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, int threads, bool sync,
+                               bool overwrite) {
   auto& mpi = parallel::MpiSession::get();
   parallel::RankFailure failed(mpi);
   ExtractStats stats;
@@ -153,7 +150,7 @@ ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, in
   std::string staged_path;
   failed.guard([&] {
     if (mpi.rank() != 0) return;
-    staging = std::make_unique<StagingDir>(work_dir, false, "ucp", tool::verbose, sync);
+    staging = std::make_unique<StagingDir>(work_dir, overwrite, "ucp", tool::verbose, sync);
     make_dirs(staging->path() / "fragments");
     make_dirs(staging->path() / "model_states");
     for (const auto& p : plan.params) make_dirs(staging->path() / "fragments" / param_folder(p.name));
@@ -261,13 +258,13 @@ RunSummary run_extract(const std::string& checkpoint, const std::string& work_di
   eo.threads = options.threads;
   Plan plan;
   failed.guard([&] {
-    plan = plan_checkpoint(checkpoint, eo);
+    plan = naming_file([&] { return plan_checkpoint(checkpoint, eo); });
     if (!plan.unused_patterns.empty() && !options.allow_unused_patterns)
       throw Error("unused pattern '" + plan.unused_patterns[0] + "' (" + plan.patterns_origin +
                   ") matches no parameter (--allow-unused-patterns to accept)");
   });
   failed.settle("another MPI rank failed while planning");
-  auto stats = write_work_folder(plan, work_dir, options.threads, options.sync);
+  auto stats = write_work_folder(plan, work_dir, options.threads, options.sync, options.overwrite);
   RunSummary s;
   s.tool = "ucp-extract";
   s.output = work_dir;
@@ -482,7 +479,7 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
     } else {
       ExtractOptions eo;
       eo.patterns_file = options.patterns_file;
-      plan = plan_checkpoint(input, eo);
+      plan = naming_file([&] { return plan_checkpoint(input, eo); });
     }
     if (!plan.unused_patterns.empty() && !options.allow_unused_patterns)
       throw Error("unused pattern '" + plan.unused_patterns[0] + "' (" + plan.patterns_origin +
@@ -590,9 +587,15 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
     test_pause_if_asked();
     check_interrupted();
     staging->commit();
-    // latest_universal beside the folder, as ds_to_universal writes it.
+    // latest_universal beside the folder, as ds_to_universal writes it. The output is in place and on
+    // stable storage by now: a failure here (no inode or space left for the tag) is a warning, so
+    // that exit 1 keeps meaning "no output" (docs/reliability.md).
     const fs::path target = fs::absolute(output);
-    write_file_atomic((target.parent_path() / "latest_universal").string(), target.filename().string());
+    try {
+      write_file_atomic((target.parent_path() / "latest_universal").string(), target.filename().string());
+    } catch (const Error& e) {
+      tool::warn(std::string("output written, but not its tag: ") + e.what());
+    }
   });
   failed.settle(drop_staging);
 

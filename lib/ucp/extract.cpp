@@ -8,6 +8,7 @@
 #include <mutex>
 #include <numeric>
 #include <set>
+#include <sstream>
 
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
@@ -15,6 +16,7 @@
 #include "core/atomic_file.h"
 #include "core/confine.h"
 #include "core/error.h"
+#include "core/json_input.h"
 #include "io/torch/torch_file.h"
 #include "layout/deepspeed/autoep.h"
 #include "layout/deepspeed/files.h"
@@ -134,9 +136,13 @@ static Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& o
   ShardAgreement agreement;
   // Every DP rank's model file (weights-free under ZeRO-3: pickles only) must be of the same save.
   for (const auto& row : L.zero3_model_files)
-    for (const auto& path : row) agreement.model_file(load_torch(path), path);
+    for (const auto& path : row) {
+      FileScope scope(path);
+      agreement.model_file(load_torch(path), path);
+    }
   for (int t = 0; t < L.tp; ++t) {
     const std::string& model_path = L.zero3_model_files[t][0];
+    FileScope scope(model_path);
     ValuePtr model = load_torch(model_path);
     if (!model || model->kind != Kind::Dict) fail(model_path, "not a model-states dict");
     if (auto v = model->get("dp_world_size"); v && !v->is_none() && v->as_int() != L.dp)
@@ -187,6 +193,7 @@ static Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& o
   for (int t = 0; t < L.tp; ++t)
     for (int d = 0; d < L.dp; ++d) {
       const std::string& path = L.optim_files[t][d];
+      FileScope scope(path);
       const ValuePtr root = load_torch(path);
       ShardView shard(root, path);
       if (!shard.zero3()) fail(path, "ZeRO-3 model files but this optimizer shard is not ZeRO-3");
@@ -269,6 +276,7 @@ layout::PipelineNumbering pipeline_numbering_of(const layout::DeepSpeedLayout& L
   }
   for (const auto& [idx, files] : L.layer_files) {
     if (files.empty()) continue;
+    FileScope scope(files[0]);
     ValuePtr root = load_torch(files[0]);
     auto& k = keys[idx];
     if (root && root->kind == Kind::Dict)
@@ -318,6 +326,7 @@ void check_autoep_files(const layout::DeepSpeedLayout& L, const std::vector<layo
     if (it == by_id.end() || ef.expert >= autoep[it->second].num_experts || ef.mp != 0)
       fail(ef.path, "extra shard: no such AutoEP layer/expert in ds_autoep_layers");
     const auto& a = autoep[it->second];
+    FileScope scope(ef.path);
     ValuePtr root = load_torch(ef.path);
     if (!root || root->kind != Kind::Dict) fail(ef.path, "not an expert state dict");
     std::set<std::string> want;
@@ -366,6 +375,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
   std::vector<layout::AutoEpLayer> autoep;  // DeepSpeed AutoEP layers (ds_autoep_layers is a list)
   for (int mp = 0; mp < L.mp_count(); ++mp) {
     const auto& path = L.model_files[mp];
+    FileScope scope(path);
     ValuePtr root = load_torch(path);
     if (!root || root->kind != Kind::Dict) fail(path, "not a model-states dict");
     if (auto v = root->get("dp_world_size"); v && !v->is_none() && v->as_int() != L.dp) {
@@ -430,6 +440,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
   std::map<std::string, std::string> expert_file_of;  // global expert parameter name -> its file
   for (const auto& ef : L.expert_files) {
     if (!autoep.empty()) break;  // checked by check_autoep_files
+    FileScope scope(ef.path);
     ValuePtr root = load_torch(ef.path);
     if (!root || root->kind != Kind::Dict) fail(ef.path, "not an expert state dict");
     for (const auto& [k, v] : root->entries)
@@ -461,6 +472,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
     const int pp_rank = L.pp_rank(mp), tp_rank = L.tp_rank(mp);
     for (int d = 0; d < L.dp; ++d) {
       const std::string& path = L.optim_files[mp][d];
+      FileScope scope(path);
       ValuePtr root = load_torch(path);
       ShardView shard(root, path);
       agreement.optim_shard(shard, root, path);
@@ -646,18 +658,20 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
 bool is_work_folder(const std::string& dir) { return fs::exists(fs::path(dir) / "plan.json"); }
 
 Plan load_work_plan(const std::string& work_dir) {
-  std::ifstream in(fs::path(work_dir) / "plan.json");
-  if (!in) throw Error(work_dir + "/plan.json: cannot read");
-  nlohmann::json j;
+  const std::string source = (fs::path(work_dir) / "plan.json").string();
+  std::ifstream in(source, std::ios::binary);
+  if (!in) throw Error(source + ": cannot read");
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json j = parse_json_input(text.str(), source, "corrupt");
+  Plan p;
   try {
-    in >> j;
-  } catch (const std::exception& e) {
-    throw Error(work_dir + "/plan.json: corrupt: " + e.what());
+    p = Plan::from_json(j);
+  } catch (const nlohmann::json::exception& e) {  // a field missing or of another type
+    throw Error(source + ": malformed plan: " + escaped_brief(e.what(), 160));
   }
-  Plan p = Plan::from_json(j);
   // write_work_folder names only files inside the folder: any other path (absolute, "..") would make
   // ucp-union read, and copy into its output, a file from anywhere.
-  const std::string source = (fs::path(work_dir) / "plan.json").string();
   auto inside = [&](std::string& f, const char* what) { f = confined_path(work_dir, f, source, what).string(); };
   for (auto& f : p.files) inside(f, "fragment file");
   for (auto& f : p.model_files) inside(f, "model file");

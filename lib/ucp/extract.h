@@ -24,7 +24,8 @@ struct ExtractStats {
 // tensor, plus "step"), copies of the model files, the common optimizer state, and plan.json
 // pointing at them. The folder appears only when complete (built beside it, then renamed; with
 // `sync`, flushed to stable storage first).
-ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, int threads, bool sync = true);
+ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, int threads, bool sync = true,
+                               bool overwrite = false);
 
 // True when `dir` is a work folder written by write_work_folder.
 bool is_work_folder(const std::string& dir);

@@ -12,6 +12,7 @@
 #include "core/mapped_file.h"
 
 #include "core/error.h"
+#include "core/json_input.h"
 #include "layout/deepspeed/moe.h"
 #include "ucp/value_json.h"
 
@@ -66,8 +67,13 @@ std::vector<std::tuple<std::string, int64_t, int64_t>> ShardView::fragments(int 
   const auto& m = osd_->at("param_slice_mappings")->items.at(g);
   if (!m || m->kind != Kind::Dict) fail(path_, "param_slice_mappings[" + std::to_string(g) + "] is not a dict");
   for (const auto& [k, v] : m->entries) {
-    auto [numel, start] = v->as_fragment_address();
-    out.emplace_back(k->as_str(), start, numel);
+    if (k->kind != Kind::Str) fail(path_, "param_slice_mappings[" + std::to_string(g) + "] has a key that is not a str");
+    try {
+      auto [numel, start] = v->as_fragment_address();
+      out.emplace_back(k->s, start, numel);
+    } catch (const Error& e) {
+      fail(path_, "param_slice_mappings[" + std::to_string(g) + "] of " + escaped_brief(k->s, 80) + ": " + e.what());
+    }
   }
   return out;
 }

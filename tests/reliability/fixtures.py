@@ -27,3 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bugs_fixtures  # noqa: E402
 
 bugs_fixtures.make(out)
+
+# WEAK cases (weak_test.cpp): a pickle with control bytes in a string, a fragment_address of another class.
+import weak_fixtures  # noqa: E402
+
+weak_fixtures.make(out)

@@ -297,6 +297,10 @@ class Unpickler {
   }
   void push(ValuePtr v) { stack_.push_back(std::move(v)); }
   void mark() {
+    // Every open MARK becomes a container (or is dropped by POP_MARK): more of them than the nesting
+    // limit is refused here, before millions of them (a few bytes of input each) take memory.
+    if (mark_stack_.size() >= opt_.max_depth)
+      error("more than " + std::to_string(opt_.max_depth) + " MARKs open at once (nesting too deep)");
     mark_stack_.push_back(std::move(stack_));
     stack_.clear();
   }

@@ -125,7 +125,32 @@ DeepSpeedLayout infer_layout(const std::vector<std::string>& names, const std::s
     L.tp = mp_count;
     L.pp = 1;
   }
-  auto missing = [&](const std::string& what) { throw Error(join(dir, what) + ": missing shard"); };
+  // A missing rank: say which ranks are there, so that a stray file of a bigger run (ranks 0, 1, 3)
+  // reads as what it is, not only as a lost shard.
+  auto missing = [&](const std::string& what, const std::string& kind = {}, const std::set<int>& found = {}) {
+    std::string msg = join(dir, what) + ": missing shard";
+    if (!kind.empty()) {
+      msg += " (found " + kind + " ranks";
+      int shown = 0;
+      for (int r : found) {
+        if (++shown > 8) {
+          msg += " ...";
+          break;
+        }
+        msg += (shown == 1 ? " " : ", ") + std::to_string(r);
+      }
+      msg += found.size() > 0 && *found.rbegin() + 1 > static_cast<int>(found.size())
+                 ? "; a stray file of another run, or this one lost?)"
+                 : ")";
+    }
+    throw Error(msg);
+  };
+  auto ranks_of = [](const auto& m, int mp) {
+    std::set<int> out;
+    for (const auto& [k, v] : m)
+      if (k.first == mp) out.insert(k.second);
+    return out;
+  };
   auto two = [](int v) {
     char b[16];
     std::snprintf(b, sizeof b, "%02d", v);
@@ -137,14 +162,19 @@ DeepSpeedLayout infer_layout(const std::vector<std::string>& names, const std::s
   for (int mp = 0; mp < mp_count; ++mp) {
     if (!L.zero3) {
       auto it = model.find(mp);
-      if (it == model.end()) missing("mp_rank_" + two(mp) + "_model_states.pt");
+      if (it == model.end()) {
+        std::set<int> found;
+        for (const auto& [k, v] : model) found.insert(k);
+        missing("mp_rank_" + two(mp) + "_model_states.pt", "model-parallel", found);
+      }
       L.model_files[mp] = join(dir, it->second);
     } else {
       L.zero3_model_files.resize(mp_count);
       for (int d = 0; d < L.dp; ++d) {
         auto it = zero3_model.find({mp, d});
         if (it == zero3_model.end())
-          missing("zero_pp_rank_" + std::to_string(d) + "_mp_rank_" + two(mp) + "_model_states.pt");
+          missing("zero_pp_rank_" + std::to_string(d) + "_mp_rank_" + two(mp) + "_model_states.pt", "DP",
+                  ranks_of(zero3_model, mp));
         L.zero3_model_files[mp].push_back(join(dir, it->second));
       }
       L.model_files[mp] = L.zero3_model_files[mp][0];
@@ -152,7 +182,8 @@ DeepSpeedLayout infer_layout(const std::vector<std::string>& names, const std::s
     for (int d = 0; d < L.dp; ++d) {
       auto it = optim.find({mp, d});
       if (it == optim.end())
-        missing(prefix + "zero_pp_rank_" + std::to_string(d) + "_mp_rank_" + two(mp) + "_optim_states.pt");
+        missing(prefix + "zero_pp_rank_" + std::to_string(d) + "_mp_rank_" + two(mp) + "_optim_states.pt", "DP",
+                ranks_of(optim, mp));
       L.optim_files[mp][d] = join(dir, it->second);
     }
   }
@@ -199,8 +230,16 @@ DeepSpeedLayout discover(const std::string& path) {
   const std::string dir = resolve_checkpoint_dir(path);
   std::vector<std::string> names;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_regular_file()) names.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    std::error_code e2;
+    if (e.is_regular_file(e2)) {
+      names.push_back(name);
+    } else if (parse_file_name(name)) {  // a shard's name on a folder (or a device, a dangling link)
+      throw Error(e.path().string() + ": is " + (e.is_directory(e2) ? "a folder" : "not a regular file") +
+                  ", not a shard file");
+    }
+  }
   if (ec) throw Error(dir + ": cannot list: " + ec.message());
   std::sort(names.begin(), names.end());
   return infer_layout(names, dir);
