@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -145,17 +146,24 @@ std::vector<Snapshot> snapshots_from_trace(const std::string& text, const std::s
     json rec = parse_json_input(line, name, "line " + std::to_string(lineno) + ": not JSON");
     if (!rec.is_object() || !rec.contains("top_indices"))
       fail(name, "line " + std::to_string(lineno) + ": router trace record needs \"top_indices\"");
-    long long layer = rec.value("layer", rec.value("layer_number", 0LL));
-    long long iter = rec.value("iteration", rec.value("step", 0LL));
+    // Integer fields, named with their line when of the wrong type or out of range.
+    const std::string line_at = "line " + std::to_string(lineno) + ": ";
+    auto field = [&](std::initializer_list<const char*> keys, long long lo, long long hi) -> long long {
+      for (const char* key : keys)
+        if (rec.contains(key)) return json_integer(rec[key], name, line_at + "\"" + key + "\"", lo, hi);
+      return 0;
+    };
+    constexpr long long kMaxId = 1LL << 31;
+    const long long layer = field({"layer", "layer_number"}, 0, kMaxId);
+    const long long iter = field({"iteration", "step"}, 0, std::numeric_limits<long long>::max());
     if (!opt.snapshot.empty() && std::to_string(iter) != opt.snapshot) continue;
-    if (layer < 0) fail(name, "line " + std::to_string(lineno) + ": negative layer");
+    if (!rec["top_indices"].is_array())
+      fail(name, line_at + "\"top_indices\" must be a list, found " + json_brief(rec["top_indices"]));
     auto& lc = counts[iter][layer];
     max_layer = std::max(max_layer, layer);
-    if (rec.contains("num_experts")) max_expert = std::max(max_expert, rec["num_experts"].get<long long>() - 1);
+    if (rec.contains("num_experts")) max_expert = std::max(max_expert, field({"num_experts"}, 1, kMaxId) - 1);
     auto add = [&](const json& v) {
-      if (!v.is_number_integer() || v.get<long long>() < 0)
-        fail(name, "line " + std::to_string(lineno) + ": bad expert id " + json_brief(v));
-      long long e = v.get<long long>();
+      const long long e = json_integer(v, name, line_at + "expert id in \"top_indices\"", 0, kMaxId);
       lc[e] += 1;
       max_expert = std::max(max_expert, e);
     };
