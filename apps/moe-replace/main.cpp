@@ -3,6 +3,10 @@
 
 #include <filesystem>
 #include <iostream>
+#include <memory>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/atomic_file.h"
 #include "core/confine.h"
@@ -39,8 +43,10 @@ int main(int argc, char** argv) {
   fail_opt->needs(cur);
   add_opt->needs(cur);
   fail_opt->excludes(add_opt);
-  app.add_option("--svg", svg, "Also draw GPU load before/after and the replica map");
-  app.add_option("--svg-layer", req.svg_layer, "Layer drawn in the replica map")->capture_default_str();
+  auto* svg_opt = app.add_option("--svg", svg, "Also draw GPU load before/after and the replica map");
+  app.add_option("--svg-layer", req.svg_layer, "Layer drawn in the replica map (0 .. layers - 1)")
+      ->capture_default_str()
+      ->needs(svg_opt);
   app.add_option("--max-failures", req.placement.recovery.max_failures, "Recovery probability for k = 1..K failed nodes")
       ->capture_default_str();
   app.add_option("--mc-samples", req.placement.recovery.mc_samples, "Monte Carlo samples per k")->capture_default_str();
@@ -104,18 +110,26 @@ int main(int argc, char** argv) {
     for (const auto& note : out.notes) tool::warn(note);
     if (out.migration && !out.migration->lost.empty())
       tool::warn(std::to_string(out.migration->lost.size()) + " experts have no surviving replica");
-    // Every output's folder is checked before the first is written, so an unwritable one leaves
-    // none of them behind.
-    for (const std::string& path : {output, svg, sglang_out, vllm_out}) {
+    // All or nothing: every output's folder is checked, and every output written to its temporary
+    // file, before the first is renamed into place; a failure before that leaves none of them.
+    const std::vector<std::pair<std::string, std::string_view>> files = {
+        {output, out.plan_text}, {svg, out.svg}, {sglang_out, out.sglang_text}, {vllm_out, out.vllm_bytes}};
+    for (const auto& [path, bytes] : files) {
       if (path.empty()) continue;
       std::filesystem::path dir = std::filesystem::path(path).parent_path();
       if (dir.empty()) dir = ".";
       if (::access(dir.c_str(), W_OK) != 0) throw Error(path + ": folder " + dir.string() + " is not writable");
+      std::error_code ec;
+      if (std::filesystem::is_directory(path, ec)) throw Error(path + ": is a folder, not a file");
     }
-    write_file_atomic(output, out.plan_text);
-    if (!svg.empty()) write_file_atomic(svg, out.svg);
-    if (!sglang_out.empty()) write_file_atomic(sglang_out, out.sglang_text);
-    if (!vllm_out.empty()) write_file_atomic(vllm_out, out.vllm_bytes);
+    std::vector<std::unique_ptr<AtomicFile>> staged;
+    for (const auto& [path, bytes] : files) {
+      if (path.empty()) continue;
+      staged.push_back(std::make_unique<AtomicFile>(path));
+      staged.back()->write(bytes.data(), bytes.size());
+      staged.back()->flush();
+    }
+    for (auto& f : staged) f->commit();
     if (common.json) {
       out.summary["output"] = output;
       if (!svg.empty()) out.summary["svg"] = svg;

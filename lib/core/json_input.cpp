@@ -1,7 +1,9 @@
 // JSON input: bounded depth, short escaped messages.
 #include "core/json_input.h"
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "core/error.h"
 
@@ -66,6 +68,29 @@ std::string json_brief(const json& v) {
   if (v.is_object()) return "an object of " + std::to_string(v.size()) + " keys";
   if (v.is_string()) return "\"" + escaped_brief(v.get_ref<const std::string&>(), 40) + "\"";
   return escaped_brief(v.dump(), 40);
+}
+
+long long json_integer(const json& v, const std::string& name, const std::string& where, long long lo, long long hi) {
+  bool ok = false;
+  long long n = 0;
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned()) {
+      const auto u = v.get<unsigned long long>();
+      ok = u <= static_cast<unsigned long long>(std::numeric_limits<long long>::max());
+      n = static_cast<long long>(u);
+    } else {
+      ok = true;
+      n = v.get<long long>();
+    }
+  } else if (v.is_number_float()) {
+    const double d = v.get<double>();
+    ok = std::isfinite(d) && std::trunc(d) == d && d >= -9.2e18 && d <= 9.2e18;
+    n = ok ? static_cast<long long>(d) : 0;
+  }
+  if (!ok || n < lo || n > hi)
+    fail(name, where + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                   "], found " + json_brief(v));
+  return n;
 }
 
 }  // namespace ucpkit

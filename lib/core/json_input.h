@@ -18,6 +18,12 @@ bool try_parse_json_input(std::string_view text, const std::string& name, nlohma
 // A value for an error message: numbers and short strings as written, long ones cut, control and
 // non-ASCII bytes escaped; lists and objects only named with their size.
 std::string json_brief(const nlohmann::json& v);
+// A whole number in [lo, hi] found at `where` (a key or path such as "nodes" or layers[2].phy2log[5],
+// written as it should appear) of the file `name`: JSON integers, and floats with an integral value
+// (2.0); anything else throws Error "<name>: <where> must be an integer in [lo, hi], found
+// <json_brief>" (one line, the key named).
+long long json_integer(const nlohmann::json& v, const std::string& name, const std::string& where, long long lo,
+                       long long hi);
 // At most `max` characters of `s` with control and non-ASCII bytes as \xNN, "..." when cut.
 std::string escaped_brief(std::string_view s, size_t max = 80);
 

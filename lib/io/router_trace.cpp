@@ -1,6 +1,7 @@
 // Router-trace JSONL parser.
 #include "io/router_trace.h"
 
+#include <climits>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -17,48 +18,41 @@ using json = nlohmann::json;
 // The last integer a double (a JSON number) holds exactly.
 constexpr double kMaxCount = 9007199254740992.0;
 
-const json* first_key(const json& o, std::initializer_list<const char*> keys) {
+// The first of `keys` present in `o` (its value and its name), or {nullptr, ""}.
+std::pair<const json*, std::string> first_key(const json& o, std::initializer_list<const char*> keys) {
   for (const char* k : keys)
-    if (o.contains(k)) return &o.at(k);
-  return nullptr;
+    if (o.contains(k)) return {&o.at(k), k};
+  return {nullptr, ""};
 }
 
+constexpr int64_t kMaxId = int64_t{1} << 31;  // layer, expert and num_experts values
+
+// The fields of one line, each error naming the file, the line and the key.
 class LineParser {
  public:
-  LineParser(const std::string& name, size_t line) : name_(name), line_(line) {}
+  LineParser(const std::string& name, size_t line) : name_(name), at_("line " + std::to_string(line) + ": ") {}
 
-  [[noreturn]] void fail_line(const std::string& what) const { fail(name_, "line " + std::to_string(line_) + ": " + what); }
+  [[noreturn]] void fail_line(const std::string& what) const { fail(name_, at_ + what); }
 
-  int64_t integer(const json& v, const char* what) const {
-    if (v.is_number_unsigned() || v.is_number_integer()) {
-      if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-        fail_line(std::string(what) + " " + json_brief(v) + " out of range");
-      const int64_t x = v.get<int64_t>();
-      if (x < 0) fail_line(std::string("negative ") + what + " " + json_brief(v));
-      return x;
-    }
-    fail_line(std::string("bad ") + what + " " + json_brief(v) + " (expected a non-negative integer)");
+  int64_t integer(const json& v, const std::string& key, int64_t lo = 0, int64_t hi = kMaxId) const {
+    return json_integer(v, name_, at_ + "\"" + key + "\"", lo, hi);
   }
 
-  int64_t count(const json& v) const {
-    if (!v.is_number()) fail_line("token count " + json_brief(v) + " is not a number");
-    const double d = v.get<double>();
-    if (!std::isfinite(d) || d < 0 || d > kMaxCount) fail_line("token count " + json_brief(v) + " is not a number in [0, 2^53]");
-    if (d != std::floor(d)) fail_line("token count " + json_brief(v) + " is not an integer");
-    return static_cast<int64_t>(d);
+  int64_t count(const json& v, const std::string& key) const {
+    return integer(v, key, 0, static_cast<int64_t>(kMaxCount));
   }
 
-  void flatten_ids(const json& v, std::vector<int64_t>& out) const {
+  void flatten_ids(const json& v, const std::string& key, std::vector<int64_t>& out) const {
     if (v.is_array()) {
-      for (const auto& x : v) flatten_ids(x, out);
+      for (const auto& x : v) flatten_ids(x, key, out);
     } else {
-      out.push_back(integer(v, "expert id"));
+      out.push_back(integer(v, key, 0, kMaxId - 1));
     }
   }
 
  private:
   const std::string& name_;
-  size_t line_;
+  std::string at_;
 };
 
 int64_t add(int64_t a, int64_t b, const std::string& name) {
@@ -93,32 +87,33 @@ RouterTrace parse_router_trace(std::string_view text, const std::string& name) {
     const json o = parse_json_input(line, name, "line " + std::to_string(line_no) + ": not JSON");
     if (!o.is_object()) p.fail_line("expected a JSON object");
     int64_t layer = 0;
-    if (const json* v = first_key(o, {"moe_layer"})) {
+    if (auto [v, key] = first_key(o, {"moe_layer"}); v) {
       by_moe_layer = true;
-      layer = p.integer(*v, "layer index");
-    } else if (const json* w = first_key(o, {"layer", "layer_idx", "layer_number"})) {
+      layer = p.integer(*v, key);
+    } else if (auto [w, wkey] = first_key(o, {"layer", "layer_idx", "layer_number"}); w) {
       by_layer = true;
-      layer = p.integer(*w, "layer index");
+      layer = p.integer(*w, wkey);
     }
     int64_t iteration = 0;
-    if (const json* v = first_key(o, {"iteration", "step"})) iteration = p.integer(*v, "iteration");
-    if (const json* v = first_key(o, {"num_experts"})) experts = std::max(experts, p.integer(*v, "num_experts"));
+    if (auto [v, key] = first_key(o, {"iteration", "step"}); v) iteration = p.integer(*v, key, 0, INT64_MAX);
+    if (auto [v, key] = first_key(o, {"num_experts"}); v) experts = std::max(experts, p.integer(*v, key, 1));
     layer_ids.insert(layer);
     auto& row = counts[iteration][layer];
     auto put = [&](int64_t e, int64_t n) {
-      if (e >= (int64_t{1} << 40)) p.fail_line("expert id " + std::to_string(e) + " out of range");
       row[e] = add(row[e], n, name);
       experts = std::max(experts, e + 1);
     };
-    if (const json* c = first_key(o, {"tokens_per_expert", "expert_counts", "counts"})) {
-      if (!c->is_array()) p.fail_line("per-expert counts must be a list");
-      for (size_t e = 0; e < c->size(); ++e) put(static_cast<int64_t>(e), p.count((*c)[e]));
-    } else if (const json* ids = first_key(o, {"top_indices", "topk_ids", "experts", "indices", "expert_ids"})) {
+    if (auto [c, key] = first_key(o, {"tokens_per_expert", "expert_counts", "counts"}); c) {
+      if (!c->is_array()) p.fail_line("\"" + key + "\" must be a list, found " + json_brief(*c));
+      if (c->size() > static_cast<size_t>(kMaxId)) p.fail_line("\"" + key + "\" lists too many experts");
+      for (size_t e = 0; e < c->size(); ++e) put(static_cast<int64_t>(e), p.count((*c)[e], key + "[" + std::to_string(e) + "]"));
+    } else if (auto [ids, ikey] = first_key(o, {"top_indices", "topk_ids", "experts", "indices", "expert_ids"}); ids) {
+      if (!ids->is_array()) p.fail_line("\"" + ikey + "\" must be a list, found " + json_brief(*ids));
       std::vector<int64_t> flat;
-      p.flatten_ids(*ids, flat);
+      p.flatten_ids(*ids, ikey, flat);
       for (int64_t e : flat) put(e, 1);
     } else if (o.contains("expert") && o.contains("tokens")) {
-      put(p.integer(o.at("expert"), "expert id"), p.count(o.at("tokens")));
+      put(p.integer(o.at("expert"), "expert"), p.count(o.at("tokens"), "tokens"));
     } else {
       p.fail_line("no routed expert ids (top_indices, topk_ids, experts, indices, expert_ids) or per-expert counts "
                   "(tokens_per_expert, expert_counts, counts, or expert + tokens)");

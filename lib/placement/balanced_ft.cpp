@@ -2,6 +2,7 @@
 #include "placement/balanced_ft.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <queue>
 #include <set>
@@ -23,18 +24,20 @@ std::vector<int> greedy_order(const std::vector<double>& loads, int floor, long 
   const int E = static_cast<int>(loads.size());
   std::vector<int> r(E, floor), seq;
   seq.reserve(static_cast<size_t>(std::max<long long>(0, extra)));
-  auto worse = [&](int a, int b) {
-    double wa = loads[a] / r[a], wb = loads[b] / r[b];
-    return wa < wb || (wa == wb && a > b);
-  };
-  std::priority_queue<int, std::vector<int>, decltype(worse)> heap(worse);
-  for (int e = 0; e < E; ++e) heap.push(e);
-  for (long long i = 0; i < extra; ++i) {
-    int e = heap.top();
-    heap.pop();
+  // (load per replica, expert): the largest first, ties to the lower id.
+  using Key = std::pair<double, int>;
+  auto worse = [](const Key& a, const Key& b) { return a.first < b.first || (a.first == b.first && a.second > b.second); };
+  std::vector<Key> heap;
+  heap.reserve(E);
+  for (int e = 0; e < E; ++e) heap.push_back({loads[e] / r[e], e});
+  std::make_heap(heap.begin(), heap.end(), worse);
+  for (long long i = 0; i < extra && E > 0; ++i) {
+    std::pop_heap(heap.begin(), heap.end(), worse);
+    const int e = heap.back().second;
     r[e]++;
     seq.push_back(e);
-    heap.push(e);
+    heap.back() = {loads[e] / r[e], e};
+    std::push_heap(heap.begin(), heap.end(), worse);
   }
   return seq;
 }
@@ -87,49 +90,79 @@ std::vector<int> lpt_fill(std::vector<int> phy2log, const std::vector<int>& r, c
   for (const auto& [w, e] : by_share)
     for (int i = 0; i < r[e]; ++i) reps.push_back(e);
   std::vector<double> load(cl.gpus(), 0.0);
-  std::vector<int> used(cl.gpus(), 0), placed(E, 0);
-  std::vector<int> nodecnt(static_cast<size_t>(E) * N, 0);
+  std::vector<int> used(cl.gpus(), 0);
   for (int p = 0; p < cl.slots(); ++p)
     if (phy2log[p] >= 0) {
       int g = cl.gpu_of_slot(p), e = phy2log[p];
       load[g] += t[e] / r[e];
       used[g]++;
     }
-  // The least loaded open GPU of every node, ordered: (load, gpu). The pick, the least loaded open
-  // GPU on an eligible node (else anywhere), is the first entry whose node is eligible; at most
-  // the nodes already holding this expert at this level are skipped.
+  // The least loaded open GPU of every node as (load, gpu), in one of two tournament trees over the
+  // nodes: `open` for the nodes eligible for the current expert at its current level (holding at
+  // most `level` of the replicas placed here so far), `blocked` for the others (a node absent from
+  // a tree, or full, is (inf, max)). The pick, the least loaded open GPU on an eligible node (else
+  // anywhere), is the root of `open`, or of `blocked` when `open` is empty: the entry a scan of all
+  // nodes in (load, gpu) order would find. The picked node's leaf is set again after each pick;
+  // the blocked ones are looked at again only when the level or the expert changes. An expert's
+  // replicas are consecutive in `reps`, so the counts per node are kept for the current expert only.
   const int G = cl.gpus_per_node;
-  std::set<std::pair<double, int>> node_best;
-  std::vector<int> best_of(N, -1);
-  auto refresh = [&](int n) {
-    if (best_of[n] >= 0) node_best.erase({load[best_of[n]], best_of[n]});
-    best_of[n] = -1;
-    for (int g = n * G; g < (n + 1) * G; ++g)
-      if (used[g] < S && (best_of[n] < 0 || load[g] < load[best_of[n]])) best_of[n] = g;
-    if (best_of[n] >= 0) node_best.insert({load[best_of[n]], best_of[n]});
+  using Key = std::pair<double, int>;
+  const Key none{std::numeric_limits<double>::infinity(), std::numeric_limits<int>::max()};
+  int P = 1;
+  while (P < N) P *= 2;
+  std::vector<Key> open(2 * P, none), blocked(2 * P, none);
+  auto set_leaf = [&](std::vector<Key>& tree, int n, const Key& k) {
+    int j = P + n;
+    tree[j] = k;
+    for (j /= 2; j >= 1; j /= 2) tree[j] = std::min(tree[2 * j], tree[2 * j + 1]);
   };
-  for (int n = 0; n < N; ++n) refresh(n);
-  for (int e : reps) {
-    auto pick = node_best.begin();
-    if (spread) {
-      const int level = placed[e] / N;
-      for (auto it = node_best.begin(); it != node_best.end(); ++it)
-        if (nodecnt[static_cast<size_t>(e) * N + cl.node_of_gpu(it->second)] <= level) {
-          pick = it;
-          break;
-        }
+  std::vector<int> here(N, 0);  // replicas of the current expert on each node
+  std::vector<int> blocked_nodes;
+  int cur = -1, level = 0, placed = 0;
+  auto eligible = [&](int n) { return !spread || here[n] <= level; };
+  auto put = [&](int n) {  // the node's least loaded open GPU, if any, into its tree
+    int best = -1;
+    for (int g = n * G; g < (n + 1) * G; ++g)
+      if (used[g] < S && (best < 0 || load[g] < load[best])) best = g;
+    if (best < 0) return;
+    if (eligible(n)) {
+      set_leaf(open, n, {load[best], best});
+    } else {
+      set_leaf(blocked, n, {load[best], best});
+      blocked_nodes.push_back(n);
     }
-    const int g = pick->second, node = cl.node_of_gpu(g);
-    node_best.erase(pick);
-    best_of[node] = -1;
+  };
+  for (int n = 0; n < N; ++n) put(n);
+  for (int e : reps) {
+    if (e != cur) {
+      cur = e;
+      placed = 0;
+      std::fill(here.begin(), here.end(), 0);
+    }
+    if (spread && (placed == 0 || placed / N != level)) {
+      level = placed / N;
+      size_t kept = 0;
+      for (int n : blocked_nodes)
+        if (eligible(n)) {
+          set_leaf(open, n, blocked[P + n]);
+          set_leaf(blocked, n, none);
+        } else {
+          blocked_nodes[kept++] = n;
+        }
+      blocked_nodes.resize(kept);
+    }
+    auto& from = open[1] != none ? open : blocked;
+    const int g = from[1].second, node = cl.node_of_gpu(g);
+    if (&from == &blocked) blocked_nodes.erase(std::find(blocked_nodes.begin(), blocked_nodes.end(), node));
+    set_leaf(from, node, none);
     int slot = g * S;
     while (phy2log[slot] >= 0) ++slot;
     phy2log[slot] = e;
     load[g] += t[e] / r[e];
     used[g]++;
-    nodecnt[static_cast<size_t>(e) * N + node]++;
-    placed[e]++;
-    refresh(node);
+    here[node]++;
+    placed++;
+    put(node);
   }
   return phy2log;
 }

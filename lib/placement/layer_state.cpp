@@ -2,6 +2,7 @@
 #include "placement/layer_state.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -9,6 +10,41 @@
 #include "core/error.h"
 
 namespace ucpkit::placement {
+
+namespace {
+
+// The GPUs holding expert x with their replica counts, and per GPU the load it reaches when every
+// replica there changes by `step` (added `step` times), largest first.
+struct Holders {
+  std::vector<std::pair<int, int>> gpus;  // (gpu, replicas of x there)
+  std::vector<std::pair<double, int>> by_value;  // (load + changes, index into gpus), descending
+};
+
+}  // namespace
+
+// Scratch of best_swap and best_rewrite; the per-GPU arrays are all zero between calls.
+struct LayerState::Scratch {
+  std::vector<double> gshare, hshare;  // best_swap: shares on the most loaded GPU and on a light one
+  std::vector<double> sh;
+  std::vector<int> hot, count;
+  Holders xs, ys;
+  std::vector<int> hot_on;      // replicas of every hot expert on every GPU: [hot index * D + gpu]
+  std::vector<Holders> xh;
+  std::vector<int> x_on;        // replicas of g's slot-sp expert on every GPU: [sp * D + gpu]
+  std::vector<double> vy;       // per GPU: load + its changes when it holds y but not x
+};
+
+LayerState::ScratchSlot::ScratchSlot() = default;
+LayerState::ScratchSlot::ScratchSlot(const ScratchSlot&) {}
+LayerState::ScratchSlot::ScratchSlot(ScratchSlot&&) noexcept = default;
+LayerState::ScratchSlot& LayerState::ScratchSlot::operator=(const ScratchSlot&) { return *this; }
+LayerState::ScratchSlot& LayerState::ScratchSlot::operator=(ScratchSlot&&) noexcept = default;
+LayerState::ScratchSlot::~ScratchSlot() = default;
+
+LayerState::Scratch& LayerState::scratch() const {
+  if (!scratch_.p) scratch_.p = std::make_unique<Scratch>();
+  return *scratch_.p;
+}
 
 LayerState::LayerState(const Cluster& cluster, std::vector<double> loads, std::vector<int> phy2log)
     : cluster_(cluster), experts_(static_cast<int>(loads.size())), t_(std::move(loads)), phy2log_(std::move(phy2log)) {
@@ -24,14 +60,30 @@ LayerState::LayerState(const Cluster& cluster, std::vector<double> loads, std::v
     add_node(e, cluster_.node_of_slot(p), 1);
   }
   load_.assign(cluster_.gpus(), 0.0);
+  share_.resize(experts_);
+  for (int e = 0; e < experts_; ++e) share_[e] = cnt_[e] ? t_[e] / cnt_[e] : 0.0;
   for (int p = 0; p < cluster_.slots(); ++p) load_[cluster_.gpu_of_slot(p)] += share(phy2log_[p]);
-  for (int g = 0; g < cluster_.gpus(); ++g) order_.insert({load_[g], g});
+  order_.reserve(cluster_.gpus());
+  for (int g = 0; g < cluster_.gpus(); ++g) order_.push_back({load_[g], g});
+  std::sort(order_.begin(), order_.end());
 }
 
 void LayerState::add_load(int gpu, double delta) {
-  order_.erase({load_[gpu], gpu});
+  const std::pair<double, int> before{load_[gpu], gpu};
+  size_t i = static_cast<size_t>(std::lower_bound(order_.begin(), order_.end(), before) - order_.begin());
   load_[gpu] += delta;
-  order_.insert({load_[gpu], gpu});
+  const std::pair<double, int> after{load_[gpu], gpu};
+  // Move the entry to its new place, shifting the ones it passes by one.
+  const auto at = order_.begin() + static_cast<std::ptrdiff_t>(i);
+  if (before < after) {
+    const auto to = std::lower_bound(at + 1, order_.end(), after);
+    std::move(at + 1, to, at);
+    *(to - 1) = after;
+  } else {
+    const auto to = std::lower_bound(order_.begin(), at, after);
+    std::move_backward(to, at, at + 1);
+    *to = after;
+  }
 }
 
 void LayerState::add_node(int e, int node, int delta) {
@@ -67,17 +119,53 @@ void LayerState::swap_slots(int p, int q) {
 void LayerState::set_slot(int p, int e) {
   int x = phy2log_[p];
   if (x == e) return;
-  for (int s : slots_of_[x]) add_load(cluster_.gpu_of_slot(s), -share(x));
-  for (int s : slots_of_[e]) add_load(cluster_.gpu_of_slot(s), -share(e));
+  // Many GPUs change load when x or e has many replicas: then their loads are updated first (the
+  // same additions in the same order) and the order restored once.
+  const bool batch = slots_of_[x].size() + slots_of_[e].size() > 8;
+  auto add = [&](int gpu, double delta) {
+    if (!batch) return add_load(gpu, delta);
+    load_[gpu] += delta;
+    if (!moved_mark_[gpu]) {
+      moved_mark_[gpu] = 1;
+      moved_.push_back(gpu);
+    }
+  };
+  if (batch) moved_mark_.resize(cluster_.gpus(), 0);
+  for (int s : slots_of_[x]) add(cluster_.gpu_of_slot(s), -share(x));
+  for (int s : slots_of_[e]) add(cluster_.gpu_of_slot(s), -share(e));
   slots_of_[x].erase(std::find(slots_of_[x].begin(), slots_of_[x].end(), p));
   slots_of_[e].push_back(p);
   cnt_[x]--;
   cnt_[e]++;
+  share_[x] = cnt_[x] ? t_[x] / cnt_[x] : 0.0;
+  share_[e] = t_[e] / cnt_[e];
   add_node(x, cluster_.node_of_slot(p), -1);
   add_node(e, cluster_.node_of_slot(p), 1);
   phy2log_[p] = e;
-  for (int s : slots_of_[x]) add_load(cluster_.gpu_of_slot(s), share(x));
-  for (int s : slots_of_[e]) add_load(cluster_.gpu_of_slot(s), share(e));
+  for (int s : slots_of_[x]) add(cluster_.gpu_of_slot(s), share(x));
+  for (int s : slots_of_[e]) add(cluster_.gpu_of_slot(s), share(e));
+  if (batch) reorder_moved();
+}
+
+void LayerState::reorder_moved() {
+  // The entries of the moved GPUs leave the order, sorted among themselves, and are merged back.
+  std::vector<std::pair<double, int>> back;
+  back.reserve(moved_.size());
+  for (int g : moved_) back.push_back({load_[g], g});
+  std::sort(back.begin(), back.end());
+  size_t kept = 0;
+  for (size_t i = 0; i < order_.size(); ++i)
+    if (!moved_mark_[order_[i].second]) order_[kept++] = order_[i];
+  // Merge from the end so no second buffer is needed.
+  size_t out = order_.size(), a = kept, b = back.size();
+  while (b > 0) {
+    if (a > 0 && back[b - 1] < order_[a - 1])
+      order_[--out] = order_[--a];
+    else
+      order_[--out] = back[--b];
+  }
+  for (int g : moved_) moved_mark_[g] = 0;
+  moved_.clear();
 }
 
 namespace {
@@ -103,17 +191,39 @@ std::optional<LayerMove> best_swap(const LayerState& st, int f) {
   double M = st.load(g);
   double best = M - 1e-9 * std::max(1.0, M);
   std::optional<LayerMove> out;
-  for (int h : light_gpus(st, 64)) {
+  LayerState::Scratch& sc = st.scratch();
+  std::vector<double>& gshare = sc.gshare;
+  std::vector<double>& hshare = sc.hshare;
+  gshare.resize(S);
+  hshare.resize(S);
+  double gmax = -std::numeric_limits<double>::infinity();
+  for (int sp = 0; sp < S; ++sp) gmax = std::max(gmax, gshare[sp] = st.share(st.phy2log()[g * S + sp]));
+  const int a = cl.node_of_gpu(g);
+  size_t seen = 0;
+  for (auto it = st.gpus_by_load().begin(); it != st.gpus_by_load().end() && seen < 64; ++it, ++seen) {
+    const int h = it->second;
     if (h == g) continue;
-    const int a = cl.node_of_gpu(g), b = cl.node_of_gpu(h);
+    const double L = st.load(h);
+    // Any swap with h leaves max(M - d, L + d) >= (M + L) / 2 (up to rounding, far below the
+    // margin), and the GPUs come lightest first: once that reaches the best found, no later GPU
+    // improves on it.
+    if ((M + L) * 0.5 * (1 - 1e-12) >= best) break;
+    double hmin = std::numeric_limits<double>::infinity();
+    for (int sq = 0; sq < S; ++sq) hmin = std::min(hmin, hshare[sq] = st.share(st.phy2log()[h * S + sq]));
+    // No swap with h moves more than gmax - hmin off g (rounding is monotone, so neither does any
+    // computed d): when even that leaves g at the best found, h has nothing better.
+    if (M - (gmax - hmin) >= best) continue;
+    const int b = cl.node_of_gpu(h);
     for (int sp = 0; sp < S; ++sp) {
-      int p = g * S + sp, x = st.phy2log()[p];
+      const int p = g * S + sp;
+      const double sx = gshare[sp];
       for (int sq = 0; sq < S; ++sq) {
-        int q = h * S + sq, y = st.phy2log()[q];
-        double d = st.share(x) - st.share(y);
+        const int q = h * S + sq;
+        double d = sx - hshare[sq];
         if (d <= 0) continue;
-        double worst = std::max(M - d, st.load(h) + d);
+        double worst = std::max(M - d, L + d);
         if (worst >= best) continue;
+        const int x = st.phy2log()[p], y = st.phy2log()[q];
         if (!keeps_guarantee(st, f, x, a, b) || !keeps_guarantee(st, f, y, b, a)) continue;
         best = worst;
         out = LayerMove{false, p, q, worst};
@@ -123,41 +233,97 @@ std::optional<LayerMove> best_swap(const LayerState& st, int f) {
   return out;
 }
 
+namespace {
+
+// `start` plus `step` added `times` times, one addition at a time: the value a running sum over
+// slots reaches (kept bit for bit, so that moves compare as they always did).
+double add_times(double start, double step, int times) {
+  for (int i = 0; i < times; ++i) start += step;
+  return start;
+}
+double sub_times(double start, double step, int times) {
+  for (int i = 0; i < times; ++i) start -= step;
+  return start;
+}
+
+void gather(const LayerState& st, int x, std::vector<int>& count, Holders& out) {
+  const Cluster& cl = st.cluster();
+  out.gpus.clear();
+  for (int s : st.slots_of(x)) {
+    const int k = cl.gpu_of_slot(s);
+    if (count[k]++ == 0) out.gpus.push_back({k, 0});
+  }
+  for (auto& [k, c] : out.gpus) c = count[k];
+  for (const auto& [k, c] : out.gpus) count[k] = 0;
+}
+
+}  // namespace
+
 std::optional<LayerMove> best_rewrite(const LayerState& st, int f) {
   const Cluster& cl = st.cluster();
   const int S = cl.slots_per_gpu, E = st.experts();
   int g = st.argmax_gpu();
   double M = st.load(g);
   double best = M - 1e-9 * std::max(1.0, M);
-  std::vector<int> hot(E);
+  LayerState::Scratch& sc = st.scratch();
+  std::vector<double>& sh = sc.sh;
+  std::vector<int>& hot = sc.hot;
+  std::vector<int>& count = sc.count;
+  Holders& xs = sc.xs;
+  Holders& ys = sc.ys;
+  sh.resize(E);
+  for (int e = 0; e < E; ++e) sh[e] = st.share(e);
+  hot.resize(E);
   std::iota(hot.begin(), hot.end(), 0);
   const size_t top = std::min<size_t>(16, hot.size());
   std::partial_sort(hot.begin(), hot.begin() + top, hot.end(),
-                    [&](int a, int b) { return st.share(a) > st.share(b) || (st.share(a) == st.share(b) && a < b); });
+                    [&](int a, int b) { return sh[a] > sh[b] || (sh[a] == sh[b] && a < b); });
   hot.resize(top);
-  std::vector<double> delta(cl.gpus(), 0.0);
+  const int D = cl.gpus();
+  // Per-GPU scratch arrays are all zero between calls: only entries that were set are reset.
+  if (count.size() < static_cast<size_t>(D)) count.resize(D, 0);
+  // Replicas of every hot expert on every GPU.
+  std::vector<int>& hot_on = sc.hot_on;
+  if (hot_on.size() < top * D) hot_on.resize(top * D, 0);
+  for (size_t i = 0; i < top; ++i)
+    for (int s : st.slots_of(hot[i])) hot_on[i * D + cl.gpu_of_slot(s)]++;
   std::optional<LayerMove> out;
+  // A slot p on the most loaded GPU g (expert x) becomes expert e: every other holder of x carries
+  // dx more per replica, every holder of e de less. The worst GPU afterwards: g itself, or a holder
+  // of x other than g. A holder of x that holds no e ends at its load plus its x changes, so only
+  // the largest of those counts, and holders of e among the larger ones are evaluated exactly.
   for (int sp = 0; sp < S; ++sp) {
     const int p = g * S + sp, x = st.phy2log()[p];
     if (st.count(x) <= f || st.distinct_after_remove(x, cl.node_of_slot(p)) < std::min(f, st.distinct(x))) continue;
     const double tx = st.expert_load(x), rx = st.count(x);
     const double dx = tx / (rx - 1) - tx / rx;  // every other holder of x carries this much more
-    for (int e : hot) {
+    gather(st, x, count, xs);
+    int cx_g = -1;  // x's replicas on g other than p
+    xs.by_value.clear();
+    for (size_t i = 0; i < xs.gpus.size(); ++i) {
+      const auto [k, c] = xs.gpus[i];
+      if (k == g)
+        cx_g = c - 1;
+      else
+        xs.by_value.push_back({st.load(k) + add_times(0.0, dx, c), static_cast<int>(i)});
+    }
+    std::sort(xs.by_value.begin(), xs.by_value.end(), std::greater<>());
+    for (size_t hi = 0; hi < top; ++hi) {
+      const int e = hot[hi];
       if (e == x) continue;
+      const int* e_on = hot_on.data() + hi * D;
       const double te = st.expert_load(e), re = st.count(e);
       const double de = te / re - te / (re + 1);  // every holder of e carries this much less
       double worst = st.load(g) - tx / rx + te / (re + 1);
-      // GPU g may also hold other replicas of x (+dx each) or e (-de each).
-      for (int s : st.slots_of(x))
-        if (s != p) delta[cl.gpu_of_slot(s)] += dx;
-      for (int s : st.slots_of(e)) delta[cl.gpu_of_slot(s)] -= de;
-      worst += delta[g];
-      for (int s : st.slots_of(x)) {
-        int h = cl.gpu_of_slot(s);
-        if (h != g) worst = std::max(worst, st.load(h) + delta[h]);
+      worst += sub_times(add_times(0.0, dx, cx_g), de, e_on[g]);
+      for (const auto& [v, i] : xs.by_value) {
+        const auto [k, c] = xs.gpus[i];
+        if (e_on[k] == 0) {
+          worst = std::max(worst, v);  // the largest holder of x without e; the rest are smaller
+          break;
+        }
+        worst = std::max(worst, st.load(k) + sub_times(add_times(0.0, dx, c), de, e_on[k]));
       }
-      for (int s : st.slots_of(x)) delta[cl.gpu_of_slot(s)] = 0;
-      for (int s : st.slots_of(e)) delta[cl.gpu_of_slot(s)] = 0;
       if (worst < best) {
         best = worst;
         out = LayerMove{true, p, e, worst};
@@ -166,34 +332,67 @@ std::optional<LayerMove> best_rewrite(const LayerState& st, int f) {
   }
   // The other direction: a slot on one of the 16 lightest GPUs (whose expert y keeps its guarantee)
   // becomes another replica of an expert x of the most loaded GPU, so every holder of x sheds load.
-  for (int h : light_gpus(st, 16)) {
+  // Holders of x end at load - dx per replica, plus dy per replica of y (other than the rewritten
+  // one); the holders of y are evaluated exactly, of the others only the largest counts.
+  std::vector<Holders>& xh = sc.xh;
+  std::vector<int>& x_on = sc.x_on;
+  std::vector<double>& vy = sc.vy;
+  xh.resize(S);
+  if (x_on.size() < static_cast<size_t>(S) * D) x_on.resize(static_cast<size_t>(S) * D, 0);
+  vy.resize(D);
+  for (int sp = 0; sp < S; ++sp) {
+    xh[sp].by_value.clear();
+    const int x = st.phy2log()[g * S + sp];
+    const double tx = st.expert_load(x), rx = st.count(x);
+    const double dx = tx / rx - tx / (rx + 1);
+    gather(st, x, count, xh[sp]);
+    for (const auto& [k, c] : xh[sp].gpus) x_on[static_cast<size_t>(sp) * D + k] = c;
+    for (size_t i = 0; i < xh[sp].gpus.size(); ++i) {
+      const auto [k, c] = xh[sp].gpus[i];
+      xh[sp].by_value.push_back({st.load(k) + sub_times(0.0, dx, c), static_cast<int>(i)});
+    }
+    std::sort(xh[sp].by_value.begin(), xh[sp].by_value.end(), std::greater<>());
+  }
+  size_t seen = 0;
+  for (auto it = st.gpus_by_load().begin(); it != st.gpus_by_load().end() && seen < 16; ++it, ++seen) {
+    const int h = it->second;
     if (h == g) continue;
     for (int sq = 0; sq < S; ++sq) {
       const int q = h * S + sq, y = st.phy2log()[q];
       if (st.count(y) <= f || st.distinct_after_remove(y, cl.node_of_slot(q)) < std::min(f, st.distinct(y))) continue;
       const double ty = st.expert_load(y), ry = st.count(y);
       const double dy = ty / (ry - 1) - ty / ry;
+      gather(st, y, count, ys);
+      for (auto& [k, c] : ys.gpus) {
+        count[k] = k == h ? c - 1 : c;  // y's replicas other than q
+        vy[k] = st.load(k) + add_times(0.0, dy, count[k]);
+      }
       for (int sp = 0; sp < S; ++sp) {
         const int x = st.phy2log()[g * S + sp];
         if (x == y) continue;
         const double tx = st.expert_load(x), rx = st.count(x);
         const double dx = tx / rx - tx / (rx + 1);
-        for (int s : st.slots_of(x)) delta[cl.gpu_of_slot(s)] -= dx;
-        for (int s : st.slots_of(y))
-          if (s != q) delta[cl.gpu_of_slot(s)] += dy;
-        double worst = st.load(h) - ty / ry + tx / (rx + 1) + delta[h];
-        for (int s : st.slots_of(x)) worst = std::max(worst, st.load(cl.gpu_of_slot(s)) + delta[cl.gpu_of_slot(s)]);
-        for (int s : st.slots_of(y)) worst = std::max(worst, st.load(cl.gpu_of_slot(s)) + delta[cl.gpu_of_slot(s)]);
-        for (int s : st.slots_of(x)) delta[cl.gpu_of_slot(s)] = 0;
-        for (int s : st.slots_of(y)) delta[cl.gpu_of_slot(s)] = 0;
-        delta[h] = 0;
+        const int* on = x_on.data() + static_cast<size_t>(sp) * D;
+        double worst = st.load(h) - ty / ry + tx / (rx + 1) + add_times(sub_times(0.0, dx, on[h]), dy, count[h]);
+        for (const auto& [k, c] : ys.gpus)
+          worst = std::max(worst, on[k] == 0 ? vy[k] : st.load(k) + add_times(sub_times(0.0, dx, on[k]), dy, count[k]));
+        for (const auto& [v, i] : xh[sp].by_value)
+          if (count[xh[sp].gpus[i].first] == 0) {
+            worst = std::max(worst, v);  // the largest holder of x without another y
+            break;
+          }
         if (worst < best) {
           best = worst;
           out = LayerMove{true, q, x, worst};
         }
       }
+      for (const auto& [k, c] : ys.gpus) count[k] = 0;
     }
   }
+  for (size_t i = 0; i < top; ++i)
+    for (int s : st.slots_of(hot[i])) hot_on[i * D + cl.gpu_of_slot(s)] = 0;
+  for (int sp = 0; sp < S; ++sp)
+    for (const auto& [k, c] : xh[sp].gpus) x_on[static_cast<size_t>(sp) * D + k] = 0;
   return out;
 }
 

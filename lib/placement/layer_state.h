@@ -2,8 +2,8 @@
 // equal-share assumption, and per expert the replicas on every node, kept current by slot swaps and
 // slot rewrites. Shared by balanced-ft (placement) and the migration-aware re-placement.
 #pragma once
+#include <memory>
 #include <optional>
-#include <set>
 #include <vector>
 
 #include "placement/cluster.h"
@@ -24,17 +24,21 @@ class LayerState {
   int distinct(int e) const { return distinct_[e]; }
   int on_node(int e, int node) const { return nodecnt_[static_cast<size_t>(e) * cluster_.nodes + node]; }
   // Load one replica of e carries: t_e / r_e.
-  double share(int e) const { return cnt_[e] ? t_[e] / cnt_[e] : 0.0; }
+  double share(int e) const { return share_[e]; }
   const std::vector<int>& slots_of(int e) const { return slots_of_[e]; }
-  double max_load() const { return order_.rbegin()->first; }
-  int argmax_gpu() const { return order_.rbegin()->second; }
-  // GPUs by load ascending (ties by id).
-  const std::set<std::pair<double, int>>& gpus_by_load() const { return order_; }
+  double max_load() const { return order_.back().first; }
+  int argmax_gpu() const { return order_.back().second; }
+  // (load, GPU) ascending (ties by id).
+  const std::vector<std::pair<double, int>>& gpus_by_load() const { return order_; }
 
   // Distinct nodes of x after one of its replicas moves from node a to node b.
   int distinct_after_move(int x, int a, int b) const;
   // Distinct nodes of x after one of its replicas on node a is removed (rewritten).
   int distinct_after_remove(int x, int a) const { return distinct_[x] - (on_node(x, a) == 1 ? 1 : 0); }
+
+  // Scratch arrays of the move searches, kept with the state between calls (a copy starts empty).
+  struct Scratch;
+  Scratch& scratch() const;
 
   // Exchanges the experts of two slots (replica counts and shares unchanged).
   void swap_slots(int p, int q);
@@ -45,13 +49,27 @@ class LayerState {
  private:
   void add_node(int e, int node, int delta);
   void add_load(int gpu, double delta);
+  void reorder_moved();
   Cluster cluster_;
   int experts_;
   std::vector<double> t_;
   std::vector<int> phy2log_, cnt_, distinct_, nodecnt_;
   std::vector<double> load_;
-  std::set<std::pair<double, int>> order_;
+  std::vector<double> share_;  // t_e / r_e (0 without replicas), kept with the counts
+  std::vector<std::pair<double, int>> order_;  // sorted; a load change moves one entry along it
   std::vector<std::vector<int>> slots_of_;
+  std::vector<int> moved_;  // GPUs whose load changed, while set_slot updates many at once
+  std::vector<char> moved_mark_;
+  struct ScratchSlot {
+    std::unique_ptr<Scratch> p;
+    ScratchSlot();
+    ScratchSlot(const ScratchSlot&);
+    ScratchSlot(ScratchSlot&&) noexcept;
+    ScratchSlot& operator=(const ScratchSlot&);
+    ScratchSlot& operator=(ScratchSlot&&) noexcept;
+    ~ScratchSlot();
+  };
+  mutable ScratchSlot scratch_;
 };
 
 // One local-search move that lowers the most loaded GPU: a swap of two slots (replica counts

@@ -108,11 +108,23 @@ std::vector<int> nodes_after_change(const Plan& current, const NodeChange& chang
     if (!failed.insert(f).second) throw UsageError("failed node " + std::to_string(f) + " listed twice");
   }
   if (change.added < 0) throw UsageError("--added-nodes must not be negative");
+  // The size of the cluster after the change is checked before its node list is built, so an absurd
+  // --added-nodes is refused at once instead of after gigabytes of ids.
+  const long long left = static_cast<long long>(current.node_ids.size() - failed.size());
+  const long long next = static_cast<long long>(*std::max_element(current.node_ids.begin(), current.node_ids.end())) + 1;
+  Cluster after = current.cluster;
+  const long long nodes = left + change.added;
+  const long long slots = nodes * after.gpus_per_node * after.slots_per_gpu;
+  if (nodes > std::numeric_limits<int>::max() || next + change.added > std::numeric_limits<int>::max() ||
+      slots > std::numeric_limits<int>::max() / 4)
+    throw UsageError("--added-nodes " + std::to_string(change.added) + " makes the cluster too large: " +
+                     std::to_string(nodes) + " nodes x " + std::to_string(after.gpus_per_node) + " GPUs x " +
+                     std::to_string(after.slots_per_gpu) + " slots");
   std::vector<int> ids;
+  ids.reserve(static_cast<size_t>(nodes));
   for (int id : current.node_ids)
     if (!failed.count(id)) ids.push_back(id);
-  int next = *std::max_element(current.node_ids.begin(), current.node_ids.end()) + 1;
-  for (int i = 0; i < change.added; ++i) ids.push_back(next + i);
+  for (int i = 0; i < change.added; ++i) ids.push_back(static_cast<int>(next + i));
   if (ids.empty()) throw UsageError("no node left after the failures");
   return ids;
 }

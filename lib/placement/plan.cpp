@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "core/atomic_file.h"
@@ -186,35 +187,56 @@ std::string plan_json_text(const Plan& plan, const json& extra) {
 }
 
 Plan plan_from_json(const json& doc, const std::string& name) {
+  // Every value is checked for its type where it is read, so a wrong one is named by its key.
+  constexpr long long kIntMax = std::numeric_limits<int>::max();
+  auto integer = [&](const json& v, const std::string& where, long long lo = 0) {
+    return static_cast<int>(json_integer(v, name, where, lo, kIntMax));
+  };
+  auto list = [&](const json& v, const std::string& where) -> const json& {
+    if (!v.is_array()) fail(name, where + " must be a list, found " + json_brief(v));
+    return v;
+  };
   Plan plan;
   try {
     if (!doc.is_object()) fail(name, "a plan must be a JSON object");
     for (const char* key : {"nodes", "gpus_per_node", "slots_per_gpu", "layers"})
       if (!doc.contains(key)) fail(name, std::string("plan lacks \"") + key + "\"");
-    plan.cluster = {doc["nodes"].get<int>(), doc["gpus_per_node"].get<int>(), doc["slots_per_gpu"].get<int>()};
-    if (plan.cluster.nodes <= 0 || plan.cluster.gpus_per_node <= 0 || plan.cluster.slots_per_gpu <= 0)
-      fail(name, "plan sizes must be positive");
-    plan.algorithm = doc.value("algorithm", std::string("unknown"));
+    plan.cluster = {integer(doc["nodes"], "\"nodes\"", 1), integer(doc["gpus_per_node"], "\"gpus_per_node\"", 1),
+                    integer(doc["slots_per_gpu"], "\"slots_per_gpu\"", 1)};
+    if (1LL * plan.cluster.nodes * plan.cluster.gpus_per_node * plan.cluster.slots_per_gpu > kIntMax / 4)
+      fail(name, "plan cluster too large: " + plan.cluster.describe());
+    plan.algorithm = "unknown";
+    if (doc.contains("algorithm")) {
+      if (!doc["algorithm"].is_string()) fail(name, "\"algorithm\" must be a string, found " + json_brief(doc["algorithm"]));
+      plan.algorithm = doc["algorithm"].get<std::string>();
+    }
     int max_e = -1;
-    for (const auto& L : doc["layers"]) {
-      LayerPlacement lp;
-      lp.phy2log = L.at("phy2log").get<std::vector<int>>();
-      if (static_cast<int>(lp.phy2log.size()) != plan.cluster.slots())
-        fail(name, "phy2log has " + std::to_string(lp.phy2log.size()) + " slots, expected " +
+    const json& layers = list(doc["layers"], "\"layers\"");
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const std::string at = "layers[" + std::to_string(l) + "]";
+      if (!layers[l].is_object() || !layers[l].contains("phy2log"))
+        fail(name, at + " must be an object with \"phy2log\", found " + json_brief(layers[l]));
+      const json& p2l = list(layers[l]["phy2log"], at + ".phy2log");
+      if (static_cast<long long>(p2l.size()) != plan.cluster.slots())
+        fail(name, at + ".phy2log has " + std::to_string(p2l.size()) + " slots, expected " +
                        std::to_string(plan.cluster.slots()));
-      for (int e : lp.phy2log) {
-        if (e < 0) fail(name, "phy2log holds a negative expert id");
+      LayerPlacement lp;
+      lp.phy2log.reserve(p2l.size());
+      for (size_t p = 0; p < p2l.size(); ++p) {
+        const int e = integer(p2l[p], at + ".phy2log[" + std::to_string(p) + "]");
         max_e = std::max(max_e, e);
+        lp.phy2log.push_back(e);
       }
       plan.layers.push_back(std::move(lp));
     }
     if (plan.layers.empty()) fail(name, "plan has no layers");
-    plan.experts = doc.value("experts", max_e + 1);
+    plan.experts = doc.contains("experts") ? integer(doc["experts"], "\"experts\"", 1) : max_e + 1;
     if (plan.experts <= max_e) fail(name, "phy2log holds an expert id beyond \"experts\"");
     for (auto& lp : plan.layers) lp.phyrank = ranks_by_appearance(lp.phy2log, plan.experts);
     if (doc.contains("node_ids")) {
-      plan.node_ids = doc["node_ids"].get<std::vector<int>>();
-      if (static_cast<int>(plan.node_ids.size()) != plan.cluster.nodes) fail(name, "node_ids does not list every node");
+      const json& ids = list(doc["node_ids"], "\"node_ids\"");
+      if (static_cast<int>(ids.size()) != plan.cluster.nodes) fail(name, "node_ids does not list every node");
+      for (size_t i = 0; i < ids.size(); ++i) plan.node_ids.push_back(integer(ids[i], "node_ids[" + std::to_string(i) + "]"));
     } else {
       plan.node_ids.resize(plan.cluster.nodes);
       std::iota(plan.node_ids.begin(), plan.node_ids.end(), 0);

@@ -181,6 +181,26 @@ namespace {
 void add_pareto_report(const PlanRequest& req, const LoadMatrix& loads, const Cluster& cluster,
                        const std::vector<std::vector<int>>* before, PlanOutcome& out);
 
+// GPU loads of `base` (every GPU under its physical node id) for `loads`, summed over layers.
+GpuChart chart_under(const Plan& base, const LoadMatrix& loads) {
+  GpuChart chart;
+  chart.node_ids = base.node_ids;
+  chart.gpus_per_node = base.cluster.gpus_per_node;
+  chart.loads.assign(base.cluster.gpus(), 0.0);
+  for (size_t l = 0; l < loads.layers; ++l) {
+    auto g = gpu_loads(base.layers[l].phy2log, loads.layer_vector(l), base.cluster);
+    for (size_t i = 0; i < g.size(); ++i) chart.loads[i] += g[i];
+  }
+  return chart;
+}
+
+// --svg-layer names a layer of the loads (checked before any planning).
+void check_svg_layer(const PlanRequest& req, const LoadMatrix& loads) {
+  if (req.want_svg && (req.svg_layer < 0 || static_cast<size_t>(req.svg_layer) >= loads.layers))
+    throw UsageError("--svg-layer " + std::to_string(req.svg_layer) + " is out of range: the loads have " +
+                     std::to_string(loads.layers) + " layer(s), 0.." + std::to_string(loads.layers - 1));
+}
+
 // --previous: re-place for new loads on the previous plan's cluster, counting migration.
 PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::chrono::steady_clock::time_point t0) {
   if (!req.current_path.empty()) throw UsageError("--previous and --current are exclusive");
@@ -236,10 +256,12 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
   nlohmann::json scratch = nlohmann::json::object();
   double prev_bal = overall_balancedness(prev.layers, loads, cc);
   for (const char* algo : {"eplb-global", "balanced-ft"}) {
-    Plan fresh = plan_placement(loads, cc, algo, popt);
+    // balanced-ft from scratch was placed by the re-placement already (one of its options).
+    const bool reuse = std::string(algo) == "balanced-ft" && rr.from_scratch.size() == loads.layers;
+    const std::vector<LayerPlacement> fresh = reuse ? rr.from_scratch : plan_placement(loads, cc, algo, popt).layers;
     long long copies = 0;
-    for (size_t l = 0; l < loads.layers; ++l) copies += copies_between(before[l], fresh.layers[l].phy2log, cc);
-    nlohmann::json j = {{"balancedness", overall_balancedness(fresh.layers, loads, cc)}, {"copies_moved", copies}};
+    for (size_t l = 0; l < loads.layers; ++l) copies += copies_between(before[l], fresh[l].phy2log, cc);
+    nlohmann::json j = {{"balancedness", overall_balancedness(fresh, loads, cc)}, {"copies_moved", copies}};
     if (req.expert_bytes > 0) j["bytes_moved"] = req.expert_bytes * static_cast<double>(copies);
     scratch[algo] = j;
   }
@@ -259,6 +281,7 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
           << j["copies_moved"].get<long long>() << " copies\n";
   out.table = render_table(out.plan, std::nullopt, 32) + extra.str();
   if (req.dispatch) out.table += dispatch_line(rextra["dispatch"]);
+  if (req.want_svg) out.svg = plan_svg(out.plan, chart_under(prev, loads), "before: previous plan", req.svg_layer);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   nlohmann::json summary_rep = rep;
   summary_rep.erase("transfers");
@@ -339,6 +362,7 @@ PlanOutcome make_plan_core(const PlanRequest& req) {
   auto t0 = std::chrono::steady_clock::now();
   validate_cluster(req.cluster);
   LoadMatrix loads = read_loads(req.loads_path, req.load_options);
+  check_svg_layer(req, loads);
 
   if (!req.previous_path.empty()) return replace_plan(req, loads, t0);
   std::optional<Plan> current;
@@ -392,26 +416,12 @@ PlanOutcome make_plan_core(const PlanRequest& req) {
   if (req.want_svg) {
     // Before: every GPU of the current plan under its physical node id (failed nodes included), or
     // the spread baseline on the same nodes for a fresh plan.
-    GpuChart before;
-    std::string label;
-    const Plan* base = nullptr;
-    Plan spread;
     if (current) {
-      label = "before: current plan";
-      base = &*current;
+      out.svg = plan_svg(out.plan, chart_under(*current, loads), "before: current plan", req.svg_layer);
     } else {
-      label = "before: spread baseline";
-      spread = plan_placement(loads, target, "spread", popt);
-      base = &spread;
+      Plan spread = plan_placement(loads, target, "spread", popt);
+      out.svg = plan_svg(out.plan, chart_under(spread, loads), "before: spread baseline", req.svg_layer);
     }
-    before.node_ids = base->node_ids;
-    before.gpus_per_node = base->cluster.gpus_per_node;
-    before.loads.assign(base->cluster.gpus(), 0.0);
-    for (size_t l = 0; l < loads.layers; ++l) {
-      auto g = gpu_loads(base->layers[l].phy2log, loads.layer_vector(l), base->cluster);
-      for (size_t i = 0; i < g.size(); ++i) before.loads[i] += g[i];
-    }
-    out.svg = plan_svg(out.plan, before, label, req.svg_layer);
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 

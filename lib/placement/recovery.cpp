@@ -184,12 +184,13 @@ RecoveryModel::RecoveryModel(int nodes, const RecoveryOptions& options)
   }
   pair_start_.resize(max_k_ + 1);
   pair_samples_.resize(max_k_ + 1);
+  pair_keys_.resize(max_k_ + 1);
   const size_t pairs = static_cast<size_t>(nodes) * nodes;
   for (int k = 2; k <= max_k_; ++k) {
+    // Beyond 4,096 nodes the per-node lists are walked instead (as fast there, and no index to build).
     if (samples_[k].empty() || pairs > (size_t{1} << 24)) continue;
     auto& start = pair_start_[k];
     auto& data = pair_samples_[k];
-    start.assign(pairs + 1, 0);
     const int* F = samples_[k].data();
     auto each_pair = [&](uint64_t s, auto&& fn) {
       for (int i = 0; i < k; ++i)
@@ -199,12 +200,34 @@ RecoveryModel::RecoveryModel(int nodes, const RecoveryOptions& options)
           fn(static_cast<size_t>(a) * nodes + b);
         }
     };
-    for (uint64_t s = 0; s < options.mc_samples; ++s) each_pair(s, [&](size_t key) { start[key + 1]++; });
-    for (size_t i = 0; i < pairs; ++i) start[i + 1] += start[i];
-    data.resize(start[pairs]);
-    std::vector<uint32_t> fill(start.begin(), start.end() - 1);
-    for (uint64_t s = 0; s < options.mc_samples; ++s)
-      each_pair(s, [&](size_t key) { data[fill[key]++] = static_cast<uint32_t>(s); });
+    if (pairs <= (size_t{1} << 20)) {
+      // Dense: an offset for every pair.
+      start.assign(pairs + 1, 0);
+      for (uint64_t s = 0; s < options.mc_samples; ++s) each_pair(s, [&](size_t key) { start[key + 1]++; });
+      for (size_t i = 0; i < pairs; ++i) start[i + 1] += start[i];
+      data.resize(start[pairs]);
+      std::vector<uint32_t> fill(start.begin(), start.end() - 1);
+      for (uint64_t s = 0; s < options.mc_samples; ++s)
+        each_pair(s, [&](size_t key) { data[fill[key]++] = static_cast<uint32_t>(s); });
+    } else {
+      // Sparse (many nodes: nodes^2 offsets would cost more than the samples): only the pairs some
+      // sample fails, sorted, each with its samples ascending, as in the dense form.
+      std::vector<std::pair<uint64_t, uint32_t>> all;
+      all.reserve(options.mc_samples * static_cast<size_t>(k) * (k - 1) / 2);
+      for (uint64_t s = 0; s < options.mc_samples; ++s)
+        each_pair(s, [&](size_t key) { all.push_back({key, static_cast<uint32_t>(s)}); });
+      std::sort(all.begin(), all.end());
+      auto& keys = pair_keys_[k];
+      data.reserve(all.size());
+      for (size_t i = 0; i < all.size(); ++i) {
+        if (i == 0 || all[i].first != all[i - 1].first) {
+          keys.push_back(all[i].first);
+          start.push_back(static_cast<uint32_t>(i));
+        }
+        data.push_back(all[i].second);
+      }
+      start.push_back(static_cast<uint32_t>(all.size()));
+    }
   }
 }
 
@@ -244,8 +267,15 @@ RecoveryEstimate RecoveryModel::evaluate_one(const ExpertNodeSets& sets, int k,
     if (c.size() >= 2 && !pair_start_[k].empty()) {
       pivot2 = c[1];
       const size_t key = static_cast<size_t>(std::min(pivot, pivot2)) * nodes_ + std::max(pivot, pivot2);
-      begin = pair_samples_[k].data() + pair_start_[k][key];
-      end = pair_samples_[k].data() + pair_start_[k][key + 1];
+      size_t at = key;  // dense: the pair's own offset; sparse: its place among the failed pairs
+      const auto& keys = pair_keys_[k];
+      if (!keys.empty()) at = static_cast<size_t>(std::lower_bound(keys.begin(), keys.end(), key) - keys.begin());
+      if (!keys.empty() && (at == keys.size() || keys[at] != key)) {
+        begin = end = nullptr;  // no sample fails both
+      } else {
+        begin = pair_samples_[k].data() + pair_start_[k][at];
+        end = pair_samples_[k].data() + pair_start_[k][at + 1];
+      }
     } else {
       for (int m : c)
         if (failed_in_[k][m].size() < failed_in_[k][pivot].size()) pivot = m;

@@ -74,9 +74,12 @@ class RecoveryModel {
   std::vector<std::vector<int>> samples_;  // per k: mc_samples * k node ids (empty when exact)
   // Per k and node: the samples in which that node failed, ascending (the inverse of samples_).
   std::vector<std::vector<std::vector<uint32_t>>> failed_in_;
-  // Per k >= 2: the samples in which both nodes a < b failed, as CSR over the pair a * nodes + b
-  // (pair_start_[k] has nodes * nodes + 1 offsets into pair_samples_[k]).
+  // Per k >= 2: the samples in which both nodes a < b failed, as CSR over the pair a * nodes + b:
+  // dense on small clusters (pair_start_[k] has nodes * nodes + 1 offsets into pair_samples_[k],
+  // pair_keys_[k] empty), sparse on large ones (pair_keys_[k] lists the pairs some sample fails,
+  // sorted, pair_start_[k] one offset per listed pair plus the end).
   std::vector<std::vector<uint32_t>> pair_start_, pair_samples_;
+  std::vector<std::vector<uint64_t>> pair_keys_;
 };
 
 }  // namespace ucpkit::placement

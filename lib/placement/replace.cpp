@@ -3,29 +3,48 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <queue>
 
 #include "core/error.h"
 #include "placement/algorithm.h"
+#include "placement/balance.h"
 #include "placement/layer_state.h"
 #include "placement/migration.h"
 
 namespace ucpkit::placement {
 namespace {
 
-// Copies GPU g needs: its slots in `after` not matched by a slot of the same expert in `before`.
-int gpu_copies(const std::vector<int>& before, const std::vector<int>& after, int g, int S) {
+// Replicas GPU slots `a` and `b` (S slots each) have in common, as multisets.
+int matched_slots(const int* a, const int* b, int S) {
   int matched = 0;
+  if (S <= 64) {
+    uint64_t used = 0;
+    for (int x = 0; x < S; ++x)
+      for (int y = 0; y < S; ++y)
+        if (!((used >> y) & 1) && a[y] == b[x]) {
+          used |= uint64_t{1} << y;
+          ++matched;
+          break;
+        }
+    return matched;
+  }
   std::vector<char> used(S, 0);
-  for (int a = 0; a < S; ++a)
-    for (int b = 0; b < S; ++b)
-      if (!used[b] && before[g * S + b] == after[g * S + a]) {
-        used[b] = 1;
+  for (int x = 0; x < S; ++x)
+    for (int y = 0; y < S; ++y)
+      if (!used[y] && a[y] == b[x]) {
+        used[y] = 1;
         ++matched;
         break;
       }
-  return S - matched;
+  return matched;
+}
+
+// Copies GPU g needs: its slots in `after` not matched by a slot of the same expert in `before`.
+int gpu_copies(const std::vector<int>& before, const std::vector<int>& after, int g, int S) {
+  const size_t at = static_cast<size_t>(g) * S;
+  return S - matched_slots(before.data() + at, after.data() + at, S);
 }
 
 // Experts with fewer than f replicas take slots from experts that keep at least f replicas and
@@ -51,47 +70,41 @@ void raise_counts(LayerState& st, int f) {
 // fault tolerance and recovery of a layer do not depend on the labels.
 std::vector<int> align_to(const std::vector<int>& prev, const std::vector<int>& fresh, const Cluster& cl, int experts) {
   const int N = cl.nodes, G = cl.gpus_per_node, S = cl.slots_per_gpu, c = cl.slots_per_node();
-  // Node cost: replicas of fresh node q that physical node i lacks (multiset difference).
-  std::vector<std::vector<int>> have(N, std::vector<int>(experts, 0));
-  for (int p = 0; p < cl.slots(); ++p) have[cl.node_of_slot(p)][prev[p]]++;
+  // Node cost: replicas of fresh node q that physical node i lacks (multiset difference), that is
+  // c minus the replicas they share; shared counts gathered per expert over the nodes holding it.
+  std::vector<std::vector<std::pair<int, int>>> held(experts);  // expert -> (node, replicas there)
+  for (int i = 0; i < N; ++i)
+    for (int s = 0; s < c; ++s) {
+      auto& h = held[prev[i * c + s]];
+      if (!h.empty() && h.back().first == i)
+        h.back().second++;
+      else
+        h.push_back({i, 1});
+    }
   std::vector<std::vector<long long>> cost(N, std::vector<long long>(N, 0));
   std::vector<int> want(experts, 0);
+  std::vector<long long> shared(N);
   for (int q = 0; q < N; ++q) {
-    for (int s = 0; s < c; ++s) want[fresh[q * c + s]]++;
-    for (int i = 0; i < N; ++i) {
-      long long miss = 0;
-      for (int s = 0; s < c; ++s) {
-        int e = fresh[q * c + s];
-        if (want[e] > 0) {
-          miss += std::max(0, want[e] - have[i][e]);
-          want[e] = -want[e];  // count each expert once
-        }
-      }
-      for (int s = 0; s < c; ++s) want[fresh[q * c + s]] = std::abs(want[fresh[q * c + s]]);
-      cost[i][q] = miss;
+    const int* node = fresh.data() + static_cast<size_t>(q) * c;
+    for (int s = 0; s < c; ++s) want[node[s]]++;
+    std::fill(shared.begin(), shared.end(), 0);
+    for (int s = 0; s < c; ++s) {
+      const int e = node[s];
+      if (want[e] <= 0) continue;  // counted once per expert
+      for (const auto& [i, h] : held[e]) shared[i] += std::min(want[e], h);
+      want[e] = 0;
     }
-    for (int s = 0; s < c; ++s) want[fresh[q * c + s]] = 0;
+    for (int i = 0; i < N; ++i) cost[i][q] = c - shared[i];
   }
   std::vector<int> node_of = min_cost_assignment(cost);
   std::vector<int> out(cl.slots());
+  std::vector<std::vector<long long>> gc(G, std::vector<long long>(G));
   for (int i = 0; i < N; ++i) {
     const int q = node_of[i];
-    std::vector<std::vector<long long>> gc(G, std::vector<long long>(G));
     for (int g = 0; g < G; ++g)
-      for (int h = 0; h < G; ++h) {
-        std::vector<int> a(prev.begin() + (i * G + g) * S, prev.begin() + (i * G + g + 1) * S);
-        std::vector<int> b(fresh.begin() + (q * G + h) * S, fresh.begin() + (q * G + h + 1) * S);
-        int matched = 0;
-        std::vector<char> used(S, 0);
-        for (int x = 0; x < S; ++x)
-          for (int y = 0; y < S; ++y)
-            if (!used[y] && a[y] == b[x]) {
-              used[y] = 1;
-              ++matched;
-              break;
-            }
-        gc[g][h] = S - matched;
-      }
+      for (int h = 0; h < G; ++h)
+        gc[g][h] = S - matched_slots(prev.data() + static_cast<size_t>(i * G + g) * S,
+                                     fresh.data() + static_cast<size_t>(q * G + h) * S, S);
     std::vector<int> gpu_of = min_cost_assignment(gc);
     for (int g = 0; g < G; ++g)
       for (int s = 0; s < S; ++s) out[(i * G + g) * S + s] = fresh[(q * G + gpu_of[g]) * S + s];
@@ -127,6 +140,8 @@ void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResu
   res.rounds = 0;
   res.round_lower_bound = 0;
   std::vector<int> received(D, 0);
+  std::vector<int> first_free(D, 0);  // every round before it receives already
+  std::vector<char> used(S);
   for (size_t l = 0; l < res.layers.size(); ++l) {
     const auto& old = before[l];
     const auto& now = res.layers[l].phy2log;
@@ -136,7 +151,7 @@ void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResu
       if (holders[old[p]].empty() || holders[old[p]].back() != g) holders[old[p]].push_back(g);
     }
     for (int g = 0; g < D; ++g) {
-      std::vector<char> used(S, 0);
+      std::fill(used.begin(), used.end(), 0);
       for (int a = 0; a < S; ++a) {
         int e = now[g * S + a];
         bool have = false;
@@ -146,15 +161,19 @@ void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResu
         if (e >= static_cast<int>(holders.size()) || holders[e].empty())
           throw Error("internal: expert " + std::to_string(e) + " of layer " + std::to_string(l) + " has no holder");
         ++received[g];
-        for (int r = 0;; ++r) {
+        // The only holder may be g itself (a second copy of an expert it keeps): a copy inside the GPU,
+        // scheduled like a transfer from g to g.
+        const bool local = holders[e].size() == 1 && holders[e][0] == g;
+        for (int r = first_free[g];; ++r) {
           if (busy(recvs[g], r)) continue;
           int from = -1;
           for (int h : holders[e])
-            if (h != g && !busy(sends[h], r) && (from < 0 || sent[h] < sent[from])) from = h;
+            if ((h != g || local) && !busy(sends[h], r) && (from < 0 || sent[h] < sent[from])) from = h;
           if (from < 0) continue;
           sends[from][r] = 1;
           recvs[g][r] = 1;
           sent[from]++;
+          while (busy(recvs[g], first_free[g])) ++first_free[g];
           res.transfers.push_back({static_cast<int>(l), e, from, g, r});
           res.rounds = std::max(res.rounds, r + 1);
           break;
@@ -173,7 +192,7 @@ ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previo
   const int f = opt.fault_tolerance, S = cl.slots_per_gpu;
   const size_t L = loads.layers;
   ReplaceResult res;
-  std::vector<LayerState> base;
+  std::vector<std::vector<int>> base;  // per layer: the previous placement after the mandatory copies
   std::vector<Trajectory> traj(L);
   // balanced-ft from scratch for the new loads: the far end of every layer's options.
   std::vector<LayerPlacement> fresh_layers;
@@ -197,8 +216,9 @@ ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previo
     raise_counts(st, f);
     repair_fault_tolerance(st, f);
     res.mandatory_copies += copies_between(prev, st.phy2log(), cl);
+    base.push_back(st.phy2log());
     // The balance moves from here on, with the copies they add beyond the mandatory ones.
-    LayerState run = st;
+    LayerState& run = st;
     Trajectory& tr = traj[l];
     std::vector<int> per_gpu(cl.gpus());
     long long base_copies = 0;
@@ -223,10 +243,10 @@ ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previo
     }
     if (!fresh_layers.empty()) {
       tr.fresh = align_to(prev, fresh_layers[l].phy2log, cl, static_cast<int>(loads.experts));
-      tr.max_after.push_back(LayerState(cl, t, tr.fresh).max_load());
+      const auto g = gpu_loads(tr.fresh, t, cl);
+      tr.max_after.push_back(*std::max_element(g.begin(), g.end()));
       tr.copies.push_back(copies_between(prev, tr.fresh, cl) - base_copies);
     }
-    base.push_back(std::move(st));
   }
 
   // Batches across layers, best balance per copy first (lazy priority queue).
@@ -273,12 +293,14 @@ ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previo
   }
 
   for (size_t l = 0; l < L; ++l) {
-    LayerState& st = base[l];
     LayerPlacement lp;
     if (!traj[l].fresh.empty() && traj[l].taken == traj[l].max_after.size() - 1) {
       lp.phy2log = traj[l].fresh;
       res.layers_from_scratch++;
+    } else if (traj[l].taken == 0) {
+      lp.phy2log = std::move(base[l]);
     } else {
+      LayerState st(cl, loads.layer_vector(l), std::move(base[l]));
       for (size_t i = 0; i < traj[l].taken; ++i) apply_move(st, traj[l].moves[i]);
       lp.phy2log = st.phy2log();
     }
@@ -288,6 +310,7 @@ ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previo
     res.copies += c;
     res.layers.push_back(std::move(lp));
   }
+  res.from_scratch = std::move(fresh_layers);
   schedule_transfers(previous, res, cl);
   return res;
 }

@@ -33,6 +33,7 @@ struct ReplaceResult {
   long long copies = 0;            // (GPU, replica) pairs a GPU does not hold yet, summed
   long long mandatory_copies = 0;  // of those, copies the fault-tolerance repair needed
   int layers_from_scratch = 0;     // layers that took balanced-ft's fresh placement (aligned)
+  std::vector<LayerPlacement> from_scratch;  // balanced-ft for the new loads as placed (not aligned)
   std::vector<GpuTransfer> transfers;
   int rounds = 0;
   int round_lower_bound = 0;  // most copies one GPU receives (each GPU receives once per round)
@@ -43,7 +44,9 @@ long long copies_between(const std::vector<int>& before, const std::vector<int>&
 
 // Schedules the copies from `before` to `after` of every layer: each copy from a GPU that holds the
 // expert in `before`, greedily in the earliest round where the receiver and some holder are free
-// (the holder with the fewest sends so far). Fills transfers, rounds and round_lower_bound.
+// (the holder with the fewest sends so far); a GPU that needs a second copy of an expert only it
+// holds copies it locally (from == to, still one send and one receive of that GPU in its round).
+// Fills transfers, rounds and round_lower_bound.
 void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResult& result, const Cluster& cluster);
 
 // Re-places `previous` (phy2log per layer, all on `cluster`) for `loads`. Mandatory first: experts

@@ -13,7 +13,7 @@ using Matrix = std::vector<std::vector<int64_t>>;
 TEST(RouterTrace, EveryRoutingKeyCountsTokenExpertAssignments) {
   for (const char* key : {"top_indices", "topk_ids", "experts", "indices", "expert_ids"}) {
     std::string k = key;
-    auto t = io::parse_router_trace("{\"layer\": 0, \"" + k + "\": [[0, 2], [2, 1]]}\n{\"layer\": 1, \"" + k + "\": 3}\n", "t.jsonl");
+    auto t = io::parse_router_trace("{\"layer\": 0, \"" + k + "\": [[0, 2], [2, 1]]}\n{\"layer\": 1, \"" + k + "\": [3]}\n", "t.jsonl");
     ASSERT_EQ(t.layers, 2u) << key;
     ASSERT_EQ(t.experts, 4u) << key;
     EXPECT_EQ(t.total("t"), (Matrix{{1, 1, 2, 0}, {0, 0, 0, 1}})) << key;
@@ -60,6 +60,7 @@ TEST(RouterTrace, BadRecordsNameTheLine) {
       "{\"layer\": 0, \"counts\": [1e300]}\n",              // count out of range
       "{\"layer\": 0, \"counts\": [1.5]}\n",                // fractional count
       "{\"layer\": 0, \"counts\": 3}\n",                    // counts not a list
+      "{\"layer\": 0, \"top_indices\": 5}\n",               // ids not a list
       "[1, 2]\n",                                           // not an object
       "{\"moe_layer\": 0, \"counts\": [1]}\n{\"layer\": 3, \"counts\": [1]}\n",  // mixed layer kinds
   };

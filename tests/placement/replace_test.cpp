@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <random>
 #include <set>
@@ -12,6 +13,7 @@
 #include "placement/eplb.h"
 #include "placement/planner.h"
 #include "placement/replace.h"
+#include "support/process.h"
 #include "test_data.h"
 
 using namespace ucpkit::placement;
@@ -187,4 +189,33 @@ TEST(Replace, BeatsEplbFromScratchOnSmartMoeDrift) {
   EXPECT_GE(ours, theirs);
   EXPECT_LT(r.copies, eplb_copies);
   check_schedule(before, r, cl);
+}
+
+// A GPU that needs a second copy of an expert only it holds (the new plan doubles a replica in
+// place) copies it locally. The scheduler looked for another holder forever: the round counter grew
+// until a vector resize threw (exit 1, "vector::_M_fill_insert", after minutes), e.g. re-placing 16
+// skewed experts on 4 nodes x 2 GPUs x 4 slots with f = 1.
+TEST(Replace, ScheduleCopiesAnExpertOnlyTheReceiverHoldsLocally) {
+  Cluster cl{2, 1, 2};
+  const std::vector<std::vector<int>> before = {{0, 1, 2, 3}};
+  ReplaceResult r;
+  r.layers.push_back({{0, 0, 2, 3}, {}});
+  r.copies = copies_between(before[0], r.layers[0].phy2log, cl);
+  ucpkit::testing::within(std::chrono::seconds(20), "schedule_transfers with a local copy",
+                          [&] { schedule_transfers(before, r, cl); });
+  ASSERT_EQ(r.transfers.size(), 1u);
+  EXPECT_EQ(r.transfers[0].from, 0);
+  EXPECT_EQ(r.transfers[0].to, 0);
+  EXPECT_EQ(r.transfers[0].expert, 0);
+  EXPECT_EQ(r.rounds, 1);
+  check_schedule(before, r, cl);
+  // With another holder, that one sends (the copy crosses GPUs as before).
+  const std::vector<std::vector<int>> shared = {{0, 1, 0, 3}};
+  ReplaceResult s;
+  s.layers.push_back({{0, 0, 0, 3}, {}});
+  s.copies = copies_between(shared[0], s.layers[0].phy2log, cl);
+  schedule_transfers(shared, s, cl);
+  ASSERT_EQ(s.transfers.size(), 1u);
+  EXPECT_EQ(s.transfers[0].from, 1);
+  EXPECT_EQ(s.transfers[0].to, 0);
 }
