@@ -163,7 +163,7 @@ namespace {
 // ucp-load --ep writes AutoEP layouts for another EP size: the folder it writes from EP 2's universal
 // checkpoint equals, file by file and value by value, what the generator (DeepSpeed v0.19.5's save
 // code) writes at the target layout (tests/autoep/same_layout.py), and ucp-union of it gives the
-// ground truth again, bit for bit; EP 2 -> 4 and 4 -> 2.
+// ground truth again, bit for bit; EP 2 -> 4 and 4 -> 2, and from a ZeRO-3 AutoEP source.
 struct Trip {
   const char* from;  // fixture
   int ep;            // target EP
@@ -192,8 +192,9 @@ TEST_P(AutoEpLoad, WritesDeepSpeedsLayoutAtAnotherEpSizeAndRoundTrips) {
   ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote((d / "t").string()) + " --output " + quote((d / "u2").string()), &log), 0)
       << log;
   log.clear();
+  // Against the truth of the target-layout fixture (the same weights; a ZeRO-1/2 form).
   EXPECT_EQ(run_command(kPy + " " + quote(kSrc + "/tests/autoep/check_universal.py") + " " + quote((d / "u2").string()) + " " +
-                            quote(kFx + "/" + c.from) + " --input " + quote((d / "t").string()),
+                            quote(kFx + "/" + c.same) + " --input " + quote((d / "t").string()),
                         &log),
             0)
       << log;
@@ -201,7 +202,9 @@ TEST_P(AutoEpLoad, WritesDeepSpeedsLayoutAtAnotherEpSizeAndRoundTrips) {
 
 INSTANTIATE_TEST_SUITE_P(Trips, AutoEpLoad,
                          ::testing::Values(Trip{"dp4_ep2_zero1_bf16", 4, "dp4_ep4_zero1_bf16"},
-                                           Trip{"dp4_ep4_zero1_bf16", 2, "dp4_ep2_zero1_bf16"}),
+                                           Trip{"dp4_ep4_zero1_bf16", 2, "dp4_ep2_zero1_bf16"},
+                                           // from ZeRO-3 (partition-native) to ZeRO-1 at another EP size
+                                           Trip{"dp4_ep2_zero3_bf16", 4, "dp4_ep4_zero1_bf16"}),
                          [](const auto& info) { return std::string(info.param.from) + "_to_ep" + std::to_string(info.param.ep); });
 
 // Back to the source's own layout (DP 6, EP 2, expert-DP ranks before EP ranks, ZeRO-2, fp16) with two

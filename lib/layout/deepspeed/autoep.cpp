@@ -132,7 +132,7 @@ std::string autoep_expert_file_key(const std::string& prefix, const std::string&
   return prefix + "." + weight + "." + std::to_string(global_expert);
 }
 
-void retarget_autoep_layers(const ValuePtr& layers, int ep, int dp) {
+void retarget_autoep_layers(const ValuePtr& layers, int ep, int dp, bool zero3) {
   if (!layers || layers->kind != Kind::List) return;
   for (const auto& e : layers->items) {
     if (!e || e->kind != Kind::Dict) continue;
@@ -150,6 +150,8 @@ void retarget_autoep_layers(const ValuePtr& layers, int ep, int dp) {
     set("expert_data_parallel_world_size", Value::integer(dp / ep));
     set("global_expert_start", Value::integer(0));
     set("global_expert_end", Value::integer(per));
+    set("checkpoint_format", Value::str(zero3 ? "zero3_partitioned" : "per_expert_files"));
+    set("checkpoint_format_version", zero3 ? Value::integer(1) : Value::none());
   }
 }
 

@@ -66,8 +66,10 @@ pickle::ValuePtr autoep_universal_state(const pickle::ValuePtr& param, int num_e
 // Rewrites a saved `ds_autoep_layers` list (top level or inside universal_checkpoint_info) for a
 // target EP size and DP size, as rank 0 of that job records it (engine.py:4986-5017): ep_size,
 // num_local_experts, ep_group_name, ep_rank 0, expert_data_parallel_rank 0,
-// expert_data_parallel_world_size, global_expert_start 0, global_expert_end. No-op on None.
-void retarget_autoep_layers(const pickle::ValuePtr& layers, int ep, int dp);
+// expert_data_parallel_world_size, global_expert_start 0, global_expert_end, and the format of the
+// target's ZeRO stage (checkpoint_format 'zero3_partitioned' / version 1 under ZeRO-3, else
+// 'per_expert_files' / None, :4998-5003). No-op on None.
+void retarget_autoep_layers(const pickle::ValuePtr& layers, int ep, int dp, bool zero3);
 
 // ds_config key naming the expert/data rank order (runtime/constants.py:518; ds_to_universal.py:877).
 inline constexpr const char* kUseDataBeforeExpertParallelism = "use_data_before_expert_parallelism";
