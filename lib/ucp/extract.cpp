@@ -258,8 +258,8 @@ static Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& o
       // AutoEP: sub-groups of expert weights are partitioned over the expert-DP group
       // (stage3.py:833-880), recorded in ds_zero_partition_groups (stage3.py:3117-3144).
       const auto pgroups = layout::parse_zero3_partition_groups(shard.optimizer_state_dict(), path);
-      if (!autoep.empty() && pgroups.size() != groups.size())
-        fail(path, "AutoEP ZeRO-3 shard: ds_zero_partition_groups lists " + std::to_string(pgroups.size()) +
+      if ((!autoep.empty() || !pgroups.empty()) && pgroups.size() != groups.size())
+        fail(path, "ZeRO-3 shard: ds_zero_partition_groups lists " + std::to_string(pgroups.size()) +
                        " sub-groups but param_shapes lists " + std::to_string(groups.size()));
       const int file_index = static_cast<int>(plan.files.size());
       plan.files.push_back(path);
