@@ -14,7 +14,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--output", required=True, help="folder to create: latest, global_stepN/, truth/")
     ap.add_argument("--model", default="gpt", choices=["gpt", "llama", "mixtral", "dsmoe", "autoep"],
-                    help="autoep: DeepSpeed AutoEP (>= 0.19.2) Hugging Face style MoE, ZeRO-1/2, as v0.19.5 saves it "
+                    help="autoep: DeepSpeed AutoEP (>= 0.19.2) Hugging Face style MoE, ZeRO-1/2 or ZeRO-3 (partition-native), as v0.19.5 saves it "
                          "(scripts/dsgen/autoep.py; uses --layers --hidden --ffn --vocab --experts --dp --ep --zero "
                          "--dtype --data-before-expert --step --seed)")
     ap.add_argument("--layers", type=int, default=4)

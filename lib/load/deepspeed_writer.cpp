@@ -261,7 +261,12 @@ ValuePtr DeepSpeedWriter::target_ds_version() const {
   auto ver = common_->get("ds_version");
   if (moe_line_ && (!ver || ver->kind != Kind::Str || layout::moe_line_of_release(ver->s) != moe_line_->name))
     return Value::str(moe_line_->ds_version);
-  return ver ? ver : Value::str("0.16.4");
+  if (ver) return ver;
+  // ZeRO-3 sources: the universal optimizer_state.pt is the inner optimizer dict, without
+  // ds_version (ds_to_universal.py:761-767); the model file has it.
+  if (auto m = load_torch(model_.model_files.at(0)); m && m->kind == Kind::Dict)
+    if (auto v = m->get("ds_version"); v && v->kind == Kind::Str) return v;
+  return Value::str("0.16.4");
 }
 
 ValuePtr DeepSpeedWriter::model_root(int mp) const {
@@ -336,9 +341,15 @@ ValuePtr DeepSpeedWriter::model_root(int mp) const {
     root->set_item("param_shapes", shapes);
   }
   if (model_.autoep) {
-    layout::retarget_autoep_layers(root->get("ds_autoep_layers"), t.ep, t.dp);
+    const bool zero3 = t.zero_stage == 3;
+    layout::retarget_autoep_layers(root->get("ds_autoep_layers"), t.ep, t.dp, zero3);
     if (auto uc = root->get("universal_checkpoint_info"); uc && uc->kind == Kind::Dict)
-      layout::retarget_autoep_layers(uc->get("ds_autoep_layers"), t.ep, t.dp);
+      layout::retarget_autoep_layers(uc->get("ds_autoep_layers"), t.ep, t.dp, zero3);
+    // save_frozen_param = partition_gradients (ZeRO >= 2, engine.py v0.19.5:5097): {} or None; the
+    // source may be of another stage (a ZeRO-3 source's template has {}).
+    for (const char* k : {"frozen_param_shapes", "frozen_param_fragments"})
+      if (auto v = root->get(k); v && (t.zero_stage >= 2) != (v->kind == Kind::Dict))
+        root->set_item(k, t.zero_stage >= 2 ? Value::dict(true) : Value::none());
   }
   if (root->contains("dp_world_size")) root->set_item("dp_world_size", Value::integer(t.dp));
   if (root->contains("mp_world_size"))

@@ -21,15 +21,8 @@ const layout::VersionLine& resolve_moe_line(const std::string& requested, const 
                                             const ValuePtr& template_root) {
   if (!requested.empty()) return layout::moe_version_line(requested);
   if (!recorded.empty()) return layout::moe_version_line(recorded);
-  layout::MoeFileFacts f;
-  f.expp_files = true;  // not recorded: the older universal checkpoints came from lines with expp files
-  if (template_root && template_root->kind == Kind::Dict) {
-    f.param_shapes = template_root->contains("param_shapes");
-    f.autoep_key = template_root->contains("ds_autoep_layers");
-    f.module_metadata = layout::module_has_metadata(template_root->get("module"));
-    if (auto v = template_root->get("ds_version"); v && v->kind == Kind::Str) f.ds_version = v->s;
-  }
-  return layout::detect_moe_version_line(f);
+  // expp files not recorded: the older universal checkpoints came from lines with expp files
+  return layout::detect_moe_version_line(layout::moe_file_facts(template_root, true));
 }
 
 ValuePtr minimal_moe_ds_config(int zero_stage, bool bf16, bool fp16, bool data_before_expert) {
@@ -71,6 +64,12 @@ void apply_moe_line(const ValuePtr& root, const layout::VersionLine& line, const
       return Value::str(line.ds_version);
     }
     if (auto v = root->get(key)) return v;
+    if (key == layout::kCheckpointParallelDims) {  // native MoE targets are TP = PP = 1 (engine.py:238-246)
+      auto d = Value::dict();
+      d->set_item("pp_degree", Value::integer(1));
+      d->set_item("tp_degree", Value::integer(1));
+      return d;
+    }
     if (key == "buffer_names") return Value::list();
     if (key == "shared_params") return Value::dict();
     if (key == "frozen_param_shapes" || key == "frozen_param_fragments")  // save_frozen_param: ZeRO >= 2
@@ -81,7 +80,8 @@ void apply_moe_line(const ValuePtr& root, const layout::VersionLine& line, const
       "module",        "buffer_names",  "optimizer",     "param_shapes",   "frozen_param_shapes",
       "shared_params", "frozen_param_fragments",         "lr_scheduler",   "data_sampler", "random_ltd",
       "sparse_tensor_module_names",     "skipped_steps", "global_steps",   "global_samples",
-      "dp_world_size", "mp_world_size", "ds_config",     "ds_version",     "num_experts", "ds_autoep_layers"};
+      "dp_world_size", "mp_world_size", "ds_config",     "ds_version",     "num_experts", "ds_autoep_layers",
+      layout::kCheckpointParallelDims};
   auto out = Value::dict(root->ordered);
   for (const auto& k : line.mp_rank_keys) out->set_item(k, value_of(k));
   for (const auto& [k, v] : root->entries) {
@@ -116,12 +116,7 @@ std::string relayout_moe_folder(const std::string& step_dir, const layout::Versi
   const std::string model_path = L.model_files.at(0);
   ValuePtr root = load_torch(model_path);
   if (!root || root->kind != Kind::Dict) fail(model_path, "not a model-states dict");
-  layout::MoeFileFacts facts;
-  facts.param_shapes = root->contains("param_shapes");
-  facts.autoep_key = root->contains("ds_autoep_layers");
-  facts.module_metadata = layout::module_has_metadata(root->get("module"));
-  facts.expp_files = !L.expert_optim_files.empty();
-  if (auto v = root->get("ds_version"); v && v->kind == Kind::Str) facts.ds_version = v->s;
+  const layout::MoeFileFacts facts = layout::moe_file_facts(root, !L.expert_optim_files.empty());
   const std::string found = layout::detect_moe_version_line(facts).name;
   if (found == line.name) return found;  // already that line: the files stay byte for byte
 

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "io/torch/torch_file.h"
+#include "layout/deepspeed/autoep.h"
 #include "layout/deepspeed/files.h"
 #include "layout/deepspeed/moe.h"
 #include "pec/zip_records.h"
@@ -102,9 +103,55 @@ void open_universal(SourceCheckpoint& c, const OpenOptions& o) {
   c.shape.ep_size = o.ep_size > 0 ? o.ep_size : 1;
 }
 
+// DeepSpeed AutoEP under ZeRO-1/2 (docs/formats.md "AutoEP"): the expert group holds each layer's
+// fused weights "<prefix>.w1/w2/w3" [E_local, ...], named alike on every EP rank; a fragment is split
+// per expert by its place in the weight, found from the group's param_shapes order (ZeRO-1/2 groups
+// are the parameters back to back, each rank's partition `partition` elements of that buffer).
+struct AutoEpWeight {
+  int moe_layer = 0, local_experts = 0;
+  int64_t offset = 0;      // first element of the weight in its group's flat buffer
+  int64_t per_expert = 0;  // elements of one expert's slice
+};
+struct AutoEpSlicing {
+  std::map<std::string, AutoEpWeight> weights;
+  bool data_before_expert = false;
+};
+
+AutoEpSlicing autoep_slicing(const std::string& model_path) {
+  AutoEpSlicing s;
+  pickle::ValuePtr root = load_torch(model_path);
+  pickle::ValuePtr layers = root && root->is(pickle::Kind::Dict) ? root->get("ds_autoep_layers") : nullptr;
+  if (!layers || layers->is_none()) return s;
+  std::map<std::string, const layout::AutoEpLayer*> by_weight;
+  const auto parsed = layout::parse_autoep_layers(layers, model_path);
+  for (const auto& a : parsed)
+    for (const auto& w : layout::autoep_weight_names()) by_weight[a.expert_key_prefix + "." + w] = &a;
+  if (auto cfg = root->get("ds_config"); cfg && cfg->is(pickle::Kind::Dict))
+    if (auto f = cfg->get(layout::kUseDataBeforeExpertParallelism); f && f->is(pickle::Kind::Bool)) s.data_before_expert = f->b;
+  auto shapes = root->get("param_shapes");
+  if (!shapes || !shapes->is_sequence()) fail(model_path, "AutoEP model states without param_shapes");
+  for (const auto& g : shapes->items) {
+    int64_t offset = 0;
+    for (const auto& [k, v] : g->entries) {
+      int64_t n = 1;
+      const auto shape = v->as_shape();
+      for (auto x : shape) n *= x;
+      if (auto a = by_weight.find(k->as_str()); a != by_weight.end()) {
+        if (shape.empty() || shape[0] != a->second->num_local_experts)
+          fail(model_path, "AutoEP expert weight " + k->as_str() + " is not [num_local_experts, ...] in param_shapes");
+        s.weights[k->as_str()] = {a->second->moe_layer_id, a->second->num_local_experts, offset, n / shape[0]};
+      }
+      offset += n;
+    }
+  }
+  if (s.weights.size() != by_weight.size()) fail(model_path, "AutoEP expert weights missing from param_shapes");
+  return s;
+}
+
 // Expert fragments of one optimizer file: (moe layer, global expert) -> ranges.
 void slice_optimizer_file(SourceCheckpoint& c, const std::string& rel, int dp_rank, int dp_size, const OpenOptions& o,
-                          const std::map<int, int>& layer_to_moe, std::map<std::pair<int, int>, std::vector<ByteRange>>& out) {
+                          const std::map<int, int>& layer_to_moe, const AutoEpSlicing& autoep,
+                          std::map<std::pair<int, int>, std::vector<ByteRange>>& out) {
   const std::string path = (fs::path(c.root) / rel).string();
   auto mapped = MappedFile::open(path);
   if (!is_zip(mapped->bytes())) fail(path, "legacy (non-zip) optimizer files are not supported by pec-save");
@@ -135,6 +182,34 @@ void slice_optimizer_file(SourceCheckpoint& c, const std::string& rel, int dp_ra
             if (auto t = v->get(s); t && t->is(pickle::Kind::Tensor)) tensors.push_back(&t->as_tensor());
     for (const auto& [key, frag] : mapping->entries) {
       const std::string& name = key->as_str();
+      if (auto w = autoep.weights.find(name); w != autoep.weights.end()) {
+        // Partition size: this rank's fp32 partition plus its recorded padding (only the last rank pads).
+        int64_t partition = fp32->items.at(g)->as_tensor().numel();
+        if (auto pads = osd->get("group_paddings"); pads && pads->is_sequence() && g < pads->items.size())
+          partition += pads->items[g]->as_int();
+        const auto coords = layout::ep_coords(dp_rank, dp_size, ep, autoep.data_before_expert || o.data_before_expert);
+        auto [numel, start] = frag->as_fragment_address();
+        int64_t at = static_cast<int64_t>(coords.edp_rank) * partition + start - w->second.offset;  // element in the weight
+        const int64_t end = at + numel;
+        if (at < 0 || end > w->second.per_expert * w->second.local_experts)
+          fail(path, "fragment of AutoEP expert weight " + name + " lies outside it");
+        while (at < end) {
+          const int64_t j = at / w->second.per_expert, stop = std::min(end, (j + 1) * w->second.per_expert);
+          const int global = coords.ep_rank * w->second.local_experts + static_cast<int>(j);
+          for (const Tensor* t : tensors) {
+            const auto& st = t->storage();
+            auto rec = records.find(prefix + "data/" + st->key);
+            if (rec == records.end()) fail(path, "no record for storage " + st->key);
+            const uint64_t es = dtype_size(t->dtype());
+            const int64_t elem = t->storage_offset() + start + (at - (end - numel));
+            ByteRange r{rec->first, static_cast<uint64_t>(elem) * es, static_cast<uint64_t>(stop - at) * es};
+            if (r.offset + r.length > rec->second.size) fail(path, "fragment of " + name + " runs past its storage");
+            out[{w->second.moe_layer, global}].push_back(r);
+          }
+          at = stop;
+        }
+        continue;
+      }
       auto local = layout::local_expert_index(name);
       if (!local) continue;
       auto tl = layout::transformer_layer_index(name);
@@ -196,12 +271,17 @@ void open_native(SourceCheckpoint& c, const OpenOptions& o, const layout::DeepSp
   for (auto it = layer_to_moe.begin(); it != layer_to_moe.end();) it = it->first < 0 ? layer_to_moe.erase(it) : std::next(it);
   finish_shape(c, max_expert);
   // Expert fragments inside the optimizer shards.
+  const AutoEpSlicing autoep =
+      ds.model_files.empty() ? AutoEpSlicing{}
+                             : autoep_slicing(fs::path(ds.model_files[0]).is_relative()
+                                                  ? (fs::path(c.root) / ds.model_files[0]).string()
+                                                  : ds.model_files[0]);
   std::map<std::pair<int, int>, std::vector<ByteRange>> per_expert;
   for (size_t mp = 0; mp < ds.optim_files.size(); ++mp)
     for (size_t d = 0; d < ds.optim_files[mp].size(); ++d) {
       std::string rel = fs::path(ds.optim_files[mp][d]).filename().string();
       std::map<std::pair<int, int>, std::vector<ByteRange>> found;
-      slice_optimizer_file(c, rel, static_cast<int>(d), ds.dp, o, layer_to_moe, found);
+      slice_optimizer_file(c, rel, static_cast<int>(d), ds.dp, o, layer_to_moe, autoep, found);
       for (auto& [key, ranges] : found) {
         ExpertPart part{rel, ranges, 0};
         for (const auto& r : ranges) part.bytes += r.length;

@@ -526,7 +526,7 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
             for (size_t k = range.begin(); k != range.end(); ++k) {
               check_interrupted();
               const size_t i = mine[k];
-              results[i] = convert_param(plan.params[i], set, cache, zero_dir, uo, flat);
+              results[i] = convert_param(plan.params[i], set, cache, zero_dir, uo, flat && plan.params[i].autoep_experts == 0);
               progress.advance();
             }
           },

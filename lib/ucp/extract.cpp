@@ -119,6 +119,16 @@ static patterns::PatternSet choose_patterns(const ExtractOptions& options, const
 }
 
 
+// The AutoEP layers as the manifest lists them under source.autoep.
+static nlohmann::json autoep_source_json(const std::vector<layout::AutoEpLayer>& autoep) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (const auto& a : autoep)
+    layers.push_back({{"moe_layer_id", a.moe_layer_id}, {"module_path", a.module_path},
+                      {"expert_key_prefix", a.expert_key_prefix}, {"num_experts", a.num_experts},
+                      {"num_local_experts", a.num_local_experts}, {"ep_size", a.ep_size}});
+  return layers;
+}
+
 // ZeRO-3: every parameter is split on its own into ceil(numel/dp) slices (padding at the end);
 // a rank's flat sub-group is the concatenation of its slices, in param_shapes order. With tensor
 // parallelism (Megatron-DeepSpeed, AutoTP) each TP rank t writes its own
@@ -134,12 +144,48 @@ static Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& o
   std::vector<SubGroups> sub_groups(L.tp);  // [tp][sub-group]
   ValuePtr uc_info;
   ShardAgreement agreement;
+  // AutoEP (partition-native, docs/formats.md "AutoEP under ZeRO-3"): each DP rank's model file
+  // records that rank's EP rank and expert-DP rank per layer (engine.py:4986-5017, :5090).
+  std::vector<std::vector<layout::AutoEpLayer>> autoep_of_rank(L.dp);
   // Every DP rank's model file (weights-free under ZeRO-3: pickles only) must be of the same save.
-  for (const auto& row : L.zero3_model_files)
-    for (const auto& path : row) {
+  for (size_t t = 0; t < L.zero3_model_files.size(); ++t)
+    for (size_t d = 0; d < L.zero3_model_files[t].size(); ++d) {
+      const std::string& path = L.zero3_model_files[t][d];
       FileScope scope(path);
-      agreement.model_file(load_torch(path), path);
+      ValuePtr root = load_torch(path);
+      agreement.model_file(root, path);
+      ValuePtr a = root && root->kind == Kind::Dict ? root->get("ds_autoep_layers") : nullptr;
+      const bool has = a && !a->is_none();
+      if (has && L.tp > 1)
+        fail(path, "DeepSpeed AutoEP under ZeRO-3 with tp=" + std::to_string(L.tp) +
+                       ": DeepSpeed refuses AutoEP with AutoTP under ZeRO-3 (engine.py:1850-1853), so such "
+                       "checkpoints are not written");
+      if (t == 0 && d < autoep_of_rank.size() && has) {
+        autoep_of_rank[d] = layout::parse_autoep_layers(a, path);
+        layout::check_autoep_zero3_layers(autoep_of_rank[d], path);
+      }
+      if (t == 0 && d > 0 && has != !autoep_of_rank[0].empty())
+        fail(path, std::string(has ? "has" : "has no") + " ds_autoep_layers but " + L.zero3_model_files[0][0] +
+                       (has ? " has none" : " has"));
     }
+  const std::vector<layout::AutoEpLayer>& autoep = autoep_of_rank[0];
+  std::map<std::string, size_t> autoep_param;  // "<prefix>.w1" -> layer index
+  for (size_t i = 0; i < autoep.size(); ++i) {
+    for (int d = 1; d < L.dp; ++d) {
+      const auto& o = autoep_of_rank[d];
+      if (o.size() != autoep.size() || o[i].expert_key_prefix != autoep[i].expert_key_prefix ||
+          o[i].num_experts != autoep[i].num_experts || o[i].ep_size != autoep[i].ep_size ||
+          o[i].moe_layer_id != autoep[i].moe_layer_id)
+        fail(L.zero3_model_files[0][d], "ds_autoep_layers differ from " + L.zero3_model_files[0][0] +
+                                            " in more than the saving rank's place (files of different saves?)");
+    }
+    if (L.dp % autoep[i].ep_size != 0 || autoep[i].expert_data_parallel_world_size != L.dp / autoep[i].ep_size)
+      fail(L.zero3_model_files[0][0], "ds_autoep_layers (" + autoep[i].expert_key_prefix + "): ep_size " +
+                                          std::to_string(autoep[i].ep_size) + " and expert_data_parallel_world_size " +
+                                          std::to_string(autoep[i].expert_data_parallel_world_size) + " do not fit " +
+                                          std::to_string(L.dp) + " DP ranks");
+    for (const auto& w : layout::autoep_weight_names()) autoep_param[autoep[i].expert_key_prefix + "." + w] = i;
+  }
   for (int t = 0; t < L.tp; ++t) {
     const std::string& model_path = L.zero3_model_files[t][0];
     FileScope scope(model_path);
@@ -149,11 +195,6 @@ static Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& o
       fail(model_path, "inconsistent world sizes: dp_world_size is " + std::to_string(v->as_int()) + " but " +
                            std::to_string(L.dp) + " ZeRO-3 shards were found");
     check_model_parallel_sizes(model, model_path, L);
-    // Not done yet: AutoEP's ZeRO-3 partition-native format (docs/formats.md "AutoEP"): expert
-    // weights are partitioned over expert-DP groups (ds_zero_partition_groups), not over all DP ranks.
-    if (auto a = model->get("ds_autoep_layers"); a && !a->is_none())
-      fail(model_path, "DeepSpeed AutoEP under ZeRO-3 (partition-native expert shards) is not supported yet "
-                       "(AutoEP under ZeRO-1/2 is)");
     auto ps = model->get("param_shapes");
     if (!ps || !ps->is_sequence()) fail(model_path, "ZeRO-3 model states have no param_shapes list");
     for (const auto& g : ps->items) {
@@ -174,8 +215,15 @@ static Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& o
       p.name = name;
       p.tp_shapes.assign(L.tp, {});
       p.fragments.assign(L.tp, {});
+      if (auto a = autoep_param.find(name); a != autoep_param.end()) {
+        p.autoep_experts = autoep[a->second].num_experts;
+        p.moe_layer = autoep[a->second].moe_layer_id;
+      }
       plan.params.push_back(std::move(p));
     }
+  for (const auto& [name, layer] : autoep_param)  // engine.py:5103-5111 checks the same when saving
+    if (!index.count(name))
+      fail(L.zero3_model_files[0][0], "AutoEP expert weight " + name + " is not in param_shapes");
   for (int t = 0; t < L.tp; ++t) {
     size_t listed = 0;
     for (const auto& row : sub_groups[t])
@@ -183,7 +231,16 @@ static Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& o
         auto it = index.find(name);
         if (it == index.end())
           fail(L.zero3_model_files[t][0], "parameter " + name + " is not in tp rank 0's param_shapes");
-        plan.params[it->second].tp_shapes[t] = shape;
+        ParamPlan& p = plan.params[it->second];
+        p.tp_shapes[t] = shape;
+        if (p.autoep_experts > 0) {  // [E_local, ...] on every rank (ds_shape); the universal form is [E, ...]
+          const auto& a = autoep[autoep_param.at(name)];
+          if (shape.empty() || shape[0] != a.num_local_experts)
+            fail(L.zero3_model_files[t][0], "AutoEP expert weight " + name + " has shape " + shape_str(shape) +
+                                                " but ds_autoep_layers says " + std::to_string(a.num_local_experts) +
+                                                " local experts");
+          p.tp_shapes[t][0] = a.num_experts;
+        }
         ++listed;
       }
     if (listed != plan.params.size())
@@ -203,14 +260,45 @@ static Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& o
       const auto& groups = sub_groups[t];
       if (shard.groups() != static_cast<int>(groups.size()))
         fail(path, std::to_string(shard.groups()) + " sub-groups but param_shapes lists " + std::to_string(groups.size()));
+      // AutoEP: sub-groups of expert weights are partitioned over the expert-DP group
+      // (stage3.py:833-880), recorded in ds_zero_partition_groups (stage3.py:3117-3144).
+      const auto pgroups = layout::parse_zero3_partition_groups(shard.optimizer_state_dict(), path);
+      if ((!autoep.empty() || !pgroups.empty()) && pgroups.size() != groups.size())
+        fail(path, "ZeRO-3 shard: ds_zero_partition_groups lists " + std::to_string(pgroups.size()) +
+                       " sub-groups but param_shapes lists " + std::to_string(groups.size()));
       const int file_index = static_cast<int>(plan.files.size());
       plan.files.push_back(path);
       for (int g = 0; g < shard.groups(); ++g) {
         int64_t offset = 0;
+        const bool expert_group = !pgroups.empty() && pgroups[g].autoep_expert;
+        const int count = pgroups.empty() ? L.dp : pgroups[g].partition_count;
+        const int prank = pgroups.empty() ? d : pgroups[g].partition_rank;
+        if (!expert_group && (count != L.dp || prank != d))
+          fail(path, "sub-group " + std::to_string(g) + " is partition " + std::to_string(prank) + " of " +
+                         std::to_string(count) + " but dense sub-groups are partitioned over all " + std::to_string(L.dp) +
+                         " DP ranks (this is DP rank " + std::to_string(d) + ")");
         for (const auto& [name, shape] : groups[g]) {
-          const int64_t n = numel_of(shape), per = (n + L.dp - 1) / L.dp;
-          const int64_t have = std::max<int64_t>(0, std::min(per, n - d * per));
           ParamPlan& p = plan.params[index.at(name)];
+          if ((p.autoep_experts > 0) != expert_group)
+            fail(path, "sub-group " + std::to_string(g) + (expert_group ? " is an AutoEP expert sub-group but holds " :
+                                                                          " is a dense sub-group but holds AutoEP expert weight ") +
+                           name);
+          int part = d;  // the slice's place in its parameter's join order
+          const int64_t n = numel_of(shape);  // expert weights: this EP rank's [E_local, ...]
+          if (expert_group) {
+            // This rank's fused [E_local, ...] weight of EP rank r, partition prank of the expert-DP
+            // group: the parameter's slices in part order r*(DP/EP) + prank give [E, ...]
+            // (ds_to_universal.py:654-707 joins the same way).
+            const auto& a = autoep_of_rank[d][autoep_param.at(name)];
+            if (count != a.expert_data_parallel_world_size || prank != a.expert_data_parallel_rank)
+              fail(path, "sub-group " + std::to_string(g) + " is partition " + std::to_string(prank) + " of " +
+                             std::to_string(count) + " but " + L.zero3_model_files[t][d] + " records expert-DP rank " +
+                             std::to_string(a.expert_data_parallel_rank) + " of " +
+                             std::to_string(a.expert_data_parallel_world_size));
+            part = a.ep_rank * count + prank;
+          }
+          const int64_t per = (n + count - 1) / count;
+          const int64_t have = std::max<int64_t>(0, std::min(per, n - prank * per));
           if (t == 0 && d == 0) {
             p.states = shard.states(g);
             if (shard.has_step(g)) {
@@ -221,7 +309,7 @@ static Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& o
             fail(path, "parameter " + name + ": sub-group " + std::to_string(g) +
                            " holds other optimizer states than tp rank 0, dp rank 0");
           }
-          if (have > 0) p.fragments[t].push_back({file_index, g, offset, have, d});
+          if (have > 0) p.fragments[t].push_back({file_index, g, offset, have, part});
           offset += per;
         }
         if (offset != shard.state_tensor(g, "fp32").numel())
@@ -231,8 +319,14 @@ static Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& o
       agreement.optim_shard(shard, root, path);
     }
   agreement.finish();
-  for (const auto& p : plan.params)
+  for (auto& p : plan.params)
     for (int t = 0; t < L.tp; ++t) {
+      auto& fr = p.fragments[t];
+      std::stable_sort(fr.begin(), fr.end(), [](const Fragment& a, const Fragment& b) { return a.part < b.part; });
+      for (size_t i = 1; i < fr.size(); ++i)
+        if (fr[i].part == fr[i - 1].part)
+          throw Error(plan.files[fr[i].file] + ": parameter " + p.name + " partition " + std::to_string(fr[i].part) +
+                      " is also in " + plan.files[fr[i - 1].file] + " (two ranks claim the same EP rank and expert-DP rank)");
       int64_t have = 0;
       for (const auto& f : p.fragments[t]) have += f.numel;
       if (have != numel_of(p.tp_shapes[t]))
@@ -254,6 +348,10 @@ static Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& o
   plan.source = {{"dir", fs::absolute(L.dir).string()}, {"tag", L.tag}, {"tp", L.tp}, {"pp", 1}, {"dp", L.dp},
                  {"ep", 1}, {"zero_stage", 3}, {"pipeline", false}, {"bf16", L.bf16_prefix},
                  {"sub_groups", sub_groups[0].size()}};
+  if (!autoep.empty()) {
+    plan.source["ep"] = autoep[0].ep_size;
+    plan.source["autoep"] = autoep_source_json(autoep);
+  }
   return plan;
 }
 
@@ -392,10 +490,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
       uc_info = root->get("universal_checkpoint_info");
       if (auto ne = root->get("num_experts"); ne && ne->is_sequence())
         for (const auto& x : ne->items) num_experts.push_back(static_cast<int>(x->as_int()));
-      facts.param_shapes = root->contains("param_shapes");
-      facts.autoep_key = root->contains("ds_autoep_layers");
-      facts.module_metadata = layout::module_has_metadata(root->get("module"));
-      if (auto v = root->get("ds_version"); v && v->kind == Kind::Str) facts.ds_version = v->s;
+      facts = layout::moe_file_facts(root, facts.expp_files);
       if (auto a = root->get("ds_autoep_layers"); a && !a->is_none()) {
         autoep = layout::parse_autoep_layers(a, path);
         // ds_to_universal.py:877: the rank order comes from the model file's ds_config.
@@ -644,12 +739,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
   if (!layer_keys.is_null()) plan.source["layer_keys"] = layer_keys;
   if (native_moe) plan.source["ds_line"] = layout::detect_moe_version_line(facts).name;
   if (!autoep.empty()) {
-    nlohmann::json layers = nlohmann::json::array();
-    for (const auto& a : autoep)
-      layers.push_back({{"moe_layer_id", a.moe_layer_id}, {"module_path", a.module_path},
-                        {"expert_key_prefix", a.expert_key_prefix}, {"num_experts", a.num_experts},
-                        {"num_local_experts", a.num_local_experts}, {"ep_size", a.ep_size}});
-    plan.source["autoep"] = layers;
+    plan.source["autoep"] = autoep_source_json(autoep);
     plan.source["expert_files"] = L.expert_files.size();
   }
   return plan;

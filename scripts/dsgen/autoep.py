@@ -69,9 +69,10 @@ def ds_config(zero, dtype, dp, data_before_expert, ep):
     return cfg
 
 
-def autoep_layer_info(layers, experts, ep, dp, zero3=False):
+def autoep_layer_info(layers, experts, ep, dp, zero3=False, ep_rank=0, edp_rank=0):
     """engine.py:4986-5017: the entry every rank builds per AutoEPMoELayer; rank 0 (EP rank 0,
-    expert-DP rank 0) writes the mp_rank file, so its own ranks are recorded."""
+    expert-DP rank 0) writes the mp_rank file, so its own ranks are recorded. Under ZeRO-3 every rank
+    writes its own model file (engine.py:5090) with its own ep_rank / expert-DP rank."""
     per = experts // ep
     out = []
     for i in range(layers):
@@ -85,13 +86,45 @@ def autoep_layer_info(layers, experts, ep, dp, zero3=False):
             "checkpoint_format": "zero3_partitioned" if zero3 else "per_expert_files",
             "checkpoint_format_version": 1 if zero3 else None,
             "ep_group_name": f"ep_size_{ep}",
-            "ep_rank": 0,
-            "expert_data_parallel_rank": 0,
+            "ep_rank": ep_rank,
+            "expert_data_parallel_rank": edp_rank,
             "expert_data_parallel_world_size": dp // ep,
-            "global_expert_start": 0,
-            "global_expert_end": per,
+            "global_expert_start": ep_rank * per,
+            "global_expert_end": ep_rank * per + per,
         })
     return out
+
+
+def model_states(module, param_shapes, frozen, cfg, info, *, dp, step, layers, experts):
+    """The model-states dict of _save_moe_checkpoint (engine.py:5090-5152)."""
+    sd = {}  # _common_checkpoint_state (:4840-4862)
+    sd["module"] = module
+    sd["buffer_names"] = []
+    sd["optimizer"] = None
+    sd["param_shapes"] = param_shapes
+    sd["frozen_param_shapes"] = frozen
+    sd["shared_params"] = {}
+    sd["frozen_param_fragments"] = frozen
+    sd["lr_scheduler"] = None
+    sd["data_sampler"] = None
+    sd["random_ltd"] = None
+    sd["sparse_tensor_module_names"] = set()
+    sd["skipped_steps"] = 0
+    sd["global_steps"] = step
+    sd["global_samples"] = step * 8 * dp
+    sd["dp_world_size"] = dp
+    sd["mp_world_size"] = 1
+    sd["checkpoint_parallel_dimensions"] = {"pp_degree": 1, "tp_degree": 1}  # :238-246, constants.py:46-48
+    sd["ds_config"] = cfg
+    sd["ds_version"] = DS_VERSION
+    sd["num_experts"] = [experts] * layers  # engine.py:1734-1740: one entry per MoE / AutoEP layer
+    sd["ds_autoep_layers"] = info  # :5126
+    # :5112-5122 and :5127-5128: universal_checkpoint_info = {} gains the version, the expert pattern
+    # and the layer list (constants.py:59-61, :119).
+    sd["universal_checkpoint_info"] = {"universal_checkpoint_version": 0.3,
+                                       "expert_parameter_patterns": [r".*\.experts\.w[123]$"],
+                                       "ds_autoep_layers": info}
+    return sd
 
 
 def _hyper(group, name, moe):
@@ -106,8 +139,8 @@ def write(out_dir, truth_dir, *, dp=4, ep=2, zero=1, dtype="bf16", layers=2, exp
           vocab=16, step=7, seed=4321, data_before_expert=False):
     if dp % ep or experts % ep:
         raise ValueError("EP must divide DP and the expert count")
-    if zero not in (1, 2):
-        raise ValueError("AutoEP fixtures: ZeRO stage 1 or 2")
+    if zero not in (1, 2, 3):
+        raise ValueError("AutoEP fixtures: ZeRO stage 1, 2 or 3")
     per = experts // ep
     tag = f"global_step{step}"
     ck = os.path.join(out_dir, tag)
@@ -120,6 +153,13 @@ def write(out_dir, truth_dir, *, dp=4, ep=2, zero=1, dtype="bf16", layers=2, exp
 
     def local(name, state, ep_rank):  # an EP rank's [E_local, ...] slice of an expert parameter
         return full[(name, state)][ep_rank * per:(ep_rank + 1) * per]
+
+    if zero == 3:
+        _write_zero3(ck, params, full, local, dp=dp, ep=ep, dtype=dtype, layers=layers, experts=experts, step=step,
+                     data_before_expert=data_before_expert)
+        if truth_dir:
+            write_truth(truth_dir, params, full, experts, step, zero3=True)
+        return autoep_layer_info(layers, experts, ep, dp, zero3=True)
 
     # Param groups: configure_moe_param_groups (moe/utils.py:155-175) wraps model.parameters() into
     # {'params': ..., 'name': 'dense-params'} and split_params_into_different_moe_groups_for_optimizer
@@ -158,33 +198,7 @@ def write(out_dir, truth_dir, *, dp=4, ep=2, zero=1, dtype="bf16", layers=2, exp
     param_shapes = [collections.OrderedDict((n, torch.Size(s)) for n, s in zip(g.names, shapes))
                     for g, _, shapes, _ in groups_by_ep[0]]
     frozen = collections.OrderedDict() if zero == 2 else None  # save_frozen_param (:5099)
-    sd = {}  # _common_checkpoint_state (:4840-4862)
-    sd["module"] = module
-    sd["buffer_names"] = []
-    sd["optimizer"] = None
-    sd["param_shapes"] = param_shapes
-    sd["frozen_param_shapes"] = frozen
-    sd["shared_params"] = {}
-    sd["frozen_param_fragments"] = frozen
-    sd["lr_scheduler"] = None
-    sd["data_sampler"] = None
-    sd["random_ltd"] = None
-    sd["sparse_tensor_module_names"] = set()
-    sd["skipped_steps"] = 0
-    sd["global_steps"] = step
-    sd["global_samples"] = step * 8 * dp
-    sd["dp_world_size"] = dp
-    sd["mp_world_size"] = 1
-    sd["checkpoint_parallel_dimensions"] = {"pp_degree": 1, "tp_degree": 1}  # :238-246, constants.py:46-48
-    sd["ds_config"] = cfg
-    sd["ds_version"] = DS_VERSION
-    sd["num_experts"] = [experts] * layers  # engine.py:1734-1740: one entry per MoE / AutoEP layer
-    sd["ds_autoep_layers"] = info  # :5126
-    # :5112-5122 and :5127-5128: universal_checkpoint_info = {} gains the version, the expert pattern
-    # and the layer list (constants.py:59-61, :119).
-    sd["universal_checkpoint_info"] = {"universal_checkpoint_version": 0.3,
-                                       "expert_parameter_patterns": [r".*\.experts\.w[123]$"],
-                                       "ds_autoep_layers": info}
+    sd = model_states(module, param_shapes, frozen, cfg, info, dp=dp, step=step, layers=layers, experts=experts)
     torch.save(sd, os.path.join(ck, "mp_rank_00_model_states.pt"))
 
     # ---- per-expert files (:5027-5056): written by expert-DP rank 0 of each EP rank, one per
@@ -235,11 +249,13 @@ def write(out_dir, truth_dir, *, dp=4, ep=2, zero=1, dtype="bf16", layers=2, exp
     return info
 
 
-def write_truth(truth_dir, params, full, experts, step):
+def write_truth(truth_dir, params, full, experts, step, zero3=False):
     """The universal form from the full tensors: ds_to_universal.py:345-366 merge_tp_slices for dense
     parameters at TP = 1 ({cat_dim: 0, param}), autoep_universal.py:333-338 for expert parameters
     ({param: [E, ...], cat_dim: 0, is_expert_param: True, ep_num_experts: E}); step.pt the raw step
-    (:349, ds_to_universal.py:307-309)."""
+    (:349, ds_to_universal.py:307-309). zero3: ds_to_universal's stage-3 form, dense parameters the
+    bare 1-D tensor (merge_zero3_slices, ds_to_universal.py:375-382, _merge_zero_shards :231-266 with
+    no slice shapes), expert parameters as above (_save_zero3_autoep_universal_tensor, :597-608)."""
     zero = os.path.join(truth_dir, "universal", "zero")
     listing = []
     for name, shape, is_expert in params:
@@ -249,10 +265,87 @@ def write_truth(truth_dir, params, full, experts, step):
             t = full[(name, state)]
             if is_expert:
                 sd = {"param": t, "cat_dim": 0, "is_expert_param": True, "ep_num_experts": experts}
+            elif zero3:
+                sd = t.reshape(-1).clone()
             else:
                 sd = {"cat_dim": 0, "param": t}
             torch.save(sd, os.path.join(d, f"{state}.pt"))
         torch.save(step, os.path.join(d, "step.pt"))
-        listing.append({"name": name, "shape": list(shape), "expert": is_expert})
+        listing.append({"name": name, "shape": list(shape), "expert": is_expert, "flat": zero3 and not is_expert})
     with open(os.path.join(truth_dir, "meta.json"), "w") as f:
         json.dump({"params": listing, "num_experts": experts, "step": step}, f, indent=1)
+
+
+def _write_zero3(ck, params, full, local, *, dp, ep, dtype, layers, experts, step, data_before_expert):
+    """AutoEP under ZeRO-3, the partition-native format (checkpoint_format 'zero3_partitioned',
+    version 1): no per-expert files (engine.py:5025-5027 skips them under partition weights), every
+    DP rank d writes zero_pp_rank_<d>_mp_rank_00_model_states.pt (engine.py:5090, name :4156-4175) and
+    [bf16_]zero_pp_rank_<d>_mp_rank_00_optim_states.pt (_save_zero_checkpoint :5345-5362, name
+    :4150-4154). The optimizer param groups are the dense group then ep_size_<EP> (moe/utils.py:72-175);
+    stage3.py:646-675 _get_trainable_parameter_groups keeps them, :833-880 makes one sub-group per group
+    (sub_group_size not reached), partitioned over the parameter's process group: all DP ranks for the
+    dense group, the expert-DP group (DP/EP ranks, ds_zero_partition_group_name 'ep_size_<EP>',
+    engine.py:1883-1918) for the expert group. Each parameter is split on its own into
+    ceil(numel/count) slices, padding at the end (partition_numel); a rank's flat sub-group is the
+    concatenation of its slices (ds_to_universal.py:611-716 reads it back the same way)."""
+    per = experts // ep
+    edp = dp // ep
+    lp = DTYPES[dtype]
+    dense = [(n, s) for n, s, e in params if not e]
+    expert = [(n, (per, ) + tuple(s[1:])) for n, s, e in params if e]
+    cfg = ds_config(3, dtype, dp, data_before_expert, ep)
+    # module_state_dict under ZeRO-3: partitioned parameters are 0-element placeholders;
+    # _get_non_moe_state_dict (:4807-4838) drops experts.w1/w2/w3.
+    module = collections.OrderedDict((n, torch.empty(0, dtype=lp)) for n, _ in dense)
+    # _get_zero_param_shapes (:5244-5284): ds_shape of every parameter per sub-group; the expert
+    # parameters' ds_shape is this EP rank's [E_local, ...] (the same on every rank).
+    param_shapes = [collections.OrderedDict((n, torch.Size(s)) for n, s in dense),
+                    collections.OrderedDict((n, torch.Size(s)) for n, s in expert)]
+    # _validate_zero3_moe_compatibility (:1828-1873) and _save_moe_checkpoint (:4970-4977) refuse frozen
+    # experts; save_frozen_param = partition_gradients (:5097): {} for a model with none frozen.
+    frozen = collections.OrderedDict()
+    ranks_of = {}  # EP rank -> DP ranks of its expert-DP group, in expert-DP rank order
+    for d in range(dp):
+        r, e = ep_coords(d, dp, ep, data_before_expert)
+        ranks_of.setdefault(r, [None] * edp)[e] = d
+    prefix = "bf16_" if dtype == "bf16" else ""
+    for d in range(dp):
+        r, e = ep_coords(d, dp, ep, data_before_expert)
+        info = autoep_layer_info(layers, experts, ep, dp, zero3=True, ep_rank=r, edp_rank=e)
+        sd = model_states(module, param_shapes, frozen, cfg, info, dp=dp, step=step, layers=layers, experts=experts)
+        torch.save(sd, os.path.join(ck, f"zero_pp_rank_{d}_mp_rank_00_model_states.pt"))
+
+        flats, state, meta = [], {}, []
+        for sg, (names_shapes, count, rank, moe) in enumerate(((dense, dp, d, False), (expert, edp, e, True))):
+            parts = {s: [] for s in STATES}
+            for n, shape in names_shapes:
+                for s in STATES:
+                    src = (local(n, s, r) if moe else full[(n, s)]).reshape(-1)
+                    size = src.numel()
+                    pn = -(-size // count)
+                    piece = torch.zeros(pn, dtype=torch.float32)
+                    lo, hi = min(rank * pn, size), min((rank + 1) * pn, size)
+                    piece[:hi - lo] = src[lo:hi]
+                    parts[s].append(piece)
+            flats.append(torch.cat(parts["fp32"]))
+            state[sg] = {"step": step, "exp_avg": torch.cat(parts["exp_avg"]),
+                         "exp_avg_sq": torch.cat(parts["exp_avg_sq"])}
+            # stage3.py:3117-3133 _zero3_partition_group_metadata (written when a sub-group holds
+            # AutoEP experts): partition_ranks are global ranks of the sub-group's process group.
+            meta.append({"sub_group": sg, "partition_count": count, "partition_rank": rank,
+                         "partition_ranks": ranks_of[r] if moe else list(range(dp)),
+                         "families": ["autoep_expert"] if moe else ["replicated"],
+                         "group_names": [f"ep_size_{ep}"] if moe else ["replicated"]})
+        osd = collections.OrderedDict()  # stage3.py:3135-3151 _rigid_state_dict
+        osd["zero_stage"] = stubs.ZeroStageEnum.weights
+        osd["loss_scaler"] = (stubs.DynamicLossScaler(init_scale=2.0 ** 12, dtype=torch.float16)
+                              if dtype == "fp16" else stubs.LossScaler(scale=1))
+        osd["dynamic_loss_scale"] = dtype == "fp16"
+        osd["overflow"] = False
+        osd["partition_count"] = dp  # self.partition_count: the DP world size
+        osd["ds_zero_partition_groups"] = meta
+        osd["optimizer_state_dict"] = {"state": state, "param_groups": [
+            _hyper(0, "dense-params", False), _hyper(1, f"ep_size_{ep}", True)]}
+        osd["fp32_flat_groups"] = flats
+        zsd = {"optimizer_state_dict": osd, "ds_config": cfg, "ds_version": DS_VERSION}  # engine.py:5347
+        torch.save(zsd, os.path.join(ck, f"{prefix}zero_pp_rank_{d}_mp_rank_00_optim_states.pt"))

@@ -21,8 +21,11 @@ LINES = {
     # v0.19.3 engine.py:4988-4990: state = _common_checkpoint_state(...) (:4705-4726) then num_experts,
     # ds_autoep_layers; expp file still written under ZeRO (:4933-4949).
     "0.19.3": dict(metadata=False, compact=True, common=True, autoep=True, expp=True, version="0.19.3"),
-    # v0.19.5 engine.py:5066-5087: the expp file only without ZeRO; mp_rank as 0.19.3 (:5124-5126).
-    "0.19.5": dict(metadata=False, compact=True, common=True, autoep=True, expp=False, version="0.19.5"),
+    # v0.19.5 engine.py:5066-5087: the expp file only without ZeRO; mp_rank as 0.19.3 (:5124-5126) plus
+    # checkpoint_parallel_dimensions {pp_degree, tp_degree} after mp_world_size (_common_checkpoint_state
+    # :4840-4862 spreads _checkpoint_parallel_metadata(mpu), :238-246; keys checkpoint/constants.py:46-48).
+    "0.19.5": dict(metadata=False, compact=True, common=True, autoep=True, expp=False, version="0.19.5",
+                   parallel_dims=True),
 }
 DEFAULT_LINE = "0.14"  # v0.14.0 - v0.17.0: what Megatron-DeepSpeed GPT-MoE runs were trained with
 
@@ -100,6 +103,8 @@ def model_states(line, module_flat, all_names, param_shapes, base, client, ds_co
     for k in ("lr_scheduler", "data_sampler", "random_ltd", "sparse_tensor_module_names", "skipped_steps",
               "global_steps", "global_samples", "dp_world_size", "mp_world_size"):
         sd[k] = base[k]
+    if L.get("parallel_dims"):  # bwc_pipeline/tensor_model_parallel_world_size(mpu): 1 and 1 here (TP = PP = 1)
+        sd["checkpoint_parallel_dimensions"] = {"pp_degree": 1, "tp_degree": 1}
     if L["common"]:
         sd["ds_config"] = ds_config
         sd["ds_version"] = L["version"]

@@ -1,4 +1,4 @@
-// DeepSpeed AutoEP (DeepSpeed >= 0.19.2) under ZeRO-1/2: the generator writes AutoEP checkpoints as
+// DeepSpeed AutoEP (DeepSpeed >= 0.19.2) under ZeRO-1/2 and ZeRO-3: the generator writes AutoEP checkpoints as
 // DeepSpeed v0.19.5's save code does (scripts/dsgen/autoep.py); ucp-union (one step, two steps via
 // ucp-extract, two MPI ranks) must write the universal form autoep_universal.py writes, checked bit for
 // bit against the generator's ground truth by tests/autoep/check_universal.py with Python torch; ucp-load
@@ -68,12 +68,13 @@ TEST_P(AutoEp, UnionWritesDeepSpeedsUniversalForm) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, AutoEp,
                          ::testing::Values("dp4_ep2_zero1_bf16", "dp4_ep4_zero1_bf16",
-                                           "dp6_ep2_zero2_fp16_data_before_expert", "dp2_ep1_zero2_fp32"),
+                                           "dp6_ep2_zero2_fp16_data_before_expert", "dp2_ep1_zero2_fp32",
+                                           "dp4_ep2_zero3_bf16", "dp6_ep2_zero3_fp16_data_before_expert"),
                          [](const auto& info) { return std::string(info.param); });
 
-TEST(AutoEpModes, ExtractThenUnionAndMpiAgreeWithTruth) {
-  const std::string c = "dp6_ep2_zero2_fp16_data_before_expert";
-  const fs::path d = scratch("modes");
+// Two steps via ucp-extract, and two MPI ranks, agree with the truth.
+void extract_union_and_mpi(const std::string& c, const std::string& name) {
+  const fs::path d = scratch(name);
   std::string log;
   ASSERT_EQ(run_command(kBin + "/ucp-extract -q --input " + quote(kFx + "/" + c) + " --output " + quote((d / "w").string()), &log), 0)
       << log;
@@ -87,6 +88,34 @@ TEST(AutoEpModes, ExtractThenUnionAndMpiAgreeWithTruth) {
             0)
       << log;
   expect_matches_truth(d / "m", c);
+}
+
+TEST(AutoEpModes, ExtractThenUnionAndMpiAgreeWithTruth) {
+  extract_union_and_mpi("dp6_ep2_zero2_fp16_data_before_expert", "modes");
+}
+
+// AutoEP under ZeRO-3 (partition-native): the universal checkpoint equals the one of a ZeRO-1/2 source
+// with the same weights (EP 2 and EP 4 layouts): the same expert state files bit for bit, the same
+// dense values (as ds_to_universal writes each stage); two steps via ucp-extract and two MPI ranks agree
+// with the truth.
+TEST(AutoEpZero3, UniversalEqualsTheZero12OneWithTheSameWeights) {
+  const fs::path d = scratch("zero3_same");
+  std::string log;
+  for (const char* c : {"dp4_ep2_zero3_bf16", "dp4_ep2_zero1_bf16", "dp4_ep4_zero1_bf16"})
+    ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote(kFx + "/" + c) + " --output " + quote((d / c).string()), &log), 0)
+        << log;
+  for (const char* other : {"dp4_ep2_zero1_bf16", "dp4_ep4_zero1_bf16"}) {
+    log.clear();
+    EXPECT_EQ(run_command(kPy + " " + quote(kSrc + "/tests/autoep/same_universal.py") + " " +
+                              quote((d / "dp4_ep2_zero3_bf16").string()) + " " + quote((d / other).string()),
+                          &log),
+              0)
+        << other << ": " << log;
+  }
+}
+
+TEST(AutoEpZero3, ExtractThenUnionAndMpiAgreeWithTruth) {
+  extract_union_and_mpi("dp6_ep2_zero3_fp16_data_before_expert", "zero3_modes");
 }
 
 struct Bad {
@@ -121,7 +150,9 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"layer_count_mismatch", "mp_rank_00_model_states.pt", "num_experts 6 != num_local_experts 2 * ep_size 2"},
         Bad{"layers_not_list", "mp_rank_00_model_states.pt", "expected a non-empty list"},
         Bad{"local_shape_mismatch", "mp_rank_00_model_states.pt", "expected num_local_experts 2 in dim 0"},
-        Bad{"zero3", "zero_pp_rank_0_mp_rank_00_model_states.pt", "AutoEP under ZeRO-3 (partition-native expert shards) is not supported yet"},
+        Bad{"zero3_tp2", "zero_pp_rank_0_mp_rank_00_model_states.pt", "DeepSpeed refuses AutoEP with AutoTP under ZeRO-3"},
+        Bad{"zero3_format_version", "zero_pp_rank_1_mp_rank_00_model_states.pt", "unsupported checkpoint_format_version 2"},
+        Bad{"zero3_wrong_place", "bf16_zero_pp_rank_2_mp_rank_00_optim_states.pt", "records expert-DP rank 0 of 2"},
         Bad{"expert_file_wrong_key", "layer_0_expert_1_mp_rank_00_model_states.pt", "unexpected key model.layers.0.mlp.experts.w1.2"}),
     [](const auto& info) { return std::string(info.param.fixture); });
 
@@ -132,7 +163,7 @@ namespace {
 // ucp-load --ep writes AutoEP layouts for another EP size: the folder it writes from EP 2's universal
 // checkpoint equals, file by file and value by value, what the generator (DeepSpeed v0.19.5's save
 // code) writes at the target layout (tests/autoep/same_layout.py), and ucp-union of it gives the
-// ground truth again, bit for bit; EP 2 -> 4 and 4 -> 2.
+// ground truth again, bit for bit; EP 2 -> 4 and 4 -> 2, and from a ZeRO-3 AutoEP source.
 struct Trip {
   const char* from;  // fixture
   int ep;            // target EP
@@ -161,8 +192,9 @@ TEST_P(AutoEpLoad, WritesDeepSpeedsLayoutAtAnotherEpSizeAndRoundTrips) {
   ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote((d / "t").string()) + " --output " + quote((d / "u2").string()), &log), 0)
       << log;
   log.clear();
+  // Against the truth of the target-layout fixture (the same weights; a ZeRO-1/2 form).
   EXPECT_EQ(run_command(kPy + " " + quote(kSrc + "/tests/autoep/check_universal.py") + " " + quote((d / "u2").string()) + " " +
-                            quote(kFx + "/" + c.from) + " --input " + quote((d / "t").string()),
+                            quote(kFx + "/" + c.same) + " --input " + quote((d / "t").string()),
                         &log),
             0)
       << log;
@@ -170,7 +202,9 @@ TEST_P(AutoEpLoad, WritesDeepSpeedsLayoutAtAnotherEpSizeAndRoundTrips) {
 
 INSTANTIATE_TEST_SUITE_P(Trips, AutoEpLoad,
                          ::testing::Values(Trip{"dp4_ep2_zero1_bf16", 4, "dp4_ep4_zero1_bf16"},
-                                           Trip{"dp4_ep4_zero1_bf16", 2, "dp4_ep2_zero1_bf16"}),
+                                           Trip{"dp4_ep4_zero1_bf16", 2, "dp4_ep2_zero1_bf16"},
+                                           // from ZeRO-3 (partition-native) to ZeRO-1 at another EP size
+                                           Trip{"dp4_ep2_zero3_bf16", 4, "dp4_ep4_zero1_bf16"}),
                          [](const auto& info) { return std::string(info.param.from) + "_to_ep" + std::to_string(info.param.ep); });
 
 // Back to the source's own layout (DP 6, EP 2, expert-DP ranks before EP ranks, ZeRO-2, fp16) with two
@@ -210,6 +244,45 @@ TEST(AutoEpLoadBadInput, EpNotDividingTheExperts) {
   EXPECT_NE(log.find("--ep 3 does not divide the 4 experts of model.layers.0.mlp.experts.w1"), std::string::npos) << log;
   EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
   EXPECT_FALSE(fs::exists(d / "t"));
+}
+
+}  // namespace
+
+namespace {
+
+// pec-save / pec-restore on AutoEP (ZeRO-1/2, per-expert files): step 7 saved whole, step 8 with one
+// expert per layer (sequential, K = 1); the restore takes every dense byte from step 8 and each expert
+// (its per-expert file and its rows of the fused weights' fp32 / exp_avg / exp_avg_sq fragments in the
+// optimizer shards) from the step the report names; checked through ucp-union against both steps'
+// ground truth (tests/autoep/check_pec_restore.py).
+TEST(AutoEpPec, PartialSaveRestoresEachExpertFromItsStep) {
+  const fs::path d = scratch("pec");
+  std::string log;
+  const std::string s7 = kFx + "/dp4_ep2_zero1_bf16", s8 = kFx + "/dp4_ep2_zero1_bf16_step8";
+  ASSERT_EQ(run_command(kBin + "/pec-save --checkpoint " + quote(s7 + "/global_step7") + " --store " + quote((d / "store").string()) +
+                            " --step 7 --policy sequential --k 1",
+                        &log),
+            0)
+      << log;
+  ASSERT_EQ(run_command(kBin + "/pec-save --checkpoint " + quote(s8 + "/global_step8") + " --store " + quote((d / "store").string()) +
+                            " --step 8 --policy sequential --k 1",
+                        &log),
+            0)
+      << log;
+  ASSERT_EQ(run_command(kBin + "/pec-restore --store " + quote((d / "store").string()) + " --output " + quote((d / "out").string()) +
+                            " --report " + quote((d / "report.json").string()),
+                        &log),
+            0)
+      << log;
+  ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote((d / "out").string()) + " --output " + quote((d / "u").string()), &log), 0)
+      << log;
+  log.clear();
+  EXPECT_EQ(run_command(kPy + " " + quote(kSrc + "/tests/autoep/check_pec_restore.py") + " " + quote((d / "u").string()) + " " +
+                            quote((d / "out" / "global_step8").string()) + " " + quote((d / "report.json").string()) + " 8 7=" +
+                            quote(s7) + " 8=" + quote(s8),
+                        &log),
+            0)
+      << log;
 }
 
 }  // namespace

@@ -4,7 +4,8 @@ ground truth (scripts/dsgen/autoep.py write_truth), with Python torch.load only:
 zero/<param>/<state>.pt bit for bit with the same keys in the same order (expert weights
 {param: [E, ...], cat_dim: 0, is_expert_param: True, ep_num_experts: E}, as
 deepspeed/checkpoint/autoep_universal.py:333-338 writes them), step.pt, no extra parameter folders,
-and the mp_rank file copied byte for byte. Then it slices every expert weight the way DeepSpeed's
+and the model-states files (mp_rank_00, or every zero_pp_rank_<d> under ZeRO-3) copied byte for byte;
+for a ZeRO-3 source the dense parameters are ds_to_universal's bare 1-D tensors (ds_to_universal.py:375-382). Then it slices every expert weight the way DeepSpeed's
 universal loader does (checkpoint/universal_checkpoint.py:125-137) for each EP size given with --ep
 and compares with the truth. Usage: check_universal.py <universal_dir> <generated_dir> [--ep N ...]
 [--input <checkpoint ucp-union read, when not the generated one>]"""
@@ -44,6 +45,10 @@ def main():
             rel = os.path.join("zero", p["name"], f"{state}.pt")
             a = torch.load(os.path.join(out, rel), weights_only=False)
             b = torch.load(os.path.join(gen, "truth", "universal", rel), weights_only=False)
+            if torch.is_tensor(b):  # ZeRO-3 source: ds_to_universal's bare 1-D tensor (dense parameters)
+                if not same(a, b):
+                    errors.append(f"{rel}: differs from the flat truth")
+                continue
             if list(a.keys()) != list(b.keys()):
                 errors.append(f"{rel}: keys {list(a.keys())}, expected {list(b.keys())}")
                 continue
@@ -60,9 +65,13 @@ def main():
         s = torch.load(os.path.join(out, "zero", p["name"], "step.pt"), weights_only=False)
         if s != meta["step"] or type(s) is not int:
             errors.append(f"{p['name']}/step.pt: {s!r}, expected {meta['step']}")
-    src = os.path.join(src_dir, open(os.path.join(src_dir, "latest")).read().strip(), "mp_rank_00_model_states.pt")
-    if not filecmp.cmp(src, os.path.join(out, "mp_rank_00_model_states.pt"), shallow=False):
-        errors.append("mp_rank_00_model_states.pt is not a byte copy of the source")
+    tag_dir = os.path.join(src_dir, open(os.path.join(src_dir, "latest")).read().strip())
+    model_files = [f for f in sorted(os.listdir(tag_dir)) if f.endswith("_model_states.pt") and not f.startswith("layer_")]
+    for f in model_files:  # mp_rank_00 (ZeRO-1/2) or every zero_pp_rank_<d>_mp_rank_00 (ZeRO-3)
+        if not filecmp.cmp(os.path.join(tag_dir, f), os.path.join(out, f), shallow=False):
+            errors.append(f"{f} is not a byte copy of the source")
+    if not model_files:
+        errors.append("no model-states file in the source")
     for e in errors[:20]:
         print("MISMATCH", e)
     if errors:

@@ -2,6 +2,7 @@
 // Megatron's nested module helpers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -38,6 +39,12 @@ TEST(VersionLine, TableFollowsTheSaveCode) {
   EXPECT_TRUE(l193.common_state && l193.expp_files);
   EXPECT_EQ(l193.mp_rank_keys[3], "param_shapes");
   EXPECT_FALSE(layout::moe_version_line("0.19.5").expp_files);
+  // v0.19.5 engine.py:238-246 via _common_checkpoint_state (:4840-4862): after mp_world_size.
+  const auto& k195 = layout::moe_version_line("0.19.5").mp_rank_keys;
+  const auto mp = std::find(k195.begin(), k195.end(), "mp_world_size");
+  ASSERT_NE(mp, k195.end());
+  EXPECT_EQ(*(mp + 1), "checkpoint_parallel_dimensions");
+  EXPECT_EQ(std::count(l193.mp_rank_keys.begin(), l193.mp_rank_keys.end(), "checkpoint_parallel_dimensions"), 0);
 }
 
 TEST(VersionLine, DetectedFromWhatTheReaderFound) {
@@ -56,6 +63,10 @@ TEST(VersionLine, DetectedFromWhatTheReaderFound) {
   f.ds_version = "0.19.4";  // a release string wins when the keys agree with it
   f.expp_files = false;
   EXPECT_EQ(layout::detect_moe_version_line(f).name, "0.19.3");
+  f.ds_version.clear();  // checkpoint_parallel_dimensions is written from v0.19.5 on
+  f.expp_files = true;
+  f.parallel_dims = true;
+  EXPECT_EQ(layout::detect_moe_version_line(f).name, "0.19.5");
 }
 
 TEST(ModuleTree, NestedNamesReplacementAndMetadata) {

@@ -29,8 +29,11 @@ COMMON = ["module", "buffer_names", "optimizer", "param_shapes", "frozen_param_s
           "frozen_param_fragments", "lr_scheduler", "data_sampler", "random_ltd", "sparse_tensor_module_names",
           "skipped_steps", "global_steps", "global_samples", "dp_world_size", "mp_world_size", "ds_config",
           "ds_version", "num_experts", "ds_autoep_layers"]
+# v0.19.5 engine.py:238-246, :4840-4862: checkpoint_parallel_dimensions after mp_world_size
+COMMON_0_19_5 = COMMON[:COMMON.index("mp_world_size") + 1] + ["checkpoint_parallel_dimensions"] + \
+    COMMON[COMMON.index("mp_world_size") + 1:]
 KEYS = {"0.14": BEFORE_0_19_3, "0.17.1": BEFORE_0_19_3, "0.19.2": BEFORE_0_19_3 + ["ds_autoep_layers"],
-        "0.19.3": COMMON, "0.19.5": COMMON}
+        "0.19.3": COMMON, "0.19.5": COMMON_0_19_5}
 CLIENT = ["args", "checkpoint_version", "iteration", "tokens", "universal_checkpoint_info", "rng_state"]
 errors = []
 
@@ -50,7 +53,11 @@ def main(ck_dir, line, ep, meta_path):
     check(list(sd.keys()) == want, f"keys {list(sd.keys())} != {want}")
     if line in ("0.19.2", "0.19.3", "0.19.5"):
         check(sd.get("ds_autoep_layers", "absent") is None, "ds_autoep_layers is not None")
-    if KEYS[line] is COMMON:
+    if line == "0.19.5":
+        cpd = sd.get("checkpoint_parallel_dimensions")
+        check(type(cpd) is dict and list(cpd.items()) == [("pp_degree", 1), ("tp_degree", 1)],
+              f"checkpoint_parallel_dimensions {cpd!r}, expected {{'pp_degree': 1, 'tp_degree': 1}}")
+    if KEYS[line] in (COMMON, COMMON_0_19_5):
         check(isinstance(sd["param_shapes"], list) and all(isinstance(g, collections.OrderedDict) for g in sd["param_shapes"]),
               "param_shapes is not a list of OrderedDicts")
         check(isinstance(sd["ds_config"], dict) and "zero_optimization" in sd["ds_config"], "ds_config without zero_optimization")

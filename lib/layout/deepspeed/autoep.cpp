@@ -45,6 +45,15 @@ std::vector<AutoEpLayer> parse_autoep_layers(const ValuePtr& v, const std::strin
     L.moe_layer_id = static_cast<int>(id->i);
     if (auto m = e->get("module_path"); m && m->kind == Kind::Str) L.module_path = m->s;
     if (auto f = e->get("checkpoint_format"); f && f->kind == Kind::Str) L.checkpoint_format = f->s;
+    auto optional_int = [&](const char* key, int& to) {
+      if (auto x = e->get(key); x && x->kind == Kind::Int) to = static_cast<int>(x->i);
+    };
+    optional_int("checkpoint_format_version", L.checkpoint_format_version);
+    optional_int("ep_rank", L.ep_rank);
+    optional_int("expert_data_parallel_rank", L.expert_data_parallel_rank);
+    optional_int("expert_data_parallel_world_size", L.expert_data_parallel_world_size);
+    optional_int("global_expert_start", L.global_expert_start);
+    optional_int("global_expert_end", L.global_expert_end);
     if (L.num_experts != L.num_local_experts * L.ep_size)
       fail(where + " (" + L.expert_key_prefix + "): num_experts " + std::to_string(L.num_experts) +
            " != num_local_experts " + std::to_string(L.num_local_experts) + " * ep_size " + std::to_string(L.ep_size));
@@ -54,6 +63,61 @@ std::vector<AutoEpLayer> parse_autoep_layers(const ValuePtr& v, const std::strin
       fail("layers with different ep_size (" + std::to_string(out.front().ep_size) + ", " + std::to_string(L.ep_size) +
            "); DeepSpeed saves one EP group size (engine.py:5018-5022)");
     out.push_back(std::move(L));
+  }
+  return out;
+}
+
+void check_autoep_zero3_layers(const std::vector<AutoEpLayer>& layers, const std::string& file) {
+  for (const auto& L : layers) {
+    auto fail = [&](const std::string& what) {
+      throw Error(file + ": ds_autoep_layers (" + L.expert_key_prefix + "): " + what);
+    };
+    if (!L.zero3_partitioned())
+      fail("checkpoint_format is '" + L.checkpoint_format +
+           "' in a ZeRO-3 checkpoint; DeepSpeed converts only 'zero3_partitioned' (ds_to_universal.py:990-992)");
+    if (L.checkpoint_format_version != 1)
+      fail("unsupported checkpoint_format_version " + std::to_string(L.checkpoint_format_version) +
+           " (version 1 is known, autoep_zero3_metadata.py:75-79)");
+    if (L.ep_rank < 0 || L.ep_rank >= L.ep_size || L.expert_data_parallel_rank < 0 ||
+        L.expert_data_parallel_world_size < 1 || L.expert_data_parallel_rank >= L.expert_data_parallel_world_size)
+      fail("ep_rank / expert_data_parallel_rank / expert_data_parallel_world_size missing or out of range "
+           "(autoep_zero3_metadata.py:72-74)");
+    const int start = L.ep_rank * L.num_local_experts;
+    if (L.global_expert_start != start || L.global_expert_end != start + L.num_local_experts)
+      fail("global expert range [" + std::to_string(L.global_expert_start) + ", " + std::to_string(L.global_expert_end) +
+           ") but ep_rank " + std::to_string(L.ep_rank) + " holds [" + std::to_string(start) + ", " +
+           std::to_string(start + L.num_local_experts) + ") (autoep_zero3_metadata.py:89-94)");
+  }
+}
+
+std::vector<Zero3PartitionGroup> parse_zero3_partition_groups(const ValuePtr& osd, const std::string& file) {
+  std::vector<Zero3PartitionGroup> out;
+  ValuePtr v = osd && osd->kind == Kind::Dict ? osd->get("ds_zero_partition_groups") : nullptr;
+  if (!v || v->is_none()) return out;
+  auto fail = [&](const std::string& what) { throw Error(file + ": ds_zero_partition_groups: " + what); };
+  if (!v->is_sequence()) fail("not a list");
+  for (size_t i = 0; i < v->items.size(); ++i) {
+    const ValuePtr& e = v->items[i];
+    const std::string where = "entry " + std::to_string(i);
+    if (!e || e->kind != Kind::Dict) fail(where + " is not a dict");
+    Zero3PartitionGroup g;
+    auto get_int = [&](const char* key) {
+      ValuePtr x = e->get(key);
+      if (!x || x->kind != Kind::Int) fail(where + " has no integer '" + key + "'");
+      return static_cast<int>(x->i);
+    };
+    if (get_int("sub_group") != static_cast<int>(i)) fail(where + ": sub_group is not " + std::to_string(i));
+    g.partition_count = get_int("partition_count");
+    g.partition_rank = get_int("partition_rank");
+    if (g.partition_count < 1 || g.partition_rank < 0 || g.partition_rank >= g.partition_count)
+      fail(where + ": partition_rank " + std::to_string(g.partition_rank) + " of partition_count " +
+           std::to_string(g.partition_count));
+    if (auto r = e->get("partition_ranks"); r && r->is_sequence())
+      for (const auto& x : r->items) g.partition_ranks.push_back(static_cast<int>(x->as_int()));
+    if (auto f = e->get("families"); f && f->is_sequence())
+      for (const auto& x : f->items)
+        if (x && x->kind == Kind::Str && x->s == "autoep_expert") g.autoep_expert = true;
+    out.push_back(std::move(g));
   }
   return out;
 }
@@ -68,7 +132,7 @@ std::string autoep_expert_file_key(const std::string& prefix, const std::string&
   return prefix + "." + weight + "." + std::to_string(global_expert);
 }
 
-void retarget_autoep_layers(const ValuePtr& layers, int ep, int dp) {
+void retarget_autoep_layers(const ValuePtr& layers, int ep, int dp, bool zero3) {
   if (!layers || layers->kind != Kind::List) return;
   for (const auto& e : layers->items) {
     if (!e || e->kind != Kind::Dict) continue;
@@ -86,6 +150,8 @@ void retarget_autoep_layers(const ValuePtr& layers, int ep, int dp) {
     set("expert_data_parallel_world_size", Value::integer(dp / ep));
     set("global_expert_start", Value::integer(0));
     set("global_expert_end", Value::integer(per));
+    set("checkpoint_format", Value::str(zero3 ? "zero3_partitioned" : "per_expert_files"));
+    set("checkpoint_format_version", zero3 ? Value::integer(1) : Value::none());
   }
 }
 

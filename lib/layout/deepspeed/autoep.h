@@ -20,6 +20,11 @@ struct AutoEpLayer {
   int ep_size = 0;
   std::string expert_key_prefix;  // "<module_path>.experts": parameters <prefix>.w1, .w2, .w3
   std::string checkpoint_format;  // "per_expert_files" (ZeRO-0/1/2) or "zero3_partitioned"
+  // The saving rank's place (engine.py:5004-5016); -1 when not recorded.
+  int checkpoint_format_version = -1;  // 1 under ZeRO-3 (checkpoint/constants.py AUTOEP_ZERO3_...)
+  int ep_rank = -1, expert_data_parallel_rank = -1, expert_data_parallel_world_size = -1;
+  int global_expert_start = -1, global_expert_end = -1;
+  bool zero3_partitioned() const { return checkpoint_format == "zero3_partitioned"; }
 };
 
 // The fused expert weights of every AutoEP layer (autoep_universal.py:249-253).
@@ -29,6 +34,25 @@ const std::vector<std::string>& autoep_weight_names();  // {"w1", "w2", "w3"}
 // with expert_key_prefix, num_experts, num_local_experts, ep_size; positive ints; num_experts =
 // num_local_experts * ep_size; unique prefixes and moe_layer_ids). Throws Error "<file>: ..." otherwise.
 std::vector<AutoEpLayer> parse_autoep_layers(const pickle::ValuePtr& v, const std::string& file);
+
+// AutoEP under ZeRO-3 (partition-native, engine.py:4998-5003): every entry must be
+// 'zero3_partitioned', format version 1, with ep_rank, expert_data_parallel_rank/world_size and the
+// global expert range [ep_rank*E_local, +E_local), as checkpoint/autoep_zero3_metadata.py:69-94
+// validates it. Throws Error "<file>: ..." otherwise.
+void check_autoep_zero3_layers(const std::vector<AutoEpLayer>& layers, const std::string& file);
+
+// One entry of a ZeRO-3 optimizer shard's `ds_zero_partition_groups` (stage3.py:3117-3144, written
+// only when a sub-group holds AutoEP experts): how that sub-group is partitioned.
+struct Zero3PartitionGroup {
+  int partition_count = -1;
+  int partition_rank = -1;
+  std::vector<int> partition_ranks;  // global ranks of the sub-group's process group
+  bool autoep_expert = false;        // families == ['autoep_expert']
+};
+// The list, one entry per sub-group in order; empty when the shard has none. Throws Error on a
+// malformed entry.
+std::vector<Zero3PartitionGroup> parse_zero3_partition_groups(const pickle::ValuePtr& optimizer_state_dict,
+                                                              const std::string& file);
 
 // "layer_<id>_expert_<g>_mp_rank_<mp>_model_states.pt" (engine.py:4190-4200).
 std::string autoep_expert_file_name(int moe_layer_id, int global_expert, int mp_rank = 0);
@@ -42,8 +66,10 @@ pickle::ValuePtr autoep_universal_state(const pickle::ValuePtr& param, int num_e
 // Rewrites a saved `ds_autoep_layers` list (top level or inside universal_checkpoint_info) for a
 // target EP size and DP size, as rank 0 of that job records it (engine.py:4986-5017): ep_size,
 // num_local_experts, ep_group_name, ep_rank 0, expert_data_parallel_rank 0,
-// expert_data_parallel_world_size, global_expert_start 0, global_expert_end. No-op on None.
-void retarget_autoep_layers(const pickle::ValuePtr& layers, int ep, int dp);
+// expert_data_parallel_world_size, global_expert_start 0, global_expert_end, and the format of the
+// target's ZeRO stage (checkpoint_format 'zero3_partitioned' / version 1 under ZeRO-3, else
+// 'per_expert_files' / None, :4998-5003). No-op on None.
+void retarget_autoep_layers(const pickle::ValuePtr& layers, int ep, int dp, bool zero3);
 
 // ds_config key naming the expert/data rank order (runtime/constants.py:518; ds_to_universal.py:877).
 inline constexpr const char* kUseDataBeforeExpertParallelism = "use_data_before_expert_parallelism";

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "layout/deepspeed/module_tree.h"
 
 namespace ucpkit::layout {
 namespace {
@@ -18,13 +19,16 @@ std::vector<std::string> keys_before_0_19_3(bool autoep) {
   return k;
 }
 
-std::vector<std::string> keys_common_state() {
-  // v0.19.3 engine.py:4705-4726 (_common_checkpoint_state) then :4989-4990.
-  return {"module",         "buffer_names",  "optimizer",     "param_shapes",   "frozen_param_shapes",
-          "shared_params",  "frozen_param_fragments",         "lr_scheduler",   "data_sampler",
-          "random_ltd",     "sparse_tensor_module_names",     "skipped_steps",  "global_steps",
-          "global_samples", "dp_world_size", "mp_world_size", "ds_config",      "ds_version",
-          "num_experts",    "ds_autoep_layers"};
+std::vector<std::string> keys_common_state(bool parallel_dims) {
+  // v0.19.3 engine.py:4705-4726 (_common_checkpoint_state) then :4989-4990; v0.19.5 :4840-4862 adds
+  // checkpoint_parallel_dimensions after mp_world_size (_checkpoint_parallel_metadata, :238-246).
+  std::vector<std::string> k = {"module",         "buffer_names",  "optimizer",     "param_shapes",   "frozen_param_shapes",
+                                "shared_params",  "frozen_param_fragments",         "lr_scheduler",   "data_sampler",
+                                "random_ltd",     "sparse_tensor_module_names",     "skipped_steps",  "global_steps",
+                                "global_samples", "dp_world_size", "mp_world_size"};
+  if (parallel_dims) k.push_back(kCheckpointParallelDims);
+  for (const char* x : {"ds_config", "ds_version", "num_experts", "ds_autoep_layers"}) k.push_back(x);
+  return k;
 }
 
 std::vector<int> parse_version(std::string_view v) {
@@ -62,10 +66,11 @@ const std::vector<VersionLine>& moe_version_lines() {
        false, true, false, true, true, keys_before_0_19_3(true)},
       {"0.19.3", "v0.19.3 - v0.19.4", "0.19.3",
        "v0.19.3 deepspeed/runtime/engine.py:4705-4726 (_common_checkpoint_state), :4988-4990, expp :4933-4949",
-       false, true, true, true, true, keys_common_state()},
+       false, true, true, true, true, keys_common_state(false)},
       {"0.19.5", "v0.19.5 -", "0.19.5",
-       "v0.19.5 deepspeed/runtime/engine.py:5066-5087 (expp file only without ZeRO), :5124-5126",
-       false, true, true, true, false, keys_common_state()},
+       "v0.19.5 deepspeed/runtime/engine.py:5066-5087 (expp file only without ZeRO), :5124-5126, "
+       "checkpoint_parallel_dimensions :238-246 via :4840-4862",
+       false, true, true, true, false, keys_common_state(true)},
   };
   return lines;
 }
@@ -96,6 +101,18 @@ std::string moe_version_line_list() {
   return s;
 }
 
+MoeFileFacts moe_file_facts(const pickle::ValuePtr& root, bool expp_files) {
+  MoeFileFacts f;
+  f.expp_files = expp_files;
+  if (!root || root->kind != pickle::Kind::Dict) return f;
+  f.param_shapes = root->contains("param_shapes");
+  f.autoep_key = root->contains("ds_autoep_layers");
+  f.parallel_dims = root->contains(kCheckpointParallelDims);
+  f.module_metadata = module_has_metadata(root->get("module"));
+  if (auto v = root->get("ds_version"); v && v->kind == pickle::Kind::Str) f.ds_version = v->s;
+  return f;
+}
+
 const VersionLine& detect_moe_version_line(const MoeFileFacts& f) {
   if (!f.ds_version.empty())
     if (auto l = moe_line_of_release(f.ds_version)) {
@@ -104,7 +121,7 @@ const VersionLine& detect_moe_version_line(const MoeFileFacts& f) {
       // the keys agree with it.
       if (line.common_state == f.param_shapes) return line;
     }
-  if (f.param_shapes) return moe_version_line(f.expp_files ? "0.19.3" : "0.19.5");
+  if (f.param_shapes) return moe_version_line(f.expp_files && !f.parallel_dims ? "0.19.3" : "0.19.5");
   if (f.autoep_key) return moe_version_line("0.19.2");
   return moe_version_line(f.module_metadata ? "0.14" : "0.17.1");
 }

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "io/pickle/value.h"
+
 namespace ucpkit::layout {
 
 struct VersionLine {
@@ -26,6 +28,10 @@ struct VersionLine {
   std::vector<std::string> mp_rank_keys;
 };
 
+// Key of {pp_degree, tp_degree} in model files from v0.19.5 on (checkpoint/constants.py:46-48,
+// runtime/engine.py:238-246).
+inline constexpr const char* kCheckpointParallelDims = "checkpoint_parallel_dimensions";
+
 // Every line, oldest first.
 const std::vector<VersionLine>& moe_version_lines();
 // The line named `name` ("0.16", "0.16.5", "v0.19.4" are accepted too: a release maps to the line
@@ -43,8 +49,11 @@ struct MoeFileFacts {
   bool autoep_key = false;         // mp_rank file has ds_autoep_layers
   bool module_metadata = false;    // some OrderedDict in module carries _metadata
   bool expp_files = false;         // expp_rank_* files present
+  bool parallel_dims = false;      // mp_rank file has checkpoint_parallel_dimensions (v0.19.5 on)
   std::string ds_version;          // mp_rank file's ds_version, "" when absent
 };
+// The facts of one mp_rank model-states dict (`expp_files`: whether the folder has expp_rank_* files).
+MoeFileFacts moe_file_facts(const pickle::ValuePtr& model_root, bool expp_files);
 // The line those facts belong to (the newest line consistent with them).
 const VersionLine& detect_moe_version_line(const MoeFileFacts& facts);
 
