@@ -19,11 +19,14 @@
 #include "core/staging.h"
 #include "io/torch/torch_file.h"
 #include "layout/deepspeed/version_line.h"
+#include "layout/deepspeed/files.h"
 #include "load/deepspeed_writer.h"
+#include "load/direct_source.h"
 #include "load/exchange.h"
 #include "load/safetensors_writer.h"
 #include "load/universal_reader.h"
 #include "tool/tool.h"
+#include "ucp/extract.h"
 #include "ucp/mpi_session.h"
 #include "ucp/plan.h"
 
@@ -38,12 +41,40 @@ nlohmann::json LoadSummary::to_json() const {
           {"mpi_ranks", ranks},      {"threads", threads}, {"mode", exchange ? "exchange" : "files"},
           {"batches", batches}, {"phase_seconds", phase_seconds}};
   if (exchange) j["fill_balance"] = fill_balance;
+  if (direct) {
+    j["input_kind"] = "native";
+    j["checksums_compared"] = checksums_compared;
+  }
   return j;
 }
 
+// Direct mode: the source's extract plan and the common optimizer state ucp-union would write.
+struct DirectInput {
+  ucp::Plan plan;
+  pickle::ValuePtr optimizer_state;
+};
+
+namespace {
+// The folder the data is read from, for the output-over-input check: the universal folder, the
+// work folder, or the checkpoint's global_stepN folder (an output beside it is fine).
+std::string input_data_dir(const std::string& input) {
+  if (is_universal_input(input) || ucp::is_work_folder(input)) return input;
+  return layout::resolve_checkpoint_dir(input);
+}
+}  // namespace
+
 Prepared prepare(const LoadOptions& options) {
   Prepared p;
-  p.model = read_model_info(options.input);
+  if (is_universal_input(options.input)) {
+    p.model = read_model_info(options.input);
+  } else {  // a native checkpoint, read directly (issue 18)
+    auto d = std::make_shared<DirectInput>();
+    d->plan = direct_plan(options.input);
+    auto meta = direct_meta(d->plan);
+    d->optimizer_state = meta.optimizer_state;
+    p.model = model_info_from(meta);
+    p.direct = std::move(d);
+  }
   if (options.vocab_multiple > 0) {
     p.model.vocab_multiple = options.vocab_multiple;
   } else if (p.model.vocab_multiple_ambiguous && options.target.tp != p.model.source_tp) {
@@ -168,7 +199,8 @@ bool uses_exchange(const LoadOptions& options, int ranks) {
          (options.exchange == ExchangeMode::Exchange || (options.exchange == ExchangeMode::Auto && ranks > 1));
 }
 
-pickle::ValuePtr common_optimizer_state(const LoadOptions& options) {
+pickle::ValuePtr common_optimizer_state(const LoadOptions& options, const Prepared& p) {
+  if (p.direct) return pickle::deep_copy(p.direct->optimizer_state);
   return load_torch((fs::path(options.input) / "zero" / "optimizer_state.pt").string());
 }
 
@@ -209,7 +241,12 @@ nlohmann::json plan_json(const LoadOptions& options) {
   const int ranks = ucp::MpiSession::get().size();
   if (uses_exchange(options, ranks)) {
     UniversalReader reader(p.model, options.input, false);
-    DeepSpeedWriter writer(p.model, p.plan, reader, common_optimizer_state(options));
+    std::unique_ptr<DirectSource> source;
+    if (p.direct) {
+      source = std::make_unique<DirectSource>(p.direct->plan, p.model);
+      reader.set_source(source.get());
+    }
+    DeepSpeedWriter writer(p.model, p.plan, reader, common_optimizer_state(options, p));
     const auto setup =
         set_up_exchange(writer, p.model, p.plan, p.model.tag, ranks, options.batch_bytes, threads_of(options));
     auto& x = j["exchange"] = setup.plan.to_json(p.model);
@@ -230,7 +267,7 @@ LoadSummary run_load(const LoadOptions& options) {
   mallopt(M_TOP_PAD, 64 << 20);
   auto& mpi = ucp::MpiSession::get();
   ucp::RankFailure failed(mpi);  // guard() the work of each step, settle() at its end on every rank
-  refuse_output_over_input(options.output, "--output", options.input, "--input");
+  refuse_output_over_input(options.output, "--output", input_data_dir(options.input), "--input");
 
   Prepared prep;
   failed.guard([&] { prep = prepare(options); });
@@ -255,9 +292,19 @@ LoadSummary run_load(const LoadOptions& options) {
   const bool exchange = uses_exchange(options, mpi.size());
   size_t batches = 0;
   ExchangeStats xstats;
-  UniversalReader reader(model, options.input, options.verify);
+  // Direct mode: atomic tensors come from the source's shards; the universal checksums are computed
+  // (and compared) only with --verify-against.
+  const bool direct = prep.direct != nullptr;
+  const bool verify = direct ? !options.verify_against.empty() : options.verify;
+  UniversalReader reader(model, options.input, verify);
+  std::unique_ptr<DirectSource> source;
+  if (direct) {
+    failed.guard([&] { source = std::make_unique<DirectSource>(prep.direct->plan, model); });
+    failed.settle();
+    reader.set_source(source.get());
+  }
   // Exchange mode verifies each atomic tensor while its owner reads it (one read in total).
-  if (options.verify && !exchange) {
+  if (verify && !exchange) {
     // Each atomic tensor is verified by one rank (balanced by bytes) before anything is written, all
     // threads at once (verifying lazily inside the jobs would serialize them on the large tensors).
     std::vector<uint64_t> sizes;
@@ -303,7 +350,7 @@ LoadSummary run_load(const LoadOptions& options) {
     std::unique_ptr<DeepSpeedWriter> writer_owner;
     std::optional<ExchangeSetup> setup;
     failed.guard([&] {
-      writer_owner = std::make_unique<DeepSpeedWriter>(model, plan, reader, common_optimizer_state(options));
+      writer_owner = std::make_unique<DeepSpeedWriter>(model, plan, reader, common_optimizer_state(options, prep));
       DeepSpeedWriter& writer = *writer_owner;
       if (exchange) {
         // Every rank lays out every file, and makes the same plan from them: who writes which file,
@@ -349,6 +396,19 @@ LoadSummary run_load(const LoadOptions& options) {
       files += xstats.files_written;
     }
   }
+  size_t compared = 0;
+  if (direct && !options.verify_against.empty()) {  // before the rename: a mismatch leaves nothing
+    failed.guard([&] { compared = source->compare_with(options.verify_against); });
+    failed.settle();
+    compared = mpi.sum(compared);
+    failed.guard([&] {
+      const size_t want = model.params.size() * model.states.size();
+      if (compared != want)
+        throw Error(options.verify_against + ": " + std::to_string(compared) + " of " + std::to_string(want) +
+                    " checksums compared (internal error)");
+    });
+    failed.settle();
+  }
   failed.guard([&] {
     if (mpi.rank() == 0) test_pause_if_asked();  // output written, not yet renamed into place
     if (mpi.rank() != 0 && options.sync) sync_file_system(staged);  // each rank's own files
@@ -368,6 +428,8 @@ LoadSummary run_load(const LoadOptions& options) {
   s.ranks = mpi.size();
   s.threads = threads;
   s.exchange = exchange;
+  s.direct = direct;
+  s.checksums_compared = compared;
   s.batches = batches;
   if (exchange)  // rank 0's phases (every rank waits for the slowest at each all-to-all)
     s.phase_seconds = {{"read", xstats.read_seconds},
