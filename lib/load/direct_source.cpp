@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "io/torch/torch_file.h"
+#include "layout/deepspeed/files.h"
 #include "layout/deepspeed/storage_tags.h"
 #include "load/ucp_info.h"
 #include "ucp/extract.h"
@@ -29,7 +30,23 @@ using pickle::ValuePtr;
 
 bool is_universal_input(const std::string& input) { return fs::exists(fs::path(input) / "manifest.json"); }
 
+std::string native_checkpoint_dir(const std::string& input) {
+  if (ucp::is_work_folder(input)) return input;
+  std::error_code ec;
+  if (!fs::is_directory(input, ec)) throw Error(input + ": not a folder");
+  const std::string dir = layout::resolve_checkpoint_dir(input);
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.size() > 3 && n.compare(n.size() - 3, 3, ".pt") == 0 &&
+        (n.find("_model_states") != std::string::npos || n.find("_optim_states") != std::string::npos))
+      return dir;
+  }
+  throw Error(input + ": neither a universal checkpoint (no manifest.json) nor a DeepSpeed checkpoint "
+              "(no *_model_states.pt / *_optim_states.pt" + (dir != input ? " in " + dir : std::string()) + ")");
+}
+
 ucp::Plan direct_plan(const std::string& input) {
+  (void)native_checkpoint_dir(input);
   ucp::Plan plan;
   if (ucp::is_work_folder(input)) {
     plan = ucp::load_work_plan(input);

@@ -28,6 +28,10 @@ namespace ucpkit::load {
 // it as a native checkpoint (or its parent with `latest`, or a ucp-extract work folder).
 bool is_universal_input(const std::string& input);
 
+// The folder a native input's data is read from (global_stepN, or the work folder); throws Error
+// when `input` is neither kind of checkpoint.
+std::string native_checkpoint_dir(const std::string& input);
+
 // The extract plan of a native checkpoint (or work folder); refuses what direct mode cannot read.
 ucp::Plan direct_plan(const std::string& input);
 

@@ -19,14 +19,12 @@
 #include "core/staging.h"
 #include "io/torch/torch_file.h"
 #include "layout/deepspeed/version_line.h"
-#include "layout/deepspeed/files.h"
 #include "load/deepspeed_writer.h"
 #include "load/direct_source.h"
 #include "load/exchange.h"
 #include "load/safetensors_writer.h"
 #include "load/universal_reader.h"
 #include "tool/tool.h"
-#include "ucp/extract.h"
 #include "ucp/mpi_session.h"
 #include "ucp/plan.h"
 
@@ -58,8 +56,7 @@ namespace {
 // The folder the data is read from, for the output-over-input check: the universal folder, the
 // work folder, or the checkpoint's global_stepN folder (an output beside it is fine).
 std::string input_data_dir(const std::string& input) {
-  if (is_universal_input(input) || ucp::is_work_folder(input)) return input;
-  return layout::resolve_checkpoint_dir(input);
+  return is_universal_input(input) ? input : native_checkpoint_dir(input);
 }
 }  // namespace
 
