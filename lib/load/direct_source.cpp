@@ -10,6 +10,7 @@
 #include <tbb/parallel_for.h>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "io/torch/torch_file.h"
 #include "layout/deepspeed/files.h"
 #include "layout/deepspeed/storage_tags.h"
@@ -266,28 +267,103 @@ const float* DirectSource::joined(int param, int state) {
   return joined_[key].data();
 }
 
+template <typename F>
+void DirectSource::for_each_slice_run(const Param& p, int64_t a, int64_t n, F&& emit) const {
+  if (p.kind == Param::Identity) {
+    emit(0, a, n, int64_t{0});
+    return;
+  }
+  const int64_t block = p.rows * p.inner;
+  for (int64_t done = 0; done < n;) {
+    const int64_t u = a + done;
+    const int64_t outer = u / block, rem = u % block, c = rem / p.inner, i = rem % p.inner;
+    auto it = std::upper_bound(p.pieces.begin(), p.pieces.end(), c,
+                               [](int64_t v, const Piece& x) { return v < x.start; });
+    if (it == p.pieces.begin() || c >= (it - 1)->start + (it - 1)->len)
+      throw Error("internal error: element " + std::to_string(u) + " of " + p.plan->name + " is in no TP slice");
+    const Piece& pc = *(it - 1);
+    const int64_t pos = outer * p.slice_rows[pc.t] * p.inner + (pc.at + c - pc.start) * p.inner + i;
+    const int64_t m = std::min(n - done, (pc.start + pc.len - c) * p.inner - i);
+    emit(pc.t, pos, m, done);
+    done += m;
+  }
+}
+
 void DirectSource::read(int param, int state, int64_t a, int64_t n, float* dst) {
   const Param& p = params_[param];
   if (a < 0 || n < 0 || a + n > model_.params[param].stored_numel)
     throw Error("internal error: elements [" + std::to_string(a) + ", +" + std::to_string(n) + ") of " + p.plan->name);
-  switch (p.kind) {
-    case Param::Identity: copy_slice(p, state, 0, a, n, dst); return;
-    case Param::Joined: std::memcpy(dst, joined(param, state) + a, static_cast<size_t>(n) * 4); return;
-    case Param::Mapped: break;
+  if (p.kind == Param::Joined) {
+    std::memcpy(dst, joined(param, state) + a, static_cast<size_t>(n) * 4);
+    return;
   }
-  const int64_t block = p.rows * p.inner;
-  while (n > 0) {
-    const int64_t outer = a / block, rem = a % block, c = rem / p.inner, i = rem % p.inner;
-    auto it = std::upper_bound(p.pieces.begin(), p.pieces.end(), c,
-                               [](int64_t v, const Piece& x) { return v < x.start; });
-    if (it == p.pieces.begin() || c >= (it - 1)->start + (it - 1)->len)
-      throw Error("internal error: element " + std::to_string(a) + " of " + p.plan->name + " is in no TP slice");
-    const Piece& pc = *(it - 1);
-    const int64_t pos = outer * p.slice_rows[pc.t] * p.inner + (pc.at + c - pc.start) * p.inner + i;
-    const int64_t m = std::min(n, (pc.start + pc.len - c) * p.inner - i);
-    copy_slice(p, state, pc.t, pos, m, dst);
-    a += m, dst += m, n -= m;
+  for_each_slice_run(p, a, n, [&](int t, int64_t pos, int64_t m, int64_t at) { copy_slice(p, state, t, pos, m, dst + at); });
+}
+
+uint64_t DirectSource::file_offset(const Param& p, int state, int t, size_t k) const {
+  const Tensor& v = p.frags[state][t][k];
+  auto tf = cache_->get(p.files[t][k]);
+  if (!tf->file || !v.storage() || !v.storage()->is_mapped()) return 0;
+  return static_cast<uint64_t>(v.contiguous_bytes().data() - tf->file->data());
+}
+
+nlohmann::json DirectSource::source_json() const {
+  nlohmann::json tensors = nlohmann::json::array();
+  uint64_t bytes = 0, runs = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Param& p = params_[i];
+    const int64_t n = model_.params[i].stored_numel;
+    for (size_t si = 0; si < model_.states.size(); ++si) {
+      nlohmann::json out = nlohmann::json::array();
+      // [file, byte offset, bytes, first universal element]; a joined (replicated / averaged)
+      // parameter is read whole from every TP rank and joined by ucp-union's rule.
+      auto add = [&](int file, uint64_t off, uint64_t nb, int64_t u) {
+        bytes += nb;
+        if (!out.empty()) {
+          auto& last = out.back();
+          if (last[0].get<int>() == file && last[1].get<uint64_t>() + last[2].get<uint64_t>() == off &&
+              (u < 0 || last[3].get<int64_t>() + static_cast<int64_t>(last[2].get<uint64_t>() / 4) == u)) {
+            last[2] = last[2].get<uint64_t>() + nb;
+            return;
+          }
+        }
+        out.push_back({file, off, nb, u});
+      };
+      auto slice_runs = [&](int t, int64_t pos, int64_t m, int64_t u) {
+        const auto& pre = p.prefix[t];
+        size_t k = static_cast<size_t>(std::upper_bound(pre.begin(), pre.end(), pos) - pre.begin()) - 1;
+        while (m > 0) {
+          const int64_t c = std::min(m, pre[k + 1] - pos);
+          if (!p.frags.empty())
+            add(p.files[t][k], file_offset(p, static_cast<int>(si), t, k) + static_cast<uint64_t>(pos - pre[k]) * 4,
+                static_cast<uint64_t>(c) * 4, u);
+          pos += c, m -= c, u = u < 0 ? u : u + c, ++k;
+        }
+      };
+      if (p.kind == Param::Joined) {
+        for (size_t t = 0; t < p.plan->fragments.size(); ++t)
+          for (const auto& f : p.plan->fragments[t]) {
+            const Tensor x = ucp::fragment_tensor(*cache_, f, model_.states[si]);
+            auto tf = cache_->get(f.file);
+            const uint64_t off = tf->file && x.storage()->is_mapped()
+                                     ? static_cast<uint64_t>(x.contiguous_bytes().data() - tf->file->data())
+                                     : 0;
+            add(f.file, off, static_cast<uint64_t>(f.numel) * 4, -1);
+          }
+      } else {
+        for_each_slice_run(p, 0, n, [&](int t, int64_t pos, int64_t m, int64_t at) { slice_runs(t, pos, m, at); });
+      }
+      runs += out.size();
+      tensors.push_back({{"param", model_.params[i].name},
+                         {"state", model_.states[si]},
+                         {"elements", n},
+                         {"joined", p.kind == Param::Joined},
+                         {"runs", std::move(out)}});
+    }
   }
+  return {{"source_files", plan_.files},
+          {"tensors", std::move(tensors)},
+          {"totals", {{"source_bytes_read", bytes}, {"source_runs", runs}, {"source_files", plan_.files.size()}}}};
 }
 
 pickle::ValuePtr DirectSource::step(int param) {

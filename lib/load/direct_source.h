@@ -50,6 +50,9 @@ class DirectSource final : public AtomicSource {
   void read(int param, int state, int64_t a, int64_t n, float* dst) override;
   pickle::ValuePtr step(int param) override;
   void whole_crc(int param, int state, uint32_t crc) override;
+  // `ucp-load --plan` on a native input: where every atomic tensor's elements lie in the source
+  // (runs of file, byte offset, bytes, first universal element; adjacent runs merged) and totals.
+  nlohmann::json source_json() const;
   // Universal checksums computed on the way (--verify): {name: {state: "crc32 hex"}}.
   nlohmann::json checksums() const;
   // Compares the checksums computed here (under MPI: this rank's share) with a universal
@@ -75,6 +78,11 @@ class DirectSource final : public AtomicSource {
     std::vector<std::vector<int>> files;      // [t][k] source file
   };
   void copy_slice(const Param& p, int state, int t, int64_t pos, int64_t n, float* dst);
+  // Calls emit(TP rank, position in its slice, count, offset in [a, a + n)) for the runs of a
+  // Mapped or Identity parameter's elements [a, a + n).
+  template <typename F>
+  void for_each_slice_run(const Param& p, int64_t a, int64_t n, F&& emit) const;
+  uint64_t file_offset(const Param& p, int state, int t, size_t k) const;  // byte offset of fragment k's element 0
   const float* joined(int param, int state);
 
   const ucp::Plan& plan_;

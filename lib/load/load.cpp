@@ -216,6 +216,36 @@ ExchangeSetup set_up_exchange(DeepSpeedWriter& writer, const ModelInfo& model, c
   return x;
 }
 
+// Direct mode's joined plan: where each atomic tensor's elements lie in the source files (byte
+// runs, DirectSource::source_json) and which atomic elements each target file is made of, with the
+// target files' bytes; the two meet in the universal element coordinates.
+nlohmann::json direct_plan_json(const LoadOptions& options, const Prepared& p) {
+  UniversalReader reader(p.model, options.input, false);
+  DirectSource source(p.direct->plan, p.model);
+  reader.set_source(&source);
+  nlohmann::json d = source.source_json();
+  nlohmann::json targets = nlohmann::json::array();
+  uint64_t target_bytes = 0;
+  if (options.format == "deepspeed") {
+    DeepSpeedWriter writer(p.model, p.plan, reader, common_optimizer_state(options, p));
+    const auto files = lay_out_all(writer, p.model, p.plan, p.model.tag, threads_of(options));
+    const auto needs = file_needs(files, writer, p.model, threads_of(options));
+    for (size_t f = 0; f < files.size(); ++f) {
+      nlohmann::json from = nlohmann::json::array();
+      for (const auto& [key, iv] : needs[f].elements)
+        from.push_back({{"param", p.model.params[key.first].name},
+                        {"state", p.model.states[key.second]},
+                        {"elements", iv}});
+      target_bytes += needs[f].bytes;
+      targets.push_back({{"file", files[f].path}, {"bytes", needs[f].bytes}, {"from", std::move(from)}});
+    }
+  }
+  d["targets"] = std::move(targets);
+  d["totals"]["target_files"] = d["targets"].size();
+  d["totals"]["target_bytes_from_atomics"] = target_bytes;
+  return d;
+}
+
 }  // namespace
 
 nlohmann::json plan_json(const LoadOptions& options) {
@@ -251,6 +281,7 @@ nlohmann::json plan_json(const LoadOptions& options) {
     for (size_t f = 0; f < setup.files.size(); ++f)
       writers.push_back({{"file", setup.files[f].path}, {"rank", setup.plan.file_ranks[f]}});
   }
+  if (p.direct) j["direct"] = direct_plan_json(options, p);
   return j;
 }
 

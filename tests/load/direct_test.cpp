@@ -1,6 +1,6 @@
 // ucp-load's direct mode (issue 18): a native DeepSpeed checkpoint as --input gives, byte for byte,
 // the target of the two-step path (ucp-union, then ucp-load from the universal checkpoint), in one
-// process and under mpirun -np 2 (the exchange); --verify-against compares the universal checksums
+// process and under mpirun -np 2 (the exchange); --plan's source runs hold what they say; --verify-against compares the universal checksums
 // computed on the way with the two-step manifest; bad input: one-line error, exit 1, nothing written.
 // The full matrix (every case, 1, 2 and 3 ranks) is scripts/test_direct_matrix.sh.
 #include <gtest/gtest.h>
@@ -20,6 +20,8 @@ namespace {
 
 const std::string kBin = UCPKIT_BIN_DIR;
 const std::string kFx = UCPKIT_FIXTURES_DIR;
+const std::string kSrc = UCPKIT_SOURCE_DIR;
+const std::string kPy = UCPKIT_PYTHON;
 const std::string kMpirun = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun "
                             "--allow-run-as-root --oversubscribe -np ";
 
@@ -62,6 +64,16 @@ void expect_direct_equals_two_step(const std::string& name) {
   EXPECT_EQ(j["input_kind"], "native");
   EXPECT_EQ(run_command("diff -r " + (d / "two").string() + " " + (d / "one").string(), &out), 0) << out;
   EXPECT_FALSE(fs::exists(d / "one" / "manifest.json"));
+  // --plan: every source run holds exactly the universal elements it names (read with torch from
+  // the two-step universal checkpoint), each element once; nothing written.
+  out.clear();
+  ASSERT_EQ(run_command(kBin + "/ucp-load --plan --input " + src + args + " > " + (d / "plan.json").string(), &out), 0)
+      << out;
+  EXPECT_EQ(run_command(kPy + " " + kSrc + "/tests/load/check_direct_plan.py " + (d / "plan.json").string() + " " +
+                            (d / "u").string(),
+                        &out),
+            0)
+      << out;
   if (!have_mpirun()) return;
   out.clear();
   ASSERT_EQ(run_command(kMpirun + "2 " + kBin + "/ucp-load --json -q --batch-mb 0.05 --input " + src + " --output " +
