@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/staging.h"
 #include "io/torch/torch_file.h"
+#include "io/torch/verify.h"
 #include "layout/deepspeed/version_line.h"
 #include "load/deepspeed_writer.h"
 #include "load/direct_source.h"
@@ -327,6 +328,24 @@ LoadSummary run_load(const LoadOptions& options) {
   UniversalReader reader(model, options.input, verify);
   std::unique_ptr<DirectSource> source;
   if (direct) {
+    // The source files' zip CRC-32 (on unless --no-verify): under mpirun each rank checks its share
+    // (balanced by bytes), then none again, so each source byte is read once for it in total.
+    if (verify_files_crc() && mpi.size() > 1) {
+      const auto& files = prep.direct->plan.files;
+      std::vector<uint64_t> sizes;
+      for (const auto& f : files) {
+        std::error_code ec;
+        const auto n = fs::file_size(f, ec);
+        sizes.push_back(ec ? 0 : n);
+      }
+      const auto owner = ucp::assign_by_size(sizes, mpi.size());
+      failed.guard([&] {
+        for (size_t f = 0; f < files.size(); ++f)
+          if (owner[f] == mpi.rank()) (void)load_torch_file(files[f]);
+      });
+      failed.settle();
+      set_verify_files_crc(false);
+    }
     failed.guard([&] { source = std::make_unique<DirectSource>(prep.direct->plan, model); });
     failed.settle();
     reader.set_source(source.get());
