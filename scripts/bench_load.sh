@@ -8,6 +8,7 @@
 # With mpirun on PATH (BENCH_MPI=0 to skip), it also runs `mpirun -np 2` in both modes: --exchange
 # on (each atomic byte read once in total, slices exchanged over MPI) and off (ranks split the files),
 # and --exchange on with --batch-mb 64 and 1024 (peak memory per rank follows the batch).
+# Direct mode (issue 18): see the BENCH_DIRECT block below.
 # Usage: scripts/bench_load.sh [build_dir] [work_dir] [ucp-load target options...]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,6 +38,80 @@ print(sum(math.prod(p['shape']) for p in m['params']))")
 atomic_bytes=$(find "$UNI/zero" -type f -printf '%s\n' | awk '{s+=$1} END {print s}')
 
 now() { date +%s.%N; }
+
+# Direct mode (issue 18; BENCH_DIRECT=0 to skip, BENCH_UNIVERSAL=0 to stop after it): the native
+# source straight to the target (`ucp-load --input $SRC`) against the two-step path (ucp-union to a
+# universal checkpoint, then ucp-load from it) and against the I/O floor of reading every source
+# byte once (cat) and writing the target once (dd from /dev/zero, no fsync); three rounds, each
+# round measures the floor, direct (default: the source files' zip CRC-32 checked; and with
+# --no-verify --no-sync), two-step; then mpirun -np 2 direct (exchange) once per round.
+if [ "${BENCH_DIRECT:-1}" = 1 ]; then
+  dsettle() { rm -rf "$WORK/target" "$WORK/uni2" "$WORK/floor.bin"; sync; }
+  src_bytes=$(find -L "$SRC" -name '*.pt' -type f -printf '%s\n' | awk '{s+=$1} END {print s}')
+  dfloor() {  # read every source byte, write $1 bytes
+    local t0 t1
+    dsettle
+    t0=$(date +%s.%N)
+    find -L "$SRC" -name '*.pt' -type f -print0 | xargs -0 cat > /dev/null
+    dd if=/dev/zero of="$WORK/floor.bin" bs=16M count=$(( ($1 + 16777215) / 16777216 )) status=none
+    t1=$(date +%s.%N)
+    rm -f "$WORK/floor.bin"
+    echo "$t1 - $t0" | bc -l
+  }
+  direct() {  # extra options...: the summary JSON
+    dsettle
+    "$BIN/ucp-load" -q --json --input "$SRC" --output "$WORK/target" "${TARGET[@]}" "$@"
+  }
+  two_step() {
+    local t0 t1
+    dsettle
+    t0=$(date +%s.%N)
+    "$BIN/ucp-union" -q --input "$SRC" --output "$WORK/uni2"
+    "$BIN/ucp-load" -q --input "$WORK/uni2" --output "$WORK/target" "${TARGET[@]}"
+    t1=$(date +%s.%N)
+    echo "$t1 - $t0" | bc -l
+  }
+  secs() { /usr/bin/python3 -c "import json,sys; j=json.load(sys.stdin); print(j['seconds'], j['peak_rss_bytes'])"; }
+  direct > "$WORK/direct0.json"  # warm-up
+  dout=$(du -sb "$WORK/target" | cut -f1)
+  rm -f "$WORK/direct.txt"
+  for rep in 1 2 3; do
+    echo "floor $(dfloor "$dout")" >> "$WORK/direct.txt"
+    echo "direct $(direct | secs)" >> "$WORK/direct.txt"
+    echo "direct_nv $(direct --no-verify --no-sync | secs)" >> "$WORK/direct.txt"
+    echo "two_step $(two_step)" >> "$WORK/direct.txt"
+    if [ "${BENCH_MPI:-1}" = 1 ] && command -v mpirun > /dev/null; then
+      dsettle
+      echo "direct_np2 $(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --allow-run-as-root \
+        --oversubscribe -np 2 "$BIN/ucp-load" -q --json --input "$SRC" --output "$WORK/target" "${TARGET[@]}" \
+        < /dev/null 2> /dev/null | secs)" >> "$WORK/direct.txt"
+    fi
+  done
+  dsettle
+  /usr/bin/python3 - "$WORK/direct.txt" <<PY
+import sys
+rows = {}
+for line in open(sys.argv[1]):
+    k, *v = line.split()
+    rows.setdefault(k, []).append([float(x) for x in v])
+f = [r[0] for r in rows["floor"]]
+print(f"bench_load direct: source {$src_bytes/1e9:.2f} GB (every .pt file), target {$dout/1e9:.2f} GB, target: ${TARGET[*]}")
+print(f"  I/O floor (read source + write target): runs " + " ".join(f"{x:.2f}" for x in f) + " s")
+for k, label in [("direct", "direct (default)"), ("direct_nv", "direct --no-verify --no-sync"),
+                 ("two_step", "two-step (ucp-union + ucp-load)"), ("direct_np2", "direct, mpirun -np 2")]:
+    if k not in rows: continue
+    s = [r[0] for r in rows[k]]
+    ratios = [x / y for x, y in zip(s, f)]
+    rss = max(r[1] for r in rows[k]) / 2**20 if len(rows[k][0]) > 1 else 0
+    print(f"  {label:34s} runs " + " ".join(f"{x:.2f}" for x in s) + " s   vs floor " +
+          " ".join(f"{x:.2f}x" for x in ratios) + (f"   peak RSS/rank {rss:.0f} MiB" if rss else ""))
+if "two_step" in rows:
+    for k in ("direct", "direct_nv"):
+        print(f"  two-step / {k}: " + " ".join(f"{t[0] / d[0]:.2f}x" for t, d in zip(rows["two_step"], rows[k])))
+print(f"  nproc $(nproc); load average $(cut -d' ' -f1-3 /proc/loadavg)")
+PY
+  [ "${BENCH_UNIVERSAL:-1}" = 1 ] || exit 0
+fi
 # Before every timed step the previous output is removed and dirty pages are synced: with the
 # output (8 GB) still cached, new page-cache pages must be reclaimed first, which made dd ~10x slower
 # here (21 s instead of 2 s for 8.45 GB) and skewed whichever step followed a load.

@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "gpu/device_load.h"
 #include "io/dtype.h"
+#include "load/direct_source.h"
 #include "load/load.h"
 #include "io/torch/verify.h"
 #include "tool/cli.h"
@@ -19,7 +20,13 @@ int main(int argc, char** argv) {
   bool plan = false, no_verify = false;
   double shard_gb = 5, batch_mb = 256;
   std::string exchange = "auto";
-  app.add_option("--input", opt.input, "Universal checkpoint folder")->required();
+  app.add_option("--input", opt.input,
+                 "Universal checkpoint folder, or a native DeepSpeed checkpoint (global_stepN folder or its parent "
+                 "with latest) converted directly without a universal checkpoint")
+      ->required();
+  app.add_option("--verify-against", opt.verify_against,
+                 "Native input: compute the universal checksums on the way and compare them with this universal "
+                 "checkpoint's manifest.json (or folder); nothing is renamed into place on a mismatch");
   app.add_option("--output", opt.output, "Target checkpoint folder");
   auto* o_tp = app.add_option("--tp", tp, "Target tensor-parallel degree");
   auto* o_pp = app.add_option("--pp", pp, "Target pipeline-parallel degree");
@@ -84,8 +91,13 @@ int main(int argc, char** argv) {
       if (root) std::cout << j.dump(1) << "\n";
       return 0;
     }
+    if (!opt.verify_against.empty() && load::is_universal_input(opt.input))
+      throw UsageError("--verify-against applies to a native checkpoint input; " + opt.input +
+                       " is a universal checkpoint (its own checksums are checked)");
     if (device == "cuda") {
       if (opt.format != "deepspeed") throw UsageError("--device cuda loads the deepspeed layout only");
+      if (!load::is_universal_input(opt.input))
+        throw UsageError("--device cuda reads a universal checkpoint; " + opt.input + " has no manifest.json");
       gpu::DeviceLoadRequest req;
       req.universal_dir = opt.input;
       req.tp = tp, req.pp = pp, req.dp = dp, req.zero_stage = zero;

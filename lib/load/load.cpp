@@ -17,8 +17,10 @@
 #include "core/error.h"
 #include "core/staging.h"
 #include "io/torch/torch_file.h"
+#include "io/torch/verify.h"
 #include "layout/deepspeed/version_line.h"
 #include "load/deepspeed_writer.h"
+#include "load/direct_source.h"
 #include "load/exchange.h"
 #include "load/safetensors_writer.h"
 #include "load/universal_reader.h"
@@ -39,12 +41,39 @@ nlohmann::json LoadSummary::to_json() const {
           {"mpi_ranks", ranks},      {"threads", threads}, {"mode", exchange ? "exchange" : "files"},
           {"batches", batches}, {"phase_seconds", phase_seconds}};
   if (exchange) j["fill_balance"] = fill_balance;
+  if (direct) {
+    j["input_kind"] = "native";
+    j["checksums_compared"] = checksums_compared;
+  }
   return j;
 }
 
+// Direct mode: the source's extract plan and the common optimizer state ucp-union would write.
+struct DirectInput {
+  ucp::Plan plan;
+  pickle::ValuePtr optimizer_state;
+};
+
+namespace {
+// The folder the data is read from, for the output-over-input check: the universal folder, the
+// work folder, or the checkpoint's global_stepN folder (an output beside it is fine).
+std::string input_data_dir(const std::string& input) {
+  return is_universal_input(input) ? input : native_checkpoint_dir(input);
+}
+}  // namespace
+
 Prepared prepare(const LoadOptions& options) {
   Prepared p;
-  p.model = read_model_info(options.input);
+  if (is_universal_input(options.input)) {
+    p.model = read_model_info(options.input);
+  } else {  // a native checkpoint, read directly (issue 18)
+    auto d = std::make_shared<DirectInput>();
+    d->plan = direct_plan(options.input);
+    auto meta = direct_meta(d->plan);
+    d->optimizer_state = meta.optimizer_state;
+    p.model = model_info_from(meta);
+    p.direct = std::move(d);
+  }
   if (options.vocab_multiple > 0) {
     p.model.vocab_multiple = options.vocab_multiple;
   } else if (p.model.vocab_multiple_ambiguous && options.target.tp != p.model.source_tp) {
@@ -164,7 +193,8 @@ bool uses_exchange(const LoadOptions& options, int ranks) {
          (options.exchange == ExchangeMode::Exchange || (options.exchange == ExchangeMode::Auto && ranks > 1));
 }
 
-pickle::ValuePtr common_optimizer_state(const LoadOptions& options) {
+pickle::ValuePtr common_optimizer_state(const LoadOptions& options, const Prepared& p) {
+  if (p.direct) return pickle::deep_copy(p.direct->optimizer_state);
   return load_torch((fs::path(options.input) / "zero" / "optimizer_state.pt").string());
 }
 
@@ -181,6 +211,36 @@ ExchangeSetup set_up_exchange(DeepSpeedWriter& writer, const ModelInfo& model, c
   x.files = lay_out_all(writer, model, plan, dir, threads);
   x.plan = plan_exchange(model, file_needs(x.files, writer, model, threads), ranks, batch_bytes);
   return x;
+}
+
+// Direct mode's joined plan: where each atomic tensor's elements lie in the source files (byte
+// runs, DirectSource::source_json) and which atomic elements each target file is made of, with the
+// target files' bytes; the two meet in the universal element coordinates.
+nlohmann::json direct_plan_json(const LoadOptions& options, const Prepared& p) {
+  UniversalReader reader(p.model, options.input, false);
+  DirectSource source(p.direct->plan, p.model);
+  reader.set_source(&source);
+  nlohmann::json d = source.source_json();
+  nlohmann::json targets = nlohmann::json::array();
+  uint64_t target_bytes = 0;
+  if (options.format == "deepspeed") {
+    DeepSpeedWriter writer(p.model, p.plan, reader, common_optimizer_state(options, p));
+    const auto files = lay_out_all(writer, p.model, p.plan, p.model.tag, parallel::thread_count(options.threads));
+    const auto needs = file_needs(files, writer, p.model, parallel::thread_count(options.threads));
+    for (size_t f = 0; f < files.size(); ++f) {
+      nlohmann::json from = nlohmann::json::array();
+      for (const auto& [key, iv] : needs[f].elements)
+        from.push_back({{"param", p.model.params[key.first].name},
+                        {"state", p.model.states[key.second]},
+                        {"elements", iv}});
+      target_bytes += needs[f].bytes;
+      targets.push_back({{"file", files[f].path}, {"bytes", needs[f].bytes}, {"from", std::move(from)}});
+    }
+  }
+  d["targets"] = std::move(targets);
+  d["totals"]["target_files"] = d["targets"].size();
+  d["totals"]["target_bytes_from_atomics"] = target_bytes;
+  return d;
 }
 
 }  // namespace
@@ -205,7 +265,12 @@ nlohmann::json plan_json(const LoadOptions& options) {
   const int ranks = parallel::MpiSession::get().size();
   if (uses_exchange(options, ranks)) {
     UniversalReader reader(p.model, options.input, false);
-    DeepSpeedWriter writer(p.model, p.plan, reader, common_optimizer_state(options));
+    std::unique_ptr<DirectSource> source;
+    if (p.direct) {
+      source = std::make_unique<DirectSource>(p.direct->plan, p.model);
+      reader.set_source(source.get());
+    }
+    DeepSpeedWriter writer(p.model, p.plan, reader, common_optimizer_state(options, p));
     const auto setup =
         set_up_exchange(writer, p.model, p.plan, p.model.tag, ranks, options.batch_bytes, parallel::thread_count(options.threads));
     auto& x = j["exchange"] = setup.plan.to_json(p.model);
@@ -213,6 +278,7 @@ nlohmann::json plan_json(const LoadOptions& options) {
     for (size_t f = 0; f < setup.files.size(); ++f)
       writers.push_back({{"file", setup.files[f].path}, {"rank", setup.plan.file_ranks[f]}});
   }
+  if (p.direct) j["direct"] = direct_plan_json(options, p);
   return j;
 }
 
@@ -226,7 +292,7 @@ LoadSummary run_load(const LoadOptions& options) {
   mallopt(M_TOP_PAD, 64 << 20);
   auto& mpi = parallel::MpiSession::get();
   parallel::RankFailure failed(mpi);  // guard() the work of each step, settle() at its end on every rank
-  refuse_output_over_input(options.output, "--output", options.input, "--input");
+  refuse_output_over_input(options.output, "--output", input_data_dir(options.input), "--input");
 
   Prepared prep;
   failed.guard([&] { prep = prepare(options); });
@@ -251,9 +317,37 @@ LoadSummary run_load(const LoadOptions& options) {
   const bool exchange = uses_exchange(options, mpi.size());
   size_t batches = 0;
   ExchangeStats xstats;
-  UniversalReader reader(model, options.input, options.verify);
+  // Direct mode: atomic tensors come from the source's shards; the universal checksums are computed
+  // (and compared) only with --verify-against.
+  const bool direct = prep.direct != nullptr;
+  const bool verify = direct ? !options.verify_against.empty() : options.verify;
+  UniversalReader reader(model, options.input, verify);
+  std::unique_ptr<DirectSource> source;
+  if (direct) {
+    // The source files' zip CRC-32 (on unless --no-verify): under mpirun each rank checks its share
+    // (balanced by bytes), then none again, so each source byte is read once for it in total.
+    if (verify_files_crc() && mpi.size() > 1) {
+      const auto& files = prep.direct->plan.files;
+      std::vector<uint64_t> sizes;
+      for (const auto& f : files) {
+        std::error_code ec;
+        const auto n = fs::file_size(f, ec);
+        sizes.push_back(ec ? 0 : n);
+      }
+      const auto owner = parallel::assign_by_size(sizes, mpi.size());
+      failed.guard([&] {
+        for (size_t f = 0; f < files.size(); ++f)
+          if (owner[f] == mpi.rank()) (void)load_torch_file(files[f]);
+      });
+      failed.settle();
+      set_verify_files_crc(false);
+    }
+    failed.guard([&] { source = std::make_unique<DirectSource>(prep.direct->plan, model); });
+    failed.settle();
+    reader.set_source(source.get());
+  }
   // Exchange mode verifies each atomic tensor while its owner reads it (one read in total).
-  if (options.verify && !exchange) {
+  if (verify && !exchange) {
     // Each atomic tensor is verified by one rank (balanced by bytes) before anything is written, all
     // threads at once (verifying lazily inside the jobs would serialize them on the large tensors).
     std::vector<uint64_t> sizes;
@@ -298,7 +392,7 @@ LoadSummary run_load(const LoadOptions& options) {
     std::unique_ptr<DeepSpeedWriter> writer_owner;
     std::optional<ExchangeSetup> setup;
     failed.guard([&] {
-      writer_owner = std::make_unique<DeepSpeedWriter>(model, plan, reader, common_optimizer_state(options));
+      writer_owner = std::make_unique<DeepSpeedWriter>(model, plan, reader, common_optimizer_state(options, prep));
       DeepSpeedWriter& writer = *writer_owner;
       if (exchange) {
         // Every rank lays out every file, and makes the same plan from them: who writes which file,
@@ -339,6 +433,19 @@ LoadSummary run_load(const LoadOptions& options) {
       files += xstats.files_written;
     }
   }
+  size_t compared = 0;
+  if (direct && !options.verify_against.empty()) {  // before the rename: a mismatch leaves nothing
+    failed.guard([&] { compared = source->compare_with(options.verify_against); });
+    failed.settle();
+    compared = mpi.sum(compared);
+    failed.guard([&] {
+      const size_t want = model.params.size() * model.states.size();
+      if (compared != want)
+        throw Error(options.verify_against + ": " + std::to_string(compared) + " of " + std::to_string(want) +
+                    " checksums compared (internal error)");
+    });
+    failed.settle();
+  }
   failed.guard([&] {
     if (mpi.rank() == 0) test_pause_if_asked();  // output written, not yet renamed into place
     if (mpi.rank() != 0 && options.sync) sync_file_system(staged);  // each rank's own files
@@ -358,6 +465,8 @@ LoadSummary run_load(const LoadOptions& options) {
   s.ranks = mpi.size();
   s.threads = threads;
   s.exchange = exchange;
+  s.direct = direct;
+  s.checksums_compared = compared;
   s.batches = batches;
   if (exchange)  // rank 0's phases (every rank waits for the slowest at each all-to-all)
     s.phase_seconds = {{"read", xstats.read_seconds},

@@ -2,6 +2,7 @@
 // planned with UcpInfo, executed with TBB threads (and MPI ranks under mpirun), written atomically.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -29,6 +30,9 @@ struct LoadOptions {
   uint64_t shard_bytes = 5ull << 30;     // safetensors shard size limit
   ExchangeMode exchange = ExchangeMode::Auto;
   uint64_t batch_bytes = 256ull << 20;   // exchange: atomic bytes per batch (bounds memory per rank)
+  // Direct mode (input is a native checkpoint): compute the universal checksums on the way and
+  // compare them with this universal checkpoint's manifest.json (or folder); "" = none.
+  std::string verify_against;
 };
 
 struct LoadSummary {
@@ -43,6 +47,8 @@ struct LoadSummary {
   // evenly (1.0: no rank waits for another in the fill).
   double fill_balance = 0;
   uint64_t bytes_verified = 0;  // atomic bytes read for checksum verification (each tensor once)
+  bool direct = false;          // read a native checkpoint directly (no universal checkpoint)
+  size_t checksums_compared = 0;  // direct mode with verify_against
   uint64_t bytes_written = 0, peak_rss_bytes = 0;
   double seconds = 0;
   int ranks = 1, threads = 1;
@@ -50,9 +56,11 @@ struct LoadSummary {
 };
 
 // Model description + target (optimizer flavour resolved) + plan, without writing anything.
+struct DirectInput;  // direct mode: the source's extract plan and common optimizer state (load.cpp)
 struct Prepared {
   ModelInfo model;
   UcpInfo plan;
+  std::shared_ptr<DirectInput> direct;  // null: the input is a universal checkpoint
 };
 Prepared prepare(const LoadOptions& options);
 

@@ -76,9 +76,7 @@ std::vector<std::vector<std::string>> group_lists(const ValuePtr& root, const st
 // (layer, global expert, name order); optimizer groups follow Megatron's rule (no weight decay for
 // biases and norms, i.e. 1-D tensors) matched against the common param_groups (moe flag, decay).
 void read_moe_groups(ModelInfo& m, std::map<std::string, ParamInfo>& by_name, const ValuePtr& first,
-                     const fs::path& dir) {
-  const fs::path opt = dir / "zero" / "optimizer_state.pt";
-  ValuePtr osd = load_torch(opt.string());
+                     const ValuePtr& osd, const fs::path& opt) {
   auto groups = osd && osd->kind == Kind::Dict ? osd->get("param_groups") : nullptr;
   if (!groups || !groups->is_sequence()) fail(opt.string(), "no param_groups");
   int dense[2] = {-1, -1}, moe[2] = {-1, -1};
@@ -190,9 +188,26 @@ ModelInfo read_model_info(const std::string& universal_dir) {
 static ModelInfo read_model_info_unchecked(const std::string& universal_dir) {
   const fs::path dir(universal_dir);
   if (!fs::is_directory(dir)) throw Error(universal_dir + ": not a folder");
-  const auto manifest = read_json(dir / "manifest.json");
-  if (manifest.value("format", "") != "ucpkit-universal")
-    throw Error((dir / "manifest.json").string() + ": not a ucpkit universal manifest");
+  UniversalMeta meta;
+  meta.dir = universal_dir;
+  meta.manifest = read_json(dir / "manifest.json");
+  meta.manifest_path = meta.manifest_path;
+  if (meta.manifest.value("format", "") != "ucpkit-universal")
+    throw Error(meta.manifest_path + ": not a ucpkit universal manifest");
+  try {
+    for (const auto& f : meta.manifest.at("model_files"))
+      meta.model_files.push_back(confined_path(dir, f.get<std::string>(), meta.manifest_path, "model file").string());
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(meta.manifest_path + ": missing field: " + e.what());
+  }
+  meta.optimizer_state_path = (dir / "zero" / "optimizer_state.pt").string();
+  return model_info_from(meta);
+}
+
+ModelInfo model_info_from(const UniversalMeta& meta) {
+  const bool on_disk = !meta.dir.empty();
+  const fs::path dir(meta.dir);
+  const auto& manifest = meta.manifest;
   ModelInfo m;
   try {
     const auto& src = manifest.at("source");
@@ -211,27 +226,26 @@ static ModelInfo read_model_info_unchecked(const std::string& universal_dir) {
     if (src.contains("num_experts")) m.num_experts = src["num_experts"].get<std::vector<int>>();
     if (src.contains("zero_stage") && src["zero_stage"].is_number_integer()) m.source_zero_stage = src["zero_stage"];
     m.patterns_json = manifest.at("patterns").at("set");
-    for (const auto& f : manifest.at("model_files"))
-      m.model_files.push_back(confined_path(dir, f.get<std::string>(), (dir / "manifest.json").string(), "model file").string());
+    m.model_files = meta.model_files;
   } catch (const nlohmann::json::exception& e) {
-    throw Error((dir / "manifest.json").string() + ": missing field: " + e.what());
+    throw Error(meta.manifest_path + ": missing field: " + e.what());
   }
   m.patterns = patterns::PatternSet::from_json(m.patterns_json, "manifest");
   const bool zero3 = m.source_zero_stage == 3;
   const int per_rank = zero3 ? m.source_dp : 1;  // ZeRO-3: every DP rank has its own model file
   if ((int)m.model_files.size() != m.source_tp * m.source_pp * per_rank)
-    throw Error((dir / "manifest.json").string() + ": " + std::to_string(m.model_files.size()) +
+    throw Error(meta.manifest_path + ": " + std::to_string(m.model_files.size()) +
                 " model files listed but the source layout has " + (zero3 ? "tp*dp = " : "tp*pp = ") +
                 std::to_string(m.source_tp * m.source_pp * per_rank));
   for (const auto& f : m.model_files)
     if (!fs::exists(f)) throw Error(f + ": missing (the universal checkpoint is incomplete)");
-  if (zero3) m.model_files = zero3_templates(m.model_files, m.source_tp, (dir / "manifest.json").string());
+  if (zero3) m.model_files = zero3_templates(m.model_files, m.source_tp, meta.manifest_path);
 
   // Parameters as the manifest lists them.
   std::map<std::string, ParamInfo> by_name;
   std::set<std::string> states;
   for (const auto& e : manifest.at("params")) {
-    if (e.is_null()) throw Error((dir / "manifest.json").string() + ": a parameter entry is empty");
+    if (e.is_null()) throw Error(meta.manifest_path + ": a parameter entry is empty");
     ParamInfo p;
     p.name = e.at("name").get<std::string>();
     p.shape = e.at("shape").get<std::vector<int64_t>>();
@@ -250,7 +264,7 @@ static ModelInfo read_model_info_unchecked(const std::string& universal_dir) {
       p.autoep_experts = e["autoep"].at("num_experts").get<int>();
       p.moe_id = e["autoep"].at("moe_layer_id").get<int>();
       if (!m.autoep || p.autoep_experts < 1)
-        throw Error((dir / "manifest.json").string() + ": AutoEP expert weight " + p.name + " without source.autoep");
+        throw Error(meta.manifest_path + ": AutoEP expert weight " + p.name + " without source.autoep");
     }
     if (e.contains("expert")) {
       m.native_moe = true;
@@ -259,9 +273,10 @@ static ModelInfo read_model_info_unchecked(const std::string& universal_dir) {
     }
     for (const auto& [state, v] : e.at("states").items()) {
       p.state_files[state] = v.at("file").get<std::string>();
-      confined_path(dir, p.state_files[state], (dir / "manifest.json").string(), p.name + " " + state + " file");
-      p.crc32[state] = static_cast<uint32_t>(std::stoul(v.at("crc32").get<std::string>(), nullptr, 16));
       states.insert(state);
+      if (!on_disk) continue;  // direct mode: the states are read from the source checkpoint
+      confined_path(dir, p.state_files[state], meta.manifest_path, p.name + " " + state + " file");
+      p.crc32[state] = static_cast<uint32_t>(std::stoul(v.at("crc32").get<std::string>(), nullptr, 16));
       if (!fs::exists(dir / p.state_files[state]))
         throw Error((dir / p.state_files[state]).string() + ": missing (the universal checkpoint is incomplete)");
     }
@@ -297,12 +312,15 @@ static ModelInfo read_model_info_unchecked(const std::string& universal_dir) {
     }
   }
   // Optimizer flavour of the source (BF16_Optimizer shards have no zero_stage).
-  const fs::path opt = dir / "zero" / "optimizer_state.pt";
-  if (!fs::exists(opt)) throw Error(opt.string() + ": missing (the universal checkpoint is incomplete)");
-  ValuePtr osd = load_torch(opt.string());
+  const fs::path opt = meta.optimizer_state_path;
+  ValuePtr osd = meta.optimizer_state;
+  if (!osd) {
+    if (!fs::exists(opt)) throw Error(opt.string() + ": missing (the universal checkpoint is incomplete)");
+    osd = load_torch(opt.string());
+  }
   m.source_bf16_optimizer = osd && osd->kind == Kind::Dict && !osd->contains("zero_stage");
   if (m.native_moe) {
-    read_moe_groups(m, by_name, first, dir);
+    read_moe_groups(m, by_name, first, osd, opt);
     return m;
   }
 
@@ -383,7 +401,7 @@ static ModelInfo read_model_info_unchecked(const std::string& universal_dir) {
     for (auto& p : m.params) p.transformer = p.layer >= 0 && blocks.count(p.layer);
     // Layer-file numbering: the source checkpoint's own record (ucp-union reads its layer files),
     // else the model family's pattern file; never a guess.
-    const std::string mpath = (dir / "manifest.json").string();
+    const std::string& mpath = meta.manifest_path;
     if (manifest.at("source").contains("pipeline_numbering"))
       m.numbering = layout::pipeline_numbering_from_json(manifest["source"]["pipeline_numbering"], mpath);
     else

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/pickle/value.h"
 #include "layout/deepspeed/pipeline.h"
 #include "patterns/pattern_set.h"
 
@@ -79,6 +80,19 @@ struct ModelInfo {
 // and flat-buffer order) and zero/optimizer_state.pt. Throws Error when the folder is incomplete or
 // disagrees with its manifest.
 ModelInfo read_model_info(const std::string& universal_dir);
+
+// What read_model_info reads, already at hand: a universal folder's, or (ucp-load's direct mode) one
+// made in memory from a native checkpoint's extract plan (`dir` empty: no state files on disk, no
+// checksums in the manifest).
+struct UniversalMeta {
+  nlohmann::json manifest;                  // manifest.json's content
+  std::string manifest_path;                // names it in messages
+  std::string dir;                          // the universal folder; "" for an in-memory manifest
+  std::vector<std::string> model_files;     // resolved paths, in manifest order
+  pickle::ValuePtr optimizer_state;         // zero/optimizer_state.pt's root (nullptr: read optimizer_state_path)
+  std::string optimizer_state_path;
+};
+ModelInfo model_info_from(const UniversalMeta& meta);
 
 // The vocabulary padding multiple m such that padding `vocab` to a multiple of m * tp gives
 // `padded` (largest of 128, 64, ..., 1 that fits; Megatron's make_vocab_size_divisible_by).

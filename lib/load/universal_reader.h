@@ -37,6 +37,20 @@ class AtomicCache {
   std::map<std::pair<int, int>, std::vector<Interval>> intervals_;  // added in increasing start order
 };
 
+// Where the atomic tensors' elements come from when they are not universal state files (ucp-load's
+// direct mode: the source checkpoint's ZeRO fragments, lib/load/direct_source.h).
+class AtomicSource {
+ public:
+  virtual ~AtomicSource() = default;
+  // Elements [a, a + n) of the stored fp32 tensor of state `state` (index into ModelInfo::states) of
+  // `param` into `dst`; thread-safe.
+  virtual void read(int param, int state, int64_t a, int64_t n, float* dst) = 0;
+  // The raw step value of a parameter, or nullptr.
+  virtual pickle::ValuePtr step(int param) = 0;
+  // When verifying: the CRC-32 of a whole tensor, computed on the way (compared or recorded there).
+  virtual void whole_crc(int param, int state, uint32_t crc) = 0;
+};
+
 class UniversalReader {
  public:
   UniversalReader(const ModelInfo& model, std::string dir, bool verify);
@@ -59,6 +73,8 @@ class UniversalReader {
   void verify_whole(int param, const std::string& state, uint32_t crc);
   // While set, read_range copies from `cache` instead of reading files (nullptr: files again).
   void set_cache(const AtomicCache* cache) { cache_ = cache; }
+  // Reads every atomic tensor from `source` instead of files (nullptr: files); not owned.
+  void set_source(AtomicSource* source) { source_ = source; }
   int state_index(const std::string& state) const;
   // The raw step value (int or tensor) of a parameter, or nullptr when it has none.
   pickle::ValuePtr step(int param);
@@ -83,6 +99,7 @@ class UniversalReader {
   std::vector<std::unique_ptr<Entry>> entries_;  // [param * states + state]
   std::vector<char> verify_mask_;
   const AtomicCache* cache_ = nullptr;
+  AtomicSource* source_ = nullptr;
   std::atomic<uint64_t> bytes_read_{0}, bytes_verified_{0};
 };
 

@@ -1,0 +1,147 @@
+// ucp-load's direct mode (issue 18): a native DeepSpeed checkpoint as --input gives, byte for byte,
+// the target of the two-step path (ucp-union, then ucp-load from the universal checkpoint), in one
+// process and under mpirun -np 2 (the exchange); --plan's source runs hold what they say; --verify-against compares the universal checksums
+// computed on the way with the two-step manifest; bad input: one-line error, exit 1, nothing written.
+// The full matrix (every case, 1, 2 and 3 ranks) is scripts/test_direct_matrix.sh.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "support/process.h"
+
+namespace fs = std::filesystem;
+using ucpkit::testing::run_command;
+
+namespace {
+
+const std::string kBin = UCPKIT_BIN_DIR;
+const std::string kFx = UCPKIT_FIXTURES_DIR;
+const std::string kSrc = UCPKIT_SOURCE_DIR;
+const std::string kPy = UCPKIT_PYTHON;
+const std::string kMpirun = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun "
+                            "--allow-run-as-root --oversubscribe -np ";
+
+nlohmann::json case_named(const std::string& name) {
+  std::ifstream in(fs::path(kFx) / "cases.json");
+  nlohmann::json j;
+  in >> j;
+  for (const auto& c : j)
+    if (c["name"] == name) return c;
+  ADD_FAILURE() << "no case " << name << " in cases.json";
+  return {};
+}
+
+std::string args_of(const nlohmann::json& c) {
+  std::string s;
+  for (const auto& a : c["target_args"]) s += " " + a.get<std::string>();
+  return s;
+}
+
+bool have_mpirun() { return run_command("command -v mpirun") == 0; }
+
+// Two-step target and direct targets (one process; mpirun -np 2 with --verify-against) of one case.
+void expect_direct_equals_two_step(const std::string& name) {
+  SCOPED_TRACE(name);
+  const auto c = case_named(name);
+  ASSERT_FALSE(c.is_null());
+  const fs::path d = ucpkit::testing::scratch_dir("direct_" + name);
+  const std::string src = (fs::path(kFx) / name / "src").string(), args = args_of(c);
+  std::string out;
+  ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + src + " --output " + (d / "u").string(), &out), 0) << out;
+  ASSERT_EQ(run_command(kBin + "/ucp-load -q --input " + (d / "u").string() + " --output " + (d / "two").string() + args,
+                        &out),
+            0)
+      << out;
+  out.clear();
+  ASSERT_EQ(run_command(kBin + "/ucp-load --json -q --input " + src + " --output " + (d / "one").string() + args, &out),
+            0)
+      << out;
+  const auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["input_kind"], "native");
+  EXPECT_EQ(run_command("diff -r " + (d / "two").string() + " " + (d / "one").string(), &out), 0) << out;
+  EXPECT_FALSE(fs::exists(d / "one" / "manifest.json"));
+  // --plan: every source run holds exactly the universal elements it names (read with torch from
+  // the two-step universal checkpoint), each element once; nothing written.
+  out.clear();
+  ASSERT_EQ(run_command(kBin + "/ucp-load --plan --input " + src + args + " > " + (d / "plan.json").string(), &out), 0)
+      << out;
+  EXPECT_EQ(run_command(kPy + " " + kSrc + "/tests/load/check_direct_plan.py " + (d / "plan.json").string() + " " +
+                            (d / "u").string(),
+                        &out),
+            0)
+      << out;
+  if (!have_mpirun()) return;
+  out.clear();
+  ASSERT_EQ(run_command(kMpirun + "2 " + kBin + "/ucp-load --json -q --batch-mb 0.05 --input " + src + " --output " +
+                            (d / "two_ranks").string() + " --verify-against " + (d / "u").string() + args +
+                            " 2>/dev/null </dev/null",
+                        &out),
+            0)
+      << out;
+  const auto m = nlohmann::json::parse(out);
+  EXPECT_EQ(m["mode"], "exchange");
+  EXPECT_EQ(m["mpi_ranks"], 2);
+  EXPECT_GT(m["checksums_compared"].get<int>(), 10);
+  EXPECT_EQ(run_command("diff -r " + (d / "two").string() + " " + (d / "two_ranks").string(), &out), 0) << out;
+}
+
+}  // namespace
+
+// Pipeline source (BigScience numbering, tied embeddings), TP 1 -> 2: layer files, vocabulary rows.
+TEST(LoadDirect, PipelineSourceSameBytesAsTwoStep) { expect_direct_equals_two_step("gpt_pp2_to_tp2pp4dp2"); }
+// GQA sub-params, SwiGLU, averaged norms (joined by the union code), BF16_Optimizer, TP 2 -> 1.
+TEST(LoadDirect, SubParamsAndAveragedNormsSameBytesAsTwoStep) {
+  expect_direct_equals_two_step("llama_tp2_to_tp1dp5_bf16opt");
+}
+// Native DeepSpeed MoE, EP 4 -> 2.
+TEST(LoadDirect, NativeMoeSameBytesAsTwoStep) { expect_direct_equals_two_step("dsmoe_ep4dp4_to_ep2dp6"); }
+// ZeRO-3 TP 1 source (flat form, vocabulary padding in the partitions).
+TEST(LoadDirect, ZeroThreeSourceSameBytesAsTwoStep) {
+  expect_direct_equals_two_step("gpt_zero3_tp1dp2_subgroups_to_tp2dp3");
+}
+
+TEST(LoadDirect, BadInputClearErrorNothingWritten) {
+  const auto c = case_named("gpt_tp1dp2_to_tp2dp3");
+  ASSERT_FALSE(c.is_null());
+  const fs::path d = ucpkit::testing::scratch_dir("direct_bad");
+  const std::string src = (fs::path(kFx) / "gpt_tp1dp2_to_tp2dp3" / "src").string(), args = args_of(c);
+  std::string out;
+  // A universal checkpoint whose manifest has one wrong checksum: --verify-against names it.
+  ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + src + " --output " + (d / "u").string(), &out), 0) << out;
+  auto m = nlohmann::json::parse(std::ifstream(d / "u" / "manifest.json"));
+  const std::string victim = m["params"][1]["name"];
+  m["params"][1]["states"]["exp_avg"]["crc32"] = "00000000";
+  std::ofstream(d / "u" / "manifest.json") << m.dump();
+  fs::create_directories(d / "empty");
+  // A shard cut short.
+  fs::copy(src, d / "cut", fs::copy_options::recursive);
+  fs::path shard;
+  for (const auto& e : fs::recursive_directory_iterator(d / "cut"))
+    if (e.path().filename().string().find("optim_states.pt") != std::string::npos) shard = e.path();
+  ASSERT_FALSE(shard.empty());
+  fs::resize_file(shard, fs::file_size(shard) / 2);
+  struct Bad {
+    std::string what, cmd, message;
+  };
+  const std::vector<Bad> bad = {
+      {"checksum differs", "--input " + src + " --output " + (d / "o1").string() + " --verify-against " + (d / "u").string(),
+       victim + " exp_avg: crc32"},
+      {"neither kind", "--input " + (d / "empty").string() + " --output " + (d / "o2").string(), "no manifest.json"},
+      {"truncated shard", "--input " + (d / "cut").string() + " --output " + (d / "o3").string(), shard.filename().string()},
+      {"output inside the input", "--input " + src + " --output " + src + "/global_step100/out", "--output"},
+  };
+  for (const auto& b : bad) {
+    SCOPED_TRACE(b.what);
+    out.clear();
+    EXPECT_EQ(run_command(kBin + "/ucp-load " + b.cmd + args, &out), b.what == "output inside the input" ? 2 : 1) << out;
+    EXPECT_NE(out.find("ucp-load: error:"), std::string::npos) << out;
+    EXPECT_NE(out.find(b.message), std::string::npos) << out;
+  }
+  for (const char* o : {"o1", "o2", "o3"}) EXPECT_FALSE(fs::exists(d / o)) << o;
+  for (const auto& e : fs::directory_iterator(d))
+    EXPECT_EQ(e.path().filename().string().find(".ucp-load-tmp"), std::string::npos) << e.path();
+}
