@@ -191,7 +191,7 @@ static ModelInfo read_model_info_unchecked(const std::string& universal_dir) {
   UniversalMeta meta;
   meta.dir = universal_dir;
   meta.manifest = read_json(dir / "manifest.json");
-  meta.manifest_path = meta.manifest_path;
+  meta.manifest_path = (dir / "manifest.json").string();
   if (meta.manifest.value("format", "") != "ucpkit-universal")
     throw Error(meta.manifest_path + ": not a ucpkit universal manifest");
   try {
