@@ -9,25 +9,13 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "files.h"
 #include "support/process.h"
 
 using namespace ucpkit;
+using coretest::entries;
+using coretest::slurp;
 namespace fs = std::filesystem;
-
-namespace {
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-size_t entries(const fs::path& dir) {
-  size_t n = 0;
-  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++n;
-  return n;
-}
-
-}  // namespace
 
 TEST(AtomicFile, TargetAppearsOnlyAtCommitWithEveryByte) {
   const fs::path dir = ucpkit::testing::scratch_dir("atomic_commit");

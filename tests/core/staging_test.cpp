@@ -11,23 +11,15 @@
 
 #include "core/error.h"
 #include "core/staging.h"
+#include "files.h"
 #include "support/process.h"
 
 using namespace ucpkit;
+using coretest::entries;
+using coretest::slurp;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-size_t entries(const fs::path& dir) {
-  size_t n = 0;
-  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++n;
-  return n;
-}
 
 // The pid of a process that has exited and been reaped (no process has it for a while).
 pid_t dead_pid() {
