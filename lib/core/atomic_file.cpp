@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace ucpkit {
 namespace {
@@ -32,21 +33,6 @@ AtomicFile::~AtomicFile() {
   if (fd_ >= 0) ::close(fd_);
   if (!committed_) ::unlink(temp_.c_str());
 }
-
-namespace {
-// write(2) until everything is out (EINTR and short writes).
-void write_all(int fd, const char* p, size_t left, const std::string& target) {
-  while (left > 0) {
-    ssize_t w = ::write(fd, p, left);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      fail(target, std::string("write failed: ") + std::strerror(errno));
-    }
-    p += w;
-    left -= static_cast<size_t>(w);
-  }
-}
-}  // namespace
 
 void AtomicFile::flush_buffer() {
   write_all(fd_, buffer_.data(), buffer_.size(), target_);
@@ -100,14 +86,7 @@ void AtomicFile::pwrite_at(uint64_t offset, std::span<const uint8_t> bytes) {
   const uint64_t buffered_from = offset_ - buffer_.size();
   size_t in_file = 0;
   if (offset < buffered_from) in_file = static_cast<size_t>(std::min<uint64_t>(bytes.size(), buffered_from - offset));
-  for (size_t done = 0; done < in_file;) {
-    ssize_t w = ::pwrite(fd_, bytes.data() + done, in_file - done, static_cast<off_t>(offset + done));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      fail(target_, std::string("write failed: ") + std::strerror(errno));
-    }
-    done += static_cast<size_t>(w);
-  }
+  pwrite_all(fd_, bytes.data(), in_file, offset, target_);
   if (in_file < bytes.size())
     std::memcpy(buffer_.data() + (offset + in_file - buffered_from), bytes.data() + in_file, bytes.size() - in_file);
 }
@@ -172,14 +151,7 @@ void copy_file_contents(const std::string& from, const std::string& to) {
       give_up("read failed", errno);
     }
     if (n == 0) break;
-    for (ssize_t done = 0; done < n;) {
-      const ssize_t w = ::write(out, buf.data() + done, static_cast<size_t>(n - done));
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        give_up("write failed", errno);
-      }
-      done += w;
-    }
+    write_all(out, buf.data(), static_cast<size_t>(n), to);
   }
   ::close(in);
   if (::close(out) != 0) fail(to, std::string("close failed: ") + std::strerror(errno));

@@ -12,6 +12,7 @@
 
 #include "core/crc32.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/mapped_file.h"
 #include "io/torch/torch_file.h"
 
@@ -100,17 +101,6 @@ UniversalReader::Entry& UniversalReader::entry(int param, const std::string& sta
 }
 
 namespace {
-void pread_all(int fd, void* dst, size_t n, uint64_t off, const std::string& path) {
-  auto* p = static_cast<char*>(dst);
-  while (n > 0) {
-    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(off));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) fail(path, r == 0 ? "unexpected end of file" : std::string("read error: ") + std::strerror(errno));
-    p += r;
-    n -= static_cast<size_t>(r);
-    off += static_cast<uint64_t>(r);
-  }
-}
 void expect_crc(const std::string& path, uint32_t crc, uint32_t manifest) {
   if (crc == manifest) return;
   char msg[64];
@@ -144,7 +134,7 @@ void UniversalReader::check(int param, const std::string& state) {
   uint32_t crc = 0;
   for (uint64_t done = 0; done < nbytes;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), nbytes - done));
-    pread_all(e.fd, buf.data(), n, e.offset + done, e.path);
+    pread_exact(e.fd, buf.data(), n, e.offset + done, e.path);
     crc = crc32_update(crc, {buf.data(), n});
     done += n;
   }
@@ -165,7 +155,7 @@ uint32_t UniversalReader::read_part(int param, const std::string& state, int64_t
   uint32_t crc = 0;
   for (uint64_t done = 0; done < nbytes;) {
     const size_t k = static_cast<size_t>(std::min<uint64_t>(8u << 20, nbytes - done));
-    pread_all(e.fd, out + done, k, e.offset + static_cast<uint64_t>(a) * 4 + done, e.path);
+    pread_exact(e.fd, out + done, k, e.offset + static_cast<uint64_t>(a) * 4 + done, e.path);
     if (verify) crc = crc32_update(crc, {out + done, k});  // still in cache
     done += k;
   }
@@ -213,7 +203,7 @@ void UniversalReader::read_range(int param, const std::string& state, const TpSl
     if (src < 0)
       std::memset(dst + at, 0, static_cast<size_t>(n) * 4);
     else
-      pread_all(e.fd, dst + at, static_cast<size_t>(n) * 4, e.offset + static_cast<uint64_t>(src) * 4, e.path);
+      pread_exact(e.fd, dst + at, static_cast<size_t>(n) * 4, e.offset + static_cast<uint64_t>(src) * 4, e.path);
   });
   bytes_read_ += static_cast<uint64_t>(b - a) * 4;
 }

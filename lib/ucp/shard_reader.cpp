@@ -12,6 +12,7 @@
 #include "core/mapped_file.h"
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/json_input.h"
 #include "layout/deepspeed/moe.h"
 #include "ucp/value_json.h"
@@ -144,15 +145,7 @@ bool SourceCache::read_into(int file, const Tensor& t, uint8_t* dst) {
   std::call_once(*fd_once_[file], [&] { fds_[file] = ::open(files_[file].c_str(), O_RDONLY | O_CLOEXEC); });
   const int fd = fds_[file];
   if (fd < 0) return false;
-  uint64_t off = static_cast<uint64_t>(p - base), left = t.nbytes();
-  while (left > 0) {
-    const ssize_t n = ::pread(fd, dst, left, static_cast<off_t>(off));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail(files_[file], std::string("read failed: ") + (n < 0 ? std::strerror(errno) : "unexpected end of file"));
-    dst += n;
-    off += static_cast<uint64_t>(n);
-    left -= static_cast<uint64_t>(n);
-  }
+  pread_exact(fd, dst, t.nbytes(), static_cast<uint64_t>(p - base), files_[file]);
   return true;
 }
 

@@ -1,0 +1,77 @@
+#include "core/file_io.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace ucpkit {
+
+UniqueFd::UniqueFd(const std::string& path, int flags, mode_t mode) : fd_(::open(path.c_str(), flags | O_CLOEXEC, mode)) {}
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
+  if (this != &o) reset(o.release());
+  return *this;
+}
+
+void UniqueFd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+UniqueFd open_or_fail(const std::string& path, int flags, mode_t mode) {
+  UniqueFd f(path, flags, mode);
+  if (!f) fail(path, std::string((flags & O_CREAT) ? "cannot create: " : "cannot open: ") + std::strerror(errno));
+  return f;
+}
+
+void write_all(int fd, const void* data, size_t n, const std::string& path) {
+  auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail(path, std::string("write failed: ") + std::strerror(errno));
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void pwrite_all(int fd, const void* data, size_t n, uint64_t offset, const std::string& path) {
+  auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(offset));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail(path, std::string("write failed: ") + std::strerror(errno));
+    }
+    if (w == 0) fail(path, "write failed: no progress");
+    p += w;
+    offset += static_cast<uint64_t>(w);
+    n -= static_cast<size_t>(w);
+  }
+}
+
+ssize_t pread_some(int fd, void* dst, size_t n, uint64_t offset) {
+  for (;;) {
+    const ssize_t r = ::pread(fd, dst, n, static_cast<off_t>(offset));
+    if (r >= 0 || errno != EINTR) return r;
+  }
+}
+
+void pread_exact(int fd, void* dst, size_t n, uint64_t offset, const std::string& path) {
+  auto* p = static_cast<char*>(dst);
+  while (n > 0) {
+    const ssize_t r = pread_some(fd, p, n, offset);
+    if (r <= 0) fail(path, r == 0 ? "unexpected end of file" : std::string("read failed: ") + std::strerror(errno));
+    p += r;
+    offset += static_cast<uint64_t>(r);
+    n -= static_cast<size_t>(r);
+  }
+}
+
+}  // namespace ucpkit
