@@ -9,22 +9,6 @@ namespace fs = std::filesystem;
 
 namespace ucpkit {
 
-std::string printable_name(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size() && i < 80; ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    }
-  }
-  if (s.size() > 80) out += "...";
-  return out;
-}
-
 namespace {
 
 fs::path resolved(const fs::path& p) {
@@ -52,7 +36,7 @@ bool is_confined_name(const std::string& name) {
 
 fs::path confined_path(const fs::path& dir, const std::string& name, const std::string& source, const std::string& what) {
   if (!is_confined_name(name))
-    fail(source, what + " '" + printable_name(name) + "' is not a relative path inside " + dir.string() +
+    fail(source, what + " '" + escaped_brief(name) + "' is not a relative path inside " + dir.string() +
                      " (absolute, '..', '.' or empty parts are refused)");
   return dir / name;
 }

@@ -18,9 +18,6 @@ std::filesystem::path confined_path(const std::filesystem::path& dir, const std:
 // True when `name` passes confined_path's rules.
 bool is_confined_name(const std::string& name);
 
-// `s` for an error line: control bytes, backslashes and non-ASCII as \xNN, cut after 80 bytes.
-std::string printable_name(const std::string& s);
-
 // True when `inner` is `outer` or lies inside it, after making both absolute and resolving symbolic
 // links and ".." of the parts that exist (so an alias of a folder is the folder).
 bool path_within(const std::filesystem::path& inner, const std::filesystem::path& outer);

@@ -2,6 +2,7 @@
 #pragma once
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace ucpkit {
 
@@ -26,6 +27,10 @@ class UsageError : public std::runtime_error {
 
 // Prefixes an error message with the file it concerns: "<path>: <what>".
 [[noreturn]] void fail(const std::string& path, const std::string& what);
+
+// `s` for one error line: at most `max` bytes, control bytes, backslashes and non-ASCII as \xNN (so
+// the text is unambiguous), "..." when cut.
+std::string escaped_brief(std::string_view s, size_t max = 80);
 
 // Marks the file a block of code examines (RAII). When an Error leaves the block, the innermost such
 // file is remembered for this thread, so that naming_file() can add it to messages thrown by code that

@@ -30,22 +30,6 @@ json parse_bounded(std::string_view text, const std::string& name) {
 
 }  // namespace
 
-std::string escaped_brief(std::string_view s, size_t max) {
-  std::string out;
-  for (size_t i = 0; i < s.size() && i < max; ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", c);
-      out += hex;
-    }
-  }
-  if (s.size() > max) out += "...";
-  return out;
-}
-
 json parse_json_input(std::string_view text, const std::string& name, const std::string& what) {
   try {
     return parse_bounded(text, name);

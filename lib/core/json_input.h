@@ -24,7 +24,5 @@ std::string json_brief(const nlohmann::json& v);
 // <json_brief>" (one line, the key named).
 long long json_integer(const nlohmann::json& v, const std::string& name, const std::string& where, long long lo,
                        long long hi);
-// At most `max` characters of `s` with control and non-ASCII bytes as \xNN, "..." when cut.
-std::string escaped_brief(std::string_view s, size_t max = 80);
 
 }  // namespace ucpkit

@@ -29,13 +29,13 @@ FileEntry file_from_json(const json& j, const std::string& name) {
   f.path = j.at("path").get<std::string>();
   // Restore writes the file at <step folder>/<path>: it must stay inside that folder.
   if (!is_confined_name(f.path))
-    fail(name, "file path '" + printable_name(f.path) + "' is not a relative path inside the checkpoint folder");
+    fail(name, "file path '" + escaped_brief(f.path) + "' is not a relative path inside the checkpoint folder");
   f.size = j.at("size").get<uint64_t>();
   f.digest = j.at("digest").get<std::string>();
   for (const auto& c : j.at("chunks")) {
     f.chunks.push_back({c.at("object").get<std::string>(), c.at("size").get<uint64_t>(), c.value("stored", uint64_t{0})});
     if (!is_object_id(f.chunks.back().object))
-      fail(name, printable_name(f.path) + ": object id '" + printable_name(f.chunks.back().object) + "' is not 32 lowercase hex digits");
+      fail(name, escaped_brief(f.path) + ": object id '" + escaped_brief(f.chunks.back().object) + "' is not 32 lowercase hex digits");
   }
   if (j.contains("ranges")) f.ranges = j.at("ranges");
   if (j.contains("cut")) f.cut = j.at("cut");

@@ -18,7 +18,7 @@ TEST(Confine, NamesInsideTheFolderOnly) {
   for (std::string bad : {std::string(""), std::string("/etc/hostname"), std::string(".."), std::string("../x"),
                           std::string("a/../../x"), std::string("a//b"), std::string("./a"), std::string("a/."),
                           std::string("a/"), std::string("a\0b", 3)})
-    EXPECT_FALSE(is_confined_name(bad)) << printable_name(bad);
+    EXPECT_FALSE(is_confined_name(bad)) << escaped_brief(bad);
 }
 
 TEST(Confine, ConfinedPathJoinsOrThrowsNamingTheSource) {
@@ -35,8 +35,8 @@ TEST(Confine, ConfinedPathJoinsOrThrowsNamingTheSource) {
 }
 
 TEST(Confine, PrintableNameEscapesAndCuts) {
-  EXPECT_EQ(printable_name("a\\b\x7f"), "a\\x5cb\\x7f");
-  std::string cut = printable_name(std::string(100, 'n'));
+  EXPECT_EQ(escaped_brief("a\\b\x7f"), "a\\x5cb\\x7f");
+  std::string cut = escaped_brief(std::string(100, 'n'));
   EXPECT_EQ(cut, std::string(80, 'n') + "...");
 }
 
