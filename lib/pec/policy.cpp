@@ -2,20 +2,15 @@
 #include "pec/policy.h"
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 
 #include "core/error.h"
+#include "core/registry.h"
 
 namespace ucpkit::pec {
 namespace {
-std::map<std::string, PolicyFactory>& registry() {
-  static std::map<std::string, PolicyFactory> r;
+Registry<SelectionPolicy>& registry() {
+  static Registry<SelectionPolicy> r("selection policy");
   return r;
-}
-std::mutex& registry_mutex() {
-  static std::mutex m;
-  return m;
 }
 }  // namespace
 
@@ -32,28 +27,13 @@ int MoeShape::ep_rank_of(int layer, int expert) const {
 }
 
 bool register_policy(const std::string& name, PolicyFactory factory) {
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  registry()[name] = std::move(factory);
+  registry().add(name, std::move(factory));
   return true;
 }
 
-std::unique_ptr<SelectionPolicy> make_policy(std::string_view name) {
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  auto it = registry().find(std::string(name));
-  if (it == registry().end()) {
-    std::string known;
-    for (const auto& [n, f] : registry()) known += (known.empty() ? "" : ", ") + n;
-    throw UsageError("unknown selection policy '" + std::string(name) + "' (known: " + known + ")");
-  }
-  return it->second();
-}
+std::unique_ptr<SelectionPolicy> make_policy(std::string_view name) { return registry().make(name); }
 
-std::vector<std::string> policy_names() {
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  std::vector<std::string> out;
-  for (const auto& [n, f] : registry()) out.push_back(n);
-  return out;
-}
+std::vector<std::string> policy_names() { return registry().names(); }
 
 int64_t unsaved(const SelectionRequest& r, int layer, int expert) {
   if (static_cast<size_t>(layer) >= r.unsaved_tokens.size()) return 0;

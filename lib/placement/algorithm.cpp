@@ -1,35 +1,23 @@
 // Placement algorithm registry.
 #include "placement/algorithm.h"
 
-#include <map>
 
 #include "core/error.h"
+#include "core/registry.h"
 
 namespace ucpkit::placement {
 namespace {
-std::map<std::string, AlgorithmFactory>& registry() {
-  static std::map<std::string, AlgorithmFactory> r;
+Registry<PlacementAlgorithm>& registry() {
+  static Registry<PlacementAlgorithm> r("algorithm");
   return r;
 }
 }  // namespace
 
-void register_algorithm(const std::string& name, AlgorithmFactory factory) { registry()[name] = std::move(factory); }
+void register_algorithm(const std::string& name, AlgorithmFactory factory) { registry().add(name, std::move(factory)); }
 
-std::vector<std::string> algorithm_names() {
-  std::vector<std::string> names;
-  for (const auto& [n, f] : registry()) names.push_back(n);
-  return names;
-}
+std::vector<std::string> algorithm_names() { return registry().names(); }
 
-std::unique_ptr<PlacementAlgorithm> make_algorithm(const std::string& name) {
-  auto it = registry().find(name);
-  if (it == registry().end()) {
-    std::string known;
-    for (const auto& n : algorithm_names()) known += (known.empty() ? "" : ", ") + n;
-    throw UsageError("unknown algorithm \"" + name + "\" (known: " + known + ")");
-  }
-  return it->second();
-}
+std::unique_ptr<PlacementAlgorithm> make_algorithm(const std::string& name) { return registry().make(name); }
 
 void check_fits(const LoadMatrix& loads, const Cluster& cluster) {
   if (static_cast<long long>(loads.experts) > cluster.slots())
