@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   tool::CommonOptions common;
   std::string input, output;
   ucp::ConvertOptions opt;
+  opt.reporter = tool::console_reporter();
   app.add_option("--input", input, "Checkpoint folder (global_stepN/ or its parent with `latest`)")->required();
   app.add_option("--output", output, "Work folder for fragments (must not exist unless --overwrite)")->required();
   app.add_option("--patterns", opt.patterns_file, "Pattern file (patterns/*.json) when the checkpoint has none");

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   tool::CommonOptions common;
   std::string input, output;
   ucp::ConvertOptions opt;
+  opt.reporter = tool::console_reporter();
   app.add_option("--input", input, "Work folder from ucp-extract, or a checkpoint folder (one-step mode)")
       ->required();
   app.add_option("--output", output, "Universal checkpoint folder to create")->required();

@@ -28,6 +28,7 @@
 #include "parallel/mpi_session.h"
 #include "parallel/share.h"
 #include "parallel/threads.h"
+#include "parallel/staging.h"
 #include "ucp/plan.h"
 
 namespace fs = std::filesystem;
@@ -301,18 +302,9 @@ LoadSummary run_load(const LoadOptions& options) {
   const int threads = parallel::thread_count(options.threads);
 
   // Every rank turns SIGINT/SIGTERM into a failure at its next job from here on (staging removed).
-  StagedPhase phase;
-  std::unique_ptr<StagingDir> staging;
-  std::string staged;
-  failed.guard([&] {
-    if (mpi.rank() == 0) {
-      staging = std::make_unique<StagingDir>(options.output, options.overwrite, "ucp-load", tool::verbose,
-                                             options.sync);
-      staged = staging->path().string();
-    }
-  });
-  failed.settle();
-  staged = mpi.broadcast(staged);
+  parallel::CollectiveStaging staging(failed, options.output, options.overwrite, "ucp-load", tool::verbose,
+                                      options.sync);
+  const std::string staged = staging.path().string();
 
   const bool exchange = uses_exchange(options, mpi.size());
   size_t batches = 0;
@@ -448,13 +440,13 @@ LoadSummary run_load(const LoadOptions& options) {
   }
   failed.guard([&] {
     if (mpi.rank() == 0) test_pause_if_asked();  // output written, not yet renamed into place
-    if (mpi.rank() != 0 && options.sync) sync_file_system(staged);  // each rank's own files
+    staging.sync_own_files();
     check_interrupted();
   });
   failed.settle();
   mpi.barrier();
   failed.guard([&] {
-    if (mpi.rank() == 0) staging->commit();
+    staging.commit();
   });
   failed.settle();
 

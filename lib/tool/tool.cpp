@@ -99,10 +99,16 @@ void warn(const std::string& message) {
   std::cerr << g_tool << ": warning: " << message << "\n";
 }
 
-uint64_t peak_rss_bytes() {
-  struct rusage ru {};
-  ::getrusage(RUSAGE_SELF, &ru);
-  return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
+uint64_t peak_rss_bytes() { return ucpkit::peak_rss_bytes(); }
+
+Reporter console_reporter() {
+  Reporter r;
+  r.warn = [](const std::string& m) { warn(m); };
+  r.verbose = [](const std::string& m) { verbose(m); };
+  r.progress = [](const std::string& label, uint64_t total) -> std::unique_ptr<ProgressSink> {
+    return std::make_unique<Progress>(label, total);
+  };
+  return r;
 }
 
 Progress::Progress(std::string label, uint64_t total)

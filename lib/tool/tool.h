@@ -4,6 +4,8 @@
 #include <functional>
 #include <string>
 
+#include "core/reporter.h"
+
 namespace ucpkit::tool {
 
 // Exit codes of the command-line contract.
@@ -25,13 +27,17 @@ void warn(const std::string& message);     // always shown, as "tool: warning: .
 // Peak resident set size of this process, in bytes.
 uint64_t peak_rss_bytes();
 
+// The Reporter the tools pass into the library: warn() for warnings, verbose() for details, a
+// Progress bar for progress.
+Reporter console_reporter();
+
 // A progress bar drawn on stderr only when stderr is a terminal and not quiet.
-class Progress {
+class Progress : public ProgressSink {
  public:
   Progress(std::string label, uint64_t total);
-  ~Progress();
-  void advance(uint64_t n = 1);
-  void finish();
+  ~Progress() override;
+  void advance(uint64_t n = 1) override;
+  void finish() override;
 
  private:
   void draw(bool force);

@@ -25,10 +25,10 @@
 #include "layout/deepspeed/autoep.h"
 #include "layout/deepspeed/files.h"
 #include "layout/deepspeed/storage_tags.h"
-#include "tool/tool.h"
 #include "ucp/extract.h"
 #include "parallel/mpi_session.h"
 #include "parallel/share.h"
+#include "parallel/staging.h"
 #include "parallel/threads.h"
 #include "ucp/save.h"
 #include "ucp/shard_reader.h"
@@ -82,24 +82,6 @@ void make_dirs(const fs::path& p) {
 
 void copy_file(const std::string& from, const fs::path& to) { copy_file_contents(from, to.string()); }
 
-class SafeProgress {
- public:
-  SafeProgress(const std::string& label, uint64_t total, bool enabled)
-      : bar_(enabled ? std::make_unique<tool::Progress>(label, total) : nullptr) {}
-  void advance() {
-    if (!bar_) return;
-    std::lock_guard lock(mu_);
-    bar_->advance();
-  }
-  void finish() {
-    if (bar_) bar_->finish();
-  }
-
- private:
-  std::mutex mu_;
-  std::unique_ptr<tool::Progress> bar_;
-};
-
 std::string shape_json_key(const std::vector<int64_t>& s) { return nlohmann::json(s).dump(); }
 
 }  // namespace
@@ -113,18 +95,19 @@ struct WorkJob {
   int tp;
   size_t index;
 };
-}  // namespace
 
-ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, int threads, bool sync,
-                               bool overwrite) {
-  auto& mpi = parallel::MpiSession::get();
-  parallel::RankFailure failed(mpi);
-  ExtractStats stats;
-
-  // New plan: one fragment file per (param, tp, partition). Every rank computes the same one.
-  Plan out = plan;
-  out.files.clear();
+// The work folder's plan: one fragment file per (param, tp, partition); and the fragments to write,
+// grouped by the source shard they are read from. Every rank computes the same.
+struct WorkPlan {
+  Plan out;
   std::map<int, std::vector<WorkJob>> by_source;
+};
+
+WorkPlan work_plan(const Plan& plan) {
+  WorkPlan w{plan, {}};
+  Plan& out = w.out;
+  auto& by_source = w.by_source;
+  out.files.clear();
   for (size_t i = 0; i < plan.params.size(); ++i) {
     const auto& p = plan.params[i];
     for (int t = 0; t < (int)p.fragments.size(); ++t)
@@ -143,22 +126,27 @@ ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, in
       out.params[i].step_group = -1;
     }
   }
+  return w;
+}
+}  // namespace
+
+ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, int threads, bool sync,
+                               bool overwrite, const Reporter& reporter) {
+  auto& mpi = parallel::MpiSession::get();
+  parallel::RankFailure failed(mpi);
+  ExtractStats stats;
+  WorkPlan w = work_plan(plan);
+  Plan& out = w.out;
+  auto& by_source = w.by_source;
 
   // Staging folder and every fragment folder: created by rank 0, shared through its name.
-  StagedPhase phase;
-  std::unique_ptr<StagingDir> staging;
-  std::string staged_path;
-  failed.guard([&] {
-    if (mpi.rank() != 0) return;
-    staging = std::make_unique<StagingDir>(work_dir, overwrite, "ucp", tool::verbose, sync);
-    make_dirs(staging->path() / "fragments");
-    make_dirs(staging->path() / "model_states");
-    for (const auto& p : plan.params) make_dirs(staging->path() / "fragments" / param_folder(p.name));
-    staged_path = staging->path().string();
+  parallel::CollectiveStaging staging(failed, work_dir, overwrite, "ucp", reporter.verbose, sync, [&](const fs::path& s) {
+    make_dirs(s / "fragments");
+    make_dirs(s / "model_states");
+    for (const auto& p : plan.params) make_dirs(s / "fragments" / param_folder(p.name));
   });
-  auto drop_staging = [&] { staging.reset(); };
-  failed.settle(drop_staging);
-  const fs::path staged(mpi.broadcast(staged_path));
+  const auto drop_staging = staging.cleanup();
+  const fs::path staged = staging.path();
 
   // Source shards split across ranks by the bytes they hold (largest first onto the least-loaded
   // rank), TBB threads over this rank's shards.
@@ -179,7 +167,7 @@ ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, in
 
   SourceCache cache(plan.files);
   std::atomic<uint64_t> read{0}, written{0}, count{0};
-  SafeProgress progress("ucp-extract", my_files, mpi.rank() == 0);
+  Reporter::Bar progress(reporter, "ucp-extract", my_files, mpi.rank() == 0);
   failed.guard([&] {
     parallel::in_arena(threads, [&] {
       tbb::parallel_for(
@@ -215,9 +203,7 @@ ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, in
     });
   });
   progress.finish();
-  failed.guard([&] {  // each rank's own files (rank 0 flushes again at commit, with what it writes last)
-    if (mpi.rank() != 0 && sync) sync_file_system(staged);
-  });
+  failed.guard([&] { staging.sync_own_files(); });
   failed.settle(drop_staging);
 
   // Rank 0: model files, the common optimizer state, plan.json, then the rename.
@@ -238,7 +224,7 @@ ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, in
     write_file_atomic((staged / "plan.json").string(), out.to_json().dump(1));
     test_pause_if_asked();
     check_interrupted();
-    staging->commit();
+    staging.commit();
   });
   failed.settle(drop_staging);
   stats.bytes_read = mpi.sum(read.load());
@@ -264,7 +250,7 @@ RunSummary run_extract(const std::string& checkpoint, const std::string& work_di
                   ") matches no parameter (--allow-unused-patterns to accept)");
   });
   failed.settle("another MPI rank failed while planning");
-  auto stats = write_work_folder(plan, work_dir, options.threads, options.sync, options.overwrite);
+  auto stats = write_work_folder(plan, work_dir, options.threads, options.sync, options.overwrite, options.reporter);
   RunSummary s;
   s.tool = "ucp-extract";
   s.output = work_dir;
@@ -274,7 +260,7 @@ RunSummary run_extract(const std::string& checkpoint, const std::string& work_di
   s.bytes_written = stats.bytes_written;
   s.ranks = mpi.size();
   s.threads = parallel::thread_count(options.threads);
-  s.peak_rss_bytes = mpi.max(tool::peak_rss_bytes());
+  s.peak_rss_bytes = mpi.max(peak_rss_bytes());
   s.seconds = mpi.max(std::chrono::duration<double>(Clock::now() - t0).count());
   return s;
 }
@@ -458,12 +444,11 @@ ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, S
 
 }  // namespace
 
-RunSummary run_union(const std::string& input, const std::string& output, const ConvertOptions& options) {
-  const auto t0 = Clock::now();
-  tune_allocator();
-  auto& mpi = parallel::MpiSession::get();
-  parallel::RankFailure failed(mpi);
+namespace {
 
+// The plan of a union: a work folder's plan.json, or the extract plan of a checkpoint (every rank).
+Plan union_plan(const std::string& input, const std::string& output, const ConvertOptions& options,
+                parallel::RankFailure& failed) {
   Plan plan;
   const bool from_work = is_work_folder(input);
   if (from_work && !options.patterns_file.empty())
@@ -486,23 +471,75 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
                   ") matches no parameter (--allow-unused-patterns to accept)");
   });
   failed.settle("another MPI rank failed while planning");
+  return plan;
+}
+
+struct Totals {
+  uint64_t bytes_read = 0, bytes_written = 0, files = 0;
+};
+
+// Rank 0, once every parameter is written: the common optimizer state, the model files and the
+// manifest (`entries`: every parameter's manifest entry, in plan order) into the staging folder.
+void write_union_common_files(const Plan& plan, const fs::path& staged, std::vector<nlohmann::json> entries,
+                              Totals& t) {
+  const fs::path zero_dir = staged / "zero";
+  const std::string opt_path = (zero_dir / "optimizer_state.pt").string();
+  if (plan.optimizer_state_prepared) {
+    copy_file(plan.optimizer_state_file, opt_path);
+  } else {
+    auto root = load_torch(plan.optimizer_state_file);
+    save_torch_file(opt_path, common_optimizer_state(root, plan.optimizer_state_file));
+  }
+  t.bytes_written += file_size(opt_path);
+  ++t.files;
+  nlohmann::json model_files = nlohmann::json::array();
+  for (const auto& f : plan.model_files) {
+    const auto name = fs::path(f).filename();
+    copy_file(f, staged / name);
+    t.bytes_read += file_size(f);
+    t.bytes_written += file_size(f);
+    ++t.files;
+    model_files.push_back(name.string());
+  }
+  nlohmann::json manifest;
+  manifest["format"] = "ucpkit-universal";
+  manifest["version"] = 1;
+  manifest["source"] = plan.source;
+  manifest["patterns"] = {{"origin", plan.patterns_origin}, {"set", plan.patterns_json}};
+  manifest["model_files"] = model_files;
+  manifest["optimizer_state"] = "zero/optimizer_state.pt";
+  manifest["checksum"] = "crc32 of each state's tensor elements (row-major)";
+  manifest["params"] = std::move(entries);
+  write_file_atomic((staged / "manifest.json").string(), manifest.dump(1));
+}
+
+// latest_universal beside the folder, as ds_to_universal writes it. The output is in place and on
+// stable storage by now: a failure here (no inode or space left for the tag) is a warning, so that
+// exit 1 keeps meaning "no output" (docs/reliability.md).
+void tag_latest_universal(const std::string& output, const Reporter& reporter) {
+  const fs::path target = fs::absolute(output);
+  try {
+    write_file_atomic((target.parent_path() / "latest_universal").string(), target.filename().string());
+  } catch (const Error& e) {
+    reporter.warning(std::string("output written, but not its tag: ") + e.what());
+  }
+}
+
+}  // namespace
+
+RunSummary run_union(const std::string& input, const std::string& output, const ConvertOptions& options) {
+  const auto t0 = Clock::now();
+  tune_allocator();
+  auto& mpi = parallel::MpiSession::get();
+  parallel::RankFailure failed(mpi);
+  const Plan plan = union_plan(input, output, options, failed);
   const patterns::PatternSet set = plan.pattern_set();
 
   // Staging folder: created by rank 0, shared through its name.
-  StagedPhase phase;
-  std::unique_ptr<StagingDir> staging;
-  std::string staged_path;
-  failed.guard([&] {
-    if (mpi.rank() == 0) {
-      staging = std::make_unique<StagingDir>(output, options.overwrite, "ucp", tool::verbose, options.sync);
-      make_dirs(staging->path() / "zero");
-      staged_path = staging->path().string();
-    }
-  });
-  auto drop_staging = [&] { staging.reset(); };
-  failed.settle(drop_staging);
-  staged_path = mpi.broadcast(staged_path);
-  const fs::path staged(staged_path), zero_dir = staged / "zero";
+  parallel::CollectiveStaging staging(failed, output, options.overwrite, "ucp", options.reporter.verbose, options.sync,
+                                      [](const fs::path& s) { make_dirs(s / "zero"); });
+  const auto drop_staging = staging.cleanup();
+  const fs::path staged = staging.path(), zero_dir = staged / "zero";
 
   // Parameters of this rank, largest first.
   std::vector<uint64_t> sizes;
@@ -517,7 +554,7 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
   UnionOptions uo;
   uo.tolerance = options.tolerance;
   SourceCache cache(plan.files);
-  SafeProgress progress("ucp-union", mine.size(), mpi.rank() == 0);
+  Reporter::Bar progress(options.reporter, "ucp-union", mine.size(), mpi.rank() == 0);
   failed.guard([&] {
     parallel::in_arena(threads, [&] {
       tbb::parallel_for(
@@ -534,19 +571,17 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
     });
   });
   progress.finish();
-  failed.guard([&] {  // each rank's own files (rank 0 flushes again at commit, with what it writes last)
-    if (mpi.rank() != 0 && options.sync) sync_file_system(staged_path);
-  });
+  failed.guard([&] { staging.sync_own_files(); });  // rank 0 flushes at commit, with what it writes last
   failed.settle(drop_staging);
 
   // Gather manifest entries on rank 0, in plan order.
   nlohmann::json mine_json = nlohmann::json::array();
-  uint64_t bytes_read = 0, bytes_written = 0, files = 0;
+  Totals t;
   for (size_t i : mine) {
     mine_json.push_back({i, results[i].manifest});
-    bytes_read += results[i].bytes_read;
-    bytes_written += results[i].bytes_written;
-    files += results[i].files;
+    t.bytes_read += results[i].bytes_read;
+    t.bytes_written += results[i].bytes_written;
+    t.files += results[i].files;
   }
   auto gathered = mpi.gather(mine_json.dump());
   failed.guard([&] {
@@ -554,48 +589,11 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
     std::vector<nlohmann::json> entries(plan.params.size());
     for (const auto& g : gathered)
       for (const auto& e : nlohmann::json::parse(g)) entries[e[0].get<size_t>()] = e[1];
-    // Common files: optimizer state, model files, manifest.
-    const std::string opt_path = (zero_dir / "optimizer_state.pt").string();
-    if (plan.optimizer_state_prepared) {
-      copy_file(plan.optimizer_state_file, opt_path);
-    } else {
-      auto root = load_torch(plan.optimizer_state_file);
-      save_torch_file(opt_path, common_optimizer_state(root, plan.optimizer_state_file));
-      bytes_read += 0;
-    }
-    bytes_written += file_size(opt_path);
-    ++files;
-    nlohmann::json model_files = nlohmann::json::array();
-    for (const auto& f : plan.model_files) {
-      const auto name = fs::path(f).filename();
-      copy_file(f, staged / name);
-      bytes_read += file_size(f);
-      bytes_written += file_size(f);
-      ++files;
-      model_files.push_back(name.string());
-    }
-    nlohmann::json manifest;
-    manifest["format"] = "ucpkit-universal";
-    manifest["version"] = 1;
-    manifest["source"] = plan.source;
-    manifest["patterns"] = {{"origin", plan.patterns_origin}, {"set", plan.patterns_json}};
-    manifest["model_files"] = model_files;
-    manifest["optimizer_state"] = "zero/optimizer_state.pt";
-    manifest["checksum"] = "crc32 of each state's tensor elements (row-major)";
-    manifest["params"] = entries;
-    write_file_atomic((staged / "manifest.json").string(), manifest.dump(1));
+    write_union_common_files(plan, staged, std::move(entries), t);
     test_pause_if_asked();
     check_interrupted();
-    staging->commit();
-    // latest_universal beside the folder, as ds_to_universal writes it. The output is in place and on
-    // stable storage by now: a failure here (no inode or space left for the tag) is a warning, so
-    // that exit 1 keeps meaning "no output" (docs/reliability.md).
-    const fs::path target = fs::absolute(output);
-    try {
-      write_file_atomic((target.parent_path() / "latest_universal").string(), target.filename().string());
-    } catch (const Error& e) {
-      tool::warn(std::string("output written, but not its tag: ") + e.what());
-    }
+    staging.commit();
+    tag_latest_universal(output, options.reporter);
   });
   failed.settle(drop_staging);
 
@@ -605,10 +603,10 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
   s.params = plan.params.size();
   s.ranks = mpi.size();
   s.threads = threads;
-  s.bytes_read = mpi.sum(bytes_read);
-  s.bytes_written = mpi.sum(bytes_written);
-  s.files_written = mpi.sum(files);
-  s.peak_rss_bytes = mpi.max(tool::peak_rss_bytes());
+  s.bytes_read = mpi.sum(t.bytes_read);
+  s.bytes_written = mpi.sum(t.bytes_written);
+  s.files_written = mpi.sum(t.files);
+  s.peak_rss_bytes = mpi.max(peak_rss_bytes());
   s.seconds = mpi.max(std::chrono::duration<double>(Clock::now() - t0).count());
   return s;
 }

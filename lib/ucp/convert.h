@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/reporter.h"
+
 namespace ucpkit::ucp {
 
 struct ConvertOptions {
@@ -15,6 +17,7 @@ struct ConvertOptions {
   bool allow_unused_patterns = false; // --allow-unused-patterns
   bool overwrite = false;             // --overwrite an existing output folder
   bool sync = true;                   // flush the output to stable storage before renaming it (--no-sync: off)
+  Reporter reporter;                  // warnings, details, progress (tools: tool::console_reporter())
 };
 
 struct RunSummary {

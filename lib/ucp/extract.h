@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ucp/plan.h"
+#include "core/reporter.h"
 
 namespace ucpkit::ucp {
 
@@ -25,7 +26,7 @@ struct ExtractStats {
 // pointing at them. The folder appears only when complete (built beside it, then renamed; with
 // `sync`, flushed to stable storage first).
 ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, int threads, bool sync = true,
-                               bool overwrite = false);
+                               bool overwrite = false, const Reporter& reporter = {});
 
 // True when `dir` is a work folder written by write_work_folder.
 bool is_work_folder(const std::string& dir);

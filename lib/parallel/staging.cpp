@@ -1,0 +1,30 @@
+#include "parallel/staging.h"
+
+namespace ucpkit::parallel {
+
+CollectiveStaging::CollectiveStaging(RankFailure& failed, const std::filesystem::path& target, bool overwrite,
+                                     const std::string& tag, const StagingNote& note, bool durable,
+                                     const std::function<void(const std::filesystem::path&)>& prepare)
+    : durable_(durable) {
+  auto& mpi = MpiSession::get();
+  rank_ = mpi.rank();
+  std::string staged;
+  failed.guard([&] {
+    if (rank_ != 0) return;
+    dir_ = std::make_unique<StagingDir>(target, overwrite, tag, note, durable);
+    if (prepare) prepare(dir_->path());
+    staged = dir_->path().string();
+  });
+  failed.settle(cleanup());
+  path_ = mpi.broadcast(staged);
+}
+
+void CollectiveStaging::sync_own_files() const {
+  if (rank_ != 0 && durable_) sync_file_system(path_);
+}
+
+void CollectiveStaging::commit() {
+  if (dir_) dir_->commit();
+}
+
+}  // namespace ucpkit::parallel
