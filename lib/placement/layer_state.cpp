@@ -259,35 +259,71 @@ void gather(const LayerState& st, int x, std::vector<int>& count, Holders& out) 
 
 }  // namespace
 
-std::optional<LayerMove> best_rewrite(const LayerState& st, int f) {
-  const Cluster& cl = st.cluster();
-  const int S = cl.slots_per_gpu, E = st.experts();
-  int g = st.argmax_gpu();
-  double M = st.load(g);
-  double best = M - 1e-9 * std::max(1.0, M);
-  LayerState::Scratch& sc = st.scratch();
-  std::vector<double>& sh = sc.sh;
-  std::vector<int>& hot = sc.hot;
-  std::vector<int>& count = sc.count;
-  Holders& xs = sc.xs;
-  Holders& ys = sc.ys;
-  sh.resize(E);
-  for (int e = 0; e < E; ++e) sh[e] = st.share(e);
-  hot.resize(E);
-  std::iota(hot.begin(), hot.end(), 0);
-  const size_t top = std::min<size_t>(16, hot.size());
-  std::partial_sort(hot.begin(), hot.begin() + top, hot.end(),
-                    [&](int a, int b) { return sh[a] > sh[b] || (sh[a] == sh[b] && a < b); });
-  hot.resize(top);
-  const int D = cl.gpus();
-  // Per-GPU scratch arrays are all zero between calls: only entries that were set are reset.
-  if (count.size() < static_cast<size_t>(D)) count.resize(D, 0);
-  // Replicas of every hot expert on every GPU.
-  std::vector<int>& hot_on = sc.hot_on;
-  if (hot_on.size() < top * D) hot_on.resize(top * D, 0);
-  for (size_t i = 0; i < top; ++i)
-    for (int s : st.slots_of(hot[i])) hot_on[i * D + cl.gpu_of_slot(s)]++;
+namespace {
+
+// The search of best_rewrite: the most loaded GPU g, the best worst-GPU load found so far and its move.
+struct RewriteSearch {
+  const LayerState& st;
+  const Cluster& cl;
+  int f, S, E, D, g;
+  double best;
   std::optional<LayerMove> out;
+  LayerState::Scratch& sc;
+  size_t top = 0;
+
+  RewriteSearch(const LayerState& state, int f_)
+      : st(state), cl(state.cluster()), f(f_), S(cl.slots_per_gpu), E(state.experts()), D(cl.gpus()),
+        g(state.argmax_gpu()), best(0), sc(state.scratch()) {
+    const double M = st.load(g);
+    best = M - 1e-9 * std::max(1.0, M);
+  }
+
+  void consider(double worst, int slot, int expert) {
+    if (worst < best) {
+      best = worst;
+      out = LayerMove{true, slot, expert, worst};
+    }
+  }
+
+  // The 16 experts with the largest per-replica share, and their replicas on every GPU (sc.hot_on).
+  void find_hot() {
+    std::vector<double>& sh = sc.sh;
+    std::vector<int>& hot = sc.hot;
+    sh.resize(E);
+    for (int e = 0; e < E; ++e) sh[e] = st.share(e);
+    hot.resize(E);
+    std::iota(hot.begin(), hot.end(), 0);
+    top = std::min<size_t>(16, hot.size());
+    std::partial_sort(hot.begin(), hot.begin() + top, hot.end(),
+                      [&](int a, int b) { return sh[a] > sh[b] || (sh[a] == sh[b] && a < b); });
+    hot.resize(top);
+    // Per-GPU scratch arrays are all zero between calls: only entries that were set are reset.
+    if (sc.count.size() < static_cast<size_t>(D)) sc.count.resize(D, 0);
+    std::vector<int>& hot_on = sc.hot_on;
+    if (hot_on.size() < top * D) hot_on.resize(top * D, 0);
+    for (size_t i = 0; i < top; ++i)
+      for (int s : st.slots_of(hot[i])) hot_on[i * D + cl.gpu_of_slot(s)]++;
+  }
+
+  void slot_of_hottest_gpu_becomes_hot_expert();
+  void light_gpu_slot_joins_hottest_gpu_expert();
+
+  // Zeroes the per-GPU scratch entries this search set.
+  void reset_scratch() {
+    const std::vector<int>& hot = sc.hot;
+    std::vector<int>& hot_on = sc.hot_on;
+    for (size_t i = 0; i < top; ++i)
+      for (int s : st.slots_of(hot[i])) hot_on[i * D + cl.gpu_of_slot(s)] = 0;
+    for (int sp = 0; sp < S; ++sp)
+      for (const auto& [k, c] : sc.xh[sp].gpus) sc.x_on[static_cast<size_t>(sp) * D + k] = 0;
+  }
+};
+
+void RewriteSearch::slot_of_hottest_gpu_becomes_hot_expert() {
+  std::vector<int>& count = sc.count;
+  std::vector<int>& hot = sc.hot;
+  std::vector<int>& hot_on = sc.hot_on;
+  Holders& xs = sc.xs;
   // A slot p on the most loaded GPU g (expert x) becomes expert e: every other holder of x carries
   // dx more per replica, every holder of e de less. The worst GPU afterwards: g itself, or a holder
   // of x other than g. A holder of x that holds no e ends at its load plus its x changes, so only
@@ -324,12 +360,14 @@ std::optional<LayerMove> best_rewrite(const LayerState& st, int f) {
         }
         worst = std::max(worst, st.load(k) + sub_times(add_times(0.0, dx, c), de, e_on[k]));
       }
-      if (worst < best) {
-        best = worst;
-        out = LayerMove{true, p, e, worst};
-      }
+      consider(worst, p, e);
     }
   }
+}
+
+void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
+  std::vector<int>& count = sc.count;
+  Holders& ys = sc.ys;
   // The other direction: a slot on one of the 16 lightest GPUs (whose expert y keeps its guarantee)
   // becomes another replica of an expert x of the most loaded GPU, so every holder of x sheds load.
   // Holders of x end at load - dx per replica, plus dy per replica of y (other than the rewritten
@@ -381,19 +419,22 @@ std::optional<LayerMove> best_rewrite(const LayerState& st, int f) {
             worst = std::max(worst, v);  // the largest holder of x without another y
             break;
           }
-        if (worst < best) {
-          best = worst;
-          out = LayerMove{true, q, x, worst};
-        }
+        consider(worst, q, x);
       }
       for (const auto& [k, c] : ys.gpus) count[k] = 0;
     }
   }
-  for (size_t i = 0; i < top; ++i)
-    for (int s : st.slots_of(hot[i])) hot_on[i * D + cl.gpu_of_slot(s)] = 0;
-  for (int sp = 0; sp < S; ++sp)
-    for (const auto& [k, c] : xh[sp].gpus) x_on[static_cast<size_t>(sp) * D + k] = 0;
-  return out;
+}
+
+}  // namespace
+
+std::optional<LayerMove> best_rewrite(const LayerState& st, int f) {
+  RewriteSearch search(st, f);
+  search.find_hot();
+  search.slot_of_hottest_gpu_becomes_hot_expert();
+  search.light_gpu_slot_joins_hottest_gpu_expert();
+  search.reset_scratch();
+  return search.out;
 }
 
 void apply_move(LayerState& st, const LayerMove& m) {

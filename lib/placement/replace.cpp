@@ -184,76 +184,55 @@ void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResu
   res.round_lower_bound = D ? *std::max_element(received.begin(), received.end()) : 0;
 }
 
-ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previous, const LoadMatrix& loads,
-                                     const Cluster& cl, const ReplaceOptions& opt) {
-  if (previous.size() != loads.layers)
-    throw Error("previous plan has " + std::to_string(previous.size()) + " layers, loads have " +
-                std::to_string(loads.layers));
-  const int f = opt.fault_tolerance, S = cl.slots_per_gpu;
-  const size_t L = loads.layers;
-  ReplaceResult res;
-  std::vector<std::vector<int>> base;  // per layer: the previous placement after the mandatory copies
-  std::vector<Trajectory> traj(L);
-  // balanced-ft from scratch for the new loads: the far end of every layer's options.
-  std::vector<LayerPlacement> fresh_layers;
-  {
-    auto algo = make_algorithm("balanced-ft");
-    PlacementOptions po;
-    po.fault_tolerance = f;
-    fresh_layers = algo->place(loads, cl, po).layers;
-  }
-  double sum_mean = 0;
-  for (size_t l = 0; l < L; ++l) {
-    const auto& prev = previous[l];
-    if (static_cast<int>(prev.size()) != cl.slots()) throw Error("previous plan: layer of the wrong size");
-    std::vector<int> cnt = logical_counts(prev, static_cast<int>(loads.experts));
-    for (int e = 0; e < static_cast<int>(loads.experts); ++e)
-      if (cnt[e] == 0)
-        throw Error("previous plan: layer " + std::to_string(l) + " has no replica of expert " + std::to_string(e));
-    auto t = loads.layer_vector(l);
-    sum_mean += std::accumulate(t.begin(), t.end(), 0.0) / cl.gpus();
-    LayerState st(cl, t, prev);
-    raise_counts(st, f);
-    repair_fault_tolerance(st, f);
-    res.mandatory_copies += copies_between(prev, st.phy2log(), cl);
-    base.push_back(st.phy2log());
-    // The balance moves from here on, with the copies they add beyond the mandatory ones.
-    LayerState& run = st;
-    Trajectory& tr = traj[l];
-    std::vector<int> per_gpu(cl.gpus());
-    long long base_copies = 0;
-    for (int g = 0; g < cl.gpus(); ++g) base_copies += per_gpu[g] = gpu_copies(prev, run.phy2log(), g, S);
-    long long cur = base_copies;
-    tr.max_after.push_back(run.max_load());
-    tr.copies.push_back(0);
-    const int limit = std::max(256, cl.gpus() / 2);
-    for (int i = 0; i < limit; ++i) {
-      std::optional<LayerMove> m = best_swap(run, f);
-      if (!m) m = best_rewrite(run, f);
-      if (!m) break;
-      apply_move(run, *m);
-      for (int g : {cl.gpu_of_slot(m->p), m->rewrite ? cl.gpu_of_slot(m->p) : cl.gpu_of_slot(m->q)}) {
-        cur -= per_gpu[g];
-        per_gpu[g] = gpu_copies(prev, run.phy2log(), g, S);
-        cur += per_gpu[g];
-      }
-      tr.moves.push_back(*m);
-      tr.max_after.push_back(run.max_load());
-      tr.copies.push_back(cur - base_copies);
-    }
-    if (!fresh_layers.empty()) {
-      tr.fresh = align_to(prev, fresh_layers[l].phy2log, cl, static_cast<int>(loads.experts));
-      const auto g = gpu_loads(tr.fresh, t, cl);
-      tr.max_after.push_back(*std::max_element(g.begin(), g.end()));
-      tr.copies.push_back(copies_between(prev, tr.fresh, cl) - base_copies);
-    }
-  }
+namespace {
 
-  // Batches across layers, best balance per copy first (lazy priority queue).
-  const double all_replicas = static_cast<double>(L) * cl.slots();
-  double budget = opt.max_moved_bytes < 0 ? INFINITY
-                                          : (opt.expert_bytes > 0 ? opt.max_moved_bytes / opt.expert_bytes : 0.0);
-  budget -= static_cast<double>(res.mandatory_copies);  // mandatory copies come first
+// One layer's options: the previous placement after the mandatory copies (f replicas on f nodes),
+// then the balance moves one by one with the copies each prefix adds, and last, when given,
+// `fresh` (balanced-ft from scratch) aligned to the previous placement. Adds the mandatory copies to
+// `mandatory` and returns the base placement in `base`.
+Trajectory layer_trajectory(const std::vector<int>& prev, const std::vector<double>& t, const Cluster& cl, int f,
+                            int experts, const LayerPlacement* fresh, long long& mandatory, std::vector<int>& base) {
+  const int S = cl.slots_per_gpu;
+  LayerState run(cl, t, prev);
+  raise_counts(run, f);
+  repair_fault_tolerance(run, f);
+  mandatory += copies_between(prev, run.phy2log(), cl);
+  base = run.phy2log();
+  Trajectory tr;
+  std::vector<int> per_gpu(cl.gpus());
+  long long base_copies = 0;
+  for (int g = 0; g < cl.gpus(); ++g) base_copies += per_gpu[g] = gpu_copies(prev, run.phy2log(), g, S);
+  long long cur = base_copies;
+  tr.max_after.push_back(run.max_load());
+  tr.copies.push_back(0);
+  const int limit = std::max(256, cl.gpus() / 2);
+  for (int i = 0; i < limit; ++i) {
+    std::optional<LayerMove> m = best_swap(run, f);
+    if (!m) m = best_rewrite(run, f);
+    if (!m) break;
+    apply_move(run, *m);
+    for (int g : {cl.gpu_of_slot(m->p), m->rewrite ? cl.gpu_of_slot(m->p) : cl.gpu_of_slot(m->q)}) {
+      cur -= per_gpu[g];
+      per_gpu[g] = gpu_copies(prev, run.phy2log(), g, S);
+      cur += per_gpu[g];
+    }
+    tr.moves.push_back(*m);
+    tr.max_after.push_back(run.max_load());
+    tr.copies.push_back(cur - base_copies);
+  }
+  if (fresh) {
+    tr.fresh = align_to(prev, fresh->phy2log, cl, experts);
+    const auto g = gpu_loads(tr.fresh, t, cl);
+    tr.max_after.push_back(*std::max_element(g.begin(), g.end()));
+    tr.copies.push_back(copies_between(prev, tr.fresh, cl) - base_copies);
+  }
+  return tr;
+}
+
+// How far along each layer's trajectory to go: batches across layers, best balance gain per copy
+// first (lazy priority queue), within `budget` copies and above the migration weight's threshold.
+void take_best_extensions(std::vector<Trajectory>& traj, double budget, double sum_mean, double migration_weight,
+                          double all_replicas) {
   long long spent = 0;
   struct Ext {
     double ratio;
@@ -268,14 +247,14 @@ ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previo
       long long cost = tr.copies[j] - tr.copies[tr.taken];
       if (gain <= 0) continue;
       if (static_cast<double>(spent + cost) > budget) continue;
-      if (gain / sum_mean < opt.migration_weight * static_cast<double>(cost) / all_replicas) continue;
+      if (gain / sum_mean < migration_weight * static_cast<double>(cost) / all_replicas) continue;
       double ratio = cost <= 0 ? INFINITY : gain / static_cast<double>(cost);
       if (!best || ratio > best->ratio) best = Ext{ratio, l, j};
     }
     return best;
   };
   std::priority_queue<Ext> pq;
-  for (size_t l = 0; l < L; ++l)
+  for (size_t l = 0; l < traj.size(); ++l)
     if (auto e = best_ext(l)) pq.push(*e);
   while (!pq.empty()) {
     Ext e = pq.top();
@@ -291,20 +270,69 @@ ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previo
     tr.taken = e.to;
     if (auto next = best_ext(e.layer)) pq.push(*next);
   }
+}
+
+// The placement of layer `l` at the point of its trajectory that was taken.
+LayerPlacement taken_placement(const Trajectory& tr, std::vector<int>&& base, const LoadMatrix& loads, size_t l,
+                               const Cluster& cl, int& from_scratch) {
+  LayerPlacement lp;
+  if (!tr.fresh.empty() && tr.taken == tr.max_after.size() - 1) {
+    lp.phy2log = tr.fresh;
+    from_scratch++;
+  } else if (tr.taken == 0) {
+    lp.phy2log = std::move(base);
+  } else {
+    LayerState st(cl, loads.layer_vector(l), std::move(base));
+    for (size_t i = 0; i < tr.taken; ++i) apply_move(st, tr.moves[i]);
+    lp.phy2log = st.phy2log();
+  }
+  lp.phyrank = ranks_by_appearance(lp.phy2log, static_cast<int>(loads.experts));
+  return lp;
+}
+
+}  // namespace
+
+ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previous, const LoadMatrix& loads,
+                                     const Cluster& cl, const ReplaceOptions& opt) {
+  if (previous.size() != loads.layers)
+    throw Error("previous plan has " + std::to_string(previous.size()) + " layers, loads have " +
+                std::to_string(loads.layers));
+  const int f = opt.fault_tolerance;
+  const size_t L = loads.layers;
+  const int experts = static_cast<int>(loads.experts);
+  ReplaceResult res;
+  std::vector<std::vector<int>> base(L);  // per layer: the previous placement after the mandatory copies
+  std::vector<Trajectory> traj(L);
+  // balanced-ft from scratch for the new loads: the far end of every layer's options.
+  std::vector<LayerPlacement> fresh_layers;
+  {
+    auto algo = make_algorithm("balanced-ft");
+    PlacementOptions po;
+    po.fault_tolerance = f;
+    fresh_layers = algo->place(loads, cl, po).layers;
+  }
+  double sum_mean = 0;
+  for (size_t l = 0; l < L; ++l) {
+    const auto& prev = previous[l];
+    if (static_cast<int>(prev.size()) != cl.slots()) throw Error("previous plan: layer of the wrong size");
+    std::vector<int> cnt = logical_counts(prev, experts);
+    for (int e = 0; e < experts; ++e)
+      if (cnt[e] == 0)
+        throw Error("previous plan: layer " + std::to_string(l) + " has no replica of expert " + std::to_string(e));
+    auto t = loads.layer_vector(l);
+    sum_mean += std::accumulate(t.begin(), t.end(), 0.0) / cl.gpus();
+    traj[l] = layer_trajectory(prev, t, cl, f, experts, fresh_layers.empty() ? nullptr : &fresh_layers[l],
+                               res.mandatory_copies, base[l]);
+  }
+
+  const double all_replicas = static_cast<double>(L) * cl.slots();
+  double budget = opt.max_moved_bytes < 0 ? INFINITY
+                                          : (opt.expert_bytes > 0 ? opt.max_moved_bytes / opt.expert_bytes : 0.0);
+  budget -= static_cast<double>(res.mandatory_copies);  // mandatory copies come first
+  take_best_extensions(traj, budget, sum_mean, opt.migration_weight, all_replicas);
 
   for (size_t l = 0; l < L; ++l) {
-    LayerPlacement lp;
-    if (!traj[l].fresh.empty() && traj[l].taken == traj[l].max_after.size() - 1) {
-      lp.phy2log = traj[l].fresh;
-      res.layers_from_scratch++;
-    } else if (traj[l].taken == 0) {
-      lp.phy2log = std::move(base[l]);
-    } else {
-      LayerState st(cl, loads.layer_vector(l), std::move(base[l]));
-      for (size_t i = 0; i < traj[l].taken; ++i) apply_move(st, traj[l].moves[i]);
-      lp.phy2log = st.phy2log();
-    }
-    lp.phyrank = ranks_by_appearance(lp.phy2log, static_cast<int>(loads.experts));
+    LayerPlacement lp = taken_placement(traj[l], std::move(base[l]), loads, l, cl, res.layers_from_scratch);
     long long c = copies_between(previous[l], lp.phy2log, cl);
     res.copies_per_layer.push_back(c);
     res.copies += c;

@@ -63,16 +63,21 @@ template <typename T>
 int count_dense(const std::set<T>& s) { return s.empty() ? 0 : static_cast<int>(*s.rbegin()) + 1; }
 }  // namespace
 
-DeepSpeedLayout infer_layout(const std::vector<std::string>& names, const std::string& dir) {
-  DeepSpeedLayout L;
-  L.dir = dir;
-  L.tag = fs::path(dir).filename().string();
+namespace {
+
+// The shard files of a checkpoint folder, by kind and ranks.
+struct FoundFiles {
   std::map<int, std::string> model;
   std::map<std::pair<int, int>, std::string> optim, zero3_model;  // (mp, dp)
   std::map<std::pair<int, int>, std::string> layers;              // (layer, tp)
-  std::map<std::pair<int, int>, std::string> expp;  // (ep_rank, mp) -> name
+  std::map<std::pair<int, int>, std::string> expp;                // (ep_rank, mp)
   std::set<int> layer_tps;
   bool bf16_seen = false, plain_seen = false;
+};
+
+FoundFiles classify_files(const std::vector<std::string>& names, DeepSpeedLayout& L) {
+  const std::string& dir = L.dir;
+  FoundFiles F;
   for (const auto& n : names) {
     auto f = parse_file_name(n);
     if (!f) {
@@ -83,133 +88,164 @@ DeepSpeedLayout infer_layout(const std::vector<std::string>& names, const std::s
       if (!inserted) throw Error(join(dir, n) + ": duplicate shard");
     };
     switch (f->kind) {
-      case FileKind::ModelStates: dup(model.emplace(f->mp, n).second); break;
-      case FileKind::Zero3ModelStates: dup(zero3_model.emplace(std::pair{f->mp, f->dp}, n).second); break;
+      case FileKind::ModelStates: dup(F.model.emplace(f->mp, n).second); break;
+      case FileKind::Zero3ModelStates: dup(F.zero3_model.emplace(std::pair{f->mp, f->dp}, n).second); break;
       case FileKind::OptimStates:
-        (f->bf16 ? bf16_seen : plain_seen) = true;
-        dup(optim.emplace(std::pair{f->mp, f->dp}, n).second);
+        (f->bf16 ? F.bf16_seen : F.plain_seen) = true;
+        dup(F.optim.emplace(std::pair{f->mp, f->dp}, n).second);
         break;
       case FileKind::LayerStates:
-        dup(layers.emplace(std::pair{f->layer, std::max(f->tp, 0)}, n).second);
-        layer_tps.insert(std::max(f->tp, 0));
+        dup(F.layers.emplace(std::pair{f->layer, std::max(f->tp, 0)}, n).second);
+        F.layer_tps.insert(std::max(f->tp, 0));
         break;
       case FileKind::ExpertStates: L.expert_files.push_back({f->moe_layer, f->expert, f->mp, join(dir, n)}); break;
-      case FileKind::ExpertOptim: dup(expp.emplace(std::pair{f->ep_rank, f->mp}, n).second); break;
+      case FileKind::ExpertOptim: dup(F.expp.emplace(std::pair{f->ep_rank, f->mp}, n).second); break;
     }
   }
-  if (bf16_seen && plain_seen) throw Error(dir + ": both bf16_ and plain ZeRO optimizer shards are present");
-  L.bf16_prefix = bf16_seen;
-  if (optim.empty()) throw Error(dir + ": no ZeRO optimizer shards (*_optim_states.pt) found");
+  return F;
+}
 
+// World sizes from the ranks found: returns the number of model-parallel ranks.
+int set_world_sizes(DeepSpeedLayout& L, const FoundFiles& F) {
   std::set<int> mps, dps;
-  for (const auto& [k, v] : optim) {
+  for (const auto& [k, v] : F.optim) {
     mps.insert(k.first);
     dps.insert(k.second);
   }
   int mp_count = count_dense(mps);
   L.dp = count_dense(dps);
-  if (!zero3_model.empty()) {
+  if (!F.zero3_model.empty()) {
     L.zero3 = true;
   } else {
-    for (const auto& [k, v] : model) mps.insert(k);
+    for (const auto& [k, v] : F.model) mps.insert(k);
     mp_count = count_dense(mps);
   }
-  L.pipeline = !layers.empty();
+  L.pipeline = !F.layers.empty();
   if (L.pipeline) {
-    L.tp = count_dense(layer_tps);
+    L.tp = count_dense(F.layer_tps);
     if (mp_count % L.tp)
-      throw Error(dir + ": " + std::to_string(mp_count) + " model-parallel ranks do not divide by tp=" +
+      throw Error(L.dir + ": " + std::to_string(mp_count) + " model-parallel ranks do not divide by tp=" +
                   std::to_string(L.tp) + " (from the layer files)");
     L.pp = mp_count / L.tp;
   } else {
     L.tp = mp_count;
     L.pp = 1;
   }
-  // A missing rank: say which ranks are there, so that a stray file of a bigger run (ranks 0, 1, 3)
-  // reads as what it is, not only as a lost shard.
-  auto missing = [&](const std::string& what, const std::string& kind = {}, const std::set<int>& found = {}) {
-    std::string msg = join(dir, what) + ": missing shard";
-    if (!kind.empty()) {
-      msg += " (found " + kind + " ranks";
-      int shown = 0;
-      for (int r : found) {
-        if (++shown > 8) {
-          msg += " ...";
-          break;
-        }
-        msg += (shown == 1 ? " " : ", ") + std::to_string(r);
+  return mp_count;
+}
+
+// A missing rank: say which ranks are there, so that a stray file of a bigger run (ranks 0, 1, 3)
+// reads as what it is, not only as a lost shard.
+[[noreturn]] void missing(const std::string& dir, const std::string& what, const std::string& kind = {},
+                          const std::set<int>& found = {}) {
+  std::string msg = join(dir, what) + ": missing shard";
+  if (!kind.empty()) {
+    msg += " (found " + kind + " ranks";
+    int shown = 0;
+    for (int r : found) {
+      if (++shown > 8) {
+        msg += " ...";
+        break;
       }
-      msg += found.size() > 0 && *found.rbegin() + 1 > static_cast<int>(found.size())
-                 ? "; a stray file of another run, or this one lost?)"
-                 : ")";
+      msg += (shown == 1 ? " " : ", ") + std::to_string(r);
     }
-    throw Error(msg);
-  };
-  auto ranks_of = [](const auto& m, int mp) {
-    std::set<int> out;
-    for (const auto& [k, v] : m)
-      if (k.first == mp) out.insert(k.second);
-    return out;
-  };
-  auto two = [](int v) {
-    char b[16];
-    std::snprintf(b, sizeof b, "%02d", v);
-    return std::string(b);
-  };
+    msg += found.size() > 0 && *found.rbegin() + 1 > static_cast<int>(found.size())
+               ? "; a stray file of another run, or this one lost?)"
+               : ")";
+  }
+  throw Error(msg);
+}
+
+std::set<int> dp_ranks_of(const std::map<std::pair<int, int>, std::string>& m, int mp) {
+  std::set<int> out;
+  for (const auto& [k, v] : m)
+    if (k.first == mp) out.insert(k.second);
+  return out;
+}
+
+std::string two(int v) {
+  char b[16];
+  std::snprintf(b, sizeof b, "%02d", v);
+  return std::string(b);
+}
+
+// Model and optimizer files of every model-parallel rank (and DP rank), each one required.
+void assign_rank_files(DeepSpeedLayout& L, const FoundFiles& F, int mp_count) {
+  const std::string& dir = L.dir;
   const std::string prefix = L.bf16_prefix ? "bf16_" : "";
   L.model_files.resize(mp_count);
   L.optim_files.assign(mp_count, std::vector<std::string>(L.dp));
   for (int mp = 0; mp < mp_count; ++mp) {
     if (!L.zero3) {
-      auto it = model.find(mp);
-      if (it == model.end()) {
+      auto it = F.model.find(mp);
+      if (it == F.model.end()) {
         std::set<int> found;
-        for (const auto& [k, v] : model) found.insert(k);
-        missing("mp_rank_" + two(mp) + "_model_states.pt", "model-parallel", found);
+        for (const auto& [k, v] : F.model) found.insert(k);
+        missing(dir, "mp_rank_" + two(mp) + "_model_states.pt", "model-parallel", found);
       }
       L.model_files[mp] = join(dir, it->second);
     } else {
       L.zero3_model_files.resize(mp_count);
       for (int d = 0; d < L.dp; ++d) {
-        auto it = zero3_model.find({mp, d});
-        if (it == zero3_model.end())
-          missing("zero_pp_rank_" + std::to_string(d) + "_mp_rank_" + two(mp) + "_model_states.pt", "DP",
-                  ranks_of(zero3_model, mp));
+        auto it = F.zero3_model.find({mp, d});
+        if (it == F.zero3_model.end())
+          missing(dir, "zero_pp_rank_" + std::to_string(d) + "_mp_rank_" + two(mp) + "_model_states.pt", "DP",
+                  dp_ranks_of(F.zero3_model, mp));
         L.zero3_model_files[mp].push_back(join(dir, it->second));
       }
       L.model_files[mp] = L.zero3_model_files[mp][0];
     }
     for (int d = 0; d < L.dp; ++d) {
-      auto it = optim.find({mp, d});
-      if (it == optim.end())
-        missing(prefix + "zero_pp_rank_" + std::to_string(d) + "_mp_rank_" + two(mp) + "_optim_states.pt", "DP",
-                ranks_of(optim, mp));
+      auto it = F.optim.find({mp, d});
+      if (it == F.optim.end())
+        missing(dir, prefix + "zero_pp_rank_" + std::to_string(d) + "_mp_rank_" + two(mp) + "_optim_states.pt", "DP",
+                dp_ranks_of(F.optim, mp));
       L.optim_files[mp][d] = join(dir, it->second);
     }
   }
-  for (const auto& [k, v] : layers) {
+}
+
+// Pipeline layer files (every TP rank of every layer) and native-MoE expert files.
+void assign_layer_and_expert_files(DeepSpeedLayout& L, const FoundFiles& F) {
+  const std::string& dir = L.dir;
+  for (const auto& [k, v] : F.layers) {
     auto& row = L.layer_files[k.first];
     row.resize(L.tp);
     row[k.second] = join(dir, v);
   }
   for (const auto& [layer, row] : L.layer_files)
     for (int t = 0; t < L.tp; ++t)
-      if (row[t].empty()) missing("layer_" + two(layer) + "-model_" + two(t) + "-model_states.pt");
+      if (row[t].empty()) missing(dir, "layer_" + two(layer) + "-model_" + two(t) + "-model_states.pt");
   std::sort(L.expert_files.begin(), L.expert_files.end(), [](const ExpertFile& a, const ExpertFile& b) {
     return std::tie(a.moe_layer, a.expert, a.mp) < std::tie(b.moe_layer, b.expert, b.mp);
   });
-  if (!expp.empty()) {
+  if (!F.expp.empty()) {
     // One expp_rank_R_mp_rank_TT file per EP rank and model-parallel rank; the plan reads mp 0's
     // (native MoE is planned for tp = pp = 1 only, and refused otherwise).
     std::set<int> eps;
-    for (const auto& [k, n] : expp) eps.insert(k.first);
+    for (const auto& [k, n] : F.expp) eps.insert(k.first);
     L.ep = count_dense(eps);
     for (int r = 0; r < L.ep; ++r) {
-      auto it = expp.find({r, 0});
-      if (it == expp.end()) missing("expp_rank_" + std::to_string(r) + "_mp_rank_00_optim_states.pt");
+      auto it = F.expp.find({r, 0});
+      if (it == F.expp.end()) missing(dir, "expp_rank_" + std::to_string(r) + "_mp_rank_00_optim_states.pt");
       L.expert_optim_files.push_back(join(dir, it->second));
     }
   }
+}
+
+}  // namespace
+
+DeepSpeedLayout infer_layout(const std::vector<std::string>& names, const std::string& dir) {
+  DeepSpeedLayout L;
+  L.dir = dir;
+  L.tag = fs::path(dir).filename().string();
+  const FoundFiles F = classify_files(names, L);
+  if (F.bf16_seen && F.plain_seen) throw Error(dir + ": both bf16_ and plain ZeRO optimizer shards are present");
+  L.bf16_prefix = F.bf16_seen;
+  if (F.optim.empty()) throw Error(dir + ": no ZeRO optimizer shards (*_optim_states.pt) found");
+  const int mp_count = set_world_sizes(L, F);
+  assign_rank_files(L, F, mp_count);
+  assign_layer_and_expert_files(L, F);
   return L;
 }
 
