@@ -27,6 +27,8 @@ errors=0
 # run TAG BIN: every conversion into $work/out/TAG (logs beside, not compared).
 run() {
   local tag=$1 bin=$2/bin o=$work/out/$1 name args n=0
+  # The binaries' RUNPATH names the build they were linked in; a copied build must use its own library.
+  local -x LD_LIBRARY_PATH=$2/lib
   rm -rf "$o" "$work/log/$tag"; mkdir -p "$o" "$work/log/$tag"
   local log=$work/log/$tag/log
   while IFS=$'\t' read -r name args; do

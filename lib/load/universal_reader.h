@@ -81,7 +81,6 @@ class UniversalReader {
   // Bytes copied out of atomic tensors into target files, and bytes read to verify checksums.
   uint64_t bytes_read() const { return bytes_read_; }
   uint64_t bytes_verified() const { return bytes_verified_; }
-  void count_read(uint64_t n) { bytes_read_ += n; }
   const std::string& dir() const { return dir_; }
 
  private:

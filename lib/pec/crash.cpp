@@ -40,6 +40,4 @@ void crash_point(const char* what) {
     throw Error(std::string("fault injection: failed at crash point ") + std::to_string(n) + " (" + what + ")");
 }
 
-long crash_points_passed() { return g_passed.load(); }
-
 }  // namespace ucpkit::pec

@@ -8,7 +8,5 @@
 namespace ucpkit::pec {
 
 void crash_point(const char* what);
-// Number of crash points passed so far in this process.
-long crash_points_passed();
 
 }  // namespace ucpkit::pec

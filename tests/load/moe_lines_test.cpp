@@ -25,17 +25,7 @@ const std::string kSrc = UCPKIT_SOURCE_DIR;
 const std::string kPy = UCPKIT_PYTHON;
 const char* const kLines[] = {"0.14", "0.17.1", "0.19.2", "0.19.3", "0.19.5"};
 
-int sh(const std::string& cmd, std::string* out) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return -1;
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
-  const int st = pclose(p);
-  *out = text;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+int sh(const std::string& cmd, std::string* out = nullptr) { return ucpkit::testing::run_command(cmd, out); }
 
 std::string ds_line_of(const fs::path& universal) {
   std::ifstream in(universal / "manifest.json");

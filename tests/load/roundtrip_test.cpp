@@ -27,18 +27,7 @@ const std::string kFx = UCPKIT_FIXTURES_DIR;
 const std::string kSrc = UCPKIT_SOURCE_DIR;
 const std::string kPy = UCPKIT_PYTHON;
 
-int sh(const std::string& cmd, std::string* out = nullptr) {
-  std::string full = cmd + " 2>&1";
-  FILE* p = popen(full.c_str(), "r");
-  if (!p) return -1;
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
-  const int st = pclose(p);
-  if (out) *out = text;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+int sh(const std::string& cmd, std::string* out = nullptr) { return ucpkit::testing::run_command(cmd, out); }
 
 // A fresh folder per test process (name + pid): tests running at once never share one.
 std::string scratch(const std::string& name) { return ucpkit::testing::scratch_dir(name); }

@@ -20,6 +20,7 @@
 #include "pec/tokens.h"
 #include "placement/loads.h"
 #include "ucp/shard_reader.h"
+#include "support/process.h"
 
 namespace fs = std::filesystem;
 
@@ -29,19 +30,7 @@ const std::string kBin = UCPKIT_BIN_DIR;
 const std::string kFx = UCPKIT_FIXTURES_DIR;
 
 // Exit status of `cmd` (128 + signal when a signal ended it), stdout and stderr in *out.
-int sh(const std::string& cmd, std::string* out = nullptr) {
-  FILE* p = popen(("( " + cmd + " ) 2>&1; echo \"rc=$?\"").c_str(), "r");
-  if (!p) return -1;
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
-  pclose(p);
-  const size_t at = text.rfind("rc=");
-  const int rc = std::stoi(text.substr(at + 3));
-  if (out) *out = text.substr(0, at);
-  return rc;
-}
+int sh(const std::string& cmd, std::string* out = nullptr) { return ucpkit::testing::run_command_status(cmd, out); }
 
 fs::path scratch(const std::string& name) {
   const fs::path d = fs::temp_directory_path() / ("ucpkit_bugs_" + name + "_" + std::to_string(getpid()));

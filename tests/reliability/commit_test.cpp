@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include "support/process.h"
 
 namespace fs = std::filesystem;
 
@@ -21,17 +22,7 @@ namespace {
 const std::string kBin = UCPKIT_BIN_DIR;
 const std::string kFx = UCPKIT_FIXTURES_DIR;
 
-int sh(const std::string& cmd, std::string* out = nullptr) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return -1;
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
-  const int st = pclose(p);
-  if (out) *out = text;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+int sh(const std::string& cmd, std::string* out = nullptr) { return ucpkit::testing::run_command(cmd, out); }
 
 fs::path scratch(const std::string& name) {
   const fs::path d = fs::temp_directory_path() / ("ucpkit_rel_" + name + "_" + std::to_string(getpid()));

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <future>
 #include <iostream>
+#include <string>
 
 namespace ucpkit::testing {
 
@@ -17,12 +18,29 @@ int run_command(const std::string& command, std::string* output) {
   FILE* p = popen((command + " 2>&1").c_str(), "r");
   if (!p) return -1;
   std::array<char, 4096> buf{};
+  std::string text;
   size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0)
-    if (output) output->append(buf.data(), n);
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) text.append(buf.data(), n);
   int status = pclose(p);
+  if (output) *output = std::move(text);
   if (status == -1 || !WIFEXITED(status)) return -1;
   return WEXITSTATUS(status);
+}
+
+int run_command_status(const std::string& command, std::string* output) {
+  std::string text;
+  if (run_command("( " + command + " ) 2>&1; echo \"rc=$?\"", &text) != 0) return -1;
+  const size_t at = text.rfind("rc=");
+  if (at == std::string::npos) return -1;
+  const int rc = std::stoi(text.substr(at + 3));
+  if (output) *output = text.substr(0, at);
+  return rc;
+}
+
+CommandResult run_capture(const std::string& command) {
+  CommandResult r{0, ""};
+  r.rc = run_command(command, &r.out);
+  return r;
 }
 
 std::string scratch_dir(const std::string& name) {

@@ -7,8 +7,19 @@
 namespace ucpkit::testing {
 
 // Runs `command` through the shell; returns its exit code (-1 when it could not run or was killed)
-// and, when `output` is given, its stdout and stderr together.
+// and, when `output` is given, its stdout and stderr together (replacing what `output` held).
 int run_command(const std::string& command, std::string* output = nullptr);
+
+// As run_command, but returns the status the shell reports as $?: 128 + N when the command was killed
+// by signal N (so a test can tell a crash, 139, from a refusal), -1 only when nothing could run.
+int run_command_status(const std::string& command, std::string* output = nullptr);
+
+// run_command's exit code and output together.
+struct CommandResult {
+  int rc;
+  std::string out;
+};
+CommandResult run_capture(const std::string& command);
 
 // A fresh empty directory under the build tree (or /tmp) for one test; removed by nothing (debuggable).
 std::string scratch_dir(const std::string& name);

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "support/process.h"
 #include "ucp/union_fragments.h"
 
 namespace fs = std::filesystem;
@@ -26,20 +27,8 @@ const std::string kBin = UCPKIT_BIN_DIR;
 const std::string kSource = UCPKIT_SOURCE_DIR;
 const std::string kPython = UCPKIT_PYTHON;
 
-struct Result {
-  int rc;
-  std::string out;
-};
-
-Result sh(const std::string& cmd) {
-  Result r{0, ""};
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  return r;
-}
+using Result = ucpkit::testing::CommandResult;
+Result sh(const std::string& cmd) { return ucpkit::testing::run_capture(cmd); }
 
 std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
 
