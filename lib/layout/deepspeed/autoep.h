@@ -1,5 +1,6 @@
-// DeepSpeed AutoEP (DeepSpeed >= 0.19.2, module_inject/auto_ep_layer.py) checkpoint format under
-// ZeRO-1/2: the `ds_autoep_layers` list of the mp_rank file, the per-expert file names and keys, the
+// DeepSpeed AutoEP (DeepSpeed >= 0.19.2, module_inject/auto_ep_layer.py) checkpoint format: the
+// `ds_autoep_layers` list of the model files, the per-expert file names and keys (ZeRO-1/2), the
+// ZeRO-3 shards' `ds_zero_partition_groups` and expert-DP partition ranks (ZeRO-3), the
 // fused expert parameter names, and the universal form of an expert parameter that
 // deepspeed/checkpoint/autoep_universal.py writes. docs/formats.md "AutoEP" has the facts with
 // DeepSpeed file:line (tag v0.19.5). Readers describe what they found; no file I/O here.
