@@ -220,6 +220,7 @@ struct Z3Trip {
   int dp, ep;        // target
   int sub_group_size;  // 0: DeepSpeed's default
   const char* same;  // fixture written by the generator at the target layout
+  const char* dtype = "bf16";
 };
 
 class AutoEpLoadZero3 : public ::testing::TestWithParam<Z3Trip> {};
@@ -233,7 +234,7 @@ TEST_P(AutoEpLoadZero3, WritesDeepSpeedsZero3LayoutAndRoundTripsBitExact) {
       << log;
   const std::string sg = c.sub_group_size ? " --sub-group-size " + std::to_string(c.sub_group_size) : "";
   ASSERT_EQ(run_command(kBin + "/ucp-load -q --input " + quote((d / "u").string()) + " --output " + quote((d / "t").string()) +
-                            " --tp 1 --pp 1 --zero-stage 3 --dtype bf16 --dp " + std::to_string(c.dp) + " --ep " +
+                            " --tp 1 --pp 1 --zero-stage 3 --dtype " + c.dtype + " --dp " + std::to_string(c.dp) + " --ep " +
                             std::to_string(c.ep) + sg,
                         &log),
             0)
@@ -269,12 +270,38 @@ INSTANTIATE_TEST_SUITE_P(
                       Z3Trip{"dp4_ep2_zero3_bf16", 4, 4, 0, "dp4_ep4_zero3_bf16"},       // ZeRO-3 EP 2 -> 4
                       Z3Trip{"dp4_ep4_zero3_bf16", 4, 2, 0, "dp4_ep2_zero3_bf16"},       // ZeRO-3 EP 4 -> 2
                       Z3Trip{"dp4_ep4_zero3_bf16", 8, 2, 0, "dp8_ep2_zero3_bf16"},       // and DP 4 -> 8
-                      Z3Trip{"dp8_ep2_zero3_bf16", 4, 2, 200, "dp4_ep2_zero3_bf16_sub200"}),  // DP 8 -> 4, sub-groups
+                      Z3Trip{"dp8_ep2_zero3_bf16", 4, 2, 200, "dp4_ep2_zero3_bf16_sub200"},  // DP 8 -> 4, sub-groups
+                      // expert-DP ranks first, fp16; DP 6 EP 2 -> DP 3 EP 1: padding in every partition
+                      Z3Trip{"dp6_ep2_zero3_fp16_data_before_expert", 3, 1, 0, "dp3_ep1_zero3_fp16_data_before_expert",
+                             "fp16"}),
     [](const auto& info) {
       const auto& c = info.param;
       return std::string(c.from) + "_to_dp" + std::to_string(c.dp) + "_ep" + std::to_string(c.ep) +
              (c.sub_group_size ? "_sub" + std::to_string(c.sub_group_size) : "");
     });
+
+// The same with two MPI ranks (the exchange path), back to the source's own layout (DP 6, EP 2,
+// expert-DP ranks first, padded expert partitions): the written folder equals the generated source.
+TEST(AutoEpLoadZero3Mpi, SameLayoutDataBeforeExpertEqualsTheSource) {
+  if (run_command("command -v mpirun") != 0) GTEST_SKIP() << "no mpirun";
+  const std::string c = "dp6_ep2_zero3_fp16_data_before_expert";
+  const fs::path d = scratch("load3_mpi_same");
+  std::string log;
+  ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote(kFx + "/" + c) + " --output " + quote((d / "u").string()), &log), 0)
+      << log;
+  ASSERT_EQ(run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe " + kBin +
+                            "/ucp-load -q --input " + quote((d / "u").string()) + " --output " + quote((d / "t").string()) +
+                            " --tp 1 --pp 1 --dp 6 --ep 2 --zero-stage 3 --dtype fp16",
+                        &log),
+            0)
+      << log;
+  log.clear();
+  EXPECT_EQ(run_command(kPy + " " + quote(kSrc + "/tests/autoep/same_layout.py") + " " + quote((d / "t" / "global_step7").string()) +
+                            " " + quote(kFx + "/" + c + "/global_step7"),
+                        &log),
+            0)
+      << log;
+}
 
 // Impossible ZeRO-3 AutoEP layouts: one clear line, exit 1 or 2 (usage), nothing written.
 struct BadZ3 {
