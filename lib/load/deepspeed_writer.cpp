@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 
 #include "core/error.h"
 #include "io/torch/torch_file.h"
@@ -189,7 +190,9 @@ ValuePtr DeepSpeedWriter::ds_config(const ValuePtr& source) const {
     ep->set_item("autoep_size", Value::integer(t.ep));
   if (auto z = cfg->get("zero_optimization"); z && z->kind == Kind::Dict) {
     z->set_item("stage", Value::integer(t.zero_stage));
+    // sub_group_size is a ZeRO-3 setting: the one used at stage 3, none below (a ZeRO-3 source's).
     if (t.zero_stage == 3) z->set_item("sub_group_size", Value::integer(t.sub_group_size));
+    else z->erase("sub_group_size");
   }
   if (auto b = cfg->get("bf16"); b && b->kind == Kind::Dict) b->set_item("enabled", Value::boolean(t.dtype == DType::BFloat16));
   if (auto f = cfg->get("fp16"); f && f->kind == Kind::Dict) f->set_item("enabled", Value::boolean(t.dtype == DType::Float16));
@@ -269,7 +272,7 @@ ValuePtr DeepSpeedWriter::target_ds_version() const {
   return Value::str("0.16.4");
 }
 
-ValuePtr DeepSpeedWriter::model_root(int mp) const {
+ValuePtr DeepSpeedWriter::model_root(int mp, int dp_rank) const {
   const MpRankPlan& mr = plan_.mp_ranks.at(mp);
   const auto& t = plan_.target;
   ValuePtr src = load_torch(model_.model_files.at(mr.template_file));
@@ -342,9 +345,11 @@ ValuePtr DeepSpeedWriter::model_root(int mp) const {
   }
   if (model_.autoep) {
     const bool zero3 = t.zero_stage == 3;
-    layout::retarget_autoep_layers(root->get("ds_autoep_layers"), t.ep, t.dp, zero3);
+    // ZeRO-3: every DP rank's own file records its own EP place (engine.py v0.19.5:5004-5016, :5090).
+    const auto [er, edp] = zero3 && dp_rank >= 0 ? plan_.ep_coords(dp_rank) : std::pair<int, int>{0, 0};
+    layout::retarget_autoep_layers(root->get("ds_autoep_layers"), t.ep, t.dp, zero3, er, edp);
     if (auto uc = root->get("universal_checkpoint_info"); uc && uc->kind == Kind::Dict)
-      layout::retarget_autoep_layers(uc->get("ds_autoep_layers"), t.ep, t.dp, zero3);
+      layout::retarget_autoep_layers(uc->get("ds_autoep_layers"), t.ep, t.dp, zero3, er, edp);
     // save_frozen_param = partition_gradients (ZeRO >= 2, engine.py v0.19.5:5097): {} or None; the
     // source may be of another stage (a ZeRO-3 source's template has {}).
     for (const char* k : {"frozen_param_shapes", "frozen_param_fragments"})
@@ -372,7 +377,7 @@ uint64_t DeepSpeedWriter::write_model_file(int mp, const std::string& dir) const
 }
 
 uint64_t DeepSpeedWriter::write_zero3_model_file(int d, int mp, const std::string& dir) const {
-  return emit((fs::path(dir) / plan_.zero3_model_file(d, mp)).string(), model_root(mp));
+  return emit((fs::path(dir) / plan_.zero3_model_file(d, mp)).string(), model_root(mp, d));
 }
 
 uint64_t DeepSpeedWriter::write_layer_files(int mp, const std::string& dir) const {
@@ -451,12 +456,34 @@ ValuePtr DeepSpeedWriter::zero3_state(int d, int mp) const {
   const MpRankPlan& mr = plan_.mp_ranks.at(mp);
   const auto& t = plan_.target;
   const auto common_groups = common_param_groups();
+  // Sub-groups: the dense ones (partitioned over DP), then AutoEP's expert sub-groups of this rank's
+  // EP rank, partitioned over its expert-DP group (stage3.py v0.19.5:833-880, per parameter group in
+  // order; AutoEP's expert group comes after the dense one, moe/utils.py:72-175).
+  struct Sub {
+    const GroupPlan* g;
+    int part;
+  };
+  std::vector<Sub> subs;
+  std::vector<layout::Zero3PartitionGroup> pgroups;
+  std::vector<int> all_ranks(t.dp);
+  std::iota(all_ranks.begin(), all_ranks.end(), 0);
+  for (const auto& g : mr.groups) {
+    subs.push_back({&g, d});
+    pgroups.push_back({t.dp, d, all_ranks, false});
+  }
+  if (model_.autoep && !mr.expert_groups.empty()) {
+    const auto [er, edp] = plan_.ep_coords(d);
+    const auto ranks = layout::autoep_expert_dp_ranks(er, t.dp, t.ep, plan_.data_before_expert);
+    for (const auto& g : mr.expert_groups.at(er)) {
+      subs.push_back({&g, edp});
+      pgroups.push_back({g.partition_count, edp, ranks, true});
+    }
+  }
   auto state = Value::dict();
   auto flats = Value::list();
-  for (size_t sg = 0; sg < mr.groups.size(); ++sg) {
-    const GroupPlan& g = mr.groups[sg];
-    state->entries.emplace_back(Value::integer(static_cast<int64_t>(sg)), optimizer_state(g, d));
-    flats->items.push_back(Value::of_tensor(partition_tensor(g, d, "fp32", -1, true)));
+  for (size_t sg = 0; sg < subs.size(); ++sg) {
+    state->entries.emplace_back(Value::integer(static_cast<int64_t>(sg)), optimizer_state(*subs[sg].g, subs[sg].part));
+    flats->items.push_back(Value::of_tensor(partition_tensor(*subs[sg].g, subs[sg].part, "fp32", -1, true)));
   }
   // One entry per optimizer param group, listing its sub-groups (DeepSpeed's
   // _set_fp32_optimizer_param_groups), groups without parameters included.
@@ -465,9 +492,11 @@ ValuePtr DeepSpeedWriter::zero3_state(int d, int mp) const {
     auto h = pickle::deep_copy(common_groups->items[gi]);
     if (h->kind == Kind::Dict) {
       auto ids = Value::list();
-      for (size_t sg = 0; sg < mr.groups.size(); ++sg)
-        if (mr.groups[sg].group == static_cast<int>(gi)) ids->items.push_back(Value::integer(static_cast<int64_t>(sg)));
+      for (size_t sg = 0; sg < subs.size(); ++sg)
+        if (subs[sg].g->group == static_cast<int>(gi)) ids->items.push_back(Value::integer(static_cast<int64_t>(sg)));
       h->set_item("params", ids);
+      if (auto moe = h->get("moe"); model_.autoep && moe && moe->kind == Kind::Bool && moe->b && h->contains("name"))
+        h->set_item("name", Value::str(layout::autoep_group_name(t.ep)));
     }
     hyper->items.push_back(h);
   }
@@ -481,6 +510,9 @@ ValuePtr DeepSpeedWriter::zero3_state(int d, int mp) const {
   auto ov = common_->get("overflow");
   osd->set_item("overflow", ov ? ov : Value::boolean(false));
   osd->set_item("partition_count", Value::integer(t.dp));
+  // Written only when a sub-group holds AutoEP experts (stage3.py v0.19.5:3117-3144).
+  if (model_.autoep && pgroups.size() > mr.groups.size())
+    osd->set_item("ds_zero_partition_groups", layout::zero3_partition_groups_value(pgroups, layout::autoep_group_name(t.ep)));
   osd->set_item("optimizer_state_dict", inner);
   osd->set_item("fp32_flat_groups", flats);
   return osd;

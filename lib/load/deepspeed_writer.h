@@ -77,7 +77,9 @@ class DeepSpeedWriter {
   // A flat buffer of `numel` elements of `dtype` made of `runs` of state `state`, as a generated
   // storage (fp32 read straight into the window; other dtypes read and converted).
   std::shared_ptr<Storage> streamed(DType dtype, int64_t numel, std::vector<Run> runs, const std::string& state) const;
-  pickle::ValuePtr model_root(int mp) const;
+  // The model-states root of model-parallel rank `mp`; `dp_rank` >= 0: the ZeRO-3 file of that DP rank
+  // (AutoEP records the rank's own EP place in it).
+  pickle::ValuePtr model_root(int mp, int dp_rank = -1) const;
   static pickle::ValuePtr retarget_module(const pickle::ValuePtr& tree, const std::string& prefix,
                                          std::map<std::string, pickle::ValuePtr>& fresh);
   pickle::ValuePtr target_ds_version() const;

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/json_input.h"
 #include "io/torch/torch_file.h"
+#include "layout/deepspeed/autoep.h"
 #include "layout/deepspeed/module_tree.h"
 #include "layout/deepspeed/pipeline.h"
 
@@ -294,6 +295,11 @@ ModelInfo model_info_from(const UniversalMeta& meta) {
   // Model files: group membership and flat-buffer order (stage by stage), Megatron sizes.
   ValuePtr first = load_torch(m.model_files[0]);
   if (!first || first->kind != Kind::Dict) fail(m.model_files[0], "not a model-states dict");
+  // The expert/data rank order when the manifest does not record it (a ZeRO-3 AutoEP source): the
+  // saved ds_config's use_data_before_expert_parallelism (runtime/constants.py:518).
+  if (m.autoep && !manifest.at("source").contains("data_before_expert"))
+    if (auto cfg = first->get("ds_config"); cfg && cfg->kind == Kind::Dict)
+      if (auto f = cfg->get(layout::kUseDataBeforeExpertParallelism); f && f->kind == Kind::Bool) m.data_before_expert = f->b;
   auto args = first->get("args");
   m.heads = arg_int(args, "num_attention_heads");
   m.kv_heads = arg_int(args, "num_key_value_heads");

@@ -202,8 +202,8 @@ void check_layout(const ModelInfo& m, const TargetLayout& t) {
     if (m.native_moe) throw Error("ZeRO-3 targets for native DeepSpeed MoE are not supported (stages 0-2 are)");
   }
   if (m.autoep) {
-    if (t.tp != 1 || t.pp != 1 || t.zero_stage == 3 || t.zero_stage == 0)
-      throw Error("DeepSpeed AutoEP targets are written with TP = PP = 1 and ZeRO stage 1 or 2 only (asked tp=" +
+    if (t.tp != 1 || t.pp != 1 || t.zero_stage == 0)
+      throw Error("DeepSpeed AutoEP targets are written with TP = PP = 1 and ZeRO stage 1, 2 or 3 only (asked tp=" +
                   std::to_string(t.tp) + ", pp=" + std::to_string(t.pp) + ", zero=" + std::to_string(t.zero_stage) + ")");
     for (const auto& p : m.params)
       if (p.autoep_experts > 0 && p.autoep_experts % t.ep)
@@ -240,13 +240,21 @@ void check_layout(const ModelInfo& m, const TargetLayout& t) {
   divides(m.ffn, "the FFN hidden size");
 }
 
-// An expert group of `numel` elements padded to 2 * edp and partitioned over the expert-DP group.
+// An expert group of `numel` elements partitioned over the expert-DP group: ZeRO-1/2 pad it to
+// 2 * edp and split it equally; a ZeRO-3 sub-group (`per_param`) splits every parameter on its own
+// into ceil(numel / edp) slices (partition_parameters.py _partition_param).
 void close_expert_group(GroupPlan gp, int64_t numel, int edp, std::vector<GroupPlan>& out) {
   gp.numel = numel;
   gp.partition_count = edp;
-  const int64_t align = 2 * static_cast<int64_t>(edp);
-  gp.padded = (numel + align - 1) / align * align;
-  gp.partition = gp.padded / edp;
+  if (gp.per_param) {
+    gp.partition = 0;
+    for (const auto& s : gp.slots) gp.partition += (s.numel() + edp - 1) / edp;
+    gp.padded = gp.partition * edp;
+  } else {
+    const int64_t align = 2 * static_cast<int64_t>(edp);
+    gp.padded = (numel + align - 1) / align * align;
+    gp.partition = gp.padded / edp;
+  }
   out.push_back(std::move(gp));
 }
 
@@ -298,18 +306,29 @@ void add_expert_groups(const ModelInfo& m, const UcpInfo& info, MpRankPlan& mr) 
 }
 
 // AutoEP (docs/formats.md "AutoEP"): per EP rank r one expert group of the fused weights under their
-// own names, each slot rows r*E_local .. of the [E, ...] tensor, padded to 2 * (DP/EP) and partitioned
-// over the expert-data-parallel group; per (layer, global expert) one file of that expert's rows.
+// own names, each slot rows r*E_local .. of the [E, ...] tensor, partitioned over the expert-data-parallel
+// group. ZeRO-1/2: padded to 2 * (DP/EP), and per (layer, global expert) one file of that expert's rows.
+// ZeRO-3 ("AutoEP under ZeRO-3"): per-parameter partitions, cut into sub-groups at sub_group_size as
+// stage3.py _create_fp16_sub_groups does (:833-880), and no expert files (engine.py:5025-5027).
 void add_autoep_groups(const ModelInfo& m, const UcpInfo& info, MpRankPlan& mr) {
   const auto& t = info.target;
   const int edp = t.dp / t.ep;
+  const bool zero3 = t.zero_stage == 3;
   std::map<std::pair<int, int>, size_t> file_of;
   mr.expert_groups.assign(t.ep, {});
   for (int r = 0; r < t.ep; ++r) {
     for (int g : m.expert_group_of) {
       GroupPlan gp;
       gp.group = g;
-      int64_t off = 0;
+      gp.per_param = zero3;
+      int64_t off = 0, slice_sum = 0;
+      auto close = [&] {
+        close_expert_group(std::move(gp), off, edp, mr.expert_groups[r]);
+        gp = GroupPlan{};
+        gp.group = g;
+        gp.per_param = zero3;
+        off = slice_sum = 0;
+      };
       for (size_t i = 0; i < m.params.size(); ++i) {
         const auto& p = m.params[i];
         if (p.autoep_experts <= 0 || p.group != g) continue;
@@ -323,7 +342,7 @@ void add_autoep_groups(const ModelInfo& m, const UcpInfo& info, MpRankPlan& mr) 
         slot.slice.shape[0] = per;
         slot.offset = off;
         off += slot.numel();
-        for (int j = 0; j < per; ++j) {
+        for (int j = 0; j < per && !zero3; ++j) {
           auto& ef = expert_file_for(mr, file_of, p.moe_id, r * per + j);
           Slot row = slot;
           row.slice.pieces = {{static_cast<int64_t>(r) * per + j, 1}};
@@ -334,9 +353,11 @@ void add_autoep_groups(const ModelInfo& m, const UcpInfo& info, MpRankPlan& mr) 
                                  static_cast<int>(ef.rows.size())}});
           ef.rows.push_back(std::move(row));
         }
+        slice_sum += (slot.numel() + edp - 1) / edp;
         gp.slots.push_back(std::move(slot));
+        if (zero3 && slice_sum >= t.sub_group_size) close();
       }
-      if (!gp.slots.empty()) close_expert_group(std::move(gp), off, edp, mr.expert_groups[r]);
+      if (!gp.slots.empty()) close();
     }
   }
   sort_expert_files(mr);

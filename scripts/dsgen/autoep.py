@@ -59,8 +59,11 @@ def ep_coords(d, dp, ep, data_before_expert):
     return d % ep, d // ep
 
 
-def ds_config(zero, dtype, dp, data_before_expert, ep):
-    cfg = {"train_batch_size": 8 * dp, "zero_optimization": {"stage": zero},
+def ds_config(zero, dtype, dp, data_before_expert, ep, sub_group_size=1_000_000_000):
+    zopt = {"stage": zero}
+    if zero == 3:  # the ZeRO-3 setting the run used (stage3.py:1129-1152 cuts sub-groups by it)
+        zopt["sub_group_size"] = sub_group_size
+    cfg = {"train_batch_size": 8 * dp, "zero_optimization": zopt,
            "bf16": {"enabled": dtype == "bf16"}, "fp16": {"enabled": dtype == "fp16"},
            "expert_parallel": {"enabled": True, "autoep_size": ep}}
     if data_before_expert:
@@ -95,7 +98,7 @@ def autoep_layer_info(layers, experts, ep, dp, zero3=False, ep_rank=0, edp_rank=
     return out
 
 
-def model_states(module, param_shapes, frozen, cfg, info, *, dp, step, layers, experts):
+def model_states(module, param_shapes, frozen, cfg, info, *, dp, step, layers, experts, global_samples=None):
     """The model-states dict of _save_moe_checkpoint (engine.py:5090-5152)."""
     sd = {}  # _common_checkpoint_state (:4840-4862)
     sd["module"] = module
@@ -111,7 +114,8 @@ def model_states(module, param_shapes, frozen, cfg, info, *, dp, step, layers, e
     sd["sparse_tensor_module_names"] = set()
     sd["skipped_steps"] = 0
     sd["global_steps"] = step
-    sd["global_samples"] = step * 8 * dp
+    # samples consumed so far: step * train_batch_size unless the run changed its DP size on the way
+    sd["global_samples"] = step * 8 * dp if global_samples is None else global_samples
     sd["dp_world_size"] = dp
     sd["mp_world_size"] = 1
     sd["checkpoint_parallel_dimensions"] = {"pp_degree": 1, "tp_degree": 1}  # :238-246, constants.py:46-48
@@ -129,14 +133,15 @@ def model_states(module, param_shapes, frozen, cfg, info, *, dp, step, layers, e
 
 def _hyper(group, name, moe):
     d = {"lr": 1e-4, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0, "amsgrad": False,
-         "bias_correction": True, "params": [group], "name": name}
+         "bias_correction": True, "params": group if isinstance(group, list) else [group], "name": name}
     if moe:
         d["moe"] = True
     return d
 
 
 def write(out_dir, truth_dir, *, dp=4, ep=2, zero=1, dtype="bf16", layers=2, experts=4, hidden=8, ffn=12,
-          vocab=16, step=7, seed=4321, data_before_expert=False):
+          vocab=16, step=7, seed=4321, data_before_expert=False, sub_group_size=1_000_000_000,
+          global_samples=None):
     if dp % ep or experts % ep:
         raise ValueError("EP must divide DP and the expert count")
     if zero not in (1, 2, 3):
@@ -156,7 +161,8 @@ def write(out_dir, truth_dir, *, dp=4, ep=2, zero=1, dtype="bf16", layers=2, exp
 
     if zero == 3:
         _write_zero3(ck, params, full, local, dp=dp, ep=ep, dtype=dtype, layers=layers, experts=experts, step=step,
-                     data_before_expert=data_before_expert)
+                     data_before_expert=data_before_expert, sub_group_size=sub_group_size,
+                     global_samples=global_samples)
         if truth_dir:
             write_truth(truth_dir, params, full, experts, step, zero3=True)
         return autoep_layer_info(layers, experts, ep, dp, zero3=True)
@@ -198,7 +204,8 @@ def write(out_dir, truth_dir, *, dp=4, ep=2, zero=1, dtype="bf16", layers=2, exp
     param_shapes = [collections.OrderedDict((n, torch.Size(s)) for n, s in zip(g.names, shapes))
                     for g, _, shapes, _ in groups_by_ep[0]]
     frozen = collections.OrderedDict() if zero == 2 else None  # save_frozen_param (:5099)
-    sd = model_states(module, param_shapes, frozen, cfg, info, dp=dp, step=step, layers=layers, experts=experts)
+    sd = model_states(module, param_shapes, frozen, cfg, info, dp=dp, step=step, layers=layers, experts=experts,
+                      global_samples=global_samples)
     torch.save(sd, os.path.join(ck, "mp_rank_00_model_states.pt"))
 
     # ---- per-expert files (:5027-5056): written by expert-DP rank 0 of each EP rank, one per
@@ -276,14 +283,33 @@ def write_truth(truth_dir, params, full, experts, step, zero3=False):
         json.dump({"params": listing, "num_experts": experts, "step": step}, f, indent=1)
 
 
-def _write_zero3(ck, params, full, local, *, dp, ep, dtype, layers, experts, step, data_before_expert):
+def _sub_groups(names_shapes, count, sub_group_size):
+    """stage3.py:1129-1152 _create_fp16_sub_groups: one parameter group cut into sub-groups, params
+    appended in order until their partition_numel() (ceil(numel / partition count),
+    partition_parameters.py _partition_param) sum reaches sub_group_size; one sub-group when the
+    whole group's sum does not exceed it."""
+    pn = [-(-int(torch.Size(s).numel()) // count) for _, s in names_shapes]
+    if sub_group_size >= sum(pn):
+        return [list(names_shapes)]
+    out, cur, size = [], [], 0
+    for (n, s), k in zip(names_shapes, pn):
+        cur.append((n, s))
+        size += k
+        if size >= sub_group_size or n == names_shapes[-1][0]:
+            out.append(cur)
+            cur, size = [], 0
+    return out
+
+
+def _write_zero3(ck, params, full, local, *, dp, ep, dtype, layers, experts, step, data_before_expert,
+                 sub_group_size=1_000_000_000, global_samples=None):
     """AutoEP under ZeRO-3, the partition-native format (checkpoint_format 'zero3_partitioned',
     version 1): no per-expert files (engine.py:5025-5027 skips them under partition weights), every
     DP rank d writes zero_pp_rank_<d>_mp_rank_00_model_states.pt (engine.py:5090, name :4156-4175) and
     [bf16_]zero_pp_rank_<d>_mp_rank_00_optim_states.pt (_save_zero_checkpoint :5345-5362, name
     :4150-4154). The optimizer param groups are the dense group then ep_size_<EP> (moe/utils.py:72-175);
-    stage3.py:646-675 _get_trainable_parameter_groups keeps them, :833-880 makes one sub-group per group
-    (sub_group_size not reached), partitioned over the parameter's process group: all DP ranks for the
+    stage3.py:646-675 _get_trainable_parameter_groups keeps them, :833-880 cuts each into sub-groups
+    (_sub_groups, :1129-1152), partitioned over the parameter's process group: all DP ranks for the
     dense group, the expert-DP group (DP/EP ranks, ds_zero_partition_group_name 'ep_size_<EP>',
     engine.py:1883-1918) for the expert group. Each parameter is split on its own into
     ceil(numel/count) slices, padding at the end (partition_numel); a rank's flat sub-group is the
@@ -293,14 +319,17 @@ def _write_zero3(ck, params, full, local, *, dp, ep, dtype, layers, experts, ste
     lp = DTYPES[dtype]
     dense = [(n, s) for n, s, e in params if not e]
     expert = [(n, (per, ) + tuple(s[1:])) for n, s, e in params if e]
-    cfg = ds_config(3, dtype, dp, data_before_expert, ep)
+    cfg = ds_config(3, dtype, dp, data_before_expert, ep, sub_group_size)
+    # Sub-groups (stage3.py:833-880): the dense parameter group's, then the expert group's, each cut
+    # by _create_fp16_sub_groups over its own partition count (DP, or DP/EP for the experts).
+    subs = ([(g, dp, False) for g in _sub_groups(dense, dp, sub_group_size)] +
+            [(g, edp, True) for g in _sub_groups(expert, edp, sub_group_size)])
     # module_state_dict under ZeRO-3: partitioned parameters are 0-element placeholders;
     # _get_non_moe_state_dict (:4807-4838) drops experts.w1/w2/w3.
     module = collections.OrderedDict((n, torch.empty(0, dtype=lp)) for n, _ in dense)
     # _get_zero_param_shapes (:5244-5284): ds_shape of every parameter per sub-group; the expert
     # parameters' ds_shape is this EP rank's [E_local, ...] (the same on every rank).
-    param_shapes = [collections.OrderedDict((n, torch.Size(s)) for n, s in dense),
-                    collections.OrderedDict((n, torch.Size(s)) for n, s in expert)]
+    param_shapes = [collections.OrderedDict((n, torch.Size(s)) for n, s in g) for g, _, _ in subs]
     # _validate_zero3_moe_compatibility (:1828-1873) and _save_moe_checkpoint (:4970-4977) refuse frozen
     # experts; save_frozen_param = partition_gradients (:5097): {} for a model with none frozen.
     frozen = collections.OrderedDict()
@@ -312,11 +341,13 @@ def _write_zero3(ck, params, full, local, *, dp, ep, dtype, layers, experts, ste
     for d in range(dp):
         r, e = ep_coords(d, dp, ep, data_before_expert)
         info = autoep_layer_info(layers, experts, ep, dp, zero3=True, ep_rank=r, edp_rank=e)
-        sd = model_states(module, param_shapes, frozen, cfg, info, dp=dp, step=step, layers=layers, experts=experts)
+        sd = model_states(module, param_shapes, frozen, cfg, info, dp=dp, step=step, layers=layers, experts=experts,
+                          global_samples=global_samples)
         torch.save(sd, os.path.join(ck, f"zero_pp_rank_{d}_mp_rank_00_model_states.pt"))
 
         flats, state, meta = [], {}, []
-        for sg, (names_shapes, count, rank, moe) in enumerate(((dense, dp, d, False), (expert, edp, e, True))):
+        for sg, (names_shapes, count, moe) in enumerate(subs):
+            rank = e if moe else d
             parts = {s: [] for s in STATES}
             for n, shape in names_shapes:
                 for s in STATES:
@@ -344,8 +375,11 @@ def _write_zero3(ck, params, full, local, *, dp, ep, dtype, layers, experts, ste
         osd["overflow"] = False
         osd["partition_count"] = dp  # self.partition_count: the DP world size
         osd["ds_zero_partition_groups"] = meta
+        # torch's Optimizer.state_dict numbers the fp32 sub-group tensors _set_fp32_optimizer_param_groups
+        # (stage3.py:3107-3111) appended to their source param group, in group order.
+        ids = [[sg for sg, (_, _, moe) in enumerate(subs) if moe == m] for m in (False, True)]
         osd["optimizer_state_dict"] = {"state": state, "param_groups": [
-            _hyper(0, "dense-params", False), _hyper(1, f"ep_size_{ep}", True)]}
+            _hyper(ids[0], "dense-params", False), _hyper(ids[1], f"ep_size_{ep}", True)]}
         osd["fp32_flat_groups"] = flats
         zsd = {"optimizer_state_dict": osd, "ds_config": cfg, "ds_version": DS_VERSION}  # engine.py:5347
         torch.save(zsd, os.path.join(ck, f"{prefix}zero_pp_rank_{d}_mp_rank_00_optim_states.pt"))

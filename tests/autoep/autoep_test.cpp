@@ -207,6 +207,136 @@ INSTANTIATE_TEST_SUITE_P(Trips, AutoEpLoad,
                                            Trip{"dp4_ep2_zero3_bf16", 4, "dp4_ep4_zero1_bf16"}),
                          [](const auto& info) { return std::string(info.param.from) + "_to_ep" + std::to_string(info.param.ep); });
 
+// ucp-load --zero-stage 3 writes AutoEP's partition-native ZeRO-3 layout (docs/formats.md "AutoEP under
+// ZeRO-3"): the folder equals, file by file, key by key and bit for bit, what the generator writes at
+// the target layout from DeepSpeed v0.19.5's save code (per-rank model files with the rank's
+// ds_autoep_layers place, no expert files, ds_zero_partition_groups, expert sub-groups partitioned over
+// the expert-DP group with per-parameter padding; tests/autoep/same_layout.py); ucp-union of it gives
+// the first universal checkpoint again: every atomic file byte for byte from a ZeRO-3 source
+// (same_atomic.py), the same values from a ZeRO-1 one (whose dense files have ZeRO-1/2's form,
+// same_universal.py), and the generator's truth (check_universal.py).
+struct Z3Trip {
+  const char* from;  // fixture
+  int dp, ep;        // target
+  int sub_group_size;  // 0: DeepSpeed's default
+  const char* same;  // fixture written by the generator at the target layout
+  const char* dtype = "bf16";
+};
+
+class AutoEpLoadZero3 : public ::testing::TestWithParam<Z3Trip> {};
+
+TEST_P(AutoEpLoadZero3, WritesDeepSpeedsZero3LayoutAndRoundTripsBitExact) {
+  const Z3Trip c = GetParam();
+  const fs::path d = scratch(std::string("load3_") + c.from + "_dp" + std::to_string(c.dp) + "_ep" + std::to_string(c.ep) +
+                             "_sg" + std::to_string(c.sub_group_size));
+  std::string log;
+  ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote(kFx + "/" + c.from) + " --output " + quote((d / "u").string()), &log), 0)
+      << log;
+  const std::string sg = c.sub_group_size ? " --sub-group-size " + std::to_string(c.sub_group_size) : "";
+  ASSERT_EQ(run_command(kBin + "/ucp-load -q --input " + quote((d / "u").string()) + " --output " + quote((d / "t").string()) +
+                            " --tp 1 --pp 1 --zero-stage 3 --dtype " + c.dtype + " --dp " + std::to_string(c.dp) + " --ep " +
+                            std::to_string(c.ep) + sg,
+                        &log),
+            0)
+      << log;
+  log.clear();
+  EXPECT_EQ(run_command(kPy + " " + quote(kSrc + "/tests/autoep/same_layout.py") + " " + quote((d / "t" / "global_step7").string()) +
+                            " " + quote(kFx + "/" + c.same + "/global_step7"),
+                        &log),
+            0)
+      << log;
+  ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote((d / "t").string()) + " --output " + quote((d / "u2").string()), &log), 0)
+      << log;
+  log.clear();
+  const bool zero3_source = std::string(c.from).find("zero3") != std::string::npos;
+  EXPECT_EQ(run_command(kPy + " " +
+                            quote(kSrc + (zero3_source ? "/tests/autoep/same_atomic.py" : "/tests/autoep/same_universal.py")) +
+                            " " + quote((d / "u2").string()) + " " + quote((d / "u").string()),
+                        &log),
+            0)
+      << log;
+  log.clear();
+  EXPECT_EQ(run_command(kPy + " " + quote(kSrc + "/tests/autoep/check_universal.py") + " " + quote((d / "u2").string()) + " " +
+                            quote(kFx + "/" + c.same) + " --input " + quote((d / "t").string()) + " --ep 1 --ep 2 --ep 4",
+                        &log),
+            0)
+      << log;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Trips, AutoEpLoadZero3,
+    ::testing::Values(Z3Trip{"dp4_ep2_zero1_bf16", 4, 4, 0, "dp4_ep4_zero3_bf16"},       // ZeRO-1 EP 2 -> ZeRO-3 EP 4
+                      Z3Trip{"dp4_ep4_zero1_bf16", 4, 2, 0, "dp4_ep2_zero3_bf16"},       // ZeRO-1 EP 4 -> ZeRO-3 EP 2
+                      Z3Trip{"dp4_ep2_zero3_bf16", 4, 4, 0, "dp4_ep4_zero3_bf16"},       // ZeRO-3 EP 2 -> 4
+                      Z3Trip{"dp4_ep4_zero3_bf16", 4, 2, 0, "dp4_ep2_zero3_bf16"},       // ZeRO-3 EP 4 -> 2
+                      Z3Trip{"dp4_ep4_zero3_bf16", 8, 2, 0, "dp8_ep2_zero3_bf16"},       // and DP 4 -> 8
+                      Z3Trip{"dp8_ep2_zero3_bf16", 4, 2, 200, "dp4_ep2_zero3_bf16_sub200"},  // DP 8 -> 4, sub-groups
+                      // expert-DP ranks first, fp16; DP 6 EP 2 -> DP 3 EP 1: padding in every partition
+                      Z3Trip{"dp6_ep2_zero3_fp16_data_before_expert", 3, 1, 0, "dp3_ep1_zero3_fp16_data_before_expert",
+                             "fp16"}),
+    [](const auto& info) {
+      const auto& c = info.param;
+      return std::string(c.from) + "_to_dp" + std::to_string(c.dp) + "_ep" + std::to_string(c.ep) +
+             (c.sub_group_size ? "_sub" + std::to_string(c.sub_group_size) : "");
+    });
+
+// The same with two MPI ranks (the exchange path), back to the source's own layout (DP 6, EP 2,
+// expert-DP ranks first, padded expert partitions): the written folder equals the generated source.
+TEST(AutoEpLoadZero3Mpi, SameLayoutDataBeforeExpertEqualsTheSource) {
+  if (run_command("command -v mpirun") != 0) GTEST_SKIP() << "no mpirun";
+  const std::string c = "dp6_ep2_zero3_fp16_data_before_expert";
+  const fs::path d = scratch("load3_mpi_same");
+  std::string log;
+  ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote(kFx + "/" + c) + " --output " + quote((d / "u").string()), &log), 0)
+      << log;
+  ASSERT_EQ(run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe " + kBin +
+                            "/ucp-load -q --input " + quote((d / "u").string()) + " --output " + quote((d / "t").string()) +
+                            " --tp 1 --pp 1 --dp 6 --ep 2 --zero-stage 3 --dtype fp16",
+                        &log),
+            0)
+      << log;
+  log.clear();
+  EXPECT_EQ(run_command(kPy + " " + quote(kSrc + "/tests/autoep/same_layout.py") + " " + quote((d / "t" / "global_step7").string()) +
+                            " " + quote(kFx + "/" + c + "/global_step7"),
+                        &log),
+            0)
+      << log;
+}
+
+// Impossible ZeRO-3 AutoEP layouts: one clear line, exit 1 or 2 (usage), nothing written.
+struct BadZ3 {
+  const char* name;
+  const char* args;
+  int rc;
+  const char* message;
+};
+
+class AutoEpLoadZero3BadInput : public ::testing::TestWithParam<BadZ3> {};
+
+TEST_P(AutoEpLoadZero3BadInput, OneClearLineNothingWritten) {
+  const BadZ3 c = GetParam();
+  const fs::path d = scratch(std::string("load3_bad_") + c.name);
+  std::string log;
+  ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote(kFx + "/dp4_ep2_zero3_bf16") + " --output " + quote((d / "u").string()), &log), 0)
+      << log;
+  log.clear();
+  const int rc = run_command(kBin + "/ucp-load -q --input " + quote((d / "u").string()) + " --output " + quote((d / "t").string()) +
+                                 " --zero-stage 3 --dtype bf16 " + c.args,
+                             &log);
+  EXPECT_EQ(rc, c.rc) << log;
+  EXPECT_NE(log.find(c.message), std::string::npos) << log;
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
+  EXPECT_FALSE(fs::exists(d / "t"));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, AutoEpLoadZero3BadInput,
+    ::testing::Values(BadZ3{"ep3", "--tp 1 --pp 1 --dp 3 --ep 3", 1, "--ep 3 does not divide the 4 experts of model.layers.0.mlp.experts.w1"},
+                      BadZ3{"dp_not_multiple", "--tp 1 --pp 1 --dp 6 --ep 4", 2, "--ep 4 must divide --dp 6"},
+                      BadZ3{"tp2", "--tp 2 --pp 1 --dp 2 --ep 2", 1, "TP = PP = 1 and ZeRO stage 1, 2 or 3 only (asked tp=2"},
+                      BadZ3{"pp2", "--tp 1 --pp 2 --dp 2 --ep 2", 2, "pipeline parallelism (--pp 2) needs ZeRO stage 0 or 1"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
 // Back to the source's own layout (DP 6, EP 2, expert-DP ranks before EP ranks, ZeRO-2, fp16) with two
 // MPI ranks (the exchange path): the written folder equals the generated source value by value.
 TEST(AutoEpLoadMpi, SameLayoutDataBeforeExpertEqualsTheSource) {

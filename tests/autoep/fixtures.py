@@ -19,6 +19,16 @@ CASES = {
     "dp4_ep2_zero3_bf16": dict(dp=4, ep=2, zero=3, dtype="bf16"),
     # expert-DP partitions with padding (2*10*8 = 160 elements over 3 ranks), expert-DP ranks first
     "dp6_ep2_zero3_fp16_data_before_expert": dict(dp=6, ep=2, zero=3, dtype="fp16", data_before_expert=True, ffn=10),
+    # ZeRO-3 targets of ucp-load (the same weights): EP 4, DP 8 (the same run: 224 samples consumed, as
+    # at DP 4), and small sub-groups (sub_group_size 200 elements per rank: the dense group cut in
+    # several, the expert group in one per layer)
+    "dp4_ep4_zero3_bf16": dict(dp=4, ep=4, zero=3, dtype="bf16"),
+    "dp8_ep2_zero3_bf16": dict(dp=8, ep=2, zero=3, dtype="bf16", global_samples=224),
+    "dp4_ep2_zero3_bf16_sub200": dict(dp=4, ep=2, zero=3, dtype="bf16", sub_group_size=200),
+    # the weights of dp6_ep2_zero3_fp16_data_before_expert at DP 3, EP 1: padding in every dense
+    # parameter (H = 8 over 3 ranks) and expert weight (4*10*8 = 320 over 3)
+    "dp3_ep1_zero3_fp16_data_before_expert": dict(dp=3, ep=1, zero=3, dtype="fp16", data_before_expert=True, ffn=10,
+                                                  global_samples=7 * 8 * 6),
 }
 
 

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "layout/deepspeed/moe.h"
 
 namespace ucpkit::layout {
 
@@ -122,6 +123,35 @@ std::vector<Zero3PartitionGroup> parse_zero3_partition_groups(const ValuePtr& os
   return out;
 }
 
+ValuePtr zero3_partition_groups_value(const std::vector<Zero3PartitionGroup>& groups, const std::string& ep_group_name) {
+  auto out = Value::list();
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const auto& g = groups[i];
+    auto ranks = Value::list();
+    for (int r : g.partition_ranks) ranks->items.push_back(Value::integer(r));
+    auto e = Value::dict();
+    e->set_item("sub_group", Value::integer(static_cast<int64_t>(i)));
+    e->set_item("partition_count", Value::integer(g.partition_count));
+    e->set_item("partition_rank", Value::integer(g.partition_rank));
+    e->set_item("partition_ranks", ranks);
+    e->set_item("families", Value::list({Value::str(g.autoep_expert ? "autoep_expert" : "replicated")}));
+    e->set_item("group_names", Value::list({Value::str(g.autoep_expert ? ep_group_name : "replicated")}));
+    out->items.push_back(e);
+  }
+  return out;
+}
+
+std::vector<int> autoep_expert_dp_ranks(int ep_rank, int dp, int ep, bool data_before_expert) {
+  std::vector<int> ranks(dp / ep, -1);
+  for (int d = 0; d < dp; ++d) {
+    const auto c = ep_coords(d, dp, ep, data_before_expert);
+    if (c.ep_rank == ep_rank) ranks.at(c.edp_rank) = d;
+  }
+  return ranks;
+}
+
+std::string autoep_group_name(int ep) { return "ep_size_" + std::to_string(ep); }
+
 std::string autoep_expert_file_name(int moe_layer_id, int global_expert, int mp_rank) {
   char buf[96];
   std::snprintf(buf, sizeof buf, "layer_%d_expert_%d_mp_rank_%02d_model_states.pt", moe_layer_id, global_expert, mp_rank);
@@ -132,7 +162,7 @@ std::string autoep_expert_file_key(const std::string& prefix, const std::string&
   return prefix + "." + weight + "." + std::to_string(global_expert);
 }
 
-void retarget_autoep_layers(const ValuePtr& layers, int ep, int dp, bool zero3) {
+void retarget_autoep_layers(const ValuePtr& layers, int ep, int dp, bool zero3, int ep_rank, int edp_rank) {
   if (!layers || layers->kind != Kind::List) return;
   for (const auto& e : layers->items) {
     if (!e || e->kind != Kind::Dict) continue;
@@ -144,12 +174,12 @@ void retarget_autoep_layers(const ValuePtr& layers, int ep, int dp, bool zero3) 
     };
     set("ep_size", Value::integer(ep));
     set("num_local_experts", Value::integer(per));
-    set("ep_group_name", Value::str("ep_size_" + std::to_string(ep)));
-    set("ep_rank", Value::integer(0));
-    set("expert_data_parallel_rank", Value::integer(0));
+    set("ep_group_name", Value::str(autoep_group_name(ep)));
+    set("ep_rank", Value::integer(ep_rank));
+    set("expert_data_parallel_rank", Value::integer(edp_rank));
     set("expert_data_parallel_world_size", Value::integer(dp / ep));
-    set("global_expert_start", Value::integer(0));
-    set("global_expert_end", Value::integer(per));
+    set("global_expert_start", Value::integer(ep_rank * per));
+    set("global_expert_end", Value::integer(ep_rank * per + per));
     set("checkpoint_format", Value::str(zero3 ? "zero3_partitioned" : "per_expert_files"));
     set("checkpoint_format_version", zero3 ? Value::integer(1) : Value::none());
   }

@@ -1,5 +1,6 @@
-// DeepSpeed AutoEP (DeepSpeed >= 0.19.2, module_inject/auto_ep_layer.py) checkpoint format under
-// ZeRO-1/2: the `ds_autoep_layers` list of the mp_rank file, the per-expert file names and keys, the
+// DeepSpeed AutoEP (DeepSpeed >= 0.19.2, module_inject/auto_ep_layer.py) checkpoint format: the
+// `ds_autoep_layers` list of the model files, the per-expert file names and keys (ZeRO-1/2), the
+// ZeRO-3 shards' `ds_zero_partition_groups` and expert-DP partition ranks (ZeRO-3), the
 // fused expert parameter names, and the universal form of an expert parameter that
 // deepspeed/checkpoint/autoep_universal.py writes. docs/formats.md "AutoEP" has the facts with
 // DeepSpeed file:line (tag v0.19.5). Readers describe what they found; no file I/O here.
@@ -53,6 +54,17 @@ struct Zero3PartitionGroup {
 // malformed entry.
 std::vector<Zero3PartitionGroup> parse_zero3_partition_groups(const pickle::ValuePtr& optimizer_state_dict,
                                                               const std::string& file);
+// The `ds_zero_partition_groups` list a ZeRO-3 AutoEP rank saves (stage3.py:3117-3133), one dict per
+// sub-group in order with keys sub_group, partition_count, partition_rank, partition_ranks, families,
+// group_names: families ['autoep_expert'] and group_names [<ep_group_name>] for an expert sub-group
+// (auto_ep_layer.py:480-484), ['replicated'] / ['replicated'] otherwise (engine.py:1882-1915).
+pickle::ValuePtr zero3_partition_groups_value(const std::vector<Zero3PartitionGroup>& groups,
+                                              const std::string& ep_group_name);
+// Global ranks of the ZeRO-3 partition group of EP rank `ep_rank`'s experts, in partition-rank order:
+// the expert-data-parallel group (engine.py:1882-1890, utils/groups.py:304); TP = PP = 1.
+std::vector<int> autoep_expert_dp_ranks(int ep_rank, int dp, int ep, bool data_before_expert);
+// "ep_size_<EP>": AutoEP's expert-parallel group name (auto_ep_layer.py, utils/groups.py).
+std::string autoep_group_name(int ep);
 
 // "layer_<id>_expert_<g>_mp_rank_<mp>_model_states.pt" (engine.py:4190-4200).
 std::string autoep_expert_file_name(int moe_layer_id, int global_expert, int mp_rank = 0);
@@ -68,8 +80,11 @@ pickle::ValuePtr autoep_universal_state(const pickle::ValuePtr& param, int num_e
 // num_local_experts, ep_group_name, ep_rank 0, expert_data_parallel_rank 0,
 // expert_data_parallel_world_size, global_expert_start 0, global_expert_end, and the format of the
 // target's ZeRO stage (checkpoint_format 'zero3_partitioned' / version 1 under ZeRO-3, else
-// 'per_expert_files' / None, :4998-5003). No-op on None.
-void retarget_autoep_layers(const pickle::ValuePtr& layers, int ep, int dp, bool zero3);
+// 'per_expert_files' / None, :4998-5003). No-op on None. Under ZeRO-3 every DP rank writes its own
+// model file (engine.py:5090) with its own place: `ep_rank` and `edp_rank` set ep_rank,
+// expert_data_parallel_rank and the global expert range [ep_rank * E_local, +E_local) (:5004-5016).
+void retarget_autoep_layers(const pickle::ValuePtr& layers, int ep, int dp, bool zero3, int ep_rank = 0,
+                            int edp_rank = 0);
 
 // ds_config key naming the expert/data rank order (runtime/constants.py:518; ds_to_universal.py:877).
 inline constexpr const char* kUseDataBeforeExpertParallelism = "use_data_before_expert_parallelism";
