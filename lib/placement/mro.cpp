@@ -5,8 +5,11 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
+#include <set>
 #include <string>
+#include <tuple>
 
 #include "core/error.h"
 #include "placement/recovery.h"
@@ -212,6 +215,88 @@ std::vector<double> exact_recovery_vector(const Nodes& nodes, int experts) {
   return p;
 }
 
+namespace {
+
+// The nodes with room, ordered by (load, -room, node): the first is the least loaded, with the most
+// room among equal loads, then the lowest index.
+using NodeQueue = std::set<std::tuple<double, int, int>>;
+
+// The node the leftover scan picks among `q` (see place_leftovers). Nodes whose load is more than
+// 1e-12 above every load of the lowest band T (T: the least load, then every next distinct load
+// within 1e-12 of T's largest) can neither replace a T node in the scan nor stay picked once a T node
+// is seen, so only T matters. When T holds one load value the scan ends on T's node with the most
+// room, lowest index first: `q`'s first. Otherwise (near ties from rounding) T is scanned in node order.
+int pick_node(const NodeQueue& q, const std::vector<double>& node_load, const std::vector<int>& room) {
+  constexpr int kMax = std::numeric_limits<int>::max();
+  const auto first = q.begin();
+  double top = std::get<0>(*first);
+  auto it = q.upper_bound({top, kMax, kMax});
+  bool one_value = true;
+  while (it != q.end()) {
+    const double f = std::get<0>(*it);
+    if (f > top + 1e-12 && top < f - 1e-12) break;
+    one_value = false;
+    top = f;
+    it = q.upper_bound({f, kMax, kMax});
+  }
+  if (one_value) return std::get<2>(*first);
+  std::vector<int> band;
+  for (auto j = first; j != it; ++j) band.push_back(std::get<2>(*j));
+  std::sort(band.begin(), band.end());
+  int best = -1;
+  for (int n : band)
+    if (best < 0 || node_load[n] < node_load[best] - 1e-12 ||
+        (node_load[n] <= node_load[best] + 1e-12 && room[n] > room[best]))
+      best = n;
+  return best;
+}
+
+}  // namespace
+
+void place_leftovers(std::vector<std::vector<int>>& nodes, const std::vector<int>& pending,
+                     const std::vector<double>& replica_load, int slots_per_node) {
+  const int N = static_cast<int>(nodes.size()), E = static_cast<int>(replica_load.size());
+  std::vector<double> node_load(N, 0.0);
+  std::vector<int> room(N);
+  std::vector<std::vector<char>> present(N, std::vector<char>(E, 0));
+  std::vector<std::vector<int>> nodes_of(E);  // nodes holding each expert
+  for (int n = 0; n < N; ++n) {
+    for (int e : nodes[n]) {
+      node_load[n] += replica_load[e];
+      if (!present[n][e]) nodes_of[e].push_back(n);
+      present[n][e] = 1;
+    }
+    room[n] = slots_per_node - static_cast<int>(nodes[n].size());
+  }
+  // The nodes with room, split for the current expert: `lacking` it and `holding` it. A pick takes
+  // from `lacking` unless it is empty; switching experts moves the nodes of the old and the new one.
+  NodeQueue lacking, holding;
+  auto key = [&](int n) { return std::make_tuple(node_load[n], -room[n], n); };
+  for (int n = 0; n < N; ++n)
+    if (room[n] > 0) lacking.insert(key(n));
+  int current = -1;
+  auto move_nodes = [&](int e, NodeQueue& from, NodeQueue& to) {
+    for (int n : nodes_of[e])
+      if (room[n] > 0 && from.erase(key(n))) to.insert(key(n));
+  };
+  for (int e : pending) {
+    if (e != current) {
+      if (current >= 0) move_nodes(current, holding, lacking);
+      current = e;
+      move_nodes(e, lacking, holding);
+    }
+    NodeQueue& q = lacking.empty() ? holding : lacking;
+    const int best = pick_node(q, node_load, room);
+    q.erase(key(best));
+    nodes[best].push_back(e);
+    node_load[best] += replica_load[e];
+    --room[best];
+    if (!present[best][e]) nodes_of[e].push_back(best);
+    present[best][e] = 1;
+    if (room[best] > 0) holding.insert(key(best));
+  }
+}
+
 std::vector<std::vector<int>> mro_placement(const std::vector<int>& r, const std::vector<double>& loads, int N, int c,
                                             const MroOptions& options) {
   const int E = static_cast<int>(r.size());
@@ -253,38 +338,14 @@ std::vector<std::vector<int>> mro_placement(const std::vector<int>& r, const std
   }
 
   // Leftover replicas, heaviest replica first, onto the least loaded node with room that lacks them.
-  std::vector<double> node_load(N, 0.0);
-  std::vector<std::vector<char>> present(N, std::vector<char>(E, 0));
   auto rload = [&](int e) { return r[e] ? loads[e] / r[e] : 0.0; };
-  for (int n = 0; n < N; ++n)
-    for (int e : nodes[n]) {
-      node_load[n] += rload(e);
-      present[n][e] = 1;
-    }
   std::vector<int> pending;
   for (int e : order)
     for (int i = 0; i < left[e]; ++i) pending.push_back(e);
   std::stable_sort(pending.begin(), pending.end(), [&](int a, int b) { return rload(a) > rload(b); });
-  for (int e : pending) {
-    int best = -1;
-    bool best_lacks = false;
-    int best_room = 0;
-    for (int n = 0; n < N; ++n) {
-      int room = c - static_cast<int>(nodes[n].size());
-      if (room <= 0) continue;
-      bool lacks = !present[n][e];
-      if (best < 0 || (lacks && !best_lacks) ||
-          (lacks == best_lacks && (node_load[n] < node_load[best] - 1e-12 ||
-                                   (node_load[n] <= node_load[best] + 1e-12 && room > best_room)))) {
-        best = n;
-        best_lacks = lacks;
-        best_room = room;
-      }
-    }
-    nodes[best].push_back(e);
-    present[best][e] = 1;
-    node_load[best] += rload(e);
-  }
+  std::vector<double> replica_load(E);
+  for (int e = 0; e < E; ++e) replica_load[e] = rload(e);
+  place_leftovers(nodes, pending, replica_load, c);
 
   repair_degrees(nodes, r, order, options.fault_tolerance);
 

@@ -30,6 +30,14 @@ struct MroOptions {
 std::vector<std::vector<int>> mro_placement(const std::vector<int>& replicas, const std::vector<double>& loads,
                                             int nodes, int slots_per_node, const MroOptions& options = {});
 
+// The leftover pass of mro_placement: puts each of `pending`, in order, on a node with room (fewer
+// than `slots_per_node` entries) chosen as by a scan of the nodes in index order over those lacking the
+// expert (over all with room when none lacks it): the first, replaced by a later one whose load (sum of
+// `replica_load` over its entries) is lower by more than 1e-12, or within 1e-12 with more room. Finds
+// that node from ordered sets instead of scanning (pending x log nodes instead of pending x nodes).
+void place_leftovers(std::vector<std::vector<int>>& nodes, const std::vector<int>& pending,
+                     const std::vector<double>& replica_load, int slots_per_node);
+
 // Exact recovery probabilities p(k), k = 1..nodes-1, of a node-level placement by enumerating all
 // failure sets (nodes <= 24); used by the refinement and by small-instance diagnostics.
 std::vector<double> exact_recovery_vector(const std::vector<std::vector<int>>& node_experts, int experts);

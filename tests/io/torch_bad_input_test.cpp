@@ -9,6 +9,7 @@
 #include <iterator>
 #include <random>
 
+#include "io/pickle/unpickler.h"
 #include "support/process.h"
 #include "truth_check.h"
 
@@ -235,6 +236,42 @@ TEST(TorchInputRejection, TensorViewOutsideStorage) {
   EXPECT_THROW(Tensor(s, 0, {int64_t{1} << 62, 4}, {4, 1}), ucpkit::Error);
   EXPECT_NO_THROW(Tensor(s, 4, {2, 3}, {3, 1}));
   EXPECT_NO_THROW(Tensor(s, 10, {0}, {1}));
+}
+
+// Mutation campaign findings (docs/reliability.md): damage that CPython's unpickler, and so torch.load,
+// refuses must be refused here too, or ucp-union copies the damaged file into its output with exit 0.
+std::string unpickle_error(const std::string& pkl) {
+  std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(pkl.data()), pkl.size());
+  try {
+    ucpkit::pickle::unpickle(bytes, "damaged.pkl");
+  } catch (const ucpkit::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(PickleDamage, MemoIndexBeyondThePickleIsRefused) {
+  // [] memoized at index 0xf6000000 (a flipped high byte of LONG_BINPUT): CPython raises MemoryError.
+  static const char huge[] = "\x80\x02]r\x00\x00\x00\xf6.";
+  const std::string msg = unpickle_error(std::string(huge, sizeof(huge) - 1));
+  EXPECT_NE(msg.find("damaged.pkl"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("memo index"), std::string::npos) << msg;
+  // The same list memoized at 5 (indices need not be dense) and fetched back is fine.
+  static const char ok[] = "\x80\x02]r\x05\x00\x00\x00" "0" "h\x05.";
+  EXPECT_EQ(unpickle_error(std::string(ok, sizeof(ok) - 1)), "");
+}
+
+TEST(PickleDamage, ReduceOfAValueThatCannotBeCalledIsRefused) {
+  // BINGET fetched a tuple where the callable was: REDUCE((), ()) -> "'tuple' object is not callable".
+  static const char tuple_call[] = "\x80\x02))R.";
+  std::string msg = unpickle_error(std::string(tuple_call, sizeof(tuple_call) - 1));
+  EXPECT_NE(msg.find("REDUCE of a value that cannot be called"), std::string::npos) << msg;
+  static const char list_new[] = "\x80\x02])\x81.";  // NEWOBJ with a list as the class
+  msg = unpickle_error(std::string(list_new, sizeof(list_new) - 1));
+  EXPECT_NE(msg.find("NEWOBJ of a value that cannot be called"), std::string::npos) << msg;
+  // A class reference (memoized, fetched back by BINGET as torch's pickles do) is fine.
+  static const char ok[] = "\x80\x02" "ccollections\nOrderedDict\n" "q\x00" "0" "h\x00" ")R.";
+  EXPECT_EQ(unpickle_error(std::string(ok, sizeof(ok) - 1)), "");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <ctime>
 #include <functional>
 #include <map>
 #include <numeric>
@@ -262,4 +263,98 @@ TEST(Mro, LargerInstancesKeepFDistinctNodes) {
     for (const auto& n : nodes) d += std::count(n.begin(), n.end(), e) > 0;
     EXPECT_GE(d, 2) << "expert " << e;
   }
+}
+
+namespace {
+
+// The leftover pass as it was written before it used ordered sets (a scan of every node per replica):
+// the rule place_leftovers() must reproduce node for node, epsilon ties included.
+void leftovers_by_scan(Nodes& nodes, const std::vector<int>& pending, const std::vector<double>& rload, int c) {
+  const int N = static_cast<int>(nodes.size()), E = static_cast<int>(rload.size());
+  std::vector<double> node_load(N, 0.0);
+  std::vector<std::vector<char>> present(N, std::vector<char>(E, 0));
+  for (int n = 0; n < N; ++n)
+    for (int e : nodes[n]) {
+      node_load[n] += rload[e];
+      present[n][e] = 1;
+    }
+  for (int e : pending) {
+    int best = -1;
+    bool best_lacks = false;
+    int best_room = 0;
+    for (int n = 0; n < N; ++n) {
+      int room = c - static_cast<int>(nodes[n].size());
+      if (room <= 0) continue;
+      bool lacks = !present[n][e];
+      if (best < 0 || (lacks && !best_lacks) ||
+          (lacks == best_lacks && (node_load[n] < node_load[best] - 1e-12 ||
+                                   (node_load[n] <= node_load[best] + 1e-12 && room > best_room)))) {
+        best = n;
+        best_lacks = lacks;
+        best_room = room;
+      }
+    }
+    nodes[best].push_back(e);
+    present[best][e] = 1;
+    node_load[best] += rload[e];
+  }
+}
+
+}  // namespace
+
+// Random partial placements whose node loads tie exactly (equal contents), nearly (0.1 + 0.2 against
+// 0.3; steps of 3e-13, so chains of loads each within 1e-12 of the next) or not at all, with pending
+// replicas grouped by expert (as mro_placement orders them) or shuffled: the same nodes as the scan.
+TEST(Mro, LeftoverPassPicksTheNodesOfTheScan) {
+  std::mt19937 rng(16);
+  const std::vector<std::vector<double>> palettes = {
+      {0.1, 0.2, 0.3, 1.0 / 3, 2.0 / 3, 0.7, 1.0, 0.0},
+      {1.0, 1.0 + 3e-13, 1.0 + 6e-13, 1.0 + 9e-13, 1.0 + 1.2e-12, 2.0, 3e-13},
+      {5.0, 5.0, 5.0, 5.0},
+      {1.0, 2.0, 4.0, 8.0, 16.0, 32.0}};
+  int cases = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int N = 1 + static_cast<int>(rng() % 40), c = 1 + static_cast<int>(rng() % 6);
+    const int E = 1 + static_cast<int>(rng() % 8);
+    const auto& palette = palettes[rng() % palettes.size()];
+    std::vector<double> rload(E);
+    for (auto& x : rload) x = palette[rng() % palette.size()];
+    Nodes nodes(N);
+    int free_slots = 0;
+    for (auto& n : nodes) {
+      const int fill = static_cast<int>(rng() % (c + 1));
+      for (int i = 0; i < fill; ++i) n.push_back(static_cast<int>(rng() % E));
+      free_slots += c - fill;
+    }
+    std::vector<int> pending;
+    const int count = free_slots == 0 ? 0 : static_cast<int>(rng() % (free_slots + 1));
+    for (int i = 0; i < count; ++i) pending.push_back(static_cast<int>(rng() % E));
+    if (rng() % 2) std::sort(pending.begin(), pending.end());
+    Nodes expected = nodes, got = nodes;
+    leftovers_by_scan(expected, pending, rload, c);
+    place_leftovers(got, pending, rload, c);
+    ASSERT_EQ(got, expected) << "trial " << trial << ": N " << N << " c " << c << " E " << E;
+    cases += !pending.empty();
+  }
+  EXPECT_GT(cases, 2500);
+}
+
+// The leftover pass is no longer replicas x nodes: 40,000 nodes x 16 slots (a Lazarus allocation of 64
+// experts, a few hundred thousand leftover replicas) take about 0.1 s of CPU; the scan of every node per
+// replica took 4 s. CPU time of this process (std::clock), so other load on the machine does not count.
+TEST(Mro, LeftoverPassOnManyNodes) {
+  const int N = 40000, c = 16, E = 64;
+  std::mt19937 rng(7);
+  std::vector<double> loads(E);
+  for (auto& t : loads) t = 1 + rng() % 1000;
+  std::vector<int> r = lazarus_allocation(loads, N, c, 1);
+  const std::clock_t start = std::clock();
+  const Nodes nodes = mro_placement(r, loads, N, c);
+  EXPECT_LT(static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC, 1.5);
+  std::vector<int> placed(E, 0);
+  for (const auto& n : nodes) {
+    ASSERT_EQ(static_cast<int>(n.size()), c);
+    for (int e : n) placed[e]++;
+  }
+  EXPECT_EQ(placed, r);
 }

@@ -311,7 +311,15 @@ class Unpickler {
     mark_stack_.pop_back();
     return items;
   }
-  void memo_put(uint64_t idx) { memo_[idx] = top(); }
+  void memo_put(uint64_t idx) {
+    // A pickler numbers memo entries from 0, one per PUT (2+ bytes each): an index beyond the pickle's
+    // length comes from damage, and CPython's unpickler (an array sized to the index) fails on it
+    // with MemoryError, so torch.load refuses such a file.
+    if (idx > d_.size())
+      error("memo index " + std::to_string(idx) + " beyond the pickle's " + std::to_string(d_.size()) +
+            " bytes (damaged; torch.load fails on it with MemoryError)");
+    memo_[idx] = top();
+  }
   ValuePtr memo_get(uint64_t idx) {
     auto it = memo_.find(idx);
     if (it == memo_.end()) error("memo key " + std::to_string(idx) + " not found");
@@ -319,6 +327,7 @@ class Unpickler {
   }
 
   ValuePtr global(std::string module, std::string name);
+  void check_callable(const ValuePtr& callable, const char* op);
   ValuePtr reduce(ValuePtr callable, ValuePtr args);
   ValuePtr new_object(ValuePtr cls, ValuePtr args, ValuePtr kwargs, Object::Build how);
   void set_items(Value& target, std::vector<ValuePtr>& kv);
@@ -357,7 +366,16 @@ ValuePtr Unpickler::persistent(ValuePtr pid) {
   }
 }
 
+// Python calls what REDUCE / NEWOBJ name: only a class or function reference (or an object we keep
+// opaque, which may be callable) can be one; a list, tuple, number, string, tensor... cannot, and
+// torch.load fails on it ("'tuple' object is not callable").
+void Unpickler::check_callable(const ValuePtr& callable, const char* op) {
+  if (!callable || (callable->kind != Kind::Global && callable->kind != Kind::Object))
+    error(std::string(op) + " of a value that cannot be called (not a class or function)");
+}
+
 ValuePtr Unpickler::reduce(ValuePtr callable, ValuePtr args) {
+  check_callable(callable, "REDUCE");
   if (args->kind != Kind::Tuple) error("REDUCE arguments are not a tuple");
   auto& a = args->items;
   if (callable->kind == Kind::Global) {
@@ -490,6 +508,7 @@ ValuePtr Unpickler::reduce(ValuePtr callable, ValuePtr args) {
 }
 
 ValuePtr Unpickler::new_object(ValuePtr cls, ValuePtr args, ValuePtr kwargs, Object::Build how) {
+  check_callable(cls, "NEWOBJ");
   if (args->kind != Kind::Tuple) error("NEWOBJ arguments are not a tuple");
   if (cls->kind == Kind::Global && cls->s == "collections" && cls->name == "OrderedDict" && args->items.empty())
     return Value::dict(true);

@@ -13,6 +13,33 @@ launcher() {
   fi
 }
 
+# signal_tool SIG PID COMMAND...: sends SIG to what run_step started for COMMAND: PID's children that
+# run a program COMMAND names (the local ranks when COMMAND is `mpirun ... TOOL ...`), else PID itself;
+# sets `signalled` to them. A rank dying by the signal (after removing its staging) makes mpirun end
+# the job.
+signal_tool() {
+  local sig=$1 pid=$2 kids=() k comm w
+  shift 2
+  for k in $(pgrep -P "$pid" 2>/dev/null); do
+    comm=$(ps -o comm= -p "$k" 2>/dev/null) || continue
+    for w in "$@"; do
+      if [ "${w##*/}" = "$comm" ]; then kids+=("$k"); break; fi
+    done
+  done
+  signalled=${kids[*]:-$pid}
+  kill -"$sig" $signalled 2>/dev/null || true
+}
+
+# running PID...: true while one of the PIDs runs (a zombie, ended but not reaped yet, does not count).
+running() {
+  local p s
+  for p in "$@"; do
+    s=$(ps -o stat= -p "$p" 2>/dev/null) || continue
+    case $s in Z*) ;; *) return 0 ;; esac
+  done
+  return 1
+}
+
 # run_step NAME COMMAND...: runs one tool, logs its exit code and what a hook should do about it, and
 # returns that code (the scripts run under `set -e`, so a failure ends the job with it).
 #   0        done; the output is complete and durable
@@ -27,12 +54,25 @@ run_step() {
   # In the background and waited for, so that a SIGTERM/SIGINT to this script (scancel, Ctrl-C) is
   # passed on and the script stays until the tool has removed its staged output: Slurm ends the job
   # (and kills what is left) as soon as the batch script exits.
+  # The signal goes to the tool itself (under mpirun: its local ranks), not to the launcher: scancel
+  # signals every process of the job, mpirun included, and Open MPI's mpirun exits at once on a second
+  # SIGTERM, leaving its ranks to be SIGKILLed by Slurm when this script ends, before rank 0 has
+  # removed its staging folder (scripts/test_slurm.sh, tests/reliability/run_step_signal.sh).
+  # After a signal the script waits for the processes it signalled (the ranks), not for mpirun: after
+  # an abort Open MPI's mpirun sleeps out its SIGKILL grace (below) even when its ranks are gone, and
+  # would outlast Slurm's KillWait; Slurm ends it with the job.
   "$@" &
-  local pid=$! stopped=0
-  trap "stopped=143; kill -TERM $pid 2>/dev/null" TERM
-  trap "stopped=130; kill -INT $pid 2>/dev/null" INT
+  local pid=$! stopped=0 words
+  signalled=$pid
+  words=$(printf '%q ' "$@")
+  trap "stopped=143; signal_tool TERM $pid $words" TERM
+  trap "stopped=130; signal_tool INT $pid $words" INT
   wait "$pid" || rc=$?
-  while kill -0 "$pid" 2>/dev/null; do rc=0; wait "$pid" || rc=$?; done
+  if [ "$stopped" -ne 0 ] && [ "$signalled" != "$pid" ]; then
+    while running $signalled; do sleep 0.1; done
+  else
+    while kill -0 "$pid" 2>/dev/null; do rc=0; wait "$pid" || rc=$?; done
+  fi
   trap - TERM INT
   # mpirun reports a rank ended by a signal as a plain failure; the job was stopped, say so.
   [ "$stopped" -eq 0 ] || [ "$rc" -eq 0 ] || rc=$stopped
