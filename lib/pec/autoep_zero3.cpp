@@ -2,6 +2,7 @@
 #include "pec/autoep_zero3.h"
 
 #include <filesystem>
+#include <memory>
 
 #include "core/error.h"
 #include "core/mapped_file.h"

@@ -10,7 +10,6 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "io/torch/torch_file.h"
-#include "layout/deepspeed/autoep.h"
 #include "layout/deepspeed/autoep_slices.h"
 #include "layout/deepspeed/files.h"
 #include "layout/deepspeed/moe.h"
