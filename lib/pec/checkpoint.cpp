@@ -10,9 +10,10 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "io/torch/torch_file.h"
-#include "layout/deepspeed/autoep.h"
+#include "layout/deepspeed/autoep_slices.h"
 #include "layout/deepspeed/files.h"
 #include "layout/deepspeed/moe.h"
+#include "pec/autoep_zero3.h"
 #include "pec/zip_records.h"
 
 namespace fs = std::filesystem;
@@ -103,54 +104,9 @@ void open_universal(SourceCheckpoint& c, const OpenOptions& o) {
   c.shape.ep_size = o.ep_size > 0 ? o.ep_size : 1;
 }
 
-// DeepSpeed AutoEP under ZeRO-1/2 (docs/formats.md "AutoEP"): the expert group holds each layer's
-// fused weights "<prefix>.w1/w2/w3" [E_local, ...], named alike on every EP rank; a fragment is split
-// per expert by its place in the weight, found from the group's param_shapes order (ZeRO-1/2 groups
-// are the parameters back to back, each rank's partition `partition` elements of that buffer).
-struct AutoEpWeight {
-  int moe_layer = 0, local_experts = 0;
-  int64_t offset = 0;      // first element of the weight in its group's flat buffer
-  int64_t per_expert = 0;  // elements of one expert's slice
-};
-struct AutoEpSlicing {
-  std::map<std::string, AutoEpWeight> weights;
-  bool data_before_expert = false;
-};
-
-AutoEpSlicing autoep_slicing(const std::string& model_path) {
-  AutoEpSlicing s;
-  pickle::ValuePtr root = load_torch(model_path);
-  pickle::ValuePtr layers = root && root->is(pickle::Kind::Dict) ? root->get("ds_autoep_layers") : nullptr;
-  if (!layers || layers->is_none()) return s;
-  std::map<std::string, const layout::AutoEpLayer*> by_weight;
-  const auto parsed = layout::parse_autoep_layers(layers, model_path);
-  for (const auto& a : parsed)
-    for (const auto& w : layout::autoep_weight_names()) by_weight[a.expert_key_prefix + "." + w] = &a;
-  if (auto cfg = root->get("ds_config"); cfg && cfg->is(pickle::Kind::Dict))
-    if (auto f = cfg->get(layout::kUseDataBeforeExpertParallelism); f && f->is(pickle::Kind::Bool)) s.data_before_expert = f->b;
-  auto shapes = root->get("param_shapes");
-  if (!shapes || !shapes->is_sequence()) fail(model_path, "AutoEP model states without param_shapes");
-  for (const auto& g : shapes->items) {
-    int64_t offset = 0;
-    for (const auto& [k, v] : g->entries) {
-      int64_t n = 1;
-      const auto shape = v->as_shape();
-      for (auto x : shape) n *= x;
-      if (auto a = by_weight.find(k->as_str()); a != by_weight.end()) {
-        if (shape.empty() || shape[0] != a->second->num_local_experts)
-          fail(model_path, "AutoEP expert weight " + k->as_str() + " is not [num_local_experts, ...] in param_shapes");
-        s.weights[k->as_str()] = {a->second->moe_layer_id, a->second->num_local_experts, offset, n / shape[0]};
-      }
-      offset += n;
-    }
-  }
-  if (s.weights.size() != by_weight.size()) fail(model_path, "AutoEP expert weights missing from param_shapes");
-  return s;
-}
-
 // Expert fragments of one optimizer file: (moe layer, global expert) -> ranges.
 void slice_optimizer_file(SourceCheckpoint& c, const std::string& rel, int dp_rank, int dp_size, const OpenOptions& o,
-                          const std::map<int, int>& layer_to_moe, const AutoEpSlicing& autoep,
+                          const std::map<int, int>& layer_to_moe, const layout::AutoEpZero12Slicing& autoep,
                           std::map<std::pair<int, int>, std::vector<ByteRange>>& out) {
   const std::string path = (fs::path(c.root) / rel).string();
   auto mapped = MappedFile::open(path);
@@ -189,25 +145,10 @@ void slice_optimizer_file(SourceCheckpoint& c, const std::string& rel, int dp_ra
           partition += pads->items[g]->as_int();
         const auto coords = layout::ep_coords(dp_rank, dp_size, ep, autoep.data_before_expert || o.data_before_expert);
         auto [numel, start] = frag->as_fragment_address();
-        int64_t at = static_cast<int64_t>(coords.edp_rank) * partition + start - w->second.offset;  // element in the weight
-        const int64_t end = at + numel;
-        if (at < 0 || end > w->second.per_expert * w->second.local_experts)
-          fail(path, "fragment of AutoEP expert weight " + name + " lies outside it");
-        while (at < end) {
-          const int64_t j = at / w->second.per_expert, stop = std::min(end, (j + 1) * w->second.per_expert);
-          const int global = coords.ep_rank * w->second.local_experts + static_cast<int>(j);
-          for (const Tensor* t : tensors) {
-            const auto& st = t->storage();
-            auto rec = records.find(prefix + "data/" + st->key);
-            if (rec == records.end()) fail(path, "no record for storage " + st->key);
-            const uint64_t es = dtype_size(t->dtype());
-            const int64_t elem = t->storage_offset() + start + (at - (end - numel));
-            ByteRange r{rec->first, static_cast<uint64_t>(elem) * es, static_cast<uint64_t>(stop - at) * es};
-            if (r.offset + r.length > rec->second.size) fail(path, "fragment of " + name + " runs past its storage");
-            out[{w->second.moe_layer, global}].push_back(r);
-          }
-          at = stop;
-        }
+        for (const auto& run : layout::autoep_zero12_fragment_runs(w->second, coords.ep_rank, coords.edp_rank, partition,
+                                                                   start, numel, path, name))
+          add_element_ranges(tensors, records, prefix, start + run.offset, run.numel, path, name,
+                             out[{w->second.moe_layer, run.global_expert}]);
         continue;
       }
       auto local = layout::local_expert_index(name);
@@ -221,15 +162,7 @@ void slice_optimizer_file(SourceCheckpoint& c, const std::string& rel, int dp_ra
       int ep_rank = layout::ep_coords(dp_rank, dp_size, ep, o.data_before_expert).ep_rank;
       int global = ep_rank * per_rank + *local;
       auto [numel, start] = frag->as_fragment_address();
-      for (const Tensor* t : tensors) {
-        const auto& st = t->storage();
-        auto rec = records.find(prefix + "data/" + st->key);
-        if (rec == records.end()) fail(path, "no record for storage " + st->key);
-        uint64_t es = dtype_size(t->dtype());
-        ByteRange r{rec->first, static_cast<uint64_t>(t->storage_offset() + start) * es, static_cast<uint64_t>(numel) * es};
-        if (r.offset + r.length > rec->second.size) fail(path, "fragment of " + name + " runs past its storage");
-        out[{moe->second, global}].push_back(r);
-      }
+      add_element_ranges(tensors, records, prefix, start, numel, path, name, out[{moe->second, global}]);
     }
   }
 }
@@ -271,11 +204,12 @@ void open_native(SourceCheckpoint& c, const OpenOptions& o, const layout::DeepSp
   for (auto it = layer_to_moe.begin(); it != layer_to_moe.end();) it = it->first < 0 ? layer_to_moe.erase(it) : std::next(it);
   finish_shape(c, max_expert);
   // Expert fragments inside the optimizer shards.
-  const AutoEpSlicing autoep =
-      ds.model_files.empty() ? AutoEpSlicing{}
-                             : autoep_slicing(fs::path(ds.model_files[0]).is_relative()
-                                                  ? (fs::path(c.root) / ds.model_files[0]).string()
-                                                  : ds.model_files[0]);
+  layout::AutoEpZero12Slicing autoep;
+  if (!ds.model_files.empty()) {
+    const std::string model = fs::path(ds.model_files[0]).is_relative() ? (fs::path(c.root) / ds.model_files[0]).string()
+                                                                        : ds.model_files[0];
+    autoep = layout::autoep_zero12_slicing(load_torch(model), model);
+  }
   std::map<std::pair<int, int>, std::vector<ByteRange>> per_expert;
   for (size_t mp = 0; mp < ds.optim_files.size(); ++mp)
     for (size_t d = 0; d < ds.optim_files[mp].size(); ++d) {
@@ -293,6 +227,38 @@ void open_native(SourceCheckpoint& c, const OpenOptions& o, const layout::DeepSp
     }
   for (const auto& rel : files) {
     if (expert_files.count(rel)) continue;
+    c.non_expert_files.push_back(rel);
+    c.non_expert_bytes_total += c.stored_bytes(rel);
+  }
+}
+
+// DeepSpeed AutoEP under ZeRO-3 (lib/pec/autoep_zero3.h): no expert files; every expert is its byte
+// ranges inside the optimizer shards, which are stored with those ranges cut out (like native shards).
+void open_autoep_zero3(SourceCheckpoint& c, const OpenOptions& o) {
+  c.layout = "deepspeed-autoep-zero3";
+  std::vector<std::string> files;
+  list_files(c.root, files);
+  for (const auto& rel : files) c.file_sizes[rel] = fs::file_size(fs::path(c.root) / rel);
+  AutoEpZero3Experts z = autoep_zero3_experts(c.root);
+  c.shape.ep_size = o.ep_size > 0 ? o.ep_size : z.ep_size;
+  std::map<int, int> max_expert;
+  for (auto& [rel, per_expert] : z.ranges) {
+    if (!c.file_sizes.count(rel)) fail((fs::path(c.root) / rel).string(), "optimizer shard is not in the step folder");
+    for (auto& [key, ranges] : per_expert) {
+      ExpertPart part{rel, ranges, 0};
+      for (const auto& r : ranges) part.bytes += r.length;
+      auto& all = c.expert_ranges[rel];
+      all.insert(all.end(), ranges.begin(), ranges.end());
+      c.experts[key].push_back(std::move(part));
+      c.expert_bytes_total += c.experts[key].back().bytes;
+      max_expert[key.first] = std::max(max_expert[key.first], key.second);
+    }
+  }
+  finish_shape(c, max_expert);
+  for (size_t l = 0; l < z.experts_per_layer.size(); ++l)
+    if (c.shape.experts_per_layer.at(l) != z.experts_per_layer[l])
+      fail(c.root, "MoE layer " + std::to_string(l) + " has experts without bytes in the ZeRO-3 shards");
+  for (const auto& rel : files) {
     c.non_expert_files.push_back(rel);
     c.non_expert_bytes_total += c.stored_bytes(rel);
   }
@@ -373,6 +339,11 @@ SourceCheckpoint open_checkpoint_unchecked(const std::string& path, const OpenOp
   for (const auto& e : fs::directory_iterator(c.root))
     if (e.is_regular_file()) names.push_back(e.path().filename().string());
   auto ds = layout::infer_layout(names, c.root);
+  if (ds.expert_files.empty() && ds.zero3 && !ds.zero3_model_files.empty() && !ds.zero3_model_files[0].empty() &&
+      is_autoep_zero3(ds.zero3_model_files[0][0])) {
+    open_autoep_zero3(c, options);
+    return c;
+  }
   if (ds.expert_files.empty()) fail(c.root, "no expert files (layer_<L>_expert_<E>_mp_rank_XX_model_states.pt): not an MoE checkpoint");
   open_native(c, options, ds);
   return c;
@@ -512,6 +483,20 @@ void finish_patched_file(std::vector<uint8_t>& file, const std::string& file_nam
   std::set<std::string> done;
   for (const auto& r : touched)
     if (done.insert(r).second) fix_zip_crc(file, records.at(r));
+}
+
+void add_element_ranges(const std::vector<const Tensor*>& tensors, const std::map<std::string, ZipRecordPos>& records,
+                        const std::string& prefix, int64_t elem, int64_t numel, const std::string& path,
+                        const std::string& name, std::vector<ByteRange>& out) {
+  for (const Tensor* t : tensors) {
+    const auto& st = t->storage();
+    auto rec = records.find(prefix + "data/" + st->key);
+    if (rec == records.end()) fail(path, "no record for storage " + st->key);
+    const uint64_t es = dtype_size(t->dtype());
+    ByteRange r{rec->first, static_cast<uint64_t>(t->storage_offset() + elem) * es, static_cast<uint64_t>(numel) * es};
+    if (r.offset + r.length > rec->second.size) fail(path, "fragment of " + name + " runs past its storage");
+    out.push_back(r);
+  }
 }
 
 nlohmann::json ranges_to_json(const std::vector<ByteRange>& rs) {

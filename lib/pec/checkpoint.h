@@ -1,10 +1,14 @@
 // What PEC sees of a training checkpoint: the non-expert files and, per (MoE layer, global expert),
-// the bytes that make up that expert. Two layouts:
+// the bytes that make up that expert. Three layouts:
 //  * universal: every expert parameter is its own zero/<param>/ folder, named by global expert id;
 //  * native DeepSpeed MoE: layer_<L>_expert_<E>_mp_rank_XX_model_states.pt files, plus each expert's
 //    fragments (fp32 master, exp_avg, exp_avg_sq) inside [bf16_]zero_pp_rank_D_mp_rank_XX_optim_states.pt,
 //    located through param_slice_mappings (LOCAL expert names) and the rank topology. Those optimizer
 //    files are stored with every expert fragment zeroed and get the fragments patched back on restore.
+//    DeepSpeed AutoEP under ZeRO-1/2 is this layout too (layer_<L>_expert_<G> files plus the rows of the
+//    fused w1/w2/w3 fragments, layout/deepspeed/autoep_slices.h);
+//  * DeepSpeed AutoEP under ZeRO-3 ("deepspeed-autoep-zero3"): no expert files; each expert is its rows
+//    of the fused weights inside every rank's ZeRO-3 sub-group partitions (pec/autoep_zero3.h).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -20,6 +24,7 @@
 
 namespace ucpkit {
 class MappedFile;
+class Tensor;
 }
 
 namespace ucpkit::pec {
@@ -44,7 +49,7 @@ struct OpenOptions {
 };
 
 struct SourceCheckpoint {
-  std::string layout;  // "deepspeed-moe" or "universal"
+  std::string layout;  // "deepspeed-moe", "deepspeed-autoep-zero3" or "universal"
   std::string root;    // folder holding the files (global_stepN/ or the universal folder)
   std::string tag;     // its name
   MoeShape shape;
@@ -100,6 +105,14 @@ void patch_expert_part(std::vector<uint8_t>& file, const std::string& file_name,
                        std::span<const uint8_t> blob, std::vector<std::string>& touched);
 // Recomputes the CRCs of the given records.
 void finish_patched_file(std::vector<uint8_t>& file, const std::string& file_name, const std::vector<std::string>& touched);
+
+// Byte ranges of elements [elem, elem + numel) of each tensor in `tensors` (partitions that follow one
+// layout: fp32, exp_avg, exp_avg_sq, ...), appended to `out`; each tensor's record is
+// "<prefix>data/<storage key>" in `records`. Throws Error naming `path` when it runs past its record.
+struct ZipRecordPos;
+void add_element_ranges(const std::vector<const Tensor*>& tensors, const std::map<std::string, ZipRecordPos>& records,
+                        const std::string& prefix, int64_t elem, int64_t numel, const std::string& path,
+                        const std::string& name, std::vector<ByteRange>& out);
 
 nlohmann::json ranges_to_json(const std::vector<ByteRange>& r);
 std::vector<ByteRange> ranges_from_json(const nlohmann::json& j);

@@ -44,7 +44,7 @@ struct ExpertEntry {
 struct Manifest {
   int64_t step = 0;
   std::string tier;    // "durable" or "fast"
-  std::string layout;  // "deepspeed-moe" or "universal"
+  std::string layout;  // "deepspeed-moe", "deepspeed-autoep-zero3" or "universal"
   std::string tag;     // folder name of the step in the source checkpoint (global_step<N>, ...)
   MoeShape shape;
   std::string policy;

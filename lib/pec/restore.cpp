@@ -137,6 +137,8 @@ RestoreResult pec_restore(const RestoreOptions& o) {
       if (fs::exists(final_dir) && !o.force) fail(final_dir.string(), "already exists (use --force to replace it)");
       if (!o.ds_version.empty() && m.layout == "universal")
         throw UsageError("--ds-version applies to native DeepSpeed MoE checkpoints, not universal ones");
+      if (!o.ds_version.empty() && m.layout == "deepspeed-autoep-zero3")
+        throw UsageError("--ds-version applies to native DeepSpeed MoE checkpoints, not AutoEP ZeRO-3 ones");
       tmp_dir = fs::path(o.output) / (".global_step" + std::to_string(want) + ".tmp." + pid0);
       if (root) fs::remove_all(tmp_dir);
       mpi.barrier();

@@ -1,5 +1,6 @@
 """PEC fixtures: a chain of native DeepSpeed MoE checkpoints (one per training step, each with its
-own values) written by the issue-3 generator (scripts/dsgen), their universal-layout truth, and
+own values) written by the issue-3 generator (scripts/dsgen), their universal-layout truth, chains of
+DeepSpeed AutoEP checkpoints under ZeRO-3 (scripts/dsgen/autoep.py) with their truth, and
 seeded token counts per save interval in the three accepted formats.
 Usage: /usr/bin/python3 tests/pec/fixtures.py OUT_DIR"""
 import hashlib
@@ -23,6 +24,30 @@ def chain(out, name, steps, **layout):
         d = os.path.join(out, name, f"step{step}")
         lay = dsgen.Layout(dp=4, ep=2, zero=1, dtype="bf16", step=step, seed=1000 * (i + 1) + len(name), **layout)
         dsgen.generate(d, cfg, lay, truth=(name == "ds"))
+
+
+def autoep_zero3_chain(out, name, steps, **kw):
+    """DeepSpeed AutoEP under ZeRO-3 (partition-native, scripts/dsgen/autoep.py zero=3, DeepSpeed
+    v0.19.5's save code): one checkpoint per step with its own values and its universal-form truth
+    (2 AutoEP layers of 4 experts)."""
+    from dsgen import autoep
+    for i, step in enumerate(steps):
+        d = os.path.join(out, name, f"step{step}")
+        autoep.write(d, os.path.join(d, "truth"), zero=3, step=step, seed=7000 + 31 * i + len(name), **kw)
+
+
+def bad_autoep_place(out):
+    """autoep_z3 step 100 where DP rank 2 (EP rank 0, expert-DP rank 1) records expert-DP rank 0 in its
+    model file: its shard's ds_zero_partition_groups contradicts it (pec-save must refuse it)."""
+    import torch
+    from dsgen import autoep
+    d = os.path.join(out, "autoep_z3_bad_place")
+    shutil.copytree(os.path.join(out, "autoep_z3", "step100"), d, ignore=shutil.ignore_patterns("truth"))
+    path = os.path.join(d, "global_step100", "zero_pp_rank_2_mp_rank_00_model_states.pt")
+    sd = torch.load(path, weights_only=False)
+    sd["ds_autoep_layers"] = autoep.autoep_layer_info(2, 4, 2, 4, zero3=True)
+    sd["universal_checkpoint_info"]["ds_autoep_layers"] = sd["ds_autoep_layers"]
+    torch.save(sd, path)
 
 
 def tokens(out):
@@ -72,6 +97,10 @@ def main():
     # One checkpoint of each later DeepSpeed version line ("ds" above is the default 0.14 line).
     for line in ("0.17.1", "0.19.2", "0.19.3", "0.19.5"):
         chain(out, "line" + line, STEPS[:1], ds_line=line)
+    autoep_zero3_chain(out, "autoep_z3", STEPS[:3], dp=4, ep=2, dtype="bf16")
+    # expert-DP ranks first, fp16, padded partitions (2*10*8 = 160 elements of w1 over 3 ranks)
+    autoep_zero3_chain(out, "autoep_z3_dbe", STEPS[:3], dp=6, ep=2, dtype="fp16", data_before_expert=True, ffn=10)
+    bad_autoep_place(out)
     tokens(out)
     with open(stamp, "w") as f:  # last: an interrupted run leaves no stamp and is made again
         f.write(key)

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <chrono>
 #include <thread>
+#include <tuple>
 
 #include "io/torch/torch_file.h"
 #include "support/process.h"
@@ -359,21 +360,24 @@ TEST(PecTools, UniversalLayoutRestoresBitExact) {
   EXPECT_GT(used.size(), 1u);
 }
 
-TEST(PecTools, KillDuringSaveNeverDamagesTheLastCommit) {
-  std::string d = scratch("kill");
+namespace {
+// Kills the save of step 300 (after steps 100 and 200) at every `stride`-th crash point: the store
+// always restores its last commit bit-exactly, and the save can be run again.
+void kill_during_save(const std::string& family, const std::string& name, int stride, int min_points) {
+  std::string d = scratch(name);
   // Reference stores (no crash): restores at steps 200 and 300.
-  save_chain("ds", d + "/ref", "--policy sequential --k 1", 3);
+  save_chain(family, d + "/ref", "--policy sequential --k 1", 3);
   ASSERT_EQ(restore(d + "/ref", d + "/ref300", ""), 0);
   ASSERT_EQ(restore(d + "/ref", d + "/ref200", "--step 200"), 0);
   auto ref300 = tree_bytes(d + "/ref300/global_step300");
   auto ref200 = tree_bytes(d + "/ref200/global_step200");
   int points = 0;
-  for (int n = 1; n < 400; ++n) {
+  for (int n = 1; n < 400; n += stride) {
     std::string store = d + "/s";
     fs::remove_all(store);
     fs::remove_all(d + "/o");
-    save_chain("ds", store, "--policy sequential --k 1", 2);
-    int rc = save(ckpt("ds", 300), store, 300, "--policy sequential --k 1 --tokens " + tokens(300),
+    save_chain(family, store, "--policy sequential --k 1", 2);
+    int rc = save(ckpt(family, 300), store, 300, "--policy sequential --k 1 --tokens " + tokens(300),
                   "UCPKIT_PEC_CRASH_AFTER=" + std::to_string(n));
     if (rc == 0) break;  // n is past the last crash point
     ++points;
@@ -382,16 +386,22 @@ TEST(PecTools, KillDuringSaveNeverDamagesTheLastCommit) {
     int64_t step = report_of(d + "/o")["step"].get<int64_t>();
     ASSERT_TRUE(step == 200 || step == 300) << n;
     EXPECT_EQ(tree_bytes(d + "/o/global_step" + std::to_string(step)), step == 300 ? ref300 : ref200) << "crash point " << n;
-    if (step == 200 && n % 5 == 0) {
+    if (step == 200 && (n / stride) % 5 == 0) {
       // The save can simply be run again.
-      ASSERT_EQ(save(ckpt("ds", 300), store, 300, "--policy sequential --k 1 --tokens " + tokens(300)), 0) << n;
+      ASSERT_EQ(save(ckpt(family, 300), store, 300, "--policy sequential --k 1 --tokens " + tokens(300)), 0) << n;
       fs::remove_all(d + "/o");
       ASSERT_EQ(restore(store, d + "/o", ""), 0);
       EXPECT_EQ(tree_bytes(d + "/o/global_step300"), ref300) << "rerun after crash point " << n;
     }
   }
-  EXPECT_GT(points, 20);
+  EXPECT_GT(points, min_points);
 }
+}  // namespace
+
+TEST(PecTools, KillDuringSaveNeverDamagesTheLastCommit) { kill_during_save("ds", "kill", 1, 20); }
+
+// The same on AutoEP under ZeRO-3 (every third crash point: the shards are cut the same way).
+TEST(PecAutoEpZero3Store, KillDuringSaveNeverDamagesTheLastCommit) { kill_during_save("autoep_z3", "z3_kill", 3, 6); }
 
 // pec-restore killed (SIGKILL) at every crash point of the streaming writer: the output folder never
 // holds a partial global_stepN nor a `latest` naming one; the next restore cleans up and succeeds.
@@ -805,4 +815,125 @@ TEST(PecTools, MpiSaveMatchesSingleProcess) {
   std::string rep = d + "/r_bad/report.json";
   fs::copy_file(d + "/r_bad.json", rep);
   EXPECT_EQ(verify_native(d + "/r_bad", 300), 0) << slurp(d + "/r_bad/verify.log");
+}
+
+// ---- DeepSpeed AutoEP under ZeRO-3 (partition-native, scripts/dsgen/autoep.py zero=3): no expert
+// files; every expert lives in its rows of the fused w1/w2/w3 inside each rank's ZeRO-3 sub-group
+// partitions (fp32_flat_groups, exp_avg, exp_avg_sq). Fixture chains (tests/pec/fixtures.py):
+// autoep_z3 (DP 4, EP 2, bf16) and autoep_z3_dbe (DP 6, EP 2, fp16, expert-DP ranks first, padded
+// partitions), steps 100-300, each with its own values and universal truth.
+namespace {
+// tests/pec/verify_autoep_zero3.py: with torch.load and zipfile only, every restored file against the
+// chain (expert elements from the step the report names, everything else the target step's, CRCs
+// right), and with `universal` (ucp-union of the restored folder) the universal values against truth.
+int verify_autoep_zero3(const std::string& out, int64_t step, const std::string& family, const std::string& universal) {
+  std::string cmd = std::string(UCPKIT_PYTHON) + " " + UCPKIT_SOURCE_DIR + "/tests/pec/verify_autoep_zero3.py " + out +
+                    "/global_step" + std::to_string(step) + " " + out + "/report.json " + std::to_string(step);
+  for (int64_t s : kSteps)
+    if (fs::exists(step_dir(family, s))) cmd += " " + std::to_string(s) + "=" + ckpt(family, s);
+  if (!universal.empty()) cmd += " --universal " + universal;
+  return sh(cmd, out + "/verify.log");
+}
+}  // namespace
+
+class PecAutoEpZero3 : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {};
+
+// K = 1 of 4 experts per layer over three steps (the first save also saves every expert): the newest
+// step restores with each expert from its last save, checked file by file in Python and through
+// ucp-union against the generator's truth of each step.
+TEST_P(PecAutoEpZero3, ChainRestoresEachExpertFromItsLastSave) {
+  const std::string family = std::get<0>(GetParam()), policy = std::get<1>(GetParam());
+  const std::string d = scratch("z3_" + family + "_" + policy);
+  save_chain(family, d + "/store", "--policy " + policy + " --k 1");
+  ASSERT_EQ(restore(d + "/store", d + "/out", "", d + "/restore.log"), 0) << slurp(d + "/restore.log");
+  EXPECT_EQ(slurp(d + "/out/latest"), "global_step300");
+  const json r = report_of(d + "/out");
+  EXPECT_EQ(r["step"], 300);
+  EXPECT_EQ(r["layout"], "deepspeed-autoep-zero3");
+  EXPECT_EQ(r["experts"].size(), 8u);
+  std::map<int64_t, int> from;
+  for (const auto& [k, s] : restored_steps(r)) ++from[s];
+  EXPECT_EQ(from[300], 2) << r["experts"].dump();  // K = 1 per layer saved at the target step
+  EXPECT_GT(from.size(), 1u);
+  ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + d + "/out --output " + d + "/u", d + "/u.log"), 0) << slurp(d + "/u.log");
+  EXPECT_EQ(verify_autoep_zero3(d + "/out", 300, family, d + "/u"), 0) << slurp(d + "/out/verify.log");
+}
+
+INSTANTIATE_TEST_SUITE_P(Chains, PecAutoEpZero3,
+                         ::testing::Values(std::make_tuple("autoep_z3", "sequential"), std::make_tuple("autoep_z3", "load-aware"),
+                                           std::make_tuple("autoep_z3_dbe", "sequential"),
+                                           std::make_tuple("autoep_z3_dbe", "load-aware")),
+                         [](const auto& info) {
+                           std::string n = std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+// What a step saved whole restores byte for byte (the bootstrap save, and K = E); a K = 1 save stores
+// the shards minus the expert rows plus one expert per layer.
+TEST(PecAutoEpZero3Store, WholeStepsRestoreByteIdenticalAndPartialSavesStoreLess) {
+  const std::string d = scratch("z3_bytes");
+  save_chain("autoep_z3", d + "/store", "--policy sequential --k 1 --keep 3");
+  ASSERT_EQ(restore(d + "/store", d + "/o100", "--step 100", d + "/r.log"), 0) << slurp(d + "/r.log");
+  EXPECT_EQ(tree_bytes(d + "/o100/global_step100"), tree_bytes(step_dir("autoep_z3", 100)));
+  ASSERT_EQ(save(ckpt("autoep_z3", 300), d + "/all", 300, "--policy sequential --k 4"), 0);
+  ASSERT_EQ(restore(d + "/all", d + "/o300", "", d + "/r.log"), 0) << slurp(d + "/r.log");
+  EXPECT_EQ(tree_bytes(d + "/o300/global_step300"), tree_bytes(step_dir("autoep_z3", 300)));
+  // Step 300 of the K = 1 chain: the store received the non-expert bytes (shards with every expert row
+  // cut out, model files whole) and the rows of the two experts selected.
+  const json m = json::parse(slurp(d + "/store/manifests/step-000000000300.json"))["manifest"];
+  uint64_t non_expert = 0, expert = 0, full = 0, cut = 0;
+  for (const auto& f : m["non_expert"]) {
+    non_expert += f["size"].get<uint64_t>();
+    if (f.contains("cut") && !f["cut"].is_null()) {
+      const uint64_t size = f["cut"]["file_size"].get<uint64_t>();
+      EXPECT_EQ(size, fs::file_size(step_dir("autoep_z3", 300) + "/" + f["path"].get<std::string>()));
+      uint64_t n = 0;
+      for (const auto& c : f["cut"]["cut"]) n += c[1].get<uint64_t>();
+      EXPECT_EQ(f["size"].get<uint64_t>() + n, size);
+      cut += n;
+    }
+  }
+  EXPECT_EQ(m["experts"].size(), 2u);
+  for (const auto& e : m["experts"])
+    for (const auto& f : e["files"]) {
+      EXPECT_TRUE(f.contains("ranges") && !f["ranges"].is_null());  // rows inside the shards, no expert files
+      expert += f["size"].get<uint64_t>();
+    }
+  for (const auto& e : fs::directory_iterator(step_dir("autoep_z3", 300))) full += fs::file_size(e.path());
+  EXPECT_EQ(non_expert + cut, full);                    // every byte is either stored or an expert row
+  EXPECT_EQ(expert * 4, cut);                           // 2 of 8 experts, all experts of the same size
+  EXPECT_LT(non_expert + expert, full);
+}
+
+// Bad input as for the other layouts: a truncated shard or model file, a rank whose recorded place
+// contradicts its shard: exit 1, one line naming the file, no store. --ds-version (native MoE only) is
+// a usage error before anything is written.
+TEST(PecAutoEpZero3Store, BadInputFailsClearlyAndStoresNothing) {
+  const std::string d = scratch("z3_bad");
+  const std::string tag = "/global_step100/";
+  for (const char* name : {"bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", "zero_pp_rank_2_mp_rank_00_model_states.pt"}) {
+    const std::string c = d + "/c_" + name;
+    fs::copy(ckpt("autoep_z3", 100), c, fs::copy_options::recursive);
+    fs::resize_file(c + tag + name, fs::file_size(c + tag + name) / 2);
+    const std::string store = d + "/store_" + name;
+    EXPECT_EQ(save(c, store, 100, "--policy sequential --k 1", "", d + "/log"), 1) << name << ": " << slurp(d + "/log");
+    const std::string log = slurp(d + "/log");
+    EXPECT_NE(log.find(name), std::string::npos) << log;
+    EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
+    EXPECT_FALSE(fs::exists(store)) << name;
+  }
+  {
+    const std::string c = kFx + "/autoep_z3_bad_place";
+    const std::string store = d + "/store_place";
+    EXPECT_EQ(save(c, store, 100, "--policy sequential --k 1", "", d + "/log"), 1) << slurp(d + "/log");
+    const std::string log = slurp(d + "/log");
+    EXPECT_NE(log.find("zero_pp_rank_2_mp_rank_00"), std::string::npos) << log;
+    EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
+    EXPECT_FALSE(fs::exists(store));
+  }
+  ASSERT_EQ(save(ckpt("autoep_z3", 100), d + "/store", 100, "--policy sequential --k 1"), 0);
+  EXPECT_EQ(restore(d + "/store", d + "/out", "--ds-version 0.19.5", d + "/log"), 2) << slurp(d + "/log");
+  EXPECT_NE(slurp(d + "/log").find("--ds-version"), std::string::npos) << slurp(d + "/log");
+  EXPECT_FALSE(fs::exists(d + "/out/global_step100"));
 }

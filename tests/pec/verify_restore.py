@@ -18,7 +18,10 @@ def load(path):
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
-def same(a, b, where):
+def same(a, b, where, skip=()):
+    """Raises AssertionError at the first difference; paths in `skip` are not compared."""
+    if where in skip:
+        return
     if isinstance(a, torch.Tensor):
         if not (isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)):
             raise AssertionError(f"tensor differs at {where}")
@@ -26,16 +29,16 @@ def same(a, b, where):
         if list(a.keys()) != list(b.keys()):
             raise AssertionError(f"keys differ at {where}")
         for k in a:
-            same(a[k], b[k], f"{where}.{k}")
+            same(a[k], b[k], f"{where}.{k}", skip)
     elif isinstance(a, (list, tuple)):
         if len(a) != len(b):
             raise AssertionError(f"length differs at {where}")
         for i, (x, y) in enumerate(zip(a, b)):
-            same(x, y, f"{where}[{i}]")
+            same(x, y, f"{where}[{i}]", skip)
     elif hasattr(a, "__dict__") and not isinstance(a, type):
         if type(a) is not type(b):
             raise AssertionError(f"type differs at {where}")
-        same(vars(a), vars(b), where)
+        same(vars(a), vars(b), where, skip)
     else:
         if type(a).__name__ != type(b).__name__ or repr(a) != repr(b):
             raise AssertionError(f"value differs at {where}: {a!r} vs {b!r}")
