@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "core/atomic_file.h"
+#include "core/file_io.h"
 #include "core/mapped_file.h"
 #include "pec/checksum.h"
 #include "pec/crash.h"
@@ -35,17 +36,6 @@ uint64_t get_u64(const uint8_t* p) {
   return v;
 }
 
-void write_all(int fd, const uint8_t* p, size_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      fail(path, std::string("write failed: ") + std::strerror(errno));
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
 }  // namespace
 
 ObjectStore::ObjectStore(std::string dir, int zstd_level) : dir_(std::move(dir)), level_(zstd_level) {}

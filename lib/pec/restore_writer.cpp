@@ -24,6 +24,7 @@
 
 #include "core/crc32.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/staging.h"
 #include "core/mapped_file.h"
 #include "pec/checkpoint.h"
@@ -58,51 +59,11 @@ uint64_t get_u64(const uint8_t* p) {
   return v;
 }
 
-void pwrite_all(int fd, const uint8_t* p, size_t n, uint64_t off, const std::string& path) {
-  while (n > 0) {
-    ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(off));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      fail(path, std::string("write failed: ") + std::strerror(errno));
-    }
-    p += w;
-    off += static_cast<uint64_t>(w);
-    n -= static_cast<size_t>(w);
-  }
-}
-
-ssize_t pread_some(int fd, uint8_t* p, size_t n, uint64_t off) {
-  for (;;) {
-    ssize_t r = ::pread(fd, p, n, static_cast<off_t>(off));
-    if (r >= 0 || errno != EINTR) return r;
-  }
-}
-
-void pread_all(int fd, uint8_t* p, size_t n, uint64_t off, const std::string& path) {
-  while (n > 0) {
-    ssize_t r = pread_some(fd, p, n, off);
-    if (r <= 0) fail(path, r == 0 ? "unexpected end of file" : std::string("read failed: ") + std::strerror(errno));
-    p += r;
-    off += static_cast<uint64_t>(r);
-    n -= static_cast<size_t>(r);
-  }
-}
-
-struct Fd {
-  int fd = -1;
-  Fd(const std::string& path, int flags, mode_t mode = 0644) : fd(::open(path.c_str(), flags | O_CLOEXEC, mode)) {}
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-};
-
 void create_sized(const std::string& path, uint64_t size) {
   fs::create_directories(fs::path(path).parent_path());
-  Fd f(path, O_WRONLY | O_CREAT | O_TRUNC);
-  if (f.fd < 0) fail(path, std::string("cannot create: ") + std::strerror(errno));
-  if (::ftruncate(f.fd, static_cast<off_t>(size)) != 0) fail(path, std::string("cannot size: ") + std::strerror(errno));
+  UniqueFd f(path, O_WRONLY | O_CREAT | O_TRUNC);
+  if (f.get() < 0) fail(path, std::string("cannot create: ") + std::strerror(errno));
+  if (::ftruncate(f.get(), static_cast<off_t>(size)) != 0) fail(path, std::string("cannot size: ") + std::strerror(errno));
 }
 
 // The part of `map` (stream -> file placement of a whole stored entry) that chunk [off, off + n) covers,
@@ -173,13 +134,13 @@ void add_chunk_jobs(std::vector<JobT>& jobs, const Store& store, const FileEntry
 void stream_job(const std::string& object_path, const std::string& id, uint64_t raw_size, const std::string& out_path,
                 const std::vector<Seg>& segs, const std::string& out_rel, Buffers& b, Digest& digest_out,
                 std::vector<CrcPiece>& pieces) {
-  Fd in(object_path, O_RDONLY);
-  if (in.fd < 0) {
+  UniqueFd in(object_path, O_RDONLY);
+  if (in.get() < 0) {
     if (errno == ENOENT) throw ObjectError(object_path + ": object missing");
     throw ObjectError(object_path + ": cannot open: " + std::strerror(errno));
   }
   uint8_t head[kHeader];
-  ssize_t got = pread_some(in.fd, head, kHeader, 0);
+  ssize_t got = pread_some(in.get(), head, kHeader, 0);
   const bool raw = got == static_cast<ssize_t>(kHeader) && std::memcmp(head, kObjectMagicRaw, 8) == 0;
   if (got != static_cast<ssize_t>(kHeader) || (!raw && std::memcmp(head, kObjectMagicZstd, 8) != 0))
     throw ObjectError(object_path + ": not a PEC object (bad header)");
@@ -188,8 +149,8 @@ void stream_job(const std::string& object_path, const std::string& id, uint64_t 
   if (size != raw_size)
     throw ObjectError(object_path + ": size " + std::to_string(size) + " differs from the manifest's " + std::to_string(raw_size));
   if (want.hex() != id) throw ObjectError(object_path + ": header checksum does not match the object id");
-  Fd out(out_path, O_WRONLY);
-  if (out.fd < 0) fail(out_path, std::string("cannot open: ") + std::strerror(errno));
+  UniqueFd out(out_path, O_WRONLY);
+  if (out.get() < 0) fail(out_path, std::string("cannot open: ") + std::strerror(errno));
 
   ZSTD_DCtx_reset(b.dctx.get(), ZSTD_reset_session_only);  // keeps the parameters
   DigestStream hash;
@@ -205,7 +166,7 @@ void stream_job(const std::string& object_path, const std::string& id, uint64_t 
       const Seg& s = segs[k];
       const uint64_t lo = std::max(s0, s.stream), hi = std::min(s1, s.stream + s.length);
       if (lo >= hi) continue;
-      pwrite_all(out.fd, data + (lo - s0), hi - lo, s.file + (lo - s.stream), out_path);
+      pwrite_all(out.get(), data + (lo - s0), hi - lo, s.file + (lo - s.stream), out_path);
       if (s.record) crc[k] = crc32_update(crc[k], {data + (lo - s0), hi - lo});
     }
     produced = s1;
@@ -214,7 +175,7 @@ void stream_job(const std::string& object_path, const std::string& id, uint64_t 
   uint64_t pos = kHeader;
   if (raw) {  // stored bytes (zstd level 0): read straight into the window
     for (;;) {
-      ssize_t n = pread_some(in.fd, b.out.get(), kWindow, pos);
+      ssize_t n = pread_some(in.get(), b.out.get(), kWindow, pos);
       if (n < 0) throw ObjectError(object_path + ": read failed: " + std::strerror(errno));
       if (n == 0) break;
       pos += static_cast<uint64_t>(n);
@@ -227,7 +188,7 @@ void stream_job(const std::string& object_path, const std::string& id, uint64_t 
   bool eof = false;
   for (; !raw;) {
     if (ib.pos == ib.size && !full) {
-      ssize_t n = pread_some(in.fd, b.in.get(), kInBlock, pos);
+      ssize_t n = pread_some(in.get(), b.in.get(), kInBlock, pos);
       if (n < 0) throw ObjectError(object_path + ": read failed: " + std::strerror(errno));
       if (n == 0) {
         eof = true;
@@ -246,7 +207,7 @@ void stream_job(const std::string& object_path, const std::string& id, uint64_t 
   (void)eof;
   if (!raw && ret != 0) throw ObjectError(object_path + ": corrupt object (truncated zstd frame)");
   uint8_t extra;
-  if (!raw && (ib.pos != ib.size || pread_some(in.fd, &extra, 1, pos) != 0))
+  if (!raw && (ib.pos != ib.size || pread_some(in.get(), &extra, 1, pos) != 0))
     throw ObjectError(object_path + ": corrupt object (bytes after the zstd frame)");
   if (produced != raw_size)
     throw ObjectError(object_path + ": corrupt object (decompressed to " + std::to_string(produced) + " bytes)");
@@ -467,11 +428,11 @@ void RestoreWriter::discard(const CopyOutcome& o) {
   static const std::vector<uint8_t> zeros(kInBlock, 0);
   for (const auto& [path, range] : o.fragments) {
     const std::string p = (fs::path(dir_) / path).string();
-    Fd f(p, O_WRONLY);
-    if (f.fd < 0) fail(p, std::string("cannot open: ") + std::strerror(errno));
+    UniqueFd f(p, O_WRONLY);
+    if (f.get() < 0) fail(p, std::string("cannot open: ") + std::strerror(errno));
     for (uint64_t done = 0; done < range.second;) {
       size_t n = static_cast<size_t>(std::min<uint64_t>(zeros.size(), range.second - done));
-      pwrite_all(f.fd, zeros.data(), n, range.first + done, p);
+      pwrite_all(f.get(), zeros.data(), n, range.first + done, p);
       done += n;
     }
   }
@@ -499,14 +460,14 @@ void RestoreWriter::finish() {
     CutFile& cf = *cfp;
     if (cf.touched.empty()) continue;
     const std::string p = (fs::path(dir_) / path).string();
-    Fd f(p, O_RDWR);
-    if (f.fd < 0) fail(p, std::string("cannot open: ") + std::strerror(errno));
+    UniqueFd f(p, O_RDWR);
+    if (f.get() < 0) fail(p, std::string("cannot open: ") + std::strerror(errno));
     auto crc_of = [&](uint64_t off, uint64_t n) {  // bytes written before (non-expert), read back
       if (buf.empty()) buf.resize(kInBlock);
       uint32_t c = 0;
       for (uint64_t done = 0; done < n;) {
         size_t k = static_cast<size_t>(std::min<uint64_t>(buf.size(), n - done));
-        pread_all(f.fd, buf.data(), k, off + done, p);
+        pread_exact(f.get(), buf.data(), k, off + done, p);
         c = crc32_update(c, {buf.data(), k});
         done += k;
       }
@@ -537,11 +498,11 @@ void RestoreWriter::finish() {
         crc = crc32_combine(crc, crc_of(pos, end - pos), end - pos);
       }
       store_zip_crc(
-          cf.size, r, crc, [&](uint64_t off, size_t n, uint8_t* dst) { pread_all(f.fd, dst, n, off, p); },
+          cf.size, r, crc, [&](uint64_t off, size_t n, uint8_t* dst) { pread_exact(f.get(), dst, n, off, p); },
           [&](uint64_t off, uint32_t v) {
             uint8_t b[4] = {static_cast<uint8_t>(v), static_cast<uint8_t>(v >> 8), static_cast<uint8_t>(v >> 16),
                             static_cast<uint8_t>(v >> 24)};
-            pwrite_all(f.fd, b, 4, off, p);
+            pwrite_all(f.get(), b, 4, off, p);
           });
     }
   }
@@ -553,8 +514,8 @@ void RestoreWriter::finish() {
   arena.execute([&] {
     tbb::parallel_for(size_t{0}, files.size(), [&](size_t i) {
       const std::string p = (fs::path(dir_) / files[i]).string();
-      Fd f(p, O_RDONLY);
-      if (f.fd < 0 || ::fsync(f.fd) != 0) {
+      UniqueFd f(p, O_RDONLY);
+      if (f.get() < 0 || ::fsync(f.get()) != 0) {
         std::lock_guard<std::mutex> lock(m);
         if (!error) error = std::make_exception_ptr(Error(p + ": fsync failed: " + std::strerror(errno)));
       }

@@ -10,6 +10,7 @@
 
 #include "core/crc32.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/mapped_file.h"
 #include "pec/zip_records.h"
 
@@ -35,27 +36,6 @@ bool string_at(const std::vector<uint8_t>& b, size_t p, size_t& text, size_t& le
   return text + len <= b.size();
 }
 
-void pwrite_all(int fd, const uint8_t* p, size_t n, uint64_t off, const std::string& path) {
-  while (n > 0) {
-    ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(off));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) fail(path, std::string("write failed: ") + std::strerror(errno));
-    p += w;
-    off += static_cast<uint64_t>(w);
-    n -= static_cast<size_t>(w);
-  }
-}
-
-void pread_all(int fd, uint8_t* p, size_t n, uint64_t off, const std::string& path) {
-  while (n > 0) {
-    ssize_t r = ::pread(fd, p, n, static_cast<off_t>(off));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) fail(path, "unexpected end of file");
-    p += r;
-    off += static_cast<uint64_t>(r);
-    n -= static_cast<size_t>(r);
-  }
-}
 }  // namespace
 
 VersionPatch patch_ds_version(const std::string& path, const std::function<std::string(const std::string&)>& release_for) {
@@ -77,7 +57,7 @@ VersionPatch patch_ds_version(const std::string& path, const std::function<std::
   if (fd < 0) fail(path, std::string("cannot open for writing: ") + std::strerror(errno));
   try {
     std::vector<uint8_t> b(pkl.size);
-    pread_all(fd, b.data(), b.size(), pkl.data_offset, path);
+    pread_exact(fd, b.data(), b.size(), pkl.data_offset, path);
     static const char kKey[] = "ds_version";
     const size_t klen = sizeof kKey - 1;
     bool changed = false;
@@ -107,7 +87,7 @@ VersionPatch patch_ds_version(const std::string& path, const std::function<std::
       pwrite_all(fd, b.data(), b.size(), pkl.data_offset, path);
       store_zip_crc(
           file_size, pkl, crc32_parallel(b),
-          [&](uint64_t off, size_t n, uint8_t* dst) { pread_all(fd, dst, n, off, path); },
+          [&](uint64_t off, size_t n, uint8_t* dst) { pread_exact(fd, dst, n, off, path); },
           [&](uint64_t off, uint32_t crc) {
             uint8_t le[4] = {static_cast<uint8_t>(crc), static_cast<uint8_t>(crc >> 8), static_cast<uint8_t>(crc >> 16),
                              static_cast<uint8_t>(crc >> 24)};

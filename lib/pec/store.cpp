@@ -17,6 +17,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "pec/checksum.h"
 #include "pec/crash.h"
 
@@ -28,29 +29,14 @@ constexpr const char* kStoreMarker = "PEC_STORE";
 
 void write_durable(const std::string& path, const std::string& text, const char* crash_label) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(tmp, std::string("cannot create: ") + std::strerror(errno));
-  size_t half = text.size() / 2;
-  auto put = [&](const char* p, size_t n) {
-    while (n > 0) {
-      ssize_t w = ::write(fd, p, n);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        ::close(fd);
-        fail(tmp, std::string("write failed: ") + std::strerror(errno));
-      }
-      p += w;
-      n -= static_cast<size_t>(w);
-    }
-  };
-  put(text.data(), half);
-  crash_point(crash_label);
-  put(text.data() + half, text.size() - half);
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    fail(tmp, std::string("fsync failed: ") + std::strerror(errno));
+  {
+    UniqueFd fd = open_or_fail(tmp, O_WRONLY | O_CREAT | O_TRUNC);
+    const size_t half = text.size() / 2;
+    write_all(fd.get(), text.data(), half, tmp);
+    crash_point(crash_label);
+    write_all(fd.get(), text.data() + half, text.size() - half, tmp);
+    if (::fsync(fd.get()) != 0) fail(tmp, std::string("fsync failed: ") + std::strerror(errno));
   }
-  ::close(fd);
   if (::rename(tmp.c_str(), path.c_str()) != 0) fail(path, std::string("cannot rename into place: ") + std::strerror(errno));
   fsync_dir(fs::path(path).parent_path().string());
 }
@@ -180,8 +166,7 @@ FileEntry Store::put_file_from(const std::string& rel_path, const std::string& s
         continue;
       }
       const size_t want = static_cast<size_t>(std::min<uint64_t>(segments[s].second - in, n));
-      ssize_t r = ::pread(fd, dst, want, static_cast<off_t>(segments[s].first + in));
-      if (r < 0 && errno == EINTR) continue;
+      ssize_t r = pread_some(fd, dst, want, segments[s].first + in);
       if (r < 0) fail(source, std::string("read failed: ") + std::strerror(errno));
       if (r == 0) fail(source, "changed size while being saved (ends before byte " + std::to_string(segments[s].first + in) + ")");
       dst += r;
