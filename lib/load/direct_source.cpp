@@ -59,10 +59,6 @@ ucp::Plan direct_plan(const std::string& input) {
   if (!plan.unused_patterns.empty())
     throw Error("unused pattern '" + plan.unused_patterns[0] + "' (" + plan.patterns_origin +
                 ") matches no parameter (convert with ucp-union --allow-unused-patterns, then ucp-load)");
-  for (const auto& p : plan.params)
-    if (p.autoep_experts > 0)
-      throw Error(input + ": DeepSpeed AutoEP expert weight " + p.name +
-                  ": AutoEP sources are not read directly yet (run ucp-union, then ucp-load)");
   return plan;
 }
 
@@ -123,13 +119,19 @@ UniversalMeta direct_meta(const ucp::Plan& plan) {
     nlohmann::json states = nlohmann::json::object();
     for (const auto& s : p.states) states[s] = {{"file", "zero/" + ucp::param_folder(p.name) + "/" + s + ".pt"}};
     nlohmann::json e = {{"name", p.name}, {"states", states}, {"step", p.step_file >= 0}};
-    if (flat) {
+    // AutoEP expert weights are never in the flat form: ucp-union joins their EP ranks' fragments
+    // into [E, ...] (convert.cpp, `flat && autoep_experts == 0`).
+    if (flat && p.autoep_experts == 0) {
       e["flat"] = true;
       e["shape"] = p.tp_shapes.at(0);
     } else {
       e["shape"] = universal_shape(p, rule, set);
     }
     if (p.expert >= 0) e["expert"] = {{"layer", p.moe_layer}, {"global_id", p.expert}};
+    if (p.autoep_experts > 0) {
+      e["autoep"] = {{"moe_layer_id", p.moe_layer}, {"num_experts", p.autoep_experts}};
+      e["cat_dim"] = 0;
+    }
     params.push_back(std::move(e));
   }
   meta.manifest = {{"format", "ucpkit-universal"},
@@ -177,7 +179,7 @@ DirectSource::DirectSource(const ucp::Plan& plan, const ModelInfo& model)
                     " elements, its shape " + nlohmann::json(pp.tp_shapes[t]).dump() + " " +
                     std::to_string(numel_of(pp.tp_shapes[t])));
     }
-    if (flat || tp == 1) {
+    if ((flat && pp.autoep_experts == 0) || tp == 1) {  // AutoEP (TP = 1 only): EP ranks' fragments in part order
       q.kind = Param::Identity;
       if (q.prefix[0].back() < mp.stored_numel)
         throw Error("parameter " + mp.name + ": fragments hold fewer elements than its shape");
@@ -329,17 +331,6 @@ nlohmann::json DirectSource::source_json() const {
         }
         out.push_back({file, off, nb, u});
       };
-      auto slice_runs = [&](int t, int64_t pos, int64_t m, int64_t u) {
-        const auto& pre = p.prefix[t];
-        size_t k = static_cast<size_t>(std::upper_bound(pre.begin(), pre.end(), pos) - pre.begin()) - 1;
-        while (m > 0) {
-          const int64_t c = std::min(m, pre[k + 1] - pos);
-          if (!p.frags.empty())
-            add(p.files[t][k], file_offset(p, static_cast<int>(si), t, k) + static_cast<uint64_t>(pos - pre[k]) * 4,
-                static_cast<uint64_t>(c) * 4, u);
-          pos += c, m -= c, u = u < 0 ? u : u + c, ++k;
-        }
-      };
       if (p.kind == Param::Joined) {
         for (size_t t = 0; t < p.plan->fragments.size(); ++t)
           for (const auto& f : p.plan->fragments[t]) {
@@ -351,7 +342,8 @@ nlohmann::json DirectSource::source_json() const {
             add(f.file, off, static_cast<uint64_t>(f.numel) * 4, -1);
           }
       } else {
-        for_each_slice_run(p, 0, n, [&](int t, int64_t pos, int64_t m, int64_t at) { slice_runs(t, pos, m, at); });
+        file_runs(static_cast<int>(i), static_cast<int>(si), 0, n,
+                  [&](int file, uint64_t off, uint64_t nb, int64_t u) { add(file, off, nb, u); });
       }
       runs += out.size();
       tensors.push_back({{"param", model_.params[i].name},
@@ -364,6 +356,23 @@ nlohmann::json DirectSource::source_json() const {
   return {{"source_files", plan_.files},
           {"tensors", std::move(tensors)},
           {"totals", {{"source_bytes_read", bytes}, {"source_runs", runs}, {"source_files", plan_.files.size()}}}};
+}
+
+bool DirectSource::file_runs(int param, int state, int64_t a, int64_t n,
+                             const std::function<void(int, uint64_t, uint64_t, int64_t)>& emit) const {
+  const Param& p = params_[param];
+  if (p.kind == Param::Joined || p.frags.empty()) return false;
+  for_each_slice_run(p, a, n, [&](int t, int64_t pos, int64_t m, int64_t at) {
+    const auto& pre = p.prefix[t];
+    size_t k = static_cast<size_t>(std::upper_bound(pre.begin(), pre.end(), pos) - pre.begin()) - 1;
+    while (m > 0) {
+      const int64_t c = std::min(m, pre[k + 1] - pos);
+      emit(p.files[t][k], file_offset(p, state, t, k) + static_cast<uint64_t>(pos - pre[k]) * 4,
+           static_cast<uint64_t>(c) * 4, at);
+      pos += c, m -= c, at += c, ++k;
+    }
+  });
+  return true;
 }
 
 pickle::ValuePtr DirectSource::step(int param) {

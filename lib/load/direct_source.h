@@ -5,6 +5,7 @@
 // (UcpInfo plan, exchange, writers) is unchanged. Nothing is written but the target.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -53,6 +54,11 @@ class DirectSource final : public AtomicSource {
   // `ucp-load --plan` on a native input: where every atomic tensor's elements lie in the source
   // (runs of file, byte offset, bytes, first universal element; adjacent runs merged) and totals.
   nlohmann::json source_json() const;
+  // Where atomic elements [a, a + n) of (param, state) lie in the source files: emit(file index,
+  // byte offset, bytes, element offset in [0, n)) per run, in element order. False (nothing
+  // emitted) for a joined (replicated / averaged) parameter, which no single byte range holds.
+  bool file_runs(int param, int state, int64_t a, int64_t n,
+                 const std::function<void(int, uint64_t, uint64_t, int64_t)>& emit) const;
   // Universal checksums computed on the way (--verify): {name: {state: "crc32 hex"}}.
   nlohmann::json checksums() const;
   // Compares the checksums computed here (under MPI: this rank's share) with a universal

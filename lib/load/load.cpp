@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include <tbb/parallel_for.h>
@@ -16,6 +17,7 @@
 #include "core/confine.h"
 #include "core/error.h"
 #include "core/staging.h"
+#include "io/pickle/pickler.h"
 #include "io/torch/torch_file.h"
 #include "io/torch/verify.h"
 #include "layout/deepspeed/version_line.h"
@@ -213,20 +215,37 @@ ExchangeSetup set_up_exchange(DeepSpeedWriter& writer, const ModelInfo& model, c
   return x;
 }
 
+// The zip record name of every storage of `root` as save_torch_file / DeferredTorchFile name them:
+// "archive/data/<k>", k numbering the distinct storages in pickling order (torch_file.cpp's
+// pickle_root; the key order torch.save uses too).
+std::map<const Storage*, std::string> record_names(const pickle::ValuePtr& root) {
+  std::map<const Storage*, std::string> names;
+  pickle::PickleOptions po;
+  po.storage_id = [&](const std::shared_ptr<Storage>& s) -> pickle::ValuePtr {
+    auto it = names.find(s.get());
+    if (it == names.end()) it = names.emplace(s.get(), "archive/data/" + std::to_string(names.size())).first;
+    return pickle::Value::str(it->second);
+  };
+  (void)pickle::pickle(root, po);
+  return names;
+}
+
 // Direct mode's joined plan: where each atomic tensor's elements lie in the source files (byte
-// runs, DirectSource::source_json) and which atomic elements each target file is made of, with the
-// target files' bytes; the two meet in the universal element coordinates.
+// runs, DirectSource::source_json), which atomic elements each target file is made of, and the two
+// joined: every byte range of every generated record of every target file with the source file
+// byte range it is converted from (`copies`).
 nlohmann::json direct_plan_json(const LoadOptions& options, const Prepared& p) {
   UniversalReader reader(p.model, options.input, false);
   DirectSource source(p.direct->plan, p.model);
   reader.set_source(&source);
   nlohmann::json d = source.source_json();
   nlohmann::json targets = nlohmann::json::array();
-  uint64_t target_bytes = 0;
+  uint64_t target_bytes = 0, copied_src = 0, copied_dst = 0, joined_dst = 0, zero_dst = 0, ncopies = 0;
   if (options.format == "deepspeed") {
+    const int threads = parallel::thread_count(options.threads);
     DeepSpeedWriter writer(p.model, p.plan, reader, common_optimizer_state(options, p));
-    const auto files = lay_out_all(writer, p.model, p.plan, p.model.tag, parallel::thread_count(options.threads));
-    const auto needs = file_needs(files, writer, p.model, parallel::thread_count(options.threads));
+    const auto files = lay_out_all(writer, p.model, p.plan, p.model.tag, threads);
+    const auto needs = file_needs(files, writer, p.model, threads);
     for (size_t f = 0; f < files.size(); ++f) {
       nlohmann::json from = nlohmann::json::array();
       for (const auto& [key, iv] : needs[f].elements)
@@ -234,12 +253,64 @@ nlohmann::json direct_plan_json(const LoadOptions& options, const Prepared& p) {
                         {"state", p.model.states[key.second]},
                         {"elements", iv}});
       target_bytes += needs[f].bytes;
-      targets.push_back({{"file", files[f].path}, {"bytes", needs[f].bytes}, {"from", std::move(from)}});
+      // [source file, source byte offset, source bytes, record, record byte offset, record bytes];
+      // source file -1: a joined parameter's elements (made in memory from every TP copy).
+      nlohmann::json copies = nlohmann::json::array(), records = nlohmann::json::object();
+      const auto names = record_names(files[f].root);
+      for (const auto& st : generated_storages(files[f].root)) {
+        const std::string& rec = names.at(st.get());
+        const uint64_t es = dtype_size(st->dtype());
+        uint64_t covered = 0;
+        auto add = [&](int file, uint64_t soff, uint64_t sbytes, uint64_t toff, uint64_t tbytes) {
+          covered += tbytes;
+          if (file >= 0) copied_src += sbytes, copied_dst += tbytes;
+          else joined_dst += tbytes;
+          if (!copies.empty()) {
+            auto& l = copies.back();
+            if (l[0].get<int>() == file && l[3].get<std::string>() == rec &&
+                l[4].get<uint64_t>() + l[5].get<uint64_t>() == toff &&
+                (file < 0 || l[1].get<uint64_t>() + l[2].get<uint64_t>() == soff)) {
+              l[2] = l[2].get<uint64_t>() + sbytes;
+              l[5] = l[5].get<uint64_t>() + tbytes;
+              return;
+            }
+          }
+          copies.push_back({file, soff, sbytes, rec, toff, tbytes});
+        };
+        for (const auto& s : writer.sources_of(st.get())) {
+          const int param = s.slot->param;
+          const int64_t n = static_cast<int64_t>((s.byte_end - s.byte_begin) / es);
+          for_each_run(p.model.params[param].shape, s.slot->slice, s.param_offset, s.param_offset + n,
+                       [&](int64_t src, int64_t count, int64_t out) {
+                         if (src < 0) return;  // vocabulary padding rows: zeros
+                         const uint64_t at = s.byte_begin + static_cast<uint64_t>(out) * es;
+                         const bool direct = source.file_runs(
+                             param, s.state, src, count, [&](int file, uint64_t off, uint64_t nb, int64_t k) {
+                               add(file, off, nb, at + static_cast<uint64_t>(k) * es, nb / 4 * es);
+                             });
+                         if (!direct) add(-1, 0, 0, at, static_cast<uint64_t>(count) * es);
+                       });
+        }
+        zero_dst += st->nbytes() - covered;
+        records[rec] = {{"dtype", std::string(dtype_name(st->dtype()))}, {"bytes", st->nbytes()}};
+      }
+      ncopies += copies.size();
+      targets.push_back({{"file", files[f].path},
+                         {"bytes", needs[f].bytes},
+                         {"from", std::move(from)},
+                         {"records", std::move(records)},
+                         {"copies", std::move(copies)}});
     }
   }
   d["targets"] = std::move(targets);
-  d["totals"]["target_files"] = d["targets"].size();
-  d["totals"]["target_bytes_from_atomics"] = target_bytes;
+  auto& t = d["totals"];
+  t["target_files"] = d["targets"].size();
+  t["target_bytes_from_atomics"] = target_bytes;
+  t["copies"] = ncopies;
+  t["copied_source_bytes"] = copied_src;
+  t["copied_target_bytes"] = copied_dst;
+  t["joined_target_bytes"] = joined_dst;
+  t["zero_target_bytes"] = zero_dst;
   return d;
 }
 

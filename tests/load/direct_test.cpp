@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "load/direct_check.h"
 #include "support/process.h"
 
 namespace fs = std::filesystem;
@@ -20,10 +21,6 @@ namespace {
 
 const std::string kBin = UCPKIT_BIN_DIR;
 const std::string kFx = UCPKIT_FIXTURES_DIR;
-const std::string kSrc = UCPKIT_SOURCE_DIR;
-const std::string kPy = UCPKIT_PYTHON;
-const std::string kMpirun = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun "
-                            "--allow-run-as-root --oversubscribe -np ";
 
 nlohmann::json case_named(const std::string& name) {
   std::ifstream in(fs::path(kFx) / "cases.json");
@@ -41,52 +38,11 @@ std::string args_of(const nlohmann::json& c) {
   return s;
 }
 
-bool have_mpirun() { return run_command("command -v mpirun") == 0; }
-
-// Two-step target and direct targets (one process; mpirun -np 2 with --verify-against) of one case.
 void expect_direct_equals_two_step(const std::string& name) {
   SCOPED_TRACE(name);
   const auto c = case_named(name);
   ASSERT_FALSE(c.is_null());
-  const fs::path d = ucpkit::testing::scratch_dir("direct_" + name);
-  const std::string src = (fs::path(kFx) / name / "src").string(), args = args_of(c);
-  std::string out;
-  ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + src + " --output " + (d / "u").string(), &out), 0) << out;
-  ASSERT_EQ(run_command(kBin + "/ucp-load -q --input " + (d / "u").string() + " --output " + (d / "two").string() + args,
-                        &out),
-            0)
-      << out;
-  out.clear();
-  ASSERT_EQ(run_command(kBin + "/ucp-load --json -q --input " + src + " --output " + (d / "one").string() + args, &out),
-            0)
-      << out;
-  const auto j = nlohmann::json::parse(out);
-  EXPECT_EQ(j["input_kind"], "native");
-  EXPECT_EQ(run_command("diff -r " + (d / "two").string() + " " + (d / "one").string(), &out), 0) << out;
-  EXPECT_FALSE(fs::exists(d / "one" / "manifest.json"));
-  // --plan: every source run holds exactly the universal elements it names (read with torch from
-  // the two-step universal checkpoint), each element once; nothing written.
-  out.clear();
-  ASSERT_EQ(run_command(kBin + "/ucp-load --plan --input " + src + args + " > " + (d / "plan.json").string(), &out), 0)
-      << out;
-  EXPECT_EQ(run_command(kPy + " " + kSrc + "/tests/load/check_direct_plan.py " + (d / "plan.json").string() + " " +
-                            (d / "u").string(),
-                        &out),
-            0)
-      << out;
-  if (!have_mpirun()) return;
-  out.clear();
-  ASSERT_EQ(run_command(kMpirun + "2 " + kBin + "/ucp-load --json -q --batch-mb 0.05 --input " + src + " --output " +
-                            (d / "two_ranks").string() + " --verify-against " + (d / "u").string() + args +
-                            " 2>/dev/null </dev/null",
-                        &out),
-            0)
-      << out;
-  const auto m = nlohmann::json::parse(out);
-  EXPECT_EQ(m["mode"], "exchange");
-  EXPECT_EQ(m["mpi_ranks"], 2);
-  EXPECT_GT(m["checksums_compared"].get<int>(), 10);
-  EXPECT_EQ(run_command("diff -r " + (d / "two").string() + " " + (d / "two_ranks").string(), &out), 0) << out;
+  ucpkit::testing::expect_direct_equals_two_step((fs::path(kFx) / name / "src").string(), args_of(c), "direct_" + name);
 }
 
 }  // namespace
