@@ -2,6 +2,7 @@
 #include "load/direct_source.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -9,12 +10,15 @@
 
 #include <tbb/parallel_for.h>
 
+#include "core/crc32.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "core/staging.h"
 #include "io/torch/torch_file.h"
 #include "layout/deepspeed/files.h"
 #include "layout/deepspeed/storage_tags.h"
 #include "load/ucp_info.h"
+#include "parallel/threads.h"
 #include "ucp/extract.h"
 #include "ucp/save.h"
 #include "ucp/shard_reader.h"
@@ -149,6 +153,7 @@ UniversalMeta direct_meta(const ucp::Plan& plan) {
 
 DirectSource::DirectSource(const ucp::Plan& plan, const ModelInfo& model)
     : plan_(plan), model_(model), cache_(std::make_unique<ucp::SourceCache>(plan.files)) {
+  for (size_t f = 0; f < plan.files.size(); ++f) pieces_.push_back(std::make_unique<FilePieces>());
   std::map<std::string, const ucp::ParamPlan*> by_name;
   for (const auto& p : plan.params) by_name[p.name] = &p;
   const bool flat = flat_source(plan);
@@ -243,6 +248,14 @@ void DirectSource::copy_slice(const Param& p, int state, int t, int64_t pos, int
     const int64_t m = std::min(n, pre[k + 1] - pos);
     const Tensor v = p.frags[state][t][k].narrow(0, pos - pre[k], m);
     if (!cache_->read_into(p.files[t][k], v, reinterpret_cast<uint8_t*>(dst))) v.copy_to(dst);
+    if (keep_crcs_ && v.storage() && v.storage()->is_mapped()) {
+      const auto bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(dst), static_cast<size_t>(m) * 4);
+      const KnownCrc c{file_offset(p, state, t, k) + static_cast<uint64_t>(pos - pre[k]) * 4, bytes.size(),
+                       crc32_update(0, bytes)};
+      FilePieces& fp = *pieces_[static_cast<size_t>(p.files[t][k])];
+      std::lock_guard lock(fp.mu);
+      fp.list.push_back(c);
+    }
     pos += m, dst += m, n -= m, ++k;
   }
 }
@@ -373,6 +386,30 @@ bool DirectSource::file_runs(int param, int state, int64_t a, int64_t n,
     }
   });
   return true;
+}
+
+uint64_t DirectSource::check_source_crcs(const std::vector<std::string>& paths, int threads) {
+  std::map<std::string, size_t> shard;
+  for (size_t f = 0; f < plan_.files.size(); ++f) shard[fs::weakly_canonical(plan_.files[f]).string()] = f;
+  std::vector<std::string> todo;  // each file once (the plan and a folder listing may spell it differently)
+  for (const auto& p : paths) todo.push_back(fs::weakly_canonical(p).string());
+  std::sort(todo.begin(), todo.end());
+  todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
+  std::atomic<uint64_t> read{0};
+  parallel::in_arena(threads, [&] {
+    tbb::parallel_for(size_t{0}, todo.size(), [&](size_t i) {
+      check_interrupted();
+      std::vector<KnownCrc> known;
+      if (auto it = shard.find(todo[i]); it != shard.end()) {
+        FilePieces& fp = *pieces_[it->second];
+        std::lock_guard lock(fp.mu);
+        known = std::move(fp.list);
+        fp.list.clear();
+      }
+      read += check_zip_crcs(todo[i], std::move(known));
+    });
+  });
+  return read.load();
 }
 
 pickle::ValuePtr DirectSource::step(int param) {

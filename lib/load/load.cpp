@@ -20,6 +20,7 @@
 #include "io/pickle/pickler.h"
 #include "io/torch/torch_file.h"
 #include "io/torch/verify.h"
+#include "io/zip/zip_writer.h"
 #include "layout/deepspeed/version_line.h"
 #include "load/deepspeed_writer.h"
 #include "load/direct_source.h"
@@ -365,6 +366,19 @@ LoadSummary run_load(const LoadOptions& options) {
   parallel::RankFailure failed(mpi);  // guard() the work of each step, settle() at its end on every rank
   refuse_output_over_input(options.output, "--output", input_data_dir(options.input), "--input");
 
+  // Direct mode: the source files' zip CRC-32 (on unless --no-verify) is computed on the shard bytes
+  // as they are read for the copy and completed at the end from the bytes no copy read
+  // (DirectSource::check_source_crcs), instead of a pass over every file when it is opened; under
+  // mpirun each rank checks its share of the files (balanced by bytes) with the pieces it read.
+  const bool fused_crc = verify_files_crc() && !is_universal_input(options.input);
+  struct RestoreCrc {
+    bool on;
+    ~RestoreCrc() { set_verify_files_crc(on); }
+  } restore_crc{verify_files_crc()};
+  if (fused_crc) set_verify_files_crc(false);
+  // With --sync (the default) every finished target file starts its write-back at once, so the final
+  // flush overlaps the writing instead of following it.
+  ZipWriter::set_start_writeback(options.sync);
   Prepared prep;
   failed.guard([&] { prep = prepare(options); });
   failed.settle();
@@ -395,25 +409,10 @@ LoadSummary run_load(const LoadOptions& options) {
   UniversalReader reader(model, options.input, verify);
   std::unique_ptr<DirectSource> source;
   if (direct) {
-    // The source files' zip CRC-32 (on unless --no-verify): under mpirun each rank checks its share
-    // (balanced by bytes), then none again, so each source byte is read once for it in total.
-    if (verify_files_crc() && mpi.size() > 1) {
-      const auto& files = prep.direct->plan.files;
-      std::vector<uint64_t> sizes;
-      for (const auto& f : files) {
-        std::error_code ec;
-        const auto n = fs::file_size(f, ec);
-        sizes.push_back(ec ? 0 : n);
-      }
-      const auto owner = parallel::assign_by_size(sizes, mpi.size());
-      failed.guard([&] {
-        for (size_t f = 0; f < files.size(); ++f)
-          if (owner[f] == mpi.rank()) (void)load_torch_file(files[f]);
-      });
-      failed.settle();
-      set_verify_files_crc(false);
-    }
-    failed.guard([&] { source = std::make_unique<DirectSource>(prep.direct->plan, model); });
+    failed.guard([&] {
+      source = std::make_unique<DirectSource>(prep.direct->plan, model);
+      source->keep_source_crcs(fused_crc);
+    });
     failed.settle();
     reader.set_source(source.get());
   }
@@ -441,6 +440,7 @@ LoadSummary run_load(const LoadOptions& options) {
     failed.settle();
   }
   std::atomic<uint64_t> written{0}, files{0};
+  uint64_t crc_bytes_read = 0;
 
   if (options.format == "safetensors") {
     failed.guard([&] {
@@ -504,6 +504,31 @@ LoadSummary run_load(const LoadOptions& options) {
       files += xstats.files_written;
     }
   }
+  if (fused_crc) {  // before the rename: a damaged source leaves nothing
+    failed.guard([&] {
+      const auto& plan = prep.direct->plan;
+      std::vector<std::string> paths(plan.files);
+      paths.insert(paths.end(), plan.model_files.begin(), plan.model_files.end());
+      if (!plan.optimizer_state_file.empty()) paths.push_back(plan.optimizer_state_file);
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(native_checkpoint_dir(options.input), ec))
+        if (e.is_regular_file() && e.path().extension() == ".pt") paths.push_back(e.path().string());
+      for (auto& p : paths) p = fs::weakly_canonical(p).string();
+      std::sort(paths.begin(), paths.end());
+      paths.erase(std::unique(paths.begin(), paths.end()), paths.end());
+      std::vector<uint64_t> sizes;
+      for (const auto& p : paths) {
+        const auto n = fs::file_size(p, ec);
+        sizes.push_back(ec ? 0 : n);
+      }
+      const auto owner = parallel::assign_by_size(sizes, mpi.size());
+      std::vector<std::string> mine;
+      for (size_t f = 0; f < paths.size(); ++f)
+        if (owner[f] == mpi.rank()) mine.push_back(paths[f]);
+      crc_bytes_read = source->check_source_crcs(mine, threads);
+    });
+    failed.settle();
+  }
   size_t compared = 0;
   if (direct && !options.verify_against.empty()) {  // before the rename: a mismatch leaves nothing
     failed.guard([&] { compared = source->compare_with(options.verify_against); });
@@ -548,7 +573,7 @@ LoadSummary run_load(const LoadOptions& options) {
   if (exchange && xstats.fill_cost_even > 0)
     s.fill_balance = static_cast<double>(xstats.fill_cost) / static_cast<double>(xstats.fill_cost_even);
   s.files_written = mpi.sum(files.load());
-  s.bytes_read = mpi.sum(reader.bytes_read());
+  s.bytes_read = mpi.sum(reader.bytes_read() + crc_bytes_read);  // direct: with the bytes read only for the zip CRC-32
   s.bytes_verified = mpi.sum(reader.bytes_verified());
   s.bytes_written = mpi.sum(written.load());
   s.peak_rss_bytes = mpi.max(tool::peak_rss_bytes());

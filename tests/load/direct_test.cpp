@@ -21,6 +21,7 @@ namespace {
 
 const std::string kBin = UCPKIT_BIN_DIR;
 const std::string kFx = UCPKIT_FIXTURES_DIR;
+const std::string kPy = UCPKIT_PYTHON;
 
 nlohmann::json case_named(const std::string& name) {
   std::ifstream in(fs::path(kFx) / "cases.json");
@@ -80,6 +81,21 @@ TEST(LoadDirect, BadInputClearErrorNothingWritten) {
     if (e.path().filename().string().find("optim_states.pt") != std::string::npos) shard = e.path();
   ASSERT_FALSE(shard.empty());
   fs::resize_file(shard, fs::file_size(shard) / 2);
+  // One bit flipped in the middle of a shard's largest record (tensor data the copy reads): the
+  // CRC-32 computed on the bytes as they are read finds it at the end, before anything is renamed.
+  fs::copy(src, d / "flip", fs::copy_options::recursive);
+  fs::path flipped;
+  for (const auto& e : fs::recursive_directory_iterator(d / "flip"))
+    if (e.path().filename().string().find("optim_states.pt") != std::string::npos) flipped = e.path();
+  ASSERT_EQ(run_command(kPy + " -c \"import sys, zipfile; p = sys.argv[1]; z = zipfile.ZipFile(p); "
+                              "i = max(z.infolist(), key=lambda i: i.file_size); f = open(p, 'r+b'); "
+                              "f.seek(i.header_offset); "
+                              "h = f.read(30); o = i.header_offset + 30 + int.from_bytes(h[26:28], 'little') + "
+                              "int.from_bytes(h[28:30], 'little') + i.file_size // 2; f.seek(o); b = f.read(1); "
+                              "f.seek(o); f.write(bytes([b[0] ^ 16]))\" " + flipped.string(),
+                        &out),
+            0)
+      << out;
   struct Bad {
     std::string what, cmd, message;
   };
@@ -89,6 +105,11 @@ TEST(LoadDirect, BadInputClearErrorNothingWritten) {
       {"neither kind", "--input " + (d / "empty").string() + " --output " + (d / "o2").string(), "no manifest.json"},
       {"truncated shard", "--input " + (d / "cut").string() + " --output " + (d / "o3").string(), shard.filename().string()},
       {"output inside the input", "--input " + src + " --output " + src + "/global_step100/out", "--output"},
+      {"flipped bit", "--input " + (d / "flip").string() + " --output " + (d / "o4").string(),
+       flipped.filename().string() + ": zip: CRC-32 mismatch in record"},
+      {"flipped bit, exchange", "--exchange on --batch-mb 0.05 --input " + (d / "flip").string() + " --output " +
+                                    (d / "o5").string(),
+       flipped.filename().string() + ": zip: CRC-32 mismatch in record"},
   };
   for (const auto& b : bad) {
     SCOPED_TRACE(b.what);
@@ -97,7 +118,7 @@ TEST(LoadDirect, BadInputClearErrorNothingWritten) {
     EXPECT_NE(out.find("ucp-load: error:"), std::string::npos) << out;
     EXPECT_NE(out.find(b.message), std::string::npos) << out;
   }
-  for (const char* o : {"o1", "o2", "o3"}) EXPECT_FALSE(fs::exists(d / o)) << o;
+  for (const char* o : {"o1", "o2", "o3", "o4", "o5"}) EXPECT_FALSE(fs::exists(d / o)) << o;
   for (const auto& e : fs::directory_iterator(d))
     EXPECT_EQ(e.path().filename().string().find(".ucp-load-tmp"), std::string::npos) << e.path();
 }
