@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <mutex>
+#include <ostream>
 #include <string>
 
 #include "load/direct_check.h"
@@ -40,6 +41,7 @@ struct Case {
   const char* source;
   const char* args;
 };
+void PrintTo(const Case& c, std::ostream* os) { *os << c.source; }  // ctest names without bytes
 
 class LoadDirectAutoEp : public ::testing::TestWithParam<Case> {};
 
