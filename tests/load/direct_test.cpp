@@ -118,6 +118,18 @@ TEST(LoadDirect, BadInputClearErrorNothingWritten) {
     EXPECT_NE(out.find("ucp-load: error:"), std::string::npos) << out;
     EXPECT_NE(out.find(b.message), std::string::npos) << out;
   }
+  // Under mpirun the rank that checks the damaged shard reports it; every rank stops, nothing written.
+  if (run_command("command -v mpirun") == 0) {
+    out.clear();
+    EXPECT_NE(run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun "
+                          "--allow-run-as-root --oversubscribe -np 2 " + kBin + "/ucp-load --batch-mb 0.05 --input " +
+                              (d / "flip").string() + " --output " + (d / "o6").string() + args + " </dev/null",
+                          &out),
+              0)
+        << out;
+    EXPECT_NE(out.find(flipped.filename().string() + ": zip: CRC-32 mismatch in record"), std::string::npos) << out;
+    EXPECT_FALSE(fs::exists(d / "o6"));
+  }
   for (const char* o : {"o1", "o2", "o3", "o4", "o5"}) EXPECT_FALSE(fs::exists(d / o)) << o;
   for (const auto& e : fs::directory_iterator(d))
     EXPECT_EQ(e.path().filename().string().find(".ucp-load-tmp"), std::string::npos) << e.path();
