@@ -5,6 +5,8 @@
 # ucp-load from the universal checkpoint), in one process and under mpirun -np 2 and -np 3 (the
 # exchange; -np 3 with batches smaller than a layer). The -np 2 run also computes the universal
 # checksums on the way and compares them with the two-step universal manifest (--verify-against).
+# `--plan` is checked by tests/load/check_direct_plan.py against the universal tensors and the
+# one-process target's bytes.
 # Usage: scripts/test_direct_matrix.sh [build_dir] [work_dir]   (MATRIX_MPI=0: one process only;
 # CASES='name ...': only these cases)
 set -u
@@ -29,6 +31,10 @@ while IFS=$'\t' read -r name args; do
   [ $ok = 1 ] && { "$BIN/ucp-load" -q --input "$d/u1" --output "$d/two" $args >>"$d/log" 2>&1 || ok=0; }
   [ $ok = 1 ] && { "$BIN/ucp-load" -q --input "$src" --output "$d/direct1" $args >>"$d/log" 2>&1 || ok=0; }
   [ $ok = 1 ] && { diff -r "$d/two" "$d/direct1" >>"$d/log" 2>&1 || { echo "direct1 differs" >>"$d/log"; ok=0; }; }
+  # --plan: source runs against the universal tensors, source -> target copies against direct1's bytes.
+  [ $ok = 1 ] && { "$BIN/ucp-load" -q --plan --input "$src" $args >"$d/plan.json" 2>>"$d/log" &&
+    $PY "$ROOT/tests/load/check_direct_plan.py" "$d/plan.json" "$d/u1" "$d/direct1" >>"$d/log" 2>&1 ||
+    { echo "--plan check failed" >>"$d/log"; ok=0; }; }
   if [ $ok = 1 ] && [ "$MPI" = 1 ]; then
     timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 "$BIN/ucp-load" -q --input "$src" \
       --output "$d/direct2" --verify-against "$d/u1" $args < /dev/null >>"$d/log" 2>&1 || ok=0

@@ -2,6 +2,7 @@
 #include "load/direct_source.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -9,12 +10,15 @@
 
 #include <tbb/parallel_for.h>
 
+#include "core/crc32.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "core/staging.h"
 #include "io/torch/torch_file.h"
 #include "layout/deepspeed/files.h"
 #include "layout/deepspeed/storage_tags.h"
 #include "load/ucp_info.h"
+#include "parallel/threads.h"
 #include "ucp/extract.h"
 #include "ucp/save.h"
 #include "ucp/shard_reader.h"
@@ -59,10 +63,6 @@ ucp::Plan direct_plan(const std::string& input) {
   if (!plan.unused_patterns.empty())
     throw Error("unused pattern '" + plan.unused_patterns[0] + "' (" + plan.patterns_origin +
                 ") matches no parameter (convert with ucp-union --allow-unused-patterns, then ucp-load)");
-  for (const auto& p : plan.params)
-    if (p.autoep_experts > 0)
-      throw Error(input + ": DeepSpeed AutoEP expert weight " + p.name +
-                  ": AutoEP sources are not read directly yet (run ucp-union, then ucp-load)");
   return plan;
 }
 
@@ -123,13 +123,19 @@ UniversalMeta direct_meta(const ucp::Plan& plan) {
     nlohmann::json states = nlohmann::json::object();
     for (const auto& s : p.states) states[s] = {{"file", "zero/" + ucp::param_folder(p.name) + "/" + s + ".pt"}};
     nlohmann::json e = {{"name", p.name}, {"states", states}, {"step", p.step_file >= 0}};
-    if (flat) {
+    // AutoEP expert weights are never in the flat form: ucp-union joins their EP ranks' fragments
+    // into [E, ...] (convert.cpp, `flat && autoep_experts == 0`).
+    if (flat && p.autoep_experts == 0) {
       e["flat"] = true;
       e["shape"] = p.tp_shapes.at(0);
     } else {
       e["shape"] = universal_shape(p, rule, set);
     }
     if (p.expert >= 0) e["expert"] = {{"layer", p.moe_layer}, {"global_id", p.expert}};
+    if (p.autoep_experts > 0) {
+      e["autoep"] = {{"moe_layer_id", p.moe_layer}, {"num_experts", p.autoep_experts}};
+      e["cat_dim"] = 0;
+    }
     params.push_back(std::move(e));
   }
   meta.manifest = {{"format", "ucpkit-universal"},
@@ -147,6 +153,7 @@ UniversalMeta direct_meta(const ucp::Plan& plan) {
 
 DirectSource::DirectSource(const ucp::Plan& plan, const ModelInfo& model)
     : plan_(plan), model_(model), cache_(std::make_unique<ucp::SourceCache>(plan.files)) {
+  for (size_t f = 0; f < plan.files.size(); ++f) pieces_.push_back(std::make_unique<FilePieces>());
   std::map<std::string, const ucp::ParamPlan*> by_name;
   for (const auto& p : plan.params) by_name[p.name] = &p;
   const bool flat = flat_source(plan);
@@ -177,7 +184,7 @@ DirectSource::DirectSource(const ucp::Plan& plan, const ModelInfo& model)
                     " elements, its shape " + nlohmann::json(pp.tp_shapes[t]).dump() + " " +
                     std::to_string(numel_of(pp.tp_shapes[t])));
     }
-    if (flat || tp == 1) {
+    if ((flat && pp.autoep_experts == 0) || tp == 1) {  // AutoEP (TP = 1 only): EP ranks' fragments in part order
       q.kind = Param::Identity;
       if (q.prefix[0].back() < mp.stored_numel)
         throw Error("parameter " + mp.name + ": fragments hold fewer elements than its shape");
@@ -241,6 +248,14 @@ void DirectSource::copy_slice(const Param& p, int state, int t, int64_t pos, int
     const int64_t m = std::min(n, pre[k + 1] - pos);
     const Tensor v = p.frags[state][t][k].narrow(0, pos - pre[k], m);
     if (!cache_->read_into(p.files[t][k], v, reinterpret_cast<uint8_t*>(dst))) v.copy_to(dst);
+    if (keep_crcs_ && v.storage() && v.storage()->is_mapped()) {
+      const auto bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(dst), static_cast<size_t>(m) * 4);
+      const KnownCrc c{file_offset(p, state, t, k) + static_cast<uint64_t>(pos - pre[k]) * 4, bytes.size(),
+                       crc32_update(0, bytes)};
+      FilePieces& fp = *pieces_[static_cast<size_t>(p.files[t][k])];
+      std::lock_guard lock(fp.mu);
+      fp.list.push_back(c);
+    }
     pos += m, dst += m, n -= m, ++k;
   }
 }
@@ -329,17 +344,6 @@ nlohmann::json DirectSource::source_json() const {
         }
         out.push_back({file, off, nb, u});
       };
-      auto slice_runs = [&](int t, int64_t pos, int64_t m, int64_t u) {
-        const auto& pre = p.prefix[t];
-        size_t k = static_cast<size_t>(std::upper_bound(pre.begin(), pre.end(), pos) - pre.begin()) - 1;
-        while (m > 0) {
-          const int64_t c = std::min(m, pre[k + 1] - pos);
-          if (!p.frags.empty())
-            add(p.files[t][k], file_offset(p, static_cast<int>(si), t, k) + static_cast<uint64_t>(pos - pre[k]) * 4,
-                static_cast<uint64_t>(c) * 4, u);
-          pos += c, m -= c, u = u < 0 ? u : u + c, ++k;
-        }
-      };
       if (p.kind == Param::Joined) {
         for (size_t t = 0; t < p.plan->fragments.size(); ++t)
           for (const auto& f : p.plan->fragments[t]) {
@@ -351,7 +355,8 @@ nlohmann::json DirectSource::source_json() const {
             add(f.file, off, static_cast<uint64_t>(f.numel) * 4, -1);
           }
       } else {
-        for_each_slice_run(p, 0, n, [&](int t, int64_t pos, int64_t m, int64_t at) { slice_runs(t, pos, m, at); });
+        file_runs(static_cast<int>(i), static_cast<int>(si), 0, n,
+                  [&](int file, uint64_t off, uint64_t nb, int64_t u) { add(file, off, nb, u); });
       }
       runs += out.size();
       tensors.push_back({{"param", model_.params[i].name},
@@ -364,6 +369,47 @@ nlohmann::json DirectSource::source_json() const {
   return {{"source_files", plan_.files},
           {"tensors", std::move(tensors)},
           {"totals", {{"source_bytes_read", bytes}, {"source_runs", runs}, {"source_files", plan_.files.size()}}}};
+}
+
+bool DirectSource::file_runs(int param, int state, int64_t a, int64_t n,
+                             const std::function<void(int, uint64_t, uint64_t, int64_t)>& emit) const {
+  const Param& p = params_[param];
+  if (p.kind == Param::Joined || p.frags.empty()) return false;
+  for_each_slice_run(p, a, n, [&](int t, int64_t pos, int64_t m, int64_t at) {
+    const auto& pre = p.prefix[t];
+    size_t k = static_cast<size_t>(std::upper_bound(pre.begin(), pre.end(), pos) - pre.begin()) - 1;
+    while (m > 0) {
+      const int64_t c = std::min(m, pre[k + 1] - pos);
+      emit(p.files[t][k], file_offset(p, state, t, k) + static_cast<uint64_t>(pos - pre[k]) * 4,
+           static_cast<uint64_t>(c) * 4, at);
+      pos += c, m -= c, at += c, ++k;
+    }
+  });
+  return true;
+}
+
+uint64_t DirectSource::check_source_crcs(const std::vector<std::string>& paths, int threads) {
+  std::map<std::string, size_t> shard;
+  for (size_t f = 0; f < plan_.files.size(); ++f) shard[fs::weakly_canonical(plan_.files[f]).string()] = f;
+  std::vector<std::string> todo;  // each file once (the plan and a folder listing may spell it differently)
+  for (const auto& p : paths) todo.push_back(fs::weakly_canonical(p).string());
+  std::sort(todo.begin(), todo.end());
+  todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
+  std::atomic<uint64_t> read{0};
+  parallel::in_arena(threads, [&] {
+    tbb::parallel_for(size_t{0}, todo.size(), [&](size_t i) {
+      check_interrupted();
+      std::vector<KnownCrc> known;
+      if (auto it = shard.find(todo[i]); it != shard.end()) {
+        FilePieces& fp = *pieces_[it->second];
+        std::lock_guard lock(fp.mu);
+        known = std::move(fp.list);
+        fp.list.clear();
+      }
+      read += check_zip_crcs(todo[i], std::move(known));
+    });
+  });
+  return read.load();
 }
 
 pickle::ValuePtr DirectSource::step(int param) {

@@ -5,6 +5,7 @@
 // (UcpInfo plan, exchange, writers) is unchanged. Nothing is written but the target.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/tensor.h"
+#include "io/zip/zip_crc_check.h"
 #include "load/model_info.h"
 #include "load/universal_reader.h"
 #include "ucp/plan.h"
@@ -53,6 +55,18 @@ class DirectSource final : public AtomicSource {
   // `ucp-load --plan` on a native input: where every atomic tensor's elements lie in the source
   // (runs of file, byte offset, bytes, first universal element; adjacent runs merged) and totals.
   nlohmann::json source_json() const;
+  // Where atomic elements [a, a + n) of (param, state) lie in the source files: emit(file index,
+  // byte offset, bytes, element offset in [0, n)) per run, in element order. False (nothing
+  // emitted) for a joined (replicated / averaged) parameter, which no single byte range holds.
+  bool file_runs(int param, int state, int64_t a, int64_t n,
+                 const std::function<void(int, uint64_t, uint64_t, int64_t)>& emit) const;
+  // The source files' zip CRC-32 computed on the bytes as they are read (one process, unless
+  // --no-verify): while on, every piece read from a shard is checksummed into the file's list;
+  // check_source_crcs() then checks every record of every file in `paths` (the shards with their
+  // pieces, the others read whole), reading only what no piece covered. Throws Error naming the
+  // file and record on a mismatch. Returns the bytes read for the check.
+  void keep_source_crcs(bool on) { keep_crcs_ = on; }
+  uint64_t check_source_crcs(const std::vector<std::string>& paths, int threads);
   // Universal checksums computed on the way (--verify): {name: {state: "crc32 hex"}}.
   nlohmann::json checksums() const;
   // Compares the checksums computed here (under MPI: this rank's share) with a universal
@@ -91,6 +105,12 @@ class DirectSource final : public AtomicSource {
   std::vector<Param> params_;
   std::vector<std::unique_ptr<std::once_flag>> joined_once_;
   std::vector<std::vector<float>> joined_;
+  struct FilePieces {
+    std::mutex mu;
+    std::vector<KnownCrc> list;
+  };
+  bool keep_crcs_ = false;
+  std::vector<std::unique_ptr<FilePieces>> pieces_;  // [source file]
   mutable std::mutex crc_mu_;
   std::map<std::pair<int, int>, uint32_t> crc_;
 };

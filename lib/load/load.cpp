@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include <tbb/parallel_for.h>
@@ -16,8 +17,10 @@
 #include "core/confine.h"
 #include "core/error.h"
 #include "core/staging.h"
+#include "io/pickle/pickler.h"
 #include "io/torch/torch_file.h"
 #include "io/torch/verify.h"
+#include "io/zip/zip_writer.h"
 #include "layout/deepspeed/version_line.h"
 #include "load/deepspeed_writer.h"
 #include "load/direct_source.h"
@@ -214,20 +217,37 @@ ExchangeSetup set_up_exchange(DeepSpeedWriter& writer, const ModelInfo& model, c
   return x;
 }
 
+// The zip record name of every storage of `root` as save_torch_file / DeferredTorchFile name them:
+// "archive/data/<k>", k numbering the distinct storages in pickling order (torch_file.cpp's
+// pickle_root; the key order torch.save uses too).
+std::map<const Storage*, std::string> record_names(const pickle::ValuePtr& root) {
+  std::map<const Storage*, std::string> names;
+  pickle::PickleOptions po;
+  po.storage_id = [&](const std::shared_ptr<Storage>& s) -> pickle::ValuePtr {
+    auto it = names.find(s.get());
+    if (it == names.end()) it = names.emplace(s.get(), "archive/data/" + std::to_string(names.size())).first;
+    return pickle::Value::str(it->second);
+  };
+  (void)pickle::pickle(root, po);
+  return names;
+}
+
 // Direct mode's joined plan: where each atomic tensor's elements lie in the source files (byte
-// runs, DirectSource::source_json) and which atomic elements each target file is made of, with the
-// target files' bytes; the two meet in the universal element coordinates.
+// runs, DirectSource::source_json), which atomic elements each target file is made of, and the two
+// joined: every byte range of every generated record of every target file with the source file
+// byte range it is converted from (`copies`).
 nlohmann::json direct_plan_json(const LoadOptions& options, const Prepared& p) {
   UniversalReader reader(p.model, options.input, false);
   DirectSource source(p.direct->plan, p.model);
   reader.set_source(&source);
   nlohmann::json d = source.source_json();
   nlohmann::json targets = nlohmann::json::array();
-  uint64_t target_bytes = 0;
+  uint64_t target_bytes = 0, copied_src = 0, copied_dst = 0, joined_dst = 0, zero_dst = 0, ncopies = 0;
   if (options.format == "deepspeed") {
+    const int threads = parallel::thread_count(options.threads);
     DeepSpeedWriter writer(p.model, p.plan, reader, common_optimizer_state(options, p));
-    const auto files = lay_out_all(writer, p.model, p.plan, p.model.tag, parallel::thread_count(options.threads));
-    const auto needs = file_needs(files, writer, p.model, parallel::thread_count(options.threads));
+    const auto files = lay_out_all(writer, p.model, p.plan, p.model.tag, threads);
+    const auto needs = file_needs(files, writer, p.model, threads);
     for (size_t f = 0; f < files.size(); ++f) {
       nlohmann::json from = nlohmann::json::array();
       for (const auto& [key, iv] : needs[f].elements)
@@ -235,12 +255,64 @@ nlohmann::json direct_plan_json(const LoadOptions& options, const Prepared& p) {
                         {"state", p.model.states[key.second]},
                         {"elements", iv}});
       target_bytes += needs[f].bytes;
-      targets.push_back({{"file", files[f].path}, {"bytes", needs[f].bytes}, {"from", std::move(from)}});
+      // [source file, source byte offset, source bytes, record, record byte offset, record bytes];
+      // source file -1: a joined parameter's elements (made in memory from every TP copy).
+      nlohmann::json copies = nlohmann::json::array(), records = nlohmann::json::object();
+      const auto names = record_names(files[f].root);
+      for (const auto& st : generated_storages(files[f].root)) {
+        const std::string& rec = names.at(st.get());
+        const uint64_t es = dtype_size(st->dtype());
+        uint64_t covered = 0;
+        auto add = [&](int file, uint64_t soff, uint64_t sbytes, uint64_t toff, uint64_t tbytes) {
+          covered += tbytes;
+          if (file >= 0) copied_src += sbytes, copied_dst += tbytes;
+          else joined_dst += tbytes;
+          if (!copies.empty()) {
+            auto& l = copies.back();
+            if (l[0].get<int>() == file && l[3].get<std::string>() == rec &&
+                l[4].get<uint64_t>() + l[5].get<uint64_t>() == toff &&
+                (file < 0 || l[1].get<uint64_t>() + l[2].get<uint64_t>() == soff)) {
+              l[2] = l[2].get<uint64_t>() + sbytes;
+              l[5] = l[5].get<uint64_t>() + tbytes;
+              return;
+            }
+          }
+          copies.push_back({file, soff, sbytes, rec, toff, tbytes});
+        };
+        for (const auto& s : writer.sources_of(st.get())) {
+          const int param = s.slot->param;
+          const int64_t n = static_cast<int64_t>((s.byte_end - s.byte_begin) / es);
+          for_each_run(p.model.params[param].shape, s.slot->slice, s.param_offset, s.param_offset + n,
+                       [&](int64_t src, int64_t count, int64_t out) {
+                         if (src < 0) return;  // vocabulary padding rows: zeros
+                         const uint64_t at = s.byte_begin + static_cast<uint64_t>(out) * es;
+                         const bool direct = source.file_runs(
+                             param, s.state, src, count, [&](int file, uint64_t off, uint64_t nb, int64_t k) {
+                               add(file, off, nb, at + static_cast<uint64_t>(k) * es, nb / 4 * es);
+                             });
+                         if (!direct) add(-1, 0, 0, at, static_cast<uint64_t>(count) * es);
+                       });
+        }
+        zero_dst += st->nbytes() - covered;
+        records[rec] = {{"dtype", std::string(dtype_name(st->dtype()))}, {"bytes", st->nbytes()}};
+      }
+      ncopies += copies.size();
+      targets.push_back({{"file", files[f].path},
+                         {"bytes", needs[f].bytes},
+                         {"from", std::move(from)},
+                         {"records", std::move(records)},
+                         {"copies", std::move(copies)}});
     }
   }
   d["targets"] = std::move(targets);
-  d["totals"]["target_files"] = d["targets"].size();
-  d["totals"]["target_bytes_from_atomics"] = target_bytes;
+  auto& t = d["totals"];
+  t["target_files"] = d["targets"].size();
+  t["target_bytes_from_atomics"] = target_bytes;
+  t["copies"] = ncopies;
+  t["copied_source_bytes"] = copied_src;
+  t["copied_target_bytes"] = copied_dst;
+  t["joined_target_bytes"] = joined_dst;
+  t["zero_target_bytes"] = zero_dst;
   return d;
 }
 
@@ -295,6 +367,19 @@ LoadSummary run_load(const LoadOptions& options) {
   parallel::RankFailure failed(mpi);  // guard() the work of each step, settle() at its end on every rank
   refuse_output_over_input(options.output, "--output", input_data_dir(options.input), "--input");
 
+  // Direct mode: the source files' zip CRC-32 (on unless --no-verify) is computed on the shard bytes
+  // as they are read for the copy and completed at the end from the bytes no copy read
+  // (DirectSource::check_source_crcs), instead of a pass over every file when it is opened; under
+  // mpirun each rank checks its share of the files (balanced by bytes) with the pieces it read.
+  const bool fused_crc = verify_files_crc() && !is_universal_input(options.input);
+  struct RestoreCrc {
+    bool on;
+    ~RestoreCrc() { set_verify_files_crc(on); }
+  } restore_crc{verify_files_crc()};
+  if (fused_crc) set_verify_files_crc(false);
+  // With --sync (the default) every finished target file starts its write-back at once, so the final
+  // flush overlaps the writing instead of following it.
+  ZipWriter::set_start_writeback(options.sync);
   Prepared prep;
   failed.guard([&] { prep = prepare(options); });
   failed.settle();
@@ -316,25 +401,10 @@ LoadSummary run_load(const LoadOptions& options) {
   UniversalReader reader(model, options.input, verify);
   std::unique_ptr<DirectSource> source;
   if (direct) {
-    // The source files' zip CRC-32 (on unless --no-verify): under mpirun each rank checks its share
-    // (balanced by bytes), then none again, so each source byte is read once for it in total.
-    if (verify_files_crc() && mpi.size() > 1) {
-      const auto& files = prep.direct->plan.files;
-      std::vector<uint64_t> sizes;
-      for (const auto& f : files) {
-        std::error_code ec;
-        const auto n = fs::file_size(f, ec);
-        sizes.push_back(ec ? 0 : n);
-      }
-      const auto owner = parallel::assign_by_size(sizes, mpi.size());
-      failed.guard([&] {
-        for (size_t f = 0; f < files.size(); ++f)
-          if (owner[f] == mpi.rank()) (void)load_torch_file(files[f]);
-      });
-      failed.settle();
-      set_verify_files_crc(false);
-    }
-    failed.guard([&] { source = std::make_unique<DirectSource>(prep.direct->plan, model); });
+    failed.guard([&] {
+      source = std::make_unique<DirectSource>(prep.direct->plan, model);
+      source->keep_source_crcs(fused_crc);
+    });
     failed.settle();
     reader.set_source(source.get());
   }
@@ -362,6 +432,7 @@ LoadSummary run_load(const LoadOptions& options) {
     failed.settle();
   }
   std::atomic<uint64_t> written{0}, files{0};
+  uint64_t crc_bytes_read = 0;
 
   if (options.format == "safetensors") {
     failed.guard([&] {
@@ -425,6 +496,31 @@ LoadSummary run_load(const LoadOptions& options) {
       files += xstats.files_written;
     }
   }
+  if (fused_crc) {  // before the rename: a damaged source leaves nothing
+    failed.guard([&] {
+      const auto& plan = prep.direct->plan;
+      std::vector<std::string> paths(plan.files);
+      paths.insert(paths.end(), plan.model_files.begin(), plan.model_files.end());
+      if (!plan.optimizer_state_file.empty()) paths.push_back(plan.optimizer_state_file);
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(native_checkpoint_dir(options.input), ec))
+        if (e.is_regular_file() && e.path().extension() == ".pt") paths.push_back(e.path().string());
+      for (auto& p : paths) p = fs::weakly_canonical(p).string();
+      std::sort(paths.begin(), paths.end());
+      paths.erase(std::unique(paths.begin(), paths.end()), paths.end());
+      std::vector<uint64_t> sizes;
+      for (const auto& p : paths) {
+        const auto n = fs::file_size(p, ec);
+        sizes.push_back(ec ? 0 : n);
+      }
+      const auto owner = parallel::assign_by_size(sizes, mpi.size());
+      std::vector<std::string> mine;
+      for (size_t f = 0; f < paths.size(); ++f)
+        if (owner[f] == mpi.rank()) mine.push_back(paths[f]);
+      crc_bytes_read = source->check_source_crcs(mine, threads);
+    });
+    failed.settle();
+  }
   size_t compared = 0;
   if (direct && !options.verify_against.empty()) {  // before the rename: a mismatch leaves nothing
     failed.guard([&] { compared = source->compare_with(options.verify_against); });
@@ -469,7 +565,7 @@ LoadSummary run_load(const LoadOptions& options) {
   if (exchange && xstats.fill_cost_even > 0)
     s.fill_balance = static_cast<double>(xstats.fill_cost) / static_cast<double>(xstats.fill_cost_even);
   s.files_written = mpi.sum(files.load());
-  s.bytes_read = mpi.sum(reader.bytes_read());
+  s.bytes_read = mpi.sum(reader.bytes_read() + crc_bytes_read);  // direct: with the bytes read only for the zip CRC-32
   s.bytes_verified = mpi.sum(reader.bytes_verified());
   s.bytes_written = mpi.sum(written.load());
   s.peak_rss_bytes = mpi.max(tool::peak_rss_bytes());

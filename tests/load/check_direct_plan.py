@@ -2,7 +2,14 @@
 source: every source run [file, byte offset, bytes, first element] of every atomic tensor must hold,
 read straight from the source file, exactly those elements of the universal tensor (torch.load of
 zero/<param>/<state>.pt); the runs of a non-joined tensor must cover it exactly once; the totals
-must add up. Usage: check_direct_plan.py plan.json universal_dir"""
+must add up. With a target folder written from the same source and options, every `copies` entry
+[source file, source offset, source bytes, record, record offset, record bytes] of every target file
+is checked against the bytes actually written: the record is read with zipfile from the target
+file, the source range straight from the source file, converted fp32 -> the record's dtype with
+torch (round to nearest even, as torch.Tensor.to), and the two must be equal byte for byte; the
+copies of a record must not overlap and the totals must add up.
+Usage: check_direct_plan.py plan.json universal_dir [target_dir]"""
+import zipfile
 import json
 import os
 import sys
@@ -14,7 +21,44 @@ import dsgen  # noqa: E402,F401  (registers the DeepSpeed stand-in classes)
 import torch  # noqa: E402
 
 
-def main(plan_path, universal):
+def check_targets(plan, target):
+    files = plan["source_files"]
+    checked = copied_src = copied_dst = joined = zero = 0
+    for t in plan["targets"]:
+        with zipfile.ZipFile(os.path.join(target, t["file"])) as z:
+            data = {name: z.read(name) for name in t["records"]}
+        covered = {name: np.zeros(r["bytes"], dtype=np.int8) for name, r in t["records"].items()}
+        for f, soff, sbytes, rec, toff, tbytes in t["copies"]:
+            assert 0 <= toff and toff + tbytes <= len(data[rec]), (t["file"], rec, toff, tbytes)
+            covered[rec][toff:toff + tbytes] += 1
+            if f < 0:
+                joined += tbytes
+                continue
+            copied_src += sbytes
+            copied_dst += tbytes
+            with open(files[f], "rb") as fh:
+                fh.seek(soff)
+                raw = fh.read(sbytes)
+            dtype = getattr(torch, t["records"][rec]["dtype"])
+            want = torch.frombuffer(bytearray(raw), dtype=torch.float32).to(dtype)
+            want = want.view(torch.uint8).numpy().tobytes()
+            assert want == data[rec][toff:toff + tbytes], (t["file"], rec, toff, files[f], soff)
+            checked += 1
+        for rec, c in covered.items():
+            assert c.max(initial=0) <= 1, (t["file"], rec, "copies overlap")
+            # Bytes no copy names are zeros (padding, gaps between parameters) or joined parameters.
+            body = np.frombuffer(data[rec], dtype=np.uint8)
+            assert not body[c == 0].any(), (t["file"], rec, "a byte outside every copy is not zero")
+            zero += int((c == 0).sum())
+    tot = plan["totals"]
+    assert (copied_src, copied_dst, joined, zero) == (tot["copied_source_bytes"], tot["copied_target_bytes"],
+                                                      tot["joined_target_bytes"], tot["zero_target_bytes"]), tot
+    assert checked == tot["copies"] - sum(1 for t in plan["targets"] for c in t["copies"] if c[0] < 0)
+    assert checked > 0
+    return checked
+
+
+def main(plan_path, universal, target=None):
     plan = json.load(open(plan_path))["direct"]
     files = plan["source_files"]
     total = 0
@@ -37,7 +81,10 @@ def main(plan_path, universal):
         assert (covered == 1).all(), (t["param"], t["state"], "not covered exactly once")
     assert total == plan["totals"]["source_bytes_read"], (total, plan["totals"])
     assert plan["totals"]["target_files"] == len(plan["targets"]) > 0
-    print(f"check_direct_plan: {len(plan['tensors'])} tensors, {plan['totals']['source_runs']} runs OK")
+    msg = f"check_direct_plan: {len(plan['tensors'])} tensors, {plan['totals']['source_runs']} runs OK"
+    if target:
+        msg += f"; {check_targets(plan, target)} copies equal the written target bytes"
+    print(msg)
 
 
 if __name__ == "__main__":

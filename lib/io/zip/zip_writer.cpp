@@ -1,6 +1,9 @@
 // Zip container writer in torch.save's layout.
 #include "io/zip/zip_writer.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 
@@ -27,6 +30,7 @@ constexpr uint16_t kDosTime = 0, kDosDate = (1 << 5) | 1;  // 1980-01-01: reprod
 constexpr uint64_t kCrcField = 14;  // offset of the CRC-32 in a local header
 
 std::atomic<size_t> g_window{8u << 20};
+std::atomic<bool> g_start_writeback{false};
 
 }  // namespace
 
@@ -196,6 +200,15 @@ void ZipWriter::finish() {
   cd.u16(0);
   out_->write(cd.b.data(), cd.b.size());
   out_->commit();
+  if (g_start_writeback) {  // a hint: failures are left to the final flush, which reports them
+    const int fd = ::open(out_->target().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+      ::close(fd);
+    }
+  }
 }
+
+void ZipWriter::set_start_writeback(bool on) { g_start_writeback = on; }
 
 }  // namespace ucpkit

@@ -35,6 +35,10 @@ class ZipWriter {
   void flush();
   // Window size used by add_streamed (bytes; default 8 MiB).
   static void set_stream_window(size_t bytes);
+  // When on, finish() starts the write-back of the finished file (sync_file_range WRITE, no wait),
+  // so that a tool which flushes its output at the end (syncfs) overlaps the flush of each file with
+  // the writing of the next instead of waiting for all of them at once. Off by default.
+  static void set_start_writeback(bool on);
   // Writes the central directory and renames the file into place.
   void finish();
 
