@@ -59,6 +59,46 @@ std::vector<int> counts_from(const std::vector<double>& loads, const std::vector
   return r;
 }
 
+// A lower bound on the most loaded GPU of any packing of allocation r (S slots on each of m GPUs, every
+// slot filled, equal shares): the mean; the largest share plus the S - 1 smallest; and, for j = 1..S-1,
+// the pigeonhole bound (some GPU holds j + 1 of the j m + 1 largest shares, and S - j - 1 more).
+// Used to choose where the largest-share rule stops when the floor f binds.
+double packing_estimate(const std::vector<int>& r, const std::vector<double>& t, int m, int S) {
+  std::vector<std::pair<double, int>> groups;  // (share, count), largest share first
+  double total = 0;
+  long long n = 0;
+  for (size_t e = 0; e < r.size(); ++e) {
+    if (r[e] <= 0) continue;
+    groups.push_back({t[e] / r[e], r[e]});
+    total += t[e];
+    n += r[e];
+  }
+  std::sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  // sum of the shares of ranks a..b (1 = largest), inclusive
+  auto range_sum = [&](long long a, long long b) {
+    a = std::max<long long>(a, 1);
+    b = std::min(b, n);
+    double sum = 0;
+    long long first = 1;
+    for (const auto& [w, c] : groups) {
+      const long long last = first + c - 1, lo = std::max(a, first), hi = std::min(b, last);
+      if (lo <= hi) sum += w * static_cast<double>(hi - lo + 1);
+      if (last >= b) break;
+      first = last + 1;
+    }
+    return a > b ? 0.0 : sum;
+  };
+  double est = total / m;
+  if (groups.empty()) return est;
+  est = std::max(est, groups.front().first + range_sum(n - S + 2, n));
+  for (int j = 1; j < S; ++j) {
+    const long long top = static_cast<long long>(j) * m + 1;
+    if (top > n) break;
+    est = std::max(est, range_sum(top - j, top) + range_sum(n - (S - j - 1) + 1, n));
+  }
+  return est;
+}
+
 }  // namespace
 
 std::vector<int> floor_greedy_allocation(const std::vector<double>& loads, long long slots, int floor,
@@ -254,6 +294,36 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
       packed = lpt_pack(r, t, cl, false);
       m = max_of(packed, t, cl);
       cands.push_back({m, x, false, std::move(packed)});
+    }
+  }
+  // Where the floor binds (EPLB's own allocation gives some expert fewer than f replicas), the best
+  // stopping point of the greedy depends on how the shares pair up on GPUs of S slots (a hot expert
+  // with more replicas than GPUs doubles up): every stopping point (up to 64, evenly spaced, then 16
+  // around the best) is rated by packing_estimate and the two best rated are packed as candidates.
+  if (cands.front().max > reference && slots > floor_slots) {
+    auto eplb_counts = floor_greedy_allocation(t, slots, 1);
+    if (*std::min_element(eplb_counts.begin(), eplb_counts.end()) < f) {
+      std::vector<std::pair<double, long long>> rated;
+      auto rate = [&](long long x) { rated.push_back({packing_estimate(counts_from(t, seq, slots, f, x), t, cl.gpus(), cl.slots_per_gpu), x}); };
+      const long long span = slots - floor_slots, K = std::min<long long>(span, 64);
+      for (long long k = 0; k <= K; ++k) rate(floor_slots + span * k / K);
+      const long long around = std::min_element(rated.begin(), rated.end())->second, half = span / K;
+      for (long long d = -half; d <= half; d += std::max<long long>(1, half / 8))
+        if (d != 0 && around + d >= floor_slots && around + d <= slots) rate(around + d);
+      std::sort(rated.begin(), rated.end());
+      long long taken = 0, last = -1;
+      for (const auto& [est, x] : rated) {
+        if (taken == 2) break;
+        if (x == last) continue;
+        bool have = false;
+        for (const auto& c : cands) have = have || (c.greedy == x && c.spread);
+        last = x;
+        if (have) continue;
+        auto packed = lpt_pack(counts_from(t, seq, slots, f, x), t, cl, true);
+        const double mx = max_of(packed, t, cl);
+        cands.push_back({mx, x, true, std::move(packed)});
+        ++taken;
+      }
     }
   }
   std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.max < b.max; });
