@@ -45,16 +45,16 @@ std::vector<int> greedy_order(const std::vector<double>& loads, int floor, long 
 // Counts from a prefix of the greedy order: `floor` each, the first greedy_slots - floor * E
 // increments, the rest one at a time to the least loaded experts.
 std::vector<int> counts_from(const std::vector<double>& loads, const std::vector<int>& seq, long long slots, int floor,
-                             long long greedy_slots) {
+                             long long greedy_slots, const std::vector<int>* light = nullptr) {
   const int E = static_cast<int>(loads.size());
   std::vector<int> r(E, floor);
   long long left = slots - static_cast<long long>(floor) * E;
   const long long take = std::min<long long>(left, std::max<long long>(0, greedy_slots - static_cast<long long>(floor) * E));
   for (long long i = 0; i < take; ++i) r[seq[i]]++;
   left -= take;
-  if (left > 0) {
-    std::vector<int> light = ascending_load_order(loads);
-    for (long long i = 0; left > 0; ++i, --left) r[light[i % E]]++;
+  if (left > 0) {  // round robin over the experts, least loaded first
+    const std::vector<int>& order = light ? *light : ascending_load_order(loads);
+    for (int i = 0; i < E; ++i) r[order[i]] += static_cast<int>(left / E + (i < left % E ? 1 : 0));
   }
   return r;
 }
@@ -278,6 +278,7 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
     long long greedy;
     bool spread;
     std::vector<int> phy2log;
+    bool rated = false;  // packed for the floor (below): refined even when not among the first two
   };
   floor_greedy_allocation(t, 0 + slots, f, floor_slots);  // throws UsageError when f * E > slots
   const auto seq = greedy_order(t, f, slots - floor_slots);  // every candidate is a prefix of it
@@ -304,16 +305,27 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
     auto eplb_counts = floor_greedy_allocation(t, slots, 1);
     if (*std::min_element(eplb_counts.begin(), eplb_counts.end()) < f) {
       std::vector<std::pair<double, long long>> rated;
-      auto rate = [&](long long x) { rated.push_back({packing_estimate(counts_from(t, seq, slots, f, x), t, cl.gpus(), cl.slots_per_gpu), x}); };
-      const long long span = slots - floor_slots, K = std::min<long long>(span, 64);
+      const std::vector<int> light = ascending_load_order(t);
+      auto rate = [&](long long x) {
+        rated.push_back({packing_estimate(counts_from(t, seq, slots, f, x, &light), t, cl.gpus(), cl.slots_per_gpu), x});
+      };
+      const long long span = slots - floor_slots, K = std::min<long long>(span, 32);
       for (long long k = 0; k <= K; ++k) rate(floor_slots + span * k / K);
       const long long around = std::min_element(rated.begin(), rated.end())->second, half = span / K;
-      for (long long d = -half; d <= half; d += std::max<long long>(1, half / 8))
+      for (long long d = -half; d <= half; d += std::max<long long>(1, half / 4))
         if (d != 0 && around + d >= floor_slots && around + d <= slots) rate(around + d);
       std::sort(rated.begin(), rated.end());
+      // est is a lower bound for every packing of that allocation: no use packing it when it cannot
+      // beat what is already packed, nor when it promises no less than the allocations already packed.
+      double packed_best = cands.front().max, packed_est = std::numeric_limits<double>::infinity();
+      for (const auto& c : cands) {
+        packed_best = std::min(packed_best, c.max);
+        packed_est = std::min(packed_est, packing_estimate(counts_from(t, seq, slots, f, c.greedy, &light), t, cl.gpus(),
+                                                           cl.slots_per_gpu));
+      }
       long long taken = 0, last = -1;
       for (const auto& [est, x] : rated) {
-        if (taken == 2) break;
+        if (taken == 1 || est >= packed_best || est >= packed_est * (1 - 1e-3)) break;
         if (x == last) continue;
         bool have = false;
         for (const auto& c : cands) have = have || (c.greedy == x && c.spread);
@@ -321,7 +333,7 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
         if (have) continue;
         auto packed = lpt_pack(counts_from(t, seq, slots, f, x), t, cl, true);
         const double mx = max_of(packed, t, cl);
-        cands.push_back({mx, x, true, std::move(packed)});
+        cands.push_back({mx, x, true, std::move(packed), true});
         ++taken;
       }
     }
@@ -330,8 +342,9 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
   std::optional<LayerState> best;
   const char* best_name = "";
   long long best_greedy = slots;
-  for (size_t i = 0; i < cands.size() && i < 2; ++i) {
+  for (size_t i = 0, refined = 0; i < cands.size(); ++i) {
     if (best && best->max_load() <= reference) break;
+    if (!cands[i].rated && refined++ >= 2) continue;  // the first two of the usual candidates, as before
     LayerState st(cl, t, std::move(cands[i].phy2log));
     repair_fault_tolerance(st, f);
     reduce_max(st, f, swap_budget(cl), true);
