@@ -42,42 +42,42 @@ TEST(BalancedFt, MeetsFaultToleranceAndEplbGlobalBalanceOnRandomWorkloads) {
   double worst_ratio = 2, bound_worst = 2, bound_dispatch_worst = 2;
   int bound_dispatch_below = 0;
   for_each_random_case([&](const RandomCase& rc) {
-        const Cluster& cl = rc.cluster;
-        const int f = rc.f, E = static_cast<int>(rc.loads.experts);
-        const Shape shape = rc.shape;
-        const LoadMatrix& w = rc.loads;
-        PlacementOptions o;
-        o.fault_tolerance = f;
-        Plan plan = plan_placement(w, cl, "balanced-ft", o);
-        auto ref = eplb_rebalance(w, cl, 1, true);
-        for (size_t l = 0; l < w.layers; ++l) {
-          auto t = w.layer_vector(l);
-          auto d = distinct_nodes(plan.layers[l].phy2log, cl, E);
-          EXPECT_GE(*std::min_element(d.begin(), d.end()), f) << cl.describe() << " f=" << f;
-          double ours = balancedness(plan.layers[l].phy2log, t, cl);
-          double eplb = balancedness(ref[l].phy2log, t, cl);
-          // Where eplb-global itself gives every expert at least f replicas the floor does not bind and
-          // balanced-ft must balance as well (0.5% tolerance). Where it gives some expert fewer, every
-          // placement meeting f has another allocation and can be forced lower (see the next test):
-          // those layers are counted and their worst ratio printed.
-          auto cnt = logical_counts(ref[l].phy2log, E);
-          bool binds = *std::min_element(cnt.begin(), cnt.end()) < f;
-          if (binds) {
-            ++bound;
-            bound_worst = std::min(bound_worst, ours / eplb);
-            // With the token dispatch plan (dispatch.h; its optimality is checked in dispatch_test)
-            // the replicas of a placement meeting f can make up for the floor: measured here.
-            DispatchPlan dp = dispatch_plan(plan.layers[l].phy2log, t, cl);
-            bound_dispatch_worst = std::min(bound_dispatch_worst, dp.balancedness / eplb);
-            bound_dispatch_below += dp.balancedness < eplb * 0.995;
-            continue;
-          }
-          worst_ratio = std::min(worst_ratio, ours / eplb);
-          ++cases;
-          worse += ours < eplb - 1e-12;
-          EXPECT_GE(ours, eplb * 0.995) << cl.describe() << " E=" << E << " f=" << f << " shape "
-                                         << static_cast<int>(shape) << " layer " << l;
-        }
+    const Cluster& cl = rc.cluster;
+    const int f = rc.f, E = static_cast<int>(rc.loads.experts);
+    const Shape shape = rc.shape;
+    const LoadMatrix& w = rc.loads;
+    PlacementOptions o;
+    o.fault_tolerance = f;
+    Plan plan = plan_placement(w, cl, "balanced-ft", o);
+    auto ref = eplb_rebalance(w, cl, 1, true);
+    for (size_t l = 0; l < w.layers; ++l) {
+      auto t = w.layer_vector(l);
+      auto d = distinct_nodes(plan.layers[l].phy2log, cl, E);
+      EXPECT_GE(*std::min_element(d.begin(), d.end()), f) << cl.describe() << " f=" << f;
+      double ours = balancedness(plan.layers[l].phy2log, t, cl);
+      double eplb = balancedness(ref[l].phy2log, t, cl);
+      // Where eplb-global itself gives every expert at least f replicas the floor does not bind and
+      // balanced-ft must balance as well (0.5% tolerance). Where it gives some expert fewer, every
+      // placement meeting f has another allocation and can be forced lower (see the next test):
+      // those layers are counted and their worst ratio printed.
+      auto cnt = logical_counts(ref[l].phy2log, E);
+      bool binds = *std::min_element(cnt.begin(), cnt.end()) < f;
+      if (binds) {
+        ++bound;
+        bound_worst = std::min(bound_worst, ours / eplb);
+        // With the token dispatch plan (dispatch.h; its optimality is checked in dispatch_test)
+        // the replicas of a placement meeting f can make up for the floor: measured here.
+        DispatchPlan dp = dispatch_plan(plan.layers[l].phy2log, t, cl);
+        bound_dispatch_worst = std::min(bound_dispatch_worst, dp.balancedness / eplb);
+        bound_dispatch_below += dp.balancedness < eplb * 0.995;
+        continue;
+      }
+      worst_ratio = std::min(worst_ratio, ours / eplb);
+      ++cases;
+      worse += ours < eplb - 1e-12;
+      EXPECT_GE(ours, eplb * 0.995) << cl.describe() << " E=" << E << " f=" << f << " shape "
+                                     << static_cast<int>(shape) << " layer " << l;
+    }
   });
   std::printf("balanced-ft vs eplb-global: %d layers where the floor f does not bind (%d below eplb-global, worst "
               "ratio %.4f); %d layers where eplb-global gives an expert fewer than f replicas (worst ratio %.4f; "
