@@ -64,6 +64,46 @@ bool equal_share_feasible(const std::vector<double>& t, double n, double m, int 
     }
     if (!changed) break;
   }
+  // (4) The r_e replicas of e sit on b GPUs, ceil(r_e / S) <= b <= min(r_e, m); those GPUs carry t_e
+  // (all of e's tokens, whatever r_e is) plus b S - r_e other replicas, at least phi_{bS - r_e}, and
+  // at most b T together: some r_e in [lo_e, c_e] and b have t_e + phi_{bS - r_e} <= b T. Checked for
+  // the 8 experts with the largest possible share, where the ranges are short (a long range is
+  // skipped: it proves nothing there).
+  {
+    std::vector<double> cum_count, cum_sum;  // over floor_shares, ascending: phi_k by interpolation
+    double cc = 0, cs = 0;
+    for (const auto& [sig, c] : floor_shares) {
+      cum_count.push_back(cc += c);
+      cum_sum.push_back(cs += sig * c);
+    }
+    auto phi_of = [&](double k) {
+      if (k <= 0) return 0.0;
+      const size_t i = std::lower_bound(cum_count.begin(), cum_count.end(), k) - cum_count.begin();
+      if (i >= cum_count.size()) return cum_sum.empty() ? 0.0 : cum_sum.back();
+      const double before_count = i ? cum_count[i - 1] : 0, before_sum = i ? cum_sum[i - 1] : 0;
+      return before_sum + (k - before_count) * floor_shares[i].first;
+    };
+    double sum = 0;
+    for (double x : lo) sum += x;
+    std::vector<int> order(E);
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return t[a] * lo[b] > t[b] * lo[a]; });
+    for (int i = 0; i < std::min(E, 8); ++i) {
+      const int e = order[i];
+      const double c = n - (sum - lo[e]);
+      if (t[e] <= 0 || c - lo[e] > 32) continue;
+      bool possible = false;
+      for (double r = lo[e]; r <= c && !possible; ++r) {
+        const double b_lo = std::ceil(r / S), b_hi = std::min(r, m);
+        if (b_hi - b_lo > 64) {
+          possible = true;  // not examined
+          break;
+        }
+        for (double b = b_lo; b <= b_hi && !possible; ++b) possible = t[e] + phi_of(b * S - r) <= b * T;
+      }
+      if (!possible) return false;
+    }
+  }
   // (3) A GPU with j + 1 replicas above theta_j = (T - phi_{S-j-1}) / (j + 1) carries more than T (its
   // other S - j - 1 replicas add at least phi_{S-j-1}), so over all m GPUs at most j m replicas have a
   // share above theta_j. Let A be the experts above theta_j: sum_{A} r_e <= j m, and an expert

@@ -317,9 +317,8 @@ TEST(BalanceBound, BalancedFtReachesMinOfEplbGlobalAndTheBoundOnRandomWorkloads)
               worst_dispatch);
   EXPECT_GT(binding, 50);
   EXPECT_GT(searched, 10);
-  // Measured gaps (docs/moe-replace.md, "Balance bound under the floor f"): all on floor-binding
-  // layers whose allocation is (nearly) forced, f * E close to the slots, where the packing's swaps
-  // stop short; held here so that they do not grow.
-  EXPECT_LE(short_of, 10);
-  EXPECT_GE(worst, 0.95);
+  // Measured gaps (docs/moe-replace.md, "Balance bound under the floor f"): 4 floor-binding layers
+  // (one of them 4.8% below the exact optimum); held here so that they do not grow.
+  EXPECT_LE(short_of, 4);
+  EXPECT_GE(worst, 0.96);
 }
