@@ -45,18 +45,58 @@ std::vector<int> greedy_order(const std::vector<double>& loads, int floor, long 
 // Counts from a prefix of the greedy order: `floor` each, the first greedy_slots - floor * E
 // increments, the rest one at a time to the least loaded experts.
 std::vector<int> counts_from(const std::vector<double>& loads, const std::vector<int>& seq, long long slots, int floor,
-                             long long greedy_slots) {
+                             long long greedy_slots, const std::vector<int>* light = nullptr) {
   const int E = static_cast<int>(loads.size());
   std::vector<int> r(E, floor);
   long long left = slots - static_cast<long long>(floor) * E;
   const long long take = std::min<long long>(left, std::max<long long>(0, greedy_slots - static_cast<long long>(floor) * E));
   for (long long i = 0; i < take; ++i) r[seq[i]]++;
   left -= take;
-  if (left > 0) {
-    std::vector<int> light = ascending_load_order(loads);
-    for (long long i = 0; left > 0; ++i, --left) r[light[i % E]]++;
+  if (left > 0) {  // round robin over the experts, least loaded first
+    const std::vector<int>& order = light ? *light : ascending_load_order(loads);
+    for (int i = 0; i < E; ++i) r[order[i]] += static_cast<int>(left / E + (i < left % E ? 1 : 0));
   }
   return r;
+}
+
+// A lower bound on the most loaded GPU of any packing of allocation r (S slots on each of m GPUs, every
+// slot filled, equal shares): the mean; the largest share plus the S - 1 smallest; and, for j = 1..S-1,
+// the pigeonhole bound (some GPU holds j + 1 of the j m + 1 largest shares, and S - j - 1 more).
+// Used to choose where the largest-share rule stops when the floor f binds.
+double packing_estimate(const std::vector<int>& r, const std::vector<double>& t, int m, int S) {
+  std::vector<std::pair<double, int>> groups;  // (share, count), largest share first
+  double total = 0;
+  long long n = 0;
+  for (size_t e = 0; e < r.size(); ++e) {
+    if (r[e] <= 0) continue;
+    groups.push_back({t[e] / r[e], r[e]});
+    total += t[e];
+    n += r[e];
+  }
+  std::sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  // sum of the shares of ranks a..b (1 = largest), inclusive
+  auto range_sum = [&](long long a, long long b) {
+    a = std::max<long long>(a, 1);
+    b = std::min(b, n);
+    double sum = 0;
+    long long first = 1;
+    for (const auto& [w, c] : groups) {
+      const long long last = first + c - 1, lo = std::max(a, first), hi = std::min(b, last);
+      if (lo <= hi) sum += w * static_cast<double>(hi - lo + 1);
+      if (last >= b) break;
+      first = last + 1;
+    }
+    return a > b ? 0.0 : sum;
+  };
+  double est = total / m;
+  if (groups.empty()) return est;
+  est = std::max(est, groups.front().first + range_sum(n - S + 2, n));
+  for (int j = 1; j < S; ++j) {
+    const long long top = static_cast<long long>(j) * m + 1;
+    if (top > n) break;
+    est = std::max(est, range_sum(top - j, top) + range_sum(n - (S - j - 1) + 1, n));
+  }
+  return est;
 }
 
 }  // namespace
@@ -238,6 +278,7 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
     long long greedy;
     bool spread;
     std::vector<int> phy2log;
+    bool rated = false;  // packed for the floor (below): refined even when not among the first two
   };
   floor_greedy_allocation(t, 0 + slots, f, floor_slots);  // throws UsageError when f * E > slots
   const auto seq = greedy_order(t, f, slots - floor_slots);  // every candidate is a prefix of it
@@ -256,12 +297,54 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
       cands.push_back({m, x, false, std::move(packed)});
     }
   }
+  // Where the floor binds (EPLB's own allocation gives some expert fewer than f replicas), the best
+  // stopping point of the greedy depends on how the shares pair up on GPUs of S slots (a hot expert
+  // with more replicas than GPUs doubles up): every stopping point (up to 64, evenly spaced, then 16
+  // around the best) is rated by packing_estimate and the two best rated are packed as candidates.
+  if (cands.front().max > reference && slots > floor_slots) {
+    auto eplb_counts = floor_greedy_allocation(t, slots, 1);
+    if (*std::min_element(eplb_counts.begin(), eplb_counts.end()) < f) {
+      std::vector<std::pair<double, long long>> rated;
+      const std::vector<int> light = ascending_load_order(t);
+      auto rate = [&](long long x) {
+        rated.push_back({packing_estimate(counts_from(t, seq, slots, f, x, &light), t, cl.gpus(), cl.slots_per_gpu), x});
+      };
+      const long long span = slots - floor_slots, K = std::min<long long>(span, 32);
+      for (long long k = 0; k <= K; ++k) rate(floor_slots + span * k / K);
+      const long long around = std::min_element(rated.begin(), rated.end())->second, half = span / K;
+      for (long long d = -half; d <= half; d += std::max<long long>(1, half / 4))
+        if (d != 0 && around + d >= floor_slots && around + d <= slots) rate(around + d);
+      std::sort(rated.begin(), rated.end());
+      // est is a lower bound for every packing of that allocation: no use packing it when it cannot
+      // beat what is already packed, nor when it promises no less than the allocations already packed.
+      double packed_best = cands.front().max, packed_est = std::numeric_limits<double>::infinity();
+      for (const auto& c : cands) {
+        packed_best = std::min(packed_best, c.max);
+        packed_est = std::min(packed_est, packing_estimate(counts_from(t, seq, slots, f, c.greedy, &light), t, cl.gpus(),
+                                                           cl.slots_per_gpu));
+      }
+      long long taken = 0, last = -1;
+      for (const auto& [est, x] : rated) {
+        if (taken == 1 || est >= packed_best || est >= packed_est * (1 - 1e-3)) break;
+        if (x == last) continue;
+        bool have = false;
+        for (const auto& c : cands) have = have || (c.greedy == x && c.spread);
+        last = x;
+        if (have) continue;
+        auto packed = lpt_pack(counts_from(t, seq, slots, f, x), t, cl, true);
+        const double mx = max_of(packed, t, cl);
+        cands.push_back({mx, x, true, std::move(packed), true});
+        ++taken;
+      }
+    }
+  }
   std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.max < b.max; });
   std::optional<LayerState> best;
   const char* best_name = "";
   long long best_greedy = slots;
-  for (size_t i = 0; i < cands.size() && i < 2; ++i) {
+  for (size_t i = 0, refined = 0; i < cands.size(); ++i) {
     if (best && best->max_load() <= reference) break;
+    if (!cands[i].rated && refined++ >= 2) continue;  // the first two of the usual candidates, as before
     LayerState st(cl, t, std::move(cands[i].phy2log));
     repair_fault_tolerance(st, f);
     reduce_max(st, f, swap_budget(cl), true);

@@ -13,36 +13,12 @@
 #include "placement/dispatch.h"
 #include "placement/eplb.h"
 #include "placement/planner.h"
+#include "random_workloads.h"
 
 using namespace ucpkit::placement;
+using namespace placement_test;
 
 namespace {
-
-enum class Shape { Skewed, Uniform, Dominant };
-
-LoadMatrix random_loads(int layers, int experts, Shape shape, std::mt19937& rng) {
-  LoadMatrix w;
-  w.layers = layers;
-  w.experts = experts;
-  std::lognormal_distribution<double> skew(8.0, 1.5);
-  std::uniform_real_distribution<double> uni(900, 1100);
-  for (int l = 0; l < layers; ++l)
-    for (int e = 0; e < experts; ++e) {
-      double v = shape == Shape::Skewed ? skew(rng) : uni(rng);
-      if (shape == Shape::Dominant) v = e < 2 ? 50000.0 * (e + 1) : uni(rng) / 10;  // a few dominant experts
-      w.values.push_back(std::floor(v));
-    }
-  return w;
-}
-
-// Distinct nodes of every expert, counted here from phy2log.
-std::vector<int> distinct_nodes(const std::vector<int>& phy2log, const Cluster& cl, int experts) {
-  std::vector<std::vector<char>> on(experts, std::vector<char>(cl.nodes, 0));
-  for (size_t p = 0; p < phy2log.size(); ++p) on[phy2log[p]][p / cl.slots_per_node()] = 1;
-  std::vector<int> d(experts, 0);
-  for (int e = 0; e < experts; ++e) d[e] = std::count(on[e].begin(), on[e].end(), 1);
-  return d;
-}
 
 // P(every expert keeps a replica) when k of N nodes fail, by enumerating every k-subset.
 double brute_recovery(const std::vector<int>& phy2log, const Cluster& cl, int experts, int k) {
@@ -62,57 +38,47 @@ double brute_recovery(const std::vector<int>& phy2log, const Cluster& cl, int ex
 }  // namespace
 
 TEST(BalancedFt, MeetsFaultToleranceAndEplbGlobalBalanceOnRandomWorkloads) {
-  std::mt19937 rng(7);
-  struct Shape3 {
-    int nodes, gpus, slots;
-  };
-  const Shape3 clusters[] = {{2, 4, 2}, {3, 2, 3}, {4, 1, 6}, {4, 4, 4}, {8, 4, 4}, {8, 2, 6},
-                             {16, 2, 4}, {32, 4, 2}, {64, 2, 2}, {64, 8, 4}};
   int cases = 0, worse = 0, bound = 0;
   double worst_ratio = 2, bound_worst = 2, bound_dispatch_worst = 2;
   int bound_dispatch_below = 0;
-  for (const auto& c : clusters)
-    for (Shape shape : {Shape::Skewed, Shape::Uniform, Shape::Dominant})
-      for (int f = 1; f <= std::min(3, c.nodes); ++f) {
-        Cluster cl{c.nodes, c.gpus, c.slots};
-        // Experts: between a quarter and a half of the slots, at least f replicas each must fit.
-        int E = std::max(3, cl.slots() / (2 + static_cast<int>(rng() % 3)));
-        E = std::min(E, cl.slots() / f);
-        E = std::min(E, 256);
-        LoadMatrix w = random_loads(2, E, shape, rng);
-        PlacementOptions o;
-        o.fault_tolerance = f;
-        Plan plan = plan_placement(w, cl, "balanced-ft", o);
-        auto ref = eplb_rebalance(w, cl, 1, true);
-        for (size_t l = 0; l < w.layers; ++l) {
-          auto t = w.layer_vector(l);
-          auto d = distinct_nodes(plan.layers[l].phy2log, cl, E);
-          EXPECT_GE(*std::min_element(d.begin(), d.end()), f) << cl.describe() << " f=" << f;
-          double ours = balancedness(plan.layers[l].phy2log, t, cl);
-          double eplb = balancedness(ref[l].phy2log, t, cl);
-          // Where eplb-global itself gives every expert at least f replicas the floor does not bind and
-          // balanced-ft must balance as well (0.5% tolerance). Where it gives some expert fewer, every
-          // placement meeting f has another allocation and can be forced lower (see the next test):
-          // those layers are counted and their worst ratio printed.
-          auto cnt = logical_counts(ref[l].phy2log, E);
-          bool binds = *std::min_element(cnt.begin(), cnt.end()) < f;
-          if (binds) {
-            ++bound;
-            bound_worst = std::min(bound_worst, ours / eplb);
-            // With the token dispatch plan (dispatch.h; its optimality is checked in dispatch_test)
-            // the replicas of a placement meeting f can make up for the floor: measured here.
-            DispatchPlan dp = dispatch_plan(plan.layers[l].phy2log, t, cl);
-            bound_dispatch_worst = std::min(bound_dispatch_worst, dp.balancedness / eplb);
-            bound_dispatch_below += dp.balancedness < eplb * 0.995;
-            continue;
-          }
-          worst_ratio = std::min(worst_ratio, ours / eplb);
-          ++cases;
-          worse += ours < eplb - 1e-12;
-          EXPECT_GE(ours, eplb * 0.995) << cl.describe() << " E=" << E << " f=" << f << " shape "
-                                         << static_cast<int>(shape) << " layer " << l;
-        }
+  for_each_random_case([&](const RandomCase& rc) {
+    const Cluster& cl = rc.cluster;
+    const int f = rc.f, E = static_cast<int>(rc.loads.experts);
+    const Shape shape = rc.shape;
+    const LoadMatrix& w = rc.loads;
+    PlacementOptions o;
+    o.fault_tolerance = f;
+    Plan plan = plan_placement(w, cl, "balanced-ft", o);
+    auto ref = eplb_rebalance(w, cl, 1, true);
+    for (size_t l = 0; l < w.layers; ++l) {
+      auto t = w.layer_vector(l);
+      auto d = distinct_nodes(plan.layers[l].phy2log, cl, E);
+      EXPECT_GE(*std::min_element(d.begin(), d.end()), f) << cl.describe() << " f=" << f;
+      double ours = balancedness(plan.layers[l].phy2log, t, cl);
+      double eplb = balancedness(ref[l].phy2log, t, cl);
+      // Where eplb-global itself gives every expert at least f replicas the floor does not bind and
+      // balanced-ft must balance as well (0.5% tolerance). Where it gives some expert fewer, every
+      // placement meeting f has another allocation and can be forced lower (see the next test):
+      // those layers are counted and their worst ratio printed.
+      auto cnt = logical_counts(ref[l].phy2log, E);
+      bool binds = *std::min_element(cnt.begin(), cnt.end()) < f;
+      if (binds) {
+        ++bound;
+        bound_worst = std::min(bound_worst, ours / eplb);
+        // With the token dispatch plan (dispatch.h; its optimality is checked in dispatch_test)
+        // the replicas of a placement meeting f can make up for the floor: measured here.
+        DispatchPlan dp = dispatch_plan(plan.layers[l].phy2log, t, cl);
+        bound_dispatch_worst = std::min(bound_dispatch_worst, dp.balancedness / eplb);
+        bound_dispatch_below += dp.balancedness < eplb * 0.995;
+        continue;
       }
+      worst_ratio = std::min(worst_ratio, ours / eplb);
+      ++cases;
+      worse += ours < eplb - 1e-12;
+      EXPECT_GE(ours, eplb * 0.995) << cl.describe() << " E=" << E << " f=" << f << " shape "
+                                     << static_cast<int>(shape) << " layer " << l;
+    }
+  });
   std::printf("balanced-ft vs eplb-global: %d layers where the floor f does not bind (%d below eplb-global, worst "
               "ratio %.4f); %d layers where eplb-global gives an expert fewer than f replicas (worst ratio %.4f; "
               "with balanced-ft's dispatch plan: worst ratio %.4f, %d layers more than 0.5%% below)\n",

@@ -1,0 +1,324 @@
+// The balance bound under the floor f (balance_bound.h): checked against the exact optimum over every
+// placement meeting f, found here by enumeration on small clusters (the enumeration itself checked
+// against a plain enumeration of every slot assignment), and used to hold balanced-ft to
+// min(eplb-global, bound) on the randomized workloads of balanced_ft_test.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "placement/balance.h"
+#include "placement/balance_bound.h"
+#include "placement/dispatch.h"
+#include "placement/eplb.h"
+#include "placement/planner.h"
+#include "random_workloads.h"
+
+using namespace ucpkit::placement;
+using namespace placement_test;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+double max_load(const std::vector<int>& phy2log, const std::vector<double>& t, const Cluster& cl) {
+  auto g = gpu_loads(phy2log, t, cl);
+  return *std::max_element(g.begin(), g.end());
+}
+
+// Smallest most loaded GPU over every assignment of experts to slots (E^slots of them) in which
+// every expert sits on at least f distinct nodes. Only for a handful of slots.
+double naive_optimum(const std::vector<double>& t, const Cluster& cl, int f) {
+  const int E = static_cast<int>(t.size()), n = cl.slots();
+  std::vector<int> p2l(n, 0);
+  double best = kInf;
+  long long total = 1;
+  for (int i = 0; i < n; ++i) total *= E;
+  for (long long code = 0; code < total; ++code) {
+    long long c = code;
+    for (int i = 0; i < n; ++i, c /= E) p2l[i] = static_cast<int>(c % E);
+    auto d = distinct_nodes(p2l, cl, E);
+    if (*std::min_element(d.begin(), d.end()) < f) continue;
+    best = std::min(best, max_load(p2l, t, cl));
+  }
+  return best;
+}
+
+// The same optimum by a search that scales to ~20 slots: every replica allocation r (r_e >= f, sum =
+// slots), in increasing order of the lower bound max(mean, largest share + (S - 1) x smallest share)
+// (a GPU holding the largest share holds S - 1 more), stopping once that bound reaches the best
+// found; each allocation packed by depth-first search, largest share first, cutting a branch whose
+// GPU would reach the best found, and choosing among interchangeable GPUs only once: an empty GPU
+// only when no earlier empty GPU of its node is allowed, an empty node only when no earlier empty
+// node is, and the replicas of one expert (identical) on nondecreasing GPU ids. Returns +inf when
+// the search visits more than `budget` nodes (then the result is unknown).
+double search_optimum(const std::vector<double>& t, const Cluster& cl, int f, long long budget) {
+  const int E = static_cast<int>(t.size()), n = cl.slots(), m = cl.gpus(), S = cl.slots_per_gpu,
+            G = cl.gpus_per_node;
+  const double mean = std::accumulate(t.begin(), t.end(), 0.0) / m;
+  std::vector<std::vector<int>> allocs;
+  std::vector<int> r(E, f);
+  std::function<void(int, int)> gen = [&](int e, int left) {
+    if (e == E - 1) {
+      r[e] = f + left;
+      allocs.push_back(r);
+      return;
+    }
+    for (int x = 0; x <= left; ++x) {
+      r[e] = f + x;
+      gen(e + 1, left - x);
+    }
+  };
+  if (f * E > n) return kInf;
+  gen(0, n - f * E);
+  auto lower = [&](const std::vector<int>& a) {
+    double hi = 0, lo = kInf;
+    for (int e = 0; e < E; ++e) {
+      hi = std::max(hi, t[e] / a[e]);
+      lo = std::min(lo, t[e] / a[e]);
+    }
+    return std::max(mean, hi + (S - 1) * lo);
+  };
+  std::vector<std::pair<double, int>> order;
+  for (size_t i = 0; i < allocs.size(); ++i) order.push_back({lower(allocs[i]), static_cast<int>(i)});
+  std::sort(order.begin(), order.end());
+  double best = kInf;
+  long long visited = 0;
+  std::vector<double> load(m);
+  std::vector<int> used(m), item, here(cl.nodes);
+  std::vector<double> share;
+  for (const auto& [lb, idx] : order) {
+    if (lb >= best * (1 - 1e-12)) break;
+    const auto& a = allocs[idx];
+    item.clear();
+    std::vector<int> ex(E);
+    std::iota(ex.begin(), ex.end(), 0);
+    std::sort(ex.begin(), ex.end(), [&](int x, int y) { return t[x] * a[y] > t[y] * a[x] || (t[x] * a[y] == t[y] * a[x] && x < y); });
+    for (int e : ex)
+      for (int k = 0; k < a[e]; ++k) item.push_back(e);
+    std::fill(load.begin(), load.end(), 0.0);
+    std::fill(used.begin(), used.end(), 0);
+    std::vector<std::vector<int>> on(E, std::vector<int>(cl.nodes, 0));
+    std::function<void(int, int, double)> dfs = [&](int i, int prev, double cur) {
+      if (++visited > budget) return;
+      if (i == n) {
+        best = std::min(best, cur);
+        return;
+      }
+      const int e = item[i];
+      const double s = t[e] / a[e];
+      const int start = i > 0 && item[i - 1] == e ? prev : 0;
+      // replicas of e still to place, this one included, and the nodes e already sits on
+      int left = 0;
+      for (int j = i; j < n && item[j] == e; ++j) ++left;
+      int nodes_on = 0;
+      for (int v = 0; v < cl.nodes; ++v) nodes_on += on[e][v] > 0;
+      if (nodes_on + left < f) return;
+      for (int g = start; g < m; ++g) {
+        if (used[g] == S) continue;
+        const double after = std::max(cur, load[g] + s);
+        if (after >= best * (1 - 1e-12)) continue;
+        const int v = g / G;
+        if (used[g] == 0) {
+          bool earlier = false;
+          for (int h = std::max(start, v * G); h < g && !earlier; ++h) earlier = used[h] == 0;
+          if (earlier) continue;
+          auto node_empty = [&](int w) {
+            for (int h = w * G; h < (w + 1) * G; ++h)
+              if (used[h]) return false;
+            return true;
+          };
+          if (node_empty(v)) {
+            for (int w = 0; w < v && !earlier; ++w) earlier = w * G >= start && node_empty(w);
+            if (earlier) continue;
+          }
+        }
+        used[g]++;
+        load[g] += s;
+        on[e][v]++;
+        const bool last = left == 1;
+        if (!last || nodes_on + (on[e][v] == 1) >= f) dfs(i + 1, g, after);
+        on[e][v]--;
+        load[g] -= s;
+        used[g]--;
+      }
+    };
+    dfs(0, 0, 0.0);
+    if (visited > budget) return kInf;
+  }
+  return best;
+}
+
+FtBalanceBound bound_of(const std::vector<double>& t, const Cluster& cl, int f) { return ft_balance_bound(t, cl, f); }
+
+}  // namespace
+
+TEST(BalanceBound, SearchOptimumMatchesPlainEnumeration) {
+  // Clusters of at most 8 slots, 2-3 experts (3^8 assignments): the pruned search of the other tests
+  // against every assignment.
+  std::mt19937 rng(5);
+  const Cluster clusters[] = {{2, 1, 2}, {2, 2, 2}, {3, 1, 2}, {4, 1, 1}, {4, 2, 1}, {2, 1, 4}, {4, 1, 2}};
+  int checked = 0;
+  for (const auto& cl : clusters)
+    for (int E = 2; E <= 3; ++E)
+      for (int f = 1; f <= std::min(3, cl.nodes); ++f) {
+        if (f * E > cl.slots()) continue;
+        for (int trial = 0; trial < 3; ++trial) {
+          std::vector<double> t(E);
+          for (auto& x : t) x = 1 + rng() % (trial == 0 ? 10 : 1000);
+          double naive = naive_optimum(t, cl, f), fast = search_optimum(t, cl, f, 1LL << 40);
+          EXPECT_NEAR(fast, naive, 1e-9 * naive) << cl.describe() << " E=" << E << " f=" << f;
+          ++checked;
+        }
+      }
+  std::printf("search vs plain enumeration: %d instances\n", checked);
+  EXPECT_GT(checked, 40);
+}
+
+TEST(BalanceBound, FloorExampleIsTight) {
+  // 4 nodes x 1 GPU x 1 slot, loads (100, 1), f = 2: every expert has exactly 2 replicas, the hot
+  // one's GPUs carry 50, the mean is 25.25: bound 0.505, what every placement meeting f reaches.
+  Cluster cl{4, 1, 1};
+  auto b = bound_of({100, 1}, cl, 2);
+  EXPECT_NEAR(b.mean_load, 25.25, 1e-12);
+  EXPECT_NEAR(b.max_load_lower, 50, 1e-6);
+  EXPECT_NEAR(b.balancedness, 0.505, 1e-6);
+  EXPECT_NEAR(search_optimum({100, 1}, cl, 2, 1LL << 30), 50, 1e-12);
+  // Without the floor (f = 1) the hot expert takes 3 slots: 100 / 3 on three GPUs.
+  EXPECT_NEAR(bound_of({100, 1}, cl, 1).max_load_lower, 100.0 / 3, 1e-6);
+}
+
+TEST(BalanceBound, FillerShareOfTheSlotsBesideTheHotReplica) {
+  // 3 nodes x 1 GPU x 2 slots, loads (90, 10, 10), f = 2: 6 slots, every expert exactly 2 replicas
+  // (shares 45, 45, 5, 5, 5, 5); a GPU with a share of 45 holds one more replica, at least 5: 50. The
+  // largest share alone (45) and the mean (36.67) are below it; step (2) of the bound finds 50.
+  Cluster cl{3, 1, 2};
+  const std::vector<double> t{90, 10, 10};
+  EXPECT_NEAR(search_optimum(t, cl, 2, 1LL << 30), 50, 1e-12);
+  EXPECT_NEAR(naive_optimum(t, cl, 2), 50, 1e-12);
+  EXPECT_NEAR(bound_of(t, cl, 2).max_load_lower, 50, 1e-6);
+}
+
+TEST(BalanceBound, NeverAboveTheExactOptimumOnSmallClusters) {
+  // Random small clusters and loads (skewed, uniform, one dominant expert): the bound never promises
+  // more than the best placement meeting f; how close it and balanced-ft come is printed.
+  std::mt19937 rng(13);
+  const Cluster clusters[] = {{2, 1, 2}, {2, 2, 2}, {3, 1, 2}, {2, 1, 3}, {3, 1, 3}, {4, 1, 2},
+                              {2, 2, 3}, {4, 2, 2}, {3, 2, 2}, {4, 1, 4}, {2, 4, 2}, {3, 2, 3}};
+  int solved = 0, tight = 0, ours_at_opt = 0;
+  double worst_bound = 1, worst_ours = 2;
+  std::uniform_real_distribution<double> uni(900, 1100);
+  std::lognormal_distribution<double> skew(8.0, 1.5);
+  for (const auto& cl : clusters)
+    for (int shape = 0; shape < 3; ++shape)
+      for (int f = 1; f <= std::min(3, cl.nodes); ++f) {
+        int E = std::max(2, std::min(cl.slots() / f, cl.slots() / (2 + static_cast<int>(rng() % 2))));
+        if (f * E > cl.slots()) continue;
+        std::vector<double> t(E);
+        for (int e = 0; e < E; ++e) t[e] = std::floor(shape == 0 ? skew(rng) : shape == 1 ? uni(rng) : (e == 0 ? 20000 : uni(rng) / 10));
+        double opt = search_optimum(t, cl, f, 20'000'000);
+        if (opt == kInf) continue;
+        ++solved;
+        auto b = bound_of(t, cl, f);
+        EXPECT_LE(b.max_load_lower, opt * (1 + 1e-9)) << cl.describe() << " E=" << E << " f=" << f;
+        worst_bound = std::max(worst_bound, opt / b.max_load_lower);
+        tight += b.max_load_lower >= opt * (1 - 1e-9);
+        LoadMatrix w;
+        w.layers = 1;
+        w.experts = E;
+        w.values = t;
+        PlacementOptions o;
+        o.fault_tolerance = f;
+        Plan plan = plan_placement(w, cl, "balanced-ft", o);
+        double ours = max_load(plan.layers[0].phy2log, t, cl);
+        EXPECT_GE(ours, opt * (1 - 1e-12));  // the search is exact: nothing meeting f is lighter
+        worst_ours = std::min(worst_ours, opt / ours);
+        ours_at_opt += ours <= opt * (1 + 1e-9);
+        if (ours > opt * 1.005)
+          std::printf("  balanced-ft %.4f of the optimum: %s E=%d f=%d shape %d\n", opt / ours, cl.describe().c_str(), E, f, shape);
+      }
+  std::printf("small clusters: %d solved exactly; bound = optimum on %d (largest optimum / bound on the most loaded GPU %.4f); balanced-ft at "
+              "the optimum on %d (worst balancedness ratio to the optimum %.4f)\n",
+              solved, tight, worst_bound, ours_at_opt, worst_ours);
+  EXPECT_GT(solved, 40);
+}
+
+TEST(BalanceBound, BalancedFtReachesMinOfEplbGlobalAndTheBoundOnRandomWorkloads) {
+  // The workloads of BalancedFt.MeetsFaultToleranceAndEplbGlobalBalanceOnRandomWorkloads. On every
+  // layer balanced-ft (equal shares) is compared with min(eplb-global, bound_f): where the floor does
+  // not bind that is eplb-global, where it binds the bound (no placement meeting f does better).
+  // With UCPKIT_BOUND_TABLE set, every floor-binding layer is printed (the table in docs/moe-replace.md).
+  const bool table = std::getenv("UCPKIT_BOUND_TABLE") != nullptr;
+  int layers = 0, binding = 0, short_of = 0, searched = 0, at_opt = 0;
+  double worst = 2, worst_binding_eplb = 2, worst_dispatch = 2, worst_opt = 2;
+  std::vector<double> ratios;
+  for_each_random_case([&](const RandomCase& rc) {
+    const Cluster& cl = rc.cluster;
+    const int f = rc.f, E = static_cast<int>(rc.loads.experts);
+    PlacementOptions o;
+    o.fault_tolerance = f;
+    Plan plan = plan_placement(rc.loads, cl, "balanced-ft", o);
+    auto ref = eplb_rebalance(rc.loads, cl, 1, true);
+    for (size_t l = 0; l < rc.loads.layers; ++l) {
+      ++layers;
+      const auto t = rc.loads.layer_vector(l);
+      const double ours = balancedness(plan.layers[l].phy2log, t, cl);
+      const double eplb = balancedness(ref[l].phy2log, t, cl);
+      const auto b = bound_of(t, cl, f);
+      // The bound holds for balanced-ft's own placement (it meets f).
+      EXPECT_LE(ours, b.balancedness * (1 + 1e-9)) << cl.describe() << " f=" << f;
+      const double target = std::min(eplb, b.balancedness);
+      worst = std::min(worst, ours / target);
+      if (ours < target * 0.995) {
+        ++short_of;
+        std::printf("  short: %s E=%d f=%d %s layer %zu: %.4f vs eplb-global %.4f, bound %.4f\n", cl.describe().c_str(), E,
+                    f, shape_name(rc.shape), l, ours, eplb, b.balancedness);
+      }
+      auto cnt = logical_counts(ref[l].phy2log, E);
+      if (*std::min_element(cnt.begin(), cnt.end()) >= f) continue;
+      ++binding;
+      ratios.push_back(ours / b.balancedness);
+      worst_binding_eplb = std::min(worst_binding_eplb, ours / eplb);
+      // Token dispatch: the same comparison with the dispatch plan of balanced-ft's placement.
+      const DispatchPlan dp = dispatch_plan(plan.layers[l].phy2log, t, cl);
+      EXPECT_LE(dp.balancedness, b.dispatch_balancedness * (1 + 1e-9));
+      worst_dispatch = std::min(worst_dispatch, dp.balancedness / b.dispatch_balancedness);
+      double opt = kInf;
+      if (cl.slots() <= 24) {
+        opt = search_optimum(t, cl, f, 5'000'000);
+        if (opt < kInf) {
+          ++searched;
+          const double best_bal = b.mean_load / opt;
+          EXPECT_LE(best_bal, b.balancedness * (1 + 1e-9));
+          EXPECT_LE(ours, best_bal * (1 + 1e-9));
+          worst_opt = std::min(worst_opt, ours / best_bal);
+          at_opt += ours >= best_bal * 0.995;
+        }
+      }
+      if (table)
+        std::printf("| %s | %s | %d | %d | %zu | %.4f | %.4f | %.4f | %s | %.4f | %.4f | %.4f |\n", cl.describe().c_str(),
+                    shape_name(rc.shape), E, f, l, ours, eplb, b.balancedness,
+                    opt < kInf ? std::to_string(b.mean_load / opt).substr(0, 6).c_str() : "-", ours / b.balancedness,
+                    dp.balancedness, b.dispatch_balancedness);
+    }
+  });
+  std::sort(ratios.begin(), ratios.end());
+  std::printf("balanced-ft vs min(eplb-global, bound_f): %d layers, %d more than 0.5%% short, worst ratio %.4f; %d "
+              "floor-binding layers: balanced-ft / bound_f worst %.4f, median %.4f (vs eplb-global worst %.4f; "
+              "%d of them searched exactly: %d within 0.5%% of the optimum, worst ratio %.4f); dispatch plan / dispatch "
+              "bound worst %.4f\n",
+              layers, short_of, worst, binding, ratios.empty() ? 0 : ratios.front(),
+              ratios.empty() ? 0 : (ratios[(ratios.size() - 1) / 2] + ratios[ratios.size() / 2]) / 2, worst_binding_eplb, searched, at_opt, worst_opt,
+              worst_dispatch);
+  EXPECT_GT(binding, 50);
+  EXPECT_GT(searched, 10);
+  // Measured gaps (docs/moe-replace.md, "Balance bound under the floor f"): 4 floor-binding layers
+  // (one of them 4.8% below the exact optimum); held here so that they do not grow.
+  EXPECT_LE(short_of, 4);
+  EXPECT_GE(worst, 0.96);
+}

@@ -1,0 +1,74 @@
+// The randomized workloads of the balanced-ft acceptance tests (skewed, uniform, two dominant
+// experts; clusters 2-64 nodes; f = 1..3; two layers each), generated in one fixed order so every test
+// that uses them sees the same layers.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "placement/cluster.h"
+#include "placement/loads.h"
+
+namespace placement_test {
+
+enum class Shape { Skewed, Uniform, Dominant };
+
+inline const char* shape_name(Shape s) {
+  return s == Shape::Skewed ? "skewed" : s == Shape::Uniform ? "uniform" : "dominant";
+}
+
+inline ucpkit::placement::LoadMatrix random_loads(int layers, int experts, Shape shape, std::mt19937& rng) {
+  ucpkit::placement::LoadMatrix w;
+  w.layers = layers;
+  w.experts = experts;
+  std::lognormal_distribution<double> skew(8.0, 1.5);
+  std::uniform_real_distribution<double> uni(900, 1100);
+  for (int l = 0; l < layers; ++l)
+    for (int e = 0; e < experts; ++e) {
+      double v = shape == Shape::Skewed ? skew(rng) : uni(rng);
+      if (shape == Shape::Dominant) v = e < 2 ? 50000.0 * (e + 1) : uni(rng) / 10;  // a few dominant experts
+      w.values.push_back(std::floor(v));
+    }
+  return w;
+}
+
+struct RandomCase {
+  ucpkit::placement::Cluster cluster;
+  Shape shape;
+  int f;
+  ucpkit::placement::LoadMatrix loads;
+};
+
+// 10 clusters from 2 x 4 x 2 to 64 x 8 x 4, 3 shapes, f = 1..min(3, nodes): 84 cases of 2 layers.
+inline void for_each_random_case(const std::function<void(const RandomCase&)>& visit) {
+  std::mt19937 rng(7);
+  struct Shape3 {
+    int nodes, gpus, slots;
+  };
+  const Shape3 clusters[] = {{2, 4, 2}, {3, 2, 3}, {4, 1, 6}, {4, 4, 4}, {8, 4, 4}, {8, 2, 6},
+                             {16, 2, 4}, {32, 4, 2}, {64, 2, 2}, {64, 8, 4}};
+  for (const auto& c : clusters)
+    for (Shape shape : {Shape::Skewed, Shape::Uniform, Shape::Dominant})
+      for (int f = 1; f <= std::min(3, c.nodes); ++f) {
+        ucpkit::placement::Cluster cl{c.nodes, c.gpus, c.slots};
+        // Experts: between a quarter and a half of the slots, at least f replicas each must fit.
+        int E = std::max(3, cl.slots() / (2 + static_cast<int>(rng() % 3)));
+        E = std::min(E, cl.slots() / f);
+        E = std::min(E, 256);
+        visit({cl, shape, f, random_loads(2, E, shape, rng)});
+      }
+}
+
+// Distinct nodes of every expert, counted from phy2log.
+inline std::vector<int> distinct_nodes(const std::vector<int>& phy2log, const ucpkit::placement::Cluster& cl,
+                                       int experts) {
+  std::vector<std::vector<char>> on(experts, std::vector<char>(cl.nodes, 0));
+  for (size_t p = 0; p < phy2log.size(); ++p) on[phy2log[p]][p / cl.slots_per_node()] = 1;
+  std::vector<int> d(experts, 0);
+  for (int e = 0; e < experts; ++e) d[e] = static_cast<int>(std::count(on[e].begin(), on[e].end(), 1));
+  return d;
+}
+
+}  // namespace placement_test
