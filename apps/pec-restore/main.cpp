@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Restore a complete checkpoint from a PEC store", "pec-restore"};
   tool::CommonOptions common;
   pec::RestoreOptions o;
+  o.reporter = tool::console_reporter();
   std::string report;
   long long step = -1;
   app.add_option("--store", o.store, "PEC store folder")->required();

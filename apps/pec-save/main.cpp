@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Save non-expert state and a selection of experts into a PEC store", "pec-save"};
   tool::CommonOptions common;
   pec::SaveOptions o;
+  o.reporter = tool::console_reporter();
   long long step = -1, budget = 0;
   double bandwidth = 0, iteration_seconds = 0;
   int chunk_mib = 64;

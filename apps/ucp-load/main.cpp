@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Write a DeepSpeed checkpoint for a target layout from a universal checkpoint", "ucp-load"};
   tool::CommonOptions common;
   load::LoadOptions opt;
+  opt.reporter = tool::console_reporter();
   std::string dtype = "bf16", device = "cpu", optimizer = "auto";
   int tp = 1, pp = 1, dp = 1, zero = 1, ep = 1, pp_rank = 0, tp_rank = 0, dp_rank = 0;
   bool plan = false, no_verify = false;

@@ -19,7 +19,7 @@ class StagedPhase {
   StagedPhase& operator=(const StagedPhase&) = delete;
 };
 
-// Receives a line for the user (tools pass tool::verbose; lib/core prints nothing itself).
+// Receives a line for the user (callers pass their Reporter::verbose; lib/core prints nothing itself).
 using StagingNote = std::function<void(const std::string&)>;
 
 // Flushes the file system holding `path` to stable storage (syncfs: one call for every file written

@@ -16,7 +16,6 @@
 #include "core/error.h"
 #include "core/staging.h"
 #include "io/torch/torch_file.h"
-#include "tool/tool.h"
 #include "parallel/mpi_session.h"
 #include "parallel/share.h"
 #include "parallel/threads.h"
@@ -302,7 +301,7 @@ std::unique_ptr<float[]> floats(uint64_t n) { return std::make_unique_for_overwr
 
 ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepSpeedWriter& writer,
                            UniversalReader& reader, const ModelInfo& model, const ExchangePlan& plan,
-                           parallel::MpiSession& mpi, int threads) {
+                           parallel::MpiSession& mpi, int threads, const Reporter& reporter) {
   ExchangeStats stats;
   const int me = mpi.rank(), nranks = mpi.size();
   if (plan.ranks != nranks) throw Error("exchange plan made for " + std::to_string(plan.ranks) + " ranks");
@@ -470,7 +469,7 @@ ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepS
   std::vector<size_t> units_left(plan.first_unit.size() - 1);  // per tensor: units not read yet
   for (size_t t = 0; t < units_left.size(); ++t) units_left[t] = plan.first_unit[t + 1] - plan.first_unit[t];
   auto tensor_of = [&](const ExchangePlan::Read& rd) { return tensor_index(model, rd.param, rd.state); };
-  tool::Progress progress("ucp-load", plan.batches.size());
+  Reporter::Bar progress(reporter, "ucp-load", plan.batches.size());
   for (size_t b = 0; b < plan.batches.size(); ++b) {
     const auto& x = io[b];
     auto data = [&](size_t i) { return owned_buf.get() + x.owned_at[i]; };

@@ -18,6 +18,7 @@
 #include "load/deepspeed_writer.h"
 #include "load/model_info.h"
 #include "load/universal_reader.h"
+#include "core/reporter.h"
 
 namespace ucpkit::parallel {
 class MpiSession;
@@ -98,6 +99,6 @@ struct ExchangeStats {
 // `plan` made from them; this rank creates and writes the files the plan gives it.
 ExchangeStats run_exchange(const std::vector<LaidOutFile>& files, const DeepSpeedWriter& writer,
                            UniversalReader& reader, const ModelInfo& model, const ExchangePlan& plan,
-                           parallel::MpiSession& mpi, int threads);
+                           parallel::MpiSession& mpi, int threads, const Reporter& reporter = {});
 
 }  // namespace ucpkit::load

@@ -27,7 +27,6 @@
 #include "load/exchange.h"
 #include "load/safetensors_writer.h"
 #include "load/universal_reader.h"
-#include "tool/tool.h"
 #include "parallel/mpi_session.h"
 #include "parallel/share.h"
 #include "parallel/threads.h"
@@ -81,7 +80,7 @@ Prepared prepare(const LoadOptions& options) {
   if (options.vocab_multiple > 0) {
     p.model.vocab_multiple = options.vocab_multiple;
   } else if (p.model.vocab_multiple_ambiguous && options.target.tp != p.model.source_tp) {
-    tool::warn("the vocabulary padding multiple is not recorded (args.make_vocab_size_divisible_by); assuming " +
+    options.reporter.warning("the vocabulary padding multiple is not recorded (args.make_vocab_size_divisible_by); assuming " +
                std::to_string(p.model.vocab_multiple) + " (pass --vocab-multiple to choose)");
   }
   if (!options.target.ds_line.empty()) {  // a usage error before any work
@@ -387,7 +386,7 @@ LoadSummary run_load(const LoadOptions& options) {
   const int threads = parallel::thread_count(options.threads);
 
   // Every rank turns SIGINT/SIGTERM into a failure at its next job from here on (staging removed).
-  parallel::CollectiveStaging staging(failed, options.output, options.overwrite, "ucp-load", tool::verbose,
+  parallel::CollectiveStaging staging(failed, options.output, options.overwrite, "ucp-load", options.reporter.verbose,
                                       options.sync);
   const std::string staged = staging.path().string();
 
@@ -469,7 +468,7 @@ LoadSummary run_load(const LoadOptions& options) {
       std::vector<uint64_t> sizes;
       for (const auto& j : jobs) sizes.push_back(j.bytes);
       const std::vector<size_t> mine = parallel::share_of(sizes, mpi.size(), mpi.rank());
-      tool::Progress progress("ucp-load", mine.size());
+      Reporter::Bar progress(options.reporter, "ucp-load", mine.size());
       std::mutex progress_mu;
       parallel::in_arena(threads, [&] {
         tbb::parallel_for(
@@ -491,7 +490,7 @@ LoadSummary run_load(const LoadOptions& options) {
     failed.settle();
     // Collective; on any rank's failure every rank throws (temporary files and staging removed).
     if (exchange) {
-      xstats = run_exchange(setup->files, *writer_owner, reader, model, setup->plan, mpi, threads);
+      xstats = run_exchange(setup->files, *writer_owner, reader, model, setup->plan, mpi, threads, options.reporter);
       written += xstats.bytes_written;
       files += xstats.files_written;
     }
@@ -568,7 +567,7 @@ LoadSummary run_load(const LoadOptions& options) {
   s.bytes_read = mpi.sum(reader.bytes_read() + crc_bytes_read);  // direct: with the bytes read only for the zip CRC-32
   s.bytes_verified = mpi.sum(reader.bytes_verified());
   s.bytes_written = mpi.sum(written.load());
-  s.peak_rss_bytes = mpi.max(tool::peak_rss_bytes());
+  s.peak_rss_bytes = mpi.max(peak_rss_bytes());
   s.seconds = mpi.max(std::chrono::duration<double>(Clock::now() - t0).count());
   return s;
 }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "load/ucp_info.h"
+#include "core/reporter.h"
 
 namespace ucpkit::load {
 
@@ -22,6 +23,7 @@ struct LoadOptions {
   TargetLayout target;                   // bf16_optimizer is resolved from `optimizer`
   OptimizerKind optimizer = OptimizerKind::Auto;
   std::string format = "deepspeed";      // deepspeed | safetensors
+  Reporter reporter;                     // warnings, details, progress (tools: tool::console_reporter())
   int threads = 0;                       // 0: all cores
   bool verify = true;                    // check atomic tensors against manifest checksums
   bool overwrite = false;

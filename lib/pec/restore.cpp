@@ -28,7 +28,6 @@
 #include "pec/restore_writer.h"
 #include "pec/shard_version.h"
 #include "pec/store.h"
-#include "tool/tool.h"
 #include "parallel/mpi_session.h"
 
 namespace fs = std::filesystem;
@@ -70,7 +69,7 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   const bool root = mpi.rank() == 0;
   auto warn = [&](const std::string& w) {
     res.warnings.push_back(w);
-    if (root) tool::warn(w);
+    if (root) o.reporter.warning(w);
   };
   std::vector<std::unique_ptr<Store>> tiers;
   tiers.push_back(std::make_unique<Store>(o.store, "durable", false));
@@ -225,7 +224,7 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   std::vector<size_t> choice(ids.size(), 0);
   std::vector<size_t> pending(ids.size());
   for (size_t x = 0; x < ids.size(); ++x) pending[x] = x;
-  tool::Progress bar("pec-restore experts", static_cast<uint64_t>(ids.size()));
+  Reporter::Bar bar(o.reporter, "pec-restore experts", static_cast<uint64_t>(ids.size()));
   while (!pending.empty()) {
     std::vector<RestoreWriter::ExpertCopy> copies;
     for (size_t x : pending) {

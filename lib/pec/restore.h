@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/reporter.h"
+
 namespace ucpkit::pec {
 
 struct RestoreOptions {
@@ -21,6 +23,7 @@ struct RestoreOptions {
   bool force = false;  // replace an existing global_step<N> under --output
   uint64_t memory_mb = 256;  // budget for the streaming writer's buffers (peak RSS stays near it)
   std::string ds_version;  // native MoE: DeepSpeed version line to write ("" = the saved checkpoint's)
+  Reporter reporter;       // warnings, progress (tools: tool::console_reporter())
 };
 
 struct RestoreResult {

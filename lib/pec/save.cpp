@@ -16,7 +16,6 @@
 #include "pec/shard_plan.h"
 #include "pec/store.h"
 #include "pec/tokens.h"
-#include "tool/tool.h"
 
 namespace ucpkit::pec {
 namespace {
@@ -308,7 +307,7 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
       ExpertCopySteps durable_copies;
       if (t.name == "fast") durable_copies = tiers.front().store->expert_copy_steps();
       GcStats gc = t.store->collect_garbage(t.keep, t.name == "fast" ? &durable_copies : nullptr);
-      if (!gc.skipped.empty()) tool::warn(gc.skipped);
+      if (!gc.skipped.empty()) o.reporter.warning(gc.skipped);
       json sel = json::array();
       for (int l = 0; l < shape.num_layers(); ++l) sel.push_back(t.selection[l]);
       tiers_json.push_back({{"tier", t.name},

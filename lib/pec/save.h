@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pec/checkpoint.h"
+#include "core/reporter.h"
 
 namespace ucpkit::pec {
 
@@ -29,6 +30,7 @@ struct SaveOptions {
   bool bootstrap = true;  // the durable tier saves every expert it never saved (first save is full)
   bool plan_only = false;
   OpenOptions open;
+  Reporter reporter;  // warnings (tools: tool::console_reporter())
 };
 
 // Throws UsageError for options that cannot work (K, tiers, policy without tokens, zstd level); called

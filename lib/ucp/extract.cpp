@@ -24,7 +24,6 @@
 #include "layout/deepspeed/moe.h"
 #include "layout/deepspeed/pipeline.h"
 #include "layout/deepspeed/version_line.h"
-#include "tool/tool.h"
 #include "ucp/shard_agreement.h"
 #include "ucp/shard_reader.h"
 #include "ucp/value_json.h"
