@@ -13,6 +13,7 @@
 #include "layout/deepspeed/module_tree.h"
 #include "layout/deepspeed/pipeline.h"
 #include "layout/deepspeed/storage_tags.h"
+#include "layout/deepspeed/files.h"
 
 namespace fs = std::filesystem;
 
@@ -387,9 +388,7 @@ uint64_t DeepSpeedWriter::write_layer_files(int mp, const std::string& dir) cons
     auto sd = Value::dict(true);
     for (const auto& [local, where] : lf.entries)
       sd->set_item(local, Value::of_tensor(low_precision_slice(mr.groups.at(where.first).slots.at(where.second))));
-    char name[96];
-    std::snprintf(name, sizeof name, "layer_%02d-model_%02d-model_states.pt", lf.layer, mr.tp_rank);
-    n += emit((fs::path(dir) / name).string(), sd);
+    n += emit((fs::path(dir) / layout::layer_states_name(lf.layer, mr.tp_rank)).string(), sd);
   }
   return n;
 }
@@ -409,18 +408,14 @@ uint64_t DeepSpeedWriter::write_expert_files(int mp, const std::string& dir) con
       std::vector<int64_t> shape(row.slice.shape.begin() + 1, row.slice.shape.end());
       sd->set_item(name, Value::of_tensor(Tensor(t.storage(), 0, shape, Tensor::contiguous_strides(shape))));
     }
-    char fn[128];
-    std::snprintf(fn, sizeof fn, "layer_%d_expert_%d_mp_rank_%02d_model_states.pt", ef.moe_id, ef.expert, mp);
-    n += emit((fs::path(dir) / fn).string(), sd);
+    n += emit((fs::path(dir) / layout::expert_states_name(ef.moe_id, ef.expert, mp)).string(), sd);
   }
   if (moe_line_ && moe_line_->expp_files)
     for (int r = 0; r < plan_.target.ep; ++r) {
       // Under ZeRO the per-EP-rank optimizer file only says that the optimizer lives in the ZeRO shards.
       auto d = Value::dict();
       d->set_item("optimizer", Value::none());
-      char fn[96];
-      std::snprintf(fn, sizeof fn, "expp_rank_%d_mp_rank_%02d_optim_states.pt", r, mp);
-      n += emit((fs::path(dir) / fn).string(), d);
+      n += emit((fs::path(dir) / layout::expert_optim_name(r, mp)).string(), d);
     }
   return n;
 }

@@ -17,6 +17,7 @@
 #include "layout/deepspeed/autoep.h"
 #include "layout/deepspeed/module_tree.h"
 #include "layout/deepspeed/pipeline.h"
+#include "layout/deepspeed/files.h"
 
 namespace fs = std::filesystem;
 
@@ -136,8 +137,7 @@ void read_moe_groups(ModelInfo& m, std::map<std::string, ParamInfo>& by_name, co
 std::vector<std::string> zero3_templates(const std::vector<std::string>& files, int tp, const std::string& manifest) {
   std::vector<std::string> out;
   for (int t = 0; t < tp; ++t) {
-    char name[64];
-    std::snprintf(name, sizeof name, "zero_pp_rank_0_mp_rank_%02d_model_states.pt", t);
+    const std::string name = layout::zero3_model_states_name(0, t);
     auto it = std::find_if(files.begin(), files.end(), [&](const std::string& f) { return fs::path(f).filename() == name; });
     if (it == files.end()) throw Error(manifest + ": ZeRO-3 source without " + name + " in model_files");
     out.push_back(*it);

@@ -205,7 +205,7 @@ std::string relayout_moe_folder(const std::string& step_dir, const layout::Versi
     for (int r = 0; r < ep; ++r) {
       auto d = Value::dict();
       d->set_item("optimizer", Value::none());
-      const std::string name = "expp_rank_" + std::to_string(r) + "_mp_rank_00_optim_states.pt";
+      const std::string name = layout::expert_optim_name(r, 0);
       save_torch_file((fs::path(L.dir) / name).string(), d, {fs::path(name).stem().string(), true});
     }
   return found;

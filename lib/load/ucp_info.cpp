@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "layout/deepspeed/moe.h"
+#include "layout/deepspeed/files.h"
 
 namespace ucpkit::load {
 
@@ -139,24 +140,13 @@ PartitionPlan partition_of(const GroupPlan& g, int part) {
   return p;
 }
 
-std::string MpRankPlan::model_file() const {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "mp_rank_%02d_model_states.pt", mp);
-  return buf;
-}
+std::string MpRankPlan::model_file() const { return layout::model_states_name(mp); }
 
 std::string UcpInfo::optim_file(int dp_rank, int mp) const {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "%szero_pp_rank_%d_mp_rank_%02d_optim_states.pt",
-                target.dtype == DType::BFloat16 ? "bf16_" : "", dp_rank, mp);
-  return buf;
+  return layout::optim_states_name(dp_rank, mp, target.dtype == DType::BFloat16);
 }
 
-std::string UcpInfo::zero3_model_file(int dp_rank, int mp) const {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "zero_pp_rank_%d_mp_rank_%02d_model_states.pt", dp_rank, mp);
-  return buf;
-}
+std::string UcpInfo::zero3_model_file(int dp_rank, int mp) const { return layout::zero3_model_states_name(dp_rank, mp); }
 
 int UcpInfo::global_rank(int pp_rank, int dp_rank, int tp_rank) const {
   return (pp_rank * target.dp + dp_rank) * target.tp + tp_rank;
@@ -556,8 +546,7 @@ nlohmann::json UcpInfo::to_json(const ModelInfo& m) const {
     if (!mr.layers.empty()) {
       auto& layers = x["layer_files"] = nlohmann::json::array();
       for (const auto& lf : mr.layers) {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "layer_%02d-model_%02d-model_states.pt", lf.layer, mr.tp_rank);
+        const std::string buf = layout::layer_states_name(lf.layer, mr.tp_rank);
         nlohmann::json names = nlohmann::json::array();
         for (const auto& e : lf.entries) names.push_back(e.first);
         layers.push_back({{"file", buf}, {"layer", lf.layer}, {"params", names}});
@@ -566,8 +555,7 @@ nlohmann::json UcpInfo::to_json(const ModelInfo& m) const {
     if (!mr.expert_files.empty()) {
       auto& ef = x["expert_files"] = nlohmann::json::array();
       for (const auto& e : mr.expert_files) {
-        char buf[96];
-        std::snprintf(buf, sizeof buf, "layer_%d_expert_%d_mp_rank_%02d_model_states.pt", e.moe_id, e.expert, mr.mp);
+        const std::string buf = layout::expert_states_name(e.moe_id, e.expert, mr.mp);
         nlohmann::json names = nlohmann::json::array();
         for (const auto& en : e.entries) names.push_back(en.first);
         ef.push_back({{"file", buf}, {"ep_rank", e.entries.empty() ? 0 : e.entries[0].second[0]}, {"params", names}});

@@ -513,9 +513,7 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
   if (native_moe) {
     if (num_experts.empty()) fail(L.model_files[0], "native MoE expert files but the model states have no num_experts");
     auto expert_file = [&](int layer, int e) {
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "layer_%d_expert_%d_mp_rank_00_model_states.pt", layer, e);
-      return (fs::path(L.dir) / buf).string();
+      return (fs::path(L.dir) / layout::expert_states_name(layer, e, 0)).string();
     };
     std::set<std::pair<int, int>> found;
     for (const auto& ef : L.expert_files) {

@@ -64,6 +64,32 @@ int count_dense(const std::set<T>& s) { return s.empty() ? 0 : static_cast<int>(
 }  // namespace
 
 namespace {
+std::string two(int v) {
+  char b[16];
+  std::snprintf(b, sizeof b, "%02d", v);
+  return std::string(b);
+}
+
+}  // namespace
+
+std::string model_states_name(int mp) { return "mp_rank_" + two(mp) + "_model_states.pt"; }
+std::string zero3_model_states_name(int dp, int mp) {
+  return "zero_pp_rank_" + std::to_string(dp) + "_mp_rank_" + two(mp) + "_model_states.pt";
+}
+std::string optim_states_name(int dp, int mp, bool bf16) {
+  return std::string(bf16 ? "bf16_" : "") + "zero_pp_rank_" + std::to_string(dp) + "_mp_rank_" + two(mp) +
+         "_optim_states.pt";
+}
+std::string layer_states_name(int layer, int tp) { return "layer_" + two(layer) + "-model_" + two(tp) + "-model_states.pt"; }
+std::string expert_states_name(int moe_layer, int expert, int mp) {
+  return "layer_" + std::to_string(moe_layer) + "_expert_" + std::to_string(expert) + "_mp_rank_" + two(mp) +
+         "_model_states.pt";
+}
+std::string expert_optim_name(int ep_rank, int mp) {
+  return "expp_rank_" + std::to_string(ep_rank) + "_mp_rank_" + two(mp) + "_optim_states.pt";
+}
+
+namespace {
 
 // The shard files of a checkpoint folder, by kind and ranks.
 struct FoundFiles {
@@ -163,16 +189,9 @@ std::set<int> dp_ranks_of(const std::map<std::pair<int, int>, std::string>& m, i
   return out;
 }
 
-std::string two(int v) {
-  char b[16];
-  std::snprintf(b, sizeof b, "%02d", v);
-  return std::string(b);
-}
-
 // Model and optimizer files of every model-parallel rank (and DP rank), each one required.
 void assign_rank_files(DeepSpeedLayout& L, const FoundFiles& F, int mp_count) {
   const std::string& dir = L.dir;
-  const std::string prefix = L.bf16_prefix ? "bf16_" : "";
   L.model_files.resize(mp_count);
   L.optim_files.assign(mp_count, std::vector<std::string>(L.dp));
   for (int mp = 0; mp < mp_count; ++mp) {
@@ -181,7 +200,7 @@ void assign_rank_files(DeepSpeedLayout& L, const FoundFiles& F, int mp_count) {
       if (it == F.model.end()) {
         std::set<int> found;
         for (const auto& [k, v] : F.model) found.insert(k);
-        missing(dir, "mp_rank_" + two(mp) + "_model_states.pt", "model-parallel", found);
+        missing(dir, model_states_name(mp), "model-parallel", found);
       }
       L.model_files[mp] = join(dir, it->second);
     } else {
@@ -189,7 +208,7 @@ void assign_rank_files(DeepSpeedLayout& L, const FoundFiles& F, int mp_count) {
       for (int d = 0; d < L.dp; ++d) {
         auto it = F.zero3_model.find({mp, d});
         if (it == F.zero3_model.end())
-          missing(dir, "zero_pp_rank_" + std::to_string(d) + "_mp_rank_" + two(mp) + "_model_states.pt", "DP",
+          missing(dir, zero3_model_states_name(d, mp), "DP",
                   dp_ranks_of(F.zero3_model, mp));
         L.zero3_model_files[mp].push_back(join(dir, it->second));
       }
@@ -198,7 +217,7 @@ void assign_rank_files(DeepSpeedLayout& L, const FoundFiles& F, int mp_count) {
     for (int d = 0; d < L.dp; ++d) {
       auto it = F.optim.find({mp, d});
       if (it == F.optim.end())
-        missing(dir, prefix + "zero_pp_rank_" + std::to_string(d) + "_mp_rank_" + two(mp) + "_optim_states.pt", "DP",
+        missing(dir, optim_states_name(d, mp, L.bf16_prefix), "DP",
                 dp_ranks_of(F.optim, mp));
       L.optim_files[mp][d] = join(dir, it->second);
     }
@@ -215,7 +234,7 @@ void assign_layer_and_expert_files(DeepSpeedLayout& L, const FoundFiles& F) {
   }
   for (const auto& [layer, row] : L.layer_files)
     for (int t = 0; t < L.tp; ++t)
-      if (row[t].empty()) missing(dir, "layer_" + two(layer) + "-model_" + two(t) + "-model_states.pt");
+      if (row[t].empty()) missing(dir, layer_states_name(layer, t));
   std::sort(L.expert_files.begin(), L.expert_files.end(), [](const ExpertFile& a, const ExpertFile& b) {
     return std::tie(a.moe_layer, a.expert, a.mp) < std::tie(b.moe_layer, b.expert, b.mp);
   });
@@ -227,7 +246,7 @@ void assign_layer_and_expert_files(DeepSpeedLayout& L, const FoundFiles& F) {
     L.ep = count_dense(eps);
     for (int r = 0; r < L.ep; ++r) {
       auto it = F.expp.find({r, 0});
-      if (it == F.expp.end()) missing(dir, "expp_rank_" + std::to_string(r) + "_mp_rank_00_optim_states.pt");
+      if (it == F.expp.end()) missing(dir, expert_optim_name(r, 0));
       L.expert_optim_files.push_back(join(dir, it->second));
     }
   }

@@ -27,6 +27,16 @@ struct FileName {
 // Classifies a base name; nullopt for files that are not checkpoint shards.
 std::optional<FileName> parse_file_name(std::string_view name);
 
+// The base names DeepSpeed saves (engine.py _get_ckpt_name, _get_zero_ckpt_name,
+// _get_expert_ckpt_name, _get_optimizer_ckpt_name; PipelineModule.ckpt_layer_path): the one place
+// that spells them, for readers' messages and for writers. parse_file_name() reads each back.
+std::string model_states_name(int mp);                              // mp_rank_XX_model_states.pt
+std::string zero3_model_states_name(int dp, int mp);                // zero_pp_rank_D_mp_rank_XX_model_states.pt
+std::string optim_states_name(int dp, int mp, bool bf16);           // [bf16_]zero_pp_rank_D_mp_rank_XX_optim_states.pt
+std::string layer_states_name(int layer, int tp);                   // layer_LL-model_TT-model_states.pt
+std::string expert_states_name(int moe_layer, int expert, int mp);  // layer_M_expert_E_mp_rank_XX_model_states.pt
+std::string expert_optim_name(int ep_rank, int mp);                 // expp_rank_R_mp_rank_XX_optim_states.pt
+
 struct ExpertFile {
   int moe_layer, expert, mp;
   std::string path;
