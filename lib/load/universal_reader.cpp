@@ -177,25 +177,17 @@ void UniversalReader::verify_whole(int param, const std::string& state, uint32_t
 
 void UniversalReader::read_range(int param, const std::string& state, const TpSlice& s, int64_t a, int64_t b,
                                  float* dst) {
-  if (cache_) {
+  if (cache_ || source_) {  // elements from memory (the exchange's cache) or from the native source
     const int si = state_index(state);
     for_each_run(model_.params[param].shape, s, a, b, [&](int64_t src, int64_t n, int64_t at) {
       if (src < 0)
         std::memset(dst + at, 0, static_cast<size_t>(n) * 4);
-      else
+      else if (cache_)
         cache_->copy(param, si, src, n, dst + at);
-    });
-    return;
-  }
-  if (source_) {
-    const int si = state_index(state);
-    for_each_run(model_.params[param].shape, s, a, b, [&](int64_t src, int64_t n, int64_t at) {
-      if (src < 0)
-        std::memset(dst + at, 0, static_cast<size_t>(n) * 4);
       else
         source_->read(param, si, src, n, dst + at);
     });
-    bytes_read_ += static_cast<uint64_t>(b - a) * 4;
+    if (!cache_) bytes_read_ += static_cast<uint64_t>(b - a) * 4;
     return;
   }
   Entry& e = entry(param, state);

@@ -61,8 +61,7 @@ uint64_t get_u64(const uint8_t* p) {
 
 void create_sized(const std::string& path, uint64_t size) {
   fs::create_directories(fs::path(path).parent_path());
-  UniqueFd f(path, O_WRONLY | O_CREAT | O_TRUNC);
-  if (f.get() < 0) fail(path, std::string("cannot create: ") + std::strerror(errno));
+  UniqueFd f = open_or_fail(path, O_WRONLY | O_CREAT | O_TRUNC);
   if (::ftruncate(f.get(), static_cast<off_t>(size)) != 0) fail(path, std::string("cannot size: ") + std::strerror(errno));
 }
 
@@ -149,8 +148,7 @@ void stream_job(const std::string& object_path, const std::string& id, uint64_t 
   if (size != raw_size)
     throw ObjectError(object_path + ": size " + std::to_string(size) + " differs from the manifest's " + std::to_string(raw_size));
   if (want.hex() != id) throw ObjectError(object_path + ": header checksum does not match the object id");
-  UniqueFd out(out_path, O_WRONLY);
-  if (out.get() < 0) fail(out_path, std::string("cannot open: ") + std::strerror(errno));
+  UniqueFd out = open_or_fail(out_path, O_WRONLY);
 
   ZSTD_DCtx_reset(b.dctx.get(), ZSTD_reset_session_only);  // keeps the parameters
   DigestStream hash;
@@ -428,8 +426,7 @@ void RestoreWriter::discard(const CopyOutcome& o) {
   static const std::vector<uint8_t> zeros(kInBlock, 0);
   for (const auto& [path, range] : o.fragments) {
     const std::string p = (fs::path(dir_) / path).string();
-    UniqueFd f(p, O_WRONLY);
-    if (f.get() < 0) fail(p, std::string("cannot open: ") + std::strerror(errno));
+    UniqueFd f = open_or_fail(p, O_WRONLY);
     for (uint64_t done = 0; done < range.second;) {
       size_t n = static_cast<size_t>(std::min<uint64_t>(zeros.size(), range.second - done));
       pwrite_all(f.get(), zeros.data(), n, range.first + done, p);
@@ -460,8 +457,7 @@ void RestoreWriter::finish() {
     CutFile& cf = *cfp;
     if (cf.touched.empty()) continue;
     const std::string p = (fs::path(dir_) / path).string();
-    UniqueFd f(p, O_RDWR);
-    if (f.get() < 0) fail(p, std::string("cannot open: ") + std::strerror(errno));
+    UniqueFd f = open_or_fail(p, O_RDWR);
     auto crc_of = [&](uint64_t off, uint64_t n) {  // bytes written before (non-expert), read back
       if (buf.empty()) buf.resize(kInBlock);
       uint32_t c = 0;

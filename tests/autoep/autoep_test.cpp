@@ -280,27 +280,31 @@ INSTANTIATE_TEST_SUITE_P(
              (c.sub_group_size ? "_sub" + std::to_string(c.sub_group_size) : "");
     });
 
-// The same with two MPI ranks (the exchange path), back to the source's own layout (DP 6, EP 2,
-// expert-DP ranks first, padded expert partitions): the written folder equals the generated source.
-TEST(AutoEpLoadZero3Mpi, SameLayoutDataBeforeExpertEqualsTheSource) {
-  if (run_command("command -v mpirun") != 0) GTEST_SKIP() << "no mpirun";
-  const std::string c = "dp6_ep2_zero3_fp16_data_before_expert";
-  const fs::path d = scratch("load3_mpi_same");
+// Source case `c` through ucp-union, then ucp-load under `mpirun -np 2` back to the source's own
+// layout (DP 6, EP 2, ZeRO `zero`, fp16): the written folder must equal the generated source.
+void expect_mpi_load_back_to_source(const std::string& c, int zero, const std::string& name) {
+  const fs::path d = scratch(name);
   std::string log;
   ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote(kFx + "/" + c) + " --output " + quote((d / "u").string()), &log), 0)
       << log;
   ASSERT_EQ(run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe " + kBin +
                             "/ucp-load -q --input " + quote((d / "u").string()) + " --output " + quote((d / "t").string()) +
-                            " --tp 1 --pp 1 --dp 6 --ep 2 --zero-stage 3 --dtype fp16",
+                            " --tp 1 --pp 1 --dp 6 --ep 2 --zero-stage " + std::to_string(zero) + " --dtype fp16",
                         &log),
             0)
       << log;
-  log.clear();
   EXPECT_EQ(run_command(kPy + " " + quote(kSrc + "/tests/autoep/same_layout.py") + " " + quote((d / "t" / "global_step7").string()) +
                             " " + quote(kFx + "/" + c + "/global_step7"),
                         &log),
             0)
       << log;
+}
+
+// The same with two MPI ranks (the exchange path), back to the source's own layout (DP 6, EP 2,
+// expert-DP ranks first, padded expert partitions): the written folder equals the generated source.
+TEST(AutoEpLoadZero3Mpi, SameLayoutDataBeforeExpertEqualsTheSource) {
+  if (run_command("command -v mpirun") != 0) GTEST_SKIP() << "no mpirun";
+  expect_mpi_load_back_to_source("dp6_ep2_zero3_fp16_data_before_expert", 3, "load3_mpi_same");
 }
 
 // Impossible ZeRO-3 AutoEP layouts: one clear line, exit 1 or 2 (usage), nothing written.
@@ -341,23 +345,7 @@ INSTANTIATE_TEST_SUITE_P(
 // MPI ranks (the exchange path): the written folder equals the generated source value by value.
 TEST(AutoEpLoadMpi, SameLayoutDataBeforeExpertEqualsTheSource) {
   if (run_command("command -v mpirun") != 0) GTEST_SKIP() << "no mpirun";
-  const std::string c = "dp6_ep2_zero2_fp16_data_before_expert";
-  const fs::path d = scratch("load_mpi_same");
-  std::string log;
-  ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + quote(kFx + "/" + c) + " --output " + quote((d / "u").string()), &log), 0)
-      << log;
-  ASSERT_EQ(run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe " + kBin +
-                            "/ucp-load -q --input " + quote((d / "u").string()) + " --output " + quote((d / "t").string()) +
-                            " --tp 1 --pp 1 --dp 6 --ep 2 --zero-stage 2 --dtype fp16",
-                        &log),
-            0)
-      << log;
-  log.clear();
-  EXPECT_EQ(run_command(kPy + " " + quote(kSrc + "/tests/autoep/same_layout.py") + " " + quote((d / "t" / "global_step7").string()) +
-                            " " + quote(kFx + "/" + c + "/global_step7"),
-                        &log),
-            0)
-      << log;
+  expect_mpi_load_back_to_source("dp6_ep2_zero2_fp16_data_before_expert", 2, "load_mpi_same");
 }
 
 // A target EP size that does not divide the experts: one clear line, exit 1, nothing written.
