@@ -329,6 +329,10 @@ class Unpickler {
   ValuePtr global(std::string module, std::string name);
   void check_callable(const ValuePtr& callable, const char* op);
   ValuePtr reduce(ValuePtr callable, ValuePtr args);
+  ValuePtr ordered_dict(const std::vector<ValuePtr>& a);
+  ValuePtr rebuild_torch_utils(const std::string& n, const std::vector<ValuePtr>& a);
+  ValuePtr rebuild_from_type_v2(const ValuePtr& callable, const ValuePtr& args);
+  ValuePtr reduce_builtin(const std::string& m, const std::string& n, const std::vector<ValuePtr>& a);
   ValuePtr new_object(ValuePtr cls, ValuePtr args, ValuePtr kwargs, Object::Build how);
   void set_items(Value& target, std::vector<ValuePtr>& kv);
   void append_items(Value& target, std::vector<ValuePtr>& items);
@@ -374,130 +378,8 @@ void Unpickler::check_callable(const ValuePtr& callable, const char* op) {
     error(std::string(op) + " of a value that cannot be called (not a class or function)");
 }
 
-ValuePtr Unpickler::reduce(ValuePtr callable, ValuePtr args) {
-  check_callable(callable, "REDUCE");
-  if (args->kind != Kind::Tuple) error("REDUCE arguments are not a tuple");
-  auto& a = args->items;
-  if (callable->kind == Kind::Global) {
-    const std::string& m = callable->s;
-    const std::string& n = callable->name;
-    if (m == "collections" && n == "OrderedDict") {
-      auto d = Value::dict(true);
-      if (!a.empty() && a[0]->is_sequence()) {
-        std::vector<ValuePtr> kv;
-        for (auto& pair : a[0]->items) {
-          if (!pair->is_sequence() || pair->items.size() != 2) error("OrderedDict argument is not a list of pairs");
-          kv.push_back(pair->items[0]);
-          kv.push_back(pair->items[1]);
-        }
-        set_items(*d, kv);
-      }
-      return d;
-    }
-    if (m == "torch._utils" && (n == "_rebuild_tensor_v2" || n == "_rebuild_tensor")) {
-      if (a.size() < 4) error(n + " expects at least 4 arguments");
-      if (a[0]->kind != Kind::Tensor) error(n + ": first argument is not a storage");
-      // torch sets tensor.requires_grad from it, which refuses anything but a bool.
-      if (n == "_rebuild_tensor_v2" && a.size() > 4 && a[4]->kind != Kind::Bool)
-        error(n + ": requires_grad is a " + std::string(kind_name(a[4]->kind)) + ", not a bool");
-      try {
-        Tensor t(a[0]->tensor->storage(), a[1]->as_int(), a[2]->as_shape(), a[3]->as_shape());
-        if (a.size() > 4 && a[4]->kind == Kind::Bool) t.requires_grad = a[4]->b;
-        return Value::of_tensor(std::move(t));
-      } catch (const Error& e) {
-        error(std::string("bad tensor: ") + e.what());
-      }
-    }
-    if (m == "torch._utils" && n == "_rebuild_tensor_v3") {
-      // torch >= 2.1 for the dtypes TypedStorage cannot name (torch/_tensor.py _reduce_ex_internal:
-      // storage.UntypedStorage + dtype as the 7th argument; torch/_utils.py _rebuild_tensor_v3).
-      if (a.size() < 7) error(n + " expects at least 7 arguments");
-      if (a[0]->kind != Kind::Tensor) error(n + ": first argument is not a storage");
-      if (a[6]->kind != Kind::Dtype)
-        error(n + ": unsupported dtype " + a[6]->repr(1) + " (ucpkit handles " + supported_dtype_names() + ")");
-      if (a[4]->kind != Kind::Bool)
-        error(n + ": requires_grad is a " + std::string(kind_name(a[4]->kind)) + ", not a bool");
-      try {
-        auto storage = a[0]->tensor->storage()->reinterpret(a[6]->dtype);
-        Tensor t(std::move(storage), a[1]->as_int(), a[2]->as_shape(), a[3]->as_shape());
-        t.requires_grad = a[4]->b;
-        return Value::of_tensor(std::move(t));
-      } catch (const Error& e) {
-        error(std::string("bad tensor (") + n + "): " + e.what());
-      }
-    }
-    if (m == "torch._utils" && (n == "_rebuild_parameter" || n == "_rebuild_parameter_with_state")) {
-      if (a.size() < 2 || a[0]->kind != Kind::Tensor) error(n + ": first argument is not a tensor");
-      if (n == "_rebuild_parameter_with_state" && a.size() < 4) error(n + " expects 4 arguments");
-      auto v = Value::of_tensor(*a[0]->tensor);
-      v->tensor->is_parameter = true;
-      if (a[1]->kind != Kind::Bool)  // torch.Tensor._make_subclass takes a bool
-        error(n + ": requires_grad is a " + std::string(kind_name(a[1]->kind)) + ", not a bool");
-      v->tensor->requires_grad = a[1]->b;
-      // torch/_utils.py _rebuild_parameter_with_state: the 4th argument is the Parameter's Python
-      // state (torch/nn/parameter.py Parameter.__reduce_ex__ emits it only when non-empty).
-      if (n == "_rebuild_parameter_with_state") v->tensor_state = a[3];
-      return v;
-    }
-    if (m == "torch._tensor" && n == "_rebuild_from_type_v2") {
-      // torch >= 2.0 for a tensor with Python state (torch/_tensor.py Tensor.__reduce_ex__):
-      // (func, type, args, state); the tensor is func(*args), the state its __dict__ (or a
-      // (dict, slots) tuple). func is a reference only: it is called here, not by the pickle.
-      if (a.size() != 4) error(n + " expects 4 arguments");
-      if (a[0]->kind != Kind::Global) error(n + ": first argument is not a function: " + a[0]->repr(1));
-      if (a[1]->kind != Kind::Global) error(n + ": second argument is not a class: " + a[1]->repr(1));
-      if (a[2]->kind != Kind::Tuple) error(n + ": third argument is not a tuple");
-      // torch never nests it (func comes from _reduce_ex_internal); refusing keeps the recursion
-      // below one level however the input is built
-      if (a[0]->s == m && a[0]->name == n) error(n + " nested in itself");
-      ValuePtr inner = reduce(a[0], a[2]);
-      if (inner->kind != Kind::Tensor) {
-        // e.g. a meta tensor (_rebuild_meta_tensor_no_storage) with attributes: kept as it was built
-        auto v = std::make_shared<Value>();
-        v->kind = Kind::Object;
-        v->object = std::make_shared<Object>();
-        v->object->callable = std::move(callable);
-        v->object->args = std::move(args);
-        return v;
-      }
-      auto v = Value::of_tensor(*inner->tensor);
-      v->tensor_type = a[1];
-      v->tensor_state = a[3];
-      return v;
-    }
-    if (const char* what = unsupported_tensor_construct(m, n)) error("unsupported " + std::string(what) + " (" + m + "." + n + ")");
-    if (m == "torch" && n == "Size") {
-      if (a.size() != 1 || !a[0]->is_sequence()) error("torch.Size expects one tuple");
-      try {
-        return Value::torch_size(a[0]->as_shape());
-      } catch (const Error& e) {
-        error(std::string("bad torch.Size: ") + e.what());
-      }
-    }
-    if ((m == "builtins" || m == "__builtin__") && (n == "set" || n == "frozenset")) {
-      auto v = Value::set();
-      if (n == "frozenset") v->kind = Kind::FrozenSet;
-      if (!a.empty()) {
-        if (!a[0]->is_sequence() && a[0]->kind != Kind::Set && a[0]->kind != Kind::FrozenSet)
-          error(n + " expects a sequence");
-        v->items = a[0]->items;
-      }
-      return v;
-    }
-    if (m == "_codecs" && n == "encode" && !a.empty() && a[0]->kind == Kind::Str) {
-      std::string out;
-      for (uint32_t cp : utf8_code_points(a[0]->s)) {
-        if (cp > 0xff) error("_codecs.encode: character outside latin-1");
-        out += static_cast<char>(cp);
-      }
-      return Value::bytes(std::move(out));
-    }
-    if ((m == "builtins" || m == "__builtin__") && (n == "bytearray" || n == "bytes")) {
-      // Python 2-compatible pickles write b'' as __builtin__.bytes() (REDUCE with no arguments).
-      if (a.empty()) return Value::bytes({});
-      if (a[0]->kind == Kind::Bytes) return Value::bytes(a[0]->s);
-    }
-  }
+// An object kept as it was built: callable(*args).
+ValuePtr opaque_call(ValuePtr callable, ValuePtr args) {
   auto v = std::make_shared<Value>();
   v->kind = Kind::Object;
   v->object = std::make_shared<Object>();
@@ -505,6 +387,147 @@ ValuePtr Unpickler::reduce(ValuePtr callable, ValuePtr args) {
   v->object->args = std::move(args);
   v->object->build = Object::Build::Reduce;
   return v;
+}
+
+ValuePtr Unpickler::reduce(ValuePtr callable, ValuePtr args) {
+  check_callable(callable, "REDUCE");
+  if (args->kind != Kind::Tuple) error("REDUCE arguments are not a tuple");
+  if (callable->kind == Kind::Global) {
+    const std::string& m = callable->s;
+    const std::string& n = callable->name;
+    if (m == "collections" && n == "OrderedDict") return ordered_dict(args->items);
+    if (m == "torch._utils")
+      if (ValuePtr v = rebuild_torch_utils(n, args->items)) return v;
+    if (m == "torch._tensor" && n == "_rebuild_from_type_v2") return rebuild_from_type_v2(callable, args);
+    if (const char* what = unsupported_tensor_construct(m, n)) error("unsupported " + std::string(what) + " (" + m + "." + n + ")");
+    if (ValuePtr v = reduce_builtin(m, n, args->items)) return v;
+  }
+  return opaque_call(std::move(callable), std::move(args));
+}
+
+// collections.OrderedDict([(key, value), ...]).
+ValuePtr Unpickler::ordered_dict(const std::vector<ValuePtr>& a) {
+  auto d = Value::dict(true);
+  if (!a.empty() && a[0]->is_sequence()) {
+    std::vector<ValuePtr> kv;
+    for (auto& pair : a[0]->items) {
+      if (!pair->is_sequence() || pair->items.size() != 2) error("OrderedDict argument is not a list of pairs");
+      kv.push_back(pair->items[0]);
+      kv.push_back(pair->items[1]);
+    }
+    set_items(*d, kv);
+  }
+  return d;
+}
+
+// torch._utils' tensor and parameter rebuilders; nullptr for its other functions.
+ValuePtr Unpickler::rebuild_torch_utils(const std::string& n, const std::vector<ValuePtr>& a) {
+  if (n == "_rebuild_tensor_v2" || n == "_rebuild_tensor") {
+    if (a.size() < 4) error(n + " expects at least 4 arguments");
+    if (a[0]->kind != Kind::Tensor) error(n + ": first argument is not a storage");
+    // torch sets tensor.requires_grad from it, which refuses anything but a bool.
+    if (n == "_rebuild_tensor_v2" && a.size() > 4 && a[4]->kind != Kind::Bool)
+      error(n + ": requires_grad is a " + std::string(kind_name(a[4]->kind)) + ", not a bool");
+    try {
+      Tensor t(a[0]->tensor->storage(), a[1]->as_int(), a[2]->as_shape(), a[3]->as_shape());
+      if (a.size() > 4 && a[4]->kind == Kind::Bool) t.requires_grad = a[4]->b;
+      return Value::of_tensor(std::move(t));
+    } catch (const Error& e) {
+      error(std::string("bad tensor: ") + e.what());
+    }
+  }
+  if (n == "_rebuild_tensor_v3") {
+    // torch >= 2.1 for the dtypes TypedStorage cannot name (torch/_tensor.py _reduce_ex_internal:
+    // storage.UntypedStorage + dtype as the 7th argument; torch/_utils.py _rebuild_tensor_v3).
+    if (a.size() < 7) error(n + " expects at least 7 arguments");
+    if (a[0]->kind != Kind::Tensor) error(n + ": first argument is not a storage");
+    if (a[6]->kind != Kind::Dtype)
+      error(n + ": unsupported dtype " + a[6]->repr(1) + " (ucpkit handles " + supported_dtype_names() + ")");
+    if (a[4]->kind != Kind::Bool)
+      error(n + ": requires_grad is a " + std::string(kind_name(a[4]->kind)) + ", not a bool");
+    try {
+      auto storage = a[0]->tensor->storage()->reinterpret(a[6]->dtype);
+      Tensor t(std::move(storage), a[1]->as_int(), a[2]->as_shape(), a[3]->as_shape());
+      t.requires_grad = a[4]->b;
+      return Value::of_tensor(std::move(t));
+    } catch (const Error& e) {
+      error(std::string("bad tensor (") + n + "): " + e.what());
+    }
+  }
+  if (n == "_rebuild_parameter" || n == "_rebuild_parameter_with_state") {
+    if (a.size() < 2 || a[0]->kind != Kind::Tensor) error(n + ": first argument is not a tensor");
+    if (n == "_rebuild_parameter_with_state" && a.size() < 4) error(n + " expects 4 arguments");
+    auto v = Value::of_tensor(*a[0]->tensor);
+    v->tensor->is_parameter = true;
+    if (a[1]->kind != Kind::Bool)  // torch.Tensor._make_subclass takes a bool
+      error(n + ": requires_grad is a " + std::string(kind_name(a[1]->kind)) + ", not a bool");
+    v->tensor->requires_grad = a[1]->b;
+    // torch/_utils.py _rebuild_parameter_with_state: the 4th argument is the Parameter's Python
+    // state (torch/nn/parameter.py Parameter.__reduce_ex__ emits it only when non-empty).
+    if (n == "_rebuild_parameter_with_state") v->tensor_state = a[3];
+    return v;
+  }
+  return nullptr;
+}
+
+// torch >= 2.0 for a tensor with Python state (torch/_tensor.py Tensor.__reduce_ex__): (func, type,
+// args, state); the tensor is func(*args), the state its __dict__ (or a (dict, slots) tuple). func
+// is a reference only: it is called here, not by the pickle.
+ValuePtr Unpickler::rebuild_from_type_v2(const ValuePtr& callable, const ValuePtr& args) {
+  const std::string& n = callable->name;
+  const auto& a = args->items;
+  if (a.size() != 4) error(n + " expects 4 arguments");
+  if (a[0]->kind != Kind::Global) error(n + ": first argument is not a function: " + a[0]->repr(1));
+  if (a[1]->kind != Kind::Global) error(n + ": second argument is not a class: " + a[1]->repr(1));
+  if (a[2]->kind != Kind::Tuple) error(n + ": third argument is not a tuple");
+  // torch never nests it (func comes from _reduce_ex_internal); refusing keeps the recursion below
+  // one level however the input is built
+  if (a[0]->s == callable->s && a[0]->name == n) error(n + " nested in itself");
+  ValuePtr inner = reduce(a[0], a[2]);
+  // e.g. a meta tensor (_rebuild_meta_tensor_no_storage) with attributes: kept as it was built
+  if (inner->kind != Kind::Tensor) return opaque_call(callable, args);
+  auto v = Value::of_tensor(*inner->tensor);
+  v->tensor_type = a[1];
+  v->tensor_state = a[3];
+  return v;
+}
+
+// torch.Size, set / frozenset, _codecs.encode (protocol-2 bytes), bytes / bytearray; nullptr for
+// anything else.
+ValuePtr Unpickler::reduce_builtin(const std::string& m, const std::string& n, const std::vector<ValuePtr>& a) {
+  const bool builtins = m == "builtins" || m == "__builtin__";
+  if (m == "torch" && n == "Size") {
+    if (a.size() != 1 || !a[0]->is_sequence()) error("torch.Size expects one tuple");
+    try {
+      return Value::torch_size(a[0]->as_shape());
+    } catch (const Error& e) {
+      error(std::string("bad torch.Size: ") + e.what());
+    }
+  }
+  if (builtins && (n == "set" || n == "frozenset")) {
+    auto v = Value::set();
+    if (n == "frozenset") v->kind = Kind::FrozenSet;
+    if (!a.empty()) {
+      if (!a[0]->is_sequence() && a[0]->kind != Kind::Set && a[0]->kind != Kind::FrozenSet)
+        error(n + " expects a sequence");
+      v->items = a[0]->items;
+    }
+    return v;
+  }
+  if (m == "_codecs" && n == "encode" && !a.empty() && a[0]->kind == Kind::Str) {
+    std::string out;
+    for (uint32_t cp : utf8_code_points(a[0]->s)) {
+      if (cp > 0xff) error("_codecs.encode: character outside latin-1");
+      out += static_cast<char>(cp);
+    }
+    return Value::bytes(std::move(out));
+  }
+  if (builtins && (n == "bytearray" || n == "bytes")) {
+    // Python 2-compatible pickles write b'' as __builtin__.bytes() (REDUCE with no arguments).
+    if (a.empty()) return Value::bytes({});
+    if (a[0]->kind == Kind::Bytes) return Value::bytes(a[0]->s);
+  }
+  return nullptr;
 }
 
 ValuePtr Unpickler::new_object(ValuePtr cls, ValuePtr args, ValuePtr kwargs, Object::Build how) {
