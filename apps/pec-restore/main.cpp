@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
                  "worker); restore memory does not grow with the checkpoint")
       ->capture_default_str();
   app.add_flag("--force", o.force, "Replace an existing global_step<N> folder under --output");
+  tool::add_pickle_options(app);
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
   const int rc = tool::run("pec-restore", [&] {

@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
                "Also check the zip CRC-32 of every record of the torch files parsed to find the experts (a full read of "
                "every optimizer shard, most of which a partial save does not store)");
   app.add_flag("--plan", o.plan_only, "Print the selection and the fully sharded save plan as JSON, save nothing");
+  tool::add_pickle_options(app);
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
   return tool::run("pec-save", [&] {

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   app.add_flag("--no-sync", [&opt](int64_t) { opt.sync = false; }, "Do not flush the output to stable storage before renaming it into place (scratch outputs)");
   app.add_flag("--allow-unused-patterns", opt.allow_unused_patterns, "Accept patterns that match no parameter");
   app.add_flag("--overwrite", opt.overwrite, "Replace an existing work folder (atomically, at the end)");
+  tool::add_pickle_options(app);
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
   const int rc = tool::run("ucp-extract", [&] {

@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
   app.add_option("--pp-rank", pp_rank, "--device cuda: pipeline rank to materialize");
   app.add_option("--tp-rank", tp_rank, "--device cuda: tensor rank to materialize");
   app.add_option("--dp-rank", dp_rank, "--device cuda: data-parallel rank to materialize (MPI rank under mpirun)");
+  tool::add_pickle_options(app);
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
   const int rc = tool::run("ucp-load", [&] {

@@ -2,6 +2,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include "io/pickle/class_paths.h"
 #include "tool/tool.h"
 #include "ucpkit/version.h"
 
@@ -20,6 +21,17 @@ inline void add_common_options(CLI::App& app, CommonOptions& common) {
   app.add_flag("--json", common.json, "Print a machine-readable JSON summary on stdout");
   app.add_flag("-v,--verbose", common.verbose, "More messages on stderr (repeatable)");
   app.add_flag("-q,--quiet", common.quiet, "Only errors on stderr");
+}
+
+// Options of the tools that read checkpoint pickles: --trust-module (repeatable).
+inline void add_pickle_options(CLI::App& app) {
+  app.add_option_function<std::vector<std::string>>(
+         "--trust-module", [](const std::vector<std::string>& m) { pickle::trust_modules(m); },
+         "Accept pickled classes of MODULE and its submodules (default: Python's standard library, torch, "
+         "numpy, deepspeed, megatron and other training frameworks; '*': any module)")
+      ->type_name("MODULE")
+      ->take_all()
+      ->allow_extra_args(false);
 }
 
 // Parses the command line; returns an exit code >= 0 when the tool must stop (help, version, usage

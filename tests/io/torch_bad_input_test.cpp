@@ -9,6 +9,7 @@
 #include <iterator>
 #include <random>
 
+#include "io/pickle/class_paths.h"
 #include "io/pickle/unpickler.h"
 #include "support/process.h"
 #include "truth_check.h"
@@ -273,6 +274,25 @@ TEST(PickleDamage, ReduceOfAValueThatCannotBeCalledIsRefused) {
   static const char ok[] = "\x80\x02" "ccollections\nOrderedDict\n" "q\x00" "0" "h\x00" ")R.";
   EXPECT_EQ(unpickle_error(std::string(ok, sizeof(ok) - 1)), "");
 }
+
+// A class path damaged into another well-formed one (the campaign's last failure kind): torch.load
+// cannot import it; refused unless trusted (lib/io/pickle/class_paths, tests/io/class_paths_test.cpp).
+TEST(PickleDamage, ClassPathOutsideTheAllowListIsRefused) {
+  ucpkit::pickle::reset_trusted_modules();
+  const std::string global = "\x80\x02" "c_Wbuiltin__\nset\n" ")R.";
+  std::string msg = unpickle_error(global);
+  EXPECT_NE(msg.find("damaged.pkl"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("_Wbuiltin__.set"), std::string::npos) << msg;
+  // Protocol 4's STACK_GLOBAL (two SHORT_BINUNICODE strings).
+  const std::string stack = std::string("\x80\x04\x8c\x0b" "collections" "\x8c\x0b" "OrderedDicu" "\x93" ")R.", 32);
+  msg = unpickle_error(stack);
+  EXPECT_NE(msg.find("OrderedDicu"), std::string::npos) << msg;
+  EXPECT_EQ(unpickle_error("\x80\x02" "c__builtin__\nset\n" ")R."), "");
+  ucpkit::pickle::trust_modules({"_Wbuiltin__"});
+  EXPECT_EQ(unpickle_error(global), "");
+  ucpkit::pickle::reset_trusted_modules();
+}
+
 
 }  // namespace
 }  // namespace iotest

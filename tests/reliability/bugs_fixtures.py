@@ -14,7 +14,12 @@ of fixtures.py with torch 1.13 and byte patches whose effect torch itself confir
   load_binunicode) accepts (asserted); record CRCs fixed so only the string is wrong.
 * rgrad_list/: the first tensor's requires_grad (NEWFALSE) in the model file's pickle made an empty
   list (EMPTY_LIST, a mutation-campaign find), which torch.load refuses ("requires_grad must be a
-  bool", asserted); CRC fixed."""
+  bool", asserted); CRC fixed.
+* renamed_root/, renamed_name/: the model file's class path `__builtin__ set` (a protocol-2 pickle of
+  Python 3 spells builtins `__builtin__`, Lib/_compat_pickle.py REVERSE_IMPORT_MAPPING) made
+  `_Wbuiltin__ set` (the mutation campaign's last failure, seed 2027 run 0) and `collections
+  OrderedDict` made `collections OrderedDicu`; torch.load refuses both (ModuleNotFoundError,
+  AttributeError: asserted); CRCs fixed."""
 import collections
 import os
 import shutil
@@ -166,3 +171,21 @@ def make(out):
         raise AssertionError("torch.load took a list as requires_grad")
     except RuntimeError as e:
         assert "requires_grad" in str(e), e
+
+    for name, old, new, refused in (("renamed_root", b"c__builtin__\nset\n", b"c_Wbuiltin__\nset\n", ModuleNotFoundError),
+                                    ("renamed_name", b"ccollections\nOrderedDict\n", b"ccollections\nOrderedDicu\n",
+                                     AttributeError)):
+        d = _copy(gpt, os.path.join(out, name))
+        p = os.path.join(d, STEP, MODEL)
+        pkl = [n for n in zipfile.ZipFile(p).namelist() if n.endswith("/data.pkl")][0]
+
+        def rename(b, old=old, new=new):
+            assert b.count(old) == 1, (old, b.count(old))
+            return b.replace(old, new)
+
+        patch_record(p, pkl, rename)
+        try:
+            _load(p)
+            raise AssertionError("torch.load read %s" % name)
+        except refused:
+            pass

@@ -246,3 +246,36 @@ TEST(PickleTensor, RequiresGradMustBeABool) {
   EXPECT_FALSE(fs::exists(d / "u"));
   fs::remove_all(d);
 }
+
+// The mutation campaign's last failure kind: a class path damaged into another well-formed one
+// (`__builtin__ set` -> `_Wbuiltin__ set`; `collections OrderedDict` -> `collections OrderedDicu`).
+// torch.load refuses both (bugs_fixtures.py asserts it); ucp-union copied the model file into its
+// output with exit 0. Refused now, with the file and the class named; --trust-module accepts it.
+TEST(PickleClassPath, DamagedClassPathIsRefused) {
+  const fs::path d = scratch("classpath");
+  std::string out;
+  EXPECT_EQ(sh(union_cmd("renamed_root", d / "u"), &out), 1) << out;
+  EXPECT_NE(out.find("mp_rank_00_model_states.pt"), std::string::npos) << out;
+  EXPECT_NE(out.find("_Wbuiltin__.set"), std::string::npos) << out;
+  EXPECT_NE(out.find("--trust-module _Wbuiltin__"), std::string::npos) << out;
+  expect_one_short_line(out);
+  EXPECT_FALSE(fs::exists(d / "u"));
+  EXPECT_EQ(sh(kBin + "/ucp-extract -q --input " + kFx + "/renamed_root --output " + (d / "w").string(), &out), 1)
+      << out;
+  EXPECT_NE(out.find("_Wbuiltin__.set"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(d / "w"));
+
+  EXPECT_EQ(sh(union_cmd("renamed_name", d / "n"), &out), 1) << out;
+  EXPECT_NE(out.find("'collections' has no 'OrderedDicu'"), std::string::npos) << out;
+  expect_one_short_line(out);
+  EXPECT_FALSE(fs::exists(d / "n"));
+
+  // A checkpoint that really pickles such a class: the user says so, and the file is carried through.
+  EXPECT_EQ(sh(union_cmd("renamed_root", d / "t", "--trust-module other --trust-module _Wbuiltin__"), &out), 0) << out;
+  EXPECT_EQ(slurp(fs::path(kFx) / "renamed_root/global_step10/mp_rank_00_model_states.pt"),
+            slurp(d / "t/mp_rank_00_model_states.pt"));
+  // Trusting collections gets past the class check; the root is then no dict (torch.load would fail too).
+  EXPECT_EQ(sh(union_cmd("renamed_name", d / "t2", "--trust-module collections"), &out), 1) << out;
+  EXPECT_NE(out.find("not a model-states dict"), std::string::npos) << out;
+  fs::remove_all(d);
+}

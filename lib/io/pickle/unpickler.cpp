@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "io/pickle/class_paths.h"
 
 namespace ucpkit::pickle {
 namespace {
@@ -353,6 +354,8 @@ class Unpickler {
 };
 
 ValuePtr Unpickler::global(std::string module, std::string name) {
+  if (std::string problem = class_path_problem(module, name); !problem.empty())
+    error("class " + escaped_brief(module + "." + name) + ": " + problem);
   DType t;
   if (module == "torch" && is_torch_dtype_name(name, t)) return Value::torch_dtype(t);
   return Value::global(std::move(module), std::move(name));
