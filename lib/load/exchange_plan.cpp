@@ -1,4 +1,5 @@
-// The exchange's plan: needs, units, file writers, unit owners, batches (no I/O, no MPI).
+// The exchange's plan: needs, units, file writers, unit owners, batches; and one rank's part of it
+// (fill pieces, send and receive counts per batch). No I/O, no MPI.
 #include "load/exchange_plan.h"
 
 #include <algorithm>
@@ -192,6 +193,111 @@ void cut_batches(const std::vector<size_t>& order, ExchangePlan& plan) {
     if (open_bytes >= plan.batch_bytes) close();
   }
   close();
+}
+
+uint64_t needed_count(const AtomicNeeds& needs, const ExchangePlan::Read& unit) {
+  uint64_t n = 0;
+  for_each_needed(needs, unit, [&](int64_t, int64_t count) { n += static_cast<uint64_t>(count); });
+  return n;
+}
+
+std::vector<FillPiece> fill_pieces(const std::vector<DeepSpeedWriter::Source>& sources, uint64_t element_size,
+                                   uint64_t nbytes, const ModelInfo& model, const ExchangePlan& plan) {
+  std::vector<FillPiece> out;
+  auto piece = [&](size_t step, uint64_t begin, uint64_t end) { out.push_back({step, begin, end}); };
+  const uint64_t es = element_size;
+  uint64_t at = 0;
+  for (const auto& s : sources) {
+    if (s.byte_begin > at) piece(size_t{0}, at, s.byte_begin);
+    const size_t t = tensor_index(model, s.slot->param, s.state);
+    const int64_t n = static_cast<int64_t>((s.byte_end - s.byte_begin) / es);
+    size_t step = 0;
+    uint64_t begin = s.byte_begin;
+    bool started = false;
+    for_each_run(model.params[s.slot->param].shape, s.slot->slice, s.param_offset, s.param_offset + n,
+                 [&](int64_t src, int64_t count, int64_t out_at) {
+                   if (src < 0) {
+                     started = true;
+                     return;
+                   }
+                   for (int64_t done = 0; done < count;) {
+                     const int64_t e = src + done, k = e / plan.unit_elements;
+                     const size_t u = plan.first_unit[t] + static_cast<size_t>(k);
+                     const size_t here = static_cast<size_t>(plan.reads[u].batch) + 1;
+                     const uint64_t pos = s.byte_begin + static_cast<uint64_t>(out_at + done) * es;
+                     if (!started) {
+                       step = here;
+                       started = true;
+                     } else if (here != step) {
+                       if (pos > begin) piece(step, begin, pos);
+                       begin = pos;
+                       step = here;
+                     }
+                     done += std::min(count - done, (k + 1) * plan.unit_elements - e);
+                   }
+                 });
+    if (s.byte_end > begin) piece(step, begin, s.byte_end);
+    at = std::max(at, s.byte_end);
+  }
+  if (at < nbytes) piece(size_t{0}, at, nbytes);
+  return out;
+}
+
+std::pair<uint64_t, uint64_t> fill_costs(const std::vector<std::vector<int64_t>>& step_bytes) {
+  uint64_t cost = 0, even = 0;
+  const size_t steps = step_bytes.empty() ? 0 : step_bytes[0].size();
+  const auto nranks = static_cast<uint64_t>(step_bytes.size());
+  for (size_t s = 0; s < steps; ++s) {
+    uint64_t top = 0, sum = 0;
+    for (const auto& r : step_bytes) {
+      top = std::max(top, static_cast<uint64_t>(r.at(s)));
+      sum += static_cast<uint64_t>(r.at(s));
+    }
+    cost += top;
+    even += (sum + nranks - 1) / nranks;
+  }
+  return {cost, even};
+}
+
+std::vector<int64_t> flatten_needs(const AtomicNeeds& needs) {
+  std::vector<int64_t> flat;
+  for (const auto& [key, v] : needs)
+    for (const auto& [start, count] : v) flat.insert(flat.end(), {key.first, key.second, start, count});
+  return flat;
+}
+
+AtomicNeeds unflatten_needs(const std::vector<int64_t>& flat) {
+  AtomicNeeds needs;
+  for (size_t i = 0; i + 3 < flat.size(); i += 4)
+    needs[{static_cast<int>(flat[i]), static_cast<int>(flat[i + 1])}].emplace_back(flat[i + 2], flat[i + 3]);
+  return needs;
+}
+
+RankBatches plan_rank_batches(const ExchangePlan& plan, const std::vector<AtomicNeeds>& needs, int rank) {
+  const int nranks = static_cast<int>(needs.size());
+  RankBatches out;
+  out.batches.resize(plan.batches.size());
+  for (size_t b = 0; b < plan.batches.size(); ++b) {
+    auto& x = out.batches[b];
+    x.send_counts.assign(static_cast<size_t>(nranks), 0);
+    x.recv_counts.assign(static_cast<size_t>(nranks), 0);
+    x.owned_at.push_back(0);
+    for (size_t k : plan.batches[b]) {
+      const auto& rd = plan.reads[k];
+      if (rd.owner == rank) {
+        x.owned.push_back(k);
+        x.owned_at.push_back(x.owned_at.back() + rd.bytes / 4);
+        for (int r = 0; r < nranks; ++r)
+          if (r != rank) x.send_counts[static_cast<size_t>(r)] += needed_count(needs[static_cast<size_t>(r)], rd);
+      } else {
+        x.recv_counts[static_cast<size_t>(rd.owner)] += needed_count(needs[static_cast<size_t>(rank)], rd);
+      }
+    }
+    out.max_owned = std::max(out.max_owned, x.owned_at.back());
+    out.max_send = std::max(out.max_send, std::accumulate(x.send_counts.begin(), x.send_counts.end(), uint64_t{0}));
+    out.max_recv = std::max(out.max_recv, std::accumulate(x.recv_counts.begin(), x.recv_counts.end(), uint64_t{0}));
+  }
+  return out;
 }
 
 std::vector<FileNeeds> file_needs(const std::vector<LaidOutFile>& files, const DeepSpeedWriter& writer,

@@ -3,6 +3,7 @@
 // which rank reads each unit and in which batch. Plain data, built without I/O and without MPI
 // (every rank computes the same plan from the same laid-out files).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -100,6 +101,64 @@ std::vector<size_t> merge_queues(const std::vector<long>& queue, const ExchangeP
 // Step 6: the units taken in `order` into batches, each closed once it holds at least
 // plan.batch_bytes (model order inside a batch): fills plan.batches and every unit's batch.
 void cut_batches(const std::vector<size_t>& order, ExchangePlan& plan);
+
+// What this rank does with the plan, also plain data without I/O (exchange.cpp builds it from the
+// files this rank creates and every rank's needs, then executes it batch by batch).
+
+// Calls f(start, count) for the parts of the sorted, merged intervals `v` inside [a, b).
+template <class F>
+void for_each_overlap(const std::vector<std::pair<int64_t, int64_t>>& v, int64_t a, int64_t b, F&& f) {
+  auto it = std::upper_bound(v.begin(), v.end(), a, [](int64_t x, const auto& iv) { return x < iv.first; });
+  if (it != v.begin()) --it;
+  for (; it != v.end() && it->first < b; ++it) {
+    const int64_t lo = std::max(a, it->first), hi = std::min(b, it->first + it->second);
+    if (lo < hi) f(lo, hi - lo);
+  }
+}
+
+// Calls f(start, count) for the elements of unit `unit` that `needs` holds (in increasing order).
+template <class F>
+void for_each_needed(const AtomicNeeds& needs, const ExchangePlan::Read& unit, F&& f) {
+  auto it = needs.find({unit.param, unit.state});
+  if (it != needs.end()) for_each_overlap(it->second, unit.start, unit.start + unit.count, f);
+}
+uint64_t needed_count(const AtomicNeeds& needs, const ExchangePlan::Read& unit);
+
+// One piece of a generated storage to fill: bytes [begin, end), written in fill step `step`
+// (0: before the first batch; b + 1: once batch b has been exchanged).
+struct FillPiece {
+  size_t step = 0;
+  uint64_t begin = 0, end = 0;
+};
+// The pieces of a generated storage of `nbytes` bytes, elements of `element_size` bytes, made of
+// `sources` (sorted by byte_begin, DeepSpeedWriter::sources_of): the sources' byte ranges cut
+// where their atomic elements move to a unit of another batch, each in the fill step of that batch,
+// and the gaps between sources (zeros, step 0). Padding rows inside a source go with the piece
+// they follow (step 0 when a source starts with them). In byte order; together they cover
+// [0, nbytes) once.
+std::vector<FillPiece> fill_pieces(const std::vector<DeepSpeedWriter::Source>& sources, uint64_t element_size,
+                                   uint64_t nbytes, const ModelInfo& model, const ExchangePlan& plan);
+
+// Per fill step, the bytes each rank writes (`step_bytes[rank][step]`, every rank the same number of
+// steps): the sums over steps of the busiest rank's bytes and of an even split (rounded up), the
+// ExchangeStats::fill_cost and fill_cost_even.
+std::pair<uint64_t, uint64_t> fill_costs(const std::vector<std::vector<int64_t>>& step_bytes);
+
+// A rank's needs as (param, state, start, count) quadruples for an MPI all-gather, and back.
+std::vector<int64_t> flatten_needs(const AtomicNeeds& needs);
+AtomicNeeds unflatten_needs(const std::vector<int64_t>& flat);
+
+// One rank's part of every batch, from the plan and what every rank needs (`needs[rank]`).
+struct RankBatches {
+  struct Batch {
+    std::vector<size_t> owned;                       // the units this rank reads (indices into plan.reads)
+    std::vector<uint64_t> owned_at;                  // float offset of each in the read buffer (+ end)
+    std::vector<uint64_t> send_counts, recv_counts;  // floats to and from each rank (none to itself)
+  };
+  std::vector<Batch> batches;                      // one per plan batch
+  uint64_t max_owned = 0, max_send = 0, max_recv = 0;  // floats: the largest batch's buffers
+};
+RankBatches plan_rank_batches(const ExchangePlan& plan, const std::vector<AtomicNeeds>& needs, int rank);
 
 // A target file laid out (pickled root; its generated storages are filled later) but not created.
 struct LaidOutFile {

@@ -1,6 +1,6 @@
-// The exchange plan's steps (lib/load/exchange_plan.h) without I/O and without MPI, each against
-// a small case worked out by hand or an independent element-by-element count. The whole
-// plan_exchange is checked on many shapes in ucp_info_test.cpp (Exchange.*).
+// The exchange plan's steps and one rank's part of it (lib/load/exchange_plan.h) without I/O and
+// without MPI, each against a small case worked out by hand or an independent element-by-element
+// count. The whole plan_exchange is checked on many shapes in ucp_info_test.cpp (Exchange.*).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "load/exchange_plan.h"
 #include "load/model_info.h"
+#include "load/ucp_info.h"
 
 using namespace ucpkit;
 using namespace ucpkit::load;
@@ -198,4 +199,158 @@ TEST(ExchangePlan, PlanIsTheStepsInOrder) {
   EXPECT_EQ(plan.batches, steps.batches);
   EXPECT_EQ(plan.to_json(m), steps.to_json(m));
   EXPECT_THROW(plan_exchange(m, files, 0, 640), Error);
+}
+
+// What this rank does with the plan.
+
+TEST(ExchangePlan, FillPiecesCoverEveryByteOnceInTheStepOfItsUnit) {
+  // Two params: emb [10, 4] (vocabulary, cat dim 0) and dense [4, 8] (cat dim 1), TP 2, rank 1.
+  ModelInfo m = model_of({40, 32});
+  m.params[0].shape = {10, 4};
+  m.params[0].rule.kind = patterns::JoinKind::Cat;
+  m.params[0].rule.vocab = true;
+  m.params[1].shape = {4, 8};
+  m.params[1].rule.kind = patterns::JoinKind::Cat;
+  m.params[1].rule.cat_dim = 1;
+  patterns::PatternSet set;
+  Slot emb, dense;
+  emb.param = 0;  // rows 5..9 of 10 padded to 12: rank 1 holds rows 6..11, rows 10 and 11 padding
+  emb.slice = tp_slice("emb", {10, 4}, m.params[0].rule, set, 2, 1, 12);
+  dense.param = 1;  // columns 4..7 of every row
+  dense.slice = tp_slice("dense", {4, 8}, m.params[1].rule, set, 2, 1, -1);
+  // Independent truth: the atomic element of slice element i (-1: padding).
+  auto atomic_of = [](const Slot& s, int64_t i) -> int64_t {
+    if (s.param == 0) return i < 16 ? 24 + i : -1;
+    return i / 4 * 8 + 4 + i % 4;
+  };
+  // A bf16 storage of 60 bytes: gap [0, 4), dense slice elements [2, 12) of exp_avg at [4, 24), gap
+  // [24, 30), emb slice elements [0, 24) of fp32 at [30, 78) (its last 8 elements padding), gap to 90.
+  const uint64_t es = 2, nbytes = 90;
+  const std::vector<DeepSpeedWriter::Source> sources = {{4, 24, &dense, 2, 1}, {30, 78, &emb, 0, 0}};
+  for (int64_t unit : {1, 3, 5, 64}) {
+    for (int batches : {1, 2, 3}) {
+      SCOPED_TRACE("unit " + std::to_string(unit) + " batches " + std::to_string(batches));
+      ExchangePlan plan = cut(m, 1, unit);
+      for (size_t u = 0; u < plan.reads.size(); ++u) plan.reads[u].batch = static_cast<int>((u * 7 + 3) % batches);
+      // The expected step of every byte: gaps 0; an element the batch of its unit + 1; padding the
+      // step of the element before it in its source (0 at the source's start).
+      std::vector<size_t> expect(nbytes, 0);
+      for (const auto& s : sources) {
+        size_t step = 0;
+        for (uint64_t p = s.byte_begin; p < s.byte_end; p += es) {
+          const int64_t e = atomic_of(*s.slot, s.param_offset + static_cast<int64_t>((p - s.byte_begin) / es));
+          if (e >= 0) {
+            const size_t u = plan.first_unit[tensor_index(m, s.slot->param, s.state)] + static_cast<size_t>(e / unit);
+            ASSERT_LE(plan.reads[u].start, e);
+            ASSERT_LT(e, plan.reads[u].start + plan.reads[u].count);
+            step = static_cast<size_t>(plan.reads[u].batch) + 1;
+          }
+          expect[p] = expect[p + 1] = step;
+        }
+      }
+      std::vector<int> covered(nbytes, 0);
+      std::vector<size_t> got(nbytes, 99);
+      uint64_t at = 0;
+      for (const FillPiece& piece : fill_pieces(sources, es, nbytes, m, plan)) {
+        EXPECT_EQ(piece.begin, at);  // in byte order, no gap
+        EXPECT_LT(piece.begin, piece.end);
+        for (uint64_t p = piece.begin; p < piece.end && p < nbytes; ++p) ++covered[p], got[p] = piece.step;
+        at = piece.end;
+      }
+      EXPECT_EQ(at, nbytes);
+      for (uint64_t p = 0; p < nbytes; ++p) EXPECT_EQ(covered[p], 1) << "byte " << p;
+      EXPECT_EQ(got, expect);
+    }
+  }
+  // No sources: one zero piece; an empty storage: none.
+  const ExchangePlan plan = cut(m, 1, 4);
+  const auto zeros = fill_pieces({}, es, 10, m, plan);
+  ASSERT_EQ(zeros.size(), 1u);
+  EXPECT_EQ(zeros[0].step, 0u);
+  EXPECT_EQ(zeros[0].end, 10u);
+  EXPECT_TRUE(fill_pieces({}, es, 0, m, plan).empty());
+}
+
+TEST(ExchangePlan, FillCostsAreTheBusiestRankAndAnEvenSplitPerStep) {
+  // Step 0: 10 and 4 (busiest 10, even 7); step 1: 0 and 6 (6, 3); step 2: 5 and 5 (5, 5).
+  EXPECT_EQ(fill_costs({{10, 0, 5}, {4, 6, 5}}), (std::pair<uint64_t, uint64_t>{21, 15}));
+  // An even split rounds up: 2 bytes over 3 ranks is 1.
+  EXPECT_EQ(fill_costs({{1}, {1}, {0}}), (std::pair<uint64_t, uint64_t>{1, 1}));
+  EXPECT_EQ(fill_costs({{7, 3}}), (std::pair<uint64_t, uint64_t>{10, 10}));
+}
+
+TEST(ExchangePlan, NeedsSurviveTheirFlatForm) {
+  AtomicNeeds needs = {{{0, 0}, {{0, 4}, {10, 2}}}, {{3, 2}, {{5, 100}}}, {{7, 1}, {}}};
+  const auto flat = flatten_needs(needs);
+  EXPECT_EQ(flat, (std::vector<int64_t>{0, 0, 0, 4, 0, 0, 10, 2, 3, 2, 5, 100}));
+  needs.erase({7, 1});  // a tensor with no intervals has no flat form
+  EXPECT_EQ(unflatten_needs(flat), needs);
+  EXPECT_TRUE(unflatten_needs({}).empty());
+}
+
+TEST(ExchangePlan, RankBatchesSendWhatTheOthersReceive) {
+  // Three parameters, three ranks each needing overlapping ranges; units of 5 elements.
+  const ModelInfo m = model_of({40, 7, 33});
+  std::vector<FileNeeds> files = {
+      needs_of({{{0, 0}, {{0, 25}}}, {{1, 1}, {{0, 7}}}, {{2, 0}, {{0, 3}}}}, 140),
+      needs_of({{{0, 0}, {{20, 20}}}, {{2, 0}, {{1, 30}}}, {{0, 1}, {{10, 5}}}}, 220),
+      needs_of({{{2, 1}, {{0, 33}}}, {{0, 0}, {{3, 4}, {30, 9}}}}, 184)};
+  for (int ranks : {1, 2, 3}) {
+    for (uint64_t budget : {40ull, 300ull, 1ull << 30}) {
+      SCOPED_TRACE("ranks " + std::to_string(ranks) + " budget " + std::to_string(budget));
+      const ExchangePlan plan = plan_exchange(m, files, ranks, budget);
+      // Each rank needs what its files need.
+      std::vector<AtomicNeeds> needs(static_cast<size_t>(ranks));
+      for (size_t f = 0; f < files.size(); ++f)
+        for (const auto& [key, v] : files[f].elements)
+          for (const auto& iv : v) needs[static_cast<size_t>(plan.file_ranks[f])][key].push_back(iv);
+      for (auto& n : needs) normalize_needs(n);
+      // Independent truth: does `rank` need element e of unit rd (explicit membership).
+      auto needs_element = [&](int rank, const ExchangePlan::Read& rd, int64_t e) {
+        auto it = needs[static_cast<size_t>(rank)].find({rd.param, rd.state});
+        if (it == needs[static_cast<size_t>(rank)].end()) return false;
+        for (const auto& [a, n] : it->second)
+          if (e >= a && e < a + n) return true;
+        return false;
+      };
+      std::vector<RankBatches> rb;
+      for (int r = 0; r < ranks; ++r) rb.push_back(plan_rank_batches(plan, needs, r));
+      for (int r = 0; r < ranks; ++r) {
+        ASSERT_EQ(rb[r].batches.size(), plan.batches.size());
+        uint64_t max_owned = 0, max_send = 0, max_recv = 0;
+        for (size_t b = 0; b < plan.batches.size(); ++b) {
+          const auto& x = rb[r].batches[b];
+          std::vector<size_t> owned;
+          for (size_t u : plan.batches[b])
+            if (plan.reads[u].owner == r) owned.push_back(u);
+          EXPECT_EQ(x.owned, owned);
+          ASSERT_EQ(x.owned_at.size(), owned.size() + 1);
+          EXPECT_EQ(x.owned_at[0], 0u);
+          for (size_t i = 0; i < owned.size(); ++i)
+            EXPECT_EQ(x.owned_at[i + 1] - x.owned_at[i], static_cast<uint64_t>(plan.reads[owned[i]].count));
+          std::vector<uint64_t> send(static_cast<size_t>(ranks), 0), recv(static_cast<size_t>(ranks), 0);
+          for (size_t u : plan.batches[b]) {
+            const auto& rd = plan.reads[u];
+            for (int64_t e = rd.start; e < rd.start + rd.count; ++e) {
+              if (rd.owner == r) {
+                for (int s = 0; s < ranks; ++s)
+                  if (s != r) send[s] += needs_element(s, rd, e);
+              } else {
+                recv[rd.owner] += needs_element(r, rd, e);
+              }
+            }
+          }
+          EXPECT_EQ(x.send_counts, send) << "batch " << b;
+          EXPECT_EQ(x.recv_counts, recv) << "batch " << b;
+          for (int s = 0; s < ranks; ++s) EXPECT_EQ(x.send_counts[s], rb[s].batches[b].recv_counts[r]);
+          max_owned = std::max(max_owned, x.owned_at.back());
+          max_send = std::max(max_send, std::accumulate(send.begin(), send.end(), uint64_t{0}));
+          max_recv = std::max(max_recv, std::accumulate(recv.begin(), recv.end(), uint64_t{0}));
+        }
+        EXPECT_EQ(rb[r].max_owned, max_owned);
+        EXPECT_EQ(rb[r].max_send, max_send);
+        EXPECT_EQ(rb[r].max_recv, max_recv);
+      }
+    }
+  }
 }
