@@ -3,7 +3,8 @@
 // in the same pass), in batches of parameters of bounded size; the elements each rank needs for the
 // files it writes are exchanged with one MPI all-to-all per batch, and every rank writes its pieces
 // of its own files out of order (DeferredTorchFile). Memory per rank is bounded by the batch, not
-// by the model or the files.
+// by the model or the files. The plan (who writes which file, reads which unit in which batch, and
+// each rank's part of every batch) is plain data in exchange_plan.h; run_exchange executes it.
 #pragma once
 #include <cstdint>
 #include <vector>
