@@ -1,4 +1,7 @@
-// Redundancy-bypassing load: owners read, one all-to-all per batch, out-of-order writes.
+// Redundancy-bypassing load, executed: owners read, one all-to-all per batch, out-of-order writes.
+// The plan (exchange_plan.h) says who writes which file and reads which unit in which batch; this
+// rank's part of it (fill pieces, RankBatches) is plain data too; ExchangeRun carries it out step by
+// step, every step collective (a failure on one rank stops all at the next step).
 #include "load/exchange.h"
 
 #include <algorithm>
@@ -6,8 +9,10 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <map>
+#include <memory>
 #include <numeric>
+#include <span>
+#include <tuple>
 
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
@@ -17,18 +22,10 @@
 #include "core/staging.h"
 #include "io/torch/torch_file.h"
 #include "parallel/mpi_session.h"
-#include "parallel/share.h"
-#include "parallel/threads.h"
-#include "ucp/plan.h"
 
 namespace ucpkit::load {
 
 namespace {
-
-// Atomic tensors are numbered param * states + state (ExchangePlan::first_unit's index).
-size_t tensor_index(const ModelInfo& model, int param, int state) {
-  return static_cast<size_t>(param) * model.states.size() + static_cast<size_t>(state);
-}
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -39,551 +36,317 @@ struct Item {
   uint64_t begin, end;
 };
 
-}  // namespace
-
-nlohmann::json ExchangePlan::to_json(const ModelInfo& model) const {
-  nlohmann::json j;
-  j["ranks"] = ranks;
-  j["batch_bytes"] = batch_bytes;
-  j["unit_elements"] = unit_elements;
-  std::vector<uint64_t> per_rank(static_cast<size_t>(ranks), 0);
-  auto& bs = j["batches"] = nlohmann::json::array();
-  for (const auto& b : batches) {
-    nlohmann::json reads = nlohmann::json::array();
-    uint64_t bytes = 0;
-    for (size_t k : b) {
-      const Read& r = this->reads[k];
-      reads.push_back({{"param", model.params[r.param].name}, {"state", model.states[r.state]}, {"start", r.start},
-                       {"count", r.count}, {"bytes", r.bytes}, {"owner", r.owner}});
-      bytes += r.bytes;
-      per_rank[static_cast<size_t>(r.owner)] += r.bytes;
-    }
-    bs.push_back({{"bytes", bytes}, {"reads", reads}});
-  }
-  j["bytes_read_per_rank"] = per_rank;
-  return j;
-}
-
-namespace {
-
-// Calls f(start, count) for the parts of the sorted, merged intervals `v` inside [a, b).
-template <class F>
-void for_each_overlap(const std::vector<std::pair<int64_t, int64_t>>& v, int64_t a, int64_t b, F&& f) {
-  auto it = std::upper_bound(v.begin(), v.end(), a, [](int64_t x, const auto& iv) { return x < iv.first; });
-  if (it != v.begin()) --it;
-  for (; it != v.end() && it->first < b; ++it) {
-    const int64_t lo = std::max(a, it->first), hi = std::min(b, it->first + it->second);
-    if (lo < hi) f(lo, hi - lo);
-  }
-}
-
-}  // namespace
-
-ExchangePlan plan_exchange(const ModelInfo& model, const std::vector<FileNeeds>& files, int ranks,
-                           uint64_t batch_bytes) {
-  if (ranks < 1) throw Error("plan_exchange: no ranks");
-  ExchangePlan plan;
-  plan.ranks = ranks;
-  plan.batch_bytes = batch_bytes;
-  plan.unit_elements = std::max<int64_t>(1, static_cast<int64_t>(batch_bytes / 32 / 4));
-  const size_t nstates = model.states.size(), ntensors = model.params.size() * nstates;
-
-  // Units in model order.
-  for (size_t t = 0; t < ntensors; ++t) {
-    plan.first_unit.push_back(plan.reads.size());
-    const int64_t n = model.params[t / nstates].stored_numel;
-    for (int64_t a = 0; a < n || a == 0; a += plan.unit_elements) {
-      ExchangePlan::Read r;
-      r.param = static_cast<int>(t / nstates);
-      r.state = static_cast<int>(t % nstates);
-      r.start = a;
-      r.count = std::min(plan.unit_elements, n - a);
-      r.bytes = static_cast<uint64_t>(r.count) * 4;
-      plan.reads.push_back(r);
-    }
-  }
-  plan.first_unit.push_back(plan.reads.size());
-  const size_t nunits = plan.reads.size();
-
-  // Files onto ranks, balanced by bytes; files with nothing to fill (ZeRO-3 model files, PP > 1
-  // model files) by count, onto the rank with the fewest files.
-  std::vector<uint64_t> file_bytes;
-  for (const auto& f : files) file_bytes.push_back(f.bytes);
-  plan.file_ranks = parallel::assign_by_size(file_bytes, ranks);
-  std::vector<size_t> count(static_cast<size_t>(ranks), 0);
-  for (size_t f = 0; f < files.size(); ++f)
-    if (files[f].bytes > 0) ++count[static_cast<size_t>(plan.file_ranks[f])];
-  for (size_t f = 0; f < files.size(); ++f)
-    if (files[f].bytes == 0) {
-      const auto r = static_cast<size_t>(std::min_element(count.begin(), count.end()) - count.begin());
-      plan.file_ranks[f] = static_cast<int>(r);
-      ++count[r];
-    }
-
-  // Per unit: the elements each rank's files need (sparse: a unit is needed by a few ranks), and
-  // the file that needs most (its queue).
-  std::vector<std::vector<std::pair<int, uint64_t>>> need(nunits);
-  std::vector<long> queue_of(nunits, -1);  // -1: needed by no file (a queue of its own)
-  std::vector<uint64_t> queue_need(nunits, 0);
-  for (size_t f = 0; f < files.size(); ++f) {
-    std::map<size_t, uint64_t> per_unit;
-    for (const auto& [key, v] : files[f].elements) {
-      const size_t t = tensor_index(model, key.first, key.second);
-      if (t >= ntensors) throw Error("plan_exchange: tensor index out of range");
-      for (const auto& [start, count] : v)
-        for (int64_t a = start; a < start + count;) {
-          const size_t u = plan.first_unit[t] + static_cast<size_t>(a / plan.unit_elements);
-          const int64_t end = std::min(start + count, (a / plan.unit_elements + 1) * plan.unit_elements);
-          per_unit[u] += static_cast<uint64_t>(end - a);
-          a = end;
-        }
-    }
-    for (const auto& [u, n] : per_unit) {
-      auto& v = need[u];
-      auto it = std::find_if(v.begin(), v.end(), [&](const auto& e) { return e.first == plan.file_ranks[f]; });
-      if (it == v.end()) v.emplace_back(plan.file_ranks[f], n); else it->second += n;
-      if (n > queue_need[u]) queue_need[u] = n, queue_of[u] = static_cast<long>(f);
-    }
-  }
-
-  // Owners in model order: among the ranks that need at least 9/10 as much of the unit as the rank
-  // that needs most (ZeRO-3 splits every parameter evenly over the DP ranks, equal up to rounding),
-  // the one that has read least, then the lowest (a unit no file needs: the one that has read least).
-  std::vector<uint64_t> read(static_cast<size_t>(ranks), 0);
-  for (size_t u = 0; u < nunits; ++u) {
-    int best = -1;
-    uint64_t most = 0;
-    for (const auto& [r, n] : need[u]) most = std::max(most, n);
-    auto better = [&](int r, int than) {
-      return than < 0 || read[r] < read[than] || (read[r] == read[than] && r < than);
-    };
-    if (most == 0) {
-      for (int r = 0; r < ranks; ++r)
-        if (better(r, best)) best = r;
-    } else {
-      for (const auto& [r, n] : need[u])
-        if (n * 10 >= most * 9 && better(r, best)) best = r;
-    }
-    plan.reads[u].owner = best;
-    read[static_cast<size_t>(best)] += plan.reads[u].bytes;
-  }
-
-  // The queues merged by progress: unit u lies at the fraction key[u] of its queue's bytes.
-  std::map<long, uint64_t> queue_total, done;
-  for (size_t u = 0; u < nunits; ++u) queue_total[queue_of[u]] += plan.reads[u].bytes;
-  std::vector<double> key(nunits, 0);
-  for (size_t u = 0; u < nunits; ++u) {
-    const uint64_t total = std::max<uint64_t>(queue_total[queue_of[u]], 1);
-    uint64_t& d = done[queue_of[u]];
-    key[u] = (static_cast<double>(d) + static_cast<double>(plan.reads[u].bytes) / 2) / static_cast<double>(total);
-    d += plan.reads[u].bytes;
-  }
-  std::vector<size_t> order(nunits);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key[a] < key[b]; });
-
-  std::vector<size_t> open;
-  uint64_t open_bytes = 0;
-  auto close = [&] {
-    if (open.empty()) return;
-    std::sort(open.begin(), open.end());  // model order inside a batch
-    for (size_t u : open) plan.reads[u].batch = static_cast<int>(plan.batches.size());
-    plan.batches.push_back(std::move(open));
-    open.clear();
-    open_bytes = 0;
-  };
-  for (size_t u : order) {
-    open.push_back(u);
-    open_bytes += plan.reads[u].bytes;
-    if (open_bytes >= batch_bytes) close();
-  }
-  close();
-  return plan;
-}
-
-std::vector<FileNeeds> file_needs(const std::vector<LaidOutFile>& files, const DeepSpeedWriter& writer,
-                                  const ModelInfo& model, int threads) {
-  std::vector<FileNeeds> out(files.size());
-  parallel::in_arena(threads, [&] {
-    tbb::parallel_for(size_t{0}, files.size(), [&](size_t f) {
-      check_interrupted();
-      for (const auto& st : generated_storages(files[f].root)) {
-        const auto sources = writer.sources_of(st.get());
-        for (const auto& s : sources) out[f].bytes += s.byte_end - s.byte_begin;
-        add_needs(model, sources, st->dtype(), out[f].elements);
-      }
-      normalize_needs(out[f].elements);
-    });
-  });
-  return out;
-}
-
-void add_needs(const ModelInfo& model, const std::vector<DeepSpeedWriter::Source>& sources, DType dtype,
-               AtomicNeeds& needs) {
-  const uint64_t es = dtype_size(dtype);
-  for (const auto& s : sources) {
-    const int64_t n = static_cast<int64_t>((s.byte_end - s.byte_begin) / es);
-    auto& v = needs[{s.slot->param, s.state}];
-    for_each_run(model.params[s.slot->param].shape, s.slot->slice, s.param_offset, s.param_offset + n,
-                 [&](int64_t src, int64_t count, int64_t) {
-                   if (src >= 0) v.emplace_back(src, count);
-                 });
-  }
-}
-
-void normalize_needs(AtomicNeeds& needs) {
-  for (auto& [key, v] : needs) {
-    std::sort(v.begin(), v.end());
-    std::vector<std::pair<int64_t, int64_t>> merged;
-    for (const auto& [start, count] : v) {
-      if (!merged.empty() && start <= merged.back().first + merged.back().second) {
-        auto& m = merged.back();
-        m.second = std::max(m.first + m.second, start + count) - m.first;
-      } else {
-        merged.emplace_back(start, count);
-      }
-    }
-    v = std::move(merged);
-  }
-}
-
-namespace {
-
-// The pieces of a generated storage to fill: its sources' byte ranges cut where their atomic
-// elements move to a unit of another batch, each tagged with the fill step of that batch (b + 1),
-// and the gaps between sources (zeros, step 0). Padding rows inside a source go with the piece
-// they follow (step 0 when a source starts with them).
-template <class F>
-void for_each_piece(const Storage& st, const DeepSpeedWriter& writer, const ModelInfo& model,
-                    const ExchangePlan& plan, F&& piece) {
-  const auto sources = writer.sources_of(&st);  // sorted by byte_begin
-  const uint64_t es = dtype_size(st.dtype());
-  uint64_t at = 0;
-  for (const auto& s : sources) {
-    if (s.byte_begin > at) piece(size_t{0}, at, s.byte_begin);
-    const size_t t = tensor_index(model, s.slot->param, s.state);
-    const int64_t n = static_cast<int64_t>((s.byte_end - s.byte_begin) / es);
-    size_t step = 0;
-    uint64_t begin = s.byte_begin;
-    bool started = false;
-    for_each_run(model.params[s.slot->param].shape, s.slot->slice, s.param_offset, s.param_offset + n,
-                 [&](int64_t src, int64_t count, int64_t out) {
-                   if (src < 0) {
-                     started = true;
-                     return;
-                   }
-                   for (int64_t done = 0; done < count;) {
-                     const int64_t e = src + done, k = e / plan.unit_elements;
-                     const size_t u = plan.first_unit[t] + static_cast<size_t>(k);
-                     const size_t here = static_cast<size_t>(plan.reads[u].batch) + 1;
-                     const uint64_t pos = s.byte_begin + static_cast<uint64_t>(out + done) * es;
-                     if (!started) {
-                       step = here;
-                       started = true;
-                     } else if (here != step) {
-                       if (pos > begin) piece(step, begin, pos);
-                       begin = pos;
-                       step = here;
-                     }
-                     done += std::min(count - done, (k + 1) * plan.unit_elements - e);
-                   }
-                 });
-    if (s.byte_end > begin) piece(step, begin, s.byte_end);
-    at = std::max(at, s.byte_end);
-  }
-  if (at < st.nbytes()) piece(size_t{0}, at, st.nbytes());
-}
-
 // A float buffer left uninitialized (it is always written before it is read).
 std::unique_ptr<float[]> floats(uint64_t n) { return std::make_unique_for_overwrite<float[]>(std::max<uint64_t>(n, 1)); }
+
+// The exchange on this rank, in the order run_exchange calls the steps.
+class ExchangeRun {
+ public:
+  ExchangeRun(const DeepSpeedWriter& writer, UniversalReader& reader, const ModelInfo& model,
+              const ExchangePlan& plan, parallel::MpiSession& mpi, int threads)
+      : writer_(writer), reader_(reader), model_(model), plan_(plan), mpi_(mpi), me_(mpi.rank()),
+        nranks_(mpi.size()), arena_(threads) {}
+  ~ExchangeRun() {
+    if (cache_set_) reader_.set_cache(nullptr);
+  }
+
+  void create_files(const std::vector<LaidOutFile>& laid_out);
+  void cut_fill_steps();
+  void measure_fill_balance();
+  void gather_needs();
+  void allocate_buffers();
+  void run_batches(const Reporter& reporter);
+  void finish();
+  ExchangeStats stats;
+
+ private:
+  void fill(size_t step);
+  std::vector<size_t> read_batch(size_t b);
+  void verify_tensors(const std::vector<size_t>& complete);
+  void pack_batch(size_t b);
+  void cache_batch(size_t b);
+  float* owned_data(const RankBatches::Batch& x, size_t i) const { return owned_buf_.get() + x.owned_at[i]; }
+  size_t tensor_of(const ExchangePlan::Read& rd) const { return tensor_index(model_, rd.param, rd.state); }
+
+  const DeepSpeedWriter& writer_;
+  UniversalReader& reader_;
+  const ModelInfo& model_;
+  const ExchangePlan& plan_;
+  parallel::MpiSession& mpi_;
+  const int me_, nranks_;
+  tbb::task_arena arena_;
+  std::vector<std::unique_ptr<DeferredTorchFile>> files_;  // this rank's
+  std::vector<std::vector<Item>> items_;                   // per fill step: [0] zeros; [b + 1] batch b
+  AtomicNeeds mine_;                                       // what this rank's files need
+  std::vector<AtomicNeeds> needs_;                         // every rank's
+  RankBatches batches_;
+  std::unique_ptr<float[]> owned_buf_, send_buf_, recv_buf_;
+  AtomicCache cache_;
+  bool cache_set_ = false;
+  std::vector<uint32_t> unit_crc_;   // every unit's CRC, from whichever rank read it
+  std::vector<size_t> units_left_;   // per tensor: units not read yet
+};
+
+// 1. This rank's files (the plan says who writes which): pickles written, generated records reserved.
+void ExchangeRun::create_files(const std::vector<LaidOutFile>& laid_out) {
+  if (plan_.file_ranks.size() != laid_out.size()) throw Error("exchange plan made for other files");
+  std::vector<size_t> mine_of;
+  for (size_t f = 0; f < laid_out.size(); ++f)
+    if (plan_.file_ranks[f] == me_) mine_of.push_back(f);
+  files_.resize(mine_of.size());
+  parallel::collectively(mpi_, [&] {
+    arena_.execute([&] {
+      tbb::parallel_for(size_t{0}, mine_of.size(), [&](size_t i) {
+        check_interrupted();
+        files_[i] = std::make_unique<DeferredTorchFile>(laid_out[mine_of[i]].path, laid_out[mine_of[i]].root);
+      });
+    });
+  });
+  stats.files_written = files_.size();
+}
+
+// 2. What this rank writes: every reserved record of its files cut into pieces by fill step, and
+//    the atomic elements those pieces need.
+void ExchangeRun::cut_fill_steps() {
+  items_.assign(plan_.batches.size() + 1, {});
+  parallel::collectively(mpi_, [&] {
+    for (size_t f = 0; f < files_.size(); ++f) {
+      const auto& records = files_[f]->records();
+      for (size_t k = 0; k < records.size(); ++k) {
+        const Storage& st = *records[k].storage;
+        const auto sources = writer_.sources_of(&st);
+        for (const FillPiece& p : fill_pieces(sources, dtype_size(st.dtype()), st.nbytes(), model_, plan_))
+          items_[p.step].push_back({f, k, p.begin, p.end});
+        add_needs(model_, sources, st.dtype(), mine_);
+      }
+    }
+    normalize_needs(mine_);
+  });
+}
+
+// How evenly the ranks' fill steps are loaded (ExchangeStats::fill_cost, one all-gather).
+void ExchangeRun::measure_fill_balance() {
+  std::vector<int64_t> step_bytes(items_.size(), 0);
+  for (size_t s = 0; s < items_.size(); ++s)
+    for (const Item& it : items_[s]) step_bytes[s] += static_cast<int64_t>(it.end - it.begin);
+  std::tie(stats.fill_cost, stats.fill_cost_even) = fill_costs(mpi_.allgather(step_bytes));
+}
+
+// 3. Everyone's needs, so that owners know what to send where (once, before the batches).
+void ExchangeRun::gather_needs() {
+  const auto all = mpi_.allgather(flatten_needs(mine_));
+  needs_.clear();
+  for (int r = 0; r < nranks_; ++r) needs_.push_back(unflatten_needs(all[static_cast<size_t>(r)]));
+  batches_ = plan_rank_batches(plan_, needs_, me_);
+}
+
+// The read, send and receive buffers, allocated once for the largest batch and left uninitialized
+// (fresh pages every batch, a page fault and a zero-fill each, cost more than the copies). On every
+// rank before any transfer (MPI's int counts checked too), so that a failure here stops all ranks
+// instead of leaving the others in an all-to-all.
+void ExchangeRun::allocate_buffers() {
+  parallel::collectively(mpi_, [&] {
+    if (std::max(batches_.max_send, batches_.max_recv) > static_cast<uint64_t>(INT32_MAX))
+      throw Error("MPI exchange batch too large (more than 2^31 floats to send or receive on one rank); lower --batch-mb");
+    owned_buf_ = floats(batches_.max_owned), send_buf_ = floats(batches_.max_send), recv_buf_ = floats(batches_.max_recv);
+  });
+}
+
+// Fills the pieces of fill step `step` window by window. One thread per file at a time: buffered
+// writes to one file serialize on its inode lock (threads writing the same file spun on it: 18% of the time).
+void ExchangeRun::fill(size_t step) {
+  constexpr uint64_t kWindow = 8u << 20;
+  std::vector<std::vector<Item>> per_file(files_.size());
+  for (const Item& it : items_[step]) per_file[it.file].push_back(it);
+  std::vector<size_t> order;
+  for (size_t f = 0; f < per_file.size(); ++f)
+    if (!per_file[f].empty()) order.push_back(f);
+  arena_.execute([&] {
+    tbb::parallel_for(
+        tbb::blocked_range<size_t>(0, order.size(), 1),
+        [&](const tbb::blocked_range<size_t>& range) {
+          thread_local std::vector<uint8_t> window;
+          for (size_t o = range.begin(); o != range.end(); ++o)
+            for (const Item& it : per_file[order[o]]) {
+              const Storage& st = *files_[it.file]->records()[it.record].storage;
+              const uint64_t es = dtype_size(st.dtype());
+              const uint64_t chunk = std::max<uint64_t>(es, kWindow / es * es);
+              for (uint64_t a = it.begin; a < it.end; a += chunk) {
+                const size_t n = static_cast<size_t>(std::min(it.end, a + chunk) - a);
+                if (window.size() < n) window.resize(n);
+                std::span<uint8_t> w(window.data(), n);
+                st.generate(a, w);
+                files_[it.file]->write(it.record, a, w);
+              }
+            }
+        },
+        tbb::simple_partitioner());
+  });
+}
+
+// 4. Owners read their units of batch `b` (checksum in the same pass, every unit in parts of 8 MiB,
+//    all at once; the parts' CRCs combined in order). The units' CRCs go to every rank; returns the
+//    tensors whose last unit was read in this batch.
+std::vector<size_t> ExchangeRun::read_batch(size_t b) {
+  const auto& x = batches_.batches[b];
+  auto numel = [&](size_t i) { return static_cast<int64_t>(x.owned_at[i + 1] - x.owned_at[i]); };
+  std::vector<uint32_t> crcs(x.owned.size(), 0);
+  parallel::collectively(mpi_, [&] {
+    check_interrupted();  // SIGINT/SIGTERM: every rank stops at the start of the next batch
+    constexpr int64_t kPart = 2 << 20;              // elements
+    std::vector<std::pair<size_t, int64_t>> parts;  // (owned index, first element in the unit)
+    for (size_t i = 0; i < x.owned.size(); ++i)
+      for (int64_t a = 0; a < numel(i) || a == 0; a += kPart) parts.emplace_back(i, a);
+    std::vector<uint32_t> part_crcs(parts.size(), 0);
+    arena_.execute([&] {
+      tbb::parallel_for(size_t{0}, parts.size(), [&](size_t p) {
+        const auto [i, a] = parts[p];
+        const auto& rd = plan_.reads[x.owned[i]];
+        const int64_t n = std::min<int64_t>(kPart, numel(i) - a);
+        part_crcs[p] = reader_.read_part(rd.param, model_.states[static_cast<size_t>(rd.state)], rd.start + a, n,
+                                         owned_data(x, i) + a);
+      });
+    });
+    for (size_t p = 0; p < parts.size(); ++p) {
+      const auto [i, a] = parts[p];
+      const int64_t n = std::min<int64_t>(kPart, numel(i) - a);
+      crcs[i] = a == 0 ? part_crcs[p] : crc32_combine(crcs[i], part_crcs[p], static_cast<uint64_t>(n) * 4);
+    }
+  });
+  std::vector<int64_t> mine_crcs;
+  for (size_t i = 0; i < x.owned.size(); ++i)
+    mine_crcs.insert(mine_crcs.end(), {static_cast<int64_t>(x.owned[i]), static_cast<int64_t>(crcs[i])});
+  std::vector<size_t> complete;
+  for (const auto& from : mpi_.allgather(mine_crcs))
+    for (size_t i = 0; i + 1 < from.size(); i += 2) {
+      const auto u = static_cast<size_t>(from[i]);
+      unit_crc_[u] = static_cast<uint32_t>(from[i + 1]);
+      if (--units_left_[tensor_of(plan_.reads[u])] == 0) complete.push_back(tensor_of(plan_.reads[u]));
+    }
+  return complete;
+}
+
+// The owner of the first unit of each `complete` tensor combines its units' CRCs in order and checks
+// the manifest's (each atomic byte is read once in all).
+void ExchangeRun::verify_tensors(const std::vector<size_t>& complete) {
+  parallel::collectively(mpi_, [&] {
+    for (size_t tensor : complete) {
+      const size_t u0 = plan_.first_unit[tensor], u1 = plan_.first_unit[tensor + 1];
+      if (plan_.reads[u0].owner != me_) continue;
+      uint32_t crc = unit_crc_[u0];
+      for (size_t u = u0 + 1; u < u1; ++u) crc = crc32_combine(crc, unit_crc_[u], plan_.reads[u].bytes);
+      const auto& rd = plan_.reads[u0];
+      reader_.verify_whole(rd.param, model_.states[static_cast<size_t>(rd.state)], crc);
+    }
+  });
+}
+
+// 5. The send buffer of batch `b`: for every other rank, the intervals it needs of every unit read
+//    here, in batch order (this rank's own needs are served from its read buffer, not copied).
+void ExchangeRun::pack_batch(size_t b) {
+  const auto& x = batches_.batches[b];
+  std::vector<uint64_t> send_at(static_cast<size_t>(nranks_) + 1, 0);
+  std::partial_sum(x.send_counts.begin(), x.send_counts.end(), send_at.begin() + 1);
+  arena_.execute([&] {
+    tbb::parallel_for(0, nranks_, [&](int r) {
+      if (r == me_) return;
+      float* out = send_buf_.get() + send_at[r];
+      for (size_t i = 0; i < x.owned.size(); ++i) {
+        const auto& rd = plan_.reads[x.owned[i]];
+        for_each_needed(needs_[static_cast<size_t>(r)], rd, [&](int64_t start, int64_t count) {
+          std::memcpy(out, owned_data(x, i) + (start - rd.start), static_cast<size_t>(count) * 4);
+          out += count;
+        });
+      }
+    });
+  });
+}
+
+// 6. The received intervals of batch `b` (and this rank's own reads) become the reader's cache.
+void ExchangeRun::cache_batch(size_t b) {
+  const auto& x = batches_.batches[b];
+  cache_.clear();
+  std::vector<uint64_t> recv_at(static_cast<size_t>(nranks_) + 1, 0);
+  std::partial_sum(x.recv_counts.begin(), x.recv_counts.end(), recv_at.begin() + 1);
+  size_t own = 0;
+  for (size_t k : plan_.batches[b]) {
+    const auto& rd = plan_.reads[k];
+    const float* mine_data = rd.owner == me_ ? owned_data(x, own++) : nullptr;
+    for_each_needed(needs_[static_cast<size_t>(me_)], rd, [&](int64_t start, int64_t count) {
+      if (mine_data) {
+        cache_.add(rd.param, rd.state, start, count, mine_data + (start - rd.start));
+      } else {
+        cache_.add(rd.param, rd.state, start, count, recv_buf_.get() + recv_at[rd.owner]);
+        recv_at[rd.owner] += static_cast<uint64_t>(count);
+      }
+    });
+  }
+}
+
+// Fill step 0 (zeros), then per batch: read and verify, pack, one all-to-all, cache, fill its step.
+void ExchangeRun::run_batches(const Reporter& reporter) {
+  reader_.set_cache(&cache_);  // from here on read_range never touches the files
+  cache_set_ = true;
+  {
+    const auto t = Clock::now();
+    parallel::collectively(mpi_, [&] { fill(0); });
+    stats.fill_seconds += since(t);
+  }
+  unit_crc_.assign(plan_.reads.size(), 0);
+  units_left_.resize(plan_.first_unit.size() - 1);
+  for (size_t t = 0; t < units_left_.size(); ++t) units_left_[t] = plan_.first_unit[t + 1] - plan_.first_unit[t];
+  Reporter::Bar progress(reporter, "ucp-load", plan_.batches.size());
+  for (size_t b = 0; b < plan_.batches.size(); ++b) {
+    const auto& x = batches_.batches[b];
+    auto t = Clock::now();
+    verify_tensors(read_batch(b));
+    stats.read_seconds += since(t);
+    t = Clock::now();
+    pack_batch(b);
+    stats.pack_seconds += since(t);
+    t = Clock::now();
+    mpi_.alltoallv(send_buf_.get(), x.send_counts, recv_buf_.get(), x.recv_counts);
+    stats.alltoall_seconds += since(t);
+    cache_batch(b);
+    t = Clock::now();
+    parallel::collectively(mpi_, [&] { fill(b + 1); });
+    stats.fill_seconds += since(t);
+    cache_.clear();
+    if (me_ == 0) progress.advance();
+  }
+  progress.finish();
+  if (std::any_of(units_left_.begin(), units_left_.end(), [](size_t n) { return n > 0; }))
+    throw Error("internal error: an atomic tensor was not read whole");
+}
+
+// 7. Checksums combined, central directories written, files renamed into place.
+void ExchangeRun::finish() {
+  const auto t = Clock::now();
+  std::atomic<uint64_t> written{0};
+  parallel::collectively(mpi_, [&] {
+    arena_.execute([&] {
+      tbb::parallel_for(size_t{0}, files_.size(), [&](size_t f) { written += files_[f]->finish(); });
+    });
+  });
+  stats.finish_seconds = since(t);
+  stats.bytes_written = written.load();
+}
 
 }  // namespace
 
 ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepSpeedWriter& writer,
                            UniversalReader& reader, const ModelInfo& model, const ExchangePlan& plan,
                            parallel::MpiSession& mpi, int threads, const Reporter& reporter) {
-  ExchangeStats stats;
-  const int me = mpi.rank(), nranks = mpi.size();
-  if (plan.ranks != nranks) throw Error("exchange plan made for " + std::to_string(plan.ranks) + " ranks");
-  tbb::task_arena arena(threads);
-  const size_t steps = plan.batches.size() + 1;  // fill steps: [0] zeros; [b + 1] batch b
-
-  // 1. This rank's files (the plan says who writes which).
-  if (plan.file_ranks.size() != laid_out.size()) throw Error("exchange plan made for other files");
-  std::vector<size_t> mine_of;
-  for (size_t f = 0; f < laid_out.size(); ++f)
-    if (plan.file_ranks[f] == me) mine_of.push_back(f);
-  std::vector<std::unique_ptr<DeferredTorchFile>> files(mine_of.size());
-  parallel::collectively(mpi, [&] {
-    arena.execute([&] {
-      tbb::parallel_for(size_t{0}, mine_of.size(), [&](size_t i) {
-        check_interrupted();
-        files[i] = std::make_unique<DeferredTorchFile>(laid_out[mine_of[i]].path, laid_out[mine_of[i]].root);
-      });
-    });
-  });
-  stats.files_written = files.size();
-
-  // 2. What this rank writes: every reserved record of its files cut into pieces by fill step, and
-  //    the atomic elements those pieces need.
-  std::vector<std::vector<Item>> items(steps);
-  AtomicNeeds mine;
-  parallel::collectively(mpi, [&] {
-    for (size_t f = 0; f < files.size(); ++f) {
-      const auto& records = files[f]->records();
-      for (size_t k = 0; k < records.size(); ++k) {
-        const Storage& st = *records[k].storage;
-        for_each_piece(st, writer, model, plan,
-                       [&](size_t step, uint64_t a, uint64_t b) { items[step].push_back({f, k, a, b}); });
-        add_needs(model, writer.sources_of(&st), st.dtype(), mine);
-      }
-    }
-    normalize_needs(mine);
-  });
-  {
-    std::vector<int64_t> step_bytes(steps, 0);
-    for (size_t s = 0; s < steps; ++s)
-      for (const Item& it : items[s]) step_bytes[s] += static_cast<int64_t>(it.end - it.begin);
-    const auto all = mpi.allgather(step_bytes);
-    for (size_t s = 0; s < steps; ++s) {
-      uint64_t top = 0, sum = 0;
-      for (const auto& r : all) {
-        top = std::max(top, static_cast<uint64_t>(r.at(s)));
-        sum += static_cast<uint64_t>(r.at(s));
-      }
-      stats.fill_cost += top;
-      stats.fill_cost_even += (sum + static_cast<uint64_t>(nranks) - 1) / static_cast<uint64_t>(nranks);
-    }
-  }
-
-  // 3. Everyone's needs, so that owners know what to send where (once, before the batches).
-  std::vector<AtomicNeeds> needs(static_cast<size_t>(nranks));
-  {
-    std::vector<int64_t> flat;
-    for (const auto& [key, v] : mine)
-      for (const auto& [start, count] : v) flat.insert(flat.end(), {key.first, key.second, start, count});
-    const auto all = mpi.allgather(flat);
-    for (int r = 0; r < nranks; ++r) {
-      const auto& a = all[static_cast<size_t>(r)];
-      for (size_t i = 0; i + 3 < a.size(); i += 4)
-        needs[static_cast<size_t>(r)][{static_cast<int>(a[i]), static_cast<int>(a[i + 1])}].emplace_back(a[i + 2],
-                                                                                                         a[i + 3]);
-    }
-  }
-  // Calls f(start, count) for the elements of unit `rd` that `rank` needs (in increasing order).
-  auto each_needed = [&](int rank, const ExchangePlan::Read& rd, auto&& f) {
-    const auto& m = needs[static_cast<size_t>(rank)];
-    auto it = m.find({rd.param, rd.state});
-    if (it != m.end()) for_each_overlap(it->second, rd.start, rd.start + rd.count, f);
-  };
-  auto count_of = [&](int rank, const ExchangePlan::Read& rd) {
-    uint64_t n = 0;
-    each_needed(rank, rd, [&](int64_t, int64_t count) { n += static_cast<uint64_t>(count); });
-    return n;
-  };
-
-  // Per batch: the units this rank owns, what it sends to and receives from each rank. The three
-  // buffers are allocated once, for the largest batch, and left uninitialized: fresh pages every
-  // batch (a page fault and a zero-fill each) cost more than the copies themselves.
-  struct BatchIo {
-    std::vector<size_t> owned;                   // indices into plan.reads
-    std::vector<uint64_t> owned_at;              // float offset of each in the read buffer (+ end)
-    std::vector<uint64_t> send_counts, recv_counts;
-  };
-  std::vector<BatchIo> io(plan.batches.size());
-  uint64_t max_owned = 0, max_send = 0, max_recv = 0;
-  for (size_t b = 0; b < plan.batches.size(); ++b) {
-    auto& x = io[b];
-    x.send_counts.assign(static_cast<size_t>(nranks), 0);
-    x.recv_counts.assign(static_cast<size_t>(nranks), 0);
-    x.owned_at.push_back(0);
-    for (size_t k : plan.batches[b]) {
-      const auto& rd = plan.reads[k];
-      if (rd.owner == me) {
-        x.owned.push_back(k);
-        x.owned_at.push_back(x.owned_at.back() + rd.bytes / 4);
-        for (int r = 0; r < nranks; ++r)
-          if (r != me) x.send_counts[static_cast<size_t>(r)] += count_of(r, rd);
-      } else {
-        x.recv_counts[static_cast<size_t>(rd.owner)] += count_of(me, rd);
-      }
-    }
-    max_owned = std::max(max_owned, x.owned_at.back());
-    max_send = std::max(max_send, std::accumulate(x.send_counts.begin(), x.send_counts.end(), uint64_t{0}));
-    max_recv = std::max(max_recv, std::accumulate(x.recv_counts.begin(), x.recv_counts.end(), uint64_t{0}));
-  }
-  // Allocated (and MPI's int counts checked) on every rank before any transfer, so that a failure
-  // here stops all ranks instead of leaving the others in an all-to-all.
-  std::unique_ptr<float[]> owned_buf, send_buf, recv_buf;
-  parallel::collectively(mpi, [&] {
-    if (std::max(max_send, max_recv) > static_cast<uint64_t>(INT32_MAX))
-      throw Error("MPI exchange batch too large (more than 2^31 floats to send or receive on one rank); lower --batch-mb");
-    owned_buf = floats(max_owned), send_buf = floats(max_send), recv_buf = floats(max_recv);
-  });
-
-  // Fills the pieces in `list` window by window. One thread per file at a time: buffered writes to
-  // one file serialize on its inode lock (threads writing the same file spun on it: 18% of the time).
-  constexpr uint64_t kWindow = 8u << 20;
-  auto fill = [&](const std::vector<Item>& list) {
-    std::vector<std::vector<Item>> per_file(files.size());
-    for (const Item& it : list) per_file[it.file].push_back(it);
-    std::vector<size_t> order;
-    for (size_t f = 0; f < per_file.size(); ++f)
-      if (!per_file[f].empty()) order.push_back(f);
-    arena.execute([&] {
-      tbb::parallel_for(
-          tbb::blocked_range<size_t>(0, order.size(), 1),
-          [&](const tbb::blocked_range<size_t>& range) {
-            thread_local std::vector<uint8_t> window;
-            for (size_t o = range.begin(); o != range.end(); ++o)
-              for (const Item& it : per_file[order[o]]) {
-                const Storage& st = *files[it.file]->records()[it.record].storage;
-                const uint64_t es = dtype_size(st.dtype());
-                const uint64_t step = std::max<uint64_t>(es, kWindow / es * es);
-                for (uint64_t a = it.begin; a < it.end; a += step) {
-                  const size_t n = static_cast<size_t>(std::min(it.end, a + step) - a);
-                  if (window.size() < n) window.resize(n);
-                  std::span<uint8_t> w(window.data(), n);
-                  st.generate(a, w);
-                  files[it.file]->write(it.record, a, w);
-                }
-              }
-          },
-          tbb::simple_partitioner());
-    });
-  };
-
-  AtomicCache cache;
-  reader.set_cache(&cache);  // from here on read_range never touches the files
-  struct Reset {
-    UniversalReader& r;
-    ~Reset() { r.set_cache(nullptr); }
-  } reset{reader};
-  {
-    const auto t = Clock::now();
-    parallel::collectively(mpi, [&] { fill(items[0]); });
-    stats.fill_seconds += since(t);
-  }
-
-  std::vector<uint32_t> unit_crc(plan.reads.size(), 0);  // every unit's CRC, from whichever rank read it
-  std::vector<size_t> units_left(plan.first_unit.size() - 1);  // per tensor: units not read yet
-  for (size_t t = 0; t < units_left.size(); ++t) units_left[t] = plan.first_unit[t + 1] - plan.first_unit[t];
-  auto tensor_of = [&](const ExchangePlan::Read& rd) { return tensor_index(model, rd.param, rd.state); };
-  Reporter::Bar progress(reporter, "ucp-load", plan.batches.size());
-  for (size_t b = 0; b < plan.batches.size(); ++b) {
-    const auto& x = io[b];
-    auto data = [&](size_t i) { return owned_buf.get() + x.owned_at[i]; };
-    auto numel = [&](size_t i) { return static_cast<int64_t>(x.owned_at[i + 1] - x.owned_at[i]); };
-    // 4. Owners read their units of the batch (checksum in the same pass). The units' CRCs go to
-    //    every rank; once all units of a tensor have been read, the owner of its first unit combines
-    //    them in order and checks the manifest's CRC (each atomic byte is read once in all).
-    auto t = Clock::now();
-    std::vector<uint32_t> crcs(x.owned.size(), 0);
-    parallel::collectively(mpi, [&] {
-      check_interrupted();  // SIGINT/SIGTERM: every rank stops at the start of the next batch
-      // Every unit in parts of 8 MiB, all at once; the parts' CRCs are combined in order.
-      constexpr int64_t kPart = 2 << 20;  // elements
-      std::vector<std::pair<size_t, int64_t>> parts;  // (owned index, first element in the unit)
-      for (size_t i = 0; i < x.owned.size(); ++i)
-        for (int64_t a = 0; a < numel(i) || a == 0; a += kPart) parts.emplace_back(i, a);
-      std::vector<uint32_t> part_crcs(parts.size(), 0);
-      arena.execute([&] {
-        tbb::parallel_for(size_t{0}, parts.size(), [&](size_t p) {
-          const auto [i, a] = parts[p];
-          const auto& rd = plan.reads[x.owned[i]];
-          const int64_t n = std::min<int64_t>(kPart, numel(i) - a);
-          part_crcs[p] = reader.read_part(rd.param, model.states[static_cast<size_t>(rd.state)], rd.start + a, n,
-                                          data(i) + a);
-        });
-      });
-      for (size_t p = 0; p < parts.size(); ++p) {
-        const auto [i, a] = parts[p];
-        const int64_t n = std::min<int64_t>(kPart, numel(i) - a);
-        crcs[i] = a == 0 ? part_crcs[p] : crc32_combine(crcs[i], part_crcs[p], static_cast<uint64_t>(n) * 4);
-      }
-    });
-    std::vector<int64_t> mine_crcs;
-    for (size_t i = 0; i < x.owned.size(); ++i)
-      mine_crcs.insert(mine_crcs.end(), {static_cast<int64_t>(x.owned[i]), static_cast<int64_t>(crcs[i])});
-    std::vector<size_t> complete;  // tensors whose last unit was read in this batch
-    for (const auto& from : mpi.allgather(mine_crcs))
-      for (size_t i = 0; i + 1 < from.size(); i += 2) {
-        const auto u = static_cast<size_t>(from[i]);
-        unit_crc[u] = static_cast<uint32_t>(from[i + 1]);
-        if (--units_left[tensor_of(plan.reads[u])] == 0) complete.push_back(tensor_of(plan.reads[u]));
-      }
-    parallel::collectively(mpi, [&] {
-      for (size_t tensor : complete) {
-        const size_t u0 = plan.first_unit[tensor], u1 = plan.first_unit[tensor + 1];
-        if (plan.reads[u0].owner != me) continue;  // the owner of the first unit checks it
-        uint32_t crc = unit_crc[u0];
-        for (size_t u = u0 + 1; u < u1; ++u) crc = crc32_combine(crc, unit_crc[u], plan.reads[u].bytes);
-        const auto& rd = plan.reads[u0];
-        reader.verify_whole(rd.param, model.states[static_cast<size_t>(rd.state)], crc);
-      }
-    });
-    stats.read_seconds += since(t);
-    // 5. One all-to-all: for every other rank, the intervals it needs of every tensor read here, in
-    //    batch order (this rank's own needs are served from its read buffer, not copied).
-    t = Clock::now();
-    std::vector<uint64_t> send_at(static_cast<size_t>(nranks) + 1, 0);
-    std::partial_sum(x.send_counts.begin(), x.send_counts.end(), send_at.begin() + 1);
-    arena.execute([&] {
-      tbb::parallel_for(0, nranks, [&](int r) {
-        if (r == me) return;
-        float* out = send_buf.get() + send_at[r];
-        for (size_t i = 0; i < x.owned.size(); ++i) {
-          const auto& rd = plan.reads[x.owned[i]];
-          each_needed(r, rd, [&](int64_t start, int64_t count) {
-            std::memcpy(out, data(i) + (start - rd.start), static_cast<size_t>(count) * 4);
-            out += count;
-          });
-        }
-      });
-    });
-    stats.pack_seconds += since(t);
-    t = Clock::now();
-    mpi.alltoallv(send_buf.get(), x.send_counts, recv_buf.get(), x.recv_counts);
-    stats.alltoall_seconds += since(t);
-    // 6. The received intervals (and this rank's own reads) become the cache; this rank's pieces of
-    //    the batch are written.
-    cache.clear();
-    std::vector<uint64_t> recv_at(static_cast<size_t>(nranks) + 1, 0);
-    std::partial_sum(x.recv_counts.begin(), x.recv_counts.end(), recv_at.begin() + 1);
-    size_t own = 0;
-    for (size_t k : plan.batches[b]) {
-      const auto& rd = plan.reads[k];
-      const float* mine_data = rd.owner == me ? data(own++) : nullptr;
-      each_needed(me, rd, [&](int64_t start, int64_t count) {
-        if (mine_data) {
-          cache.add(rd.param, rd.state, start, count, mine_data + (start - rd.start));
-        } else {
-          cache.add(rd.param, rd.state, start, count, recv_buf.get() + recv_at[rd.owner]);
-          recv_at[rd.owner] += static_cast<uint64_t>(count);
-        }
-      });
-    }
-    t = Clock::now();
-    parallel::collectively(mpi, [&] { fill(items[b + 1]); });
-    stats.fill_seconds += since(t);
-    cache.clear();
-    if (me == 0) progress.advance();
-  }
-  progress.finish();
-  if (std::any_of(units_left.begin(), units_left.end(), [](size_t n) { return n > 0; }))
-    throw Error("internal error: an atomic tensor was not read whole");
-
-  // 7. Checksums combined, central directories written, files renamed into place.
-  const auto t = Clock::now();
-  std::atomic<uint64_t> written{0};
-  parallel::collectively(mpi, [&] {
-    arena.execute([&] {
-      tbb::parallel_for(size_t{0}, files.size(), [&](size_t f) { written += files[f]->finish(); });
-    });
-  });
-  stats.finish_seconds = since(t);
-  stats.bytes_written = written.load();
-  return stats;
+  if (plan.ranks != mpi.size()) throw Error("exchange plan made for " + std::to_string(plan.ranks) + " ranks");
+  ExchangeRun run(writer, reader, model, plan, mpi, threads);
+  run.create_files(laid_out);
+  run.cut_fill_steps();
+  run.measure_fill_balance();
+  run.gather_needs();
+  run.allocate_buffers();
+  run.run_batches(reporter);
+  run.finish();
+  return run.stats;
 }
 
 }  // namespace ucpkit::load
