@@ -1,6 +1,7 @@
 """Independent safetensors reader for the ucp-load export test: parses the format by hand (8-byte
 little-endian header length, JSON header, raw little-endian bytes) and compares every tensor with
-the universal checkpoint's fp32 weights converted by torch to the requested dtype.
+the universal checkpoint's fp32 weights converted by torch to the requested dtype. <universal_dir> may
+also be a dsgen ground truth's universal folder (<truth>/universal, names from <truth>/meta.json).
 Usage: /usr/bin/python3 read_safetensors.py <export_dir> <universal_dir> <bf16|fp16|fp32>"""
 import json
 import os
@@ -19,8 +20,10 @@ def main():
     out, uni, dt = sys.argv[1:4]
     tdtype, tag, size = DT[dt]
     index = json.load(open(os.path.join(out, "model.safetensors.index.json")))
-    manifest = json.load(open(os.path.join(uni, "manifest.json")))
-    names = [p["name"] for p in manifest["params"]]
+    listing = os.path.join(uni, "manifest.json")
+    if not os.path.exists(listing):  # dsgen's ground truth
+        listing = os.path.join(uni, "..", "meta.json")
+    names = [p["name"] for p in json.load(open(listing))["params"]]
     errors = []
     if sorted(index["weight_map"]) != sorted(names):
         errors.append("index weight_map names differ from the manifest")

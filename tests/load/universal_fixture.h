@@ -1,0 +1,45 @@
+// A universal checkpoint for the writer unit tests: ucp-union of a load fixture's dsgen source
+// (tests/load/fixtures.py), made once per test process, with the paths of the generator's ground
+// truth beside it.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "support/process.h"
+
+namespace ucpkit::loadtest {
+
+struct UnionedCase {
+  std::filesystem::path universal;  // ucp-union's output
+  std::filesystem::path src;        // the dsgen source checkpoint
+  std::filesystem::path ref;        // dsgen's checkpoint of the case's target layout (same seed)
+  std::filesystem::path truth;      // src/truth: meta.json and universal/zero/<name>/<state>.pt
+};
+
+// tests/load/cases.py's first CI case: GPT (tied vocabulary embedding, column / row split and
+// replicated parameters), source TP 1 DP 2, target TP 2 DP 3 ZeRO-1 bf16.
+inline constexpr const char* kGptCase = "gpt_tp1dp2_to_tp2dp3";
+
+inline const UnionedCase& gpt_case() {
+  static const UnionedCase c = [] {
+    const std::string name = kGptCase;
+    UnionedCase u;
+    const std::filesystem::path fx = std::filesystem::path(UCPKIT_FIXTURES_DIR) / name;
+    u.src = fx / "src";
+    u.ref = fx / "ref";
+    u.truth = u.src / "truth";
+    u.universal = std::filesystem::path(ucpkit::testing::scratch_dir("unioned_" + name)) / "u";
+    std::string out;
+    if (ucpkit::testing::run_command(std::string(UCPKIT_BIN_DIR) + "/ucp-union -q --input " +
+                                         ucpkit::testing::quote(u.src.string()) + " --output " +
+                                         ucpkit::testing::quote(u.universal.string()),
+                                     &out) != 0)
+      ADD_FAILURE() << "ucp-union of " << name << " failed: " << out;
+    return u;
+  }();
+  return c;
+}
+
+}  // namespace ucpkit::loadtest
