@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include <tbb/parallel_for.h>
 
@@ -17,6 +16,7 @@
 #include "io/torch/torch_file.h"
 #include "layout/deepspeed/files.h"
 #include "layout/deepspeed/storage_tags.h"
+#include "layout/universal/manifest.h"
 #include "load/ucp_info.h"
 #include "parallel/threads.h"
 #include "ucp/extract.h"
@@ -33,7 +33,7 @@ using pickle::Kind;
 using pickle::Value;
 using pickle::ValuePtr;
 
-bool is_universal_input(const std::string& input) { return fs::exists(fs::path(input) / "manifest.json"); }
+bool is_universal_input(const std::string& input) { return fs::exists(fs::path(input) / layout::kUniversalManifestName); }
 
 std::string native_checkpoint_dir(const std::string& input) {
   if (ucp::is_work_folder(input)) return input;
@@ -117,32 +117,31 @@ UniversalMeta direct_meta(const ucp::Plan& plan) {
   meta.manifest_path = "the extract plan of " + (plan.files.empty() ? std::string("the source") : plan.files[0]);
   const auto set = plan.pattern_set();
   const bool flat = flat_source(plan);
-  nlohmann::json params = nlohmann::json::array();
+  layout::UniversalManifest& m = meta.manifest;
+  m.source = plan.source;
+  m.patterns_origin = plan.patterns_origin;
+  m.patterns_set = plan.patterns_json;
   for (const auto& p : plan.params) {
     const auto rule = patterns::classify(set, p.name);
-    nlohmann::json states = nlohmann::json::object();
-    for (const auto& s : p.states) states[s] = {{"file", "zero/" + ucp::param_folder(p.name) + "/" + s + ".pt"}};
-    nlohmann::json e = {{"name", p.name}, {"states", states}, {"step", p.step_file >= 0}};
+    layout::UniversalParam e;
+    e.name = p.name;
+    for (const auto& s : p.states) e.states[s].file = "zero/" + ucp::param_folder(p.name) + "/" + s + ".pt";
+    e.step = p.step_file >= 0;
     // AutoEP expert weights are never in the flat form: ucp-union joins their EP ranks' fragments
     // into [E, ...] (convert.cpp, `flat && autoep_experts == 0`).
     if (flat && p.autoep_experts == 0) {
-      e["flat"] = true;
-      e["shape"] = p.tp_shapes.at(0);
+      e.flat = true;
+      e.shape = p.tp_shapes.at(0);
     } else {
-      e["shape"] = universal_shape(p, rule, set);
+      e.shape = universal_shape(p, rule, set);
     }
-    if (p.expert >= 0) e["expert"] = {{"layer", p.moe_layer}, {"global_id", p.expert}};
+    if (p.expert >= 0) e.expert = layout::UniversalExpert{p.moe_layer, p.expert};
     if (p.autoep_experts > 0) {
-      e["autoep"] = {{"moe_layer_id", p.moe_layer}, {"num_experts", p.autoep_experts}};
-      e["cat_dim"] = 0;
+      e.autoep = layout::UniversalAutoEp{p.moe_layer, p.autoep_experts};
+      e.cat_dim = 0;
     }
-    params.push_back(std::move(e));
+    m.params.push_back(std::move(e));
   }
-  meta.manifest = {{"format", "ucpkit-universal"},
-                   {"version", 1},
-                   {"source", plan.source},
-                   {"patterns", {{"origin", plan.patterns_origin}, {"set", plan.patterns_json}}},
-                   {"params", params}};
   meta.model_files = plan.model_files;
   meta.optimizer_state_path = plan.optimizer_state_file;
   auto root = load_torch(plan.optimizer_state_file);
@@ -445,21 +444,10 @@ nlohmann::json DirectSource::checksums() const {
 
 size_t DirectSource::compare_with(const std::string& manifest_path) const {
   fs::path path(manifest_path);
-  if (fs::is_directory(path)) path /= "manifest.json";
-  std::ifstream in(path);
-  if (!in) throw Error(path.string() + ": cannot read");
-  nlohmann::json m;
-  try {
-    in >> m;
-  } catch (const std::exception& e) {
-    throw Error(path.string() + ": corrupt JSON: " + e.what());
-  }
-  std::map<std::string, const nlohmann::json*> entries;
-  try {
-    for (const auto& e : m.at("params")) entries[e.at("name").get<std::string>()] = &e;
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path.string() + ": not a ucpkit universal manifest: " + e.what());
-  }
+  if (fs::is_directory(path)) path /= layout::kUniversalManifestName;
+  const layout::UniversalManifest m = layout::read_universal_manifest(path.string());
+  std::map<std::string, const layout::UniversalParam*> entries;
+  for (const auto& e : m.params) entries[e.name] = &e;
   if (entries.size() != model_.params.size())
     throw Error(path.string() + ": " + std::to_string(entries.size()) + " parameters, the source has " +
                 std::to_string(model_.params.size()));
@@ -470,9 +458,9 @@ size_t DirectSource::compare_with(const std::string& manifest_path) const {
     const std::string& state = model_.states[k.second];
     auto it = entries.find(name);
     if (it == entries.end()) throw Error(path.string() + ": no parameter " + name + " (the source has it)");
-    const auto& st = it->second->value("states", nlohmann::json::object());
-    if (!st.contains(state)) throw Error(path.string() + ": parameter " + name + " has no state " + state);
-    const std::string want = st[state].value("crc32", std::string());
+    auto st = it->second->states.find(state);
+    if (st == it->second->states.end()) throw Error(path.string() + ": parameter " + name + " has no state " + state);
+    const std::string want = st->second.crc32 ? hex(*st->second.crc32) : std::string();
     if (want != hex(c))
       throw Error(path.string() + ": parameter " + name + " " + state + ": crc32 " + hex(c) +
                   " computed from the source, the manifest says " + (want.empty() ? "nothing" : want));

@@ -4,20 +4,18 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 
 #include "core/confine.h"
 #include "core/error.h"
-#include "core/json_input.h"
 #include "io/torch/torch_file.h"
 #include "layout/deepspeed/autoep.h"
 #include "layout/deepspeed/module_tree.h"
 #include "layout/deepspeed/pipeline.h"
 #include "layout/deepspeed/files.h"
+#include "layout/universal/manifest.h"
 
 namespace fs = std::filesystem;
 
@@ -45,14 +43,6 @@ int64_t infer_vocab_multiple(int64_t vocab, int64_t padded, int tp) {
 }
 
 namespace {
-
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw Error(p.string() + ": cannot read (incomplete universal checkpoint?)");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_json_input(text.str(), p.string(), "corrupt JSON");
-}
 
 int64_t arg_int(const ValuePtr& args, const char* field) {
   if (!args || args->kind != Kind::Object) return 0;
@@ -169,119 +159,75 @@ std::vector<int> sub_group_owners(const ValuePtr& osd, const std::string& path, 
 
 }  // namespace
 
-static ModelInfo read_model_info_unchecked(const std::string& universal_dir);
+// --- Steps of model_info_from (model_info.h) ---
 
-// Fields of manifest.json of another type than written (nlohmann's type_error, a crc32 that is not
-// hex) name the manifest, in one short line.
-ModelInfo read_model_info(const std::string& universal_dir) {
-  const std::string manifest = (fs::path(universal_dir) / "manifest.json").string();
-  try {
-    return read_model_info_unchecked(universal_dir);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(manifest + ": malformed: " + escaped_brief(e.what(), 160));
-  } catch (const std::invalid_argument& e) {
-    throw Error(manifest + ": malformed: a number field holds something else (" + escaped_brief(e.what(), 40) + ")");
-  } catch (const std::out_of_range& e) {
-    throw Error(manifest + ": malformed: a number field is out of range (" + escaped_brief(e.what(), 40) + ")");
-  }
-}
-
-static ModelInfo read_model_info_unchecked(const std::string& universal_dir) {
-  const fs::path dir(universal_dir);
-  if (!fs::is_directory(dir)) throw Error(universal_dir + ": not a folder");
-  UniversalMeta meta;
-  meta.dir = universal_dir;
-  meta.manifest = read_json(dir / "manifest.json");
-  meta.manifest_path = (dir / "manifest.json").string();
-  if (meta.manifest.value("format", "") != "ucpkit-universal")
-    throw Error(meta.manifest_path + ": not a ucpkit universal manifest");
-  try {
-    for (const auto& f : meta.manifest.at("model_files"))
-      meta.model_files.push_back(confined_path(dir, f.get<std::string>(), meta.manifest_path, "model file").string());
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(meta.manifest_path + ": missing field: " + e.what());
-  }
-  meta.optimizer_state_path = (dir / "zero" / "optimizer_state.pt").string();
-  return model_info_from(meta);
-}
-
-ModelInfo model_info_from(const UniversalMeta& meta) {
-  const bool on_disk = !meta.dir.empty();
-  const fs::path dir(meta.dir);
-  const auto& manifest = meta.manifest;
+ModelInfo source_model_info(const UniversalMeta& meta, const layout::UniversalSource& src) {
   ModelInfo m;
-  try {
-    const auto& src = manifest.at("source");
-    m.source_tp = src.value("tp", 1);
-    m.source_pp = src.value("pp", 1);
-    m.source_dp = src.value("dp", 1);
-    m.source_ep = src.value("ep", 1);
-    m.pipeline = src.value("pipeline", false);
-    m.tag = src.value("tag", m.tag);
-    m.data_before_expert = src.value("data_before_expert", false);
-    m.ds_line = src.value("ds_line", std::string());
-    if (src.contains("autoep")) {
-      m.autoep = true;
-      m.autoep_layers = src["autoep"];
-    }
-    if (src.contains("num_experts")) m.num_experts = src["num_experts"].get<std::vector<int>>();
-    if (src.contains("zero_stage") && src["zero_stage"].is_number_integer()) m.source_zero_stage = src["zero_stage"];
-    m.patterns_json = manifest.at("patterns").at("set");
-    m.model_files = meta.model_files;
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(meta.manifest_path + ": missing field: " + e.what());
+  m.source_tp = src.tp;
+  m.source_pp = src.pp;
+  m.source_dp = src.dp;
+  m.source_ep = src.ep;
+  m.pipeline = src.pipeline;
+  m.tag = src.tag.value_or(m.tag);
+  m.data_before_expert = src.data_before_expert.value_or(false);
+  m.ds_line = src.ds_line;
+  if (!src.autoep.is_null()) {
+    m.autoep = true;
+    m.autoep_layers = src.autoep;
   }
+  m.num_experts = src.num_experts;
+  m.source_zero_stage = src.zero_stage;
+  m.patterns_json = meta.manifest.patterns_set;
   m.patterns = patterns::PatternSet::from_json(m.patterns_json, "manifest");
+  m.model_files = meta.model_files;
   const bool zero3 = m.source_zero_stage == 3;
   const int per_rank = zero3 ? m.source_dp : 1;  // ZeRO-3: every DP rank has its own model file
   if ((int)m.model_files.size() != m.source_tp * m.source_pp * per_rank)
     throw Error(meta.manifest_path + ": " + std::to_string(m.model_files.size()) +
                 " model files listed but the source layout has " + (zero3 ? "tp*dp = " : "tp*pp = ") +
                 std::to_string(m.source_tp * m.source_pp * per_rank));
-  for (const auto& f : m.model_files)
-    if (!fs::exists(f)) throw Error(f + ": missing (the universal checkpoint is incomplete)");
-  if (zero3) m.model_files = zero3_templates(m.model_files, m.source_tp, meta.manifest_path);
+  return m;
+}
 
-  // Parameters as the manifest lists them.
+std::map<std::string, ParamInfo> params_from_manifest(ModelInfo& m, const UniversalMeta& meta) {
+  const bool on_disk = !meta.dir.empty();
   std::map<std::string, ParamInfo> by_name;
   std::set<std::string> states;
-  for (const auto& e : manifest.at("params")) {
-    if (e.is_null()) throw Error(meta.manifest_path + ": a parameter entry is empty");
+  for (const auto& e : meta.manifest.params) {
     ParamInfo p;
-    p.name = e.at("name").get<std::string>();
-    p.shape = e.at("shape").get<std::vector<int64_t>>();
+    p.name = e.name;
+    p.shape = e.shape;
     p.rule = patterns::classify(m.patterns, p.name);
     p.stored_numel = 1;
     for (auto d : p.shape) p.stored_numel *= d;
     // ds_to_universal's ZeRO-3 TP = 1 form keeps the vocabulary padding: the universal tensor is the
     // first original_vocab_size rows (the same rows the TP > 1 form keeps), the padding is dropped.
-    if (e.value("flat", false) && p.rule.vocab && m.patterns.original_vocab_size && !p.shape.empty() &&
+    if (e.flat && p.rule.vocab && m.patterns.original_vocab_size && !p.shape.empty() &&
         p.shape[0] > *m.patterns.original_vocab_size)
       p.shape[0] = *m.patterns.original_vocab_size;
-    p.step = e.value("step", false);
-    p.flat = e.value("flat", false);
+    p.step = e.step;
+    p.flat = e.flat;
     p.manifest_index = static_cast<int>(by_name.size());
-    if (e.contains("autoep")) {
-      p.autoep_experts = e["autoep"].at("num_experts").get<int>();
-      p.moe_id = e["autoep"].at("moe_layer_id").get<int>();
+    if (e.autoep) {
+      p.autoep_experts = e.autoep->num_experts;
+      p.moe_id = e.autoep->moe_layer_id;
       if (!m.autoep || p.autoep_experts < 1)
         throw Error(meta.manifest_path + ": AutoEP expert weight " + p.name + " without source.autoep");
     }
-    if (e.contains("expert")) {
+    if (e.expert) {
       m.native_moe = true;
-      p.expert = e["expert"].value("global_id", -1);
-      p.moe_layer = e["expert"].value("layer", -1);
+      p.expert = e.expert->global_id;
+      p.moe_layer = e.expert->layer;
     }
-    for (const auto& [state, v] : e.at("states").items()) {
-      p.state_files[state] = v.at("file").get<std::string>();
+    for (const auto& [state, s] : e.states) {
+      p.state_files[state] = s.file;
       states.insert(state);
       if (!on_disk) continue;  // direct mode: the states are read from the source checkpoint
-      confined_path(dir, p.state_files[state], meta.manifest_path, p.name + " " + state + " file");
-      p.crc32[state] = static_cast<uint32_t>(std::stoul(v.at("crc32").get<std::string>(), nullptr, 16));
-      if (!fs::exists(dir / p.state_files[state]))
-        throw Error((dir / p.state_files[state]).string() + ": missing (the universal checkpoint is incomplete)");
+      confined_path(meta.dir, s.file, meta.manifest_path, p.name + " " + state + " file");
+      if (!s.crc32) throw Error(meta.manifest_path + ": parameter " + p.name + " state " + state + " has no crc32");
+      p.crc32[state] = *s.crc32;
     }
-    if (!p.state_files.count("fp32")) throw Error((dir / "manifest.json").string() + ": parameter " + p.name + " has no fp32 state");
+    if (!p.state_files.count("fp32")) throw Error(meta.manifest_path + ": parameter " + p.name + " has no fp32 state");
     by_name[p.name] = std::move(p);
   }
   m.states.push_back("fp32");
@@ -289,15 +235,15 @@ ModelInfo model_info_from(const UniversalMeta& meta) {
     if (s != "fp32") m.states.push_back(s);
   for (const auto& [n, p] : by_name)
     if (p.state_files.size() != m.states.size())
-      throw Error((dir / "manifest.json").string() + ": parameter " + n + " has " + std::to_string(p.state_files.size()) + " states, others " +
-                  std::to_string(m.states.size()));
+      throw Error(meta.manifest_path + ": parameter " + n + " has " + std::to_string(p.state_files.size()) +
+                  " states, others " + std::to_string(m.states.size()));
+  return by_name;
+}
 
-  // Model files: group membership and flat-buffer order (stage by stage), Megatron sizes.
-  ValuePtr first = load_torch(m.model_files[0]);
-  if (!first || first->kind != Kind::Dict) fail(m.model_files[0], "not a model-states dict");
+void read_model_file_facts(ModelInfo& m, const ValuePtr& first, bool data_before_expert_recorded) {
   // The expert/data rank order when the manifest does not record it (a ZeRO-3 AutoEP source): the
   // saved ds_config's use_data_before_expert_parallelism (runtime/constants.py:518).
-  if (m.autoep && !manifest.at("source").contains("data_before_expert"))
+  if (m.autoep && !data_before_expert_recorded)
     if (auto cfg = first->get("ds_config"); cfg && cfg->kind == Kind::Dict)
       if (auto f = cfg->get(layout::kUseDataBeforeExpertParallelism); f && f->kind == Kind::Bool) m.data_before_expert = f->b;
   auto args = first->get("args");
@@ -305,18 +251,147 @@ ModelInfo model_info_from(const UniversalMeta& meta) {
   m.kv_heads = arg_int(args, "num_key_value_heads");
   m.hidden = arg_int(args, "hidden_size");
   m.ffn = arg_int(args, "ffn_hidden_size");
-  if (m.patterns.original_vocab_size) {
-    m.original_vocab = *m.patterns.original_vocab_size;
-    if (int64_t mult = arg_int(args, "make_vocab_size_divisible_by"); mult > 0)
-      m.vocab_multiple = mult;
-    else if (m.patterns.padded_vocab_size)
-    {
-      m.vocab_multiple = infer_vocab_multiple(m.original_vocab, *m.patterns.padded_vocab_size, m.source_tp);
-      m.vocab_multiple_ambiguous =
-          m.vocab_multiple > 1 &&
-          pad_vocab(m.original_vocab, m.vocab_multiple / 2, m.source_tp) == *m.patterns.padded_vocab_size;
+  if (!m.patterns.original_vocab_size) return;
+  m.original_vocab = *m.patterns.original_vocab_size;
+  if (int64_t mult = arg_int(args, "make_vocab_size_divisible_by"); mult > 0) {
+    m.vocab_multiple = mult;
+  } else if (m.patterns.padded_vocab_size) {
+    m.vocab_multiple = infer_vocab_multiple(m.original_vocab, *m.patterns.padded_vocab_size, m.source_tp);
+    m.vocab_multiple_ambiguous =
+        m.vocab_multiple > 1 && pad_vocab(m.original_vocab, m.vocab_multiple / 2, m.source_tp) == *m.patterns.padded_vocab_size;
+  }
+}
+
+namespace {
+
+// Whether the last stage's group `names` lists its copies of earlier stages' parameters (`seen`)
+// first (true) or last (false); nullopt when it shows neither (no copy, or nothing but copies).
+std::optional<bool> copies_first(const std::vector<std::string>& names, const std::set<std::string>& seen,
+                                 const std::string& path, size_t g) {
+  size_t copies = 0, leading = 0, trailing = 0;
+  for (const auto& name : names) copies += seen.count(name);
+  if (copies == 0 || copies == names.size()) return std::nullopt;
+  while (leading < names.size() && seen.count(names[leading])) ++leading;
+  while (trailing < names.size() && seen.count(names[names.size() - 1 - trailing])) ++trailing;
+  if (leading != copies && trailing != copies)
+    fail(path, "param_shapes group " + std::to_string(g) + " interleaves pipeline-replicated copies with the "
+               "stage's own parameters (neither first nor last)");
+  return leading == copies;
+}
+
+}  // namespace
+
+void place_dense_params(ModelInfo& m, const std::map<std::string, ParamInfo>& by_name, const StageRoot& stage_root,
+                        const ValuePtr& osd, const std::string& opt_path) {
+  const bool zero3 = m.source_zero_stage == 3;
+  std::set<std::string> seen;
+  // Whether the last stage lists its tied copies before its own parameters, per group, from the
+  // source's param_shapes; PipelineModule's registration order (tied modules first) when a group does
+  // not show it (no tied copy, or nothing else in the group).
+  std::optional<bool> tied_first;
+  for (int s = 0; s < m.source_pp; ++s) {
+    const std::string& path = m.model_files[s * m.source_tp];
+    const auto lists = group_lists(stage_root(s), path);
+    // ZeRO-3 lists sub-groups, each inside one optimizer param group (in group order).
+    const std::vector<int> group_of = zero3 ? sub_group_owners(osd, opt_path, lists.size()) : std::vector<int>();
+    m.groups = zero3 ? static_cast<int>(osd->get("param_groups")->items.size())
+                     : std::max<int>(m.groups, static_cast<int>(lists.size()));
+    for (size_t g = 0; g < lists.size(); ++g) {
+      if (s == m.source_pp - 1 && s > 0)
+        if (const auto first = copies_first(lists[g], seen, path, g)) {
+          if (tied_first && *tied_first != *first)
+            fail(path, "param_shapes groups disagree on whether pipeline-replicated copies come first");
+          tied_first = first;
+        }
+      for (const auto& name : lists[g]) {
+        if (seen.count(name)) continue;
+        auto it = by_name.find(name);
+        if (it == by_name.end())
+          throw Error(path + ": parameter " + name + " has no entry in manifest.json (incomplete universal checkpoint)");
+        seen.insert(name);
+        m.params.push_back(it->second);
+        m.params.back().group = zero3 ? group_of[g] : static_cast<int>(g);
+      }
     }
   }
+  for (const auto& [n, p] : by_name)
+    if (!seen.count(n)) throw Error("manifest.json: parameter " + n + " appears in no model file's param_shapes");
+  m.tied_copy_first = tied_first.value_or(layout::kTiedModulesFirst);
+}
+
+void mark_autoep_expert_groups(ModelInfo& m) {
+  std::set<int> expert_groups, dense_groups;
+  for (const auto& p : m.params) (p.autoep_experts > 0 ? expert_groups : dense_groups).insert(p.group);
+  for (int g : expert_groups)
+    if (dense_groups.count(g))
+      fail(m.model_files[0], "param_shapes group " + std::to_string(g) + " mixes AutoEP expert weights and dense parameters");
+  m.expert_group_of.assign(expert_groups.begin(), expert_groups.end());
+}
+
+void set_pipeline_positions(ModelInfo& m, const layout::UniversalSource& src, const std::string& manifest_path) {
+  std::set<int> blocks, numbered;
+  bool any_tied = false;
+  for (auto& p : m.params) {
+    const auto [idx, local] = layout::split_pipeline_name(p.name);
+    if (idx == -2) throw Error("pipeline model parameter " + p.name + " is neither <layer>.<name> nor tied_modules.*");
+    p.local = local;
+    if (idx >= 0) {
+      p.layer = idx;
+      numbered.insert(idx);
+      if (layout::is_block_local(local)) blocks.insert(idx);
+    } else {
+      p.tied = true;
+      any_tied = true;
+    }
+  }
+  for (auto& p : m.params) p.transformer = p.layer >= 0 && blocks.count(p.layer);
+  // Layer-file numbering: the source checkpoint's own record (ucp-union reads its layer files),
+  // else the model family's pattern file; never a guess.
+  if (!src.pipeline_numbering.is_null())
+    m.numbering = layout::pipeline_numbering_from_json(src.pipeline_numbering, manifest_path);
+  else
+    m.numbering = layout::pipeline_numbering_from_patterns(m.patterns_json, numbered, blocks);
+  if (any_tied && m.numbering.embedding < 0)
+    throw Error(manifest_path + ": pipeline checkpoint without source.pipeline_numbering (made by an older ucp-union?) and "
+                "no pipeline_numbering in its patterns: the layer_NN files of the tied embedding are unknown");
+  m.layer_keys = src.layer_keys;
+  for (auto& p : m.params)
+    if (p.tied) p.layer = m.numbering.embedding;
+  m.tied_head_layer = m.numbering.tied_head;
+}
+
+// --- Reading ---
+
+namespace {
+
+// The files model_info_from reads must exist (a missing one: the universal checkpoint is incomplete).
+void check_model_files_present(const ModelInfo& m) {
+  for (const auto& f : m.model_files)
+    if (!fs::exists(f)) throw Error(f + ": missing (the universal checkpoint is incomplete)");
+}
+
+void check_state_files_present(const std::map<std::string, ParamInfo>& by_name, const std::string& dir) {
+  if (dir.empty()) return;  // direct mode: the states are read from the source checkpoint
+  for (const auto& [n, p] : by_name)
+    for (const auto& [state, rel] : p.state_files)
+      if (!fs::exists(fs::path(dir) / rel))
+        throw Error((fs::path(dir) / rel).string() + ": missing (the universal checkpoint is incomplete)");
+}
+
+}  // namespace
+
+ModelInfo model_info_from(const UniversalMeta& meta) {
+  const layout::UniversalSource src = meta.manifest.source_facts(meta.manifest_path);
+  ModelInfo m = source_model_info(meta, src);
+  check_model_files_present(m);
+  auto by_name = params_from_manifest(m, meta);
+  check_state_files_present(by_name, meta.dir);
+  if (m.source_zero_stage == 3) m.model_files = zero3_templates(m.model_files, m.source_tp, meta.manifest_path);
+
+  // Model files: group membership and flat-buffer order (stage by stage), Megatron sizes.
+  ValuePtr first = load_torch(m.model_files[0]);
+  if (!first || first->kind != Kind::Dict) fail(m.model_files[0], "not a model-states dict");
+  read_model_file_facts(m, first, src.data_before_expert.has_value());
   // Optimizer flavour of the source (BF16_Optimizer shards have no zero_stage).
   const fs::path opt = meta.optimizer_state_path;
   ValuePtr osd = meta.optimizer_state;
@@ -329,100 +404,44 @@ ModelInfo model_info_from(const UniversalMeta& meta) {
     read_moe_groups(m, by_name, first, osd, opt);
     return m;
   }
-
-  std::set<std::string> seen;
-  // Whether the last stage lists its tied copies before its own parameters, per group, from the
-  // source's param_shapes; PipelineModule's registration order (tied modules first) when a group does
-  // not show it (no tied copy, or nothing else in the group).
-  std::optional<bool> tied_first;
-  for (int s = 0; s < m.source_pp; ++s) {
-    const std::string& path = m.model_files[s * m.source_tp];
-    ValuePtr root = s == 0 ? first : load_torch(path);
-    const auto lists = group_lists(root, path);
-    // ZeRO-3 lists sub-groups, each inside one optimizer param group (in group order).
-    const std::vector<int> group_of = zero3 ? sub_group_owners(osd, opt.string(), lists.size())
-                                            : std::vector<int>();
-    m.groups = zero3 ? static_cast<int>(osd->get("param_groups")->items.size())
-                     : std::max<int>(m.groups, static_cast<int>(lists.size()));
-    for (size_t g = 0; g < lists.size(); ++g) {
-      if (s == m.source_pp - 1 && s > 0) {
-        // Copies (names already seen on an earlier stage) must form a prefix or a suffix of the group.
-        size_t copies = 0, leading = 0;
-        for (const auto& name : lists[g]) copies += seen.count(name);
-        while (leading < lists[g].size() && seen.count(lists[g][leading])) ++leading;
-        if (copies > 0 && copies < lists[g].size()) {
-          const bool first = leading == copies;
-          size_t trailing = 0;
-          while (trailing < lists[g].size() && seen.count(lists[g][lists[g].size() - 1 - trailing])) ++trailing;
-          if (!first && trailing != copies)
-            fail(path, "param_shapes group " + std::to_string(g) + " interleaves pipeline-replicated copies with the "
-                       "stage's own parameters (neither first nor last)");
-          if (tied_first && *tied_first != first)
-            fail(path, "param_shapes groups disagree on whether pipeline-replicated copies come first");
-          tied_first = first;
-        }
-      }
-      for (size_t k = 0; k < lists[g].size(); ++k) {
-        const auto& name = lists[g][k];
-        if (seen.count(name)) continue;
-        auto it = by_name.find(name);
-        if (it == by_name.end())
-          throw Error(path + ": parameter " + name + " has no entry in manifest.json (incomplete universal checkpoint)");
-        seen.insert(name);
-        it->second.group = zero3 ? group_of[g] : static_cast<int>(g);
-        m.params.push_back(it->second);
-      }
-    }
-  }
-  for (const auto& [n, p] : by_name)
-    if (!seen.count(n)) throw Error("manifest.json: parameter " + n + " appears in no model file's param_shapes");
-
-  m.tied_copy_first = tied_first.value_or(layout::kTiedModulesFirst);
-
-  if (m.autoep) {  // the groups holding the fused expert weights are expert groups (ep_size_<EP>)
-    std::set<int> expert_groups, dense_groups;
-    for (const auto& p : m.params) (p.autoep_experts > 0 ? expert_groups : dense_groups).insert(p.group);
-    for (int g : expert_groups)
-      if (dense_groups.count(g))
-        fail(m.model_files[0], "param_shapes group " + std::to_string(g) + " mixes AutoEP expert weights and dense parameters");
-    m.expert_group_of.assign(expert_groups.begin(), expert_groups.end());
-  }
-
-  if (m.pipeline) {
-    std::set<int> blocks, numbered;
-    bool any_tied = false;
-    for (auto& p : m.params) {
-      const auto [idx, local] = layout::split_pipeline_name(p.name);
-      if (idx == -2) throw Error("pipeline model parameter " + p.name + " is neither <layer>.<name> nor tied_modules.*");
-      p.local = local;
-      if (idx >= 0) {
-        p.layer = idx;
-        numbered.insert(idx);
-        if (layout::is_block_local(local)) blocks.insert(idx);
-      } else {
-        p.tied = true;
-        any_tied = true;
-      }
-    }
-    for (auto& p : m.params) p.transformer = p.layer >= 0 && blocks.count(p.layer);
-    // Layer-file numbering: the source checkpoint's own record (ucp-union reads its layer files),
-    // else the model family's pattern file; never a guess.
-    const std::string& mpath = meta.manifest_path;
-    if (manifest.at("source").contains("pipeline_numbering"))
-      m.numbering = layout::pipeline_numbering_from_json(manifest["source"]["pipeline_numbering"], mpath);
-    else
-      m.numbering = layout::pipeline_numbering_from_patterns(m.patterns_json, numbered, blocks);
-    if (any_tied && m.numbering.embedding < 0)
-      throw Error(mpath + ": pipeline checkpoint without source.pipeline_numbering (made by an older ucp-union?) and "
-                  "no pipeline_numbering in its patterns: the layer_NN files of the tied embedding are unknown");
-    if (const auto& src = manifest.at("source"); src.contains("layer_keys") && src["layer_keys"].is_object())
-      for (const auto& [idx, keys] : src["layer_keys"].items()) m.layer_keys[std::stoi(idx)] = keys.get<std::vector<std::string>>();
-    for (auto& p : m.params)
-      if (p.tied) p.layer = m.numbering.embedding;
-    m.tied_head_layer = m.numbering.tied_head;
-  }
-
+  place_dense_params(m, by_name, [&](int stage) { return stage == 0 ? first : load_torch(m.model_files[stage * m.source_tp]); },
+                     osd, opt.string());
+  if (m.autoep) mark_autoep_expert_groups(m);  // the groups holding the fused expert weights are expert groups
+  if (m.pipeline) set_pipeline_positions(m, src, meta.manifest_path);
   return m;
+}
+
+namespace {
+
+ModelInfo read_model_info_unchecked(const std::string& universal_dir) {
+  const fs::path dir(universal_dir);
+  if (!fs::is_directory(dir)) throw Error(universal_dir + ": not a folder");
+  UniversalMeta meta;
+  meta.dir = universal_dir;
+  meta.manifest_path = (dir / layout::kUniversalManifestName).string();
+  meta.manifest = layout::read_universal_manifest(meta.manifest_path);
+  for (const auto& f : meta.manifest.model_files)
+    meta.model_files.push_back(confined_path(dir, f, meta.manifest_path, "model file").string());
+  meta.optimizer_state_path = confined_path(dir, meta.manifest.optimizer_state, meta.manifest_path, "optimizer state file").string();
+  return model_info_from(meta);
+}
+
+}  // namespace
+
+// Fields of manifest.json of another type than written name the manifest and the key
+// (layout::UniversalManifest::from_json); what the pattern set and pipeline numbering readers find
+// wrong in it names the manifest too, in one short line.
+ModelInfo read_model_info(const std::string& universal_dir) {
+  const std::string manifest = (fs::path(universal_dir) / layout::kUniversalManifestName).string();
+  try {
+    return read_model_info_unchecked(universal_dir);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(manifest + ": malformed: " + escaped_brief(e.what(), 160));
+  } catch (const std::invalid_argument& e) {
+    throw Error(manifest + ": malformed: a number field holds something else (" + escaped_brief(e.what(), 40) + ")");
+  } catch (const std::out_of_range& e) {
+    throw Error(manifest + ": malformed: a number field is out of range (" + escaped_brief(e.what(), 40) + ")");
+  }
 }
 
 }  // namespace ucpkit::load

@@ -4,6 +4,7 @@
 // mp_rank model files; plain data once read.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 
 #include "io/pickle/value.h"
 #include "layout/deepspeed/pipeline.h"
+#include "layout/universal/manifest.h"
 #include "patterns/pattern_set.h"
 
 namespace ucpkit::load {
@@ -85,14 +87,38 @@ ModelInfo read_model_info(const std::string& universal_dir);
 // made in memory from a native checkpoint's extract plan (`dir` empty: no state files on disk, no
 // checksums in the manifest).
 struct UniversalMeta {
-  nlohmann::json manifest;                  // manifest.json's content
+  layout::UniversalManifest manifest;       // manifest.json's content
   std::string manifest_path;                // names it in messages
   std::string dir;                          // the universal folder; "" for an in-memory manifest
   std::vector<std::string> model_files;     // resolved paths, in manifest order
   pickle::ValuePtr optimizer_state;         // zero/optimizer_state.pt's root (nullptr: read optimizer_state_path)
   std::string optimizer_state_path;
 };
+// The ModelInfo of `meta`: the steps below, plus reading the model files and the optimizer state.
 ModelInfo model_info_from(const UniversalMeta& meta);
+
+// Steps of model_info_from that read no file (tests/load/model_info_test.cpp).
+// The source-layout fields, the pattern set and the model files (their count checked against the
+// source layout).
+ModelInfo source_model_info(const UniversalMeta& meta, const layout::UniversalSource& src);
+// Every parameter of the manifest by name (group, order and pipeline position not yet known); sets
+// m.states ("fp32" first) and m.native_moe. On disk (meta.dir set) the state files must stay inside
+// the folder and carry a checksum.
+std::map<std::string, ParamInfo> params_from_manifest(ModelInfo& m, const UniversalMeta& meta);
+// Model sizes and the vocabulary padding multiple from the first model file's Megatron args, and an
+// AutoEP source's rank order from its ds_config when the manifest does not record it.
+void read_model_file_facts(ModelInfo& m, const pickle::ValuePtr& first, bool data_before_expert_recorded);
+// m.params in global flat-buffer order with their optimizer groups, from each pipeline stage's
+// param_shapes (`stage_root(s)`: stage s's TP-rank-0 model file); ZeRO-3 sources map sub-groups to
+// groups through the optimizer state's param_groups (`osd`, read from `opt_path`).
+using StageRoot = std::function<pickle::ValuePtr(int stage)>;
+void place_dense_params(ModelInfo& m, const std::map<std::string, ParamInfo>& by_name, const StageRoot& stage_root,
+                        const pickle::ValuePtr& osd, const std::string& opt_path);
+// AutoEP sources: the groups holding the fused expert weights are the expert groups.
+void mark_autoep_expert_groups(ModelInfo& m);
+// Pipeline sources: every parameter's layer, local name, transformer and tied flags, and the
+// layer-file numbering (the manifest's record, else the pattern set's).
+void set_pipeline_positions(ModelInfo& m, const layout::UniversalSource& src, const std::string& manifest_path);
 
 // The vocabulary padding multiple m such that padding `vocab` to a multiple of m * tp gives
 // `padded` (largest of 128, 64, ..., 1 that fits; Megatron's make_vocab_size_divisible_by).

@@ -13,6 +13,7 @@
 #include "layout/deepspeed/autoep_slices.h"
 #include "layout/deepspeed/files.h"
 #include "layout/deepspeed/moe.h"
+#include "layout/universal/manifest.h"
 #include "pec/autoep_zero3.h"
 #include "pec/zip_records.h"
 
@@ -56,13 +57,29 @@ void finish_shape(SourceCheckpoint& c, const std::map<int, int>& max_expert) {
       if (!c.experts.count({l, e})) fail(c.root, "expert " + std::to_string(e) + " of MoE layer " + std::to_string(l) + " is missing");
 }
 
-void open_universal(SourceCheckpoint& c, const OpenOptions& o) {
-  c.layout = "universal";
-  std::vector<std::string> files;
-  list_files(c.root, files);
-  // Transformer layer -> MoE layer index, in layer order.
-  std::map<std::string, std::pair<int, int>> param_expert;  // param folder -> (transformer layer, expert)
-  std::set<int> moe_layers;
+// zero/<param folder> -> (transformer layer, global expert) of a universal folder's expert parameters,
+// from the manifest's native MoE entries (layout/universal/manifest.h).
+std::map<std::string, std::pair<int, int>> experts_from_manifest(const layout::UniversalManifest& m,
+                                                                 const std::string& path) {
+  std::map<std::string, std::pair<int, int>> out;
+  for (const auto& p : m.params) {
+    if (!p.expert) continue;
+    if (p.expert->layer < 0 || p.expert->global_id < 0)
+      fail(path, "expert parameter " + p.name + " has no transformer layer or global expert id");
+    if (p.states.empty()) fail(path, "expert parameter " + p.name + " has no state files");
+    // Its folder: zero/<param folder>/<state>.pt
+    const fs::path file(p.states.begin()->second.file);
+    auto it = file.begin();
+    if (file.parent_path().parent_path() != "zero" || it == file.end() || ++it == file.end())
+      fail(path, "expert parameter " + p.name + " has a state file outside zero/<param>/");
+    out[it->string()] = {p.expert->layer, p.expert->global_id};
+  }
+  return out;
+}
+
+// The same from the folder names alone, for universal folders without a manifest (ds_to_universal's).
+std::map<std::string, std::pair<int, int>> experts_from_names(const std::vector<std::string>& files) {
+  std::map<std::string, std::pair<int, int>> out;
   for (const auto& rel : files) {
     fs::path p(rel);
     auto it = p.begin();
@@ -70,17 +87,29 @@ void open_universal(SourceCheckpoint& c, const OpenOptions& o) {
     ++it;
     if (it == p.end()) continue;
     std::string param = it->string();
-    if (param_expert.count(param)) continue;
+    if (out.count(param)) continue;
     std::smatch m;
-    if (std::regex_search(param, m, expert_name_regex())) {
-      int layer = std::stoi(m[1]), expert = std::stoi(m[2]);
-      param_expert[param] = {layer, expert};
-      moe_layers.insert(layer);
-    }
+    if (std::regex_search(param, m, expert_name_regex())) out[param] = {std::stoi(m[1]), std::stoi(m[2])};
   }
+  return out;
+}
+
+void open_universal(SourceCheckpoint& c, const OpenOptions& o) {
+  c.layout = "universal";
+  std::vector<std::string> files;
+  list_files(c.root, files);
+  const fs::path manifest = fs::path(c.root) / layout::kUniversalManifestName;
+  const bool has_manifest = fs::exists(manifest);
+  const std::map<std::string, std::pair<int, int>> param_expert =
+      has_manifest ? experts_from_manifest(layout::read_universal_manifest(manifest.string()), manifest.string())
+                   : experts_from_names(files);
+  // Transformer layer -> MoE layer index, in layer order.
+  std::set<int> moe_layers;
+  for (const auto& [param, le] : param_expert) moe_layers.insert(le.first);
   std::map<int, int> moe_index;
   for (int l : moe_layers) moe_index.emplace(l, static_cast<int>(moe_index.size()));
   std::map<int, int> max_expert;
+  std::set<std::string> expert_folders;  // those holding files
   for (const auto& rel : files) {
     uint64_t size = fs::file_size(fs::path(c.root) / rel);
     c.file_sizes[rel] = size;
@@ -98,8 +127,12 @@ void open_universal(SourceCheckpoint& c, const OpenOptions& o) {
     max_expert[l] = std::max(max_expert[l], e);
     c.experts[{l, e}].push_back({rel, {}, size});
     c.expert_bytes_total += size;
+    expert_folders.insert(param);
   }
   if (c.experts.empty()) fail(c.root, "no expert parameters under zero/ (is this an MoE universal checkpoint?)");
+  for (const auto& [param, le] : param_expert)  // listed by the manifest but absent
+    if (has_manifest && !expert_folders.count(param))
+      fail(manifest.string(), "expert parameter folder zero/" + param + " has no files (incomplete universal checkpoint)");
   finish_shape(c, max_expert);
   c.shape.ep_size = o.ep_size > 0 ? o.ep_size : 1;
 }

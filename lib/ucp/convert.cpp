@@ -25,6 +25,7 @@
 #include "layout/deepspeed/autoep.h"
 #include "layout/deepspeed/files.h"
 #include "layout/deepspeed/storage_tags.h"
+#include "layout/universal/manifest.h"
 #include "ucp/extract.h"
 #include "parallel/mpi_session.h"
 #include "parallel/share.h"
@@ -270,7 +271,7 @@ RunSummary run_extract(const std::string& checkpoint, const std::string& work_di
 namespace {
 
 struct ParamResult {
-  nlohmann::json manifest;
+  layout::UniversalParam manifest;
   uint64_t bytes_read = 0, bytes_written = 0;
   size_t files = 0;
 };
@@ -390,9 +391,9 @@ ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, S
   const auto rule = patterns::classify(set, p.name);
   const fs::path dir = zero_dir / param_folder(p.name);
   make_dirs(dir);
-  nlohmann::json states = nlohmann::json::object();
-  std::vector<int64_t> shape;
-  std::string dtype;
+  layout::UniversalParam& e = r.manifest;
+  e.name = p.name;
+  e.dtype = "";  // set by each state written below (empty when none)
   for (const auto& state : p.states) {
     Tensor joined;
     ValuePtr value;
@@ -410,11 +411,9 @@ ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, S
     save_torch_file(path, value);
     r.bytes_written += file_size(path);
     ++r.files;
-    char crc[16];
-    std::snprintf(crc, sizeof crc, "%08x", written_crc32(path, joined));
-    states[state] = {{"file", "zero/" + param_folder(p.name) + "/" + state + ".pt"}, {"crc32", crc}};
-    shape = joined.shape();
-    dtype = dtype_name(joined.dtype());
+    e.states[state] = {"zero/" + param_folder(p.name) + "/" + state + ".pt", written_crc32(path, joined)};
+    e.shape = joined.shape();
+    e.dtype = dtype_name(joined.dtype());
   }
   if (p.step_file >= 0) {
     const std::string path = (dir / "step.pt").string();
@@ -424,20 +423,21 @@ ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, S
     r.bytes_written += file_size(path);
     ++r.files;
   }
-  r.manifest = {{"name", p.name}, {"shape", shape}, {"dtype", dtype}, {"join", patterns::describe(rule)},
-                {"tp_shapes", p.tp_shapes}, {"pp_stage", p.pp_stage}, {"states", states},
-                {"step", p.step_file >= 0}, {"patterns", rule.matched}};
-  if (rule.kind == patterns::JoinKind::Cat || rule.kind == patterns::JoinKind::TwoSubParams)
-    r.manifest["cat_dim"] = rule.cat_dim;
-  if (rule.vocab && !flat) r.manifest["vocab_tensor"] = true;
+  e.join = patterns::describe(rule);
+  e.tp_shapes = p.tp_shapes;
+  e.pp_stage = p.pp_stage;
+  e.step = p.step_file >= 0;
+  e.patterns = rule.matched;
+  if (rule.kind == patterns::JoinKind::Cat || rule.kind == patterns::JoinKind::TwoSubParams) e.cat_dim = rule.cat_dim;
+  e.vocab_tensor = rule.vocab && !flat;
   if (flat) {
-    r.manifest["flat"] = true;  // the state files hold 1-D tensors; "shape" is the parameter's
-    r.manifest["shape"] = p.tp_shapes[0];
+    e.flat = true;  // the state files hold 1-D tensors; "shape" is the parameter's
+    e.shape = p.tp_shapes[0];
   }
-  if (p.expert >= 0) r.manifest["expert"] = {{"layer", p.moe_layer}, {"global_id", p.expert}};
+  if (p.expert >= 0) e.expert = layout::UniversalExpert{p.moe_layer, p.expert};
   if (p.autoep_experts > 0) {
-    r.manifest["autoep"] = {{"moe_layer_id", p.moe_layer}, {"num_experts", p.autoep_experts}};
-    r.manifest["cat_dim"] = 0;
+    e.autoep = layout::UniversalAutoEp{p.moe_layer, p.autoep_experts};
+    e.cat_dim = 0;
   }
   return r;
 }
@@ -480,10 +480,9 @@ struct Totals {
 
 // Rank 0, once every parameter is written: the common optimizer state, the model files and the
 // manifest (`entries`: every parameter's manifest entry, in plan order) into the staging folder.
-void write_union_common_files(const Plan& plan, const fs::path& staged, std::vector<nlohmann::json> entries,
-                              Totals& t) {
-  const fs::path zero_dir = staged / "zero";
-  const std::string opt_path = (zero_dir / "optimizer_state.pt").string();
+void write_union_common_files(const Plan& plan, const fs::path& staged,
+                              std::vector<layout::UniversalParam> entries, Totals& t) {
+  const std::string opt_path = (staged / layout::kUniversalOptimizerState).string();
   if (plan.optimizer_state_prepared) {
     copy_file(plan.optimizer_state_file, opt_path);
   } else {
@@ -492,25 +491,20 @@ void write_union_common_files(const Plan& plan, const fs::path& staged, std::vec
   }
   t.bytes_written += file_size(opt_path);
   ++t.files;
-  nlohmann::json model_files = nlohmann::json::array();
+  layout::UniversalManifest manifest;
   for (const auto& f : plan.model_files) {
     const auto name = fs::path(f).filename();
     copy_file(f, staged / name);
     t.bytes_read += file_size(f);
     t.bytes_written += file_size(f);
     ++t.files;
-    model_files.push_back(name.string());
+    manifest.model_files.push_back(name.string());
   }
-  nlohmann::json manifest;
-  manifest["format"] = "ucpkit-universal";
-  manifest["version"] = 1;
-  manifest["source"] = plan.source;
-  manifest["patterns"] = {{"origin", plan.patterns_origin}, {"set", plan.patterns_json}};
-  manifest["model_files"] = model_files;
-  manifest["optimizer_state"] = "zero/optimizer_state.pt";
-  manifest["checksum"] = "crc32 of each state's tensor elements (row-major)";
-  manifest["params"] = std::move(entries);
-  write_file_atomic((staged / "manifest.json").string(), manifest.dump(1));
+  manifest.source = plan.source;
+  manifest.patterns_origin = plan.patterns_origin;
+  manifest.patterns_set = plan.patterns_json;
+  manifest.params = std::move(entries);
+  write_file_atomic((staged / layout::kUniversalManifestName).string(), manifest.text());
 }
 
 // latest_universal beside the folder, as ds_to_universal writes it. The output is in place and on
@@ -578,7 +572,7 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
   nlohmann::json mine_json = nlohmann::json::array();
   Totals t;
   for (size_t i : mine) {
-    mine_json.push_back({i, results[i].manifest});
+    mine_json.push_back({i, results[i].manifest.to_json()});
     t.bytes_read += results[i].bytes_read;
     t.bytes_written += results[i].bytes_written;
     t.files += results[i].files;
@@ -586,9 +580,10 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
   auto gathered = mpi.gather(mine_json.dump());
   failed.guard([&] {
     if (mpi.rank() != 0) return;
-    std::vector<nlohmann::json> entries(plan.params.size());
+    std::vector<layout::UniversalParam> entries(plan.params.size());
     for (const auto& g : gathered)
-      for (const auto& e : nlohmann::json::parse(g)) entries[e[0].get<size_t>()] = e[1];
+      for (const auto& e : nlohmann::json::parse(g))
+        entries[e[0].get<size_t>()] = layout::UniversalParam::from_json(e[1], "the manifest entries of the ranks", "entry");
     write_union_common_files(plan, staged, std::move(entries), t);
     test_pause_if_asked();
     check_interrupted();
