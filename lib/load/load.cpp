@@ -38,7 +38,7 @@ namespace fs = std::filesystem;
 namespace ucpkit::load {
 
 nlohmann::json LoadSummary::to_json() const {
-  nlohmann::json j = {{"tool", "ucp-load"},      {"output", output},         {"format", format},
+  nlohmann::json j = {{"tool", "ucp-load"},      {"output", output},         {"format", std::string(output_format_name(format))},
           {"params", params},        {"files_written", files_written}, {"bytes_read", bytes_read},
           {"bytes_written", bytes_written}, {"bytes_verified", bytes_verified}, {"seconds", seconds}, {"peak_rss_bytes", peak_rss_bytes},
           {"mpi_ranks", ranks},      {"threads", threads}, {"mode", exchange ? "exchange" : "files"},
@@ -98,7 +98,7 @@ Prepared prepare(const LoadOptions& options) {
                          (t.zero_stage == 0 || (t.zero_stage == 1 && p.model.source_bf16_optimizer));
       break;
   }
-  if (options.format == "safetensors") {
+  if (options.format == OutputFormat::Safetensors) {
     // Weights only, unsharded: the parallel layout does not apply.
     p.plan.target = t;
     return p;
@@ -192,7 +192,7 @@ void raise_open_file_limit() {
 }
 
 bool uses_exchange(const LoadOptions& options, int ranks) {
-  return options.format == "deepspeed" &&
+  return options.format == OutputFormat::DeepSpeed &&
          (options.exchange == ExchangeMode::Exchange || (options.exchange == ExchangeMode::Auto && ranks > 1));
 }
 
@@ -242,7 +242,7 @@ nlohmann::json direct_plan_json(const LoadOptions& options, const Prepared& p) {
   nlohmann::json d = source.source_json();
   nlohmann::json targets = nlohmann::json::array();
   uint64_t target_bytes = 0, copied_src = 0, copied_dst = 0, joined_dst = 0, zero_dst = 0, ncopies = 0;
-  if (options.format == "deepspeed") {
+  if (options.format == OutputFormat::DeepSpeed) {
     const int threads = parallel::thread_count(options.threads);
     DeepSpeedWriter writer(p.model, p.plan, reader, common_optimizer_state(options, p));
     const auto files = lay_out_all(writer, p.model, p.plan, p.model.tag, threads);
@@ -319,9 +319,9 @@ nlohmann::json direct_plan_json(const LoadOptions& options, const Prepared& p) {
 
 nlohmann::json plan_json(const LoadOptions& options) {
   auto p = prepare(options);
-  if (options.format == "safetensors") {
+  if (options.format == OutputFormat::Safetensors) {
     nlohmann::json j;
-    j["format"] = "safetensors";
+    j["format"] = std::string(output_format_name(OutputFormat::Safetensors));
     j["dtype"] = std::string(dtype_name(options.target.dtype));
     auto& shards = j["shards"] = nlohmann::json::array();
     for (const auto& sh : safetensors_shards(p.model, options.target.dtype, options.shard_bytes)) {
@@ -433,7 +433,7 @@ LoadSummary run_load(const LoadOptions& options) {
   std::atomic<uint64_t> written{0}, files{0};
   uint64_t crc_bytes_read = 0;
 
-  if (options.format == "safetensors") {
+  if (options.format == OutputFormat::Safetensors) {
     failed.guard([&] {
       if (mpi.rank() == 0) {
         written += write_safetensors(model, reader, options.target.dtype, options.shard_bytes, staged, threads);

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "load/output_format.h"
 #include "load/ucp_info.h"
 #include "core/reporter.h"
 
@@ -22,7 +23,7 @@ struct LoadOptions {
   std::string input, output;
   TargetLayout target;                   // bf16_optimizer is resolved from `optimizer`
   OptimizerKind optimizer = OptimizerKind::Auto;
-  std::string format = "deepspeed";      // deepspeed | safetensors
+  OutputFormat format = OutputFormat::DeepSpeed;
   Reporter reporter;                     // warnings, details, progress (tools: tool::console_reporter())
   int threads = 0;                       // 0: all cores
   bool verify = true;                    // check atomic tensors against manifest checksums
@@ -38,7 +39,8 @@ struct LoadOptions {
 };
 
 struct LoadSummary {
-  std::string output, format;
+  std::string output;
+  OutputFormat format = OutputFormat::DeepSpeed;
   size_t params = 0, files_written = 0;
   uint64_t bytes_read = 0;      // atomic bytes read from files (files mode: copied into target files,
                                 // each DP partition once; exchange mode: each atomic tensor once)
