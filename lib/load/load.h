@@ -7,17 +7,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "load/load_plan.h"
 #include "load/output_format.h"
 #include "load/ucp_info.h"
 #include "core/reporter.h"
 
 namespace ucpkit::load {
-
-enum class OptimizerKind { Auto, Zero, Bf16 };
-// How atomic tensors reach the target files. Files: every rank reads what its own files need (MPI
-// ranks split the files). Exchange: every atomic tensor is read once in total by its owner rank and
-// the slices are exchanged over MPI batch by batch (exchange.h). Auto: exchange under mpirun -np > 1.
-enum class ExchangeMode { Auto, Files, Exchange };
 
 struct LoadOptions {
   std::string input, output;
