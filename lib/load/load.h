@@ -1,5 +1,6 @@
 // The ucp-load driver: universal checkpoint -> target layout (DeepSpeed files or safetensors),
-// planned with UcpInfo, executed with TBB threads (and MPI ranks under mpirun), written atomically.
+// planned with UcpInfo and each rank's LoadPlan (load_plan.h), executed with TBB threads (and MPI ranks
+// under mpirun), written atomically.
 #pragma once
 #include <cstdint>
 #include <memory>
