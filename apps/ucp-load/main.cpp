@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   bool plan = false, no_verify = false;
   double shard_gb = 5, batch_mb = 256;
   std::string exchange = "auto";
+  std::string format(load::output_format_name(opt.format));
   app.add_option("--input", opt.input,
                  "Universal checkpoint folder, or a native DeepSpeed checkpoint (global_stepN folder or its parent "
                  "with latest) converted directly without a universal checkpoint")
@@ -35,7 +36,7 @@ int main(int argc, char** argv) {
   auto* o_zero = app.add_option("--zero-stage", zero, "Target ZeRO stage (0-3)")->check(CLI::Range(0, 3));
   app.add_option("--ep", ep, "Target expert-parallel degree");
   app.add_option("--dtype", dtype, "Low-precision weight dtype")->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
-  app.add_option("--format", opt.format, "Output format")->check(CLI::IsMember({"deepspeed", "safetensors"}));
+  app.add_option("--format", format, "Output format")->check(CLI::IsMember(load::output_format_names()));
   app.add_option("--device", device, "Where to materialize")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--ds-version", opt.target.ds_line,
                  "Native MoE: DeepSpeed version line to write (0.14, 0.17.1, 0.19.2, 0.19.3, 0.19.5, or a release "
@@ -66,8 +67,9 @@ int main(int argc, char** argv) {
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
   const int rc = tool::run("ucp-load", [&] {
+    opt.format = *load::output_format_from_name(format);
     const bool layout_given = o_tp->count() && o_pp->count() && o_dp->count() && o_zero->count();
-    if (opt.format == "deepspeed" && !layout_given)
+    if (opt.format == load::OutputFormat::DeepSpeed && !layout_given)
       throw UsageError("--tp, --pp, --dp and --zero-stage are required (see --help)");
     if (!plan && device == "cpu" && opt.output.empty()) throw UsageError("--output is required (see --help)");
     opt.target.tp = tp;
@@ -86,7 +88,7 @@ int main(int argc, char** argv) {
                    : exchange == "off" ? load::ExchangeMode::Files
                                        : load::ExchangeMode::Auto;
     opt.batch_bytes = static_cast<uint64_t>(batch_mb * (1 << 20));
-    if (exchange == "on" && opt.format != "deepspeed") throw UsageError("--exchange on applies to --format deepspeed");
+    if (exchange == "on" && opt.format != load::OutputFormat::DeepSpeed) throw UsageError("--exchange on applies to --format deepspeed");
     const bool root = parallel::MpiSession::get().rank() == 0;
     if (plan) {
       auto j = load::plan_json(opt);
@@ -97,7 +99,7 @@ int main(int argc, char** argv) {
       throw UsageError("--verify-against applies to a native checkpoint input; " + opt.input +
                        " is a universal checkpoint (its own checksums are checked)");
     if (device == "cuda") {
-      if (opt.format != "deepspeed") throw UsageError("--device cuda loads the deepspeed layout only");
+      if (opt.format != load::OutputFormat::DeepSpeed) throw UsageError("--device cuda loads the deepspeed layout only");
       if (!load::is_universal_input(opt.input))
         throw UsageError("--device cuda reads a universal checkpoint; " + opt.input + " has no manifest.json");
       gpu::DeviceLoadRequest req;

@@ -72,9 +72,8 @@ void set_if_present(const ValuePtr& obj, const char* field, ValuePtr v) {
 
 }  // namespace
 
-void retarget_args(const ValuePtr& args, const TargetLayout& t, int64_t padded_vocab, int source_dp) {
+void retarget_args(const ValuePtr& args, const TargetLayout& t, int64_t padded_vocab) {
   if (!args || args->kind != Kind::Object) return;
-  (void)source_dp;
   set_if_present(args, "tensor_model_parallel_size", Value::integer(t.tp));
   set_if_present(args, "pipeline_model_parallel_size", Value::integer(t.pp));
   set_if_present(args, "data_parallel_size", Value::integer(t.dp));
@@ -365,7 +364,7 @@ ValuePtr DeepSpeedWriter::model_root(int mp, int dp_rank) const {
     cpd->set_item("tp_degree", Value::integer(t.tp));
   }
   if (auto cfg = root->get("ds_config")) root->set_item("ds_config", ds_config(cfg));
-  retarget_args(root->get("args"), t, plan_.padded_vocab, model_.source_dp);
+  retarget_args(root->get("args"), t, plan_.padded_vocab);
   if (moe_line_) apply_moe_line(root, *moe_line_, moe_line_inputs(mr, root));
   if (auto uc = root->get("universal_checkpoint_info"); uc && uc->kind == Kind::Dict && plan_.padded_vocab > 0 &&
                                                           uc->contains("padded_vocab_size"))

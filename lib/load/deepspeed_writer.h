@@ -107,6 +107,6 @@ class DeepSpeedWriter {
 
 // Sets the layout fields of carried-over objects to the target: Megatron args (parallel sizes,
 // padded vocabulary, dtype flags), ds_config (ZeRO stage, precision, batch size), world sizes.
-void retarget_args(const pickle::ValuePtr& args, const TargetLayout& target, int64_t padded_vocab, int source_dp);
+void retarget_args(const pickle::ValuePtr& args, const TargetLayout& target, int64_t padded_vocab);
 
 }  // namespace ucpkit::load

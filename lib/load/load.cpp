@@ -38,7 +38,7 @@ namespace fs = std::filesystem;
 namespace ucpkit::load {
 
 nlohmann::json LoadSummary::to_json() const {
-  nlohmann::json j = {{"tool", "ucp-load"},      {"output", output},         {"format", format},
+  nlohmann::json j = {{"tool", "ucp-load"},      {"output", output},         {"format", std::string(output_format_name(format))},
           {"params", params},        {"files_written", files_written}, {"bytes_read", bytes_read},
           {"bytes_written", bytes_written}, {"bytes_verified", bytes_verified}, {"seconds", seconds}, {"peak_rss_bytes", peak_rss_bytes},
           {"mpi_ranks", ranks},      {"threads", threads}, {"mode", exchange ? "exchange" : "files"},
@@ -88,17 +88,8 @@ Prepared prepare(const LoadOptions& options) {
       throw UsageError("--ds-version applies to native DeepSpeed MoE checkpoints; " + options.input + " has no experts");
     (void)layout::moe_version_line(options.target.ds_line);
   }
-  TargetLayout t = options.target;
-  switch (options.optimizer) {
-    case OptimizerKind::Zero: t.bf16_optimizer = false; break;
-    case OptimizerKind::Bf16: t.bf16_optimizer = true; break;
-    case OptimizerKind::Auto:
-      // BF16_Optimizer where DeepSpeed would pick it: bf16 with ZeRO 0, or ZeRO 1 when the source used it.
-      t.bf16_optimizer = t.dtype == DType::BFloat16 &&
-                         (t.zero_stage == 0 || (t.zero_stage == 1 && p.model.source_bf16_optimizer));
-      break;
-  }
-  if (options.format == "safetensors") {
+  const TargetLayout t = resolve_target(options.target, options.optimizer, p.model);
+  if (options.format == OutputFormat::Safetensors) {
     // Weights only, unsharded: the parallel layout does not apply.
     p.plan.target = t;
     return p;
@@ -111,47 +102,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Job {
-  enum Kind { Model, Zero3Model, Optim } kind;
-  int mp = 0, dp = 0;
-  uint64_t bytes = 0;  // estimated output bytes (for the split across MPI ranks and ordering)
-};
-
-std::vector<Job> jobs_of(const ModelInfo& m, const UcpInfo& plan) {
-  std::vector<Job> jobs;
-  const uint64_t es = dtype_size(plan.target.dtype);
-  for (const auto& mr : plan.mp_ranks) {
-    uint64_t numel = 0, part = 0;
-    for (const auto& g : mr.groups) {
-      numel += g.numel;
-      part += g.partition;
-    }
-    const bool zero3 = plan.target.zero_stage == 3;
-    if (!zero3) jobs.push_back({Job::Model, mr.mp, 0, numel * es * (mr.layers.empty() ? 1 : 2)});
-    for (int d = 0; d < plan.target.dp; ++d) {
-      if (zero3) jobs.push_back({Job::Zero3Model, mr.mp, d, 0});
-      jobs.push_back({Job::Optim, mr.mp, d, part * 4 * m.states.size()});
-    }
-  }
-  return jobs;
-}
-
 // Writes (or, with a sink set on the writer, hands over) the files of job `j`; adds to the counts.
-void run_job(const DeepSpeedWriter& writer, const ModelInfo& model, const UcpInfo& plan, const Job& j,
+void run_job(const DeepSpeedWriter& writer, const ModelInfo& model, const UcpInfo& plan, const FileJob& j,
              const std::string& dir, std::atomic<uint64_t>& written, std::atomic<uint64_t>& files) {
-  if (j.kind == Job::Model) {
+  if (j.kind == FileJob::Model) {
     written += writer.write_model_file(j.mp, dir);
     written += writer.write_layer_files(j.mp, dir);
     written += writer.write_expert_files(j.mp, dir);
-    files += 1 + plan.mp_ranks[j.mp].layers.size() + plan.mp_ranks[j.mp].expert_files.size() +
-             (model.native_moe ? plan.target.ep : 0);
-  } else if (j.kind == Job::Zero3Model) {
+  } else if (j.kind == FileJob::Zero3Model) {
     written += writer.write_zero3_model_file(j.dp, j.mp, dir);
-    files += 1;
   } else {
     written += writer.write_optim_file(j.dp, j.mp, dir);
-    files += 1;
   }
+  files += files_of(model, plan, j);
 }
 
 // Every target file laid out through `writer` (pickles built, sources recorded, nothing written),
@@ -170,7 +133,7 @@ std::vector<LaidOutFile> lay_out_all(DeepSpeedWriter& writer, const ModelInfo& m
     DeepSpeedWriter& w;
     ~ResetSink() { w.set_sink(nullptr); }
   } reset{writer};
-  const auto jobs = jobs_of(model, plan);
+  const auto jobs = file_jobs(model, plan);
   std::atomic<uint64_t> none{0}, counted{0};
   parallel::in_arena(threads, [&] {
     tbb::parallel_for(size_t{0}, jobs.size(), [&](size_t k) {
@@ -189,11 +152,6 @@ void raise_open_file_limit() {
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
   }
-}
-
-bool uses_exchange(const LoadOptions& options, int ranks) {
-  return options.format == "deepspeed" &&
-         (options.exchange == ExchangeMode::Exchange || (options.exchange == ExchangeMode::Auto && ranks > 1));
 }
 
 pickle::ValuePtr common_optimizer_state(const LoadOptions& options, const Prepared& p) {
@@ -242,7 +200,7 @@ nlohmann::json direct_plan_json(const LoadOptions& options, const Prepared& p) {
   nlohmann::json d = source.source_json();
   nlohmann::json targets = nlohmann::json::array();
   uint64_t target_bytes = 0, copied_src = 0, copied_dst = 0, joined_dst = 0, zero_dst = 0, ncopies = 0;
-  if (options.format == "deepspeed") {
+  if (options.format == OutputFormat::DeepSpeed) {
     const int threads = parallel::thread_count(options.threads);
     DeepSpeedWriter writer(p.model, p.plan, reader, common_optimizer_state(options, p));
     const auto files = lay_out_all(writer, p.model, p.plan, p.model.tag, threads);
@@ -319,9 +277,9 @@ nlohmann::json direct_plan_json(const LoadOptions& options, const Prepared& p) {
 
 nlohmann::json plan_json(const LoadOptions& options) {
   auto p = prepare(options);
-  if (options.format == "safetensors") {
+  if (options.format == OutputFormat::Safetensors) {
     nlohmann::json j;
-    j["format"] = "safetensors";
+    j["format"] = std::string(output_format_name(OutputFormat::Safetensors));
     j["dtype"] = std::string(dtype_name(options.target.dtype));
     auto& shards = j["shards"] = nlohmann::json::array();
     for (const auto& sh : safetensors_shards(p.model, options.target.dtype, options.shard_bytes)) {
@@ -335,7 +293,7 @@ nlohmann::json plan_json(const LoadOptions& options) {
   // Which rank writes which file, and reads which atomic tensor in which batch, when the exchange
   // would be used (the files are laid out in memory for it; nothing is written).
   const int ranks = parallel::MpiSession::get().size();
-  if (uses_exchange(options, ranks)) {
+  if (uses_exchange(options.format, options.exchange, ranks)) {
     UniversalReader reader(p.model, options.input, false);
     std::unique_ptr<DirectSource> source;
     if (p.direct) {
@@ -354,222 +312,274 @@ nlohmann::json plan_json(const LoadOptions& options) {
   return j;
 }
 
-LoadSummary run_load(const LoadOptions& options) {
-  const auto t0 = Clock::now();
-  // Partition buffers are large and short-lived: served from glibc's mmap they are faulted in page
-  // by page for every file (the dominant cost on virtual machines). Keeping them on the heap and
-  // never trimming it lets every file reuse the pages of the previous one.
+namespace {
+
+// Partition buffers are large and short-lived: served from glibc's mmap they are faulted in page by
+// page for every file (the dominant cost on virtual machines). Keeping them on the heap and never
+// trimming it lets every file reuse the pages of the previous one.
+void keep_buffers_on_heap() {
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_TOP_PAD, 64 << 20);
-  auto& mpi = parallel::MpiSession::get();
-  parallel::RankFailure failed(mpi);  // guard() the work of each step, settle() at its end on every rank
-  refuse_output_over_input(options.output, "--output", input_data_dir(options.input), "--input");
+}
 
-  // Direct mode: the source files' zip CRC-32 (on unless --no-verify) is computed on the shard bytes
-  // as they are read for the copy and completed at the end from the bytes no copy read
-  // (DirectSource::check_source_crcs), instead of a pass over every file when it is opened; under
-  // mpirun each rank checks its share of the files (balanced by bytes) with the pieces it read.
-  const bool fused_crc = verify_files_crc() && !is_universal_input(options.input);
-  struct RestoreCrc {
-    bool on;
-    ~RestoreCrc() { set_verify_files_crc(on); }
-  } restore_crc{verify_files_crc()};
-  if (fused_crc) set_verify_files_crc(false);
+// Direct mode: the source files' zip CRC-32 (on unless --no-verify) is computed on the shard bytes as
+// they are read for the copy and completed at the end from the bytes no copy read
+// (DirectSource::check_source_crcs), instead of a pass over every file when it is opened. This
+// switches the check at open off for the run and back on at its end.
+class FusedSourceCrc {
+ public:
+  explicit FusedSourceCrc(const LoadOptions& options)
+      : was_on_(verify_files_crc()), fused_(was_on_ && !is_universal_input(options.input)) {
+    if (fused_) set_verify_files_crc(false);
+  }
+  ~FusedSourceCrc() { set_verify_files_crc(was_on_); }
+  FusedSourceCrc(const FusedSourceCrc&) = delete;
+  FusedSourceCrc& operator=(const FusedSourceCrc&) = delete;
+  bool fused() const { return fused_; }
+
+ private:
+  bool was_on_, fused_;
+};
+
+// One rank's execution of its LoadPlan: what the steps share, and what they add up.
+struct LoadRun {
+  const LoadOptions& options;
+  const Prepared& prep;
+  const LoadPlan& plan;
+  parallel::MpiSession& mpi;
+  parallel::RankFailure& failed;  // guard() the work of each step, settle() at its end on every rank
+  int threads;
+  UniversalReader& reader;
+  DirectSource* source = nullptr;  // direct mode
+  std::atomic<uint64_t> written{0}, files{0};
+  ExchangeStats xstats{};
+  size_t batches = 0, compared = 0;
+  uint64_t crc_bytes_read = 0;
+};
+
+// Direct mode: atomic tensors come from the source's shards (their CRC-32 kept when fused).
+std::unique_ptr<DirectSource> open_direct_source(LoadRun& r, bool fused_crc) {
+  std::unique_ptr<DirectSource> source;
+  r.failed.guard([&] {
+    source = std::make_unique<DirectSource>(r.prep.direct->plan, r.prep.model);
+    source->keep_source_crcs(fused_crc);
+  });
+  r.failed.settle();
+  r.reader.set_source(source.get());
+  r.source = source.get();
+  return source;
+}
+
+// Each atomic tensor verified by one rank (verify_mask) before anything is written, all threads at
+// once (verifying lazily inside the jobs would serialize them on the large tensors).
+void verify_atomic_tensors(LoadRun& r) {
+  const ModelInfo& model = r.prep.model;
+  const auto& mask = r.plan.verify_mask;
+  r.reader.set_verify_mask(mask);
+  r.failed.guard([&] {
+    parallel::in_arena(r.threads, [&] {
+      tbb::parallel_for(size_t{0}, mask.size() * model.states.size(), [&](size_t k) {
+        check_interrupted();
+        const size_t i = k / model.states.size();
+        if (mask[i]) r.reader.check(static_cast<int>(i), model.states[k % model.states.size()]);
+      });
+    });
+  });
+  r.failed.settle();
+}
+
+// safetensors: rank 0 writes every shard and the index (settled by the next step).
+void write_safetensors_output(LoadRun& r, const std::string& staged) {
+  const auto& o = r.options;
+  r.failed.guard([&] {
+    if (r.mpi.rank() == 0) {
+      r.written += write_safetensors(r.prep.model, r.reader, o.target.dtype, o.shard_bytes, staged, r.threads);
+      r.files += safetensors_shards(r.prep.model, o.target.dtype, o.shard_bytes).size() + 1;
+    }
+  });
+}
+
+// Files mode: this rank's jobs, largest first, all threads at once (rank 0 shows the progress).
+void write_my_jobs(LoadRun& r, const DeepSpeedWriter& writer, const std::string& ckdir) {
+  const auto& mine = r.plan.my_jobs;
+  Reporter::Bar progress(r.options.reporter, "ucp-load", mine.size());
+  std::mutex progress_mu;
+  parallel::in_arena(r.threads, [&] {
+    tbb::parallel_for(
+        tbb::blocked_range<size_t>(0, mine.size(), 1),
+        [&](const tbb::blocked_range<size_t>& range) {
+          for (size_t k = range.begin(); k != range.end(); ++k) {
+            check_interrupted();
+            run_job(writer, r.prep.model, r.prep.plan, r.plan.jobs[mine[k]], ckdir, r.written, r.files);
+            if (r.mpi.rank() == 0) {
+              std::lock_guard lock(progress_mu);
+              progress.advance();
+            }
+          }
+        },
+        tbb::simple_partitioner());
+  });
+  progress.finish();
+}
+
+// DeepSpeed output: the checkpoint folder and `latest` (rank 0), then this rank's files (files
+// mode), or every file laid out and the exchange run over all ranks (exchange mode).
+void write_deepspeed_output(LoadRun& r, const std::string& staged) {
+  const ModelInfo& model = r.prep.model;
+  const UcpInfo& plan = r.prep.plan;
+  const fs::path ckdir = fs::path(staged) / model.tag;
+  r.failed.guard([&] {
+    if (r.mpi.rank() == 0) {
+      fs::create_directories(ckdir);
+      write_file_atomic((fs::path(staged) / "latest").string(), model.tag);
+    }
+  });
+  r.failed.settle();
+  r.mpi.barrier();
+  std::unique_ptr<DeepSpeedWriter> writer;
+  std::optional<ExchangeSetup> setup;
+  r.failed.guard([&] {
+    writer = std::make_unique<DeepSpeedWriter>(model, plan, r.reader, common_optimizer_state(r.options, r.prep));
+    if (r.plan.exchange) {
+      // Every rank lays out every file, and makes the same plan from them: who writes which file,
+      // who reads which atomic tensor, in which batch. run_exchange then writes this rank's files.
+      raise_open_file_limit();
+      setup = set_up_exchange(*writer, model, plan, ckdir.string(), r.mpi.size(), r.options.batch_bytes, r.threads);
+      r.batches = setup->plan.batches.size();
+      return;
+    }
+    write_my_jobs(r, *writer, ckdir.string());
+  });
+  r.failed.settle();
+  // Collective; on any rank's failure every rank throws (temporary files and staging removed).
+  if (r.plan.exchange) {
+    r.xstats = run_exchange(setup->files, *writer, r.reader, model, setup->plan, r.mpi, r.threads, r.options.reporter);
+    r.written += r.xstats.bytes_written;
+    r.files += r.xstats.files_written;
+  }
+}
+
+// Direct mode with the fused CRC-32, before the rename (a damaged source leaves nothing): the zip
+// records no copy read, in this rank's share of the source files (balanced by bytes).
+void check_source_crcs(LoadRun& r) {
+  r.failed.guard([&] {
+    const auto& plan = r.prep.direct->plan;
+    std::vector<std::string> paths(plan.files);
+    paths.insert(paths.end(), plan.model_files.begin(), plan.model_files.end());
+    if (!plan.optimizer_state_file.empty()) paths.push_back(plan.optimizer_state_file);
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(native_checkpoint_dir(r.options.input), ec))
+      if (e.is_regular_file() && e.path().extension() == ".pt") paths.push_back(e.path().string());
+    for (auto& p : paths) p = fs::weakly_canonical(p).string();
+    std::sort(paths.begin(), paths.end());
+    paths.erase(std::unique(paths.begin(), paths.end()), paths.end());
+    std::vector<uint64_t> sizes;
+    for (const auto& p : paths) {
+      const auto n = fs::file_size(p, ec);
+      sizes.push_back(ec ? 0 : n);
+    }
+    const auto owner = parallel::assign_by_size(sizes, r.mpi.size());
+    std::vector<std::string> mine;
+    for (size_t f = 0; f < paths.size(); ++f)
+      if (owner[f] == r.mpi.rank()) mine.push_back(paths[f]);
+    r.crc_bytes_read = r.source->check_source_crcs(mine, r.threads);
+  });
+  r.failed.settle();
+}
+
+// Direct mode with --verify-against, before the rename (a mismatch leaves nothing): the universal
+// checksums computed on the way against that manifest, every one of them compared by some rank.
+void compare_checksums(LoadRun& r) {
+  const auto& against = r.options.verify_against;
+  r.failed.guard([&] { r.compared = r.source->compare_with(against); });
+  r.failed.settle();
+  r.compared = r.mpi.sum(r.compared);
+  r.failed.guard([&] {
+    const size_t want = r.prep.model.params.size() * r.prep.model.states.size();
+    if (r.compared != want)
+      throw Error(against + ": " + std::to_string(r.compared) + " of " + std::to_string(want) +
+                  " checksums compared (internal error)");
+  });
+  r.failed.settle();
+}
+
+// Every rank flushes its files, then rank 0 renames the staging folder into place.
+void commit_output(LoadRun& r, parallel::CollectiveStaging& staging) {
+  r.failed.guard([&] {
+    if (r.mpi.rank() == 0) test_pause_if_asked();  // output written, not yet renamed into place
+    staging.sync_own_files();
+    check_interrupted();
+  });
+  r.failed.settle();
+  r.mpi.barrier();
+  r.failed.guard([&] { staging.commit(); });
+  r.failed.settle();
+}
+
+// The counts summed (and times maxed) over the ranks.
+LoadSummary summarize(LoadRun& r, Clock::time_point t0) {
+  const auto& x = r.xstats;
+  LoadSummary s;
+  s.output = r.options.output;
+  s.format = r.plan.format;
+  s.params = r.prep.model.params.size();
+  s.ranks = r.mpi.size();
+  s.threads = r.threads;
+  s.exchange = r.plan.exchange;
+  s.direct = r.plan.direct;
+  s.checksums_compared = r.compared;
+  s.batches = r.batches;
+  if (r.plan.exchange)  // rank 0's phases (every rank waits for the slowest at each all-to-all)
+    s.phase_seconds = {{"read", x.read_seconds},
+                       {"pack", x.pack_seconds},
+                       {"alltoall", x.alltoall_seconds},
+                       {"fill", x.fill_seconds},
+                       {"finish", x.finish_seconds}};
+  if (r.plan.exchange && x.fill_cost_even > 0)
+    s.fill_balance = static_cast<double>(x.fill_cost) / static_cast<double>(x.fill_cost_even);
+  s.files_written = r.mpi.sum(r.files.load());
+  s.bytes_read = r.mpi.sum(r.reader.bytes_read() + r.crc_bytes_read);  // direct: with the bytes read only for the zip CRC-32
+  s.bytes_verified = r.mpi.sum(r.reader.bytes_verified());
+  s.bytes_written = r.mpi.sum(r.written.load());
+  s.peak_rss_bytes = r.mpi.max(peak_rss_bytes());
+  s.seconds = r.mpi.max(std::chrono::duration<double>(Clock::now() - t0).count());
+  return s;
+}
+
+}  // namespace
+
+LoadSummary run_load(const LoadOptions& options) {
+  const auto t0 = Clock::now();
+  keep_buffers_on_heap();
+  auto& mpi = parallel::MpiSession::get();
+  parallel::RankFailure failed(mpi);
+  refuse_output_over_input(options.output, "--output", input_data_dir(options.input), "--input");
+  // Under mpirun each rank checks its share of the files (balanced by bytes) with the pieces it read.
+  const FusedSourceCrc crc(options);
   // With --sync (the default) every finished target file starts its write-back at once, so the final
   // flush overlaps the writing instead of following it.
   ZipWriter::set_start_writeback(options.sync);
   Prepared prep;
   failed.guard([&] { prep = prepare(options); });
   failed.settle();
-  const ModelInfo& model = prep.model;
-  const int threads = parallel::thread_count(options.threads);
+  const LoadPlan plan = plan_load(options, prep.model, prep.plan, prep.direct != nullptr, mpi.size(), mpi.rank());
 
   // Every rank turns SIGINT/SIGTERM into a failure at its next job from here on (staging removed).
   parallel::CollectiveStaging staging(failed, options.output, options.overwrite, "ucp-load", options.reporter.verbose,
                                       options.sync);
   const std::string staged = staging.path().string();
-
-  const bool exchange = uses_exchange(options, mpi.size());
-  size_t batches = 0;
-  ExchangeStats xstats;
-  // Direct mode: atomic tensors come from the source's shards; the universal checksums are computed
-  // (and compared) only with --verify-against.
-  const bool direct = prep.direct != nullptr;
-  const bool verify = direct ? !options.verify_against.empty() : options.verify;
-  UniversalReader reader(model, options.input, verify);
+  UniversalReader reader(prep.model, options.input, plan.verify);
+  LoadRun run{options, prep, plan, mpi, failed, parallel::thread_count(options.threads), reader};
   std::unique_ptr<DirectSource> source;
-  if (direct) {
-    failed.guard([&] {
-      source = std::make_unique<DirectSource>(prep.direct->plan, model);
-      source->keep_source_crcs(fused_crc);
-    });
-    failed.settle();
-    reader.set_source(source.get());
-  }
-  // Exchange mode verifies each atomic tensor while its owner reads it (one read in total).
-  if (verify && !exchange) {
-    // Each atomic tensor is verified by one rank (balanced by bytes) before anything is written, all
-    // threads at once (verifying lazily inside the jobs would serialize them on the large tensors).
-    std::vector<uint64_t> sizes;
-    for (const auto& p : model.params) {
-      sizes.push_back(4 * model.states.size() * static_cast<uint64_t>(p.stored_numel));
-    }
-    const auto owner = parallel::assign_by_size(sizes, mpi.size());
-    std::vector<char> mask(model.params.size());
-    for (size_t i = 0; i < mask.size(); ++i) mask[i] = owner[i] == mpi.rank();
-    reader.set_verify_mask(mask);
-    failed.guard([&] {
-      parallel::in_arena(threads, [&] {
-        tbb::parallel_for(size_t{0}, mask.size() * model.states.size(), [&](size_t k) {
-          check_interrupted();
-          const size_t i = k / model.states.size();
-          if (mask[i]) reader.check(static_cast<int>(i), model.states[k % model.states.size()]);
-        });
-      });
-    });
-    failed.settle();
-  }
-  std::atomic<uint64_t> written{0}, files{0};
-  uint64_t crc_bytes_read = 0;
-
-  if (options.format == "safetensors") {
-    failed.guard([&] {
-      if (mpi.rank() == 0) {
-        written += write_safetensors(model, reader, options.target.dtype, options.shard_bytes, staged, threads);
-        files += safetensors_shards(model, options.target.dtype, options.shard_bytes).size() + 1;
-      }
-    });
-  } else {
-    const UcpInfo& plan = prep.plan;
-    const fs::path ckdir = fs::path(staged) / model.tag;
-    failed.guard([&] {
-      if (mpi.rank() == 0) {
-        fs::create_directories(ckdir);
-        write_file_atomic((fs::path(staged) / "latest").string(), model.tag);
-      }
-    });
-    failed.settle();
-    mpi.barrier();
-    std::unique_ptr<DeepSpeedWriter> writer_owner;
-    std::optional<ExchangeSetup> setup;
-    failed.guard([&] {
-      writer_owner = std::make_unique<DeepSpeedWriter>(model, plan, reader, common_optimizer_state(options, prep));
-      DeepSpeedWriter& writer = *writer_owner;
-      if (exchange) {
-        // Every rank lays out every file, and makes the same plan from them: who writes which file,
-        // who reads which atomic tensor, in which batch. run_exchange then writes this rank's files.
-        raise_open_file_limit();
-        setup = set_up_exchange(writer, model, plan, ckdir.string(), mpi.size(), options.batch_bytes, threads);
-        batches = setup->plan.batches.size();
-        return;
-      }
-      auto jobs = jobs_of(model, plan);
-      std::vector<uint64_t> sizes;
-      for (const auto& j : jobs) sizes.push_back(j.bytes);
-      const std::vector<size_t> mine = parallel::share_of(sizes, mpi.size(), mpi.rank());
-      Reporter::Bar progress(options.reporter, "ucp-load", mine.size());
-      std::mutex progress_mu;
-      parallel::in_arena(threads, [&] {
-        tbb::parallel_for(
-            tbb::blocked_range<size_t>(0, mine.size(), 1),
-            [&](const tbb::blocked_range<size_t>& r) {
-              for (size_t k = r.begin(); k != r.end(); ++k) {
-                check_interrupted();
-                run_job(writer, model, plan, jobs[mine[k]], ckdir.string(), written, files);
-                if (mpi.rank() == 0) {
-                  std::lock_guard lock(progress_mu);
-                  progress.advance();
-                }
-              }
-            },
-            tbb::simple_partitioner());
-      });
-      progress.finish();
-    });
-    failed.settle();
-    // Collective; on any rank's failure every rank throws (temporary files and staging removed).
-    if (exchange) {
-      xstats = run_exchange(setup->files, *writer_owner, reader, model, setup->plan, mpi, threads, options.reporter);
-      written += xstats.bytes_written;
-      files += xstats.files_written;
-    }
-  }
-  if (fused_crc) {  // before the rename: a damaged source leaves nothing
-    failed.guard([&] {
-      const auto& plan = prep.direct->plan;
-      std::vector<std::string> paths(plan.files);
-      paths.insert(paths.end(), plan.model_files.begin(), plan.model_files.end());
-      if (!plan.optimizer_state_file.empty()) paths.push_back(plan.optimizer_state_file);
-      std::error_code ec;
-      for (const auto& e : fs::directory_iterator(native_checkpoint_dir(options.input), ec))
-        if (e.is_regular_file() && e.path().extension() == ".pt") paths.push_back(e.path().string());
-      for (auto& p : paths) p = fs::weakly_canonical(p).string();
-      std::sort(paths.begin(), paths.end());
-      paths.erase(std::unique(paths.begin(), paths.end()), paths.end());
-      std::vector<uint64_t> sizes;
-      for (const auto& p : paths) {
-        const auto n = fs::file_size(p, ec);
-        sizes.push_back(ec ? 0 : n);
-      }
-      const auto owner = parallel::assign_by_size(sizes, mpi.size());
-      std::vector<std::string> mine;
-      for (size_t f = 0; f < paths.size(); ++f)
-        if (owner[f] == mpi.rank()) mine.push_back(paths[f]);
-      crc_bytes_read = source->check_source_crcs(mine, threads);
-    });
-    failed.settle();
-  }
-  size_t compared = 0;
-  if (direct && !options.verify_against.empty()) {  // before the rename: a mismatch leaves nothing
-    failed.guard([&] { compared = source->compare_with(options.verify_against); });
-    failed.settle();
-    compared = mpi.sum(compared);
-    failed.guard([&] {
-      const size_t want = model.params.size() * model.states.size();
-      if (compared != want)
-        throw Error(options.verify_against + ": " + std::to_string(compared) + " of " + std::to_string(want) +
-                    " checksums compared (internal error)");
-    });
-    failed.settle();
-  }
-  failed.guard([&] {
-    if (mpi.rank() == 0) test_pause_if_asked();  // output written, not yet renamed into place
-    staging.sync_own_files();
-    check_interrupted();
-  });
-  failed.settle();
-  mpi.barrier();
-  failed.guard([&] {
-    staging.commit();
-  });
-  failed.settle();
-
-  LoadSummary s;
-  s.output = options.output;
-  s.format = options.format;
-  s.params = model.params.size();
-  s.ranks = mpi.size();
-  s.threads = threads;
-  s.exchange = exchange;
-  s.direct = direct;
-  s.checksums_compared = compared;
-  s.batches = batches;
-  if (exchange)  // rank 0's phases (every rank waits for the slowest at each all-to-all)
-    s.phase_seconds = {{"read", xstats.read_seconds},
-                       {"pack", xstats.pack_seconds},
-                       {"alltoall", xstats.alltoall_seconds},
-                       {"fill", xstats.fill_seconds},
-                       {"finish", xstats.finish_seconds}};
-  if (exchange && xstats.fill_cost_even > 0)
-    s.fill_balance = static_cast<double>(xstats.fill_cost) / static_cast<double>(xstats.fill_cost_even);
-  s.files_written = mpi.sum(files.load());
-  s.bytes_read = mpi.sum(reader.bytes_read() + crc_bytes_read);  // direct: with the bytes read only for the zip CRC-32
-  s.bytes_verified = mpi.sum(reader.bytes_verified());
-  s.bytes_written = mpi.sum(written.load());
-  s.peak_rss_bytes = mpi.max(peak_rss_bytes());
-  s.seconds = mpi.max(std::chrono::duration<double>(Clock::now() - t0).count());
-  return s;
+  if (plan.direct) source = open_direct_source(run, crc.fused());
+  if (plan.verify_first) verify_atomic_tensors(run);  // exchange mode verifies while the owner reads
+  if (plan.format == OutputFormat::Safetensors) write_safetensors_output(run, staged);
+  else write_deepspeed_output(run, staged);
+  if (crc.fused()) check_source_crcs(run);
+  if (plan.direct && !options.verify_against.empty()) compare_checksums(run);
+  commit_output(run, staging);
+  return summarize(run, t0);
 }
 
 }  // namespace ucpkit::load

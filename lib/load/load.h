@@ -1,5 +1,6 @@
 // The ucp-load driver: universal checkpoint -> target layout (DeepSpeed files or safetensors),
-// planned with UcpInfo, executed with TBB threads (and MPI ranks under mpirun), written atomically.
+// planned with UcpInfo and each rank's LoadPlan (load_plan.h), executed with TBB threads (and MPI ranks
+// under mpirun), written atomically.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -7,22 +8,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include "load/load_plan.h"
+#include "load/output_format.h"
 #include "load/ucp_info.h"
 #include "core/reporter.h"
 
 namespace ucpkit::load {
 
-enum class OptimizerKind { Auto, Zero, Bf16 };
-// How atomic tensors reach the target files. Files: every rank reads what its own files need (MPI
-// ranks split the files). Exchange: every atomic tensor is read once in total by its owner rank and
-// the slices are exchanged over MPI batch by batch (exchange.h). Auto: exchange under mpirun -np > 1.
-enum class ExchangeMode { Auto, Files, Exchange };
-
 struct LoadOptions {
   std::string input, output;
   TargetLayout target;                   // bf16_optimizer is resolved from `optimizer`
   OptimizerKind optimizer = OptimizerKind::Auto;
-  std::string format = "deepspeed";      // deepspeed | safetensors
+  OutputFormat format = OutputFormat::DeepSpeed;
   Reporter reporter;                     // warnings, details, progress (tools: tool::console_reporter())
   int threads = 0;                       // 0: all cores
   bool verify = true;                    // check atomic tensors against manifest checksums
@@ -38,7 +35,8 @@ struct LoadOptions {
 };
 
 struct LoadSummary {
-  std::string output, format;
+  std::string output;
+  OutputFormat format = OutputFormat::DeepSpeed;
   size_t params = 0, files_written = 0;
   uint64_t bytes_read = 0;      // atomic bytes read from files (files mode: copied into target files,
                                 // each DP partition once; exchange mode: each atomic tensor once)

@@ -257,7 +257,7 @@ void sort_expert_files(MpRankPlan& mr) {
 // The expert file of (MoE layer, global expert) in `mr`, made on first use (file_of: its index).
 auto& expert_file_for(MpRankPlan& mr, std::map<std::pair<int, int>, size_t>& file_of, int moe_id, int expert) {
   auto [it, fresh] = file_of.try_emplace({moe_id, expert}, mr.expert_files.size());
-  if (fresh) mr.expert_files.push_back({moe_id, expert, {}});
+  if (fresh) mr.expert_files.push_back({moe_id, expert, {}, {}});
   return mr.expert_files[it->second];
 }
 
@@ -360,56 +360,173 @@ std::pair<int, int> UcpInfo::ep_coords(int d) const {
   return {c.ep_rank, c.edp_rank};
 }
 
+namespace {
+
+// The pipeline stage(s) of every parameter (a set: tied embeddings live on the first and the last
+// stage) and the layers of every stage. A non-pipeline model is one stage without layer files.
+struct StageAssignment {
+  std::vector<std::vector<int>> param_stages;  // [param] the stages holding it
+  std::vector<std::vector<int>> stage_layers;  // [stage] its pipeline layers (UcpInfo::stage_layers)
+};
+
+StageAssignment assign_stages(const ModelInfo& m, int P) {
+  StageAssignment a;
+  a.param_stages.resize(m.params.size());
+  a.stage_layers.assign(P, {});
+  if (!m.pipeline) {
+    for (auto& s : a.param_stages) s = {0};
+    return a;
+  }
+  std::set<int> blocks_set, layers_set;
+  for (const auto& p : m.params) {
+    if (p.layer >= 0) layers_set.insert(p.layer);
+    if (p.transformer) blocks_set.insert(p.layer);
+  }
+  std::vector<int> blocks(blocks_set.begin(), blocks_set.end());
+  if ((int)blocks.size() < P)
+    throw Error("impossible layout: --pp " + std::to_string(P) + " but the model has only " +
+                std::to_string(blocks.size()) + " transformer layers");
+  const auto st = stage_of_blocks(static_cast<int>(blocks.size()), P);
+  std::map<int, int> layer_stage;
+  for (size_t i = 0; i < blocks.size(); ++i) layer_stage[blocks[i]] = st[i];
+  const int first_block = blocks.empty() ? 0 : blocks.front();
+  for (int L : layers_set)
+    if (!layer_stage.count(L)) layer_stage[L] = L < first_block ? 0 : P - 1;
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    const auto& p = m.params[i];
+    if (p.tied) {
+      a.param_stages[i].push_back(0);
+      if (p.rule.pipeline_replicated && P > 1) a.param_stages[i].push_back(P - 1);
+    } else {
+      a.param_stages[i].push_back(layer_stage.at(p.layer));
+    }
+  }
+  std::set<int> tied_layers;
+  for (const auto& p : m.params)
+    if (p.tied) {
+      tied_layers.insert(p.layer);
+      if (p.rule.pipeline_replicated && m.tied_head_layer >= 0) tied_layers.insert(m.tied_head_layer);
+    }
+  for (int L : tied_layers)
+    if (!layer_stage.count(L)) layer_stage[L] = L < first_block ? 0 : P - 1;
+  for (const auto& [L, s] : layer_stage) a.stage_layers[s].push_back(L);
+  return a;
+}
+
+// The dense (non-expert) parameters of param group `g` on stage `s`, in flat-buffer order: a tied
+// parameter's copy on a later stage goes before or after the stage's own ones, as in the source.
+std::vector<int> group_order(const ModelInfo& m, const std::vector<std::vector<int>>& param_stages, int g, int s) {
+  std::vector<int> own, tied_copies;
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    const auto& p = m.params[i];
+    if (p.group != g || p.expert >= 0 || p.autoep_experts > 0 ||
+        std::find(param_stages[i].begin(), param_stages[i].end(), s) == param_stages[i].end())
+      continue;
+    if (p.tied && s != 0) tied_copies.push_back(static_cast<int>(i));
+    else own.push_back(static_cast<int>(i));
+  }
+  std::vector<int> order;
+  if (m.tied_copy_first) order.insert(order.end(), tied_copies.begin(), tied_copies.end());
+  order.insert(order.end(), own.begin(), own.end());
+  if (!m.tied_copy_first) order.insert(order.end(), tied_copies.begin(), tied_copies.end());
+  return order;
+}
+
+// A dense group partitioned over `dp` ranks: ZeRO-1/2 pad the flat buffer to a multiple of 2 * dp
+// (an empty one to 2 * dp) and split it equally; ZeRO-3 (`per_param`) splits every parameter on its
+// own into ceil(numel / dp) slices.
+void close_dense_group(GroupPlan gp, int64_t dp, std::vector<GroupPlan>& out) {
+  gp.partition_count = static_cast<int>(dp);
+  if (gp.per_param) {
+    for (const auto& s : gp.slots) gp.partition += (s.numel() + dp - 1) / dp;
+    gp.padded = gp.partition * dp;
+  } else {
+    const int64_t align = 2 * dp;
+    gp.padded = gp.numel ? (gp.numel + align - 1) / align * align : align;
+    gp.partition = gp.padded / dp;
+  }
+  out.push_back(std::move(gp));
+}
+
+// Where a parameter sits on one model-parallel rank: param index -> (group, slot) in MpRankPlan::groups.
+using SlotIndex = std::map<int, std::pair<int, int>>;
+
+// The dense param groups of `mr` (its stage and TP rank): every group's parameters flattened in
+// group_order, empty groups dropped as DeepSpeed does, ZeRO-3 groups cut into sub-groups once their
+// per-rank slices reach sub_group_size. Returns where every parameter landed.
+SlotIndex add_dense_groups(const ModelInfo& m, const UcpInfo& info, const std::vector<std::vector<int>>& param_stages,
+                           MpRankPlan& mr) {
+  const auto& target = info.target;
+  const int64_t dp = target.dp;
+  SlotIndex where;
+  for (int g = 0; g < m.groups; ++g) {
+    const auto order = group_order(m, param_stages, g, mr.pp_rank);
+    if (order.empty()) continue;
+    GroupPlan gp;
+    gp.group = g;
+    gp.per_param = target.zero_stage == 3;
+    int64_t slice_sum = 0;  // ZeRO-3: per-rank slice elements of the open sub-group
+    for (size_t k = 0; k < order.size(); ++k) {
+      const int i = order[k];
+      const auto& p = m.params[i];
+      Slot slot;
+      slot.param = i;
+      slot.name = p.name;
+      slot.slice = tp_slice(p.name, p.shape, p.rule, m.patterns, target.tp, mr.tp_rank,
+                            p.rule.vocab ? info.padded_vocab : -1);
+      slot.offset = gp.numel;
+      gp.numel += slot.numel();
+      slice_sum += (slot.numel() + dp - 1) / dp;
+      where[i] = {static_cast<int>(mr.groups.size()), static_cast<int>(gp.slots.size())};
+      gp.slots.push_back(std::move(slot));
+      if (gp.per_param && slice_sum >= target.sub_group_size && k + 1 < order.size()) {
+        close_dense_group(std::move(gp), dp, mr.groups);
+        gp = GroupPlan{};
+        gp.group = g;
+        gp.per_param = true;
+        slice_sum = 0;
+      }
+    }
+    close_dense_group(std::move(gp), dp, mr.groups);
+  }
+  return where;
+}
+
+// Pipeline models: the layer files of `mr`'s stage, each listing its parameters (the tied head's
+// copy included) in module (registration) order, as the source's file of that layer lists its keys.
+void add_layer_files(const ModelInfo& m, const UcpInfo& info, const SlotIndex& where, MpRankPlan& mr) {
+  for (int L : info.stage_layers[mr.pp_rank]) {
+    LayerFilePlan lf;
+    lf.layer = L;
+    for (size_t i = 0; i < m.params.size(); ++i) {
+      const auto& p = m.params[i];
+      auto it = where.find(static_cast<int>(i));
+      if (it == where.end()) continue;
+      const bool here = p.layer == L || (p.tied && p.rule.pipeline_replicated && L == m.tied_head_layer);
+      if (here) lf.entries.push_back({p.local, it->second});
+    }
+    if (auto k = m.layer_keys.find(L); k != m.layer_keys.end()) {
+      auto rank = [&](const std::string& local) {
+        return std::find(k->second.begin(), k->second.end(), local) - k->second.begin();
+      };
+      std::stable_sort(lf.entries.begin(), lf.entries.end(),
+                       [&](const auto& a, const auto& b) { return rank(a.first) < rank(b.first); });
+    }
+    if (!lf.entries.empty()) mr.layers.push_back(std::move(lf));
+  }
+}
+
+}  // namespace
+
 UcpInfo ucp_info(const ModelInfo& m, const TargetLayout& target) {
   check_layout(m, target);
   UcpInfo info;
   info.target = target;
   info.data_before_expert = m.data_before_expert;
   info.padded_vocab = m.original_vocab > 0 ? pad_vocab(m.original_vocab, m.vocab_multiple, target.tp) : 0;
-
-  // Pipeline stage of every parameter (a set: tied embeddings live on the first and last stage).
   const int P = target.pp;
-  std::vector<std::vector<int>> stages(m.params.size());
-  info.stage_layers.assign(P, {});
-  if (m.pipeline) {
-    std::set<int> blocks_set, layers_set;
-    for (const auto& p : m.params) {
-      if (p.layer >= 0) layers_set.insert(p.layer);
-      if (p.transformer) blocks_set.insert(p.layer);
-    }
-    std::vector<int> blocks(blocks_set.begin(), blocks_set.end());
-    if ((int)blocks.size() < P)
-      throw Error("impossible layout: --pp " + std::to_string(P) + " but the model has only " +
-                  std::to_string(blocks.size()) + " transformer layers");
-    const auto st = stage_of_blocks(static_cast<int>(blocks.size()), P);
-    std::map<int, int> layer_stage;
-    for (size_t i = 0; i < blocks.size(); ++i) layer_stage[blocks[i]] = st[i];
-    const int first_block = blocks.empty() ? 0 : blocks.front();
-    for (int L : layers_set)
-      if (!layer_stage.count(L)) layer_stage[L] = L < first_block ? 0 : P - 1;
-    for (size_t i = 0; i < m.params.size(); ++i) {
-      const auto& p = m.params[i];
-      if (p.tied) {
-        stages[i].push_back(0);
-        if (p.rule.pipeline_replicated && P > 1) stages[i].push_back(P - 1);
-      } else {
-        stages[i].push_back(layer_stage.at(p.layer));
-      }
-    }
-    std::set<int> tied_layers;
-    for (const auto& p : m.params)
-      if (p.tied) {
-        tied_layers.insert(p.layer);
-        if (p.rule.pipeline_replicated && m.tied_head_layer >= 0) tied_layers.insert(m.tied_head_layer);
-      }
-    for (int L : tied_layers)
-      if (!layer_stage.count(L)) layer_stage[L] = L < first_block ? 0 : P - 1;
-    for (const auto& [L, s] : layer_stage) info.stage_layers[s].push_back(L);
-  } else {
-    for (auto& s : stages) s = {0};
-    info.stage_layers[0] = {};
-  }
-
+  auto stages = assign_stages(m, P);
+  info.stage_layers = std::move(stages.stage_layers);
   for (int s = 0; s < P; ++s) {
     for (int t = 0; t < target.tp; ++t) {
       MpRankPlan mr;
@@ -420,87 +537,12 @@ UcpInfo ucp_info(const ModelInfo& m, const TargetLayout& target) {
       // (the last stage from the source's last stage: it holds the head's scheduler state alike).
       const int ss = (s == P - 1) ? m.source_pp - 1 : std::min(s, m.source_pp - 1);
       mr.template_file = ss * m.source_tp + std::min(t, m.source_tp - 1);
-      std::map<int, std::pair<int, int>> where;  // param -> (group, slot)
-      for (int g = 0; g < m.groups; ++g) {
-        GroupPlan gp;
-        gp.group = g;
-        std::vector<int> own, tied_copies;
-        for (size_t i = 0; i < m.params.size(); ++i) {
-          const auto& p = m.params[i];
-          if (p.group != g || p.expert >= 0 || p.autoep_experts > 0 || std::find(stages[i].begin(), stages[i].end(), s) == stages[i].end())
-            continue;
-          if (p.tied && s != 0) tied_copies.push_back(static_cast<int>(i));
-          else own.push_back(static_cast<int>(i));
-        }
-        std::vector<int> order;
-        if (m.tied_copy_first) order.insert(order.end(), tied_copies.begin(), tied_copies.end());
-        order.insert(order.end(), own.begin(), own.end());
-        if (!m.tied_copy_first) order.insert(order.end(), tied_copies.begin(), tied_copies.end());
-        if (order.empty()) continue;  // empty groups are dropped, as DeepSpeed does
-        const int64_t dp = target.dp;
-        auto close = [&] {
-          gp.partition_count = target.dp;
-          if (gp.per_param) {
-            for (const auto& s : gp.slots) gp.partition += (s.numel() + dp - 1) / dp;
-            gp.padded = gp.partition * dp;
-          } else {
-            const int64_t align = 2 * dp;
-            gp.padded = gp.numel ? (gp.numel + align - 1) / align * align : align;
-            gp.partition = gp.padded / dp;
-          }
-          mr.groups.push_back(std::move(gp));
-          gp = GroupPlan{};
-          gp.group = g;
-        };
-        gp.per_param = target.zero_stage == 3;
-        int64_t slice_sum = 0;  // ZeRO-3: per-rank slice elements of the open sub-group
-        for (size_t k = 0; k < order.size(); ++k) {
-          const int i = order[k];
-          const auto& p = m.params[i];
-          Slot slot;
-          slot.param = i;
-          slot.name = p.name;
-          slot.slice = tp_slice(p.name, p.shape, p.rule, m.patterns, target.tp, t,
-                                p.rule.vocab ? info.padded_vocab : -1);
-          slot.offset = gp.numel;
-          gp.numel += slot.numel();
-          slice_sum += (slot.numel() + dp - 1) / dp;
-          where[i] = {static_cast<int>(mr.groups.size()), static_cast<int>(gp.slots.size())};
-          gp.slots.push_back(std::move(slot));
-          if (gp.per_param && slice_sum >= target.sub_group_size && k + 1 < order.size()) {
-            close();
-            gp.per_param = true;
-            slice_sum = 0;
-          }
-        }
-        close();
-      }
+      const SlotIndex where = add_dense_groups(m, info, stages.param_stages, mr);
       for (size_t i = 0; i < m.params.size(); ++i)
         if (auto it = where.find(static_cast<int>(i)); it != where.end()) mr.module.push_back(it->second);
       if (m.native_moe) add_expert_groups(m, info, mr);
       if (m.autoep) add_autoep_groups(m, info, mr);
-      if (m.pipeline) {
-        for (int L : info.stage_layers[s]) {
-          LayerFilePlan lf;
-          lf.layer = L;
-          for (size_t i = 0; i < m.params.size(); ++i) {
-            const auto& p = m.params[i];
-            auto it = where.find(static_cast<int>(i));
-            if (it == where.end()) continue;
-            const bool here = p.layer == L || (p.tied && p.rule.pipeline_replicated && L == m.tied_head_layer);
-            if (here) lf.entries.push_back({p.local, it->second});
-          }
-          // Module (registration) order, as the source's file of this layer lists its keys.
-          if (auto k = m.layer_keys.find(L); k != m.layer_keys.end()) {
-            auto rank = [&](const std::string& local) {
-              return std::find(k->second.begin(), k->second.end(), local) - k->second.begin();
-            };
-            std::stable_sort(lf.entries.begin(), lf.entries.end(),
-                             [&](const auto& a, const auto& b) { return rank(a.first) < rank(b.first); });
-          }
-          if (!lf.entries.empty()) mr.layers.push_back(std::move(lf));
-        }
-      }
+      if (m.pipeline) add_layer_files(m, info, where, mr);
       info.mp_ranks.push_back(std::move(mr));
     }
   }

@@ -11,21 +11,15 @@
 #include "load/model_info.h"
 #include "load/ucp_info.h"
 #include "load/universal_reader.h"
+#include "plan_models.h"
 
 using namespace ucpkit;
 using namespace ucpkit::load;
 using patterns::JoinKind;
 using patterns::ParamRule;
+using namespace ucpkit::load::test_models;
 
 namespace {
-
-ParamRule rule(JoinKind k, int64_t cat_dim = 0, bool vocab = false) {
-  ParamRule r;
-  r.kind = k;
-  r.cat_dim = cat_dim;
-  r.vocab = vocab;
-  return r;
-}
 
 // The reference: materialize the TP slice by explicit index arithmetic.
 std::vector<float> slice_ref(const std::vector<float>& u, const std::vector<int64_t>& ushape, const TpSlice& s) {
@@ -48,30 +42,6 @@ std::vector<float> iota_vec(int64_t n) {
   std::vector<float> v(n);
   std::iota(v.begin(), v.end(), 1.0f);
   return v;
-}
-
-ModelInfo tiny_model() {
-  // Two groups; a vocab embedding (cat 0), a row-parallel weight (cat 1), a replicated norm.
-  ModelInfo m;
-  m.groups = 2;
-  m.states = {"fp32", "exp_avg", "exp_avg_sq"};
-  m.original_vocab = 10;
-  m.vocab_multiple = 2;
-  m.heads = 4;
-  auto add = [&](std::string name, std::vector<int64_t> shape, ParamRule r, int group) {
-    ParamInfo p;
-    p.name = std::move(name);
-    p.shape = std::move(shape);
-    p.stored_numel = 1;
-    for (auto d : p.shape) p.stored_numel *= d;
-    p.rule = r;
-    p.group = group;
-    m.params.push_back(p);
-  };
-  add("emb", {10, 4}, rule(JoinKind::Cat, 0, true), 0);
-  add("dense", {4, 8}, rule(JoinKind::Cat, 1), 0);
-  add("norm", {4}, rule(JoinKind::Replicate), 1);
-  return m;
 }
 
 }  // namespace
@@ -262,6 +232,63 @@ TEST(UcpInfo, ImpossibleLayoutsAndOptionCombos) {
   t.zero_stage = 3;
   m.pipeline = true;
   EXPECT_THROW(ucp_info(m, t), Error);  // PipelineEngine runs ZeRO 0/1 only
+}
+
+TEST(UcpInfo, PipelineStagesLayerFilesAndTiedCopy) {
+  // PipelineModule's type:transformer partition: the blocks spread over the stages (stage_of_blocks),
+  // the layers before the first block on the first stage, the ones after the last on the last; the
+  // tied embedding on the first stage and, as the head's copy (layer 8), on the last.
+  TargetLayout t;
+  t.pp = 2;
+  t.dp = 1;
+  auto m = pipeline_model(true);
+  auto info = ucp_info(m, t);
+  EXPECT_EQ(info.stage_layers, (std::vector<std::vector<int>>{{1, 3, 4}, {5, 6, 7, 8}}));
+  ASSERT_EQ(info.mp_ranks.size(), 2u);
+  auto layer_names = [&](const MpRankPlan& mr) {
+    std::vector<std::pair<int, std::string>> out;
+    for (const auto& lf : mr.layers)
+      for (const auto& [local, where] : lf.entries) out.push_back({lf.layer, local});
+    return out;
+  };
+  using Entries = std::vector<std::pair<int, std::string>>;
+  EXPECT_EQ(layer_names(info.mp_ranks[0]),
+            (Entries{{1, "word_embeddings.weight"}, {3, "mlp.weight"}, {4, "mlp.weight"}}));
+  EXPECT_EQ(layer_names(info.mp_ranks[1]), (Entries{{5, "mlp.weight"},
+                                                    {6, "mlp.weight"},
+                                                    {7, "final_layernorm.weight"},
+                                                    {8, "word_embeddings.weight"}}));
+  auto slot_names = [](const MpRankPlan& mr) {
+    std::vector<std::string> out;
+    for (const auto& g : mr.groups)
+      for (const auto& s : g.slots) out.push_back(s.name);
+    return out;
+  };
+  const std::string tied = "tied_modules.embed.word_embeddings.weight";
+  EXPECT_EQ(slot_names(info.mp_ranks[0]), (std::vector<std::string>{tied, "3.mlp.weight", "4.mlp.weight"}));
+  // The last stage's flat buffer: the tied copy before its own parameters (PipelineModule registers
+  // tied modules first), or after them where the source showed that order.
+  EXPECT_EQ(slot_names(info.mp_ranks[1]),
+            (std::vector<std::string>{tied, "5.mlp.weight", "6.mlp.weight", "7.final_layernorm.weight"}));
+  m.tied_copy_first = false;
+  info = ucp_info(m, t);
+  EXPECT_EQ(slot_names(info.mp_ranks[1]),
+            (std::vector<std::string>{"5.mlp.weight", "6.mlp.weight", "7.final_layernorm.weight", tied}));
+  // Untied, 3 stages: blocks 2 + 1 + 1, no head copy.
+  t.pp = 3;
+  info = ucp_info(pipeline_model(false), t);
+  EXPECT_EQ(info.stage_layers, (std::vector<std::vector<int>>{{1, 3, 4}, {5}, {6, 7}}));
+  // Layer files list their entries in the source file's key order when it is known.
+  m = pipeline_model(false);
+  add_param(m, "7.final_layernorm.bias", {4}, rule(JoinKind::Replicate), 0, 7);
+  m.params.back().local = "final_layernorm.bias";
+  m.layer_keys[7] = {"final_layernorm.bias", "final_layernorm.weight"};
+  t.pp = 2;
+  info = ucp_info(m, t);
+  EXPECT_EQ(layer_names(info.mp_ranks[1]), (Entries{{5, "mlp.weight"},
+                                                    {6, "mlp.weight"},
+                                                    {7, "final_layernorm.bias"},
+                                                    {7, "final_layernorm.weight"}}));
 }
 
 TEST(UcpInfo, StagesOfBlocks) {

@@ -1,0 +1,211 @@
+// ucp-load's per-rank plan without I/O: the optimizer flavour docs/ucp-load.md promises for
+// --optimizer auto, when the exchange is used, that the files-mode jobs name every target file
+// DeepSpeed's layout has exactly once over any number of ranks, each atomic tensor verified by one
+// rank, and which steps a rank runs for each kind of input and output.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "load/load.h"
+#include "load/load_plan.h"
+#include "load/model_info.h"
+#include "load/ucp_info.h"
+#include "plan_models.h"
+
+using namespace ucpkit;
+using namespace ucpkit::load;
+using patterns::JoinKind;
+using namespace ucpkit::load::test_models;
+
+namespace {
+
+TargetLayout target_of(int tp, int pp, int dp, int zero) {
+  TargetLayout t;
+  t.tp = tp;
+  t.pp = pp;
+  t.dp = dp;
+  t.zero_stage = zero;
+  return t;
+}
+
+// Every target file of a DeepSpeed checkpoint of `model`: per model-parallel rank
+// mp_rank_XX_model_states.pt (ZeRO 0-2) or one zero_pp_rank_D_mp_rank_XX_model_states.pt per DP rank
+// (ZeRO-3), and one optimizer file per DP rank; pipeline models: per TP rank one layer file of each
+// layer that has parameters.
+size_t deepspeed_file_count(const ModelInfo& model, const TargetLayout& t) {
+  std::set<int> layers;
+  for (const auto& p : model.params)
+    if (p.layer >= 0) layers.insert(p.layer);
+  const size_t mp = static_cast<size_t>(t.tp) * t.pp;
+  return mp * (t.zero_stage == 3 ? t.dp : 1) + mp * t.dp + (model.pipeline ? t.tp * layers.size() : 0);
+}
+
+LoadOptions options_for(const TargetLayout& t) {
+  LoadOptions o;
+  o.target = t;
+  return o;
+}
+
+}  // namespace
+
+TEST(ResolveTarget, AutoPicksBf16OptimizerAsDocumented) {
+  ModelInfo m = tiny_model();
+  struct Case {
+    DType dtype;
+    int zero;
+    bool source_bf16_optimizer, want;
+  };
+  // docs/ucp-load.md --optimizer: auto picks BF16_Optimizer for bf16 with ZeRO 0, or ZeRO 1 when
+  // the source used it.
+  for (const Case& c : std::vector<Case>{{DType::BFloat16, 0, false, true},
+                                         {DType::BFloat16, 1, true, true},
+                                         {DType::BFloat16, 1, false, false},
+                                         {DType::BFloat16, 2, true, false},
+                                         {DType::BFloat16, 3, true, false},
+                                         {DType::Float16, 1, true, false},
+                                         {DType::Float16, 0, true, false}}) {
+    m.source_bf16_optimizer = c.source_bf16_optimizer;
+    TargetLayout t = target_of(1, 1, 2, c.zero);
+    t.dtype = c.dtype;
+    EXPECT_EQ(resolve_target(t, OptimizerKind::Auto, m).bf16_optimizer, c.want)
+        << dtype_name(c.dtype) << " zero " << c.zero << " source bf16 " << c.source_bf16_optimizer;
+    EXPECT_TRUE(resolve_target(t, OptimizerKind::Bf16, m).bf16_optimizer);
+    EXPECT_FALSE(resolve_target(t, OptimizerKind::Zero, m).bf16_optimizer);
+  }
+  // Everything else is the target as given.
+  TargetLayout t = target_of(2, 3, 4, 1);
+  t.ep = 2;
+  t.sub_group_size = 77;
+  t.ds_line = "0.14";
+  const auto r = resolve_target(t, OptimizerKind::Auto, m);
+  EXPECT_EQ(std::make_tuple(r.tp, r.pp, r.dp, r.zero_stage, r.ep, r.dtype, r.sub_group_size, r.ds_line),
+            std::make_tuple(2, 3, 4, 1, 2, DType::BFloat16, int64_t{77}, std::string("0.14")));
+}
+
+TEST(UsesExchange, DeepSpeedOutputWhenAskedOrUnderSeveralRanks) {
+  EXPECT_FALSE(uses_exchange(OutputFormat::DeepSpeed, ExchangeMode::Auto, 1));
+  EXPECT_TRUE(uses_exchange(OutputFormat::DeepSpeed, ExchangeMode::Auto, 2));
+  EXPECT_TRUE(uses_exchange(OutputFormat::DeepSpeed, ExchangeMode::Exchange, 1));
+  EXPECT_FALSE(uses_exchange(OutputFormat::DeepSpeed, ExchangeMode::Files, 4));
+  for (auto mode : {ExchangeMode::Auto, ExchangeMode::Files, ExchangeMode::Exchange})
+    for (int ranks : {1, 3}) EXPECT_FALSE(uses_exchange(OutputFormat::Safetensors, mode, ranks));
+}
+
+TEST(FileJobs, NameEveryDeepSpeedFileOnce) {
+  struct Case {
+    ModelInfo model;
+    TargetLayout target;
+  };
+  const std::vector<Case> cases = {{tiny_model(), target_of(2, 1, 3, 1)},
+                                   {tiny_model(), target_of(1, 1, 4, 3)},
+                                   {tiny_model(), target_of(2, 1, 2, 2)},
+                                   {pipeline_model(), target_of(2, 2, 2, 1)},
+                                   {pipeline_model(), target_of(1, 3, 1, 1)}};
+  for (const auto& c : cases) {
+    const UcpInfo info = ucp_info(c.model, c.target);
+    const auto jobs = file_jobs(c.model, info);
+    size_t files = 0;
+    std::set<std::tuple<int, int, int>> seen;
+    for (const auto& j : jobs) {
+      files += files_of(c.model, info, j);
+      EXPECT_TRUE(seen.insert({j.kind, j.mp, j.dp}).second) << "job listed twice";
+      if (j.kind == FileJob::Zero3Model) EXPECT_EQ(c.target.zero_stage, 3);
+      if (j.kind == FileJob::Model) EXPECT_NE(c.target.zero_stage, 3);
+    }
+    EXPECT_EQ(files, deepspeed_file_count(c.model, c.target)) << c.target.to_json().dump();
+  }
+}
+
+TEST(FileJobs, PipelineLayerFilesFollowTheirStage) {
+  // 4 blocks over 2 stages: layers 1 (embedding), 3, 4 on stage 0; 5, 6, 7 (final norm) on stage 1.
+  const ModelInfo m = pipeline_model();
+  const UcpInfo info = ucp_info(m, target_of(1, 2, 1, 1));
+  const auto jobs = file_jobs(m, info);
+  ASSERT_EQ(jobs.size(), 4u);  // per stage: the model job, one optimizer job
+  EXPECT_EQ(files_of(m, info, jobs[0]), 1u + 3u);
+  EXPECT_EQ(files_of(m, info, jobs[2]), 1u + 3u);
+}
+
+TEST(FileJobs, OptimizerJobBytesAreTheFp32Partitions) {
+  // TP 2, DP 3: group 0 is the embedding slice (vocabulary 10 padded to 12, 6 rows x 4) and the
+  // dense slice (4 x 4): 40 elements, padded to a multiple of 2 * DP = 6 -> 42, 14 per rank; group 1
+  // is the norm, 4 elements padded to 6, 2 per rank. Three fp32 states of 16 elements.
+  const ModelInfo m = tiny_model();
+  const UcpInfo info = ucp_info(m, target_of(2, 1, 3, 1));
+  for (const auto& j : file_jobs(m, info))
+    if (j.kind == FileJob::Optim) EXPECT_EQ(j.bytes, 3u * 4u * 16u);
+}
+
+TEST(VerifyMask, EveryAtomicTensorByExactlyOneRank) {
+  ModelInfo m = pipeline_model();
+  for (const auto& p : tiny_model().params) m.params.push_back(p);
+  for (int ranks : {1, 2, 3, 5, 16}) {
+    std::vector<int> owners(m.params.size(), 0);
+    for (int rank = 0; rank < ranks; ++rank) {
+      const auto mask = verify_mask(m, ranks, rank);
+      ASSERT_EQ(mask.size(), m.params.size());
+      for (size_t i = 0; i < mask.size(); ++i) owners[i] += mask[i] ? 1 : 0;
+    }
+    for (size_t i = 0; i < owners.size(); ++i) EXPECT_EQ(owners[i], 1) << m.params[i].name << " ranks " << ranks;
+  }
+}
+
+TEST(PlanLoad, FilesModeSplitsTheJobsOverTheRanks) {
+  const ModelInfo m = tiny_model();
+  auto o = options_for(target_of(2, 1, 3, 1));
+  o.exchange = ExchangeMode::Files;
+  const UcpInfo info = ucp_info(m, o.target);
+  const size_t njobs = file_jobs(m, info).size();
+  for (int ranks : {1, 2, 4, 9}) {
+    std::vector<int> taken(njobs, 0);
+    for (int rank = 0; rank < ranks; ++rank) {
+      const auto p = plan_load(o, m, info, false, ranks, rank);
+      EXPECT_FALSE(p.exchange);
+      EXPECT_TRUE(p.verify && p.verify_first);
+      EXPECT_EQ(p.jobs.size(), njobs);
+      for (size_t k : p.my_jobs) ++taken.at(k);
+    }
+    for (int t : taken) EXPECT_EQ(t, 1) << ranks << " ranks";
+  }
+}
+
+TEST(PlanLoad, WhichStepsRun) {
+  const ModelInfo m = tiny_model();
+  auto o = options_for(target_of(1, 1, 2, 1));
+  const UcpInfo info = ucp_info(m, o.target);
+
+  // Universal input, several ranks: the exchange, which verifies while the owners read.
+  auto p = plan_load(o, m, info, false, 2, 0);
+  EXPECT_TRUE(p.exchange && p.verify);
+  EXPECT_FALSE(p.verify_first);
+  EXPECT_TRUE(p.jobs.empty() && p.my_jobs.empty() && p.verify_mask.empty());
+
+  // --no-verify: nothing verified.
+  o.verify = false;
+  p = plan_load(o, m, info, false, 1, 0);
+  EXPECT_FALSE(p.verify || p.verify_first || p.exchange);
+  EXPECT_FALSE(p.jobs.empty());
+
+  // Native input: the universal checksums only with --verify-against (--verify does not apply).
+  o.verify = true;
+  p = plan_load(o, m, info, true, 1, 0);
+  EXPECT_TRUE(p.direct);
+  EXPECT_FALSE(p.verify);
+  o.verify_against = "/nowhere/manifest.json";
+  p = plan_load(o, m, info, true, 1, 0);
+  EXPECT_TRUE(p.verify && p.verify_first);
+  EXPECT_EQ(p.verify_mask, std::vector<char>(m.params.size(), 1));
+
+  // safetensors: never the exchange, no DeepSpeed jobs; the verification still split over the ranks.
+  o.verify_against.clear();
+  o.format = OutputFormat::Safetensors;
+  o.exchange = ExchangeMode::Exchange;
+  p = plan_load(o, m, info, false, 3, 1);
+  EXPECT_EQ(p.format, OutputFormat::Safetensors);
+  EXPECT_FALSE(p.exchange);
+  EXPECT_TRUE(p.verify_first);
+  EXPECT_TRUE(p.jobs.empty());
+}

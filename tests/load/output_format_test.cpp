@@ -1,0 +1,30 @@
+// OutputFormat names: the values product.md's ucp-load synopsis lists for --format
+// ("[--format deepspeed|safetensors]"), read back to the same format, nothing else accepted.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "load/output_format.h"
+
+using namespace ucpkit::load;
+
+TEST(OutputFormat, NamesAreTheCliContractValues) {
+  EXPECT_EQ(output_format_names(), (std::vector<std::string>{"deepspeed", "safetensors"}));
+  EXPECT_EQ(output_format_name(OutputFormat::DeepSpeed), "deepspeed");
+  EXPECT_EQ(output_format_name(OutputFormat::Safetensors), "safetensors");
+}
+
+TEST(OutputFormat, EveryNameParsesBackToItsFormat) {
+  for (const auto& name : output_format_names()) {
+    const auto f = output_format_from_name(name);
+    ASSERT_TRUE(f.has_value()) << name;
+    EXPECT_EQ(output_format_name(*f), name);
+  }
+  EXPECT_NE(*output_format_from_name("deepspeed"), *output_format_from_name("safetensors"));
+}
+
+TEST(OutputFormat, OtherNamesAreRefused) {
+  for (const char* name : {"", "DeepSpeed", "safetensor", "torch", "deepspeed ", "hf"})
+    EXPECT_FALSE(output_format_from_name(name).has_value()) << name;
+}
