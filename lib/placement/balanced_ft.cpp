@@ -6,6 +6,7 @@
 #include <optional>
 #include <queue>
 #include <set>
+#include <tuple>
 
 #include "core/error.h"
 #include "placement/algorithm.h"
@@ -266,24 +267,25 @@ double eplb_reference_max_load(const std::vector<double>& t, const Cluster& cl) 
   return max_of(lpt_pack(floor_greedy_allocation(t, cl.slots(), 1), t, cl, false), t, cl);
 }
 
-LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl, int f, BalancedFtLayerInfo* info) {
-  const int E = static_cast<int>(t.size());
-  const long long slots = cl.slots(), floor_slots = static_cast<long long>(f) * E;
-  // Candidate allocations: the greedy over all slots, and over fewer (half a GPU's worth of slots per
-  // GPU less each time, at most S + 1 of them, stopping once the full greedy packs as well as EPLB), the rest to the least loaded experts; each packed
-  // largest share first with replicas spread over nodes. The one with the lightest most loaded GPU
-  // is refined by swaps and rewrites; the runner-up too when the first stays above EPLB's packing.
-  struct Cand {
-    double max;
-    long long greedy;
-    bool spread;
-    std::vector<int> phy2log;
-    bool rated = false;  // packed for the floor (below): refined even when not among the first two
-  };
-  floor_greedy_allocation(t, 0 + slots, f, floor_slots);  // throws UsageError when f * E > slots
-  const auto seq = greedy_order(t, f, slots - floor_slots);  // every candidate is a prefix of it
-  std::vector<Cand> cands;
-  const double reference = eplb_reference_max_load(t, cl);
+namespace {
+
+// One packed allocation: the greedy stopped after `greedy` replicas, packed with or without node spread.
+struct Candidate {
+  double max;
+  long long greedy;
+  bool spread;
+  std::vector<int> phy2log;
+  bool rated = false;  // packed for the floor (add_rated_candidate): refined even when not among the first two
+};
+
+// The greedy over all slots, and over fewer (half a GPU's worth of slots per GPU less each time, at
+// most S + 1 of them, stopping once the full greedy packs as well as EPLB), the rest to the least
+// loaded experts; each packed largest share first with replicas spread over nodes (the full greedy
+// also without the spread). `seq` is greedy_order over all slots: every candidate is a prefix of it.
+std::vector<Candidate> stepped_candidates(const std::vector<double>& t, const Cluster& cl, int f,
+                                          const std::vector<int>& seq, double reference) {
+  const long long slots = cl.slots(), floor_slots = static_cast<long long>(f) * static_cast<long long>(t.size());
+  std::vector<Candidate> cands;
   const long long step = std::max<long long>(1, cl.gpus() / 2);
   for (long long x = slots, k = 0; x >= floor_slots && k <= std::min(cl.slots_per_gpu, 2); x -= step, ++k) {
     auto r = counts_from(t, seq, slots, f, x);
@@ -297,124 +299,165 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
       cands.push_back({m, x, false, std::move(packed)});
     }
   }
-  // Where the floor binds (EPLB's own allocation gives some expert fewer than f replicas), the best
-  // stopping point of the greedy depends on how the shares pair up on GPUs of S slots (a hot expert
-  // with more replicas than GPUs doubles up): every stopping point (up to 64, evenly spaced, then 16
-  // around the best) is rated by packing_estimate and the two best rated are packed as candidates.
-  if (cands.front().max > reference && slots > floor_slots) {
-    auto eplb_counts = floor_greedy_allocation(t, slots, 1);
-    if (*std::min_element(eplb_counts.begin(), eplb_counts.end()) < f) {
-      std::vector<std::pair<double, long long>> rated;
-      const std::vector<int> light = ascending_load_order(t);
-      auto rate = [&](long long x) {
-        rated.push_back({packing_estimate(counts_from(t, seq, slots, f, x, &light), t, cl.gpus(), cl.slots_per_gpu), x});
-      };
-      const long long span = slots - floor_slots, K = std::min<long long>(span, 32);
-      for (long long k = 0; k <= K; ++k) rate(floor_slots + span * k / K);
-      const long long around = std::min_element(rated.begin(), rated.end())->second, half = span / K;
-      for (long long d = -half; d <= half; d += std::max<long long>(1, half / 4))
-        if (d != 0 && around + d >= floor_slots && around + d <= slots) rate(around + d);
-      std::sort(rated.begin(), rated.end());
-      // est is a lower bound for every packing of that allocation: no use packing it when it cannot
-      // beat what is already packed, nor when it promises no less than the allocations already packed.
-      double packed_best = cands.front().max, packed_est = std::numeric_limits<double>::infinity();
-      for (const auto& c : cands) {
-        packed_best = std::min(packed_best, c.max);
-        packed_est = std::min(packed_est, packing_estimate(counts_from(t, seq, slots, f, c.greedy, &light), t, cl.gpus(),
-                                                           cl.slots_per_gpu));
-      }
-      long long taken = 0, last = -1;
-      for (const auto& [est, x] : rated) {
-        if (taken == 1 || est >= packed_best || est >= packed_est * (1 - 1e-3)) break;
-        if (x == last) continue;
-        bool have = false;
-        for (const auto& c : cands) have = have || (c.greedy == x && c.spread);
-        last = x;
-        if (have) continue;
-        auto packed = lpt_pack(counts_from(t, seq, slots, f, x), t, cl, true);
-        const double mx = max_of(packed, t, cl);
-        cands.push_back({mx, x, true, std::move(packed), true});
-        ++taken;
-      }
-    }
+  return cands;
+}
+
+// Where the floor binds (EPLB's own allocation gives some expert fewer than f replicas), the best
+// stopping point of the greedy depends on how the shares pair up on GPUs of S slots (a hot expert
+// with more replicas than GPUs doubles up): every stopping point (up to 64, evenly spaced, then 16
+// around the best) is rated by packing_estimate and the best rated one that can beat the packed
+// candidates is packed and added to `cands`. Nothing when the first candidate is as good as EPLB.
+void add_rated_candidate(std::vector<Candidate>& cands, const std::vector<double>& t, const Cluster& cl, int f,
+                         const std::vector<int>& seq, double reference) {
+  const long long slots = cl.slots(), floor_slots = static_cast<long long>(f) * static_cast<long long>(t.size());
+  if (!(cands.front().max > reference && slots > floor_slots)) return;
+  auto eplb_counts = floor_greedy_allocation(t, slots, 1);
+  if (*std::min_element(eplb_counts.begin(), eplb_counts.end()) >= f) return;
+  std::vector<std::pair<double, long long>> rated;
+  const std::vector<int> light = ascending_load_order(t);
+  auto rate = [&](long long x) {
+    rated.push_back({packing_estimate(counts_from(t, seq, slots, f, x, &light), t, cl.gpus(), cl.slots_per_gpu), x});
+  };
+  const long long span = slots - floor_slots, K = std::min<long long>(span, 32);
+  for (long long k = 0; k <= K; ++k) rate(floor_slots + span * k / K);
+  const long long around = std::min_element(rated.begin(), rated.end())->second, half = span / K;
+  for (long long d = -half; d <= half; d += std::max<long long>(1, half / 4))
+    if (d != 0 && around + d >= floor_slots && around + d <= slots) rate(around + d);
+  std::sort(rated.begin(), rated.end());
+  // est is a lower bound for every packing of that allocation: no use packing it when it cannot
+  // beat what is already packed, nor when it promises no less than the allocations already packed.
+  double packed_best = cands.front().max, packed_est = std::numeric_limits<double>::infinity();
+  for (const auto& c : cands) {
+    packed_best = std::min(packed_best, c.max);
+    packed_est = std::min(packed_est, packing_estimate(counts_from(t, seq, slots, f, c.greedy, &light), t, cl.gpus(),
+                                                       cl.slots_per_gpu));
   }
-  std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.max < b.max; });
-  std::optional<LayerState> best;
-  const char* best_name = "";
-  long long best_greedy = slots;
+  long long taken = 0, last = -1;
+  for (const auto& [est, x] : rated) {
+    if (taken == 1 || est >= packed_best || est >= packed_est * (1 - 1e-3)) break;
+    if (x == last) continue;
+    bool have = false;
+    for (const auto& c : cands) have = have || (c.greedy == x && c.spread);
+    last = x;
+    if (have) continue;
+    auto packed = lpt_pack(counts_from(t, seq, slots, f, x), t, cl, true);
+    const double mx = max_of(packed, t, cl);
+    cands.push_back({mx, x, true, std::move(packed), true});
+    ++taken;
+  }
+}
+
+// The layer's placement as it is being chosen: the state and what BalancedFtLayerInfo reports.
+struct Chosen {
+  std::optional<LayerState> state;
+  const char* packing = "";
+  long long greedy_slots = 0;
+  int node_sets_before = 0, node_sets_after = 0;
+};
+
+// The candidates lightest most loaded GPU first; the first two (and every rated one) are repaired
+// for fault tolerance and refined by swaps and rewrites, stopping once one is as balanced as EPLB.
+// The best refined one is chosen.
+Chosen refine_candidates(std::vector<Candidate> cands, const std::vector<double>& t, const Cluster& cl, int f,
+                         double reference) {
+  std::stable_sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) { return a.max < b.max; });
+  Chosen best;
+  best.greedy_slots = cl.slots();
   for (size_t i = 0, refined = 0; i < cands.size(); ++i) {
-    if (best && best->max_load() <= reference) break;
+    if (best.state && best.state->max_load() <= reference) break;
     if (!cands[i].rated && refined++ >= 2) continue;  // the first two of the usual candidates, as before
     LayerState st(cl, t, std::move(cands[i].phy2log));
     repair_fault_tolerance(st, f);
     reduce_max(st, f, swap_budget(cl), true);
-    if (!best || st.max_load() < best->max_load() * (1 - 1e-12)) {
-      best.emplace(std::move(st));
-      best_name = cands[i].spread ? "node-spread" : "plain";
-      best_greedy = cands[i].greedy;
+    if (!best.state || st.max_load() < best.state->max_load() * (1 - 1e-12)) {
+      best.state.emplace(std::move(st));
+      best.packing = cands[i].spread ? "node-spread" : "plain";
+      best.greedy_slots = cands[i].greedy;
     }
   }
+  return best;
+}
+
+// Blocked candidates: the experts on exactly f nodes packed first into blocks of f nodes, 2, 4, ...
+// times the even share per node; one replaces the chosen placement when its most loaded GPU stays
+// within `cap` and fewer node sets remain.
+void prefer_blocked_packing(Chosen& best, const std::vector<double>& t, const Cluster& cl, int f, double cap) {
+  const int E = static_cast<int>(t.size());
+  std::vector<int> r(E, 0);
+  for (int e : best.state->phy2log()) r[e]++;
+  int F = 0;
+  for (int x : r) F += x == f;
+  const int even = static_cast<int>((static_cast<long long>(f) * F + cl.nodes - 1) / cl.nodes);
+  if (!(F >= 2 && cl.nodes > f && best.node_sets_after > 1)) return;
+  for (int q = std::max(1, 2 * even), tries = 0; q <= cl.slots_per_node() && tries < (cl.nodes > 32 ? 1 : 8);
+       q *= 2, ++tries) {
+    LayerState cand(cl, t, blocked_pack(r, t, cl, f, q));
+    repair_fault_tolerance(cand, f);
+    reduce_max(cand, f, swap_budget(cl), false);
+    if (cand.max_load() > cap) break;  // more per block only gets less balanced
+    auto [b2, a2] = overlap_node_sets(cand, f, cap);
+    if (a2 < best.node_sets_after) {
+      best.state.emplace(std::move(cand));
+      best.node_sets_before = b2;
+      best.node_sets_after = a2;
+      best.packing = "blocked";
+    }
+  }
+}
+
+// Small clusters: the MRO placement of the same replicas as `phy2log` (recovery-optimal where its
+// search is exhaustive), when it is as balanced and at least as recoverable for every k and more
+// for some; nullopt otherwise.
+std::optional<std::vector<int>> better_mro_placement(const std::vector<int>& phy2log, const std::vector<double>& t,
+                                                     const Cluster& cl, int f) {
+  if (cl.nodes > 12) return std::nullopt;
+  const int E = static_cast<int>(t.size());
+  MroOptions mo;
+  mo.fault_tolerance = f;
+  std::vector<int> r(E, 0);
+  for (int e : phy2log) r[e]++;
+  LayerPlacement mro = layout_nodes(mro_placement(r, t, cl.nodes, cl.slots_per_node(), mo), t, cl);
+  if (balancedness(mro.phy2log, t, cl) < balancedness(phy2log, t, cl) - 1e-12) return std::nullopt;
+  auto pm = exact_recovery_vector(node_contents(mro.phy2log, cl), E);
+  auto po = exact_recovery_vector(node_contents(phy2log, cl), E);
+  bool no_worse = true, better = false;
+  for (size_t i = 0; i < po.size(); ++i) {
+    no_worse = no_worse && pm[i] >= po[i] - 1e-12;
+    better = better || pm[i] > po[i] + 1e-12;
+  }
+  if (no_worse && better) return mro.phy2log;
+  return std::nullopt;
+}
+
+}  // namespace
+
+LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl, int f, BalancedFtLayerInfo* info) {
+  const int E = static_cast<int>(t.size());
+  const long long slots = cl.slots(), floor_slots = static_cast<long long>(f) * E;
+  // Candidate allocations (stepped_candidates, add_rated_candidate); the one with the lightest most
+  // loaded GPU is refined by swaps and rewrites; the runner-up too when the first stays above
+  // EPLB's packing (refine_candidates).
+  floor_greedy_allocation(t, 0 + slots, f, floor_slots);  // throws UsageError when f * E > slots
+  const auto seq = greedy_order(t, f, slots - floor_slots);  // every candidate is a prefix of it
+  const double reference = eplb_reference_max_load(t, cl);
+  std::vector<Candidate> cands = stepped_candidates(t, cl, f, seq, reference);
+  add_rated_candidate(cands, t, cl, f, seq, reference);
+  Chosen best = refine_candidates(std::move(cands), t, cl, f, reference);
   // Recovery may use the slack down to EPLB's balance (0.2% margin for tie-order differences).
-  const double cap = std::max(best->max_load(), reference / 1.002);
-  auto [before, after] = overlap_node_sets(*best, f, cap);
-  // Blocked candidates: the experts on exactly f nodes packed first into blocks of f nodes, 2, 4, ...
-  // times the even share per node; kept when the most loaded GPU stays within the cap and fewer
-  // node sets remain.
-  {
-    std::vector<int> r(E, 0);
-    for (int e : best->phy2log()) r[e]++;
-    int F = 0;
-    for (int x : r) F += x == f;
-    const int even = static_cast<int>((static_cast<long long>(f) * F + cl.nodes - 1) / cl.nodes);
-    if (F >= 2 && cl.nodes > f && after > 1)
-      for (int q = std::max(1, 2 * even), tries = 0; q <= cl.slots_per_node() && tries < (cl.nodes > 32 ? 1 : 8);
-           q *= 2, ++tries) {
-        LayerState cand(cl, t, blocked_pack(r, t, cl, f, q));
-        repair_fault_tolerance(cand, f);
-        reduce_max(cand, f, swap_budget(cl), false);
-        if (cand.max_load() > cap) break;  // more per block only gets less balanced
-        auto [b2, a2] = overlap_node_sets(cand, f, cap);
-        if (a2 < after) {
-          best.emplace(std::move(cand));
-          before = b2;
-          after = a2;
-          best_name = "blocked";
-        }
-      }
-  }
-  LayerState& st = *best;
+  const double cap = std::max(best.state->max_load(), reference / 1.002);
+  std::tie(best.node_sets_before, best.node_sets_after) = overlap_node_sets(*best.state, f, cap);
+  prefer_blocked_packing(best, t, cl, f, cap);
   LayerPlacement out;
-  out.phy2log = st.phy2log();
-  bool mro_won = false;
-  // Small clusters: the MRO placement of the same replicas (recovery-optimal where its search is
-  // exhaustive) when it is as balanced and at least as recoverable for every k.
-  if (cl.nodes <= 12) {
-    MroOptions mo;
-    mo.fault_tolerance = f;
-    std::vector<int> r(E, 0);
-    for (int e : out.phy2log) r[e]++;
-    LayerPlacement mro = layout_nodes(mro_placement(r, t, cl.nodes, cl.slots_per_node(), mo), t, cl);
-    if (balancedness(mro.phy2log, t, cl) >= balancedness(out.phy2log, t, cl) - 1e-12) {
-      auto pm = exact_recovery_vector(node_contents(mro.phy2log, cl), E);
-      auto po = exact_recovery_vector(node_contents(out.phy2log, cl), E);
-      bool no_worse = true, better = false;
-      for (size_t i = 0; i < po.size(); ++i) {
-        no_worse = no_worse && pm[i] >= po[i] - 1e-12;
-        better = better || pm[i] > po[i] + 1e-12;
-      }
-      if (no_worse && better) {
-        out.phy2log = mro.phy2log;
-        mro_won = true;
-      }
-    }
-  }
+  out.phy2log = best.state->phy2log();
+  const auto mro = better_mro_placement(out.phy2log, t, cl, f);
+  if (mro) out.phy2log = *mro;
   out.phyrank = ranks_by_appearance(out.phy2log, E);
   if (info) {
-    info->packing = best_name;
-    info->greedy_slots = best_greedy;
-    info->node_sets_before = before;
-    info->node_sets_after = after;
-    info->mro = mro_won;
+    info->packing = best.packing;
+    info->greedy_slots = best.greedy_slots;
+    info->node_sets_before = best.node_sets_before;
+    info->node_sets_after = best.node_sets_after;
+    info->mro = mro.has_value();
   }
   return out;
 }
