@@ -55,6 +55,14 @@ void remove_stale_temporaries(const std::string& output) {
   }
 }
 
+// --ds-version rewrites the native MoE version lines only.
+void check_ds_version_applies(const RestoreOptions& o, const Manifest& m) {
+  if (!o.ds_version.empty() && m.layout == "universal")
+    throw UsageError("--ds-version applies to native DeepSpeed MoE checkpoints, not universal ones");
+  if (!o.ds_version.empty() && m.layout == "deepspeed-autoep-zero3")
+    throw UsageError("--ds-version applies to native DeepSpeed MoE checkpoints, not AutoEP ZeRO-3 ones");
+}
+
 int64_t at(const TokenMatrix& m, int l, int e) {
   if (static_cast<size_t>(l) >= m.size() || static_cast<size_t>(e) >= m[l].size()) return 0;
   return m[l][e];
@@ -111,6 +119,12 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   // Streamed straight into a temporary step folder, renamed into place at the end. Under MPI every
   // rank writes the files it owns into the folder rank 0 names. SIGINT/SIGTERM from here on stop the
   // run at the next chunk and remove the folder (the tool then dies by the signal).
+  // A refusal of --ds-version comes before the output folder is created: it leaves nothing behind.
+  for (const auto& [ti, m] : all)
+    if (m.step == candidates.front() && !m.non_expert_pruned) {
+      check_ds_version_applies(o, m);
+      break;
+    }
   StagedPhase staged;
   fs::create_directories(o.output);
   if (root) remove_stale_temporaries(o.output);
@@ -134,10 +148,7 @@ RestoreResult pec_restore(const RestoreOptions& o) {
       if (m.step != want || m.non_expert_pruned) continue;
       const fs::path final_dir = fs::path(o.output) / ("global_step" + std::to_string(want));
       if (fs::exists(final_dir) && !o.force) fail(final_dir.string(), "already exists (use --force to replace it)");
-      if (!o.ds_version.empty() && m.layout == "universal")
-        throw UsageError("--ds-version applies to native DeepSpeed MoE checkpoints, not universal ones");
-      if (!o.ds_version.empty() && m.layout == "deepspeed-autoep-zero3")
-        throw UsageError("--ds-version applies to native DeepSpeed MoE checkpoints, not AutoEP ZeRO-3 ones");
+      check_ds_version_applies(o, m);
       tmp_dir = fs::path(o.output) / (".global_step" + std::to_string(want) + ".tmp." + pid0);
       if (root) fs::remove_all(tmp_dir);
       mpi.barrier();

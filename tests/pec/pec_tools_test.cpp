@@ -259,7 +259,7 @@ TEST(PecTools, RestoreAsAnotherDeepSpeedVersionLine) {
   EXPECT_EQ(sh(cmp, d + "/cmp.log"), 0) << slurp(d + "/cmp.log");
   // An unknown line is a usage error before anything is written.
   EXPECT_EQ(restore(d + "/store", d + "/bad", "--ds-version 0.12", d + "/bad.log"), 2) << slurp(d + "/bad.log");
-  EXPECT_FALSE(fs::exists(d + "/bad/global_step100"));
+  EXPECT_FALSE(fs::exists(d + "/bad"));
   fs::remove_all(d);
 }
 
@@ -358,6 +358,9 @@ TEST(PecTools, UniversalLayoutRestoresBitExact) {
     EXPECT_EQ(bytes, slurp(universal(step) + "/" + rel)) << rel;
   }
   EXPECT_GT(used.size(), 1u);
+  // --ds-version is for native MoE: refused (exit 2) before the output folder is created.
+  EXPECT_EQ(restore(d + "/store", d + "/refused", "--ds-version 0.19.5", d + "/refused.log"), 2) << slurp(d + "/refused.log");
+  EXPECT_FALSE(fs::exists(d + "/refused")) << "the refusal left the output folder behind";
 }
 
 namespace {
@@ -935,5 +938,5 @@ TEST(PecAutoEpZero3Store, BadInputFailsClearlyAndStoresNothing) {
   ASSERT_EQ(save(ckpt("autoep_z3", 100), d + "/store", 100, "--policy sequential --k 1"), 0);
   EXPECT_EQ(restore(d + "/store", d + "/out", "--ds-version 0.19.5", d + "/log"), 2) << slurp(d + "/log");
   EXPECT_NE(slurp(d + "/log").find("--ds-version"), std::string::npos) << slurp(d + "/log");
-  EXPECT_FALSE(fs::exists(d + "/out/global_step100"));
+  EXPECT_FALSE(fs::exists(d + "/out")) << "the refusal left the output folder behind";
 }
