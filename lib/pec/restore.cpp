@@ -80,10 +80,10 @@ RestoreResult pec_restore(const RestoreOptions& o) {
     if (root) o.reporter.warning(w);
   };
   std::vector<std::unique_ptr<Store>> tiers;
-  tiers.push_back(std::make_unique<Store>(o.store, "durable", false));
+  tiers.push_back(std::make_unique<Store>(o.store, Tier::durable, false));
   if (!o.fast_store.empty()) {
     if (fs::exists(fs::path(o.fast_store) / "PEC_STORE"))
-      tiers.push_back(std::make_unique<Store>(o.fast_store, "fast", false));
+      tiers.push_back(std::make_unique<Store>(o.fast_store, Tier::fast, false));
     else
       warn(o.fast_store + ": fast tier missing (lost with its node?); restoring from the durable store only");
   }
@@ -101,7 +101,7 @@ RestoreResult pec_restore(const RestoreOptions& o) {
     }
   std::stable_sort(all.begin(), all.end(), [&](const auto& a, const auto& b) {
     if (a.second.step != b.second.step) return a.second.step > b.second.step;
-    return tiers[a.first]->tier() == "fast" && tiers[b.first]->tier() != "fast";
+    return tiers[a.first]->tier() == Tier::fast && tiers[b.first]->tier() != Tier::fast;
   });
   if (all.empty()) fail(o.store, "no committed step in the store");
 
@@ -177,7 +177,7 @@ RestoreResult pec_restore(const RestoreOptions& o) {
         for (const auto& g : mpi.gather(err))
           if (!g.empty() && first.empty()) first = g;
         last_error = mpi.broadcast(first);
-        warn(std::string("non-expert state of step ") + std::to_string(want) + " in the " + tiers[ti]->tier() +
+        warn(std::string("non-expert state of step ") + std::to_string(want) + " in the " + to_string(tiers[ti]->tier()) +
              " tier is damaged: " + last_error);
         remove_tmp();
         mpi.barrier();
@@ -278,7 +278,7 @@ RestoreResult pec_restore(const RestoreOptions& o) {
         const Candidate& c = cands[x][choice[x]];
         const std::string why = messages.value(std::to_string(x), std::string("damaged on another rank"));
         warn("expert " + std::to_string(ids[x].second) + " of MoE layer " + std::to_string(ids[x].first) + ": copy of step " +
-             std::to_string(c.manifest->step) + " in the " + tiers[c.tier]->tier() + " tier is damaged (" + why +
+             std::to_string(c.manifest->step) + " in the " + to_string(tiers[c.tier]->tier()) + " tier is damaged (" + why +
              "); trying an older copy");
         if (++choice[x] == cands[x].size()) no_copy(x, why);
         next.push_back(x);
@@ -326,7 +326,7 @@ RestoreResult pec_restore(const RestoreOptions& o) {
       }
       lost[l][e] = std::max<int64_t>(lt, 0);
       experts.push_back({{"moe_layer", l}, {"expert", e}, {"restored_step", src->step}, {"lost_tokens", lost[l][e]},
-                         {"tier", src->tier}});
+                         {"tier", to_string(src->tier)}});
     }
   if (!tokens_known && per_interval.empty())
     warn("no token counts in the store and no --tokens: lost tokens and PLT are reported as 0 (unknown)");
@@ -361,7 +361,7 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   // run should double the budget (next_budget_bytes) when PLT passes the threshold.
   const Manifest* kref = base;
   for (const auto& [ti, m] : all)
-    if (m.step == target && m.tier == "durable") kref = &m;
+    if (m.step == target && m.tier == Tier::durable) kref = &m;
   std::vector<int> k_per_layer = kref->k_per_layer;
   int k_now = kref->k;
   if ((k_now <= 0 || kref->budget_bytes > 0) && !k_per_layer.empty())

@@ -21,8 +21,8 @@ namespace ucpkit::pec {
 namespace {
 using nlohmann::json;
 
-struct Tier {
-  std::string name;
+struct TierSave {
+  Tier tier = Tier::durable;
   std::unique_ptr<Store> store;
   int k = 0;
   uint64_t budget = 0;
@@ -92,22 +92,22 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
   }
 
   const int durable_k = o.k_persist > 0 ? o.k_persist : o.k;
-  std::vector<Tier> tiers;
+  std::vector<TierSave> tiers;
   {
-    Tier d;
-    d.name = "durable";
+    TierSave d;
+    d.tier = Tier::durable;
     d.k = durable_k;
     d.budget = o.budget_bytes;
     d.keep = o.keep;
-    d.store = std::make_unique<Store>(o.store, "durable", true, o.zstd_level);
+    d.store = std::make_unique<Store>(o.store, Tier::durable, true, o.zstd_level);
     tiers.push_back(std::move(d));
   }
   if (!o.fast_store.empty()) {
-    Tier f;
-    f.name = "fast";
+    TierSave f;
+    f.tier = Tier::fast;
     f.k = o.k_snapshot;
     f.keep = o.keep_fast;
-    f.store = std::make_unique<Store>(o.fast_store, "fast", true, o.zstd_level);
+    f.store = std::make_unique<Store>(o.fast_store, Tier::fast, true, o.zstd_level);
     tiers.push_back(std::move(f));
   }
   if (root && !o.plan_only)
@@ -146,18 +146,18 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
     req.expert_bytes = expert_bytes;
     req.unsaved_tokens = add_tokens(t.prev ? t.prev->unsaved_tokens : zero_tokens(shape.experts_per_layer), interval);
     req.last_saved_step = t.prev ? t.prev->last_saved_step : never_saved(shape);
-    const bool by_budget = t.name == "durable" && o.policy == "budget" && t.budget > 0;
+    const bool by_budget = t.tier == Tier::durable && o.policy == "budget" && t.budget > 0;
     if (t.k <= 0 && !by_budget)
-      throw UsageError(t.name == "fast" ? "--k-snapshot must be >= 1"
+      throw UsageError(t.tier == Tier::fast ? "--k-snapshot must be >= 1"
                                         : "give --k (or --k-persist, or --budget-bytes with the budget policy)");
     const SelectionPolicy& pol = *policy;
-    if (t.name == "fast" && o.policy == "budget") {
+    if (t.tier == Tier::fast && o.policy == "budget") {
       req.budget_bytes = 0;  // the fast tier is sized by --k-snapshot
     }
     t.selection = pol.select(req);
     std::vector<int> k_per_layer;
     for (const auto& layer : t.selection) k_per_layer.push_back(static_cast<int>(layer.size()));
-    if (t.name == "durable" && o.bootstrap)
+    if (t.tier == Tier::durable && o.bootstrap)
       for (int l = 0; l < shape.num_layers(); ++l)
         for (int e = 0; e < shape.experts_per_layer[static_cast<size_t>(l)]; ++e)
           if (req.last_saved_step[static_cast<size_t>(l)][static_cast<size_t>(e)] < 0 &&
@@ -167,7 +167,7 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
 
     Manifest& m = t.next;
     m.step = o.step;
-    m.tier = t.name;
+    m.tier = t.tier;
     m.layout = src.layout;
     m.tag = src.tag;
     m.shape = shape;
@@ -199,19 +199,19 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
       for (int e : tiers[ti].selection[l]) {
         for (const auto& part : src.experts.at({l, e})) {
           work.push_back({ti, l, e, part.path, &part});
-          items.push_back({tiers[ti].name + ":" + part.path, part.bytes, l, e});
+          items.push_back({to_string(tiers[ti].tier) + ":" + part.path, part.bytes, l, e});
         }
       }
     for (const auto& f : src.non_expert_files) {
       work.push_back({ti, -1, -1, f, nullptr});
-      items.push_back({tiers[ti].name + ":" + f, src.stored_bytes(f)});  // what the store receives
+      items.push_back({to_string(tiers[ti].tier) + ":" + f, src.stored_bytes(f)});  // what the store receives
     }
   }
   ShardPlan plan = plan_fully_sharded(items, shape, mpi.size(), o.open.data_before_expert);
   if (o.plan_only) {
     json j = shard_plan_to_json(plan, items);
     json sel = json::object();
-    for (const auto& t : tiers) sel[t.name] = t.selection;
+    for (const auto& t : tiers) sel[to_string(t.tier)] = t.selection;
     j["selection"] = sel;
     j["step"] = o.step;
     return root ? j : json::object();
@@ -305,12 +305,12 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
       // The fast tier keeps only what the durable tier (committed and collected just before) lacks:
       // the non-expert state of its kept steps and expert copies newer than the durable ones.
       ExpertCopySteps durable_copies;
-      if (t.name == "fast") durable_copies = tiers.front().store->expert_copy_steps();
-      GcStats gc = t.store->collect_garbage(t.keep, t.name == "fast" ? &durable_copies : nullptr);
+      if (t.tier == Tier::fast) durable_copies = tiers.front().store->expert_copy_steps();
+      GcStats gc = t.store->collect_garbage(t.keep, t.tier == Tier::fast ? &durable_copies : nullptr);
       if (!gc.skipped.empty()) o.reporter.warning(gc.skipped);
       json sel = json::array();
       for (int l = 0; l < shape.num_layers(); ++l) sel.push_back(t.selection[l]);
-      tiers_json.push_back({{"tier", t.name},
+      tiers_json.push_back({{"tier", to_string(t.tier)},
                             {"store", t.store->dir()},
                             {"k", t.k},
                             {"k_per_layer", m.k_per_layer},
