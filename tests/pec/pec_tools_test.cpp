@@ -502,6 +502,69 @@ TEST(PecTools, TwoTiersPreferTheNewerCopy) {
   EXPECT_EQ(verify_native(d + "/slow", 400), 0) << file_bytes(d + "/slow/verify.log");
 }
 
+// pec-restore --plan writes nothing (no output folder, the stores' bytes unchanged), and what it prints
+// is what the restore then does: the target step, each expert's source tier and step (the restore's
+// report says the same), and the restored files hold, per expert, the values of the fixture checkpoint
+// of the step the plan names (tests/pec/verify_restore.py, independent of the C++ code).
+TEST(PecTools, RestorePlanAgreesWithTheRestoreAndWritesNothing) {
+  const std::string d = scratch("restore_plan");
+  for (int64_t s : {100, 200, 300, 400})
+    ASSERT_EQ(save(ckpt("ds", s), d + "/durable", s,
+                   "--policy sequential --k-persist 1 --fast-store " + d + "/fast --k-snapshot 2 --tokens " + tokens(s)),
+              0);
+  const auto durable = tree_bytes(d + "/durable"), fast = tree_bytes(d + "/fast");
+  const std::string tiers = " --store " + d + "/durable --fast-store " + d + "/fast";
+  auto plan_of = [&](const std::string& extra) {
+    return ucpkit::testing::run_command_status(kBin + "/pec-restore --plan" + tiers + " --output " + d + "/out --report " + d +
+                                               "/out/report.json " + extra + " >" + d + "/plan.json 2>" + d + "/plan.log");
+  };
+  ASSERT_EQ(plan_of(""), 0) << file_bytes(d + "/plan.log");
+  EXPECT_FALSE(fs::exists(d + "/out"));
+  EXPECT_EQ(tree_bytes(d + "/durable"), durable);
+  EXPECT_EQ(tree_bytes(d + "/fast"), fast);
+  const json plan = json::parse(file_bytes(d + "/plan.json"));
+  EXPECT_EQ(plan["step"], 400);
+  EXPECT_EQ(plan["step_dir"], d + "/out/global_step400");
+  // Every object the plan reads is in the store of its tier.
+  auto has_object = [&](const json& source, const std::string& id) {
+    return fs::exists(source["store"].get<std::string>() + "/objects/" + id.substr(0, 2) + "/" + id);
+  };
+  for (const auto& f : plan["non_expert"]["files"])
+    for (const auto& id : f["objects"]) EXPECT_TRUE(has_object(plan["non_expert"], id.get<std::string>())) << id;
+  for (const auto& e : plan["experts"])
+    for (const auto& f : e["files"])
+      for (const auto& id : f["objects"]) EXPECT_TRUE(has_object(e, id.get<std::string>())) << id;
+
+  ASSERT_EQ(restore(d + "/durable", d + "/out", "--fast-store " + d + "/fast", d + "/restore.log"), 0) << file_bytes(d + "/restore.log");
+  const json report = report_of(d + "/out");
+  EXPECT_EQ(report["step"], plan["step"]);
+  ASSERT_EQ(plan["experts"].size(), report["experts"].size());
+  std::set<int64_t> steps;
+  std::set<std::string> from_tiers;
+  json plan_as_report = {{"step", plan["step"]}, {"experts", json::array()}};
+  for (size_t i = 0; i < plan["experts"].size(); ++i) {
+    const json &p = plan["experts"][i], &r = report["experts"][i];
+    EXPECT_EQ(p["moe_layer"], r["moe_layer"]);
+    EXPECT_EQ(p["expert"], r["expert"]);
+    EXPECT_EQ(p["step"], r["restored_step"]) << p.dump();
+    EXPECT_EQ(p["tier"], r["tier"]) << p.dump();
+    steps.insert(p["step"].get<int64_t>());
+    from_tiers.insert(p["tier"].get<std::string>());
+    plan_as_report["experts"].push_back({{"moe_layer", p["moe_layer"]}, {"expert", p["expert"]}, {"restored_step", p["step"]}});
+  }
+  EXPECT_GT(steps.size(), 1u);       // a partial chain: experts from several steps,
+  EXPECT_EQ(from_tiers.size(), 2u);  // and from both tiers
+  std::ofstream(d + "/out/report.json", std::ios::trunc) << plan_as_report.dump();
+  EXPECT_EQ(verify_native(d + "/out", 400), 0) << file_bytes(d + "/out/verify.log");
+
+  // As the restore, --plan refuses an existing step folder without --force; with it, it still writes nothing.
+  const auto out = tree_bytes(d + "/out");
+  EXPECT_EQ(plan_of(""), 1) << file_bytes(d + "/plan.log");
+  EXPECT_NE(file_bytes(d + "/plan.log").find("already exists"), std::string::npos) << file_bytes(d + "/plan.log");
+  EXPECT_EQ(plan_of("--force"), 0) << file_bytes(d + "/plan.log");
+  EXPECT_EQ(tree_bytes(d + "/out"), out);
+}
+
 TEST(PecTools, FastTierHoldsOnlyWhatTheDurableTierLacks) {
   // Five saves into two tiers (universal layout, so every expert's bytes are its own files and the
   // bound below is computed from the checkpoint's files, independently of pec-save).
