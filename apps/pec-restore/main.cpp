@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   o.reporter = tool::console_reporter();
   std::string report;
   long long step = -1;
+  bool plan = false;
   app.add_option("--store", o.store, "PEC store folder")->required();
   app.add_option("--fast-store", o.fast_store, "Fast tier folder");
   app.add_option("--output", o.output, "Checkpoint folder to write")->required();
@@ -32,6 +33,9 @@ int main(int argc, char** argv) {
                  "worker); restore memory does not grow with the checkpoint")
       ->capture_default_str();
   app.add_flag("--force", o.force, "Replace an existing global_step<N> folder under --output");
+  app.add_flag("--plan", plan,
+               "Print the restore plan as JSON (target step, each expert's source tier and step, objects read, files "
+               "written) and write nothing");
   tool::add_pickle_options(app);
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
@@ -39,6 +43,11 @@ int main(int argc, char** argv) {
     o.step = step;
     if (o.plt_threshold < 0) throw UsageError("--plt-threshold must be >= 0");
     if (o.capacity_factor < 1) throw UsageError("--capacity-factor must be >= 1");
+    if (plan) {  // read-only: no output folder, no --report
+      const pec::RestorePlan p = pec::pec_restore_plan(o);
+      if (parallel::MpiSession::get().rank() == 0) std::cout << pec::restore_plan_to_json(p).dump(2) << "\n";
+      return 0;
+    }
     auto r = pec::pec_restore(o);
     if (parallel::MpiSession::get().rank() != 0) return 0;  // under mpirun rank 0 reports
     if (!report.empty()) write_file_atomic(report, r.report.dump(2) + "\n", true);

@@ -59,7 +59,7 @@ json manifest_to_json(const Manifest& m) {
   }
   return {{"format", kManifestFormat},
           {"step", m.step},
-          {"tier", m.tier},
+          {"tier", to_string(m.tier)},
           {"layout", m.layout},
           {"tag", m.tag},
           {"experts_per_layer", m.shape.experts_per_layer},
@@ -86,7 +86,7 @@ Manifest manifest_from_json(const json& j, const std::string& name) {
     if (j.value("format", "") != kManifestFormat) fail(name, "not a PEC manifest (format " + j.value("format", "?") + ")");
     Manifest m;
     m.step = j.at("step").get<int64_t>();
-    m.tier = j.at("tier").get<std::string>();
+    m.tier = parse_tier(j.at("tier").get<std::string>(), name);
     m.layout = j.at("layout").get<std::string>();
     m.tag = j.at("tag").get<std::string>();
     m.shape.experts_per_layer = j.at("experts_per_layer").get<std::vector<int>>();

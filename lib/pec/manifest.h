@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pec/policy.h"
+#include "pec/tier.h"
 #include "pec/tokens.h"
 
 namespace ucpkit::pec {
@@ -43,7 +44,7 @@ struct ExpertEntry {
 
 struct Manifest {
   int64_t step = 0;
-  std::string tier;    // "durable" or "fast"
+  Tier tier = Tier::durable;
   std::string layout;  // "deepspeed-moe", "deepspeed-autoep-zero3" or "universal"
   std::string tag;     // folder name of the step in the source checkpoint (global_step<N>, ...)
   MoeShape shape;

@@ -1,4 +1,5 @@
-// pec-restore orchestration.
+// pec-restore: read the store manifests, plan (restore_plan.h), execute the plan into a temporary step
+// folder, report, commit.
 #include "pec/restore.h"
 
 #include <fcntl.h>
@@ -6,40 +7,37 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <exception>
-#include <mutex>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <set>
 #include <sstream>
 
 #include "core/atomic_file.h"
-#include "layout/deepspeed/version_line.h"
-#include "load/moe_line.h"
 #include "core/error.h"
 #include "core/staging.h"
+#include "layout/deepspeed/version_line.h"
+#include "load/moe_line.h"
+#include "parallel/mpi_session.h"
 #include "pec/checkpoint.h"
 #include "pec/crash.h"
 #include "pec/plt.h"
 #include "pec/restore_writer.h"
 #include "pec/shard_version.h"
 #include "pec/store.h"
-#include "parallel/mpi_session.h"
 
 namespace fs = std::filesystem;
 
 namespace ucpkit::pec {
 namespace {
 using nlohmann::json;
-
-struct Copy {
-  size_t tier;
-  const Manifest* manifest;
-};
+using Warn = std::function<void(const std::string&)>;
 
 // Folders `.global_stepN.tmp.<pid>` left by a restore killed on this host (its pid no longer runs).
 void remove_stale_temporaries(const std::string& output) {
@@ -59,379 +57,439 @@ int64_t at(const TokenMatrix& m, int l, int e) {
   if (static_cast<size_t>(l) >= m.size() || static_cast<size_t>(e) >= m[l].size()) return 0;
   return m[l][e];
 }
-}  // namespace
 
-RestoreResult pec_restore(const RestoreOptions& o) {
-  if (!o.ds_version.empty()) (void)layout::moe_version_line(o.ds_version);  // a usage error before any work
-  auto t0 = std::chrono::steady_clock::now();
-  RestoreResult res;
-  auto& mpi = parallel::MpiSession::get();
-  const bool root = mpi.rank() == 0;
-  auto warn = [&](const std::string& w) {
-    res.warnings.push_back(w);
-    if (root) o.reporter.warning(w);
-  };
-  std::vector<std::unique_ptr<Store>> tiers;
-  tiers.push_back(std::make_unique<Store>(o.store, "durable", false));
+// Read: the tiers (the durable store, then the fast tier when its folder holds a store), locked shared
+// until the end, and every readable committed manifest of each (a damaged one is skipped, warned).
+struct OpenedStores {
+  std::vector<std::unique_ptr<Store>> stores;
+  RestoreCatalog catalog;
+};
+
+OpenedStores open_stores(const RestoreOptions& o, const Warn& warn) {
+  OpenedStores s;
+  s.stores.push_back(std::make_unique<Store>(o.store, Tier::durable, false));
   if (!o.fast_store.empty()) {
     if (fs::exists(fs::path(o.fast_store) / "PEC_STORE"))
-      tiers.push_back(std::make_unique<Store>(o.fast_store, "fast", false));
+      s.stores.push_back(std::make_unique<Store>(o.fast_store, Tier::fast, false));
     else
       warn(o.fast_store + ": fast tier missing (lost with its node?); restoring from the durable store only");
   }
-  for (auto& t : tiers) t->lock(false);
-
-  // Every readable manifest of every tier, newest first; fast tier first among equal steps.
-  std::vector<std::pair<size_t, Manifest>> all;
-  for (size_t ti = 0; ti < tiers.size(); ++ti)
-    for (int64_t s : tiers[ti]->committed_steps()) {
+  for (auto& t : s.stores) t->lock(false);
+  for (size_t ti = 0; ti < s.stores.size(); ++ti) {
+    s.catalog.stores.push_back({s.stores[ti]->tier(), s.stores[ti]->dir()});
+    for (int64_t step : s.stores[ti]->committed_steps()) {
       try {
-        all.emplace_back(ti, tiers[ti]->load_manifest(s));
+        s.catalog.copies.push_back({ti, s.stores[ti]->load_manifest(step)});
       } catch (const std::exception& e) {
         warn(std::string(e.what()) + " (ignored)");
       }
     }
-  std::stable_sort(all.begin(), all.end(), [&](const auto& a, const auto& b) {
-    if (a.second.step != b.second.step) return a.second.step > b.second.step;
-    return tiers[a.first]->tier() == "fast" && tiers[b.first]->tier() != "fast";
-  });
-  if (all.empty()) fail(o.store, "no committed step in the store");
+  }
+  return s;
+}
 
-  // Target: --step, or the newest step with non-expert state; without --step a damaged newest state
-  // makes restore fall back, with a warning, to the next older step whose state is intact.
-  std::vector<int64_t> candidates;
-  if (o.step >= 0) {
-    candidates.push_back(o.step);
-  } else {
-    for (const auto& [ti, m] : all)
-      if (!m.non_expert_pruned && (candidates.empty() || candidates.back() != m.step)) candidates.push_back(m.step);
-    if (candidates.empty()) fail(o.store, "no committed step with its non-expert state");
+RestoreRequest request_of(const RestoreOptions& o) { return {o.step, o.output, o.tokens, o.ds_version}; }
+
+// Read: --tokens fitted to the MoE shape, the per-interval counts used when the store has none (empty
+// when not given).
+TokenMatrix interval_tokens(const RestoreOptions& o, const MoeShape& shape) {
+  if (o.tokens.empty()) return {};
+  return fit_tokens(load_tokens(o.tokens), shape.experts_per_layer, o.tokens);
+}
+
+void check_step_dir_free(const RestorePlan& plan, bool force) {
+  const std::string dir = restore_step_dir(plan);
+  if (fs::exists(dir) && !force) fail(dir, "already exists (use --force to replace it)");
+}
+
+// Execute: one restore writing its plan into `<output>/.global_stepN.tmp.<pid>`. Under MPI every rank
+// writes the files it owns into the folder rank 0 names; each step ends in a collective that settles
+// a failure on any rank (the folder is removed before any rank leaves).
+class RestoreRun {
+ public:
+  RestoreRun(const RestoreOptions& o, std::vector<std::unique_ptr<Store>>& stores, RestorePlan& plan, const Warn& warn)
+      : o_(o), stores_(stores), plan_(plan), warn_(warn), mpi_(parallel::MpiSession::get()), root_(mpi_.rank() == 0) {}
+
+  // Creates the output folder, sweeps the temporaries of killed restores, agrees on the folder name.
+  void prepare_output() {
+    fs::create_directories(o_.output);
+    if (root_) remove_stale_temporaries(o_.output);
+    pid0_ = mpi_.broadcast(std::to_string(::getpid()));
   }
 
-  // Streamed straight into a temporary step folder, renamed into place at the end. Under MPI every
-  // rank writes the files it owns into the folder rank 0 names. SIGINT/SIGTERM from here on stop the
-  // run at the next chunk and remove the folder (the tool then dies by the signal).
-  StagedPhase staged;
-  fs::create_directories(o.output);
-  if (root) remove_stale_temporaries(o.output);
-  const std::string pid0 = mpi.broadcast(std::to_string(::getpid()));
-  fs::path tmp_dir;
-  auto remove_tmp = [&] {
-    if (root && !tmp_dir.empty()) {
+  // Phase 1: the target's non-expert state from the first intact copy; without --step, when no copy
+  // of a step is intact, the next older step (warned). Re-aims the plan at the copy written.
+  void write_non_expert_state() {
+    std::string last_error;
+    for (size_t ci = 0; ci < plan_.targets.size(); ++ci) {
+      for (size_t copy : plan_.targets[ci].copies)
+        if (try_non_expert(copy, last_error)) return;
+      if (ci + 1 < plan_.targets.size())
+        warn_("no intact non-expert state for step " + std::to_string(plan_.targets[ci].step) +
+              "; falling back to the next older committed step (more tokens are lost)");
+    }
+    if (o_.step >= 0) fail(o_.store, "no intact non-expert state for step " + std::to_string(o_.step) + ": " + last_error);
+    fail(o_.store, "no committed step has intact non-expert state (last error: " + last_error + ")");
+  }
+
+  std::vector<size_t> write_experts();
+
+  // Recomputes the CRCs of the records experts touched and fsyncs every rank's files; returns the bytes
+  // written by all ranks.
+  uint64_t finish_files() {
+    parallel::RankFailure failed(mpi_);
+    failed.guard([&] { writer_->finish(); });
+    failed.settle(remove_tmp_);
+    return mpi_.sum(writer_->bytes_written());
+  }
+
+  void commit(const PltHistory& history);
+
+ private:
+  bool try_non_expert(size_t copy, std::string& last_error);
+  struct Damage {
+    std::set<size_t> experts;  // indices into plan.experts
+    json messages;             // expert index -> error text
+  };
+  Damage exchange_damage(const std::vector<size_t>& pending, const std::vector<CopyOutcome>& outs);
+  [[noreturn]] void no_copy(size_t x, const std::string& why);
+  void convert_version_line();
+
+  const RestoreOptions& o_;
+  std::vector<std::unique_ptr<Store>>& stores_;
+  RestorePlan& plan_;
+  const Warn& warn_;
+  parallel::MpiSession& mpi_;
+  const bool root_;
+  std::string pid0_;
+  fs::path tmp_dir_;
+  std::unique_ptr<RestoreWriter> writer_;
+  const std::function<void()> remove_tmp_ = [this] {
+    if (root_ && !tmp_dir_.empty()) {
       std::error_code ec;
-      fs::remove_all(tmp_dir, ec);
+      fs::remove_all(tmp_dir_, ec);
     }
   };
-  std::unique_ptr<RestoreWriter> writer;
+};
 
-  // Non-expert state of the target step (any tier holding it intact).
-  int64_t target = -1;
-  const Manifest* base = nullptr;
-  std::string last_error;
-  for (size_t ci = 0; ci < candidates.size(); ++ci) {
-    const int64_t want = candidates[ci];
-    for (const auto& [ti, m] : all) {
-      if (m.step != want || m.non_expert_pruned) continue;
-      const fs::path final_dir = fs::path(o.output) / ("global_step" + std::to_string(want));
-      if (fs::exists(final_dir) && !o.force) fail(final_dir.string(), "already exists (use --force to replace it)");
-      if (!o.ds_version.empty() && m.layout == "universal")
-        throw UsageError("--ds-version applies to native DeepSpeed MoE checkpoints, not universal ones");
-      if (!o.ds_version.empty() && m.layout == "deepspeed-autoep-zero3")
-        throw UsageError("--ds-version applies to native DeepSpeed MoE checkpoints, not AutoEP ZeRO-3 ones");
-      tmp_dir = fs::path(o.output) / (".global_step" + std::to_string(want) + ".tmp." + pid0);
-      if (root) fs::remove_all(tmp_dir);
-      mpi.barrier();
-      auto w = std::make_unique<RestoreWriter>(tmp_dir.string(), o.memory_mb << 20, mpi.rank(), mpi.size());
-      // Owners: every file of the step, largest first to the least loaded rank.
-      std::vector<std::pair<std::string, uint64_t>> sizes;
-      for (const auto& f : m.non_expert) sizes.emplace_back(f.path, f.cut.is_null() ? f.size : f.cut.at("file_size").get<uint64_t>());
-      for (const auto& [tj, mj] : all)
-        if (mj.step <= want)
-          for (const auto& x : mj.experts)
-            for (const auto& f : x.files)
-              if (f.ranges.is_null()) sizes.emplace_back(f.path, f.size);
-      w->assign(sizes);
-      std::string err;
-      parallel::RankFailure failed(mpi);
-      failed.guard([&] {
-        try {
-          w->write_non_expert(*tiers[ti], m.non_expert);
-        } catch (const ObjectError& e) {
-          err = e.what();
-        }
-      });
-      failed.settle(remove_tmp);
-      if (mpi.any(!err.empty())) {
-        std::string first;
-        for (const auto& g : mpi.gather(err))
-          if (!g.empty() && first.empty()) first = g;
-        last_error = mpi.broadcast(first);
-        warn(std::string("non-expert state of step ") + std::to_string(want) + " in the " + tiers[ti]->tier() +
-             " tier is damaged: " + last_error);
-        remove_tmp();
-        mpi.barrier();
-        continue;
-      }
-      writer = std::move(w);
-      base = &m;
-      break;
+bool RestoreRun::try_non_expert(size_t copy, std::string& last_error) {
+  aim_at(plan_, copy);
+  const Manifest& m = plan_.manifest(copy);
+  const Store& store = *stores_[plan_.catalog.copies[copy].store];
+  check_step_dir_free(plan_, o_.force);
+  check_ds_version_applies(o_.ds_version, m);
+  tmp_dir_ = fs::path(o_.output) / (".global_step" + std::to_string(m.step) + ".tmp." + pid0_);
+  if (root_) fs::remove_all(tmp_dir_);
+  mpi_.barrier();
+  auto w = std::make_unique<RestoreWriter>(tmp_dir_.string(), o_.memory_mb << 20, mpi_.rank(), mpi_.size());
+  w->assign(plan_.file_sizes);  // every file of the step, largest first to the least loaded rank
+  std::string err;
+  parallel::RankFailure failed(mpi_);
+  failed.guard([&] {
+    try {
+      w->write_non_expert(store, m.non_expert);
+    } catch (const ObjectError& e) {
+      err = e.what();
     }
-    if (base) {
-      target = want;
-      break;
-    }
-    if (ci + 1 < candidates.size())
-      warn("no intact non-expert state for step " + std::to_string(want) +
-           "; falling back to the next older committed step (more tokens are lost)");
+  });
+  failed.settle(remove_tmp_);
+  if (!mpi_.any(!err.empty())) {
+    writer_ = std::move(w);
+    return true;
   }
-  if (!base) {
-    if (o.step >= 0 && last_error.empty())
-      fail(o.store, "step " + std::to_string(o.step) + " is not committed (or its non-expert state was garbage-collected)");
-    if (o.step >= 0) fail(o.store, "no intact non-expert state for step " + std::to_string(o.step) + ": " + last_error);
-    fail(o.store, "no committed step has intact non-expert state (last error: " + last_error + ")");
-  }
-  const MoeShape& shape = base->shape;
+  std::string first;
+  for (const auto& g : mpi_.gather(err))
+    if (!g.empty() && first.empty()) first = g;
+  last_error = mpi_.broadcast(first);
+  warn_(std::string("non-expert state of step ") + std::to_string(m.step) + " in the " + to_string(store.tier()) +
+        " tier is damaged: " + last_error);
+  remove_tmp_();
+  mpi_.barrier();
+  return false;
+}
 
-  // Each expert's newest intact copy at or before the target step, written in rounds: every expert's
-  // newest copy first; the copies found damaged (on any rank) are wiped and the next older copy of
-  // those experts is written in the next round.
-  json experts = json::array();
-  TokenMatrix lost = zero_tokens(shape.experts_per_layer);
-  std::map<std::pair<int, int>, const Manifest*> source_of;
-  struct Candidate {
-    size_t tier;
-    const Manifest* manifest;
-    const ExpertEntry* entry;
-  };
-  std::vector<std::pair<int, int>> ids;
-  std::vector<std::vector<Candidate>> cands;
-  for (int l = 0; l < shape.num_layers(); ++l)
-    for (int e = 0; e < shape.experts_per_layer[static_cast<size_t>(l)]; ++e) {
-      ids.emplace_back(l, e);
-      cands.emplace_back();
-      for (const auto& [ti, m] : all)
-        if (m.step <= target)
-          if (const ExpertEntry* x = m.find_expert(l, e)) cands.back().push_back({ti, &m, x});
+void RestoreRun::no_copy(size_t x, const std::string& why) {
+  remove_tmp_();
+  const ExpertSources& s = plan_.experts[x];
+  fail(o_.store, "expert " + std::to_string(s.expert) + " of MoE layer " + std::to_string(s.moe_layer) +
+                     " has no intact copy at or before step " + std::to_string(plan_.step) +
+                     (why.empty() ? "" : " (last error: " + why + ")"));
+}
+
+// The pending experts whose copy proved damaged on any rank; rank 0 learns the other ranks' error texts
+// for its warnings.
+RestoreRun::Damage RestoreRun::exchange_damage(const std::vector<size_t>& pending, const std::vector<CopyOutcome>& outs) {
+  std::vector<int64_t> mine;
+  Damage d;
+  d.messages = json::object();
+  for (size_t k = 0; k < pending.size(); ++k)
+    if (!outs[k].error.empty()) {
+      mine.push_back(static_cast<int64_t>(pending[k]));
+      d.messages[std::to_string(pending[k])] = outs[k].error;
     }
-  auto no_copy = [&](size_t x, const std::string& why) {
-    remove_tmp();
-    fail(o.store, "expert " + std::to_string(ids[x].second) + " of MoE layer " + std::to_string(ids[x].first) +
-                      " has no intact copy at or before step " + std::to_string(target) +
-                      (why.empty() ? "" : " (last error: " + why + ")"));
-  };
-  for (size_t x = 0; x < ids.size(); ++x)
-    if (cands[x].empty()) no_copy(x, "");
-  std::vector<size_t> choice(ids.size(), 0);
-  std::vector<size_t> pending(ids.size());
-  for (size_t x = 0; x < ids.size(); ++x) pending[x] = x;
-  Reporter::Bar bar(o.reporter, "pec-restore experts", static_cast<uint64_t>(ids.size()));
+  for (const auto& r : mpi_.allgather(mine))
+    for (int64_t x : r) d.experts.insert(static_cast<size_t>(x));
+  if (!d.experts.empty()) {
+    json merged = d.messages;
+    for (const auto& g : mpi_.gather(d.messages.dump())) {
+      const json part = json::parse(g);
+      for (const auto& [key, text] : part.items()) merged[key] = text;
+    }
+    d.messages = json::parse(mpi_.broadcast(merged.dump()));
+  }
+  return d;
+}
+
+// Phase 2: each expert's newest intact copy at or before the target, written in rounds: every expert's
+// first source first; the copies found damaged (on any rank) are wiped and those experts' next sources
+// written in the next round. Returns the copy (index into the catalog) each expert was restored from.
+std::vector<size_t> RestoreRun::write_experts() {
+  const auto& experts = plan_.experts;
+  for (size_t x = 0; x < experts.size(); ++x)
+    if (experts[x].copies.empty()) no_copy(x, "");
+  std::vector<size_t> choice(experts.size(), 0), pending(experts.size());
+  std::iota(pending.begin(), pending.end(), size_t{0});
+  Reporter::Bar bar(o_.reporter, "pec-restore experts", static_cast<uint64_t>(experts.size()));
   while (!pending.empty()) {
     std::vector<RestoreWriter::ExpertCopy> copies;
     for (size_t x : pending) {
-      const Candidate& c = cands[x][choice[x]];
-      copies.push_back({tiers[c.tier].get(), c.entry});
+      const ManifestCopy& c = plan_.catalog.copies[experts[x].copies[choice[x]]];
+      copies.push_back({stores_[c.store].get(), c.manifest.find_expert(experts[x].moe_layer, experts[x].expert)});
     }
     std::vector<CopyOutcome> outs;
-    parallel::RankFailure failed(mpi);
-    failed.guard([&] { outs = writer->write_experts(copies); });
-    failed.settle(remove_tmp);
-    std::vector<int64_t> mine;
-    json messages = json::object();
-    for (size_t k = 0; k < pending.size(); ++k)
-      if (!outs[k].error.empty()) {
-        mine.push_back(static_cast<int64_t>(pending[k]));
-        messages[std::to_string(pending[k])] = outs[k].error;
-      }
-    std::set<size_t> damaged;
-    for (const auto& r : mpi.allgather(mine))
-      for (int64_t x : r) damaged.insert(static_cast<size_t>(x));
-    if (!damaged.empty()) {  // rank 0 learns the other ranks' error texts for its warnings
-      json merged = messages;
-      for (const auto& g : mpi.gather(messages.dump())) {
-        const json part = json::parse(g);
-        for (const auto& [key, text] : part.items()) merged[key] = text;
-      }
-      messages = json::parse(mpi.broadcast(merged.dump()));
-    }
+    parallel::RankFailure failed(mpi_);
+    failed.guard([&] { outs = writer_->write_experts(copies); });
+    failed.settle(remove_tmp_);
+    const Damage damage = exchange_damage(pending, outs);
     std::vector<size_t> next;
     failed.guard([&] {
       for (size_t k = 0; k < pending.size(); ++k) {
         const size_t x = pending[k];
-        if (!damaged.count(x)) {
-          writer->accept(std::move(outs[k]));
-          source_of[ids[x]] = cands[x][choice[x]].manifest;
+        if (!damage.experts.count(x)) {
+          writer_->accept(std::move(outs[k]));
           bar.advance();
           continue;
         }
-        writer->discard(outs[k]);
-        const Candidate& c = cands[x][choice[x]];
-        const std::string why = messages.value(std::to_string(x), std::string("damaged on another rank"));
-        warn("expert " + std::to_string(ids[x].second) + " of MoE layer " + std::to_string(ids[x].first) + ": copy of step " +
-             std::to_string(c.manifest->step) + " in the " + tiers[c.tier]->tier() + " tier is damaged (" + why +
-             "); trying an older copy");
-        if (++choice[x] == cands[x].size()) no_copy(x, why);
+        writer_->discard(outs[k]);
+        const ManifestCopy& c = plan_.catalog.copies[experts[x].copies[choice[x]]];
+        const std::string why = damage.messages.value(std::to_string(x), std::string("damaged on another rank"));
+        warn_("expert " + std::to_string(experts[x].expert) + " of MoE layer " + std::to_string(experts[x].moe_layer) +
+              ": copy of step " + std::to_string(c.manifest.step) + " in the " + to_string(stores_[c.store]->tier()) +
+              " tier is damaged (" + why + "); trying an older copy");
+        if (++choice[x] == experts[x].copies.size()) no_copy(x, why);
         next.push_back(x);
       }
     });
-    failed.settle(remove_tmp);
+    failed.settle(remove_tmp_);
     pending = std::move(next);
   }
   bar.finish();
-  {
-    parallel::RankFailure failed(mpi);
-    failed.guard([&] { writer->finish(); });
-    failed.settle(remove_tmp);
-  }
-  res.bytes_written = mpi.sum(writer->bytes_written());
+  std::vector<size_t> source(experts.size());
+  for (size_t x = 0; x < experts.size(); ++x) source[x] = experts[x].copies[choice[x]];
+  return source;
+}
 
-  // Lost tokens: from the stored cumulative counts, or from --tokens as the per-interval estimate.
-  std::set<int64_t> timeline;
-  for (const auto& [ti, m] : all)
-    if (m.step <= target) timeline.insert(m.step);
-  TokenMatrix processed = zero_tokens(shape.experts_per_layer);
-  TokenMatrix interval_rate = base->tokens_interval;
-  bool tokens_known = base->tokens_known;
-  TokenMatrix per_interval;
-  if (!o.tokens.empty()) {
-    per_interval = fit_tokens(load_tokens(o.tokens), shape.experts_per_layer, o.tokens);
-    if (!tokens_known) interval_rate = per_interval;
+// --ds-version: the model and expert files rewritten as another DeepSpeed version line; the optimizer
+// shards' ds_version kept when it is a release of the line, else the line's.
+void RestoreRun::convert_version_line() {
+  const layout::VersionLine& line = layout::moe_version_line(o_.ds_version);
+  load::relayout_moe_folder(tmp_dir_.string(), line);
+  for (const auto& e : fs::directory_iterator(tmp_dir_)) {
+    const std::string n = e.path().filename().string();
+    if (!e.is_regular_file() || n.find("optim_states.pt") == std::string::npos) continue;
+    VersionPatch p = patch_ds_version(e.path().string(), [&](const std::string& have) {
+      return layout::moe_line_of_release(have) == line.name ? have : line.ds_version;
+    });
+    if (!p.skipped.empty()) warn_(n + ": " + p.skipped);
   }
+}
+
+// Commit (rank 0): version-line rewrite if asked, folder fsyncs, rename into place, then `latest`
+// (and `latest_universal`), then the accumulated PLT record.
+void RestoreRun::commit(const PltHistory& history) {
+  const std::string tag = "global_step" + std::to_string(plan_.step);
+  const fs::path final_dir = restore_step_dir(plan_);
+  parallel::RankFailure failed(mpi_);
+  if (root_) failed.guard([&] {
+    try {
+      test_pause_if_asked();
+      check_interrupted();
+      if (!o_.ds_version.empty()) convert_version_line();
+      for (const auto& d : fs::recursive_directory_iterator(tmp_dir_))
+        if (d.is_directory()) fsync_dir(d.path().string());
+      fsync_dir(tmp_dir_.string());
+      if (fs::exists(final_dir)) {
+        fs::path old = fs::path(o_.output) / ("." + tag + ".old." + pid0_);
+        fs::rename(final_dir, old);
+        fs::remove_all(old);
+      }
+      crash_point("restore folder complete");
+      fs::rename(tmp_dir_, final_dir);
+      fsync_dir(o_.output);
+      crash_point("restore folder renamed");
+      write_file_atomic((fs::path(o_.output) / "latest").string(), tag, true);
+      if (plan_.base_manifest().layout == "universal")
+        write_file_atomic((fs::path(o_.output) / "latest_universal").string(), tag, true);
+      try {
+        save_plt_history(o_.store, history);
+      } catch (const std::exception& e) {
+        warn_(std::string(e.what()) + " (the accumulated PLT of this restore is not recorded)");
+      }
+    } catch (...) {
+      remove_tmp_();
+      throw;
+    }
+  });
+  failed.settle(remove_tmp_);
+}
+
+// Lost and processed tokens per expert, from the stored cumulative counts, or from --tokens as the
+// per-interval estimate; and the report's per-expert entries.
+struct ExpertLosses {
+  TokenMatrix lost, processed;
+  json experts = json::array();
+};
+
+ExpertLosses expert_losses(const RestorePlan& plan, const std::vector<size_t>& source, const TokenMatrix& per_interval) {
+  const Manifest& base = plan.base_manifest();
+  const MoeShape& shape = base.shape;
+  ExpertLosses r;
+  r.lost = zero_tokens(shape.experts_per_layer);
+  r.processed = zero_tokens(shape.experts_per_layer);
   auto count_between = [&](int64_t after, int64_t upto) {
     int64_t n = 0;
-    for (int64_t s : timeline)
+    for (int64_t s : plan.timeline)
       if (s > after && s <= upto) ++n;
     return n;
   };
-  for (int l = 0; l < shape.num_layers(); ++l)
-    for (int e = 0; e < shape.experts_per_layer[static_cast<size_t>(l)]; ++e) {
-      const Manifest* src = source_of.at({l, e});
-      int64_t lt = 0;
-      if (tokens_known) {
-        lt = at(base->tokens_cumulative, l, e) - at(src->tokens_cumulative, l, e);
-        processed[l][e] = at(base->tokens_cumulative, l, e);
-      } else if (!per_interval.empty()) {
-        lt = at(per_interval, l, e) * count_between(src->step, target);
-        processed[l][e] = at(per_interval, l, e) * count_between(INT64_MIN, target);
-      }
-      lost[l][e] = std::max<int64_t>(lt, 0);
-      experts.push_back({{"moe_layer", l}, {"expert", e}, {"restored_step", src->step}, {"lost_tokens", lost[l][e]},
-                         {"tier", src->tier}});
+  for (size_t x = 0; x < plan.experts.size(); ++x) {
+    const int l = plan.experts[x].moe_layer, e = plan.experts[x].expert;
+    const Manifest& src = plan.manifest(source[x]);
+    int64_t lt = 0;
+    if (base.tokens_known) {
+      lt = at(base.tokens_cumulative, l, e) - at(src.tokens_cumulative, l, e);
+      r.processed[l][e] = at(base.tokens_cumulative, l, e);
+    } else if (!per_interval.empty()) {
+      lt = at(per_interval, l, e) * count_between(src.step, plan.step);
+      r.processed[l][e] = at(per_interval, l, e) * count_between(INT64_MIN, plan.step);
     }
-  if (!tokens_known && per_interval.empty())
-    warn("no token counts in the store and no --tokens: lost tokens and PLT are reported as 0 (unknown)");
-  Plt plt = compute_plt(lost, processed);
-  // PLT over the whole run: this restore's lost tokens plus those of the earlier restores recorded in
-  // the durable store (each earlier failure's lost updates stay lost); it drives next_k.
-  PltHistory history;
-  try {
-    history = load_plt_history(o.store);
-  } catch (const std::exception& e) {
-    warn(std::string(e.what()) + "; the accumulated PLT counts this restore only");
+    r.lost[l][e] = std::max<int64_t>(lt, 0);
+    r.experts.push_back({{"moe_layer", l}, {"expert", e}, {"restored_step", src.step}, {"lost_tokens", r.lost[l][e]},
+                         {"tier", to_string(src.tier)}});
   }
-  add_restore(history, target, lost);
-  const Plt plt_total = compute_plt(total_lost(history, shape.experts_per_layer), processed);
+  return r;
+}
 
+// The report: lost tokens, PLT (this restore's and accumulated over the run's restores in `history`),
+// the K of the durable tier at the target and the next K, the capacity plan.
+json restore_report(const RestorePlan& plan, const ExpertLosses& losses, const TokenMatrix& per_interval,
+                    const PltHistory& history, const RestoreOptions& o) {
+  const Manifest& base = plan.base_manifest();
+  const MoeShape& shape = base.shape;
+  const Plt plt = compute_plt(losses.lost, losses.processed);
+  const Plt plt_total = compute_plt(total_lost(history, shape.experts_per_layer), losses.processed);
   // Tokens per iteration of each expert, for the capacity plan.
+  const TokenMatrix& interval_rate = !base.tokens_known && !o.tokens.empty() ? per_interval : base.tokens_interval;
   int64_t prev_step = -1;
-  for (int64_t s : timeline)
-    if (s < target) prev_step = s;
-  double iters = prev_step >= 0 ? static_cast<double>(target - prev_step) : std::max<double>(static_cast<double>(target), 1.0);
+  for (int64_t s : plan.timeline)
+    if (s < plan.step) prev_step = s;
+  double iters = prev_step >= 0 ? static_cast<double>(plan.step - prev_step) : std::max<double>(static_cast<double>(plan.step), 1.0);
   std::vector<std::vector<double>> rate;
   for (int l = 0; l < shape.num_layers(); ++l) {
     rate.emplace_back();
     for (int e = 0; e < shape.experts_per_layer[static_cast<size_t>(l)]; ++e)
       rate.back().push_back(static_cast<double>(at(interval_rate, l, e)) / iters);
   }
-  auto capacity = capacity_plan(lost, rate, o.capacity_factor);
+  auto capacity = capacity_plan(losses.lost, rate, o.capacity_factor);
   int max_e = 0;
   for (int e : shape.experts_per_layer) max_e = std::max(max_e, e);
   // K of the durable tier at the target step (the tier whose K the next run sets). With the budget
   // policy K is the per-layer outcome of the budget: k = the largest per-layer count, and the next
   // run should double the budget (next_budget_bytes) when PLT passes the threshold.
-  const Manifest* kref = base;
-  for (const auto& [ti, m] : all)
-    if (m.step == target && m.tier == "durable") kref = &m;
-  std::vector<int> k_per_layer = kref->k_per_layer;
-  int k_now = kref->k;
-  if ((k_now <= 0 || kref->budget_bytes > 0) && !k_per_layer.empty())
-    k_now = *std::max_element(k_per_layer.begin(), k_per_layer.end());
+  const Manifest& kref = plan.manifest(plan.k_source);
+  std::vector<int> k_per_layer = kref.k_per_layer;
+  int k_now = kref.k;
+  if ((k_now <= 0 || kref.budget_bytes > 0) && !k_per_layer.empty()) k_now = *std::max_element(k_per_layer.begin(), k_per_layer.end());
   if (k_per_layer.empty()) k_per_layer.assign(shape.experts_per_layer.size(), std::max(k_now, 0));
   const bool exceeded = plt_total.overall > o.plt_threshold;
-
-  res.report = {{"step", target},
-                {"experts", experts},
-                {"plt", plt_to_json(plt)},
-                {"plt_threshold", o.plt_threshold},
-                {"plt_exceeded", exceeded},
-                {"policy", kref->policy},
-                {"k", k_now},
-                {"k_per_layer", k_per_layer},
-                {"plt_accumulated", plt_to_json(plt_total)},
-                {"restores_counted", history.restores.size()},
-                {"next_k", next_k(k_now, max_e, plt_total.overall, o.plt_threshold)},
-                {"capacity_plan", capacity_plan_to_json(capacity)},
-                {"layout", base->layout},
-                {"tokens_known", tokens_known || !per_interval.empty()},
-                {"warnings", res.warnings}};
-  if (kref->budget_bytes > 0) {
-    res.report["budget_bytes"] = kref->budget_bytes;
-    res.report["next_budget_bytes"] = exceeded ? 2 * kref->budget_bytes : kref->budget_bytes;
+  json report = {{"step", plan.step},
+                 {"experts", losses.experts},
+                 {"plt", plt_to_json(plt)},
+                 {"plt_threshold", o.plt_threshold},
+                 {"plt_exceeded", exceeded},
+                 {"policy", kref.policy},
+                 {"k", k_now},
+                 {"k_per_layer", k_per_layer},
+                 {"plt_accumulated", plt_to_json(plt_total)},
+                 {"restores_counted", history.restores.size()},
+                 {"next_k", next_k(k_now, max_e, plt_total.overall, o.plt_threshold)},
+                 {"capacity_plan", capacity_plan_to_json(capacity)},
+                 {"layout", base.layout},
+                 {"tokens_known", base.tokens_known || !per_interval.empty()}};
+  if (kref.budget_bytes > 0) {
+    report["budget_bytes"] = kref.budget_bytes;
+    report["next_budget_bytes"] = exceeded ? 2 * kref.budget_bytes : kref.budget_bytes;
   }
+  return report;
+}
+}  // namespace
 
-  // Commit (rank 0): version-line rewrite if asked, folder fsyncs, rename into place, then `latest`.
-  const std::string tag = "global_step" + std::to_string(target);
-  const fs::path final_dir = fs::path(o.output) / tag;
-  {
-    parallel::RankFailure failed(mpi);
-    if (root) failed.guard([&] {
-      try {
-        test_pause_if_asked();
-        check_interrupted();
-        if (!o.ds_version.empty()) {  // another DeepSpeed version line than the one saved
-          const layout::VersionLine& line = layout::moe_version_line(o.ds_version);
-          load::relayout_moe_folder(tmp_dir.string(), line);
-          // The optimizer shards' ds_version: kept when it is a release of the line, else the line's.
-          for (const auto& e : fs::directory_iterator(tmp_dir)) {
-            const std::string n = e.path().filename().string();
-            if (!e.is_regular_file() || n.find("optim_states.pt") == std::string::npos) continue;
-            VersionPatch p = patch_ds_version(e.path().string(), [&](const std::string& have) {
-              return layout::moe_line_of_release(have) == line.name ? have : line.ds_version;
-            });
-            if (!p.skipped.empty()) warn(n + ": " + p.skipped);
-          }
-        }
-        for (const auto& d : fs::recursive_directory_iterator(tmp_dir))
-          if (d.is_directory()) fsync_dir(d.path().string());
-        fsync_dir(tmp_dir.string());
-        if (fs::exists(final_dir)) {
-          fs::path old = fs::path(o.output) / ("." + tag + ".old." + pid0);
-          fs::rename(final_dir, old);
-          fs::remove_all(old);
-        }
-        crash_point("restore folder complete");
-        fs::rename(tmp_dir, final_dir);
-        fsync_dir(o.output);
-        crash_point("restore folder renamed");
-        write_file_atomic((fs::path(o.output) / "latest").string(), tag, true);
-        if (base->layout == "universal") write_file_atomic((fs::path(o.output) / "latest_universal").string(), tag, true);
-        try {
-          save_plt_history(o.store, history);
-        } catch (const std::exception& e) {
-          warn(std::string(e.what()) + " (the accumulated PLT of this restore is not recorded)");
-        }
-      } catch (...) {
-        remove_tmp();
-        throw;
-      }
-    });
-    failed.settle(remove_tmp);
+RestorePlan pec_restore_plan(const RestoreOptions& o) {
+  if (!o.ds_version.empty()) (void)layout::moe_version_line(o.ds_version);  // a usage error before any work
+  const bool root = parallel::MpiSession::get().rank() == 0;
+  OpenedStores opened = open_stores(o, [&](const std::string& w) {
+    if (root) o.reporter.warning(w);
+  });
+  RestorePlan plan = plan_restore(std::move(opened.catalog), request_of(o));
+  (void)interval_tokens(o, plan.base_manifest().shape);  // a bad --tokens file fails as the restore would
+  check_step_dir_free(plan, o.force);
+  return plan;
+}
+
+RestoreResult pec_restore(const RestoreOptions& o) {
+  if (!o.ds_version.empty()) (void)layout::moe_version_line(o.ds_version);  // a usage error before any work
+  const auto t0 = std::chrono::steady_clock::now();
+  RestoreResult res;
+  const bool root = parallel::MpiSession::get().rank() == 0;
+  const Warn warn = [&](const std::string& w) {
+    res.warnings.push_back(w);
+    if (root) o.reporter.warning(w);
+  };
+  // Read and plan: nothing is written before the plan stands (a refusal leaves no output folder).
+  OpenedStores opened = open_stores(o, warn);
+  RestorePlan plan = plan_restore(std::move(opened.catalog), request_of(o));
+  const TokenMatrix per_interval = interval_tokens(o, plan.base_manifest().shape);
+
+  // Execute: streamed straight into a temporary step folder, renamed into place at the end.
+  // SIGINT/SIGTERM from here on stop the run at the next chunk and remove the folder (the tool then
+  // dies by the signal).
+  StagedPhase staged;
+  RestoreRun run(o, opened.stores, plan, warn);
+  run.prepare_output();
+  run.write_non_expert_state();
+  const std::vector<size_t> source = run.write_experts();
+  res.bytes_written = run.finish_files();
+
+  // Report. PLT over the whole run: this restore's lost tokens plus those of the earlier restores
+  // recorded in the durable store (each earlier failure's lost updates stay lost); it drives next_k.
+  const ExpertLosses losses = expert_losses(plan, source, per_interval);
+  if (!plan.base_manifest().tokens_known && per_interval.empty())
+    warn("no token counts in the store and no --tokens: lost tokens and PLT are reported as 0 (unknown)");
+  PltHistory history;
+  try {
+    history = load_plt_history(o.store);
+  } catch (const std::exception& e) {
+    warn(std::string(e.what()) + "; the accumulated PLT counts this restore only");
   }
-  res.output_dir = final_dir.string();
+  add_restore(history, plan.step, losses.lost);
+  res.report = restore_report(plan, losses, per_interval, history, o);
+
+  run.commit(history);
+  res.output_dir = restore_step_dir(plan);
   res.report["warnings"] = res.warnings;
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
 }
-
 std::string report_table(const json& r) {
   std::ostringstream o;
   char line[1024];

@@ -1,6 +1,7 @@
 // pec-restore: rebuild a complete checkpoint from the store tiers (latest non-expert state plus each
 // expert's newest intact copy in any tier), and the report: restored step per expert, lost tokens,
-// PLT, dynamic K and the capacity plan.
+// PLT, dynamic K and the capacity plan. Read (manifests) -> plan (restore_plan.h) -> execute (streamed
+// into a temporary step folder, restore_writer.h) -> report -> commit.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/reporter.h"
+#include "pec/restore_plan.h"
 
 namespace ucpkit::pec {
 
@@ -34,7 +36,11 @@ struct RestoreResult {
   double seconds = 0;
 };
 
+// Reads the store manifests, plans (restore_plan.h), executes the plan, reports, commits.
 RestoreResult pec_restore(const RestoreOptions& options);
+// The plan pec_restore would execute with these options (`pec-restore --plan`): read from the store
+// manifests under a shared lock, refused as the restore would refuse; nothing is written.
+RestorePlan pec_restore_plan(const RestoreOptions& options);
 // Plain-text table of a report (one line per expert that lost tokens or came from an older step).
 std::string report_table(const nlohmann::json& report);
 

@@ -1,4 +1,5 @@
-// pec-save orchestration.
+// pec-save: read the checkpoint and the tiers' previous commits, plan (the experts each tier's policy
+// selects, the fully sharded work split), execute this rank's share, commit on rank 0.
 #include "pec/save.h"
 
 #include <tbb/parallel_for.h>
@@ -21,8 +22,10 @@ namespace ucpkit::pec {
 namespace {
 using nlohmann::json;
 
-struct Tier {
-  std::string name;
+// One tier being saved: its store, K (or byte budget) and retention, its previous commit, the experts
+// its policy selected (the plan) and the manifest of this step.
+struct TierSave {
+  Tier tier = Tier::durable;
   std::unique_ptr<Store> store;
   int k = 0;
   uint64_t budget = 0;
@@ -32,11 +35,19 @@ struct Tier {
   Manifest next;
 };
 
+// One file to store into one tier: an expert part, or a non-expert file when `part` is null.
 struct Work {
   size_t tier;
   int moe_layer = -1, expert = -1;  // expert work; else non-expert file
   std::string path;
   const ExpertPart* part = nullptr;
+};
+
+// The work of every tier and its fully sharded split over the ranks (items: the work's names and bytes).
+struct SaveWork {
+  std::vector<Work> work;
+  std::vector<SaveItem> items;
+  ShardPlan shards;
 };
 
 json file_entry_json(const FileEntry& f) {
@@ -54,6 +65,265 @@ std::vector<std::vector<int64_t>> never_saved(const MoeShape& s) {
   std::vector<std::vector<int64_t>> v;
   for (int e : s.experts_per_layer) v.emplace_back(static_cast<size_t>(e), -1);
   return v;
+}
+
+// Read: the tiers (created when new), locked by rank 0 unless only planning. Objects are fsynced in
+// one pass before the commit, so a file at an object's name that no committed manifest names may be
+// torn (a save that crashed before its fsync): only the referenced ones are trusted, the rest rewritten.
+std::vector<TierSave> open_tiers(const SaveOptions& o, bool root) {
+  std::vector<TierSave> tiers;
+  {
+    TierSave d;
+    d.tier = Tier::durable;
+    d.k = o.k_persist > 0 ? o.k_persist : o.k;
+    d.budget = o.budget_bytes;
+    d.keep = o.keep;
+    d.store = std::make_unique<Store>(o.store, Tier::durable, true, o.zstd_level);
+    tiers.push_back(std::move(d));
+  }
+  if (!o.fast_store.empty()) {
+    TierSave f;
+    f.tier = Tier::fast;
+    f.k = o.k_snapshot;
+    f.keep = o.keep_fast;
+    f.store = std::make_unique<Store>(o.fast_store, Tier::fast, true, o.zstd_level);
+    tiers.push_back(std::move(f));
+  }
+  if (root && !o.plan_only)
+    for (auto& t : tiers) t.store->lock(true);
+  if (!o.plan_only)
+    for (auto& t : tiers) t.store->objects().trust(t.store->referenced_objects());
+  return tiers;
+}
+
+// Read: each tier's previous commit (same MoE shape, older step). Returns the cumulative token counts
+// after this step, continued from the newest commit of any tier.
+TokenMatrix load_previous(std::vector<TierSave>& tiers, int64_t step, const MoeShape& shape, const TokenMatrix& interval) {
+  std::optional<Manifest> newest;
+  for (auto& t : tiers) {
+    if (auto last = t.store->latest_step()) {
+      t.prev = t.store->load_manifest(*last);
+      check_shape(*t.prev, shape, t.store->dir());
+      if (*last >= step)
+        fail(t.store->dir(), "step " + std::to_string(step) + " is not newer than its latest committed step " + std::to_string(*last));
+      if (!newest || t.prev->step > newest->step) newest = *t.prev;
+    }
+  }
+  return add_tokens(newest ? newest->tokens_cumulative : zero_tokens(shape.experts_per_layer), interval);
+}
+
+// What the policy of one tier is asked: its K or budget, its rotation point and history.
+SelectionRequest selection_request(const TierSave& t, const SaveOptions& o, const MoeShape& shape,
+                                   const std::vector<std::vector<uint64_t>>& expert_bytes, const TokenMatrix& interval) {
+  SelectionRequest req;
+  req.shape = shape;
+  req.save_index = t.prev ? t.prev->save_index + 1 : 0;
+  req.k = t.k;
+  req.budget_bytes = t.budget;
+  req.expert_bytes = expert_bytes;
+  req.unsaved_tokens = add_tokens(t.prev ? t.prev->unsaved_tokens : zero_tokens(shape.experts_per_layer), interval);
+  req.last_saved_step = t.prev ? t.prev->last_saved_step : never_saved(shape);
+  const bool by_budget = t.tier == Tier::durable && o.policy == "budget" && t.budget > 0;
+  if (t.k <= 0 && !by_budget)
+    throw UsageError(t.tier == Tier::fast ? "--k-snapshot must be >= 1" : "give --k (or --k-persist, or --budget-bytes with the budget policy)");
+  if (t.tier == Tier::fast && o.policy == "budget") req.budget_bytes = 0;  // the fast tier is sized by --k-snapshot
+  return req;
+}
+
+// Plan: the experts the policy selects for one tier, plus, in the durable tier with bootstrap, every
+// expert it never saved; returns the policy's count per MoE layer (bootstrap additions excluded).
+std::vector<int> select_experts(TierSave& t, const SelectionPolicy& policy, const SelectionRequest& req, bool bootstrap) {
+  const MoeShape& shape = req.shape;
+  t.selection = policy.select(req);
+  std::vector<int> k_per_layer;
+  for (const auto& layer : t.selection) k_per_layer.push_back(static_cast<int>(layer.size()));
+  if (t.tier == Tier::durable && bootstrap)
+    for (int l = 0; l < shape.num_layers(); ++l)
+      for (int e = 0; e < shape.experts_per_layer[static_cast<size_t>(l)]; ++e)
+        if (req.last_saved_step[static_cast<size_t>(l)][static_cast<size_t>(e)] < 0 &&
+            std::find(t.selection[l].begin(), t.selection[l].end(), e) == t.selection[l].end())
+          t.selection[l].push_back(e);
+  for (auto& s : t.selection) std::sort(s.begin(), s.end());
+  return k_per_layer;
+}
+
+// The tier's manifest of this step without its files: shape, policy, token counts, last-saved steps.
+void start_manifest(TierSave& t, const SaveOptions& o, const SourceCheckpoint& src, const SelectionRequest& req,
+                    std::vector<int> k_per_layer, const TokenMatrix& interval, const TokenMatrix& cumulative, bool tokens_known) {
+  Manifest& m = t.next;
+  m.step = o.step;
+  m.tier = t.tier;
+  m.layout = src.layout;
+  m.tag = src.tag;
+  m.shape = src.shape;
+  m.policy = o.policy;
+  m.k = t.k;
+  m.budget_bytes = req.budget_bytes;
+  m.k_per_layer = std::move(k_per_layer);
+  m.save_index = req.save_index;
+  m.tokens_known = tokens_known || (t.prev && t.prev->tokens_known);
+  m.tokens_interval = interval;
+  m.tokens_cumulative = cumulative;
+  m.last_saved_step = req.last_saved_step;
+  m.unsaved_tokens = req.unsaved_tokens;
+  for (int l = 0; l < src.shape.num_layers(); ++l)
+    for (int e : t.selection[l]) {
+      m.last_saved_step[l][e] = o.step;
+      m.unsaved_tokens[l][e] = 0;
+    }
+  json shared = json::object();
+  for (const auto& [file, ranges] : src.expert_ranges) shared[file] = ranges.size();
+  m.source = {{"root_pointer", src.layout == "universal" ? "latest_universal" : "latest"}, {"shared_files", shared}};
+}
+
+// Plan: every selected expert's parts and every non-expert file, per tier, split over the ranks.
+SaveWork plan_work(const std::vector<TierSave>& tiers, const SourceCheckpoint& src, int world, bool data_before_expert) {
+  const MoeShape& shape = src.shape;
+  SaveWork w;
+  for (size_t ti = 0; ti < tiers.size(); ++ti) {
+    const std::string& tier = to_string(tiers[ti].tier);
+    for (int l = 0; l < shape.num_layers(); ++l)
+      for (int e : tiers[ti].selection[l]) {
+        for (const auto& part : src.experts.at({l, e})) {
+          w.work.push_back({ti, l, e, part.path, &part});
+          w.items.push_back({tier + ":" + part.path, part.bytes, l, e});
+        }
+      }
+    for (const auto& f : src.non_expert_files) {
+      w.work.push_back({ti, -1, -1, f, nullptr});
+      w.items.push_back({tier + ":" + f, src.stored_bytes(f)});  // what the store receives
+    }
+  }
+  w.shards = plan_fully_sharded(w.items, shape, world, data_before_expert);
+  return w;
+}
+
+// The plan as `pec-save --plan` prints it: the sharded split, the selection of each tier, the step.
+json save_plan_json(const SaveWork& w, const std::vector<TierSave>& tiers, int64_t step) {
+  json j = shard_plan_to_json(w.shards, w.items);
+  json sel = json::object();
+  for (const auto& t : tiers) sel[to_string(t.tier)] = t.selection;
+  j["selection"] = sel;
+  j["step"] = step;
+  return j;
+}
+
+// Execute: this rank's share of the work, stored into the tiers' object stores; entries at their work
+// index. A rank that fails settles with the others instead of leaving them waiting in a collective.
+std::vector<FileEntry> store_share(const SaveWork& w, std::vector<TierSave>& tiers, const SourceCheckpoint& src,
+                                   const SaveOptions& o, const std::function<void(uint64_t)>& progress, uint64_t* total_bytes) {
+  auto& mpi = parallel::MpiSession::get();
+  const auto& mine = w.shards.items_of_rank[static_cast<size_t>(mpi.rank())];
+  uint64_t my_total = 0;
+  for (size_t i : mine) my_total += w.items[i].bytes;
+  if (total_bytes) *total_bytes = my_total;
+  std::vector<FileEntry> results(w.work.size());
+  std::mutex progress_mutex;
+  parallel::RankFailure failed(mpi);
+  failed.guard([&] {
+    tbb::parallel_for(size_t{0}, mine.size(), [&](size_t n) {
+      const Work& job = w.work[mine[n]];
+      Store& st = *tiers[job.tier].store;
+      json cut;
+      SourceSegments from = job.part ? expert_part_segments(src, *job.part) : non_expert_segments(src, job.path, cut);
+      FileEntry f = st.put_file_from(job.path, from.path, from.segments, o.chunk_bytes);
+      f.cut = cut;
+      if (job.part && !job.part->ranges.empty()) f.ranges = ranges_to_json(job.part->ranges);
+      results[mine[n]] = std::move(f);
+      if (progress) {
+        std::lock_guard<std::mutex> lock(progress_mutex);
+        progress(w.items[mine[n]].bytes);
+      }
+    });
+    for (auto& t : tiers) t.store->objects().sync_dirs();
+  });
+  failed.settle("another MPI rank failed while storing its share");
+  return results;
+}
+
+// Rank 0: the entries every rank stored (gathered as JSON), placed at their work index in `results`.
+void merge_gathered(const std::vector<std::string>& gathered, std::vector<FileEntry>& results) {
+  for (const auto& g : gathered)
+    for (const auto& r : json::parse(g)) {
+      size_t i = r.at("work").get<size_t>();
+      Manifest tmp;
+      json wrap = manifest_to_json(tmp);
+      wrap["non_expert"] = json::array({r.at("entry")});
+      results[i] = manifest_from_json(wrap, "gathered entry").non_expert.at(0);
+    }
+}
+
+// The statistics of one tier's manifest: bytes selected and stored against the full checkpoint.
+json tier_stats(const TierSave& t, const SourceCheckpoint& src) {
+  const Manifest& m = t.next;
+  const MoeShape& shape = src.shape;
+  const uint64_t ne = src.non_expert_bytes_total, ex = src.expert_bytes_total;
+  uint64_t logical = 0, stored = 0, expert_logical = 0;
+  for (const auto& f : m.non_expert) {
+    for (const auto& c : f.chunks) stored += c.stored;
+  }
+  for (const auto& e : m.experts)
+    for (const auto& f : e.files) {
+      expert_logical += f.size;
+      for (const auto& c : f.chunks) stored += c.stored;
+    }
+  logical = ne + expert_logical;
+  double k_avg = 0, e_avg = 0;
+  for (int l = 0; l < shape.num_layers(); ++l) {
+    k_avg += static_cast<double>(t.selection[l].size());
+    e_avg += shape.experts_per_layer[static_cast<size_t>(l)];
+  }
+  int saved_experts = static_cast<int>(k_avg);
+  if (shape.num_layers()) k_avg /= shape.num_layers(), e_avg /= shape.num_layers();
+  return {{"bytes_logical", logical},
+          {"bytes_stored", stored},
+          {"bytes_full_checkpoint", src.total_bytes()},
+          {"ratio_logical_vs_full", src.total_bytes() ? static_cast<double>(logical) / src.total_bytes() : 0.0},
+          {"ratio_stored_vs_full", src.total_bytes() ? static_cast<double>(stored) / src.total_bytes() : 0.0},
+          {"ratio_formula", pec_size_ratio(static_cast<double>(ne), static_cast<double>(ex), k_avg, e_avg)},
+          {"experts_saved", saved_experts}};
+}
+
+// Commit (rank 0): each tier's manifest gets its entries (in work order, which is deterministic) and
+// statistics, is committed, and the tier collected. Returns the summary's per-tier part.
+json commit_tiers(std::vector<TierSave>& tiers, const SaveWork& w, const std::vector<FileEntry>& results,
+                  const SourceCheckpoint& src, const SaveOptions& o) {
+  for (size_t i = 0; i < w.work.size(); ++i) {
+    const Work& job = w.work[i];
+    Manifest& m = tiers[job.tier].next;
+    if (job.moe_layer < 0) {
+      m.non_expert.push_back(results[i]);
+    } else {
+      if (m.experts.empty() || m.experts.back().moe_layer != job.moe_layer || m.experts.back().expert != job.expert)
+        m.experts.push_back({job.moe_layer, job.expert, {}});
+      m.experts.back().files.push_back(results[i]);
+    }
+  }
+  json tiers_json = json::array();
+  for (auto& t : tiers) {
+    Manifest& m = t.next;
+    m.stats = tier_stats(t, src);
+    t.store->commit(m);
+    // The fast tier keeps only what the durable tier (committed and collected just before) lacks:
+    // the non-expert state of its kept steps and expert copies newer than the durable ones.
+    ExpertCopySteps durable_copies;
+    if (t.tier == Tier::fast) durable_copies = tiers.front().store->expert_copy_steps();
+    GcStats gc = t.store->collect_garbage(t.keep, t.tier == Tier::fast ? &durable_copies : nullptr);
+    if (!gc.skipped.empty()) o.reporter.warning(gc.skipped);
+    json sel = json::array();
+    for (int l = 0; l < src.shape.num_layers(); ++l) sel.push_back(t.selection[l]);
+    tiers_json.push_back({{"tier", to_string(t.tier)},
+                          {"store", t.store->dir()},
+                          {"k", t.k},
+                          {"k_per_layer", m.k_per_layer},
+                          {"budget_bytes", m.budget_bytes},
+                          {"selection", sel},
+                          {"stats", m.stats},
+                          {"gc", {{"manifests_removed", gc.manifests_removed}, {"manifests_pruned", gc.manifests_pruned},
+                                  {"objects_removed", gc.objects_removed}, {"bytes_removed", gc.bytes_removed},
+                                  {"skipped", gc.skipped}}}});
+  }
+  return tiers_json;
 }
 }  // namespace
 
@@ -80,6 +350,7 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
   check_save_options(o);
   auto policy = make_policy(o.policy);
 
+  // Read: the checkpoint, the token counts, the tiers and their previous commits.
   SourceCheckpoint src = open_checkpoint(o.checkpoint, o.open);
   const MoeShape& shape = src.shape;
   TokenMatrix interval = zero_tokens(shape.experts_per_layer);
@@ -90,250 +361,48 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
   } else if (o.policy != "sequential") {
     throw UsageError("the " + o.policy + " policy needs --tokens (token counts since the previous save)");
   }
+  std::vector<TierSave> tiers = open_tiers(o, root);
+  const TokenMatrix cumulative = load_previous(tiers, o.step, shape, interval);
 
-  const int durable_k = o.k_persist > 0 ? o.k_persist : o.k;
-  std::vector<Tier> tiers;
-  {
-    Tier d;
-    d.name = "durable";
-    d.k = durable_k;
-    d.budget = o.budget_bytes;
-    d.keep = o.keep;
-    d.store = std::make_unique<Store>(o.store, "durable", true, o.zstd_level);
-    tiers.push_back(std::move(d));
-  }
-  if (!o.fast_store.empty()) {
-    Tier f;
-    f.name = "fast";
-    f.k = o.k_snapshot;
-    f.keep = o.keep_fast;
-    f.store = std::make_unique<Store>(o.fast_store, "fast", true, o.zstd_level);
-    tiers.push_back(std::move(f));
-  }
-  if (root && !o.plan_only)
-    for (auto& t : tiers) t.store->lock(true);
-  // Objects are fsynced in one pass before the commit, so a file at an object's name that no
-  // committed manifest names may be torn (a save that crashed before its fsync): it is rewritten.
-  if (!o.plan_only)
-    for (auto& t : tiers) t.store->objects().trust(t.store->referenced_objects());
-
-  // Previous state of each tier and the newest cumulative token counts of any tier.
-  std::optional<Manifest> newest;
-  for (auto& t : tiers) {
-    if (auto last = t.store->latest_step()) {
-      t.prev = t.store->load_manifest(*last);
-      check_shape(*t.prev, shape, t.store->dir());
-      if (*last >= o.step)
-        fail(t.store->dir(), "step " + std::to_string(o.step) + " is not newer than its latest committed step " + std::to_string(*last));
-      if (!newest || t.prev->step > newest->step) newest = *t.prev;
-    }
-  }
-  TokenMatrix cumulative = add_tokens(newest ? newest->tokens_cumulative : zero_tokens(shape.experts_per_layer), interval);
-
+  // Plan: the experts each tier's policy selects, and the work split over the ranks.
   std::vector<std::vector<uint64_t>> expert_bytes;
   for (int l = 0; l < shape.num_layers(); ++l) {
     expert_bytes.emplace_back();
     for (int e = 0; e < shape.experts_per_layer[static_cast<size_t>(l)]; ++e) expert_bytes.back().push_back(src.expert_bytes(l, e));
   }
-
-  // Selection per tier.
   for (auto& t : tiers) {
-    SelectionRequest req;
-    req.shape = shape;
-    req.save_index = t.prev ? t.prev->save_index + 1 : 0;
-    req.k = t.k;
-    req.budget_bytes = t.budget;
-    req.expert_bytes = expert_bytes;
-    req.unsaved_tokens = add_tokens(t.prev ? t.prev->unsaved_tokens : zero_tokens(shape.experts_per_layer), interval);
-    req.last_saved_step = t.prev ? t.prev->last_saved_step : never_saved(shape);
-    const bool by_budget = t.name == "durable" && o.policy == "budget" && t.budget > 0;
-    if (t.k <= 0 && !by_budget)
-      throw UsageError(t.name == "fast" ? "--k-snapshot must be >= 1"
-                                        : "give --k (or --k-persist, or --budget-bytes with the budget policy)");
-    const SelectionPolicy& pol = *policy;
-    if (t.name == "fast" && o.policy == "budget") {
-      req.budget_bytes = 0;  // the fast tier is sized by --k-snapshot
-    }
-    t.selection = pol.select(req);
-    std::vector<int> k_per_layer;
-    for (const auto& layer : t.selection) k_per_layer.push_back(static_cast<int>(layer.size()));
-    if (t.name == "durable" && o.bootstrap)
-      for (int l = 0; l < shape.num_layers(); ++l)
-        for (int e = 0; e < shape.experts_per_layer[static_cast<size_t>(l)]; ++e)
-          if (req.last_saved_step[static_cast<size_t>(l)][static_cast<size_t>(e)] < 0 &&
-              std::find(t.selection[l].begin(), t.selection[l].end(), e) == t.selection[l].end())
-            t.selection[l].push_back(e);
-    for (auto& s : t.selection) std::sort(s.begin(), s.end());
-
-    Manifest& m = t.next;
-    m.step = o.step;
-    m.tier = t.name;
-    m.layout = src.layout;
-    m.tag = src.tag;
-    m.shape = shape;
-    m.policy = o.policy;
-    m.k = t.k;
-    m.budget_bytes = req.budget_bytes;
-    m.k_per_layer = k_per_layer;
-    m.save_index = req.save_index;
-    m.tokens_known = tokens_known || (t.prev && t.prev->tokens_known);
-    m.tokens_interval = interval;
-    m.tokens_cumulative = cumulative;
-    m.last_saved_step = req.last_saved_step;
-    m.unsaved_tokens = req.unsaved_tokens;
-    for (int l = 0; l < shape.num_layers(); ++l)
-      for (int e : t.selection[l]) {
-        m.last_saved_step[l][e] = o.step;
-        m.unsaved_tokens[l][e] = 0;
-      }
-    json shared = json::object();
-    for (const auto& [file, ranges] : src.expert_ranges) shared[file] = ranges.size();
-    m.source = {{"root_pointer", src.layout == "universal" ? "latest_universal" : "latest"}, {"shared_files", shared}};
+    const SelectionRequest req = selection_request(t, o, shape, expert_bytes, interval);
+    std::vector<int> k_per_layer = select_experts(t, *policy, req, o.bootstrap);
+    start_manifest(t, o, src, req, std::move(k_per_layer), interval, cumulative, tokens_known);
   }
+  const SaveWork work = plan_work(tiers, src, mpi.size(), o.open.data_before_expert);
+  if (o.plan_only) return root ? save_plan_json(work, tiers, o.step) : json::object();
 
-  // Work items and the fully sharded plan.
-  std::vector<Work> work;
-  std::vector<SaveItem> items;
-  for (size_t ti = 0; ti < tiers.size(); ++ti) {
-    for (int l = 0; l < shape.num_layers(); ++l)
-      for (int e : tiers[ti].selection[l]) {
-        for (const auto& part : src.experts.at({l, e})) {
-          work.push_back({ti, l, e, part.path, &part});
-          items.push_back({tiers[ti].name + ":" + part.path, part.bytes, l, e});
-        }
-      }
-    for (const auto& f : src.non_expert_files) {
-      work.push_back({ti, -1, -1, f, nullptr});
-      items.push_back({tiers[ti].name + ":" + f, src.stored_bytes(f)});  // what the store receives
-    }
-  }
-  ShardPlan plan = plan_fully_sharded(items, shape, mpi.size(), o.open.data_before_expert);
-  if (o.plan_only) {
-    json j = shard_plan_to_json(plan, items);
-    json sel = json::object();
-    for (const auto& t : tiers) sel[t.name] = t.selection;
-    j["selection"] = sel;
-    j["step"] = o.step;
-    return root ? j : json::object();
-  }
-
-  // Execute this rank's share.
-  const auto& mine = plan.items_of_rank[static_cast<size_t>(mpi.rank())];
-  uint64_t my_total = 0;
-  for (size_t i : mine) my_total += items[i].bytes;
-  if (total_bytes) *total_bytes = my_total;
-  std::vector<FileEntry> results(work.size());
-  std::mutex progress_mutex;
-  // Every step after this one ends in a collective (gather, barrier): a rank that fails settles with
-  // the others instead of leaving them waiting there (parallel/mpi_session.h).
-  parallel::RankFailure failed(mpi);
-  failed.guard([&] {
-    tbb::parallel_for(size_t{0}, mine.size(), [&](size_t n) {
-      const Work& w = work[mine[n]];
-      Store& st = *tiers[w.tier].store;
-      json cut;
-      SourceSegments from = w.part ? expert_part_segments(src, *w.part) : non_expert_segments(src, w.path, cut);
-      FileEntry f = st.put_file_from(w.path, from.path, from.segments, o.chunk_bytes);
-      f.cut = cut;
-      if (w.part && !w.part->ranges.empty()) f.ranges = ranges_to_json(w.part->ranges);
-      results[mine[n]] = std::move(f);
-      if (progress) {
-        std::lock_guard<std::mutex> lock(progress_mutex);
-        progress(items[mine[n]].bytes);
-      }
-    });
-    for (auto& t : tiers) t.store->objects().sync_dirs();
-  });
-  failed.settle("another MPI rank failed while storing its share");
-
+  // Execute this rank's share; rank 0 gathers the entries and commits.
+  std::vector<FileEntry> results = store_share(work, tiers, src, o, progress, total_bytes);
   json local = json::array();
-  for (size_t i : mine) local.push_back({{"work", i}, {"entry", file_entry_json(results[i])}});
+  for (size_t i : work.shards.items_of_rank[static_cast<size_t>(mpi.rank())])
+    local.push_back({{"work", i}, {"entry", file_entry_json(results[i])}});
   auto gathered = mpi.gather(local.dump());
   json summary = json::object();
+  parallel::RankFailure failed(mpi);
   failed.guard([&] {
     if (!root) return;
-    for (const auto& g : gathered)
-      for (const auto& r : json::parse(g)) {
-        size_t i = r.at("work").get<size_t>();
-        Manifest tmp;
-        json wrap = manifest_to_json(tmp);
-        wrap["non_expert"] = json::array({r.at("entry")});
-        results[i] = manifest_from_json(wrap, "gathered entry").non_expert.at(0);
-      }
-    // Assemble the manifests (entries in work order, which is deterministic).
-    for (size_t i = 0; i < work.size(); ++i) {
-      const Work& w = work[i];
-      Manifest& m = tiers[w.tier].next;
-      if (w.moe_layer < 0) {
-        m.non_expert.push_back(results[i]);
-      } else {
-        if (m.experts.empty() || m.experts.back().moe_layer != w.moe_layer || m.experts.back().expert != w.expert)
-          m.experts.push_back({w.moe_layer, w.expert, {}});
-        m.experts.back().files.push_back(results[i]);
-      }
-    }
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    json tiers_json = json::array();
-    uint64_t ne = src.non_expert_bytes_total, ex = src.expert_bytes_total;
-    for (auto& t : tiers) {
-      Manifest& m = t.next;
-      uint64_t logical = 0, stored = 0, expert_logical = 0;
-      for (const auto& f : m.non_expert) {
-        for (const auto& c : f.chunks) stored += c.stored;
-      }
-      for (const auto& e : m.experts)
-        for (const auto& f : e.files) {
-          expert_logical += f.size;
-          for (const auto& c : f.chunks) stored += c.stored;
-        }
-      logical = ne + expert_logical;
-      double k_avg = 0, e_avg = 0;
-      for (int l = 0; l < shape.num_layers(); ++l) {
-        k_avg += static_cast<double>(t.selection[l].size());
-        e_avg += shape.experts_per_layer[static_cast<size_t>(l)];
-      }
-      int saved_experts = static_cast<int>(k_avg);
-      if (shape.num_layers()) k_avg /= shape.num_layers(), e_avg /= shape.num_layers();
-      m.stats = {{"bytes_logical", logical},
-                 {"bytes_stored", stored},
-                 {"bytes_full_checkpoint", src.total_bytes()},
-                 {"ratio_logical_vs_full", src.total_bytes() ? static_cast<double>(logical) / src.total_bytes() : 0.0},
-                 {"ratio_stored_vs_full", src.total_bytes() ? static_cast<double>(stored) / src.total_bytes() : 0.0},
-                 {"ratio_formula", pec_size_ratio(static_cast<double>(ne), static_cast<double>(ex), k_avg, e_avg)},
-                 {"experts_saved", saved_experts}};
-      t.store->commit(m);
-      // The fast tier keeps only what the durable tier (committed and collected just before) lacks:
-      // the non-expert state of its kept steps and expert copies newer than the durable ones.
-      ExpertCopySteps durable_copies;
-      if (t.name == "fast") durable_copies = tiers.front().store->expert_copy_steps();
-      GcStats gc = t.store->collect_garbage(t.keep, t.name == "fast" ? &durable_copies : nullptr);
-      if (!gc.skipped.empty()) o.reporter.warning(gc.skipped);
-      json sel = json::array();
-      for (int l = 0; l < shape.num_layers(); ++l) sel.push_back(t.selection[l]);
-      tiers_json.push_back({{"tier", t.name},
-                            {"store", t.store->dir()},
-                            {"k", t.k},
-                            {"k_per_layer", m.k_per_layer},
-                            {"budget_bytes", m.budget_bytes},
-                            {"selection", sel},
-                            {"stats", m.stats},
-                            {"gc", {{"manifests_removed", gc.manifests_removed}, {"manifests_pruned", gc.manifests_pruned},
-                                    {"objects_removed", gc.objects_removed}, {"bytes_removed", gc.bytes_removed},
-                                    {"skipped", gc.skipped}}}});
-    }
-    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    merge_gathered(gathered, results);
+    json tiers_json = commit_tiers(tiers, work, results, src, o);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     summary = {{"step", o.step},
                {"layout", src.layout},
                {"policy", o.policy},
                {"experts_per_layer", shape.experts_per_layer},
                {"ep_size", shape.ep_size},
                {"world_size", mpi.size()},
-               {"non_expert_bytes", ne},
-               {"expert_bytes", ex},
+               {"non_expert_bytes", src.non_expert_bytes_total},
+               {"expert_bytes", src.expert_bytes_total},
                {"tokens_known", tokens_known},
                {"tiers", tiers_json},
                {"seconds", seconds},
-               {"max_rank_bytes", plan.max_rank_bytes()}};
+               {"max_rank_bytes", work.shards.max_rank_bytes()}};
   });
   failed.settle("MPI rank 0 failed while committing the step");
   return summary;

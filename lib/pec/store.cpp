@@ -52,8 +52,8 @@ void add_chunks(FileEntry& f, const std::vector<ObjectInfo>& infos) {
 }
 }  // namespace
 
-Store::Store(std::string dir, std::string tier, bool create, int zstd_level)
-    : dir_(std::move(dir)), tier_(std::move(tier)), objects_(dir_, zstd_level) {
+Store::Store(std::string dir, Tier tier, bool create, int zstd_level)
+    : dir_(std::move(dir)), tier_(tier), objects_(dir_, zstd_level) {
   std::error_code ec;
   const std::string marker = dir_ + "/" + kStoreMarker;
   if (!fs::exists(marker)) {

@@ -15,6 +15,7 @@
 
 #include "pec/manifest.h"
 #include "pec/object_store.h"
+#include "pec/tier.h"
 
 namespace ucpkit::pec {
 
@@ -33,13 +34,13 @@ using ExpertCopySteps = std::map<std::pair<int, int>, std::set<int64_t>>;
 class Store {
  public:
   // Opens (and with `create`, creates) a tier folder. Throws Error when it is not a PEC store.
-  Store(std::string dir, std::string tier, bool create, int zstd_level = 3);
+  Store(std::string dir, Tier tier, bool create, int zstd_level = 3);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
   const std::string& dir() const { return dir_; }
-  const std::string& tier() const { return tier_; }
+  Tier tier() const { return tier_; }
   ObjectStore& objects() { return objects_; }
   const ObjectStore& objects() const { return objects_; }
 
@@ -84,7 +85,8 @@ class Store {
 
  private:
   void write_manifest(const Manifest& m, const std::string& crash_label);
-  std::string dir_, tier_;
+  std::string dir_;
+  Tier tier_;
   ObjectStore objects_;
   int lock_fd_ = -1;
 };

@@ -25,28 +25,17 @@
 #include <thread>
 #include <vector>
 
+#include "support/files.h"
 #include "support/process.h"
 
 namespace fs = std::filesystem;
+using ucpkit::testing::file_bytes;
+using ucpkit::testing::tree_bytes;
 
 namespace {
 const std::string kFx = UCPKIT_FIXTURES_DIR;
 const std::string kBin = UCPKIT_BIN_DIR;
 const std::vector<int64_t> kSteps = {100, 200, 300};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::map<std::string, std::string> tree_bytes(const std::string& dir) {
-  std::map<std::string, std::string> m;
-  for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file()) m[fs::relative(e.path(), dir).string()] = slurp(e.path().string());
-  return m;
-}
 
 std::string manifest(const std::string& store, int64_t step) {
   char name[64];
@@ -109,7 +98,7 @@ void stop(pid_t agent, int* status) {
 }
 
 int restore(const std::string& store, const std::string& out, const std::string& log) {
-  return ucpkit::testing::run_command(kBin + "/pec-restore -q --store " + store + " --output " + out + " >" + log + " 2>&1");
+  return ucpkit::testing::run_logged(kBin + "/pec-restore -q --store " + store + " --output " + out, log);
 }
 
 void fill_watched(const std::string& watched) {
@@ -126,10 +115,10 @@ TEST(PecKill, WatchLoopKilledAtRandomPointsKeepsTheLastCommit) {
   fs::create_directories(d + "/ref_w");
   fill_watched(d + "/ref_w");
   const pid_t ref_agent = start_agent(d + "/ref_w", d + "/ref_s", 0, d + "/ref.log", "5");
-  ASSERT_EQ(train(d + "/ref_w", d + "/ref_s", ref_agent), -1) << slurp(d + "/ref.log");
+  ASSERT_EQ(train(d + "/ref_w", d + "/ref_s", ref_agent), -1) << file_bytes(d + "/ref.log");
   int st = 0;
   stop(ref_agent, &st);
-  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st << slurp(d + "/ref.log");
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st << file_bytes(d + "/ref.log");
   std::map<int64_t, std::map<std::string, std::string>> ref;
   for (int64_t s : kSteps) {
     const std::string out = d + "/ref_o" + std::to_string(s);
@@ -154,30 +143,30 @@ TEST(PecKill, WatchLoopKilledAtRandomPointsKeepsTheLastCommit) {
     int status = train(w, store, agent);
     if (status == -1) stop(agent, &status);  // every step committed (a kill in the last GC may follow)
     if (WIFEXITED(status)) {  // past the last crash point: a clean run
-      EXPECT_EQ(WEXITSTATUS(status), 0) << "point " << n << ": " << slurp(t + ".log");
+      EXPECT_EQ(WEXITSTATUS(status), 0) << "point " << n << ": " << file_bytes(t + ".log");
       continue;
     }
     ++kills;
-    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "point " << n << ": " << slurp(t + ".log");
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "point " << n << ": " << file_bytes(t + ".log");
     // The last committed step restores bit-exactly (nothing committed: restore refuses, exit 1).
     const int64_t last = last_committed(store);
     const int rc = restore(store, t + "/o", t + "/o.log");
     if (last < 0) {
-      EXPECT_EQ(rc, 1) << "point " << n << ": " << slurp(t + "/o.log");
+      EXPECT_EQ(rc, 1) << "point " << n << ": " << file_bytes(t + "/o.log");
       EXPECT_FALSE(fs::exists(t + "/o/latest")) << "point " << n;
     } else {
-      ASSERT_EQ(rc, 0) << "point " << n << ": " << slurp(t + "/o.log");
-      EXPECT_EQ(slurp(t + "/o/latest"), "global_step" + std::to_string(last)) << "point " << n;
+      ASSERT_EQ(rc, 0) << "point " << n << ": " << file_bytes(t + "/o.log");
+      EXPECT_EQ(file_bytes(t + "/o/latest"), "global_step" + std::to_string(last)) << "point " << n;
       EXPECT_EQ(tree_bytes(t + "/o/global_step" + std::to_string(last)), ref.at(last)) << "point " << n;
     }
     // Started again, the agent saves what is left; the newest step restores bit-exactly.
     if (last < kSteps.back()) {
       agent = start_agent(w, store, 0, t + ".log");
-      ASSERT_EQ(train(w, store, agent), -1) << "point " << n << ": " << slurp(t + ".log");
+      ASSERT_EQ(train(w, store, agent), -1) << "point " << n << ": " << file_bytes(t + ".log");
       stop(agent, &status);
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "point " << n << ": " << status;
     }
-    ASSERT_EQ(restore(store, t + "/o2", t + "/o2.log"), 0) << "point " << n << ": " << slurp(t + "/o2.log");
+    ASSERT_EQ(restore(store, t + "/o2", t + "/o2.log"), 0) << "point " << n << ": " << file_bytes(t + "/o2.log");
     EXPECT_EQ(tree_bytes(t + "/o2/global_step300"), ref.at(300)) << "point " << n;
     fs::remove_all(t);
   }

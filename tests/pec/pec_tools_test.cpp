@@ -17,10 +17,14 @@
 #include <tuple>
 
 #include "io/torch/torch_file.h"
+#include "support/files.h"
 #include "support/process.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using ucpkit::testing::file_bytes;
+using ucpkit::testing::run_logged;
+using ucpkit::testing::tree_bytes;
 
 namespace {
 const std::string kFx = UCPKIT_FIXTURES_DIR;
@@ -37,31 +41,17 @@ std::string tokens(int64_t step) { return kFx + "/tokens/step" + std::to_string(
 // A fresh folder per test process (name + pid): tests running at once never share one.
 std::string scratch(const std::string& name) { return ucpkit::testing::scratch_dir(name); }
 
-// Runs a shell command; returns its exit code (128 + signal when killed). Output goes to `log`.
-int sh(const std::string& cmd, const std::string& log = "/dev/null") {
-  int st = std::system((cmd + " >" + log + " 2>&1").c_str());
-  if (WIFEXITED(st)) return WEXITSTATUS(st);
-  return 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 int save(const std::string& src, const std::string& store, int64_t step, const std::string& extra,
          const std::string& env = "", const std::string& log = "/dev/null") {
-  return sh(env + " " + kBin + "/pec-save --checkpoint " + src + " --store " + store + " --step " + std::to_string(step) + " " + extra,
+  return run_logged(env + " " + kBin + "/pec-save --checkpoint " + src + " --store " + store + " --step " + std::to_string(step) + " " + extra,
             log);
 }
 
 int restore(const std::string& store, const std::string& out, const std::string& extra, const std::string& log = "/dev/null") {
-  return sh(kBin + "/pec-restore --store " + store + " --output " + out + " --report " + out + "/report.json " + extra, log);
+  return run_logged(kBin + "/pec-restore --store " + store + " --output " + out + " --report " + out + "/report.json " + extra, log);
 }
 
-json report_of(const std::string& out) { return json::parse(slurp(out + "/report.json")); }
+json report_of(const std::string& out) { return json::parse(file_bytes(out + "/report.json")); }
 
 std::map<std::pair<int, int>, int64_t> restored_steps(const json& r) {
   std::map<std::pair<int, int>, int64_t> m;
@@ -75,14 +65,7 @@ int verify_native(const std::string& out, int64_t step, const std::string& famil
                     std::to_string(step) + " " + out + "/report.json 2 " + (dbe ? "1" : "0");
   for (int64_t s : kSteps)
     if (fs::exists(step_dir(family, s))) cmd += " " + std::to_string(s) + "=" + step_dir(family, s);
-  return sh(cmd, out + "/verify.log");
-}
-
-std::map<std::string, std::string> tree_bytes(const std::string& dir) {
-  std::map<std::string, std::string> m;
-  for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file()) m[fs::relative(e.path(), dir).string()] = slurp(e.path().string());
-  return m;
+  return run_logged(cmd, out + "/verify.log");
 }
 
 void save_chain(const std::string& family, const std::string& store, const std::string& extra, size_t n = 5) {
@@ -96,8 +79,8 @@ void save_chain(const std::string& family, const std::string& store, const std::
 TEST(PecTools, NativeChainRestoresBitExact) {
   std::string d = scratch("native");
   save_chain("ds", d + "/store", "--policy sequential --k 1");
-  ASSERT_EQ(restore(d + "/store", d + "/out", "", d + "/restore.log"), 0) << slurp(d + "/restore.log");
-  EXPECT_EQ(slurp(d + "/out/latest"), "global_step500");
+  ASSERT_EQ(restore(d + "/store", d + "/out", "", d + "/restore.log"), 0) << file_bytes(d + "/restore.log");
+  EXPECT_EQ(file_bytes(d + "/out/latest"), "global_step500");
   json r = report_of(d + "/out");
   for (const char* key : {"step", "experts", "plt", "plt_threshold", "next_k", "capacity_plan"}) EXPECT_TRUE(r.contains(key)) << key;
   EXPECT_EQ(r["step"], 500);
@@ -105,24 +88,24 @@ TEST(PecTools, NativeChainRestoresBitExact) {
   std::set<int64_t> steps;
   for (const auto& [k, s] : restored_steps(r)) steps.insert(s);
   EXPECT_GT(steps.size(), 1u);  // K=1 of 4: experts come from several steps
-  EXPECT_EQ(verify_native(d + "/out", 500), 0) << slurp(d + "/out/verify.log");
+  EXPECT_EQ(verify_native(d + "/out", 500), 0) << file_bytes(d + "/out/verify.log");
 }
 
 TEST(PecTools, DataBeforeExpertBf16OptimizerRestoresBitExact) {
   std::string d = scratch("dbe");
   save_chain("dbe", d + "/store", "--policy load-aware --k 1 --data-before-expert");
-  ASSERT_EQ(restore(d + "/store", d + "/out", "", d + "/restore.log"), 0) << slurp(d + "/restore.log");
-  EXPECT_EQ(verify_native(d + "/out", 300, "dbe", true), 0) << slurp(d + "/out/verify.log");
+  ASSERT_EQ(restore(d + "/store", d + "/out", "", d + "/restore.log"), 0) << file_bytes(d + "/restore.log");
+  EXPECT_EQ(verify_native(d + "/out", 300, "dbe", true), 0) << file_bytes(d + "/out/verify.log");
 }
 
 TEST(PecTools, UncompressedStoreRestoresBitExact) {
   std::string d = scratch("level0");
   save_chain("ds", d + "/store", "--policy sequential --k 1 --zstd-level 0", 3);
-  ASSERT_EQ(restore(d + "/store", d + "/out", "", d + "/restore.log"), 0) << slurp(d + "/restore.log");
-  EXPECT_EQ(verify_native(d + "/out", 300), 0) << slurp(d + "/out/verify.log");
+  ASSERT_EQ(restore(d + "/store", d + "/out", "", d + "/restore.log"), 0) << file_bytes(d + "/restore.log");
+  EXPECT_EQ(verify_native(d + "/out", 300), 0) << file_bytes(d + "/out/verify.log");
   size_t raw = 0;
   for (const auto& e : fs::recursive_directory_iterator(d + "/store/objects"))
-    if (e.is_regular_file()) raw += slurp(e.path().string()).rfind("UCPKOBJ0", 0) == 0;
+    if (e.is_regular_file()) raw += file_bytes(e.path().string()).rfind("UCPKOBJ0", 0) == 0;
   EXPECT_GT(raw, 10u);
 }
 
@@ -151,16 +134,16 @@ TEST(PecTools, WatchPersistsEachCompletedStepAndStopsOnSigterm) {
     EXPECT_FALSE(fs::exists(manifest(s))) << "saved before `latest` named it: " << s;
     { std::ofstream(shm + "/latest.tmp") << tag; }
     fs::rename(shm + "/latest.tmp", shm + "/latest");
-    ASSERT_TRUE(wait_for(manifest(s))) << s << ": " << slurp(d + "/watch.log");
+    ASSERT_TRUE(wait_for(manifest(s))) << s << ": " << file_bytes(d + "/watch.log");
   }
   // The watcher saved step 300; wait for its log line (pruning follows the commit), then stop it.
-  for (int i = 0; i < 200 && slurp(d + "/watch.log").find("step 300 saved") == std::string::npos; ++i)
+  for (int i = 0; i < 200 && file_bytes(d + "/watch.log").find("step 300 saved") == std::string::npos; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  const std::string pid = slurp(d + "/watch.pid");
+  const std::string pid = file_bytes(d + "/watch.pid");
   std::system(("pkill -TERM -P " + pid.substr(0, pid.find('\n'))).c_str());
-  ASSERT_TRUE(wait_for(d + "/watch.rc")) << slurp(d + "/watch.log");
-  EXPECT_EQ(slurp(d + "/watch.rc"), "0\n") << slurp(d + "/watch.log");
-  const std::string log = slurp(d + "/watch.log");
+  ASSERT_TRUE(wait_for(d + "/watch.rc")) << file_bytes(d + "/watch.log");
+  EXPECT_EQ(file_bytes(d + "/watch.rc"), "0\n") << file_bytes(d + "/watch.log");
+  const std::string log = file_bytes(d + "/watch.log");
   size_t lines = 0;
   for (size_t p = log.find(" saved from "); p != std::string::npos; p = log.find(" saved from ", p + 1)) ++lines;
   EXPECT_EQ(lines, 3u) << log;
@@ -169,9 +152,9 @@ TEST(PecTools, WatchPersistsEachCompletedStepAndStopsOnSigterm) {
   for (const auto& e : fs::directory_iterator(shm))
     if (e.is_directory()) left.insert(e.path().filename().string());
   EXPECT_EQ(left, std::set<std::string>({"global_step300"}));
-  ASSERT_EQ(restore(store, d + "/out", "", d + "/restore.log"), 0) << slurp(d + "/restore.log");
+  ASSERT_EQ(restore(store, d + "/out", "", d + "/restore.log"), 0) << file_bytes(d + "/restore.log");
   EXPECT_EQ(report_of(d + "/out")["step"], 300);
-  EXPECT_EQ(verify_native(d + "/out", 300), 0) << slurp(d + "/out/verify.log");
+  EXPECT_EQ(verify_native(d + "/out", 300), 0) << file_bytes(d + "/out/verify.log");
 }
 
 TEST(PecTools, KEqualsERestoresTheFullCheckpointExactly) {
@@ -191,13 +174,13 @@ TEST(PecTools, EveryDeepSpeedVersionLineRestoresBitExactAndConverts) {
     SCOPED_TRACE(line);
     const std::string family = "line" + line, d = scratch("line" + line);
     ASSERT_EQ(save(ckpt(family, 100), d + "/store", 100, "--policy sequential --k 4 --tokens " + tokens(100)), 0);
-    ASSERT_EQ(restore(d + "/store", d + "/out", "", d + "/restore.log"), 0) << slurp(d + "/restore.log");
+    ASSERT_EQ(restore(d + "/store", d + "/out", "", d + "/restore.log"), 0) << file_bytes(d + "/restore.log");
     EXPECT_EQ(tree_bytes(d + "/out/global_step100"), tree_bytes(step_dir(family, 100)));
-    ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + d + "/out --output " + d + "/u_out", d + "/u.log"), 0) << slurp(d + "/u.log");
-    ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + ckpt(family, 100) + " --output " + d + "/u_src", d + "/u.log"), 0)
-        << slurp(d + "/u.log");
+    ASSERT_EQ(run_logged(kBin + "/ucp-union -q --input " + d + "/out --output " + d + "/u_out", d + "/u.log"), 0) << file_bytes(d + "/u.log");
+    ASSERT_EQ(run_logged(kBin + "/ucp-union -q --input " + ckpt(family, 100) + " --output " + d + "/u_src", d + "/u.log"), 0)
+        << file_bytes(d + "/u.log");
     EXPECT_EQ(tree_bytes(d + "/u_out/zero"), tree_bytes(d + "/u_src/zero"));
-    EXPECT_NE(slurp(d + "/u_out/manifest.json").find("\"ds_line\": \"" + line + "\""), std::string::npos);
+    EXPECT_NE(file_bytes(d + "/u_out/manifest.json").find("\"ds_line\": \"" + line + "\""), std::string::npos);
     fs::remove_all(d);
   }
 }
@@ -209,16 +192,16 @@ TEST(PecTools, RestoreAsAnotherDeepSpeedVersionLine) {
   const std::string d = scratch("ds_version");
   ASSERT_EQ(save(ckpt("ds", 100), d + "/store", 100, "--policy sequential --k 4 --tokens " + tokens(100)), 0);
   ASSERT_EQ(save(ckpt("line0.19.5", 100), d + "/store95", 100, "--policy sequential --k 4 --tokens " + tokens(100)), 0);
-  ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + ckpt("ds", 100) + " --output " + d + "/u_src"), 0);
-  ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + ckpt("line0.19.5", 100) + " --output " + d + "/u_src95"), 0);
+  ASSERT_EQ(run_logged(kBin + "/ucp-union -q --input " + ckpt("ds", 100) + " --output " + d + "/u_src"), 0);
+  ASSERT_EQ(run_logged(kBin + "/ucp-union -q --input " + ckpt("line0.19.5", 100) + " --output " + d + "/u_src95"), 0);
   std::string check = std::string(UCPKIT_PYTHON) + " " + UCPKIT_SOURCE_DIR + "/tests/load/check_moe_line.py";
   const std::string meta = ckpt("ds", 100) + "/truth/meta.json";
   for (std::string line : {"0.17.1", "0.19.2", "0.19.3", "0.19.5", "0.14"}) {
     SCOPED_TRACE(line);
     const bool from95 = line == "0.14";
     const std::string out = d + "/out" + line;
-    ASSERT_EQ(restore(d + (from95 ? "/store95" : "/store"), out, "--ds-version " + line, d + "/r.log"), 0) << slurp(d + "/r.log");
-    ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + out + " --output " + d + "/u" + line, d + "/u.log"), 0) << slurp(d + "/u.log");
+    ASSERT_EQ(restore(d + (from95 ? "/store95" : "/store"), out, "--ds-version " + line, d + "/r.log"), 0) << file_bytes(d + "/r.log");
+    ASSERT_EQ(run_logged(kBin + "/ucp-union -q --input " + out + " --output " + d + "/u" + line, d + "/u.log"), 0) << file_bytes(d + "/u.log");
     // Every optimizer shard says the line's release (its first: DeepSpeed's tags of the line), at the
     // top level and in optimizer_state_dict; parsed with the CRC-32 check, so the patched record's CRC
     // is right too. ucp-union carries the shards' ds_version into zero/optimizer_state.pt: that file
@@ -249,17 +232,17 @@ TEST(PecTools, RestoreAsAnotherDeepSpeedVersionLine) {
     }
     EXPECT_EQ(shards, 4);
   }
-  EXPECT_EQ(sh(check, d + "/check.log"), 0) << slurp(d + "/check.log");
+  EXPECT_EQ(run_logged(check, d + "/check.log"), 0) << file_bytes(d + "/check.log");
   // param_shapes built from the module and expert files = what the generator writes for 0.19.3.
   const std::string cmp = std::string(UCPKIT_PYTHON) + " -c \"import sys; sys.path.insert(0, '" + UCPKIT_SOURCE_DIR +
                           "/scripts'); import dsgen, torch; f = lambda p: [[(k, tuple(v)) for k, v in g.items()] for g in "
                           "torch.load(p, weights_only=False)['param_shapes']]; sys.exit(f(sys.argv[1]) != f(sys.argv[2]))\" " + d +
                           "/out0.19.3/global_step100/mp_rank_00_model_states.pt " + step_dir("line0.19.3", 100) +
                           "/mp_rank_00_model_states.pt";
-  EXPECT_EQ(sh(cmp, d + "/cmp.log"), 0) << slurp(d + "/cmp.log");
+  EXPECT_EQ(run_logged(cmp, d + "/cmp.log"), 0) << file_bytes(d + "/cmp.log");
   // An unknown line is a usage error before anything is written.
-  EXPECT_EQ(restore(d + "/store", d + "/bad", "--ds-version 0.12", d + "/bad.log"), 2) << slurp(d + "/bad.log");
-  EXPECT_FALSE(fs::exists(d + "/bad/global_step100"));
+  EXPECT_EQ(restore(d + "/store", d + "/bad", "--ds-version 0.12", d + "/bad.log"), 2) << file_bytes(d + "/bad.log");
+  EXPECT_FALSE(fs::exists(d + "/bad"));
   fs::remove_all(d);
 }
 
@@ -270,7 +253,7 @@ TEST(PecTools, PltMatchesTokenCounts) {
   json r = report_of(d + "/out");
   // Independent computation: lost = tokens of the intervals after the expert's restored step.
   std::map<int64_t, json> tok;
-  for (int64_t s : kSteps) tok[s] = json::parse(slurp(tokens(s)));
+  for (int64_t s : kSteps) tok[s] = json::parse(file_bytes(tokens(s)));
   auto from = restored_steps(r);
   std::vector<double> per_layer;
   double overall = 0;
@@ -313,7 +296,7 @@ TEST(PecTools, AccumulatedPltAddsUpOverRestores) {
   EXPECT_EQ(b["restores_counted"], 2);
   // Independently: lost tokens of both reports over all tokens up to step 500, per layer.
   std::map<int64_t, json> tok;
-  for (int64_t s : kSteps) tok[s] = json::parse(slurp(tokens(s)));
+  for (int64_t s : kSteps) tok[s] = json::parse(file_bytes(tokens(s)));
   double overall = 0;
   for (int l = 0; l < 2; ++l) {
     double lost = 0, all = 0;
@@ -338,7 +321,7 @@ TEST(PecTools, UniversalLayoutRestoresBitExact) {
   for (int64_t s : {100, 200, 300})
     ASSERT_EQ(save(universal(s), d + "/store", s, "--policy sequential --k 1 --ep 2"), 0);
   ASSERT_EQ(restore(d + "/store", d + "/out", ""), 0);
-  EXPECT_EQ(slurp(d + "/out/latest_universal"), "global_step300");
+  EXPECT_EQ(file_bytes(d + "/out/latest_universal"), "global_step300");
   json r = report_of(d + "/out");
   auto from = restored_steps(r);
   std::set<int64_t> used;
@@ -355,9 +338,12 @@ TEST(PecTools, UniversalLayoutRestoresBitExact) {
       step = from.at({layer == 1 ? 0 : 1, expert});
       used.insert(step);
     }
-    EXPECT_EQ(bytes, slurp(universal(step) + "/" + rel)) << rel;
+    EXPECT_EQ(bytes, file_bytes(universal(step) + "/" + rel)) << rel;
   }
   EXPECT_GT(used.size(), 1u);
+  // --ds-version is for native MoE: refused (exit 2) before the output folder is created.
+  EXPECT_EQ(restore(d + "/store", d + "/refused", "--ds-version 0.19.5", d + "/refused.log"), 2) << file_bytes(d + "/refused.log");
+  EXPECT_FALSE(fs::exists(d + "/refused")) << "the refusal left the output folder behind";
 }
 
 namespace {
@@ -382,7 +368,7 @@ void kill_during_save(const std::string& family, const std::string& name, int st
     if (rc == 0) break;  // n is past the last crash point
     ++points;
     EXPECT_EQ(rc, 137) << "crash point " << n;
-    ASSERT_EQ(restore(store, d + "/o", "", d + "/o.log"), 0) << "crash point " << n << ": " << slurp(d + "/o.log");
+    ASSERT_EQ(restore(store, d + "/o", "", d + "/o.log"), 0) << "crash point " << n << ": " << file_bytes(d + "/o.log");
     int64_t step = report_of(d + "/o")["step"].get<int64_t>();
     ASSERT_TRUE(step == 200 || step == 300) << n;
     EXPECT_EQ(tree_bytes(d + "/o/global_step" + std::to_string(step)), step == 300 ? ref300 : ref200) << "crash point " << n;
@@ -413,7 +399,7 @@ TEST(PecTools, KillDuringRestoreLeavesNoOutput) {
   int points = 0;
   for (int n = 1; n < 400; ++n) {
     fs::remove_all(d + "/o");
-    int rc = sh("UCPKIT_PEC_CRASH_AFTER=" + std::to_string(n) + " " + kBin + "/pec-restore --store " + d + "/store --output " + d + "/o");
+    int rc = run_logged("UCPKIT_PEC_CRASH_AFTER=" + std::to_string(n) + " " + kBin + "/pec-restore --store " + d + "/store --output " + d + "/o");
     if (rc == 0) break;  // past the last crash point
     ++points;
     ASSERT_EQ(rc, 137) << "crash point " << n;
@@ -424,9 +410,9 @@ TEST(PecTools, KillDuringRestoreLeavesNoOutput) {
       EXPECT_FALSE(fs::exists(d + "/o/latest")) << "crash point " << n;
     }
     if (n % 4 != 0) continue;  // every fourth point: the next restore cleans up and succeeds
-    ASSERT_EQ(restore(d + "/store", d + "/o", "--force", d + "/o.log"), 0) << n << ": " << slurp(d + "/o.log");
+    ASSERT_EQ(restore(d + "/store", d + "/o", "--force", d + "/o.log"), 0) << n << ": " << file_bytes(d + "/o.log");
     EXPECT_EQ(tree_bytes(d + "/o/global_step300"), ref) << "restore after crash point " << n;
-    EXPECT_EQ(slurp(d + "/o/latest"), "global_step300");
+    EXPECT_EQ(file_bytes(d + "/o/latest"), "global_step300");
     for (const auto& e : fs::directory_iterator(d + "/o"))
       EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << "left over: " << e.path();
   }
@@ -439,7 +425,7 @@ TEST(PecTools, CorruptOrMissingObjectFallsBackToAnOlderCopy) {
   ASSERT_EQ(restore(d + "/store", d + "/clean", ""), 0);
   json clean = report_of(d + "/clean");
   // Damage the newest copy of expert (layer 0, e) saved at step 500.
-  json m = json::parse(slurp(d + "/store/manifests/step-000000000500.json"))["manifest"];
+  json m = json::parse(file_bytes(d + "/store/manifests/step-000000000500.json"))["manifest"];
   const json& victim = m["experts"][0];
   int layer = victim["moe_layer"].get<int>(), expert = victim["expert"].get<int>();
   std::string id = victim["files"][0]["chunks"][0]["object"].get<std::string>();
@@ -450,15 +436,15 @@ TEST(PecTools, CorruptOrMissingObjectFallsBackToAnOlderCopy) {
     char c = 0x5a;
     f.write(&c, 1);
   }
-  ASSERT_EQ(restore(d + "/store", d + "/out", "", d + "/out.log"), 0) << slurp(d + "/out.log");
-  EXPECT_NE(slurp(d + "/out.log").find("damaged"), std::string::npos);
+  ASSERT_EQ(restore(d + "/store", d + "/out", "", d + "/out.log"), 0) << file_bytes(d + "/out.log");
+  EXPECT_NE(file_bytes(d + "/out.log").find("damaged"), std::string::npos);
   json r = report_of(d + "/out");
   auto was = restored_steps(clean), now = restored_steps(r);
   EXPECT_EQ(was.at({layer, expert}), 500);
   EXPECT_LT(now.at({layer, expert}), 500);
   EXPECT_GT(r["plt"]["overall"].get<double>(), clean["plt"]["overall"].get<double>());
   EXPECT_FALSE(r["warnings"].empty());
-  EXPECT_EQ(verify_native(d + "/out", 500), 0) << slurp(d + "/out/verify.log");
+  EXPECT_EQ(verify_native(d + "/out", 500), 0) << file_bytes(d + "/out/verify.log");
   // Missing object: same fallback.
   fs::remove(obj);
   fs::remove_all(d + "/out");
@@ -466,7 +452,7 @@ TEST(PecTools, CorruptOrMissingObjectFallsBackToAnOlderCopy) {
   EXPECT_LT(restored_steps(report_of(d + "/out")).at({layer, expert}), 500);
   // No intact copy at all: a clear failure, exit 1, nothing written.
   for (int64_t s : kSteps) {
-    json ms = json::parse(slurp(d + "/store/manifests/step-000000000" + std::to_string(s) + ".json"))["manifest"];
+    json ms = json::parse(file_bytes(d + "/store/manifests/step-000000000" + std::to_string(s) + ".json"))["manifest"];
     for (const auto& e : ms["experts"])
       if (e["moe_layer"] == layer && e["expert"] == expert)
         for (const auto& f : e["files"])
@@ -477,7 +463,7 @@ TEST(PecTools, CorruptOrMissingObjectFallsBackToAnOlderCopy) {
   }
   fs::remove_all(d + "/out");
   EXPECT_EQ(restore(d + "/store", d + "/out", "", d + "/fail.log"), 1);
-  EXPECT_NE(slurp(d + "/fail.log").find("has no intact copy"), std::string::npos) << slurp(d + "/fail.log");
+  EXPECT_NE(file_bytes(d + "/fail.log").find("has no intact copy"), std::string::npos) << file_bytes(d + "/fail.log");
   EXPECT_FALSE(fs::exists(d + "/out/global_step500"));
 }
 
@@ -487,7 +473,7 @@ TEST(PecTools, RetentionKeepsExactlyWhatTheLatestStepsNeed) {
   ASSERT_EQ(restore(d + "/store", d + "/o500", ""), 0);
   ASSERT_EQ(restore(d + "/store", d + "/o400", "--step 400"), 0);
   EXPECT_EQ(restore(d + "/store", d + "/o300", "--step 300", d + "/o300.log"), 1);  // non-expert state collected
-  EXPECT_EQ(verify_native(d + "/o400", 400), 0) << slurp(d + "/o400/verify.log");
+  EXPECT_EQ(verify_native(d + "/o400", 400), 0) << file_bytes(d + "/o400/verify.log");
   // Every object on disk is named by a manifest (no leftovers), and dropping any expert copy would
   // break a kept step: the same chain with --keep 5 holds strictly more.
   save_chain("ds", d + "/all", "--policy sequential --k 1 --keep 5");
@@ -512,8 +498,71 @@ TEST(PecTools, TwoTiersPreferTheNewerCopy) {
   ASSERT_EQ(restore(d + "/durable", d + "/slow", ""), 0);
   json both = report_of(d + "/both"), slow = report_of(d + "/slow");
   EXPECT_LT(both["plt"]["overall"].get<double>(), slow["plt"]["overall"].get<double>());
-  EXPECT_EQ(verify_native(d + "/both", 400), 0) << slurp(d + "/both/verify.log");
-  EXPECT_EQ(verify_native(d + "/slow", 400), 0) << slurp(d + "/slow/verify.log");
+  EXPECT_EQ(verify_native(d + "/both", 400), 0) << file_bytes(d + "/both/verify.log");
+  EXPECT_EQ(verify_native(d + "/slow", 400), 0) << file_bytes(d + "/slow/verify.log");
+}
+
+// pec-restore --plan writes nothing (no output folder, the stores' bytes unchanged), and what it prints
+// is what the restore then does: the target step, each expert's source tier and step (the restore's
+// report says the same), and the restored files hold, per expert, the values of the fixture checkpoint
+// of the step the plan names (tests/pec/verify_restore.py, independent of the C++ code).
+TEST(PecTools, RestorePlanAgreesWithTheRestoreAndWritesNothing) {
+  const std::string d = scratch("restore_plan");
+  for (int64_t s : {100, 200, 300, 400})
+    ASSERT_EQ(save(ckpt("ds", s), d + "/durable", s,
+                   "--policy sequential --k-persist 1 --fast-store " + d + "/fast --k-snapshot 2 --tokens " + tokens(s)),
+              0);
+  const auto durable = tree_bytes(d + "/durable"), fast = tree_bytes(d + "/fast");
+  const std::string tiers = " --store " + d + "/durable --fast-store " + d + "/fast";
+  auto plan_of = [&](const std::string& extra) {
+    return ucpkit::testing::run_command_status(kBin + "/pec-restore --plan" + tiers + " --output " + d + "/out --report " + d +
+                                               "/out/report.json " + extra + " >" + d + "/plan.json 2>" + d + "/plan.log");
+  };
+  ASSERT_EQ(plan_of(""), 0) << file_bytes(d + "/plan.log");
+  EXPECT_FALSE(fs::exists(d + "/out"));
+  EXPECT_EQ(tree_bytes(d + "/durable"), durable);
+  EXPECT_EQ(tree_bytes(d + "/fast"), fast);
+  const json plan = json::parse(file_bytes(d + "/plan.json"));
+  EXPECT_EQ(plan["step"], 400);
+  EXPECT_EQ(plan["step_dir"], d + "/out/global_step400");
+  // Every object the plan reads is in the store of its tier.
+  auto has_object = [&](const json& source, const std::string& id) {
+    return fs::exists(source["store"].get<std::string>() + "/objects/" + id.substr(0, 2) + "/" + id);
+  };
+  for (const auto& f : plan["non_expert"]["files"])
+    for (const auto& id : f["objects"]) EXPECT_TRUE(has_object(plan["non_expert"], id.get<std::string>())) << id;
+  for (const auto& e : plan["experts"])
+    for (const auto& f : e["files"])
+      for (const auto& id : f["objects"]) EXPECT_TRUE(has_object(e, id.get<std::string>())) << id;
+
+  ASSERT_EQ(restore(d + "/durable", d + "/out", "--fast-store " + d + "/fast", d + "/restore.log"), 0) << file_bytes(d + "/restore.log");
+  const json report = report_of(d + "/out");
+  EXPECT_EQ(report["step"], plan["step"]);
+  ASSERT_EQ(plan["experts"].size(), report["experts"].size());
+  std::set<int64_t> steps;
+  std::set<std::string> from_tiers;
+  json plan_as_report = {{"step", plan["step"]}, {"experts", json::array()}};
+  for (size_t i = 0; i < plan["experts"].size(); ++i) {
+    const json &p = plan["experts"][i], &r = report["experts"][i];
+    EXPECT_EQ(p["moe_layer"], r["moe_layer"]);
+    EXPECT_EQ(p["expert"], r["expert"]);
+    EXPECT_EQ(p["step"], r["restored_step"]) << p.dump();
+    EXPECT_EQ(p["tier"], r["tier"]) << p.dump();
+    steps.insert(p["step"].get<int64_t>());
+    from_tiers.insert(p["tier"].get<std::string>());
+    plan_as_report["experts"].push_back({{"moe_layer", p["moe_layer"]}, {"expert", p["expert"]}, {"restored_step", p["step"]}});
+  }
+  EXPECT_GT(steps.size(), 1u);       // a partial chain: experts from several steps,
+  EXPECT_EQ(from_tiers.size(), 2u);  // and from both tiers
+  std::ofstream(d + "/out/report.json", std::ios::trunc) << plan_as_report.dump();
+  EXPECT_EQ(verify_native(d + "/out", 400), 0) << file_bytes(d + "/out/verify.log");
+
+  // As the restore, --plan refuses an existing step folder without --force; with it, it still writes nothing.
+  const auto out = tree_bytes(d + "/out");
+  EXPECT_EQ(plan_of(""), 1) << file_bytes(d + "/plan.log");
+  EXPECT_NE(file_bytes(d + "/plan.log").find("already exists"), std::string::npos) << file_bytes(d + "/plan.log");
+  EXPECT_EQ(plan_of("--force"), 0) << file_bytes(d + "/plan.log");
+  EXPECT_EQ(tree_bytes(d + "/out"), out);
 }
 
 TEST(PecTools, FastTierHoldsOnlyWhatTheDurableTierLacks) {
@@ -526,8 +575,8 @@ TEST(PecTools, FastTierHoldsOnlyWhatTheDurableTierLacks) {
                    "--policy sequential --ep 2 --k-persist 1 --fast-store " + d + "/fast --k-snapshot 2 --json", "",
                    d + "/save.json"),
               0)
-        << slurp(d + "/save.json");
-    json out = json::parse(slurp(d + "/save.json"));
+        << file_bytes(d + "/save.json");
+    json out = json::parse(file_bytes(d + "/save.json"));
     for (const auto& t : out["tiers"]) {
       auto& last = t["tier"] == "fast" ? fast_last : durable_last;
       for (size_t l = 0; l < t["selection"].size(); ++l)
@@ -566,7 +615,7 @@ TEST(PecTools, FastTierHoldsOnlyWhatTheDurableTierLacks) {
   std::set<std::pair<int, int>> in_fast;
   size_t with_state = 0;
   for (const auto& e : fs::directory_iterator(d + "/fast/manifests")) {
-    json m = json::parse(slurp(e.path().string()))["manifest"];
+    json m = json::parse(file_bytes(e.path().string()))["manifest"];
     with_state += !m["non_expert_pruned"].get<bool>();
     for (const auto& x : m["experts"]) {
       std::pair<int, int> key{x["moe_layer"].get<int>(), x["expert"].get<int>()};
@@ -577,7 +626,7 @@ TEST(PecTools, FastTierHoldsOnlyWhatTheDurableTierLacks) {
   EXPECT_EQ(in_fast, pending);
   EXPECT_EQ(with_state, 1u);  // --keep-fast 1: only the latest non-expert state
   // Restore from both tiers: every expert from its newest copy in either tier, bit-exact.
-  ASSERT_EQ(restore(d + "/durable", d + "/out", "--fast-store " + d + "/fast", d + "/restore.log"), 0) << slurp(d + "/restore.log");
+  ASSERT_EQ(restore(d + "/durable", d + "/out", "--fast-store " + d + "/fast", d + "/restore.log"), 0) << file_bytes(d + "/restore.log");
   auto from = restored_steps(report_of(d + "/out"));
   for (const auto& [key, s] : durable_last) EXPECT_EQ(from.at(key), std::max(s, fast_last.count(key) ? fast_last.at(key) : -1));
   auto got = tree_bytes(d + "/out/global_step500");
@@ -589,7 +638,7 @@ TEST(PecTools, FastTierHoldsOnlyWhatTheDurableTierLacks) {
       int layer = std::stoi(rel.substr(rel.find("layers.") + 7));
       step = from.at({layer == 1 ? 0 : 1, std::stoi(rel.substr(pos + 18))});
     }
-    EXPECT_EQ(bytes, slurp(universal(step) + "/" + rel)) << rel;
+    EXPECT_EQ(bytes, file_bytes(universal(step) + "/" + rel)) << rel;
   }
 }
 
@@ -597,8 +646,8 @@ TEST(PecTools, DamagedNewestNonExpertStateFallsBackWithoutStep) {
   std::string d = scratch("ne_damaged");
   save_chain("ds", d + "/store", "--policy sequential --k 1 --keep 2");
   // Damage an object of step 500's non-expert state that step 400 does not share.
-  json m500 = json::parse(slurp(d + "/store/manifests/step-000000000500.json"))["manifest"];
-  json m400 = json::parse(slurp(d + "/store/manifests/step-000000000400.json"))["manifest"];
+  json m500 = json::parse(file_bytes(d + "/store/manifests/step-000000000500.json"))["manifest"];
+  json m400 = json::parse(file_bytes(d + "/store/manifests/step-000000000400.json"))["manifest"];
   std::set<std::string> shared;
   for (const auto& f : m400["non_expert"])
     for (const auto& c : f["chunks"]) shared.insert(c["object"].get<std::string>());
@@ -613,16 +662,16 @@ TEST(PecTools, DamagedNewestNonExpertStateFallsBackWithoutStep) {
     char c = 0x33;
     f.write(&c, 1);
   }
-  ASSERT_EQ(restore(d + "/store", d + "/out", "", d + "/out.log"), 0) << slurp(d + "/out.log");
-  EXPECT_NE(slurp(d + "/out.log").find("falling back"), std::string::npos) << slurp(d + "/out.log");
+  ASSERT_EQ(restore(d + "/store", d + "/out", "", d + "/out.log"), 0) << file_bytes(d + "/out.log");
+  EXPECT_NE(file_bytes(d + "/out.log").find("falling back"), std::string::npos) << file_bytes(d + "/out.log");
   json r = report_of(d + "/out");
   EXPECT_EQ(r["step"], 400);
   EXPECT_FALSE(r["warnings"].empty());
-  EXPECT_EQ(slurp(d + "/out/latest"), "global_step400");
-  EXPECT_EQ(verify_native(d + "/out", 400), 0) << slurp(d + "/out/verify.log");
+  EXPECT_EQ(file_bytes(d + "/out/latest"), "global_step400");
+  EXPECT_EQ(verify_native(d + "/out", 400), 0) << file_bytes(d + "/out/verify.log");
   // An explicit --step 500 fails clearly and writes nothing.
   EXPECT_EQ(restore(d + "/store", d + "/o500", "--step 500", d + "/o500.log"), 1);
-  EXPECT_NE(slurp(d + "/o500.log").find("no intact non-expert state for step 500"), std::string::npos) << slurp(d + "/o500.log");
+  EXPECT_NE(file_bytes(d + "/o500.log").find("no intact non-expert state for step 500"), std::string::npos) << file_bytes(d + "/o500.log");
   EXPECT_FALSE(fs::exists(d + "/o500/global_step500"));
 }
 
@@ -635,7 +684,7 @@ TEST(PecTools, BudgetReportGivesKPerLayerAndNextBudget) {
                    "--policy budget --budget-bytes " + std::to_string(budget) + " --tokens " + tokens(s) + " --json", "",
                    d + "/save.json"),
               0);
-    json t = json::parse(slurp(d + "/save.json"))["tiers"][0];
+    json t = json::parse(file_bytes(d + "/save.json"))["tiers"][0];
     last_selection.clear();
     for (const auto& layer : t["selection"]) last_selection.push_back(static_cast<int>(layer.size()));
   }
@@ -650,7 +699,7 @@ TEST(PecTools, BudgetReportGivesKPerLayerAndNextBudget) {
   ASSERT_TRUE(r["plt_exceeded"].get<bool>());  // threshold 0
   EXPECT_EQ(r["next_budget_bytes"].get<uint64_t>(), 2 * budget);
   EXPECT_EQ(r["next_k"].get<int>(), std::min(2 * largest, 4));
-  EXPECT_NE(slurp(d + "/table.txt").find("next budget 400000 B"), std::string::npos) << slurp(d + "/table.txt");
+  EXPECT_NE(file_bytes(d + "/table.txt").find("next budget 400000 B"), std::string::npos) << file_bytes(d + "/table.txt");
 }
 
 TEST(PecTools, PlanCountsTheBytesTheStoreReceives) {
@@ -706,13 +755,13 @@ TEST(PecTools, PlanCountsTheBytesTheStoreReceives) {
   save_chain("ds", d + "/one", "--policy sequential --k 1", 2);
   ASSERT_EQ(save(ckpt("ds", 300), d + "/one", 300, "--policy sequential --k 1 --plan", "", d + "/plan1.json"), 0);
   ASSERT_EQ(save(ckpt("ds", 300), d + "/one", 300, "--policy sequential --k 1"), 0);
-  check(json::parse(slurp(d + "/plan1.json")), json::parse(slurp(d + "/one/manifests/step-000000000300.json"))["manifest"], 1);
-  if (sh("command -v mpirun") != 0) GTEST_SKIP() << "no mpirun";
+  check(json::parse(file_bytes(d + "/plan1.json")), json::parse(file_bytes(d + "/one/manifests/step-000000000300.json"))["manifest"], 1);
+  if (run_logged("command -v mpirun") != 0) GTEST_SKIP() << "no mpirun";
   const std::string mpi = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun -np 2 --oversubscribe ";
   const std::string args = " --store " + d + "/one --checkpoint " + ckpt("ds", 400) + " --step 400 --policy sequential --k 1";
-  ASSERT_EQ(sh(mpi + kBin + "/pec-save" + args + " --plan", d + "/plan2.json"), 0) << slurp(d + "/plan2.json");
-  ASSERT_EQ(sh(mpi + kBin + "/pec-save" + args, d + "/mpi.log"), 0) << slurp(d + "/mpi.log");
-  check(json::parse(slurp(d + "/plan2.json")), json::parse(slurp(d + "/one/manifests/step-000000000400.json"))["manifest"], 2);
+  ASSERT_EQ(run_logged(mpi + kBin + "/pec-save" + args + " --plan", d + "/plan2.json"), 0) << file_bytes(d + "/plan2.json");
+  ASSERT_EQ(run_logged(mpi + kBin + "/pec-save" + args, d + "/mpi.log"), 0) << file_bytes(d + "/mpi.log");
+  check(json::parse(file_bytes(d + "/plan2.json")), json::parse(file_bytes(d + "/one/manifests/step-000000000400.json"))["manifest"], 2);
 }
 
 TEST(PecTools, GarbageCollectionSkippedOnADamagedManifestIsReported) {
@@ -723,7 +772,7 @@ TEST(PecTools, GarbageCollectionSkippedOnADamagedManifestIsReported) {
     f << "{\"checksum\": \"0\", \"manifest\": {}}\n";  // a damaged manifest of an older step
   }
   ASSERT_EQ(save(ckpt("ds", 300), d + "/store", 300, "--policy sequential --k 1 --tokens " + tokens(300), "", d + "/save.log"), 0);
-  EXPECT_NE(slurp(d + "/save.log").find("garbage collection"), std::string::npos) << slurp(d + "/save.log");
+  EXPECT_NE(file_bytes(d + "/save.log").find("garbage collection"), std::string::npos) << file_bytes(d + "/save.log");
   EXPECT_TRUE(fs::exists(d + "/store/manifests/step-000000000200.json"));  // nothing was collected
 }
 
@@ -732,7 +781,7 @@ TEST(PecTools, TokenFormatsPlanAndExitCodes) {
   EXPECT_EQ(save(ckpt("ds", 100), d + "/s", 100, "--policy load-aware --k 1 --tokens " + kFx + "/tokens/fixed.csv"), 0);
   EXPECT_EQ(save(ckpt("ds", 200), d + "/s", 200, "--policy budget --budget-bytes 200000 --tokens " + kFx + "/tokens/fixed.jsonl"), 0);
   EXPECT_EQ(save(ckpt("ds", 300), d + "/s", 300, "--policy sequential --k 1 --plan", "", d + "/plan.json"), 0);
-  json plan = json::parse(slurp(d + "/plan.json"));
+  json plan = json::parse(file_bytes(d + "/plan.json"));
   EXPECT_EQ(plan["world_size"], 1);
   EXPECT_EQ(plan["ranks"].size(), 1u);
   EXPECT_FALSE(fs::exists(d + "/s/manifests/step-000000000300.json"));
@@ -742,10 +791,10 @@ TEST(PecTools, TokenFormatsPlanAndExitCodes) {
   EXPECT_EQ(save(d + "/missing", d + "/s", 300, "--policy sequential --k 1"), 1);       // no checkpoint
   EXPECT_EQ(save(ckpt("ds", 100), d + "/s", 100, "--policy sequential --k 1"), 1);      // step not newer
   EXPECT_EQ(restore(d + "/nostore", d + "/o", ""), 1);
-  EXPECT_EQ(sh(kBin + "/pec-restore --output x"), 2);
-  EXPECT_EQ(sh(kBin + "/pec-save --version"), 0);
-  EXPECT_EQ(sh(kBin + "/pec-restore --store " + d + "/s --output " + d + "/o --json -q", d + "/restore.json"), 0);
-  json s = json::parse(slurp(d + "/restore.json"));
+  EXPECT_EQ(run_logged(kBin + "/pec-restore --output x"), 2);
+  EXPECT_EQ(run_logged(kBin + "/pec-save --version"), 0);
+  EXPECT_EQ(run_logged(kBin + "/pec-restore --store " + d + "/s --output " + d + "/o --json -q", d + "/restore.json"), 0);
+  json s = json::parse(file_bytes(d + "/restore.json"));
   EXPECT_EQ(s["step"], 200);
 }
 
@@ -753,7 +802,7 @@ TEST(PecTools, TokenFormatsPlanAndExitCodes) {
 // point) must end every rank with that error; before the failure protocol, rank 0 waited for the
 // failed rank in the gather forever (the timeout below then gives 124).
 TEST(PecTools, MpiSaveFailingOnOneRankEndsEveryRank) {
-  if (sh("command -v mpirun") != 0) GTEST_SKIP() << "no mpirun";
+  if (run_logged("command -v mpirun") != 0) GTEST_SKIP() << "no mpirun";
   std::string d = scratch("mpi_fail");
   const std::string args = " --store " + d + "/s --checkpoint " + ckpt("ds", 100) + " --step 100 --policy sequential --k 1";
   for (int failing : {1, 0}) {
@@ -761,60 +810,60 @@ TEST(PecTools, MpiSaveFailingOnOneRankEndsEveryRank) {
     for (int r = 0; r < 2; ++r)
       cmd += std::string(r ? " :" : "") + " -np 1 " + (r == failing ? "env UCPKIT_PEC_FAIL_AFTER=1 " : "") + kBin + "/pec-save" + args;
     const std::string log = d + "/fail" + std::to_string(failing) + ".log";
-    const int rc = sh(cmd + " < /dev/null", log);
-    EXPECT_NE(rc, 124) << "a rank still waited after 120 s (rank " << failing << " failed)\n" << slurp(log);
-    EXPECT_EQ(rc, 1) << slurp(log);
-    EXPECT_NE(slurp(log).find("fault injection: failed at crash point 1"), std::string::npos) << slurp(log);
+    const int rc = run_logged(cmd + " < /dev/null", log);
+    EXPECT_NE(rc, 124) << "a rank still waited after 120 s (rank " << failing << " failed)\n" << file_bytes(log);
+    EXPECT_EQ(rc, 1) << file_bytes(log);
+    EXPECT_NE(file_bytes(log).find("fault injection: failed at crash point 1"), std::string::npos) << file_bytes(log);
     EXPECT_FALSE(fs::exists(d + "/s/manifests/step-000000000100.json")) << "a step was committed";
   }
   const std::string mpi = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun -np 2 --oversubscribe ";
-  ASSERT_EQ(sh(mpi + kBin + "/pec-save" + args + " < /dev/null", d + "/ok.log"), 0) << slurp(d + "/ok.log");
+  ASSERT_EQ(run_logged(mpi + kBin + "/pec-save" + args + " < /dev/null", d + "/ok.log"), 0) << file_bytes(d + "/ok.log");
   ASSERT_EQ(restore(d + "/s", d + "/o", ""), 0);
-  EXPECT_EQ(verify_native(d + "/o", 100), 0) << slurp(d + "/o/verify.log");
+  EXPECT_EQ(verify_native(d + "/o", 100), 0) << file_bytes(d + "/o/verify.log");
 }
 
 TEST(PecTools, MpiSaveMatchesSingleProcess) {
-  if (sh("command -v mpirun") != 0) GTEST_SKIP() << "no mpirun";
+  if (run_logged("command -v mpirun") != 0) GTEST_SKIP() << "no mpirun";
   std::string d = scratch("mpi");
   const std::string mpi = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun -np 2 --oversubscribe ";
   for (int64_t s : {100, 200, 300}) {
     std::string args = " --checkpoint " + ckpt("ds", s) + " --step " + std::to_string(s) + " --policy sequential --k 1 --tokens " + tokens(s);
-    ASSERT_EQ(sh(mpi + kBin + "/pec-save --store " + d + "/mpi" + args, d + "/mpi.log"), 0) << slurp(d + "/mpi.log");
-    ASSERT_EQ(sh(kBin + "/pec-save --store " + d + "/one" + args), 0);
+    ASSERT_EQ(run_logged(mpi + kBin + "/pec-save --store " + d + "/mpi" + args, d + "/mpi.log"), 0) << file_bytes(d + "/mpi.log");
+    ASSERT_EQ(run_logged(kBin + "/pec-save --store " + d + "/one" + args), 0);
   }
-  ASSERT_EQ(sh(mpi + kBin + "/pec-save --store " + d + "/mpi --checkpoint " + ckpt("ds", 400) +
+  ASSERT_EQ(run_logged(mpi + kBin + "/pec-save --store " + d + "/mpi --checkpoint " + ckpt("ds", 400) +
                    " --step 400 --policy sequential --k 1 --plan", d + "/plan.json"), 0);
-  json plan = json::parse(slurp(d + "/plan.json"));
+  json plan = json::parse(file_bytes(d + "/plan.json"));
   ASSERT_EQ(plan["ranks"].size(), 2u);
   for (const auto& r : plan["ranks"]) EXPECT_GT(r["bytes"].get<uint64_t>(), 0u);  // both ranks write
   ASSERT_EQ(restore(d + "/mpi", d + "/o_mpi", ""), 0);
   ASSERT_EQ(restore(d + "/one", d + "/o_one", ""), 0);
   EXPECT_EQ(tree_bytes(d + "/o_mpi/global_step300"), tree_bytes(d + "/o_one/global_step300"));
-  EXPECT_EQ(verify_native(d + "/o_mpi", 300), 0) << slurp(d + "/o_mpi/verify.log");
+  EXPECT_EQ(verify_native(d + "/o_mpi", 300), 0) << file_bytes(d + "/o_mpi/verify.log");
   // pec-restore under mpirun: the ranks write disjoint files of one folder; same bytes, same report.
-  ASSERT_EQ(sh(mpi + kBin + "/pec-restore --store " + d + "/one --output " + d + "/r_mpi --report " + d + "/r_mpi.json",
-               d + "/r_mpi.log"), 0) << slurp(d + "/r_mpi.log");
+  ASSERT_EQ(run_logged(mpi + kBin + "/pec-restore --store " + d + "/one --output " + d + "/r_mpi --report " + d + "/r_mpi.json",
+               d + "/r_mpi.log"), 0) << file_bytes(d + "/r_mpi.log");
   EXPECT_EQ(tree_bytes(d + "/r_mpi/global_step300"), tree_bytes(d + "/o_one/global_step300"));
-  EXPECT_EQ(slurp(d + "/r_mpi/latest"), "global_step300");
-  json a = json::parse(slurp(d + "/r_mpi.json")), b = report_of(d + "/o_one");
+  EXPECT_EQ(file_bytes(d + "/r_mpi/latest"), "global_step300");
+  json a = json::parse(file_bytes(d + "/r_mpi.json")), b = report_of(d + "/o_one");
   EXPECT_EQ(a["experts"], b["experts"]);
   EXPECT_EQ(a["plt"], b["plt"]);
   // A damaged newest copy under MPI: every rank moves that expert to its older copy together.
-  json m = json::parse(slurp(d + "/one/manifests/step-000000000300.json"))["manifest"];
+  json m = json::parse(file_bytes(d + "/one/manifests/step-000000000300.json"))["manifest"];
   for (const auto& f : m["experts"][0]["files"]) {
     std::string id = f["chunks"][0]["object"].get<std::string>();
     std::fstream o(d + "/one/objects/" + id.substr(0, 2) + "/" + id, std::ios::in | std::ios::out | std::ios::binary);
     o.seekp(40);
     o.put(0x5a);
   }
-  ASSERT_EQ(sh(mpi + kBin + "/pec-restore --store " + d + "/one --output " + d + "/r_bad --report " + d + "/r_bad.json",
-               d + "/r_bad.log"), 0) << slurp(d + "/r_bad.log");
-  json bad = json::parse(slurp(d + "/r_bad.json"));
+  ASSERT_EQ(run_logged(mpi + kBin + "/pec-restore --store " + d + "/one --output " + d + "/r_bad --report " + d + "/r_bad.json",
+               d + "/r_bad.log"), 0) << file_bytes(d + "/r_bad.log");
+  json bad = json::parse(file_bytes(d + "/r_bad.json"));
   const int layer = m["experts"][0]["moe_layer"].get<int>(), expert = m["experts"][0]["expert"].get<int>();
   EXPECT_LT(restored_steps(bad).at({layer, expert}), 300);
   std::string rep = d + "/r_bad/report.json";
   fs::copy_file(d + "/r_bad.json", rep);
-  EXPECT_EQ(verify_native(d + "/r_bad", 300), 0) << slurp(d + "/r_bad/verify.log");
+  EXPECT_EQ(verify_native(d + "/r_bad", 300), 0) << file_bytes(d + "/r_bad/verify.log");
 }
 
 // ---- DeepSpeed AutoEP under ZeRO-3 (partition-native, scripts/dsgen/autoep.py zero=3): no expert
@@ -832,7 +881,7 @@ int verify_autoep_zero3(const std::string& out, int64_t step, const std::string&
   for (int64_t s : kSteps)
     if (fs::exists(step_dir(family, s))) cmd += " " + std::to_string(s) + "=" + ckpt(family, s);
   if (!universal.empty()) cmd += " --universal " + universal;
-  return sh(cmd, out + "/verify.log");
+  return run_logged(cmd, out + "/verify.log");
 }
 }  // namespace
 
@@ -845,8 +894,8 @@ TEST_P(PecAutoEpZero3, ChainRestoresEachExpertFromItsLastSave) {
   const std::string family = std::get<0>(GetParam()), policy = std::get<1>(GetParam());
   const std::string d = scratch("z3_" + family + "_" + policy);
   save_chain(family, d + "/store", "--policy " + policy + " --k 1");
-  ASSERT_EQ(restore(d + "/store", d + "/out", "", d + "/restore.log"), 0) << slurp(d + "/restore.log");
-  EXPECT_EQ(slurp(d + "/out/latest"), "global_step300");
+  ASSERT_EQ(restore(d + "/store", d + "/out", "", d + "/restore.log"), 0) << file_bytes(d + "/restore.log");
+  EXPECT_EQ(file_bytes(d + "/out/latest"), "global_step300");
   const json r = report_of(d + "/out");
   EXPECT_EQ(r["step"], 300);
   EXPECT_EQ(r["layout"], "deepspeed-autoep-zero3");
@@ -855,8 +904,8 @@ TEST_P(PecAutoEpZero3, ChainRestoresEachExpertFromItsLastSave) {
   for (const auto& [k, s] : restored_steps(r)) ++from[s];
   EXPECT_EQ(from[300], 2) << r["experts"].dump();  // K = 1 per layer saved at the target step
   EXPECT_GT(from.size(), 1u);
-  ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + d + "/out --output " + d + "/u", d + "/u.log"), 0) << slurp(d + "/u.log");
-  EXPECT_EQ(verify_autoep_zero3(d + "/out", 300, family, d + "/u"), 0) << slurp(d + "/out/verify.log");
+  ASSERT_EQ(run_logged(kBin + "/ucp-union -q --input " + d + "/out --output " + d + "/u", d + "/u.log"), 0) << file_bytes(d + "/u.log");
+  EXPECT_EQ(verify_autoep_zero3(d + "/out", 300, family, d + "/u"), 0) << file_bytes(d + "/out/verify.log");
 }
 
 INSTANTIATE_TEST_SUITE_P(Chains, PecAutoEpZero3,
@@ -874,14 +923,14 @@ INSTANTIATE_TEST_SUITE_P(Chains, PecAutoEpZero3,
 TEST(PecAutoEpZero3Store, WholeStepsRestoreByteIdenticalAndPartialSavesStoreLess) {
   const std::string d = scratch("z3_bytes");
   save_chain("autoep_z3", d + "/store", "--policy sequential --k 1 --keep 3");
-  ASSERT_EQ(restore(d + "/store", d + "/o100", "--step 100", d + "/r.log"), 0) << slurp(d + "/r.log");
+  ASSERT_EQ(restore(d + "/store", d + "/o100", "--step 100", d + "/r.log"), 0) << file_bytes(d + "/r.log");
   EXPECT_EQ(tree_bytes(d + "/o100/global_step100"), tree_bytes(step_dir("autoep_z3", 100)));
   ASSERT_EQ(save(ckpt("autoep_z3", 300), d + "/all", 300, "--policy sequential --k 4"), 0);
-  ASSERT_EQ(restore(d + "/all", d + "/o300", "", d + "/r.log"), 0) << slurp(d + "/r.log");
+  ASSERT_EQ(restore(d + "/all", d + "/o300", "", d + "/r.log"), 0) << file_bytes(d + "/r.log");
   EXPECT_EQ(tree_bytes(d + "/o300/global_step300"), tree_bytes(step_dir("autoep_z3", 300)));
   // Step 300 of the K = 1 chain: the store received the non-expert bytes (shards with every expert row
   // cut out, model files whole) and the rows of the two experts selected.
-  const json m = json::parse(slurp(d + "/store/manifests/step-000000000300.json"))["manifest"];
+  const json m = json::parse(file_bytes(d + "/store/manifests/step-000000000300.json"))["manifest"];
   uint64_t non_expert = 0, expert = 0, full = 0, cut = 0;
   for (const auto& f : m["non_expert"]) {
     non_expert += f["size"].get<uint64_t>();
@@ -917,8 +966,8 @@ TEST(PecAutoEpZero3Store, BadInputFailsClearlyAndStoresNothing) {
     fs::copy(ckpt("autoep_z3", 100), c, fs::copy_options::recursive);
     fs::resize_file(c + tag + name, fs::file_size(c + tag + name) / 2);
     const std::string store = d + "/store_" + name;
-    EXPECT_EQ(save(c, store, 100, "--policy sequential --k 1", "", d + "/log"), 1) << name << ": " << slurp(d + "/log");
-    const std::string log = slurp(d + "/log");
+    EXPECT_EQ(save(c, store, 100, "--policy sequential --k 1", "", d + "/log"), 1) << name << ": " << file_bytes(d + "/log");
+    const std::string log = file_bytes(d + "/log");
     EXPECT_NE(log.find(name), std::string::npos) << log;
     EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
     EXPECT_FALSE(fs::exists(store)) << name;
@@ -926,14 +975,14 @@ TEST(PecAutoEpZero3Store, BadInputFailsClearlyAndStoresNothing) {
   {
     const std::string c = kFx + "/autoep_z3_bad_place";
     const std::string store = d + "/store_place";
-    EXPECT_EQ(save(c, store, 100, "--policy sequential --k 1", "", d + "/log"), 1) << slurp(d + "/log");
-    const std::string log = slurp(d + "/log");
+    EXPECT_EQ(save(c, store, 100, "--policy sequential --k 1", "", d + "/log"), 1) << file_bytes(d + "/log");
+    const std::string log = file_bytes(d + "/log");
     EXPECT_NE(log.find("zero_pp_rank_2_mp_rank_00"), std::string::npos) << log;
     EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
     EXPECT_FALSE(fs::exists(store));
   }
   ASSERT_EQ(save(ckpt("autoep_z3", 100), d + "/store", 100, "--policy sequential --k 1"), 0);
-  EXPECT_EQ(restore(d + "/store", d + "/out", "--ds-version 0.19.5", d + "/log"), 2) << slurp(d + "/log");
-  EXPECT_NE(slurp(d + "/log").find("--ds-version"), std::string::npos) << slurp(d + "/log");
-  EXPECT_FALSE(fs::exists(d + "/out/global_step100"));
+  EXPECT_EQ(restore(d + "/store", d + "/out", "--ds-version 0.19.5", d + "/log"), 2) << file_bytes(d + "/log");
+  EXPECT_NE(file_bytes(d + "/log").find("--ds-version"), std::string::npos) << file_bytes(d + "/log");
+  EXPECT_FALSE(fs::exists(d + "/out")) << "the refusal left the output folder behind";
 }

@@ -23,10 +23,14 @@
 #include <thread>
 
 #include "pec/checksum.h"
+#include "support/files.h"
 #include "support/process.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using ucpkit::testing::file_bytes;
+using ucpkit::testing::run_logged;
+using ucpkit::testing::tree_bytes;
 
 namespace {
 const std::string kFx = UCPKIT_FIXTURES_DIR;
@@ -34,26 +38,6 @@ const std::string kBin = UCPKIT_BIN_DIR;
 
 std::string ckpt(int64_t step) { return kFx + "/ds/step" + std::to_string(step); }
 std::string tokens(int64_t step) { return kFx + "/tokens/step" + std::to_string(step) + ".json"; }
-
-int sh(const std::string& cmd, const std::string& log = "/dev/null") {
-  int st = std::system((cmd + " >" + log + " 2>&1").c_str());
-  if (WIFEXITED(st)) return WEXITSTATUS(st);
-  return 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::map<std::string, std::string> tree_bytes(const std::string& dir) {
-  std::map<std::string, std::string> m;
-  for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file()) m[fs::relative(e.path(), dir).string()] = slurp(e.path().string());
-  return m;
-}
 
 // Files (relative names) under `dir`, empty when it does not exist.
 std::set<std::string> names_under(const fs::path& dir) {
@@ -76,7 +60,7 @@ std::vector<std::string> temporaries(const std::string& out) {
 // Two steps (100 with every expert, 200 with K = 1) in `store`.
 void two_steps(const std::string& store) {
   for (int64_t s : {100, 200})
-    ASSERT_EQ(sh(kBin + "/pec-save --checkpoint " + ckpt(s) + " --store " + store + " --step " + std::to_string(s) +
+    ASSERT_EQ(run_logged(kBin + "/pec-save --checkpoint " + ckpt(s) + " --store " + store + " --step " + std::to_string(s) +
                  " --policy sequential --k 1 --tokens " + tokens(s)),
               0)
         << s;
@@ -89,7 +73,7 @@ std::string restore_cmd(const std::string& store, const std::string& out, const 
 // The last line on stderr is the error and names `what`; at most `lines` lines in all (one per
 // message, no dumps).
 void expect_error_naming(const std::string& log, const std::string& what, size_t lines = 1) {
-  std::string text = slurp(log);
+  std::string text = file_bytes(log);
   while (!text.empty() && text.back() == '\n') text.pop_back();
   EXPECT_LE(static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) + 1, lines) << text;
   const std::string last = text.substr(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
@@ -103,15 +87,15 @@ void expect_error_naming(const std::string& log, const std::string& what, size_t
 TEST(PecReliability, RestoreSweepsTheTemporaryFolderOfAKilledRun) {
   const std::string d = ucpkit::testing::scratch_dir("pec_rel_sweep");
   two_steps(d + "/store");
-  ASSERT_EQ(sh(restore_cmd(d + "/store", d + "/ref")), 0);
-  ASSERT_EQ(sh("UCPKIT_PEC_CRASH_AFTER=3 " + restore_cmd(d + "/store", d + "/o")), 137);
+  ASSERT_EQ(run_logged(restore_cmd(d + "/store", d + "/ref")), 0);
+  ASSERT_EQ(run_logged("UCPKIT_PEC_CRASH_AFTER=3 " + restore_cmd(d + "/store", d + "/o")), 137);
   ASSERT_EQ(temporaries(d + "/o").size(), 1u) << "the killed run should have left its folder";
   EXPECT_FALSE(fs::exists(d + "/o/global_step200"));
   EXPECT_FALSE(fs::exists(d + "/o/latest"));
   // A live process's folder is not touched (this test process's pid).
   const std::string live = d + "/o/.global_step200.tmp." + std::to_string(::getpid());
   fs::create_directories(live);
-  ASSERT_EQ(sh(restore_cmd(d + "/store", d + "/o")), 0);
+  ASSERT_EQ(run_logged(restore_cmd(d + "/store", d + "/o")), 0);
   EXPECT_EQ(temporaries(d + "/o"), std::vector<std::string>{fs::path(live).filename().string()});
   EXPECT_EQ(tree_bytes(d + "/o/global_step200"), tree_bytes(d + "/ref/global_step200"));
 }
@@ -121,7 +105,7 @@ TEST(PecReliability, RestoreSweepsTheTemporaryFolderOfAKilledRun) {
 TEST(PecReliability, SigtermDuringRestoreRemovesItsTemporaryFolder) {
   const std::string d = ucpkit::testing::scratch_dir("pec_rel_sigterm");
   two_steps(d + "/store");
-  ASSERT_EQ(sh(restore_cmd(d + "/store", d + "/ref")), 0);
+  ASSERT_EQ(run_logged(restore_cmd(d + "/store", d + "/ref")), 0);
   const auto expected = names_under(d + "/ref/global_step200");
   ASSERT_GT(expected.size(), 10u);
   fs::create_directories(d + "/o");
@@ -160,21 +144,21 @@ TEST(PecReliability, HugeFileSizeInAManifestIsAClearError) {
   const std::string d = ucpkit::testing::scratch_dir("pec_rel_huge");
   two_steps(d + "/store");
   const std::string mpath = d + "/store/manifests/step-000000000200.json";
-  json j = json::parse(slurp(mpath));
+  json j = json::parse(file_bytes(mpath));
   json& f = j["manifest"]["non_expert"][0];
   const std::string victim = f["path"].get<std::string>();
   f["size"] = uint64_t{1} << 40;
   j["checksum"] = ucpkit::pec::digest(j["manifest"].dump()).hex();
   std::ofstream(mpath, std::ios::binary | std::ios::trunc) << j.dump();
-  const int rc = sh(restore_cmd(d + "/store", d + "/o", "--step 200"), d + "/log");
-  EXPECT_EQ(rc, 1) << slurp(d + "/log");
+  const int rc = run_logged(restore_cmd(d + "/store", d + "/o", "--step 200"), d + "/log");
+  EXPECT_EQ(rc, 1) << file_bytes(d + "/log");
   expect_error_naming(d + "/log", victim, 2);  // the warning that step 200's state is damaged, then the error
-  EXPECT_EQ(slurp(d + "/log").find("bad_alloc"), std::string::npos) << slurp(d + "/log");
+  EXPECT_EQ(file_bytes(d + "/log").find("bad_alloc"), std::string::npos) << file_bytes(d + "/log");
   EXPECT_FALSE(fs::exists(d + "/o/global_step200"));
   EXPECT_TRUE(temporaries(d + "/o").empty());
   // Without --step the damaged state is skipped with a warning and step 100 restored.
-  ASSERT_EQ(sh(restore_cmd(d + "/store", d + "/o2"), d + "/log2"), 0) << slurp(d + "/log2");
-  EXPECT_EQ(slurp(d + "/o2/latest"), "global_step100");
+  ASSERT_EQ(run_logged(restore_cmd(d + "/store", d + "/o2"), d + "/log2"), 0) << file_bytes(d + "/log2");
+  EXPECT_EQ(file_bytes(d + "/o2/latest"), "global_step100");
 }
 
 // A truncated expert file (half its bytes, as a copy cut short leaves it) and a truncated model file:
@@ -187,14 +171,14 @@ TEST(PecReliability, TruncatedExpertFileIsRefusedBeforeAnythingIsStored) {
     const std::string file = c + "/global_step100/" + name;
     fs::resize_file(file, fs::file_size(file) / 2);
     const std::string store = d + "/store_" + name;
-    const int rc = sh(kBin + "/pec-save --checkpoint " + c + " --store " + store + " --step 100 --policy sequential --k 1",
+    const int rc = run_logged(kBin + "/pec-save --checkpoint " + c + " --store " + store + " --step 100 --policy sequential --k 1",
                       d + "/log");
-    EXPECT_EQ(rc, 1) << name << ": " << slurp(d + "/log");
+    EXPECT_EQ(rc, 1) << name << ": " << file_bytes(d + "/log");
     expect_error_naming(d + "/log", name);
     EXPECT_FALSE(fs::exists(store)) << name;
     // The intact copy saves (control).
     fs::copy_file(ckpt(100) + "/global_step100/" + name, file, fs::copy_options::overwrite_existing);
-    EXPECT_EQ(sh(kBin + "/pec-save --checkpoint " + c + " --store " + store + " --step 100 --policy sequential --k 1"), 0);
+    EXPECT_EQ(run_logged(kBin + "/pec-save --checkpoint " + c + " --store " + store + " --step 100 --policy sequential --k 1"), 0);
   }
 }
 
@@ -208,11 +192,11 @@ TEST(PecReliability, UsageErrorsCreateNoStore) {
   int n = 0;
   for (const auto& args : bad) {
     const std::string store = d + "/s" + std::to_string(n++);
-    EXPECT_EQ(sh(kBin + "/pec-save --checkpoint " + ckpt(100) + " --store " + store + " --step 100 " + args, d + "/log"), 2)
-        << args << ": " << slurp(d + "/log");
+    EXPECT_EQ(run_logged(kBin + "/pec-save --checkpoint " + ckpt(100) + " --store " + store + " --step 100 " + args, d + "/log"), 2)
+        << args << ": " << file_bytes(d + "/log");
     EXPECT_FALSE(fs::exists(store)) << args;
-    EXPECT_EQ(sh(kBin + "/pec-save --watch " + d + "/watched --store " + store + " " + args, d + "/log"), 2)
-        << "--watch " << args << ": " << slurp(d + "/log");
+    EXPECT_EQ(run_logged(kBin + "/pec-save --watch " + d + "/watched --store " + store + " " + args, d + "/log"), 2)
+        << "--watch " << args << ": " << file_bytes(d + "/log");
     EXPECT_FALSE(fs::exists(store)) << "--watch " << args;
   }
 }
@@ -222,7 +206,7 @@ TEST(PecReliability, UsageErrorsCreateNoStore) {
 TEST(PecReliability, ReadOnlyStoreCanBeRestored) {
   const std::string d = ucpkit::testing::scratch_dir("pec_rel_readonly");
   two_steps(d + "/store");
-  ASSERT_EQ(sh(restore_cmd(d + "/store", d + "/ref")), 0);
+  ASSERT_EQ(run_logged(restore_cmd(d + "/store", d + "/ref")), 0);
   fs::remove(d + "/store/plt-history.json");
   for (const auto& e : fs::recursive_directory_iterator(d + "/store"))
     fs::permissions(e.path(), e.is_directory() ? fs::perms(0555) : fs::perms(0444));
@@ -231,13 +215,13 @@ TEST(PecReliability, ReadOnlyStoreCanBeRestored) {
   fs::permissions(d + "/o", fs::perms::all);
   fs::permissions(d, fs::perms(0755));
   const std::string as_other = ::geteuid() == 0 ? "setpriv --reuid=65534 --regid=65534 --clear-groups " : "";
-  const int rc = sh(as_other + restore_cmd(d + "/store", d + "/o"), d + "/log");
+  const int rc = run_logged(as_other + restore_cmd(d + "/store", d + "/o"), d + "/log");
   for (const auto& e : fs::recursive_directory_iterator(d + "/store")) fs::permissions(e.path(), fs::perms(0755));
   fs::permissions(d + "/store", fs::perms(0755));
-  ASSERT_EQ(rc, 0) << slurp(d + "/log");
+  ASSERT_EQ(rc, 0) << file_bytes(d + "/log");
   EXPECT_EQ(tree_bytes(d + "/o/global_step200"), tree_bytes(d + "/ref/global_step200"));
   EXPECT_FALSE(fs::exists(d + "/store/plt-history.json"));
-  EXPECT_NE(slurp(d + "/log").find("not recorded"), std::string::npos) << slurp(d + "/log");
+  EXPECT_NE(file_bytes(d + "/log").find("not recorded"), std::string::npos) << file_bytes(d + "/log");
   // Without a lock file (never written there) the read-only store restores too.
   fs::remove(d + "/store/.lock");
   fs::create_directories(d + "/o2");
@@ -245,8 +229,8 @@ TEST(PecReliability, ReadOnlyStoreCanBeRestored) {
   for (const auto& e : fs::recursive_directory_iterator(d + "/store"))
     fs::permissions(e.path(), e.is_directory() ? fs::perms(0555) : fs::perms(0444));
   fs::permissions(d + "/store", fs::perms(0555));
-  const int rc2 = sh(as_other + restore_cmd(d + "/store", d + "/o2"), d + "/log2");
+  const int rc2 = run_logged(as_other + restore_cmd(d + "/store", d + "/o2"), d + "/log2");
   for (const auto& e : fs::recursive_directory_iterator(d + "/store")) fs::permissions(e.path(), fs::perms(0755));
   fs::permissions(d + "/store", fs::perms(0755));
-  EXPECT_EQ(rc2, 0) << slurp(d + "/log2");
+  EXPECT_EQ(rc2, 0) << file_bytes(d + "/log2");
 }

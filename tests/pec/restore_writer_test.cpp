@@ -13,19 +13,14 @@
 #include "pec/checksum.h"
 #include "pec/restore_writer.h"
 #include "pec/store.h"
+#include "support/files.h"
 
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using namespace ucpkit::pec;
+using ucpkit::testing::file_bytes;
 
 namespace {
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 const std::string kStep = std::string(UCPKIT_FIXTURES_DIR) + "/ds/step300/global_step300";
 
 // Stores every file of `src` (non-expert files with their expert ranges cut out, expert parts
@@ -53,7 +48,7 @@ void store_all(const SourceCheckpoint& src, Store& store, std::vector<FileEntry>
 // The fixture's step 300 stored in a fresh store under build/pec-scratch/<name>.
 struct Stored {
   explicit Stored(const std::string& name)
-      : src(open_checkpoint(kStep, {})), dir(std::string(UCPKIT_BUILD_DIR) + "/pec-scratch/" + name), store(fresh(dir) + "/store", "durable", true) {
+      : src(open_checkpoint(kStep, {})), dir(std::string(UCPKIT_BUILD_DIR) + "/pec-scratch/" + name), store(fresh(dir) + "/store", Tier::durable, true) {
     store_all(src, store, non_expert, experts);
   }
   static std::string fresh(const std::string& d) {
@@ -115,7 +110,7 @@ TEST(PecRestoreWriter, TinyChunksRebuildEveryFileExactly) {
       if (e.is_regular_file()) {
         ++files;
         const std::string rel = fs::relative(e.path(), step).string();
-        EXPECT_EQ(slurp(out + "/" + rel), slurp(e.path().string())) << rel << " budget " << mib;
+        EXPECT_EQ(file_bytes(out + "/" + rel), file_bytes(e.path().string())) << rel << " budget " << mib;
       }
     EXPECT_GT(files, 4u);
     EXPECT_EQ(w.bytes_written(), src.total_bytes() - src.expert_bytes_total + [&] {
@@ -156,7 +151,7 @@ TEST(PecRestoreWriter, DamagedFragmentIsReportedAndDiscarded) {
   EXPECT_TRUE(outcomes[0].pieces.empty());
   w.discard(outcomes[0]);
   // Its ranges read as zeros again.
-  std::string shard = slurp(d + "/out/" + frag->path);
+  std::string shard = file_bytes(d + "/out/" + frag->path);
   for (const auto& [path, range] : outcomes[0].fragments)
     EXPECT_EQ(shard.substr(range.first, range.second), std::string(range.second, '\0'));
 }

@@ -37,6 +37,10 @@ int run_command_status(const std::string& command, std::string* output) {
   return rc;
 }
 
+int run_logged(const std::string& command, const std::string& log) {
+  return run_command_status(command + " >" + quote(log) + " 2>&1");
+}
+
 CommandResult run_capture(const std::string& command) {
   CommandResult r{0, ""};
   r.rc = run_command(command, &r.out);

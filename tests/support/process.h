@@ -14,6 +14,9 @@ int run_command(const std::string& command, std::string* output = nullptr);
 // by signal N (so a test can tell a crash, 139, from a refusal), -1 only when nothing could run.
 int run_command_status(const std::string& command, std::string* output = nullptr);
 
+// run_command_status with the command's stdout and stderr written to the file `log` (replaced).
+int run_logged(const std::string& command, const std::string& log = "/dev/null");
+
 // run_command's exit code and output together.
 struct CommandResult {
   int rc;
