@@ -118,7 +118,7 @@ int replace(int argc, char** argv) {
 }
 
 int quality(int argc, char** argv) {
-  LoadOptions lo;
+  LoadFileOptions lo;
   if (argc > 7) lo.window = static_cast<size_t>(std::atoi(argv[7]));
   LoadMatrix w = read_loads(argv[2], lo);
   Cluster cl{std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5])};

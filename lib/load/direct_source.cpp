@@ -50,9 +50,9 @@ std::string native_checkpoint_dir(const std::string& input) {
               "(no *_model_states.pt / *_optim_states.pt" + (dir != input ? " in " + dir : std::string()) + ")");
 }
 
-ucp::Plan direct_plan(const std::string& input) {
+ucp::ExtractPlan direct_plan(const std::string& input) {
   (void)native_checkpoint_dir(input);
-  ucp::Plan plan;
+  ucp::ExtractPlan plan;
   if (ucp::is_work_folder(input)) {
     plan = ucp::load_work_plan(input);
   } else {
@@ -68,7 +68,7 @@ ucp::Plan direct_plan(const std::string& input) {
 
 namespace {
 
-bool flat_source(const ucp::Plan& plan) {  // ds_to_universal's ZeRO-3 TP = 1 form (as run_union)
+bool flat_source(const ucp::ExtractPlan& plan) {  // ds_to_universal's ZeRO-3 TP = 1 form (as run_union)
   return plan.source.value("zero_stage", 1) == 3 && plan.source.value("tp", 1) == 1;
 }
 
@@ -112,7 +112,7 @@ int64_t numel_of(const std::vector<int64_t>& s) {
 
 }  // namespace
 
-UniversalMeta direct_meta(const ucp::Plan& plan) {
+UniversalMeta direct_meta(const ucp::ExtractPlan& plan) {
   UniversalMeta meta;
   meta.manifest_path = "the extract plan of " + (plan.files.empty() ? std::string("the source") : plan.files[0]);
   const auto set = plan.pattern_set();
@@ -150,7 +150,7 @@ UniversalMeta direct_meta(const ucp::Plan& plan) {
   return meta;
 }
 
-DirectSource::DirectSource(const ucp::Plan& plan, const ModelInfo& model)
+DirectSource::DirectSource(const ucp::ExtractPlan& plan, const ModelInfo& model)
     : plan_(plan), model_(model), cache_(std::make_unique<ucp::SourceCache>(plan.files)) {
   for (size_t f = 0; f < plan.files.size(); ++f) pieces_.push_back(std::make_unique<FilePieces>());
   std::map<std::string, const ucp::ParamPlan*> by_name;

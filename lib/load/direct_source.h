@@ -35,11 +35,11 @@ bool is_universal_input(const std::string& input);
 std::string native_checkpoint_dir(const std::string& input);
 
 // The extract plan of a native checkpoint (or work folder); refuses what direct mode cannot read.
-ucp::Plan direct_plan(const std::string& input);
+ucp::ExtractPlan direct_plan(const std::string& input);
 
 // What ucp-union would put in manifest.json and zero/optimizer_state.pt, in memory; model files are
 // the source's own (ucp-union copies them byte for byte).
-UniversalMeta direct_meta(const ucp::Plan& plan);
+UniversalMeta direct_meta(const ucp::ExtractPlan& plan);
 
 // Atomic tensors read from the source shards. Elements of a split parameter map to (TP rank,
 // fragment, offset) by the same tp_slice rule the load plan uses, so a run of universal elements is
@@ -47,7 +47,7 @@ UniversalMeta direct_meta(const ucp::Plan& plan);
 // joined once by ucp-union's own code and kept.
 class DirectSource final : public AtomicSource {
  public:
-  DirectSource(const ucp::Plan& plan, const ModelInfo& model);
+  DirectSource(const ucp::ExtractPlan& plan, const ModelInfo& model);
   ~DirectSource() override;
   void read(int param, int state, int64_t a, int64_t n, float* dst) override;
   pickle::ValuePtr step(int param) override;
@@ -99,7 +99,7 @@ class DirectSource final : public AtomicSource {
   uint64_t file_offset(const Param& p, int state, int t, size_t k) const;  // byte offset of fragment k's element 0
   const float* joined(int param, int state);
 
-  const ucp::Plan& plan_;
+  const ucp::ExtractPlan& plan_;
   const ModelInfo& model_;
   std::unique_ptr<ucp::SourceCache> cache_;
   std::vector<Param> params_;

@@ -53,7 +53,7 @@ nlohmann::json LoadSummary::to_json() const {
 
 // Direct mode: the source's extract plan and the common optimizer state ucp-union would write.
 struct DirectInput {
-  ucp::Plan plan;
+  ucp::ExtractPlan plan;
   pickle::ValuePtr optimizer_state;
 };
 

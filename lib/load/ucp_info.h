@@ -66,7 +66,7 @@ struct GroupPlan {
 };
 
 // A run of one parameter inside one DP rank's partition: param_slice_mappings' fragment_address.
-struct Fragment {
+struct TargetFragment {
   int slot = -1;                // index into GroupPlan::slots
   int64_t start = 0;            // offset in the partition
   int64_t numel = 0;
@@ -76,7 +76,7 @@ struct Fragment {
 struct PartitionPlan {
   int part = 0;                 // partition index (DP rank)
   int64_t padding = 0;          // padding elements inside this partition
-  std::vector<Fragment> fragments;
+  std::vector<TargetFragment> fragments;
 };
 
 // Fragments of partition `part` of `g`.

@@ -26,7 +26,7 @@ AutoEpZero3Experts autoep_zero3_experts(const std::string& step_dir) {
   // The extract plan validates the layout as ucp-union does (every rank's ds_autoep_layers,
   // ds_zero_partition_groups against them, complete slices) and lists each AutoEP weight's fragments
   // per shard in join order (part = ep_rank * DP/EP + partition_rank).
-  const ucp::Plan plan = ucp::plan_checkpoint(step_dir, {});
+  const ucp::ExtractPlan plan = ucp::plan_checkpoint(step_dir, {});
   AutoEpZero3Experts out;
   out.ep_size = plan.source.value("ep", 1);
   const int dp = plan.source.value("dp", 1);

@@ -56,7 +56,7 @@ std::vector<Snapshot> snapshots_from_array(const json& m, const std::string& nam
   return out;
 }
 
-std::vector<Snapshot> snapshots_from_json(const json& doc, const std::string& name, const LoadOptions& opt) {
+std::vector<Snapshot> snapshots_from_json(const json& doc, const std::string& name, const LoadFileOptions& opt) {
   if (doc.is_array()) return snapshots_from_array(doc, name);
   if (!doc.is_object()) fail(name, "expected a JSON matrix or object with expert loads");
   if (doc.contains("iterations")) {
@@ -134,7 +134,7 @@ std::vector<Snapshot> snapshots_from_csv(const std::string& text, const std::str
   return {m};
 }
 
-std::vector<Snapshot> snapshots_from_trace(const std::string& text, const std::string& name, const LoadOptions& opt) {
+std::vector<Snapshot> snapshots_from_trace(const std::string& text, const std::string& name, const LoadFileOptions& opt) {
   const io::RouterTrace trace = io::parse_router_trace(text, name);
   if (trace.iterations.empty()) fail(name, "no router trace records");
   const size_t experts = opt.experts ? opt.experts : trace.experts;
@@ -193,7 +193,7 @@ void validate_loads(const LoadMatrix& loads, const std::string& name) {
     }
 }
 
-LoadMatrix parse_loads(const std::string& text, const std::string& name, const LoadOptions& opt) {
+LoadMatrix parse_loads(const std::string& text, const std::string& name, const LoadFileOptions& opt) {
   std::vector<Snapshot> snaps;
   size_t start = text.find_first_not_of(" \t\r\n");
   if (start == std::string::npos) fail(name, "file is empty");
@@ -215,7 +215,7 @@ LoadMatrix parse_loads(const std::string& text, const std::string& name, const L
   return out;
 }
 
-LoadMatrix read_loads(const std::string& path, const LoadOptions& options) {
+LoadMatrix read_loads(const std::string& path, const LoadFileOptions& options) {
   if (ends_with(path, ".pt") || ends_with(path, ".safetensors")) return read_engine_loads(path);
   return parse_loads(read_text_file(path), path, options);
 }

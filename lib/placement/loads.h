@@ -18,7 +18,7 @@ struct LoadMatrix {
   double at(size_t l, size_t e) const { return values[l * experts + e]; }
 };
 
-struct LoadOptions {
+struct LoadFileOptions {
   // Moving average over the last `window` snapshots (0: all); inputs with one snapshot ignore it.
   size_t window = 1;
   // Pick one snapshot by its key (an "iterations" key or a trace "iteration"); empty: the latest.
@@ -36,9 +36,9 @@ struct LoadOptions {
 //  * .pt (SGLang expert-distribution dump) and .safetensors (vLLM EPLB load window):
 //    engine_formats.h, read_engine_loads (window and snapshot options do not apply).
 // Throws Error naming the file on malformed, ragged, negative or non-finite input.
-LoadMatrix read_loads(const std::string& path, const LoadOptions& options = {});
+LoadMatrix read_loads(const std::string& path, const LoadFileOptions& options = {});
 // The same, from text already in memory; `name` is used in messages and to pick the format.
-LoadMatrix parse_loads(const std::string& text, const std::string& name, const LoadOptions& options = {});
+LoadMatrix parse_loads(const std::string& text, const std::string& name, const LoadFileOptions& options = {});
 
 // Checks shape and values; throws Error("<name>: ...").
 void validate_loads(const LoadMatrix& loads, const std::string& name);

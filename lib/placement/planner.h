@@ -16,7 +16,7 @@ namespace ucpkit::placement {
 
 struct PlanRequest {
   std::string loads_path;
-  LoadOptions load_options;
+  LoadFileOptions load_options;
   Cluster cluster;  // the cluster of --nodes/--gpus-per-node/--slots-per-gpu (before any change)
   std::string algorithm = "balanced-ft";
   PlacementOptions placement;

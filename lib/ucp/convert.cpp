@@ -100,13 +100,13 @@ struct WorkJob {
 // The work folder's plan: one fragment file per (param, tp, partition); and the fragments to write,
 // grouped by the source shard they are read from. Every rank computes the same.
 struct WorkPlan {
-  Plan out;
+  ExtractPlan out;
   std::map<int, std::vector<WorkJob>> by_source;
 };
 
-WorkPlan work_plan(const Plan& plan) {
+WorkPlan work_plan(const ExtractPlan& plan) {
   WorkPlan w{plan, {}};
-  Plan& out = w.out;
+  ExtractPlan& out = w.out;
   auto& by_source = w.by_source;
   out.files.clear();
   for (size_t i = 0; i < plan.params.size(); ++i) {
@@ -131,13 +131,13 @@ WorkPlan work_plan(const Plan& plan) {
 }
 }  // namespace
 
-ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, int threads, bool sync,
+ExtractStats write_work_folder(const ExtractPlan& plan, const std::string& work_dir, int threads, bool sync,
                                bool overwrite, const Reporter& reporter) {
   auto& mpi = parallel::MpiSession::get();
   parallel::RankFailure failed(mpi);
   ExtractStats stats;
   WorkPlan w = work_plan(plan);
-  Plan& out = w.out;
+  ExtractPlan& out = w.out;
   auto& by_source = w.by_source;
 
   // Staging folder and every fragment folder: created by rank 0, shared through its name.
@@ -243,7 +243,7 @@ RunSummary run_extract(const std::string& checkpoint, const std::string& work_di
   ExtractOptions eo;
   eo.patterns_file = options.patterns_file;
   eo.threads = options.threads;
-  Plan plan;
+  ExtractPlan plan;
   failed.guard([&] {
     plan = naming_file([&] { return plan_checkpoint(checkpoint, eo); });
     if (!plan.unused_patterns.empty() && !options.allow_unused_patterns)
@@ -447,9 +447,9 @@ ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, S
 namespace {
 
 // The plan of a union: a work folder's plan.json, or the extract plan of a checkpoint (every rank).
-Plan union_plan(const std::string& input, const std::string& output, const ConvertOptions& options,
+ExtractPlan union_plan(const std::string& input, const std::string& output, const ConvertOptions& options,
                 parallel::RankFailure& failed) {
-  Plan plan;
+  ExtractPlan plan;
   const bool from_work = is_work_folder(input);
   if (from_work && !options.patterns_file.empty())
     throw UsageError("--patterns " + options.patterns_file + ": " + input +
@@ -480,7 +480,7 @@ struct Totals {
 
 // Rank 0, once every parameter is written: the common optimizer state, the model files and the
 // manifest (`entries`: every parameter's manifest entry, in plan order) into the staging folder.
-void write_union_common_files(const Plan& plan, const fs::path& staged,
+void write_union_common_files(const ExtractPlan& plan, const fs::path& staged,
                               std::vector<layout::UniversalParam> entries, Totals& t) {
   const std::string opt_path = (staged / layout::kUniversalOptimizerState).string();
   if (plan.optimizer_state_prepared) {
@@ -526,7 +526,7 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
   tune_allocator();
   auto& mpi = parallel::MpiSession::get();
   parallel::RankFailure failed(mpi);
-  const Plan plan = union_plan(input, output, options, failed);
+  const ExtractPlan plan = union_plan(input, output, options, failed);
   const patterns::PatternSet set = plan.pattern_set();
 
   // Staging folder: created by rank 0, shared through its name.

@@ -55,7 +55,7 @@ void collect_shapes(const ValuePtr& model, std::map<std::string, std::vector<int
 // the tied embedding and the tied head (their names carry no index), blocks and final norm from the
 // parameter names. Every TP-rank-0 layer file is opened (keys only): `keys` gets each file's key order
 // (the layer module's registration order, which the target's layer files keep).
-layout::PipelineNumbering pipeline_numbering_of(const layout::DeepSpeedLayout& L, const Plan& plan,
+layout::PipelineNumbering pipeline_numbering_of(const layout::DeepSpeedLayout& L, const ExtractPlan& plan,
                                                 std::map<int, std::vector<std::string>>& keys) {
   std::set<int> numbered, blocks;
   std::set<std::string> tied;
@@ -262,7 +262,7 @@ void read_first_shard_facts(const ShardView& shard, const ValuePtr& root, bool a
 // Every optimizer shard (model-parallel rank mp, DP rank d) into the plan's files, its param groups'
 // fragments through `map`, its partitions and identity into `agreement`.
 ShardFacts read_optimizer_shards(const layout::DeepSpeedLayout& L, const ModelStates& model, bool& data_before_expert,
-                                 Zero12FragmentMap& map, ShardAgreement& agreement, Plan& plan) {
+                                 Zero12FragmentMap& map, ShardAgreement& agreement, ExtractPlan& plan) {
   ShardFacts facts;
   for (int mp = 0; mp < L.mp_count(); ++mp) {
     for (int d = 0; d < L.dp; ++d) {
@@ -298,7 +298,7 @@ ShardFacts read_optimizer_shards(const layout::DeepSpeedLayout& L, const ModelSt
 }
 
 // plan.source: the layout and what the files say about it (pipeline numbering read from the layer files).
-nlohmann::json zero12_source_json(const layout::DeepSpeedLayout& L, const Plan& plan, const ModelStates& model,
+nlohmann::json zero12_source_json(const layout::DeepSpeedLayout& L, const ExtractPlan& plan, const ModelStates& model,
                                   const ShardFacts& shards, bool data_before_expert, bool native_moe) {
   nlohmann::json numbering, layer_keys;
   if (L.pipeline) {
@@ -325,10 +325,10 @@ nlohmann::json zero12_source_json(const layout::DeepSpeedLayout& L, const Plan& 
 
 // ZeRO-1/2 and BF16_Optimizer (ZeRO-3: plan_zero3): model states, expert files, patterns, then the
 // optimizer shards' fragments (ucp/fragment_map.h), checked complete.
-Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& options) {
+ExtractPlan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& options) {
   const layout::DeepSpeedLayout L = layout::discover(checkpoint);
   if (L.zero3) return plan_zero3(L, options);
-  Plan plan;
+  ExtractPlan plan;
   auto refuse_moe_model_parallel = [&] {
     throw Error(L.dir + ": native DeepSpeed MoE with tp=" + std::to_string(L.tp) + " pp=" + std::to_string(L.pp) +
                 " is not supported (only tp=1, pp=1: expert numbering across tensor/pipeline ranks is not handled)");
@@ -363,16 +363,16 @@ Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& option
 
 bool is_work_folder(const std::string& dir) { return fs::exists(fs::path(dir) / "plan.json"); }
 
-Plan load_work_plan(const std::string& work_dir) {
+ExtractPlan load_work_plan(const std::string& work_dir) {
   const std::string source = (fs::path(work_dir) / "plan.json").string();
   std::ifstream in(source, std::ios::binary);
   if (!in) throw Error(source + ": cannot read");
   std::stringstream text;
   text << in.rdbuf();
   const nlohmann::json j = parse_json_input(text.str(), source, "corrupt");
-  Plan p;
+  ExtractPlan p;
   try {
-    p = Plan::from_json(j);
+    p = ExtractPlan::from_json(j);
   } catch (const nlohmann::json::exception& e) {  // a field missing or of another type
     throw Error(source + ": malformed plan: " + escaped_brief(e.what(), 160));
   }

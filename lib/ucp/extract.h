@@ -15,7 +15,7 @@ struct ExtractOptions {
 };
 
 // Builds the plan straight from the checkpoint (no data read beyond the pickles).
-Plan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& options);
+ExtractPlan plan_checkpoint(const std::string& checkpoint, const ExtractOptions& options);
 
 struct ExtractStats {
   uint64_t bytes_read = 0, bytes_written = 0, fragments = 0;
@@ -25,11 +25,11 @@ struct ExtractStats {
 // tensor, plus "step"), copies of the model files, the common optimizer state, and plan.json
 // pointing at them. The folder appears only when complete (built beside it, then renamed; with
 // `sync`, flushed to stable storage first).
-ExtractStats write_work_folder(const Plan& plan, const std::string& work_dir, int threads, bool sync = true,
+ExtractStats write_work_folder(const ExtractPlan& plan, const std::string& work_dir, int threads, bool sync = true,
                                bool overwrite = false, const Reporter& reporter = {});
 
 // True when `dir` is a work folder written by write_work_folder.
 bool is_work_folder(const std::string& dir);
-Plan load_work_plan(const std::string& work_dir);
+ExtractPlan load_work_plan(const std::string& work_dir);
 
 }  // namespace ucpkit::ucp

@@ -110,7 +110,7 @@ Zero3ModelStates read_zero3_param_shapes(const layout::DeepSpeedLayout& L) {
 
 // One optimizer shard (TP rank t, DP rank d): its sub-groups' slices into the plan, after the checks
 // that it is a ZeRO-3 shard of this layout whose sub-groups match param_shapes.
-void add_zero3_shard(Plan& plan, const std::map<std::string, size_t>& index, const layout::DeepSpeedLayout& L, int t,
+void add_zero3_shard(ExtractPlan& plan, const std::map<std::string, size_t>& index, const layout::DeepSpeedLayout& L, int t,
                      int d, const SubGroups& groups, const std::vector<layout::AutoEpLayer>& rank_autoep,
                      const std::map<std::string, size_t>& autoep_param, bool autoep, ShardAgreement& agreement) {
   const std::string& path = L.optim_files[t][d];
@@ -153,11 +153,11 @@ void add_zero3_shard(Plan& plan, const std::map<std::string, size_t>& index, con
 
 }  // namespace
 
-Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& options) {
+ExtractPlan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& options) {
   if (L.pipeline || L.pp != 1)
     throw Error(L.dir + ": ZeRO-3 with pipeline parallelism is not supported (DeepSpeed's PipelineEngine "
                         "refuses ZeRO stage 2 and 3, so such checkpoints are not written)");
-  Plan plan;
+  ExtractPlan plan;
   ShardAgreement agreement;
   const auto autoep_of_rank = read_zero3_autoep(L, agreement);
   const std::vector<layout::AutoEpLayer>& autoep = autoep_of_rank[0];

@@ -14,6 +14,6 @@ namespace ucpkit::ucp {
 
 // Reads every DP rank's model file (save identity, AutoEP places), each TP rank's param_shapes and
 // every optimizer shard; the slices are mapped by ucp/fragment_map.h. Throws Error naming the file.
-Plan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& options);
+ExtractPlan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& options);
 
 }  // namespace ucpkit::ucp

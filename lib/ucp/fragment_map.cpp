@@ -95,7 +95,7 @@ Zero12FragmentMap::Target Zero12FragmentMap::target_of(const std::string& local,
   return t;
 }
 
-void Zero12FragmentMap::add(Plan& plan, const ShardGroup& group, const ShapeMap& shapes, const std::string& model_file,
+void Zero12FragmentMap::add(ExtractPlan& plan, const ShardGroup& group, const ShapeMap& shapes, const std::string& model_file,
                             const std::string& path) {
   const int tp_rank = group.tp_rank, pp_rank = group.pp_rank;
   for (const auto& [local, start, numel] : group.fragments) {
@@ -128,7 +128,7 @@ void Zero12FragmentMap::add(Plan& plan, const ShardGroup& group, const ShapeMap&
     if (!fresh && p.pp_stage != pp_rank)
       fail(path, "parameter " + name + " appears on pipeline stages " + std::to_string(p.pp_stage) + " and " +
                      std::to_string(pp_rank) + " but matches no pipeline_replicated pattern");
-    const Fragment fragment{group.file, group.group, start, numel, target.part};
+    const SourceFragment fragment{group.file, group.group, start, numel, target.part};
     auto sh = shapes.find(name);
     if (ae) {  // checked against num_local_experts by check_autoep_files
       if (p.tp_shapes[tp_rank].empty()) {
@@ -160,11 +160,11 @@ std::vector<std::string> Zero12FragmentMap::unused_patterns() const {
 
 namespace {
 
-void sort_by_part(std::vector<Fragment>& fr) {
-  std::stable_sort(fr.begin(), fr.end(), [](const Fragment& a, const Fragment& b) { return a.part < b.part; });
+void sort_by_part(std::vector<SourceFragment>& fr) {
+  std::stable_sort(fr.begin(), fr.end(), [](const SourceFragment& a, const SourceFragment& b) { return a.part < b.part; });
 }
 
-int64_t numel_in(const std::vector<Fragment>& fr) {
+int64_t numel_in(const std::vector<SourceFragment>& fr) {
   int64_t have = 0;
   for (const auto& f : fr) have += f.numel;
   return have;
@@ -172,7 +172,7 @@ int64_t numel_in(const std::vector<Fragment>& fr) {
 
 }  // namespace
 
-void check_zero12_coverage(Plan& plan, int tp, const std::string& dir) {
+void check_zero12_coverage(ExtractPlan& plan, int tp, const std::string& dir) {
   for (auto& p : plan.params) {
     for (int t = 0; t < tp; ++t) {
       auto& fr = p.fragments[t];
@@ -193,7 +193,7 @@ void check_zero12_coverage(Plan& plan, int tp, const std::string& dir) {
   }
 }
 
-std::map<std::string, size_t> zero3_params(Plan& plan, const std::vector<SubGroups>& sub_groups,
+std::map<std::string, size_t> zero3_params(ExtractPlan& plan, const std::vector<SubGroups>& sub_groups,
                                            const std::vector<layout::AutoEpLayer>& autoep,
                                            const std::map<std::string, size_t>& autoep_param,
                                            const std::vector<std::string>& model_files) {
@@ -241,7 +241,7 @@ std::map<std::string, size_t> zero3_params(Plan& plan, const std::vector<SubGrou
   return index;
 }
 
-int64_t add_zero3_subgroup(Plan& plan, const std::map<std::string, size_t>& index, const Zero3SubGroup& sub,
+int64_t add_zero3_subgroup(ExtractPlan& plan, const std::map<std::string, size_t>& index, const Zero3SubGroup& sub,
                         const std::vector<std::pair<std::string, std::vector<int64_t>>>& params,
                         const std::vector<layout::AutoEpLayer>& rank_autoep,
                         const std::map<std::string, size_t>& autoep_param, int dp, const std::string& model_file,
@@ -292,7 +292,7 @@ int64_t add_zero3_subgroup(Plan& plan, const std::map<std::string, size_t>& inde
   return offset;
 }
 
-void check_zero3_coverage(Plan& plan, int tp, const std::string& dir) {
+void check_zero3_coverage(ExtractPlan& plan, int tp, const std::string& dir) {
   for (auto& p : plan.params)
     for (int t = 0; t < tp; ++t) {
       auto& fr = p.fragments[t];

@@ -48,7 +48,7 @@ struct ExpertFacts {
 
 // One param group of one optimizer shard, as plain data.
 struct ShardGroup {
-  int file = -1, group = -1;   // index into Plan::files; param group
+  int file = -1, group = -1;   // index into ExtractPlan::files; param group
   int pp_rank = 0, tp_rank = 0;
   GroupInfo info;
   GroupPartition partition;
@@ -65,7 +65,7 @@ class Zero12FragmentMap {
   Zero12FragmentMap(int tp, int pp, const patterns::PatternSet& patterns, const ExpertFacts& experts);
   // Adds `group`'s fragments to `plan`. `shapes`: the TP-local shapes of the group's model-parallel
   // rank; `model_file`: its model states (named in errors); `path`: the shard (named in errors).
-  void add(Plan& plan, const ShardGroup& group, const ShapeMap& shapes, const std::string& model_file,
+  void add(ExtractPlan& plan, const ShardGroup& group, const ShapeMap& shapes, const std::string& model_file,
            const std::string& path);
   // The pattern sources that matched none of the parameters seen, in the set's order.
   std::vector<std::string> unused_patterns() const;
@@ -87,7 +87,7 @@ class Zero12FragmentMap {
 
 // Every TP slice of every parameter covered by its fragments: sorted by part, no part twice, as many
 // elements as its shape. Throws Error naming the shard (or `dir`) otherwise.
-void check_zero12_coverage(Plan& plan, int tp, const std::string& dir);
+void check_zero12_coverage(ExtractPlan& plan, int tp, const std::string& dir);
 
 // ---- ZeRO-3 -----------------------------------------------------------------------------------
 
@@ -98,7 +98,7 @@ using SubGroups = std::vector<std::vector<std::pair<std::string, std::vector<int
 // layer's E and MoE layer id), with every TP rank's shapes (AutoEP: [E_local, ...] -> [E, ...]).
 // Returns name -> index into plan.params. Throws Error naming model_files[t] when the ranks list
 // different parameters, a name twice, or an AutoEP weight with a wrong or missing shape.
-std::map<std::string, size_t> zero3_params(Plan& plan, const std::vector<SubGroups>& sub_groups,
+std::map<std::string, size_t> zero3_params(ExtractPlan& plan, const std::vector<SubGroups>& sub_groups,
                                            const std::vector<layout::AutoEpLayer>& autoep,
                                            const std::map<std::string, size_t>& autoep_param,
                                            const std::vector<std::string>& model_files);
@@ -118,13 +118,13 @@ struct Zero3SubGroup {
 // `rank_autoep`: ds_autoep_layers of this DP rank's model file `model_file`. The first shard
 // (tp 0, dp 0) sets each parameter's states and step. Throws Error naming `path` on any mismatch.
 // Returns the elements the sub-group's slices take in the flat partition (padding included).
-int64_t add_zero3_subgroup(Plan& plan, const std::map<std::string, size_t>& index, const Zero3SubGroup& sub,
+int64_t add_zero3_subgroup(ExtractPlan& plan, const std::map<std::string, size_t>& index, const Zero3SubGroup& sub,
                         const std::vector<std::pair<std::string, std::vector<int64_t>>>& params,
                         const std::vector<layout::AutoEpLayer>& rank_autoep,
                         const std::map<std::string, size_t>& autoep_param, int dp, const std::string& model_file,
                         const std::string& path);
 
 // As check_zero12_coverage, with the ZeRO-3 messages (two ranks claiming one part; slices short).
-void check_zero3_coverage(Plan& plan, int tp, const std::string& dir);
+void check_zero3_coverage(ExtractPlan& plan, int tp, const std::string& dir);
 
 }  // namespace ucpkit::ucp

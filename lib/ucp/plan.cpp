@@ -14,7 +14,7 @@ int64_t ParamPlan::numel() const {
   return n;
 }
 
-nlohmann::json Plan::to_json() const {
+nlohmann::json ExtractPlan::to_json() const {
   nlohmann::json j;
   j["format"] = "ucpkit-extract-plan";
   j["version"] = 1;
@@ -47,8 +47,8 @@ nlohmann::json Plan::to_json() const {
   return j;
 }
 
-Plan Plan::from_json(const nlohmann::json& j) {
-  Plan p;
+ExtractPlan ExtractPlan::from_json(const nlohmann::json& j) {
+  ExtractPlan p;
   p.source = j.at("source");
   p.patterns_json = j.at("patterns");
   p.patterns_origin = j.value("patterns_origin", "");
@@ -74,7 +74,7 @@ Plan Plan::from_json(const nlohmann::json& j) {
       q.autoep_experts = e["autoep"][1].get<int>();
     }
     for (const auto& row : e.at("fragments")) {
-      std::vector<Fragment> fs;
+      std::vector<SourceFragment> fs;
       for (const auto& f : row)
         fs.push_back({f[0].get<int>(), f[1].get<int>(), f[2].get<int64_t>(), f[3].get<int64_t>(), f[4].get<int>()});
       q.fragments.push_back(std::move(fs));
@@ -84,7 +84,7 @@ Plan Plan::from_json(const nlohmann::json& j) {
   return p;
 }
 
-patterns::PatternSet Plan::pattern_set() const { return patterns::PatternSet::from_json(patterns_json, patterns_origin); }
+patterns::PatternSet ExtractPlan::pattern_set() const { return patterns::PatternSet::from_json(patterns_json, patterns_origin); }
 
 std::string param_folder(const std::string& name) {
   // No PyTorch parameter is named so; as a folder they would write beside zero/<param>/ (names come

@@ -12,8 +12,8 @@
 namespace ucpkit::ucp {
 
 // One contiguous run of a flat ZeRO partition (or a whole work-folder fragment file).
-struct Fragment {
-  int file = -1;       // index into Plan::files
+struct SourceFragment {
+  int file = -1;       // index into ExtractPlan::files
   int group = -1;      // optimizer param group; -1: a work-folder file whose root dict maps state -> 1-D tensor
   int64_t offset = 0;  // element offset in the partition
   int64_t numel = 0;
@@ -23,7 +23,7 @@ struct Fragment {
 struct ParamPlan {
   std::string name;                                // universal name (global expert ids)
   std::vector<std::vector<int64_t>> tp_shapes;     // per TP rank
-  std::vector<std::vector<Fragment>> fragments;    // per TP rank, in partition order
+  std::vector<std::vector<SourceFragment>> fragments;    // per TP rank, in partition order
   std::vector<std::string> states;                 // "fp32" first, then optimizer tensor states
   int step_file = -1, step_group = -1;             // where the step value lives (group -1: root["step"])
   int pp_stage = 0;
@@ -34,7 +34,7 @@ struct ParamPlan {
   uint64_t bytes_in() const { return static_cast<uint64_t>(numel()) * 4 * states.size(); }
 };
 
-struct Plan {
+struct ExtractPlan {
   nlohmann::json source;                  // layout of the source checkpoint
   nlohmann::json patterns_json;           // the pattern set used (PatternSet::to_json)
   std::string patterns_origin;
@@ -46,7 +46,7 @@ struct Plan {
   std::vector<std::string> unused_patterns;
 
   nlohmann::json to_json() const;
-  static Plan from_json(const nlohmann::json& j);
+  static ExtractPlan from_json(const nlohmann::json& j);
   patterns::PatternSet pattern_set() const;
 };
 

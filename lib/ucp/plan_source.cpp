@@ -27,7 +27,7 @@ void check_model_parallel_sizes(const ValuePtr& root, const std::string& path, c
 }
 
 patterns::PatternSet choose_patterns(const ExtractOptions& options, const ValuePtr& uc_info, const layout::DeepSpeedLayout& L,
-                                     Plan& plan) {
+                                     ExtractPlan& plan) {
   nlohmann::json pj;
   if (!options.patterns_file.empty()) {
     std::ifstream in(options.patterns_file);

@@ -20,7 +20,7 @@ namespace ucpkit::ucp {
 // the checkpoint's universal_checkpoint_info `uc_info`; else none (refused with tp > 1). Sets
 // plan.patterns_origin and plan.patterns_json.
 patterns::PatternSet choose_patterns(const ExtractOptions& options, const pickle::ValuePtr& uc_info,
-                                     const layout::DeepSpeedLayout& L, Plan& plan);
+                                     const layout::DeepSpeedLayout& L, ExtractPlan& plan);
 
 // mp_world_size and Megatron's args (tensor/pipeline_model_parallel_size) of the model states `root`
 // against the degrees the file names give. Throws Error naming `path`.

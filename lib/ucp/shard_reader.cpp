@@ -176,7 +176,7 @@ void release_pages(const Tensor& t) {
   if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
-Tensor fragment_tensor(SourceCache& cache, const Fragment& f, const std::string& state) {
+Tensor fragment_tensor(SourceCache& cache, const SourceFragment& f, const std::string& state) {
   auto tf = cache.get(f.file);
   Tensor flat;
   if (f.group >= 0) {
@@ -193,7 +193,7 @@ Tensor fragment_tensor(SourceCache& cache, const Fragment& f, const std::string&
   return flat.narrow(0, f.offset, f.numel);
 }
 
-Tensor read_slice(SourceCache& cache, const std::vector<Fragment>& fragments, const std::string& state,
+Tensor read_slice(SourceCache& cache, const std::vector<SourceFragment>& fragments, const std::string& state,
                   const std::vector<int64_t>& shape, uint64_t* bytes_read) {
   std::vector<Tensor> parts;
   parts.reserve(fragments.size());

@@ -64,10 +64,10 @@ class SourceCache {
 };
 
 // The 1-D run of `state` that a fragment names (a view into the mapped file).
-Tensor fragment_tensor(SourceCache& cache, const Fragment& f, const std::string& state);
+Tensor fragment_tensor(SourceCache& cache, const SourceFragment& f, const std::string& state);
 // One TP slice of one state: its fragments concatenated in partition order, shaped `shape`.
 // Adds the bytes read to *bytes_read. Mapped pages are released after the copy.
-Tensor read_slice(SourceCache& cache, const std::vector<Fragment>& fragments, const std::string& state,
+Tensor read_slice(SourceCache& cache, const std::vector<SourceFragment>& fragments, const std::string& state,
                   const std::vector<int64_t>& shape, uint64_t* bytes_read);
 // The raw step value (int or tensor) of a group, or of a work-folder fragment file.
 pickle::ValuePtr read_step(SourceCache& cache, int file, int group);

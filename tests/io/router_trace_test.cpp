@@ -80,7 +80,7 @@ TEST(RouterTrace, BothToolsReadTheSameTraceAlike) {
   const std::string trace =
       "{\"layer_number\": 1, \"iteration\": 1, \"top_indices\": [[0, 1], [1, 2]]}\n"
       "{\"layer_number\": 3, \"iteration\": 1, \"topk_ids\": [2, 2, 0]}\n";
-  placement::LoadOptions all;
+  placement::LoadFileOptions all;
   all.window = 0;
   const placement::LoadMatrix loads = placement::parse_loads(trace, "trace.jsonl", all);
   const pec::TokenMatrix tokens = pec::parse_tokens(trace, "trace.jsonl");

@@ -26,11 +26,11 @@ TEST(Loads, LogicalCountDumpAveragesBuffer) {
   std::string t = R"({"logical_count": [[[2, 4]], [[4, 8]], [[6, 12]]]})";
   LoadMatrix last = parse_loads(t, "dump.json");
   EXPECT_EQ(last.at(0, 0), 6);
-  LoadOptions all;
+  LoadFileOptions all;
   all.window = 0;
   LoadMatrix avg = parse_loads(t, "dump.json", all);
   EXPECT_DOUBLE_EQ(avg.at(0, 1), 8);
-  LoadOptions two;
+  LoadFileOptions two;
   two.window = 2;
   EXPECT_DOUBLE_EQ(parse_loads(t, "dump.json", two).at(0, 0), 5);
 }
@@ -38,7 +38,7 @@ TEST(Loads, LogicalCountDumpAveragesBuffer) {
 TEST(Loads, IterationsPickAndAverage) {
   std::string t = R"({"iterations": {"10": [[1, 1]], "2": [[3, 5]]}})";
   EXPECT_EQ(parse_loads(t, "s.json").at(0, 0), 1);  // numeric order: 2 then 10; latest is 10
-  LoadOptions o;
+  LoadFileOptions o;
   o.snapshot = "2";
   EXPECT_EQ(parse_loads(t, "s.json", o).at(0, 1), 5);
   o.snapshot = "7";
@@ -63,7 +63,7 @@ TEST(Loads, MegatronRouterTrace) {
   EXPECT_EQ(m.experts, 3u);
   EXPECT_EQ(m.at(0, 1), 2);
   EXPECT_EQ(m.at(1, 2), 2);
-  LoadOptions o;
+  LoadFileOptions o;
   o.experts = 8;
   EXPECT_EQ(parse_loads(t, "trace.jsonl", o).experts, 8u);
 }
@@ -90,7 +90,7 @@ TEST(Loads, SharedDataFiles) {
   LoadMatrix s = read_loads(smart);
   EXPECT_EQ(s.layers, 24u);
   EXPECT_EQ(s.experts, 32u);
-  LoadOptions o;
+  LoadFileOptions o;
   o.window = 0;
   LoadMatrix avg = read_loads(smart, o);
   EXPECT_EQ(avg.layers, 24u);

@@ -170,7 +170,7 @@ TEST(Replace, BudgetAndWeightTradeBalanceForCopies) {
 TEST(Replace, BeatsEplbFromScratchOnSmartMoeDrift) {
   std::string path = placement_test::shared_data("smartmoe_expert_loads.json");
   if (path.empty()) GTEST_SKIP() << "../shared/data/smartmoe_expert_loads.json not found (set UCPKIT_SOURCE)";
-  LoadOptions first, last;
+  LoadFileOptions first, last;
   first.snapshot = "1";
   LoadMatrix w0 = read_loads(path, first), w1 = read_loads(path, last);
   Cluster cl{8, 4, 4};

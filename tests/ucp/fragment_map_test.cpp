@@ -18,7 +18,7 @@ namespace {
 
 using Frag = std::vector<int64_t>;  // file, group, offset, numel, part
 
-std::vector<Frag> frags(const std::vector<Fragment>& fr) {
+std::vector<Frag> frags(const std::vector<SourceFragment>& fr) {
   std::vector<Frag> out;
   for (const auto& f : fr) out.push_back({f.file, f.group, f.offset, f.numel, f.part});
   return out;
@@ -90,7 +90,7 @@ TEST(UcpFragmentMap, ParameterCutAtAPartitionBoundaryGetsOneFragmentPerPartition
   const auto pset = no_patterns();
   const ExpertFacts experts;
   Zero12FragmentMap map(1, 1, pset, experts);
-  Plan plan;
+  ExtractPlan plan;
   plan.files = {"r1.pt", "r0.pt"};
   // Added in file order rank 1 first: the coverage step puts the parts in order.
   map.add(plan, dense_group(0, 1, 2, {{"b", 0, 2}, {"c", 2, 3}}), shapes, "m.pt", "r1.pt");
@@ -113,7 +113,7 @@ TEST(UcpFragmentMap, CoverageRefusesMissingAndDoubledPartitions) {
   const ExpertFacts experts;
   {
     Zero12FragmentMap map(1, 1, pset, experts);
-    Plan plan;
+    ExtractPlan plan;
     plan.files = {"r0.pt"};
     map.add(plan, dense_group(0, 0, 2, {{"a", 0, 4}}), shapes, "m.pt", "r0.pt");
     const std::string m = message_of([&] { check_zero12_coverage(plan, 1, "ckpt"); });
@@ -121,7 +121,7 @@ TEST(UcpFragmentMap, CoverageRefusesMissingAndDoubledPartitions) {
   }
   {
     Zero12FragmentMap map(1, 1, pset, experts);
-    Plan plan;
+    ExtractPlan plan;
     plan.files = {"r0.pt", "r0-copy.pt"};
     map.add(plan, dense_group(0, 0, 2, {{"a", 0, 4}}), shapes, "m.pt", "r0.pt");
     map.add(plan, dense_group(1, 0, 2, {{"a", 0, 4}}), shapes, "m.pt", "r0-copy.pt");
@@ -134,7 +134,7 @@ TEST(UcpFragmentMap, ParameterWithoutShapeIsRefusedNamingTheModelFile) {
   const auto pset = no_patterns();
   const ExpertFacts experts;
   Zero12FragmentMap map(1, 1, pset, experts);
-  Plan plan;
+  ExtractPlan plan;
   plan.files = {"r0.pt"};
   const std::string m =
       message_of([&] { map.add(plan, dense_group(0, 0, 1, {{"ghost", 0, 4}}), ShapeMap{}, "mp_rank_00.pt", "r0.pt"); });
@@ -154,7 +154,7 @@ TEST(UcpFragmentMap, NativeExpertIsRenamedToItsGlobalId) {
   const ShapeMap shapes = {{global3, {2, 2}}};
   const auto pset = no_patterns();
   Zero12FragmentMap map(1, 1, pset, experts);
-  Plan plan;
+  ExtractPlan plan;
   plan.files = {"r1.pt"};
   ShardGroup g;
   g.file = 0;
@@ -195,7 +195,7 @@ TEST(UcpFragmentMap, AutoEpWeightJoinsEveryEpRankInPartOrder) {
   const ShapeMap shapes = {{"model.layers.0.mlp.experts.w1", {2, 3, 2}}};
   const auto pset = no_patterns();
   Zero12FragmentMap map(1, 1, pset, experts);
-  Plan plan;
+  ExtractPlan plan;
   for (int d = 0; d < 4; ++d) {
     plan.files.push_back("r" + std::to_string(d) + ".pt");
     ShardGroup g;
@@ -223,7 +223,7 @@ TEST(UcpFragmentMap, UnusedPatternsAreThoseMatchingNoParameter) {
       nlohmann::json{{"tp_replicated_parameter_patterns", {"^a$", "^nothing$"}}}, "test");
   const ExpertFacts experts;
   Zero12FragmentMap map(1, 1, pset, experts);
-  Plan plan;
+  ExtractPlan plan;
   plan.files = {"r0.pt"};
   map.add(plan, dense_group(0, 0, 1, {{"a", 0, 2}}), ShapeMap{{"a", {2}}}, "m.pt", "r0.pt");
   const auto unused = map.unused_patterns();
@@ -250,7 +250,7 @@ TEST(UcpFragmentMap, Zero3SlicesEveryParameterOnItsOwnWithPaddingAtTheEnd) {
   // DP 2: a[5] -> slices of 3 (rank 0: 3, rank 1: 2 + 1 padding), b[3] -> slices of 2 (2, 1 + 1).
   // A rank's flat sub-group: a's slice at 0, b's at 3; 5 elements each.
   const SubGroups tp0 = {{{"a", {5}}, {"b", {3}}}};
-  Plan plan;
+  ExtractPlan plan;
   plan.files = {"z0.pt", "z1.pt"};
   const auto index = zero3_params(plan, {tp0}, {}, {}, {"m0.pt"});
   ASSERT_EQ(plan.params.size(), 2u);
@@ -268,7 +268,7 @@ TEST(UcpFragmentMap, Zero3SlicesEveryParameterOnItsOwnWithPaddingAtTheEnd) {
 TEST(UcpFragmentMap, Zero3RankWithAnEmptySliceGetsNoFragment) {
   // DP 3, a[4]: slices of 2, 2, 0 (rank 2 holds only padding).
   const SubGroups tp0 = {{{"a", {4}}}};
-  Plan plan;
+  ExtractPlan plan;
   plan.files = {"z0.pt", "z1.pt", "z2.pt"};
   const auto index = zero3_params(plan, {tp0}, {}, {}, {"m0.pt"});
   for (int d = 0; d < 3; ++d)
@@ -279,7 +279,7 @@ TEST(UcpFragmentMap, Zero3RankWithAnEmptySliceGetsNoFragment) {
 
 TEST(UcpFragmentMap, Zero3ShardWithOtherStatesOrAMissingRankIsRefused) {
   const SubGroups tp0 = {{{"a", {4}}}};
-  Plan plan;
+  ExtractPlan plan;
   plan.files = {"z0.pt", "z1.pt"};
   const auto index = zero3_params(plan, {tp0}, {}, {}, {"m0.pt"});
   add_zero3_subgroup(plan, index, dense_sub(0, 2, {"fp32", "exp_avg"}), tp0[0], {}, {}, 2, "m.pt", "z0.pt");
@@ -293,10 +293,10 @@ TEST(UcpFragmentMap, Zero3ShardWithOtherStatesOrAMissingRankIsRefused) {
 TEST(UcpFragmentMap, Zero3TpRanksMustListTheSameParameters) {
   const SubGroups tp0 = {{{"a", {4}}, {"b", {2}}}};
   const SubGroups tp1 = {{{"a", {4}}, {"c", {2}}}};
-  Plan plan;
+  ExtractPlan plan;
   const std::string m = message_of([&] { zero3_params(plan, {tp0, tp1}, {}, {}, {"m0.pt", "m1.pt"}); });
   EXPECT_TRUE(has(m, "m1.pt") && has(m, "parameter c is not in tp rank 0's param_shapes")) << m;
-  Plan again;
+  ExtractPlan again;
   const auto index = zero3_params(again, {tp0, {{{"a", {4}}, {"b", {3}}}}}, {}, {}, {"m0.pt", "m1.pt"});
   EXPECT_EQ(index.at("b"), 1u);
   EXPECT_EQ(again.params[1].tp_shapes, (std::vector<std::vector<int64_t>>{{2}, {3}}));
@@ -311,7 +311,7 @@ TEST(UcpFragmentMap, Zero3AutoEpSliceGoesToItsEpRanksPart) {
   a.expert_data_parallel_world_size = 2;
   const std::map<std::string, size_t> autoep_param = {{"m.experts.w1", 0}};
   const SubGroups tp0 = {{{"m.experts.w1", {2, 3}}}};
-  Plan plan;
+  ExtractPlan plan;
   plan.files = {"z3.pt"};
   const auto index = zero3_params(plan, {tp0}, {a}, autoep_param, {"m0.pt"});
   EXPECT_EQ(plan.params[0].tp_shapes[0], (std::vector<int64_t>{4, 3}));

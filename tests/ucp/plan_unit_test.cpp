@@ -16,8 +16,8 @@ namespace {
 
 using pickle::Value;
 
-Plan two_param_plan() {
-  Plan p;
+ExtractPlan two_param_plan() {
+  ExtractPlan p;
   p.source = {{"tp", 2}, {"dp", 2}, {"zero_stage", 1}};
   p.patterns_json = nlohmann::json::object();
   p.patterns_origin = "builtin";
@@ -57,8 +57,8 @@ TEST(UcpPlan, JsonFormHasTheDocumentedKeysAndFragmentTuples) {
 }
 
 TEST(UcpPlan, JsonRoundTripKeepsEveryField) {
-  const Plan a = two_param_plan();
-  const Plan b = Plan::from_json(a.to_json());
+  const ExtractPlan a = two_param_plan();
+  const ExtractPlan b = ExtractPlan::from_json(a.to_json());
   EXPECT_EQ(b.to_json(), a.to_json());
   ASSERT_EQ(b.params.size(), 2u);
   EXPECT_EQ(b.params[1].expert, 3);

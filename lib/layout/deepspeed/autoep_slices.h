@@ -54,7 +54,7 @@ std::vector<AutoEpExpertRun> autoep_zero12_fragment_runs(const AutoEpZero12Weigh
 // ---- ZeRO-3 (partition-native, 'zero3_partitioned'): every fused weight [E_local, ...] is split on
 // its own into ceil(n / count) slices over the expert-DP group (stage3.py:833-880; the rank's
 // partition_rank from ds_zero_partition_groups), padding at the end. `part` = ep_rank * count +
-// partition_rank (the join order of ds_to_universal.py:654-707, ucp::Fragment::part); `numel` the
+// partition_rank (the join order of ds_to_universal.py:654-707, ucp::SourceFragment::part); `numel` the
 // fragment's elements without padding. Runs are relative to the fragment's first element.
 std::vector<AutoEpExpertRun> autoep_zero3_fragment_runs(const std::vector<int64_t>& local_shape, int count, int part,
                                                         int64_t numel, const std::string& file, const std::string& name);
