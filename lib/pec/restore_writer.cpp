@@ -7,10 +7,8 @@
 #include <zstd.h>
 
 #include <tbb/enumerable_thread_specific.h>
-#include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
 #include <tbb/parallel_pipeline.h>
-#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <atomic>
@@ -27,6 +25,7 @@
 #include "core/file_io.h"
 #include "core/staging.h"
 #include "core/mapped_file.h"
+#include "parallel/threads.h"
 #include "pec/checkpoint.h"
 #include "pec/checksum.h"
 #include "pec/crash.h"
@@ -260,10 +259,8 @@ void RestoreWriter::run(std::vector<Job>& jobs) {
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return jobs[a].raw_size > jobs[b].raw_size; });
   tbb::enumerable_thread_specific<Buffers> buffers;
   size_t next = 0;
-  // More streams than cores (I/O waits overlap): lift TBB's default limit of one thread per core.
-  tbb::global_control allow(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(workers_));
-  tbb::task_arena arena(workers_);
-  arena.execute([&] {
+  // More streams than cores (I/O waits overlap).
+  parallel::in_io_arena(workers_, [&] {
     tbb::parallel_pipeline(
         static_cast<size_t>(workers_),
         tbb::make_filter<void, size_t>(tbb::filter_mode::serial_in_order,
@@ -505,9 +502,7 @@ void RestoreWriter::finish() {
   std::vector<std::string> files(written_.begin(), written_.end());
   std::exception_ptr error;
   std::mutex m;
-  tbb::global_control allow(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(workers_));
-  tbb::task_arena arena(workers_);
-  arena.execute([&] {
+  parallel::in_io_arena(workers_, [&] {
     tbb::parallel_for(size_t{0}, files.size(), [&](size_t i) {
       const std::string p = (fs::path(dir_) / files[i]).string();
       UniqueFd f(p, O_RDONLY);
