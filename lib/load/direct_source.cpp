@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "core/staging.h"
+#include "io/shape.h"
 #include "io/torch/torch_file.h"
 #include "layout/deepspeed/files.h"
 #include "layout/deepspeed/storage_tags.h"
@@ -102,12 +103,6 @@ std::vector<int64_t> universal_shape(const ucp::ParamPlan& p, const patterns::Pa
     shape[0] = *set.original_vocab_size;
   }
   return shape;
-}
-
-int64_t numel_of(const std::vector<int64_t>& s) {
-  int64_t n = 1;
-  for (auto x : s) n *= x;
-  return n;
 }
 
 }  // namespace

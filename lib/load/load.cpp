@@ -1,7 +1,6 @@
 // ucp-load driver: plan, then write every target file once (TBB threads; MPI ranks split the files).
 #include "load/load.h"
 
-#include <malloc.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 
 #include <tbb/parallel_for.h>
 
+#include "core/allocator.h"
 #include "core/atomic_file.h"
 #include "core/confine.h"
 #include "core/error.h"
@@ -314,14 +314,9 @@ nlohmann::json plan_json(const LoadOptions& options) {
 
 namespace {
 
-// Partition buffers are large and short-lived: served from glibc's mmap they are faulted in page by
-// page for every file (the dominant cost on virtual machines). Keeping them on the heap and never
-// trimming it lets every file reuse the pages of the previous one.
-void keep_buffers_on_heap() {
-  mallopt(M_MMAP_MAX, 0);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  mallopt(M_TOP_PAD, 64 << 20);
-}
+// Partition buffers are large and short-lived: kept on the heap, every file reuses the pages of the
+// previous one (core/allocator.h).
+void keep_buffers_on_heap() { keep_large_buffers_on_heap({.trim_threshold = 1 << 30, .top_pad = 64 << 20}); }
 
 // Direct mode: the source files' zip CRC-32 (on unless --no-verify) is computed on the shard bytes as
 // they are read for the copy and completed at the end from the bytes no copy read

@@ -11,6 +11,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/staging.h"
+#include "io/shape.h"
 #include "parallel/threads.h"
 
 namespace fs = std::filesystem;
@@ -18,11 +19,6 @@ namespace fs = std::filesystem;
 namespace ucpkit::load {
 
 namespace {
-int64_t numel_of(const std::vector<int64_t>& s) {
-  int64_t n = 1;
-  for (auto d : s) n *= d;
-  return n;
-}
 }  // namespace
 
 std::vector<std::vector<int>> safetensors_shards(const ModelInfo& model, DType dtype, uint64_t shard_bytes) {

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/shape.h"
 #include "layout/deepspeed/moe.h"
 #include "layout/deepspeed/files.h"
 
@@ -33,12 +34,6 @@ int64_t TpSlice::numel() const {
 }
 
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
 
 [[noreturn]] void indivisible(const std::string& name, const std::vector<int64_t>& shape, int dim, int64_t size,
                               int tp, const char* what) {

@@ -1,7 +1,6 @@
 // Conversion drivers: extract to a work folder, union into the universal layout.
 #include "ucp/convert.h"
 
-#include <malloc.h>
 
 #include <algorithm>
 #include <atomic>
@@ -15,11 +14,13 @@
 
 #include <tbb/parallel_for.h>
 
+#include "core/allocator.h"
 #include "core/atomic_file.h"
 #include "core/confine.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "core/staging.h"
+#include "io/shape.h"
 #include "io/zip/zip_reader.h"
 #include "io/torch/torch_file.h"
 #include "layout/deepspeed/autoep.h"
@@ -59,15 +60,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Large buffers come and go for every parameter; keeping them in the heap (instead of fresh mmaps
-// that the kernel must fault in and zero each time) roughly halves the conversion time.
-// glibc serves large requests of non-main arenas with fresh mmaps whatever M_MMAP_MAX says, so
-// all threads share the main arena.
-void tune_allocator() {
-  mallopt(M_ARENA_MAX, 1);
-  mallopt(M_MMAP_MAX, 0);
-  mallopt(M_TRIM_THRESHOLD, INT_MAX);
-}
+// Large buffers come and go for every parameter; keeping them in the heap roughly halves the
+// conversion time (core/allocator.h).
+void tune_allocator() { keep_large_buffers_on_heap({.one_arena = true, .trim_threshold = INT_MAX}); }
 
 uint64_t file_size(const std::string& p) {
   std::error_code ec;
@@ -333,12 +328,6 @@ uint32_t written_crc32(const std::string& path, const Tensor& t) {
   } catch (const Error&) {
   }
   return tensor_crc32(t);
-}
-
-int64_t numel_of(const std::vector<int64_t>& s) {
-  int64_t n = 1;
-  for (auto x : s) n *= x;
-  return n;
 }
 
 // Joins one state. Concatenation along dim 0 (and TP = 1) needs no second copy: the slices read

@@ -11,16 +11,6 @@
 
 namespace ucpkit::ucp {
 
-int64_t numel_of(const std::vector<int64_t>& s) {
-  return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<>());
-}
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
 GroupPartition group_partition(const GroupInfo& group, int g, int dp_rank, int dp, bool data_before_expert,
                                const std::string& path) {
   GroupPartition gp{dp_rank, dp, -1};

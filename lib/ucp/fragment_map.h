@@ -11,15 +11,13 @@
 #include <utility>
 #include <vector>
 
+#include "io/shape.h"
 #include "layout/deepspeed/autoep.h"
 #include "patterns/pattern_set.h"
 #include "ucp/plan.h"
 #include "ucp/shard_reader.h"
 
 namespace ucpkit::ucp {
-
-int64_t numel_of(const std::vector<int64_t>& shape);
-std::string shape_str(const std::vector<int64_t>& shape);  // "[2, 3]"
 
 using ShapeMap = std::map<std::string, std::vector<int64_t>>;
 using SliceMappings = std::vector<std::tuple<std::string, int64_t, int64_t>>;  // (name, start, numel)

@@ -5,18 +5,13 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "io/shape.h"
 
 namespace ucpkit::ucp {
 
 using patterns::JoinKind;
 
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
 
 [[noreturn]] void mismatch(const std::string& name, const std::string& what) {
   throw Error("parameter " + name + ": " + what);
