@@ -14,10 +14,11 @@ namespace {
 #include "io/pickle/class_paths_table.inc"
 
 // Packages whose objects DeepSpeed / Megatron / HF training checkpoints pickle (args, client state,
-// loss scalers, enums, numpy RNG states, TE extra state, configs).
+// loss scalers, enums, numpy RNG states, TE extra state, configs; Lightning's DeepSpeed strategy puts
+// hyper_parameters, an AttributeDict of lightning_fabric.utilities.data, into the client state).
 const char* const kFrameworkRoots[] = {"torch",  "numpy",        "deepspeed", "megatron",   "apex",
                                        "transformer_engine", "transformers", "accelerate", "omegaconf",
-                                       "nemo",   "lightning",    "pytorch_lightning", "fairscale", "peft"};
+                                       "nemo",   "lightning",    "lightning_fabric", "pytorch_lightning", "fairscale", "peft"};
 
 struct Tables {
   std::unordered_set<std::string_view> roots;

@@ -5,7 +5,7 @@
 //  * modules under Python's standard library (and the Python 2 names pickle maps onto it), `__main__`;
 //  * modules under the packages whose objects training checkpoints hold: torch, numpy, deepspeed,
 //    megatron, apex, transformer_engine, transformers, accelerate, omegaconf, nemo, lightning,
-//    pytorch_lightning, fairscale, peft;
+//    lightning_fabric, pytorch_lightning, fairscale, peft;
 //  * for builtins / __builtin__, collections, _codecs, copyreg / copy_reg and argparse, only names
 //    those modules have (their namespace is fixed by the language).
 // Tools add modules with --trust-module (torch 2.6's weights_only loader has the same kind of
