@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "io/shape.h"
 
 namespace ucpkit {
 namespace {
@@ -284,11 +285,7 @@ Tensor Tensor::zeros(DType dtype, std::vector<int64_t> shape) {
   return from_bytes(dtype, std::move(shape), std::vector<uint8_t>(static_cast<size_t>(n) * dtype_size(dtype)));
 }
 
-int64_t Tensor::numel() const {
-  int64_t n = 1;
-  for (auto d : shape_) n *= d;
-  return n;
-}
+int64_t Tensor::numel() const { return numel_of(shape_); }
 
 bool Tensor::is_contiguous() const {
   int64_t expected = 1;
@@ -411,8 +408,7 @@ Tensor cat(const std::vector<Tensor>& parts, int64_t dim) {
     cont.push_back(p.contiguous());
     row_bytes.push_back(outer ? static_cast<size_t>(p.nbytes() / static_cast<uint64_t>(outer)) : 0);
   }
-  int64_t total = 1;
-  for (auto d : shape) total *= d;
+  const int64_t total = numel_of(shape);
   std::vector<uint8_t> out(static_cast<size_t>(total) * es);
   uint8_t* w = out.data();
   for (int64_t o = 0; o < outer; ++o)

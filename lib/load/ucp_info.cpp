@@ -29,9 +29,7 @@ nlohmann::json TargetLayout::to_json() const {
   return j;
 }
 
-int64_t TpSlice::numel() const {
-  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
-}
+int64_t TpSlice::numel() const { return numel_of(shape); }
 
 namespace {
 

@@ -5,12 +5,13 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "io/shape.h"
 
 namespace ucpkit::ucp {
 
 int64_t ParamPlan::numel() const {
   int64_t n = 0;
-  for (const auto& s : tp_shapes) n += std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<>());
+  for (const auto& s : tp_shapes) n += numel_of(s);
   return n;
 }
 

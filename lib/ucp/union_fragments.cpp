@@ -124,8 +124,7 @@ Tensor sub_params(const std::string& name, const std::vector<Tensor>& s, const p
   part_shape[pd] = full[pd] / tp;
   std::vector<Tensor> views;
   for (size_t i = 0; i < s.size(); ++i) {
-    int64_t n = 1;
-    for (auto x : part_shape) n *= x;
+    const int64_t n = numel_of(part_shape);
     if (s[i].numel() != n)
       mismatch(name, "shape mismatch between fragments: tp rank " + std::to_string(i) + " slice " +
                          shape_str(s[i].shape()) + " does not fit sub-param partition " + shape_str(part_shape));

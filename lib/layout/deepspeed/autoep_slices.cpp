@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "io/shape.h"
 #include "layout/deepspeed/autoep.h"
 
 namespace ucpkit::layout {
@@ -40,9 +41,8 @@ AutoEpZero12Slicing autoep_zero12_slicing(const ValuePtr& root, const std::strin
   for (const auto& g : shapes->items) {
     int64_t offset = 0;  // ZeRO-1/2 groups: the parameters back to back (_get_zero_param_shapes, engine.py:5244-5284)
     for (const auto& [k, v] : g->entries) {
-      int64_t n = 1;
       const auto shape = v->as_shape();
-      for (auto x : shape) n *= x;
+      const int64_t n = numel_of(shape);
       if (auto a = by_weight.find(k->as_str()); a != by_weight.end()) {
         if (shape.empty() || shape[0] != a->second->num_local_experts)
           fail(file, "AutoEP expert weight " + k->as_str() + " is not [num_local_experts, ...] in param_shapes");
@@ -68,8 +68,7 @@ std::vector<AutoEpExpertRun> autoep_zero3_fragment_runs(const std::vector<int64_
                                                         int64_t numel, const std::string& file, const std::string& name) {
   if (local_shape.empty() || local_shape[0] < 1 || count < 1 || part < 0)
     fail(file, "AutoEP expert weight " + name + ": bad ZeRO-3 partition (shape, count or part)");
-  int64_t n = 1;
-  for (auto x : local_shape) n *= x;
+  const int64_t n = numel_of(local_shape);
   const int local_experts = static_cast<int>(local_shape[0]);
   const int64_t per = (n + count - 1) / count;  // ceil(numel / count) per partition rank
   const int ep_rank = part / count, prank = part % count;
