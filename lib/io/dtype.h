@@ -1,5 +1,6 @@
 // Tensor element types of torch checkpoints and their names in Python and in storage classes.
 #pragma once
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -22,5 +23,14 @@ std::optional<DType> dtype_from_name(std::string_view name);
 std::optional<DType> dtype_from_storage_class(std::string_view name);
 // Safetensors dtype tag ("F32", "BF16", ...).
 std::string_view dtype_safetensors_name(DType t);
+
+// fp32 -> bf16, rounded to nearest even (torch's rule); a NaN becomes the quiet NaN 0x7FC0 with its
+// sign kept. Inline: ucp-load's writers call it once per element (load/universal_reader).
+inline uint16_t f32_to_bf16(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>(((u >> 16) & 0x8000u) | 0x7FC0u);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+inline float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
 }  // namespace ucpkit

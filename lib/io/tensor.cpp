@@ -18,14 +18,6 @@ int64_t checked_mul(int64_t a, int64_t b, const char* what) {
   return r;
 }
 
-uint16_t f32_to_bf16(float f) {
-  uint32_t x = std::bit_cast<uint32_t>(f);
-  if (std::isnan(f)) return static_cast<uint16_t>(((x >> 16) & 0x8000) | 0x7FC0);
-  uint32_t bias = ((x >> 16) & 1) + 0x7FFF;
-  return static_cast<uint16_t>((x + bias) >> 16);
-}
-float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
-
 uint16_t f32_to_f16(float f) {
   uint32_t x = std::bit_cast<uint32_t>(f);
   uint32_t sign = (x >> 16) & 0x8000;

@@ -271,15 +271,7 @@ void convert_from_fp32(const float* src, size_t n, DType target, uint8_t* dst) {
     case DType::Float32: std::memcpy(dst, src, n * 4); return;
     case DType::BFloat16: {
       auto* out = reinterpret_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < n; ++i) {
-        uint32_t u;
-        std::memcpy(&u, &src[i], 4);
-        if ((u & 0x7fffffffu) > 0x7f800000u) {
-          out[i] = static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN, sign kept
-        } else {
-          out[i] = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-        }
-      }
+      for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(src[i]);
       return;
     }
     default: {
