@@ -91,6 +91,16 @@ void AtomicFile::pwrite_at(uint64_t offset, std::span<const uint8_t> bytes) {
     std::memcpy(buffer_.data() + (offset + in_file - buffered_from), bytes.data() + in_file, bytes.size() - in_file);
 }
 
+void AtomicFile::start_writeback() {
+  flush_buffer();
+  ::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE);  // a hint: its failure changes nothing
+}
+
+void AtomicFile::commit_as(std::string target) {
+  target_ = std::move(target);
+  commit();
+}
+
 void AtomicFile::commit() {
   flush_buffer();
   if (durable_ && ::fsync(fd_) != 0) fail(target_, std::string("fsync failed: ") + std::strerror(errno));

@@ -28,9 +28,16 @@ class AtomicFile {
   // ranges never are) while no other member function runs.
   void pwrite_at(uint64_t offset, std::span<const uint8_t> bytes);
   uint64_t offset() const { return offset_; }
-  // Writes out buffered bytes and frees the buffer (files kept open for a long time).
+  // Writes out buffered bytes and frees the buffer (files kept open for a long time; a crash point
+  // that must find the bytes so far in the file).
   void flush();
+  // Flushes the buffer and starts the write-back of the file to the disk without waiting for it
+  // (sync_file_range): a later fsync of the file or syncfs finds little left to do.
+  void start_writeback();
   void commit();
+  // commit() under another name, in the same file system (a content-addressed store: the name is
+  // known only once the bytes are written).
+  void commit_as(std::string target);
   const std::string& target() const { return target_; }
 
  private:

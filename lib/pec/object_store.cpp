@@ -25,7 +25,6 @@ namespace fs = std::filesystem;
 namespace ucpkit::pec {
 namespace {
 constexpr size_t kHeader = kObjectHeader;
-std::atomic<uint64_t> g_tmp_counter{0};
 
 void put_u64(uint8_t* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
@@ -92,28 +91,17 @@ ObjectInfo ObjectStore::put(std::span<const uint8_t> bytes) {
   }
   const uint64_t total = kHeader + payload.size();
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(g_tmp_counter++);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(tmp, std::string("cannot create: ") + std::strerror(errno));
-  try {
-    write_all(fd, header, kHeader, tmp);
-    size_t half = payload.size() / 2;
-    write_all(fd, payload.data(), half, tmp);
-    crash_point("object half written");
-    write_all(fd, payload.data() + half, payload.size() - half, tmp);
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
+  AtomicFile out(path);  // beside the object; removed unless renamed into place
+  out.write(header, kHeader);
+  const size_t half = payload.size() / 2;
+  out.write(payload.data(), half);
+  out.flush();
+  crash_point("object half written");
+  out.write(payload.data() + half, payload.size() - half);
   // Start the write-back now (asynchronously): the disk writes this object while the next ones are
   // hashed and written, and the batched fsync pass before the commit finds little left to wait for.
-  ::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    fail(path, std::string("cannot rename into place: ") + std::strerror(errno));
-  }
+  out.start_writeback();
+  out.commit();
   crash_point("object renamed");
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -126,68 +114,61 @@ ObjectInfo ObjectStore::put(std::span<const uint8_t> bytes) {
 }
 
 ObjectInfo ObjectStore::put_stream(uint64_t size, const std::function<void(uint64_t, size_t, uint8_t*)>& read) {
-  thread_local std::vector<uint8_t> in(kStreamBlock), out;  // reused: stay in the CPU cache
+  thread_local std::vector<uint8_t> in(kStreamBlock), out_buf;  // reused: stay in the CPU cache
   const std::string objects = dir_ + "/objects";
-  const std::string tmp = objects + "/.put.tmp." + std::to_string(::getpid()) + "." + std::to_string(g_tmp_counter++);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(tmp, std::string("cannot create: ") + std::strerror(errno));
-  ZSTD_CCtx* cctx = nullptr;
+  // Written as `objects/.put.tmp.<pid>.<n>` (AtomicFile's temporary name of `objects/.put`), renamed to
+  // the object's name once its digest is known, removed otherwise.
+  AtomicFile out(objects + "/.put");
+  std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx(nullptr, ZSTD_freeCCtx);
   ObjectInfo info;
   uint64_t total = kHeader;
-  try {
-    uint8_t header[kHeader] = {};
-    write_all(fd, header, kHeader, tmp);  // filled in once the digest is known
-    if (level_ != 0) {
-      cctx = ZSTD_createCCtx();
-      ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level_);
-      ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
-      ZSTD_CCtx_setPledgedSrcSize(cctx, size);
-      out.resize(ZSTD_CStreamOutSize());
-    }
-    DigestStream ds;
-    bool halfway = false;
-    for (uint64_t off = 0; off < size || (off == 0 && size == 0);) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(kStreamBlock, size - off));
-      if (n) read(off, n, in.data());
-      ds.update(std::span<const uint8_t>(in.data(), n));
-      off += n;
-      if (level_ == 0) {
-        write_all(fd, in.data(), n, tmp);
-        total += n;
-      } else {
-        ZSTD_inBuffer src{in.data(), n, 0};
-        const ZSTD_EndDirective mode = off == size ? ZSTD_e_end : ZSTD_e_continue;
-        size_t left;
-        do {
-          ZSTD_outBuffer dst{out.data(), out.size(), 0};
-          left = ZSTD_compressStream2(cctx, &dst, &src, mode);
-          if (ZSTD_isError(left)) fail(tmp, std::string("zstd compression failed: ") + ZSTD_getErrorName(left));
-          write_all(fd, out.data(), dst.pos, tmp);
-          total += dst.pos;
-        } while (mode == ZSTD_e_end ? left != 0 : src.pos < src.size);
-      }
-      if (!halfway && off * 2 >= size) {
-        halfway = true;
-        crash_point("object half written");
-      }
-      if (size == 0) break;
-    }
-    const Digest d = ds.value();
-    info.id = d.hex();
-    info.digest = d;
-    info.raw_size = size;
-    std::memcpy(header, level_ == 0 ? kObjectMagicRaw : kObjectMagicZstd, 8);
-    put_u64(header + 8, size);
-    put_u64(header + 16, d.hi);
-    put_u64(header + 24, d.lo);
-    if (::pwrite(fd, header, kHeader, 0) != static_cast<ssize_t>(kHeader)) fail(tmp, std::string("write failed: ") + std::strerror(errno));
-  } catch (...) {
-    if (cctx) ZSTD_freeCCtx(cctx);
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
+  uint8_t header[kHeader] = {};
+  out.write(header, kHeader);  // filled in once the digest is known
+  if (level_ != 0) {
+    cctx.reset(ZSTD_createCCtx());
+    ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, level_);
+    ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_checksumFlag, 1);
+    ZSTD_CCtx_setPledgedSrcSize(cctx.get(), size);
+    out_buf.resize(ZSTD_CStreamOutSize());
   }
-  if (cctx) ZSTD_freeCCtx(cctx);
+  DigestStream ds;
+  bool halfway = false;
+  for (uint64_t off = 0; off < size || (off == 0 && size == 0);) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kStreamBlock, size - off));
+    if (n) read(off, n, in.data());
+    ds.update(std::span<const uint8_t>(in.data(), n));
+    off += n;
+    if (level_ == 0) {
+      out.write(in.data(), n);
+      total += n;
+    } else {
+      ZSTD_inBuffer src{in.data(), n, 0};
+      const ZSTD_EndDirective mode = off == size ? ZSTD_e_end : ZSTD_e_continue;
+      size_t left;
+      do {
+        ZSTD_outBuffer dst{out_buf.data(), out_buf.size(), 0};
+        left = ZSTD_compressStream2(cctx.get(), &dst, &src, mode);
+        if (ZSTD_isError(left)) fail(objects, std::string("zstd compression failed: ") + ZSTD_getErrorName(left));
+        out.write(out_buf.data(), dst.pos);
+        total += dst.pos;
+      } while (mode == ZSTD_e_end ? left != 0 : src.pos < src.size);
+    }
+    if (!halfway && off * 2 >= size) {
+      halfway = true;
+      out.flush();
+      crash_point("object half written");
+    }
+    if (size == 0) break;
+  }
+  const Digest d = ds.value();
+  info.id = d.hex();
+  info.digest = d;
+  info.raw_size = size;
+  std::memcpy(header, level_ == 0 ? kObjectMagicRaw : kObjectMagicZstd, 8);
+  put_u64(header + 8, size);
+  put_u64(header + 16, d.hi);
+  put_u64(header + 24, d.lo);
+  out.pwrite_at(0, {header, kHeader});
   const std::string path = path_of(info.id);
   const std::string sub = fs::path(path).parent_path().string();
   bool trusted;
@@ -197,25 +178,16 @@ ObjectInfo ObjectStore::put_stream(uint64_t size, const std::function<void(uint6
   }
   std::error_code ec;
   if (auto have = fs::file_size(path, ec); !ec && trusted) {  // already stored: this copy is not needed
-    ::close(fd);
-    ::unlink(tmp.c_str());
     info.stored_size = have;
     info.existed = true;
     std::lock_guard<std::mutex> lock(mutex_);
     touched_dirs_.insert(sub);  // see put(): the entry may not be durable yet
     return info;
   }
-  ::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);  // write-back starts now (see put())
-  ::close(fd);
+  out.start_writeback();  // see put()
   fs::create_directories(sub, ec);
-  if (ec) {
-    ::unlink(tmp.c_str());
-    fail(sub, "cannot create folder: " + ec.message());
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    fail(path, std::string("cannot rename into place: ") + std::strerror(errno));
-  }
+  if (ec) fail(sub, "cannot create folder: " + ec.message());
+  out.commit_as(path);
   crash_point("object renamed");
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -28,17 +28,13 @@ namespace {
 constexpr const char* kStoreMarker = "PEC_STORE";
 
 void write_durable(const std::string& path, const std::string& text, const char* crash_label) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    UniqueFd fd = open_or_fail(tmp, O_WRONLY | O_CREAT | O_TRUNC);
-    const size_t half = text.size() / 2;
-    write_all(fd.get(), text.data(), half, tmp);
-    crash_point(crash_label);
-    write_all(fd.get(), text.data() + half, text.size() - half, tmp);
-    if (::fsync(fd.get()) != 0) fail(tmp, std::string("fsync failed: ") + std::strerror(errno));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail(path, std::string("cannot rename into place: ") + std::strerror(errno));
-  fsync_dir(fs::path(path).parent_path().string());
+  AtomicFile out(path, true);  // fsynced, renamed into place, its folder fsynced
+  const size_t half = text.size() / 2;
+  out.write(text.data(), half);
+  out.flush();
+  crash_point(crash_label);
+  out.write(text.data() + half, text.size() - half);
+  out.commit();
 }
 // The chunks of a file entry and its whole-file digest, chained from the chunk digests (each byte
 // is hashed once).

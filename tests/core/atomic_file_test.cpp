@@ -57,6 +57,30 @@ TEST(AtomicFile, UncommittedFileLeavesNothingAndKeepsAnOldTarget) {
   EXPECT_EQ(entries(dir), 1u);
 }
 
+// A content-addressed store (pec's put_stream): the bytes are written under a placeholder name, the
+// header patched, the write-back started, then renamed to the name only known now. flush() puts the
+// bytes so far into the temporary file (what a crash point there must find).
+TEST(AtomicFile, CommitAsRenamesToANameKnownOnlyAtTheEnd) {
+  const fs::path dir = ucpkit::testing::scratch_dir("atomic_commit_as");
+  {
+    AtomicFile f((dir / ".put").string());
+    f.write("HDR?", 4);
+    f.write("payload", 7);
+    f.flush();
+    ASSERT_EQ(entries(dir), 1u);
+    const fs::path temp = fs::directory_iterator(dir)->path();
+    EXPECT_EQ(temp.filename().string().rfind(".put.tmp.", 0), 0u) << temp;
+    EXPECT_EQ(slurp(temp), "HDR?payload");
+    f.write("!", 1);
+    f.pwrite_at(3, {reinterpret_cast<const uint8_t*>("1"), 1});
+    f.start_writeback();
+    f.commit_as((dir / "ab12").string());
+  }
+  EXPECT_EQ(slurp(dir / "ab12"), "HDR1payload!");
+  EXPECT_FALSE(fs::exists(dir / ".put"));
+  EXPECT_EQ(entries(dir), 1u) << "temporary file left";
+}
+
 TEST(AtomicFile, SkippedBytesReadAsZerosAndPatchesLandEverywhere) {
   const fs::path dir = ucpkit::testing::scratch_dir("atomic_patch");
   const fs::path target = dir / "out.bin";
