@@ -35,7 +35,7 @@ AutoEpZero3Experts autoep_zero3_experts(const std::string& step_dir) {
 
   struct Shard {
     TorchFile tf;
-    std::map<std::string, ZipRecordPos> records;
+    std::map<std::string, ZipRecord> records;
     std::string prefix;
   };
   std::vector<std::unique_ptr<Shard>> shards(plan.files.size());
@@ -44,8 +44,8 @@ AutoEpZero3Experts autoep_zero3_experts(const std::string& step_dir) {
       const std::string& path = plan.files[f];
       auto s = std::make_unique<Shard>();
       auto mapped = MappedFile::open(path);
-      if (!is_zip(mapped->bytes())) fail(path, "legacy (non-zip) optimizer files are not supported by pec-save");
-      s->records = zip_records(mapped->bytes(), path);
+      if (!looks_like_zip(mapped->bytes())) fail(path, "legacy (non-zip) optimizer files are not supported by pec-save");
+      s->records = read_zip_directory(mapped->bytes(), path);
       s->tf = load_torch_file(path);
       s->prefix = s->tf.archive_prefix.empty() ? std::string() : s->tf.archive_prefix + "/";
       shards[f] = std::move(s);

@@ -143,8 +143,8 @@ void slice_optimizer_file(SourceCheckpoint& c, const std::string& rel, int dp_ra
                           std::map<std::pair<int, int>, std::vector<ByteRange>>& out) {
   const std::string path = (fs::path(c.root) / rel).string();
   auto mapped = MappedFile::open(path);
-  if (!is_zip(mapped->bytes())) fail(path, "legacy (non-zip) optimizer files are not supported by pec-save");
-  auto records = zip_records(mapped->bytes(), path);
+  if (!looks_like_zip(mapped->bytes())) fail(path, "legacy (non-zip) optimizer files are not supported by pec-save");
+  auto records = read_zip_directory(mapped->bytes(), path);
   TorchFile tf = load_torch_file(path);
   auto osd = tf.root->get("optimizer_state_dict");
   if (!osd) fail(path, "no optimizer_state_dict");
@@ -345,8 +345,8 @@ void check_whole_files(const SourceCheckpoint& c) {
     if (c.expert_ranges.count(rel) || fs::path(rel).extension() != ".pt") continue;  // shards: parsed whole
     const std::string path = (fs::path(c.root) / rel).string();
     auto f = MappedFile::open(path);
-    if (is_zip(f->bytes())) {
-      (void)zip_records(f->bytes(), path);
+    if (looks_like_zip(f->bytes())) {
+      (void)read_zip_directory(f->bytes(), path);
     } else if (f->size() < 2 || f->data()[0] != 0x80) {  // legacy torch.save: a pickle (PROTO opcode)
       fail(path, "not a torch file (neither a zip archive nor a pickle; empty or truncated?)");
     }
@@ -401,7 +401,7 @@ SourceSegments non_expert_segments(const SourceCheckpoint& c, const std::string&
   }
   auto f = MappedFile::open(s.path);  // the zip directory only (a few pages)
   if (f->size() != size) fail(s.path, "changed size while being saved");
-  auto records = zip_records(f->bytes(), f->path());
+  auto records = read_zip_directory(f->bytes(), f->path());
   std::vector<std::pair<uint64_t, uint64_t>> abs;
   for (const auto& r : it->second) abs.emplace_back(records.at(r.record).data_offset + r.offset, r.length);
   std::sort(abs.begin(), abs.end());
@@ -436,7 +436,7 @@ SourceSegments expert_part_segments(const SourceCheckpoint& c, const ExpertPart&
     return s;
   }
   auto f = MappedFile::open(s.path);
-  auto records = zip_records(f->bytes(), f->path());
+  auto records = read_zip_directory(f->bytes(), f->path());
   for (const auto& r : part.ranges) {
     const auto& pos = records.at(r.record);
     if (r.length) s.segments.emplace_back(pos.data_offset + r.offset, r.length);
@@ -496,7 +496,7 @@ Blob read_expert_part(const SourceCheckpoint& c, const ExpertPart& part) {
 
 void patch_expert_part(std::vector<uint8_t>& file, const std::string& file_name, const std::vector<ByteRange>& ranges,
                        std::span<const uint8_t> blob, std::vector<std::string>& touched) {
-  auto records = zip_records(file, file_name);
+  auto records = read_zip_directory(file, file_name);
   uint64_t off = 0;
   for (const auto& r : ranges) {
     auto it = records.find(r.record);
@@ -512,13 +512,13 @@ void patch_expert_part(std::vector<uint8_t>& file, const std::string& file_name,
 
 void finish_patched_file(std::vector<uint8_t>& file, const std::string& file_name, const std::vector<std::string>& touched) {
   if (touched.empty()) return;
-  auto records = zip_records(file, file_name);
+  auto records = read_zip_directory(file, file_name);
   std::set<std::string> done;
   for (const auto& r : touched)
     if (done.insert(r).second) fix_zip_crc(file, records.at(r));
 }
 
-void add_element_ranges(const std::vector<const Tensor*>& tensors, const std::map<std::string, ZipRecordPos>& records,
+void add_element_ranges(const std::vector<const Tensor*>& tensors, const std::map<std::string, ZipRecord>& records,
                         const std::string& prefix, int64_t elem, int64_t numel, const std::string& path,
                         const std::string& name, std::vector<ByteRange>& out) {
   for (const Tensor* t : tensors) {

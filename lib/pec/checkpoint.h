@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/zip/zip_directory.h"
 #include "pec/policy.h"
 
 namespace ucpkit {
@@ -109,8 +110,7 @@ void finish_patched_file(std::vector<uint8_t>& file, const std::string& file_nam
 // Byte ranges of elements [elem, elem + numel) of each tensor in `tensors` (partitions that follow one
 // layout: fp32, exp_avg, exp_avg_sq, ...), appended to `out`; each tensor's record is
 // "<prefix>data/<storage key>" in `records`. Throws Error naming `path` when it runs past its record.
-struct ZipRecordPos;
-void add_element_ranges(const std::vector<const Tensor*>& tensors, const std::map<std::string, ZipRecordPos>& records,
+void add_element_ranges(const std::vector<const Tensor*>& tensors, const std::map<std::string, ZipRecord>& records,
                         const std::string& prefix, int64_t elem, int64_t numel, const std::string& path,
                         const std::string& name, std::vector<ByteRange>& out);
 

@@ -103,7 +103,7 @@ struct RestoreWriter::Job {
 
 struct RestoreWriter::CutFile {
   uint64_t size = 0;
-  std::map<std::string, ZipRecordPos> records;
+  std::map<std::string, ZipRecord> records;
   std::vector<CrcPiece> pieces;
   std::set<std::string> touched;
 };
@@ -223,7 +223,7 @@ RestoreWriter::RestoreWriter(std::string dir, uint64_t memory_bytes, int rank, i
                      std::to_string((kBase + kPerWorker + (1 << 20) - 1) >> 20) + " MiB");
   const uint64_t fit = (memory_bytes - kBase) / kPerWorker;
   // I/O waits overlap with decompression: a few more streams than cores, bounded by the budget.
-  const uint64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const auto cores = static_cast<uint64_t>(parallel::thread_count(0));
   workers_ = static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(fit, std::max<uint64_t>(4, 2 * cores))));
 }
 
@@ -342,7 +342,7 @@ const RestoreWriter::CutFile& RestoreWriter::cut_file(const std::string& path) {
   CutFile& cf = *it->second;
   if (cf.records.empty()) {
     auto f = MappedFile::open((fs::path(dir_) / path).string());  // touches the zip directory pages only
-    cf.records = zip_records(f->bytes(), path);
+    cf.records = read_zip_directory(f->bytes(), path);
   }
   return cf;
 }
@@ -469,7 +469,7 @@ void RestoreWriter::finish() {
     std::map<std::string, std::vector<const CrcPiece*>> by_record;
     for (const auto& piece : cf.pieces) by_record[piece.record].push_back(&piece);
     for (const auto& name : cf.touched) {
-      const ZipRecordPos& r = cf.records.at(name);
+      const ZipRecord& r = cf.records.at(name);
       auto& ps = by_record[name];
       std::sort(ps.begin(), ps.end(), [](const CrcPiece* a, const CrcPiece* b) { return a->offset < b->offset; });
       uint64_t pos = r.data_offset;

@@ -40,13 +40,13 @@ bool string_at(const std::vector<uint8_t>& b, size_t p, size_t& text, size_t& le
 
 VersionPatch patch_ds_version(const std::string& path, const std::function<std::string(const std::string&)>& release_for) {
   VersionPatch out;
-  ZipRecordPos pkl;
+  ZipRecord pkl;
   uint64_t file_size = 0;
   {
     auto f = MappedFile::open(path);  // the directory and local headers only
     file_size = f->size();
     bool found = false;
-    for (const auto& [name, r] : zip_records(f->bytes(), path))
+    for (const auto& [name, r] : read_zip_directory(f->bytes(), path))
       if (name == "data.pkl" || (name.size() > 9 && name.compare(name.size() - 9, 9, "/data.pkl") == 0)) {
         pkl = r;
         found = true;

@@ -464,6 +464,9 @@ open(os.path.join(OUT, "bad_magic.pt"), "wb").write(b"\x80\x02\x8a\x0a" + random
 open(os.path.join(OUT, "bad_empty.pt"), "wb").write(b"")
 open(os.path.join(OUT, "bad_text.pt"), "wb").write(b"this is not a checkpoint\n" * 20)
 
+import zip_fixtures  # noqa: E402
+zip_fixtures.main(os.path.join(OUT, "zip"))
+
 import torch2_fixtures  # noqa: E402  (torch >= 2.0 constructs; last: it registers stand-ins in torch modules)
 torch2_fixtures.main(OUT)
 

@@ -186,7 +186,7 @@ TorchFile load_legacy(std::shared_ptr<const MappedFile> file) {
 
 TorchFile load_any(std::shared_ptr<const MappedFile> file, const TorchLoadOptions& options) {
   if (file->size() == 0) fail(file->path(), "empty file");
-  if (ZipReader::looks_like_zip(file->bytes())) return load_zip(std::move(file), options);
+  if (looks_like_zip(file->bytes())) return load_zip(std::move(file), options);
   return load_legacy(std::move(file));
 }
 

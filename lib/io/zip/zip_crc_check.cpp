@@ -29,7 +29,7 @@ struct Fd {
 
 uint64_t check_zip_crcs(const std::string& path, std::vector<KnownCrc> known) {
   auto file = MappedFile::open(path);
-  if (!ZipReader::looks_like_zip({file->data(), std::min<size_t>(file->size(), 4)})) return 0;
+  if (!looks_like_zip({file->data(), std::min<size_t>(file->size(), 4)})) return 0;
   ZipReader zip(file);
   Fd f;
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

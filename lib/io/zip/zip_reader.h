@@ -8,22 +8,16 @@
 #include <span>
 #include <string>
 
+#include "io/zip/zip_directory.h"
+
 namespace ucpkit {
 
 class MappedFile;
-
-struct ZipRecord {
-  uint64_t data_offset = 0;  // absolute offset of the record's bytes in the file
-  uint64_t size = 0;
-  uint32_t crc32 = 0;
-};
 
 class ZipReader {
  public:
   // Parses the central directory; throws Error naming the file on any inconsistency.
   explicit ZipReader(std::shared_ptr<const MappedFile> file);
-  // True when the file starts like a zip archive.
-  static bool looks_like_zip(std::span<const uint8_t> head);
 
   // The common first path component of the records ("archive", or the file stem at save time).
   const std::string& prefix() const { return prefix_; }
