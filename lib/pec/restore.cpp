@@ -3,7 +3,6 @@
 #include "pec/restore.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,18 +38,21 @@ namespace {
 using nlohmann::json;
 using Warn = std::function<void(const std::string&)>;
 
-// Folders `.global_stepN.tmp.<pid>` left by a restore killed on this host (its pid no longer runs).
-void remove_stale_temporaries(const std::string& output) {
+constexpr const char* kStagingTag = "pec-restore";
+
+// Staging folders `.global_stepN.pec-restore-tmp-<pid>` (and `-old-`) left by restores killed on this
+// host, for any step (core/staging sweeps one target's; a restore's target step may differ from the
+// killed one's).
+void sweep_stale_restores(const std::string& output, const StagingNote& note) {
+  const std::string tag = std::string(".") + kStagingTag + "-";
   std::error_code ec;
-  for (const auto& d : fs::directory_iterator(output, ec)) {
-    const std::string n = d.path().filename().string();
-    const auto at = n.rfind(".tmp.");
-    if (n.rfind(".global_step", 0) != 0 || at == std::string::npos || !d.is_directory()) continue;
-    const std::string pid = n.substr(at + 5);
-    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (::kill(static_cast<pid_t>(std::stol(pid)), 0) == 0 || errno != ESRCH) continue;
-    fs::remove_all(d.path(), ec);
+  std::set<std::string> targets;
+  for (fs::directory_iterator it(output, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    const auto at = n.find(tag);
+    if (n.rfind(".global_step", 0) == 0 && at != std::string::npos) targets.insert(n.substr(1, at - 1));
   }
+  for (const auto& t : targets) sweep_stale_staging(fs::path(output) / t, kStagingTag, note);
 }
 
 int64_t at(const TokenMatrix& m, int l, int e) {
@@ -102,7 +104,7 @@ void check_step_dir_free(const RestorePlan& plan, bool force) {
   if (fs::exists(dir) && !force) fail(dir, "already exists (use --force to replace it)");
 }
 
-// Execute: one restore writing its plan into `<output>/.global_stepN.tmp.<pid>`. Under MPI every rank
+// Execute: one restore writing its plan into `<output>/.global_stepN.pec-restore-tmp-<pid>`. Under MPI every rank
 // writes the files it owns into the folder rank 0 names; each step ends in a collective that settles
 // a failure on any rank (the folder is removed before any rank leaves).
 class RestoreRun {
@@ -110,11 +112,10 @@ class RestoreRun {
   RestoreRun(const RestoreOptions& o, std::vector<std::unique_ptr<Store>>& stores, RestorePlan& plan, const Warn& warn)
       : o_(o), stores_(stores), plan_(plan), warn_(warn), mpi_(parallel::MpiSession::get()), root_(mpi_.rank() == 0) {}
 
-  // Creates the output folder, sweeps the temporaries of killed restores, agrees on the folder name.
+  // Creates the output folder and sweeps the staging folders of killed restores.
   void prepare_output() {
     fs::create_directories(o_.output);
-    if (root_) remove_stale_temporaries(o_.output);
-    pid0_ = mpi_.broadcast(std::to_string(::getpid()));
+    if (root_) sweep_stale_restores(o_.output, o_.reporter.verbose);
   }
 
   // Phase 1: the target's non-expert state from the first intact copy; without --step, when no copy
@@ -161,15 +162,10 @@ class RestoreRun {
   const Warn& warn_;
   parallel::MpiSession& mpi_;
   const bool root_;
-  std::string pid0_;
-  fs::path tmp_dir_;
+  std::unique_ptr<StagingDir> staging_;  // rank 0: the step folder being written (core/staging)
+  fs::path tmp_dir_;                     // its path, on every rank
   std::unique_ptr<RestoreWriter> writer_;
-  const std::function<void()> remove_tmp_ = [this] {
-    if (root_ && !tmp_dir_.empty()) {
-      std::error_code ec;
-      fs::remove_all(tmp_dir_, ec);
-    }
-  };
+  const std::function<void()> remove_tmp_ = [this] { staging_.reset(); };
 };
 
 bool RestoreRun::try_non_expert(size_t copy, std::string& last_error) {
@@ -178,9 +174,14 @@ bool RestoreRun::try_non_expert(size_t copy, std::string& last_error) {
   const Store& store = *stores_[plan_.catalog.copies[copy].store];
   check_step_dir_free(plan_, o_.force);
   check_ds_version_applies(o_.ds_version, m);
-  tmp_dir_ = fs::path(o_.output) / (".global_step" + std::to_string(m.step) + ".tmp." + pid0_);
-  if (root_) fs::remove_all(tmp_dir_);
-  mpi_.barrier();
+  std::string staged;
+  parallel::collectively(mpi_, [&] {
+    if (!root_) return;
+    // durable = false: the writer fsyncs the files, commit() the folders (no syncfs of the whole file system).
+    staging_ = std::make_unique<StagingDir>(restore_step_dir(plan_), o_.force, kStagingTag, o_.reporter.verbose, false);
+    staged = staging_->path().string();
+  });
+  tmp_dir_ = mpi_.broadcast(staged);
   auto w = std::make_unique<RestoreWriter>(tmp_dir_.string(), o_.memory_mb << 20, mpi_.rank(), mpi_.size());
   w->assign(plan_.file_sizes);  // every file of the step, largest first to the least loaded rank
   std::string err;
@@ -308,7 +309,6 @@ void RestoreRun::convert_version_line() {
 // (and `latest_universal`), then the accumulated PLT record.
 void RestoreRun::commit(const PltHistory& history) {
   const std::string tag = "global_step" + std::to_string(plan_.step);
-  const fs::path final_dir = restore_step_dir(plan_);
   parallel::RankFailure failed(mpi_);
   if (root_) failed.guard([&] {
     try {
@@ -318,14 +318,8 @@ void RestoreRun::commit(const PltHistory& history) {
       for (const auto& d : fs::recursive_directory_iterator(tmp_dir_))
         if (d.is_directory()) fsync_dir(d.path().string());
       fsync_dir(tmp_dir_.string());
-      if (fs::exists(final_dir)) {
-        fs::path old = fs::path(o_.output) / ("." + tag + ".old." + pid0_);
-        fs::rename(final_dir, old);
-        fs::remove_all(old);
-      }
       crash_point("restore folder complete");
-      fs::rename(tmp_dir_, final_dir);
-      fsync_dir(o_.output);
+      staging_->commit();  // renamed into place (exchanged with an old folder under --force), output fsynced
       crash_point("restore folder renamed");
       write_file_atomic((fs::path(o_.output) / "latest").string(), tag, true);
       if (plan_.base_manifest().layout == "universal")

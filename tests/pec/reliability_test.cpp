@@ -48,12 +48,12 @@ std::set<std::string> names_under(const fs::path& dir) {
   return s;
 }
 
-// Entries of `out` whose name holds ".tmp." (temporary folders of restores).
+// Entries of `out` that are staging folders of restores (`.global_stepN.pec-restore-tmp-<pid>`).
 std::vector<std::string> temporaries(const std::string& out) {
   std::vector<std::string> v;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(out, ec))
-    if (e.path().filename().string().find(".tmp.") != std::string::npos) v.push_back(e.path().filename().string());
+    if (e.path().filename().string().find(".pec-restore-tmp-") != std::string::npos) v.push_back(e.path().filename().string());
   return v;
 }
 
@@ -93,7 +93,7 @@ TEST(PecReliability, RestoreSweepsTheTemporaryFolderOfAKilledRun) {
   EXPECT_FALSE(fs::exists(d + "/o/global_step200"));
   EXPECT_FALSE(fs::exists(d + "/o/latest"));
   // A live process's folder is not touched (this test process's pid).
-  const std::string live = d + "/o/.global_step200.tmp." + std::to_string(::getpid());
+  const std::string live = d + "/o/.global_step200.pec-restore-tmp-" + std::to_string(::getpid());
   fs::create_directories(live);
   ASSERT_EQ(run_logged(restore_cmd(d + "/store", d + "/o")), 0);
   EXPECT_EQ(temporaries(d + "/o"), std::vector<std::string>{fs::path(live).filename().string()});
@@ -116,7 +116,7 @@ TEST(PecReliability, SigtermDuringRestoreRemovesItsTemporaryFolder) {
     execl(bin.c_str(), "pec-restore", "-q", "--store", store.c_str(), "--output", out.c_str(), (char*)nullptr);
     _exit(127);
   }
-  const fs::path staged = d + "/o/.global_step200.tmp." + std::to_string(pid);
+  const fs::path staged = d + "/o/.global_step200.pec-restore-tmp-" + std::to_string(pid);
   bool reached = false, ended = false;
   int st = 0;
   for (int i = 0; i < 6000 && !reached; ++i) {  // up to 60 s for the run to reach its pause
