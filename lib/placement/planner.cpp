@@ -108,6 +108,21 @@ nlohmann::json recovery_summary(const std::vector<RecoveryEstimate>& rec) {
   return o;
 }
 
+// The `--json` summary's keys every plan has (a replace adds "replacement", a migration its counts).
+nlohmann::json plan_summary(const Plan& plan, double seconds) {
+  return {{"algorithm", plan.algorithm},
+          {"nodes", plan.cluster.nodes},
+          {"gpus_per_node", plan.cluster.gpus_per_node},
+          {"slots_per_gpu", plan.cluster.slots_per_gpu},
+          {"layers", plan.layers.size()},
+          {"experts", plan.experts},
+          {"fault_tolerance", plan.fault_tolerance},
+          {"metrics", {{"balancedness", plan.metrics.balancedness},
+                       {"min_balancedness", plan.metrics.min_balancedness},
+                       {"recovery_probability", recovery_summary(plan.metrics.recovery)}}},
+          {"seconds", seconds}};
+}
+
 }  // namespace
 
 int guaranteed_fault_tolerance(const Plan& plan) {
@@ -285,18 +300,8 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   nlohmann::json summary_rep = rep;
   summary_rep.erase("transfers");
-  out.summary = {{"algorithm", out.plan.algorithm},
-                 {"nodes", cc.nodes},
-                 {"gpus_per_node", cc.gpus_per_node},
-                 {"slots_per_gpu", cc.slots_per_gpu},
-                 {"layers", out.plan.layers.size()},
-                 {"experts", out.plan.experts},
-                 {"fault_tolerance", out.plan.fault_tolerance},
-                 {"metrics", {{"balancedness", out.plan.metrics.balancedness},
-                              {"min_balancedness", out.plan.metrics.min_balancedness},
-                              {"recovery_probability", recovery_summary(out.plan.metrics.recovery)}}},
-                 {"replacement", summary_rep},
-                 {"seconds", out.seconds}};
+  out.summary = plan_summary(out.plan, out.seconds);  // out.plan.cluster is cc
+  out.summary["replacement"] = summary_rep;
   if (req.dispatch) out.summary["dispatch"] = dispatch_summary(rextra["dispatch"]);
   if (!out.notes.empty()) out.summary["notes"] = out.notes;
   if (req.report) add_pareto_report(req, loads, cc, &before, out);
@@ -425,17 +430,7 @@ PlanOutcome make_plan_core(const PlanRequest& req) {
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  nlohmann::json s = {{"algorithm", out.plan.algorithm},
-                      {"nodes", out.plan.cluster.nodes},
-                      {"gpus_per_node", out.plan.cluster.gpus_per_node},
-                      {"slots_per_gpu", out.plan.cluster.slots_per_gpu},
-                      {"layers", out.plan.layers.size()},
-                      {"experts", out.plan.experts},
-                      {"fault_tolerance", out.plan.fault_tolerance},
-                      {"metrics", {{"balancedness", out.plan.metrics.balancedness},
-                                   {"min_balancedness", out.plan.metrics.min_balancedness},
-                                   {"recovery_probability", recovery_summary(out.plan.metrics.recovery)}}},
-                      {"seconds", out.seconds}};
+  nlohmann::json s = plan_summary(out.plan, out.seconds);
   if (out.migration) {
     s["replicas_moved"] = out.migration->replicas_moved;
     s["recoverable"] = out.migration->lost.empty();

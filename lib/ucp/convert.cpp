@@ -111,11 +111,10 @@ WorkPlan work_plan(const ExtractPlan& plan) {
         const auto& f = p.fragments[t][k];
         by_source[f.file].push_back({i, t, k});
         auto& nf = out.params[i].fragments[t][k];
-        nf.file = static_cast<int>(out.files.size());
+        nf.file = out.add_file("fragments/" + param_folder(p.name) + "/tp" + std::to_string(t) + ".part" +
+                               std::to_string(f.part) + ".pt");
         nf.group = -1;
         nf.offset = 0;
-        out.files.push_back("fragments/" + param_folder(p.name) + "/tp" + std::to_string(t) + ".part" +
-                            std::to_string(f.part) + ".pt");
       }
     if (p.step_file >= 0 && !p.fragments.empty() && !p.fragments[0].empty()) {
       out.params[i].step_file = out.params[i].fragments[0][0].file;

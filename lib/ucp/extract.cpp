@@ -272,8 +272,7 @@ ShardFacts read_optimizer_shards(const layout::DeepSpeedLayout& L, const ModelSt
       ShardView shard(root, path);
       agreement.optim_shard(shard, root, path);
       if (d == 0 && mp == 0) read_first_shard_facts(shard, root, !model.autoep.empty(), facts, data_before_expert);
-      const int file_index = static_cast<int>(plan.files.size());
-      plan.files.push_back(path);
+      const int file_index = plan.add_file(path);
       for (int g = 0; g < shard.groups(); ++g) {
         ShardGroup group;
         group.file = file_index;

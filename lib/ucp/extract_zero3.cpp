@@ -129,8 +129,7 @@ void add_zero3_shard(ExtractPlan& plan, const std::map<std::string, size_t>& ind
   if ((autoep || !pgroups.empty()) && pgroups.size() != groups.size())
     fail(path, "ZeRO-3 shard: ds_zero_partition_groups lists " + std::to_string(pgroups.size()) +
                    " sub-groups but param_shapes lists " + std::to_string(groups.size()));
-  const int file_index = static_cast<int>(plan.files.size());
-  plan.files.push_back(path);
+  const int file_index = plan.add_file(path);
   for (int g = 0; g < shard.groups(); ++g) {
     Zero3SubGroup sub;
     sub.file = file_index;

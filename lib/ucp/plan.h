@@ -45,6 +45,11 @@ struct ExtractPlan {
   bool optimizer_state_prepared = false;
   std::vector<std::string> unused_patterns;
 
+  // Appends a file to `files`; returns its index (what fragments and groups refer to).
+  int add_file(const std::string& path) {
+    files.push_back(path);
+    return static_cast<int>(files.size()) - 1;
+  }
   nlohmann::json to_json() const;
   static ExtractPlan from_json(const nlohmann::json& j);
   patterns::PatternSet pattern_set() const;
