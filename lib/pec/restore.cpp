@@ -24,6 +24,7 @@
 #include "layout/deepspeed/version_line.h"
 #include "load/moe_line.h"
 #include "parallel/mpi_session.h"
+#include "parallel/staging.h"
 #include "pec/checkpoint.h"
 #include "pec/crash.h"
 #include "pec/plt.h"
@@ -162,10 +163,12 @@ class RestoreRun {
   const Warn& warn_;
   parallel::MpiSession& mpi_;
   const bool root_;
-  std::unique_ptr<StagingDir> staging_;  // rank 0: the step folder being written (core/staging)
-  fs::path tmp_dir_;                     // its path, on every rank
+  std::unique_ptr<parallel::CollectiveStaging> staging_;  // the step folder being written
+  fs::path tmp_dir_;                                     // its path
   std::unique_ptr<RestoreWriter> writer_;
-  const std::function<void()> remove_tmp_ = [this] { staging_.reset(); };
+  const std::function<void()> remove_tmp_ = [this] {
+    if (staging_) staging_->cleanup()();
+  };
 };
 
 bool RestoreRun::try_non_expert(size_t copy, std::string& last_error) {
@@ -174,14 +177,13 @@ bool RestoreRun::try_non_expert(size_t copy, std::string& last_error) {
   const Store& store = *stores_[plan_.catalog.copies[copy].store];
   check_step_dir_free(plan_, o_.force);
   check_ds_version_applies(o_.ds_version, m);
-  std::string staged;
-  parallel::collectively(mpi_, [&] {
-    if (!root_) return;
+  {
     // durable = false: the writer fsyncs the files, commit() the folders (no syncfs of the whole file system).
-    staging_ = std::make_unique<StagingDir>(restore_step_dir(plan_), o_.force, kStagingTag, o_.reporter.verbose, false);
-    staged = staging_->path().string();
-  });
-  tmp_dir_ = mpi_.broadcast(staged);
+    parallel::RankFailure failed(mpi_);
+    staging_ = std::make_unique<parallel::CollectiveStaging>(failed, restore_step_dir(plan_), o_.force, kStagingTag,
+                                                             o_.reporter.verbose, false);
+    tmp_dir_ = staging_->path();
+  }
   auto w = std::make_unique<RestoreWriter>(tmp_dir_.string(), o_.memory_mb << 20, mpi_.rank(), mpi_.size());
   w->assign(plan_.file_sizes);  // every file of the step, largest first to the least loaded rank
   std::string err;
