@@ -53,9 +53,9 @@ VersionPatch patch_ds_version(const std::string& path, const std::function<std::
       }
     if (!found) fail(path, "torch zip without data.pkl");
   }
-  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) fail(path, std::string("cannot open for writing: ") + std::strerror(errno));
-  try {
+  const UniqueFd file = open_or_fail(path, O_RDWR);
+  const int fd = file.get();
+  {
     std::vector<uint8_t> b(pkl.size);
     pread_exact(fd, b.data(), b.size(), pkl.data_offset, path);
     static const char kKey[] = "ds_version";
@@ -95,11 +95,7 @@ VersionPatch patch_ds_version(const std::string& path, const std::function<std::
           });
       if (::fsync(fd) != 0) fail(path, std::string("fsync failed: ") + std::strerror(errno));
     }
-  } catch (...) {
-    ::close(fd);
-    throw;
   }
-  ::close(fd);
   return out;
 }
 

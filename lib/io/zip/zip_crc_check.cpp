@@ -2,38 +2,23 @@
 #include "io/zip/zip_crc_check.h"
 
 #include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <memory>
 
 #include "core/crc32.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/mapped_file.h"
 #include "io/zip/zip_reader.h"
 
 namespace ucpkit {
 
-namespace {
-
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-}  // namespace
-
 uint64_t check_zip_crcs(const std::string& path, std::vector<KnownCrc> known) {
   auto file = MappedFile::open(path);
   if (!looks_like_zip({file->data(), std::min<size_t>(file->size(), 4)})) return 0;
   ZipReader zip(file);
-  Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f.fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  const UniqueFd f = open_or_fail(path, O_RDONLY);
   // Longest first among pieces starting at the same byte: the shorter ones are then inside it.
   std::sort(known.begin(), known.end(), [](const KnownCrc& a, const KnownCrc& b) {
     return a.offset != b.offset ? a.offset < b.offset : a.size > b.size;
@@ -47,11 +32,10 @@ uint64_t check_zip_crcs(const std::string& path, std::vector<KnownCrc> known) {
     uint32_t crc = 0;
     while (a < b) {
       const size_t n = static_cast<size_t>(std::min(kWindow, b - a));
-      const ssize_t got = ::pread(f.fd, buf.get(), n, static_cast<off_t>(a));
-      if (got <= 0) fail(path, got < 0 ? std::string("read failed: ") + std::strerror(errno) : "file shrank while read");
-      crc = crc32_parallel({buf.get(), static_cast<size_t>(got)}, crc);
-      a += static_cast<uint64_t>(got);
-      read_bytes += static_cast<uint64_t>(got);
+      pread_exact(f.get(), buf.get(), n, a, path);  // past the end: the file shrank while read
+      crc = crc32_parallel({buf.get(), n}, crc);
+      a += n;
+      read_bytes += n;
     }
     return crc;
   };

@@ -1,9 +1,6 @@
 // Zip container writer in torch.save's layout.
 #include "io/zip/zip_writer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 
@@ -199,14 +196,8 @@ void ZipWriter::finish() {
   cd.u32(z64 ? 0xFFFFFFFF : cd_offset);
   cd.u16(0);
   out_->write(cd.b.data(), cd.b.size());
+  if (g_start_writeback) out_->start_writeback();  // a hint: failures are left to the final flush, which reports them
   out_->commit();
-  if (g_start_writeback) {  // a hint: failures are left to the final flush, which reports them
-    const int fd = ::open(out_->target().c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-      ::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
-      ::close(fd);
-    }
-  }
 }
 
 void ZipWriter::set_start_writeback(bool on) { g_start_writeback = on; }
