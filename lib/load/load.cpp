@@ -154,9 +154,9 @@ void raise_open_file_limit() {
   }
 }
 
-pickle::ValuePtr common_optimizer_state(const LoadOptions& options, const Prepared& p) {
+pickle::ValuePtr common_optimizer_state(const Prepared& p) {
   if (p.direct) return pickle::deep_copy(p.direct->optimizer_state);
-  return load_torch((fs::path(options.input) / "zero" / "optimizer_state.pt").string());
+  return load_torch(p.model.optimizer_state_path);  // the manifest's optimizer_state
 }
 
 // The exchange's inputs: every target file laid out, and the plan made from what they need (the
@@ -202,7 +202,7 @@ nlohmann::json direct_plan_json(const LoadOptions& options, const Prepared& p) {
   uint64_t target_bytes = 0, copied_src = 0, copied_dst = 0, joined_dst = 0, zero_dst = 0, ncopies = 0;
   if (options.format == OutputFormat::DeepSpeed) {
     const int threads = parallel::thread_count(options.threads);
-    DeepSpeedWriter writer(p.model, p.plan, reader, common_optimizer_state(options, p));
+    DeepSpeedWriter writer(p.model, p.plan, reader, common_optimizer_state(p));
     const auto files = lay_out_all(writer, p.model, p.plan, p.model.tag, threads);
     const auto needs = file_needs(files, writer, p.model, threads);
     for (size_t f = 0; f < files.size(); ++f) {
@@ -300,7 +300,7 @@ nlohmann::json plan_json(const LoadOptions& options) {
       source = std::make_unique<DirectSource>(p.direct->plan, p.model);
       reader.set_source(source.get());
     }
-    DeepSpeedWriter writer(p.model, p.plan, reader, common_optimizer_state(options, p));
+    DeepSpeedWriter writer(p.model, p.plan, reader, common_optimizer_state(p));
     const auto setup =
         set_up_exchange(writer, p.model, p.plan, p.model.tag, ranks, options.batch_bytes, parallel::thread_count(options.threads));
     auto& x = j["exchange"] = setup.plan.to_json(p.model);
@@ -435,7 +435,7 @@ void write_deepspeed_output(LoadRun& r, const std::string& staged) {
   std::unique_ptr<DeepSpeedWriter> writer;
   std::optional<ExchangeSetup> setup;
   r.failed.guard([&] {
-    writer = std::make_unique<DeepSpeedWriter>(model, plan, r.reader, common_optimizer_state(r.options, r.prep));
+    writer = std::make_unique<DeepSpeedWriter>(model, plan, r.reader, common_optimizer_state(r.prep));
     if (r.plan.exchange) {
       // Every rank lays out every file, and makes the same plan from them: who writes which file,
       // who reads which atomic tensor, in which batch. run_exchange then writes this rank's files.

@@ -394,6 +394,7 @@ ModelInfo model_info_from(const UniversalMeta& meta) {
   read_model_file_facts(m, first, src.data_before_expert.has_value());
   // Optimizer flavour of the source (BF16_Optimizer shards have no zero_stage).
   const fs::path opt = meta.optimizer_state_path;
+  if (!meta.optimizer_state) m.optimizer_state_path = opt.string();
   ValuePtr osd = meta.optimizer_state;
   if (!osd) {
     if (!fs::exists(opt)) throw Error(opt.string() + ": missing (the universal checkpoint is incomplete)");

@@ -565,3 +565,38 @@ TEST(LoadPipelineNumbering, FromPatternFileWithoutRecordElseRefused) {
   EXPECT_NE(out.find("pipeline_numbering"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(d / "t2"));
 }
+
+// The manifest's `optimizer_state` names the common optimizer state file (docs/formats.md): ucp-load
+// reads the file it names, not a fixed zero/optimizer_state.pt. The same universal checkpoint with that
+// file moved and the manifest changed to match loads to the same bytes; moved without the manifest
+// change, it is refused naming the missing file.
+TEST(LoadManifest, OptimizerStateIsReadFromTheFileTheManifestNames) {
+  const auto c = cases().at(0);
+  const fs::path d = scratch("manifest_optimizer_state");
+  std::string out;
+  const fs::path src = fs::path(kFx) / c["name"].get<std::string>() / "src";
+  ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + src.string() + " --output " + (d / "u").string(), &out), 0) << out;
+  fs::copy(d / "u", d / "moved", fs::copy_options::recursive);
+  fs::rename(d / "moved" / "zero" / "optimizer_state.pt", d / "moved" / "common_state.pt");
+  fs::copy(d / "moved", d / "stale", fs::copy_options::recursive);
+  auto m = nlohmann::json::parse(slurp(d / "moved" / "manifest.json"));
+  ASSERT_EQ(m.at("optimizer_state"), "zero/optimizer_state.pt");
+  m["optimizer_state"] = "common_state.pt";
+  std::ofstream(d / "moved" / "manifest.json") << m.dump(1);
+  const std::string args = join(c["target_args"]);
+  ASSERT_EQ(sh(kBin + "/ucp-load -q --input " + (d / "u").string() + " --output " + (d / "ref").string() + args, &out), 0)
+      << out;
+  ASSERT_EQ(sh(kBin + "/ucp-load -q --input " + (d / "moved").string() + " --output " + (d / "o").string() + args, &out), 0)
+      << out;
+  size_t files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(d / "ref")) {
+    if (!e.is_regular_file()) continue;
+    const auto rel = fs::relative(e.path(), d / "ref");
+    EXPECT_TRUE(slurp(e.path()) == slurp(d / "o" / rel)) << rel << " differs";
+    ++files;
+  }
+  EXPECT_GT(files, 2u);
+  EXPECT_EQ(sh(kBin + "/ucp-load -q --input " + (d / "stale").string() + " --output " + (d / "o2").string() + args, &out), 1);
+  EXPECT_NE(out.find("optimizer_state.pt: missing"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(d / "o2"));
+}
