@@ -70,10 +70,10 @@ struct OpenedStores {
 
 OpenedStores open_stores(const RestoreOptions& o, const Warn& warn) {
   OpenedStores s;
-  s.stores.push_back(std::make_unique<Store>(o.store, Tier::durable, false));
+  s.stores.push_back(std::make_unique<Store>(o.store, Tier::durable, StoreOpen::existing));
   if (!o.fast_store.empty()) {
     if (fs::exists(fs::path(o.fast_store) / "PEC_STORE"))
-      s.stores.push_back(std::make_unique<Store>(o.fast_store, Tier::fast, false));
+      s.stores.push_back(std::make_unique<Store>(o.fast_store, Tier::fast, StoreOpen::existing));
     else
       warn(o.fast_store + ": fast tier missing (lost with its node?); restoring from the durable store only");
   }

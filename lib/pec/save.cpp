@@ -67,10 +67,11 @@ std::vector<std::vector<int64_t>> never_saved(const MoeShape& s) {
   return v;
 }
 
-// Read: the tiers (created when new), locked by rank 0 unless only planning. Objects are fsynced in
+// Read: the tiers (created when new, unless only planning), locked by rank 0 unless only planning. Objects are fsynced in
 // one pass before the commit, so a file at an object's name that no committed manifest names may be
 // torn (a save that crashed before its fsync): only the referenced ones are trusted, the rest rewritten.
 std::vector<TierSave> open_tiers(const SaveOptions& o, bool root) {
+  const StoreOpen how = o.plan_only ? StoreOpen::as_found : StoreOpen::create;  // --plan writes nothing
   std::vector<TierSave> tiers;
   {
     TierSave d;
@@ -78,7 +79,7 @@ std::vector<TierSave> open_tiers(const SaveOptions& o, bool root) {
     d.k = o.k_persist > 0 ? o.k_persist : o.k;
     d.budget = o.budget_bytes;
     d.keep = o.keep;
-    d.store = std::make_unique<Store>(o.store, Tier::durable, true, o.zstd_level);
+    d.store = std::make_unique<Store>(o.store, Tier::durable, how, o.zstd_level);
     tiers.push_back(std::move(d));
   }
   if (!o.fast_store.empty()) {
@@ -86,7 +87,7 @@ std::vector<TierSave> open_tiers(const SaveOptions& o, bool root) {
     f.tier = Tier::fast;
     f.k = o.k_snapshot;
     f.keep = o.keep_fast;
-    f.store = std::make_unique<Store>(o.fast_store, Tier::fast, true, o.zstd_level);
+    f.store = std::make_unique<Store>(o.fast_store, Tier::fast, how, o.zstd_level);
     tiers.push_back(std::move(f));
   }
   if (root && !o.plan_only)

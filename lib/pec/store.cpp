@@ -48,12 +48,13 @@ void add_chunks(FileEntry& f, const std::vector<ObjectInfo>& infos) {
 }
 }  // namespace
 
-Store::Store(std::string dir, Tier tier, bool create, int zstd_level)
+Store::Store(std::string dir, Tier tier, StoreOpen how, int zstd_level)
     : dir_(std::move(dir)), tier_(tier), objects_(dir_, zstd_level) {
   std::error_code ec;
   const std::string marker = dir_ + "/" + kStoreMarker;
+  if (how == StoreOpen::as_found) return;  // listings of an absent folder are empty
   if (!fs::exists(marker)) {
-    if (!create) fail(dir_, "not a PEC store (no " + std::string(kStoreMarker) + " file)");
+    if (how == StoreOpen::existing) fail(dir_, "not a PEC store (no " + std::string(kStoreMarker) + " file)");
     if (fs::exists(dir_) && !fs::is_directory(dir_)) fail(dir_, "exists and is not a folder");
     fs::create_directories(dir_ + "/manifests", ec);
     if (ec) fail(dir_, "cannot create store folder: " + ec.message());

@@ -31,10 +31,15 @@ struct GcStats {
 // Steps at which a tier holds a committed copy of each expert: (moe_layer, expert) -> steps.
 using ExpertCopySteps = std::map<std::pair<int, int>, std::set<int64_t>>;
 
+// How a tier folder is opened: it must already be a store (restore), it is created when absent
+// (save), or an absent one reads as an empty store and nothing is created (`pec-save --plan`).
+enum class StoreOpen { existing, create, as_found };
+
 class Store {
  public:
-  // Opens (and with `create`, creates) a tier folder. Throws Error when it is not a PEC store.
-  Store(std::string dir, Tier tier, bool create, int zstd_level = 3);
+  // Opens a tier folder as `how` says. Throws Error when it is not a PEC store (StoreOpen::existing)
+  // or cannot be created.
+  Store(std::string dir, Tier tier, StoreOpen how, int zstd_level = 3);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;

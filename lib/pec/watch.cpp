@@ -73,7 +73,7 @@ int watch_and_save(const SaveOptions& base, const WatchOptions& w, const std::fu
   g_stop = 0;
   int64_t last = -1;  // newest step saved or attempted
   {
-    Store durable(base.store, Tier::durable, true);
+    Store durable(base.store, Tier::durable, StoreOpen::create);
     if (auto s = durable.latest_step()) last = *s;
   }
   int saved = 0;

@@ -785,6 +785,10 @@ TEST(PecTools, TokenFormatsPlanAndExitCodes) {
   EXPECT_EQ(plan["world_size"], 1);
   EXPECT_EQ(plan["ranks"].size(), 1u);
   EXPECT_FALSE(fs::exists(d + "/s/manifests/step-000000000300.json"));
+  // --plan for a store that does not exist yet plans a first save and creates nothing.
+  EXPECT_EQ(save(ckpt("ds", 300), d + "/new", 300, "--policy sequential --k 1 --plan", "", d + "/plan_new.json"), 0);
+  EXPECT_FALSE(fs::exists(d + "/new"));
+  EXPECT_EQ(json::parse(file_bytes(d + "/plan_new.json"))["ranks"].size(), 1u);
   EXPECT_EQ(save(ckpt("ds", 300), d + "/s", 300, "--policy sequential"), 2);            // no --k
   EXPECT_EQ(save(ckpt("ds", 300), d + "/s", 300, "--policy nope --k 1"), 2);            // unknown policy
   EXPECT_EQ(save(ckpt("ds", 300), d + "/s", 300, "--policy load-aware --k 1"), 2);      // needs tokens

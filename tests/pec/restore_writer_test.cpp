@@ -48,7 +48,7 @@ void store_all(const SourceCheckpoint& src, Store& store, std::vector<FileEntry>
 // The fixture's step 300 stored in a fresh store under build/pec-scratch/<name>.
 struct Stored {
   explicit Stored(const std::string& name)
-      : src(open_checkpoint(kStep, {})), dir(std::string(UCPKIT_BUILD_DIR) + "/pec-scratch/" + name), store(fresh(dir) + "/store", Tier::durable, true) {
+      : src(open_checkpoint(kStep, {})), dir(std::string(UCPKIT_BUILD_DIR) + "/pec-scratch/" + name), store(fresh(dir) + "/store", Tier::durable, StoreOpen::create) {
     store_all(src, store, non_expert, experts);
   }
   static std::string fresh(const std::string& d) {

@@ -43,7 +43,7 @@ TEST(PecChecksum, Xxh64KnownValue) {
 
 TEST(PecStore, ObjectsRoundTripDeduplicateAndDetectDamage) {
   std::string d = fresh("objects");
-  Store st(d, Tier::durable, true);
+  Store st(d, Tier::durable, StoreOpen::create);
   std::string text(100000, 'x');
   for (size_t i = 0; i < text.size(); i += 7) text[i] = static_cast<char>('a' + i % 26);
   FileEntry f = st.put_file("a/b.pt", bytes_of(text), 30000);
@@ -64,7 +64,7 @@ TEST(PecStore, ObjectsRoundTripDeduplicateAndDetectDamage) {
 
 TEST(PecStore, ManifestChecksumAndCommit) {
   std::string d = fresh("manifest");
-  Store st(d, Tier::durable, true);
+  Store st(d, Tier::durable, StoreOpen::create);
   EXPECT_TRUE(st.committed_steps().empty());
   st.commit(manifest(7, {}, {st.put_file("x", bytes_of("hello"), 1 << 20)}));
   ASSERT_EQ(st.committed_steps(), std::vector<int64_t>{7});
@@ -79,12 +79,12 @@ TEST(PecStore, ManifestChecksumAndCommit) {
   text[pos + 1] = 'y';
   std::ofstream(st.manifest_path(7)) << text;
   EXPECT_THROW(st.load_manifest(7), Error);
-  EXPECT_THROW(Store(fresh("absent"), Tier::durable, false), Error);
+  EXPECT_THROW(Store(fresh("absent"), Tier::durable, StoreOpen::existing), Error);
 }
 
 TEST(PecStore, GarbageCollectionKeepsNewestCopiesOfTheKeptSteps) {
   std::string d = fresh("gc");
-  Store st(d, Tier::durable, true);
+  Store st(d, Tier::durable, StoreOpen::create);
   auto expert = [&](int e, const std::string& v) { return ExpertEntry{0, e, {st.put_file("e" + std::to_string(e), bytes_of(v), 1 << 20)}}; };
   auto ne = [&](const std::string& v) { return st.put_file("ne", bytes_of(v), 1 << 20); };
   st.commit(manifest(1, {expert(0, "e0@1"), expert(1, "e1@1")}, {ne("ne@1")}));
@@ -106,7 +106,7 @@ TEST(PecStore, GarbageCollectionKeepsNewestCopiesOfTheKeptSteps) {
 // zstd level 0 stores the bytes as they are ("UCPKOBJ0" header), read back and damage-checked alike.
 TEST(PecStore, LevelZeroStoresUncompressed) {
   std::string d = fresh("raw");
-  Store st(d, Tier::durable, true, 0);
+  Store st(d, Tier::durable, StoreOpen::create, 0);
   std::string text(100000, 'x');
   FileEntry f = st.put_file("a.pt", bytes_of(text), 30000);
   std::string path = st.objects().path_of(f.chunks[0].object);
@@ -128,17 +128,17 @@ TEST(PecStore, LevelZeroStoresUncompressed) {
 // possibly torn) is rewritten, not reused; a trusted one is reused.
 TEST(PecStore, UntrustedLeftoverObjectIsRewritten) {
   std::string d = fresh("untrusted");
-  Store st(d, Tier::durable, true);
+  Store st(d, Tier::durable, StoreOpen::create);
   std::string text(5000, 'q');
   FileEntry f = st.put_file("a.pt", bytes_of(text), 1 << 20);
   std::string path = st.objects().path_of(f.chunks[0].object);
   { std::ofstream(path, std::ios::binary | std::ios::trunc) << "torn"; }
-  Store again(d, Tier::durable, false);
+  Store again(d, Tier::durable, StoreOpen::existing);
   again.objects().trust({});
   FileEntry g = again.put_file("a.pt", bytes_of(text), 1 << 20);
   EXPECT_GT(g.chunks[0].stored, 0u);  // written again
   EXPECT_EQ(again.read_file(g), bytes_of(text));
-  Store third(d, Tier::durable, false);
+  Store third(d, Tier::durable, StoreOpen::existing);
   third.objects().trust({g.chunks[0].object});
   EXPECT_EQ(third.put_file("a.pt", bytes_of(text), 1 << 20).chunks[0].stored, 0u);  // reused
 }
