@@ -439,11 +439,13 @@ RestorePlan pec_restore_plan(const RestoreOptions& o) {
   RestorePlan plan = plan_restore(std::move(opened.catalog), request_of(o));
   (void)interval_tokens(o, plan.base_manifest().shape);  // a bad --tokens file fails as the restore would
   check_step_dir_free(plan, o.force);
+  RestoreWriter::check_memory(o.memory_mb << 20);
   return plan;
 }
 
 RestoreResult pec_restore(const RestoreOptions& o) {
   if (!o.ds_version.empty()) (void)layout::moe_version_line(o.ds_version);  // a usage error before any work
+  RestoreWriter::check_memory(o.memory_mb << 20);
   const auto t0 = std::chrono::steady_clock::now();
   RestoreResult res;
   const bool root = parallel::MpiSession::get().rank() == 0;

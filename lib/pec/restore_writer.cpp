@@ -216,11 +216,15 @@ void stream_job(const std::string& object_path, const std::string& id, uint64_t 
 }
 }  // namespace
 
-RestoreWriter::RestoreWriter(std::string dir, uint64_t memory_bytes, int rank, int world)
-    : dir_(std::move(dir)), rank_(rank), world_(std::max(world, 1)) {
+void RestoreWriter::check_memory(uint64_t memory_bytes) {
   if (memory_bytes < kBase + kPerWorker)
     throw UsageError("--memory-mb " + std::to_string(memory_bytes >> 20) + " is too small: restore needs at least " +
                      std::to_string((kBase + kPerWorker + (1 << 20) - 1) >> 20) + " MiB");
+}
+
+RestoreWriter::RestoreWriter(std::string dir, uint64_t memory_bytes, int rank, int world)
+    : dir_(std::move(dir)), rank_(rank), world_(std::max(world, 1)) {
+  check_memory(memory_bytes);
   const uint64_t fit = (memory_bytes - kBase) / kPerWorker;
   // I/O waits overlap with decompression: a few more streams than cores, bounded by the budget.
   const auto cores = static_cast<uint64_t>(parallel::thread_count(0));

@@ -45,6 +45,8 @@ class RestoreWriter {
   // `dir`: the (temporary) step folder to write. Throws UsageError when the budget cannot hold one
   // worker's buffers.
   RestoreWriter(std::string dir, uint64_t memory_bytes, int rank = 0, int world = 1);
+  // The constructor's budget check alone (a restore and its --plan refuse before writing anything).
+  static void check_memory(uint64_t memory_bytes);
   ~RestoreWriter();
   RestoreWriter(const RestoreWriter&) = delete;
   RestoreWriter& operator=(const RestoreWriter&) = delete;

@@ -795,6 +795,10 @@ TEST(PecTools, TokenFormatsPlanAndExitCodes) {
   EXPECT_EQ(save(d + "/missing", d + "/s", 300, "--policy sequential --k 1"), 1);       // no checkpoint
   EXPECT_EQ(save(ckpt("ds", 100), d + "/s", 100, "--policy sequential --k 1"), 1);      // step not newer
   EXPECT_EQ(restore(d + "/nostore", d + "/o", ""), 1);
+  // A --memory-mb below one worker's buffers: exit 2 before anything is written, --plan alike.
+  EXPECT_EQ(restore(d + "/s", d + "/small", "--memory-mb 1"), 2);
+  EXPECT_EQ(restore(d + "/s", d + "/small", "--memory-mb 1 --plan"), 2);
+  EXPECT_FALSE(fs::exists(d + "/small"));
   EXPECT_EQ(run_logged(kBin + "/pec-restore --output x"), 2);
   EXPECT_EQ(run_logged(kBin + "/pec-save --version"), 0);
   EXPECT_EQ(run_logged(kBin + "/pec-restore --store " + d + "/s --output " + d + "/o --json -q", d + "/restore.json"), 0);
