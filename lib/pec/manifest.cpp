@@ -1,6 +1,9 @@
 // Manifest JSON binder.
 #include "pec/manifest.h"
 
+#include <algorithm>
+#include <map>
+
 #include "core/confine.h"
 #include "core/error.h"
 #include "pec/checksum.h"
@@ -136,6 +139,27 @@ Manifest parse_manifest(const std::string& text, const std::string& name) {
   if (digest(j.at("manifest").dump()).hex() != j.at("checksum").get<std::string>())
     fail(name, "damaged manifest (checksum mismatch)");
   return manifest_from_json(j.at("manifest"), name);
+}
+
+void attribute_stored_once(Manifest& m) {
+  std::vector<std::vector<ChunkRef>*> lists;
+  for (auto& f : m.non_expert) lists.push_back(&f.chunks);
+  for (auto& e : m.experts)
+    for (auto& f : e.files) lists.push_back(&f.chunks);
+  std::map<std::string, uint64_t> written;  // objects this save wrote: their bytes on disk
+  for (auto* l : lists)
+    for (const auto& c : *l)
+      if (c.stored > 0) written[c.object] = std::max(written[c.object], c.stored);
+  for (auto* l : lists)
+    for (auto& c : *l) {
+      auto it = written.find(c.object);
+      if (it == written.end()) {
+        c.stored = 0;
+        continue;
+      }
+      c.stored = it->second;
+      it->second = 0;  // counted once
+    }
 }
 
 }  // namespace ucpkit::pec

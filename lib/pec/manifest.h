@@ -67,6 +67,13 @@ struct Manifest {
   const ExpertEntry* find_expert(int moe_layer, int expert) const;
 };
 
+// Makes the chunks' `stored` statistic independent of thread timing: an object written by this save
+// counts its bytes once, at the first chunk naming it in manifest order (non-expert files, then the
+// experts'), and 0 at every other; an object that was already stored counts 0 everywhere. Which of
+// several parallel jobs holding the same bytes wrote the object (or whether two both did) no longer
+// changes the manifest.
+void attribute_stored_once(Manifest& m);
+
 nlohmann::json manifest_to_json(const Manifest& m);
 // Checks format and checksum; throws Error naming `name` when the manifest is damaged.
 Manifest manifest_from_json(const nlohmann::json& j, const std::string& name);

@@ -303,6 +303,7 @@ json commit_tiers(std::vector<TierSave>& tiers, const SaveWork& w, const std::ve
   json tiers_json = json::array();
   for (auto& t : tiers) {
     Manifest& m = t.next;
+    attribute_stored_once(m);
     m.stats = tier_stats(t, src);
     t.store->commit(m);
     // The fast tier keeps only what the durable tier (committed and collected just before) lacks:
