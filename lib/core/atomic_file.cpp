@@ -42,6 +42,10 @@ void AtomicFile::flush_buffer() {
 void AtomicFile::write(const void* data, size_t n) {
   if (n == 0) return;
   offset_ += n;
+  if (buffer_.empty() && n >= kBufferSize / 2) {  // large writes go straight to the file (no copy)
+    write_all(fd_, static_cast<const char*>(data), n, target_);
+    return;
+  }
   if (buffer_.size() + n <= kBufferSize) {
     buffer_.append(static_cast<const char*>(data), n);
     return;

@@ -151,11 +151,16 @@ void sweep_stale_staging(const fs::path& target, const std::string& tag, const S
 }
 
 StagingDir::StagingDir(const fs::path& target, bool overwrite, std::string tag, const StagingNote& note,
-                       bool durable)
-    : target_(fs::absolute(target)), tag_(std::move(tag)), note_(note), overwrite_(overwrite), durable_(durable) {
+                       bool durable, std::string overwrite_option)
+    : target_(fs::absolute(target)),
+      tag_(std::move(tag)),
+      overwrite_option_(std::move(overwrite_option)),
+      note_(note),
+      overwrite_(overwrite),
+      durable_(durable) {
   std::error_code ec;
   if (fs::exists(target_, ec) && !overwrite)
-    throw Error(target_.string() + ": output already exists (remove it or pass --overwrite)");
+    throw Error(target_.string() + ": output already exists (remove it or pass " + overwrite_option_ + ")");
   const fs::path parent = target_.parent_path();
   if (!fs::is_directory(parent, ec)) throw Error(parent.string() + ": output parent folder does not exist");
   path_ = sibling(target_, tag_, "tmp");
@@ -194,12 +199,12 @@ void StagingDir::commit() {
       const int err = errno;
       if (err == EEXIST || err == ENOTEMPTY)
         throw Error(target_.string() + ": output appeared while this run was writing it (another run?); kept it, "
-                    "nothing written (pass --overwrite to replace it)");
+                    "nothing written (pass " + overwrite_option_ + " to replace it)");
       if (err != EINVAL && err != ENOSYS) throw Error(target_.string() + ": cannot rename output into place: " + std::strerror(err));
       // A file system without RENAME_NOREPLACE: check, then rename (a narrow race remains).
       if (fs::exists(target_, ec))
         throw Error(target_.string() + ": output appeared while this run was writing it (another run?); kept it, "
-                    "nothing written (pass --overwrite to replace it)");
+                    "nothing written (pass " + overwrite_option_ + " to replace it)");
       fs::rename(path_, target_, ec);
       if (ec) throw Error(target_.string() + ": cannot rename output into place: " + ec.message());
     }

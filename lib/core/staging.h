@@ -35,8 +35,9 @@ void sync_file_system(const std::filesystem::path& path);
 // of the folder, so the data is on stable storage before its name is, and fsyncs the parent folder after.
 class StagingDir {
  public:
+  // `overwrite_option`: the tool's option that allows replacing the target, named in refusals.
   StagingDir(const std::filesystem::path& target, bool overwrite, std::string tag, const StagingNote& note = {},
-             bool durable = true);
+             bool durable = true, std::string overwrite_option = "--overwrite");
   ~StagingDir();
   StagingDir(const StagingDir&) = delete;
   StagingDir& operator=(const StagingDir&) = delete;
@@ -53,7 +54,7 @@ class StagingDir {
  private:
   StagedPhase phase_;  // first member: signals are flags before the folder is created
   std::filesystem::path target_, path_;
-  std::string tag_;
+  std::string tag_, overwrite_option_;
   StagingNote note_;
   bool overwrite_ = false, durable_ = true;
   bool committed_ = false;

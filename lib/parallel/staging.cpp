@@ -4,14 +4,15 @@ namespace ucpkit::parallel {
 
 CollectiveStaging::CollectiveStaging(RankFailure& failed, const std::filesystem::path& target, bool overwrite,
                                      const std::string& tag, const StagingNote& note, bool durable,
-                                     const std::function<void(const std::filesystem::path&)>& prepare)
+                                     const std::function<void(const std::filesystem::path&)>& prepare,
+                                     const std::string& overwrite_option)
     : durable_(durable) {
   auto& mpi = MpiSession::get();
   rank_ = mpi.rank();
   std::string staged;
   failed.guard([&] {
     if (rank_ != 0) return;
-    dir_ = std::make_unique<StagingDir>(target, overwrite, tag, note, durable);
+    dir_ = std::make_unique<StagingDir>(target, overwrite, tag, note, durable, overwrite_option);
     if (prepare) prepare(dir_->path());
     staged = dir_->path().string();
   });

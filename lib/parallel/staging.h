@@ -15,11 +15,13 @@ namespace ucpkit::parallel {
 
 class CollectiveStaging {
  public:
-  // Collective: rank 0 creates the folder (StagingDir(target, overwrite, tag, note, durable)) and runs
+  // Collective: rank 0 creates the folder (StagingDir(target, overwrite, tag, note, durable,
+  // overwrite_option)) and runs
   // `prepare` on its path (sub-folders); then every rank settles `failed` and receives the path.
   CollectiveStaging(RankFailure& failed, const std::filesystem::path& target, bool overwrite, const std::string& tag,
                     const StagingNote& note, bool durable,
-                    const std::function<void(const std::filesystem::path&)>& prepare = {});
+                    const std::function<void(const std::filesystem::path&)>& prepare = {},
+                    const std::string& overwrite_option = "--overwrite");
   CollectiveStaging(const CollectiveStaging&) = delete;
   CollectiveStaging& operator=(const CollectiveStaging&) = delete;
 

@@ -181,7 +181,7 @@ bool RestoreRun::try_non_expert(size_t copy, std::string& last_error) {
     // durable = false: the writer fsyncs the files, commit() the folders (no syncfs of the whole file system).
     parallel::RankFailure failed(mpi_);
     staging_ = std::make_unique<parallel::CollectiveStaging>(failed, restore_step_dir(plan_), o_.force, kStagingTag,
-                                                             o_.reporter.verbose, false);
+                                                             o_.reporter.verbose, false, nullptr, "--force");
     tmp_dir_ = staging_->path();
   }
   auto w = std::make_unique<RestoreWriter>(tmp_dir_.string(), o_.memory_mb << 20, mpi_.rank(), mpi_.size());

@@ -52,15 +52,16 @@ Store::Store(std::string dir, Tier tier, StoreOpen how, int zstd_level)
     : dir_(std::move(dir)), tier_(tier), objects_(dir_, zstd_level) {
   std::error_code ec;
   const std::string marker = dir_ + "/" + kStoreMarker;
-  if (how == StoreOpen::as_found) return;  // listings of an absent folder are empty
   if (!fs::exists(marker)) {
     if (how == StoreOpen::existing) fail(dir_, "not a PEC store (no " + std::string(kStoreMarker) + " file)");
     if (fs::exists(dir_) && !fs::is_directory(dir_)) fail(dir_, "exists and is not a folder");
+    if (how == StoreOpen::as_found) return;  // planned as an empty store: listings of an absent folder are empty
     fs::create_directories(dir_ + "/manifests", ec);
     if (ec) fail(dir_, "cannot create store folder: " + ec.message());
     fs::create_directories(dir_ + "/objects", ec);
     write_file_atomic(marker, "ucpkit PEC store, format 1\n", true);
   }
+  if (how == StoreOpen::as_found) return;
   fs::create_directories(dir_ + "/manifests", ec);
   fs::create_directories(dir_ + "/objects", ec);
 }

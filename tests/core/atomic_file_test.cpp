@@ -79,6 +79,18 @@ TEST(AtomicFile, CommitAsRenamesToANameKnownOnlyAtTheEnd) {
   EXPECT_EQ(slurp(dir / "ab12"), "HDR1payload!");
   EXPECT_FALSE(fs::exists(dir / ".put"));
   EXPECT_EQ(entries(dir), 1u) << "temporary file left";
+  // Into another folder of the same file system (objects/<2 hex>/<id>), and a write larger than half
+  // the buffer (written straight through) before a small one.
+  fs::create_directories(dir / "cd");
+  const std::string big(700u << 10, 'x');
+  {
+    AtomicFile f((dir / ".put").string());
+    f.write(big.data(), big.size());
+    f.write("end", 3);
+    f.commit_as((dir / "cd" / "cd34").string());
+  }
+  EXPECT_EQ(slurp(dir / "cd" / "cd34"), big + "end");
+  EXPECT_EQ(entries(dir), 2u) << "temporary file left";
 }
 
 TEST(AtomicFile, SkippedBytesReadAsZerosAndPatchesLandEverywhere) {

@@ -1,6 +1,7 @@
 // lib/io/zip/zip_directory: the records of real zip files (a torch.save file, a ZIP64 directory of
-// 70,000 entries, ZIP64 local headers) against Python's own zipfile reader (tests/io/zip_fixtures.py),
-// and the refusals: a compressed record, a name given twice, every cut of the file's tail.
+// 70,000 entries, ZIP64 local headers, a ZIP64 central extra field) against Python's own zipfile
+// reader (tests/io/zip_fixtures.py), and the refusals: a short ZIP64 field, a compressed record, a name
+// given twice, every cut, every damaged directory byte.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -66,6 +67,15 @@ TEST(ZipDirectory, Zip64EndOfDirectoryAgreesWithPythonZipfile) { expect_matches_
 
 TEST(ZipDirectory, Zip64LocalHeadersAgreeWithPythonZipfile) { expect_matches_python("zip64_local.zip"); }
 
+// A central entry whose sizes and local header offset live in a ZIP64 extra field (every record past
+// 4 GiB in a large optimizer shard).
+TEST(ZipDirectory, Zip64CentralExtraFieldAgreesWithPythonZipfile) { expect_matches_python("zip64_central.zip"); }
+
+TEST(ZipDirectory, ShortZip64FieldIsRefused) {
+  const std::string e = refusal(bytes_of(fixtures() + "/zip64_central_short.zip"), "short.zip");
+  EXPECT_NE(e.find("zip: short ZIP64 field in entry 'p0'"), std::string::npos) << e;
+}
+
 TEST(ZipDirectory, CompressedRecordIsRefusedByName) {
   const std::string e = refusal(bytes_of(fixtures() + "/deflated.zip"), "deflated.zip");
   EXPECT_NE(e.find("deflated.zip: zip: record 'packed' is compressed (method 8)"), std::string::npos) << e;
@@ -76,9 +86,8 @@ TEST(ZipDirectory, NameGivenTwiceIsRefused) {
   EXPECT_NE(e.find("zip: record 'same' appears twice"), std::string::npos) << e;
 }
 
-// Cutting the file anywhere in its directory (the last part of a torch file) is refused, never read
-// past the end (the test runs under the sanitizer builds too).
-TEST(ZipDirectory, EveryCutOfTheDirectoryIsRefused) {
+// Cutting the file anywhere is refused: the end of central directory record is the last 22 bytes.
+TEST(ZipDirectory, EveryCutOfTheFileIsRefused) {
   const std::vector<uint8_t> data = bytes_of(fixtures() + "/torch.pt");
   uint64_t dir = data.size();
   for (const auto& [name, r] : read_zip_directory(data, "torch.pt")) dir = std::min(dir, r.central_entry);
@@ -88,4 +97,36 @@ TEST(ZipDirectory, EveryCutOfTheDirectoryIsRefused) {
     EXPECT_NE(refusal(cut, "cut.pt"), "") << "accepted a cut to " << n << " of " << data.size() << " bytes";
   }
   EXPECT_FALSE(looks_like_zip({data.data(), 3}));
+}
+
+// Every byte of the central directory and the end record of a torch file damaged (two ways): the
+// parse is refused, or every record it returns lies inside the file (what the readers then index
+// without further checks). Bytes taken out of the data: the directory no longer lies where the end
+// record says, refused.
+TEST(ZipDirectory, DamagedDirectoryIsRefusedOrStaysInsideTheFile) {
+  const std::vector<uint8_t> data = bytes_of(fixtures() + "/torch.pt");
+  uint64_t dir = data.size();
+  for (const auto& [name, r] : read_zip_directory(data, "torch.pt")) dir = std::min(dir, r.central_entry);
+  size_t refused = 0, parsed = 0;
+  for (size_t at = dir; at < data.size(); ++at) {
+    for (const uint8_t v : {uint8_t{0xFF}, static_cast<uint8_t>(data[at] ^ 0x7F)}) {
+      std::vector<uint8_t> bad = data;
+      bad[at] = v;
+      try {
+        for (const auto& [name, r] : read_zip_directory(bad, "bad.pt")) {
+          EXPECT_LE(r.data_offset + r.size, bad.size()) << "byte " << at << ": " << name;
+          EXPECT_LE(r.local_header + 30, bad.size()) << "byte " << at << ": " << name;
+          EXPECT_LE(r.central_entry + 46, bad.size()) << "byte " << at << ": " << name;
+        }
+        ++parsed;
+      } catch (const Error&) {
+        ++refused;
+      }
+    }
+  }
+  EXPECT_GT(refused, 50u);  // signatures, counts, offsets, name lengths
+  EXPECT_GT(parsed, 0u);    // CRCs, times, flags are not the parser's to judge
+  std::vector<uint8_t> shorter(data.begin(), data.begin() + 100);
+  shorter.insert(shorter.end(), data.begin() + 200, data.end());
+  EXPECT_NE(refusal(shorter, "shorter.pt"), "");
 }

@@ -789,6 +789,8 @@ TEST(PecTools, TokenFormatsPlanAndExitCodes) {
   EXPECT_EQ(save(ckpt("ds", 300), d + "/new", 300, "--policy sequential --k 1 --plan", "", d + "/plan_new.json"), 0);
   EXPECT_FALSE(fs::exists(d + "/new"));
   EXPECT_EQ(json::parse(file_bytes(d + "/plan_new.json"))["ranks"].size(), 1u);
+  std::ofstream(d + "/afile") << "x";  // --plan refuses what the save would: a store that is a file
+  EXPECT_EQ(save(ckpt("ds", 300), d + "/afile", 300, "--policy sequential --k 1 --plan"), 1);
   EXPECT_EQ(save(ckpt("ds", 300), d + "/s", 300, "--policy sequential"), 2);            // no --k
   EXPECT_EQ(save(ckpt("ds", 300), d + "/s", 300, "--policy nope --k 1"), 2);            // unknown policy
   EXPECT_EQ(save(ckpt("ds", 300), d + "/s", 300, "--policy load-aware --k 1"), 2);      // needs tokens

@@ -95,8 +95,19 @@ TEST(PecReliability, RestoreSweepsTheTemporaryFolderOfAKilledRun) {
   // A live process's folder is not touched (this test process's pid).
   const std::string live = d + "/o/.global_step200.pec-restore-tmp-" + std::to_string(::getpid());
   fs::create_directories(live);
+  // Another step's folders of a dead process: its staging folder is swept too (not only the target
+  // step's), its `-old-` folder kept while global_step100 is absent (then it is the only copy).
+  const pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  waitpid(dead, nullptr, 0);
+  const std::string other = d + "/o/.global_step100.pec-restore-tmp-" + std::to_string(dead);
+  const std::string old = d + "/o/.global_step100.pec-restore-old-" + std::to_string(dead);
+  fs::create_directories(other);
+  fs::create_directories(old);
   ASSERT_EQ(run_logged(restore_cmd(d + "/store", d + "/o")), 0);
   EXPECT_EQ(temporaries(d + "/o"), std::vector<std::string>{fs::path(live).filename().string()});
+  EXPECT_FALSE(fs::exists(other));
+  EXPECT_TRUE(fs::exists(old));
   EXPECT_EQ(tree_bytes(d + "/o/global_step200"), tree_bytes(d + "/ref/global_step200"));
 }
 
