@@ -1,17 +1,14 @@
 // Small file helpers shared by the tests/core files.
 #pragma once
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
+
+#include "support/files.h"
 
 namespace coretest {
 
-// The whole file's bytes.
-inline std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+// The whole file's bytes (tests/support's file_bytes, for paths).
+inline std::string slurp(const std::filesystem::path& p) { return ucpkit::testing::file_bytes(p.string()); }
 
 // The number of entries directly inside `dir`.
 inline size_t entries(const std::filesystem::path& dir) {

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/json_input.h"
+#include "support/errors.h"
 
 using namespace ucpkit;
 
@@ -13,12 +14,7 @@ namespace {
 std::string nested(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
 
 std::string error_of(const std::string& text) {
-  try {
-    parse_json_input(text, "in.json");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return ucpkit::testing::error_of([&] { parse_json_input(text, "in.json"); });
 }
 
 }  // namespace

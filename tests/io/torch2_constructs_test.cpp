@@ -6,17 +6,13 @@
 #include "io/pickle/unpickler.h"
 #include "support/process.h"
 #include "truth_check.h"
+#include "support/errors.h"
 
 namespace iotest {
 namespace {
 
 std::string load_error(const std::string& file) {
-  try {
-    ucpkit::load_torch_file(fixture(file));
-  } catch (const ucpkit::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return ucpkit::testing::error_of([&] { ucpkit::load_torch_file(fixture(file)); }, "(no error)");
 }
 
 std::string written(const std::string& name) {

@@ -13,6 +13,7 @@
 #include "io/pickle/unpickler.h"
 #include "support/process.h"
 #include "truth_check.h"
+#include "support/errors.h"
 
 namespace iotest {
 namespace {
@@ -243,12 +244,7 @@ TEST(TorchInputRejection, TensorViewOutsideStorage) {
 // refuses must be refused here too, or ucp-union copies the damaged file into its output with exit 0.
 std::string unpickle_error(const std::string& pkl) {
   std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(pkl.data()), pkl.size());
-  try {
-    ucpkit::pickle::unpickle(bytes, "damaged.pkl");
-  } catch (const ucpkit::Error& e) {
-    return e.what();
-  }
-  return "";
+  return ucpkit::testing::error_of([&] { ucpkit::pickle::unpickle(bytes, "damaged.pkl"); });
 }
 
 TEST(PickleDamage, MemoIndexBeyondThePickleIsRefused) {

@@ -15,22 +15,19 @@
 #include "core/error.h"
 #include "layout/universal/manifest.h"
 #include "support/process.h"
+#include "support/errors.h"
+#include "support/files.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace ucpkit;
 using namespace ucpkit::layout;
 
+using ucpkit::testing::file_bytes;
+
 namespace {
 
 const fs::path kData = fs::path(UCPKIT_SOURCE_DIR) / "tests" / "layout" / "data";
-
-std::string slurp_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::vector<fs::path> fixture_manifests() {
   std::vector<fs::path> out;
@@ -42,15 +39,10 @@ std::vector<fs::path> fixture_manifests() {
 
 // The message of the Error that from_json throws on `j` (empty when it throws none).
 std::string error_of(const json& j, const std::string& file = "/ckpt/u/manifest.json") {
-  try {
-    (void)UniversalManifest::from_json(j, file);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return ucpkit::testing::error_of([&] { (void)UniversalManifest::from_json(j, file); });
 }
 
-json fixture(const std::string& name) { return json::parse(slurp_file(kData / name)); }
+json fixture(const std::string& name) { return json::parse(file_bytes(kData / name)); }
 
 }  // namespace
 
@@ -59,7 +51,7 @@ TEST(UniversalManifest, FixturesCoverEveryEntryKind) {
   std::set<std::string> keys;
   bool crc = false;
   for (const auto& path : fixture_manifests()) {
-    const json j = json::parse(slurp_file(path));
+    const json j = json::parse(file_bytes(path));
     for (const auto& p : j["params"]) {
       for (const auto& [k, v] : p.items()) keys.insert(k);
       for (const auto& [s, v] : p["states"].items()) crc = crc || v.contains("crc32");
@@ -75,7 +67,7 @@ TEST(UniversalManifest, FixturesCoverEveryEntryKind) {
 TEST(UniversalManifest, ToJsonWritesTheBytesUcpUnionWrote) {
   for (const auto& path : fixture_manifests()) {
     SCOPED_TRACE(path.filename().string());
-    const std::string text = slurp_file(path);
+    const std::string text = file_bytes(path);
     const UniversalManifest m = read_universal_manifest(path.string());
     EXPECT_EQ(m.text(), text);
     // And once more through the struct (write, read, write).
@@ -86,7 +78,7 @@ TEST(UniversalManifest, ToJsonWritesTheBytesUcpUnionWrote) {
 TEST(UniversalManifest, TypedFieldsAreTheRawJson) {
   for (const auto& path : fixture_manifests()) {
     SCOPED_TRACE(path.filename().string());
-    const json j = json::parse(slurp_file(path));
+    const json j = json::parse(file_bytes(path));
     const UniversalManifest m = UniversalManifest::from_json(j, path.string());
     EXPECT_EQ(m.version, j["version"].get<int64_t>());
     EXPECT_EQ(m.source, j["source"]);
@@ -197,7 +189,7 @@ TEST(UniversalManifest, ReadingNamesTheFile) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), (d / "missing.json").string() + ": cannot read (incomplete universal checkpoint?)");
   }
-  std::ofstream(d / "cut.json") << slurp_file(kData / "gpt_pipeline.json").substr(0, 300);
+  std::ofstream(d / "cut.json") << file_bytes(kData / "gpt_pipeline.json").substr(0, 300);
   try {
     (void)read_universal_manifest((d / "cut.json").string());
     ADD_FAILURE() << "no error";

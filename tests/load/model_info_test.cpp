@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "io/pickle/value.h"
 #include "load/model_info.h"
+#include "support/errors.h"
 
 using namespace ucpkit;
 using namespace ucpkit::load;
@@ -18,14 +19,7 @@ using pickle::ValuePtr;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ucpkit::testing::error_of;
 
 layout::UniversalParam entry(const std::string& name, std::vector<int64_t> shape,
                              std::vector<std::string> states = {"fp32", "exp_avg", "exp_avg_sq"}) {

@@ -14,8 +14,11 @@
 #include <nlohmann/json.hpp>
 
 #include "support/process.h"
+#include "support/files.h"
 
 namespace fs = std::filesystem;
+
+using ucpkit::testing::file_bytes;
 
 namespace {
 
@@ -34,13 +37,6 @@ std::string ds_line_of(const fs::path& universal) {
   return j["source"].value("ds_line", std::string("<none>"));
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // Every atomic file (zero/<param>/<state>.pt) of `a` is in `b` with the same bytes, and no more.
 void expect_same_atomics(const fs::path& a, const fs::path& b) {
   size_t files = 0, in_b = 0;
@@ -48,7 +44,7 @@ void expect_same_atomics(const fs::path& a, const fs::path& b) {
     if (!e.is_regular_file() || e.path().filename() == "optimizer_state.pt") continue;
     const auto rel = fs::relative(e.path(), a);
     ASSERT_TRUE(fs::exists(b / rel)) << rel;
-    EXPECT_TRUE(slurp(e.path()) == slurp(b / rel)) << rel << " differs";
+    EXPECT_TRUE(file_bytes(e.path()) == file_bytes(b / rel)) << rel << " differs";
     ++files;
   }
   for (const auto& e : fs::recursive_directory_iterator(b / "zero"))

@@ -17,8 +17,11 @@
 #include <nlohmann/json.hpp>
 
 #include "support/process.h"
+#include "support/files.h"
 
 namespace fs = std::filesystem;
+
+using ucpkit::testing::file_bytes;
 
 namespace {
 
@@ -31,13 +34,6 @@ int sh(const std::string& cmd, std::string* out = nullptr) { return ucpkit::test
 
 // A fresh folder per test process (name + pid): tests running at once never share one.
 std::string scratch(const std::string& name) { return ucpkit::testing::scratch_dir(name); }
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 nlohmann::json cases() {
   std::ifstream in(fs::path(kFx) / "cases.json");
@@ -60,12 +56,12 @@ void expect_same_universal(const fs::path& a, const fs::path& b) {
     if (!e.is_regular_file() || e.path().filename() == "optimizer_state.pt") continue;
     const auto rel = fs::relative(e.path(), a);
     ASSERT_TRUE(fs::exists(b / rel)) << rel;
-    EXPECT_TRUE(slurp(e.path()) == slurp(b / rel)) << rel << " differs";
+    EXPECT_TRUE(file_bytes(e.path()) == file_bytes(b / rel)) << rel << " differs";
     ++files;
   }
   EXPECT_GT(files, 10u);
-  auto ma = nlohmann::json::parse(slurp(a / "manifest.json"));
-  auto mb = nlohmann::json::parse(slurp(b / "manifest.json"));
+  auto ma = nlohmann::json::parse(file_bytes(a / "manifest.json"));
+  auto mb = nlohmann::json::parse(file_bytes(b / "manifest.json"));
   ASSERT_EQ(ma["params"].size(), mb["params"].size());
   for (size_t i = 0; i < ma["params"].size(); ++i) {
     const auto& x = ma["params"][i];
@@ -173,7 +169,7 @@ TEST(LoadPlan, PrintsUcpInfoJsonAndWritesNothing) {
             0)
       << out;
   j = nlohmann::json::parse(out);
-  const auto m = nlohmann::json::parse(slurp(universal() / "manifest.json"));
+  const auto m = nlohmann::json::parse(file_bytes(universal() / "manifest.json"));
   // Units: every element of every atomic tensor in exactly one, units in order, at most
   // unit_elements long (0.05 MB / 32).
   std::map<std::pair<std::string, std::string>, int64_t> covered;
@@ -241,7 +237,7 @@ TEST(LoadBadInput, ClearErrorNonZeroExitNothingWritten) {
   fs::remove(d / "missing" / "zero" / "language_model.encoder.final_layernorm.weight" / "exp_avg.pt");
   fs::copy(u, d / "badcrc", fs::copy_options::recursive);
   {
-    auto m = nlohmann::json::parse(slurp(d / "badcrc" / "manifest.json"));
+    auto m = nlohmann::json::parse(file_bytes(d / "badcrc" / "manifest.json"));
     m["params"][0]["states"]["fp32"]["crc32"] = "00000000";
     std::ofstream(d / "badcrc" / "manifest.json") << m.dump();
   }
@@ -295,7 +291,7 @@ TEST(LoadBadInput, ZeroThreeSourceInconsistentSubGroupsOrModelFiles) {
       << out;
   fs::copy(d / "u", d / "files", fs::copy_options::recursive);
   {
-    auto m = nlohmann::json::parse(slurp(d / "files" / "manifest.json"));
+    auto m = nlohmann::json::parse(file_bytes(d / "files" / "manifest.json"));
     m["model_files"].erase(m["model_files"].size() - 1);
     std::ofstream(d / "files" / "manifest.json") << m.dump();
   }
@@ -310,7 +306,7 @@ TEST(LoadBadInput, ZeroThreeSourceInconsistentSubGroupsOrModelFiles) {
 
 // Atomic element bytes of a universal checkpoint, from its manifest (numel * 4 per state tensor).
 uint64_t atomic_bytes(const fs::path& u) {
-  const auto m = nlohmann::json::parse(slurp(u / "manifest.json"));
+  const auto m = nlohmann::json::parse(file_bytes(u / "manifest.json"));
   uint64_t total = 0;
   for (const auto& p : m["params"]) {
     uint64_t n = 4;
@@ -382,7 +378,7 @@ TEST(LoadMpi, ExchangeChecksumMismatchStopsEveryRankCleanly) {
   if (sh("command -v mpirun", &out) != 0) GTEST_SKIP() << "no mpirun";
   const fs::path d = scratch("mpi_bad");
   fs::copy(universal(), d / "bad", fs::copy_options::recursive);
-  auto m = nlohmann::json::parse(slurp(d / "bad" / "manifest.json"));
+  auto m = nlohmann::json::parse(file_bytes(d / "bad" / "manifest.json"));
   const size_t victim = m["params"].size() / 2;  // a batch in the middle
   m["params"][victim]["states"]["exp_avg"]["crc32"] = "00000000";
   std::ofstream(d / "bad" / "manifest.json") << m.dump();
@@ -540,7 +536,7 @@ TEST(LoadPipelineNumbering, FromPatternFileWithoutRecordElseRefused) {
                    src.string() + " --output " + (d / "u").string(), &out),
             0)
       << out;
-  auto m = nlohmann::json::parse(slurp(d / "u" / "manifest.json"));
+  auto m = nlohmann::json::parse(file_bytes(d / "u" / "manifest.json"));
   ASSERT_EQ(m["source"]["pipeline_numbering"]["embedding"], 1);  // read from the layer files
   ASSERT_EQ(m["source"]["pipeline_numbering"]["tied_head"], 7);
   m["source"].erase("pipeline_numbering");
@@ -579,7 +575,7 @@ TEST(LoadManifest, OptimizerStateIsReadFromTheFileTheManifestNames) {
   fs::copy(d / "u", d / "moved", fs::copy_options::recursive);
   fs::rename(d / "moved" / "zero" / "optimizer_state.pt", d / "moved" / "common_state.pt");
   fs::copy(d / "moved", d / "stale", fs::copy_options::recursive);
-  auto m = nlohmann::json::parse(slurp(d / "moved" / "manifest.json"));
+  auto m = nlohmann::json::parse(file_bytes(d / "moved" / "manifest.json"));
   ASSERT_EQ(m.at("optimizer_state"), "zero/optimizer_state.pt");
   m["optimizer_state"] = "common_state.pt";
   std::ofstream(d / "moved" / "manifest.json") << m.dump(1);
@@ -592,7 +588,7 @@ TEST(LoadManifest, OptimizerStateIsReadFromTheFileTheManifestNames) {
   for (const auto& e : fs::recursive_directory_iterator(d / "ref")) {
     if (!e.is_regular_file()) continue;
     const auto rel = fs::relative(e.path(), d / "ref");
-    EXPECT_TRUE(slurp(e.path()) == slurp(d / "o" / rel)) << rel << " differs";
+    EXPECT_TRUE(file_bytes(e.path()) == file_bytes(d / "o" / rel)) << rel << " differs";
     ++files;
   }
   EXPECT_GT(files, 2u);

@@ -17,10 +17,13 @@
 #include "load/universal_reader.h"
 #include "load/universal_fixture.h"
 #include "support/process.h"
+#include "support/files.h"
 
 using namespace ucpkit;
 using namespace ucpkit::load;
 namespace fs = std::filesystem;
+
+using ucpkit::testing::file_bytes;
 
 namespace {
 
@@ -106,11 +109,6 @@ TEST(SafetensorsShards, GreedyOnRandomModels) {
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // Writes the export of the GPT fixture's universal checkpoint and checks it: the byte count returned,
 // the file names and count, 8-byte aligned tensor data, and every tensor equal to dsgen's ground truth
 // converted by torch (tests/load/read_safetensors.py).
@@ -136,7 +134,7 @@ void export_and_read_back(DType dtype, const char* dtype_arg, uint64_t shard_byt
     got.insert(e.path().filename().string());
     sizes += fs::file_size(e.path());
     if (e.path().extension() == ".safetensors") {
-      const std::string raw = slurp(e.path());
+      const std::string raw = file_bytes(e.path());
       ASSERT_GE(raw.size(), 8u);
       uint64_t h = 0;
       for (int b = 0; b < 8; ++b) h |= static_cast<uint64_t>(static_cast<uint8_t>(raw[b])) << (8 * b);
@@ -145,7 +143,7 @@ void export_and_read_back(DType dtype, const char* dtype_arg, uint64_t shard_byt
   }
   EXPECT_EQ(got, want);  // no temporary file left either
   EXPECT_EQ(n, sizes);
-  const auto index = nlohmann::json::parse(slurp(dir / "model.safetensors.index.json"));
+  const auto index = nlohmann::json::parse(file_bytes(dir / "model.safetensors.index.json"));
   EXPECT_EQ(index["weight_map"].size(), model.params.size());
 
   std::string out;

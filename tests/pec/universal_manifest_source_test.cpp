@@ -12,21 +12,17 @@
 #include <nlohmann/json.hpp>
 
 #include "support/process.h"
+#include "support/files.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using ucpkit::testing::run_command;
 
+using ucpkit::testing::file_bytes;
+
 namespace {
 const std::string kFx = UCPKIT_FIXTURES_DIR;
 const std::string kBin = UCPKIT_BIN_DIR;
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // (MoE layer, expert) -> the stored files' paths, and experts per layer, from the store's one manifest.
 std::pair<std::map<std::pair<int, int>, std::vector<std::string>>, json> stored_experts(const fs::path& store) {
@@ -36,7 +32,7 @@ std::pair<std::map<std::pair<int, int>, std::vector<std::string>>, json> stored_
   for (const auto& e : fs::recursive_directory_iterator(store))
     if (e.path().parent_path().filename() == "manifests" && e.path().extension() == ".json") {
       ++manifests;
-      const json m = json::parse(slurp(e.path()))["manifest"];
+      const json m = json::parse(file_bytes(e.path()))["manifest"];
       per_layer = m["experts_per_layer"];
       for (const auto& x : m["experts"])
         for (const auto& f : x["files"]) out[{x["moe_layer"].get<int>(), x["expert"].get<int>()}].push_back(f["path"]);
@@ -48,7 +44,7 @@ std::pair<std::map<std::pair<int, int>, std::vector<std::string>>, json> stored_
 std::map<std::string, std::string> tree_bytes(const fs::path& root) {
   std::map<std::string, std::string> out;
   for (const auto& e : fs::recursive_directory_iterator(root))
-    if (e.is_regular_file()) out[fs::relative(e.path(), root).string()] = slurp(e.path());
+    if (e.is_regular_file()) out[fs::relative(e.path(), root).string()] = file_bytes(e.path());
   return out;
 }
 
@@ -63,7 +59,7 @@ TEST(PecUniversalManifest, ExpertsFromTheManifestAreThoseOfTheFolderNames) {
   const fs::path d = ucpkit::testing::scratch_dir("pec_universal_manifest");
   std::string out;
   ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + kFx + "/ds/step100 --output " + (d / "u").string(), &out), 0) << out;
-  const json manifest = json::parse(slurp(d / "u" / "manifest.json"));
+  const json manifest = json::parse(file_bytes(d / "u" / "manifest.json"));
   size_t expert_files = 0;  // each expert parameter's state files and step.pt
   for (const auto& p : manifest["params"])
     if (p.contains("expert")) expert_files += p["states"].size() + (p["step"].get<bool>() ? 1 : 0);
@@ -94,7 +90,7 @@ TEST(PecUniversalManifest, AnExpertTheFolderLacksOrABadManifestIsRefused) {
   const fs::path d = ucpkit::testing::scratch_dir("pec_universal_manifest_bad");
   std::string out;
   ASSERT_EQ(run_command(kBin + "/ucp-union -q --input " + kFx + "/ds/step100 --output " + (d / "u").string(), &out), 0) << out;
-  json manifest = json::parse(slurp(d / "u" / "manifest.json"));
+  json manifest = json::parse(file_bytes(d / "u" / "manifest.json"));
   // The last expert of the last MoE layer: without the manifest nothing would tell it is missing.
   size_t last = 0;
   for (size_t i = 0; i < manifest["params"].size(); ++i)

@@ -21,8 +21,11 @@
 #include "placement/loads.h"
 #include "ucp/shard_reader.h"
 #include "support/process.h"
+#include "support/files.h"
 
 namespace fs = std::filesystem;
+
+using ucpkit::testing::file_bytes;
 
 namespace {
 
@@ -37,13 +40,6 @@ fs::path scratch(const std::string& name) {
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 void write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
@@ -90,7 +86,7 @@ TEST(StrideZero, UnionOfExpandedEqualsUnionOfDense) {
   for (const auto& e : fs::recursive_directory_iterator(d / "dense")) {
     if (!e.is_regular_file()) continue;
     const fs::path rel = fs::relative(e.path(), d / "dense");
-    std::string a = slurp(e.path()), b = slurp(d / "exp" / rel);
+    std::string a = file_bytes(e.path()), b = file_bytes(d / "exp" / rel);
     if (rel == "manifest.json") {  // names its input folder
       for (size_t at; (at = a.find(kFx + "/dense")) != std::string::npos;) a.replace(at, kFx.size() + 6, "IN");
       for (size_t at; (at = b.find(kFx + "/expanded")) != std::string::npos;) b.replace(at, kFx.size() + 9, "IN");
@@ -272,8 +268,8 @@ TEST(PickleClassPath, DamagedClassPathIsRefused) {
 
   // A checkpoint that really pickles such a class: the user says so, and the file is carried through.
   EXPECT_EQ(sh(union_cmd("renamed_root", d / "t", "--trust-module other --trust-module _Wbuiltin__"), &out), 0) << out;
-  EXPECT_EQ(slurp(fs::path(kFx) / "renamed_root/global_step10/mp_rank_00_model_states.pt"),
-            slurp(d / "t/mp_rank_00_model_states.pt"));
+  EXPECT_EQ(file_bytes(fs::path(kFx) / "renamed_root/global_step10/mp_rank_00_model_states.pt"),
+            file_bytes(d / "t/mp_rank_00_model_states.pt"));
   // Trusting collections gets past the class check; the root is then no dict (torch.load would fail too).
   EXPECT_EQ(sh(union_cmd("renamed_name", d / "t2", "--trust-module collections"), &out), 1) << out;
   EXPECT_NE(out.find("not a model-states dict"), std::string::npos) << out;

@@ -14,8 +14,11 @@
 #include <string>
 #include <thread>
 #include "support/process.h"
+#include "support/files.h"
 
 namespace fs = std::filesystem;
+
+using ucpkit::testing::file_bytes;
 
 namespace {
 
@@ -29,13 +32,6 @@ fs::path scratch(const std::string& name) {
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 bool has_staging(const fs::path& dir) {
@@ -63,9 +59,9 @@ void expect_appearing_target_kept(const std::string& cmd, const fs::path& target
   std::ofstream(target / "mine.txt") << "a user's folder\n";
   std::ofstream(go) << "go\n";
   runner.join();
-  EXPECT_EQ(slurp(target.parent_path() / "rc"), "1\n") << slurp(log);
-  EXPECT_NE(slurp(log).find("appeared while this run was writing it"), std::string::npos) << slurp(log);
-  EXPECT_NE(slurp(log).find(target.string()), std::string::npos) << slurp(log);
+  EXPECT_EQ(file_bytes(target.parent_path() / "rc"), "1\n") << file_bytes(log);
+  EXPECT_NE(file_bytes(log).find("appeared while this run was writing it"), std::string::npos) << file_bytes(log);
+  EXPECT_NE(file_bytes(log).find(target.string()), std::string::npos) << file_bytes(log);
   EXPECT_TRUE(fs::exists(target / "mine.txt"));
   EXPECT_EQ(std::distance(fs::directory_iterator(target), fs::directory_iterator()), 1);
   EXPECT_FALSE(has_staging(target.parent_path()));
@@ -116,7 +112,7 @@ TEST(Durability, FlushBeforeRenameThenParentFsync) {
                  &out),
               0)
         << out;
-    std::istringstream lines(slurp(log));
+    std::istringstream lines(file_bytes(log));
     std::string line;
     int syncfs_at = -1, rename_at = -1, fsync_after = -1, i = 0;
     for (; std::getline(lines, line); ++i) {
@@ -127,14 +123,14 @@ TEST(Durability, FlushBeforeRenameThenParentFsync) {
         rename_at = i;
       if (rename_at >= 0 && i > rename_at && line.find("fsync(") != std::string::npos) fsync_after = i;
     }
-    EXPECT_GE(rename_at, 0) << "no rename of the staging folder onto " << target << ":\n" << slurp(log);
+    EXPECT_GE(rename_at, 0) << "no rename of the staging folder onto " << target << ":\n" << file_bytes(log);
     if (sync) {
-      EXPECT_GE(syncfs_at, 0) << "no syncfs before the rename:\n" << slurp(log);
+      EXPECT_GE(syncfs_at, 0) << "no syncfs before the rename:\n" << file_bytes(log);
       EXPECT_LT(syncfs_at, rename_at);
     } else {
-      EXPECT_LT(syncfs_at, 0) << "--no-sync still flushed:\n" << slurp(log);
+      EXPECT_LT(syncfs_at, 0) << "--no-sync still flushed:\n" << file_bytes(log);
     }
-    EXPECT_GT(fsync_after, rename_at) << "the parent folder was not fsynced after the rename:\n" << slurp(log);
+    EXPECT_GT(fsync_after, rename_at) << "the parent folder was not fsynced after the rename:\n" << file_bytes(log);
   }
   fs::remove_all(d);
 }

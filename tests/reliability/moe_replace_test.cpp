@@ -13,8 +13,11 @@
 #include <sstream>
 #include <string>
 #include "support/process.h"
+#include "support/files.h"
 
 namespace fs = std::filesystem;
+
+using ucpkit::testing::file_bytes;
 
 namespace {
 
@@ -31,13 +34,6 @@ fs::path scratch(const std::string& name) {
 }
 
 void write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 void expect_one_line(const std::string& out) {
   std::string s = out;
@@ -103,8 +99,8 @@ TEST(MoeReplaceOutput, FailingSvgLeavesNoPlan) {
                &out),
             0)
       << out;
-  EXPECT_NE(slurp(d / "re.svg").find("<svg"), std::string::npos);
-  EXPECT_NE(slurp(d / "re.svg").find("previous plan"), std::string::npos);
+  EXPECT_NE(file_bytes(d / "re.svg").find("<svg"), std::string::npos);
+  EXPECT_NE(file_bytes(d / "re.svg").find("previous plan"), std::string::npos);
   fs::remove_all(d);
 }
 
@@ -134,7 +130,7 @@ TEST(MoeReplaceInput, SvgLayerOutOfRangeIsAUsageError) {
                &out),
             0)
       << out;
-  EXPECT_NE(slurp(d / "p.svg").find("layer 1"), std::string::npos);
+  EXPECT_NE(file_bytes(d / "p.svg").find("layer 1"), std::string::npos);
   fs::remove_all(d);
 }
 
@@ -146,7 +142,7 @@ TEST(MoeReplaceInput, JsonTypeErrorsNameTheFileAndTheKey) {
   write(d / "loads.json", "[[1, 2, 3, 4], [4, 3, 2, 1]]");
   std::string out;
   ASSERT_EQ(sh(kBin + "/moe-replace -q" + cluster(d) + " --output " + (d / "good.json").string(), &out), 0) << out;
-  const nlohmann::json good = nlohmann::json::parse(slurp(d / "good.json"));
+  const nlohmann::json good = nlohmann::json::parse(file_bytes(d / "good.json"));
   struct Case {
     std::string key;     // what the message must name
     nlohmann::json plan;

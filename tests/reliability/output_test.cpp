@@ -11,29 +11,25 @@
 #include <string>
 
 #include "support/process.h"
+#include "support/files.h"
 
 namespace fs = std::filesystem;
 using ucpkit::testing::quote;
 using ucpkit::testing::run_command;
 using ucpkit::testing::scratch_dir;
 
+using ucpkit::testing::file_bytes;
+
 namespace {
 
 const std::string kBin = UCPKIT_BIN_DIR;
 const std::string kFx = UCPKIT_FIXTURES_DIR;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // Every regular file under `dir` (relative name -> content).
 std::map<std::string, std::string> tree(const fs::path& dir) {
   std::map<std::string, std::string> out;
   for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = slurp(e.path());
+    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = file_bytes(e.path());
   return out;
 }
 

@@ -19,9 +19,12 @@
 #include "core/error.h"
 #include "io/pickle/unpickler.h"
 #include "support/process.h"
+#include "support/files.h"
 
 namespace fs = std::filesystem;
 using ucpkit::testing::run_command;
+
+using ucpkit::testing::file_bytes;
 
 namespace {
 
@@ -35,13 +38,6 @@ fs::path copy_gpt(const fs::path& dir) {
   const fs::path to = dir / "gpt";
   fs::copy(kFx + "/gpt", to, fs::copy_options::recursive);
   return to;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 int count_of(const std::string& s, const std::string& what) {
@@ -99,7 +95,7 @@ TEST(WeakMessages, CopyReportsTheRealErrno) {
     EXPECT_EQ(what.rfind("/dev/full: ", 0), 0u) << what;
   }
   ucpkit::copy_file_contents(src, (d / "copy.pt").string());  // and a normal copy is exact
-  EXPECT_EQ(slurp(d / "copy.pt"), slurp(src));
+  EXPECT_EQ(file_bytes(d / "copy.pt"), file_bytes(src));
 }
 
 // A field of plan.json / manifest.json of another type printed nlohmann's text alone
@@ -108,7 +104,7 @@ TEST(WeakMessages, JsonTypeErrorsNameTheFile) {
   const fs::path d = scratch("jsontype");
   std::string out;
   ASSERT_EQ(run_command(kBin + "/ucp-extract -q --no-sync --input " + kFx + "/gpt --output " + (d / "w").string(), &out), 0) << out;
-  std::string plan = slurp(d / "w" / "plan.json");
+  std::string plan = file_bytes(d / "w" / "plan.json");
   const size_t at = plan.find("\"optimizer_state_file\": \"");
   ASSERT_NE(at, std::string::npos);
   const size_t v = at + std::string("\"optimizer_state_file\": ").size();
@@ -118,7 +114,7 @@ TEST(WeakMessages, JsonTypeErrorsNameTheFile) {
   EXPECT_NE(out.find((d / "w" / "plan.json").string() + ": malformed plan"), std::string::npos) << out;
 
   ASSERT_EQ(run_command(kBin + "/ucp-union -q --no-sync --input " + kFx + "/gpt --output " + (d / "U").string(), &out), 0) << out;
-  std::string m = slurp(d / "U" / "manifest.json");
+  std::string m = file_bytes(d / "U" / "manifest.json");
   const size_t c = m.find("\"crc32\": \"");
   ASSERT_NE(c, std::string::npos);
   const size_t cv = c + std::string("\"crc32\": ").size();

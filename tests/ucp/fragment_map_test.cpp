@@ -12,6 +12,7 @@
 #include "layout/deepspeed/moe.h"
 #include "patterns/pattern_set.h"
 #include "ucp/fragment_map.h"
+#include "support/errors.h"
 
 namespace ucpkit::ucp {
 namespace {
@@ -24,14 +25,7 @@ std::vector<Frag> frags(const std::vector<SourceFragment>& fr) {
   return out;
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ucpkit::testing::error_of;
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -76,11 +70,11 @@ TEST(UcpFragmentMap, ExpertGroupFollowsTheEpTopology) {
 TEST(UcpFragmentMap, GroupPartitionRefusesAWrongPartitionCountOrNoEpSize) {
   GroupInfo info;
   info.partition_count = 3;
-  const std::string m = message_of([&] { group_partition(info, 2, 0, 4, false, "r0.pt"); });
+  const std::string m = error_of([&] { group_partition(info, 2, 0, 4, false, "r0.pt"); });
   EXPECT_TRUE(has(m, "r0.pt") && has(m, "param group 2 has partition_count 3, expected 4")) << m;
   GroupInfo moe;
   moe.moe = true;
-  EXPECT_TRUE(has(message_of([&] { group_partition(moe, 1, 0, 4, false, "r0.pt"); }), "has no ep_size_<N> name"));
+  EXPECT_TRUE(has(error_of([&] { group_partition(moe, 1, 0, 4, false, "r0.pt"); }), "has no ep_size_<N> name"));
 }
 
 TEST(UcpFragmentMap, ParameterCutAtAPartitionBoundaryGetsOneFragmentPerPartition) {
@@ -116,7 +110,7 @@ TEST(UcpFragmentMap, CoverageRefusesMissingAndDoubledPartitions) {
     ExtractPlan plan;
     plan.files = {"r0.pt"};
     map.add(plan, dense_group(0, 0, 2, {{"a", 0, 4}}), shapes, "m.pt", "r0.pt");
-    const std::string m = message_of([&] { check_zero12_coverage(plan, 1, "ckpt"); });
+    const std::string m = error_of([&] { check_zero12_coverage(plan, 1, "ckpt"); });
     EXPECT_TRUE(has(m, "ckpt: parameter a tp rank 0: fragments hold 4 elements but its shape [8] needs 8")) << m;
   }
   {
@@ -125,7 +119,7 @@ TEST(UcpFragmentMap, CoverageRefusesMissingAndDoubledPartitions) {
     plan.files = {"r0.pt", "r0-copy.pt"};
     map.add(plan, dense_group(0, 0, 2, {{"a", 0, 4}}), shapes, "m.pt", "r0.pt");
     map.add(plan, dense_group(1, 0, 2, {{"a", 0, 4}}), shapes, "m.pt", "r0-copy.pt");
-    const std::string m = message_of([&] { check_zero12_coverage(plan, 1, "ckpt"); });
+    const std::string m = error_of([&] { check_zero12_coverage(plan, 1, "ckpt"); });
     EXPECT_TRUE(has(m, "r0-copy.pt: parameter a appears twice in partition 0")) << m;
   }
 }
@@ -137,7 +131,7 @@ TEST(UcpFragmentMap, ParameterWithoutShapeIsRefusedNamingTheModelFile) {
   ExtractPlan plan;
   plan.files = {"r0.pt"};
   const std::string m =
-      message_of([&] { map.add(plan, dense_group(0, 0, 1, {{"ghost", 0, 4}}), ShapeMap{}, "mp_rank_00.pt", "r0.pt"); });
+      error_of([&] { map.add(plan, dense_group(0, 0, 1, {{"ghost", 0, 4}}), ShapeMap{}, "mp_rank_00.pt", "r0.pt"); });
   EXPECT_TRUE(has(m, "r0.pt") && has(m, "ghost has no shape in mp_rank_00.pt")) << m;
 }
 
@@ -172,7 +166,7 @@ TEST(UcpFragmentMap, NativeExpertIsRenamedToItsGlobalId) {
   EXPECT_EQ(frags(plan.params[0].fragments[0]), (std::vector<Frag>{{0, 1, 0, 4, 0}}));
   // A local index beyond the experts per EP rank is refused.
   g.fragments = {{layout::with_expert_index(kExpert1, 2), 0, 4}};
-  EXPECT_TRUE(has(message_of([&] { map.add(plan, g, shapes, "m.pt", "r1.pt"); }), "only 2 experts per EP rank"));
+  EXPECT_TRUE(has(error_of([&] { map.add(plan, g, shapes, "m.pt", "r1.pt"); }), "only 2 experts per EP rank"));
 }
 
 // An AutoEP layer of 4 experts over EP 2 (2 local experts).
@@ -283,10 +277,10 @@ TEST(UcpFragmentMap, Zero3ShardWithOtherStatesOrAMissingRankIsRefused) {
   plan.files = {"z0.pt", "z1.pt"};
   const auto index = zero3_params(plan, {tp0}, {}, {}, {"m0.pt"});
   add_zero3_subgroup(plan, index, dense_sub(0, 2, {"fp32", "exp_avg"}), tp0[0], {}, {}, 2, "m.pt", "z0.pt");
-  const std::string cov = message_of([&] { check_zero3_coverage(plan, 1, "ckpt"); });
+  const std::string cov = error_of([&] { check_zero3_coverage(plan, 1, "ckpt"); });
   EXPECT_TRUE(has(cov, "ckpt: parameter a: ZeRO-3 slices hold 2 of 4 elements")) << cov;
   const Zero3SubGroup sub = dense_sub(1, 2, {"fp32"});
-  const std::string m = message_of([&] { add_zero3_subgroup(plan, index, sub, tp0[0], {}, {}, 2, "m.pt", "z1.pt"); });
+  const std::string m = error_of([&] { add_zero3_subgroup(plan, index, sub, tp0[0], {}, {}, 2, "m.pt", "z1.pt"); });
   EXPECT_TRUE(has(m, "z1.pt") && has(m, "holds other optimizer states than tp rank 0, dp rank 0")) << m;
 }
 
@@ -294,7 +288,7 @@ TEST(UcpFragmentMap, Zero3TpRanksMustListTheSameParameters) {
   const SubGroups tp0 = {{{"a", {4}}, {"b", {2}}}};
   const SubGroups tp1 = {{{"a", {4}}, {"c", {2}}}};
   ExtractPlan plan;
-  const std::string m = message_of([&] { zero3_params(plan, {tp0, tp1}, {}, {}, {"m0.pt", "m1.pt"}); });
+  const std::string m = error_of([&] { zero3_params(plan, {tp0, tp1}, {}, {}, {"m0.pt", "m1.pt"}); });
   EXPECT_TRUE(has(m, "m1.pt") && has(m, "parameter c is not in tp rank 0's param_shapes")) << m;
   ExtractPlan again;
   const auto index = zero3_params(again, {tp0, {{{"a", {4}}, {"b", {3}}}}}, {}, {}, {"m0.pt", "m1.pt"});
@@ -330,7 +324,7 @@ TEST(UcpFragmentMap, Zero3AutoEpSliceGoesToItsEpRanksPart) {
   sub.autoep_expert = false;
   sub.partition_count = 4;
   sub.partition_rank = 3;
-  EXPECT_TRUE(has(message_of([&] { add_zero3_subgroup(plan, index, sub, tp0[0], {a}, autoep_param, 4, "m3.pt", "z3.pt"); }),
+  EXPECT_TRUE(has(error_of([&] { add_zero3_subgroup(plan, index, sub, tp0[0], {a}, autoep_param, 4, "m3.pt", "z3.pt"); }),
                   "is a dense sub-group but holds AutoEP expert weight m.experts.w1"));
 }
 
