@@ -67,9 +67,9 @@ void AtomicFile::write_zeros(size_t n) {
   }
 }
 
-void AtomicFile::flush() {
+void AtomicFile::flush(bool keep_buffer) {
   flush_buffer();
-  std::string().swap(buffer_);
+  if (!keep_buffer) std::string().swap(buffer_);
 }
 
 void AtomicFile::skip(uint64_t n) {

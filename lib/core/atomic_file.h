@@ -28,9 +28,9 @@ class AtomicFile {
   // ranges never are) while no other member function runs.
   void pwrite_at(uint64_t offset, std::span<const uint8_t> bytes);
   uint64_t offset() const { return offset_; }
-  // Writes out buffered bytes and frees the buffer (files kept open for a long time; a crash point
-  // that must find the bytes so far in the file).
-  void flush();
+  // Writes out buffered bytes; frees the buffer unless `keep_buffer` (files kept open for a long time
+  // free it; a crash point that must find the bytes so far in the file keeps it for the writes after).
+  void flush(bool keep_buffer = false);
   // Flushes the buffer and starts the write-back of the file to the disk without waiting for it
   // (sync_file_range): a later fsync of the file or syncfs finds little left to do.
   void start_writeback();

@@ -254,7 +254,7 @@ DeviceLoadResult load_partition_to_device(const DeviceLoadRequest& req) {
   cudaStream_t stream;
   cuda_check(cudaStreamCreate(&stream), "cudaStreamCreate");
   load::UniversalReader reader(model, req.universal_dir, req.verify);
-  load::DeepSpeedWriter writer(model, plan, reader, load_torch(model.optimizer_state_path));  // the manifest's
+  load::DeepSpeedWriter writer(model, plan, reader, model.optimizer_state);  // its only user
   const int threads = parallel::thread_count(0);
   res.phase_seconds["setup"] = since(t_start);
 

@@ -422,18 +422,10 @@ void DirectSource::whole_crc(int param, int state, uint32_t crc) {
   crc_[{param, state}] = crc;
 }
 
-namespace {
-std::string hex(uint32_t c) {
-  char b[16];
-  std::snprintf(b, sizeof b, "%08x", static_cast<unsigned>(c));
-  return b;
-}
-}  // namespace
-
 nlohmann::json DirectSource::checksums() const {
   std::lock_guard lock(crc_mu_);
   nlohmann::json j = nlohmann::json::object();
-  for (const auto& [k, c] : crc_) j[model_.params[k.first].name][model_.states[k.second]] = hex(c);
+  for (const auto& [k, c] : crc_) j[model_.params[k.first].name][model_.states[k.second]] = layout::crc32_text(c);
   return j;
 }
 
@@ -455,10 +447,10 @@ size_t DirectSource::compare_with(const std::string& manifest_path) const {
     if (it == entries.end()) throw Error(path.string() + ": no parameter " + name + " (the source has it)");
     auto st = it->second->states.find(state);
     if (st == it->second->states.end()) throw Error(path.string() + ": parameter " + name + " has no state " + state);
-    const std::string want = st->second.crc32 ? hex(*st->second.crc32) : std::string();
-    if (want != hex(c))
-      throw Error(path.string() + ": parameter " + name + " " + state + ": crc32 " + hex(c) +
-                  " computed from the source, the manifest says " + (want.empty() ? "nothing" : want));
+    if (st->second.crc32 != c)
+      throw Error(path.string() + ": parameter " + name + " " + state + ": crc32 " + layout::crc32_text(c) +
+                  " computed from the source, the manifest says " +
+                  (st->second.crc32 ? layout::crc32_text(*st->second.crc32) : std::string("nothing")));
     ++compared;
   }
   return compared;

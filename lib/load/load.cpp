@@ -54,7 +54,6 @@ nlohmann::json LoadSummary::to_json() const {
 // Direct mode: the source's extract plan and the common optimizer state ucp-union would write.
 struct DirectInput {
   ucp::ExtractPlan plan;
-  pickle::ValuePtr optimizer_state;
 };
 
 namespace {
@@ -72,9 +71,7 @@ Prepared prepare(const LoadOptions& options) {
   } else {  // a native checkpoint, read directly (issue 18)
     auto d = std::make_shared<DirectInput>();
     d->plan = direct_plan(options.input);
-    auto meta = direct_meta(d->plan);
-    d->optimizer_state = meta.optimizer_state;
-    p.model = model_info_from(meta);
+    p.model = model_info_from(direct_meta(d->plan));
     p.direct = std::move(d);
   }
   if (options.vocab_multiple > 0) {
@@ -154,10 +151,8 @@ void raise_open_file_limit() {
   }
 }
 
-pickle::ValuePtr common_optimizer_state(const Prepared& p) {
-  if (p.direct) return pickle::deep_copy(p.direct->optimizer_state);
-  return load_torch(p.model.optimizer_state_path);  // the manifest's optimizer_state
-}
+// Each writer gets its own copy of the common optimizer state (it sets the target's fields in it).
+pickle::ValuePtr common_optimizer_state(const Prepared& p) { return pickle::deep_copy(p.model.optimizer_state); }
 
 // The exchange's inputs: every target file laid out, and the plan made from what they need (the
 // same on every rank).

@@ -10,6 +10,7 @@
 
 #include "core/confine.h"
 #include "core/error.h"
+#include "io/shape.h"
 #include "io/torch/torch_file.h"
 #include "layout/deepspeed/autoep.h"
 #include "layout/deepspeed/module_tree.h"
@@ -198,8 +199,7 @@ std::map<std::string, ParamInfo> params_from_manifest(ModelInfo& m, const Univer
     p.name = e.name;
     p.shape = e.shape;
     p.rule = patterns::classify(m.patterns, p.name);
-    p.stored_numel = 1;
-    for (auto d : p.shape) p.stored_numel *= d;
+    p.stored_numel = numel_of(p.shape);
     // ds_to_universal's ZeRO-3 TP = 1 form keeps the vocabulary padding: the universal tensor is the
     // first original_vocab_size rows (the same rows the TP > 1 form keeps), the padding is dropped.
     if (e.flat && p.rule.vocab && m.patterns.original_vocab_size && !p.shape.empty() &&
@@ -394,12 +394,12 @@ ModelInfo model_info_from(const UniversalMeta& meta) {
   read_model_file_facts(m, first, src.data_before_expert.has_value());
   // Optimizer flavour of the source (BF16_Optimizer shards have no zero_stage).
   const fs::path opt = meta.optimizer_state_path;
-  if (!meta.optimizer_state) m.optimizer_state_path = opt.string();
   ValuePtr osd = meta.optimizer_state;
   if (!osd) {
     if (!fs::exists(opt)) throw Error(opt.string() + ": missing (the universal checkpoint is incomplete)");
     osd = load_torch(opt.string());
   }
+  m.optimizer_state = osd;
   m.source_bf16_optimizer = osd && osd->kind == Kind::Dict && !osd->contains("zero_stage");
   if (m.native_moe) {
     read_moe_groups(m, by_name, first, osd, opt);

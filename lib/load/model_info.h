@@ -74,7 +74,8 @@ struct ModelInfo {
   std::vector<std::string> model_files;  // copied source mp_rank files, [pp_rank * tp + tp_rank]; ZeRO-3
                                          // sources: zero_pp_rank_0_mp_rank_<tp_rank> (weights-free templates)
   int source_zero_stage = 0;             // 0 when not recorded (BF16_Optimizer, native MoE)
-  std::string optimizer_state_path;      // the manifest's optimizer_state, resolved ("" in direct mode)
+  pickle::ValuePtr optimizer_state;      // the common optimizer state: the manifest's optimizer_state file
+                                         // (read once here) or, in direct mode, the one built from the source
 
   int param_index(const std::string& name) const;
 };

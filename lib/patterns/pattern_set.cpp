@@ -123,6 +123,13 @@ std::vector<std::string> PatternSet::all_sources() const {
   return out;
 }
 
+std::vector<std::string> PatternSet::unused_sources(const std::set<std::string>& used) const {
+  std::vector<std::string> out;
+  for (const auto& s : all_sources())
+    if (!used.count(s)) out.push_back(s);
+  return out;
+}
+
 bool PatternSet::empty() const {
   for (const auto& list : lists)
     if (!list.empty()) return false;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,8 @@ struct PatternSet {
   nlohmann::json to_json() const;
   // Every pattern source, for the unused-pattern check.
   std::vector<std::string> all_sources() const;
+  // all_sources() minus `used` (the sources that matched a parameter), in all_sources() order.
+  std::vector<std::string> unused_sources(const std::set<std::string>& used) const;
   bool empty() const;
 };
 

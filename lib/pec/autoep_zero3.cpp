@@ -7,8 +7,8 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "io/torch/torch_file.h"
+#include "io/zip/zip_directory.h"
 #include "layout/deepspeed/autoep_slices.h"
-#include "pec/zip_records.h"
 #include "ucp/extract.h"
 #include "ucp/shard_reader.h"
 

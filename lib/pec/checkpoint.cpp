@@ -15,7 +15,6 @@
 #include "layout/deepspeed/moe.h"
 #include "layout/universal/manifest.h"
 #include "pec/autoep_zero3.h"
-#include "pec/zip_records.h"
 
 namespace fs = std::filesystem;
 
@@ -468,23 +467,6 @@ Blob read_non_expert(const SourceCheckpoint& c, const std::string& rel, nlohmann
   return read_segments(s);
 }
 
-std::vector<uint8_t> rebuild_cut_file(std::vector<uint8_t> blob, const nlohmann::json& cut, const std::string& name) {
-  if (cut.is_null()) return blob;
-  const uint64_t size = cut.at("file_size").get<uint64_t>();
-  std::vector<uint8_t> out(size, 0);
-  uint64_t pos = 0, from = 0;
-  for (const auto& r : cut.at("cut")) {
-    uint64_t o = r.at(0).get<uint64_t>(), l = r.at(1).get<uint64_t>();
-    if (o < pos || o + l > size || from + (o - pos) > blob.size()) fail(name, "stored cut list does not fit the file");
-    std::copy_n(blob.data() + from, o - pos, out.data() + pos);
-    from += o - pos;
-    pos = o + l;
-  }
-  if (from + (size - pos) != blob.size()) fail(name, "stored non-expert bytes do not fit the file size");
-  std::copy_n(blob.data() + from, size - pos, out.data() + pos);
-  return out;
-}
-
 Blob read_expert_part(const SourceCheckpoint& c, const ExpertPart& part) {
   if (part.ranges.empty()) {
     Blob b;
@@ -492,30 +474,6 @@ Blob read_expert_part(const SourceCheckpoint& c, const ExpertPart& part) {
     return b;
   }
   return read_segments(expert_part_segments(c, part));
-}
-
-void patch_expert_part(std::vector<uint8_t>& file, const std::string& file_name, const std::vector<ByteRange>& ranges,
-                       std::span<const uint8_t> blob, std::vector<std::string>& touched) {
-  auto records = read_zip_directory(file, file_name);
-  uint64_t off = 0;
-  for (const auto& r : ranges) {
-    auto it = records.find(r.record);
-    if (it == records.end()) fail(file_name, "has no record " + r.record + " for a saved expert fragment");
-    if (r.offset + r.length > it->second.size) fail(file_name, "record " + r.record + " is smaller than the saved expert fragment");
-    if (off + r.length > blob.size()) fail(file_name, "saved expert fragment shorter than its ranges");
-    std::copy_n(blob.data() + off, r.length, file.begin() + static_cast<long>(it->second.data_offset + r.offset));
-    off += r.length;
-    touched.push_back(r.record);
-  }
-  if (off != blob.size()) fail(file_name, "saved expert fragment longer than its ranges");
-}
-
-void finish_patched_file(std::vector<uint8_t>& file, const std::string& file_name, const std::vector<std::string>& touched) {
-  if (touched.empty()) return;
-  auto records = read_zip_directory(file, file_name);
-  std::set<std::string> done;
-  for (const auto& r : touched)
-    if (done.insert(r).second) fix_zip_crc(file, records.at(r));
 }
 
 void add_element_ranges(const std::vector<const Tensor*>& tensors, const std::map<std::string, ZipRecord>& records,

@@ -93,19 +93,10 @@ SourceSegments non_expert_segments(const SourceCheckpoint& c, const std::string&
 SourceSegments expert_part_segments(const SourceCheckpoint& c, const ExpertPart& part);
 
 // Reads a non-expert file as stored. For shared files every expert range is cut out: `cut` gets
-// {"file_size": n, "cut": [[absolute offset, length], ...]} (sorted, disjoint) for rebuild_cut_file.
+// {"file_size": n, "cut": [[absolute offset, length], ...]} (sorted, disjoint): the ranges restore fills.
 Blob read_non_expert(const SourceCheckpoint& c, const std::string& rel, nlohmann::json& cut);
-// The full-size file from a cut blob (cut ranges zero until experts are patched in).
-std::vector<uint8_t> rebuild_cut_file(std::vector<uint8_t> blob, const nlohmann::json& cut, const std::string& name);
 // Reads one part of an expert: the file, or its ranges concatenated.
 Blob read_expert_part(const SourceCheckpoint& c, const ExpertPart& part);
-// Copies `blob` (ranges concatenated, as read_expert_part made it) back into a shared file's bytes,
-// resolving records in `file` (whose layout may differ from the saved one's). Throws Error on
-// mismatch. Records touched are added to `touched`.
-void patch_expert_part(std::vector<uint8_t>& file, const std::string& file_name, const std::vector<ByteRange>& ranges,
-                       std::span<const uint8_t> blob, std::vector<std::string>& touched);
-// Recomputes the CRCs of the given records.
-void finish_patched_file(std::vector<uint8_t>& file, const std::string& file_name, const std::vector<std::string>& touched);
 
 // Byte ranges of elements [elem, elem + numel) of each tensor in `tensors` (partitions that follow one
 // layout: fp32, exp_avg, exp_avg_sq, ...), appended to `out`; each tensor's record is

@@ -12,6 +12,14 @@ namespace ucpkit::pec {
 namespace {
 using nlohmann::json;
 
+// An object id is the 32 lowercase hex digits of Digest::hex (object_store.h): anything else would
+// name a file outside objects/ (ObjectStore::path_of).
+bool is_object_id(const std::string& id) {
+  return id.size() == 32 && id.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+}  // namespace
+
 json file_to_json(const FileEntry& f) {
   json chunks = json::array();
   for (const auto& c : f.chunks) chunks.push_back({{"object", c.object}, {"size", c.size}, {"stored", c.stored}});
@@ -19,12 +27,6 @@ json file_to_json(const FileEntry& f) {
   if (!f.ranges.is_null()) j["ranges"] = f.ranges;
   if (!f.cut.is_null()) j["cut"] = f.cut;
   return j;
-}
-
-// An object id is the 32 lowercase hex digits of Digest::hex (object_store.h): anything else would
-// name a file outside objects/ (ObjectStore::path_of).
-bool is_object_id(const std::string& id) {
-  return id.size() == 32 && id.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
 FileEntry file_from_json(const json& j, const std::string& name) {
@@ -44,7 +46,6 @@ FileEntry file_from_json(const json& j, const std::string& name) {
   if (j.contains("cut")) f.cut = j.at("cut");
   return f;
 }
-}  // namespace
 
 const ExpertEntry* Manifest::find_expert(int moe_layer, int expert) const {
   for (const auto& e : experts)

@@ -74,6 +74,12 @@ struct Manifest {
 // changes the manifest.
 void attribute_stored_once(Manifest& m);
 
+// One file entry's JSON form, as in a manifest's "non_expert" and "files" lists (the MPI ranks of
+// pec-save send their entries to rank 0 in it). file_from_json checks the path and object ids (Error
+// naming `name`); a missing key throws nlohmann::json::exception.
+nlohmann::json file_to_json(const FileEntry& f);
+FileEntry file_from_json(const nlohmann::json& j, const std::string& name);
+
 nlohmann::json manifest_to_json(const Manifest& m);
 // Checks format and checksum; throws Error naming `name` when the manifest is damaged.
 Manifest manifest_from_json(const nlohmann::json& j, const std::string& name);

@@ -95,7 +95,7 @@ ObjectInfo ObjectStore::put(std::span<const uint8_t> bytes) {
   out.write(header, kHeader);
   const size_t half = payload.size() / 2;
   out.write(payload.data(), half);
-  out.flush();
+  out.flush(/*keep_buffer=*/true);
   crash_point("object half written");
   out.write(payload.data() + half, payload.size() - half);
   // Start the write-back now (asynchronously): the disk writes this object while the next ones are
@@ -155,7 +155,7 @@ ObjectInfo ObjectStore::put_stream(uint64_t size, const std::function<void(uint6
     }
     if (!halfway && off * 2 >= size) {
       halfway = true;
-      out.flush();
+      out.flush(/*keep_buffer=*/true);
       crash_point("object half written");
     }
     if (size == 0) break;

@@ -18,7 +18,6 @@
 #include <filesystem>
 #include <mutex>
 #include <numeric>
-#include <thread>
 
 #include "core/crc32.h"
 #include "core/error.h"
@@ -306,7 +305,7 @@ void RestoreWriter::write_non_expert(const Store& store, const std::vector<FileE
     if (f.cut.is_null()) {
       map.push_back({0, 0, f.size, nullptr});
     } else {
-      // The stored bytes are the file without its expert ranges (checkpoint.cpp, rebuild_cut_file).
+      // The stored bytes are the file without its expert ranges (checkpoint.cpp, read_non_expert).
       size = f.cut.at("file_size").get<uint64_t>();
       uint64_t pos = 0, from = 0;
       for (const auto& r : f.cut.at("cut")) {

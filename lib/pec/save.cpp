@@ -50,12 +50,6 @@ struct SaveWork {
   ShardPlan shards;
 };
 
-json file_entry_json(const FileEntry& f) {
-  Manifest m;
-  m.non_expert.push_back(f);
-  return manifest_to_json(m)["non_expert"][0];
-}
-
 void check_shape(const Manifest& m, const MoeShape& s, const std::string& dir) {
   if (m.shape.experts_per_layer != s.experts_per_layer)
     fail(dir, "the checkpoint's MoE shape (experts per layer) differs from the store's step " + std::to_string(m.step));
@@ -124,9 +118,7 @@ SelectionRequest selection_request(const TierSave& t, const SaveOptions& o, cons
   req.expert_bytes = expert_bytes;
   req.unsaved_tokens = add_tokens(t.prev ? t.prev->unsaved_tokens : zero_tokens(shape.experts_per_layer), interval);
   req.last_saved_step = t.prev ? t.prev->last_saved_step : never_saved(shape);
-  const bool by_budget = t.tier == Tier::durable && o.policy == "budget" && t.budget > 0;
-  if (t.k <= 0 && !by_budget)
-    throw UsageError(t.tier == Tier::fast ? "--k-snapshot must be >= 1" : "give --k (or --k-persist, or --budget-bytes with the budget policy)");
+  // (a tier without K, or a budget, was refused by check_save_options before anything ran)
   if (t.tier == Tier::fast && o.policy == "budget") req.budget_bytes = 0;  // the fast tier is sized by --k-snapshot
   return req;
 }
@@ -247,10 +239,11 @@ void merge_gathered(const std::vector<std::string>& gathered, std::vector<FileEn
   for (const auto& g : gathered)
     for (const auto& r : json::parse(g)) {
       size_t i = r.at("work").get<size_t>();
-      Manifest tmp;
-      json wrap = manifest_to_json(tmp);
-      wrap["non_expert"] = json::array({r.at("entry")});
-      results[i] = manifest_from_json(wrap, "gathered entry").non_expert.at(0);
+      try {
+        results[i] = file_from_json(r.at("entry"), "gathered entry");
+      } catch (const json::exception& e) {
+        fail("gathered entry", std::string("malformed manifest: ") + e.what());
+      }
     }
 }
 
@@ -357,11 +350,9 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
   const MoeShape& shape = src.shape;
   TokenMatrix interval = zero_tokens(shape.experts_per_layer);
   bool tokens_known = false;
-  if (!o.tokens.empty()) {
+  if (!o.tokens.empty()) {  // (a policy that needs them without them was refused by check_save_options)
     interval = fit_tokens(load_tokens(o.tokens), shape.experts_per_layer, o.tokens);
     tokens_known = true;
-  } else if (o.policy != "sequential") {
-    throw UsageError("the " + o.policy + " policy needs --tokens (token counts since the previous save)");
   }
   std::vector<TierSave> tiers = open_tiers(o, root);
   const TokenMatrix cumulative = load_previous(tiers, o.step, shape, interval);
@@ -384,7 +375,7 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
   std::vector<FileEntry> results = store_share(work, tiers, src, o, progress, total_bytes);
   json local = json::array();
   for (size_t i : work.shards.items_of_rank[static_cast<size_t>(mpi.rank())])
-    local.push_back({{"work", i}, {"entry", file_entry_json(results[i])}});
+    local.push_back({{"work", i}, {"entry", file_to_json(results[i])}});
   auto gathered = mpi.gather(local.dump());
   json summary = json::object();
   parallel::RankFailure failed(mpi);

@@ -31,7 +31,7 @@ void write_durable(const std::string& path, const std::string& text, const char*
   AtomicFile out(path, true);  // fsynced, renamed into place, its folder fsynced
   const size_t half = text.size() / 2;
   out.write(text.data(), half);
-  out.flush();
+  out.flush(/*keep_buffer=*/true);
   crash_point(crash_label);
   out.write(text.data() + half, text.size() - half);
   out.commit();
@@ -52,18 +52,16 @@ Store::Store(std::string dir, Tier tier, StoreOpen how, int zstd_level)
     : dir_(std::move(dir)), tier_(tier), objects_(dir_, zstd_level) {
   std::error_code ec;
   const std::string marker = dir_ + "/" + kStoreMarker;
-  if (!fs::exists(marker)) {
+  const bool is_store = fs::exists(marker);
+  if (!is_store) {
     if (how == StoreOpen::existing) fail(dir_, "not a PEC store (no " + std::string(kStoreMarker) + " file)");
     if (fs::exists(dir_) && !fs::is_directory(dir_)) fail(dir_, "exists and is not a folder");
-    if (how == StoreOpen::as_found) return;  // planned as an empty store: listings of an absent folder are empty
-    fs::create_directories(dir_ + "/manifests", ec);
-    if (ec) fail(dir_, "cannot create store folder: " + ec.message());
-    fs::create_directories(dir_ + "/objects", ec);
-    write_file_atomic(marker, "ucpkit PEC store, format 1\n", true);
   }
-  if (how == StoreOpen::as_found) return;
+  if (how == StoreOpen::as_found) return;  // planned as found: an absent folder lists as an empty store
   fs::create_directories(dir_ + "/manifests", ec);
+  if (ec && !is_store) fail(dir_, "cannot create store folder: " + ec.message());
   fs::create_directories(dir_ + "/objects", ec);
+  if (!is_store) write_file_atomic(marker, "ucpkit PEC store, format 1\n", true);
 }
 
 Store::~Store() {

@@ -1,19 +1,7 @@
 // CRC-32 fix-up of zip records patched in place.
 #include "pec/zip_records.h"
 
-#include <algorithm>
-#include <cstring>
-
-#include "core/crc32.h"
-#include "core/error.h"
-
 namespace ucpkit::pec {
-namespace {
-void wr32(std::span<uint8_t> f, uint64_t off, uint32_t v) {
-  for (int i = 0; i < 4; ++i) f[off + i] = static_cast<uint8_t>(v >> (8 * i));
-}
-}  // namespace
-
 void store_zip_crc(uint64_t size, const ZipRecord& r, uint32_t crc, const std::function<void(uint64_t, size_t, uint8_t*)>& read,
                    const std::function<void(uint64_t, uint32_t)>& write) {
   write(r.central_entry + 16, crc);
@@ -29,13 +17,6 @@ void store_zip_crc(uint64_t size, const ZipRecord& r, uint32_t crc, const std::f
   } else {
     write(r.local_header + 14, crc);
   }
-}
-
-void fix_zip_crc(std::span<uint8_t> f, const ZipRecord& r) {
-  store_zip_crc(
-      f.size(), r, crc32_parallel(f.subspan(r.data_offset, r.size)),
-      [&](uint64_t off, size_t n, uint8_t* out) { std::copy_n(f.data() + off, n, out); },
-      [&](uint64_t off, uint32_t v) { wr32(f, off, v); });
 }
 
 }  // namespace ucpkit::pec

@@ -10,8 +10,6 @@
 
 namespace ucpkit::pec {
 
-// Recomputes the CRC-32 of a record and writes it into its local header and central entry.
-void fix_zip_crc(std::span<uint8_t> file, const ZipRecord& r);
 // Writes a record's CRC-32 into a file of `file_size` bytes not held in memory: its central entry
 // and its data descriptor (or local header), through `read(offset, n, out)` / `write(offset, crc)`.
 void store_zip_crc(uint64_t file_size, const ZipRecord& r, uint32_t crc,

@@ -25,16 +25,23 @@ namespace {
 // AutoEP (partition-native, docs/formats.md "AutoEP under ZeRO-3"): each DP rank's model file
 // records that rank's EP rank and expert-DP rank per layer (engine.py:4986-5017, :5090). Every DP
 // rank's model file (weights-free under ZeRO-3: pickles only) must be of the same save (recorded in
-// `agreement`). Returns ds_autoep_layers per DP rank of TP rank 0 (empty: no AutoEP).
-std::vector<std::vector<layout::AutoEpLayer>> read_zero3_autoep(const layout::DeepSpeedLayout& L,
-                                                                ShardAgreement& agreement) {
-  std::vector<std::vector<layout::AutoEpLayer>> autoep_of_rank(L.dp);
+// `agreement`).
+struct Zero3ModelFiles {
+  std::vector<std::vector<layout::AutoEpLayer>> autoep_of_rank;  // ds_autoep_layers per DP rank of TP rank 0 (empty: no AutoEP)
+  std::vector<ValuePtr> first_of_tp;                              // each TP rank's DP-rank-0 model file, as read
+};
+
+Zero3ModelFiles read_zero3_model_files(const layout::DeepSpeedLayout& L, ShardAgreement& agreement) {
+  Zero3ModelFiles out;
+  out.autoep_of_rank.resize(L.dp);
+  auto& autoep_of_rank = out.autoep_of_rank;
   for (size_t t = 0; t < L.zero3_model_files.size(); ++t)
     for (size_t d = 0; d < L.zero3_model_files[t].size(); ++d) {
       const std::string& path = L.zero3_model_files[t][d];
       FileScope scope(path);
       ValuePtr root = load_torch(path);
       agreement.model_file(root, path);
+      if (d == 0) out.first_of_tp.push_back(root);
       ValuePtr a = root && root->kind == Kind::Dict ? root->get("ds_autoep_layers") : nullptr;
       const bool has = a && !a->is_none();
       if (has && L.tp > 1)
@@ -49,7 +56,7 @@ std::vector<std::vector<layout::AutoEpLayer>> read_zero3_autoep(const layout::De
         fail(path, std::string(has ? "has" : "has no") + " ds_autoep_layers but " + L.zero3_model_files[0][0] +
                        (has ? " has none" : " has"));
     }
-  return autoep_of_rank;
+  return out;
 }
 
 // Every DP rank's ds_autoep_layers must describe the same layers as DP rank 0's (only the saving
@@ -84,13 +91,14 @@ struct Zero3ModelStates {
   ValuePtr uc_info;                   // TP rank 0's universal_checkpoint_info
 };
 
-Zero3ModelStates read_zero3_param_shapes(const layout::DeepSpeedLayout& L) {
+// `first_of_tp`: those files as read_zero3_model_files read them.
+Zero3ModelStates read_zero3_param_shapes(const layout::DeepSpeedLayout& L, const std::vector<ValuePtr>& first_of_tp) {
   Zero3ModelStates out;
   out.sub_groups.resize(L.tp);
   for (int t = 0; t < L.tp; ++t) {
     const std::string& model_path = L.zero3_model_files[t][0];
     FileScope scope(model_path);
-    ValuePtr model = load_torch(model_path);
+    const ValuePtr& model = first_of_tp.at(static_cast<size_t>(t));
     if (!model || model->kind != Kind::Dict) fail(model_path, "not a model-states dict");
     if (auto v = model->get("dp_world_size"); v && !v->is_none() && v->as_int() != L.dp)
       fail(model_path, "inconsistent world sizes: dp_world_size is " + std::to_string(v->as_int()) + " but " +
@@ -158,10 +166,11 @@ ExtractPlan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& o
                         "refuses ZeRO stage 2 and 3, so such checkpoints are not written)");
   ExtractPlan plan;
   ShardAgreement agreement;
-  const auto autoep_of_rank = read_zero3_autoep(L, agreement);
+  const Zero3ModelFiles files = read_zero3_model_files(L, agreement);
+  const auto& autoep_of_rank = files.autoep_of_rank;
   const std::vector<layout::AutoEpLayer>& autoep = autoep_of_rank[0];
   const std::map<std::string, size_t> autoep_param = check_autoep_ranks_agree(L, autoep_of_rank);
-  const Zero3ModelStates model = read_zero3_param_shapes(L);
+  const Zero3ModelStates model = read_zero3_param_shapes(L, files.first_of_tp);
   const patterns::PatternSet pset = choose_patterns(options, model.uc_info, L, plan);
   std::vector<std::string> tp_model_files;
   for (const auto& row : L.zero3_model_files) tp_model_files.push_back(row[0]);
@@ -176,8 +185,7 @@ ExtractPlan plan_zero3(const layout::DeepSpeedLayout& L, const ExtractOptions& o
     std::set<std::string> used;
     for (const auto& p : plan.params)
       for (const auto& s : patterns::classify(pset, p.name).matched) used.insert(s);
-    for (const auto& s : pset.all_sources())
-      if (!used.count(s)) plan.unused_patterns.push_back(s);
+    plan.unused_patterns = pset.unused_sources(used);
   }
   plan.model_files.clear();
   for (const auto& row : L.zero3_model_files)

@@ -142,10 +142,7 @@ std::vector<std::string> Zero12FragmentMap::unused_patterns() const {
   std::set<std::string> used;
   for (const auto& [n, r] : rules_)
     for (const auto& s : r.matched) used.insert(s);
-  std::vector<std::string> unused;
-  for (const auto& s : patterns_.all_sources())
-    if (!used.count(s)) unused.push_back(s);
-  return unused;
+  return patterns_.unused_sources(used);
 }
 
 namespace {

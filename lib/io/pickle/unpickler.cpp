@@ -538,11 +538,7 @@ ValuePtr Unpickler::new_object(ValuePtr cls, ValuePtr args, ValuePtr kwargs, Obj
   if (args->kind != Kind::Tuple) error("NEWOBJ arguments are not a tuple");
   if (cls->kind == Kind::Global && cls->s == "collections" && cls->name == "OrderedDict" && args->items.empty())
     return Value::dict(true);
-  auto v = std::make_shared<Value>();
-  v->kind = Kind::Object;
-  v->object = std::make_shared<Object>();
-  v->object->callable = std::move(cls);
-  v->object->args = std::move(args);
+  ValuePtr v = opaque_call(std::move(cls), std::move(args));
   v->object->kwargs = std::move(kwargs);
   v->object->build = how;
   return v;

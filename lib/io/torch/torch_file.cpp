@@ -258,7 +258,7 @@ TorchFile load_torch_file(const std::string& path, const TorchLoadOptions& optio
   }
   TorchFile tf = load_guarded(path, [&] {
     auto file = MappedFile::open(path);
-    if (check && file->size() >= 4 && std::memcmp(file->data(), "PK\x03\x04", 4) == 0) check_record_crcs(file);
+    if (check && looks_like_zip(file->bytes())) check_record_crcs(file);
     return load_any(std::move(file), options);
   });
   if (check && std::get<1>(id) >= 0) {

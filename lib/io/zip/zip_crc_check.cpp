@@ -16,7 +16,7 @@ namespace ucpkit {
 
 uint64_t check_zip_crcs(const std::string& path, std::vector<KnownCrc> known) {
   auto file = MappedFile::open(path);
-  if (!looks_like_zip({file->data(), std::min<size_t>(file->size(), 4)})) return 0;
+  if (!looks_like_zip(file->bytes())) return 0;
   ZipReader zip(file);
   const UniqueFd f = open_or_fail(path, O_RDONLY);
   // Longest first among pieces starting at the same byte: the shorter ones are then inside it.

@@ -77,11 +77,6 @@ uint32_t crc32_of(const json& v, const std::string& file, const std::string& whe
   return static_cast<uint32_t>(std::stoul(s, nullptr, 16));
 }
 
-std::string crc32_text(uint32_t crc) {
-  char b[16];
-  std::snprintf(b, sizeof b, "%08x", static_cast<unsigned>(crc));
-  return b;
-}
 
 UniversalState state_from_json(const json& j, const std::string& file, const std::string& where) {
   object_at(j, file, where);
@@ -233,6 +228,12 @@ UniversalManifest read_universal_manifest(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return UniversalManifest::from_json(parse_json_input(text.str(), path, "corrupt JSON"), path);
+}
+
+std::string crc32_text(uint32_t crc) {
+  char b[16];
+  std::snprintf(b, sizeof b, "%08x", static_cast<unsigned>(crc));
+  return b;
 }
 
 }  // namespace ucpkit::layout

@@ -102,4 +102,7 @@ struct UniversalManifest {
 // Reads and parses `path` (a universal folder's manifest.json). Throws Error naming it.
 UniversalManifest read_universal_manifest(const std::string& path);
 
+// A crc32 as manifest.json writes it: 8 lowercase hex digits.
+std::string crc32_text(uint32_t crc);
+
 }  // namespace ucpkit::layout
