@@ -5,6 +5,7 @@
 #include "gpu/device_load.h"
 #include "io/dtype.h"
 #include "load/direct_source.h"
+#include "load/layout_record.h"
 #include "load/load.h"
 #include "io/torch/verify.h"
 #include "tool/cli.h"
@@ -30,12 +31,19 @@ int main(int argc, char** argv) {
                  "Native input: compute the universal checksums on the way and compare them with this universal "
                  "checkpoint's manifest.json (or folder); nothing is renamed into place on a mismatch");
   app.add_option("--output", opt.output, "Target checkpoint folder");
-  auto* o_tp = app.add_option("--tp", tp, "Target tensor-parallel degree");
-  auto* o_pp = app.add_option("--pp", pp, "Target pipeline-parallel degree");
-  auto* o_dp = app.add_option("--dp", dp, "Target data-parallel degree");
-  auto* o_zero = app.add_option("--zero-stage", zero, "Target ZeRO stage (0-3)")->check(CLI::Range(0, 3));
-  app.add_option("--ep", ep, "Target expert-parallel degree");
-  app.add_option("--dtype", dtype, "Low-precision weight dtype")->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
+  auto* o_tp = app.add_option("--tp", tp, "Target tensor-parallel degree (default: the source's)");
+  auto* o_pp = app.add_option("--pp", pp, "Target pipeline-parallel degree (default: the source's)");
+  auto* o_dp = app.add_option("--dp", dp, "Target data-parallel degree (required unless --world-size is given)");
+  int64_t world_size = 0;
+  app.add_option("--world-size", world_size, "Target world size: DP = world size / (TP * PP), which must divide")
+      ->check(CLI::PositiveNumber);
+  auto* o_zero = app.add_option("--zero-stage", zero, "Target ZeRO stage (0-3; default: the source's)")->check(CLI::Range(0, 3));
+  auto* o_ep = app.add_option("--ep", ep, "Target expert-parallel degree (default: the source's)");
+  auto* o_dtype = app.add_option("--dtype", dtype, "Low-precision weight dtype (default: the source's training precision)")
+                      ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
+  app.add_flag("--reuse-output", opt.reuse_output,
+               "When --output exists and its ucpkit_layout.json records what this run would write, write nothing "
+               "and exit 0; otherwise convert (replacing it needs --overwrite)");
   app.add_option("--format", format, "Output format")->check(CLI::IsMember(load::output_format_names()));
   app.add_option("--device", device, "Where to materialize")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--ds-version", opt.target.ds_line,
@@ -68,9 +76,11 @@ int main(int argc, char** argv) {
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
   const int rc = tool::run("ucp-load", [&] {
     opt.format = *load::output_format_from_name(format);
+    opt.given = {o_tp->count() > 0, o_pp->count() > 0, o_dp->count() > 0, o_zero->count() > 0, o_ep->count() > 0,
+                 o_dtype->count() > 0, world_size};
     const bool layout_given = o_tp->count() && o_pp->count() && o_dp->count() && o_zero->count();
-    if (opt.format == load::OutputFormat::DeepSpeed && !layout_given)
-      throw UsageError("--tp, --pp, --dp and --zero-stage are required (see --help)");
+    if (device == "cuda" && !layout_given)
+      throw UsageError("--device cuda needs --tp, --pp, --dp and --zero-stage (see --help)");
     if (!plan && device == "cpu" && opt.output.empty()) throw UsageError("--output is required (see --help)");
     opt.target.tp = tp;
     opt.target.pp = pp;
@@ -93,6 +103,7 @@ int main(int argc, char** argv) {
     if (plan) {
       auto j = load::plan_json(opt);
       if (root) std::cout << j.dump(1) << "\n";
+      if (root && j.contains("from_source") && !j["from_source"].empty()) tool::info(load::describe_source_defaults(j["from_source"]));
       return 0;
     }
     if (!opt.verify_against.empty() && load::is_universal_input(opt.input))
@@ -128,8 +139,12 @@ int main(int argc, char** argv) {
     auto s = load::run_load(opt);
     if (root) {
       if (common.json) std::cout << s.to_json().dump(1) << "\n";
-      tool::info(std::to_string(s.params) + " parameters -> " + opt.output + " (" +
-                 std::to_string(s.files_written) + " files)");
+      if (!s.from_source.empty()) tool::info(load::describe_source_defaults(s.from_source));
+      if (s.reused)
+        tool::info(opt.output + " already holds this layout (" + load::kLayoutRecordName + "): reused, nothing written");
+      else
+        tool::info(std::to_string(s.params) + " parameters -> " + opt.output + " (" +
+                   std::to_string(s.files_written) + " files)");
     }
     return 0;
   });

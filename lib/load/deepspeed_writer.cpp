@@ -150,6 +150,7 @@ std::shared_ptr<Storage> DeepSpeedWriter::streamed(DType dtype, int64_t numel, s
 uint64_t DeepSpeedWriter::emit(const std::string& path, const ValuePtr& root) const {
   if (sink_) return sink_(path, root);
   save_torch_file(path, root);
+  ++files_written_;
   std::error_code ec;
   const auto n = fs::file_size(path, ec);
   return ec ? 0 : n;

@@ -1,6 +1,7 @@
 // Load (the paper's last step) for DeepSpeed / Megatron-DeepSpeed targets: builds the files of one
 // target rank (formats.md section 2) from the UcpInfo plan and the atomic tensors.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -60,6 +61,8 @@ class DeepSpeedWriter {
   // (path, root) instead and returns the bytes it wrote (the MPI exchange writes them later).
   using Sink = std::function<uint64_t(const std::string& path, const pickle::ValuePtr& root)>;
   void set_sink(Sink sink) { sink_ = std::move(sink); }
+  // Files saved so far (not counting those handed to a sink): the count ucp-load reports.
+  size_t files_written() const { return files_written_.load(); }
   // The sources of `storage`, sorted by byte_begin (empty when it was not recorded).
   std::vector<Source> sources_of(const Storage* storage) const;
 
@@ -101,6 +104,7 @@ class DeepSpeedWriter {
   uint64_t emit(const std::string& path, const pickle::ValuePtr& root) const;
   bool record_ = false;
   Sink sink_;
+  mutable std::atomic<size_t> files_written_{0};
   mutable std::mutex recorded_mu_;
   mutable std::map<const Storage*, std::vector<Source>> recorded_;
 };

@@ -25,6 +25,7 @@
 #include "load/deepspeed_writer.h"
 #include "load/direct_source.h"
 #include "load/exchange.h"
+#include "load/layout_record.h"
 #include "load/safetensors_writer.h"
 #include "load/universal_reader.h"
 #include "parallel/mpi_session.h"
@@ -44,6 +45,9 @@ nlohmann::json LoadSummary::to_json() const {
           {"mpi_ranks", ranks},      {"threads", threads}, {"mode", exchange ? "exchange" : "files"},
           {"batches", batches}, {"phase_seconds", phase_seconds}};
   if (exchange) j["fill_balance"] = fill_balance;
+  j["from_source"] = from_source;
+  if (!target.empty()) j["target"] = target;
+  j["reused"] = reused;
   if (direct) {
     j["input_kind"] = "native";
     j["checksums_compared"] = checksums_compared;
@@ -74,9 +78,11 @@ Prepared prepare(const LoadOptions& options) {
     p.model = model_info_from(direct_meta(d->plan));
     p.direct = std::move(d);
   }
+  TargetLayout wanted = options.target;
+  p.from_source = apply_source_defaults(wanted, options.given, p.model, options.format);
   if (options.vocab_multiple > 0) {
     p.model.vocab_multiple = options.vocab_multiple;
-  } else if (p.model.vocab_multiple_ambiguous && options.target.tp != p.model.source_tp) {
+  } else if (p.model.vocab_multiple_ambiguous && wanted.tp != p.model.source_tp) {
     options.reporter.warning("the vocabulary padding multiple is not recorded (args.make_vocab_size_divisible_by); assuming " +
                std::to_string(p.model.vocab_multiple) + " (pass --vocab-multiple to choose)");
   }
@@ -85,13 +91,14 @@ Prepared prepare(const LoadOptions& options) {
       throw UsageError("--ds-version applies to native DeepSpeed MoE checkpoints; " + options.input + " has no experts");
     (void)layout::moe_version_line(options.target.ds_line);
   }
-  const TargetLayout t = resolve_target(options.target, options.optimizer, p.model);
+  const TargetLayout t = resolve_target(wanted, options.optimizer, p.model);
   if (options.format == OutputFormat::Safetensors) {
     // Weights only, unsharded: the parallel layout does not apply.
     p.plan.target = t;
     return p;
   }
   p.plan = ucp_info(p.model, t);
+  p.record = layout_record(p.plan, p.model, options.input, p.direct != nullptr);
   return p;
 }
 
@@ -99,9 +106,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Writes (or, with a sink set on the writer, hands over) the files of job `j`; adds to the counts.
-void run_job(const DeepSpeedWriter& writer, const ModelInfo& model, const UcpInfo& plan, const FileJob& j,
-             const std::string& dir, std::atomic<uint64_t>& written, std::atomic<uint64_t>& files) {
+// Writes (or, with a sink set on the writer, hands over) the files of job `j`; adds the bytes written
+// (the writer counts the files).
+void run_job(const DeepSpeedWriter& writer, const FileJob& j,
+             const std::string& dir, std::atomic<uint64_t>& written) {
   if (j.kind == FileJob::Model) {
     written += writer.write_model_file(j.mp, dir);
     written += writer.write_layer_files(j.mp, dir);
@@ -111,7 +119,6 @@ void run_job(const DeepSpeedWriter& writer, const ModelInfo& model, const UcpInf
   } else {
     written += writer.write_optim_file(j.dp, j.mp, dir);
   }
-  files += files_of(model, plan, j);
 }
 
 // Every target file laid out through `writer` (pickles built, sources recorded, nothing written),
@@ -131,11 +138,11 @@ std::vector<LaidOutFile> lay_out_all(DeepSpeedWriter& writer, const ModelInfo& m
     ~ResetSink() { w.set_sink(nullptr); }
   } reset{writer};
   const auto jobs = file_jobs(model, plan);
-  std::atomic<uint64_t> none{0}, counted{0};
+  std::atomic<uint64_t> none{0};
   parallel::in_arena(threads, [&] {
     tbb::parallel_for(size_t{0}, jobs.size(), [&](size_t k) {
       check_interrupted();
-      run_job(writer, model, plan, jobs[k], dir, none, counted);
+      run_job(writer, jobs[k], dir, none);
     });
   });
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
@@ -275,9 +282,10 @@ nlohmann::json plan_json(const LoadOptions& options) {
   if (options.format == OutputFormat::Safetensors) {
     nlohmann::json j;
     j["format"] = std::string(output_format_name(OutputFormat::Safetensors));
-    j["dtype"] = std::string(dtype_name(options.target.dtype));
+    j["dtype"] = std::string(dtype_name(p.plan.target.dtype));
+    j["from_source"] = p.from_source;
     auto& shards = j["shards"] = nlohmann::json::array();
-    for (const auto& sh : safetensors_shards(p.model, options.target.dtype, options.shard_bytes)) {
+    for (const auto& sh : safetensors_shards(p.model, p.plan.target.dtype, options.shard_bytes)) {
       nlohmann::json names = nlohmann::json::array();
       for (int i : sh) names.push_back(p.model.params[i].name);
       shards.push_back(names);
@@ -285,6 +293,8 @@ nlohmann::json plan_json(const LoadOptions& options) {
     return j;
   }
   auto j = p.plan.to_json(p.model);
+  j["from_source"] = p.from_source;
+  j["record"] = p.record;
   // Which rank writes which file, and reads which atomic tensor in which batch, when the exchange
   // would be used (the files are laid out in memory for it; nothing is written).
   const int ranks = parallel::MpiSession::get().size();
@@ -384,8 +394,9 @@ void write_safetensors_output(LoadRun& r, const std::string& staged) {
   const auto& o = r.options;
   r.failed.guard([&] {
     if (r.mpi.rank() == 0) {
-      r.written += write_safetensors(r.prep.model, r.reader, o.target.dtype, o.shard_bytes, staged, r.threads);
-      r.files += safetensors_shards(r.prep.model, o.target.dtype, o.shard_bytes).size() + 1;
+      const DType dtype = r.prep.plan.target.dtype;
+      r.written += write_safetensors(r.prep.model, r.reader, dtype, o.shard_bytes, staged, r.threads);
+      r.files += safetensors_shards(r.prep.model, dtype, o.shard_bytes).size() + 1;
     }
   });
 }
@@ -401,7 +412,7 @@ void write_my_jobs(LoadRun& r, const DeepSpeedWriter& writer, const std::string&
         [&](const tbb::blocked_range<size_t>& range) {
           for (size_t k = range.begin(); k != range.end(); ++k) {
             check_interrupted();
-            run_job(writer, r.prep.model, r.prep.plan, r.plan.jobs[mine[k]], ckdir, r.written, r.files);
+            run_job(writer, r.plan.jobs[mine[k]], ckdir, r.written);
             if (r.mpi.rank() == 0) {
               std::lock_guard lock(progress_mu);
               progress.advance();
@@ -411,6 +422,7 @@ void write_my_jobs(LoadRun& r, const DeepSpeedWriter& writer, const std::string&
         tbb::simple_partitioner());
   });
   progress.finish();
+  r.files += writer.files_written();
 }
 
 // DeepSpeed output: the checkpoint folder and `latest` (rank 0), then this rank's files (files
@@ -423,6 +435,7 @@ void write_deepspeed_output(LoadRun& r, const std::string& staged) {
     if (r.mpi.rank() == 0) {
       fs::create_directories(ckdir);
       write_file_atomic((fs::path(staged) / "latest").string(), model.tag);
+      write_file_atomic((fs::path(staged) / kLayoutRecordName).string(), r.prep.record.dump(1) + "\n");
     }
   });
   r.failed.settle();
@@ -519,6 +532,8 @@ LoadSummary summarize(LoadRun& r, Clock::time_point t0) {
   s.exchange = r.plan.exchange;
   s.direct = r.plan.direct;
   s.checksums_compared = r.compared;
+  s.from_source = r.prep.from_source;
+  if (!r.prep.record.is_null()) s.target = r.prep.record;
   s.batches = r.batches;
   if (r.plan.exchange)  // rank 0's phases (every rank waits for the slowest at each all-to-all)
     s.phase_seconds = {{"read", x.read_seconds},
@@ -537,6 +552,35 @@ LoadSummary summarize(LoadRun& r, Clock::time_point t0) {
   return s;
 }
 
+// --reuse-output: whether the output folder's layout record is what this run would write. When it
+// exists with another record (or none), rank 0 says what differs before it is converted again.
+bool output_holds(const LoadOptions& options, const Prepared& prep, bool root) {
+  std::error_code ec;
+  if (prep.record.is_null() || !fs::exists(options.output, ec)) return false;
+  const auto have = read_layout_record(options.output);
+  const std::string diff = have ? layout_difference(*have, prep.record) : "";
+  if (have && diff.empty()) return true;
+  if (root)
+    options.reporter.warning(options.output + " holds another layout (" +
+                             (have ? diff : std::string("no ") + kLayoutRecordName) + "): converting again" +
+                             (options.overwrite ? " (--overwrite)" : ""));
+  return false;
+}
+
+LoadSummary reused_summary(const LoadOptions& options, const Prepared& prep, Clock::time_point t0) {
+  LoadSummary s;
+  s.output = options.output;
+  s.format = options.format;
+  s.params = prep.model.params.size();
+  s.ranks = parallel::MpiSession::get().size();
+  s.from_source = prep.from_source;
+  s.target = prep.record;
+  s.reused = true;
+  s.peak_rss_bytes = peak_rss_bytes();
+  s.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return s;
+}
+
 }  // namespace
 
 LoadSummary run_load(const LoadOptions& options) {
@@ -550,15 +594,19 @@ LoadSummary run_load(const LoadOptions& options) {
   // With --sync (the default) every finished target file starts its write-back at once, so the final
   // flush overlaps the writing instead of following it.
   ZipWriter::set_start_writeback(options.sync);
+  Reporter::Phase phase(options.reporter, "read source");
   Prepared prep;
   failed.guard([&] { prep = prepare(options); });
   failed.settle();
+  if (options.reuse_output && output_holds(options, prep, mpi.rank() == 0)) return reused_summary(options, prep, t0);
+  phase.next("plan");
   const LoadPlan plan = plan_load(options, prep.model, prep.plan, prep.direct != nullptr, mpi.size(), mpi.rank());
 
   // Every rank turns SIGINT/SIGTERM into a failure at its next job from here on (staging removed).
   parallel::CollectiveStaging staging(failed, options.output, options.overwrite, "ucp-load", options.reporter.verbose,
                                       options.sync);
   const std::string staged = staging.path().string();
+  phase.next("write");
   UniversalReader reader(prep.model, options.input, plan.verify);
   LoadRun run{options, prep, plan, mpi, failed, parallel::thread_count(options.threads), reader};
   std::unique_ptr<DirectSource> source;
@@ -566,6 +614,7 @@ LoadSummary run_load(const LoadOptions& options) {
   if (plan.verify_first) verify_atomic_tensors(run);  // exchange mode verifies while the owner reads
   if (plan.format == OutputFormat::Safetensors) write_safetensors_output(run, staged);
   else write_deepspeed_output(run, staged);
+  phase.next("check and commit");
   if (crc.fused()) check_source_crcs(run);
   if (plan.direct && !options.verify_against.empty()) compare_checksums(run);
   commit_output(run, staging);

@@ -10,6 +10,7 @@
 
 #include "load/load_plan.h"
 #include "load/output_format.h"
+#include "load/target_defaults.h"
 #include "load/ucp_info.h"
 #include "core/reporter.h"
 
@@ -18,6 +19,7 @@ namespace ucpkit::load {
 struct LoadOptions {
   std::string input, output;
   TargetLayout target;                   // bf16_optimizer is resolved from `optimizer`
+  TargetGiven given;                     // fields of `target` the command line gave; the rest are the source's
   OptimizerKind optimizer = OptimizerKind::Auto;
   OutputFormat format = OutputFormat::DeepSpeed;
   Reporter reporter;                     // warnings, details, progress (tools: tool::console_reporter())
@@ -32,6 +34,9 @@ struct LoadOptions {
   // Direct mode (input is a native checkpoint): compute the universal checksums on the way and
   // compare them with this universal checkpoint's manifest.json (or folder); "" = none.
   std::string verify_against;
+  // DeepSpeed output: when `output` exists and its layout record (layout_record.h) is what this run
+  // would write, write nothing (LoadSummary::reused); otherwise convert (replacing it needs overwrite).
+  bool reuse_output = false;
 };
 
 struct LoadSummary {
@@ -52,6 +57,9 @@ struct LoadSummary {
   uint64_t bytes_written = 0, peak_rss_bytes = 0;
   double seconds = 0;
   int ranks = 1, threads = 1;
+  nlohmann::json from_source = nlohmann::json::object();  // target values taken from the source (target_defaults.h)
+  nlohmann::json target = nlohmann::json::object();       // the layout written: the layout record
+  bool reused = false;          // reuse_output: the output already held this layout; nothing written
   nlohmann::json to_json() const;
 };
 
@@ -61,10 +69,12 @@ struct Prepared {
   ModelInfo model;
   UcpInfo plan;
   std::shared_ptr<DirectInput> direct;  // null: the input is a universal checkpoint
+  nlohmann::json from_source = nlohmann::json::object();  // target values taken from the source
+  nlohmann::json record;                // DeepSpeed output: its layout record (ucpkit_layout.json)
 };
 Prepared prepare(const LoadOptions& options);
 
-// `ucp-load --plan`: the UcpInfo as JSON.
+// `ucp-load --plan`: the UcpInfo as JSON, with `from_source` and (DeepSpeed output) the layout `record`.
 nlohmann::json plan_json(const LoadOptions& options);
 
 // Writes the target checkpoint under options.output (built under a temporary name, then renamed).

@@ -43,13 +43,6 @@ std::vector<FileJob> file_jobs(const ModelInfo& model, const UcpInfo& plan) {
   return jobs;
 }
 
-size_t files_of(const ModelInfo& model, const UcpInfo& plan, const FileJob& j) {
-  if (j.kind != FileJob::Model) return 1;
-  const auto& mr = plan.mp_ranks[j.mp];
-  // mp_rank_XX, the layer files, the experts' files and (native MoE) one expert optimizer file per EP rank.
-  return 1 + mr.layers.size() + mr.expert_files.size() + (model.native_moe ? plan.target.ep : 0);
-}
-
 std::vector<char> verify_mask(const ModelInfo& model, int ranks, int rank) {
   std::vector<uint64_t> sizes;
   for (const auto& p : model.params) sizes.push_back(4 * model.states.size() * static_cast<uint64_t>(p.stored_numel));

@@ -38,9 +38,6 @@ struct FileJob {
 // model job (ZeRO 0-2), then per DP rank its ZeRO-3 model job and its optimizer job.
 std::vector<FileJob> file_jobs(const ModelInfo& model, const UcpInfo& plan);
 
-// How many target files job `j` writes.
-size_t files_of(const ModelInfo& model, const UcpInfo& plan, const FileJob& j);
-
 // [param] 1 for the atomic tensors `rank` of `ranks` verifies (each tensor by one rank, balanced by
 // the bytes of its states).
 std::vector<char> verify_mask(const ModelInfo& model, int ranks, int rank);

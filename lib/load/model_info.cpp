@@ -51,6 +51,42 @@ int64_t arg_int(const ValuePtr& args, const char* field) {
   return a && a->kind == Kind::Int ? a->i : 0;
 }
 
+// A boolean Megatron argument; nullopt when args does not hold it.
+std::optional<bool> arg_bool(const ValuePtr& args, const char* field) {
+  if (!args || args->kind != Kind::Object) return std::nullopt;
+  auto a = args->attr(field);
+  if (a && a->kind == Kind::Bool) return a->b;
+  return std::nullopt;
+}
+
+// ds_config's {"<key>": {"enabled": b}} (DeepSpeed's precision sections); false when absent.
+bool config_enabled(const ValuePtr& cfg, const char* key) {
+  auto section = cfg->get(key);
+  if (!section || section->kind != Kind::Dict) return false;
+  auto e = section->get("enabled");
+  return e && e->kind == Kind::Bool && e->b;
+}
+
+// The training precision and ZeRO stage the source ran with: the saved ds_config (a dict; a section
+// it lacks has DeepSpeed's default, disabled / stage 0), else Megatron's args (fp16, bf16, zero_stage).
+void read_training_config(ModelInfo& m, const ValuePtr& cfg, const ValuePtr& args) {
+  if (cfg && cfg->kind == Kind::Dict) {
+    m.source_dtype = config_enabled(cfg, "fp16")                                          ? DType::Float16
+                     : config_enabled(cfg, "bf16") || config_enabled(cfg, "bfloat16") ? DType::BFloat16
+                                                                                          : DType::Float32;
+    m.source_config_zero_stage = 0;
+    if (auto z = cfg->get("zero_optimization"); z && z->kind == Kind::Dict)
+      if (auto st = z->get("stage"); st && st->kind == Kind::Int) m.source_config_zero_stage = static_cast<int>(st->i);
+    return;
+  }
+  const auto fp16 = arg_bool(args, "fp16"), bf16 = arg_bool(args, "bf16");
+  if (fp16 && *fp16) m.source_dtype = DType::Float16;
+  else if (bf16 && *bf16) m.source_dtype = DType::BFloat16;
+  else if (fp16 && bf16) m.source_dtype = DType::Float32;
+  if (args && args->kind == Kind::Object)
+    if (auto z = args->attr("zero_stage"); z && z->kind == Kind::Int) m.source_config_zero_stage = static_cast<int>(z->i);
+}
+
 // Names in flat-buffer order per group, from a model file's param_shapes.
 std::vector<std::vector<std::string>> group_lists(const ValuePtr& root, const std::string& path) {
   std::vector<std::vector<std::string>> out;
@@ -247,6 +283,7 @@ void read_model_file_facts(ModelInfo& m, const ValuePtr& first, bool data_before
     if (auto cfg = first->get("ds_config"); cfg && cfg->kind == Kind::Dict)
       if (auto f = cfg->get(layout::kUseDataBeforeExpertParallelism); f && f->kind == Kind::Bool) m.data_before_expert = f->b;
   auto args = first->get("args");
+  read_training_config(m, first->get("ds_config"), args);
   m.heads = arg_int(args, "num_attention_heads");
   m.kv_heads = arg_int(args, "num_key_value_heads");
   m.hidden = arg_int(args, "hidden_size");

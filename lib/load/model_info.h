@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "io/dtype.h"
 #include "io/pickle/value.h"
 #include "layout/deepspeed/pipeline.h"
 #include "layout/universal/manifest.h"
@@ -74,6 +76,10 @@ struct ModelInfo {
   std::vector<std::string> model_files;  // copied source mp_rank files, [pp_rank * tp + tp_rank]; ZeRO-3
                                          // sources: zero_pp_rank_0_mp_rank_<tp_rank> (weights-free templates)
   int source_zero_stage = 0;             // 0 when not recorded (BF16_Optimizer, native MoE)
+  // What the source trained with, from its first model file (DeepSpeed's ds_config, else Megatron's
+  // args); unset when neither records it. ucp-load's defaults for --dtype and --zero-stage.
+  std::optional<DType> source_dtype;
+  std::optional<int> source_config_zero_stage;
   pickle::ValuePtr optimizer_state;      // the common optimizer state: the manifest's optimizer_state file
                                          // (read once here) or, in direct mode, the one built from the source
 
@@ -107,8 +113,9 @@ ModelInfo source_model_info(const UniversalMeta& meta, const layout::UniversalSo
 // m.states ("fp32" first) and m.native_moe. On disk (meta.dir set) the state files must stay inside
 // the folder and carry a checksum.
 std::map<std::string, ParamInfo> params_from_manifest(ModelInfo& m, const UniversalMeta& meta);
-// Model sizes and the vocabulary padding multiple from the first model file's Megatron args, and an
-// AutoEP source's rank order from its ds_config when the manifest does not record it.
+// Model sizes and the vocabulary padding multiple from the first model file's Megatron args, the
+// training precision and ZeRO stage (source_dtype, source_config_zero_stage) from its ds_config or
+// args, and an AutoEP source's rank order from its ds_config when the manifest does not record it.
 void read_model_file_facts(ModelInfo& m, const pickle::ValuePtr& first, bool data_before_expert_recorded);
 // m.params in global flat-buffer order with their optimizer groups, from each pipeline stage's
 // param_shapes (`stage_root(s)`: stage s's TP-rank-0 model file); ZeRO-3 sources map sub-groups to
