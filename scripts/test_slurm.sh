@@ -51,6 +51,9 @@ for i, step in enumerate((10, 20)):
     shutil.rmtree(tmp)
 with open(os.path.join(moe, "latest"), "w") as f:
     f.write("global_step20")
+# A native-MoE run saved at EP 2 in fp16 (issue 28: an elastic resume must keep fp16 and may change EP).
+dsgen.generate(os.path.join(work, "moe16"), cfg, dsgen.Layout(dp=4, ep=2, zero=1, dtype="fp16", step=30, seed=9),
+               truth=False)
 PY
 (cd "$work/gpt" && find . -type f -print0 | sort -z | xargs -0 sha256sum) > "$work/gpt.sha256"
 
@@ -82,8 +85,30 @@ if [ -f "$work/gpt_dp3/latest" ]; then
   ls "$work/gpt_dp3/global_step200" | grep -c zero_pp_rank | grep -qx 3 || fail "expected 3 ZeRO shards"
 fi
 submit elastic-again "$ex/elastic_resume.sbatch" || fail "re-running elastic resume exited $?"
-grep -q "reused" "$work/elastic-again.out" || fail "a re-run did not reuse the finished conversion"
+grep -q "already holds this layout" "$work/elastic-again.out" || fail "a re-run did not reuse the finished conversion"
+# Resubmitted with another layout into the same folder: converted again, never "reused". NEW_DP unset:
+# DP from the allocation (SLURM_NTASKS = 2 tasks) at TP 2: DP 1.
+(unset NEW_DP; NEW_TP=2 OUT_DIR=$work/gpt_dp3 submit elastic-tp2 "$ex/elastic_resume.sbatch") ||
+  fail "elastic resume with another layout exited $?"
+grep -q "holds another layout" "$work/elastic-tp2.out" || fail "a layout change was not logged"
+! grep -q "already holds this layout" "$work/elastic-tp2.out" || fail "a folder of another layout was reused"
+grep -q "DP = world size 2 (SLURM_NTASKS)" "$work/elastic-tp2.out" || fail "DP was not taken from the allocation"
+$py -c "import json,sys; r=json.load(open(sys.argv[1])); assert (r['tp'], r['dp']) == (2, 1), r" \
+  "$work/gpt_dp3/ucpkit_layout.json" || fail "the layout record is not TP 2 DP 1"
+ls "$work/gpt_dp3/global_step200" | grep -c '^mp_rank_' | grep -qx 2 || fail "expected 2 TP model files"
 unset CKPT_DIR NEW_DP NEW_TP NEW_PP ZERO_STAGE
+
+step "1b. elastic resume of a native-MoE fp16 run: EP 2 -> 4, precision and the rest from the source"
+CKPT_DIR=$work/moe16 NEW_EP=4 WORLD_SIZE=4 submit elastic-moe "$ex/elastic_resume.sbatch" ||
+  fail "native-MoE elastic resume exited $?"
+out=$work/moe16_world4/global_step30
+grep -q "dtype fp16" "$work/elastic-moe.out" || fail "the job log does not say fp16 was taken from the source"
+[ "$(ls "$out" | grep -c '^expp_rank_')" = 4 ] || fail "expected EP 4 (4 expp_rank files) in $out"
+[ "$(ls "$out" | grep -c '^zero_pp_rank_')" = 4 ] || fail "expected 4 fp16 ZeRO shards (zero_pp_rank_*, no bf16_) in $out"
+[ "$($py "$root/tests/load/target_dtypes.py" "$out")" = torch.float16 ] || fail "the weights in $out are not fp16"
+"$UCPKIT_BIN/ucp-union" -q --input "$work/moe16_world4" --output "$work/moe16_world4_universal" &&
+  $py "$root/tests/load/same_universal.py" "$work/moe16/global_step30_universal" "$work/moe16_world4_universal" ||
+  fail "the EP 4 checkpoint is not the source's model and optimizer state bit for bit"
 
 step "2. between runs: universal + safetensors under mpirun -np 2"
 rm -rf "$work/gpt/global_step200_universal"
@@ -127,6 +152,39 @@ MODE=restore RESTORE_DIR=$work/restored2 submit pec-restore2 "$ex/pec_checkpoint
 $py "$root/tests/pec/verify_restore.py" "$work/restored2/global_step20" "$work/restored2.report.json" 2 0 \
   "10=$work/moe/global_step10" "20=$work/moe/global_step20" || fail "checkpoint restored from the agent's store differs from its sources"
 unset CKPT_DIR STORE K TRAIN_CMD
+
+step "3c. the restart hook of docs/job-scripts.md, verbatim, with relative paths: failed training -> restore -> resume"
+# The fake training command saves the two MoE steps (tag folder, then `latest`) and fails, as a run
+# that lost a node does; the block starts training, the restore hook (afternotok) and the resume (afterok).
+mkdir -p "$work/hook" && cd "$work/hook"
+cat > train.sh <<TRAIN
+#!/usr/bin/env bash
+set -euo pipefail
+for s in 10 20; do
+  cp -r "$work/moe/global_step\$s" "shm-ckpt/global_step\$s"
+  echo "global_step\$s" > shm-ckpt/latest
+  sleep 4
+done
+echo "training: node lost" >&2
+exit 1
+TRAIN
+chmod +x train.sh
+echo '[[5, 0, 7, 1], [2, 9, 0, 4]]' > tokens.json  # tokens per [moe_layer][expert] since the last save
+awk '/^```sh$/ {getline l; if (l ~ /^# restart hook/) {on = 1; print l; next}} on && /^```$/ {exit} on' \
+  "$root/docs/job-scripts.md" > hook.sh
+grep -q afternotok hook.sh || fail "no restart hook block in docs/job-scripts.md"
+hook_out=$(EX=$ex bash -euo pipefail hook.sh) || fail "the restart hook block exited $?"
+echo "  [hook] $hook_out"
+resume=${hook_out##* }
+for _ in $(seq 1800); do squeue -h -j "$resume" 2>/dev/null | grep -q . || break; sleep 0.2; done
+for f in *.out; do sed "s/^/  [$f] /" "$f"; done
+cd "$work"
+$py "$root/tests/pec/verify_restore.py" "$work/hook/restored/global_step20" "$work/hook/restored.report.json" 2 0 \
+  "10=$work/moe/global_step10" "20=$work/moe/global_step20" || fail "the restart hook's restore differs from its sources"
+$py -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['plt']['overall'] is not None, r['plt']" \
+  "$work/hook/restored.report.json" || fail "the restart hook's report has no PLT although TOKENS was given"
+[ "$(ls "$work/hook/restored_world4/global_step20" 2>/dev/null | grep -c '^expp_rank_')" = 4 ] ||
+  fail "the resume after the restart hook did not write EP 4"
 
 step "4. pre-launch placement from expert loads"
 $py - "$work/loads.json" <<'PY'
