@@ -9,17 +9,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 import torch  # noqa: E402
 from dsgen import stubs  # noqa: E402,F401  (classes the pickles name)
-
-
-def tensors(obj):
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from tensors(v)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from tensors(v)
+from dsgen.writer import _tensors as tensors  # noqa: E402  (every tensor of a nested dict / list)
 
 
 def main(folder):
