@@ -1,7 +1,8 @@
 // GPU path of ucp-load: materializes one target rank's ZeRO partition (fp32 master weights and
 // optimizer states) directly in GPU memory. Members of a DP group each read a disjoint share of the
 // atomic files and NCCL all-gather gives every member the whole group buffer it slices from.
-// Built from device_load.cu with CUDA + NCCL; device_load_stub.cpp otherwise.
+// The work runs in the GPU module libucpkit_gpu.so (gpu/cuda/, built when UCPKIT_CUDA is ON), which
+// these functions load on first use: a missing module or CUDA library is an Error("no GPU: ...").
 #pragma once
 #include <cstdint>
 #include <map>
@@ -30,7 +31,7 @@ struct DeviceLoadResult {
   int device = -1;
 };
 
-// True when a CUDA device is usable (false in stub builds and on machines without a GPU).
+// True when a CUDA device is usable (false without the GPU module, its CUDA libraries or a GPU).
 bool gpu_available(std::string* why = nullptr);
 
 // Loads the partition; throws Error("no GPU: ...") when no device is usable.

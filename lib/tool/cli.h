@@ -17,7 +17,7 @@ struct CommonOptions {
 };
 
 inline void add_common_options(CLI::App& app, CommonOptions& common) {
-  app.set_version_flag("--version", std::string(app.get_name()) + " (ucpkit) " UCPKIT_VERSION);
+  app.set_version_flag("--version", version_text(app.get_name()));
   app.add_flag("--json", common.json, "Print a machine-readable JSON summary on stdout");
   app.add_flag("-v,--verbose", common.verbose, "More messages on stderr (repeatable)");
   app.add_flag("-q,--quiet", common.quiet, "Only errors on stderr");
