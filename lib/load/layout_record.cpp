@@ -16,11 +16,8 @@ namespace {
 constexpr int kLayoutRecordVersion = 1;
 }  // namespace
 
-nlohmann::json layout_record(const UcpInfo& plan, const ModelInfo& model, const std::string& input, bool direct) {
+nlohmann::json layout_record(const UcpInfo& plan, const ModelInfo& model) {
   const TargetLayout& t = plan.target;
-  std::error_code ec;
-  fs::path abs = fs::weakly_canonical(fs::absolute(input), ec);
-  if (ec) abs = fs::absolute(input);
   nlohmann::json j = {{"format", kLayoutRecordFormat},
                       {"version", kLayoutRecordVersion},
                       {"tool", "ucp-load"},
@@ -32,8 +29,7 @@ nlohmann::json layout_record(const UcpInfo& plan, const ModelInfo& model, const 
                       {"dtype", dtype_option_name(t.dtype)},
                       {"optimizer", t.bf16_optimizer ? "bf16" : "zero"},
                       {"padded_vocab", plan.padded_vocab},
-                      {"tag", model.tag},
-                      {"source", {{"input", abs.string()}, {"kind", direct ? "native" : "universal"}, {"tag", model.tag}}}};
+                      {"tag", model.tag}};
   if (t.zero_stage == 3) j["sub_group_size"] = t.sub_group_size;
   if (model.native_moe) j["ds_line"] = t.ds_line.empty() ? model.ds_line : t.ds_line;
   return j;

@@ -16,11 +16,11 @@ namespace ucpkit::load {
 inline constexpr const char* kLayoutRecordName = "ucpkit_layout.json";
 inline constexpr const char* kLayoutRecordFormat = "ucpkit-layout";
 
-// The record of writing `plan` (target resolved) from `model`, read from `input` (a universal folder,
-// or a native checkpoint when `direct`): format, version, tp, pp, dp, ep, zero_stage, dtype,
-// optimizer ("zero" or "bf16"), padded_vocab, sub_group_size (ZeRO-3), ds_line (native MoE), tag,
-// source {input (absolute path), kind ("universal" or "native"), tag}.
-nlohmann::json layout_record(const UcpInfo& plan, const ModelInfo& model, const std::string& input, bool direct);
+// The record of writing `plan` (target resolved) from `model`: format, version, tool, tp, pp, dp, ep,
+// zero_stage, dtype, optimizer ("zero" or "bf16"), padded_vocab, sub_group_size (ZeRO-3), ds_line
+// (native MoE) and the source's tag. Only what the written files depend on: the same data through a
+// universal folder or read directly, from any path, gives the same record (and the same bytes).
+nlohmann::json layout_record(const UcpInfo& plan, const ModelInfo& model);
 
 // The record in the folder `output`; nullopt when it has none or it is not a layout record.
 std::optional<nlohmann::json> read_layout_record(const std::string& output);

@@ -98,7 +98,7 @@ Prepared prepare(const LoadOptions& options) {
     return p;
   }
   p.plan = ucp_info(p.model, t);
-  p.record = layout_record(p.plan, p.model, options.input, p.direct != nullptr);
+  p.record = layout_record(p.plan, p.model);
   return p;
 }
 

@@ -151,7 +151,7 @@ const fs::path& universal() {
 TEST(LoadPlan, PrintsUcpInfoJsonAndWritesNothing) {
   std::string out;
   const fs::path target = fs::path(scratch("plan")) / "t";
-  ASSERT_EQ(sh(kBin + "/ucp-load --plan --input " + universal().string() + " --output " + target.string() +
+  ASSERT_EQ(sh(kBin + "/ucp-load --plan -q --input " + universal().string() + " --output " + target.string() +
                    " --tp 2 --pp 1 --dp 3 --zero-stage 1 2>/dev/null",
                &out),
             0)
@@ -163,7 +163,7 @@ TEST(LoadPlan, PrintsUcpInfoJsonAndWritesNothing) {
   EXPECT_FALSE(j.contains("exchange"));  // one process, --exchange auto: files mode
   EXPECT_FALSE(fs::exists(target));
   // With the exchange: every atomic tensor once, in batches, with its owner.
-  ASSERT_EQ(sh(kBin + "/ucp-load --plan --exchange on --batch-mb 0.05 --input " + universal().string() +
+  ASSERT_EQ(sh(kBin + "/ucp-load --plan -q --exchange on --batch-mb 0.05 --input " + universal().string() +
                    " --tp 2 --pp 1 --dp 3 --zero-stage 1 2>/dev/null",
                &out),
             0)
