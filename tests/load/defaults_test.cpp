@@ -77,8 +77,9 @@ std::string dtypes_of(const fs::path& tag_dir) {
 TEST(LoadDefaults, NativeMoeKeepsTheSourcesEpAndPrecision) {
   const Work w("load_defaults_moe");
   const std::string src = w.rel("moe_fp16_ep2");
-  // Only --dp given (and a relative input and output): EP 2 and fp16 must be kept, and said so.
-  auto r = w.load("--input " + src + " --output out --dp 4");
+  // The command: the layout given but --ep and --dtype left out (relative input and output):
+  // EP 2 and fp16 must be kept, and said so.
+  auto r = w.load("--input " + src + " --output out --tp 1 --pp 1 --dp 4 --zero-stage 1");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("from the source"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ep 2"), std::string::npos) << r.out;
@@ -92,6 +93,11 @@ TEST(LoadDefaults, NativeMoeKeepsTheSourcesEpAndPrecision) {
   r = w.load("--input " + src + " --output explicit --tp 1 --pp 1 --dp 4 --zero-stage 1 --ep 2 --dtype fp16");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_TRUE(tree_bytes((w.dir / "out").string()) == tree_bytes((w.dir / "explicit").string()));
+  // Only --dp: TP, PP and the ZeRO stage are the source's too.
+  r = w.load("--input " + src + " --output only_dp --dp 4");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("tp 1, pp 1, ep 2, zero_stage 1, dtype fp16"), std::string::npos) << r.out;
+  EXPECT_TRUE(tree_bytes((w.dir / "only_dp").string()) == tree_bytes((w.dir / "explicit").string()));
   // --json names what was taken from the source; the universal input (ucp-union first) says the same.
   r = run_capture("cd " + quote(w.dir.string()) + " && " + kBin + "/ucp-union -q --input " + src + " --output u");
   ASSERT_EQ(r.rc, 0) << r.out;
@@ -175,8 +181,9 @@ TEST(LoadDefaults, FilesWrittenIsWhatTheTagFolderHolds) {
     for (const std::string mode : {"off", "on"}) {
       SCOPED_TRACE(line + " exchange " + mode);
       const std::string out = "out_" + line + "_" + mode;
-      auto r = w.load("--input " + src + " --output " + out + " --dp 4 --ds-version " + line + " --exchange " + mode +
-                          " --json",
+      // Every layout option given: the count is checked on its own, whatever the defaults.
+      auto r = w.load("--input " + src + " --output " + out + " --tp 1 --pp 1 --dp 4 --zero-stage 1 --ep 2 --dtype fp16" +
+                          " --ds-version " + line + " --exchange " + mode + " --json",
                       true);
       ASSERT_EQ(r.rc, 0) << r.out;
       const auto j = nlohmann::json::parse(r.out);
