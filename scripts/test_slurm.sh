@@ -170,7 +170,7 @@ exit 1
 TRAIN
 chmod +x train.sh
 echo '[[5, 0, 7, 1], [2, 9, 0, 4]]' > tokens.json  # tokens per [moe_layer][expert] since the last save
-awk '/^```sh$/ {getline l; if (l ~ /^# restart hook/) {on = 1; print l; next}} on && /^```$/ {exit} on' \
+awk '/^```console$/ {getline l; if (l ~ /^# restart hook/) {on = 1; print l; next}} on && /^```$/ {exit} on' \
   "$root/docs/job-scripts.md" > hook.sh
 grep -q afternotok hook.sh || fail "no restart hook block in docs/job-scripts.md"
 hook_out=$(EX=$ex bash -euo pipefail hook.sh) || fail "the restart hook block exited $?"
