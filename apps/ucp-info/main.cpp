@@ -1,0 +1,41 @@
+// ucp-info: describe a checkpoint (native DeepSpeed of any version line, ucp-extract work folder,
+// universal, PEC store) without converting it: layout, step, DeepSpeed line, parameters, experts,
+// dtypes, sizes and the readers' consistency checks (lib/inspect/info.h).
+#include <iostream>
+
+#include "core/error.h"
+#include "inspect/info.h"
+#include "tool/cli.h"
+
+int main(int argc, char** argv) {
+  using namespace ucpkit;
+  CLI::App app{"Describe a checkpoint folder without converting it: layout, step, DeepSpeed version line, parameters, "
+               "experts, dtypes, sizes, and the consistency checks the readers do",
+               "ucp-info"};
+  tool::CommonOptions common;
+  std::string input;
+  inspect::InfoOptions opt;
+  app.add_option("input,--input", input,
+                 "Checkpoint folder: global_stepN or its parent with `latest`, a ucp-extract work folder, a universal "
+                 "checkpoint (manifest.json), or a PEC store")
+      ->required();
+  app.add_flag("--verify,!--no-verify", opt.verify,
+               "Also check checksums: zip CRC-32 of every record read, universal crc32s, PEC object digests "
+               "(default: on; --no-verify skips it)");
+  tool::add_pickle_options(app);
+  tool::add_common_options(app, common);
+  if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
+  return tool::run("ucp-info", [&] {
+    const auto info = inspect::describe(input, opt);
+    if (common.json) {
+      auto j = info.to_json();
+      j["tool"] = "ucp-info";
+      j["version"] = UCPKIT_VERSION;
+      std::cout << j.dump(1) << "\n";
+    } else if (tool::verbosity() >= 0) {
+      std::cout << info.text();
+    }
+    if (const auto* failed = info.first_failure()) throw Error(failed->error);
+    return 0;
+  });
+}

@@ -1,0 +1,259 @@
+// ucp-diff: two checkpoints compared tensor by tensor in universal form (diff.h).
+#include "inspect/diff.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+#include "core/crc32.h"
+#include "core/error.h"
+#include "core/staging.h"
+#include "inspect/verify_scope.h"
+#include "io/shape.h"
+#include "layout/universal/manifest.h"
+#include "load/direct_source.h"
+#include "load/model_info.h"
+#include "load/universal_reader.h"
+#include "ucp/convert.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::inspect {
+
+namespace {
+
+// A folder of this process's own under the temporary directory, removed with everything in it when
+// it goes out of scope (any exception, or the Error check_interrupted() throws after SIGINT/SIGTERM).
+class TempFolder {
+ public:
+  explicit TempFolder(const std::string& base) {
+    std::string pattern = (fs::path(base) / "ucp-diff-XXXXXX").string();
+    if (!::mkdtemp(pattern.data()))
+      throw Error(base + ": cannot create a temporary folder (--tmp-dir): " + std::strerror(errno));
+    path_ = pattern;
+  }
+  ~TempFolder() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempFolder(const TempFolder&) = delete;
+  TempFolder& operator=(const TempFolder&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+std::string temp_base(const DiffOptions& o) {
+  if (!o.tmp_dir.empty()) return o.tmp_dir;
+  const char* t = std::getenv("TMPDIR");
+  return t && *t ? t : "/tmp";
+}
+
+// One checkpoint in universal form, read the way ucp-load reads it (the reader keeps a reference to
+// `model`: a Side does not move).
+struct Side {
+  std::string dir;
+  load::ModelInfo model;
+  std::map<std::string, std::string> dtype;  // manifest.json's dtype of each parameter ("" when absent)
+  std::map<std::string, int> index;          // name -> model.params index
+  std::unique_ptr<load::UniversalReader> reader;
+};
+
+std::unique_ptr<Side> open_side(const std::string& dir, bool verify) {
+  auto s = std::make_unique<Side>();
+  s->dir = dir;
+  s->model = load::read_model_info(dir);
+  for (const auto& p : layout::read_universal_manifest((fs::path(dir) / layout::kUniversalManifestName).string()).params)
+    s->dtype[p.name] = p.dtype.value_or("");
+  for (size_t i = 0; i < s->model.params.size(); ++i) s->index[s->model.params[i].name] = static_cast<int>(i);
+  s->reader = std::make_unique<load::UniversalReader>(s->model, dir, verify);
+  return s;
+}
+
+// The universal folder of an input: itself, or ucp-union's one-step conversion into `tmp`/`name`.
+std::string universal_form(const std::string& input, const char* name, std::optional<TempFolder>& tmp,
+                           const DiffOptions& o, DiffSide& side) {
+  side.input = input;
+  if (load::is_universal_input(input)) {
+    side.form = "universal";
+    return input;
+  }
+  (void)load::native_checkpoint_dir(input);  // neither kind: refused naming it, before any conversion
+  side.form = "native";
+  if (!tmp) tmp.emplace(temp_base(o));
+  ucp::ConvertOptions co;
+  co.threads = o.threads;
+  co.sync = false;                  // scratch: removed at the end
+  co.allow_unused_patterns = true;  // values are compared; a pattern matching nothing changes none
+  co.reporter = o.reporter;
+  const std::string out = (tmp->path() / name).string();
+  o.reporter.detail("converting " + input + " to universal form in " + out);
+  ucp::run_union(input, out, co);
+  return out;
+}
+
+std::string shape_text(const std::vector<int64_t>& s) { return nlohmann::json(s).dump(); }
+
+// Elements of state `state` of parameter ia of `a` and ib of `b` (equal shapes) compared chunk by
+// chunk; each side's stored elements are all read (its checksum verified at the end when verifying).
+TensorDifference compare_values(Side& a, int ia, Side& b, int ib, const std::string& state, double rtol, double atol) {
+  const auto& pa = a.model.params[ia];
+  const auto& pb = b.model.params[ib];
+  const int64_t n = numel_of(pa.shape), na = pa.stored_numel, nb = pb.stored_numel;
+  const bool exact = rtol == 0 && atol == 0;
+  constexpr int64_t kChunk = 1 << 20;
+  std::vector<float> x(static_cast<size_t>(std::min(kChunk, std::max<int64_t>(na, 1)))),
+      y(static_cast<size_t>(std::min(kChunk, std::max<int64_t>(nb, 1))));
+  TensorDifference d{pa.name, state, "values", "", n, 0, 0};
+  uint32_t ca = 0, cb = 0;
+  for (int64_t at = 0; at < std::max(na, nb); at += kChunk) {
+    check_interrupted();
+    const int64_t ka = std::clamp<int64_t>(na - at, 0, kChunk), kb = std::clamp<int64_t>(nb - at, 0, kChunk);
+    if (ka > 0) ca = crc32_combine(ca, a.reader->read_part(ia, state, at, ka, x.data()), static_cast<uint64_t>(ka) * 4);
+    if (kb > 0) cb = crc32_combine(cb, b.reader->read_part(ib, state, at, kb, y.data()), static_cast<uint64_t>(kb) * 4);
+    const int64_t k = std::min({n - at, ka, kb});
+    for (int64_t i = 0; i < k; ++i) {
+      if (std::memcmp(&x[i], &y[i], sizeof(float)) == 0) continue;
+      const double u = x[i], v = y[i];
+      const bool nan_u = std::isnan(u), nan_v = std::isnan(v);
+      double diff = nan_u && nan_v ? 0.0 : std::fabs(u - v);
+      if (std::isnan(diff)) diff = INFINITY;  // a NaN against a number, or infinities of two signs
+      d.max_abs_diff = std::max(d.max_abs_diff, diff);
+      const bool within = !exact && ((nan_u && nan_v) || diff <= atol + rtol * std::fabs(v));
+      if (!within) ++d.differing;
+    }
+  }
+  a.reader->verify_whole(ia, state, ca);
+  b.reader->verify_whole(ib, state, cb);
+  if (d.differing > 0) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%lld of %lld elements differ, max abs diff %.9g", static_cast<long long>(d.differing),
+                  static_cast<long long>(n), d.max_abs_diff);
+    d.detail = buf;
+  }
+  return d;
+}
+
+void note(DiffResult& r, size_t listed, TensorDifference d, size_t tensors = 1) {
+  r.differences += tensors;
+  if (r.listed.size() < listed) r.listed.push_back(std::move(d));
+}
+
+// Every state of a parameter both hold, in `states` order.
+void compare_param(DiffResult& r, Side& a, Side& b, const std::string& name, const std::vector<std::string>& states,
+                   const DiffOptions& o) {
+  const int ia = a.index.at(name), ib = b.index.at(name);
+  const auto& pa = a.model.params[ia];
+  const auto& pb = b.model.params[ib];
+  const std::string& da = a.dtype[name];
+  const std::string& db = b.dtype[name];
+  auto has = [](const Side& s, const std::string& state) {
+    return std::find(s.model.states.begin(), s.model.states.end(), state) != s.model.states.end();
+  };
+  for (const auto& state : states) {
+    ++r.tensors;
+    if (!has(a, state) || !has(b, state)) {
+      note(r, o.listed, {name, state, has(a, state) ? "only_in_a" : "only_in_b", "state " + state + " in one only"});
+    } else if (pa.shape != pb.shape) {
+      note(r, o.listed, {name, state, "shape", shape_text(pa.shape) + " vs " + shape_text(pb.shape)});
+    } else if (!da.empty() && !db.empty() && da != db) {
+      note(r, o.listed, {name, state, "dtype", da + " vs " + db});
+    } else if (auto d = compare_values(a, ia, b, ib, state, o.rtol, o.atol); d.differing > 0) {
+      note(r, o.listed, std::move(d));
+    } else {
+      ++r.tensors_equal;
+    }
+  }
+}
+
+void compare_sides(DiffResult& r, Side& a, Side& b, const DiffOptions& o) {
+  std::vector<std::string> states = a.model.states;
+  for (const auto& s : b.model.states)
+    if (std::find(states.begin(), states.end(), s) == states.end()) states.push_back(s);
+  for (const auto& p : a.model.params) {
+    if (!b.index.count(p.name)) {
+      r.tensors += a.model.states.size();
+      note(r, o.listed, {p.name, "", "only_in_a", "parameter in " + r.a.input + " only"}, a.model.states.size());
+      continue;
+    }
+    compare_param(r, a, b, p.name, states, o);
+  }
+  for (const auto& p : b.model.params)
+    if (!a.index.count(p.name)) {
+      r.tensors += b.model.states.size();
+      note(r, o.listed, {p.name, "", "only_in_b", "parameter in " + r.b.input + " only"}, b.model.states.size());
+    }
+}
+
+}  // namespace
+
+DiffResult diff_checkpoints(const std::string& a, const std::string& b, const DiffOptions& o) {
+  if (!(o.rtol >= 0) || !(o.atol >= 0)) throw UsageError("--rtol and --atol must be numbers >= 0");
+  DiffResult r;
+  r.rtol = o.rtol;
+  r.atol = o.atol;
+  VerifyFiles verify(o.verify);
+  // From here SIGINT/SIGTERM only set a flag: the conversion and the comparison stop at their next
+  // check_interrupted(), the temporary folder is removed on the way out, and the tool dies by the signal.
+  StagedPhase staged;
+  std::optional<TempFolder> tmp;
+  const std::string ua = universal_form(a, "a", tmp, o, r.a);
+  check_interrupted();
+  const std::string ub = universal_form(b, "b", tmp, o, r.b);
+  check_interrupted();
+  auto sa = open_side(ua, o.verify);
+  auto sb = open_side(ub, o.verify);
+  compare_sides(r, *sa, *sb, o);
+  return r;
+}
+
+nlohmann::json DiffResult::to_json() const {
+  using nlohmann::json;
+  json listed_json = json::array();
+  for (const auto& d : listed) {
+    json j = {{"param", d.param}, {"state", d.state.empty() ? json(nullptr) : json(d.state)}, {"kind", d.kind},
+              {"detail", d.detail}};
+    if (d.kind == "values") {
+      j["elements"] = d.elements;
+      j["differing"] = d.differing;
+      j["max_abs_diff"] = std::isfinite(d.max_abs_diff) ? json(d.max_abs_diff) : json(nullptr);
+    }
+    listed_json.push_back(j);
+  }
+  return {{"equal", equal()},
+          {"a", {{"input", a.input}, {"form", a.form}}},
+          {"b", {{"input", b.input}, {"form", b.form}}},
+          {"comparison", rtol == 0 && atol == 0 ? "exact" : "tolerance"},
+          {"rtol", rtol},
+          {"atol", atol},
+          {"tensors", tensors},
+          {"tensors_equal", tensors_equal},
+          {"differences", differences},
+          {"listed", listed_json}};
+}
+
+std::string DiffResult::text() const {
+  std::ostringstream o;
+  const std::string how = rtol == 0 && atol == 0 ? "bit for bit" : "within the tolerance";
+  if (equal()) {
+    o << "equal: all " << tensors << " tensors (" << how << ")\n";
+    return o.str();
+  }
+  o << "differ: " << tensors_equal << " of " << tensors << " tensors equal (" << how << ")\n";
+  for (const auto& d : listed)
+    o << "  " << d.param << (d.state.empty() ? "" : " " + d.state) << ": " << d.kind << ": " << d.detail << "\n";
+  if (differences > listed.size()) o << "  ... " << differences - listed.size() << " more tensors differ\n";
+  return o.str();
+}
+
+}  // namespace ucpkit::inspect

@@ -1,0 +1,491 @@
+// ucp-info: describe a checkpoint folder through the tools' own readers (info.h).
+#include "inspect/info.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "io/pickle/value.h"
+#include "io/shape.h"
+#include "inspect/verify_scope.h"
+#include "io/torch/torch_file.h"
+#include "layout/deepspeed/files.h"
+#include "layout/deepspeed/module_tree.h"
+#include "layout/deepspeed/version_line.h"
+#include "layout/universal/manifest.h"
+#include "load/direct_source.h"
+#include "load/model_info.h"
+#include "load/universal_reader.h"
+#include "pec/restore_plan.h"
+#include "pec/store.h"
+#include "ucp/extract.h"
+#include "ucp/shard_reader.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::inspect {
+
+using pickle::Kind;
+using pickle::ValuePtr;
+
+const char* kind_name(CheckpointKind kind) {
+  switch (kind) {
+    case CheckpointKind::deepspeed: return "deepspeed";
+    case CheckpointKind::work_folder: return "work-folder";
+    case CheckpointKind::universal: return "universal";
+    case CheckpointKind::pec_store: return "pec-store";
+  }
+  return "?";
+}
+
+const char* status_name(Check::Status status) {
+  switch (status) {
+    case Check::Status::ok: return "ok";
+    case Check::Status::failed: return "failed";
+    case Check::Status::skipped: return "skipped";
+  }
+  return "?";
+}
+
+namespace {
+
+// The marker file of a PEC store tier (pec/store.cpp writes it; pec/restore.cpp looks for it too).
+constexpr const char* kPecStoreMarker = "PEC_STORE";
+
+bool is_pec_store(const std::string& path) { return fs::exists(fs::path(path) / kPecStoreMarker); }
+
+}  // namespace
+
+CheckpointKind detect_kind(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw Error(path + ": no such folder");
+  if (!fs::is_directory(path, ec)) throw Error(path + ": not a folder");
+  if (load::is_universal_input(path)) return CheckpointKind::universal;
+  if (is_pec_store(path)) return CheckpointKind::pec_store;
+  if (ucp::is_work_folder(path)) return CheckpointKind::work_folder;
+  (void)load::native_checkpoint_dir(path);  // throws naming the folder: none of the kinds
+  return CheckpointKind::deepspeed;
+}
+
+bool CheckpointInfo::ok() const { return first_failure() == nullptr; }
+
+const Check* CheckpointInfo::first_failure() const {
+  for (const auto& c : checks)
+    if (c.status == Check::Status::failed) return &c;
+  return nullptr;
+}
+
+namespace {
+
+// Runs one reader's check: its refusal (any exception: the readers throw Error, nlohmann and the
+// standard library may throw their own on a damaged file) becomes the check's one-line error.
+bool run_check(CheckpointInfo& info, const std::string& name, const std::string& what, const std::function<void()>& f) {
+  Check c{name, what, Check::Status::ok, ""};
+  try {
+    naming_file(f);
+  } catch (const std::exception& e) {
+    c.status = Check::Status::failed;
+    c.error = escaped_brief(e.what(), 600);
+  }
+  info.checks.push_back(c);
+  return c.status == Check::Status::ok;
+}
+
+void skip_check(CheckpointInfo& info, const std::string& name, const std::string& what) {
+  info.checks.push_back({name, what, Check::Status::skipped, ""});
+}
+
+// N of "global_step<N>"; nullopt for another tag.
+std::optional<int64_t> step_of(const std::string& tag) {
+  const std::string prefix = "global_step";
+  if (tag.size() <= prefix.size() || tag.compare(0, prefix.size(), prefix) != 0 || tag.size() > prefix.size() + 18)
+    return std::nullopt;
+  int64_t n = 0;
+  for (size_t i = prefix.size(); i < tag.size(); ++i) {
+    if (tag[i] < '0' || tag[i] > '9') return std::nullopt;
+    n = n * 10 + (tag[i] - '0');
+  }
+  return n;
+}
+
+// Every regular file under `dir` (recursively, links not followed), by the kind `classify` gives its
+// path relative to `dir`.
+void add_sizes(CheckpointInfo& info, const std::string& dir, const std::function<std::string(const std::string&)>& classify) {
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code e2;
+    if (!it->is_regular_file(e2) || it->is_symlink(e2)) continue;
+    const uint64_t n = it->file_size(e2);
+    if (e2) continue;
+    auto& k = info.by_kind[classify(fs::relative(it->path(), dir, e2).generic_string())];
+    ++k.files;
+    k.bytes += n;
+    ++info.files;
+    info.bytes += n;
+  }
+}
+
+std::string deepspeed_file_kind(const std::string& rel) {
+  const auto f = layout::parse_file_name(fs::path(rel).filename().string());
+  if (!f || rel.find('/') != std::string::npos) return "other";
+  switch (f->kind) {
+    case layout::FileKind::ModelStates: return "model_states";
+    case layout::FileKind::Zero3ModelStates: return "zero3_model_states";
+    case layout::FileKind::OptimStates: return "optim_states";
+    case layout::FileKind::LayerStates: return "layer_states";
+    case layout::FileKind::ExpertStates: return "expert_states";
+    case layout::FileKind::ExpertOptim: return "expert_optim_states";
+  }
+  return "other";
+}
+
+// The layout the file names give (before the files are read).
+ParallelLayout layout_of(const layout::DeepSpeedLayout& L) {
+  ParallelLayout l;
+  l.tp = L.tp, l.pp = L.pp, l.dp = L.dp, l.ep = L.ep;
+  if (L.zero3) l.zero_stage = 3;
+  l.optimizer = L.bf16_prefix && !L.zero3 ? "" : "zero";  // bf16_ files: ZeRO or BF16_Optimizer, told by the shards
+  l.pipeline = L.pipeline;
+  return l;
+}
+
+// dtype names of the tensors of a module state dict ("bfloat16", or "bfloat16,float32" when mixed).
+std::string module_dtypes(const ValuePtr& module) {
+  std::set<std::string> names;
+  for (const auto& [name, v] : layout::module_tensors(module))
+    if (v && v->tensor) names.insert(std::string(dtype_name(v->tensor->dtype())));
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ",") + n;
+  return s;
+}
+
+std::string string_field(const ValuePtr& dict, const char* key) {
+  if (!dict || dict->kind != Kind::Dict) return "";
+  auto v = dict->get(key);
+  return v && v->kind == Kind::Str ? v->s : "";
+}
+
+// What the universal form (a universal folder's, or direct mode's in memory) says: layout, step,
+// DeepSpeed line, parameters, experts, states, the model files' dtype and DeepSpeed release.
+void describe_model(CheckpointInfo& info, const layout::UniversalManifest& manifest, const load::ModelInfo& m) {
+  ParallelLayout l;
+  l.tp = m.source_tp, l.pp = m.source_pp, l.dp = m.source_dp, l.ep = m.source_ep;
+  if (m.source_zero_stage > 0) l.zero_stage = m.source_zero_stage;
+  l.optimizer = m.source_bf16_optimizer ? "bf16_optimizer" : "zero";
+  if (m.source_bf16_optimizer) l.zero_stage.reset();
+  l.pipeline = m.pipeline;
+  info.layout = l;
+  info.tag = m.tag;
+  info.step = step_of(m.tag);
+  info.ds_line = m.ds_line;
+  info.tensors = m.params.size();
+  int64_t all = 0, experts = 0;
+  for (const auto& p : m.params) {
+    const int64_t n = numel_of(p.shape);
+    all += n;
+    if (p.expert >= 0 || p.autoep_experts > 0) experts += n;
+  }
+  info.parameters = all;
+  info.expert_parameters = experts;
+  info.experts_kind = m.native_moe ? "native" : m.autoep ? "autoep" : "";
+  if (m.native_moe || m.autoep) info.experts_per_layer = m.num_experts;
+  info.states = m.states;
+  for (const auto& p : manifest.params)
+    if (p.dtype && !p.dtype->empty()) info.dtypes["optimizer"] = *p.dtype;
+  if (!m.model_files.empty()) {
+    const ValuePtr first = load_torch(m.model_files[0]);
+    if (auto d = module_dtypes(first && first->kind == Kind::Dict ? first->get("module") : nullptr); !d.empty())
+      info.dtypes["model"] = d;
+    info.ds_version = string_field(first, "ds_version");
+  }
+  if (info.ds_version.empty()) info.ds_version = string_field(m.optimizer_state, "ds_version");
+  if (info.ds_line.empty() && !info.ds_version.empty())
+    info.ds_line = layout::moe_line_of_release(info.ds_version).value_or("");
+}
+
+void describe_native(CheckpointInfo& info, const InfoOptions& options) {
+  const bool work = info.kind == CheckpointKind::work_folder;
+  ucp::ExtractPlan plan;
+  layout::DeepSpeedLayout L;  // stays empty for a work folder
+  if (work) {
+    info.dir = info.input;
+    add_sizes(info, info.dir, [](const std::string& rel) {
+      return rel == "plan.json" ? "plan" : rel.rfind("fragments/", 0) == 0 ? "fragments" : "other";
+    });
+    if (!run_check(info, "plan", "plan.json readable, every file it names inside the folder",
+                   [&] { plan = ucp::load_work_plan(info.input); }))
+      return;
+  } else {
+    if (!run_check(info, "files", "file names: every shard of the layout present exactly once",
+                   [&] { L = layout::discover(info.input); })) {
+      info.dir = info.input;
+      return;
+    }
+    info.dir = L.dir;
+    info.tag = L.tag;
+    info.step = step_of(L.tag);
+    info.layout = layout_of(L);
+    add_sizes(info, info.dir, deepspeed_file_kind);
+    const std::string what = std::string("model states, expert files and optimizer shards agree and cover every "
+                                         "parameter (ucp-extract / ucp-union's plan)") +
+                             (options.verify ? "; zip CRC-32 of every record" : "");
+    if (!run_check(info, "plan", what, [&] { plan = ucp::plan_checkpoint(info.input, {}); })) return;
+  }
+  run_check(info, "patterns", "every pattern matches a parameter", [&] {
+    if (!plan.unused_patterns.empty())
+      throw Error("unused pattern '" + plan.unused_patterns[0] + "' (" + plan.patterns_origin +
+                  ") matches no parameter (ucp-union refuses it without --allow-unused-patterns)");
+  });
+  load::UniversalMeta meta;
+  load::ModelInfo m;
+  if (!run_check(info, "model_info", "parameter groups, pipeline and expert placement as ucp-load reads them", [&] {
+        meta = load::direct_meta(plan);
+        m = load::model_info_from(meta);
+      }))
+    return;
+  describe_model(info, meta.manifest, m);
+  // A PipelineModule's weights are in its layer files (the model-states file's module is None).
+  if (!info.dtypes.count("model") && !L.layer_files.empty() && !L.layer_files.begin()->second.empty())
+    if (auto d = module_dtypes(load_torch(L.layer_files.begin()->second[0])); !d.empty()) info.dtypes["model"] = d;
+  if (!plan.params.empty() && !plan.params[0].fragments.empty() && !plan.params[0].fragments[0].empty()) {
+    ucp::SourceCache cache(plan.files);
+    info.dtypes["optimizer"] = dtype_name(ucp::fragment_tensor(cache, plan.params[0].fragments[0][0], "fp32").dtype());
+  }
+}
+
+void describe_universal(CheckpointInfo& info, const InfoOptions& options) {
+  info.dir = info.input;
+  layout::UniversalManifest manifest;
+  const std::string manifest_path = (fs::path(info.dir) / layout::kUniversalManifestName).string();
+  const bool read = run_check(info, "manifest", "manifest.json readable",
+                              [&] { manifest = layout::read_universal_manifest(manifest_path); });
+  std::set<std::string> model_files(manifest.model_files.begin(), manifest.model_files.end()), state_files;
+  for (const auto& p : manifest.params)
+    for (const auto& [s, f] : p.states) state_files.insert(f.file);
+  add_sizes(info, info.dir, [&](const std::string& rel) -> std::string {
+    if (rel == layout::kUniversalManifestName) return "manifest";
+    if (rel == manifest.optimizer_state) return "optimizer_state";
+    if (model_files.count(rel)) return "model_states";
+    if (state_files.count(rel)) return "state_files";
+    if (rel.rfind("zero/", 0) == 0 && fs::path(rel).filename() == "step.pt") return "step_files";
+    return "other";
+  });
+  if (!read) return;
+  load::ModelInfo m;
+  if (!run_check(info, "model_info", "every file manifest.json names present and consistent (as ucp-load reads them)",
+                 [&] { m = load::read_model_info(info.dir); }))
+    return;
+  describe_model(info, manifest, m);
+  if (!options.verify) {
+    skip_check(info, "checksums", "crc32 of every state file against manifest.json (--no-verify)");
+    return;
+  }
+  run_check(info, "checksums", "crc32 of every state file against manifest.json", [&] {
+    load::UniversalReader reader(m, info.dir, true);
+    for (size_t i = 0; i < m.params.size(); ++i)
+      for (const auto& s : m.states) reader.check(static_cast<int>(i), s);
+  });
+}
+
+// The store's committed steps: what each manifest says it saved.
+nlohmann::json step_json(const pec::Manifest& m) {
+  uint64_t bytes = 0;
+  size_t files = 0;
+  for (const auto& f : m.non_expert) bytes += f.size, ++files;
+  for (const auto& e : m.experts)
+    for (const auto& f : e.files) bytes += f.size, ++files;
+  return {{"step", m.step},
+          {"tag", m.tag},
+          {"layout", m.layout},
+          {"policy", m.policy},
+          {"k", m.k},
+          {"experts_saved", m.experts.size()},
+          {"non_expert_files", m.non_expert.size()},
+          {"non_expert_pruned", m.non_expert_pruned},
+          {"files", files},
+          {"bytes", bytes},
+          {"tokens_known", m.tokens_known}};
+}
+
+void verify_objects(const pec::Store& store, const std::vector<pec::ManifestCopy>& copies) {
+  std::set<std::string> seen;
+  auto check = [&](const pec::FileEntry& f) {
+    for (const auto& c : f.chunks)
+      if (seen.insert(c.object).second) (void)store.objects().get(c.object, c.size);
+  };
+  for (const auto& copy : copies) {
+    for (const auto& f : copy.manifest.non_expert) check(f);
+    for (const auto& e : copy.manifest.experts)
+      for (const auto& f : e.files) check(f);
+  }
+}
+
+void describe_store(CheckpointInfo& info, const InfoOptions& options) {
+  info.dir = info.input;
+  add_sizes(info, info.dir, [](const std::string& rel) {
+    return rel.rfind("objects/", 0) == 0 ? "objects" : rel.rfind("manifests/", 0) == 0 ? "manifests" : "other";
+  });
+  std::unique_ptr<pec::Store> store;
+  if (!run_check(info, "store", "a PEC store tier",
+                 [&] { store = std::make_unique<pec::Store>(info.dir, pec::Tier::durable, pec::StoreOpen::existing); }))
+    return;
+  pec::RestoreCatalog catalog;
+  catalog.stores.push_back({pec::Tier::durable, info.dir});
+  nlohmann::json steps = nlohmann::json::array();
+  run_check(info, "manifests", "every committed manifest readable (format, checksum, step)", [&] {
+    std::string first_error;
+    for (int64_t step : store->committed_steps()) {
+      try {
+        catalog.copies.push_back({0, store->load_manifest(step)});
+        steps.push_back(step_json(catalog.copies.back().manifest));
+      } catch (const Error& e) {
+        if (first_error.empty()) first_error = e.what();
+      }
+    }
+    if (!first_error.empty()) throw Error(first_error);
+  });
+  info.store = {{"steps", steps}};
+  if (!catalog.copies.empty()) {
+    const pec::Manifest& latest = catalog.copies.back().manifest;
+    info.tag = latest.tag;
+    info.step = latest.step;
+    info.experts_per_layer = latest.shape.experts_per_layer;
+    info.experts_kind = latest.layout;
+    info.store["layout"] = latest.layout;
+    info.store["ep"] = latest.shape.ep_size;
+  }
+  run_check(info, "restore", "the newest step restores: its non-expert state and a copy of every expert (pec-restore's plan)",
+            [&] {
+              const pec::RestorePlan plan = pec::plan_restore(catalog, {-1, info.dir, "", ""});
+              info.store["restorable_step"] = plan.step;
+            });
+  if (!options.verify) {
+    skip_check(info, "objects", "every object of every readable manifest present and intact (--no-verify)");
+    return;
+  }
+  run_check(info, "objects", "every object of every readable manifest present and intact (digest)",
+            [&] { verify_objects(*store, catalog.copies); });
+}
+
+}  // namespace
+
+CheckpointInfo describe(const std::string& path, const InfoOptions& options) {
+  CheckpointInfo info;
+  info.input = path;
+  info.kind = detect_kind(path);
+  VerifyFiles verify(options.verify);
+  switch (info.kind) {
+    case CheckpointKind::deepspeed:
+    case CheckpointKind::work_folder: describe_native(info, options); break;
+    case CheckpointKind::universal: describe_universal(info, options); break;
+    case CheckpointKind::pec_store: describe_store(info, options); break;
+  }
+  return info;
+}
+
+nlohmann::json CheckpointInfo::to_json() const {
+  using nlohmann::json;
+  auto opt = [](const auto& v) { return v ? json(*v) : json(nullptr); };
+  auto str = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
+  json j = {{"input", input}, {"kind", kind_name(kind)}, {"dir", dir}, {"tag", str(tag)}, {"step", opt(step)},
+            {"ds_version", str(ds_version)}, {"ds_line", str(ds_line)}};
+  j["layout"] = nullptr;
+  if (layout)
+    j["layout"] = {{"tp", layout->tp}, {"pp", layout->pp}, {"dp", layout->dp}, {"ep", layout->ep},
+                   {"zero_stage", opt(layout->zero_stage)}, {"optimizer", str(layout->optimizer)},
+                   {"pipeline", layout->pipeline}};
+  j["tensors"] = opt(tensors);
+  j["parameters"] = opt(parameters);
+  j["experts"] = {{"kind", str(experts_kind)},
+                  {"moe_layers", experts_per_layer.size()},
+                  {"per_layer", experts_per_layer},
+                  {"parameters", opt(expert_parameters)}};
+  j["dtypes"] = dtypes;
+  j["states"] = states;
+  json kinds = json::object();
+  for (const auto& [k, s] : by_kind) kinds[k] = {{"files", s.files}, {"bytes", s.bytes}};
+  j["size"] = {{"bytes", bytes}, {"files", files}, {"by_kind", kinds}};
+  if (!store.is_null()) j["store"] = store;
+  json cs = json::array();
+  for (const auto& c : checks)
+    cs.push_back({{"name", c.name}, {"what", c.what}, {"status", status_name(c.status)}, {"error", str(c.error)}});
+  j["checks"] = cs;
+  j["ok"] = ok();
+  return j;
+}
+
+namespace {
+std::string with_commas(uint64_t n) {
+  std::string s = std::to_string(n);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return s;
+}
+
+std::string human_bytes(uint64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+}  // namespace
+
+std::string CheckpointInfo::text() const {
+  std::ostringstream o;
+  auto row = [&](const char* key, const std::string& value) { o << "  " << key << std::string(12 - std::string(key).size(), ' ') << value << "\n"; };
+  o << dir << "\n";
+  row("kind", std::string(kind_name(kind)) + (tag.empty() ? "" : " (" + tag + ")"));
+  if (step) row("step", std::to_string(*step));
+  if (layout) {
+    std::string l = "TP " + std::to_string(layout->tp) + ", PP " + std::to_string(layout->pp) + ", DP " +
+                    std::to_string(layout->dp) + ", EP " + std::to_string(layout->ep);
+    if (layout->zero_stage) l += ", ZeRO stage " + std::to_string(*layout->zero_stage);
+    if (!layout->optimizer.empty()) l += layout->optimizer == "bf16_optimizer" ? ", BF16_Optimizer" : ", ZeRO optimizer";
+    if (layout->pipeline) l += ", pipeline layer files";
+    row("layout", l);
+  }
+  if (!ds_version.empty() || !ds_line.empty())
+    row("deepspeed", (ds_version.empty() ? std::string("release not recorded") : ds_version) +
+                         (ds_line.empty() ? "" : " (version line " + ds_line + ")"));
+  if (parameters)
+    row("parameters", with_commas(static_cast<uint64_t>(*parameters)) + " in " + std::to_string(tensors.value_or(0)) +
+                          " tensors" +
+                          (expert_parameters && *expert_parameters > 0
+                               ? " (" + with_commas(static_cast<uint64_t>(*expert_parameters)) + " in experts)"
+                               : ""));
+  if (!experts_per_layer.empty()) {
+    std::string e = std::to_string(experts_per_layer.size()) + " MoE layers, experts per layer";
+    for (size_t i = 0; i < experts_per_layer.size(); ++i) e += (i ? ", " : " ") + std::to_string(experts_per_layer[i]);
+    row("experts", e + (experts_kind.empty() ? "" : " (" + experts_kind + ")"));
+  }
+  if (!dtypes.empty()) {
+    std::string d;
+    for (const auto& [k, v] : dtypes) d += (d.empty() ? "" : ", ") + k + " " + v;
+    row("dtypes", d);
+  }
+  if (!states.empty()) {
+    std::string s;
+    for (const auto& x : states) s += (s.empty() ? "" : ", ") + x;
+    row("states", s);
+  }
+  if (!store.is_null() && store.contains("steps")) {
+    std::string s;
+    for (const auto& x : store["steps"]) s += (s.empty() ? "" : ", ") + std::to_string(x["step"].get<int64_t>());
+    row("saved steps", s.empty() ? "none readable" : s);
+  }
+  std::string size = human_bytes(bytes) + " in " + std::to_string(files) + " files";
+  for (const auto& [k, s] : by_kind) size += "; " + k + " " + human_bytes(s.bytes) + " (" + std::to_string(s.files) + ")";
+  row("size", size);
+  for (const auto& c : checks)
+    row("check", c.name + ": " + status_name(c.status) + (c.error.empty() ? "" : " - " + c.error));
+  return o.str();
+}
+
+}  // namespace ucpkit::inspect
