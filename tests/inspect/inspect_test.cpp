@@ -64,7 +64,7 @@ uint64_t bytes_under(const std::string& dir) {
 }
 
 // The facts ucp-info reports against the generator's own.
-void expect_facts(const json& j, const json& x) {
+void expect_facts(json j, json x) {
   EXPECT_EQ(j["tag"], x["tag"]);
   EXPECT_EQ(j["step"], x["step"]);
   for (const char* k : {"tp", "pp", "dp", "ep", "zero_stage", "pipeline"}) EXPECT_EQ(j["layout"][k], x[k]) << k;
@@ -83,7 +83,7 @@ void expect_facts(const json& j, const json& x) {
   EXPECT_EQ(j["states"], json({"fp32", "exp_avg", "exp_avg_sq"}));
 }
 
-void expect_all_checks_ok(const json& j) {
+void expect_all_checks_ok(json j) {
   ASSERT_TRUE(j["checks"].is_array());
   EXPECT_FALSE(j["checks"].empty());
   for (const auto& c : j["checks"]) EXPECT_EQ(c["status"], "ok") << c.dump();
@@ -103,7 +103,7 @@ TEST(UcpInfo, NativeDenseCheckpointMatchesTheGenerator) {
   // The parent folder with `latest`, relative, no option but --json.
   const ToolRun r = run_in(cwd, "ucp-info", rel(ck, cwd) + " --json");
   ASSERT_EQ(r.rc, 0) << r.err;
-  const json j = parse(r);
+  json j = parse(r);
   EXPECT_EQ(j["kind"], "deepspeed");
   expect_facts(j, expect_of("gpt_tp2_pp2_dp2"));
   expect_all_checks_ok(j);
@@ -124,7 +124,7 @@ TEST(UcpInfo, NativeMoeCheckpointMatchesTheGenerator) {
   const std::string ck = kFx + "/moe_dp4_ep2_fp16/global_step100";  // the tag folder itself
   const ToolRun r = run_in(cwd, "ucp-info", rel(ck, cwd) + " --json");
   ASSERT_EQ(r.rc, 0) << r.err;
-  const json j = parse(r);
+  json j = parse(r);
   expect_facts(j, expect_of("moe_dp4_ep2_fp16"));
   EXPECT_EQ(j["experts"]["kind"], "native");
   expect_all_checks_ok(j);
@@ -136,7 +136,7 @@ TEST(UcpInfo, UniversalCheckpointMatchesTheGeneratorAndItsChecksumsAreChecked) {
   ASSERT_EQ(union_into(cwd, rel(kFx + "/moe_dp4_ep2_fp16", cwd), "uni"), 0);
   const ToolRun r = run_in(cwd, "ucp-info", "uni --json");
   ASSERT_EQ(r.rc, 0) << r.err;
-  const json j = parse(r);
+  json j = parse(r);
   EXPECT_EQ(j["kind"], "universal");
   expect_facts(j, expect_of("moe_dp4_ep2_fp16"));
   expect_all_checks_ok(j);
@@ -164,7 +164,7 @@ TEST(UcpInfo, DamagedShardIsReportedWithWhatCouldBeRead) {
   EXPECT_EQ(r.rc, 1);
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find(file), std::string::npos) << r.err;
-  const json j = parse(r);
+  json j = parse(r);
   EXPECT_EQ(j["ok"], false);
   bool plan_failed = false;
   for (const auto& c : j["checks"])
@@ -182,7 +182,7 @@ TEST(UcpInfo, PecStoreIsDescribedAndAMissingObjectReported) {
   ASSERT_EQ(run_in(cwd, "pec-save", "--checkpoint " + ck + " --store store --step 100 --policy sequential --k 1").rc, 0);
   const ToolRun r = run_in(cwd, "ucp-info", "store/ --json");
   ASSERT_EQ(r.rc, 0) << r.err;
-  const json j = parse(r);
+  json j = parse(r);
   EXPECT_EQ(j["kind"], "pec-store");
   EXPECT_EQ(j["step"], 100);
   EXPECT_EQ(j["experts"]["per_layer"], expect_of("moe_dp4_ep2_fp16")["experts_per_layer"]);
@@ -222,7 +222,7 @@ TEST(UcpDiff, NativeCheckpointEqualsItsRelayout) {
   fs::create_directories(cwd + "/tmp");
   const ToolRun r = run_in(cwd, "ucp-diff", ck + " re --tmp-dir tmp --json");
   ASSERT_EQ(r.rc, 0) << r.err;
-  const json j = parse(r);
+  json j = parse(r);
   EXPECT_EQ(j["equal"], true);
   EXPECT_EQ(j["a"]["form"], "native");
   EXPECT_EQ(j["b"]["form"], "native");
@@ -239,12 +239,12 @@ TEST(UcpDiff, NativeCheckpointEqualsItsRelayout) {
 
 TEST(UcpDiff, OneChangedOptimizerValueIsADifference) {
   const std::string cwd = scratch("changed");
-  const json changed = json::parse(file_bytes(kFx + "/moe_changed/changed.json"));
+  json changed = json::parse(file_bytes(kFx + "/moe_changed/changed.json"));
   fs::create_directories(cwd + "/tmp");
   const std::string a = rel(kFx + "/moe_dp4_ep2_fp16", cwd), b = rel(kFx + "/moe_changed", cwd);
   const ToolRun r = run_in(cwd, "ucp-diff", a + " " + b + " --json", "TMPDIR=tmp");
   ASSERT_EQ(r.rc, 3) << r.err;
-  const json j = parse(r);
+  json j = parse(r);
   EXPECT_EQ(j["equal"], false);
   EXPECT_EQ(j["differences"], 1);
   EXPECT_EQ(j["tensors_equal"].get<int>() + 1, j["tensors"].get<int>());
@@ -271,7 +271,7 @@ TEST(UcpDiff, ParametersInOneOnlyAreDifferences) {
                        rel(kFx + "/gpt_tp2_pp2_dp2", cwd) + " " + rel(kFx + "/moe_dp4_ep2_fp16", cwd) +
                            " --tmp-dir tmp --json --max-listed 1000");
   ASSERT_EQ(r.rc, 3) << r.err;
-  const json j = parse(r);
+  json j = parse(r);
   size_t only_a = 0, only_b = 0;
   for (const auto& d : j["listed"]) only_a += d["kind"] == "only_in_a", only_b += d["kind"] == "only_in_b";
   EXPECT_GT(only_a, 0u);
