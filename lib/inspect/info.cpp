@@ -374,10 +374,21 @@ void describe_store(CheckpointInfo& info, const InfoOptions& options) {
 
 }  // namespace
 
+namespace {
+// The folder's path ending in its own name: "global_step100/" and "." would give the readers an empty
+// or "." tag (they take the tag from the folder's name).
+std::string ending_in_its_name(const std::string& path) {
+  fs::path p = fs::path(path).lexically_normal();
+  if (p.filename() == "." || p.filename() == "..") p = fs::absolute(p).lexically_normal();
+  if (!p.has_filename() && p.has_parent_path() && p.parent_path() != p.root_path()) p = p.parent_path();
+  return p.empty() ? path : p.string();
+}
+}  // namespace
+
 CheckpointInfo describe(const std::string& path, const InfoOptions& options) {
   CheckpointInfo info;
-  info.input = path;
-  info.kind = detect_kind(path);
+  info.input = ending_in_its_name(path);
+  info.kind = detect_kind(info.input);
   VerifyFiles verify(options.verify);
   switch (info.kind) {
     case CheckpointKind::deepspeed:

@@ -50,7 +50,7 @@ struct InfoOptions {
 };
 
 struct CheckpointInfo {
-  std::string input;                  // as given
+  std::string input;                  // as given, ending in the folder's name ("ck/" -> "ck", "." -> its absolute path)
   CheckpointKind kind = CheckpointKind::deepspeed;
   std::string dir;                    // the folder read: global_stepN, the work / universal folder, the store
   std::string tag;                    // global_stepN ("" unknown)

@@ -34,9 +34,10 @@ struct ToolRun {
   std::string out, err;
 };
 
-// Runs `tool args` in `cwd`; stdout and stderr kept apart.
+// Runs `tool args` in `cwd`; stdout and stderr kept apart (in files outside `cwd`: it may be a fixture).
 ToolRun run_in(const std::string& cwd, const std::string& tool, const std::string& args, const std::string& env = "") {
-  const std::string out = cwd + "/.stdout", err = cwd + "/.stderr";
+  static const std::string io = scratch("io");
+  const std::string out = io + "/stdout", err = io + "/stderr";
   const int rc = run_command_status("cd " + quote(cwd) + " && " + env + " " + kBin + "/" + tool + " " + args + " >" +
                                     quote(out) + " 2>" + quote(err));
   ToolRun r{rc, file_bytes(out), file_bytes(err)};
@@ -129,6 +130,13 @@ TEST(UcpInfo, NativeMoeCheckpointMatchesTheGenerator) {
   EXPECT_EQ(j["experts"]["kind"], "native");
   expect_all_checks_ok(j);
   EXPECT_EQ(j["size"]["by_kind"]["expert_states"]["files"], 2 * 4);  // 2 MoE layers x 4 experts
+
+  // "." inside the tag folder and a trailing slash name the same tag.
+  for (const auto& [where, arg] : {std::pair{ck, std::string(".")}, std::pair{cwd, rel(ck, cwd) + "/"}}) {
+    json k = parse(run_in(where, "ucp-info", arg + " --json --no-verify"));
+    EXPECT_EQ(k["tag"], "global_step100") << arg;
+    EXPECT_EQ(k["step"], 100) << arg;
+  }
 }
 
 TEST(UcpInfo, UniversalCheckpointMatchesTheGeneratorAndItsChecksumsAreChecked) {
