@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "placement/planner.h"
 #include "tool/cli.h"
+#include "tool/dry_run.h"
 
 int main(int argc, char** argv) {
   using namespace ucpkit;
@@ -23,7 +24,7 @@ int main(int argc, char** argv) {
   std::string output, svg, failed;
   int added = 0;
   double exact_limit = 1e6;
-  app.add_option("--loads", req.loads_path, "Expert loads: JSON [layers][experts], CSV, router trace JSONL, logical_count dump, SGLang expert-distribution .pt dump, vLLM EPLB load window .safetensors")
+  app.add_option("--input,--loads", req.loads_path, "Expert loads: JSON [layers][experts], CSV, router trace JSONL, logical_count dump, SGLang expert-distribution .pt dump, vLLM EPLB load window .safetensors")
       ->required();
   app.add_option("--nodes", req.cluster.nodes, "Nodes (with --current: nodes of the current plan)")->required();
   app.add_option("--gpus-per-node", req.cluster.gpus_per_node, "GPUs per node")->required();
@@ -60,13 +61,15 @@ int main(int argc, char** argv) {
   app.add_option("--memory", req.placement.memory,
                  "hecate: memory capacity m, distinct experts materialized per GPU per layer, 1..S (default: "
                  "--slots-per-gpu; with m < S the other slots repeat experts the GPU holds)");
-  app.add_option("--expert-bytes", req.expert_bytes, "Bytes per expert replica, to report bytes moved");
+  uint64_t expert_bytes = 0, max_moved_bytes = 0;
+  auto* expert_bytes_opt =
+      tool::add_size_option(app, "--expert-bytes", expert_bytes, "Bytes per expert replica (a size: 64M), to report bytes moved");
   auto* prev_opt = app.add_option("--previous", req.previous_path,
                                   "Previous plan JSON: re-place for the new --loads on its cluster, counting the "
                                   "expert copies moved (balanced-ft moves, fault tolerance kept)");
   prev_opt->excludes(cur);
-  app.add_option("--max-moved-bytes", req.max_moved_bytes,
-                 "With --previous: bytes the balance moves may copy (needs --expert-bytes; the copies that keep "
+  auto* max_moved_opt = tool::add_size_option(app, "--max-moved-bytes", max_moved_bytes,
+                 "With --previous: bytes (a size: 2G) the balance moves may copy (needs --expert-bytes; the copies that keep "
                  "--fault-tolerance are made regardless)");
   app.add_option("--migration-weight", req.migration_weight,
                  "With --previous: take moves only when the imbalance removed (fraction of total load) is at least "
@@ -84,10 +87,19 @@ int main(int argc, char** argv) {
   app.add_option("--vllm-eplb-state", vllm_out,
                  "Also write the plan as vLLM EPLB state tensors (safetensors: physical_to_logical_map, "
                  "logical_to_physical_map, logical_replica_count)");
+  int threads = 0;
+  bool dry_run = false, overwrite = false;
+  tool::add_threads_option(app, threads);
+  tool::add_dry_run_option(app, dry_run);
+  tool::add_overwrite_option(app, overwrite,
+                             "Accepted as in every tool; moe-replace replaces its output files anyway (whole, "
+                             "atomically), as job scripts rerun it");
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
+  if (expert_bytes_opt->count()) req.expert_bytes = static_cast<double>(expert_bytes);
+  if (max_moved_opt->count()) req.max_moved_bytes = static_cast<double>(max_moved_bytes);
 
-  return tool::run("moe-replace", [&] {
+  return tool::run("moe-replace", [&] { return tool::in_threads(threads, [&] {
     req.placement.recovery.exact_limit = exact_limit;
     // A written file never replaces the loads (or the other written file).
     auto refuse_same = [](const std::string& a, const char* a_opt, const std::string& b, const char* b_opt) {
@@ -114,6 +126,14 @@ int main(int argc, char** argv) {
     // file, before the first is renamed into place; a failure before that leaves none of them.
     const std::vector<std::pair<std::string, std::string_view>> files = {
         {output, out.plan_text}, {svg, out.svg}, {sglang_out, out.sglang_text}, {vllm_out, out.vllm_bytes}};
+    if (dry_run) {
+      std::vector<std::string> names;
+      for (const auto& f : files)
+        if (!f.first.empty()) names.push_back(f.first);
+      if (!common.json) std::cout << out.table;
+      tool::print_dry_run("moe-replace", tool::replace_dry_run(out.summary, names), common.json);
+      return 0;
+    }
     for (const auto& [path, bytes] : files) {
       if (path.empty()) continue;
       std::filesystem::path dir = std::filesystem::path(path).parent_path();
@@ -136,11 +156,11 @@ int main(int argc, char** argv) {
       if (!sglang_out.empty()) out.summary["sglang_expert_location"] = sglang_out;
       if (!vllm_out.empty()) out.summary["vllm_eplb_state"] = vllm_out;
       out.summary["peak_rss_bytes"] = tool::peak_rss_bytes();
-      std::cout << out.summary.dump(2) << "\n";
+      tool::print_json(tool::envelope("moe-replace", output, out.summary));
     } else if (tool::verbosity() >= 0) {
       std::cout << out.table;
     }
     tool::verbose("wrote " + output + " in " + std::to_string(out.seconds) + " s");
     return 0;
-  });
+  }); });
 }

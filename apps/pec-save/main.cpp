@@ -7,6 +7,7 @@
 #include "pec/save.h"
 #include "pec/watch.h"
 #include "tool/cli.h"
+#include "tool/dry_run.h"
 
 int main(int argc, char** argv) {
   using namespace ucpkit;
@@ -20,8 +21,8 @@ int main(int argc, char** argv) {
   bool no_bootstrap = false;
   bool verify = false;
   pec::WatchOptions watch;
-  app.add_option("--checkpoint", o.checkpoint, "Full checkpoint folder written by the training job");
-  app.add_option("--store", o.store, "PEC store folder")->required();
+  app.add_option("--input,--checkpoint", o.checkpoint, "Full checkpoint folder written by the training job");
+  app.add_option("--output,--store", o.store, "PEC store folder (durable tier) to save into")->required();
   app.add_option("--step", step, "Training step being saved");
   app.add_option("--watch", watch.dir,
                  "Persist agent: wait for each new global_step<N> that `latest` names in this folder, save it, "
@@ -34,7 +35,8 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::IsMember({"sequential", "load-aware", "budget"}));
   app.add_option("--k", o.k, "Experts saved per MoE layer");
-  app.add_option("--budget-bytes", budget, "Byte budget for experts (budget policy)");
+  uint64_t budget_size = 0;
+  tool::add_size_option(app, "--budget,--budget-bytes", budget_size, "Byte budget for experts (budget policy; a size: 2G)");
   app.add_option("--bandwidth", bandwidth, "Host bandwidth in bytes/s (budget = bandwidth x iteration time)");
   app.add_option("--iteration-seconds", iteration_seconds, "Iteration time in seconds (with --bandwidth)");
   app.add_option("--tokens", o.tokens, "Tokens per expert since the previous save (JSON, CSV or router JSONL)");
@@ -44,18 +46,27 @@ int main(int argc, char** argv) {
   app.add_option("--keep", o.keep, "Durable tier: keep what restoring the latest N steps needs")->capture_default_str();
   app.add_option("--keep-fast", o.keep_fast, "Fast tier: keep the non-expert state of the latest N steps and only expert copies newer than the durable tier's")->capture_default_str();
   app.add_option("--zstd-level", o.zstd_level, "zstd compression level (0: store the bytes uncompressed)")->capture_default_str();
-  app.add_option("--chunk-mib", chunk_mib, "Largest object in MiB (files are split)")->capture_default_str();
+  uint64_t chunk = static_cast<uint64_t>(chunk_mib) << 20;
+  tool::add_size_option(app, "--chunk", chunk, "Largest stored object (a size: 64M; files are split)",
+                        {{"--chunk-mib", 1 << 20}});
   app.add_option("--ep", o.open.ep_size, "Expert-parallel degree (default: inferred, 1 for universal checkpoints)");
   app.add_flag("--data-before-expert", o.open.data_before_expert, "use_data_before_expert_parallel_ rank order");
   app.add_flag("--no-bootstrap", no_bootstrap, "Do not add experts the durable store never saved");
-  app.add_flag("--verify", verify,
+  tool::add_verify_option(app, verify,
                "Also check the zip CRC-32 of every record of the torch files parsed to find the experts (a full read of "
                "every optimizer shard, most of which a partial save does not store)");
   app.add_flag("--plan", o.plan_only, "Print the selection and the fully sharded save plan as JSON, save nothing");
+  int threads = 0;
+  bool dry_run = false;
+  tool::add_threads_option(app, threads);
+  tool::add_dry_run_option(app, dry_run);
   tool::add_pickle_options(app);
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
-  return tool::run("pec-save", [&] {
+  return tool::run("pec-save", [&] { return tool::in_threads(threads, [&] {
+    budget = static_cast<long long>(budget_size);
+    const bool print_plan = o.plan_only;
+    if (dry_run) o.plan_only = true;
     // A partial save reads only the bytes it stores (plus the zip directories and pickles it parses);
     // checking every record's CRC-32 would read whole optimizer shards (docs/pec.md, Figures).
     if (!verify) set_verify_files_crc(false);
@@ -68,8 +79,8 @@ int main(int argc, char** argv) {
       o.budget_bytes = static_cast<uint64_t>(bandwidth * iteration_seconds);
     }
     if (o.budget_bytes > 0 && o.policy != "budget") throw UsageError("--budget-bytes needs --policy budget");
-    if (chunk_mib < 1) throw UsageError("--chunk-mib must be >= 1");
-    o.chunk_bytes = static_cast<uint64_t>(chunk_mib) << 20;
+    if (chunk < 4096) throw UsageError("--chunk " + tool::size_text(chunk) + ": must be at least 4K");
+    o.chunk_bytes = chunk;
     o.bootstrap = !no_bootstrap;
     if (!watch.dir.empty()) {
       if (!o.checkpoint.empty() || step >= 0) throw UsageError("--watch replaces --checkpoint and --step");
@@ -92,8 +103,16 @@ int main(int argc, char** argv) {
         &total);
     if (bar) bar->finish();
     if (summary.empty()) return 0;  // other MPI ranks
-    if (o.plan_only || common.json) {
+    if (print_plan) {
       std::cout << summary.dump(2) << "\n";
+      return 0;
+    }
+    if (dry_run) {
+      tool::print_dry_run("pec-save", tool::save_dry_run(summary, o.store, o.fast_store), common.json);
+      return 0;
+    }
+    if (common.json) {
+      tool::print_json(tool::envelope("pec-save", o.store, summary));
       return 0;
     }
     for (const auto& t : summary["tiers"]) {
@@ -109,5 +128,5 @@ int main(int argc, char** argv) {
       tool::info(line);
     }
     return 0;
-  });
+  }); });
 }

@@ -3,6 +3,7 @@
 
 #include "io/torch/verify.h"
 #include "tool/cli.h"
+#include "tool/dry_run.h"
 #include "ucp/convert.h"
 #include "parallel/mpi_session.h"
 
@@ -13,22 +14,30 @@ int main(int argc, char** argv) {
   std::string input, output;
   ucp::ConvertOptions opt;
   opt.reporter = tool::console_reporter();
+  bool verify = true, dry_run = false;
   app.add_option("--input", input, "Checkpoint folder (global_stepN/ or its parent with `latest`)")->required();
   app.add_option("--output", output, "Work folder for fragments (must not exist unless --overwrite)")->required();
   app.add_option("--patterns", opt.patterns_file, "Pattern file (patterns/*.json) when the checkpoint has none");
-  app.add_option("--threads", opt.threads, "TBB threads (0 = all cores)")->check(CLI::NonNegativeNumber);
-  app.add_flag("--no-verify", [](int64_t) { set_verify_files_crc(false); },
-               "Do not check the zip CRC-32 of the input files' records (they are checked by default)");
+  tool::add_threads_option(app, opt.threads);
+  tool::add_verify_option(app, verify, "Check the zip CRC-32 of the input files' records");
   app.add_flag("--no-sync", [&opt](int64_t) { opt.sync = false; }, "Do not flush the output to stable storage before renaming it into place (scratch outputs)");
   app.add_flag("--allow-unused-patterns", opt.allow_unused_patterns, "Accept patterns that match no parameter");
-  app.add_flag("--overwrite", opt.overwrite, "Replace an existing work folder (atomically, at the end)");
+  tool::add_overwrite_option(app, opt.overwrite, "Replace an existing work folder (atomically, at the end)");
+  tool::add_dry_run_option(app, dry_run);
   tool::add_pickle_options(app);
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
   const int rc = tool::run("ucp-extract", [&] {
+    set_verify_files_crc(verify);
+    const bool root = parallel::MpiSession::get().rank() == 0;
+    if (dry_run) {
+      const auto d = tool::extract_dry_run(input, output, opt);
+      if (root) tool::print_dry_run("ucp-extract", d, common.json);
+      return 0;
+    }
     auto s = ucp::run_extract(input, output, opt);
-    if (parallel::MpiSession::get().rank() == 0) {
-      if (common.json) std::cout << s.to_json().dump(1) << "\n";
+    if (root) {
+      if (common.json) tool::print_json(tool::envelope("ucp-extract", s.output, s.to_json()));
       tool::info(std::to_string(s.params) + " parameters, " + std::to_string(s.files_written) +
                  " fragment files -> " + output);
     }

@@ -9,6 +9,7 @@
 #include "load/load.h"
 #include "io/torch/verify.h"
 #include "tool/cli.h"
+#include "tool/dry_run.h"
 #include "parallel/mpi_session.h"
 
 int main(int argc, char** argv) {
@@ -20,7 +21,7 @@ int main(int argc, char** argv) {
   std::string dtype = "bf16", device = "cpu", optimizer = "auto";
   int tp = 1, pp = 1, dp = 1, zero = 1, ep = 1, pp_rank = 0, tp_rank = 0, dp_rank = 0;
   bool plan = false, no_verify = false;
-  double shard_gb = 5, batch_mb = 256;
+  uint64_t shard_size = 5000000000, batch = 256 << 20;
   std::string exchange = "auto";
   std::string format(load::output_format_name(opt.format));
   app.add_option("--input", opt.input,
@@ -52,22 +53,25 @@ int main(int argc, char** argv) {
   app.add_flag("--plan", plan, "Print the UcpInfo plan as JSON and write nothing");
   app.add_option("--optimizer", optimizer, "Optimizer shard flavour: auto, zero, bf16 (BF16_Optimizer)")
       ->check(CLI::IsMember({"auto", "zero", "bf16"}));
-  app.add_option("--threads", opt.threads, "TBB threads (0 = all cores)")->check(CLI::NonNegativeNumber);
-  app.add_flag("--no-verify", no_verify, "Skip the manifest checksum check of atomic tensors and the zip CRC-32 check of input files");
+  tool::add_threads_option(app, opt.threads);
+  bool verify = true, dry_run = false;
+  tool::add_verify_option(app, verify, "Check the manifest checksums of atomic tensors and the zip CRC-32 of input files");
+  tool::add_dry_run_option(app, dry_run);
   app.add_flag("--overwrite", opt.overwrite, "Replace an existing output folder (atomically, at the end)");
   app.add_flag("--no-sync", [&opt](int64_t) { opt.sync = false; }, "Do not flush the output to stable storage before renaming it into place (scratch outputs)");
   app.add_option("--vocab-multiple", opt.vocab_multiple, "Pad the vocabulary to a multiple of this times TP");
   app.add_option("--sub-group-size", opt.target.sub_group_size,
                  "ZeRO-3: the job's zero_optimization.sub_group_size (elements; DeepSpeed's default 1e9)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--shard-size-gb", shard_gb, "safetensors shard size limit (GB)")->check(CLI::PositiveNumber);
+  tool::add_size_option(app, "--shard-size", shard_size, "safetensors shard size limit (a size: 5G, 512M)",
+                        {{"--shard-size-gb", 1e9}});
   app.add_option("--exchange", exchange,
                  "How atomic tensors reach the files: 'on' reads each atomic tensor once in total (its owner "
                  "rank, checksum in the same pass) and exchanges slices over MPI batch by batch; 'off' lets each "
                  "rank read what its own files need; 'auto' (default) is on under mpirun -np > 1")
       ->check(CLI::IsMember({"auto", "on", "off"}));
-  app.add_option("--batch-mb", batch_mb, "--exchange: atomic MiB per batch (bounds memory per rank; default 256)")
-      ->check(CLI::PositiveNumber);
+  tool::add_size_option(app, "--batch", batch, "--exchange: atomic bytes per batch (a size; bounds memory per rank)",
+                        {{"--batch-mb", 1 << 20}});
   app.add_option("--pp-rank", pp_rank, "--device cuda: pipeline rank to materialize");
   app.add_option("--tp-rank", tp_rank, "--device cuda: tensor rank to materialize");
   app.add_option("--dp-rank", dp_rank, "--device cuda: data-parallel rank to materialize (MPI rank under mpirun)");
@@ -75,6 +79,9 @@ int main(int argc, char** argv) {
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
   const int rc = tool::run("ucp-load", [&] {
+    no_verify = !verify;
+    if (shard_size == 0) throw UsageError("--shard-size must be positive");
+    if (batch == 0) throw UsageError("--batch must be positive");
     opt.format = *load::output_format_from_name(format);
     opt.given = {o_tp->count() > 0, o_pp->count() > 0, o_dp->count() > 0, o_zero->count() > 0, o_ep->count() > 0,
                  o_dtype->count() > 0, world_size};
@@ -93,13 +100,19 @@ int main(int argc, char** argv) {
                                           : load::OptimizerKind::Auto;
     opt.verify = !no_verify;
     if (no_verify) set_verify_files_crc(false);
-    opt.shard_bytes = static_cast<uint64_t>(shard_gb * 1e9);
+    opt.shard_bytes = shard_size;
     opt.exchange = exchange == "on"    ? load::ExchangeMode::Exchange
                    : exchange == "off" ? load::ExchangeMode::Files
                                        : load::ExchangeMode::Auto;
-    opt.batch_bytes = static_cast<uint64_t>(batch_mb * (1 << 20));
+    opt.batch_bytes = batch;
     if (exchange == "on" && opt.format != load::OutputFormat::DeepSpeed) throw UsageError("--exchange on applies to --format deepspeed");
     const bool root = parallel::MpiSession::get().rank() == 0;
+    if (dry_run && !plan) {
+      auto j = load::plan_json(opt);
+      if (!root) return 0;
+      tool::print_dry_run("ucp-load", tool::load_dry_run(j, opt.output), common.json);
+      return 0;
+    }
     if (plan) {
       auto j = load::plan_json(opt);
       if (root) std::cout << j.dump(1) << "\n";
@@ -122,7 +135,7 @@ int main(int argc, char** argv) {
       nlohmann::json j = {{"tool", "ucp-load"},
                           {"device", r.device},
                           {"bytes_to_device", r.bytes_to_device},
-                          {"seconds", r.seconds},
+                          {"transfer_seconds", r.seconds},
                           {"gbps", r.gbps},
                           {"end_to_end_seconds", r.end_to_end_seconds},
                           {"end_to_end_gbps", r.end_to_end_gbps},
@@ -130,7 +143,7 @@ int main(int argc, char** argv) {
                           {"phase_seconds", r.phase_seconds},
                           {"threads", r.threads},
                           {"partition_crc32", r.partition_crc32}};
-      if (common.json) std::cout << j.dump(1) << "\n";
+      if (common.json) tool::print_json(tool::envelope("ucp-load", nullptr, j));
       tool::info(std::to_string(r.bytes_to_device) + " bytes to GPU " + std::to_string(r.device) + ": transfers " +
                  std::to_string(r.gbps) + " GB/s, end to end " + std::to_string(r.end_to_end_gbps) +
                  " GB/s (pinned cudaMemcpy: " + std::to_string(r.baseline_gbps) + " GB/s)");
@@ -138,7 +151,7 @@ int main(int argc, char** argv) {
     }
     auto s = load::run_load(opt);
     if (root) {
-      if (common.json) std::cout << s.to_json().dump(1) << "\n";
+      if (common.json) tool::print_json(tool::envelope("ucp-load", s.output, s.to_json()));
       if (!s.from_source.empty()) tool::info(load::describe_source_defaults(s.from_source));
       if (s.reused)
         tool::info(opt.output + " already holds this layout (" + load::kLayoutRecordName + "): reused, nothing written");

@@ -2,7 +2,18 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
 #include "io/pickle/class_paths.h"
+#include "parallel/threads.h"
+#include "tool/envelope.h"
+#include "tool/size.h"
 #include "tool/tool.h"
 #include "ucpkit/version.h"
 
@@ -32,6 +43,88 @@ inline void add_pickle_options(CLI::App& app) {
       ->type_name("MODULE")
       ->take_all()
       ->allow_extra_args(false);
+}
+
+// The one vocabulary of the tools (docs/commands.md): --threads, --overwrite, --verify/--no-verify,
+// --dry-run and size options take the same names and syntax in every tool that has the idea.
+
+// --threads N (0: all cores).
+inline CLI::Option* add_threads_option(CLI::App& app, int& threads) {
+  return app.add_option("--threads", threads, "Threads inside this process (0 = all cores)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+}
+
+// Runs a tool body on at most `threads` TBB threads (0: all cores): --threads of the tools whose
+// library takes no thread count of its own.
+inline int in_threads(int threads, const std::function<int()>& body) {
+  int rc = 0;
+  parallel::in_arena(threads, [&] { rc = body(); });
+  return rc;
+}
+
+// --overwrite (and old names of it, e.g. "--force"): replace an existing output.
+inline CLI::Option* add_overwrite_option(CLI::App& app, bool& overwrite, const std::string& help,
+                                         const std::string& aliases = "") {
+  return app.add_flag("--overwrite" + (aliases.empty() ? "" : "," + aliases), overwrite, help);
+}
+
+// --verify / --no-verify, one flag with both polarities; `verify` holds the tool's default.
+inline CLI::Option* add_verify_option(CLI::App& app, bool& verify, const std::string& what) {
+  return app.add_flag("--verify,!--no-verify", verify,
+                      what + (verify ? " (default: on; --no-verify skips it)" : " (default: off; --verify asks for it)"));
+}
+
+// --dry-run: the human summary of what would be written; nothing is written.
+inline CLI::Option* add_dry_run_option(CLI::App& app, bool& dry_run) {
+  return app.add_flag("--dry-run", dry_run,
+                      "Print a short summary of what would be written and write nothing (with --json: the summary "
+                      "as JSON)");
+}
+
+// An old size option in its own unit: `--memory-mb 256` is 256 x 2^20 bytes.
+struct SizeAlias {
+  std::string name;
+  double unit;  // bytes per unit of the old option
+};
+
+// A size option in bytes (tool/size.h: 256M, 5G, 64K, plain bytes) named `names` ("--memory" or
+// "--budget,--budget-bytes": every name takes the size syntax), and `aliases`, old options taking a
+// plain number in their own unit (hidden from --help, named in its text). `bytes` holds the default.
+inline CLI::Option* add_size_option(CLI::App& app, const std::string& names, uint64_t& bytes, std::string help,
+                                    const std::vector<SizeAlias>& aliases = {}) {
+  const std::string first = names.substr(0, names.find(','));
+  for (const auto& a : aliases) help += "; old form " + a.name + " N";
+  if (bytes) help += " (default " + size_text(bytes) + ")";
+  // The new and the old form set the same bytes: both given is one option given twice.
+  auto given = std::make_shared<std::string>();
+  auto once = [given](const std::string& name) {
+    if (!given->empty() && *given != name) throw CLI::ValidationError(*given + " and " + name + " are the same option: give one");
+    *given = name;
+  };
+  auto* opt = app.add_option_function<std::string>(
+                     names,
+                     [&bytes, first, once](const std::string& text) {
+                       once(first);
+                       try {
+                         bytes = parse_size(text, first);
+                       } catch (const UsageError& e) {
+                         throw CLI::ValidationError(e.what());
+                       }
+                     },
+                     help)
+                  ->type_name("SIZE");
+  for (const auto& a : aliases)
+    app.add_option_function<double>(
+           a.name,
+           [&bytes, a, once](double n) {
+             once(a.name);
+             if (!(n >= 0) || n * a.unit > 9.2e18) throw CLI::ValidationError(a.name + " " + std::to_string(n) + ": not a size");
+             bytes = static_cast<uint64_t>(std::llround(n * a.unit));
+           },
+           "")
+        ->group("");
+  return opt;
 }
 
 // Parses the command line; returns an exit code >= 0 when the tool must stop (help, version, usage
