@@ -15,17 +15,3 @@ function(ucpkit_fast_build target)
   endif()
 endfunction()
 
-# The tool drivers (one translation unit each, ~10 s apiece, most of it CLI11 and the driver glue):
-# one precompiled header made for the first tool and reused by the others (same flags).
-function(ucpkit_fast_tools)
-  if(NOT UCPKIT_PCH OR NOT ARGN)
-    return()
-  endif()
-  list(GET ARGN 0 first)
-  target_precompile_headers(${first} PRIVATE <CLI/CLI.hpp> <nlohmann/json.hpp> "${CMAKE_SOURCE_DIR}/lib/tool/cli.h")
-  foreach(tool ${ARGN})
-    if(NOT tool STREQUAL first)
-      target_precompile_headers(${tool} REUSE_FROM ${first})
-    endif()
-  endforeach()
-endfunction()

@@ -2,7 +2,8 @@
 # The Debian package, end to end (outside CI: it installs and removes a system package; as root).
 # Makes the packages with CPack from a configured and built build folder, installs the main one with
 # `apt-get install ./ucpkit_*.deb`, runs every tool from /usr/bin (--version, man page, a conversion:
-# ucp-union of a small generated checkpoint, ucp-load of the result), then removes the package.
+# ucp-union of a small generated checkpoint, ucp-load of the result; ucp-load --device cuda without the
+# ucpkit-gpu package fails with one line), then removes the package.
 # Usage: scripts/test_deb.sh [build_dir]   (default build/; build it first, e.g. scripts/setup.sh --tools)
 # The result of the last run is written in docs/install.md.
 set -euo pipefail
@@ -46,6 +47,14 @@ fi
 ucp-union -q --input ck --output universal || fail "/usr/bin/ucp-union"
 ucp-load -q --input universal --output target --tp 1 --pp 1 --dp 1 --zero-stage 1 || fail "/usr/bin/ucp-load"
 /usr/bin/python3 "$root/tests/ucp/check_universal.py" universal ck >/dev/null || fail "ucp-union from /usr/bin: wrong output"
+# Without the ucpkit-gpu package, --device cuda says so in one line, exit 1.
+set +e
+err=$(ucp-load --device cuda --input universal --tp 1 --pp 1 --dp 1 --zero-stage 1 2>&1 >/dev/null)
+rc=$?
+set -e
+[ "$rc" -eq 1 ] && [ "$(wc -l <<<"$err")" -eq 1 ] && grep -q '^ucp-load: error: no GPU: ' <<<"$err" ||
+  fail "ucp-load --device cuda from /usr/bin: exit $rc: $err"
+echo "test_deb: $err"
 DEBIAN_FRONTEND=noninteractive apt-get remove -y -q ucpkit >/dev/null || fail "apt-get remove ucpkit"
 installed=0
 [ ! -e /usr/bin/ucp-load ] || fail "/usr/bin/ucp-load left after apt-get remove"
