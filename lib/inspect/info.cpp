@@ -194,6 +194,12 @@ void describe_model(CheckpointInfo& info, const layout::UniversalManifest& manif
   info.expert_parameters = experts;
   info.experts_kind = m.native_moe ? "native" : m.autoep ? "autoep" : "";
   if (m.native_moe || m.autoep) info.experts_per_layer = m.num_experts;
+  if (m.autoep && info.experts_per_layer.empty()) {  // ZeRO-3 AutoEP records no num_experts: its fused weights say E
+    std::map<int, int> by_layer;
+    for (const auto& p : m.params)
+      if (p.autoep_experts > 0) by_layer[p.moe_id] = p.autoep_experts;
+    for (const auto& [layer, e] : by_layer) info.experts_per_layer.push_back(e);
+  }
   info.states = m.states;
   for (const auto& p : manifest.params)
     if (p.dtype && !p.dtype->empty()) info.dtypes["optimizer"] = *p.dtype;

@@ -47,6 +47,26 @@ def expect(model, lay, out):
     }
 
 
+def autoep_zero3(out):
+    """DeepSpeed AutoEP under ZeRO-3 (partition-native, no expert files: the expert counts come from
+    the fused weights) and what its generator knows (truth/meta.json)."""
+    from dsgen import autoep
+    d = os.path.join(out, "autoep_zero3")
+    shutil.rmtree(d, ignore_errors=True)
+    autoep.write(d, os.path.join(d, "truth"), dp=2, ep=2, zero=3, layers=2, experts=4, step=7)
+    meta = json.load(open(os.path.join(d, "truth", "meta.json")))
+    experts = [p for p in meta["params"] if p["expert"]]
+    layers = sorted({p["name"].rsplit(".", 1)[0] for p in experts})
+    x = {"tag": "global_step7", "step": 7, "tp": 1, "pp": 1, "dp": 2, "ep": 2, "zero_stage": 3, "pipeline": False,
+         "tensors": len(meta["params"]),
+         "parameters": sum(math.prod(p["shape"]) for p in meta["params"]),
+         "expert_parameters": sum(math.prod(p["shape"]) for p in experts),
+         "experts_per_layer": [meta["num_experts"]] * len(layers),
+         "model_dtype": "bfloat16", "ds_line": None, "ds_version": autoep.DS_VERSION}
+    with open(os.path.join(d, "expect.json"), "w") as f:
+        json.dump(x, f, indent=1)
+
+
 def change_one_value(src, dst):
     """dst: a copy of src whose exp_avg of the first parameter of DP rank 0's first group is moved by
     0.25 at that parameter's first element; changed.json names it."""
@@ -96,11 +116,12 @@ def main():
         model = dsgen.generate(d, dsgen.ModelConfig(**mk), lay)
         with open(os.path.join(d, "expect.json"), "w") as f:
             json.dump(expect(model, lay, d), f, indent=1)
+    autoep_zero3(out)
     for name, fn in (("moe_changed", change_one_value), ("moe_damaged", damage_shard)):
         d = os.path.join(out, name)
         shutil.rmtree(d, ignore_errors=True)
         fn(os.path.join(out, "moe_dp4_ep2_fp16"), d)
-    print(f"fixtures: {len(CASES) + 2} checkpoints in {out}")
+    print(f"fixtures: {len(CASES) + 3} checkpoints in {out}")
 
 
 if __name__ == "__main__":

@@ -139,6 +139,16 @@ TEST(UcpInfo, NativeMoeCheckpointMatchesTheGenerator) {
   }
 }
 
+TEST(UcpInfo, AutoEpZero3CheckpointMatchesTheGenerator) {
+  const std::string cwd = scratch("autoep");
+  const ToolRun r = run_in(cwd, "ucp-info", rel(kFx + "/autoep_zero3", cwd) + " --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json j = parse(r);
+  expect_facts(j, expect_of("autoep_zero3"));  // no num_experts recorded: the fused weights give E
+  EXPECT_EQ(j["experts"]["kind"], "autoep");
+  expect_all_checks_ok(j);
+}
+
 TEST(UcpInfo, UniversalCheckpointMatchesTheGeneratorAndItsChecksumsAreChecked) {
   const std::string cwd = scratch("universal");
   ASSERT_EQ(union_into(cwd, rel(kFx + "/moe_dp4_ep2_fp16", cwd), "uni"), 0);
