@@ -1,8 +1,9 @@
-// What library code has to tell the user (issue 21): warnings, details and progress, passed in by the
-// caller instead of printed by the library. The tools wire it to their console output
-// (tool::console_reporter(): warnings always, details with -v, a progress bar when stderr is a
-// terminal); tests capture it; a default-constructed Reporter says nothing.
+// What library code has to tell the user (issue 21): warnings, details, progress and phases, passed in
+// by the caller instead of printed by the library. The tools wire it to their console output
+// (tool::console_reporter(): warnings always, details and phase times with -v, progress as a bar on a
+// terminal or paced lines in a batch log); tests capture it; a default-constructed Reporter says nothing.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -21,9 +22,13 @@ class ProgressSink {
 };
 
 struct Reporter {
+  enum class PhaseEvent { start, end, stopped };  // stopped: left by an exception
+
   std::function<void(const std::string&)> warn;     // a warning line
   std::function<void(const std::string&)> verbose;  // a detail line (-v)
   std::function<std::unique_ptr<ProgressSink>(const std::string& label, uint64_t total)> progress;
+  // A named phase of a long operation started, or ended after `seconds` (tools: -v lines on rank 0).
+  std::function<void(const std::string& name, PhaseEvent event, double seconds)> phase;
 
   void warning(const std::string& line) const {
     if (warn) warn(line);
@@ -50,6 +55,25 @@ struct Reporter {
    private:
     std::mutex mu_;
     std::unique_ptr<ProgressSink> sink_;
+  };
+
+  // The main phases of one operation, one after another, each timed:
+  //   Reporter::Phase phase(options.reporter, "plan");  ...  phase.next("write");  ...
+  // A phase ends when the next starts and when the object goes (as "stopped" during an exception).
+  class Phase {
+   public:
+    Phase(const Reporter& r, std::string name);
+    ~Phase();
+    Phase(const Phase&) = delete;
+    Phase& operator=(const Phase&) = delete;
+    void next(std::string name);
+
+   private:
+    void end(PhaseEvent event);
+    std::function<void(const std::string&, PhaseEvent, double)> sink_;
+    std::string name_;
+    std::chrono::steady_clock::time_point start_;
+    int exceptions_ = 0;  // std::uncaught_exceptions() when made
   };
 };
 
