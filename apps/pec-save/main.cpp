@@ -23,7 +23,9 @@ int main(int argc, char** argv) {
   pec::WatchOptions watch;
   app.add_option("--input,--checkpoint", o.checkpoint, "Full checkpoint folder written by the training job");
   app.add_option("--output,--store", o.store, "PEC store folder (durable tier) to save into")->required();
-  app.add_option("--step", step, "Training step being saved");
+  app.add_option("--step", step,
+                 "Training step being saved (default: the checkpoint's; refused when it disagrees with the tag, `latest`, "
+                 "global_steps or iteration)");
   app.add_option("--watch", watch.dir,
                  "Persist agent: wait for each new global_step<N> that `latest` names in this folder, save it, "
                  "until SIGTERM (replaces --checkpoint/--step)");
@@ -85,13 +87,12 @@ int main(int argc, char** argv) {
     if (!watch.dir.empty()) {
       if (!o.checkpoint.empty() || step >= 0) throw UsageError("--watch replaces --checkpoint and --step");
       if (o.plan_only) throw UsageError("--watch and --plan do not go together");
-      pec::watch_and_save(o, watch, [](const std::string& line) {
+      const pec::WatchResult r = pec::watch_and_save(o, watch, [](const std::string& line) {
         std::cout << line << std::endl;
       });
-      return 0;
+      return r.failed > 0 ? 1 : 0;  // a step NOT saved (docs/pec.md, persist agent)
     }
     if (o.checkpoint.empty()) throw UsageError("--checkpoint is required (or --watch)");
-    if (step < 0) throw UsageError("--step is required (or --watch)");
     std::unique_ptr<tool::Progress> bar;
     uint64_t total = 0;
     auto summary = pec::pec_save(
@@ -103,6 +104,8 @@ int main(int argc, char** argv) {
         &total);
     if (bar) bar->finish();
     if (summary.empty()) return 0;  // other MPI ranks
+    if (summary.value("step_inferred", false))
+      tool::info("step " + summary["step"].dump() + " inferred from " + summary["step_from"].get<std::string>());
     if (print_plan) {
       std::cout << summary.dump(2) << "\n";
       return 0;
@@ -121,7 +124,7 @@ int main(int argc, char** argv) {
       std::snprintf(line, sizeof line,
                     "step %lld -> %s tier: %d experts, %.1f MiB (%.1f%% of the full %.1f MiB checkpoint; formula C_pec/C_full "
                     "%.1f%%), %.1f MiB on disk",
-                    step, t["tier"].get<std::string>().c_str(), s["experts_saved"].get<int>(),
+                    summary["step"].get<long long>(), t["tier"].get<std::string>().c_str(), s["experts_saved"].get<int>(),
                     s["bytes_logical"].get<double>() / 1048576.0, 100 * s["ratio_logical_vs_full"].get<double>(),
                     s["bytes_full_checkpoint"].get<double>() / 1048576.0, 100 * s["ratio_formula"].get<double>(),
                     s["bytes_stored"].get<double>() / 1048576.0);

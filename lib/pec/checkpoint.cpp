@@ -15,6 +15,7 @@
 #include "layout/deepspeed/moe.h"
 #include "layout/universal/manifest.h"
 #include "pec/autoep_zero3.h"
+#include "pec/paths.h"
 
 namespace fs = std::filesystem;
 
@@ -214,8 +215,7 @@ void open_native(SourceCheckpoint& c, const OpenOptions& o, const layout::DeepSp
   std::set<std::string> expert_files;
   std::map<int, int> layer_to_moe;  // transformer layer -> MoE layer, from the expert files' keys
   for (const auto& ef : ds.expert_files) {
-    std::string rel = fs::relative(ef.path, c.root).string();
-    if (fs::path(ef.path).is_relative()) rel = fs::path(ef.path).filename().string();
+    const std::string rel = fs::path(ef.path).filename().string();  // expert files lie in the step folder itself
     expert_files.insert(rel);
     max_expert[ef.moe_layer] = std::max(max_expert[ef.moe_layer], ef.expert);
     uint64_t size = c.file_sizes.at(rel);
@@ -238,8 +238,7 @@ void open_native(SourceCheckpoint& c, const OpenOptions& o, const layout::DeepSp
   // Expert fragments inside the optimizer shards.
   layout::AutoEpZero12Slicing autoep;
   if (!ds.model_files.empty()) {
-    const std::string model = fs::path(ds.model_files[0]).is_relative() ? (fs::path(c.root) / ds.model_files[0]).string()
-                                                                        : ds.model_files[0];
+    const std::string model = ds.model_files[0];  // already under c.root (layout::infer_layout joins it)
     autoep = layout::autoep_zero12_slicing(load_torch(model), model);
   }
   std::map<std::pair<int, int>, std::vector<ByteRange>> per_expert;
@@ -296,18 +295,18 @@ void open_autoep_zero3(SourceCheckpoint& c, const OpenOptions& o) {
   }
 }
 
-std::string resolve_root(const std::string& path, std::string& tag) {
-  fs::path p(path);
+std::string resolve_root(const std::string& path, std::string& tag, std::string& pointer_file) {
+  fs::path p(absolute_path(path));
   if (!fs::is_directory(p)) fail(path, "checkpoint folder not found");
   for (const char* pointer : {"latest", "latest_universal"})
     if (fs::exists(p / pointer) && !fs::is_directory(p / pointer)) {
-      tag = trim(read_text_file((p / pointer).string()));
-      if (tag.empty() || tag.find('/') != std::string::npos) fail((p / pointer).string(), "bad tag '" + tag + "'");
-      if (!fs::is_directory(p / tag)) fail((p / pointer).string(), "names " + tag + ", which is not a folder");
+      pointer_file = (p / pointer).string();
+      tag = trim(read_text_file(pointer_file));
+      if (tag.empty() || tag.find('/') != std::string::npos) fail(pointer_file, "bad tag '" + tag + "'");
+      if (!fs::is_directory(p / tag)) fail(pointer_file, "names " + tag + ", which is not a folder");
       return (p / tag).string();
     }
-  tag = fs::absolute(p).lexically_normal().filename().string();
-  if (tag.empty()) tag = fs::absolute(p).lexically_normal().parent_path().filename().string();
+  tag = p.filename().string();
   return p.string();
 }
 
@@ -362,7 +361,7 @@ SourceCheckpoint open_checkpoint(const std::string& path, const OpenOptions& opt
 namespace {
 SourceCheckpoint open_checkpoint_unchecked(const std::string& path, const OpenOptions& options) {
   SourceCheckpoint c;
-  c.root = resolve_root(path, c.tag);
+  c.root = resolve_root(path, c.tag, c.pointer);
   if (fs::is_directory(fs::path(c.root) / "zero")) {
     open_universal(c, options);
     return c;

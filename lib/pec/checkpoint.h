@@ -53,6 +53,7 @@ struct SourceCheckpoint {
   std::string layout;  // "deepspeed-moe", "deepspeed-autoep-zero3" or "universal"
   std::string root;    // folder holding the files (global_stepN/ or the universal folder)
   std::string tag;     // its name
+  std::string pointer;  // the `latest` / `latest_universal` file that named the tag ("" when given the tag folder)
   MoeShape shape;
   std::vector<std::string> non_expert_files;  // relative paths, sorted
   std::map<std::string, std::vector<ByteRange>> expert_ranges;  // shared file -> all expert ranges in it
@@ -67,7 +68,8 @@ struct SourceCheckpoint {
 };
 
 // Accepts a folder with `latest` (or `latest_universal`), a global_stepN folder, or a universal
-// folder (with zero/). Throws Error when no expert can be found.
+// folder (with zero/), relative or absolute (`root` is then absolute). Throws Error when no expert can
+// be found.
 // Every torch file stored whole must be a complete zip (directory present, records inside the file):
 // a truncated file is refused (Error naming it) before anything is stored.
 SourceCheckpoint open_checkpoint(const std::string& path, const OpenOptions& options);

@@ -69,7 +69,10 @@ double pec_size_ratio(double p_ne, double p_e, double k, double e) {
   return (p_ne + std::min(k, e) / e * p_e) / full;
 }
 
-nlohmann::json plt_to_json(const Plt& p) { return {{"overall", p.overall}, {"per_layer", p.per_layer}}; }
+nlohmann::json plt_to_json(const std::optional<Plt>& p) {
+  if (!p) return {{"overall", nullptr}, {"per_layer", nullptr}};
+  return {{"overall", p->overall}, {"per_layer", p->per_layer}};
+}
 
 nlohmann::json capacity_plan_to_json(const std::vector<CapacityEntry>& plan) {
   nlohmann::json a = nlohmann::json::array();
@@ -91,7 +94,11 @@ PltHistory load_plt_history(const std::string& store_dir) {
   try {
     auto j = nlohmann::json::parse(read_text_file(path));
     if (j.at("format").get<std::string>() != kHistoryFormat) fail(path, "unknown format");
-    for (const auto& r : j.at("restores")) h.restores.emplace_back(r.at("step").get<int64_t>(), r.at("lost").get<TokenMatrix>());
+    for (const auto& r : j.at("restores")) {
+      std::optional<TokenMatrix> lost;
+      if (!r.at("lost").is_null()) lost = r.at("lost").get<TokenMatrix>();
+      h.restores.emplace_back(r.at("step").get<int64_t>(), std::move(lost));
+    }
   } catch (const nlohmann::json::exception& e) {
     fail(path, std::string("damaged PLT history: ") + e.what());
   }
@@ -100,20 +107,23 @@ PltHistory load_plt_history(const std::string& store_dir) {
 
 void save_plt_history(const std::string& store_dir, const PltHistory& h) {
   nlohmann::json a = nlohmann::json::array();
-  for (const auto& [step, lost] : h.restores) a.push_back({{"step", step}, {"lost", lost}});
+  for (const auto& [step, lost] : h.restores)
+    a.push_back({{"step", step}, {"lost", lost ? nlohmann::json(*lost) : nlohmann::json(nullptr)}});
   write_file_atomic(store_dir + "/" + kHistoryFile, nlohmann::json{{"format", kHistoryFormat}, {"restores", a}}.dump() + "\n", true);
 }
 
-void add_restore(PltHistory& h, int64_t step, const TokenMatrix& lost) {
+void add_restore(PltHistory& h, int64_t step, const std::optional<TokenMatrix>& lost) {
   std::erase_if(h.restores, [&](const auto& r) { return r.first >= step; });
   h.restores.emplace_back(step, lost);
 }
 
-TokenMatrix total_lost(const PltHistory& h, const std::vector<int>& experts_per_layer) {
+std::optional<TokenMatrix> total_lost(const PltHistory& h, const std::vector<int>& experts_per_layer) {
   TokenMatrix t = zero_tokens(experts_per_layer);
-  for (const auto& [step, lost] : h.restores)
-    for (size_t l = 0; l < t.size() && l < lost.size(); ++l)
-      for (size_t e = 0; e < t[l].size() && e < lost[l].size(); ++e) t[l][e] += lost[l][e];
+  for (const auto& [step, lost] : h.restores) {
+    if (!lost) return std::nullopt;
+    for (size_t l = 0; l < t.size() && l < lost->size(); ++l)
+      for (size_t e = 0; e < t[l].size() && e < (*lost)[l].size(); ++e) t[l][e] += (*lost)[l][e];
+  }
   return t;
 }
 

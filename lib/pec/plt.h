@@ -2,6 +2,7 @@
 // the checkpoint size formula C_pec / C_full.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,19 +46,22 @@ double pec_size_ratio(double non_expert_params, double expert_params, double k, 
 
 // Lost tokens of every restore of a store's chain (`<store>/plt-history.json`), so that PLT adds up
 // over the whole run (MoC-System's PLT is over all failures since training began).
+// A restore made without token counts has its losses unknown (nullopt, `null` in the file).
 struct PltHistory {
-  std::vector<std::pair<int64_t, TokenMatrix>> restores;  // restored step, lost tokens per expert
+  std::vector<std::pair<int64_t, std::optional<TokenMatrix>>> restores;  // restored step, lost tokens per expert
 };
 // Empty when the file is absent; throws Error naming the file when it is damaged.
 PltHistory load_plt_history(const std::string& store_dir);
 void save_plt_history(const std::string& store_dir, const PltHistory& h);  // atomic, durable
 // Records a restore at `step`. Records of the same or later steps are dropped: restoring `step`
 // abandons the timeline they belonged to (and restoring one step twice counts once).
-void add_restore(PltHistory& h, int64_t step, const TokenMatrix& lost);
-// Sum of the recorded lost tokens, in the shape of `experts_per_layer`.
-TokenMatrix total_lost(const PltHistory& h, const std::vector<int>& experts_per_layer);
+void add_restore(PltHistory& h, int64_t step, const std::optional<TokenMatrix>& lost);
+// Sum of the recorded lost tokens, in the shape of `experts_per_layer`; nullopt when a recorded
+// restore's losses are unknown (the sum would be a false lower bound).
+std::optional<TokenMatrix> total_lost(const PltHistory& h, const std::vector<int>& experts_per_layer);
 
-nlohmann::json plt_to_json(const Plt& p);
+// {"overall": x, "per_layer": [...]}; both `null` for an unknown PLT (no token counts: not 0).
+nlohmann::json plt_to_json(const std::optional<Plt>& p);
 nlohmann::json capacity_plan_to_json(const std::vector<CapacityEntry>& plan);
 
 }  // namespace ucpkit::pec

@@ -22,9 +22,11 @@
 #include "parallel/staging.h"
 #include "pec/checkpoint.h"
 #include "pec/crash.h"
+#include "pec/paths.h"
 #include "pec/plt.h"
 #include "pec/restore_writer.h"
 #include "pec/shard_version.h"
+#include "pec/step_sources.h"
 #include "pec/store.h"
 
 namespace fs = std::filesystem;
@@ -89,10 +91,32 @@ OpenedStores open_stores(const RestoreOptions& o, const Warn& warn) {
 RestoreRequest request_of(const RestoreOptions& o) { return {o.step, o.output, o.tokens, o.ds_version}; }
 
 // Read: --tokens fitted to the MoE shape, the per-interval counts used when the store has none (empty
-// when not given).
-TokenMatrix interval_tokens(const RestoreOptions& o, const MoeShape& shape) {
+// when not given; a folder gives the file of the restored step, pec/tokens.h).
+TokenMatrix interval_tokens(const RestoreOptions& o, const RestorePlan& plan) {
   if (o.tokens.empty()) return {};
-  return fit_tokens(load_tokens(o.tokens), shape.experts_per_layer, o.tokens);
+  const std::string file = tokens_file_for_step(o.tokens, plan.step);
+  return fit_tokens(load_tokens(file), plan.base_manifest().shape.experts_per_layer, file);
+}
+
+// The options with every path absolute (pec/paths.h).
+RestoreOptions with_absolute_paths(RestoreOptions o) {
+  make_absolute({&o.store, &o.fast_store, &o.output, &o.tokens});
+  return o;
+}
+
+// --output names the checkpoint folder (`latest` plus global_step<N>/). Given the step folder itself
+// (`.../global_step<N>`, N the restored step), its parent is meant; a step folder of another step is
+// refused (it would get a global_step<M>/ inside).
+void aim_output(RestoreOptions& o, RestorePlan& plan) {
+  const fs::path out(o.output);
+  const auto named = step_of_tag(out.filename().string());
+  if (!named) return;
+  if (*named != plan.step)
+    throw UsageError("--output " + o.output + " is the step folder of step " + std::to_string(*named) + ", but step " +
+                     std::to_string(plan.step) + " is restored (give the checkpoint folder that holds the global_step folders" +
+                     (o.step < 0 ? ", or --step " + std::to_string(*named) : "") + ")");
+  o.output = out.parent_path().string();
+  plan.request.output = o.output;
 }
 
 void check_step_dir_free(const RestorePlan& plan, bool force) {
@@ -337,6 +361,7 @@ void RestoreRun::commit(const PltHistory& history) {
 // Lost and processed tokens per expert, from the stored cumulative counts, or from --tokens as the
 // per-interval estimate; and the report's per-expert entries.
 struct ExpertLosses {
+  bool known = false;  // token counts in the store or from --tokens; else lost and processed are unknown (zeros here)
   TokenMatrix lost, processed;
   json experts = json::array();
 };
@@ -345,6 +370,7 @@ ExpertLosses expert_losses(const RestorePlan& plan, const std::vector<size_t>& s
   const Manifest& base = plan.base_manifest();
   const MoeShape& shape = base.shape;
   ExpertLosses r;
+  r.known = base.tokens_known || !per_interval.empty();
   r.lost = zero_tokens(shape.experts_per_layer);
   r.processed = zero_tokens(shape.experts_per_layer);
   auto count_between = [&](int64_t after, int64_t upto) {
@@ -365,7 +391,10 @@ ExpertLosses expert_losses(const RestorePlan& plan, const std::vector<size_t>& s
       r.processed[l][e] = at(per_interval, l, e) * count_between(INT64_MIN, plan.step);
     }
     r.lost[l][e] = std::max<int64_t>(lt, 0);
-    r.experts.push_back({{"moe_layer", l}, {"expert", e}, {"restored_step", src.step}, {"lost_tokens", r.lost[l][e]},
+    // Without token counts an expert restored from the target step itself loses nothing (0); one from
+    // an older step lost an unknown number of tokens (null).
+    const json lost_tokens = r.known || src.step == plan.step ? json(r.lost[l][e]) : json(nullptr);
+    r.experts.push_back({{"moe_layer", l}, {"expert", e}, {"restored_step", src.step}, {"lost_tokens", lost_tokens},
                          {"tier", to_string(src.tier)}});
   }
   return r;
@@ -377,8 +406,11 @@ json restore_report(const RestorePlan& plan, const ExpertLosses& losses, const T
                     const PltHistory& history, const RestoreOptions& o) {
   const Manifest& base = plan.base_manifest();
   const MoeShape& shape = base.shape;
-  const Plt plt = compute_plt(losses.lost, losses.processed);
-  const Plt plt_total = compute_plt(total_lost(history, shape.experts_per_layer), losses.processed);
+  // Without token counts PLT is unknown, not 0: `null`, K kept (a false 0 would never double it).
+  std::optional<Plt> plt, plt_total;
+  if (losses.known) plt = compute_plt(losses.lost, losses.processed);
+  const std::optional<TokenMatrix> lost_total = total_lost(history, shape.experts_per_layer);
+  if (losses.known && lost_total) plt_total = compute_plt(*lost_total, losses.processed);
   // Tokens per iteration of each expert, for the capacity plan.
   const TokenMatrix& interval_rate = !base.tokens_known && !o.tokens.empty() ? per_interval : base.tokens_interval;
   int64_t prev_step = -1;
@@ -402,21 +434,30 @@ json restore_report(const RestorePlan& plan, const ExpertLosses& losses, const T
   int k_now = kref.k;
   if ((k_now <= 0 || kref.budget_bytes > 0) && !k_per_layer.empty()) k_now = *std::max_element(k_per_layer.begin(), k_per_layer.end());
   if (k_per_layer.empty()) k_per_layer.assign(shape.experts_per_layer.size(), std::max(k_now, 0));
-  const bool exceeded = plt_total.overall > o.plt_threshold;
+  const bool exceeded = plt_total && plt_total->overall > o.plt_threshold;
+  std::string why;
+  if (!losses.known)
+    why = "PLT unknown: no token counts in the store and no --tokens; K kept";
+  else if (!plt_total)
+    why = "accumulated PLT unknown: an earlier restore of this run had no token counts; K kept";
+  else
+    why = std::string("accumulated PLT ") + (exceeded ? "above" : "at or below") + " the threshold: K " +
+          (exceeded ? "doubled (at most the experts per layer)" : "kept");
   json report = {{"step", plan.step},
                  {"experts", losses.experts},
                  {"plt", plt_to_json(plt)},
                  {"plt_threshold", o.plt_threshold},
-                 {"plt_exceeded", exceeded},
+                 {"plt_exceeded", plt_total ? json(exceeded) : json(nullptr)},
                  {"policy", kref.policy},
                  {"k", k_now},
                  {"k_per_layer", k_per_layer},
                  {"plt_accumulated", plt_to_json(plt_total)},
                  {"restores_counted", history.restores.size()},
-                 {"next_k", next_k(k_now, max_e, plt_total.overall, o.plt_threshold)},
+                 {"next_k", plt_total ? next_k(k_now, max_e, plt_total->overall, o.plt_threshold) : k_now},
+                 {"next_k_reason", why},
                  {"capacity_plan", capacity_plan_to_json(capacity)},
                  {"layout", base.layout},
-                 {"tokens_known", base.tokens_known || !per_interval.empty()}};
+                 {"tokens_known", losses.known}};
   if (kref.budget_bytes > 0) {
     report["budget_bytes"] = kref.budget_bytes;
     report["next_budget_bytes"] = exceeded ? 2 * kref.budget_bytes : kref.budget_bytes;
@@ -425,20 +466,23 @@ json restore_report(const RestorePlan& plan, const ExpertLosses& losses, const T
 }
 }  // namespace
 
-RestorePlan pec_restore_plan(const RestoreOptions& o) {
+RestorePlan pec_restore_plan(const RestoreOptions& options) {
+  RestoreOptions o = with_absolute_paths(options);
   if (!o.ds_version.empty()) (void)layout::moe_version_line(o.ds_version);  // a usage error before any work
   const bool root = parallel::MpiSession::get().rank() == 0;
   OpenedStores opened = open_stores(o, [&](const std::string& w) {
     if (root) o.reporter.warning(w);
   });
   RestorePlan plan = plan_restore(std::move(opened.catalog), request_of(o));
-  (void)interval_tokens(o, plan.base_manifest().shape);  // a bad --tokens file fails as the restore would
+  aim_output(o, plan);
+  (void)interval_tokens(o, plan);  // a bad --tokens file fails as the restore would
   check_step_dir_free(plan, o.force);
   RestoreWriter::check_memory(o.memory_mb << 20);
   return plan;
 }
 
-RestoreResult pec_restore(const RestoreOptions& o) {
+RestoreResult pec_restore(const RestoreOptions& options) {
+  RestoreOptions o = with_absolute_paths(options);
   if (!o.ds_version.empty()) (void)layout::moe_version_line(o.ds_version);  // a usage error before any work
   RestoreWriter::check_memory(o.memory_mb << 20);
   const auto t0 = std::chrono::steady_clock::now();
@@ -449,9 +493,11 @@ RestoreResult pec_restore(const RestoreOptions& o) {
     if (root) o.reporter.warning(w);
   };
   // Read and plan: nothing is written before the plan stands (a refusal leaves no output folder).
+  Reporter::Phase phase(o.reporter, "read and plan");
   OpenedStores opened = open_stores(o, warn);
   RestorePlan plan = plan_restore(std::move(opened.catalog), request_of(o));
-  const TokenMatrix per_interval = interval_tokens(o, plan.base_manifest().shape);
+  aim_output(o, plan);
+  const TokenMatrix per_interval = interval_tokens(o, plan);
 
   // Execute: streamed straight into a temporary step folder, renamed into place at the end.
   // SIGINT/SIGTERM from here on stop the run at the next chunk and remove the folder (the tool then
@@ -459,22 +505,26 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   StagedPhase staged;
   RestoreRun run(o, opened.stores, plan, warn);
   run.prepare_output();
+  phase.next("write non-expert state");
   run.write_non_expert_state();
+  phase.next("write experts");
   const std::vector<size_t> source = run.write_experts();
   res.bytes_written = run.finish_files();
 
   // Report. PLT over the whole run: this restore's lost tokens plus those of the earlier restores
   // recorded in the durable store (each earlier failure's lost updates stay lost); it drives next_k.
+  phase.next("report and commit");
   const ExpertLosses losses = expert_losses(plan, source, per_interval);
-  if (!plan.base_manifest().tokens_known && per_interval.empty())
-    warn("no token counts in the store and no --tokens: lost tokens and PLT are reported as 0 (unknown)");
+  if (!losses.known)
+    warn("no token counts in the store and no --tokens: PLT and the lost tokens of experts restored from older steps "
+         "are unknown (null in the report), K is kept");
   PltHistory history;
   try {
     history = load_plt_history(o.store);
   } catch (const std::exception& e) {
     warn(std::string(e.what()) + "; the accumulated PLT counts this restore only");
   }
-  add_restore(history, plan.step, losses.lost);
+  add_restore(history, plan.step, losses.known ? std::optional<TokenMatrix>(losses.lost) : std::nullopt);
   res.report = restore_report(plan, losses, per_interval, history, o);
 
   run.commit(history);
@@ -483,6 +533,16 @@ RestoreResult pec_restore(const RestoreOptions& o) {
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
 }
+namespace {
+// A PLT for the table: "1.2345%", or "unknown" for null.
+std::string percent(const json& plt) {
+  if (plt.is_null()) return "unknown";
+  char text[64];
+  std::snprintf(text, sizeof text, "%.4f%%", 100 * plt.get<double>());
+  return text;
+}
+}  // namespace
+
 std::string report_table(const json& r) {
   std::ostringstream o;
   char line[1024];
@@ -495,32 +555,36 @@ std::string report_table(const json& r) {
   } else {
     k_text = "K " + std::to_string(r.at("k").get<int>()) + " -> next K " + std::to_string(r.at("next_k").get<int>());
   }
-  std::snprintf(line, sizeof line, "restored step %lld  PLT %.4f%% (threshold %.4f%%)  %s\n",
-                static_cast<long long>(r.at("step").get<int64_t>()), 100 * r.at("plt").at("overall").get<double>(),
+  std::snprintf(line, sizeof line, "restored step %lld  PLT %s (threshold %.4f%%)  %s\n",
+                static_cast<long long>(r.at("step").get<int64_t>()), percent(r.at("plt").at("overall")).c_str(),
                 100 * r.at("plt_threshold").get<double>(), k_text.c_str());
   o << line;
+  if (r.at("plt").at("overall").is_null() || r.at("plt_accumulated").at("overall").is_null())
+    o << r.value("next_k_reason", std::string()) << "\n";
   if (r.value("restores_counted", 1) > 1) {
-    std::snprintf(line, sizeof line, "accumulated PLT over %d restores of this run: %.4f%% (drives next K)\n",
-                  r.at("restores_counted").get<int>(), 100 * r.at("plt_accumulated").at("overall").get<double>());
+    std::snprintf(line, sizeof line, "accumulated PLT over %d restores of this run: %s (drives next K)\n",
+                  r.at("restores_counted").get<int>(), percent(r.at("plt_accumulated").at("overall")).c_str());
     o << line;
   }
   o << "moe_layer  expert  restored_step  lost_tokens  tier\n";
   int64_t step = r.at("step").get<int64_t>();
   size_t current = 0;
   for (const auto& e : r.at("experts")) {
-    if (e.at("restored_step").get<int64_t>() == step && e.at("lost_tokens").get<int64_t>() == 0) {
+    const json& lost = e.at("lost_tokens");
+    if (e.at("restored_step").get<int64_t>() == step && lost == 0) {
       ++current;
       continue;
     }
-    std::snprintf(line, sizeof line, "%9d  %6d  %13lld  %11lld  %s\n", e.at("moe_layer").get<int>(), e.at("expert").get<int>(),
+    std::snprintf(line, sizeof line, "%9d  %6d  %13lld  %11s  %s\n", e.at("moe_layer").get<int>(), e.at("expert").get<int>(),
                   static_cast<long long>(e.at("restored_step").get<int64_t>()),
-                  static_cast<long long>(e.at("lost_tokens").get<int64_t>()), e.at("tier").get<std::string>().c_str());
+                  lost.is_null() ? "unknown" : std::to_string(lost.get<int64_t>()).c_str(), e.at("tier").get<std::string>().c_str());
     o << line;
   }
   o << "(" << current << " experts restored from step " << step << " itself)\n";
   const auto& per = r.at("plt").at("per_layer");
   o << "PLT per MoE layer:";
-  for (size_t l = 0; l < per.size(); ++l) {
+  if (per.is_null()) o << " unknown";
+  for (size_t l = 0; per.is_array() && l < per.size(); ++l) {
     std::snprintf(line, sizeof line, " %zu:%.3f%%", l, 100 * per[l].get<double>());
     o << line;
   }

@@ -13,8 +13,10 @@
 
 #include "core/error.h"
 #include "parallel/mpi_session.h"
+#include "pec/paths.h"
 #include "pec/plt.h"
 #include "pec/shard_plan.h"
+#include "pec/step_sources.h"
 #include "pec/store.h"
 #include "pec/tokens.h"
 
@@ -336,28 +338,36 @@ void check_save_options(const SaveOptions& o) {
     throw UsageError("the " + o.policy + " policy needs --tokens (token counts since the previous save)");
 }
 
-json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progress, uint64_t* total_bytes) {
+
+json pec_save(const SaveOptions& options, const std::function<void(uint64_t)>& progress, uint64_t* total_bytes) {
   auto t0 = std::chrono::steady_clock::now();
   auto& mpi = parallel::MpiSession::get();
   const bool root = mpi.rank() == 0;
-  if (o.step < 0) throw UsageError("--step must be >= 0");
+  SaveOptions o = options;
+  make_absolute({&o.checkpoint, &o.store, &o.fast_store, &o.tokens});
   // Every usage error before anything is created: a refused run leaves no store behind.
   check_save_options(o);
   auto policy = make_policy(o.policy);
 
-  // Read: the checkpoint, the token counts, the tiers and their previous commits.
+  // Read: the checkpoint and its step (--step checked against the checkpoint's, or inferred), the
+  // token counts, the tiers and their previous commits.
+  Reporter::Phase phase(o.reporter, "read");
   SourceCheckpoint src = open_checkpoint(o.checkpoint, o.open);
+  const ResolvedStep step = resolve_step(o.step, step_sources(src), src.root);
+  o.step = step.step;
   const MoeShape& shape = src.shape;
   TokenMatrix interval = zero_tokens(shape.experts_per_layer);
   bool tokens_known = false;
   if (!o.tokens.empty()) {  // (a policy that needs them without them was refused by check_save_options)
-    interval = fit_tokens(load_tokens(o.tokens), shape.experts_per_layer, o.tokens);
+    const std::string file = tokens_file_for_step(o.tokens, o.step);
+    interval = fit_tokens(load_tokens(file), shape.experts_per_layer, file);
     tokens_known = true;
   }
   std::vector<TierSave> tiers = open_tiers(o, root);
   const TokenMatrix cumulative = load_previous(tiers, o.step, shape, interval);
 
   // Plan: the experts each tier's policy selects, and the work split over the ranks.
+  phase.next("plan");
   std::vector<std::vector<uint64_t>> expert_bytes;
   for (int l = 0; l < shape.num_layers(); ++l) {
     expert_bytes.emplace_back();
@@ -369,13 +379,21 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
     start_manifest(t, o, src, req, std::move(k_per_layer), interval, cumulative, tokens_known);
   }
   const SaveWork work = plan_work(tiers, src, mpi.size(), o.open.data_before_expert);
-  if (o.plan_only) return root ? save_plan_json(work, tiers, o.step) : json::object();
+  if (o.plan_only) {
+    if (!root) return json::object();
+    json plan = save_plan_json(work, tiers, o.step);
+    plan["step_inferred"] = step.inferred;
+    plan["step_from"] = step.from;
+    return plan;
+  }
 
   // Execute this rank's share; rank 0 gathers the entries and commits.
+  phase.next("store");
   std::vector<FileEntry> results = store_share(work, tiers, src, o, progress, total_bytes);
   json local = json::array();
   for (size_t i : work.shards.items_of_rank[static_cast<size_t>(mpi.rank())])
     local.push_back({{"work", i}, {"entry", file_to_json(results[i])}});
+  phase.next("commit");
   auto gathered = mpi.gather(local.dump());
   json summary = json::object();
   parallel::RankFailure failed(mpi);
@@ -385,6 +403,9 @@ json pec_save(const SaveOptions& o, const std::function<void(uint64_t)>& progres
     json tiers_json = commit_tiers(tiers, work, results, src, o);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     summary = {{"step", o.step},
+               {"step_inferred", step.inferred},
+               {"step_from", step.from},
+               {"checkpoint", src.root},
                {"layout", src.layout},
                {"policy", o.policy},
                {"experts_per_layer", shape.experts_per_layer},

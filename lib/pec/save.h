@@ -16,11 +16,11 @@ struct SaveOptions {
   std::string checkpoint;
   std::string store;
   std::string fast_store;
-  int64_t step = -1;
+  int64_t step = -1;  // -1: inferred from the checkpoint (pec/step_sources.h); else checked against it
   std::string policy = "sequential";
   int k = 0;
   uint64_t budget_bytes = 0;
-  std::string tokens;
+  std::string tokens;  // a token-count file, or a folder of step<N>.{json,csv,jsonl} (pec/tokens.h)
   int k_snapshot = 0;
   int k_persist = 0;
   int keep = 2;       // durable tier: keep what restoring the latest `keep` steps needs
@@ -38,7 +38,10 @@ struct SaveOptions {
 void check_save_options(const SaveOptions& options);
 
 // Returns the JSON summary (on MPI rank 0; other ranks get an empty object), or the save plan when
-// `plan_only`. `progress` is called with bytes done (rank-local).
+// `plan_only`. `progress` is called with bytes done (rank-local). Path options may be relative (made
+// absolute first, pec/paths.h). The step: `options.step` when it agrees with every step the checkpoint
+// records (else UsageError naming both), or, when -1, the one they record ("step_inferred" and
+// "step_from" in the summary and plan).
 nlohmann::json pec_save(const SaveOptions& options, const std::function<void(uint64_t)>& progress = {},
                         uint64_t* total_bytes = nullptr);
 

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -199,6 +200,19 @@ nlohmann::json tokens_to_json(const TokenMatrix& t) { return json(t); }
 TokenMatrix tokens_from_json(const nlohmann::json& j, const std::string& name) {
   if (j.is_null()) return {};
   return parse_json_matrix(j, name, false);
+}
+
+std::string tokens_file_for_step(const std::string& path, int64_t step) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return path;
+  const std::string stem = "step" + std::to_string(step);
+  std::vector<std::string> found;
+  for (const char* ext : {".json", ".csv", ".jsonl"})
+    if (fs::is_regular_file(fs::path(path) / (stem + ext), ec)) found.push_back((fs::path(path) / (stem + ext)).string());
+  if (found.empty()) fail(path, "no token counts for step " + std::to_string(step) + " (" + stem + ".json, .csv or .jsonl)");
+  if (found.size() > 1) fail(path, "more than one token-count file for step " + std::to_string(step) + ": " + found[0] + ", " + found[1]);
+  return found.front();
 }
 
 }  // namespace ucpkit::pec

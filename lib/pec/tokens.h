@@ -22,6 +22,11 @@ using TokenMatrix = std::vector<std::vector<int64_t>>;
 TokenMatrix parse_tokens(std::string_view text, const std::string& name);
 TokenMatrix load_tokens(const std::string& path);
 
+// The token-count file of one step: `path` itself when it is a file; when it is a folder (a job writing
+// one file per checkpoint), its `step<N>.json`, `step<N>.csv` or `step<N>.jsonl` (exactly one of them).
+// Throws Error naming the folder and the names looked for when there is none, or more than one.
+std::string tokens_file_for_step(const std::string& path, int64_t step);
+
 // Pads or checks the matrix against the model shape: missing layers/experts count 0, values beyond
 // the shape are an error.
 TokenMatrix fit_tokens(const TokenMatrix& tokens, const std::vector<int>& experts_per_layer,

@@ -9,12 +9,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
-#include <regex>
 #include <thread>
 #include <vector>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "pec/paths.h"
+#include "pec/step_sources.h"
 #include "pec/store.h"
 
 namespace fs = std::filesystem;
@@ -23,13 +24,6 @@ namespace ucpkit::pec {
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
-
-std::optional<int64_t> step_of(const std::string& tag) {
-  static const std::regex re("global_step([0-9]+)");
-  std::smatch m;
-  if (!std::regex_match(tag, m, re)) return std::nullopt;
-  return std::stoll(m[1].str());
-}
 
 // The step `latest` names, when its folder exists.
 std::optional<int64_t> completed_step(const std::string& dir) {
@@ -43,7 +37,7 @@ std::optional<int64_t> completed_step(const std::string& dir) {
     return std::nullopt;  // being replaced
   }
   while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ' || tag.back() == '\r')) tag.pop_back();
-  auto s = step_of(tag);
+  auto s = step_of_tag(tag);
   if (!s || !fs::is_directory(fs::path(dir) / tag, ec)) return std::nullopt;
   return s;
 }
@@ -52,14 +46,17 @@ void prune_snapshots(const std::string& dir, int keep, int64_t newest_saved) {
   std::vector<std::pair<int64_t, fs::path>> steps;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec))
-    if (auto s = step_of(e.path().filename().string()); s && e.is_directory()) steps.emplace_back(*s, e.path());
+    if (auto s = step_of_tag(e.path().filename().string()); s && e.is_directory()) steps.emplace_back(*s, e.path());
   std::sort(steps.begin(), steps.end());
   for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i)
     if (steps[i].first < newest_saved) fs::remove_all(steps[i].second, ec);
 }
 }  // namespace
 
-int watch_and_save(const SaveOptions& base, const WatchOptions& w, const std::function<void(const std::string&)>& log) {
+WatchResult watch_and_save(const SaveOptions& base, const WatchOptions& options,
+                           const std::function<void(const std::string&)>& log) {
+  WatchOptions w = options;
+  w.dir = absolute_path(w.dir);
   if (!fs::is_directory(w.dir)) fail(w.dir, "folder to watch not found");
   if (w.poll_seconds <= 0) throw UsageError("--poll-seconds must be > 0");
   if (w.keep_snapshots < 0) throw UsageError("--keep-snapshots must be >= 0");
@@ -73,16 +70,16 @@ int watch_and_save(const SaveOptions& base, const WatchOptions& w, const std::fu
   g_stop = 0;
   int64_t last = -1;  // newest step saved or attempted
   {
-    Store durable(base.store, Tier::durable, StoreOpen::create);
+    Store durable(absolute_path(base.store), Tier::durable, StoreOpen::create);
     if (auto s = durable.latest_step()) last = *s;
   }
-  int saved = 0;
+  WatchResult result;
   while (!g_stop) {
     auto step = completed_step(w.dir);
     if (step && *step > last) {
       SaveOptions o = base;
       o.checkpoint = (fs::path(w.dir) / ("global_step" + std::to_string(*step))).string();
-      o.step = *step;
+      o.step = -1;  // from the checkpoint: its tag, global_steps and iteration must agree (else NOT saved)
       last = *step;
       auto t0 = std::chrono::steady_clock::now();
       try {
@@ -97,11 +94,12 @@ int watch_and_save(const SaveOptions& base, const WatchOptions& w, const std::fu
         }
         std::snprintf(buf, sizeof buf, " (%.2f s)", s);
         log(line + buf);
-        ++saved;
+        ++result.saved;
         if (w.keep_snapshots > 0) prune_snapshots(w.dir, w.keep_snapshots, *step);
       } catch (const UsageError&) {
         throw;
       } catch (const std::exception& e) {
+        ++result.failed;
         log("pec-save --watch: step " + std::to_string(*step) + " NOT saved: " + e.what());
       }
       continue;
@@ -111,8 +109,9 @@ int watch_and_save(const SaveOptions& base, const WatchOptions& w, const std::fu
   }
   sigaction(SIGTERM, &old_term, nullptr);
   sigaction(SIGINT, &old_int, nullptr);
-  log("pec-save --watch: stopped by signal after " + std::to_string(saved) + " saves");
-  return saved;
+  log("pec-save --watch: stopped by signal after " + std::to_string(result.saved) + " saves" +
+      (result.failed ? ", " + std::to_string(result.failed) + " steps NOT saved (exit code 1)" : ""));
+  return result;
 }
 
 }  // namespace ucpkit::pec

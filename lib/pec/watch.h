@@ -19,8 +19,15 @@ struct WatchOptions {
   int keep_snapshots = 0;     // >0: keep only the newest N global_step folders in `dir` (after saving)
 };
 
-// Runs until SIGTERM or SIGINT; returns the number of steps saved. `log` gets one line per save (or
-// per failed save, which is not retried). Usage errors are thrown.
-int watch_and_save(const SaveOptions& base, const WatchOptions& w, const std::function<void(const std::string&)>& log);
+struct WatchResult {
+  int saved = 0;   // steps saved
+  int failed = 0;  // steps NOT saved (each logged with its error; not retried)
+};
+
+// Runs until SIGTERM or SIGINT; returns the steps saved and failed (pec-save exits 1 when any failed).
+// `log` gets one line per save or failed save, and a last line with both counts. Paths may be
+// relative (pec/paths.h). Each step is saved with the step its checkpoint records (tag, global_steps
+// and iteration must agree). Usage errors are thrown.
+WatchResult watch_and_save(const SaveOptions& base, const WatchOptions& w, const std::function<void(const std::string&)>& log);
 
 }  // namespace ucpkit::pec
