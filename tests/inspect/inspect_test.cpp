@@ -98,7 +98,7 @@ int union_into(const std::string& cwd, const std::string& input, const std::stri
 bool empty_folder(const std::string& dir) { return fs::is_empty(dir); }
 }  // namespace
 
-TEST(UcpInfo, NativeDenseCheckpointMatchesTheGenerator) {
+TEST(UcpInfoTool, NativeDenseCheckpointMatchesTheGenerator) {
   const std::string cwd = scratch("dense");
   const std::string ck = kFx + "/gpt_tp2_pp2_dp2";
   // The parent folder with `latest`, relative, no option but --json.
@@ -120,7 +120,7 @@ TEST(UcpInfo, NativeDenseCheckpointMatchesTheGenerator) {
   EXPECT_EQ(t.err, "");
 }
 
-TEST(UcpInfo, NativeMoeCheckpointMatchesTheGenerator) {
+TEST(UcpInfoTool, NativeMoeCheckpointMatchesTheGenerator) {
   const std::string cwd = scratch("moe");
   const std::string ck = kFx + "/moe_dp4_ep2_fp16/global_step100";  // the tag folder itself
   const ToolRun r = run_in(cwd, "ucp-info", rel(ck, cwd) + " --json");
@@ -139,7 +139,7 @@ TEST(UcpInfo, NativeMoeCheckpointMatchesTheGenerator) {
   }
 }
 
-TEST(UcpInfo, AutoEpZero3CheckpointMatchesTheGenerator) {
+TEST(UcpInfoTool, AutoEpZero3CheckpointMatchesTheGenerator) {
   const std::string cwd = scratch("autoep");
   const ToolRun r = run_in(cwd, "ucp-info", rel(kFx + "/autoep_zero3", cwd) + " --json");
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -149,7 +149,7 @@ TEST(UcpInfo, AutoEpZero3CheckpointMatchesTheGenerator) {
   expect_all_checks_ok(j);
 }
 
-TEST(UcpInfo, UniversalCheckpointMatchesTheGeneratorAndItsChecksumsAreChecked) {
+TEST(UcpInfoTool, UniversalCheckpointMatchesTheGeneratorAndItsChecksumsAreChecked) {
   const std::string cwd = scratch("universal");
   ASSERT_EQ(union_into(cwd, rel(kFx + "/moe_dp4_ep2_fp16", cwd), "uni"), 0);
   const ToolRun r = run_in(cwd, "ucp-info", "uni --json");
@@ -175,7 +175,7 @@ TEST(UcpInfo, UniversalCheckpointMatchesTheGeneratorAndItsChecksumsAreChecked) {
   EXPECT_EQ(run_in(cwd, "ucp-info", "uni --no-verify -q").rc, 0);
 }
 
-TEST(UcpInfo, DamagedShardIsReportedWithWhatCouldBeRead) {
+TEST(UcpInfoTool, DamagedShardIsReportedWithWhatCouldBeRead) {
   const std::string cwd = scratch("damaged");
   const std::string file = json::parse(file_bytes(kFx + "/moe_damaged/damaged.json"))["file"];
   const ToolRun r = run_in(cwd, "ucp-info", rel(kFx + "/moe_damaged", cwd) + " --json");
@@ -194,7 +194,7 @@ TEST(UcpInfo, DamagedShardIsReportedWithWhatCouldBeRead) {
   EXPECT_EQ(j["layout"]["dp"], 4);  // what the file names give is still reported
 }
 
-TEST(UcpInfo, PecStoreIsDescribedAndAMissingObjectReported) {
+TEST(UcpInfoTool, PecStoreIsDescribedAndAMissingObjectReported) {
   const std::string cwd = scratch("store");
   const std::string ck = rel(kFx + "/moe_dp4_ep2_fp16", cwd);
   ASSERT_EQ(run_in(cwd, "pec-save", "--checkpoint " + ck + " --store store --step 100 --policy sequential --k 1").rc, 0);
@@ -222,7 +222,7 @@ TEST(UcpInfo, PecStoreIsDescribedAndAMissingObjectReported) {
   EXPECT_NE(bad.err.find(fs::path(victim).filename().string()), std::string::npos) << bad.err;
 }
 
-TEST(UcpInfo, UsageAndFoldersThatAreNoCheckpoint) {
+TEST(UcpInfoTool, UsageAndFoldersThatAreNoCheckpoint) {
   const std::string cwd = scratch("usage");
   EXPECT_EQ(run_in(cwd, "ucp-info", "").rc, 2);
   EXPECT_EQ(run_in(cwd, "ucp-info", "--no-such-option x").rc, 2);
@@ -233,7 +233,7 @@ TEST(UcpInfo, UsageAndFoldersThatAreNoCheckpoint) {
   EXPECT_EQ(run_in(cwd, "ucp-info", "missing").rc, 1);
 }
 
-TEST(UcpDiff, NativeCheckpointEqualsItsRelayout) {
+TEST(UcpDiffTool, NativeCheckpointEqualsItsRelayout) {
   const std::string cwd = scratch("relayout");
   const std::string ck = rel(kFx + "/gpt_tp2_pp2_dp2", cwd);
   ASSERT_EQ(run_in(cwd, "ucp-load", "--input " + ck + " --output re --tp 1 --pp 2 --dp 3 --zero-stage 1 --no-sync").rc, 0);
@@ -255,7 +255,7 @@ TEST(UcpDiff, NativeCheckpointEqualsItsRelayout) {
   EXPECT_NE(u.out.find("equal: all"), std::string::npos) << u.out;
 }
 
-TEST(UcpDiff, OneChangedOptimizerValueIsADifference) {
+TEST(UcpDiffTool, OneChangedOptimizerValueIsADifference) {
   const std::string cwd = scratch("changed");
   json changed = json::parse(file_bytes(kFx + "/moe_changed/changed.json"));
   fs::create_directories(cwd + "/tmp");
@@ -282,7 +282,7 @@ TEST(UcpDiff, OneChangedOptimizerValueIsADifference) {
   EXPECT_EQ(run_in(cwd, "ucp-diff", a + " " + b + " --tmp-dir tmp --rtol 1e-9 -q").rc, 3);
 }
 
-TEST(UcpDiff, ParametersInOneOnlyAreDifferences) {
+TEST(UcpDiffTool, ParametersInOneOnlyAreDifferences) {
   const std::string cwd = scratch("models");
   fs::create_directories(cwd + "/tmp");
   const ToolRun r = run_in(cwd, "ucp-diff",
@@ -298,7 +298,7 @@ TEST(UcpDiff, ParametersInOneOnlyAreDifferences) {
   EXPECT_LT(j["tensors_equal"].get<int>(), j["tensors"].get<int>());
 }
 
-TEST(UcpDiff, FailuresAreNotDifferences) {
+TEST(UcpDiffTool, FailuresAreNotDifferences) {
   const std::string cwd = scratch("fail");
   fs::create_directories(cwd + "/tmp");
   const std::string file = json::parse(file_bytes(kFx + "/moe_damaged/damaged.json"))["file"];
@@ -313,7 +313,7 @@ TEST(UcpDiff, FailuresAreNotDifferences) {
   EXPECT_EQ(run_in(cwd, "ucp-diff", "tmp tmp").rc, 1);  // no checkpoint
 }
 
-TEST(UcpDiff, SigtermRemovesTheTemporaryFolder) {
+TEST(UcpDiffTool, SigtermRemovesTheTemporaryFolder) {
   const std::string cwd = scratch("signal");
   fs::create_directories(cwd + "/tmp");
   const std::string a = rel(kFx + "/moe_dp4_ep2_fp16", cwd);
