@@ -458,6 +458,11 @@ json restore_report(const RestorePlan& plan, const ExpertLosses& losses, const T
                  {"capacity_plan", capacity_plan_to_json(capacity)},
                  {"layout", base.layout},
                  {"tokens_known", losses.known}};
+  // What the command line left out and the store decided (never a silent choice).
+  json from_source = json::object();
+  if (o.step < 0) from_source["step"] = plan.step;  // the newest committed step with intact non-expert state
+  if (o.ds_version.empty() && base.layout == "deepspeed-moe") from_source["ds_version"] = "as saved";
+  report["from_source"] = from_source;
   if (kref.budget_bytes > 0) {
     report["budget_bytes"] = kref.budget_bytes;
     report["next_budget_bytes"] = exceeded ? 2 * kref.budget_bytes : kref.budget_bytes;
@@ -565,6 +570,13 @@ std::string report_table(const json& r) {
     std::snprintf(line, sizeof line, "accumulated PLT over %d restores of this run: %s (drives next K)\n",
                   r.at("restores_counted").get<int>(), percent(r.at("plt_accumulated").at("overall")).c_str());
     o << line;
+  }
+  const json from = r.value("from_source", json::object());
+  if (from.contains("step") || from.contains("ds_version")) {
+    o << "from the store:";
+    if (from.contains("step")) o << " step " << from["step"].get<int64_t>() << " (newest committed; no --step)";
+    if (from.contains("ds_version")) o << (from.contains("step") ? "," : "") << " DeepSpeed version line as saved (no --ds-version)";
+    o << "\n";
   }
   o << "moe_layer  expert  restored_step  lost_tokens  tier\n";
   int64_t step = r.at("step").get<int64_t>();

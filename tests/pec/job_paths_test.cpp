@@ -235,7 +235,8 @@ TEST(PecJobPaths, PltWithoutTokenCountsIsUnknownNotZero) {
 }
 
 // pec-restore --output given as the step folder itself (`out/global_step300`): the checkpoint goes to
-// `out` (no global_step300/global_step300); a step folder of another step is refused (exit 2).
+// `out` (no global_step300/global_step300); a step folder of another step is refused (exit 2). What
+// the command line left out (--step, --ds-version) is the store's, and `from_source` says so.
 TEST(PecJobPaths, RestoreOutputMayNameTheStepFolder) {
   const std::string d = ucpkit::testing::scratch_dir("pec_output_tag");
   fs::create_directories(d + "/job");
@@ -247,10 +248,17 @@ TEST(PecJobPaths, RestoreOutputMayNameTheStepFolder) {
   EXPECT_EQ(run_in(d + "/job", "pec-restore", "--store store --output out/global_step100", &log), 2) << log;
   EXPECT_TRUE(contains(log, "step 100") && contains(log, "step 200")) << log;
   EXPECT_FALSE(fs::exists(d + "/job/out"));
-  ASSERT_EQ(run_in(d + "/job", "pec-restore", "--store store --output out/global_step200/", &log), 0) << log;
+  ASSERT_EQ(run_in(d + "/job", "pec-restore", "--store store --output out/global_step200/ --report r200.json", &log), 0) << log;
   EXPECT_EQ(file_bytes(d + "/job/out/latest"), "global_step200");
+  // Left out, the step and the version line are the store's, and the report and table say so.
+  const json r200 = json_file(d + "/job/r200.json");
+  EXPECT_EQ(r200.value("from_source", json::object()), json({{"step", 200}, {"ds_version", "as saved"}})) << r200;
+  EXPECT_TRUE(contains(log, "from the store: step 200 (newest committed; no --step)")) << log;
   EXPECT_FALSE(fs::exists(d + "/job/out/global_step200/global_step200"));
   EXPECT_TRUE(fs::exists(d + "/job/out/global_step200/mp_rank_00_model_states.pt"));
-  ASSERT_EQ(run_in(d + "/job", "pec-restore", "--store store --output out2/global_step100 --step 100", &log), 0) << log;
+  ASSERT_EQ(run_in(d + "/job", "pec-restore", "--store store --output out2/global_step100 --step 100 --report r100.json", &log),
+            0)
+      << log;
   EXPECT_EQ(file_bytes(d + "/job/out2/latest"), "global_step100");
+  EXPECT_EQ(json_file(d + "/job/r100.json").value("from_source", json::object()), json({{"ds_version", "as saved"}}));
 }
