@@ -26,13 +26,17 @@ int main(int argc, char** argv) {
   double exact_limit = 1e6;
   app.add_option("--input,--loads", req.loads_path, "Expert loads: JSON [layers][experts], CSV, router trace JSONL, logical_count dump, SGLang expert-distribution .pt dump, vLLM EPLB load window .safetensors")
       ->required();
-  app.add_option("--nodes", req.cluster.nodes, "Nodes (with --current: nodes of the current plan)")->required();
-  app.add_option("--gpus-per-node", req.cluster.gpus_per_node, "GPUs per node")->required();
-  app.add_option("--slots-per-gpu", req.cluster.slots_per_gpu, "Expert replica slots per GPU")->required();
-  app.add_option("--fault-tolerance", req.placement.fault_tolerance,
-                 "f: every expert keeps a replica when fewer than f nodes fail (balanced-ft, lazarus, spread; others: "
-                 "a warning, and the plan records the f that holds)")
-      ->capture_default_str();
+  app.add_option("--nodes", req.sizes.nodes,
+                 "Nodes (required without --current/--previous; with them: the plan's nodes, default taken from it)");
+  app.add_option("--gpus-per-node", req.sizes.gpus_per_node, "GPUs per node (default with --current/--previous: the plan's)");
+  app.add_option("--slots-per-gpu", req.sizes.slots_per_gpu,
+                 "Expert replica slots per GPU (default with --current/--previous: the plan's)");
+  app.add_option("--survive-node-failures", req.sizes.survive_node_failures,
+                 "K: every expert keeps a replica when any K nodes fail (each on K+1 distinct nodes; balanced-ft, "
+                 "lazarus, spread; others: a warning, and the plan records what holds). Default 0, with "
+                 "--current/--previous the plan's");
+  app.add_option("--fault-tolerance", req.sizes.fault_tolerance,
+                 "F = K+1, the older spelling of --survive-node-failures (F distinct nodes per expert; default 1)");
   app.add_option("--groups", req.placement.groups, "Expert groups (eplb: hierarchical when groups % nodes == 0)")
       ->capture_default_str();
   app.add_option("--algorithm", req.algorithm, "balanced-ft (default) | lazarus | eplb | eplb-global | spread | compact | hecate")
@@ -70,7 +74,7 @@ int main(int argc, char** argv) {
   prev_opt->excludes(cur);
   auto* max_moved_opt = tool::add_size_option(app, "--max-moved-bytes", max_moved_bytes,
                  "With --previous: bytes (a size: 2G) the balance moves may copy (needs --expert-bytes; the copies that keep "
-                 "--fault-tolerance are made regardless)");
+                 "the fault tolerance are made regardless)");
   app.add_option("--migration-weight", req.migration_weight,
                  "With --previous: take moves only when the imbalance removed (fraction of total load) is at least "
                  "this x the fraction of all replicas copied (0: every improving move)")
@@ -119,6 +123,7 @@ int main(int argc, char** argv) {
     req.want_sglang = !sglang_out.empty();
     req.want_vllm = !vllm_out.empty();
     placement::PlanOutcome out = placement::make_plan(req);
+    if (!out.said.empty()) tool::info(out.said);
     for (const auto& note : out.notes) tool::warn(note);
     if (out.migration && !out.migration->lost.empty())
       tool::warn(std::to_string(out.migration->lost.size()) + " experts have no surviving replica");

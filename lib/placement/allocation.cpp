@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "placement/cluster_request.h"
 
 namespace ucpkit::placement {
 
@@ -20,14 +21,14 @@ std::vector<int> ascending_load_order(const std::vector<double>& loads) {
 std::vector<int> lazarus_allocation(const std::vector<double>& loads, int nodes, int slots_per_node, int f) {
   const long long E = static_cast<long long>(loads.size());
   const long long total = 1LL * nodes * slots_per_node;
-  if (f < 1) throw UsageError("--fault-tolerance must be at least 1");
+  if (f < 1) throw UsageError(fault_tolerance_option(f) + " is impossible");
   if (f > nodes)
-    throw UsageError("--fault-tolerance " + std::to_string(f) + " is impossible with " + std::to_string(nodes) +
+    throw UsageError(fault_tolerance_option(f) + " is impossible with " + std::to_string(nodes) +
                      " nodes (each expert needs replicas on f distinct nodes)");
   if (E > total)
     throw UsageError(std::to_string(E) + " experts do not fit in " + std::to_string(total) + " replica slots");
   if (f * E > total)
-    throw UsageError("--fault-tolerance " + std::to_string(f) + " is impossible: " + std::to_string(E) + " experts x " +
+    throw UsageError(fault_tolerance_option(f) + " is impossible: " + std::to_string(E) + " experts x " +
                      std::to_string(f) + " replicas exceed " + std::to_string(total) + " slots");
 
   std::vector<int> order = ascending_load_order(loads);

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "placement/cluster_request.h"
 #include "placement/algorithm.h"
 #include "placement/allocation.h"
 #include "placement/balance.h"
@@ -106,7 +107,7 @@ std::vector<int> floor_greedy_allocation(const std::vector<double>& loads, long 
                                          long long greedy_slots) {
   const int E = static_cast<int>(loads.size());
   if (static_cast<long long>(floor) * E > slots)
-    throw UsageError("--fault-tolerance " + std::to_string(floor) + " is impossible: " + std::to_string(E) +
+    throw UsageError(fault_tolerance_option(floor) + " is impossible: " + std::to_string(E) +
                      " experts x " + std::to_string(floor) + " replicas exceed " + std::to_string(slots) + " slots");
   if (greedy_slots < 0 || greedy_slots > slots) greedy_slots = slots;
   auto seq = greedy_order(loads, floor, greedy_slots - static_cast<long long>(floor) * E);
@@ -474,7 +475,7 @@ class BalancedFt : public PlacementAlgorithm {
     check_fits(loads, cluster);
     const int f = opt.fault_tolerance;
     if (f > cluster.nodes)
-      throw UsageError("--fault-tolerance " + std::to_string(f) + " is impossible with " +
+      throw UsageError(fault_tolerance_option(f) + " is impossible with " +
                        std::to_string(cluster.nodes) + " nodes (each expert needs replicas on f distinct nodes)");
     PlacementResult res;
     auto& d = res.details["balanced_ft"] = nlohmann::json::array();

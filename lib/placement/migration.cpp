@@ -103,8 +103,13 @@ std::vector<int> min_cost_assignment(const std::vector<std::vector<long long>>& 
 std::vector<int> nodes_after_change(const Plan& current, const NodeChange& change) {
   std::set<int> failed;
   for (int f : change.failed) {
-    if (std::find(current.node_ids.begin(), current.node_ids.end(), f) == current.node_ids.end())
-      throw UsageError("failed node " + std::to_string(f) + " is not in the current plan");
+    if (std::find(current.node_ids.begin(), current.node_ids.end(), f) == current.node_ids.end()) {
+      std::string ids;
+      for (size_t i = 0; i < current.node_ids.size() && i < 16; ++i) ids += (i ? "," : "") + std::to_string(current.node_ids[i]);
+      if (current.node_ids.size() > 16) ids += ",...";
+      throw UsageError("failed node " + std::to_string(f) + " is not in the current plan (--failed-nodes names its node_ids: " +
+                       ids + ")");
+    }
     if (!failed.insert(f).second) throw UsageError("failed node " + std::to_string(f) + " listed twice");
   }
   if (change.added < 0) throw UsageError("--added-nodes must not be negative");
@@ -125,7 +130,7 @@ std::vector<int> nodes_after_change(const Plan& current, const NodeChange& chang
   for (int id : current.node_ids)
     if (!failed.count(id)) ids.push_back(id);
   for (int i = 0; i < change.added; ++i) ids.push_back(static_cast<int>(next + i));
-  if (ids.empty()) throw UsageError("no node left after the failures");
+  if (ids.empty()) throw UsageError("--failed-nodes lists every node of the current plan: no node left");
   return ids;
 }
 

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/json_input.h"
 #include "placement/balance.h"
+#include "placement/cluster_request.h"
 
 namespace ucpkit::placement {
 namespace {
@@ -84,7 +85,8 @@ json plan_header(const Plan& plan) {
               {"slots_per_gpu", plan.cluster.slots_per_gpu},
               {"algorithm", plan.algorithm},
               {"experts", plan.experts},
-              {"fault_tolerance", plan.fault_tolerance}};
+              {"fault_tolerance", plan.fault_tolerance},
+              {"survives_node_failures", plan.fault_tolerance - 1}};
   if (!plan.node_ids.empty()) doc["node_ids"] = plan.node_ids;
   json metrics = {{"balancedness", plan.metrics.balancedness},
                   {"min_balancedness", plan.metrics.min_balancedness},
@@ -186,6 +188,46 @@ std::string plan_json_text(const Plan& plan, const json& extra) {
   return text;
 }
 
+int guaranteed_fault_tolerance(const Plan& plan) {
+  const int c = plan.cluster.slots_per_node();
+  int least = plan.cluster.nodes;
+  std::vector<int> last_node(plan.experts), degree(plan.experts);
+  for (const auto& layer : plan.layers) {
+    std::fill(last_node.begin(), last_node.end(), -1);
+    std::fill(degree.begin(), degree.end(), 0);
+    for (size_t p = 0; p < layer.phy2log.size(); ++p) {
+      int e = layer.phy2log[p], n = static_cast<int>(p) / c;
+      if (last_node[e] != n) {  // slots are node-major, so a node's slots are consecutive
+        last_node[e] = n;
+        degree[e]++;
+      }
+    }
+    for (int d : degree) least = std::min(least, d);
+  }
+  return least;
+}
+
+namespace {
+
+// The fault tolerance f a plan file records ("fault_tolerance", else "survives_node_failures" + 1),
+// or, for a plan that records neither (written by another tool), the one its placement guarantees.
+// A recorded f its placement does not hold is refused.
+int recorded_fault_tolerance(const json& doc, const Plan& plan, const std::string& name) {
+  const int holds = guaranteed_fault_tolerance(plan);
+  int f = holds;
+  if (doc.contains("fault_tolerance"))
+    f = static_cast<int>(json_integer(doc["fault_tolerance"], name, "\"fault_tolerance\"", 1, plan.cluster.nodes));
+  else if (doc.contains("survives_node_failures"))
+    f = 1 + static_cast<int>(json_integer(doc["survives_node_failures"], name, "\"survives_node_failures\"", 0,
+                                          plan.cluster.nodes - 1));
+  if (f > holds)
+    fail(name, "the plan records fault_tolerance " + std::to_string(f) + " (" + survives_text(f) +
+                   ") but some expert sits on only " + std::to_string(holds) + " node(s)");
+  return f;
+}
+
+}  // namespace
+
 Plan plan_from_json(const json& doc, const std::string& name) {
   // Every value is checked for its type where it is read, so a wrong one is named by its key.
   constexpr long long kIntMax = std::numeric_limits<int>::max();
@@ -241,6 +283,7 @@ Plan plan_from_json(const json& doc, const std::string& name) {
       plan.node_ids.resize(plan.cluster.nodes);
       std::iota(plan.node_ids.begin(), plan.node_ids.end(), 0);
     }
+    plan.fault_tolerance = recorded_fault_tolerance(doc, plan, name);
   } catch (const nlohmann::json::exception& e) {
     fail(name, "malformed plan: " + escaped_brief(e.what(), 160));
   }

@@ -44,6 +44,11 @@ void compute_metrics(Plan& plan, const LoadMatrix& loads, const RecoveryOptions&
 // (e.g. "migration") added at the top level.
 nlohmann::json plan_to_json(const Plan& plan);
 std::string plan_json_text(const Plan& plan, const nlohmann::json& extra = nlohmann::json::object());
+// The fault tolerance a plan guarantees: the fewest distinct nodes any expert of any layer sits on
+// (every expert keeps a replica when fewer nodes than that fail). plan_placement (planner.h) records
+// min(requested f, this) as the plan's fault_tolerance, and "fault_tolerance_requested" when lower.
+int guaranteed_fault_tolerance(const Plan& plan);
+
 // Reads the keys a re-placement needs (sizes, phy2log per layer, node_ids); throws Error naming `name`.
 Plan plan_from_json(const nlohmann::json& doc, const std::string& name);
 Plan read_plan(const std::string& path);

@@ -71,7 +71,7 @@ nlohmann::json dispatch_summary(const nlohmann::json& d) {
 std::string render_table(const Plan& plan, const std::optional<Migration>& mig, size_t layers_shown) {
   std::ostringstream o;
   o << plan.algorithm << " on " << plan.cluster.describe() << ", " << plan.layers.size() << " layers x " << plan.experts
-    << " experts, f=" << plan.fault_tolerance << "\n";
+    << " experts, " << survives_text(plan.fault_tolerance) << " (f=" << plan.fault_tolerance << ")\n";
   o << "layer  balancedness";
   for (const auto& r : plan.metrics.recovery) o << "   p(" << r.failed_nodes << " fail)";
   o << "\n";
@@ -117,6 +117,7 @@ nlohmann::json plan_summary(const Plan& plan, double seconds) {
           {"layers", plan.layers.size()},
           {"experts", plan.experts},
           {"fault_tolerance", plan.fault_tolerance},
+          {"survives_node_failures", plan.fault_tolerance - 1},
           {"metrics", {{"balancedness", plan.metrics.balancedness},
                        {"min_balancedness", plan.metrics.min_balancedness},
                        {"recovery_probability", recovery_summary(plan.metrics.recovery)}}},
@@ -124,25 +125,6 @@ nlohmann::json plan_summary(const Plan& plan, double seconds) {
 }
 
 }  // namespace
-
-int guaranteed_fault_tolerance(const Plan& plan) {
-  const int c = plan.cluster.slots_per_node();
-  int least = plan.cluster.nodes;
-  std::vector<int> last_node(plan.experts), degree(plan.experts);
-  for (const auto& layer : plan.layers) {
-    std::fill(last_node.begin(), last_node.end(), -1);
-    std::fill(degree.begin(), degree.end(), 0);
-    for (size_t p = 0; p < layer.phy2log.size(); ++p) {
-      int e = layer.phy2log[p], n = static_cast<int>(p) / c;
-      if (last_node[e] != n) {  // slots are node-major, so a node's slots are consecutive
-        last_node[e] = n;
-        degree[e]++;
-      }
-    }
-    for (int d : degree) least = std::min(least, d);
-  }
-  return least;
-}
 
 std::vector<int> parse_id_list(const std::string& text, const std::string& option) {
   std::vector<int> ids;
@@ -167,7 +149,7 @@ std::vector<int> parse_id_list(const std::string& text, const std::string& optio
 Plan plan_placement(const LoadMatrix& loads, const Cluster& cluster, const std::string& algorithm,
                     const PlacementOptions& options) {
   validate_cluster(cluster);
-  if (options.fault_tolerance < 1) throw UsageError("--fault-tolerance must be at least 1");
+  if (options.fault_tolerance < 1) throw UsageError(fault_tolerance_option(options.fault_tolerance) + " is impossible");
   auto algo = make_algorithm(algorithm);
   PlacementResult placed = algo->place(loads, cluster, options);
   Plan plan;
@@ -187,14 +169,15 @@ Plan plan_placement(const LoadMatrix& loads, const Cluster& cluster, const std::
   if (guaranteed < options.fault_tolerance) {
     plan.fault_tolerance = guaranteed;
     plan.details["fault_tolerance_requested"] = options.fault_tolerance;
+    plan.details["survives_node_failures_requested"] = options.fault_tolerance - 1;
   }
   return plan;
 }
 
 namespace {
 
-void add_pareto_report(const PlanRequest& req, const LoadMatrix& loads, const Cluster& cluster,
-                       const std::vector<std::vector<int>>* before, PlanOutcome& out);
+void add_pareto_report(const PlanRequest& req, const PlacementOptions& placement, const LoadMatrix& loads,
+                       const Cluster& cluster, const std::vector<std::vector<int>>* before, PlanOutcome& out);
 
 // GPU loads of `base` (every GPU under its physical node id) for `loads`, summed over layers.
 GpuChart chart_under(const Plan& base, const LoadMatrix& loads) {
@@ -226,20 +209,18 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
   if (req.migration_weight < 0 || !std::isfinite(req.migration_weight))
     throw UsageError("--migration-weight must be a finite number >= 0");
   Plan prev = read_plan(req.previous_path);
+  const ResolvedCluster sized = resolve_cluster(req.sizes, {&prev, "--previous", req.previous_path});
   const Cluster& cc = prev.cluster;
-  if (cc.nodes != req.cluster.nodes || cc.gpus_per_node != req.cluster.gpus_per_node ||
-      cc.slots_per_gpu != req.cluster.slots_per_gpu)
-    throw UsageError("--nodes/--gpus-per-node/--slots-per-gpu (" + req.cluster.describe() +
-                     ") do not match the previous plan (" + cc.describe() + ")");
   if (prev.layers.size() != loads.layers || prev.experts != static_cast<int>(loads.experts))
     throw Error(req.previous_path + ": plan has " + std::to_string(prev.layers.size()) + " layers x " +
                 std::to_string(prev.experts) + " experts, loads have " + std::to_string(loads.layers) + " x " +
                 std::to_string(loads.experts));
   PlacementOptions popt = req.placement;
-  if (popt.fault_tolerance < 1) throw UsageError("--fault-tolerance must be at least 1");
+  popt.fault_tolerance = sized.fault_tolerance;
   if (popt.fault_tolerance > cc.nodes || static_cast<long long>(popt.fault_tolerance) * prev.experts > cc.slots())
-    throw UsageError("--fault-tolerance " + std::to_string(popt.fault_tolerance) + " is impossible on " + cc.describe() +
-                     " with " + std::to_string(prev.experts) + " experts");
+    throw UsageError(fault_tolerance_option(popt.fault_tolerance) + " is impossible on " + cc.describe() + " with " +
+                     std::to_string(prev.experts) + " experts (each on " + std::to_string(popt.fault_tolerance) +
+                     " distinct nodes)");
   std::vector<std::vector<int>> before;
   for (const auto& l : prev.layers) {
     for (int e : l.phy2log)
@@ -252,6 +233,7 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
   ro.max_moved_bytes = req.max_moved_bytes;
   ro.migration_weight = req.migration_weight;
   PlanOutcome out;
+  out.said = sized.said;
   out.replacement = replace_with_migration(before, loads, cc, ro);
   out.plan.cluster = cc;
   out.plan.algorithm = "balanced-ft";
@@ -264,7 +246,7 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
   if (guaranteed < popt.fault_tolerance) throw Error("internal: re-placement lost the fault-tolerance guarantee");
   const auto& rr = *out.replacement;
   if (req.max_moved_bytes >= 0 && req.expert_bytes * static_cast<double>(rr.mandatory_copies) > req.max_moved_bytes)
-    out.notes.push_back("keeping --fault-tolerance " + std::to_string(popt.fault_tolerance) + " needs " +
+    out.notes.push_back("keeping " + fault_tolerance_option(popt.fault_tolerance) + " needs " +
                         std::to_string(rr.mandatory_copies) + " copies, more than --max-moved-bytes allows");
   compute_metrics(out.plan, loads, popt.recovery);
   // The same loads placed from scratch, for comparison: what a plain re-run would move.
@@ -302,17 +284,18 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
   summary_rep.erase("transfers");
   out.summary = plan_summary(out.plan, out.seconds);  // out.plan.cluster is cc
   out.summary["replacement"] = summary_rep;
+  if (!sized.from_plan.empty()) out.summary["from_plan"] = sized.from_plan;
   if (req.dispatch) out.summary["dispatch"] = dispatch_summary(rextra["dispatch"]);
   if (!out.notes.empty()) out.summary["notes"] = out.notes;
-  if (req.report) add_pareto_report(req, loads, cc, &before, out);
+  if (req.report) add_pareto_report(req, popt, loads, cc, &before, out);
   return out;
 }
 
 // --report: every registered algorithm on the same loads and cluster: balancedness, recovery for
 // k = 1..f+1, copies (and bytes) from the previous plan when there is one, and run time.
-void add_pareto_report(const PlanRequest& req, const LoadMatrix& loads, const Cluster& cluster,
-                       const std::vector<std::vector<int>>* before, PlanOutcome& out) {
-  PlacementOptions popt = req.placement;
+void add_pareto_report(const PlanRequest& req, const PlacementOptions& placement, const LoadMatrix& loads,
+                       const Cluster& cluster, const std::vector<std::vector<int>>* before, PlanOutcome& out) {
+  PlacementOptions popt = placement;
   popt.recovery.max_failures = std::min(popt.fault_tolerance + 1, cluster.nodes - 1);
   nlohmann::json rows = nlohmann::json::array();
   std::ostringstream o;
@@ -365,21 +348,18 @@ void add_pareto_report(const PlanRequest& req, const LoadMatrix& loads, const Cl
 
 PlanOutcome make_plan_core(const PlanRequest& req) {
   auto t0 = std::chrono::steady_clock::now();
-  validate_cluster(req.cluster);
+  if (req.current_path.empty() && req.previous_path.empty()) resolve_cluster(req.sizes);  // sizes before the loads
   LoadMatrix loads = read_loads(req.loads_path, req.load_options);
   check_svg_layer(req, loads);
 
   if (!req.previous_path.empty()) return replace_plan(req, loads, t0);
   std::optional<Plan> current;
-  Cluster target = req.cluster;
+  if (!req.current_path.empty()) current = read_plan(req.current_path);
+  const ResolvedCluster sized =
+      current ? resolve_cluster(req.sizes, {&*current, "--current", req.current_path}) : resolve_cluster(req.sizes);
+  Cluster target = sized.cluster;
   std::vector<int> physical;
-  if (!req.current_path.empty()) {
-    current = read_plan(req.current_path);
-    const Cluster& cc = current->cluster;
-    if (cc.nodes != req.cluster.nodes || cc.gpus_per_node != req.cluster.gpus_per_node ||
-        cc.slots_per_gpu != req.cluster.slots_per_gpu)
-      throw UsageError("--nodes/--gpus-per-node/--slots-per-gpu (" + req.cluster.describe() +
-                       ") do not match the current plan (" + cc.describe() + ")");
+  if (current) {
     if (current->layers.size() != loads.layers)
       throw Error(req.current_path + ": plan has " + std::to_string(current->layers.size()) + " layers, loads have " +
                   std::to_string(loads.layers));
@@ -393,22 +373,24 @@ PlanOutcome make_plan_core(const PlanRequest& req) {
   }
 
   PlanOutcome out;
+  out.said = sized.said;
   PlacementOptions popt = req.placement;
+  popt.fault_tolerance = sized.fault_tolerance;
   if (current) {
     // After failures there may be too few slots for f replicas each; Lazarus then lowers f.
     long long fit = std::min<long long>(target.nodes, target.slots() / static_cast<long long>(loads.experts));
     if (fit >= 1 && popt.fault_tolerance > fit) {
-      out.notes.push_back("fault tolerance lowered from " + std::to_string(popt.fault_tolerance) + " to " +
-                          std::to_string(fit) + ": not enough slots left");
+      out.notes.push_back("fault tolerance lowered from " + fault_tolerance_option(popt.fault_tolerance) + " to " +
+                          fault_tolerance_option(static_cast<int>(fit)) + ": not enough slots left");
       popt.fault_tolerance = static_cast<int>(fit);
     }
   }
   out.plan = plan_placement(loads, target, req.algorithm, popt);
   if (out.plan.details.contains("fault_tolerance_requested"))
-    out.notes.push_back(out.plan.algorithm + " does not guarantee --fault-tolerance " +
-                        std::to_string(popt.fault_tolerance) + ": some expert sits on only " +
-                        std::to_string(out.plan.fault_tolerance) + " node(s); the plan records fault_tolerance " +
-                        std::to_string(out.plan.fault_tolerance));
+    out.notes.push_back(out.plan.algorithm + " does not guarantee " + fault_tolerance_option(popt.fault_tolerance) +
+                        ": some expert sits on only " + std::to_string(out.plan.fault_tolerance) +
+                        " node(s), so the plan " + survives_text(out.plan.fault_tolerance) +
+                        " (records fault_tolerance " + std::to_string(out.plan.fault_tolerance) + ")");
   if (current) out.migration = migrate(*current, out.plan, physical);
   compute_metrics(out.plan, loads, popt.recovery);
   nlohmann::json extra = nlohmann::json::object();
@@ -437,12 +419,15 @@ PlanOutcome make_plan_core(const PlanRequest& req) {
     s["node_ids"] = out.migration->node_ids;
     if (req.expert_bytes > 0) s["bytes_moved"] = req.expert_bytes * static_cast<double>(out.migration->replicas_moved);
   }
-  if (out.plan.details.contains("fault_tolerance_requested"))
+  if (out.plan.details.contains("fault_tolerance_requested")) {
     s["fault_tolerance_requested"] = out.plan.details["fault_tolerance_requested"];
+    s["survives_node_failures_requested"] = out.plan.details["survives_node_failures_requested"];
+  }
+  if (!sized.from_plan.empty()) s["from_plan"] = sized.from_plan;
   if (!out.notes.empty()) s["notes"] = out.notes;
   if (req.dispatch) s["dispatch"] = dispatch_summary(extra["dispatch"]);
   out.summary = std::move(s);
-  if (req.report) add_pareto_report(req, loads, target, nullptr, out);
+  if (req.report) add_pareto_report(req, popt, loads, target, nullptr, out);
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "placement/algorithm.h"
+#include "placement/cluster_request.h"
 #include "placement/loads.h"
 #include "placement/migration.h"
 #include "placement/plan.h"
@@ -17,9 +18,12 @@ namespace ucpkit::placement {
 struct PlanRequest {
   std::string loads_path;
   LoadFileOptions load_options;
-  Cluster cluster;  // the cluster of --nodes/--gpus-per-node/--slots-per-gpu (before any change)
+  // --nodes/--gpus-per-node/--slots-per-gpu (the cluster before any change) and the fault tolerance
+  // (--survive-node-failures K or --fault-tolerance F): each unset one is the --current or --previous
+  // plan's (cluster_request.h).
+  ClusterRequest sizes;
   std::string algorithm = "balanced-ft";
-  PlacementOptions placement;
+  PlacementOptions placement;  // its fault_tolerance is set from `sizes`
   std::string current_path;  // re-placement when set
   NodeChange change;
   // Migration-aware re-placement for new loads on the same cluster (replace.h) when set.
@@ -46,6 +50,7 @@ struct PlanOutcome {
   std::string sglang_text;  // when requested
   std::string vllm_bytes;   // when requested (safetensors)
   std::vector<std::string> notes;  // warnings for the user (e.g. f lowered after failures)
+  std::string said;                // said to the user unless quiet: values taken from --current / --previous
   double seconds = 0;
 };
 
@@ -54,11 +59,6 @@ PlanOutcome make_plan(const PlanRequest& request);
 // Places `loads` with one algorithm and computes metrics; the piece benchmarks and tests reuse.
 Plan plan_placement(const LoadMatrix& loads, const Cluster& cluster, const std::string& algorithm,
                     const PlacementOptions& options);
-
-// The fault tolerance a plan guarantees: the fewest distinct nodes any expert of any layer sits on
-// (every expert keeps a replica when fewer nodes than that fail). plan_placement records
-// min(requested f, this) as the plan's fault_tolerance, and "fault_tolerance_requested" when lower.
-int guaranteed_fault_tolerance(const Plan& plan);
 
 // Parses "i,j,k" into ids; throws UsageError on anything else.
 std::vector<int> parse_id_list(const std::string& text, const std::string& option);

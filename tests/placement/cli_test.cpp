@@ -108,7 +108,7 @@ TEST_F(Cli, FaultToleranceNotGuaranteedIsWarnedAndRecorded) {
   CliRun r = run("--loads " + p("loads.json") + " --nodes 2 --gpus-per-node 4 --slots-per-gpu 2 --groups 4 " +
                  "--algorithm eplb --fault-tolerance 2 --output " + p("eplb.json"));
   ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("moe-replace: warning: eplb does not guarantee --fault-tolerance 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("moe-replace: warning: eplb does not guarantee --survive-node-failures 1 (--fault-tolerance 2)"), std::string::npos) << r.out;
   nlohmann::json plan = read("eplb.json");
   EXPECT_EQ(plan["fault_tolerance"], 1);
   EXPECT_EQ(plan["fault_tolerance_requested"], 2);

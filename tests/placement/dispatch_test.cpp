@@ -107,8 +107,11 @@ TEST(Dispatch, PlanFileCarriesSharesAndBothBalancedness) {
   std::ofstream(dir / "loads.json") << "[[90,132,40,61,104,165,39,4,73,56,183,86],[20,107,104,64,19,197,187,157,172,86,16,27]]";
   PlanRequest req;
   req.loads_path = (dir / "loads.json").string();
-  req.cluster = {4, 2, 3};
-  req.placement.fault_tolerance = 2;
+  const Cluster cluster{4, 2, 3};
+  req.sizes.nodes = cluster.nodes;
+  req.sizes.gpus_per_node = cluster.gpus_per_node;
+  req.sizes.slots_per_gpu = cluster.slots_per_gpu;
+  req.sizes.survive_node_failures = 1;
   req.dispatch = true;
   PlanOutcome out = make_plan(req);
   auto doc = nlohmann::json::parse(out.plan_text);
@@ -119,12 +122,12 @@ TEST(Dispatch, PlanFileCarriesSharesAndBothBalancedness) {
     auto phy = doc["layers"][l]["phy2log"].get<std::vector<int>>();
     auto share = dj["layers"][l]["share"].get<std::vector<double>>();
     auto loads = nlohmann::json::parse(std::ifstream(dir / "loads.json"))[l].get<std::vector<double>>();
-    Check c = recompute(phy, loads, req.cluster, share);
+    Check c = recompute(phy, loads, cluster, share);
     double sum = 0;
     for (double x : c.gpu) sum += x;
-    mean += sum / req.cluster.gpus(), mx += c.max;
-    EXPECT_NEAR(dj["layers"][l]["balancedness"].get<double>(), sum / req.cluster.gpus() / c.max, 1e-9);
-    EXPECT_NEAR(c.max, brute_force_optimum(phy, loads, req.cluster), 1e-9 * c.max);
+    mean += sum / cluster.gpus(), mx += c.max;
+    EXPECT_NEAR(dj["layers"][l]["balancedness"].get<double>(), sum / cluster.gpus() / c.max, 1e-9);
+    EXPECT_NEAR(c.max, brute_force_optimum(phy, loads, cluster), 1e-9 * c.max);
     EXPECT_GE(dj["layers"][l]["balancedness"].get<double>() + 1e-12, doc["layers"][l]["balancedness"].get<double>());
   }
   EXPECT_NEAR(dj["balancedness"].get<double>(), mean / mx, 1e-9);
