@@ -25,20 +25,16 @@ int main(int argc, char** argv) {
   app.add_option("--atol", opt.atol, "Absolute tolerance (default 0: bit for bit)")->check(CLI::NonNegativeNumber);
   app.add_option("--tmp-dir", opt.tmp_dir,
                  "Where a native input is converted to universal form (default: $TMPDIR, else /tmp); removed at exit");
-  app.add_option("--threads", opt.threads, "Threads of the conversion (0 = all cores)")->check(CLI::NonNegativeNumber);
+  tool::add_threads_option(app, opt.threads);
   app.add_option("--max-listed", opt.listed, "Differences listed (the first ones)")->capture_default_str();
-  app.add_flag("--verify,!--no-verify", opt.verify,
-               "Check the inputs' checksums while reading (default: on; --no-verify skips it)");
+  tool::add_verify_option(app, opt.verify, "Check the inputs' checksums while reading");
   tool::add_pickle_options(app);
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
   const int rc = tool::run("ucp-diff", [&] {
     const auto r = inspect::diff_checkpoints(a, b, opt);
     if (common.json) {
-      auto j = r.to_json();
-      j["tool"] = "ucp-diff";
-      j["version"] = UCPKIT_VERSION;
-      std::cout << j.dump(1) << "\n";
+      tool::print_json(tool::envelope("ucp-diff", nullptr, r.to_json()));
     } else if (tool::verbosity() >= 0) {
       std::cout << r.text();
     }

@@ -19,19 +19,15 @@ int main(int argc, char** argv) {
                  "Checkpoint folder: global_stepN or its parent with `latest`, a ucp-extract work folder, a universal "
                  "checkpoint (manifest.json), or a PEC store")
       ->required();
-  app.add_flag("--verify,!--no-verify", opt.verify,
-               "Also check checksums: zip CRC-32 of every record read, universal crc32s, PEC object digests "
-               "(default: on; --no-verify skips it)");
+  tool::add_verify_option(app, opt.verify,
+                          "Also check checksums: zip CRC-32 of every record read, universal crc32s, PEC object digests");
   tool::add_pickle_options(app);
   tool::add_common_options(app, common);
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
   return tool::run("ucp-info", [&] {
     const auto info = inspect::describe(input, opt);
     if (common.json) {
-      auto j = info.to_json();
-      j["tool"] = "ucp-info";
-      j["version"] = UCPKIT_VERSION;
-      std::cout << j.dump(1) << "\n";
+      tool::print_json(tool::envelope("ucp-info", nullptr, info.to_json()));
     } else if (tool::verbosity() >= 0) {
       std::cout << info.text();
     }
