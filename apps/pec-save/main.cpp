@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
     auto summary = pec::pec_save(
         o,
         [&](uint64_t n) {
-          if (!bar) bar = std::make_unique<tool::Progress>("pec-save", total);
+          if (!bar) bar = std::make_unique<tool::Progress>("pec-save", total, tool::ProgressUnit::bytes);
           bar->advance(n);
         },
         &total);

@@ -4,7 +4,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -18,20 +17,17 @@ int g_verbosity = 0;
 const char* g_tool = "ucpkit";
 std::mutex g_print_mutex;
 
-double now_seconds() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
 }  // namespace
 
-namespace {
-// The rank of this process under an MPI launcher, 0 otherwise (read from the launcher's environment:
-// lib/tool does not link MPI).
 int launcher_rank() {
   for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
     if (const char* r = std::getenv(v); r && *r) return std::atoi(r);
   return 0;
 }
+
+const char* tool_name() { return g_tool; }
+
+namespace {
 
 // One line on stderr in a single write (MPI ranks and threads do not interleave inside it): control
 // bytes and bytes outside printable ASCII escaped, cut at kMaxErrorLine characters.
@@ -108,42 +104,14 @@ Reporter console_reporter() {
   r.progress = [](const std::string& label, uint64_t total) -> std::unique_ptr<ProgressSink> {
     return std::make_unique<Progress>(label, total);
   };
+  r.phase = [](const std::string& name, Reporter::PhaseEvent event, double seconds) {
+    if (g_verbosity < 1 || launcher_rank() != 0) return;
+    char line[64] = "started";
+    if (event != Reporter::PhaseEvent::start)
+      std::snprintf(line, sizeof line, event == Reporter::PhaseEvent::end ? "%.3f s" : "stopped after %.3f s", seconds);
+    verbose("phase " + name + ": " + line);
+  };
   return r;
-}
-
-Progress::Progress(std::string label, uint64_t total)
-    : label_(std::move(label)), total_(total), enabled_(g_verbosity >= 0 && ::isatty(2)) {}
-
-Progress::~Progress() { finish(); }
-
-void Progress::advance(uint64_t n) {
-  if (!enabled_) return;
-  std::lock_guard<std::mutex> lock(g_print_mutex);
-  done_ += n;
-  draw(false);
-}
-
-void Progress::draw(bool force) {
-  double t = now_seconds();
-  if (!force && t - last_draw_ < 0.1) return;
-  last_draw_ = t;
-  const int width = 40;
-  double frac = total_ ? static_cast<double>(done_) / static_cast<double>(total_) : 1.0;
-  if (frac > 1) frac = 1;
-  int filled = static_cast<int>(frac * width);
-  std::string bar(filled, '#');
-  bar.resize(width, '.');
-  std::fprintf(stderr, "\r%s [%s] %3d%% (%llu/%llu)", label_.c_str(), bar.c_str(), static_cast<int>(frac * 100),
-               static_cast<unsigned long long>(done_), static_cast<unsigned long long>(total_));
-  std::fflush(stderr);
-}
-
-void Progress::finish() {
-  if (!enabled_) return;
-  std::lock_guard<std::mutex> lock(g_print_mutex);
-  draw(true);
-  std::fprintf(stderr, "\n");
-  enabled_ = false;
 }
 
 }  // namespace ucpkit::tool

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/reporter.h"
+#include "tool/progress.h"
 
 namespace ucpkit::tool {
 
@@ -28,23 +29,12 @@ void warn(const std::string& message);     // always shown, as "tool: warning: .
 uint64_t peak_rss_bytes();
 
 // The Reporter the tools pass into the library: warn() for warnings, verbose() for details, a
-// Progress bar for progress.
+// Progress (tool/progress.h) for progress, and with -v the phases' names and times (rank 0 only).
 Reporter console_reporter();
 
-// A progress bar drawn on stderr only when stderr is a terminal and not quiet.
-class Progress : public ProgressSink {
- public:
-  Progress(std::string label, uint64_t total);
-  ~Progress() override;
-  void advance(uint64_t n = 1) override;
-  void finish() override;
-
- private:
-  void draw(bool force);
-  std::string label_;
-  uint64_t total_, done_ = 0;
-  bool enabled_;
-  double last_draw_ = 0;
-};
+// The tool's name as given to run() ("ucpkit" before), and this process's rank under an MPI
+// launcher (0 otherwise; read from the launcher's environment, lib/tool does not link MPI).
+const char* tool_name();
+int launcher_rank();
 
 }  // namespace ucpkit::tool

@@ -233,6 +233,7 @@ RunSummary run_extract(const std::string& checkpoint, const std::string& work_di
   tune_allocator();
   auto& mpi = parallel::MpiSession::get();
   parallel::RankFailure failed(mpi);
+  Reporter::Phase phase(options.reporter, "plan");
   refuse_output_over_input(work_dir, "--output", layout::resolve_checkpoint_dir(checkpoint), "--input");
   ExtractOptions eo;
   eo.patterns_file = options.patterns_file;
@@ -245,6 +246,7 @@ RunSummary run_extract(const std::string& checkpoint, const std::string& work_di
                   ") matches no parameter (--allow-unused-patterns to accept)");
   });
   failed.settle("another MPI rank failed while planning");
+  phase.next("write fragments");
   auto stats = write_work_folder(plan, work_dir, options.threads, options.sync, options.overwrite, options.reporter);
   RunSummary s;
   s.tool = "ucp-extract";
@@ -514,10 +516,12 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
   tune_allocator();
   auto& mpi = parallel::MpiSession::get();
   parallel::RankFailure failed(mpi);
+  Reporter::Phase phase(options.reporter, "plan");
   const ExtractPlan plan = union_plan(input, output, options, failed);
   const patterns::PatternSet set = plan.pattern_set();
 
   // Staging folder: created by rank 0, shared through its name.
+  phase.next("join parameters");
   parallel::CollectiveStaging staging(failed, output, options.overwrite, "ucp", options.reporter.verbose, options.sync,
                                       [](const fs::path& s) { make_dirs(s / "zero"); });
   const auto drop_staging = staging.cleanup();
@@ -557,6 +561,7 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
   failed.settle(drop_staging);
 
   // Gather manifest entries on rank 0, in plan order.
+  phase.next("manifest and commit");
   nlohmann::json mine_json = nlohmann::json::array();
   Totals t;
   for (size_t i : mine) {
