@@ -152,7 +152,9 @@ void Progress::finish() {
   if (mode_ == Mode::bar) {
     draw_bar(true);
     std::fprintf(stderr, "\n");
-  } else if (const double elapsed = now_seconds() - start_; mode_ == Mode::lines && pacer_.end_line(elapsed)) {
+  } else if (const double elapsed = now_seconds() - start_;
+             mode_ == Mode::lines && (done_ >= total_ ? pacer_.end_line(elapsed) : pacer_.any())) {
+    // Work stopped short (an error follows) adds a line only below progress lines already written.
     info(prefix() + progress_end_text(done_, total_, elapsed, unit_));
   }
   mode_ = Mode::off;

@@ -35,7 +35,8 @@ class LinePacer {
   bool due(double elapsed);
   // True when the end of the work `elapsed` seconds in gets a line: a line was written, or the work
   // ran longer than `after`.
-  bool end_line(double elapsed) const { return last_ >= 0 || elapsed >= pacing_.after; }
+  bool end_line(double elapsed) const { return any() || elapsed >= pacing_.after; }
+  bool any() const { return last_ >= 0; }  // some line was written
 
  private:
   ProgressPacing pacing_;

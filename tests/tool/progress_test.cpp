@@ -62,8 +62,10 @@ TEST(Progress, PacerWritesNothingForShortWorkThenOneLinePerInterval) {
   EXPECT_FALSE(p.due(25.0));  // 9.9 s after the last line
   EXPECT_TRUE(p.due(25.2));
   EXPECT_TRUE(p.end_line(26));
+  EXPECT_TRUE(p.any());
   LinePacer q({5, 10});
   EXPECT_TRUE(q.end_line(7));  // a long single step: no line while it ran, one at its end
+  EXPECT_FALSE(q.any());       // (work stopped short by an error adds a line only after some)
 }
 
 TEST(Progress, PacingComesFromTheEnvironment) {
@@ -169,9 +171,9 @@ TEST_F(ProgressRun, PipedStderrGetsPacedLinesAndNothingForShortWork) {
   int progress_lines = 0;
   for (const auto& l : out) progress_lines += std::regex_match(l, line) ? 1 : 0;
   EXPECT_EQ(progress_lines, 1);
-  // The defaults (after 5 s): this short run writes no progress line at all; -q none either.
+  // Short work (here: shorter than 30 s) writes no progress line at all; -q none either.
   for (const char* extra : {"", "-q"}) {
-    out = run("UCPKIT_PROGRESS_AFTER=", extra);
+    out = run("UCPKIT_PROGRESS_AFTER=30 UCPKIT_PROGRESS_EVERY=0", extra);
     for (const auto& l : out) EXPECT_EQ(l.find('%'), std::string::npos) << l;
   }
   out = run("UCPKIT_PROGRESS_AFTER=0 UCPKIT_PROGRESS_EVERY=0", "-q");
