@@ -61,6 +61,14 @@ std::string staging_prefix(const fs::path& target, const std::string& tag) {
   return s;
 }
 
+// The output folder as an absolute path without a trailing slash: "out/", "./out" and "out" are one
+// folder (a trailing slash made the folder its own parent).
+fs::path folder_path(const fs::path& p) {
+  fs::path a = fs::absolute(p).lexically_normal();
+  if (!a.has_filename()) a = a.parent_path();
+  return a;
+}
+
 // `.<name>.<tag>-<kind>-<pid>` beside `target`, for this process.
 fs::path sibling(const fs::path& target, const std::string& tag, const char* kind) {
   return target.parent_path() / (staging_prefix(target, tag) + kind + "-" + std::to_string(getpid()));
@@ -152,7 +160,7 @@ void sweep_stale_staging(const fs::path& target, const std::string& tag, const S
 
 StagingDir::StagingDir(const fs::path& target, bool overwrite, std::string tag, const StagingNote& note,
                        bool durable, std::string overwrite_option)
-    : target_(fs::absolute(target)),
+    : target_(folder_path(target)),
       tag_(std::move(tag)),
       overwrite_option_(std::move(overwrite_option)),
       note_(note),

@@ -254,10 +254,18 @@ void assign_layer_and_expert_files(DeepSpeedLayout& L, const FoundFiles& F) {
 
 }  // namespace
 
+std::string tag_of_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(dir), ec);
+  if (ec) p = fs::absolute(dir).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // a trailing slash
+  return p.filename().string();
+}
+
 DeepSpeedLayout infer_layout(const std::vector<std::string>& names, const std::string& dir) {
   DeepSpeedLayout L;
   L.dir = dir;
-  L.tag = fs::path(dir).filename().string();
+  L.tag = tag_of_dir(dir);
   const FoundFiles F = classify_files(names, L);
   if (F.bf16_seen && F.plain_seen) throw Error(dir + ": both bf16_ and plain ZeRO optimizer shards are present");
   L.bf16_prefix = F.bf16_seen;

@@ -62,6 +62,10 @@ struct DeepSpeedLayout {
   int tp_rank(int mp) const { return mp % tp; }
 };
 
+// The checkpoint tag a folder stands for: its own name however the path is spelled (".", "..", a
+// trailing slash, a relative path, a symbolic link to the tag folder: the link's target's name).
+std::string tag_of_dir(const std::string& dir);
+
 // Infers degrees from the base names in `dir` and checks that every shard is there exactly once;
 // throws Error naming a missing or unexpected shard.
 DeepSpeedLayout infer_layout(const std::vector<std::string>& names, const std::string& dir);
