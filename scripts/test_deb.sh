@@ -17,12 +17,13 @@ fi
 work=$(mktemp -d /tmp/ucpkit-deb.XXXXXX)
 installed=0
 cleanup() {
-  if [ "$installed" = 1 ]; then DEBIAN_FRONTEND=noninteractive apt-get remove -y -q ucpkit >/dev/null || true; fi
+  if [ "$installed" = 1 ]; then DEBIAN_FRONTEND=noninteractive apt-get purge -y -q ucpkit >/dev/null || true; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-(cd "$build" && cpack -G DEB -B "$work/pkg" >"$work/cpack.log" 2>&1) || fail "cpack: $(tail -5 "$work/cpack.log")"
+(cd "$build" && cpack -G DEB -B "$work/pkg" >"$work/cpack.log" 2>&1) ||
+  fail "cpack (is $build built? cmake --build $build --target ucpkit_tools): $(grep -E 'Error|cannot' "$work/cpack.log" | head -3 | tr -s ' \n' ' ')"
 cd "$work/pkg"
 deb=$(ls ucpkit_*.deb) || fail "cpack made no ucpkit_*.deb: $(ls)"
 echo "test_deb: $(ls -1 ./*.deb | tr '\n' ' ')"
@@ -55,7 +56,7 @@ set -e
 [ "$rc" -eq 1 ] && [ "$(wc -l <<<"$err")" -eq 1 ] && grep -q '^ucp-load: error: no GPU: ' <<<"$err" ||
   fail "ucp-load --device cuda from /usr/bin: exit $rc: $err"
 echo "test_deb: $err"
-DEBIAN_FRONTEND=noninteractive apt-get remove -y -q ucpkit >/dev/null || fail "apt-get remove ucpkit"
+DEBIAN_FRONTEND=noninteractive apt-get purge -y -q ucpkit >/dev/null || fail "apt-get purge ucpkit"
 installed=0
-[ ! -e /usr/bin/ucp-load ] || fail "/usr/bin/ucp-load left after apt-get remove"
-echo "test_deb: ok ($deb: $(echo $tools | wc -w) tools ran from /usr/bin; installed and removed with apt-get)"
+[ ! -e /usr/bin/ucp-load ] || fail "/usr/bin/ucp-load left after apt-get purge"
+echo "test_deb: ok ($deb: $(echo $tools | wc -w) tools ran from /usr/bin; installed and purged with apt-get)"
