@@ -38,8 +38,7 @@ int main(int argc, char** argv) {
     auto s = ucp::run_extract(input, output, opt);
     if (root) {
       if (common.json) tool::print_json(tool::envelope("ucp-extract", s.output, s.to_json()));
-      tool::info(std::to_string(s.params) + " parameters, " + std::to_string(s.files_written) +
-                 " fragment files -> " + output);
+      tool::info(std::to_string(s.params) + " parameters, " + std::to_string(s.files_written) + " files -> " + output);
     }
     return 0;
   });

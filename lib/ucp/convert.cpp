@@ -202,6 +202,7 @@ ExtractStats write_work_folder(const ExtractPlan& plan, const std::string& work_
   failed.settle(drop_staging);
 
   // Rank 0: model files, the common optimizer state, plan.json, then the rename.
+  uint64_t common_files = 0;
   failed.guard([&] {
     if (mpi.rank() != 0) return;
     for (size_t i = 0; i < plan.model_files.size(); ++i) {
@@ -217,6 +218,8 @@ ExtractStats write_work_folder(const ExtractPlan& plan, const std::string& work_
     out.optimizer_state_file = "optimizer_state.pt";
     out.optimizer_state_prepared = true;
     write_file_atomic((staged / "plan.json").string(), out.to_json().dump(1));
+    written += file_size((staged / "optimizer_state.pt").string()) + file_size((staged / "plan.json").string());
+    common_files = plan.model_files.size() + 2;
     test_pause_if_asked();
     check_interrupted();
     staging.commit();
@@ -225,6 +228,7 @@ ExtractStats write_work_folder(const ExtractPlan& plan, const std::string& work_
   stats.bytes_read = mpi.sum(read.load());
   stats.bytes_written = mpi.sum(written.load());
   stats.fragments = mpi.sum(count.load());
+  stats.files = stats.fragments + mpi.sum(common_files);
   return stats;
 }
 
@@ -252,7 +256,7 @@ RunSummary run_extract(const std::string& checkpoint, const std::string& work_di
   s.tool = "ucp-extract";
   s.output = work_dir;
   s.params = plan.params.size();
-  s.files_written = stats.fragments;
+  s.files_written = stats.files;
   s.bytes_read = stats.bytes_read;
   s.bytes_written = stats.bytes_written;
   s.ranks = mpi.size();
@@ -495,6 +499,8 @@ void write_union_common_files(const ExtractPlan& plan, const fs::path& staged,
   manifest.patterns_set = plan.patterns_json;
   manifest.params = std::move(entries);
   write_file_atomic((staged / layout::kUniversalManifestName).string(), manifest.text());
+  t.bytes_written += file_size((staged / layout::kUniversalManifestName).string());
+  ++t.files;
 }
 
 // latest_universal beside the folder, as ds_to_universal writes it. The output is in place and on

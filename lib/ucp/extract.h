@@ -19,6 +19,7 @@ ExtractPlan plan_checkpoint(const std::string& checkpoint, const ExtractOptions&
 
 struct ExtractStats {
   uint64_t bytes_read = 0, bytes_written = 0, fragments = 0;
+  uint64_t files = 0;  // every file of the work folder: fragments, model files, optimizer_state.pt, plan.json
 };
 
 // Writes `plan`'s fragments as work_dir/fragments/<param>/tp<T>.part<D>.pt (dict state -> 1-D

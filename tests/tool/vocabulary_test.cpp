@@ -106,6 +106,24 @@ TEST(Vocabulary, EveryToolPrintsTheJsonEnvelopeFirst) {
   }
 }
 
+TEST(Vocabulary, JsonCountsAreTrue) {
+  Work w("counts");
+  // files_written and bytes_written: what the output folder holds (ucp-load's: tests/load/defaults_test.cpp)
+  for (const auto& [tool, input] : std::vector<std::pair<std::string, std::string>>{
+           {"ucp-extract", "gpt"}, {"ucp-union", "gpt"}, {"ucp-union", "moe"}, {"ucp-union", "work"}}) {
+    SCOPED_TRACE(tool + " " + input);
+    const std::string out = tool == "ucp-extract" ? "work" : "out";
+    fs::remove_all(w.dir + "/" + out);
+    const ToolRun r = w.run(tool, "--input " + input + " --output " + out + " --json");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    size_t bytes = 0;
+    for (const auto& [rel, data] : tree_bytes(w.dir + "/" + out)) bytes += data.size();
+    EXPECT_EQ(j["files_written"].get<size_t>(), files_under(w.dir + "/" + out));
+    EXPECT_EQ(j["bytes_written"].get<size_t>(), bytes);
+  }
+}
+
 TEST(Vocabulary, OldInputAndOutputNamesAreAliases) {
   Work w("aliases");
   // pec-save: --input/--output = --checkpoint/--store; pec-restore: --input = --store
