@@ -306,7 +306,7 @@ std::string resolve_root(const std::string& path, std::string& tag, std::string&
       if (!fs::is_directory(p / tag)) fail(pointer_file, "names " + tag + ", which is not a folder");
       return (p / tag).string();
     }
-  tag = p.filename().string();
+  tag = layout::tag_of_dir(p.string());  // a symbolic link to the tag folder: its target's name, as every tool
   return p.string();
 }
 

@@ -150,9 +150,9 @@ TEST(PecJobPaths, StepThatDisagreesWithTheCheckpointIsRefusedAndAMissingOneInfer
   EXPECT_TRUE(contains(log, "latest")) << log;
   EXPECT_EQ(log.find('\n'), log.size() - 1) << "one line: " << log;
   EXPECT_FALSE(fs::exists(d + "/job/store/manifests/step-000000000200.json"));
-  // The tag folder renamed: its model states record step 300.
+  // The tag folder renamed (copied under another step's name): its model states record step 300.
   fs::create_directories(d + "/job/renamed");
-  fs::create_directory_symlink(step_dir(300), d + "/job/renamed/global_step200");
+  fs::copy(step_dir(300), d + "/job/renamed/global_step200", fs::copy_options::recursive);
   EXPECT_EQ(run_in(d + "/job", "pec-save", "--checkpoint renamed/global_step200 --store store --step 200 --policy sequential --k 1",
                    &log),
             2)
@@ -164,6 +164,11 @@ TEST(PecJobPaths, StepThatDisagreesWithTheCheckpointIsRefusedAndAMissingOneInfer
       << log;
   EXPECT_TRUE(contains(log, "step 200 from the tag folder name global_step200")) << log;
   EXPECT_TRUE(contains(log, "step 300 from global_steps")) << log;
+  // A symbolic link to a tag folder stands for its target (as for every tool): `current` -> global_step300.
+  fs::create_directory_symlink(step_dir(300), d + "/job/current");
+  EXPECT_EQ(run_in(d + "/job", "pec-save", "--checkpoint current --store store --step 200 --policy sequential --k 1", &log), 2)
+      << log;
+  EXPECT_TRUE(contains(log, "step 300 from the tag folder name global_step300")) << log;
   // Inferred: the step `latest`, the tag, global_steps and iteration agree on.
   ASSERT_EQ(run_in(d + "/job", "pec-save", "--checkpoint ckpt --store store --policy sequential --k 1 --json", &log), 0) << log;
   const json summary = json::parse(log.substr(log.find('{')));
