@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
     if (dry_run && !plan) {
       auto j = load::plan_json(opt);
       if (!root) return 0;
+      if (j.contains("from_source") && !j["from_source"].empty()) tool::info(load::describe_source_defaults(j["from_source"]));
       tool::print_dry_run("ucp-load", tool::load_dry_run(j, opt.output), common.json);
       return 0;
     }

@@ -107,6 +107,7 @@ DryRun union_dry_run(const std::string& input, const std::string& output, const 
 DryRun load_dry_run(const nlohmann::json& plan, const std::string& output) {
   DryRun d;
   d.fields = {{"dry_run", true}, {"would_write", output}};
+  if (plan.contains("from_source")) d.fields["from_source"] = plan["from_source"];  // target values taken from the source
   if (plan.contains("shards")) {  // safetensors
     d.text = "ucp-load --dry-run: would write " + output + ": " + json_count(plan, "shards") +
              " safetensors shards, dtype " + plan.value("dtype", "?") + "; nothing written\n";
@@ -117,7 +118,7 @@ DryRun load_dry_run(const nlohmann::json& plan, const std::string& output) {
   const nlohmann::json t = plan.value("target", nlohmann::json::object());
   auto num = [&](const char* k) { return t.contains(k) ? t[k].dump() : std::string("?"); };
   d.text = "ucp-load --dry-run: would write " + output + ": deepspeed layout TP " + num("tp") + ", PP " + num("pp") +
-           ", DP " + num("dp") + ", ZeRO stage " + num("zero_stage") + ", EP " + num("ep") + ", dtype " +
+           ", DP " + num("dp") + ", ZeRO stage " + num("zero_stage") + ", EP " + num("ep") + ", weights " +
            t.value("dtype", "?") + " (" + json_count(plan, "mp_ranks") +
            " model-parallel ranks); nothing written\n";
   d.fields["format"] = "deepspeed";

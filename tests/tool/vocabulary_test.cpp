@@ -249,6 +249,12 @@ TEST(Vocabulary, DryRunSaysWhatWouldBeWrittenAndWritesNothing) {
       if (e.is_directory()) atomic += files_under(e.path().string());
     EXPECT_EQ(nlohmann::json::parse(u.out)["atomic_files"].get<size_t>(), atomic) << input;
   }
+  // ucp-load's dry run says which target values it takes from the source, as the run does
+  const ToolRun l = w.run("ucp-load", "--input moe --output target --dp 2 --dry-run");
+  ASSERT_EQ(l.rc, 0) << l.err;
+  EXPECT_NE(l.err.find("from the source"), std::string::npos) << l.err;
+  EXPECT_NE(l.out.find("EP 2"), std::string::npos) << "the source's EP: " << l.out;
+  EXPECT_FALSE(w.exists("target"));
   // an existing output without --overwrite is refused as the run would refuse it
   EXPECT_EQ(w.run("ucp-extract", "--input gpt --output out --dry-run").rc, 1);
   EXPECT_EQ(w.run("ucp-extract", "--input gpt --output out --dry-run --overwrite").rc, 0);
