@@ -100,19 +100,6 @@ void skip_check(CheckpointInfo& info, const std::string& name, const std::string
   info.checks.push_back({name, what, Check::Status::skipped, ""});
 }
 
-// N of "global_step<N>"; nullopt for another tag.
-std::optional<int64_t> step_of(const std::string& tag) {
-  const std::string prefix = "global_step";
-  if (tag.size() <= prefix.size() || tag.compare(0, prefix.size(), prefix) != 0 || tag.size() > prefix.size() + 18)
-    return std::nullopt;
-  int64_t n = 0;
-  for (size_t i = prefix.size(); i < tag.size(); ++i) {
-    if (tag[i] < '0' || tag[i] > '9') return std::nullopt;
-    n = n * 10 + (tag[i] - '0');
-  }
-  return n;
-}
-
 // Every regular file under `dir` (recursively, links not followed), by the kind `classify` gives its
 // path relative to `dir`.
 void add_sizes(CheckpointInfo& info, const std::string& dir, const std::function<std::string(const std::string&)>& classify) {
@@ -181,7 +168,7 @@ void describe_model(CheckpointInfo& info, const layout::UniversalManifest& manif
   l.pipeline = m.pipeline;
   info.layout = l;
   info.tag = m.tag;
-  info.step = step_of(m.tag);
+  info.step = layout::step_of_tag(m.tag);
   info.ds_line = m.ds_line;
   info.tensors = m.params.size();
   int64_t all = 0, experts = 0;
@@ -234,7 +221,7 @@ void describe_native(CheckpointInfo& info, const InfoOptions& options) {
     }
     info.dir = L.dir;
     info.tag = L.tag;
-    info.step = step_of(L.tag);
+    info.step = layout::step_of_tag(L.tag);
     info.layout = layout_of(L);
     add_sizes(info, info.dir, deepspeed_file_kind);
     const std::string what = std::string("model states, expert files and optimizer shards agree and cover every "

@@ -121,7 +121,7 @@ void aim_output(RestoreOptions& o, RestorePlan& plan) {
 
 void check_step_dir_free(const RestorePlan& plan, bool force) {
   const std::string dir = restore_step_dir(plan);
-  if (fs::exists(dir) && !force) fail(dir, "already exists (use --force to replace it)");
+  if (fs::exists(dir) && !force) fail(dir, "already exists (use --overwrite to replace it)");
 }
 
 // Execute: one restore writing its plan into `<output>/.global_stepN.pec-restore-tmp-<pid>`. Under MPI every rank
@@ -200,7 +200,7 @@ bool RestoreRun::try_non_expert(size_t copy, std::string& last_error) {
     // durable = false: the writer fsyncs the files, commit() the folders (no syncfs of the whole file system).
     parallel::RankFailure failed(mpi_);
     staging_ = std::make_unique<parallel::CollectiveStaging>(failed, restore_step_dir(plan_), o_.force, kStagingTag,
-                                                             o_.reporter.verbose, false, nullptr, "--force");
+                                                             o_.reporter.verbose, false, nullptr, "--overwrite");
     tmp_dir_ = staging_->path();
   }
   auto w = std::make_unique<RestoreWriter>(tmp_dir_.string(), o_.memory_mb << 20, mpi_.rank(), mpi_.size());

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <regex>
 
 #include "core/error.h"
 #include "io/pickle/value.h"
@@ -47,13 +46,6 @@ std::string described(const std::vector<StepSource>& sources) {
 }
 
 }  // namespace
-
-std::optional<int64_t> step_of_tag(const std::string& tag) {
-  static const std::regex re("global_step([0-9]{1,18})");
-  std::smatch m;
-  if (!std::regex_match(tag, m, re)) return std::nullopt;
-  return std::stoll(m[1].str());
-}
 
 std::vector<StepSource> step_sources(const SourceCheckpoint& c) {
   std::vector<StepSource> out;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "layout/deepspeed/files.h"
+
 namespace ucpkit::pec {
 
 struct SourceCheckpoint;
@@ -20,8 +22,8 @@ struct StepSource {
   std::string where;
 };
 
-// N of a tag "global_step<N>"; nullopt for other names (a custom tag).
-std::optional<int64_t> step_of_tag(const std::string& tag);
+// N of a tag "global_step<N>" (layout/deepspeed/files.h).
+using layout::step_of_tag;
 
 // Every source the checkpoint has: the tag's name, the pointer file that named it (when the folder
 // given was its parent), `global_steps` and `iteration` of its first model-states file (when they are

@@ -560,8 +560,10 @@ TEST(PecTools, RestorePlanAgreesWithTheRestoreAndWritesNothing) {
   // As the restore, --plan refuses an existing step folder without --force; with it, it still writes nothing.
   const auto out = tree_bytes(d + "/out");
   EXPECT_EQ(plan_of(""), 1) << file_bytes(d + "/plan.log");
-  EXPECT_NE(file_bytes(d + "/plan.log").find("already exists"), std::string::npos) << file_bytes(d + "/plan.log");
+  EXPECT_NE(file_bytes(d + "/plan.log").find("already exists (use --overwrite"), std::string::npos)
+      << file_bytes(d + "/plan.log");  // the one vocabulary's name (--force is its old alias)
   EXPECT_EQ(plan_of("--force"), 0) << file_bytes(d + "/plan.log");
+  EXPECT_EQ(plan_of("--overwrite"), 0) << file_bytes(d + "/plan.log");
   EXPECT_EQ(tree_bytes(d + "/out"), out);
 }
 

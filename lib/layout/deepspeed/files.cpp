@@ -262,6 +262,18 @@ std::string tag_of_dir(const std::string& dir) {
   return p.filename().string();
 }
 
+std::optional<int64_t> step_of_tag(const std::string& tag) {
+  const std::string prefix = "global_step";
+  if (tag.size() <= prefix.size() || tag.size() > prefix.size() + 18 || tag.compare(0, prefix.size(), prefix) != 0)
+    return std::nullopt;
+  int64_t n = 0;
+  for (size_t i = prefix.size(); i < tag.size(); ++i) {
+    if (tag[i] < '0' || tag[i] > '9') return std::nullopt;
+    n = n * 10 + (tag[i] - '0');
+  }
+  return n;
+}
+
 DeepSpeedLayout infer_layout(const std::vector<std::string>& names, const std::string& dir) {
   DeepSpeedLayout L;
   L.dir = dir;

@@ -1,6 +1,7 @@
 // DeepSpeed checkpoint discovery: file-name classes, `latest`, degree inference with numeric (never
 // alphabetical) ordering, and completeness checks. infer_layout() is pure (no I/O).
 #pragma once
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -65,6 +66,10 @@ struct DeepSpeedLayout {
 // The checkpoint tag a folder stands for: its own name however the path is spelled (".", "..", a
 // trailing slash, a relative path, a symbolic link to the tag folder: the link's target's name).
 std::string tag_of_dir(const std::string& dir);
+
+// N of a tag "global_step<N>" (DeepSpeed's default tag); nullopt for other names (a custom tag) or an N
+// of more than 18 digits.
+std::optional<int64_t> step_of_tag(const std::string& tag);
 
 // Infers degrees from the base names in `dir` and checks that every shard is there exactly once;
 // throws Error naming a missing or unexpected shard.
