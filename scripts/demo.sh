@@ -71,17 +71,19 @@ for s in 100 200; do
       --seed $s --no-truth
 done
 # The first save of a store takes every expert; later saves only --k of them per layer.
-"$bin/pec-save" --checkpoint "$work/moe/step100" --store "$work/store" --step 100 --policy sequential --k 1
-"$bin/pec-save" --checkpoint "$work/moe/step200" --store "$work/store" --step 200 --policy sequential --k 1
-"$bin/pec-restore" --store "$work/store" --output "$work/restored"
+# The step is read from the checkpoint (its tag, latest, global_steps); --step would be checked against it.
+"$bin/pec-save" --input "$work/moe/step100" --output "$work/store" --policy sequential --k 1
+"$bin/pec-save" --input "$work/moe/step200" --output "$work/store" --policy sequential --k 1
+# Without token counts (--tokens) the lost-token proportion is reported as unknown, never as 0.
+"$bin/pec-restore" --input "$work/store" --output "$work/restored"
 ls "$work/restored"
 
 data=${UCPKIT_DEMO_DATA:-$root/../shared/data}
 loads=$data/smartmoe_expert_loads.json
 if [ -f "$loads" ]; then
   step "6. moe-replace on SmartMoE loads ($loads): 4 nodes x 8 GPUs x 2 slots, every expert on 2 nodes"
-  "$bin/moe-replace" --loads "$loads" --nodes 4 --gpus-per-node 8 --slots-per-gpu 2 --fault-tolerance 2 \
-      --output "$work/placement.json"
+  "$bin/moe-replace" --loads "$loads" --nodes 4 --gpus-per-node 8 --slots-per-gpu 2 \
+      --survive-node-failures 1 --output "$work/placement.json"
 else
   step "6. moe-replace on generated loads: 2 nodes x 4 GPUs x 4 slots, every expert on 2 nodes"
   echo "no $loads (the SmartMoE data): using a generated loads file instead ($work/loads.json, 2 layers x 16 experts)"
@@ -90,7 +92,7 @@ import json, random, sys
 rng = random.Random(7)
 layers = [[int(10000 / (e + 1) ** 1.2 * rng.uniform(0.8, 1.2)) for e in range(16)] for _ in range(2)]
 json.dump({"loads": layers}, open(sys.argv[1], "w"))' "$work/loads.json"
-  "$bin/moe-replace" --loads "$work/loads.json" --nodes 2 --gpus-per-node 4 --slots-per-gpu 4 --fault-tolerance 2 \
-      --output "$work/placement.json"
+  "$bin/moe-replace" --loads "$work/loads.json" --nodes 2 --gpus-per-node 4 --slots-per-gpu 4 \
+      --survive-node-failures 1 --output "$work/placement.json"
 fi
 step "done in $(($(date +%s) - start)) s: outputs in $work"
