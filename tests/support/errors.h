@@ -14,6 +14,8 @@ inline std::string error_of(const std::function<void()>& f, const std::string& n
     f();
   } catch (const Error& e) {
     return e.what();
+  } catch (const UsageError& e) {  // not an Error (core/error.h): caught by name
+    return e.what();
   }
   return none;
 }
