@@ -29,21 +29,12 @@ std::string scratch(const std::string& name) { return ucpkit::testing::scratch_d
 // `path` relative to `from` (the working directory the tool runs in).
 std::string rel(const std::string& path, const std::string& from) { return fs::relative(path, from).string(); }
 
-struct ToolRun {
-  int rc;
-  std::string out, err;
-};
+using ToolRun = ucpkit::testing::SplitResult;
 
 // Runs `tool args` in `cwd`; stdout and stderr kept apart (in files outside `cwd`: it may be a fixture).
 ToolRun run_in(const std::string& cwd, const std::string& tool, const std::string& args, const std::string& env = "") {
   static const std::string io = scratch("io");
-  const std::string out = io + "/stdout", err = io + "/stderr";
-  const int rc = run_command_status("cd " + quote(cwd) + " && " + env + " " + kBin + "/" + tool + " " + args + " >" +
-                                    quote(out) + " 2>" + quote(err));
-  ToolRun r{rc, file_bytes(out), file_bytes(err)};
-  fs::remove(out);
-  fs::remove(err);
-  return r;
+  return ucpkit::testing::run_split_in(cwd, env + " " + kBin + "/" + tool + " " + args, io);
 }
 
 json parse(const ToolRun& r) {

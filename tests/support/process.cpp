@@ -1,6 +1,8 @@
 // Test helpers: processes, scratch directories, time limits.
 #include "support/process.h"
 
+#include "support/files.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,6 +46,16 @@ int run_logged(const std::string& command, const std::string& log) {
 CommandResult run_capture(const std::string& command) {
   CommandResult r{0, ""};
   r.rc = run_command(command, &r.out);
+  return r;
+}
+
+SplitResult run_split_in(const std::string& cwd, const std::string& command, const std::string& io_dir) {
+  const std::string out = io_dir + "/stdout", err = io_dir + "/stderr";
+  SplitResult r{run_command_status("cd " + quote(cwd) + " && " + command + " >" + quote(out) + " 2>" + quote(err)), "", ""};
+  r.out = file_bytes(out);
+  r.err = file_bytes(err);
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
   return r;
 }
 

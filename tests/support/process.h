@@ -24,6 +24,15 @@ struct CommandResult {
 };
 CommandResult run_capture(const std::string& command);
 
+// A command's status (as run_command_status) with its stdout and stderr kept apart.
+struct SplitResult {
+  int rc;
+  std::string out, err;
+};
+// Runs `command` with `cwd` as its working folder; stdout and stderr go through two files in `io_dir`
+// (outside `cwd`, which may be a fixture), read back and removed.
+SplitResult run_split_in(const std::string& cwd, const std::string& command, const std::string& io_dir);
+
 // A fresh empty directory under the build tree (or /tmp) for one test; removed by nothing (debuggable).
 std::string scratch_dir(const std::string& name);
 

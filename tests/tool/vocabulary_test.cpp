@@ -23,10 +23,7 @@ namespace {
 const std::string kFx = UCPKIT_FIXTURES_DIR;
 const std::string kBin = UCPKIT_BIN_DIR;
 
-struct ToolRun {
-  int rc;
-  std::string out, err;
-};
+using ToolRun = ucpkit::testing::SplitResult;
 
 // A work folder holding copies of the fixtures (gpt/, gpt_bad_crc/, moe/, loads.json, tokens.json) and a log folder beside it.
 struct Work {
@@ -42,13 +39,7 @@ struct Work {
   }
   // `tool args` run inside the work folder; stdout and stderr apart.
   ToolRun run(const std::string& tool, const std::string& args) const {
-    const std::string out = logs + "/out", err = logs + "/err";
-    ToolRun r{run_command_status("cd " + quote(dir) + " && " + kBin + "/" + tool + " " + args + " >" + quote(out) +
-                             " 2>" + quote(err)),
-          "", ""};
-    r.out = file_bytes(out);
-    r.err = file_bytes(err);
-    return r;
+    return ucpkit::testing::run_split_in(dir, kBin + "/" + tool + " " + args, logs);
   }
   bool exists(const std::string& rel) const { return fs::exists(dir + "/" + rel); }
 };
@@ -181,12 +172,14 @@ TEST(Vocabulary, SizesTakeSuffixesAndTheOldUnitOptionsStay) {
   EXPECT_EQ(tree_bytes(w.dir + "/r1"), tree_bytes(w.dir + "/r2"));
   // pec-save budget: --budget 40K is --budget-bytes 40960
   const std::string budget = "--input moe --output b1 --step 100 --policy budget --tokens tokens.json --no-bootstrap --plan ";
-  ASSERT_EQ(w.run("pec-save", budget + "--budget 40K").rc, 0);
-  fs::rename(w.logs + "/out", w.logs + "/plan1");
-  ASSERT_EQ(w.run("pec-save", budget + "--budget-bytes 40960").rc, 0);
-  EXPECT_EQ(file_bytes(w.logs + "/plan1"), file_bytes(w.logs + "/out"));
-  ASSERT_EQ(w.run("pec-save", budget + "--budget 4K").rc, 0);
-  EXPECT_NE(file_bytes(w.logs + "/plan1"), file_bytes(w.logs + "/out")) << "another budget selects otherwise";
+  const ToolRun plan1 = w.run("pec-save", budget + "--budget 40K");
+  ASSERT_EQ(plan1.rc, 0);
+  const ToolRun plan2 = w.run("pec-save", budget + "--budget-bytes 40960");
+  ASSERT_EQ(plan2.rc, 0);
+  EXPECT_EQ(plan1.out, plan2.out);
+  const ToolRun plan3 = w.run("pec-save", budget + "--budget 4K");
+  ASSERT_EQ(plan3.rc, 0);
+  EXPECT_NE(plan1.out, plan3.out) << "another budget selects otherwise";
   // the new and the old form together are one option given twice
   const ToolRun twice = w.run("pec-restore", "--input s4k --output x --memory 64M --memory-mb 64");
   EXPECT_EQ(twice.rc, 2) << twice.err;
