@@ -4,7 +4,7 @@
 #include "io/torch/verify.h"
 #include "tool/cli.h"
 #include "tool/dry_run.h"
-#include "ucp/convert.h"
+#include "to_universal/convert.h"
 #include "parallel/mpi_session.h"
 
 int main(int argc, char** argv) {
@@ -12,7 +12,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Extract parameter fragments from a DeepSpeed / Megatron-DeepSpeed checkpoint", "ucp-extract"};
   tool::CommonOptions common;
   std::string input, output;
-  ucp::ConvertOptions opt;
+  to_universal::ConvertOptions opt;
   opt.reporter = tool::console_reporter();
   bool verify = true, dry_run = false;
   app.add_option("--input", input, "Checkpoint folder (global_stepN/ or its parent with `latest`)")->required();
@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
       if (root) tool::print_dry_run("ucp-extract", d, common.json);
       return 0;
     }
-    auto s = ucp::run_extract(input, output, opt);
+    auto s = to_universal::run_extract(input, output, opt);
     if (root) {
       if (common.json) tool::print_json(tool::envelope("ucp-extract", s.output, s.to_json()));
       tool::info(std::to_string(s.params) + " parameters, " + std::to_string(s.files_written) + " files -> " + output);

@@ -4,9 +4,9 @@
 #include "core/error.h"
 #include "gpu/device_load.h"
 #include "io/dtype.h"
-#include "load/direct_source.h"
-#include "load/layout_record.h"
-#include "load/load.h"
+#include "reshard/direct_source.h"
+#include "reshard/layout_record.h"
+#include "reshard/load.h"
 #include "io/torch/verify.h"
 #include "tool/cli.h"
 #include "tool/dry_run.h"
@@ -16,14 +16,14 @@ int main(int argc, char** argv) {
   using namespace ucpkit;
   CLI::App app{"Write a DeepSpeed checkpoint for a target layout from a universal checkpoint", "ucp-load"};
   tool::CommonOptions common;
-  load::LoadOptions opt;
+  reshard::LoadOptions opt;
   opt.reporter = tool::console_reporter();
   std::string dtype = "bf16", device = "cpu", optimizer = "auto";
   int tp = 1, pp = 1, dp = 1, zero = 1, ep = 1, pp_rank = 0, tp_rank = 0, dp_rank = 0;
   bool plan = false, no_verify = false;
   uint64_t shard_size = 5000000000, batch = 256 << 20;
   std::string exchange = "auto";
-  std::string format(load::output_format_name(opt.format));
+  std::string format(reshard::output_format_name(opt.format));
   app.add_option("--input", opt.input,
                  "Universal checkpoint folder, or a native DeepSpeed checkpoint (global_stepN folder or its parent "
                  "with latest) converted directly without a universal checkpoint")
@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   app.add_flag("--reuse-output", opt.reuse_output,
                "When --output exists and its ucpkit_layout.json records what this run would write, write nothing "
                "and exit 0; otherwise convert (replacing it needs --overwrite)");
-  app.add_option("--format", format, "Output format")->check(CLI::IsMember(load::output_format_names()));
+  app.add_option("--format", format, "Output format")->check(CLI::IsMember(reshard::output_format_names()));
   app.add_option("--device", device, "Where to materialize")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--ds-version", opt.target.ds_line,
                  "Native MoE: DeepSpeed version line to write (0.14, 0.17.1, 0.19.2, 0.19.3, 0.19.5, or a release "
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
     no_verify = !verify;
     if (shard_size == 0) throw UsageError("--shard-size must be positive");
     if (batch == 0) throw UsageError("--batch must be positive");
-    opt.format = *load::output_format_from_name(format);
+    opt.format = *reshard::output_format_from_name(format);
     opt.given = {o_tp->count() > 0, o_pp->count() > 0, o_dp->count() > 0, o_zero->count() > 0, o_ep->count() > 0,
                  o_dtype->count() > 0, world_size};
     const bool layout_given = o_tp->count() && o_pp->count() && o_dp->count() && o_zero->count();
@@ -95,37 +95,37 @@ int main(int argc, char** argv) {
     opt.target.zero_stage = zero;
     opt.target.ep = ep;
     opt.target.dtype = *dtype_from_name(dtype);
-    opt.optimizer = optimizer == "zero" ? load::OptimizerKind::Zero
-                    : optimizer == "bf16" ? load::OptimizerKind::Bf16
-                                          : load::OptimizerKind::Auto;
+    opt.optimizer = optimizer == "zero" ? reshard::OptimizerKind::Zero
+                    : optimizer == "bf16" ? reshard::OptimizerKind::Bf16
+                                          : reshard::OptimizerKind::Auto;
     opt.verify = !no_verify;
     if (no_verify) set_verify_files_crc(false);
     opt.shard_bytes = shard_size;
-    opt.exchange = exchange == "on"    ? load::ExchangeMode::Exchange
-                   : exchange == "off" ? load::ExchangeMode::Files
-                                       : load::ExchangeMode::Auto;
+    opt.exchange = exchange == "on"    ? reshard::ExchangeMode::Exchange
+                   : exchange == "off" ? reshard::ExchangeMode::Files
+                                       : reshard::ExchangeMode::Auto;
     opt.batch_bytes = batch;
-    if (exchange == "on" && opt.format != load::OutputFormat::DeepSpeed) throw UsageError("--exchange on applies to --format deepspeed");
+    if (exchange == "on" && opt.format != reshard::OutputFormat::DeepSpeed) throw UsageError("--exchange on applies to --format deepspeed");
     const bool root = parallel::MpiSession::get().rank() == 0;
     if (dry_run && !plan) {
-      auto j = load::plan_json(opt);
+      auto j = reshard::plan_json(opt);
       if (!root) return 0;
-      if (j.contains("from_source") && !j["from_source"].empty()) tool::info(load::describe_source_defaults(j["from_source"]));
+      if (j.contains("from_source") && !j["from_source"].empty()) tool::info(reshard::describe_source_defaults(j["from_source"]));
       tool::print_dry_run("ucp-load", tool::load_dry_run(j, opt.output), common.json);
       return 0;
     }
     if (plan) {
-      auto j = load::plan_json(opt);
+      auto j = reshard::plan_json(opt);
       if (root) std::cout << j.dump(1) << "\n";
-      if (root && j.contains("from_source") && !j["from_source"].empty()) tool::info(load::describe_source_defaults(j["from_source"]));
+      if (root && j.contains("from_source") && !j["from_source"].empty()) tool::info(reshard::describe_source_defaults(j["from_source"]));
       return 0;
     }
-    if (!opt.verify_against.empty() && load::is_universal_input(opt.input))
+    if (!opt.verify_against.empty() && reshard::is_universal_input(opt.input))
       throw UsageError("--verify-against applies to a native checkpoint input; " + opt.input +
                        " is a universal checkpoint (its own checksums are checked)");
     if (device == "cuda") {
-      if (opt.format != load::OutputFormat::DeepSpeed) throw UsageError("--device cuda loads the deepspeed layout only");
-      if (!load::is_universal_input(opt.input))
+      if (opt.format != reshard::OutputFormat::DeepSpeed) throw UsageError("--device cuda loads the deepspeed layout only");
+      if (!reshard::is_universal_input(opt.input))
         throw UsageError("--device cuda reads a universal checkpoint; " + opt.input + " has no manifest.json");
       gpu::DeviceLoadRequest req;
       req.universal_dir = opt.input;
@@ -150,12 +150,12 @@ int main(int argc, char** argv) {
                  " GB/s (pinned cudaMemcpy: " + std::to_string(r.baseline_gbps) + " GB/s)");
       return 0;
     }
-    auto s = load::run_load(opt);
+    auto s = reshard::run_load(opt);
     if (root) {
       if (common.json) tool::print_json(tool::envelope("ucp-load", s.output, s.to_json()));
-      if (!s.from_source.empty()) tool::info(load::describe_source_defaults(s.from_source));
+      if (!s.from_source.empty()) tool::info(reshard::describe_source_defaults(s.from_source));
       if (s.reused)
-        tool::info(opt.output + " already holds this layout (" + load::kLayoutRecordName + "): reused, nothing written");
+        tool::info(opt.output + " already holds this layout (" + reshard::kLayoutRecordName + "): reused, nothing written");
       else
         tool::info(std::to_string(s.params) + " parameters -> " + opt.output + " (" +
                    std::to_string(s.files_written) + " files)");

@@ -4,7 +4,7 @@
 #include "io/torch/verify.h"
 #include "tool/cli.h"
 #include "tool/dry_run.h"
-#include "ucp/convert.h"
+#include "to_universal/convert.h"
 #include "parallel/mpi_session.h"
 
 int main(int argc, char** argv) {
@@ -12,7 +12,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Join parameter fragments into a universal checkpoint", "ucp-union"};
   tool::CommonOptions common;
   std::string input, output;
-  ucp::ConvertOptions opt;
+  to_universal::ConvertOptions opt;
   opt.reporter = tool::console_reporter();
   bool verify = true, dry_run = false;
   app.add_option("--input", input, "Work folder from ucp-extract, or a checkpoint folder (one-step mode)")
@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
       if (root) tool::print_dry_run("ucp-union", d, common.json);
       return 0;
     }
-    auto s = ucp::run_union(input, output, opt);
+    auto s = to_universal::run_union(input, output, opt);
     if (root) {
       if (common.json) tool::print_json(tool::envelope("ucp-union", s.output, s.to_json()));
       tool::info(std::to_string(s.params) + " parameters -> " + output);

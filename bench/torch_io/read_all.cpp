@@ -1,6 +1,6 @@
 // bench_torch_io: loads a torch.save file with ucpkit's reader and reads every byte of every tensor
 // (a checksum: the sum of each tensor's bytes read as little-endian 64-bit words, the last one
-// zero-padded, mod 2^64, which scripts/bench_torch_io.sh compares with the same sum from Python torch).
+// zero-padded, mod 2^64, which bench/bench_torch_io.sh compares with the same sum from Python torch).
 // Usage: bench_torch_io <file.pt>   Prints: tensors, bytes, checksum, load_s, read_s, total_s.
 #include <chrono>
 #include <cstdio>

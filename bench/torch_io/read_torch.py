@@ -1,4 +1,4 @@
-"""The Python side of scripts/bench_torch_io.sh: torch.load a state dict and read every byte of every
+"""The Python side of bench/bench_torch_io.sh: torch.load a state dict and read every byte of every
 tensor (same checksum as bench_torch_io). Usage: read_torch.py <file.pt> [--import-only]"""
 import sys
 import time

@@ -19,11 +19,11 @@
 #include "core/staging.h"
 #include "inspect/verify_scope.h"
 #include "io/shape.h"
-#include "layout/universal/manifest.h"
-#include "load/direct_source.h"
-#include "load/model_info.h"
-#include "load/universal_reader.h"
-#include "ucp/convert.h"
+#include "formats/universal/manifest.h"
+#include "reshard/direct_source.h"
+#include "reshard/model_info.h"
+#include "reshard/universal_reader.h"
+#include "to_universal/convert.h"
 
 namespace fs = std::filesystem;
 
@@ -63,20 +63,20 @@ std::string temp_base(const DiffOptions& o) {
 // `model`: a Side does not move).
 struct Side {
   std::string dir;
-  load::ModelInfo model;
+  reshard::ModelInfo model;
   std::map<std::string, std::string> dtype;  // manifest.json's dtype of each parameter ("" when absent)
   std::map<std::string, int> index;          // name -> model.params index
-  std::unique_ptr<load::UniversalReader> reader;
+  std::unique_ptr<reshard::UniversalReader> reader;
 };
 
 std::unique_ptr<Side> open_side(const std::string& dir, bool verify) {
   auto s = std::make_unique<Side>();
   s->dir = dir;
-  s->model = load::read_model_info(dir);
-  for (const auto& p : layout::read_universal_manifest((fs::path(dir) / layout::kUniversalManifestName).string()).params)
+  s->model = reshard::read_model_info(dir);
+  for (const auto& p : formats::universal::read_universal_manifest((fs::path(dir) / formats::universal::kUniversalManifestName).string()).params)
     s->dtype[p.name] = p.dtype.value_or("");
   for (size_t i = 0; i < s->model.params.size(); ++i) s->index[s->model.params[i].name] = static_cast<int>(i);
-  s->reader = std::make_unique<load::UniversalReader>(s->model, dir, verify);
+  s->reader = std::make_unique<reshard::UniversalReader>(s->model, dir, verify);
   return s;
 }
 
@@ -84,21 +84,21 @@ std::unique_ptr<Side> open_side(const std::string& dir, bool verify) {
 std::string universal_form(const std::string& input, const char* name, std::optional<TempFolder>& tmp,
                            const DiffOptions& o, DiffSide& side) {
   side.input = input;
-  if (load::is_universal_input(input)) {
+  if (reshard::is_universal_input(input)) {
     side.form = "universal";
     return input;
   }
-  (void)load::native_checkpoint_dir(input);  // neither kind: refused naming it, before any conversion
+  (void)reshard::native_checkpoint_dir(input);  // neither kind: refused naming it, before any conversion
   side.form = "native";
   if (!tmp) tmp.emplace(temp_base(o));
-  ucp::ConvertOptions co;
+  to_universal::ConvertOptions co;
   co.threads = o.threads;
   co.sync = false;                  // scratch: removed at the end
   co.allow_unused_patterns = true;  // values are compared; a pattern matching nothing changes none
   co.reporter = o.reporter;
   const std::string out = (tmp->path() / name).string();
   o.reporter.detail("converting " + input + " to universal form in " + out);
-  ucp::run_union(input, out, co);
+  to_universal::run_union(input, out, co);
   return out;
 }
 

@@ -1,6 +1,6 @@
 // ucp-diff: compares two checkpoints of any layouts value by value through their universal form. A
 // universal folder is read as it is; a native checkpoint (or ucp-extract work folder) is first
-// converted by ucp-union's one-step code path (ucp::run_union) into a temporary folder that is removed
+// converted by ucp-union's one-step code path (to_universal::run_union) into a temporary folder that is removed
 // on every way out, SIGINT and SIGTERM included. Then every atomic tensor (each parameter's fp32 master
 // and optimizer states) is compared: shape, dtype, and the elements bit for bit, or within
 // |a - b| <= atol + rtol * |b| when a tolerance is given. A parameter or state in one only is a

@@ -14,17 +14,17 @@
 #include "io/shape.h"
 #include "inspect/verify_scope.h"
 #include "io/torch/torch_file.h"
-#include "layout/deepspeed/files.h"
-#include "layout/deepspeed/module_tree.h"
-#include "layout/deepspeed/version_line.h"
-#include "layout/universal/manifest.h"
-#include "load/direct_source.h"
-#include "load/model_info.h"
-#include "load/universal_reader.h"
+#include "formats/deepspeed/files.h"
+#include "formats/deepspeed/module_tree.h"
+#include "formats/deepspeed/version_line.h"
+#include "formats/universal/manifest.h"
+#include "reshard/direct_source.h"
+#include "reshard/model_info.h"
+#include "reshard/universal_reader.h"
 #include "pec/restore_plan.h"
 #include "pec/store.h"
-#include "ucp/extract.h"
-#include "ucp/shard_reader.h"
+#include "to_universal/extract.h"
+#include "to_universal/shard_reader.h"
 
 namespace fs = std::filesystem;
 
@@ -65,10 +65,10 @@ CheckpointKind detect_kind(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw Error(path + ": no such folder");
   if (!fs::is_directory(path, ec)) throw Error(path + ": not a folder");
-  if (load::is_universal_input(path)) return CheckpointKind::universal;
+  if (reshard::is_universal_input(path)) return CheckpointKind::universal;
   if (is_pec_store(path)) return CheckpointKind::pec_store;
-  if (ucp::is_work_folder(path)) return CheckpointKind::work_folder;
-  (void)load::native_checkpoint_dir(path);  // throws naming the folder: none of the kinds
+  if (to_universal::is_work_folder(path)) return CheckpointKind::work_folder;
+  (void)reshard::native_checkpoint_dir(path);  // throws naming the folder: none of the kinds
   return CheckpointKind::deepspeed;
 }
 
@@ -118,21 +118,21 @@ void add_sizes(CheckpointInfo& info, const std::string& dir, const std::function
 }
 
 std::string deepspeed_file_kind(const std::string& rel) {
-  const auto f = layout::parse_file_name(fs::path(rel).filename().string());
+  const auto f = formats::deepspeed::parse_file_name(fs::path(rel).filename().string());
   if (!f || rel.find('/') != std::string::npos) return "other";
   switch (f->kind) {
-    case layout::FileKind::ModelStates: return "model_states";
-    case layout::FileKind::Zero3ModelStates: return "zero3_model_states";
-    case layout::FileKind::OptimStates: return "optim_states";
-    case layout::FileKind::LayerStates: return "layer_states";
-    case layout::FileKind::ExpertStates: return "expert_states";
-    case layout::FileKind::ExpertOptim: return "expert_optim_states";
+    case formats::deepspeed::FileKind::ModelStates: return "model_states";
+    case formats::deepspeed::FileKind::Zero3ModelStates: return "zero3_model_states";
+    case formats::deepspeed::FileKind::OptimStates: return "optim_states";
+    case formats::deepspeed::FileKind::LayerStates: return "layer_states";
+    case formats::deepspeed::FileKind::ExpertStates: return "expert_states";
+    case formats::deepspeed::FileKind::ExpertOptim: return "expert_optim_states";
   }
   return "other";
 }
 
 // The layout the file names give (before the files are read).
-ParallelLayout layout_of(const layout::DeepSpeedLayout& L) {
+ParallelLayout layout_of(const formats::deepspeed::DeepSpeedLayout& L) {
   ParallelLayout l;
   l.tp = L.tp, l.pp = L.pp, l.dp = L.dp, l.ep = L.ep;
   if (L.zero3) l.zero_stage = 3;
@@ -144,7 +144,7 @@ ParallelLayout layout_of(const layout::DeepSpeedLayout& L) {
 // dtype names of the tensors of a module state dict ("bfloat16", or "bfloat16,float32" when mixed).
 std::string module_dtypes(const ValuePtr& module) {
   std::set<std::string> names;
-  for (const auto& [name, v] : layout::module_tensors(module))
+  for (const auto& [name, v] : formats::deepspeed::module_tensors(module))
     if (v && v->tensor) names.insert(std::string(dtype_name(v->tensor->dtype())));
   std::string s;
   for (const auto& n : names) s += (s.empty() ? "" : ",") + n;
@@ -159,7 +159,7 @@ std::string string_field(const ValuePtr& dict, const char* key) {
 
 // What the universal form (a universal folder's, or direct mode's in memory) says: layout, step,
 // DeepSpeed line, parameters, experts, states, the model files' dtype and DeepSpeed release.
-void describe_model(CheckpointInfo& info, const layout::UniversalManifest& manifest, const load::ModelInfo& m) {
+void describe_model(CheckpointInfo& info, const formats::universal::UniversalManifest& manifest, const reshard::ModelInfo& m) {
   ParallelLayout l;
   l.tp = m.source_tp, l.pp = m.source_pp, l.dp = m.source_dp, l.ep = m.source_ep;
   if (m.source_zero_stage > 0) l.zero_stage = m.source_zero_stage;
@@ -168,7 +168,7 @@ void describe_model(CheckpointInfo& info, const layout::UniversalManifest& manif
   l.pipeline = m.pipeline;
   info.layout = l;
   info.tag = m.tag;
-  info.step = layout::step_of_tag(m.tag);
+  info.step = formats::deepspeed::step_of_tag(m.tag);
   info.ds_line = m.ds_line;
   info.tensors = m.params.size();
   int64_t all = 0, experts = 0;
@@ -198,47 +198,47 @@ void describe_model(CheckpointInfo& info, const layout::UniversalManifest& manif
   }
   if (info.ds_version.empty()) info.ds_version = string_field(m.optimizer_state, "ds_version");
   if (info.ds_line.empty() && !info.ds_version.empty())
-    info.ds_line = layout::moe_line_of_release(info.ds_version).value_or("");
+    info.ds_line = formats::deepspeed::moe_line_of_release(info.ds_version).value_or("");
 }
 
 void describe_native(CheckpointInfo& info, const InfoOptions& options) {
   const bool work = info.kind == CheckpointKind::work_folder;
-  ucp::ExtractPlan plan;
-  layout::DeepSpeedLayout L;  // stays empty for a work folder
+  to_universal::ExtractPlan plan;
+  formats::deepspeed::DeepSpeedLayout L;  // stays empty for a work folder
   if (work) {
     info.dir = info.input;
     add_sizes(info, info.dir, [](const std::string& rel) {
       return rel == "plan.json" ? "plan" : rel.rfind("fragments/", 0) == 0 ? "fragments" : "other";
     });
     if (!run_check(info, "plan", "plan.json readable, every file it names inside the folder",
-                   [&] { plan = ucp::load_work_plan(info.input); }))
+                   [&] { plan = to_universal::load_work_plan(info.input); }))
       return;
   } else {
     if (!run_check(info, "files", "file names: every shard of the layout present exactly once",
-                   [&] { L = layout::discover(info.input); })) {
+                   [&] { L = formats::deepspeed::discover(info.input); })) {
       info.dir = info.input;
       return;
     }
     info.dir = L.dir;
     info.tag = L.tag;
-    info.step = layout::step_of_tag(L.tag);
+    info.step = formats::deepspeed::step_of_tag(L.tag);
     info.layout = layout_of(L);
     add_sizes(info, info.dir, deepspeed_file_kind);
     const std::string what = std::string("model states, expert files and optimizer shards agree and cover every "
                                          "parameter (ucp-extract / ucp-union's plan)") +
                              (options.verify ? "; zip CRC-32 of every record" : "");
-    if (!run_check(info, "plan", what, [&] { plan = ucp::plan_checkpoint(info.input, {}); })) return;
+    if (!run_check(info, "plan", what, [&] { plan = to_universal::plan_checkpoint(info.input, {}); })) return;
   }
   run_check(info, "patterns", "every pattern matches a parameter", [&] {
     if (!plan.unused_patterns.empty())
       throw Error("unused pattern '" + plan.unused_patterns[0] + "' (" + plan.patterns_origin +
                   ") matches no parameter (ucp-union refuses it without --allow-unused-patterns)");
   });
-  load::UniversalMeta meta;
-  load::ModelInfo m;
+  reshard::UniversalMeta meta;
+  reshard::ModelInfo m;
   if (!run_check(info, "model_info", "parameter groups, pipeline and expert placement as ucp-load reads them", [&] {
-        meta = load::direct_meta(plan);
-        m = load::model_info_from(meta);
+        meta = reshard::direct_meta(plan);
+        m = reshard::model_info_from(meta);
       }))
     return;
   describe_model(info, meta.manifest, m);
@@ -246,22 +246,22 @@ void describe_native(CheckpointInfo& info, const InfoOptions& options) {
   if (!info.dtypes.count("model") && !L.layer_files.empty() && !L.layer_files.begin()->second.empty())
     if (auto d = module_dtypes(load_torch(L.layer_files.begin()->second[0])); !d.empty()) info.dtypes["model"] = d;
   if (!plan.params.empty() && !plan.params[0].fragments.empty() && !plan.params[0].fragments[0].empty()) {
-    ucp::SourceCache cache(plan.files);
-    info.dtypes["optimizer"] = dtype_name(ucp::fragment_tensor(cache, plan.params[0].fragments[0][0], "fp32").dtype());
+    to_universal::SourceCache cache(plan.files);
+    info.dtypes["optimizer"] = dtype_name(to_universal::fragment_tensor(cache, plan.params[0].fragments[0][0], "fp32").dtype());
   }
 }
 
 void describe_universal(CheckpointInfo& info, const InfoOptions& options) {
   info.dir = info.input;
-  layout::UniversalManifest manifest;
-  const std::string manifest_path = (fs::path(info.dir) / layout::kUniversalManifestName).string();
+  formats::universal::UniversalManifest manifest;
+  const std::string manifest_path = (fs::path(info.dir) / formats::universal::kUniversalManifestName).string();
   const bool read = run_check(info, "manifest", "manifest.json readable",
-                              [&] { manifest = layout::read_universal_manifest(manifest_path); });
+                              [&] { manifest = formats::universal::read_universal_manifest(manifest_path); });
   std::set<std::string> model_files(manifest.model_files.begin(), manifest.model_files.end()), state_files;
   for (const auto& p : manifest.params)
     for (const auto& [s, f] : p.states) state_files.insert(f.file);
   add_sizes(info, info.dir, [&](const std::string& rel) -> std::string {
-    if (rel == layout::kUniversalManifestName) return "manifest";
+    if (rel == formats::universal::kUniversalManifestName) return "manifest";
     if (rel == manifest.optimizer_state) return "optimizer_state";
     if (model_files.count(rel)) return "model_states";
     if (state_files.count(rel)) return "state_files";
@@ -269,9 +269,9 @@ void describe_universal(CheckpointInfo& info, const InfoOptions& options) {
     return "other";
   });
   if (!read) return;
-  load::ModelInfo m;
+  reshard::ModelInfo m;
   if (!run_check(info, "model_info", "every file manifest.json names present and consistent (as ucp-load reads them)",
-                 [&] { m = load::read_model_info(info.dir); }))
+                 [&] { m = reshard::read_model_info(info.dir); }))
     return;
   describe_model(info, manifest, m);
   if (!options.verify) {
@@ -279,7 +279,7 @@ void describe_universal(CheckpointInfo& info, const InfoOptions& options) {
     return;
   }
   run_check(info, "checksums", "crc32 of every state file against manifest.json", [&] {
-    load::UniversalReader reader(m, info.dir, true);
+    reshard::UniversalReader reader(m, info.dir, true);
     for (size_t i = 0; i < m.params.size(); ++i)
       for (const auto& s : m.states) reader.check(static_cast<int>(i), s);
   });

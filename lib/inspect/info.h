@@ -1,8 +1,8 @@
 // ucp-info: what a checkpoint folder holds, read without converting it or writing anything. Any
 // folder the tools read: a native DeepSpeed / Megatron-DeepSpeed checkpoint (a global_stepN folder or
 // its parent with `latest`), a ucp-extract work folder, a universal checkpoint (manifest.json), a PEC
-// store. The facts come from the readers the tools use (layout::discover, ucp::plan_checkpoint,
-// load::model_info_from, pec::Store / plan_restore) and so do the checks: each reader's refusal is one
+// store. The facts come from the readers the tools use (formats::deepspeed::discover, to_universal::plan_checkpoint,
+// reshard::model_info_from, pec::Store / plan_restore) and so do the checks: each reader's refusal is one
 // failed check with its one-line error.
 #pragma once
 #include <cstdint>

@@ -8,9 +8,9 @@
 #include "core/mapped_file.h"
 #include "io/torch/torch_file.h"
 #include "io/zip/zip_directory.h"
-#include "layout/deepspeed/autoep_slices.h"
-#include "ucp/extract.h"
-#include "ucp/shard_reader.h"
+#include "formats/deepspeed/autoep_slices.h"
+#include "to_universal/extract.h"
+#include "to_universal/shard_reader.h"
 
 namespace fs = std::filesystem;
 
@@ -26,7 +26,7 @@ AutoEpZero3Experts autoep_zero3_experts(const std::string& step_dir) {
   // The extract plan validates the layout as ucp-union does (every rank's ds_autoep_layers,
   // ds_zero_partition_groups against them, complete slices) and lists each AutoEP weight's fragments
   // per shard in join order (part = ep_rank * DP/EP + partition_rank).
-  const ucp::ExtractPlan plan = ucp::plan_checkpoint(step_dir, {});
+  const to_universal::ExtractPlan plan = to_universal::plan_checkpoint(step_dir, {});
   AutoEpZero3Experts out;
   out.ep_size = plan.source.value("ep", 1);
   const int dp = plan.source.value("dp", 1);
@@ -65,13 +65,13 @@ AutoEpZero3Experts autoep_zero3_experts(const std::string& step_dir) {
     for (const auto& f : p.fragments[0]) {
       Shard& s = shard(f.file);
       const std::string& path = plan.files[f.file];
-      const ucp::ShardView view(s.tf.root, path);
+      const to_universal::ShardView view(s.tf.root, path);
       std::vector<Tensor> tensors;  // every state of the sub-group follows its partition layout
       for (const auto& state : p.states) tensors.push_back(view.state_tensor(f.group, state));
       std::vector<const Tensor*> ptrs;
       for (const auto& t : tensors) ptrs.push_back(&t);
       const std::string rel = fs::path(path).filename().string();
-      for (const auto& run : layout::autoep_zero3_fragment_runs(local, count, f.part, f.numel, path, p.name))
+      for (const auto& run : formats::deepspeed::autoep_zero3_fragment_runs(local, count, f.part, f.numel, path, p.name))
         add_element_ranges(ptrs, s.records, s.prefix, f.offset + run.offset, run.numel, path, p.name,
                            out.ranges[rel][{p.moe_layer, run.global_expert}]);
     }

@@ -2,8 +2,8 @@
 // ZeRO-3", docs/pec.md): no expert files; every expert lives only inside each DP rank's ZeRO-3 flat
 // sub-group partitions of the [bf16_]zero_pp_rank_D_mp_rank_00_optim_states.pt shards (fp32_flat_groups
 // and every optimizer tensor state of the sub-group: exp_avg, exp_avg_sq). The partition layout comes
-// from the extract plan (ucp::plan_checkpoint: every shard's fragments of every AutoEP fused weight,
-// validated against ds_autoep_layers and ds_zero_partition_groups); layout::autoep_zero3_fragment_runs
+// from the extract plan (to_universal::plan_checkpoint: every shard's fragments of every AutoEP fused weight,
+// validated against ds_autoep_layers and ds_zero_partition_groups); formats::deepspeed::autoep_zero3_fragment_runs
 // splits each fragment per expert; this file maps the runs to byte ranges of the shards' zip records.
 #pragma once
 #include <map>

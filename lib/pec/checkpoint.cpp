@@ -10,10 +10,10 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "io/torch/torch_file.h"
-#include "layout/deepspeed/autoep_slices.h"
-#include "layout/deepspeed/files.h"
-#include "layout/deepspeed/moe.h"
-#include "layout/universal/manifest.h"
+#include "formats/deepspeed/autoep_slices.h"
+#include "formats/deepspeed/files.h"
+#include "formats/deepspeed/moe.h"
+#include "formats/universal/manifest.h"
 #include "pec/autoep_zero3.h"
 #include "pec/paths.h"
 
@@ -59,7 +59,7 @@ void finish_shape(SourceCheckpoint& c, const std::map<int, int>& max_expert) {
 
 // zero/<param folder> -> (transformer layer, global expert) of a universal folder's expert parameters,
 // from the manifest's native MoE entries (layout/universal/manifest.h).
-std::map<std::string, std::pair<int, int>> experts_from_manifest(const layout::UniversalManifest& m,
+std::map<std::string, std::pair<int, int>> experts_from_manifest(const formats::universal::UniversalManifest& m,
                                                                  const std::string& path) {
   std::map<std::string, std::pair<int, int>> out;
   for (const auto& p : m.params) {
@@ -98,10 +98,10 @@ void open_universal(SourceCheckpoint& c, const OpenOptions& o) {
   c.layout = "universal";
   std::vector<std::string> files;
   list_files(c.root, files);
-  const fs::path manifest = fs::path(c.root) / layout::kUniversalManifestName;
+  const fs::path manifest = fs::path(c.root) / formats::universal::kUniversalManifestName;
   const bool has_manifest = fs::exists(manifest);
   const std::map<std::string, std::pair<int, int>> param_expert =
-      has_manifest ? experts_from_manifest(layout::read_universal_manifest(manifest.string()), manifest.string())
+      has_manifest ? experts_from_manifest(formats::universal::read_universal_manifest(manifest.string()), manifest.string())
                    : experts_from_names(files);
   // Transformer layer -> MoE layer index, in layer order.
   std::set<int> moe_layers;
@@ -139,7 +139,7 @@ void open_universal(SourceCheckpoint& c, const OpenOptions& o) {
 
 // Expert fragments of one optimizer file: (moe layer, global expert) -> ranges.
 void slice_optimizer_file(SourceCheckpoint& c, const std::string& rel, int dp_rank, int dp_size, const OpenOptions& o,
-                          const std::map<int, int>& layer_to_moe, const layout::AutoEpZero12Slicing& autoep,
+                          const std::map<int, int>& layer_to_moe, const formats::deepspeed::AutoEpZero12Slicing& autoep,
                           std::map<std::pair<int, int>, std::vector<ByteRange>>& out) {
   const std::string path = (fs::path(c.root) / rel).string();
   auto mapped = MappedFile::open(path);
@@ -160,7 +160,7 @@ void slice_optimizer_file(SourceCheckpoint& c, const std::string& rel, int dp_ra
     int ep = c.shape.ep_size;
     if (groups && g < groups->items.size())
       if (auto name = groups->items[g]->get("name"); name && name->is(pickle::Kind::Str))
-        if (auto n = layout::ep_size_from_group_name(name->as_str())) ep = *n;
+        if (auto n = formats::deepspeed::ep_size_from_group_name(name->as_str())) ep = *n;
     // The tensors whose partitions follow this group's slice mapping.
     std::vector<const Tensor*> tensors;
     if (g < fp32->items.size()) tensors.push_back(&fp32->items[g]->as_tensor());
@@ -176,23 +176,23 @@ void slice_optimizer_file(SourceCheckpoint& c, const std::string& rel, int dp_ra
         int64_t partition = fp32->items.at(g)->as_tensor().numel();
         if (auto pads = osd->get("group_paddings"); pads && pads->is_sequence() && g < pads->items.size())
           partition += pads->items[g]->as_int();
-        const auto coords = layout::ep_coords(dp_rank, dp_size, ep, autoep.data_before_expert || o.data_before_expert);
+        const auto coords = formats::deepspeed::ep_coords(dp_rank, dp_size, ep, autoep.data_before_expert || o.data_before_expert);
         auto [numel, start] = frag->as_fragment_address();
-        for (const auto& run : layout::autoep_zero12_fragment_runs(w->second, coords.ep_rank, coords.edp_rank, partition,
+        for (const auto& run : formats::deepspeed::autoep_zero12_fragment_runs(w->second, coords.ep_rank, coords.edp_rank, partition,
                                                                    start, numel, path, name))
           add_element_ranges(tensors, records, prefix, start + run.offset, run.numel, path, name,
                              out[{w->second.moe_layer, run.global_expert}]);
         continue;
       }
-      auto local = layout::local_expert_index(name);
+      auto local = formats::deepspeed::local_expert_index(name);
       if (!local) continue;
-      auto tl = layout::transformer_layer_index(name);
+      auto tl = formats::deepspeed::transformer_layer_index(name);
       if (!tl) fail(path, "expert parameter without a layer index: " + name);
       auto moe = layer_to_moe.find(*tl);
       if (moe == layer_to_moe.end()) fail(path, "expert parameter of transformer layer " + std::to_string(*tl) + " has no expert files");
       int experts = c.shape.experts_per_layer.at(static_cast<size_t>(moe->second));
       int per_rank = experts / std::max(ep, 1);
-      int ep_rank = layout::ep_coords(dp_rank, dp_size, ep, o.data_before_expert).ep_rank;
+      int ep_rank = formats::deepspeed::ep_coords(dp_rank, dp_size, ep, o.data_before_expert).ep_rank;
       int global = ep_rank * per_rank + *local;
       auto [numel, start] = frag->as_fragment_address();
       add_element_ranges(tensors, records, prefix, start, numel, path, name, out[{moe->second, global}]);
@@ -204,7 +204,7 @@ void slice_optimizer_file(SourceCheckpoint& c, const std::string& rel, int dp_ra
 
 namespace {
 
-void open_native(SourceCheckpoint& c, const OpenOptions& o, const layout::DeepSpeedLayout& ds) {
+void open_native(SourceCheckpoint& c, const OpenOptions& o, const formats::deepspeed::DeepSpeedLayout& ds) {
   c.layout = "deepspeed-moe";
   if (ds.tp != 1 || ds.pp != 1) fail(c.root, "native DeepSpeed MoE with TP or PP > 1 is not supported by pec-save yet");
   c.shape.ep_size = o.ep_size > 0 ? o.ep_size : std::max(ds.ep, 1);
@@ -226,7 +226,7 @@ void open_native(SourceCheckpoint& c, const OpenOptions& o, const layout::DeepSp
       auto root = load_torch(fs::path(c.root) / rel);
       for (const auto& [k, v] : root->entries)
         if (k->is(pickle::Kind::Str))
-          if (auto tl = layout::transformer_layer_index(k->as_str())) {
+          if (auto tl = formats::deepspeed::transformer_layer_index(k->as_str())) {
             layer_to_moe[*tl] = ef.moe_layer;
             break;
           }
@@ -236,10 +236,10 @@ void open_native(SourceCheckpoint& c, const OpenOptions& o, const layout::DeepSp
   for (auto it = layer_to_moe.begin(); it != layer_to_moe.end();) it = it->first < 0 ? layer_to_moe.erase(it) : std::next(it);
   finish_shape(c, max_expert);
   // Expert fragments inside the optimizer shards.
-  layout::AutoEpZero12Slicing autoep;
+  formats::deepspeed::AutoEpZero12Slicing autoep;
   if (!ds.model_files.empty()) {
-    const std::string model = ds.model_files[0];  // already under c.root (layout::infer_layout joins it)
-    autoep = layout::autoep_zero12_slicing(load_torch(model), model);
+    const std::string model = ds.model_files[0];  // already under c.root (formats::deepspeed::infer_layout joins it)
+    autoep = formats::deepspeed::autoep_zero12_slicing(load_torch(model), model);
   }
   std::map<std::pair<int, int>, std::vector<ByteRange>> per_expert;
   for (size_t mp = 0; mp < ds.optim_files.size(); ++mp)
@@ -306,7 +306,7 @@ std::string resolve_root(const std::string& path, std::string& tag, std::string&
       if (!fs::is_directory(p / tag)) fail(pointer_file, "names " + tag + ", which is not a folder");
       return (p / tag).string();
     }
-  tag = layout::tag_of_dir(p.string());  // a symbolic link to the tag folder: its target's name, as every tool
+  tag = formats::deepspeed::tag_of_dir(p.string());  // a symbolic link to the tag folder: its target's name, as every tool
   return p.string();
 }
 
@@ -369,7 +369,7 @@ SourceCheckpoint open_checkpoint_unchecked(const std::string& path, const OpenOp
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(c.root))
     if (e.is_regular_file()) names.push_back(e.path().filename().string());
-  auto ds = layout::infer_layout(names, c.root);
+  auto ds = formats::deepspeed::infer_layout(names, c.root);
   if (ds.expert_files.empty() && ds.zero3 && !ds.zero3_model_files.empty() && !ds.zero3_model_files[0].empty() &&
       is_autoep_zero3(ds.zero3_model_files[0][0])) {
     open_autoep_zero3(c, options);

@@ -16,8 +16,8 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/staging.h"
-#include "layout/deepspeed/version_line.h"
-#include "load/moe_line.h"
+#include "formats/deepspeed/version_line.h"
+#include "reshard/moe_line.h"
 #include "parallel/mpi_session.h"
 #include "parallel/staging.h"
 #include "pec/checkpoint.h"
@@ -314,13 +314,13 @@ std::vector<size_t> RestoreRun::write_experts() {
 // --ds-version: the model and expert files rewritten as another DeepSpeed version line; the optimizer
 // shards' ds_version kept when it is a release of the line, else the line's.
 void RestoreRun::convert_version_line() {
-  const layout::VersionLine& line = layout::moe_version_line(o_.ds_version);
-  load::relayout_moe_folder(tmp_dir_.string(), line);
+  const formats::deepspeed::VersionLine& line = formats::deepspeed::moe_version_line(o_.ds_version);
+  reshard::relayout_moe_folder(tmp_dir_.string(), line);
   for (const auto& e : fs::directory_iterator(tmp_dir_)) {
     const std::string n = e.path().filename().string();
     if (!e.is_regular_file() || n.find("optim_states.pt") == std::string::npos) continue;
     VersionPatch p = patch_ds_version(e.path().string(), [&](const std::string& have) {
-      return layout::moe_line_of_release(have) == line.name ? have : line.ds_version;
+      return formats::deepspeed::moe_line_of_release(have) == line.name ? have : line.ds_version;
     });
     if (!p.skipped.empty()) warn_(n + ": " + p.skipped);
   }
@@ -473,7 +473,7 @@ json restore_report(const RestorePlan& plan, const ExpertLosses& losses, const T
 
 RestorePlan pec_restore_plan(const RestoreOptions& options) {
   RestoreOptions o = with_absolute_paths(options);
-  if (!o.ds_version.empty()) (void)layout::moe_version_line(o.ds_version);  // a usage error before any work
+  if (!o.ds_version.empty()) (void)formats::deepspeed::moe_version_line(o.ds_version);  // a usage error before any work
   const bool root = parallel::MpiSession::get().rank() == 0;
   OpenedStores opened = open_stores(o, [&](const std::string& w) {
     if (root) o.reporter.warning(w);
@@ -488,7 +488,7 @@ RestorePlan pec_restore_plan(const RestoreOptions& options) {
 
 RestoreResult pec_restore(const RestoreOptions& options) {
   RestoreOptions o = with_absolute_paths(options);
-  if (!o.ds_version.empty()) (void)layout::moe_version_line(o.ds_version);  // a usage error before any work
+  if (!o.ds_version.empty()) (void)formats::deepspeed::moe_version_line(o.ds_version);  // a usage error before any work
   RestoreWriter::check_memory(o.memory_mb << 20);
   const auto t0 = std::chrono::steady_clock::now();
   RestoreResult res;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "layout/deepspeed/files.h"
+#include "formats/deepspeed/files.h"
 
 namespace ucpkit::pec {
 
@@ -23,7 +23,7 @@ struct StepSource {
 };
 
 // N of a tag "global_step<N>" (layout/deepspeed/files.h).
-using layout::step_of_tag;
+using formats::deepspeed::step_of_tag;
 
 // Every source the checkpoint has: the tag's name, the pointer file that named it (when the folder
 // given was its parent), `global_steps` and `iteration` of its first model-states file (when they are

@@ -8,8 +8,8 @@
 
 #include "core/error.h"
 #include "tool/envelope.h"
-#include "ucp/extract.h"
-#include "ucp/plan.h"
+#include "to_universal/extract.h"
+#include "to_universal/plan.h"
 
 namespace ucpkit::tool {
 
@@ -31,7 +31,7 @@ struct PlanCounts {
   uint64_t bytes = 0;
 };
 
-PlanCounts count(const ucp::ExtractPlan& plan) {
+PlanCounts count(const to_universal::ExtractPlan& plan) {
   PlanCounts c;
   c.params = plan.params.size();
   for (const auto& p : plan.params) {
@@ -46,11 +46,11 @@ PlanCounts count(const ucp::ExtractPlan& plan) {
   return c;
 }
 
-ucp::ExtractPlan plan_of(const std::string& input, const ucp::ConvertOptions& options) {
-  ucp::ExtractOptions eo;
+to_universal::ExtractPlan plan_of(const std::string& input, const to_universal::ConvertOptions& options) {
+  to_universal::ExtractOptions eo;
   eo.patterns_file = options.patterns_file;
   eo.threads = options.threads;
-  return ucp::plan_checkpoint(input, eo);
+  return to_universal::plan_checkpoint(input, eo);
 }
 
 std::string json_count(const nlohmann::json& j, const char* key) {
@@ -72,9 +72,9 @@ std::string bytes_text(uint64_t bytes) {
   return s;
 }
 
-DryRun extract_dry_run(const std::string& input, const std::string& output, const ucp::ConvertOptions& options) {
+DryRun extract_dry_run(const std::string& input, const std::string& output, const to_universal::ConvertOptions& options) {
   const std::string note = existing_note(output, options.overwrite);
-  const ucp::ExtractPlan plan = plan_of(input, options);
+  const to_universal::ExtractPlan plan = plan_of(input, options);
   const PlanCounts c = count(plan);
   DryRun d;
   d.text = "ucp-extract --dry-run: would write " + output + note + ": plan.json and " +
@@ -85,10 +85,10 @@ DryRun extract_dry_run(const std::string& input, const std::string& output, cons
   return d;
 }
 
-DryRun union_dry_run(const std::string& input, const std::string& output, const ucp::ConvertOptions& options) {
+DryRun union_dry_run(const std::string& input, const std::string& output, const to_universal::ConvertOptions& options) {
   const std::string note = existing_note(output, options.overwrite);
-  const bool from_work = ucp::is_work_folder(input);
-  const ucp::ExtractPlan plan = from_work ? ucp::load_work_plan(input) : plan_of(input, options);
+  const bool from_work = to_universal::is_work_folder(input);
+  const to_universal::ExtractPlan plan = from_work ? to_universal::load_work_plan(input) : plan_of(input, options);
   const PlanCounts c = count(plan);
   DryRun d;
   d.text = "ucp-union --dry-run: would write " + output + note + ": manifest.json and " +

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ucp/convert.h"
+#include "to_universal/convert.h"
 
 namespace ucpkit::tool {
 
@@ -17,10 +17,10 @@ struct DryRun {
 };
 
 // ucp-extract / ucp-union: plans the conversion of `input` (read-only) and says what `output` would hold.
-DryRun extract_dry_run(const std::string& input, const std::string& output, const ucp::ConvertOptions& options);
-DryRun union_dry_run(const std::string& input, const std::string& output, const ucp::ConvertOptions& options);
+DryRun extract_dry_run(const std::string& input, const std::string& output, const to_universal::ConvertOptions& options);
+DryRun union_dry_run(const std::string& input, const std::string& output, const to_universal::ConvertOptions& options);
 
-// ucp-load: from load::plan_json's plan.
+// ucp-load: from reshard::plan_json's plan.
 DryRun load_dry_run(const nlohmann::json& plan, const std::string& output);
 
 // pec-save: from pec_save's plan (SaveOptions::plan_only); `store` and `fast_store` the tier folders.

@@ -1,7 +1,7 @@
 """Native DeepSpeed MoE (Megatron-DeepSpeed GPT-MoE, ZeRO-1/2) model-state files for each DeepSpeed
 version line of shared/docs/deepspeed-moe-format.md section 8. Line numbers are deepspeedai/DeepSpeed
 at the named tag and deepspeedai/Megatron-DeepSpeed 4efb479d. The same table lives in C++ in
-lib/layout/deepspeed/version_line.cpp (written independently from the sources, not from this file)."""
+lib/formats/deepspeed/version_line.cpp (written independently from the sources, not from this file)."""
 import collections
 import os
 

@@ -1,4 +1,4 @@
-// lib/load/deepspeed_writer in isolation, on the GPT fixture's universal checkpoint (ucp-union of the
+// lib/reshard/deepspeed_writer in isolation, on the GPT fixture's universal checkpoint (ucp-union of the
 // dsgen source) planned for TP 2 DP 3 ZeRO-1 bf16: the module weights of every slot
 // (low_precision_slice) and every ZeRO partition of every state (partition_tensor) against dsgen's
 // ground truth sliced, padded and rounded here; the recorded sources of generated storages; a sink
@@ -16,15 +16,15 @@
 #include <nlohmann/json.hpp>
 
 #include "io/torch/torch_file.h"
-#include "load/deepspeed_writer.h"
-#include "load/model_info.h"
-#include "load/ucp_info.h"
+#include "reshard/deepspeed_writer.h"
+#include "reshard/model_info.h"
+#include "reshard/ucp_info.h"
 #include "load/universal_fixture.h"
-#include "load/universal_reader.h"
+#include "reshard/universal_reader.h"
 #include "support/process.h"
 
 using namespace ucpkit;
-using namespace ucpkit::load;
+using namespace ucpkit::reshard;
 namespace fs = std::filesystem;
 
 namespace {

@@ -1,4 +1,4 @@
-// The exchange plan's steps and one rank's part of it (lib/load/exchange_plan.h) without I/O and
+// The exchange plan's steps and one rank's part of it (lib/reshard/exchange_plan.h) without I/O and
 // without MPI, each against a small case worked out by hand or an independent element-by-element
 // count. The whole plan_exchange is checked on many shapes in ucp_info_test.cpp (Exchange.*).
 #include <gtest/gtest.h>
@@ -8,12 +8,12 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "load/exchange_plan.h"
-#include "load/model_info.h"
-#include "load/ucp_info.h"
+#include "reshard/exchange_plan.h"
+#include "reshard/model_info.h"
+#include "reshard/ucp_info.h"
 
 using namespace ucpkit;
-using namespace ucpkit::load;
+using namespace ucpkit::reshard;
 
 namespace {
 

@@ -9,16 +9,16 @@
 #include <tuple>
 #include <vector>
 
-#include "load/load.h"
-#include "load/load_plan.h"
-#include "load/model_info.h"
-#include "load/ucp_info.h"
+#include "reshard/load.h"
+#include "reshard/load_plan.h"
+#include "reshard/model_info.h"
+#include "reshard/ucp_info.h"
 #include "plan_models.h"
 
 using namespace ucpkit;
-using namespace ucpkit::load;
+using namespace ucpkit::reshard;
 using patterns::JoinKind;
-using namespace ucpkit::load::test_models;
+using namespace ucpkit::reshard::test_models;
 
 namespace {
 

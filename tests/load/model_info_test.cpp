@@ -8,11 +8,11 @@
 
 #include "core/error.h"
 #include "io/pickle/value.h"
-#include "load/model_info.h"
+#include "reshard/model_info.h"
 #include "support/errors.h"
 
 using namespace ucpkit;
-using namespace ucpkit::load;
+using namespace ucpkit::reshard;
 using json = nlohmann::json;
 using pickle::Value;
 using pickle::ValuePtr;
@@ -21,16 +21,16 @@ namespace {
 
 using ucpkit::testing::error_of;
 
-layout::UniversalParam entry(const std::string& name, std::vector<int64_t> shape,
+formats::universal::UniversalParam entry(const std::string& name, std::vector<int64_t> shape,
                              std::vector<std::string> states = {"fp32", "exp_avg", "exp_avg_sq"}) {
-  layout::UniversalParam p;
+  formats::universal::UniversalParam p;
   p.name = name;
   p.shape = std::move(shape);
   for (const auto& s : states) p.states[s] = {"zero/" + name + "/" + s + ".pt", 0x1234u};
   return p;
 }
 
-UniversalMeta meta_of(json source, std::vector<layout::UniversalParam> params, json patterns = json::object(),
+UniversalMeta meta_of(json source, std::vector<formats::universal::UniversalParam> params, json patterns = json::object(),
                       int model_files = 1) {
   UniversalMeta meta;
   meta.manifest_path = "/u/manifest.json";
@@ -100,7 +100,7 @@ TEST(ModelInfoSteps, ParamsFromManifestKeepsStatesShapesAndExperts) {
   auto emb = entry("word_embeddings.weight", {16, 4}, {"exp_avg_sq", "fp32", "exp_avg"});
   emb.flat = true;
   auto expert = entry("layers.1.experts.3.w", {2, 4});
-  expert.expert = layout::UniversalExpert{1, 3};
+  expert.expert = formats::universal::UniversalExpert{1, 3};
   UniversalMeta meta = meta_of({{"tp", 1}}, {emb, entry("norm.weight", {4}), expert}, patterns);
   ModelInfo m = source_model_info(meta, meta.manifest.source_facts("x"));
   const auto by_name = params_from_manifest(m, meta);
@@ -135,7 +135,7 @@ TEST(ModelInfoSteps, ParamsFromManifestRefusesInconsistentEntries) {
   m = source_model_info(meta, meta.manifest.source_facts("x"));
   EXPECT_EQ(error_of([&] { params_from_manifest(m, meta); }), "/u/manifest.json: parameter a has no fp32 state");
   auto fused = entry("layers.0.experts.w1", {4, 2, 2});
-  fused.autoep = layout::UniversalAutoEp{0, 4};
+  fused.autoep = formats::universal::UniversalAutoEp{0, 4};
   meta = meta_of({{"tp", 1}}, {fused});
   m = source_model_info(meta, meta.manifest.source_facts("x"));
   EXPECT_EQ(error_of([&] { params_from_manifest(m, meta); }),
@@ -253,7 +253,7 @@ TEST(ModelInfoSteps, PipelinePositionsFromTheRecordedNumbering) {
     m.params.emplace_back();
     m.params.back().name = n;
   }
-  const auto facts = layout::UniversalSource::from_json(src, "m.json");
+  const auto facts = formats::universal::UniversalSource::from_json(src, "m.json");
   set_pipeline_positions(m, facts, "m.json");
   EXPECT_TRUE(m.params[0].tied);
   EXPECT_EQ(m.params[0].layer, 1);  // the embedding's layer file
@@ -267,7 +267,7 @@ TEST(ModelInfoSteps, PipelinePositionsFromTheRecordedNumbering) {
   // Without a recorded numbering nor one in the patterns, the tied embedding's file is unknown.
   json older = src;
   older.erase("pipeline_numbering");
-  EXPECT_NE(error_of([&] { set_pipeline_positions(m, layout::UniversalSource::from_json(older, "m.json"), "m.json"); })
+  EXPECT_NE(error_of([&] { set_pipeline_positions(m, formats::universal::UniversalSource::from_json(older, "m.json"), "m.json"); })
                 .find("m.json: pipeline checkpoint without source.pipeline_numbering"),
             std::string::npos);
   m.params[3].name = "final.weight";

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "load/output_format.h"
+#include "reshard/output_format.h"
 
-using namespace ucpkit::load;
+using namespace ucpkit::reshard;
 
 TEST(OutputFormat, NamesAreTheCliContractValues) {
   EXPECT_EQ(output_format_names(), (std::vector<std::string>{"deepspeed", "safetensors"}));

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <string>
 
-#include "layout/deepspeed/files.h"
+#include "formats/deepspeed/files.h"
 #include "support/files.h"
 #include "support/process.h"
 
@@ -34,13 +34,13 @@ TEST(PathSpellings, TagOfDirIsTheFolderNameHoweverSpelled) {
   fs::create_directory_symlink("ck/global_step7", work / "current");
   const fs::path cwd = fs::current_path();
   fs::current_path(work / "ck" / "global_step7");
-  EXPECT_EQ(ucpkit::layout::tag_of_dir("."), "global_step7");
-  EXPECT_EQ(ucpkit::layout::tag_of_dir("./"), "global_step7");
-  EXPECT_EQ(ucpkit::layout::tag_of_dir("../global_step7/"), "global_step7");
-  EXPECT_EQ(ucpkit::layout::tag_of_dir("../../current"), "global_step7");
-  EXPECT_EQ(ucpkit::layout::tag_of_dir("../../current/"), "global_step7");
+  EXPECT_EQ(ucpkit::formats::deepspeed::tag_of_dir("."), "global_step7");
+  EXPECT_EQ(ucpkit::formats::deepspeed::tag_of_dir("./"), "global_step7");
+  EXPECT_EQ(ucpkit::formats::deepspeed::tag_of_dir("../global_step7/"), "global_step7");
+  EXPECT_EQ(ucpkit::formats::deepspeed::tag_of_dir("../../current"), "global_step7");
+  EXPECT_EQ(ucpkit::formats::deepspeed::tag_of_dir("../../current/"), "global_step7");
   fs::current_path(cwd);
-  EXPECT_EQ(ucpkit::layout::tag_of_dir("/c/global_step5"), "global_step5");
+  EXPECT_EQ(ucpkit::formats::deepspeed::tag_of_dir("/c/global_step5"), "global_step5");
 }
 
 TEST(PathSpellings, UcpLoadWritesTheSameCheckpointForEverySpellingOfItsInput) {

@@ -4,9 +4,9 @@
 #include <utility>
 #include <vector>
 
-#include "load/model_info.h"
+#include "reshard/model_info.h"
 
-namespace ucpkit::load::test_models {
+namespace ucpkit::reshard::test_models {
 
 inline patterns::ParamRule rule(patterns::JoinKind k, int64_t cat_dim = 0, bool vocab = false) {
   patterns::ParamRule r;
@@ -73,4 +73,4 @@ inline ModelInfo pipeline_model(bool tied = false) {
   return m;
 }
 
-}  // namespace ucpkit::load::test_models
+}  // namespace ucpkit::reshard::test_models

@@ -1,4 +1,4 @@
-// lib/load/safetensors_writer: the shard assignment without I/O (greedy in model order under the
+// lib/reshard/safetensors_writer: the shard assignment without I/O (greedy in model order under the
 // byte bound, a tensor larger than the bound alone in its shard), and the shards written for a real
 // universal checkpoint read back by an independent Python reader (tests/load/read_safetensors.py)
 // against dsgen's ground truth.
@@ -12,15 +12,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "load/model_info.h"
-#include "load/safetensors_writer.h"
-#include "load/universal_reader.h"
+#include "reshard/model_info.h"
+#include "reshard/safetensors_writer.h"
+#include "reshard/universal_reader.h"
 #include "load/universal_fixture.h"
 #include "support/process.h"
 #include "support/files.h"
 
 using namespace ucpkit;
-using namespace ucpkit::load;
+using namespace ucpkit::reshard;
 namespace fs = std::filesystem;
 
 using ucpkit::testing::file_bytes;

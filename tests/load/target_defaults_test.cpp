@@ -1,15 +1,15 @@
-// Target defaults without I/O (lib/load/target_defaults): what the caller leaves out is the source's,
+// Target defaults without I/O (lib/reshard/target_defaults): what the caller leaves out is the source's,
 // reported in from_source; a value the source does not record is a usage error naming the option;
-// the layout record's difference text (lib/load/layout_record).
+// the layout record's difference text (lib/reshard/layout_record).
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "load/layout_record.h"
+#include "reshard/layout_record.h"
 #include "load/plan_models.h"
-#include "load/target_defaults.h"
+#include "reshard/target_defaults.h"
 
 using namespace ucpkit;
-using namespace ucpkit::load;
+using namespace ucpkit::reshard;
 namespace {
 
 // The message of the UsageError `f` throws ("" when it returns).

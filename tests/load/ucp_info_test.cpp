@@ -7,17 +7,17 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "load/exchange.h"
-#include "load/model_info.h"
-#include "load/ucp_info.h"
-#include "load/universal_reader.h"
+#include "reshard/exchange.h"
+#include "reshard/model_info.h"
+#include "reshard/ucp_info.h"
+#include "reshard/universal_reader.h"
 #include "plan_models.h"
 
 using namespace ucpkit;
-using namespace ucpkit::load;
+using namespace ucpkit::reshard;
 using patterns::JoinKind;
 using patterns::ParamRule;
-using namespace ucpkit::load::test_models;
+using namespace ucpkit::reshard::test_models;
 
 namespace {
 

@@ -7,8 +7,8 @@
 #include "core/error.h"
 #include "io/tensor.h"
 #include "patterns/pattern_set.h"
-#include "ucp/plan.h"
-#include "ucp/union_fragments.h"
+#include "to_universal/plan.h"
+#include "to_universal/union_fragments.h"
 
 using namespace ucpkit;
 using namespace ucpkit::patterns;
@@ -93,7 +93,7 @@ TEST(Union, GqaSubParamsUneven) {
   };
   auto t0 = rows({{0, 4}, {8, 10}, {12, 14}});
   auto t1 = rows({{4, 8}, {10, 12}, {14, 16}});
-  auto joined = ucp::union_fragments("qkv", {t0, t1}, rule, s);
+  auto joined = to_universal::union_fragments("qkv", {t0, t1}, rule, s);
   EXPECT_EQ(joined.shape(), (std::vector<int64_t>{16, 2}));
   EXPECT_EQ(joined.to_vector<float>(), full);
 }
@@ -102,20 +102,20 @@ TEST(Union, TwoSubParamsAverageReplicateAndVocab) {
   auto s = gpt_set();
   auto t = [](std::vector<float> v, std::vector<int64_t> shape) { return Tensor::from_vector<float>(DType::Float32, shape, v); };
   // SwiGLU: each rank holds [gate_r; up_r].
-  auto j = ucp::union_fragments("h", {t({1, 2, 5, 6}, {4}), t({3, 4, 7, 8}, {4})},
+  auto j = to_universal::union_fragments("h", {t({1, 2, 5, 6}, {4}), t({3, 4, 7, 8}, {4})},
                                 classify(s, "3.mlp.dense_h_to_4h.weight"), s);
   EXPECT_EQ(j.to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}));
-  j = ucp::union_fragments("a", {t({1, 2}, {2}), t({2, 5}, {2})}, classify(s, "9.weight"), s);
+  j = to_universal::union_fragments("a", {t({1, 2}, {2}), t({2, 5}, {2})}, classify(s, "9.weight"), s);
   EXPECT_EQ(j.to_vector<float>(), (std::vector<float>{1.5f, 3.5f}));
   auto rep = classify(s, "3.input_layernorm.weight");
-  EXPECT_NO_THROW(ucp::union_fragments("r", {t({1, 2}, {2}), t({1, 2}, {2})}, rep, s));
-  EXPECT_THROW(ucp::union_fragments("r", {t({1, 2}, {2}), t({1, 2.001f}, {2})}, rep, s), Error);
-  ucp::UnionOptions tol;
+  EXPECT_NO_THROW(to_universal::union_fragments("r", {t({1, 2}, {2}), t({1, 2}, {2})}, rep, s));
+  EXPECT_THROW(to_universal::union_fragments("r", {t({1, 2}, {2}), t({1, 2.001f}, {2})}, rep, s), Error);
+  to_universal::UnionOptions tol;
   tol.tolerance = 0.01;
-  EXPECT_NO_THROW(ucp::union_fragments("r", {t({1, 2}, {2}), t({1, 2.001f}, {2})}, rep, s, tol));
-  auto v = ucp::strip_padding("e", t({1, 2, 3, 4, 5, 6}, {3, 2}), 2);
+  EXPECT_NO_THROW(to_universal::union_fragments("r", {t({1, 2}, {2}), t({1, 2.001f}, {2})}, rep, s, tol));
+  auto v = to_universal::strip_padding("e", t({1, 2, 3, 4, 5, 6}, {3, 2}), 2);
   EXPECT_EQ(v.shape(), (std::vector<int64_t>{2, 2}));
-  EXPECT_THROW(ucp::strip_padding("e", t({1, 2}, {1, 2}), 2), Error);
+  EXPECT_THROW(to_universal::strip_padding("e", t({1, 2}, {1, 2}), 2), Error);
 }
 
 TEST(Union, ShapeMismatchNamesParameter) {
@@ -123,7 +123,7 @@ TEST(Union, ShapeMismatchNamesParameter) {
   auto rule = classify(s, "3.self_attention.dense.weight");  // cat dim 1
   auto a = Tensor::zeros(DType::Float32, {4, 2}), b = Tensor::zeros(DType::Float32, {2, 4});
   try {
-    ucp::union_fragments("3.self_attention.dense.weight", {a, b}, rule, s);
+    to_universal::union_fragments("3.self_attention.dense.weight", {a, b}, rule, s);
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("3.self_attention.dense.weight: shape mismatch"), std::string::npos);

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "layout/deepspeed/autoep_slices.h"
+#include "formats/deepspeed/autoep_slices.h"
 #include "pec/plt.h"
 #include "pec/policy.h"
 #include "pec/shard_plan.h"
@@ -248,7 +248,7 @@ TEST(PecShardPlan, ExpertsStayInTheirEpGroupAndNonExpertBalances) {
 }
 
 namespace {
-std::vector<std::tuple<int, int64_t, int64_t>> as_tuples(const std::vector<layout::AutoEpExpertRun>& runs) {
+std::vector<std::tuple<int, int64_t, int64_t>> as_tuples(const std::vector<formats::deepspeed::AutoEpExpertRun>& runs) {
   std::vector<std::tuple<int, int64_t, int64_t>> out;
   for (const auto& r : runs) out.emplace_back(r.global_expert, r.offset, r.numel);
   return out;
@@ -261,13 +261,13 @@ using Runs = std::vector<std::tuple<int, int64_t, int64_t>>;
 // padding. part = ep_rank * 3 + partition_rank.
 TEST(PecAutoEpSlices, Zero3FragmentsSplitPerExpert) {
   const std::vector<int64_t> shape = {2, 10, 8};
-  EXPECT_EQ(as_tuples(layout::autoep_zero3_fragment_runs(shape, 3, 3, 54, "f", "w1")), (Runs{{2, 0, 54}}));
-  EXPECT_EQ(as_tuples(layout::autoep_zero3_fragment_runs(shape, 3, 4, 54, "f", "w1")), (Runs{{2, 0, 26}, {3, 26, 28}}));
-  EXPECT_EQ(as_tuples(layout::autoep_zero3_fragment_runs(shape, 3, 5, 52, "f", "w1")), (Runs{{3, 0, 52}}));
-  EXPECT_EQ(as_tuples(layout::autoep_zero3_fragment_runs(shape, 3, 1, 54, "f", "w1")), (Runs{{0, 0, 26}, {1, 26, 28}}));
+  EXPECT_EQ(as_tuples(formats::deepspeed::autoep_zero3_fragment_runs(shape, 3, 3, 54, "f", "w1")), (Runs{{2, 0, 54}}));
+  EXPECT_EQ(as_tuples(formats::deepspeed::autoep_zero3_fragment_runs(shape, 3, 4, 54, "f", "w1")), (Runs{{2, 0, 26}, {3, 26, 28}}));
+  EXPECT_EQ(as_tuples(formats::deepspeed::autoep_zero3_fragment_runs(shape, 3, 5, 52, "f", "w1")), (Runs{{3, 0, 52}}));
+  EXPECT_EQ(as_tuples(formats::deepspeed::autoep_zero3_fragment_runs(shape, 3, 1, 54, "f", "w1")), (Runs{{0, 0, 26}, {1, 26, 28}}));
   // The padding is not part of the weight: a fragment running into it is refused, naming the file.
   try {
-    (void)layout::autoep_zero3_fragment_runs(shape, 3, 5, 54, "shard.pt", "w1");
+    (void)formats::deepspeed::autoep_zero3_fragment_runs(shape, 3, 5, 54, "shard.pt", "w1");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("shard.pt"), std::string::npos) << e.what();
@@ -278,8 +278,8 @@ TEST(PecAutoEpSlices, Zero3FragmentsSplitPerExpert) {
 // of 150 elements starts at element 150, i.e. 50 elements into the weight (96 per expert, 2 local
 // experts of EP rank 1 = global 2 and 3).
 TEST(PecAutoEpSlices, Zero12FragmentsSplitPerExpert) {
-  const layout::AutoEpZero12Weight w{0, 2, 100, 96};
-  EXPECT_EQ(as_tuples(layout::autoep_zero12_fragment_runs(w, 1, 1, 150, 0, 50, "f", "w1")), (Runs{{2, 0, 46}, {3, 46, 4}}));
-  EXPECT_EQ(as_tuples(layout::autoep_zero12_fragment_runs(w, 0, 0, 150, 100, 50, "f", "w1")), (Runs{{0, 0, 50}}));
-  EXPECT_THROW((void)layout::autoep_zero12_fragment_runs(w, 0, 0, 150, 90, 50, "f", "w1"), Error);  // starts before it
+  const formats::deepspeed::AutoEpZero12Weight w{0, 2, 100, 96};
+  EXPECT_EQ(as_tuples(formats::deepspeed::autoep_zero12_fragment_runs(w, 1, 1, 150, 0, 50, "f", "w1")), (Runs{{2, 0, 46}, {3, 46, 4}}));
+  EXPECT_EQ(as_tuples(formats::deepspeed::autoep_zero12_fragment_runs(w, 0, 0, 150, 100, 50, "f", "w1")), (Runs{{0, 0, 50}}));
+  EXPECT_THROW((void)formats::deepspeed::autoep_zero12_fragment_runs(w, 0, 0, 150, 90, 50, "f", "w1"), Error);  // starts before it
 }

@@ -19,7 +19,7 @@
 #include "io/tensor.h"
 #include "pec/tokens.h"
 #include "placement/loads.h"
-#include "ucp/shard_reader.h"
+#include "to_universal/shard_reader.h"
 #include "support/process.h"
 #include "support/files.h"
 
@@ -68,7 +68,7 @@ TEST(StrideZero, ReleasePagesStaysInsideTheStorage) {
   auto file = ucpkit::MappedFile::from_bytes(bytes, "heap.bin");
   auto st = ucpkit::Storage::mapped(ucpkit::DType::Float32, 1, file, 2 * page);
   const ucpkit::Tensor expanded(st, 0, {static_cast<int64_t>(32 * page / 4)}, {0});
-  ucpkit::ucp::release_pages(expanded);
+  ucpkit::to_universal::release_pages(expanded);
   for (size_t off = 0; off < file->size(); off += page / 2)
     ASSERT_EQ(file->data()[off], 0x5a) << "byte " << off << " was dropped (zeroed) by release_pages";
 }

@@ -1,4 +1,4 @@
-// Unit tests of lib/ucp/fragment_map (the extract plan's I/O-free steps): shard groups and ZeRO-3
+// Unit tests of lib/to_universal/fragment_map (the extract plan's I/O-free steps): shard groups and ZeRO-3
 // sub-groups given as in-memory param_slice_mappings / param_shapes, fragments checked against values
 // worked out by hand from the DeepSpeed layouts (docs/formats.md; ZeRO-3: ceil(numel/dp) slices,
 // padding at the end, stage3.py; EP topology: ep_rank = d % EP, edp = d / EP by default, groups.py).
@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "core/error.h"
-#include "layout/deepspeed/moe.h"
+#include "formats/deepspeed/moe.h"
 #include "patterns/pattern_set.h"
-#include "ucp/fragment_map.h"
+#include "to_universal/fragment_map.h"
 #include "support/errors.h"
 
-namespace ucpkit::ucp {
+namespace ucpkit::to_universal {
 namespace {
 
 using Frag = std::vector<int64_t>;  // file, group, offset, numel, part
@@ -142,7 +142,7 @@ TEST(UcpFragmentMap, NativeExpertIsRenamedToItsGlobalId) {
   // expert 1 is global expert 3.
   ExpertFacts experts;
   experts.num_experts = {4};
-  experts.moe_layer_of[layout::with_expert_index(kExpert1, 0)] = 0;
+  experts.moe_layer_of[formats::deepspeed::with_expert_index(kExpert1, 0)] = 0;
   const std::string global3 = "layers.2.mlp.deepspeed_moe.experts.deepspeed_experts.3.w";
   experts.expert_file_of[global3] = "layer_0_expert_3_mp_rank_00_model_states.pt";
   const ShapeMap shapes = {{global3, {2, 2}}};
@@ -165,13 +165,13 @@ TEST(UcpFragmentMap, NativeExpertIsRenamedToItsGlobalId) {
   EXPECT_EQ(plan.params[0].moe_layer, 2);  // the transformer layer in the name
   EXPECT_EQ(frags(plan.params[0].fragments[0]), (std::vector<Frag>{{0, 1, 0, 4, 0}}));
   // A local index beyond the experts per EP rank is refused.
-  g.fragments = {{layout::with_expert_index(kExpert1, 2), 0, 4}};
+  g.fragments = {{formats::deepspeed::with_expert_index(kExpert1, 2), 0, 4}};
   EXPECT_TRUE(has(error_of([&] { map.add(plan, g, shapes, "m.pt", "r1.pt"); }), "only 2 experts per EP rank"));
 }
 
 // An AutoEP layer of 4 experts over EP 2 (2 local experts).
-layout::AutoEpLayer four_experts_ep2(int moe_layer_id, const std::string& prefix) {
-  layout::AutoEpLayer a;
+formats::deepspeed::AutoEpLayer four_experts_ep2(int moe_layer_id, const std::string& prefix) {
+  formats::deepspeed::AutoEpLayer a;
   a.moe_layer_id = moe_layer_id;
   a.num_experts = 4;
   a.num_local_experts = 2;
@@ -299,7 +299,7 @@ TEST(UcpFragmentMap, Zero3TpRanksMustListTheSameParameters) {
 TEST(UcpFragmentMap, Zero3AutoEpSliceGoesToItsEpRanksPart) {
   // AutoEP under ZeRO-3, E = 4, EP 2, DP 4: the expert sub-group is partitioned over 2 expert-DP ranks.
   // The rank recording EP rank 1, expert-DP rank 1 holds [E_local=2, 3] = 6 elements, slice 1 of 2 (3).
-  layout::AutoEpLayer a = four_experts_ep2(0, "m.experts");
+  formats::deepspeed::AutoEpLayer a = four_experts_ep2(0, "m.experts");
   a.ep_rank = 1;
   a.expert_data_parallel_rank = 1;
   a.expert_data_parallel_world_size = 2;
@@ -329,4 +329,4 @@ TEST(UcpFragmentMap, Zero3AutoEpSliceGoesToItsEpRanksPart) {
 }
 
 }  // namespace
-}  // namespace ucpkit::ucp
+}  // namespace ucpkit::to_universal

@@ -7,11 +7,11 @@
 
 #include "core/error.h"
 #include "io/pickle/value.h"
-#include "ucp/plan.h"
-#include "ucp/shard_agreement.h"
-#include "ucp/value_json.h"
+#include "to_universal/plan.h"
+#include "to_universal/shard_agreement.h"
+#include "to_universal/value_json.h"
 
-namespace ucpkit::ucp {
+namespace ucpkit::to_universal {
 namespace {
 
 using pickle::Value;
@@ -127,4 +127,4 @@ TEST(UcpShardAgreement, ParameterInTwoSeparateRunsOfPartitionsIsRefused) {
 }
 
 }  // namespace
-}  // namespace ucpkit::ucp
+}  // namespace ucpkit::to_universal

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "support/process.h"
-#include "ucp/union_fragments.h"
+#include "to_universal/union_fragments.h"
 
 namespace fs = std::filesystem;
 
@@ -275,7 +275,7 @@ TEST(Ucp, AverageOfNegativeZerosIsPositiveZero) {
   auto b = Tensor::from_vector<float>(DType::Float32, {3}, {-0.0f, -1.5f, 2.0f});
   patterns::ParamRule rule;
   rule.kind = patterns::JoinKind::Average;
-  auto r = ucp::union_fragments("x", {a, b}, rule, patterns::PatternSet{});
+  auto r = to_universal::union_fragments("x", {a, b}, rule, patterns::PatternSet{});
   std::vector<float> v(3);
   r.copy_to(v.data());
   EXPECT_EQ(v[0], 0.0f);

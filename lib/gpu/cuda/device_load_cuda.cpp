@@ -20,13 +20,13 @@
 #include "core/crc32.h"
 #include "core/error.h"
 #include "io/torch/torch_file.h"
-#include "load/deepspeed_writer.h"
-#include "load/model_info.h"
-#include "load/ucp_info.h"
-#include "load/universal_reader.h"
+#include "reshard/deepspeed_writer.h"
+#include "reshard/model_info.h"
+#include "reshard/ucp_info.h"
+#include "reshard/universal_reader.h"
 #include "parallel/mpi_session.h"
 #include "parallel/threads.h"
-#include "ucp/save.h"
+#include "to_universal/save.h"
 
 namespace fs = std::filesystem;
 
@@ -74,8 +74,8 @@ bool device_usable(std::string* why) {
 
 namespace {
 
-load::TargetLayout target_of(const DeviceLoadRequest& req) {
-  load::TargetLayout t;
+reshard::TargetLayout target_of(const DeviceLoadRequest& req) {
+  reshard::TargetLayout t;
   t.tp = req.tp;
   t.pp = req.pp;
   t.dp = req.dp;
@@ -101,7 +101,7 @@ ncclComm_t nccl_group(parallel::MpiSession& mpi, int size, int me) {
 }
 
 // Checksums of the atomic tensors (each of `members` DP members a disjoint share), all cores at once.
-void verify_share(const load::ModelInfo& model, load::UniversalReader& reader, int members, int me) {
+void verify_share(const reshard::ModelInfo& model, reshard::UniversalReader& reader, int members, int me) {
   std::vector<std::pair<int, std::string>> jobs;
   for (size_t i = 0; i < model.params.size(); ++i)
     if (static_cast<int>(i % members) == me)
@@ -185,12 +185,12 @@ class ChunkStager {
 
 // Low-precision weights are replicated over DP: each member converts its share of group `g` to bf16,
 // NCCL all-gathers the whole. Returns the device buffer; adds its bytes to `bytes`.
-std::unique_ptr<DeviceBuf> gather_low_precision(load::DeepSpeedWriter& writer, const load::GroupPlan& g, int me,
+std::unique_ptr<DeviceBuf> gather_low_precision(reshard::DeepSpeedWriter& writer, const reshard::GroupPlan& g, int me,
                                                 int members, ncclComm_t comm, cudaStream_t stream, uint64_t& bytes) {
   const Tensor host = writer.partition_tensor(g, me, "fp32");
   const size_t lp_part = static_cast<size_t>(g.partition) * 2;
   Pinned pin(lp_part);
-  load::convert_from_fp32(reinterpret_cast<const float*>(host.contiguous_bytes().data()),
+  reshard::convert_from_fp32(reinterpret_cast<const float*>(host.contiguous_bytes().data()),
                           static_cast<size_t>(g.partition), DType::BFloat16, static_cast<uint8_t*>(pin.p));
   auto full = std::make_unique<DeviceBuf>(lp_part * members);
   uint8_t* mine = static_cast<uint8_t*>(full->p) + lp_part * me;
@@ -239,8 +239,8 @@ DeviceLoadResult load_partition(const DeviceLoadRequest& req) {
   std::string why;
   if (!device_usable(&why)) throw Error("no GPU: " + why);
   auto& mpi = parallel::MpiSession::get();
-  load::ModelInfo model = load::read_model_info(req.universal_dir);
-  const load::UcpInfo plan = load::ucp_info(model, target_of(req));
+  reshard::ModelInfo model = reshard::read_model_info(req.universal_dir);
+  const reshard::UcpInfo plan = reshard::ucp_info(model, target_of(req));
   const int mp = req.pp_rank * req.tp + req.tp_rank;
   const auto& mr = plan.mp_ranks.at(mp);
 
@@ -255,8 +255,8 @@ DeviceLoadResult load_partition(const DeviceLoadRequest& req) {
   ncclComm_t comm = group ? nccl_group(mpi, req.dp, me) : nullptr;
   cudaStream_t stream;
   cuda_check(cudaStreamCreate(&stream), "cudaStreamCreate");
-  load::UniversalReader reader(model, req.universal_dir, req.verify);
-  load::DeepSpeedWriter writer(model, plan, reader, model.optimizer_state);  // its only user
+  reshard::UniversalReader reader(model, req.universal_dir, req.verify);
+  reshard::DeepSpeedWriter writer(model, plan, reader, model.optimizer_state);  // its only user
   const int threads = parallel::thread_count(0);
   res.phase_seconds["setup"] = since(t_start);
 

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# moe-replace benchmark: planning time on one core (64 layers x 256 experts, 128 nodes x 8 GPUs x 4
+# slots, metrics with 1e5 Monte Carlo samples), its growth with nodes and experts, end-to-end CLI
+# time, and plan quality of every algorithm on the SmartMoE loads for the same slot budget.
+# Usage: bench/bench_placement.sh [build_dir]   (needs bench_placement and moe-replace built)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${1:-$root/build}"
+bench="$build/bin/bench_placement"
+tool="$build/bin/moe-replace"
+data="$root/../shared/data"
+one_core=(taskset -c 0)
+command -v taskset >/dev/null || one_core=()
+
+for exe in "$bench" "$tool"; do
+  [[ -x "$exe" ]] || { echo "missing $exe (ninja -C $build bench_placement moe-replace)" >&2; exit 1; }
+done
+
+echo "== target: 64 layers x 256 experts, 128 nodes x 8 GPUs x 4 slots, f=2 (CPU seconds, one core)"
+target="$(mktemp)"
+for algo in balanced-ft lazarus eplb-global eplb spread; do "${one_core[@]}" "$bench" speed 64 256 128 8 4 "$algo" 2 | tee -a "$target"; done
+echo "== re-placement after a load drift (same target; previous plan: balanced-ft for the old loads)"
+for w in 0 1; do "${one_core[@]}" "$bench" replace 64 256 128 8 4 "$w" | tee -a "$target"; done
+echo "== ratios against the baselines of this run"
+python3 - "$target" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+speed = {r["algorithm"]: r for r in rows if "algorithm" in r}
+b, e = speed["balanced-ft"], speed["eplb-global"]
+print("balanced-ft / eplb-global: balancedness %.4f, total CPU %.2f; p(1) %.4f vs %.4f, p(2) %.4f vs %.4f"
+      % (b["balancedness"] / e["balancedness"], b["total_cpu_s"] / e["total_cpu_s"], b["p1"], e["p1"], b["p2"], e["p2"]))
+for name in ("balanced-ft", "eplb-global", "lazarus"):
+    r = speed[name]
+    print("%s: dispatch plan balancedness %.4f vs equal shares %.4f (ratio %.4f), dispatch CPU %.3f s (%.2f of its placement)"
+          % (name, r["dispatch_balancedness"], r["balancedness"], r["dispatch_balancedness"] / r["balancedness"],
+             r["dispatch_cpu_s"], r["dispatch_cpu_s"] / r["place_cpu_s"]))
+print("balanced-ft place + metrics %.3f s, total (with plan JSON) %.3f s: %s the 1 s target"
+      % (b["place_cpu_s"] + b["metrics_cpu_s"], b["total_cpu_s"], "within" if b["total_cpu_s"] < 1 else "over"))
+l = speed["lazarus"]
+print("balanced-ft / lazarus: balancedness %.4f, total CPU %.2f; p(2) %.5f vs %.5f"
+      % (b["balancedness"] / l["balancedness"], b["total_cpu_s"] / l["total_cpu_s"], b["p2"], l["p2"]))
+for r in rows:
+    if r.get("mode") == "replace":
+        print("re-placement (weight %g): copies %.3f of eplb-global from scratch, balancedness %.4f of it, "
+              "CPU %.2f of it; rounds %d (lower bound %d)"
+              % (r["migration_weight"], r["copies"] / r["eplb_scratch_copies"],
+                 r["balancedness"] / r["eplb_scratch_balancedness"], r["replace_cpu_s"] / r["eplb_scratch_cpu_s"],
+                 r["rounds"], r["round_lower_bound"]))
+PY
+rm -f "$target"
+
+echo "== growth with nodes (64 layers x 256 experts, 8 GPUs x 4 slots)"
+for n in 16 32 64 128 256 512; do "${one_core[@]}" "$bench" speed 64 256 "$n" 8 4 balanced-ft 2; done
+
+echo "== growth with experts (64 layers, 128 nodes x 8 GPUs x 4 slots)"
+for e in 64 128 256 512 1024 2048; do "${one_core[@]}" "$bench" speed 64 "$e" 128 8 4 balanced-ft 2; done
+
+echo "== end-to-end CLI (read loads, plan, metrics, write plan JSON)"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+python3 - "$tmp/loads.json" <<'PY'
+import json, random, sys
+random.seed(1)
+json.dump([[int(random.lognormvariate(8, 1)) for _ in range(256)] for _ in range(64)], open(sys.argv[1], "w"))
+PY
+/usr/bin/time -f "cli: %e s wall, %U s user, %S s sys, %M KiB max RSS" "${one_core[@]}" "$tool" \
+  --loads "$tmp/loads.json" --nodes 128 --gpus-per-node 8 --slots-per-gpu 4 --fault-tolerance 2 \
+  --output "$tmp/plan.json" -q
+
+if [[ -f "$data/smartmoe_expert_loads.json" ]]; then
+  for cfg in "8 4 4 2" "16 2 4 2" "10 1 6 1" "8 4 6 2"; do
+    set -- $cfg
+    echo "== SmartMoE loads (24 layers x 32 experts, latest snapshot): $1 nodes x $2 GPUs x $3 slots, f=$4"
+    "$bench" quality "$data/smartmoe_expert_loads.json" "$1" "$2" "$3" "$4"
+  done
+  echo "== token dispatch plan (--dispatch) on SmartMoE, latest snapshot: balancedness with equal shares -> with the dispatch plan"
+  for cfg in "8 4 4 2" "16 2 4 2" "10 1 6 1"; do
+    set -- $cfg
+    for algo in balanced-ft eplb-global lazarus spread; do
+      "$tool" --loads "$data/smartmoe_expert_loads.json" --nodes "$1" --gpus-per-node "$2" --slots-per-gpu "$3" \
+        --fault-tolerance "$4" --algorithm "$algo" --dispatch --output "$tmp/d.json" --json |
+        python3 -c 'import json,sys; d=json.load(sys.stdin)["dispatch"]
+print("%-10s %-12s equal shares %.4f -> dispatch %.4f (min %.4f), ratio %.4f" % (sys.argv[1], sys.argv[2],
+      d["equal_share_balancedness"], d["balancedness"], d["min_balancedness"], d["balancedness"] / d["equal_share_balancedness"]))' "$1x$2x$3" "$algo"
+    done
+  done
+  echo "== SmartMoE re-placement: plan for snapshot 1, then new loads = latest snapshot (8 nodes x 4 GPUs x 4 slots, f=2, 100 MB per expert)"
+  "$tool" --loads "$data/smartmoe_expert_loads.json" --snapshot 1 --nodes 8 --gpus-per-node 4 --slots-per-gpu 4 \
+    --fault-tolerance 2 --output "$tmp/prev.json" -q
+  for opt in "--migration-weight 0" "--migration-weight 0.5" "--migration-weight 1" "--max-moved-bytes 5e10"; do
+    "$tool" --loads "$data/smartmoe_expert_loads.json" --nodes 8 --gpus-per-node 4 --slots-per-gpu 4 --fault-tolerance 2 \
+      --previous "$tmp/prev.json" --expert-bytes 1e8 $opt --output "$tmp/next.json" --json |
+      python3 -c 'import json,sys; s=json.load(sys.stdin); r=s["replacement"]; f=r["from_scratch"]
+print("%-24s balancedness %.4f (previous plan %.4f), copies %d, rounds %d (lower bound %d); from scratch: eplb-global %.4f / %d copies, balanced-ft %.4f / %d copies"
+ % (sys.argv[1], s["metrics"]["balancedness"], r["previous_balancedness"], r["copies_moved"], r["rounds"], r["round_lower_bound"],
+    f["eplb-global"]["balancedness"], f["eplb-global"]["copies_moved"], f["balanced-ft"]["balancedness"], f["balanced-ft"]["copies_moved"]))' "$opt"
+  done
+else
+  echo "== $data/smartmoe_expert_loads.json not found: quality table skipped"
+fi

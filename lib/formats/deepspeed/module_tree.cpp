@@ -1,0 +1,96 @@
+// Megatron's nested module dict: flat names, tensor replacement, torch's _metadata.
+#include "formats/deepspeed/module_tree.h"
+
+#include <set>
+
+namespace ucpkit::formats::deepspeed {
+
+using pickle::Kind;
+using pickle::Value;
+using pickle::ValuePtr;
+
+namespace {
+
+std::string join(const std::string& prefix, const std::string& key) { return prefix.empty() ? key : prefix + "." + key; }
+
+template <class F>
+void walk_dicts(const ValuePtr& d, const std::string& path, F&& f) {
+  if (!d || d->kind != Kind::Dict) return;
+  f(d, path);
+  for (const auto& [k, v] : d->entries)
+    if (v && v->kind == Kind::Dict && k && k->kind == Kind::Str) walk_dicts(v, join(path, k->s), f);
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, ValuePtr>> module_tensors(const ValuePtr& module) {
+  std::vector<std::pair<std::string, ValuePtr>> out;
+  walk_dicts(module, "", [&](const ValuePtr& d, const std::string& path) {
+    for (const auto& [k, v] : d->entries)
+      if (v && v->kind == Kind::Tensor && k && k->kind == Kind::Str) out.emplace_back(join(path, k->s), v);
+  });
+  return out;
+}
+
+bool module_is_nested(const ValuePtr& module) {
+  if (!module || module->kind != Kind::Dict) return false;
+  for (const auto& [k, v] : module->entries)
+    if (v && v->kind == Kind::Dict) return true;
+  return false;
+}
+
+bool module_has_metadata(const ValuePtr& module) {
+  bool any = false;
+  walk_dicts(module, "", [&](const ValuePtr& d, const std::string&) {
+    if (d->dict_state && d->dict_state->kind == Kind::Dict && d->dict_state->contains("_metadata")) any = true;
+  });
+  return any;
+}
+
+void replace_module_tensors(const ValuePtr& module,
+                            const std::function<ValuePtr(const std::string&, const ValuePtr&)>& replace) {
+  walk_dicts(module, "", [&](const ValuePtr& d, const std::string& path) {
+    for (auto& [k, v] : d->entries)
+      if (v && v->kind == Kind::Tensor && k && k->kind == Kind::Str)
+        if (auto n = replace(join(path, k->s), v)) v = n;
+  });
+}
+
+void drop_module_metadata(const ValuePtr& module) {
+  walk_dicts(module, "", [&](const ValuePtr& d, const std::string&) {
+    if (!d->dict_state || d->dict_state->kind != Kind::Dict) return;
+    d->dict_state->erase("_metadata");
+    if (d->dict_state->entries.empty()) d->dict_state = nullptr;
+  });
+}
+
+void add_module_metadata(const ValuePtr& module,
+                         const std::vector<std::pair<std::string, std::vector<std::string>>>& extra_keys) {
+  walk_dicts(module, "", [&](const ValuePtr& d, const std::string& path) {
+    if (!d->ordered) return;  // Megatron's own levels are plain dicts; torch's state_dicts are OrderedDicts
+    if (d->dict_state && d->dict_state->kind == Kind::Dict && d->dict_state->contains("_metadata")) return;
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : d->entries)
+      if (v && v->kind == Kind::Tensor && k && k->kind == Kind::Str) keys.push_back(k->s);
+    if (keys.empty()) return;
+    for (const auto& [p, extra] : extra_keys)
+      if (p == path) keys.insert(keys.end(), extra.begin(), extra.end());
+    // torch Module.state_dict: _metadata[prefix[:-1]] = {'version': cls._version} per module, pre-order.
+    auto meta = Value::dict(true);
+    std::set<std::string> seen;
+    auto add = [&](const std::string& prefix) {
+      if (!seen.insert(prefix).second) return;
+      auto v = Value::dict();
+      v->set_item("version", Value::integer(1));
+      meta->set_item(prefix, v);
+    };
+    add("");
+    for (const auto& key : keys) {
+      for (size_t dot = key.find('.'); dot != std::string::npos; dot = key.find('.', dot + 1)) add(key.substr(0, dot));
+    }
+    if (!d->dict_state) d->dict_state = Value::dict();
+    d->dict_state->set_item("_metadata", meta);
+  });
+}
+
+}  // namespace ucpkit::formats::deepspeed

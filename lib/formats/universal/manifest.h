@@ -1,0 +1,108 @@
+// The universal checkpoint's manifest.json (docs/formats.md, "Universal checkpoint"): the one place
+// that knows its keys. ucp-union writes it (to_json), ucp-load reads it (from_json; direct mode builds
+// one in memory from the extract plan), pec-save reads which zero/<param>/ folders hold which expert.
+// Plain data; reading and writing do no I/O except read_universal_manifest().
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ucpkit::formats::universal {
+
+inline constexpr const char* kUniversalManifestName = "manifest.json";
+inline constexpr const char* kUniversalFormat = "ucpkit-universal";
+inline constexpr int kUniversalVersion = 1;
+inline constexpr const char* kUniversalOptimizerState = "zero/optimizer_state.pt";
+inline constexpr const char* kUniversalChecksumNote = "crc32 of each state's tensor elements (row-major)";
+
+// One state file of a parameter (fp32, exp_avg, exp_avg_sq).
+struct UniversalState {
+  std::string file;              // relative to the universal folder: zero/<param folder>/<state>.pt
+  std::optional<uint32_t> crc32;  // of the tensor's elements (row-major); absent in direct mode's manifest
+};
+
+// A native DeepSpeed MoE expert parameter (its universal name carries the global expert id).
+struct UniversalExpert {
+  int layer = -1;      // transformer layer index of its MoE layer
+  int global_id = -1;  // global expert id
+};
+
+// A DeepSpeed AutoEP fused expert weight [E, ...].
+struct UniversalAutoEp {
+  int moe_layer_id = -1;
+  int num_experts = 0;  // E
+};
+
+// One entry of "params". Keys that only ucp-union writes (dtype, join, tp_shapes, pp_stage, patterns)
+// are optional on reading (direct mode's manifest has none of them) and written when set.
+struct UniversalParam {
+  std::string name;                                          // universal (atomic) name
+  std::vector<int64_t> shape;                                // the universal tensor's shape (flat: the parameter's)
+  std::optional<std::string> dtype;                          // "float32", ...
+  std::optional<std::string> join;                           // patterns::describe of its rule
+  std::optional<std::vector<std::vector<int64_t>>> tp_shapes;  // per source TP rank
+  std::optional<int64_t> pp_stage;
+  std::map<std::string, UniversalState> states;              // state name -> file
+  bool step = false;                                         // zero/<param folder>/step.pt exists
+  std::optional<std::vector<std::string>> patterns;          // pattern sources that matched it
+  std::optional<int64_t> cat_dim;                            // Cat / TwoSubParams rules, AutoEP weights (0)
+  bool vocab_tensor = false;                                 // a vocabulary tensor (rows cut to original_vocab_size)
+  bool flat = false;                                         // state files hold 1-D tensors (ZeRO-3, TP = 1 form)
+  std::optional<UniversalExpert> expert;
+  std::optional<UniversalAutoEp> autoep;
+
+  nlohmann::json to_json() const;
+  // `file` names the manifest in errors, `where` the entry ("params[3]").
+  static UniversalParam from_json(const nlohmann::json& j, const std::string& file, const std::string& where);
+};
+
+// The fields of "source" that readers use. "source" itself is the extract plan's description of the
+// source checkpoint (ucp/extract.cpp), kept and written as it is.
+struct UniversalSource {
+  int tp = 1, pp = 1, dp = 1, ep = 1;
+  bool pipeline = false;                   // a PipelineModule's names (layer files)
+  std::optional<std::string> tag;          // global_stepN
+  std::optional<bool> data_before_expert;  // use_data_before_expert_parallel_ rank order
+  std::string ds_line;                     // native MoE: DeepSpeed version line, "" if not recorded
+  nlohmann::json autoep;                   // AutoEP layers (null: not an AutoEP source)
+  std::vector<int> num_experts;            // native MoE: experts per MoE layer
+  int zero_stage = 0;                      // 0 when not recorded (BF16_Optimizer: null)
+  nlohmann::json pipeline_numbering;       // null when not recorded (made by an older ucp-union)
+  std::map<int, std::vector<std::string>> layer_keys;  // key order of the layer files
+
+  // Throws Error "<file>: malformed: source.<key> ..." when a field has another type than written.
+  static UniversalSource from_json(const nlohmann::json& source, const std::string& file);
+};
+
+struct UniversalManifest {
+  std::string format = kUniversalFormat;
+  int64_t version = kUniversalVersion;
+  nlohmann::json source = nlohmann::json::object();  // the extract plan's source description
+  std::string patterns_origin;                        // where the pattern set came from
+  nlohmann::json patterns_set;                        // PatternSet::to_json
+  std::vector<std::string> model_files;               // copied mp_rank files, relative to the folder
+  std::string optimizer_state = kUniversalOptimizerState;
+  std::string checksum = kUniversalChecksumNote;      // what each state's crc32 covers
+  std::vector<UniversalParam> params;                 // plan order
+
+  // The JSON ucp-union writes (keys sorted, as nlohmann's object keeps them).
+  nlohmann::json to_json() const;
+  // The file's text: to_json() indented by one space, no trailing newline.
+  std::string text() const;
+  // Throws Error "<file>: ..." (one line, the key named) when `j` is not a ucpkit universal manifest
+  // or a key has another type than written.
+  static UniversalManifest from_json(const nlohmann::json& j, const std::string& file);
+  UniversalSource source_facts(const std::string& file) const { return UniversalSource::from_json(source, file); }
+};
+
+// Reads and parses `path` (a universal folder's manifest.json). Throws Error naming it.
+UniversalManifest read_universal_manifest(const std::string& path);
+
+// A crc32 as manifest.json writes it: 8 lowercase hex digits.
+std::string crc32_text(uint32_t crc);
+
+}  // namespace ucpkit::formats::universal

@@ -1,0 +1,599 @@
+// DeepSpeed / Megatron-DeepSpeed target files: model states, pipeline layer files, ZeRO shards.
+#include "reshard/deepspeed_writer.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+
+#include "core/error.h"
+#include "io/torch/torch_file.h"
+#include "formats/deepspeed/autoep.h"
+#include "formats/deepspeed/module_tree.h"
+#include "formats/deepspeed/pipeline.h"
+#include "formats/deepspeed/storage_tags.h"
+#include "formats/deepspeed/files.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::reshard {
+
+using pickle::Kind;
+using pickle::Object;
+using pickle::Value;
+using pickle::ValuePtr;
+
+namespace {
+
+ValuePtr fragment_address(int64_t numel, int64_t start) {
+  auto st = Value::dict();
+  st->set_item("numel", Value::integer(numel));
+  st->set_item("start", Value::integer(start));
+  // A dataclass pickles as NEWOBJ on the class, then BUILD with its __dict__.
+  return Value::make_object("deepspeed.utils.tensor_fragment", "fragment_address", Value::tuple(), st,
+                            Object::Build::NewObj);
+}
+
+ValuePtr zero_stage_enum(int stage) {
+  // An int Enum pickles as REDUCE: ZeroStageEnum(value).
+  return Value::make_object("deepspeed.runtime.zero.config", "ZeroStageEnum", Value::tuple({Value::integer(stage)}),
+                            nullptr, Object::Build::Reduce);
+}
+
+ValuePtr loss_scaler(DType dtype) {
+  auto st = Value::dict();
+  if (dtype == DType::Float16) {
+    st->set_item("cur_scale", Value::real(65536.0));
+    st->set_item("dynamic", Value::boolean(true));
+    st->set_item("cur_iter", Value::integer(0));
+    st->set_item("last_overflow_iter", Value::integer(-1));
+    st->set_item("scale_factor", Value::real(2.0));
+    st->set_item("scale_window", Value::integer(1000));
+    st->set_item("min_scale", Value::integer(1));
+    st->set_item("delayed_shift", Value::integer(1));
+    st->set_item("cur_hysteresis", Value::integer(1));
+    st->set_item("consecutive_hysteresis", Value::boolean(false));
+    st->set_item("raise_error_at_min_scale", Value::boolean(true));
+    st->set_item("dtype", Value::torch_dtype(DType::Float16));
+    return Value::make_object("deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler", Value::tuple(), st,
+                              Object::Build::NewObj);
+  }
+  st->set_item("cur_scale", Value::integer(1));
+  st->set_item("dynamic", Value::boolean(false));
+  return Value::make_object("deepspeed.runtime.fp16.loss_scaler", "LossScaler", Value::tuple(), st,
+                            Object::Build::NewObj);
+}
+
+void set_if_present(const ValuePtr& obj, const char* field, ValuePtr v) {
+  if (obj && obj->attr(field)) obj->set_attr(field, std::move(v));
+}
+
+
+}  // namespace
+
+void retarget_args(const ValuePtr& args, const TargetLayout& t, int64_t padded_vocab) {
+  if (!args || args->kind != Kind::Object) return;
+  set_if_present(args, "tensor_model_parallel_size", Value::integer(t.tp));
+  set_if_present(args, "pipeline_model_parallel_size", Value::integer(t.pp));
+  set_if_present(args, "data_parallel_size", Value::integer(t.dp));
+  set_if_present(args, "world_size", Value::integer(static_cast<int64_t>(t.tp) * t.pp * t.dp));
+  set_if_present(args, "zero_stage", Value::integer(t.zero_stage));
+  set_if_present(args, "moe_expert_parallel_size", Value::integer(t.ep));
+  if (padded_vocab > 0) set_if_present(args, "padded_vocab_size", Value::integer(padded_vocab));
+  set_if_present(args, "params_dtype", Value::torch_dtype(t.dtype));
+  set_if_present(args, "fp16", Value::boolean(t.dtype == DType::Float16));
+  set_if_present(args, "bf16", Value::boolean(t.dtype == DType::BFloat16));
+}
+
+DeepSpeedWriter::DeepSpeedWriter(const ModelInfo& model, const UcpInfo& plan, UniversalReader& reader,
+                                 ValuePtr common_optimizer_state)
+    : model_(model), plan_(plan), reader_(reader), common_(std::move(common_optimizer_state)) {
+  if (!common_ || common_->kind != Kind::Dict) throw Error("zero/optimizer_state.pt: not a dict");
+  if (model_.native_moe && !model_.model_files.empty()) {
+    moe_line_ = &resolve_moe_line(plan_.target.ds_line, model_.ds_line, load_torch(model_.model_files[0]));
+    const std::string& req = plan_.target.ds_line;
+    if (!req.empty() && req != moe_line_->name) ds_release_ = req[0] == 'v' ? req.substr(1) : req;
+  }
+}
+
+void DeepSpeedWriter::fill_runs(const std::vector<Run>& runs, const std::string& state, int64_t e0, int64_t n,
+                                float* dst) const {
+  const int64_t end = e0 + n;
+  int64_t at = e0;
+  for (const Run& r : runs) {
+    if (r.start + r.numel <= at) continue;
+    if (r.start >= end) break;
+    if (r.start > at) {
+      std::memset(dst + (at - e0), 0, static_cast<size_t>(r.start - at) * sizeof(float));
+      at = r.start;
+    }
+    const int64_t b = std::min(end, r.start + r.numel);
+    reader_.read_range(r.slot->param, state, r.slot->slice, r.param_offset + (at - r.start),
+                       r.param_offset + (b - r.start), dst + (at - e0));
+    at = b;
+  }
+  if (at < end) std::memset(dst + (at - e0), 0, static_cast<size_t>(end - at) * sizeof(float));
+}
+
+std::shared_ptr<Storage> DeepSpeedWriter::streamed(DType dtype, int64_t numel, std::vector<Run> runs,
+                                                   const std::string& state) const {
+  for (size_t k = 1; k < runs.size(); ++k)
+    if (runs[k].start < runs[k - 1].start + runs[k - 1].numel) throw Error("flat buffer runs overlap or are unsorted");
+  std::vector<Source> sources;
+  if (record_) {
+    const uint64_t es = dtype_size(dtype);
+    const int si = reader_.state_index(state);
+    for (const Run& r : runs)
+      sources.push_back({static_cast<uint64_t>(r.start) * es, static_cast<uint64_t>(r.start + r.numel) * es, r.slot,
+                         r.param_offset, si});
+  }
+  auto storage = Storage::generated(dtype, numel, [this, dtype, runs = std::move(runs), state](uint64_t off, std::span<uint8_t> out) {
+    const size_t es = dtype_size(dtype);
+    const int64_t e0 = static_cast<int64_t>(off / es), n = static_cast<int64_t>(out.size() / es);
+    if (dtype == DType::Float32) {
+      fill_runs(runs, state, e0, n, reinterpret_cast<float*>(out.data()));
+      return;
+    }
+    thread_local std::vector<float> tmp;  // reused window: stays in cache
+    if (tmp.size() < static_cast<size_t>(n)) tmp.resize(static_cast<size_t>(n));
+    fill_runs(runs, state, e0, n, tmp.data());
+    convert_from_fp32(tmp.data(), static_cast<size_t>(n), dtype, out.data());
+  });
+  if (record_) {
+    std::lock_guard lock(recorded_mu_);
+    recorded_[storage.get()] = std::move(sources);
+  }
+  return storage;
+}
+
+uint64_t DeepSpeedWriter::emit(const std::string& path, const ValuePtr& root) const {
+  if (sink_) return sink_(path, root);
+  save_torch_file(path, root);
+  ++files_written_;
+  std::error_code ec;
+  const auto n = fs::file_size(path, ec);
+  return ec ? 0 : n;
+}
+
+std::vector<DeepSpeedWriter::Source> DeepSpeedWriter::sources_of(const Storage* storage) const {
+  std::lock_guard lock(recorded_mu_);
+  auto it = recorded_.find(storage);
+  return it == recorded_.end() ? std::vector<Source>{} : it->second;
+}
+
+Tensor DeepSpeedWriter::partition_tensor(const GroupPlan& g, int part, const std::string& state, int64_t length,
+                                         bool stream) const {
+  const int64_t n = length < 0 ? g.partition : length;
+  std::vector<Run> runs;
+  for (const auto& f : partition_of(g, part).fragments)
+    if (f.start < n) runs.push_back({&g.slots[f.slot], f.start, std::min(f.numel, n - f.start), f.param_offset});
+  auto storage = streamed(DType::Float32, n, std::move(runs), state);
+  if (!stream) {
+    std::vector<uint8_t> bytes(static_cast<size_t>(storage->nbytes()));
+    storage->generate(0, bytes);
+    storage = Storage::owned(DType::Float32, std::move(bytes));
+  }
+  return Tensor(storage, 0, {n}, {1});
+}
+
+Tensor DeepSpeedWriter::low_precision_slice(const Slot& s) const {
+  auto storage = streamed(plan_.target.dtype, s.numel(), {{&s, 0, s.numel(), 0}}, "fp32");
+  return Tensor(storage, 0, s.slice.shape, Tensor::contiguous_strides(s.slice.shape));
+}
+
+ValuePtr DeepSpeedWriter::ds_config(const ValuePtr& source) const {
+  if (!source || source->kind != Kind::Dict) return source;
+  auto cfg = pickle::deep_copy(source);
+  const auto& t = plan_.target;
+  // AutoEP: expert_parallel.autoep_size is the EP size (engine.py v0.19.5:562).
+  if (auto ep = cfg->get("expert_parallel"); model_.autoep && ep && ep->kind == Kind::Dict && ep->contains("autoep_size"))
+    ep->set_item("autoep_size", Value::integer(t.ep));
+  if (auto z = cfg->get("zero_optimization"); z && z->kind == Kind::Dict) {
+    z->set_item("stage", Value::integer(t.zero_stage));
+    // sub_group_size is a ZeRO-3 setting: the one used at stage 3, none below (a ZeRO-3 source's).
+    if (t.zero_stage == 3) z->set_item("sub_group_size", Value::integer(t.sub_group_size));
+    else z->erase("sub_group_size");
+  }
+  if (auto b = cfg->get("bf16"); b && b->kind == Kind::Dict) b->set_item("enabled", Value::boolean(t.dtype == DType::BFloat16));
+  if (auto f = cfg->get("fp16"); f && f->kind == Kind::Dict) f->set_item("enabled", Value::boolean(t.dtype == DType::Float16));
+  if (auto tb = cfg->get("train_batch_size"); tb && tb->kind == Kind::Int && model_.source_dp > 0 &&
+                                             tb->i % model_.source_dp == 0)
+    cfg->set_item("train_batch_size", Value::integer(tb->i / model_.source_dp * t.dp));
+  return cfg;
+}
+
+// The template's module with every parameter leaf replaced by the target's tensor. Megatron saves
+// the module nested (GPTModel.state_dict_for_save_checkpoint: {'language_model': {'embedding':
+// {'word_embeddings': {'weight'}}, 'encoder': {'layers.0....'}}}, Megatron-DeepSpeed
+// megatron/model/gpt_model.py:266-283, language_model.py:269-285, :603-645) and loads it by the same
+// key paths, so a leaf's dotted path is the parameter's name; other leaves (buffers) stay as they are.
+ValuePtr DeepSpeedWriter::retarget_module(const ValuePtr& tree, const std::string& prefix,
+                                          std::map<std::string, ValuePtr>& fresh) {
+  auto out = Value::dict(tree->ordered);
+  out->dict_state = tree->dict_state;
+  for (const auto& [k, v] : tree->entries) {
+    const std::string path = k->kind == Kind::Str ? (prefix.empty() ? k->s : prefix + "." + k->s) : std::string();
+    if (v && v->kind == Kind::Dict && !path.empty()) {
+      out->entries.emplace_back(k, retarget_module(v, path, fresh));
+      continue;
+    }
+    auto it = path.empty() ? fresh.end() : fresh.find(path);
+    if (it != fresh.end()) {
+      out->entries.emplace_back(k, it->second);
+      fresh.erase(it);
+    } else {
+      out->entries.emplace_back(k, v);  // buffers and other non-trainable entries travel as they are
+    }
+  }
+  return out;
+}
+
+// What a native-MoE version line needs beyond the template: param_shapes of every bit16 group (dense
+// groups, then DP rank 0's expert groups under local names; engine.py v0.19.3:5102-5135), ds_config.
+MoeLineInputs DeepSpeedWriter::moe_line_inputs(const MpRankPlan& mr, const ValuePtr& root) const {
+  const auto& t = plan_.target;
+  MoeLineInputs in;
+  in.zero_stage = t.zero_stage;
+  in.ds_release = ds_release_;
+  in.param_shapes = Value::list();
+  auto add = [&](const GroupPlan& g) {
+    auto d = Value::dict(true);
+    for (const auto& s : g.slots) d->set_item(s.name, Value::torch_size(s.slice.shape));
+    in.param_shapes->items.push_back(d);
+  };
+  for (const auto& g : mr.groups) add(g);
+  if (!mr.expert_groups.empty()) {
+    for (const auto& g : mr.expert_groups[0]) add(g);
+    std::vector<std::pair<int, std::string>> names;  // module order: parameter index in the manifest order
+    for (const auto& g : mr.expert_groups[0])
+      for (const auto& s : g.slots) names.emplace_back(model_.params[s.param].manifest_index, s.name);
+    std::sort(names.begin(), names.end());
+    for (auto& [i, n] : names) in.expert_local_names.push_back(std::move(n));
+  }
+  in.ds_config = root->get("ds_config");
+  if (!in.ds_config)
+    in.ds_config = minimal_moe_ds_config(t.zero_stage, t.dtype == DType::BFloat16, t.dtype == DType::Float16,
+                                         plan_.data_before_expert);
+  return in;
+}
+
+// ds_version of the ZeRO shards: the source's, or the release of the native-MoE line written when
+// the source's release belongs to another line.
+ValuePtr DeepSpeedWriter::target_ds_version() const {
+  if (!ds_release_.empty()) return Value::str(ds_release_);
+  auto ver = common_->get("ds_version");
+  if (moe_line_ && (!ver || ver->kind != Kind::Str || formats::deepspeed::moe_line_of_release(ver->s) != moe_line_->name))
+    return Value::str(moe_line_->ds_version);
+  if (ver) return ver;
+  // ZeRO-3 sources: the universal optimizer_state.pt is the inner optimizer dict, without
+  // ds_version (ds_to_universal.py:761-767); the model file has it.
+  if (auto m = load_torch(model_.model_files.at(0)); m && m->kind == Kind::Dict)
+    if (auto v = m->get("ds_version"); v && v->kind == Kind::Str) return v;
+  return Value::str("0.16.4");
+}
+
+ValuePtr DeepSpeedWriter::model_root(int mp, int dp_rank) const {
+  const MpRankPlan& mr = plan_.mp_ranks.at(mp);
+  const auto& t = plan_.target;
+  ValuePtr src = load_torch(model_.model_files.at(mr.template_file));
+  if (!src || src->kind != Kind::Dict) fail(model_.model_files.at(mr.template_file), "not a model-states dict");
+  ValuePtr root = pickle::deep_copy(src);
+
+  // Module weights (non-pipeline): views into one low-precision flat buffer per group, as ZeRO saves them.
+  if (auto module = root->get("module"); module && module->kind == Kind::Dict) {
+    std::map<std::string, ValuePtr> fresh;
+    // From DeepSpeed 0.17.1 on, clone_tensors_for_torch_save gives every tensor its own storage.
+    const bool compact = moe_line_ && moe_line_->compact_copies;
+    // ZeRO-3 keeps the weights only in the optimizer shards: the module holds 0-element placeholders.
+    for (const GroupPlan& g : mr.groups) {
+      if (t.zero_stage == 3) {
+        for (const Slot& s : g.slots)
+          fresh[model_.params[s.param].name] = Value::of_tensor(Tensor(Storage::zeros(t.dtype, 0), 0, {0}, {1}));
+        continue;
+      }
+      if (compact) {
+        for (const Slot& s : g.slots) fresh[model_.params[s.param].name] = Value::of_tensor(low_precision_slice(s));
+        continue;
+      }
+      std::vector<Run> runs;
+      for (const Slot& s : g.slots) runs.push_back({&s, s.offset, s.numel(), 0});
+      auto storage = streamed(t.dtype, g.padded, std::move(runs), "fp32");
+      for (const Slot& s : g.slots)
+        fresh[model_.params[s.param].name] =
+            Value::of_tensor(Tensor(storage, s.offset, s.slice.shape, Tensor::contiguous_strides(s.slice.shape)));
+    }
+    auto out = retarget_module(module, "", fresh);
+    // Parameters the template has no entry for: at their place in the tree (the deepest dict whose
+    // path prefixes the name), in module order.
+    for (const auto& [gi, si] : mr.module) {
+      const auto& name = model_.params[mr.groups[gi].slots[si].param].name;
+      auto it = fresh.find(name);
+      if (it == fresh.end()) continue;
+      ValuePtr at = out;
+      std::string rest = name;
+      for (bool descended = true; descended;) {
+        descended = false;
+        for (const auto& [k, v] : at->entries)
+          if (v && v->kind == Kind::Dict && k->kind == Kind::Str && rest.size() > k->s.size() &&
+              rest.compare(0, k->s.size(), k->s) == 0 && rest[k->s.size()] == '.') {
+            rest = rest.substr(k->s.size() + 1);
+            at = v;
+            descended = true;
+            break;
+          }
+      }
+      at->set_item(rest, it->second);
+      fresh.erase(it);
+    }
+    root->set_item("module", out);
+  }
+
+  if (root->contains("param_shapes")) {
+    auto shapes = Value::list();
+    for (const auto& g : mr.groups) {
+      auto d = Value::dict(true);
+      for (const auto& s : g.slots) d->set_item(s.name, Value::torch_size(s.slice.shape));
+      shapes->items.push_back(d);
+    }
+    if (model_.autoep && !mr.expert_groups.empty())  // then EP rank 0's expert group (engine.py v0.19.5:5244-5284)
+      for (const auto& g : mr.expert_groups[0]) {
+        auto d = Value::dict(true);
+        for (const auto& s : g.slots) d->set_item(s.name, Value::torch_size(s.slice.shape));
+        shapes->items.push_back(d);
+      }
+    root->set_item("param_shapes", shapes);
+  }
+  if (model_.autoep) {
+    const bool zero3 = t.zero_stage == 3;
+    // ZeRO-3: every DP rank's own file records its own EP place (engine.py v0.19.5:5004-5016, :5090).
+    const auto [er, edp] = zero3 && dp_rank >= 0 ? plan_.ep_coords(dp_rank) : std::pair<int, int>{0, 0};
+    formats::deepspeed::retarget_autoep_layers(root->get("ds_autoep_layers"), t.ep, t.dp, zero3, er, edp);
+    if (auto uc = root->get("universal_checkpoint_info"); uc && uc->kind == Kind::Dict)
+      formats::deepspeed::retarget_autoep_layers(uc->get("ds_autoep_layers"), t.ep, t.dp, zero3, er, edp);
+    // save_frozen_param = partition_gradients (ZeRO >= 2, engine.py v0.19.5:5097): {} or None; the
+    // source may be of another stage (a ZeRO-3 source's template has {}).
+    for (const char* k : {"frozen_param_shapes", "frozen_param_fragments"})
+      if (auto v = root->get(k); v && (t.zero_stage >= 2) != (v->kind == Kind::Dict))
+        root->set_item(k, t.zero_stage >= 2 ? Value::dict(true) : Value::none());
+  }
+  if (root->contains("dp_world_size")) root->set_item("dp_world_size", Value::integer(t.dp));
+  if (root->contains("mp_world_size"))
+    root->set_item("mp_world_size", Value::integer(formats::deepspeed::mp_world_size(t.tp, t.pp, model_.pipeline)));
+  if (auto cpd = root->get("checkpoint_parallel_dimensions"); cpd && cpd->kind == Kind::Dict) {
+    cpd->set_item("pp_degree", Value::integer(t.pp));
+    cpd->set_item("tp_degree", Value::integer(t.tp));
+  }
+  if (auto cfg = root->get("ds_config")) root->set_item("ds_config", ds_config(cfg));
+  retarget_args(root->get("args"), t, plan_.padded_vocab);
+  if (moe_line_) apply_moe_line(root, *moe_line_, moe_line_inputs(mr, root));
+  if (auto uc = root->get("universal_checkpoint_info"); uc && uc->kind == Kind::Dict && plan_.padded_vocab > 0 &&
+                                                          uc->contains("padded_vocab_size"))
+    uc->set_item("padded_vocab_size", Value::integer(plan_.padded_vocab));
+  return root;
+}
+
+uint64_t DeepSpeedWriter::write_model_file(int mp, const std::string& dir) const {
+  return emit((fs::path(dir) / plan_.mp_ranks.at(mp).model_file()).string(), model_root(mp));
+}
+
+uint64_t DeepSpeedWriter::write_zero3_model_file(int d, int mp, const std::string& dir) const {
+  return emit((fs::path(dir) / plan_.zero3_model_file(d, mp)).string(), model_root(mp, d));
+}
+
+uint64_t DeepSpeedWriter::write_layer_files(int mp, const std::string& dir) const {
+  const MpRankPlan& mr = plan_.mp_ranks.at(mp);
+  uint64_t n = 0;
+  for (const auto& lf : mr.layers) {
+    auto sd = Value::dict(true);
+    for (const auto& [local, where] : lf.entries)
+      sd->set_item(local, Value::of_tensor(low_precision_slice(mr.groups.at(where.first).slots.at(where.second))));
+    n += emit((fs::path(dir) / formats::deepspeed::layer_states_name(lf.layer, mr.tp_rank)).string(), sd);
+  }
+  return n;
+}
+
+uint64_t DeepSpeedWriter::write_expert_files(int mp, const std::string& dir) const {
+  const MpRankPlan& mr = plan_.mp_ranks.at(mp);
+  uint64_t n = 0;
+  for (const auto& ef : mr.expert_files) {
+    auto sd = Value::dict();  // a plain dict: an entry of defaultdict(dict) (engine.py v0.16.5:3373)
+    for (const auto& [name, w] : ef.entries) {
+      if (w[3] < 0) {
+        sd->set_item(name, Value::of_tensor(low_precision_slice(mr.expert_groups.at(w[0]).at(w[1]).slots.at(w[2]))));
+        continue;
+      }
+      const Slot& row = ef.rows.at(w[3]);  // AutoEP: one expert of a fused weight
+      Tensor t = low_precision_slice(row);
+      std::vector<int64_t> shape(row.slice.shape.begin() + 1, row.slice.shape.end());
+      sd->set_item(name, Value::of_tensor(Tensor(t.storage(), 0, shape, Tensor::contiguous_strides(shape))));
+    }
+    n += emit((fs::path(dir) / formats::deepspeed::expert_states_name(ef.moe_id, ef.expert, mp)).string(), sd);
+  }
+  if (moe_line_ && moe_line_->expp_files)
+    for (int r = 0; r < plan_.target.ep; ++r) {
+      // Under ZeRO the per-EP-rank optimizer file only says that the optimizer lives in the ZeRO shards.
+      auto d = Value::dict();
+      d->set_item("optimizer", Value::none());
+      n += emit((fs::path(dir) / formats::deepspeed::expert_optim_name(r, mp)).string(), d);
+    }
+  return n;
+}
+
+ValuePtr DeepSpeedWriter::optimizer_state(const GroupPlan& g, int part) const {
+  auto gs = Value::dict();
+  for (const auto& s : g.slots)  // the step of the group's first parameter that has a step.pt
+    if (auto step = reader_.step(s.param)) {
+      formats::deepspeed::tag_storages_cpu(step);  // a universal step.pt from an older ucp-union may carry cuda:N
+      gs->set_item("step", step);
+      break;
+    }
+  for (size_t k = 1; k < model_.states.size(); ++k)
+    gs->set_item(model_.states[k], Value::of_tensor(partition_tensor(g, part, model_.states[k], -1, true)));
+  return gs;
+}
+
+ValuePtr DeepSpeedWriter::target_loss_scaler() const {
+  auto ls = common_->get("loss_scaler");
+  // fp16 needs a dynamic scaler; other dtypes keep the source's scaler (or a static one).
+  const bool dynamic = ls && ls->class_path().find("DynamicLossScaler") != std::string::npos;
+  if (!ls || (plan_.target.dtype == DType::Float16) != dynamic) ls = loss_scaler(plan_.target.dtype);
+  return ls;
+}
+
+ValuePtr DeepSpeedWriter::common_param_groups() const {
+  auto g = common_->get("param_groups");
+  if (!g || !g->is_sequence()) throw Error("zero/optimizer_state.pt: no param_groups");
+  return g;
+}
+
+ValuePtr DeepSpeedWriter::zero3_state(int d, int mp) const {
+  const MpRankPlan& mr = plan_.mp_ranks.at(mp);
+  const auto& t = plan_.target;
+  const auto common_groups = common_param_groups();
+  // Sub-groups: the dense ones (partitioned over DP), then AutoEP's expert sub-groups of this rank's
+  // EP rank, partitioned over its expert-DP group (stage3.py v0.19.5:833-880, per parameter group in
+  // order; AutoEP's expert group comes after the dense one, moe/utils.py:72-175).
+  struct Sub {
+    const GroupPlan* g;
+    int part;
+  };
+  std::vector<Sub> subs;
+  std::vector<formats::deepspeed::Zero3PartitionGroup> pgroups;
+  std::vector<int> all_ranks(t.dp);
+  std::iota(all_ranks.begin(), all_ranks.end(), 0);
+  for (const auto& g : mr.groups) {
+    subs.push_back({&g, d});
+    pgroups.push_back({t.dp, d, all_ranks, false});
+  }
+  if (model_.autoep && !mr.expert_groups.empty()) {
+    const auto [er, edp] = plan_.ep_coords(d);
+    const auto ranks = formats::deepspeed::autoep_expert_dp_ranks(er, t.dp, t.ep, plan_.data_before_expert);
+    for (const auto& g : mr.expert_groups.at(er)) {
+      subs.push_back({&g, edp});
+      pgroups.push_back({g.partition_count, edp, ranks, true});
+    }
+  }
+  auto state = Value::dict();
+  auto flats = Value::list();
+  for (size_t sg = 0; sg < subs.size(); ++sg) {
+    state->entries.emplace_back(Value::integer(static_cast<int64_t>(sg)), optimizer_state(*subs[sg].g, subs[sg].part));
+    flats->items.push_back(Value::of_tensor(partition_tensor(*subs[sg].g, subs[sg].part, "fp32", -1, true)));
+  }
+  // One entry per optimizer param group, listing its sub-groups (DeepSpeed's
+  // _set_fp32_optimizer_param_groups), groups without parameters included.
+  auto hyper = Value::list();
+  for (size_t gi = 0; gi < common_groups->items.size(); ++gi) {
+    auto h = pickle::deep_copy(common_groups->items[gi]);
+    if (h->kind == Kind::Dict) {
+      auto ids = Value::list();
+      for (size_t sg = 0; sg < subs.size(); ++sg)
+        if (subs[sg].g->group == static_cast<int>(gi)) ids->items.push_back(Value::integer(static_cast<int64_t>(sg)));
+      h->set_item("params", ids);
+      if (auto moe = h->get("moe"); model_.autoep && moe && moe->kind == Kind::Bool && moe->b && h->contains("name"))
+        h->set_item("name", Value::str(formats::deepspeed::autoep_group_name(t.ep)));
+    }
+    hyper->items.push_back(h);
+  }
+  auto inner = Value::dict();
+  inner->set_item("state", state);
+  inner->set_item("param_groups", hyper);
+  auto osd = Value::dict(true);
+  osd->set_item("zero_stage", zero_stage_enum(3));
+  osd->set_item("loss_scaler", target_loss_scaler());
+  osd->set_item("dynamic_loss_scale", Value::boolean(t.dtype == DType::Float16));
+  auto ov = common_->get("overflow");
+  osd->set_item("overflow", ov ? ov : Value::boolean(false));
+  osd->set_item("partition_count", Value::integer(t.dp));
+  // Written only when a sub-group holds AutoEP experts (stage3.py v0.19.5:3117-3144).
+  if (model_.autoep && pgroups.size() > mr.groups.size())
+    osd->set_item("ds_zero_partition_groups", formats::deepspeed::zero3_partition_groups_value(pgroups, formats::deepspeed::autoep_group_name(t.ep)));
+  osd->set_item("optimizer_state_dict", inner);
+  osd->set_item("fp32_flat_groups", flats);
+  return osd;
+}
+
+uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir) const {
+  const MpRankPlan& mr = plan_.mp_ranks.at(mp);
+  const auto& t = plan_.target;
+  auto ver = target_ds_version();
+  auto root = Value::dict();
+  root->set_item("optimizer_state_dict", t.zero_stage == 3 ? zero3_state(d, mp) : zero12_state(d, mp));
+  ValuePtr tmpl = load_torch(model_.model_files.at(mr.template_file));
+  if (auto source_cfg = tmpl->get("ds_config")) {
+    root->set_item("ds_config", ds_config(source_cfg));
+  } else {
+    // Native MoE model files before 0.19.3 carry no ds_config.
+    root->set_item("ds_config", minimal_moe_ds_config(t.zero_stage, t.dtype == DType::BFloat16,
+                                                      t.dtype == DType::Float16, plan_.data_before_expert));
+  }
+  root->set_item("ds_version", ver);
+  return emit((fs::path(dir) / plan_.optim_file(d, mp)).string(), root);
+}
+
+ValuePtr DeepSpeedWriter::zero12_state(int d, int mp) const {
+  const MpRankPlan& mr = plan_.mp_ranks.at(mp);
+  const auto& t = plan_.target;
+  const auto common_groups = common_param_groups();
+
+  auto state = Value::dict();
+  auto hyper = Value::list();
+  auto fp32_parts = Value::list();
+  auto maps = Value::list();
+  auto pads = Value::list();
+  auto counts = Value::list();
+  // Dense groups partitioned over DP, then (native MoE) this rank's expert groups over expert-DP.
+  std::vector<std::pair<const GroupPlan*, int>> groups;
+  for (const auto& g : mr.groups) groups.push_back({&g, d});
+  if (!mr.expert_groups.empty()) {
+    const auto [er, edp] = plan_.ep_coords(d);
+    for (const auto& g : mr.expert_groups.at(er)) groups.push_back({&g, edp});
+  }
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const GroupPlan& g = *groups[gi].first;
+    const int p = groups[gi].second;
+    const PartitionPlan part = partition_of(g, p);
+    state->entries.emplace_back(Value::integer(static_cast<int64_t>(gi)), optimizer_state(g, p));
+    if (g.group >= (int)common_groups->items.size())
+      throw Error("zero/optimizer_state.pt: no param_groups entry for group " + std::to_string(g.group));
+    auto h = pickle::deep_copy(common_groups->items[g.group]);
+    if (h->kind == Kind::Dict) {
+      h->set_item("params", Value::list({Value::integer(static_cast<int64_t>(gi))}));
+      if (auto moe = h->get("moe"); moe && moe->kind == Kind::Bool && moe->b && h->contains("name"))
+        h->set_item("name", Value::str("ep_size_" + std::to_string(t.ep)));
+    }
+    hyper->items.push_back(h);
+    // ZeRO-1/2 drop the padding from the fp32 partition; BF16_Optimizer keeps it.
+    Tensor fp32 = partition_tensor(g, p, "fp32", t.bf16_optimizer ? -1 : g.partition - part.padding, true);
+    fp32_parts->items.push_back(Value::of_tensor(fp32));
+    auto m = Value::dict(true);
+    for (const auto& f : part.fragments) m->set_item(g.slots[f.slot].name, fragment_address(f.numel, f.start));
+    maps->items.push_back(m);
+    pads->items.push_back(Value::integer(part.padding));
+    counts->items.push_back(Value::integer(g.partition_count));
+  }
+
+  auto osd = Value::dict(true);
+  if (!t.bf16_optimizer) {
+    osd->set_item("loss_scaler", target_loss_scaler());
+    osd->set_item("dynamic_loss_scale", Value::boolean(t.dtype == DType::Float16));
+    auto ov = common_->get("overflow");
+    osd->set_item("overflow", ov ? ov : Value::boolean(false));
+  }
+  auto clip = common_->get("clip_grad");
+  osd->set_item("clip_grad", clip ? clip : Value::real(1.0));
+  auto base = Value::dict();
+  base->set_item("state", state);
+  base->set_item("param_groups", hyper);
+  osd->set_item("base_optimizer_state", base);
+  osd->set_item("single_partition_of_fp32_groups", fp32_parts);
+  if (!t.bf16_optimizer) osd->set_item("zero_stage", zero_stage_enum(t.zero_stage));
+  osd->set_item("group_paddings", pads);
+  osd->set_item("partition_count", counts);
+  osd->set_item("ds_version", target_ds_version());
+  osd->set_item("param_slice_mappings", maps);
+
+  return osd;
+}
+
+}  // namespace ucpkit::reshard

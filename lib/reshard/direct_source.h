@@ -1,0 +1,118 @@
+// ucp-load's direct mode (issue 18): a native DeepSpeed checkpoint as a "virtual universal
+// checkpoint". The extract plan (lib/ucp: which fragment of which shard file holds which part of
+// which TP slice) gives, in memory, the manifest ucp-union would write (without checksums) and the
+// elements of every atomic tensor on demand, read straight from the source shards; the load path
+// (UcpInfo plan, exchange, writers) is unchanged. Nothing is written but the target.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/tensor.h"
+#include "io/zip/zip_crc_check.h"
+#include "reshard/model_info.h"
+#include "reshard/universal_reader.h"
+#include "to_universal/plan.h"
+
+namespace ucpkit::to_universal {
+class SourceCache;
+}
+
+namespace ucpkit::reshard {
+
+// True when `input` is a universal checkpoint folder (has manifest.json); otherwise ucp-load treats
+// it as a native checkpoint (or its parent with `latest`, or a ucp-extract work folder).
+bool is_universal_input(const std::string& input);
+
+// The folder a native input's data is read from (global_stepN, or the work folder); throws Error
+// when `input` is neither kind of checkpoint.
+std::string native_checkpoint_dir(const std::string& input);
+
+// The extract plan of a native checkpoint (or work folder); refuses what direct mode cannot read.
+to_universal::ExtractPlan direct_plan(const std::string& input);
+
+// What ucp-union would put in manifest.json and zero/optimizer_state.pt, in memory; model files are
+// the source's own (ucp-union copies them byte for byte).
+UniversalMeta direct_meta(const to_universal::ExtractPlan& plan);
+
+// Atomic tensors read from the source shards. Elements of a split parameter map to (TP rank,
+// fragment, offset) by the same tp_slice rule the load plan uses, so a run of universal elements is
+// one pread per fragment it crosses; replicated / averaged parameters (small: norms, biases) are
+// joined once by ucp-union's own code and kept.
+class DirectSource final : public AtomicSource {
+ public:
+  DirectSource(const to_universal::ExtractPlan& plan, const ModelInfo& model);
+  ~DirectSource() override;
+  void read(int param, int state, int64_t a, int64_t n, float* dst) override;
+  pickle::ValuePtr step(int param) override;
+  void whole_crc(int param, int state, uint32_t crc) override;
+  // `ucp-load --plan` on a native input: where every atomic tensor's elements lie in the source
+  // (runs of file, byte offset, bytes, first universal element; adjacent runs merged) and totals.
+  nlohmann::json source_json() const;
+  // Where atomic elements [a, a + n) of (param, state) lie in the source files: emit(file index,
+  // byte offset, bytes, element offset in [0, n)) per run, in element order. False (nothing
+  // emitted) for a joined (replicated / averaged) parameter, which no single byte range holds.
+  bool file_runs(int param, int state, int64_t a, int64_t n,
+                 const std::function<void(int, uint64_t, uint64_t, int64_t)>& emit) const;
+  // The source files' zip CRC-32 computed on the bytes as they are read (one process, unless
+  // --no-verify): while on, every piece read from a shard is checksummed into the file's list;
+  // check_source_crcs() then checks every record of every file in `paths` (the shards with their
+  // pieces, the others read whole), reading only what no piece covered. Throws Error naming the
+  // file and record on a mismatch. Returns the bytes read for the check.
+  void keep_source_crcs(bool on) { keep_crcs_ = on; }
+  uint64_t check_source_crcs(const std::vector<std::string>& paths, int threads);
+  // Universal checksums computed on the way (--verify): {name: {state: "crc32 hex"}}.
+  nlohmann::json checksums() const;
+  // Compares the checksums computed here (under MPI: this rank's share) with a universal
+  // checkpoint's manifest.json (or its folder); throws Error naming the first difference or a
+  // parameter set that is not the source's. Returns how many were compared.
+  size_t compare_with(const std::string& manifest_path) const;
+
+ private:
+  struct Piece {
+    int64_t start = 0, len = 0;  // along the split dim of the (vocabulary-padded) universal tensor
+    int t = 0;                   // source TP rank
+    int64_t at = 0;              // offset along that dim inside the TP slice
+  };
+  struct Param {
+    const to_universal::ParamPlan* plan = nullptr;
+    enum Kind { Identity, Mapped, Joined } kind = Identity;
+    int dim = 0;
+    int64_t inner = 1, rows = 1;              // elements after `dim`; padded size of `dim`
+    std::vector<Piece> pieces;                // sorted by start
+    std::vector<int64_t> slice_rows;          // [t] size of `dim` in TP slice t
+    std::vector<std::vector<int64_t>> prefix; // [t] element offset of each fragment in slice t (+ total)
+    std::vector<std::vector<std::vector<Tensor>>> frags;  // [state][t][k] fragment views
+    std::vector<std::vector<int>> files;      // [t][k] source file
+  };
+  void copy_slice(const Param& p, int state, int t, int64_t pos, int64_t n, float* dst);
+  // Calls emit(TP rank, position in its slice, count, offset in [a, a + n)) for the runs of a
+  // Mapped or Identity parameter's elements [a, a + n).
+  template <typename F>
+  void for_each_slice_run(const Param& p, int64_t a, int64_t n, F&& emit) const;
+  uint64_t file_offset(const Param& p, int state, int t, size_t k) const;  // byte offset of fragment k's element 0
+  const float* joined(int param, int state);
+
+  const to_universal::ExtractPlan& plan_;
+  const ModelInfo& model_;
+  std::unique_ptr<to_universal::SourceCache> cache_;
+  std::vector<Param> params_;
+  std::vector<std::unique_ptr<std::once_flag>> joined_once_;
+  std::vector<std::vector<float>> joined_;
+  struct FilePieces {
+    std::mutex mu;
+    std::vector<KnownCrc> list;
+  };
+  bool keep_crcs_ = false;
+  std::vector<std::unique_ptr<FilePieces>> pieces_;  // [source file]
+  mutable std::mutex crc_mu_;
+  std::map<std::pair<int, int>, uint32_t> crc_;
+};
+
+}  // namespace ucpkit::reshard

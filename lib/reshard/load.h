@@ -1,0 +1,83 @@
+// The ucp-load driver: universal checkpoint -> target layout (DeepSpeed files or safetensors),
+// planned with UcpInfo and each rank's LoadPlan (load_plan.h), executed with TBB threads (and MPI ranks
+// under mpirun), written atomically.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "reshard/load_plan.h"
+#include "reshard/output_format.h"
+#include "reshard/target_defaults.h"
+#include "reshard/ucp_info.h"
+#include "core/reporter.h"
+
+namespace ucpkit::reshard {
+
+struct LoadOptions {
+  std::string input, output;
+  TargetLayout target;                   // bf16_optimizer is resolved from `optimizer`
+  TargetGiven given;                     // fields of `target` the command line gave; the rest are the source's
+  OptimizerKind optimizer = OptimizerKind::Auto;
+  OutputFormat format = OutputFormat::DeepSpeed;
+  Reporter reporter;                     // warnings, details, progress (tools: tool::console_reporter())
+  int threads = 0;                       // 0: all cores
+  bool verify = true;                    // check atomic tensors against manifest checksums
+  bool overwrite = false;
+  bool sync = true;                      // flush the output to stable storage before renaming it (--no-sync: off)
+  int64_t vocab_multiple = 0;            // 0: from args / inferred from the source padding
+  uint64_t shard_bytes = 5ull << 30;     // safetensors shard size limit
+  ExchangeMode exchange = ExchangeMode::Auto;
+  uint64_t batch_bytes = 256ull << 20;   // exchange: atomic bytes per batch (bounds memory per rank)
+  // Direct mode (input is a native checkpoint): compute the universal checksums on the way and
+  // compare them with this universal checkpoint's manifest.json (or folder); "" = none.
+  std::string verify_against;
+  // DeepSpeed output: when `output` exists and its layout record (layout_record.h) is what this run
+  // would write, write nothing (LoadSummary::reused); otherwise convert (replacing it needs overwrite).
+  bool reuse_output = false;
+};
+
+struct LoadSummary {
+  std::string output;
+  OutputFormat format = OutputFormat::DeepSpeed;
+  size_t params = 0, files_written = 0;
+  uint64_t bytes_read = 0;      // atomic bytes read from files (files mode: copied into target files,
+                                // each DP partition once; exchange mode: each atomic tensor once)
+  bool exchange = false;        // exchange mode used
+  size_t batches = 0;           // exchange batches
+  nlohmann::json phase_seconds = nlohmann::json::object();  // exchange: seconds per phase (rank 0)
+  // Exchange: sum over fill steps of the busiest rank's bytes over the same with every step split
+  // evenly (1.0: no rank waits for another in the fill).
+  double fill_balance = 0;
+  uint64_t bytes_verified = 0;  // atomic bytes read for checksum verification (each tensor once)
+  bool direct = false;          // read a native checkpoint directly (no universal checkpoint)
+  size_t checksums_compared = 0;  // direct mode with verify_against
+  uint64_t bytes_written = 0, peak_rss_bytes = 0;
+  double seconds = 0;
+  int ranks = 1, threads = 1;
+  nlohmann::json from_source = nlohmann::json::object();  // target values taken from the source (target_defaults.h)
+  nlohmann::json target = nlohmann::json::object();       // the layout written: the layout record
+  bool reused = false;          // reuse_output: the output already held this layout; nothing written
+  nlohmann::json to_json() const;
+};
+
+// Model description + target (optimizer flavour resolved) + plan, without writing anything.
+struct DirectInput;  // direct mode: the source's extract plan and common optimizer state (load.cpp)
+struct Prepared {
+  ModelInfo model;
+  UcpInfo plan;
+  std::shared_ptr<DirectInput> direct;  // null: the input is a universal checkpoint
+  nlohmann::json from_source = nlohmann::json::object();  // target values taken from the source
+  nlohmann::json record;                // DeepSpeed output: its layout record (ucpkit_layout.json)
+};
+Prepared prepare(const LoadOptions& options);
+
+// `ucp-load --plan`: the UcpInfo as JSON, with `from_source` and (DeepSpeed output) the layout `record`.
+nlohmann::json plan_json(const LoadOptions& options);
+
+// Writes the target checkpoint under options.output (built under a temporary name, then renamed).
+LoadSummary run_load(const LoadOptions& options);
+
+}  // namespace ucpkit::reshard

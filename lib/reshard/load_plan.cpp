@@ -1,0 +1,73 @@
+// ucp-load's per-rank plan: target flavour, files or exchange mode, verification and file shares.
+#include "reshard/load_plan.h"
+
+#include "reshard/load.h"
+#include "parallel/share.h"
+
+namespace ucpkit::reshard {
+
+TargetLayout resolve_target(const TargetLayout& target, OptimizerKind kind, const ModelInfo& model) {
+  TargetLayout t = target;
+  switch (kind) {
+    case OptimizerKind::Zero: t.bf16_optimizer = false; break;
+    case OptimizerKind::Bf16: t.bf16_optimizer = true; break;
+    case OptimizerKind::Auto:
+      t.bf16_optimizer = t.dtype == DType::BFloat16 &&
+                         (t.zero_stage == 0 || (t.zero_stage == 1 && model.source_bf16_optimizer));
+      break;
+  }
+  return t;
+}
+
+bool uses_exchange(OutputFormat format, ExchangeMode mode, int ranks) {
+  return format == OutputFormat::DeepSpeed &&
+         (mode == ExchangeMode::Exchange || (mode == ExchangeMode::Auto && ranks > 1));
+}
+
+std::vector<FileJob> file_jobs(const ModelInfo& model, const UcpInfo& plan) {
+  std::vector<FileJob> jobs;
+  const uint64_t es = dtype_size(plan.target.dtype);
+  const bool zero3 = plan.target.zero_stage == 3;
+  for (const auto& mr : plan.mp_ranks) {
+    uint64_t numel = 0, part = 0;
+    for (const auto& g : mr.groups) {
+      numel += g.numel;
+      part += g.partition;
+    }
+    if (!zero3) jobs.push_back({FileJob::Model, mr.mp, 0, numel * es * (mr.layers.empty() ? 1 : 2)});
+    for (int d = 0; d < plan.target.dp; ++d) {
+      if (zero3) jobs.push_back({FileJob::Zero3Model, mr.mp, d, 0});
+      jobs.push_back({FileJob::Optim, mr.mp, d, part * 4 * model.states.size()});
+    }
+  }
+  return jobs;
+}
+
+std::vector<char> verify_mask(const ModelInfo& model, int ranks, int rank) {
+  std::vector<uint64_t> sizes;
+  for (const auto& p : model.params) sizes.push_back(4 * model.states.size() * static_cast<uint64_t>(p.stored_numel));
+  const auto owner = parallel::assign_by_size(sizes, ranks);
+  std::vector<char> mask(model.params.size());
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = owner[i] == rank;
+  return mask;
+}
+
+LoadPlan plan_load(const LoadOptions& options, const ModelInfo& model, const UcpInfo& plan, bool direct, int ranks,
+                   int rank) {
+  LoadPlan p;
+  p.format = options.format;
+  p.direct = direct;
+  p.verify = direct ? !options.verify_against.empty() : options.verify;
+  p.exchange = uses_exchange(options.format, options.exchange, ranks);
+  p.verify_first = p.verify && !p.exchange;
+  if (p.verify_first) p.verify_mask = verify_mask(model, ranks, rank);
+  if (options.format == OutputFormat::DeepSpeed && !p.exchange) {
+    p.jobs = file_jobs(model, plan);
+    std::vector<uint64_t> sizes;
+    for (const auto& j : p.jobs) sizes.push_back(j.bytes);
+    p.my_jobs = parallel::share_of(sizes, ranks, rank);
+  }
+  return p;
+}
+
+}  // namespace ucpkit::reshard

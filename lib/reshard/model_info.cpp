@@ -1,0 +1,485 @@
+// Reading a universal checkpoint's model description: manifest.json, param_shapes, Megatron args.
+#include "reshard/model_info.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <optional>
+#include <set>
+#include <stdexcept>
+
+#include "core/confine.h"
+#include "core/error.h"
+#include "io/shape.h"
+#include "io/torch/torch_file.h"
+#include "formats/deepspeed/autoep.h"
+#include "formats/deepspeed/module_tree.h"
+#include "formats/deepspeed/pipeline.h"
+#include "formats/deepspeed/files.h"
+#include "formats/universal/manifest.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::reshard {
+
+using pickle::Kind;
+using pickle::ValuePtr;
+
+int ModelInfo::param_index(const std::string& name) const {
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+int64_t pad_vocab(int64_t vocab, int64_t multiple, int tp) {
+  const int64_t m = multiple * tp;
+  return (vocab + m - 1) / m * m;
+}
+
+int64_t infer_vocab_multiple(int64_t vocab, int64_t padded, int tp) {
+  for (int64_t m = 128; m >= 1; m /= 2)
+    if (pad_vocab(vocab, m, tp) == padded) return m;
+  throw Error("padded_vocab_size " + std::to_string(padded) + " is not vocab " + std::to_string(vocab) +
+              " padded to a power-of-two multiple of tp=" + std::to_string(tp) + " (pass --vocab-multiple)");
+}
+
+namespace {
+
+int64_t arg_int(const ValuePtr& args, const char* field) {
+  if (!args || args->kind != Kind::Object) return 0;
+  auto a = args->attr(field);
+  return a && a->kind == Kind::Int ? a->i : 0;
+}
+
+// A boolean Megatron argument; nullopt when args does not hold it.
+std::optional<bool> arg_bool(const ValuePtr& args, const char* field) {
+  if (!args || args->kind != Kind::Object) return std::nullopt;
+  auto a = args->attr(field);
+  if (a && a->kind == Kind::Bool) return a->b;
+  return std::nullopt;
+}
+
+// ds_config's {"<key>": {"enabled": b}} (DeepSpeed's precision sections); false when absent.
+bool config_enabled(const ValuePtr& cfg, const char* key) {
+  auto section = cfg->get(key);
+  if (!section || section->kind != Kind::Dict) return false;
+  auto e = section->get("enabled");
+  return e && e->kind == Kind::Bool && e->b;
+}
+
+// The training precision and ZeRO stage the source ran with: the saved ds_config (a dict; a section
+// it lacks has DeepSpeed's default, disabled / stage 0), else Megatron's args (fp16, bf16, zero_stage).
+void read_training_config(ModelInfo& m, const ValuePtr& cfg, const ValuePtr& args) {
+  if (cfg && cfg->kind == Kind::Dict) {
+    m.source_dtype = config_enabled(cfg, "fp16")                                          ? DType::Float16
+                     : config_enabled(cfg, "bf16") || config_enabled(cfg, "bfloat16") ? DType::BFloat16
+                                                                                          : DType::Float32;
+    m.source_config_zero_stage = 0;
+    if (auto z = cfg->get("zero_optimization"); z && z->kind == Kind::Dict)
+      if (auto st = z->get("stage"); st && st->kind == Kind::Int) m.source_config_zero_stage = static_cast<int>(st->i);
+    return;
+  }
+  const auto fp16 = arg_bool(args, "fp16"), bf16 = arg_bool(args, "bf16");
+  if (fp16 && *fp16) m.source_dtype = DType::Float16;
+  else if (bf16 && *bf16) m.source_dtype = DType::BFloat16;
+  else if (fp16 && bf16) m.source_dtype = DType::Float32;
+  if (args && args->kind == Kind::Object)
+    if (auto z = args->attr("zero_stage"); z && z->kind == Kind::Int) m.source_config_zero_stage = static_cast<int>(z->i);
+}
+
+// Names in flat-buffer order per group, from a model file's param_shapes.
+std::vector<std::vector<std::string>> group_lists(const ValuePtr& root, const std::string& path) {
+  std::vector<std::vector<std::string>> out;
+  auto ps = root->get("param_shapes");
+  if (!ps || !ps->is_sequence()) fail(path, "no param_shapes list (needed for the optimizer group layout)");
+  for (const auto& g : ps->items) {
+    if (!g || g->kind != Kind::Dict) fail(path, "param_shapes entry is not a dict");
+    std::vector<std::string> names;
+    for (const auto& [k, v] : g->entries) names.push_back(k->as_str());
+    out.push_back(std::move(names));
+  }
+  return out;
+}
+
+// Native MoE model files have no param_shapes: dense params follow the module order, expert params
+// (layer, global expert, name order); optimizer groups follow Megatron's rule (no weight decay for
+// biases and norms, i.e. 1-D tensors) matched against the common param_groups (moe flag, decay).
+void read_moe_groups(ModelInfo& m, std::map<std::string, ParamInfo>& by_name, const ValuePtr& first,
+                     const ValuePtr& osd, const fs::path& opt) {
+  auto groups = osd && osd->kind == Kind::Dict ? osd->get("param_groups") : nullptr;
+  if (!groups || !groups->is_sequence()) fail(opt.string(), "no param_groups");
+  int dense[2] = {-1, -1}, moe[2] = {-1, -1};
+  for (size_t i = 0; i < groups->items.size(); ++i) {
+    const auto& g = groups->items[i];
+    if (!g || g->kind != Kind::Dict) continue;
+    const bool is_moe = g->get("moe") && g->get("moe")->kind == Kind::Bool && g->get("moe")->b;
+    const auto wd = g->get("weight_decay");
+    const int slot = wd && wd->as_float() > 0 ? 0 : 1;
+    int& target = is_moe ? moe[slot] : dense[slot];
+    if (target < 0) target = static_cast<int>(i);
+  }
+  auto group_of = [&](const ParamInfo& p, const int* table) {
+    const int slot = p.shape.size() >= 2 ? 0 : 1;
+    if (table[slot] < 0)
+      fail(opt.string(), "no " + std::string(slot == 0 ? "weight-decay" : "no-decay") + (table == moe ? " expert" : "") +
+                             " param group for " + p.name);
+    return table[slot];
+  };
+  m.groups = static_cast<int>(groups->items.size());
+  m.expert_group_of = {moe[0], moe[1]};
+  std::set<std::string> placed;
+  auto module = first->get("module");
+  for (const auto& entry : formats::deepspeed::module_tensors(module)) {
+      const std::string& flat_name = entry.first;  // flat or Megatron's nested module
+      auto it = by_name.find(flat_name);
+      if (it == by_name.end() || it->second.expert >= 0) continue;
+      it->second.group = group_of(it->second, dense);
+      m.params.push_back(it->second);
+      placed.insert(it->first);
+    }
+  for (auto& [n, p] : by_name)
+    if (p.expert < 0 && !placed.count(n))
+      throw Error("manifest.json: parameter " + n + " is not in the model file's module");
+  std::vector<ParamInfo> experts;
+  std::set<int> layers;
+  for (auto& [n, p] : by_name)
+    if (p.expert >= 0) {
+      p.group = group_of(p, moe);
+      experts.push_back(p);
+      layers.insert(p.moe_layer);
+    }
+  std::vector<int> layer_list(layers.begin(), layers.end());
+  for (auto& p : experts)
+    p.moe_id = static_cast<int>(std::find(layer_list.begin(), layer_list.end(), p.moe_layer) - layer_list.begin());
+  std::stable_sort(experts.begin(), experts.end(), [&](const ParamInfo& a, const ParamInfo& b) {
+    if (a.moe_layer != b.moe_layer) return a.moe_layer < b.moe_layer;
+    if (a.expert != b.expert) return a.expert < b.expert;
+    return a.manifest_index < b.manifest_index;
+  });
+  for (auto& p : experts) m.params.push_back(std::move(p));
+  if (m.num_experts.empty()) throw Error("manifest.json: native MoE checkpoint without source.num_experts");
+}
+
+// The DP-rank-0 model file of each TP rank among a ZeRO-3 source's zero_pp_rank_D_mp_rank_TT files.
+std::vector<std::string> zero3_templates(const std::vector<std::string>& files, int tp, const std::string& manifest) {
+  std::vector<std::string> out;
+  for (int t = 0; t < tp; ++t) {
+    const std::string name = formats::deepspeed::zero3_model_states_name(0, t);
+    auto it = std::find_if(files.begin(), files.end(), [&](const std::string& f) { return fs::path(f).filename() == name; });
+    if (it == files.end()) throw Error(manifest + ": ZeRO-3 source without " + name + " in model_files");
+    out.push_back(*it);
+  }
+  return out;
+}
+
+// ZeRO-3: param_groups[g]["params"] lists the sub-group indices of optimizer group g (the optimizer's
+// state_dict numbering of the fp32 sub-group partitions). Returns the group of every sub-group.
+std::vector<int> sub_group_owners(const ValuePtr& osd, const std::string& path, size_t sub_groups) {
+  auto groups = osd && osd->kind == Kind::Dict ? osd->get("param_groups") : nullptr;
+  if (!groups || !groups->is_sequence()) fail(path, "no param_groups (needed to place ZeRO-3 sub-groups)");
+  std::vector<int> owner(sub_groups, -1);
+  for (size_t g = 0; g < groups->items.size(); ++g) {
+    auto ids = groups->items[g] && groups->items[g]->kind == Kind::Dict ? groups->items[g]->get("params") : nullptr;
+    if (!ids || !ids->is_sequence()) fail(path, "param_groups[" + std::to_string(g) + "] has no params list");
+    for (const auto& id : ids->items) {
+      const int64_t sg = id ? id->as_int() : -1;
+      if (sg < 0 || sg >= static_cast<int64_t>(sub_groups) || owner[static_cast<size_t>(sg)] >= 0)
+        fail(path, "param_groups[" + std::to_string(g) + "] lists sub-group " + std::to_string(sg) + " but the model "
+                   "file has " + std::to_string(sub_groups) + " (or it is listed twice)");
+      owner[static_cast<size_t>(sg)] = static_cast<int>(g);
+    }
+  }
+  for (size_t sg = 0; sg < sub_groups; ++sg)
+    if (owner[sg] < 0) fail(path, "ZeRO-3 sub-group " + std::to_string(sg) + " is in no param group");
+  return owner;
+}
+
+}  // namespace
+
+// --- Steps of model_info_from (model_info.h) ---
+
+ModelInfo source_model_info(const UniversalMeta& meta, const formats::universal::UniversalSource& src) {
+  ModelInfo m;
+  m.source_tp = src.tp;
+  m.source_pp = src.pp;
+  m.source_dp = src.dp;
+  m.source_ep = src.ep;
+  m.pipeline = src.pipeline;
+  m.tag = src.tag.value_or(m.tag);
+  m.data_before_expert = src.data_before_expert.value_or(false);
+  m.ds_line = src.ds_line;
+  if (!src.autoep.is_null()) {
+    m.autoep = true;
+    m.autoep_layers = src.autoep;
+  }
+  m.num_experts = src.num_experts;
+  m.source_zero_stage = src.zero_stage;
+  m.patterns_json = meta.manifest.patterns_set;
+  m.patterns = patterns::PatternSet::from_json(m.patterns_json, "manifest");
+  m.model_files = meta.model_files;
+  const bool zero3 = m.source_zero_stage == 3;
+  const int per_rank = zero3 ? m.source_dp : 1;  // ZeRO-3: every DP rank has its own model file
+  if ((int)m.model_files.size() != m.source_tp * m.source_pp * per_rank)
+    throw Error(meta.manifest_path + ": " + std::to_string(m.model_files.size()) +
+                " model files listed but the source layout has " + (zero3 ? "tp*dp = " : "tp*pp = ") +
+                std::to_string(m.source_tp * m.source_pp * per_rank));
+  return m;
+}
+
+std::map<std::string, ParamInfo> params_from_manifest(ModelInfo& m, const UniversalMeta& meta) {
+  const bool on_disk = !meta.dir.empty();
+  std::map<std::string, ParamInfo> by_name;
+  std::set<std::string> states;
+  for (const auto& e : meta.manifest.params) {
+    ParamInfo p;
+    p.name = e.name;
+    p.shape = e.shape;
+    p.rule = patterns::classify(m.patterns, p.name);
+    p.stored_numel = numel_of(p.shape);
+    // ds_to_universal's ZeRO-3 TP = 1 form keeps the vocabulary padding: the universal tensor is the
+    // first original_vocab_size rows (the same rows the TP > 1 form keeps), the padding is dropped.
+    if (e.flat && p.rule.vocab && m.patterns.original_vocab_size && !p.shape.empty() &&
+        p.shape[0] > *m.patterns.original_vocab_size)
+      p.shape[0] = *m.patterns.original_vocab_size;
+    p.step = e.step;
+    p.flat = e.flat;
+    p.manifest_index = static_cast<int>(by_name.size());
+    if (e.autoep) {
+      p.autoep_experts = e.autoep->num_experts;
+      p.moe_id = e.autoep->moe_layer_id;
+      if (!m.autoep || p.autoep_experts < 1)
+        throw Error(meta.manifest_path + ": AutoEP expert weight " + p.name + " without source.autoep");
+    }
+    if (e.expert) {
+      m.native_moe = true;
+      p.expert = e.expert->global_id;
+      p.moe_layer = e.expert->layer;
+    }
+    for (const auto& [state, s] : e.states) {
+      p.state_files[state] = s.file;
+      states.insert(state);
+      if (!on_disk) continue;  // direct mode: the states are read from the source checkpoint
+      confined_path(meta.dir, s.file, meta.manifest_path, p.name + " " + state + " file");
+      if (!s.crc32) throw Error(meta.manifest_path + ": parameter " + p.name + " state " + state + " has no crc32");
+      p.crc32[state] = *s.crc32;
+    }
+    if (!p.state_files.count("fp32")) throw Error(meta.manifest_path + ": parameter " + p.name + " has no fp32 state");
+    by_name[p.name] = std::move(p);
+  }
+  m.states.push_back("fp32");
+  for (const auto& s : states)
+    if (s != "fp32") m.states.push_back(s);
+  for (const auto& [n, p] : by_name)
+    if (p.state_files.size() != m.states.size())
+      throw Error(meta.manifest_path + ": parameter " + n + " has " + std::to_string(p.state_files.size()) +
+                  " states, others " + std::to_string(m.states.size()));
+  return by_name;
+}
+
+void read_model_file_facts(ModelInfo& m, const ValuePtr& first, bool data_before_expert_recorded) {
+  // The expert/data rank order when the manifest does not record it (a ZeRO-3 AutoEP source): the
+  // saved ds_config's use_data_before_expert_parallelism (runtime/constants.py:518).
+  if (m.autoep && !data_before_expert_recorded)
+    if (auto cfg = first->get("ds_config"); cfg && cfg->kind == Kind::Dict)
+      if (auto f = cfg->get(formats::deepspeed::kUseDataBeforeExpertParallelism); f && f->kind == Kind::Bool) m.data_before_expert = f->b;
+  auto args = first->get("args");
+  read_training_config(m, first->get("ds_config"), args);
+  m.heads = arg_int(args, "num_attention_heads");
+  m.kv_heads = arg_int(args, "num_key_value_heads");
+  m.hidden = arg_int(args, "hidden_size");
+  m.ffn = arg_int(args, "ffn_hidden_size");
+  if (!m.patterns.original_vocab_size) return;
+  m.original_vocab = *m.patterns.original_vocab_size;
+  if (int64_t mult = arg_int(args, "make_vocab_size_divisible_by"); mult > 0) {
+    m.vocab_multiple = mult;
+  } else if (m.patterns.padded_vocab_size) {
+    m.vocab_multiple = infer_vocab_multiple(m.original_vocab, *m.patterns.padded_vocab_size, m.source_tp);
+    m.vocab_multiple_ambiguous =
+        m.vocab_multiple > 1 && pad_vocab(m.original_vocab, m.vocab_multiple / 2, m.source_tp) == *m.patterns.padded_vocab_size;
+  }
+}
+
+namespace {
+
+// Whether the last stage's group `names` lists its copies of earlier stages' parameters (`seen`)
+// first (true) or last (false); nullopt when it shows neither (no copy, or nothing but copies).
+std::optional<bool> copies_first(const std::vector<std::string>& names, const std::set<std::string>& seen,
+                                 const std::string& path, size_t g) {
+  size_t copies = 0, leading = 0, trailing = 0;
+  for (const auto& name : names) copies += seen.count(name);
+  if (copies == 0 || copies == names.size()) return std::nullopt;
+  while (leading < names.size() && seen.count(names[leading])) ++leading;
+  while (trailing < names.size() && seen.count(names[names.size() - 1 - trailing])) ++trailing;
+  if (leading != copies && trailing != copies)
+    fail(path, "param_shapes group " + std::to_string(g) + " interleaves pipeline-replicated copies with the "
+               "stage's own parameters (neither first nor last)");
+  return leading == copies;
+}
+
+}  // namespace
+
+void place_dense_params(ModelInfo& m, const std::map<std::string, ParamInfo>& by_name, const StageRoot& stage_root,
+                        const ValuePtr& osd, const std::string& opt_path) {
+  const bool zero3 = m.source_zero_stage == 3;
+  std::set<std::string> seen;
+  // Whether the last stage lists its tied copies before its own parameters, per group, from the
+  // source's param_shapes; PipelineModule's registration order (tied modules first) when a group does
+  // not show it (no tied copy, or nothing else in the group).
+  std::optional<bool> tied_first;
+  for (int s = 0; s < m.source_pp; ++s) {
+    const std::string& path = m.model_files[s * m.source_tp];
+    const auto lists = group_lists(stage_root(s), path);
+    // ZeRO-3 lists sub-groups, each inside one optimizer param group (in group order).
+    const std::vector<int> group_of = zero3 ? sub_group_owners(osd, opt_path, lists.size()) : std::vector<int>();
+    m.groups = zero3 ? static_cast<int>(osd->get("param_groups")->items.size())
+                     : std::max<int>(m.groups, static_cast<int>(lists.size()));
+    for (size_t g = 0; g < lists.size(); ++g) {
+      if (s == m.source_pp - 1 && s > 0)
+        if (const auto first = copies_first(lists[g], seen, path, g)) {
+          if (tied_first && *tied_first != *first)
+            fail(path, "param_shapes groups disagree on whether pipeline-replicated copies come first");
+          tied_first = first;
+        }
+      for (const auto& name : lists[g]) {
+        if (seen.count(name)) continue;
+        auto it = by_name.find(name);
+        if (it == by_name.end())
+          throw Error(path + ": parameter " + name + " has no entry in manifest.json (incomplete universal checkpoint)");
+        seen.insert(name);
+        m.params.push_back(it->second);
+        m.params.back().group = zero3 ? group_of[g] : static_cast<int>(g);
+      }
+    }
+  }
+  for (const auto& [n, p] : by_name)
+    if (!seen.count(n)) throw Error("manifest.json: parameter " + n + " appears in no model file's param_shapes");
+  m.tied_copy_first = tied_first.value_or(formats::deepspeed::kTiedModulesFirst);
+}
+
+void mark_autoep_expert_groups(ModelInfo& m) {
+  std::set<int> expert_groups, dense_groups;
+  for (const auto& p : m.params) (p.autoep_experts > 0 ? expert_groups : dense_groups).insert(p.group);
+  for (int g : expert_groups)
+    if (dense_groups.count(g))
+      fail(m.model_files[0], "param_shapes group " + std::to_string(g) + " mixes AutoEP expert weights and dense parameters");
+  m.expert_group_of.assign(expert_groups.begin(), expert_groups.end());
+}
+
+void set_pipeline_positions(ModelInfo& m, const formats::universal::UniversalSource& src, const std::string& manifest_path) {
+  std::set<int> blocks, numbered;
+  bool any_tied = false;
+  for (auto& p : m.params) {
+    const auto [idx, local] = formats::deepspeed::split_pipeline_name(p.name);
+    if (idx == -2) throw Error("pipeline model parameter " + p.name + " is neither <layer>.<name> nor tied_modules.*");
+    p.local = local;
+    if (idx >= 0) {
+      p.layer = idx;
+      numbered.insert(idx);
+      if (formats::deepspeed::is_block_local(local)) blocks.insert(idx);
+    } else {
+      p.tied = true;
+      any_tied = true;
+    }
+  }
+  for (auto& p : m.params) p.transformer = p.layer >= 0 && blocks.count(p.layer);
+  // Layer-file numbering: the source checkpoint's own record (ucp-union reads its layer files),
+  // else the model family's pattern file; never a guess.
+  if (!src.pipeline_numbering.is_null())
+    m.numbering = formats::deepspeed::pipeline_numbering_from_json(src.pipeline_numbering, manifest_path);
+  else
+    m.numbering = formats::deepspeed::pipeline_numbering_from_patterns(m.patterns_json, numbered, blocks);
+  if (any_tied && m.numbering.embedding < 0)
+    throw Error(manifest_path + ": pipeline checkpoint without source.pipeline_numbering (made by an older ucp-union?) and "
+                "no pipeline_numbering in its patterns: the layer_NN files of the tied embedding are unknown");
+  m.layer_keys = src.layer_keys;
+  for (auto& p : m.params)
+    if (p.tied) p.layer = m.numbering.embedding;
+  m.tied_head_layer = m.numbering.tied_head;
+}
+
+// --- Reading ---
+
+namespace {
+
+// The files model_info_from reads must exist (a missing one: the universal checkpoint is incomplete).
+void check_model_files_present(const ModelInfo& m) {
+  for (const auto& f : m.model_files)
+    if (!fs::exists(f)) throw Error(f + ": missing (the universal checkpoint is incomplete)");
+}
+
+void check_state_files_present(const std::map<std::string, ParamInfo>& by_name, const std::string& dir) {
+  if (dir.empty()) return;  // direct mode: the states are read from the source checkpoint
+  for (const auto& [n, p] : by_name)
+    for (const auto& [state, rel] : p.state_files)
+      if (!fs::exists(fs::path(dir) / rel))
+        throw Error((fs::path(dir) / rel).string() + ": missing (the universal checkpoint is incomplete)");
+}
+
+}  // namespace
+
+ModelInfo model_info_from(const UniversalMeta& meta) {
+  const formats::universal::UniversalSource src = meta.manifest.source_facts(meta.manifest_path);
+  ModelInfo m = source_model_info(meta, src);
+  check_model_files_present(m);
+  auto by_name = params_from_manifest(m, meta);
+  check_state_files_present(by_name, meta.dir);
+  if (m.source_zero_stage == 3) m.model_files = zero3_templates(m.model_files, m.source_tp, meta.manifest_path);
+
+  // Model files: group membership and flat-buffer order (stage by stage), Megatron sizes.
+  ValuePtr first = load_torch(m.model_files[0]);
+  if (!first || first->kind != Kind::Dict) fail(m.model_files[0], "not a model-states dict");
+  read_model_file_facts(m, first, src.data_before_expert.has_value());
+  // Optimizer flavour of the source (BF16_Optimizer shards have no zero_stage).
+  const fs::path opt = meta.optimizer_state_path;
+  ValuePtr osd = meta.optimizer_state;
+  if (!osd) {
+    if (!fs::exists(opt)) throw Error(opt.string() + ": missing (the universal checkpoint is incomplete)");
+    osd = load_torch(opt.string());
+  }
+  m.optimizer_state = osd;
+  m.source_bf16_optimizer = osd && osd->kind == Kind::Dict && !osd->contains("zero_stage");
+  if (m.native_moe) {
+    read_moe_groups(m, by_name, first, osd, opt);
+    return m;
+  }
+  place_dense_params(m, by_name, [&](int stage) { return stage == 0 ? first : load_torch(m.model_files[stage * m.source_tp]); },
+                     osd, opt.string());
+  if (m.autoep) mark_autoep_expert_groups(m);  // the groups holding the fused expert weights are expert groups
+  if (m.pipeline) set_pipeline_positions(m, src, meta.manifest_path);
+  return m;
+}
+
+namespace {
+
+ModelInfo read_model_info_unchecked(const std::string& universal_dir) {
+  const fs::path dir(universal_dir);
+  if (!fs::is_directory(dir)) throw Error(universal_dir + ": not a folder");
+  UniversalMeta meta;
+  meta.dir = universal_dir;
+  meta.manifest_path = (dir / formats::universal::kUniversalManifestName).string();
+  meta.manifest = formats::universal::read_universal_manifest(meta.manifest_path);
+  for (const auto& f : meta.manifest.model_files)
+    meta.model_files.push_back(confined_path(dir, f, meta.manifest_path, "model file").string());
+  meta.optimizer_state_path = confined_path(dir, meta.manifest.optimizer_state, meta.manifest_path, "optimizer state file").string();
+  return model_info_from(meta);
+}
+
+}  // namespace
+
+// Fields of manifest.json of another type than written name the manifest and the key
+// (formats::universal::UniversalManifest::from_json); what the pattern set and pipeline numbering readers find
+// wrong in it names the manifest too, in one short line.
+ModelInfo read_model_info(const std::string& universal_dir) {
+  const std::string manifest = (fs::path(universal_dir) / formats::universal::kUniversalManifestName).string();
+  try {
+    return read_model_info_unchecked(universal_dir);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(manifest + ": malformed: " + escaped_brief(e.what(), 160));
+  } catch (const std::invalid_argument& e) {
+    throw Error(manifest + ": malformed: a number field holds something else (" + escaped_brief(e.what(), 40) + ")");
+  } catch (const std::out_of_range& e) {
+    throw Error(manifest + ": malformed: a number field is out of range (" + escaped_brief(e.what(), 40) + ")");
+  }
+}
+
+}  // namespace ucpkit::reshard

@@ -1,0 +1,20 @@
+// What ucp-load writes: a DeepSpeed checkpoint for the target layout, or the weights as
+// safetensors shards (docs/ucp-load.md). One name per format, used by the CLI, `--plan` and `--json`.
+#pragma once
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ucpkit::reshard {
+
+enum class OutputFormat { DeepSpeed, Safetensors };
+
+// "deepspeed" | "safetensors".
+std::string_view output_format_name(OutputFormat f);
+// The format named `name`; nullopt for any other name.
+std::optional<OutputFormat> output_format_from_name(std::string_view name);
+// Every format's name, in declaration order (the CLI's accepted values).
+std::vector<std::string> output_format_names();
+
+}  // namespace ucpkit::reshard

@@ -1,0 +1,117 @@
+// safetensors: 8-byte little-endian header length, JSON header (dtype, shape, data_offsets), raw bytes.
+#include "reshard/safetensors_writer.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+#include <tbb/parallel_for.h>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/staging.h"
+#include "io/shape.h"
+#include "parallel/threads.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::reshard {
+
+namespace {
+}  // namespace
+
+std::vector<std::vector<int>> safetensors_shards(const ModelInfo& model, DType dtype, uint64_t shard_bytes) {
+  std::vector<std::vector<int>> shards;
+  uint64_t used = 0;
+  for (size_t i = 0; i < model.params.size(); ++i) {
+    const uint64_t n = static_cast<uint64_t>(numel_of(model.params[i].shape)) * dtype_size(dtype);
+    if (shards.empty() || (used > 0 && used + n > shard_bytes)) {
+      shards.emplace_back();
+      used = 0;
+    }
+    shards.back().push_back(static_cast<int>(i));
+    used += n;
+  }
+  return shards;
+}
+
+uint64_t write_safetensors(const ModelInfo& model, UniversalReader& reader, DType dtype, uint64_t shard_bytes,
+                           const std::string& dir, int threads) {
+  const auto shards = safetensors_shards(model, dtype, shard_bytes);
+  const size_t es = dtype_size(dtype);
+  std::vector<std::string> names(shards.size());
+  for (size_t k = 0; k < shards.size(); ++k) {
+    char buf[96];
+    if (shards.size() == 1)
+      std::snprintf(buf, sizeof buf, "model.safetensors");
+    else
+      std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
+    names[k] = buf;
+  }
+  std::vector<uint64_t> written(shards.size(), 0);
+  uint64_t total = 0;
+  for (const auto& sh : shards)
+    for (int i : sh) total += static_cast<uint64_t>(numel_of(model.params[i].shape)) * es;
+
+  parallel::in_arena(threads, [&] {
+    tbb::parallel_for(size_t{0}, shards.size(), [&](size_t k) {
+      nlohmann::ordered_json header = nlohmann::ordered_json::object();
+      header["__metadata__"] = {{"format", "pt"}};
+      uint64_t off = 0;
+      for (int i : shards[k]) {
+        const auto& p = model.params[i];
+        const uint64_t n = static_cast<uint64_t>(numel_of(p.shape)) * es;
+        header[p.name] = {{"dtype", std::string(dtype_safetensors_name(dtype))}, {"shape", p.shape},
+                          {"data_offsets", {off, off + n}}};
+        off += n;
+      }
+      std::string h = header.dump();
+      h.append((8 - h.size() % 8) % 8, ' ');  // keeps tensor data 8-byte aligned
+      AtomicFile f((fs::path(dir) / names[k]).string());
+      uint8_t len[8];
+      for (int b = 0; b < 8; ++b) len[b] = static_cast<uint8_t>(static_cast<uint64_t>(h.size()) >> (8 * b));
+      f.write(len, 8);
+      f.write(h.data(), h.size());
+      // Each tensor is streamed through one reused window (cache-warm buffers are copied by the
+      // kernel far faster than large cold ones), never held whole.
+      constexpr int64_t kWindow = 1 << 20;  // elements
+      thread_local std::vector<float> f32;
+      thread_local std::vector<uint8_t> buf;
+      f32.resize(kWindow);
+      buf.resize(kWindow * es);
+      for (int i : shards[k]) {
+        check_interrupted();
+        const auto& p = model.params[i];
+        TpSlice whole{0, {{0, p.shape.empty() ? 1 : p.shape[0]}}, p.shape, -1};
+        const int64_t n = whole.numel();
+        for (int64_t a = 0; a < n; a += kWindow) {
+          const int64_t b = std::min(n, a + kWindow);
+          reader.read_range(i, "fp32", whole, a, b, f32.data());
+          const size_t m = static_cast<size_t>(b - a);
+          if (dtype == DType::Float32) {
+            f.write(f32.data(), m * 4);
+          } else {
+            convert_from_fp32(f32.data(), m, dtype, buf.data());
+            f.write(buf.data(), m * es);
+          }
+        }
+      }
+      written[k] = f.offset();
+      f.commit();
+    });
+  });
+  nlohmann::ordered_json index;
+  index["metadata"] = {{"total_size", total}};
+  nlohmann::ordered_json map = nlohmann::ordered_json::object();
+  for (size_t k = 0; k < shards.size(); ++k)
+    for (int i : shards[k]) map[model.params[i].name] = names[k];
+  index["weight_map"] = map;
+  const std::string text = index.dump(2);
+  write_file_atomic((fs::path(dir) / "model.safetensors.index.json").string(), text);
+  uint64_t sum = text.size();
+  for (auto w : written) sum += w;
+  return sum;
+}
+
+}  // namespace ucpkit::reshard

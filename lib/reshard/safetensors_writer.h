@@ -1,0 +1,22 @@
+// Export of the weights (no optimizer state) as Hugging Face safetensors shards plus
+// model.safetensors.index.json, in the requested dtype. Names and shapes are the universal ones.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/dtype.h"
+#include "reshard/model_info.h"
+#include "reshard/universal_reader.h"
+
+namespace ucpkit::reshard {
+
+// Which parameters go to which shard file (greedy in model order, each shard at most
+// `shard_bytes` unless a single tensor is larger). Pure.
+std::vector<std::vector<int>> safetensors_shards(const ModelInfo& model, DType dtype, uint64_t shard_bytes);
+
+// Writes the shards and the index into `dir`; returns bytes written.
+uint64_t write_safetensors(const ModelInfo& model, UniversalReader& reader, DType dtype, uint64_t shard_bytes,
+                           const std::string& dir, int threads);
+
+}  // namespace ucpkit::reshard

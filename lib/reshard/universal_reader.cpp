@@ -1,0 +1,286 @@
+// Atomic tensor access and TP-slice range copies.
+#include "reshard/universal_reader.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "core/crc32.h"
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/mapped_file.h"
+#include "io/torch/torch_file.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::reshard {
+
+using pickle::Kind;
+
+UniversalReader::UniversalReader(const ModelInfo& model, std::string dir, bool verify)
+    : model_(model), dir_(std::move(dir)), verify_(verify) {
+  entries_.resize(model.params.size() * model.states.size());
+  for (auto& e : entries_) e = std::make_unique<Entry>();
+}
+
+UniversalReader::Entry::~Entry() {
+  if (fd >= 0) ::close(fd);
+}
+
+void AtomicCache::add(int param, int state, int64_t start, int64_t count, const float* data) {
+  if (count > 0) intervals_[{param, state}].push_back({start, count, data});
+}
+
+void AtomicCache::copy(int param, int state, int64_t start, int64_t count, float* dst) const {
+  auto it = intervals_.find({param, state});
+  if (it != intervals_.end()) {
+    const auto& v = it->second;
+    auto j = std::upper_bound(v.begin(), v.end(), start, [](int64_t s, const Interval& iv) { return s < iv.start; });
+    if (j != v.begin()) --j;
+    // The elements may span intervals that continue each other (pieces of one tensor read as
+    // separate units).
+    for (; count > 0 && j != v.end() && j->start <= start && start < j->start + j->count; ++j) {
+      const int64_t n = std::min(count, j->start + j->count - start);
+      std::memcpy(dst, j->data + (start - j->start), static_cast<size_t>(n) * 4);
+      dst += n, start += n, count -= n;
+    }
+    if (count == 0) return;
+  }
+  throw Error("internal error: atomic elements [" + std::to_string(start) + ", +" + std::to_string(count) +
+              ") of parameter " + std::to_string(param) + " were not exchanged");
+}
+
+int UniversalReader::state_index(const std::string& state) const {
+  for (size_t si = 0; si < model_.states.size(); ++si)
+    if (model_.states[si] == state) return static_cast<int>(si);
+  throw Error("no optimizer state '" + state + "' in the universal checkpoint");
+}
+
+UniversalReader::Entry& UniversalReader::entry(int param, const std::string& state) {
+  const size_t si = static_cast<size_t>(state_index(state));
+  auto& e = *entries_[static_cast<size_t>(param) * model_.states.size() + si];
+  std::call_once(e.once, [&] {
+    const auto& p = model_.params[param];
+    const std::string path = (fs::path(dir_) / p.state_files.at(state)).string();
+    auto tf = load_torch_file(path);
+    Tensor t;
+    if (tf.root && tf.root->kind == Kind::Dict) {
+      auto v = tf.root->get("param");
+      if (!v || v->kind != Kind::Tensor) fail(path, "no 'param' tensor");
+      t = v->as_tensor();
+    } else if (tf.root && tf.root->kind == Kind::Tensor) {
+      t = tf.root->as_tensor();  // ZeRO-3 style bare tensor
+    } else {
+      fail(path, "not a universal state file");
+    }
+    if (t.dtype() != DType::Float32) fail(path, "state tensor is " + std::string(dtype_name(t.dtype())) + ", not float32");
+    if (t.numel() != p.stored_numel)
+      fail(path, "state tensor has " + std::to_string(t.numel()) + " elements but the manifest's shape has " +
+                     std::to_string(p.stored_numel));
+    // The same element count is not enough: TP slices are cut by the shape (a transposed or
+    // re-split shape in the manifest would cut the wrong elements).
+    if (p.flat ? t.dim() != 1 : t.shape() != p.shape) {
+      const auto want = p.flat ? std::vector<int64_t>{p.stored_numel} : p.shape;
+      fail(path, "state tensor has shape " + nlohmann::json(t.shape()).dump() + " but manifest.json says " +
+                     nlohmann::json(want).dump());
+    }
+    if (!t.is_contiguous() || !t.storage()->is_mapped()) fail(path, "state tensor is not a contiguous stored tensor");
+    // The element bytes' position in the file (storages of a zip torch file are stored records).
+    e.offset = static_cast<uint64_t>(t.contiguous_bytes().data() - tf.file->data());
+    e.path = path;
+    e.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (e.fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  });
+  if (e.fd < 0) throw Error(model_.params[param].name + ": state " + state + " failed to open earlier");
+  return e;
+}
+
+namespace {
+void expect_crc(const std::string& path, uint32_t crc, uint32_t manifest) {
+  if (crc == manifest) return;
+  char msg[64];
+  std::snprintf(msg, sizeof msg, "%08x, manifest says %08x", static_cast<unsigned>(crc), manifest);
+  fail(path, std::string("checksum mismatch: crc32 ") + msg);
+}
+}  // namespace
+
+void UniversalReader::check(int param, const std::string& state) {
+  if (source_) {  // direct mode: the checksum of the tensor as the source gives it
+    if (!verifies(param)) return;
+    const int si = state_index(state);
+    const int64_t n = model_.params[param].stored_numel;
+    thread_local std::vector<float> buf(2u << 20);
+    uint32_t crc = 0;
+    for (int64_t done = 0; done < n;) {
+      const int64_t k = std::min<int64_t>(static_cast<int64_t>(buf.size()), n - done);
+      source_->read(param, si, done, k, buf.data());
+      crc = crc32_update(crc, {reinterpret_cast<const uint8_t*>(buf.data()), static_cast<size_t>(k) * 4});
+      done += k;
+    }
+    bytes_verified_ += static_cast<uint64_t>(n) * 4;
+    source_->whole_crc(param, si, crc);
+    return;
+  }
+  Entry& e = entry(param, state);
+  if (!verifies(param)) return;
+  const auto& p = model_.params[param];
+  const uint64_t nbytes = static_cast<uint64_t>(p.stored_numel) * 4;
+  thread_local std::vector<uint8_t> buf(8u << 20);
+  uint32_t crc = 0;
+  for (uint64_t done = 0; done < nbytes;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), nbytes - done));
+    pread_exact(e.fd, buf.data(), n, e.offset + done, e.path);
+    crc = crc32_update(crc, {buf.data(), n});
+    done += n;
+  }
+  bytes_verified_ += nbytes;
+  expect_crc(e.path, crc, p.crc32.at(state));
+}
+
+uint32_t UniversalReader::read_part(int param, const std::string& state, int64_t a, int64_t n, float* dst) {
+  if (source_) {
+    source_->read(param, state_index(state), a, n, dst);
+    bytes_read_ += static_cast<uint64_t>(n) * 4;
+    return verifies(param) ? crc32_update(0, {reinterpret_cast<const uint8_t*>(dst), static_cast<size_t>(n) * 4}) : 0;
+  }
+  Entry& e = entry(param, state);
+  const bool verify = verifies(param);
+  auto* out = reinterpret_cast<uint8_t*>(dst);
+  const uint64_t nbytes = static_cast<uint64_t>(n) * 4;
+  uint32_t crc = 0;
+  for (uint64_t done = 0; done < nbytes;) {
+    const size_t k = static_cast<size_t>(std::min<uint64_t>(8u << 20, nbytes - done));
+    pread_exact(e.fd, out + done, k, e.offset + static_cast<uint64_t>(a) * 4 + done, e.path);
+    if (verify) crc = crc32_update(crc, {out + done, k});  // still in cache
+    done += k;
+  }
+  bytes_read_ += nbytes;
+  return crc;
+}
+
+void UniversalReader::verify_whole(int param, const std::string& state, uint32_t crc) {
+  if (!verifies(param)) return;
+  if (source_) {
+    bytes_verified_ += static_cast<uint64_t>(model_.params[param].stored_numel) * 4;
+    return source_->whole_crc(param, state_index(state), crc);
+  }
+  const Entry& e = entry(param, state);
+  const auto& p = model_.params[param];
+  bytes_verified_ += static_cast<uint64_t>(p.stored_numel) * 4;
+  expect_crc(e.path, crc, p.crc32.at(state));
+}
+
+void UniversalReader::read_range(int param, const std::string& state, const TpSlice& s, int64_t a, int64_t b,
+                                 float* dst) {
+  if (cache_ || source_) {  // elements from memory (the exchange's cache) or from the native source
+    const int si = state_index(state);
+    for_each_run(model_.params[param].shape, s, a, b, [&](int64_t src, int64_t n, int64_t at) {
+      if (src < 0)
+        std::memset(dst + at, 0, static_cast<size_t>(n) * 4);
+      else if (cache_)
+        cache_->copy(param, si, src, n, dst + at);
+      else
+        source_->read(param, si, src, n, dst + at);
+    });
+    if (!cache_) bytes_read_ += static_cast<uint64_t>(b - a) * 4;
+    return;
+  }
+  Entry& e = entry(param, state);
+  for_each_run(model_.params[param].shape, s, a, b, [&](int64_t src, int64_t n, int64_t at) {
+    if (src < 0)
+      std::memset(dst + at, 0, static_cast<size_t>(n) * 4);
+    else
+      pread_exact(e.fd, dst + at, static_cast<size_t>(n) * 4, e.offset + static_cast<uint64_t>(src) * 4, e.path);
+  });
+  bytes_read_ += static_cast<uint64_t>(b - a) * 4;
+}
+
+pickle::ValuePtr UniversalReader::step(int param) {
+  const auto& p = model_.params[param];
+  if (!p.step) return nullptr;
+  if (source_) return source_->step(param);
+  const auto path = (fs::path(dir_) / fs::path(p.state_files.at("fp32")).parent_path() / "step.pt").string();
+  if (!fs::exists(path)) throw Error(path + ": missing (the universal checkpoint is incomplete)");
+  return load_torch(path);
+}
+
+void for_each_run(const std::vector<int64_t>& ushape, const TpSlice& s, int64_t a, int64_t b,
+                  const std::function<void(int64_t, int64_t, int64_t)>& emit) {
+  if (b <= a) return;
+  // Runs that continue each other in the source (rows of a slice that spans the whole dimension,
+  // consecutive zero rows) are merged: one pread instead of one per row.
+  int64_t p_src = 0, p_n = 0, p_at = 0;
+  auto run = [&](int64_t src, int64_t n, int64_t at) {
+    if (p_n > 0 && ((src < 0 && p_src < 0) || (src >= 0 && p_src >= 0 && src == p_src + p_n))) {
+      p_n += n;
+      return;
+    }
+    if (p_n > 0) emit(p_src, p_n, p_at);
+    p_src = src, p_n = n, p_at = at;
+  };
+  if (s.shape.empty()) {
+    emit(0, 1, 0);
+    return;
+  }
+  const int d = s.dim;
+  if (s.padded_rows >= 0 && d != 0) throw Error("vocabulary padding along a non-split dimension is not supported");
+  int64_t inner = 1;
+  for (size_t k = d + 1; k < s.shape.size(); ++k) inner *= s.shape[k];
+  const int64_t D = s.shape[d], Ud = ushape[d];
+  const int64_t block = D * inner;
+  std::vector<int64_t> cum(s.pieces.size() + 1, 0);
+  for (size_t j = 0; j < s.pieces.size(); ++j) cum[j + 1] = cum[j] + s.pieces[j].second;
+  int64_t i = a;
+  size_t j = 0;
+  while (i < b) {
+    const int64_t o = i / block, r = i % block, k = r / inner, x = r % inner;
+    while (!(k >= cum[j] && k < cum[j + 1])) j = (k < cum[j]) ? 0 : j + 1;
+    const int64_t sk = s.pieces[j].first + (k - cum[j]);
+    const int64_t piece_end_sk = s.pieces[j].first + s.pieces[j].second;
+    int64_t n;
+    if (sk < Ud) {
+      // Consecutive rows of one piece are consecutive in the source as well.
+      n = std::min((std::min(piece_end_sk, Ud) - sk) * inner - x, b - i);
+      run((o * Ud + sk) * inner + x, n, i - a);
+    } else {
+      n = std::min((piece_end_sk - sk) * inner - x, b - i);
+      run(-1, n, i - a);
+    }
+    i += n;
+  }
+  emit(p_src, p_n, p_at);
+}
+
+void copy_flat_range(const float* src, const std::vector<int64_t>& ushape, const TpSlice& s, int64_t a, int64_t b,
+                     float* dst) {
+  for_each_run(ushape, s, a, b, [&](int64_t from, int64_t n, int64_t at) {
+    if (from < 0)
+      std::memset(dst + at, 0, static_cast<size_t>(n) * sizeof(float));
+    else
+      std::memcpy(dst + at, src + from, static_cast<size_t>(n) * sizeof(float));
+  });
+}
+
+void convert_from_fp32(const float* src, size_t n, DType target, uint8_t* dst) {
+  switch (target) {
+    case DType::Float32: std::memcpy(dst, src, n * 4); return;
+    case DType::BFloat16: {
+      auto* out = reinterpret_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(src[i]);
+      return;
+    }
+    default: {
+      std::vector<uint8_t> bytes(n * 4);
+      std::memcpy(bytes.data(), src, n * 4);
+      Tensor t = Tensor::from_bytes(DType::Float32, {static_cast<int64_t>(n)}, std::move(bytes)).to(target);
+      std::memcpy(dst, t.contiguous_bytes().data(), t.nbytes());
+    }
+  }
+}
+
+}  // namespace ucpkit::reshard

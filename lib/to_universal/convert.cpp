@@ -1,0 +1,608 @@
+// Conversion drivers: extract to a work folder, union into the universal layout.
+#include "to_universal/convert.h"
+
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <numeric>
+
+#include <tbb/parallel_for.h>
+
+#include "core/allocator.h"
+#include "core/atomic_file.h"
+#include "core/confine.h"
+#include "core/error.h"
+#include "core/mapped_file.h"
+#include "core/staging.h"
+#include "io/shape.h"
+#include "io/zip/zip_reader.h"
+#include "io/torch/torch_file.h"
+#include "formats/deepspeed/autoep.h"
+#include "formats/deepspeed/files.h"
+#include "formats/deepspeed/storage_tags.h"
+#include "formats/universal/manifest.h"
+#include "to_universal/extract.h"
+#include "parallel/mpi_session.h"
+#include "parallel/share.h"
+#include "parallel/staging.h"
+#include "parallel/threads.h"
+#include "to_universal/save.h"
+#include "to_universal/shard_reader.h"
+#include "to_universal/union_fragments.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::to_universal {
+
+using pickle::Value;
+using pickle::ValuePtr;
+
+nlohmann::json RunSummary::to_json() const {
+  return {{"tool", tool},
+          {"output", output},
+          {"params", params},
+          {"files_written", files_written},
+          {"bytes_read", bytes_read},
+          {"bytes_written", bytes_written},
+          {"seconds", seconds},
+          {"peak_rss_bytes", peak_rss_bytes},
+          {"mpi_ranks", ranks},
+          {"threads", threads}};
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Large buffers come and go for every parameter; keeping them in the heap roughly halves the
+// conversion time (core/allocator.h).
+void tune_allocator() { keep_large_buffers_on_heap({.one_arena = true, .trim_threshold = INT_MAX}); }
+
+uint64_t file_size(const std::string& p) {
+  std::error_code ec;
+  auto n = fs::file_size(p, ec);
+  return ec ? 0 : n;
+}
+
+void make_dirs(const fs::path& p) {
+  std::error_code ec;
+  fs::create_directories(p, ec);
+  if (ec) throw Error(p.string() + ": cannot create folder: " + ec.message());
+}
+
+void copy_file(const std::string& from, const fs::path& to) { copy_file_contents(from, to.string()); }
+
+std::string shape_json_key(const std::vector<int64_t>& s) { return nlohmann::json(s).dump(); }
+
+}  // namespace
+
+// ------------------------------------------------------------------ extract -> work folder
+
+// The fragment files of a work folder, grouped by the shard file they are read from.
+namespace {
+struct WorkJob {
+  size_t param;
+  int tp;
+  size_t index;
+};
+
+// The work folder's plan: one fragment file per (param, tp, partition); and the fragments to write,
+// grouped by the source shard they are read from. Every rank computes the same.
+struct WorkPlan {
+  ExtractPlan out;
+  std::map<int, std::vector<WorkJob>> by_source;
+};
+
+WorkPlan work_plan(const ExtractPlan& plan) {
+  WorkPlan w{plan, {}};
+  ExtractPlan& out = w.out;
+  auto& by_source = w.by_source;
+  out.files.clear();
+  for (size_t i = 0; i < plan.params.size(); ++i) {
+    const auto& p = plan.params[i];
+    for (int t = 0; t < (int)p.fragments.size(); ++t)
+      for (size_t k = 0; k < p.fragments[t].size(); ++k) {
+        const auto& f = p.fragments[t][k];
+        by_source[f.file].push_back({i, t, k});
+        auto& nf = out.params[i].fragments[t][k];
+        nf.file = out.add_file("fragments/" + param_folder(p.name) + "/tp" + std::to_string(t) + ".part" +
+                               std::to_string(f.part) + ".pt");
+        nf.group = -1;
+        nf.offset = 0;
+      }
+    if (p.step_file >= 0 && !p.fragments.empty() && !p.fragments[0].empty()) {
+      out.params[i].step_file = out.params[i].fragments[0][0].file;
+      out.params[i].step_group = -1;
+    }
+  }
+  return w;
+}
+}  // namespace
+
+ExtractStats write_work_folder(const ExtractPlan& plan, const std::string& work_dir, int threads, bool sync,
+                               bool overwrite, const Reporter& reporter) {
+  auto& mpi = parallel::MpiSession::get();
+  parallel::RankFailure failed(mpi);
+  ExtractStats stats;
+  WorkPlan w = work_plan(plan);
+  ExtractPlan& out = w.out;
+  auto& by_source = w.by_source;
+
+  // Staging folder and every fragment folder: created by rank 0, shared through its name.
+  parallel::CollectiveStaging staging(failed, work_dir, overwrite, "ucp", reporter.verbose, sync, [&](const fs::path& s) {
+    make_dirs(s / "fragments");
+    make_dirs(s / "model_states");
+    for (const auto& p : plan.params) make_dirs(s / "fragments" / param_folder(p.name));
+  });
+  const auto drop_staging = staging.cleanup();
+  const fs::path staged = staging.path();
+
+  // Source shards split across ranks by the bytes they hold (largest first onto the least-loaded
+  // rank), TBB threads over this rank's shards.
+  std::vector<int> sources;
+  std::vector<uint64_t> sizes;
+  for (const auto& [f, jobs] : by_source) {
+    sources.push_back(f);
+    uint64_t bytes = 0;
+    for (const auto& job : jobs) {
+      const auto& p = plan.params[job.param];
+      bytes += static_cast<uint64_t>(p.fragments[job.tp][job.index].numel) * 4 * p.states.size();
+    }
+    sizes.push_back(bytes);
+  }
+  const std::vector<size_t> mine = parallel::share_of(sizes, mpi.size(), mpi.rank());
+  size_t my_files = 0;
+  for (size_t si : mine) my_files += by_source[sources[si]].size();
+
+  SourceCache cache(plan.files);
+  std::atomic<uint64_t> read{0}, written{0}, count{0};
+  Reporter::Bar progress(reporter, "ucp-extract", my_files, mpi.rank() == 0);
+  failed.guard([&] {
+    parallel::in_arena(threads, [&] {
+      tbb::parallel_for(
+          tbb::blocked_range<size_t>(0, mine.size(), 1),
+          [&](const tbb::blocked_range<size_t>& range) {
+            for (size_t m = range.begin(); m != range.end(); ++m) {
+              const int src = sources[mine[m]];
+              uint64_t r = 0;
+              for (const auto& job : by_source.at(src)) {
+                check_interrupted();
+                const auto& p = plan.params[job.param];
+                const auto& f = p.fragments[job.tp][job.index];
+                auto d = Value::dict();
+                for (const auto& state : p.states)
+                  d->set_item(state, Value::of_tensor(read_slice(cache, {f}, state, {f.numel}, &r)));
+                if (p.step_file >= 0 && f.group >= 0) {
+                  // The step of the group this fragment came from (same for every fragment of a shard).
+                  if (auto tf = cache.get(f.file); ShardView(tf->root, plan.files[f.file]).has_step(f.group))
+                    d->set_item("step", ShardView(tf->root, plan.files[f.file]).step(f.group));
+                }
+                const std::string rel = out.files[out.params[job.param].fragments[job.tp][job.index].file];
+                const std::string path = (staged / rel).string();
+                formats::deepspeed::tag_storages_cpu(d);
+                save_torch_file(path, d);
+                written += file_size(path);
+                ++count;
+                progress.advance();
+              }
+              read += r;
+            }
+          },
+          tbb::simple_partitioner());
+    });
+  });
+  progress.finish();
+  failed.guard([&] { staging.sync_own_files(); });
+  failed.settle(drop_staging);
+
+  // Rank 0: model files, the common optimizer state, plan.json, then the rename.
+  uint64_t common_files = 0;
+  failed.guard([&] {
+    if (mpi.rank() != 0) return;
+    for (size_t i = 0; i < plan.model_files.size(); ++i) {
+      check_interrupted();
+      const std::string rel = "model_states/" + fs::path(plan.model_files[i]).filename().string();
+      copy_file(plan.model_files[i], staged / rel);
+      read += file_size(plan.model_files[i]);
+      written += file_size(plan.model_files[i]);
+      out.model_files[i] = rel;
+    }
+    auto root = load_torch(plan.optimizer_state_file);
+    save_torch_file((staged / "optimizer_state.pt").string(), common_optimizer_state(root, plan.optimizer_state_file));
+    out.optimizer_state_file = "optimizer_state.pt";
+    out.optimizer_state_prepared = true;
+    write_file_atomic((staged / "plan.json").string(), out.to_json().dump(1));
+    written += file_size((staged / "optimizer_state.pt").string()) + file_size((staged / "plan.json").string());
+    common_files = plan.model_files.size() + 2;
+    test_pause_if_asked();
+    check_interrupted();
+    staging.commit();
+  });
+  failed.settle(drop_staging);
+  stats.bytes_read = mpi.sum(read.load());
+  stats.bytes_written = mpi.sum(written.load());
+  stats.fragments = mpi.sum(count.load());
+  stats.files = stats.fragments + mpi.sum(common_files);
+  return stats;
+}
+
+RunSummary run_extract(const std::string& checkpoint, const std::string& work_dir, const ConvertOptions& options) {
+  const auto t0 = Clock::now();
+  tune_allocator();
+  auto& mpi = parallel::MpiSession::get();
+  parallel::RankFailure failed(mpi);
+  Reporter::Phase phase(options.reporter, "plan");
+  refuse_output_over_input(work_dir, "--output", formats::deepspeed::resolve_checkpoint_dir(checkpoint), "--input");
+  ExtractOptions eo;
+  eo.patterns_file = options.patterns_file;
+  eo.threads = options.threads;
+  ExtractPlan plan;
+  failed.guard([&] {
+    plan = naming_file([&] { return plan_checkpoint(checkpoint, eo); });
+    if (!plan.unused_patterns.empty() && !options.allow_unused_patterns)
+      throw Error("unused pattern '" + plan.unused_patterns[0] + "' (" + plan.patterns_origin +
+                  ") matches no parameter (--allow-unused-patterns to accept)");
+  });
+  failed.settle("another MPI rank failed while planning");
+  phase.next("write fragments");
+  auto stats = write_work_folder(plan, work_dir, options.threads, options.sync, options.overwrite, options.reporter);
+  RunSummary s;
+  s.tool = "ucp-extract";
+  s.output = work_dir;
+  s.params = plan.params.size();
+  s.files_written = stats.files;
+  s.bytes_read = stats.bytes_read;
+  s.bytes_written = stats.bytes_written;
+  s.ranks = mpi.size();
+  s.threads = parallel::thread_count(options.threads);
+  s.peak_rss_bytes = mpi.max(peak_rss_bytes());
+  s.seconds = mpi.max(std::chrono::duration<double>(Clock::now() - t0).count());
+  return s;
+}
+
+// ------------------------------------------------------------------ union -> universal layout
+
+namespace {
+
+struct ParamResult {
+  formats::universal::UniversalParam manifest;
+  uint64_t bytes_read = 0, bytes_written = 0;
+  size_t files = 0;
+};
+
+// All TP slices of one state, read into one buffer back to back (TP rank order, each slice's
+// fragments in partition order).
+struct SliceBuffer {
+  DType dtype = DType::Float32;
+  std::vector<uint8_t> bytes;
+  std::vector<size_t> offsets;  // byte offset of each TP slice
+};
+
+SliceBuffer read_slices(SourceCache& cache, const ParamPlan& p, const std::string& state, uint64_t* bytes_read) {
+  SliceBuffer b;
+  std::vector<std::vector<Tensor>> parts(p.fragments.size());
+  size_t total = 0;
+  bool first = true;
+  for (size_t t = 0; t < p.fragments.size(); ++t)
+    for (const auto& f : p.fragments[t]) {
+      parts[t].push_back(fragment_tensor(cache, f, state));
+      const Tensor& x = parts[t].back();
+      if (first) b.dtype = x.dtype();
+      first = false;
+      if (x.dtype() != b.dtype)
+        fail(cache.path(f.file), "parameter " + p.name + ": fragment dtype " + std::string(dtype_name(x.dtype())) +
+                                     " differs from " + std::string(dtype_name(b.dtype)));
+      total += x.nbytes();
+    }
+  b.bytes.resize(total);
+  size_t off = 0;
+  for (size_t t = 0; t < parts.size(); ++t) {
+    b.offsets.push_back(off);
+    for (size_t k = 0; k < parts[t].size(); ++k) {
+      const Tensor& x = parts[t][k];
+      if (!cache.read_into(p.fragments[t][k].file, x, b.bytes.data() + off)) {
+        x.copy_to(b.bytes.data() + off);
+        release_pages(x);
+      }
+      off += x.nbytes();
+    }
+  }
+  *bytes_read += total;
+  return b;
+}
+
+// The CRC-32 of a state's elements, taken from the zip record the writer just wrote (it had to
+// compute it anyway) instead of a second pass over the data; recomputed when not found.
+uint32_t written_crc32(const std::string& path, const Tensor& t) {
+  try {
+    ZipReader zip(MappedFile::open(path));
+    const ZipRecord* found = nullptr;
+    int data_records = 0;
+    for (const auto& [name, rec] : zip.records())
+      if (name.find("/data/") != std::string::npos) {
+        ++data_records;
+        if (rec.size == t.nbytes()) found = &rec;
+      }
+    if (data_records == 1 && found) return found->crc32;
+  } catch (const Error&) {
+  }
+  return tensor_crc32(t);
+}
+
+// Joins one state. Concatenation along dim 0 (and TP = 1) needs no second copy: the slices read
+// back to back already are the result, and vocabulary padding is cut by truncating the buffer.
+Tensor join_state(const ParamPlan& p, const patterns::ParamRule& rule, const patterns::PatternSet& set,
+                  SliceBuffer b, const UnionOptions& uo) {
+  const size_t tp = p.tp_shapes.size();
+  const size_t es = dtype_size(b.dtype);
+  const bool direct = tp == 1 || (rule.kind == patterns::JoinKind::Cat && rule.cat_dim == 0);
+  if (direct) {
+    std::vector<int64_t> shape = p.tp_shapes[0];
+    for (size_t t = 1; t < tp; ++t) {
+      const auto& s = p.tp_shapes[t];
+      if (s.size() != shape.size() || s.empty() || !std::equal(s.begin() + 1, s.end(), shape.begin() + 1))
+        throw Error("parameter " + p.name + ": shape mismatch between fragments: " + shape_json_key(p.tp_shapes[0]) +
+                    " vs " + shape_json_key(s) + " (joined along dim 0)");
+      shape[0] += s[0];
+    }
+    if (rule.vocab) {
+      if (!set.original_vocab_size)
+        throw Error("parameter " + p.name + " matches a vocabulary pattern but the patterns give no original_vocab_size");
+      if (shape.empty() || *set.original_vocab_size > shape[0])
+        throw Error("parameter " + p.name + ": original_vocab_size " + std::to_string(*set.original_vocab_size) +
+                    " exceeds its " + (shape.empty() ? std::string("0") : std::to_string(shape[0])) + " rows");
+      shape[0] = *set.original_vocab_size;
+      b.bytes.resize(static_cast<size_t>(numel_of(shape)) * es);
+    }
+    return Tensor::from_bytes(b.dtype, std::move(shape), std::move(b.bytes));
+  }
+  auto storage = Storage::owned(b.dtype, std::move(b.bytes));
+  std::vector<Tensor> slices;
+  for (size_t t = 0; t < tp; ++t)
+    slices.emplace_back(storage, static_cast<int64_t>(b.offsets[t] / es), p.tp_shapes[t],
+                        Tensor::contiguous_strides(p.tp_shapes[t]));
+  Tensor joined = union_fragments(p.name, slices, rule, set, uo);
+  if (rule.vocab) {
+    if (!set.original_vocab_size)
+      throw Error("parameter " + p.name + " matches a vocabulary pattern but the patterns give no original_vocab_size");
+    joined = strip_padding(p.name, joined, *set.original_vocab_size);
+  }
+  // A result that still views the read buffer (replicate) is written compactly.
+  if (joined.storage() == storage && (joined.storage_offset() != 0 || joined.numel() != storage->numel()))
+    joined = joined.contiguous(true);
+  return joined;
+}
+
+ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, SourceCache& cache,
+                          const fs::path& zero_dir, const UnionOptions& uo, bool flat) {
+  ParamResult r;
+  const auto rule = patterns::classify(set, p.name);
+  const fs::path dir = zero_dir / param_folder(p.name);
+  make_dirs(dir);
+  formats::universal::UniversalParam& e = r.manifest;
+  e.name = p.name;
+  e.dtype = "";  // set by each state written below (empty when none)
+  for (const auto& state : p.states) {
+    Tensor joined;
+    ValuePtr value;
+    if (flat) {  // ds_to_universal's ZeRO-3 (TP = 1) output: the bare 1-D tensor (DP padding dropped)
+      SliceBuffer b = read_slices(cache, p, state, &r.bytes_read);
+      const int64_t n = static_cast<int64_t>(b.bytes.size() / dtype_size(b.dtype));
+      joined = Tensor::from_bytes(b.dtype, {n}, std::move(b.bytes));
+      value = Value::of_tensor(joined);
+    } else {
+      joined = join_state(p, rule, set, read_slices(cache, p, state, &r.bytes_read), uo);
+      value = p.autoep_experts > 0 ? formats::deepspeed::autoep_universal_state(Value::of_tensor(joined), p.autoep_experts)
+                                   : state_file_value(joined, rule, set);
+    }
+    const std::string path = (dir / (state + ".pt")).string();
+    save_torch_file(path, value);
+    r.bytes_written += file_size(path);
+    ++r.files;
+    e.states[state] = {"zero/" + param_folder(p.name) + "/" + state + ".pt", written_crc32(path, joined)};
+    e.shape = joined.shape();
+    e.dtype = dtype_name(joined.dtype());
+  }
+  if (p.step_file >= 0) {
+    const std::string path = (dir / "step.pt").string();
+    auto step = read_step(cache, p.step_file, p.step_group);
+    formats::deepspeed::tag_storages_cpu(step);  // as ds_to_universal saves it (loaded with map_location='cpu')
+    save_torch_file(path, step);
+    r.bytes_written += file_size(path);
+    ++r.files;
+  }
+  e.join = patterns::describe(rule);
+  e.tp_shapes = p.tp_shapes;
+  e.pp_stage = p.pp_stage;
+  e.step = p.step_file >= 0;
+  e.patterns = rule.matched;
+  if (rule.kind == patterns::JoinKind::Cat || rule.kind == patterns::JoinKind::TwoSubParams) e.cat_dim = rule.cat_dim;
+  e.vocab_tensor = rule.vocab && !flat;
+  if (flat) {
+    e.flat = true;  // the state files hold 1-D tensors; "shape" is the parameter's
+    e.shape = p.tp_shapes[0];
+  }
+  if (p.expert >= 0) e.expert = formats::universal::UniversalExpert{p.moe_layer, p.expert};
+  if (p.autoep_experts > 0) {
+    e.autoep = formats::universal::UniversalAutoEp{p.moe_layer, p.autoep_experts};
+    e.cat_dim = 0;
+  }
+  return r;
+}
+
+}  // namespace
+
+namespace {
+
+// The plan of a union: a work folder's plan.json, or the extract plan of a checkpoint (every rank).
+ExtractPlan union_plan(const std::string& input, const std::string& output, const ConvertOptions& options,
+                parallel::RankFailure& failed) {
+  ExtractPlan plan;
+  const bool from_work = is_work_folder(input);
+  if (from_work && !options.patterns_file.empty())
+    throw UsageError("--patterns " + options.patterns_file + ": " + input +
+                     " is a ucp-extract work folder whose patterns were fixed when it was extracted "
+                     "(pass --patterns to ucp-extract, or convert the checkpoint in one step)");
+  // The folder the data is read from: the work folder, or the checkpoint's global_stepN folder (an
+  // output beside it under the same parent, as ds_to_universal's, is fine).
+  refuse_output_over_input(output, "--output", from_work ? input : formats::deepspeed::resolve_checkpoint_dir(input), "--input");
+  failed.guard([&] {
+    if (from_work) {
+      plan = load_work_plan(input);
+    } else {
+      ExtractOptions eo;
+      eo.patterns_file = options.patterns_file;
+      plan = naming_file([&] { return plan_checkpoint(input, eo); });
+    }
+    if (!plan.unused_patterns.empty() && !options.allow_unused_patterns)
+      throw Error("unused pattern '" + plan.unused_patterns[0] + "' (" + plan.patterns_origin +
+                  ") matches no parameter (--allow-unused-patterns to accept)");
+  });
+  failed.settle("another MPI rank failed while planning");
+  return plan;
+}
+
+struct Totals {
+  uint64_t bytes_read = 0, bytes_written = 0, files = 0;
+};
+
+// Rank 0, once every parameter is written: the common optimizer state, the model files and the
+// manifest (`entries`: every parameter's manifest entry, in plan order) into the staging folder.
+void write_union_common_files(const ExtractPlan& plan, const fs::path& staged,
+                              std::vector<formats::universal::UniversalParam> entries, Totals& t) {
+  const std::string opt_path = (staged / formats::universal::kUniversalOptimizerState).string();
+  if (plan.optimizer_state_prepared) {
+    copy_file(plan.optimizer_state_file, opt_path);
+  } else {
+    auto root = load_torch(plan.optimizer_state_file);
+    save_torch_file(opt_path, common_optimizer_state(root, plan.optimizer_state_file));
+  }
+  t.bytes_written += file_size(opt_path);
+  ++t.files;
+  formats::universal::UniversalManifest manifest;
+  for (const auto& f : plan.model_files) {
+    const auto name = fs::path(f).filename();
+    copy_file(f, staged / name);
+    t.bytes_read += file_size(f);
+    t.bytes_written += file_size(f);
+    ++t.files;
+    manifest.model_files.push_back(name.string());
+  }
+  manifest.source = plan.source;
+  manifest.patterns_origin = plan.patterns_origin;
+  manifest.patterns_set = plan.patterns_json;
+  manifest.params = std::move(entries);
+  write_file_atomic((staged / formats::universal::kUniversalManifestName).string(), manifest.text());
+  t.bytes_written += file_size((staged / formats::universal::kUniversalManifestName).string());
+  ++t.files;
+}
+
+// latest_universal beside the folder, as ds_to_universal writes it. The output is in place and on
+// stable storage by now: a failure here (no inode or space left for the tag) is a warning, so that
+// exit 1 keeps meaning "no output" (docs/reliability.md).
+void tag_latest_universal(const std::string& output, const Reporter& reporter) {
+  const fs::path target = fs::absolute(output);
+  try {
+    write_file_atomic((target.parent_path() / "latest_universal").string(), target.filename().string());
+  } catch (const Error& e) {
+    reporter.warning(std::string("output written, but not its tag: ") + e.what());
+  }
+}
+
+}  // namespace
+
+RunSummary run_union(const std::string& input, const std::string& output, const ConvertOptions& options) {
+  const auto t0 = Clock::now();
+  tune_allocator();
+  auto& mpi = parallel::MpiSession::get();
+  parallel::RankFailure failed(mpi);
+  Reporter::Phase phase(options.reporter, "plan");
+  const ExtractPlan plan = union_plan(input, output, options, failed);
+  const patterns::PatternSet set = plan.pattern_set();
+
+  // Staging folder: created by rank 0, shared through its name.
+  phase.next("join parameters");
+  parallel::CollectiveStaging staging(failed, output, options.overwrite, "ucp", options.reporter.verbose, options.sync,
+                                      [](const fs::path& s) { make_dirs(s / "zero"); });
+  const auto drop_staging = staging.cleanup();
+  const fs::path staged = staging.path(), zero_dir = staged / "zero";
+
+  // Parameters of this rank, largest first.
+  std::vector<uint64_t> sizes;
+  for (const auto& p : plan.params) sizes.push_back(p.bytes_in());
+  const std::vector<size_t> mine = parallel::share_of(sizes, mpi.size(), mpi.rank());
+
+  std::vector<ParamResult> results(plan.params.size());
+  // ZeRO-3 with TP = 1 gives bare 1-D tensors; with TP > 1 ds_to_universal joins the TP slices by the
+  // patterns (merge_tp_slices), so the output is the ZeRO-1/2 dict form.
+  const bool flat = plan.source.value("zero_stage", 1) == 3 && plan.source.value("tp", 1) == 1;
+  const int threads = parallel::thread_count(options.threads);
+  UnionOptions uo;
+  uo.tolerance = options.tolerance;
+  SourceCache cache(plan.files);
+  Reporter::Bar progress(options.reporter, "ucp-union", mine.size(), mpi.rank() == 0);
+  failed.guard([&] {
+    parallel::in_arena(threads, [&] {
+      tbb::parallel_for(
+          tbb::blocked_range<size_t>(0, mine.size(), 1),
+          [&](const tbb::blocked_range<size_t>& range) {
+            for (size_t k = range.begin(); k != range.end(); ++k) {
+              check_interrupted();
+              const size_t i = mine[k];
+              results[i] = convert_param(plan.params[i], set, cache, zero_dir, uo, flat && plan.params[i].autoep_experts == 0);
+              progress.advance();
+            }
+          },
+          tbb::simple_partitioner());
+    });
+  });
+  progress.finish();
+  failed.guard([&] { staging.sync_own_files(); });  // rank 0 flushes at commit, with what it writes last
+  failed.settle(drop_staging);
+
+  // Gather manifest entries on rank 0, in plan order.
+  phase.next("manifest and commit");
+  nlohmann::json mine_json = nlohmann::json::array();
+  Totals t;
+  for (size_t i : mine) {
+    mine_json.push_back({i, results[i].manifest.to_json()});
+    t.bytes_read += results[i].bytes_read;
+    t.bytes_written += results[i].bytes_written;
+    t.files += results[i].files;
+  }
+  auto gathered = mpi.gather(mine_json.dump());
+  failed.guard([&] {
+    if (mpi.rank() != 0) return;
+    std::vector<formats::universal::UniversalParam> entries(plan.params.size());
+    for (const auto& g : gathered)
+      for (const auto& e : nlohmann::json::parse(g))
+        entries[e[0].get<size_t>()] = formats::universal::UniversalParam::from_json(e[1], "the manifest entries of the ranks", "entry");
+    write_union_common_files(plan, staged, std::move(entries), t);
+    test_pause_if_asked();
+    check_interrupted();
+    staging.commit();
+    tag_latest_universal(output, options.reporter);
+  });
+  failed.settle(drop_staging);
+
+  RunSummary s;
+  s.tool = "ucp-union";
+  s.output = output;
+  s.params = plan.params.size();
+  s.ranks = mpi.size();
+  s.threads = threads;
+  s.bytes_read = mpi.sum(t.bytes_read);
+  s.bytes_written = mpi.sum(t.bytes_written);
+  s.files_written = mpi.sum(t.files);
+  s.peak_rss_bytes = mpi.max(peak_rss_bytes());
+  s.seconds = mpi.max(std::chrono::duration<double>(Clock::now() - t0).count());
+  return s;
+}
+
+}  // namespace ucpkit::to_universal

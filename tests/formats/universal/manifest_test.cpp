@@ -1,0 +1,199 @@
+// layout/universal/manifest: the universal checkpoint's manifest.json as one struct. The fixtures in
+// tests/formats/universal/data/ are manifests that ucp-union wrote before the struct existed (main at e20e28a,
+// on tests/load/fixtures.py, tests/autoep/fixtures.py and scripts/gen_ds_checkpoint.py --model dsmoe
+// checkpoints; see data/README.md): reading and writing them back must give the same bytes, and
+// every typed field must be the one in the raw JSON.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "formats/universal/manifest.h"
+#include "support/process.h"
+#include "support/errors.h"
+#include "support/files.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace ucpkit;
+using namespace ucpkit::formats::universal;
+
+using ucpkit::testing::file_bytes;
+
+namespace {
+
+const fs::path kData = fs::path(UCPKIT_SOURCE_DIR) / "tests" / "formats" / "universal" / "data";
+
+std::vector<fs::path> fixture_manifests() {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(kData))
+    if (e.path().extension() == ".json") out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The message of the Error that from_json throws on `j` (empty when it throws none).
+std::string error_of(const json& j, const std::string& file = "/ckpt/u/manifest.json") {
+  return ucpkit::testing::error_of([&] { (void)UniversalManifest::from_json(j, file); });
+}
+
+json fixture(const std::string& name) { return json::parse(file_bytes(kData / name)); }
+
+}  // namespace
+
+TEST(UniversalManifest, FixturesCoverEveryEntryKind) {
+  // The fixtures hold every optional key ucp-union writes, so the byte-exact test below covers them.
+  std::set<std::string> keys;
+  bool crc = false;
+  for (const auto& path : fixture_manifests()) {
+    const json j = json::parse(file_bytes(path));
+    for (const auto& p : j["params"]) {
+      for (const auto& [k, v] : p.items()) keys.insert(k);
+      for (const auto& [s, v] : p["states"].items()) crc = crc || v.contains("crc32");
+    }
+  }
+  for (const char* k : {"name", "shape", "dtype", "join", "tp_shapes", "pp_stage", "states", "step", "patterns", "cat_dim",
+                        "vocab_tensor", "flat", "expert", "autoep"})
+    EXPECT_TRUE(keys.count(k)) << k;
+  EXPECT_TRUE(crc);
+  EXPECT_GE(fixture_manifests().size(), 4u);
+}
+
+TEST(UniversalManifest, ToJsonWritesTheBytesUcpUnionWrote) {
+  for (const auto& path : fixture_manifests()) {
+    SCOPED_TRACE(path.filename().string());
+    const std::string text = file_bytes(path);
+    const UniversalManifest m = read_universal_manifest(path.string());
+    EXPECT_EQ(m.text(), text);
+    // And once more through the struct (write, read, write).
+    EXPECT_EQ(UniversalManifest::from_json(m.to_json(), path.string()).text(), text);
+  }
+}
+
+TEST(UniversalManifest, TypedFieldsAreTheRawJson) {
+  for (const auto& path : fixture_manifests()) {
+    SCOPED_TRACE(path.filename().string());
+    const json j = json::parse(file_bytes(path));
+    const UniversalManifest m = UniversalManifest::from_json(j, path.string());
+    EXPECT_EQ(m.version, j["version"].get<int64_t>());
+    EXPECT_EQ(m.source, j["source"]);
+    EXPECT_EQ(m.patterns_origin, j["patterns"]["origin"].get<std::string>());
+    EXPECT_EQ(m.patterns_set, j["patterns"]["set"]);
+    EXPECT_EQ(m.model_files, j["model_files"].get<std::vector<std::string>>());
+    EXPECT_EQ(m.optimizer_state, j["optimizer_state"].get<std::string>());
+    ASSERT_EQ(m.params.size(), j["params"].size());
+    for (size_t i = 0; i < m.params.size(); ++i) {
+      const auto& p = m.params[i];
+      const json& e = j["params"][i];
+      EXPECT_EQ(p.name, e["name"].get<std::string>());
+      EXPECT_EQ(p.shape, e["shape"].get<std::vector<int64_t>>());
+      EXPECT_EQ(p.step, e["step"].get<bool>());
+      EXPECT_EQ(p.flat, e.value("flat", false));
+      EXPECT_EQ(p.vocab_tensor, e.value("vocab_tensor", false));
+      EXPECT_EQ(p.cat_dim.has_value(), e.contains("cat_dim"));
+      if (p.cat_dim) EXPECT_EQ(*p.cat_dim, e["cat_dim"].get<int64_t>());
+      ASSERT_EQ(p.expert.has_value(), e.contains("expert"));
+      if (p.expert) {
+        EXPECT_EQ(p.expert->layer, e["expert"]["layer"].get<int>());
+        EXPECT_EQ(p.expert->global_id, e["expert"]["global_id"].get<int>());
+      }
+      ASSERT_EQ(p.autoep.has_value(), e.contains("autoep"));
+      if (p.autoep) EXPECT_EQ(p.autoep->num_experts, e["autoep"]["num_experts"].get<int>());
+      ASSERT_EQ(p.states.size(), e["states"].size());
+      for (const auto& [state, s] : p.states) {
+        EXPECT_EQ(s.file, e["states"][state]["file"].get<std::string>());
+        ASSERT_TRUE(s.crc32);
+        EXPECT_EQ(*s.crc32, std::stoul(e["states"][state]["crc32"].get<std::string>(), nullptr, 16));
+      }
+    }
+    const UniversalSource src = m.source_facts(path.string());
+    EXPECT_EQ(src.tp, j["source"]["tp"].get<int>());
+    EXPECT_EQ(src.dp, j["source"]["dp"].get<int>());
+    EXPECT_EQ(src.pipeline, j["source"]["pipeline"].get<bool>());
+    EXPECT_EQ(src.tag, j["source"]["tag"].get<std::string>());
+    EXPECT_EQ(src.autoep.is_null(), !j["source"].contains("autoep"));
+  }
+}
+
+TEST(UniversalManifest, DirectModeEntryWritesOnlyWhatItHas) {
+  // Direct mode builds entries without ucp-union's dtype, join, tp_shapes, pp_stage, patterns and
+  // checksums: none of those keys appear, and a checksum is always eight hex digits.
+  UniversalParam p;
+  p.name = "w";
+  p.shape = {4, 2};
+  p.states["fp32"].file = "zero/w/fp32.pt";
+  p.states["exp_avg"] = {"zero/w/exp_avg.pt", 0x1fu};
+  const json j = p.to_json();
+  EXPECT_EQ(j, json::parse(R"({"name": "w", "shape": [4, 2], "step": false,
+      "states": {"fp32": {"file": "zero/w/fp32.pt"}, "exp_avg": {"file": "zero/w/exp_avg.pt", "crc32": "0000001f"}}})"));
+  const UniversalParam back = UniversalParam::from_json(j, "m.json", "params[0]");
+  EXPECT_EQ(back.to_json(), j);
+  EXPECT_FALSE(back.states.at("fp32").crc32);
+  EXPECT_EQ(back.states.at("exp_avg").crc32, 0x1fu);
+}
+
+TEST(UniversalManifest, BadKeysNameTheFileAndTheKeyInOneLine) {
+  const json good = fixture("gpt_pipeline.json");
+  ASSERT_EQ(error_of(good), "");
+  struct Case {
+    std::string what, key;
+    std::function<void(json&)> change;
+  };
+  const std::vector<Case> cases = {
+      {"crc32 a list", "params[0].states.fp32.crc32", [](json& m) { m["params"][0]["states"]["fp32"]["crc32"] = {1}; }},
+      {"crc32 not hex", "params[1].states.exp_avg.crc32", [](json& m) { m["params"][1]["states"]["exp_avg"]["crc32"] = "12zz"; }},
+      {"crc32 too long", "params[0].states.fp32.crc32", [](json& m) { m["params"][0]["states"]["fp32"]["crc32"] = "123456789"; }},
+      {"shape a string", "params[2].shape", [](json& m) { m["params"][2]["shape"] = "4x4"; }},
+      {"negative size", "params[2].shape[0]", [](json& m) { m["params"][2]["shape"][0] = -4; }},
+      {"no shape", "params[2].shape", [](json& m) { m["params"][2].erase("shape"); }},
+      {"state without file", "params[0].states.fp32.file", [](json& m) { m["params"][0]["states"]["fp32"].erase("file"); }},
+      {"step a string", "params[0].step", [](json& m) { m["params"][0]["step"] = "yes"; }},
+      {"null entry", "params[3]", [](json& m) { m["params"][3] = nullptr; }},
+      {"expert layer", "params[0].expert.layer", [](json& m) { m["params"][0]["expert"] = {{"layer", "a"}, {"global_id", 0}}; }},
+      {"autoep", "params[0].autoep", [](json& m) { m["params"][0]["autoep"] = {{"moe_layer_id", 0}}; }},
+      {"params not a list", "params", [](json& m) { m["params"] = json::object(); }},
+      {"model_files", "model_files[1]", [](json& m) { m["model_files"][1] = 7; }},
+      {"no source", "source", [](json& m) { m.erase("source"); }},
+      {"tp a string", "source.tp", [](json& m) { m["source"]["tp"] = "2"; }},
+      {"tp zero", "source.tp", [](json& m) { m["source"]["tp"] = 0; }},
+      {"pipeline", "source.pipeline", [](json& m) { m["source"]["pipeline"] = 1; }},
+      {"num_experts", "source.num_experts[0]", [](json& m) { m["source"]["num_experts"] = {"four"}; }},
+      {"layer_keys index", "source.layer_keys", [](json& m) { m["source"]["layer_keys"] = {{"x1", json::array()}}; }},
+      {"layer_keys list", "source.layer_keys.3", [](json& m) { m["source"]["layer_keys"] = {{"3", "abc"}}; }},
+      {"patterns.set", "patterns.set", [](json& m) { m["patterns"].erase("set"); }},
+      {"version", "version", [](json& m) { m["version"] = "1"; }},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    json bad = good;
+    c.change(bad);
+    const std::string msg = error_of(bad);
+    EXPECT_EQ(msg.rfind("/ckpt/u/manifest.json: malformed: " + c.key, 0), 0u) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    EXPECT_LT(msg.size(), 200u) << msg;
+  }
+  for (const json& other : {json::array(), json{{"format", "ucpkit-pec-manifest/1"}}, json{{"params", json::array()}}})
+    EXPECT_EQ(error_of(other), "/ckpt/u/manifest.json: not a ucpkit universal manifest");
+}
+
+TEST(UniversalManifest, ReadingNamesTheFile) {
+  const fs::path d = ucpkit::testing::scratch_dir("universal_manifest_read");
+  try {
+    (void)read_universal_manifest((d / "missing.json").string());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), (d / "missing.json").string() + ": cannot read (incomplete universal checkpoint?)");
+  }
+  std::ofstream(d / "cut.json") << file_bytes(kData / "gpt_pipeline.json").substr(0, 300);
+  try {
+    (void)read_universal_manifest((d / "cut.json").string());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind((d / "cut.json").string() + ": corrupt JSON: ", 0), 0u) << e.what();
+  }
+}
