@@ -26,7 +26,6 @@
 #include "reshard/universal_reader.h"
 #include "parallel/mpi_session.h"
 #include "parallel/threads.h"
-#include "to_universal/save.h"
 
 namespace fs = std::filesystem;
 
