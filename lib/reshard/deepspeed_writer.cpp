@@ -11,6 +11,7 @@
 #include "io/torch/torch_file.h"
 #include "formats/deepspeed/autoep.h"
 #include "formats/deepspeed/module_tree.h"
+#include "formats/deepspeed/param_groups.h"
 #include "formats/deepspeed/pipeline.h"
 #include "formats/deepspeed/storage_tags.h"
 #include "formats/deepspeed/files.h"
@@ -560,7 +561,7 @@ ValuePtr DeepSpeedWriter::zero12_state(int d, int mp) const {
     if (h->kind == Kind::Dict) {
       h->set_item("params", Value::list({Value::integer(static_cast<int64_t>(gi))}));
       if (auto moe = h->get("moe"); moe && moe->kind == Kind::Bool && moe->b && h->contains("name"))
-        h->set_item("name", Value::str("ep_size_" + std::to_string(t.ep)));
+        h->set_item("name", Value::str(formats::deepspeed::expert_group_name(t.ep)));
     }
     hyper->items.push_back(h);
     // ZeRO-1/2 drop the padding from the fp32 partition; BF16_Optimizer keeps it.

@@ -14,6 +14,7 @@
 #include "io/torch/torch_file.h"
 #include "formats/deepspeed/autoep.h"
 #include "formats/deepspeed/module_tree.h"
+#include "formats/deepspeed/param_groups.h"
 #include "formats/deepspeed/pipeline.h"
 #include "formats/deepspeed/files.h"
 #include "formats/universal/manifest.h"
@@ -102,8 +103,8 @@ std::vector<std::vector<std::string>> group_lists(const ValuePtr& root, const st
 }
 
 // Native MoE model files have no param_shapes: dense params follow the module order, expert params
-// (layer, global expert, name order); optimizer groups follow Megatron's rule (no weight decay for
-// biases and norms, i.e. 1-D tensors) matched against the common param_groups (moe flag, decay).
+// (layer, global expert, name order); optimizer groups follow Megatron's rule (param_groups.h)
+// matched against the common param_groups (moe flag, decay).
 void read_moe_groups(ModelInfo& m, std::map<std::string, ParamInfo>& by_name, const ValuePtr& first,
                      const ValuePtr& osd, const fs::path& opt) {
   auto groups = osd && osd->kind == Kind::Dict ? osd->get("param_groups") : nullptr;
@@ -119,7 +120,7 @@ void read_moe_groups(ModelInfo& m, std::map<std::string, ParamInfo>& by_name, co
     if (target < 0) target = static_cast<int>(i);
   }
   auto group_of = [&](const ParamInfo& p, const int* table) {
-    const int slot = p.shape.size() >= 2 ? 0 : 1;
+    const int slot = formats::deepspeed::megatron_group_slot(p.name, p.shape);
     if (table[slot] < 0)
       fail(opt.string(), "no " + std::string(slot == 0 ? "weight-decay" : "no-decay") + (table == moe ? " expert" : "") +
                              " param group for " + p.name);

@@ -10,6 +10,7 @@
 #include "formats/deepspeed/files.h"
 #include "formats/deepspeed/module_tree.h"
 #include "formats/deepspeed/moe.h"
+#include "formats/deepspeed/param_groups.h"
 
 namespace ucpkit::reshard {
 
@@ -100,13 +101,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Megatron's get_param_groups (megatron/optimizer/__init__.py:18-65): weight decay for ndim > 1 and
-// not a bias, else none; expert groups after the dense ones (deepspeed/moe/utils.py:72-146).
-int group_slot(const std::string& name, const std::vector<int64_t>& shape) {
-  const bool bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
-  return shape.size() > 1 && !bias ? 0 : 1;
-}
-
 }  // namespace
 
 std::string relayout_moe_folder(const std::string& step_dir, const formats::deepspeed::VersionLine& line) {
@@ -141,13 +135,13 @@ std::string relayout_moe_folder(const std::string& step_dir, const formats::deep
   // experts (local index = global index < E/EP) wd, no-wd, in file order.
   const ValuePtr module = root->get("module");
   std::vector<std::vector<std::pair<std::string, ValuePtr>>> groups(4);
-  for (auto& [name, v] : formats::deepspeed::module_tensors(module)) groups[group_slot(name, v->tensor->shape())].emplace_back(name, v);
+  for (auto& [name, v] : formats::deepspeed::module_tensors(module)) groups[formats::deepspeed::megatron_group_slot(name, v->tensor->shape())].emplace_back(name, v);
   for (const auto& ef : L.expert_files) {
     if (ef.moe_layer >= static_cast<int>(num_experts.size()) || ef.expert >= num_experts[ef.moe_layer] / ep) continue;
     ValuePtr e = load_torch(ef.path);
     if (!e || e->kind != Kind::Dict) fail(ef.path, "not an expert state dict");
     for (const auto& [k, v] : e->entries)
-      if (v && v->kind == Kind::Tensor) groups[2 + group_slot(k->as_str(), v->tensor->shape())].emplace_back(k->as_str(), v);
+      if (v && v->kind == Kind::Tensor) groups[2 + formats::deepspeed::megatron_group_slot(k->as_str(), v->tensor->shape())].emplace_back(k->as_str(), v);
   }
   MoeLineInputs in;
   in.zero_stage = zero_stage;

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "formats/deepspeed/moe.h"
+#include "formats/deepspeed/param_groups.h"
 
 namespace ucpkit::formats::deepspeed {
 
@@ -150,7 +151,7 @@ std::vector<int> autoep_expert_dp_ranks(int ep_rank, int dp, int ep, bool data_b
   return ranks;
 }
 
-std::string autoep_group_name(int ep) { return "ep_size_" + std::to_string(ep); }
+std::string autoep_group_name(int ep) { return expert_group_name(ep); }
 
 std::string autoep_expert_file_name(int moe_layer_id, int global_expert, int mp_rank) {
   char buf[96];
@@ -174,7 +175,7 @@ void retarget_autoep_layers(const ValuePtr& layers, int ep, int dp, bool zero3, 
     };
     set("ep_size", Value::integer(ep));
     set("num_local_experts", Value::integer(per));
-    set("ep_group_name", Value::str(autoep_group_name(ep)));
+    set("ep_group_name", Value::str(expert_group_name(ep)));
     set("ep_rank", Value::integer(ep_rank));
     set("expert_data_parallel_rank", Value::integer(edp_rank));
     set("expert_data_parallel_world_size", Value::integer(dp / ep));

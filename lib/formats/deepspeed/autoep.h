@@ -63,7 +63,8 @@ pickle::ValuePtr zero3_partition_groups_value(const std::vector<Zero3PartitionGr
 // Global ranks of the ZeRO-3 partition group of EP rank `ep_rank`'s experts, in partition-rank order:
 // the expert-data-parallel group (engine.py:1882-1890, utils/groups.py:304); TP = PP = 1.
 std::vector<int> autoep_expert_dp_ranks(int ep_rank, int dp, int ep, bool data_before_expert);
-// "ep_size_<EP>": AutoEP's expert-parallel group name (auto_ep_layer.py, utils/groups.py).
+// "ep_size_<EP>": AutoEP's expert-parallel group name; forwards to param_groups.h expert_group_name
+// (left for deepspeed_writer.cpp's zero3_state until it calls that).
 std::string autoep_group_name(int ep);
 
 // "layer_<id>_expert_<g>_mp_rank_<mp>_model_states.pt" (engine.py:4190-4200).

@@ -1,0 +1,30 @@
+// Megatron-DeepSpeed's optimizer parameter groups: which parameters get weight decay, and the name
+// DeepSpeed gives an expert group ("ep_size_<N>"). The one spelling of both; pure functions.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ucpkit::formats::deepspeed {
+
+// Megatron's get_param_groups (microsoft/Megatron-DeepSpeed megatron/optimizer/__init__.py:39-40 at
+// f4157be; NVIDIA/Megatron-LM's megatron/core/optimizer/__init__.py _get_param_groups has the same
+// default no_weight_decay_cond):
+//   no_wd = name.endswith(".bias") or len(param.shape) == 1
+// so a 2-D ".bias" gets no weight decay, and a 0-D parameter does get it.
+bool megatron_weight_decay(const std::string& name, const std::vector<int64_t>& shape);
+
+// Which of a model's two Megatron groups a parameter is in: 0 = weight decay (wd_no_scale_lr,
+// created first), 1 = no weight decay (no_wd_no_scale_lr), megatron/optimizer/__init__.py:57-62.
+int megatron_group_slot(const std::string& name, const std::vector<int64_t>& shape);
+
+// "ep_size_<ep>": an expert parameter's group_name (deepspeed/moe/layer.py:61 at v0.19.5-27), which
+// split_params_into_different_moe_groups_for_optimizer makes the expert param group's 'name'
+// (deepspeed/moe/utils.py:102-105). AutoEP uses the same name (deepspeed/runtime/engine.py).
+std::string expert_group_name(int ep);
+// The EP size an optimizer param group's name carries ("ep_size_4" -> 4; a name that contains
+// ep_size_<N> anywhere, as older Megatron-DeepSpeed prefixed it), nullopt when none.
+std::optional<int> ep_size_of_group_name(const std::string& group_name);
+
+}  // namespace ucpkit::formats::deepspeed
