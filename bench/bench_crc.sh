@@ -13,7 +13,7 @@ bin=$build/bin
 HIDDEN=${HIDDEN:-1536}; LAYERS=${LAYERS:-8}
 mkdir -p "$work"
 src=$work/src
-[ -f "$src/latest" ] || /usr/bin/python3 "$root/scripts/gen_ds_checkpoint.py" --output "$src" --model gpt \
+[ -f "$src/latest" ] || /usr/bin/python3 "$root/tests/generator/gen_ds_checkpoint.py" --output "$src" --model gpt \
   --hidden "$HIDDEN" --ffn $((4 * HIDDEN)) --heads 16 --layers "$LAYERS" --vocab 50257 --seq 2048 \
   --tp 1 --pp 1 --dp 2 --no-truth >/dev/null
 echo "source: $(du -sh "$src" | cut -f1)"

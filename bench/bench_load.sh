@@ -23,7 +23,7 @@ mkdir -p "$WORK"
 SRC=$WORK/src-l$LAYERS-h$HIDDEN
 if [ ! -f "$SRC/latest" ]; then
   rm -rf "$SRC"
-  /usr/bin/python3 "$ROOT/scripts/gen_ds_checkpoint.py" --output "$SRC" --model gpt --layers "$LAYERS" \
+  /usr/bin/python3 "$ROOT/tests/generator/gen_ds_checkpoint.py" --output "$SRC" --model gpt --layers "$LAYERS" \
     --hidden "$HIDDEN" --heads "$HEADS" --ffn $((4 * HIDDEN)) --vocab "$VOCAB" --seq 2048 \
     --tp 2 --pp 2 --dp 2 --no-truth
 fi

@@ -34,7 +34,7 @@ mkdir -p "$work"
 ckpt=$work/ckpt
 if [ ! -f "$ckpt/latest" ]; then
   echo "generating checkpoint (hidden $hidden, ffn $ffn, vocab $vocab) ..." >&2
-  $py "$root/scripts/gen_ds_checkpoint.py" --output "$ckpt" --model dsmoe --layers 24 --experts 16 \
+  $py "$root/tests/generator/gen_ds_checkpoint.py" --output "$ckpt" --model dsmoe --layers 24 --experts 16 \
     --hidden "$hidden" --heads 8 --ffn "$ffn" --vocab "$vocab" --seq 512 --dp 4 --ep 4 --zero 1 \
     --dtype bf16 --step 1000 --seed 7 --no-truth >&2
 fi

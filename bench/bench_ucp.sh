@@ -20,7 +20,7 @@ mkdir -p "$work"
 memcheck() {
   for l in 3 18; do
     m=$work/mem-l$l
-    [ -f "$m/latest" ] || $py "$root/scripts/gen_ds_checkpoint.py" --output "$m" --model gpt --hidden 512 \
+    [ -f "$m/latest" ] || $py "$root/tests/generator/gen_ds_checkpoint.py" --output "$m" --model gpt --hidden 512 \
       --ffn 2048 --heads 16 --layers $l --vocab 8192 --seq 2048 --tp 2 --pp 1 --dp 2 --no-truth 2>/dev/null
     rm -rf "$m.out"
     "$bin/ucp-union" -q --json --input "$m" --output "$m.out" > "$m.json"
@@ -41,7 +41,7 @@ if [ "${MEMCHECK:-1}" = only ]; then memcheck; exit 0; fi
 ck=$work/ckpt-h$HIDDEN-l$LAYERS
 if [ ! -f "$ck/latest" ]; then
   echo "bench_ucp: generating checkpoint in $ck" >&2
-  $py "$root/scripts/gen_ds_checkpoint.py" --output "$ck" --model gpt --hidden "$HIDDEN" --ffn $((4*HIDDEN)) \
+  $py "$root/tests/generator/gen_ds_checkpoint.py" --output "$ck" --model gpt --hidden "$HIDDEN" --ffn $((4*HIDDEN)) \
     --heads 16 --layers "$LAYERS" --vocab "$VOCAB" --seq 2048 --tp 2 --pp 2 --dp 2 --dtype bf16 --no-truth
 fi
 step=$ck/$(cat "$ck/latest")

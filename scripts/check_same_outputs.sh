@@ -18,9 +18,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$work"
 $py "$root/tests/load/fixtures.py" "$work/fx" --full > /dev/null || exit 1
 rm -rf "$work/gen"; mkdir -p "$work/gen"
-$py "$root/scripts/gen_ds_checkpoint.py" --output "$work/gen/demo" --model gpt --tp 2 --pp 2 --dp 2 --zero 1 \
+$py "$root/tests/generator/gen_ds_checkpoint.py" --output "$work/gen/demo" --model gpt --tp 2 --pp 2 --dp 2 --zero 1 \
   --dtype bf16 --layers 4 --hidden 64 --heads 4 --ffn 256 --vocab 250 --seq 32 --seed 1 > /dev/null 2>&1 || exit 1
-$py "$root/scripts/gen_ds_checkpoint.py" --output "$work/gen/moe" --model dsmoe --dp 4 --ep 2 > /dev/null 2>&1 || exit 1
+$py "$root/tests/generator/gen_ds_checkpoint.py" --output "$work/gen/moe" --model dsmoe --dp 4 --ep 2 > /dev/null 2>&1 || exit 1
 loads=$root/../shared/data/smartmoe_expert_loads.json
 errors=0
 

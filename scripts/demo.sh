@@ -34,7 +34,7 @@ have() { [ -x "$bin/$1" ]; }
 
 step "1. generating a GPT checkpoint (bf16, ZeRO-1, TP=2 PP=2 DP=2) in $work/source"
 rm -rf "$work/source"
-$py "$root/scripts/gen_ds_checkpoint.py" --output "$work/source" --model gpt --tp 2 --pp 2 --dp 2 \
+$py "$root/tests/generator/gen_ds_checkpoint.py" --output "$work/source" --model gpt --tp 2 --pp 2 --dp 2 \
     --zero 1 --dtype bf16 --layers 4 --hidden 64 --heads 4 --ffn 256 --vocab 250 --seq 32 --seed 1
 ls "$work/source/global_step"*/ | head -20
 
@@ -66,7 +66,7 @@ fi
 step "5. PEC: pec-save at steps 100 and 200 of a native-MoE checkpoint (4 experts per layer, EP=2), pec-restore"
 rm -rf "$work/moe" "$work/store" "$work/restored"
 for s in 100 200; do
-  $py "$root/scripts/gen_ds_checkpoint.py" --output "$work/moe/step$s" --model dsmoe --layers 4 --hidden 32 \
+  $py "$root/tests/generator/gen_ds_checkpoint.py" --output "$work/moe/step$s" --model dsmoe --layers 4 --hidden 32 \
       --heads 4 --ffn 64 --vocab 128 --seq 16 --experts 4 --dp 4 --ep 2 --zero 1 --dtype bf16 --step $s \
       --seed $s --no-truth
 done

@@ -43,7 +43,7 @@ done
 if readelf -d /usr/bin/ucp-load /usr/lib/libucpkit.so | grep -E 'NEEDED.*(libcudart|libnccl)'; then
   fail "the packaged tools need CUDA libraries at start"
 fi
-/usr/bin/python3 "$root/scripts/gen_ds_checkpoint.py" --output ck --model gpt --tp 2 --pp 1 --dp 2 --zero 1 \
+/usr/bin/python3 "$root/tests/generator/gen_ds_checkpoint.py" --output ck --model gpt --tp 2 --pp 1 --dp 2 --zero 1 \
   --dtype bf16 --layers 2 --hidden 32 --heads 4 --ffn 64 --vocab 96 --seq 16 --seed 3 >/dev/null
 ucp-union -q --input ck --output universal || fail "/usr/bin/ucp-union"
 ucp-load -q --input universal --output target --tp 1 --pp 1 --dp 1 --zero-stage 1 || fail "/usr/bin/ucp-load"

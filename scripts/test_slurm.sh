@@ -34,7 +34,7 @@ submit() {  # NAME SCRIPT [sbatch args...]: runs the job to its end; its exit co
 step "generating checkpoints"
 $py - "$root" "$work" <<'PY'
 import os, shutil, sys
-sys.path.insert(0, os.path.join(sys.argv[1], "scripts"))
+sys.path.insert(0, os.path.join(sys.argv[1], "tests", "generator"))
 import dsgen
 work = sys.argv[2]
 # A dense GPT run saved at DP 2 (ZeRO-1, bf16), with ground truth of its universal form.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Full UCP matrix: generates checkpoints in many layouts (scripts/gen_ds_checkpoint.py), converts
+# Full UCP matrix: generates checkpoints in many layouts (tests/generator/gen_ds_checkpoint.py), converts
 # each with ucp-union (one-step) and with ucp-extract + ucp-union (two-step, a subset), and checks
 # the output bit for bit against the ground truth (tests/ucp/check_universal.py).
 # Usage: scripts/test_ucp_matrix.sh [build_dir] [work_dir]
@@ -54,9 +54,9 @@ for c in "${cases[@]}"; do
   extra=()
   if [[ $args == *--no-uc-info* ]]; then
     extra=(--patterns "$dir/patterns.json")
-    $py "$root/scripts/gen_ds_checkpoint.py" --output "$dir/ckpt" $args --patterns-out "$dir/patterns.json" 2>/dev/null
+    $py "$root/tests/generator/gen_ds_checkpoint.py" --output "$dir/ckpt" $args --patterns-out "$dir/patterns.json" 2>/dev/null
   else
-    $py "$root/scripts/gen_ds_checkpoint.py" --output "$dir/ckpt" $args 2>/dev/null
+    $py "$root/tests/generator/gen_ds_checkpoint.py" --output "$dir/ckpt" $args 2>/dev/null
   fi
   ok=1
   "$bin/ucp-union" -q --input "$dir/ckpt" --output "$dir/universal" "${extra[@]}" || ok=0

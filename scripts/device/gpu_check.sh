@@ -34,7 +34,7 @@ step "GPU gtest (LoadDevice.*)"
 
 step "generate a checkpoint with torch $(python3 -c 'import torch; print(torch.__version__)') (layers $layers, hidden $hidden)"
 W=/tmp/gpuw; rm -rf $W; mkdir -p $W
-time python3 scripts/gen_ds_checkpoint.py --output $W/src --model gpt --layers "$layers" --hidden "$hidden" \
+time python3 tests/generator/gen_ds_checkpoint.py --output $W/src --model gpt --layers "$layers" --hidden "$hidden" \
   --heads 16 --ffn $((4 * hidden)) --vocab 50304 --seq 2048 --tp 1 --pp 1 --dp 2 --zero 1 --dtype bf16 --no-truth
 du -sh $W/src
 step "ucp-union"

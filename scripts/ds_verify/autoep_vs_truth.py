@@ -1,5 +1,5 @@
 """Outside CI: DeepSpeed's universal folder (run_ds_to_universal.py on an AutoEP fixture of
-scripts/dsgen/autoep.py) against the generator's ground truth, state file by state file: the same
+tests/generator/dsgen/autoep.py) against the generator's ground truth, state file by state file: the same
 dict keys in the same order and equal tensors (expert weights {param, cat_dim, is_expert_param,
 ep_num_experts}; dense {cat_dim, param} for ZeRO-1/2 and the bare 1-D tensor for ZeRO-3).
 Usage: autoep_vs_truth.py <ds_universal_step_dir> <generated_fixture_dir>"""
@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "generator"))
 import dsgen  # noqa: E402,F401
 import torch  # noqa: E402
 

@@ -1,5 +1,5 @@
 // DeepSpeed AutoEP (DeepSpeed >= 0.19.2) under ZeRO-1/2 and ZeRO-3: the generator writes AutoEP checkpoints as
-// DeepSpeed v0.19.5's save code does (scripts/dsgen/autoep.py); ucp-union (one step, two steps via
+// DeepSpeed v0.19.5's save code does (tests/generator/dsgen/autoep.py); ucp-union (one step, two steps via
 // ucp-extract, two MPI ranks) must write the universal form autoep_universal.py writes, checked bit for
 // bit against the generator's ground truth by tests/autoep/check_universal.py with Python torch; ucp-load
 // --ep must write AutoEP layouts for another EP size; broken inputs must fail with one clear line naming the

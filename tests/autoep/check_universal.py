@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Checks the universal checkpoint ucp-union wrote for an AutoEP checkpoint against the generator's
-ground truth (scripts/dsgen/autoep.py write_truth), with Python torch.load only: every
+ground truth (tests/generator/dsgen/autoep.py write_truth), with Python torch.load only: every
 zero/<param>/<state>.pt bit for bit with the same keys in the same order (expert weights
 {param: [E, ...], cat_dim: 0, is_expert_param: True, ep_num_experts: E}, as
 deepspeed/checkpoint/autoep_universal.py:333-338 writes them), step.pt, no extra parameter folders,
@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "generator"))
 import dsgen  # noqa: E402,F401
 import torch  # noqa: E402
 

@@ -1,12 +1,12 @@
 #!/usr/bin/python3
-"""CI fixtures for the AutoEP tests: DeepSpeed AutoEP ZeRO-1/2 checkpoints (scripts/dsgen/autoep.py,
+"""CI fixtures for the AutoEP tests: DeepSpeed AutoEP ZeRO-1/2 checkpoints (tests/generator/dsgen/autoep.py,
 laid out as DeepSpeed v0.19.5's save code writes them) with the universal form autoep_universal.py
 writes as ground truth, plus broken variants. Usage: fixtures.py <out_dir>"""
 import os
 import shutil
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "generator"))
 from dsgen import autoep  # noqa: E402
 import torch  # noqa: E402
 

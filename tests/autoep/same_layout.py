@@ -1,12 +1,12 @@
 #!/usr/bin/python3
-"""Compares a checkpoint folder written by ucp-load with one scripts/dsgen/autoep.py wrote for the same
+"""Compares a checkpoint folder written by ucp-load with one tests/generator/dsgen/autoep.py wrote for the same
 target layout (it follows DeepSpeed v0.19.5's save code): the same files, and in each the same
 structure loaded with Python torch: dict key order, types, values, tensors bit for bit (dtype, shape).
 Usage: same_layout.py <written_step_dir> <generated_step_dir>"""
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "generator"))
 import dsgen  # noqa: E402,F401
 import torch  # noqa: E402
 

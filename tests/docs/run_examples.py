@@ -7,7 +7,7 @@ its output, or a command that needs a cluster or a fresh machine) are not, and a
 fails the check (every block says whether it runs). The ```sh blocks of one page run in order,
 in one work folder made for that page, with the built tools first on PATH; the folder holds what the
 examples name:
-  scripts/, patterns/   links to the repository's (examples call scripts/gen_ds_checkpoint.py)
+  scripts/, patterns/   links to the repository's (examples call tests/generator/gen_ds_checkpoint.py)
   checkpoint/           Megatron-DeepSpeed GPT, bf16, ZeRO-1, TP 2 PP 1 DP 2 (global_step100, `latest`)
   moe/                  native DeepSpeed MoE, EP 2 DP 2, 4 experts per MoE layer (global_step100)
   loads.json            expert loads [2 layers][8 experts] for moe-replace
@@ -47,7 +47,7 @@ def examples(path):
 
 def make_inputs(base):
     """The checkpoints and files the examples name, generated once (seconds)."""
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    sys.path.insert(0, os.path.join(ROOT, "tests", "generator"))
     import dsgen  # imports torch
     gpt = dsgen.ModelConfig(family="gpt", layers=2, hidden=16, heads=2, kv_heads=2, ffn=32, vocab=64, seq=8)
     dsgen.generate(os.path.join(base, "checkpoint"), gpt, dsgen.Layout(tp=2, dp=2, zero=1, dtype="bf16", step=100, seed=3),
@@ -67,7 +67,7 @@ def run_page(page, blocks, base, bin_dir, keep):
     for name in os.listdir(base):
         src = os.path.join(base, name)
         (shutil.copytree if os.path.isdir(src) else shutil.copy)(src, os.path.join(work, name))
-    for name in ("scripts", "patterns"):
+    for name in ("scripts", "patterns", "tests"):
         os.symlink(os.path.join(ROOT, name), os.path.join(work, name))
     env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")

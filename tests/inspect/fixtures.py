@@ -1,5 +1,5 @@
 """Fixtures of ucp-info / ucp-diff (tests/inspect): small native checkpoints from the generator
-(scripts/dsgen) with what the generator itself knows about them (expect.json: layout, parameter count,
+(tests/generator/dsgen) with what the generator itself knows about them (expect.json: layout, parameter count,
 experts, dtypes, DeepSpeed line), a copy of one with a single optimizer value changed (changed.json
 names the parameter and state), and a copy with a damaged shard.
 Usage: /usr/bin/python3 tests/inspect/fixtures.py OUT_DIR"""
@@ -10,7 +10,7 @@ import shutil
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(HERE, "..", "generator"))
 
 SMALL = dict(layers=2, hidden=16, heads=2, kv_heads=2, ffn=32, vocab=50, seq=8)
 

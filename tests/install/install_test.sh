@@ -41,7 +41,7 @@ for f in "$prefix"/bin/* "$lib"/lib*.so; do
 done
 
 # Input the namespace can still see: a small checkpoint with its ground truth (truth/).
-/usr/bin/python3 "$src/scripts/gen_ds_checkpoint.py" --output "$work/ck" --model gpt --tp 2 --pp 1 --dp 2 --zero 1 \
+/usr/bin/python3 "$src/tests/generator/gen_ds_checkpoint.py" --output "$work/ck" --model gpt --tp 2 --pp 1 --dp 2 --zero 1 \
   --dtype bf16 --layers 2 --hidden 32 --heads 4 --ffn 64 --vocab 96 --seq 16 --seed 3 >/dev/null
 
 # The run from the prefix, build and source trees (and CUDA) hidden. $prefix and $work are outside them.

@@ -1,11 +1,11 @@
 """DeepSpeed AutoEP source checkpoints for ucp-load's direct-mode tests (tests/load/direct_autoep_test.cpp),
-written by scripts/dsgen/autoep.py (DeepSpeed v0.19.5's save code; file:line there) into a scratch
+written by tests/generator/dsgen/autoep.py (DeepSpeed v0.19.5's save code; file:line there) into a scratch
 folder, the same cases as tests/autoep/fixtures.py uses. Usage: autoep_sources.py out_dir name..."""
 import os
 import shutil
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "generator"))
 from dsgen import autoep  # noqa: E402
 
 CASES = {

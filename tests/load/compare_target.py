@@ -18,7 +18,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "generator"))
 import dsgen  # noqa: E402,F401  (registers the DeepSpeed stand-in classes)
 
 ERRORS = []

@@ -1,12 +1,12 @@
 """Source checkpoints for ucp-load's target-default tests (tests/load/defaults_test.cpp), written by
-scripts/dsgen into a scratch folder: a native DeepSpeed MoE run saved at EP 2 in fp16 (the issue 28
+tests/generator/dsgen into a scratch folder: a native DeepSpeed MoE run saved at EP 2 in fp16 (the issue 28
 case: EP and precision must be kept when not given) and a dense GPT saved at TP 2 PP 2 in fp16.
 Usage: defaults_sources.py out_dir"""
 import os
 import shutil
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "generator"))
 import dsgen  # noqa: E402
 
 MOE = dsgen.ModelConfig(family="dsmoe", layers=4, hidden=32, heads=4, kv_heads=4, ffn=64, vocab=128, seq=16, experts=4)

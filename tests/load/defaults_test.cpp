@@ -7,7 +7,7 @@
 // * ucpkit_layout.json records the layout; --reuse-output reuses only a folder recording the same;
 // * --json's files_written is the number of files in the output's tag folder (--ds-version 0.19.5
 //   writes no expp_rank files).
-// Sources: tests/load/defaults_sources.py (scripts/dsgen), made once per test process.
+// Sources: tests/load/defaults_sources.py (tests/generator/dsgen), made once per test process.
 #include <gtest/gtest.h>
 
 #include <filesystem>

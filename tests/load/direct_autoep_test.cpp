@@ -2,7 +2,7 @@
 // (expert sub-groups partitioned over the expert-DP group) read straight from the native checkpoint
 // give the same bytes as the two-step path (ucp-union, then ucp-load), in one process and under
 // mpirun -np 2, and --plan's source -> target copies hold what they say (load/direct_check.h).
-// Sources: scripts/dsgen/autoep.py (DeepSpeed v0.19.5's save code), made once per run by
+// Sources: tests/generator/dsgen/autoep.py (DeepSpeed v0.19.5's save code), made once per run by
 // tests/load/autoep_sources.py.
 #include <gtest/gtest.h>
 

@@ -54,7 +54,7 @@ import sys
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(HERE, "..", "generator"))
 import dsgen  # noqa: E402  (registers the DeepSpeed stand-in classes for unpickling)
 from dsgen import models as dsmodels  # noqa: E402
 

@@ -9,16 +9,16 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(HERE, "..", "generator"))
 import dsgen  # noqa: E402
 import cases  # noqa: E402
 
 
 def _generator_digest():
     """The generator's source: a fixture made by another version of it is made again (a build folder
-    outlives changes to scripts/dsgen)."""
+    outlives changes to tests/generator/dsgen)."""
     h = hashlib.sha256()
-    gdir = os.path.join(HERE, "..", "..", "scripts", "dsgen")
+    gdir = os.path.join(HERE, "..", "generator", "dsgen")
     for name in sorted(os.listdir(gdir)):
         if name.endswith(".py"):
             with open(os.path.join(gdir, name), "rb") as f:

@@ -1,5 +1,5 @@
 // Native DeepSpeed MoE of every DeepSpeed version line (layout/deepspeed/version_line.h): the
-// generator writes each line as DeepSpeed's save code does (scripts/dsgen/dsmoe.py); ucp-union
+// generator writes each line as DeepSpeed's save code does (tests/generator/dsgen/dsmoe.py); ucp-union
 // must give the ground truth, ucp-load EP 2 -> 4 -> 2 must round-trip bit for bit, and what ucp-load
 // writes must be laid out as the line (checked by tests/load/check_moe_line.py, which reads the files
 // the way DeepSpeed's load_moe_state_dict and Megatron's load_state_dict do).

@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "generator"))
 import dsgen  # noqa: E402,F401
 
 DT = {"bf16": (torch.bfloat16, "BF16", 2), "fp16": (torch.float16, "F16", 2), "fp32": (torch.float32, "F32", 4)}

@@ -6,7 +6,7 @@ import glob
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "generator"))
 import torch  # noqa: E402
 from dsgen import stubs  # noqa: E402,F401  (classes the pickles name)
 from dsgen.writer import _tensors as tensors  # noqa: E402  (every tensor of a nested dict / list)

@@ -1,6 +1,6 @@
 """PEC fixtures: a chain of native DeepSpeed MoE checkpoints (one per training step, each with its
-own values) written by the issue-3 generator (scripts/dsgen), their universal-layout truth, chains of
-DeepSpeed AutoEP checkpoints under ZeRO-3 (scripts/dsgen/autoep.py) with their truth, and
+own values) written by the issue-3 generator (tests/generator/dsgen), their universal-layout truth, chains of
+DeepSpeed AutoEP checkpoints under ZeRO-3 (tests/generator/dsgen/autoep.py) with their truth, and
 seeded token counts per save interval in the three accepted formats.
 Usage: /usr/bin/python3 tests/pec/fixtures.py OUT_DIR"""
 import hashlib
@@ -11,7 +11,7 @@ import shutil
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(HERE, "..", "generator"))
 
 STEPS = [100, 200, 300, 400, 500]
 
@@ -27,7 +27,7 @@ def chain(out, name, steps, **layout):
 
 
 def autoep_zero3_chain(out, name, steps, **kw):
-    """DeepSpeed AutoEP under ZeRO-3 (partition-native, scripts/dsgen/autoep.py zero=3, DeepSpeed
+    """DeepSpeed AutoEP under ZeRO-3 (partition-native, tests/generator/dsgen/autoep.py zero=3, DeepSpeed
     v0.19.5's save code): one checkpoint per step with its own values and its universal-form truth
     (2 AutoEP layers of 4 experts)."""
     from dsgen import autoep
@@ -70,12 +70,12 @@ def tokens(out):
 
 
 def generator_digest():
-    """This script and the generator's sources (scripts/dsgen): a build folder outlives changes to either,
+    """This script and the generator's sources (tests/generator/dsgen): a build folder outlives changes to either,
     and fixtures made by another version of them are made again (as tests/load/fixtures.py does)."""
     h = hashlib.sha256()
     with open(os.path.abspath(__file__), "rb") as f:
         h.update(b"fixtures.py\0" + f.read())
-    gdir = os.path.join(HERE, "..", "..", "scripts", "dsgen")
+    gdir = os.path.join(HERE, "..", "generator", "dsgen")
     for name in sorted(os.listdir(gdir)):
         if name.endswith(".py"):
             with open(os.path.join(gdir, name), "rb") as f:

@@ -878,7 +878,7 @@ TEST(PecTools, MpiSaveMatchesSingleProcess) {
   EXPECT_EQ(verify_native(d + "/r_bad", 300), 0) << file_bytes(d + "/r_bad/verify.log");
 }
 
-// ---- DeepSpeed AutoEP under ZeRO-3 (partition-native, scripts/dsgen/autoep.py zero=3): no expert
+// ---- DeepSpeed AutoEP under ZeRO-3 (partition-native, tests/generator/dsgen/autoep.py zero=3): no expert
 // files; every expert lives in its rows of the fused w1/w2/w3 inside each rank's ZeRO-3 sub-group
 // partitions (fp32_flat_groups, exp_avg, exp_avg_sq). Fixture chains (tests/pec/fixtures.py):
 // autoep_z3 (DP 4, EP 2, bf16) and autoep_z3_dbe (DP 6, EP 2, fp16, expert-DP ranks first, padded

@@ -26,7 +26,7 @@ import os
 import sys
 import zipfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "generator"))
 import dsgen  # noqa: E402,F401  (registers the DeepSpeed stand-in classes for torch.load)
 import torch  # noqa: E402
 

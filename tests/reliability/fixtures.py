@@ -1,12 +1,12 @@
 """Reliability fixtures: one small Megatron-DeepSpeed GPT checkpoint (TP 1, PP 1, DP 2, ZeRO-1, bf16)
-written by scripts/dsgen, the input of the commit and durability tests (and of the output / confinement
+written by tests/generator/dsgen, the input of the commit and durability tests (and of the output / confinement
 tests); fixtures_shards.py adds the shard-agreement cases (agree/) and a native MoE checkpoint (moe/).
 Usage: /usr/bin/python3 tests/reliability/fixtures.py OUT_DIR"""
 import os
 import shutil
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "generator"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dsgen  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Reliability fixtures for "shards must agree" (issue 16 item 2): generated checkpoints (scripts/dsgen)
+"""Reliability fixtures for "shards must agree" (issue 16 item 2): generated checkpoints (tests/generator/dsgen)
 with one file changed in Python into a valid torch file that disagrees with the others. Each case is a
 full checkpoint folder OUT/agree/<case>; OUT/agree/cases.json names the file that was changed and what
 the tool must say about it. Called by tests/reliability/fixtures.py.
@@ -20,7 +20,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "generator"))
 import dsgen  # noqa: E402  (registers DeepSpeed's class paths: torch.load/torch.save keep them)
 
 GPT = dict(family="gpt", layers=2, hidden=32, heads=4, ffn=128, vocab=96, seq=16)

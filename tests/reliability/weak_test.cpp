@@ -1,7 +1,7 @@
 // The WEAK cases of issue 16 for ucp-extract, ucp-union, ucp-load and the shared readers: each test
 // fails on the code before the fix (a message that names no file or the wrong thing, EIO for ENOSPC,
 // gigabytes before a refusal, a staging folder kept, exit 1 with the output in place, a flag refused)
-// and passes after it. Input: the reliability fixture `gpt` (fixtures.py, torch 1.13 via scripts/dsgen),
+// and passes after it. Input: the reliability fixture `gpt` (fixtures.py, torch 1.13 via tests/generator/dsgen),
 // changed by the test itself (files copied, renamed, JSON fields edited).
 #include <gtest/gtest.h>
 #include <sys/resource.h>

@@ -1,6 +1,6 @@
 """Fixtures of the CLI vocabulary tests (tests/tool): a tiny dense GPT checkpoint (TP 1, DP 2,
 ZeRO-1), a tiny native-MoE checkpoint (EP 2, DP 2, 4 experts per MoE layer) written by the generator
-(scripts/dsgen), token counts for it, expert loads for moe-replace, and gpt_bad_crc: gpt with one
+(tests/generator/dsgen), token counts for it, expert loads for moe-replace, and gpt_bad_crc: gpt with one
 byte of tensor data changed in an optimizer shard (its zip CRC-32 no longer matches).
 Usage: /usr/bin/python3 tests/tool/fixtures.py OUT_DIR"""
 import json
@@ -12,7 +12,7 @@ import sys
 import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(HERE, "..", "generator"))
 
 
 def flip_data_byte(path):

@@ -1,7 +1,7 @@
 // ucp-union on DeepSpeed ZeRO-3 checkpoints in the byte form torch >= 2.0 writes (issue 13: with
 // torch >= 2.0 every fp32_flat_groups entry is a _rebuild_from_type_v2 record carrying {'ds_id': ...},
 // and ucp-union used to stop with "fp32 of group 0 is not a tensor"). The checkpoint comes from
-// scripts/gen_ds_checkpoint.py --zero 3 rewritten by scripts/dsgen/torch2.py; the universal output
+// tests/generator/gen_ds_checkpoint.py --zero 3 rewritten by tests/generator/dsgen/torch2.py; the universal output
 // is checked bit for bit against the generator's ground truth by tests/ucp/check_universal.py.
 #include <gtest/gtest.h>
 
@@ -37,10 +37,10 @@ fs::path fresh(const std::string& name) { return ucpkit::testing::scratch_dir("T
 // A small ZeRO-3 checkpoint (2 dp ranks, 2 layers, sub-groups) in torch 2.x byte form.
 fs::path torch2_zero3(const fs::path& d, const std::string& dtype) {
   const fs::path ck = d / ("zero3_" + dtype);
-  auto g = run(kPython + " " + kSource + "/scripts/gen_ds_checkpoint.py --output " + q(ck) +
+  auto g = run(kPython + " " + kSource + "/tests/generator/gen_ds_checkpoint.py --output " + q(ck) +
                " --zero 3 --dp 2 --layers 2 --sub-group-size 3000 --dtype " + dtype);
   EXPECT_EQ(g.rc, 0) << g.out;
-  auto t = run(kPython + " " + kSource + "/scripts/dsgen/torch2.py " + q(ck));
+  auto t = run(kPython + " " + kSource + "/tests/generator/dsgen/torch2.py " + q(ck));
   EXPECT_EQ(t.rc, 0) << t.out;
   return ck;
 }
@@ -75,7 +75,7 @@ TEST(Torch2, SparseTensorRefused) {
   auto s = run(kPython + " -c \"import sys; sys.path.insert(0, sys.argv[2]); from dsgen import stubs; import torch; "
                "o=torch.load(sys.argv[1], weights_only=False); g=o['optimizer_state_dict']['fp32_flat_groups']; "
                "g[0]=torch.sparse_coo_tensor([[0, 2]], [1.0, 2.0], (g[0].numel(),)); torch.save(o, sys.argv[1])\" " +
-               q(f) + " " + q(fs::path(kSource) / "scripts"));
+               q(f) + " " + q(fs::path(kSource) / "tests" / "generator"));
   ASSERT_EQ(s.rc, 0) << s.out;
   auto r = run(kBin + "/ucp-union -q --input " + q(ck) + " --output " + q(d / "universal"));
   EXPECT_EQ(r.rc, 1) << r.out;

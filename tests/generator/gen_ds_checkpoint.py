@@ -15,7 +15,7 @@ def main():
     ap.add_argument("--output", required=True, help="folder to create: latest, global_stepN/, truth/")
     ap.add_argument("--model", default="gpt", choices=["gpt", "llama", "mixtral", "dsmoe", "autoep"],
                     help="autoep: DeepSpeed AutoEP (>= 0.19.2) Hugging Face style MoE, ZeRO-1/2 or ZeRO-3 (partition-native), as v0.19.5 saves it "
-                         "(scripts/dsgen/autoep.py; uses --layers --hidden --ffn --vocab --experts --dp --ep --zero "
+                         "(tests/generator/dsgen/autoep.py; uses --layers --hidden --ffn --vocab --experts --dp --ep --zero "
                          "--dtype --data-before-expert --step --seed)")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--hidden", type=int, default=32)
@@ -37,7 +37,7 @@ def main():
     ap.add_argument("--bf16-optimizer", action="store_true", help="BF16_Optimizer files (no zero_stage)")
     ap.add_argument("--data-before-expert", action="store_true", help="ds_config use_data_before_expert_parallelism (D+E rank order)")
     ap.add_argument("--ds-line", default=dsgen.dsmoe.DEFAULT_LINE, choices=list(dsgen.dsmoe.LINES),
-                    help="dsmoe: DeepSpeed version line of the MoE save path (scripts/dsgen/dsmoe.py)")
+                    help="dsmoe: DeepSpeed version line of the MoE save path (tests/generator/dsgen/dsmoe.py)")
     ap.add_argument("--step", type=int, default=100)
     ap.add_argument("--step-tensor", action="store_true")
     ap.add_argument("--pipe-numbering", default="megatron-deepspeed", choices=["megatron-deepspeed", "bigscience"],

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Rewrites a checkpoint made by scripts/gen_ds_checkpoint.py into the byte form torch >= 2.0's
+"""Rewrites a checkpoint made by tests/generator/gen_ds_checkpoint.py into the byte form torch >= 2.0's
 torch.save writes (run with Debian's /usr/bin/python3, torch 1.13, which cannot write it itself).
 
 * Every .pt under the checkpoint becomes a torch 2.x zip: records data.pkl, .format_version ("1"),
