@@ -14,7 +14,7 @@
 #include "io/shape.h"
 #include "inspect/verify_scope.h"
 #include "io/torch/torch_file.h"
-#include "formats/deepspeed/files.h"
+#include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/module_tree.h"
 #include "formats/deepspeed/version_line.h"
 #include "formats/universal/manifest.h"

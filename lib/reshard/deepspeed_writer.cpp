@@ -14,7 +14,7 @@
 #include "formats/deepspeed/param_groups.h"
 #include "formats/deepspeed/pipeline.h"
 #include "formats/deepspeed/storage_tags.h"
-#include "formats/deepspeed/files.h"
+#include "formats/deepspeed/file_names.h"
 
 namespace fs = std::filesystem;
 

@@ -15,7 +15,7 @@
 #include "core/staging.h"
 #include "io/shape.h"
 #include "io/torch/torch_file.h"
-#include "formats/deepspeed/files.h"
+#include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/storage_tags.h"
 #include "formats/universal/manifest.h"
 #include "reshard/ucp_info.h"

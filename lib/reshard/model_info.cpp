@@ -16,7 +16,7 @@
 #include "formats/deepspeed/module_tree.h"
 #include "formats/deepspeed/param_groups.h"
 #include "formats/deepspeed/pipeline.h"
-#include "formats/deepspeed/files.h"
+#include "formats/deepspeed/file_names.h"
 #include "formats/universal/manifest.h"
 
 namespace fs = std::filesystem;

@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "io/torch/torch_file.h"
 #include "formats/deepspeed/autoep.h"
-#include "formats/deepspeed/files.h"
+#include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/module_tree.h"
 #include "formats/deepspeed/moe.h"
 #include "formats/deepspeed/param_groups.h"

@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "io/shape.h"
 #include "formats/deepspeed/moe.h"
-#include "formats/deepspeed/files.h"
+#include "formats/deepspeed/file_names.h"
 
 namespace ucpkit::reshard {
 

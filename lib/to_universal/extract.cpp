@@ -15,7 +15,7 @@
 #include "core/json_input.h"
 #include "io/torch/torch_file.h"
 #include "formats/deepspeed/autoep.h"
-#include "formats/deepspeed/files.h"
+#include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/module_tree.h"
 #include "formats/deepspeed/moe.h"
 #include "formats/deepspeed/pipeline.h"

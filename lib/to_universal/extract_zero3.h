@@ -7,7 +7,7 @@
 // under ZeRO-3 (partition-native, docs/formats.md "AutoEP under ZeRO-3") partitions its expert
 // sub-groups over the expert-DP group.
 #pragma once
-#include "formats/deepspeed/files.h"
+#include "formats/deepspeed/file_names.h"
 #include "to_universal/extract.h"
 
 namespace ucpkit::to_universal {

@@ -10,7 +10,7 @@
 
 #include "io/pickle/value.h"
 #include "formats/deepspeed/autoep.h"
-#include "formats/deepspeed/files.h"
+#include "formats/deepspeed/file_names.h"
 #include "patterns/pattern_set.h"
 #include "to_universal/extract.h"
 

@@ -1,9 +1,9 @@
-// layout/deepspeed/files: the name builders spell what DeepSpeed saves (engine.py _get_ckpt_name,
+// formats/deepspeed/file_names: the name builders spell what DeepSpeed saves (engine.py _get_ckpt_name,
 // _get_zero_ckpt_name, _get_expert_ckpt_name, _get_optimizer_ckpt_name; PipelineModule.ckpt_layer_path)
 // and parse_file_name() reads each of them back with the same ranks.
 #include <gtest/gtest.h>
 
-#include "formats/deepspeed/files.h"
+#include "formats/deepspeed/file_names.h"
 
 using namespace ucpkit::formats::deepspeed;
 

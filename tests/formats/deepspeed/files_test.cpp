@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "formats/deepspeed/files.h"
+#include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/moe.h"
 
 using namespace ucpkit;

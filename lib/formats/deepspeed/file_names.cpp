@@ -1,5 +1,5 @@
 // DeepSpeed checkpoint discovery.
-#include "formats/deepspeed/files.h"
+#include "formats/deepspeed/file_names.h"
 
 #include <algorithm>
 #include <filesystem>
