@@ -92,7 +92,7 @@ DeepSpeedWriter::DeepSpeedWriter(const ModelInfo& model, const UcpInfo& plan, Un
     : model_(model), plan_(plan), reader_(reader), common_(std::move(common_optimizer_state)) {
   if (!common_ || common_->kind != Kind::Dict) throw Error("zero/optimizer_state.pt: not a dict");
   if (model_.native_moe && !model_.model_files.empty()) {
-    moe_line_ = &resolve_moe_line(plan_.target.ds_line, model_.ds_line, load_torch(model_.model_files[0]));
+    moe_line_ = &resolve_moe_line(plan_.target.ds_line, model_.ds_line, template_root(0));
     const std::string& req = plan_.target.ds_line;
     if (!req.empty() && req != moe_line_->name) ds_release_ = req[0] == 'v' ? req.substr(1) : req;
   }
@@ -146,6 +146,20 @@ std::shared_ptr<Storage> DeepSpeedWriter::streamed(DType dtype, int64_t numel, s
     recorded_[storage.get()] = std::move(sources);
   }
   return storage;
+}
+
+// Parsed once per run: every output file of a model-parallel rank starts from the same template
+// (one traced ucp-load run opened a template 12 times); callers copy before they change anything.
+const ValuePtr& DeepSpeedWriter::template_root(int file) const {
+  std::lock_guard lock(templates_mu_);
+  if (templates_.empty()) templates_.resize(model_.model_files.size());
+  ValuePtr& t = templates_.at(static_cast<size_t>(file));
+  if (!t) {
+    const std::string& path = model_.model_files.at(static_cast<size_t>(file));
+    t = load_torch(path);
+    if (!t || t->kind != Kind::Dict) fail(path, "not a model-states dict");
+  }
+  return t;
 }
 
 uint64_t DeepSpeedWriter::emit(const std::string& path, const ValuePtr& root) const {
@@ -269,7 +283,7 @@ ValuePtr DeepSpeedWriter::target_ds_version() const {
   if (ver) return ver;
   // ZeRO-3 sources: the universal optimizer_state.pt is the inner optimizer dict, without
   // ds_version (ds_to_universal.py:761-767); the model file has it.
-  if (auto m = load_torch(model_.model_files.at(0)); m && m->kind == Kind::Dict)
+  if (auto m = template_root(0); m && m->kind == Kind::Dict)
     if (auto v = m->get("ds_version"); v && v->kind == Kind::Str) return v;
   return Value::str("0.16.4");
 }
@@ -277,9 +291,7 @@ ValuePtr DeepSpeedWriter::target_ds_version() const {
 ValuePtr DeepSpeedWriter::model_root(int mp, int dp_rank) const {
   const MpRankPlan& mr = plan_.mp_ranks.at(mp);
   const auto& t = plan_.target;
-  ValuePtr src = load_torch(model_.model_files.at(mr.template_file));
-  if (!src || src->kind != Kind::Dict) fail(model_.model_files.at(mr.template_file), "not a model-states dict");
-  ValuePtr root = pickle::deep_copy(src);
+  ValuePtr root = pickle::deep_copy(template_root(mr.template_file));
 
   // Module weights (non-pipeline): views into one low-precision flat buffer per group, as ZeRO saves them.
   if (auto module = root->get("module"); module && module->kind == Kind::Dict) {
@@ -520,7 +532,7 @@ uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir
   auto ver = target_ds_version();
   auto root = Value::dict();
   root->set_item("optimizer_state_dict", t.zero_stage == 3 ? zero3_state(d, mp) : zero12_state(d, mp));
-  ValuePtr tmpl = load_torch(model_.model_files.at(mr.template_file));
+  const ValuePtr& tmpl = template_root(mr.template_file);
   if (auto source_cfg = tmpl->get("ds_config")) {
     root->set_item("ds_config", ds_config(source_cfg));
   } else {

@@ -83,6 +83,8 @@ class DeepSpeedWriter {
   // The model-states root of model-parallel rank `mp`; `dp_rank` >= 0: the ZeRO-3 file of that DP rank
   // (AutoEP records the rank's own EP place in it).
   pickle::ValuePtr model_root(int mp, int dp_rank = -1) const;
+  // Template model file `file` (index into ModelInfo::model_files), parsed on first use; never changed.
+  const pickle::ValuePtr& template_root(int file) const;
   static pickle::ValuePtr retarget_module(const pickle::ValuePtr& tree, const std::string& prefix,
                                          std::map<std::string, pickle::ValuePtr>& fresh);
   pickle::ValuePtr target_ds_version() const;
@@ -107,6 +109,8 @@ class DeepSpeedWriter {
   mutable std::atomic<size_t> files_written_{0};
   mutable std::mutex recorded_mu_;
   mutable std::map<const Storage*, std::vector<Source>> recorded_;
+  mutable std::mutex templates_mu_;
+  mutable std::vector<pickle::ValuePtr> templates_;  // template_root's parses
 };
 
 // Sets the layout fields of carried-over objects to the target: Megatron args (parallel sizes,
