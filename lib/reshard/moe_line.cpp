@@ -8,6 +8,7 @@
 #include "io/torch/torch_file.h"
 #include "formats/deepspeed/autoep.h"
 #include "formats/deepspeed/file_names.h"
+#include "formats/deepspeed/zero_partition.h"
 #include "formats/deepspeed/module_tree.h"
 #include "formats/deepspeed/moe.h"
 #include "formats/deepspeed/param_groups.h"
@@ -168,8 +169,7 @@ std::string relayout_moe_folder(const std::string& step_dir, const formats::deep
     }
     int64_t numel = 0;
     for (const auto& [n, v] : g) numel += v->tensor->numel();
-    const int64_t align = 2 * std::max(1, L.dp);
-    const int64_t padded = (numel + align - 1) / align * align;
+    const int64_t padded = formats::deepspeed::zero12_partitioning(numel, std::max(1, L.dp)).padded;
     const DType dt = g.front().second->tensor->dtype();
     std::vector<uint8_t> bytes(static_cast<size_t>(padded) * dtype_size(dt), 0);
     int64_t off = 0;

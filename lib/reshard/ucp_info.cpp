@@ -11,6 +11,7 @@
 #include "io/shape.h"
 #include "formats/deepspeed/moe.h"
 #include "formats/deepspeed/file_names.h"
+#include "formats/deepspeed/zero_partition.h"
 
 namespace ucpkit::reshard {
 
@@ -109,27 +110,33 @@ TpSlice tp_slice(const std::string& name, const std::vector<int64_t>& shape, con
   return s;
 }
 
+namespace {
+// The flat buffer of `g` as DeepSpeed partitions it, and its parameters' sizes in buffer order.
+formats::deepspeed::FlatPartitioning flat_of(const GroupPlan& g) {
+  return {g.numel, g.padded, g.partition, g.partition_count, g.per_param};
+}
+std::vector<int64_t> slot_numels(const std::vector<Slot>& slots) {
+  std::vector<int64_t> n;
+  n.reserve(slots.size());
+  for (const auto& s : slots) n.push_back(s.numel());
+  return n;
+}
+void set_partitioning(GroupPlan& g, const formats::deepspeed::FlatPartitioning& p) {
+  g.numel = p.numel;
+  g.padded = p.padded;
+  g.partition = p.partition;
+  g.partition_count = p.count;
+  g.per_param = p.per_param;
+}
+}  // namespace
+
 PartitionPlan partition_of(const GroupPlan& g, int part) {
   PartitionPlan p;
   p.part = part;
-  if (g.per_param) {
-    int64_t start = 0;
-    for (size_t i = 0; i < g.slots.size(); ++i) {
-      const int64_t n = g.slots[i].numel(), per = (n + g.partition_count - 1) / g.partition_count;
-      const int64_t a = std::min(n, part * per), b = std::min(n, (part + 1) * per);
-      if (b > a) p.fragments.push_back({static_cast<int>(i), start, b - a, a});
-      p.padding += per - (b - a);
-      start += per;
-    }
-    return p;
-  }
-  const int64_t lo = part * g.partition, hi = lo + g.partition;
-  for (size_t i = 0; i < g.slots.size(); ++i) {
-    const auto& s = g.slots[i];
-    const int64_t a = std::max(s.offset, lo), b = std::min(s.offset + s.numel(), hi);
-    if (b > a) p.fragments.push_back({static_cast<int>(i), a - lo, b - a, a - s.offset});
-  }
-  p.padding = hi - std::max(lo, std::min(hi, g.numel));
+  auto c = formats::deepspeed::partition_runs(flat_of(g), slot_numels(g.slots), part);
+  p.padding = c.padding;
+  p.fragments.reserve(c.runs.size());
+  for (const auto& r : c.runs) p.fragments.push_back({static_cast<int>(r.param), r.start, r.numel, r.param_offset});
   return p;
 }
 
@@ -223,21 +230,36 @@ void check_layout(const ModelInfo& m, const TargetLayout& t) {
   divides(m.ffn, "the FFN hidden size");
 }
 
-// An expert group of `numel` elements partitioned over the expert-DP group: ZeRO-1/2 pad it to
-// 2 * edp and split it equally; a ZeRO-3 sub-group (`per_param`) splits every parameter on its own
-// into ceil(numel / edp) slices (partition_parameters.py _partition_param).
-void close_expert_group(GroupPlan gp, int64_t numel, int edp, std::vector<GroupPlan>& out) {
-  gp.numel = numel;
-  gp.partition_count = edp;
-  if (gp.per_param) {
-    gp.partition = 0;
-    for (const auto& s : gp.slots) gp.partition += (s.numel() + edp - 1) / edp;
-    gp.padded = gp.partition * edp;
-  } else {
-    const int64_t align = 2 * static_cast<int64_t>(edp);
-    gp.padded = (numel + align - 1) / align * align;
-    gp.partition = gp.padded / edp;
+// The slots of parameter group `g` in flat-buffer order, offsets set, handed to `close` as one group
+// (ZeRO-1/2) or as the ZeRO-3 sub-groups stage3.py's _create_fp16_sub_groups cuts (zero_partition.h).
+// Returns per slot its (sub-group index from the first, slot index in that sub-group).
+template <typename Close>
+std::vector<std::pair<int, int>> cut_group(int g, std::vector<Slot> slots, bool zero3, int count,
+                                           int64_t sub_group_size, Close close) {
+  std::vector<std::pair<size_t, size_t>> ranges{{0, slots.size()}};
+  if (zero3) ranges = formats::deepspeed::zero3_sub_groups(slot_numels(slots), count, sub_group_size);
+  std::vector<std::pair<int, int>> at(slots.size());
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    GroupPlan gp;
+    gp.group = g;
+    gp.per_param = zero3;
+    for (size_t k = ranges[r].first; k < ranges[r].second; ++k) {
+      slots[k].offset = gp.numel;
+      gp.numel += slots[k].numel();
+      at[k] = {static_cast<int>(r), static_cast<int>(gp.slots.size())};
+      gp.slots.push_back(std::move(slots[k]));
+    }
+    close(std::move(gp));
   }
+  return at;
+}
+
+// An expert group (its numel set) partitioned over the expert-DP group (zero_partition.h):
+// ZeRO-1/2 pad it to 2 * edp and split it equally; a ZeRO-3 sub-group (`per_param`) splits every
+// parameter on its own into ceil(numel / edp) slices.
+void close_expert_group(GroupPlan gp, int edp, std::vector<GroupPlan>& out) {
+  if (gp.per_param) set_partitioning(gp, formats::deepspeed::zero3_partitioning(slot_numels(gp.slots), edp));
+  else set_partitioning(gp, formats::deepspeed::zero12_partitioning(gp.numel, edp));
   out.push_back(std::move(gp));
 }
 
@@ -282,7 +304,8 @@ void add_expert_groups(const ModelInfo& m, const UcpInfo& info, MpRankPlan& mr) 
             {p.name, {r, static_cast<int>(mr.expert_groups[r].size()), static_cast<int>(gp.slots.size()), -1}});
         gp.slots.push_back(std::move(slot));
       }
-      if (!gp.slots.empty()) close_expert_group(std::move(gp), off, edp, mr.expert_groups[r]);
+      gp.numel = off;
+      if (!gp.slots.empty()) close_expert_group(std::move(gp), edp, mr.expert_groups[r]);
     }
   }
   sort_expert_files(mr);
@@ -301,17 +324,7 @@ void add_autoep_groups(const ModelInfo& m, const UcpInfo& info, MpRankPlan& mr) 
   mr.expert_groups.assign(t.ep, {});
   for (int r = 0; r < t.ep; ++r) {
     for (int g : m.expert_group_of) {
-      GroupPlan gp;
-      gp.group = g;
-      gp.per_param = zero3;
-      int64_t off = 0, slice_sum = 0;
-      auto close = [&] {
-        close_expert_group(std::move(gp), off, edp, mr.expert_groups[r]);
-        gp = GroupPlan{};
-        gp.group = g;
-        gp.per_param = zero3;
-        off = slice_sum = 0;
-      };
+      std::vector<Slot> slots;
       for (size_t i = 0; i < m.params.size(); ++i) {
         const auto& p = m.params[i];
         if (p.autoep_experts <= 0 || p.group != g) continue;
@@ -323,24 +336,21 @@ void add_autoep_groups(const ModelInfo& m, const UcpInfo& info, MpRankPlan& mr) 
         slot.slice.pieces = {{static_cast<int64_t>(r) * per, per}};
         slot.slice.shape = p.shape;
         slot.slice.shape[0] = per;
-        slot.offset = off;
-        off += slot.numel();
-        for (int j = 0; j < per && !zero3; ++j) {
+        for (int j = 0; j < per && !zero3; ++j) {  // ZeRO-1/2: one group, the slot's index is its place in it
           auto& ef = expert_file_for(mr, file_of, p.moe_id, r * per + j);
           Slot row = slot;
           row.slice.pieces = {{static_cast<int64_t>(r) * per + j, 1}};
           row.slice.shape[0] = 1;
-          row.offset = 0;
           ef.entries.push_back({p.name + "." + std::to_string(r * per + j),
-                                {r, static_cast<int>(mr.expert_groups[r].size()), static_cast<int>(gp.slots.size()),
+                                {r, static_cast<int>(mr.expert_groups[r].size()), static_cast<int>(slots.size()),
                                  static_cast<int>(ef.rows.size())}});
           ef.rows.push_back(std::move(row));
         }
-        slice_sum += (slot.numel() + edp - 1) / edp;
-        gp.slots.push_back(std::move(slot));
-        if (zero3 && slice_sum >= t.sub_group_size) close();
+        slots.push_back(std::move(slot));
       }
-      if (!gp.slots.empty()) close();
+      if (slots.empty()) continue;
+      cut_group(g, std::move(slots), zero3, edp, t.sub_group_size,
+                [&](GroupPlan gp) { close_expert_group(std::move(gp), edp, mr.expert_groups[r]); });
     }
   }
   sort_expert_files(mr);
@@ -425,18 +435,19 @@ std::vector<int> group_order(const ModelInfo& m, const std::vector<std::vector<i
   return order;
 }
 
-// A dense group partitioned over `dp` ranks: ZeRO-1/2 pad the flat buffer to a multiple of 2 * dp
-// (an empty one to 2 * dp) and split it equally; ZeRO-3 (`per_param`) splits every parameter on its
-// own into ceil(numel / dp) slices.
+// A dense group partitioned over `dp` ranks (zero_partition.h): ZeRO-1/2 pad the flat buffer to a
+// multiple of 2 * dp and split it equally; ZeRO-3 (`per_param`) splits every parameter on its own
+// into ceil(numel / dp) slices.
 void close_dense_group(GroupPlan gp, int64_t dp, std::vector<GroupPlan>& out) {
-  gp.partition_count = static_cast<int>(dp);
+  const int count = static_cast<int>(dp);
   if (gp.per_param) {
-    for (const auto& s : gp.slots) gp.partition += (s.numel() + dp - 1) / dp;
-    gp.padded = gp.partition * dp;
+    set_partitioning(gp, formats::deepspeed::zero3_partitioning(slot_numels(gp.slots), count));
   } else {
-    const int64_t align = 2 * dp;
-    gp.padded = gp.numel ? (gp.numel + align - 1) / align * align : align;
-    gp.partition = gp.padded / dp;
+    // A group of zero-element parameters only (no model has one) keeps one alignment unit, as
+    // ucp-load has always written it; DeepSpeed's align_dense_tensors would leave it empty.
+    auto p = formats::deepspeed::zero12_partitioning(std::max<int64_t>(gp.numel, 1), count);
+    p.numel = gp.numel;
+    set_partitioning(gp, p);
   }
   out.push_back(std::move(gp));
 }
@@ -455,32 +466,20 @@ SlotIndex add_dense_groups(const ModelInfo& m, const UcpInfo& info, const std::v
   for (int g = 0; g < m.groups; ++g) {
     const auto order = group_order(m, param_stages, g, mr.pp_rank);
     if (order.empty()) continue;
-    GroupPlan gp;
-    gp.group = g;
-    gp.per_param = target.zero_stage == 3;
-    int64_t slice_sum = 0;  // ZeRO-3: per-rank slice elements of the open sub-group
-    for (size_t k = 0; k < order.size(); ++k) {
-      const int i = order[k];
+    std::vector<Slot> slots;
+    for (const int i : order) {
       const auto& p = m.params[i];
       Slot slot;
       slot.param = i;
       slot.name = p.name;
       slot.slice = tp_slice(p.name, p.shape, p.rule, m.patterns, target.tp, mr.tp_rank,
                             p.rule.vocab ? info.padded_vocab : -1);
-      slot.offset = gp.numel;
-      gp.numel += slot.numel();
-      slice_sum += (slot.numel() + dp - 1) / dp;
-      where[i] = {static_cast<int>(mr.groups.size()), static_cast<int>(gp.slots.size())};
-      gp.slots.push_back(std::move(slot));
-      if (gp.per_param && slice_sum >= target.sub_group_size && k + 1 < order.size()) {
-        close_dense_group(std::move(gp), dp, mr.groups);
-        gp = GroupPlan{};
-        gp.group = g;
-        gp.per_param = true;
-        slice_sum = 0;
-      }
+      slots.push_back(std::move(slot));
     }
-    close_dense_group(std::move(gp), dp, mr.groups);
+    const int first = static_cast<int>(mr.groups.size());
+    const auto at = cut_group(g, std::move(slots), target.zero_stage == 3, static_cast<int>(dp), target.sub_group_size,
+                              [&](GroupPlan gp) { close_dense_group(std::move(gp), dp, mr.groups); });
+    for (size_t k = 0; k < order.size(); ++k) where[order[k]] = {first + at[k].first, at[k].second};
   }
   return where;
 }

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "io/shape.h"
 #include "formats/deepspeed/autoep.h"
+#include "formats/deepspeed/zero_partition.h"
 
 namespace ucpkit::formats::deepspeed {
 
@@ -60,7 +61,7 @@ std::vector<AutoEpExpertRun> autoep_zero12_fragment_runs(const AutoEpZero12Weigh
                                                          const std::string& file, const std::string& name) {
   // The expert group is partitioned over the expert-DP group: partition edp_rank starts at
   // edp_rank * partition of the flat buffer (stage_1_and_2.py), the weight at w.offset in it.
-  const int64_t at = static_cast<int64_t>(edp_rank) * partition + start - w.offset;
+  const int64_t at = zero12_flat_offset(partition, edp_rank, start) - w.offset;
   return split_fused_expert_run(at, numel, w.per_expert, w.local_experts, ep_rank, file, name);
 }
 
@@ -70,7 +71,7 @@ std::vector<AutoEpExpertRun> autoep_zero3_fragment_runs(const std::vector<int64_
     fail(file, "AutoEP expert weight " + name + ": bad ZeRO-3 partition (shape, count or part)");
   const int64_t n = numel_of(local_shape);
   const int local_experts = static_cast<int>(local_shape[0]);
-  const int64_t per = (n + count - 1) / count;  // ceil(numel / count) per partition rank
+  const int64_t per = zero3_slice_numel(n, count);
   const int ep_rank = part / count, prank = part % count;
   return split_fused_expert_run(prank * per, numel, n / local_experts, local_experts, ep_rank, file, name);
 }
