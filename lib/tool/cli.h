@@ -127,6 +127,9 @@ inline CLI::Option* add_size_option(CLI::App& app, const std::string& names, uin
   return opt;
 }
 
+// The command line's arguments (the tools' option checks name an option as typed: tool/typed_name.h).
+inline std::vector<std::string> arguments(int argc, char** argv) { return {argv + 1, argv + argc}; }
+
 // Parses the command line; returns an exit code >= 0 when the tool must stop (help, version, usage
 // error: code 2 with a one-line message), or -1 to go on.
 inline int parse(CLI::App& app, int argc, char** argv, const CommonOptions& common) {
@@ -144,6 +147,14 @@ inline int parse(CLI::App& app, int argc, char** argv, const CommonOptions& comm
   }
   set_verbosity(common.verbosity());
   return -1;
+}
+
+// The options every checkpoint tool takes besides its own (--trust-module, then --version, --json,
+// -v, -q: added last, --help lists them last), and the parse (parse() above: >= 0 means stop).
+inline int parse_checkpoint_tool(CLI::App& app, int argc, char** argv, CommonOptions& common) {
+  add_pickle_options(app);
+  add_common_options(app, common);
+  return parse(app, argc, argv, common);
 }
 
 }  // namespace ucpkit::tool

@@ -1,0 +1,115 @@
+// ucp-load's option check and run.
+#include "tool/ucp_load.h"
+
+#include "core/error.h"
+#include "gpu/device_load.h"
+#include "io/dtype.h"
+#include "io/torch/verify.h"
+#include "parallel/mpi_session.h"
+#include "reshard/direct_source.h"
+#include "reshard/layout_record.h"
+#include "reshard/target_defaults.h"
+#include "tool/typed_name.h"
+
+namespace ucpkit::tool {
+
+void UcpLoadOptions::check() {
+  if (shard_size == 0) throw UsageError(typed_name(args, {"--shard-size", "--shard-size-gb"}) + " must be positive");
+  if (batch == 0) throw UsageError(typed_name(args, {"--batch", "--batch-mb"}) + " must be positive");
+  load.format = *reshard::output_format_from_name(format);
+  load.given = given;
+  load.given.world_size = world_size;
+  const bool layout_given = given.tp && given.pp && given.dp && given.zero_stage;
+  if (device == "cuda" && !layout_given) throw UsageError("--device cuda needs --tp, --pp, --dp and --zero-stage (see --help)");
+  if (!plan && device == "cpu" && load.output.empty()) throw UsageError("--output is required (see --help)");
+  load.target.tp = tp;
+  load.target.pp = pp;
+  load.target.dp = dp;
+  load.target.zero_stage = zero_stage;
+  load.target.ep = ep;
+  load.target.dtype = *dtype_from_name(dtype);
+  load.optimizer = optimizer == "zero"   ? reshard::OptimizerKind::Zero
+                   : optimizer == "bf16" ? reshard::OptimizerKind::Bf16
+                                         : reshard::OptimizerKind::Auto;
+  load.verify = verify;
+  load.shard_bytes = shard_size;
+  load.exchange = exchange == "on"    ? reshard::ExchangeMode::Exchange
+                  : exchange == "off" ? reshard::ExchangeMode::Files
+                                      : reshard::ExchangeMode::Auto;
+  load.batch_bytes = batch;
+  if (exchange == "on" && load.format != reshard::OutputFormat::DeepSpeed)
+    throw UsageError("--exchange on applies to --format deepspeed");
+  if (plan || dry_run) return;  // read-only: the rules below concern what a conversion reads
+  if (!load.verify_against.empty() && reshard::is_universal_input(load.input))
+    throw UsageError("--verify-against applies to a native checkpoint input; " + load.input +
+                     " is a universal checkpoint (its own checksums are checked)");
+  if (device == "cuda") {
+    if (load.format != reshard::OutputFormat::DeepSpeed) throw UsageError("--device cuda loads the deepspeed layout only");
+    if (!reshard::is_universal_input(load.input))
+      throw UsageError("--device cuda reads a universal checkpoint; " + load.input + " has no manifest.json");
+  }
+}
+
+namespace {
+
+Result plan_result(const reshard::LoadOptions& load, bool dry_run) {
+  const auto j = reshard::plan_json(load);
+  if (parallel::MpiSession::get().rank() != 0) return {};
+  Result r;
+  const bool defaults = j.contains("from_source") && !j["from_source"].empty();
+  if (dry_run) {
+    r = dry_run_result(load_dry_run(j, load.output));
+    if (defaults) r.notes_before.push_back(reshard::describe_source_defaults(j["from_source"]));
+  } else {
+    r.document = j.dump(1) + "\n";
+    if (defaults) r.notes.push_back(reshard::describe_source_defaults(j["from_source"]));
+  }
+  return r;
+}
+
+Result device_result(const UcpLoadOptions& o) {
+  gpu::DeviceLoadRequest req;
+  req.universal_dir = o.load.input;
+  req.tp = o.tp, req.pp = o.pp, req.dp = o.dp, req.zero_stage = o.zero_stage;
+  req.pp_rank = o.pp_rank, req.tp_rank = o.tp_rank, req.dp_rank = o.dp_rank;
+  req.verify = o.load.verify;
+  const auto d = gpu::load_partition_to_device(req);
+  Result r;  // output null: nothing written
+  r.fields = {{"device", d.device},
+              {"bytes_to_device", d.bytes_to_device},
+              {"transfer_seconds", d.seconds},
+              {"gbps", d.gbps},
+              {"end_to_end_seconds", d.end_to_end_seconds},
+              {"end_to_end_gbps", d.end_to_end_gbps},
+              {"baseline_pinned_memcpy_gbps", d.baseline_gbps},
+              {"phase_seconds", d.phase_seconds},
+              {"threads", d.threads},
+              {"partition_crc32", d.partition_crc32}};
+  r.notes.push_back(std::to_string(d.bytes_to_device) + " bytes to GPU " + std::to_string(d.device) + ": transfers " +
+                    std::to_string(d.gbps) + " GB/s, end to end " + std::to_string(d.end_to_end_gbps) +
+                    " GB/s (pinned cudaMemcpy: " + std::to_string(d.baseline_gbps) + " GB/s)");
+  return r;
+}
+
+}  // namespace
+
+Result run_ucp_load(const UcpLoadOptions& o) {
+  if (!o.verify) set_verify_files_crc(false);
+  reshard::LoadOptions load = o.load;
+  load.reporter = console_reporter();
+  if (o.dry_run || o.plan) return plan_result(load, !o.plan);
+  if (o.device == "cuda") return device_result(o);
+  const auto s = reshard::run_load(load);
+  if (parallel::MpiSession::get().rank() != 0) return {};
+  Result r;
+  r.output = s.output;
+  r.fields = s.to_json();
+  if (!s.from_source.empty()) r.notes.push_back(reshard::describe_source_defaults(s.from_source));
+  r.notes.push_back(s.reused ? load.output + " already holds this layout (" + reshard::kLayoutRecordName +
+                                   "): reused, nothing written"
+                             : std::to_string(s.params) + " parameters -> " + load.output + " (" +
+                                   std::to_string(s.files_written) + " files)");
+  return r;
+}
+
+}  // namespace ucpkit::tool
