@@ -14,6 +14,7 @@
 #include "io/shape.h"
 #include "inspect/verify_scope.h"
 #include "io/torch/torch_file.h"
+#include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/module_tree.h"
 #include "formats/deepspeed/version_line.h"

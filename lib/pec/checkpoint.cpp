@@ -11,6 +11,7 @@
 #include "core/mapped_file.h"
 #include "io/torch/torch_file.h"
 #include "formats/deepspeed/autoep_slices.h"
+#include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/moe.h"
 #include "formats/universal/manifest.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/deepspeed/file_names.h"
+#include "formats/deepspeed/checkpoint_dir.h"
 
 namespace ucpkit::pec {
 
@@ -22,7 +22,7 @@ struct StepSource {
   std::string where;
 };
 
-// N of a tag "global_step<N>" (formats/deepspeed/file_names.h).
+// N of a tag "global_step<N>" (formats/deepspeed/checkpoint_dir.h).
 using formats::deepspeed::step_of_tag;
 
 // Every source the checkpoint has: the tag's name, the pointer file that named it (when the folder

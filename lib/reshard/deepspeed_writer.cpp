@@ -423,13 +423,12 @@ uint64_t DeepSpeedWriter::write_expert_files(int mp, const std::string& dir) con
     }
     n += emit((fs::path(dir) / formats::deepspeed::expert_states_name(ef.moe_id, ef.expert, mp)).string(), sd);
   }
-  if (moe_line_ && moe_line_->expp_files)
-    for (int r = 0; r < plan_.target.ep; ++r) {
-      // Under ZeRO the per-EP-rank optimizer file only says that the optimizer lives in the ZeRO shards.
-      auto d = Value::dict();
-      d->set_item("optimizer", Value::none());
-      n += emit((fs::path(dir) / formats::deepspeed::expert_optim_name(r, mp)).string(), d);
-    }
+  for (const auto& name : formats::deepspeed::expected_expert_optim_files(plan_.target.ep, mp, moe_line_)) {
+    // Under ZeRO the per-EP-rank optimizer file only says that the optimizer lives in the ZeRO shards.
+    auto d = Value::dict();
+    d->set_item("optimizer", Value::none());
+    n += emit((fs::path(dir) / name).string(), d);
+  }
   return n;
 }
 

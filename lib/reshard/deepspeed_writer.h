@@ -61,6 +61,8 @@ class DeepSpeedWriter {
   // (path, root) instead and returns the bytes it wrote (the MPI exchange writes them later).
   using Sink = std::function<uint64_t(const std::string& path, const pickle::ValuePtr& root)>;
   void set_sink(Sink sink) { sink_ = std::move(sink); }
+  // Native MoE: the DeepSpeed version line written (nullptr otherwise), for expected_files.
+  const formats::deepspeed::VersionLine* moe_line() const { return moe_line_; }
   // Files saved so far (not counting those handed to a sink): the count ucp-load reports.
   size_t files_written() const { return files_written_.load(); }
   // The sources of `storage`, sorted by byte_begin (empty when it was not recorded).

@@ -15,6 +15,7 @@
 #include "core/staging.h"
 #include "io/shape.h"
 #include "io/torch/torch_file.h"
+#include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/storage_tags.h"
 #include "formats/universal/manifest.h"

@@ -422,6 +422,13 @@ void write_my_jobs(LoadRun& r, const DeepSpeedWriter& writer, const std::string&
         tbb::simple_partitioner());
   });
   progress.finish();
+  // The writer wrote exactly the files the layout's one list (file_names.h expected_files) names.
+  const auto facts = r.prep.plan.files(r.prep.model.native_moe);
+  size_t expected = 0;
+  for (size_t k : mine) expected += files_of(facts, r.plan.jobs[k], writer.moe_line()).size();
+  if (writer.files_written() != expected)
+    throw Error(ckdir + ": wrote " + std::to_string(writer.files_written()) + " files where the target layout has " +
+                std::to_string(expected) + " (internal error)");
   r.files += writer.files_written();
 }
 

@@ -43,6 +43,14 @@ std::vector<FileJob> file_jobs(const ModelInfo& model, const UcpInfo& plan) {
   return jobs;
 }
 
+std::vector<std::string> files_of(const formats::deepspeed::TargetFiles& t, const FileJob& j,
+                                  const formats::deepspeed::VersionLine* line) {
+  if (j.kind == FileJob::Model) return formats::deepspeed::expected_model_files(t, j.mp, line);
+  const auto rank = formats::deepspeed::expected_rank_files(t, j.dp, j.mp);  // [ZeRO-3 model file,] optimizer shard
+  if (j.kind == FileJob::Optim) return {rank.back()};
+  return {rank.front()};
+}
+
 std::vector<char> verify_mask(const ModelInfo& model, int ranks, int rank) {
   std::vector<uint64_t> sizes;
   for (const auto& p : model.params) sizes.push_back(4 * model.states.size() * static_cast<uint64_t>(p.stored_numel));

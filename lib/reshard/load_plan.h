@@ -5,8 +5,10 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "formats/deepspeed/version_line.h"
 #include "reshard/model_info.h"
 #include "reshard/output_format.h"
 #include "reshard/ucp_info.h"
@@ -37,6 +39,11 @@ struct FileJob {
 // Every job of `plan` (DeepSpeed output), the same list on every rank: per model-parallel rank its
 // model job (ZeRO 0-2), then per DP rank its ZeRO-3 model job and its optimizer job.
 std::vector<FileJob> file_jobs(const ModelInfo& model, const UcpInfo& plan);
+
+// The base names job `j` writes, from the target's file facts (`files`: UcpInfo::files) and the
+// native-MoE version line written (`line`: DeepSpeedWriter::moe_line, nullptr otherwise).
+std::vector<std::string> files_of(const formats::deepspeed::TargetFiles& files, const FileJob& j,
+                                  const formats::deepspeed::VersionLine* line);
 
 // [param] 1 for the atomic tensors `rank` of `ranks` verifies (each tensor by one rank, balanced by
 // the bytes of its states).

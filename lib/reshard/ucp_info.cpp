@@ -148,6 +148,23 @@ std::string UcpInfo::optim_file(int dp_rank, int mp) const {
 
 std::string UcpInfo::zero3_model_file(int dp_rank, int mp) const { return formats::deepspeed::zero3_model_states_name(dp_rank, mp); }
 
+formats::deepspeed::TargetFiles UcpInfo::files(bool native_moe) const {
+  formats::deepspeed::TargetFiles f;
+  f.tp = target.tp;
+  f.pp = target.pp;
+  f.dp = target.dp;
+  f.ep = target.ep;
+  f.zero3 = target.zero_stage == 3;
+  f.bf16 = target.dtype == DType::BFloat16;  // optim_file's prefix
+  f.native_moe = native_moe;
+  for (const auto& mr : mp_ranks) {
+    auto& r = f.mp_ranks.emplace_back();
+    for (const auto& lf : mr.layers) r.layers.push_back(lf.layer);
+    for (const auto& ef : mr.expert_files) r.experts.emplace_back(ef.moe_id, ef.expert);
+  }
+  return f;
+}
+
 int UcpInfo::global_rank(int pp_rank, int dp_rank, int tp_rank) const {
   return (pp_rank * target.dp + dp_rank) * target.tp + tp_rank;
 }

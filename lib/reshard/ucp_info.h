@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "formats/deepspeed/file_names.h"
 #include "io/dtype.h"
 #include "reshard/model_info.h"
 
@@ -117,6 +118,9 @@ struct UcpInfo {
   std::string optim_file(int dp_rank, int mp) const;  // [bf16_]zero_pp_rank_D_mp_rank_XX_optim_states.pt
   // ZeRO-3: zero_pp_rank_D_mp_rank_XX_model_states.pt (one per DP rank, replaces mp_rank_XX_...).
   std::string zero3_model_file(int dp_rank, int mp) const;
+  // The facts that decide which files this target writes (file_names.h expected_files); `native_moe`:
+  // the expert optimizer files of the version line written.
+  formats::deepspeed::TargetFiles files(bool native_moe) const;
   // Native MoE: (ep_rank, expert-DP rank) of DP rank d.
   std::pair<int, int> ep_coords(int dp_rank) const;
   bool data_before_expert = false;

@@ -24,6 +24,7 @@
 #include "io/zip/zip_reader.h"
 #include "io/torch/torch_file.h"
 #include "formats/deepspeed/autoep.h"
+#include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/storage_tags.h"
 #include "formats/universal/manifest.h"

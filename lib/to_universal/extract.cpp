@@ -142,7 +142,7 @@ void check_autoep_files(const formats::deepspeed::DeepSpeedLayout& L, const std:
   for (const auto& a : autoep)
     for (int e = 0; e < a.num_experts; ++e)
       if (!found.count({a.moe_layer_id, e}))
-        fail((fs::path(L.dir) / formats::deepspeed::autoep_expert_file_name(a.moe_layer_id, e)).string(),
+        fail((fs::path(L.dir) / formats::deepspeed::expert_states_name(a.moe_layer_id, e, 0)).string(),
              "missing shard (AutoEP layer " + a.expert_key_prefix + " expert " + std::to_string(e) + " of " +
                  std::to_string(a.num_experts) + ")");
 }

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 
+#include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/deepspeed/file_names.h"
 #include "support/files.h"
 #include "support/process.h"

@@ -153,12 +153,6 @@ std::vector<int> autoep_expert_dp_ranks(int ep_rank, int dp, int ep, bool data_b
 
 std::string autoep_group_name(int ep) { return expert_group_name(ep); }
 
-std::string autoep_expert_file_name(int moe_layer_id, int global_expert, int mp_rank) {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "layer_%d_expert_%d_mp_rank_%02d_model_states.pt", moe_layer_id, global_expert, mp_rank);
-  return buf;
-}
-
 std::string autoep_expert_file_key(const std::string& prefix, const std::string& weight, int global_expert) {
   return prefix + "." + weight + "." + std::to_string(global_expert);
 }

@@ -67,8 +67,7 @@ std::vector<int> autoep_expert_dp_ranks(int ep_rank, int dp, int ep, bool data_b
 // (left for deepspeed_writer.cpp's zero3_state until it calls that).
 std::string autoep_group_name(int ep);
 
-// "layer_<id>_expert_<g>_mp_rank_<mp>_model_states.pt" (engine.py:4190-4200).
-std::string autoep_expert_file_name(int moe_layer_id, int global_expert, int mp_rank = 0);
+// Its per-expert files are named by file_names.h expert_states_name (engine.py:4190-4200).
 // Key of expert `global_expert` of `<prefix>.<w>` inside its per-expert file (engine.py:5037-5040).
 std::string autoep_expert_file_key(const std::string& prefix, const std::string& weight, int global_expert);
 

@@ -6,8 +6,9 @@
 #include <regex>
 #include <set>
 
-#include "core/atomic_file.h"
 #include "core/error.h"
+#include "formats/deepspeed/checkpoint_dir.h"
+#include "formats/deepspeed/version_line.h"
 
 namespace fs = std::filesystem;
 
@@ -87,6 +88,44 @@ std::string expert_states_name(int moe_layer, int expert, int mp) {
 }
 std::string expert_optim_name(int ep_rank, int mp) {
   return "expp_rank_" + std::to_string(ep_rank) + "_mp_rank_" + two(mp) + "_optim_states.pt";
+}
+
+std::vector<std::string> expected_expert_optim_files(int ep, int mp, const VersionLine* line) {
+  std::vector<std::string> out;
+  if (line && line->expp_files)
+    for (int r = 0; r < ep; ++r) out.push_back(expert_optim_name(r, mp));
+  return out;
+}
+
+std::vector<std::string> expected_model_files(const TargetFiles& t, int mp, const VersionLine* line) {
+  std::vector<std::string> out;
+  // ZeRO-3 targets have no model job: the model states are in every DP rank's zero_pp_rank file,
+  // there are no layer files (PP = 1) and no expert files (AutoEP, engine.py v0.19.5:5025-5027).
+  if (t.zero3) return out;
+  out.push_back(model_states_name(mp));
+  const auto& r = t.mp_ranks.at(static_cast<size_t>(mp));
+  for (int layer : r.layers) out.push_back(layer_states_name(layer, mp % t.tp));
+  for (const auto& [moe_layer, expert] : r.experts) out.push_back(expert_states_name(moe_layer, expert, mp));
+  if (t.native_moe)
+    for (auto& f : expected_expert_optim_files(t.ep, mp, line)) out.push_back(std::move(f));
+  return out;
+}
+
+std::vector<std::string> expected_rank_files(const TargetFiles& t, int dp, int mp) {
+  std::vector<std::string> out;
+  if (t.zero3) out.push_back(zero3_model_states_name(dp, mp));
+  out.push_back(optim_states_name(dp, mp, t.bf16));
+  return out;
+}
+
+std::vector<std::string> expected_files(const TargetFiles& t, const VersionLine* line) {
+  std::vector<std::string> out;
+  for (size_t mp = 0; mp < t.mp_ranks.size(); ++mp) {
+    for (auto& f : expected_model_files(t, static_cast<int>(mp), line)) out.push_back(std::move(f));
+    for (int d = 0; d < t.dp; ++d)
+      for (auto& f : expected_rank_files(t, d, static_cast<int>(mp))) out.push_back(std::move(f));
+  }
+  return out;
 }
 
 namespace {
@@ -254,26 +293,6 @@ void assign_layer_and_expert_files(DeepSpeedLayout& L, const FoundFiles& F) {
 
 }  // namespace
 
-std::string tag_of_dir(const std::string& dir) {
-  std::error_code ec;
-  fs::path p = fs::weakly_canonical(fs::absolute(dir), ec);
-  if (ec) p = fs::absolute(dir).lexically_normal();
-  if (!p.has_filename()) p = p.parent_path();  // a trailing slash
-  return p.filename().string();
-}
-
-std::optional<int64_t> step_of_tag(const std::string& tag) {
-  const std::string prefix = "global_step";
-  if (tag.size() <= prefix.size() || tag.size() > prefix.size() + 18 || tag.compare(0, prefix.size(), prefix) != 0)
-    return std::nullopt;
-  int64_t n = 0;
-  for (size_t i = prefix.size(); i < tag.size(); ++i) {
-    if (tag[i] < '0' || tag[i] > '9') return std::nullopt;
-    n = n * 10 + (tag[i] - '0');
-  }
-  return n;
-}
-
 DeepSpeedLayout infer_layout(const std::vector<std::string>& names, const std::string& dir) {
   DeepSpeedLayout L;
   L.dir = dir;
@@ -286,19 +305,6 @@ DeepSpeedLayout infer_layout(const std::vector<std::string>& names, const std::s
   assign_rank_files(L, F, mp_count);
   assign_layer_and_expert_files(L, F);
   return L;
-}
-
-std::string resolve_checkpoint_dir(const std::string& path) {
-  std::error_code ec;
-  if (!fs::is_directory(path, ec)) throw Error(path + ": not a checkpoint folder");
-  if (fs::exists(fs::path(path) / "latest")) {
-    std::string tag = read_text_file((fs::path(path) / "latest").string());
-    while (!tag.empty() && (tag.back() == '\n' || tag.back() == '\r' || tag.back() == ' ')) tag.pop_back();
-    auto dir = fs::path(path) / tag;
-    if (!fs::is_directory(dir, ec)) throw Error((fs::path(path) / "latest").string() + ": names missing folder " + tag);
-    return dir.string();
-  }
-  return path;
 }
 
 DeepSpeedLayout discover(const std::string& path) {

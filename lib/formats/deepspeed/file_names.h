@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ucpkit::formats::deepspeed {
@@ -38,6 +39,35 @@ std::string layer_states_name(int layer, int tp);                   // layer_LL-
 std::string expert_states_name(int moe_layer, int expert, int mp);  // layer_M_expert_E_mp_rank_XX_model_states.pt
 std::string expert_optim_name(int ep_rank, int mp);                 // expp_rank_R_mp_rank_XX_optim_states.pt
 
+struct VersionLine;  // version_line.h
+
+// What decides the files a target layout writes (no tensors): the one list of those files is
+// expected_files(); writers and plans ask it instead of spelling which files exist.
+struct TargetFiles {
+  int tp = 1, pp = 1, dp = 1, ep = 1;
+  bool zero3 = false;       // zero_pp_rank_D_mp_rank_XX_model_states.pt instead of mp_rank_XX
+  bool bf16 = false;        // the optimizer shards' bf16_ prefix
+  bool native_moe = false;  // expert optimizer files as the version line writes them
+  struct MpRank {
+    std::vector<int> layers;                     // pipeline layer files
+    std::vector<std::pair<int, int>> experts;    // (moe layer, global expert) files
+  };
+  std::vector<MpRank> mp_ranks;                  // [mp], mp = pp_rank * tp + tp_rank
+};
+
+// Native MoE: the expp_rank_R_mp_rank_XX_optim_states.pt files of model-parallel rank `mp`: one per
+// EP rank when `line` writes them under ZeRO (VersionLine::expp_files; v0.19.5 engine.py:5066-5087
+// writes none), none without a line.
+std::vector<std::string> expected_expert_optim_files(int ep, int mp, const VersionLine* line);
+// What the model job of `mp` writes, in writing order: mp_rank_XX, its layer files, its expert files
+// and expected_expert_optim_files; nothing for ZeRO-3 targets (expected_rank_files has their files).
+std::vector<std::string> expected_model_files(const TargetFiles& t, int mp, const VersionLine* line);
+// What the optimizer job of (dp, mp) writes: its ZeRO-3 model file, then its optimizer shard.
+std::vector<std::string> expected_rank_files(const TargetFiles& t, int dp, int mp);
+// Every base name the target writes: per model-parallel rank its model files, then per DP rank its
+// rank files (`latest` and the tag folder are the caller's).
+std::vector<std::string> expected_files(const TargetFiles& t, const VersionLine* line);
+
 struct ExpertFile {
   int moe_layer, expert, mp;
   std::string path;
@@ -63,22 +93,11 @@ struct DeepSpeedLayout {
   int tp_rank(int mp) const { return mp % tp; }
 };
 
-// The checkpoint tag a folder stands for: its own name however the path is spelled (".", "..", a
-// trailing slash, a relative path, a symbolic link to the tag folder: the link's target's name).
-std::string tag_of_dir(const std::string& dir);
-
-// N of a tag "global_step<N>" (DeepSpeed's default tag); nullopt for other names (a custom tag) or an N
-// of more than 18 digits.
-std::optional<int64_t> step_of_tag(const std::string& tag);
-
 // Infers degrees from the base names in `dir` and checks that every shard is there exactly once;
 // throws Error naming a missing or unexpected shard.
 DeepSpeedLayout infer_layout(const std::vector<std::string>& names, const std::string& dir);
 
-// Resolves a checkpoint path: a global_stepN folder, or its parent with a `latest` file.
-std::string resolve_checkpoint_dir(const std::string& path);
-
-// resolve_checkpoint_dir + directory listing + infer_layout.
+// checkpoint_dir.h resolve_checkpoint_dir + directory listing + infer_layout.
 DeepSpeedLayout discover(const std::string& path);
 
 }  // namespace ucpkit::formats::deepspeed

@@ -1,0 +1,98 @@
+// Checkpoint folders: pointer files, global_stepN tags, input kinds.
+#include "formats/deepspeed/checkpoint_dir.h"
+
+#include <cctype>
+#include <filesystem>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "formats/universal/manifest.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::formats::deepspeed {
+
+namespace {
+constexpr const char* kStepPrefix = "global_step";
+
+std::string trimmed(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  size_t b = 0;
+  while (b < s.size() && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  return s.substr(b);
+}
+}  // namespace
+
+std::string step_tag(int64_t step) { return kStepPrefix + std::to_string(step); }
+
+std::optional<int64_t> step_of_tag(const std::string& tag) {
+  const std::string prefix = kStepPrefix;
+  if (tag.size() <= prefix.size() || tag.size() > prefix.size() + 18 || tag.compare(0, prefix.size(), prefix) != 0)
+    return std::nullopt;
+  int64_t n = 0;
+  for (size_t i = prefix.size(); i < tag.size(); ++i) {
+    if (tag[i] < '0' || tag[i] > '9') return std::nullopt;
+    n = n * 10 + (tag[i] - '0');
+  }
+  return n;
+}
+
+std::string tag_of_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(dir), ec);
+  if (ec) p = fs::absolute(dir).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // a trailing slash
+  return p.filename().string();
+}
+
+std::string read_pointer(const std::string& pointer_file) {
+  const std::string tag = trimmed(read_text_file(pointer_file));
+  if (tag.empty() || tag.find('/') != std::string::npos) fail(pointer_file, "bad tag '" + tag + "'");
+  return tag;
+}
+
+TagFolder resolve_tag_folder(const std::string& path, const std::vector<std::string>& pointers) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) fail(path, "checkpoint folder not found");
+  for (const auto& name : pointers) {
+    const fs::path pointer = fs::path(path) / name;
+    if (!fs::exists(pointer, ec) || fs::is_directory(pointer, ec)) continue;
+    TagFolder t;
+    t.pointer = pointer.string();
+    t.tag = read_pointer(t.pointer);
+    t.dir = (fs::path(path) / t.tag).string();
+    if (!fs::is_directory(t.dir, ec)) fail(t.pointer, "names " + t.tag + ", which is not a folder");
+    return t;
+  }
+  return {path, tag_of_dir(path), ""};
+}
+
+std::string resolve_checkpoint_dir(const std::string& path) { return resolve_tag_folder(path).dir; }
+
+std::optional<int64_t> completed_step(const std::string& dir) {
+  const fs::path latest = fs::path(dir) / kLatestName;
+  std::error_code ec;
+  if (!fs::is_regular_file(latest, ec)) return std::nullopt;
+  std::string tag;
+  try {
+    tag = read_pointer(latest.string());
+  } catch (const std::exception&) {
+    return std::nullopt;  // being replaced
+  }
+  auto s = step_of_tag(tag);
+  if (!s || !fs::is_directory(fs::path(dir) / tag, ec)) return std::nullopt;
+  return s;
+}
+
+void write_latest(const std::string& dir, const std::string& tag, bool universal, bool durable) {
+  write_file_atomic((fs::path(dir) / kLatestName).string(), tag, durable);
+  if (universal) write_file_atomic((fs::path(dir) / kLatestUniversalName).string(), tag, durable);
+}
+
+InputKind input_kind(const std::string& path) {
+  if (fs::exists(fs::path(path) / formats::universal::kUniversalManifestName)) return InputKind::Universal;
+  if (fs::exists(fs::path(path) / kWorkPlanName)) return InputKind::WorkFolder;
+  return InputKind::Native;
+}
+
+}  // namespace ucpkit::formats::deepspeed
