@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/mapped_file.h"
 
 namespace ucpkit {
 namespace {
@@ -106,6 +107,7 @@ void AtomicFile::commit_as(std::string target) {
 }
 
 void AtomicFile::commit() {
+  MappedFile::check_inputs_intact();  // nothing read from an input that shrank under us is committed
   flush_buffer();
   if (durable_ && ::fsync(fd_) != 0) fail(target_, std::string("fsync failed: ") + std::strerror(errno));
   if (::close(fd_) != 0) {

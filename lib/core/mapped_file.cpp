@@ -6,12 +6,97 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
+#include <mutex>
 
 #include "core/error.h"
 
 namespace ucpkit {
+namespace {
+
+// Live mappings, read by the SIGBUS handler (lock-free: plain atomics, fixed slots). A slot whose
+// `end` is 0 is free. More live mappings than slots only means those are not guarded.
+struct Slot {
+  std::atomic<uintptr_t> begin{0}, end{0};
+  std::atomic<const std::string*> path{nullptr};
+};
+constexpr int kSlots = 4096;
+Slot g_slots[kSlots];
+std::atomic<const std::string*> g_shrunk{nullptr};  // the first file found shrunken
+struct sigaction g_previous {};
+
+void forward_sigbus(int sig, siginfo_t* info, void* ctx) {
+  if (g_previous.sa_flags & SA_SIGINFO) {
+    if (g_previous.sa_sigaction) return g_previous.sa_sigaction(sig, info, ctx);
+  } else if (g_previous.sa_handler != SIG_DFL && g_previous.sa_handler != SIG_IGN && g_previous.sa_handler) {
+    return g_previous.sa_handler(sig);
+  }
+  ::signal(SIGBUS, SIG_DFL);  // ends the process as before (a real fault and a raise() alike)
+  ::raise(SIGBUS);
+}
+
+extern "C" void on_sigbus(int sig, siginfo_t* info, void* ctx) {
+  const auto addr = reinterpret_cast<uintptr_t>(info ? info->si_addr : nullptr);
+  for (Slot& s : g_slots) {
+    const uintptr_t b = s.begin.load(std::memory_order_acquire), e = s.end.load(std::memory_order_acquire);
+    if (e == 0 || addr < b || addr >= e) continue;
+    const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const uintptr_t from = addr / page * page;
+    // Zero pages from the faulting page to the end of the mapping: later reads see zeros, not faults.
+    if (::mmap(reinterpret_cast<void*>(from), e - from, PROT_READ, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) ==
+        MAP_FAILED) {
+      static const char msg[] = "error: an input file shrank while it was read, and it could not be guarded\n";
+      (void)!::write(2, msg, sizeof msg - 1);
+      ::_exit(1);
+    }
+    const std::string* none = nullptr;
+    g_shrunk.compare_exchange_strong(none, s.path.load());
+    return;
+  }
+  forward_sigbus(sig, info, ctx);
+}
+
+void install_sigbus_guard() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGBUS, &sa, &g_previous);
+  });
+}
+
+// Returns the slot index, or -1 when every slot is taken.
+int guard(const uint8_t* data, size_t size, const std::string* path) {
+  install_sigbus_guard();
+  for (int i = 0; i < kSlots; ++i) {
+    uintptr_t free_end = 0;
+    // Claim a free slot by its `end` first (0 -> 1 marks it taken before begin/path are set).
+    if (!g_slots[i].end.compare_exchange_strong(free_end, 1)) continue;
+    g_slots[i].path.store(path);
+    g_slots[i].begin.store(reinterpret_cast<uintptr_t>(data), std::memory_order_release);
+    g_slots[i].end.store(reinterpret_cast<uintptr_t>(data) + size, std::memory_order_release);
+    return i;
+  }
+  return -1;
+}
+
+void unguard(int slot) {
+  if (slot < 0) return;
+  g_slots[slot].begin.store(0, std::memory_order_release);
+  g_slots[slot].end.store(0, std::memory_order_release);
+}
+
+}  // namespace
+
+void MappedFile::check_inputs_intact() {
+  if (const std::string* p = g_shrunk.load())
+    fail(*p, "the file shrank while it was read (rewritten or truncated by another process?); nothing was written");
+}
 
 std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -38,6 +123,7 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
     }
     f->data_ = static_cast<const uint8_t*>(p);
     f->mapped_ = true;
+    f->slot_ = guard(f->data_, f->size_, &f->path_);
   }
   ::close(fd);
   return f;
@@ -54,7 +140,11 @@ std::shared_ptr<const MappedFile> MappedFile::from_bytes(std::span<const uint8_t
 }
 
 MappedFile::~MappedFile() {
-  if (mapped_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (!mapped_) return;
+  // A path the handler recorded stays valid: a shrunken file's name outlives its mapping.
+  if (g_shrunk.load() == &path_) g_shrunk.store(new std::string(path_));
+  unguard(slot_);
+  ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
 void MappedFile::will_need(size_t offset, size_t length) const {

@@ -25,11 +25,21 @@ class MappedFile {
   // Tells the kernel a range will be read soon / sequentially (no-op for in-memory files).
   void will_need(size_t offset, size_t length) const;
 
+  // A mapped file that shrinks while it is read (another job rewriting a checkpoint, a network file
+  // system) raises SIGBUS on the first access past its new end. The first mapping installs a SIGBUS
+  // handler that, for an address inside a live mapping, maps zero pages over the rest of that mapping
+  // and records the file, so the read goes on (on zeros) instead of killing the tool. Every commit of
+  // an output (StagingDir::commit, AtomicFile::commit) calls check_inputs_intact() first, which
+  // throws Error naming the file: nothing read from a shrunken file is ever committed. A SIGBUS at
+  // any other address keeps its previous disposition.
+  static void check_inputs_intact();
+
  private:
   MappedFile() = default;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
   bool mapped_ = false;
+  int slot_ = -1;  // its entry in the SIGBUS guard's table (-1: not guarded)
   std::unique_ptr<uint8_t[]> owned_;
   std::string path_;
 };

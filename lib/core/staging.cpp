@@ -17,6 +17,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/mapped_file.h"
 
 namespace fs = std::filesystem;
 
@@ -195,6 +196,7 @@ void StagingDir::sync() const {
 }
 
 void StagingDir::commit() {
+  MappedFile::check_inputs_intact();  // nothing read from an input that shrank under us is committed
   // Again at the end: the processes of a run killed just before this one started (the orphaned ranks
   // of a SIGKILLed mpirun) may have still been alive then; their folders would stay until a next run.
   sweep_stale_staging(target_, tag_, note_);

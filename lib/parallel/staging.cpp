@@ -1,5 +1,7 @@
 #include "parallel/staging.h"
 
+#include "core/mapped_file.h"
+
 namespace ucpkit::parallel {
 
 CollectiveStaging::CollectiveStaging(RankFailure& failed, const std::filesystem::path& target, bool overwrite,
@@ -21,6 +23,7 @@ CollectiveStaging::CollectiveStaging(RankFailure& failed, const std::filesystem:
 }
 
 void CollectiveStaging::sync_own_files() const {
+  MappedFile::check_inputs_intact();  // on every rank, inside the caller's guard: one rank's shrunken input fails all
   if (rank_ != 0 && durable_) sync_file_system(path_);
 }
 
