@@ -21,6 +21,7 @@
 #include "core/crc32.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "io/pickle/opcodes.h"
 #include "io/pickle/pickler.h"
 #include "io/pickle/unpickler.h"
 #include "io/zip/zip_reader.h"
@@ -61,11 +62,36 @@ ValuePtr storage_value(std::shared_ptr<Storage> s) {
   return Value::of_tensor(Tensor(std::move(s), 0, {n}, {1}));
 }
 
+// torch >= 2.1 records the saving host's byte order (torch/serialization.py `_save`: the "byteorder"
+// record, sys.byteorder); `_load` byte-swaps every storage whose record differs from the loading host
+// (load_tensor: `if byteorderdata.decode() != sys.byteorder: storage.byteswap(dtype)`). Files without
+// the record load as little-endian (torch's default load endianness). Returns true for "big".
+bool big_endian_storages(const ZipReader& zip, const std::string& path) {
+  const auto rec = zip.find("byteorder");
+  if (!rec) return false;
+  const auto b = zip.bytes(*rec);
+  const std::string order(b.begin(), b.end());
+  if (order == "little") return false;
+  if (order == "big") return true;
+  fail(path, "zip: unknown byte order " + escaped_brief(order) + " in record 'byteorder' (torch writes little or big)");
+}
+
+// A big-endian storage as this (little-endian) host reads it: element bytes reversed, owned in memory
+// (the one case where a storage is not a zero-copy view of the file).
+std::shared_ptr<Storage> swapped_storage(DType dtype, int64_t numel, const MappedFile& file, uint64_t offset) {
+  const size_t width = dtype_size(dtype);
+  const auto src = file.bytes().subspan(offset, static_cast<size_t>(numel) * width);
+  std::vector<uint8_t> bytes(src.begin(), src.end());
+  for (size_t e = 0; e + width <= bytes.size(); e += width) std::reverse(bytes.begin() + e, bytes.begin() + e + width);
+  return Storage::owned(dtype, std::move(bytes));
+}
+
 TorchFile load_zip(std::shared_ptr<const MappedFile> file, const TorchLoadOptions& options) {
   const std::string& path = file->path();
   ZipReader zip(file);
   auto pkl = zip.find("data.pkl");
   if (!pkl) fail(path, "zip: no data.pkl record");
+  const bool big_endian = big_endian_storages(zip, path);
   if (options.verify_crc)
     for (const auto& [name, rec] : zip.records())
       if (crc32_parallel(zip.bytes(rec)) != rec.crc32) fail(path, "zip: CRC-32 mismatch in record '" + name + "'");
@@ -86,7 +112,8 @@ TorchFile load_zip(std::shared_ptr<const MappedFile> file, const TorchLoadOption
       fail(path, "storage record 'data/" + id.key + "' holds " + std::to_string(rec->size) + " bytes but its " +
                      std::to_string(id.numel) + " " + std::string(dtype_name(id.dtype)) + " elements need " +
                      std::to_string(need));
-    auto s = Storage::mapped(id.dtype, id.numel, file, rec->data_offset);
+    auto s = big_endian ? swapped_storage(id.dtype, id.numel, *file, rec->data_offset)
+                        : Storage::mapped(id.dtype, id.numel, file, rec->data_offset);
     s->key = id.key;
     s->location = id.location;
     storages.emplace(id.key, s);
@@ -105,8 +132,8 @@ TorchFile load_zip(std::shared_ptr<const MappedFile> file, const TorchLoadOption
 TorchFile load_legacy(std::shared_ptr<const MappedFile> file) {
   const std::string& path = file->path();
   auto data = file->bytes();
-  // Protocol 2+ pickles start with PROTO (0x80); protocols 0/1 pickle the magic number as a text LONG.
-  if (data.size() < 2 || (data[0] != 0x80 && data[0] != 'L'))
+  // Protocol 2+ pickles start with PROTO; protocols 0/1 pickle the magic number as a text LONG.
+  if (data.size() < 2 || (data[0] != pickle::op_byte(pickle::Op::PROTO) && data[0] != pickle::op_byte(pickle::Op::LONG)))
     fail(path, "not a torch file (wrong magic: neither zip nor pickle)");
   size_t pos = 0, used = 0;
   auto next = [&](const pickle::UnpickleOptions& o) {
@@ -122,7 +149,12 @@ TorchFile load_legacy(std::shared_ptr<const MappedFile> file) {
   ValuePtr proto = next(plain);
   if (proto->kind != Kind::Int || proto->i != 1001)
     fail(path, "unsupported legacy protocol version " + proto->repr(1));
-  next(plain);  // sys info
+  // sys info: torch 1.x's legacy save records the host's byte order (torch/serialization.py
+  // _legacy_save: little_endian=sys.byteorder == 'little') and its loader does not swap: refuse.
+  const ValuePtr sys_info = next(plain);
+  if (sys_info->kind == Kind::Dict)
+    if (ValuePtr le = sys_info->get("little_endian"); le && le->kind == Kind::Bool && !le->b)
+      fail(path, "written on a big-endian host (legacy format, sys_info little_endian=False): not supported");
 
   struct Root {
     std::shared_ptr<Storage> storage;
