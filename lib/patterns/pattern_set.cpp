@@ -18,18 +18,9 @@ constexpr const char* kSubParamsKey = "parameter_with_sub_params";
 
 const char* category_key(Category c) { return kKeys[static_cast<int>(c)]; }
 
-Pattern::Pattern(std::string source) : source_(std::move(source)) {
-  try {
-    regex_ = std::regex(source_, std::regex::ECMAScript | std::regex::optimize);
-  } catch (const std::regex_error& e) {
-    throw Error("bad pattern '" + source_ + "': " + e.what());
-  }
-}
+Pattern::Pattern(std::string source) : source_(std::move(source)), regex_(source_) {}
 
-bool Pattern::matches(const std::string& name) const {
-  // re.match: the match must start at position 0 but may end anywhere.
-  return std::regex_search(name, regex_, std::regex_constants::match_continuous);
-}
+bool Pattern::matches(const std::string& name) const { return regex_.match_prefix(name); }
 
 PatternSet PatternSet::from_json(const nlohmann::json& info, std::string origin) {
   PatternSet set;

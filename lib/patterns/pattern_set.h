@@ -3,12 +3,13 @@
 #pragma once
 #include <cstdint>
 #include <optional>
-#include <regex>
 #include <set>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
+
+#include "patterns/linear_regex.h"
 
 namespace ucpkit::patterns {
 
@@ -36,7 +37,8 @@ struct SubParamSpec {
   int64_t partition_dim = 0;
 };
 
-// A compiled regex with Python re.match semantics (anchored at the start only).
+// A compiled regex with Python re.match semantics (anchored at the start only), matched in linear
+// time (patterns/linear_regex): a pattern from a checkpoint's metadata cannot hang a tool.
 class Pattern {
  public:
   explicit Pattern(std::string source);
@@ -45,7 +47,7 @@ class Pattern {
 
  private:
   std::string source_;
-  std::regex regex_;
+  LinearRegex regex_;
 };
 
 struct PatternSet {
