@@ -12,22 +12,23 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/mapped_file.h"
+#include "io/pickle/opcodes.h"
 #include "pec/zip_records.h"
 
 namespace ucpkit::pec {
 namespace {
 
-// Pickle opcodes (CPython Lib/pickle.py): strings and memo puts that may follow a dict key.
-constexpr uint8_t kBinUnicode = 'X', kShortBinUnicode = 0x8c, kBinPut = 'q', kLongBinPut = 'r', kMemoize = 0x94;
+using pickle::Op;
+using pickle::op_byte;
 
 uint32_t le32(const uint8_t* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24); }
 
 // A pickled str at `p`: its text bounds, or false.
 bool string_at(const std::vector<uint8_t>& b, size_t p, size_t& text, size_t& len) {
-  if (p < b.size() && b[p] == kBinUnicode && p + 5 <= b.size()) {
+  if (p < b.size() && b[p] == op_byte(Op::BINUNICODE) && p + 5 <= b.size()) {
     text = p + 5;
     len = le32(&b[p + 1]);
-  } else if (p < b.size() && b[p] == kShortBinUnicode && p + 2 <= b.size()) {
+  } else if (p < b.size() && b[p] == op_byte(Op::SHORT_BINUNICODE) && p + 2 <= b.size()) {
     text = p + 2;
     len = b[p + 1];
   } else {
@@ -65,9 +66,9 @@ VersionPatch patch_ds_version(const std::string& path, const std::function<std::
       size_t text = 0, len = 0;
       if (!string_at(b, p, text, len) || len != klen || std::memcmp(&b[text], kKey, klen) != 0) continue;
       size_t v = text + len;  // the value follows the key, after an optional memo put
-      if (v < b.size() && b[v] == kBinPut) v += 2;
-      else if (v < b.size() && b[v] == kLongBinPut) v += 5;
-      else if (v < b.size() && b[v] == kMemoize) v += 1;
+      if (v < b.size() && b[v] == op_byte(Op::BINPUT)) v += 2;
+      else if (v < b.size() && b[v] == op_byte(Op::LONG_BINPUT)) v += 5;
+      else if (v < b.size() && b[v] == op_byte(Op::MEMOIZE)) v += 1;
       size_t vt = 0, vl = 0;
       if (!string_at(b, v, vt, vl)) continue;  // a memo reference to a string already seen, or not a str
       const std::string have(reinterpret_cast<const char*>(&b[vt]), vl);

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "io/pickle/opcodes.h"
 
 namespace ucpkit::pickle {
 namespace {
@@ -14,14 +15,16 @@ class Pickler {
   explicit Pickler(const PickleOptions& options) : opt_(options) {}
 
   std::string run(const ValuePtr& root) {
-    out_ += '\x80';
-    out_ += '\x02';
+    op(Op::PROTO);
+    out_ += static_cast<char>(2);  // the protocol
     save(root);
-    out_ += '.';
+    op(Op::STOP);
     return std::move(out_);
   }
 
  private:
+  void op(Op o) { out_ += op_char(o); }
+  void boolean(bool b) { op(b ? Op::NEWTRUE : Op::NEWFALSE); }
   void u32(uint32_t v) {
     for (int k = 0; k < 4; ++k) out_ += static_cast<char>((v >> (8 * k)) & 0xff);
   }
@@ -32,10 +35,10 @@ class Pickler {
     uint64_t idx = memo_.size();
     memo_[v] = idx;
     if (idx < 256) {
-      out_ += 'q';
+      op(Op::BINPUT);
       out_ += static_cast<char>(idx);
     } else {
-      out_ += 'r';
+      op(Op::LONG_BINPUT);
       u32(static_cast<uint32_t>(idx));
     }
   }
@@ -43,36 +46,36 @@ class Pickler {
     auto it = memo_.find(v);
     if (it == memo_.end()) return false;
     if (it->second < 256) {
-      out_ += 'h';
+      op(Op::BINGET);
       out_ += static_cast<char>(it->second);
     } else {
-      out_ += 'j';
+      op(Op::LONG_BINGET);
       u32(static_cast<uint32_t>(it->second));
     }
     return true;
   }
   void global(std::string_view module, std::string_view name) {
-    out_ += 'c';
+    op(Op::GLOBAL);
     out_.append(module);
     out_ += '\n';
     out_.append(name);
     out_ += '\n';
   }
   void unicode(std::string_view s) {
-    out_ += 'X';
+    op(Op::BINUNICODE);
     u32(static_cast<uint32_t>(s.size()));
     out_.append(s);
   }
   void integer(int64_t v) {
     if (v >= 0 && v < 256) {
-      out_ += 'K';
+      op(Op::BININT1);
       out_ += static_cast<char>(v);
     } else if (v >= 0 && v < 65536) {
-      out_ += 'M';
+      op(Op::BININT2);
       out_ += static_cast<char>(v & 0xff);
       out_ += static_cast<char>(v >> 8);
     } else if (v >= INT32_MIN && v <= INT32_MAX) {
-      out_ += 'J';
+      op(Op::BININT);
       u32(static_cast<uint32_t>(static_cast<int32_t>(v)));
     } else {
       std::string bytes;
@@ -90,32 +93,33 @@ class Pickler {
   }
   void long_bytes(const std::string& bytes) {
     if (bytes.size() < 256) {
-      out_ += '\x8a';
+      op(Op::LONG1);
       out_ += static_cast<char>(bytes.size());
     } else {
-      out_ += '\x8b';
+      op(Op::LONG4);
       u32(static_cast<uint32_t>(bytes.size()));
     }
     out_ += bytes;
   }
   void empty_ordered_dict() {
     global("collections", "OrderedDict");
-    out_ += ')';
-    out_ += 'R';
+    op(Op::EMPTY_TUPLE);
+    op(Op::REDUCE);
   }
   void tuple_of(const std::vector<ValuePtr>& items) {
     if (items.empty()) {
-      out_ += ')';
+      op(Op::EMPTY_TUPLE);
       return;
     }
     if (items.size() <= 3) {
       for (const auto& it : items) save(it);
-      out_ += static_cast<char>(0x84 + items.size());  // TUPLE1..3 = 0x85..0x87
+      static constexpr Op kTupleN[] = {Op::TUPLE1, Op::TUPLE2, Op::TUPLE3};
+      op(kTupleN[items.size() - 1]);
       return;
     }
-    out_ += '(';
+    op(Op::MARK);
     for (const auto& it : items) save(it);
-    out_ += 't';
+    op(Op::TUPLE);
   }
   void int_tuple(const std::vector<int64_t>& v) {
     std::vector<ValuePtr> items;
@@ -127,12 +131,12 @@ class Pickler {
       size_t end = std::min(items.size(), start + 1000);
       if (end - start == 1) {
         save(items[start]);
-        out_ += 'a';
+        op(Op::APPEND);
         continue;
       }
-      out_ += '(';
+      op(Op::MARK);
       for (size_t k = start; k < end; ++k) save(items[k]);
-      out_ += 'e';
+      op(Op::APPENDS);
     }
   }
   void setitems(const std::vector<Entry>& entries) {
@@ -141,15 +145,15 @@ class Pickler {
       if (end - start == 1) {
         save(entries[start].first);
         save(entries[start].second);
-        out_ += 's';
+        op(Op::SETITEM);
         continue;
       }
-      out_ += '(';
+      op(Op::MARK);
       for (size_t k = start; k < end; ++k) {
         save(entries[k].first);
         save(entries[k].second);
       }
-      out_ += 'u';
+      op(Op::SETITEMS);
     }
   }
   // A tensor as torch.save writes it: _rebuild_tensor_v2(storage, offset, size, stride,
@@ -165,38 +169,38 @@ class Pickler {
     const bool param_state = !from_type && t.is_parameter && v.tensor_state;
     if (from_type) {
       global("torch._tensor", "_rebuild_from_type_v2");
-      out_ += '(';
+      op(Op::MARK);
       global("torch._utils", "_rebuild_tensor_v2");
       save(v.tensor_type);
     } else if (t.is_parameter) {
       global("torch._utils", param_state ? "_rebuild_parameter_with_state" : "_rebuild_parameter");
-      out_ += '(';
+      op(Op::MARK);
       global("torch._utils", "_rebuild_tensor_v2");
     } else {
       global("torch._utils", "_rebuild_tensor_v2");
     }
-    out_ += '(';
+    op(Op::MARK);
     save(opt_.storage_id(t.storage()));
-    out_ += 'Q';  // BINPERSID
+    op(Op::BINPERSID);
     integer(t.storage_offset());
     int_tuple(t.shape());
     int_tuple(t.strides());
-    out_ += (t.requires_grad && !t.is_parameter) ? '\x88' : '\x89';
+    boolean(t.requires_grad && !t.is_parameter);
     empty_ordered_dict();
-    out_ += 't';
+    op(Op::TUPLE);
     if (from_type) {  // args stay a tuple: func(*args) is called by _rebuild_from_type_v2
       save(v.tensor_state ? v.tensor_state : Value::dict());
-      out_ += 't';
-      out_ += 'R';
+      op(Op::TUPLE);
+      op(Op::REDUCE);
       return;
     }
-    out_ += 'R';
+    op(Op::REDUCE);
     if (t.is_parameter) {
-      out_ += t.requires_grad ? '\x88' : '\x89';
+      boolean(t.requires_grad);
       empty_ordered_dict();
       if (param_state) save(v.tensor_state);
-      out_ += 't';
-      out_ += 'R';
+      op(Op::TUPLE);
+      op(Op::REDUCE);
     }
   }
   void object(const ValuePtr& p) {
@@ -206,20 +210,20 @@ class Pickler {
       case Object::Build::Reduce:
         save(o.callable);
         save(o.args ? o.args : Value::tuple());
-        out_ += 'R';
+        op(Op::REDUCE);
         break;
       case Object::Build::NewObj:
         save(o.callable);
         save(o.args ? o.args : Value::tuple());
-        out_ += '\x81';
+        op(Op::NEWOBJ);
         break;
       case Object::Build::NewObjEx:  // protocol 2 has no NEWOBJ_EX: copyreg.__newobj_ex__(cls, args, kwargs)
         global("copyreg", "__newobj_ex__");
         save(o.callable);
         save(o.args ? o.args : Value::tuple());
         save(o.kwargs ? o.kwargs : Value::dict());
-        out_ += '\x87';
-        out_ += 'R';
+        op(Op::TUPLE3);
+        op(Op::REDUCE);
         break;
     }
     memoize(p);
@@ -227,7 +231,7 @@ class Pickler {
     if (!o.dict_items.empty()) setitems(o.dict_items);
     if (o.state) {
       save(o.state);
-      out_ += 'b';
+      op(Op::BUILD);
     }
   }
 
@@ -237,12 +241,12 @@ class Pickler {
     if (get_memo(&v)) return;
     if (++depth_ > 2000) throw Error("pickler: structure nested too deeply");
     switch (v.kind) {
-      case Kind::None: out_ += 'N'; break;
-      case Kind::Bool: out_ += v.b ? '\x88' : '\x89'; break;
+      case Kind::None: op(Op::NONE); break;
+      case Kind::Bool: boolean(v.b); break;
       case Kind::Int: integer(v.i); break;
       case Kind::BigInt: long_bytes(v.s); break;
       case Kind::Float: {
-        out_ += 'G';
+        op(Op::BINFLOAT);
         uint64_t bits = std::bit_cast<uint64_t>(v.f);
         for (int k = 7; k >= 0; --k) out_ += static_cast<char>((bits >> (8 * k)) & 0xff);
         break;
@@ -262,8 +266,8 @@ class Pickler {
         }
         unicode(text);
         unicode("latin1");
-        out_ += '\x86';
-        out_ += 'R';
+        op(Op::TUPLE2);
+        op(Op::REDUCE);
         memoize(p);
         break;
       }
@@ -272,7 +276,7 @@ class Pickler {
         memoize(p);
         break;
       case Kind::List:
-        out_ += ']';
+        op(Op::EMPTY_LIST);
         memoize(p);
         appends(v.items);
         break;
@@ -280,28 +284,28 @@ class Pickler {
         if (v.ordered)
           empty_ordered_dict();
         else
-          out_ += '}';
+          op(Op::EMPTY_DICT);
         memoize(p);
         setitems(v.entries);
         if (v.dict_state) {  // OrderedDict attributes (a state_dict's _metadata) via BUILD
           save(v.dict_state);
-          out_ += 'b';
+          op(Op::BUILD);
         }
         break;
       case Kind::Set:
       case Kind::FrozenSet:
         global("builtins", v.kind == Kind::Set ? "set" : "frozenset");
-        out_ += ']';
+        op(Op::EMPTY_LIST);
         appends(v.items);
-        out_ += '\x85';
-        out_ += 'R';
+        op(Op::TUPLE1);
+        op(Op::REDUCE);
         memoize(p);
         break;
       case Kind::Shape:
         global("torch", "Size");
         int_tuple(v.shape);
-        out_ += '\x85';
-        out_ += 'R';
+        op(Op::TUPLE1);
+        op(Op::REDUCE);
         memoize(p);
         break;
       case Kind::Dtype: global("torch", dtype_name(v.dtype)); break;

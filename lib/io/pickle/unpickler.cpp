@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "io/pickle/class_paths.h"
+#include "io/pickle/opcodes.h"
 
 namespace ucpkit::pickle {
 namespace {
@@ -651,15 +652,15 @@ ValuePtr Unpickler::parse_raw_unicode_escape(const std::string& text) {
 ValuePtr Unpickler::run(size_t* consumed) {
   while (true) {
     op_pos_ = pos_;
-    uint8_t op = u8();
-    switch (op) {
-      case 0x80: {  // PROTO
+    const uint8_t byte = u8();
+    switch (static_cast<Op>(byte)) {
+      case Op::PROTO: {
         uint8_t proto = u8();
         if (proto > 5) error("unsupported pickle protocol " + std::to_string(proto));
         break;
       }
-      case 0x95: le(8); break;  // FRAME: a length hint only
-      case '.': {               // STOP
+      case Op::FRAME: le(8); break;  // a length hint only
+      case Op::STOP: {
         ValuePtr result = top();  // stays on the stack while validated: a failed tree is freed safely
         if (consumed) *consumed = pos_;
         validate(result);
@@ -667,25 +668,25 @@ ValuePtr Unpickler::run(size_t* consumed) {
         succeeded_ = true;
         return result;
       }
-      case '(': mark(); break;
-      case ')': push(Value::tuple()); break;
-      case ']': push(Value::list()); break;
-      case '}': push(Value::dict()); break;
-      case 0x8f: push(Value::set()); break;
-      case 'N': push(Value::none()); break;
-      case 0x88: push(Value::boolean(true)); break;
-      case 0x89: push(Value::boolean(false)); break;
-      case 'J': push(Value::integer(static_cast<int32_t>(le(4)))); break;
-      case 'K': push(Value::integer(u8())); break;
-      case 'M': push(Value::integer(static_cast<int64_t>(le(2)))); break;
-      case 0x8a: push(make_long(take(u8()))); break;
-      case 0x8b: {
+      case Op::MARK: mark(); break;
+      case Op::EMPTY_TUPLE: push(Value::tuple()); break;
+      case Op::EMPTY_LIST: push(Value::list()); break;
+      case Op::EMPTY_DICT: push(Value::dict()); break;
+      case Op::EMPTY_SET: push(Value::set()); break;
+      case Op::NONE: push(Value::none()); break;
+      case Op::NEWTRUE: push(Value::boolean(true)); break;
+      case Op::NEWFALSE: push(Value::boolean(false)); break;
+      case Op::BININT: push(Value::integer(static_cast<int32_t>(le(4)))); break;
+      case Op::BININT1: push(Value::integer(u8())); break;
+      case Op::BININT2: push(Value::integer(static_cast<int64_t>(le(2)))); break;
+      case Op::LONG1: push(make_long(take(u8()))); break;
+      case Op::LONG4: {
         int64_t n = static_cast<int32_t>(le(4));
         if (n < 0) error("negative LONG4 length");
         push(make_long(take(static_cast<uint64_t>(n))));
         break;
       }
-      case 'G': {
+      case Op::BINFLOAT: {
         uint64_t bits = 0;
         need(8);
         for (int k = 0; k < 8; ++k) bits = (bits << 8) | d_[pos_ + k];
@@ -693,116 +694,116 @@ ValuePtr Unpickler::run(size_t* consumed) {
         push(Value::real(std::bit_cast<double>(bits)));
         break;
       }
-      case 'X': push(Value::str(text(take(le(4)), "BINUNICODE", true))); break;
-      case 0x8c: push(Value::str(text(take(u8()), "SHORT_BINUNICODE", true))); break;
-      case 0x8d: push(Value::str(text(take(le(8)), "BINUNICODE8", true))); break;
-      case 'T': {
+      case Op::BINUNICODE: push(Value::str(text(take(le(4)), "BINUNICODE", true))); break;
+      case Op::SHORT_BINUNICODE: push(Value::str(text(take(u8()), "SHORT_BINUNICODE", true))); break;
+      case Op::BINUNICODE8: push(Value::str(text(take(le(8)), "BINUNICODE8", true))); break;
+      case Op::BINSTRING: {
         int64_t n = static_cast<int32_t>(le(4));
         if (n < 0) error("negative BINSTRING length");
         push(Value::str(text(take(static_cast<uint64_t>(n)), "BINSTRING", false)));
         break;
       }
-      case 'U': push(Value::str(text(take(u8()), "SHORT_BINSTRING", false))); break;
-      case 'B': push(Value::bytes(take(le(4)))); break;
-      case 'C': push(Value::bytes(take(u8()))); break;
-      case 0x8e: push(Value::bytes(take(le(8)))); break;
-      case 0x96: push(Value::bytes(take(le(8)))); break;  // BYTEARRAY8
-      case 0x85: {
+      case Op::SHORT_BINSTRING: push(Value::str(text(take(u8()), "SHORT_BINSTRING", false))); break;
+      case Op::BINBYTES: push(Value::bytes(take(le(4)))); break;
+      case Op::SHORT_BINBYTES: push(Value::bytes(take(u8()))); break;
+      case Op::BINBYTES8: push(Value::bytes(take(le(8)))); break;
+      case Op::BYTEARRAY8: push(Value::bytes(take(le(8)))); break;
+      case Op::TUPLE1: {
         auto a = pop();
         push(Value::tuple({a}));
         break;
       }
-      case 0x86: {
+      case Op::TUPLE2: {
         auto b = pop();
         auto a = pop();
         push(Value::tuple({a, b}));
         break;
       }
-      case 0x87: {
+      case Op::TUPLE3: {
         auto c = pop();
         auto b = pop();
         auto a = pop();
         push(Value::tuple({a, b, c}));
         break;
       }
-      case 't': push(Value::tuple(pop_mark())); break;
-      case 'l': push(Value::list(pop_mark())); break;
-      case 'd': {
+      case Op::TUPLE: push(Value::tuple(pop_mark())); break;
+      case Op::LIST: push(Value::list(pop_mark())); break;
+      case Op::DICT: {
         auto kv = pop_mark();
         auto dct = Value::dict();
         set_items(*dct, kv);
         push(dct);
         break;
       }
-      case 0x91: {  // FROZENSET
+      case Op::FROZENSET: {
         auto v = Value::set(pop_mark());
         v->kind = Kind::FrozenSet;
         push(v);
         break;
       }
-      case 'a': {
+      case Op::APPEND: {
         auto item = pop();
         std::vector<ValuePtr> items{item};
         append_items(*top(), items);
         break;
       }
-      case 'e': {
+      case Op::APPENDS: {
         auto items = pop_mark();
         append_items(*top(), items);
         break;
       }
-      case 's': {
+      case Op::SETITEM: {
         auto v = pop();
         auto k = pop();
         std::vector<ValuePtr> kv{k, v};
         set_items(*top(), kv);
         break;
       }
-      case 'u': {
+      case Op::SETITEMS: {
         auto kv = pop_mark();
         set_items(*top(), kv);
         break;
       }
-      case 0x90: {  // ADDITEMS
+      case Op::ADDITEMS: {
         auto items = pop_mark();
         Value& s = *top();
         if (s.kind != Kind::Set) error("ADDITEMS on a " + std::string(kind_name(s.kind)));
         s.items.insert(s.items.end(), items.begin(), items.end());
         break;
       }
-      case 'c': {
+      case Op::GLOBAL: {
         std::string module = text(line(), "GLOBAL", false);
         std::string name = text(line(), "GLOBAL", false);
         push(global(std::move(module), std::move(name)));
         break;
       }
-      case 0x93: {  // STACK_GLOBAL
+      case Op::STACK_GLOBAL: {
         auto name = pop();
         auto module = pop();
         if (module->kind != Kind::Str || name->kind != Kind::Str) error("STACK_GLOBAL expects two strings");
         push(global(module->s, name->s));
         break;
       }
-      case 'R': {
+      case Op::REDUCE: {
         auto args = pop();
         auto callable = pop();
         push(reduce(std::move(callable), std::move(args)));
         break;
       }
-      case 0x81: {  // NEWOBJ
+      case Op::NEWOBJ: {
         auto args = pop();
         auto cls = pop();
         push(new_object(std::move(cls), std::move(args), nullptr, Object::Build::NewObj));
         break;
       }
-      case 0x92: {  // NEWOBJ_EX
+      case Op::NEWOBJ_EX: {
         auto kwargs = pop();
         auto args = pop();
         auto cls = pop();
         push(new_object(std::move(cls), std::move(args), std::move(kwargs), Object::Build::NewObjEx));
         break;
       }
-      case 'b': {  // BUILD
+      case Op::BUILD: {
         auto state = pop();
         Value& obj = *top();
         if (obj.kind == Kind::Object) {
@@ -814,14 +815,14 @@ ValuePtr Unpickler::run(size_t* consumed) {
         }
         break;
       }
-      case 'i': {  // INST
+      case Op::INST: {
         std::string module = line();
         std::string name = line();
         auto args = Value::tuple(pop_mark());
         push(reduce(global(std::move(module), std::move(name)), std::move(args)));
         break;
       }
-      case 'o': {  // OBJ
+      case Op::OBJ: {
         auto items = pop_mark();
         if (items.empty()) error("OBJ without a class");
         auto cls = items.front();
@@ -829,9 +830,9 @@ ValuePtr Unpickler::run(size_t* consumed) {
         push(reduce(std::move(cls), std::move(args)));
         break;
       }
-      case 'q': memo_put(u8()); break;
-      case 'r': memo_put(le(4)); break;
-      case 'p': {
+      case Op::BINPUT: memo_put(u8()); break;
+      case Op::LONG_BINPUT: memo_put(le(4)); break;
+      case Op::PUT: {
         std::string l = line();
         char* end = nullptr;
         uint64_t idx = std::strtoull(l.c_str(), &end, 10);
@@ -839,10 +840,10 @@ ValuePtr Unpickler::run(size_t* consumed) {
         memo_put(idx);
         break;
       }
-      case 0x94: memo_put(memo_.size()); break;  // MEMOIZE
-      case 'h': push(memo_get(u8())); break;
-      case 'j': push(memo_get(le(4))); break;
-      case 'g': {
+      case Op::MEMOIZE: memo_put(memo_.size()); break;
+      case Op::BINGET: push(memo_get(u8())); break;
+      case Op::LONG_BINGET: push(memo_get(le(4))); break;
+      case Op::GET: {
         std::string l = line();
         char* end = nullptr;
         uint64_t idx = std::strtoull(l.c_str(), &end, 10);
@@ -850,12 +851,12 @@ ValuePtr Unpickler::run(size_t* consumed) {
         push(memo_get(idx));
         break;
       }
-      case 'Q': push(persistent(pop())); break;
-      case 'P': push(persistent(Value::str(line()))); break;
-      case '0': pop(); break;
-      case '1': pop_mark(); break;
-      case '2': push(top()); break;
-      case 'I': {
+      case Op::BINPERSID: push(persistent(pop())); break;
+      case Op::PERSID: push(persistent(Value::str(line()))); break;
+      case Op::POP: pop(); break;
+      case Op::POP_MARK: pop_mark(); break;
+      case Op::DUP: push(top()); break;
+      case Op::INT: {
         std::string l = line();
         if (l == "00") {
           push(Value::boolean(false));
@@ -869,7 +870,7 @@ ValuePtr Unpickler::run(size_t* consumed) {
         }
         break;
       }
-      case 'L': {
+      case Op::LONG: {
         std::string l = line();
         if (!l.empty() && l.back() == 'L') l.pop_back();
         bool ok;
@@ -878,7 +879,7 @@ ValuePtr Unpickler::run(size_t* consumed) {
         push(make_long(std::move(b)));
         break;
       }
-      case 'F': {
+      case Op::FLOAT: {
         std::string l = line();
         char* end = nullptr;
         double v = std::strtod(l.c_str(), &end);
@@ -886,16 +887,16 @@ ValuePtr Unpickler::run(size_t* consumed) {
         push(Value::real(v));
         break;
       }
-      case 'S': push(parse_string_literal(line())); break;
-      case 'V': push(parse_raw_unicode_escape(line())); break;
-      case 0x82:
-      case 0x83:
-      case 0x84: error("extension registry opcodes (EXT1/2/4) are not supported");
-      case 0x97:
-      case 0x98: error("out-of-band buffers (protocol 5) are not supported");
+      case Op::STRING: push(parse_string_literal(line())); break;
+      case Op::UNICODE: push(parse_raw_unicode_escape(line())); break;
+      case Op::EXT1:
+      case Op::EXT2:
+      case Op::EXT4: error("extension registry opcodes (EXT1/2/4) are not supported");
+      case Op::NEXT_BUFFER:
+      case Op::READONLY_BUFFER: error("out-of-band buffers (protocol 5) are not supported");
       default: {
         char hex[8];
-        std::snprintf(hex, sizeof hex, "0x%02x", op);
+        std::snprintf(hex, sizeof hex, "0x%02x", byte);
         error(std::string("unknown opcode ") + hex);
       }
     }
