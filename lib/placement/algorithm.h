@@ -18,6 +18,8 @@ struct PlacementOptions {
   int overlap_degree = -1;  // Hecate's t (-1: number of experts)
   int memory = -1;          // Hecate's m: distinct experts materialized per GPU per layer (-1: slots per GPU)
   RecoveryOptions recovery;  // used by planners that compare candidate placements
+  // balanced-ft: 0 = most balanced, 1 = most recoverable when f nodes fail (recovery_weight.h)
+  double recovery_weight = 0;
 };
 
 struct PlacementResult {

@@ -11,10 +11,12 @@
 #include "core/error.h"
 #include "placement/cluster_request.h"
 #include "placement/algorithm.h"
+#include "placement/exact_search.h"
 #include "placement/allocation.h"
 #include "placement/balance.h"
 #include "placement/layer_state.h"
 #include "placement/mro.h"
+#include "placement/recovery_weight.h"
 
 namespace ucpkit::placement {
 
@@ -277,6 +279,7 @@ struct Candidate {
   bool spread;
   std::vector<int> phy2log;
   bool rated = false;  // packed for the floor (add_rated_candidate): refined even when not among the first two
+  bool dominant = false;  // from dominant_allocations
 };
 
 // The greedy over all slots, and over fewer (half a GPU's worth of slots per GPU less each time, at
@@ -348,6 +351,46 @@ void add_rated_candidate(std::vector<Candidate>& cands, const std::vector<double
   }
 }
 
+// Replica counts for dominant experts (hotter than the mean GPU load): each such expert's count in
+// the full greedy `greedy` rounded to a multiple of all GPUs (one replica per GPU, or two, ...) or of
+// the GPUs per node, the same rule for every hot expert, the rest of the slots by the floor-f greedy
+// over the other experts. The largest-share rule gives a hot expert a count such as 7 on 8 GPUs,
+// which leaves one GPU without it and the other seven carrying 1/7 of it each (issue 31: 0.909 where
+// one replica per GPU reaches 0.998). Empty when no expert is hotter than the mean GPU load.
+std::vector<std::vector<int>> dominant_allocations(const std::vector<double>& t, const Cluster& cl, int f,
+                                                   const std::vector<int>& greedy) {
+  const int E = static_cast<int>(t.size()), m = cl.gpus(), G = cl.gpus_per_node;
+  double total = 0;
+  for (double x : t) total += x;
+  std::vector<int> hot, cold;
+  for (int e = 0; e < E; ++e) (t[e] > total / m ? hot : cold).push_back(e);
+  std::vector<std::vector<int>> out;
+  if (hot.empty() || cold.empty()) return out;
+  std::vector<double> cold_loads;
+  for (int e : cold) cold_loads.push_back(t[e]);
+  auto round_to = [](int c, int unit, bool up) { return std::max(unit, (up ? (c + unit - 1) / unit : c / unit) * unit); };
+  for (int rule = 0; rule < 5; ++rule) {
+    std::vector<int> r(E, 0);
+    long long used = 0;
+    for (int e : hot) {
+      const int c = greedy[e];
+      int x = rule == 0 ? m * std::max(1, (c + m / 2) / m)                           // nearest multiple of GPUs
+              : rule == 1 ? (c >= m ? round_to(c, m, false) : round_to(c, G, false))  // down
+              : rule == 2 ? round_to(c, m, true)                                      // up to all GPUs
+              : rule == 3 ? round_to(c, G, false)
+                          : round_to(c, G, true);
+      r[e] = std::max(x, f);
+      used += r[e];
+    }
+    const long long rest = cl.slots() - used;
+    if (rest < static_cast<long long>(f) * static_cast<long long>(cold.size())) continue;
+    const auto rc = floor_greedy_allocation(cold_loads, rest, f);
+    for (size_t i = 0; i < cold.size(); ++i) r[cold[i]] = rc[i];
+    if (r != greedy && std::find(out.begin(), out.end(), r) == out.end()) out.push_back(std::move(r));
+  }
+  return out;
+}
+
 // The layer's placement as it is being chosen: the state and what BalancedFtLayerInfo reports.
 struct Chosen {
   std::optional<LayerState> state;
@@ -367,12 +410,16 @@ Chosen refine_candidates(std::vector<Candidate> cands, const std::vector<double>
   for (size_t i = 0, refined = 0; i < cands.size(); ++i) {
     if (best.state && best.state->max_load() <= reference) break;
     if (!cands[i].rated && refined++ >= 2) continue;  // the first two of the usual candidates, as before
+    // A dominant-expert allocation is refined when its packing is near the best refined one.
+    if (cands[i].dominant && best.state && cands[i].max >= best.state->max_load() * 1.02) continue;
     LayerState st(cl, t, std::move(cands[i].phy2log));
     repair_fault_tolerance(st, f);
     reduce_max(st, f, swap_budget(cl), true);
     if (!best.state || st.max_load() < best.state->max_load() * (1 - 1e-12)) {
       best.state.emplace(std::move(st));
-      best.packing = cands[i].spread ? "node-spread" : "plain";
+      best.packing = cands[i].dominant ? (cands[i].spread ? "dominant-spread" : "dominant-plain")
+                     : cands[i].spread    ? "node-spread"
+                                          : "plain";
       best.greedy_slots = cands[i].greedy;
     }
   }
@@ -432,6 +479,29 @@ std::optional<std::vector<int>> better_mro_placement(const std::vector<int>& phy
 
 }  // namespace
 
+std::vector<std::vector<int>> recovery_candidates(const std::vector<int>& phy2log, const std::vector<double>& t,
+                                                  const Cluster& cl, int f) {
+  std::vector<int> r(t.size(), 0);
+  for (int e : phy2log) r[e]++;
+  std::vector<std::vector<int>> out;
+  // Overlap with slack: the node sets of f-node experts merged while no GPU exceeds the layer's
+  // maximum by more than the slack.
+  const double slack[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.5};
+  for (double s : slack) {
+    LayerState st(cl, t, phy2log);
+    overlap_node_sets(st, f, st.max_load() * (1 + s));
+    out.push_back(st.phy2log());
+  }
+  for (int q = 1; q <= cl.slots_per_node(); q *= 2) {
+    LayerState cand(cl, t, blocked_pack(r, t, cl, f, q));
+    repair_fault_tolerance(cand, f);
+    reduce_max(cand, f, swap_budget(cl), false);
+    overlap_node_sets(cand, f, cand.max_load());
+    out.push_back(cand.phy2log());
+  }
+  return out;
+}
+
 LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl, int f, BalancedFtLayerInfo* info) {
   const int E = static_cast<int>(t.size());
   const long long slots = cl.slots(), floor_slots = static_cast<long long>(f) * E;
@@ -443,7 +513,19 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
   const double reference = eplb_reference_max_load(t, cl);
   std::vector<Candidate> cands = stepped_candidates(t, cl, f, seq, reference);
   add_rated_candidate(cands, t, cl, f, seq, reference);
+  for (auto& r : dominant_allocations(t, cl, f, counts_from(t, seq, slots, f, slots))) {
+    for (bool spread : {true, false}) {
+      auto packed = lpt_pack(r, t, cl, spread);
+      const double mx = max_of(packed, t, cl);
+      cands.push_back({mx, slots, spread, std::move(packed), true, true});
+    }
+  }
   Chosen best = refine_candidates(std::move(cands), t, cl, f, reference);
+  // Small clusters: branch and bound for a lighter most loaded GPU (exact_search.h).
+  if (auto lighter = exact_lighter_placement(t, cl, f, best.state->max_load())) {
+    best.state.emplace(cl, t, std::move(*lighter));
+    best.packing = "exact";
+  }
   // Recovery may use the slack down to EPLB's balance (0.2% margin for tie-order differences).
   const double cap = std::max(best.state->max_load(), reference / 1.002);
   std::tie(best.node_sets_before, best.node_sets_after) = overlap_node_sets(*best.state, f, cap);
@@ -477,16 +559,30 @@ class BalancedFt : public PlacementAlgorithm {
     if (f > cluster.nodes)
       throw UsageError(fault_tolerance_option(f) + " is impossible with " +
                        std::to_string(cluster.nodes) + " nodes (each expert needs replicas on f distinct nodes)");
+    const double w = opt.recovery_weight;
+    if (!(w >= 0 && w <= 1)) throw UsageError("--recovery-weight must be a number from 0 to 1");
     PlacementResult res;
+    // --recovery-weight: Lazarus' placement is one of the candidates (recovery_weight.h).
+    PlacementResult lazarus;
+    if (w > 0) lazarus = make_algorithm("lazarus")->place(loads, cluster, opt);
     auto& d = res.details["balanced_ft"] = nlohmann::json::array();
     for (size_t l = 0; l < loads.layers; ++l) {
       BalancedFtLayerInfo info;
-      res.layers.push_back(balanced_ft_layer(loads.layer_vector(l), cluster, f, &info));
-      d.push_back({{"packing", info.packing},
-                   {"f_node_sets_before_overlap", info.node_sets_before},
-                   {"f_node_sets", info.node_sets_after},
-                   {"greedy_slots", info.greedy_slots},
-                   {"mro", info.mro}});
+      const auto t = loads.layer_vector(l);
+      res.layers.push_back(balanced_ft_layer(t, cluster, f, &info));
+      nlohmann::json j = {{"packing", info.packing},
+                          {"f_node_sets_before_overlap", info.node_sets_before},
+                          {"f_node_sets", info.node_sets_after},
+                          {"greedy_slots", info.greedy_slots},
+                          {"mro", info.mro}};
+      if (w > 0) {
+        WeightedChoice choice;
+        auto& layer = res.layers.back();
+        layer.phy2log = recovery_weighted_layer(t, cluster, f, w, layer.phy2log, lazarus.layers[l].phy2log, &choice);
+        layer.phyrank = ranks_by_appearance(layer.phy2log, static_cast<int>(t.size()));
+        j["recovery_weight"] = {{"weight", w}, {"source", choice.source}, {"p_f", choice.recovery}};
+      }
+      d.push_back(std::move(j));
     }
     return res;
   }

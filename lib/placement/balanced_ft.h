@@ -28,6 +28,13 @@ struct BalancedFtLayerInfo {
 // largest-share rule over all slots, largest share first onto the least loaded GPU with room.
 double eplb_reference_max_load(const std::vector<double>& loads, const Cluster& cluster);
 
+// Placements that trade balance for recovery when f nodes fail, from balanced-ft's `phy2log`: its
+// node sets of f-node experts merged with 1-50% slack on the most loaded GPU, and its replica counts
+// with the f-replica experts packed first into blocks of f nodes, q per node for q = 1, 2, 4, ... up
+// to a node's slots (fewer node sets for an f-node failure to hit). For --recovery-weight.
+std::vector<std::vector<int>> recovery_candidates(const std::vector<int>& phy2log, const std::vector<double>& t,
+                                                  const Cluster& cl, int f);
+
 // One layer. f must be 1..nodes with f * experts <= slots (checked by the caller's allocation).
 LayerPlacement balanced_ft_layer(const std::vector<double>& loads, const Cluster& cluster, int f,
                                  BalancedFtLayerInfo* info = nullptr);

@@ -61,6 +61,15 @@ inline void for_each_random_case(const std::function<void(const RandomCase&)>& v
       }
 }
 
+// One layer of loads as a LoadMatrix.
+inline ucpkit::placement::LoadMatrix one_layer(const std::vector<double>& t) {
+  ucpkit::placement::LoadMatrix w;
+  w.layers = 1;
+  w.experts = t.size();
+  w.values = t;
+  return w;
+}
+
 // Distinct nodes of every expert, counted from phy2log.
 inline std::vector<int> distinct_nodes(const std::vector<int>& phy2log, const ucpkit::placement::Cluster& cl,
                                        int experts) {
