@@ -16,8 +16,8 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/staging.h"
+#include "formats/deepspeed/line_rewrite.h"
 #include "formats/deepspeed/version_line.h"
-#include "reshard/moe_line.h"
 #include "parallel/mpi_session.h"
 #include "parallel/staging.h"
 #include "pec/checkpoint.h"
@@ -315,7 +315,7 @@ std::vector<size_t> RestoreRun::write_experts() {
 // shards' ds_version kept when it is a release of the line, else the line's.
 void RestoreRun::convert_version_line() {
   const formats::deepspeed::VersionLine& line = formats::deepspeed::moe_version_line(o_.ds_version);
-  reshard::relayout_moe_folder(tmp_dir_.string(), line);
+  formats::deepspeed::rewrite_as_line(tmp_dir_.string(), line);
   for (const auto& e : fs::directory_iterator(tmp_dir_)) {
     const std::string n = e.path().filename().string();
     if (!e.is_regular_file() || n.find("optim_states.pt") == std::string::npos) continue;

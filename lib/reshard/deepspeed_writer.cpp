@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "io/torch/torch_file.h"
 #include "formats/deepspeed/autoep.h"
+#include "formats/deepspeed/model_states.h"
 #include "formats/deepspeed/module_tree.h"
 #include "formats/deepspeed/param_groups.h"
 #include "formats/deepspeed/pipeline.h"
@@ -92,7 +93,7 @@ DeepSpeedWriter::DeepSpeedWriter(const ModelInfo& model, const UcpInfo& plan, Un
     : model_(model), plan_(plan), reader_(reader), common_(std::move(common_optimizer_state)) {
   if (!common_ || common_->kind != Kind::Dict) throw Error("zero/optimizer_state.pt: not a dict");
   if (model_.native_moe && !model_.model_files.empty()) {
-    moe_line_ = &resolve_moe_line(plan_.target.ds_line, model_.ds_line, template_root(0));
+    moe_line_ = &formats::deepspeed::resolve_moe_line(plan_.target.ds_line, model_.ds_line, template_root(0));
     const std::string& req = plan_.target.ds_line;
     if (!req.empty() && req != moe_line_->name) ds_release_ = req[0] == 'v' ? req.substr(1) : req;
   }
@@ -244,35 +245,6 @@ ValuePtr DeepSpeedWriter::retarget_module(const ValuePtr& tree, const std::strin
   return out;
 }
 
-// What a native-MoE version line needs beyond the template: param_shapes of every bit16 group (dense
-// groups, then DP rank 0's expert groups under local names; engine.py v0.19.3:5102-5135), ds_config.
-MoeLineInputs DeepSpeedWriter::moe_line_inputs(const MpRankPlan& mr, const ValuePtr& root) const {
-  const auto& t = plan_.target;
-  MoeLineInputs in;
-  in.zero_stage = t.zero_stage;
-  in.ds_release = ds_release_;
-  in.param_shapes = Value::list();
-  auto add = [&](const GroupPlan& g) {
-    auto d = Value::dict(true);
-    for (const auto& s : g.slots) d->set_item(s.name, Value::torch_size(s.slice.shape));
-    in.param_shapes->items.push_back(d);
-  };
-  for (const auto& g : mr.groups) add(g);
-  if (!mr.expert_groups.empty()) {
-    for (const auto& g : mr.expert_groups[0]) add(g);
-    std::vector<std::pair<int, std::string>> names;  // module order: parameter index in the manifest order
-    for (const auto& g : mr.expert_groups[0])
-      for (const auto& s : g.slots) names.emplace_back(model_.params[s.param].manifest_index, s.name);
-    std::sort(names.begin(), names.end());
-    for (auto& [i, n] : names) in.expert_local_names.push_back(std::move(n));
-  }
-  in.ds_config = root->get("ds_config");
-  if (!in.ds_config)
-    in.ds_config = minimal_moe_ds_config(t.zero_stage, t.dtype == DType::BFloat16, t.dtype == DType::Float16,
-                                         plan_.data_before_expert);
-  return in;
-}
-
 // ds_version of the ZeRO shards: the source's, or the release of the native-MoE line written when
 // the source's release belongs to another line.
 ValuePtr DeepSpeedWriter::target_ds_version() const {
@@ -288,102 +260,125 @@ ValuePtr DeepSpeedWriter::target_ds_version() const {
   return Value::str("0.16.4");
 }
 
+// The template's module with the target's weights of `mr`: views into one low-precision flat buffer
+// per group, as ZeRO saves them; compact copies from DeepSpeed 0.17.1 on (clone_tensors_for_torch_save);
+// ZeRO-3 keeps the weights only in the optimizer shards, the module holds 0-element placeholders.
+ValuePtr DeepSpeedWriter::target_module(const MpRankPlan& mr, const ValuePtr& module) const {
+  const auto& t = plan_.target;
+  std::map<std::string, ValuePtr> fresh;
+  const bool compact = moe_line_ && moe_line_->compact_copies;
+  for (const GroupPlan& g : mr.groups) {
+    if (t.zero_stage == 3) {
+      for (const Slot& s : g.slots)
+        fresh[model_.params[s.param].name] = Value::of_tensor(Tensor(Storage::zeros(t.dtype, 0), 0, {0}, {1}));
+      continue;
+    }
+    if (compact) {
+      for (const Slot& s : g.slots) fresh[model_.params[s.param].name] = Value::of_tensor(low_precision_slice(s));
+      continue;
+    }
+    std::vector<Run> runs;
+    for (const Slot& s : g.slots) runs.push_back({&s, s.offset, s.numel(), 0});
+    auto storage = streamed(t.dtype, g.padded, std::move(runs), "fp32");
+    for (const Slot& s : g.slots)
+      fresh[model_.params[s.param].name] =
+          Value::of_tensor(Tensor(storage, s.offset, s.slice.shape, Tensor::contiguous_strides(s.slice.shape)));
+  }
+  auto out = retarget_module(module, "", fresh);
+  // Parameters the template has no entry for: at their place in the tree (the deepest dict whose
+  // path prefixes the name), in module order.
+  for (const auto& [gi, si] : mr.module) {
+    const auto& name = model_.params[mr.groups[gi].slots[si].param].name;
+    auto it = fresh.find(name);
+    if (it == fresh.end()) continue;
+    ValuePtr at = out;
+    std::string rest = name;
+    for (bool descended = true; descended;) {
+      descended = false;
+      for (const auto& [k, v] : at->entries)
+        if (v && v->kind == Kind::Dict && k->kind == Kind::Str && rest.size() > k->s.size() &&
+            rest.compare(0, k->s.size(), k->s) == 0 && rest[k->s.size()] == '.') {
+          rest = rest.substr(k->s.size() + 1);
+          at = v;
+          descended = true;
+          break;
+        }
+    }
+    at->set_item(rest, it->second);
+    fresh.erase(it);
+  }
+  return out;
+}
+
+// param_shapes of `mr`: its dense groups, then EP rank 0's expert groups where the native-MoE line
+// (engine.py v0.19.3:5102-5135) or AutoEP (v0.19.5:5244-5284) records them.
+formats::deepspeed::ParamShapes DeepSpeedWriter::target_param_shapes(const MpRankPlan& mr) const {
+  formats::deepspeed::ParamShapes out;
+  auto add = [&](const GroupPlan& g) {
+    auto& shapes = out.emplace_back();
+    for (const auto& s : g.slots) shapes.emplace_back(s.name, s.slice.shape);
+  };
+  for (const auto& g : mr.groups) add(g);
+  if ((moe_line_ || model_.autoep) && !mr.expert_groups.empty())
+    for (const auto& g : mr.expert_groups[0]) add(g);
+  return out;
+}
+
+// What a native-MoE version line needs beyond the template (model_states.h to_pickle with a line):
+// ds_config, the release asked for, frozen-parameter entries by ZeRO stage, DP rank 0's expert names.
+void DeepSpeedWriter::fill_moe_line(const MpRankPlan& mr, formats::deepspeed::ModelStates& m) const {
+  const auto& t = plan_.target;
+  if (!m.ds_config && !m.contains("ds_config"))
+    m.ds_config = formats::deepspeed::minimal_moe_ds_config(t.zero_stage, t.dtype == DType::BFloat16,
+                                                            t.dtype == DType::Float16, plan_.data_before_expert);
+  if (!ds_release_.empty()) m.ds_version = ds_release_;
+  for (const char* k : {"frozen_param_shapes", "frozen_param_fragments"})  // save_frozen_param: ZeRO >= 2
+    if (!m.contains(k)) m.set(k, t.zero_stage >= 2 ? Value::dict(true) : Value::none());
+  if (mr.expert_groups.empty()) return;
+  std::vector<std::pair<int, std::string>> names;  // module order: parameter index in the manifest order
+  for (const auto& g : mr.expert_groups[0])
+    for (const auto& s : g.slots) names.emplace_back(model_.params[s.param].manifest_index, s.name);
+  std::sort(names.begin(), names.end());
+  for (auto& [i, n] : names) m.expert_param_names.push_back(std::move(n));
+}
+
 ValuePtr DeepSpeedWriter::model_root(int mp, int dp_rank) const {
   const MpRankPlan& mr = plan_.mp_ranks.at(mp);
   const auto& t = plan_.target;
-  ValuePtr root = pickle::deep_copy(template_root(mr.template_file));
-
-  // Module weights (non-pipeline): views into one low-precision flat buffer per group, as ZeRO saves them.
-  if (auto module = root->get("module"); module && module->kind == Kind::Dict) {
-    std::map<std::string, ValuePtr> fresh;
-    // From DeepSpeed 0.17.1 on, clone_tensors_for_torch_save gives every tensor its own storage.
-    const bool compact = moe_line_ && moe_line_->compact_copies;
-    // ZeRO-3 keeps the weights only in the optimizer shards: the module holds 0-element placeholders.
-    for (const GroupPlan& g : mr.groups) {
-      if (t.zero_stage == 3) {
-        for (const Slot& s : g.slots)
-          fresh[model_.params[s.param].name] = Value::of_tensor(Tensor(Storage::zeros(t.dtype, 0), 0, {0}, {1}));
-        continue;
-      }
-      if (compact) {
-        for (const Slot& s : g.slots) fresh[model_.params[s.param].name] = Value::of_tensor(low_precision_slice(s));
-        continue;
-      }
-      std::vector<Run> runs;
-      for (const Slot& s : g.slots) runs.push_back({&s, s.offset, s.numel(), 0});
-      auto storage = streamed(t.dtype, g.padded, std::move(runs), "fp32");
-      for (const Slot& s : g.slots)
-        fresh[model_.params[s.param].name] =
-            Value::of_tensor(Tensor(storage, s.offset, s.slice.shape, Tensor::contiguous_strides(s.slice.shape)));
-    }
-    auto out = retarget_module(module, "", fresh);
-    // Parameters the template has no entry for: at their place in the tree (the deepest dict whose
-    // path prefixes the name), in module order.
-    for (const auto& [gi, si] : mr.module) {
-      const auto& name = model_.params[mr.groups[gi].slots[si].param].name;
-      auto it = fresh.find(name);
-      if (it == fresh.end()) continue;
-      ValuePtr at = out;
-      std::string rest = name;
-      for (bool descended = true; descended;) {
-        descended = false;
-        for (const auto& [k, v] : at->entries)
-          if (v && v->kind == Kind::Dict && k->kind == Kind::Str && rest.size() > k->s.size() &&
-              rest.compare(0, k->s.size(), k->s) == 0 && rest[k->s.size()] == '.') {
-            rest = rest.substr(k->s.size() + 1);
-            at = v;
-            descended = true;
-            break;
-          }
-      }
-      at->set_item(rest, it->second);
-      fresh.erase(it);
-    }
-    root->set_item("module", out);
+  formats::deepspeed::ModelStates m = formats::deepspeed::read_model_states(
+      pickle::deep_copy(template_root(mr.template_file)), model_.model_files.at(mr.template_file));
+  if (m.tree) {
+    m.tree = target_module(mr, m.tree);
+    m.module = formats::deepspeed::module_tensors(m.tree);
   }
-
-  if (root->contains("param_shapes")) {
-    auto shapes = Value::list();
-    for (const auto& g : mr.groups) {
-      auto d = Value::dict(true);
-      for (const auto& s : g.slots) d->set_item(s.name, Value::torch_size(s.slice.shape));
-      shapes->items.push_back(d);
-    }
-    if (model_.autoep && !mr.expert_groups.empty())  // then EP rank 0's expert group (engine.py v0.19.5:5244-5284)
-      for (const auto& g : mr.expert_groups[0]) {
-        auto d = Value::dict(true);
-        for (const auto& s : g.slots) d->set_item(s.name, Value::torch_size(s.slice.shape));
-        shapes->items.push_back(d);
-      }
-    root->set_item("param_shapes", shapes);
-  }
+  if (m.contains("param_shapes") || moe_line_) m.param_shapes = target_param_shapes(mr);
   if (model_.autoep) {
     const bool zero3 = t.zero_stage == 3;
     // ZeRO-3: every DP rank's own file records its own EP place (engine.py v0.19.5:5004-5016, :5090).
     const auto [er, edp] = zero3 && dp_rank >= 0 ? plan_.ep_coords(dp_rank) : std::pair<int, int>{0, 0};
-    formats::deepspeed::retarget_autoep_layers(root->get("ds_autoep_layers"), t.ep, t.dp, zero3, er, edp);
-    if (auto uc = root->get("universal_checkpoint_info"); uc && uc->kind == Kind::Dict)
+    formats::deepspeed::retarget_autoep_layers(m.get("ds_autoep_layers"), t.ep, t.dp, zero3, er, edp);
+    if (auto uc = m.get("universal_checkpoint_info"); uc && uc->kind == Kind::Dict)
       formats::deepspeed::retarget_autoep_layers(uc->get("ds_autoep_layers"), t.ep, t.dp, zero3, er, edp);
     // save_frozen_param = partition_gradients (ZeRO >= 2, engine.py v0.19.5:5097): {} or None; the
     // source may be of another stage (a ZeRO-3 source's template has {}).
     for (const char* k : {"frozen_param_shapes", "frozen_param_fragments"})
-      if (auto v = root->get(k); v && (t.zero_stage >= 2) != (v->kind == Kind::Dict))
-        root->set_item(k, t.zero_stage >= 2 ? Value::dict(true) : Value::none());
+      if (auto v = m.get(k); v && (t.zero_stage >= 2) != (v->kind == Kind::Dict))
+        m.set(k, t.zero_stage >= 2 ? Value::dict(true) : Value::none());
   }
-  if (root->contains("dp_world_size")) root->set_item("dp_world_size", Value::integer(t.dp));
-  if (root->contains("mp_world_size"))
-    root->set_item("mp_world_size", Value::integer(formats::deepspeed::mp_world_size(t.tp, t.pp, model_.pipeline)));
-  if (auto cpd = root->get("checkpoint_parallel_dimensions"); cpd && cpd->kind == Kind::Dict) {
+  if (m.contains("dp_world_size")) m.dp_world_size = t.dp;
+  if (m.contains("mp_world_size")) m.mp_world_size = formats::deepspeed::mp_world_size(t.tp, t.pp, model_.pipeline);
+  if (auto cpd = m.get(formats::deepspeed::kCheckpointParallelDims); cpd && cpd->kind == Kind::Dict) {
     cpd->set_item("pp_degree", Value::integer(t.pp));
     cpd->set_item("tp_degree", Value::integer(t.tp));
   }
-  if (auto cfg = root->get("ds_config")) root->set_item("ds_config", ds_config(cfg));
-  retarget_args(root->get("args"), t, plan_.padded_vocab);
-  if (moe_line_) apply_moe_line(root, *moe_line_, moe_line_inputs(mr, root));
-  if (auto uc = root->get("universal_checkpoint_info"); uc && uc->kind == Kind::Dict && plan_.padded_vocab > 0 &&
-                                                          uc->contains("padded_vocab_size"))
+  if (m.ds_config) m.ds_config = ds_config(m.ds_config);
+  retarget_args(m.args(), t, plan_.padded_vocab);
+  if (auto uc = m.get("universal_checkpoint_info"); uc && uc->kind == Kind::Dict && plan_.padded_vocab > 0 &&
+                                                      uc->contains("padded_vocab_size"))
     uc->set_item("padded_vocab_size", Value::integer(plan_.padded_vocab));
-  return root;
+  if (!moe_line_) return formats::deepspeed::to_pickle(m);
+  fill_moe_line(mr, m);
+  return formats::deepspeed::to_pickle(m, *moe_line_);
 }
 
 uint64_t DeepSpeedWriter::write_model_file(int mp, const std::string& dir) const {
@@ -536,7 +531,7 @@ uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir
     root->set_item("ds_config", ds_config(source_cfg));
   } else {
     // Native MoE model files before 0.19.3 carry no ds_config.
-    root->set_item("ds_config", minimal_moe_ds_config(t.zero_stage, t.dtype == DType::BFloat16,
+    root->set_item("ds_config", formats::deepspeed::minimal_moe_ds_config(t.zero_stage, t.dtype == DType::BFloat16,
                                                       t.dtype == DType::Float16, plan_.data_before_expert));
   }
   root->set_item("ds_version", ver);

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "io/pickle/value.h"
+#include "formats/deepspeed/model_states.h"
 #include "formats/deepspeed/version_line.h"
 #include "reshard/model_info.h"
-#include "reshard/moe_line.h"
 #include "reshard/ucp_info.h"
 #include "reshard/universal_reader.h"
 
@@ -90,7 +90,9 @@ class DeepSpeedWriter {
   static pickle::ValuePtr retarget_module(const pickle::ValuePtr& tree, const std::string& prefix,
                                          std::map<std::string, pickle::ValuePtr>& fresh);
   pickle::ValuePtr target_ds_version() const;
-  MoeLineInputs moe_line_inputs(const MpRankPlan& mr, const pickle::ValuePtr& root) const;
+  pickle::ValuePtr target_module(const MpRankPlan& mr, const pickle::ValuePtr& module) const;
+  formats::deepspeed::ParamShapes target_param_shapes(const MpRankPlan& mr) const;
+  void fill_moe_line(const MpRankPlan& mr, formats::deepspeed::ModelStates& m) const;
   // optimizer_state_dict of a ZeRO-1/2 or BF16_Optimizer shard, and of a ZeRO-3 shard.
   pickle::ValuePtr zero12_state(int dp_rank, int mp) const;
   pickle::ValuePtr zero3_state(int dp_rank, int mp) const;

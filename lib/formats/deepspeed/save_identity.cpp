@@ -115,7 +115,7 @@ IdentityFields optim_file_identity(const ValuePtr& root) {
   IdentityFields out;
   if (!root || root->kind != Kind::Dict) return out;
   // Compared among optimizer shards only: a conversion to another native-MoE version line rewrites
-  // the model files' ds_version (load/moe_line.h) and keeps the shards' bytes.
+  // the model files' ds_version (formats/deepspeed/line_rewrite.h) and keeps the shards' bytes.
   add(out, "ds_version of the optimizer shards", root->get("ds_version"));
   if (auto osd = root->get("optimizer_state_dict"); osd && osd->kind == Kind::Dict)
     add(out, "ds_version of the optimizer shards", osd->get("ds_version"));

@@ -52,6 +52,11 @@ std::vector<int> parse_version(std::string_view v) {
 
 }  // namespace
 
+bool is_deepspeed_model_key(std::string_view key) {
+  static const std::vector<std::string> keys = keys_common_state(true);
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
 const std::vector<VersionLine>& moe_version_lines() {
   static const std::vector<VersionLine> lines = {
       {"0.14", "v0.14.0 - v0.17.0", "0.16.5",
@@ -124,6 +129,14 @@ const VersionLine& detect_moe_version_line(const MoeFileFacts& f) {
   if (f.param_shapes) return moe_version_line(f.expp_files && !f.parallel_dims ? "0.19.3" : "0.19.5");
   if (f.autoep_key) return moe_version_line("0.19.2");
   return moe_version_line(f.module_metadata ? "0.14" : "0.17.1");
+}
+
+const VersionLine& resolve_moe_line(const std::string& requested, const std::string& recorded,
+                                    const pickle::ValuePtr& template_root) {
+  if (!requested.empty()) return moe_version_line(requested);
+  if (!recorded.empty()) return moe_version_line(recorded);
+  // expp files not recorded: the older universal checkpoints came from lines with expp files
+  return detect_moe_version_line(moe_file_facts(template_root, true));
 }
 
 }  // namespace ucpkit::formats::deepspeed

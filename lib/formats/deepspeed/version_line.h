@@ -32,6 +32,11 @@ struct VersionLine {
 // runtime/engine.py:238-246).
 inline constexpr const char* kCheckpointParallelDims = "checkpoint_parallel_dimensions";
 
+// Whether `key` is one of DeepSpeed's own keys of a model-states file in any line (the newest
+// line's list holds every key an older line writes); every other key is the client state
+// (Megatron's args, iteration, rng_state, ...), which engine.py appends with state.update(client_state).
+bool is_deepspeed_model_key(std::string_view key);
+
 // Every line, oldest first.
 const std::vector<VersionLine>& moe_version_lines();
 // The line named `name` ("0.16", "0.16.5", "v0.19.4" are accepted too: a release maps to the line
@@ -56,5 +61,11 @@ struct MoeFileFacts {
 MoeFileFacts moe_file_facts(const pickle::ValuePtr& model_root, bool expp_files);
 // The line those facts belong to (the newest line consistent with them).
 const VersionLine& detect_moe_version_line(const MoeFileFacts& facts);
+
+// The line to write: `requested` (--ds-version: a line or a release) when given, else the line the
+// universal checkpoint recorded (`recorded`, manifest source.ds_line), else the one the template
+// model file shows (`template_root`).
+const VersionLine& resolve_moe_line(const std::string& requested, const std::string& recorded,
+                                    const pickle::ValuePtr& template_root);
 
 }  // namespace ucpkit::formats::deepspeed

@@ -1,0 +1,232 @@
+// DeepSpeed model-states files (model_states.h): read into typed fields, written back as read or as
+// one version line lays them out.
+#include "formats/deepspeed/model_states.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "formats/deepspeed/autoep.h"
+#include "formats/deepspeed/module_tree.h"
+#include "io/torch/torch_file.h"
+
+namespace ucpkit::formats::deepspeed {
+
+using pickle::Kind;
+using pickle::Value;
+using pickle::ValuePtr;
+
+namespace {
+
+// param_shapes as DeepSpeed saves it: a list of OrderedDict(name -> torch.Size); nullopt for any
+// other form (kept as an untyped entry so it is written back unchanged).
+std::optional<ParamShapes> typed_param_shapes(const ValuePtr& v) {
+  if (!v || v->kind != Kind::List) return std::nullopt;
+  ParamShapes out;
+  for (const auto& g : v->items) {
+    if (!g || g->kind != Kind::Dict || !g->ordered || g->dict_state) return std::nullopt;
+    auto& group = out.emplace_back();
+    for (const auto& [k, s] : g->entries) {
+      if (!k || k->kind != Kind::Str || !s || s->kind != Kind::Shape) return std::nullopt;
+      group.emplace_back(k->s, s->shape);
+    }
+  }
+  return out;
+}
+
+ValuePtr param_shapes_value(const ParamShapes& shapes) {
+  auto list = Value::list();
+  for (const auto& g : shapes) {
+    auto d = Value::dict(true);
+    for (const auto& [name, shape] : g) d->set_item(name, Value::torch_size(shape));
+    list->items.push_back(d);
+  }
+  return list;
+}
+
+// A copy of the module's dicts (keys, tensors and other leaves shared) with `m.module`'s values put
+// back by flat name. `own_state`: each dict's attribute state copied too, so _metadata can be added
+// or dropped on the copy alone.
+ValuePtr module_with_values(const ModelStates& m, bool own_state) {
+  if (!m.tree) return nullptr;  // module None: a pipeline's mp_rank file (the layers have files of their own)
+  const std::map<std::string, ValuePtr> values(m.module.begin(), m.module.end());
+  std::unordered_map<const Value*, ValuePtr> seen;  // a dict saved once stays one object
+  std::function<ValuePtr(const ValuePtr&, const std::string&)> copy = [&](const ValuePtr& d, const std::string& path) {
+    if (auto it = seen.find(d.get()); it != seen.end()) return it->second;
+    auto c = std::make_shared<Value>(*d);
+    seen[d.get()] = c;
+    if (own_state && c->dict_state) c->dict_state = std::make_shared<Value>(*c->dict_state);
+    for (auto& [k, v] : c->entries) {
+      if (!k || k->kind != Kind::Str || !v) continue;
+      const std::string name = path.empty() ? k->s : path + "." + k->s;
+      if (v->kind == Kind::Dict) {
+        v = copy(v, name);
+      } else if (v->kind == Kind::Tensor) {
+        if (auto it = values.find(name); it != values.end()) v = it->second;
+      }
+    }
+    return c;
+  };
+  return copy(m.tree, "");
+}
+
+// The value of a key that has a typed field; nullptr when the field is empty.
+ValuePtr field_value(const ModelStates& m, const std::string& key, const ValuePtr& module) {
+  if (key == "module") return module;
+  if (key == "param_shapes") return m.param_shapes ? param_shapes_value(*m.param_shapes) : nullptr;
+  if (key == "dp_world_size") return m.dp_world_size ? Value::integer(*m.dp_world_size) : nullptr;
+  if (key == "mp_world_size") return m.mp_world_size ? Value::integer(*m.mp_world_size) : nullptr;
+  if (key == "ds_config") return m.ds_config;
+  if (key == "ds_version") return m.ds_version ? Value::str(*m.ds_version) : nullptr;
+  return nullptr;
+}
+
+bool is_field(const std::string& key) {
+  return key == "module" || key == "param_shapes" || key == "dp_world_size" || key == "mp_world_size" ||
+         key == "ds_config" || key == "ds_version";
+}
+
+// The ZeRO stage the target's ds_config names (DeepSpeed's default 0 when it names none).
+int zero_stage_of(const ValuePtr& cfg) {
+  if (cfg && cfg->kind == Kind::Dict)
+    if (auto z = cfg->get("zero_optimization"); z && z->kind == Kind::Dict)
+      if (auto st = z->get("stage"); st && st->kind == Kind::Int) return static_cast<int>(st->i);
+  return 0;
+}
+
+// What `line`'s save code writes under a DeepSpeed key the model does not have.
+ValuePtr line_default(const ModelStates& m, const std::string& key) {
+  if (key == kCheckpointParallelDims) {  // native MoE targets are TP = PP = 1 (engine.py:238-246)
+    auto d = Value::dict();
+    d->set_item("pp_degree", Value::integer(1));
+    d->set_item("tp_degree", Value::integer(1));
+    return d;
+  }
+  if (key == "buffer_names") return Value::list();
+  if (key == "shared_params") return Value::dict();
+  if (key == "frozen_param_shapes" || key == "frozen_param_fragments")  // save_frozen_param: ZeRO >= 2
+    return zero_stage_of(m.ds_config) >= 2 ? Value::dict(true) : Value::none();
+  return Value::none();  // optimizer, ds_autoep_layers, data_sampler, random_ltd, param_shapes, ds_config
+}
+
+}  // namespace
+
+ValuePtr ModelStates::get(const std::string& key) const {
+  for (const auto& [k, v] : entries)
+    if (k == key) return v;
+  return nullptr;
+}
+
+bool ModelStates::contains(const std::string& key) const {
+  return std::any_of(entries.begin(), entries.end(), [&](const auto& e) { return e.first == key; });
+}
+
+void ModelStates::set(const std::string& key, ValuePtr value) {
+  for (auto& [k, v] : entries)
+    if (k == key) {
+      v = std::move(value);
+      return;
+    }
+  entries.emplace_back(key, std::move(value));
+}
+
+std::vector<std::pair<std::string, ValuePtr>> ModelStates::client_state() const {
+  std::vector<std::pair<std::string, ValuePtr>> out;
+  for (const auto& e : entries)
+    if (!is_deepspeed_model_key(e.first)) out.push_back(e);
+  return out;
+}
+
+ModelStates read_model_states(const ValuePtr& root, const std::string& path) {
+  if (!root || root->kind != Kind::Dict) fail(path, "not a model-states dict");
+  ModelStates m;
+  m.ordered = root->ordered;
+  if (!root->contains("module")) {  // a layer or expert file: a bare state dict
+    m.module_only = true;
+    m.tree = root;
+    m.module = module_tensors(root);
+    return m;
+  }
+  for (const auto& [k, v] : root->entries) {
+    if (!k || k->kind != Kind::Str) fail(path, "model-states dict has a key that is not a string");
+    const std::string& key = k->s;
+    bool typed = true;
+    if (key == "module" && v && v->kind == Kind::Dict) {
+      m.tree = v;
+      m.module = module_tensors(v);
+    } else if (key == "param_shapes" && (m.param_shapes = typed_param_shapes(v))) {
+    } else if ((key == "dp_world_size" || key == "mp_world_size") && v && v->kind == Kind::Int) {
+      (key == "dp_world_size" ? m.dp_world_size : m.mp_world_size) = v->i;
+    } else if (key == "ds_config" && v && !v->is_none()) {
+      m.ds_config = v;
+    } else if (key == "ds_version" && v && v->kind == Kind::Str) {
+      m.ds_version = v->s;
+    } else {
+      typed = false;
+    }
+    m.entries.emplace_back(key, typed ? nullptr : v);
+  }
+  return m;
+}
+
+ModelStates read_model_states(const TorchFile& file, const std::string& path) { return read_model_states(file.root, path); }
+
+ValuePtr to_pickle(const ModelStates& m) {
+  const ValuePtr module = module_with_values(m, false);
+  if (m.module_only) return module;
+  auto out = Value::dict(m.ordered);
+  for (const auto& [k, v] : m.entries) {
+    ValuePtr value = is_field(k) ? field_value(m, k, module) : nullptr;  // a field set wins over what was read
+    if (!value) value = v;
+    if (value) out->entries.emplace_back(Value::str(k), value);
+  }
+  return out;
+}
+
+ValuePtr to_pickle(const ModelStates& m, const VersionLine& line) {
+  if (m.module_only) return to_pickle(m);
+  const ValuePtr module = module_with_values(m, true);
+  if (line.module_metadata) {
+    const std::string enc = "language_model.encoder.";
+    std::vector<std::string> popped;  // Megatron pops the expert keys after encoder.state_dict() ran
+    for (const auto& n : m.expert_param_names)
+      if (n.rfind(enc, 0) == 0) popped.push_back(n.substr(enc.size()));
+    add_module_metadata(module, {{"language_model.encoder", popped}});
+  } else {
+    drop_module_metadata(module);
+  }
+  auto out = Value::dict(m.ordered);
+  for (const auto& key : line.mp_rank_keys) {
+    ValuePtr v;
+    if (key == "ds_version") {
+      const bool of_line = m.ds_version && moe_line_of_release(*m.ds_version) == line.name;
+      v = Value::str(of_line ? *m.ds_version : line.ds_version);
+    } else {
+      v = is_field(key) ? field_value(m, key, module) : nullptr;
+      if (!v) v = m.get(key);
+    }
+    out->set_item(key, v ? v : line_default(m, key));
+  }
+  for (const auto& [k, v] : m.entries)
+    if (!is_deepspeed_model_key(k)) out->entries.emplace_back(Value::str(k), v);  // client state, in file order
+  return out;
+}
+
+ValuePtr minimal_moe_ds_config(int zero_stage, bool bf16, bool fp16, bool data_before_expert) {
+  auto cfg = Value::dict();
+  auto z = Value::dict();
+  z->set_item("stage", Value::integer(zero_stage));
+  cfg->set_item("zero_optimization", z);
+  auto bf = Value::dict();
+  bf->set_item("enabled", Value::boolean(bf16));
+  cfg->set_item("bf16", bf);
+  auto fp = Value::dict();
+  fp->set_item("enabled", Value::boolean(fp16));
+  cfg->set_item("fp16", fp);
+  if (data_before_expert) cfg->set_item(kUseDataBeforeExpertParallelism, Value::boolean(true));
+  return cfg;
+}
+
+}  // namespace ucpkit::formats::deepspeed

@@ -1,0 +1,77 @@
+// One DeepSpeed model-states file as a typed model: mp_rank_XX_model_states.pt,
+// zero_pp_rank_D_mp_rank_XX_model_states.pt (ZeRO-3), and, as far as their module dict goes, the
+// pipeline's layer_XX-model_YY files and native MoE's layer_M_expert_G files. One reader, two
+// writers: the file as read (keys in file order), or laid out as one DeepSpeed version line writes
+// it (version_line.h: keys, key order, module _metadata). The only code that knows the keys.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "formats/deepspeed/version_line.h"
+#include "io/pickle/value.h"
+
+namespace ucpkit {
+struct TorchFile;
+}
+
+namespace ucpkit::formats::deepspeed {
+
+// param_shapes: per bit16 param group (ZeRO-3: per sub-group), name -> shape in flat-buffer order
+// (engine.py _get_zero_param_shapes).
+using ParamShapes = std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>>;
+
+struct ModelStates {
+  // Every tensor of the module under its flat name (module_tree.h), in file order.
+  std::vector<std::pair<std::string, pickle::ValuePtr>> module;
+  // The module as saved: Megatron's nesting, torch's _metadata, non-tensor entries. The writers put
+  // `module`'s values back into a copy of it by name. Layer and expert files are this dict alone.
+  pickle::ValuePtr tree;
+  bool module_only = false;  // a layer or expert file: the whole file is the module dict
+
+  std::optional<ParamShapes> param_shapes;
+  std::optional<int64_t> dp_world_size, mp_world_size;
+  pickle::ValuePtr ds_config;             // DeepSpeed's config dict; null when the file has none
+  std::optional<std::string> ds_version;  // from 0.19.3 on in native-MoE files, always in dense ones
+
+  // Every entry in file order. The keys above have a null value here (their field holds it; a field
+  // read in another form stays here, and a field set later wins over it); the others are DeepSpeed's remaining keys (buffer_names, lr_scheduler, num_experts, ...) and the
+  // client state (is_deepspeed_model_key false: Megatron's args, iteration, rng_state, ...).
+  std::vector<std::pair<std::string, pickle::ValuePtr>> entries;
+  bool ordered = false;  // the root was an OrderedDict
+
+  // Native MoE, 0.14 line: DP rank 0's expert parameters (local names) in module order. Megatron
+  // pops them from 'language_model.encoder' after state_dict() ran (language_model.py:628-631), so
+  // that dict's _metadata still lists them.
+  std::vector<std::string> expert_param_names;
+
+  // An entry without a field (nullptr when absent), and setting one (appended when new).
+  pickle::ValuePtr get(const std::string& key) const;
+  void set(const std::string& key, pickle::ValuePtr value);
+  bool contains(const std::string& key) const;
+  // Megatron's argparse.Namespace (client state 'args'); null when absent.
+  pickle::ValuePtr args() const { return get("args"); }
+  // The client state, in file order.
+  std::vector<std::pair<std::string, pickle::ValuePtr>> client_state() const;
+};
+
+// Reads a model-states root (`path` names the file in errors). Values are shared with `root`, not
+// copied: change a copy (pickle::deep_copy) when the root must stay as it is.
+ModelStates read_model_states(const pickle::ValuePtr& root, const std::string& path);
+ModelStates read_model_states(const TorchFile& file, const std::string& path);
+
+// The file as read: every entry in `entries` order, typed fields in their place.
+pickle::ValuePtr to_pickle(const ModelStates& m);
+// The file as `line` writes it: line.mp_rank_keys in order (a key the model lacks gets what the
+// line's save code puts there), then the client state in file order; module tensors as they are,
+// _metadata added or dropped as the line does. ds_version: the model's when it belongs to `line`,
+// else the line's first release.
+pickle::ValuePtr to_pickle(const ModelStates& m, const VersionLine& line);
+
+// A minimal ds_config for native-MoE targets when the template has none: the layout facts readers
+// need (ZeRO stage, precision flags, expert rank order).
+pickle::ValuePtr minimal_moe_ds_config(int zero_stage, bool bf16, bool fp16, bool data_before_expert);
+
+}  // namespace ucpkit::formats::deepspeed

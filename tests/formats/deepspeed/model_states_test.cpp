@@ -1,0 +1,136 @@
+// ModelStates against the fixture checkpoints (tests/formats/fixtures.py: dsgen, which writes what
+// DeepSpeed's save code writes, line by line): every model-states, layer and expert file read and
+// written back gives the same pickle, and a native-MoE file written as its own version line too.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "formats/deepspeed/model_states.h"
+#include "formats/deepspeed/version_line.h"
+#include "io/torch/torch_file.h"
+#include "support/files.h"
+#include "support/process.h"
+
+using namespace ucpkit;
+namespace ds = ucpkit::formats::deepspeed;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kFixtures = UCPKIT_FIXTURES_DIR;
+
+// Where two byte strings first differ, for a short failure message ("" when equal).
+std::string first_difference(const std::string& got, const std::string& want) {
+  if (got == want) return "";
+  size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+  return "differ at byte " + std::to_string(i) + " of " + std::to_string(want.size()) + ": got ..." +
+         got.substr(i > 40 ? i - 40 : 0, 120) + "\nwant ..." + want.substr(i > 40 ? i - 40 : 0, 120);
+}
+
+// Bytes our torch writer gives for `root` (pickle and storage records). Both sides of a comparison
+// go through it, so a difference is a difference of the value trees: keys, order, kinds, sharing.
+std::string saved(const pickle::ValuePtr& root, const std::string& name) {
+  static const std::string dir = ucpkit::testing::scratch_dir("model_states");
+  const std::string path = (fs::path(dir) / name).string();
+  save_torch_file(path, root);
+  return ucpkit::testing::file_bytes(path);
+}
+
+std::vector<std::string> model_files(const std::string& checkpoint) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(fs::path(kFixtures) / checkpoint / "global_step100"))
+    if (e.path().filename().string().find("model_states.pt") != std::string::npos) out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+const std::vector<std::string> kCheckpoints = {
+    "moe_line_0.14", "moe_line_0.17.1", "moe_line_0.19.2", "moe_line_0.19.3", "moe_line_0.19.5",
+    "gpt_pp2_bigscience", "gpt_tp2pp2dp2_gpu", "gpt_tp2dp2_z2_fp16", "gpt_zero3_tp2dp2_subgroups", "llama_tp2_bf16opt"};
+
+}  // namespace
+
+// Same pickle, not only the same values: DeepSpeed's files are plain dicts, OrderedDicts and
+// torch.Size written once each, which the model keeps (entries in file order, the module tree's
+// dicts and keys, param_shapes as OrderedDict(name -> torch.Size)).
+TEST(ModelStates, EveryFixtureFileRoundTrips) {
+  size_t files = 0;
+  for (const auto& c : kCheckpoints)
+    for (const auto& path : model_files(c)) {
+      SCOPED_TRACE(path);
+      const TorchFile f = load_torch_file(path);
+      const std::string want = saved(f.root, "want.pt");
+      const ds::ModelStates m = ds::read_model_states(f, path);
+      EXPECT_EQ(first_difference(saved(ds::to_pickle(m), "got.pt"), want), "");
+      ++files;
+    }
+  EXPECT_GE(files, 60u);  // 5 lines x (1 + 8 experts), 7 + 2 pipeline files, 4 ZeRO-3 files, ...
+}
+
+TEST(ModelStates, NativeMoeFileIsItsOwnLine) {
+  for (const auto& line : ds::moe_version_lines()) {
+    const std::string path = (fs::path(kFixtures) / ("moe_line_" + line.name) / "global_step100" / "mp_rank_00_model_states.pt").string();
+    SCOPED_TRACE(path);
+    const TorchFile f = load_torch_file(path);
+    const ds::ModelStates m = ds::read_model_states(f, path);
+    EXPECT_EQ(first_difference(saved(ds::to_pickle(m, line), "line.pt"), saved(f.root, "want.pt")), "");
+  }
+}
+
+// Fields against the layouts fixtures.py asked dsgen for (dp=4, ep=2; TP 2 x PP 2, ...).
+TEST(ModelStates, TypedFields) {
+  const std::string moe = (fs::path(kFixtures) / "moe_line_0.19.5/global_step100/mp_rank_00_model_states.pt").string();
+  const ds::ModelStates m = ds::read_model_states(load_torch_file(moe), moe);
+  EXPECT_FALSE(m.module_only);
+  EXPECT_EQ(m.dp_world_size, 4);
+  EXPECT_EQ(m.mp_world_size, 1);
+  EXPECT_EQ(m.ds_version, "0.19.5");
+  ASSERT_TRUE(m.param_shapes);
+  EXPECT_TRUE(m.ds_config);
+  EXPECT_TRUE(m.args());
+  // DeepSpeed's keys first, then the client state (engine.py: state.update(client_state)).
+  const auto client = m.client_state();
+  ASSERT_FALSE(client.empty());
+  EXPECT_EQ(m.entries.size() - client.size(), ds::moe_version_line("0.19.5").mp_rank_keys.size());
+  for (size_t i = 0; i < m.entries.size(); ++i)
+    EXPECT_EQ(ds::is_deepspeed_model_key(m.entries[i].first), i < m.entries.size() - client.size()) << m.entries[i].first;
+  // The dense groups' names are module tensors (ZeRO names its bit16 params after the module).
+  size_t named = 0;
+  for (const auto& [name, shape] : m.param_shapes->front())
+    for (const auto& [n, v] : m.module)
+      if (n == name) {
+        EXPECT_EQ(v->tensor->shape(), shape) << name;
+        ++named;
+      }
+  EXPECT_EQ(named, m.param_shapes->front().size());
+
+  const std::string gpt = (fs::path(kFixtures) / "gpt_tp2pp2dp2_gpu/global_step100/mp_rank_03_model_states.pt").string();
+  const ds::ModelStates g = ds::read_model_states(load_torch_file(gpt), gpt);
+  EXPECT_EQ(g.dp_world_size, 2);
+  EXPECT_EQ(g.mp_world_size, 4);  // TP 2 x PP 2 (pipe engine: mp_world_size = tp * pp)
+
+  const std::string layer = (fs::path(kFixtures) / "gpt_pp2_bigscience/global_step100/layer_03-model_00-model_states.pt").string();
+  const ds::ModelStates l = ds::read_model_states(load_torch_file(layer), layer);
+  EXPECT_TRUE(l.module_only);
+  EXPECT_FALSE(l.module.empty());
+  EXPECT_TRUE(l.entries.empty());
+}
+
+// Changing a typed field changes only that entry, in place.
+TEST(ModelStates, WrittenFieldsReplaceTheirEntryInPlace) {
+  const std::string path = (fs::path(kFixtures) / "gpt_tp2dp2_z2_fp16/global_step100/mp_rank_00_model_states.pt").string();
+  const TorchFile f = load_torch_file(path);
+  ds::ModelStates m = ds::read_model_states(f, path);
+  m.dp_world_size = 7;
+  const auto out = ds::to_pickle(m);
+  ASSERT_EQ(out->entries.size(), f.root->entries.size());
+  for (size_t i = 0; i < out->entries.size(); ++i) {
+    EXPECT_EQ(out->entries[i].first->as_str(), f.root->entries[i].first->as_str());
+    if (out->entries[i].first->as_str() == "dp_world_size") EXPECT_EQ(out->entries[i].second->as_int(), 7);
+  }
+  EXPECT_EQ(f.root->get("dp_world_size")->as_int(), 2);  // the root read is not changed
+}
