@@ -73,11 +73,13 @@ int main(int argc, char** argv) {
                                   "expert copies moved (balanced-ft moves, fault tolerance kept)");
   prev_opt->excludes(cur);
   auto* max_moved_opt = tool::add_size_option(app, "--max-moved-bytes", max_moved_bytes,
-                 "With --previous: bytes (a size: 2G) the balance moves may copy (needs --expert-bytes; the copies that keep "
+                 "With --previous or --current --failed-nodes: bytes (a size: 2G) the balance moves may copy (needs --expert-bytes; the copies that keep "
                  "the fault tolerance are made regardless)");
-  app.add_option("--migration-weight", req.migration_weight,
-                 "With --previous: take moves only when the imbalance removed (fraction of total load) is at least "
-                 "this x the fraction of all replicas copied (0: every improving move)")
+  auto* weight_opt = app.add_option("--migration-weight", req.migration_weight,
+                 "With --previous, or --current --failed-nodes: take moves only when the imbalance removed (fraction "
+                 "of total load) is at least this x the fraction of all replicas copied (0: every improving move). "
+                 "With --current it (or --max-moved-bytes) starts from what survives on the nodes left and "
+                 "schedules the copies in rounds")
       ->capture_default_str();
   app.add_flag("--report", req.report,
                "Also print a Pareto table: every algorithm's balancedness, recovery for k = 1..f+1, copies from "
@@ -88,6 +90,11 @@ int main(int argc, char** argv) {
   std::string sglang_out, vllm_out;
   app.add_option("--sglang-expert-location", sglang_out,
                  "Also write the plan as SGLang's --init-expert-location JSON ({\"physical_to_logical_map\"})");
+  std::string layers_map;
+  app.add_option("--layers-map", layers_map,
+                 "The model's decoder layers and which are MoE: D:a-b[,c...] (e.g. 61:3-60 for DeepSeek-V3) or its "
+                 "config.json. Loads may then have a row per decoder layer (dense rows dropped); "
+                 "--sglang-expert-location gets a row per decoder layer, --vllm-eplb-state one per MoE layer");
   app.add_option("--vllm-eplb-state", vllm_out,
                  "Also write the plan as vLLM EPLB state tensors (safetensors: physical_to_logical_map, "
                  "logical_to_physical_map, logical_replica_count)");
@@ -102,6 +109,7 @@ int main(int argc, char** argv) {
   if (int rc = tool::parse(app, argc, argv, common); rc >= 0) return rc;
   if (expert_bytes_opt->count()) req.expert_bytes = static_cast<double>(expert_bytes);
   if (max_moved_opt->count()) req.max_moved_bytes = static_cast<double>(max_moved_bytes);
+  req.node_loss_migration = cur->count() && (weight_opt->count() || max_moved_opt->count());
 
   return tool::run("moe-replace", [&] { return tool::in_threads(threads, [&] {
     req.placement.recovery.exact_limit = exact_limit;
@@ -122,6 +130,7 @@ int main(int argc, char** argv) {
     req.want_svg = !svg.empty();
     req.want_sglang = !sglang_out.empty();
     req.want_vllm = !vllm_out.empty();
+    if (!layers_map.empty()) req.layers_map = placement::parse_layers_map(layers_map);
     placement::PlanOutcome out = placement::make_plan(req);
     if (!out.said.empty()) tool::info(out.said);
     for (const auto& note : out.notes) tool::warn(note);

@@ -113,13 +113,24 @@ LoadMatrix vllm_dump(const std::string& path) {
 
 }  // namespace
 
-std::string sglang_expert_location_json(const Plan& plan) {
+std::string sglang_expert_location_json(const Plan& plan, const LayersMap* map) {
+  if (map && map->moe_layers.size() != plan.layers.size())
+    throw Error("internal: the layers map has " + std::to_string(map->moe_layers.size()) + " MoE layers, the plan " +
+                std::to_string(plan.layers.size()));
+  const size_t rows = map ? static_cast<size_t>(map->decoder_layers) : plan.layers.size();
+  std::vector<int> plan_row(rows, -1);  // decoder layer -> plan layer (-1: dense)
+  for (size_t l = 0; l < plan.layers.size(); ++l)
+    plan_row[map ? static_cast<size_t>(map->moe_layers[l]) : l] = static_cast<int>(l);
   std::ostringstream o;
   o << "{\"physical_to_logical_map\": [";
-  for (size_t l = 0; l < plan.layers.size(); ++l) {
-    o << (l ? ", [" : "[");
-    const auto& p = plan.layers[l].phy2log;
-    for (size_t i = 0; i < p.size(); ++i) o << (i ? ", " : "") << p[i];
+  for (size_t r = 0; r < rows; ++r) {
+    o << (r ? ", [" : "[");
+    if (plan_row[r] >= 0) {
+      const auto& p = plan.layers[plan_row[r]].phy2log;
+      for (size_t i = 0; i < p.size(); ++i) o << (i ? ", " : "") << p[i];
+    } else {
+      for (int i = 0; i < plan.cluster.slots(); ++i) o << (i ? ", " : "") << i % plan.experts;
+    }
     o << "]";
   }
   o << "]}\n";

@@ -3,6 +3,7 @@
 #pragma once
 #include <string>
 
+#include "placement/layers_map.h"
 #include "placement/loads.h"
 #include "placement/plan.h"
 
@@ -12,7 +13,10 @@ namespace ucpkit::placement {
 // (SGLang passes the dict as keyword arguments to ExpertLocationMetadata.init_by_mapping, so any
 // other key is a TypeError there). SGLang's physical expert p lives on GPU p // (slots per GPU),
 // our slot numbering; start SGLang with --ep-size = GPUs and --ep-num-redundant-experts = slots - experts.
-std::string sglang_expert_location_json(const Plan& plan);
+// With a layers map (layers_map.h) the file has one row per decoder layer, as SGLang sizes it
+// (num_layers = the model's num_hidden_layers); a dense layer's row is SGLang's own trivial mapping
+// (physical p -> logical p % experts, ExpertLocationMetadata.init_trivial), which no token uses.
+std::string sglang_expert_location_json(const Plan& plan, const LayersMap* map = nullptr);
 
 // vLLM EplbModelState tensors as safetensors (int64, as vLLM builds them):
 // physical_to_logical_map [layers, slots], logical_to_physical_map [layers, experts,

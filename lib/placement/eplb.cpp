@@ -2,7 +2,9 @@
 #include "placement/eplb.h"
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
+#include <queue>
 
 #include "core/error.h"
 #include "placement/algorithm.h"
@@ -27,15 +29,20 @@ Packing balanced_packing(const std::vector<float>& w, int packs) {
   std::vector<int> order(n);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return w[a] > w[b]; });
+  // The packs that are not full in a heap by (weight, index): the same choice as scanning every pack
+  // for the first lightest, in O(log packs) per item instead of O(packs) (issue 31: 8,192 GPUs).
   std::vector<float> pw(packs, 0.0f);
   std::vector<int> items(packs, 0);
+  using Open = std::pair<float, int>;
+  std::priority_queue<Open, std::vector<Open>, std::greater<Open>> open;
+  for (int p = 0; p < packs; ++p) open.push({0.0f, p});
   for (int i : order) {
-    int best = -1;
-    for (int p = 0; p < packs; ++p)
-      if (items[p] < per && (best < 0 || pw[p] < pw[best])) best = p;
+    const int best = open.top().second;
+    open.pop();
     out.pack[i] = best;
     out.rank[i] = items[best]++;
     pw[best] += w[i];
+    if (items[best] < per) open.push({pw[best], best});
   }
   return out;
 }
@@ -52,18 +59,19 @@ Replication replicate(const std::vector<float>& w, int num_phy) {
   out.rank.assign(num_phy, 0);
   out.count.assign(n, 1);
   std::iota(out.phy2log.begin(), out.phy2log.begin() + n, 0);
+  // Experts in a heap by (load per replica, lowest index first on ties): the same choice as scanning
+  // every expert for the first largest, in O(log n) per replica.
+  auto later = [](const std::pair<float, int>& a, const std::pair<float, int>& b) {
+    return a.first < b.first || (a.first == b.first && a.second > b.second);
+  };
+  std::priority_queue<std::pair<float, int>, std::vector<std::pair<float, int>>, decltype(later)> heap(later);
+  for (int e = 0; e < n; ++e) heap.push({w[e], e});  // count 1: w[e] / 1.0f == w[e]
   for (int i = n; i < num_phy; ++i) {
-    int best = 0;
-    float best_v = w[0] / static_cast<float>(out.count[0]);
-    for (int e = 1; e < n; ++e) {
-      float v = w[e] / static_cast<float>(out.count[e]);
-      if (v > best_v) {
-        best = e;
-        best_v = v;
-      }
-    }
+    const int best = heap.top().second;
+    heap.pop();
     out.phy2log[i] = best;
     out.rank[i] = out.count[best]++;
+    heap.push({w[best] / static_cast<float>(out.count[best]), best});
   }
   return out;
 }

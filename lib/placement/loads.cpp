@@ -56,6 +56,25 @@ std::vector<Snapshot> snapshots_from_array(const json& m, const std::string& nam
   return out;
 }
 
+// An engine's logical_count [buffer][layers][experts] is one record of counts per forward pass, not
+// a series of snapshots: summed over the buffer, as its .pt dump is (engine_formats.h; SGLang sums the
+// same axis before rebalancing), so --window and --snapshot do not apply.
+Snapshot summed_buffer(const std::vector<Snapshot>& buffer, const std::string& name, const std::string& key) {
+  Snapshot sum = buffer.front();
+  for (size_t b = 1; b < buffer.size(); ++b) {
+    if (buffer[b].size() != sum.size())
+      fail(name, "\"" + key + "\" entry " + std::to_string(b) + " has " + std::to_string(buffer[b].size()) +
+                     " layers, entry 0 has " + std::to_string(sum.size()));
+    for (size_t l = 0; l < sum.size(); ++l) {
+      if (buffer[b][l].size() != sum[l].size())
+        fail(name, "\"" + key + "\" entry " + std::to_string(b) + " layer " + std::to_string(l) + " has " +
+                       std::to_string(buffer[b][l].size()) + " experts, entry 0 has " + std::to_string(sum[l].size()));
+      for (size_t e = 0; e < sum[l].size(); ++e) sum[l][e] += buffer[b][l][e];
+    }
+  }
+  return sum;
+}
+
 std::vector<Snapshot> snapshots_from_json(const json& doc, const std::string& name, const LoadFileOptions& opt) {
   if (doc.is_array()) return snapshots_from_array(doc, name);
   if (!doc.is_object()) fail(name, "expected a JSON matrix or object with expert loads");
@@ -82,9 +101,11 @@ std::vector<Snapshot> snapshots_from_json(const json& doc, const std::string& na
     for (const auto& [k, v] : keys) out.push_back(matrix_from_json(*v, name));
     return out;
   }
-  for (const char* key : {"weight", "loads", "expert_loads", "logical_count", "logical_counts"}) {
+  for (const char* key : {"weight", "loads", "expert_loads"}) {
     if (doc.contains(key)) return snapshots_from_array(doc[key], name);
   }
+  for (const char* key : {"logical_count", "logical_counts"})
+    if (doc.contains(key)) return {summed_buffer(snapshots_from_array(doc[key], name), name, key)};
   fail(name, "no expert loads found (expected \"weight\", \"loads\", \"logical_count\" or \"iterations\")");
 }
 

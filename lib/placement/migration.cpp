@@ -34,6 +34,28 @@ Holdings holdings(const Plan& plan, int unit_slots) {
   return h;
 }
 
+// The node index in `plan` of a physical node id (-1: not in the plan).
+class NodeIndex {
+ public:
+  explicit NodeIndex(const Plan& plan) {
+    for (size_t i = 0; i < plan.node_ids.size(); ++i) index_[plan.node_ids[i]] = static_cast<int>(i);
+  }
+  int operator()(int phys) const {
+    auto it = index_.find(phys);
+    return it == index_.end() ? -1 : it->second;
+  }
+
+ private:
+  std::map<int, int> index_;
+};
+
+// The experts every node of `plan` holds, with expert ids up to `experts` (those of the next plan).
+Holdings node_holdings(const Plan& plan, int experts) {
+  Plan widened = plan;
+  widened.experts = experts;
+  return holdings(widened, plan.cluster.slots_per_node());
+}
+
 long long missing(const Holdings& want, int wu, const Holdings& have, int hu) {
   if (hu < 0) {
     long long n = 0;
@@ -143,12 +165,7 @@ Migration migrate(const Plan& current, Plan& next, const std::vector<int>& physi
                 std::to_string(next.experts));
   const int N = next.cluster.nodes;
   const int node_slots = next.cluster.slots_per_node();
-  std::map<int, int> old_index;  // physical id -> node index in the current plan
-  for (size_t i = 0; i < current.node_ids.size(); ++i) old_index[current.node_ids[i]] = static_cast<int>(i);
-  auto old_of = [&](int phys) {
-    auto it = old_index.find(phys);
-    return it == old_index.end() ? -1 : it->second;
-  };
+  const NodeIndex old_of(current);  // physical id -> node index in the current plan
 
   Plan widened = current;
   widened.experts = next.experts;
@@ -186,6 +203,14 @@ Migration migrate(const Plan& current, Plan& next, const std::vector<int>& physi
   next.layers = std::move(reordered);
   next.node_ids = physical_ids;
 
+  return list_fetches(current, next, physical_ids);
+}
+
+Migration list_fetches(const Plan& current, const Plan& next, const std::vector<int>& physical_ids) {
+  const int N = next.cluster.nodes;
+  const int node_slots = next.cluster.slots_per_node();
+  const NodeIndex old_of(current);  // physical id -> node index in the current plan
+  const Holdings have = node_holdings(current, next.experts);
   Migration m;
   m.node_ids = physical_ids;
   Holdings now = holdings(next, node_slots);

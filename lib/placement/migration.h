@@ -43,6 +43,11 @@ std::vector<int> min_cost_assignment(const std::vector<std::vector<long long>>& 
 // the fetches, each from the surviving owner of that expert with the fewest sends so far.
 Migration migrate(const Plan& current, Plan& next, const std::vector<int>& physical_ids);
 
+// The fetches of `next`, whose node i is physical node physical_ids[i], from `current`: every
+// (layer, node, expert) that node did not hold, from the surviving owner with the fewest sends so far
+// (from = -1 and listed in `lost` when no surviving node held it). The listing step of migrate.
+Migration list_fetches(const Plan& current, const Plan& next, const std::vector<int>& physical_ids);
+
 nlohmann::json migration_to_json(const Migration& m, double expert_bytes);
 
 }  // namespace ucpkit::placement

@@ -11,6 +11,7 @@
 #include "placement/balance.h"
 #include "placement/dispatch.h"
 #include "placement/engine_formats.h"
+#include "placement/node_loss.h"
 #include "placement/svg.h"
 
 namespace ucpkit::placement {
@@ -291,6 +292,77 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
   return out;
 }
 
+// --current --failed-nodes with --migration-weight / --max-moved-bytes: the survivors' placement is
+// the start, the migration model of --previous decides how far to move (node_loss.h). The plan keeps
+// "migration" (node fetches, physical ids, as without the options) and adds "replacement" (GPU copies
+// in rounds, each naming its surviving source GPU and node).
+PlanOutcome node_loss_plan(const PlanRequest& req, const LoadMatrix& loads, const Plan& current,
+                           const std::vector<int>& physical, const Cluster& target, const PlacementOptions& popt,
+                           PlanOutcome out, std::chrono::steady_clock::time_point t0) {
+  if (req.change.added > 0 || req.change.failed.empty())
+    throw UsageError("--migration-weight and --max-moved-bytes with --current apply to --failed-nodes");
+  if (req.algorithm != "balanced-ft")
+    throw UsageError("--current with --migration-weight or --max-moved-bytes re-places with balanced-ft's moves; "
+                     "--algorithm " + req.algorithm + " does not apply");
+  if (req.max_moved_bytes >= 0 && req.expert_bytes <= 0)
+    throw UsageError("--max-moved-bytes needs --expert-bytes (bytes of one expert copy)");
+  if (req.migration_weight < 0 || !std::isfinite(req.migration_weight))
+    throw UsageError("--migration-weight must be a finite number >= 0");
+  ReplaceOptions ro;
+  ro.fault_tolerance = popt.fault_tolerance;
+  ro.expert_bytes = req.expert_bytes;
+  ro.max_moved_bytes = req.max_moved_bytes;
+  ro.migration_weight = req.migration_weight;
+  NodeLossResult nl = replace_after_node_loss(current, physical, loads, target, ro, out.plan);
+  out.plan.algorithm = "balanced-ft";
+  out.plan.details["replaced_from"] = req.current_path;
+  if (guaranteed_fault_tolerance(out.plan) < popt.fault_tolerance)
+    throw Error("internal: node-loss re-placement lost the fault-tolerance guarantee");
+  out.replacement = std::move(nl.replacement);
+  out.migration = std::move(nl.fetches);
+  const ReplaceResult& rr = *out.replacement;
+  compute_metrics(out.plan, loads, popt.recovery);
+  // What --current without the options does: balanced-ft from scratch (placed by the re-placement
+  // already), its nodes matched onto the survivors.
+  Plan scratch = out.plan;
+  scratch.layers = rr.from_scratch;
+  const long long scratch_fetches = migrate(current, scratch, physical).replicas_moved;
+  const double scratch_bal = overall_balancedness(rr.from_scratch, loads, target);
+  nlohmann::json rep = replace_to_json(rr, req.expert_bytes);
+  const int G = target.gpus_per_node;
+  for (auto& t : rep["transfers"]) {
+    const int from = t["from_gpu"].get<int>();
+    t["from_node"] = from < 0 ? -1 : physical[from / G];
+    t["to_node"] = physical[t["to_gpu"].get<int>() / G];
+  }
+  rep["from_scratch"] = {{"balanced-ft", {{"balancedness", scratch_bal}, {"replicas_moved", scratch_fetches}}}};
+  nlohmann::json extra = {{"migration", migration_to_json(*out.migration, req.expert_bytes)}, {"replacement", rep}};
+  if (req.dispatch) extra["dispatch"] = dispatch_report(out.plan, loads);
+  out.plan_text = plan_json_text(out.plan, extra);
+  std::ostringstream o;
+  o << "node-loss re-placement: " << rr.copies << " GPU copies (" << rr.mandatory_copies
+    << " to keep the fault tolerance) in " << rr.rounds << " rounds (lower bound " << rr.round_lower_bound << ")\n"
+    << "  from scratch, balanced-ft (--current without --migration-weight): balancedness " << fixed(scratch_bal)
+    << ", " << scratch_fetches << " replicas to fetch\n";
+  out.table = render_table(out.plan, out.migration, 32) + o.str();
+  if (req.dispatch) out.table += dispatch_line(extra["dispatch"]);
+  if (req.want_svg) out.svg = plan_svg(out.plan, chart_under(current, loads), "before: current plan", req.svg_layer);
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  nlohmann::json summary_rep = rep;
+  summary_rep.erase("transfers");
+  out.summary = plan_summary(out.plan, out.seconds);
+  out.summary["replicas_moved"] = out.migration->replicas_moved;
+  out.summary["recoverable"] = out.migration->lost.empty();
+  out.summary["node_ids"] = out.migration->node_ids;
+  if (req.expert_bytes > 0)
+    out.summary["bytes_moved"] = req.expert_bytes * static_cast<double>(out.migration->replicas_moved);
+  out.summary["replacement"] = summary_rep;
+  if (!out.notes.empty()) out.summary["notes"] = out.notes;
+  if (req.dispatch) out.summary["dispatch"] = dispatch_summary(extra["dispatch"]);
+  if (req.report) add_pareto_report(req, popt, loads, target, nullptr, out);
+  return out;
+}
+
 // --report: every registered algorithm on the same loads and cluster: balancedness, recovery for
 // k = 1..f+1, copies (and bytes) from the previous plan when there is one, and run time.
 void add_pareto_report(const PlanRequest& req, const PlacementOptions& placement, const LoadMatrix& loads,
@@ -350,6 +422,7 @@ PlanOutcome make_plan_core(const PlanRequest& req) {
   auto t0 = std::chrono::steady_clock::now();
   if (req.current_path.empty() && req.previous_path.empty()) resolve_cluster(req.sizes);  // sizes before the loads
   LoadMatrix loads = read_loads(req.loads_path, req.load_options);
+  if (req.layers_map) loads = moe_rows(loads, *req.layers_map, req.loads_path);
   check_svg_layer(req, loads);
 
   if (!req.previous_path.empty()) return replace_plan(req, loads, t0);
@@ -384,6 +457,11 @@ PlanOutcome make_plan_core(const PlanRequest& req) {
                           fault_tolerance_option(static_cast<int>(fit)) + ": not enough slots left");
       popt.fault_tolerance = static_cast<int>(fit);
     }
+  }
+  if (current && req.node_loss_migration) {
+    PlanOutcome nl = node_loss_plan(req, loads, *current, physical, target, popt, std::move(out), t0);
+    if (!sized.from_plan.empty()) nl.summary["from_plan"] = sized.from_plan;
+    return nl;
   }
   out.plan = plan_placement(loads, target, req.algorithm, popt);
   if (out.plan.details.contains("fault_tolerance_requested"))
@@ -435,7 +513,10 @@ PlanOutcome make_plan_core(const PlanRequest& req) {
 
 PlanOutcome make_plan(const PlanRequest& req) {
   PlanOutcome out = make_plan_core(req);
-  if (req.want_sglang) out.sglang_text = sglang_expert_location_json(out.plan);
+  if (req.want_sglang) out.sglang_text = sglang_expert_location_json(out.plan, req.layers_map ? &*req.layers_map : nullptr);
+  if (req.layers_map)
+    out.summary["layers_map"] = {{"decoder_layers", req.layers_map->decoder_layers},
+                                 {"moe_layers", req.layers_map->moe_layers}};
   if (req.want_vllm) out.vllm_bytes = vllm_eplb_state_safetensors(out.plan);
   return out;
 }

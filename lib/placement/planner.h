@@ -8,6 +8,7 @@
 
 #include "placement/algorithm.h"
 #include "placement/cluster_request.h"
+#include "placement/layers_map.h"
 #include "placement/loads.h"
 #include "placement/migration.h"
 #include "placement/plan.h"
@@ -30,12 +31,18 @@ struct PlanRequest {
   std::string previous_path;
   double max_moved_bytes = -1;  // < 0: no budget
   double migration_weight = 0;
+  // --current --failed-nodes with --migration-weight or --max-moved-bytes: node-loss re-placement under
+  // the migration model (node_loss.h) instead of a new plan matched onto the surviving nodes.
+  bool node_loss_migration = false;
   bool report = false;  // --report: every algorithm on the same workload (Pareto table)
   double expert_bytes = 0;  // bytes per expert replica, for "bytes_moved"
   bool want_svg = false;
   bool dispatch = false;     // --dispatch: token dispatch plan (dispatch.h) in the plan and summary
   bool want_sglang = false;  // --sglang-expert-location: SGLang's init file (engine_formats.h)
   bool want_vllm = false;    // --vllm-eplb-state: vLLM EplbModelState tensors (engine_formats.h)
+  // --layers-map: the model's decoder layers and which are MoE (layers_map.h): loads with a row per
+  // decoder layer are cut to the MoE rows, and the SGLang file gets a row per decoder layer.
+  std::optional<LayersMap> layers_map;
   int svg_layer = 0;
 };
 

@@ -48,18 +48,21 @@ int gpu_copies(const std::vector<int>& before, const std::vector<int>& after, in
 }
 
 // Experts with fewer than f replicas take slots from experts that keep at least f replicas and
-// min(f, their distinct nodes) nodes, on a node lacking the expert, least loaded GPU first.
+// min(f, their distinct nodes) nodes, on a node lacking the expert, least loaded GPU first; when no
+// such slot is on a node lacking it (after node loss, with exactly f replicas' worth of slots, the
+// only spare replicas may sit where the expert is), on any node: repair_fault_tolerance spreads it.
 void raise_counts(LayerState& st, int f) {
   const Cluster& cl = st.cluster();
   for (int e = 0; e < st.experts(); ++e)
     while (st.count(e) < std::min(f, cl.slots())) {
       int best = -1;
-      for (int q = 0; q < cl.slots(); ++q) {
-        int y = st.phy2log()[q], n = cl.node_of_slot(q);
-        if (y == e || st.count(y) <= f || st.distinct_after_remove(y, n) < std::min(f, st.distinct(y))) continue;
-        if (st.on_node(e, n) > 0 && st.distinct(e) < std::min(f, cl.nodes)) continue;
-        if (best < 0 || st.load(cl.gpu_of_slot(q)) < st.load(cl.gpu_of_slot(best))) best = q;
-      }
+      for (int pass = 0; pass < 2 && best < 0; ++pass)
+        for (int q = 0; q < cl.slots(); ++q) {
+          int y = st.phy2log()[q], n = cl.node_of_slot(q);
+          if (y == e || st.count(y) <= f || st.distinct_after_remove(y, n) < std::min(f, st.distinct(y))) continue;
+          if (pass == 0 && st.on_node(e, n) > 0 && st.distinct(e) < std::min(f, cl.nodes)) continue;
+          if (best < 0 || st.load(cl.gpu_of_slot(q)) < st.load(cl.gpu_of_slot(best))) best = q;
+        }
       if (best < 0) throw Error("internal: no slot can be freed to give expert " + std::to_string(e) + " f replicas");
       st.set_slot(best, e);
     }
@@ -158,9 +161,16 @@ void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResu
         for (int b = 0; b < S && !have; ++b)
           if (!used[b] && old[g * S + b] == e) used[b] = 1, have = true;
         if (have) continue;
-        if (e >= static_cast<int>(holders.size()) || holders[e].empty())
-          throw Error("internal: expert " + std::to_string(e) + " of layer " + std::to_string(l) + " has no holder");
         ++received[g];
+        if (e >= static_cast<int>(holders.size()) || holders[e].empty()) {  // lost: from a checkpoint
+          const int r = first_free[g];
+          busy(recvs[g], r);  // sizes the round list; the first free round is free
+          recvs[g][r] = 1;
+          while (busy(recvs[g], first_free[g])) ++first_free[g];
+          res.transfers.push_back({static_cast<int>(l), e, -1, g, r});
+          res.rounds = std::max(res.rounds, r + 1);
+          continue;
+        }
         // The only holder may be g itself (a second copy of an expert it keeps): a copy inside the GPU,
         // scheduled like a transfer from g to g.
         const bool local = holders[e].size() == 1 && holders[e][0] == g;
@@ -186,23 +196,71 @@ void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResu
 
 namespace {
 
+// What a layer's placement costs against the previous one: GPU-level copies (--previous), or with
+// `node_fetches` the (node, expert) pairs a node did not hold (node loss: a copy between GPUs of one
+// node does not cross the network, and the node-level count is what migrate reports). `touched` is
+// the cost of the units a move changes, so a move's cost is touched after minus touched before.
+class CopyCost {
+ public:
+  CopyCost(const std::vector<int>& prev, const Cluster& cl, int experts, bool node_fetches)
+      : prev_(prev), cl_(cl), experts_(experts), nodes_(node_fetches) {
+    if (!nodes_) return;
+    held_.assign(static_cast<size_t>(experts) * cl.nodes, 0);
+    for (int p = 0; p < cl.slots(); ++p) held_[static_cast<size_t>(prev[p]) * cl.nodes + cl.node_of_slot(p)] = 1;
+  }
+  long long full(const std::vector<int>& now) const {
+    if (!nodes_) return copies_between(prev_, now, cl_);
+    long long n = 0;
+    std::vector<int> seen(experts_, -1);
+    for (int p = 0; p < cl_.slots(); ++p) {
+      const int e = now[p], node = cl_.node_of_slot(p);
+      if (seen[e] == node) continue;
+      seen[e] = node;
+      n += held_[static_cast<size_t>(e) * cl_.nodes + node] ? 0 : 1;
+    }
+    return n;
+  }
+  long long touched(const LayerState& st, const LayerMove& m) const {
+    const int gp = cl_.gpu_of_slot(m.p), gq = m.rewrite ? gp : cl_.gpu_of_slot(m.q);
+    if (!nodes_) {
+      long long n = gpu_copies(prev_, st.phy2log(), gp, cl_.slots_per_gpu);
+      return gq == gp ? n : n + gpu_copies(prev_, st.phy2log(), gq, cl_.slots_per_gpu);
+    }
+    const int x = st.phy2log()[m.p], y = m.rewrite ? m.q : st.phy2log()[m.q];
+    const int a = cl_.node_of_gpu(gp), b = cl_.node_of_gpu(gq);
+    const int es[2] = {x, y}, ns[2] = {a, b};
+    long long n = 0;
+    for (int i = 0; i < (x == y ? 1 : 2); ++i)
+      for (int j = 0; j < (a == b ? 1 : 2); ++j)
+        n += st.on_node(es[i], ns[j]) > 0 && !held_[static_cast<size_t>(es[i]) * cl_.nodes + ns[j]] ? 1 : 0;
+    return n;
+  }
+
+ private:
+  const std::vector<int>& prev_;
+  const Cluster& cl_;
+  int experts_;
+  bool nodes_;
+  std::vector<char> held_;  // [expert][node]: the node held the expert before
+};
+
 // One layer's options: the previous placement after the mandatory copies (f replicas on f nodes),
-// then the balance moves one by one with the copies each prefix adds, and last, when given,
+// then the balance moves one by one with the cost each prefix adds, and last, when given,
 // `fresh` (balanced-ft from scratch) aligned to the previous placement. Adds the mandatory copies to
-// `mandatory` and returns the base placement in `base`.
+// `mandatory` (their cost to `mandatory_cost`) and returns the base placement in `base`.
 Trajectory layer_trajectory(const std::vector<int>& prev, const std::vector<double>& t, const Cluster& cl, int f,
-                            int experts, const LayerPlacement* fresh, long long& mandatory, std::vector<int>& base) {
-  const int S = cl.slots_per_gpu;
+                            int experts, const LayerPlacement* fresh, bool node_fetches, long long& mandatory,
+                            long long& mandatory_cost, std::vector<int>& base) {
   LayerState run(cl, t, prev);
   raise_counts(run, f);
   repair_fault_tolerance(run, f);
   mandatory += copies_between(prev, run.phy2log(), cl);
+  const CopyCost cost(prev, cl, experts, node_fetches);
+  const long long base_cost = cost.full(run.phy2log());
+  mandatory_cost += base_cost;
   base = run.phy2log();
   Trajectory tr;
-  std::vector<int> per_gpu(cl.gpus());
-  long long base_copies = 0;
-  for (int g = 0; g < cl.gpus(); ++g) base_copies += per_gpu[g] = gpu_copies(prev, run.phy2log(), g, S);
-  long long cur = base_copies;
+  long long cur = base_cost;
   tr.max_after.push_back(run.max_load());
   tr.copies.push_back(0);
   const int limit = std::max(256, cl.gpus() / 2);
@@ -210,21 +268,18 @@ Trajectory layer_trajectory(const std::vector<int>& prev, const std::vector<doub
     std::optional<LayerMove> m = best_swap(run, f);
     if (!m) m = best_rewrite(run, f);
     if (!m) break;
+    cur -= cost.touched(run, *m);
     apply_move(run, *m);
-    for (int g : {cl.gpu_of_slot(m->p), m->rewrite ? cl.gpu_of_slot(m->p) : cl.gpu_of_slot(m->q)}) {
-      cur -= per_gpu[g];
-      per_gpu[g] = gpu_copies(prev, run.phy2log(), g, S);
-      cur += per_gpu[g];
-    }
+    cur += cost.touched(run, *m);
     tr.moves.push_back(*m);
     tr.max_after.push_back(run.max_load());
-    tr.copies.push_back(cur - base_copies);
+    tr.copies.push_back(cur - base_cost);
   }
   if (fresh) {
     tr.fresh = align_to(prev, fresh->phy2log, cl, experts);
     const auto g = gpu_loads(tr.fresh, t, cl);
     tr.max_after.push_back(*std::max_element(g.begin(), g.end()));
-    tr.copies.push_back(copies_between(prev, tr.fresh, cl) - base_copies);
+    tr.copies.push_back(cost.full(tr.fresh) - base_cost);
   }
   return tr;
 }
@@ -312,23 +367,24 @@ ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previo
     fresh_layers = algo->place(loads, cl, po).layers;
   }
   double sum_mean = 0;
+  long long mandatory_cost = 0;  // the mandatory copies in the unit the budget counts
   for (size_t l = 0; l < L; ++l) {
     const auto& prev = previous[l];
     if (static_cast<int>(prev.size()) != cl.slots()) throw Error("previous plan: layer of the wrong size");
     std::vector<int> cnt = logical_counts(prev, experts);
     for (int e = 0; e < experts; ++e)
-      if (cnt[e] == 0)
+      if (cnt[e] == 0 && !opt.lost_allowed)
         throw Error("previous plan: layer " + std::to_string(l) + " has no replica of expert " + std::to_string(e));
     auto t = loads.layer_vector(l);
     sum_mean += std::accumulate(t.begin(), t.end(), 0.0) / cl.gpus();
     traj[l] = layer_trajectory(prev, t, cl, f, experts, fresh_layers.empty() ? nullptr : &fresh_layers[l],
-                               res.mandatory_copies, base[l]);
+                               opt.count_node_fetches, res.mandatory_copies, mandatory_cost, base[l]);
   }
 
   const double all_replicas = static_cast<double>(L) * cl.slots();
   double budget = opt.max_moved_bytes < 0 ? INFINITY
                                           : (opt.expert_bytes > 0 ? opt.max_moved_bytes / opt.expert_bytes : 0.0);
-  budget -= static_cast<double>(res.mandatory_copies);  // mandatory copies come first
+  budget -= static_cast<double>(mandatory_cost);  // mandatory copies come first
   take_best_extensions(traj, budget, sum_mean, opt.migration_weight, all_replicas);
 
   for (size_t l = 0; l < L; ++l) {

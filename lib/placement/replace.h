@@ -18,10 +18,17 @@ struct ReplaceOptions {
   // load (decrease of sum of layer maxima / sum of layer means), is at least weight x the fraction of
   // all replicas it copies. 0: every move that lowers a most loaded GPU.
   double migration_weight = 0;
+  // Node loss (node_loss.h): `previous` is what survives on the nodes left, so an expert may have no
+  // replica there (all of them were on failed nodes); it gets slots like any expert below f and its
+  // copies come from a checkpoint (GpuTransfer::from = -1). Otherwise such a plan is refused.
+  bool lost_allowed = false;
+  // The budget and the weight rule count (node, expert) fetches, a node's experts it did not hold,
+  // instead of GPU-level copies (node loss: copies inside a node stay off the network).
+  bool count_node_fetches = false;
 };
 
 // One expert copy: GPU `to` receives expert `expert` of `layer` from GPU `from` (global GPU ids of
-// the cluster) in round `round`; the sources read the previous placement, which stays in memory until
+// the cluster; -1: no GPU holds it, it is read from a checkpoint) in round `round`; the sources read the previous placement, which stays in memory until
 // the last round (the new weights land in staging buffers and are swapped in afterwards).
 struct GpuTransfer {
   int layer, expert, from, to, round;
@@ -45,7 +52,8 @@ long long copies_between(const std::vector<int>& before, const std::vector<int>&
 // Schedules the copies from `before` to `after` of every layer: each copy from a GPU that holds the
 // expert in `before`, greedily in the earliest round where the receiver and some holder are free
 // (the holder with the fewest sends so far); a GPU that needs a second copy of an expert only it
-// holds copies it locally (from == to, still one send and one receive of that GPU in its round).
+// holds copies it locally (from == to, still one send and one receive of that GPU in its round); an
+// expert no GPU holds (lost with failed nodes) is read from a checkpoint (from = -1, a receive only).
 // Fills transfers, rounds and round_lower_bound.
 void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResult& result, const Cluster& cluster);
 

@@ -268,3 +268,34 @@ TEST_F(Cli, ReportListsEveryAlgorithmAsItsOwnRunPlacesIt) {
   }
   for (const char* n : {"balanced-ft", "eplb-global", "lazarus", "spread", "hecate"}) EXPECT_TRUE(names.count(n)) << n;
 }
+
+// --current --failed-nodes under the migration model (issue 31 item 3): the plan lists node fetches
+// and GPU copies in rounds from surviving nodes only; options that do not apply are exit 2, nothing
+// written.
+TEST_F(Cli, NodeLossWithMigrationWeightFetchesFromSurvivorsInRounds) {
+  CliRun r = replace_after("--failed-nodes 2 --migration-weight 0.5 --expert-bytes 1000 --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  nlohmann::json next = read("next.json");
+  EXPECT_EQ(next["node_ids"], nlohmann::json::parse("[0, 1, 3]"));
+  for (const auto& t : next["migration"]["transfers"]) EXPECT_NE(t["from"], 2);
+  const auto& rep = next["replacement"];
+  EXPECT_EQ(rep["transfers"].size(), rep["copies_moved"].get<size_t>());
+  for (const auto& t : rep["transfers"]) {
+    EXPECT_NE(t["from_node"], 2);
+    EXPECT_NE(t["to_node"], 2);
+    EXPECT_LT(t["round"].get<int>(), rep["rounds"].get<int>());
+  }
+  nlohmann::json summary = nlohmann::json::parse(r.out);
+  EXPECT_EQ(summary["replicas_moved"], next["migration"]["replicas_moved"]);
+  EXPECT_EQ(summary["bytes_moved"].get<double>(), 1000.0 * summary["replicas_moved"].get<double>());
+  const std::string bad[] = {"--added-nodes 1 --migration-weight 1", "--failed-nodes 2 --max-moved-bytes 10",
+                             "--failed-nodes 2 --migration-weight 1 --algorithm lazarus",
+                             "--failed-nodes 2 --migration-weight -1"};
+  for (const auto& args : bad) {
+    fs::remove(dir / "next.json");
+    CliRun b = replace_after(args);
+    EXPECT_EQ(b.rc, 2) << args << "\n" << b.out;
+    EXPECT_FALSE(fs::exists(dir / "next.json")) << args;
+    EXPECT_NE(b.out.find("moe-replace: error:"), std::string::npos) << b.out;
+  }
+}

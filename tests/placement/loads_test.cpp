@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "placement/loads.h"
+#include "support/errors.h"
 #include "test_data.h"
 
 using namespace ucpkit;
@@ -21,18 +22,25 @@ TEST(Loads, EplbExampleObject) {
   EXPECT_EQ(m.at(1, 1), 107);
 }
 
-TEST(Loads, LogicalCountDumpAveragesBuffer) {
-  // SGLang-style dump with a leading buffer dimension: [snapshot][layer][expert].
-  std::string t = R"({"logical_count": [[[2, 4]], [[4, 8]], [[6, 12]]]})";
-  LoadMatrix last = parse_loads(t, "dump.json");
-  EXPECT_EQ(last.at(0, 0), 6);
-  LoadFileOptions all;
-  all.window = 0;
-  LoadMatrix avg = parse_loads(t, "dump.json", all);
-  EXPECT_DOUBLE_EQ(avg.at(0, 1), 8);
-  LoadFileOptions two;
-  two.window = 2;
-  EXPECT_DOUBLE_EQ(parse_loads(t, "dump.json", two).at(0, 0), 5);
+TEST(Loads, LogicalCountDumpSumsBufferAsThePtDumpIs) {
+  // SGLang-style dump with a leading buffer dimension: [buffer][layer][expert], one entry per forward
+  // pass; summed as the .pt dump is (issue 31), whatever --window says.
+  std::string t = R"({"logical_count": [[[2, 4], [1, 0]], [[4, 8], [0, 3]], [[6, 12], [5, 5]]]})";
+  for (size_t window : {0, 1, 2}) {
+    LoadFileOptions o;
+    o.window = window;
+    LoadMatrix m = parse_loads(t, "dump.json", o);
+    ASSERT_EQ(m.layers, 2u);
+    EXPECT_EQ(m.at(0, 0), 2 + 4 + 6);
+    EXPECT_EQ(m.at(0, 1), 4 + 8 + 12);
+    EXPECT_EQ(m.at(1, 0), 1 + 0 + 5);
+    EXPECT_EQ(m.at(1, 1), 0 + 3 + 5);
+  }
+  // A 2-D logical_count is taken as is; buffer entries of different shapes are refused by name.
+  EXPECT_EQ(parse_loads(R"({"logical_count": [[3, 4]]})", "d.json").at(0, 1), 4);
+  std::string msg = ucpkit::testing::error_of([] { parse_loads(R"({"logical_count": [[[1, 2]], [[1, 2], [3, 4]]]})", "d.json"); });
+  EXPECT_NE(msg.find("d.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("logical_count"), std::string::npos) << msg;
 }
 
 TEST(Loads, IterationsPickAndAverage) {
