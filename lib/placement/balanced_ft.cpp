@@ -219,7 +219,7 @@ std::vector<int> lpt_pack(const std::vector<int>& r, const std::vector<double>& 
 // (block b on nodes b*f .. b*f+f-1, wrapping), each replica on the least loaded GPU of its node with
 // room; then everything else by lpt_fill. Fewer blocks = fewer node sets an f-node failure can hit.
 std::vector<int> blocked_pack(const std::vector<int>& r, const std::vector<double>& t, const Cluster& cl, int f,
-                              int per_node) {
+                              int per_node, bool even_blocks = false) {
   const int E = static_cast<int>(r.size()), S = cl.slots_per_gpu, G = cl.gpus_per_node;
   std::vector<int> phy2log(cl.slots(), -1), used(cl.gpus(), 0);
   std::vector<double> load(cl.gpus(), 0.0);
@@ -228,8 +228,23 @@ std::vector<int> blocked_pack(const std::vector<int>& r, const std::vector<doubl
   for (int e = 0; e < E; ++e)
     if (r[e] == f) fexp.push_back(e);
   std::stable_sort(fexp.begin(), fexp.end(), [&](int a, int b) { return t[a] < t[b]; });
+  // Block of every f-replica expert: consecutive in load order, or with `even_blocks` heaviest first
+  // to the block with the least load so far (with room), so that the blocks carry similar loads.
+  std::vector<int> block(fexp.size());
+  for (size_t i = 0; i < fexp.size(); ++i) block[i] = static_cast<int>(i) / per_node;
+  if (even_blocks && !fexp.empty()) {
+    const int B = static_cast<int>((fexp.size() + per_node - 1) / per_node);
+    std::vector<double> bl(B, 0.0);
+    std::vector<int> bc(B, 0);
+    for (size_t k = fexp.size(); k-- > 0;) {
+      int pick = -1;
+      for (int b = 0; b < B; ++b)
+        if (bc[b] < per_node && (pick < 0 || bl[b] < bl[pick])) pick = b;
+      block[k] = pick, bl[pick] += t[fexp[k]], bc[pick]++;
+    }
+  }
   for (size_t i = 0; i < fexp.size(); ++i) {
-    const int e = fexp[i], b = static_cast<int>(i) / per_node;
+    const int e = fexp[i], b = block[i];
     std::vector<int> nodes;
     for (int j = 0; j < f; ++j) nodes.push_back((b * f + j) % cl.nodes);
     std::vector<int> gpus;
@@ -492,13 +507,25 @@ std::vector<std::vector<int>> recovery_candidates(const std::vector<int>& phy2lo
     overlap_node_sets(st, f, st.max_load() * (1 + s));
     out.push_back(st.phy2log());
   }
-  for (int q = 1; q <= cl.slots_per_node(); q *= 2) {
-    LayerState cand(cl, t, blocked_pack(r, t, cl, f, q));
-    repair_fault_tolerance(cand, f);
-    reduce_max(cand, f, swap_budget(cl), false);
-    overlap_node_sets(cand, f, cand.max_load());
-    out.push_back(cand.phy2log());
-  }
+  int F = 0;
+  for (int x : r) F += x == f;
+  const int even = static_cast<int>((static_cast<long long>(f) * F + cl.nodes - 1) / cl.nodes);
+  std::vector<int> qs;
+  for (int q = 1; q <= cl.slots_per_node(); q *= 2) qs.push_back(q);
+  for (int q = even; q <= cl.slots_per_node() && q > 0 && q <= 4 * even; q += (even + 1) / 2) qs.push_back(q);
+  for (bool even_blocks : {false, true})
+    for (int q : qs) {
+      const auto packed = blocked_pack(r, t, cl, f, q, even_blocks);
+      LayerState cand(cl, t, packed);
+      repair_fault_tolerance(cand, f);
+      reduce_max(cand, f, swap_budget(cl), false);
+      overlap_node_sets(cand, f, cand.max_load());
+      out.push_back(cand.phy2log());
+      // The swaps above move replicas across nodes and can undo the blocks; this keeps the nodes'
+      // contents and balances only the GPUs inside each node.
+      LayerState kept(cl, t, layout_nodes(node_contents(packed, cl), t, cl).phy2log);
+      if (repair_fault_tolerance(kept, f).empty()) out.push_back(kept.phy2log());
+    }
   return out;
 }
 
@@ -513,23 +540,43 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
   const double reference = eplb_reference_max_load(t, cl);
   std::vector<Candidate> cands = stepped_candidates(t, cl, f, seq, reference);
   add_rated_candidate(cands, t, cl, f, seq, reference);
+  // Recovery may use the slack down to EPLB's balance (0.2% margin for tie-order differences).
+  auto finish = [&](Chosen& c) {
+    const double cap = std::max(c.state->max_load(), reference / 1.002);
+    std::tie(c.node_sets_before, c.node_sets_after) = overlap_node_sets(*c.state, f, cap);
+    prefer_blocked_packing(c, t, cl, f, cap);
+  };
+  // The dominant-expert allocations and, on small clusters, branch and bound (exact_search.h) make a
+  // second choice; it is kept when, after the recovery steps, its most loaded GPU is lighter (or as
+  // light with fewer f-node sets) than the usual candidates' (those steps trade balance for recovery
+  // differently from each start, so a lighter start alone does not promise a lighter result).
+  std::vector<Candidate> more = cands;
   for (auto& r : dominant_allocations(t, cl, f, counts_from(t, seq, slots, f, slots))) {
     for (bool spread : {true, false}) {
       auto packed = lpt_pack(r, t, cl, spread);
       const double mx = max_of(packed, t, cl);
-      cands.push_back({mx, slots, spread, std::move(packed), true, true});
+      more.push_back({mx, slots, spread, std::move(packed), true, true});
     }
   }
+  const bool dominant = more.size() > cands.size();
   Chosen best = refine_candidates(std::move(cands), t, cl, f, reference);
-  // Small clusters: branch and bound for a lighter most loaded GPU (exact_search.h).
-  if (auto lighter = exact_lighter_placement(t, cl, f, best.state->max_load())) {
-    best.state.emplace(cl, t, std::move(*lighter));
-    best.packing = "exact";
+  std::optional<Chosen> alt;
+  if (dominant) {
+    alt = refine_candidates(std::move(more), t, cl, f, reference);
+    if (alt->packing == best.packing && alt->state->phy2log() == best.state->phy2log()) alt.reset();
   }
-  // Recovery may use the slack down to EPLB's balance (0.2% margin for tie-order differences).
-  const double cap = std::max(best.state->max_load(), reference / 1.002);
-  std::tie(best.node_sets_before, best.node_sets_after) = overlap_node_sets(*best.state, f, cap);
-  prefer_blocked_packing(best, t, cl, f, cap);
+  const double incumbent = std::min(best.state->max_load(), alt ? alt->state->max_load() : best.state->max_load());
+  if (auto lighter = exact_lighter_placement(t, cl, f, incumbent)) {
+    alt.emplace(best);
+    alt->state.emplace(cl, t, std::move(*lighter));
+    alt->packing = "exact";
+  }
+  finish(best);
+  if (alt) {
+    finish(*alt);
+    const double a = alt->state->max_load(), b = best.state->max_load();
+    if (a < b * (1 - 1e-12) || (a <= b * (1 + 1e-12) && alt->node_sets_after < best.node_sets_after)) best = std::move(*alt);
+  }
   LayerPlacement out;
   out.phy2log = best.state->phy2log();
   const auto mro = better_mro_placement(out.phy2log, t, cl, f);
