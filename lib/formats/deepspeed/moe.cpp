@@ -4,6 +4,7 @@
 #include <regex>
 
 #include "core/error.h"
+#include "formats/deepspeed/param_groups.h"
 
 namespace ucpkit::formats::deepspeed {
 
@@ -43,10 +44,7 @@ std::optional<int> transformer_layer_index(const std::string& name) {
 }
 
 std::optional<int> ep_size_from_group_name(const std::string& group_name) {
-  static const std::regex re(R"(ep_size_(\d+))");
-  std::smatch m;
-  if (!std::regex_search(group_name, m, re)) return std::nullopt;
-  return std::stoi(m[1].str());
+  return ep_size_of_group_name(group_name);  // the one spelling: param_groups.h
 }
 
 }  // namespace ucpkit::formats::deepspeed

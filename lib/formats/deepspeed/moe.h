@@ -21,7 +21,7 @@ std::optional<int> local_expert_index(const std::string& name);
 std::string with_expert_index(const std::string& name, int index);
 // The transformer layer index in "...layers.<i>...." (nullopt when absent).
 std::optional<int> transformer_layer_index(const std::string& name);
-// Expert-group name "ep_size_<N>" -> N.
+// Expert-group name "ep_size_<N>" -> N (param_groups.h ep_size_of_group_name; kept for its callers).
 std::optional<int> ep_size_from_group_name(const std::string& group_name);
 
 }  // namespace ucpkit::formats::deepspeed
