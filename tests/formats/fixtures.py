@@ -1,6 +1,7 @@
 """Checkpoints the formats/ model tests read (tests/formats/deepspeed/*_test.cpp): every native-MoE
-DeepSpeed version line, and dense Megatron-DeepSpeed ones of each flavour (pipeline layer files,
-GPU storage tags, ZeRO-3, BF16_Optimizer), made by dsgen as tests/load/fixtures.py makes them.
+DeepSpeed version line, dense Megatron-DeepSpeed ones of each flavour (pipeline layer files, GPU
+storage tags, ZeRO-3, BF16_Optimizer), made by dsgen as tests/load/fixtures.py makes them, and AutoEP
+under ZeRO-1 and ZeRO-3 (dsgen/autoep.py, torch.save itself, as tests/autoep/fixtures.py).
 Usage: /usr/bin/python3 tests/formats/fixtures.py <outdir>   (writes <outdir>/<name>/global_step*)"""
 import importlib.util
 import os
@@ -10,6 +11,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 LOAD = os.path.join(HERE, "..", "load")
 sys.path.insert(0, LOAD)
 import cases  # noqa: E402  (tests/load/cases.py: the model and layout vocabulary)
+sys.path.insert(0, os.path.join(HERE, "..", "generator"))
+from dsgen import autoep  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("load_fixtures", os.path.join(LOAD, "fixtures.py"))
 load_fixtures = importlib.util.module_from_spec(_spec)
@@ -23,6 +26,11 @@ DENSE = [
     ("llama_tp2_bf16opt", cases.LLAMA, dict(tp=2, dp=1, bf16_optimizer=True)),
 ]
 
+AUTOEP = [
+    ("autoep_dp4_ep2_zero1_bf16", dict(dp=4, ep=2, zero=1, dtype="bf16")),
+    ("autoep_dp4_ep2_zero3_bf16", dict(dp=4, ep=2, zero=3, dtype="bf16")),
+]
+
 
 def main():
     out = sys.argv[1]
@@ -31,6 +39,10 @@ def main():
         load_fixtures.gen(os.path.join(out, "moe_line_" + line), cases.DSMOE, dict(cases.MOE_LINE_SOURCE, ds_line=line))
     for name, model, layout in DENSE:
         load_fixtures.gen(os.path.join(out, name), model, layout)
+    for name, kw in AUTOEP:
+        d = os.path.join(out, name)
+        if not os.path.exists(os.path.join(d, "latest")):
+            autoep.write(d, os.path.join(d, "truth"), **kw)
 
 
 if __name__ == "__main__":

@@ -40,9 +40,16 @@ std::string saved(const pickle::ValuePtr& root, const std::string& name) {
   return ucpkit::testing::file_bytes(path);
 }
 
+// The step folder `latest` names (dsgen writes global_step100, its AutoEP generator global_step7).
+fs::path step_dir(const std::string& checkpoint) {
+  std::string tag = ucpkit::testing::file_bytes((fs::path(kFixtures) / checkpoint / "latest").string());
+  while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
+  return fs::path(kFixtures) / checkpoint / tag;
+}
+
 std::vector<std::string> model_files(const std::string& checkpoint) {
   std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(fs::path(kFixtures) / checkpoint / "global_step100"))
+  for (const auto& e : fs::directory_iterator(step_dir(checkpoint)))
     if (e.path().filename().string().find("model_states.pt") != std::string::npos) out.push_back(e.path().string());
   std::sort(out.begin(), out.end());
   return out;
@@ -50,7 +57,8 @@ std::vector<std::string> model_files(const std::string& checkpoint) {
 
 const std::vector<std::string> kCheckpoints = {
     "moe_line_0.14", "moe_line_0.17.1", "moe_line_0.19.2", "moe_line_0.19.3", "moe_line_0.19.5",
-    "gpt_pp2_bigscience", "gpt_tp2pp2dp2_gpu", "gpt_tp2dp2_z2_fp16", "gpt_zero3_tp2dp2_subgroups", "llama_tp2_bf16opt"};
+    "gpt_pp2_bigscience", "gpt_tp2pp2dp2_gpu", "gpt_tp2dp2_z2_fp16", "gpt_zero3_tp2dp2_subgroups", "llama_tp2_bf16opt",
+    "autoep_dp4_ep2_zero1_bf16", "autoep_dp4_ep2_zero3_bf16"};
 
 }  // namespace
 
