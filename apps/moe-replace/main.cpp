@@ -81,9 +81,18 @@ int main(int argc, char** argv) {
                  "With --current it (or --max-moved-bytes) starts from what survives on the nodes left and "
                  "schedules the copies in rounds")
       ->capture_default_str();
-  app.add_flag("--report", req.report,
+  auto* report_opt = app.add_flag("--report", req.report,
                "Also print a Pareto table: every algorithm's balancedness, recovery for k = 1..f+1, copies from "
-               "--previous and run time (in the --json summary as \"pareto\")");
+               "--previous and run time (in the --json summary as \"pareto\"), and per layer the gap to the "
+               "proven upper bound on balance under f (\"balance_bound\")");
+  app.add_option("--recovery-weight", req.placement.recovery_weight,
+                 "balanced-ft: 0 = the most balanced placement, 1 = the most recoverable when f nodes fail (at "
+                 "least Lazarus'), between: per layer the largest (1-w) x balancedness + w x p(f), same f")
+      ->capture_default_str();
+  app.add_flag("--pareto", req.pareto,
+               "With --report: also print balanced-ft's balance/recovery front for --recovery-weight 0, 0.25, "
+               "0.5, 0.75, 1 beside lazarus (balancedness, p(k) for k = 1..f+1, copies; \"front\" in --json)")
+      ->needs(report_opt);
   app.add_flag("--dispatch", req.dispatch,
                "Also compute a token dispatch plan for uneven replicas: per slot the share of its expert's tokens "
                "that balances GPU loads best (plan key \"dispatch\"; balancedness for it and for equal shares)");

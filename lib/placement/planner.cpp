@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "placement/balance.h"
+#include "placement/balance_bound.h"
 #include "placement/dispatch.h"
 #include "placement/engine_formats.h"
 #include "placement/node_loss.h"
@@ -103,6 +104,18 @@ std::string render_table(const Plan& plan, const std::optional<Migration>& mig, 
   return o.str();
 }
 
+// One row's name (left in `width` columns), overall balancedness and p(k) (`*`: Monte Carlo).
+std::string metrics_cells(const std::string& name, int width, const Plan& p) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%-*s %12s", width, name.c_str(), fixed(p.metrics.balancedness).c_str());
+  std::string row = buf;
+  for (const auto& r : p.metrics.recovery) {
+    std::snprintf(buf, sizeof buf, "  %6s%s", fixed(r.probability).c_str(), r.exact ? " " : "*");
+    row += buf;
+  }
+  return row;
+}
+
 nlohmann::json recovery_summary(const std::vector<RecoveryEstimate>& rec) {
   nlohmann::json o = nlohmann::json::object();
   for (const auto& r : rec) o[std::to_string(r.failed_nodes)] = r.probability;
@@ -179,6 +192,25 @@ namespace {
 
 void add_pareto_report(const PlanRequest& req, const PlacementOptions& placement, const LoadMatrix& loads,
                        const Cluster& cluster, const std::vector<std::vector<int>>* before, PlanOutcome& out);
+void add_bound_report(const LoadMatrix& loads, PlanOutcome& out);
+void add_front_report(const PlanRequest& req, const PlacementOptions& placement, const LoadMatrix& loads,
+                      const Cluster& cluster, const std::vector<std::vector<int>>* before, PlanOutcome& out);
+
+// --recovery-weight is balanced-ft's, for a fresh plan or a node change (not --previous, whose moves
+// are balanced-ft's local search); --pareto prints the front of it.
+void check_recovery_weight(const PlanRequest& req) {
+  const double w = req.placement.recovery_weight;
+  if (!(w >= 0 && w <= 1)) {
+    std::ostringstream got;
+    got << w;
+    throw UsageError("--recovery-weight must be a number from 0 to 1, got " + got.str());
+  }
+  if (w > 0 && req.algorithm != "balanced-ft")
+    throw UsageError("--recovery-weight applies to balanced-ft, not --algorithm " + req.algorithm);
+  if (w > 0 && !req.previous_path.empty())
+    throw UsageError("--recovery-weight does not apply to --previous (its moves keep balanced-ft's recovery)");
+  if (req.pareto && !req.report) throw UsageError("--pareto needs --report");
+}
 
 // GPU loads of `base` (every GPU under its physical node id) for `loads`, summed over layers.
 GpuChart chart_under(const Plan& base, const LoadMatrix& loads) {
@@ -288,7 +320,11 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
   if (!sized.from_plan.empty()) out.summary["from_plan"] = sized.from_plan;
   if (req.dispatch) out.summary["dispatch"] = dispatch_summary(rextra["dispatch"]);
   if (!out.notes.empty()) out.summary["notes"] = out.notes;
-  if (req.report) add_pareto_report(req, popt, loads, cc, &before, out);
+  if (req.report) {
+    add_pareto_report(req, popt, loads, cc, &before, out);
+    add_bound_report(loads, out);
+  }
+  if (req.pareto) add_front_report(req, popt, loads, cc, &before, out);
   return out;
 }
 
@@ -388,12 +424,7 @@ void add_pareto_report(const PlanRequest& req, const PlacementOptions& placement
       row["recovery_probability"] = recovery_summary(p.metrics.recovery);
       row["seconds"] = secs;
       char buf[64];
-      std::snprintf(buf, sizeof buf, "%-16s %12s", name.c_str(), fixed(p.metrics.balancedness).c_str());
-      o << buf;
-      for (const auto& r : p.metrics.recovery) {
-        std::snprintf(buf, sizeof buf, "  %6s%s", fixed(r.probability).c_str(), r.exact ? " " : "*");
-        o << buf;
-      }
+      o << metrics_cells(name, 16, p);
       if (before) {
         long long copies = 0;
         for (size_t l = 0; l < loads.layers; ++l) copies += copies_between((*before)[l], p.layers[l].phy2log, cluster);
@@ -418,8 +449,98 @@ void add_pareto_report(const PlanRequest& req, const PlacementOptions& placement
   out.summary["pareto"] = rows;
 }
 
+// --report: per layer the gap between the plan's balancedness and the proven upper bound on the
+// balancedness of any placement meeting the plan's f (balance_bound.h): gap = 1 - balancedness /
+// bound; 0 means the plan is optimal for that layer.
+void add_bound_report(const LoadMatrix& loads, PlanOutcome& out) {
+  const Plan& plan = out.plan;
+  nlohmann::json layers = nlohmann::json::array();
+  std::ostringstream o;
+  o << "\nGap to the balance bound under f=" << plan.fault_tolerance
+    << " (no placement meeting f balances better than the bound; gap = 1 - balancedness / bound)\n";
+  o << "layer  balancedness       bound      gap\n";
+  double worst = 0, sum = 0;
+  int optimal = 0;
+  for (size_t l = 0; l < plan.layers.size(); ++l) {
+    const auto t = loads.layer_vector(l);
+    const double b = plan.layer_metrics[l].balancedness;
+    const FtBalanceBound bound = ft_balance_bound(t, plan.cluster, plan.fault_tolerance);
+    const double gap = std::max(0.0, 1 - b / bound.balancedness);
+    worst = std::max(worst, gap);
+    sum += gap;
+    optimal += gap <= 1e-9;
+    layers.push_back({{"layer", l}, {"balancedness", b}, {"bound", bound.balancedness}, {"gap", gap}});
+    if (l < 32) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%-6zu %12s %11s %8s%s\n", l, fixed(b).c_str(), fixed(bound.balancedness).c_str(),
+                    fixed(gap).c_str(), gap <= 1e-9 ? "  optimal" : "");
+      o << buf;
+    }
+  }
+  if (plan.layers.size() > 32) o << "...    (" << plan.layers.size() - 32 << " more layers in the --json summary)\n";
+  const double mean = plan.layers.empty() ? 0 : sum / static_cast<double>(plan.layers.size());
+  o << "gap: worst " << fixed(worst) << ", mean " << fixed(mean) << "; " << optimal << " of " << plan.layers.size()
+    << " layers at the bound (optimal)\n";
+  out.table += o.str();
+  out.summary["balance_bound"] = {{"fault_tolerance", plan.fault_tolerance},
+                                  {"worst_gap", worst},
+                                  {"mean_gap", mean},
+                                  {"optimal_layers", optimal},
+                                  {"layers", layers}};
+}
+
+// --report --pareto: balanced-ft for several --recovery-weight values, beside lazarus: overall
+// balancedness, p(k) for k = 1..f+1, and the expert copies (bytes with --expert-bytes) from --previous,
+// else from the w = 0 plan (what switching from the default plan to that point moves).
+void add_front_report(const PlanRequest& req, const PlacementOptions& placement, const LoadMatrix& loads,
+                      const Cluster& cluster, const std::vector<std::vector<int>>* before, PlanOutcome& out) {
+  PlacementOptions popt = placement;
+  popt.recovery.max_failures = std::min(popt.fault_tolerance + 1, cluster.nodes - 1);
+  const int f = popt.fault_tolerance;
+  std::ostringstream o;
+  o << "\nBalance/recovery front (balanced-ft --recovery-weight w, and lazarus; f=" << f << "; copies from "
+    << (before ? "--previous" : "the w = 0 plan") << ")\n";
+  o << "point                balancedness";
+  for (int k = 1; k <= popt.recovery.max_failures; ++k) o << "    p(" << k << ")";
+  o << "   copies" << (req.expert_bytes > 0 ? "        bytes" : "") << "\n";
+  nlohmann::json rows = nlohmann::json::array();
+  std::vector<std::vector<int>> base;
+  const double weights[] = {0, 0.25, 0.5, 0.75, 1, -1};  // -1: lazarus
+  for (double w : weights) {
+    PlacementOptions wo = popt;
+    wo.recovery_weight = std::max(0.0, w);
+    Plan p = plan_placement(loads, cluster, w < 0 ? "lazarus" : "balanced-ft", wo);
+    compute_metrics(p, loads, wo.recovery);
+    if (w == 0)
+      for (const auto& l : p.layers) base.push_back(l.phy2log);
+    long long copies = 0;
+    const auto& from = before ? *before : base;
+    for (size_t l = 0; l < loads.layers; ++l) copies += copies_between(from[l], p.layers[l].phy2log, cluster);
+    const std::string name = w < 0 ? "lazarus" : "w=" + fixed(w, 2);
+    nlohmann::json row = {{"point", name},
+                          {"balancedness", p.metrics.balancedness},
+                          {"recovery_probability", recovery_summary(p.metrics.recovery)},
+                          {"copies_moved", copies}};
+    if (w >= 0) row["recovery_weight"] = w;
+    char buf[64];
+    o << metrics_cells(name, 20, p);
+    std::snprintf(buf, sizeof buf, " %8lld", copies);
+    o << buf;
+    if (req.expert_bytes > 0) {
+      row["bytes_moved"] = req.expert_bytes * static_cast<double>(copies);
+      std::snprintf(buf, sizeof buf, " %12.4g", req.expert_bytes * static_cast<double>(copies));
+      o << buf;
+    }
+    o << "\n";
+    rows.push_back(std::move(row));
+  }
+  out.table += o.str();
+  out.summary["front"] = rows;
+}
+
 PlanOutcome make_plan_core(const PlanRequest& req) {
   auto t0 = std::chrono::steady_clock::now();
+  check_recovery_weight(req);
   if (req.current_path.empty() && req.previous_path.empty()) resolve_cluster(req.sizes);  // sizes before the loads
   LoadMatrix loads = read_loads(req.loads_path, req.load_options);
   if (req.layers_map) loads = moe_rows(loads, *req.layers_map, req.loads_path);
@@ -505,7 +626,11 @@ PlanOutcome make_plan_core(const PlanRequest& req) {
   if (!out.notes.empty()) s["notes"] = out.notes;
   if (req.dispatch) s["dispatch"] = dispatch_summary(extra["dispatch"]);
   out.summary = std::move(s);
-  if (req.report) add_pareto_report(req, popt, loads, target, nullptr, out);
+  if (req.report) {
+    add_pareto_report(req, popt, loads, target, nullptr, out);
+    add_bound_report(loads, out);
+  }
+  if (req.pareto) add_front_report(req, popt, loads, target, nullptr, out);
   return out;
 }
 

@@ -35,6 +35,7 @@ struct PlanRequest {
   // the migration model (node_loss.h) instead of a new plan matched onto the surviving nodes.
   bool node_loss_migration = false;
   bool report = false;  // --report: every algorithm on the same workload (Pareto table)
+  bool pareto = false;  // --pareto (with --report): balanced-ft's balance/recovery front over --recovery-weight
   double expert_bytes = 0;  // bytes per expert replica, for "bytes_moved"
   bool want_svg = false;
   bool dispatch = false;     // --dispatch: token dispatch plan (dispatch.h) in the plan and summary
