@@ -7,6 +7,7 @@
 
 #include <tbb/parallel_for.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -24,18 +25,23 @@ namespace fs = std::filesystem;
 
 namespace ucpkit::pec {
 namespace {
-constexpr size_t kHeader = kObjectHeader;
+constexpr size_t kHeader = formats::kObjectHeader;
 
-void put_u64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint64_t get_u64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
+// The header of an object of `size` raw bytes with digest `d`, as level `level` writes it.
+std::array<uint8_t, kHeader> header_of(int level, uint64_t size, const Digest& d) {
+  return formats::ObjectHeader{level == 0, size, d.hi, d.lo}.encode();
 }
 
 }  // namespace
+
+void check_object_header(const formats::ObjectHeader& h, const std::string& id, uint64_t raw_size,
+                         const std::string& path) {
+  if (h.raw_size != raw_size)
+    throw ObjectError(path + ": size " + std::to_string(h.raw_size) + " differs from the manifest's " +
+                      std::to_string(raw_size));
+  if (Digest{h.digest_hi, h.digest_lo}.hex() != id)
+    throw ObjectError(path + ": header checksum does not match the object id");
+}
 
 ObjectStore::ObjectStore(std::string dir, int zstd_level) : dir_(std::move(dir)), level_(zstd_level) {}
 
@@ -71,11 +77,7 @@ ObjectInfo ObjectStore::put(std::span<const uint8_t> bytes) {
   fs::create_directories(sub, ec);
   if (ec) fail(sub, "cannot create folder: " + ec.message());
 
-  uint8_t header[kHeader];
-  std::memcpy(header, level_ == 0 ? kObjectMagicRaw : kObjectMagicZstd, 8);
-  put_u64(header + 8, bytes.size());
-  put_u64(header + 16, d.hi);
-  put_u64(header + 24, d.lo);
+  const auto header = header_of(level_, bytes.size(), d);
   std::unique_ptr<uint8_t[]> buf;
   std::span<const uint8_t> payload = bytes;  // level 0: the bytes as they are
   if (level_ != 0) {
@@ -92,7 +94,7 @@ ObjectInfo ObjectStore::put(std::span<const uint8_t> bytes) {
   const uint64_t total = kHeader + payload.size();
 
   AtomicFile out(path);  // beside the object; removed unless renamed into place
-  out.write(header, kHeader);
+  out.write(header.data(), kHeader);
   const size_t half = payload.size() / 2;
   out.write(payload.data(), half);
   out.flush(/*keep_buffer=*/true);
@@ -122,8 +124,8 @@ ObjectInfo ObjectStore::put_stream(uint64_t size, const std::function<void(uint6
   std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx(nullptr, ZSTD_freeCCtx);
   ObjectInfo info;
   uint64_t total = kHeader;
-  uint8_t header[kHeader] = {};
-  out.write(header, kHeader);  // filled in once the digest is known
+  const uint8_t zeros[kHeader] = {};
+  out.write(zeros, kHeader);  // the header, written once the digest is known
   if (level_ != 0) {
     cctx.reset(ZSTD_createCCtx());
     ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, level_);
@@ -164,11 +166,8 @@ ObjectInfo ObjectStore::put_stream(uint64_t size, const std::function<void(uint6
   info.id = d.hex();
   info.digest = d;
   info.raw_size = size;
-  std::memcpy(header, level_ == 0 ? kObjectMagicRaw : kObjectMagicZstd, 8);
-  put_u64(header + 8, size);
-  put_u64(header + 16, d.hi);
-  put_u64(header + 24, d.lo);
-  out.pwrite_at(0, {header, kHeader});
+  const auto header = header_of(level_, size, d);
+  out.pwrite_at(0, {header.data(), kHeader});
   const std::string path = path_of(info.id);
   const std::string sub = fs::path(path).parent_path().string();
   bool trusted;
@@ -215,13 +214,11 @@ void ObjectStore::get_into(const std::string& id, uint64_t raw_size, uint8_t* ds
     throw ObjectError(std::string(e.what()));
   }
   const uint8_t* p = f->data();
-  const bool raw = f->size() >= kHeader && std::memcmp(p, kObjectMagicRaw, 8) == 0;
-  if (f->size() < kHeader || (!raw && std::memcmp(p, kObjectMagicZstd, 8) != 0))
-    throw ObjectError(path + ": not a PEC object (bad header)");
-  uint64_t size = get_u64(p + 8);
-  Digest want{get_u64(p + 16), get_u64(p + 24)};
-  if (size != raw_size) throw ObjectError(path + ": size " + std::to_string(size) + " differs from the manifest's " + std::to_string(raw_size));
-  if (want.hex() != id) throw ObjectError(path + ": header checksum does not match the object id");
+  const auto h = formats::ObjectHeader::parse(f->bytes(), path);
+  check_object_header(h, id, raw_size, path);
+  const bool raw = h.stored;
+  const uint64_t size = h.raw_size;
+  const Digest want{h.digest_hi, h.digest_lo};
   if (raw && f->size() != kHeader + size) throw ObjectError(path + ": corrupt object (stored size differs)");
   if (raw) std::memcpy(dst, p + kHeader, size);
   size_t n = raw ? size : ZSTD_decompress(dst, size, p + kHeader, f->size() - kHeader);

@@ -1,7 +1,5 @@
 // Content-addressed, zstd-compressed, checksummed objects: <dir>/objects/<id[0:2]>/<id>, where id is
-// the 128-bit digest of the uncompressed bytes. An object file is a 32-byte header (magic
-// "UCPKOBJ1", raw size, digest hi, digest lo; little-endian) followed by one zstd frame (with zstd's
-// own content checksum), or, with zstd level 0, magic "UCPKOBJ0" followed by the bytes as they are.
+// the 128-bit digest of the uncompressed bytes; the object file format is formats/pec_object.h.
 // Objects are immutable: written to a temporary name and renamed; sync_dirs() then fsyncs every
 // object written (one batched pass) and the folders before a manifest may name them.
 #pragma once
@@ -14,15 +12,12 @@
 #include <vector>
 
 #include "core/error.h"
+#include "formats/pec_object.h"
 #include "pec/checksum.h"
 
 namespace ucpkit::pec {
 
-// A missing or damaged object (restore falls back to another copy when it can).
-class ObjectError : public Error {
- public:
-  using Error::Error;
-};
+using formats::ObjectError;  // a missing or damaged object
 
 struct ObjectInfo {
   std::string id;
@@ -32,10 +27,10 @@ struct ObjectInfo {
   Digest digest;             // of the raw bytes (the id)
 };
 
-// Magic of the object header: zstd frame or stored bytes.
-inline constexpr char kObjectMagicZstd[8] = {'U', 'C', 'P', 'K', 'O', 'B', 'J', '1'};
-inline constexpr char kObjectMagicRaw[8] = {'U', 'C', 'P', 'K', 'O', 'B', 'J', '0'};
-inline constexpr size_t kObjectHeader = 32;
+// Throws ObjectError unless the header of object file `path` is the one of object `id` of
+// `raw_size` bytes (as a manifest names it).
+void check_object_header(const formats::ObjectHeader& h, const std::string& id, uint64_t raw_size,
+                         const std::string& path);
 
 class ObjectStore {
  public:

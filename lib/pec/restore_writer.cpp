@@ -3,8 +3,6 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_d_forceIgnoreChecksum
-#include <zstd.h>
 
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
@@ -24,6 +22,7 @@
 #include "core/file_io.h"
 #include "core/staging.h"
 #include "core/mapped_file.h"
+#include "formats/pec_object.h"
 #include "parallel/threads.h"
 #include "pec/checkpoint.h"
 #include "pec/checksum.h"
@@ -36,11 +35,9 @@ namespace fs = std::filesystem;
 
 namespace ucpkit::pec {
 namespace {
-constexpr size_t kHeader = kObjectHeader;
-constexpr size_t kInBlock = size_t{1} << 20;
-constexpr size_t kWindow = size_t{4} << 20;
-// Per worker: input block + output window + zstd decoder (<= 8 MiB window for levels up to 19).
-constexpr uint64_t kPerWorker = kInBlock + kWindow + (uint64_t{9} << 20);
+constexpr size_t kInBlock = size_t{1} << 20;  // zeros written and bytes read back per call
+// Per worker: one object reader.
+constexpr uint64_t kPerWorker = formats::ObjectReader::kMemory;
 // The rest of the process: code, TBB, manifests, report.
 constexpr uint64_t kBase = uint64_t{48} << 20;
 
@@ -50,12 +47,6 @@ struct Seg {
   uint64_t stream = 0, file = 0, length = 0;
   const std::string* record = nullptr;
 };
-
-uint64_t get_u64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 
 void create_sized(const std::string& path, uint64_t size) {
   fs::create_directories(fs::path(path).parent_path());
@@ -73,17 +64,6 @@ std::vector<Seg> slice(const std::vector<Seg>& map, uint64_t off, uint64_t n) {
   }
   return out;
 }
-
-struct Buffers {
-  std::unique_ptr<uint8_t[]> in{new uint8_t[kInBlock]};
-  std::unique_ptr<uint8_t[]> out{new uint8_t[kWindow]};
-  std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx{ZSTD_createDCtx(), ZSTD_freeDCtx};
-  Buffers() {
-    // zstd's own content checksum would hash every byte a third time: the object digest computed
-    // on the way covers the same bytes with 128 bits.
-    ZSTD_DCtx_setParameter(dctx.get(), ZSTD_d_forceIgnoreChecksum, ZSTD_d_ignoreChecksum);
-  }
-};
 }  // namespace
 
 struct RestoreWriter::Job {
@@ -129,32 +109,18 @@ void add_chunk_jobs(std::vector<JobT>& jobs, const Store& store, const FileEntry
 
 // Streams one object into its segments: read a block, decompress into the window, hash, pwrite.
 void stream_job(const std::string& object_path, const std::string& id, uint64_t raw_size, const std::string& out_path,
-                const std::vector<Seg>& segs, const std::string& out_rel, Buffers& b, Digest& digest_out,
-                std::vector<CrcPiece>& pieces) {
-  UniqueFd in(object_path, O_RDONLY);
-  if (in.get() < 0) {
-    if (errno == ENOENT) throw ObjectError(object_path + ": object missing");
-    throw ObjectError(object_path + ": cannot open: " + std::strerror(errno));
-  }
-  uint8_t head[kHeader];
-  ssize_t got = pread_some(in.get(), head, kHeader, 0);
-  const bool raw = got == static_cast<ssize_t>(kHeader) && std::memcmp(head, kObjectMagicRaw, 8) == 0;
-  if (got != static_cast<ssize_t>(kHeader) || (!raw && std::memcmp(head, kObjectMagicZstd, 8) != 0))
-    throw ObjectError(object_path + ": not a PEC object (bad header)");
-  const uint64_t size = get_u64(head + 8);
-  const Digest want{get_u64(head + 16), get_u64(head + 24)};
-  if (size != raw_size)
-    throw ObjectError(object_path + ": size " + std::to_string(size) + " differs from the manifest's " + std::to_string(raw_size));
-  if (want.hex() != id) throw ObjectError(object_path + ": header checksum does not match the object id");
+                const std::vector<Seg>& segs, const std::string& out_rel, formats::ObjectReader& reader,
+                Digest& digest_out, std::vector<CrcPiece>& pieces) {
+  const formats::ObjectHeader header = reader.open(object_path);
+  check_object_header(header, id, raw_size, object_path);
+  const Digest want{header.digest_hi, header.digest_lo};
   UniqueFd out = open_or_fail(out_path, O_WRONLY);
 
-  ZSTD_DCtx_reset(b.dctx.get(), ZSTD_reset_session_only);  // keeps the parameters
   DigestStream hash;
   std::vector<uint32_t> crc(segs.size(), 0);
   uint64_t produced = 0;
   size_t first = 0;
-  auto consume = [&](const uint8_t* data, size_t n) {
-    if (produced + n > raw_size) throw ObjectError(object_path + ": corrupt object (decompresses to more than its size)");
+  reader.read([&](const uint8_t* data, size_t n) {
     hash.update({data, n});
     const uint64_t s0 = produced, s1 = produced + n;
     while (first < segs.size() && segs[first].stream + segs[first].length <= s0) ++first;
@@ -166,47 +132,7 @@ void stream_job(const std::string& object_path, const std::string& id, uint64_t 
       if (s.record) crc[k] = crc32_update(crc[k], {data + (lo - s0), hi - lo});
     }
     produced = s1;
-  };
-
-  uint64_t pos = kHeader;
-  if (raw) {  // stored bytes (zstd level 0): read straight into the window
-    for (;;) {
-      ssize_t n = pread_some(in.get(), b.out.get(), kWindow, pos);
-      if (n < 0) throw ObjectError(object_path + ": read failed: " + std::strerror(errno));
-      if (n == 0) break;
-      pos += static_cast<uint64_t>(n);
-      consume(b.out.get(), static_cast<size_t>(n));
-    }
-  }
-  ZSTD_inBuffer ib{b.in.get(), 0, 0};
-  size_t ret = 1;
-  bool full = false;  // the last call filled the window: the decoder may hold more output
-  bool eof = false;
-  for (; !raw;) {
-    if (ib.pos == ib.size && !full) {
-      ssize_t n = pread_some(in.get(), b.in.get(), kInBlock, pos);
-      if (n < 0) throw ObjectError(object_path + ": read failed: " + std::strerror(errno));
-      if (n == 0) {
-        eof = true;
-        break;
-      }
-      pos += static_cast<uint64_t>(n);
-      ib = {b.in.get(), static_cast<size_t>(n), 0};
-    }
-    ZSTD_outBuffer ob{b.out.get(), kWindow, 0};
-    ret = ZSTD_decompressStream(b.dctx.get(), &ob, &ib);
-    if (ZSTD_isError(ret)) throw ObjectError(object_path + ": corrupt object (zstd: " + ZSTD_getErrorName(ret) + ")");
-    consume(b.out.get(), ob.pos);
-    full = ob.pos == ob.size;
-    if (ret == 0 && !full) break;  // frame complete and flushed
-  }
-  (void)eof;
-  if (!raw && ret != 0) throw ObjectError(object_path + ": corrupt object (truncated zstd frame)");
-  uint8_t extra;
-  if (!raw && (ib.pos != ib.size || pread_some(in.get(), &extra, 1, pos) != 0))
-    throw ObjectError(object_path + ": corrupt object (bytes after the zstd frame)");
-  if (produced != raw_size)
-    throw ObjectError(object_path + ": corrupt object (decompressed to " + std::to_string(produced) + " bytes)");
+  });
   digest_out = hash.value();
   if (!(digest_out == want)) throw ObjectError(object_path + ": corrupt object (checksum mismatch)");
   for (size_t k = 0; k < segs.size(); ++k)
@@ -260,7 +186,7 @@ void RestoreWriter::run(std::vector<Job>& jobs) {
   std::vector<size_t> order(jobs.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return jobs[a].raw_size > jobs[b].raw_size; });
-  tbb::enumerable_thread_specific<Buffers> buffers;
+  tbb::enumerable_thread_specific<formats::ObjectReader> readers;
   size_t next = 0;
   // More streams than cores (I/O waits overlap).
   parallel::in_io_arena(workers_, [&] {
@@ -278,7 +204,7 @@ void RestoreWriter::run(std::vector<Job>& jobs) {
             tbb::make_filter<size_t, void>(tbb::filter_mode::parallel, [&](size_t i) {
               Job& j = jobs[i];
               try {
-                stream_job(j.object_path, j.id, j.raw_size, j.out, j.segs, j.out_rel, buffers.local(), j.digest, j.pieces);
+                stream_job(j.object_path, j.id, j.raw_size, j.out, j.segs, j.out_rel, readers.local(), j.digest, j.pieces);
               } catch (const ObjectError& e) {
                 j.error = e.what();
                 j.pieces.clear();
