@@ -29,7 +29,7 @@ int print_result(const std::string& tool, const Result& result, bool json) {
     for (const auto& n : result.text_notes) info(n);
   }
   for (const auto& n : result.notes) info(n);
-  if (!result.failure.empty()) throw Error(result.failure);
+  if (result.failure) throw Error(*result.failure);
   return result.exit_code;
 }
 

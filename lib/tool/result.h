@@ -21,7 +21,7 @@ struct Result {
   std::vector<std::string> notes_before;  // messages (tool::info) before the summary
   std::vector<std::string> notes;         // messages after it
   std::vector<std::string> text_notes;    // messages after it, without --json only
-  std::string failure;                 // an error reported after the summary (exit 1): ucp-info's failed check
+  std::optional<std::string> failure;  // an error reported after the summary (exit 1): ucp-info's failed check
   int exit_code = kSuccess;
 };
 
@@ -29,7 +29,7 @@ struct Result {
 Result dry_run_result(const DryRun& dry_run);
 
 // Prints `result` of `tool` (the envelope with --json, `text` without) and returns its exit code;
-// throws Error(result.failure) after printing when it is set.
+// throws Error(*result.failure) after printing when it is set.
 int print_result(const std::string& tool, const Result& result, bool json);
 
 }  // namespace ucpkit::tool
