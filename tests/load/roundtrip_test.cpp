@@ -284,7 +284,7 @@ TEST(LoadBadInput, ZeroThreeSourceInconsistentSubGroupsOrModelFiles) {
   ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + src.string() + " --output " + (d / "u").string(), &out), 0) << out;
   fs::copy(d / "u", d / "groups", fs::copy_options::recursive);
   const std::string opt = (d / "groups" / "zero" / "optimizer_state.pt").string();
-  ASSERT_EQ(sh(kPy + " -c \"import sys; sys.path.insert(0, '" + kSrc + "/scripts'); import dsgen, torch; o = torch.load('" +
+  ASSERT_EQ(sh(kPy + " -c \"import sys; sys.path.insert(0, '" + kSrc + "/tests/generator'); import dsgen, torch; o = torch.load('" +
                    opt + "', weights_only=False); o['param_groups'][1]['params'] = [0]; torch.save(o, '" + opt + "')\"",
                &out),
             0)

@@ -235,7 +235,7 @@ TEST(PecTools, RestoreAsAnotherDeepSpeedVersionLine) {
   EXPECT_EQ(run_logged(check, d + "/check.log"), 0) << file_bytes(d + "/check.log");
   // param_shapes built from the module and expert files = what the generator writes for 0.19.3.
   const std::string cmp = std::string(UCPKIT_PYTHON) + " -c \"import sys; sys.path.insert(0, '" + UCPKIT_SOURCE_DIR +
-                          "/scripts'); import dsgen, torch; f = lambda p: [[(k, tuple(v)) for k, v in g.items()] for g in "
+                          "/tests/generator'); import dsgen, torch; f = lambda p: [[(k, tuple(v)) for k, v in g.items()] for g in "
                           "torch.load(p, weights_only=False)['param_shapes']]; sys.exit(f(sys.argv[1]) != f(sys.argv[2]))\" " + d +
                           "/out0.19.3/global_step100/mp_rank_00_model_states.pt " + step_dir("line0.19.3", 100) +
                           "/mp_rank_00_model_states.pt";
