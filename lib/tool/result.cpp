@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "tool/envelope.h"
 #include "tool/tool.h"
 
@@ -17,6 +18,9 @@ Result dry_run_result(const DryRun& dry_run) {
 }
 
 int print_result(const std::string& tool, const Result& result, bool json) {
+  // A result computed from an input that shrank while it was read (core/mapped_file) is not printed:
+  // the read-only tools (ucp-info, ucp-diff) commit nothing, so this is where they refuse.
+  MappedFile::check_inputs_intact();
   for (const auto& n : result.notes_before) info(n);
   if (!result.document.empty()) {
     std::cout << result.document;
