@@ -23,12 +23,6 @@ namespace fs = std::filesystem;
 namespace ucpkit::pec {
 namespace {
 
-std::string trim(std::string s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.erase(s.begin());
-  return s;
-}
-
 // Expert parameter names: "...layers.<i>.<...>experts.[deepspeed_experts.|local_experts.]<j>.<...>".
 const std::regex& expert_name_regex() {
   static const std::regex re(R"((?:^|\.)layers\.(\d+)\.(?:.*\.)?experts\.(?:deepspeed_experts\.|local_experts\.)?(\d+)\.)");
@@ -296,19 +290,14 @@ void open_autoep_zero3(SourceCheckpoint& c, const OpenOptions& o) {
   }
 }
 
+// A native or universal checkpoint: the tag folder itself, or its parent with `latest` (or
+// `latest_universal`, written beside a universal copy) naming it.
 std::string resolve_root(const std::string& path, std::string& tag, std::string& pointer_file) {
-  fs::path p(absolute_path(path));
-  if (!fs::is_directory(p)) fail(path, "checkpoint folder not found");
-  for (const char* pointer : {"latest", "latest_universal"})
-    if (fs::exists(p / pointer) && !fs::is_directory(p / pointer)) {
-      pointer_file = (p / pointer).string();
-      tag = trim(read_text_file(pointer_file));
-      if (tag.empty() || tag.find('/') != std::string::npos) fail(pointer_file, "bad tag '" + tag + "'");
-      if (!fs::is_directory(p / tag)) fail(pointer_file, "names " + tag + ", which is not a folder");
-      return (p / tag).string();
-    }
-  tag = formats::deepspeed::tag_of_dir(p.string());  // a symbolic link to the tag folder: its target's name, as every tool
-  return p.string();
+  namespace ds = formats::deepspeed;
+  const auto t = ds::resolve_tag_folder(absolute_path(path), {ds::kLatestName, ds::kLatestUniversalName});
+  tag = t.tag;
+  pointer_file = t.pointer;
+  return t.dir;
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/staging.h"
+#include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/deepspeed/line_rewrite.h"
 #include "formats/deepspeed/version_line.h"
 #include "parallel/mpi_session.h"
@@ -48,7 +49,8 @@ void sweep_stale_restores(const std::string& output, const StagingNote& note) {
   for (fs::directory_iterator it(output, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string n = it->path().filename().string();
     const auto at = n.find(tag);
-    if (n.rfind(".global_step", 0) == 0 && at != std::string::npos) targets.insert(n.substr(1, at - 1));
+    if (at != std::string::npos && at > 1 && n[0] == '.' && formats::deepspeed::step_of_tag(n.substr(1, at - 1)))
+      targets.insert(n.substr(1, at - 1));
   }
   for (const auto& t : targets) sweep_stale_staging(fs::path(output) / t, kStagingTag, note);
 }
@@ -329,7 +331,7 @@ void RestoreRun::convert_version_line() {
 // Commit (rank 0): version-line rewrite if asked, folder fsyncs, rename into place, then `latest`
 // (and `latest_universal`), then the accumulated PLT record.
 void RestoreRun::commit(const PltHistory& history) {
-  const std::string tag = "global_step" + std::to_string(plan_.step);
+  const std::string tag = formats::deepspeed::step_tag(plan_.step);
   parallel::RankFailure failed(mpi_);
   if (root_) failed.guard([&] {
     try {
@@ -342,9 +344,7 @@ void RestoreRun::commit(const PltHistory& history) {
       crash_point("restore folder complete");
       staging_->commit();  // renamed into place (exchanged with an old folder under --force), output fsynced
       crash_point("restore folder renamed");
-      write_file_atomic((fs::path(o_.output) / "latest").string(), tag, true);
-      if (plan_.base_manifest().layout == "universal")
-        write_file_atomic((fs::path(o_.output) / "latest_universal").string(), tag, true);
+      formats::deepspeed::write_latest(o_.output, tag, plan_.base_manifest().layout == "universal", true);
       try {
         save_plt_history(o_.store, history);
       } catch (const std::exception& e) {

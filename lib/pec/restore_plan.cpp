@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "formats/deepspeed/checkpoint_dir.h"
 
 namespace ucpkit::pec {
 namespace {
@@ -107,7 +108,7 @@ void aim_at(RestorePlan& p, size_t base_copy) {
 }
 
 std::string restore_step_dir(const RestorePlan& p) {
-  return (std::filesystem::path(p.request.output) / ("global_step" + std::to_string(p.step))).string();
+  return (std::filesystem::path(p.request.output) / formats::deepspeed::step_tag(p.step)).string();
 }
 
 json restore_plan_to_json(const RestorePlan& p) {
@@ -155,8 +156,8 @@ json restore_plan_to_json(const RestorePlan& p) {
     experts.push_back(j);
   }
   const Manifest& kref = p.manifest(p.k_source);
-  json pointers = {"latest"};
-  if (base.layout == "universal") pointers.push_back("latest_universal");
+  json pointers = {formats::deepspeed::kLatestName};
+  if (base.layout == "universal") pointers.push_back(formats::deepspeed::kLatestUniversalName);
   const char* tokens = base.tokens_known ? "store" : p.request.tokens.empty() ? "none" : "file";
   json j = {{"step", p.step},
             {"layout", base.layout},

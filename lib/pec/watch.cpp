@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/atomic_file.h"
 #include "core/error.h"
+#include "formats/deepspeed/checkpoint_dir.h"
 #include "pec/paths.h"
 #include "pec/step_sources.h"
 #include "pec/store.h"
@@ -24,23 +24,6 @@ namespace ucpkit::pec {
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
-
-// The step `latest` names, when its folder exists.
-std::optional<int64_t> completed_step(const std::string& dir) {
-  const fs::path latest = fs::path(dir) / "latest";
-  std::error_code ec;
-  if (!fs::is_regular_file(latest, ec)) return std::nullopt;
-  std::string tag;
-  try {
-    tag = read_text_file(latest.string());
-  } catch (const std::exception&) {
-    return std::nullopt;  // being replaced
-  }
-  while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ' || tag.back() == '\r')) tag.pop_back();
-  auto s = step_of_tag(tag);
-  if (!s || !fs::is_directory(fs::path(dir) / tag, ec)) return std::nullopt;
-  return s;
-}
 
 void prune_snapshots(const std::string& dir, int keep, int64_t newest_saved) {
   std::vector<std::pair<int64_t, fs::path>> steps;
@@ -75,10 +58,10 @@ WatchResult watch_and_save(const SaveOptions& base, const WatchOptions& options,
   }
   WatchResult result;
   while (!g_stop) {
-    auto step = completed_step(w.dir);
+    auto step = formats::deepspeed::completed_step(w.dir);
     if (step && *step > last) {
       SaveOptions o = base;
-      o.checkpoint = (fs::path(w.dir) / ("global_step" + std::to_string(*step))).string();
+      o.checkpoint = (fs::path(w.dir) / formats::deepspeed::step_tag(*step)).string();
       o.step = -1;  // from the checkpoint: its tag, global_steps and iteration must agree (else NOT saved)
       last = *step;
       auto t0 = std::chrono::steady_clock::now();

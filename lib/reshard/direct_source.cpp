@@ -35,10 +35,12 @@ using pickle::Kind;
 using pickle::Value;
 using pickle::ValuePtr;
 
-bool is_universal_input(const std::string& input) { return fs::exists(fs::path(input) / formats::universal::kUniversalManifestName); }
+bool is_universal_input(const std::string& input) {
+  return formats::deepspeed::input_kind(input) == formats::deepspeed::InputKind::Universal;
+}
 
 std::string native_checkpoint_dir(const std::string& input) {
-  if (to_universal::is_work_folder(input)) return input;
+  if (formats::deepspeed::input_kind(input) == formats::deepspeed::InputKind::WorkFolder) return input;
   std::error_code ec;
   if (!fs::is_directory(input, ec)) throw Error(input + ": not a folder");
   const std::string dir = formats::deepspeed::resolve_checkpoint_dir(input);

@@ -21,6 +21,7 @@
 #include "io/torch/torch_file.h"
 #include "io/torch/verify.h"
 #include "io/zip/zip_writer.h"
+#include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/deepspeed/version_line.h"
 #include "reshard/deepspeed_writer.h"
 #include "reshard/direct_source.h"
@@ -63,14 +64,16 @@ struct DirectInput {
 namespace {
 // The folder the data is read from, for the output-over-input check: the universal folder, the
 // work folder, or the checkpoint's global_stepN folder (an output beside it is fine).
-std::string input_data_dir(const std::string& input) {
-  return is_universal_input(input) ? input : native_checkpoint_dir(input);
+std::string input_data_dir(const std::string& input, formats::deepspeed::InputKind kind) {
+  return kind == formats::deepspeed::InputKind::Universal ? input : native_checkpoint_dir(input);
 }
 }  // namespace
 
-Prepared prepare(const LoadOptions& options) {
+Prepared prepare(const LoadOptions& options) { return prepare(options, formats::deepspeed::input_kind(options.input)); }
+
+Prepared prepare(const LoadOptions& options, formats::deepspeed::InputKind kind) {
   Prepared p;
-  if (is_universal_input(options.input)) {
+  if (kind == formats::deepspeed::InputKind::Universal) {
     p.model = read_model_info(options.input);
   } else {  // a native checkpoint, read directly (issue 18)
     auto d = std::make_shared<DirectInput>();
@@ -329,8 +332,8 @@ void keep_buffers_on_heap() { keep_large_buffers_on_heap({.trim_threshold = 1 <<
 // switches the check at open off for the run and back on at its end.
 class FusedSourceCrc {
  public:
-  explicit FusedSourceCrc(const LoadOptions& options)
-      : was_on_(verify_files_crc()), fused_(was_on_ && !is_universal_input(options.input)) {
+  explicit FusedSourceCrc(formats::deepspeed::InputKind kind)
+      : was_on_(verify_files_crc()), fused_(was_on_ && kind != formats::deepspeed::InputKind::Universal) {
     if (fused_) set_verify_files_crc(false);
   }
   ~FusedSourceCrc() { set_verify_files_crc(was_on_); }
@@ -441,7 +444,7 @@ void write_deepspeed_output(LoadRun& r, const std::string& staged) {
   r.failed.guard([&] {
     if (r.mpi.rank() == 0) {
       fs::create_directories(ckdir);
-      write_file_atomic((fs::path(staged) / "latest").string(), model.tag);
+      formats::deepspeed::write_latest(staged, model.tag);
       write_file_atomic((fs::path(staged) / kLayoutRecordName).string(), r.prep.record.dump(1) + "\n");
     }
   });
@@ -595,15 +598,16 @@ LoadSummary run_load(const LoadOptions& options) {
   keep_buffers_on_heap();
   auto& mpi = parallel::MpiSession::get();
   parallel::RankFailure failed(mpi);
-  refuse_output_over_input(options.output, "--output", input_data_dir(options.input), "--input");
+  const auto kind = formats::deepspeed::input_kind(options.input);  // read once for the whole run
+  refuse_output_over_input(options.output, "--output", input_data_dir(options.input, kind), "--input");
   // Under mpirun each rank checks its share of the files (balanced by bytes) with the pieces it read.
-  const FusedSourceCrc crc(options);
+  const FusedSourceCrc crc(kind);
   // With --sync (the default) every finished target file starts its write-back at once, so the final
   // flush overlaps the writing instead of following it.
   ZipWriter::set_start_writeback(options.sync);
   Reporter::Phase phase(options.reporter, "read source");
   Prepared prep;
-  failed.guard([&] { prep = prepare(options); });
+  failed.guard([&] { prep = prepare(options, kind); });
   failed.settle();
   if (options.reuse_output && output_holds(options, prep, mpi.rank() == 0)) return reused_summary(options, prep, t0);
   phase.next("plan");

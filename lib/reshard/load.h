@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "formats/deepspeed/checkpoint_dir.h"
 #include "reshard/load_plan.h"
 #include "reshard/output_format.h"
 #include "reshard/target_defaults.h"
@@ -73,6 +74,8 @@ struct Prepared {
   nlohmann::json record;                // DeepSpeed output: its layout record (ucpkit_layout.json)
 };
 Prepared prepare(const LoadOptions& options);
+// The same for an input whose kind the caller has read (formats/deepspeed/checkpoint_dir.h input_kind).
+Prepared prepare(const LoadOptions& options, formats::deepspeed::InputKind kind);
 
 // `ucp-load --plan`: the UcpInfo as JSON, with `from_source` and (DeepSpeed output) the layout `record`.
 nlohmann::json plan_json(const LoadOptions& options);
