@@ -18,24 +18,6 @@
 using namespace ucpkit::placement;
 using namespace placement_test;
 
-namespace {
-
-// P(every expert keeps a replica) when k of N nodes fail, by enumerating every k-subset.
-double brute_recovery(const std::vector<int>& phy2log, const Cluster& cl, int experts, int k) {
-  const int N = cl.nodes;
-  long long ok = 0, all = 0;
-  for (unsigned mask = 0; mask < (1u << N); ++mask) {
-    if (__builtin_popcount(mask) != k) continue;
-    ++all;
-    std::vector<char> alive(experts, 0);
-    for (size_t p = 0; p < phy2log.size(); ++p)
-      if (!((mask >> (p / cl.slots_per_node())) & 1)) alive[phy2log[p]] = 1;
-    ok += std::count(alive.begin(), alive.end(), 1) == experts;
-  }
-  return static_cast<double>(ok) / static_cast<double>(all);
-}
-
-}  // namespace
 
 TEST(BalancedFt, MeetsFaultToleranceAndEplbGlobalBalanceOnRandomWorkloads) {
   int cases = 0, worse = 0, bound = 0;
@@ -100,7 +82,7 @@ TEST(BalancedFt, RecoveryProbabilitiesMatchBruteForce) {
       compute_metrics(plan, w, o.recovery);
       for (size_t l = 0; l < w.layers; ++l)
         for (int k = 1; k <= N - 1; ++k) {
-          double truth = brute_recovery(plan.layers[l].phy2log, cl, E, k);
+          double truth = layer_recovery(plan.layers[l].phy2log, cl, E, k);
           EXPECT_NEAR(plan.layer_metrics[l].recovery[k - 1].probability, truth, 1e-12) << "N=" << N << " k=" << k;
           if (k < f) EXPECT_EQ(truth, 1.0) << "N=" << N << " f=" << f << " k=" << k;
         }

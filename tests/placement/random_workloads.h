@@ -70,6 +70,21 @@ inline ucpkit::placement::LoadMatrix one_layer(const std::vector<double>& t) {
   return w;
 }
 
+// P(every expert keeps a replica) when k of N nodes fail, by enumerating every k-subset.
+inline double layer_recovery(const std::vector<int>& phy2log, const ucpkit::placement::Cluster& cl, int experts, int k) {
+  const int N = cl.nodes;
+  long long ok = 0, all = 0;
+  for (unsigned mask = 0; mask < (1u << N); ++mask) {
+    if (__builtin_popcount(mask) != k) continue;
+    ++all;
+    std::vector<char> alive(experts, 0);
+    for (size_t p = 0; p < phy2log.size(); ++p)
+      if (!((mask >> (p / cl.slots_per_node())) & 1)) alive[phy2log[p]] = 1;
+    ok += std::count(alive.begin(), alive.end(), 1) == experts;
+  }
+  return static_cast<double>(ok) / static_cast<double>(all);
+}
+
 // Distinct nodes of every expert, counted from phy2log.
 inline std::vector<int> distinct_nodes(const std::vector<int>& phy2log, const ucpkit::placement::Cluster& cl,
                                        int experts) {

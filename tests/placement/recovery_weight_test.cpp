@@ -47,20 +47,6 @@ double overall_balance(const Plan& p, const LoadMatrix& w) {
   return mean / mx;
 }
 
-// P(every expert keeps a replica on a live node) when k nodes fail, over every k-subset.
-double layer_recovery(const std::vector<int>& phy2log, const Cluster& cl, int experts, int k) {
-  long long ok = 0, all = 0;
-  for (unsigned mask = 0; mask < (1u << cl.nodes); ++mask) {
-    if (__builtin_popcount(mask) != k) continue;
-    ++all;
-    std::vector<char> alive(experts, 0);
-    for (size_t s = 0; s < phy2log.size(); ++s)
-      if (!((mask >> (s / cl.slots_per_node())) & 1)) alive[phy2log[s]] = 1;
-    ok += std::count(alive.begin(), alive.end(), 1) == experts;
-  }
-  return static_cast<double>(ok) / static_cast<double>(all);
-}
-
 double mean_recovery(const Plan& p, int k) {
   double sum = 0;
   for (const auto& l : p.layers) sum += layer_recovery(l.phy2log, p.cluster, p.experts, k);
