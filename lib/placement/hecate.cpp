@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <set>
+#include <tuple>
 
 #include "core/error.h"
 #include "placement/algorithm.h"
@@ -17,6 +19,43 @@ std::vector<int> by_load_desc(const std::vector<double>& t) {
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return t[a] > t[b]; });
   return order;
 }
+
+// The nodes with free slots in place_copy's order for a node lacking the expert: most room first,
+// then the largest room of one of its GPUs, then the lowest id (a GPU scan's first maximum), so the
+// choice is the first listed node lacking the expert instead of a scan over every GPU (issue 31:
+// 8,192 GPUs). `taken(g)` after a slot of GPU g is filled.
+class RoomIndex {
+ public:
+  RoomIndex(int nodes, int gpus_per_node, int room) : G_(gpus_per_node), room_(nodes * gpus_per_node, room), key_(nodes) {
+    for (int n = 0; n < nodes; ++n) {
+      key_[n] = {-room * G_, -room, n};
+      if (room > 0) order_.insert(key_[n]);
+    }
+  }
+  void taken(int g) {
+    const int n = g / G_;
+    order_.erase(key_[n]);
+    room_[g]--;
+    int total = 0, most = 0;
+    for (int h = n * G_; h < (n + 1) * G_; ++h) total += room_[h], most = std::max(most, room_[h]);
+    key_[n] = {-total, -most, n};
+    if (total > 0) order_.insert(key_[n]);
+  }
+  // The first GPU with the node's largest room.
+  int best_gpu(int n) const {
+    int best = n * G_;
+    for (int h = n * G_; h < (n + 1) * G_; ++h)
+      if (room_[h] > room_[best]) best = h;
+    return best;
+  }
+  const std::set<std::tuple<int, int, int>>& nodes() const { return order_; }
+
+ private:
+  int G_;
+  std::vector<int> room_;
+  std::vector<std::tuple<int, int, int>> key_;  // (-node room, -largest GPU room, node)
+  std::set<std::tuple<int, int, int>> order_;
+};
 
 }  // namespace
 
@@ -36,6 +75,9 @@ std::vector<std::vector<int>> hecate_sharding(const LoadMatrix& loads, const Clu
     return *std::max_element(row.begin(), row.end());
   };
   std::stable_sort(layers.begin(), layers.end(), [&](int a, int b) { return max_load(a) > max_load(b); });
+  // Free shard slots per node, kept with `free`: the node scan reads them instead of summing its GPUs.
+  std::vector<long long> node_free(N, 0);
+  for (int g = 0; g < D; ++g) node_free[g / G] += free[g];
   for (int l : layers) {
     std::vector<double> row = loads.layer_vector(l);
     std::vector<int> order = by_load_desc(row);
@@ -46,8 +88,7 @@ std::vector<std::vector<int>> hecate_sharding(const LoadMatrix& loads, const Clu
       int best_node = -1;
       long long best_free = 0;
       for (int n = 0; n < N; ++n) {
-        long long nf = 0;
-        for (int g = n * G; g < (n + 1) * G; ++g) nf += free[g];
+        const long long nf = node_free[n];
         if (nf == 0) continue;
         if (best_node < 0 || node_load[n] < node_load[best_node] ||
             (node_load[n] == node_load[best_node] && nf < best_free)) {
@@ -62,16 +103,22 @@ std::vector<std::vector<int>> hecate_sharding(const LoadMatrix& loads, const Clu
       }
       owner[l][e] = best;
       free[best]--;
+      node_free[best_node]--;
       node_load[best_node] += row[e];
       gpu_load[best] += row[e];
     }
   }
-  // Overlappable experts go to the remaining shard slots, GPUs with the most room first.
+  // Overlappable experts go to the remaining shard slots, GPUs with the most room first (the lowest
+  // id on ties, as a scan for the first maximum takes): an ordered set instead of a scan per expert.
+  std::set<std::pair<long long, int>> by_room;  // (-free, GPU)
+  for (int g = 0; g < D; ++g) by_room.insert({-free[g], g});
   for (int l : layers)
     for (int e : overlappable[l]) {
-      int best = static_cast<int>(std::max_element(free.begin(), free.end()) - free.begin());
+      const int best = by_room.begin()->second;
+      by_room.erase(by_room.begin());
       owner[l][e] = best;
       free[best]--;
+      by_room.insert({-free[best], best});
     }
   return owner;
 }
@@ -86,14 +133,18 @@ LayerPlacement hecate_materialize(const std::vector<double>& t, const std::vecto
                      std::to_string(M));
   std::vector<std::vector<int>> slots(D);
   std::vector<std::vector<char>> has(D, std::vector<char>(E, 0));
+  std::vector<int> on_node(static_cast<size_t>(cluster.nodes) * E, 0);  // GPUs of a node holding e
   std::vector<int> cnt(E, 0);
   std::vector<double> gload(D, 0.0);
+  RoomIndex rooms(cluster.nodes, G, M);
   auto room = [&](int g) { return M - static_cast<int>(slots[g].size()); };
   auto put = [&](int e, int g) {
     slots[g].push_back(e);
+    if (!has[g][e]) on_node[static_cast<size_t>(g / G) * E + e]++;
     has[g][e] = 1;
     cnt[e]++;
     gload[g] += t[e];
+    rooms.taken(g);
   };
   std::vector<int> order = by_load_desc(t);
 
@@ -114,6 +165,12 @@ LayerPlacement hecate_materialize(const std::vector<double>& t, const std::vecto
 
   // Most room on nodes lacking e, then on GPUs lacking e.
   auto place_copy = [&](int e) {
+    for (const auto& [minus_room, minus_most, n] : rooms.nodes())
+      if (on_node[static_cast<size_t>(n) * E + e] == 0) {
+        put(e, rooms.best_gpu(n));
+        return true;
+      }
+    // Every node with room holds e: the scan by (node room, GPU lacks e, GPU room).
     int best = -1, best_node_room = -1;
     bool best_node_lacks = false, best_lacks = false;
     for (int n = 0; n < cluster.nodes; ++n) {
