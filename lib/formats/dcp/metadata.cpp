@@ -1,0 +1,219 @@
+// DCP `.metadata` -> Metadata. Every DCP class is a dataclass pickled as NEWOBJ(cls) + BUILD(__dict__),
+// except TensorProperties, whose __getstate__ gives a tuple whose item 0 is the dtype (both eras;
+// docs/formats-dcp.md). Fields are read by name; unknown extra attributes (Megatron's
+// all_local_plans, newer torch fields) are ignored, unknown classes where a DCP class belongs are not.
+#include "formats/dcp/metadata.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/mapped_file.h"
+#include "formats/dcp/object_keys.h"
+#include "io/pickle/unpickler.h"
+
+namespace ucpkit::formats::dcp {
+
+using pickle::Kind;
+using pickle::ValuePtr;
+
+namespace {
+
+constexpr std::string_view kPrototype = "torch.distributed._shard.checkpoint.";
+constexpr std::string_view kCurrent = "torch.distributed.checkpoint.";
+constexpr std::string_view kShardedProps = "torch.distributed._shard.sharded_tensor.metadata.TensorProperties";
+
+struct Parser {
+  const std::string& name;
+  ClassEra era = ClassEra::Current;
+  std::string_view prefix = kCurrent;  // of this file's DCP classes (its Metadata's)
+
+  [[noreturn]] void bad(const std::string& what) const { fail(name, "DCP metadata: " + what); }
+
+  // The object's class, which must be `module_leaf` ("metadata.Metadata") of this file's era.
+  void expect(const ValuePtr& v, std::string_view module_leaf, const std::string& where) const {
+    const std::string want = std::string(prefix) + std::string(module_leaf);
+    if (!v || v->kind != Kind::Object) bad(where + ": expected " + want + ", found " + (v ? v->repr(1) : "nothing"));
+    if (v->class_path() != want) bad(where + ": unknown class " + v->class_path() + " (expected " + want + ")");
+  }
+  ValuePtr field(const ValuePtr& obj, std::string_view f, const std::string& where) const {
+    ValuePtr v = obj->attr(f);
+    if (!v) bad(where + ": no field '" + std::string(f) + "'");
+    return v;
+  }
+  std::vector<int64_t> shape(const ValuePtr& v, const std::string& where) const {
+    if (!v || (v->kind != Kind::Shape && !v->is_sequence())) bad(where + ": expected a torch.Size");
+    std::vector<int64_t> s = v->as_shape();
+    for (int64_t d : s)
+      if (d < 0) bad(where + ": negative size or offset " + std::to_string(d));
+    return s;
+  }
+  uint64_t count(const ValuePtr& v, const std::string& where) const {
+    if (!v || (v->kind != Kind::Int && v->kind != Kind::BigInt)) bad(where + ": expected an int");
+    const int64_t i = v->as_int();
+    if (i < 0) bad(where + ": negative " + std::to_string(i));
+    return static_cast<uint64_t>(i);
+  }
+  std::string text(const ValuePtr& v, const std::string& where) const {
+    if (!v || v->kind != Kind::Str) bad(where + ": expected a str");
+    return v->s;
+  }
+
+  DType properties_dtype(const ValuePtr& p, const std::string& where);
+  Entry entry(const std::string& fqn, const ValuePtr& v);
+  Item item(const ValuePtr& key, const ValuePtr& info);
+  void storage_meta(const ValuePtr& v, Metadata& md) const;
+  void planner_data(const ValuePtr& v, Metadata& md) const;
+};
+
+DType Parser::properties_dtype(const ValuePtr& p, const std::string& where) {
+  const std::string cls = p && p->kind == Kind::Object ? p->class_path() : "";
+  if (cls == kShardedProps) {
+    if (era == ClassEra::Current) era = ClassEra::ShardedProps;
+  } else if (cls != std::string(prefix) + "metadata.TensorProperties") {
+    bad(where + ": unknown class " + (cls.empty() ? (p ? p->repr(1) : "nothing") : cls) +
+        " (expected TensorProperties)");
+  }
+  // (dtype, layout, requires_grad, memory-format encoding, pin_memory[, later fields...])
+  const ValuePtr& st = p->object->state;
+  if (!st || st->kind != Kind::Tuple || st->items.empty() || st->items[0]->kind != Kind::Dtype)
+    bad(where + ": TensorProperties state is not a tuple starting with a torch dtype");
+  return st->items[0]->dtype;
+}
+
+Entry Parser::entry(const std::string& fqn, const ValuePtr& v) {
+  const std::string where = "state_dict_metadata['" + escaped_brief(fqn) + "']";
+  Entry e;
+  e.fqn = fqn;
+  if (v && v->kind == Kind::Object && v->class_path() == std::string(prefix) + "metadata.BytesStorageMetadata") {
+    e.is_bytes = true;
+    return e;
+  }
+  expect(v, "metadata.TensorStorageMetadata", where);
+  e.dtype = properties_dtype(field(v, "properties", where), where);
+  e.size = shape(field(v, "size", where), where + ".size");
+  ValuePtr chunks = field(v, "chunks", where);
+  if (!chunks->is_sequence()) bad(where + ".chunks: expected a list");
+  for (size_t k = 0; k < chunks->items.size(); ++k) {
+    const std::string cw = where + ".chunks[" + std::to_string(k) + "]";
+    expect(chunks->items[k], "metadata.ChunkStorageMetadata", cw);
+    Chunk c{shape(field(chunks->items[k], "offsets", cw), cw + ".offsets"),
+            shape(field(chunks->items[k], "sizes", cw), cw + ".sizes")};
+    if (c.offsets.size() != e.size.size() || c.sizes.size() != e.size.size())
+      bad(cw + ": " + std::to_string(c.offsets.size()) + "-d offsets / " + std::to_string(c.sizes.size()) +
+          "-d sizes for a " + std::to_string(e.size.size()) + "-d tensor");
+    e.chunks.push_back(std::move(c));
+  }
+  return e;
+}
+
+Item Parser::item(const ValuePtr& key, const ValuePtr& info) {
+  expect(key, "metadata.MetadataIndex", "storage_data key");
+  Item it;
+  it.fqn = text(field(key, "fqn", "MetadataIndex"), "MetadataIndex.fqn");
+  const std::string where = "storage_data['" + escaped_brief(it.fqn) + "']";
+  if (ValuePtr off = key->attr("offset"); off && !off->is_none()) it.offset = shape(off, where + " offset");
+  expect(info, "filesystem._StorageInfo", where);
+  it.storage.relative_path = text(field(info, "relative_path", where), where + ".relative_path");
+  it.storage.offset = count(field(info, "offset", where), where + ".offset");
+  it.storage.length = count(field(info, "length", where), where + ".length");
+  if (ValuePtr t = info->attr("transform_descriptors"); t && !t->is_none()) {
+    if (!t->is_sequence()) bad(where + ".transform_descriptors: expected a list");
+    it.storage.transforms = t->items.size();
+  }
+  return it;
+}
+
+std::optional<std::string> opt_text(const ValuePtr& obj, std::string_view f) {
+  ValuePtr v = obj->attr(f);
+  if (!v || v->kind != Kind::Str) return std::nullopt;
+  return v->s;
+}
+
+void Parser::storage_meta(const ValuePtr& v, Metadata& md) const {
+  if (!v || v->is_none()) return;
+  expect(v, "metadata.StorageMeta", "storage_meta");
+  md.checkpoint_id = opt_text(v, "checkpoint_id");  // a PosixPath object when saved from a Path: left out
+  md.save_id = opt_text(v, "save_id");
+}
+
+// DefaultSavePlanner's planner_data: {flat fqn: tuple of the nested keys}.
+void Parser::planner_data(const ValuePtr& v, Metadata& md) const {
+  if (!v || v->kind != Kind::Dict) return;
+  for (const auto& [k, path] : v->entries) {
+    if (k->kind != Kind::Str || !path->is_sequence()) return;
+    std::vector<std::string> parts;
+    for (const auto& p : path->items) {
+      if (p->kind == Kind::Str) parts.push_back(p->s);
+      else if (p->kind == Kind::Int) parts.push_back(std::to_string(p->i));
+      else return;
+    }
+    md.flattening.emplace(k->s, std::move(parts));
+  }
+}
+
+}  // namespace
+
+std::string_view era_name(ClassEra era) {
+  switch (era) {
+    case ClassEra::Prototype: return "torch 1.13 (torch.distributed._shard.checkpoint)";
+    case ClassEra::ShardedProps: return "torch 2.0-2.2 (TensorProperties under torch.distributed._shard)";
+    case ClassEra::Current: return "torch >= 2.3";
+  }
+  return "?";
+}
+
+Metadata parse_metadata(std::span<const uint8_t> bytes, const std::string& name) {
+  const ValuePtr root = pickle::unpickle(storage_data_as_list({bytes.begin(), bytes.end()}, name), name);
+  Parser p{name};
+  const std::string cls = root->kind == Kind::Object ? root->class_path() : std::string(kind_name(root->kind));
+  if (cls == std::string(kPrototype) + "metadata.Metadata") {
+    p.prefix = kPrototype;
+    p.era = ClassEra::Prototype;
+  } else if (cls != std::string(kCurrent) + "metadata.Metadata") {
+    p.bad("unknown class " + cls + " at the top (expected torch.distributed.checkpoint.metadata.Metadata)");
+  }
+  Metadata md;
+  md.path = name;
+  const ValuePtr sdm = p.field(root, "state_dict_metadata", "Metadata");
+  if (sdm->kind != Kind::Dict) p.bad("state_dict_metadata is not a dict");
+  for (const auto& [k, v] : sdm->entries) md.entries.push_back(p.entry(p.text(k, "state_dict_metadata key"), v));
+  // storage_data_as_list turned the MetadataIndex-keyed dict into [key, value, key, value, ...].
+  const ValuePtr sd = p.field(root, "storage_data", "Metadata");
+  if (sd->kind == Kind::Dict) {
+    for (const auto& [k, v] : sd->entries) md.items.push_back(p.item(k, v));
+  } else if (sd->kind == Kind::List && sd->items.size() % 2 == 0) {
+    for (size_t k = 0; k < sd->items.size(); k += 2) md.items.push_back(p.item(sd->items[k], sd->items[k + 1]));
+  } else {
+    p.bad("storage_data is not a dict (a storage writer other than FileSystemWriter's?)");
+  }
+  p.planner_data(root->attr("planner_data"), md);
+  p.storage_meta(root->attr("storage_meta"), md);
+  md.version = opt_text(root, "version");
+  md.era = p.era;
+  return md;
+}
+
+Metadata read_metadata(const std::string& path) {
+  auto file = MappedFile::open(path);
+  return parse_metadata(file->bytes(), path);
+}
+
+const Entry* Metadata::find(const std::string& fqn) const {
+  for (const auto& e : entries)
+    if (e.fqn == fqn) return &e;
+  return nullptr;
+}
+
+const Item& Metadata::item_of(const std::string& fqn, const std::vector<int64_t>* offsets) const {
+  for (const auto& it : items)
+    if (it.fqn == fqn && (offsets ? it.offset && *it.offset == *offsets : !it.offset)) return it;
+  std::string at;
+  if (offsets) {
+    at = " at offsets [";
+    for (size_t k = 0; k < offsets->size(); ++k) at += (k ? ", " : "") + std::to_string((*offsets)[k]);
+    at += "]";
+  }
+  fail(path, "DCP metadata: no storage_data item for '" + escaped_brief(fqn) + "'" + at);
+}
+
+}  // namespace ucpkit::formats::dcp

@@ -1,0 +1,79 @@
+// PyTorch Distributed Checkpoint (DCP) `.metadata`: one pickled torch.distributed.checkpoint
+// Metadata, read through our pickle VM (every DCP class comes back as an opaque Object; its fields are
+// read here) into plain structs. Both class-path eras are read: torch 1.13's prototype
+// (torch.distributed._shard.checkpoint.*) and torch 2.x (torch.distributed.checkpoint.*), with
+// TensorProperties under torch.distributed._shard.sharded_tensor.metadata before torch 2.3 and
+// under torch.distributed.checkpoint.metadata since (docs/formats-dcp.md cites the sources).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "io/dtype.h"
+
+namespace ucpkit::formats::dcp {
+
+// ChunkStorageMetadata: one stored piece of a tensor, a box of the global tensor.
+struct Chunk {
+  std::vector<int64_t> offsets;
+  std::vector<int64_t> sizes;
+};
+
+// TensorStorageMetadata (BytesStorageMetadata when is_bytes).
+struct Entry {
+  std::string fqn;
+  bool is_bytes = false;
+  DType dtype = DType::Float32;   // TensorProperties.dtype (state tuple item 0)
+  std::vector<int64_t> size;      // global shape
+  std::vector<Chunk> chunks;      // as listed; their order is the MetadataIndex.index hint
+};
+
+// _StorageInfo: where an item's bytes are, [offset, offset + length) of relative_path.
+struct StorageInfo {
+  std::string relative_path;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  size_t transforms = 0;  // len(transform_descriptors) (torch >= 2.7 zstd etc.); 0 when absent
+};
+
+// MetadataIndex -> _StorageInfo. A tensor item is keyed by its chunk's offsets, a bytes item by fqn.
+struct Item {
+  std::string fqn;
+  std::optional<std::vector<int64_t>> offset;  // MetadataIndex.offset (None for bytes items)
+  StorageInfo storage;
+};
+
+enum class ClassEra {
+  Prototype,     // torch 1.13: torch.distributed._shard.checkpoint.*
+  ShardedProps,  // torch 2.0-2.2: torch.distributed.checkpoint.*, TensorProperties under _shard
+  Current,       // torch >= 2.3: TensorProperties in torch.distributed.checkpoint.metadata
+};
+
+struct Metadata {
+  std::string path;              // the file read (named in every error)
+  ClassEra era = ClassEra::Current;
+  std::vector<Entry> entries;    // state_dict_metadata, in file order
+  std::vector<Item> items;       // storage_data, in file order
+  // planner_data of DefaultSavePlanner: flattened fqn -> the nested state-dict path it came from
+  // (dict keys as strings, list indices as decimal); empty when the planner wrote something else.
+  std::map<std::string, std::vector<std::string>> flattening;
+  std::optional<std::string> checkpoint_id, save_id;  // storage_meta (torch >= 2.4), when present
+  std::optional<std::string> version;                 // Metadata.version (newer torch), when present
+
+  // The entry of `fqn`, or nullptr.
+  const Entry* find(const std::string& fqn) const;
+  // The item holding chunk `offsets` of `fqn` (bytes: offsets null); throws Error naming the file.
+  const Item& item_of(const std::string& fqn, const std::vector<int64_t>* offsets) const;
+};
+
+// Parses `.metadata` bytes; `name` is the file named in every error.
+Metadata parse_metadata(std::span<const uint8_t> bytes, const std::string& name);
+// Reads and parses a `.metadata` file.
+Metadata read_metadata(const std::string& path);
+
+std::string_view era_name(ClassEra era);
+
+}  // namespace ucpkit::formats::dcp

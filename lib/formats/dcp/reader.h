@@ -1,0 +1,54 @@
+// Reads tensors out of a DCP checkpoint folder (FileSystemWriter's layout): `.metadata` plus data files
+// `__{rank}_{k}.distcp` that concatenate items with no header; a tensor item is a complete torch.save
+// zip at [offset, offset + length), a bytes item the raw bytes of torch.save(obj). One fqn or one
+// chunk at a time: a caller streaming a large checkpoint holds one tensor (or one chunk) in memory,
+// the data files stay mapped, not read.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "formats/dcp/metadata.h"
+#include "io/tensor.h"
+
+namespace ucpkit {
+class MappedFile;
+}
+
+namespace ucpkit::formats::dcp {
+
+// Throws Error naming `file` unless `chunks` tile the box `size` exactly: every chunk inside it, no
+// two overlapping, together as many elements as the box (so no gap).
+void check_chunks_cover(const Entry& entry, const std::string& file);
+
+class Reader {
+ public:
+  // `dir` holds the data files; `metadata_file` defaults to dir/.metadata.
+  explicit Reader(std::string dir, std::string metadata_file = "");
+
+  const Metadata& metadata() const { return md_; }
+  const std::string& dir() const { return dir_; }
+
+  // Chunk `k` of tensor `fqn` (chunks as listed in the metadata), a tensor of the chunk's sizes.
+  Tensor read_chunk(const std::string& fqn, size_t k) const;
+  // The global tensor of `fqn`, assembled from its chunks (checked to cover it exactly).
+  Tensor read_tensor(const std::string& fqn) const;
+  // The stored bytes of a bytes item (a torch.save of the object).
+  std::vector<uint8_t> read_bytes(const std::string& fqn) const;
+
+ private:
+  const Entry& entry(const std::string& fqn, bool bytes) const;
+  // The item's bytes inside its data file, bounds-checked.
+  std::span<const uint8_t> item_bytes(const Item& item, std::shared_ptr<const MappedFile>& keep,
+                                       std::string& file) const;
+
+  std::string dir_;
+  Metadata md_;
+  mutable std::mutex mu_;
+  mutable std::map<std::string, std::shared_ptr<const MappedFile>> files_;
+};
+
+}  // namespace ucpkit::formats::dcp

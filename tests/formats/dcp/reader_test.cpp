@@ -1,0 +1,148 @@
+// formats/dcp: every tensor of every committed real DCP checkpoint (tests/formats/dcp/data, written by
+// torch 2.6's torch.distributed.checkpoint.save from 2 and 4 gloo ranks and by torch 1.13's prototype
+// DCP; scripts/dcp_fixtures.sh) read bit-exact against the full tensors the saving script recorded
+// (<variant>.truth/tensors.safetensors: torch's own full_state_dict gather, not DCP loading).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "formats/dcp/dcp_data.h"
+#include "formats/dcp/reader.h"
+#include "io/safetensors_file.h"
+#include "io/torch/torch_file.h"
+
+namespace fs = std::filesystem;
+using namespace ucpkit;
+using formats::dcp::ClassEra;
+using formats::dcp::Reader;
+using ucpkit::testing::slurp;
+
+namespace {
+
+const std::string& kData = ucpkit::testing::kDcpData;
+
+std::map<std::string, SafetensorsTensor> truth_of(const std::string& variant) {
+  const std::string p = kData + "/" + variant + ".truth/tensors.safetensors";
+  return parse_safetensors(slurp(p), p);
+}
+
+// Reads every tensor entry of `dir` and compares it with the truth: same key set, dtype, shape, bytes.
+void expect_matches_truth(const std::string& dir, const std::map<std::string, SafetensorsTensor>& truth) {
+  Reader r(dir);
+  std::set<std::string> tensor_keys;
+  for (const auto& e : r.metadata().entries)
+    if (!e.is_bytes) tensor_keys.insert(e.fqn);
+  std::set<std::string> truth_keys;
+  for (const auto& [k, v] : truth) truth_keys.insert(k);
+  EXPECT_EQ(tensor_keys, truth_keys) << dir;
+  for (const auto& [name, want] : truth) {
+    SCOPED_TRACE(dir + " " + name);
+    const Tensor t = r.read_tensor(name);
+    EXPECT_EQ(dtype_safetensors_name(t.dtype()), want.dtype);
+    EXPECT_EQ(t.shape(), want.shape);
+    const auto b = t.contiguous().contiguous_bytes();
+    ASSERT_EQ(b.size(), want.bytes.size());
+    EXPECT_EQ(0, std::memcmp(b.data(), want.bytes.data(), b.size())) << "values differ";
+  }
+}
+
+size_t chunk_count(const Reader& r) {
+  size_t n = 0;
+  for (const auto& e : r.metadata().entries) n += e.chunks.size();
+  return n;
+}
+
+}  // namespace
+
+TEST(DcpReader, Fsdp2RowShardingTwoRanks) {
+  expect_matches_truth(kData + "/fsdp_w2", truth_of("fsdp_w2"));
+  Reader r(kData + "/fsdp_w2");
+  EXPECT_EQ(r.metadata().era, ClassEra::Current);
+  const auto* e = r.metadata().find("tok_embeddings.weight");
+  ASSERT_NE(e, nullptr);
+  ASSERT_EQ(e->chunks.size(), 2u);  // Shard(0) over 2 ranks: two row blocks
+  EXPECT_EQ(e->chunks[1].offsets, (std::vector<int64_t>{e->size[0] / 2, 0}));
+}
+
+TEST(DcpReader, TwoDimensionalShardingFourRanks) {
+  expect_matches_truth(kData + "/twod_w4", truth_of("twod_w4"));
+  Reader r(kData + "/twod_w4");
+  const auto* e = r.metadata().find("layers.0.feed_forward.w1.weight");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->chunks.size(), 4u);  // (Shard(0), Shard(1)) on a 2x2 mesh
+}
+
+TEST(DcpReader, OptimizerStateThroughGetStateDict) {
+  expect_matches_truth(kData + "/fsdp_optim_w2", truth_of("fsdp_optim_w2"));
+  Reader r(kData + "/fsdp_optim_w2");
+  // Non-tensor optimizer state: bytes items holding torch.save(obj); values as nontensor.json records.
+  auto value = [&](const std::string& k) {
+    const auto b = r.read_bytes(k);
+    return load_torch_bytes(b, k).root;
+  };
+  EXPECT_DOUBLE_EQ(value("optim.param_groups.0.lr")->as_float(), 0.01);
+  EXPECT_DOUBLE_EQ(value("optim.param_groups.0.eps")->as_float(), 1e-08);
+  EXPECT_FALSE(value("optim.param_groups.0.amsgrad")->as_bool());
+  // DefaultSavePlanner's planner_data: flattened key -> the nested path it came from.
+  const auto& fl = r.metadata().flattening;
+  ASSERT_TRUE(fl.count("optim.state.norm.weight.exp_avg"));
+  EXPECT_EQ(fl.at("optim.state.norm.weight.exp_avg"),
+            (std::vector<std::string>{"optim", "state", "norm.weight", "exp_avg"}));
+  EXPECT_TRUE(r.metadata().save_id.has_value());
+}
+
+TEST(DcpReader, FsdpTimesTensorParallelFourRanks) {
+  expect_matches_truth(kData + "/fsdp_tp_optim_w4", truth_of("fsdp_tp_optim_w4"));
+}
+
+TEST(DcpReader, PlainTensorsAreWholeChunks) {
+  expect_matches_truth(kData + "/plain_w2", truth_of("plain_w2"));
+  Reader r(kData + "/plain_w2");
+  for (const auto& e : r.metadata().entries) {
+    ASSERT_EQ(e.chunks.size(), 1u) << e.fqn;
+    EXPECT_EQ(e.chunks[0].sizes, e.size) << e.fqn;
+  }
+}
+
+TEST(DcpReader, RankLocalSavesEachReadAlone) {
+  // no_dist save: every rank its own folder with its own .metadata (torch 2.6 has no __{rank}.metadata).
+  const auto truth = truth_of("ranklocal_w2");
+  for (const char* part : {"rank_0", "rank_1"}) {
+    ASSERT_TRUE(fs::exists(kData + "/ranklocal_w2/" + part + "/.metadata"));
+    expect_matches_truth(kData + "/ranklocal_w2/" + part, truth);
+  }
+  EXPECT_FALSE(fs::exists(kData + "/ranklocal_w2/.metadata"));
+}
+
+TEST(DcpReader, Torch113PrototypeEra) {
+  expect_matches_truth(kData + "/torch113_w2", truth_of("torch113_w2"));
+  Reader r(kData + "/torch113_w2");
+  EXPECT_EQ(r.metadata().era, ClassEra::Prototype);
+  const auto b = r.read_bytes("step");
+  EXPECT_EQ(load_torch_bytes(b, "step").root->as_int(), 7);
+  EXPECT_EQ(r.metadata().find("col")->dtype, DType::BFloat16);
+}
+
+TEST(DcpReader, OneChunkAtATimeEqualsItsBoxOfTheTruth) {
+  const auto truth = truth_of("twod_w4");
+  Reader r(kData + "/twod_w4");
+  const std::string name = "layers.0.attention.wo.weight";
+  const auto* e = r.metadata().find(name);
+  ASSERT_NE(e, nullptr);
+  const auto& want = truth.at(name);
+  const int64_t cols = want.shape[1];
+  for (size_t k = 0; k < e->chunks.size(); ++k) {
+    const auto& c = e->chunks[k];
+    const auto v = r.read_chunk(name, k).contiguous().to_vector<float>();
+    ASSERT_EQ(static_cast<int64_t>(v.size()), c.sizes[0] * c.sizes[1]);
+    for (int64_t i = 0; i < c.sizes[0]; ++i)
+      for (int64_t j = 0; j < c.sizes[1]; ++j) {
+        float w;
+        std::memcpy(&w, want.bytes.data() + 4 * ((c.offsets[0] + i) * cols + c.offsets[1] + j), 4);
+        ASSERT_EQ(std::memcmp(&v[static_cast<size_t>(i * c.sizes[1] + j)], &w, 4), 0) << k << " " << i << " " << j;
+      }
+  }
+  EXPECT_GT(chunk_count(r), r.metadata().entries.size());
+}
