@@ -13,6 +13,7 @@
 #include "formats/deepspeed/model_states.h"
 #include "formats/deepspeed/module_tree.h"
 #include "formats/deepspeed/param_groups.h"
+#include "formats/deepspeed/pickled_classes.h"
 #include "formats/deepspeed/pipeline.h"
 #include "formats/deepspeed/storage_tags.h"
 #include "formats/deepspeed/file_names.h"
@@ -27,45 +28,6 @@ using pickle::Value;
 using pickle::ValuePtr;
 
 namespace {
-
-ValuePtr fragment_address(int64_t numel, int64_t start) {
-  auto st = Value::dict();
-  st->set_item("numel", Value::integer(numel));
-  st->set_item("start", Value::integer(start));
-  // A dataclass pickles as NEWOBJ on the class, then BUILD with its __dict__.
-  return Value::make_object("deepspeed.utils.tensor_fragment", "fragment_address", Value::tuple(), st,
-                            Object::Build::NewObj);
-}
-
-ValuePtr zero_stage_enum(int stage) {
-  // An int Enum pickles as REDUCE: ZeroStageEnum(value).
-  return Value::make_object("deepspeed.runtime.zero.config", "ZeroStageEnum", Value::tuple({Value::integer(stage)}),
-                            nullptr, Object::Build::Reduce);
-}
-
-ValuePtr loss_scaler(DType dtype) {
-  auto st = Value::dict();
-  if (dtype == DType::Float16) {
-    st->set_item("cur_scale", Value::real(65536.0));
-    st->set_item("dynamic", Value::boolean(true));
-    st->set_item("cur_iter", Value::integer(0));
-    st->set_item("last_overflow_iter", Value::integer(-1));
-    st->set_item("scale_factor", Value::real(2.0));
-    st->set_item("scale_window", Value::integer(1000));
-    st->set_item("min_scale", Value::integer(1));
-    st->set_item("delayed_shift", Value::integer(1));
-    st->set_item("cur_hysteresis", Value::integer(1));
-    st->set_item("consecutive_hysteresis", Value::boolean(false));
-    st->set_item("raise_error_at_min_scale", Value::boolean(true));
-    st->set_item("dtype", Value::torch_dtype(DType::Float16));
-    return Value::make_object("deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler", Value::tuple(), st,
-                              Object::Build::NewObj);
-  }
-  st->set_item("cur_scale", Value::integer(1));
-  st->set_item("dynamic", Value::boolean(false));
-  return Value::make_object("deepspeed.runtime.fp16.loss_scaler", "LossScaler", Value::tuple(), st,
-                            Object::Build::NewObj);
-}
 
 void set_if_present(const ValuePtr& obj, const char* field, ValuePtr v) {
   if (obj && obj->attr(field)) obj->set_attr(field, std::move(v));
@@ -427,24 +389,23 @@ uint64_t DeepSpeedWriter::write_expert_files(int mp, const std::string& dir) con
   return n;
 }
 
-ValuePtr DeepSpeedWriter::optimizer_state(const GroupPlan& g, int part) const {
-  auto gs = Value::dict();
+void DeepSpeedWriter::optimizer_state(const GroupPlan& g, int part, formats::deepspeed::OptimizerShard::Group& out) const {
+  out.has_state = true;
   for (const auto& s : g.slots)  // the step of the group's first parameter that has a step.pt
     if (auto step = reader_.step(s.param)) {
       formats::deepspeed::tag_storages_cpu(step);  // a universal step.pt from an older ucp-union may carry cuda:N
-      gs->set_item("step", step);
+      out.step = step;
       break;
     }
   for (size_t k = 1; k < model_.states.size(); ++k)
-    gs->set_item(model_.states[k], Value::of_tensor(partition_tensor(g, part, model_.states[k], -1, true)));
-  return gs;
+    out.moments.emplace_back(model_.states[k], partition_tensor(g, part, model_.states[k], -1, true));
 }
 
 ValuePtr DeepSpeedWriter::target_loss_scaler() const {
   auto ls = common_->get("loss_scaler");
   // fp16 needs a dynamic scaler; other dtypes keep the source's scaler (or a static one).
   const bool dynamic = ls && ls->class_path().find("DynamicLossScaler") != std::string::npos;
-  if (!ls || (plan_.target.dtype == DType::Float16) != dynamic) ls = loss_scaler(plan_.target.dtype);
+  if (!ls || (plan_.target.dtype == DType::Float16) != dynamic) ls = formats::deepspeed::loss_scaler(plan_.target.dtype);
   return ls;
 }
 
@@ -455,6 +416,7 @@ ValuePtr DeepSpeedWriter::common_param_groups() const {
 }
 
 ValuePtr DeepSpeedWriter::zero3_state(int d, int mp) const {
+  using formats::deepspeed::OptimizerShard;
   const MpRankPlan& mr = plan_.mp_ranks.at(mp);
   const auto& t = plan_.target;
   const auto common_groups = common_param_groups();
@@ -481,15 +443,15 @@ ValuePtr DeepSpeedWriter::zero3_state(int d, int mp) const {
       pgroups.push_back({g.partition_count, edp, ranks, true});
     }
   }
-  auto state = Value::dict();
-  auto flats = Value::list();
-  for (size_t sg = 0; sg < subs.size(); ++sg) {
-    state->entries.emplace_back(Value::integer(static_cast<int64_t>(sg)), optimizer_state(*subs[sg].g, subs[sg].part));
-    flats->items.push_back(Value::of_tensor(partition_tensor(*subs[sg].g, subs[sg].part, "fp32", -1, true)));
+  OptimizerShard shard;
+  shard.flavor = OptimizerShard::Flavor::Zero3;
+  for (const auto& sub : subs) {
+    auto& group = shard.groups.emplace_back();
+    optimizer_state(*sub.g, sub.part, group);
+    group.fp32 = partition_tensor(*sub.g, sub.part, "fp32", -1, true);
   }
   // One entry per optimizer param group, listing its sub-groups (DeepSpeed's
   // _set_fp32_optimizer_param_groups), groups without parameters included.
-  auto hyper = Value::list();
   for (size_t gi = 0; gi < common_groups->items.size(); ++gi) {
     auto h = pickle::deep_copy(common_groups->items[gi]);
     if (h->kind == Kind::Dict) {
@@ -500,24 +462,20 @@ ValuePtr DeepSpeedWriter::zero3_state(int d, int mp) const {
       if (auto moe = h->get("moe"); model_.autoep && moe && moe->kind == Kind::Bool && moe->b && h->contains("name"))
         h->set_item("name", Value::str(formats::deepspeed::autoep_group_name(t.ep)));
     }
-    hyper->items.push_back(h);
+    shard.param_groups.push_back(h);
   }
-  auto inner = Value::dict();
-  inner->set_item("state", state);
-  inner->set_item("param_groups", hyper);
-  auto osd = Value::dict(true);
-  osd->set_item("zero_stage", zero_stage_enum(3));
-  osd->set_item("loss_scaler", target_loss_scaler());
-  osd->set_item("dynamic_loss_scale", Value::boolean(t.dtype == DType::Float16));
+  shard.zero_stage = formats::deepspeed::zero_stage_enum(3);
+  shard.loss_scaler = target_loss_scaler();
+  shard.dynamic_loss_scale = Value::boolean(t.dtype == DType::Float16);
   auto ov = common_->get("overflow");
-  osd->set_item("overflow", ov ? ov : Value::boolean(false));
-  osd->set_item("partition_count", Value::integer(t.dp));
+  shard.overflow = ov ? ov : Value::boolean(false);
+  shard.partition_count = t.dp;
   // Written only when a sub-group holds AutoEP experts (stage3.py v0.19.5:3117-3144).
-  if (model_.autoep && pgroups.size() > mr.groups.size())
-    osd->set_item("ds_zero_partition_groups", formats::deepspeed::zero3_partition_groups_value(pgroups, formats::deepspeed::autoep_group_name(t.ep)));
-  osd->set_item("optimizer_state_dict", inner);
-  osd->set_item("fp32_flat_groups", flats);
-  return osd;
+  if (model_.autoep && pgroups.size() > mr.groups.size()) {
+    shard.partition_groups = std::move(pgroups);
+    shard.expert_group_name = formats::deepspeed::autoep_group_name(t.ep);
+  }
+  return formats::deepspeed::to_pickle(shard);
 }
 
 uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir) const {
@@ -539,16 +497,10 @@ uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir
 }
 
 ValuePtr DeepSpeedWriter::zero12_state(int d, int mp) const {
+  using formats::deepspeed::OptimizerShard;
   const MpRankPlan& mr = plan_.mp_ranks.at(mp);
   const auto& t = plan_.target;
   const auto common_groups = common_param_groups();
-
-  auto state = Value::dict();
-  auto hyper = Value::list();
-  auto fp32_parts = Value::list();
-  auto maps = Value::list();
-  auto pads = Value::list();
-  auto counts = Value::list();
   // Dense groups partitioned over DP, then (native MoE) this rank's expert groups over expert-DP.
   std::vector<std::pair<const GroupPlan*, int>> groups;
   for (const auto& g : mr.groups) groups.push_back({&g, d});
@@ -556,11 +508,14 @@ ValuePtr DeepSpeedWriter::zero12_state(int d, int mp) const {
     const auto [er, edp] = plan_.ep_coords(d);
     for (const auto& g : mr.expert_groups.at(er)) groups.push_back({&g, edp});
   }
+  OptimizerShard shard;
+  shard.flavor = t.bf16_optimizer ? OptimizerShard::Flavor::Bf16Optimizer : OptimizerShard::Flavor::Zero12;
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const GroupPlan& g = *groups[gi].first;
     const int p = groups[gi].second;
     const PartitionPlan part = partition_of(g, p);
-    state->entries.emplace_back(Value::integer(static_cast<int64_t>(gi)), optimizer_state(g, p));
+    auto& group = shard.groups.emplace_back();
+    optimizer_state(g, p, group);
     if (g.group >= (int)common_groups->items.size())
       throw Error("zero/optimizer_state.pt: no param_groups entry for group " + std::to_string(g.group));
     auto h = pickle::deep_copy(common_groups->items[g.group]);
@@ -569,38 +524,24 @@ ValuePtr DeepSpeedWriter::zero12_state(int d, int mp) const {
       if (auto moe = h->get("moe"); moe && moe->kind == Kind::Bool && moe->b && h->contains("name"))
         h->set_item("name", Value::str(formats::deepspeed::expert_group_name(t.ep)));
     }
-    hyper->items.push_back(h);
+    shard.param_groups.push_back(h);
     // ZeRO-1/2 drop the padding from the fp32 partition; BF16_Optimizer keeps it.
-    Tensor fp32 = partition_tensor(g, p, "fp32", t.bf16_optimizer ? -1 : g.partition - part.padding, true);
-    fp32_parts->items.push_back(Value::of_tensor(fp32));
-    auto m = Value::dict(true);
-    for (const auto& f : part.fragments) m->set_item(g.slots[f.slot].name, fragment_address(f.numel, f.start));
-    maps->items.push_back(m);
-    pads->items.push_back(Value::integer(part.padding));
-    counts->items.push_back(Value::integer(g.partition_count));
+    group.fp32 = partition_tensor(g, p, "fp32", t.bf16_optimizer ? -1 : g.partition - part.padding, true);
+    for (const auto& f : part.fragments) group.fragments.push_back({g.slots[f.slot].name, f.start, f.numel});
+    group.padding = part.padding;
+    group.partition_count = g.partition_count;
   }
-
-  auto osd = Value::dict(true);
   if (!t.bf16_optimizer) {
-    osd->set_item("loss_scaler", target_loss_scaler());
-    osd->set_item("dynamic_loss_scale", Value::boolean(t.dtype == DType::Float16));
+    shard.loss_scaler = target_loss_scaler();
+    shard.dynamic_loss_scale = Value::boolean(t.dtype == DType::Float16);
     auto ov = common_->get("overflow");
-    osd->set_item("overflow", ov ? ov : Value::boolean(false));
+    shard.overflow = ov ? ov : Value::boolean(false);
+    shard.zero_stage = formats::deepspeed::zero_stage_enum(t.zero_stage);
   }
   auto clip = common_->get("clip_grad");
-  osd->set_item("clip_grad", clip ? clip : Value::real(1.0));
-  auto base = Value::dict();
-  base->set_item("state", state);
-  base->set_item("param_groups", hyper);
-  osd->set_item("base_optimizer_state", base);
-  osd->set_item("single_partition_of_fp32_groups", fp32_parts);
-  if (!t.bf16_optimizer) osd->set_item("zero_stage", zero_stage_enum(t.zero_stage));
-  osd->set_item("group_paddings", pads);
-  osd->set_item("partition_count", counts);
-  osd->set_item("ds_version", target_ds_version());
-  osd->set_item("param_slice_mappings", maps);
-
-  return osd;
+  shard.clip_grad = clip ? clip : Value::real(1.0);
+  shard.ds_version = target_ds_version();
+  return formats::deepspeed::to_pickle(shard);
 }
 
 }  // namespace ucpkit::reshard

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "io/pickle/value.h"
+#include "formats/deepspeed/optimizer_shard.h"
 #include "formats/deepspeed/model_states.h"
 #include "formats/deepspeed/version_line.h"
 #include "reshard/model_info.h"
@@ -96,8 +97,8 @@ class DeepSpeedWriter {
   // optimizer_state_dict of a ZeRO-1/2 or BF16_Optimizer shard, and of a ZeRO-3 shard.
   pickle::ValuePtr zero12_state(int dp_rank, int mp) const;
   pickle::ValuePtr zero3_state(int dp_rank, int mp) const;
-  // The torch optimizer state of partition `part` of a group: step, then the moments (streamed).
-  pickle::ValuePtr optimizer_state(const GroupPlan& g, int part) const;
+  // The torch optimizer state of partition `part` of a group into `out`: step, then the moments (streamed).
+  void optimizer_state(const GroupPlan& g, int part, formats::deepspeed::OptimizerShard::Group& out) const;
   pickle::ValuePtr target_loss_scaler() const;
   pickle::ValuePtr common_param_groups() const;
   pickle::ValuePtr ds_config(const pickle::ValuePtr& source) const;
