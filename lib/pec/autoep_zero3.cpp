@@ -1,6 +1,7 @@
 // Expert byte ranges of DeepSpeed AutoEP under ZeRO-3 (docs/pec.md "AutoEP under ZeRO-3").
 #include "pec/autoep_zero3.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 
@@ -9,8 +10,11 @@
 #include "io/torch/torch_file.h"
 #include "io/zip/zip_directory.h"
 #include "formats/deepspeed/autoep_slices.h"
-#include "to_universal/extract.h"
-#include "to_universal/shard_reader.h"
+#include "formats/deepspeed/autoep_zero3_ranks.h"
+#include "formats/deepspeed/file_names.h"
+#include "formats/deepspeed/optimizer_shard.h"
+#include "formats/deepspeed/zero_partition.h"
+#include "io/shape.h"
 
 namespace fs = std::filesystem;
 
@@ -22,61 +26,129 @@ bool is_autoep_zero3(const std::string& zero3_model_file) {
   return layers && !layers->is_none();
 }
 
+namespace {
+
+// One DP rank's files as the expert ranges need them: the model file's ds_autoep_layers and
+// param_shapes (the sub-groups' parameters in partition order), the optimizer shard and its zip records.
+struct RankFiles {
+  std::vector<formats::deepspeed::AutoEpLayer> layers;
+  std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>> sub_groups;
+  TorchFile tf;
+  formats::deepspeed::OptimizerShard shard;
+  std::map<std::string, ZipRecord> records;
+  std::string prefix;
+};
+
+RankFiles read_rank(const std::string& model_path, const std::string& optim_path) {
+  RankFiles r;
+  const pickle::ValuePtr model = load_torch(model_path);
+  pickle::ValuePtr a = model && model->is(pickle::Kind::Dict) ? model->get("ds_autoep_layers") : nullptr;
+  if (!a || a->is_none()) fail(model_path, "no ds_autoep_layers (not an AutoEP ZeRO-3 save)");
+  r.layers = formats::deepspeed::parse_autoep_layers(a, model_path);
+  formats::deepspeed::check_autoep_zero3_layers(r.layers, model_path);
+  auto ps = model->get("param_shapes");
+  if (!ps || !ps->is_sequence()) fail(model_path, "ZeRO-3 model states have no param_shapes list");
+  for (const auto& g : ps->items) {
+    if (!g || g->kind != pickle::Kind::Dict) fail(model_path, "param_shapes entry is not a dict");
+    auto& row = r.sub_groups.emplace_back();
+    for (const auto& [k, v] : g->entries) row.emplace_back(k->as_str(), v->as_shape());
+  }
+  auto mapped = MappedFile::open(optim_path);
+  if (!looks_like_zip(mapped->bytes())) fail(optim_path, "legacy (non-zip) optimizer files are not supported by pec-save");
+  r.records = read_zip_directory(mapped->bytes(), optim_path);
+  r.tf = load_torch_file(optim_path);
+  r.prefix = r.tf.archive_prefix.empty() ? std::string() : r.tf.archive_prefix + "/";
+  r.shard = formats::deepspeed::read_optimizer_shard(r.tf);
+  if (!r.shard.zero3()) fail(optim_path, "ZeRO-3 model files but this optimizer shard is not ZeRO-3");
+  if (r.shard.partition_groups.size() != r.sub_groups.size())
+    fail(optim_path, "ZeRO-3 shard: ds_zero_partition_groups lists " + std::to_string(r.shard.partition_groups.size()) +
+                         " sub-groups but param_shapes lists " + std::to_string(r.sub_groups.size()));
+  return r;
+}
+
+// The tensors of sub-group g whose elements follow its partition layout: fp32, then every 1-D state.
+std::vector<const Tensor*> partition_tensors(const formats::deepspeed::OptimizerShard::Group& g) {
+  std::vector<std::pair<std::string, const Tensor*>> moments;
+  for (const auto& [name, t] : g.moments)
+    if (t.dim() == 1) moments.emplace_back(name, &t);
+  std::sort(moments.begin(), moments.end());
+  std::vector<const Tensor*> out{&g.fp32};
+  for (const auto& m : moments) out.push_back(m.second);
+  return out;
+}
+
+}  // namespace
+
 AutoEpZero3Experts autoep_zero3_experts(const std::string& step_dir) {
-  // The extract plan validates the layout as ucp-union does (every rank's ds_autoep_layers,
-  // ds_zero_partition_groups against them, complete slices) and lists each AutoEP weight's fragments
-  // per shard in join order (part = ep_rank * DP/EP + partition_rank).
-  const to_universal::ExtractPlan plan = to_universal::plan_checkpoint(step_dir, {});
+  const formats::deepspeed::DeepSpeedLayout L = formats::deepspeed::discover(step_dir);
+  if (!L.zero3) fail(step_dir, "not a ZeRO-3 checkpoint (no zero_pp_rank_D model files)");
+  if (L.tp != 1 || L.pp != 1)
+    fail(L.zero3_model_files.at(0).at(0), "DeepSpeed AutoEP under ZeRO-3 with tp=" + std::to_string(L.tp) +
+                                              ": DeepSpeed refuses AutoEP with AutoTP under ZeRO-3 (engine.py:1850-1853)");
+  std::vector<RankFiles> ranks;
+  std::vector<std::vector<formats::deepspeed::AutoEpLayer>> layers_of_rank;
+  for (int d = 0; d < L.dp; ++d) {
+    ranks.push_back(read_rank(L.zero3_model_files[0][d], L.optim_files[0][d]));
+    layers_of_rank.push_back(ranks.back().layers);
+  }
+  formats::deepspeed::check_autoep_ranks_agree(layers_of_rank, L.zero3_model_files[0], L.dp);
+  std::map<std::string, size_t> layer_of_weight;  // "<prefix>.w1" -> index into a rank's layers
+  for (size_t i = 0; i < ranks[0].layers.size(); ++i)
+    for (const auto& w : formats::deepspeed::autoep_weight_names())
+      layer_of_weight[ranks[0].layers[i].expert_key_prefix + "." + w] = i;
   AutoEpZero3Experts out;
-  out.ep_size = plan.source.value("ep", 1);
-  const int dp = plan.source.value("dp", 1);
-  if (out.ep_size < 1 || dp % out.ep_size) fail(step_dir, "AutoEP EP size does not divide the DP size");
-  const int count = dp / out.ep_size;  // the expert-DP group (docs/formats.md "AutoEP under ZeRO-3")
-
-  struct Shard {
-    TorchFile tf;
-    std::map<std::string, ZipRecord> records;
-    std::string prefix;
-  };
-  std::vector<std::unique_ptr<Shard>> shards(plan.files.size());
-  auto shard = [&](int f) -> Shard& {
-    if (!shards[f]) {
-      const std::string& path = plan.files[f];
-      auto s = std::make_unique<Shard>();
-      auto mapped = MappedFile::open(path);
-      if (!looks_like_zip(mapped->bytes())) fail(path, "legacy (non-zip) optimizer files are not supported by pec-save");
-      s->records = read_zip_directory(mapped->bytes(), path);
-      s->tf = load_torch_file(path);
-      s->prefix = s->tf.archive_prefix.empty() ? std::string() : s->tf.archive_prefix + "/";
-      shards[f] = std::move(s);
-    }
-    return *shards[f];
-  };
-
+  out.ep_size = ranks[0].layers.empty() ? 1 : ranks[0].layers[0].ep_size;
+  if (out.ep_size < 1 || L.dp % out.ep_size) fail(step_dir, "AutoEP EP size does not divide the DP size");
   std::map<int, int> experts_of_layer;
-  for (const auto& p : plan.params) {
-    if (p.autoep_experts <= 0) continue;
-    if (p.fragments.size() != 1 || p.tp_shapes.empty() || p.tp_shapes[0].empty())
-      fail(step_dir, "AutoEP expert weight " + p.name + " with tensor parallelism");
-    if (p.autoep_experts % out.ep_size) fail(step_dir, "AutoEP expert weight " + p.name + ": EP size does not divide E");
-    experts_of_layer[p.moe_layer] = p.autoep_experts;
-    std::vector<int64_t> local = p.tp_shapes[0];  // [E, ...] -> this EP rank's [E_local, ...]
-    local[0] = p.autoep_experts / out.ep_size;
-    for (const auto& f : p.fragments[0]) {
-      Shard& s = shard(f.file);
-      const std::string& path = plan.files[f.file];
-      const to_universal::ShardView view(s.tf.root, path);
-      std::vector<Tensor> tensors;  // every state of the sub-group follows its partition layout
-      for (const auto& state : p.states) tensors.push_back(view.state_tensor(f.group, state));
-      std::vector<const Tensor*> ptrs;
-      for (const auto& t : tensors) ptrs.push_back(&t);
-      const std::string rel = fs::path(path).filename().string();
-      for (const auto& run : formats::deepspeed::autoep_zero3_fragment_runs(local, count, f.part, f.numel, path, p.name))
-        add_element_ranges(ptrs, s.records, s.prefix, f.offset + run.offset, run.numel, path, p.name,
-                           out.ranges[rel][{p.moe_layer, run.global_expert}]);
+  // Each fused weight's partitions (part = ep_rank * count + partition_rank, the join order of
+  // ds_to_universal.py:654-707): each claimed once, together all E experts' elements.
+  std::map<std::string, std::map<int, int64_t>> parts_of_weight;
+  std::map<std::string, int64_t> local_numel;
+  for (int d = 0; d < L.dp; ++d) {
+    RankFiles& r = ranks[static_cast<size_t>(d)];
+    const std::string& path = L.optim_files[0][d];
+    const std::string rel = fs::path(path).filename().string();
+    for (size_t g = 0; g < r.sub_groups.size(); ++g) {
+      const auto& pg = r.shard.partition_groups[g];
+      const auto tensors = partition_tensors(r.shard.groups.at(g));
+      int64_t offset = 0;  // a rank's partition of a sub-group: its slice of every parameter, in order
+      for (const auto& [name, shape] : r.sub_groups[g]) {
+        const int64_t n = numel_of(shape), per = formats::deepspeed::zero3_slice_numel(n, pg.partition_count);
+        const int64_t have = std::max<int64_t>(0, std::min(per, n - pg.partition_rank * per));
+        auto w = layer_of_weight.find(name);
+        if ((w != layer_of_weight.end()) != pg.autoep_expert)
+          fail(path, "sub-group " + std::to_string(g) +
+                         (pg.autoep_expert ? " is an AutoEP expert sub-group but holds " : " is a dense sub-group but holds AutoEP expert weight ") + name);
+        if (w != layer_of_weight.end() && have > 0) {
+          const auto& a = r.layers[w->second];
+          if (pg.partition_count != a.expert_data_parallel_world_size || pg.partition_rank != a.expert_data_parallel_rank)
+            fail(path, "sub-group " + std::to_string(g) + " is partition " + std::to_string(pg.partition_rank) + " of " +
+                           std::to_string(pg.partition_count) + " but " + L.zero3_model_files[0][d] +
+                           " records expert-DP rank " + std::to_string(a.expert_data_parallel_rank) + " of " +
+                           std::to_string(a.expert_data_parallel_world_size));
+          const int part = a.ep_rank * pg.partition_count + pg.partition_rank;
+          if (!parts_of_weight[name].emplace(part, have).second)
+            fail(path, "parameter " + name + " partition " + std::to_string(part) +
+                           " is also in another shard (two ranks claim the same EP rank and expert-DP rank)");
+          experts_of_layer[a.moe_layer_id] = a.num_experts;
+          local_numel[name] = n;
+          for (const auto& run : formats::deepspeed::autoep_zero3_fragment_runs(shape, pg.partition_count, part, have, path, name))
+            add_element_ranges(tensors, r.records, r.prefix, offset + run.offset, run.numel, path, name,
+                               out.ranges[rel][{a.moe_layer_id, run.global_expert}]);
+        }
+        offset += per;
+      }
     }
   }
   if (experts_of_layer.empty()) fail(step_dir, "no AutoEP expert weights in the ZeRO-3 shards");
+  for (const auto& [name, parts] : parts_of_weight) {
+    int64_t have = 0;
+    for (const auto& [part, n] : parts) have += n;
+    const int64_t full = local_numel.at(name) * out.ep_size;  // [E, ...] = every EP rank's [E_local, ...]
+    if (have != full)
+      fail(step_dir, "parameter " + name + ": ZeRO-3 slices hold " + std::to_string(have) + " of " +
+                         std::to_string(full) + " elements");
+  }
   int expect = 0;
   for (const auto& [layer, e] : experts_of_layer) {
     if (layer != expect++) fail(step_dir, "AutoEP moe_layer_id " + std::to_string(expect - 1) + " has no expert weights");

@@ -2,9 +2,9 @@
 // ZeRO-3", docs/pec.md): no expert files; every expert lives only inside each DP rank's ZeRO-3 flat
 // sub-group partitions of the [bf16_]zero_pp_rank_D_mp_rank_00_optim_states.pt shards (fp32_flat_groups
 // and every optimizer tensor state of the sub-group: exp_avg, exp_avg_sq). The partition layout comes
-// from the extract plan (to_universal::plan_checkpoint: every shard's fragments of every AutoEP fused weight,
-// validated against ds_autoep_layers and ds_zero_partition_groups); formats::deepspeed::autoep_zero3_fragment_runs
-// splits each fragment per expert; this file maps the runs to byte ranges of the shards' zip records.
+// from each DP rank's param_shapes and its shard's ds_zero_partition_groups (formats::deepspeed::
+// OptimizerShard), checked against its ds_autoep_layers; formats::deepspeed::autoep_zero3_fragment_runs
+// splits each slice per expert; this file maps the runs to byte ranges of the shards' zip records.
 #pragma once
 #include <map>
 #include <string>
@@ -26,7 +26,8 @@ struct AutoEpZero3Experts {
 };
 
 // Every expert's byte ranges in every optimizer shard of the step folder `step_dir`. Throws Error
-// naming the file on anything the extract plan refuses, and for legacy (non-zip) shards.
+// naming the file on a layout that does not fit (ranks that disagree, a partition claimed twice or
+// missing), and for legacy (non-zip) shards.
 AutoEpZero3Experts autoep_zero3_experts(const std::string& step_dir);
 
 }  // namespace ucpkit::pec

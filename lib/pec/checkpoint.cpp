@@ -14,6 +14,7 @@
 #include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/moe.h"
+#include "formats/deepspeed/optimizer_shard.h"
 #include "formats/universal/manifest.h"
 #include "pec/autoep_zero3.h"
 #include "pec/paths.h"
@@ -141,41 +142,27 @@ void slice_optimizer_file(SourceCheckpoint& c, const std::string& rel, int dp_ra
   if (!looks_like_zip(mapped->bytes())) fail(path, "legacy (non-zip) optimizer files are not supported by pec-save");
   auto records = read_zip_directory(mapped->bytes(), path);
   TorchFile tf = load_torch_file(path);
-  auto osd = tf.root->get("optimizer_state_dict");
-  if (!osd) fail(path, "no optimizer_state_dict");
-  auto mappings = osd->get("param_slice_mappings");
-  auto fp32 = osd->get("single_partition_of_fp32_groups");
-  auto base = osd->get("base_optimizer_state");
-  if (!mappings || !fp32 || !base) fail(path, "optimizer shard lacks param_slice_mappings / fp32 groups / base state");
-  auto groups = base->get("param_groups");
-  auto state = base->get("state");
+  const formats::deepspeed::OptimizerShard shard = formats::deepspeed::read_optimizer_shard(tf);
+  if (shard.zero3()) fail(path, "optimizer shard lacks param_slice_mappings / fp32 groups / base state");
   const std::string prefix = tf.archive_prefix.empty() ? std::string() : tf.archive_prefix + "/";
-  for (size_t g = 0; g < mappings->items.size(); ++g) {
-    const auto& mapping = mappings->items[g];
+  for (size_t g = 0; g < shard.groups.size(); ++g) {
+    const auto& group = shard.groups[g];
     int ep = c.shape.ep_size;
-    if (groups && g < groups->items.size())
-      if (auto name = groups->items[g]->get("name"); name && name->is(pickle::Kind::Str))
-        if (auto n = formats::deepspeed::ep_size_from_group_name(name->as_str())) ep = *n;
+    if (group.ep_size > 0) ep = group.ep_size;
     // The tensors whose partitions follow this group's slice mapping.
-    std::vector<const Tensor*> tensors;
-    if (g < fp32->items.size()) tensors.push_back(&fp32->items[g]->as_tensor());
-    if (state)
-      for (const auto& [k, v] : state->entries)
-        if (k->is(pickle::Kind::Int) && static_cast<size_t>(k->i) == g)
-          for (const char* s : {"exp_avg", "exp_avg_sq"})
-            if (auto t = v->get(s); t && t->is(pickle::Kind::Tensor)) tensors.push_back(&t->as_tensor());
-    for (const auto& [key, frag] : mapping->entries) {
-      const std::string& name = key->as_str();
+    std::vector<const Tensor*> tensors{&group.fp32};
+    for (const char* s : {"exp_avg", "exp_avg_sq"})
+      for (const auto& [m, t] : group.moments)
+        if (m == s) tensors.push_back(&t);
+    for (const auto& frag : group.fragments) {
+      const std::string& name = frag.param;
       if (auto w = autoep.weights.find(name); w != autoep.weights.end()) {
         // Partition size: this rank's fp32 partition plus its recorded padding (only the last rank pads).
-        int64_t partition = fp32->items.at(g)->as_tensor().numel();
-        if (auto pads = osd->get("group_paddings"); pads && pads->is_sequence() && g < pads->items.size())
-          partition += pads->items[g]->as_int();
+        const int64_t partition = group.fp32.numel() + std::max<int64_t>(group.padding, 0);
         const auto coords = formats::deepspeed::ep_coords(dp_rank, dp_size, ep, autoep.data_before_expert || o.data_before_expert);
-        auto [numel, start] = frag->as_fragment_address();
         for (const auto& run : formats::deepspeed::autoep_zero12_fragment_runs(w->second, coords.ep_rank, coords.edp_rank, partition,
-                                                                   start, numel, path, name))
-          add_element_ranges(tensors, records, prefix, start + run.offset, run.numel, path, name,
+                                                                   frag.start, frag.numel, path, name))
+          add_element_ranges(tensors, records, prefix, frag.start + run.offset, run.numel, path, name,
                              out[{w->second.moe_layer, run.global_expert}]);
         continue;
       }
@@ -189,8 +176,7 @@ void slice_optimizer_file(SourceCheckpoint& c, const std::string& rel, int dp_ra
       int per_rank = experts / std::max(ep, 1);
       int ep_rank = formats::deepspeed::ep_coords(dp_rank, dp_size, ep, o.data_before_expert).ep_rank;
       int global = ep_rank * per_rank + *local;
-      auto [numel, start] = frag->as_fragment_address();
-      add_element_ranges(tensors, records, prefix, start, numel, path, name, out[{moe->second, global}]);
+      add_element_ranges(tensors, records, prefix, frag.start, frag.numel, path, name, out[{moe->second, global}]);
     }
   }
 }

@@ -181,8 +181,8 @@ ExtractStats write_work_folder(const ExtractPlan& plan, const std::string& work_
                   d->set_item(state, Value::of_tensor(read_slice(cache, {f}, state, {f.numel}, &r)));
                 if (p.step_file >= 0 && f.group >= 0) {
                   // The step of the group this fragment came from (same for every fragment of a shard).
-                  if (auto tf = cache.get(f.file); ShardView(tf->root, plan.files[f.file]).has_step(f.group))
-                    d->set_item("step", ShardView(tf->root, plan.files[f.file]).step(f.group));
+                  if (const ShardView& shard = cache.shard(f.file); shard.has_step(f.group))
+                    d->set_item("step", shard.step(f.group));
                 }
                 const std::string rel = out.files[out.params[job.param].fragments[job.tp][job.index].file];
                 const std::string path = (staged / rel).string();

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "io/torch/torch_file.h"
 #include "formats/deepspeed/autoep.h"
+#include "formats/deepspeed/autoep_zero3_ranks.h"
 #include "to_universal/fragment_map.h"
 #include "to_universal/plan_source.h"
 #include "to_universal/shard_agreement.h"
@@ -59,29 +60,15 @@ Zero3ModelFiles read_zero3_model_files(const formats::deepspeed::DeepSpeedLayout
   return out;
 }
 
-// Every DP rank's ds_autoep_layers must describe the same layers as DP rank 0's (only the saving
-// rank's place differs), with ep_size and expert-DP world size fitting the DP ranks. Returns the
-// fused expert weight "<prefix>.w1" -> its layer (index into DP rank 0's list).
+// The ranks' ds_autoep_layers agree (formats/deepspeed/autoep_zero3_ranks.h). Returns the fused
+// expert weight "<prefix>.w1" -> its layer (index into DP rank 0's list).
 std::map<std::string, size_t> check_autoep_ranks_agree(const formats::deepspeed::DeepSpeedLayout& L,
                                                       const std::vector<std::vector<formats::deepspeed::AutoEpLayer>>& autoep_of_rank) {
-  const std::vector<formats::deepspeed::AutoEpLayer>& autoep = autoep_of_rank[0];
+  formats::deepspeed::check_autoep_ranks_agree(autoep_of_rank, L.zero3_model_files[0], L.dp);
   std::map<std::string, size_t> autoep_param;
-  for (size_t i = 0; i < autoep.size(); ++i) {
-    for (int d = 1; d < L.dp; ++d) {
-      const auto& o = autoep_of_rank[d];
-      if (o.size() != autoep.size() || o[i].expert_key_prefix != autoep[i].expert_key_prefix ||
-          o[i].num_experts != autoep[i].num_experts || o[i].ep_size != autoep[i].ep_size ||
-          o[i].moe_layer_id != autoep[i].moe_layer_id)
-        fail(L.zero3_model_files[0][d], "ds_autoep_layers differ from " + L.zero3_model_files[0][0] +
-                                            " in more than the saving rank's place (files of different saves?)");
-    }
-    if (L.dp % autoep[i].ep_size != 0 || autoep[i].expert_data_parallel_world_size != L.dp / autoep[i].ep_size)
-      fail(L.zero3_model_files[0][0], "ds_autoep_layers (" + autoep[i].expert_key_prefix + "): ep_size " +
-                                          std::to_string(autoep[i].ep_size) + " and expert_data_parallel_world_size " +
-                                          std::to_string(autoep[i].expert_data_parallel_world_size) + " do not fit " +
-                                          std::to_string(L.dp) + " DP ranks");
-    for (const auto& w : formats::deepspeed::autoep_weight_names()) autoep_param[autoep[i].expert_key_prefix + "." + w] = i;
-  }
+  for (size_t i = 0; i < autoep_of_rank[0].size(); ++i)
+    for (const auto& w : formats::deepspeed::autoep_weight_names())
+      autoep_param[autoep_of_rank[0][i].expert_key_prefix + "." + w] = i;
   return autoep_param;
 }
 
@@ -133,7 +120,7 @@ void add_zero3_shard(ExtractPlan& plan, const std::map<std::string, size_t>& ind
     fail(path, std::to_string(shard.groups()) + " sub-groups but param_shapes lists " + std::to_string(groups.size()));
   // AutoEP: sub-groups of expert weights are partitioned over the expert-DP group
   // (stage3.py:833-880), recorded in ds_zero_partition_groups (stage3.py:3117-3144).
-  const auto pgroups = formats::deepspeed::parse_zero3_partition_groups(shard.optimizer_state_dict(), path);
+  const auto& pgroups = shard.shard().partition_groups;
   if ((autoep || !pgroups.empty()) && pgroups.size() != groups.size())
     fail(path, "ZeRO-3 shard: ds_zero_partition_groups lists " + std::to_string(pgroups.size()) +
                    " sub-groups but param_shapes lists " + std::to_string(groups.size()));

@@ -8,6 +8,8 @@
 #include "core/crc32.h"
 #include "core/error.h"
 #include "formats/deepspeed/storage_tags.h"
+#include "formats/universal/join.h"
+#include "formats/universal/state_file.h"
 
 namespace ucpkit::to_universal {
 
@@ -16,51 +18,13 @@ using pickle::Value;
 using pickle::ValuePtr;
 using patterns::JoinKind;
 
-namespace {
-ValuePtr subparam_shape_object(const patterns::SubParamSpec& spec) {
-  auto patterns = Value::list();
-  for (const auto& p : spec.patterns) patterns->items.push_back(Value::str(p));
-  auto shape = Value::tuple();
-  for (size_t d = 0; d < spec.shape.size(); ++d) {
-    if ((int64_t)d == spec.partition_dim) {
-      if (spec.sizes_as_tuple) {
-        auto sizes = Value::tuple();
-        for (auto s : spec.sub_sizes) sizes->items.push_back(Value::integer(s));
-        shape->items.push_back(sizes);
-      } else {
-        shape->items.push_back(Value::integer(static_cast<int64_t>(spec.sub_sizes.size())));
-      }
-    } else {
-      shape->items.push_back(Value::integer(spec.shape[d]));
-    }
-  }
-  auto state = Value::dict();
-  state->set_item("patterns", patterns);
-  state->set_item("shape", shape);
-  state->set_item("partition_dim", Value::integer(spec.partition_dim));
-  // A dataclass pickles as copyreg.__newobj__: NEWOBJ on the class, then BUILD with __dict__.
-  return Value::make_object("deepspeed.checkpoint.universal_checkpoint", "SubparamShape", Value::tuple(), state,
-                            pickle::Object::Build::NewObj);
-}
-}  // namespace
 
 ValuePtr state_file_value(const Tensor& param, const patterns::ParamRule& rule, const patterns::PatternSet& set) {
-  auto d = Value::dict();
-  switch (rule.kind) {
-    case JoinKind::Replicate:
-    case JoinKind::Average: break;
-    case JoinKind::TwoSubParams:
-      d->set_item("cat_dim", Value::integer(0));
-      d->set_item("param_n_sub_params", Value::integer(2));
-      break;
-    case JoinKind::SubParams:
-      d->set_item("sub_param_shape", subparam_shape_object(set.sub_params.at(rule.sub_param_index)));
-      break;
-    case JoinKind::Cat: d->set_item("cat_dim", Value::integer(rule.cat_dim)); break;
-  }
-  if (rule.vocab) d->set_item("vocab_tensor", Value::boolean(true));
-  d->set_item("param", Value::of_tensor(param));
-  return d;
+  formats::universal::StateFile f;
+  f.param = param;
+  formats::universal::record_join(rule, set, f);
+  f.vocab_tensor = rule.vocab;
+  return formats::universal::to_pickle(f);
 }
 
 ValuePtr common_optimizer_state(const ValuePtr& root, const std::string& path) {

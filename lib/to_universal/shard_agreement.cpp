@@ -18,27 +18,6 @@ std::string cut(const std::string& s) { return s.size() <= 120 ? s : s.substr(0,
 
 std::string group_label(int g) { return "param group " + std::to_string(g); }
 
-// The optimizer's per-group state dict (torch's `state`, keyed by param index = group index under
-// ZeRO, one flat partition per group); nullptr when the shard has none or stores a list (elastic).
-ValuePtr state_dict_of(const ShardView& shard) {
-  const auto& osd = shard.optimizer_state_dict();
-  if (shard.zero3()) {
-    auto inner = osd->get("optimizer_state_dict");
-    return inner && inner->kind == Kind::Dict ? inner->get("state") : nullptr;
-  }
-  auto base = osd->get("base_optimizer_state");
-  return base && base->kind == Kind::Dict ? base->get("state") : nullptr;
-}
-
-// group_paddings[g] (elements of padding at the end of this rank's partition), -1 when not recorded.
-int64_t recorded_padding(const ShardView& shard, int g, const std::string& path) {
-  auto pads = shard.optimizer_state_dict()->get("group_paddings");
-  if (!pads || !pads->is_sequence() || g >= static_cast<int>(pads->items.size())) return -1;
-  const auto& v = pads->items[g];
-  if (!v || v->kind != Kind::Int || v->i < 0) fail(path, "group_paddings[" + std::to_string(g) + "] is not a count");
-  return v->i;
-}
-
 // ZeRO-1/2 and BF16_Optimizer: the fragments of group g, sorted by start, must tile [0, end) of the
 // partition; returns end.
 int64_t covered_end(const ShardView& shard, int g, const std::string& path) {
@@ -77,24 +56,15 @@ void ShardAgreement::model_file(const ValuePtr& root, const std::string& path) {
 
 void ShardAgreement::optim_shard(const ShardView& shard, const ValuePtr& root, const std::string& path) {
   for (auto& [field, value] : formats::deepspeed::optim_file_identity(root)) note(field, std::move(value), path);
+  // The state is keyed by param group, group_paddings are counts: read_optimizer_shard checked both.
   const int groups = shard.groups();
-  // The state is keyed by param group: a key naming no group of this shard is state filed under the
-  // wrong group (it would be ignored and the group's own state taken as missing).
-  if (auto st = state_dict_of(shard); st && st->kind == Kind::Dict)
-    for (const auto& [k, v] : st->entries)
-      if (!k || k->kind != Kind::Int || k->i < 0 || k->i >= groups)
-        fail(path, "optimizer state is keyed under " + (k ? k->repr(1) : std::string("?")) + " but the shard has " +
-                       std::to_string(groups) + " param groups (0.." + std::to_string(groups - 1) + ")");
-  auto hyper = [&]() -> ValuePtr {
-    auto base = shard.optimizer_state_dict()->get(shard.zero3() ? "optimizer_state_dict" : "base_optimizer_state");
-    return base && base->kind == Kind::Dict ? base->get("param_groups") : nullptr;
-  }();
+  const auto& hyper = shard.shard().param_groups;
   for (int g = 0; g < groups; ++g) {
     const int64_t fp32 = shard.state_tensor(g, "fp32").numel();
     int64_t end = fp32, padding = 0;
     if (!shard.zero3()) {  // ZeRO-3 partitions are laid out from param_shapes by the planner itself
       end = covered_end(shard, g, path);
-      padding = recorded_padding(shard, g, path);
+      padding = shard.shard().groups[g].padding;
       const bool fits = padding >= 0 ? (fp32 == end || fp32 == end + padding) : fp32 >= end;
       if (!fits)
         fail(path, group_label(g) + ": param_slice_mappings cover " + std::to_string(end) +
@@ -116,10 +86,9 @@ void ShardAgreement::optim_shard(const ShardView& shard, const ValuePtr& root, c
     if (shard.has_step(g)) listed += std::string(names.size() > 1 ? ", " : "") + "step";
     note("optimizer state list of " + group_label(g), listed + "]", path);
     if (shard.has_step(g)) note("optimizer step", formats::deepspeed::identity_text(shard.step(g)), path);
-    if (hyper && hyper->is_sequence() && g < static_cast<int>(hyper->items.size()) && hyper->items[g] &&
-        hyper->items[g]->kind == Kind::Dict) {
+    if (g < static_cast<int>(hyper.size()) && hyper[g] && hyper[g]->kind == Kind::Dict) {
       std::string h;
-      for (const auto& [k, v] : hyper->items[g]->entries) {
+      for (const auto& [k, v] : hyper[g]->entries) {
         if (!k || k->kind != Kind::Str || k->s == "params") continue;
         h += (h.empty() ? "" : ", ") + k->s + "=" + formats::deepspeed::identity_text(v);
       }

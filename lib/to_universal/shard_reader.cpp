@@ -14,117 +14,71 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/json_input.h"
-#include "formats/deepspeed/moe.h"
-#include "to_universal/value_json.h"
 
 namespace ucpkit::to_universal {
 
 using pickle::Kind;
 using pickle::ValuePtr;
 
-ShardView::ShardView(ValuePtr root, std::string path) : root_(std::move(root)), path_(std::move(path)) {
-  if (!root_ || root_->kind != Kind::Dict) fail(path_, "not an optimizer-states dict");
-  osd_ = root_->get("optimizer_state_dict");
-  if (!osd_ || osd_->kind != Kind::Dict) fail(path_, "no optimizer_state_dict (not a ZeRO optimizer shard)");
-  if (auto z = osd_->get("zero_stage"); z && !z->is_none() && z->as_int() == 3) {
-    zero3_ = true;
-    for (const char* k : {"fp32_flat_groups", "optimizer_state_dict"})
-      if (!osd_->get(k)) fail(path_, std::string("ZeRO-3 optimizer_state_dict has no ") + k);
-    return;
-  }
-  for (const char* k : {"param_slice_mappings", "single_partition_of_fp32_groups", "base_optimizer_state"})
-    if (!osd_->get(k)) fail(path_, std::string("optimizer_state_dict has no ") + k);
-}
+ShardView::ShardView(ValuePtr root, std::string path)
+    : shard_(formats::deepspeed::read_optimizer_shard(root, path)),
+      osd_(root->get("optimizer_state_dict")),
+      path_(std::move(path)) {}
 
-int ShardView::groups() const {
-  return static_cast<int>(osd_->at(zero3_ ? "fp32_flat_groups" : "param_slice_mappings")->items.size());
+const formats::deepspeed::OptimizerShard::Group& ShardView::group(int g) const {
+  if (g < 0 || g >= groups()) fail(path_, "single_partition_of_fp32_groups has no group " + std::to_string(g));
+  return shard_.groups[static_cast<size_t>(g)];
 }
 
 GroupInfo ShardView::group_info(int g) const {
   GroupInfo gi;
-  if (zero3_) {
-    if (auto pc = osd_->get("partition_count"); pc && pc->kind == Kind::Int) gi.partition_count = static_cast<int>(pc->i);
+  if (shard_.zero3()) {
+    gi.partition_count = shard_.partition_count;
     return gi;
   }
-  if (auto pc = osd_->get("partition_count")) {
-    if (pc->is_sequence() && g < (int)pc->items.size()) gi.partition_count = static_cast<int>(pc->items[g]->as_int());
-    else if (pc->kind == Kind::Int) gi.partition_count = static_cast<int>(pc->i);
-  }
-  auto base = osd_->at("base_optimizer_state");
-  ValuePtr groups = base->kind == Kind::Dict ? base->get("param_groups") : nullptr;
-  if (groups && groups->is_sequence() && g < (int)groups->items.size()) {
-    const auto& pg = groups->items[g];
-    if (auto m = pg->get("moe"); m && m->kind == Kind::Bool && m->b) {
-      gi.moe = true;
-      if (auto n = pg->get("name"); n && n->kind == Kind::Str)
-        if (auto ep = formats::deepspeed::ep_size_from_group_name(n->s)) gi.ep_size = *ep;
-    }
-  }
+  const auto& grp = group(g);
+  gi.partition_count = grp.partition_count;
+  gi.moe = grp.moe;
+  if (grp.moe) gi.ep_size = grp.ep_size;
   return gi;
 }
 
 std::vector<std::tuple<std::string, int64_t, int64_t>> ShardView::fragments(int g) const {
   std::vector<std::tuple<std::string, int64_t, int64_t>> out;
-  const auto& m = osd_->at("param_slice_mappings")->items.at(g);
-  if (!m || m->kind != Kind::Dict) fail(path_, "param_slice_mappings[" + std::to_string(g) + "] is not a dict");
-  for (const auto& [k, v] : m->entries) {
-    if (k->kind != Kind::Str) fail(path_, "param_slice_mappings[" + std::to_string(g) + "] has a key that is not a str");
-    try {
-      auto [numel, start] = v->as_fragment_address();
-      out.emplace_back(k->s, start, numel);
-    } catch (const Error& e) {
-      fail(path_, "param_slice_mappings[" + std::to_string(g) + "] of " + escaped_brief(k->s, 80) + ": " + e.what());
-    }
-  }
+  for (const auto& f : group(g).fragments) out.emplace_back(f.param, f.start, f.numel);
   return out;
-}
-
-ValuePtr ShardView::group_state(int g) const {
-  if (zero3_) return get_int_key(osd_->at("optimizer_state_dict")->get("state"), g);
-  auto base = osd_->at("base_optimizer_state");
-  if (base->is_sequence()) return g < (int)base->items.size() ? base->items[g] : nullptr;  // elastic
-  return get_int_key(base->get("state"), g);
 }
 
 std::vector<std::string> ShardView::states(int g) const {
   std::vector<std::string> out;
-  if (auto st = group_state(g); st && st->kind == Kind::Dict)
-    for (const auto& [k, v] : st->entries)
-      if (k->kind == Kind::Str && k->s != "step" && v && v->kind == Kind::Tensor && v->tensor->dim() == 1)
-        out.push_back(k->s);
+  for (const auto& [name, t] : group(g).moments)
+    if (t.dim() == 1) out.push_back(name);
   std::sort(out.begin(), out.end());
   out.insert(out.begin(), "fp32");
   return out;
 }
 
-bool ShardView::has_step(int g) const {
-  auto st = group_state(g);
-  return st && st->kind == Kind::Dict && st->get("step");
+ValuePtr ShardView::step(int g) const {
+  const auto& s = group(g).step;
+  if (!s) fail(path_, "optimizer state of group " + std::to_string(g) + " has no step");
+  return s;
 }
 
-ValuePtr ShardView::step(int g) const { return group_state(g)->at("step"); }
-
 Tensor ShardView::state_tensor(int g, const std::string& state) const {
-  ValuePtr v;
-  if (state == "fp32") {
-    const auto& groups = osd_->at(zero3_ ? "fp32_flat_groups" : "single_partition_of_fp32_groups");
-    if (!groups->is_sequence() || g >= (int)groups->items.size())
-      fail(path_, "single_partition_of_fp32_groups has no group " + std::to_string(g));
-    v = groups->items[g];
-  } else {
-    auto st = group_state(g);
-    if (!st || st->kind != Kind::Dict || !(v = st->get(state)))
-      fail(path_, "optimizer state of group " + std::to_string(g) + " has no " + state);
-  }
-  if (!v || v->kind != Kind::Tensor) fail(path_, state + " of group " + std::to_string(g) + " is not a tensor");
-  return v->as_tensor();
+  const auto& grp = group(g);
+  if (state == "fp32") return grp.fp32;
+  for (const auto& [name, t] : grp.moments)
+    if (name == state) return t;
+  fail(path_, "optimizer state of group " + std::to_string(g) + " has no " + state);
 }
 
 SourceCache::SourceCache(std::vector<std::string> files) : files_(std::move(files)) {
   loaded_.resize(files_.size());
+  shards_.resize(files_.size());
   fds_.assign(files_.size(), -1);
   for (size_t i = 0; i < files_.size(); ++i) {
     once_.push_back(std::make_unique<std::once_flag>());
+    shard_once_.push_back(std::make_unique<std::once_flag>());
     fd_once_.push_back(std::make_unique<std::once_flag>());
   }
 }
@@ -154,6 +108,11 @@ std::shared_ptr<const TorchFile> SourceCache::get(int file) {
   return loaded_[file];
 }
 
+const ShardView& SourceCache::shard(int file) {
+  std::call_once(*shard_once_.at(file), [&] { shards_[file] = std::make_unique<ShardView>(get(file)->root, files_[file]); });
+  return *shards_[file];
+}
+
 void release_pages(const Tensor& t) {
   const auto& st = t.storage();
   if (!st || !st->is_mapped() || t.numel() == 0) return;
@@ -180,7 +139,7 @@ Tensor fragment_tensor(SourceCache& cache, const SourceFragment& f, const std::s
   auto tf = cache.get(f.file);
   Tensor flat;
   if (f.group >= 0) {
-    flat = ShardView(tf->root, cache.path(f.file)).state_tensor(f.group, state);
+    flat = cache.shard(f.file).state_tensor(f.group, state);
   } else {
     auto v = tf->root ? tf->root->get(state) : nullptr;
     if (!v || v->kind != Kind::Tensor) fail(cache.path(f.file), "fragment file has no tensor " + state);
@@ -219,8 +178,8 @@ Tensor read_slice(SourceCache& cache, const std::vector<SourceFragment>& fragmen
 }
 
 ValuePtr read_step(SourceCache& cache, int file, int group) {
+  if (group >= 0) return cache.shard(file).step(group);
   auto tf = cache.get(file);
-  if (group >= 0) return ShardView(tf->root, cache.path(file)).step(group);
   auto v = tf->root ? tf->root->get("step") : nullptr;
   if (!v) fail(cache.path(file), "fragment file has no step");
   return v;

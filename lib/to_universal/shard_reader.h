@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "io/pickle/value.h"
+#include "formats/deepspeed/optimizer_shard.h"
 #include "io/torch/torch_file.h"
 #include "to_universal/plan.h"
 
@@ -19,29 +20,33 @@ struct GroupInfo {
   int partition_count = -1;  // -1: not recorded
 };
 
-// A view of one ZeRO-1/2, BF16_Optimizer or ZeRO-3 shard (`*_optim_states.pt` root). For ZeRO-3
-// a "group" is a sub-group (fp32_flat_groups[g], optimizer_state_dict.state[g]).
+// A view of one ZeRO-1/2, BF16_Optimizer or ZeRO-3 shard (`*_optim_states.pt` root) for planning
+// and reading, through formats::deepspeed::OptimizerShard (read once, when constructed). For ZeRO-3 a
+// "group" is a sub-group (fp32_flat_groups[g], optimizer_state_dict.state[g]).
 class ShardView {
  public:
   ShardView(pickle::ValuePtr root, std::string path);
-  int groups() const;
+  int groups() const { return static_cast<int>(shard_.groups.size()); }
   GroupInfo group_info(int g) const;
   // param_slice_mappings[g] in buffer order: (name, start in partition, numel).
   std::vector<std::tuple<std::string, int64_t, int64_t>> fragments(int g) const;
-  // "fp32" then every tensor state of the group (exp_avg, exp_avg_sq, ... sorted).
+  // "fp32" then every 1-D tensor state of the group (exp_avg, exp_avg_sq, ... sorted).
   std::vector<std::string> states(int g) const;
-  bool has_step(int g) const;
+  bool has_step(int g) const { return group(g).step != nullptr; }
   // The flat partition of `state` ("fp32" = single_partition_of_fp32_groups[g]).
   Tensor state_tensor(int g, const std::string& state) const;
   pickle::ValuePtr step(int g) const;
+  const formats::deepspeed::OptimizerShard& shard() const { return shard_; }
+  // The raw dict (extract.cpp reads zero_stage from it; the typed fields are in shard()).
   const pickle::ValuePtr& optimizer_state_dict() const { return osd_; }
-  bool zero3() const { return zero3_; }
+  bool zero3() const { return shard_.zero3(); }
+  const std::string& path() const { return path_; }
 
  private:
-  pickle::ValuePtr group_state(int g) const;
-  pickle::ValuePtr root_, osd_;
+  const formats::deepspeed::OptimizerShard::Group& group(int g) const;
+  formats::deepspeed::OptimizerShard shard_;
+  pickle::ValuePtr osd_;
   std::string path_;
-  bool zero3_ = false;
 };
 
 // Thread-safe cache of loaded source files (pickle trees; tensor bytes stay mapped and lazy).
@@ -49,6 +54,8 @@ class SourceCache {
  public:
   explicit SourceCache(std::vector<std::string> files);
   std::shared_ptr<const TorchFile> get(int file);
+  // The file as an optimizer shard, read once (the file must be one).
+  const ShardView& shard(int file);
   const std::string& path(int file) const { return files_[file]; }
   // Copies the bytes of a contiguous tensor that lives in `file`'s mapping with pread (a plain
   // kernel copy, like `cat`, instead of faulting the mapping in); false when it cannot.
@@ -59,6 +66,8 @@ class SourceCache {
   std::vector<std::string> files_;
   std::vector<std::shared_ptr<const TorchFile>> loaded_;
   std::vector<std::unique_ptr<std::once_flag>> once_;
+  std::vector<std::unique_ptr<ShardView>> shards_;
+  std::vector<std::unique_ptr<std::once_flag>> shard_once_;
   std::vector<int> fds_;
   std::vector<std::unique_ptr<std::once_flag>> fd_once_;
 };

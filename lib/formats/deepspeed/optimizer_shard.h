@@ -1,0 +1,74 @@
+// One DeepSpeed `*_optim_states.pt` of any flavour (ZeRO-1/2, BF16_Optimizer, ZeRO-3 with AutoEP
+// partition groups) as a typed model: the only code that knows the keys of its
+// `optimizer_state_dict`. Fields are named as DeepSpeed names them. Read, the tensors are zero-copy
+// views into the file; written, they may be generated storages (the writer streams them).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "formats/deepspeed/autoep.h"
+#include "io/pickle/value.h"
+#include "io/tensor.h"
+
+namespace ucpkit {
+struct TorchFile;
+}
+
+namespace ucpkit::formats::deepspeed {
+
+struct OptimizerShard {
+  // Zero12: DeepSpeedZeroOptimizer.state_dict (stage_1_and_2.py `_rigid_state_dict`);
+  // Bf16Optimizer: BF16_Optimizer.state_dict (bf16_optimizer.py), the same flat groups without loss
+  // scaling and zero_stage; Zero3: DeepSpeedZeroOptimizer_Stage3 (stage3.py `_rigid_state_dict`).
+  enum class Flavor { Zero12, Bf16Optimizer, Zero3 };
+  // A param_slice_mappings entry: the parameter's run [start, start + numel) of the flat partition.
+  struct Fragment {
+    std::string param;
+    int64_t start = 0, numel = 0;
+  };
+  // One flat group (ZeRO-1/2, BF16_Optimizer) or sub-group (ZeRO-3).
+  struct Group {
+    std::vector<Fragment> fragments;  // param_slice_mappings[g] in buffer order (ZeRO-3: none)
+    Tensor fp32;                      // single_partition_of_fp32_groups[g] / fp32_flat_groups[g]
+    bool has_state = false;           // the optimizer's state[g] exists (not before the first step)
+    pickle::ValuePtr step;            // state[g]["step"] (an int or a tensor); null when absent
+    std::vector<std::pair<std::string, Tensor>> moments;  // the other tensors of state[g] (exp_avg, ...), in order
+    int64_t padding = -1;             // group_paddings[g]; -1: not recorded
+    int partition_count = -1;         // partition_count[g] (ZeRO-1/2); -1: not recorded
+    bool moe = false;                 // ZeRO-1/2: param_groups[g] is an expert group ("moe": True)
+    int ep_size = 0;                  // ZeRO-1/2: N of param_groups[g]'s name "ep_size_<N>"; 0: no such name
+  };
+  Flavor flavor = Flavor::Zero12;
+  std::vector<Group> groups;
+  // The torch optimizer's param_groups as saved (hyper-parameters, "params"). ZeRO-1/2: one per flat
+  // group; ZeRO-3: one per optimizer param group, "params" listing its sub-groups.
+  std::vector<pickle::ValuePtr> param_groups;
+  // base_optimizer_state saved as a list of per-group states (elastic checkpoint,
+  // stage_1_and_2.py `_get_base_optimizer_state`) instead of torch's {state, param_groups}.
+  bool elastic = false;
+  int partition_count = -1;  // ZeRO-3: the one partition_count stage3.py saves (its DP world size); -1: absent
+  pickle::ValuePtr base_optimizer_state_step;  // elastic only: param_groups[0]["step"] when the optimizer keeps one
+  // Values DeepSpeed pickles as Python objects, kept as saved (null: the key is absent).
+  pickle::ValuePtr zero_stage;   // ZeroStageEnum
+  pickle::ValuePtr loss_scaler;  // LossScaler / DynamicLossScaler
+  pickle::ValuePtr dynamic_loss_scale, overflow, clip_grad;
+  pickle::ValuePtr ds_version;   // ZeRO-1/2 and BF16_Optimizer record it inside the dict too
+  // ds_zero_partition_groups (AutoEP under ZeRO-3, stage3.py v0.19.5:3117-3144; parsed by autoep.h):
+  // one per sub-group, empty when absent. `expert_group_name` is the group name its expert entries record.
+  std::vector<Zero3PartitionGroup> partition_groups;
+  std::string expert_group_name;
+
+  bool zero3() const { return flavor == Flavor::Zero3; }
+};
+
+// The shard of a loaded `*_optim_states.pt` (its root dict). Every error names `path` and the key.
+OptimizerShard read_optimizer_shard(const pickle::ValuePtr& root, const std::string& path);
+OptimizerShard read_optimizer_shard(const TorchFile& file);
+
+// The `optimizer_state_dict` value DeepSpeed saves for `shard`, keys in DeepSpeed's order. Tensors are
+// referenced, not copied (generated storages stay generated).
+pickle::ValuePtr to_pickle(const OptimizerShard& shard);
+
+}  // namespace ucpkit::formats::deepspeed
