@@ -29,25 +29,16 @@ using pickle::ValuePtr;
 
 namespace {
 
-void set_if_present(const ValuePtr& obj, const char* field, ValuePtr v) {
-  if (obj && obj->attr(field)) obj->set_attr(field, std::move(v));
-}
 
 
 }  // namespace
 
-void retarget_args(const ValuePtr& args, const TargetLayout& t, int64_t padded_vocab) {
-  if (!args || args->kind != Kind::Object) return;
-  set_if_present(args, "tensor_model_parallel_size", Value::integer(t.tp));
-  set_if_present(args, "pipeline_model_parallel_size", Value::integer(t.pp));
-  set_if_present(args, "data_parallel_size", Value::integer(t.dp));
-  set_if_present(args, "world_size", Value::integer(static_cast<int64_t>(t.tp) * t.pp * t.dp));
-  set_if_present(args, "zero_stage", Value::integer(t.zero_stage));
-  set_if_present(args, "moe_expert_parallel_size", Value::integer(t.ep));
-  if (padded_vocab > 0) set_if_present(args, "padded_vocab_size", Value::integer(padded_vocab));
-  set_if_present(args, "params_dtype", Value::torch_dtype(t.dtype));
-  set_if_present(args, "fp16", Value::boolean(t.dtype == DType::Float16));
-  set_if_present(args, "bf16", Value::boolean(t.dtype == DType::BFloat16));
+// What the written model states, ds_config and Megatron args say of the target layout.
+formats::deepspeed::LayoutFacts DeepSpeedWriter::layout_facts() const {
+  const auto& t = plan_.target;
+  return {.tp = t.tp, .pp = t.pp, .dp = t.dp, .ep = t.ep, .zero_stage = t.zero_stage,
+          .sub_group_size = t.sub_group_size, .dtype = t.dtype, .padded_vocab = plan_.padded_vocab,
+          .source_dp = model_.source_dp, .autoep = model_.autoep};
 }
 
 DeepSpeedWriter::DeepSpeedWriter(const ModelInfo& model, const UcpInfo& plan, UniversalReader& reader,
@@ -160,53 +151,6 @@ Tensor DeepSpeedWriter::low_precision_slice(const Slot& s) const {
   return Tensor(storage, 0, s.slice.shape, Tensor::contiguous_strides(s.slice.shape));
 }
 
-ValuePtr DeepSpeedWriter::ds_config(const ValuePtr& source) const {
-  if (!source || source->kind != Kind::Dict) return source;
-  auto cfg = pickle::deep_copy(source);
-  const auto& t = plan_.target;
-  // AutoEP: expert_parallel.autoep_size is the EP size (engine.py v0.19.5:562).
-  if (auto ep = cfg->get("expert_parallel"); model_.autoep && ep && ep->kind == Kind::Dict && ep->contains("autoep_size"))
-    ep->set_item("autoep_size", Value::integer(t.ep));
-  if (auto z = cfg->get("zero_optimization"); z && z->kind == Kind::Dict) {
-    z->set_item("stage", Value::integer(t.zero_stage));
-    // sub_group_size is a ZeRO-3 setting: the one used at stage 3, none below (a ZeRO-3 source's).
-    if (t.zero_stage == 3) z->set_item("sub_group_size", Value::integer(t.sub_group_size));
-    else z->erase("sub_group_size");
-  }
-  if (auto b = cfg->get("bf16"); b && b->kind == Kind::Dict) b->set_item("enabled", Value::boolean(t.dtype == DType::BFloat16));
-  if (auto f = cfg->get("fp16"); f && f->kind == Kind::Dict) f->set_item("enabled", Value::boolean(t.dtype == DType::Float16));
-  if (auto tb = cfg->get("train_batch_size"); tb && tb->kind == Kind::Int && model_.source_dp > 0 &&
-                                             tb->i % model_.source_dp == 0)
-    cfg->set_item("train_batch_size", Value::integer(tb->i / model_.source_dp * t.dp));
-  return cfg;
-}
-
-// The template's module with every parameter leaf replaced by the target's tensor. Megatron saves
-// the module nested (GPTModel.state_dict_for_save_checkpoint: {'language_model': {'embedding':
-// {'word_embeddings': {'weight'}}, 'encoder': {'layers.0....'}}}, Megatron-DeepSpeed
-// megatron/model/gpt_model.py:266-283, language_model.py:269-285, :603-645) and loads it by the same
-// key paths, so a leaf's dotted path is the parameter's name; other leaves (buffers) stay as they are.
-ValuePtr DeepSpeedWriter::retarget_module(const ValuePtr& tree, const std::string& prefix,
-                                          std::map<std::string, ValuePtr>& fresh) {
-  auto out = Value::dict(tree->ordered);
-  out->dict_state = tree->dict_state;
-  for (const auto& [k, v] : tree->entries) {
-    const std::string path = k->kind == Kind::Str ? (prefix.empty() ? k->s : prefix + "." + k->s) : std::string();
-    if (v && v->kind == Kind::Dict && !path.empty()) {
-      out->entries.emplace_back(k, retarget_module(v, path, fresh));
-      continue;
-    }
-    auto it = path.empty() ? fresh.end() : fresh.find(path);
-    if (it != fresh.end()) {
-      out->entries.emplace_back(k, it->second);
-      fresh.erase(it);
-    } else {
-      out->entries.emplace_back(k, v);  // buffers and other non-trainable entries travel as they are
-    }
-  }
-  return out;
-}
-
 // ds_version of the ZeRO shards: the source's, or the release of the native-MoE line written when
 // the source's release belongs to another line.
 ValuePtr DeepSpeedWriter::target_ds_version() const {
@@ -246,28 +190,13 @@ ValuePtr DeepSpeedWriter::target_module(const MpRankPlan& mr, const ValuePtr& mo
       fresh[model_.params[s.param].name] =
           Value::of_tensor(Tensor(storage, s.offset, s.slice.shape, Tensor::contiguous_strides(s.slice.shape)));
   }
-  auto out = retarget_module(module, "", fresh);
-  // Parameters the template has no entry for: at their place in the tree (the deepest dict whose
-  // path prefixes the name), in module order.
-  for (const auto& [gi, si] : mr.module) {
+  auto out = formats::deepspeed::with_module_leaves(module, fresh);
+  for (const auto& [gi, si] : mr.module) {  // parameters the template has no entry for, in module order
     const auto& name = model_.params[mr.groups[gi].slots[si].param].name;
-    auto it = fresh.find(name);
-    if (it == fresh.end()) continue;
-    ValuePtr at = out;
-    std::string rest = name;
-    for (bool descended = true; descended;) {
-      descended = false;
-      for (const auto& [k, v] : at->entries)
-        if (v && v->kind == Kind::Dict && k->kind == Kind::Str && rest.size() > k->s.size() &&
-            rest.compare(0, k->s.size(), k->s) == 0 && rest[k->s.size()] == '.') {
-          rest = rest.substr(k->s.size() + 1);
-          at = v;
-          descended = true;
-          break;
-        }
+    if (auto it = fresh.find(name); it != fresh.end()) {
+      formats::deepspeed::insert_module_leaf(out, name, it->second);
+      fresh.erase(it);
     }
-    at->set_item(rest, it->second);
-    fresh.erase(it);
   }
   return out;
 }
@@ -333,8 +262,8 @@ ValuePtr DeepSpeedWriter::model_root(int mp, int dp_rank) const {
     cpd->set_item("pp_degree", Value::integer(t.pp));
     cpd->set_item("tp_degree", Value::integer(t.tp));
   }
-  if (m.ds_config) m.ds_config = ds_config(m.ds_config);
-  retarget_args(m.args(), t, plan_.padded_vocab);
+  if (m.ds_config) m.ds_config = formats::deepspeed::retarget_ds_config(m.ds_config, layout_facts());
+  formats::deepspeed::retarget_megatron_args(m.args(), layout_facts());
   if (auto uc = m.get("universal_checkpoint_info"); uc && uc->kind == Kind::Dict && plan_.padded_vocab > 0 &&
                                                       uc->contains("padded_vocab_size"))
     uc->set_item("padded_vocab_size", Value::integer(plan_.padded_vocab));
@@ -486,7 +415,7 @@ uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir
   root->set_item("optimizer_state_dict", t.zero_stage == 3 ? zero3_state(d, mp) : zero12_state(d, mp));
   const ValuePtr& tmpl = template_root(mr.template_file);
   if (auto source_cfg = tmpl->get("ds_config")) {
-    root->set_item("ds_config", ds_config(source_cfg));
+    root->set_item("ds_config", formats::deepspeed::retarget_ds_config(source_cfg, layout_facts()));
   } else {
     // Native MoE model files before 0.19.3 carry no ds_config.
     root->set_item("ds_config", formats::deepspeed::minimal_moe_ds_config(t.zero_stage, t.dtype == DType::BFloat16,

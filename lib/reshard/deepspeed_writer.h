@@ -88,8 +88,7 @@ class DeepSpeedWriter {
   pickle::ValuePtr model_root(int mp, int dp_rank = -1) const;
   // Template model file `file` (index into ModelInfo::model_files), parsed on first use; never changed.
   const pickle::ValuePtr& template_root(int file) const;
-  static pickle::ValuePtr retarget_module(const pickle::ValuePtr& tree, const std::string& prefix,
-                                         std::map<std::string, pickle::ValuePtr>& fresh);
+  formats::deepspeed::LayoutFacts layout_facts() const;
   pickle::ValuePtr target_ds_version() const;
   pickle::ValuePtr target_module(const MpRankPlan& mr, const pickle::ValuePtr& module) const;
   formats::deepspeed::ParamShapes target_param_shapes(const MpRankPlan& mr) const;
@@ -101,7 +100,6 @@ class DeepSpeedWriter {
   void optimizer_state(const GroupPlan& g, int part, formats::deepspeed::OptimizerShard::Group& out) const;
   pickle::ValuePtr target_loss_scaler() const;
   pickle::ValuePtr common_param_groups() const;
-  pickle::ValuePtr ds_config(const pickle::ValuePtr& source) const;
   const ModelInfo& model_;
   const UcpInfo& plan_;
   UniversalReader& reader_;
@@ -117,9 +115,5 @@ class DeepSpeedWriter {
   mutable std::mutex templates_mu_;
   mutable std::vector<pickle::ValuePtr> templates_;  // template_root's parses
 };
-
-// Sets the layout fields of carried-over objects to the target: Megatron args (parallel sizes,
-// padded vocabulary, dtype flags), ds_config (ZeRO stage, precision, batch size), world sizes.
-void retarget_args(const pickle::ValuePtr& args, const TargetLayout& target, int64_t padded_vocab);
 
 }  // namespace ucpkit::reshard

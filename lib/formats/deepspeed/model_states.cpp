@@ -214,6 +214,42 @@ ValuePtr to_pickle(const ModelStates& m, const VersionLine& line) {
   return out;
 }
 
+ValuePtr retarget_ds_config(const ValuePtr& source, const LayoutFacts& t) {
+  if (!source || source->kind != Kind::Dict) return source;
+  auto cfg = pickle::deep_copy(source);
+  // AutoEP: expert_parallel.autoep_size is the EP size (engine.py v0.19.5:562).
+  if (auto ep = cfg->get("expert_parallel"); t.autoep && ep && ep->kind == Kind::Dict && ep->contains("autoep_size"))
+    ep->set_item("autoep_size", Value::integer(t.ep));
+  if (auto z = cfg->get("zero_optimization"); z && z->kind == Kind::Dict) {
+    z->set_item("stage", Value::integer(t.zero_stage));
+    // sub_group_size is a ZeRO-3 setting: the one used at stage 3, none below (a ZeRO-3 source's).
+    if (t.zero_stage == 3) z->set_item("sub_group_size", Value::integer(t.sub_group_size));
+    else z->erase("sub_group_size");
+  }
+  if (auto b = cfg->get("bf16"); b && b->kind == Kind::Dict) b->set_item("enabled", Value::boolean(t.dtype == DType::BFloat16));
+  if (auto f = cfg->get("fp16"); f && f->kind == Kind::Dict) f->set_item("enabled", Value::boolean(t.dtype == DType::Float16));
+  if (auto tb = cfg->get("train_batch_size"); tb && tb->kind == Kind::Int && t.source_dp > 0 && tb->i % t.source_dp == 0)
+    cfg->set_item("train_batch_size", Value::integer(tb->i / t.source_dp * t.dp));
+  return cfg;
+}
+
+void retarget_megatron_args(const ValuePtr& args, const LayoutFacts& t) {
+  if (!args || args->kind != Kind::Object) return;
+  auto set = [&](const char* field, ValuePtr v) {
+    if (args->attr(field)) args->set_attr(field, std::move(v));
+  };
+  set("tensor_model_parallel_size", Value::integer(t.tp));
+  set("pipeline_model_parallel_size", Value::integer(t.pp));
+  set("data_parallel_size", Value::integer(t.dp));
+  set("world_size", Value::integer(static_cast<int64_t>(t.tp) * t.pp * t.dp));
+  set("zero_stage", Value::integer(t.zero_stage));
+  set("moe_expert_parallel_size", Value::integer(t.ep));
+  if (t.padded_vocab > 0) set("padded_vocab_size", Value::integer(t.padded_vocab));
+  set("params_dtype", Value::torch_dtype(t.dtype));
+  set("fp16", Value::boolean(t.dtype == DType::Float16));
+  set("bf16", Value::boolean(t.dtype == DType::BFloat16));
+}
+
 ValuePtr minimal_moe_ds_config(int zero_stage, bool bf16, bool fp16, bool data_before_expert) {
   auto cfg = Value::dict();
   auto z = Value::dict();

@@ -70,6 +70,24 @@ pickle::ValuePtr to_pickle(const ModelStates& m);
 // else the line's first release.
 pickle::ValuePtr to_pickle(const ModelStates& m, const VersionLine& line);
 
+// The parallel layout a written file describes, as model states and their ds_config / Megatron
+// args record it.
+struct LayoutFacts {
+  int tp = 1, pp = 1, dp = 1, ep = 1, zero_stage = 1;
+  int64_t sub_group_size = 1000000000;  // ZeRO-3 zero_optimization.sub_group_size
+  DType dtype = DType::BFloat16;        // low-precision weights: fp16 / bf16 flags, params_dtype
+  int64_t padded_vocab = 0;             // Megatron's padded_vocab_size (0: left as it is)
+  int source_dp = 0;                    // the source's DP size: train_batch_size scales with DP (0: left)
+  bool autoep = false;                  // expert_parallel.autoep_size is the EP size (AutoEP)
+};
+
+// A copy of ds_config `source` describing `t`: ZeRO stage (sub_group_size only at stage 3),
+// precision flags, train_batch_size, AutoEP size. A value that is not a dict is returned as it is.
+pickle::ValuePtr retarget_ds_config(const pickle::ValuePtr& source, const LayoutFacts& t);
+// Megatron's args (an argparse.Namespace) set to `t` in place where it has the field: parallel
+// sizes, world size, ZeRO stage, EP size, padded vocabulary, dtype flags.
+void retarget_megatron_args(const pickle::ValuePtr& args, const LayoutFacts& t);
+
 // A minimal ds_config for native-MoE targets when the template has none: the layout facts readers
 // need (ZeRO stage, precision flags, expert rank order).
 pickle::ValuePtr minimal_moe_ds_config(int zero_stage, bool bf16, bool fp16, bool data_before_expert);

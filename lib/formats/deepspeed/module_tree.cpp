@@ -56,6 +56,50 @@ void replace_module_tensors(const ValuePtr& module,
   });
 }
 
+// Megatron's nested module (GPTModel.state_dict_for_save_checkpoint: {'language_model': {'embedding':
+// {'word_embeddings': {'weight'}}, 'encoder': {'layers.0....'}}}, Megatron-DeepSpeed
+// megatron/model/gpt_model.py:266-283, language_model.py:269-285, :603-645).
+static ValuePtr with_leaves(const ValuePtr& tree, const std::string& prefix, std::map<std::string, ValuePtr>& fresh) {
+  auto out = Value::dict(tree->ordered);
+  out->dict_state = tree->dict_state;
+  for (const auto& [k, v] : tree->entries) {
+    const std::string path = k->kind == Kind::Str ? join(prefix, k->s) : std::string();
+    if (v && v->kind == Kind::Dict && !path.empty()) {
+      out->entries.emplace_back(k, with_leaves(v, path, fresh));
+      continue;
+    }
+    auto it = path.empty() ? fresh.end() : fresh.find(path);
+    if (it != fresh.end()) {
+      out->entries.emplace_back(k, it->second);
+      fresh.erase(it);
+    } else {
+      out->entries.emplace_back(k, v);  // buffers and other non-trainable entries travel as they are
+    }
+  }
+  return out;
+}
+
+ValuePtr with_module_leaves(const ValuePtr& module, std::map<std::string, ValuePtr>& fresh) {
+  return with_leaves(module, "", fresh);
+}
+
+void insert_module_leaf(const ValuePtr& module, const std::string& name, ValuePtr value) {
+  ValuePtr at = module;
+  std::string rest = name;
+  for (bool descended = true; descended;) {
+    descended = false;
+    for (const auto& [k, v] : at->entries)
+      if (v && v->kind == Kind::Dict && k->kind == Kind::Str && rest.size() > k->s.size() &&
+          rest.compare(0, k->s.size(), k->s) == 0 && rest[k->s.size()] == '.') {
+        rest = rest.substr(k->s.size() + 1);
+        at = v;
+        descended = true;
+        break;
+      }
+  }
+  at->set_item(rest, std::move(value));
+}
+
 void drop_module_metadata(const ValuePtr& module) {
   walk_dicts(module, "", [&](const ValuePtr& d, const std::string&) {
     if (!d->dict_state || d->dict_state->kind != Kind::Dict) return;

@@ -5,6 +5,7 @@
 // (language_model.embedding.word_embeddings.weight, language_model.encoder.layers.0....).
 #pragma once
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +23,13 @@ bool module_has_metadata(const pickle::ValuePtr& module);
 // Replaces every tensor by replace(flat name, old value); nullptr keeps the old value.
 void replace_module_tensors(const pickle::ValuePtr& module,
                             const std::function<pickle::ValuePtr(const std::string&, const pickle::ValuePtr&)>& replace);
+// A copy of the module's dicts with every tensor leaf named in `fresh` replaced (taken out of
+// `fresh`); other leaves (buffers) travel as they are. Megatron loads the nested module by the same
+// key paths it saves, so a leaf's dotted path is the parameter's name.
+pickle::ValuePtr with_module_leaves(const pickle::ValuePtr& module, std::map<std::string, pickle::ValuePtr>& fresh);
+// Puts `value` under parameter `name` at its place in the tree: in the deepest dict whose path
+// prefixes the name (a parameter the template has no entry for).
+void insert_module_leaf(const pickle::ValuePtr& module, const std::string& name, pickle::ValuePtr value);
 // Removes _metadata from every dict of the module (clone_tensors_for_torch_save's type(d)({...})).
 void drop_module_metadata(const pickle::ValuePtr& module);
 // Gives every OrderedDict that holds tensors a torch state_dict `_metadata` ({'': {'version': 1},

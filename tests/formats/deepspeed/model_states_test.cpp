@@ -142,3 +142,38 @@ TEST(ModelStates, WrittenFieldsReplaceTheirEntryInPlace) {
   }
   EXPECT_EQ(f.root->get("dp_world_size")->as_int(), 2);  // the root read is not changed
 }
+
+// ds_config and Megatron's args describe the layout written; the source's values stay as they are.
+TEST(ModelStates, DsConfigAndArgsDescribeTheTarget) {
+  const std::string path = (fs::path(kFixtures) / "gpt_tp2dp2_z2_fp16/global_step100/mp_rank_00_model_states.pt").string();
+  const TorchFile f = load_torch_file(path);
+  const ds::ModelStates m = ds::read_model_states(f, path);
+  ASSERT_TRUE(m.ds_config);
+  const auto batch = m.ds_config->get("train_batch_size");
+  ASSERT_TRUE(batch && batch->kind == pickle::Kind::Int);
+  ASSERT_EQ(batch->i % 2, 0);  // fixtures.py: DP 2
+  const int64_t source_stage = m.ds_config->get("zero_optimization")->get("stage")->as_int();
+  EXPECT_EQ(source_stage, 2);
+
+  ds::LayoutFacts t;
+  t.tp = 1, t.pp = 1, t.dp = 3, t.zero_stage = 3, t.sub_group_size = 700, t.dtype = DType::BFloat16, t.source_dp = 2;
+  t.padded_vocab = 104;
+  const auto cfg = ds::retarget_ds_config(m.ds_config, t);
+  EXPECT_EQ(cfg->get("zero_optimization")->get("stage")->as_int(), 3);
+  EXPECT_EQ(cfg->get("zero_optimization")->get("sub_group_size")->as_int(), 700);
+  EXPECT_EQ(cfg->get("train_batch_size")->as_int(), batch->i / 2 * 3);  // same micro batch per rank
+  EXPECT_FALSE(cfg->get("fp16")->get("enabled")->as_bool());
+  EXPECT_EQ(m.ds_config->get("zero_optimization")->get("stage")->as_int(), source_stage);  // a copy was changed
+  t.zero_stage = 1;
+  EXPECT_FALSE(ds::retarget_ds_config(cfg, t)->get("zero_optimization")->contains("sub_group_size"));
+
+  const auto args = pickle::deep_copy(m.args());
+  ds::retarget_megatron_args(args, t);
+  EXPECT_EQ(args->attr("tensor_model_parallel_size")->as_int(), 1);
+  EXPECT_EQ(args->attr("data_parallel_size")->as_int(), 3);
+  EXPECT_EQ(args->attr("world_size")->as_int(), 3);
+  EXPECT_EQ(args->attr("padded_vocab_size")->as_int(), 104);
+  EXPECT_TRUE(args->attr("bf16")->as_bool());
+  EXPECT_FALSE(args->attr("fp16")->as_bool());
+  EXPECT_EQ(m.args()->attr("tensor_model_parallel_size")->as_int(), 2);  // fixtures.py: TP 2
+}
