@@ -12,11 +12,15 @@ void add_options(CLI::App& app, tool::PecRestoreOptions& o) {
   app.add_option("--input,--store", r.store, "PEC store folder (durable tier) to restore from")->required();
   app.add_option("--fast-store", r.fast_store, "Fast tier folder");
   app.add_option("--output", r.output, "Checkpoint folder to write")->required();
-  app.add_option("--step", o.step, "Step to restore (default: latest committed)");
+  app.add_option("--step", o.step, "Step to restore (default: latest committed)")
+      ->check(tool::in_range(0, 9007199254740992.0));
   app.add_option("--tokens", r.tokens, "Tokens per expert per save interval, when the store has none (JSON, CSV or router JSONL)");
   app.add_option("--report", o.report, "Write the restore report (JSON) here");
-  app.add_option("--plt-threshold", r.plt_threshold, "PLT threshold above which K doubles")->capture_default_str();
+  app.add_option("--plt-threshold", r.plt_threshold, "PLT threshold above which K doubles")
+      ->check(tool::in_range(0, 1, false))
+      ->capture_default_str();
   app.add_option("--capacity-factor", r.capacity_factor, "Capacity factor for experts restored from older states")
+      ->check(tool::in_range(1, 1e6, false))
       ->capture_default_str();
   app.add_option("--ds-version", r.ds_version,
                  "Native MoE: DeepSpeed version line to write (0.14, 0.17.1, 0.19.2, 0.19.3, 0.19.5, or a release; "

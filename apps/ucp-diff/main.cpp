@@ -17,12 +17,14 @@ int main(int argc, char** argv) {
   app.add_option("b", o.b, "Second checkpoint (any of the same kinds)")->required();
   app.add_option("--rtol", o.diff.rtol, "Relative tolerance: |a - b| <= atol + rtol * |b| counts as equal (default 0: "
                                         "bit for bit)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--atol", o.diff.atol, "Absolute tolerance (default 0: bit for bit)")->check(CLI::NonNegativeNumber);
+      ->check(tool::in_range(0, 1e30, false));
+  app.add_option("--atol", o.diff.atol, "Absolute tolerance (default 0: bit for bit)")->check(tool::in_range(0, 1e30, false));
   app.add_option("--tmp-dir", o.diff.tmp_dir,
                  "Where a native input is converted to universal form (default: $TMPDIR, else /tmp); removed at exit");
   tool::add_threads_option(app, o.diff.threads);
-  app.add_option("--max-listed", o.diff.listed, "Differences listed (the first ones)")->capture_default_str();
+  app.add_option("--max-listed", o.diff.listed, "Differences listed (the first ones)")
+      ->check(tool::in_range(0, 1e9))
+      ->capture_default_str();
   tool::add_verify_option(app, o.diff.verify, "Check the inputs' checksums while reading");
   if (int rc = tool::parse_checkpoint_tool(app, argc, argv, common); rc >= 0) return rc;
   const int rc = tool::run("ucp-diff", [&] {

@@ -23,13 +23,17 @@ LayoutOptions add_options(CLI::App& app, tool::UcpLoadOptions& o) {
                  "checkpoint's manifest.json (or folder); nothing is renamed into place on a mismatch");
   app.add_option("--output", l.output, "Target checkpoint folder");
   LayoutOptions given;
-  given.tp = app.add_option("--tp", o.tp, "Target tensor-parallel degree (default: the source's)");
-  given.pp = app.add_option("--pp", o.pp, "Target pipeline-parallel degree (default: the source's)");
-  given.dp = app.add_option("--dp", o.dp, "Target data-parallel degree (required unless --world-size is given)");
+  given.tp = app.add_option("--tp", o.tp, "Target tensor-parallel degree (default: the source's)")
+                 ->check(tool::in_range(1, tool::kMaxDegree));
+  given.pp = app.add_option("--pp", o.pp, "Target pipeline-parallel degree (default: the source's)")
+                 ->check(tool::in_range(1, tool::kMaxDegree));
+  given.dp = app.add_option("--dp", o.dp, "Target data-parallel degree (required unless --world-size is given)")
+                 ->check(tool::in_range(1, tool::kMaxDegree));
   app.add_option("--world-size", o.world_size, "Target world size: DP = world size / (TP * PP), which must divide")
-      ->check(CLI::PositiveNumber);
+      ->check(tool::in_range(1, tool::kMaxDegree));
   given.zero_stage = app.add_option("--zero-stage", o.zero_stage, "Target ZeRO stage (0-3; default: the source's)")->check(CLI::Range(0, 3));
-  given.ep = app.add_option("--ep", o.ep, "Target expert-parallel degree (default: the source's)");
+  given.ep = app.add_option("--ep", o.ep, "Target expert-parallel degree (default: the source's)")
+                 ->check(tool::in_range(1, tool::kMaxDegree));
   given.dtype = app.add_option("--dtype", o.dtype, "Low-precision weight dtype (default: the source's training precision)")
                     ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   app.add_flag("--reuse-output", l.reuse_output,
@@ -48,10 +52,11 @@ LayoutOptions add_options(CLI::App& app, tool::UcpLoadOptions& o) {
   tool::add_dry_run_option(app, o.dry_run);
   app.add_flag("--overwrite", l.overwrite, "Replace an existing output folder (atomically, at the end)");
   app.add_flag("--no-sync", [&l](int64_t) { l.sync = false; }, "Do not flush the output to stable storage before renaming it into place (scratch outputs)");
-  app.add_option("--vocab-multiple", l.vocab_multiple, "Pad the vocabulary to a multiple of this times TP");
+  app.add_option("--vocab-multiple", l.vocab_multiple, "Pad the vocabulary to a multiple of this times TP")
+      ->check(tool::in_range(1, 65536));
   app.add_option("--sub-group-size", l.target.sub_group_size,
                  "ZeRO-3: the job's zero_optimization.sub_group_size (elements; DeepSpeed's default 1e9)")
-      ->check(CLI::PositiveNumber);
+      ->check(tool::in_range(1, 1e12));
   tool::add_size_option(app, "--shard-size", o.shard_size, "safetensors shard size limit (a size: 5G, 512M)",
                         {{"--shard-size-gb", 1e9}});
   app.add_option("--exchange", o.exchange,
@@ -61,9 +66,12 @@ LayoutOptions add_options(CLI::App& app, tool::UcpLoadOptions& o) {
       ->check(CLI::IsMember({"auto", "on", "off"}));
   tool::add_size_option(app, "--batch", o.batch, "--exchange: atomic bytes per batch (a size; bounds memory per rank)",
                         {{"--batch-mb", 1 << 20}});
-  app.add_option("--pp-rank", o.pp_rank, "--device cuda: pipeline rank to materialize");
-  app.add_option("--tp-rank", o.tp_rank, "--device cuda: tensor rank to materialize");
-  app.add_option("--dp-rank", o.dp_rank, "--device cuda: data-parallel rank to materialize (MPI rank under mpirun)");
+  app.add_option("--pp-rank", o.pp_rank, "--device cuda: pipeline rank to materialize")
+      ->check(tool::in_range(0, tool::kMaxDegree - 1));
+  app.add_option("--tp-rank", o.tp_rank, "--device cuda: tensor rank to materialize")
+      ->check(tool::in_range(0, tool::kMaxDegree - 1));
+  app.add_option("--dp-rank", o.dp_rank, "--device cuda: data-parallel rank to materialize (MPI rank under mpirun)")
+      ->check(tool::in_range(0, tool::kMaxDegree - 1));
   return given;
 }
 

@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   tool::add_verify_option(app, o.verify, "Check the zip CRC-32 of the input files' records");
   app.add_flag("--no-sync", [&o](int64_t) { o.convert.sync = false; }, "Do not flush the output to stable storage before renaming it into place (scratch outputs)");
   app.add_option("--tolerance", o.convert.tolerance, "Accept TP-replicated copies differing by at most this")
-      ->check(CLI::NonNegativeNumber);
+      ->check(tool::in_range(0, 1e30, false));
   app.add_flag("--allow-unused-patterns", o.convert.allow_unused_patterns, "Accept patterns that match no parameter");
   tool::add_overwrite_option(app, o.convert.overwrite, "Replace an existing output folder (atomically, at the end)");
   tool::add_dry_run_option(app, o.dry_run);

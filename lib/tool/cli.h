@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <iostream>
@@ -48,10 +50,36 @@ inline void add_pickle_options(CLI::App& app) {
 // The one vocabulary of the tools (docs/commands.md): --threads, --overwrite, --verify/--no-verify,
 // --dry-run and size options take the same names and syntax in every tool that has the idea.
 
+// A finite number in [lo, hi] (a whole number unless `whole` is false): the one range check of every
+// numeric option (issue 32: NaN, infinite, negative and absurdly large values were taken silently).
+// CLI11 prefixes the option's name: "--vocab-multiple: 99999999 is out of range [1, 65536]" (exit 2).
+inline CLI::Validator in_range(double lo, double hi, bool whole = true) {
+  auto text = [](double v) {
+    char b[32];
+    if (v == std::floor(v) && std::fabs(v) < 1e18) std::snprintf(b, sizeof b, "%.0f", v);
+    else std::snprintf(b, sizeof b, "%.15g", v);
+    return std::string(b);
+  };
+  return CLI::Validator(
+      [=](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) return "'" + s + "' is not a finite number";
+        if (whole && v != std::floor(v)) return "'" + s + "' is not a whole number";
+        if (v < lo || v > hi) return s + " is out of range [" + text(lo) + ", " + text(hi) + "]";
+        return "";
+      },
+      "[" + text(lo) + ", " + text(hi) + "]");
+}
+// Bounds shared by the tools (docs/commands.md, "Numbers"): parallel degrees and ranks, thread counts.
+inline constexpr double kMaxDegree = 1 << 20;  // TP, PP, DP, EP, world size
+inline constexpr double kMaxThreads = 4096;
+inline constexpr uint64_t kMaxSize = uint64_t{1} << 50;  // 1P: every size option (--batch, --memory, --chunk, ...)
+
 // --threads N (0: all cores).
 inline CLI::Option* add_threads_option(CLI::App& app, int& threads) {
   return app.add_option("--threads", threads, "Threads inside this process (0 = all cores)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(in_range(0, kMaxThreads))
       ->capture_default_str();
 }
 
@@ -111,6 +139,7 @@ inline CLI::Option* add_size_option(CLI::App& app, const std::string& names, uin
                        } catch (const UsageError& e) {
                          throw CLI::ValidationError(e.what());
                        }
+                       if (bytes > kMaxSize) throw CLI::ValidationError(first + " " + text + ": larger than 1P, the most a size option takes");
                      },
                      help)
                   ->type_name("SIZE");
@@ -119,7 +148,9 @@ inline CLI::Option* add_size_option(CLI::App& app, const std::string& names, uin
            a.name,
            [&bytes, a, once](double n) {
              once(a.name);
-             if (!(n >= 0) || n * a.unit > 9.2e18) throw CLI::ValidationError(a.name + " " + std::to_string(n) + ": not a size");
+             if (!(n >= 0) || !std::isfinite(n)) throw CLI::ValidationError(a.name + " " + std::to_string(n) + ": not a size");
+             if (n * a.unit > static_cast<double>(kMaxSize))
+               throw CLI::ValidationError(a.name + " gives " + std::to_string(n * a.unit) + " bytes: larger than 1P, the most a size option takes");
              bytes = static_cast<uint64_t>(std::llround(n * a.unit));
            },
            "")
