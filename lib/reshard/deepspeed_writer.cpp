@@ -27,12 +27,6 @@ using pickle::Object;
 using pickle::Value;
 using pickle::ValuePtr;
 
-namespace {
-
-
-
-}  // namespace
-
 // What the written model states, ds_config and Megatron args say of the target layout.
 formats::deepspeed::LayoutFacts DeepSpeedWriter::layout_facts() const {
   const auto& t = plan_.target;
