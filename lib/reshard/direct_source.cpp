@@ -40,7 +40,11 @@ bool is_universal_input(const std::string& input) {
 }
 
 std::string native_checkpoint_dir(const std::string& input) {
-  if (formats::deepspeed::input_kind(input) == formats::deepspeed::InputKind::WorkFolder) return input;
+  return native_checkpoint_dir(input, formats::deepspeed::input_kind(input));
+}
+
+std::string native_checkpoint_dir(const std::string& input, formats::deepspeed::InputKind kind) {
+  if (kind == formats::deepspeed::InputKind::WorkFolder) return input;
   std::error_code ec;
   if (!fs::is_directory(input, ec)) throw Error(input + ": not a folder");
   const std::string dir = formats::deepspeed::resolve_checkpoint_dir(input);
@@ -54,10 +58,10 @@ std::string native_checkpoint_dir(const std::string& input) {
               "(no *_model_states.pt / *_optim_states.pt" + (dir != input ? " in " + dir : std::string()) + ")");
 }
 
-to_universal::ExtractPlan direct_plan(const std::string& input) {
-  (void)native_checkpoint_dir(input);
+to_universal::ExtractPlan direct_plan(const std::string& input, formats::deepspeed::InputKind kind) {
+  (void)native_checkpoint_dir(input, kind);
   to_universal::ExtractPlan plan;
-  if (to_universal::is_work_folder(input)) {
+  if (kind == formats::deepspeed::InputKind::WorkFolder) {
     plan = to_universal::load_work_plan(input);
   } else {
     to_universal::ExtractOptions eo;

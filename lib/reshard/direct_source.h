@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/tensor.h"
+#include "formats/deepspeed/checkpoint_dir.h"
 #include "io/zip/zip_crc_check.h"
 #include "reshard/model_info.h"
 #include "reshard/universal_reader.h"
@@ -33,9 +34,11 @@ bool is_universal_input(const std::string& input);
 // The folder a native input's data is read from (global_stepN, or the work folder); throws Error
 // when `input` is neither kind of checkpoint.
 std::string native_checkpoint_dir(const std::string& input);
+// The same for an input whose kind (checkpoint_dir.h input_kind) the caller has read.
+std::string native_checkpoint_dir(const std::string& input, formats::deepspeed::InputKind kind);
 
 // The extract plan of a native checkpoint (or work folder); refuses what direct mode cannot read.
-to_universal::ExtractPlan direct_plan(const std::string& input);
+to_universal::ExtractPlan direct_plan(const std::string& input, formats::deepspeed::InputKind kind);
 
 // What ucp-union would put in manifest.json and zero/optimizer_state.pt, in memory; model files are
 // the source's own (ucp-union copies them byte for byte).

@@ -65,7 +65,7 @@ namespace {
 // The folder the data is read from, for the output-over-input check: the universal folder, the
 // work folder, or the checkpoint's global_stepN folder (an output beside it is fine).
 std::string input_data_dir(const std::string& input, formats::deepspeed::InputKind kind) {
-  return kind == formats::deepspeed::InputKind::Universal ? input : native_checkpoint_dir(input);
+  return kind == formats::deepspeed::InputKind::Universal ? input : native_checkpoint_dir(input, kind);
 }
 }  // namespace
 
@@ -73,11 +73,12 @@ Prepared prepare(const LoadOptions& options) { return prepare(options, formats::
 
 Prepared prepare(const LoadOptions& options, formats::deepspeed::InputKind kind) {
   Prepared p;
+  p.input = kind;
   if (kind == formats::deepspeed::InputKind::Universal) {
     p.model = read_model_info(options.input);
   } else {  // a native checkpoint, read directly (issue 18)
     auto d = std::make_shared<DirectInput>();
-    d->plan = direct_plan(options.input);
+    d->plan = direct_plan(options.input, kind);
     p.model = model_info_from(direct_meta(d->plan));
     p.direct = std::move(d);
   }
@@ -482,7 +483,7 @@ void check_source_crcs(LoadRun& r) {
     paths.insert(paths.end(), plan.model_files.begin(), plan.model_files.end());
     if (!plan.optimizer_state_file.empty()) paths.push_back(plan.optimizer_state_file);
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(native_checkpoint_dir(r.options.input), ec))
+    for (const auto& e : fs::directory_iterator(native_checkpoint_dir(r.options.input, r.prep.input), ec))
       if (e.is_regular_file() && e.path().extension() == ".pt") paths.push_back(e.path().string());
     for (auto& p : paths) p = fs::weakly_canonical(p).string();
     std::sort(paths.begin(), paths.end());

@@ -70,6 +70,7 @@ struct Prepared {
   ModelInfo model;
   UcpInfo plan;
   std::shared_ptr<DirectInput> direct;  // null: the input is a universal checkpoint
+  formats::deepspeed::InputKind input = formats::deepspeed::InputKind::Universal;  // read once (input_kind)
   nlohmann::json from_source = nlohmann::json::object();  // target values taken from the source
   nlohmann::json record;                // DeepSpeed output: its layout record (ucpkit_layout.json)
 };
