@@ -366,12 +366,12 @@ void add_rated_candidate(std::vector<Candidate>& cands, const std::vector<double
   }
 }
 
-// Replica counts for dominant experts (hotter than the mean GPU load): each such expert's count in
-// the full greedy `greedy` rounded to a multiple of all GPUs (one replica per GPU, or two, ...) or of
-// the GPUs per node, the same rule for every hot expert, the rest of the slots by the floor-f greedy
-// over the other experts. The largest-share rule gives a hot expert a count such as 7 on 8 GPUs,
-// which leaves one GPU without it and the other seven carrying 1/7 of it each (issue 31: 0.909 where
-// one replica per GPU reaches 0.998). Empty when no expert is hotter than the mean GPU load.
+// Replica counts for dominant experts (hotter than the mean GPU load; at most max(4, E/8) of them):
+// each such expert's count in the full greedy `greedy` rounded to a multiple of all GPUs (one replica
+// per GPU, or two, ...) or of the GPUs per node, the same rule for every hot expert, the rest of the
+// slots by the floor-f greedy over the other experts. The largest-share rule gives a hot expert a
+// count such as 7 on 8 GPUs, which leaves one GPU without it and the other seven carrying 1/7 of it
+// each (issue 31: 0.909 where one replica per GPU reaches 0.998). Empty when there is none.
 std::vector<std::vector<int>> dominant_allocations(const std::vector<double>& t, const Cluster& cl, int f,
                                                    const std::vector<int>& greedy) {
   const int E = static_cast<int>(t.size()), m = cl.gpus(), G = cl.gpus_per_node;
@@ -380,7 +380,9 @@ std::vector<std::vector<int>> dominant_allocations(const std::vector<double>& t,
   std::vector<int> hot, cold;
   for (int e = 0; e < E; ++e) (t[e] > total / m ? hot : cold).push_back(e);
   std::vector<std::vector<int>> out;
-  if (hot.empty() || cold.empty()) return out;
+  // Dominant means few: where most experts carry more than a GPU's mean load (fewer experts than
+  // GPUs), the rounding rule is not the point and would only cost time.
+  if (hot.empty() || cold.empty() || hot.size() > std::max<size_t>(4, t.size() / 8)) return out;
   std::vector<double> cold_loads;
   for (int e : cold) cold_loads.push_back(t[e]);
   auto round_to = [](int c, int unit, bool up) { return std::max(unit, (up ? (c + unit - 1) / unit : c / unit) * unit); };
