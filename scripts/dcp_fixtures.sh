@@ -33,9 +33,19 @@ run fsdp_tp_optim_w4 --world 4 --layout fsdp_tp --tp 2 --optim  # FSDP2 x TP, to
 run plain_w2 --world 2 --layout replicated               # plain tensors: whole-tensor chunks
 run ranklocal_w2 --world 2 --layout replicated --rank-local  # no_dist save: rank_<r>/.metadata
 rc=0; run ranklocal_sharded_w2 --world 2 --layout fsdp --rank-local || rc=$?  # torch 2.6 refuses
-echo "   (exit status $rc: 4 = refused by torch, as dcp_save.py documents)"
+echo "   (exit status $rc: torch 2.6 refuses it, the log above says why; nothing of it is kept)"
+# One rank, one tensor: storage_data holds a single item, pickled with SETITEM instead of SETITEMS.
+rm -rf "$TRIXIE/lab/dcpfx/single_item_w1" "$TRIXIE/lab/dcpfx/single_item_w1.truth"
+chroot "$TRIXIE" /usr/bin/env -i PATH=/usr/bin:/bin python3 -c '
+import os, torch, torch.distributed.checkpoint as dcp
+from safetensors.torch import save_file
+w = torch.arange(6, dtype=torch.float32).reshape(2, 3) / 7
+dcp.save({"w": w}, checkpoint_id="/lab/dcpfx/single_item_w1")  # no process group: one rank
+os.makedirs("/lab/dcpfx/single_item_w1.truth")
+save_file({"w": w}, "/lab/dcpfx/single_item_w1.truth/tensors.safetensors")
+'
 mkdir -p "$OUT"
-for v in fsdp_w2 twod_w4 fsdp_optim_w2 fsdp_tp_optim_w4 plain_w2 ranklocal_w2; do
+for v in fsdp_w2 twod_w4 fsdp_optim_w2 fsdp_tp_optim_w4 plain_w2 ranklocal_w2 single_item_w1; do
   rm -rf "$OUT/$v" "$OUT/$v.truth"
   cp -r "$TRIXIE/lab/dcpfx/$v" "$TRIXIE/lab/dcpfx/$v.truth" "$OUT/"
 done

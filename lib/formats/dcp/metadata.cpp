@@ -177,10 +177,12 @@ Metadata parse_metadata(std::span<const uint8_t> bytes, const std::string& name)
   const ValuePtr sdm = p.field(root, "state_dict_metadata", "Metadata");
   if (sdm->kind != Kind::Dict) p.bad("state_dict_metadata is not a dict");
   for (const auto& [k, v] : sdm->entries) md.entries.push_back(p.entry(p.text(k, "state_dict_metadata key"), v));
-  // storage_data_as_list turned the MetadataIndex-keyed dict into [key, value, key, value, ...].
+  // storage_data_as_list turned the MetadataIndex-keyed dict into [key, value, ...] or (None, key, value).
   const ValuePtr sd = p.field(root, "storage_data", "Metadata");
   if (sd->kind == Kind::Dict) {
     for (const auto& [k, v] : sd->entries) md.items.push_back(p.item(k, v));
+  } else if (sd->kind == Kind::Tuple && sd->items.size() == 3 && sd->items[0]->is_none()) {  // one item
+    md.items.push_back(p.item(sd->items[1], sd->items[2]));
   } else if (sd->kind == Kind::List && sd->items.size() % 2 == 0) {
     for (size_t k = 0; k < sd->items.size(); k += 2) md.items.push_back(p.item(sd->items[k], sd->items[k + 1]));
   } else {

@@ -95,7 +95,8 @@ std::vector<uint8_t> storage_data_as_list(std::vector<uint8_t> p, const std::str
   uint64_t memo_size = 0;
   std::optional<std::string> top;  // the string the last value-pushing opcode pushed
   int depth = 0;
-  enum { Searching, AfterDict, InBatch, Done } state = Searching;
+  size_t dict_pos = 0;
+  enum { Searching, AfterDict, InBatch, Single, Done } state = Searching;
   while (w.pos < p.size() && state != Done) {
     const uint8_t op = p[w.pos];
     std::optional<std::string> pushed;
@@ -103,12 +104,17 @@ std::vector<uint8_t> storage_data_as_list(std::vector<uint8_t> p, const std::str
     if (op == pickle::op_byte(Op::STOP)) break;
     if (state == AfterDict && !is_memo_store(op) && op != pickle::op_byte(Op::FRAME)) {
       if (op == pickle::op_byte(Op::MARK) && depth == 1) state = InBatch;
-      else if (pushed || op == pickle::op_byte(Op::BINGET) || op == pickle::op_byte(Op::LONG_BINGET) ||
-               op == pickle::op_byte(Op::SETITEMS))
-        state = Done;  // empty, or the batch list ended: the Metadata state dict goes on
-      else
-        w.bad("storage_data holds a single item (SETITEM), which this stopgap cannot turn into a list");
+      else if (op == pickle::op_byte(Op::SETITEMS)) state = Done;  // the Metadata state ends
+      else state = Single;  // a lone key (or, for an empty storage_data, the next state key)
     }
+    if (state == Single && op == pickle::op_byte(Op::SETITEM) && depth == 1) {
+      // EMPTY_DICT MEMOIZE key value SETITEM -> NONE MEMOIZE key value TUPLE3: (None, key, value), the
+      // memo numbering unchanged.
+      p[dict_pos] = pickle::op_byte(Op::NONE);
+      p[w.pos] = pickle::op_byte(Op::TUPLE3);
+      state = Done;
+    }
+    if (state == Single && op == pickle::op_byte(Op::SETITEMS) && depth == 1) state = Done;
     if (op == pickle::op_byte(Op::MARK)) ++depth;
     if (closes_mark(op)) {
       if (--depth < 0) w.bad("unbalanced MARK");
@@ -119,6 +125,7 @@ std::vector<uint8_t> storage_data_as_list(std::vector<uint8_t> p, const std::str
     }
     if (state == Searching && op == pickle::op_byte(Op::EMPTY_DICT) && depth == 1 && top == "storage_data") {
       p[w.pos] = pickle::op_byte(Op::EMPTY_LIST);
+      dict_pos = w.pos;
       state = AfterDict;
     }
     if (is_memo_store(op)) {

@@ -3,7 +3,8 @@
 // dict keyed by MetadataIndex objects, so `.metadata` cannot be unpickled as written. This rewrites,
 // in a copy of the pickle and byte for byte (same length, so protocol-4 FRAME sizes stay right), the
 // storage_data dict into a list [key0, value0, key1, value1, ...]: its EMPTY_DICT becomes EMPTY_LIST
-// and each of its SETITEMS batches an APPENDS. Located by walking the opcodes: the EMPTY_DICT that is
+// and each of its SETITEMS batches an APPENDS; a one-item dict (EMPTY_DICT key value SETITEM)
+// becomes the tuple (None, key, value) (NONE ... TUPLE3). Located by walking the opcodes: the EMPTY_DICT that is
 // the value of the 'storage_data' key of the top-level Metadata state (mark depth 1).
 // Remove when io/pickle keys objects by identity (the report of issue 30's first slice asks for it).
 #pragma once
@@ -14,8 +15,7 @@
 namespace ucpkit::formats::dcp {
 
 // The pickle with storage_data as a flat key/value list; unchanged when there is no such dict.
-// Throws Error naming `name` on an opcode it cannot step over, or on a one-item storage_data (written
-// with SETITEM, which has no same-length list counterpart).
+// Throws Error naming `name` on an opcode it cannot step over.
 std::vector<uint8_t> storage_data_as_list(std::vector<uint8_t> pickle, const std::string& name);
 
 }  // namespace ucpkit::formats::dcp

@@ -146,3 +146,11 @@ TEST(DcpReader, OneChunkAtATimeEqualsItsBoxOfTheTruth) {
   }
   EXPECT_GT(chunk_count(r), r.metadata().entries.size());
 }
+
+TEST(DcpReader, OneItemCheckpoint) {
+  // storage_data with one entry is pickled with SETITEM, not SETITEMS (object_keys.h).
+  expect_matches_truth(kData + "/single_item_w1", truth_of("single_item_w1"));
+  Reader r(kData + "/single_item_w1");
+  ASSERT_EQ(r.metadata().items.size(), 1u);
+  EXPECT_EQ(r.metadata().items[0].storage.relative_path, "__0_0.distcp");
+}
