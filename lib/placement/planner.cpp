@@ -209,6 +209,9 @@ void check_recovery_weight(const PlanRequest& req) {
     throw UsageError("--recovery-weight applies to balanced-ft, not --algorithm " + req.algorithm);
   if (w > 0 && !req.previous_path.empty())
     throw UsageError("--recovery-weight does not apply to --previous (its moves keep balanced-ft's recovery)");
+  if (w > 0 && req.node_loss_migration)
+    throw UsageError("--recovery-weight does not apply to --current with --migration-weight or --max-moved-bytes "
+                     "(those moves keep balanced-ft's recovery); without them the new plan is placed with it");
   if (req.pareto && !req.report) throw UsageError("--pareto needs --report");
 }
 
