@@ -7,6 +7,7 @@
 #include "core/atomic_file.h"
 #include "core/crc32.h"
 #include "core/error.h"
+#include "core/staging.h"
 
 namespace ucpkit {
 namespace {
@@ -62,6 +63,7 @@ void ZipWriter::add_streamed(const std::string& name, uint64_t size, const Fill&
   if (buffer.size() < window) buffer.resize(window);
   uint32_t crc = 0;
   for (uint64_t done = 0; done < size;) {
+    check_interrupted();  // SIGINT/SIGTERM: a record of many GiB stops at its next window, not at its end
     const size_t n = static_cast<size_t>(std::min<uint64_t>(window, size - done));
     std::span<uint8_t> w(buffer.data(), n);
     fill(done, w);
