@@ -49,6 +49,43 @@ for r in rows:
 PY
 rm -f "$target"
 
+echo "== scale (issue 31): 64 x 256 on 1,024 nodes x 8 GPUs x 4 slots and on 128 nodes, every algorithm and the re-placements"
+scale="$(mktemp)"
+for n in 128 1024; do
+  for algo in eplb-global eplb hecate spread compact lazarus balanced-ft; do
+    "${one_core[@]}" "$bench" speed 64 256 "$n" 8 4 "$algo" 2 | tee -a "$scale"
+  done
+  for w in 0 1; do "${one_core[@]}" "$bench" replace 64 256 "$n" 8 4 "$w" | tee -a "$scale"; done
+  "${one_core[@]}" "$bench" nodeloss 64 256 "$n" 8 4 0.5 | tee -a "$scale"
+done
+python3 - "$scale" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+base = next(r for r in rows if r.get("algorithm") == "eplb-global" and r["nodes"] == 128)["total_cpu_s"]
+print("baseline of this run: eplb-global at 128 nodes, %.3f s CPU" % base)
+for r in rows:
+    name = r.get("algorithm") or "%s (weight %g)" % (r["mode"], r["migration_weight"])
+    cpu = r.get("total_cpu_s", r.get("replace_cpu_s"))
+    limit = 2.0 if r["nodes"] == 1024 else 1.0
+    print("%5d nodes %-26s %7.3f s CPU (%6.2f x baseline): %s the %g s target"
+          % (r["nodes"], name, cpu, cpu / base, "within" if cpu < limit else "OVER", limit))
+PY
+rm -f "$scale"
+prev="$(mktemp -d)"
+python3 - "$prev" <<'PY'
+import json, random, sys
+random.seed(1)
+w0 = [[int(random.lognormvariate(8, 1)) for _ in range(256)] for _ in range(64)]
+json.dump(w0, open(sys.argv[1] + "/w0.json", "w"))
+random.seed(2)
+json.dump([[int(v * random.lognormvariate(0, 0.5)) for v in row] for row in w0], open(sys.argv[1] + "/w1.json", "w"))
+PY
+"$tool" --input "$prev/w0.json" --nodes 1024 --gpus-per-node 8 --slots-per-gpu 4 --survive-node-failures 1 \
+  --output "$prev/plan.json" -q
+/usr/bin/time -f "cli --previous at 1,024 nodes: %e s wall, %U s user, %S s sys, %M KiB max RSS (target: seconds, 500 MB)" \
+  "${one_core[@]}" "$tool" --input "$prev/w1.json" --previous "$prev/plan.json" --output "$prev/next.json" -q
+rm -rf "$prev"
+
 echo "== growth with nodes (64 layers x 256 experts, 8 GPUs x 4 slots)"
 for n in 16 32 64 128 256 512; do "${one_core[@]}" "$bench" speed 64 256 "$n" 8 4 balanced-ft 2; done
 

@@ -3,6 +3,7 @@
 // Usage: bench_placement speed <layers> <experts> <nodes> <gpus> <slots> [algorithm] [f]
 //        bench_placement quality <loads> <nodes> <gpus> <slots> <f> [window]
 //        bench_placement replace <layers> <experts> <nodes> <gpus> <slots> [migration_weight]
+//        bench_placement nodeloss <layers> <experts> <nodes> <gpus> <slots> [migration_weight]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "placement/balance.h"
 #include "placement/dispatch.h"
 #include "placement/planner.h"
+#include "placement/node_loss.h"
 #include "placement/replace.h"
 
 using namespace ucpkit::placement;
@@ -117,6 +119,33 @@ int replace(int argc, char** argv) {
   return 0;
 }
 
+// Node loss under the migration model: the current plan is balanced-ft (f = 2) for the loads, node 0
+// fails; timed: replace_after_node_loss (its balanced-ft placement from scratch included).
+int nodeloss(int argc, char** argv) {
+  int L = std::atoi(argv[2]), E = std::atoi(argv[3]);
+  Cluster cl{std::atoi(argv[4]), std::atoi(argv[5]), std::atoi(argv[6])};
+  ReplaceOptions ro;
+  ro.fault_tolerance = 2;
+  ro.migration_weight = argc > 7 ? std::atof(argv[7]) : 0.0;
+  PlacementOptions o;
+  o.fault_tolerance = 2;
+  LoadMatrix w = synthetic(L, E, 1);
+  Plan cur = plan_placement(w, cl, "balanced-ft", o);
+  std::vector<int> physical;
+  for (int i = 1; i < cl.nodes; ++i) physical.push_back(i);
+  Cluster target{cl.nodes - 1, cl.gpus_per_node, cl.slots_per_gpu};
+  Plan next;
+  double c0 = cpu();
+  NodeLossResult r = replace_after_node_loss(cur, physical, w, target, ro, next);
+  double c1 = cpu();
+  compute_metrics(next, w, o.recovery);
+  std::printf("{\"mode\":\"nodeloss\",\"layers\":%d,\"experts\":%d,\"nodes\":%d,\"migration_weight\":%g,"
+              "\"replace_cpu_s\":%.4f,\"fetches\":%lld,\"gpu_copies\":%lld,\"rounds\":%d,\"balancedness\":%.4f}\n",
+              L, E, cl.nodes, ro.migration_weight, c1 - c0, r.fetches.replicas_moved, r.replacement.copies,
+              r.replacement.rounds, next.metrics.balancedness);
+  return 0;
+}
+
 int quality(int argc, char** argv) {
   LoadFileOptions lo;
   if (argc > 7) lo.window = static_cast<size_t>(std::atoi(argv[7]));
@@ -144,6 +173,7 @@ int main(int argc, char** argv) {
     if (mode == "speed" && argc >= 7) return speed(argc, argv);
     if (mode == "quality" && argc >= 7) return quality(argc, argv);
     if (mode == "replace" && argc >= 7) return replace(argc, argv);
+    if (mode == "nodeloss" && argc >= 7) return nodeloss(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_placement: error: %s\n", e.what());
     return 1;
@@ -151,6 +181,7 @@ int main(int argc, char** argv) {
   std::fprintf(stderr,
                "usage: bench_placement speed <layers> <experts> <nodes> <gpus> <slots> [algorithm] [f]\n"
                "       bench_placement quality <loads> <nodes> <gpus> <slots> <f> [window]\n"
-               "       bench_placement replace <layers> <experts> <nodes> <gpus> <slots> [migration_weight]\n");
+               "       bench_placement replace <layers> <experts> <nodes> <gpus> <slots> [migration_weight]\n"
+               "       bench_placement nodeloss <layers> <experts> <nodes> <gpus> <slots> [migration_weight]\n");
   return 2;
 }
