@@ -192,6 +192,10 @@ Metadata parse_metadata(std::span<const uint8_t> bytes, const std::string& name)
   p.storage_meta(root->attr("storage_meta"), md);
   md.version = opt_text(root, "version");
   md.era = p.era;
+  for (size_t k = 0; k < md.entries.size(); ++k)
+    if (!md.entry_index.emplace(md.entries[k].fqn, k).second)
+      p.bad("state_dict_metadata lists '" + escaped_brief(md.entries[k].fqn) + "' twice");
+  for (size_t k = 0; k < md.items.size(); ++k) md.item_index[md.items[k].fqn].push_back(k);
   return md;
 }
 
@@ -201,14 +205,16 @@ Metadata read_metadata(const std::string& path) {
 }
 
 const Entry* Metadata::find(const std::string& fqn) const {
-  for (const auto& e : entries)
-    if (e.fqn == fqn) return &e;
-  return nullptr;
+  auto it = entry_index.find(fqn);
+  return it == entry_index.end() ? nullptr : &entries[it->second];
 }
 
 const Item& Metadata::item_of(const std::string& fqn, const std::vector<int64_t>* offsets) const {
-  for (const auto& it : items)
-    if (it.fqn == fqn && (offsets ? it.offset && *it.offset == *offsets : !it.offset)) return it;
+  if (auto pos = item_index.find(fqn); pos != item_index.end())
+    for (size_t k : pos->second) {
+      const Item& it = items[k];
+      if (offsets ? it.offset && *it.offset == *offsets : !it.offset) return it;
+    }
   std::string at;
   if (offsets) {
     at = " at offsets [";

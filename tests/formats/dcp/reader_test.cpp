@@ -12,6 +12,7 @@
 #include "formats/dcp/reader.h"
 #include "io/safetensors_file.h"
 #include "io/torch/torch_file.h"
+#include "support/process.h"
 
 namespace fs = std::filesystem;
 using namespace ucpkit;
@@ -153,4 +154,19 @@ TEST(DcpReader, OneItemCheckpoint) {
   Reader r(kData + "/single_item_w1");
   ASSERT_EQ(r.metadata().items.size(), 1u);
   EXPECT_EQ(r.metadata().items[0].storage.relative_path, "__0_0.distcp");
+}
+
+TEST(DcpReader, MoreItemsThanOnePickleBatch) {
+  // pickle writes SETITEMS in batches of 1000: storage_data of 2500 items spans three, each rewritten
+  // (object_keys.h). Written now by the real torch 1.13 DCP (many_items.py), truth by the same script.
+  const std::string d = ucpkit::testing::scratch_dir("dcp_many_items");
+  std::string out;
+  const std::string cmd = std::string(UCPKIT_PYTHON) + " " + UCPKIT_SOURCE_DIR + "/tests/formats/dcp/many_items.py " +
+                          ucpkit::testing::quote(d) + " 2500 2>&1";
+  ASSERT_EQ(ucpkit::testing::run_command(cmd, &out), 0) << out;
+  const std::string tp = d + "/truth/tensors.safetensors";
+  const auto truth = parse_safetensors(slurp(tp), tp);
+  ASSERT_EQ(truth.size(), 2500u);
+  expect_matches_truth(d + "/ckpt", truth);
+  EXPECT_EQ(Reader(d + "/ckpt").metadata().items.size(), 2500u);
 }
