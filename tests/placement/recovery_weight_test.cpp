@@ -224,5 +224,11 @@ TEST(RecoveryWeight, BadValuesAreUsageErrorsAndWriteNothing) {
   std::ifstream in(dir / "plan.json");
   const auto plan = nlohmann::json::parse(in);
   EXPECT_EQ(plan.at("balanced_ft").at(0).at("recovery_weight").at("weight").get<double>(), 1.0);
+  // Node loss under the migration model keeps balanced-ft's moves: the weight is refused there.
+  const std::string loss = bin + " --input " + (dir / "loads.json").string() + " --current " +
+                           (dir / "plan.json").string() + " --failed-nodes 1 --migration-weight 0.5 --output " +
+                           (dir / "after.json").string() + " --recovery-weight 0.5 2>/dev/null";
+  EXPECT_EQ(WEXITSTATUS(std::system(loss.c_str())), 2);
+  EXPECT_FALSE(fs::exists(dir / "after.json"));
   fs::remove_all(dir);
 }
