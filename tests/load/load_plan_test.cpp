@@ -4,6 +4,7 @@
 // rank, and which steps a rank runs for each kind of input and output.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <tuple>
@@ -104,6 +105,31 @@ TEST(FileJobs, NameEveryDeepSpeedFileOnce) {
     // Per model-parallel rank: one model job (ZeRO 0-2) or one per DP rank (ZeRO-3), one optimizer job per DP rank.
     const size_t mp = static_cast<size_t>(c.target.tp * c.target.pp), dp = static_cast<size_t>(c.target.dp);
     EXPECT_EQ(jobs.size(), mp * (c.target.zero_stage == 3 ? 2 * dp : 1 + dp)) << c.target.to_json().dump();
+  }
+}
+
+TEST(FileJobs, JobsWriteTheTargetsExpectedFilesEachOnce) {
+  // files_of over every job is the target's one file list (file_names.h expected_files): the jobs
+  // split it without gaps or overlaps, whatever the stage, TP, DP and ZeRO stage.
+  const std::vector<std::pair<ModelInfo, TargetLayout>> cases = {{tiny_model(), target_of(2, 1, 3, 1)},
+                                                                 {tiny_model(), target_of(1, 1, 4, 3)},
+                                                                 {pipeline_model(), target_of(2, 2, 2, 1)},
+                                                                 {pipeline_model(), target_of(1, 3, 1, 1)}};
+  for (const auto& [model, target] : cases) {
+    SCOPED_TRACE(target.to_json().dump());
+    const UcpInfo info = ucp_info(model, target);
+    const auto facts = info.files(model.native_moe);
+    std::vector<std::string> from_jobs;
+    for (const auto& j : file_jobs(model, info))
+      for (const auto& f : files_of(facts, j, nullptr)) from_jobs.push_back(f);
+    auto want = formats::deepspeed::expected_files(facts, nullptr);
+    std::sort(from_jobs.begin(), from_jobs.end());
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(from_jobs, want);
+    EXPECT_EQ(std::set<std::string>(want.begin(), want.end()).size(), want.size()) << "a file listed twice";
+    // The names the plan's own accessors give are on the list.
+    for (int d = 0; d < target.dp; ++d)
+      EXPECT_TRUE(std::binary_search(want.begin(), want.end(), info.optim_file(d, 0))) << info.optim_file(d, 0);
   }
 }
 
