@@ -18,6 +18,7 @@
 #include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/storage_tags.h"
+#include "formats/universal/join.h"
 #include "formats/universal/manifest.h"
 #include "reshard/ucp_info.h"
 #include "parallel/threads.h"
@@ -76,17 +77,10 @@ to_universal::ExtractPlan direct_plan(const std::string& input, formats::deepspe
 
 namespace {
 
+using formats::universal::split_dim;  // the join table's split dimension
+
 bool flat_source(const to_universal::ExtractPlan& plan) {  // ds_to_universal's ZeRO-3 TP = 1 form (as run_union)
   return plan.source.value("zero_stage", 1) == 3 && plan.source.value("tp", 1) == 1;
-}
-
-int split_dim(const patterns::ParamRule& rule, const patterns::PatternSet& set) {
-  switch (rule.kind) {
-    case JoinKind::Cat: return static_cast<int>(rule.cat_dim);
-    case JoinKind::TwoSubParams: return 0;
-    case JoinKind::SubParams: return static_cast<int>(set.sub_params.at(rule.sub_param_index).partition_dim);
-    default: return -1;
-  }
 }
 
 // The shape ucp-union gives the joined tensor (vocabulary rows cut to original_vocab_size).

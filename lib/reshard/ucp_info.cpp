@@ -12,10 +12,9 @@
 #include "formats/deepspeed/moe.h"
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/zero_partition.h"
+#include "formats/universal/join.h"
 
 namespace ucpkit::reshard {
-
-using patterns::JoinKind;
 
 nlohmann::json TargetLayout::to_json() const {
   nlohmann::json j = {{"tp", tp},
@@ -31,17 +30,6 @@ nlohmann::json TargetLayout::to_json() const {
 }
 
 int64_t TpSlice::numel() const { return numel_of(shape); }
-
-namespace {
-
-[[noreturn]] void indivisible(const std::string& name, const std::vector<int64_t>& shape, int dim, int64_t size,
-                              int tp, const char* what) {
-  throw Error("impossible layout: tp=" + std::to_string(tp) + " does not divide " + what + " " +
-              std::to_string(size) + " (dim " + std::to_string(dim) + " of " + name + ", shape " + shape_str(shape) +
-              ")");
-}
-
-}  // namespace
 
 TpSlice tp_slice(const std::string& name, const std::vector<int64_t>& shape, const patterns::ParamRule& rule,
                  const patterns::PatternSet& set, int tp, int t, int64_t padded_rows) {
@@ -59,54 +47,10 @@ TpSlice tp_slice(const std::string& name, const std::vector<int64_t>& shape, con
     s.dim = 0;
     return s;
   }
-  switch (rule.kind) {
-    case JoinKind::Replicate:
-    case JoinKind::Average: s.pieces = {{0, full[0]}}; return s;
-    case JoinKind::Cat: {
-      const int d = static_cast<int>(rule.cat_dim);
-      if (d >= (int)full.size()) throw Error("parameter " + name + " has no dim " + std::to_string(d) + " to split");
-      if (full[d] % tp) indivisible(name, full, d, full[d], tp, "the split dimension");
-      const int64_t n = full[d] / tp;
-      s.dim = d;
-      s.pieces = {{t * n, n}};
-      s.shape[d] = n;
-      return s;
-    }
-    case JoinKind::TwoSubParams: {
-      if (full[0] % 2) throw Error("parameter " + name + " has an odd dim 0 but two sub-params");
-      const int64_t half = full[0] / 2;
-      if (half % tp) indivisible(name, full, 0, half, tp, "the sub-parameter size");
-      const int64_t n = half / tp;
-      s.pieces = {{t * n, n}, {half + t * n, n}};
-      s.shape[0] = 2 * n;
-      return s;
-    }
-    case JoinKind::SubParams: {
-      const auto& spec = set.sub_params.at(rule.sub_param_index);
-      const int d = static_cast<int>(spec.partition_dim);
-      if (d >= (int)full.size()) throw Error("parameter " + name + " has no partition dim " + std::to_string(d));
-      std::vector<int64_t> sizes = spec.sub_sizes;
-      if (!spec.sizes_as_tuple) {
-        const int64_t k = static_cast<int64_t>(sizes.size());
-        if (k <= 0 || full[d] % k) throw Error("parameter " + name + " cannot be cut into " + std::to_string(k) + " sub-params");
-        std::fill(sizes.begin(), sizes.end(), full[d] / k);
-      }
-      if (std::accumulate(sizes.begin(), sizes.end(), int64_t{0}) != full[d])
-        throw Error("parameter " + name + ": sub-param sizes do not add up to dim " + std::to_string(d) + " = " +
-                    std::to_string(full[d]));
-      s.dim = d;
-      s.shape[d] = 0;
-      int64_t base = 0;
-      for (int64_t sz : sizes) {
-        if (sz % tp) indivisible(name, full, d, sz, tp, "the sub-parameter size");
-        const int64_t n = sz / tp;
-        s.pieces.push_back({base + t * n, n});
-        s.shape[d] += n;
-        base += sz;
-      }
-      return s;
-    }
-  }
+  const auto cut = formats::universal::split(name, full, rule, set, tp, t);  // the join table's split
+  s.dim = cut.dim;
+  s.pieces = cut.pieces;
+  s.shape = cut.shape;
   return s;
 }
 

@@ -14,13 +14,12 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/mapped_file.h"
+#include "formats/universal/state_file.h"
 #include "io/torch/torch_file.h"
 
 namespace fs = std::filesystem;
 
 namespace ucpkit::reshard {
-
-using pickle::Kind;
 
 UniversalReader::UniversalReader(const ModelInfo& model, std::string dir, bool verify)
     : model_(model), dir_(std::move(dir)), verify_(verify) {
@@ -68,16 +67,7 @@ UniversalReader::Entry& UniversalReader::entry(int param, const std::string& sta
     const auto& p = model_.params[param];
     const std::string path = (fs::path(dir_) / p.state_files.at(state)).string();
     auto tf = load_torch_file(path);
-    Tensor t;
-    if (tf.root && tf.root->kind == Kind::Dict) {
-      auto v = tf.root->get("param");
-      if (!v || v->kind != Kind::Tensor) fail(path, "no 'param' tensor");
-      t = v->as_tensor();
-    } else if (tf.root && tf.root->kind == Kind::Tensor) {
-      t = tf.root->as_tensor();  // ZeRO-3 style bare tensor
-    } else {
-      fail(path, "not a universal state file");
-    }
+    const Tensor t = formats::universal::read_state_file(tf.root, path).param;
     if (t.dtype() != DType::Float32) fail(path, "state tensor is " + std::string(dtype_name(t.dtype())) + ", not float32");
     if (t.numel() != p.stored_numel)
       fail(path, "state tensor has " + std::to_string(t.numel()) + " elements but the manifest's shape has " +

@@ -7,40 +7,22 @@
 
 #include "core/crc32.h"
 #include "core/error.h"
-#include "formats/deepspeed/pickled_classes.h"
 #include "formats/deepspeed/storage_tags.h"
+#include "formats/universal/join.h"
+#include "formats/universal/state_file.h"
 
 namespace ucpkit::to_universal {
 
 using pickle::Kind;
 using pickle::Value;
 using pickle::ValuePtr;
-using patterns::JoinKind;
-
-namespace {
-ValuePtr subparam_shape_object(const patterns::SubParamSpec& spec) {
-  return formats::deepspeed::subparam_shape(spec.patterns, spec.shape, spec.partition_dim, spec.sub_sizes,
-                                            spec.sizes_as_tuple);
-}
-}  // namespace
 
 ValuePtr state_file_value(const Tensor& param, const patterns::ParamRule& rule, const patterns::PatternSet& set) {
-  auto d = Value::dict();
-  switch (rule.kind) {
-    case JoinKind::Replicate:
-    case JoinKind::Average: break;
-    case JoinKind::TwoSubParams:
-      d->set_item("cat_dim", Value::integer(0));
-      d->set_item("param_n_sub_params", Value::integer(2));
-      break;
-    case JoinKind::SubParams:
-      d->set_item("sub_param_shape", subparam_shape_object(set.sub_params.at(rule.sub_param_index)));
-      break;
-    case JoinKind::Cat: d->set_item("cat_dim", Value::integer(rule.cat_dim)); break;
-  }
-  if (rule.vocab) d->set_item("vocab_tensor", Value::boolean(true));
-  d->set_item("param", Value::of_tensor(param));
-  return d;
+  formats::universal::StateFile f;
+  f.param = param;
+  formats::universal::record_join(rule, set, f);
+  f.vocab_tensor = rule.vocab;
+  return formats::universal::to_pickle(f);
 }
 
 ValuePtr common_optimizer_state(const ValuePtr& root, const std::string& path) {

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "formats/deepspeed/moe.h"
 #include "formats/deepspeed/param_groups.h"
+#include "formats/universal/state_file.h"
 
 namespace ucpkit::formats::deepspeed {
 
@@ -181,12 +182,11 @@ void retarget_autoep_layers(const ValuePtr& layers, int ep, int dp, bool zero3, 
 }
 
 ValuePtr autoep_universal_state(const ValuePtr& param, int num_experts) {
-  auto d = Value::dict();
-  d->set_item("param", param);
-  d->set_item("cat_dim", Value::integer(0));
-  d->set_item("is_expert_param", Value::boolean(true));
-  d->set_item("ep_num_experts", Value::integer(num_experts));
-  return d;
+  universal::StateFile f;
+  f.param = param->as_tensor();
+  f.cat_dim = 0;
+  f.ep_num_experts = num_experts;
+  return universal::to_pickle(f);
 }
 
 }  // namespace ucpkit::formats::deepspeed

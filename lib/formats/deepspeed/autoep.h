@@ -72,7 +72,8 @@ std::string autoep_group_name(int ep);
 std::string autoep_expert_file_key(const std::string& prefix, const std::string& weight, int global_expert);
 
 // The universal state file of an AutoEP expert parameter (autoep_universal.py:333-338):
-// {'param': [E, ...], 'cat_dim': 0, 'is_expert_param': True, 'ep_num_experts': E}.
+// {'param': [E, ...], 'cat_dim': 0, 'is_expert_param': True, 'ep_num_experts': E}, written by
+// formats/universal/state_file.h.
 pickle::ValuePtr autoep_universal_state(const pickle::ValuePtr& param, int num_experts);
 
 // Rewrites a saved `ds_autoep_layers` list (top level or inside universal_checkpoint_info) for a
