@@ -173,16 +173,16 @@ ValuePtr DeepSpeedWriter::target_module(const MpRankPlan& mr, const ValuePtr& mo
         fresh[model_.params[s.param].name] = Value::of_tensor(Tensor(Storage::zeros(t.dtype, 0), 0, {0}, {1}));
       continue;
     }
-    if (compact) {
-      for (const Slot& s : g.slots) fresh[model_.params[s.param].name] = Value::of_tensor(low_precision_slice(s));
-      continue;
-    }
-    std::vector<Run> runs;
-    for (const Slot& s : g.slots) runs.push_back({&s, s.offset, s.numel(), 0});
-    auto storage = streamed(t.dtype, g.padded, std::move(runs), "fp32");
-    for (const Slot& s : g.slots)
-      fresh[model_.params[s.param].name] =
-          Value::of_tensor(Tensor(storage, s.offset, s.slice.shape, Tensor::contiguous_strides(s.slice.shape)));
+    std::vector<formats::deepspeed::GroupMember> members;
+    for (const Slot& s : g.slots) members.push_back({model_.params[s.param].name, s.slice.shape, s.offset});
+    auto flat = [&] {
+      std::vector<Run> runs;
+      for (const Slot& s : g.slots) runs.push_back({&s, s.offset, s.numel(), 0});
+      return streamed(t.dtype, g.padded, std::move(runs), "fp32");
+    };
+    const auto values = formats::deepspeed::bit16_group_tensors(
+        compact, members, [&](size_t k) { return low_precision_slice(g.slots[k]); }, flat);
+    for (size_t k = 0; k < members.size(); ++k) fresh[members[k].name] = values[k];
   }
   auto out = formats::deepspeed::with_module_leaves(module, fresh);
   for (const auto& [gi, si] : mr.module) {  // parameters the template has no entry for, in module order

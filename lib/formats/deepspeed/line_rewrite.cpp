@@ -60,32 +60,30 @@ std::vector<NamedTensors> rank0_groups(const ModelStates& m, const DeepSpeedLayo
   return groups;
 }
 
-// A dense group's module tensors as the line saves them: views into one zero-padded flat buffer
-// (0.14; aligned to 2 * DP, zero_partition.h), or each its own compact copy (0.17.1 on).
+// A dense group's module tensors as the line saves them (bit16_group_tensors), the flat buffer
+// zero-padded to 2 * DP (zero_partition.h).
 void lay_out_dense_group(const NamedTensors& g, const VersionLine& line, int dp, const std::string& path,
                          std::map<std::string, ValuePtr>& fresh) {
-  if (line.compact_copies) {
-    for (const auto& [n, v] : g) fresh[n] = Value::of_tensor(v->tensor->contiguous(true));
-    return;
-  }
+  std::vector<GroupMember> members;
   int64_t numel = 0;
-  for (const auto& [n, v] : g) numel += v->tensor->numel();
-  const int64_t padded = zero12_partitioning(numel, std::max(1, dp)).padded;
-  const DType dt = g.front().second->tensor->dtype();
-  std::vector<uint8_t> bytes(static_cast<size_t>(padded) * dtype_size(dt), 0);
-  int64_t off = 0;
   for (const auto& [n, v] : g) {
-    if (v->tensor->dtype() != dt) fail(path, "parameter " + n + " has another dtype than its group");
-    v->tensor->copy_to(bytes.data() + off * dtype_size(dt));
-    off += v->tensor->numel();
+    members.push_back({n, v->tensor->shape(), numel});
+    numel += v->tensor->numel();
   }
-  const Tensor flat = Tensor::from_bytes(dt, {padded}, std::move(bytes));
-  off = 0;
-  for (const auto& [n, v] : g) {
-    const auto& shape = v->tensor->shape();
-    fresh[n] = Value::of_tensor(Tensor(flat.storage(), off, shape, Tensor::contiguous_strides(shape)));
-    off += v->tensor->numel();
-  }
+  auto flat = [&] {
+    const int64_t padded = zero12_partitioning(numel, std::max(1, dp)).padded;
+    const DType dt = g.front().second->tensor->dtype();
+    std::vector<uint8_t> bytes(static_cast<size_t>(padded) * dtype_size(dt), 0);
+    for (size_t k = 0; k < g.size(); ++k) {
+      const Tensor& t = *g[k].second->tensor;
+      if (t.dtype() != dt) fail(path, "parameter " + g[k].first + " has another dtype than its group");
+      t.copy_to(bytes.data() + members[k].offset * dtype_size(dt));
+    }
+    return Tensor::from_bytes(dt, {padded}, std::move(bytes)).storage();
+  };
+  const auto values = bit16_group_tensors(line.compact_copies, members,
+                                          [&](size_t k) { return g[k].second->tensor->contiguous(true); }, flat);
+  for (size_t k = 0; k < g.size(); ++k) fresh[g[k].first] = values[k];
 }
 
 }  // namespace

@@ -214,6 +214,21 @@ ValuePtr to_pickle(const ModelStates& m, const VersionLine& line) {
   return out;
 }
 
+std::vector<ValuePtr> bit16_group_tensors(bool compact_copies, const std::vector<GroupMember>& members,
+                                          const std::function<Tensor(size_t)>& compact,
+                                          const std::function<std::shared_ptr<Storage>()>& flat) {
+  std::vector<ValuePtr> out;
+  if (members.empty()) return out;
+  if (compact_copies) {
+    for (size_t k = 0; k < members.size(); ++k) out.push_back(Value::of_tensor(compact(k)));
+    return out;
+  }
+  const std::shared_ptr<Storage> storage = flat();
+  for (const auto& p : members)
+    out.push_back(Value::of_tensor(Tensor(storage, p.offset, p.shape, Tensor::contiguous_strides(p.shape))));
+  return out;
+}
+
 ValuePtr retarget_ds_config(const ValuePtr& source, const LayoutFacts& t) {
   if (!source || source->kind != Kind::Dict) return source;
   auto cfg = pickle::deep_copy(source);

@@ -5,6 +5,8 @@
 // it (version_line.h: keys, key order, module _metadata). The only code that knows the keys.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -69,6 +71,21 @@ pickle::ValuePtr to_pickle(const ModelStates& m);
 // _metadata added or dropped as the line does. ds_version: the model's when it belongs to `line`,
 // else the line's first release.
 pickle::ValuePtr to_pickle(const ModelStates& m, const VersionLine& line);
+
+// A parameter of one ZeRO-1/2 bit16 group: its module name, shape and element offset in the group's
+// flat buffer.
+struct GroupMember {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;
+};
+// The module tensors of one bit16 group as DeepSpeed saves them: before 0.17.1 views into the group's
+// one flat buffer (bit16_groups_flat, padded to 2 * DP, stage_1_and_2.py:354-357), the storage
+// flat() gives; from 0.17.1 on (`compact_copies`: clone_tensors_for_torch_save,
+// checkpoint/utils.py:41-65) each its own compact tensor, compact(k) for member k. In member order.
+std::vector<pickle::ValuePtr> bit16_group_tensors(bool compact_copies, const std::vector<GroupMember>& members,
+                                                  const std::function<Tensor(size_t)>& compact,
+                                                  const std::function<std::shared_ptr<Storage>()>& flat);
 
 // The parallel layout a written file describes, as model states and their ds_config / Megatron
 // args record it.

@@ -177,3 +177,26 @@ TEST(ModelStates, DsConfigAndArgsDescribeTheTarget) {
   EXPECT_FALSE(args->attr("fp16")->as_bool());
   EXPECT_EQ(m.args()->attr("tensor_model_parallel_size")->as_int(), 2);  // fixtures.py: TP 2
 }
+
+// Before 0.17.1 a group's module tensors are views into one flat buffer (the last one ends before
+// the padding); from 0.17.1 on each is its own compact tensor.
+TEST(ModelStates, Bit16GroupTensorsAreViewsOrCompactCopies) {
+  const std::vector<ds::GroupMember> members = {{"a.weight", {2, 3}, 0}, {"a.bias", {2}, 6}, {"b.weight", {3}, 8}};
+  auto flat = [] { return Tensor::zeros(DType::BFloat16, {12}).storage(); };  // 11 elements padded to 2 * DP = 4
+  auto own = [&](size_t k) { return Tensor::zeros(DType::BFloat16, members[k].shape); };
+  const auto views = ds::bit16_group_tensors(false, members, own, flat);
+  ASSERT_EQ(views.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) {
+    EXPECT_EQ(views[k]->tensor->storage(), views[0]->tensor->storage());
+    EXPECT_EQ(views[k]->tensor->shape(), members[k].shape);
+    EXPECT_EQ(views[k]->tensor->storage_offset(), members[k].offset);
+  }
+  EXPECT_EQ(views[0]->tensor->storage()->nbytes(), 12u * 2);
+  const auto copies = ds::bit16_group_tensors(true, members, own, [] () -> std::shared_ptr<Storage> {
+    ADD_FAILURE() << "no flat buffer from 0.17.1 on";
+    return nullptr;
+  });
+  ASSERT_EQ(copies.size(), 3u);
+  EXPECT_NE(copies[0]->tensor->storage(), copies[1]->tensor->storage());
+  EXPECT_EQ(copies[2]->tensor->shape(), members[2].shape);
+}
