@@ -35,7 +35,7 @@ run ranklocal_w2 --world 2 --layout replicated --rank-local  # no_dist save: ran
 rc=0; run ranklocal_sharded_w2 --world 2 --layout fsdp --rank-local || rc=$?  # torch 2.6 refuses
 echo "   (exit status $rc: torch 2.6 refuses it, the log above says why; nothing of it is kept)"
 # One rank, one tensor: storage_data holds a single item, pickled with SETITEM instead of SETITEMS.
-rm -rf "$TRIXIE/lab/dcpfx/single_item_w1" "$TRIXIE/lab/dcpfx/single_item_w1.truth"
+rm -rf "$TRIXIE/lab/dcpfx/single_item_w1" "$TRIXIE/lab/dcpfx/single_item_w1.truth" "$TRIXIE/lab/dcpfx/float8_w1"
 chroot "$TRIXIE" /usr/bin/env -i PATH=/usr/bin:/bin python3 -c '
 import os, torch, torch.distributed.checkpoint as dcp
 from safetensors.torch import save_file
@@ -43,12 +43,15 @@ w = torch.arange(6, dtype=torch.float32).reshape(2, 3) / 7
 dcp.save({"w": w}, checkpoint_id="/lab/dcpfx/single_item_w1")  # no process group: one rank
 os.makedirs("/lab/dcpfx/single_item_w1.truth")
 save_file({"w": w}, "/lab/dcpfx/single_item_w1.truth/tensors.safetensors")
+# a dtype ucpkit has no DType for (float8_e4m3fn): must be refused by name
+dcp.save({"f8": torch.zeros(4, dtype=torch.float8_e4m3fn)}, checkpoint_id="/lab/dcpfx/float8_w1")
 '
 mkdir -p "$OUT"
 for v in fsdp_w2 twod_w4 fsdp_optim_w2 fsdp_tp_optim_w4 plain_w2 ranklocal_w2 single_item_w1; do
   rm -rf "$OUT/$v" "$OUT/$v.truth"
   cp -r "$TRIXIE/lab/dcpfx/$v" "$TRIXIE/lab/dcpfx/$v.truth" "$OUT/"
 done
+rm -rf "$OUT/float8_w1" && cp -r "$TRIXIE/lab/dcpfx/float8_w1" "$OUT/"
 rm -rf "$OUT/torch113_w2" "$OUT/torch113_w2.truth"
 /usr/bin/python3 "$HERE/dcp_fixtures_torch113.py" "$OUT/torch113_w2"
 du -sh "$OUT"

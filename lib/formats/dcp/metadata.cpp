@@ -75,6 +75,9 @@ DType Parser::properties_dtype(const ValuePtr& p, const std::string& where) {
   }
   // (dtype, layout, requires_grad, memory-format encoding, pin_memory[, later fields...])
   const ValuePtr& st = p->object->state;
+  if (st && st->kind == Kind::Tuple && !st->items.empty() && st->items[0]->kind == Kind::Global &&
+      st->items[0]->s == "torch")  // float8, complex, uint16...: a dtype io/dtype.h does not have
+    bad(where + ": dtype torch." + st->items[0]->name + " is not supported");
   if (!st || st->kind != Kind::Tuple || st->items.empty() || st->items[0]->kind != Kind::Dtype)
     bad(where + ": TensorProperties state is not a tuple starting with a torch dtype");
   return st->items[0]->dtype;
