@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "io/shape.h"
 #include "io/torch/torch_file.h"
+#include "formats/deepspeed/optimizer_shard.h"
 #include "formats/deepspeed/autoep.h"
 #include "formats/deepspeed/module_tree.h"
 #include "formats/deepspeed/param_groups.h"
@@ -173,26 +174,12 @@ std::vector<std::string> zero3_templates(const std::vector<std::string>& files, 
   return out;
 }
 
-// ZeRO-3: param_groups[g]["params"] lists the sub-group indices of optimizer group g (the optimizer's
-// state_dict numbering of the fp32 sub-group partitions). Returns the group of every sub-group.
+// ZeRO-3: the optimizer group of every sub-group (formats/deepspeed/optimizer_shard.h), from the
+// param_groups the universal optimizer_state.pt carries over from the shards.
 std::vector<int> sub_group_owners(const ValuePtr& osd, const std::string& path, size_t sub_groups) {
   auto groups = osd && osd->kind == Kind::Dict ? osd->get("param_groups") : nullptr;
   if (!groups || !groups->is_sequence()) fail(path, "no param_groups (needed to place ZeRO-3 sub-groups)");
-  std::vector<int> owner(sub_groups, -1);
-  for (size_t g = 0; g < groups->items.size(); ++g) {
-    auto ids = groups->items[g] && groups->items[g]->kind == Kind::Dict ? groups->items[g]->get("params") : nullptr;
-    if (!ids || !ids->is_sequence()) fail(path, "param_groups[" + std::to_string(g) + "] has no params list");
-    for (const auto& id : ids->items) {
-      const int64_t sg = id ? id->as_int() : -1;
-      if (sg < 0 || sg >= static_cast<int64_t>(sub_groups) || owner[static_cast<size_t>(sg)] >= 0)
-        fail(path, "param_groups[" + std::to_string(g) + "] lists sub-group " + std::to_string(sg) + " but the model "
-                   "file has " + std::to_string(sub_groups) + " (or it is listed twice)");
-      owner[static_cast<size_t>(sg)] = static_cast<int>(g);
-    }
-  }
-  for (size_t sg = 0; sg < sub_groups; ++sg)
-    if (owner[sg] < 0) fail(path, "ZeRO-3 sub-group " + std::to_string(sg) + " is in no param group");
-  return owner;
+  return formats::deepspeed::zero3_sub_group_owners(groups->items, sub_groups, path);
 }
 
 }  // namespace

@@ -238,6 +238,26 @@ OptimizerShard read_optimizer_shard(const TorchFile& file) {
   return read_optimizer_shard(file.root, file.file ? file.file->path() : std::string("<memory>"));
 }
 
+std::vector<int> zero3_sub_group_owners(const std::vector<ValuePtr>& param_groups, size_t sub_groups,
+                                        const std::string& path) {
+  std::vector<int> owner(sub_groups, -1);
+  for (size_t g = 0; g < param_groups.size(); ++g) {
+    const auto& pg = param_groups[g];
+    auto ids = pg && pg->kind == Kind::Dict ? pg->get("params") : nullptr;
+    if (!ids || !ids->is_sequence()) fail(path, "param_groups[" + std::to_string(g) + "] has no params list");
+    for (const auto& id : ids->items) {
+      const int64_t sg = id ? id->as_int() : -1;
+      if (sg < 0 || sg >= static_cast<int64_t>(sub_groups) || owner[static_cast<size_t>(sg)] >= 0)
+        fail(path, "param_groups[" + std::to_string(g) + "] lists sub-group " + std::to_string(sg) + " but the model "
+                   "file has " + std::to_string(sub_groups) + " (or it is listed twice)");
+      owner[static_cast<size_t>(sg)] = static_cast<int>(g);
+    }
+  }
+  for (size_t sg = 0; sg < sub_groups; ++sg)
+    if (owner[sg] < 0) fail(path, "ZeRO-3 sub-group " + std::to_string(sg) + " is in no param group");
+  return owner;
+}
+
 ValuePtr to_pickle(const OptimizerShard& shard) {
   return shard.zero3() ? zero3_to_pickle(shard) : zero12_to_pickle(shard);
 }

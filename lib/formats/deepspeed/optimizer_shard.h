@@ -67,6 +67,13 @@ struct OptimizerShard {
 OptimizerShard read_optimizer_shard(const pickle::ValuePtr& root, const std::string& path);
 OptimizerShard read_optimizer_shard(const TorchFile& file);
 
+// ZeRO-3: param_groups[g]["params"] lists the sub-groups of optimizer param group g (the optimizer's
+// state numbering of the fp32 sub-group partitions, stage3.py `_set_fp32_optimizer_param_groups`).
+// Returns the group of each of `sub_groups` sub-groups; throws Error naming `path` when a sub-group is
+// in no group, in two, or out of range.
+std::vector<int> zero3_sub_group_owners(const std::vector<pickle::ValuePtr>& param_groups, size_t sub_groups,
+                                        const std::string& path);
+
 // The `optimizer_state_dict` value DeepSpeed saves for `shard`, keys in DeepSpeed's order. Tensors are
 // referenced, not copied (generated storages stay generated).
 pickle::ValuePtr to_pickle(const OptimizerShard& shard);

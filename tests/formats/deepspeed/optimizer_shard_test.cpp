@@ -267,3 +267,26 @@ TEST(OptimizerShard, ErrorsNameTheFileAndTheKey) {
   e = error_of(read(zero3));
   EXPECT_NE(e.find(path + ": ZeRO-3 optimizer_state_dict has no fp32_flat_groups"), std::string::npos) << e;
 }
+
+TEST(OptimizerShard, Zero3SubGroupOwnersFollowTheParamGroupsLists) {
+  // Two optimizer groups; sub-groups 0 and 2 in group 0, sub-group 1 in group 1 (what
+  // _set_fp32_optimizer_param_groups records when group 0's parameters span two sub-groups).
+  auto group = [](std::vector<int64_t> ids) {
+    auto g = Value::dict();
+    auto l = Value::list();
+    for (auto i : ids) l->items.push_back(Value::integer(i));
+    g->set_item("params", l);
+    return g;
+  };
+  const std::string path = "u/zero/optimizer_state.pt";
+  EXPECT_EQ(formats::deepspeed::zero3_sub_group_owners({group({0, 2}), group({1})}, 3, path),
+            (std::vector<int>{0, 1, 0}));
+  using ucpkit::testing::error_of;
+  auto owners = [&](std::vector<ValuePtr> groups, size_t n) {
+    return error_of([&] { formats::deepspeed::zero3_sub_group_owners(groups, n, path); });
+  };
+  EXPECT_NE(owners({group({0, 1}), group({1})}, 3).find(path + ": param_groups[1] lists sub-group 1"), std::string::npos);
+  EXPECT_NE(owners({group({0, 3})}, 3).find("lists sub-group 3 but the model file has 3"), std::string::npos);
+  EXPECT_NE(owners({group({0, 1})}, 3).find(path + ": ZeRO-3 sub-group 2 is in no param group"), std::string::npos);
+  EXPECT_NE(owners({Value::dict()}, 1).find(path + ": param_groups[0] has no params list"), std::string::npos);
+}
