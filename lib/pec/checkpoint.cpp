@@ -9,6 +9,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "io/pickle/opcodes.h"
 #include "io/torch/torch_file.h"
 #include "formats/deepspeed/autoep_slices.h"
 #include "formats/deepspeed/checkpoint_dir.h"
@@ -321,7 +322,7 @@ void check_whole_files(const SourceCheckpoint& c) {
     auto f = MappedFile::open(path);
     if (looks_like_zip(f->bytes())) {
       (void)read_zip_directory(f->bytes(), path);
-    } else if (f->size() < 2 || f->data()[0] != 0x80) {  // legacy torch.save: a pickle (PROTO opcode)
+    } else if (f->size() < 2 || f->data()[0] != pickle::op_byte(pickle::Op::PROTO)) {  // legacy torch.save: a pickle
       fail(path, "not a torch file (neither a zip archive nor a pickle; empty or truncated?)");
     }
   }
