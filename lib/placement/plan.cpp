@@ -135,7 +135,8 @@ void append_ints(std::string& out, const std::vector<int>& v) {
 
 json plan_to_json(const Plan& plan) { return json::parse(plan_json_text(plan)); }
 
-std::string plan_json_text(const Plan& plan, const json& extra) {
+std::string plan_json_text(const Plan& plan, const json& extra,
+                           const std::vector<std::pair<std::string, std::string>>& raw) {
   std::vector<std::vector<int>> counts;
   const int width = log2phy_width(plan, counts);
   std::string padding;
@@ -143,6 +144,8 @@ std::string plan_json_text(const Plan& plan, const json& extra) {
   json head = plan_header(plan);
   for (auto it = extra.begin(); it != extra.end(); ++it) head[it.key()] = it.value();
   std::string text = head.dump();
+  for (const auto& [placeholder, value] : raw)
+    if (size_t at = text.find(placeholder); at != std::string::npos) text.replace(at, placeholder.size(), value);
   // Reserve the whole document once: growing a ~20 MB string by doubling copies and page-faults it
   // again at every step. Ids (phy2log and log2phy) take at most 7 characters with the comma, padding
   // 3, GPU loads about 24.

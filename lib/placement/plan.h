@@ -43,7 +43,11 @@ void compute_metrics(Plan& plan, const LoadMatrix& loads, const RecoveryOptions&
 // plan_json_text writes the same document fast (large integer arrays by hand), with `extra` keys
 // (e.g. "migration") added at the top level.
 nlohmann::json plan_to_json(const Plan& plan);
-std::string plan_json_text(const Plan& plan, const nlohmann::json& extra = nlohmann::json::object());
+// `raw`: string values of `extra` replaced verbatim by pre-serialized JSON text (first: the value as
+// dumped, quotes included, e.g. "\"@transfers\""), so a large array (a re-placement's million
+// transfers) is written once as text instead of being built, and copied, as JSON objects.
+std::string plan_json_text(const Plan& plan, const nlohmann::json& extra = nlohmann::json::object(),
+                           const std::vector<std::pair<std::string, std::string>>& raw = {});
 // The fault tolerance a plan guarantees: the fewest distinct nodes any expert of any layer sits on
 // (every expert keeps a replica when fewer nodes than that fail). plan_placement (planner.h) records
 // min(requested f, this) as the plan's fault_tolerance, and "fault_tolerance_requested" when lower.

@@ -303,7 +303,8 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
   rep["from_scratch"] = scratch;
   nlohmann::json rextra = {{"replacement", rep}};
   if (req.dispatch) rextra["dispatch"] = dispatch_report(out.plan, loads);
-  out.plan_text = plan_json_text(out.plan, rextra);
+  out.plan_text =
+      plan_json_text(out.plan, rextra, {{nlohmann::json(kTransfersPlaceholder).dump(), transfers_json_text(rr)}});
   std::ostringstream extra;
   extra << "re-placement from " << req.previous_path << ": balancedness " << fixed(prev_bal) << " (previous plan, new loads) -> "
         << fixed(out.plan.metrics.balancedness) << ", " << rr.copies << " expert copies moved";
@@ -368,16 +369,12 @@ PlanOutcome node_loss_plan(const PlanRequest& req, const LoadMatrix& loads, cons
   const long long scratch_fetches = migrate(current, scratch, physical).replicas_moved;
   const double scratch_bal = overall_balancedness(rr.from_scratch, loads, target);
   nlohmann::json rep = replace_to_json(rr, req.expert_bytes);
-  const int G = target.gpus_per_node;
-  for (auto& t : rep["transfers"]) {
-    const int from = t["from_gpu"].get<int>();
-    t["from_node"] = from < 0 ? -1 : physical[from / G];
-    t["to_node"] = physical[t["to_gpu"].get<int>() / G];
-  }
   rep["from_scratch"] = {{"balanced-ft", {{"balancedness", scratch_bal}, {"replicas_moved", scratch_fetches}}}};
   nlohmann::json extra = {{"migration", migration_to_json(*out.migration, req.expert_bytes)}, {"replacement", rep}};
   if (req.dispatch) extra["dispatch"] = dispatch_report(out.plan, loads);
-  out.plan_text = plan_json_text(out.plan, extra);
+  out.plan_text = plan_json_text(out.plan, extra,
+                                 {{nlohmann::json(kTransfersPlaceholder).dump(),
+                                   transfers_json_text(rr, &physical, target.gpus_per_node)}});
   std::ostringstream o;
   o << "node-loss re-placement: " << rr.copies << " GPU copies (" << rr.mandatory_copies
     << " to keep the fault tolerance) in " << rr.rounds << " rounds (lower bound " << rr.round_lower_bound << ")\n"

@@ -424,18 +424,34 @@ ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previo
 }
 
 nlohmann::json replace_to_json(const ReplaceResult& r, double expert_bytes) {
-  nlohmann::json t = nlohmann::json::array();
-  for (const auto& x : r.transfers)
-    t.push_back({{"layer", x.layer}, {"expert", x.expert}, {"from_gpu", x.from}, {"to_gpu", x.to}, {"round", x.round}});
   nlohmann::json j = {{"copies_moved", r.copies},
                       {"mandatory_copies", r.mandatory_copies},
                       {"copies_moved_per_layer", r.copies_per_layer},
                       {"layers_from_scratch", r.layers_from_scratch},
                       {"rounds", r.rounds},
                       {"round_lower_bound", r.round_lower_bound},
-                      {"transfers", t}};
+                      {"transfers", kTransfersPlaceholder}};
   if (expert_bytes > 0) j["bytes_moved"] = expert_bytes * static_cast<double>(r.copies);
   return j;
+}
+
+std::string transfers_json_text(const ReplaceResult& r, const std::vector<int>* node_ids, int gpus_per_node) {
+  std::string out;
+  out.reserve(r.transfers.size() * (node_ids ? 90 : 64) + 2);
+  out += '[';
+  auto node = [&](int gpu) { return gpu < 0 ? -1 : (*node_ids)[gpu / gpus_per_node]; };
+  for (size_t i = 0; i < r.transfers.size(); ++i) {
+    const GpuTransfer& x = r.transfers[i];
+    if (i) out += ',';
+    out += "{\"expert\":" + std::to_string(x.expert) + ",\"from_gpu\":" + std::to_string(x.from);
+    if (node_ids) out += ",\"from_node\":" + std::to_string(node(x.from));
+    out += ",\"layer\":" + std::to_string(x.layer) + ",\"round\":" + std::to_string(x.round) +
+           ",\"to_gpu\":" + std::to_string(x.to);
+    if (node_ids) out += ",\"to_node\":" + std::to_string(node(x.to));
+    out += '}';
+  }
+  out += ']';
+  return out;
 }
 
 }  // namespace ucpkit::placement

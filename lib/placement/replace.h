@@ -67,6 +67,15 @@ void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResu
 ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previous, const LoadMatrix& loads,
                                      const Cluster& cluster, const ReplaceOptions& options);
 
+// The re-placement's counts; "transfers" is the placeholder kTransfersPlaceholder, replaced in the
+// plan text by transfers_json_text (plan_json_text's `raw`): a million transfers as JSON objects
+// took gigabytes at 1,024 nodes.
 nlohmann::json replace_to_json(const ReplaceResult& r, double expert_bytes);
+inline constexpr const char* kTransfersPlaceholder = "@transfers";
+// The transfers as the JSON array nlohmann would dump ([{"expert","from_gpu","layer","round","to_gpu"}],
+// keys sorted); with `node_ids` also "from_node"/"to_node" (physical ids of GPU / gpus_per_node; -1
+// for a checkpoint read).
+std::string transfers_json_text(const ReplaceResult& r, const std::vector<int>* node_ids = nullptr,
+                                int gpus_per_node = 1);
 
 }  // namespace ucpkit::placement
