@@ -217,8 +217,7 @@ void DeepSpeedWriter::fill_moe_line(const MpRankPlan& mr, formats::deepspeed::Mo
     m.ds_config = formats::deepspeed::minimal_moe_ds_config(t.zero_stage, t.dtype == DType::BFloat16,
                                                             t.dtype == DType::Float16, plan_.data_before_expert);
   if (!ds_release_.empty()) m.ds_version = ds_release_;
-  for (const char* k : {"frozen_param_shapes", "frozen_param_fragments"})  // save_frozen_param: ZeRO >= 2
-    if (!m.contains(k)) m.set(k, t.zero_stage >= 2 ? Value::dict(true) : Value::none());
+  formats::deepspeed::add_frozen_params(m, t.zero_stage);
   if (mr.expert_groups.empty()) return;
   std::vector<std::pair<int, std::string>> names;  // module order: parameter index in the manifest order
   for (const auto& g : mr.expert_groups[0])
@@ -237,30 +236,13 @@ ValuePtr DeepSpeedWriter::model_root(int mp, int dp_rank) const {
     m.module = formats::deepspeed::module_tensors(m.tree);
   }
   if (m.contains("param_shapes") || moe_line_) m.param_shapes = target_param_shapes(mr);
+  const formats::deepspeed::LayoutFacts facts = layout_facts();
   if (model_.autoep) {
-    const bool zero3 = t.zero_stage == 3;
     // ZeRO-3: every DP rank's own file records its own EP place (engine.py v0.19.5:5004-5016, :5090).
-    const auto [er, edp] = zero3 && dp_rank >= 0 ? plan_.ep_coords(dp_rank) : std::pair<int, int>{0, 0};
-    formats::deepspeed::retarget_autoep_layers(m.get("ds_autoep_layers"), t.ep, t.dp, zero3, er, edp);
-    if (auto uc = m.get("universal_checkpoint_info"); uc && uc->kind == Kind::Dict)
-      formats::deepspeed::retarget_autoep_layers(uc->get("ds_autoep_layers"), t.ep, t.dp, zero3, er, edp);
-    // save_frozen_param = partition_gradients (ZeRO >= 2, engine.py v0.19.5:5097): {} or None; the
-    // source may be of another stage (a ZeRO-3 source's template has {}).
-    for (const char* k : {"frozen_param_shapes", "frozen_param_fragments"})
-      if (auto v = m.get(k); v && (t.zero_stage >= 2) != (v->kind == Kind::Dict))
-        m.set(k, t.zero_stage >= 2 ? Value::dict(true) : Value::none());
+    const auto [er, edp] = t.zero_stage == 3 && dp_rank >= 0 ? plan_.ep_coords(dp_rank) : std::pair<int, int>{0, 0};
+    formats::deepspeed::retarget_autoep(m, facts, er, edp);
   }
-  if (m.contains("dp_world_size")) m.dp_world_size = t.dp;
-  if (m.contains("mp_world_size")) m.mp_world_size = formats::deepspeed::mp_world_size(t.tp, t.pp, model_.pipeline);
-  if (auto cpd = m.get(formats::deepspeed::kCheckpointParallelDims); cpd && cpd->kind == Kind::Dict) {
-    cpd->set_item("pp_degree", Value::integer(t.pp));
-    cpd->set_item("tp_degree", Value::integer(t.tp));
-  }
-  if (m.ds_config) m.ds_config = formats::deepspeed::retarget_ds_config(m.ds_config, layout_facts());
-  formats::deepspeed::retarget_megatron_args(m.args(), layout_facts());
-  if (auto uc = m.get("universal_checkpoint_info"); uc && uc->kind == Kind::Dict && plan_.padded_vocab > 0 &&
-                                                      uc->contains("padded_vocab_size"))
-    uc->set_item("padded_vocab_size", Value::integer(plan_.padded_vocab));
+  formats::deepspeed::retarget_layout(m, facts, formats::deepspeed::mp_world_size(t.tp, t.pp, model_.pipeline));
   if (!moe_line_) return formats::deepspeed::to_pickle(m);
   fill_moe_line(mr, m);
   return formats::deepspeed::to_pickle(m, *moe_line_);

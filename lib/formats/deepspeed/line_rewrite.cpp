@@ -101,8 +101,7 @@ std::string rewrite_as_line(const std::string& step_dir, const VersionLine& line
   const ShardFacts shard = shard_facts(L.optim_files.at(0).at(0));
   const std::vector<NamedTensors> groups = rank0_groups(m, L, shard.ep);
   m.ds_config = shard.ds_config ? shard.ds_config : minimal_moe_ds_config(shard.zero_stage, false, false, false);
-  for (const char* k : {"frozen_param_shapes", "frozen_param_fragments"})  // save_frozen_param: ZeRO >= 2
-    if (!m.contains(k)) m.set(k, shard.zero_stage >= 2 ? Value::dict(true) : Value::none());
+  add_frozen_params(m, shard.zero_stage);
   m.param_shapes.emplace();
   for (const auto& g : groups) {
     if (g.empty()) continue;

@@ -96,6 +96,11 @@ int zero_stage_of(const ValuePtr& cfg) {
   return 0;
 }
 
+constexpr const char* kFrozenParamKeys[] = {"frozen_param_shapes", "frozen_param_fragments"};
+
+// save_frozen_param = partition_gradients (ZeRO >= 2, engine.py v0.19.5:5097): {} or None.
+ValuePtr frozen_params_value(int zero_stage) { return zero_stage >= 2 ? Value::dict(true) : Value::none(); }
+
 // What `line`'s save code writes under a DeepSpeed key the model does not have.
 ValuePtr line_default(const ModelStates& m, const std::string& key) {
   if (key == kCheckpointParallelDims) {  // native MoE targets are TP = PP = 1 (engine.py:238-246)
@@ -106,8 +111,8 @@ ValuePtr line_default(const ModelStates& m, const std::string& key) {
   }
   if (key == "buffer_names") return Value::list();
   if (key == "shared_params") return Value::dict();
-  if (key == "frozen_param_shapes" || key == "frozen_param_fragments")  // save_frozen_param: ZeRO >= 2
-    return zero_stage_of(m.ds_config) >= 2 ? Value::dict(true) : Value::none();
+  for (const char* k : kFrozenParamKeys)
+    if (key == k) return frozen_params_value(zero_stage_of(m.ds_config));
   return Value::none();  // optimizer, ds_autoep_layers, data_sampler, random_ltd, param_shapes, ds_config
 }
 
@@ -263,6 +268,35 @@ void retarget_megatron_args(const ValuePtr& args, const LayoutFacts& t) {
   set("params_dtype", Value::torch_dtype(t.dtype));
   set("fp16", Value::boolean(t.dtype == DType::Float16));
   set("bf16", Value::boolean(t.dtype == DType::BFloat16));
+}
+
+void retarget_layout(ModelStates& m, const LayoutFacts& t, int mp_world_size) {
+  if (m.contains("dp_world_size")) m.dp_world_size = t.dp;
+  if (m.contains("mp_world_size")) m.mp_world_size = mp_world_size;
+  if (auto cpd = m.get(kCheckpointParallelDims); cpd && cpd->kind == Kind::Dict) {
+    cpd->set_item("pp_degree", Value::integer(t.pp));
+    cpd->set_item("tp_degree", Value::integer(t.tp));
+  }
+  if (m.ds_config) m.ds_config = retarget_ds_config(m.ds_config, t);
+  retarget_megatron_args(m.args(), t);
+  if (auto uc = m.get("universal_checkpoint_info"); uc && uc->kind == Kind::Dict && t.padded_vocab > 0 &&
+                                                      uc->contains("padded_vocab_size"))
+    uc->set_item("padded_vocab_size", Value::integer(t.padded_vocab));
+}
+
+void retarget_autoep(ModelStates& m, const LayoutFacts& t, int ep_rank, int expert_dp_rank) {
+  const bool zero3 = t.zero_stage == 3;
+  retarget_autoep_layers(m.get("ds_autoep_layers"), t.ep, t.dp, zero3, ep_rank, expert_dp_rank);
+  if (auto uc = m.get("universal_checkpoint_info"); uc && uc->kind == Kind::Dict)
+    retarget_autoep_layers(uc->get("ds_autoep_layers"), t.ep, t.dp, zero3, ep_rank, expert_dp_rank);
+  // The source may be of another stage (a ZeRO-3 source's template has {}).
+  for (const char* k : kFrozenParamKeys)
+    if (auto v = m.get(k); v && (t.zero_stage >= 2) != (v->kind == Kind::Dict)) m.set(k, frozen_params_value(t.zero_stage));
+}
+
+void add_frozen_params(ModelStates& m, int zero_stage) {
+  for (const char* k : kFrozenParamKeys)
+    if (!m.contains(k)) m.set(k, frozen_params_value(zero_stage));
 }
 
 ValuePtr minimal_moe_ds_config(int zero_stage, bool bf16, bool fp16, bool data_before_expert) {

@@ -105,6 +105,19 @@ pickle::ValuePtr retarget_ds_config(const pickle::ValuePtr& source, const Layout
 // sizes, world size, ZeRO stage, EP size, padded vocabulary, dtype flags.
 void retarget_megatron_args(const pickle::ValuePtr& args, const LayoutFacts& t);
 
+// What a model-states file records of the layout, set to `t` where the file has the key:
+// dp_world_size, mp_world_size (`mp_world_size`, pipeline.h), checkpoint_parallel_dimensions,
+// ds_config, Megatron's args, universal_checkpoint_info's padded_vocab_size.
+void retarget_layout(ModelStates& m, const LayoutFacts& t, int mp_world_size);
+// AutoEP: ds_autoep_layers (top level and in universal_checkpoint_info) for `t` and this file's EP
+// place (autoep.h retarget_autoep_layers); frozen-parameter entries of t's ZeRO stage where the file
+// has them in the other form.
+void retarget_autoep(ModelStates& m, const LayoutFacts& t, int ep_rank, int expert_dp_rank);
+// frozen_param_shapes / frozen_param_fragments as save_frozen_param (= partition_gradients, ZeRO >= 2,
+// engine.py v0.19.5:5097) writes them at `zero_stage`, {} or None, where the file has none (what a
+// version line's save code adds).
+void add_frozen_params(ModelStates& m, int zero_stage);
+
 // A minimal ds_config for native-MoE targets when the template has none: the layout facts readers
 // need (ZeRO stage, precision flags, expert rank order).
 pickle::ValuePtr minimal_moe_ds_config(int zero_stage, bool bf16, bool fp16, bool data_before_expert);
