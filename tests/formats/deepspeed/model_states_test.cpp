@@ -200,3 +200,27 @@ TEST(ModelStates, Bit16GroupTensorsAreViewsOrCompactCopies) {
   EXPECT_NE(copies[0]->tensor->storage(), copies[1]->tensor->storage());
   EXPECT_EQ(copies[2]->tensor->shape(), members[2].shape);
 }
+
+// A ZeRO-3 AutoEP file written for ZeRO-1 at EP 4: the layers record the new EP size, and
+// save_frozen_param (ZeRO >= 2, engine.py v0.19.5:5097) gives None where ZeRO-3 saved {}.
+TEST(ModelStates, AutoEpFileRetargeted) {
+  const std::string path = (step_dir("autoep_dp4_ep2_zero3_bf16") / "zero_pp_rank_0_mp_rank_00_model_states.pt").string();
+  ds::ModelStates m = ds::read_model_states(pickle::deep_copy(load_torch_file(path).root), path);
+  ASSERT_TRUE(m.get("frozen_param_shapes"));
+  EXPECT_EQ(m.get("frozen_param_shapes")->kind, pickle::Kind::Dict);  // fixtures.py: ZeRO-3
+  ASSERT_TRUE(m.get("ds_autoep_layers") && m.get("ds_autoep_layers")->is_sequence());
+  EXPECT_EQ(m.get("ds_autoep_layers")->items.at(0)->get("ep_size")->as_int(), 2);
+  ds::LayoutFacts t;
+  t.dp = 4, t.ep = 4, t.zero_stage = 1, t.autoep = true;
+  ds::retarget_autoep(m, t, 0, 0);
+  EXPECT_TRUE(m.get("frozen_param_shapes")->is_none());
+  EXPECT_TRUE(m.get("frozen_param_fragments")->is_none());
+  EXPECT_EQ(m.get("ds_autoep_layers")->items.at(0)->get("ep_size")->as_int(), 4);
+  EXPECT_EQ(m.get("ds_autoep_layers")->items.at(0)->get("ep_group_name")->as_str(), "ep_size_4");
+  // A line's save code adds the entries only where a file has none.
+  ds::ModelStates fresh;
+  ds::add_frozen_params(fresh, 2);
+  EXPECT_EQ(fresh.get("frozen_param_shapes")->kind, pickle::Kind::Dict);
+  ds::add_frozen_params(m, 2);
+  EXPECT_TRUE(m.get("frozen_param_shapes")->is_none());
+}
