@@ -293,8 +293,33 @@ Plan plan_from_json(const json& doc, const std::string& name) {
   return plan;
 }
 
+namespace {
+
+// The plan file without what plan_from_json never reads: every "log2phy" (padded to the largest
+// replica count) and "transfers" list, most of a large plan (400 MB at 1,024 nodes; issue 31,
+// --previous under 500 MB). Nesting is bounded as parse_json_input bounds it (core/json_input.h).
+json parse_plan_file(const std::string& text, const std::string& path) {
+  struct TooDeep {};
+  try {
+    auto skip = [](int depth, json::parse_event_t event, json& parsed) {
+      if ((event == json::parse_event_t::array_start || event == json::parse_event_t::object_start) &&
+          depth >= kMaxJsonDepth)
+        throw TooDeep{};
+      return !(event == json::parse_event_t::key && (parsed == "log2phy" || parsed == "transfers"));
+    };
+    return json::parse(text, skip);
+  } catch (const TooDeep&) {
+    fail(path, "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  } catch (const json::exception& e) {
+    fail(path, "not valid JSON: " + escaped_brief(e.what(), 160));
+  }
+}
+
+}  // namespace
+
 Plan read_plan(const std::string& path) {
-  return plan_from_json(parse_json_input(read_text_file(path), path), path);
+  json doc = parse_plan_file(read_text_file(path), path);
+  return plan_from_json(doc, path);
 }
 
 }  // namespace ucpkit::placement
