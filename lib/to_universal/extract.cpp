@@ -247,7 +247,7 @@ struct ShardFacts {
 // `data_before_expert`.
 void read_first_shard_facts(const ShardView& shard, const ValuePtr& root, bool autoep, ShardFacts& facts,
                             bool& data_before_expert) {
-  if (auto z = shard.optimizer_state_dict()->get("zero_stage"); z && !z->is_none()) facts.zero_stage = static_cast<int>(z->as_int());
+  if (const auto& z = shard.shard().zero_stage; z && !z->is_none()) facts.zero_stage = static_cast<int>(z->as_int());
   if (auto cfg = root->get("ds_config"); cfg && cfg->kind == Kind::Dict)
     // The config key is "use_data_before_expert_parallelism" (deepspeed/runtime/constants.py
     // USE_DATA_BEFORE_EXPERT_PARALLEL); use_data_before_expert_parallel_ is the engine's attribute

@@ -21,9 +21,7 @@ using pickle::Kind;
 using pickle::ValuePtr;
 
 ShardView::ShardView(ValuePtr root, std::string path)
-    : shard_(formats::deepspeed::read_optimizer_shard(root, path)),
-      osd_(root->get("optimizer_state_dict")),
-      path_(std::move(path)) {}
+    : shard_(formats::deepspeed::read_optimizer_shard(root, path)), path_(std::move(path)) {}
 
 const formats::deepspeed::OptimizerShard::Group& ShardView::group(int g) const {
   if (g < 0 || g >= groups()) fail(path_, "single_partition_of_fp32_groups has no group " + std::to_string(g));

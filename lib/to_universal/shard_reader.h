@@ -37,15 +37,12 @@ class ShardView {
   Tensor state_tensor(int g, const std::string& state) const;
   pickle::ValuePtr step(int g) const;
   const formats::deepspeed::OptimizerShard& shard() const { return shard_; }
-  // The raw dict (extract.cpp reads zero_stage from it; the typed fields are in shard()).
-  const pickle::ValuePtr& optimizer_state_dict() const { return osd_; }
   bool zero3() const { return shard_.zero3(); }
   const std::string& path() const { return path_; }
 
  private:
   const formats::deepspeed::OptimizerShard::Group& group(int g) const;
   formats::deepspeed::OptimizerShard shard_;
-  pickle::ValuePtr osd_;
   std::string path_;
 };
 
