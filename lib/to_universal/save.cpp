@@ -7,6 +7,7 @@
 
 #include "core/crc32.h"
 #include "core/error.h"
+#include "formats/deepspeed/optimizer_shard.h"
 #include "formats/deepspeed/storage_tags.h"
 #include "formats/universal/join.h"
 #include "formats/universal/state_file.h"
@@ -30,15 +31,9 @@ ValuePtr common_optimizer_state(const ValuePtr& root, const std::string& path) {
   auto osd = root->get("optimizer_state_dict");
   if (!osd || osd->kind != Kind::Dict) fail(path, "no optimizer_state_dict");
   auto out = Value::dict(osd->ordered);
-  for (const auto& [k, v] : osd->entries) {
-    if (k->kind == Kind::Str && (k->s == "base_optimizer_state" || k->s == "param_slice_mappings" ||
-                                 k->s == "single_partition_of_fp32_groups"))
-      continue;
-    out->entries.emplace_back(k, v);
-  }
-  auto base = osd->get("base_optimizer_state");
-  if (!base) base = osd->get("optimizer_state_dict");  // ZeRO-3
-  ValuePtr groups = base && base->kind == Kind::Dict ? base->get("param_groups") : nullptr;
+  for (const auto& [k, v] : osd->entries)
+    if (k->kind != Kind::Str || !formats::deepspeed::is_sharded_state(k->s)) out->entries.emplace_back(k, v);
+  ValuePtr groups = formats::deepspeed::saved_param_groups(osd);
   out->set_item("param_groups", groups ? groups : Value::list());
   formats::deepspeed::tag_storages_cpu(out);  // ds_to_universal writes it from map_location='cpu' loads
   return out;

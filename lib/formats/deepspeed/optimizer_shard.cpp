@@ -238,6 +238,17 @@ OptimizerShard read_optimizer_shard(const TorchFile& file) {
   return read_optimizer_shard(file.root, file.file ? file.file->path() : std::string("<memory>"));
 }
 
+bool is_sharded_state(std::string_view key) {
+  return key == "base_optimizer_state" || key == "param_slice_mappings" || key == "single_partition_of_fp32_groups";
+}
+
+ValuePtr saved_param_groups(const ValuePtr& osd) {
+  if (!osd || osd->kind != Kind::Dict) return nullptr;
+  auto base = osd->get("base_optimizer_state");
+  if (!base) base = osd->get("optimizer_state_dict");  // ZeRO-3
+  return base && base->kind == Kind::Dict ? base->get("param_groups") : nullptr;
+}
+
 std::vector<int> zero3_sub_group_owners(const std::vector<ValuePtr>& param_groups, size_t sub_groups,
                                         const std::string& path) {
   std::vector<int> owner(sub_groups, -1);

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -66,6 +67,15 @@ struct OptimizerShard {
 // The shard of a loaded `*_optim_states.pt` (its root dict). Every error names `path` and the key.
 OptimizerShard read_optimizer_shard(const pickle::ValuePtr& root, const std::string& path);
 OptimizerShard read_optimizer_shard(const TorchFile& file);
+
+// ds_to_universal.py `_save_optimizer_state` (sharded_states): the optimizer_state_dict keys that hold
+// one rank's partition (base_optimizer_state, param_slice_mappings, single_partition_of_fp32_groups),
+// left out of the universal zero/optimizer_state.pt; the other keys are the same on every rank.
+bool is_sharded_state(std::string_view key);
+// The torch optimizer's param_groups list object as saved in `optimizer_state_dict` (ZeRO-1/2 and
+// BF16_Optimizer: base_optimizer_state's, ZeRO-3: the inner optimizer_state_dict's); null when absent.
+// The object itself, not a copy: a pickle that also holds the dict references it once.
+pickle::ValuePtr saved_param_groups(const pickle::ValuePtr& optimizer_state_dict);
 
 // ZeRO-3: param_groups[g]["params"] lists the sub-groups of optimizer param group g (the optimizer's
 // state numbering of the fp32 sub-group partitions, stage3.py `_set_fp32_optimizer_param_groups`).

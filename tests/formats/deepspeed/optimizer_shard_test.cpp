@@ -129,6 +129,11 @@ TEST(OptimizerShard, FixturesRoundTripToTheSamePickle) {
     if (auto v = tf.root->get("ds_version"); v && v->kind == Kind::Str)
       if (auto line = formats::deepspeed::moe_line_of_release(v->s)) ++lines[*line];
     const ValuePtr original = tf.root->get("optimizer_state_dict");
+    if (!s.elastic) {  // the list ds_to_universal lifts into the universal optimizer_state.pt
+      const ValuePtr groups = formats::deepspeed::saved_param_groups(original);
+      ASSERT_TRUE(groups);
+      EXPECT_EQ(groups->items, s.param_groups);
+    }
     const ValuePtr written = to_pickle(s);
     if (pickled(original) == pickled(written)) {
       ++same_bytes;
@@ -216,6 +221,17 @@ TEST(OptimizerShard, ReadsTheFieldsDeepSpeedNames) {
                                             "base_optimizer_state", "single_partition_of_fp32_groups", "zero_stage",
                                             "group_paddings", "partition_count", "ds_version", "param_slice_mappings"}));
   EXPECT_EQ(pickled(back), pickled(osd));
+}
+
+TEST(OptimizerShard, ShardedStatesAreWhatDsToUniversalLeavesOut) {
+  // ds_to_universal.py _save_optimizer_state: sharded_states = [BASE_OPTIMIZER_STATE,
+  // PARAM_SLICE_MAPPINGS, SINGLE_PARTITION_OF_FP32_GROUPS].
+  std::vector<std::string> sharded;
+  const auto osd = small_zero1_osd();
+  for (const auto& [k, v] : osd->entries)
+    if (formats::deepspeed::is_sharded_state(k->s)) sharded.push_back(k->s);
+  EXPECT_EQ(sharded, (std::vector<std::string>{"base_optimizer_state", "single_partition_of_fp32_groups",
+                                               "param_slice_mappings"}));
 }
 
 TEST(OptimizerShard, Bf16OptimizerHasNoLossScalingKeys) {
