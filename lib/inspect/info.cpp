@@ -14,6 +14,7 @@
 #include "io/shape.h"
 #include "inspect/verify_scope.h"
 #include "io/torch/torch_file.h"
+#include "formats/deepspeed/model_states.h"
 #include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/module_tree.h"
@@ -152,12 +153,6 @@ std::string module_dtypes(const ValuePtr& module) {
   return s;
 }
 
-std::string string_field(const ValuePtr& dict, const char* key) {
-  if (!dict || dict->kind != Kind::Dict) return "";
-  auto v = dict->get(key);
-  return v && v->kind == Kind::Str ? v->s : "";
-}
-
 // What the universal form (a universal folder's, or direct mode's in memory) says: layout, step,
 // DeepSpeed line, parameters, experts, states, the model files' dtype and DeepSpeed release.
 void describe_model(CheckpointInfo& info, const formats::universal::UniversalManifest& manifest, const reshard::ModelInfo& m) {
@@ -195,9 +190,9 @@ void describe_model(CheckpointInfo& info, const formats::universal::UniversalMan
     const ValuePtr first = load_torch(m.model_files[0]);
     if (auto d = module_dtypes(first && first->kind == Kind::Dict ? first->get("module") : nullptr); !d.empty())
       info.dtypes["model"] = d;
-    info.ds_version = string_field(first, "ds_version");
+    info.ds_version = formats::deepspeed::ds_version_of(first);
   }
-  if (info.ds_version.empty()) info.ds_version = string_field(m.optimizer_state, "ds_version");
+  if (info.ds_version.empty()) info.ds_version = formats::deepspeed::ds_version_of(m.optimizer_state);
   if (info.ds_line.empty() && !info.ds_version.empty())
     info.ds_line = formats::deepspeed::moe_line_of_release(info.ds_version).value_or("");
 }

@@ -26,7 +26,7 @@
 #include "pec/paths.h"
 #include "pec/plt.h"
 #include "pec/restore_writer.h"
-#include "pec/shard_version.h"
+#include "formats/deepspeed/shard_version.h"
 #include "pec/step_sources.h"
 #include "pec/store.h"
 
@@ -321,7 +321,7 @@ void RestoreRun::convert_version_line() {
   for (const auto& e : fs::directory_iterator(tmp_dir_)) {
     const std::string n = e.path().filename().string();
     if (!e.is_regular_file() || n.find("optim_states.pt") == std::string::npos) continue;
-    VersionPatch p = patch_ds_version(e.path().string(), [&](const std::string& have) {
+    formats::deepspeed::VersionPatch p = formats::deepspeed::patch_ds_version(e.path().string(), [&](const std::string& have) {
       return formats::deepspeed::moe_line_of_release(have) == line.name ? have : line.ds_version;
     });
     if (!p.skipped.empty()) warn_(n + ": " + p.skipped);

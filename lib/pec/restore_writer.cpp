@@ -29,7 +29,7 @@
 #include "pec/crash.h"
 #include "pec/object_store.h"
 #include "pec/store.h"
-#include "pec/zip_records.h"
+#include "io/zip/zip_records.h"
 
 namespace fs = std::filesystem;
 

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "formats/deepspeed/checkpoint_dir.h"
 #include "parallel/mpi_session.h"
 #include "pec/paths.h"
 #include "pec/plt.h"
@@ -168,7 +169,8 @@ void start_manifest(TierSave& t, const SaveOptions& o, const SourceCheckpoint& s
     }
   json shared = json::object();
   for (const auto& [file, ranges] : src.expert_ranges) shared[file] = ranges.size();
-  m.source = {{"root_pointer", src.layout == "universal" ? "latest_universal" : "latest"}, {"shared_files", shared}};
+  m.source = {{"root_pointer", src.layout == "universal" ? formats::deepspeed::kLatestUniversalName : formats::deepspeed::kLatestName},
+              {"shared_files", shared}};
 }
 
 // Plan: every selected expert's parts and every non-expert file, per tier, split over the ranks.

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "formats/deepspeed/model_states.h"
 #include "io/pickle/value.h"
 #include "io/torch/torch_file.h"
 #include "pec/checkpoint.h"
@@ -55,10 +56,8 @@ std::vector<StepSource> step_sources(const SourceCheckpoint& c) {
   }
   const std::string model = model_states_file(c);
   if (model.empty()) return out;
-  const pickle::ValuePtr root = load_torch(model);
-  for (const char* key : {"global_steps", "iteration"})
-    if (auto v = root->get(key); v && v->is(pickle::Kind::Int) && v->i >= 0)
-      out.push_back({v->i, std::string(key) + " in " + model});
+  for (const auto& [key, step] : formats::deepspeed::recorded_steps(formats::deepspeed::read_model_states(load_torch(model), model)))
+    out.push_back({step, key + " in " + model});
   return out;
 }
 

@@ -510,7 +510,7 @@ void write_union_common_files(const ExtractPlan& plan, const fs::path& staged,
 void tag_latest_universal(const std::string& output, const Reporter& reporter) {
   const fs::path target = fs::absolute(output);
   try {
-    write_file_atomic((target.parent_path() / "latest_universal").string(), target.filename().string());
+    write_file_atomic((target.parent_path() / formats::deepspeed::kLatestUniversalName).string(), target.filename().string());
   } catch (const Error& e) {
     reporter.warning(std::string("output written, but not its tag: ") + e.what());
   }

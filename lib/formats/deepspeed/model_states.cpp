@@ -314,4 +314,17 @@ ValuePtr minimal_moe_ds_config(int zero_stage, bool bf16, bool fp16, bool data_b
   return cfg;
 }
 
+std::vector<std::pair<std::string, int64_t>> recorded_steps(const ModelStates& m) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const char* key : {"global_steps", "iteration"})
+    if (auto v = m.get(key); v && v->is(pickle::Kind::Int) && v->i >= 0) out.emplace_back(key, v->i);
+  return out;
+}
+
+std::string ds_version_of(const pickle::ValuePtr& root) {
+  if (!root || root->kind != pickle::Kind::Dict) return "";
+  const auto v = root->get("ds_version");
+  return v && v->kind == pickle::Kind::Str ? v->s : "";
+}
+
 }  // namespace ucpkit::formats::deepspeed

@@ -59,6 +59,15 @@ struct ModelStates {
   std::vector<std::pair<std::string, pickle::ValuePtr>> client_state() const;
 };
 
+// The training steps a model-states file records, with the key that holds each: DeepSpeed's
+// global_steps (engine.py save_checkpoint's state dict) and Megatron's iteration (client state), when
+// present as non-negative integers, in that order.
+std::vector<std::pair<std::string, int64_t>> recorded_steps(const ModelStates& m);
+
+// The `ds_version` string DeepSpeed records at the root of a model-states file or an optimizer shard
+// (engine.py _save_checkpoint / _save_zero_checkpoint); "" when the root has none.
+std::string ds_version_of(const pickle::ValuePtr& root);
+
 // Reads a model-states root (`path` names the file in errors). Values are shared with `root`, not
 // copied: change a copy (pickle::deep_copy) when the root must stay as it is.
 ModelStates read_model_states(const pickle::ValuePtr& root, const std::string& path);

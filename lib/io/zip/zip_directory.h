@@ -1,6 +1,6 @@
 // The directory of a zip file as torch.save writes it (stored records, optional ZIP64): where each
 // record's bytes, local header and central entry lie. The one parser of zip headers, behind ZipReader
-// (torch files read zero-copy) and pec's in-place patching of optimizer files (pec/zip_records).
+// (torch files read zero-copy) and pec's in-place patching of optimizer files (io/zip/zip_records).
 #pragma once
 #include <cstdint>
 #include <map>

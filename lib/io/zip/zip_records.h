@@ -8,7 +8,7 @@
 
 #include "io/zip/zip_directory.h"
 
-namespace ucpkit::pec {
+namespace ucpkit {
 
 // Writes a record's CRC-32 into a file of `file_size` bytes not held in memory: its central entry
 // and its data descriptor (or local header), through `read(offset, n, out)` / `write(offset, crc)`.
@@ -16,4 +16,4 @@ void store_zip_crc(uint64_t file_size, const ZipRecord& r, uint32_t crc,
                    const std::function<void(uint64_t, size_t, uint8_t*)>& read,
                    const std::function<void(uint64_t, uint32_t)>& write);
 
-}  // namespace ucpkit::pec
+}  // namespace ucpkit

@@ -1,7 +1,7 @@
 // CRC-32 fix-up of zip records patched in place.
-#include "pec/zip_records.h"
+#include "io/zip/zip_records.h"
 
-namespace ucpkit::pec {
+namespace ucpkit {
 void store_zip_crc(uint64_t size, const ZipRecord& r, uint32_t crc, const std::function<void(uint64_t, size_t, uint8_t*)>& read,
                    const std::function<void(uint64_t, uint32_t)>& write) {
   write(r.central_entry + 16, crc);
@@ -19,4 +19,4 @@ void store_zip_crc(uint64_t size, const ZipRecord& r, uint32_t crc, const std::f
   }
 }
 
-}  // namespace ucpkit::pec
+}  // namespace ucpkit

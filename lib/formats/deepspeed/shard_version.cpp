@@ -1,5 +1,5 @@
 // In-place rewrite of the ds_version string of a torch zip file.
-#include "pec/shard_version.h"
+#include "formats/deepspeed/shard_version.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -13,9 +13,9 @@
 #include "core/file_io.h"
 #include "core/mapped_file.h"
 #include "io/pickle/opcodes.h"
-#include "pec/zip_records.h"
+#include "io/zip/zip_records.h"
 
-namespace ucpkit::pec {
+namespace ucpkit::formats::deepspeed {
 namespace {
 
 using pickle::Op;
@@ -100,4 +100,4 @@ VersionPatch patch_ds_version(const std::string& path, const std::function<std::
   return out;
 }
 
-}  // namespace ucpkit::pec
+}  // namespace ucpkit::formats::deepspeed

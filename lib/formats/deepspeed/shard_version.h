@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-namespace ucpkit::pec {
+namespace ucpkit::formats::deepspeed {
 
 struct VersionPatch {
   int rewritten = 0;     // string values replaced
@@ -21,4 +21,4 @@ struct VersionPatch {
 // says so. fsyncs the file when it changed. Throws Error naming the file when it is not a stored zip.
 VersionPatch patch_ds_version(const std::string& path, const std::function<std::string(const std::string&)>& release_for);
 
-}  // namespace ucpkit::pec
+}  // namespace ucpkit::formats::deepspeed
