@@ -8,7 +8,6 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
-#include "formats/dcp/object_keys.h"
 #include "io/pickle/unpickler.h"
 
 namespace ucpkit::formats::dcp {
@@ -166,7 +165,7 @@ std::string_view era_name(ClassEra era) {
 }
 
 Metadata parse_metadata(std::span<const uint8_t> bytes, const std::string& name) {
-  const ValuePtr root = pickle::unpickle(storage_data_as_list({bytes.begin(), bytes.end()}, name), name);
+  const ValuePtr root = pickle::unpickle(bytes, name);
   Parser p{name};
   const std::string cls = root->kind == Kind::Object ? root->class_path() : std::string(kind_name(root->kind));
   if (cls == std::string(kPrototype) + "metadata.Metadata") {
@@ -180,17 +179,10 @@ Metadata parse_metadata(std::span<const uint8_t> bytes, const std::string& name)
   const ValuePtr sdm = p.field(root, "state_dict_metadata", "Metadata");
   if (sdm->kind != Kind::Dict) p.bad("state_dict_metadata is not a dict");
   for (const auto& [k, v] : sdm->entries) md.entries.push_back(p.entry(p.text(k, "state_dict_metadata key"), v));
-  // storage_data_as_list turned the MetadataIndex-keyed dict into [key, value, ...] or (None, key, value).
+  // A dict keyed by MetadataIndex objects (the unpickler keys objects by identity).
   const ValuePtr sd = p.field(root, "storage_data", "Metadata");
-  if (sd->kind == Kind::Dict) {
-    for (const auto& [k, v] : sd->entries) md.items.push_back(p.item(k, v));
-  } else if (sd->kind == Kind::Tuple && sd->items.size() == 3 && sd->items[0]->is_none()) {  // one item
-    md.items.push_back(p.item(sd->items[1], sd->items[2]));
-  } else if (sd->kind == Kind::List && sd->items.size() % 2 == 0) {
-    for (size_t k = 0; k < sd->items.size(); k += 2) md.items.push_back(p.item(sd->items[k], sd->items[k + 1]));
-  } else {
-    p.bad("storage_data is not a dict (a storage writer other than FileSystemWriter's?)");
-  }
+  if (sd->kind != Kind::Dict) p.bad("storage_data is not a dict (a storage writer other than FileSystemWriter's?)");
+  for (const auto& [k, v] : sd->entries) md.items.push_back(p.item(k, v));
   p.planner_data(root->attr("planner_data"), md);
   p.storage_meta(root->attr("storage_meta"), md);
   md.version = opt_text(root, "version");

@@ -221,6 +221,11 @@ std::string key_signature(const Value& k, int depth = 0) {
       }
       return sig + ")";
     }
+    // An instance or a class as a key: Python hashes it (object.__hash__, or a frozen dataclass's
+    // fields, e.g. DCP's MetadataIndex keying Metadata.storage_data); keys of one pickled dict are
+    // distinct objects, so identity keeps every entry.
+    case Kind::Object:
+    case Kind::Global: return "o" + std::to_string(reinterpret_cast<uintptr_t>(&k));
     default: return {};
   }
 }

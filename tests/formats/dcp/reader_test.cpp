@@ -149,7 +149,7 @@ TEST(DcpReader, OneChunkAtATimeEqualsItsBoxOfTheTruth) {
 }
 
 TEST(DcpReader, OneItemCheckpoint) {
-  // storage_data with one entry is pickled with SETITEM, not SETITEMS (object_keys.h).
+  // storage_data with one entry is pickled with SETITEM, not SETITEMS.
   expect_matches_truth(kData + "/single_item_w1", truth_of("single_item_w1"));
   Reader r(kData + "/single_item_w1");
   ASSERT_EQ(r.metadata().items.size(), 1u);
@@ -157,8 +157,8 @@ TEST(DcpReader, OneItemCheckpoint) {
 }
 
 TEST(DcpReader, MoreItemsThanOnePickleBatch) {
-  // pickle writes SETITEMS in batches of 1000: storage_data of 2500 items spans three, each rewritten
-  // (object_keys.h). Written now by the real torch 1.13 DCP (many_items.py), truth by the same script.
+  // pickle writes SETITEMS in batches of 1000: storage_data of 2500 items spans three. Written now by
+  // the real torch 1.13 DCP (many_items.py), truth by the same script.
   const std::string d = ucpkit::testing::scratch_dir("dcp_many_items");
   std::string out;
   const std::string cmd = std::string(UCPKIT_PYTHON) + " " + UCPKIT_SOURCE_DIR + "/tests/formats/dcp/many_items.py " +
