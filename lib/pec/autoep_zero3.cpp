@@ -13,6 +13,7 @@
 #include "formats/deepspeed/autoep_zero3_ranks.h"
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/optimizer_shard.h"
+#include "formats/deepspeed/save_identity.h"
 #include "formats/deepspeed/zero_partition.h"
 #include "io/shape.h"
 
@@ -37,6 +38,7 @@ struct RankFiles {
   formats::deepspeed::OptimizerShard shard;
   std::map<std::string, ZipRecord> records;
   std::string prefix;
+  formats::deepspeed::IdentityFields model_identity, optim_identity;  // what every file of one save repeats
 };
 
 RankFiles read_rank(const std::string& model_path, const std::string& optim_path) {
@@ -44,6 +46,7 @@ RankFiles read_rank(const std::string& model_path, const std::string& optim_path
   const pickle::ValuePtr model = load_torch(model_path);
   pickle::ValuePtr a = model && model->is(pickle::Kind::Dict) ? model->get("ds_autoep_layers") : nullptr;
   if (!a || a->is_none()) fail(model_path, "no ds_autoep_layers (not an AutoEP ZeRO-3 save)");
+  r.model_identity = formats::deepspeed::model_file_identity(model);
   r.layers = formats::deepspeed::parse_autoep_layers(a, model_path);
   formats::deepspeed::check_autoep_zero3_layers(r.layers, model_path);
   auto ps = model->get("param_shapes");
@@ -58,12 +61,36 @@ RankFiles read_rank(const std::string& model_path, const std::string& optim_path
   r.records = read_zip_directory(mapped->bytes(), optim_path);
   r.tf = load_torch_file(optim_path);
   r.prefix = r.tf.archive_prefix.empty() ? std::string() : r.tf.archive_prefix + "/";
+  r.optim_identity = formats::deepspeed::optim_file_identity(r.tf.root);
   r.shard = formats::deepspeed::read_optimizer_shard(r.tf);
+  for (const auto& g : r.shard.groups)  // the training step every sub-group's state repeats
+    if (g.step) {
+      r.optim_identity.emplace_back("optimizer step", formats::deepspeed::identity_text(g.step));
+      break;
+    }
   if (!r.shard.zero3()) fail(optim_path, "ZeRO-3 model files but this optimizer shard is not ZeRO-3");
   if (r.shard.partition_groups.size() != r.sub_groups.size())
     fail(optim_path, "ZeRO-3 shard: ds_zero_partition_groups lists " + std::to_string(r.shard.partition_groups.size()) +
                          " sub-groups but param_shapes lists " + std::to_string(r.sub_groups.size()));
   return r;
+}
+
+// Every rank's files repeat rank 0's identity fields (formats/deepspeed/save_identity.h): files of
+// another save mixed into the folder are refused, as ucp-union's shard agreement refuses them.
+void check_same_save(const std::vector<RankFiles>& ranks, const std::vector<std::string>& model_files,
+                     const std::vector<std::string>& optim_files) {
+  auto compare = [](const formats::deepspeed::IdentityFields& first, const formats::deepspeed::IdentityFields& other,
+                    const std::string& first_path, const std::string& path) {
+    std::map<std::string, std::string> want(first.begin(), first.end());
+    for (const auto& [field, value] : other)
+      if (auto it = want.find(field); it != want.end() && it->second != value)
+        fail(path, field + " is " + value + " but " + first_path + " says " + it->second +
+                       ": files of different saves (another step or checkpoint) or a damaged shard are mixed");
+  };
+  for (size_t d = 1; d < ranks.size(); ++d) {
+    compare(ranks[0].model_identity, ranks[d].model_identity, model_files[0], model_files[d]);
+    compare(ranks[0].optim_identity, ranks[d].optim_identity, optim_files[0], optim_files[d]);
+  }
 }
 
 // The tensors of sub-group g whose elements follow its partition layout: fp32, then every 1-D state.
@@ -91,6 +118,7 @@ AutoEpZero3Experts autoep_zero3_experts(const std::string& step_dir) {
     ranks.push_back(read_rank(L.zero3_model_files[0][d], L.optim_files[0][d]));
     layers_of_rank.push_back(ranks.back().layers);
   }
+  check_same_save(ranks, L.zero3_model_files[0], L.optim_files[0]);
   formats::deepspeed::check_autoep_ranks_agree(layers_of_rank, L.zero3_model_files[0], L.dp);
   std::map<std::string, size_t> layer_of_weight;  // "<prefix>.w1" -> index into a rank's layers
   for (size_t i = 0; i < ranks[0].layers.size(); ++i)
