@@ -119,13 +119,11 @@ std::string rewrite_as_line(const std::string& step_dir, const VersionLine& line
 
   // expp_rank_R_mp_rank_00_optim_states.pt: {'optimizer': None} per EP rank, or none (0.19.5).
   for (const auto& f : L.expert_optim_files) fs::remove(f);
-  if (line.expp_files)
-    for (int r = 0; r < shard.ep; ++r) {
-      auto d = Value::dict();
-      d->set_item("optimizer", Value::none());
-      const std::string name = expert_optim_name(r, 0);
-      save_torch_file((fs::path(L.dir) / name).string(), d, {fs::path(name).stem().string(), true});
-    }
+  for (const std::string& name : expected_expert_optim_files(shard.ep, 0, &line)) {  // mp rank 0: native MoE has TP = PP = 1
+    auto d = Value::dict();
+    d->set_item("optimizer", Value::none());
+    save_torch_file((fs::path(L.dir) / name).string(), d, {fs::path(name).stem().string(), true});
+  }
   return found;
 }
 
