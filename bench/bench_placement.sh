@@ -124,13 +124,26 @@ print("%-10s %-12s equal shares %.4f -> dispatch %.4f (min %.4f), ratio %.4f" % 
   echo "== SmartMoE re-placement: plan for snapshot 1, then new loads = latest snapshot (8 nodes x 4 GPUs x 4 slots, f=2, 100 MB per expert)"
   "$tool" --loads "$data/smartmoe_expert_loads.json" --snapshot 1 --nodes 8 --gpus-per-node 4 --slots-per-gpu 4 \
     --fault-tolerance 2 --output "$tmp/prev.json" -q
-  for opt in "--migration-weight 0" "--migration-weight 0.5" "--migration-weight 1" "--max-moved-bytes 5e10"; do
+  for opt in "--migration-weight 0" "--migration-weight 0.5" "--migration-weight 1" "--max-moved-bytes 50000000000"; do
     "$tool" --loads "$data/smartmoe_expert_loads.json" --nodes 8 --gpus-per-node 4 --slots-per-gpu 4 --fault-tolerance 2 \
-      --previous "$tmp/prev.json" --expert-bytes 1e8 $opt --output "$tmp/next.json" --json |
+      --previous "$tmp/prev.json" --expert-bytes 100000000 $opt --output "$tmp/next.json" --json |
       python3 -c 'import json,sys; s=json.load(sys.stdin); r=s["replacement"]; f=r["from_scratch"]
 print("%-24s balancedness %.4f (previous plan %.4f), copies %d, rounds %d (lower bound %d); from scratch: eplb-global %.4f / %d copies, balanced-ft %.4f / %d copies"
  % (sys.argv[1], s["metrics"]["balancedness"], r["previous_balancedness"], r["copies_moved"], r["rounds"], r["round_lower_bound"],
     f["eplb-global"]["balancedness"], f["eplb-global"]["copies_moved"], f["balanced-ft"]["balancedness"], f["balanced-ft"]["copies_moved"]))' "$opt"
+  done
+  echo "== SmartMoE node loss (issue 31): 8 nodes x 4 GPUs x 4 slots, f=2, node 0 fails; fetches and balancedness against Lazarus' own re-placement and balanced-ft from scratch"
+  sm=(--loads "$data/smartmoe_expert_loads.json" --nodes 8 --gpus-per-node 4 --slots-per-gpu 4 --fault-tolerance 2)
+  "$tool" "${sm[@]}" --output "$tmp/bft.json" -q
+  "$tool" "${sm[@]}" --algorithm lazarus --output "$tmp/laz.json" -q
+  summary='import json,sys; s=json.load(sys.stdin); print("%-28s %5d node fetches, balancedness %.4f" % (sys.argv[1], s["replicas_moved"], s["metrics"]["balancedness"]))'
+  "$tool" --loads "$data/smartmoe_expert_loads.json" --current "$tmp/laz.json" --failed-nodes 0 --algorithm lazarus \
+    --output "$tmp/next.json" --json -q | python3 -c "$summary" "lazarus re-placed by lazarus"
+  "$tool" --loads "$data/smartmoe_expert_loads.json" --current "$tmp/bft.json" --failed-nodes 0 \
+    --output "$tmp/next.json" --json -q | python3 -c "$summary" "balanced-ft from scratch"
+  for w in 0 0.5 1; do
+    "$tool" --loads "$data/smartmoe_expert_loads.json" --current "$tmp/bft.json" --failed-nodes 0 --migration-weight "$w" \
+      --output "$tmp/next.json" --json -q | python3 -c "$summary" "--migration-weight $w"
   done
 else
   echo "== $data/smartmoe_expert_loads.json not found: quality table skipped"
