@@ -22,10 +22,6 @@
 #include "formats/universal/manifest.h"
 #include "reshard/ucp_info.h"
 #include "parallel/threads.h"
-#include "to_universal/extract.h"
-#include "to_universal/save.h"
-#include "to_universal/shard_reader.h"
-#include "to_universal/union_fragments.h"
 
 namespace fs = std::filesystem;
 
@@ -63,10 +59,9 @@ to_universal::ExtractPlan direct_plan(const std::string& input, formats::deepspe
   (void)native_checkpoint_dir(input, kind);
   to_universal::ExtractPlan plan;
   if (kind == formats::deepspeed::InputKind::WorkFolder) {
-    plan = to_universal::load_work_plan(input);
+    plan = to_universal::plan_of_work_folder(input);
   } else {
-    to_universal::ExtractOptions eo;
-    plan = to_universal::plan_checkpoint(input, eo);
+    plan = to_universal::plan_native_checkpoint(input);
   }
   // As ucp-union refuses them without --allow-unused-patterns (the two paths must agree).
   if (!plan.unused_patterns.empty())
@@ -142,12 +137,12 @@ UniversalMeta direct_meta(const to_universal::ExtractPlan& plan) {
   meta.optimizer_state_path = plan.optimizer_state_file;
   auto root = load_torch(plan.optimizer_state_file);
   meta.optimizer_state =
-      plan.optimizer_state_prepared ? root : to_universal::common_optimizer_state(root, plan.optimizer_state_file);
+      plan.optimizer_state_prepared ? root : to_universal::universal_optimizer_state(root, plan.optimizer_state_file);
   return meta;
 }
 
 DirectSource::DirectSource(const to_universal::ExtractPlan& plan, const ModelInfo& model)
-    : plan_(plan), model_(model), cache_(std::make_unique<to_universal::SourceCache>(plan.files)) {
+    : plan_(plan), model_(model), cache_(std::make_unique<to_universal::FragmentReader>(plan.files)) {
   for (size_t f = 0; f < plan.files.size(); ++f) pieces_.push_back(std::make_unique<FilePieces>());
   std::map<std::string, const to_universal::ParamPlan*> by_name;
   for (const auto& p : plan.params) by_name[p.name] = &p;
@@ -223,7 +218,7 @@ DirectSource::DirectSource(const to_universal::ExtractPlan& plan, const ModelInf
       q.frags[si].resize(q.plan->fragments.size());
       for (size_t t = 0; t < q.plan->fragments.size(); ++t)
         for (const auto& f : q.plan->fragments[t]) {
-          Tensor x = to_universal::fragment_tensor(*cache_, f, model_.states[si]);
+          Tensor x = cache_->fragment(f, model_.states[si]);
           if (x.dtype() != DType::Float32)
             fail(cache_->path(f.file), "parameter " + q.plan->name + " " + model_.states[si] + ": fragment is " +
                                            std::string(dtype_name(x.dtype())) + ", not float32");
@@ -264,10 +259,10 @@ const float* DirectSource::joined(int param, int state) {
     std::vector<Tensor> slices;
     uint64_t bytes = 0;
     for (size_t t = 0; t < pp.fragments.size(); ++t)
-      slices.push_back(to_universal::read_slice(*cache_, pp.fragments[t], sname, pp.tp_shapes[t], &bytes));
-    Tensor j = to_universal::union_fragments(mp.name, slices, mp.rule, model_.patterns);
+      slices.push_back(cache_->slice(pp.fragments[t], sname, pp.tp_shapes[t], &bytes));
+    Tensor j = formats::universal::join(mp.name, slices, mp.rule, model_.patterns);
     if (mp.rule.vocab && model_.patterns.original_vocab_size)
-      j = to_universal::strip_padding(mp.name, j, *model_.patterns.original_vocab_size);
+      j = to_universal::strip_vocab_padding(mp.name, j, *model_.patterns.original_vocab_size);
     if (j.dtype() != DType::Float32) throw Error("parameter " + mp.name + " " + sname + ": not float32");
     if (j.numel() != mp.stored_numel) throw Error("parameter " + mp.name + ": joined tensor has an unexpected size");
     auto& out = joined_[key];
@@ -311,10 +306,7 @@ void DirectSource::read(int param, int state, int64_t a, int64_t n, float* dst) 
 }
 
 uint64_t DirectSource::file_offset(const Param& p, int state, int t, size_t k) const {
-  const Tensor& v = p.frags[state][t][k];
-  auto tf = cache_->get(p.files[t][k]);
-  if (!tf->file || !v.storage() || !v.storage()->is_mapped()) return 0;
-  return static_cast<uint64_t>(v.contiguous_bytes().data() - tf->file->data());
+  return cache_->file_offset(p.files[t][k], p.frags[state][t][k]);
 }
 
 nlohmann::json DirectSource::source_json() const {
@@ -342,11 +334,8 @@ nlohmann::json DirectSource::source_json() const {
       if (p.kind == Param::Joined) {
         for (size_t t = 0; t < p.plan->fragments.size(); ++t)
           for (const auto& f : p.plan->fragments[t]) {
-            const Tensor x = to_universal::fragment_tensor(*cache_, f, model_.states[si]);
-            auto tf = cache_->get(f.file);
-            const uint64_t off = tf->file && x.storage()->is_mapped()
-                                     ? static_cast<uint64_t>(x.contiguous_bytes().data() - tf->file->data())
-                                     : 0;
+            const Tensor x = cache_->fragment(f, model_.states[si]);
+            const uint64_t off = cache_->file_offset(f.file, x);
             add(f.file, off, static_cast<uint64_t>(f.numel) * 4, -1);
           }
       } else {
@@ -412,7 +401,7 @@ pickle::ValuePtr DirectSource::step(int param) {
   if (pp.step_file < 0) return nullptr;
   // A fresh value on every call, as loading the universal step.pt gives (shared values would be
   // pickled once where the two-step path writes copies).
-  ValuePtr v = pickle::deep_copy(to_universal::read_step(*cache_, pp.step_file, pp.step_group));
+  ValuePtr v = pickle::deep_copy(cache_->step(pp.step_file, pp.step_group));
   if (v && v->kind == Kind::Tensor && v->tensor) v = Value::of_tensor(v->tensor->contiguous(true));
   formats::deepspeed::tag_storages_cpu(v);
   return v;

@@ -1,5 +1,5 @@
 // ucp-load's direct mode (issue 18): a native DeepSpeed checkpoint as a "virtual universal
-// checkpoint". The extract plan (lib/ucp: which fragment of which shard file holds which part of
+// checkpoint". The extract plan (lib/to_universal, through to_universal/direct.h: which fragment of which shard file holds which part of
 // which TP slice) gives, in memory, the manifest ucp-union would write (without checksums) and the
 // elements of every atomic tensor on demand, read straight from the source shards; the load path
 // (UcpInfo plan, exchange, writers) is unchanged. Nothing is written but the target.
@@ -19,11 +19,7 @@
 #include "io/zip/zip_crc_check.h"
 #include "reshard/model_info.h"
 #include "reshard/universal_reader.h"
-#include "to_universal/plan.h"
-
-namespace ucpkit::to_universal {
-class SourceCache;
-}
+#include "to_universal/direct.h"
 
 namespace ucpkit::reshard {
 
@@ -104,7 +100,7 @@ class DirectSource final : public AtomicSource {
 
   const to_universal::ExtractPlan& plan_;
   const ModelInfo& model_;
-  std::unique_ptr<to_universal::SourceCache> cache_;
+  std::unique_ptr<to_universal::FragmentReader> cache_;
   std::vector<Param> params_;
   std::vector<std::unique_ptr<std::once_flag>> joined_once_;
   std::vector<std::vector<float>> joined_;

@@ -33,7 +33,7 @@
 #include "parallel/share.h"
 #include "parallel/threads.h"
 #include "parallel/staging.h"
-#include "to_universal/plan.h"
+#include "to_universal/direct.h"
 
 namespace fs = std::filesystem;
 

@@ -5,7 +5,7 @@
 #     (lib/formats/deepspeed/, lib/formats/universal/). A string that is also one of ucpkit's own JSON
 #     keys is listed in allowed.txt beside this script with the reason.
 #  2. The tool modules (to_universal, reshard, pec, placement) never include each other, except
-#     reshard -> to_universal/plan.h (direct mode reaches the extract planner through that one
+#     reshard -> to_universal/direct.h (direct mode reaches the extract planner through that one
 #     header). Rooms below them (core, parallel, io, patterns, formats) include no tool module.
 # Usage: tests/rooms/check_rooms.sh [SOURCE_DIR]   (exit 0: both rules hold; 1: each violation listed)
 set -uo pipefail
@@ -43,7 +43,7 @@ for m in to_universal reshard pec placement core parallel io patterns formats; d
     [ -n "$line" ] || continue
     target=$(sed -E 's/.*#include "([a-z_]+)\/.*/\1/' <<< "$line")
     [ "$target" = "$m" ] && continue
-    [ "$m" = reshard ] && grep -q '#include "to_universal/plan.h"' <<< "$line" && continue
+    [ "$m" = reshard ] && grep -q '#include "to_universal/direct.h"' <<< "$line" && continue
     echo "rule 2: $line (lib/$m may not include lib/$target)"
     bad=1
   done < <(grep -rnE "#include \"($modules|inspect|tool|gpu)/" "lib/$m" || true)

@@ -1,0 +1,55 @@
+// The one way into to_universal/ from another tool module (docs/architecture.md, "the dependency
+// rule"): ucp-load's direct mode reads a native checkpoint through the extract plan, with no universal
+// folder on disk. Everything here forwards to the extract side's own code, so that direct mode and
+// ucp-union read the same bytes the same way.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/pickle/value.h"
+#include "io/tensor.h"
+#include "to_universal/plan.h"
+
+namespace ucpkit::to_universal {
+
+class SourceCache;
+
+// The extract plan of a native checkpoint (ucp-union's default options), or of a ucp-extract work
+// folder (its plan.json).
+ExtractPlan plan_native_checkpoint(const std::string& checkpoint);
+ExtractPlan plan_of_work_folder(const std::string& work_dir);
+
+// zero/optimizer_state.pt as ucp-union writes it, from the root of the rank-0 optimizer shard `path`.
+pickle::ValuePtr universal_optimizer_state(const pickle::ValuePtr& optimizer_shard_root, const std::string& path);
+
+// A vocabulary parameter cut to its first `original_vocab_size` rows, as ucp-union cuts it.
+Tensor strip_vocab_padding(const std::string& name, const Tensor& t, int64_t original_vocab_size);
+
+// The plan's shard files, each opened (memory-mapped, pickle parsed) on first use; thread-safe.
+class FragmentReader {
+ public:
+  explicit FragmentReader(const std::vector<std::string>& files);
+  ~FragmentReader();
+  FragmentReader(const FragmentReader&) = delete;
+  FragmentReader& operator=(const FragmentReader&) = delete;
+
+  // The 1-D run of `state` a fragment names (a view into the mapped file).
+  Tensor fragment(const SourceFragment& f, const std::string& state);
+  // One TP slice of one state, its fragments concatenated and shaped `shape`; adds to *bytes_read.
+  Tensor slice(const std::vector<SourceFragment>& fragments, const std::string& state,
+               const std::vector<int64_t>& shape, uint64_t* bytes_read);
+  // The raw step value (int or tensor) of a group, or of a work-folder fragment file.
+  pickle::ValuePtr step(int file, int group);
+  const std::string& path(int file) const;
+  // Copies a contiguous tensor of `file` with pread; false when it is not a view into the file.
+  bool read_into(int file, const Tensor& t, uint8_t* dst);
+  // Byte offset of `t`'s first element in `file` (0 when `t` is not a view into its mapping).
+  uint64_t file_offset(int file, const Tensor& t);
+
+ private:
+  std::unique_ptr<SourceCache> cache_;
+};
+
+}  // namespace ucpkit::to_universal
