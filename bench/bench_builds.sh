@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Two builds side by side in one run (a refactor's "unchanged or better", issue 29): the same inputs
+# through ucp-union, ucp-load (files mode, and direct mode from the native checkpoint), pec-save and
+# pec-restore with the tools of OLD and NEW, alternated round by round (this machine is shared and
+# noisy: only ratios measured in the same run mean something). Prints per step the median wall time,
+# user+system CPU and peak RSS of each build and the NEW/OLD ratios; outputs are also compared byte
+# for byte (a refactor must not change them).
+# Usage: bench/bench_builds.sh OLD_BUILD NEW_BUILD [WORK]   (env: HIDDEN, LAYERS, ROUNDS)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+old=$(cd "$1" && pwd); new=$(cd "$2" && pwd)
+work=${3:-/tmp/ucpkit-bench-builds}
+HIDDEN=${HIDDEN:-1024}; LAYERS=${LAYERS:-8}; ROUNDS=${ROUNDS:-3}
+py=/usr/bin/python3
+mkdir -p "$work"
+gpt=$work/gpt-h$HIDDEN-l$LAYERS moe=$work/moe
+[ -f "$gpt/latest" ] || $py "$root/tests/generator/gen_ds_checkpoint.py" --output "$gpt" --model gpt --tp 2 --pp 2 \
+  --dp 2 --zero 1 --dtype bf16 --layers "$LAYERS" --hidden "$HIDDEN" --heads 16 --ffn $((4 * HIDDEN)) --vocab 50257 \
+  --seq 64 --no-truth > /dev/null
+[ -f "$moe/latest" ] || $py "$root/tests/generator/gen_ds_checkpoint.py" --output "$moe" --model dsmoe --dp 4 --ep 2 \
+  --layers 4 --hidden 256 --ffn 1024 --experts 8 --no-truth > /dev/null
+echo "inputs: $(du -sh "$gpt" | cut -f1) GPT (TP 2 PP 2 DP 2, hidden $HIDDEN, $LAYERS layers), $(du -sh "$moe" | cut -f1) native MoE"
+
+# step NAME BUILD TAG: runs one step with BUILD's tools into $work/out/TAG/NAME; appends
+# "NAME TAG wall cpu rss_kib" to $work/times.
+step() {
+  local name=$1 b=$2 tag=$3 o=$work/out/$3 t
+  local -x LD_LIBRARY_PATH=$b/lib
+  mkdir -p "$o"; rm -rf "$o/$name"
+  case $name in
+    union) set -- "$b/bin/ucp-union" -q --input "$gpt" --output "$o/union" ;;
+    load) set -- "$b/bin/ucp-load" -q --input "$o/union" --output "$o/load" --tp 1 --pp 1 --dp 4 --zero-stage 2 ;;
+    direct) set -- "$b/bin/ucp-load" -q --input "$gpt" --output "$o/direct" --tp 1 --pp 2 --dp 2 --zero-stage 1 --vocab-multiple 16 ;;
+    pecsave) rm -rf "$o/pecstore"; set -- "$b/bin/pec-save" -q --checkpoint "$moe" --store "$o/pecstore" --step 100 \
+               --policy sequential --k 2 ;;
+    pecrestore) set -- "$b/bin/pec-restore" -q --store "$o/pecstore" --output "$o/pecrestore" ;;
+  esac
+  [ "$name" = pecrestore ] && rm -rf "$o/pecrestore"
+  mkdir -p "$work/log/$tag"
+  /usr/bin/time -f '%e %U %S %M' -o "$work/log/$tag/$name.time" "$@" > /dev/null 2> "$work/log/$tag/$name.err" || {
+    echo "$tag $name failed: $(cat "$work/log/$tag/$name.err")" >&2; exit 1; }
+  t=$(tail -1 "$work/log/$tag/$name.time")
+  awk -v n="$name" -v g="$tag" '{printf "%s %s %s %.2f %s\n", n, g, $1, $2 + $3, $4}' <<< "$t" >> "$work/times"
+}
+
+rm -rf "$work/times" "$work/out" "$work/log"
+for r in $(seq "$ROUNDS"); do
+  for s in union load direct pecsave pecrestore; do
+    if [ $((r % 2)) -eq 1 ]; then step $s "$old" old; step $s "$new" new; else step $s "$new" new; step $s "$old" old; fi
+  done
+done
+diff -r -q "$work/out/old" "$work/out/new" > "$work/diff.txt" 2>&1 && same="identical" || same="DIFFERENT (see $work/diff.txt)"
+$py - "$work/times" "$ROUNDS" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+print(f"median of {sys.argv[2]} rounds, OLD and NEW alternated (NEW/OLD < 1: NEW faster or smaller)")
+print(f"{'step':<11} {'wall old':>9} {'wall new':>9} {'ratio':>6} {'cpu old':>8} {'cpu new':>8} {'ratio':>6} {'rss old':>9} {'rss new':>9} {'ratio':>6}")
+for step in dict.fromkeys(r[0] for r in rows):
+    m = {g: [statistics.median(float(r[i]) for r in rows if r[0] == step and r[1] == g) for i in (2, 3, 4)] for g in ("old", "new")}
+    o, n = m["old"], m["new"]
+    print(f"{step:<11} {o[0]:>8.2f}s {n[0]:>8.2f}s {n[0]/o[0]:>6.2f} {o[1]:>7.2f}s {n[1]:>7.2f}s {n[1]/max(o[1],1e-9):>6.2f}"
+          f" {o[2]/1024:>7.0f}MB {n[2]/1024:>7.0f}MB {n[2]/o[2]:>6.2f}")
+PY
+echo "outputs of the last round: $same"
