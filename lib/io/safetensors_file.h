@@ -1,7 +1,7 @@
 // Small safetensors files held in memory: 8-byte little-endian header length, JSON header
 // {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}}, raw bytes
 // (little-endian, row-major). For index-sized tensors (plans, load counters); model weights are
-// streamed by load/safetensors_writer.h.
+// streamed by reshard/safetensors_writer.h.
 #pragma once
 #include <cstdint>
 #include <map>

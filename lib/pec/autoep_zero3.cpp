@@ -9,6 +9,7 @@
 #include "core/mapped_file.h"
 #include "io/torch/torch_file.h"
 #include "io/zip/zip_directory.h"
+#include "formats/deepspeed/model_states.h"
 #include "formats/deepspeed/autoep_slices.h"
 #include "formats/deepspeed/autoep_zero3_ranks.h"
 #include "formats/deepspeed/file_names.h"
@@ -49,7 +50,7 @@ RankFiles read_rank(const std::string& model_path, const std::string& optim_path
   r.model_identity = formats::deepspeed::model_file_identity(model);
   r.layers = formats::deepspeed::parse_autoep_layers(a, model_path);
   formats::deepspeed::check_autoep_zero3_layers(r.layers, model_path);
-  auto ps = model->get("param_shapes");
+  auto ps = formats::deepspeed::raw_param_shapes(model);
   if (!ps || !ps->is_sequence()) fail(model_path, "ZeRO-3 model states have no param_shapes list");
   for (const auto& g : ps->items) {
     if (!g || g->kind != pickle::Kind::Dict) fail(model_path, "param_shapes entry is not a dict");

@@ -55,7 +55,7 @@ void finish_shape(SourceCheckpoint& c, const std::map<int, int>& max_expert) {
 }
 
 // zero/<param folder> -> (transformer layer, global expert) of a universal folder's expert parameters,
-// from the manifest's native MoE entries (layout/universal/manifest.h).
+// from the manifest's native MoE entries (formats/universal/manifest.h).
 std::map<std::string, std::pair<int, int>> experts_from_manifest(const formats::universal::UniversalManifest& m,
                                                                  const std::string& path) {
   std::map<std::string, std::pair<int, int>> out;

@@ -6,7 +6,7 @@
 //    located through param_slice_mappings (LOCAL expert names) and the rank topology. Those optimizer
 //    files are stored with every expert fragment zeroed and get the fragments patched back on restore.
 //    DeepSpeed AutoEP under ZeRO-1/2 is this layout too (layer_<L>_expert_<G> files plus the rows of the
-//    fused w1/w2/w3 fragments, layout/deepspeed/autoep_slices.h);
+//    fused w1/w2/w3 fragments, formats/deepspeed/autoep_slices.h);
 //  * DeepSpeed AutoEP under ZeRO-3 ("deepspeed-autoep-zero3"): no expert files; each expert is its rows
 //    of the fused weights inside every rank's ZeRO-3 sub-group partitions (pec/autoep_zero3.h).
 #pragma once

@@ -149,14 +149,14 @@ Tensor DeepSpeedWriter::low_precision_slice(const Slot& s) const {
 // the source's release belongs to another line.
 ValuePtr DeepSpeedWriter::target_ds_version() const {
   if (!ds_release_.empty()) return Value::str(ds_release_);
-  auto ver = common_->get("ds_version");
+  auto ver = formats::deepspeed::raw_ds_version(common_);
   if (moe_line_ && (!ver || ver->kind != Kind::Str || formats::deepspeed::moe_line_of_release(ver->s) != moe_line_->name))
     return Value::str(moe_line_->ds_version);
   if (ver) return ver;
   // ZeRO-3 sources: the universal optimizer_state.pt is the inner optimizer dict, without
   // ds_version (ds_to_universal.py:761-767); the model file has it.
   if (auto m = template_root(0); m && m->kind == Kind::Dict)
-    if (auto v = m->get("ds_version"); v && v->kind == Kind::Str) return v;
+    if (auto v = formats::deepspeed::raw_ds_version(m); v && v->kind == Kind::Str) return v;
   return Value::str("0.16.4");
 }
 
@@ -213,7 +213,7 @@ formats::deepspeed::ParamShapes DeepSpeedWriter::target_param_shapes(const MpRan
 // ds_config, the release asked for, frozen-parameter entries by ZeRO stage, DP rank 0's expert names.
 void DeepSpeedWriter::fill_moe_line(const MpRankPlan& mr, formats::deepspeed::ModelStates& m) const {
   const auto& t = plan_.target;
-  if (!m.ds_config && !m.contains("ds_config"))
+  if (!m.ds_config && !formats::deepspeed::had_ds_config(m))
     m.ds_config = formats::deepspeed::minimal_moe_ds_config(t.zero_stage, t.dtype == DType::BFloat16,
                                                             t.dtype == DType::Float16, plan_.data_before_expert);
   if (!ds_release_.empty()) m.ds_version = ds_release_;
@@ -235,7 +235,7 @@ ValuePtr DeepSpeedWriter::model_root(int mp, int dp_rank) const {
     m.tree = target_module(mr, m.tree);
     m.module = formats::deepspeed::module_tensors(m.tree);
   }
-  if (m.contains("param_shapes") || moe_line_) m.param_shapes = target_param_shapes(mr);
+  if (formats::deepspeed::had_param_shapes(m) || moe_line_) m.param_shapes = target_param_shapes(mr);
   const formats::deepspeed::LayoutFacts facts = layout_facts();
   if (model_.autoep) {
     // ZeRO-3: every DP rank's own file records its own EP place (engine.py v0.19.5:5004-5016, :5090).
@@ -307,7 +307,7 @@ void DeepSpeedWriter::optimizer_state(const GroupPlan& g, int part, formats::dee
 }
 
 ValuePtr DeepSpeedWriter::target_loss_scaler() const {
-  auto ls = common_->get("loss_scaler");
+  auto ls = formats::deepspeed::raw_loss_scaler(common_);
   // fp16 needs a dynamic scaler; other dtypes keep the source's scaler (or a static one).
   const bool dynamic = ls && ls->class_path().find("DynamicLossScaler") != std::string::npos;
   if (!ls || (plan_.target.dtype == DType::Float16) != dynamic) ls = formats::deepspeed::loss_scaler(plan_.target.dtype);
@@ -372,7 +372,7 @@ ValuePtr DeepSpeedWriter::zero3_state(int d, int mp) const {
   shard.zero_stage = formats::deepspeed::zero_stage_enum(3);
   shard.loss_scaler = target_loss_scaler();
   shard.dynamic_loss_scale = Value::boolean(t.dtype == DType::Float16);
-  auto ov = common_->get("overflow");
+  auto ov = formats::deepspeed::raw_overflow(common_);
   shard.overflow = ov ? ov : Value::boolean(false);
   shard.partition_count = t.dp;
   // Written only when a sub-group holds AutoEP experts (stage3.py v0.19.5:3117-3144).
@@ -387,18 +387,18 @@ uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir
   const MpRankPlan& mr = plan_.mp_ranks.at(mp);
   const auto& t = plan_.target;
   auto ver = target_ds_version();
-  auto root = Value::dict();
-  root->set_item("optimizer_state_dict", t.zero_stage == 3 ? zero3_state(d, mp) : zero12_state(d, mp));
+  ValuePtr osd = t.zero_stage == 3 ? zero3_state(d, mp) : zero12_state(d, mp);
   const ValuePtr& tmpl = template_root(mr.template_file);
-  if (auto source_cfg = tmpl->get("ds_config")) {
-    root->set_item("ds_config", formats::deepspeed::retarget_ds_config(source_cfg, layout_facts()));
+  ValuePtr cfg;
+  if (auto source_cfg = formats::deepspeed::raw_ds_config(tmpl)) {
+    cfg = formats::deepspeed::retarget_ds_config(source_cfg, layout_facts());
   } else {
     // Native MoE model files before 0.19.3 carry no ds_config.
-    root->set_item("ds_config", formats::deepspeed::minimal_moe_ds_config(t.zero_stage, t.dtype == DType::BFloat16,
-                                                      t.dtype == DType::Float16, plan_.data_before_expert));
+    cfg = formats::deepspeed::minimal_moe_ds_config(t.zero_stage, t.dtype == DType::BFloat16, t.dtype == DType::Float16,
+                                                    plan_.data_before_expert);
   }
-  root->set_item("ds_version", ver);
-  return emit((fs::path(dir) / plan_.optim_file(d, mp)).string(), root);
+  return emit((fs::path(dir) / plan_.optim_file(d, mp)).string(),
+              formats::deepspeed::optimizer_file_root(std::move(osd), std::move(cfg), std::move(ver)));
 }
 
 ValuePtr DeepSpeedWriter::zero12_state(int d, int mp) const {
@@ -439,11 +439,11 @@ ValuePtr DeepSpeedWriter::zero12_state(int d, int mp) const {
   if (!t.bf16_optimizer) {
     shard.loss_scaler = target_loss_scaler();
     shard.dynamic_loss_scale = Value::boolean(t.dtype == DType::Float16);
-    auto ov = common_->get("overflow");
+    auto ov = formats::deepspeed::raw_overflow(common_);
     shard.overflow = ov ? ov : Value::boolean(false);
     shard.zero_stage = formats::deepspeed::zero_stage_enum(t.zero_stage);
   }
-  auto clip = common_->get("clip_grad");
+  auto clip = formats::deepspeed::raw_clip_grad(common_);
   shard.clip_grad = clip ? clip : Value::real(1.0);
   shard.ds_version = target_ds_version();
   return formats::deepspeed::to_pickle(shard);

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "io/shape.h"
 #include "io/torch/torch_file.h"
+#include "formats/deepspeed/model_states.h"
 #include "formats/deepspeed/optimizer_shard.h"
 #include "formats/deepspeed/autoep.h"
 #include "formats/deepspeed/module_tree.h"
@@ -92,7 +93,7 @@ void read_training_config(ModelInfo& m, const ValuePtr& cfg, const ValuePtr& arg
 // Names in flat-buffer order per group, from a model file's param_shapes.
 std::vector<std::vector<std::string>> group_lists(const ValuePtr& root, const std::string& path) {
   std::vector<std::vector<std::string>> out;
-  auto ps = root->get("param_shapes");
+  auto ps = formats::deepspeed::raw_param_shapes(root);
   if (!ps || !ps->is_sequence()) fail(path, "no param_shapes list (needed for the optimizer group layout)");
   for (const auto& g : ps->items) {
     if (!g || g->kind != Kind::Dict) fail(path, "param_shapes entry is not a dict");
@@ -268,10 +269,10 @@ void read_model_file_facts(ModelInfo& m, const ValuePtr& first, bool data_before
   // The expert/data rank order when the manifest does not record it (a ZeRO-3 AutoEP source): the
   // saved ds_config's use_data_before_expert_parallelism (runtime/constants.py:518).
   if (m.autoep && !data_before_expert_recorded)
-    if (auto cfg = first->get("ds_config"); cfg && cfg->kind == Kind::Dict)
+    if (auto cfg = formats::deepspeed::raw_ds_config(first); cfg && cfg->kind == Kind::Dict)
       if (auto f = cfg->get(formats::deepspeed::kUseDataBeforeExpertParallelism); f && f->kind == Kind::Bool) m.data_before_expert = f->b;
   auto args = first->get("args");
-  read_training_config(m, first->get("ds_config"), args);
+  read_training_config(m, formats::deepspeed::raw_ds_config(first), args);
   m.heads = arg_int(args, "num_attention_heads");
   m.kv_heads = arg_int(args, "num_key_value_heads");
   m.hidden = arg_int(args, "hidden_size");

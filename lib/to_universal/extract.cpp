@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/json_input.h"
 #include "io/torch/torch_file.h"
+#include "formats/deepspeed/model_states.h"
 #include "formats/deepspeed/autoep.h"
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/module_tree.h"
@@ -38,13 +39,13 @@ namespace {
 // name -> TP-local shape of one model-parallel rank: param_shapes when present; else (native MoE
 // files before DeepSpeed 0.19.3) the module tensors, flat or Megatron's nested dict, and the expert files.
 void collect_shapes(const ValuePtr& model, std::map<std::string, std::vector<int64_t>>& shapes) {
-  if (auto ps = model->get("param_shapes"); ps && ps->is_sequence()) {
+  if (auto ps = formats::deepspeed::raw_param_shapes(model); ps && ps->is_sequence()) {
     for (const auto& group : ps->items)
       if (group && group->kind == Kind::Dict)
         for (const auto& [k, v] : group->entries) shapes[k->as_str()] = v->as_shape();
     return;
   }
-  if (auto ps = model->get("param_shapes"); ps && ps->kind == Kind::Dict) {
+  if (auto ps = formats::deepspeed::raw_param_shapes(model); ps && ps->kind == Kind::Dict) {
     for (const auto& [k, v] : ps->entries) shapes[k->as_str()] = v->as_shape();
     return;
   }
@@ -168,7 +169,7 @@ ModelStates read_model_states(const formats::deepspeed::DeepSpeedLayout& L, Shar
     FileScope scope(path);
     ValuePtr root = load_torch(path);
     if (!root || root->kind != Kind::Dict) fail(path, "not a model-states dict");
-    if (auto v = root->get("dp_world_size"); v && !v->is_none() && v->as_int() != L.dp) {
+    if (auto v = formats::deepspeed::raw_dp_world_size(root); v && !v->is_none() && v->as_int() != L.dp) {
       if (v->as_int() > 0 && v->as_int() < L.dp)
         throw Error(L.optim_files[mp][v->as_int()] + ": extra shard: " + path + " says dp_world_size is " +
                     std::to_string(v->as_int()) + " but ZeRO shards up to rank " + std::to_string(L.dp - 1) +
@@ -186,7 +187,7 @@ ModelStates read_model_states(const formats::deepspeed::DeepSpeedLayout& L, Shar
       if (auto a = root->get("ds_autoep_layers"); a && !a->is_none()) {
         m.autoep = formats::deepspeed::parse_autoep_layers(a, path);
         // ds_to_universal.py:877: the rank order comes from the model file's ds_config.
-        if (auto cfg = root->get("ds_config"); cfg && cfg->kind == Kind::Dict)
+        if (auto cfg = formats::deepspeed::raw_ds_config(root); cfg && cfg->kind == Kind::Dict)
           if (auto f = cfg->get(formats::deepspeed::kUseDataBeforeExpertParallelism); f) {
             if (f->kind != Kind::Bool) fail(path, std::string("ds_config.") + formats::deepspeed::kUseDataBeforeExpertParallelism + " is not a boolean");
             m.data_before_expert = f->b;
@@ -248,7 +249,7 @@ struct ShardFacts {
 void read_first_shard_facts(const ShardView& shard, const ValuePtr& root, bool autoep, ShardFacts& facts,
                             bool& data_before_expert) {
   if (const auto& z = shard.shard().zero_stage; z && !z->is_none()) facts.zero_stage = static_cast<int>(z->as_int());
-  if (auto cfg = root->get("ds_config"); cfg && cfg->kind == Kind::Dict)
+  if (auto cfg = formats::deepspeed::raw_ds_config(root); cfg && cfg->kind == Kind::Dict)
     // The config key is "use_data_before_expert_parallelism" (deepspeed/runtime/constants.py
     // USE_DATA_BEFORE_EXPERT_PARALLEL); use_data_before_expert_parallel_ is the engine's attribute
     // name, which earlier ucpkit fixtures wrote: both are read.

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "io/torch/torch_file.h"
+#include "formats/deepspeed/model_states.h"
 #include "formats/deepspeed/autoep.h"
 #include "formats/deepspeed/autoep_zero3_ranks.h"
 #include "to_universal/fragment_map.h"
@@ -87,11 +88,11 @@ Zero3ModelStates read_zero3_param_shapes(const formats::deepspeed::DeepSpeedLayo
     FileScope scope(model_path);
     const ValuePtr& model = first_of_tp.at(static_cast<size_t>(t));
     if (!model || model->kind != Kind::Dict) fail(model_path, "not a model-states dict");
-    if (auto v = model->get("dp_world_size"); v && !v->is_none() && v->as_int() != L.dp)
+    if (auto v = formats::deepspeed::raw_dp_world_size(model); v && !v->is_none() && v->as_int() != L.dp)
       fail(model_path, "inconsistent world sizes: dp_world_size is " + std::to_string(v->as_int()) + " but " +
                            std::to_string(L.dp) + " ZeRO-3 shards were found");
     check_model_parallel_sizes(model, model_path, L);
-    auto ps = model->get("param_shapes");
+    auto ps = formats::deepspeed::raw_param_shapes(model);
     if (!ps || !ps->is_sequence()) fail(model_path, "ZeRO-3 model states have no param_shapes list");
     for (const auto& g : ps->items) {
       if (!g || g->kind != Kind::Dict) fail(model_path, "param_shapes entry is not a dict");

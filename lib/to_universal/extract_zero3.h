@@ -13,7 +13,7 @@
 namespace ucpkit::to_universal {
 
 // Reads every DP rank's model file (save identity, AutoEP places), each TP rank's param_shapes and
-// every optimizer shard; the slices are mapped by ucp/fragment_map.h. Throws Error naming the file.
+// every optimizer shard; the slices are mapped by to_universal/fragment_map.h. Throws Error naming the file.
 ExtractPlan plan_zero3(const formats::deepspeed::DeepSpeedLayout& L, const ExtractOptions& options);
 
 }  // namespace ucpkit::to_universal

@@ -3,6 +3,7 @@
 
 #include <fstream>
 
+#include "formats/deepspeed/model_states.h"
 #include "core/error.h"
 #include "to_universal/value_json.h"
 
@@ -12,7 +13,7 @@ using pickle::Kind;
 using pickle::ValuePtr;
 
 void check_model_parallel_sizes(const ValuePtr& root, const std::string& path, const formats::deepspeed::DeepSpeedLayout& L) {
-  if (auto v = root->get("mp_world_size"); v && !v->is_none() && v->as_int() != L.tp && v->as_int() != L.tp * L.pp)
+  if (auto v = formats::deepspeed::raw_mp_world_size(root); v && !v->is_none() && v->as_int() != L.tp && v->as_int() != L.tp * L.pp)
     fail(path, "inconsistent world sizes: mp_world_size is " + std::to_string(v->as_int()) + " but the files say tp=" +
                    std::to_string(L.tp));
   if (auto args = root->get("args"); args && args->kind == Kind::Object) {
@@ -56,7 +57,7 @@ patterns::PatternSet choose_patterns(const ExtractOptions& options, const ValueP
   patterns::PatternSet pset = patterns::PatternSet::from_json(pj, plan.patterns_origin);
   plan.patterns_json = pset.to_json();
   // A pattern file's PipelineModule layer numbering travels with the set (ucp-load's fallback when
-  // the layer files say nothing, layout/deepspeed/pipeline.h).
+  // the layer files say nothing, formats/deepspeed/pipeline.h).
   if (pj.is_object() && pj.contains("pipeline_numbering")) plan.patterns_json["pipeline_numbering"] = pj["pipeline_numbering"];
   return pset;
 }

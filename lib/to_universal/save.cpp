@@ -28,7 +28,7 @@ ValuePtr state_file_value(const Tensor& param, const patterns::ParamRule& rule, 
 
 ValuePtr common_optimizer_state(const ValuePtr& root, const std::string& path) {
   if (!root || root->kind != Kind::Dict) fail(path, "not an optimizer-states dict");
-  auto osd = root->get("optimizer_state_dict");
+  auto osd = formats::deepspeed::raw_optimizer_state_dict(root);
   if (!osd || osd->kind != Kind::Dict) fail(path, "no optimizer_state_dict");
   auto out = Value::dict(osd->ordered);
   for (const auto& [k, v] : osd->entries)

@@ -16,7 +16,7 @@ namespace ucpkit::to_universal {
 
 class ShardAgreement {
  public:
-  // A model-states file: its identity fields (layout/deepspeed/save_identity.h) are recorded.
+  // A model-states file: its identity fields (formats/deepspeed/save_identity.h) are recorded.
   void model_file(const pickle::ValuePtr& root, const std::string& path);
   // An optimizer shard. Checked at once (throws Error naming `path`): per param group, the
   // param_slice_mappings fragments tile the flat partition from 0 without overlap or hole, up to its

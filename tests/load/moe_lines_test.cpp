@@ -1,4 +1,4 @@
-// Native DeepSpeed MoE of every DeepSpeed version line (layout/deepspeed/version_line.h): the
+// Native DeepSpeed MoE of every DeepSpeed version line (formats/deepspeed/version_line.h): the
 // generator writes each line as DeepSpeed's save code does (tests/generator/dsgen/dsmoe.py); ucp-union
 // must give the ground truth, ucp-load EP 2 -> 4 -> 2 must round-trip bit for bit, and what ucp-load
 // writes must be laid out as the line (checked by tests/load/check_moe_line.py, which reads the files

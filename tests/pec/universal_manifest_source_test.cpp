@@ -1,5 +1,5 @@
 // pec-save on a universal checkpoint that ucp-union wrote: which zero/<param>/ folders hold which
-// (MoE layer, expert) comes from its manifest.json (layout/universal/manifest.h), and is the same as
+// (MoE layer, expert) comes from its manifest.json (formats/universal/manifest.h), and is the same as
 // what the folder names give for a universal folder without one (ds_to_universal's); a manifest that
 // lists an expert the folder lacks, or is malformed, is refused naming it.
 #include <gtest/gtest.h>

@@ -131,4 +131,16 @@ void add_frozen_params(ModelStates& m, int zero_stage);
 // need (ZeRO stage, precision flags, expert rank order).
 pickle::ValuePtr minimal_moe_ds_config(int zero_stage, bool bf16, bool fp16, bool data_before_expert);
 
+// Raw-root accessors for readers that walk a model-states root themselves (the key names stay here):
+// the value under DeepSpeed's key, or null when absent. raw_ds_version also reads an optimizer file's
+// root or a universal optimizer_state.pt.
+pickle::ValuePtr raw_param_shapes(const pickle::ValuePtr& root);
+pickle::ValuePtr raw_ds_config(const pickle::ValuePtr& root);
+pickle::ValuePtr raw_dp_world_size(const pickle::ValuePtr& root);
+pickle::ValuePtr raw_mp_world_size(const pickle::ValuePtr& root);
+pickle::ValuePtr raw_ds_version(const pickle::ValuePtr& root);
+// Whether the file as read had the key (a writer keeps what the source had).
+bool had_param_shapes(const ModelStates& m);
+bool had_ds_config(const ModelStates& m);
+
 }  // namespace ucpkit::formats::deepspeed

@@ -273,4 +273,24 @@ ValuePtr to_pickle(const OptimizerShard& shard) {
   return shard.zero3() ? zero3_to_pickle(shard) : zero12_to_pickle(shard);
 }
 
+pickle::ValuePtr optimizer_file_root(pickle::ValuePtr optimizer_state_dict, pickle::ValuePtr ds_config,
+                                     pickle::ValuePtr ds_version) {
+  auto root = pickle::Value::dict();
+  root->set_item("optimizer_state_dict", std::move(optimizer_state_dict));
+  root->set_item("ds_config", std::move(ds_config));
+  root->set_item("ds_version", std::move(ds_version));
+  return root;
+}
+
+namespace {
+pickle::ValuePtr raw(const pickle::ValuePtr& root, const char* key) {
+  return root && root->kind == pickle::Kind::Dict ? root->get(key) : nullptr;
+}
+}  // namespace
+
+pickle::ValuePtr raw_optimizer_state_dict(const pickle::ValuePtr& file_root) { return raw(file_root, "optimizer_state_dict"); }
+pickle::ValuePtr raw_loss_scaler(const pickle::ValuePtr& osd) { return raw(osd, "loss_scaler"); }
+pickle::ValuePtr raw_clip_grad(const pickle::ValuePtr& osd) { return raw(osd, "clip_grad"); }
+pickle::ValuePtr raw_overflow(const pickle::ValuePtr& osd) { return raw(osd, "overflow"); }
+
 }  // namespace ucpkit::formats::deepspeed

@@ -88,4 +88,15 @@ std::vector<int> zero3_sub_group_owners(const std::vector<pickle::ValuePtr>& par
 // referenced, not copied (generated storages stay generated).
 pickle::ValuePtr to_pickle(const OptimizerShard& shard);
 
+// The *_optim_states.pt file root as engine.py _save_zero_checkpoint writes it:
+// {optimizer_state_dict, ds_config, ds_version}.
+pickle::ValuePtr optimizer_file_root(pickle::ValuePtr optimizer_state_dict, pickle::ValuePtr ds_config,
+                                     pickle::ValuePtr ds_version);
+// Raw-root accessors for code that carries values over without reading the whole shard (the key names
+// stay here): the value under DeepSpeed's key, or null when absent.
+pickle::ValuePtr raw_optimizer_state_dict(const pickle::ValuePtr& file_root);
+pickle::ValuePtr raw_loss_scaler(const pickle::ValuePtr& optimizer_state_dict);
+pickle::ValuePtr raw_clip_grad(const pickle::ValuePtr& optimizer_state_dict);
+pickle::ValuePtr raw_overflow(const pickle::ValuePtr& optimizer_state_dict);
+
 }  // namespace ucpkit::formats::deepspeed
