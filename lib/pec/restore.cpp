@@ -211,7 +211,7 @@ bool RestoreRun::try_non_expert(size_t copy, std::string& last_error) {
   parallel::RankFailure failed(mpi_);
   failed.guard([&] {
     try {
-      w->write_non_expert(store, m.non_expert);
+      w->write_non_expert(store, m.non_expert, m.step);
     } catch (const ObjectError& e) {
       err = e.what();
     }
@@ -278,7 +278,8 @@ std::vector<size_t> RestoreRun::write_experts() {
     std::vector<RestoreWriter::ExpertCopy> copies;
     for (size_t x : pending) {
       const ManifestCopy& c = plan_.catalog.copies[experts[x].copies[choice[x]]];
-      copies.push_back({stores_[c.store].get(), c.manifest.find_expert(experts[x].moe_layer, experts[x].expert)});
+      copies.push_back({stores_[c.store].get(), c.manifest.find_expert(experts[x].moe_layer, experts[x].expert),
+                        c.manifest.step});
     }
     std::vector<CopyOutcome> outs;
     parallel::RankFailure failed(mpi_);

@@ -35,6 +35,13 @@ namespace fs = std::filesystem;
 
 namespace ucpkit::pec {
 namespace {
+std::string crc_hex(uint32_t c) {
+  static const char* digits = "0123456789abcdef";
+  std::string s = "0x00000000";
+  for (int i = 0; i < 8; ++i) s[9 - i] = digits[(c >> (4 * i)) & 15];
+  return s;
+}
+
 constexpr size_t kInBlock = size_t{1} << 20;  // zeros written and bytes read back per call
 // Per worker: one object reader.
 constexpr uint64_t kPerWorker = formats::ObjectReader::kMemory;
@@ -217,7 +224,8 @@ void RestoreWriter::run(std::vector<Job>& jobs) {
     if (j.fatal) std::rethrow_exception(j.fatal);
 }
 
-void RestoreWriter::write_non_expert(const Store& store, const std::vector<FileEntry>& files) {
+void RestoreWriter::write_non_expert(const Store& store, const std::vector<FileEntry>& files, int64_t step) {
+  step_ = step;
   std::vector<Job> jobs;
   std::vector<const FileEntry*> groups;
   for (const auto& f : files) {
@@ -334,7 +342,10 @@ std::vector<CopyOutcome> RestoreWriter::write_experts(const std::vector<ExpertCo
       continue;
     }
     chains[j.group].update(j.digest, j.raw_size);
-    o.pieces.insert(o.pieces.end(), j.pieces.begin(), j.pieces.end());
+    for (auto& p : j.pieces) {
+      p.step = copies[groups[j.group].copy].step;
+      o.pieces.push_back(std::move(p));
+    }
   }
   for (size_t g = 0; g < groups.size(); ++g) {
     CopyOutcome& o = out[groups[g].copy];
@@ -419,6 +430,14 @@ void RestoreWriter::finish() {
       } else if (end > pos) {
         crc = crc32_combine(crc, crc_of(pos, end - pos), end - pos);
       }
+      // The central entry still holds the CRC the record had in the source (it is non-expert bytes).
+      if (crc == r.crc32) continue;  // nothing to write: the bytes are the source's
+      const bool one_save = std::all_of(ps.begin(), ps.end(), [&](const CrcPiece* q) { return q->step == step_; });
+      if (one_save)
+        fail(path, "record '" + name + "': CRC-32 of the restored bytes " + crc_hex(crc) + " differs from the " +
+                    crc_hex(r.crc32) + " the saved checkpoint recorded (the source was damaged when it was saved, " +
+                    "or the store since); refusing rather than writing a fresh CRC over the damage");
+      // Fragments of older saves replaced some of the source's bytes: the source CRC cannot hold.
       store_zip_crc(
           cf.size, r, crc, [&](uint64_t off, size_t n, uint8_t* dst) { pread_exact(f.get(), dst, n, off, p); },
           [&](uint64_t off, uint32_t v) {

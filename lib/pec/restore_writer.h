@@ -30,6 +30,7 @@ struct CrcPiece {
   uint64_t offset = 0;  // absolute in the file
   uint64_t length = 0;
   uint32_t crc = 0;
+  int64_t step = -1;  // step of the save the bytes come from (the copy's)
 };
 
 // What writing one expert copy did on this rank.
@@ -59,13 +60,16 @@ class RestoreWriter {
 
   // Creates and writes this rank's non-expert files (cut ranges left as holes). Throws ObjectError
   // when a stored object or a whole-file digest is damaged, Error on I/O failures.
-  void write_non_expert(const Store& store, const std::vector<FileEntry>& files);
+  // `step`: the step of the save these files come from; a zip record whose expert fragments all come
+  // from that same save must end with the CRC-32 the source had (finish refuses it otherwise).
+  void write_non_expert(const Store& store, const std::vector<FileEntry>& files, int64_t step = -1);
 
   // Writes the parts owned by this rank of each expert copy (whole files and fragments inside the
   // non-expert files written before). Damage is reported in the outcome, not thrown.
   struct ExpertCopy {
     const Store* store = nullptr;
     const ExpertEntry* entry = nullptr;
+    int64_t step = -1;  // step of the manifest the entry belongs to
   };
   std::vector<CopyOutcome> write_experts(const std::vector<ExpertCopy>& copies);
   // A copy that will not be used: its fragments are zeroed and its whole files removed.
@@ -73,7 +77,11 @@ class RestoreWriter {
   // A copy that is used: its CRC pieces count for the records it touched.
   void accept(CopyOutcome&& outcome);
 
-  // Recomputes the CRC-32 of every zip record an accepted copy touched and fsyncs this rank's files.
+  // Checks the CRC-32 of every zip record an accepted copy touched against the one the source file had
+  // (still in the restored non-expert bytes): a record rebuilt only from the non-expert state's own
+  // save must match it, else Error naming the file and record (damage in the source is refused, never
+  // given a fresh CRC); a record mixing fragments of older saves gets its CRC recomputed. Then fsyncs
+  // this rank's files.
   void finish();
   uint64_t bytes_written() const { return bytes_written_; }
 
@@ -89,6 +97,7 @@ class RestoreWriter {
   std::set<std::string> non_expert_;  // every non-expert file of the step (all ranks')
   std::set<std::string> written_;     // files this rank created
   uint64_t bytes_written_ = 0;
+  int64_t step_ = -1;  // step of the non-expert state written
 };
 
 }  // namespace ucpkit::pec
