@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <numeric>
 
@@ -29,6 +30,7 @@
 #include "formats/deepspeed/storage_tags.h"
 #include "formats/universal/manifest.h"
 #include "to_universal/extract.h"
+#include "to_universal/master_image.h"
 #include "parallel/mpi_session.h"
 #include "parallel/share.h"
 #include "parallel/staging.h"
@@ -381,7 +383,8 @@ Tensor join_state(const ParamPlan& p, const patterns::ParamRule& rule, const pat
 }
 
 ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, SourceCache& cache,
-                          const fs::path& zero_dir, const UnionOptions& uo, bool flat) {
+                          const fs::path& zero_dir, const UnionOptions& uo, bool flat, const MasterImage& image,
+                          const std::vector<std::string>& files) {
   ParamResult r;
   const auto rule = patterns::classify(set, p.name);
   const fs::path dir = zero_dir / param_folder(p.name);
@@ -398,7 +401,10 @@ ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, S
       joined = Tensor::from_bytes(b.dtype, {n}, std::move(b.bytes));
       value = Value::of_tensor(joined);
     } else {
-      joined = join_state(p, rule, set, read_slices(cache, p, state, &r.bytes_read), uo);
+      SliceBuffer b = read_slices(cache, p, state, &r.bytes_read);
+      // Issue 32: the module weights must be the rounded fp32 master (a shard of another run otherwise).
+      if (state == "fp32" && b.dtype == DType::Float32) image.check(p, b.bytes, b.offsets, files);
+      joined = join_state(p, rule, set, std::move(b), uo);
       value = p.autoep_experts > 0 ? formats::deepspeed::autoep_universal_state(Value::of_tensor(joined), p.autoep_experts)
                                    : state_file_value(joined, rule, set);
     }
@@ -507,12 +513,26 @@ void write_union_common_files(const ExtractPlan& plan, const fs::path& staged,
 // latest_universal beside the folder, as ds_to_universal writes it. The output is in place and on
 // stable storage by now: a failure here (no inode or space left for the tag) is a warning, so that
 // exit 1 keeps meaning "no output" (docs/reliability.md).
-void tag_latest_universal(const std::string& output, const Reporter& reporter) {
+// A native-MoE universal folder gets no tag unless asked (--tag-latest-universal): DeepSpeed's own
+// load_universal looks expert states up by their local expert name and loads the wrong experts
+// without an error (0.19.6; 0.14.5 fails on missing files), so `load_universal: true` must not pick
+// the folder up; ucp-load writes the DeepSpeed checkpoint to resume from, and the warning says how.
+void tag_latest_universal(const std::string& output, const ExtractPlan& plan, const ConvertOptions& options) {
+  const bool native_moe = std::any_of(plan.params.begin(), plan.params.end(), [](const ParamPlan& p) { return p.expert >= 0; });
+  if (native_moe && !options.tag_native_moe) {
+    options.reporter.warning("native-MoE universal folder: no " + std::string(formats::deepspeed::kLatestUniversalName) +
+                             " written (DeepSpeed's load_universal loads the wrong experts from it); resume through "
+                             "ucp-load: ucp-load --input " + output + " --output <target_dir> --dp " +
+                             std::to_string(plan.source.value("dp", 1)) + " --ep " + std::to_string(plan.source.value("ep", 1)) +
+                             " (the new DP and EP), then load <target_dir> with load_universal off; "
+                             "--tag-latest-universal writes the tag anyway");
+    return;
+  }
   const fs::path target = fs::absolute(output);
   try {
     write_file_atomic((target.parent_path() / formats::deepspeed::kLatestUniversalName).string(), target.filename().string());
   } catch (const Error& e) {
-    reporter.warning(std::string("output written, but not its tag: ") + e.what());
+    options.reporter.warning(std::string("output written, but not its tag: ") + e.what());
   }
 }
 
@@ -547,6 +567,9 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
   UnionOptions uo;
   uo.tolerance = options.tolerance;
   SourceCache cache(plan.files);
+  std::unique_ptr<MasterImage> image;  // the model files' module weights, checked against the fp32 masters
+  failed.guard([&] { image = std::make_unique<MasterImage>(plan); });
+  failed.settle(drop_staging);
   Reporter::Bar progress(options.reporter, "ucp-union", mine.size(), mpi.rank() == 0);
   failed.guard([&] {
     parallel::in_arena(threads, [&] {
@@ -556,7 +579,8 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
             for (size_t k = range.begin(); k != range.end(); ++k) {
               check_interrupted();
               const size_t i = mine[k];
-              results[i] = convert_param(plan.params[i], set, cache, zero_dir, uo, flat && plan.params[i].autoep_experts == 0);
+              results[i] = convert_param(plan.params[i], set, cache, zero_dir, uo, flat && plan.params[i].autoep_experts == 0,
+                                         *image, plan.files);
               progress.advance();
             }
           },
@@ -588,7 +612,7 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
     test_pause_if_asked();
     check_interrupted();
     staging.commit();
-    tag_latest_universal(output, options.reporter);
+    tag_latest_universal(output, plan, options);
   });
   failed.settle(drop_staging);
 

@@ -6,6 +6,7 @@
 // the changed file and what disagrees, nothing written.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -80,4 +81,65 @@ TEST(Agree, Zero3ModelFileOfAnotherStep) { expect_refused("zero3_mixed_step_mode
 TEST(Agree, ExtractRefusesToo) {
   expect_refused("mixed_step_shard", "ucp-extract");
   expect_refused("overlap", "ucp-extract");
+}
+
+// Issue 32, cause 3: a file of another run saved at the same step (fixtures_shards.py: the generator
+// with seed 5 instead of 3; same layout, configuration, release and step, so every identity field
+// agrees and 6116fc0 converted the mix with exit 0). The model file's module weights must be the bf16
+// image of the fp32 masters (to_universal/master_image.h); the generator writes them as torch's
+// .to(bfloat16) of the masters, which is the truth the clean case holds to.
+namespace {
+
+// ucp-extract, then ucp-union of the work folder: the union refuses, naming the model file and the
+// work folder's fragment (the shard's DP rank is in its name, tp0.partN).
+void expect_refused_in_two_steps(const std::string& name) {
+  const auto c = cases().at(name);
+  const fs::path d = scratch_dir("agree_2step_" + name);
+  std::string log;
+  ASSERT_EQ(run_command(kBin + "/ucp-extract -q --no-sync --input " + quote(c.at("checkpoint")) + " --output " +
+                            quote((d / "work").string()),
+                        &log),
+            0)
+      << log;
+  EXPECT_EQ(run_command(kBin + "/ucp-union --no-sync --input " + quote((d / "work").string()) + " --output " +
+                            quote((d / "out").string()),
+                        &log),
+            1)
+      << log;
+  EXPECT_NE(log.find("model_states/mp_rank_00_model_states.pt: module weight"), std::string::npos) << log;
+  EXPECT_NE(log.find(c.at("expect").get<std::string>()), std::string::npos) << log;
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << "not one line: " << log;
+  EXPECT_FALSE(fs::exists(d / "out"));
+  fs::remove_all(d);
+}
+
+}  // namespace
+
+TEST(Agree, ShardOfAnotherRunAtTheSameStep) {
+  expect_refused("other_run_shard");
+  expect_refused_in_two_steps("other_run_shard");
+}
+TEST(Agree, ModelFileOfAnotherRunAtTheSameStep) {
+  expect_refused("other_run_model");
+  expect_refused_in_two_steps("other_run_model");
+}
+// Control: the unmixed checkpoint converts, in one step and in two, to the same bytes.
+TEST(Agree, UnmixedRunConverts) {
+  const auto c = cases().at("other_run_clean");
+  const fs::path d = scratch_dir("agree_other_run_clean");
+  std::string log;
+  ASSERT_EQ(run_command(kBin + "/ucp-union -q --no-sync --input " + quote(c.at("checkpoint")) + " --output " +
+                            quote((d / "one").string()),
+                        &log),
+            0)
+      << log;
+  ASSERT_EQ(run_command(kBin + "/ucp-extract -q --no-sync --input " + quote(c.at("checkpoint")) + " --output " +
+                            quote((d / "work").string()) + " && " + kBin + "/ucp-union -q --no-sync --input " +
+                            quote((d / "work").string()) + " --output " + quote((d / "two").string()),
+                        &log),
+            0)
+      << log;
+  EXPECT_EQ(run_command("diff -r " + quote((d / "one" / "zero").string()) + " " + quote((d / "two" / "zero").string()), &log), 0)
+      << log;
+  fs::remove_all(d);
 }

@@ -158,6 +158,19 @@ def write(out):
     case("zero3_mixed_step_model", z3a, z3model, "iteration is 20",
          lambda p: shutil.copyfile(os.path.join(z3b, z3model), p))
 
+    # Issue 32 cause 3: a file of another run saved at the same step with the same layout and
+    # configuration (seed 5 instead of 3: only tensor values differ; every identity field agrees). TP 1,
+    # so no TP-replicated copy tells the runs apart; only the model file's module weights, which must
+    # be the bf16 image of the fp32 masters, do.
+    r1 = gen(os.path.join(src, "run1"), tp=1, pp=1, dp=2, zero=1, dtype="bf16", step=10, seed=3)
+    r2 = gen(os.path.join(src, "run2"), tp=1, pp=1, dp=2, zero=1, dtype="bf16", step=10, seed=5)
+    r1opt = "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    case("other_run_clean", r1, r1opt, "", lambda p: None)
+    case("other_run_shard", r1, r1opt, "but the fp32 master in",
+         lambda p: shutil.copyfile(os.path.join(r2, r1opt), p))
+    case("other_run_model", r1, "mp_rank_00_model_states.pt", "but the fp32 master in",
+         lambda p: shutil.copyfile(os.path.join(r2, "mp_rank_00_model_states.pt"), p))
+
     shutil.rmtree(src)
     with open(os.path.join(root, "cases.json"), "w") as f:
         json.dump(cases, f, indent=1)

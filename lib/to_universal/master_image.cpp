@@ -1,0 +1,119 @@
+// Module weights against the fp32 master partitions (issue 32, cause 3).
+#include "to_universal/master_image.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <regex>
+
+#include "core/error.h"
+#include "formats/deepspeed/model_states.h"
+#include "io/dtype.h"
+
+namespace ucpkit::to_universal {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string hex16(uint32_t v, int digits) {
+  static const char* d = "0123456789abcdef";
+  std::string s = "0x";
+  for (int i = digits - 1; i >= 0; --i) s += d[(v >> (4 * i)) & 15];
+  return s;
+}
+
+// The shard holding element `e` of TP slice t's fp32 master (fragments in partition order).
+const std::string& shard_of(const ParamPlan& p, size_t t, int64_t e, const std::vector<std::string>& files) {
+  for (const auto& f : p.fragments[t]) {
+    if (e < f.numel) return files[f.file];
+    e -= f.numel;
+  }
+  return files[p.fragments[t].back().file];
+}
+
+// The first element where `weight` is not the image of `master` in weight's dtype; -1 when none.
+// NaN agrees with any NaN: torch rounds every NaN to one quiet NaN (c10 round_to_nearest_even drops
+// the sign), other converters keep it.
+int64_t first_difference(const float* master, int64_t n, const Tensor& weight, uint32_t* stored, uint32_t* image) {
+  const Tensor w = weight.contiguous();
+  const auto bytes = w.contiguous_bytes();
+  if (w.dtype() == DType::Float32) {
+    const float* s = reinterpret_cast<const float*>(bytes.data());
+    for (int64_t i = 0; i < n; ++i)
+      if (std::memcmp(&s[i], &master[i], 4) != 0 && !(std::isnan(s[i]) && std::isnan(master[i]))) {
+        std::memcpy(stored, &s[i], 4);
+        std::memcpy(image, &master[i], 4);
+        return i;
+      }
+    return -1;
+  }
+  const uint16_t* s = reinterpret_cast<const uint16_t*>(bytes.data());
+  std::vector<uint16_t> fp16;  // fp16: torch's conversion (Tensor::to), rarely used, so a copy
+  if (w.dtype() == DType::Float16) {
+    std::vector<uint8_t> b(static_cast<size_t>(n) * 4);
+    std::memcpy(b.data(), master, b.size());
+    fp16 = Tensor::from_bytes(DType::Float32, {n}, std::move(b)).to(DType::Float16).to_vector<uint16_t>();
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t r = fp16.empty() ? f32_to_bf16(master[i]) : fp16[i];
+    if (r == s[i]) continue;
+    const bool nan = fp16.empty() ? (s[i] & 0x7fff) > 0x7f80 && (r & 0x7fff) > 0x7f80
+                                  : (s[i] & 0x7fff) > 0x7c00 && (r & 0x7fff) > 0x7c00;
+    if (nan) continue;
+    *stored = s[i];
+    *image = r;
+    return i;
+  }
+  return -1;
+}
+
+}  // namespace
+
+MasterImage::MasterImage(const ExtractPlan& plan) {
+  const auto& src = plan.source;
+  // ZeRO-3 keeps no weights in its model files; a pipeline keeps them in layer files, whose names
+  // are local to the stage.
+  if (src.value("zero_stage", 1) == 3 || src.value("pipeline", false) || src.value("pp", 1) != 1) return;
+  const int tp = src.value("tp", 1);
+  static const std::regex mp_rank_file(R"(mp_rank_(\d+)_model_states\.pt)");
+  std::map<int, std::string> by_rank;
+  for (const auto& f : plan.model_files) {
+    std::smatch m;
+    const std::string name = fs::path(f).filename().string();
+    if (std::regex_match(name, m, mp_rank_file)) by_rank[std::stoi(m[1])] = f;
+  }
+  if (static_cast<int>(by_rank.size()) != tp) return;
+  for (const auto& [rank, path] : by_rank) {
+    files_.push_back(load_torch_file(path));
+    for (const auto& [name, v] : formats::deepspeed::read_model_states(files_.back(), path).module) {
+      if (!v || v->kind != pickle::Kind::Tensor) continue;
+      auto& copies = weights_[name];
+      if (static_cast<int>(copies.size()) == rank) copies.push_back({path, v->as_tensor()});
+    }
+  }
+}
+
+void MasterImage::check(const ParamPlan& p, std::span<const uint8_t> fp32, const std::vector<size_t>& offsets,
+                        const std::vector<std::string>& files) const {
+  if (p.expert >= 0 || p.autoep_experts > 0) return;  // expert weights: other files, local names
+  auto it = weights_.find(p.name);
+  if (it == weights_.end() || it->second.size() != p.tp_shapes.size() || offsets.size() != p.tp_shapes.size()) return;
+  for (size_t t = 0; t < offsets.size(); ++t) {
+    const size_t end = t + 1 < offsets.size() ? offsets[t + 1] : fp32.size();
+    const int64_t n = static_cast<int64_t>((end - offsets[t]) / 4);
+    const Copy& c = it->second[t];
+    const DType d = c.weight.dtype();
+    if (c.weight.numel() != n || (d != DType::BFloat16 && d != DType::Float16 && d != DType::Float32)) continue;
+    uint32_t stored = 0, image = 0;
+    const int64_t e = first_difference(reinterpret_cast<const float*>(fp32.data() + offsets[t]), n, c.weight, &stored, &image);
+    if (e < 0) continue;
+    const int digits = d == DType::Float32 ? 8 : 4;
+    fail(c.path, "module weight " + p.name + " element " + std::to_string(e) + " is " + std::string(dtype_name(d)) +
+                     " " + hex16(stored, digits) + " but the fp32 master in " + shard_of(p, t, e, files) +
+                     " rounds to " + hex16(image, digits) +
+                     ": this model file and that optimizer shard are of different runs (or one is damaged)");
+  }
+}
+
+}  // namespace ucpkit::to_universal
