@@ -1,0 +1,55 @@
+// tool::MoeReplaceOptions::check: moe-replace's rules between options, with the messages the tool
+// prints (exit 2), and what they give the planner's request (docs/moe-replace.md, docs/commands.md).
+#include <gtest/gtest.h>
+
+#include "refusal.h"
+#include "tool/moe_replace.h"
+
+using ucpkit::testing::refusal;
+using ucpkit::tool::MoeReplaceOptions;
+
+TEST(MoeReplaceOptions, NoOutputReplacesTheLoadsOrThePlan) {
+  MoeReplaceOptions o;
+  o.req.loads_path = "/tmp/ucpkit-mr/loads.json";
+  o.output = "/tmp/ucpkit-mr/loads.json";
+  EXPECT_EQ(refusal(o),
+            "--output /tmp/ucpkit-mr/loads.json is --loads /tmp/ucpkit-mr/loads.json: writing it would replace the input");
+  o.output = "/tmp/ucpkit-mr/plan.json";
+  o.svg = "/tmp/ucpkit-mr/plan.json";
+  EXPECT_EQ(refusal(o),
+            "--svg /tmp/ucpkit-mr/plan.json is --output /tmp/ucpkit-mr/plan.json: writing it would replace the plan");
+  o.svg = "/tmp/ucpkit-mr/plan.svg";
+  EXPECT_EQ(refusal(o), "accepted");
+}
+
+TEST(MoeReplaceOptions, MaxFailuresAndNodeIds) {
+  MoeReplaceOptions o;
+  o.output = "p.json";
+  o.req.placement.recovery.max_failures = -1;
+  EXPECT_EQ(refusal(o), "--max-failures must not be negative");
+  o.req.placement.recovery.max_failures = 2;
+  o.failed = "3,x";
+  EXPECT_NE(refusal(o).find("--failed-nodes"), std::string::npos);
+  o.failed = "3,7";
+  o.check();
+  EXPECT_EQ(o.req.change.failed, (std::vector<int>{3, 7}));
+}
+
+TEST(MoeReplaceOptions, WhatTheRequestGets) {
+  MoeReplaceOptions o;
+  o.output = "p.json";
+  o.svg = "p.svg";
+  o.exact_limit = 50;
+  o.expert_bytes = 1 << 20;
+  o.expert_bytes_given = true;
+  o.current_given = true;
+  o.check();
+  EXPECT_EQ(o.req.placement.recovery.exact_limit, 50);
+  EXPECT_EQ(o.req.expert_bytes, 1 << 20);
+  EXPECT_TRUE(o.req.want_svg);
+  EXPECT_FALSE(o.req.want_sglang);
+  EXPECT_FALSE(o.req.node_loss_migration);  // --current alone: no migration model
+  o.max_moved_given = true;
+  o.check();
+  EXPECT_TRUE(o.req.node_loss_migration);   // --current with --max-moved-bytes: node-loss migration
+}
