@@ -15,6 +15,9 @@ int main(int argc, char** argv) {
   tool::add_threads_option(app, o.convert.threads);
   tool::add_verify_option(app, o.verify, "Check the zip CRC-32 of the input files' records");
   app.add_flag("--no-sync", [&o](int64_t) { o.convert.sync = false; }, "Do not flush the output to stable storage before renaming it into place (scratch outputs)");
+  app.add_flag("--tag-latest-universal", o.convert.tag_native_moe,
+               "Write latest_universal for a native-MoE universal folder too (DeepSpeed's load_universal loads "
+               "the wrong experts from it: resume through ucp-load)");
   app.add_option("--tolerance", o.convert.tolerance, "Accept TP-replicated copies differing by at most this")
       ->check(tool::in_range(0, 1e30, false));
   app.add_flag("--allow-unused-patterns", o.convert.allow_unused_patterns, "Accept patterns that match no parameter");

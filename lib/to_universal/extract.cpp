@@ -220,7 +220,10 @@ void check_native_expert_files(const formats::deepspeed::DeepSpeedLayout& L, con
 // Native MoE expert files (keys and shapes only): each expert parameter's shape into `shapes` of its
 // model-parallel rank, its file, and (name with expert index 0) its MoE layer into `experts`.
 void read_native_expert_files(const formats::deepspeed::DeepSpeedLayout& L, std::vector<ShapeMap>& shapes, ExpertFacts& experts) {
+  std::map<int, formats::deepspeed::ExpertFileLayer> layers;  // moe_layer_id -> what its files' names say
   for (const auto& ef : L.expert_files) {
+    auto& layer = layers[ef.moe_layer];
+    if (layer.file.empty()) layer.file = ef.path;
     FileScope scope(ef.path);
     ValuePtr root = load_torch(ef.path);
     if (!root || root->kind != Kind::Dict) fail(ef.path, "not an expert state dict");
@@ -233,9 +236,13 @@ void read_native_expert_files(const formats::deepspeed::DeepSpeedLayout& L, std:
           auto [it, fresh] = experts.moe_layer_of.emplace(formats::deepspeed::with_expert_index(key, 0), ef.moe_layer);
           if (!fresh && it->second != ef.moe_layer)
             fail(ef.path, "expert parameter " + key + " also appears in MoE layer " + std::to_string(it->second) + "'s files");
+          if (auto n = formats::deepspeed::transformer_layer_index(key)) layer.named.insert(*n);
+          else layer.unnamed = true;
         }
       }
   }
+  // The layer an expert is in is its file's moe_layer_id (issue 33: blocks.N names have no layers.N).
+  experts.layer_number = formats::deepspeed::expert_layer_numbers(layers);
 }
 
 // What the optimizer shards say about the whole source beside their fragments.

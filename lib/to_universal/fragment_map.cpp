@@ -62,7 +62,6 @@ Zero12FragmentMap::Target Zero12FragmentMap::target_of(const std::string& local,
     auto j = formats::deepspeed::local_expert_index(local);
     if (!j) fail(path, "expert group holds a non-expert parameter " + local);
     if (tp_ > 1 || pp_ > 1) fail(path, "native DeepSpeed MoE with tp > 1 or pp > 1 is not supported");
-    auto layer = formats::deepspeed::transformer_layer_index(local);
     auto ml = experts_.moe_layer_of.find(formats::deepspeed::with_expert_index(local, 0));
     if (ml == experts_.moe_layer_of.end())
       fail(path, "expert parameter " + local + " is in no layer_L_expert_E_mp_rank_00_model_states.pt file");
@@ -79,7 +78,9 @@ Zero12FragmentMap::Target Zero12FragmentMap::target_of(const std::string& local,
       fail(path, "expert parameter " + local + ": local expert index " + std::to_string(*j) + " but only " +
                      std::to_string(per) + " experts per EP rank in MoE layer " + std::to_string(ml->second));
     t.expert = gp.ep_rank * per + *j;
-    t.moe_layer = layer ? *layer : -1;
+    // The layer comes from the expert file holding the parameter, never from its name alone.
+    auto number = experts_.layer_number.find(ml->second);
+    t.moe_layer = number == experts_.layer_number.end() ? ml->second : number->second;
     t.name = formats::deepspeed::with_expert_index(local, t.expert);
   }
   return t;

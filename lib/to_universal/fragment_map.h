@@ -39,6 +39,8 @@ GroupPartition group_partition(const GroupInfo& group, int g, int dp_rank, int d
 struct ExpertFacts {
   std::vector<int> num_experts;                        // native MoE: experts per MoE layer
   std::map<std::string, int> moe_layer_of;             // native expert parameter (expert index 0) -> MoE layer
+  std::map<int, int> layer_number;                     // MoE layer -> the manifest's expert layer
+                                                       // (formats::deepspeed::expert_layer_numbers)
   std::map<std::string, std::string> expert_file_of;   // global expert parameter name -> its expert file
   std::vector<formats::deepspeed::AutoEpLayer> autoep;             // AutoEP layers (ds_autoep_layers)
   std::map<std::string, size_t> autoep_param;          // "<prefix>.w1" -> index into `autoep`

@@ -38,6 +38,8 @@ def main():
     ap.add_argument("--data-before-expert", action="store_true", help="ds_config use_data_before_expert_parallelism (D+E rank order)")
     ap.add_argument("--ds-line", default=dsgen.dsmoe.DEFAULT_LINE, choices=list(dsgen.dsmoe.LINES),
                     help="dsmoe: DeepSpeed version line of the MoE save path (tests/generator/dsgen/dsmoe.py)")
+    ap.add_argument("--block-prefix", help="dsmoe: name the blocks <prefix>.N (blocks, h, transformer.layer) instead "
+                    "of Megatron's language_model.encoder.layers.N (tests/generator/dsgen/dsmoe.py rename_blocks)")
     ap.add_argument("--step", type=int, default=100)
     ap.add_argument("--step-tensor", action="store_true")
     ap.add_argument("--pipe-numbering", default="megatron-deepspeed", choices=["megatron-deepspeed", "bigscience"],
@@ -73,7 +75,9 @@ def main():
                        seed=a.seed, uc_info=not a.no_uc_info, elastic=a.elastic, sub_group_size=a.sub_group_size,
                        device_tags=a.device_tags, ds_line=a.ds_line)
     t0 = time.time()
-    model = dsgen.generate(a.output, cfg, lay, truth=not a.no_truth)
+    if a.block_prefix and a.model != "dsmoe":
+        ap.error("--block-prefix: only with --model dsmoe")
+    model = dsgen.generate(a.output, cfg, lay, truth=not a.no_truth, block_prefix=a.block_prefix)
     if a.patterns_out:
         import json
         with open(a.patterns_out, "w") as f:

@@ -143,6 +143,8 @@ TEST(UcpFragmentMap, NativeExpertIsRenamedToItsGlobalId) {
   ExpertFacts experts;
   experts.num_experts = {4};
   experts.moe_layer_of[formats::deepspeed::with_expert_index(kExpert1, 0)] = 0;
+  // MoE layer 0's number as read_native_expert_files gives it (its files' names say layers.2).
+  experts.layer_number[0] = 2;
   const std::string global3 = "layers.2.mlp.deepspeed_moe.experts.deepspeed_experts.3.w";
   experts.expert_file_of[global3] = "layer_0_expert_3_mp_rank_00_model_states.pt";
   const ShapeMap shapes = {{global3, {2, 2}}};
@@ -162,7 +164,7 @@ TEST(UcpFragmentMap, NativeExpertIsRenamedToItsGlobalId) {
   ASSERT_EQ(plan.params.size(), 1u);
   EXPECT_EQ(plan.params[0].name, global3);
   EXPECT_EQ(plan.params[0].expert, 3);
-  EXPECT_EQ(plan.params[0].moe_layer, 2);  // the transformer layer in the name
+  EXPECT_EQ(plan.params[0].moe_layer, 2);  // MoE layer 0's number, from its expert files (issue 33)
   EXPECT_EQ(frags(plan.params[0].fragments[0]), (std::vector<Frag>{{0, 1, 0, 4, 0}}));
   // A local index beyond the experts per EP rank is refused.
   g.fragments = {{formats::deepspeed::with_expert_index(kExpert1, 2), 0, 4}};

@@ -43,6 +43,31 @@ std::optional<int> transformer_layer_index(const std::string& name) {
   return std::stoi(m[1].str());
 }
 
+std::map<int, int> expert_layer_numbers(const std::map<int, ExpertFileLayer>& layers) {
+  std::map<int, int> out;
+  bool all_named = true;
+  for (const auto& [id, l] : layers) {
+    if (l.named.size() > 1)
+      throw Error(l.file + ": MoE layer " + std::to_string(id) + "'s expert files hold parameters of layers." +
+                  std::to_string(*l.named.begin()) + " and layers." + std::to_string(*l.named.rbegin()));
+    all_named = all_named && !l.unnamed && l.named.size() == 1;
+  }
+  const ExpertFileLayer* before = nullptr;
+  int before_id = -1;
+  for (const auto& [id, l] : layers) {
+    out[id] = all_named ? *l.named.begin() : id;
+    if (all_named && before && *before->named.begin() >= *l.named.begin())
+      throw Error(l.file + ": its experts are in layers." + std::to_string(*l.named.begin()) + " but " + before->file +
+                  " (an earlier MoE layer, " + std::to_string(before_id) + " < " + std::to_string(id) +
+                  ") holds those of layers." + std::to_string(*before->named.begin()) +
+                  ": the layer_L_ file numbering (DeepSpeed's moe_layer_id, the MoE modules' order) "
+                  "disagrees with the parameter names");
+    before = &l;
+    before_id = id;
+  }
+  return out;
+}
+
 std::optional<int> ep_size_from_group_name(const std::string& group_name) {
   return ep_size_of_group_name(group_name);  // the one spelling: param_groups.h
 }

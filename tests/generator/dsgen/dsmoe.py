@@ -29,6 +29,34 @@ LINES = {
 }
 DEFAULT_LINE = "0.14"  # v0.14.0 - v0.17.0: what Megatron-DeepSpeed GPT-MoE runs were trained with
 
+# Megatron's transformer blocks (language_model.encoder.layers.N); rename_blocks gives other names.
+MEGATRON_BLOCKS = "language_model.encoder.layers"
+
+
+def rename_blocks(model, prefix):
+    """The same model with its blocks named `{prefix}.N` (`blocks.N`, `h.N`, `transformer.layer.N`):
+    a model of the DeepSpeed MoE tutorial's kind, whose MoE modules sit wherever the user put them
+    (docs/_tutorials/mixture-of-experts.md:55-63 `self.fc3 = MoE(...)`, tests/unit/simple_model.py:80-104
+    `moe_1`, `moe_2`; deepspeedai/DeepSpeed edaa7221, v0.19.6). Expert files keep DeepSpeed's
+    moe_layer_id in their names (engine.py:4961-4965, :5009-5013), the order of the MoE modules in
+    named_modules, whatever the names; the module is then that model's flat state_dict
+    (module_state_dict, engine.py:3874-3875), see model_states."""
+    old = MEGATRON_BLOCKS + "."
+    for p in model.params:
+        p.name = p.name.replace(old, prefix + ".", 1)
+        p.expert_local_name = p.expert_local_name.replace(old, prefix + ".", 1)
+
+    def rename(v):
+        if isinstance(v, str):
+            return v.replace(old, prefix + ".")
+        if isinstance(v, list):
+            return [rename(x) for x in v]
+        if isinstance(v, dict):
+            return {k: rename(x) for k, x in v.items()}
+        return v
+    model.uc_info = rename(model.uc_info)
+    return model
+
 
 def _with_metadata(od, keys=None):
     """torch Module.state_dict (torch/nn/modules/module.py, state_dict): the top-level OrderedDict gets
@@ -89,7 +117,11 @@ def model_states(line, module_flat, all_names, param_shapes, base, client, ds_co
     L = LINES[line]
     if L["compact"]:
         module_flat = collections.OrderedDict((k, v.clone()) for k, v in module_flat.items())
-    module = nested_module(module_flat, all_names, L["metadata"])
+    if all(k.startswith("language_model.") for k in module_flat):
+        module = nested_module(module_flat, all_names, L["metadata"])
+    else:  # rename_blocks: not Megatron's model, self.module.state_dict() as it is (engine.py:3874-3875)
+        module = _with_metadata(collections.OrderedDict(module_flat), all_names) if L["metadata"] else \
+            collections.OrderedDict(module_flat)
     sd = {}  # DeepSpeed builds a plain dict (engine.py v0.16.5 :3428, v0.19.3 :4706 dict(...))
     sd["module"] = module
     if L["common"]:
