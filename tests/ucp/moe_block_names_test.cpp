@@ -51,6 +51,11 @@ fs::path generate(const fs::path& dir, const std::string& name, const std::strin
   return out;
 }
 
+// ucp-union -q of `in` into `out` (options `extra` first); its exit code, stdout and stderr in `log`.
+int union_of(const fs::path& in, const fs::path& out, std::string* log, const std::string& extra = "") {
+  return sh(kBin + "/ucp-union -q " + extra + "--input " + in.string() + " --output " + out.string(), log);
+}
+
 // name -> (layer, global expert) of the manifest's native expert entries.
 std::map<std::string, std::pair<int, int>> manifest_experts(const fs::path& universal) {
   std::map<std::string, std::pair<int, int>> out;
@@ -80,7 +85,7 @@ TEST(MoeBlockNames, UnionRecordsTheExpertFilesLayersAndLoadRoundTrips) {
   const fs::path dir = ucpkit::testing::scratch_dir("moe_block_names");
   const fs::path src = generate(dir, "blocks", "--block-prefix blocks");
   std::string out;
-  ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + src.string() + " --output " + (dir / "u1").string(), &out), 0) << out;
+  ASSERT_EQ(union_of(src, dir / "u1", &out), 0) << out;
   // The layers against the generator's truth: its moe_layer is the moe_layer_id of the expert files.
   const auto experts = manifest_experts(dir / "u1");
   size_t checked = 0;
@@ -110,7 +115,7 @@ TEST(MoeBlockNames, UnionRecordsTheExpertFilesLayersAndLoadRoundTrips) {
       const std::string block = l == 0 ? "blocks.1.mlp" : "blocks.3.mlp";
       EXPECT_NE(file_bytes(f.string()).find(block), std::string::npos) << f << " holds no " << block << " key";
     }
-  ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + (dir / "ep4").string() + " --output " + (dir / "u2").string(), &out), 0)
+  ASSERT_EQ(union_of(dir / "ep4", dir / "u2", &out), 0)
       << out;
   EXPECT_EQ(manifest_experts(dir / "u2"), experts);
   expect_same_atomics(dir / "u1", dir / "u2");
@@ -122,7 +127,7 @@ TEST(MoeBlockNames, MegatronNamesKeepTheirTransformerLayers) {
   const fs::path dir = ucpkit::testing::scratch_dir("moe_block_names_megatron");
   const fs::path src = generate(dir, "megatron", "");
   std::string out;
-  ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + src.string() + " --output " + (dir / "u").string(), &out), 0) << out;
+  ASSERT_EQ(union_of(src, dir / "u", &out), 0) << out;
   std::set<int> layers;
   for (const auto& [name, le] : manifest_experts(dir / "u")) {
     EXPECT_EQ(name.find("language_model.encoder.layers." + std::to_string(le.first) + "."), 0u) << name;
@@ -146,7 +151,7 @@ TEST(MoeBlockNames, NamesDisagreeingWithTheExpertFilesAreRefused) {
     fs::rename(step / "tmp.pt", step / b);
   }
   std::string out;
-  EXPECT_EQ(sh(kBin + "/ucp-union -q --input " + src.string() + " --output " + (dir / "u").string(), &out), 1) << out;
+  EXPECT_EQ(union_of(src, dir / "u", &out), 1) << out;
   EXPECT_NE(out.find("layer_1_expert_0_mp_rank_00_model_states.pt: its experts are in layers.1"), std::string::npos) << out;
   EXPECT_NE(out.find("layer_0_expert_0_mp_rank_00_model_states.pt (an earlier MoE layer"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dir / "u"));
@@ -159,13 +164,12 @@ TEST(MoeBlockNames, NativeMoeUniversalGetsNoLatestUniversalUnlessAsked) {
   const fs::path dir = ucpkit::testing::scratch_dir("moe_latest_universal");
   const fs::path src = generate(dir, "ck", "");
   std::string out;
-  ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + src.string() + " --output " + (src / "u").string(), &out), 0) << out;
+  ASSERT_EQ(union_of(src, src / "u", &out), 0) << out;
   EXPECT_FALSE(fs::exists(src / "latest_universal"));
   EXPECT_NE(out.find("ucp-union: warning: native-MoE universal folder: no latest_universal written"), std::string::npos) << out;
   EXPECT_NE(out.find("ucp-load --input " + (src / "u").string() + " --output <target_dir> --dp 2 --ep 2"), std::string::npos)
       << out;
-  ASSERT_EQ(sh(kBin + "/ucp-union -q --tag-latest-universal --input " + src.string() + " --output " + (src / "t").string(), &out),
-            0) << out;
+  ASSERT_EQ(union_of(src, src / "t", &out, "--tag-latest-universal "), 0) << out;
   EXPECT_EQ(file_bytes((src / "latest_universal").string()), "t");
   EXPECT_EQ(out.find("no latest_universal written"), std::string::npos) << out;
   // Dense: tagged as ds_to_universal tags it, no warning.
@@ -173,7 +177,7 @@ TEST(MoeBlockNames, NativeMoeUniversalGetsNoLatestUniversalUnlessAsked) {
   ASSERT_EQ(sh(kPy + " " + kSrc + "/tests/generator/gen_ds_checkpoint.py --output " + dense.string() +
                    " --model gpt --dp 2 --layers 2 --hidden 16 --heads 2 --ffn 32 --vocab 64 --seq 8 --no-truth", &out), 0)
       << out;
-  ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + dense.string() + " --output " + (dense / "u").string(), &out), 0) << out;
+  ASSERT_EQ(union_of(dense, dense / "u", &out), 0) << out;
   EXPECT_EQ(file_bytes((dense / "latest_universal").string()), "u");
   EXPECT_EQ(out.find("warning"), std::string::npos) << out;
   fs::remove_all(dir);
