@@ -65,7 +65,7 @@ ObjectInfo ObjectStore::put(std::span<const uint8_t> bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
     trusted = trust_all_ || trusted_.count(info.id);
   }
-  if (auto size = fs::file_size(path, ec); !ec && trusted) {
+  if (uint64_t size = 0; trusted && reusable(info.id, info.raw_size, &size)) {
     info.stored_size = size;
     info.existed = true;
     // The object may have been renamed into place by a save that crashed before fsyncing its folder:
@@ -176,7 +176,7 @@ ObjectInfo ObjectStore::put_stream(uint64_t size, const std::function<void(uint6
     trusted = trust_all_ || trusted_.count(info.id);
   }
   std::error_code ec;
-  if (auto have = fs::file_size(path, ec); !ec && trusted) {  // already stored: this copy is not needed
+  if (uint64_t have = 0; trusted && reusable(info.id, size, &have)) {  // already stored: this copy is not needed
     info.stored_size = have;
     info.existed = true;
     std::lock_guard<std::mutex> lock(mutex_);
@@ -196,6 +196,30 @@ ObjectInfo ObjectStore::put_stream(uint64_t size, const std::function<void(uint6
   }
   info.stored_size = total;
   return info;
+}
+
+bool ObjectStore::reusable(const std::string& id, uint64_t raw_size, uint64_t* stored_size) {
+  const std::string path = path_of(id);
+  std::error_code ec;
+  const uint64_t size = fs::file_size(path, ec);
+  if (ec) return false;  // absent (or unreadable): written anew
+  // A committed object can still be damaged afterwards (a torn write-back after a power cut leaves it
+  // empty or with zeroed blocks; a disk error): naming it again would spread the damage to this save's
+  // manifest too. The whole object is read back and hashed; rewriting it also repairs the older steps
+  // that name it (same id, same bytes).
+  thread_local formats::ObjectReader reader;
+  try {
+    check_object_header(reader.open(path), id, raw_size, path);
+    DigestStream ds;
+    reader.read([&](const uint8_t* p, size_t n) { ds.update({p, n}); });
+    if (ds.value().hex() != id) throw ObjectError(path + ": corrupt object (checksum mismatch)");
+  } catch (const ObjectError& e) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    repaired_.push_back(e.what());
+    return false;
+  }
+  *stored_size = size;
+  return true;
 }
 
 std::vector<uint8_t> ObjectStore::get(const std::string& id, uint64_t raw_size) const {
@@ -225,6 +249,11 @@ void ObjectStore::get_into(const std::string& id, uint64_t raw_size, uint8_t* ds
   if (ZSTD_isError(n)) throw ObjectError(path + ": corrupt object (zstd: " + ZSTD_getErrorName(n) + ")");
   if (n != size) throw ObjectError(path + ": corrupt object (decompressed to " + std::to_string(n) + " bytes)");
   if (!(digest(std::span<const uint8_t>(dst, size)) == want)) throw ObjectError(path + ": corrupt object (checksum mismatch)");
+}
+
+std::vector<std::string> ObjectStore::repaired() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return repaired_;
 }
 
 void ObjectStore::trust(std::set<std::string> ids) {

@@ -38,8 +38,8 @@ class ObjectStore {
   const std::string& dir() const { return dir_; }
   std::string path_of(const std::string& id) const;
 
-  // Stores `bytes` (thread-safe); skips the write when the object is already present and trusted
-  // (see trust()). Not durable until sync_dirs().
+  // Stores `bytes` (thread-safe); skips the write when the object is already present, trusted (see
+  // trust()) and intact (read back and hashed: reusable()). Not durable until sync_dirs().
   ObjectInfo put(std::span<const uint8_t> bytes);
   // Same for `size` bytes that `read(offset, n, dst)` fills piece by piece (at most kStreamBlock at a
   // time) into a small buffer reused for every piece, which is hashed, compressed and written while
@@ -52,6 +52,9 @@ class ObjectStore {
   // of a save that crashed before its batched fsync (torn after a power loss) and is rewritten.
   // Without a call every object present is reused.
   void trust(std::set<std::string> ids);
+  // The damaged objects put() found at their names and rewrote (one message each, naming the file and
+  // the damage), for the caller to warn about.
+  std::vector<std::string> repaired() const;
   // Reads, decompresses and verifies an object; throws ObjectError when missing or corrupt.
   std::vector<uint8_t> get(const std::string& id, uint64_t raw_size) const;
   // Same, decompressing straight into `dst` (raw_size bytes).
@@ -67,9 +70,14 @@ class ObjectStore {
   size_t remove_temporaries();
 
  private:
+  // True when object `id` of `raw_size` bytes is on disk with its header and its bytes intact
+  // (`stored_size`: its file's size); a damaged one is recorded in repaired_ and false returned.
+  bool reusable(const std::string& id, uint64_t raw_size, uint64_t* stored_size);
+
   std::string dir_;
   int level_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
+  std::vector<std::string> repaired_;
   std::set<std::string> touched_dirs_;
   std::vector<std::string> unsynced_;  // objects written and not yet fsynced
   bool trust_all_ = true;

@@ -300,6 +300,8 @@ json commit_tiers(std::vector<TierSave>& tiers, const SaveWork& w, const std::ve
   json tiers_json = json::array();
   for (auto& t : tiers) {
     Manifest& m = t.next;
+    // A damaged object this save would have named was written again (older steps naming it are whole again).
+    for (const auto& damage : t.store->objects().repaired()) o.reporter.warning(damage + ": written again from this save");
     attribute_stored_once(m);
     m.stats = tier_stats(t, src);
     t.store->commit(m);

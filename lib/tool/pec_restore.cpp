@@ -1,6 +1,10 @@
 // pec-restore's option check and run.
 #include "tool/pec_restore.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "parallel/mpi_session.h"
@@ -9,6 +13,52 @@
 #include "tool/typed_name.h"
 
 namespace ucpkit::tool {
+namespace {
+namespace fs = std::filesystem;
+
+// `path` with symbolic links of its existing part resolved (a link into the store is the store).
+fs::path resolved(const std::string& path) { return fs::weakly_canonical(fs::absolute(path)); }
+
+// True when `p` is `dir` or lies under it (both resolved).
+bool inside(const fs::path& p, const fs::path& dir) {
+  auto d = dir.begin(), q = p.begin();
+  for (; d != dir.end() && !d->empty(); ++d, ++q)
+    if (q == p.end() || *q != *d) return false;
+  return true;
+}
+
+// --report must not replace anything this run reads or writes: the store tiers (their manifests and
+// objects), the restored step folder (and its staging folders), `latest` / `latest_universal`; and its
+// folder must exist (or be the output folder, which the restore makes), so that a restore is never
+// committed and then reported as failed.
+void check_report_path(const std::string& report, const pec::RestoreOptions& r) {
+  const std::string shown = escaped_brief(report, 200);
+  auto refuse = [&](const std::string& why) { throw UsageError("--report " + shown + ": " + why); };
+  // The report replaces its own name (an atomic rename over it, a link included): its folder is resolved.
+  const fs::path name = fs::path(report).filename();
+  if (name.empty() || name == "." || name == "..") refuse("is a folder");
+  const fs::path rep = resolved(fs::absolute(report).parent_path().string()) / name;
+  if (!r.store.empty() && inside(rep, resolved(r.store))) refuse("inside the store " + escaped_brief(r.store, 200) + " (it would replace a store file)");
+  if (!r.fast_store.empty() && inside(rep, resolved(r.fast_store)))
+    refuse("inside the fast store " + escaped_brief(r.fast_store, 200) + " (it would replace a store file)");
+  fs::path out = r.output.empty() ? fs::path() : resolved(r.output);
+  if (!out.empty() && out.filename().string().rfind("global_step", 0) == 0) out = out.parent_path();  // the step folder given
+  if (!out.empty() && rep == out) refuse("is the output folder");
+  if (!out.empty() && inside(rep, out) && rep != out) {
+    const std::string first = fs::relative(rep, out).begin()->string();
+    if (first == "latest" || first == "latest_universal") refuse("is the output's " + first + " file");
+    if (first.rfind("global_step", 0) == 0 || first.rfind(".global_step", 0) == 0)
+      refuse("inside the output's step folder " + escaped_brief((out / first).string(), 200));
+  }
+  std::error_code ec;
+  if (fs::is_directory(rep, ec)) refuse("is a folder");
+  const fs::path dir = rep.parent_path();
+  if (!out.empty() && dir == out) return;  // the output folder: the restore makes it before its commit
+  if (!fs::is_directory(dir, ec)) refuse("its folder " + escaped_brief(dir.string(), 200) + " does not exist");
+  if (::access(dir.c_str(), W_OK) != 0) refuse("its folder " + escaped_brief(dir.string(), 200) + " is not writable");
+}
+
+}  // namespace
 
 void PecRestoreOptions::check() {
   restore.step = step;
@@ -19,6 +69,7 @@ void PecRestoreOptions::check() {
   restore.memory_mb = memory >> 20;
   if (restore.plt_threshold < 0) throw UsageError("--plt-threshold must be >= 0");
   if (restore.capacity_factor < 1) throw UsageError("--capacity-factor must be >= 1");
+  if (!report.empty()) check_report_path(report, restore);
 }
 
 Result run_pec_restore(const PecRestoreOptions& o) {
