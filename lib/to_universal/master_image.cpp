@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "formats/deepspeed/model_states.h"
 #include "io/dtype.h"
+#include "to_universal/shard_reader.h"
 
 namespace ucpkit::to_universal {
 
@@ -107,6 +108,7 @@ void MasterImage::check(const ParamPlan& p, std::span<const uint8_t> fp32, const
     if (c.weight.numel() != n || (d != DType::BFloat16 && d != DType::Float16 && d != DType::Float32)) continue;
     uint32_t stored = 0, image = 0;
     const int64_t e = first_difference(reinterpret_cast<const float*>(fp32.data() + offsets[t]), n, c.weight, &stored, &image);
+    release_pages(c.weight);  // each weight is read once: keep a big model's module out of the RSS
     if (e < 0) continue;
     const int digits = d == DType::Float32 ? 8 : 4;
     fail(c.path, "module weight " + p.name + " element " + std::to_string(e) + " is " + std::string(dtype_name(d)) +
