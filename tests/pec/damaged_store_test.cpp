@@ -28,7 +28,8 @@ using namespace ucpkit::testing;  // file_bytes, run_logged, tree_bytes, scratch
 
 namespace {
 const std::string kFx = UCPKIT_FIXTURES_DIR;
-// UCPKIT_TEST_BIN: run these against other tools (6116fc0's fail every test here).
+// UCPKIT_TEST_BIN: run these against other tools (6116fc0's fail every test here but
+// ATornObjectFailsOnlyTheStepsThatNeedIt, which guards what they already did).
 const std::string kBin = std::getenv("UCPKIT_TEST_BIN") ? std::getenv("UCPKIT_TEST_BIN") : UCPKIT_BIN_DIR;
 
 std::string save_cmd(const std::string& store, int64_t step, const std::string& extra = "") {
