@@ -20,7 +20,7 @@ class MasterImage {
  public:
   // Indexes the module weights of the plan's mp_rank_XX_model_states.pt files (read lazily: the
   // tensors stay mapped). Empty (check() does nothing) for ZeRO-3, whose model files hold no weights,
-  // and for pipeline checkpoints, whose weights live in layer files.
+  // for pipeline checkpoints, whose weights live in layer files, and under --no-verify.
   explicit MasterImage(const ExtractPlan& plan);
   // `fp32`: parameter p's fp32 master, TP slices back to back starting at `offsets` (bytes). Each
   // slice rounded to its model file's dtype must equal the module weight of that TP rank. Throws

@@ -118,6 +118,15 @@ void expect_refused_in_two_steps(const std::string& name) {
 TEST(Agree, ShardOfAnotherRunAtTheSameStep) {
   expect_refused("other_run_shard");
   expect_refused_in_two_steps("other_run_shard");
+  // --no-verify is the way out (module weights edited on purpose after the save).
+  const fs::path d = scratch_dir("agree_other_run_no_verify");
+  std::string log;
+  EXPECT_EQ(run_command(kBin + "/ucp-union -q --no-sync --no-verify --input " +
+                            quote(cases().at("other_run_shard").at("checkpoint")) + " --output " + quote((d / "out").string()),
+                        &log),
+            0)
+      << log;
+  fs::remove_all(d);
 }
 TEST(Agree, ModelFileOfAnotherRunAtTheSameStep) {
   expect_refused("other_run_model");
