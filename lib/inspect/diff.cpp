@@ -95,6 +95,7 @@ std::string universal_form(const std::string& input, const char* name, std::opti
   co.threads = o.threads;
   co.sync = false;                  // scratch: removed at the end
   co.allow_unused_patterns = true;  // values are compared; a pattern matching nothing changes none
+  co.tag_latest = false;            // a scratch folder: no pointer file beside it, no warning about one
   co.reporter = o.reporter;
   const std::string out = (tmp->path() / name).string();
   o.reporter.detail("converting " + input + " to universal form in " + out);

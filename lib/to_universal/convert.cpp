@@ -518,6 +518,7 @@ void write_union_common_files(const ExtractPlan& plan, const fs::path& staged,
 // without an error (0.19.6; 0.14.5 fails on missing files), so `load_universal: true` must not pick
 // the folder up; ucp-load writes the DeepSpeed checkpoint to resume from, and the warning says how.
 void tag_latest_universal(const std::string& output, const ExtractPlan& plan, const ConvertOptions& options) {
+  if (!options.tag_latest) return;
   const bool native_moe = std::any_of(plan.params.begin(), plan.params.end(), [](const ParamPlan& p) { return p.expert >= 0; });
   if (native_moe && !options.tag_native_moe) {
     options.reporter.warning("native-MoE universal folder: no " + std::string(formats::deepspeed::kLatestUniversalName) +

@@ -17,6 +17,8 @@ struct ConvertOptions {
   bool allow_unused_patterns = false; // --allow-unused-patterns
   bool overwrite = false;             // --overwrite an existing output folder
   bool sync = true;                   // flush the output to stable storage before renaming it (--no-sync: off)
+  bool tag_latest = true;             // write latest_universal beside the output at all (ucp-diff's scratch
+                                      // conversion: no, and no warning about it)
   bool tag_native_moe = false;        // ucp-union --tag-latest-universal: write latest_universal for a
                                       // native-MoE universal folder too (DeepSpeed's load_universal
                                       // loads the wrong experts from it; convert.cpp)

@@ -7,6 +7,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "formats/deepspeed/checkpoint_dir.h"
 #include "parallel/mpi_session.h"
 #include "pec/restore_plan.h"
 #include "tool/size.h"
@@ -42,12 +43,14 @@ void check_report_path(const std::string& report, const pec::RestoreOptions& r) 
   if (!r.fast_store.empty() && inside(rep, resolved(r.fast_store)))
     refuse("inside the fast store " + escaped_brief(r.fast_store, 200) + " (it would replace a store file)");
   fs::path out = r.output.empty() ? fs::path() : resolved(r.output);
-  if (!out.empty() && out.filename().string().rfind("global_step", 0) == 0) out = out.parent_path();  // the step folder given
+  if (!out.empty() && formats::deepspeed::looks_like_step_folder(out.filename().string()))
+    out = out.parent_path();  // the step folder given
   if (!out.empty() && rep == out) refuse("is the output folder");
   if (!out.empty() && inside(rep, out) && rep != out) {
     const std::string first = fs::relative(rep, out).begin()->string();
-    if (first == "latest" || first == "latest_universal") refuse("is the output's " + first + " file");
-    if (first.rfind("global_step", 0) == 0 || first.rfind(".global_step", 0) == 0)
+    if (first == formats::deepspeed::kLatestName || first == formats::deepspeed::kLatestUniversalName)
+      refuse("is the output's " + first + " file");
+    if (formats::deepspeed::looks_like_step_folder(first))
       refuse("inside the output's step folder " + escaped_brief((out / first).string(), 200));
   }
   std::error_code ec;

@@ -95,4 +95,8 @@ InputKind input_kind(const std::string& path) {
   return InputKind::Native;
 }
 
+bool looks_like_step_folder(const std::string& name) {
+  return name.rfind("global_step", 0) == 0 || name.rfind(".global_step", 0) == 0;
+}
+
 }  // namespace ucpkit::formats::deepspeed

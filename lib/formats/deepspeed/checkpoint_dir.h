@@ -18,6 +18,9 @@ inline constexpr const char* kWorkPlanName = "plan.json";
 
 // "global_step<N>": DeepSpeed's default tag (engine.py save_checkpoint: tag = f"global_step{self.global_steps}").
 std::string step_tag(int64_t step);
+// Whether a folder name is a step tag folder or pec-restore's staging of one ("global_step...",
+// ".global_step..."), by its prefix only (a damaged N still counts: a report must not land there).
+bool looks_like_step_folder(const std::string& name);
 // N of a tag "global_step<N>"; nullopt for other names (a custom tag) or an N of more than 18 digits.
 std::optional<int64_t> step_of_tag(const std::string& tag);
 
