@@ -322,22 +322,15 @@ std::vector<std::pair<std::string, int64_t>> recorded_steps(const ModelStates& m
 }
 
 std::string ds_version_of(const pickle::ValuePtr& root) {
-  if (!root || root->kind != pickle::Kind::Dict) return "";
-  const auto v = root->get("ds_version");
+  const auto v = raw_ds_version(root);
   return v && v->kind == pickle::Kind::Str ? v->s : "";
 }
 
-namespace {
-pickle::ValuePtr raw_key(const pickle::ValuePtr& root, const char* key) {
-  return root && root->kind == pickle::Kind::Dict ? root->get(key) : nullptr;
-}
-}  // namespace
-
-pickle::ValuePtr raw_param_shapes(const pickle::ValuePtr& root) { return raw_key(root, "param_shapes"); }
-pickle::ValuePtr raw_ds_config(const pickle::ValuePtr& root) { return raw_key(root, "ds_config"); }
-pickle::ValuePtr raw_dp_world_size(const pickle::ValuePtr& root) { return raw_key(root, "dp_world_size"); }
-pickle::ValuePtr raw_mp_world_size(const pickle::ValuePtr& root) { return raw_key(root, "mp_world_size"); }
-pickle::ValuePtr raw_ds_version(const pickle::ValuePtr& root) { return raw_key(root, "ds_version"); }
+pickle::ValuePtr raw_param_shapes(const pickle::ValuePtr& root) { return pickle::entry_of(root, "param_shapes"); }
+pickle::ValuePtr raw_ds_config(const pickle::ValuePtr& root) { return pickle::entry_of(root, "ds_config"); }
+pickle::ValuePtr raw_dp_world_size(const pickle::ValuePtr& root) { return pickle::entry_of(root, "dp_world_size"); }
+pickle::ValuePtr raw_mp_world_size(const pickle::ValuePtr& root) { return pickle::entry_of(root, "mp_world_size"); }
+pickle::ValuePtr raw_ds_version(const pickle::ValuePtr& root) { return pickle::entry_of(root, "ds_version"); }
 bool had_param_shapes(const ModelStates& m) { return m.contains("param_shapes"); }
 bool had_ds_config(const ModelStates& m) { return m.contains("ds_config"); }
 

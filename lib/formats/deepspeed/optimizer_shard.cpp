@@ -282,15 +282,9 @@ pickle::ValuePtr optimizer_file_root(pickle::ValuePtr optimizer_state_dict, pick
   return root;
 }
 
-namespace {
-pickle::ValuePtr raw(const pickle::ValuePtr& root, const char* key) {
-  return root && root->kind == pickle::Kind::Dict ? root->get(key) : nullptr;
-}
-}  // namespace
-
-pickle::ValuePtr raw_optimizer_state_dict(const pickle::ValuePtr& file_root) { return raw(file_root, "optimizer_state_dict"); }
-pickle::ValuePtr raw_loss_scaler(const pickle::ValuePtr& osd) { return raw(osd, "loss_scaler"); }
-pickle::ValuePtr raw_clip_grad(const pickle::ValuePtr& osd) { return raw(osd, "clip_grad"); }
-pickle::ValuePtr raw_overflow(const pickle::ValuePtr& osd) { return raw(osd, "overflow"); }
+pickle::ValuePtr raw_optimizer_state_dict(const pickle::ValuePtr& file_root) { return pickle::entry_of(file_root, "optimizer_state_dict"); }
+pickle::ValuePtr raw_loss_scaler(const pickle::ValuePtr& osd) { return pickle::entry_of(osd, "loss_scaler"); }
+pickle::ValuePtr raw_clip_grad(const pickle::ValuePtr& osd) { return pickle::entry_of(osd, "clip_grad"); }
+pickle::ValuePtr raw_overflow(const pickle::ValuePtr& osd) { return pickle::entry_of(osd, "overflow"); }
 
 }  // namespace ucpkit::formats::deepspeed

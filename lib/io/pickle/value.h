@@ -118,6 +118,8 @@ struct Value {
 std::string_view kind_name(Kind k);
 // A deep copy of containers (tensors and storages stay shared).
 ValuePtr deep_copy(const ValuePtr& v);
+// `v->get(key)` for a `v` that may be null: the entry, or null (no value, not a dict, no such key).
+inline ValuePtr entry_of(const ValuePtr& v, std::string_view key) { return v ? v->get(key) : nullptr; }
 // Releases a tree without recursion (safe for very deep or cyclic trees).
 void release_tree(ValuePtr root);
 
