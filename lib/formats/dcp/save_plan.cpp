@@ -1,0 +1,195 @@
+// DCP save plans: torch's per-rank DTensor boxes, replica deduplication and the global chunk order
+// (sources: torch 2.6 distributed/tensor/_utils.py, tensor/placement_types.py
+// Shard._local_shard_size_on_dim, checkpoint/_dedup_save_plans.py, checkpoint/default_planner.py
+// create_default_global_save_plan).
+#include "formats/dcp/save_plan.h"
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/error.h"
+
+namespace ucpkit::formats::dcp {
+
+namespace {
+
+// Shard._local_shard_size_on_dim(size, chunks, rank, return_offset=True): torch.chunk's split.
+std::pair<int64_t, int64_t> shard_size_and_offset(int64_t size, int64_t chunks, int64_t rank) {
+  if (size % chunks == 0) return {size / chunks, size / chunks * rank};
+  const int64_t full = (size + chunks - 1) / chunks;
+  const int64_t start = full * rank;
+  if (size < start) return {0, size};
+  return {std::min(size, start + full) - start, start};
+}
+
+uint64_t chunk_bytes(const Entry& e, const Chunk& c) {
+  uint64_t n = dtype_size(e.dtype);
+  for (int64_t s : c.sizes) n *= static_cast<uint64_t>(s);
+  return n;
+}
+
+}  // namespace
+
+std::vector<int64_t> mesh_shape(const Target& t) {
+  if (t.world < 1) throw UsageError("DCP target: world size " + std::to_string(t.world) + " (must be >= 1)");
+  switch (t.kind) {
+    case Target::Kind::Whole: return {1};
+    case Target::Kind::Rows:
+    case Target::Kind::Columns: return {t.world};
+    case Target::Kind::Grid:
+      if (t.cols < 1 || t.world % t.cols != 0)
+        throw UsageError("DCP target: a " + std::to_string(t.cols) + "-column grid does not divide " +
+                         std::to_string(t.world) + " ranks");
+      return {t.world / t.cols, t.cols};
+  }
+  return {1};
+}
+
+std::vector<Placement> placements_for(const Target& t, size_t ndim) {
+  switch (t.kind) {
+    case Target::Kind::Whole: return {Placement::replicate()};
+    case Target::Kind::Rows: return {ndim >= 1 ? Placement::shard(0) : Placement::replicate()};
+    case Target::Kind::Columns:
+      return {ndim >= 2 ? Placement::shard(1) : ndim == 1 ? Placement::shard(0) : Placement::replicate()};
+    case Target::Kind::Grid:
+      if (ndim >= 2) return {Placement::shard(0), Placement::shard(1)};
+      if (ndim == 1) return {Placement::shard(0), Placement::replicate()};
+      return {Placement::replicate(), Placement::replicate()};
+  }
+  return {};
+}
+
+Chunk local_box(const std::vector<int64_t>& shape, const std::vector<int64_t>& mesh,
+                const std::vector<int64_t>& coordinate, const std::vector<Placement>& placements) {
+  Chunk c{std::vector<int64_t>(shape.size(), 0), shape};
+  for (size_t m = 0; m < placements.size() && m < mesh.size(); ++m) {
+    const int d = placements[m].dim;
+    if (d < 0) continue;
+    if (static_cast<size_t>(d) >= shape.size())
+      throw Error("DCP plan: Shard(" + std::to_string(d) + ") of a " + std::to_string(shape.size()) + "-d tensor");
+    const auto [size, local_offset] = shard_size_and_offset(c.sizes[d], mesh[m], coordinate[m]);
+    c.sizes[d] = size;
+    // torch: an offset already set by an earlier mesh dim is added to, else replaced.
+    if (c.offsets[d] <= local_offset)
+      c.offsets[d] = local_offset;
+    else
+      c.offsets[d] += local_offset;
+  }
+  return c;
+}
+
+std::string data_file_name(int64_t rank) { return "__" + std::to_string(rank) + "_0.distcp"; }
+
+SavePlan make_save_plan(const std::vector<Entry>& entries, const Target& target) {
+  SavePlan plan;
+  plan.mesh = mesh_shape(target);
+  int64_t world = 1;
+  for (int64_t m : plan.mesh) world *= m;
+  std::set<std::string> seen;
+  for (const Entry& in : entries) {
+    if (!seen.insert(in.fqn).second) throw Error("DCP plan: '" + escaped_brief(in.fqn) + "' is listed twice");
+    for (int64_t s : in.size)
+      if (s < 0) throw Error("DCP plan: '" + escaped_brief(in.fqn) + "' has a negative size");
+    Entry e{in.fqn, in.is_bytes, in.dtype, in.is_bytes ? std::vector<int64_t>{} : in.size, {}};
+    plan.entries.push_back(std::move(e));
+  }
+  // Each rank's local plan: its boxes in state-dict order (bytes items on every rank).
+  struct Local {
+    size_t entry;
+    Chunk box;
+  };
+  std::vector<std::vector<Local>> local(static_cast<size_t>(world));
+  for (int64_t r = 0; r < world; ++r) {
+    std::vector<int64_t> coord(plan.mesh.size());
+    for (size_t m = plan.mesh.size(), rest = static_cast<size_t>(r); m-- > 0;) {
+      coord[m] = static_cast<int64_t>(rest % static_cast<size_t>(plan.mesh[m]));
+      rest /= static_cast<size_t>(plan.mesh[m]);
+    }
+    for (size_t k = 0; k < plan.entries.size(); ++k) {
+      const Entry& e = plan.entries[k];
+      local[r].push_back({k, e.is_bytes ? Chunk{} : local_box(e.size, plan.mesh, coord, placements_for(target, e.size.size()))});
+    }
+  }
+  // dedup_save_plans: items keyed by (fqn, offsets) in order of first appearance over the ranks; each
+  // goes to the holder with the fewest planned bytes (bytes items weigh 1).
+  std::map<std::pair<size_t, std::vector<int64_t>>, std::vector<int64_t>> holders;
+  std::vector<std::pair<size_t, std::vector<int64_t>>> order;
+  std::map<std::pair<size_t, std::vector<int64_t>>, Chunk> box_of;
+  for (int64_t r = 0; r < world; ++r)
+    for (const Local& l : local[r]) {
+      auto key = std::make_pair(l.entry, l.box.offsets);
+      auto [it, fresh] = holders.try_emplace(key);
+      if (fresh) {
+        order.push_back(key);
+        box_of[key] = l.box;
+      }
+      it->second.push_back(r);
+    }
+  std::vector<uint64_t> planned(static_cast<size_t>(world), 0);
+  std::map<std::pair<size_t, std::vector<int64_t>>, int64_t> owner;
+  for (const auto& key : order) {
+    int64_t best = -1;
+    for (int64_t r : holders[key])
+      if (best < 0 || planned[r] < planned[best]) best = r;
+    const Entry& e = plan.entries[key.first];
+    planned[best] += e.is_bytes ? 1 : chunk_bytes(e, box_of[key]);
+    owner[key] = best;
+  }
+  // The global plan: rank by rank, each kept item appends its chunk to its tensor's list.
+  for (int64_t r = 0; r < world; ++r) {
+    PlannedFile f{r, data_file_name(r), {}};
+    for (const Local& l : local[r]) {
+      const auto key = std::make_pair(l.entry, l.box.offsets);
+      if (owner[key] != r) continue;
+      Entry& e = plan.entries[l.entry];
+      if (e.is_bytes) {
+        f.items.push_back({l.entry, PlannedItem::kBytes});
+      } else {
+        f.items.push_back({l.entry, e.chunks.size()});
+        e.chunks.push_back(l.box);
+      }
+    }
+    if (!f.items.empty()) plan.files.push_back(std::move(f));
+  }
+  return plan;
+}
+
+std::string plan_json(const SavePlan& plan) {
+  nlohmann::ordered_json j;
+  j["mesh"] = plan.mesh;
+  auto& entries = j["entries"] = nlohmann::ordered_json::array();
+  for (const Entry& e : plan.entries) {
+    nlohmann::ordered_json x;
+    x["fqn"] = e.fqn;
+    if (e.is_bytes) {
+      x["bytes"] = true;
+    } else {
+      x["dtype"] = std::string(dtype_name(e.dtype));
+      x["size"] = e.size;
+      auto& chunks = x["chunks"] = nlohmann::ordered_json::array();
+      for (const Chunk& c : e.chunks) chunks.push_back({{"offsets", c.offsets}, {"sizes", c.sizes}});
+    }
+    entries.push_back(std::move(x));
+  }
+  auto& files = j["files"] = nlohmann::ordered_json::array();
+  for (const PlannedFile& f : plan.files) {
+    nlohmann::ordered_json x;
+    x["rank"] = f.rank;
+    x["relative_path"] = f.relative_path;
+    auto& items = x["items"] = nlohmann::ordered_json::array();
+    for (const PlannedItem& it : f.items) {
+      nlohmann::ordered_json i;
+      i["fqn"] = plan.entries[it.entry].fqn;
+      if (it.chunk == PlannedItem::kBytes)
+        i["bytes"] = true;
+      else
+        i["offsets"] = plan.entries[it.entry].chunks[it.chunk].offsets;
+      items.push_back(std::move(i));
+    }
+    files.push_back(std::move(x));
+  }
+  return j.dump(1);
+}
+
+}  // namespace ucpkit::formats::dcp

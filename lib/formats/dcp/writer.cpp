@@ -1,0 +1,233 @@
+// DCP folder writer: data files item by item (each chunk saved as a torch.save zip through
+// io/torch's writer, then appended to its rank's file), `.metadata` pickled from plain values with
+// torch 2.6's class paths (torch/distributed/checkpoint/metadata.py, filesystem.py _StorageInfo;
+// docs/formats-dcp.md "Writing").
+#include "formats/dcp/writer.h"
+
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/mapped_file.h"
+#include "core/staging.h"
+#include "formats/dcp/reader.h"
+#include "io/pickle/pickler.h"
+#include "io/pickle/unpickler.h"
+#include "io/torch/torch_file.h"
+
+namespace ucpkit::formats::dcp {
+
+using pickle::Value;
+using pickle::ValuePtr;
+
+namespace {
+
+constexpr const char* kMetadataModule = "torch.distributed.checkpoint.metadata";
+constexpr const char* kFilesystemModule = "torch.distributed.checkpoint.filesystem";
+
+// A dataclass instance as pickle writes it: NEWOBJ(cls, ()) then BUILD(state).
+ValuePtr dataclass(const char* module, const char* name, ValuePtr state) {
+  return Value::make_object(module, name, Value::tuple(), std::move(state), pickle::Object::Build::NewObj);
+}
+
+ValuePtr str_dict(std::vector<std::pair<std::string, ValuePtr>> fields) {
+  ValuePtr d = Value::dict();
+  for (auto& [k, v] : fields) d->entries.emplace_back(Value::str(k), std::move(v));
+  return d;
+}
+
+// TensorProperties.__getstate__: (dtype, layout, requires_grad, _MEM_FORMAT_ENCODING, pin_memory).
+struct PropertyParts {
+  // REDUCE(callable, args): torch.serialization._get_layout('torch.strided'), _MEM_FORMAT_ENCODING(0)
+  ValuePtr layout = Value::make_object("torch.serialization", "_get_layout", Value::tuple({Value::str("torch.strided")}), nullptr);
+  ValuePtr contiguous = Value::make_object(kMetadataModule, "_MEM_FORMAT_ENCODING", Value::tuple({Value::integer(0)}), nullptr);
+  ValuePtr of(DType t) const {
+    return dataclass(kMetadataModule, "TensorProperties",
+                     Value::tuple({Value::torch_dtype(t), layout, Value::boolean(false), contiguous, Value::boolean(false)}));
+  }
+};
+
+ValuePtr storage_entry(const Entry& e, const PropertyParts& props) {
+  if (e.is_bytes) return dataclass(kMetadataModule, "BytesStorageMetadata", Value::dict());
+  ValuePtr chunks = Value::list();
+  for (const Chunk& c : e.chunks)
+    chunks->items.push_back(dataclass(kMetadataModule, "ChunkStorageMetadata",
+                                      str_dict({{"offsets", Value::torch_size(c.offsets)}, {"sizes", Value::torch_size(c.sizes)}})));
+  return dataclass(kMetadataModule, "TensorStorageMetadata",
+                   str_dict({{"properties", props.of(e.dtype)}, {"size", Value::torch_size(e.size)}, {"chunks", chunks}}));
+}
+
+// MetadataIndex's __init__ sets fqn and index, and offset only when given (a bytes item has none).
+// `index` is the chunk's position in its entry's list (the lookup hint), None for bytes items.
+ValuePtr metadata_index(const Item& it, const Entry* e) {
+  std::vector<std::pair<std::string, ValuePtr>> f{{"fqn", Value::str(it.fqn)}};
+  ValuePtr index = Value::none();
+  for (size_t k = 0; it.offset && e && k < e->chunks.size(); ++k)
+    if (e->chunks[k].offsets == *it.offset) index = Value::integer(static_cast<int64_t>(k));
+  f.emplace_back("index", index);
+  if (it.offset) f.emplace_back("offset", Value::torch_size(*it.offset));
+  return dataclass(kMetadataModule, "MetadataIndex", str_dict(std::move(f)));
+}
+
+ValuePtr flat_planner_data(const SavePlan& plan) {
+  ValuePtr d = Value::dict();
+  for (const Entry& e : plan.entries) d->entries.emplace_back(Value::str(e.fqn), Value::tuple({Value::str(e.fqn)}));
+  return d;
+}
+
+// The chunk as a tensor of its own storage (what DCP clones a view into before torch.save).
+Tensor own_storage(const Tensor& t) {
+  if (t.is_contiguous() && t.storage_offset() == 0 && t.storage() && t.storage()->numel() == t.numel()) return t;
+  return t.contiguous(true);
+}
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t k = 0; k < s.size(); ++k) r += (k ? ", " : "") + std::to_string(s[k]);
+  return r + "]";
+}
+
+}  // namespace
+
+Tensor cut_box(const Tensor& whole, const Chunk& c) {
+  Tensor t = whole;
+  for (size_t d = 0; d < c.sizes.size(); ++d) t = t.narrow(static_cast<int64_t>(d), c.offsets[d], c.sizes[d]);
+  return t.contiguous(true);
+}
+
+ChunkSource chunks_of_whole(std::function<Tensor(const Entry&)> whole,
+                            std::function<std::vector<uint8_t>(const Entry&)> bytes) {
+  struct Cache {
+    std::string fqn;
+    Tensor t;
+  };
+  auto cache = std::make_shared<Cache>();
+  ChunkSource s;
+  s.chunk = [whole = std::move(whole), cache](const Entry& e, size_t k) {
+    if (cache->fqn != e.fqn || !cache->t.storage()) {
+      cache->t = Tensor();  // the previous tensor goes before the next one is read
+      cache->t = whole(e);
+      cache->fqn = e.fqn;
+    }
+    if (cache->t.shape() != e.size)
+      throw Error("DCP writer: the source's '" + escaped_brief(e.fqn) + "' has shape " + shape_text(cache->t.shape()) +
+                  ", the plan says " + shape_text(e.size));
+    return cut_box(cache->t, e.chunks[k]);
+  };
+  s.bytes = std::move(bytes);
+  return s;
+}
+
+std::string metadata_pickle(const SavePlan& plan, const std::vector<Item>& items, const WriteOptions& options,
+                            const std::string& checkpoint_id) {
+  PropertyParts props;
+  ValuePtr sdm = Value::dict();
+  for (const Entry& e : plan.entries) sdm->entries.emplace_back(Value::str(e.fqn), storage_entry(e, props));
+  std::map<std::string, const Entry*> entry_of;
+  for (const Entry& e : plan.entries) entry_of[e.fqn] = &e;
+  ValuePtr sd = Value::dict();
+  for (const Item& it : items)
+    sd->entries.emplace_back(metadata_index(it, entry_of[it.fqn]),
+                             dataclass(kFilesystemModule, "_StorageInfo",
+                                       str_dict({{"relative_path", Value::str(it.storage.relative_path)},
+                                                 {"offset", Value::integer(static_cast<int64_t>(it.storage.offset))},
+                                                 {"length", Value::integer(static_cast<int64_t>(it.storage.length))}})));
+  ValuePtr meta = dataclass(kMetadataModule, "StorageMeta",
+                            str_dict({{"checkpoint_id", checkpoint_id.empty() ? Value::none() : Value::str(checkpoint_id)},
+                                      {"save_id", options.save_id.empty() ? Value::none() : Value::str(options.save_id)},
+                                      {"load_id", Value::none()}}));
+  ValuePtr root = dataclass(kMetadataModule, "Metadata",
+                            str_dict({{"state_dict_metadata", sdm},
+                                      {"planner_data", options.planner_data ? options.planner_data : flat_planner_data(plan)},
+                                      {"storage_data", sd},
+                                      {"storage_meta", meta}}));
+  pickle::PickleOptions po;
+  po.storage_id = [](const std::shared_ptr<Storage>&) -> ValuePtr { throw Error("DCP metadata: a tensor inside"); };
+  return pickle::pickle(root, po);
+}
+
+pickle::ValuePtr planner_data_of(const std::string& metadata_file) {
+  auto file = MappedFile::open(metadata_file);
+  ValuePtr root = pickle::unpickle(file->bytes(), metadata_file);
+  ValuePtr pd = root && root->kind == pickle::Kind::Object ? root->attr("planner_data") : nullptr;
+  return pd && !pd->is_none() ? pd : nullptr;
+}
+
+namespace {
+
+// One rank's data file being written inside the staging folder.
+struct DataFile {
+  std::string relative_path;
+  std::unique_ptr<AtomicFile> out;
+};
+
+// Appends one item to `f`, returning its storage info.
+StorageInfo append_bytes(DataFile& f, std::span<const uint8_t> bytes) {
+  StorageInfo s{f.relative_path, f.out->offset(), bytes.size(), 0};
+  f.out->write(bytes);
+  return s;
+}
+
+// Saves `chunk` as a torch.save zip beside the data file, appends the zip's bytes to it.
+StorageInfo append_tensor(DataFile& f, const std::filesystem::path& dir, const Tensor& chunk) {
+  const std::string tmp = (dir / (".item-" + f.relative_path)).string();
+  save_torch_file(tmp, Value::of_tensor(own_storage(chunk)));
+  StorageInfo s;
+  {
+    auto zip = MappedFile::open(tmp);
+    s = append_bytes(f, zip->bytes());
+  }
+  std::filesystem::remove(tmp);
+  return s;
+}
+
+}  // namespace
+
+WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std::string& out, const WriteOptions& options) {
+  for (const Entry& e : plan.entries)
+    if (!e.is_bytes) check_chunks_cover(e, out);
+  // (entry, chunk) -> data file
+  std::map<std::pair<size_t, size_t>, size_t> file_of;
+  for (size_t f = 0; f < plan.files.size(); ++f)
+    for (const PlannedItem& it : plan.files[f].items) file_of[{it.entry, it.chunk}] = f;
+  StagingDir stage(out, options.overwrite, "dcp", {}, options.durable);
+  std::vector<DataFile> files;
+  for (const PlannedFile& pf : plan.files)
+    files.push_back({pf.relative_path, std::make_unique<AtomicFile>((stage.path() / pf.relative_path).string())});
+  WriteResult result;
+  auto place = [&](size_t entry, size_t chunk) -> DataFile& {
+    auto it = file_of.find({entry, chunk});
+    if (it == file_of.end())
+      throw Error("DCP writer: the plan puts '" + escaped_brief(plan.entries[entry].fqn) + "' in no data file");
+    return files[it->second];
+  };
+  for (size_t k = 0; k < plan.entries.size(); ++k) {
+    check_interrupted();
+    const Entry& e = plan.entries[k];
+    if (e.is_bytes) {
+      const std::vector<uint8_t> b = source.bytes(e);
+      result.items.push_back({e.fqn, std::nullopt, append_bytes(place(k, PlannedItem::kBytes), b)});
+      continue;
+    }
+    for (size_t c = 0; c < e.chunks.size(); ++c) {
+      const Tensor t = source.chunk(e, c);
+      if (t.dtype() != e.dtype || t.shape() != e.chunks[c].sizes)
+        throw Error("DCP writer: chunk " + std::to_string(c) + " of '" + escaped_brief(e.fqn) + "' from the source is a " +
+                    std::string(dtype_name(t.dtype())) + " tensor of shape " + shape_text(t.shape()) + ", the plan says " +
+                    std::string(dtype_name(e.dtype)) + " " + shape_text(e.chunks[c].sizes));
+      result.items.push_back({e.fqn, e.chunks[c].offsets, append_tensor(place(k, c), stage.path(), t)});
+    }
+  }
+  for (DataFile& f : files) {
+    result.bytes += f.out->offset();
+    f.out->commit();
+  }
+  const std::string md = metadata_pickle(plan, result.items, options, std::filesystem::absolute(out).lexically_normal().string());
+  write_file_atomic((stage.path() / ".metadata").string(), md);
+  stage.commit();
+  return result;
+}
+
+}  // namespace ucpkit::formats::dcp

@@ -1,0 +1,70 @@
+// Writes a DCP checkpoint folder as torch 2.6's FileSystemWriter does (single_file_per_rank): one
+// data file `__{rank}_0.distcp` per rank of the plan (formats/dcp/save_plan.h) concatenating its items
+// with no header (each tensor item a complete torch.save zip of one chunk, each bytes item the
+// torch.save(obj) bytes it is given), and `.metadata`, one pickle of torch 2.x's
+// torch.distributed.checkpoint.metadata.Metadata with the classes and state torch 2.6 writes.
+// The folder is written into a staging folder beside `out` and renamed into place after the flush;
+// on any error nothing is left. One chunk is in memory at a time (plus the one whole tensor that
+// chunks_of_whole keeps while it cuts that tensor's chunks).
+//
+// Use (ucp-load --format dcp): plan = make_save_plan(entries, target);
+// write_dcp(plan, chunks_of_whole(whole_tensor_fn, bytes_fn), out, options).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "formats/dcp/metadata.h"
+#include "formats/dcp/save_plan.h"
+#include "io/pickle/value.h"
+#include "io/tensor.h"
+
+namespace ucpkit::formats::dcp {
+
+// Where the data comes from. Called in plan order: entries in order, each tensor's chunks in order.
+struct ChunkSource {
+  // Chunk `chunk` of tensor entry `e`: a tensor of e.dtype and e.chunks[chunk].sizes (any strides).
+  std::function<Tensor(const Entry& e, size_t chunk)> chunk;
+  // The stored bytes of bytes entry `e`: torch.save(obj) of the non-tensor value.
+  std::function<std::vector<uint8_t>(const Entry& e)> bytes;
+};
+
+// A source of whole tensors: each chunk cut out of `whole(e)`, which is called once per tensor (the
+// last one is kept while its chunks are cut).
+ChunkSource chunks_of_whole(std::function<Tensor(const Entry&)> whole,
+                            std::function<std::vector<uint8_t>(const Entry&)> bytes);
+
+// The box `c` of `whole` as a contiguous tensor of its own (a copy).
+Tensor cut_box(const Tensor& whole, const Chunk& c);
+
+struct WriteOptions {
+  bool overwrite = false;  // replace an existing `out`
+  bool durable = true;     // flush the file system before the rename (tools' --no-sync: false)
+  // Metadata.planner_data as pickled (DefaultSavePlanner's {flat fqn: tuple of nested keys}); null:
+  // {fqn: (fqn,)} for every entry (a flat state dict). Pass the source's own to keep its nesting.
+  pickle::ValuePtr planner_data;
+  std::string save_id;  // StorageMeta.save_id; empty: None
+};
+
+struct WriteResult {
+  std::vector<Item> items;  // storage_data, in write order (file, offset, length of every item)
+  uint64_t bytes = 0;       // data bytes written (all data files)
+};
+
+// Writes `plan` with data from `source` into the folder `out`. Throws Error (naming the file or the
+// entry) when a chunk from the source has another dtype or shape than planned, when a tensor's
+// chunks do not tile it, or on an I/O failure; `out` is then untouched.
+WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std::string& out,
+                      const WriteOptions& options = {});
+
+// The `.metadata` bytes for `plan` whose items were written as `items` (torch 2.6's classes; a pickle
+// Python's pickle.load and our reader read).
+std::string metadata_pickle(const SavePlan& plan, const std::vector<Item>& items, const WriteOptions& options,
+                            const std::string& checkpoint_id);
+
+// The planner_data of a `.metadata` file as pickled (null when it has none): to carry a source's
+// nesting through a rewrite.
+pickle::ValuePtr planner_data_of(const std::string& metadata_file);
+
+}  // namespace ucpkit::formats::dcp
