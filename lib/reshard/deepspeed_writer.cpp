@@ -36,14 +36,30 @@ formats::deepspeed::LayoutFacts DeepSpeedWriter::layout_facts() const {
 }
 
 DeepSpeedWriter::DeepSpeedWriter(const ModelInfo& model, const UcpInfo& plan, UniversalReader& reader,
-                                 ValuePtr common_optimizer_state)
-    : model_(model), plan_(plan), reader_(reader), common_(std::move(common_optimizer_state)) {
+                                 ValuePtr common_optimizer_state, std::shared_ptr<const Templates> templates,
+                                 const formats::deepspeed::VersionLine* moe_line)
+    : model_(model), plan_(plan), reader_(reader), common_(std::move(common_optimizer_state)),
+      templates_(std::move(templates)), moe_line_(moe_line) {
   if (!common_ || common_->kind != Kind::Dict) throw Error("zero/optimizer_state.pt: not a dict");
-  if (model_.native_moe && !model_.model_files.empty()) {
-    moe_line_ = &formats::deepspeed::resolve_moe_line(plan_.target.ds_line, model_.ds_line, template_root(0));
+  if (!templates_) throw Error("DeepSpeedWriter: no templates (internal error)");
+  if (moe_line_) {
     const std::string& req = plan_.target.ds_line;
     if (!req.empty() && req != moe_line_->name) ds_release_ = req[0] == 'v' ? req.substr(1) : req;
   }
+}
+
+namespace {
+std::shared_ptr<const Templates> own_templates(const ModelInfo& model) {
+  return std::make_shared<const Templates>(model.model_files);
+}
+}  // namespace
+
+DeepSpeedWriter::DeepSpeedWriter(const ModelInfo& model, const UcpInfo& plan, UniversalReader& reader,
+                                 ValuePtr common_optimizer_state)
+    : DeepSpeedWriter(model, plan, reader, std::move(common_optimizer_state), own_templates(model), nullptr) {
+  moe_line_ = target_moe_line(model_, plan_.target, *templates_);
+  const std::string& req = plan_.target.ds_line;
+  if (moe_line_ && !req.empty() && req != moe_line_->name) ds_release_ = req[0] == 'v' ? req.substr(1) : req;
 }
 
 void DeepSpeedWriter::fill_runs(const std::vector<Run>& runs, const std::string& state, int64_t e0, int64_t n,
@@ -66,16 +82,16 @@ void DeepSpeedWriter::fill_runs(const std::vector<Run>& runs, const std::string&
 }
 
 std::shared_ptr<Storage> DeepSpeedWriter::streamed(DType dtype, int64_t numel, std::vector<Run> runs,
-                                                   const std::string& state) const {
+                                                   const std::string& state, StorageSources* sources) const {
   for (size_t k = 1; k < runs.size(); ++k)
     if (runs[k].start < runs[k - 1].start + runs[k - 1].numel) throw Error("flat buffer runs overlap or are unsorted");
-  std::vector<Source> sources;
-  if (record_) {
+  std::vector<Source> recorded;
+  if (sources) {
     const uint64_t es = dtype_size(dtype);
     const int si = reader_.state_index(state);
     for (const Run& r : runs)
-      sources.push_back({static_cast<uint64_t>(r.start) * es, static_cast<uint64_t>(r.start + r.numel) * es, r.slot,
-                         r.param_offset, si});
+      recorded.push_back({static_cast<uint64_t>(r.start) * es, static_cast<uint64_t>(r.start + r.numel) * es, r.slot,
+                          r.param_offset, si});
   }
   auto storage = Storage::generated(dtype, numel, [this, dtype, runs = std::move(runs), state](uint64_t off, std::span<uint8_t> out) {
     const size_t es = dtype_size(dtype);
@@ -89,49 +105,17 @@ std::shared_ptr<Storage> DeepSpeedWriter::streamed(DType dtype, int64_t numel, s
     fill_runs(runs, state, e0, n, tmp.data());
     convert_from_fp32(tmp.data(), static_cast<size_t>(n), dtype, out.data());
   });
-  if (record_) {
-    std::lock_guard lock(recorded_mu_);
-    recorded_[storage.get()] = std::move(sources);
-  }
+  if (sources) (*sources)[storage.get()] = std::move(recorded);
   return storage;
 }
 
-// Parsed once per run: every output file of a model-parallel rank starts from the same template
-// (one traced ucp-load run opened a template 12 times); callers copy before they change anything.
-const ValuePtr& DeepSpeedWriter::template_root(int file) const {
-  std::lock_guard lock(templates_mu_);
-  if (templates_.empty()) templates_.resize(model_.model_files.size());
-  ValuePtr& t = templates_.at(static_cast<size_t>(file));
-  if (!t) {
-    const std::string& path = model_.model_files.at(static_cast<size_t>(file));
-    t = load_torch(path);
-    if (!t || t->kind != Kind::Dict) fail(path, "not a model-states dict");
-  }
-  return t;
-}
-
-uint64_t DeepSpeedWriter::emit(const std::string& path, const ValuePtr& root) const {
-  if (sink_) return sink_(path, root);
-  save_torch_file(path, root);
-  ++files_written_;
-  std::error_code ec;
-  const auto n = fs::file_size(path, ec);
-  return ec ? 0 : n;
-}
-
-std::vector<DeepSpeedWriter::Source> DeepSpeedWriter::sources_of(const Storage* storage) const {
-  std::lock_guard lock(recorded_mu_);
-  auto it = recorded_.find(storage);
-  return it == recorded_.end() ? std::vector<Source>{} : it->second;
-}
-
 Tensor DeepSpeedWriter::partition_tensor(const GroupPlan& g, int part, const std::string& state, int64_t length,
-                                         bool stream) const {
+                                         bool stream, StorageSources* sources) const {
   const int64_t n = length < 0 ? g.partition : length;
   std::vector<Run> runs;
   for (const auto& f : partition_of(g, part).fragments)
     if (f.start < n) runs.push_back({&g.slots[f.slot], f.start, std::min(f.numel, n - f.start), f.param_offset});
-  auto storage = streamed(DType::Float32, n, std::move(runs), state);
+  auto storage = streamed(DType::Float32, n, std::move(runs), state, stream ? sources : nullptr);
   if (!stream) {
     std::vector<uint8_t> bytes(static_cast<size_t>(storage->nbytes()));
     storage->generate(0, bytes);
@@ -140,8 +124,8 @@ Tensor DeepSpeedWriter::partition_tensor(const GroupPlan& g, int part, const std
   return Tensor(storage, 0, {n}, {1});
 }
 
-Tensor DeepSpeedWriter::low_precision_slice(const Slot& s) const {
-  auto storage = streamed(plan_.target.dtype, s.numel(), {{&s, 0, s.numel(), 0}}, "fp32");
+Tensor DeepSpeedWriter::low_precision_slice(const Slot& s, StorageSources* sources) const {
+  auto storage = streamed(plan_.target.dtype, s.numel(), {{&s, 0, s.numel(), 0}}, "fp32", sources);
   return Tensor(storage, 0, s.slice.shape, Tensor::contiguous_strides(s.slice.shape));
 }
 
@@ -163,7 +147,7 @@ ValuePtr DeepSpeedWriter::target_ds_version() const {
 // The template's module with the target's weights of `mr`: views into one low-precision flat buffer
 // per group, as ZeRO saves them; compact copies from DeepSpeed 0.17.1 on (clone_tensors_for_torch_save);
 // ZeRO-3 keeps the weights only in the optimizer shards, the module holds 0-element placeholders.
-ValuePtr DeepSpeedWriter::target_module(const MpRankPlan& mr, const ValuePtr& module) const {
+ValuePtr DeepSpeedWriter::target_module(const MpRankPlan& mr, const ValuePtr& module, StorageSources& sources) const {
   const auto& t = plan_.target;
   std::map<std::string, ValuePtr> fresh;
   const bool compact = moe_line_ && moe_line_->compact_copies;
@@ -178,10 +162,10 @@ ValuePtr DeepSpeedWriter::target_module(const MpRankPlan& mr, const ValuePtr& mo
     auto flat = [&] {
       std::vector<Run> runs;
       for (const Slot& s : g.slots) runs.push_back({&s, s.offset, s.numel(), 0});
-      return streamed(t.dtype, g.padded, std::move(runs), "fp32");
+      return streamed(t.dtype, g.padded, std::move(runs), "fp32", &sources);
     };
     const auto values = formats::deepspeed::bit16_group_tensors(
-        compact, members, [&](size_t k) { return low_precision_slice(g.slots[k]); }, flat);
+        compact, members, [&](size_t k) { return low_precision_slice(g.slots[k], &sources); }, flat);
     for (size_t k = 0; k < members.size(); ++k) fresh[members[k].name] = values[k];
   }
   auto out = formats::deepspeed::with_module_leaves(module, fresh);
@@ -226,13 +210,13 @@ void DeepSpeedWriter::fill_moe_line(const MpRankPlan& mr, formats::deepspeed::Mo
   for (auto& [i, n] : names) m.expert_param_names.push_back(std::move(n));
 }
 
-ValuePtr DeepSpeedWriter::model_root(int mp, int dp_rank) const {
+ValuePtr DeepSpeedWriter::model_root(int mp, int dp_rank, StorageSources& sources) const {
   const MpRankPlan& mr = plan_.mp_ranks.at(mp);
   const auto& t = plan_.target;
   formats::deepspeed::ModelStates m = formats::deepspeed::read_model_states(
       pickle::deep_copy(template_root(mr.template_file)), model_.model_files.at(mr.template_file));
   if (m.tree) {
-    m.tree = target_module(mr, m.tree);
+    m.tree = target_module(mr, m.tree, sources);
     m.module = formats::deepspeed::module_tensors(m.tree);
   }
   if (formats::deepspeed::had_param_shapes(m) || moe_line_) m.param_shapes = target_param_shapes(mr);
@@ -248,53 +232,71 @@ ValuePtr DeepSpeedWriter::model_root(int mp, int dp_rank) const {
   return formats::deepspeed::to_pickle(m, *moe_line_);
 }
 
-uint64_t DeepSpeedWriter::write_model_file(int mp, const std::string& dir) const {
-  return emit((fs::path(dir) / plan_.mp_ranks.at(mp).model_file()).string(), model_root(mp));
+std::vector<LaidOutFile> DeepSpeedWriter::lay_out(const FileJob& j, const std::string& dir) const {
+  if (j.kind == FileJob::Zero3Model) return {zero3_model_file(j.dp, j.mp, dir)};
+  if (j.kind == FileJob::Optim) return {optim_file(j.dp, j.mp, dir)};
+  std::vector<LaidOutFile> out{model_file(j.mp, dir)};
+  for (auto& f : layer_files(j.mp, dir)) out.push_back(std::move(f));
+  for (auto& f : expert_files(j.mp, dir)) out.push_back(std::move(f));
+  return out;
 }
 
-uint64_t DeepSpeedWriter::write_zero3_model_file(int d, int mp, const std::string& dir) const {
-  return emit((fs::path(dir) / plan_.zero3_model_file(d, mp)).string(), model_root(mp, d));
+LaidOutFile DeepSpeedWriter::model_file(int mp, const std::string& dir) const {
+  LaidOutFile f{(fs::path(dir) / plan_.mp_ranks.at(mp).model_file()).string(), nullptr, {}};
+  f.root = model_root(mp, -1, f.sources);
+  return f;
 }
 
-uint64_t DeepSpeedWriter::write_layer_files(int mp, const std::string& dir) const {
+LaidOutFile DeepSpeedWriter::zero3_model_file(int d, int mp, const std::string& dir) const {
+  LaidOutFile f{(fs::path(dir) / plan_.zero3_model_file(d, mp)).string(), nullptr, {}};
+  f.root = model_root(mp, d, f.sources);
+  return f;
+}
+
+std::vector<LaidOutFile> DeepSpeedWriter::layer_files(int mp, const std::string& dir) const {
   const MpRankPlan& mr = plan_.mp_ranks.at(mp);
-  uint64_t n = 0;
+  std::vector<LaidOutFile> out;
   for (const auto& lf : mr.layers) {
-    auto sd = Value::dict(true);
+    LaidOutFile& f = out.emplace_back();
+    f.path = (fs::path(dir) / formats::deepspeed::layer_states_name(lf.layer, mr.tp_rank)).string();
+    f.root = Value::dict(true);
     for (const auto& [local, where] : lf.entries)
-      sd->set_item(local, Value::of_tensor(low_precision_slice(mr.groups.at(where.first).slots.at(where.second))));
-    n += emit((fs::path(dir) / formats::deepspeed::layer_states_name(lf.layer, mr.tp_rank)).string(), sd);
+      f.root->set_item(local, Value::of_tensor(low_precision_slice(mr.groups.at(where.first).slots.at(where.second),
+                                                                   &f.sources)));
   }
-  return n;
+  return out;
 }
 
-uint64_t DeepSpeedWriter::write_expert_files(int mp, const std::string& dir) const {
+std::vector<LaidOutFile> DeepSpeedWriter::expert_files(int mp, const std::string& dir) const {
   const MpRankPlan& mr = plan_.mp_ranks.at(mp);
-  uint64_t n = 0;
+  std::vector<LaidOutFile> out;
   for (const auto& ef : mr.expert_files) {
-    auto sd = Value::dict();  // a plain dict: an entry of defaultdict(dict) (engine.py v0.16.5:3373)
+    LaidOutFile& f = out.emplace_back();
+    f.path = (fs::path(dir) / formats::deepspeed::expert_states_name(ef.moe_id, ef.expert, mp)).string();
+    f.root = Value::dict();  // a plain dict: an entry of defaultdict(dict) (engine.py v0.16.5:3373)
     for (const auto& [name, w] : ef.entries) {
       if (w[3] < 0) {
-        sd->set_item(name, Value::of_tensor(low_precision_slice(mr.expert_groups.at(w[0]).at(w[1]).slots.at(w[2]))));
+        f.root->set_item(name, Value::of_tensor(low_precision_slice(mr.expert_groups.at(w[0]).at(w[1]).slots.at(w[2]),
+                                                                    &f.sources)));
         continue;
       }
       const Slot& row = ef.rows.at(w[3]);  // AutoEP: one expert of a fused weight
-      Tensor t = low_precision_slice(row);
+      Tensor t = low_precision_slice(row, &f.sources);
       std::vector<int64_t> shape(row.slice.shape.begin() + 1, row.slice.shape.end());
-      sd->set_item(name, Value::of_tensor(Tensor(t.storage(), 0, shape, Tensor::contiguous_strides(shape))));
+      f.root->set_item(name, Value::of_tensor(Tensor(t.storage(), 0, shape, Tensor::contiguous_strides(shape))));
     }
-    n += emit((fs::path(dir) / formats::deepspeed::expert_states_name(ef.moe_id, ef.expert, mp)).string(), sd);
   }
   for (const auto& name : formats::deepspeed::expected_expert_optim_files(plan_.target.ep, mp, moe_line_)) {
     // Under ZeRO the per-EP-rank optimizer file only says that the optimizer lives in the ZeRO shards.
     auto d = Value::dict();
     d->set_item("optimizer", Value::none());
-    n += emit((fs::path(dir) / name).string(), d);
+    out.push_back({(fs::path(dir) / name).string(), d, {}});
   }
-  return n;
+  return out;
 }
 
-void DeepSpeedWriter::optimizer_state(const GroupPlan& g, int part, formats::deepspeed::OptimizerShard::Group& out) const {
+void DeepSpeedWriter::optimizer_state(const GroupPlan& g, int part, formats::deepspeed::OptimizerShard::Group& out,
+                                      StorageSources& sources) const {
   out.has_state = true;
   for (const auto& s : g.slots)  // the step of the group's first parameter that has a step.pt
     if (auto step = reader_.step(s.param)) {
@@ -303,7 +305,7 @@ void DeepSpeedWriter::optimizer_state(const GroupPlan& g, int part, formats::dee
       break;
     }
   for (size_t k = 1; k < model_.states.size(); ++k)
-    out.moments.emplace_back(model_.states[k], partition_tensor(g, part, model_.states[k], -1, true));
+    out.moments.emplace_back(model_.states[k], partition_tensor(g, part, model_.states[k], -1, true, &sources));
 }
 
 ValuePtr DeepSpeedWriter::target_loss_scaler() const {
@@ -320,7 +322,7 @@ ValuePtr DeepSpeedWriter::common_param_groups() const {
   return g;
 }
 
-ValuePtr DeepSpeedWriter::zero3_state(int d, int mp) const {
+ValuePtr DeepSpeedWriter::zero3_state(int d, int mp, StorageSources& sources) const {
   using formats::deepspeed::OptimizerShard;
   const MpRankPlan& mr = plan_.mp_ranks.at(mp);
   const auto& t = plan_.target;
@@ -352,8 +354,8 @@ ValuePtr DeepSpeedWriter::zero3_state(int d, int mp) const {
   shard.flavor = OptimizerShard::Flavor::Zero3;
   for (const auto& sub : subs) {
     auto& group = shard.groups.emplace_back();
-    optimizer_state(*sub.g, sub.part, group);
-    group.fp32 = partition_tensor(*sub.g, sub.part, "fp32", -1, true);
+    optimizer_state(*sub.g, sub.part, group, sources);
+    group.fp32 = partition_tensor(*sub.g, sub.part, "fp32", -1, true, &sources);
   }
   // One entry per optimizer param group, listing its sub-groups (DeepSpeed's
   // _set_fp32_optimizer_param_groups), groups without parameters included.
@@ -383,11 +385,12 @@ ValuePtr DeepSpeedWriter::zero3_state(int d, int mp) const {
   return formats::deepspeed::to_pickle(shard);
 }
 
-uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir) const {
+LaidOutFile DeepSpeedWriter::optim_file(int d, int mp, const std::string& dir) const {
   const MpRankPlan& mr = plan_.mp_ranks.at(mp);
   const auto& t = plan_.target;
   auto ver = target_ds_version();
-  ValuePtr osd = t.zero_stage == 3 ? zero3_state(d, mp) : zero12_state(d, mp);
+  LaidOutFile f{(fs::path(dir) / plan_.optim_file(d, mp)).string(), nullptr, {}};
+  ValuePtr osd = t.zero_stage == 3 ? zero3_state(d, mp, f.sources) : zero12_state(d, mp, f.sources);
   const ValuePtr& tmpl = template_root(mr.template_file);
   ValuePtr cfg;
   if (auto source_cfg = formats::deepspeed::raw_ds_config(tmpl)) {
@@ -397,11 +400,11 @@ uint64_t DeepSpeedWriter::write_optim_file(int d, int mp, const std::string& dir
     cfg = formats::deepspeed::minimal_moe_ds_config(t.zero_stage, t.dtype == DType::BFloat16, t.dtype == DType::Float16,
                                                     plan_.data_before_expert);
   }
-  return emit((fs::path(dir) / plan_.optim_file(d, mp)).string(),
-              formats::deepspeed::optimizer_file_root(std::move(osd), std::move(cfg), std::move(ver)));
+  f.root = formats::deepspeed::optimizer_file_root(std::move(osd), std::move(cfg), std::move(ver));
+  return f;
 }
 
-ValuePtr DeepSpeedWriter::zero12_state(int d, int mp) const {
+ValuePtr DeepSpeedWriter::zero12_state(int d, int mp, StorageSources& sources) const {
   using formats::deepspeed::OptimizerShard;
   const MpRankPlan& mr = plan_.mp_ranks.at(mp);
   const auto& t = plan_.target;
@@ -420,7 +423,7 @@ ValuePtr DeepSpeedWriter::zero12_state(int d, int mp) const {
     const int p = groups[gi].second;
     const PartitionPlan part = partition_of(g, p);
     auto& group = shard.groups.emplace_back();
-    optimizer_state(g, p, group);
+    optimizer_state(g, p, group, sources);
     if (g.group >= (int)common_groups->items.size())
       throw Error("zero/optimizer_state.pt: no param_groups entry for group " + std::to_string(g.group));
     auto h = pickle::deep_copy(common_groups->items[g.group]);
@@ -431,7 +434,7 @@ ValuePtr DeepSpeedWriter::zero12_state(int d, int mp) const {
     }
     shard.param_groups.push_back(h);
     // ZeRO-1/2 drop the padding from the fp32 partition; BF16_Optimizer keeps it.
-    group.fp32 = partition_tensor(g, p, "fp32", t.bf16_optimizer ? -1 : g.partition - part.padding, true);
+    group.fp32 = partition_tensor(g, p, "fp32", t.bf16_optimizer ? -1 : g.partition - part.padding, true, &sources);
     for (const auto& f : part.fragments) group.fragments.push_back({g.slots[f.slot].name, f.start, f.numel});
     group.padding = part.padding;
     group.partition_count = g.partition_count;

@@ -42,15 +42,15 @@ std::unique_ptr<float[]> floats(uint64_t n) { return std::make_unique_for_overwr
 // The exchange on this rank, in the order run_exchange calls the steps.
 class ExchangeRun {
  public:
-  ExchangeRun(const DeepSpeedWriter& writer, UniversalReader& reader, const ModelInfo& model,
-              const ExchangePlan& plan, parallel::MpiSession& mpi, int threads)
-      : writer_(writer), reader_(reader), model_(model), plan_(plan), mpi_(mpi), me_(mpi.rank()),
+  ExchangeRun(UniversalReader& reader, const ModelInfo& model, const ExchangePlan& plan, parallel::MpiSession& mpi,
+              int threads)
+      : reader_(reader), model_(model), plan_(plan), mpi_(mpi), me_(mpi.rank()),
         nranks_(mpi.size()), arena_(threads) {}
   ~ExchangeRun() {
     if (cache_set_) reader_.set_cache(nullptr);
   }
 
-  void create_files(const std::vector<LaidOutFile>& laid_out);
+  void create_files(const std::vector<LaidOutFile>& laid_out, const WriteOptions& options);
   void cut_fill_steps();
   void measure_fill_balance();
   void gather_needs();
@@ -68,7 +68,6 @@ class ExchangeRun {
   float* owned_data(const RankBatches::Batch& x, size_t i) const { return owned_buf_.get() + x.owned_at[i]; }
   size_t tensor_of(const ExchangePlan::Read& rd) const { return tensor_index(model_, rd.param, rd.state); }
 
-  const DeepSpeedWriter& writer_;
   UniversalReader& reader_;
   const ModelInfo& model_;
   const ExchangePlan& plan_;
@@ -76,6 +75,7 @@ class ExchangeRun {
   const int me_, nranks_;
   tbb::task_arena arena_;
   std::vector<std::unique_ptr<DeferredTorchFile>> files_;  // this rank's
+  std::vector<const LaidOutFile*> laid_out_;               // the same files as laid out (their sources)
   std::vector<std::vector<Item>> items_;                   // per fill step: [0] zeros; [b + 1] batch b
   AtomicNeeds mine_;                                       // what this rank's files need
   std::vector<AtomicNeeds> needs_;                         // every rank's
@@ -88,17 +88,19 @@ class ExchangeRun {
 };
 
 // 1. This rank's files (the plan says who writes which): pickles written, generated records reserved.
-void ExchangeRun::create_files(const std::vector<LaidOutFile>& laid_out) {
+void ExchangeRun::create_files(const std::vector<LaidOutFile>& laid_out, const WriteOptions& options) {
   if (plan_.file_ranks.size() != laid_out.size()) throw Error("exchange plan made for other files");
   std::vector<size_t> mine_of;
   for (size_t f = 0; f < laid_out.size(); ++f)
     if (plan_.file_ranks[f] == me_) mine_of.push_back(f);
   files_.resize(mine_of.size());
+  for (size_t f : mine_of) laid_out_.push_back(&laid_out[f]);
+  const TorchSaveOptions save{.start_writeback = options.start_writeback};
   parallel::collectively(mpi_, [&] {
     arena_.execute([&] {
       tbb::parallel_for(size_t{0}, mine_of.size(), [&](size_t i) {
         check_interrupted();
-        files_[i] = std::make_unique<DeferredTorchFile>(laid_out[mine_of[i]].path, laid_out[mine_of[i]].root);
+        files_[i] = std::make_unique<DeferredTorchFile>(laid_out_[i]->path, laid_out_[i]->root, save);
       });
     });
   });
@@ -114,7 +116,7 @@ void ExchangeRun::cut_fill_steps() {
       const auto& records = files_[f]->records();
       for (size_t k = 0; k < records.size(); ++k) {
         const Storage& st = *records[k].storage;
-        const auto sources = writer_.sources_of(&st);
+        const auto& sources = laid_out_[f]->sources_of(&st);
         for (const FillPiece& p : fill_pieces(sources, dtype_size(st.dtype()), st.nbytes(), model_, plan_))
           items_[p.step].push_back({f, k, p.begin, p.end});
         add_needs(model_, sources, st.dtype(), mine_);
@@ -334,12 +336,12 @@ void ExchangeRun::finish() {
 
 }  // namespace
 
-ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const DeepSpeedWriter& writer,
+ExchangeStats run_exchange(const std::vector<LaidOutFile>& laid_out, const WriteOptions& options,
                            UniversalReader& reader, const ModelInfo& model, const ExchangePlan& plan,
                            parallel::MpiSession& mpi, int threads, const Reporter& reporter) {
   if (plan.ranks != mpi.size()) throw Error("exchange plan made for " + std::to_string(plan.ranks) + " ranks");
-  ExchangeRun run(writer, reader, model, plan, mpi, threads);
-  run.create_files(laid_out);
+  ExchangeRun run(reader, model, plan, mpi, threads);
+  run.create_files(laid_out, options);
   run.cut_fill_steps();
   run.measure_fill_balance();
   run.gather_needs();

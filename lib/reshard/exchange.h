@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/reporter.h"
-#include "reshard/deepspeed_writer.h"
 #include "reshard/exchange_plan.h"
+#include "reshard/laid_out_file.h"
 #include "reshard/model_info.h"
 #include "reshard/universal_reader.h"
 
@@ -31,9 +31,9 @@ struct ExchangeStats {
 };
 
 // Writes the target files by the exchange; collective over all ranks of `mpi`. `files`: every
-// target file, in the same order on every rank, laid out through `writer` with its sources recorded;
-// `plan` made from them; this rank creates and writes the files the plan gives it.
-ExchangeStats run_exchange(const std::vector<LaidOutFile>& files, const DeepSpeedWriter& writer,
+// target file, in the same order on every rank, laid out with its sources; `plan` made from them;
+// this rank creates and writes (as `options` say) the files the plan gives it.
+ExchangeStats run_exchange(const std::vector<LaidOutFile>& files, const WriteOptions& options,
                            UniversalReader& reader, const ModelInfo& model, const ExchangePlan& plan,
                            parallel::MpiSession& mpi, int threads, const Reporter& reporter = {});
 

@@ -201,7 +201,7 @@ uint64_t needed_count(const AtomicNeeds& needs, const ExchangePlan::Read& unit) 
   return n;
 }
 
-std::vector<FillPiece> fill_pieces(const std::vector<DeepSpeedWriter::Source>& sources, uint64_t element_size,
+std::vector<FillPiece> fill_pieces(const std::vector<StorageSource>& sources, uint64_t element_size,
                                    uint64_t nbytes, const ModelInfo& model, const ExchangePlan& plan) {
   std::vector<FillPiece> out;
   auto piece = [&](size_t step, uint64_t begin, uint64_t end) { out.push_back({step, begin, end}); };
@@ -300,14 +300,13 @@ RankBatches plan_rank_batches(const ExchangePlan& plan, const std::vector<Atomic
   return out;
 }
 
-std::vector<FileNeeds> file_needs(const std::vector<LaidOutFile>& files, const DeepSpeedWriter& writer,
-                                  const ModelInfo& model, int threads) {
+std::vector<FileNeeds> file_needs(const std::vector<LaidOutFile>& files, const ModelInfo& model, int threads) {
   std::vector<FileNeeds> out(files.size());
   parallel::in_arena(threads, [&] {
     tbb::parallel_for(size_t{0}, files.size(), [&](size_t f) {
       check_interrupted();
       for (const auto& st : generated_storages(files[f].root)) {
-        const auto sources = writer.sources_of(st.get());
+        const auto& sources = files[f].sources_of(st.get());
         for (const auto& s : sources) out[f].bytes += s.byte_end - s.byte_begin;
         add_needs(model, sources, st->dtype(), out[f].elements);
       }
@@ -317,7 +316,7 @@ std::vector<FileNeeds> file_needs(const std::vector<LaidOutFile>& files, const D
   return out;
 }
 
-void add_needs(const ModelInfo& model, const std::vector<DeepSpeedWriter::Source>& sources, DType dtype,
+void add_needs(const ModelInfo& model, const std::vector<StorageSource>& sources, DType dtype,
                AtomicNeeds& needs) {
   const uint64_t es = dtype_size(dtype);
   for (const auto& s : sources) {

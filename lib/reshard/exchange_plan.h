@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/pickle/value.h"
-#include "reshard/deepspeed_writer.h"
+#include "reshard/laid_out_file.h"
 #include "reshard/model_info.h"
 
 namespace ucpkit::reshard {
@@ -22,7 +22,7 @@ namespace ucpkit::reshard {
 using AtomicNeeds = std::map<std::pair<int, int>, std::vector<std::pair<int64_t, int64_t>>>;
 // The atomic elements the recorded `sources` of a storage of `dtype` read, added to `needs`
 // (call normalize_needs once all are added).
-void add_needs(const ModelInfo& model, const std::vector<DeepSpeedWriter::Source>& sources, DType dtype,
+void add_needs(const ModelInfo& model, const std::vector<StorageSource>& sources, DType dtype,
                AtomicNeeds& needs);
 void normalize_needs(AtomicNeeds& needs);
 
@@ -131,12 +131,12 @@ struct FillPiece {
   uint64_t begin = 0, end = 0;
 };
 // The pieces of a generated storage of `nbytes` bytes, elements of `element_size` bytes, made of
-// `sources` (sorted by byte_begin, DeepSpeedWriter::sources_of): the sources' byte ranges cut
+// `sources` (sorted by byte_begin, LaidOutFile::sources_of): the sources' byte ranges cut
 // where their atomic elements move to a unit of another batch, each in the fill step of that batch,
 // and the gaps between sources (zeros, step 0). Padding rows inside a source go with the piece
 // they follow (step 0 when a source starts with them). In byte order; together they cover
 // [0, nbytes) once.
-std::vector<FillPiece> fill_pieces(const std::vector<DeepSpeedWriter::Source>& sources, uint64_t element_size,
+std::vector<FillPiece> fill_pieces(const std::vector<StorageSource>& sources, uint64_t element_size,
                                    uint64_t nbytes, const ModelInfo& model, const ExchangePlan& plan);
 
 // Per fill step, the bytes each rank writes (`step_bytes[rank][step]`, every rank the same number of
@@ -160,14 +160,7 @@ struct RankBatches {
 };
 RankBatches plan_rank_batches(const ExchangePlan& plan, const std::vector<AtomicNeeds>& needs, int rank);
 
-// A target file laid out (pickled root; its generated storages are filled later) but not created.
-struct LaidOutFile {
-  std::string path;
-  pickle::ValuePtr root;
-};
-
-// What each target file needs of each atomic tensor (its generated storages' recorded sources).
-std::vector<FileNeeds> file_needs(const std::vector<LaidOutFile>& files, const DeepSpeedWriter& writer,
-                                  const ModelInfo& model, int threads);
+// What each target file needs of each atomic tensor (its generated storages' sources).
+std::vector<FileNeeds> file_needs(const std::vector<LaidOutFile>& files, const ModelInfo& model, int threads);
 
 }  // namespace ucpkit::reshard

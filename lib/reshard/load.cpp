@@ -20,7 +20,6 @@
 #include "io/pickle/pickler.h"
 #include "io/torch/torch_file.h"
 #include "io/torch/verify.h"
-#include "io/zip/zip_writer.h"
 #include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/deepspeed/version_line.h"
 #include "reshard/deepspeed_writer.h"
@@ -103,6 +102,8 @@ Prepared prepare(const LoadOptions& options, formats::deepspeed::InputKind kind)
   }
   p.plan = ucp_info(p.model, t);
   p.record = layout_record(p.plan, p.model);
+  p.templates = std::make_shared<const Templates>(p.model.model_files);
+  p.moe_line = target_moe_line(p.model, p.plan.target, *p.templates);
   return p;
 }
 
@@ -110,45 +111,27 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Writes (or, with a sink set on the writer, hands over) the files of job `j`; adds the bytes written
-// (the writer counts the files).
-void run_job(const DeepSpeedWriter& writer, const FileJob& j,
-             const std::string& dir, std::atomic<uint64_t>& written) {
-  if (j.kind == FileJob::Model) {
-    written += writer.write_model_file(j.mp, dir);
-    written += writer.write_layer_files(j.mp, dir);
-    written += writer.write_expert_files(j.mp, dir);
-  } else if (j.kind == FileJob::Zero3Model) {
-    written += writer.write_zero3_model_file(j.dp, j.mp, dir);
-  } else {
-    written += writer.write_optim_file(j.dp, j.mp, dir);
-  }
+// The run's DeepSpeed writer: the shared templates and line, its own copy of the common optimizer state.
+std::unique_ptr<DeepSpeedWriter> make_writer(const Prepared& p, UniversalReader& reader) {
+  return std::make_unique<DeepSpeedWriter>(p.model, p.plan, reader, pickle::deep_copy(p.model.optimizer_state),
+                                           p.templates, p.moe_line);
 }
 
-// Every target file laid out through `writer` (pickles built, sources recorded, nothing written),
+// Every target file laid out through `writer` (pickles built, sources kept, nothing written),
 // sorted by path: the same list on every MPI rank.
-std::vector<LaidOutFile> lay_out_all(DeepSpeedWriter& writer, const ModelInfo& model, const UcpInfo& plan,
-                                     const std::string& dir, int threads) {
-  std::vector<LaidOutFile> out;
-  std::mutex mu;
-  writer.record_sources(true);
-  writer.set_sink([&](const std::string& path, const pickle::ValuePtr& root) -> uint64_t {
-    std::lock_guard lock(mu);
-    out.push_back({path, root});
-    return 0;
-  });
-  struct ResetSink {  // the sink refers to this function's locals
-    DeepSpeedWriter& w;
-    ~ResetSink() { w.set_sink(nullptr); }
-  } reset{writer};
-  const auto jobs = file_jobs(model, plan);
-  std::atomic<uint64_t> none{0};
+std::vector<LaidOutFile> lay_out_all(const DeepSpeedWriter& writer, const Prepared& p, const std::string& dir,
+                                     int threads) {
+  const auto jobs = file_jobs(p.model, p.plan, p.moe_line);
+  std::vector<std::vector<LaidOutFile>> per_job(jobs.size());
   parallel::in_arena(threads, [&] {
     tbb::parallel_for(size_t{0}, jobs.size(), [&](size_t k) {
       check_interrupted();
-      run_job(writer, jobs[k], dir, none);
+      per_job[k] = writer.lay_out(jobs[k], dir);
     });
   });
+  std::vector<LaidOutFile> out;
+  for (auto& files : per_job)
+    for (auto& f : files) out.push_back(std::move(f));
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
   return out;
 }
@@ -162,9 +145,6 @@ void raise_open_file_limit() {
   }
 }
 
-// Each writer gets its own copy of the common optimizer state (it sets the target's fields in it).
-pickle::ValuePtr common_optimizer_state(const Prepared& p) { return pickle::deep_copy(p.model.optimizer_state); }
-
 // The exchange's inputs: every target file laid out, and the plan made from what they need (the
 // same on every rank).
 struct ExchangeSetup {
@@ -172,11 +152,11 @@ struct ExchangeSetup {
   ExchangePlan plan;
 };
 
-ExchangeSetup set_up_exchange(DeepSpeedWriter& writer, const ModelInfo& model, const UcpInfo& plan,
-                              const std::string& dir, int ranks, uint64_t batch_bytes, int threads) {
+ExchangeSetup set_up_exchange(const DeepSpeedWriter& writer, const Prepared& p, const std::string& dir, int ranks,
+                              uint64_t batch_bytes, int threads) {
   ExchangeSetup x;
-  x.files = lay_out_all(writer, model, plan, dir, threads);
-  x.plan = plan_exchange(model, file_needs(x.files, writer, model, threads), ranks, batch_bytes);
+  x.files = lay_out_all(writer, p, dir, threads);
+  x.plan = plan_exchange(p.model, file_needs(x.files, p.model, threads), ranks, batch_bytes);
   return x;
 }
 
@@ -208,9 +188,9 @@ nlohmann::json direct_plan_json(const LoadOptions& options, const Prepared& p) {
   uint64_t target_bytes = 0, copied_src = 0, copied_dst = 0, joined_dst = 0, zero_dst = 0, ncopies = 0;
   if (options.format == OutputFormat::DeepSpeed) {
     const int threads = parallel::thread_count(options.threads);
-    DeepSpeedWriter writer(p.model, p.plan, reader, common_optimizer_state(p));
-    const auto files = lay_out_all(writer, p.model, p.plan, p.model.tag, threads);
-    const auto needs = file_needs(files, writer, p.model, threads);
+    const auto writer = make_writer(p, reader);
+    const auto files = lay_out_all(*writer, p, p.model.tag, threads);
+    const auto needs = file_needs(files, p.model, threads);
     for (size_t f = 0; f < files.size(); ++f) {
       nlohmann::json from = nlohmann::json::array();
       for (const auto& [key, iv] : needs[f].elements)
@@ -242,7 +222,7 @@ nlohmann::json direct_plan_json(const LoadOptions& options, const Prepared& p) {
           }
           copies.push_back({file, soff, sbytes, rec, toff, tbytes});
         };
-        for (const auto& s : writer.sources_of(st.get())) {
+        for (const auto& s : files[f].sources_of(st.get())) {
           const int param = s.slot->param;
           const int64_t n = static_cast<int64_t>((s.byte_end - s.byte_begin) / es);
           for_each_run(p.model.params[param].shape, s.slot->slice, s.param_offset, s.param_offset + n,
@@ -299,9 +279,11 @@ nlohmann::json plan_json(const LoadOptions& options) {
   auto j = p.plan.to_json(p.model);
   j["from_source"] = p.from_source;
   j["record"] = p.record;
+  const auto& mpi = parallel::MpiSession::get();
+  const int ranks = mpi.size();
+  j["load"] = plan_load(options, p.model, p.plan, p.moe_line, p.direct != nullptr, ranks, mpi.rank()).to_json(p.model);
   // Which rank writes which file, and reads which atomic tensor in which batch, when the exchange
   // would be used (the files are laid out in memory for it; nothing is written).
-  const int ranks = parallel::MpiSession::get().size();
   if (uses_exchange(options.format, options.exchange, ranks)) {
     UniversalReader reader(p.model, options.input, false);
     std::unique_ptr<DirectSource> source;
@@ -309,9 +291,8 @@ nlohmann::json plan_json(const LoadOptions& options) {
       source = std::make_unique<DirectSource>(p.direct->plan, p.model);
       reader.set_source(source.get());
     }
-    DeepSpeedWriter writer(p.model, p.plan, reader, common_optimizer_state(p));
-    const auto setup =
-        set_up_exchange(writer, p.model, p.plan, p.model.tag, ranks, options.batch_bytes, parallel::thread_count(options.threads));
+    const auto writer = make_writer(p, reader);
+    const auto setup = set_up_exchange(*writer, p, p.model.tag, ranks, options.batch_bytes, parallel::thread_count(options.threads));
     auto& x = j["exchange"] = setup.plan.to_json(p.model);
     auto& writers = x["files"] = nlohmann::json::array();
     for (size_t f = 0; f < setup.files.size(); ++f)
@@ -355,6 +336,7 @@ struct LoadRun {
   parallel::RankFailure& failed;  // guard() the work of each step, settle() at its end on every rank
   int threads;
   UniversalReader& reader;
+  WriteOptions write;              // how each target file is written
   DirectSource* source = nullptr;  // direct mode
   std::atomic<uint64_t> written{0}, files{0};
   ExchangeStats xstats{};
@@ -405,6 +387,20 @@ void write_safetensors_output(LoadRun& r, const std::string& staged) {
   });
 }
 
+// The files of job `j`, laid out and saved; refuses a file list other than the plan's.
+void write_job(LoadRun& r, const DeepSpeedWriter& writer, const FileJob& j, const std::string& ckdir) {
+  const auto files = writer.lay_out(j, ckdir);
+  std::vector<std::string> names;
+  for (const auto& f : files) names.push_back(fs::path(f.path).filename().string());
+  std::vector<std::string> want = j.files;
+  std::sort(names.begin(), names.end());
+  std::sort(want.begin(), want.end());
+  if (names != want)
+    throw Error(ckdir + ": laid out " + std::to_string(names.size()) + " files where the plan has " +
+                std::to_string(want.size()) + " (internal error)");
+  for (const auto& f : files) r.written += save_file(f, r.write);
+}
+
 // Files mode: this rank's jobs, largest first, all threads at once (rank 0 shows the progress).
 void write_my_jobs(LoadRun& r, const DeepSpeedWriter& writer, const std::string& ckdir) {
   const auto& mine = r.plan.my_jobs;
@@ -416,7 +412,7 @@ void write_my_jobs(LoadRun& r, const DeepSpeedWriter& writer, const std::string&
         [&](const tbb::blocked_range<size_t>& range) {
           for (size_t k = range.begin(); k != range.end(); ++k) {
             check_interrupted();
-            run_job(writer, r.plan.jobs[mine[k]], ckdir, r.written);
+            write_job(r, writer, r.plan.jobs[mine[k]], ckdir);
             if (r.mpi.rank() == 0) {
               std::lock_guard lock(progress_mu);
               progress.advance();
@@ -426,21 +422,13 @@ void write_my_jobs(LoadRun& r, const DeepSpeedWriter& writer, const std::string&
         tbb::simple_partitioner());
   });
   progress.finish();
-  // The writer wrote exactly the files the layout's one list (file_names.h expected_files) names.
-  const auto facts = r.prep.plan.files(r.prep.model.native_moe);
-  size_t expected = 0;
-  for (size_t k : mine) expected += files_of(facts, r.plan.jobs[k], writer.moe_line()).size();
-  if (writer.files_written() != expected)
-    throw Error(ckdir + ": wrote " + std::to_string(writer.files_written()) + " files where the target layout has " +
-                std::to_string(expected) + " (internal error)");
-  r.files += writer.files_written();
+  r.files += r.plan.my_files();  // each job wrote exactly its planned files (write_job)
 }
 
 // DeepSpeed output: the checkpoint folder and `latest` (rank 0), then this rank's files (files
 // mode), or every file laid out and the exchange run over all ranks (exchange mode).
 void write_deepspeed_output(LoadRun& r, const std::string& staged) {
   const ModelInfo& model = r.prep.model;
-  const UcpInfo& plan = r.prep.plan;
   const fs::path ckdir = fs::path(staged) / model.tag;
   r.failed.guard([&] {
     if (r.mpi.rank() == 0) {
@@ -454,12 +442,12 @@ void write_deepspeed_output(LoadRun& r, const std::string& staged) {
   std::unique_ptr<DeepSpeedWriter> writer;
   std::optional<ExchangeSetup> setup;
   r.failed.guard([&] {
-    writer = std::make_unique<DeepSpeedWriter>(model, plan, r.reader, common_optimizer_state(r.prep));
+    writer = make_writer(r.prep, r.reader);
     if (r.plan.exchange) {
       // Every rank lays out every file, and makes the same plan from them: who writes which file,
       // who reads which atomic tensor, in which batch. run_exchange then writes this rank's files.
       raise_open_file_limit();
-      setup = set_up_exchange(*writer, model, plan, ckdir.string(), r.mpi.size(), r.options.batch_bytes, r.threads);
+      setup = set_up_exchange(*writer, r.prep, ckdir.string(), r.mpi.size(), r.options.batch_bytes, r.threads);
       r.batches = setup->plan.batches.size();
       return;
     }
@@ -468,7 +456,7 @@ void write_deepspeed_output(LoadRun& r, const std::string& staged) {
   r.failed.settle();
   // Collective; on any rank's failure every rank throws (temporary files and staging removed).
   if (r.plan.exchange) {
-    r.xstats = run_exchange(setup->files, *writer, r.reader, model, setup->plan, r.mpi, r.threads, r.options.reporter);
+    r.xstats = run_exchange(setup->files, r.write, r.reader, model, setup->plan, r.mpi, r.threads, r.options.reporter);
     r.written += r.xstats.bytes_written;
     r.files += r.xstats.files_written;
   }
@@ -603,16 +591,14 @@ LoadSummary run_load(const LoadOptions& options) {
   refuse_output_over_input(options.output, "--output", input_data_dir(options.input, kind), "--input");
   // Under mpirun each rank checks its share of the files (balanced by bytes) with the pieces it read.
   const FusedSourceCrc crc(kind);
-  // With --sync (the default) every finished target file starts its write-back at once, so the final
-  // flush overlaps the writing instead of following it.
-  ZipWriter::set_start_writeback(options.sync);
   Reporter::Phase phase(options.reporter, "read source");
   Prepared prep;
   failed.guard([&] { prep = prepare(options, kind); });
   failed.settle();
   if (options.reuse_output && output_holds(options, prep, mpi.rank() == 0)) return reused_summary(options, prep, t0);
   phase.next("plan");
-  const LoadPlan plan = plan_load(options, prep.model, prep.plan, prep.direct != nullptr, mpi.size(), mpi.rank());
+  const LoadPlan plan =
+      plan_load(options, prep.model, prep.plan, prep.moe_line, prep.direct != nullptr, mpi.size(), mpi.rank());
 
   // Every rank turns SIGINT/SIGTERM into a failure at its next job from here on (staging removed).
   parallel::CollectiveStaging staging(failed, options.output, options.overwrite, "ucp-load", options.reporter.verbose,
@@ -621,6 +607,9 @@ LoadSummary run_load(const LoadOptions& options) {
   phase.next("write");
   UniversalReader reader(prep.model, options.input, plan.verify);
   LoadRun run{options, prep, plan, mpi, failed, parallel::thread_count(options.threads), reader};
+  // With --sync (the default) every finished target file starts its write-back at once, so the final
+  // flush overlaps the writing instead of following it.
+  run.write.start_writeback = options.sync;
   std::unique_ptr<DirectSource> source;
   if (plan.direct) source = open_direct_source(run, crc.fused());
   if (plan.verify_first) verify_atomic_tensors(run);  // exchange mode verifies while the owner reads

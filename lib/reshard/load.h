@@ -12,6 +12,7 @@
 #include "reshard/load_plan.h"
 #include "reshard/output_format.h"
 #include "reshard/target_defaults.h"
+#include "reshard/templates.h"
 #include "reshard/ucp_info.h"
 #include "core/reporter.h"
 
@@ -64,11 +65,15 @@ struct LoadSummary {
   nlohmann::json to_json() const;
 };
 
-// Model description + target (optimizer flavour resolved) + plan, without writing anything.
+// What the run reads once and every later step shares: the model description, the target plan (what
+// to write: the layout with its optimizer flavour resolved), the source's parsed templates and the
+// native-MoE line written. Nothing written yet.
 struct DirectInput;  // direct mode: the source's extract plan and common optimizer state (load.cpp)
 struct Prepared {
   ModelInfo model;
   UcpInfo plan;
+  std::shared_ptr<const Templates> templates;            // DeepSpeed output: parsed once, shared by every writer
+  const formats::deepspeed::VersionLine* moe_line = nullptr;  // native MoE: the line written (target_moe_line)
   std::shared_ptr<DirectInput> direct;  // null: the input is a universal checkpoint
   formats::deepspeed::InputKind input = formats::deepspeed::InputKind::Universal;  // read once (input_kind)
   nlohmann::json from_source = nlohmann::json::object();  // target values taken from the source
@@ -78,7 +83,8 @@ Prepared prepare(const LoadOptions& options);
 // The same for an input whose kind the caller has read (formats/deepspeed/checkpoint_dir.h input_kind).
 Prepared prepare(const LoadOptions& options, formats::deepspeed::InputKind kind);
 
-// `ucp-load --plan`: the UcpInfo as JSON, with `from_source` and (DeepSpeed output) the layout `record`.
+// `ucp-load --plan`: the UcpInfo as JSON, with `from_source`, (DeepSpeed output) the layout `record`
+// and this rank's LoadPlan (`load`), and the exchange's plan when it would be used.
 nlohmann::json plan_json(const LoadOptions& options);
 
 // Writes the target checkpoint under options.output (built under a temporary name, then renamed).

@@ -24,7 +24,16 @@ bool uses_exchange(OutputFormat format, ExchangeMode mode, int ranks) {
          (mode == ExchangeMode::Exchange || (mode == ExchangeMode::Auto && ranks > 1));
 }
 
-std::vector<FileJob> file_jobs(const ModelInfo& model, const UcpInfo& plan) {
+const char* file_job_kind_name(FileJob::Kind k) {
+  switch (k) {
+    case FileJob::Model: return "model";
+    case FileJob::Zero3Model: return "zero3_model";
+    case FileJob::Optim: return "optim";
+  }
+  return "?";
+}
+
+std::vector<FileJob> file_jobs(const ModelInfo& model, const UcpInfo& plan, const formats::deepspeed::VersionLine* line) {
   std::vector<FileJob> jobs;
   const uint64_t es = dtype_size(plan.target.dtype);
   const bool zero3 = plan.target.zero_stage == 3;
@@ -34,12 +43,14 @@ std::vector<FileJob> file_jobs(const ModelInfo& model, const UcpInfo& plan) {
       numel += g.numel;
       part += g.partition;
     }
-    if (!zero3) jobs.push_back({FileJob::Model, mr.mp, 0, numel * es * (mr.layers.empty() ? 1 : 2)});
+    if (!zero3) jobs.push_back({FileJob::Model, mr.mp, 0, numel * es * (mr.layers.empty() ? 1 : 2), {}});
     for (int d = 0; d < plan.target.dp; ++d) {
-      if (zero3) jobs.push_back({FileJob::Zero3Model, mr.mp, d, 0});
-      jobs.push_back({FileJob::Optim, mr.mp, d, part * 4 * model.states.size()});
+      if (zero3) jobs.push_back({FileJob::Zero3Model, mr.mp, d, 0, {}});
+      jobs.push_back({FileJob::Optim, mr.mp, d, part * 4 * model.states.size(), {}});
     }
   }
+  const auto facts = plan.files(model.native_moe);
+  for (auto& j : jobs) j.files = files_of(facts, j, line);
   return jobs;
 }
 
@@ -60,8 +71,31 @@ std::vector<char> verify_mask(const ModelInfo& model, int ranks, int rank) {
   return mask;
 }
 
-LoadPlan plan_load(const LoadOptions& options, const ModelInfo& model, const UcpInfo& plan, bool direct, int ranks,
-                   int rank) {
+size_t LoadPlan::my_files() const {
+  size_t n = 0;
+  for (size_t k : my_jobs) n += jobs[k].files.size();
+  return n;
+}
+
+nlohmann::json LoadPlan::to_json(const ModelInfo& model) const {
+  nlohmann::json verified = nlohmann::json::array(), js = nlohmann::json::array();
+  for (size_t i = 0; i < verify_mask.size(); ++i)
+    if (verify_mask[i]) verified.push_back(model.params[i].name);
+  for (size_t k = 0; k < jobs.size(); ++k)
+    js.push_back({{"kind", file_job_kind_name(jobs[k].kind)}, {"mp_rank", jobs[k].mp}, {"dp_rank", jobs[k].dp},
+                  {"bytes", jobs[k].bytes}, {"rank", job_ranks[k]}, {"files", jobs[k].files}});
+  return {{"format", std::string(output_format_name(format))},
+          {"direct", direct},
+          {"verify", verify},
+          {"mode", exchange ? "exchange" : "files"},
+          {"verify_first", verify_first},
+          {"verified_by_this_rank", verified},
+          {"jobs", js},
+          {"my_jobs", my_jobs}};
+}
+
+LoadPlan plan_load(const LoadOptions& options, const ModelInfo& model, const UcpInfo& plan,
+                   const formats::deepspeed::VersionLine* line, bool direct, int ranks, int rank) {
   LoadPlan p;
   p.format = options.format;
   p.direct = direct;
@@ -70,9 +104,10 @@ LoadPlan plan_load(const LoadOptions& options, const ModelInfo& model, const Ucp
   p.verify_first = p.verify && !p.exchange;
   if (p.verify_first) p.verify_mask = verify_mask(model, ranks, rank);
   if (options.format == OutputFormat::DeepSpeed && !p.exchange) {
-    p.jobs = file_jobs(model, plan);
+    p.jobs = file_jobs(model, plan, line);
     std::vector<uint64_t> sizes;
     for (const auto& j : p.jobs) sizes.push_back(j.bytes);
+    p.job_ranks = parallel::assign_by_size(sizes, ranks);
     p.my_jobs = parallel::share_of(sizes, ranks, rank);
   }
   return p;

@@ -1,12 +1,15 @@
 // ucp-load's plan for one MPI rank, decided before anything is read or written: the target layout
 // with the optimizer flavour resolved, how atomic tensors reach the target files (files or exchange
-// mode), which atomic tensors this rank verifies first, and which target files it writes. Plain
-// data computed without I/O; load.cpp executes it.
+// mode), which atomic tensors this rank verifies first, and (files mode) which rank writes which
+// target file, by name. Plain data computed without I/O, printed by `--plan` (`load`); load.cpp
+// executes it. The exchange's own plan (who writes and reads what there) is exchange_plan.h's.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "formats/deepspeed/version_line.h"
 #include "reshard/model_info.h"
@@ -33,15 +36,19 @@ bool uses_exchange(OutputFormat format, ExchangeMode mode, int ranks);
 struct FileJob {
   enum Kind { Model, Zero3Model, Optim } kind = Model;
   int mp = 0, dp = 0;
-  uint64_t bytes = 0;  // estimated output bytes (for the split across MPI ranks)
+  uint64_t bytes = 0;              // estimated output bytes (for the split across MPI ranks)
+  std::vector<std::string> files;  // the base names it writes (files_of), in the writer's order
 };
+const char* file_job_kind_name(FileJob::Kind k);  // "model" | "zero3_model" | "optim"
 
 // Every job of `plan` (DeepSpeed output), the same list on every rank: per model-parallel rank its
-// model job (ZeRO 0-2), then per DP rank its ZeRO-3 model job and its optimizer job.
-std::vector<FileJob> file_jobs(const ModelInfo& model, const UcpInfo& plan);
+// model job (ZeRO 0-2), then per DP rank its ZeRO-3 model job and its optimizer job; each with the
+// files it writes for the native-MoE version line `line` (nullptr: none).
+std::vector<FileJob> file_jobs(const ModelInfo& model, const UcpInfo& plan, const formats::deepspeed::VersionLine* line);
 
 // The base names job `j` writes, from the target's file facts (`files`: UcpInfo::files) and the
-// native-MoE version line written (`line`: DeepSpeedWriter::moe_line, nullptr otherwise).
+// native-MoE version line written (`line`: target_moe_line, nullptr otherwise): file_names.h's
+// expected_files, the one list of the files a layout has.
 std::vector<std::string> files_of(const formats::deepspeed::TargetFiles& files, const FileJob& j,
                                   const formats::deepspeed::VersionLine* line);
 
@@ -59,11 +66,16 @@ struct LoadPlan {
   bool verify_first = false;  // files mode with verify: verify_mask's tensors before any writing
   std::vector<char> verify_mask;
   std::vector<FileJob> jobs;     // files mode, DeepSpeed output: every job
-  std::vector<size_t> my_jobs;   // indices into jobs this rank writes (balanced by bytes), largest first
+  std::vector<int> job_ranks;    // which rank writes each job (balanced by bytes)
+  std::vector<size_t> my_jobs;   // indices into jobs this rank writes, largest first
+  // The files this rank writes in files mode (its jobs' files): the count ucp-load reports.
+  size_t my_files() const;
+  nlohmann::json to_json(const ModelInfo& model) const;
 };
 
 struct LoadOptions;  // load.h
-LoadPlan plan_load(const LoadOptions& options, const ModelInfo& model, const UcpInfo& plan, bool direct, int ranks,
-                   int rank);
+// `line`: the native-MoE version line written (target_moe_line; nullptr otherwise).
+LoadPlan plan_load(const LoadOptions& options, const ModelInfo& model, const UcpInfo& plan,
+                   const formats::deepspeed::VersionLine* line, bool direct, int ranks, int rank);
 
 }  // namespace ucpkit::reshard

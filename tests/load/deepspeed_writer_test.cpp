@@ -1,8 +1,8 @@
 // lib/reshard/deepspeed_writer in isolation, on the GPT fixture's universal checkpoint (ucp-union of the
 // dsgen source) planned for TP 2 DP 3 ZeRO-1 bf16: the module weights of every slot
 // (low_precision_slice) and every ZeRO partition of every state (partition_tensor) against dsgen's
-// ground truth sliced, padded and rounded here; the recorded sources of generated storages; a sink
-// in place of files; and the model file and optimizer shards of one rank read back by Python
+// ground truth sliced, padded and rounded here; the sources of generated storages; files laid out
+// without writing anything; and the model file and optimizer shards of one rank read back by Python
 // torch.load and compared with dsgen's own files for that layout (tests/load/check_rank_files.py).
 #include <gtest/gtest.h>
 
@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -208,16 +209,19 @@ TEST(DeepSpeedWriterValues, PartitionTensorsAreTheFlatBufferCutInDpParts) {
 TEST(DeepSpeedWriterSources, RecordedSourcesTileGeneratedStorages) {
   const auto& s = setup();
   auto w = s.writer();
-  // Off: nothing recorded.
+  // Without a place to put them, no sources are kept.
+  StorageSources none;
   const Slot& first = s.plan.mp_ranks[0].groups[0].slots[0];
-  EXPECT_TRUE(w->sources_of(w->low_precision_slice(first).storage().get()).empty());
-  w->record_sources(true);
+  (void)w->low_precision_slice(first);
+  EXPECT_TRUE(none.empty());
   const int exp_avg = s.reader->state_index("exp_avg");
   for (const MpRankPlan& mr : s.plan.mp_ranks)
     for (const GroupPlan& g : mr.groups) {
       for (const Slot& slot : g.slots) {  // a module weight: one source, the whole storage
-        Tensor t = w->low_precision_slice(slot);
-        const auto src = w->sources_of(t.storage().get());
+        StorageSources rec;
+        Tensor t = w->low_precision_slice(slot, &rec);
+        ASSERT_EQ(rec.size(), 1u);
+        const auto src = rec.at(t.storage().get());
         ASSERT_EQ(src.size(), 1u) << slot.name;
         EXPECT_EQ(src[0].byte_begin, 0u);
         EXPECT_EQ(src[0].byte_end, t.storage()->nbytes());
@@ -228,9 +232,11 @@ TEST(DeepSpeedWriterSources, RecordedSourcesTileGeneratedStorages) {
       for (int p = 0; p < kDp; ++p) {
         SCOPED_TRACE("mp " + std::to_string(mr.mp) + " group " + std::to_string(g.group) + " part " +
                      std::to_string(p));
-        Tensor t = w->partition_tensor(g, p, "exp_avg", -1, true);
+        StorageSources rec;
+        Tensor t = w->partition_tensor(g, p, "exp_avg", -1, true, &rec);
         const auto bytes = generated_bytes(t);
-        const auto src = w->sources_of(t.storage().get());
+        ASSERT_EQ(rec.size(), 1u);
+        const auto src = rec.at(t.storage().get());
         ASSERT_FALSE(src.empty());
         // Sorted, disjoint, inside the storage; together they hold exactly the partition's real
         // elements (the rest is padding); each is the named slice range, and every byte outside them is 0.
@@ -258,22 +264,38 @@ TEST(DeepSpeedWriterSources, RecordedSourcesTileGeneratedStorages) {
     }
 }
 
-TEST(DeepSpeedWriterFiles, SinkReceivesRootsInsteadOfFiles) {
+TEST(DeepSpeedWriterFiles, LayingOutWritesNothingAndKeepsEveryGeneratedStoragesSources) {
   const auto& s = setup();
   auto w = s.writer();
-  const fs::path dir = ucpkit::testing::scratch_dir("ds_writer_sink");
-  std::vector<std::string> paths;
-  w->set_sink([&](const std::string& path, const pickle::ValuePtr& root) -> uint64_t {
-    paths.push_back(path);
-    EXPECT_TRUE(root && root->kind == pickle::Kind::Dict);
-    return 1000 + paths.size();
-  });
-  EXPECT_EQ(w->write_model_file(1, dir.string()), 1001u);
-  EXPECT_EQ(w->write_optim_file(2, 1, dir.string()), 1002u);
-  ASSERT_EQ(paths.size(), 2u);
-  EXPECT_EQ(fs::path(paths[0]), dir / s.plan.mp_ranks[1].model_file());
-  EXPECT_EQ(fs::path(paths[1]), dir / s.plan.optim_file(2, 1));
+  const fs::path dir = ucpkit::testing::scratch_dir("ds_writer_lay_out");
+  const auto model = w->model_file(1, dir.string());
+  const auto optim = w->optim_file(2, 1, dir.string());
+  EXPECT_EQ(fs::path(model.path), dir / s.plan.mp_ranks[1].model_file());
+  EXPECT_EQ(fs::path(optim.path), dir / s.plan.optim_file(2, 1));
   EXPECT_TRUE(fs::is_empty(dir));
+  for (const auto* f : {&model, &optim}) {
+    ASSERT_TRUE(f->root && f->root->kind == pickle::Kind::Dict);
+    // Every generated storage of the root has its sources, and the file keeps no others.
+    const auto storages = generated_storages(f->root);
+    ASSERT_FALSE(storages.empty());
+    std::set<const Storage*> seen;
+    for (const auto& st : storages) {
+      seen.insert(st.get());
+      EXPECT_FALSE(f->sources_of(st.get()).empty()) << f->path;
+    }
+    for (const auto& [st, src] : f->sources) EXPECT_TRUE(seen.count(st)) << f->path << ": a source of no storage";
+  }
+  // Optimizer file: fp32 + 2 moments per group (the model file's module views share one flat buffer per group).
+  EXPECT_EQ(optim.sources.size(), 3 * s.plan.mp_ranks[1].groups.size());
+  // Job: the same names as the per-kind calls, and saving writes exactly those files.
+  FileJob job;
+  job.kind = FileJob::Model;
+  job.mp = 1;
+  const auto files = w->lay_out(job, dir.string());
+  ASSERT_EQ(files.size(), 1u);  // not a pipeline model, no experts
+  EXPECT_EQ(files[0].path, model.path);
+  const uint64_t n = save_file(files[0], {});
+  EXPECT_EQ(n, fs::file_size(model.path));
 }
 
 TEST(DeepSpeedWriterFiles, OneRankReadByTorchEqualsGeneratorsFiles) {
@@ -282,8 +304,8 @@ TEST(DeepSpeedWriterFiles, OneRankReadByTorchEqualsGeneratorsFiles) {
   {
     const int mp = 1;  // the second TP rank: its vocabulary slice ends in padding rows
     const fs::path dir = ucpkit::testing::scratch_dir("ds_writer_mp" + std::to_string(mp));
-    uint64_t n = w->write_model_file(mp, dir.string());
-    for (int d = 0; d < kDp; ++d) n += w->write_optim_file(d, mp, dir.string());
+    uint64_t n = save_file(w->model_file(mp, dir.string()), {});
+    for (int d = 0; d < kDp; ++d) n += save_file(w->optim_file(d, mp, dir.string()), {.start_writeback = d == 0});
     uint64_t sizes = 0, files = 0;
     for (const auto& e : fs::directory_iterator(dir)) {
       sizes += fs::file_size(e.path());

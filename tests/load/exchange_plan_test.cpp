@@ -226,7 +226,7 @@ TEST(ExchangePlan, FillPiecesCoverEveryByteOnceInTheStepOfItsUnit) {
   // A bf16 storage of 60 bytes: gap [0, 4), dense slice elements [2, 12) of exp_avg at [4, 24), gap
   // [24, 30), emb slice elements [0, 24) of fp32 at [30, 78) (its last 8 elements padding), gap to 90.
   const uint64_t es = 2, nbytes = 90;
-  const std::vector<DeepSpeedWriter::Source> sources = {{4, 24, &dense, 2, 1}, {30, 78, &emb, 0, 0}};
+  const std::vector<StorageSource> sources = {{4, 24, &dense, 2, 1}, {30, 78, &emb, 0, 0}};
   for (int64_t unit : {1, 3, 5, 64}) {
     for (int batches : {1, 2, 3}) {
       SCOPED_TRACE("unit " + std::to_string(unit) + " batches " + std::to_string(batches));

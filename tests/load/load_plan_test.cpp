@@ -95,7 +95,7 @@ TEST(FileJobs, NameEveryDeepSpeedFileOnce) {
                                    {pipeline_model(), target_of(1, 3, 1, 1)}};
   for (const auto& c : cases) {
     const UcpInfo info = ucp_info(c.model, c.target);
-    const auto jobs = file_jobs(c.model, info);
+    const auto jobs = file_jobs(c.model, info, nullptr);
     std::set<std::tuple<int, int, int>> seen;
     for (const auto& j : jobs) {
       EXPECT_TRUE(seen.insert({j.kind, j.mp, j.dp}).second) << "job listed twice";
@@ -120,8 +120,10 @@ TEST(FileJobs, JobsWriteTheTargetsExpectedFilesEachOnce) {
     const UcpInfo info = ucp_info(model, target);
     const auto facts = info.files(model.native_moe);
     std::vector<std::string> from_jobs;
-    for (const auto& j : file_jobs(model, info))
-      for (const auto& f : files_of(facts, j, nullptr)) from_jobs.push_back(f);
+    for (const auto& j : file_jobs(model, info, nullptr)) {
+      EXPECT_EQ(j.files, files_of(facts, j, nullptr));  // each job carries its names
+      for (const auto& f : j.files) from_jobs.push_back(f);
+    }
     auto want = formats::deepspeed::expected_files(facts, nullptr);
     std::sort(from_jobs.begin(), from_jobs.end());
     std::sort(want.begin(), want.end());
@@ -137,7 +139,7 @@ TEST(FileJobs, PipelineLayerFilesFollowTheirStage) {
   // 4 blocks over 2 stages: layers 1 (embedding), 3, 4 on stage 0; 5, 6, 7 (final norm) on stage 1.
   const ModelInfo m = pipeline_model();
   const UcpInfo info = ucp_info(m, target_of(1, 2, 1, 1));
-  const auto jobs = file_jobs(m, info);
+  const auto jobs = file_jobs(m, info, nullptr);
   ASSERT_EQ(jobs.size(), 4u);  // per stage: the model job, one optimizer job
   EXPECT_EQ(jobs[0].kind, FileJob::Model);
   EXPECT_EQ(jobs[2].kind, FileJob::Model);
@@ -152,7 +154,7 @@ TEST(FileJobs, OptimizerJobBytesAreTheFp32Partitions) {
   // is the norm, 4 elements padded to 6, 2 per rank. Three fp32 states of 16 elements.
   const ModelInfo m = tiny_model();
   const UcpInfo info = ucp_info(m, target_of(2, 1, 3, 1));
-  for (const auto& j : file_jobs(m, info))
+  for (const auto& j : file_jobs(m, info, nullptr))
     if (j.kind == FileJob::Optim) EXPECT_EQ(j.bytes, 3u * 4u * 16u);
 }
 
@@ -175,11 +177,11 @@ TEST(PlanLoad, FilesModeSplitsTheJobsOverTheRanks) {
   auto o = options_for(target_of(2, 1, 3, 1));
   o.exchange = ExchangeMode::Files;
   const UcpInfo info = ucp_info(m, o.target);
-  const size_t njobs = file_jobs(m, info).size();
+  const size_t njobs = file_jobs(m, info, nullptr).size();
   for (int ranks : {1, 2, 4, 9}) {
     std::vector<int> taken(njobs, 0);
     for (int rank = 0; rank < ranks; ++rank) {
-      const auto p = plan_load(o, m, info, false, ranks, rank);
+      const auto p = plan_load(o, m, info, nullptr, false, ranks, rank);
       EXPECT_FALSE(p.exchange);
       EXPECT_TRUE(p.verify && p.verify_first);
       EXPECT_EQ(p.jobs.size(), njobs);
@@ -195,24 +197,24 @@ TEST(PlanLoad, WhichStepsRun) {
   const UcpInfo info = ucp_info(m, o.target);
 
   // Universal input, several ranks: the exchange, which verifies while the owners read.
-  auto p = plan_load(o, m, info, false, 2, 0);
+  auto p = plan_load(o, m, info, nullptr, false, 2, 0);
   EXPECT_TRUE(p.exchange && p.verify);
   EXPECT_FALSE(p.verify_first);
   EXPECT_TRUE(p.jobs.empty() && p.my_jobs.empty() && p.verify_mask.empty());
 
   // --no-verify: nothing verified.
   o.verify = false;
-  p = plan_load(o, m, info, false, 1, 0);
+  p = plan_load(o, m, info, nullptr, false, 1, 0);
   EXPECT_FALSE(p.verify || p.verify_first || p.exchange);
   EXPECT_FALSE(p.jobs.empty());
 
   // Native input: the universal checksums only with --verify-against (--verify does not apply).
   o.verify = true;
-  p = plan_load(o, m, info, true, 1, 0);
+  p = plan_load(o, m, info, nullptr, true, 1, 0);
   EXPECT_TRUE(p.direct);
   EXPECT_FALSE(p.verify);
   o.verify_against = "/nowhere/manifest.json";
-  p = plan_load(o, m, info, true, 1, 0);
+  p = plan_load(o, m, info, nullptr, true, 1, 0);
   EXPECT_TRUE(p.verify && p.verify_first);
   EXPECT_EQ(p.verify_mask, std::vector<char>(m.params.size(), 1));
 
@@ -220,9 +222,68 @@ TEST(PlanLoad, WhichStepsRun) {
   o.verify_against.clear();
   o.format = OutputFormat::Safetensors;
   o.exchange = ExchangeMode::Exchange;
-  p = plan_load(o, m, info, false, 3, 1);
+  p = plan_load(o, m, info, nullptr, false, 3, 1);
   EXPECT_EQ(p.format, OutputFormat::Safetensors);
   EXPECT_FALSE(p.exchange);
   EXPECT_TRUE(p.verify_first);
   EXPECT_TRUE(p.jobs.empty());
+}
+
+TEST(PlanLoad, EveryFileHasOneWriterAndTheRanksFilesAddUpToTheLayout) {
+  // The files-mode plan names who writes each job (job_ranks, the same on every rank), each rank's
+  // my_jobs are exactly the jobs given to it, and my_files over the ranks is expected_files' length.
+  const ModelInfo m = pipeline_model();
+  auto o = options_for(target_of(2, 2, 3, 1));
+  o.exchange = ExchangeMode::Files;
+  const UcpInfo info = ucp_info(m, o.target);
+  const size_t want = formats::deepspeed::expected_files(info.files(m.native_moe), nullptr).size();
+  for (int ranks : {1, 2, 5}) {
+    size_t total = 0;
+    std::vector<int> first;
+    for (int rank = 0; rank < ranks; ++rank) {
+      const auto p = plan_load(o, m, info, nullptr, false, ranks, rank);
+      ASSERT_EQ(p.job_ranks.size(), p.jobs.size());
+      if (rank == 0) first = p.job_ranks;
+      EXPECT_EQ(p.job_ranks, first) << "every rank computes the same split";
+      std::vector<size_t> given;
+      for (size_t k = 0; k < p.jobs.size(); ++k)
+        if (p.job_ranks[k] == rank) given.push_back(k);
+      std::vector<size_t> mine = p.my_jobs;
+      std::sort(mine.begin(), mine.end());
+      EXPECT_EQ(mine, given);
+      total += p.my_files();
+    }
+    EXPECT_EQ(total, want) << ranks << " ranks";
+  }
+}
+
+TEST(PlanLoad, JsonNamesEveryJobsFilesAndWriter) {
+  const ModelInfo m = tiny_model();
+  auto o = options_for(target_of(2, 1, 2, 3));
+  o.exchange = ExchangeMode::Files;
+  const UcpInfo info = ucp_info(m, o.target);
+  const auto p = plan_load(o, m, info, nullptr, false, 2, 1);
+  const auto j = p.to_json(m);
+  EXPECT_EQ(j["format"], "deepspeed");
+  EXPECT_EQ(j["mode"], "files");
+  EXPECT_EQ(j["verify_first"], true);
+  ASSERT_EQ(j["jobs"].size(), p.jobs.size());
+  std::set<std::string> kinds, files;
+  for (size_t k = 0; k < p.jobs.size(); ++k) {
+    const auto& x = j["jobs"][k];
+    kinds.insert(x["kind"].get<std::string>());
+    EXPECT_EQ(x["rank"], p.job_ranks[k]);
+    for (const auto& f : x["files"]) EXPECT_TRUE(files.insert(f.get<std::string>()).second) << f;
+  }
+  EXPECT_EQ(kinds, (std::set<std::string>{"zero3_model", "optim"}));  // ZeRO-3: no mp_rank model job
+  EXPECT_TRUE(files.count(info.zero3_model_file(1, 1)));
+  EXPECT_TRUE(files.count(info.optim_file(0, 0)));
+  // The tensors this rank verifies, by name: with rank 0's, every parameter once.
+  const auto p0 = plan_load(o, m, info, nullptr, false, 2, 0).to_json(m);
+  std::multiset<std::string> verified;
+  for (const auto* v : {&j, &p0})
+    for (const auto& n : (*v)["verified_by_this_rank"]) verified.insert(n.get<std::string>());
+  EXPECT_EQ(verified.size(), m.params.size());
+  for (const auto& prm : m.params) EXPECT_EQ(verified.count(prm.name), 1u) << prm.name;
+  EXPECT_EQ(j["my_jobs"].get<std::vector<size_t>>(), p.my_jobs);
 }

@@ -446,7 +446,7 @@ TEST(Exchange, NeedsAreTheSliceElementsMerged) {
   emb.param = 0;
   emb.slice = tp_slice("emb", {10, 4}, m.params[0].rule, set, 2, 1, 12);
   // Storage of bf16: dense elements [2, 2 + 10) of the slice; emb: its whole slice (6 rows, 1 padding).
-  std::vector<DeepSpeedWriter::Source> sources = {{0, 20, &dense, 2, 1}, {20, 20 + 48, &emb, 0, 0}};
+  std::vector<StorageSource> sources = {{0, 20, &dense, 2, 1}, {20, 20 + 48, &emb, 0, 0}};
   AtomicNeeds needs;
   add_needs(m, sources, DType::BFloat16, needs);
   add_needs(m, {{0, 8, &dense, 0, 1}}, DType::BFloat16, needs);  // overlaps the first: merged

@@ -381,7 +381,7 @@ void write_records(ZipWriter& zip, const std::string& prefix, const std::string&
 void save_torch_file(const std::string& path, const pickle::ValuePtr& root, const TorchSaveOptions& options) {
   std::vector<std::shared_ptr<Storage>> order;
   const std::string pkl = pickle_root(root, order);
-  ZipWriter zip(path, options.durable);
+  ZipWriter zip(path, options.durable, options.start_writeback);
   write_records(zip, options.archive_prefix, pkl, order, [&](const std::string& name, const std::shared_ptr<Storage>& st) {
     zip.add_streamed(name, st->nbytes(), [&st](uint64_t off, std::span<uint8_t> w) { st->generate(off, w); },
                      dtype_size(st->dtype()));
@@ -408,7 +408,7 @@ struct DeferredTorchFile::Pieces {
 
 DeferredTorchFile::DeferredTorchFile(const std::string& path, const pickle::ValuePtr& root,
                                      const TorchSaveOptions& options)
-    : path_(path), zip_(std::make_unique<ZipWriter>(path, options.durable)) {
+    : path_(path), zip_(std::make_unique<ZipWriter>(path, options.durable, options.start_writeback)) {
   std::vector<std::shared_ptr<Storage>> order;
   const std::string pkl = pickle_root(root, order);
   write_records(*zip_, options.archive_prefix, pkl, order, [&](const std::string& name, const std::shared_ptr<Storage>& st) {

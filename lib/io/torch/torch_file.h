@@ -36,6 +36,7 @@ pickle::ValuePtr load_torch(const std::string& path);
 struct TorchSaveOptions {
   std::string archive_prefix = "archive";
   bool durable = false;  // fsync file and directory before returning
+  bool start_writeback = false;  // start the file's write-back once written (ZipWriter's constructor)
 };
 
 // Writes `root` as a zip-format torch file: to a temporary name, then renamed into place. Each

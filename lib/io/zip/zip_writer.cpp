@@ -28,11 +28,11 @@ constexpr uint16_t kDosTime = 0, kDosDate = (1 << 5) | 1;  // 1980-01-01: reprod
 constexpr uint64_t kCrcField = 14;  // offset of the CRC-32 in a local header
 
 std::atomic<size_t> g_window{8u << 20};
-std::atomic<bool> g_start_writeback{false};
 
 }  // namespace
 
-ZipWriter::ZipWriter(const std::string& path, bool durable) : out_(std::make_unique<AtomicFile>(path, durable)) {}
+ZipWriter::ZipWriter(const std::string& path, bool durable, bool start_writeback)
+    : out_(std::make_unique<AtomicFile>(path, durable)), start_writeback_(start_writeback) {}
 ZipWriter::~ZipWriter() = default;
 
 void ZipWriter::add(const std::string& name, std::span<const uint8_t> data) {
@@ -198,10 +198,8 @@ void ZipWriter::finish() {
   cd.u32(z64 ? 0xFFFFFFFF : cd_offset);
   cd.u16(0);
   out_->write(cd.b.data(), cd.b.size());
-  if (g_start_writeback) out_->start_writeback();  // a hint: failures are left to the final flush, which reports them
+  if (start_writeback_) out_->start_writeback();  // a hint: failures are left to the final flush, which reports them
   out_->commit();
 }
-
-void ZipWriter::set_start_writeback(bool on) { g_start_writeback = on; }
 
 }  // namespace ucpkit

@@ -14,7 +14,10 @@ class AtomicFile;
 
 class ZipWriter {
  public:
-  explicit ZipWriter(const std::string& path, bool durable = false);
+  // `start_writeback`: finish() starts the write-back of the finished file (sync_file_range WRITE, no
+  // wait), so that a tool which flushes its output at the end (syncfs) overlaps the flush of each file
+  // with the writing of the next instead of waiting for all of them at once.
+  explicit ZipWriter(const std::string& path, bool durable = false, bool start_writeback = false);
   ~ZipWriter();
   // Adds one record; `parts` are written back to back (no copy into one buffer).
   void add(const std::string& name, std::span<const uint8_t> data);
@@ -35,10 +38,6 @@ class ZipWriter {
   void flush();
   // Window size used by add_streamed (bytes; default 8 MiB).
   static void set_stream_window(size_t bytes);
-  // When on, finish() starts the write-back of the finished file (sync_file_range WRITE, no wait),
-  // so that a tool which flushes its output at the end (syncfs) overlaps the flush of each file with
-  // the writing of the next instead of waiting for all of them at once. Off by default.
-  static void set_start_writeback(bool on);
   // Writes the central directory and renames the file into place.
   void finish();
 
@@ -54,6 +53,7 @@ class ZipWriter {
   };
   std::unique_ptr<AtomicFile> out_;
   std::vector<Entry> entries_;
+  bool start_writeback_ = false;
 };
 
 }  // namespace ucpkit
