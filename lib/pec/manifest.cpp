@@ -26,6 +26,7 @@ json file_to_json(const FileEntry& f) {
   json j = {{"path", f.path}, {"size", f.size}, {"digest", f.digest}, {"chunks", chunks}};
   if (!f.ranges.is_null()) j["ranges"] = f.ranges;
   if (!f.cut.is_null()) j["cut"] = f.cut;
+  if (!f.range_crcs.is_null()) j["range_crcs"] = f.range_crcs;
   return j;
 }
 
@@ -44,6 +45,7 @@ FileEntry file_from_json(const json& j, const std::string& name) {
   }
   if (j.contains("ranges")) f.ranges = j.at("ranges");
   if (j.contains("cut")) f.cut = j.at("cut");
+  if (j.contains("range_crcs")) f.range_crcs = j.at("range_crcs");
   return f;
 }
 

@@ -34,6 +34,10 @@ struct FileEntry {
   nlohmann::json ranges;
   // Non-expert shared file stored with the expert ranges cut out: {"file_size", "cut"} (checkpoint.h).
   nlohmann::json cut;
+  // Shared files: [[record, offset, length, crc], ...], the CRC-32 of each expert range at this save,
+  // certified by the source's record CRCs (pec/record_crcs.h). A non-expert entry lists every expert
+  // range of the file, an expert entry its own. Null in manifests of older pec-save releases.
+  nlohmann::json range_crcs;
 };
 
 struct ExpertEntry {

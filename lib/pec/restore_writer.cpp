@@ -14,8 +14,10 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <numeric>
+#include <tuple>
 
 #include "core/crc32.h"
 #include "core/error.h"
@@ -28,6 +30,7 @@
 #include "pec/checksum.h"
 #include "pec/crash.h"
 #include "pec/object_store.h"
+#include "pec/record_crcs.h"
 #include "pec/store.h"
 #include "io/zip/zip_records.h"
 
@@ -35,13 +38,6 @@ namespace fs = std::filesystem;
 
 namespace ucpkit::pec {
 namespace {
-std::string crc_hex(uint32_t c) {
-  static const char* digits = "0123456789abcdef";
-  std::string s = "0x00000000";
-  for (int i = 0; i < 8; ++i) s[9 - i] = digits[(c >> (4 * i)) & 15];
-  return s;
-}
-
 constexpr size_t kInBlock = size_t{1} << 20;  // zeros written and bytes read back per call
 // Per worker: one object reader.
 constexpr uint64_t kPerWorker = formats::ObjectReader::kMemory;
@@ -53,6 +49,8 @@ constexpr uint64_t kBase = uint64_t{48} << 20;
 struct Seg {
   uint64_t stream = 0, file = 0, length = 0;
   const std::string* record = nullptr;
+  uint64_t range_at = 0, range_length = 0;  // the expert range (absolute in the file) the bytes belong to
+  int64_t expect = -1;                      // its CRC-32 as its save recorded it (-1: none recorded)
 };
 
 void create_sized(const std::string& path, uint64_t size) {
@@ -67,7 +65,7 @@ std::vector<Seg> slice(const std::vector<Seg>& map, uint64_t off, uint64_t n) {
   std::vector<Seg> out;
   for (const auto& s : map) {
     uint64_t lo = std::max(off, s.stream), hi = std::min(off + n, s.stream + s.length);
-    if (lo < hi) out.push_back({lo - off, s.file + (lo - s.stream), hi - lo, s.record});
+    if (lo < hi) out.push_back({lo - off, s.file + (lo - s.stream), hi - lo, s.record, s.range_at, s.range_length, s.expect});
   }
   return out;
 }
@@ -90,6 +88,8 @@ struct RestoreWriter::Job {
 struct RestoreWriter::CutFile {
   uint64_t size = 0;
   std::map<std::string, ZipRecord> records;
+  bool has_table = false;  // the target save recorded its expert ranges' CRC-32s
+  std::map<std::string, std::vector<RangeCrc>> table;  // record -> the target save's expert ranges in it
   std::vector<CrcPiece> pieces;
   std::set<std::string> touched;
 };
@@ -143,7 +143,9 @@ void stream_job(const std::string& object_path, const std::string& id, uint64_t 
   digest_out = hash.value();
   if (!(digest_out == want)) throw ObjectError(object_path + ": corrupt object (checksum mismatch)");
   for (size_t k = 0; k < segs.size(); ++k)
-    if (segs[k].record) pieces.push_back({out_rel, *segs[k].record, segs[k].file, segs[k].length, crc[k]});
+    if (segs[k].record)
+      pieces.push_back({out_rel, *segs[k].record, segs[k].file, segs[k].length, crc[k], -1, segs[k].range_at,
+                        segs[k].range_length, segs[k].expect});
   crash_point("restore chunk written");
 }
 }  // namespace
@@ -258,6 +260,10 @@ void RestoreWriter::write_non_expert(const Store& store, const std::vector<FileE
     bytes_written_ += size;
     auto cf = std::make_unique<CutFile>();
     cf->size = size;
+    if (!f.range_crcs.is_null()) {
+      cf->has_table = true;
+      for (auto& r : range_crcs_from_json(f.range_crcs, store.dir() + ": " + f.path)) cf->table[r.record].push_back(std::move(r));
+    }
     cut_[f.path] = std::move(cf);
     add_chunk_jobs(jobs, store, f, out, map, groups.size());
     groups.push_back(&f);
@@ -271,6 +277,49 @@ void RestoreWriter::write_non_expert(const Store& store, const std::vector<FileE
   for (size_t g = 0; g < groups.size(); ++g)
     if (chains[g].hex() != groups[g]->digest)
       throw ObjectError(store.dir() + ": " + groups[g]->path + ": reassembled file does not match its checksum");
+}
+
+void RestoreWriter::check_mixed_record(const std::string& path, const std::string& name, const ZipRecord& r,
+                                      const std::vector<const CrcPiece*>& ps, std::vector<RangeCrc>& slots,
+                                      const std::function<uint32_t(uint64_t, uint64_t)>& crc_of) const {
+  const std::string rec = "record '" + escaped_brief(name) + "'";
+  // Each expert range restored from a save that recorded its CRC-32 must still have it (a fragment of a
+  // store written by an older pec-save carries none and is taken as it is).
+  for (size_t i = 0; i < ps.size();) {
+    const CrcPiece& first = *ps[i];
+    uint32_t c = 0;
+    uint64_t pos = first.range_offset;
+    size_t j = i;
+    for (; j < ps.size() && ps[j]->range_offset == first.range_offset && ps[j]->step == first.step; ++j) {
+      if (ps[j]->offset != pos) break;
+      c = crc32_combine(c, ps[j]->crc, ps[j]->length);
+      pos += ps[j]->length;
+    }
+    if (j == i) ++j;  // (a piece that does not start its range cannot be checked)
+    if (first.expect >= 0 && pos == first.range_offset + first.range_length && c != static_cast<uint32_t>(first.expect)) {
+      fail(path, rec + ": the expert fragment at byte " + std::to_string(first.range_offset) + " restored from step " +
+                     std::to_string(first.step) + " has CRC-32 " + crc_hex(c) + ", not the " +
+                     crc_hex(static_cast<uint32_t>(first.expect)) + " that save recorded (the store holds a " +
+                     "damaged fragment); refusing rather than writing a fresh CRC over the damage");
+    }
+    i = j;
+  }
+  // The target save's own bytes: its non-expert bytes with its expert ranges' recorded CRC-32s must give
+  // the source's record CRC.
+  std::sort(slots.begin(), slots.end(), [](const RangeCrc& a, const RangeCrc& b) { return a.offset < b.offset; });
+  uint64_t pos = 0;
+  uint32_t c = 0;
+  for (const auto& s : slots) {
+    if (s.offset < pos || s.offset + s.length > r.size) fail(path, rec + ": overlapping or outlying expert ranges in the stored CRC table");
+    if (s.offset > pos) c = crc32_combine(c, crc_of(r.data_offset + pos, s.offset - pos), s.offset - pos);
+    c = crc32_combine(c, s.crc, s.length);
+    pos = s.offset + s.length;
+  }
+  if (r.size > pos) c = crc32_combine(c, crc_of(r.data_offset + pos, r.size - pos), r.size - pos);
+  if (c != r.crc32)
+    fail(path, rec + ": the bytes saved at step " + std::to_string(step_) + " give CRC-32 " + crc_hex(c) + ", not the " +
+                   crc_hex(r.crc32) + " the saved checkpoint recorded (the source was damaged when it was saved, " +
+                   "or the store since); refusing rather than writing a fresh CRC over the damage");
 }
 
 const RestoreWriter::CutFile& RestoreWriter::cut_file(const std::string& path) {
@@ -313,6 +362,9 @@ std::vector<CopyOutcome> RestoreWriter::write_experts(const std::vector<ExpertCo
         map.push_back({0, 0, f.size, nullptr});
       } else {
         const CutFile& cf = cut_file(f.path);
+        std::map<std::tuple<std::string, uint64_t, uint64_t>, uint32_t> recorded;
+        for (const auto& r : range_crcs_from_json(f.range_crcs, store.dir() + ": " + f.path))
+          recorded[{r.record, r.offset, r.length}] = r.crc;
         uint64_t off = 0;
         for (const auto& r : ranges_from_json(f.ranges)) {
           auto rec = cf.records.find(r.record);
@@ -321,7 +373,8 @@ std::vector<CopyOutcome> RestoreWriter::write_experts(const std::vector<ExpertCo
             fail(f.path, "record " + r.record + " is smaller than the saved expert fragment");
           if (off + r.length > f.size) fail(f.path, "saved expert fragment shorter than its ranges");
           const uint64_t at = rec->second.data_offset + r.offset;
-          map.push_back({off, at, r.length, &rec->first});
+          auto c = recorded.find({r.record, r.offset, r.length});
+          map.push_back({off, at, r.length, &rec->first, at, r.length, c == recorded.end() ? -1 : int64_t{c->second}});
           out[ci].fragments.push_back({f.path, {at, r.length}});
           off += r.length;
         }
@@ -434,9 +487,10 @@ void RestoreWriter::finish() {
       if (crc == r.crc32) continue;  // nothing to write: the bytes are the source's
       const bool one_save = std::all_of(ps.begin(), ps.end(), [&](const CrcPiece* q) { return q->step == step_; });
       if (one_save)
-        fail(path, "record '" + name + "': CRC-32 of the restored bytes " + crc_hex(crc) + " differs from the " +
+        fail(path, "record '" + escaped_brief(name) + "': CRC-32 of the restored bytes " + crc_hex(crc) + " differs from the " +
                     crc_hex(r.crc32) + " the saved checkpoint recorded (the source was damaged when it was saved, " +
                     "or the store since); refusing rather than writing a fresh CRC over the damage");
+      if (cf.has_table) check_mixed_record(path, name, r, ps, cf.table[name], crc_of);
       // Fragments of older saves replaced some of the source's bytes: the source CRC cannot hold.
       store_zip_crc(
           cf.size, r, crc, [&](uint64_t off, size_t n, uint8_t* dst) { pread_exact(f.get(), dst, n, off, p); },

@@ -10,6 +10,7 @@
 // checkpoint size. Under MPI each rank writes the files it owns (greedy split by bytes).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -17,7 +18,9 @@
 #include <utility>
 #include <vector>
 
+#include "io/zip/zip_directory.h"
 #include "pec/manifest.h"
+#include "pec/record_crcs.h"
 
 namespace ucpkit::pec {
 
@@ -31,6 +34,10 @@ struct CrcPiece {
   uint64_t length = 0;
   uint32_t crc = 0;
   int64_t step = -1;  // step of the save the bytes come from (the copy's)
+  // The expert range the piece belongs to (a range stored in several chunks gives several pieces) and
+  // the CRC-32 its save recorded for it (expect < 0: a manifest of an older pec-save recorded none).
+  uint64_t range_offset = 0, range_length = 0;
+  int64_t expect = -1;
 };
 
 // What writing one expert copy did on this rank.
@@ -80,8 +87,12 @@ class RestoreWriter {
   // Checks the CRC-32 of every zip record an accepted copy touched against the one the source file had
   // (still in the restored non-expert bytes): a record rebuilt only from the non-expert state's own
   // save must match it, else Error naming the file and record (damage in the source is refused, never
-  // given a fresh CRC); a record mixing fragments of older saves gets its CRC recomputed. Then fsyncs
-  // this rank's files.
+  // given a fresh CRC). A record mixing fragments of older saves cannot keep the source's CRC: each
+  // piece is checked against the CRC its own save recorded (the non-expert bytes with the target
+  // save's range CRCs must give the source's record CRC; each older fragment the CRC its save recorded
+  // for its range; pec/record_crcs.h), else Error naming the file, record and step; then the record
+  // gets the CRC of its bytes. Stores written by an older pec-save record no range CRCs: such a mixed
+  // record gets a recomputed CRC unchecked. Then fsyncs this rank's files.
   void finish();
   uint64_t bytes_written() const { return bytes_written_; }
 
@@ -90,6 +101,9 @@ class RestoreWriter {
   struct CutFile;
   void run(std::vector<Job>& jobs);
   const CutFile& cut_file(const std::string& path);
+  void check_mixed_record(const std::string& path, const std::string& name, const ZipRecord& r,
+                          const std::vector<const CrcPiece*>& pieces, std::vector<RangeCrc>& slots,
+                          const std::function<uint32_t(uint64_t, uint64_t)>& crc_of) const;
   std::string dir_;
   int rank_, world_, workers_;
   std::map<std::string, int> owner_;

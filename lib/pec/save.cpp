@@ -10,12 +10,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <tuple>
 
 #include "core/error.h"
 #include "formats/deepspeed/checkpoint_dir.h"
 #include "parallel/mpi_session.h"
 #include "pec/paths.h"
 #include "pec/plt.h"
+#include "pec/record_crcs.h"
 #include "pec/shard_plan.h"
 #include "pec/step_sources.h"
 #include "pec/store.h"
@@ -216,16 +218,29 @@ std::vector<FileEntry> store_share(const SaveWork& w, std::vector<TierSave>& tie
   if (total_bytes) *total_bytes = my_total;
   std::vector<FileEntry> results(w.work.size());
   std::mutex progress_mutex;
+  // The range CRC table of each shared file stored here (once per file, whatever the tiers).
+  struct Table {
+    std::once_flag once;
+    nlohmann::json json;
+  };
+  std::map<std::string, Table> tables;
+  for (size_t i : mine)
+    if (!w.work[i].part && src.expert_ranges.count(w.work[i].path)) tables[w.work[i].path];
   parallel::RankFailure failed(mpi);
   failed.guard([&] {
     tbb::parallel_for(size_t{0}, mine.size(), [&](size_t n) {
       const Work& job = w.work[mine[n]];
       Store& st = *tiers[job.tier].store;
-      json cut;
+      json cut, crcs;
+      if (auto t = tables.find(job.path); !job.part && t != tables.end()) {
+        std::call_once(t->second.once, [&] { t->second.json = range_crcs_to_json(expert_range_crcs(src, job.path)); });
+        crcs = t->second.json;
+      }
       SourceSegments from = job.part ? expert_part_segments(src, *job.part) : non_expert_segments(src, job.path, cut);
       FileEntry f = st.put_file_from(job.path, from.path, from.segments, o.chunk_bytes);
       f.cut = cut;
       if (job.part && !job.part->ranges.empty()) f.ranges = ranges_to_json(job.part->ranges);
+      f.range_crcs = std::move(crcs);
       results[mine[n]] = std::move(f);
       if (progress) {
         std::lock_guard<std::mutex> lock(progress_mutex);
@@ -300,6 +315,21 @@ json commit_tiers(std::vector<TierSave>& tiers, const SaveWork& w, const std::ve
   json tiers_json = json::array();
   for (auto& t : tiers) {
     Manifest& m = t.next;
+    // Each expert fragment carries the CRC-32 its ranges had, from the table of its file.
+    std::map<std::string, std::map<std::tuple<std::string, uint64_t, uint64_t>, uint32_t>> crc_of;
+    for (const auto& f : m.non_expert)
+      for (const auto& r : range_crcs_from_json(f.range_crcs, f.path)) crc_of[f.path][{r.record, r.offset, r.length}] = r.crc;
+    for (auto& e : m.experts)
+      for (auto& f : e.files) {
+        if (f.ranges.is_null() || !crc_of.count(f.path)) continue;
+        std::vector<RangeCrc> own;
+        for (const auto& r : ranges_from_json(f.ranges)) {
+          auto c = crc_of[f.path].find({r.record, r.offset, r.length});
+          if (c == crc_of[f.path].end()) fail(f.path, "expert range missing from its file's CRC table");
+          own.push_back({r.record, r.offset, r.length, c->second});
+        }
+        f.range_crcs = range_crcs_to_json(own);
+      }
     // A damaged object this save would have named was written again (older steps naming it are whole again).
     for (const auto& damage : t.store->objects().repaired()) o.reporter.warning(damage + ": written again from this save");
     attribute_stored_once(m);

@@ -8,11 +8,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <tuple>
 
 #include "core/error.h"
 #include "io/torch/verify.h"
 #include "io/zip/zip_directory.h"
 #include "pec/checkpoint.h"
+#include "pec/record_crcs.h"
 #include "pec/restore_writer.h"
 #include "pec/store.h"
 #include "support/files.h"
@@ -127,5 +130,95 @@ TEST(PecRestoreCrc, RecordMixingAnOlderSaveGetsTheCrcOfItsBytes) {
     const uint32_t truth =
         static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(bytes.data() + r.data_offset), r.size));
     EXPECT_EQ(r.crc32, truth) << name;  // the touched records recomputed, the others as saved (clean)
+  }
+}
+
+namespace {
+// The range CRC tables pec-save records (pec/record_crcs.h): the non-expert entries get `target`'s
+// (the step saved), the expert entries `older`'s (the save their fragments are tagged with). Both
+// computed without the record check, as a save that recorded whatever it read.
+void record_tables(std::vector<FileEntry>& non_expert, std::vector<ExpertEntry>& experts, const SourceCheckpoint& target,
+                   const SourceCheckpoint& older) {
+  for (auto& f : non_expert)
+    if (target.expert_ranges.count(f.path)) f.range_crcs = range_crcs_to_json(expert_range_crcs(target, f.path, false));
+  for (auto& e : experts)
+    for (auto& f : e.files) {
+      if (f.ranges.is_null()) continue;
+      std::map<std::tuple<std::string, uint64_t, uint64_t>, uint32_t> crc;
+      for (const auto& r : expert_range_crcs(older, f.path, false)) crc[{r.record, r.offset, r.length}] = r.crc;
+      std::vector<RangeCrc> own;
+      for (const auto& r : ranges_from_json(f.ranges)) own.push_back({r.record, r.offset, r.length, crc.at({r.record, r.offset, r.length})});
+      f.range_crcs = range_crcs_to_json(own);
+    }
+}
+void record_tables(DamagedStep& d, const SourceCheckpoint& target, const SourceCheckpoint& older) {
+  record_tables(d.non_expert, d.experts, target, older);
+}
+
+std::string restore_error(DamagedStep& d, int64_t expert_step) {
+  try {
+    restore(d.dir + "/out", d.store, d.non_expert, d.experts, expert_step);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+// A record mixing saves whose older fragment is not what that save recorded: the fragments are tagged
+// as saved at step 200, which recorded the undamaged fixture's CRCs; the stored fragment carries the
+// flipped byte. Before: the record got the CRC of its bytes (laundered), now refused naming the step.
+TEST(PecRestoreCrc, MixedRecordChecksAnOlderFragmentAgainstTheCrcItsSaveRecorded) {
+  DamagedStep d("restore_crc_mixed_older");
+  const SourceCheckpoint clean = open_checkpoint(kFixtureStep, {});
+  record_tables(d, d.src, clean);
+  const std::string what = restore_error(d, 200);
+  EXPECT_NE(what.find(d.damage.first), std::string::npos) << what;
+  EXPECT_NE(what.find("'" + d.damage.second + "'"), std::string::npos) << what;
+  EXPECT_NE(what.find("from step 200"), std::string::npos) << what;
+}
+
+// A record mixing saves whose bytes of the target step are damaged: the step-300 save recorded the
+// CRCs of what it read (the flipped byte included); with its non-expert bytes they do not give the
+// record CRC the source recorded. Before: laundered; now refused naming the step's bytes.
+TEST(PecRestoreCrc, MixedRecordChecksTheTargetSaveAgainstTheSourceCrc) {
+  DamagedStep d("restore_crc_mixed_target");
+  record_tables(d, d.src, d.src);
+  const std::string what = restore_error(d, 200);
+  EXPECT_NE(what.find(d.damage.first), std::string::npos) << what;
+  EXPECT_NE(what.find("'" + d.damage.second + "'"), std::string::npos) << what;
+  EXPECT_NE(what.find("saved at step 300"), std::string::npos) << what;
+}
+
+// The same with nothing damaged: every check passes and the mixed records get the CRC of their bytes.
+TEST(PecRestoreCrc, MixedRecordOfUndamagedSavesIsRestored) {
+  NoCrcPass no_crc_pass;
+  const std::string dir = std::string(UCPKIT_BUILD_DIR) + "/pec-scratch/restore_crc_mixed_clean";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const SourceCheckpoint src = open_checkpoint(kFixtureStep, {});
+  Store store(dir + "/store", Tier::durable, StoreOpen::create);
+  std::vector<FileEntry> non_expert;
+  std::vector<ExpertEntry> experts;
+  put_step(src, store, non_expert, experts);
+  record_tables(non_expert, experts, src, src);
+  restore(dir + "/out", store, non_expert, experts, 200);
+  for (const auto& [rel, ranges] : src.expert_ranges) {
+    const std::string out = dir + "/out/" + rel;
+    const std::string bytes = file_bytes(out);
+    EXPECT_EQ(bytes, file_bytes(kFixtureStep + "/" + rel)) << rel;  // the same bytes: the fixture's CRCs hold
+  }
+}
+
+// pec-save's record check: the damaged fixture copy's record is refused by name.
+TEST(PecRestoreCrc, RangeCrcsRefuseADamagedRecord) {
+  DamagedStep d("restore_crc_table_check");
+  try {
+    (void)expert_range_crcs(d.src, d.damage.first);
+    FAIL() << "the damaged record was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(d.damage.first), std::string::npos) << what;
+    EXPECT_NE(what.find("'" + d.damage.second + "'"), std::string::npos) << what;
   }
 }
