@@ -19,6 +19,8 @@
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/module_tree.h"
 #include "formats/deepspeed/version_line.h"
+#include "formats/dcp/folder.h"
+#include "formats/dcp/reader.h"
 #include "formats/universal/manifest.h"
 #include "reshard/direct_source.h"
 #include "reshard/model_info.h"
@@ -26,6 +28,7 @@
 #include "pec/restore_plan.h"
 #include "pec/store.h"
 #include "to_universal/extract.h"
+#include "to_universal/from_dcp.h"
 #include "to_universal/shard_reader.h"
 
 namespace fs = std::filesystem;
@@ -41,6 +44,8 @@ const char* kind_name(CheckpointKind kind) {
     case CheckpointKind::work_folder: return "work-folder";
     case CheckpointKind::universal: return "universal";
     case CheckpointKind::pec_store: return "pec-store";
+    case CheckpointKind::dcp: return "dcp";
+    case CheckpointKind::torch_dist: return "torch_dist";
   }
   return "?";
 }
@@ -70,6 +75,11 @@ CheckpointKind detect_kind(const std::string& path) {
   if (reshard::is_universal_input(path)) return CheckpointKind::universal;
   if (is_pec_store(path)) return CheckpointKind::pec_store;
   if (to_universal::is_work_folder(path)) return CheckpointKind::work_folder;
+  switch (formats::dcp::find_folder(path).kind) {
+    case formats::dcp::FolderKind::None: break;
+    case formats::dcp::FolderKind::TorchDist: return CheckpointKind::torch_dist;
+    default: return CheckpointKind::dcp;
+  }
   (void)reshard::native_checkpoint_dir(path);  // throws naming the folder: none of the kinds
   return CheckpointKind::deepspeed;
 }
@@ -361,6 +371,92 @@ void describe_store(CheckpointInfo& info, const InfoOptions& options) {
             [&] { verify_objects(*store, catalog.copies); });
 }
 
+// A DCP or torch_dist folder: its metadata (merged when rank-local), the union plan ucp-union would
+// follow, and with --verify every item decoded (in its file, a tensor of its chunk's dtype and shape,
+// zip CRC-32 checked).
+void describe_dcp(CheckpointInfo& info, const InfoOptions& options) {
+  info.dir = info.input;
+  add_sizes(info, info.dir, [](const std::string& rel) -> std::string {
+    const std::string name = fs::path(rel).filename().string();
+    if (name == ".metadata" || (name.rfind("__", 0) == 0 && fs::path(name).extension() == ".metadata")) return "metadata";
+    if (fs::path(name).extension() == ".distcp") return "data";
+    return "other";
+  });
+  formats::dcp::Folder folder;
+  formats::dcp::Metadata md;
+  if (!run_check(info, "metadata", "DCP metadata readable (every rank's, merged, for a rank-local save)", [&] {
+        folder = formats::dcp::find_folder(info.dir);
+        md = formats::dcp::read_folder_metadata(folder);
+      }))
+    return;
+  size_t tensors = 0, chunks = 0, bytes_entries = 0, most = 0;
+  std::map<std::string, size_t> per_count;
+  for (const auto& e : md.entries) {
+    if (e.is_bytes) {
+      ++bytes_entries;
+      continue;
+    }
+    ++tensors;
+    chunks += e.chunks.size();
+    most = std::max(most, e.chunks.size());
+    ++per_count[std::to_string(e.chunks.size())];
+  }
+  info.dcp = {{"folder", formats::dcp::folder_kind_name(folder.kind)},
+              {"era", formats::dcp::era_name(md.era)},
+              {"world_size", formats::dcp::world_size_of(md, folder)},
+              {"metadata_files", folder.metadata_files.size()},
+              {"entries", md.entries.size()},
+              {"tensor_entries", tensors},
+              {"bytes_entries", bytes_entries},
+              {"items", md.items.size()},
+              {"chunks", chunks},
+              {"most_chunks", most},
+              {"tensors_by_chunk_count", per_count},
+              {"version", md.version ? nlohmann::json(*md.version) : nlohmann::json(nullptr)}};
+  if (!folder.sharded_backend.empty()) info.dcp["sharded_backend"] = folder.sharded_backend;
+  to_universal::DcpPlan plan;
+  run_check(info, "plan", "chunks tile every tensor; optimizer states match their parameters (ucp-union's plan)",
+            [&] { plan = to_universal::plan_dcp(md, folder); });
+  std::set<std::string> states, dtypes;
+  int64_t elements = 0;
+  for (const auto& p : plan.params) {
+    for (const auto& [s, fqn] : p.states) states.insert(s);
+    if (!p.step.empty()) states.insert("step");
+    dtypes.insert(std::string(dtype_name(p.dtype)));
+    elements += numel_of(p.shape);
+  }
+  info.tensors = plan.params.size();
+  info.parameters = elements;
+  std::vector<std::string> optimizer_states;
+  for (const auto& s : states)
+    if (s != "fp32") optimizer_states.push_back(s);
+  info.states.assign(states.begin(), states.end());
+  std::string d;
+  for (const auto& x : dtypes) d += (d.empty() ? "" : ",") + x;
+  if (!d.empty()) info.dtypes["model"] = d;
+  info.dcp["optimizer"] = plan.optimizer;
+  info.dcp["optimizer_states"] = optimizer_states;
+  std::set<size_t> groups;
+  for (const auto& g : plan.param_groups) groups.insert(g.second.first);
+  info.dcp["param_groups"] = groups.size();
+  info.dcp["not_carried"] = plan.not_carried;
+  if (!options.verify) {
+    skip_check(info, "items", "every item decoded: inside its data file, the chunk's dtype and shape (--no-verify)");
+    return;
+  }
+  run_check(info, "items", "every item decoded: inside its data file, the chunk's dtype and shape, zip CRC-32", [&] {
+    const formats::dcp::Reader reader(folder.dir, md);
+    for (const auto& e : md.entries) {
+      if (e.is_bytes) {  // a torch.save of the value
+        const std::vector<uint8_t> b = reader.read_bytes(e.fqn);
+        (void)load_torch_bytes(b, md.path + " (item '" + escaped_brief(e.fqn) + "')");
+        continue;
+      }
+      for (size_t k = 0; k < e.chunks.size(); ++k) (void)reader.read_chunk(e.fqn, k);
+    }
+  });
+}
+
 }  // namespace
 
 namespace {
@@ -384,6 +480,8 @@ CheckpointInfo describe(const std::string& path, const InfoOptions& options) {
     case CheckpointKind::work_folder: describe_native(info, options); break;
     case CheckpointKind::universal: describe_universal(info, options); break;
     case CheckpointKind::pec_store: describe_store(info, options); break;
+    case CheckpointKind::dcp:
+    case CheckpointKind::torch_dist: describe_dcp(info, options); break;
   }
   return info;
 }
@@ -411,6 +509,7 @@ nlohmann::json CheckpointInfo::to_json() const {
   for (const auto& [k, s] : by_kind) kinds[k] = {{"files", s.files}, {"bytes", s.bytes}};
   j["size"] = {{"bytes", bytes}, {"files", files}, {"by_kind", kinds}};
   if (!store.is_null()) j["store"] = store;
+  if (!dcp.is_null()) j["dcp"] = dcp;
   json cs = json::array();
   for (const auto& c : checks)
     cs.push_back({{"name", c.name}, {"what", c.what}, {"status", status_name(c.status)}, {"error", str(c.error)}});
@@ -479,6 +578,20 @@ std::string CheckpointInfo::text() const {
     std::string s;
     for (const auto& x : store["steps"]) s += (s.empty() ? "" : ", ") + std::to_string(x["step"].get<int64_t>());
     row("saved steps", s.empty() ? "none readable" : s);
+  }
+  if (!dcp.is_null() && dcp.contains("entries")) {
+    std::string d = dcp.value("folder", "") + ", " + dcp.value("era", "") + ", world size " +
+                    std::to_string(dcp.value("world_size", 0)) + "; " + std::to_string(dcp.value("tensor_entries", 0)) +
+                    " tensors in " + std::to_string(dcp.value("chunks", 0)) + " chunks, " +
+                    std::to_string(dcp.value("bytes_entries", 0)) + " bytes entries";
+    row("dcp", d);
+    std::string o = "none";
+    if (dcp.value("optimizer", false)) {
+      o.clear();
+      for (const auto& x : dcp["optimizer_states"]) o += (o.empty() ? "" : ", ") + x.get<std::string>();
+      o += "; " + std::to_string(dcp.value("param_groups", 0)) + " param_groups";
+    }
+    row("optimizer", o);
   }
   std::string size = human_bytes(bytes) + " in " + std::to_string(files) + " files";
   for (const auto& [k, s] : by_kind) size += "; " + k + " " + human_bytes(s.bytes) + " (" + std::to_string(s.files) + ")";

@@ -15,8 +15,8 @@
 
 namespace ucpkit::inspect {
 
-enum class CheckpointKind { deepspeed, work_folder, universal, pec_store };
-// "deepspeed", "work-folder", "universal", "pec-store" (the JSON's "kind").
+enum class CheckpointKind { deepspeed, work_folder, universal, pec_store, dcp, torch_dist };
+// "deepspeed", "work-folder", "universal", "pec-store", "dcp", "torch_dist" (the JSON's "kind").
 const char* kind_name(CheckpointKind kind);
 
 // Which kind of folder `path` is. Throws Error naming it when it is none of them.
@@ -69,6 +69,8 @@ struct CheckpointInfo {
   size_t files = 0;
   std::map<std::string, FileKindSize> by_kind;
   nlohmann::json store;               // PEC store: committed steps and what each saved (null otherwise)
+  nlohmann::json dcp;                 // DCP / torch_dist: folder form, class-path era, world size, entries,
+                                      // chunks, optimizer state (null otherwise; docs/ucp-info.md)
   std::vector<Check> checks;
 
   bool ok() const;                    // every check that ran held

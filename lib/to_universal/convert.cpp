@@ -30,6 +30,7 @@
 #include "formats/deepspeed/storage_tags.h"
 #include "formats/universal/manifest.h"
 #include "to_universal/extract.h"
+#include "to_universal/from_dcp.h"
 #include "to_universal/master_image.h"
 #include "parallel/mpi_session.h"
 #include "parallel/share.h"
@@ -542,6 +543,9 @@ void tag_latest_universal(const std::string& output, const ExtractPlan& plan, co
 RunSummary run_union(const std::string& input, const std::string& output, const ConvertOptions& options) {
   const auto t0 = Clock::now();
   tune_allocator();
+  // A PyTorch DCP folder (`.metadata`, rank-local metadata, Megatron-Core torch_dist): from_dcp.h.
+  if (!is_work_folder(input) && dcp_input_kind(input) != formats::dcp::FolderKind::None)
+    return run_union_dcp(input, output, options);
   auto& mpi = parallel::MpiSession::get();
   parallel::RankFailure failed(mpi);
   Reporter::Phase phase(options.reporter, "plan");
@@ -573,19 +577,9 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
   failed.settle(drop_staging);
   Reporter::Bar progress(options.reporter, "ucp-union", mine.size(), mpi.rank() == 0);
   failed.guard([&] {
-    parallel::in_arena(threads, [&] {
-      tbb::parallel_for(
-          tbb::blocked_range<size_t>(0, mine.size(), 1),
-          [&](const tbb::blocked_range<size_t>& range) {
-            for (size_t k = range.begin(); k != range.end(); ++k) {
-              check_interrupted();
-              const size_t i = mine[k];
-              results[i] = convert_param(plan.params[i], set, cache, zero_dir, uo, flat && plan.params[i].autoep_experts == 0,
-                                         *image, plan.files);
-              progress.advance();
-            }
-          },
-          tbb::simple_partitioner());
+    convert_each(mine, threads, progress, [&](size_t i) {
+      results[i] = convert_param(plan.params[i], set, cache, zero_dir, uo, flat && plan.params[i].autoep_experts == 0,
+                                 *image, plan.files);
     });
   });
   progress.finish();
@@ -605,11 +599,7 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
   auto gathered = mpi.gather(mine_json.dump());
   failed.guard([&] {
     if (mpi.rank() != 0) return;
-    std::vector<formats::universal::UniversalParam> entries(plan.params.size());
-    for (const auto& g : gathered)
-      for (const auto& e : nlohmann::json::parse(g))
-        entries[e[0].get<size_t>()] = formats::universal::UniversalParam::from_json(e[1], "the manifest entries of the ranks", "entry");
-    write_union_common_files(plan, staged, std::move(entries), t);
+    write_union_common_files(plan, staged, gathered_entries(gathered, plan.params.size()), t);
     test_pause_if_asked();
     check_interrupted();
     staging.commit();
@@ -617,18 +607,48 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
   });
   failed.settle(drop_staging);
 
+  return union_summary(output, plan.params.size(), threads, t.bytes_read, t.bytes_written, t.files, t0);
+}
+
+RunSummary union_summary(const std::string& output, size_t params, int threads, uint64_t bytes_read,
+                         uint64_t bytes_written, uint64_t files, std::chrono::steady_clock::time_point t0) {
+  auto& mpi = parallel::MpiSession::get();
   RunSummary s;
   s.tool = "ucp-union";
   s.output = output;
-  s.params = plan.params.size();
+  s.params = params;
   s.ranks = mpi.size();
   s.threads = threads;
-  s.bytes_read = mpi.sum(t.bytes_read);
-  s.bytes_written = mpi.sum(t.bytes_written);
-  s.files_written = mpi.sum(t.files);
+  s.bytes_read = mpi.sum(bytes_read);
+  s.bytes_written = mpi.sum(bytes_written);
+  s.files_written = mpi.sum(files);
   s.peak_rss_bytes = mpi.max(peak_rss_bytes());
   s.seconds = mpi.max(std::chrono::duration<double>(Clock::now() - t0).count());
   return s;
+}
+
+void convert_each(const std::vector<size_t>& mine, int threads, Reporter::Bar& progress,
+                  const std::function<void(size_t)>& f) {
+  parallel::in_arena(threads, [&] {
+    tbb::parallel_for(
+        tbb::blocked_range<size_t>(0, mine.size(), 1),
+        [&](const tbb::blocked_range<size_t>& range) {
+          for (size_t k = range.begin(); k != range.end(); ++k) {
+            check_interrupted();
+            f(mine[k]);
+            progress.advance();
+          }
+        },
+        tbb::simple_partitioner());
+  });
+}
+
+std::vector<formats::universal::UniversalParam> gathered_entries(const std::vector<std::string>& gathered, size_t count) {
+  std::vector<formats::universal::UniversalParam> entries(count);
+  for (const auto& g : gathered)
+    for (const auto& e : nlohmann::json::parse(g))
+      entries[e[0].get<size_t>()] = formats::universal::UniversalParam::from_json(e[1], "the manifest entries of the ranks", "entry");
+  return entries;
 }
 
 }  // namespace ucpkit::to_universal

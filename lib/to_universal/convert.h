@@ -1,12 +1,16 @@
 // The conversion drivers behind ucp-extract and ucp-union: plan, execute in parallel (TBB threads
 // inside a process, parameters split by size across MPI ranks), write atomically, summarize.
 #pragma once
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/reporter.h"
+#include "formats/universal/manifest.h"
 
 namespace ucpkit::to_universal {
 
@@ -33,6 +37,20 @@ struct RunSummary {
   int ranks = 1, threads = 1;
   nlohmann::json to_json() const;
 };
+
+// A union's summary (ucp-union's --json): per-rank totals summed, time since `t0` and peak RSS the
+// maximum over MPI ranks (collective).
+RunSummary union_summary(const std::string& output, size_t params, int threads, uint64_t bytes_read,
+                         uint64_t bytes_written, uint64_t files, std::chrono::steady_clock::time_point t0);
+
+// Runs f(i) for every i of `mine` (this rank's parameters) on `threads` TBB threads, one parameter a
+// task, checking for an interrupt before each and advancing `progress` after it.
+void convert_each(const std::vector<size_t>& mine, int threads, Reporter::Bar& progress,
+                  const std::function<void(size_t)>& f);
+
+// Rank 0: the manifest entries every rank sent (mpi.gather of a JSON list of [index, entry] pairs),
+// placed at their index among `count`.
+std::vector<formats::universal::UniversalParam> gathered_entries(const std::vector<std::string>& gathered, size_t count);
 
 // ucp-extract: checkpoint -> work folder (plan.json + fragments).
 RunSummary run_extract(const std::string& checkpoint, const std::string& work_dir, const ConvertOptions& options);

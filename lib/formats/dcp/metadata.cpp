@@ -187,11 +187,17 @@ Metadata parse_metadata(std::span<const uint8_t> bytes, const std::string& name)
   p.storage_meta(root->attr("storage_meta"), md);
   md.version = opt_text(root, "version");
   md.era = p.era;
+  index_metadata(md);
+  return md;
+}
+
+void index_metadata(Metadata& md) {
+  md.entry_index.clear();
+  md.item_index.clear();
   for (size_t k = 0; k < md.entries.size(); ++k)
     if (!md.entry_index.emplace(md.entries[k].fqn, k).second)
-      p.bad("state_dict_metadata lists '" + escaped_brief(md.entries[k].fqn) + "' twice");
+      fail(md.path, "DCP metadata: state_dict_metadata lists '" + escaped_brief(md.entries[k].fqn) + "' twice");
   for (size_t k = 0; k < md.items.size(); ++k) md.item_index[md.items[k].fqn].push_back(k);
-  return md;
 }
 
 Metadata read_metadata(const std::string& path) {

@@ -78,6 +78,9 @@ struct Metadata {
 Metadata parse_metadata(std::span<const uint8_t> bytes, const std::string& name);
 // Reads and parses a `.metadata` file.
 Metadata read_metadata(const std::string& path);
+// Rebuilds md.entry_index / md.item_index from md.entries / md.items; a fqn listed twice is an Error
+// naming md.path.
+void index_metadata(Metadata& md);
 
 std::string_view era_name(ClassEra era);
 

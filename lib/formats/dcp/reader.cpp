@@ -91,6 +91,8 @@ Reader::Reader(std::string dir, std::string metadata_file)
     : dir_(std::move(dir)),
       md_(read_metadata(metadata_file.empty() ? (std::filesystem::path(dir_) / ".metadata").string() : metadata_file)) {}
 
+Reader::Reader(std::string dir, Metadata metadata) : dir_(std::move(dir)), md_(std::move(metadata)) {}
+
 const Entry& Reader::entry(const std::string& fqn, bool bytes) const {
   const Entry* e = md_.find(fqn);
   if (!e) fail(md_.path, "DCP: no entry '" + escaped_brief(fqn) + "'");

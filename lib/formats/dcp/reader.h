@@ -28,6 +28,9 @@ class Reader {
  public:
   // `dir` holds the data files; `metadata_file` defaults to dir/.metadata.
   explicit Reader(std::string dir, std::string metadata_file = "");
+  // Over metadata already read (a rank-local folder's merged metadata, formats/dcp/folder.h); item
+  // paths are relative to `dir`.
+  Reader(std::string dir, Metadata metadata);
 
   const Metadata& metadata() const { return md_; }
   const std::string& dir() const { return dir_; }

@@ -1,0 +1,187 @@
+// DCP folder kinds and rank-local metadata merged (folder.h).
+#include "formats/dcp/folder.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/json_input.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::formats::dcp {
+
+namespace {
+
+// torch.distributed.checkpoint.filesystem `_metadata_fn` (2.6: filesystem.py:63).
+constexpr const char* kMetadataName = ".metadata";
+// megatron/core/dist_checkpointing/core.py:13 (core_v0.19.0) CONFIG_FNAME; CheckpointingConfig :33.
+constexpr const char* kMcoreConfigName = "metadata.json";
+
+bool is_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+// `<prefix><digits><suffix>` -> the number, or -1.
+long rank_of(const std::string& name, std::string_view prefix, std::string_view suffix) {
+  if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return -1;
+  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (digits.empty() || digits.size() > 7 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
+  return std::stol(digits);
+}
+
+// Rank-local files or folders, keyed by rank; they must number 0..n-1.
+bool rank_local(Folder& f) {
+  std::map<long, std::pair<std::string, std::string>> by_rank;  // rank -> (metadata file, data dir)
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(f.dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (long r = rank_of(name, "__", ".metadata"); r >= 0 && e.is_regular_file(ec))
+      by_rank[r] = {e.path().string(), ""};
+    else if (long q = rank_of(name, "rank_", ""); q >= 0 && is_file(e.path() / kMetadataName))
+      by_rank[q] = {(e.path() / kMetadataName).string(), name};
+  }
+  if (by_rank.empty()) return false;
+  long want = 0;
+  for (const auto& [r, files] : by_rank) {
+    if (r != want)
+      throw Error(f.dir + ": rank-local DCP checkpoint without the metadata of rank " + std::to_string(want) +
+                  " (found ranks up to " + std::to_string(by_rank.rbegin()->first) + ")");
+    ++want;
+    f.metadata_files.push_back(files.first);
+    f.data_dirs.push_back(files.second);
+  }
+  f.kind = FolderKind::RankLocal;
+  return true;
+}
+
+std::string backend_of(const fs::path& config) {
+  const std::string file = config.string();
+  const nlohmann::json j = parse_json_input(read_text_file(file), file);
+  if (!j.is_object() || !j.contains("sharded_backend") || !j["sharded_backend"].is_string())
+    throw Error(file + ": a Megatron-Core metadata.json without a sharded_backend string");
+  return j["sharded_backend"].get<std::string>();
+}
+
+bool same_box(const Chunk& a, const Chunk& b) { return a.offsets == b.offsets && a.sizes == b.sizes; }
+
+}  // namespace
+
+std::string_view folder_kind_name(FolderKind kind) {
+  switch (kind) {
+    case FolderKind::None: return "none";
+    case FolderKind::Global: return "dcp";
+    case FolderKind::RankLocal: return "dcp-rank-local";
+    case FolderKind::TorchDist: return "torch_dist";
+  }
+  return "?";
+}
+
+Folder find_folder(const std::string& path) {
+  Folder f;
+  f.dir = path;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return f;
+  const fs::path dir(path);
+  const bool global = is_file(dir / kMetadataName);
+  if (is_file(dir / kMcoreConfigName) && global) {
+    f.sharded_backend = backend_of(dir / kMcoreConfigName);
+    if (f.sharded_backend != "torch_dist")
+      throw Error((dir / kMcoreConfigName).string() + ": Megatron-Core sharded backend '" +
+                  escaped_brief(f.sharded_backend) + "' (only torch_dist, which is DCP, is read)");
+    f.kind = FolderKind::TorchDist;
+  } else if (global) {
+    f.kind = FolderKind::Global;
+  } else if (!rank_local(f)) {
+    return f;
+  }
+  if (f.kind != FolderKind::RankLocal) {
+    f.metadata_files = {(dir / kMetadataName).string()};
+    f.data_dirs = {""};
+  }
+  return f;
+}
+
+namespace {
+
+// Adds `part` (rank `r`'s metadata, its items under `data_dir`) to `out`.
+void merge_part(Metadata& out, const Metadata& part, const std::string& data_dir) {
+  std::map<std::pair<std::string, std::vector<int64_t>>, bool> keep;  // (fqn, chunk offsets) -> taken from this part
+  for (const Entry& e : part.entries) {
+    const Entry* have = out.find(e.fqn);
+    if (!have) {
+      out.entry_index.emplace(e.fqn, out.entries.size());
+      out.entries.push_back(e);
+      for (const Chunk& c : e.chunks) keep[{e.fqn, c.offsets}] = true;
+      if (e.is_bytes) keep[{e.fqn, {}}] = true;
+      continue;
+    }
+    if (have->is_bytes != e.is_bytes || (!e.is_bytes && (have->dtype != e.dtype || have->size != e.size)))
+      fail(part.path, "DCP metadata: '" + escaped_brief(e.fqn) + "' differs from the lower ranks' entry (" +
+                          (e.is_bytes || have->is_bytes ? std::string("bytes vs tensor")
+                                                        : std::string("dtype or global size")) + ")");
+    Entry& into = out.entries[out.entry_index.at(e.fqn)];
+    for (const Chunk& c : e.chunks) {
+      const bool replica = std::any_of(into.chunks.begin(), into.chunks.end(), [&](const Chunk& x) { return same_box(x, c); });
+      if (!replica) into.chunks.push_back(c);
+      keep[{e.fqn, c.offsets}] = !replica;
+    }
+  }
+  for (const Item& it : part.items) {
+    const auto k = keep.find({it.fqn, it.offset.value_or(std::vector<int64_t>{})});
+    if (k == keep.end() || !k->second) continue;
+    Item copy = it;
+    if (!data_dir.empty()) copy.storage.relative_path = data_dir + "/" + it.storage.relative_path;
+    out.items.push_back(std::move(copy));
+  }
+}
+
+}  // namespace
+
+int world_size_of(const Metadata& md, const Folder& folder) {
+  if (folder.kind == FolderKind::RankLocal) return static_cast<int>(folder.metadata_files.size());
+  long top = -1;
+  auto see = [&](const std::string& name) {
+    const size_t us = name.find('_', 2);
+    if (name.rfind("__", 0) != 0 || us == std::string::npos || name.size() < 7 ||
+        name.compare(name.size() - 7, 7, ".distcp") != 0)
+      return;
+    const std::string digits = name.substr(2, us - 2);
+    if (!digits.empty() && digits.size() <= 7 && std::all_of(digits.begin(), digits.end(), ::isdigit))
+      top = std::max(top, std::stol(digits));
+  };
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(folder.dir, ec)) see(e.path().filename().string());
+  for (const Item& it : md.items) see(fs::path(it.storage.relative_path).filename().string());
+  return static_cast<int>(top + 1);
+}
+
+Metadata read_folder_metadata(const Folder& folder) {
+  if (folder.metadata_files.empty()) throw Error(folder.dir + ": not a DCP checkpoint folder (no .metadata)");
+  if (folder.kind != FolderKind::RankLocal) return read_metadata(folder.metadata_files[0]);
+  Metadata out;
+  for (size_t r = 0; r < folder.metadata_files.size(); ++r) {
+    const Metadata part = read_metadata(folder.metadata_files[r]);
+    if (r == 0) {
+      out.path = part.path;
+      out.era = part.era;
+      out.checkpoint_id = part.checkpoint_id;
+      out.version = part.version;
+    } else if (part.era != out.era) {
+      fail(part.path, "DCP metadata: class-path era " + std::string(era_name(part.era)) + " differs from rank 0's");
+    }
+    for (const auto& [k, v] : part.flattening) out.flattening.emplace(k, v);
+    merge_part(out, part, folder.data_dirs[r]);
+  }
+  index_metadata(out);
+  return out;
+}
+
+}  // namespace ucpkit::formats::dcp

@@ -1,0 +1,333 @@
+// DCP -> universal form (from_dcp.h). The mapping, with the torch 2.6 sources it follows
+// (docs/formats-dcp.md, "Into the universal form"):
+//  * keys: DefaultSavePlanner flattens the nested state dict and records each flat key's path in
+//    planner_data (checkpoint/default_planner.py:94, :103; _nested_dict.py:28-44); get_state_dict
+//    keys the optimizer state by parameter fqn: {"state": {fqn: {"step", "exp_avg", "exp_avg_sq"}},
+//    "param_groups": [{..., "params": [fqn, ...]}]} (checkpoint/state_dict.py:76-78, :780-791), and
+//    with flatten_optimizer_state_dict "state.<fqn>.<name>" keys (:628-686);
+//  * a model tensor (path without an "optim"/"optimizer" head; a leading "model" component is the
+//    usual {"model": ..., "optim": ...} wrapper and is dropped) is a parameter, its tensor the
+//    universal "fp32" state (the stored dtype kept: no conversion);
+//  * optim.state.<fqn>.<name> tensors are the states <name> of parameter <fqn> (exp_avg, exp_avg_sq as
+//    DeepSpeed's universal form names Adam's; any other name carried under its own), "step" its
+//    zero/<param>/step.pt (the value as stored: a 0-d tensor since torch 1.12's Adam, or an int);
+//  * optim.param_groups.<i>.<key> bytes items (torch.save of each value, default_planner.py:146-148)
+//    become zero/optimizer_state.pt {"param_groups": [{key: value, ...}, ...]}, as DeepSpeed's
+//    universal optimizer_state.pt carries param_groups; "params" lists fqns (state_dict.py:784-785).
+#include "to_universal/from_dcp.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+
+#include "core/atomic_file.h"
+#include "core/confine.h"
+#include "core/error.h"
+#include "core/staging.h"
+#include "formats/dcp/reader.h"
+#include "formats/universal/manifest.h"
+#include "formats/universal/state_file.h"
+#include "io/shape.h"
+#include "io/torch/torch_file.h"
+#include "parallel/mpi_session.h"
+#include "parallel/share.h"
+#include "parallel/staging.h"
+#include "parallel/threads.h"
+#include "to_universal/plan.h"
+#include "to_universal/save.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::to_universal {
+
+using formats::dcp::Entry;
+using formats::dcp::Folder;
+using formats::dcp::FolderKind;
+using formats::dcp::Metadata;
+using pickle::Value;
+using pickle::ValuePtr;
+
+namespace {
+
+std::string join(const std::vector<std::string>& parts, size_t from, size_t to) {
+  std::string s;
+  for (size_t k = from; k < to; ++k) s += (k > from ? "." : "") + parts[k];
+  return s;
+}
+
+bool digits(const std::string& s) { return !s.empty() && s.size() < 10 && std::all_of(s.begin(), s.end(), ::isdigit); }
+
+// The nested path of a flat key: planner_data's, else the key split as get_state_dict's dicts nest it
+// ("optim.state.<fqn>.<name>", "optim.param_groups.<i>.<key>", "model.<fqn>"; torch 1.13's planner
+// and non-default planners record none).
+std::vector<std::string> path_of(const Metadata& md, const std::string& fqn) {
+  if (auto it = md.flattening.find(fqn); it != md.flattening.end() && !it->second.empty()) return it->second;
+  for (const char* head : {"optim.", "optimizer."}) {
+    const std::string h = head;
+    if (fqn.rfind(h + "state.", 0) == 0) {
+      const std::string rest = fqn.substr(h.size() + 6);
+      const size_t dot = rest.rfind('.');
+      if (dot != std::string::npos && dot > 0)
+        return {h.substr(0, h.size() - 1), "state", rest.substr(0, dot), rest.substr(dot + 1)};
+    }
+    if (fqn.rfind(h + "param_groups.", 0) == 0) {
+      const std::string rest = fqn.substr(h.size() + 13);
+      const size_t dot = rest.find('.');
+      if (dot != std::string::npos) return {h.substr(0, h.size() - 1), "param_groups", rest.substr(0, dot), rest.substr(dot + 1)};
+    }
+  }
+  if (fqn.rfind("model.", 0) == 0) return {"model", fqn.substr(6)};
+  return {fqn};
+}
+
+struct Role {
+  enum Kind { Model, State, Group, Other } kind = Other;
+  std::string param, state;  // Model: param; State: param + state name
+  size_t group = 0;          // Group: index, state = key
+};
+
+Role role_of(const std::vector<std::string>& p) {
+  Role r;
+  if (p.size() >= 2 && (p[0] == "optim" || p[0] == "optimizer")) {
+    if (p[1] == "state" && p.size() >= 4) {
+      r.kind = Role::State, r.param = join(p, 2, p.size() - 1), r.state = p.back();
+    } else if (p[1] == "param_groups" && p.size() == 4 && digits(p[2])) {
+      r.kind = Role::Group, r.group = std::stoul(p[2]), r.state = p[3];
+    } else if (p.size() == 2 && p[1].rfind("state.", 0) == 0 && p[1].rfind('.') > 6) {  // flatten_optimizer_state_dict
+      const size_t dot = p[1].rfind('.');
+      r.kind = Role::State, r.param = p[1].substr(6, dot - 6), r.state = p[1].substr(dot + 1);
+    }
+    return r;
+  }
+  r.kind = Role::Model;
+  r.param = p.size() >= 2 && p[0] == "model" ? join(p, 1, p.size()) : join(p, 0, p.size());
+  return r;
+}
+
+uint64_t entry_bytes(const Entry& e) { return static_cast<uint64_t>(numel_of(e.size)) * dtype_size(e.dtype); }
+
+std::string shape_text(const std::vector<int64_t>& s) { return nlohmann::json(s).dump(); }
+
+}  // namespace
+
+FolderKind dcp_input_kind(const std::string& input) { return formats::dcp::find_folder(input).kind; }
+
+DcpPlan plan_dcp(const Metadata& md, const Folder& folder) {
+  DcpPlan plan;
+  std::map<std::string, size_t> index;  // param name -> position in plan.params
+  std::vector<std::pair<const Entry*, Role>> states;
+  for (const Entry& e : md.entries) {
+    if (!e.is_bytes) formats::dcp::check_chunks_cover(e, md.path);
+    const Role r = role_of(path_of(md, e.fqn));
+    if (r.kind == Role::Model && !e.is_bytes) {
+      if (!index.emplace(r.param, plan.params.size()).second)
+        fail(md.path, "DCP: two model tensors are both named '" + escaped_brief(r.param) + "' ('" + escaped_brief(e.fqn) + "')");
+      DcpParam p;
+      p.name = r.param;
+      p.states["fp32"] = e.fqn;
+      p.shape = e.size;
+      p.dtype = e.dtype;
+      p.bytes = entry_bytes(e);
+      plan.params.push_back(std::move(p));
+    } else if (r.kind == Role::State && (!e.is_bytes || r.state == "step")) {
+      states.push_back({&e, r});
+    } else if (r.kind == Role::Group && e.is_bytes) {
+      plan.param_groups.push_back({e.fqn, {r.group, r.state}});
+    } else {
+      plan.not_carried.push_back(e.fqn);
+    }
+  }
+  for (const auto& [e, r] : states) {
+    plan.optimizer = true;
+    auto it = index.find(r.param);
+    if (it == index.end())
+      fail(md.path, "DCP: optimizer state '" + escaped_brief(e->fqn) + "' of parameter '" + escaped_brief(r.param) +
+                        "', which has no model tensor in the checkpoint");
+    DcpParam& p = plan.params[it->second];
+    if (r.state == "step") {
+      p.step = e->fqn;
+      continue;
+    }
+    if (r.state == "fp32" || p.states.count(r.state))
+      fail(md.path, "DCP: optimizer state '" + escaped_brief(e->fqn) + "' would overwrite the parameter's " + r.state + " state");
+    if (e->size != p.shape)
+      fail(md.path, "DCP: optimizer state '" + escaped_brief(e->fqn) + "' has shape " + shape_text(e->size) +
+                        ", its parameter " + shape_text(p.shape) + " (the universal form holds full-shape states)");
+    p.states[r.state] = e->fqn;
+    p.bytes += entry_bytes(*e);
+  }
+  plan.source = {{"format", "dcp"},
+                 {"dcp", {{"folder", formats::dcp::folder_kind_name(folder.kind)},
+                          {"era", formats::dcp::era_name(md.era)},
+                          {"world_size", formats::dcp::world_size_of(md, folder)},
+                          {"entries", md.entries.size()},
+                          {"items", md.items.size()},
+                          {"not_carried", plan.not_carried.size()}}}};
+  return plan;
+}
+
+namespace {
+
+struct ParamResult {
+  formats::universal::UniversalParam manifest;
+  uint64_t bytes_read = 0, bytes_written = 0, files = 0;
+};
+
+uint64_t file_size_of(const std::string& p) {
+  std::error_code ec;
+  const auto n = fs::file_size(p, ec);
+  return ec ? 0 : n;
+}
+
+// The bytes of a fqn's items (what reading it costs).
+uint64_t item_bytes(const Metadata& md, const std::string& fqn) {
+  uint64_t n = 0;
+  if (auto it = md.item_index.find(fqn); it != md.item_index.end())
+    for (size_t k : it->second) n += md.items[k].storage.length;
+  return n;
+}
+
+// The step as stored: a tensor item, or a bytes item holding torch.save(int).
+ValuePtr read_step(const formats::dcp::Reader& reader, const std::string& fqn) {
+  const Entry* e = reader.metadata().find(fqn);
+  if (e && !e->is_bytes) return Value::of_tensor(reader.read_tensor(fqn));
+  const std::vector<uint8_t> bytes = reader.read_bytes(fqn);
+  return load_torch_bytes(bytes, reader.metadata().path + " (item '" + escaped_brief(fqn) + "')").root;
+}
+
+ParamResult convert_param(const DcpParam& p, const formats::dcp::Reader& reader, const fs::path& zero_dir) {
+  ParamResult r;
+  const std::string folder = param_folder(p.name);
+  const fs::path dir = zero_dir / folder;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(dir.string() + ": cannot create folder: " + ec.message());
+  formats::universal::UniversalParam& e = r.manifest;
+  e.name = p.name;
+  e.shape = p.shape;
+  e.dtype = std::string(dtype_name(p.dtype));
+  e.tp_shapes = std::vector<std::vector<int64_t>>{p.shape};
+  for (const auto& [state, fqn] : p.states) {
+    check_interrupted();
+    formats::universal::StateFile f;
+    f.param = reader.read_tensor(fqn);  // one tensor in memory: its chunks assembled
+    r.bytes_read += item_bytes(reader.metadata(), fqn);
+    const std::string path = (dir / (state + ".pt")).string();
+    save_torch_file(path, formats::universal::to_pickle(f));
+    r.bytes_written += file_size_of(path);
+    ++r.files;
+    e.states[state] = {"zero/" + folder + "/" + state + ".pt", tensor_crc32(f.param)};
+  }
+  if (!p.step.empty()) {
+    const std::string path = (dir / "step.pt").string();
+    save_torch_file(path, read_step(reader, p.step));
+    r.bytes_read += item_bytes(reader.metadata(), p.step);
+    r.bytes_written += file_size_of(path);
+    ++r.files;
+    e.step = true;
+  }
+  return r;
+}
+
+// zero/optimizer_state.pt: {"param_groups": [{key: value}, ...]} from the bytes items.
+ValuePtr optimizer_state(const DcpPlan& plan, const formats::dcp::Reader& reader) {
+  std::map<size_t, ValuePtr> groups;
+  for (const auto& [fqn, at] : plan.param_groups) {
+    auto& g = groups[at.first];
+    if (!g) g = Value::dict();
+    const std::vector<uint8_t> bytes = reader.read_bytes(fqn);
+    TorchFile tf = load_torch_bytes(bytes, reader.metadata().path + " (item '" + escaped_brief(fqn) + "')");
+    g->set_item(at.second, tf.root);
+  }
+  std::vector<ValuePtr> list;
+  size_t want = 0;
+  for (auto& [i, g] : groups) {
+    if (i != want) fail(reader.metadata().path, "DCP: optimizer param_groups " + std::to_string(want) + " missing");
+    ++want;
+    list.push_back(g);
+  }
+  auto root = Value::dict();
+  root->set_item("param_groups", Value::list(std::move(list)));
+  return root;
+}
+
+}  // namespace
+
+RunSummary run_union_dcp(const std::string& input, const std::string& output, const ConvertOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto& mpi = parallel::MpiSession::get();
+  parallel::RankFailure failed(mpi);
+  Reporter::Phase phase(options.reporter, "plan");
+  const Folder folder = formats::dcp::find_folder(input);
+  if (folder.kind == FolderKind::TorchDist)
+    throw Error(input + ": a Megatron-Core torch_dist checkpoint (metadata.json: sharded_backend torch_dist); "
+                "ucp-union does not convert it yet (its keys and distributed-optimizer buckets need the "
+                "Megatron-Core model, issue 30); ucp-info describes it");
+  if (!options.patterns_file.empty())
+    throw UsageError("--patterns " + options.patterns_file + ": " + input +
+                     " is a DCP checkpoint, which stores global tensors: there are no TP slices to join");
+  refuse_output_over_input(output, "--output", input, "--input");
+  std::unique_ptr<formats::dcp::Reader> reader;
+  DcpPlan plan;
+  failed.guard([&] {
+    Metadata md = formats::dcp::read_folder_metadata(folder);
+    plan = plan_dcp(md, folder);
+    reader = std::make_unique<formats::dcp::Reader>(folder.dir, std::move(md));
+  });
+  failed.settle("another MPI rank failed while planning");
+  if (!plan.not_carried.empty())
+    options.reporter.detail(std::to_string(plan.not_carried.size()) + " DCP entries are neither model tensors, " +
+                            "optimizer states nor param_groups and are not carried (first: '" +
+                            escaped_brief(plan.not_carried[0]) + "')");
+
+  phase.next("write parameters");
+  parallel::CollectiveStaging staging(failed, output, options.overwrite, "ucp", options.reporter.verbose, options.sync,
+                                      [](const fs::path& s) { fs::create_directories(s / "zero"); });
+  const auto drop_staging = staging.cleanup();
+  const fs::path staged = staging.path(), zero_dir = staged / "zero";
+  std::vector<uint64_t> sizes;
+  for (const auto& p : plan.params) sizes.push_back(p.bytes);
+  const std::vector<size_t> mine = parallel::share_of(sizes, mpi.size(), mpi.rank());
+  std::vector<ParamResult> results(plan.params.size());
+  const int threads = parallel::thread_count(options.threads);
+  Reporter::Bar progress(options.reporter, "ucp-union", mine.size(), mpi.rank() == 0);
+  failed.guard([&] {
+    convert_each(mine, threads, progress, [&](size_t i) { results[i] = convert_param(plan.params[i], *reader, zero_dir); });
+  });
+  progress.finish();
+  failed.guard([&] { staging.sync_own_files(); });
+  failed.settle(drop_staging);
+
+  phase.next("manifest and commit");
+  nlohmann::json mine_json = nlohmann::json::array();
+  uint64_t read = 0, written = 0, files = 0;
+  for (size_t i : mine) {
+    mine_json.push_back({i, results[i].manifest.to_json()});
+    read += results[i].bytes_read, written += results[i].bytes_written, files += results[i].files;
+  }
+  const auto gathered = mpi.gather(mine_json.dump());
+  failed.guard([&] {
+    if (mpi.rank() != 0) return;
+    formats::universal::UniversalManifest manifest;
+    manifest.params = gathered_entries(gathered, plan.params.size());
+    const std::string opt = (staged / formats::universal::kUniversalOptimizerState).string();
+    save_torch_file(opt, optimizer_state(plan, *reader));
+    manifest.source = plan.source;
+    manifest.patterns_origin = "none (DCP: global tensors)";
+    manifest.patterns_set = nlohmann::json::object();
+    const std::string man = (staged / formats::universal::kUniversalManifestName).string();
+    write_file_atomic(man, manifest.text());
+    written += file_size_of(opt) + file_size_of(man);
+    files += 2;
+    test_pause_if_asked();
+    check_interrupted();
+    staging.commit();
+  });
+  failed.settle(drop_staging);
+
+  return union_summary(output, plan.params.size(), threads, read, written, files, t0);
+}
+
+}  // namespace ucpkit::to_universal

@@ -1,0 +1,51 @@
+// ucp-union --input <DCP folder>: a PyTorch Distributed Checkpoint (reshardable or rank-local) into
+// ucpkit's universal form, one parameter at a time (docs/formats-dcp.md, "Into the universal form").
+// The plan (which DCP fqn becomes which state file of which parameter) is plain data; the run reads
+// each parameter's tensors through formats::dcp::Reader, writes zero/<param>/<state>.pt, and commits
+// the folder as every other union does (parallel::CollectiveStaging: staging, flush, rename).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/dcp/folder.h"
+#include "formats/dcp/metadata.h"
+#include "io/dtype.h"
+#include "to_universal/convert.h"
+
+namespace ucpkit::to_universal {
+
+// One parameter of the universal folder.
+struct DcpParam {
+  std::string name;                            // universal name: the model fqn ("layers.0.attention.wq.weight")
+  std::map<std::string, std::string> states;   // universal state ("fp32", "exp_avg", ...) -> DCP fqn
+  std::string step;                            // DCP fqn of its optimizer step ("" none)
+  std::vector<int64_t> shape;                  // global shape (every state has it)
+  DType dtype = DType::Float32;                // of the model tensor
+  uint64_t bytes = 0;                          // of its tensors (the split over MPI ranks)
+};
+
+struct DcpPlan {
+  std::vector<DcpParam> params;                // state_dict order of the model tensors
+  // optim.param_groups.<i>.<key> bytes entries -> (i, key), in metadata order.
+  std::vector<std::pair<std::string, std::pair<size_t, std::string>>> param_groups;
+  std::vector<std::string> not_carried;        // entries neither a parameter state nor a param_groups value
+  bool optimizer = false;                      // optimizer state found
+  nlohmann::json source;                       // manifest.json "source"
+};
+
+// The plan of `md` (a folder's metadata, formats::dcp::read_folder_metadata). Throws Error naming
+// md.path when an optimizer state names a parameter with no model tensor, or its shape differs.
+DcpPlan plan_dcp(const formats::dcp::Metadata& md, const formats::dcp::Folder& folder);
+
+// The DCP folder kind of `input` (FolderKind::None when it is not one).
+formats::dcp::FolderKind dcp_input_kind(const std::string& input);
+
+// ucp-union for a DCP folder (run_union calls it when dcp_input_kind is not None). A torch_dist
+// folder is refused with one line (Megatron-Core keys need their own model: not read here yet).
+RunSummary run_union_dcp(const std::string& input, const std::string& output, const ConvertOptions& options);
+
+}  // namespace ucpkit::to_universal
