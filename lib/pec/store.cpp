@@ -3,14 +3,19 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <map>
 #include <memory>
 #include <set>
@@ -26,6 +31,38 @@ namespace fs = std::filesystem;
 namespace ucpkit::pec {
 namespace {
 constexpr const char* kStoreMarker = "PEC_STORE";
+
+// The processes /proc/locks lists as holding a flock on the file open as `fd`: "pid N, name" for each
+// (at most four), "" when unknown (no /proc, another mount namespace).
+std::string lock_holders(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return "";
+  char key[64];
+  std::snprintf(key, sizeof key, "%02x:%02x:%llu", major(st.st_dev), minor(st.st_dev),
+                static_cast<unsigned long long>(st.st_ino));
+  std::ifstream locks("/proc/locks");
+  std::string line, out;
+  int n = 0;
+  const long self = static_cast<long>(::getpid());
+  while (std::getline(locks, line)) {
+    // "1: FLOCK  ADVISORY  WRITE 12345 08:01:1234567 0 EOF" ("->" marks a waiter)
+    std::istringstream in(line);
+    std::string id, type, mode, rw, dev;
+    long pid = 0;
+    if (!(in >> id >> type) || type != "FLOCK") continue;
+    if (!(in >> mode) || mode == "->") continue;
+    if (!(in >> rw >> pid >> dev) || dev != key || pid == self) continue;
+    if (n++ == 4) {
+      out += ", ...";
+      break;
+    }
+    std::string comm;
+    std::ifstream(std::string("/proc/") + std::to_string(pid) + "/comm") >> comm;
+    out += (out.empty() ? "" : ", ") + std::string("pid ") + std::to_string(pid) +
+           (comm.empty() ? "" : " " + escaped_brief(comm, 16));
+  }
+  return out;
+}
 
 void write_durable(const std::string& path, const std::string& text, const char* crash_label) {
   AtomicFile out(path, true);  // fsynced, renamed into place, its folder fsynced
@@ -81,9 +118,21 @@ void Store::lock(bool exclusive) {
     }
     if (lock_fd_ < 0) fail(path, std::string("cannot open lock: ") + std::strerror(errno));
   }
-  if (::flock(lock_fd_, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0)
-    fail(dir_, exclusive ? "another pec-save holds this store (.lock); wait for it to finish"
-                         : "a pec-save is writing this store (.lock); wait for it to finish");
+  if (::flock(lock_fd_, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0) {
+    // Who holds it: a writer (exclusive lock: a pec-save) or readers (shared: pec-restores).
+    bool readers = false;
+    if (exclusive && ::flock(lock_fd_, LOCK_SH | LOCK_NB) == 0) {
+      readers = true;
+      ::flock(lock_fd_, LOCK_UN);
+    }
+    const std::string who = lock_holders(lock_fd_);
+    const std::string holders = who.empty() ? "" : " (" + who + ")";
+    if (readers)
+      throw StoreBusy(dir_ + ": a reader (pec-restore) holds this store's lock" + holders +
+                      "; a save can start once it has finished");
+    throw StoreBusy(dir_ + ": a writer (pec-save) holds this store's lock" + holders + "; " +
+                    (exclusive ? "a save" : "a restore") + " can start once it has finished");
+  }
 }
 
 std::string Store::manifest_path(int64_t step) const {

@@ -19,6 +19,12 @@
 
 namespace ucpkit::pec {
 
+// The store's lock is held by another process (a reason to try again later, not a damaged store).
+class StoreBusy : public Error {
+ public:
+  using Error::Error;
+};
+
 struct GcStats {
   size_t manifests_removed = 0;
   size_t manifests_pruned = 0;
@@ -49,7 +55,9 @@ class Store {
   ObjectStore& objects() { return objects_; }
   const ObjectStore& objects() const { return objects_; }
 
-  // Exclusive (writer) or shared (reader) advisory lock on the tier, held until destruction.
+  // Exclusive (writer) or shared (reader) advisory lock on the tier, held until destruction. When
+  // another process holds it, throws StoreBusy naming the holders (readers: pec-restore; a writer:
+  // pec-save) with their process ids and names as /proc/locks and /proc/<pid>/comm give them.
   void lock(bool exclusive);
 
   std::vector<int64_t> committed_steps() const;  // ascending

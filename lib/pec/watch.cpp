@@ -63,6 +63,7 @@ WatchResult watch_and_save(const SaveOptions& base, const WatchOptions& options,
       SaveOptions o = base;
       o.checkpoint = (fs::path(w.dir) / formats::deepspeed::step_tag(*step)).string();
       o.step = -1;  // from the checkpoint: its tag, global_steps and iteration must agree (else NOT saved)
+      const int64_t before = last;
       last = *step;
       auto t0 = std::chrono::steady_clock::now();
       try {
@@ -81,11 +82,17 @@ WatchResult watch_and_save(const SaveOptions& base, const WatchOptions& options,
         if (w.keep_snapshots > 0) prune_snapshots(w.dir, w.keep_snapshots, *step);
       } catch (const UsageError&) {
         throw;
+      } catch (const StoreBusy& e) {
+        // Another process holds the store (a restore reading it): the step is tried again at the next poll.
+        last = before;
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%g", w.poll_seconds);
+        log("pec-save --watch: step " + std::to_string(*step) + " not saved yet: " + e.what() + "; trying again in " + buf + " s");
       } catch (const std::exception& e) {
         ++result.failed;
         log("pec-save --watch: step " + std::to_string(*step) + " NOT saved: " + e.what());
       }
-      continue;
+      if (last == *step) continue;
     }
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(w.poll_seconds);
     while (!g_stop && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));

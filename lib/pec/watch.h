@@ -21,7 +21,8 @@ struct WatchOptions {
 
 struct WatchResult {
   int saved = 0;   // steps saved
-  int failed = 0;  // steps NOT saved (each logged with its error; not retried)
+  int failed = 0;  // steps NOT saved (each logged with its error; not retried, but for a store whose lock
+                   // another process holds: that step is tried again at the next poll)
 };
 
 // Runs until SIGTERM or SIGINT; returns the steps saved and failed (pec-save exits 1 when any failed).
