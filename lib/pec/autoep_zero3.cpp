@@ -23,9 +23,9 @@ namespace fs = std::filesystem;
 namespace ucpkit::pec {
 
 bool is_autoep_zero3(const std::string& zero3_model_file) {
-  pickle::ValuePtr root = load_torch(zero3_model_file);
-  pickle::ValuePtr layers = root && root->is(pickle::Kind::Dict) ? root->get("ds_autoep_layers") : nullptr;
-  return layers && !layers->is_none();
+  const pickle::ValuePtr root = load_torch(zero3_model_file);
+  if (!root || !root->is(pickle::Kind::Dict)) return false;
+  return formats::deepspeed::has_autoep_layers(formats::deepspeed::read_model_states(root, zero3_model_file));
 }
 
 namespace {
@@ -44,19 +44,17 @@ struct RankFiles {
 
 RankFiles read_rank(const std::string& model_path, const std::string& optim_path) {
   RankFiles r;
-  const pickle::ValuePtr model = load_torch(model_path);
-  pickle::ValuePtr a = model && model->is(pickle::Kind::Dict) ? model->get("ds_autoep_layers") : nullptr;
-  if (!a || a->is_none()) fail(model_path, "no ds_autoep_layers (not an AutoEP ZeRO-3 save)");
-  r.model_identity = formats::deepspeed::model_file_identity(model);
-  r.layers = formats::deepspeed::parse_autoep_layers(a, model_path);
+  const pickle::ValuePtr root = load_torch(model_path);
+  if (!root || !root->is(pickle::Kind::Dict)) fail(model_path, "no ds_autoep_layers (not an AutoEP ZeRO-3 save)");
+  const formats::deepspeed::ModelStates model = formats::deepspeed::read_model_states(root, model_path);
+  if (!formats::deepspeed::has_autoep_layers(model)) fail(model_path, "no ds_autoep_layers (not an AutoEP ZeRO-3 save)");
+  r.model_identity = formats::deepspeed::model_file_identity(root);
+  r.layers = formats::deepspeed::autoep_layers(model, model_path);
   formats::deepspeed::check_autoep_zero3_layers(r.layers, model_path);
-  auto ps = formats::deepspeed::raw_param_shapes(model);
-  if (!ps || !ps->is_sequence()) fail(model_path, "ZeRO-3 model states have no param_shapes list");
-  for (const auto& g : ps->items) {
-    if (!g || g->kind != pickle::Kind::Dict) fail(model_path, "param_shapes entry is not a dict");
-    auto& row = r.sub_groups.emplace_back();
-    for (const auto& [k, v] : g->entries) row.emplace_back(k->as_str(), v->as_shape());
-  }
+  const auto ps = formats::deepspeed::saved_param_shapes(model);
+  if (!ps || ps->one_dict) fail(model_path, "ZeRO-3 model states have no param_shapes list");
+  if (ps->not_dicts) fail(model_path, "param_shapes entry is not a dict");
+  r.sub_groups = ps->groups;
   auto mapped = MappedFile::open(optim_path);
   if (!looks_like_zip(mapped->bytes())) fail(optim_path, "legacy (non-zip) optimizer files are not supported by pec-save");
   r.records = read_zip_directory(mapped->bytes(), optim_path);

@@ -16,9 +16,11 @@
 #include "io/torch/torch_file.h"
 #include "formats/deepspeed/model_states.h"
 #include "formats/deepspeed/autoep.h"
+#include "formats/deepspeed/autoep_json.h"
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/module_tree.h"
 #include "formats/deepspeed/moe.h"
+#include "formats/deepspeed/optimizer_shard.h"
 #include "formats/deepspeed/pipeline.h"
 #include "formats/deepspeed/version_line.h"
 #include "to_universal/extract_zero3.h"
@@ -38,18 +40,13 @@ namespace {
 
 // name -> TP-local shape of one model-parallel rank: param_shapes when present; else (native MoE
 // files before DeepSpeed 0.19.3) the module tensors, flat or Megatron's nested dict, and the expert files.
-void collect_shapes(const ValuePtr& model, std::map<std::string, std::vector<int64_t>>& shapes) {
-  if (auto ps = formats::deepspeed::raw_param_shapes(model); ps && ps->is_sequence()) {
-    for (const auto& group : ps->items)
-      if (group && group->kind == Kind::Dict)
-        for (const auto& [k, v] : group->entries) shapes[k->as_str()] = v->as_shape();
+void collect_shapes(const formats::deepspeed::ModelStates& model, std::map<std::string, std::vector<int64_t>>& shapes) {
+  if (auto ps = formats::deepspeed::saved_param_shapes(model)) {
+    for (const auto& group : ps->groups)
+      for (const auto& [name, shape] : group) shapes[name] = shape;
     return;
   }
-  if (auto ps = formats::deepspeed::raw_param_shapes(model); ps && ps->kind == Kind::Dict) {
-    for (const auto& [k, v] : ps->entries) shapes[k->as_str()] = v->as_shape();
-    return;
-  }
-  for (const auto& [name, v] : formats::deepspeed::module_tensors(model->get("module"))) shapes[name] = v->tensor->shape();
+  for (const auto& [name, v] : model.module) shapes[name] = v->tensor->shape();
 }
 
 // Layer-file numbering of a PipelineModule source, read from its own files: which layer_NN holds
@@ -122,22 +119,9 @@ void check_autoep_files(const formats::deepspeed::DeepSpeedLayout& L, const std:
       fail(ef.path, "extra shard: no such AutoEP layer/expert in ds_autoep_layers");
     const auto& a = autoep[it->second];
     FileScope scope(ef.path);
-    ValuePtr root = load_torch(ef.path);
-    if (!root || root->kind != Kind::Dict) fail(ef.path, "not an expert state dict");
-    std::set<std::string> want;
-    for (const auto& w : formats::deepspeed::autoep_weight_names()) want.insert(formats::deepspeed::autoep_expert_file_key(a.expert_key_prefix, w, ef.expert));
-    for (const auto& [k, v] : root->entries) {
-      if (!k || k->kind != Kind::Str) fail(ef.path, "expert state dict has a non-string key");
-      if (k->s == "folding") fail(ef.path, "folded AutoEP+AutoTP expert shards are not supported (autoep_universal.py:201-207)");
-      if (!want.erase(k->s)) fail(ef.path, "unexpected key " + k->s + " (expected " + a.expert_key_prefix + ".w1/w2/w3." + std::to_string(ef.expert) + ")");
-      if (!v || v->kind != Kind::Tensor) fail(ef.path, k->s + " is not a tensor");
-      const std::string w = k->s.substr(a.expert_key_prefix.size() + 1, 2);
-      std::vector<int64_t> local = shapes.at(a.expert_key_prefix + "." + w);
-      local.erase(local.begin());
-      if (v->tensor->shape() != local)
-        fail(ef.path, k->s + " has shape " + shape_str(v->tensor->shape()) + " but param_shapes gives " + shape_str(local) + " per expert");
-    }
-    if (!want.empty()) fail(ef.path, "missing key " + *want.begin());
+    std::map<std::string, std::vector<int64_t>> fused;  // "w1" -> [num_local_experts, ...]
+    for (const auto& w : formats::deepspeed::autoep_weight_names()) fused[w] = shapes.at(a.expert_key_prefix + "." + w);
+    formats::deepspeed::check_autoep_expert_file(load_torch(ef.path), ef.path, a, ef.expert, fused);
     found.emplace(a.moe_layer_id, ef.expert);
   }
   for (const auto& a : autoep)
@@ -149,7 +133,7 @@ void check_autoep_files(const formats::deepspeed::DeepSpeedLayout& L, const std:
 }
 
 // What the model-states files of every model-parallel rank give the ZeRO-1/2 plan.
-struct ModelStates {
+struct ModelFacts {
   std::vector<ShapeMap> shapes;            // per (pp, tp): name -> TP-local shape
   ValuePtr uc_info;                        // mp rank 0's universal_checkpoint_info
   std::vector<int> num_experts;            // native MoE / AutoEP: experts per MoE layer
@@ -160,41 +144,33 @@ struct ModelStates {
 
 // Model states of every (pp, tp): shapes, world sizes (checked), patterns, MoE facts; each file's
 // identity recorded in `agreement`.
-ModelStates read_model_states(const formats::deepspeed::DeepSpeedLayout& L, ShardAgreement& agreement) {
-  ModelStates m;
+ModelFacts read_model_facts(const formats::deepspeed::DeepSpeedLayout& L, ShardAgreement& agreement) {
+  ModelFacts m;
   m.shapes.resize(L.mp_count());
   m.facts.expp_files = !L.expert_optim_files.empty();
   for (int mp = 0; mp < L.mp_count(); ++mp) {
     const auto& path = L.model_files[mp];
     FileScope scope(path);
     ValuePtr root = load_torch(path);
-    if (!root || root->kind != Kind::Dict) fail(path, "not a model-states dict");
-    if (auto v = formats::deepspeed::raw_dp_world_size(root); v && !v->is_none() && v->as_int() != L.dp) {
-      if (v->as_int() > 0 && v->as_int() < L.dp)
-        throw Error(L.optim_files[mp][v->as_int()] + ": extra shard: " + path + " says dp_world_size is " +
-                    std::to_string(v->as_int()) + " but ZeRO shards up to rank " + std::to_string(L.dp - 1) +
-                    " were found");
-      fail(path, "inconsistent world sizes: dp_world_size is " + std::to_string(v->as_int()) + " but " +
-                     std::to_string(L.dp) + " ZeRO shards per model-parallel rank were found");
+    const formats::deepspeed::ModelStates model = formats::deepspeed::read_model_states(root, path);
+    if (const auto dp = model.dp_world_size; dp && *dp != L.dp) {
+      if (*dp > 0 && *dp < L.dp)
+        throw Error(L.optim_files[mp][*dp] + ": extra shard: " + path + " says dp_world_size is " + std::to_string(*dp) +
+                    " but ZeRO shards up to rank " + std::to_string(L.dp - 1) + " were found");
+      fail(path, "inconsistent world sizes: dp_world_size is " + std::to_string(*dp) + " but " + std::to_string(L.dp) +
+                     " ZeRO shards per model-parallel rank were found");
     }
-    check_model_parallel_sizes(root, path, L);
+    formats::deepspeed::check_recorded_parallel_sizes(model, path, L.tp, L.pp);
     agreement.model_file(root, path);
     if (mp == 0) {
-      m.uc_info = root->get("universal_checkpoint_info");
-      if (auto ne = root->get("num_experts"); ne && ne->is_sequence())
-        for (const auto& x : ne->items) m.num_experts.push_back(static_cast<int>(x->as_int()));
+      m.uc_info = formats::deepspeed::universal_checkpoint_info(model);
+      m.num_experts = formats::deepspeed::num_experts(model);
       m.facts = formats::deepspeed::moe_file_facts(root, m.facts.expp_files);
-      if (auto a = root->get("ds_autoep_layers"); a && !a->is_none()) {
-        m.autoep = formats::deepspeed::parse_autoep_layers(a, path);
-        // ds_to_universal.py:877: the rank order comes from the model file's ds_config.
-        if (auto cfg = formats::deepspeed::raw_ds_config(root); cfg && cfg->kind == Kind::Dict)
-          if (auto f = cfg->get(formats::deepspeed::kUseDataBeforeExpertParallelism); f) {
-            if (f->kind != Kind::Bool) fail(path, std::string("ds_config.") + formats::deepspeed::kUseDataBeforeExpertParallelism + " is not a boolean");
-            m.data_before_expert = f->b;
-          }
-      }
+      m.autoep = formats::deepspeed::autoep_layers(model, path);
+      // ds_to_universal.py:877: the rank order comes from the model file's ds_config.
+      if (!m.autoep.empty()) m.data_before_expert = formats::deepspeed::autoep_data_before_expert(model, path).value_or(false);
     }
-    collect_shapes(root, m.shapes[mp]);
+    collect_shapes(model, m.shapes[mp]);
   }
   return m;
 }
@@ -256,20 +232,13 @@ struct ShardFacts {
 void read_first_shard_facts(const ShardView& shard, const ValuePtr& root, bool autoep, ShardFacts& facts,
                             bool& data_before_expert) {
   if (const auto& z = shard.shard().zero_stage; z && !z->is_none()) facts.zero_stage = static_cast<int>(z->as_int());
-  if (auto cfg = formats::deepspeed::raw_ds_config(root); cfg && cfg->kind == Kind::Dict)
-    // The config key is "use_data_before_expert_parallelism" (deepspeed/runtime/constants.py
-    // USE_DATA_BEFORE_EXPERT_PARALLEL); use_data_before_expert_parallel_ is the engine's attribute
-    // name, which earlier ucpkit fixtures wrote: both are read.
-    for (const char* key : {formats::deepspeed::kUseDataBeforeExpertParallelism, "use_data_before_expert_parallel_"})
-      if (auto f = cfg->get(key); f && f->kind == Kind::Bool && !autoep) {
-        data_before_expert = f->b;
-        break;
-      }
+  if (!autoep)
+    if (const auto f = formats::deepspeed::shard_data_before_expert(root)) data_before_expert = *f;
 }
 
 // Every optimizer shard (model-parallel rank mp, DP rank d) into the plan's files, its param groups'
 // fragments through `map`, its partitions and identity into `agreement`.
-ShardFacts read_optimizer_shards(const formats::deepspeed::DeepSpeedLayout& L, const ModelStates& model, bool& data_before_expert,
+ShardFacts read_optimizer_shards(const formats::deepspeed::DeepSpeedLayout& L, const ModelFacts& model, bool& data_before_expert,
                                  Zero12FragmentMap& map, ShardAgreement& agreement, ExtractPlan& plan) {
   ShardFacts facts;
   for (int mp = 0; mp < L.mp_count(); ++mp) {
@@ -305,7 +274,7 @@ ShardFacts read_optimizer_shards(const formats::deepspeed::DeepSpeedLayout& L, c
 }
 
 // plan.source: the layout and what the files say about it (pipeline numbering read from the layer files).
-nlohmann::json zero12_source_json(const formats::deepspeed::DeepSpeedLayout& L, const ExtractPlan& plan, const ModelStates& model,
+nlohmann::json zero12_source_json(const formats::deepspeed::DeepSpeedLayout& L, const ExtractPlan& plan, const ModelFacts& model,
                                   const ShardFacts& shards, bool data_before_expert, bool native_moe) {
   nlohmann::json numbering, layer_keys;
   if (L.pipeline) {
@@ -322,7 +291,7 @@ nlohmann::json zero12_source_json(const formats::deepspeed::DeepSpeedLayout& L, 
   if (!layer_keys.is_null()) source["layer_keys"] = layer_keys;
   if (native_moe) source["ds_line"] = formats::deepspeed::detect_moe_version_line(model.facts).name;
   if (!model.autoep.empty()) {
-    source["autoep"] = autoep_source_json(model.autoep);
+    source["autoep"] = formats::deepspeed::autoep_layers_json(model.autoep);
     source["expert_files"] = L.expert_files.size();
   }
   return source;
@@ -343,7 +312,7 @@ ExtractPlan plan_checkpoint(const std::string& checkpoint, const ExtractOptions&
   if ((!L.expert_files.empty() || !L.expert_optim_files.empty()) && (L.tp > 1 || L.pp > 1 || L.pipeline))
     refuse_moe_model_parallel();
   ShardAgreement agreement;  // every file of one save; every shard's partitions fully described
-  ModelStates model = read_model_states(L, agreement);
+  ModelFacts model = read_model_facts(L, agreement);
   ExpertFacts experts;
   experts.num_experts = model.num_experts;
   experts.autoep = model.autoep;

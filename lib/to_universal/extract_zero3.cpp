@@ -9,6 +9,7 @@
 #include "io/torch/torch_file.h"
 #include "formats/deepspeed/model_states.h"
 #include "formats/deepspeed/autoep.h"
+#include "formats/deepspeed/autoep_json.h"
 #include "formats/deepspeed/autoep_zero3_ranks.h"
 #include "to_universal/fragment_map.h"
 #include "to_universal/plan_source.h"
@@ -30,7 +31,7 @@ namespace {
 // `agreement`).
 struct Zero3ModelFiles {
   std::vector<std::vector<formats::deepspeed::AutoEpLayer>> autoep_of_rank;  // ds_autoep_layers per DP rank of TP rank 0 (empty: no AutoEP)
-  std::vector<ValuePtr> first_of_tp;                              // each TP rank's DP-rank-0 model file, as read
+  std::vector<formats::deepspeed::ModelStates> first_of_tp;       // each TP rank's DP-rank-0 model file, as read
 };
 
 Zero3ModelFiles read_zero3_model_files(const formats::deepspeed::DeepSpeedLayout& L, ShardAgreement& agreement) {
@@ -43,20 +44,20 @@ Zero3ModelFiles read_zero3_model_files(const formats::deepspeed::DeepSpeedLayout
       FileScope scope(path);
       ValuePtr root = load_torch(path);
       agreement.model_file(root, path);
-      if (d == 0) out.first_of_tp.push_back(root);
-      ValuePtr a = root && root->kind == Kind::Dict ? root->get("ds_autoep_layers") : nullptr;
-      const bool has = a && !a->is_none();
+      formats::deepspeed::ModelStates model = formats::deepspeed::read_model_states(root, path);
+      const bool has = formats::deepspeed::has_autoep_layers(model);
       if (has && L.tp > 1)
         fail(path, "DeepSpeed AutoEP under ZeRO-3 with tp=" + std::to_string(L.tp) +
                        ": DeepSpeed refuses AutoEP with AutoTP under ZeRO-3 (engine.py:1850-1853), so such "
                        "checkpoints are not written");
       if (t == 0 && d < autoep_of_rank.size() && has) {
-        autoep_of_rank[d] = formats::deepspeed::parse_autoep_layers(a, path);
+        autoep_of_rank[d] = formats::deepspeed::autoep_layers(model, path);
         formats::deepspeed::check_autoep_zero3_layers(autoep_of_rank[d], path);
       }
       if (t == 0 && d > 0 && has != !autoep_of_rank[0].empty())
         fail(path, std::string(has ? "has" : "has no") + " ds_autoep_layers but " + L.zero3_model_files[0][0] +
                        (has ? " has none" : " has"));
+      if (d == 0) out.first_of_tp.push_back(std::move(model));
     }
   return out;
 }
@@ -80,26 +81,23 @@ struct Zero3ModelStates {
 };
 
 // `first_of_tp`: those files as read_zero3_model_files read them.
-Zero3ModelStates read_zero3_param_shapes(const formats::deepspeed::DeepSpeedLayout& L, const std::vector<ValuePtr>& first_of_tp) {
+Zero3ModelStates read_zero3_param_shapes(const formats::deepspeed::DeepSpeedLayout& L,
+                                         const std::vector<formats::deepspeed::ModelStates>& first_of_tp) {
   Zero3ModelStates out;
   out.sub_groups.resize(L.tp);
   for (int t = 0; t < L.tp; ++t) {
     const std::string& model_path = L.zero3_model_files[t][0];
     FileScope scope(model_path);
-    const ValuePtr& model = first_of_tp.at(static_cast<size_t>(t));
-    if (!model || model->kind != Kind::Dict) fail(model_path, "not a model-states dict");
-    if (auto v = formats::deepspeed::raw_dp_world_size(model); v && !v->is_none() && v->as_int() != L.dp)
-      fail(model_path, "inconsistent world sizes: dp_world_size is " + std::to_string(v->as_int()) + " but " +
+    const formats::deepspeed::ModelStates& model = first_of_tp.at(static_cast<size_t>(t));
+    if (const auto dp = model.dp_world_size; dp && *dp != L.dp)
+      fail(model_path, "inconsistent world sizes: dp_world_size is " + std::to_string(*dp) + " but " +
                            std::to_string(L.dp) + " ZeRO-3 shards were found");
-    check_model_parallel_sizes(model, model_path, L);
-    auto ps = formats::deepspeed::raw_param_shapes(model);
-    if (!ps || !ps->is_sequence()) fail(model_path, "ZeRO-3 model states have no param_shapes list");
-    for (const auto& g : ps->items) {
-      if (!g || g->kind != Kind::Dict) fail(model_path, "param_shapes entry is not a dict");
-      auto& row = out.sub_groups[t].emplace_back();
-      for (const auto& [k, v] : g->entries) row.emplace_back(k->as_str(), v->as_shape());
-    }
-    if (t == 0) out.uc_info = model->get("universal_checkpoint_info");
+    formats::deepspeed::check_recorded_parallel_sizes(model, model_path, L.tp, L.pp);
+    const auto ps = formats::deepspeed::saved_param_shapes(model);
+    if (!ps || ps->one_dict) fail(model_path, "ZeRO-3 model states have no param_shapes list");
+    if (ps->not_dicts) fail(model_path, "param_shapes entry is not a dict");
+    out.sub_groups[t] = ps->groups;
+    if (t == 0) out.uc_info = formats::deepspeed::universal_checkpoint_info(model);
   }
   return out;
 }
@@ -184,7 +182,7 @@ ExtractPlan plan_zero3(const formats::deepspeed::DeepSpeedLayout& L, const Extra
                  {"sub_groups", model.sub_groups[0].size()}};
   if (!autoep.empty()) {
     plan.source["ep"] = autoep[0].ep_size;
-    plan.source["autoep"] = autoep_source_json(autoep);
+    plan.source["autoep"] = formats::deepspeed::autoep_layers_json(autoep);
   }
   return plan;
 }

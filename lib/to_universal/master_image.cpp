@@ -4,9 +4,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <regex>
 
 #include "core/error.h"
+#include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/model_states.h"
 #include "io/dtype.h"
 #include "io/torch/verify.h"
@@ -80,13 +80,11 @@ MasterImage::MasterImage(const ExtractPlan& plan) {
   // --no-verify: the way out for a checkpoint whose module weights were edited on purpose after the save.
   if (!verify_files_crc()) return;
   const int tp = src.value("tp", 1);
-  static const std::regex mp_rank_file(R"(mp_rank_(\d+)_model_states\.pt)");
   std::map<int, std::string> by_rank;
-  for (const auto& f : plan.model_files) {
-    std::smatch m;
-    const std::string name = fs::path(f).filename().string();
-    if (std::regex_match(name, m, mp_rank_file)) by_rank[std::stoi(m[1])] = f;
-  }
+  for (const auto& f : plan.model_files)
+    if (auto n = formats::deepspeed::parse_file_name(fs::path(f).filename().string());
+        n && n->kind == formats::deepspeed::FileKind::ModelStates)
+      by_rank[n->mp] = f;
   if (static_cast<int>(by_rank.size()) != tp) return;
   for (const auto& [rank, path] : by_rank) {
     files_.push_back(load_torch_file(path));

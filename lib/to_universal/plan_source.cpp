@@ -3,7 +3,6 @@
 
 #include <fstream>
 
-#include "formats/deepspeed/model_states.h"
 #include "core/error.h"
 #include "to_universal/value_json.h"
 
@@ -11,21 +10,6 @@ namespace ucpkit::to_universal {
 
 using pickle::Kind;
 using pickle::ValuePtr;
-
-void check_model_parallel_sizes(const ValuePtr& root, const std::string& path, const formats::deepspeed::DeepSpeedLayout& L) {
-  if (auto v = formats::deepspeed::raw_mp_world_size(root); v && !v->is_none() && v->as_int() != L.tp && v->as_int() != L.tp * L.pp)
-    fail(path, "inconsistent world sizes: mp_world_size is " + std::to_string(v->as_int()) + " but the files say tp=" +
-                   std::to_string(L.tp));
-  if (auto args = root->get("args"); args && args->kind == Kind::Object) {
-    auto check = [&](const char* field, int expect) {
-      if (auto a = args->attr(field); a && a->kind == Kind::Int && a->i != expect)
-        fail(path, std::string("inconsistent world sizes: args.") + field + " is " + std::to_string(a->i) +
-                       " but the files say " + std::to_string(expect));
-    };
-    check("tensor_model_parallel_size", L.tp);
-    check("pipeline_model_parallel_size", L.pp);
-  }
-}
 
 patterns::PatternSet choose_patterns(const ExtractOptions& options, const ValuePtr& uc_info, const formats::deepspeed::DeepSpeedLayout& L,
                                      ExtractPlan& plan) {
@@ -60,15 +44,6 @@ patterns::PatternSet choose_patterns(const ExtractOptions& options, const ValueP
   // the layer files say nothing, formats/deepspeed/pipeline.h).
   if (pj.is_object() && pj.contains("pipeline_numbering")) plan.patterns_json["pipeline_numbering"] = pj["pipeline_numbering"];
   return pset;
-}
-
-nlohmann::json autoep_source_json(const std::vector<formats::deepspeed::AutoEpLayer>& autoep) {
-  nlohmann::json layers = nlohmann::json::array();
-  for (const auto& a : autoep)
-    layers.push_back({{"moe_layer_id", a.moe_layer_id}, {"module_path", a.module_path},
-                      {"expert_key_prefix", a.expert_key_prefix}, {"num_experts", a.num_experts},
-                      {"num_local_experts", a.num_local_experts}, {"ep_size", a.ep_size}});
-  return layers;
 }
 
 }  // namespace ucpkit::to_universal

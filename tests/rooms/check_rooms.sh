@@ -7,22 +7,39 @@
 #  2. The tool modules (to_universal, reshard, pec, placement) never include each other, except
 #     reshard -> to_universal/direct.h (direct mode reaches the extract planner through that one
 #     header). Rooms below them (core, parallel, io, patterns, formats) include no tool module.
-# Usage: tests/rooms/check_rooms.sh [SOURCE_DIR]   (exit 0: both rules hold; 1: each violation listed)
+# Usage: tests/rooms/check_rooms.sh [SOURCE_DIR] [--list]   (exit 0: both rules hold; 1: each violation listed;
+#        --list prints the derived schema strings and exits)
 set -uo pipefail
-src=$(cd "${1:-$(dirname "$0")/../..}" && pwd)
+list=0 dir=$(dirname "$0")/../..
+for a in "$@"; do if [ "$a" = --list ]; then list=1; else dir=$a; fi; done
+src=$(cd "$dir" && pwd)
 here=$src/tests/rooms
 cd "$src" || exit 2
 bad=0
 
-# Rule 1: DeepSpeed schema strings (pickle keys as DeepSpeed's engine writes them, file-name parts).
-keys='single_partition_of_fp32_groups|param_slice_mappings|group_paddings|base_optimizer_state|fp32_flat_groups'
-keys+='|ds_zero_partition_groups|optimizer_state_dict|partition_count|loss_scaler|dynamic_loss_scale'
-keys+='|param_shapes|frozen_param_shapes|shared_params|buffer_names|dp_world_size|mp_world_size|global_steps'
-keys+='|skipped_steps|ds_config|ds_version|clip_grad|latest|latest_universal|cat_dim|param_n_sub_params'
-keys+='|sub_param_shape|vocab_tensor|is_expert_param|mp_rank_|zero_pp_rank_|_optim_states\.pt'
-keys+='|_model_states\.pt|expp_rank_|global_step|ep_size_'
-hits=$(grep -rnoE "\"($keys)\"" lib apps --include='*.h' --include='*.cpp' |
-       grep -vE '^lib/(formats|io)/' | awk -F: '{print $1 ": " $3}' | sort -u)
+# Rule 1: DeepSpeed schema strings, derived from the code that owns them: every string literal of
+# lib/formats/deepspeed/ and of the universal checkpoint's DeepSpeed-defined files
+# (lib/formats/universal/state_file.*, join.*: what ds_to_universal.py writes; manifest.json is
+# ucpkit's own), comments left out, that is a key or a file-name part ([a-z_][a-z0-9_.]+), less the
+# words in not_schema.txt (generic vocabulary and ucpkit's own names, each with its reason).
+schema_sources=$(ls lib/formats/deepspeed/*.h lib/formats/deepspeed/*.cpp lib/formats/universal/state_file.* \
+                    lib/formats/universal/join.*)
+strip_comments() { sed -E -e 's@(^|[[:space:]])//.*$@@' "$@"; }
+not_schema=$(sed -e 's/[[:space:]]*#.*$//' "$here/not_schema.txt" | grep -v '^$' | sort -u)
+schema=$(strip_comments $schema_sources | grep -oE '"[a-z_][a-z0-9_.]+"' | tr -d '"' | sort -u |
+         comm -23 - <(printf '%s\n' "$not_schema"))
+[ $list -eq 1 ] && { printf '%s\n' "$schema"; exit 0; }
+[ "$(wc -l <<< "$schema")" -ge 100 ] || { echo "rule 1: only $(wc -l <<< "$schema") schema strings derived (expected 100+)"; exit 1; }
+keys=$(printf '%s\n' "$schema" | sed -e 's/[.]/\\./g' | paste -sd'|')
+hits=$(for f in $(grep -rlE "\"($keys)\"" lib apps --include='*.h' --include='*.cpp' | grep -vE '^lib/(formats|io)/'); do
+         strip_comments "$f" | grep -oE "\"($keys)\"" | sed -e "s|^|$f: |"
+       done | sort -u)
+# The shard file-name parts (mp_rank_, zero_pp_rank_, _optim_states.pt, ...) also inside a longer name or
+# pattern ("mp_rank_00_model_states.pt", "%s/mp_rank_%02d..."); a message (a literal with a space) may name them.
+parts=$(printf '%s\n' "$schema" | grep -E 'rank_|\.pt$' | sed -e 's/[.]/\\./g' | paste -sd'|')
+hits+=$'\n'$(for f in $(grep -rlE "\"[^\" ]*($parts)[^\" ]*\"" lib apps --include='*.h' --include='*.cpp' | grep -vE '^lib/(formats|io)/'); do
+         strip_comments "$f" | grep -oE "\"[^\" ]*($parts)[^\" ]*\"" | sed -e "s|^|$f: |"
+       done | sort -u)
 while IFS= read -r hit; do
   [ -n "$hit" ] || continue
   if ! grep -qxF "$hit" <(sed -e 's/[[:space:]]*#.*$//' "$here/allowed.txt" | grep -v '^$'); then

@@ -7,6 +7,7 @@
 #include "formats/deepspeed/moe.h"
 #include "formats/deepspeed/param_groups.h"
 #include "formats/universal/state_file.h"
+#include "io/shape.h"
 
 namespace ucpkit::formats::deepspeed {
 
@@ -156,6 +157,26 @@ std::string autoep_group_name(int ep) { return expert_group_name(ep); }
 
 std::string autoep_expert_file_key(const std::string& prefix, const std::string& weight, int global_expert) {
   return prefix + "." + weight + "." + std::to_string(global_expert);
+}
+
+void check_autoep_expert_file(const ValuePtr& root, const std::string& path, const AutoEpLayer& a, int global_expert,
+                              const std::map<std::string, std::vector<int64_t>>& fused) {
+  if (!root || root->kind != Kind::Dict) fail(path, "not an expert state dict");
+  std::set<std::string> want;
+  for (const auto& w : autoep_weight_names()) want.insert(autoep_expert_file_key(a.expert_key_prefix, w, global_expert));
+  for (const auto& [k, v] : root->entries) {
+    if (!k || k->kind != Kind::Str) fail(path, "expert state dict has a non-string key");
+    if (k->s == "folding") fail(path, "folded AutoEP+AutoTP expert shards are not supported (autoep_universal.py:201-207)");
+    if (!want.erase(k->s))
+      fail(path, "unexpected key " + k->s + " (expected " + a.expert_key_prefix + ".w1/w2/w3." + std::to_string(global_expert) + ")");
+    if (!v || v->kind != Kind::Tensor) fail(path, k->s + " is not a tensor");
+    std::vector<int64_t> local = fused.at(k->s.substr(a.expert_key_prefix.size() + 1, 2));
+    local.erase(local.begin());
+    if (v->tensor->shape() != local)
+      fail(path, k->s + " has shape " + shape_str(v->tensor->shape()) + " but param_shapes gives " + shape_str(local) +
+                     " per expert");
+  }
+  if (!want.empty()) fail(path, "missing key " + *want.begin());
 }
 
 void retarget_autoep_layers(const ValuePtr& layers, int ep, int dp, bool zero3, int ep_rank, int edp_rank) {

@@ -5,6 +5,8 @@
 // deepspeed/checkpoint/autoep_universal.py writes. docs/formats.md "AutoEP" has the facts with
 // DeepSpeed file:line (tag v0.19.5). Readers describe what they found; no file I/O here.
 #pragma once
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -70,6 +72,14 @@ std::string autoep_group_name(int ep);
 // Its per-expert files are named by file_names.h expert_states_name (engine.py:4190-4200).
 // Key of expert `global_expert` of `<prefix>.<w>` inside its per-expert file (engine.py:5037-5040).
 std::string autoep_expert_file_key(const std::string& prefix, const std::string& weight, int global_expert);
+
+// One per-expert file layer_<id>_expert_<g>_mp_rank_00_model_states.pt of AutoEP layer `a` under
+// ZeRO-1/2 (engine.py:5029-5054), its loaded root: exactly the keys <prefix>.w1/w2/w3.<g> (g =
+// `global_expert`), each a tensor of its fused weight's shape without the expert dimension (`fused`:
+// "w1" -> the fused weight's [num_local_experts, ...] as param_shapes gives it). Folded AutoEP+AutoTP
+// shards (a "folding" key) are refused (autoep_universal.py:201-207). Throws Error naming `path`.
+void check_autoep_expert_file(const pickle::ValuePtr& root, const std::string& path, const AutoEpLayer& a,
+                              int global_expert, const std::map<std::string, std::vector<int64_t>>& fused);
 
 // The universal state file of an AutoEP expert parameter (autoep_universal.py:333-338):
 // {'param': [E, ...], 'cat_dim': 0, 'is_expert_param': True, 'ep_num_experts': E}, written by

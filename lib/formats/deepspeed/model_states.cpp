@@ -334,4 +334,73 @@ pickle::ValuePtr raw_ds_version(const pickle::ValuePtr& root) { return pickle::e
 bool had_param_shapes(const ModelStates& m) { return m.contains("param_shapes"); }
 bool had_ds_config(const ModelStates& m) { return m.contains("ds_config"); }
 
+pickle::ValuePtr universal_checkpoint_info(const ModelStates& m) { return m.get("universal_checkpoint_info"); }
+
+std::vector<int> num_experts(const ModelStates& m) {
+  std::vector<int> out;
+  if (auto ne = m.get("num_experts"); ne && ne->is_sequence())
+    for (const auto& x : ne->items) out.push_back(static_cast<int>(x->as_int()));
+  return out;
+}
+
+bool has_autoep_layers(const ModelStates& m) {
+  const auto a = m.get("ds_autoep_layers");
+  return a && !a->is_none();
+}
+
+std::vector<AutoEpLayer> autoep_layers(const ModelStates& m, const std::string& path) {
+  if (!has_autoep_layers(m)) return {};
+  return parse_autoep_layers(m.get("ds_autoep_layers"), path);
+}
+
+std::optional<bool> autoep_data_before_expert(const ModelStates& m, const std::string& path) {
+  if (!m.ds_config || m.ds_config->kind != Kind::Dict) return std::nullopt;
+  const auto f = m.ds_config->get(kUseDataBeforeExpertParallelism);
+  if (!f) return std::nullopt;
+  if (f->kind != Kind::Bool) fail(path, std::string("ds_config.") + kUseDataBeforeExpertParallelism + " is not a boolean");
+  return f->b;
+}
+
+std::optional<SavedParamShapes> saved_param_shapes(const ModelStates& m) {
+  SavedParamShapes out;
+  if (m.param_shapes) {
+    out.groups = *m.param_shapes;
+    return out;
+  }
+  const ValuePtr ps = m.get("param_shapes");
+  auto group_of = [](const ValuePtr& g) {
+    std::vector<std::pair<std::string, std::vector<int64_t>>> row;
+    for (const auto& [k, v] : g->entries) row.emplace_back(k->as_str(), v->as_shape());
+    return row;
+  };
+  if (ps && ps->is_sequence()) {
+    for (const auto& g : ps->items) {
+      if (g && g->kind == Kind::Dict) out.groups.push_back(group_of(g));
+      else ++out.not_dicts;
+    }
+    return out;
+  }
+  if (ps && ps->kind == Kind::Dict) {
+    out.groups.push_back(group_of(ps));
+    out.one_dict = true;
+    return out;
+  }
+  return std::nullopt;
+}
+
+void check_recorded_parallel_sizes(const ModelStates& m, const std::string& path, int tp, int pp) {
+  if (m.mp_world_size && *m.mp_world_size != tp && *m.mp_world_size != static_cast<int64_t>(tp) * pp)
+    fail(path, "inconsistent world sizes: mp_world_size is " + std::to_string(*m.mp_world_size) +
+                   " but the files say tp=" + std::to_string(tp));
+  if (auto args = m.args(); args && args->kind == Kind::Object) {
+    auto check = [&](const char* field, int expect) {
+      if (auto a = args->attr(field); a && a->kind == Kind::Int && a->i != expect)
+        fail(path, std::string("inconsistent world sizes: args.") + field + " is " + std::to_string(a->i) +
+                       " but the files say " + std::to_string(expect));
+    };
+    check("tensor_model_parallel_size", tp);
+    check("pipeline_model_parallel_size", pp);
+  }
+}
+
 }  // namespace ucpkit::formats::deepspeed

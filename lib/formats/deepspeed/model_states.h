@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "formats/deepspeed/autoep.h"
 #include "formats/deepspeed/version_line.h"
 #include "io/pickle/value.h"
 
@@ -142,5 +143,35 @@ pickle::ValuePtr raw_ds_version(const pickle::ValuePtr& root);
 // Whether the file as read had the key (a writer keeps what the source had).
 bool had_param_shapes(const ModelStates& m);
 bool had_ds_config(const ModelStates& m);
+
+// ---- What the extract planner and PEC read of a model-states file beyond the typed fields (the key
+// names stay here).
+// Megatron-DeepSpeed's universal_checkpoint_info (pattern categories, vocab sizes); null when absent.
+pickle::ValuePtr universal_checkpoint_info(const ModelStates& m);
+// num_experts (native MoE and AutoEP): experts per MoE layer; empty when absent or not a list.
+std::vector<int> num_experts(const ModelStates& m);
+// Whether ds_autoep_layers is there and not None: an AutoEP save (engine.py:4986-5017).
+bool has_autoep_layers(const ModelStates& m);
+// ds_autoep_layers parsed and checked (autoep.h parse_autoep_layers, errors name `path`); empty when
+// absent or None.
+std::vector<AutoEpLayer> autoep_layers(const ModelStates& m, const std::string& path);
+// The expert/data rank order an AutoEP model file's ds_config records (use_data_before_expert_parallelism,
+// ds_to_universal.py:877); nullopt when not recorded. A value that is not a boolean: Error naming `path`.
+std::optional<bool> autoep_data_before_expert(const ModelStates& m, const std::string& path);
+
+// param_shapes however it was saved: the typed field, or an untyped list (or tuple) of dicts
+// name -> shape, or one dict name -> shape (`one_dict`). `not_dicts` counts list entries that are not
+// dicts (left out of `groups`). nullopt when the file has none or it is of another form.
+struct SavedParamShapes {
+  ParamShapes groups;
+  bool one_dict = false;
+  size_t not_dicts = 0;
+};
+std::optional<SavedParamShapes> saved_param_shapes(const ModelStates& m);
+
+// The model-parallel sizes the file records, against `tp` and `pp` from the file names: mp_world_size
+// (tp, or tp * pp) and Megatron's args tensor/pipeline_model_parallel_size. Throws Error naming `path`
+// ("inconsistent world sizes: ...").
+void check_recorded_parallel_sizes(const ModelStates& m, const std::string& path, int tp, int pp);
 
 }  // namespace ucpkit::formats::deepspeed

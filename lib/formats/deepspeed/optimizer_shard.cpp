@@ -282,6 +282,14 @@ pickle::ValuePtr optimizer_file_root(pickle::ValuePtr optimizer_state_dict, pick
   return root;
 }
 
+std::optional<bool> shard_data_before_expert(const pickle::ValuePtr& file_root) {
+  const auto cfg = pickle::entry_of(file_root, "ds_config");
+  if (!cfg || cfg->kind != pickle::Kind::Dict) return std::nullopt;
+  for (const char* key : {kUseDataBeforeExpertParallelism, "use_data_before_expert_parallel_"})
+    if (auto f = cfg->get(key); f && f->kind == pickle::Kind::Bool) return f->b;
+  return std::nullopt;
+}
+
 pickle::ValuePtr raw_optimizer_state_dict(const pickle::ValuePtr& file_root) { return pickle::entry_of(file_root, "optimizer_state_dict"); }
 pickle::ValuePtr raw_loss_scaler(const pickle::ValuePtr& osd) { return pickle::entry_of(osd, "loss_scaler"); }
 pickle::ValuePtr raw_clip_grad(const pickle::ValuePtr& osd) { return pickle::entry_of(osd, "clip_grad"); }

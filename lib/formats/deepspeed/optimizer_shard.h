@@ -4,6 +4,7 @@
 // views into the file; written, they may be generated storages (the writer streams them).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -92,6 +93,12 @@ pickle::ValuePtr to_pickle(const OptimizerShard& shard);
 // {optimizer_state_dict, ds_config, ds_version}.
 pickle::ValuePtr optimizer_file_root(pickle::ValuePtr optimizer_state_dict, pickle::ValuePtr ds_config,
                                      pickle::ValuePtr ds_version);
+// Native MoE: the expert/data rank order a shard file's ds_config records (`file_root`: the loaded
+// *_optim_states.pt): the config key use_data_before_expert_parallelism (runtime/constants.py
+// USE_DATA_BEFORE_EXPERT_PARALLEL) or use_data_before_expert_parallel_, the engine's attribute name,
+// which earlier ucpkit fixtures wrote; nullopt when neither holds a boolean.
+std::optional<bool> shard_data_before_expert(const pickle::ValuePtr& file_root);
+
 // Raw-root accessors for code that carries values over without reading the whole shard (the key names
 // stay here): the value under DeepSpeed's key, or null when absent.
 pickle::ValuePtr raw_optimizer_state_dict(const pickle::ValuePtr& file_root);
