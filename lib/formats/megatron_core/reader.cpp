@@ -1,0 +1,121 @@
+#include "formats/megatron_core/reader.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/torch/torch_file.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::formats::megatron_core {
+
+std::string_view optimizer_format_name(OptimizerFormat f) {
+  switch (f) {
+    case OptimizerFormat::None: return "none";
+    case OptimizerFormat::DpReshardable: return "dp_reshardable";
+    case OptimizerFormat::FullyReshardable: return "fully_reshardable";
+  }
+  return "?";
+}
+
+Checkpoint::Checkpoint(const std::string& path) : dir_(iteration_dir(path)) {
+  config_ = read_config(dir_);
+  const std::string md = (fs::path(dir_) / ".metadata").string();
+  if (!fs::exists(md)) fail(dir_, "Megatron-Core torch_dist: no .metadata (not a reshardable DCP save)");
+  dcp_ = std::make_unique<dcp::Reader>(dir_);
+  common_ = read_common_state(dir_, *dcp_);
+  classify();
+  check_optimizer_format();
+}
+
+void Checkpoint::classify() {
+  const auto& md = dcp_->metadata();
+  keys_.reserve(md.entries.size());
+  for (const auto& e : md.entries) keys_.push_back(classify_key(e.fqn, e.is_bytes, md.path));
+  for (size_t i = 0; i < keys_.size(); ++i) {
+    const Key& k = keys_[i];
+    if (k.kind != KeyKind::Model) continue;
+    for (auto& s : param_slices(k.model, md.entries[i].size, md.path)) {
+      if (!param_index_.emplace(s.name, params_.size()).second)
+        fail(md.path, "Megatron-Core torch_dist: parameter " + escaped_brief(s.name) + " stored twice");
+      params_.push_back({std::move(s), k.fqn, &k});
+    }
+  }
+}
+
+// The format the common state names (content_metadata.distrib_optim_sharding_type) must be the one
+// the tensors have; without content_metadata (older saves) the tensors decide.
+void Checkpoint::check_optimizer_format() {
+  bool state = false, bucket = false;
+  for (const auto& k : keys_) {
+    state = state || k.kind == KeyKind::OptimizerState;
+    bucket = bucket || k.kind == KeyKind::DpBucket;
+  }
+  const std::string& file = dcp_->metadata().path;
+  if (state && bucket) fail(file, "Megatron-Core torch_dist: both fully_reshardable and dp_reshardable optimizer tensors");
+  optimizer_format_ = state ? OptimizerFormat::FullyReshardable
+                            : bucket ? OptimizerFormat::DpReshardable : OptimizerFormat::None;
+  const auto named = common_.content_string("distrib_optim_sharding_type");
+  if (!named || optimizer_format_ == OptimizerFormat::None) return;
+  if (*named != optimizer_format_name(optimizer_format_))
+    fail(common_.source, "Megatron-Core torch_dist: content_metadata names distrib_optim_sharding_type " +
+                             escaped_brief(*named) + " but the tensors are " +
+                             std::string(optimizer_format_name(optimizer_format_)));
+}
+
+const ModelParam& Checkpoint::param(const std::string& name) const {
+  const auto it = param_index_.find(name);
+  if (it == param_index_.end())
+    fail(dcp_->metadata().path, "Megatron-Core torch_dist: no parameter " + escaped_brief(name));
+  return params_[it->second];
+}
+
+Tensor Checkpoint::slice_leading(const Tensor& stored, const std::vector<int64_t>& index) {
+  if (index.empty()) return stored;
+  Tensor t = stored;
+  for (size_t d = 0; d < index.size(); ++d) t = t.narrow(static_cast<int64_t>(d), index[d], 1);
+  std::vector<int64_t> shape(stored.shape().begin() + static_cast<std::ptrdiff_t>(index.size()), stored.shape().end());
+  return t.contiguous().reshape(shape);
+}
+
+Tensor Checkpoint::read_param(const ModelParam& p, const std::string& state) const {
+  std::string fqn = p.fqn;
+  if (!state.empty()) {
+    fqn = "optimizer.state." + state + "." + p.key->model.key;
+    const auto* e = dcp_->metadata().find(fqn);
+    if (!e || e->is_bytes)
+      fail(dcp_->metadata().path, "Megatron-Core torch_dist: no optimizer state " + escaped_brief(state) + " of " +
+                                      escaped_brief(p.slice.name) + " (optimizer format " +
+                                      std::string(optimizer_format_name(optimizer_format_)) + ")");
+    const auto* m = dcp_->metadata().find(p.fqn);
+    if (m && m->size != e->size)
+      fail(dcp_->metadata().path, "Megatron-Core torch_dist: " + escaped_brief(fqn) + " has another shape than its parameter");
+  }
+  return slice_leading(dcp_->read_tensor(fqn), p.slice.index);
+}
+
+std::vector<const Key*> Checkpoint::buckets() const {
+  std::vector<const Key*> out;
+  for (const auto& k : keys_)
+    if (k.kind == KeyKind::DpBucket) out.push_back(&k);
+  return out;
+}
+
+Tensor Checkpoint::read_bucket(const Key& key) const {
+  if (key.kind != KeyKind::DpBucket || !dcp_->metadata().find(key.fqn))
+    fail(dcp_->metadata().path, "Megatron-Core torch_dist: no dp_reshardable bucket " + escaped_brief(key.fqn));
+  return dcp_->read_tensor(key.fqn);
+}
+
+pickle::ValuePtr Checkpoint::read_object(const std::string& fqn) const {
+  const auto* e = dcp_->metadata().find(fqn);
+  if (!e || !e->is_bytes) fail(dcp_->metadata().path, "Megatron-Core torch_dist: no ShardedObject " + escaped_brief(fqn));
+  const auto& item = dcp_->metadata().item_of(fqn, nullptr);
+  const std::string file = (fs::path(dir_) / item.storage.relative_path).string();
+  const auto list = load_torch_bytes(dcp_->read_bytes(fqn), file + " (" + fqn + ")").root;
+  if (!list || !list->is(pickle::Kind::List) || list->items.size() != 1)
+    fail(file, escaped_brief(fqn) + ": expected a list of one object (ShardedObject item)");
+  return list->items[0];
+}
+
+}  // namespace ucpkit::formats::megatron_core
