@@ -50,7 +50,8 @@ struct PropertyParts {
 };
 
 ValuePtr storage_entry(const Entry& e, const PropertyParts& props) {
-  if (e.is_bytes) return dataclass(kMetadataModule, "BytesStorageMetadata", Value::dict());
+  // A field-less dataclass: pickle writes no state (its __dict__ is empty), so no BUILD.
+  if (e.is_bytes) return dataclass(kMetadataModule, "BytesStorageMetadata", nullptr);
   ValuePtr chunks = Value::list();
   for (const Chunk& c : e.chunks)
     chunks->items.push_back(dataclass(kMetadataModule, "ChunkStorageMetadata",
