@@ -2,6 +2,8 @@
 // folder, report, commit.
 #include "pec/restore.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -134,8 +136,24 @@ class RestoreRun {
   RestoreRun(const RestoreOptions& o, std::vector<std::unique_ptr<Store>>& stores, RestorePlan& plan, const Warn& warn)
       : o_(o), stores_(stores), plan_(plan), warn_(warn), mpi_(parallel::MpiSession::get()), root_(mpi_.rank() == 0) {}
 
+  // A failed restore leaves no folder it created (issue 32): only empty ones are removed, deepest first,
+  // after the staging folder is gone; a committed step keeps them (rmdir of a folder with content fails).
+  ~RestoreRun() {
+    writer_.reset();
+    staging_.reset();
+    for (auto it = created_.rbegin(); it != created_.rend(); ++it) ::rmdir(it->c_str());
+  }
+  RestoreRun(const RestoreRun&) = delete;
+  RestoreRun& operator=(const RestoreRun&) = delete;
+
   // Creates the output folder and sweeps the staging folders of killed restores.
   void prepare_output() {
+    std::error_code ec;
+    for (fs::path p = o_.output; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+      created_.push_back(p);
+      if (p == p.parent_path()) break;
+    }
+    std::reverse(created_.begin(), created_.end());
     fs::create_directories(o_.output);
     if (root_) sweep_stale_restores(o_.output, o_.reporter.verbose);
   }
@@ -187,6 +205,7 @@ class RestoreRun {
   std::unique_ptr<parallel::CollectiveStaging> staging_;  // the step folder being written
   fs::path tmp_dir_;                                     // its path
   std::unique_ptr<RestoreWriter> writer_;
+  std::vector<fs::path> created_;  // folders prepare_output created, outermost first
   const std::function<void()> remove_tmp_ = [this] {
     if (staging_) staging_->cleanup()();
   };

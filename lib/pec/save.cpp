@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,6 +23,8 @@
 #include "pec/step_sources.h"
 #include "pec/store.h"
 #include "pec/tokens.h"
+
+namespace fs = std::filesystem;
 
 namespace ucpkit::pec {
 namespace {
@@ -55,6 +58,17 @@ struct SaveWork {
   ShardPlan shards;
 };
 
+struct CreatedStores {
+  std::vector<std::string> dirs;
+  bool committed = false;
+  ~CreatedStores() {
+    if (committed) return;
+    std::error_code ec;
+    for (const auto& d : dirs)
+      if (!fs::exists(fs::path(d) / "manifests", ec) || fs::is_empty(fs::path(d) / "manifests", ec)) fs::remove_all(d, ec);
+  }
+};
+
 void check_shape(const Manifest& m, const MoeShape& s, const std::string& dir) {
   if (m.shape.experts_per_layer != s.experts_per_layer)
     fail(dir, "the checkpoint's MoE shape (experts per layer) differs from the store's step " + std::to_string(m.step));
@@ -81,18 +95,32 @@ std::vector<TierSave> open_tiers(const SaveOptions& o, bool root) {
     d.store = std::make_unique<Store>(o.store, Tier::durable, how, o.zstd_level);
     tiers.push_back(std::move(d));
   }
+  if (root && !o.plan_only) tiers.front().store->lock(true);
+  if (!o.plan_only) tiers.front().store->objects().trust(tiers.front().store->referenced_objects());
   if (!o.fast_store.empty()) {
+    // The fast tier is a cache in front of the durable one (issue 32): when it cannot be opened, locked or
+    // read, the durable save goes on without it, with a warning (every rank agrees on whether it is used).
     TierSave f;
     f.tier = Tier::fast;
     f.k = o.k_snapshot;
     f.keep = o.keep_fast;
-    f.store = std::make_unique<Store>(o.fast_store, Tier::fast, how, o.zstd_level);
-    tiers.push_back(std::move(f));
+    std::string error;
+    try {
+      f.store = std::make_unique<Store>(o.fast_store, Tier::fast, how, o.zstd_level);
+      if (root && !o.plan_only) f.store->lock(true);
+      if (!o.plan_only) f.store->objects().trust(f.store->referenced_objects());
+      if (auto last = f.store->latest_step()) (void)f.store->load_manifest(*last);
+    } catch (const UsageError&) {
+      throw;
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (parallel::MpiSession::get().sum(error.empty() ? 0 : 1) == 0) {
+      tiers.push_back(std::move(f));
+    } else if (root) {
+      o.reporter.warning("fast tier not used for this step: " + (error.empty() ? std::string("another MPI rank cannot open it") : error));
+    }
   }
-  if (root && !o.plan_only)
-    for (auto& t : tiers) t.store->lock(true);
-  if (!o.plan_only)
-    for (auto& t : tiers) t.store->objects().trust(t.store->referenced_objects());
   return tiers;
 }
 
@@ -210,7 +238,8 @@ json save_plan_json(const SaveWork& w, const std::vector<TierSave>& tiers, int64
 // Execute: this rank's share of the work, stored into the tiers' object stores; entries at their work
 // index. A rank that fails settles with the others instead of leaving them waiting in a collective.
 std::vector<FileEntry> store_share(const SaveWork& w, std::vector<TierSave>& tiers, const SourceCheckpoint& src,
-                                   const SaveOptions& o, const std::function<void(uint64_t)>& progress, uint64_t* total_bytes) {
+                                   const SaveOptions& o, const std::function<void(uint64_t)>& progress, uint64_t* total_bytes,
+                                   std::string& fast_error) {
   auto& mpi = parallel::MpiSession::get();
   const auto& mine = w.shards.items_of_rank[static_cast<size_t>(mpi.rank())];
   uint64_t my_total = 0;
@@ -224,6 +253,7 @@ std::vector<FileEntry> store_share(const SaveWork& w, std::vector<TierSave>& tie
     nlohmann::json json;
   };
   std::map<std::string, Table> tables;
+  std::mutex fast_mutex;
   for (size_t i : mine)
     if (!w.work[i].part && src.expert_ranges.count(w.work[i].path)) tables[w.work[i].path];
   parallel::RankFailure failed(mpi);
@@ -231,32 +261,64 @@ std::vector<FileEntry> store_share(const SaveWork& w, std::vector<TierSave>& tie
     tbb::parallel_for(size_t{0}, mine.size(), [&](size_t n) {
       const Work& job = w.work[mine[n]];
       Store& st = *tiers[job.tier].store;
-      json cut, crcs;
-      if (auto t = tables.find(job.path); !job.part && t != tables.end()) {
-        std::call_once(t->second.once, [&] { t->second.json = range_crcs_to_json(expert_range_crcs(src, job.path)); });
-        crcs = t->second.json;
+      auto store_one = [&] {
+        json cut, crcs;
+        if (auto t = tables.find(job.path); !job.part && t != tables.end()) {
+          std::call_once(t->second.once, [&] { t->second.json = range_crcs_to_json(expert_range_crcs(src, job.path)); });
+          crcs = t->second.json;
+        }
+        SourceSegments from = job.part ? expert_part_segments(src, *job.part) : non_expert_segments(src, job.path, cut);
+        FileEntry f = st.put_file_from(job.path, from.path, from.segments, o.chunk_bytes);
+        f.cut = cut;
+        if (job.part && !job.part->ranges.empty()) f.ranges = ranges_to_json(job.part->ranges);
+        f.range_crcs = std::move(crcs);
+        results[mine[n]] = std::move(f);
+      };
+      if (tiers[job.tier].tier != Tier::fast) {
+        store_one();
+      } else {
+        // A failing fast tier (full, unwritable) drops out of this step; the durable save goes on. (A
+        // damaged source is refused by the durable tier's jobs, which read the same files.)
+        {
+          std::lock_guard<std::mutex> lock(fast_mutex);
+          if (!fast_error.empty()) return;
+        }
+        try {
+          store_one();
+        } catch (const std::exception& e) {
+          std::lock_guard<std::mutex> lock(fast_mutex);
+          if (fast_error.empty()) fast_error = e.what();
+        }
       }
-      SourceSegments from = job.part ? expert_part_segments(src, *job.part) : non_expert_segments(src, job.path, cut);
-      FileEntry f = st.put_file_from(job.path, from.path, from.segments, o.chunk_bytes);
-      f.cut = cut;
-      if (job.part && !job.part->ranges.empty()) f.ranges = ranges_to_json(job.part->ranges);
-      f.range_crcs = std::move(crcs);
-      results[mine[n]] = std::move(f);
       if (progress) {
         std::lock_guard<std::mutex> lock(progress_mutex);
         progress(w.items[mine[n]].bytes);
       }
     });
-    for (auto& t : tiers) t.store->objects().sync_dirs();
+    for (auto& t : tiers) {
+      if (t.tier != Tier::fast) {
+        t.store->objects().sync_dirs();
+        continue;
+      }
+      try {
+        t.store->objects().sync_dirs();
+      } catch (const std::exception& e) {
+        if (fast_error.empty()) fast_error = e.what();
+      }
+    }
   });
   failed.settle("another MPI rank failed while storing its share");
   return results;
 }
 
 // Rank 0: the entries every rank stored (gathered as JSON), placed at their work index in `results`.
-void merge_gathered(const std::vector<std::string>& gathered, std::vector<FileEntry>& results) {
+void merge_gathered(const std::vector<std::string>& gathered, std::vector<FileEntry>& results, std::string& fast_error) {
   for (const auto& g : gathered)
     for (const auto& r : json::parse(g)) {
+      if (r.contains("fast_error")) {
+        if (fast_error.empty()) fast_error = r.at("fast_error").get<std::string>();
+        continue;
+      }
       size_t i = r.at("work").get<size_t>();
       try {
         results[i] = file_from_json(r.at("entry"), "gathered entry");
@@ -297,10 +359,53 @@ json tier_stats(const TierSave& t, const SourceCheckpoint& src) {
           {"experts_saved", saved_experts}};
 }
 
+// Commits one tier's manifest (its entries placed by commit_tiers), collects the tier; its summary.
+json commit_tier(TierSave& t, std::vector<TierSave>& tiers, const SourceCheckpoint& src, const SaveOptions& o) {
+  Manifest& m = t.next;
+  // Each expert fragment carries the CRC-32 its ranges had, from the table of its file.
+  std::map<std::string, std::map<std::tuple<std::string, uint64_t, uint64_t>, uint32_t>> crc_of;
+  for (const auto& f : m.non_expert)
+    for (const auto& r : range_crcs_from_json(f.range_crcs, f.path)) crc_of[f.path][{r.record, r.offset, r.length}] = r.crc;
+  for (auto& e : m.experts)
+    for (auto& f : e.files) {
+      if (f.ranges.is_null() || !crc_of.count(f.path)) continue;
+      std::vector<RangeCrc> own;
+      for (const auto& r : ranges_from_json(f.ranges)) {
+        auto c = crc_of[f.path].find({r.record, r.offset, r.length});
+        if (c == crc_of[f.path].end()) fail(f.path, "expert range missing from its file's CRC table");
+        own.push_back({r.record, r.offset, r.length, c->second});
+      }
+      f.range_crcs = range_crcs_to_json(own);
+    }
+  // A damaged object this save would have named was written again (older steps naming it are whole again).
+  for (const auto& damage : t.store->objects().repaired()) o.reporter.warning(damage + ": written again from this save");
+  attribute_stored_once(m);
+  m.stats = tier_stats(t, src);
+  t.store->commit(m);
+  // The fast tier keeps only what the durable tier (committed and collected just before) lacks:
+  // the non-expert state of its kept steps and expert copies newer than the durable ones.
+  ExpertCopySteps durable_copies;
+  if (t.tier == Tier::fast) durable_copies = tiers.front().store->expert_copy_steps();
+  GcStats gc = t.store->collect_garbage(t.keep, t.tier == Tier::fast ? &durable_copies : nullptr);
+  if (!gc.skipped.empty()) o.reporter.warning(gc.skipped);
+  json sel = json::array();
+  for (int l = 0; l < src.shape.num_layers(); ++l) sel.push_back(t.selection[l]);
+  return {{"tier", to_string(t.tier)},
+                        {"store", t.store->dir()},
+                        {"k", t.k},
+                        {"k_per_layer", m.k_per_layer},
+                        {"budget_bytes", m.budget_bytes},
+                        {"selection", sel},
+                        {"stats", m.stats},
+                        {"gc", {{"manifests_removed", gc.manifests_removed}, {"manifests_pruned", gc.manifests_pruned},
+                                {"objects_removed", gc.objects_removed}, {"bytes_removed", gc.bytes_removed},
+                                {"skipped", gc.skipped}}}};
+}
+
 // Commit (rank 0): each tier's manifest gets its entries (in work order, which is deterministic) and
 // statistics, is committed, and the tier collected. Returns the summary's per-tier part.
 json commit_tiers(std::vector<TierSave>& tiers, const SaveWork& w, const std::vector<FileEntry>& results,
-                  const SourceCheckpoint& src, const SaveOptions& o) {
+                  const SourceCheckpoint& src, const SaveOptions& o, const std::string& fast_error) {
   for (size_t i = 0; i < w.work.size(); ++i) {
     const Work& job = w.work[i];
     Manifest& m = tiers[job.tier].next;
@@ -314,48 +419,23 @@ json commit_tiers(std::vector<TierSave>& tiers, const SaveWork& w, const std::ve
   }
   json tiers_json = json::array();
   for (auto& t : tiers) {
-    Manifest& m = t.next;
-    // Each expert fragment carries the CRC-32 its ranges had, from the table of its file.
-    std::map<std::string, std::map<std::tuple<std::string, uint64_t, uint64_t>, uint32_t>> crc_of;
-    for (const auto& f : m.non_expert)
-      for (const auto& r : range_crcs_from_json(f.range_crcs, f.path)) crc_of[f.path][{r.record, r.offset, r.length}] = r.crc;
-    for (auto& e : m.experts)
-      for (auto& f : e.files) {
-        if (f.ranges.is_null() || !crc_of.count(f.path)) continue;
-        std::vector<RangeCrc> own;
-        for (const auto& r : ranges_from_json(f.ranges)) {
-          auto c = crc_of[f.path].find({r.record, r.offset, r.length});
-          if (c == crc_of[f.path].end()) fail(f.path, "expert range missing from its file's CRC table");
-          own.push_back({r.record, r.offset, r.length, c->second});
-        }
-        f.range_crcs = range_crcs_to_json(own);
+    if (t.tier == Tier::fast && !fast_error.empty()) {
+      o.reporter.warning(t.store->dir() + ": fast tier not committed for this step: " + fast_error);
+      continue;
+    }
+    if (t.tier == Tier::fast) {
+      try {
+        tiers_json.push_back(commit_tier(t, tiers, src, o));
+      } catch (const std::exception& e) {  // the durable tier is committed: a warning, not a failed save
+        o.reporter.warning(std::string("fast tier not committed for this step: ") + e.what());
       }
-    // A damaged object this save would have named was written again (older steps naming it are whole again).
-    for (const auto& damage : t.store->objects().repaired()) o.reporter.warning(damage + ": written again from this save");
-    attribute_stored_once(m);
-    m.stats = tier_stats(t, src);
-    t.store->commit(m);
-    // The fast tier keeps only what the durable tier (committed and collected just before) lacks:
-    // the non-expert state of its kept steps and expert copies newer than the durable ones.
-    ExpertCopySteps durable_copies;
-    if (t.tier == Tier::fast) durable_copies = tiers.front().store->expert_copy_steps();
-    GcStats gc = t.store->collect_garbage(t.keep, t.tier == Tier::fast ? &durable_copies : nullptr);
-    if (!gc.skipped.empty()) o.reporter.warning(gc.skipped);
-    json sel = json::array();
-    for (int l = 0; l < src.shape.num_layers(); ++l) sel.push_back(t.selection[l]);
-    tiers_json.push_back({{"tier", to_string(t.tier)},
-                          {"store", t.store->dir()},
-                          {"k", t.k},
-                          {"k_per_layer", m.k_per_layer},
-                          {"budget_bytes", m.budget_bytes},
-                          {"selection", sel},
-                          {"stats", m.stats},
-                          {"gc", {{"manifests_removed", gc.manifests_removed}, {"manifests_pruned", gc.manifests_pruned},
-                                  {"objects_removed", gc.objects_removed}, {"bytes_removed", gc.bytes_removed},
-                                  {"skipped", gc.skipped}}}});
+      continue;
+    }
+    tiers_json.push_back(commit_tier(t, tiers, src, o));
   }
   return tiers_json;
 }
+
 }  // namespace
 
 void check_save_options(const SaveOptions& o) {
@@ -397,6 +477,12 @@ json pec_save(const SaveOptions& options, const std::function<void(uint64_t)>& p
     interval = fit_tokens(load_tokens(file), shape.experts_per_layer, file);
     tokens_known = true;
   }
+  // A store folder this run creates is removed again when the save fails before its commit (rank 0,
+  // after the tiers' locks are released): a failed save leaves no store folder without a manifest.
+  CreatedStores created;
+  if (root && !o.plan_only)
+    for (const auto* dir : {&o.store, &o.fast_store})
+      if (!dir->empty() && !fs::exists(*dir)) created.dirs.push_back(*dir);
   std::vector<TierSave> tiers = open_tiers(o, root);
   const TokenMatrix cumulative = load_previous(tiers, o.step, shape, interval);
 
@@ -423,18 +509,22 @@ json pec_save(const SaveOptions& options, const std::function<void(uint64_t)>& p
 
   // Execute this rank's share; rank 0 gathers the entries and commits.
   phase.next("store");
-  std::vector<FileEntry> results = store_share(work, tiers, src, o, progress, total_bytes);
+  std::string fast_error;
+  std::vector<FileEntry> results = store_share(work, tiers, src, o, progress, total_bytes, fast_error);
   json local = json::array();
   for (size_t i : work.shards.items_of_rank[static_cast<size_t>(mpi.rank())])
-    local.push_back({{"work", i}, {"entry", file_to_json(results[i])}});
+    if (fast_error.empty() || tiers[work.work[i].tier].tier != Tier::fast)
+      local.push_back({{"work", i}, {"entry", file_to_json(results[i])}});
+  if (!fast_error.empty()) local.push_back({{"fast_error", fast_error}});
   phase.next("commit");
   auto gathered = mpi.gather(local.dump());
   json summary = json::object();
   parallel::RankFailure failed(mpi);
   failed.guard([&] {
     if (!root) return;
-    merge_gathered(gathered, results);
-    json tiers_json = commit_tiers(tiers, work, results, src, o);
+    merge_gathered(gathered, results, fast_error);
+    json tiers_json = commit_tiers(tiers, work, results, src, o, fast_error);
+    created.committed = true;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     summary = {{"step", o.step},
                {"step_inferred", step.inferred},
