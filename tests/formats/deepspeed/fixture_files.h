@@ -44,11 +44,16 @@ inline std::string first_difference(const std::string& got, const std::string& w
          got.substr(i > 40 ? i - 40 : 0, 120) + "\nwant ..." + want.substr(i > 40 ? i - 40 : 0, 120);
 }
 
+// `name` in this test process's scratch folder.
+inline std::string scratch_path(const std::string& name) {
+  static const std::string scratch = scratch_dir("formats_deepspeed");
+  return (std::filesystem::path(scratch) / name).string();
+}
+
 // Bytes our torch writer gives for `root` (pickle and storage records), saved as `name` in this
 // test process's scratch folder.
 inline std::string saved(const pickle::ValuePtr& root, const std::string& name) {
-  static const std::string scratch = scratch_dir("formats_deepspeed");
-  const std::string path = (std::filesystem::path(scratch) / name).string();
+  const std::string path = scratch_path(name);
   save_torch_file(path, root);
   return file_bytes(path);
 }
