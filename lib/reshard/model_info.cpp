@@ -2,6 +2,8 @@
 #include "reshard/model_info.h"
 
 #include <algorithm>
+#include <array>
+#include <memory>
 #include <cctype>
 #include <filesystem>
 #include <optional>
@@ -16,6 +18,7 @@
 #include "formats/deepspeed/optimizer_shard.h"
 #include "formats/deepspeed/autoep.h"
 #include "formats/deepspeed/module_tree.h"
+#include "formats/deepspeed/moe.h"
 #include "formats/deepspeed/param_groups.h"
 #include "formats/deepspeed/pipeline.h"
 #include "formats/deepspeed/file_names.h"
@@ -104,63 +107,139 @@ std::vector<std::vector<std::string>> group_lists(const ValuePtr& root, const st
   return out;
 }
 
-// Native MoE model files have no param_shapes: dense params follow the module order, expert params
-// (layer, global expert, name order); optimizer groups follow Megatron's rule (param_groups.h)
-// matched against the common param_groups (moe flag, decay).
-void read_moe_groups(ModelInfo& m, std::map<std::string, ParamInfo>& by_name, const ValuePtr& first,
-                     const ValuePtr& osd, const fs::path& opt) {
-  auto groups = osd && osd->kind == Kind::Dict ? osd->get("param_groups") : nullptr;
-  if (!groups || !groups->is_sequence()) fail(opt.string(), "no param_groups");
-  int dense[2] = {-1, -1}, moe[2] = {-1, -1};
-  for (size_t i = 0; i < groups->items.size(); ++i) {
-    const auto& g = groups->items[i];
-    if (!g || g->kind != Kind::Dict) continue;
-    const bool is_moe = g->get("moe") && g->get("moe")->kind == Kind::Bool && g->get("moe")->b;
-    const auto wd = g->get("weight_decay");
-    const int slot = wd && wd->as_float() > 0 ? 0 : 1;
-    int& target = is_moe ? moe[slot] : dense[slot];
+// Native MoE: the optimizer group of each parameter, from the files (docs/deepspeed-models.md), in this order:
+// 1. the model file's param_shapes, one ordered dict per optimizer group in param_groups order, the
+//    experts under EP rank 0's local names (DeepSpeed >= 0.19.3 saves them with MoE checkpoints too:
+//    engine.py v0.19.6 :4897-4902 _common_checkpoint_state, :5308-5345 _get_zero_param_shapes);
+// 2. a model saved by Megatron's script (formats/deepspeed/param_groups.h saved_by_megatron): Megatron's
+//    decay rule, matched against the groups' weight_decay and moe flag;
+// 3. one dense and one expert group (DeepSpeed's MoE tutorial grouping, moe/utils.py :72-148): every
+//    dense parameter in the one, every expert in the other.
+// Anything else is refused, naming what the files do not say.
+using GroupRule = std::function<int(const ParamInfo&)>;
+
+int expert_local_index(const ModelInfo& m, const ParamInfo& p) {
+  const int per = m.num_experts.at(std::max(0, p.moe_id)) / std::max(1, m.source_ep);
+  return per > 0 ? p.expert % per : p.expert;
+}
+
+std::optional<GroupRule> param_shapes_rule(const ModelInfo& m, const ValuePtr& first, size_t n_groups) {
+  auto ps = formats::deepspeed::raw_param_shapes(first);
+  if (!ps || !ps->is_sequence()) return std::nullopt;  // 0.14 - 0.19.2 MoE files, or saved without ZeRO
+  const auto lists = group_lists(first, m.model_files[0]);
+  if (lists.size() != n_groups)
+    fail(m.model_files[0], "param_shapes lists " + std::to_string(lists.size()) + " groups but the optimizer has " +
+                               std::to_string(n_groups) + " param_groups");
+  auto group_of_name = std::make_shared<std::map<std::string, int>>();
+  for (size_t g = 0; g < lists.size(); ++g)
+    for (const auto& name : lists[g]) group_of_name->emplace(name, static_cast<int>(g));
+  const std::string path = m.model_files[0];
+  return [&m, group_of_name, path](const ParamInfo& p) {
+    const std::string key =
+        p.expert >= 0 ? formats::deepspeed::with_expert_index(p.name, expert_local_index(m, p)) : p.name;
+    auto it = group_of_name->find(key);
+    if (it == group_of_name->end()) fail(path, "parameter " + key + " is in no param_shapes group");
+    return it->second;
+  };
+}
+
+GroupRule megatron_rule(const std::vector<formats::deepspeed::SavedParamGroup>& groups, const std::string& opt) {
+  std::array<int, 2> dense = {-1, -1}, moe = {-1, -1};
+  for (size_t i = 0; i < groups.size(); ++i) {
+    int& target = (groups[i].moe ? moe : dense)[groups[i].weight_decay > 0 ? 0 : 1];
     if (target < 0) target = static_cast<int>(i);
   }
-  auto group_of = [&](const ParamInfo& p, const int* table) {
+  return [dense, moe, opt](const ParamInfo& p) {
     const int slot = formats::deepspeed::megatron_group_slot(p.name, p.shape);
-    if (table[slot] < 0)
-      fail(opt.string(), "no " + std::string(slot == 0 ? "weight-decay" : "no-decay") + (table == moe ? " expert" : "") +
-                             " param group for " + p.name);
-    return table[slot];
+    const int g = (p.expert >= 0 ? moe : dense)[slot];
+    if (g < 0)
+      fail(opt, "no " + std::string(slot == 0 ? "weight-decay" : "no-decay") + (p.expert >= 0 ? " expert" : "") +
+                    " param group for " + p.name + " (Megatron's decay rule: the model files carry Megatron's args)");
+    return g;
   };
-  m.groups = static_cast<int>(groups->items.size());
-  m.expert_group_of = {moe[0], moe[1]};
+}
+
+// Rule 3, or the refusal.
+GroupRule one_dense_one_expert_rule(const std::vector<formats::deepspeed::SavedParamGroup>& groups, const std::string& opt,
+                                    const std::string& model_file) {
+  std::vector<int> dense, moe;
+  std::string names;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    (groups[i].moe ? moe : dense).push_back(static_cast<int>(i));
+    names += (names.empty() ? "" : ", ") + (groups[i].name.empty() ? std::string("(unnamed)") : "'" + groups[i].name + "'") +
+             (groups[i].moe ? " (moe)" : "");
+  }
+  if (dense.size() != 1 || moe.size() != 1)
+    fail(opt, std::to_string(dense.size()) + " dense and " + std::to_string(moe.size()) + " expert param groups (" + names +
+                  ") and no param_shapes in " + model_file + ": which parameter is in which group is not recorded "
+                  "(DeepSpeed >= 0.19.3 saves param_shapes with MoE checkpoints; Megatron's decay rule applies only to "
+                  "models saved by Megatron's script, whose model files carry its args)");
+  const int d = dense[0], e = moe[0];
+  return [d, e](const ParamInfo& p) { return p.expert >= 0 ? e : d; };
+}
+
+GroupRule moe_group_rule(const ModelInfo& m, const ValuePtr& first, const std::vector<formats::deepspeed::SavedParamGroup>& groups,
+                         const std::string& opt) {
+  if (auto rule = param_shapes_rule(m, first, groups.size())) return *rule;
+  if (formats::deepspeed::saved_by_megatron(first)) return megatron_rule(groups, opt);
+  return one_dense_one_expert_rule(groups, opt, m.model_files[0]);
+}
+
+// Each expert's moe_id: the rank of its MoE layer among the experts' layers.
+void number_moe_layers(std::map<std::string, ParamInfo>& by_name) {
+  std::set<int> layers;
+  for (const auto& [n, p] : by_name)
+    if (p.expert >= 0) layers.insert(p.moe_layer);
+  const std::vector<int> list(layers.begin(), layers.end());
+  for (auto& [n, p] : by_name)
+    if (p.expert >= 0) p.moe_id = static_cast<int>(std::find(list.begin(), list.end(), p.moe_layer) - list.begin());
+}
+
+// Native MoE: dense params follow the module order, expert params (layer, global expert, name
+// order); each in the optimizer group moe_group_rule gives, dense ones in dense groups and experts in
+// expert ('moe') groups.
+void read_moe_groups(ModelInfo& m, std::map<std::string, ParamInfo>& by_name, const ValuePtr& first,
+                     const ValuePtr& osd, const fs::path& opt) {
+  auto list = osd && osd->kind == Kind::Dict ? osd->get("param_groups") : nullptr;
+  if (!list || !list->is_sequence()) fail(opt.string(), "no param_groups");
+  if (m.num_experts.empty()) throw Error("manifest.json: native MoE checkpoint without source.num_experts");
+  const auto groups = formats::deepspeed::saved_param_groups(list->items);
+  number_moe_layers(by_name);
+  const GroupRule rule = moe_group_rule(m, first, groups, opt.string());
+  auto group_of = [&](const ParamInfo& p) {
+    const int g = rule(p);
+    if (g < 0 || g >= static_cast<int>(groups.size()) || groups[g].moe != (p.expert >= 0))
+      fail(opt.string(), "parameter " + p.name + (p.expert >= 0 ? " (an expert)" : " (dense)") + " falls in param group " +
+                             std::to_string(g) + (groups.at(std::max(0, g)).moe ? ", an expert group" : ", a dense group"));
+    return g;
+  };
+  m.groups = static_cast<int>(groups.size());
   std::set<std::string> placed;
-  auto module = first->get("module");
-  for (const auto& entry : formats::deepspeed::module_tensors(module)) {
-      const std::string& flat_name = entry.first;  // flat or Megatron's nested module
-      auto it = by_name.find(flat_name);
-      if (it == by_name.end() || it->second.expert >= 0) continue;
-      it->second.group = group_of(it->second, dense);
-      m.params.push_back(it->second);
-      placed.insert(it->first);
-    }
+  for (const auto& entry : formats::deepspeed::module_tensors(first->get("module"))) {
+    auto it = by_name.find(entry.first);  // flat or Megatron's nested module
+    if (it == by_name.end() || it->second.expert >= 0) continue;
+    it->second.group = group_of(it->second);
+    m.params.push_back(it->second);
+    placed.insert(it->first);
+  }
   for (auto& [n, p] : by_name)
     if (p.expert < 0 && !placed.count(n))
       throw Error("manifest.json: parameter " + n + " is not in the model file's module");
   std::vector<ParamInfo> experts;
-  std::set<int> layers;
+  std::set<int> expert_groups;
   for (auto& [n, p] : by_name)
     if (p.expert >= 0) {
-      p.group = group_of(p, moe);
+      p.group = group_of(p);
+      expert_groups.insert(p.group);
       experts.push_back(p);
-      layers.insert(p.moe_layer);
     }
-  std::vector<int> layer_list(layers.begin(), layers.end());
-  for (auto& p : experts)
-    p.moe_id = static_cast<int>(std::find(layer_list.begin(), layer_list.end(), p.moe_layer) - layer_list.begin());
+  m.expert_group_of.assign(expert_groups.begin(), expert_groups.end());
   std::stable_sort(experts.begin(), experts.end(), [&](const ParamInfo& a, const ParamInfo& b) {
     if (a.moe_layer != b.moe_layer) return a.moe_layer < b.moe_layer;
     if (a.expert != b.expert) return a.expert < b.expert;
     return a.manifest_index < b.manifest_index;
   });
   for (auto& p : experts) m.params.push_back(std::move(p));
-  if (m.num_experts.empty()) throw Error("manifest.json: native MoE checkpoint without source.num_experts");
 }
 
 // The DP-rank-0 model file of each TP rank among a ZeRO-3 source's zero_pp_rank_D_mp_rank_TT files.

@@ -40,6 +40,11 @@ def main():
                     help="dsmoe: DeepSpeed version line of the MoE save path (tests/generator/dsgen/dsmoe.py)")
     ap.add_argument("--block-prefix", help="dsmoe: name the blocks <prefix>.N (blocks, h, transformer.layer) instead "
                     "of Megatron's language_model.encoder.layers.N (tests/generator/dsgen/dsmoe.py rename_blocks)")
+    ap.add_argument("--moe-param-groups", default="megatron", choices=["megatron", "tutorial"],
+                    help="dsmoe: megatron = Megatron-DeepSpeed's decay / no-decay groups; tutorial = DeepSpeed's MoE "
+                    "tutorial grouping (one 'parameters' group split by split_params_into_different_moe_groups_for_optimizer "
+                    "into a dense and an 'ep_size_<EP>' group, no Megatron client state; needs --block-prefix; "
+                    "tests/generator/dsgen/dsmoe.py tutorial_groups)")
     ap.add_argument("--step", type=int, default=100)
     ap.add_argument("--step-tensor", action="store_true")
     ap.add_argument("--pipe-numbering", default="megatron-deepspeed", choices=["megatron-deepspeed", "bigscience"],
@@ -73,10 +78,12 @@ def main():
     lay = dsgen.Layout(tp=a.tp, pp=a.pp, dp=a.dp, zero=a.zero, dtype=a.dtype, bf16_optimizer=a.bf16_optimizer,
                        ep=a.ep, data_before_expert=a.data_before_expert, step=a.step, step_tensor=a.step_tensor,
                        seed=a.seed, uc_info=not a.no_uc_info, elastic=a.elastic, sub_group_size=a.sub_group_size,
-                       device_tags=a.device_tags, ds_line=a.ds_line)
+                       device_tags=a.device_tags, ds_line=a.ds_line, moe_groups=a.moe_param_groups)
     t0 = time.time()
     if a.block_prefix and a.model != "dsmoe":
         ap.error("--block-prefix: only with --model dsmoe")
+    if a.moe_param_groups == "tutorial" and not a.block_prefix:
+        ap.error("--moe-param-groups tutorial: with --block-prefix (a model that is not Megatron's)")
     model = dsgen.generate(a.output, cfg, lay, truth=not a.no_truth, block_prefix=a.block_prefix)
     if a.patterns_out:
         import json

@@ -34,4 +34,27 @@ std::optional<int> ep_size_of_group_name(const std::string& group_name) {
   return std::nullopt;
 }
 
+std::vector<SavedParamGroup> saved_param_groups(const std::vector<pickle::ValuePtr>& groups) {
+  using pickle::Kind;
+  std::vector<SavedParamGroup> out;
+  for (const auto& g : groups) {
+    SavedParamGroup s;
+    if (g && g->kind == Kind::Dict) {
+      if (auto m = g->get("moe"); m && m->kind == Kind::Bool) s.moe = m->b;
+      if (auto n = g->get("name"); n && n->kind == Kind::Str) s.name = n->s;
+      if (auto wd = g->get("weight_decay"); wd && (wd->kind == Kind::Float || wd->kind == Kind::Int)) s.weight_decay = wd->as_float();
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+bool saved_by_megatron(const pickle::ValuePtr& root) {
+  using pickle::Kind;
+  if (!root || root->kind != Kind::Dict) return false;
+  if (auto module = root->get("module"); module && module->kind == Kind::Dict && module->contains("language_model")) return true;
+  auto args = root->get("args");
+  return args && args->kind == Kind::Object && args->attr("num_layers") != nullptr;
+}
+
 }  // namespace ucpkit::formats::deepspeed

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "io/pickle/value.h"
+
 namespace ucpkit::formats::deepspeed {
 
 // Megatron's get_param_groups (microsoft/Megatron-DeepSpeed megatron/optimizer/__init__.py:39-40 at
@@ -26,5 +28,21 @@ std::string expert_group_name(int ep);
 // The EP size an optimizer param group's name carries ("ep_size_4" -> 4; a name that contains
 // ep_size_<N> anywhere, as older Megatron-DeepSpeed prefixed it), nullopt when none.
 std::optional<int> ep_size_of_group_name(const std::string& group_name);
+
+// One entry of a saved optimizer's param_groups (torch Optimizer.state_dict: the group's keys, 'params'
+// replaced by indices), as far as group membership needs it.
+struct SavedParamGroup {
+  bool moe = false;           // 'moe': True: an expert group (moe/utils.py v0.19.6 :101-108, is_moe_param_group :151-152)
+  std::string name;           // 'name' ("" when absent): 'parameters' (the MoE tutorial), 'ep_size_<N>' (experts), ...
+  double weight_decay = 0.0;  // 'weight_decay' (0 when absent)
+};
+// The entries of a param_groups list in order; an entry that is not a dict reads as a default group.
+std::vector<SavedParamGroup> saved_param_groups(const std::vector<pickle::ValuePtr>& groups);
+
+// Whether a model-states root was saved by Megatron's training script: Megatron-DeepSpeed's
+// save_checkpoint puts its argparse Namespace under 'args' (megatron/checkpointing.py:254-281 at
+// 4efb479d: state_dict['args'] = args, with num_layers) and nests the module as
+// {'language_model': ...} (gpt_model.py:266-283). Only then do Megatron's group rules apply.
+bool saved_by_megatron(const pickle::ValuePtr& model_states_root);
 
 }  // namespace ucpkit::formats::deepspeed

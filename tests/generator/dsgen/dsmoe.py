@@ -162,3 +162,39 @@ def write_expp_files(line, ck, mp, ep):
         return
     for r in range(ep):
         torch.save({"optimizer": None}, os.path.join(ck, f"expp_rank_{r}_mp_rank_{mp:02d}_optim_states.pt"))
+
+
+# ---------------------------------------------------------------- DeepSpeed's MoE tutorial param groups
+# docs/_tutorials/mixture-of-experts.md (v0.14.5 :113-121, same text at v0.19.6 edaa7221):
+#   parameters = {'params': [p for p in model.parameters()], 'name': 'parameters'}
+#   return split_params_into_different_moe_groups_for_optimizer(parameters)
+# (the engine does the same with name 'dense-params' when given bare parameters and a MoE model,
+# engine.py v0.19.6 :2027-2029 -> moe/utils.py :155-172). split_params_into_different_moe_groups_for_optimizer
+# (moe/utils.py v0.14.5 and v0.19.6 :72-148): expert parameters (is_moe_param :27-30: allreduce False,
+# set with group_name = "ep_size_<ep>" by moe/experts.py :21-26 and moe/layer.py :61) leave the group
+# (:111-119) for a new group {**param_group, 'name': group_name, 'moe': True} (:101-108) appended after
+# it (:122-142; one group while the experts hold at most max_group_size = 178956971 elements, true here).
+# Both keep module order (model.parameters()). So: group 0 = every non-expert parameter (norms and
+# biases included, the same weight decay), group 1 = this EP rank's experts.
+TUTORIAL_WEIGHT_DECAY = 0.01  # the ds_config optimizer's weight_decay, the same in both groups
+
+
+def tutorial_groups(stage_params, num_experts, ep_rank, ep, dp):
+    """writer.groups_for of the tutorial grouping: (params, names in the flat buffer, partition count,
+    moe) per group; the expert group is partitioned over the expert-data-parallel group (dp / ep)."""
+    dense = [p for p in stage_params if p.expert is None]
+    experts = [p for p in stage_params if p.expert is not None
+               and p.expert // (num_experts[p.moe_layer] // ep) == ep_rank]
+    return [(dense, [p.name for p in dense], dp, False),
+            (experts, [p.expert_local_name for p in experts], dp // ep, True)]
+
+
+def tutorial_hyper(moe, ep, index):
+    """The saved param_groups entry: torch's Optimizer.state_dict keeps the group's keys in insertion
+    order with 'params' (indices) last (torch 1.13 optim/optimizer.py:167-170); the tutorial's dict
+    holds params and name, the expert group params, name and moe (moe/utils.py :103-107), and
+    add_param_group appends the optimizer's defaults (:300-333)."""
+    d = {"name": f"ep_size_{ep}", "moe": True} if moe else {"name": "parameters"}
+    d.update({"lr": 1e-4, "bias_correction": True, "betas": (0.9, 0.95), "eps": 1e-8,
+              "weight_decay": TUTORIAL_WEIGHT_DECAY, "amsgrad": False, "params": [index]})
+    return d

@@ -42,6 +42,10 @@ class Layout:
     # clone_tensors_for_torch_save(device=cpu), used by pipe/module.py:637-641) stay "cpu".
     device_tags: bool = False
     ds_line: str = "0.14"       # dsmoe: DeepSpeed version line of the MoE save path (dsmoe.LINES)
+    # dsmoe: "megatron" (Megatron-DeepSpeed's decay / no-decay groups, each split by
+    # split_params_into_different_moe_groups_for_optimizer) or "tutorial" (DeepSpeed's MoE tutorial:
+    # one group of every parameter split into a dense and an expert group, dsmoe.tutorial_groups)
+    moe_groups: str = "megatron"
 
 
 # ---------------------------------------------------------------- ground truth
@@ -366,6 +370,8 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
             # per EP rank: the files of one DP rank hold only its EP rank's experts.
             def groups_for(ep_rank):
                 out = []
+                if dsmoe and lay.moe_groups == "tutorial":
+                    return dsmoe_files.tutorial_groups(stage_params, model.num_experts, ep_rank, lay.ep, lay.dp)
                 for gi in (0, 1):
                     ps = [p for p in dense if p.group == gi]
                     if ps:
@@ -423,6 +429,8 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
                         "mp_world_size": lay.tp, "num_experts": list(model.num_experts)}
                 client = collections.OrderedDict([("args", args), ("checkpoint_version", 3.0), ("iteration", lay.step),
                                                   ("tokens", lay.step * 8 * lay.dp * cfg.seq)])
+                if lay.moe_groups == "tutorial":  # not Megatron's training script: no Megatron client_state
+                    client = collections.OrderedDict()
                 if lay.uc_info:
                     client["universal_checkpoint_info"] = uc_info
                 client["rng_state"] = _rng_state()
@@ -506,7 +514,8 @@ def write_checkpoint(model: Model, lay: Layout, out_dir, truth_dir=None, log=pri
                     maps.append(fragment_map(g, sizes, r))
                     pads.append(pad)
                     counts.append(g.count)
-                    hyper.append(_hyper(gi, g.moe, lay.ep))
+                    hyper.append(dsmoe_files.tutorial_hyper(g.moe, lay.ep, gi) if dsmoe and lay.moe_groups == "tutorial"
+                                 else _hyper(gi, g.moe, lay.ep))
                 osd = collections.OrderedDict()
                 if not lay.bf16_optimizer:
                     osd["loss_scaler"] = _loss_scaler(lay)
