@@ -1,0 +1,162 @@
+// Rank-local DCP parts merged into one reshardable DCP folder through the reader and the writer.
+#include "formats/dcp/merge.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "core/error.h"
+#include "formats/dcp/reader.h"
+
+namespace ucpkit::formats::dcp {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The number after `prefix` in `name` up to `suffix` ("rank_12" -> 12), or -1.
+int64_t number_in(const std::string& name, const std::string& prefix, const std::string& suffix) {
+  if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return -1;
+  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (digits.empty() || digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
+  return std::stoll(digits);
+}
+
+bool same_tensor_bytes(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  if (a.numel() == 0) return true;
+  const Tensor x = a.contiguous(), y = b.contiguous();
+  const auto p = x.contiguous_bytes(), q = y.contiguous_bytes();
+  return p.size() == q.size() && std::memcmp(p.data(), q.data(), p.size()) == 0;
+}
+
+struct Origin {
+  size_t part, chunk;  // chunk: index in the part's entry (PlannedItem::kBytes for bytes items)
+};
+
+// The merged entries and where each chunk comes from.
+struct Merged {
+  SavePlan plan;
+  std::vector<std::vector<Origin>> origin;  // per merged entry, per chunk (bytes: one)
+  std::vector<std::string> last_file;       // per merged entry: the last part's metadata that added to it
+  size_t replicas = 0;
+};
+
+void add_part(Merged& m, std::map<std::string, size_t>& index, const Reader& r, size_t p,
+              const std::vector<std::unique_ptr<Reader>>& readers) {
+  const Metadata& md = r.metadata();
+  for (const Entry& e : md.entries) {
+    const std::string what = "DCP merge: '" + escaped_brief(e.fqn) + "' ";
+    auto [it, fresh] = index.try_emplace(e.fqn, m.plan.entries.size());
+    if (fresh) {
+      m.plan.entries.push_back({e.fqn, e.is_bytes, e.dtype, e.size, {}});
+      m.origin.emplace_back();
+      m.last_file.push_back(md.path);
+    }
+    const size_t k = it->second;
+    Entry& into = m.plan.entries[k];
+    if (into.is_bytes != e.is_bytes || (!e.is_bytes && (into.dtype != e.dtype || into.size != e.size)))
+      fail(md.path, what + "differs from the earlier part's (" + m.last_file[k] + "): kind, dtype or global size");
+    m.last_file[k] = md.path;
+    if (e.is_bytes) {
+      if (fresh) {
+        m.origin[k].push_back({p, PlannedItem::kBytes});
+      } else {
+        if (readers[m.origin[k][0].part]->read_bytes(e.fqn) != r.read_bytes(e.fqn))
+          fail(md.path, what + "holds other bytes than in " + readers[m.origin[k][0].part]->metadata().path);
+        ++m.replicas;
+      }
+      continue;
+    }
+    for (size_t c = 0; c < e.chunks.size(); ++c) {
+      const Chunk& ch = e.chunks[c];
+      auto same = std::find_if(into.chunks.begin(), into.chunks.end(),
+                               [&](const Chunk& x) { return x.offsets == ch.offsets && x.sizes == ch.sizes; });
+      if (same == into.chunks.end()) {
+        into.chunks.push_back(ch);
+        m.origin[k].push_back({p, c});
+        continue;
+      }
+      const Origin& o = m.origin[k][static_cast<size_t>(same - into.chunks.begin())];
+      if (!same_tensor_bytes(readers[o.part]->read_chunk(e.fqn, o.chunk), r.read_chunk(e.fqn, c)))
+        fail(md.path, what + "chunk " + std::to_string(c) + " holds other values than the same box in " +
+                          readers[o.part]->metadata().path);
+      ++m.replicas;
+    }
+  }
+}
+
+// planner_data of every part, merged (first wins); null when a part has none.
+pickle::ValuePtr merged_planner_data(const std::vector<RankLocalPart>& parts, const std::vector<std::unique_ptr<Reader>>& readers) {
+  pickle::ValuePtr all = pickle::Value::dict();
+  std::map<std::string, bool> seen;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    pickle::ValuePtr pd = planner_data_of(readers[p]->metadata().path);
+    if (!pd || pd->kind != pickle::Kind::Dict) return nullptr;
+    for (const auto& [k, v] : pd->entries)
+      if (k->kind == pickle::Kind::Str && seen.emplace(k->s, true).second) all->entries.emplace_back(k, v);
+  }
+  return all;
+}
+
+}  // namespace
+
+std::vector<RankLocalPart> rank_local_parts(const std::string& dir) {
+  if (fs::exists(fs::path(dir) / ".metadata"))
+    fail(dir, "DCP merge: the folder has a global .metadata already (not a rank-local save)");
+  std::map<int64_t, RankLocalPart> found;
+  std::error_code ec;
+  for (const auto& de : fs::directory_iterator(dir, ec)) {
+    const std::string name = de.path().filename().string();
+    if (const int64_t r = number_in(name, "rank_", ""); r >= 0 && fs::exists(de.path() / ".metadata"))
+      found[r] = {de.path().string(), (de.path() / ".metadata").string()};
+  }
+  if (found.empty())
+    for (const auto& de : fs::directory_iterator(dir, ec))
+      if (const int64_t r = number_in(de.path().filename().string(), "__", ".metadata"); r >= 0)
+        found[r] = {dir, de.path().string()};
+  if (ec) fail(dir, "cannot list the folder: " + ec.message());
+  if (found.empty()) fail(dir, "DCP merge: no rank-local parts (rank_<n>/.metadata or __<n>.metadata)");
+  std::vector<RankLocalPart> parts;
+  for (auto& [r, part] : found) parts.push_back(std::move(part));
+  return parts;
+}
+
+MergeResult merge_rank_local(const std::vector<RankLocalPart>& parts, const std::string& out, WriteOptions options) {
+  std::vector<std::unique_ptr<Reader>> readers;
+  for (const auto& part : parts) readers.push_back(std::make_unique<Reader>(part.dir, part.metadata_file));
+  Merged m;
+  std::map<std::string, size_t> index;
+  for (size_t p = 0; p < parts.size(); ++p) add_part(m, index, *readers[p], p, readers);
+  for (size_t k = 0; k < m.plan.entries.size(); ++k)
+    if (!m.plan.entries[k].is_bytes) check_chunks_cover(m.plan.entries[k], m.last_file[k]);
+  // Each part's chunks go into its own data file, in merged-entry order.
+  std::map<size_t, PlannedFile> files;
+  for (size_t k = 0; k < m.plan.entries.size(); ++k)
+    for (size_t c = 0; c < m.origin[k].size(); ++c) {
+      const size_t p = m.origin[k][c].part;
+      PlannedFile& f = files[p];
+      f.rank = static_cast<int64_t>(p);
+      f.relative_path = data_file_name(f.rank);
+      f.items.push_back({k, m.plan.entries[k].is_bytes ? PlannedItem::kBytes : c});
+    }
+  for (auto& [p, f] : files) m.plan.files.push_back(std::move(f));
+  m.plan.mesh = {static_cast<int64_t>(parts.size())};
+  if (!options.planner_data) options.planner_data = merged_planner_data(parts, readers);
+  ChunkSource source;
+  source.chunk = [&](const Entry& e, size_t c) {
+    const Origin& o = m.origin[index.at(e.fqn)][c];
+    return readers[o.part]->read_chunk(e.fqn, o.chunk);
+  };
+  source.bytes = [&](const Entry& e) { return readers[m.origin[index.at(e.fqn)][0].part]->read_bytes(e.fqn); };
+  MergeResult result;
+  result.written = write_dcp(m.plan, source, out, options);
+  result.replicas = m.replicas;
+  return result;
+}
+
+}  // namespace ucpkit::formats::dcp
