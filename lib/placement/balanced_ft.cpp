@@ -15,6 +15,7 @@
 #include "placement/allocation.h"
 #include "placement/balance.h"
 #include "placement/layer_state.h"
+#include "placement/lpt_fill.h"
 #include "placement/mro.h"
 #include "placement/recovery_weight.h"
 
@@ -35,13 +36,23 @@ std::vector<int> greedy_order(const std::vector<double>& loads, int floor, long 
   heap.reserve(E);
   for (int e = 0; e < E; ++e) heap.push_back({loads[e] / r[e], e});
   std::make_heap(heap.begin(), heap.end(), worse);
+  const size_t n = heap.size();
   for (long long i = 0; i < extra && E > 0; ++i) {
-    std::pop_heap(heap.begin(), heap.end(), worse);
-    const int e = heap.back().second;
+    // The top's key only falls (t / (r + 1) <= t / r): one sift down instead of a pop and a push.
+    const int e = heap[0].second;
     r[e]++;
     seq.push_back(e);
-    heap.back() = {loads[e] / r[e], e};
-    std::push_heap(heap.begin(), heap.end(), worse);
+    const Key k{loads[e] / r[e], e};
+    size_t j = 0;
+    for (;;) {
+      size_t c = 2 * j + 1;
+      if (c >= n) break;
+      if (c + 1 < n && worse(heap[c], heap[c + 1])) ++c;
+      if (!worse(k, heap[c])) break;
+      heap[j] = heap[c];
+      j = c;
+    }
+    heap[j] = k;
   }
   return seq;
 }
@@ -118,103 +129,6 @@ std::vector<int> floor_greedy_allocation(const std::vector<double>& loads, long 
 
 namespace {
 
-// Largest share first onto the least loaded GPU with a free slot; with `spread`, only GPUs on nodes
-// holding the fewest replicas of that expert so far are eligible (replicas round over the nodes)
-// unless none of them has a free slot. Slots already set in `phy2log` (>= 0) stay; experts with
-// `skip[e]` are not placed (they were, by the caller).
-std::vector<int> lpt_fill(std::vector<int> phy2log, const std::vector<int>& r, const std::vector<double>& t,
-                          const Cluster& cl, bool spread, const std::vector<char>& skip) {
-  const int E = static_cast<int>(r.size()), N = cl.nodes, S = cl.slots_per_gpu;
-  // Experts by share descending (ties by id), each repeated r_e times.
-  std::vector<std::pair<double, int>> by_share;
-  for (int e = 0; e < E; ++e)
-    if (!skip[e] && r[e] > 0) by_share.push_back({-t[e] / r[e], e});
-  std::sort(by_share.begin(), by_share.end());
-  std::vector<int> reps;
-  for (const auto& [w, e] : by_share)
-    for (int i = 0; i < r[e]; ++i) reps.push_back(e);
-  std::vector<double> load(cl.gpus(), 0.0);
-  std::vector<int> used(cl.gpus(), 0);
-  for (int p = 0; p < cl.slots(); ++p)
-    if (phy2log[p] >= 0) {
-      int g = cl.gpu_of_slot(p), e = phy2log[p];
-      load[g] += t[e] / r[e];
-      used[g]++;
-    }
-  // The least loaded open GPU of every node as (load, gpu), in one of two tournament trees over the
-  // nodes: `open` for the nodes eligible for the current expert at its current level (holding at
-  // most `level` of the replicas placed here so far), `blocked` for the others (a node absent from
-  // a tree, or full, is (inf, max)). The pick, the least loaded open GPU on an eligible node (else
-  // anywhere), is the root of `open`, or of `blocked` when `open` is empty: the entry a scan of all
-  // nodes in (load, gpu) order would find. The picked node's leaf is set again after each pick;
-  // the blocked ones are looked at again only when the level or the expert changes. An expert's
-  // replicas are consecutive in `reps`, so the counts per node are kept for the current expert only.
-  const int G = cl.gpus_per_node;
-  using Key = std::pair<double, int>;
-  const Key none{std::numeric_limits<double>::infinity(), std::numeric_limits<int>::max()};
-  int P = 1;
-  while (P < N) P *= 2;
-  std::vector<Key> open(2 * P, none), blocked(2 * P, none);
-  auto set_leaf = [&](std::vector<Key>& tree, int n, const Key& k) {
-    int j = P + n;
-    tree[j] = k;
-    for (j /= 2; j >= 1; j /= 2) tree[j] = std::min(tree[2 * j], tree[2 * j + 1]);
-  };
-  std::vector<int> here(N, 0);  // replicas of the current expert on each node
-  std::vector<int> blocked_nodes;
-  int cur = -1, level = 0, placed = 0;
-  auto eligible = [&](int n) { return !spread || here[n] <= level; };
-  auto put = [&](int n) {  // the node's least loaded open GPU, if any, into its tree
-    int best = -1;
-    for (int g = n * G; g < (n + 1) * G; ++g)
-      if (used[g] < S && (best < 0 || load[g] < load[best])) best = g;
-    if (best < 0) return;
-    if (eligible(n)) {
-      set_leaf(open, n, {load[best], best});
-    } else {
-      set_leaf(blocked, n, {load[best], best});
-      blocked_nodes.push_back(n);
-    }
-  };
-  for (int n = 0; n < N; ++n) put(n);
-  for (int e : reps) {
-    if (e != cur) {
-      cur = e;
-      placed = 0;
-      std::fill(here.begin(), here.end(), 0);
-    }
-    if (spread && (placed == 0 || placed / N != level)) {
-      level = placed / N;
-      size_t kept = 0;
-      for (int n : blocked_nodes)
-        if (eligible(n)) {
-          set_leaf(open, n, blocked[P + n]);
-          set_leaf(blocked, n, none);
-        } else {
-          blocked_nodes[kept++] = n;
-        }
-      blocked_nodes.resize(kept);
-    }
-    auto& from = open[1] != none ? open : blocked;
-    const int g = from[1].second, node = cl.node_of_gpu(g);
-    if (&from == &blocked) blocked_nodes.erase(std::find(blocked_nodes.begin(), blocked_nodes.end(), node));
-    set_leaf(from, node, none);
-    int slot = g * S;
-    while (phy2log[slot] >= 0) ++slot;
-    phy2log[slot] = e;
-    load[g] += t[e] / r[e];
-    used[g]++;
-    here[node]++;
-    placed++;
-    put(node);
-  }
-  return phy2log;
-}
-
-std::vector<int> lpt_pack(const std::vector<int>& r, const std::vector<double>& t, const Cluster& cl, bool spread) {
-  return lpt_fill(std::vector<int>(cl.slots(), -1), r, t, cl, spread, std::vector<char>(r.size(), 0));
-}
-
 // Experts with exactly f replicas placed first in blocks of f nodes, `per_node` experts per block
 // (block b on nodes b*f .. b*f+f-1, wrapping), each replica on the least loaded GPU of its node with
 // room; then everything else by lpt_fill. Fewer blocks = fewer node sets an f-node failure can hit.
@@ -287,6 +201,42 @@ double eplb_reference_max_load(const std::vector<double>& t, const Cluster& cl) 
 
 namespace {
 
+// EPLB's allocation (floor 1, the largest-share rule over all slots) packed largest share first
+// without the node spread, and the greedy order of the floor-f allocation (every candidate is a
+// prefix of it). Where EPLB already gives every expert f replicas, the floor-f order is EPLB's
+// order without each expert's first f - 1 entries (both list the keys t_e / j in the same global
+// order, and EPLB's includes every key with j < f), so one greedy pass serves both.
+struct Reference {
+  std::vector<int> counts, packed, seq;
+  double max = 0;
+  bool floor_binds = false;  // EPLB's allocation gives some expert fewer than f replicas
+};
+
+Reference eplb_reference(const std::vector<double>& t, const Cluster& cl, int f) {
+  const int E = static_cast<int>(t.size());
+  const long long slots = cl.slots();
+  Reference ref;
+  const auto seq1 = greedy_order(t, 1, slots - E);
+  ref.counts.assign(E, 1);
+  for (int e : seq1) ref.counts[e]++;
+  ref.packed = lpt_pack(ref.counts, t, cl, false);
+  ref.max = max_of(ref.packed, t, cl);
+  ref.floor_binds = *std::min_element(ref.counts.begin(), ref.counts.end()) < f;
+  if (ref.floor_binds) {
+    ref.seq = greedy_order(t, f, slots - static_cast<long long>(f) * E);
+  } else {
+    std::vector<int> skipped(E, 0);
+    ref.seq.reserve(seq1.size());
+    for (int e : seq1)
+      if (skipped[e] < f - 1) {
+        skipped[e]++;
+      } else {
+        ref.seq.push_back(e);
+      }
+  }
+  return ref;
+}
+
 // One packed allocation: the greedy stopped after `greedy` replicas, packed with or without node spread.
 struct Candidate {
   double max;
@@ -302,7 +252,9 @@ struct Candidate {
 // loaded experts; each packed largest share first with replicas spread over nodes (the full greedy
 // also without the spread). `seq` is greedy_order over all slots: every candidate is a prefix of it.
 std::vector<Candidate> stepped_candidates(const std::vector<double>& t, const Cluster& cl, int f,
-                                          const std::vector<int>& seq, double reference) {
+                                          const Reference& ref) {
+  const std::vector<int>& seq = ref.seq;
+  const double reference = ref.max;
   const long long slots = cl.slots(), floor_slots = static_cast<long long>(f) * static_cast<long long>(t.size());
   std::vector<Candidate> cands;
   const long long step = std::max<long long>(1, cl.gpus() / 2);
@@ -313,8 +265,8 @@ std::vector<Candidate> stepped_candidates(const std::vector<double>& t, const Cl
     cands.push_back({m, x, true, std::move(packed)});
     if (cands.front().max <= reference) break;  // the full greedy already packs as well as EPLB
     if (k == 0) {
-      packed = lpt_pack(r, t, cl, false);
-      m = max_of(packed, t, cl);
+      packed = r == ref.counts ? ref.packed : lpt_pack(r, t, cl, false);  // EPLB's allocation: already packed
+      m = r == ref.counts ? ref.max : max_of(packed, t, cl);
       cands.push_back({m, x, false, std::move(packed)});
     }
   }
@@ -327,11 +279,12 @@ std::vector<Candidate> stepped_candidates(const std::vector<double>& t, const Cl
 // around the best) is rated by packing_estimate and the best rated one that can beat the packed
 // candidates is packed and added to `cands`. Nothing when the first candidate is as good as EPLB.
 void add_rated_candidate(std::vector<Candidate>& cands, const std::vector<double>& t, const Cluster& cl, int f,
-                         const std::vector<int>& seq, double reference) {
+                         const Reference& ref) {
+  const std::vector<int>& seq = ref.seq;
+  const double reference = ref.max;
   const long long slots = cl.slots(), floor_slots = static_cast<long long>(f) * static_cast<long long>(t.size());
   if (!(cands.front().max > reference && slots > floor_slots)) return;
-  auto eplb_counts = floor_greedy_allocation(t, slots, 1);
-  if (*std::min_element(eplb_counts.begin(), eplb_counts.end()) >= f) return;
+  if (!ref.floor_binds) return;
   std::vector<std::pair<double, long long>> rated;
   const std::vector<int> light = ascending_load_order(t);
   auto rate = [&](long long x) {
@@ -538,10 +491,11 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
   // loaded GPU is refined by swaps and rewrites; the runner-up too when the first stays above
   // EPLB's packing (refine_candidates).
   floor_greedy_allocation(t, 0 + slots, f, floor_slots);  // throws UsageError when f * E > slots
-  const auto seq = greedy_order(t, f, slots - floor_slots);  // every candidate is a prefix of it
-  const double reference = eplb_reference_max_load(t, cl);
-  std::vector<Candidate> cands = stepped_candidates(t, cl, f, seq, reference);
-  add_rated_candidate(cands, t, cl, f, seq, reference);
+  const Reference ref = eplb_reference(t, cl, f);
+  const auto& seq = ref.seq;  // every candidate is a prefix of it
+  const double reference = ref.max;
+  std::vector<Candidate> cands = stepped_candidates(t, cl, f, ref);
+  add_rated_candidate(cands, t, cl, f, ref);
   // Recovery may use the slack down to EPLB's balance (0.2% margin for tie-order differences).
   auto finish = [&](Chosen& c) {
     const double cap = std::max(c.state->max_load(), reference / 1.002);
