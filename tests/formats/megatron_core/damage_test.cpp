@@ -1,0 +1,116 @@
+// formats/megatron_core: damaged copies of a real Megatron-Core torch_dist checkpoint
+// (tests/formats/megatron_core/data/gpt_tp2_pp2/fully_reshardable) are refused with one Error line
+// naming the file: metadata.json without sharded_backend, another backend, no metadata.json, a
+// tracker naming a missing iteration, keys the model does not know (a model root, a ShardedObject,
+// an optimizer state; renamed in place in `.metadata`, same length, so the pickle stays valid).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "formats/dcp/dcp_data.h"
+#include "formats/megatron_core/mcore_data.h"
+#include "formats/megatron_core/reader.h"
+#include "support/errors.h"
+#include "support/process.h"
+
+namespace fs = std::filesystem;
+using namespace ucpkit;
+using formats::megatron_core::Checkpoint;
+using ucpkit::testing::error_of;
+using ucpkit::testing::slurp;
+
+namespace {
+
+const std::string kSource = ucpkit::testing::kMcoreData + "/gpt_tp2_pp2/fully_reshardable";
+
+std::string copy_of(const std::string& name) {
+  const std::string d = ucpkit::testing::scratch_dir("mcore_damage_" + name) + "/iter_0000002";
+  fs::copy(kSource, d, fs::copy_options::recursive);
+  return d;
+}
+
+void spit(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// Renames every occurrence of `from` in `.metadata` to `to` (same length).
+void rename_in_metadata(const std::string& dir, const std::string& from, const std::string& to) {
+  ASSERT_EQ(from.size(), to.size());
+  std::string md = slurp(dir + "/.metadata");
+  size_t n = 0;
+  for (size_t at = md.find(from); at != std::string::npos; at = md.find(from, at + to.size()), ++n)
+    md.replace(at, from.size(), to);
+  ASSERT_GT(n, 0u) << from;
+  spit(dir + "/.metadata", md);
+}
+
+void expect_one_line_naming(const std::string& msg, const std::string& file, const std::string& cause) {
+  EXPECT_NE(msg.find(file), std::string::npos) << msg;
+  EXPECT_NE(msg.find(cause), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+}
+
+}  // namespace
+
+TEST(McoreDamage, UndamagedCopyReads) {
+  const std::string d = copy_of("none");
+  EXPECT_EQ(Checkpoint(d).params().size(), 23u);
+  const std::string root = fs::path(d).parent_path().string();
+  expect_one_line_naming(error_of([&] { Checkpoint{root}; }), root,
+                         "no metadata.json and no latest_checkpointed_iteration.txt");
+}
+
+TEST(McoreDamage, MetadataJsonWithoutShardedBackend) {
+  const std::string d = copy_of("no_backend");
+  spit(d + "/metadata.json", R"({"sharded_backend_version": 1})");
+  expect_one_line_naming(error_of([&] { Checkpoint{d}; }), d + "/metadata.json", "missing field sharded_backend");
+}
+
+TEST(McoreDamage, OtherShardedBackend) {
+  const std::string d = copy_of("zarr");
+  spit(d + "/metadata.json", R"({"sharded_backend": "zarr", "sharded_backend_version": 1})");
+  expect_one_line_naming(error_of([&] { Checkpoint{d}; }), d + "/metadata.json", "is not read (only torch_dist)");
+}
+
+TEST(McoreDamage, NoMetadataJson) {
+  const std::string d = copy_of("no_config");
+  fs::remove(d + "/metadata.json");
+  expect_one_line_naming(error_of([&] { Checkpoint{d}; }), d, "no metadata.json");
+}
+
+TEST(McoreDamage, TrackerNamesMissingIteration) {
+  const std::string d = copy_of("tracker");
+  const std::string root = fs::path(d).parent_path().string();
+  spit(root + "/latest_checkpointed_iteration.txt", "7\n");
+  expect_one_line_naming(error_of([&] { Checkpoint{root}; }), root + "/latest_checkpointed_iteration.txt",
+                         "names iter_0000007, which holds no metadata.json");
+  spit(root + "/latest_checkpointed_iteration.txt", "2\n");
+  EXPECT_EQ(Checkpoint(root).dir(), root + "/iter_0000002");
+}
+
+TEST(McoreDamage, UnknownModelRoot) {
+  const std::string d = copy_of("unknown_root");
+  rename_in_metadata(d, "embedding.word_embeddings", "embeddinX.word_embeddings");
+  expect_one_line_naming(error_of([&] { Checkpoint{d}; }), d + "/.metadata", "unknown key embeddinX.word_embeddings.weight");
+}
+
+TEST(McoreDamage, UnknownShardedObject) {
+  const std::string d = copy_of("unknown_object");
+  rename_in_metadata(d, "linear_proj._extra_state", "linear_proj._extra_stXte");
+  expect_one_line_naming(error_of([&] { Checkpoint{d}; }), d + "/.metadata", "a ShardedObject the model does not know");
+}
+
+TEST(McoreDamage, UnknownOptimizerState) {
+  const std::string d = copy_of("unknown_state");
+  rename_in_metadata(d, "optimizer.state.exp_avg_sq.", "optimizer.state.exp_avg_sX.");
+  expect_one_line_naming(error_of([&] { Checkpoint{d}; }), d + "/.metadata",
+                         "optimizer state other than param, exp_avg, exp_avg_sq");
+}
+
+TEST(McoreDamage, MissingCommonState) {
+  const std::string d = copy_of("no_common");
+  rename_in_metadata(d, "common_state/shard_0_1", "rng_stateXXX/shard_0_1");
+  // rng_stateXXX is no known object either; the common state is looked up first
+  expect_one_line_naming(error_of([&] { Checkpoint{d}; }), d + "/.metadata", "no common state");
+}
