@@ -58,6 +58,17 @@ struct SaveWork {
   ShardPlan shards;
 };
 
+// A store inside the checkpoint folder would save its own files as part of the checkpoint (and grow
+// with every save): refused, naming the option (issue 32).
+void check_store_outside(const std::string& store, const std::string& given, const char* option, const std::string& root) {
+  if (store.empty()) return;
+  std::error_code ec;
+  const fs::path s = fs::weakly_canonical(store, ec), r = fs::weakly_canonical(root, ec);
+  if (std::mismatch(r.begin(), r.end(), s.begin(), s.end()).first == r.end())
+    throw UsageError(std::string(option) + " " + escaped_brief(given, 200) + " is inside the checkpoint folder " +
+                     escaped_brief(root, 200) + ": the store would save its own files; put it outside");
+}
+
 struct CreatedStores {
   std::vector<std::string> dirs;
   bool committed = false;
@@ -467,6 +478,8 @@ json pec_save(const SaveOptions& options, const std::function<void(uint64_t)>& p
   // token counts, the tiers and their previous commits.
   Reporter::Phase phase(o.reporter, "read");
   SourceCheckpoint src = open_checkpoint(o.checkpoint, o.open);
+  check_store_outside(o.store, options.store, "--store", src.root);
+  check_store_outside(o.fast_store, options.fast_store, "--fast-store", src.root);
   const ResolvedStep step = resolve_step(o.step, step_sources(src), src.root);
   o.step = step.step;
   const MoeShape& shape = src.shape;

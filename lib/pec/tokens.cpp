@@ -47,7 +47,9 @@ std::string shown(const std::string& s) { return escaped_brief(s, 40); }
 int64_t count_of(double v, const std::string& text, const std::string& name) {
   if (!std::isfinite(v) || v < 0 || v > kMaxCount)
     fail(name, "token count " + shown(text) + " is not a number in [0, 2^53]");
-  return static_cast<int64_t>(v + 0.5);
+  // A count of tokens is whole: 2.5 is another file's statistic (a mean, a share), not rounded into one.
+  if (v != std::floor(v)) fail(name, "token count " + shown(text) + " is not a whole number");
+  return static_cast<int64_t>(v);
 }
 
 int64_t to_count(const std::string& s, const std::string& name) {
@@ -175,6 +177,14 @@ TokenMatrix fit_tokens(const TokenMatrix& tokens, const std::vector<int>& expert
   if (tokens.size() > experts_per_layer.size())
     fail(name, "token counts for " + std::to_string(tokens.size()) + " MoE layers, the checkpoint has " +
                    std::to_string(experts_per_layer.size()));
+  // Every MoE layer must have counts: a layer missing from the file (another model's file, a trace cut
+  // short) is not read as zeros (issue 32). Experts past the end of a layer's counts are zeros: a trace
+  // of routed ids lists an expert only once it got a token.
+  if (tokens.size() < experts_per_layer.size())
+    fail(name, "token counts for " + std::to_string(tokens.size()) + " MoE layers, the checkpoint has " +
+                   std::to_string(experts_per_layer.size()) + " (a missing layer is not read as zeros)");
+  for (size_t l = 0; l < tokens.size(); ++l)
+    if (tokens[l].empty() && experts_per_layer[l] > 0) fail(name, "no token counts for MoE layer " + std::to_string(l));
   TokenMatrix out = zero_tokens(experts_per_layer);
   for (size_t l = 0; l < tokens.size(); ++l) {
     if (tokens[l].size() > out[l].size())

@@ -2,6 +2,8 @@
 // AutoEP expert runs inside flat partitions.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -68,8 +70,28 @@ TEST(PecTokens, BadInputFailsClearly) {
   EXPECT_THROW(parse_tokens("[[1, -2]]", "t"), Error);
   EXPECT_THROW(parse_tokens("a,b\nx,y\n", "t"), Error);
   EXPECT_THROW(fit_tokens({{1, 2, 3}}, {2}, "t"), Error);
-  auto f = fit_tokens({{1}}, {2, 3}, "t");
-  EXPECT_EQ(f[1].size(), 3u);
+  auto f = fit_tokens({{1}, {2}}, {2, 3}, "t");  // experts past a layer's counts: zeros
+  EXPECT_EQ(f[1], (std::vector<int64_t>{2, 0, 0}));
+}
+
+// Issue 32 (WEAK, cross-checks): a MoE layer missing from the counts was read as zeros, and a
+// fractional count was rounded (2.5 -> 3). Both are refused, naming the file.
+TEST(PecTokens, MissingLayerAndFractionalCountsAreRefused) {
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(message([] { fit_tokens({{1, 2}}, {2, 2}, "t.json"); }).rfind("t.json: token counts for 1 MoE layers", 0), 0u);
+  EXPECT_EQ(message([] { fit_tokens(parse_tokens("moe_layer,expert,tokens\n0,0,1\n2,0,1\n", "t.csv"), {1, 1, 1}, "t.csv"); })
+                .rfind("t.csv: no token counts for MoE layer 1", 0),
+            0u);
+  for (const char* text : {"[[1, 2.5]]", "2.5,1\n", "moe_layer,expert,tokens\n0,0,0.5\n", "{\"tokens\": [[1e0, 0.25]]}"})
+    EXPECT_NE(message([&] { parse_tokens(text, "t"); }).find("is not a whole number"), std::string::npos) << text;
+  EXPECT_EQ(parse_tokens("[[1.0, 2e0]]", "t"), (TokenMatrix{{1, 2}}));  // whole numbers written as decimals
 }
 
 static SelectionRequest request(std::vector<int> experts, int ep, int k) {
