@@ -22,6 +22,7 @@
 #include "formats/dcp/folder.h"
 #include "formats/dcp/reader.h"
 #include "formats/universal/manifest.h"
+#include "formats/universal/state_file.h"
 #include "reshard/direct_source.h"
 #include "reshard/model_info.h"
 #include "reshard/universal_reader.h"
@@ -29,6 +30,7 @@
 #include "pec/store.h"
 #include "to_universal/extract.h"
 #include "to_universal/from_dcp.h"
+#include "to_universal/save.h"
 #include "to_universal/shard_reader.h"
 
 namespace fs = std::filesystem;
@@ -257,6 +259,41 @@ void describe_native(CheckpointInfo& info, const InfoOptions& options) {
   }
 }
 
+// A universal folder ucp-union made from a DCP checkpoint: no DeepSpeed model files, so not what
+// ucp-load's model_info reads; its facts come from manifest.json, its checksums from the state files.
+void describe_universal_from_dcp(CheckpointInfo& info, const formats::universal::UniversalManifest& manifest,
+                                 const InfoOptions& options) {
+  skip_check(info, "model_info", "made from a DCP checkpoint: no DeepSpeed model files for ucp-load's model_info");
+  std::set<std::string> states, dtypes;
+  int64_t all = 0;
+  for (const auto& p : manifest.params) {
+    all += numel_of(p.shape);
+    for (const auto& [s, f] : p.states) states.insert(s);
+    if (p.dtype) dtypes.insert(*p.dtype);
+  }
+  info.tensors = manifest.params.size();
+  info.parameters = all;
+  info.states.assign(states.begin(), states.end());
+  std::string d;
+  for (const auto& x : dtypes) d += (d.empty() ? "" : ",") + x;
+  if (!d.empty()) info.dtypes["model"] = d;
+  info.dcp = manifest.source.value("dcp", nlohmann::json(nullptr));
+  if (!options.verify) {
+    skip_check(info, "checksums", "crc32 of every state file against manifest.json (--no-verify)");
+    return;
+  }
+  run_check(info, "checksums", "crc32 of every state file against manifest.json", [&] {
+    for (const auto& p : manifest.params)
+      for (const auto& [s, f] : p.states) {
+        const std::string path = (fs::path(info.dir) / f.file).string();
+        const uint32_t crc = to_universal::tensor_crc32(formats::universal::read_state_file(load_torch(path), path).param);
+        if (f.crc32 && crc != *f.crc32)
+          throw Error(path + ": crc32 " + formats::universal::crc32_text(crc) + " differs from manifest.json's " +
+                      formats::universal::crc32_text(*f.crc32));
+      }
+  });
+}
+
 void describe_universal(CheckpointInfo& info, const InfoOptions& options) {
   info.dir = info.input;
   formats::universal::UniversalManifest manifest;
@@ -275,6 +312,10 @@ void describe_universal(CheckpointInfo& info, const InfoOptions& options) {
     return "other";
   });
   if (!read) return;
+  if (manifest.source.value("format", "") == "dcp") {
+    describe_universal_from_dcp(info, manifest, options);
+    return;
+  }
   reshard::ModelInfo m;
   if (!run_check(info, "model_info", "every file manifest.json names present and consistent (as ucp-load reads them)",
                  [&] { m = reshard::read_model_info(info.dir); }))
@@ -579,7 +620,10 @@ std::string CheckpointInfo::text() const {
     for (const auto& x : store["steps"]) s += (s.empty() ? "" : ", ") + std::to_string(x["step"].get<int64_t>());
     row("saved steps", s.empty() ? "none readable" : s);
   }
-  if (!dcp.is_null() && dcp.contains("entries")) {
+  if (kind == CheckpointKind::universal && dcp.is_object())
+    row("source", "DCP checkpoint (" + dcp.value("folder", "") + ", " + dcp.value("era", "") + ", world size " +
+                      std::to_string(dcp.value("world_size", 0)) + ")");
+  if ((kind == CheckpointKind::dcp || kind == CheckpointKind::torch_dist) && dcp.contains("entries")) {
     std::string d = dcp.value("folder", "") + ", " + dcp.value("era", "") + ", world size " +
                     std::to_string(dcp.value("world_size", 0)) + "; " + std::to_string(dcp.value("tensor_entries", 0)) +
                     " tensors in " + std::to_string(dcp.value("chunks", 0)) + " chunks, " +

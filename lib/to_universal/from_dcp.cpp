@@ -1,10 +1,7 @@
 // DCP -> universal form (from_dcp.h). The mapping, with the torch 2.6 sources it follows
 // (docs/formats-dcp.md, "Into the universal form"):
-//  * keys: DefaultSavePlanner flattens the nested state dict and records each flat key's path in
-//    planner_data (checkpoint/default_planner.py:94, :103; _nested_dict.py:28-44); get_state_dict
-//    keys the optimizer state by parameter fqn: {"state": {fqn: {"step", "exp_avg", "exp_avg_sq"}},
-//    "param_groups": [{..., "params": [fqn, ...]}]} (checkpoint/state_dict.py:76-78, :780-791), and
-//    with flatten_optimizer_state_dict "state.<fqn>.<name>" keys (:628-686);
+//  * keys: what each key holds is formats/dcp/state_keys' (planner_data paths, get_state_dict's
+//    optimizer layout keyed by parameter fqn, with the torch lines);
 //  * a model tensor (path without an "optim"/"optimizer" head; a leading "model" component is the
 //    usual {"model": ..., "optim": ...} wrapper and is dropped) is a parameter, its tensor the
 //    universal "fp32" state (the stored dtype kept: no conversion);
@@ -27,6 +24,7 @@
 #include "core/error.h"
 #include "core/staging.h"
 #include "formats/dcp/reader.h"
+#include "formats/dcp/state_keys.h"
 #include "formats/universal/manifest.h"
 #include "formats/universal/state_file.h"
 #include "io/shape.h"
@@ -45,66 +43,12 @@ namespace ucpkit::to_universal {
 using formats::dcp::Entry;
 using formats::dcp::Folder;
 using formats::dcp::FolderKind;
+using formats::dcp::KeyRole;
 using formats::dcp::Metadata;
 using pickle::Value;
 using pickle::ValuePtr;
 
 namespace {
-
-std::string join(const std::vector<std::string>& parts, size_t from, size_t to) {
-  std::string s;
-  for (size_t k = from; k < to; ++k) s += (k > from ? "." : "") + parts[k];
-  return s;
-}
-
-bool digits(const std::string& s) { return !s.empty() && s.size() < 10 && std::all_of(s.begin(), s.end(), ::isdigit); }
-
-// The nested path of a flat key: planner_data's, else the key split as get_state_dict's dicts nest it
-// ("optim.state.<fqn>.<name>", "optim.param_groups.<i>.<key>", "model.<fqn>"; torch 1.13's planner
-// and non-default planners record none).
-std::vector<std::string> path_of(const Metadata& md, const std::string& fqn) {
-  if (auto it = md.flattening.find(fqn); it != md.flattening.end() && !it->second.empty()) return it->second;
-  for (const char* head : {"optim.", "optimizer."}) {
-    const std::string h = head;
-    if (fqn.rfind(h + "state.", 0) == 0) {
-      const std::string rest = fqn.substr(h.size() + 6);
-      const size_t dot = rest.rfind('.');
-      if (dot != std::string::npos && dot > 0)
-        return {h.substr(0, h.size() - 1), "state", rest.substr(0, dot), rest.substr(dot + 1)};
-    }
-    if (fqn.rfind(h + "param_groups.", 0) == 0) {
-      const std::string rest = fqn.substr(h.size() + 13);
-      const size_t dot = rest.find('.');
-      if (dot != std::string::npos) return {h.substr(0, h.size() - 1), "param_groups", rest.substr(0, dot), rest.substr(dot + 1)};
-    }
-  }
-  if (fqn.rfind("model.", 0) == 0) return {"model", fqn.substr(6)};
-  return {fqn};
-}
-
-struct Role {
-  enum Kind { Model, State, Group, Other } kind = Other;
-  std::string param, state;  // Model: param; State: param + state name
-  size_t group = 0;          // Group: index, state = key
-};
-
-Role role_of(const std::vector<std::string>& p) {
-  Role r;
-  if (p.size() >= 2 && (p[0] == "optim" || p[0] == "optimizer")) {
-    if (p[1] == "state" && p.size() >= 4) {
-      r.kind = Role::State, r.param = join(p, 2, p.size() - 1), r.state = p.back();
-    } else if (p[1] == "param_groups" && p.size() == 4 && digits(p[2])) {
-      r.kind = Role::Group, r.group = std::stoul(p[2]), r.state = p[3];
-    } else if (p.size() == 2 && p[1].rfind("state.", 0) == 0 && p[1].rfind('.') > 6) {  // flatten_optimizer_state_dict
-      const size_t dot = p[1].rfind('.');
-      r.kind = Role::State, r.param = p[1].substr(6, dot - 6), r.state = p[1].substr(dot + 1);
-    }
-    return r;
-  }
-  r.kind = Role::Model;
-  r.param = p.size() >= 2 && p[0] == "model" ? join(p, 1, p.size()) : join(p, 0, p.size());
-  return r;
-}
 
 uint64_t entry_bytes(const Entry& e) { return static_cast<uint64_t>(numel_of(e.size)) * dtype_size(e.dtype); }
 
@@ -117,11 +61,11 @@ FolderKind dcp_input_kind(const std::string& input) { return formats::dcp::find_
 DcpPlan plan_dcp(const Metadata& md, const Folder& folder) {
   DcpPlan plan;
   std::map<std::string, size_t> index;  // param name -> position in plan.params
-  std::vector<std::pair<const Entry*, Role>> states;
+  std::vector<std::pair<const Entry*, KeyRole>> states;
   for (const Entry& e : md.entries) {
     if (!e.is_bytes) formats::dcp::check_chunks_cover(e, md.path);
-    const Role r = role_of(path_of(md, e.fqn));
-    if (r.kind == Role::Model && !e.is_bytes) {
+    const KeyRole r = formats::dcp::key_role(formats::dcp::nested_path(md, e.fqn));
+    if (r.kind == KeyRole::Model && !e.is_bytes) {
       if (!index.emplace(r.param, plan.params.size()).second)
         fail(md.path, "DCP: two model tensors are both named '" + escaped_brief(r.param) + "' ('" + escaped_brief(e.fqn) + "')");
       DcpParam p;
@@ -131,10 +75,10 @@ DcpPlan plan_dcp(const Metadata& md, const Folder& folder) {
       p.dtype = e.dtype;
       p.bytes = entry_bytes(e);
       plan.params.push_back(std::move(p));
-    } else if (r.kind == Role::State && (!e.is_bytes || r.state == "step")) {
+    } else if (r.kind == KeyRole::OptimizerState && (!e.is_bytes || r.name == "step")) {
       states.push_back({&e, r});
-    } else if (r.kind == Role::Group && e.is_bytes) {
-      plan.param_groups.push_back({e.fqn, {r.group, r.state}});
+    } else if (r.kind == KeyRole::ParamGroup && e.is_bytes) {
+      plan.param_groups.push_back({e.fqn, {r.group, r.name}});
     } else {
       plan.not_carried.push_back(e.fqn);
     }
@@ -146,16 +90,16 @@ DcpPlan plan_dcp(const Metadata& md, const Folder& folder) {
       fail(md.path, "DCP: optimizer state '" + escaped_brief(e->fqn) + "' of parameter '" + escaped_brief(r.param) +
                         "', which has no model tensor in the checkpoint");
     DcpParam& p = plan.params[it->second];
-    if (r.state == "step") {
+    if (r.name == "step") {
       p.step = e->fqn;
       continue;
     }
-    if (r.state == "fp32" || p.states.count(r.state))
-      fail(md.path, "DCP: optimizer state '" + escaped_brief(e->fqn) + "' would overwrite the parameter's " + r.state + " state");
+    if (r.name == "fp32" || p.states.count(r.name))
+      fail(md.path, "DCP: optimizer state '" + escaped_brief(e->fqn) + "' would overwrite the parameter's " + r.name + " state");
     if (e->size != p.shape)
       fail(md.path, "DCP: optimizer state '" + escaped_brief(e->fqn) + "' has shape " + shape_text(e->size) +
                         ", its parameter " + shape_text(p.shape) + " (the universal form holds full-shape states)");
-    p.states[r.state] = e->fqn;
+    p.states[r.name] = e->fqn;
     p.bytes += entry_bytes(*e);
   }
   plan.source = {{"format", "dcp"},

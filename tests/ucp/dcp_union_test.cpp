@@ -253,3 +253,22 @@ TEST(DcpUnionDamage, MissingRankOfARankLocalSave) {
   fs::rename(c.input + "/rank_0", c.input + "/rank_2");
   expect_refused(c, "../in/ck", "without the metadata of rank 0");
 }
+
+TEST(DcpInfo, UniversalFolderMadeFromDcpIsDescribedAndItsChecksumsChecked) {
+  const Case c = case_of("info_universal", "fsdp_optim_w2");
+  ASSERT_EQ(run_in(c, "ucp-union", "--input ../in/ck --output out").rc, 0);
+  const auto r = run_in(c, "ucp-info", "out --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["kind"], "universal");
+  EXPECT_EQ(j["tensors"], 12);
+  EXPECT_EQ(j["dcp"]["world_size"], 2);
+  EXPECT_EQ(j["states"], (nlohmann::json{"exp_avg", "exp_avg_sq", "fp32"}));
+  // A manifest crc32 that no longer matches its state file is a failed check, exit 1.
+  auto m = nlohmann::json::parse(slurp(c.work + "/out/manifest.json"));
+  m["params"][0]["states"]["exp_avg"]["crc32"] = "00000000";
+  std::ofstream(c.work + "/out/manifest.json", std::ios::trunc) << m.dump(1);
+  const auto bad = run_in(c, "ucp-info", "out");
+  EXPECT_EQ(bad.rc, 1) << bad.err;
+  EXPECT_NE(bad.err.find("exp_avg.pt: crc32"), std::string::npos) << bad.err;
+}

@@ -1,0 +1,62 @@
+// DCP state-dict keys and what they hold (state_keys.h).
+#include "formats/dcp/state_keys.h"
+
+#include <algorithm>
+
+namespace ucpkit::formats::dcp {
+
+namespace {
+
+std::string join(const std::vector<std::string>& parts, size_t from, size_t to) {
+  std::string s;
+  for (size_t k = from; k < to; ++k) s += (k > from ? "." : "") + parts[k];
+  return s;
+}
+
+bool digits(const std::string& s) { return !s.empty() && s.size() < 10 && std::all_of(s.begin(), s.end(), ::isdigit); }
+
+}  // namespace
+
+// The nested path of a flat key: planner_data's, else the key split as get_state_dict's dicts nest it
+// ("optim.state.<fqn>.<name>", "optim.param_groups.<i>.<key>", "model.<fqn>"; torch 1.13's planner
+// and non-default planners record none).
+std::vector<std::string> nested_path(const Metadata& md, const std::string& fqn) {
+  if (auto it = md.flattening.find(fqn); it != md.flattening.end() && !it->second.empty()) return it->second;
+  for (const char* head : {"optim.", "optimizer."}) {
+    const std::string h = head;
+    if (fqn.rfind(h + "state.", 0) == 0) {
+      const std::string rest = fqn.substr(h.size() + 6);
+      const size_t dot = rest.rfind('.');
+      if (dot != std::string::npos && dot > 0)
+        return {h.substr(0, h.size() - 1), "state", rest.substr(0, dot), rest.substr(dot + 1)};
+    }
+    if (fqn.rfind(h + "param_groups.", 0) == 0) {
+      const std::string rest = fqn.substr(h.size() + 13);
+      const size_t dot = rest.find('.');
+      if (dot != std::string::npos) return {h.substr(0, h.size() - 1), "param_groups", rest.substr(0, dot), rest.substr(dot + 1)};
+    }
+  }
+  if (fqn.rfind("model.", 0) == 0) return {"model", fqn.substr(6)};
+  return {fqn};
+}
+
+KeyRole key_role(const std::vector<std::string>& p) {
+  KeyRole r;
+  if (p.size() >= 2 && (p[0] == "optim" || p[0] == "optimizer")) {
+    if (p[1] == "state" && p.size() >= 4) {
+      r.kind = KeyRole::OptimizerState, r.param = join(p, 2, p.size() - 1), r.name = p.back();
+    } else if (p[1] == "param_groups" && p.size() == 4 && digits(p[2])) {
+      r.kind = KeyRole::ParamGroup, r.group = std::stoul(p[2]), r.name = p[3];
+    } else if (p.size() == 2 && p[1].rfind("state.", 0) == 0 && p[1].rfind('.') > 6) {  // flatten_optimizer_state_dict
+      const size_t dot = p[1].rfind('.');
+      r.kind = KeyRole::OptimizerState, r.param = p[1].substr(6, dot - 6), r.name = p[1].substr(dot + 1);
+    }
+    return r;
+  }
+  r.kind = KeyRole::Model;
+  r.param = p.size() >= 2 && p[0] == "model" ? join(p, 1, p.size()) : join(p, 0, p.size());
+  return r;
+}
+
+
+}  // namespace ucpkit::formats::dcp

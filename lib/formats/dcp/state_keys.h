@@ -1,0 +1,31 @@
+// What a DCP state-dict key is in the state dicts torch's own helpers build: a model tensor, a state of
+// one parameter's optimizer state, or a param_groups value (torch 2.6 checkpoint/state_dict.py
+// get_state_dict: optimizer state keyed by parameter fqn, :76-78, :780-791; flattened with
+// flatten_optimizer_state_dict, :628-686). The key's nested path comes from the planner's flattening map
+// (DefaultSavePlanner planner_data, default_planner.py:94, :103), else from the flat key as the usual
+// {"model": ..., "optim": ...} wrapper spells it.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "formats/dcp/metadata.h"
+
+namespace ucpkit::formats::dcp {
+
+struct KeyRole {
+  enum Kind { Model, OptimizerState, ParamGroup, Other } kind = Other;
+  std::string param;  // Model, OptimizerState: the parameter's fqn (a leading "model" component dropped)
+  std::string name;   // OptimizerState: the state ("exp_avg", "exp_avg_sq", "step", ...); ParamGroup: the key
+  size_t group = 0;   // ParamGroup: index into param_groups
+};
+
+// The nested path of flat key `fqn` (planner_data's, else split as described above).
+std::vector<std::string> nested_path(const Metadata& md, const std::string& fqn);
+
+// The role of a nested path: under an "optim" / "optimizer" head, "state"/<fqn>/<name> (or one
+// flattened "state.<fqn>.<name>" key) is an optimizer state, "param_groups"/<i>/<key> a param_groups
+// value, anything else Other; every path without such a head is a model tensor.
+KeyRole key_role(const std::vector<std::string>& path);
+
+}  // namespace ucpkit::formats::dcp
