@@ -25,7 +25,8 @@ namespace fs = std::filesystem;
 namespace ucpkit::pec {
 namespace {
 
-// Expert parameter names: "...layers.<i>.<...>experts.[deepspeed_experts.|local_experts.]<j>.<...>".
+// Expert parameter names in a universal folder without manifest.json (ds_to_universal's), the only
+// place a name has to say the layer: "...layers.<i>.<...>experts.[deepspeed_experts.|local_experts.]<j>.<...>".
 const std::regex& expert_name_regex() {
   static const std::regex re(R"((?:^|\.)layers\.(\d+)\.(?:.*\.)?experts\.(?:deepspeed_experts\.|local_experts\.)?(\d+)\.)");
   return re;
@@ -87,6 +88,11 @@ std::map<std::string, std::pair<int, int>> experts_from_names(const std::vector<
     if (out.count(param)) continue;
     std::smatch m;
     if (std::regex_search(param, m, expert_name_regex())) out[param] = {std::stoi(m[1]), std::stoi(m[2])};
+    else if (formats::deepspeed::local_expert_index(param))
+      fail("zero/" + param, "an expert parameter whose name has no layers.N, in a universal folder without " +
+                                std::string(formats::universal::kUniversalManifestName) +
+                                ": its MoE layer is unknown (make the folder with ucp-union, whose manifest records "
+                                "each expert's MoE layer from the expert files, or give pec-save the native checkpoint)");
   }
   return out;
 }
@@ -136,7 +142,7 @@ void open_universal(SourceCheckpoint& c, const OpenOptions& o) {
 
 // Expert fragments of one optimizer file: (moe layer, global expert) -> ranges.
 void slice_optimizer_file(SourceCheckpoint& c, const std::string& rel, int dp_rank, int dp_size, const OpenOptions& o,
-                          const std::map<int, int>& layer_to_moe, const formats::deepspeed::AutoEpZero12Slicing& autoep,
+                          const std::map<std::string, int>& stem_to_moe, const formats::deepspeed::AutoEpZero12Slicing& autoep,
                           std::map<std::pair<int, int>, std::vector<ByteRange>>& out) {
   const std::string path = (fs::path(c.root) / rel).string();
   auto mapped = MappedFile::open(path);
@@ -169,10 +175,9 @@ void slice_optimizer_file(SourceCheckpoint& c, const std::string& rel, int dp_ra
       }
       auto local = formats::deepspeed::local_expert_index(name);
       if (!local) continue;
-      auto tl = formats::deepspeed::transformer_layer_index(name);
-      if (!tl) fail(path, "expert parameter without a layer index: " + name);
-      auto moe = layer_to_moe.find(*tl);
-      if (moe == layer_to_moe.end()) fail(path, "expert parameter of transformer layer " + std::to_string(*tl) + " has no expert files");
+      auto moe = stem_to_moe.find(formats::deepspeed::with_expert_index(name, 0));
+      if (moe == stem_to_moe.end())
+        fail(path, "expert parameter " + name + " is in no expert file (layer_<L>_expert_<E>_mp_rank_XX_model_states.pt)");
       int experts = c.shape.experts_per_layer.at(static_cast<size_t>(moe->second));
       int per_rank = experts / std::max(ep, 1);
       int ep_rank = formats::deepspeed::ep_coords(dp_rank, dp_size, ep, o.data_before_expert).ep_rank;
@@ -195,7 +200,12 @@ void open_native(SourceCheckpoint& c, const OpenOptions& o, const formats::deeps
   for (const auto& rel : files) c.file_sizes[rel] = fs::file_size(fs::path(c.root) / rel);
   std::map<int, int> max_expert;
   std::set<std::string> expert_files;
-  std::map<int, int> layer_to_moe;  // transformer layer -> MoE layer, from the expert files' keys
+  // An expert parameter's MoE layer is the L of the expert file holding it (DeepSpeed's moe_layer_id,
+  // the MoE modules' order: v0.19.6 engine.py:4961-4965, file name :5009-5013), whatever the blocks are
+  // called (layers.N, blocks.N, h.N). One file per MoE layer gives the names, with the expert index
+  // set to 0 (the optimizer shards name EP-local experts).
+  std::map<std::string, int> stem_to_moe;
+  std::set<int> looked_up;
   for (const auto& ef : ds.expert_files) {
     const std::string rel = fs::path(ef.path).filename().string();  // expert files lie in the step folder itself
     expert_files.insert(rel);
@@ -203,19 +213,17 @@ void open_native(SourceCheckpoint& c, const OpenOptions& o, const formats::deeps
     uint64_t size = c.file_sizes.at(rel);
     c.experts[{ef.moe_layer, ef.expert}].push_back({rel, {}, size});
     c.expert_bytes_total += size;
-    if (!layer_to_moe.count(-1 - ef.moe_layer)) {
-      // One file per MoE layer tells which transformer layer it is.
-      auto root = load_torch(fs::path(c.root) / rel);
-      for (const auto& [k, v] : root->entries)
-        if (k->is(pickle::Kind::Str))
-          if (auto tl = formats::deepspeed::transformer_layer_index(k->as_str())) {
-            layer_to_moe[*tl] = ef.moe_layer;
-            break;
-          }
-      layer_to_moe[-1 - ef.moe_layer] = 0;  // marks the MoE layer as looked up
+    if (!looked_up.insert(ef.moe_layer).second) continue;
+    auto root = load_torch(fs::path(c.root) / rel);
+    if (!root || root->kind != pickle::Kind::Dict) fail((fs::path(c.root) / rel).string(), "not an expert state dict");
+    for (const auto& [k, v] : root->entries) {
+      if (!k->is(pickle::Kind::Str)) continue;
+      auto [it, fresh] = stem_to_moe.emplace(formats::deepspeed::with_expert_index(k->as_str(), 0), ef.moe_layer);
+      if (!fresh && it->second != ef.moe_layer)
+        fail((fs::path(c.root) / rel).string(), "parameter " + k->as_str() + " is also in the expert files of MoE layer " +
+                                                    std::to_string(it->second));
     }
   }
-  for (auto it = layer_to_moe.begin(); it != layer_to_moe.end();) it = it->first < 0 ? layer_to_moe.erase(it) : std::next(it);
   finish_shape(c, max_expert);
   // Expert fragments inside the optimizer shards.
   formats::deepspeed::AutoEpZero12Slicing autoep;
@@ -228,7 +236,7 @@ void open_native(SourceCheckpoint& c, const OpenOptions& o, const formats::deeps
     for (size_t d = 0; d < ds.optim_files[mp].size(); ++d) {
       std::string rel = fs::path(ds.optim_files[mp][d]).filename().string();
       std::map<std::pair<int, int>, std::vector<ByteRange>> found;
-      slice_optimizer_file(c, rel, static_cast<int>(d), ds.dp, o, layer_to_moe, autoep, found);
+      slice_optimizer_file(c, rel, static_cast<int>(d), ds.dp, o, stem_to_moe, autoep, found);
       for (auto& [key, ranges] : found) {
         ExpertPart part{rel, ranges, 0};
         for (const auto& r : ranges) part.bytes += r.length;
