@@ -1,0 +1,171 @@
+"""Loads ucpkit's DCP output with the real torch.distributed.checkpoint (run by scripts/dcp_verify.sh
+inside the Debian-trixie chroot with python3-torch 2.6; not in CI).
+
+  python3 dcp_verify.py ROOT
+
+ROOT holds cases.tsv (folder, fixture, world size the folder was written for; written by the
+gtest DcpVerifyWriter.WritesOurOutputForRealTorch), the folders, truth/<fixture>.truth/ and
+src/<fixture>/ (the committed fixtures). For every case and every load world size W in (1, 2, 4)
+other than the one it was written for, `dcp.load` fills a fresh state dict:
+  W = 1: plain full-size tensors, no process group;
+  W = 2: DTensors on a 1-D gloo mesh, Shard(0) (scalars replicated);
+  W = 4: DTensors on a 2x2 mesh, 2-D and more (Shard(0), Shard(1)), 1-D (Shard(0), Replicate()).
+Each tensor (gathered with full_tensor()) is compared bit for bit with the fixture's truth
+(tensors.safetensors, recorded by the saving script), each bytes item with what torch's own load of
+the original fixture gives. Prints one line per case and load, then the totals; exit 1 on any
+difference.
+"""
+import io
+import os
+import socket
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.multiprocessing as mp
+from safetensors.torch import load_file
+from torch.distributed.checkpoint.metadata import BytesStorageMetadata, TensorStorageMetadata
+
+
+def bits_equal(a, b):
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return torch.equal(a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8))
+
+
+def read_cases(root):
+    cases = []
+    for line in open(os.path.join(root, "cases.tsv")):
+        name, fixture, world = line.rstrip("\n").split("\t")
+        cases.append((name, fixture, int(world)))
+    return cases
+
+
+def entries(path):
+    md = dcp.FileSystemReader(path).read_metadata()
+    return md.state_dict_metadata
+
+
+def torch_bytes_of(path):
+    """Bytes items of an original fixture as torch decodes them: torch.load of each item's bytes found
+    through torch's FileSystemReader metadata (both class-path eras: torch 1.13's prototype classes
+    are not instances of the 2.x ones, so they are matched by name)."""
+    md = dcp.FileSystemReader(path).read_metadata()
+    out = {}
+    for key, info in md.storage_data.items():
+        if type(md.state_dict_metadata[key.fqn]).__name__ != "BytesStorageMetadata":
+            continue
+        with open(os.path.join(path, info.relative_path), "rb") as f:
+            f.seek(info.offset)
+            out[key.fqn] = torch.load(io.BytesIO(f.read(info.length)), weights_only=False)
+    return out
+
+
+def placements(ndim, world):
+    from torch.distributed.tensor import Replicate, Shard
+
+    if world == 2:
+        return [Shard(0) if ndim >= 1 else Replicate()]
+    if ndim >= 2:
+        return [Shard(0), Shard(1)]
+    return [Shard(0), Replicate()] if ndim == 1 else [Replicate(), Replicate()]
+
+
+def check_case(root, name, fixture, world, ref_bytes, mesh):
+    """Loads one case at `world`; returns (tensors, tensors equal, bytes items, bytes equal, notes)."""
+    from torch.distributed.tensor import distribute_tensor
+
+    path = os.path.join(root, name)
+    md = entries(path)
+    sd = {}
+    for k, m in md.items():
+        if isinstance(m, TensorStorageMetadata):
+            full = torch.zeros(m.size, dtype=m.properties.dtype)
+            sd[k] = full if mesh is None else distribute_tensor(full, mesh, placements(len(m.size), world))
+        else:
+            sd[k] = None
+    dcp.load(sd, checkpoint_id=path)  # no process group (W = 1): torch runs it as one rank
+    truth = load_file(os.path.join(root, "truth", fixture + ".truth", "tensors.safetensors"))
+    n = ok = nb = okb = 0
+    notes = []
+    for k in sorted(md):
+        if isinstance(md[k], BytesStorageMetadata):
+            nb += 1
+            if k in ref_bytes and sd[k] == ref_bytes[k]:
+                okb += 1
+            else:
+                notes.append("bytes %s: %r vs torch's %r" % (k, sd[k], ref_bytes.get(k)))
+            continue
+        t = sd[k] if mesh is None else sd[k].full_tensor()
+        n += 1
+        if k in truth and bits_equal(t, truth[k]):
+            ok += 1
+        else:
+            notes.append("tensor %s differs%s" % (k, "" if k in truth else " (no truth)"))
+    missing = sorted(set(truth) - {k for k, m in md.items() if isinstance(m, TensorStorageMetadata)})
+    for k in missing:
+        n += 1
+        notes.append("tensor %s missing" % k)
+    return n, ok, nb, okb, notes
+
+
+def run_world(rank, world, port, root, cases, refs, results):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), USE_LIBUV="0", RANK=str(rank),
+                      WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (world,) if world == 2 else (2, world // 2))
+    out = []
+    for name, fixture, saved in cases:
+        if saved == world:
+            continue
+        out.append((name, world) + check_case(root, name, fixture, world, refs[fixture], mesh))
+    dist.barrier()
+    dist.destroy_process_group()
+    if rank == 0:
+        results.put(out)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    root = sys.argv[1]
+    cases = read_cases(root)
+    refs = {}
+    for _, fixture, _ in cases:
+        src = os.path.join(root, "src", fixture)
+        if not os.path.exists(os.path.join(src, ".metadata")):
+            src = os.path.join(src, "rank_0")
+        refs.setdefault(fixture, torch_bytes_of(src))
+    rows = []
+    for name, fixture, saved in cases:
+        if saved != 1:
+            rows.append((name, 1) + check_case(root, name, fixture, 1, refs[fixture], None))
+    ctx = mp.get_context("spawn")
+    for world in (2, 4):
+        q = ctx.Manager().Queue()
+        mp.spawn(run_world, args=(world, free_port(), root, cases, refs, q), nprocs=world, join=True)
+        rows.extend(q.get())
+    tot = [0, 0, 0, 0]
+    bad = 0
+    for name, world, n, ok, nb, okb, notes in sorted(rows):
+        print("%-36s load at %d rank(s): %d/%d tensors equal, %d/%d bytes items equal" % (name, world, ok, n, okb, nb))
+        for note in notes:
+            print("    " + note)
+        bad += (n - ok) + (nb - okb)
+        for i, v in enumerate((n, ok, nb, okb)):
+            tot[i] += v
+    print("TOTAL %d loads of %d folders: %d/%d tensors equal, %d/%d bytes items equal"
+          % (len(rows), len(cases), tot[1], tot[0], tot[3], tot[2]))
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
