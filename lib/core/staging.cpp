@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -109,6 +110,14 @@ void test_pause_if_asked() {
   }
 }
 
+void test_pause_in_commit_if_asked() {
+  const char* v = std::getenv("UCPKIT_TEST_PAUSE_IN_COMMIT");
+  if (!v || !*v) return;
+  const std::string go = v;
+  { std::ofstream(go + ".reached") << ::getpid() << "\n"; }
+  while (::access(go.c_str(), F_OK) != 0) ::usleep(10000);  // signals only set the flag meanwhile
+}
+
 void sync_file_system(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error(path.string() + ": cannot open to flush to stable storage: " + std::strerror(errno));
@@ -196,11 +205,13 @@ void StagingDir::sync() const {
 }
 
 void StagingDir::commit() {
+  check_interrupted();  // a signal that came before the commit stops the run: nothing is committed
   MappedFile::check_inputs_intact();  // nothing read from an input that shrank under us is committed
   // Again at the end: the processes of a run killed just before this one started (the orphaned ranks
   // of a SIGKILLed mpirun) may have still been alive then; their folders would stay until a next run.
   sweep_stale_staging(target_, tag_, note_);
   sync();
+  test_pause_in_commit_if_asked();
   std::error_code ec;
   if (!overwrite_) {
     // Rename without replacing: a target that appeared during the run (a concurrent run, a user's
@@ -236,6 +247,10 @@ void StagingDir::commit() {
     if (!old.empty()) fs::remove_all(old, ec);
   }
   fsync_dir(target_.parent_path().string());
+  // The output is complete and on stable storage: a SIGINT/SIGTERM that came during the flush or the
+  // rename no longer stops anything, and the run ends as its commit did (exit 0), not by the signal
+  // (issue 32: 130/143 with the output complete).
+  g_signal.store(0);
 }
 
 }  // namespace ucpkit

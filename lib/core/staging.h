@@ -43,7 +43,8 @@ class StagingDir {
   StagingDir& operator=(const StagingDir&) = delete;
   const std::filesystem::path& path() const { return path_; }
   // Makes the folder the target: flushes its file system (when durable), renames it into place and
-  // fsyncs the parent folder. Without `overwrite`, a target that appeared since the start (another run,
+  // fsyncs the parent folder. A SIGINT/SIGTERM that came before throws (nothing committed); one that
+  // comes during the commit is forgotten once it succeeded (the output is complete: exit 0). Without `overwrite`, a target that appeared since the start (another run,
   // a user) is kept and commit() throws Error (rename without replacing); with it, the old target is
   // exchanged out and removed.
   void commit();
@@ -76,6 +77,10 @@ void raise_if_interrupted();
 // a signal arrives, so tests can kill a run at a known point; with UCPKIT_TEST_PAUSE_STAGED=<path>,
 // waits until that file exists (or a signal arrives), so tests can act before the commit.
 void test_pause_if_asked();
+// Test hook: with UCPKIT_TEST_PAUSE_IN_COMMIT=<path>, StagingDir::commit writes <path>.reached after
+// flushing the folder and waits (signals arriving meanwhile only set the flag) until <path> exists,
+// then renames: tests signal a run during its final flush.
+void test_pause_in_commit_if_asked();
 
 // Removes `.<name>.<tag>-tmp-<pid>` folders beside `target` whose process is gone (left by SIGKILL or
 // a crash; a zombie counts as gone); `.<name>.<tag>-old-<pid>` only when the target exists (else it is the only copy). Each
