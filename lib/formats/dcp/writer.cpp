@@ -62,15 +62,20 @@ ValuePtr storage_entry(const Entry& e, const PropertyParts& props) {
 
 // MetadataIndex's __init__ sets fqn and index, and offset only when given (a bytes item has none).
 // `index` is the chunk's position in its entry's list (the lookup hint), None for bytes items.
-ValuePtr metadata_index(const Item& it, const Entry* e) {
+ValuePtr metadata_index(const Item& it, std::optional<size_t> index) {
   std::vector<std::pair<std::string, ValuePtr>> f{{"fqn", Value::str(it.fqn)}};
-  ValuePtr index = Value::none();
-  for (size_t k = 0; it.offset && e && k < e->chunks.size(); ++k)
-    if (e->chunks[k].offsets == *it.offset) index = Value::integer(static_cast<int64_t>(k));
-  f.emplace_back("index", index);
+  f.emplace_back("index", index ? Value::integer(static_cast<int64_t>(*index)) : Value::none());
   if (it.offset) f.emplace_back("offset", Value::torch_size(*it.offset));
   return dataclass(kMetadataModule, "MetadataIndex", str_dict(std::move(f)));
 }
+
+// Orders (fqn, offsets) keys by value.
+struct ChunkKeyLess {
+  bool operator()(const std::pair<std::string_view, const std::vector<int64_t>*>& a,
+                  const std::pair<std::string_view, const std::vector<int64_t>*>& b) const {
+    return a.first != b.first ? a.first < b.first : *a.second < *b.second;
+  }
+};
 
 ValuePtr flat_planner_data(const SavePlan& plan) {
   ValuePtr d = Value::dict();
@@ -126,15 +131,21 @@ std::string metadata_pickle(const SavePlan& plan, const std::vector<Item>& items
   PropertyParts props;
   ValuePtr sdm = Value::dict();
   for (const Entry& e : plan.entries) sdm->entries.emplace_back(Value::str(e.fqn), storage_entry(e, props));
-  std::map<std::string, const Entry*> entry_of;
-  for (const Entry& e : plan.entries) entry_of[e.fqn] = &e;
+  // (fqn, chunk offsets) -> the chunk's index in its entry
+  std::map<std::pair<std::string_view, const std::vector<int64_t>*>, size_t, ChunkKeyLess> chunk_index;
+  for (const Entry& e : plan.entries)
+    for (size_t k = 0; k < e.chunks.size(); ++k) chunk_index.emplace(std::make_pair(std::string_view(e.fqn), &e.chunks[k].offsets), k);
   ValuePtr sd = Value::dict();
-  for (const Item& it : items)
-    sd->entries.emplace_back(metadata_index(it, entry_of[it.fqn]),
+  for (const Item& it : items) {
+    std::optional<size_t> index;
+    if (it.offset)
+      if (auto c = chunk_index.find({it.fqn, &*it.offset}); c != chunk_index.end()) index = c->second;
+    sd->entries.emplace_back(metadata_index(it, index),
                              dataclass(kFilesystemModule, "_StorageInfo",
                                        str_dict({{"relative_path", Value::str(it.storage.relative_path)},
                                                  {"offset", Value::integer(static_cast<int64_t>(it.storage.offset))},
                                                  {"length", Value::integer(static_cast<int64_t>(it.storage.length))}})));
+  }
   ValuePtr meta = dataclass(kMetadataModule, "StorageMeta",
                             str_dict({{"checkpoint_id", checkpoint_id.empty() ? Value::none() : Value::str(checkpoint_id)},
                                       {"save_id", options.save_id.empty() ? Value::none() : Value::str(options.save_id)},
