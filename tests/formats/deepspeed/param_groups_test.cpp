@@ -36,3 +36,50 @@ TEST(ParamGroups, ExpertGroupNames) {
   EXPECT_FALSE(ep_size_of_group_name("ep_size_"));
   EXPECT_FALSE(ep_size_of_group_name(""));
 }
+
+// Saved param_groups as torch's Optimizer.state_dict keeps them: the tutorial's dense group (no moe),
+// its expert group ('moe': True, 'ep_size_<N>'), a group without name or weight_decay.
+TEST(ParamGroups, SavedParamGroupsReadNameMoeAndWeightDecay) {
+  using ucpkit::pickle::Value;
+  auto dense = Value::dict();
+  dense->set_item("name", Value::str("parameters"));
+  dense->set_item("weight_decay", Value::real(0.01));
+  auto expert = Value::dict();
+  expert->set_item("name", Value::str("ep_size_2"));
+  expert->set_item("moe", Value::boolean(true));
+  expert->set_item("weight_decay", Value::integer(0));
+  const auto g = saved_param_groups({dense, expert, Value::dict(), Value::none()});
+  ASSERT_EQ(g.size(), 4u);
+  EXPECT_EQ(g[0].name, "parameters");
+  EXPECT_FALSE(g[0].moe);
+  EXPECT_DOUBLE_EQ(g[0].weight_decay, 0.01);
+  EXPECT_EQ(g[1].name, "ep_size_2");
+  EXPECT_TRUE(g[1].moe);
+  EXPECT_DOUBLE_EQ(g[1].weight_decay, 0.0);
+  EXPECT_EQ(g[2].name, "");
+  EXPECT_FALSE(g[3].moe);
+}
+
+// Megatron's model files: its args Namespace (with num_layers) or the nested module; a flat module
+// without Megatron's args (a model saved by any other script) is not Megatron's.
+TEST(ParamGroups, SavedByMegatronOnlyWithMegatronsArgsOrNestedModule) {
+  using ucpkit::pickle::Value;
+  auto flat = Value::dict();
+  auto module = Value::dict(true);
+  module->set_item("blocks.0.ln1.weight", Value::none());
+  flat->set_item("module", module);
+  EXPECT_FALSE(saved_by_megatron(flat));
+  auto nested = Value::dict();
+  auto lm = Value::dict();
+  lm->set_item("language_model", Value::dict());
+  nested->set_item("module", lm);
+  EXPECT_TRUE(saved_by_megatron(nested));
+  auto with_args = Value::dict();
+  with_args->set_item("module", module);
+  auto args = Value::make_object("argparse", "Namespace", Value::tuple(), Value::dict());
+  with_args->set_item("args", args);
+  EXPECT_FALSE(saved_by_megatron(with_args));  // a Namespace, but not Megatron's
+  args->set_attr("num_layers", Value::integer(4));
+  EXPECT_TRUE(saved_by_megatron(with_args));
+  EXPECT_FALSE(saved_by_megatron(Value::none()));
+}
