@@ -321,23 +321,6 @@ SliceBuffer read_slices(SourceCache& cache, const ParamPlan& p, const std::strin
   return b;
 }
 
-// The CRC-32 of a state's elements, taken from the zip record the writer just wrote (it had to
-// compute it anyway) instead of a second pass over the data; recomputed when not found.
-uint32_t written_crc32(const std::string& path, const Tensor& t) {
-  try {
-    ZipReader zip(MappedFile::open(path));
-    const ZipRecord* found = nullptr;
-    int data_records = 0;
-    for (const auto& [name, rec] : zip.records())
-      if (name.find("/data/") != std::string::npos) {
-        ++data_records;
-        if (rec.size == t.nbytes()) found = &rec;
-      }
-    if (data_records == 1 && found) return found->crc32;
-  } catch (const Error&) {
-  }
-  return tensor_crc32(t);
-}
 
 // Joins one state. Concatenation along dim 0 (and TP = 1) needs no second copy: the slices read
 // back to back already are the result, and vocabulary padding is cut by truncating the buffer.
@@ -608,6 +591,22 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
   failed.settle(drop_staging);
 
   return union_summary(output, plan.params.size(), threads, t.bytes_read, t.bytes_written, t.files, t0);
+}
+
+uint32_t written_crc32(const std::string& path, const Tensor& t) {
+  try {
+    ZipReader zip(MappedFile::open(path));
+    const ZipRecord* found = nullptr;
+    int data_records = 0;
+    for (const auto& [name, rec] : zip.records())
+      if (name.find("/data/") != std::string::npos) {
+        ++data_records;
+        if (rec.size == t.nbytes()) found = &rec;
+      }
+    if (data_records == 1 && found) return found->crc32;
+  } catch (const Error&) {
+  }
+  return tensor_crc32(t);
 }
 
 RunSummary union_summary(const std::string& output, size_t params, int threads, uint64_t bytes_read,

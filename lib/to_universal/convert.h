@@ -11,6 +11,7 @@
 
 #include "core/reporter.h"
 #include "formats/universal/manifest.h"
+#include "io/tensor.h"
 
 namespace ucpkit::to_universal {
 
@@ -42,6 +43,10 @@ struct RunSummary {
 // maximum over MPI ranks (collective).
 RunSummary union_summary(const std::string& output, size_t params, int threads, uint64_t bytes_read,
                          uint64_t bytes_written, uint64_t files, std::chrono::steady_clock::time_point t0);
+
+// The CRC-32 of `t`'s elements (manifest.json's crc32), taken from the data record of the torch file
+// `path` the writer just wrote for it when that record holds exactly its bytes; computed otherwise.
+uint32_t written_crc32(const std::string& path, const Tensor& t);
 
 // Runs f(i) for every i of `mine` (this rank's parameters) on `threads` TBB threads, one parameter a
 // task, checking for an interrupt before each and advancing `progress` after it.

@@ -162,7 +162,7 @@ ParamResult convert_param(const DcpParam& p, const formats::dcp::Reader& reader,
     save_torch_file(path, formats::universal::to_pickle(f));
     r.bytes_written += file_size_of(path);
     ++r.files;
-    e.states[state] = {"zero/" + folder + "/" + state + ".pt", tensor_crc32(f.param)};
+    e.states[state] = {"zero/" + folder + "/" + state + ".pt", written_crc32(path, f.param)};
   }
   if (!p.step.empty()) {
     const std::string path = (dir / "step.pt").string();

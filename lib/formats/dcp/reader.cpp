@@ -2,6 +2,9 @@
 // torch.save zips they are, chunks copied into their box of the global tensor.
 #include "formats/dcp/reader.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <filesystem>
 
@@ -61,6 +64,17 @@ void copy_box(const Tensor& chunk, const Chunk& box, Tensor& out) {
       idx[d] = 0;
     }
   }
+}
+
+// Drops this process's pages of [offset, offset + length) of a mapped data file once the item is
+// copied out: a conversion that touches every item keeps one item's pages, not the whole file's, in its
+// resident set (the page cache keeps them).
+void release_item_pages(const MappedFile& file, uint64_t offset, uint64_t length) {
+  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t base = reinterpret_cast<uintptr_t>(file.data());
+  const uintptr_t lo = (base + offset + page - 1) & ~(page - 1);
+  const uintptr_t hi = (base + offset + length) & ~(page - 1);
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
 }  // namespace
@@ -132,6 +146,7 @@ Tensor Reader::read_chunk(const std::string& fqn, size_t k) const {
   // The item is copied out of the map (load_torch_bytes owns its bytes): one chunk in memory at a time.
   const std::string name = file + " (item '" + escaped_brief(fqn) + "' at byte " + std::to_string(item.storage.offset) + ")";
   TorchFile tf = load_torch_bytes(bytes, name);
+  release_item_pages(*keep, item.storage.offset, item.storage.length);
   if (!tf.root || tf.root->kind != pickle::Kind::Tensor)
     fail(name, "DCP: a tensor item holds " + (tf.root ? tf.root->repr(1) : std::string("nothing")));
   Tensor t = tf.root->as_tensor();
