@@ -108,6 +108,26 @@ void drop_module_metadata(const ValuePtr& module) {
   });
 }
 
+// How many leading dotted components two keys share.
+static size_t shared_components(const std::string& a, const std::string& b) {
+  size_t n = 0, i = 0;
+  for (; i < a.size() && i < b.size() && a[i] == b[i]; ++i)
+    if (a[i] == '.') ++n;
+  return n;
+}
+
+// Puts each popped key back where state_dict() had it: after the last key sharing the most module
+// path with it (the popped experts of deepspeed_moe follow its gate, MOELayer registers gate before
+// experts, moe/sharded_moe.py), so the prefixes come out in torch's module pre-order.
+static void place_popped_keys(std::vector<std::string>& keys, const std::vector<std::string>& popped) {
+  for (const auto& key : popped) {
+    size_t best = 0, at = keys.size();
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (const size_t n = shared_components(keys[i], key); n > 0 && n >= best) best = n, at = i + 1;
+    keys.insert(keys.begin() + static_cast<std::ptrdiff_t>(at), key);
+  }
+}
+
 void add_module_metadata(const ValuePtr& module,
                          const std::vector<std::pair<std::string, std::vector<std::string>>>& extra_keys) {
   walk_dicts(module, "", [&](const ValuePtr& d, const std::string& path) {
@@ -118,7 +138,7 @@ void add_module_metadata(const ValuePtr& module,
       if (v && v->kind == Kind::Tensor && k && k->kind == Kind::Str) keys.push_back(k->s);
     if (keys.empty()) return;
     for (const auto& [p, extra] : extra_keys)
-      if (p == path) keys.insert(keys.end(), extra.begin(), extra.end());
+      if (p == path) place_popped_keys(keys, extra);
     // torch Module.state_dict: _metadata[prefix[:-1]] = {'version': cls._version} per module, pre-order.
     auto meta = Value::dict(true);
     std::set<std::string> seen;

@@ -35,7 +35,8 @@ void drop_module_metadata(const pickle::ValuePtr& module);
 // Gives every OrderedDict that holds tensors a torch state_dict `_metadata` ({'': {'version': 1},
 // 'layers': ..., one entry per module prefix of its keys in pre-order}) when it has none;
 // `extra_keys[dict path]` adds keys removed after state_dict() ran (Megatron pops the expert keys
-// from 'language_model.encoder', language_model.py:628-631, so its _metadata still lists them).
+// from 'language_model.encoder', language_model.py:628-631, so its _metadata still lists them), each
+// put back after the key sharing most of its module path (torch's module pre-order).
 void add_module_metadata(const pickle::ValuePtr& module,
                          const std::vector<std::pair<std::string, std::vector<std::string>>>& extra_keys = {});
 

@@ -4,15 +4,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/model_states.h"
 #include "formats/deepspeed/version_line.h"
 #include "io/torch/torch_file.h"
-#include "support/files.h"
-#include "support/process.h"
+#include "formats/deepspeed/fixture_files.h"
+#include "support/errors.h"
 
 using namespace ucpkit;
 namespace ds = ucpkit::formats::deepspeed;
@@ -20,39 +22,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using ucpkit::testing::fixtures::first_difference;
+using ucpkit::testing::fixtures::saved;
+using ucpkit::testing::fixtures::step_dir;
 const std::string kFixtures = UCPKIT_FIXTURES_DIR;
 
-// Where two byte strings first differ, for a short failure message ("" when equal).
-std::string first_difference(const std::string& got, const std::string& want) {
-  if (got == want) return "";
-  size_t i = 0;
-  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
-  return "differ at byte " + std::to_string(i) + " of " + std::to_string(want.size()) + ": got ..." +
-         got.substr(i > 40 ? i - 40 : 0, 120) + "\nwant ..." + want.substr(i > 40 ? i - 40 : 0, 120);
-}
-
-// Bytes our torch writer gives for `root` (pickle and storage records). Both sides of a comparison
-// go through it, so a difference is a difference of the value trees: keys, order, kinds, sharing.
-std::string saved(const pickle::ValuePtr& root, const std::string& name) {
-  static const std::string dir = ucpkit::testing::scratch_dir("model_states");
-  const std::string path = (fs::path(dir) / name).string();
-  save_torch_file(path, root);
-  return ucpkit::testing::file_bytes(path);
-}
-
-// The step folder `latest` names (dsgen writes global_step100, its AutoEP generator global_step7).
-fs::path step_dir(const std::string& checkpoint) {
-  std::string tag = ucpkit::testing::file_bytes((fs::path(kFixtures) / checkpoint / "latest").string());
-  while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
-  return fs::path(kFixtures) / checkpoint / tag;
-}
-
 std::vector<std::string> model_files(const std::string& checkpoint) {
-  std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(step_dir(checkpoint)))
-    if (e.path().filename().string().find("model_states.pt") != std::string::npos) out.push_back(e.path().string());
-  std::sort(out.begin(), out.end());
-  return out;
+  return ucpkit::testing::fixtures::files_with(checkpoint, "model_states.pt");
 }
 
 const std::vector<std::string> kCheckpoints = {
@@ -223,4 +199,67 @@ TEST(ModelStates, AutoEpFileRetargeted) {
   EXPECT_EQ(fresh.get("frozen_param_shapes")->kind, pickle::Kind::Dict);
   ds::add_frozen_params(m, 2);
   EXPECT_TRUE(m.get("frozen_param_shapes")->is_none());
+}
+
+// The facts extract reads beyond the typed fields, against what the file names say (native MoE: 2
+// MoE layers of 4 experts, layer_L_expert_E files; TP 2 x PP 2).
+TEST(ModelStates, ExtractAccessors) {
+  const std::string moe = (step_dir("moe_line_0.19.5") / "mp_rank_00_model_states.pt").string();
+  const ds::ModelStates m = ds::read_model_states(load_torch_file(moe), moe);
+  std::map<int, int> experts;  // moe layer -> experts, from the file names
+  for (const auto& f : ucpkit::testing::fixtures::files_with("moe_line_0.19.5", "_expert_")) {
+    const auto n = ds::parse_file_name(fs::path(f).filename().string());
+    experts[n->moe_layer] = std::max(experts[n->moe_layer], n->expert + 1);
+  }
+  std::vector<int> want;
+  for (const auto& [layer, e] : experts) want.push_back(e);
+  EXPECT_EQ(ds::num_experts(m), want);
+  EXPECT_FALSE(ds::has_autoep_layers(m));
+  EXPECT_TRUE(ds::autoep_layers(m, moe).empty());
+  const auto shapes = ds::saved_param_shapes(m);
+  ASSERT_TRUE(shapes);
+  EXPECT_EQ(shapes->groups, *m.param_shapes);
+  EXPECT_FALSE(shapes->one_dict);
+
+  const std::string gpt = (step_dir("gpt_tp2pp2dp2_gpu") / "mp_rank_03_model_states.pt").string();
+  const ds::ModelStates g = ds::read_model_states(load_torch_file(gpt), gpt);
+  EXPECT_EQ(ucpkit::testing::error_of([&] { ds::check_recorded_parallel_sizes(g, gpt, 2, 2); }), "");
+  EXPECT_EQ(ucpkit::testing::error_of([&] { ds::check_recorded_parallel_sizes(g, gpt, 1, 2); }),
+            gpt + ": inconsistent world sizes: mp_world_size is 4 but the files say tp=1");
+  ds::ModelStates no_mp = g;
+  no_mp.mp_world_size.reset();
+  EXPECT_EQ(ucpkit::testing::error_of([&] { ds::check_recorded_parallel_sizes(no_mp, gpt, 2, 1); }),
+            gpt + ": inconsistent world sizes: args.pipeline_model_parallel_size is 2 but the files say 1");
+  EXPECT_TRUE(ds::universal_checkpoint_info(g) == g.get("universal_checkpoint_info"));
+}
+
+// param_shapes in the forms other writers leave: a list of plain dicts, one dict, a non-dict entry.
+TEST(ModelStates, SavedParamShapesForms) {
+  auto root = pickle::Value::dict();
+  root->set_item("module", pickle::Value::dict());
+  auto group = pickle::Value::dict();  // not an OrderedDict: kept untyped
+  group->set_item("a.weight", pickle::Value::torch_size({2, 3}));
+  auto list = pickle::Value::list();
+  list->items = {group, pickle::Value::none()};
+  root->set_item("param_shapes", list);
+  auto m = ds::read_model_states(root, "x.pt");
+  EXPECT_FALSE(m.param_shapes);
+  auto s = ds::saved_param_shapes(m);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->not_dicts, 1u);
+  ASSERT_EQ(s->groups.size(), 1u);
+  EXPECT_EQ(s->groups[0][0].second, (std::vector<int64_t>{2, 3}));
+  root->set_item("param_shapes", group);
+  s = ds::saved_param_shapes(ds::read_model_states(root, "x.pt"));
+  ASSERT_TRUE(s);
+  EXPECT_TRUE(s->one_dict);
+  root->erase("param_shapes");
+  EXPECT_FALSE(ds::saved_param_shapes(ds::read_model_states(root, "x.pt")));
+  // AutoEP's rank order must be a boolean.
+  auto cfg = pickle::Value::dict();
+  cfg->set_item(ds::kUseDataBeforeExpertParallelism, pickle::Value::integer(1));
+  root->set_item("ds_config", cfg);
+  EXPECT_NE(ucpkit::testing::error_of([&] { ds::autoep_data_before_expert(ds::read_model_states(root, "x.pt"), "x.pt"); })
+                .find("x.pt: ds_config.use_data_before_expert_parallelism is not a boolean"),
+            std::string::npos);
 }
