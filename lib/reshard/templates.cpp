@@ -30,7 +30,9 @@ size_t Templates::parsed() const {
 const formats::deepspeed::VersionLine* target_moe_line(const ModelInfo& model, const TargetLayout& target,
                                                        const Templates& templates) {
   if (!model.native_moe || templates.paths().empty()) return nullptr;
-  return &formats::deepspeed::resolve_moe_line(target.ds_line, model.ds_line, templates.model_states(0));
+  // The template is read only when neither the request nor the manifest names the line.
+  const bool named = !target.ds_line.empty() || !model.ds_line.empty();
+  return &formats::deepspeed::resolve_moe_line(target.ds_line, model.ds_line, named ? nullptr : templates.model_states(0));
 }
 
 }  // namespace ucpkit::reshard
