@@ -2,10 +2,12 @@
 #include "placement/layer_state.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <map>
 #include <numeric>
 #include <set>
+#include <span>
 
 #include "core/error.h"
 
@@ -16,9 +18,16 @@ namespace {
 // The GPUs holding expert x with their replica counts, and per GPU the load it reaches when every
 // replica there changes by `step` (added `step` times), largest first.
 struct Holders {
-  std::vector<std::pair<int, int>> gpus;  // (gpu, replicas of x there)
+  std::span<const std::pair<int, int>> gpus;  // (gpu, replicas of x there), in LayerState::Scratch::held
   std::vector<std::pair<double, int>> by_value;  // (load + changes, index into gpus), descending
 };
+
+// Version stamps unique across all states: a cache filled from one state (or a copy of it) can never
+// match another state's different slots, whatever the copies and assignments in between.
+unsigned long long next_stamp() {
+  static std::atomic<unsigned long long> stamp{0};
+  return ++stamp;
+}
 
 }  // namespace
 
@@ -32,6 +41,10 @@ struct LayerState::Scratch {
   std::vector<Holders> xh;
   std::vector<int> x_on;        // replicas of g's slot-sp expert on every GPU: [sp * D + gpu]
   std::vector<double> vy;       // per GPU: load + its changes when it holds y but not x
+  // gather's result per expert, valid while held_version[e] == LayerState::version(e) (consecutive
+  // searches look at mostly the same experts, and only the two a move involves change).
+  std::vector<std::vector<std::pair<int, int>>> held;
+  std::vector<unsigned long long> held_version;
 };
 
 LayerState::ScratchSlot::ScratchSlot() = default;
@@ -53,6 +66,7 @@ LayerState::LayerState(const Cluster& cluster, std::vector<double> loads, std::v
   distinct_.assign(experts_, 0);
   nodecnt_.assign(static_cast<size_t>(experts_) * cluster_.nodes, 0);
   slots_of_.assign(experts_, {});
+  version_.assign(experts_, next_stamp());
   for (int p = 0; p < cluster_.slots(); ++p) {
     int e = phy2log_[p];
     cnt_[e]++;
@@ -112,6 +126,7 @@ void LayerState::swap_slots(int p, int q) {
   add_node(y, nq, -1);
   std::replace(slots_of_[x].begin(), slots_of_[x].end(), p, q);
   std::replace(slots_of_[y].begin(), slots_of_[y].end(), q, p);
+  version_[x] = version_[y] = next_stamp();
   phy2log_[p] = y;
   phy2log_[q] = x;
 }
@@ -135,6 +150,7 @@ void LayerState::set_slot(int p, int e) {
   for (int s : slots_of_[e]) add(cluster_.gpu_of_slot(s), -share(e));
   slots_of_[x].erase(std::find(slots_of_[x].begin(), slots_of_[x].end(), p));
   slots_of_[e].push_back(p);
+  version_[x] = version_[e] = next_stamp();
   cnt_[x]--;
   cnt_[e]++;
   share_[x] = cnt_[x] ? t_[x] / cnt_[x] : 0.0;
@@ -248,13 +264,23 @@ double sub_times(double start, double step, int times) {
 
 void gather(const LayerState& st, int x, std::vector<int>& count, Holders& out) {
   const Cluster& cl = st.cluster();
-  out.gpus.clear();
-  for (int s : st.slots_of(x)) {
-    const int k = cl.gpu_of_slot(s);
-    if (count[k]++ == 0) out.gpus.push_back({k, 0});
+  LayerState::Scratch& sc = st.scratch();
+  if (sc.held.size() != static_cast<size_t>(st.experts())) {
+    sc.held.assign(st.experts(), {});
+    sc.held_version.assign(st.experts(), 0);
   }
-  for (auto& [k, c] : out.gpus) c = count[k];
-  for (const auto& [k, c] : out.gpus) count[k] = 0;
+  auto& gpus = sc.held[x];
+  if (sc.held_version[x] != st.version(x)) {
+    gpus.clear();
+    for (int s : st.slots_of(x)) {
+      const int k = cl.gpu_of_slot(s);
+      if (count[k]++ == 0) gpus.push_back({k, 0});
+    }
+    for (auto& [k, c] : gpus) c = count[k];
+    for (const auto& [k, c] : gpus) count[k] = 0;
+    sc.held_version[x] = st.version(x);
+  }
+  out.gpus = gpus;
 }
 
 }  // namespace
@@ -352,6 +378,7 @@ void RewriteSearch::slot_of_hottest_gpu_becomes_hot_expert() {
       const double de = te / re - te / (re + 1);  // every holder of e carries this much less
       double worst = st.load(g) - tx / rx + te / (re + 1);
       worst += sub_times(add_times(0.0, dx, cx_g), de, e_on[g]);
+      if (worst >= best) continue;  // the holders below only raise it: consider() would refuse it
       for (const auto& [v, i] : xs.by_value) {
         const auto [k, c] = xs.gpus[i];
         if (e_on[k] == 0) {
@@ -401,9 +428,11 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
       const double ty = st.expert_load(y), ry = st.count(y);
       const double dy = ty / (ry - 1) - ty / ry;
       gather(st, y, count, ys);
+      int top_y = -1;  // the holder of y with the largest vy: a lower bound on `worst` when it lacks x
       for (auto& [k, c] : ys.gpus) {
         count[k] = k == h ? c - 1 : c;  // y's replicas other than q
         vy[k] = st.load(k) + add_times(0.0, dy, count[k]);
+        if (top_y < 0 || vy[k] > vy[top_y]) top_y = k;
       }
       for (int sp = 0; sp < S; ++sp) {
         const int x = st.phy2log()[g * S + sp];
@@ -412,6 +441,8 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
         const double dx = tx / rx - tx / (rx + 1);
         const int* on = x_on.data() + static_cast<size_t>(sp) * D;
         double worst = st.load(h) - ty / ry + tx / (rx + 1) + add_times(sub_times(0.0, dx, on[h]), dy, count[h]);
+        if (worst >= best) continue;  // the holders below only raise it: consider() would refuse it
+        if (top_y >= 0 && on[top_y] == 0 && vy[top_y] >= best) continue;  // the loop below reaches vy[top_y]
         for (const auto& [k, c] : ys.gpus)
           worst = std::max(worst, on[k] == 0 ? vy[k] : st.load(k) + add_times(sub_times(0.0, dx, on[k]), dy, count[k]));
         for (const auto& [v, i] : xh[sp].by_value)

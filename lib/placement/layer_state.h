@@ -26,6 +26,9 @@ class LayerState {
   // Load one replica of e carries: t_e / r_e.
   double share(int e) const { return share_[e]; }
   const std::vector<int>& slots_of(int e) const { return slots_of_[e]; }
+  // A stamp unique to the current slots_of(e) across all states (new on every swap or rewrite
+  // involving e; copies share it): caches of per-expert data.
+  unsigned long long version(int e) const { return version_[e]; }
   double max_load() const { return order_.back().first; }
   int argmax_gpu() const { return order_.back().second; }
   // (load, GPU) ascending (ties by id).
@@ -58,6 +61,7 @@ class LayerState {
   std::vector<double> share_;  // t_e / r_e (0 without replicas), kept with the counts
   std::vector<std::pair<double, int>> order_;  // sorted; a load change moves one entry along it
   std::vector<std::vector<int>> slots_of_;
+  std::vector<unsigned long long> version_;
   std::vector<int> moved_;  // GPUs whose load changed, while set_slot updates many at once
   std::vector<char> moved_mark_;
   struct ScratchSlot {
