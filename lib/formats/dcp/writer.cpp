@@ -4,12 +4,17 @@
 // docs/formats-dcp.md "Writing").
 #include "formats/dcp/writer.h"
 
+#include <fcntl.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/mapped_file.h"
 #include "core/staging.h"
 #include "formats/dcp/reader.h"
@@ -98,6 +103,7 @@ std::string shape_text(const std::vector<int64_t>& s) {
 }  // namespace
 
 Tensor cut_box(const Tensor& whole, const Chunk& c) {
+  if (c.sizes == whole.shape()) return own_storage(whole);  // the whole tensor: no copy when it owns its storage
   Tensor t = whole;
   for (size_t d = 0; d < c.sizes.size(); ++d) t = t.narrow(static_cast<int64_t>(d), c.offsets[d], c.sizes[d]);
   return t.contiguous(true);
@@ -182,14 +188,22 @@ StorageInfo append_bytes(DataFile& f, std::span<const uint8_t> bytes) {
   return s;
 }
 
-// Saves `chunk` as a torch.save zip beside the data file, appends the zip's bytes to it.
+// Saves `chunk` as a torch.save zip beside the data file, then appends the zip's bytes to it through
+// one reused 8 MiB buffer (the zip is never mapped or held whole).
 StorageInfo append_tensor(DataFile& f, const std::filesystem::path& dir, const Tensor& chunk) {
   const std::string tmp = (dir / (".item-" + f.relative_path)).string();
   save_torch_file(tmp, Value::of_tensor(own_storage(chunk)));
-  StorageInfo s;
+  StorageInfo s{f.relative_path, f.out->offset(), 0, 0};
   {
-    auto zip = MappedFile::open(tmp);
-    s = append_bytes(f, zip->bytes());
+    const UniqueFd fd = open_or_fail(tmp, O_RDONLY);
+    thread_local std::vector<uint8_t> buffer(8u << 20);
+    for (;;) {
+      const ssize_t n = pread_some(fd.get(), buffer.data(), buffer.size(), s.length);
+      if (n < 0) fail(tmp, std::string("read failed: ") + std::strerror(errno));
+      if (n == 0) break;
+      f.out->write(buffer.data(), static_cast<size_t>(n));
+      s.length += static_cast<uint64_t>(n);
+    }
   }
   std::filesystem::remove(tmp);
   return s;

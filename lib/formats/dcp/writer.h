@@ -35,7 +35,8 @@ struct ChunkSource {
 ChunkSource chunks_of_whole(std::function<Tensor(const Entry&)> whole,
                             std::function<std::vector<uint8_t>(const Entry&)> bytes);
 
-// The box `c` of `whole` as a contiguous tensor of its own (a copy).
+// The box `c` of `whole` as a contiguous tensor owning its storage: a copy, unless the box is all of a
+// tensor that already owns its storage.
 Tensor cut_box(const Tensor& whole, const Chunk& c);
 
 struct WriteOptions {
