@@ -5,6 +5,8 @@
 // Without the variable it only checks that the case list names existing fixtures.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -54,4 +56,30 @@ TEST(DcpVerifyWriter, WritesOurOutputForRealTorch) {
   fs::remove_all(out + "/" + merged);
   merge_rank_local(rank_local_parts(data + "/ranklocal_w2"), out + "/" + merged);
   cases << merged << "\tranklocal_w2\t2\n";
+}
+
+// Writer throughput (outside CI): with UCPKIT_DCP_BENCH_DIR=<folder> set, writes 16 float32 tensors
+// of 128 MiB (2 GiB) for 4 ranks by rows and as whole tensors there and prints the times; run it
+// under /usr/bin/time -v for the peak RSS (docs/formats-dcp.md, "Writing").
+TEST(DcpVerifyWriter, Throughput) {
+  const char* env = std::getenv("UCPKIT_DCP_BENCH_DIR");
+  if (!env || !*env) GTEST_SKIP() << "UCPKIT_DCP_BENCH_DIR not set";
+  std::vector<Entry> entries;
+  for (int i = 0; i < 16; ++i) entries.push_back({"layers." + std::to_string(i) + ".w", false, ucpkit::DType::Float32, {128 * 1024, 256}, {}});
+  auto values = [](const Entry& e) {
+    ucpkit::Tensor t = ucpkit::Tensor::zeros(e.dtype, e.size);
+    auto b = t.storage()->mutable_bytes();
+    for (size_t k = 0; k < b.size(); k += 4096) b[k] = static_cast<uint8_t>(k >> 12);
+    return t;
+  };
+  for (const auto& [name, target] : {std::pair{"rows4", Target::rows(4)}, std::pair{"whole", Target::whole()}}) {
+    WriteOptions o;
+    o.overwrite = true;
+    const auto t0 = std::chrono::steady_clock::now();
+    const WriteResult r = write_dcp(make_save_plan(entries, target), chunks_of_whole(values, {}), std::string(env) + "/" + name, o);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%s: %.2f GiB in %.2f s (%.0f MiB/s), %zu items\n", name, r.bytes / 1073741824.0, s, r.bytes / 1048576.0 / s,
+                r.items.size());
+    EXPECT_EQ(r.items.size(), target.kind == Target::Kind::Whole ? 16u : 64u);
+  }
 }
