@@ -52,7 +52,7 @@ class Parser {
 
  private:
   [[noreturn]] void bad(const std::string& why) const {
-    throw Error("bad pattern '" + s_ + "': " + why + " at position " + std::to_string(i_));
+    throw PatternError("bad pattern '" + escaped_brief(s_) + "': " + why + " at position " + std::to_string(i_));
   }
   bool at_end() const { return i_ >= s_.size(); }
   char peek() const { return s_[i_]; }
@@ -262,7 +262,7 @@ class Compiler {
 
   void emit(const Node& n) {
     if (p_.size() > LinearRegex::kMaxProgram)
-      throw Error("bad pattern '" + source_ + "': too large once its counted repeats are expanded");
+      throw PatternError("bad pattern '" + escaped_brief(source_) + "': too large once its counted repeats are expanded");
     switch (n.kind) {
       case Node::Set:
         classes_.push_back(n.set);

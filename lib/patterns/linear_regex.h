@@ -12,11 +12,19 @@
 #include <string_view>
 #include <vector>
 
+#include "core/error.h"
+
 namespace ucpkit::patterns {
+
+// A pattern that cannot be compiled (PatternSet::from_json adds the file that holds it).
+class PatternError : public Error {
+ public:
+  using Error::Error;
+};
 
 class LinearRegex {
  public:
-  // Throws Error("bad pattern '<source>': <why>") for a syntax error, an unsupported construct or a
+  // Throws PatternError("bad pattern '<source, escaped, at most 80 bytes>': <why>") for a syntax error, an unsupported construct or a
   // program over kMaxProgram instructions (counted repeats are expanded).
   explicit LinearRegex(const std::string& source);
   // Python's re.match: the match starts at the first character and may end anywhere.

@@ -1,6 +1,8 @@
 // Pattern sets: parsing, Python re.match matching and the join-rule order of ds_to_universal.
 #include "patterns/pattern_set.h"
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -22,12 +24,37 @@ Pattern::Pattern(std::string source) : source_(std::move(source)), regex_(source
 
 bool Pattern::matches(const std::string& name) const { return regex_.match_prefix(name); }
 
+namespace {
+// A size-like number of a patterns file: whole, in [0, 2^40] (a vocabulary, a sub-parameter count or
+// dimension); anything else is refused naming the file (a count of 1e15 sub-parameters allocated 8 PB).
+int64_t bounded_int(const nlohmann::json& v, const std::string& origin, const std::string& what) {
+  constexpr double kMax = 1099511627776.0;  // 2^40
+  if (!v.is_number() || !(v.get<double>() >= 0) || v.get<double>() > kMax || v.get<double>() != std::floor(v.get<double>()))
+    throw Error(origin + ": " + what + " " + escaped_brief(v.dump(), 40) + " is not a whole number in [0, 2^40]");
+  return v.get<int64_t>();
+}
+}  // namespace
+
+// Every error names the patterns' origin (the file, or "checkpoint"), escaped and cut: a pattern, a
+// number or a value of the wrong type from the file is shown at most 80 characters long.
 PatternSet PatternSet::from_json(const nlohmann::json& info, std::string origin) {
+  const std::string shown = escaped_brief(origin, 200);
+  try {
+    return from_json_unchecked(info, std::move(origin));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(shown + ": malformed patterns (" + escaped_brief(e.what(), 120) + ")");
+  } catch (const PatternError& e) {
+    throw Error(shown + ": " + e.what());
+  }
+}
+
+PatternSet PatternSet::from_json_unchecked(const nlohmann::json& info, std::string origin) {
   PatternSet set;
   set.origin = std::move(origin);
-  if (!info.is_object()) throw Error(set.origin + ": patterns must be a JSON object");
+  const std::string shown = escaped_brief(set.origin, 200);
+  if (!info.is_object()) throw Error(shown + ": patterns must be a JSON object");
   auto get_int = [&](const char* key) -> std::optional<int64_t> {
-    if (info.contains(key) && info[key].is_number()) return info[key].get<int64_t>();
+    if (info.contains(key) && info[key].is_number()) return bounded_int(info[key], shown, key);
     return std::nullopt;
   };
   set.original_vocab_size = get_int("original_vocab_size");
@@ -37,9 +64,9 @@ PatternSet PatternSet::from_json(const nlohmann::json& info, std::string origin)
   for (int c = 0; c < kCategoryCount; ++c) {
     if (!info.contains(kKeys[c]) || info[kKeys[c]].is_null()) continue;
     const auto& list = info[kKeys[c]];
-    if (!list.is_array()) throw Error(set.origin + ": " + kKeys[c] + " must be a list of regexes");
+    if (!list.is_array()) throw Error(shown + ": " + kKeys[c] + " must be a list of regexes");
     for (const auto& p : list) {
-      if (!p.is_string()) throw Error(set.origin + ": " + kKeys[c] + " holds a non-string");
+      if (!p.is_string()) throw Error(shown + ": " + kKeys[c] + " holds a non-string");
       set.lists[c].emplace_back(p.get<std::string>());
     }
   }
@@ -47,28 +74,30 @@ PatternSet PatternSet::from_json(const nlohmann::json& info, std::string origin)
     for (const auto& s : info[kSubParamsKey]) {
       SubParamSpec spec;
       if (!s.is_object() || !s.contains("patterns") || !s.contains("shape"))
-        throw Error(set.origin + ": parameter_with_sub_params entries need patterns, shape, partition_dim");
+        throw Error(shown + ": parameter_with_sub_params entries need patterns, shape, partition_dim");
       spec.partition_dim = s.value("partition_dim", 0);
       for (const auto& p : s["patterns"]) spec.patterns.push_back(p.get<std::string>());
       const auto& shape = s["shape"];
       if (!shape.is_array() || spec.partition_dim < 0 || spec.partition_dim >= (int64_t)shape.size())
-        throw Error(set.origin + ": bad sub-param shape " + shape.dump());
+        throw Error(shown + ": bad sub-param shape " + escaped_brief(shape.dump(), 80));
       for (size_t d = 0; d < shape.size(); ++d) {
         if ((int64_t)d == spec.partition_dim) {
           if (shape[d].is_array()) {
             int64_t sum = 0;
             for (const auto& x : shape[d]) {
-              spec.sub_sizes.push_back(x.get<int64_t>());
+              spec.sub_sizes.push_back(bounded_int(x, shown, "sub-param size"));
               sum += spec.sub_sizes.back();
             }
             spec.shape.push_back(sum);
           } else {
             spec.sizes_as_tuple = false;  // a count of equal sub-params
-            spec.sub_sizes.assign(shape[d].get<int64_t>(), -1);
+            const int64_t count = bounded_int(shape[d], shown, "sub-param count");
+            if (count > 4096) throw Error(shown + ": sub-param count " + std::to_string(count) + " is more than 4096");
+            spec.sub_sizes.assign(static_cast<size_t>(count), -1);
             spec.shape.push_back(-1);
           }
         } else {
-          spec.shape.push_back(shape[d].get<int64_t>());
+          spec.shape.push_back(bounded_int(shape[d], shown, "sub-param dimension"));
         }
       }
       std::vector<Pattern> compiled;

@@ -59,6 +59,8 @@ struct PatternSet {
   std::string origin;  // "checkpoint", a file path, or "none"
 
   // From the JSON form of universal_checkpoint_info (a pattern file has the same keys).
+  // Errors (Error) name `origin`, escaped: a bad regex, a value of the wrong type, a size-like number
+  // that is not whole or beyond 2^40.
   static PatternSet from_json(const nlohmann::json& info, std::string origin);
   nlohmann::json to_json() const;
   // Every pattern source, for the unused-pattern check.
@@ -66,6 +68,9 @@ struct PatternSet {
   // all_sources() minus `used` (the sources that matched a parameter), in all_sources() order.
   std::vector<std::string> unused_sources(const std::set<std::string>& used) const;
   bool empty() const;
+
+ private:
+  static PatternSet from_json_unchecked(const nlohmann::json& info, std::string origin);
 };
 
 // How the fragments of one parameter are joined (the rule order of ds_to_universal).
