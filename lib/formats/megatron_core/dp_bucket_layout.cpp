@@ -129,7 +129,74 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
   return n;
 }
 
+// Lays `pieces` (registration order) out in backprop order with 64-element starts; the end must be
+// the bucket's stored length.
+void place_reversed(const Checkpoint& ck, const Key& bucket, std::vector<BucketParam>& pieces, BucketLayout& layout) {
+  int64_t cursor = 0;
+  for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) {
+    it->start = (cursor + 63) / 64 * 64;
+    it->end = it->start + numel_of(it->local_shape);
+    cursor = it->end;
+    layout.params.push_back(std::move(*it));
+  }
+  const int64_t stored = ck.dcp().metadata().find(bucket.fqn)->size.at(0);
+  if (cursor != stored)
+    refuse(ck, escaped_brief(bucket.fqn) + ": the recomputed layout ends at " + std::to_string(cursor) +
+                   ", the bucket holds " + std::to_string(stored));
+}
+
+// The local experts' parameters of one MoE layer in SequentialMLP's registration order
+// (local_experts.{i}.linear_fc1, .linear_fc2, expert by expert). The local backend builds SequentialMLP
+// whatever moe_grouped_gemm says (models/backends.py:133-142); TEGroupedMLP's order is not verified.
+std::vector<const ModelParam*> moe_layer_experts(const std::vector<const ModelParam*>& layer, int64_t first,
+                                                 int64_t count) {
+  const auto expert_of = [](const ModelParam* p) {
+    return p->key->model.expert_axis ? p->slice.index.back() : *p->key->model.expert;
+  };
+  std::vector<const ModelParam*> out;
+  for (const auto* p : layer)
+    if (expert_of(p) >= first && expert_of(p) < first + count) out.push_back(p);
+  std::stable_sort(out.begin(), out.end(), [&](const ModelParam* a, const ModelParam* b) {
+    const bool fc2a = a->key->model.inner.find("linear_fc2.") != std::string::npos;
+    const bool fc2b = b->key->model.inner.find("linear_fc2.") != std::string::npos;
+    return std::make_pair(expert_of(a), fc2a) < std::make_pair(expert_of(b), fc2b);
+  });
+  return out;
+}
+
 }  // namespace
+
+std::vector<BucketLayout> expert_bucket_layouts(const Checkpoint& ck) {
+  if (ck.optimizer_format() != OptimizerFormat::DpReshardable) refuse(ck, "the checkpoint has no dp_reshardable buckets");
+  const Parallel par = parallel_of(ck);
+  const int64_t ep = int_arg(ck, "expert_model_parallel_size"), experts = int_arg(ck, "num_experts");
+  if (int_arg(ck, "expert_tensor_parallel_size") != 1) refuse(ck, "expert tensor parallelism is not handled");
+  if (ep < 1 || experts % ep != 0) refuse(ck, "num_experts not divisible by the expert-parallel size");
+  const auto impl = ck.common().arg("transformer_impl");
+  if (!impl || !impl->is(pickle::Kind::Str) || impl->s != "local")
+    refuse(ck, "expert buffers are unflattened for transformer_impl local (SequentialMLP) only");
+  const int64_t local = experts / ep, per_stage = par.layers / par.pp;
+  std::vector<BucketLayout> out;
+  for (const Key* k : ck.buckets()) {
+    if (k->state != "param" || k->chain != 1) continue;
+    if (k->bucket.gbuf_idx != 0 || k->bucket.bucket_idx != 0)
+      refuse(ck, escaped_brief(k->fqn) + ": several buffers or buckets are not handled");
+    const int64_t g = k->bucket.dp_group_idx;  // expert model-parallel rank: EP rank + EP x PP stage
+    BucketLayout layout{k, 0, g / ep, {}};
+    std::map<int64_t, std::vector<const ModelParam*>> layers;
+    for (const auto& p : ck.params()) {
+      if (!is_expert(p)) continue;
+      const int64_t layer = p.key->model.layer_axis ? p.slice.index[0] : *p.key->model.layer;
+      if (layer / per_stage == layout.pp_stage) layers[layer].push_back(&p);
+    }
+    std::vector<BucketParam> pieces;
+    for (const auto& [l, ps] : layers)
+      for (const auto* p : moe_layer_experts(ps, (g % ep) * local, local)) pieces.push_back(local_piece(ck, *p, 1, 0));
+    place_reversed(ck, *k, pieces, layout);
+    out.push_back(std::move(layout));
+  }
+  return out;
+}
 
 std::vector<BucketLayout> dense_bucket_layouts(const Checkpoint& ck) {
   if (ck.optimizer_format() != OptimizerFormat::DpReshardable) refuse(ck, "the checkpoint has no dp_reshardable buckets");
@@ -143,18 +210,9 @@ std::vector<BucketLayout> dense_bucket_layouts(const Checkpoint& ck) {
     if (g >= par.tp * par.pp) refuse(ck, escaped_brief(k->fqn) + ": dp group beyond TP x PP");
     BucketLayout layout{k, g % par.tp, g / par.tp, {}};
     const auto owned = stage_params(ck, par, layout.pp_stage);
-    int64_t cursor = 0;
-    for (auto it = owned.rbegin(); it != owned.rend(); ++it) {  // backprop order
-      BucketParam b = local_piece(ck, **it, par.tp, layout.tp_rank);
-      b.start = (cursor + 63) / 64 * 64;
-      b.end = b.start + numel_of(b.local_shape);
-      cursor = b.end;
-      layout.params.push_back(std::move(b));
-    }
-    const int64_t stored = ck.dcp().metadata().find(k->fqn)->size.at(0);
-    if (cursor != stored)
-      refuse(ck, escaped_brief(k->fqn) + ": the recomputed layout ends at " + std::to_string(cursor) +
-                     ", the bucket holds " + std::to_string(stored));
+    std::vector<BucketParam> pieces;
+    for (const auto* p : owned) pieces.push_back(local_piece(ck, *p, par.tp, layout.tp_rank));
+    place_reversed(ck, *k, pieces, layout);
     out.push_back(std::move(layout));
   }
   return out;

@@ -13,8 +13,10 @@
 //    dimension (both halves for a SwiGLU fc1: [W_t; V_t]), or the whole tensor when not split;
 //  * each start padded to a multiple of 64 elements; the last end must equal the bucket's length
 //    (numel_unpadded, the stored global size), which checks the recomputation.
-// Expert buffers (chained_1: expert-parallel parameters, grouped-GEMM local shapes) and layouts with
-// several buckets, param dtypes, virtual pipeline stages or uneven stages are refused by name.
+// The expert buffer (chained_1.) likewise, with expert tensor parallelism 1: dp group g = EP rank
+// g % EP of stage g / EP, local experts [(g % EP) E/EP, ...), in the experts module's registration
+// order (SequentialMLP: transformer_impl local only). Layouts with several buckets, param dtypes, virtual or uneven pipeline stages, tied
+// embeddings or expert tensor parallelism are refused by name.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -45,6 +47,9 @@ struct BucketLayout {
 // The layout of every dense dp_reshardable bucket of `ck` (one per dp group). Throws Error naming
 // .metadata for what it does not handle or when the recomputed layout does not fill the bucket.
 std::vector<BucketLayout> dense_bucket_layouts(const Checkpoint& ck);
+
+// The same for the expert buffer (chained_1.), one layout per expert dp group.
+std::vector<BucketLayout> expert_bucket_layouts(const Checkpoint& ck);
 
 // The TP-local value of `p` for optimizer state `state` (param | exp_avg | exp_avg_sq), cut out of
 // the bucket read once by the caller (`bucket_state`: Checkpoint::read_bucket of that state's key).

@@ -15,11 +15,11 @@ using ucpkit::testing::kMcoreData;
 namespace {
 
 // Returns the number of (parameter, state) pieces compared.
-size_t expect_buckets_match_fully_reshardable(const std::string& name) {
+size_t expect_buckets_match_fully_reshardable(const std::string& name, bool experts = false) {
   const Checkpoint dp(kMcoreData + "/" + name + "/dp_reshardable");
   const Checkpoint full(kMcoreData + "/" + name + "/fully_reshardable");
   size_t compared = 0;
-  for (const auto& layout : dense_bucket_layouts(dp)) {
+  for (const auto& layout : experts ? expert_bucket_layouts(dp) : dense_bucket_layouts(dp)) {
     for (const std::string state : {"param", "exp_avg", "exp_avg_sq"}) {
       std::string fqn = layout.bucket->fqn;
       fqn.replace(fqn.size() - 5, 5, state);  // ...bucket_idx_0.param -> .<state>
@@ -53,9 +53,15 @@ TEST(McoreDpBuckets, LlamaGqaSwigluTp2Dp2) {
   EXPECT_EQ(expect_buckets_match_fully_reshardable("llama_gqa_tp2_dp2_v016"), 3u * 2 * (2 * 6 + 3));
 }
 
+TEST(McoreDpBuckets, MoeExpertBuffer) {
+  // chained_1: 2 expert dp groups (EP 2), each its 2 local experts' fc1 and fc2 (SequentialMLP:
+  // expert by expert, reversed)
+  EXPECT_EQ(expect_buckets_match_fully_reshardable("moe_ep2", true), 3u * 2 * 4);
+}
+
 TEST(McoreDpBuckets, MoeDenseBuffer) {
-  // the dense optimizer's bucket (chained_0); the expert one (chained_1) is not unflattened
+  // the dense optimizer's bucket (chained_0)
   // dense layer 0 (6), MoE layer 1 without its experts (qkv norm, proj, qkv, pre-MLP norm, router,
   // shared fc1, fc2: 7), embedding, final norm, output
-  EXPECT_EQ(expect_buckets_match_fully_reshardable("moe_grouped_ep2"), 3u * (6 + 7 + 3));
+  EXPECT_EQ(expect_buckets_match_fully_reshardable("moe_ep2"), 3u * (6 + 7 + 3));
 }

@@ -150,10 +150,10 @@ TEST(McoreReader, LlamaGqaSwigluTp2Dp2LegacyCommonPt) {
   EXPECT_EQ(in_w, 2u * 2);  // 2 layers x 2 TP ranks
 }
 
-TEST(McoreReader, NativeMoeGroupedExpertsEp2) {
-  expect_matches_truth("moe_grouped_ep2/dp_reshardable");
-  expect_matches_truth("moe_grouped_ep2/fully_reshardable");
-  const Checkpoint ck(kMcoreData + "/moe_grouped_ep2/dp_reshardable");
+TEST(McoreReader, NativeMoeExpertsEp2) {
+  expect_matches_truth("moe_ep2/dp_reshardable");
+  expect_matches_truth("moe_ep2/fully_reshardable");
+  const Checkpoint ck(kMcoreData + "/moe_ep2/dp_reshardable");
   // MoE layer frequency list: non-homogeneous layers, decoder.layers.{L}. keys, no layer axis
   // the expert number goes where singleton_local_shards puts it: <MoELayer.experts>.experts.{E}.
   const auto& e = ck.param("decoder.layers.1.mlp.experts.experts.3.linear_fc1.weight");
