@@ -12,8 +12,10 @@ other than the one it was written for, `dcp.load` fills a fresh state dict:
   W = 4: DTensors on a 2x2 mesh, 2-D and more (Shard(0), Shard(1)), 1-D (Shard(0), Replicate()).
 Each tensor (gathered with full_tensor()) is compared bit for bit with the fixture's truth
 (tensors.safetensors, recorded by the saving script), each bytes item with what torch's own load of
-the original fixture gives. Prints one line per case and load, then the totals; exit 1 on any
-difference.
+the original fixture gives. Every case also goes through torch's
+format_utils.dcp_to_torch_save (which rebuilds the nesting from planner_data): each value found at its
+planner_data path is compared the same way. Prints one line per case and load, then the totals;
+exit 1 on any difference.
 """
 import io
 import os
@@ -110,6 +112,37 @@ def check_case(root, name, fixture, world, ref_bytes, mesh):
     return n, ok, nb, okb, notes
 
 
+def check_to_torch_save(root, name, fixture, ref_bytes):
+    """torch's dcp_to_torch_save of one case (no process group; the nesting rebuilt from our
+    planner_data): every value found at its planner_data path, compared as in check_case."""
+    import tempfile
+
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    path = os.path.join(root, name)
+    md = dcp.FileSystemReader(path).read_metadata()
+    with tempfile.TemporaryDirectory() as tmp:
+        dcp_to_torch_save(path, os.path.join(tmp, "all.pt"))
+        nested = torch.load(os.path.join(tmp, "all.pt"), weights_only=False)
+    truth = load_file(os.path.join(root, "truth", fixture + ".truth", "tensors.safetensors"))
+    n = ok = nb = okb = 0
+    notes = []
+    for k, m in sorted(md.state_dict_metadata.items()):
+        v = nested
+        for part in md.planner_data[k]:
+            v = v[part]
+        if isinstance(m, BytesStorageMetadata):
+            nb += 1
+            okb += int(k in ref_bytes and v == ref_bytes[k])
+        else:
+            n += 1
+            if k in truth and bits_equal(v, truth[k]):
+                ok += 1
+            else:
+                notes.append("tensor %s differs" % k)
+    return n, ok, nb, okb, notes
+
+
 def run_world(rank, world, port, root, cases, refs, results):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), USE_LIBUV="0", RANK=str(rank),
                       WORLD_SIZE=str(world))
@@ -148,6 +181,8 @@ def main():
     for name, fixture, saved in cases:
         if saved != 1:
             rows.append((name, 1) + check_case(root, name, fixture, 1, refs[fixture], None))
+    for name, fixture, _ in cases:
+        rows.append((name, "dcp_to_torch_save") + check_to_torch_save(root, name, fixture, refs[fixture]))
     ctx = mp.get_context("spawn")
     for world in (2, 4):
         q = ctx.Manager().Queue()
@@ -155,14 +190,15 @@ def main():
         rows.extend(q.get())
     tot = [0, 0, 0, 0]
     bad = 0
-    for name, world, n, ok, nb, okb, notes in sorted(rows):
-        print("%-36s load at %d rank(s): %d/%d tensors equal, %d/%d bytes items equal" % (name, world, ok, n, okb, nb))
+    for name, world, n, ok, nb, okb, notes in sorted(rows, key=lambda r: (r[0], str(r[1]))):
+        how = "load at %d rank(s)" % world if isinstance(world, int) else world
+        print("%-36s %-18s: %d/%d tensors equal, %d/%d bytes items equal" % (name, how, ok, n, okb, nb))
         for note in notes:
             print("    " + note)
         bad += (n - ok) + (nb - okb)
         for i, v in enumerate((n, ok, nb, okb)):
             tot[i] += v
-    print("TOTAL %d loads of %d folders: %d/%d tensors equal, %d/%d bytes items equal"
+    print("TOTAL %d loads (dcp.load and dcp_to_torch_save) of %d folders: %d/%d tensors equal, %d/%d bytes items equal"
           % (len(rows), len(cases), tot[1], tot[0], tot[3], tot[2]))
     sys.exit(1 if bad else 0)
 
