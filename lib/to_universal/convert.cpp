@@ -242,6 +242,9 @@ RunSummary run_extract(const std::string& checkpoint, const std::string& work_di
   auto& mpi = parallel::MpiSession::get();
   parallel::RankFailure failed(mpi);
   Reporter::Phase phase(options.reporter, "plan");
+  if (dcp_input_kind(checkpoint) != formats::dcp::FolderKind::None)
+    throw UsageError("--input " + checkpoint + " is a PyTorch DCP checkpoint: ucp-union converts it in one step "
+                     "(ucp-extract's work folders are for DeepSpeed shards)");
   refuse_output_over_input(work_dir, "--output", formats::deepspeed::resolve_checkpoint_dir(checkpoint), "--input");
   ExtractOptions eo;
   eo.patterns_file = options.patterns_file;

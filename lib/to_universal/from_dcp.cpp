@@ -199,16 +199,28 @@ ValuePtr optimizer_state(const DcpPlan& plan, const formats::dcp::Reader& reader
 
 }  // namespace
 
+namespace {
+void refuse_torch_dist(const Folder& folder, const std::string& input) {
+  if (folder.kind == FolderKind::TorchDist)
+    throw Error(input + ": a Megatron-Core torch_dist checkpoint (metadata.json: sharded_backend torch_dist); "
+                "ucp-union does not convert it yet (its keys and distributed-optimizer buckets need the "
+                "Megatron-Core model, issue 30); ucp-info describes it");
+}
+}  // namespace
+
+DcpPlan plan_dcp_input(const std::string& input) {
+  const Folder folder = formats::dcp::find_folder(input);
+  refuse_torch_dist(folder, input);
+  return plan_dcp(formats::dcp::read_folder_metadata(folder), folder);
+}
+
 RunSummary run_union_dcp(const std::string& input, const std::string& output, const ConvertOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   auto& mpi = parallel::MpiSession::get();
   parallel::RankFailure failed(mpi);
   Reporter::Phase phase(options.reporter, "plan");
   const Folder folder = formats::dcp::find_folder(input);
-  if (folder.kind == FolderKind::TorchDist)
-    throw Error(input + ": a Megatron-Core torch_dist checkpoint (metadata.json: sharded_backend torch_dist); "
-                "ucp-union does not convert it yet (its keys and distributed-optimizer buckets need the "
-                "Megatron-Core model, issue 30); ucp-info describes it");
+  refuse_torch_dist(folder, input);
   if (!options.patterns_file.empty())
     throw UsageError("--patterns " + options.patterns_file + ": " + input +
                      " is a DCP checkpoint, which stores global tensors: there are no TP slices to join");

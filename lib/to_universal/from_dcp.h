@@ -41,6 +41,10 @@ struct DcpPlan {
 // md.path when an optimizer state names a parameter with no model tensor, or its shape differs.
 DcpPlan plan_dcp(const formats::dcp::Metadata& md, const formats::dcp::Folder& folder);
 
+// The plan of the DCP folder `input` (its metadata read, merged when rank-local): what ucp-union and
+// its --dry-run would write. A torch_dist folder is refused with one line (see run_union_dcp).
+DcpPlan plan_dcp_input(const std::string& input);
+
 // The DCP folder kind of `input` (FolderKind::None when it is not one).
 formats::dcp::FolderKind dcp_input_kind(const std::string& input);
 

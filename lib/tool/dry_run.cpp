@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "tool/envelope.h"
 #include "to_universal/extract.h"
+#include "to_universal/from_dcp.h"
 #include "to_universal/plan.h"
 
 namespace ucpkit::tool {
@@ -87,6 +88,18 @@ DryRun extract_dry_run(const std::string& input, const std::string& output, cons
 
 DryRun union_dry_run(const std::string& input, const std::string& output, const to_universal::ConvertOptions& options) {
   const std::string note = existing_note(output, options.overwrite);
+  if (!to_universal::is_work_folder(input) && to_universal::dcp_input_kind(input) != formats::dcp::FolderKind::None) {
+    const to_universal::DcpPlan plan = to_universal::plan_dcp_input(input);  // a PyTorch DCP folder (from_dcp.h)
+    uint64_t bytes = 0, files = 0;
+    for (const auto& p : plan.params) bytes += p.bytes, files += p.states.size() + (p.step.empty() ? 0 : 1);
+    DryRun d;
+    d.text = "ucp-union --dry-run: would write " + output + note + ": manifest.json, zero/optimizer_state.pt and " +
+             std::to_string(files) + " atomic files of " + std::to_string(plan.params.size()) + " parameters (" +
+             bytes_text(bytes) + ") from the DCP checkpoint " + input + "; nothing written\n";
+    d.fields = {{"dry_run", true}, {"would_write", output}, {"params", plan.params.size()},
+                {"atomic_files", files}, {"bytes", bytes}, {"input_kind", "dcp"}};
+    return d;
+  }
   const bool from_work = to_universal::is_work_folder(input);
   const to_universal::ExtractPlan plan = from_work ? to_universal::load_work_plan(input) : plan_of(input, options);
   const PlanCounts c = count(plan);

@@ -272,3 +272,36 @@ TEST(DcpInfo, UniversalFolderMadeFromDcpIsDescribedAndItsChecksumsChecked) {
   EXPECT_EQ(bad.rc, 1) << bad.err;
   EXPECT_NE(bad.err.find("exp_avg.pt: crc32"), std::string::npos) << bad.err;
 }
+
+TEST(DcpUnion, DryRunSaysWhatAndWritesNothingExtractPointsToUnion) {
+  const Case c = case_of("dry_run", "fsdp_optim_w2");
+  const auto r = run_in(c, "ucp-union", "--input ../in/ck --output out --dry-run --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["input_kind"], "dcp");
+  EXPECT_EQ(j["params"], 12);
+  EXPECT_EQ(j["atomic_files"], 48);  // fp32, exp_avg, exp_avg_sq and step of each
+  EXPECT_TRUE(fs::is_empty(c.work));
+  const auto e = run_in(c, "ucp-extract", "--input ../in/ck --output work");
+  EXPECT_EQ(e.rc, 2) << e.err;
+  EXPECT_NE(e.err.find("--input ../in/ck is a PyTorch DCP checkpoint: ucp-union converts it"), std::string::npos) << e.err;
+  EXPECT_TRUE(fs::is_empty(c.work));
+}
+
+// One thread, two threads and two MPI ranks write the same universal folder byte for byte.
+TEST(DcpUnion, SameBytesForAnyThreadCountAndUnderMpi) {
+  const Case c = case_of("same_bytes", "fsdp_tp_optim_w4");
+  ASSERT_EQ(run_in(c, "ucp-union", "--input ../in/ck --output one --threads 1").rc, 0);
+  ASSERT_EQ(run_in(c, "ucp-union", "--input ../in/ck --output two --threads 2").rc, 0);
+  std::string out;
+  EXPECT_EQ(ucpkit::testing::run_command("diff -r " + c.work + "/one " + c.work + "/two", &out), 0) << out;
+  if (ucpkit::testing::run_command("command -v mpirun") != 0) GTEST_SKIP() << "no mpirun";
+  const auto r = ucpkit::testing::run_split_in(
+      c.work,
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe " + kBin +
+          "/ucp-union -q --json --input ../in/ck --output mpi2",
+      c.root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("\"mpi_ranks\": 2"), std::string::npos) << r.out;
+  EXPECT_EQ(ucpkit::testing::run_command("diff -r " + c.work + "/one " + c.work + "/mpi2", &out), 0) << out;
+}
