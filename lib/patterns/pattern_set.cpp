@@ -97,7 +97,9 @@ PatternSet PatternSet::from_json_unchecked(const nlohmann::json& info, std::stri
             spec.shape.push_back(-1);
           }
         } else {
-          spec.shape.push_back(bounded_int(shape[d], shown, "sub-param dimension"));
+          // -1: a dimension the pattern does not fix (ds_to_universal's convention)
+          const bool any = shape[d].is_number_integer() && shape[d].get<int64_t>() == -1;
+          spec.shape.push_back(any ? -1 : bounded_int(shape[d], shown, "sub-param dimension"));
         }
       }
       std::vector<Pattern> compiled;
