@@ -1,8 +1,14 @@
 // moe-replace's run: plan, then every output written all or nothing.
 #include "tool/moe_replace.h"
 
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <string_view>
@@ -25,8 +31,52 @@ void refuse_same(const std::string& a, const char* a_opt, const std::string& b, 
                      (std::string(b_opt) == "--loads" ? "input" : "plan"));
 }
 
+// SIGINT/SIGTERM while the outputs are written (issue 32: a 200 MB plan's temporary file was left
+// behind): while a StopSignals lives they only set a flag; dispositions are restored after it, and
+// a signal ignored at the start (nohup) stays ignored.
+std::atomic<int> g_stop{0};
+extern "C" void moe_replace_on_stop(int sig) { g_stop.store(sig); }
+
+class StopSignals {
+ public:
+  StopSignals() {
+    struct sigaction sa {};
+    sa.sa_handler = moe_replace_on_stop;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (int i = 0; i < 2; ++i) {
+      installed_[i] = ::sigaction(kSignals[i], nullptr, &old_[i]) == 0 && old_[i].sa_handler != SIG_IGN &&
+                      ::sigaction(kSignals[i], &sa, nullptr) == 0;
+    }
+  }
+  ~StopSignals() {
+    for (int i = 0; i < 2; ++i)
+      if (installed_[i]) ::sigaction(kSignals[i], &old_[i], nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  static constexpr int kSignals[2] = {SIGINT, SIGTERM};
+  struct sigaction old_[2] {};
+  bool installed_[2] = {false, false};
+};
+
+// Test hook: with UCPKIT_TEST_PAUSE_MOE_WRITE=<path>, once every output is staged (temporary files
+// written, nothing renamed), creates <path> and waits for a signal (or 30 s), so a test can send one
+// at a known point.
+void test_pause_staged() {
+  const char* v = std::getenv("UCPKIT_TEST_PAUSE_MOE_WRITE");
+  if (!v || !*v) return;
+  { AtomicFile marker(v); marker.commit(); }
+  for (int i = 0; i < 3000 && g_stop.load() == 0; ++i) ::usleep(10000);
+}
+
 // Every output's folder is checked and every output staged in its temporary file before the first is
-// renamed into place: a failure before that leaves none of them.
+// renamed into place: a failure before that leaves none of them. A SIGINT/SIGTERM that comes before
+// the first rename removes the temporary files and then ends the run by that signal (the shell sees
+// 130/143, nothing written); one that comes during the renames (each fsyncs its file first) lets
+// them finish: everything is written and the run ends as it would have (exit 0).
 void write_all(const std::vector<std::pair<std::string, std::string_view>>& files) {
   for (const auto& [path, bytes] : files) {
     if (path.empty()) continue;
@@ -36,14 +86,62 @@ void write_all(const std::vector<std::pair<std::string, std::string_view>>& file
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) throw Error(path + ": is a folder, not a file");
   }
-  std::vector<std::unique_ptr<AtomicFile>> staged;
-  for (const auto& [path, bytes] : files) {
-    if (path.empty()) continue;
-    staged.push_back(std::make_unique<AtomicFile>(path, /*durable=*/true));
-    staged.back()->write(bytes.data(), bytes.size());
-    staged.back()->flush();
+  int stopped = 0;
+  {
+    StopSignals stop;
+    {
+      std::vector<std::unique_ptr<AtomicFile>> staged;
+      for (const auto& [path, bytes] : files) {
+        if (path.empty() || g_stop.load()) continue;
+        staged.push_back(std::make_unique<AtomicFile>(path, /*durable=*/true));
+        staged.back()->write(bytes.data(), bytes.size());
+        staged.back()->start_writeback();
+      }
+      test_pause_staged();
+      stopped = g_stop.load();
+      if (!stopped)
+        for (auto& f : staged) f->commit();
+    }  // uncommitted temporary files are removed here
+  }    // the signals' dispositions are back
+  if (stopped) {
+    ::raise(stopped);  // default action: the run ends by the signal, nothing written
+    throw Error(std::string("interrupted by ") + (stopped == SIGINT ? "SIGINT" : "SIGTERM") + "; nothing was written");
   }
-  for (auto& f : staged) f->commit();
+  g_stop.store(0);  // a signal during the renames: everything is written, the run ends normally
+}
+
+// Temporary files `<output>.tmp.<pid>.<n>` (AtomicFile's names) beside each output whose process is
+// gone (no such pid on this host) and that were last modified a minute ago or earlier (a writer on
+// another host of a shared file system is not visible to kill(2); one minute without a write is more
+// than a live run's staging takes): left by a run that was killed (SIGKILL, power loss). Removed,
+// each named on stderr.
+void sweep_stale_temporaries(const std::vector<std::string>& outputs) {
+  for (const auto& out : outputs) {
+    if (out.empty()) continue;
+    const std::filesystem::path target(out);
+    std::filesystem::path dir = target.parent_path();
+    if (dir.empty()) dir = ".";
+    const std::string prefix = target.filename().string() + ".tmp.";
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.compare(0, prefix.size(), prefix) != 0) continue;
+      const std::string rest = name.substr(prefix.size());
+      const size_t dot = rest.find('.');
+      if (dot == std::string::npos || dot == 0 || dot + 1 == rest.size() ||
+          rest.find_first_not_of("0123456789.") != std::string::npos || rest.find('.', dot + 1) != std::string::npos)
+        continue;
+      const long pid = std::strtol(rest.substr(0, dot).c_str(), nullptr, 10);
+      if (pid <= 0 || pid == ::getpid() || !(::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)) continue;
+      struct stat st {};
+      if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode) || std::time(nullptr) - st.st_mtime < 60)
+        continue;
+      std::error_code rm;
+      if (std::filesystem::remove(entry.path(), rm))
+        info("removed " + entry.path().string() + ", a temporary file left by process " + std::to_string(pid) +
+             " (no longer running)");
+    }
+  }
 }
 
 }  // namespace
@@ -68,6 +166,7 @@ void MoeReplaceOptions::check() {
 }
 
 Result run_moe_replace(const MoeReplaceOptions& o) {
+  if (!o.dry_run) sweep_stale_temporaries({o.output, o.svg, o.sglang_out, o.vllm_out});
   placement::PlanOutcome out = placement::make_plan(o.req);
   if (!out.said.empty()) info(out.said);
   for (const auto& note : out.notes) warn(note);
