@@ -35,6 +35,9 @@ struct ModelParam {
 class Checkpoint {
  public:
   explicit Checkpoint(const std::string& path);
+  // params() point into keys(): not copyable.
+  Checkpoint(const Checkpoint&) = delete;
+  Checkpoint& operator=(const Checkpoint&) = delete;
 
   const std::string& dir() const { return dir_; }
   const CheckpointConfig& config() const { return config_; }
