@@ -162,6 +162,28 @@ TEST(LoadPlan, PrintsUcpInfoJsonAndWritesNothing) {
   EXPECT_FALSE(j["ranks"][0]["partitions"][0]["fragments"].empty());
   EXPECT_FALSE(j.contains("exchange"));  // one process, --exchange auto: files mode
   EXPECT_FALSE(fs::exists(target));
+  // This rank's LoadPlan: its jobs name exactly the files the same command then writes (the files on
+  // disk are the independent truth), all by the only rank, and --json reports that many.
+  ASSERT_EQ(j["load"]["mode"], "files");
+  std::set<std::string> planned;
+  for (const auto& job : j["load"]["jobs"]) {
+    EXPECT_EQ(job["rank"], 0);
+    for (const auto& f : job["files"]) EXPECT_TRUE(planned.insert(f.get<std::string>()).second) << f;
+  }
+  EXPECT_EQ(j["load"]["my_jobs"].size(), j["load"]["jobs"].size());
+  ASSERT_EQ(sh(kBin + "/ucp-load --json -q --input " + universal().string() + " --output " + target.string() +
+                   " --tp 2 --pp 1 --dp 3 --zero-stage 1 2>/dev/null",
+               &out),
+            0)
+      << out;
+  const auto summary = nlohmann::json::parse(out);
+  std::set<std::string> written;
+  for (const auto& d : fs::directory_iterator(target))  // the tag folder
+    if (d.is_directory())
+      for (const auto& e : fs::directory_iterator(d.path())) written.insert(e.path().filename().string());
+  EXPECT_EQ(written, planned);
+  EXPECT_EQ(summary.contains("result") ? summary["result"]["files_written"] : summary["files_written"], planned.size())
+      << summary.dump();
   // With the exchange: every atomic tensor once, in batches, with its owner.
   ASSERT_EQ(sh(kBin + "/ucp-load --plan -q --exchange on --batch-mb 0.05 --input " + universal().string() +
                    " --tp 2 --pp 1 --dp 3 --zero-stage 1 2>/dev/null",
