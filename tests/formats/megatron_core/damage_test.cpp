@@ -23,10 +23,11 @@ using ucpkit::testing::slurp;
 namespace {
 
 const std::string kSource = ucpkit::testing::kMcoreData + "/gpt_tp2_pp2/fully_reshardable";
+const std::string kDpSource = ucpkit::testing::kMcoreData + "/gpt_tp2_pp2/dp_reshardable";
 
-std::string copy_of(const std::string& name) {
+std::string copy_of(const std::string& name, const std::string& source = kSource) {
   const std::string d = ucpkit::testing::scratch_dir("mcore_damage_" + name) + "/iter_0000002";
-  fs::copy(kSource, d, fs::copy_options::recursive);
+  fs::copy(source, d, fs::copy_options::recursive);
   return d;
 }
 
@@ -106,6 +107,31 @@ TEST(McoreDamage, UnknownOptimizerState) {
   rename_in_metadata(d, "optimizer.state.exp_avg_sq.", "optimizer.state.exp_avg_sX.");
   expect_one_line_naming(error_of([&] { Checkpoint{d}; }), d + "/.metadata",
                          "optimizer state other than param, exp_avg, exp_avg_sq");
+}
+
+// The dp_reshardable bucket `g`, `state` renamed (same length) to a fully_reshardable-looking key.
+void bucket_as_state(const std::string& dir, int g, const std::string& state) {
+  const std::string from = "optimizer.distributed.dp_group_idx_" + std::to_string(g) +
+                           ".gbuf_idx_0.dtype_(torch.bfloat16, torch.float32).bucket_idx_0." + state;
+  std::string to = "optimizer.state." + state + ".decoder.g" + std::to_string(g);
+  to += std::string(from.size() - to.size() - 7, 'x') + ".weight";
+  rename_in_metadata(dir, from, to);
+}
+
+TEST(McoreDamage, BothOptimizerFormats) {
+  const std::string d = copy_of("both_formats", kDpSource);
+  bucket_as_state(d, 0, "exp_avg_sq");  // exp_avg_sq first: exp_avg's name is a prefix of it
+  expect_one_line_naming(error_of([&] { Checkpoint{d}; }), d + "/.metadata",
+                         "both fully_reshardable and dp_reshardable optimizer tensors");
+}
+
+TEST(McoreDamage, ContentMetadataNamesTheOtherFormat) {
+  const std::string d = copy_of("content_metadata", kDpSource);
+  for (int g = 0; g < 4; ++g)
+    for (const char* state : {"exp_avg_sq", "exp_avg", "param"}) bucket_as_state(d, g, state);
+  // the common state (content_metadata: dp_reshardable) is the item in rank 0's data file
+  expect_one_line_naming(error_of([&] { Checkpoint{d}; }), d + "/__0_0.distcp",
+                         "content_metadata names distrib_optim_sharding_type dp_reshardable but the tensors are fully_reshardable");
 }
 
 TEST(McoreDamage, MissingCommonState) {
