@@ -35,6 +35,7 @@ std::vector<int64_t> mesh_shape(const Target& t) {
   if (t.world < 1) throw UsageError("DCP target: world size " + std::to_string(t.world) + " (must be >= 1)");
   switch (t.kind) {
     case Target::Kind::Whole: return {1};
+    case Target::Kind::Replicated:
     case Target::Kind::Rows:
     case Target::Kind::Columns: return {t.world};
     case Target::Kind::Grid:
@@ -48,7 +49,8 @@ std::vector<int64_t> mesh_shape(const Target& t) {
 
 std::vector<Placement> placements_for(const Target& t, size_t ndim) {
   switch (t.kind) {
-    case Target::Kind::Whole: return {Placement::replicate()};
+    case Target::Kind::Whole:
+    case Target::Kind::Replicated: return {Placement::replicate()};
     case Target::Kind::Rows: return {ndim >= 1 ? Placement::shard(0) : Placement::replicate()};
     case Target::Kind::Columns:
       return {ndim >= 2 ? Placement::shard(1) : ndim == 1 ? Placement::shard(0) : Placement::replicate()};

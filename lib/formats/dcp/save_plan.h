@@ -24,16 +24,19 @@ struct Placement {
 
 // The layouts a target mesh can have (as the torch2lab fixtures are saved):
 //  * Whole: one rank, every tensor one whole chunk (dcp.save of plain tensors).
+//  * Replicated: mesh [world], every rank holds every tensor whole (plain tensors saved from `world`
+//    ranks): each tensor is written once, by the rank the replica balance picks.
 //  * Rows: mesh [world], tensors of >= 1 dims Shard(0) (FSDP2's fully_shard), scalars replicated.
 //  * Columns: mesh [world], tensors of >= 2 dims Shard(1), 1-D Shard(0), scalars replicated.
 //  * Grid: mesh [world / cols, cols], 2-D and more (Shard(0), Shard(1)), 1-D (Shard(0), Replicate())
 //    (torch2lab dcp_save.py --layout 2d), scalars replicated.
 struct Target {
-  enum class Kind { Whole, Rows, Columns, Grid } kind = Kind::Whole;
+  enum class Kind { Whole, Replicated, Rows, Columns, Grid } kind = Kind::Whole;
   int64_t world = 1;  // ranks (Whole: 1)
   int64_t cols = 1;   // Grid: size of the second mesh dimension (divides world)
 
   static Target whole() { return {}; }
+  static Target replicated(int64_t world) { return {Kind::Replicated, world, 1}; }
   static Target rows(int64_t world) { return {Kind::Rows, world, 1}; }
   static Target columns(int64_t world) { return {Kind::Columns, world, 1}; }
   static Target grid(int64_t world, int64_t cols) { return {Kind::Grid, world, cols}; }

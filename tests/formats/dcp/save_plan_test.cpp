@@ -10,6 +10,7 @@
 #include "formats/dcp/dcp_data.h"
 #include "formats/dcp/metadata.h"
 #include "formats/dcp/save_plan.h"
+#include "formats/dcp/writer.h"
 
 using namespace ucpkit;
 using namespace ucpkit::formats::dcp;
@@ -42,10 +43,20 @@ Where where_of(const SavePlan& p) {
   return w;
 }
 
+// The saving ranks' state-dict order: the order of planner_data (each rank's flattening map, merged),
+// not of state_dict_metadata (the global plan lists rank 0's kept items first).
+std::vector<Entry> in_state_dict_order(const Metadata& md) {
+  const pickle::ValuePtr pd = planner_data_of(md.path);
+  std::vector<Entry> out;
+  for (const auto& [k, path] : pd->entries) out.push_back(*md.find(k->s));
+  EXPECT_EQ(out.size(), md.entries.size());
+  return out;
+}
+
 void expect_plan_is_torchs(const std::string& variant, const Target& target) {
   SCOPED_TRACE(variant);
   const Metadata md = read_metadata(ucpkit::testing::kDcpData + "/" + variant + "/.metadata");
-  const SavePlan plan = make_save_plan(md.entries, target);
+  const SavePlan plan = make_save_plan(in_state_dict_order(md), target);
   EXPECT_EQ(chunks_of(plan.entries), chunks_of(md.entries));
   EXPECT_EQ(where_of(plan), where_of(md));
   size_t items = 0;
@@ -138,8 +149,10 @@ TEST(DcpSavePlan, BadTargetsAndInputs) {
   EXPECT_THROW(make_save_plan(twice, Target::whole()), Error);
 }
 
-// Real torch 2.6 saves: FSDP2 Shard(0) on 2 ranks; the 2x2 mesh with 1-D (Shard(0), Replicate())
+// Real torch 2.6 saves: plain tensors on 2 ranks (each written once, spread by the replica balance);
+// FSDP2 Shard(0) on 2 ranks; the 2x2 mesh with 1-D (Shard(0), Replicate())
 // replicas; FSDP2 with Adam state and param_groups bytes items (placed by the dedup balance).
+TEST(DcpSavePlan, MatchesTorchReplicatedPlainTensors) { expect_plan_is_torchs("plain_w2", Target::replicated(2)); }
 TEST(DcpSavePlan, MatchesTorchFsdpRows) { expect_plan_is_torchs("fsdp_w2", Target::rows(2)); }
 TEST(DcpSavePlan, MatchesTorchTwoDimensionalMesh) { expect_plan_is_torchs("twod_w4", Target::grid(4, 2)); }
 TEST(DcpSavePlan, MatchesTorchFsdpWithOptimizerState) { expect_plan_is_torchs("fsdp_optim_w2", Target::rows(2)); }
