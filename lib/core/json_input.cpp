@@ -77,4 +77,10 @@ long long json_integer(const json& v, const std::string& name, const std::string
   return n;
 }
 
+std::string json_text(const nlohmann::json& j, int indent) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+nlohmann::json json_safe(const nlohmann::json& j) { return nlohmann::json::parse(json_text(j)); }
+
 }  // namespace ucpkit

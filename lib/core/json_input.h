@@ -18,6 +18,12 @@ bool try_parse_json_input(std::string_view text, const std::string& name, nlohma
 // A value for an error message: numbers and short strings as written, long ones cut, control and
 // non-ASCII bytes escaped; lists and objects only named with their size.
 std::string json_brief(const nlohmann::json& v);
+
+// JSON text of `j` whatever bytes its strings hold (issue 32): a path that is not UTF-8 (a folder named
+// in Latin-1) made nlohmann's dump throw "[json.exception.type_error.316] invalid UTF-8 byte", after a
+// tool had committed its output; such bytes become U+FFFD here. json_safe: the same, as a value.
+std::string json_text(const nlohmann::json& j, int indent = -1);
+nlohmann::json json_safe(const nlohmann::json& j);
 // A whole number in [lo, hi] found at `where` (a key or path such as "nodes" or layers[2].phy2log[5],
 // written as it should appear) of the file `name`: JSON integers, and floats with an integral value
 // (2.0); anything else throws Error "<name>: <where> must be an integer in [lo, hi], found

@@ -7,6 +7,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_input.h"
 #include "formats/deepspeed/checkpoint_dir.h"
 #include "parallel/mpi_session.h"
 #include "pec/restore_plan.h"
@@ -84,16 +85,16 @@ Result run_pec_restore(const PecRestoreOptions& o) {
     const auto plan = pec::restore_plan_to_json(pec::pec_restore_plan(restore));
     if (!root) return r;
     if (o.plan)
-      r.document = plan.dump(2) + "\n";
+      r.document = json_text(plan, 2) + "\n";
     else
       r = dry_run_result(restore_dry_run(plan));
     return r;
   }
   const auto done = pec::pec_restore(restore);
   if (!root) return r;  // under mpirun rank 0 reports
-  if (!o.report.empty()) write_file_atomic(o.report, done.report.dump(2) + "\n", true);
+  if (!o.report.empty()) write_file_atomic(o.report, json_text(done.report, 2) + "\n", true);
   r.output = done.output_dir;
-  r.fields = done.report;
+  r.fields = json_safe(done.report);
   r.fields["bytes_written"] = done.bytes_written;
   if (verbosity() >= 0) r.text = pec::report_table(done.report);
   r.text_on_stderr_with_json = true;

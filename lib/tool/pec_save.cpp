@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/json_input.h"
 #include "io/torch/verify.h"
 #include "tool/size.h"
 #include "tool/typed_name.h"
@@ -90,14 +91,14 @@ Result run_pec_save(const PecSaveOptions& o) {
   if (summary.value("step_inferred", false))
     r.notes_before.push_back("step " + summary["step"].dump() + " inferred from " + summary["step_from"].get<std::string>());
   if (o.plan) {
-    r.document = summary.dump(2) + "\n";
+    r.document = json_text(summary, 2) + "\n";
   } else if (o.dry_run) {
     const auto notes = r.notes_before;
     r = dry_run_result(save_dry_run(summary, save.store, save.fast_store));
     r.notes_before = notes;
   } else {
     r.output = save.store;
-    r.fields = summary;
+    r.fields = json_safe(summary);
     r.text_notes = tier_lines(summary);
   }
   return r;
