@@ -8,7 +8,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Join parameter fragments into a universal checkpoint", "ucp-union"};
   tool::CommonOptions common;
   tool::UcpConvertOptions o;
-  app.add_option("--input", o.input, "Work folder from ucp-extract, or a checkpoint folder (one-step mode)")
+  app.add_option("--input", o.input, "Work folder from ucp-extract, a checkpoint folder (one-step mode), or a PyTorch DCP folder")
       ->required();
   app.add_option("--output", o.output, "Universal checkpoint folder to create")->required();
   app.add_option("--patterns", o.convert.patterns_file, "Pattern file (patterns/*.json) when the checkpoint has none");

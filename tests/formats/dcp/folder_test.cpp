@@ -88,3 +88,23 @@ TEST(DcpFolder, WorldSizeFromTheDataFileNames) {
     EXPECT_EQ(formats::dcp::world_size_of(read_folder_metadata(f), f), world) << variant;
   }
 }
+
+// The `__{rank}.metadata` form (later torch's rank-local save; torch 2.6 writes none): rank 0 of the real
+// torch 2.6 rank-local save, its files renamed into that form (contents unchanged), reads as a
+// one-rank rank-local checkpoint.
+TEST(DcpFolder, RankMetadataFilesForm) {
+  const std::string d = ucpkit::testing::scratch_dir("dcp_folder_rank_files") + "/ck";
+  fs::create_directories(d);
+  fs::copy_file(kData + "/ranklocal_w2/rank_0/.metadata", d + "/__0.metadata");
+  fs::copy_file(kData + "/ranklocal_w2/rank_0/__0_0.distcp", d + "/__0_0.distcp");
+  const auto f = find_folder(d);
+  EXPECT_EQ(f.kind, FolderKind::RankLocal);
+  EXPECT_EQ(f.data_dirs, (std::vector<std::string>{""}));
+  const auto md = read_folder_metadata(f);
+  const formats::dcp::Reader r(f.dir, md);
+  const formats::dcp::Reader whole(kData + "/ranklocal_w2/rank_0");
+  for (const auto& e : md.entries)
+    EXPECT_TRUE(r.read_tensor(e.fqn).equal(whole.read_tensor(e.fqn))) << e.fqn;
+  fs::copy_file(d + "/__0.metadata", d + "/__2.metadata");  // rank 1 missing
+  EXPECT_NE(error_of([&] { find_folder(d); }).find("without the metadata of rank 1"), std::string::npos);
+}
