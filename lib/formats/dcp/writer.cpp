@@ -185,6 +185,7 @@ struct DataFile {
 StorageInfo append_bytes(DataFile& f, std::span<const uint8_t> bytes) {
   StorageInfo s{f.relative_path, f.out->offset(), bytes.size(), 0};
   f.out->write(bytes);
+  f.out->flush();  // frees the write buffer: the other ranks' files hold none while this one is written
   return s;
 }
 
@@ -204,6 +205,7 @@ StorageInfo append_tensor(DataFile& f, const std::filesystem::path& dir, const T
       f.out->write(buffer.data(), static_cast<size_t>(n));
       s.length += static_cast<uint64_t>(n);
     }
+    f.out->flush();
   }
   std::filesystem::remove(tmp);
   return s;

@@ -5,7 +5,8 @@
 // torch.distributed.checkpoint.metadata.Metadata with the classes and state torch 2.6 writes.
 // The folder is written into a staging folder beside `out` and renamed into place after the flush;
 // on any error nothing is left. One chunk is in memory at a time (plus the one whole tensor that
-// chunks_of_whole keeps while it cuts that tensor's chunks).
+// chunks_of_whole keeps while it cuts that tensor's chunks); every rank's data file is open at once
+// (one descriptor per rank of the plan, no buffer while another file is written).
 //
 // Use (ucp-load --format dcp): plan = make_save_plan(entries, target);
 // write_dcp(plan, chunks_of_whole(whole_tensor_fn, bytes_fn), out, options).
