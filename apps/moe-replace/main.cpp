@@ -76,6 +76,9 @@ Given add_options(CLI::App& app, ucpkit::tool::MoeReplaceOptions& o) {
                  "balanced-ft: 0 = the most balanced placement, 1 = the most recoverable when f nodes fail (at "
                  "least Lazarus'), between: per layer the largest (1-w) x balancedness + w x p(f), same f")
       ->capture_default_str();
+  app.add_option("--min-recovery", o.min_recovery,
+                 "k:p, e.g. 2:0.95: balanced-ft with the smallest --recovery-weight whose plan keeps every expert "
+                 "with probability >= p when k nodes fail (exit 2 when even weight 1 falls short)");
   app.add_flag("--pareto", o.req.pareto,
                "With --report: also print balanced-ft's balance/recovery front for --recovery-weight 0, 0.25, "
                "0.5, 0.75, 1 beside lazarus (balancedness, p(k) for k = 1..f+1, copies; \"front\" in --json)")

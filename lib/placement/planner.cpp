@@ -213,6 +213,41 @@ void check_recovery_weight(const PlanRequest& req) {
     throw UsageError("--recovery-weight does not apply to --current with --migration-weight or --max-moved-bytes "
                      "(those moves keep balanced-ft's recovery); without them the new plan is placed with it");
   if (req.pareto && !req.report) throw UsageError("--pareto needs --report");
+  if (!req.min_recovery) return;
+  if (w > 0) throw UsageError("--min-recovery and --recovery-weight are exclusive: --min-recovery chooses the weight");
+  if (req.algorithm != "balanced-ft")
+    throw UsageError("--min-recovery applies to balanced-ft, not --algorithm " + req.algorithm);
+  if (!req.previous_path.empty() || req.node_loss_migration)
+    throw UsageError("--min-recovery does not apply to --previous, nor to --current with --migration-weight or "
+                     "--max-moved-bytes (those moves keep balanced-ft's recovery)");
+}
+
+// --min-recovery k:p: popt.recovery_weight becomes the smallest weight meeting it (min_recovery.h);
+// returns the choice for the summary ("min_recovery") and its line for the table.
+std::pair<nlohmann::json, std::string> choose_min_recovery(const PlanRequest& req, const LoadMatrix& loads,
+                                                           const Cluster& target, PlacementOptions& popt) {
+  const MinRecovery& m = *req.min_recovery;
+  if (m.k > target.nodes - 1)
+    throw UsageError("--min-recovery " + std::to_string(m.k) + ":...: k must be below the " +
+                     std::to_string(target.nodes) + " nodes");
+  popt.recovery.max_failures = std::max(popt.recovery.max_failures, m.k);
+  const auto achieved = [&](double w) {
+    PlacementOptions wo = popt;
+    wo.recovery_weight = w;
+    Plan p = plan_placement(loads, target, "balanced-ft", wo);
+    compute_metrics(p, loads, wo.recovery);
+    return p.metrics.recovery.at(static_cast<size_t>(m.k) - 1).probability;
+  };
+  const MinRecoveryChoice c = smallest_recovery_weight(m, achieved);
+  popt.recovery_weight = c.weight;
+  nlohmann::json j = {{"failed_nodes", m.k},
+                      {"target", m.p},
+                      {"recovery_weight", c.weight},
+                      {"achieved", c.achieved},
+                      {"plans_evaluated", c.evaluations}};
+  return {std::move(j), "--min-recovery " + std::to_string(m.k) + ":" + fixed(m.p, 4) + ": recovery weight " +
+               fixed(c.weight, 4) + " gives P(" + std::to_string(m.k) + " nodes down) " + fixed(c.achieved, 4) + " (" +
+               std::to_string(c.evaluations) + " plans evaluated)\n"};
 }
 
 // GPU loads of `base` (every GPU under its physical node id) for `loads`, summed over layers.
@@ -584,6 +619,8 @@ PlanOutcome make_plan_core(const PlanRequest& req) {
     if (!sized.from_plan.empty()) nl.summary["from_plan"] = sized.from_plan;
     return nl;
   }
+  std::pair<nlohmann::json, std::string> min_recovery;
+  if (req.min_recovery) min_recovery = choose_min_recovery(req, loads, target, popt);
   out.plan = plan_placement(loads, target, req.algorithm, popt);
   if (out.plan.details.contains("fault_tolerance_requested"))
     out.notes.push_back(out.plan.algorithm + " does not guarantee " + fault_tolerance_option(popt.fault_tolerance) +
@@ -598,6 +635,7 @@ PlanOutcome make_plan_core(const PlanRequest& req) {
   out.plan_text = plan_json_text(out.plan, extra);
   out.table = render_table(out.plan, out.migration, 32);
   if (req.dispatch) out.table += dispatch_line(extra["dispatch"]);
+  out.table += min_recovery.second;
 
   if (req.want_svg) {
     // Before: every GPU of the current plan under its physical node id (failed nodes included), or
@@ -625,6 +663,7 @@ PlanOutcome make_plan_core(const PlanRequest& req) {
   if (!sized.from_plan.empty()) s["from_plan"] = sized.from_plan;
   if (!out.notes.empty()) s["notes"] = out.notes;
   if (req.dispatch) s["dispatch"] = dispatch_summary(extra["dispatch"]);
+  if (req.min_recovery) s["min_recovery"] = min_recovery.first;
   out.summary = std::move(s);
   if (req.report) {
     add_pareto_report(req, popt, loads, target, nullptr, out);

@@ -11,6 +11,7 @@
 #include "placement/layers_map.h"
 #include "placement/loads.h"
 #include "placement/migration.h"
+#include "placement/min_recovery.h"
 #include "placement/plan.h"
 #include "placement/replace.h"
 
@@ -36,6 +37,9 @@ struct PlanRequest {
   bool node_loss_migration = false;
   bool report = false;  // --report: every algorithm on the same workload (Pareto table)
   bool pareto = false;  // --pareto (with --report): balanced-ft's balance/recovery front over --recovery-weight
+  // --min-recovery k:p: balanced-ft with the smallest recovery weight whose plan has P(k nodes down) >= p
+  // (min_recovery.h); excludes --recovery-weight.
+  std::optional<MinRecovery> min_recovery;
   double expert_bytes = 0;  // bytes per expert replica, for "bytes_moved"
   bool want_svg = false;
   bool dispatch = false;     // --dispatch: token dispatch plan (dispatch.h) in the plan and summary

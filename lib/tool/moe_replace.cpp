@@ -163,6 +163,7 @@ void MoeReplaceOptions::check() {
   req.want_sglang = !sglang_out.empty();
   req.want_vllm = !vllm_out.empty();
   if (!layers_map.empty()) req.layers_map = placement::parse_layers_map(layers_map);
+  if (!min_recovery.empty()) req.min_recovery = placement::parse_min_recovery(min_recovery);
 }
 
 Result run_moe_replace(const MoeReplaceOptions& o) {

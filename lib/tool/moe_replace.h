@@ -13,6 +13,7 @@ struct MoeReplaceOptions {
   std::string output, svg, sglang_out, vllm_out;  // --output, --svg, --sglang-expert-location, --vllm-eplb-state
   std::string failed;                             // --failed-nodes "3,7"
   std::string layers_map;                         // --layers-map
+  std::string min_recovery;                       // --min-recovery k:p
   int added = 0;                                  // --added-nodes
   double exact_limit = 1e6;                       // --exact-limit
   uint64_t expert_bytes = 0, max_moved_bytes = 0;  // --expert-bytes, --max-moved-bytes
