@@ -7,7 +7,11 @@ Outside CI. DeepSpeed is imported from a source tree (nothing installed): DS_SRC
 (with accelerator/ and op_builder/ placed as setup.py places them: deepspeed/accelerator,
 deepspeed/ops/op_builder). Needs Debian's torch 1.13 and python3-pydantic (1.10), python3-packaging,
 python3-cpuinfo, python3-tqdm; hjson is stood in by json (the config is a dict).
-Usage: DS_SRC=... train_moe_tutorial.py OUT_DIR [--world 2] [--ep 2] [--zero 1] [--steps 3]"""
+Usage: DS_SRC=... train_moe_tutorial.py OUT_DIR [--world 2] [--ep 2] [--zero 1] [--steps 3] [--resume CKPT]
+Resume check (ucp-load's output in the engine): train_moe_tutorial.py OUT2 --world 4 --ep 4 --resume <ucp-load out>
+then compare OUT2/loaded/weights_rank*.pt with the source's truth/ (compare_loaded.py), and ucp-union of
+OUT2/resaved (the engine's own save of what it loaded, before training on) with the source's universal folder
+(tests/load/same_universal.py): the whole engine state, optimizer moments included."""
 import argparse
 import json
 import os
@@ -101,6 +105,13 @@ def worker(rank, a):
     cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "train_batch_size": 2 * a.world,
            "zero_optimization": {"stage": a.zero}, "zero_allow_untested_optimizer": True, "steps_per_print": 1000}
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=cfg)
+    if a.resume:  # load a native checkpoint (ucp-load's output), record what each rank holds, train on
+        path, _ = engine.load_checkpoint(a.resume, load_optimizer_states=True, load_lr_scheduler_states=True)
+        assert path is not None, f"nothing loaded from {a.resume}"
+        write_truth(torch, engine.module, a, rank, "loaded")
+        engine.save_checkpoint(os.path.join(a.out, "resaved"))  # the loaded state as DeepSpeed saves it
+        if rank == 0:
+            print(f"train_moe_tutorial: loaded {path} at global step {engine.global_steps}")
     g = torch.Generator().manual_seed(100 + rank)
     for _ in range(a.steps):
         ids = torch.randint(0, a.vocab, (2, 8), generator=g)
@@ -108,13 +119,13 @@ def worker(rank, a):
         engine.backward(loss)
         engine.step()
     engine.save_checkpoint(a.out)
-    write_truth(torch, engine.module, a, rank)
+    write_truth(torch, engine.module, a, rank, "truth")
     if rank == 0:
         print(f"train_moe_tutorial: saved {a.out} after {a.steps} steps, loss {loss.item():.6f}")
 
 
-def write_truth(torch, module, a, rank):
-    """truth/weights_rank<R>.pt: the weights this rank's module holds after the last step (fp32 training:
+def write_truth(torch, module, a, rank, folder):
+    """<out>/<folder>/weights_rank<R>.pt: the weights this rank's module holds after the last step (fp32 training:
     ZeRO's all-gathered copies of the master weights), experts under their global names (expert index
     ep_rank * experts/ep + local; ep_rank = rank mod ep, deepspeed/utils/groups.py
     _create_expert_and_data_parallel's default order). An independent record to check ucp-union against."""
@@ -126,8 +137,8 @@ def write_truth(torch, module, a, rank):
         if m:
             n = n[:m.start(1)] + str(ep_rank * per + int(m.group(1))) + n[m.end(1):]
         out[n] = p.detach().clone().float()
-    os.makedirs(os.path.join(a.out, "truth"), exist_ok=True)
-    torch.save(out, os.path.join(a.out, "truth", f"weights_rank{rank}.pt"))
+    os.makedirs(os.path.join(a.out, folder), exist_ok=True)
+    torch.save(out, os.path.join(a.out, folder, f"weights_rank{rank}.pt"))
 
 
 def main():
@@ -141,6 +152,8 @@ def main():
     ap.add_argument("--hidden", type=int, default=8)
     ap.add_argument("--vocab", type=int, default=16)
     ap.add_argument("--port", type=int, default=29517)
+    ap.add_argument("--resume", help="a checkpoint folder (with latest) to load_checkpoint first; the weights each "
+                    "rank then holds go to OUT_DIR/loaded/")
     a = ap.parse_args()
     import torch.multiprocessing as mp
     mp.spawn(worker, args=(a,), nprocs=a.world, join=True)
