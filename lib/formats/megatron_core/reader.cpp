@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "formats/megatron_core/leading_slice.h"
 #include "io/torch/torch_file.h"
 
 namespace fs = std::filesystem;
@@ -70,14 +71,6 @@ const ModelParam& Checkpoint::param(const std::string& name) const {
   return params_[it->second];
 }
 
-Tensor Checkpoint::slice_leading(const Tensor& stored, const std::vector<int64_t>& index) {
-  if (index.empty()) return stored;
-  Tensor t = stored;
-  for (size_t d = 0; d < index.size(); ++d) t = t.narrow(static_cast<int64_t>(d), index[d], 1);
-  std::vector<int64_t> shape(stored.shape().begin() + static_cast<std::ptrdiff_t>(index.size()), stored.shape().end());
-  return t.contiguous().reshape(shape);
-}
-
 Tensor Checkpoint::read_param(const ModelParam& p, const std::string& state) const {
   std::string fqn = p.fqn;
   if (!state.empty()) {
@@ -91,7 +84,7 @@ Tensor Checkpoint::read_param(const ModelParam& p, const std::string& state) con
     if (m && m->size != e->size)
       fail(dcp_->metadata().path, "Megatron-Core torch_dist: " + escaped_brief(fqn) + " has another shape than its parameter");
   }
-  return slice_leading(dcp_->read_tensor(fqn), p.slice.index);
+  return read_leading_slice(*dcp_, fqn, p.slice.index);
 }
 
 std::vector<const Key*> Checkpoint::buckets() const {

@@ -52,10 +52,9 @@ class Checkpoint {
   // The parameter named `name` (decoder.layers.{L}.[...experts.{E}.]<param>); throws Error.
   const ModelParam& param(const std::string& name) const;
   // Its model value, or (state = param | exp_avg | exp_avg_sq) its fully_reshardable optimizer
-  // state; throws Error naming .metadata when that state is not stored.
+  // state; throws Error naming .metadata when that state is not stored. Reads only the chunks of
+  // that layer / expert when the stack is chunked per layer (formats/megatron_core/leading_slice).
   Tensor read_param(const ModelParam& p, const std::string& state = "") const;
-  // The stored tensor sliced at `index` on its leading axes (layer, expert).
-  static Tensor slice_leading(const Tensor& stored, const std::vector<int64_t>& index);
 
   // dp_reshardable: the bucket tensors (Key::bucket) and one of them read whole (its global size is
   // the bucket's numel_unpadded). Throws Error when `key` is not a bucket of this checkpoint.
