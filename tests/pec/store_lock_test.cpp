@@ -90,17 +90,26 @@ TEST(PecStoreLock, WatchTriesTheStepAgainOnceTheRestoreEnds) {
     const std::string text = file_bytes(log);
     return text.find(what) != std::string::npos;
   };
-  while (!lines_about("step 200")) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  int status = 0;
+  bool ended = false;  // the watch ended on its own (it must not: the test fails below)
+  auto wait_for = [&](const std::string& what) {
+    while (!lines_about(what) && !ended) {
+      ended = ::waitpid(pid, &status, WNOHANG) == pid;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
+  wait_for("step 200");
+  ASSERT_FALSE(ended) << file_bytes(log);
   const std::string first = file_bytes(log);
   EXPECT_EQ(first.find("NOT saved"), std::string::npos) << first;
   EXPECT_NE(first.find("not saved yet"), std::string::npos) << first;
   EXPECT_NE(first.find("pid " + std::to_string(::getpid())), std::string::npos) << first;
   if (first.find("NOT saved") == std::string::npos) {
     reader.release();
-    while (!lines_about("step 200 saved")) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    wait_for("step 200 saved");
   }
+  ASSERT_FALSE(ended) << file_bytes(log);
   ::kill(pid, SIGTERM);
-  int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status)) << file_bytes(log);
   EXPECT_EQ(WEXITSTATUS(status), 0) << file_bytes(log);  // no step NOT saved

@@ -148,7 +148,13 @@ TEST(SignalInCommit, UnionSignalledDuringTheFinalFlushExitsZero) {
                           "/gpt --output u > log.txt 2>&1; echo $? > rc; }";
   std::thread runner([&] { sh(cmd); });
   const fs::path reached = d / "go.reached";
-  while (!fs::exists(reached) || file_bytes(reached).empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // Until the run is inside its commit, or has ended without reaching it (then the test fails below).
+  while ((!fs::exists(reached) || file_bytes(reached).empty()) && !fs::exists(d / "rc"))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!fs::exists(reached) || file_bytes(reached).empty()) {
+    runner.join();
+    FAIL() << "the run ended before its commit: " << file_bytes(d / "log.txt");
+  }
   const pid_t pid = static_cast<pid_t>(std::stol(file_bytes(reached)));
   ASSERT_EQ(::kill(pid, SIGTERM), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // (the flag is set before the commit goes on either way)
@@ -167,7 +173,11 @@ TEST(SignalInCommit, UnionSignalledBeforeTheCommitCommitsNothing) {
   const std::string cmd = "cd " + d.string() + " && { UCPKIT_TEST_PAUSE_STAGED=1 " + kBin + "/ucp-union -q --input " + kFx +
                           "/gpt --output u > log.txt 2>&1 & echo $! > pid; wait $!; echo $? > rc; }";
   std::thread runner([&] { sh(cmd); });
-  while (!has_staging(d)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  while (!has_staging(d) && !fs::exists(d / "rc")) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (fs::exists(d / "rc")) {
+    runner.join();
+    FAIL() << "the run ended before it staged its output: " << file_bytes(d / "log.txt");
+  }
   while (!fs::exists(d / "pid") || file_bytes(d / "pid").empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ::kill(static_cast<pid_t>(std::stol(file_bytes(d / "pid"))), SIGTERM);
   runner.join();
