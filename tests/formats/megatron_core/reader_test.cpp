@@ -108,6 +108,9 @@ TEST(McoreReader, GptTp2Pp2BothOptimizerFormats) {
   EXPECT_FALSE(dp.common().legacy);
   EXPECT_EQ(dp.common().iteration(), 2);
   EXPECT_EQ(dp.common().content_string("distrib_optim_sharding_type"), "dp_reshardable");
+  EXPECT_EQ(dp.common().checkpoint_version(), 3.0);  // training/checkpointing.py:1312
+  ASSERT_NE(dp.common().arg("pipeline_model_parallel_size"), nullptr);
+  EXPECT_EQ(dp.common().arg("pipeline_model_parallel_size")->i, 2);
   // homogeneous stack: one stored tensor per parameter with a prepended layer axis
   const auto& qkv = dp.param("decoder.layers.1.self_attention.linear_qkv.weight");
   EXPECT_EQ(qkv.fqn, "decoder.layers.self_attention.linear_qkv.weight");
