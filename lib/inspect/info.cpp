@@ -489,8 +489,7 @@ void describe_dcp(CheckpointInfo& info, const InfoOptions& options) {
     const formats::dcp::Reader reader(folder.dir, md);
     for (const auto& e : md.entries) {
       if (e.is_bytes) {  // a torch.save of the value
-        const std::vector<uint8_t> b = reader.read_bytes(e.fqn);
-        (void)load_torch_bytes(b, md.path + " (item '" + escaped_brief(e.fqn) + "')");
+        (void)reader.read_object(e.fqn);
         continue;
       }
       for (size_t k = 0; k < e.chunks.size(); ++k) (void)reader.read_chunk(e.fqn, k);

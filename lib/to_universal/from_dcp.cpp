@@ -137,8 +137,7 @@ uint64_t item_bytes(const Metadata& md, const std::string& fqn) {
 ValuePtr read_step(const formats::dcp::Reader& reader, const std::string& fqn) {
   const Entry* e = reader.metadata().find(fqn);
   if (e && !e->is_bytes) return Value::of_tensor(reader.read_tensor(fqn));
-  const std::vector<uint8_t> bytes = reader.read_bytes(fqn);
-  return load_torch_bytes(bytes, reader.metadata().path + " (item '" + escaped_brief(fqn) + "')").root;
+  return reader.read_object(fqn);
 }
 
 ParamResult convert_param(const DcpParam& p, const formats::dcp::Reader& reader, const fs::path& zero_dir) {
@@ -181,9 +180,7 @@ ValuePtr optimizer_state(const DcpPlan& plan, const formats::dcp::Reader& reader
   for (const auto& [fqn, at] : plan.param_groups) {
     auto& g = groups[at.first];
     if (!g) g = Value::dict();
-    const std::vector<uint8_t> bytes = reader.read_bytes(fqn);
-    TorchFile tf = load_torch_bytes(bytes, reader.metadata().path + " (item '" + escaped_brief(fqn) + "')");
-    g->set_item(at.second, tf.root);
+    g->set_item(at.second, reader.read_object(fqn));
   }
   std::vector<ValuePtr> list;
   size_t want = 0;

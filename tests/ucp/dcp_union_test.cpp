@@ -305,3 +305,20 @@ TEST(DcpUnion, SameBytesForAnyThreadCountAndUnderMpi) {
   EXPECT_NE(r.out.find("\"mpi_ranks\": 2"), std::string::npos) << r.out;
   EXPECT_EQ(ucpkit::testing::run_command("diff -r " + c.work + "/one " + c.work + "/mpi2", &out), 0) << out;
 }
+
+// A flipped bit inside a tensor item's data (the zip stays well-formed): --verify (the default) checks
+// every item's record CRC-32 and refuses it naming the data file; --no-verify converts it as stored.
+TEST(DcpUnionDamage, FlippedBitCaughtByTheRecordCrc) {
+  const Case c = case_of("crc", "fsdp_optim_w2");
+  const auto truth = truth_of("fsdp_optim_w2");
+  const auto& want = truth.at("model.tok_embeddings.weight").bytes;  // rows 0..15 are rank 0's first item
+  const std::string rows(want.begin(), want.begin() + 16 * 8 * 4);
+  std::string b = slurp(c.input + "/__0_0.distcp");
+  const size_t at = b.find(rows);
+  ASSERT_NE(at, std::string::npos);
+  b[at + 100] ^= 0x01;
+  std::ofstream(c.input + "/__0_0.distcp", std::ios::binary | std::ios::trunc) << b;
+  expect_refused(c, "../in/ck/__0_0.distcp", "CRC");
+  const auto r = run_in(c, "ucp-union", "--input ../in/ck --output out --no-verify");
+  EXPECT_EQ(r.rc, 0) << r.err;
+}

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "io/torch/torch_file.h"
+#include "io/torch/verify.h"
 
 namespace ucpkit::formats::dcp {
 
@@ -145,7 +146,9 @@ Tensor Reader::read_chunk(const std::string& fqn, size_t k) const {
   const auto bytes = item_bytes(item, keep, file);
   // The item is copied out of the map (load_torch_bytes owns its bytes): one chunk in memory at a time.
   const std::string name = file + " (item '" + escaped_brief(fqn) + "' at byte " + std::to_string(item.storage.offset) + ")";
-  TorchFile tf = load_torch_bytes(bytes, name);
+  TorchLoadOptions load;
+  load.verify_crc = verify_files_crc();  // the tools' --verify: every record's CRC-32 
+  TorchFile tf = load_torch_bytes(bytes, name, load);
   release_item_pages(*keep, item.storage.offset, item.storage.length);
   if (!tf.root || tf.root->kind != pickle::Kind::Tensor)
     fail(name, "DCP: a tensor item holds " + (tf.root ? tf.root->repr(1) : std::string("nothing")));
@@ -172,6 +175,17 @@ std::vector<uint8_t> Reader::read_bytes(const std::string& fqn) const {
   std::string file;
   const auto b = item_bytes(item, keep, file);
   return {b.begin(), b.end()};
+}
+
+pickle::ValuePtr Reader::read_object(const std::string& fqn) const {
+  const std::vector<uint8_t> bytes = read_bytes(fqn);
+  const Item& item = md_.item_of(fqn, nullptr);
+  const std::string file = (std::filesystem::path(dir_) / item.storage.relative_path).string();
+  TorchLoadOptions load;
+  load.verify_crc = verify_files_crc();
+  return load_torch_bytes(bytes, file + " (item '" + escaped_brief(fqn) + "' at byte " + std::to_string(item.storage.offset) + ")",
+                          load)
+      .root;
 }
 
 }  // namespace ucpkit::formats::dcp

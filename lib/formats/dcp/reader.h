@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "formats/dcp/metadata.h"
+#include "io/pickle/value.h"
 #include "io/tensor.h"
 
 namespace ucpkit {
@@ -41,6 +42,8 @@ class Reader {
   Tensor read_tensor(const std::string& fqn) const;
   // The stored bytes of a bytes item (a torch.save of the object).
   std::vector<uint8_t> read_bytes(const std::string& fqn) const;
+  // A bytes item decoded: the object torch.save wrote (record CRC-32s checked under the tools' --verify).
+  pickle::ValuePtr read_object(const std::string& fqn) const;
 
  private:
   const Entry& entry(const std::string& fqn, bool bytes) const;
