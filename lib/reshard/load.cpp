@@ -22,6 +22,7 @@
 #include "io/torch/verify.h"
 #include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/deepspeed/version_line.h"
+#include "reshard/dcp_output.h"
 #include "reshard/deepspeed_writer.h"
 #include "reshard/direct_source.h"
 #include "reshard/exchange.h"
@@ -95,8 +96,8 @@ Prepared prepare(const LoadOptions& options, formats::deepspeed::InputKind kind)
     (void)formats::deepspeed::moe_version_line(options.target.ds_line);
   }
   const TargetLayout t = resolve_target(wanted, options.optimizer, p.model);
-  if (options.format == OutputFormat::Safetensors) {
-    // Weights only, unsharded: the parallel layout does not apply.
+  if (options.format != OutputFormat::DeepSpeed) {
+    // Safetensors (weights only, unsharded), DCP (global tensors): the parallel layout does not apply.
     p.plan.target = t;
     return p;
   }
@@ -261,8 +262,27 @@ nlohmann::json direct_plan_json(const LoadOptions& options, const Prepared& p) {
 
 }  // namespace
 
+namespace {
+// DCP output: the plan, with each parameter's step read (its kind decides the entry's).
+DcpOutput dcp_output_of(const LoadOptions& options, const Prepared& p, UniversalReader& reader) {
+  return plan_dcp_output(p.model, p.plan.target.dtype, dcp_target(options.given.world_size),
+                         [&](int i) { return reader.step(i); });
+}
+}  // namespace
+
 nlohmann::json plan_json(const LoadOptions& options) {
   auto p = prepare(options);
+  if (options.format == OutputFormat::Dcp) {
+    UniversalReader reader(p.model, options.input, false);
+    std::unique_ptr<DirectSource> source;
+    if (p.direct) {
+      source = std::make_unique<DirectSource>(p.direct->plan, p.model);
+      reader.set_source(source.get());
+    }
+    auto j = dcp_output_json(dcp_output_of(options, p, reader));
+    j["from_source"] = p.from_source;
+    return j;
+  }
   if (options.format == OutputFormat::Safetensors) {
     nlohmann::json j;
     j["format"] = std::string(output_format_name(OutputFormat::Safetensors));
@@ -384,6 +404,18 @@ void write_safetensors_output(LoadRun& r, const std::string& staged) {
       r.written += write_safetensors(r.prep.model, r.reader, dtype, o.shard_bytes, staged, r.threads);
       r.files += safetensors_shards(r.prep.model, dtype, o.shard_bytes).size() + 1;
     }
+  });
+}
+
+// DCP: rank 0 writes the data files and .metadata (settled by the next step).
+void write_dcp_folder(LoadRun& r, const std::string& staged) {
+  r.failed.guard([&] {
+    if (r.mpi.rank() != 0) return;
+    const DcpOutput out = dcp_output_of(r.options, r.prep, r.reader);
+    const std::string id = fs::absolute(r.options.output).lexically_normal().string();
+    const DcpWritten w = write_dcp_output(out, r.prep.model, r.reader, staged, id);
+    r.written += w.bytes;
+    r.files += w.files;
   });
 }
 
@@ -533,6 +565,8 @@ LoadSummary summarize(LoadRun& r, Clock::time_point t0) {
   s.checksums_compared = r.compared;
   s.from_source = r.prep.from_source;
   if (!r.prep.record.is_null()) s.target = r.prep.record;
+  if (r.plan.format == OutputFormat::Dcp)
+    s.target = dcp_target_json(dcp_target(r.options.given.world_size), r.prep.plan.target.dtype);
   s.batches = r.batches;
   if (r.plan.exchange)  // rank 0's phases (every rank waits for the slowest at each all-to-all)
     s.phase_seconds = {{"read", x.read_seconds},
@@ -614,6 +648,7 @@ LoadSummary run_load(const LoadOptions& options) {
   if (plan.direct) source = open_direct_source(run, crc.fused());
   if (plan.verify_first) verify_atomic_tensors(run);  // exchange mode verifies while the owner reads
   if (plan.format == OutputFormat::Safetensors) write_safetensors_output(run, staged);
+  else if (plan.format == OutputFormat::Dcp) write_dcp_folder(run, staged);
   else write_deepspeed_output(run, staged);
   phase.next("check and commit");
   if (crc.fused()) check_source_crcs(run);

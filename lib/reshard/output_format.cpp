@@ -7,9 +7,10 @@
 namespace ucpkit::reshard {
 
 namespace {
-constexpr std::array<std::pair<OutputFormat, std::string_view>, 2> kNames{{
+constexpr std::array<std::pair<OutputFormat, std::string_view>, 3> kNames{{
     {OutputFormat::DeepSpeed, "deepspeed"},
     {OutputFormat::Safetensors, "safetensors"},
+    {OutputFormat::Dcp, "dcp"},
 }};
 }  // namespace
 

@@ -1,0 +1,204 @@
+// ucp-load --format dcp (dcp_output.h): the state dict's entries in torch's order, each tensor read
+// whole from the universal reader (one at a time) and written through formats/dcp/writer.
+#include "reshard/dcp_output.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "formats/dcp/writer.h"
+#include "io/shape.h"
+#include "io/torch/torch_file.h"
+#include "reshard/target_defaults.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::reshard {
+
+using formats::dcp::Entry;
+using pickle::Value;
+using pickle::ValuePtr;
+
+namespace {
+
+ValuePtr path_tuple(const std::vector<ValuePtr>& parts) { return Value::tuple(parts); }
+
+std::string flat_of(const std::vector<ValuePtr>& parts) {
+  std::string s;
+  for (const auto& p : parts) {
+    if (!s.empty()) s += '.';
+    s += p->is(pickle::Kind::Int) ? std::to_string(p->i) : p->s;
+  }
+  return s;
+}
+
+// The source's param_groups list (the common optimizer state's), or null.
+ValuePtr param_groups_of(const ModelInfo& model) {
+  const ValuePtr& osd = model.optimizer_state;
+  if (!osd || !osd->is(pickle::Kind::Dict)) return nullptr;
+  ValuePtr pg = osd->get("param_groups");
+  return pg && pg->is_sequence() ? pg : nullptr;
+}
+
+// torch.save(v) as bytes, through a scratch file in `dir`.
+std::vector<uint8_t> torch_save_bytes(const ValuePtr& v, const fs::path& dir) {
+  const std::string tmp = (dir / ".ucp-load-bytes-item").string();
+  save_torch_file(tmp, v);
+  std::ifstream in(tmp, std::ios::binary);
+  std::vector<uint8_t> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) throw Error(tmp + ": read failed");
+  fs::remove(tmp);
+  return b;
+}
+
+// The value of a param_groups entry: the group's own value, or (params) the list of its fqns.
+ValuePtr group_value(const ModelInfo& model, const ValuePtr& groups, const DcpSource& s) {
+  if (s.key != "params") return groups->items[s.group]->at(s.key);
+  std::vector<ValuePtr> names;
+  for (const auto& p : model.params)
+    if (static_cast<size_t>(p.group) == s.group) names.push_back(Value::str(p.name));
+  return Value::list(std::move(names));
+}
+
+// The whole fp32 tensor of `state` of parameter `i`, converted to `dtype`.
+Tensor whole_tensor(const ModelInfo& model, UniversalReader& reader, int i, const std::string& state, DType dtype) {
+  const auto& p = model.params[i];
+  const TpSlice whole{0, {{0, p.shape.empty() ? 1 : p.shape[0]}}, p.shape, -1};
+  const int64_t n = numel_of(p.shape);
+  std::vector<float> f32(static_cast<size_t>(n));
+  if (n > 0) reader.read_range(i, state, whole, 0, n, f32.data());
+  std::vector<uint8_t> bytes(static_cast<size_t>(n) * dtype_size(dtype));
+  if (dtype == DType::Float32) {
+    if (n > 0) std::memcpy(bytes.data(), f32.data(), bytes.size());
+  } else if (n > 0) {
+    convert_from_fp32(f32.data(), static_cast<size_t>(n), dtype, bytes.data());
+  }
+  return Tensor::from_bytes(dtype, p.shape, std::move(bytes));
+}
+
+}  // namespace
+
+formats::dcp::Target dcp_target(int64_t world_size) {
+  return world_size > 1 ? formats::dcp::Target::rows(world_size) : formats::dcp::Target::whole();
+}
+
+DcpOutput plan_dcp_output(const ModelInfo& model, DType dtype, const formats::dcp::Target& target,
+                          const std::function<ValuePtr(int)>& step) {
+  DcpOutput out;
+  out.target = target;
+  out.dtype = dtype;
+  std::vector<Entry> entries;
+  out.planner_data = Value::dict();
+  auto add = [&](std::vector<ValuePtr> path, DcpSource s, bool is_bytes, DType dt, std::vector<int64_t> size) {
+    Entry e;
+    e.fqn = flat_of(path);
+    e.is_bytes = is_bytes;
+    e.dtype = dt;
+    e.size = std::move(size);
+    out.planner_data->set_item(e.fqn, path_tuple(path));
+    entries.push_back(std::move(e));
+    out.sources.push_back(std::move(s));
+  };
+  for (size_t i = 0; i < model.params.size(); ++i)
+    add({Value::str("model"), Value::str(model.params[i].name)}, {DcpSource::Model, static_cast<int>(i)}, false, dtype,
+        model.params[i].shape);
+  for (size_t i = 0; i < model.params.size(); ++i) {
+    const auto& p = model.params[i];
+    auto state_path = [&](const std::string& name) {
+      return std::vector<ValuePtr>{Value::str("optim"), Value::str("state"), Value::str(p.name), Value::str(name)};
+    };
+    if (const ValuePtr v = p.step ? step(static_cast<int>(i)) : nullptr) {
+      const bool tensor = v->is(pickle::Kind::Tensor);
+      add(state_path("step"), {DcpSource::Step, static_cast<int>(i)}, !tensor,
+          tensor ? v->as_tensor().dtype() : DType::Float32, tensor ? v->as_tensor().shape() : std::vector<int64_t>{});
+    }
+    for (const auto& s : model.states)
+      if (s != "fp32") add(state_path(s), {DcpSource::State, static_cast<int>(i), s}, false, DType::Float32, p.shape);
+  }
+  if (const ValuePtr groups = param_groups_of(model)) {
+    for (size_t g = 0; g < groups->items.size(); ++g) {
+      const ValuePtr& group = groups->items[g];
+      if (!group->is(pickle::Kind::Dict)) throw Error("the optimizer state's param_groups " + std::to_string(g) + " is not a dict");
+      std::vector<std::string> keys;
+      for (const auto& kv : group->entries)
+        if (kv.first->is(pickle::Kind::Str) && kv.first->s != "params") keys.push_back(kv.first->s);
+      keys.push_back("params");
+      for (const auto& k : keys)
+        add({Value::str("optim"), Value::str("param_groups"), Value::integer(static_cast<int64_t>(g)), Value::str(k)},
+            {DcpSource::ParamGroup, -1, "", g, k}, true, DType::Float32, {});
+    }
+  }
+  out.plan = formats::dcp::make_save_plan(entries, target);
+  return out;
+}
+
+nlohmann::json dcp_target_json(const formats::dcp::Target& target, DType dtype) {
+  const char* kinds[] = {"whole", "replicated", "rows", "columns", "grid"};
+  return {{"dtype", dtype_option_name(dtype)},
+          {"optimizer_dtype", "fp32"},
+          {"mesh", kinds[static_cast<int>(target.kind)]},
+          {"world", target.world}};
+}
+
+nlohmann::json dcp_output_json(const DcpOutput& out) {
+  nlohmann::json j;
+  j["format"] = "dcp";
+  j["dtype"] = dtype_option_name(out.dtype);
+  j["target"] = dcp_target_json(out.target, out.dtype);
+  size_t tensors = 0, chunks = 0;
+  for (const auto& e : out.plan.entries)
+    if (!e.is_bytes) ++tensors, chunks += e.chunks.size();
+  j["entries"] = out.plan.entries.size();
+  j["tensor_entries"] = tensors;
+  j["items"] = chunks + (out.plan.entries.size() - tensors);
+  auto& files = j["files"] = nlohmann::json::array();
+  for (const auto& f : out.plan.files) files.push_back({{"file", f.relative_path}, {"rank", f.rank}, {"items", f.items.size()}});
+  files.push_back({{"file", ".metadata"}});
+  j["plan"] = nlohmann::json::parse(formats::dcp::plan_json(out.plan));
+  return j;
+}
+
+DcpWritten write_dcp_output(const DcpOutput& out, const ModelInfo& model, UniversalReader& reader,
+                            const std::string& dir, const std::string& checkpoint_id) {
+  std::map<std::string, size_t> index;
+  for (size_t k = 0; k < out.plan.entries.size(); ++k) index[out.plan.entries[k].fqn] = k;
+  const ValuePtr groups = param_groups_of(model);
+  auto whole = [&](const Entry& e) -> Tensor {
+    const DcpSource& s = out.sources.at(index.at(e.fqn));
+    if (s.kind == DcpSource::Model) return whole_tensor(model, reader, s.param, "fp32", out.dtype);
+    if (s.kind == DcpSource::State) return whole_tensor(model, reader, s.param, s.state, DType::Float32);
+    const ValuePtr v = reader.step(s.param);  // Step as a tensor
+    if (!v || !v->is(pickle::Kind::Tensor)) throw Error(model.params[s.param].name + ": its step changed while writing");
+    return v->as_tensor().contiguous(true);
+  };
+  auto bytes = [&](const Entry& e) -> std::vector<uint8_t> {
+    const DcpSource& s = out.sources.at(index.at(e.fqn));
+    const ValuePtr v = s.kind == DcpSource::Step ? reader.step(s.param) : group_value(model, groups, s);
+    return torch_save_bytes(v, dir);
+  };
+  formats::dcp::WriteOptions wo;
+  wo.durable = false;  // the caller's staging folder is flushed at its commit
+  wo.planner_data = out.planner_data;
+  const fs::path inner = fs::path(dir) / ".dcp";
+  const auto result = formats::dcp::write_dcp(out.plan, formats::dcp::chunks_of_whole(whole, bytes), inner.string(), wo);
+  DcpWritten w;
+  for (const auto& f : out.plan.files) {
+    fs::rename(inner / f.relative_path, fs::path(dir) / f.relative_path);
+    ++w.files;
+  }
+  fs::remove(inner / ".metadata");
+  fs::remove(inner);
+  // StorageMeta.checkpoint_id names the final folder, not the staging one.
+  const std::string md = formats::dcp::metadata_pickle(out.plan, result.items, wo, checkpoint_id);
+  write_file_atomic((fs::path(dir) / ".metadata").string(), md);
+  w.bytes = result.bytes + md.size();
+  w.files += 1;
+  w.items = result.items.size();
+  return w;
+}
+
+}  // namespace ucpkit::reshard

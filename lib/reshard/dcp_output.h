@@ -1,0 +1,72 @@
+// ucp-load --format dcp: the universal state written as a PyTorch Distributed Checkpoint, the folder
+// torch 2.x `dcp.save({"model": model_sd, "optim": optim_sd})` writes for
+// `model_sd, optim_sd = get_state_dict(model, optimizer)` (docs/ucp-load.md, "DCP output"):
+//  * model.<fqn>: each parameter under its universal name, the fp32 master converted to the target
+//    dtype (the source's unless --dtype);
+//  * optim.state.<fqn>.step|<state>: the step as stored (a 0-d tensor, else a bytes item), then every
+//    optimizer state (exp_avg, exp_avg_sq) in fp32 as stored;
+//  * optim.param_groups.<i>.<key>: bytes items, torch.save of each value of the source's param_groups,
+//    "params" last as the list of the group's fqns (get_state_dict's form).
+// This is the inverse of ucp-union --input <DCP folder> (to_universal/from_dcp.h): at --dtype fp32 the
+// union of the output gives back the same state files. Whole tensors on one rank, or (--world-size N)
+// FSDP2's Shard(0) layout over N ranks (formats/dcp/save_plan.h Target::rows).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/dcp/save_plan.h"
+#include "io/dtype.h"
+#include "io/pickle/value.h"
+#include "reshard/model_info.h"
+#include "reshard/universal_reader.h"
+
+namespace ucpkit::reshard {
+
+// What one entry of the plan holds.
+struct DcpSource {
+  enum Kind { Model, State, Step, ParamGroup } kind = Model;
+  int param = -1;     // Model, State, Step
+  std::string state;  // State: "exp_avg", ...
+  size_t group = 0;   // ParamGroup: index into param_groups
+  std::string key;    // ParamGroup: the key ("lr", ..., "params")
+};
+
+struct DcpOutput {
+  formats::dcp::Target target;
+  DType dtype = DType::BFloat16;           // of the model tensors
+  formats::dcp::SavePlan plan;
+  std::vector<DcpSource> sources;          // [entry]
+  pickle::ValuePtr planner_data;           // {flat fqn: nested path}, as DefaultSavePlanner records it
+};
+
+// The target mesh: --world-size N (N > 1) gives FSDP2's rows over N ranks, else one whole rank.
+formats::dcp::Target dcp_target(int64_t world_size);
+
+// The plan of the checkpoint written for `model` (`step(i)`: parameter i's raw step value or null).
+// Pure but for `step`.
+DcpOutput plan_dcp_output(const ModelInfo& model, DType dtype, const formats::dcp::Target& target,
+                          const std::function<pickle::ValuePtr(int)>& step);
+
+// The target written: {"dtype", "optimizer_dtype": "fp32", "mesh": "whole"|"rows", "world"} (the
+// summary's `target`).
+nlohmann::json dcp_target_json(const formats::dcp::Target& target, DType dtype);
+
+// --plan's description: format, dtype, target, entries and items per file.
+nlohmann::json dcp_output_json(const DcpOutput& out);
+
+struct DcpWritten {
+  uint64_t bytes = 0;  // data files and .metadata
+  size_t files = 0;    // data files and .metadata
+  size_t items = 0;
+};
+
+// Writes `out` into the existing empty folder `dir` (a staging folder the caller commits); `durable`
+// as WriteOptions::durable; `checkpoint_id`: the final path recorded in StorageMeta.
+DcpWritten write_dcp_output(const DcpOutput& out, const ModelInfo& model, UniversalReader& reader,
+                            const std::string& dir, const std::string& checkpoint_id);
+
+}  // namespace ucpkit::reshard
