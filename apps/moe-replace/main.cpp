@@ -92,6 +92,12 @@ Given add_options(CLI::App& app, ucpkit::tool::MoeReplaceOptions& o) {
                  "The model's decoder layers and which are MoE: D:a-b[,c...] (e.g. 61:3-60 for DeepSeek-V3) or its "
                  "config.json. Loads may then have a row per decoder layer (dense rows dropped); "
                  "--sglang-expert-location gets a row per decoder layer, --vllm-eplb-state one per MoE layer");
+  app.add_option("--pp-size", o.pp_size,
+                 "With --layers-map: pipeline stages; reports each stage's decoder layers (its SGLang rows) and "
+                 "MoE layers (its vLLM rows), split as vLLM's and SGLang's get_pp_indices do");
+  app.add_option("--pp-layer-partition", o.pp_partition,
+                 "With --layers-map: decoder layers per stage, a,b,... (as VLLM_PP_LAYER_PARTITION / "
+                 "SGLANG_PP_LAYER_PARTITION), instead of the engines' default split");
   app.add_option("--vllm-eplb-state", o.vllm_out,
                  "Also write the plan as vLLM EPLB state tensors (safetensors: physical_to_logical_map, "
                  "logical_to_physical_map, logical_replica_count)");

@@ -116,4 +116,56 @@ LoadMatrix moe_rows(const LoadMatrix& loads, const LayersMap& map, const std::st
   return out;
 }
 
+std::vector<int> parse_pp_partition(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream list(text);
+  for (std::string item; std::getline(list, item, ',');) {
+    if (item.empty() || item.size() > 9 || !std::all_of(item.begin(), item.end(), ::isdigit) || std::stoi(item) < 1)
+      throw UsageError("--pp-layer-partition " + text + ": expected positive numbers of decoder layers per stage, a,b,...");
+    out.push_back(std::stoi(item));
+  }
+  if (out.empty() || text.back() == ',')
+    throw UsageError("--pp-layer-partition " + text + ": expected positive numbers of decoder layers per stage, a,b,...");
+  return out;
+}
+
+std::vector<PpStage> pp_stages(const LayersMap& map, int pp_size, const std::vector<int>& partition) {
+  const int D = map.decoder_layers;
+  if (pp_size < 1 || pp_size > D)
+    throw UsageError("--pp-size " + std::to_string(pp_size) + " must be 1.." + std::to_string(D) +
+                     " (the model's decoder layers)");
+  std::vector<int> sizes = partition;
+  if (sizes.empty()) {
+    sizes.assign(pp_size, D / pp_size);
+    for (int i = 2; i < D % pp_size + 2; ++i) sizes[pp_size - i]++;
+  } else {
+    long long sum = 0;
+    for (int x : sizes) {
+      if (x < 1) throw UsageError("--pp-layer-partition: every stage needs at least one decoder layer");
+      sum += x;
+    }
+    if (static_cast<int>(sizes.size()) != pp_size || sum != D)
+      throw UsageError("--pp-layer-partition has " + std::to_string(sizes.size()) + " stages summing to " +
+                       std::to_string(sum) + " layers; --pp-size " + std::to_string(pp_size) + " and " +
+                       std::to_string(D) + " decoder layers need " + std::to_string(pp_size) + " summing to " +
+                       std::to_string(D));
+  }
+  std::vector<PpStage> out;
+  int first = 0, row = 0;
+  for (int s = 0; s < pp_size; ++s) {
+    PpStage st;
+    st.stage = s;
+    st.first_layer = first;
+    st.end_layer = first + sizes[s];
+    st.first_moe_row = row;
+    for (int l : map.moe_layers)
+      if (l >= st.first_layer && l < st.end_layer) st.moe_layers.push_back(l);
+    row += static_cast<int>(st.moe_layers.size());
+    st.end_moe_row = row;
+    first = st.end_layer;
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
 }  // namespace ucpkit::placement

@@ -28,4 +28,25 @@ LayersMap parse_layers_map(const std::string& spec);
 // throws Error naming the loads file and the map.
 LoadMatrix moe_rows(const LoadMatrix& loads, const LayersMap& map, const std::string& loads_name);
 
+// One pipeline stage's share of the model: decoder layers [first_layer, end_layer) (SGLang's rows of
+// --init-expert-location for the stage are these decoder layers, dense ones included) and the MoE
+// layers among them, which are the plan's rows [first_moe_row, end_moe_row) (vLLM's EPLB state of
+// the stage has one row per MoE layer it holds).
+struct PpStage {
+  int stage = 0;
+  int first_layer = 0, end_layer = 0;
+  std::vector<int> moe_layers;  // decoder layer ids
+  int first_moe_row = 0, end_moe_row = 0;
+};
+
+// The split of vLLM's and SGLang's get_pp_indices (vllm/distributed/utils.py, SGLang's
+// srt/distributed/utils.py): `partition` (their VLLM_PP_LAYER_PARTITION / SGLANG_PP_LAYER_PARTITION:
+// layers per stage, summing to the decoder layers) when given, else decoder_layers / pp_size each with
+// the remainder one layer each to stages pp_size-2, pp_size-3, ... (the last stage, which also runs the
+// final norm and LM head, gets none). Throws UsageError naming --pp-size / --pp-layer-partition when
+// pp_size is not 1..decoder layers or the partition does not have pp_size positive sizes summing to them.
+std::vector<PpStage> pp_stages(const LayersMap& map, int pp_size, const std::vector<int>& partition = {});
+// "a,b,..." (--pp-layer-partition): positive layer counts. Throws UsageError otherwise.
+std::vector<int> parse_pp_partition(const std::string& text);
+
 }  // namespace ucpkit::placement

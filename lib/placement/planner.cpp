@@ -681,6 +681,22 @@ PlanOutcome make_plan(const PlanRequest& req) {
   if (req.layers_map)
     out.summary["layers_map"] = {{"decoder_layers", req.layers_map->decoder_layers},
                                  {"moe_layers", req.layers_map->moe_layers}};
+  if (!req.pp_stages.empty()) {
+    nlohmann::json stages = nlohmann::json::array();
+    std::ostringstream o;
+    for (const PpStage& st : req.pp_stages) {
+      stages.push_back({{"stage", st.stage},
+                        {"decoder_layers", {st.first_layer, st.end_layer}},
+                        {"moe_layers", st.moe_layers},
+                        {"sglang_rows", {st.first_layer, st.end_layer}},
+                        {"vllm_rows", {st.first_moe_row, st.end_moe_row}}});
+      o << "pp stage " << st.stage << ": decoder layers " << st.first_layer << "-" << st.end_layer - 1
+        << " (SGLang rows " << st.first_layer << ".." << st.end_layer - 1 << "), " << st.moe_layers.size()
+        << " MoE layers (plan and vLLM rows " << st.first_moe_row << ".." << st.end_moe_row - 1 << ")\n";
+    }
+    out.summary["layers_map"]["pp_stages"] = std::move(stages);
+    out.table += o.str();
+  }
   if (req.want_vllm) out.vllm_bytes = vllm_eplb_state_safetensors(out.plan);
   return out;
 }

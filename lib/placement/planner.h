@@ -48,6 +48,9 @@ struct PlanRequest {
   // --layers-map: the model's decoder layers and which are MoE (layers_map.h): loads with a row per
   // decoder layer are cut to the MoE rows, and the SGLang file gets a row per decoder layer.
   std::optional<LayersMap> layers_map;
+  // --pp-size / --pp-layer-partition (with --layers-map): each pipeline stage's decoder layers and MoE
+  // rows, reported in the summary (layers_map.pp_stages) and the table.
+  std::vector<PpStage> pp_stages;
   int svg_layer = 0;
 };
 

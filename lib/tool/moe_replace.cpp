@@ -164,6 +164,13 @@ void MoeReplaceOptions::check() {
   req.want_vllm = !vllm_out.empty();
   if (!layers_map.empty()) req.layers_map = placement::parse_layers_map(layers_map);
   if (!min_recovery.empty()) req.min_recovery = placement::parse_min_recovery(min_recovery);
+  if (pp_size != 0 || !pp_partition.empty()) {
+    if (!req.layers_map)
+      throw UsageError("--pp-size and --pp-layer-partition need --layers-map (the stages split its decoder layers)");
+    const std::vector<int> sizes =
+        pp_partition.empty() ? std::vector<int>{} : placement::parse_pp_partition(pp_partition);
+    req.pp_stages = placement::pp_stages(*req.layers_map, pp_size != 0 ? pp_size : static_cast<int>(sizes.size()), sizes);
+  }
 }
 
 Result run_moe_replace(const MoeReplaceOptions& o) {

@@ -14,6 +14,8 @@ struct MoeReplaceOptions {
   std::string failed;                             // --failed-nodes "3,7"
   std::string layers_map;                         // --layers-map
   std::string min_recovery;                       // --min-recovery k:p
+  int pp_size = 0;                                // --pp-size
+  std::string pp_partition;                       // --pp-layer-partition "a,b,c"
   int added = 0;                                  // --added-nodes
   double exact_limit = 1e6;                       // --exact-limit
   uint64_t expert_bytes = 0, max_moved_bytes = 0;  // --expert-bytes, --max-moved-bytes

@@ -123,3 +123,51 @@ TEST(LayersMap, OneRunWritesSglangAllLayersAndVllmMoeLayers) {
   EXPECT_FALSE(fs::exists(d / "sglang.json"));
   fs::remove_all(d);
 }
+
+// The PP split of vLLM's get_pp_indices (vllm/distributed/utils.py), written as its Python is: the
+// documented examples, and every stage's MoE rows are the plan's rows of its MoE layers, in order.
+TEST(LayersMap, PipelineStagesSplitAsTheEnginesDo) {
+  auto sizes = [](int D, int P) {
+    LayersMap m;
+    m.decoder_layers = D;
+    for (int i = 0; i < D; ++i) m.moe_layers.push_back(i);
+    std::vector<int> out;
+    for (const auto& st : pp_stages(m, P)) out.push_back(st.end_layer - st.first_layer);
+    return out;
+  };
+  EXPECT_EQ(sizes(61, 2), (std::vector<int>{31, 30}));
+  EXPECT_EQ(sizes(61, 4), (std::vector<int>{15, 15, 16, 15}));
+  EXPECT_EQ(sizes(22, 4), (std::vector<int>{5, 6, 6, 5}));
+  EXPECT_EQ(sizes(5, 3), (std::vector<int>{2, 2, 1}));
+  EXPECT_EQ(sizes(4, 3), (std::vector<int>{1, 2, 1}));
+  EXPECT_EQ(sizes(32, 4), (std::vector<int>{8, 8, 8, 8}));
+  for (int D = 1; D <= 70; ++D)
+    for (int P = 1; P <= std::min(D, 9); ++P) {
+      // partitions = [D // P] * P; for i in range(2, D % P + 2): partitions[-i] += 1
+      std::vector<int> want(P, D / P);
+      for (int i = 2; i < D % P + 2; ++i) want[(P - i % P) % P]++;
+      ASSERT_EQ(sizes(D, P), want) << D << " layers, " << P << " stages";
+    }
+  const LayersMap v3 = parse_layers_map("61:3-60");
+  const auto st = pp_stages(v3, 4);
+  int row = 0, layer = 0;
+  for (const auto& s : st) {
+    EXPECT_EQ(s.first_layer, layer);
+    EXPECT_EQ(s.first_moe_row, row);
+    for (size_t i = 0; i < s.moe_layers.size(); ++i) EXPECT_EQ(v3.moe_layers[static_cast<size_t>(row) + i], s.moe_layers[i]);
+    row = s.end_moe_row;
+    layer = s.end_layer;
+  }
+  EXPECT_EQ(row, 58);
+  EXPECT_EQ(layer, 61);
+  EXPECT_EQ(st[0].moe_layers.size(), 12u);  // layers 0-2 are dense
+  // VLLM_PP_LAYER_PARTITION / SGLANG_PP_LAYER_PARTITION
+  const auto manual = pp_stages(v3, 2, parse_pp_partition("32,29"));
+  EXPECT_EQ(manual[0].end_layer, 32);
+  EXPECT_EQ(manual[1].end_moe_row - manual[1].first_moe_row, 29);
+  EXPECT_THROW(pp_stages(v3, 2, {31, 31}), UsageError);
+  EXPECT_THROW(pp_stages(v3, 3, {30, 31}), UsageError);
+  EXPECT_THROW(pp_stages(v3, 0), UsageError);
+  EXPECT_THROW(pp_stages(v3, 62), UsageError);
+  for (const char* bad : {"", "3,", ",3", "0,61", "a,b", "-1,62"}) EXPECT_THROW(parse_pp_partition(bad), UsageError) << bad;
+}
