@@ -235,7 +235,7 @@ void RestoreWriter::write_non_expert(const Store& store, const std::vector<FileE
     if (!owns(f.path)) continue;
     uint64_t total = 0;
     for (const auto& c : f.chunks) total += c.size;
-    if (total != f.size) throw ObjectError(store.dir() + ": " + f.path + ": chunk sizes do not add up to the file size");
+    if (total != f.size) throw ObjectError(store.dir() + ": " + escaped_brief(f.path, 200) + ": chunk sizes do not add up to the file size");
     std::vector<Seg> map;
     uint64_t size = f.size;
     if (f.cut.is_null()) {
@@ -368,9 +368,9 @@ std::vector<CopyOutcome> RestoreWriter::write_experts(const std::vector<ExpertCo
         uint64_t off = 0;
         for (const auto& r : ranges_from_json(f.ranges)) {
           auto rec = cf.records.find(r.record);
-          if (rec == cf.records.end()) fail(f.path, "has no record " + r.record + " for a saved expert fragment");
+          if (rec == cf.records.end()) fail(f.path, "has no record '" + escaped_brief(r.record) + "' for a saved expert fragment");
           if (r.offset + r.length > rec->second.size)
-            fail(f.path, "record " + r.record + " is smaller than the saved expert fragment");
+            fail(f.path, "record '" + escaped_brief(r.record) + "' is smaller than the saved expert fragment");
           if (off + r.length > f.size) fail(f.path, "saved expert fragment shorter than its ranges");
           const uint64_t at = rec->second.data_offset + r.offset;
           auto c = recorded.find({r.record, r.offset, r.length});

@@ -238,7 +238,7 @@ FileEntry Store::put_file_from(const std::string& rel_path, const std::string& s
 std::vector<uint8_t> Store::read_file(const FileEntry& f) const {
   uint64_t total = 0;
   for (const auto& c : f.chunks) total += c.size;
-  if (total != f.size) throw ObjectError(dir_ + ": " + f.path + ": chunk sizes do not add up to the file size");
+  if (total != f.size) throw ObjectError(dir_ + ": " + escaped_brief(f.path, 200) + ": chunk sizes do not add up to the file size");
   std::vector<uint8_t> out(f.size);
   DigestChain chain;
   uint64_t off = 0;
@@ -248,7 +248,7 @@ std::vector<uint8_t> Store::read_file(const FileEntry& f) const {
     off += c.size;
   }
   if (chain.hex() != f.digest)
-    throw ObjectError(dir_ + ": " + f.path + ": reassembled file does not match its checksum");
+    throw ObjectError(dir_ + ": " + escaped_brief(f.path, 200) + ": reassembled file does not match its checksum");
   return out;
 }
 
