@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "formats/dcp/dcp_data.h"
@@ -156,3 +157,18 @@ TEST(DcpSavePlan, MatchesTorchReplicatedPlainTensors) { expect_plan_is_torchs("p
 TEST(DcpSavePlan, MatchesTorchFsdpRows) { expect_plan_is_torchs("fsdp_w2", Target::rows(2)); }
 TEST(DcpSavePlan, MatchesTorchTwoDimensionalMesh) { expect_plan_is_torchs("twod_w4", Target::grid(4, 2)); }
 TEST(DcpSavePlan, MatchesTorchFsdpWithOptimizerState) { expect_plan_is_torchs("fsdp_optim_w2", Target::rows(2)); }
+
+// plan_json prints the plan: mesh, entries with their chunks, files with their items in write order.
+TEST(DcpSavePlan, JsonOfTheRowsPlan) {
+  std::vector<Entry> in{{"w", false, DType::BFloat16, {3, 2}, {}}, {"g", true, DType::Float32, {}, {}}};
+  const auto j = nlohmann::json::parse(plan_json(make_save_plan(in, Target::rows(2))));
+  EXPECT_EQ(j["mesh"], nlohmann::json::parse("[2]"));
+  EXPECT_EQ(j["entries"][0]["dtype"], "bfloat16");
+  EXPECT_EQ(j["entries"][0]["chunks"], nlohmann::json::parse(R"([{"offsets": [0, 0], "sizes": [2, 2]},
+                                                                {"offsets": [2, 0], "sizes": [1, 2]}])"));
+  EXPECT_EQ(j["entries"][1]["bytes"], true);
+  // Rank 0 has 8 bytes of w when g comes, rank 1 has none yet (first appearance is on rank 0): g on rank 1.
+  EXPECT_EQ(j["files"][0]["items"], nlohmann::json::parse(R"([{"fqn": "w", "offsets": [0, 0]}])"));
+  EXPECT_EQ(j["files"][1]["relative_path"], "__1_0.distcp");
+  EXPECT_EQ(j["files"][1]["items"], nlohmann::json::parse(R"([{"fqn": "w", "offsets": [2, 0]}, {"fqn": "g", "bytes": true}])"));
+}
