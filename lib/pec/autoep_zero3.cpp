@@ -46,7 +46,7 @@ RankFiles read_rank(const std::string& model_path, const std::string& optim_path
   RankFiles r;
   const pickle::ValuePtr root = load_torch(model_path);
   if (!root || !root->is(pickle::Kind::Dict)) fail(model_path, "no ds_autoep_layers (not an AutoEP ZeRO-3 save)");
-  const formats::deepspeed::ModelStates model = formats::deepspeed::read_model_states(root, model_path);
+  const formats::deepspeed::ModelStates model = formats::deepspeed::read_rank_model_states(root, model_path);
   if (!formats::deepspeed::has_autoep_layers(model)) fail(model_path, "no ds_autoep_layers (not an AutoEP ZeRO-3 save)");
   r.model_identity = formats::deepspeed::model_file_identity(root);
   r.layers = formats::deepspeed::autoep_layers(model, model_path);

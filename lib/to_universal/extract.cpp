@@ -152,7 +152,7 @@ ModelFacts read_model_facts(const formats::deepspeed::DeepSpeedLayout& L, ShardA
     const auto& path = L.model_files[mp];
     FileScope scope(path);
     ValuePtr root = load_torch(path);
-    const formats::deepspeed::ModelStates model = formats::deepspeed::read_model_states(root, path);
+    const formats::deepspeed::ModelStates model = formats::deepspeed::read_rank_model_states(root, path);
     if (const auto dp = model.dp_world_size; dp && *dp != L.dp) {
       if (*dp > 0 && *dp < L.dp)
         throw Error(L.optim_files[mp][*dp] + ": extra shard: " + path + " says dp_world_size is " + std::to_string(*dp) +

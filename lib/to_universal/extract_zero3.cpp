@@ -44,7 +44,7 @@ Zero3ModelFiles read_zero3_model_files(const formats::deepspeed::DeepSpeedLayout
       FileScope scope(path);
       ValuePtr root = load_torch(path);
       agreement.model_file(root, path);
-      formats::deepspeed::ModelStates model = formats::deepspeed::read_model_states(root, path);
+      formats::deepspeed::ModelStates model = formats::deepspeed::read_rank_model_states(root, path);
       const bool has = formats::deepspeed::has_autoep_layers(model);
       if (has && L.tp > 1)
         fail(path, "DeepSpeed AutoEP under ZeRO-3 with tp=" + std::to_string(L.tp) +

@@ -178,6 +178,12 @@ ModelStates read_model_states(const ValuePtr& root, const std::string& path) {
 
 ModelStates read_model_states(const TorchFile& file, const std::string& path) { return read_model_states(file.root, path); }
 
+ModelStates read_rank_model_states(const ValuePtr& root, const std::string& path) {
+  ModelStates m = read_model_states(root, path);
+  if (m.module_only) fail(path, "not a model-states dict: it has no 'module' entry");
+  return m;
+}
+
 ValuePtr to_pickle(const ModelStates& m) {
   const ValuePtr module = module_with_values(m, false);
   if (m.module_only) return module;

@@ -73,6 +73,10 @@ std::string ds_version_of(const pickle::ValuePtr& root);
 // copied: change a copy (pickle::deep_copy) when the root must stay as it is.
 ModelStates read_model_states(const pickle::ValuePtr& root, const std::string& path);
 ModelStates read_model_states(const TorchFile& file, const std::string& path);
+// An mp_rank_XX / zero_pp_rank_D_mp_rank_XX model-states file: read_model_states, and a root without
+// DeepSpeed's module entry (engine.py _save_checkpoint always saves one, None in a pipeline's) is
+// refused naming `path` instead of being read as a bare layer or expert dict.
+ModelStates read_rank_model_states(const pickle::ValuePtr& root, const std::string& path);
 
 // The file as read: every entry in `entries` order, typed fields in their place.
 pickle::ValuePtr to_pickle(const ModelStates& m);

@@ -263,3 +263,14 @@ TEST(ModelStates, SavedParamShapesForms) {
                 .find("x.pt: ds_config.use_data_before_expert_parallelism is not a boolean"),
             std::string::npos);
 }
+
+// A rank's model-states file always has DeepSpeed's module entry; without it the file is refused, not
+// read as a bare layer dict.
+TEST(ModelStates, RankFileWithoutModuleRefused) {
+  auto root = pickle::deep_copy(load_torch_file((step_dir("gpt_tp2dp2_z2_fp16") / "mp_rank_00_model_states.pt").string()).root);
+  EXPECT_FALSE(ds::read_rank_model_states(root, "r.pt").module_only);
+  root->erase("module");
+  EXPECT_TRUE(ds::read_model_states(root, "r.pt").module_only);
+  EXPECT_EQ(ucpkit::testing::error_of([&] { ds::read_rank_model_states(root, "r.pt"); }),
+            "r.pt: not a model-states dict: it has no 'module' entry");
+}
