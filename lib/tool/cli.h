@@ -173,7 +173,9 @@ inline int parse(CLI::App& app, int argc, char** argv, const CommonOptions& comm
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << app.get_name() << ": error: " << e.what() << " (see --help)\n";
+    // The message quotes what was typed: control bytes (an escape sequence, a newline) are shown as
+    // \xNN and the line is cut, so it stays one line that cannot drive the terminal (issue 32).
+    std::cerr << app.get_name() << ": error: " << escaped_brief(e.what(), 300) << " (see --help)\n";
     return kUsage;
   }
   set_verbosity(common.verbosity());
