@@ -73,7 +73,7 @@ def build_model(torch, MoE, vocab, hidden, experts, ep):
         def __init__(self):
             super().__init__()
             self.embed = nn.Embedding(vocab, hidden)
-            self.blocks = nn.ModuleList([Block(i % 2 == 1) for i in range(4)])
+            self.blocks = nn.ModuleList([Block(experts > 0 and i % 2 == 1) for i in range(4)])
             self.head = nn.Linear(hidden, vocab)
 
         def forward(self, ids):
@@ -100,7 +100,7 @@ def worker(rank, a):
     torch.manual_seed(1234)
     model = build_model(torch, MoE, a.vocab, a.hidden, a.experts, a.ep)
     groups = split_params_into_different_moe_groups_for_optimizer(
-        {"params": [p for p in model.parameters()], "name": "parameters"})
+        {"params": [p for p in model.parameters()], "name": "parameters"}) if a.experts else model.parameters()
     opt = torch.optim.AdamW(groups, lr=1e-3, weight_decay=0.01)
     cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "train_batch_size": 2 * a.world,
            "zero_optimization": {"stage": a.zero}, "zero_allow_untested_optimizer": True, "steps_per_print": 1000}
@@ -113,11 +113,15 @@ def worker(rank, a):
         if rank == 0:
             print(f"train_moe_tutorial: loaded {path} at global step {engine.global_steps}")
     g = torch.Generator().manual_seed(100 + rank)
-    for _ in range(a.steps):
+    for k in range(a.steps):
         ids = torch.randint(0, a.vocab, (2, 8), generator=g)
         loss = engine(ids)
         engine.backward(loss)
         engine.step()
+        if a.save_every:  # a chain: OUT/step<global step>/ after every step
+            engine.save_checkpoint(os.path.join(a.out, f"step{engine.global_steps}"))
+    if a.save_every:
+        return
     engine.save_checkpoint(a.out)
     write_truth(torch, engine.module, a, rank, "truth")
     if rank == 0:
@@ -148,7 +152,8 @@ def main():
     ap.add_argument("--ep", type=int, default=2)
     ap.add_argument("--zero", type=int, default=1)
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--experts", type=int, default=4)
+    ap.add_argument("--experts", type=int, default=4, help="0: no MoE (a dense blocks.N model)")
+    ap.add_argument("--save-every", action="store_true", help="save OUT/step<N>/ after every step (a chain for pec-save)")
     ap.add_argument("--hidden", type=int, default=8)
     ap.add_argument("--vocab", type=int, default=16)
     ap.add_argument("--port", type=int, default=29517)
