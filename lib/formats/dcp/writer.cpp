@@ -228,7 +228,7 @@ WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std
   auto place = [&](size_t entry, size_t chunk) -> DataFile& {
     auto it = file_of.find({entry, chunk});
     if (it == file_of.end())
-      throw Error("DCP writer: the plan puts '" + escaped_brief(plan.entries[entry].fqn) + "' in no data file");
+      fail(out, "DCP writer: the plan puts '" + escaped_brief(plan.entries[entry].fqn) + "' in no data file");
     return files[it->second];
   };
   for (size_t k = 0; k < plan.entries.size(); ++k) {
@@ -242,7 +242,7 @@ WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std
     for (size_t c = 0; c < e.chunks.size(); ++c) {
       const Tensor t = source.chunk(e, c);
       if (t.dtype() != e.dtype || t.shape() != e.chunks[c].sizes)
-        throw Error("DCP writer: chunk " + std::to_string(c) + " of '" + escaped_brief(e.fqn) + "' from the source is a " +
+        fail(out, "DCP writer: chunk " + std::to_string(c) + " of '" + escaped_brief(e.fqn) + "' from the source is a " +
                     std::string(dtype_name(t.dtype())) + " tensor of shape " + shape_text(t.shape()) + ", the plan says " +
                     std::string(dtype_name(e.dtype)) + " " + shape_text(e.chunks[c].sizes));
       result.items.push_back({e.fqn, e.chunks[c].offsets, append_tensor(place(k, c), stage.path(), t)});

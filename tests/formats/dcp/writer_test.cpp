@@ -253,7 +253,7 @@ TEST(DcpWriter, TensorItemsAreWholeTorchSaveZips) {
   }
 }
 
-// A source chunk of the wrong shape: one Error naming the fqn, nothing left where the folder was to be.
+// A source chunk of the wrong shape: one Error naming the output folder and the fqn, nothing left where the folder was to be.
 TEST(DcpWriter, BadSourceLeavesNothing) {
   const std::string dir = ucpkit::testing::scratch_dir("dcp_writer_bad");
   const std::string out = dir + "/out";
@@ -262,6 +262,7 @@ TEST(DcpWriter, BadSourceLeavesNothing) {
   ChunkSource src{[](const Entry&, size_t) { return Tensor::zeros(DType::Float32, {3, 2}); }, {}};
   const std::string msg = ucpkit::testing::error_of([&] { write_dcp(plan, src, out); });
   EXPECT_NE(msg.find("'a'"), std::string::npos) << msg;
+  EXPECT_EQ(msg.rfind(out + ": ", 0), 0u) << msg;  // names the folder being written
   EXPECT_EQ(msg.find('\n'), std::string::npos);
   EXPECT_FALSE(fs::exists(out));
   EXPECT_TRUE(fs::is_empty(dir)) << "staging folder left behind";
