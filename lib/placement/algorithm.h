@@ -20,6 +20,10 @@ struct PlacementOptions {
   RecoveryOptions recovery;  // used by planners that compare candidate placements
   // balanced-ft: 0 = most balanced, 1 = most recoverable when f nodes fail (recovery_weight.h)
   double recovery_weight = 0;
+  // balanced-ft: per layer the most recoverable candidate (p(f)) whose most loaded GPU is no heavier
+  // than the default's, so the plan is at least as balanced and at least as recoverable at k = f
+  // (the --pareto point "free"; recovery_weight.h, recovery_free_layer). Excludes recovery_weight > 0.
+  bool recovery_free = false;
 };
 
 struct PlacementResult {

@@ -566,8 +566,9 @@ class BalancedFt : public PlacementAlgorithm {
     if (!(w >= 0 && w <= 1)) throw UsageError("--recovery-weight must be a number from 0 to 1");
     PlacementResult res;
     // --recovery-weight: Lazarus' placement is one of the candidates (recovery_weight.h).
+    if (w > 0 && opt.recovery_free) throw UsageError("--recovery-weight and the \"free\" point are exclusive");
     PlacementResult lazarus;
-    if (w > 0) lazarus = make_algorithm("lazarus")->place(loads, cluster, opt);
+    if (w > 0 || opt.recovery_free) lazarus = make_algorithm("lazarus")->place(loads, cluster, opt);
     auto& d = res.details["balanced_ft"] = nlohmann::json::array();
     for (size_t l = 0; l < loads.layers; ++l) {
       BalancedFtLayerInfo info;
@@ -584,6 +585,12 @@ class BalancedFt : public PlacementAlgorithm {
         layer.phy2log = recovery_weighted_layer(t, cluster, f, w, layer.phy2log, lazarus.layers[l].phy2log, &choice);
         layer.phyrank = ranks_by_appearance(layer.phy2log, static_cast<int>(t.size()));
         j["recovery_weight"] = {{"weight", w}, {"source", choice.source}, {"p_f", choice.recovery}};
+      } else if (opt.recovery_free) {
+        WeightedChoice choice;
+        auto& layer = res.layers.back();
+        layer.phy2log = recovery_free_layer(t, cluster, f, layer.phy2log, lazarus.layers[l].phy2log, &choice);
+        layer.phyrank = ranks_by_appearance(layer.phy2log, static_cast<int>(t.size()));
+        j["recovery_free"] = {{"source", choice.source}, {"p_f", choice.recovery}};
       }
       d.push_back(std::move(j));
     }

@@ -533,25 +533,26 @@ void add_front_report(const PlanRequest& req, const PlacementOptions& placement,
   popt.recovery.max_failures = std::min(popt.fault_tolerance + 1, cluster.nodes - 1);
   const int f = popt.fault_tolerance;
   std::ostringstream o;
-  o << "\nBalance/recovery front (balanced-ft --recovery-weight w, and lazarus; f=" << f << "; copies from "
+  o << "\nBalance/recovery front (balanced-ft --recovery-weight w; free: per layer the most recoverable candidate no less balanced than w = 0; lazarus; f=" << f << "; copies from "
     << (before ? "--previous" : "the w = 0 plan") << ")\n";
   o << "point                balancedness";
   for (int k = 1; k <= popt.recovery.max_failures; ++k) o << "    p(" << k << ")";
   o << "   copies" << (req.expert_bytes > 0 ? "        bytes" : "") << "\n";
   nlohmann::json rows = nlohmann::json::array();
   std::vector<std::vector<int>> base;
-  const double weights[] = {0, 0.25, 0.5, 0.75, 1, -1};  // -1: lazarus
+  const double weights[] = {0, -2, 0.25, 0.5, 0.75, 1, -1};  // -1: lazarus, -2: "free" (PlacementOptions)
   for (double w : weights) {
     PlacementOptions wo = popt;
     wo.recovery_weight = std::max(0.0, w);
-    Plan p = plan_placement(loads, cluster, w < 0 ? "lazarus" : "balanced-ft", wo);
+    wo.recovery_free = w == -2;
+    Plan p = plan_placement(loads, cluster, w == -1 ? "lazarus" : "balanced-ft", wo);
     compute_metrics(p, loads, wo.recovery);
     if (w == 0)
       for (const auto& l : p.layers) base.push_back(l.phy2log);
     long long copies = 0;
     const auto& from = before ? *before : base;
     for (size_t l = 0; l < loads.layers; ++l) copies += copies_between(from[l], p.layers[l].phy2log, cluster);
-    const std::string name = w < 0 ? "lazarus" : "w=" + fixed(w, 2);
+    const std::string name = w == -1 ? "lazarus" : w == -2 ? "free" : "w=" + fixed(w, 2);
     nlohmann::json row = {{"point", name},
                           {"balancedness", p.metrics.balancedness},
                           {"recovery_probability", recovery_summary(p.metrics.recovery)},

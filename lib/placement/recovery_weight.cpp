@@ -28,21 +28,38 @@ double f_failure_recovery(const std::vector<int>& phy2log, const Cluster& cl, in
   return 1 - static_cast<double>(sets.size()) / binomial(cl.nodes, f);
 }
 
+namespace {
+
+// balanced-ft's placement, recovery_candidates of it, the MRO placement of its counts and lazarus'.
+std::vector<std::pair<std::string, std::vector<int>>> all_candidates(const std::vector<double>& t, const Cluster& cl,
+                                                                     int f, const std::vector<int>& balanced,
+                                                                     const std::vector<int>& lazarus) {
+  const int E = static_cast<int>(t.size());
+  std::vector<std::pair<std::string, std::vector<int>>> cands = {{"balanced-ft", balanced}};
+  auto more = recovery_candidates(balanced, t, cl, f);
+  for (size_t i = 0; i < more.size(); ++i) cands.push_back({i < 6 ? "overlap" : "blocked", std::move(more[i])});
+  std::vector<int> r(E, 0);
+  for (int e : balanced) r[e]++;
+  MroOptions mo;
+  mo.fault_tolerance = f;
+  cands.push_back({"mro", layout_nodes(mro_placement(r, t, cl.nodes, cl.slots_per_node(), mo), t, cl).phy2log});
+  cands.push_back({"lazarus", lazarus});
+  return cands;
+}
+
+double max_load(const std::vector<int>& phy2log, const std::vector<double>& t, const Cluster& cl) {
+  const auto g = gpu_loads(phy2log, t, cl);
+  return *std::max_element(g.begin(), g.end());
+}
+
+}  // namespace
+
 std::vector<int> recovery_weighted_layer(const std::vector<double>& t, const Cluster& cl, int f, double w,
                                          const std::vector<int>& balanced, const std::vector<int>& lazarus,
                                          WeightedChoice* choice) {
   const int E = static_cast<int>(t.size());
   std::vector<std::pair<std::string, std::vector<int>>> cands = {{"balanced-ft", balanced}};
-  if (w > 0) {
-    auto more = recovery_candidates(balanced, t, cl, f);
-    for (size_t i = 0; i < more.size(); ++i) cands.push_back({i < 6 ? "overlap" : "blocked", std::move(more[i])});
-    std::vector<int> r(E, 0);
-    for (int e : balanced) r[e]++;
-    MroOptions mo;
-    mo.fault_tolerance = f;
-    cands.push_back({"mro", layout_nodes(mro_placement(r, t, cl.nodes, cl.slots_per_node(), mo), t, cl).phy2log});
-    cands.push_back({"lazarus", lazarus});
-  }
+  if (w > 0) cands = all_candidates(t, cl, f, balanced, lazarus);
   size_t best = 0;
   double best_score = -1, best_b = 0, best_p = 0;
   for (size_t i = 0; i < cands.size(); ++i) {
@@ -53,6 +70,24 @@ std::vector<int> recovery_weighted_layer(const std::vector<double>& t, const Clu
     }
   }
   if (choice) *choice = {cands[best].first, best_b, best_p};
+  return cands[best].second;
+}
+
+std::vector<int> recovery_free_layer(const std::vector<double>& t, const Cluster& cl, int f,
+                                     const std::vector<int>& balanced, const std::vector<int>& lazarus,
+                                     WeightedChoice* choice) {
+  const int E = static_cast<int>(t.size());
+  const auto cands = all_candidates(t, cl, f, balanced, lazarus);
+  const double cap = max_load(balanced, t, cl);
+  size_t best = 0;
+  double best_m = cap, best_p = f_failure_recovery(balanced, cl, E, f);
+  for (size_t i = 1; i < cands.size(); ++i) {
+    const double m = max_load(cands[i].second, t, cl);
+    if (m > cap) continue;  // exactly: no candidate less balanced than the default
+    const double p = f_failure_recovery(cands[i].second, cl, E, f);
+    if (p > best_p + 1e-12 || (p > best_p - 1e-12 && m < best_m)) best = i, best_p = p, best_m = m;
+  }
+  if (choice) *choice = {cands[best].first, balancedness(cands[best].second, t, cl), best_p};
   return cands[best].second;
 }
 

@@ -232,3 +232,56 @@ TEST(RecoveryWeight, BadValuesAreUsageErrorsAndWriteNothing) {
   EXPECT_FALSE(fs::exists(dir / "after.json"));
   fs::remove_all(dir);
 }
+
+// The "free" point of the front (PlacementOptions::recovery_free): per layer no GPU heavier than the
+// default's most loaded one and p(f) at least the default's, recomputed here from the slots; on the
+// SmartMoE loads (8 x 4 x 4 and 8 x 8 x 10) and the DeepSeek-like Zipf shape it is strictly more
+// recoverable at k = f than the default (today's balanced-ft), so it dominates it.
+TEST(RecoveryWeight, FreePointDominatesTheDefault) {
+  auto check = [](const LoadMatrix& w, const Cluster& cl, const char* what) {
+    PlacementOptions o;
+    o.fault_tolerance = 2;
+    const Plan plain = plan_placement(w, cl, "balanced-ft", o);
+    o.recovery_free = true;
+    const Plan free = plan_placement(w, cl, "balanced-ft", o);
+    for (size_t l = 0; l < w.layers; ++l) {
+      const auto t = w.layer_vector(l);
+      auto heaviest = [&](const std::vector<int>& phy2log) {
+        std::vector<int> cnt(t.size(), 0);
+        for (int e : phy2log) cnt[e]++;
+        std::vector<double> g(cl.gpus(), 0.0);
+        for (size_t s = 0; s < phy2log.size(); ++s) g[s / cl.slots_per_gpu] += t[phy2log[s]] / cnt[phy2log[s]];
+        return *std::max_element(g.begin(), g.end());
+      };
+      EXPECT_LE(heaviest(free.layers[l].phy2log), heaviest(plain.layers[l].phy2log)) << what << " layer " << l;
+      EXPECT_GE(layer_recovery(free.layers[l].phy2log, cl, free.experts, 2),
+                layer_recovery(plain.layers[l].phy2log, cl, plain.experts, 2) - 1e-12)
+          << what << " layer " << l;
+      auto d = distinct_nodes(free.layers[l].phy2log, cl, free.experts);
+      EXPECT_GE(*std::min_element(d.begin(), d.end()), 2);
+    }
+    const Point a{0, overall_balance(free, w), mean_recovery(free, 2)}, b{0, overall_balance(plain, w), mean_recovery(plain, 2)};
+    std::printf("  %s: free %.4f / p(2) %.4f, default %.4f / p(2) %.4f\n", what, a.balance, a.recovery, b.balance,
+                b.recovery);
+    EXPECT_TRUE(dominates(a, b)) << what;
+    EXPECT_GT(a.recovery, b.recovery + 1e-3) << what;
+  };
+  const std::string path = shared_data("smartmoe_expert_loads.json");
+  if (!path.empty()) {
+    const LoadMatrix w = read_loads(path);
+    check(w, Cluster{8, 4, 4}, "SmartMoE 8 x 4 x 4");
+    check(w, Cluster{8, 8, 10}, "SmartMoE 8 x 8 x 10");
+  }
+  std::mt19937 rng(3);  // the DeepSeek-like shape of FrontDominatesLazarusOnADeepSeekLikeShape
+  std::uniform_real_distribution<double> noise(0.8, 1.2);
+  LoadMatrix w;
+  w.layers = 2;
+  w.experts = 256;
+  for (size_t l = 0; l < w.layers; ++l) {
+    std::vector<double> t(w.experts);
+    for (size_t e = 0; e < w.experts; ++e) t[e] = std::floor(1e5 / (e + 1.0) * noise(rng));
+    std::shuffle(t.begin(), t.end(), rng);
+    w.values.insert(w.values.end(), t.begin(), t.end());
+  }
+  check(w, Cluster{8, 8, 10}, "DeepSeek-like Zipf 8 x 8 x 10");
+}
