@@ -54,6 +54,10 @@ LayoutOptions add_options(CLI::App& app, tool::UcpLoadOptions& o) {
   app.add_flag("--no-sync", [&l](int64_t) { l.sync = false; }, "Do not flush the output to stable storage before renaming it into place (scratch outputs)");
   app.add_option("--vocab-multiple", l.vocab_multiple, "Pad the vocabulary to a multiple of this times TP")
       ->check(tool::in_range(1, 65536));
+  app.add_option("--partition-method", o.partition_method,
+                 "PipelineModule sources: which layers each target stage builds, as DeepSpeed's "
+                 "PipelineModule(partition_method=...): parameters, uniform or type:<regex> (default: Megatron's "
+                 "even split of the transformer blocks for a Megatron model, else DeepSpeed's default parameters)");
   app.add_option("--sub-group-size", l.target.sub_group_size,
                  "ZeRO-3: the job's zero_optimization.sub_group_size (elements; DeepSpeed's default 1e9)")
       ->check(tool::in_range(1, 1e12));

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "io/shape.h"
 #include "formats/deepspeed/moe.h"
+#include "formats/deepspeed/partition.h"
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/zero_partition.h"
 #include "formats/universal/join.h"
@@ -26,6 +27,7 @@ nlohmann::json TargetLayout::to_json() const {
           {"bf16_optimizer", bf16_optimizer}};
   if (zero_stage == 3) j["sub_group_size"] = sub_group_size;
   if (!ds_line.empty()) j["ds_line"] = ds_line;
+  if (!partition_method.empty()) j["partition_method"] = partition_method;
   return j;
 }
 
@@ -111,6 +113,42 @@ formats::deepspeed::TargetFiles UcpInfo::files(bool native_moe) const {
 
 int UcpInfo::global_rank(int pp_rank, int dp_rank, int tp_rank) const {
   return (pp_rank * target.dp + dp_rank) * target.tp + tp_rank;
+}
+
+bool megatron_blocks(const ModelInfo& m) {
+  return std::any_of(m.params.begin(), m.params.end(), [](const ParamInfo& p) { return p.transformer; });
+}
+
+std::map<int, int> partitioned_layer_stages(const ModelInfo& m, const TargetLayout& t, const std::string& method_text,
+                                            int64_t padded_vocab) {
+  const auto method = formats::deepspeed::parse_partition_method(method_text);
+  int num_layers = m.tied_head_layer + 1;
+  for (const auto& p : m.params) num_layers = std::max(num_layers, p.layer + 1);
+  std::vector<formats::deepspeed::PipelineLayer> layers(static_cast<size_t>(std::max(num_layers, 0)));
+  std::set<int> with_params;
+  for (const auto& p : m.params) {
+    if (p.layer < 0) continue;
+    const int64_t n = tp_slice(p.name, p.shape, p.rule, m.patterns, t.tp, 0, p.rule.vocab ? padded_vocab : -1).numel();
+    layers[p.layer].params += n;
+    with_params.insert(p.layer);
+    if (p.tied && p.rule.pipeline_replicated && m.tied_head_layer >= 0) {
+      layers[m.tied_head_layer].params += n;
+      with_params.insert(m.tied_head_layer);
+    }
+  }
+  const auto parts = formats::deepspeed::partition_layers(method, layers, t.pp);
+  std::map<int, int> layer_stage;
+  for (int s = 0; s < t.pp; ++s) {
+    bool any = false;
+    for (int64_t L = parts[s]; L < parts[s + 1]; ++L)
+      if (with_params.count(static_cast<int>(L))) layer_stage[static_cast<int>(L)] = s, any = true;
+    if (!any)
+      throw Error("impossible layout: --partition-method " + formats::deepspeed::to_string(method) + " over --pp " +
+                  std::to_string(t.pp) + " gives stage " + std::to_string(s) + " layers [" + std::to_string(parts[s]) +
+                  ", " + std::to_string(parts[s + 1]) + ") of the PipelineModule's " + std::to_string(layers.size()) +
+                  ", none holding parameters (give fewer stages or another --partition-method)");
+  }
+  return layer_stage;
 }
 
 std::vector<int> stage_of_blocks(int n, int pp) {
@@ -333,14 +371,9 @@ struct StageAssignment {
   std::vector<std::vector<int>> stage_layers;  // [stage] its pipeline layers (UcpInfo::stage_layers)
 };
 
-StageAssignment assign_stages(const ModelInfo& m, int P) {
-  StageAssignment a;
-  a.param_stages.resize(m.params.size());
-  a.stage_layers.assign(P, {});
-  if (!m.pipeline) {
-    for (auto& s : a.param_stages) s = {0};
-    return a;
-  }
+// Megatron's rule: the transformer blocks evenly over the stages (stage_of_blocks), layers before
+// the first block on stage 0, the others on the last stage.
+std::map<int, int> megatron_layer_stages(const ModelInfo& m, int P) {
   std::set<int> blocks_set, layers_set;
   for (const auto& p : m.params) {
     if (p.layer >= 0) layers_set.insert(p.layer);
@@ -353,9 +386,34 @@ StageAssignment assign_stages(const ModelInfo& m, int P) {
   const auto st = stage_of_blocks(static_cast<int>(blocks.size()), P);
   std::map<int, int> layer_stage;
   for (size_t i = 0; i < blocks.size(); ++i) layer_stage[blocks[i]] = st[i];
-  const int first_block = blocks.empty() ? 0 : blocks.front();
+  const int first_block = blocks.front();
   for (int L : layers_set)
     if (!layer_stage.count(L)) layer_stage[L] = L < first_block ? 0 : P - 1;
+  std::set<int> tied_layers;
+  for (const auto& p : m.params)
+    if (p.tied) {
+      tied_layers.insert(p.layer);
+      if (p.rule.pipeline_replicated && m.tied_head_layer >= 0) tied_layers.insert(m.tied_head_layer);
+    }
+  for (int L : tied_layers)
+    if (!layer_stage.count(L)) layer_stage[L] = L < first_block ? 0 : P - 1;
+  return layer_stage;
+}
+
+StageAssignment assign_stages(const ModelInfo& m, const TargetLayout& t, int64_t padded_vocab) {
+  const int P = t.pp;
+  StageAssignment a;
+  a.param_stages.resize(m.params.size());
+  a.stage_layers.assign(P, {});
+  if (!m.pipeline) {
+    for (auto& s : a.param_stages) s = {0};
+    return a;
+  }
+  const bool megatron_rule = t.partition_method.empty() && megatron_blocks(m);
+  const std::map<int, int> layer_stage =
+      megatron_rule ? megatron_layer_stages(m, P)
+                    : partitioned_layer_stages(m, t, t.partition_method.empty() ? kDefaultPartitionMethod : t.partition_method,
+                                               padded_vocab);
   for (size_t i = 0; i < m.params.size(); ++i) {
     const auto& p = m.params[i];
     if (p.tied) {
@@ -365,14 +423,6 @@ StageAssignment assign_stages(const ModelInfo& m, int P) {
       a.param_stages[i].push_back(layer_stage.at(p.layer));
     }
   }
-  std::set<int> tied_layers;
-  for (const auto& p : m.params)
-    if (p.tied) {
-      tied_layers.insert(p.layer);
-      if (p.rule.pipeline_replicated && m.tied_head_layer >= 0) tied_layers.insert(m.tied_head_layer);
-    }
-  for (int L : tied_layers)
-    if (!layer_stage.count(L)) layer_stage[L] = L < first_block ? 0 : P - 1;
   for (const auto& [L, s] : layer_stage) a.stage_layers[s].push_back(L);
   return a;
 }
@@ -478,7 +528,7 @@ UcpInfo ucp_info(const ModelInfo& m, const TargetLayout& target) {
   info.data_before_expert = m.data_before_expert;
   info.padded_vocab = m.original_vocab > 0 ? pad_vocab(m.original_vocab, m.vocab_multiple, target.tp) : 0;
   const int P = target.pp;
-  auto stages = assign_stages(m, P);
+  auto stages = assign_stages(m, target, info.padded_vocab);
   info.stage_layers = std::move(stages.stage_layers);
   for (int s = 0; s < P; ++s) {
     for (int t = 0; t < target.tp; ++t) {

@@ -5,6 +5,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +28,10 @@ struct TargetLayout {
   bool bf16_optimizer = false;    // BF16_Optimizer shards (bf16, ZeRO 0/1): padding kept, no zero_stage
   int64_t sub_group_size = 1000000000;  // ZeRO-3: zero_optimization.sub_group_size (DeepSpeed's default 1e9)
   std::string ds_line;            // native MoE: DeepSpeed version line to write ("" = the source's)
+  // PipelineModule sources: --partition-method (parameters, uniform, type:<regex>; DeepSpeed's
+  // PipelineModule(partition_method=...)). "": Megatron's rule (stage_of_blocks) for a Megatron model,
+  // DeepSpeed's default 'parameters' for any other PipelineModule (megatron_blocks).
+  std::string partition_method;
   nlohmann::json to_json() const;
 };
 
@@ -135,6 +140,24 @@ struct UcpInfo {
 // ZeRO-3 groups are cut into sub-groups as DeepSpeed's _create_fp16_sub_groups does: parameters are
 // appended in group order until their per-rank slice sizes reach sub_group_size.
 UcpInfo ucp_info(const ModelInfo& model, const TargetLayout& target);
+
+// DeepSpeed's PipelineModule default partition method (pipe/module.py v0.14.5 :130
+// `partition_method='parameters'`).
+inline constexpr const char* kDefaultPartitionMethod = "parameters";
+
+// Whether a pipeline model's blocks are Megatron's (a layer with attention parameters,
+// formats/deepspeed/pipeline.h is_block_local): without --partition-method its stages follow
+// stage_of_blocks; any other PipelineModule is partitioned by TargetLayout::partition_method.
+bool megatron_blocks(const ModelInfo& model);
+
+// The stage of every pipeline layer holding parameters, partitioned by `method` as DeepSpeed's
+// _partition_layers does (formats/deepspeed/partition.h partition_layers): the layer list is layer 0
+// up to the largest layer index (a trailing function layer has no file and is not counted), each
+// layer weighted by the elements of its parameters' TP-rank-0 slices under `target` (a tied
+// parameter counted on its embedding layer and on the tied head's). Throws Error when a stage would
+// build no layer with parameters, or (type:<regex>) because the files hold no class names.
+std::map<int, int> partitioned_layer_stages(const ModelInfo& model, const TargetLayout& target,
+                                            const std::string& method, int64_t padded_vocab);
 
 // The transformer layers of `n` blocks over `pp` stages: contiguous, the first stages get one more
 // when `n` is not a multiple of `pp`.

@@ -2,6 +2,7 @@
 #include "tool/ucp_load.h"
 
 #include "core/error.h"
+#include "formats/deepspeed/partition.h"
 #include "gpu/device_load.h"
 #include "io/dtype.h"
 #include "io/torch/verify.h"
@@ -27,6 +28,12 @@ void UcpLoadOptions::check() {
   load.target.dp = dp;
   load.target.zero_stage = zero_stage;
   load.target.ep = ep;
+  if (!partition_method.empty()) {  // parameters, uniform, type:<regex>, lowercased as DeepSpeed does
+    const auto method = formats::deepspeed::parse_partition_method(partition_method);
+    if (load.format != reshard::OutputFormat::DeepSpeed)
+      throw UsageError("--partition-method applies to --format deepspeed (pipeline stages)");
+    load.target.partition_method = formats::deepspeed::to_string(method);
+  }
   load.target.dtype = *dtype_from_name(dtype);
   load.optimizer = optimizer == "zero"   ? reshard::OptimizerKind::Zero
                    : optimizer == "bf16" ? reshard::OptimizerKind::Bf16

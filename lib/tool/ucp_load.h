@@ -15,6 +15,7 @@ struct UcpLoadOptions {
   reshard::LoadOptions load;
   std::string dtype = "bf16", device = "cpu", optimizer = "auto", exchange = "auto";
   std::string format{reshard::output_format_name(reshard::OutputFormat::DeepSpeed)};
+  std::string partition_method;  // --partition-method ("": see reshard::TargetLayout::partition_method)
   int tp = 1, pp = 1, dp = 1, zero_stage = 1, ep = 1;
   int pp_rank = 0, tp_rank = 0, dp_rank = 0;  // --device cuda: the rank materialized
   int64_t world_size = 0;                     // --world-size (0: not given)
