@@ -31,6 +31,17 @@ uint64_t chunk_bytes(const Entry& e, const Chunk& c) {
 
 }  // namespace
 
+std::string_view target_kind_name(Target::Kind kind) {
+  switch (kind) {
+    case Target::Kind::Whole: return "whole";
+    case Target::Kind::Replicated: return "replicated";
+    case Target::Kind::Rows: return "rows";
+    case Target::Kind::Columns: return "columns";
+    case Target::Kind::Grid: return "grid";
+  }
+  return "?";
+}
+
 std::vector<int64_t> mesh_shape(const Target& t) {
   if (t.world < 1) throw UsageError("DCP target: world size " + std::to_string(t.world) + " (must be >= 1)");
   switch (t.kind) {

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "formats/dcp/metadata.h"
@@ -41,6 +42,9 @@ struct Target {
   static Target columns(int64_t world) { return {Kind::Columns, world, 1}; }
   static Target grid(int64_t world, int64_t cols) { return {Kind::Grid, world, cols}; }
 };
+
+// "whole", "replicated", "rows", "columns" or "grid" (for messages and JSON).
+std::string_view target_kind_name(Target::Kind kind);
 
 // The mesh shape of a target (ranks numbered row-major over it); throws UsageError for a bad target.
 std::vector<int64_t> mesh_shape(const Target& target);

@@ -143,6 +143,15 @@ TEST(DcpSavePlan, ReplicasGoToTheLeastLoadedRank) {
   EXPECT_EQ(p.entries[0].chunks.size(), 4u);
 }
 
+TEST(DcpSavePlan, TargetNamesAndMeshes) {
+  EXPECT_EQ(target_kind_name(Target::grid(4, 2).kind), "grid");
+  EXPECT_EQ(target_kind_name(Target::replicated(2).kind), "replicated");
+  EXPECT_EQ(mesh_shape(Target::grid(8, 2)), (V{4, 2}));
+  EXPECT_EQ(mesh_shape(Target::whole()), V{1});
+  EXPECT_EQ(placements_for(Target::columns(2), 1), std::vector<Placement>{Placement::shard(0)});
+  EXPECT_EQ(placements_for(Target::grid(4, 2), 1), (std::vector<Placement>{Placement::shard(0), Placement::replicate()}));
+}
+
 TEST(DcpSavePlan, BadTargetsAndInputs) {
   EXPECT_THROW(mesh_shape(Target::grid(6, 4)), UsageError);
   EXPECT_THROW(mesh_shape(Target::rows(0)), UsageError);
