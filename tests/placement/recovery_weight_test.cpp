@@ -86,6 +86,22 @@ std::vector<Point> front(const LoadMatrix& w, const Cluster& cl, int f) {
   return pts;
 }
 
+// 256 experts with Zipf(1) loads (+-20% noise, shuffled), 2 layers: a DeepSeek-like shape.
+LoadMatrix deepseek_like_loads() {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> noise(0.8, 1.2);
+  LoadMatrix w;
+  w.layers = 2;
+  w.experts = 256;
+  for (size_t l = 0; l < w.layers; ++l) {
+    std::vector<double> t(w.experts);
+    for (size_t e = 0; e < w.experts; ++e) t[e] = std::floor(1e5 / (e + 1.0) * noise(rng));
+    std::shuffle(t.begin(), t.end(), rng);
+    w.values.insert(w.values.end(), t.begin(), t.end());
+  }
+  return w;
+}
+
 // a dominates b: at least as recoverable at k = f and more balanced, or as balanced and more recoverable.
 bool dominates(const Point& a, const Point& b) {
   return a.recovery >= b.recovery - 1e-12 && a.balance >= b.balance - 1e-12 &&
@@ -115,17 +131,7 @@ TEST(RecoveryWeight, FrontDominatesLazarusAndTheDefaultOnSmartMoe) {
 
 TEST(RecoveryWeight, FrontDominatesLazarusOnADeepSeekLikeShape) {
   // 256 experts with Zipf(1) loads (+-20% noise), 2 layers, on 8 nodes x 8 GPUs x 10 slots, f = 2.
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<double> noise(0.8, 1.2);
-  LoadMatrix w;
-  w.layers = 2;
-  w.experts = 256;
-  for (size_t l = 0; l < w.layers; ++l) {
-    std::vector<double> t(w.experts);
-    for (size_t e = 0; e < w.experts; ++e) t[e] = std::floor(1e5 / (e + 1.0) * noise(rng));
-    std::shuffle(t.begin(), t.end(), rng);
-    w.values.insert(w.values.end(), t.begin(), t.end());
-  }
+  const LoadMatrix w = deepseek_like_loads();
   std::printf("DeepSeek-like Zipf, 8 x 8 x 10, f = 2:\n");
   const auto pts = front(w, Cluster{8, 8, 10}, 2);
   // Lazarus' recovery at k = f at a much better balance (measured 0.99 against 0.44).
@@ -272,16 +278,5 @@ TEST(RecoveryWeight, FreePointDominatesTheDefault) {
     check(w, Cluster{8, 4, 4}, "SmartMoE 8 x 4 x 4");
     check(w, Cluster{8, 8, 10}, "SmartMoE 8 x 8 x 10");
   }
-  std::mt19937 rng(3);  // the DeepSeek-like shape of FrontDominatesLazarusOnADeepSeekLikeShape
-  std::uniform_real_distribution<double> noise(0.8, 1.2);
-  LoadMatrix w;
-  w.layers = 2;
-  w.experts = 256;
-  for (size_t l = 0; l < w.layers; ++l) {
-    std::vector<double> t(w.experts);
-    for (size_t e = 0; e < w.experts; ++e) t[e] = std::floor(1e5 / (e + 1.0) * noise(rng));
-    std::shuffle(t.begin(), t.end(), rng);
-    w.values.insert(w.values.end(), t.begin(), t.end());
-  }
-  check(w, Cluster{8, 8, 10}, "DeepSeek-like Zipf 8 x 8 x 10");
+  check(deepseek_like_loads(), Cluster{8, 8, 10}, "DeepSeek-like Zipf 8 x 8 x 10");
 }
