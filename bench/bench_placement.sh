@@ -86,6 +86,53 @@ PY
   "${one_core[@]}" "$tool" --input "$prev/w1.json" --previous "$prev/plan.json" --output "$prev/next.json" -q
 rm -rf "$prev"
 
+# CPU seconds (user + sys) of one command, the best of two runs (the machine is shared).
+cpu_of() {
+  local best="" t tf
+  tf="$(mktemp)"
+  for _ in 1 2; do
+    /usr/bin/time -f "%U %S" -o "$tf" "$@" >/dev/null 2>&1 || { echo "failed: $*" >&2; rm -f "$tf"; return 1; }
+    t="$(awk '{print $1 + $2}' "$tf")"
+    if [[ -z "$best" ]] || awk -v a="$t" -v b="$best" 'BEGIN { exit !(a < b) }'; then best="$t"; fi
+  done
+  rm -f "$tf"
+  echo "$best"
+}
+echo "== issue 31 scale, CLI end to end (read loads, plan, metrics, write the plan), CPU user+sys best of 2, one core:"
+echo "   this build against the old binary /work/base-6116fc0/bin/moe-replace in the same run where it is fast enough"
+echo "   (old eplb/hecate at 1,024 nodes took 18 s / 82 s and --previous 114 s: not rerun here)"
+base_tool=/work/base-6116fc0/bin/moe-replace
+sc="$(mktemp -d)"
+python3 - "$sc/w0.json" "$sc/w1.json" <<'PY'
+import json, random, sys
+random.seed(1)
+w0 = [[int(random.lognormvariate(8, 1)) for _ in range(256)] for _ in range(64)]
+json.dump(w0, open(sys.argv[1], "w"))
+random.seed(2)
+json.dump([[int(v * random.lognormvariate(0, 0.5)) for v in row] for row in w0], open(sys.argv[2], "w"))
+PY
+for n in 128 1024; do
+  limit=$([[ $n == 1024 ]] && echo 2 || echo 1)
+  for algo in balanced-ft lazarus eplb-global eplb hecate spread compact; do
+    args=(--input "$sc/w0.json" --nodes "$n" --gpus-per-node 8 --slots-per-gpu 4 --survive-node-failures 1 --algorithm "$algo" --output "$sc/p.json" -q)
+    new="$(cpu_of "${one_core[@]}" "$tool" "${args[@]}")"
+    old="-"
+    if [[ -x "$base_tool" && ( $n == 128 || ! "$algo" =~ ^(eplb|eplb-global|hecate)$ ) ]]; then
+      # its RUNPATH names this tree's build/lib: without its own library it would run this build's code
+      old="$(cpu_of env LD_LIBRARY_PATH=/work/base-6116fc0/lib "${one_core[@]}" "$base_tool" "${args[@]}")"
+    fi
+    awk -v n="$n" -v a="$algo" -v new="$new" -v old="$old" -v lim="$limit" 'BEGIN {
+      r = (old == "-") ? "      -" : sprintf("%7.2f", new / old);
+      printf "%5d nodes %-12s %7.2f s CPU (old build %s s, ratio %s): %s the %g s target\n", n, a, new, old, r, (new < lim) ? "within" : "OVER", lim }'
+  done
+  "$tool" --input "$sc/w0.json" --nodes "$n" --gpus-per-node 8 --slots-per-gpu 4 --survive-node-failures 1 --output "$sc/plan.json" -q
+  nl="$(cpu_of "${one_core[@]}" "$tool" --input "$sc/w0.json" --current "$sc/plan.json" --failed-nodes 0 --migration-weight 0.5 --output "$sc/nl.json" -q)"
+  echo "$n nodes node-loss re-placement (--current --failed-nodes 0 --migration-weight 0.5): $nl s CPU (target $limit s)"
+  /usr/bin/time -f "$n nodes --previous (new loads): %e s wall, %U s user, %S s sys, %M KiB max RSS (targets: $limit s CPU, 500 MB)" \
+    "${one_core[@]}" "$tool" --input "$sc/w1.json" --previous "$sc/plan.json" --output "$sc/next.json" -q
+done
+rm -rf "$sc"
+
 echo "== growth with nodes (64 layers x 256 experts, 8 GPUs x 4 slots)"
 for n in 16 32 64 128 256 512; do "${one_core[@]}" "$bench" speed 64 256 "$n" 8 4 balanced-ft 2; done
 
