@@ -5,7 +5,8 @@
 #   * compare_loaded.py: the weights every rank holds equal the source run's (truth/), bit for bit;
 #   * the engine's own save of what it loaded, through ucp-union, equals the source's universal folder
 #     byte for byte (tests/load/same_universal.py, both ways): fp32, exp_avg, exp_avg_sq and step.
-# Usage: DS_SRC=<DeepSpeed v0.14.5 source tree> scripts/ds_engine/resume_check.sh BUILD_DIR WORK_DIR
+# Then the same for a pec-restore output (the end of this file).
+# Usage: DS_SRC=<DeepSpeed v0.14.5 source tree, with version.txt> scripts/ds_engine/resume_check.sh BUILD_DIR WORK_DIR
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -32,3 +33,18 @@ for cfg in "4 4 1" "4 2 1" "4 4 2" "2 2 2"; do
   $py "$repo/tests/load/same_universal.py" "r_${n}_u" u1
   echo "resume_check: $n ok"
 done
+# PEC: the run's chain (steps 1, 2 and the fixture's 3) stored with K = 1, step 3 restored (experts
+# from several steps), loaded by the engine; its re-save through ucp-union equals the restored folder's.
+rm -rf pec_store pec_out pec_out.json r_pec pec_u r_pec_u
+for s in 1 2 3; do
+  ck=$fixture; [ "$s" -lt 3 ] && ck=$fixture/chain/step$s
+  "$bin/pec-save" -q --checkpoint "$ck" --store pec_store --step "$s" --policy sequential --k 1
+done
+"$bin/pec-restore" -q --store pec_store --output pec_out --report pec_out.json 2>/dev/null
+$py -c "import json, sys; print('pec-restore: experts from steps', sorted({e['restored_step'] for e in json.load(open(sys.argv[1]))['experts']}))" pec_out.json
+$py "$here/train_moe_tutorial.py" r_pec --steps 1 --port $((port + 1)) --resume pec_out 2>&1 | grep '^train_moe_tutorial'
+"$bin/ucp-union" -q --input pec_out --output pec_u 2>/dev/null
+"$bin/ucp-union" -q --input r_pec/resaved --output r_pec_u 2>/dev/null
+$py "$repo/tests/load/same_universal.py" pec_u r_pec_u
+$py "$repo/tests/load/same_universal.py" r_pec_u pec_u
+echo "resume_check: pec-restore ok"

@@ -5,7 +5,7 @@ grouping (docs/_tutorials/mixture-of-experts.md: one group {'params': model.para
 'parameters'} through deepspeed.moe.utils.split_params_into_different_moe_groups_for_optimizer).
 Outside CI. DeepSpeed is imported from a source tree (nothing installed): DS_SRC holds deepspeed/
 (with accelerator/ and op_builder/ placed as setup.py places them: deepspeed/accelerator,
-deepspeed/ops/op_builder). Needs Debian's torch 1.13 and python3-pydantic (1.10), python3-packaging,
+deepspeed/ops/op_builder) and version.txt (the ds_version the checkpoints record). Needs Debian's torch 1.13 and python3-pydantic (1.10), python3-packaging,
 python3-cpuinfo, python3-tqdm; hjson is stood in by json (the config is a dict).
 Usage: DS_SRC=... train_moe_tutorial.py OUT_DIR [--world 2] [--ep 2] [--zero 1] [--steps 3] [--resume CKPT]
 Resume check (ucp-load's output in the engine): train_moe_tutorial.py OUT2 --world 4 --ep 4 --resume <ucp-load out>
@@ -22,6 +22,16 @@ import types
 def standins():
     os.environ.setdefault("DS_ACCELERATOR", "cpu")  # cpu_accelerator.py falls back to gloo without oneccl
     sys.path.insert(0, os.environ["DS_SRC"])
+    # deepspeed/git_version_info.py takes the version from setup.py's git_version_info_installed, else
+    # from ./version.txt, else "0.0.0" -- which checkpoints record as ds_version and DeepSpeed's own
+    # ZeRO load then refuses ("Old version: 0.0.0"). The source tree's version.txt stands in.
+    version_txt = os.path.join(os.environ["DS_SRC"], "version.txt")
+    if os.path.isfile(version_txt) and "deepspeed.git_version_info_installed" not in sys.modules:
+        v = types.ModuleType("deepspeed.git_version_info_installed")
+        v.version = open(version_txt).read().strip()
+        v.git_hash, v.git_branch, v.installed_ops, v.accelerator_name = "[none]", "[none]", {}, ""
+        v.torch_info = {"version": "0.0", "cuda_version": "0.0", "hip_version": "0.0"}
+        sys.modules[v.__name__] = v
     if "hjson" not in sys.modules:
         h = types.ModuleType("hjson")
         h.load, h.loads, h.dumps = json.load, json.loads, json.dumps
