@@ -1,5 +1,5 @@
 // OutputFormat names: the values product.md's ucp-load synopsis lists for --format
-// ("[--format deepspeed|safetensors]"), read back to the same format, nothing else accepted.
+// ("[--format deepspeed|safetensors|dcp]"), read back to the same format, nothing else accepted.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -10,7 +10,8 @@
 using namespace ucpkit::reshard;
 
 TEST(OutputFormat, NamesAreTheCliContractValues) {
-  EXPECT_EQ(output_format_names(), (std::vector<std::string>{"deepspeed", "safetensors"}));
+  EXPECT_EQ(output_format_names(), (std::vector<std::string>{"deepspeed", "safetensors", "dcp"}));
+  EXPECT_EQ(output_format_name(OutputFormat::Dcp), "dcp");
   EXPECT_EQ(output_format_name(OutputFormat::DeepSpeed), "deepspeed");
   EXPECT_EQ(output_format_name(OutputFormat::Safetensors), "safetensors");
 }

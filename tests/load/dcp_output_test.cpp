@@ -1,0 +1,238 @@
+// ucp-load --format dcp through the tool, run from another working folder with relative paths, on the
+// GPT load fixture (dsgen source, its ground truth recorded by the generator):
+//  * our DCP reader reads back every model tensor and every optimizer state equal, bit for bit, to the
+//    generator's universal truth (fp32 master, exp_avg, exp_avg_sq), whole and FSDP2 rows (--world-size 2);
+//  * the round trip: ucp-union --input <our DCP> gives back the universal folder's state files bit for
+//    bit, the steps and param_groups (keys other than "params") equal, "params" the group's fqns;
+//  * direct mode (the DeepSpeed source read directly) writes the same checkpoint;
+//  * --dtype bf16: model tensors bf16 (torch's rounding of the truth), optimizer states fp32;
+//  * --plan lists the files and items written;
+//  * an existing output without --overwrite, or an output that cannot be created: exit 1, one line,
+//    nothing written or left behind.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/dcp/reader.h"
+#include "formats/universal/manifest.h"
+#include "formats/universal/state_file.h"
+#include "io/torch/torch_file.h"
+#include "load/universal_fixture.h"
+#include "reshard/universal_reader.h"
+#include "support/process.h"
+
+namespace fs = std::filesystem;
+using namespace ucpkit;
+
+namespace {
+
+const std::string kBin = UCPKIT_BIN_DIR;
+
+// <scratch>/work (the tools' working folder) and <scratch>/u, a copy of the unioned GPT fixture.
+struct Case {
+  std::string root, work;
+};
+
+Case case_of(const std::string& name) {
+  const auto& g = loadtest::gpt_case();
+  Case c;
+  c.root = ucpkit::testing::scratch_dir("dcp_output_" + name);
+  c.work = c.root + "/work";
+  fs::create_directories(c.work);
+  fs::copy(g.universal, c.root + "/u", fs::copy_options::recursive);
+  return c;
+}
+
+ucpkit::testing::SplitResult run_in(const Case& c, const std::string& tool, const std::string& args) {
+  return ucpkit::testing::run_split_in(c.work, kBin + "/" + tool + " " + args, c.root);
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  const auto x = a.contiguous().contiguous_bytes(), y = b.contiguous().contiguous_bytes();
+  return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size()) == 0);
+}
+
+Tensor state_tensor(const std::string& path) { return formats::universal::read_state_file(load_torch(path), path).param; }
+
+// The generator's truth of `state` of parameter `name` (fp32).
+Tensor truth_of(const std::string& name, const std::string& state) {
+  return state_tensor((loadtest::gpt_case().truth / "universal" / "zero" / name / (state + ".pt")).string());
+}
+
+Tensor to_bf16(const Tensor& f32) {
+  const Tensor c = f32.contiguous();
+  const auto b = c.contiguous_bytes();
+  std::vector<uint8_t> out(b.size() / 2);
+  reshard::convert_from_fp32(reinterpret_cast<const float*>(b.data()), b.size() / 4, DType::BFloat16, out.data());
+  return Tensor::from_bytes(DType::BFloat16, c.shape(), std::move(out));
+}
+
+// Every model tensor and optimizer state of the DCP folder `dir` equal to the truth (model tensors in
+// `dtype`); returns the number of tensors compared.
+size_t expect_reads_back_truth(const std::string& dir, DType dtype) {
+  const formats::dcp::Reader r(dir);
+  const auto manifest = formats::universal::read_universal_manifest((loadtest::gpt_case().universal / "manifest.json").string());
+  size_t n = 0;
+  for (const auto& p : manifest.params) {
+    SCOPED_TRACE(p.name);
+    const Tensor fp32 = truth_of(p.name, "fp32");
+    const Tensor model = r.read_tensor("model." + p.name);
+    EXPECT_TRUE(same_bits(model, dtype == DType::Float32 ? fp32 : to_bf16(fp32))) << "model tensor";
+    ++n;
+    for (const char* s : {"exp_avg", "exp_avg_sq"}) {
+      EXPECT_TRUE(same_bits(r.read_tensor("optim.state." + p.name + "." + s), truth_of(p.name, s))) << s;
+      ++n;
+    }
+    const auto step = load_torch((loadtest::gpt_case().truth / "universal" / "zero" / p.name / "step.pt").string());
+    if (step->is(pickle::Kind::Tensor)) EXPECT_TRUE(same_bits(r.read_tensor("optim.state." + p.name + ".step"), step->as_tensor()));
+    else EXPECT_EQ(r.read_object("optim.state." + p.name + ".step")->repr(), step->repr());
+  }
+  EXPECT_EQ(n, 3 * manifest.params.size());
+  return n;
+}
+
+// ucp-union of our DCP (`out`) against the universal folder it was written from (`u`): every state
+// file bit for bit, the steps, and param_groups.
+void expect_round_trip(const std::string& u, const std::string& back) {
+  const auto a = formats::universal::read_universal_manifest(u + "/manifest.json");
+  const auto b = formats::universal::read_universal_manifest(back + "/manifest.json");
+  ASSERT_EQ(a.params.size(), b.params.size());
+  std::map<std::string, const formats::universal::UniversalParam*> by_name;
+  for (const auto& p : b.params) by_name[p.name] = &p;
+  for (const auto& p : a.params) {
+    SCOPED_TRACE(p.name);
+    ASSERT_TRUE(by_name.count(p.name));
+    const auto& q = *by_name[p.name];
+    EXPECT_EQ(p.shape, q.shape);
+    ASSERT_EQ(p.states.size(), q.states.size());
+    for (const auto& [state, f] : p.states) {
+      ASSERT_TRUE(q.states.count(state)) << state;
+      EXPECT_TRUE(same_bits(state_tensor(u + "/" + f.file), state_tensor(back + "/" + q.states.at(state).file))) << state;
+      EXPECT_EQ(f.crc32, q.states.at(state).crc32) << state;
+    }
+    EXPECT_EQ(p.step, q.step);
+    if (p.step) {
+      const auto s1 = load_torch(u + "/zero/" + p.name + "/step.pt"), s2 = load_torch(back + "/zero/" + p.name + "/step.pt");
+      if (s1->is(pickle::Kind::Tensor)) EXPECT_TRUE(s2->is(pickle::Kind::Tensor) && same_bits(s1->as_tensor(), s2->as_tensor()));
+      else EXPECT_EQ(s1->repr(), s2->repr());
+    }
+  }
+  const auto g1 = load_torch(u + "/zero/optimizer_state.pt")->at("param_groups");
+  const auto g2 = load_torch(back + "/zero/optimizer_state.pt")->at("param_groups");
+  ASSERT_EQ(g1->items.size(), g2->items.size());
+  for (size_t g = 0; g < g1->items.size(); ++g) {
+    for (const auto& [k, v] : g1->items[g]->entries) {
+      if (k->s == "params") continue;
+      ASSERT_TRUE(g2->items[g]->contains(k->s)) << "group " << g << " " << k->s;
+      EXPECT_EQ(v->repr(), g2->items[g]->at(k->s)->repr()) << "group " << g << " " << k->s;
+    }
+    std::set<std::string> names;
+    for (const auto& n : g2->items[g]->at("params")->items) names.insert(n->as_str());
+    EXPECT_FALSE(names.empty()) << "group " << g;
+    for (const auto& n : names) EXPECT_TRUE(by_name.count(n)) << n;
+  }
+}
+
+// ucp-union of <work>/out into <work>/back, checked against the universal folder <root>/u.
+void union_round_trip(const Case& c) {
+  const auto u = run_in(c, "ucp-union", "--input out --output back");
+  ASSERT_EQ(u.rc, 0) << u.err;
+  expect_round_trip(c.root + "/u", c.work + "/back");
+}
+
+std::set<std::string> names_in(const std::string& dir) {
+  std::set<std::string> s;
+  for (const auto& e : fs::directory_iterator(dir)) s.insert(e.path().filename().string());
+  return s;
+}
+
+}  // namespace
+
+TEST(DcpOutput, Fp32ReadsBackTheTruthAndRoundTripsThroughUnion) {
+  const Case c = case_of("fp32");
+  const auto r = run_in(c, "ucp-load", "--input ../u --output out --format dcp --dtype fp32 --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.value("format", ""), "dcp");
+  EXPECT_EQ(j.value("files_written", 0), 2);
+  EXPECT_EQ(j["target"].value("dtype", ""), "fp32");
+  EXPECT_EQ(j["target"].value("optimizer_dtype", ""), "fp32");
+  EXPECT_EQ(names_in(c.work + "/out"), (std::set<std::string>{".metadata", "__0_0.distcp"}));
+  EXPECT_GT(expect_reads_back_truth(c.work + "/out", DType::Float32), 0u);
+  union_round_trip(c);
+}
+
+TEST(DcpOutput, RowsOverTwoRanksReadBackTheTruth) {
+  const Case c = case_of("rows");
+  const auto r = run_in(c, "ucp-load", "--input ../u --output out --format dcp --dtype fp32 --world-size 2 --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["target"].value("mesh", ""), "rows");
+  EXPECT_EQ(names_in(c.work + "/out"), (std::set<std::string>{".metadata", "__0_0.distcp", "__1_0.distcp"}));
+  const formats::dcp::Reader rd(c.work + "/out");
+  size_t split = 0;
+  for (const auto& e : rd.metadata().entries) split += !e.is_bytes && e.chunks.size() == 2;
+  EXPECT_GT(split, 0u) << "no tensor cut into two rows";
+  expect_reads_back_truth(c.work + "/out", DType::Float32);
+  union_round_trip(c);
+}
+
+TEST(DcpOutput, Bf16ModelTensorsFp32OptimizerStates) {
+  const Case c = case_of("bf16");
+  const auto r = run_in(c, "ucp-load", "--input ../u --output out --format dcp --dtype bf16");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  expect_reads_back_truth(c.work + "/out", DType::BFloat16);
+}
+
+TEST(DcpOutput, DirectModeWritesTheSameCheckpoint) {
+  const Case c = case_of("direct");
+  fs::copy(loadtest::gpt_case().src, c.root + "/src", fs::copy_options::recursive);
+  const auto r = run_in(c, "ucp-load", "--input ../src --output out --format dcp --dtype fp32");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  expect_reads_back_truth(c.work + "/out", DType::Float32);
+  union_round_trip(c);
+}
+
+TEST(DcpOutput, PlanListsTheFilesAndItemsWritten) {
+  const Case c = case_of("plan");
+  const auto p = run_in(c, "ucp-load", "--input ../u --output out --format dcp --world-size 2 --plan");
+  ASSERT_EQ(p.rc, 0) << p.err;
+  EXPECT_FALSE(fs::exists(c.work + "/out"));
+  const auto j = nlohmann::json::parse(p.out);
+  EXPECT_EQ(j.value("format", ""), "dcp");
+  const auto r = run_in(c, "ucp-load", "--input ../u --output out --format dcp --world-size 2");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::set<std::string> planned;
+  for (const auto& f : j["files"]) planned.insert(f.value("file", ""));
+  EXPECT_EQ(planned, names_in(c.work + "/out"));
+  const formats::dcp::Reader rd(c.work + "/out");
+  EXPECT_EQ(j.value("items", size_t{0}), rd.metadata().items.size());
+  EXPECT_EQ(j.value("entries", size_t{0}), rd.metadata().entries.size());
+}
+
+TEST(DcpOutput, BadOutputsLeaveNothing) {
+  const Case c = case_of("bad");
+  fs::create_directories(c.work + "/out");
+  std::ofstream(c.work + "/out/keep") << "x";
+  auto r = run_in(c, "ucp-load", "--input ../u --output out --format dcp");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("out"), std::string::npos) << r.err;
+  EXPECT_EQ(names_in(c.work + "/out"), (std::set<std::string>{"keep"}));
+  EXPECT_EQ(names_in(c.work), (std::set<std::string>{"out"})) << "staging left behind";
+  // The parent of the output is a file: nothing can be created.
+  std::ofstream(c.work + "/afile") << "x";
+  r = run_in(c, "ucp-load", "--input ../u --output afile/out --format dcp");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("afile"), std::string::npos) << r.err;
+  EXPECT_EQ(names_in(c.work), (std::set<std::string>{"out", "afile"}));
+  // With --overwrite the old folder is replaced by the checkpoint.
+  r = run_in(c, "ucp-load", "--input ../u --output out --format dcp --overwrite");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(names_in(c.work + "/out"), (std::set<std::string>{".metadata", "__0_0.distcp"}));
+}
