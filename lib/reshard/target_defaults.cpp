@@ -62,6 +62,8 @@ nlohmann::json apply_source_defaults(TargetLayout& t, const TargetGiven& given, 
   if (!given.pp) from["pp"] = t.pp = m.source_pp;
   if (!given.zero_stage) from["zero_stage"] = t.zero_stage = source_zero_stage(m);
   apply_world_size(t, given);
+  if (m.pipeline && t.partition_method.empty() && !megatron_blocks(m))  // DeepSpeed's default, said as taken
+    from["partition_method"] = t.partition_method = kDefaultPartitionMethod;
   if (!given.ep && (m.native_moe || m.autoep)) {
     from["ep"] = t.ep = m.source_ep;
     if (t.dp % t.ep != 0)
@@ -75,10 +77,11 @@ std::string describe_source_defaults(const nlohmann::json& from_source) {
   if (from_source.empty()) return "";
   std::string s = "from the source (not given on the command line):";
   bool first = true;
-  for (const char* k : {"tp", "pp", "ep", "zero_stage", "dtype"}) {
+  for (const char* k : {"tp", "pp", "ep", "zero_stage", "dtype", "partition_method"}) {
     if (!from_source.contains(k)) continue;
     const auto& v = from_source[k];
     s += std::string(first ? " " : ", ") + k + " " + (v.is_string() ? v.get<std::string>() : v.dump());
+    if (std::string(k) == "partition_method") s += " (DeepSpeed's PipelineModule default; --partition-method)";
     first = false;
   }
   return s;
