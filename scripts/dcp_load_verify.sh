@@ -1,0 +1,35 @@
+#!/bin/sh
+# Checks ucp-load --format dcp against the real torch 2.6 (not in CI; run as root on a machine with the
+# Debian-trixie chroot that ../shared/tools/torch2-env.sh builds):
+#
+#   scripts/dcp_load_verify.sh       # TRIXIE=/opt/trixie, build folder ./build, the GPT load fixture
+#
+# 1. ucp-union turns the dsgen GPT fixture (build/fixtures/load/gpt_tp1dp2_to_tp2dp3/src) into a
+#    universal folder; ucp-load --format dcp writes it three ways into $TRIXIE/lab/dcpload: fp32 whole
+#    (one rank), fp32 rows (--world-size 2: FSDP2's Shard(0)), bf16 whole. Run from the lab folder with
+#    relative paths, as job scripts run the tools.
+# 2. scripts/dcp_load_verify.py runs in the chroot: torch's own dcp.load of each folder at world size 1
+#    (plain tensors) and 2 (DTensors Shard(0) on a gloo mesh, USE_LIBUV=0), into the nested state dict
+#    rebuilt from the folder's planner_data ({"model": ..., "optim": {"state": ..., "param_groups": [...]}}),
+#    each tensor compared bit for bit with the universal truth torch reads (fp32 master cast by torch's
+#    .to(dtype), exp_avg, exp_avg_sq), each step and param_groups value with the universal folder's.
+# Exit status: 0 when every tensor and value is equal.
+set -e
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+TRIXIE=${TRIXIE:-/opt/trixie}
+BUILD=${BUILD:-$HERE/build}
+FIXTURE=${FIXTURE:-$BUILD/fixtures/load/gpt_tp1dp2_to_tp2dp3/src}
+LAB=$TRIXIE/lab/dcpload
+BIN=$BUILD/bin
+rm -rf "$LAB"
+mkdir -p "$LAB"
+cd "$LAB"
+"$BIN/ucp-union" -q --input "$FIXTURE" --output u
+"$BIN/ucp-load" -q --input u --output fp32_w1 --format dcp --dtype fp32
+"$BIN/ucp-load" -q --input u --output fp32_w2 --format dcp --dtype fp32 --world-size 2
+"$BIN/ucp-load" -q --input u --output bf16_w1 --format dcp --dtype bf16
+printf 'fp32_w1\tfp32\nfp32_w2\tfp32\nbf16_w1\tbf16\n' >cases.tsv
+cp "$HERE/scripts/dcp_load_verify.py" "$LAB/"
+exec chroot "$TRIXIE" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+  PYTHONWARNINGS=ignore PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=1 USE_LIBUV=0 \
+  python3 /lab/dcpload/dcp_load_verify.py /lab/dcpload
