@@ -10,23 +10,22 @@
 
 #include "support/files.h"
 #include "support/process.h"
+#include "job.h"
 
 namespace fs = std::filesystem;
 using namespace ucpkit::testing;
 
 namespace {
-const std::string kFx = UCPKIT_FIXTURES_DIR;
-const std::string kBin = std::getenv("UCPKIT_TEST_BIN") ? std::getenv("UCPKIT_TEST_BIN") : UCPKIT_BIN_DIR;
+const std::string kBin = pec_tools_dir();
 }  // namespace
 
 TEST(PecCrossChecks, StoreInsideTheCheckpointIsRefused) {
-  const std::string dir = scratch_dir("pec_store_inside");
-  fs::copy(kFx + "/ds/step100", dir + "/ck", fs::copy_options::recursive);
-  fs::create_directories(dir + "/io");
-  for (const auto& [store, option] : {std::pair{"ck/global_step100/pec", "--store"}, std::pair{"ck/global_step100/fast", "--fast-store"}}) {
+  const PecJob job("pec_store_inside", {100});
+  const std::string& dir = job.dir;
+  for (const auto& [store, option] : {std::pair{"ck100/global_step100/pec", "--store"}, std::pair{"ck100/global_step100/fast", "--fast-store"}}) {
     const std::string tiers = option == std::string("--store") ? std::string("--store ") + store
                                                                 : std::string("--store outside --fast-store ") + store + " --k-snapshot 1";
-    const SplitResult r = run_split_in(dir, kBin + "/pec-save -q --checkpoint ck/global_step100 --step 100 --policy sequential --k 1 " + tiers, dir + "/io");
+    const SplitResult r = job.run(kBin + "/pec-save -q --checkpoint ck100/global_step100 --step 100 --policy sequential --k 1 " + tiers);
     EXPECT_EQ(r.rc, 2) << option << ": " << r.err;
     EXPECT_NE(r.err.find(std::string(option) + " " + store), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(dir + "/" + store)) << option;

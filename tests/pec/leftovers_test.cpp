@@ -17,32 +17,24 @@
 #include "pec/checkpoint.h"
 #include "support/files.h"
 #include "support/process.h"
+#include "job.h"
 
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using namespace ucpkit::testing;
 
 namespace {
-const std::string kFx = UCPKIT_FIXTURES_DIR;
-const std::string kBin = std::getenv("UCPKIT_TEST_BIN") ? std::getenv("UCPKIT_TEST_BIN") : UCPKIT_BIN_DIR;
+const std::string kBin = pec_tools_dir();
 
 std::string save(const std::string& ck, int64_t step, const std::string& extra = "") {
   return kBin + "/pec-save -q --checkpoint " + ck + " --store store --step " + std::to_string(step) +
          " --policy sequential --k 1 " + extra;
 }
 
-struct Job {
-  std::string dir;
-  explicit Job(const std::string& name) : dir(scratch_dir(name)) {
-    fs::copy(kFx + "/ds/step100", dir + "/ck100", fs::copy_options::recursive);
-    fs::create_directories(dir + "/io");
-  }
-  SplitResult run(const std::string& cmd) const { return run_split_in(dir, cmd, dir + "/io"); }
-};
 }  // namespace
 
 TEST(PecLeftovers, FailedRestoreLeavesNoOutputFolder) {
-  Job job("pec_leftover_restore");
+  PecJob job("pec_leftover_restore", {100});
   ASSERT_EQ(job.run(save("ck100", 100)).rc, 0);
   // Every object of the step's non-expert state emptied: no intact copy, the restore fails after it
   // has created its output folder.
@@ -59,7 +51,7 @@ TEST(PecLeftovers, FailedRestoreLeavesNoOutputFolder) {
 }
 
 TEST(PecLeftovers, UnusableFastTierDoesNotFailTheDurableSave) {
-  Job job("pec_leftover_fast");
+  PecJob job("pec_leftover_fast", {100});
   std::ofstream(job.dir + "/blocker") << "a file where the fast tier's parent folder should be\n";
   const SplitResult s = job.run(save("ck100", 100, "--fast-store blocker/fast --k-snapshot 1"));
   EXPECT_EQ(s.rc, 0) << s.err;
@@ -72,7 +64,7 @@ TEST(PecLeftovers, UnusableFastTierDoesNotFailTheDurableSave) {
 }
 
 TEST(PecLeftovers, RefusedSaveLeavesNoStoreFolder) {
-  Job job("pec_leftover_store");
+  PecJob job("pec_leftover_store", {100});
   // A byte of an expert fragment flipped under its stale CRC: refused once the store folder exists.
   const std::string step = job.dir + "/ck100/global_step100";
   const pec::SourceCheckpoint src = pec::open_checkpoint(step, {});

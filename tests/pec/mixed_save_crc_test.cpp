@@ -23,14 +23,15 @@
 #include "pec/checkpoint.h"
 #include "support/files.h"
 #include "support/process.h"
+#include "job.h"
 
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using namespace ucpkit::testing;
 
 namespace {
-const std::string kFx = UCPKIT_FIXTURES_DIR;
-const std::string kBin = std::getenv("UCPKIT_TEST_BIN") ? std::getenv("UCPKIT_TEST_BIN") : UCPKIT_BIN_DIR;
+const std::string kFx = kPecFixtures;
+const std::string kBin = pec_tools_dir();
 
 std::map<std::string, ZipRecord> records_of(const std::string& bytes, const std::string& path) {
   return read_zip_directory({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, path);
@@ -47,14 +48,6 @@ std::string restore(const std::string& out, int64_t step) {
   return kBin + "/pec-restore -q --store store --output " + out + " --step " + std::to_string(step);
 }
 
-struct Job {
-  std::string dir;
-  explicit Job(const std::string& name) : dir(scratch_dir(name)) {
-    for (int s : {100, 200, 300}) fs::copy(kFx + "/ds/step" + std::to_string(s), dir + "/ck" + std::to_string(s), fs::copy_options::recursive);
-    fs::create_directories(dir + "/io");
-  }
-  SplitResult run(const std::string& cmd) const { return run_split_in(dir, cmd, dir + "/io"); }
-};
 
 // Expert (layer 0, expert 1) is the one the sequential policy saves at step 300 after steps 100 (all
 // experts, the first save) and 200: its fragment in DP rank 0's optimizer shard shares its records with
@@ -83,7 +76,7 @@ std::pair<std::string, std::string> damage_saved_fragment(const std::string& ste
 }  // namespace
 
 TEST(PecMixedSaveCrc, MixedRecordDamageIsRefused) {
-  Job job("pec_mixed_crc_damage");
+  PecJob job("pec_mixed_crc_damage", {100, 200, 300});
   ASSERT_EQ(job.run(save("ck100", 100)).rc, 0);
   ASSERT_EQ(job.run(save("ck200", 200)).rc, 0);
   const auto [shard, record] = damage_saved_fragment(job.dir + "/ck300/global_step300");
@@ -114,7 +107,7 @@ TEST(PecMixedSaveCrc, MixedRecordDamageIsRefused) {
 // The same chain undamaged: step 300 restores with records mixing three saves, each record's CRC-32
 // that of its bytes, and every expert-free record as the source had it.
 TEST(PecMixedSaveCrc, UndamagedChainRestoresWithTheCrcOfEachRecord) {
-  Job job("pec_mixed_crc_clean");
+  PecJob job("pec_mixed_crc_clean", {100, 200, 300});
   for (int s : {100, 200, 300}) ASSERT_EQ(job.run(save("ck" + std::to_string(s), s)).rc, 0) << s;
   const SplitResult r = job.run(restore("out", 300));
   ASSERT_EQ(r.rc, 0) << r.err;

@@ -21,13 +21,13 @@
 
 #include "support/files.h"
 #include "support/process.h"
+#include "job.h"
 
 namespace fs = std::filesystem;
 using namespace ucpkit::testing;
 
 namespace {
-const std::string kFx = UCPKIT_FIXTURES_DIR;
-const std::string kBin = std::getenv("UCPKIT_TEST_BIN") ? std::getenv("UCPKIT_TEST_BIN") : UCPKIT_BIN_DIR;
+const std::string kBin = pec_tools_dir();
 
 std::string save(const std::string& ck, int64_t step) {
   return kBin + "/pec-save -q --checkpoint " + ck + " --store store --step " + std::to_string(step) +
@@ -47,19 +47,10 @@ struct ReaderLock {
   ~ReaderLock() { release(); }
   int fd;
 };
-
-struct Job {
-  std::string dir;
-  explicit Job(const std::string& name) : dir(scratch_dir(name)) {
-    for (int s : {100, 200}) fs::copy(kFx + "/ds/step" + std::to_string(s), dir + "/ck" + std::to_string(s), fs::copy_options::recursive);
-    fs::create_directories(dir + "/io");
-  }
-  SplitResult run(const std::string& cmd) const { return run_split_in(dir, cmd, dir + "/io"); }
-};
 }  // namespace
 
 TEST(PecStoreLock, ASaveNamesTheRestoreHoldingTheStore) {
-  Job job("pec_lock_named");
+  PecJob job("pec_lock_named", {100, 200});
   ASSERT_EQ(job.run(save("ck100", 100)).rc, 0);
   ReaderLock reader(job.dir + "/store/.lock");
   const SplitResult r = job.run(save("ck200", 200));
@@ -73,7 +64,7 @@ TEST(PecStoreLock, ASaveNamesTheRestoreHoldingTheStore) {
 }
 
 TEST(PecStoreLock, WatchTriesTheStepAgainOnceTheRestoreEnds) {
-  Job job("pec_lock_watch");
+  PecJob job("pec_lock_watch", {100, 200});
   ASSERT_EQ(job.run(save("ck100", 100)).rc, 0);
   ReaderLock reader(job.dir + "/store/.lock");
   const std::string log = job.dir + "/io/watch.log";
