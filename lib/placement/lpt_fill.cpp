@@ -143,15 +143,16 @@ struct Packer {
       Tournament& from = open.root() != kNone ? open : blocked;
       const int g = from.root().second, node = cl.node_of_gpu(g);
       if (&from == &blocked) blocked_nodes.erase(std::find(blocked_nodes.begin(), blocked_nodes.end(), node));
-      from.set(node, kNone);
       place(g, e);
-      if (nk[node] == kNone) continue;
-      if (eligible(node)) {
-        open.set(node, nk[node]);
+      const bool room = nk[node] != kNone, elig = room && eligible(node);
+      Tournament& to = elig ? open : blocked;
+      if (room && &to == &from) {
+        from.set(node, nk[node]);  // one update where the node stays in its tree (always without a rule)
       } else {
-        blocked.set(node, nk[node]);
-        blocked_nodes.push_back(node);
+        from.set(node, kNone);
+        if (room) to.set(node, nk[node]);
       }
+      if (room && !elig) blocked_nodes.push_back(node);
     }
   }
 };
