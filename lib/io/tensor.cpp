@@ -280,6 +280,7 @@ Tensor Tensor::zeros(DType dtype, std::vector<int64_t> shape) {
 int64_t Tensor::numel() const { return numel_of(shape_); }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // as torch: strides of an empty tensor do not matter
   int64_t expected = 1;
   for (size_t d = shape_.size(); d-- > 0;) {
     if (shape_[d] == 1) continue;
@@ -291,7 +292,7 @@ bool Tensor::is_contiguous() const {
 
 std::span<const uint8_t> Tensor::contiguous_bytes() const {
   if (!is_contiguous()) throw Error("tensor is not contiguous");
-  if (!storage_) return {};
+  if (!storage_ || numel() == 0) return {};
   auto all = storage_->bytes();
   size_t es = dtype_size(dtype());
   return all.subspan(static_cast<size_t>(offset_) * es, static_cast<size_t>(nbytes()));

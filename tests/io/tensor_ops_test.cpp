@@ -170,5 +170,17 @@ TEST(TensorOperations, ToVectorAndReshape) {
   EXPECT_THROW(f.reshape({f.numel() + 1}), ucpkit::Error);
 }
 
+// The form real DCP saves of uneven shards carry: an empty chunk [2, 0] with strides [1, 1]. torch
+// calls every zero-element tensor contiguous (is_contiguous
+// of torch.empty_strided((2, 0), (1, 1)) is True); so do we, and such tensors compare by shape and dtype.
+TEST(TensorOperations, EmptyTensorsAreContiguousWhateverTheirStrides) {
+  Tensor odd(ucpkit::Storage::zeros(DType::Float32, 0), 0, {2, 0}, {1, 1});
+  EXPECT_TRUE(odd.is_contiguous());
+  EXPECT_TRUE(odd.contiguous_bytes().empty());
+  EXPECT_TRUE(odd.equal(Tensor::zeros(DType::Float32, {2, 0})));
+  EXPECT_FALSE(odd.equal(Tensor::zeros(DType::Float32, {0, 2})));
+  EXPECT_FALSE(odd.equal(Tensor::zeros(DType::BFloat16, {2, 0})));
+}
+
 }  // namespace
 }  // namespace iotest
