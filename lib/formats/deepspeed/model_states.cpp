@@ -295,14 +295,14 @@ void retarget_autoep(ModelStates& m, const LayoutFacts& t, int ep_rank, int expe
   retarget_autoep_layers(m.get("ds_autoep_layers"), t.ep, t.dp, zero3, ep_rank, expert_dp_rank);
   if (auto uc = m.get("universal_checkpoint_info"); uc && uc->kind == Kind::Dict)
     retarget_autoep_layers(uc->get("ds_autoep_layers"), t.ep, t.dp, zero3, ep_rank, expert_dp_rank);
-  // The source may be of another stage (a ZeRO-3 source's template has {}).
-  for (const char* k : kFrozenParamKeys)
-    if (auto v = m.get(k); v && (t.zero_stage >= 2) != (v->kind == Kind::Dict)) m.set(k, frozen_params_value(t.zero_stage));
+  add_frozen_params(m, t.zero_stage);
 }
 
 void add_frozen_params(ModelStates& m, int zero_stage) {
+  // Missing, or of the source's stage where the target's differs (a ZeRO-1 template has None, a ZeRO-3
+  // one {}): the target stage decides, as save_frozen_param does (engine.py v0.19.6:5163, :4902-4905).
   for (const char* k : kFrozenParamKeys)
-    if (!m.contains(k)) m.set(k, frozen_params_value(zero_stage));
+    if (auto v = m.get(k); !v || (zero_stage >= 2) != (v->kind == Kind::Dict)) m.set(k, frozen_params_value(zero_stage));
 }
 
 ValuePtr minimal_moe_ds_config(int zero_stage, bool bf16, bool fp16, bool data_before_expert) {

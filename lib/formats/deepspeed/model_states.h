@@ -129,7 +129,7 @@ void retarget_layout(ModelStates& m, const LayoutFacts& t, int mp_world_size);
 void retarget_autoep(ModelStates& m, const LayoutFacts& t, int ep_rank, int expert_dp_rank);
 // frozen_param_shapes / frozen_param_fragments as save_frozen_param (= partition_gradients, ZeRO >= 2,
 // engine.py v0.19.5:5097) writes them at `zero_stage`, {} or None, where the file has none (what a
-// version line's save code adds).
+// version line's save code adds) or has them in the form of another stage (a template of the source's).
 void add_frozen_params(ModelStates& m, int zero_stage);
 
 // A minimal ds_config for native-MoE targets when the template has none: the layout facts readers
