@@ -136,7 +136,14 @@ std::map<int, int> partitioned_layer_stages(const ModelInfo& m, const TargetLayo
       with_params.insert(m.tied_head_layer);
     }
   }
-  const auto parts = formats::deepspeed::partition_layers(method, layers, t.pp);
+  std::vector<int64_t> parts;
+  try {
+    parts = formats::deepspeed::partition_layers(method, layers, t.pp);
+  } catch (const Error& e) {  // type:<regex> without class names; a Megatron model has its own rule
+    if (method.kind != formats::deepspeed::PartitionMethod::Kind::Type || !megatron_blocks(m)) throw;
+    throw Error(std::string(e.what()) + " (without --partition-method this Megatron model's transformer blocks are "
+                "split evenly over the stages, as Megatron-DeepSpeed's type:transformer does)");
+  }
   std::map<int, int> layer_stage;
   for (int s = 0; s < t.pp; ++s) {
     bool any = false;

@@ -121,4 +121,22 @@ TEST_F(PipelineModule, StageWithoutParametersIsRefused) {
   EXPECT_EQ(out.find("transformer layers"), std::string::npos) << out;
 }
 
+// A Megatron model keeps its own rule by default; type:<regex> on it is refused the same way, saying
+// that rule (Megatron-DeepSpeed's GPTModelPipe partitions by type:transformer).
+TEST(PipelineModuleMegatron, TypeMethodIsRefusedSayingTheDefaultRule) {
+  const fs::path dir = ucpkit::testing::scratch_dir("pipeline_module_megatron");
+  std::string out;
+  ASSERT_EQ(sh("cd " + dir.string() + " && " + kPy + " " + kSrc + "/tests/generator/gen_ds_checkpoint.py --output gpt "
+               "--pp 2 --dp 1 --layers 4 --hidden 16 --heads 2 --ffn 32 --vocab 64 --seq 8 --no-truth", &out), 0) << out;
+  ASSERT_EQ(sh("cd " + dir.string() + " && " + kBin + "/ucp-union -q --input gpt --output u", &out), 0) << out;
+  EXPECT_EQ(sh("cd " + dir.string() + " && " + kBin + "/ucp-load -q --input u --output t --dp 1 "
+               "--partition-method type:transformer", &out), 1) << out;
+  EXPECT_NE(out.find("--partition-method type:transformer"), std::string::npos) << out;
+  EXPECT_NE(out.find("without --partition-method this Megatron model's transformer blocks are split evenly"),
+            std::string::npos) << out;
+  ASSERT_EQ(sh("cd " + dir.string() + " && " + kBin + "/ucp-load --input u --output t --dp 1", &out), 0) << out;
+  EXPECT_NE(out.find("from the source (not given on the command line): tp 1, pp 2"), std::string::npos) << out;
+  EXPECT_EQ(out.find("partition_method"), std::string::npos) << out;  // no default taken: Megatron's rule
+}
+
 }  // namespace
