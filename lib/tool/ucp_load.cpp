@@ -32,6 +32,8 @@ void UcpLoadOptions::check() {
     const auto method = formats::deepspeed::parse_partition_method(partition_method);
     if (load.format != reshard::OutputFormat::DeepSpeed)
       throw UsageError("--partition-method applies to --format deepspeed (pipeline stages)");
+    if (device == "cuda")  // gpu::DeviceLoadRequest carries no method: its plan takes the default
+      throw UsageError("--partition-method applies to --device cpu (--device cuda plans with the default)");
     load.target.partition_method = formats::deepspeed::to_string(method);
   }
   load.target.dtype = *dtype_from_name(dtype);
