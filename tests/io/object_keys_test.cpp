@@ -37,3 +37,22 @@ TEST(ObjectKeys, InstancesAndClassesAsDictKeysAreKeptInOrder) {
     EXPECT_EQ(v->entries[1501].first->s, "x");
   }
 }
+
+// torch dtypes as keys, alone and in tuples: Megatron-Core's distributed optimizer saves per_bucket_numel
+// keyed by (param dtype, grad dtype) tuples. Each dtype is one Python object, so equal dtypes are one key.
+TEST(ObjectKeys, TorchDtypesAsDictKeys) {
+  for (int protocol : {2, 4}) {
+    SCOPED_TRACE(protocol);
+    const auto b = python_pickle(
+        "(lambda t: {t.float32: 1, t.bfloat16: 2, (t.bfloat16, t.float32): 3, (t.float32, t.float32): 4})"
+        "(__import__('torch'))",
+        protocol);
+    const auto v = ucpkit::pickle::unpickle(b, "dtype_keys.pkl");
+    ASSERT_EQ(v->entries.size(), 4u);
+    EXPECT_EQ(v->entries[0].first->kind, ucpkit::pickle::Kind::Dtype);
+    EXPECT_EQ(v->entries[0].first->dtype, ucpkit::DType::Float32);
+    EXPECT_EQ(v->entries[1].first->dtype, ucpkit::DType::BFloat16);
+    EXPECT_EQ(v->entries[2].first->kind, ucpkit::pickle::Kind::Tuple);
+    EXPECT_EQ(v->entries[3].second->i, 4);
+  }
+}

@@ -206,6 +206,7 @@ std::string key_signature(const Value& k, int depth = 0) {
     case Kind::Bool: return "i" + std::to_string(k.b ? 1 : 0);
     case Kind::BigInt: return "I" + k.s;
     case Kind::None: return "N";
+    case Kind::Dtype: return "d" + std::to_string(static_cast<int>(k.dtype));  // torch dtypes are singletons
     case Kind::Float: {
       if (std::floor(k.f) == k.f && std::fabs(k.f) < 9e18) return "i" + std::to_string(static_cast<int64_t>(k.f));
       return "f" + std::to_string(std::bit_cast<uint64_t>(k.f));
