@@ -2,7 +2,7 @@
 // whole from the universal reader (one at a time) and written through formats/dcp/writer.
 #include "reshard/dcp_output.h"
 
-#include <cstring>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -64,18 +64,25 @@ ValuePtr group_value(const ModelInfo& model, const ValuePtr& groups, const DcpSo
   return Value::list(std::move(names));
 }
 
-// The whole fp32 tensor of `state` of parameter `i`, converted to `dtype`.
+// The whole fp32 tensor of `state` of parameter `i`, converted to `dtype`: read straight into the
+// tensor's bytes (fp32), or through one reused window of 1M elements (other dtypes), so the tensor is
+// the only full-size buffer.
 Tensor whole_tensor(const ModelInfo& model, UniversalReader& reader, int i, const std::string& state, DType dtype) {
   const auto& p = model.params[i];
   const TpSlice whole{0, {{0, p.shape.empty() ? 1 : p.shape[0]}}, p.shape, -1};
   const int64_t n = numel_of(p.shape);
-  std::vector<float> f32(static_cast<size_t>(n));
-  if (n > 0) reader.read_range(i, state, whole, 0, n, f32.data());
-  std::vector<uint8_t> bytes(static_cast<size_t>(n) * dtype_size(dtype));
+  const size_t es = dtype_size(dtype);
+  std::vector<uint8_t> bytes(static_cast<size_t>(n) * es);
   if (dtype == DType::Float32) {
-    if (n > 0) std::memcpy(bytes.data(), f32.data(), bytes.size());
-  } else if (n > 0) {
-    convert_from_fp32(f32.data(), static_cast<size_t>(n), dtype, bytes.data());
+    if (n > 0) reader.read_range(i, state, whole, 0, n, reinterpret_cast<float*>(bytes.data()));
+  } else {
+    constexpr int64_t kWindow = 1 << 20;
+    std::vector<float> f32(static_cast<size_t>(std::min(n, kWindow)));
+    for (int64_t a = 0; a < n; a += kWindow) {
+      const int64_t b = std::min(n, a + kWindow);
+      reader.read_range(i, state, whole, a, b, f32.data());
+      convert_from_fp32(f32.data(), static_cast<size_t>(b - a), dtype, bytes.data() + static_cast<size_t>(a) * es);
+    }
   }
   return Tensor::from_bytes(dtype, p.shape, std::move(bytes));
 }
