@@ -6,7 +6,8 @@
 //    bit, the steps and param_groups (keys other than "params") equal, "params" the group's fqns;
 //  * direct mode (the DeepSpeed source read directly) writes the same checkpoint;
 //  * --dtype bf16: model tensors bf16 (torch's rounding of the truth), optimizer states fp32;
-//  * --plan lists the files and items written;
+//  * --plan lists the files and items written; the plan's keys, order, dtypes and planner_data paths
+//    (a tensor step as a 0-d tensor item, an int step as a bytes item) without I/O;
 //  * an existing output without --overwrite, or an output that cannot be created: exit 1, one line,
 //    nothing written or left behind.
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/dcp/reader.h"
+#include "reshard/dcp_output.h"
 #include "formats/universal/manifest.h"
 #include "formats/universal/state_file.h"
 #include "io/torch/torch_file.h"
@@ -235,4 +237,56 @@ TEST(DcpOutput, BadOutputsLeaveNothing) {
   r = run_in(c, "ucp-load", "--input ../u --output out --format dcp --overwrite");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(names_in(c.work + "/out"), (std::set<std::string>{".metadata", "__0_0.distcp"}));
+}
+
+// The plan alone: torch's keys in state-dict order (model tensors, then per parameter its step and
+// states, then param_groups with "params" last), dtypes (model in the target dtype, states fp32, a
+// tensor step as its own 0-d tensor entry, an int step as bytes), and planner_data's nested paths
+// (DefaultSavePlanner's: ("model", fqn), ("optim", "state", fqn, name), ("optim", "param_groups", i, key)).
+TEST(DcpOutput, PlanKeysOrderAndNesting) {
+  reshard::ModelInfo m;
+  m.states = {"fp32", "exp_avg", "exp_avg_sq"};
+  for (const char* n : {"a.weight", "b.bias"}) {
+    reshard::ParamInfo p;
+    p.name = n;
+    p.shape = std::string(n) == "a.weight" ? std::vector<int64_t>{4, 2} : std::vector<int64_t>{3};
+    p.step = true;
+    p.group = std::string(n) == "a.weight" ? 0 : 1;
+    m.params.push_back(p);
+  }
+  auto group = [](double lr) {
+    auto g = pickle::Value::dict();
+    g->set_item("lr", pickle::Value::real(lr));
+    g->set_item("params", pickle::Value::list({pickle::Value::integer(0)}));
+    g->set_item("eps", pickle::Value::real(1e-8));
+    return g;
+  };
+  m.optimizer_state = pickle::Value::dict();
+  m.optimizer_state->set_item("param_groups", pickle::Value::list({group(0.1), group(0.2)}));
+  const auto out = reshard::plan_dcp_output(m, DType::BFloat16, formats::dcp::Target::whole(), [](int i) {
+    return i == 0 ? pickle::Value::of_tensor(Tensor::from_vector<float>(DType::Float32, {}, {7.0f})) : pickle::Value::integer(7);
+  });
+  const std::vector<std::string> want = {
+      "model.a.weight", "model.b.bias",
+      "optim.state.a.weight.step", "optim.state.a.weight.exp_avg", "optim.state.a.weight.exp_avg_sq",
+      "optim.state.b.bias.step", "optim.state.b.bias.exp_avg", "optim.state.b.bias.exp_avg_sq",
+      "optim.param_groups.0.lr", "optim.param_groups.0.eps", "optim.param_groups.0.params",
+      "optim.param_groups.1.lr", "optim.param_groups.1.eps", "optim.param_groups.1.params"};
+  std::vector<std::string> got;
+  for (const auto& e : out.plan.entries) got.push_back(e.fqn);
+  ASSERT_EQ(got, want);
+  const auto& e = out.plan.entries;
+  EXPECT_EQ(e[0].dtype, DType::BFloat16);
+  EXPECT_EQ(e[0].size, (std::vector<int64_t>{4, 2}));
+  EXPECT_FALSE(e[2].is_bytes);  // tensor step
+  EXPECT_EQ(e[2].dtype, DType::Float32);
+  EXPECT_TRUE(e[2].size.empty());
+  EXPECT_EQ(e[3].dtype, DType::Float32);
+  EXPECT_TRUE(e[5].is_bytes);  // int step
+  for (size_t k = 8; k < e.size(); ++k) EXPECT_TRUE(e[k].is_bytes) << e[k].fqn;
+  EXPECT_EQ(out.planner_data->at("model.a.weight")->repr(), "('model', 'a.weight')");
+  EXPECT_EQ(out.planner_data->at("optim.state.b.bias.exp_avg")->repr(), "('optim', 'state', 'b.bias', 'exp_avg')");
+  EXPECT_EQ(out.planner_data->at("optim.param_groups.1.params")->repr(), "('optim', 'param_groups', 1, 'params')");
+  ASSERT_EQ(out.plan.files.size(), 1u);
+  EXPECT_EQ(out.plan.files[0].items.size(), want.size());
 }
