@@ -144,10 +144,11 @@ DcpOutput plan_dcp_output(const ModelInfo& model, DType dtype, const formats::dc
 }
 
 nlohmann::json dcp_target_json(const formats::dcp::Target& target, DType dtype) {
-  const char* kinds[] = {"whole", "replicated", "rows", "columns", "grid"};
+  // dcp_target's two meshes (save_plan's other kinds have no ucp-load option).
+  const bool rows = target.kind == formats::dcp::Target::Kind::Rows;
   return {{"dtype", dtype_option_name(dtype)},
           {"optimizer_dtype", "fp32"},
-          {"mesh", kinds[static_cast<int>(target.kind)]},
+          {"mesh", rows ? "rows" : "whole"},
           {"world", target.world}};
 }
 

@@ -51,8 +51,8 @@ formats::dcp::Target dcp_target(int64_t world_size);
 DcpOutput plan_dcp_output(const ModelInfo& model, DType dtype, const formats::dcp::Target& target,
                           const std::function<pickle::ValuePtr(int)>& step);
 
-// The target written: {"dtype", "optimizer_dtype": "fp32", "mesh": "whole"|"rows", "world"} (the
-// summary's `target`).
+// The target written (dcp_target's): {"dtype", "optimizer_dtype": "fp32", "mesh": "whole"|"rows",
+// "world"} (the summary's `target`).
 nlohmann::json dcp_target_json(const formats::dcp::Target& target, DType dtype);
 
 // --plan's description: format, dtype, target, entries and items per file.
