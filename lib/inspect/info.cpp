@@ -18,6 +18,7 @@
 #include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/module_tree.h"
+#include "formats/deepspeed/training_config.h"
 #include "formats/deepspeed/version_line.h"
 #include "formats/dcp/folder.h"
 #include "formats/dcp/reader.h"
@@ -200,7 +201,7 @@ void describe_model(CheckpointInfo& info, const formats::universal::UniversalMan
     if (p.dtype && !p.dtype->empty()) info.dtypes["optimizer"] = *p.dtype;
   if (!m.model_files.empty()) {
     const ValuePtr first = load_torch(m.model_files[0]);
-    if (auto d = module_dtypes(first && first->kind == Kind::Dict ? first->get("module") : nullptr); !d.empty())
+    if (auto d = module_dtypes(formats::deepspeed::raw_module(first)); !d.empty())
       info.dtypes["model"] = d;
     info.ds_version = formats::deepspeed::ds_version_of(first);
   }

@@ -22,6 +22,7 @@
 #include "formats/deepspeed/param_groups.h"
 #include "formats/deepspeed/pipeline.h"
 #include "formats/deepspeed/file_names.h"
+#include "formats/deepspeed/training_config.h"
 #include "formats/universal/manifest.h"
 
 namespace fs = std::filesystem;
@@ -50,48 +51,6 @@ int64_t infer_vocab_multiple(int64_t vocab, int64_t padded, int tp) {
 }
 
 namespace {
-
-int64_t arg_int(const ValuePtr& args, const char* field) {
-  if (!args || args->kind != Kind::Object) return 0;
-  auto a = args->attr(field);
-  return a && a->kind == Kind::Int ? a->i : 0;
-}
-
-// A boolean Megatron argument; nullopt when args does not hold it.
-std::optional<bool> arg_bool(const ValuePtr& args, const char* field) {
-  if (!args || args->kind != Kind::Object) return std::nullopt;
-  auto a = args->attr(field);
-  if (a && a->kind == Kind::Bool) return a->b;
-  return std::nullopt;
-}
-
-// ds_config's {"<key>": {"enabled": b}} (DeepSpeed's precision sections); false when absent.
-bool config_enabled(const ValuePtr& cfg, const char* key) {
-  auto section = cfg->get(key);
-  if (!section || section->kind != Kind::Dict) return false;
-  auto e = section->get("enabled");
-  return e && e->kind == Kind::Bool && e->b;
-}
-
-// The training precision and ZeRO stage the source ran with: the saved ds_config (a dict; a section
-// it lacks has DeepSpeed's default, disabled / stage 0), else Megatron's args (fp16, bf16, zero_stage).
-void read_training_config(ModelInfo& m, const ValuePtr& cfg, const ValuePtr& args) {
-  if (cfg && cfg->kind == Kind::Dict) {
-    m.source_dtype = config_enabled(cfg, "fp16")                                          ? DType::Float16
-                     : config_enabled(cfg, "bf16") || config_enabled(cfg, "bfloat16") ? DType::BFloat16
-                                                                                          : DType::Float32;
-    m.source_config_zero_stage = 0;
-    if (auto z = cfg->get("zero_optimization"); z && z->kind == Kind::Dict)
-      if (auto st = z->get("stage"); st && st->kind == Kind::Int) m.source_config_zero_stage = static_cast<int>(st->i);
-    return;
-  }
-  const auto fp16 = arg_bool(args, "fp16"), bf16 = arg_bool(args, "bf16");
-  if (fp16 && *fp16) m.source_dtype = DType::Float16;
-  else if (bf16 && *bf16) m.source_dtype = DType::BFloat16;
-  else if (fp16 && bf16) m.source_dtype = DType::Float32;
-  if (args && args->kind == Kind::Object)
-    if (auto z = args->attr("zero_stage"); z && z->kind == Kind::Int) m.source_config_zero_stage = static_cast<int>(z->i);
-}
 
 // Names in flat-buffer order per group, from a model file's param_shapes.
 std::vector<std::vector<std::string>> group_lists(const ValuePtr& root, const std::string& path) {
@@ -215,7 +174,7 @@ void read_moe_groups(ModelInfo& m, std::map<std::string, ParamInfo>& by_name, co
   };
   m.groups = static_cast<int>(groups.size());
   std::set<std::string> placed;
-  for (const auto& entry : formats::deepspeed::module_tensors(first->get("module"))) {
+  for (const auto& entry : formats::deepspeed::module_tensors(formats::deepspeed::raw_module(first))) {
     auto it = by_name.find(entry.first);  // flat or Megatron's nested module
     if (it == by_name.end() || it->second.expert >= 0) continue;
     it->second.group = group_of(it->second);
@@ -350,15 +309,17 @@ void read_model_file_facts(ModelInfo& m, const ValuePtr& first, bool data_before
   if (m.autoep && !data_before_expert_recorded)
     if (auto cfg = formats::deepspeed::raw_ds_config(first); cfg && cfg->kind == Kind::Dict)
       if (auto f = cfg->get(formats::deepspeed::kUseDataBeforeExpertParallelism); f && f->kind == Kind::Bool) m.data_before_expert = f->b;
-  auto args = first->get("args");
-  read_training_config(m, formats::deepspeed::raw_ds_config(first), args);
-  m.heads = arg_int(args, "num_attention_heads");
-  m.kv_heads = arg_int(args, "num_key_value_heads");
-  m.hidden = arg_int(args, "hidden_size");
-  m.ffn = arg_int(args, "ffn_hidden_size");
+  const auto config = formats::deepspeed::training_config(first);
+  if (config.dtype) m.source_dtype = config.dtype;
+  if (config.zero_stage) m.source_config_zero_stage = config.zero_stage;
+  const auto sizes = formats::deepspeed::megatron_sizes(first);
+  m.heads = sizes.heads;
+  m.kv_heads = sizes.kv_heads;
+  m.hidden = sizes.hidden;
+  m.ffn = sizes.ffn;
   if (!m.patterns.original_vocab_size) return;
   m.original_vocab = *m.patterns.original_vocab_size;
-  if (int64_t mult = arg_int(args, "make_vocab_size_divisible_by"); mult > 0) {
+  if (int64_t mult = sizes.vocab_multiple; mult > 0) {
     m.vocab_multiple = mult;
   } else if (m.patterns.padded_vocab_size) {
     m.vocab_multiple = infer_vocab_multiple(m.original_vocab, *m.patterns.padded_vocab_size, m.source_tp);
@@ -505,7 +466,7 @@ ModelInfo model_info_from(const UniversalMeta& meta) {
     osd = load_torch(opt.string());
   }
   m.optimizer_state = osd;
-  m.source_bf16_optimizer = osd && osd->kind == Kind::Dict && !osd->contains("zero_stage");
+  m.source_bf16_optimizer = formats::deepspeed::is_bf16_optimizer_state(osd);
   if (m.native_moe) {
     read_moe_groups(m, by_name, first, osd, opt);
     return m;
