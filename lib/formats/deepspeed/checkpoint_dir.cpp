@@ -3,6 +3,7 @@
 
 #include <cctype>
 #include <filesystem>
+#include <fstream>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -46,8 +47,26 @@ std::string tag_of_dir(const std::string& dir) {
 }
 
 std::string read_pointer(const std::string& pointer_file) {
-  const std::string tag = trimmed(read_text_file(pointer_file));
-  if (tag.empty() || tag.find('/') != std::string::npos) fail(pointer_file, "bad tag '" + tag + "'");
+  // At most a folder name's worth of bytes is read: a pointer symlinked to another file (a secret, a
+  // device) is neither read whole nor echoed. The message names the file and what is wrong, never
+  // its content.
+  constexpr size_t kMaxTag = 255;  // NAME_MAX
+  std::ifstream in(pointer_file, std::ios::binary);
+  if (!in) fail(pointer_file, "cannot open");
+  std::string raw(kMaxTag + 64, '\0');
+  in.read(raw.data(), static_cast<std::streamsize>(raw.size()));
+  raw.resize(static_cast<size_t>(in.gcount()));
+  const bool longer = raw.size() == kMaxTag + 64 && in.peek() != std::char_traits<char>::eof();
+  const std::string tag = trimmed(raw);
+  bool ok = !longer && !tag.empty() && tag.size() <= kMaxTag && tag != "." && tag != "..";
+  for (unsigned char c : tag)
+    if (c < 0x20 || c == 0x7f || c == '/') ok = false;
+  if (!ok) {
+    std::error_code ec;
+    const auto size = fs::file_size(pointer_file, ec);
+    fail(pointer_file, "not a step tag (" + (ec ? std::string("unreadable size") : std::to_string(size) + " bytes") +
+                           "; a tag is one folder name of at most " + std::to_string(kMaxTag) + " bytes)");
+  }
   return tag;
 }
 
@@ -61,7 +80,11 @@ TagFolder resolve_tag_folder(const std::string& path, const std::vector<std::str
     t.pointer = pointer.string();
     t.tag = read_pointer(t.pointer);
     t.dir = (fs::path(path) / t.tag).string();
-    if (!fs::is_directory(t.dir, ec)) fail(t.pointer, "names " + t.tag + ", which is not a folder");
+    if (!fs::is_directory(t.dir, ec)) {
+      // A global_stepN tag is named; any other text (a pointer symlinked to another file) is not echoed.
+      if (step_of_tag(t.tag)) fail(t.pointer, "names " + t.tag + ", which is not a folder");
+      fail(t.pointer, "names a tag of " + std::to_string(t.tag.size()) + " bytes that is not a folder here (not a step tag)");
+    }
     return t;
   }
   return {path, tag_of_dir(path), ""};
