@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/model_states.h"
 #include "io/pickle/value.h"
 #include "io/torch/torch_file.h"
@@ -18,7 +19,7 @@ namespace {
 // The model-states file whose common state records the step: DeepSpeed's first model file (ZeRO-3's
 // rank-0 one), or the one a universal folder keeps.
 std::string model_states_file(const SourceCheckpoint& c) {
-  for (const char* name : {"mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt"})
+  for (const std::string& name : {formats::deepspeed::model_states_name(0), formats::deepspeed::zero3_model_states_name(0, 0)})
     for (const auto& rel : c.non_expert_files)
       if (rel == name) return (fs::path(c.root) / rel).string();
   return {};
