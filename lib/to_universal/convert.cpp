@@ -518,7 +518,9 @@ void tag_latest_universal(const std::string& output, const ExtractPlan& plan, co
   }
   const fs::path target = fs::absolute(output);
   try {
-    write_file_atomic((target.parent_path() / formats::deepspeed::kLatestUniversalName).string(), target.filename().string());
+    // Durable unless --no-sync: the file is fsynced before its rename, the folder after it.
+    write_file_atomic((target.parent_path() / formats::deepspeed::kLatestUniversalName).string(), target.filename().string(),
+                      options.sync);
   } catch (const Error& e) {
     options.reporter.warning(std::string("output written, but not its tag: ") + e.what());
   }
