@@ -27,7 +27,12 @@ nlohmann::ordered_json wrap(const std::string& tool, nlohmann::ordered_json outp
 
 }  // namespace
 
-void print_json(const nlohmann::ordered_json& summary) { std::cout << summary.dump(2) << "\n"; }
+// Paths are bytes, not UTF-8: a folder name with a byte 0xff made dump() throw (type_error.316) after
+// the run had committed, so the tool exited 1 with no file named and no JSON. Invalid UTF-8 is
+// written as U+FFFD: the output stays valid JSON and the exit code is the run's.
+void print_json(const nlohmann::ordered_json& summary) {
+  std::cout << summary.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+}
 
 double seconds_since_start() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - g_started).count();

@@ -1,0 +1,50 @@
+// Paths that are not UTF-8 with --json (issue 32, WEAK "messages"): after committing, ucp-info,
+// pec-save and pec-restore exited 1 with `[json.exception.type_error.316]` and no file named, since
+// the JSON envelope's dump() threw on the path. The envelope is now written with invalid bytes as
+// U+FFFD: valid JSON, and the exit code is the run's. Run as job scripts do: relative paths.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "support/process.h"
+
+namespace fs = std::filesystem;
+using ucpkit::testing::quote;
+using ucpkit::testing::run_split_in;
+
+namespace {
+const std::string kBin = UCPKIT_BIN_DIR;
+const std::string kFx = UCPKIT_FIXTURES_DIR;
+const std::string kOdd = std::string("ck\xff") + "pt";  // a folder name with a byte 0xff
+
+// Runs `command` in `cwd`; it must exit 0 with parseable JSON on stdout.
+void expect_json(const fs::path& cwd, const std::string& command) {
+  const fs::path io = ucpkit::testing::scratch_dir("non_utf8_json_io");
+  const auto r = run_split_in(cwd.string(), command, io.string());
+  EXPECT_EQ(r.rc, 0) << command << "\n" << r.out << r.err;
+  EXPECT_EQ(r.err.find("json.exception"), std::string::npos) << r.err;
+  EXPECT_TRUE(nlohmann::json::accept(r.out)) << "not JSON: " << r.out;
+}
+}  // namespace
+
+TEST(NonUtf8Json, InfoOfACheckpointUnderA0xffFolder) {
+  const fs::path d = ucpkit::testing::scratch_dir("non_utf8_json_info");
+  fs::create_directories(d / kOdd);
+  fs::copy(kFx + "/gpt", d / kOdd / "gpt", fs::copy_options::recursive);
+  expect_json(d, kBin + "/ucp-info --json " + quote(kOdd + "/gpt"));
+  fs::remove_all(d);
+}
+
+TEST(NonUtf8Json, PecSaveAndRestoreUnderA0xffFolder) {
+  const fs::path d = ucpkit::testing::scratch_dir("non_utf8_json_pec");
+  fs::create_directories(d / kOdd);
+  fs::copy(kFx + "/moe", d / kOdd / "moe", fs::copy_options::recursive);
+  expect_json(d, kBin + "/pec-save -q --json --checkpoint " + quote(kOdd + "/moe") + " --store " + quote(kOdd + "/store") +
+                      " --policy sequential --k 2");
+  expect_json(d, kBin + "/pec-restore -q --json --store " + quote(kOdd + "/store") + " --output " + quote(kOdd + "/r"));
+  EXPECT_TRUE(fs::exists(d / kOdd / "r"));
+  fs::remove_all(d);
+}
