@@ -89,7 +89,10 @@ Result run_pec_save(const PecSaveOptions& o) {
   if (bar) bar->finish();
   if (summary.empty()) return r;  // other MPI ranks
   if (summary.value("step_inferred", false))
-    r.notes_before.push_back("step " + summary["step"].dump() + " inferred from " + summary["step_from"].get<std::string>());
+    // step_from names a file or folder: its bytes are escaped (a control byte in a folder name would
+    // otherwise reach the terminal) and cut.
+    r.notes_before.push_back("step " + summary["step"].dump() + " inferred from " +
+                             escaped_brief(summary["step_from"].get<std::string>(), 240));
   if (o.plan) {
     r.document = json_text(summary, 2) + "\n";
   } else if (o.dry_run) {
