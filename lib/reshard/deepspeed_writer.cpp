@@ -366,8 +366,7 @@ ValuePtr DeepSpeedWriter::zero3_state(int d, int mp, StorageSources& sources) co
       for (size_t sg = 0; sg < subs.size(); ++sg)
         if (subs[sg].g->group == static_cast<int>(gi)) ids->items.push_back(Value::integer(static_cast<int64_t>(sg)));
       h->set_item("params", ids);
-      if (auto moe = h->get("moe"); model_.autoep && moe && moe->kind == Kind::Bool && moe->b && h->contains("name"))
-        h->set_item("name", Value::str(formats::deepspeed::autoep_group_name(t.ep)));
+      if (model_.autoep) formats::deepspeed::rename_expert_group(h, formats::deepspeed::autoep_group_name(t.ep));
     }
     shard.param_groups.push_back(h);
   }
@@ -429,8 +428,7 @@ ValuePtr DeepSpeedWriter::zero12_state(int d, int mp, StorageSources& sources) c
     auto h = pickle::deep_copy(common_groups->items[g.group]);
     if (h->kind == Kind::Dict) {
       h->set_item("params", Value::list({Value::integer(static_cast<int64_t>(gi))}));
-      if (auto moe = h->get("moe"); moe && moe->kind == Kind::Bool && moe->b && h->contains("name"))
-        h->set_item("name", Value::str(formats::deepspeed::expert_group_name(t.ep)));
+      formats::deepspeed::rename_expert_group(h, formats::deepspeed::expert_group_name(t.ep));
     }
     shard.param_groups.push_back(h);
     // ZeRO-1/2 drop the padding from the fp32 partition; BF16_Optimizer keeps it.

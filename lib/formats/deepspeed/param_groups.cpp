@@ -57,4 +57,9 @@ bool saved_by_megatron(const pickle::ValuePtr& root) {
   return args && args->kind == Kind::Object && args->attr("num_layers") != nullptr;
 }
 
+void rename_expert_group(const pickle::ValuePtr& group, const std::string& name) {
+  if (!group || group->kind != pickle::Kind::Dict || !group->contains("name")) return;
+  if (auto moe = group->get("moe"); moe && moe->kind == pickle::Kind::Bool && moe->b) group->set_item("name", pickle::Value::str(name));
+}
+
 }  // namespace ucpkit::formats::deepspeed

@@ -39,6 +39,10 @@ struct SavedParamGroup {
 // The entries of a param_groups list in order; an entry that is not a dict reads as a default group.
 std::vector<SavedParamGroup> saved_param_groups(const std::vector<pickle::ValuePtr>& groups);
 
+// An optimizer param_groups entry of an expert group ('moe': True) that carries a 'name' gets `name`
+// (a target's ep_size_<N>); any other entry is left as it is.
+void rename_expert_group(const pickle::ValuePtr& group, const std::string& name);
+
 // Whether a model-states root was saved by Megatron's training script: Megatron-DeepSpeed's
 // save_checkpoint puts its argparse Namespace under 'args' (megatron/checkpointing.py:254-281 at
 // 4efb479d: state_dict['args'] = args, with num_layers) and nests the module as

@@ -60,6 +60,23 @@ TEST(ParamGroups, SavedParamGroupsReadNameMoeAndWeightDecay) {
   EXPECT_FALSE(g[3].moe);
 }
 
+// A target's expert group takes the target's ep_size_<N> name; dense groups, unnamed expert groups
+// and non-dict entries are left alone (what ucp-load's writer does to the template's param_groups).
+TEST(ParamGroups, RenameExpertGroupOnlyTouchesNamedExpertGroups) {
+  using ucpkit::pickle::Value;
+  auto dense = Value::dict();
+  dense->set_item("name", Value::str("parameters"));
+  auto expert = Value::dict();
+  expert->set_item("name", Value::str("ep_size_2"));
+  expert->set_item("moe", Value::boolean(true));
+  auto unnamed = Value::dict();
+  unnamed->set_item("moe", Value::boolean(true));
+  for (const auto& g : {dense, expert, unnamed, Value::none()}) rename_expert_group(g, expert_group_name(4));
+  EXPECT_EQ(dense->get("name")->s, "parameters");
+  EXPECT_EQ(expert->get("name")->s, "ep_size_4");
+  EXPECT_FALSE(unnamed->contains("name"));
+}
+
 // Megatron's model files: its args Namespace (with num_layers) or the nested module; a flat module
 // without Megatron's args (a model saved by any other script) is not Megatron's.
 TEST(ParamGroups, SavedByMegatronOnlyWithMegatronsArgsOrNestedModule) {
