@@ -129,6 +129,18 @@ DryRun load_dry_run(const nlohmann::json& plan, const std::string& output) {
     return d;
   }
   const nlohmann::json t = plan.value("target", nlohmann::json::object());
+  if (plan.value("format", "") == "dcp") {  // reshard/dcp_output's plan
+    auto number = [&](const char* k) { return plan.contains(k) && plan[k].is_number() ? plan[k].dump() : "?"; };
+    d.text = "ucp-load --dry-run: would write " + output + ": a DCP checkpoint of " + number("entries") +
+             " entries (" + number("tensor_entries") + " tensors) in " + json_count(plan, "files") +
+             " files, " + t.value("mesh", "?") + " over " + (t.contains("world") ? t["world"].dump() : "?") +
+             " rank(s), model tensors " + t.value("dtype", "?") + ", optimizer states " + t.value("optimizer_dtype", "?") +
+             "; nothing written\n";
+    d.fields["format"] = "dcp";
+    d.fields["target"] = t;
+    d.fields["entries"] = plan.value("entries", 0);
+    return d;
+  }
   auto num = [&](const char* k) { return t.contains(k) ? t[k].dump() : std::string("?"); };
   d.text = "ucp-load --dry-run: would write " + output + ": deepspeed layout TP " + num("tp") + ", PP " + num("pp") +
            ", DP " + num("dp") + ", ZeRO stage " + num("zero_stage") + ", EP " + num("ep") + ", weights " +

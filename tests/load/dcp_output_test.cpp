@@ -218,6 +218,25 @@ TEST(DcpOutput, PlanListsTheFilesAndItemsWritten) {
   EXPECT_EQ(j.value("entries", size_t{0}), rd.metadata().entries.size());
 }
 
+// --dry-run describes the DCP output (not a DeepSpeed layout of '?'s) with the counts the real run
+// then writes, and writes nothing.
+TEST(DcpOutput, DryRunDescribesTheDcpOutput) {
+  const Case c = case_of("dry_run");
+  const auto d = run_in(c, "ucp-load", "--input ../u --output out --format dcp --world-size 2 --dry-run --json");
+  ASSERT_EQ(d.rc, 0) << d.err;
+  EXPECT_FALSE(fs::exists(c.work + "/out"));
+  const auto j = nlohmann::json::parse(d.out);
+  EXPECT_EQ(j.value("format", ""), "dcp");
+  EXPECT_EQ(j["target"].value("mesh", ""), "rows");
+  EXPECT_EQ(j["target"].value("world", 0), 2);
+  const auto t = run_in(c, "ucp-load", "--input ../u --output out --format dcp --world-size 2 --dry-run");
+  ASSERT_EQ(t.rc, 0) << t.err;
+  EXPECT_NE(t.out.find("a DCP checkpoint of " + std::to_string(j.value("entries", 0)) + " entries"), std::string::npos) << t.out;
+  EXPECT_EQ(t.out.find("deepspeed layout"), std::string::npos) << t.out;
+  ASSERT_EQ(run_in(c, "ucp-load", "--input ../u --output out --format dcp --world-size 2").rc, 0);
+  EXPECT_EQ(static_cast<size_t>(j.value("entries", 0)), formats::dcp::Reader(c.work + "/out").metadata().entries.size());
+}
+
 TEST(DcpOutput, BadOutputsLeaveNothing) {
   const Case c = case_of("bad");
   fs::create_directories(c.work + "/out");
