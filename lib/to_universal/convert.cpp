@@ -63,6 +63,10 @@ nlohmann::json RunSummary::to_json() const {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using pickle::Kind;
+
+// The key under which ucp-extract records, in each fragment file, the tag of the save it comes from.
+constexpr const char* kFragmentSourceKey = "ucpkit_source_tag";
 
 // Large buffers come and go for every parameter; keeping them in the heap roughly halves the
 // conversion time (core/allocator.h).
@@ -165,6 +169,7 @@ ExtractStats write_work_folder(const ExtractPlan& plan, const std::string& work_
   for (size_t si : mine) my_files += by_source[sources[si]].size();
 
   SourceCache cache(plan.files);
+  const std::string source_tag = plan.source.is_object() ? plan.source.value("tag", std::string()) : std::string();
   std::atomic<uint64_t> read{0}, written{0}, count{0};
   Reporter::Bar progress(reporter, "ucp-extract", my_files, mpi.rank() == 0);
   failed.guard([&] {
@@ -189,6 +194,9 @@ ExtractStats write_work_folder(const ExtractPlan& plan, const std::string& work_
                 }
                 const std::string rel = out.files[out.params[job.param].fragments[job.tp][job.index].file];
                 const std::string path = (staged / rel).string();
+                // The save this fragment comes from: ucp-union compares it with the work folder's plan
+                // (fragments of another step copied into a work folder are refused).
+                if (!source_tag.empty()) d->set_item(kFragmentSourceKey, Value::str(source_tag));
                 formats::deepspeed::tag_storages_cpu(d);
                 save_torch_file(path, d);
                 written += file_size(path);
@@ -369,10 +377,30 @@ Tensor join_state(const ParamPlan& p, const patterns::ParamRule& rule, const pat
   return joined;
 }
 
+// Two-step mode: every fragment file of `p` must come from the save the work folder's plan.json
+// records (its source tag, stamped into each fragment by ucp-extract). Fragments without the stamp
+// (work folders of earlier versions) are not checked.
+void check_fragment_sources(const ParamPlan& p, SourceCache& cache, const std::string& expect_tag) {
+  for (const auto& tp : p.fragments)
+    for (const auto& f : tp) {
+      if (f.file < 0) continue;
+      auto tf = cache.get(f.file);
+      const auto v = tf->root && tf->root->kind == Kind::Dict ? tf->root->get(kFragmentSourceKey) : nullptr;
+      if (!v) continue;
+      const std::string folder = fs::path(cache.path(f.file)).parent_path().string();
+      if (v->kind != Kind::Str)
+        fail(folder, "fragment of parameter " + escaped_brief(p.name) + " records its source save as a non-string");
+      if (v->s != expect_tag)
+        fail(folder, "fragment of " + escaped_brief(v->s, 40) + ", but the work folder's plan.json is of " +
+                         escaped_brief(expect_tag, 40) + " (fragments of another step or extract)");
+    }
+}
+
 ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, SourceCache& cache,
                           const fs::path& zero_dir, const UnionOptions& uo, bool flat, const MasterImage& image,
-                          const std::vector<std::string>& files) {
+                          const std::vector<std::string>& files, const std::string& expect_tag = std::string()) {
   ParamResult r;
+  if (!expect_tag.empty()) check_fragment_sources(p, cache, expect_tag);
   const auto rule = patterns::classify(set, p.name);
   const fs::path dir = zero_dir / param_folder(p.name);
   make_dirs(dir);
@@ -559,6 +587,9 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
   const int threads = parallel::thread_count(options.threads);
   UnionOptions uo;
   uo.tolerance = options.tolerance;
+  // From a work folder: the save its plan.json records, checked against each fragment's stamp.
+  const std::string work_tag = is_work_folder(input) && plan.source.is_object() ? plan.source.value("tag", std::string())
+                                                                                : std::string();
   SourceCache cache(plan.files);
   std::unique_ptr<MasterImage> image;  // the model files' module weights, checked against the fp32 masters
   failed.guard([&] { image = std::make_unique<MasterImage>(plan); });
@@ -567,7 +598,7 @@ RunSummary run_union(const std::string& input, const std::string& output, const 
   failed.guard([&] {
     convert_each(mine, threads, progress, [&](size_t i) {
       results[i] = convert_param(plan.params[i], set, cache, zero_dir, uo, flat && plan.params[i].autoep_experts == 0,
-                                 *image, plan.files);
+                                 *image, plan.files, work_tag);
     });
   });
   progress.finish();
