@@ -1,6 +1,11 @@
 // ucp-extract and ucp-union runs.
 #include "tool/ucp_convert.h"
 
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
 #include "io/torch/verify.h"
 #include "parallel/mpi_session.h"
 
@@ -8,7 +13,20 @@ namespace ucpkit::tool {
 
 namespace {
 
+// ucp-extract and ucp-union record the source's files in plan.json and manifest.json, whose strings are
+// UTF-8: an input path that is not (a folder named in Latin-1) is refused before anything is written, naming
+// it, instead of failing in the final write with a JSON library message that names no file.
+void require_utf8_input(const std::string& path) {
+  try {
+    (void)nlohmann::json(std::filesystem::absolute(path).string()).dump();
+  } catch (const nlohmann::json::type_error&) {
+    throw Error(escaped_brief(path) + ": the --input path is not valid UTF-8, and ucp-extract and ucp-union record "
+                "paths in JSON (plan.json, manifest.json); rename the folder or link it under a UTF-8 name");
+  }
+}
+
 Result convert(const UcpConvertOptions& options, bool extract) {
+  require_utf8_input(options.input);
   set_verify_files_crc(options.verify);
   to_universal::ConvertOptions convert = options.convert;
   convert.reporter = console_reporter();

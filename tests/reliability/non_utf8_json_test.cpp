@@ -48,3 +48,26 @@ TEST(NonUtf8Json, PecSaveAndRestoreUnderA0xffFolder) {
   EXPECT_TRUE(fs::exists(d / kOdd / "r"));
   fs::remove_all(d);
 }
+
+// ucp-union and ucp-extract record the source's paths in plan.json / manifest.json (JSON strings are
+// UTF-8): a source under a 0xff folder ended in `[json.exception.type_error.316]` naming no file. Now
+// one line naming the folder (escaped) and what to do, exit 1, nothing written; an output folder with
+// such a name still works (its path is not recorded).
+TEST(NonUtf8Json, UnionAndExtractNameANonUtf8InputFolder) {
+  const fs::path d = ucpkit::testing::scratch_dir("non_utf8_json_union");
+  fs::create_directories(d / kOdd);
+  fs::copy(kFx + "/gpt", d / kOdd / "gpt", fs::copy_options::recursive);
+  const fs::path io = ucpkit::testing::scratch_dir("non_utf8_json_union_io");
+  for (const char* tool : {"ucp-union", "ucp-extract"}) {
+    const auto r = run_split_in(d.string(), kBin + "/" + tool + " -q --input " + quote(kOdd + "/gpt") + " --output out", io.string());
+    EXPECT_EQ(r.rc, 1) << tool << r.err;
+    EXPECT_NE(r.err.find("ck\\xffpt/gpt: the --input path is not valid UTF-8"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("json.exception"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(d / "out")) << tool;
+  }
+  const auto ok = run_split_in(d.string(), kBin + "/ucp-union -q --input " + quote(kFx + "/gpt") + " --output " + quote(kOdd + "/u"),
+                               io.string());
+  EXPECT_EQ(ok.rc, 0) << ok.err;
+  EXPECT_TRUE(fs::exists(d / kOdd / "u" / "manifest.json"));
+  fs::remove_all(d);
+}
