@@ -24,11 +24,26 @@
 namespace ucpkit::tool {
 namespace {
 
-// A written file never replaces the loads (or the other written file).
-void refuse_same(const std::string& a, const char* a_opt, const std::string& b, const char* b_opt) {
-  if (path_within(a, b) && path_within(b, a))
-    throw UsageError(std::string(a_opt) + " " + a + " is " + b_opt + " " + b + ": writing it would replace the " +
-                     (std::string(b_opt) == "--loads" ? "input" : "plan"));
+using NamedPath = std::pair<const char*, std::string>;  // option, path ("" when not given)
+
+// A written file never replaces an input (--loads, --current, --previous) or another written file
+// (issue 32: the SGLang / vLLM outputs could overwrite --loads or the plan); `written[0]` is --output,
+// which may name the --current / --previous plan it updates (written whole through a temporary file
+// after the plan was read).
+void refuse_same_paths(const std::vector<NamedPath>& written, const std::vector<NamedPath>& read) {
+  auto same = [](const std::string& a, const std::string& b) { return path_within(a, b) && path_within(b, a); };
+  for (size_t i = 0; i < written.size(); ++i) {
+    const auto& [w_opt, w] = written[i];
+    if (w.empty()) continue;
+    for (const auto& [r_opt, r] : read)
+      if (!r.empty() && same(w, r) && !(i == 0 && std::string(r_opt) != "--loads"))  // the plan updated in place
+        throw UsageError(std::string(w_opt) + " " + w + " is " + r_opt + " " + r + ": writing it would replace the input");
+    for (size_t j = 0; j < i; ++j)
+      if (!written[j].second.empty() && same(w, written[j].second))
+        throw UsageError(std::string(w_opt) + " " + w + " is " + written[j].first + " " + written[j].second +
+                         (std::string(written[j].first) == "--output" ? ": writing it would replace the plan"
+                                                                      : ": two outputs into one file"));
+  }
 }
 
 // SIGINT/SIGTERM while the outputs are written (issue 32: a 200 MB plan's temporary file was left
@@ -147,11 +162,8 @@ void sweep_stale_temporaries(const std::vector<std::string>& outputs) {
 }  // namespace
 
 void MoeReplaceOptions::check() {
-  refuse_same(output, "--output", req.loads_path, "--loads");
-  if (!svg.empty()) {
-    refuse_same(svg, "--svg", req.loads_path, "--loads");
-    refuse_same(svg, "--svg", output, "--output");
-  }
+  refuse_same_paths({{"--output", output}, {"--svg", svg}, {"--sglang-expert-location", sglang_out}, {"--vllm-eplb-state", vllm_out}},
+                    {{"--loads", req.loads_path}, {"--current", req.current_path}, {"--previous", req.previous_path}});
   if (req.placement.recovery.max_failures < 0) throw UsageError("--max-failures must not be negative");
   if (!failed.empty()) req.change.failed = placement::parse_id_list(failed, "--failed-nodes");
   req.change.added = added;

@@ -22,6 +22,37 @@ TEST(MoeReplaceOptions, NoOutputReplacesTheLoadsOrThePlan) {
   EXPECT_EQ(refusal(o), "accepted");
 }
 
+// The engine files (SGLang's expert location, vLLM's EPLB state) are written files too (issue 32, WEAK
+// cross-checks: they could overwrite --loads or the plan), and no written file replaces --current or
+// --previous, the plans a re-placement reads (but --output may: the plan updated in place).
+TEST(MoeReplaceOptions, EngineFilesAndPlansReadAreNeverOverwritten) {
+  MoeReplaceOptions o;
+  o.req.loads_path = "/tmp/ucpkit-mr/loads.json";
+  o.output = "/tmp/ucpkit-mr/plan.json";
+  o.sglang_out = "/tmp/ucpkit-mr/loads.json";
+  EXPECT_EQ(refusal(o), "--sglang-expert-location /tmp/ucpkit-mr/loads.json is --loads /tmp/ucpkit-mr/loads.json: "
+                        "writing it would replace the input");
+  o.sglang_out = "/tmp/ucpkit-mr/plan.json";
+  EXPECT_EQ(refusal(o), "--sglang-expert-location /tmp/ucpkit-mr/plan.json is --output /tmp/ucpkit-mr/plan.json: "
+                        "writing it would replace the plan");
+  o.sglang_out = "/tmp/ucpkit-mr/sglang.pt";
+  o.vllm_out = "/tmp/ucpkit-mr/sglang.pt";
+  EXPECT_EQ(refusal(o), "--vllm-eplb-state /tmp/ucpkit-mr/sglang.pt is --sglang-expert-location /tmp/ucpkit-mr/sglang.pt: "
+                        "two outputs into one file");
+  o.vllm_out = "/tmp/ucpkit-mr/vllm.json";
+  o.req.current_path = "/tmp/ucpkit-mr/plan.json";
+  EXPECT_EQ(refusal(o), "accepted");  // the plan updated in place
+  o.svg = "/tmp/ucpkit-mr/plan.json";
+  EXPECT_EQ(refusal(o), "--svg /tmp/ucpkit-mr/plan.json is --current /tmp/ucpkit-mr/plan.json: "
+                        "writing it would replace the input");
+  o.svg.clear();
+  o.req.current_path.clear();
+  o.req.previous_path = "/tmp/ucpkit-mr/vllm.json";
+  EXPECT_NE(refusal(o).find("--vllm-eplb-state /tmp/ucpkit-mr/vllm.json is --previous"), std::string::npos);
+  o.req.previous_path = "/tmp/ucpkit-mr/old.json";
+  EXPECT_EQ(refusal(o), "accepted");
+}
+
 TEST(MoeReplaceOptions, MaxFailuresAndNodeIds) {
   MoeReplaceOptions o;
   o.output = "p.json";
