@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -50,7 +51,11 @@ CommandResult run_capture(const std::string& command) {
 }
 
 SplitResult run_split_in(const std::string& cwd, const std::string& command, const std::string& io_dir) {
-  const std::string out = io_dir + "/stdout", err = io_dir + "/stderr";
+  // Names of this process and call: ctest runs tests in parallel, and some share an io folder (a
+  // scratch root); fixed names let one test read or remove another's stderr.
+  static std::atomic<unsigned> calls{0};
+  const std::string tag = std::to_string(getpid()) + "." + std::to_string(calls++);
+  const std::string out = io_dir + "/stdout." + tag, err = io_dir + "/stderr." + tag;
   SplitResult r{run_command_status("cd " + quote(cwd) + " && " + command + " >" + quote(out) + " 2>" + quote(err)), "", ""};
   r.out = file_bytes(out);
   r.err = file_bytes(err);
