@@ -52,8 +52,6 @@ namespace {
 
 uint64_t entry_bytes(const Entry& e) { return static_cast<uint64_t>(numel_of(e.size)) * dtype_size(e.dtype); }
 
-std::string shape_text(const std::vector<int64_t>& s) { return nlohmann::json(s).dump(); }
-
 }  // namespace
 
 FolderKind dcp_input_kind(const std::string& input) { return formats::dcp::find_folder(input).kind; }
@@ -97,8 +95,8 @@ DcpPlan plan_dcp(const Metadata& md, const Folder& folder) {
     if (r.name == "fp32" || p.states.count(r.name))
       fail(md.path, "DCP: optimizer state '" + escaped_brief(e->fqn) + "' would overwrite the parameter's " + r.name + " state");
     if (e->size != p.shape)
-      fail(md.path, "DCP: optimizer state '" + escaped_brief(e->fqn) + "' has shape " + shape_text(e->size) +
-                        ", its parameter " + shape_text(p.shape) + " (the universal form holds full-shape states)");
+      fail(md.path, "DCP: optimizer state '" + escaped_brief(e->fqn) + "' has shape " + shape_str(e->size) +
+                        ", its parameter " + shape_str(p.shape) + " (the universal form holds full-shape states)");
     p.states[r.name] = e->fqn;
     p.bytes += entry_bytes(*e);
   }

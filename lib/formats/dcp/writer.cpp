@@ -20,6 +20,7 @@
 #include "formats/dcp/reader.h"
 #include "io/pickle/pickler.h"
 #include "io/pickle/unpickler.h"
+#include "io/shape.h"
 #include "io/torch/torch_file.h"
 
 namespace ucpkit::formats::dcp {
@@ -94,12 +95,6 @@ Tensor own_storage(const Tensor& t) {
   return t.contiguous(true);
 }
 
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t k = 0; k < s.size(); ++k) r += (k ? ", " : "") + std::to_string(s[k]);
-  return r + "]";
-}
-
 }  // namespace
 
 Tensor cut_box(const Tensor& whole, const Chunk& c) {
@@ -124,8 +119,8 @@ ChunkSource chunks_of_whole(std::function<Tensor(const Entry&)> whole,
       cache->fqn = e.fqn;
     }
     if (cache->t.shape() != e.size)
-      throw Error("DCP writer: the source's '" + escaped_brief(e.fqn) + "' has shape " + shape_text(cache->t.shape()) +
-                  ", the plan says " + shape_text(e.size));
+      throw Error("DCP writer: the source's '" + escaped_brief(e.fqn) + "' has shape " + shape_str(cache->t.shape()) +
+                  ", the plan says " + shape_str(e.size));
     return cut_box(cache->t, e.chunks[k]);
   };
   s.bytes = std::move(bytes);
@@ -243,8 +238,8 @@ WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std
       const Tensor t = source.chunk(e, c);
       if (t.dtype() != e.dtype || t.shape() != e.chunks[c].sizes)
         fail(out, "DCP writer: chunk " + std::to_string(c) + " of '" + escaped_brief(e.fqn) + "' from the source is a " +
-                    std::string(dtype_name(t.dtype())) + " tensor of shape " + shape_text(t.shape()) + ", the plan says " +
-                    std::string(dtype_name(e.dtype)) + " " + shape_text(e.chunks[c].sizes));
+                    std::string(dtype_name(t.dtype())) + " tensor of shape " + shape_str(t.shape()) + ", the plan says " +
+                    std::string(dtype_name(e.dtype)) + " " + shape_str(e.chunks[c].sizes));
       result.items.push_back({e.fqn, e.chunks[c].offsets, append_tensor(place(k, c), stage.path(), t)});
     }
   }
