@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "formats/dcp/folder.h"
 #include "formats/dcp/reader.h"
 
 namespace ucpkit::formats::dcp {
@@ -14,16 +15,6 @@ namespace ucpkit::formats::dcp {
 namespace fs = std::filesystem;
 
 namespace {
-
-// The number after `prefix` in `name` up to `suffix` ("rank_12" -> 12), or -1.
-int64_t number_in(const std::string& name, const std::string& prefix, const std::string& suffix) {
-  if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
-      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-    return -1;
-  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-  if (digits.empty() || digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
-  return std::stoll(digits);
-}
 
 // Tensor::equal, but for zero-element tensors (whose bytes io's Tensor cannot always give) by shape.
 bool same_tensor_bytes(const Tensor& a, const Tensor& b) {
@@ -105,21 +96,12 @@ pickle::ValuePtr merged_planner_data(const std::vector<RankLocalPart>& parts, co
 std::vector<RankLocalPart> rank_local_parts(const std::string& dir) {
   if (fs::exists(fs::path(dir) / ".metadata"))
     fail(dir, "DCP merge: the folder has a global .metadata already (not a rank-local save)");
-  std::map<int64_t, RankLocalPart> found;
-  std::error_code ec;
-  for (const auto& de : fs::directory_iterator(dir, ec)) {
-    const std::string name = de.path().filename().string();
-    if (const int64_t r = number_in(name, "rank_", ""); r >= 0 && fs::exists(de.path() / ".metadata"))
-      found[r] = {de.path().string(), (de.path() / ".metadata").string()};
-  }
-  if (found.empty())
-    for (const auto& de : fs::directory_iterator(dir, ec))
-      if (const int64_t r = number_in(de.path().filename().string(), "__", ".metadata"); r >= 0)
-        found[r] = {dir, de.path().string()};
-  if (ec) fail(dir, "cannot list the folder: " + ec.message());
-  if (found.empty()) fail(dir, "DCP merge: no rank-local parts (rank_<n>/.metadata or __<n>.metadata)");
+  const Folder f = find_folder(dir);  // the one discovery of rank_<n>/ and __<n>.metadata parts
+  if (f.kind != FolderKind::RankLocal)
+    fail(dir, "DCP merge: no rank-local parts (rank_<n>/.metadata or __<n>.metadata)");
   std::vector<RankLocalPart> parts;
-  for (auto& [r, part] : found) parts.push_back(std::move(part));
+  for (size_t r = 0; r < f.metadata_files.size(); ++r)
+    parts.push_back({f.data_dirs[r].empty() ? dir : (fs::path(dir) / f.data_dirs[r]).string(), f.metadata_files[r]});
   return parts;
 }
 
