@@ -16,12 +16,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Tensor::equal, but for zero-element tensors (whose bytes io's Tensor cannot always give) by shape.
-bool same_tensor_bytes(const Tensor& a, const Tensor& b) {
-  if (a.numel() == 0 || b.numel() == 0) return a.dtype() == b.dtype() && a.shape() == b.shape();
-  return a.equal(b);
-}
-
 struct Origin {
   size_t part, chunk;  // chunk: index in the part's entry (PlannedItem::kBytes for bytes items)
 };
@@ -70,7 +64,7 @@ void add_part(Merged& m, std::map<std::string, size_t>& index, const Reader& r, 
         continue;
       }
       const Origin& o = m.origin[k][static_cast<size_t>(same - into.chunks.begin())];
-      if (!same_tensor_bytes(readers[o.part]->read_chunk(e.fqn, o.chunk), r.read_chunk(e.fqn, c)))
+      if (!readers[o.part]->read_chunk(e.fqn, o.chunk).equal(r.read_chunk(e.fqn, c)))
         fail(md.path, what + "chunk " + std::to_string(c) + " holds other values than the same box in " +
                           readers[o.part]->metadata().path);
       ++m.replicas;

@@ -38,12 +38,8 @@ const std::vector<std::pair<std::string, std::string>> kVariants = {
     {"fsdp_tp_optim_w4", "fsdp_tp_optim_w4"}, {"plain_w2", "plain_w2"}, {"single_item_w1", "single_item_w1"},
     {"torch113_w2", "torch113_w2"},   {"ranklocal_w2/rank_0", "ranklocal_w2"}, {"ranklocal_w2/rank_1", "ranklocal_w2"}};
 
-// (Zero-element tensors are compared by dtype and shape: io's Tensor::is_contiguous says no for some
-// of them, so their bytes cannot be asked for.)
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  if (a.numel() == 0 || b.numel() == 0) return a.dtype() == b.dtype() && a.shape() == b.shape();
-  return a.equal(b);
-}
+// Same dtype, shape and bytes (zero-element tensors: dtype and shape).
+bool same_bytes(const Tensor& a, const Tensor& b) { return a.equal(b); }
 
 // The truth as a tensor of `dtype` (checked to be the truth's by its safetensors name).
 Tensor truth_tensor(const SafetensorsTensor& t, DType dtype) {
