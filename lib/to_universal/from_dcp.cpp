@@ -33,6 +33,7 @@
 #include "parallel/share.h"
 #include "parallel/staging.h"
 #include "parallel/threads.h"
+#include "to_universal/from_torch_dist.h"
 #include "to_universal/plan.h"
 #include "to_universal/save.h"
 
@@ -54,7 +55,10 @@ uint64_t entry_bytes(const Entry& e) { return static_cast<uint64_t>(numel_of(e.s
 
 }  // namespace
 
-FolderKind dcp_input_kind(const std::string& input) { return formats::dcp::find_folder(input).kind; }
+FolderKind dcp_input_kind(const std::string& input) {
+  // A Megatron-Core save root (latest_checkpointed_iteration.txt -> iter_N) is a torch_dist input too.
+  return is_torch_dist_input(input) ? FolderKind::TorchDist : formats::dcp::find_folder(input).kind;
+}
 
 DcpPlan plan_dcp(const Metadata& md, const Folder& folder) {
   DcpPlan plan;
@@ -194,18 +198,9 @@ ValuePtr optimizer_state(const DcpPlan& plan, const formats::dcp::Reader& reader
 
 }  // namespace
 
-namespace {
-void refuse_torch_dist(const Folder& folder, const std::string& input) {
-  if (folder.kind == FolderKind::TorchDist)
-    throw Error(input + ": a Megatron-Core torch_dist checkpoint (metadata.json: sharded_backend torch_dist); "
-                "ucp-union does not convert it yet (its keys and distributed-optimizer buckets need the "
-                "Megatron-Core model, issue 30); ucp-info describes it");
-}
-}  // namespace
-
 DcpPlan plan_dcp_input(const std::string& input) {
+  if (is_torch_dist_input(input)) return dcp_plan_of_torch_dist(input);  // from_torch_dist.h
   const Folder folder = formats::dcp::find_folder(input);
-  refuse_torch_dist(folder, input);
   return plan_dcp(formats::dcp::read_folder_metadata(folder), folder);
 }
 
@@ -214,8 +209,8 @@ RunSummary run_union_dcp(const std::string& input, const std::string& output, co
   auto& mpi = parallel::MpiSession::get();
   parallel::RankFailure failed(mpi);
   Reporter::Phase phase(options.reporter, "plan");
+  if (is_torch_dist_input(input)) return run_union_torch_dist(input, output, options);  // from_torch_dist.h
   const Folder folder = formats::dcp::find_folder(input);
-  refuse_torch_dist(folder, input);
   if (!options.patterns_file.empty())
     throw UsageError("--patterns " + options.patterns_file + ": " + input +
                      " is a DCP checkpoint, which stores global tensors: there are no TP slices to join");

@@ -42,14 +42,14 @@ struct DcpPlan {
 DcpPlan plan_dcp(const formats::dcp::Metadata& md, const formats::dcp::Folder& folder);
 
 // The plan of the DCP folder `input` (its metadata read, merged when rank-local): what ucp-union and
-// its --dry-run would write. A torch_dist folder is refused with one line (see run_union_dcp).
+// its --dry-run would write; a Megatron-Core torch_dist input gives from_torch_dist's plan.
 DcpPlan plan_dcp_input(const std::string& input);
 
 // The DCP folder kind of `input` (FolderKind::None when it is not one).
 formats::dcp::FolderKind dcp_input_kind(const std::string& input);
 
-// ucp-union for a DCP folder (run_union calls it when dcp_input_kind is not None). A torch_dist
-// folder is refused with one line (Megatron-Core keys need their own model: not read here yet).
+// ucp-union for a DCP folder (run_union calls it when dcp_input_kind is not None); a torch_dist
+// input goes to from_torch_dist.h run_union_torch_dist.
 RunSummary run_union_dcp(const std::string& input, const std::string& output, const ConvertOptions& options);
 
 }  // namespace ucpkit::to_universal

@@ -1,0 +1,399 @@
+// Megatron-Core torch_dist -> universal form (from_torch_dist.h). Format facts and their Megatron-LM
+// source lines: docs/formats-megatron-core.md.
+#include "to_universal/from_torch_dist.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "core/atomic_file.h"
+#include "core/confine.h"
+#include "core/error.h"
+#include "core/staging.h"
+#include "formats/megatron_core/dp_bucket_layout.h"
+#include "formats/megatron_core/reader.h"
+#include "formats/universal/manifest.h"
+#include "formats/universal/state_file.h"
+#include "io/shape.h"
+#include "io/torch/torch_file.h"
+#include "parallel/mpi_session.h"
+#include "parallel/share.h"
+#include "parallel/staging.h"
+#include "parallel/threads.h"
+#include "to_universal/plan.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::to_universal {
+
+using formats::megatron_core::BucketLayout;
+using formats::megatron_core::BucketParam;
+using formats::megatron_core::Checkpoint;
+using formats::megatron_core::Key;
+using formats::megatron_core::KeyKind;
+using formats::megatron_core::ModelParam;
+using formats::megatron_core::OptimizerFormat;
+using pickle::Kind;
+using pickle::Value;
+using pickle::ValuePtr;
+
+namespace {
+
+const char* const kStates[] = {"param", "exp_avg", "exp_avg_sq"};
+
+std::string universal_state(const std::string& state) { return state == "param" ? "fp32" : state; }
+
+int64_t int_arg_or(const Checkpoint& ck, const char* name, int64_t fallback) {
+  const auto v = ck.common().arg(name);
+  return v && v->is(Kind::Int) ? v->i : fallback;
+}
+
+// The parts of the common state's "optimizer" entry: itself (one optimizer: it holds
+// param_state_sharding_type), or the values of a ChainedOptimizer's {0: ..., 1: ...} in key order.
+std::vector<ValuePtr> optimizer_parts(const ValuePtr& optimizer) {
+  if (!optimizer || !optimizer->is(Kind::Dict)) return {};
+  if (optimizer->contains("param_state_sharding_type") || optimizer->contains("optimizer")) return {optimizer};
+  std::vector<ValuePtr> parts;
+  for (const auto& [k, v] : optimizer->entries)
+    if (k && k->is(Kind::Int) && v && v->is(Kind::Dict)) parts.push_back(v);
+  return parts;
+}
+
+// [start, end) of the flat bucket tensor `fqn`, from only the chunks that overlap it (Megatron saves
+// one chunk per parameter range and padding gap: optimizer/distrib_optimizer.py:1900-1930).
+Tensor read_flat_range(const formats::dcp::Reader& reader, const std::string& fqn, int64_t start, int64_t end) {
+  const auto& md = reader.metadata();
+  const formats::dcp::Entry* e = md.find(fqn);
+  if (!e || e->is_bytes || e->size.size() != 1 || start < 0 || end > e->size[0] || start > end)
+    fail(md.path, "Megatron-Core torch_dist: bucket " + escaped_brief(fqn) + " does not hold [" + std::to_string(start) +
+                      ", " + std::to_string(end) + ")");
+  const size_t es = dtype_size(e->dtype);
+  std::vector<uint8_t> out(static_cast<size_t>(end - start) * es);
+  int64_t covered = 0;
+  for (size_t k = 0; k < e->chunks.size(); ++k) {
+    const auto& c = e->chunks[k];
+    const int64_t a = std::max(start, c.offsets[0]), b = std::min(end, c.offsets[0] + c.sizes[0]);
+    if (a >= b) continue;
+    const Tensor chunk = reader.read_chunk(fqn, k).contiguous();
+    const auto bytes = chunk.contiguous_bytes();
+    std::memcpy(out.data() + static_cast<size_t>(a - start) * es, bytes.data() + static_cast<size_t>(a - c.offsets[0]) * es,
+                static_cast<size_t>(b - a) * es);
+    covered += b - a;
+  }
+  if (covered != end - start)
+    fail(md.path, "Megatron-Core torch_dist: the chunks of " + escaped_brief(fqn) + " do not cover [" +
+                      std::to_string(start) + ", " + std::to_string(end) + ")");
+  return Tensor::from_bytes(e->dtype, {end - start}, std::move(out));
+}
+
+// The bucket key of `state` in the same bucket as `param_key` (…bucket_idx_{k}.param).
+std::string state_bucket(const Key& param_key, const std::string& state) {
+  const std::string& f = param_key.fqn;
+  return f.substr(0, f.size() - std::string("param").size()) + state;
+}
+
+struct Piece {
+  const BucketLayout* layout = nullptr;
+  const BucketParam* bp = nullptr;
+};
+
+// dp_reshardable: a parameter's state joined from its TP-local pieces.
+Tensor join_pieces(const Checkpoint& ck, const TorchDistParam& p, const std::vector<Piece>& pieces, const std::string& state) {
+  const std::string& file = ck.dcp().metadata().path;
+  std::vector<std::pair<int64_t, Tensor>> parts;  // (offset along dim, part)
+  int dim = -1;
+  for (const auto& pc : pieces) {
+    const BucketParam& bp = *pc.bp;
+    const std::string fqn = state_bucket(*pc.layout->bucket, state);
+    Tensor local = read_flat_range(ck.dcp(), fqn, bp.start, bp.end).reshape(bp.local_shape);
+    if (local.dtype() != DType::Float32) local = local.to(DType::Float32);
+    if (bp.dim < 0) {
+      if (local.shape() != p.shape)
+        fail(file, "Megatron-Core torch_dist: " + escaped_brief(p.name) + " in " + escaped_brief(fqn) + " has shape " +
+                       shape_str(local.shape()) + ", the parameter " + shape_str(p.shape));
+      return local;  // not TP-split: every TP rank's bucket holds the same copy
+    }
+    dim = bp.dim;
+    for (size_t j = 0; j < bp.offsets.size(); ++j) parts.push_back({bp.offsets[j], local.narrow(bp.dim, static_cast<int64_t>(j) * bp.size, bp.size)});
+  }
+  std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  int64_t at = 0;
+  std::vector<Tensor> ts;
+  for (auto& [o, t] : parts) {
+    if (o != at) fail(file, "Megatron-Core torch_dist: the TP pieces of " + escaped_brief(p.name) + " leave rows " + std::to_string(at) + " unfilled");
+    at += t.shape()[dim];
+    ts.push_back(std::move(t));
+  }
+  if (dim < 0 || at != p.shape[dim])
+    fail(file, "Megatron-Core torch_dist: the TP pieces of " + escaped_brief(p.name) + " do not fill its shape " + shape_str(p.shape));
+  return cat(ts, dim).contiguous(true);
+}
+
+uint64_t file_size_of(const std::string& path) {
+  std::error_code ec;
+  const auto n = fs::file_size(path, ec);
+  return ec ? 0 : n;
+}
+
+struct ParamResult {
+  formats::universal::UniversalParam manifest;
+  uint64_t bytes_read = 0, bytes_written = 0, files = 0;
+};
+
+}  // namespace
+
+TorchDistPlan plan_torch_dist(const Checkpoint& ck) {
+  TorchDistPlan plan;
+  plan.optimizer_format = std::string(formats::megatron_core::optimizer_format_name(ck.optimizer_format()));
+  const auto& md = ck.dcp().metadata();
+  const int states = ck.optimizer_format() == OptimizerFormat::None ? 1 : 3;
+  for (size_t i = 0; i < ck.params().size(); ++i) {
+    const ModelParam& mp = ck.params()[i];
+    TorchDistParam p;
+    p.name = mp.slice.name;
+    p.model_param = i;
+    p.shape = mp.slice.shape;
+    p.dtype = md.find(mp.fqn)->dtype;
+    p.bytes = static_cast<uint64_t>(numel_of(p.shape)) * 4 * states;
+    plan.params.push_back(std::move(p));
+  }
+  const int64_t tp = int_arg_or(ck, "tensor_model_parallel_size", 1), pp = int_arg_or(ck, "pipeline_model_parallel_size", 1),
+                ep = int_arg_or(ck, "expert_model_parallel_size", 1), dp = int_arg_or(ck, "data_parallel_size", 1);
+  nlohmann::json td = {{"folder", ck.dir()},
+                       {"optimizer_format", plan.optimizer_format},
+                       {"sharded_backend_version", ck.config().sharded_backend_version},
+                       {"legacy_common_pt", ck.common().legacy},
+                       {"entries", md.entries.size()},
+                       {"num_layers", int_arg_or(ck, "num_layers", 0)}};
+  if (const auto it = ck.common().iteration()) td["iteration"] = *it;
+  if (const auto v = ck.common().checkpoint_version()) td["checkpoint_version"] = *v;
+  plan.source = {{"format", "torch_dist"}, {"tp", tp}, {"pp", pp}, {"dp", dp}, {"ep", ep}, {"torch_dist", td}};
+  return plan;
+}
+
+ValuePtr fully_reshardable_common_state(const Checkpoint& ck) {
+  const ValuePtr root = pickle::deep_copy(ck.common().root);
+  const auto parts = optimizer_parts(root->get("optimizer"));
+  if (ck.optimizer_format() == OptimizerFormat::DpReshardable) {
+    // Each part's saved optimizer state is the ShardedObject `optimizer` of its dp group 0
+    // (optimizer/distrib_optimizer.py:1533-1547); a ChainedOptimizer prefixes chained_{i}.
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const std::string prefix = parts.size() > 1 ? "chained_" + std::to_string(i) + "." : "";
+      const std::string fqn = prefix + "optimizer.distributed.dp_group_idx_0.optimizer/shard_0_1";
+      parts[i]->set_item("optimizer", ck.read_object(fqn));
+    }
+  }
+  for (const auto& part : parts)
+    if (part->contains("param_state_sharding_type")) part->set_item("param_state_sharding_type", Value::str("fully_reshardable"));
+  if (const auto cm = root->get("content_metadata"); cm && cm->is(Kind::Dict)) {
+    cm->set_item("distrib_optim_sharding_type", Value::str("fully_reshardable"));
+    if (!cm->contains("distrib_optim_fully_reshardable_mem_efficient"))
+      cm->set_item("distrib_optim_fully_reshardable_mem_efficient", Value::boolean(false));
+  }
+  return root;
+}
+
+std::vector<ValuePtr> saved_param_groups(const ValuePtr& common, const std::string& file) {
+  std::vector<ValuePtr> groups;
+  for (const auto& part : optimizer_parts(common ? common->get("optimizer") : nullptr)) {
+    const auto opt = part->get("optimizer");
+    const auto pg = opt ? opt->get("param_groups") : nullptr;
+    if (!pg || !pg->is(Kind::List)) fail(file, "Megatron-Core common state: an optimizer part without param_groups");
+    for (const auto& g : pg->items) groups.push_back(g);
+  }
+  return groups;
+}
+
+bool is_torch_dist_input(const std::string& input) {
+  std::error_code ec;
+  const fs::path dir(input);
+  if (!fs::is_directory(dir, ec)) return false;
+  std::string it = input;
+  if (!fs::exists(dir / formats::megatron_core::kConfigFile, ec)) {
+    if (!fs::exists(dir / formats::megatron_core::kTrackerFile, ec)) return false;
+    try {
+      it = formats::megatron_core::iteration_dir(input);
+    } catch (const Error&) {
+      return false;  // a tracker of another format (Megatron-LM's torch checkpoints have one too)
+    }
+  }
+  return formats::dcp::find_folder(it).kind == formats::dcp::FolderKind::TorchDist;
+}
+
+DcpPlan dcp_plan_of_torch_dist(const std::string& input) {
+  const Checkpoint ck(input);
+  const TorchDistPlan tp = plan_torch_dist(ck);
+  DcpPlan plan;
+  plan.optimizer = ck.optimizer_format() != OptimizerFormat::None;
+  for (const auto& p : tp.params) {
+    DcpParam d;
+    d.name = p.name;
+    d.shape = p.shape;
+    d.dtype = p.dtype;
+    d.bytes = p.bytes;
+    d.states["fp32"] = ck.params()[p.model_param].fqn;
+    if (plan.optimizer) {
+      d.states["exp_avg"] = d.states["exp_avg_sq"] = d.states["fp32"];
+      d.step = "step";
+    }
+    plan.params.push_back(std::move(d));
+  }
+  plan.source = tp.source;
+  return plan;
+}
+
+RunSummary run_union_torch_dist(const std::string& input, const std::string& output, const ConvertOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto& mpi = parallel::MpiSession::get();
+  parallel::RankFailure failed(mpi);
+  Reporter::Phase phase(options.reporter, "plan");
+  if (!options.patterns_file.empty())
+    throw UsageError("--patterns " + options.patterns_file + ": " + input +
+                     " is a Megatron-Core torch_dist checkpoint, which stores global tensors: there are no TP slices to join");
+  refuse_output_over_input(output, "--output", input, "--input");
+  std::unique_ptr<Checkpoint> ck;
+  TorchDistPlan plan;
+  std::vector<BucketLayout> layouts;
+  std::map<std::string, std::vector<Piece>> pieces;  // dp_reshardable: parameter -> its TP-local pieces
+  ValuePtr common;
+  std::vector<ValuePtr> groups;
+  ValuePtr step;
+  failed.guard([&] {
+    ck = std::make_unique<Checkpoint>(input);
+    plan = plan_torch_dist(*ck);
+    if (ck->optimizer_format() == OptimizerFormat::DpReshardable) {
+      layouts = formats::megatron_core::dense_bucket_layouts(*ck);
+      bool experts = false;
+      for (const Key* k : ck->buckets()) experts = experts || k->chain > 0;
+      if (experts) {
+        auto more = formats::megatron_core::expert_bucket_layouts(*ck);
+        for (auto& l : more) layouts.push_back(std::move(l));
+      }
+      for (const auto& l : layouts)
+        for (const auto& bp : l.params) pieces[bp.name].push_back({&l, &bp});
+      for (const auto& p : plan.params)
+        if (!pieces.count(p.name))
+          fail(ck->dcp().metadata().path, "Megatron-Core torch_dist dp_reshardable: parameter " + escaped_brief(p.name) +
+                                              " is in no recomputed bucket layout");
+    }
+    common = fully_reshardable_common_state(*ck);
+    if (ck->optimizer_format() != OptimizerFormat::None) {
+      groups = saved_param_groups(common, ck->common().source);
+      for (const auto& g : groups)
+        if (const auto s = g && g->is(Kind::Dict) ? g->get("step") : nullptr; s && !s->is_none()) {
+          step = s;
+          break;
+        }
+    }
+  });
+  failed.settle("another MPI rank failed while planning");
+
+  phase.next("write parameters");
+  parallel::CollectiveStaging staging(failed, output, options.overwrite, "ucp", options.reporter.verbose, options.sync,
+                                      [](const fs::path& s) {
+                                        fs::create_directories(s / "zero");
+                                        fs::create_directories(s / "megatron_core");
+                                      });
+  const auto drop_staging = staging.cleanup();
+  const fs::path staged = staging.path(), zero_dir = staged / "zero";
+  std::vector<uint64_t> sizes;
+  for (const auto& p : plan.params) sizes.push_back(p.bytes);
+  const std::vector<size_t> mine = parallel::share_of(sizes, mpi.size(), mpi.rank());
+  std::vector<ParamResult> results(plan.params.size());
+  const int threads = parallel::thread_count(options.threads);
+  Reporter::Bar progress(options.reporter, "ucp-union", mine.size(), mpi.rank() == 0);
+  const bool has_optimizer = ck && ck->optimizer_format() != OptimizerFormat::None;
+  auto convert = [&](size_t i) {
+    const TorchDistParam& p = plan.params[i];
+    const ModelParam& mp = ck->params()[p.model_param];
+    ParamResult& r = results[i];
+    const std::string folder = param_folder(p.name);
+    const fs::path dir = zero_dir / folder;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw Error(dir.string() + ": cannot create folder: " + ec.message());
+    auto& e = r.manifest;
+    e.name = p.name;
+    e.shape = p.shape;
+    e.dtype = std::string(dtype_name(p.dtype));
+    e.tp_shapes = std::vector<std::vector<int64_t>>{p.shape};
+    auto write_state = [&](const std::string& state, Tensor t) {
+      check_interrupted();
+      if (t.shape() != p.shape)
+        fail(ck->dcp().metadata().path, "Megatron-Core torch_dist: " + escaped_brief(p.name) + " " + state + " has shape " +
+                                            shape_str(t.shape()) + ", the parameter " + shape_str(p.shape));
+      formats::universal::StateFile f;
+      f.param = std::move(t);
+      r.bytes_read += f.param.nbytes();
+      const std::string path = (dir / (state + ".pt")).string();
+      save_torch_file(path, formats::universal::to_pickle(f));
+      r.bytes_written += file_size_of(path);
+      ++r.files;
+      e.states[state] = {"zero/" + folder + "/" + state + ".pt", written_crc32(path, f.param)};
+    };
+    if (ck->optimizer_format() == OptimizerFormat::FullyReshardable) {
+      for (const char* s : kStates) write_state(universal_state(s), ck->read_param(mp, s).to(DType::Float32));
+    } else if (ck->optimizer_format() == OptimizerFormat::DpReshardable) {
+      for (const char* s : kStates) write_state(universal_state(s), join_pieces(*ck, p, pieces.at(p.name), s));
+    } else {
+      write_state("fp32", ck->read_param(mp).to(DType::Float32));
+    }
+    if (has_optimizer && step) {
+      const std::string path = (dir / "step.pt").string();
+      save_torch_file(path, step);
+      r.bytes_written += file_size_of(path);
+      ++r.files;
+      e.step = true;
+    }
+  };
+  failed.guard([&] { convert_each(mine, threads, progress, convert); });
+  progress.finish();
+  failed.guard([&] { staging.sync_own_files(); });
+  failed.settle(drop_staging);
+
+  phase.next("manifest and commit");
+  nlohmann::json mine_json = nlohmann::json::array();
+  uint64_t read = 0, written = 0, files = 0;
+  for (size_t i : mine) {
+    mine_json.push_back({i, results[i].manifest.to_json()});
+    read += results[i].bytes_read, written += results[i].bytes_written, files += results[i].files;
+  }
+  const auto gathered = mpi.gather(mine_json.dump());
+  failed.guard([&] {
+    if (mpi.rank() != 0) return;
+    formats::universal::UniversalManifest manifest;
+    manifest.params = gathered_entries(gathered, plan.params.size());
+    auto opt_root = Value::dict();
+    opt_root->set_item("param_groups", Value::list(groups));
+    std::vector<std::string> side = {(staged / formats::universal::kUniversalOptimizerState).string(),
+                                     (staged / kMcoreCommonStateFile).string(), (staged / kMcoreObjectsFile).string()};
+    save_torch_file(side[0], opt_root);
+    save_torch_file(side[1], common);
+    // The ._extra_state ShardedObjects as stored (torch.save([obj]) bytes), written back unchanged.
+    auto objects = Value::dict();
+    for (const auto& k : ck->keys()) {
+      if (k.kind != KeyKind::Object || k.object.find("_extra_state") == std::string::npos) continue;
+      const auto b = ck->dcp().read_bytes(k.fqn);
+      objects->set_item(k.fqn, Value::bytes(std::string(b.begin(), b.end())));
+    }
+    save_torch_file(side[2], objects);
+    manifest.source = plan.source;
+    manifest.patterns_origin = "none (Megatron-Core torch_dist: global tensors)";
+    manifest.patterns_set = nlohmann::json::object();
+    const std::string man = (staged / formats::universal::kUniversalManifestName).string();
+    write_file_atomic(man, manifest.text());
+    for (const auto& s : side) written += file_size_of(s);
+    written += file_size_of(man);
+    files += side.size() + 1;
+    test_pause_if_asked();
+    check_interrupted();
+    staging.commit();
+  });
+  failed.settle(drop_staging);
+  return union_summary(output, plan.params.size(), threads, read, written, files, t0);
+}
+
+}  // namespace ucpkit::to_universal

@@ -1,0 +1,75 @@
+// ucp-union --input <Megatron-Core torch_dist folder or save root>: the checkpoint into ucpkit's
+// universal form with Megatron-Core names, one parameter per layer and per expert
+// (docs/formats-megatron-core.md, "Universal names"), read through formats/megatron_core's reader:
+//  * fully_reshardable: each parameter's optimizer.state.{param,exp_avg,exp_avg_sq} slice of its layer
+//    / expert (model space) is its fp32 / exp_avg / exp_avg_sq state file;
+//  * dp_reshardable: the flat buckets unflattened through formats/megatron_core/dp_bucket_layout: each
+//    TP-local piece read from only the bucket chunks holding its range, the pieces joined along the TP
+//    split dimension (the two halves of a SwiGLU fc1 at their [W_all; V_all] rows);
+//  * no distributed-optimizer state: the model tensor in fp32;
+//  * step.pt: the param group's "step" (Megatron's saved param_groups carry it for torch Adam);
+//  * zero/optimizer_state.pt {"param_groups": [...]}; megatron_core/common_state.pt: the common state
+//    in its fully_reshardable form (what ucp-load --format torch_dist writes back, args rewritten);
+//    megatron_core/objects.pt: the `._extra_state` ShardedObjects' stored bytes.
+// One parameter in memory at a time; committed as every union is (parallel::CollectiveStaging).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/dtype.h"
+#include "io/pickle/value.h"
+#include "to_universal/convert.h"
+#include "to_universal/from_dcp.h"
+
+namespace ucpkit::formats::megatron_core {
+class Checkpoint;
+}
+
+namespace ucpkit::to_universal {
+
+// The side files a Megatron-Core-named universal folder carries (relative to the folder).
+inline constexpr const char* kMcoreCommonStateFile = "megatron_core/common_state.pt";
+inline constexpr const char* kMcoreObjectsFile = "megatron_core/objects.pt";
+
+struct TorchDistParam {
+  std::string name;             // decoder.layers.{L}.<param>, ...experts.experts.{E}.<param>, or the key
+  size_t model_param = 0;       // index into Checkpoint::params()
+  std::vector<int64_t> shape;   // global
+  DType dtype = DType::BFloat16;  // of the model tensor
+  uint64_t bytes = 0;           // fp32 bytes of its states (the split over MPI ranks)
+};
+
+struct TorchDistPlan {
+  std::vector<TorchDistParam> params;  // Checkpoint::params() order
+  std::string optimizer_format;        // none | dp_reshardable | fully_reshardable
+  nlohmann::json source;               // manifest.json "source"
+};
+
+// The plan of an opened checkpoint. Throws Error naming the file when a parameter is in no bucket
+// layout (dp_reshardable).
+TorchDistPlan plan_torch_dist(const formats::megatron_core::Checkpoint& ck);
+
+// The common state in its fully_reshardable form: a copy of the source's with, for a dp_reshardable
+// source, each optimizer part's saved state (the `optimizer` ShardedObject of dp group 0) moved in
+// and param_state_sharding_type / content_metadata.distrib_optim_sharding_type set to
+// fully_reshardable.
+pickle::ValuePtr fully_reshardable_common_state(const formats::megatron_core::Checkpoint& ck);
+
+// Megatron's saved param_groups of every optimizer part (dense, then expert), from a common state in
+// fully_reshardable form.
+std::vector<pickle::ValuePtr> saved_param_groups(const pickle::ValuePtr& common, const std::string& file);
+
+// Whether `input` is a Megatron-Core torch_dist iteration folder (metadata.json naming torch_dist
+// and .metadata) or a save root whose latest_checkpointed_iteration.txt names one.
+bool is_torch_dist_input(const std::string& input);
+
+// The plan as ucp-union --dry-run counts it (from_dcp's DcpPlan: states per parameter, step).
+DcpPlan dcp_plan_of_torch_dist(const std::string& input);
+
+// ucp-union for a torch_dist folder (from_dcp's run_union_dcp calls it for FolderKind::TorchDist).
+RunSummary run_union_torch_dist(const std::string& input, const std::string& output, const ConvertOptions& options);
+
+}  // namespace ucpkit::to_universal
