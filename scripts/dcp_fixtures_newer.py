@@ -1,0 +1,99 @@
+"""DCP fixtures from newer torch save code (scripts/dcp_fixtures_newer.sh runs this in the trixie chroot).
+
+torch 2.14.1's torch/distributed/checkpoint package (pure Python, Debian python3-torch
+2.14.1+dfsg-1) overlaid on the installed torch 2.6.0 (PYTHONPATH overlay, dcp214_shim for the two
+helpers 2.14's package imports that 2.6 lacks); the model, its sharding, the Adam steps and the
+truth are torch2lab's dcp_save.py functions (TinyLlama with torchtitan names, truth = torch's own
+get_state_dict(full_state_dict=True) gathered tensors, not DCP loading).
+
+  --variant zstd       FileSystemWriter(out, _extensions=[ZStandard()]): every item (tensors and
+                       bytes items) a zstd stream, _StorageInfo.transform_descriptors ["stream.zstd/1"]
+                       (torch 2.14.1 filesystem.py:233-281, :320-372; _extension.py:91-119)
+  --variant plain      FileSystemWriter(out) of the same torch: Metadata.version "1.0.0"
+                       (filesystem.py:71, :762), StorageMeta.modules (metadata.py:134)
+  --variant ranklocal  dcp.save(..., use_collectives=False): every rank writes __{rank}.metadata
+                       (state_dict_saver.py:151, filesystem.py:770-806)
+  --variant hf         HuggingFaceStorageWriter(out, save_distributed=True): per rank
+                       shard-0000{r+1}-model-00001-of-00001.safetensors with DCP_SHARDING_INFO
+                       (hf_storage.py:49-137, _hf_utils.py:10-50, filesystem.py:454-467); no metadata file
+  --variant hfcons     the same with enable_consolidation=True: sharded/ + consolidated
+                       model-00001-of-00001.safetensors + model.safetensors.index.json
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, "/torch2lab")
+import dcp214_shim  # noqa: F401,E402  (before torch.distributed.checkpoint is imported)
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import dcp_save  # noqa: E402
+from labdist import log, spawn  # noqa: E402
+
+
+def _save(rank, world, o):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
+
+    m, mesh = dcp_save.shard_model(dcp_save.build_model(o), o, world)
+    opt = dcp_save.optimizer_steps(m, o.steps) if o.optim else None
+    if opt is not None:
+        msd, osd = get_state_dict(m, opt)
+        sd = {"model": msd, "optim": osd}
+    else:
+        sd = m.state_dict()
+    if rank == 0:
+        os.makedirs(o.out, exist_ok=True)
+    dist.barrier()
+    if o.variant == "zstd":
+        from torch.distributed.checkpoint._extension import ZStandard
+        dcp.save(sd, storage_writer=dcp.FileSystemWriter(o.out, _extensions=[ZStandard()]))
+    elif o.variant == "plain":
+        dcp.save(sd, checkpoint_id=o.out)
+    elif o.variant == "ranklocal":
+        dcp.save(sd, checkpoint_id=o.out, use_collectives=False)
+    elif o.variant in ("hf", "hfcons"):
+        from torch.distributed.checkpoint import HuggingFaceStorageWriter
+        dcp.save(sd, storage_writer=HuggingFaceStorageWriter(
+            path=o.out, save_distributed=True, enable_consolidation=(o.variant == "hfcons")))
+    dist.barrier()
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=False)
+    if opt is not None:
+        fm, fo = get_state_dict(m, opt, options=opts)
+        full = {"model": fm, "optim": fo}
+    else:
+        full = get_model_state_dict(m, options=opts)
+    flat, _ = flatten_state_dict(full)
+    if rank == 0:
+        import torch.distributed.checkpoint.filesystem as fsmod
+        dcp_save.write_truth(flat, o.out.rstrip("/") + ".truth", {
+            "layout": o.layout, "world": world, "optim": bool(o.optim), "variant": o.variant,
+            "torch": torch.__version__, "dcp_package": os.path.dirname(fsmod.__file__),
+            "dcp_package_torch": "2.14.1 (Debian python3-torch 2.14.1+dfsg-1)",
+            "placements": {k: [str(p) for p in v.placements] for k, v in dcp_save._flat_dtensors(sd)},
+        })
+    return 0
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True)
+    p.add_argument("--variant", choices=["zstd", "plain", "ranklocal", "hf", "hfcons"], required=True)
+    p.add_argument("--world", type=int, default=2)
+    p.add_argument("--layout", choices=["fsdp", "replicated"], default="fsdp")
+    p.add_argument("--optim", action="store_true")
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--vocab", type=int, default=32)
+    p.add_argument("--dim", type=int, default=8)
+    p.add_argument("--hidden", type=int, default=16)
+    p.add_argument("--layers", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tp", type=int, default=2)
+    o = p.parse_args()
+    spawn(_save, o.world, o)
+
+
+if __name__ == "__main__":
+    main()
