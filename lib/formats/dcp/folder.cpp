@@ -10,6 +10,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_input.h"
+#include "formats/dcp/safetensors_flavour.h"
 
 namespace fs = std::filesystem;
 
@@ -80,6 +81,7 @@ std::string_view folder_kind_name(FolderKind kind) {
     case FolderKind::Global: return "dcp";
     case FolderKind::RankLocal: return "dcp-rank-local";
     case FolderKind::TorchDist: return "torch_dist";
+    case FolderKind::Safetensors: return "dcp-safetensors";
   }
   return "?";
 }
@@ -100,6 +102,11 @@ Folder find_folder(const std::string& path) {
   } else if (global) {
     f.kind = FolderKind::Global;
   } else if (!rank_local(f)) {
+    f.metadata_files = safetensors_flavour_files(path);  // reads their headers
+    if (!f.metadata_files.empty()) {
+      f.kind = FolderKind::Safetensors;
+      f.data_dirs.assign(f.metadata_files.size(), "");
+    }
     return f;
   }
   if (f.kind != FolderKind::RankLocal) {
@@ -147,6 +154,7 @@ void merge_part(Metadata& out, const Metadata& part, const std::string& data_dir
 
 int world_size_of(const Metadata& md, const Folder& folder) {
   if (folder.kind == FolderKind::RankLocal) return static_cast<int>(folder.metadata_files.size());
+  if (folder.kind == FolderKind::Safetensors) return safetensors_world_size(folder.metadata_files);
   long top = -1;
   auto see = [&](const std::string& name) {
     const size_t us = name.find('_', 2);
@@ -165,6 +173,7 @@ int world_size_of(const Metadata& md, const Folder& folder) {
 
 Metadata read_folder_metadata(const Folder& folder) {
   if (folder.metadata_files.empty()) throw Error(folder.dir + ": not a DCP checkpoint folder (no .metadata)");
+  if (folder.kind == FolderKind::Safetensors) return read_safetensors_metadata(folder.metadata_files);
   if (folder.kind != FolderKind::RankLocal) return read_metadata(folder.metadata_files[0]);
   Metadata out;
   for (size_t r = 0; r < folder.metadata_files.size(); ++r) {

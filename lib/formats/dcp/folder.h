@@ -16,20 +16,23 @@ enum class FolderKind {
   Global,     // `.metadata` (the reshardable form every torch 2.x and 1.13 write)
   RankLocal,  // no `.metadata`: `__{rank}.metadata` files or `rank_<r>/.metadata` folders
   TorchDist,  // Megatron-Core dist_checkpointing: `metadata.json` with sharded_backend torch_dist
+  Safetensors,  // HuggingFaceStorageWriter: `*.safetensors` with DCP_SHARDING_INFO (safetensors_flavour.h)
 };
-std::string_view folder_kind_name(FolderKind kind);  // "dcp", "dcp-rank-local", "torch_dist", "none"
+std::string_view folder_kind_name(FolderKind kind);  // "dcp", "dcp-rank-local", "torch_dist", "dcp-safetensors", "none"
 
 struct Folder {
   FolderKind kind = FolderKind::None;
   std::string dir;
-  // The metadata files read (one for Global and TorchDist, one per rank for RankLocal, rank order).
+  // The metadata files read (one for Global and TorchDist, one per rank for RankLocal, rank order; the
+  // .safetensors files for Safetensors).
   std::vector<std::string> metadata_files;
   // Per metadata file, the folder (relative to dir, "" for dir itself) its items' files lie in.
   std::vector<std::string> data_dirs;
   std::string sharded_backend;  // metadata.json's sharded_backend ("" when none)
 };
 
-// Looks at the folder's names only (no file is parsed but metadata.json). Kind None when `path` is no
+// Looks at the folder's names only (no file is parsed but metadata.json, and the headers of the
+// `*.safetensors` files of a folder without `.metadata` or rank-local parts). Kind None when `path` is no
 // DCP folder; throws Error naming the file when metadata.json names a sharded backend other than
 // torch_dist or is not readable JSON.
 Folder find_folder(const std::string& path);

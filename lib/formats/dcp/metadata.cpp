@@ -120,7 +120,10 @@ Item Parser::item(const ValuePtr& key, const ValuePtr& info) {
   it.storage.length = count(field(info, "length", where), where + ".length");
   if (ValuePtr t = info->attr("transform_descriptors"); t && !t->is_none()) {
     if (!t->is_sequence()) bad(where + ".transform_descriptors: expected a list");
-    it.storage.transforms = t->items.size();
+    for (size_t k = 0; k < t->items.size(); ++k)
+      it.storage.transform_descriptors.push_back(
+          text(t->items[k], where + ".transform_descriptors[" + std::to_string(k) + "]"));
+    it.storage.transforms = it.storage.transform_descriptors.size();
   }
   return it;
 }

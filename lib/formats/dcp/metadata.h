@@ -37,7 +37,13 @@ struct StorageInfo {
   std::string relative_path;
   uint64_t offset = 0;
   uint64_t length = 0;
-  size_t transforms = 0;  // len(transform_descriptors) (torch >= 2.7 zstd etc.); 0 when absent
+  size_t transforms = 0;  // transform_descriptors.size()
+  // transform_descriptors (torch >= 2.7 FileSystemWriter _extensions, e.g. "stream.zstd/1"), in the
+  // order the load side applies them (formats/dcp/transforms.h); empty when absent.
+  std::vector<std::string> transform_descriptors;
+  // The item is the chunk's raw little-endian bytes (a safetensors tensor of the HuggingFace flavour,
+  // formats/dcp/safetensors_flavour.h), not a torch.save zip.
+  bool raw = false;
 };
 
 // MetadataIndex -> _StorageInfo. A tensor item is keyed by its chunk's offsets, a bytes item by fqn.
