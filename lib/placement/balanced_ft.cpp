@@ -17,6 +17,7 @@
 #include "placement/layer_state.h"
 #include "placement/lpt_fill.h"
 #include "placement/mro.h"
+#include "placement/pair_packing.h"
 #include "placement/recovery_weight.h"
 
 namespace ucpkit::placement {
@@ -245,6 +246,7 @@ struct Candidate {
   std::vector<int> phy2log;
   bool rated = false;  // packed for the floor (add_rated_candidate): refined even when not among the first two
   bool dominant = false;  // from dominant_allocations
+  bool paired = false;    // two slots per GPU: the sorted pairing of an improved allocation (pair_packing.h)
 };
 
 // The greedy over all slots, and over fewer (half a GPU's worth of slots per GPU less each time, at
@@ -387,7 +389,8 @@ Chosen refine_candidates(std::vector<Candidate> cands, const std::vector<double>
     reduce_max(st, f, swap_budget(cl), true);
     if (!best.state || st.max_load() < best.state->max_load() * (1 - 1e-12)) {
       best.state.emplace(std::move(st));
-      best.packing = cands[i].dominant ? (cands[i].spread ? "dominant-spread" : "dominant-plain")
+      best.packing = cands[i].paired     ? "sorted-pairs"
+                     : cands[i].dominant ? (cands[i].spread ? "dominant-spread" : "dominant-plain")
                      : cands[i].spread    ? "node-spread"
                                           : "plain";
       best.greedy_slots = cands[i].greedy;
@@ -496,6 +499,16 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
   const double reference = ref.max;
   std::vector<Candidate> cands = stepped_candidates(t, cl, f, ref);
   add_rated_candidate(cands, t, cl, f, ref);
+  // Two slots per GPU: for given counts the sorted pairing is the best packing (nodes aside), so the
+  // counts are improved for it directly (pair_packing.h); E^2 moves a step, hence up to 128 experts.
+  if (cl.slots_per_gpu == 2 && E <= 128) {
+    const auto r = improve_pair_allocation(counts_from(t, seq, slots, f, slots), t, f, 4 * E + 64);
+    auto packed = sorted_pair_layout(r, t, cl);
+    const double mx = max_of(packed, t, cl);
+    Candidate c{mx, slots, true, std::move(packed), true};
+    c.paired = true;
+    cands.push_back(std::move(c));
+  }
   // Recovery may use the slack down to EPLB's balance (0.2% margin for tie-order differences).
   auto finish = [&](Chosen& c) {
     const double cap = std::max(c.state->max_load(), reference / 1.002);

@@ -1,0 +1,118 @@
+// Sorted pairing for two slots per GPU (see pair_packing.h).
+#include "placement/pair_packing.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace ucpkit::placement {
+
+namespace {
+
+struct Group {
+  double share;
+  long long count;
+};
+
+// The sorted pairing of groups given in ascending share: the smallest remaining share with the
+// largest remaining one, group by group.
+PairingValue pair_groups(std::vector<Group>& g) {
+  PairingValue v;
+  if (g.empty()) return v;
+  std::vector<std::pair<double, long long>> sums;
+  size_t i = 0, j = g.size() - 1;
+  while (i < j) {
+    const long long k = std::min(g[i].count, g[j].count);
+    sums.push_back({g[i].share + g[j].share, k});
+    g[i].count -= k;
+    g[j].count -= k;
+    if (g[i].count == 0) ++i;
+    if (g[j].count == 0) --j;
+  }
+  if (i == j && g[i].count > 1) sums.push_back({2 * g[i].share, g[i].count / 2});
+  for (const auto& [s, k] : sums) v.max = std::max(v.max, s);
+  for (const auto& [s, k] : sums)
+    if (s >= v.max * (1 - 1e-12)) v.at_max += k;
+  return v;
+}
+
+bool better(const PairingValue& a, const PairingValue& b) {
+  return a.max < b.max * (1 - 1e-12) || (a.max <= b.max * (1 + 1e-12) && a.at_max < b.at_max);
+}
+
+// Experts with replicas in ascending share (ties to the lower id).
+std::vector<int> by_share(const std::vector<int>& r, const std::vector<double>& t) {
+  std::vector<int> order;
+  for (size_t e = 0; e < r.size(); ++e)
+    if (r[e] > 0) order.push_back(static_cast<int>(e));
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return t[a] * r[b] < t[b] * r[a]; });
+  return order;
+}
+
+}  // namespace
+
+PairingValue sorted_pairing(const std::vector<int>& r, const std::vector<double>& t) {
+  std::vector<Group> g;
+  for (int e : by_share(r, t)) g.push_back({t[e] / r[e], r[e]});
+  return pair_groups(g);
+}
+
+std::vector<int> improve_pair_allocation(std::vector<int> r, const std::vector<double>& t, int f, int max_steps) {
+  const int E = static_cast<int>(r.size());
+  std::vector<int> order = by_share(r, t);
+  PairingValue cur = sorted_pairing(r, t);
+  std::vector<Group> g;
+  g.reserve(E + 2);
+  // The groups with a's count one lower and b's one higher, in ascending share: `order` without a
+  // and b, the two new shares merged in (O(E) per move instead of a sort).
+  auto value_after = [&](int a, int b) {
+    const double sa = r[a] > 1 ? t[a] / (r[a] - 1) : 0, sb = t[b] / (r[b] + 1);
+    Group ga{sa, r[a] - 1}, gb{sb, r[b] + 1};
+    if (gb.share < ga.share) std::swap(ga, gb);
+    g.clear();
+    int placed = 0;
+    auto put = [&](const Group& x) {
+      if (x.count > 0) g.push_back(x);
+    };
+    for (int e : order) {
+      if (e == a || e == b) continue;
+      const double s = t[e] / r[e];
+      if (placed == 0 && ga.share <= s) put(ga), ++placed;
+      if (placed == 1 && gb.share <= s) put(gb), ++placed;
+      g.push_back({s, r[e]});
+    }
+    if (placed == 0) put(ga), ++placed;
+    if (placed == 1) put(gb);
+    return pair_groups(g);
+  };
+  for (int step = 0; step < max_steps; ++step) {
+    bool moved = false;
+    for (int b = 0; b < E && !moved; ++b)
+      for (int a = 0; a < E && !moved; ++a) {
+        if (a == b || r[a] <= f) continue;
+        const PairingValue v = value_after(a, b);
+        if (!better(v, cur)) continue;
+        r[a]--, r[b]++;
+        cur = v;
+        order = by_share(r, t);
+        moved = true;
+      }
+    if (!moved) break;
+  }
+  return r;
+}
+
+std::vector<int> sorted_pair_layout(const std::vector<int>& r, const std::vector<double>& t, const Cluster& cl) {
+  std::vector<int> items;  // every replica, ascending share
+  for (int e : by_share(r, t))
+    for (int k = 0; k < r[e]; ++k) items.push_back(e);
+  const int m = cl.gpus(), N = cl.nodes, G = cl.gpus_per_node;
+  std::vector<int> phy2log(cl.slots(), -1);
+  for (int k = 0; k < m && 2 * k + 1 < static_cast<int>(items.size()); ++k) {
+    const int gpu = (k % N) * G + (k / N) % G;
+    phy2log[2 * gpu] = items[items.size() - 1 - k];
+    phy2log[2 * gpu + 1] = items[k];
+  }
+  return phy2log;
+}
+
+}  // namespace ucpkit::placement
