@@ -1,0 +1,284 @@
+// formats/dcp on checkpoints written by torch 2.14.1's own DCP save code (tests/formats/dcp/data/t214_*,
+// scripts/dcp_fixtures_newer.sh: the real torch/distributed/checkpoint package of Debian's
+// python3-torch 2.14.1 over torch 2.6, 2 gloo ranks; README.md there): zstd transforms on every item
+// (FileSystemWriter _extensions=[ZStandard()]), Metadata.version, __{rank}.metadata rank-local saves
+// (use_collectives=False) and the HuggingFaceStorageWriter safetensors flavour. Every tensor is read
+// bit-exact against the truth the saving script recorded (torch's own full_state_dict gather, not DCP
+// loading), through the library and through `ucp-union --input` run as users run it (relative paths,
+// from another folder). Damage (a zstd frame cut short, an unknown transform): one line naming the data
+// file, exit 1, nothing left.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "formats/dcp/dcp_data.h"
+#include "formats/dcp/folder.h"
+#include "formats/dcp/reader.h"
+#include "formats/dcp/safetensors_flavour.h"
+#include "formats/dcp/transforms.h"
+#include "formats/universal/manifest.h"
+#include "formats/universal/state_file.h"
+#include "io/safetensors_file.h"
+#include "io/torch/torch_file.h"
+#include "support/process.h"
+
+namespace fs = std::filesystem;
+using namespace ucpkit;
+using formats::dcp::FolderKind;
+using formats::dcp::Reader;
+using ucpkit::testing::slurp;
+
+namespace {
+
+const std::string& kData = ucpkit::testing::kDcpData;
+const std::string kBin = UCPKIT_BIN_DIR;
+
+std::map<std::string, SafetensorsTensor> truth_of(const std::string& variant) {
+  const std::string p = kData + "/" + variant + ".truth/tensors.safetensors";
+  return parse_safetensors(slurp(p), p);
+}
+
+void expect_same(const Tensor& t, const SafetensorsTensor& want) {
+  EXPECT_EQ(dtype_safetensors_name(t.dtype()), want.dtype);
+  EXPECT_EQ(t.shape(), want.shape);
+  const auto b = t.contiguous().contiguous_bytes();
+  ASSERT_EQ(b.size(), want.bytes.size());
+  EXPECT_EQ(0, std::memcmp(b.data(), want.bytes.data(), b.size())) << "values differ";
+}
+
+// The folder as the tools open it (find_folder + read_folder_metadata), every tensor vs the truth.
+Reader open_folder(const std::string& dir) {
+  const auto f = formats::dcp::find_folder(dir);
+  return Reader(dir, formats::dcp::read_folder_metadata(f));
+}
+
+void expect_matches_truth(const Reader& r, const std::map<std::string, SafetensorsTensor>& truth) {
+  std::set<std::string> tensor_keys, truth_keys;
+  for (const auto& e : r.metadata().entries)
+    if (!e.is_bytes) tensor_keys.insert(e.fqn);
+  for (const auto& [k, v] : truth) truth_keys.insert(k);
+  EXPECT_EQ(tensor_keys, truth_keys) << r.dir();
+  for (const auto& [name, want] : truth) {
+    SCOPED_TRACE(r.dir() + " " + name);
+    expect_same(r.read_tensor(name), want);
+  }
+}
+
+// A copy of fixture `variant` at <scratch>/in/ck, and <scratch>/work, the folder the tools run in.
+struct Case {
+  std::string root, work, input;
+};
+
+Case case_of(const std::string& name, const std::string& variant) {
+  Case c;
+  c.root = ucpkit::testing::scratch_dir("dcp_newer_" + name);
+  c.work = c.root + "/work";
+  fs::create_directories(c.work);
+  c.input = c.root + "/in/ck";
+  fs::create_directories(c.root + "/in");
+  fs::copy(kData + "/" + variant, c.input, fs::copy_options::recursive);
+  return c;
+}
+
+ucpkit::testing::SplitResult union_in(const Case& c, const std::string& args) {
+  return ucpkit::testing::run_split_in(c.work, kBin + "/ucp-union " + args, c.root);
+}
+
+// ucp-union's universal folder vs the truth: every parameter's state files and step.
+void expect_universal_matches_truth(const std::string& out, const std::string& variant) {
+  const auto truth = truth_of(variant);
+  const auto manifest = formats::universal::read_universal_manifest(out + "/manifest.json");
+  EXPECT_EQ(manifest.source.value("format", ""), "dcp");
+  std::set<std::string> used;
+  for (const auto& p : manifest.params) {
+    for (const auto& [state, f] : p.states) {
+      SCOPED_TRACE(variant + " " + p.name + " " + state);
+      const std::string key = state == "fp32" ? (truth.count("model." + p.name) ? "model." + p.name : p.name)
+                                              : "optim.state." + p.name + "." + state;
+      ASSERT_TRUE(truth.count(key)) << key;
+      used.insert(key);
+      const std::string path = out + "/" + f.file;
+      expect_same(formats::universal::read_state_file(load_torch(path), path).param, truth.at(key));
+    }
+    if (p.step) {
+      const std::string key = "optim.state." + p.name + ".step";
+      ASSERT_TRUE(truth.count(key)) << key;
+      used.insert(key);
+      const auto step = load_torch(out + "/zero/" + p.name + "/step.pt");
+      ASSERT_TRUE(step && step->kind == pickle::Kind::Tensor);
+      expect_same(step->as_tensor(), truth.at(key));
+    }
+  }
+  EXPECT_EQ(used.size(), truth.size()) << variant << ": truth tensors without a universal state";
+}
+
+// Nothing but the input and the work folder's absence of output: no staging left behind.
+void expect_nothing_left(const Case& c) {
+  size_t n = 0;
+  for (const auto& e : fs::directory_iterator(c.work)) {
+    ADD_FAILURE() << "left behind: " << e.path();
+    ++n;
+  }
+  EXPECT_EQ(n, 0u);
+}
+
+}  // namespace
+
+TEST(DcpNewer, ZstdTransformsOnEveryItemReadBitExact) {
+  const std::string dir = kData + "/t214_zstd_w2";
+  EXPECT_EQ(formats::dcp::find_folder(dir).kind, FolderKind::Global);
+  const Reader r = open_folder(dir);
+  EXPECT_EQ(r.metadata().version, std::optional<std::string>("1.0.0"));  // filesystem.py:71, :762@2.14.1
+  size_t zstd = 0;
+  for (const auto& it : r.metadata().items) {
+    EXPECT_EQ(it.storage.transform_descriptors, std::vector<std::string>{"stream.zstd/1"}) << it.fqn;
+    zstd += it.storage.transforms == 1;
+  }
+  EXPECT_EQ(zstd, r.metadata().items.size());
+  expect_matches_truth(r, truth_of("t214_zstd_w2"));
+  // Bytes items (param_groups) are zstd streams too: decoded, then torch.load's bytes; values as recorded.
+  const auto want = nlohmann::json::parse(slurp(kData + "/t214_zstd_w2.truth/nontensor.json"));
+  EXPECT_DOUBLE_EQ(r.read_object("optim.param_groups.0.lr")->as_float(), want["optim.param_groups.0.lr"].get<double>());
+  EXPECT_DOUBLE_EQ(r.read_object("optim.param_groups.0.eps")->as_float(), want["optim.param_groups.0.eps"].get<double>());
+  EXPECT_FALSE(r.read_object("optim.param_groups.0.amsgrad")->as_bool());
+}
+
+TEST(DcpNewer, Torch214WithoutTransformsReadBitExact) {
+  const Reader r = open_folder(kData + "/t214_plain_w2");
+  EXPECT_EQ(r.metadata().version, std::optional<std::string>("1.0.0"));
+  for (const auto& it : r.metadata().items) EXPECT_EQ(it.storage.transforms, 0u) << it.fqn;
+  expect_matches_truth(r, truth_of("t214_plain_w2"));
+}
+
+TEST(DcpNewer, RankLocalUnderscoreRankMetadataMergedBitExact) {
+  // use_collectives=False: each rank wrote its own __{rank}.metadata of its own Shard(0) chunks
+  // (filesystem.py:770-806@2.14.1); neither alone tiles a tensor, the two merged do.
+  const std::string dir = kData + "/t214_ranklocal_w2";
+  const auto f = formats::dcp::find_folder(dir);
+  ASSERT_EQ(f.kind, FolderKind::RankLocal);
+  ASSERT_EQ(f.metadata_files.size(), 2u);
+  EXPECT_EQ(fs::path(f.metadata_files[1]).filename(), "__1.metadata");
+  const auto md = formats::dcp::read_folder_metadata(f);
+  EXPECT_EQ(formats::dcp::world_size_of(md, f), 2);
+  const Reader r(dir, md);
+  expect_matches_truth(r, truth_of("t214_ranklocal_w2"));
+  const auto part = formats::dcp::read_metadata(f.metadata_files[0]);
+  EXPECT_THROW(formats::dcp::check_chunks_cover(part.entries.at(0), part.path), Error);
+}
+
+TEST(DcpNewer, SafetensorsFlavourShardedBitExact) {
+  const std::string dir = kData + "/t214_hf_w2";
+  const auto f = formats::dcp::find_folder(dir);
+  ASSERT_EQ(f.kind, FolderKind::Safetensors);
+  EXPECT_EQ(formats::dcp::folder_kind_name(f.kind), "dcp-safetensors");
+  ASSERT_EQ(f.metadata_files.size(), 2u);  // shard-00001-..., shard-00002-... (shard_index = rank + 1)
+  const auto md = formats::dcp::read_folder_metadata(f);
+  EXPECT_EQ(formats::dcp::world_size_of(md, f), 2);
+  EXPECT_EQ(md.version, std::optional<std::string>("1.0"));  // DCP_VERSION, _hf_utils.py:36-37@2.14.1
+  const auto* e = md.find("tok_embeddings.weight");
+  ASSERT_NE(e, nullptr);
+  ASSERT_EQ(e->chunks.size(), 2u);  // FSDP2 Shard(0): two row blocks from saved_offsets
+  EXPECT_EQ(e->chunks[1].offsets, (std::vector<int64_t>{e->size[0] / 2, 0}));
+  for (const auto& it : md.items) EXPECT_TRUE(it.storage.raw) << it.fqn;
+  expect_matches_truth(Reader(dir, md), truth_of("t214_hf_w2"));
+}
+
+TEST(DcpNewer, SafetensorsConsolidatedOutput) {
+  // enable_consolidation=True: the DCP shards under sharded/, the consolidated file beside them is a
+  // plain Hugging Face file (no DCP_SHARDING_INFO), not a DCP folder; read as torch's
+  // HuggingFaceStorageReader reads one (offsets 0), it holds the truth as well.
+  const std::string dir = kData + "/t214_hfcons_w2";
+  EXPECT_EQ(formats::dcp::find_folder(dir).kind, FolderKind::None);
+  ASSERT_EQ(formats::dcp::find_folder(dir + "/sharded").kind, FolderKind::Safetensors);
+  expect_matches_truth(open_folder(dir + "/sharded"), truth_of("t214_hfcons_w2"));
+  const auto md = formats::dcp::read_safetensors_metadata({dir + "/model-00001-of-00001.safetensors"});
+  expect_matches_truth(Reader(dir, md), truth_of("t214_hfcons_w2"));
+}
+
+TEST(DcpNewer, ZstdFrameCutShortIsAnError) {
+  // A real item's zstd frame with its last bytes cut off.
+  const std::string dir = kData + "/t214_zstd_w2";
+  const Reader r(dir);
+  const auto& it = r.metadata().items.front();
+  const std::string file = slurp(dir + "/" + it.storage.relative_path);
+  const std::span<const uint8_t> item(reinterpret_cast<const uint8_t*>(file.data()) + it.storage.offset,
+                                      it.storage.length);
+  EXPECT_NO_THROW(formats::dcp::undo_transforms(item, it.storage.transform_descriptors, "x"));
+  try {
+    formats::dcp::undo_transforms(item.first(item.size() - 3), it.storage.transform_descriptors, "item.bin");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("item.bin"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cut short"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(formats::dcp::undo_transforms(item, {"stream.zstd/2"}, "x"), Error);  // another major version
+  EXPECT_THROW(formats::dcp::undo_transforms(item, {"stream.lz4/1"}, "x"), Error);
+}
+
+TEST(DcpNewerUnion, EveryNewerVariantBitExactThroughUcpUnion) {
+  for (const std::string variant : {"t214_zstd_w2", "t214_plain_w2", "t214_ranklocal_w2", "t214_hf_w2"}) {
+    SCOPED_TRACE(variant);
+    const Case c = case_of("all_" + variant, variant);
+    const auto r = union_in(c, "--input ../in/ck --output out --json");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_GT(nlohmann::json::parse(r.out).value("params", 0), 0);
+    expect_universal_matches_truth(c.work + "/out", variant);
+  }
+  const Case c = case_of("all_hfcons", "t214_hfcons_w2");
+  const auto r = union_in(c, "--input ../in/ck/sharded --output out");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  expect_universal_matches_truth(c.work + "/out", "t214_hfcons_w2");
+}
+
+TEST(DcpNewerUnion, ZstdFrameCutShortInADataFileFailsNamingIt) {
+  // Item A's bytes replaced by the first |A| bytes of a longer real zstd item B of the same save: a
+  // real frame that ends too early, inside an otherwise intact file and metadata.
+  const Case c = case_of("cut", "t214_zstd_w2");
+  const Reader r(c.input);
+  const formats::dcp::Item *a = nullptr, *b = nullptr;
+  for (const auto& it : r.metadata().items) {
+    if (!it.offset) continue;  // tensor items only
+    if (!a || it.storage.length < a->storage.length) a = &it;
+    if (!b || it.storage.length > b->storage.length) b = &it;
+  }
+  ASSERT_TRUE(a && b && b->storage.length > a->storage.length + 16);
+  std::string fa = slurp(c.input + "/" + a->storage.relative_path);
+  const std::string fb = slurp(c.input + "/" + b->storage.relative_path);
+  fa.replace(a->storage.offset, a->storage.length, fb.substr(b->storage.offset, a->storage.length));
+  {
+    std::ofstream(c.input + "/" + a->storage.relative_path, std::ios::binary | std::ios::trunc) << fa;
+  }
+  const auto res = union_in(c, "--input ../in/ck --output out");
+  EXPECT_EQ(res.rc, 1) << res.err;
+  EXPECT_EQ(std::count(res.err.begin(), res.err.end(), '\n'), 1) << res.err;
+  EXPECT_NE(res.err.find(a->storage.relative_path), std::string::npos) << res.err;
+  EXPECT_NE(res.err.find("cut short"), std::string::npos) << res.err;
+  expect_nothing_left(c);
+}
+
+TEST(DcpNewerUnion, UnknownTransformFailsNamingTheDataFile) {
+  // Every "stream.zstd/1" descriptor in .metadata renamed to a transform nobody registered (same length,
+  // so the pickle stays valid).
+  const Case c = case_of("unknown", "t214_zstd_w2");
+  std::string md = slurp(c.input + "/.metadata");
+  size_t n = 0;
+  for (size_t at = md.find("stream.zstd/1"); at != std::string::npos; at = md.find("stream.zstd/1", at + 1), ++n)
+    md.replace(at, 13, "stream.brot/1");
+  ASSERT_GT(n, 0u);
+  {
+    std::ofstream(c.input + "/.metadata", std::ios::binary | std::ios::trunc) << md;
+  }
+  const auto res = union_in(c, "--input ../in/ck --output out");
+  EXPECT_EQ(res.rc, 1) << res.err;
+  EXPECT_EQ(std::count(res.err.begin(), res.err.end(), '\n'), 1) << res.err;
+  EXPECT_NE(res.err.find(".distcp"), std::string::npos) << res.err;
+  EXPECT_NE(res.err.find("unknown transform 'stream.brot/1'"), std::string::npos) << res.err;
+  expect_nothing_left(c);
+}
