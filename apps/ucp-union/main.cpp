@@ -2,12 +2,14 @@
 #include "parallel/mpi_session.h"
 #include "tool/cli.h"
 #include "tool/ucp_convert.h"
+#include "tool/ucp_names.h"
 
 int main(int argc, char** argv) {
   using namespace ucpkit;
   CLI::App app{"Join parameter fragments into a universal checkpoint", "ucp-union"};
   tool::CommonOptions common;
   tool::UcpConvertOptions o;
+  tool::UcpNamesOptions names;
   app.add_option("--input", o.input, "Work folder from ucp-extract, a checkpoint folder (one-step mode), or a PyTorch DCP folder")
       ->required();
   app.add_option("--output", o.output, "Universal checkpoint folder to create")->required();
@@ -21,11 +23,19 @@ int main(int argc, char** argv) {
   app.add_option("--tolerance", o.convert.tolerance, "Accept TP-replicated copies differing by at most this")
       ->check(tool::in_range(0, 1e30, false));
   app.add_flag("--allow-unused-patterns", o.convert.allow_unused_patterns, "Accept patterns that match no parameter");
+  app.add_option("--to-names", names.to_names,
+                 "megatron-core: write the universal folder in Megatron-Core names (input: a DeepSpeed checkpoint or its "
+                 "universal folder); megatron-deepspeed: back from such a folder (docs/megatron-core-mapping.md)");
+  app.add_option("--model-map", names.model_map,
+                 "Name map for --to-names megatron-core (patterns/megatron-core/*.json; default: the shipped family "
+                 "that names every parameter)");
   tool::add_overwrite_option(app, o.convert.overwrite, "Replace an existing output folder (atomically, at the end)");
   tool::add_dry_run_option(app, o.dry_run);
   if (int rc = tool::parse_checkpoint_tool(app, argc, argv, common); rc >= 0) return rc;
   const int rc = tool::run("ucp-union", [&] {
     o.check();
+    tool::check_names_options(o, names);
+    if (!names.to_names.empty()) return tool::print_result("ucp-union", tool::run_ucp_union_names(o, names), common.json);
     return tool::print_result("ucp-union", tool::run_ucp_union(o), common.json);
   });
   parallel::die_if_interrupted();  // staging folder removed: die as the signal asked

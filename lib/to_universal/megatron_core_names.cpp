@@ -1,0 +1,418 @@
+// ucp-union --to-names: a universal folder rewritten into Megatron-Core or Megatron-DeepSpeed names.
+// Read the manifest -> plan every parameter's new name and layout (plain data) -> rewrite the state
+// files one parameter a task into a staging folder -> write the manifest -> commit.
+#include "to_universal/megatron_core_names.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/staging.h"
+#include "formats/deepspeed/pipeline.h"
+#include "formats/deepspeed/training_config.h"
+#include "formats/megatron_core/deepspeed_map.h"
+#include "formats/universal/manifest.h"
+#include "formats/universal/state_file.h"
+#include "io/shape.h"
+#include "io/torch/torch_file.h"
+#include "parallel/threads.h"
+#include "patterns/pattern_set.h"
+#include "to_universal/plan.h"
+#include "to_universal/save.h"
+
+namespace ucpkit::to_universal {
+
+namespace fs = std::filesystem;
+namespace mc = formats::megatron_core;
+namespace uv = formats::universal;
+using nlohmann::json;
+
+namespace {
+
+// manifest.json source keys of a Megatron-Core-named folder made here (ucpkit's own keys).
+constexpr const char* kNamesKey = "names";
+constexpr const char* kRecordKey = "megatron_core_names";
+constexpr const char* kModelFilesDir = "megatron_deepspeed";
+
+// A fused QKV joined by a sub-params pattern is [Q; K; V] whole (the sub-params join concatenates each
+// sub-parameter over TP ranks); joined by concatenation it is already in Megatron's per-group order
+// (docs/megatron-core-mapping.md, "QKV").
+bool joined_as_sub_params(const uv::UniversalParam& p) {
+  const std::string join = p.join.value_or("");
+  const std::string kind = patterns::join_kind_name(patterns::JoinKind::SubParams);
+  return join.rfind(kind, 0) == 0 && (join.size() == kind.size() || join[kind.size()] == '+');
+}
+
+struct Job {
+  size_t from = 0;           // index in the input manifest's params
+  std::string name;          // the output name
+  mc::MapLayout layout = mc::MapLayout::Identity;
+  bool regroup_qkv = false;  // [Q; K; V] <-> per-group rows
+  uv::UniversalParam out;    // the output entry (states' crc32 filled when written)
+};
+
+mc::PipeNumbering pipe_numbering(const uv::UniversalManifest& m, const std::string& file) {
+  mc::PipeNumbering pn;
+  const auto src = m.source_facts(file);
+  if (!src.pipeline || src.pipeline_numbering.is_null()) return pn;
+  const auto n = formats::deepspeed::pipeline_numbering_from_json(src.pipeline_numbering, file + ": source.pipeline_numbering");
+  pn.first_block = n.first_block;
+  pn.final_norm = n.final_norm;
+  // An untied head is GPTModelPipe's LMHeadPipe spec right after the final norm (docs/megatron-core-mapping.md).
+  pn.head = n.tied_head >= 0 ? n.tied_head : (n.final_norm >= 0 ? n.final_norm + 1 : -1);
+  return pn;
+}
+
+// The map every parameter maps under: `file`, else the shipped family that maps them all with the
+// fewest rules left unused (the most specific one).
+mc::ModelMap choose_map(const std::vector<std::string>& names, const mc::PipeNumbering& pn, const std::string& file,
+                        const std::string& manifest) {
+  std::vector<mc::ModelMap> maps;
+  if (!file.empty()) maps.push_back(mc::read_model_map(file));
+  else maps = mc::shipped_model_maps();
+  const mc::ModelMap* best = nullptr;
+  size_t best_unused = 0;
+  std::string first_unmapped;
+  for (const auto& map : maps) {
+    std::vector<bool> used(map.rules.size(), false);
+    bool all = true;
+    for (const auto& n : names) {
+      const auto m = mc::to_megatron_core(map, n, pn);
+      if (!m) {
+        if (first_unmapped.empty() || !file.empty()) first_unmapped = n;
+        all = false;
+        break;
+      }
+      used[m->rule] = true;
+    }
+    if (!all) continue;
+    const size_t unused = static_cast<size_t>(std::count(used.begin(), used.end(), false));
+    if (!best || unused < best_unused) best = &map, best_unused = unused;
+  }
+  if (!best) {
+    if (!file.empty())
+      throw Error(file + ": no rule maps parameter '" + escaped_brief(first_unmapped) + "' of " + manifest);
+    throw Error(manifest + ": no shipped Megatron-Core map (patterns/megatron-core/*.json) names every parameter; "
+                "the first one left: '" + escaped_brief(first_unmapped) + "' (give --model-map FILE)");
+  }
+  return *best;
+}
+
+// Query heads and groups from the first model file's Megatron args.
+mc::QkvShape qkv_shape(const std::string& model_file, int64_t rows) {
+  const auto sizes = formats::deepspeed::megatron_sizes(load_torch(model_file));
+  if (sizes.heads <= 0)
+    throw Error(model_file + ": Megatron args give no num_attention_heads; the fused QKV rows cannot be regrouped");
+  mc::QkvShape s;
+  s.heads = sizes.heads;
+  s.groups = sizes.kv_heads > 0 ? sizes.kv_heads : sizes.heads;
+  if ((s.heads + 2 * s.groups) <= 0 || rows % (s.heads + 2 * s.groups) != 0)
+    throw Error(model_file + ": " + std::to_string(rows) + " QKV rows do not split into " + std::to_string(s.heads) +
+                " query heads and 2 x " + std::to_string(s.groups) + " key/value heads");
+  s.head_dim = rows / (s.heads + 2 * s.groups);
+  return s;
+}
+
+json qkv_json(const mc::QkvShape& s) { return {{"heads", s.heads}, {"groups", s.groups}, {"head_dim", s.head_dim}}; }
+
+mc::QkvShape qkv_from_json(const json& j, const std::string& file) {
+  if (!j.is_object() || !j.contains("heads") || !j.contains("groups") || !j.contains("head_dim"))
+    throw Error(file + ": source." + std::string(kRecordKey) + ".qkv needs heads, groups and head_dim");
+  return {j["heads"].get<int64_t>(), j["groups"].get<int64_t>(), j["head_dim"].get<int64_t>()};
+}
+
+struct Counters {
+  std::atomic<uint64_t> read{0}, written{0}, files{0};
+};
+
+void copy_counted(const std::string& from, const std::string& to, Counters& c) {
+  copy_file_contents(from, to);
+  const uint64_t n = fs::file_size(to);
+  c.read += n;
+  c.written += n;
+  ++c.files;
+}
+
+// The files of a parameter folder besides its state files (step.pt), copied as they are.
+void copy_other_files(const fs::path& from_dir, const fs::path& to_dir, const std::set<std::string>& state_files,
+                      Counters& c) {
+  if (!fs::is_directory(from_dir)) return;
+  for (const auto& e : fs::directory_iterator(from_dir)) {
+    if (!e.is_regular_file() || state_files.count(e.path().filename().string())) continue;
+    copy_counted(e.path().string(), (to_dir / e.path().filename()).string(), c);
+  }
+}
+
+Tensor read_param(const fs::path& root, const std::string& rel, Counters& c) {
+  const std::string path = (root / rel).string();
+  const auto f = uv::read_state_file(load_torch(path), path);
+  if (f.bare) throw Error(path + ": a bare 1-D state (ZeRO-3 TP = 1 form) has no layout to rename; convert it with "
+                          "ucp-load to TP >= 1 ZeRO-1 first");
+  c.read += fs::file_size(path);
+  return f.param.contiguous();
+}
+
+// Runs `jobs` one parameter a task on `threads` threads.
+void run_jobs(std::vector<Job>& jobs, int threads, const Reporter& reporter, const std::function<void(Job&)>& f) {
+  std::vector<size_t> all(jobs.size());
+  std::iota(all.begin(), all.end(), size_t{0});
+  Reporter::Bar progress(reporter, "ucp-union", jobs.size());
+  convert_each(all, threads, progress, [&](size_t i) { f(jobs[i]); });
+  progress.finish();
+}
+
+RunSummary summary(const std::string& output, size_t params, int threads, const Counters& c,
+                   std::chrono::steady_clock::time_point t0) {
+  RunSummary s;
+  s.tool = "ucp-union";
+  s.output = output;
+  s.params = params;
+  s.threads = threads;
+  s.bytes_read = c.read;
+  s.bytes_written = c.written;
+  s.files_written = c.files;
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+void write_manifest(const uv::UniversalManifest& m, const fs::path& staged, Counters& c) {
+  const std::string path = (staged / uv::kUniversalManifestName).string();
+  write_file_atomic(path, m.text());
+  c.written += fs::file_size(path);
+  ++c.files;
+}
+
+RunSummary to_megatron_core(const std::string& input, const std::string& output, const NamesOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const fs::path in(input);
+  const std::string mfile = (in / uv::kUniversalManifestName).string();
+  const uv::UniversalManifest m = uv::read_universal_manifest(mfile);
+  if (m.source.is_object() && m.source.value(kNamesKey, std::string()) == "megatron-core")
+    throw Error(mfile + ": this universal folder already has Megatron-Core names");
+  const auto src = m.source_facts(mfile);
+  if (!src.autoep.is_null()) throw Error(mfile + ": a DeepSpeed AutoEP source has no Megatron-Core name map");
+  std::vector<std::string> names;
+  for (const auto& p : m.params) {
+    if (p.flat) throw Error(mfile + ": parameter '" + escaped_brief(p.name) + "' is in the ZeRO-3 TP = 1 flat form, "
+                            "which keeps no layout; convert it with ucp-load to ZeRO-1 first");
+    names.push_back(p.name);
+  }
+  const mc::PipeNumbering pn = pipe_numbering(m, mfile);
+  const mc::ModelMap map = choose_map(names, pn, o.map_file, mfile);
+  if (o.family) *o.family = map.family + " (" + map.origin + ")";
+
+  std::vector<Job> jobs;
+  std::map<std::string, std::string> taken;  // output name -> input name
+  std::optional<mc::QkvShape> qkv;
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    const auto& p = m.params[i];
+    const auto mapped = *mc::to_megatron_core(map, p.name, pn);
+    if (auto [it, fresh] = taken.emplace(mapped.name, p.name); !fresh)
+      throw Error(map.origin + ": parameters '" + escaped_brief(it->second) + "' and '" + escaped_brief(p.name) +
+                  "' both map to '" + mapped.name + "'");
+    Job j;
+    j.from = i;
+    j.name = mapped.name;
+    j.layout = map.rules[mapped.rule].layout;
+    j.regroup_qkv = j.layout == mc::MapLayout::Qkv && joined_as_sub_params(p);
+    if (j.regroup_qkv && !qkv) {
+      if (m.model_files.empty()) throw Error(mfile + ": no model file copy to read the attention heads from");
+      qkv = qkv_shape((in / m.model_files.front()).string(), p.shape.empty() ? 0 : p.shape[0]);
+    }
+    uv::UniversalParam& e = j.out;
+    e.name = j.name;
+    e.shape = p.shape;
+    e.dtype = p.dtype;
+    e.step = p.step;
+    e.vocab_tensor = p.vocab_tensor;
+    if (p.expert) e.expert = uv::UniversalExpert{mapped.layer, p.expert->global_id};
+    for (const auto& [state, file] : p.states)
+      e.states[state] = {"zero/" + param_folder(j.name) + "/" + fs::path(file.file).filename().string(), std::nullopt};
+    jobs.push_back(std::move(j));
+  }
+
+  StagingDir staging(output, o.overwrite, "ucp", o.reporter.verbose, o.sync);
+  const fs::path staged = staging.path();
+  fs::create_directories(staged / "zero");
+  Counters c;
+  const int threads = parallel::thread_count(o.threads);
+  run_jobs(jobs, threads, o.reporter, [&](Job& j) {
+    const auto& p = m.params[j.from];
+    const fs::path dir = staged / "zero" / param_folder(j.name);
+    fs::create_directories(dir);
+    std::set<std::string> state_files;
+    for (const auto& [state, file] : p.states) {
+      state_files.insert(fs::path(file.file).filename().string());
+      Tensor t = read_param(in, file.file, c);
+      if (j.regroup_qkv) t = mc::qkv_split_to_grouped(t, *qkv);
+      const std::string path = (staged / j.out.states[state].file).string();
+      uv::StateFile sf;
+      sf.param = t;
+      save_torch_file(path, uv::to_pickle(sf));
+      j.out.states[state].crc32 = written_crc32(path, t);
+      c.written += fs::file_size(path);
+      ++c.files;
+    }
+    if (!p.states.empty()) copy_other_files((in / p.states.begin()->second.file).parent_path(), dir, state_files, c);
+  });
+
+  // Common files: the optimizer state as it is; the model files under megatron_deepspeed/ (templates of
+  // the way back, not Megatron-Core files).
+  copy_counted((in / m.optimizer_state).string(), (staged / m.optimizer_state).string(), c);
+  fs::create_directories(staged / kModelFilesDir);
+  for (const auto& f : m.model_files) copy_counted((in / f).string(), (staged / kModelFilesDir / f).string(), c);
+
+  uv::UniversalManifest out;
+  out.source = m.source;
+  out.source[kNamesKey] = "megatron-core";
+  json record = {{"family", map.family},
+                 {"map_origin", map.origin},
+                 {"map", map.json},
+                 {"pipeline_numbering", {{"first_block", pn.first_block}, {"final_norm", pn.final_norm}, {"head", pn.head}}},
+                 {"qkv", qkv ? qkv_json(*qkv) : json(nullptr)},
+                 {"model_files_dir", kModelFilesDir},
+                 {"megatron_deepspeed", {{"patterns", {{"origin", m.patterns_origin}, {"set", m.patterns_set}}},
+                                         {"model_files", m.model_files},
+                                         {"params", json::array()}}}};
+  for (const auto& p : m.params) record["megatron_deepspeed"]["params"].push_back(p.to_json());
+  out.source[kRecordKey] = std::move(record);
+  out.patterns_origin = "none: Megatron-Core names (the Megatron-DeepSpeed patterns are in source." +
+                        std::string(kRecordKey) + ")";
+  out.patterns_set = json::object();
+  out.optimizer_state = m.optimizer_state;
+  for (auto& j : jobs) out.params.push_back(std::move(j.out));
+  write_manifest(out, staged, c);
+  check_interrupted();
+  staging.commit();
+  return summary(output, m.params.size(), threads, c, t0);
+}
+
+RunSummary to_megatron_deepspeed(const std::string& input, const std::string& output, const NamesOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const fs::path in(input);
+  const std::string mfile = (in / uv::kUniversalManifestName).string();
+  const uv::UniversalManifest m = uv::read_universal_manifest(mfile);
+  if (!m.source.is_object() || !m.source.contains(kRecordKey)) {
+    if (m.source.is_object() && m.source.value(kNamesKey, std::string()) != "megatron-core" &&
+        m.source.value("format", std::string()) != "torch_dist")
+      throw Error(mfile + ": this universal folder already has Megatron-DeepSpeed names");
+    throw Error(mfile + ": a Megatron-Core-named universal folder without source." + std::string(kRecordKey) +
+                " (not made by ucp-union --to-names megatron-core): writing Megatron-DeepSpeed names needs the "
+                "Megatron-DeepSpeed model files and patterns it records (docs/megatron-core-mapping.md)");
+  }
+  if (!o.map_file.empty())
+    throw UsageError("--model-map: the way back uses the map recorded in " + mfile + "; leave --model-map out");
+  const json& record = m.source[kRecordKey];
+  const std::string where = mfile + ": source." + kRecordKey;
+  if (!record.is_object() || !record.contains("map") || !record.contains("megatron_deepspeed") ||
+      !record.contains("pipeline_numbering"))
+    throw Error(where + " is malformed (map, pipeline_numbering and megatron_deepspeed expected)");
+  const mc::ModelMap map = mc::ModelMap::from_json(record["map"], where + ".map");
+  if (o.family) *o.family = map.family + " (recorded in " + mfile + ")";
+  mc::PipeNumbering pn;
+  pn.first_block = record["pipeline_numbering"].value("first_block", -1);
+  pn.final_norm = record["pipeline_numbering"].value("final_norm", -1);
+  pn.head = record["pipeline_numbering"].value("head", -1);
+  std::optional<mc::QkvShape> qkv;
+  if (!record.value("qkv", json()).is_null()) qkv = qkv_from_json(record["qkv"], mfile);
+  const json& ds = record["megatron_deepspeed"];
+  const auto set = patterns::PatternSet::from_json(ds.at("patterns").at("set"),
+                                                   ds.at("patterns").value("origin", std::string()));
+  std::map<std::string, size_t> by_name;
+  for (size_t i = 0; i < m.params.size(); ++i) by_name[m.params[i].name] = i;
+
+  std::vector<Job> jobs;
+  const json& params = ds.at("params");
+  for (size_t i = 0; i < params.size(); ++i) {
+    Job j;
+    j.out = uv::UniversalParam::from_json(params[i], mfile, "source." + std::string(kRecordKey) +
+                                                                ".megatron_deepspeed.params[" + std::to_string(i) + "]");
+    const auto mapped = mc::to_megatron_core(map, j.out.name, pn);
+    if (!mapped) throw Error(where + ": the recorded map names no rule for '" + escaped_brief(j.out.name) + "'");
+    auto it = by_name.find(mapped->name);
+    if (it == by_name.end())
+      throw Error(mfile + ": parameter '" + mapped->name + "' (Megatron-DeepSpeed '" + escaped_brief(j.out.name) +
+                  "') is missing");
+    j.from = it->second;
+    j.name = j.out.name;
+    j.layout = map.rules[mapped->rule].layout;
+    j.regroup_qkv = j.layout == mc::MapLayout::Qkv && joined_as_sub_params(j.out);
+    if (j.regroup_qkv && !qkv) throw Error(where + ": no qkv shape recorded for '" + escaped_brief(j.name) + "'");
+    by_name.erase(it);
+    jobs.push_back(std::move(j));
+  }
+  if (!by_name.empty())
+    throw Error(mfile + ": parameter '" + escaped_brief(by_name.begin()->first) +
+                "' has no Megatron-DeepSpeed name in the record (added after the conversion?)");
+
+  StagingDir staging(output, o.overwrite, "ucp", o.reporter.verbose, o.sync);
+  const fs::path staged = staging.path();
+  fs::create_directories(staged / "zero");
+  Counters c;
+  const int threads = parallel::thread_count(o.threads);
+  run_jobs(jobs, threads, o.reporter, [&](Job& j) {
+    const auto& p = m.params[j.from];
+    const auto rule = patterns::classify(set, j.name);
+    std::set<std::string> state_files;
+    for (auto& [state, file] : j.out.states) {
+      auto from = p.states.find(state);
+      if (from == p.states.end())
+        throw Error(mfile + ": parameter '" + p.name + "' has no " + state + " state (its Megatron-DeepSpeed entry has)");
+      state_files.insert(fs::path(from->second.file).filename().string());
+      Tensor t = read_param(in, from->second.file, c);
+      if (j.regroup_qkv) t = mc::qkv_grouped_to_split(t, *qkv);
+      if (t.shape() != j.out.shape)
+        throw Error((in / from->second.file).string() + ": shape " + shape_str(t.shape()) + ", the Megatron-DeepSpeed "
+                    "parameter '" + j.name + "' is " + shape_str(j.out.shape));
+      const fs::path path = staged / file.file;
+      fs::create_directories(path.parent_path());
+      save_torch_file(path.string(), state_file_value(t, rule, set));
+      file.crc32 = written_crc32(path.string(), t);
+      c.written += fs::file_size(path);
+      ++c.files;
+    }
+    if (!p.states.empty() && !j.out.states.empty())
+      copy_other_files((in / p.states.begin()->second.file).parent_path(),
+                       (staged / j.out.states.begin()->second.file).parent_path(), state_files, c);
+  });
+
+  copy_counted((in / m.optimizer_state).string(), (staged / m.optimizer_state).string(), c);
+  uv::UniversalManifest out;
+  out.source = m.source;
+  out.source.erase(kNamesKey);
+  out.source.erase(kRecordKey);
+  out.patterns_origin = ds.at("patterns").value("origin", std::string());
+  out.patterns_set = ds.at("patterns").at("set");
+  out.optimizer_state = m.optimizer_state;
+  const std::string dir = record.value("model_files_dir", std::string(kModelFilesDir));
+  for (const auto& f : ds.at("model_files")) {
+    const std::string name = f.get<std::string>();
+    copy_counted((in / dir / name).string(), (staged / name).string(), c);
+    out.model_files.push_back(name);
+  }
+  for (auto& j : jobs) out.params.push_back(std::move(j.out));
+  write_manifest(out, staged, c);
+  check_interrupted();
+  staging.commit();
+  return summary(output, out.params.size(), threads, c, t0);
+}
+
+}  // namespace
+
+bool is_universal_folder(const std::string& dir) {
+  return fs::is_regular_file(fs::path(dir) / uv::kUniversalManifestName) && !fs::exists(fs::path(dir) / "plan.json");
+}
+
+RunSummary rename_universal(const std::string& input, const std::string& output, const NamesOptions& options) {
+  return options.target == NamesTarget::MegatronCore ? to_megatron_core(input, output, options)
+                                                     : to_megatron_deepspeed(input, output, options);
+}
+
+}  // namespace ucpkit::to_universal

@@ -1,0 +1,79 @@
+// ucp-union --to-names.
+#include "tool/ucp_names.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/torch/verify.h"
+#include "parallel/mpi_session.h"
+#include "to_universal/megatron_core_names.h"
+#include "tool/tool.h"
+
+namespace ucpkit::tool {
+
+namespace fs = std::filesystem;
+
+void check_names_options(const UcpConvertOptions& c, const UcpNamesOptions& n) {
+  if (n.to_names.empty()) {
+    if (!n.model_map.empty()) throw UsageError("--model-map is used with --to-names megatron-core");
+    return;
+  }
+  if (n.to_names != "megatron-core" && n.to_names != "megatron-deepspeed")
+    throw UsageError("--to-names: '" + escaped_brief(n.to_names, 40) + "' is not megatron-core or megatron-deepspeed");
+  if (c.dry_run) throw UsageError("--dry-run is not available with --to-names");
+  if (parallel::MpiSession::get().size() > 1) throw UsageError("--to-names runs in one process (not under mpirun)");
+}
+
+Result run_ucp_union_names(const UcpConvertOptions& c, const UcpNamesOptions& n) {
+  check_names_options(c, n);
+  set_verify_files_crc(c.verify);
+  to_universal::NamesOptions o;
+  o.target = n.to_names == "megatron-core" ? to_universal::NamesTarget::MegatronCore
+                                           : to_universal::NamesTarget::MegatronDeepSpeed;
+  o.map_file = n.model_map;
+  o.threads = c.convert.threads;
+  o.overwrite = c.convert.overwrite;
+  o.sync = c.convert.sync;
+  o.reporter = console_reporter();
+  std::string family;
+  o.family = &family;
+  to_universal::RunSummary s;
+  if (to_universal::is_universal_folder(c.input)) {
+    if (!c.convert.patterns_file.empty())
+      throw UsageError("--patterns with a universal folder: its patterns are fixed; pass --patterns when converting the checkpoint");
+    s = to_universal::rename_universal(c.input, c.output, o);
+  } else {
+    if (o.target != to_universal::NamesTarget::MegatronCore)
+      throw UsageError("--to-names megatron-deepspeed reads a universal folder made by --to-names megatron-core; " +
+                       escaped_brief(c.input) + " is not a universal folder");
+    // The checkpoint's universal folder first (Megatron-DeepSpeed names), beside the output, then renamed.
+    const fs::path out = fs::absolute(c.output);
+    const fs::path tmp = out.parent_path() / ("." + out.filename().string() + ".ucp-names-" + std::to_string(getpid()));
+    to_universal::ConvertOptions conv = c.convert;
+    conv.reporter = o.reporter;
+    conv.overwrite = false;
+    conv.sync = false;
+    conv.tag_latest = false;
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    try {
+      const auto first = to_universal::run_union(c.input, tmp.string(), conv);
+      s = to_universal::rename_universal(tmp.string(), c.output, o);
+      s.bytes_read += first.bytes_read;
+    } catch (...) {
+      fs::remove_all(tmp, ec);
+      throw;
+    }
+    fs::remove_all(tmp, ec);
+  }
+  Result r;
+  r.output = s.output;
+  r.fields = s.to_json();
+  r.notes_before.push_back("model family " + family);
+  r.notes.push_back(std::to_string(s.params) + " parameters in " + n.to_names + " names -> " + c.output);
+  return r;
+}
+
+}  // namespace ucpkit::tool

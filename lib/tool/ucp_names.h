@@ -1,0 +1,22 @@
+// ucp-union --to-names megatron-core | megatron-deepspeed [--model-map FILE]: the universal folder of
+// --input (or of the DeepSpeed checkpoint --input, converted first) in the other naming
+// (to_universal/megatron_core_names.h, docs/megatron-core-mapping.md).
+#pragma once
+#include <string>
+
+#include "tool/result.h"
+#include "tool/ucp_convert.h"
+
+namespace ucpkit::tool {
+
+struct UcpNamesOptions {
+  std::string to_names;   // --to-names: "megatron-core" or "megatron-deepspeed" (empty: not asked)
+  std::string model_map;  // --model-map FILE
+};
+
+// Usage errors (exit 2) for the combination with ucp-union's other options.
+void check_names_options(const UcpConvertOptions& convert, const UcpNamesOptions& names);
+
+Result run_ucp_union_names(const UcpConvertOptions& convert, const UcpNamesOptions& names);
+
+}  // namespace ucpkit::tool
