@@ -16,9 +16,143 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // The least integer >= x, erring low by a relative 1e-9 so that rounding never overstates a count.
 double ceil_low(double x) { return std::ceil(x - 1e-9 * std::max(1.0, std::fabs(x))); }
 
+// (5), one allocation r (every r_e known, sum n): can its replicas be packed with no GPU above T? false
+// only where that is proven impossible; true where not (or where the search below gives up).
+//  * S = 2: the sorted pairing (largest share with smallest, ...) has the lightest most loaded GPU of
+//    all pairings (pair_packing.h; the exchange argument is in docs/moe-replace.md), nodes aside.
+//  * any S: the expert e with the largest share sits on GPUs holding k_1 >= ... >= k_b >= 1 of its
+//    replicas, sum r_e, each k_g <= r_e - f + 1 (e spans f nodes, so one node holds at most that
+//    many); GPU g holds S - k_g other replicas, of experts x != e, at most r_x - f + 1 of x on one GPU
+//    (the same argument) and at most r_x of x on all b GPUs. Some k and some such choice of the
+//    other replicas must keep every GPU at or below T (depth-first search with a step budget).
+class AllocationCheck {
+ public:
+  AllocationCheck(const std::vector<double>& t, int S, int f, double T, int m) : t_(t), S_(S), f_(f), m_(m), T_(T) {}
+
+  // `order`: the experts in ascending share under r except those in `changed` (whose counts differ
+  // from the ones `order` was sorted by); the pairing merges the two without a sort.
+  bool packable(const std::vector<int>& r, const std::vector<int>& order, std::vector<int> changed) {
+    if (S_ != 2) return hot_gpus_fit(r);
+    std::sort(changed.begin(), changed.end(), [&](int a, int b) { return t_[a] * r[b] < t_[b] * r[a]; });
+    changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
+    groups_.clear();
+    size_t c = 0;
+    for (int e : order) {
+      if (std::find(changed.begin(), changed.end(), e) != changed.end()) continue;
+      const double s = t_[e] / r[e];
+      for (; c < changed.size() && t_[changed[c]] / r[changed[c]] <= s; ++c) groups_.push_back({t_[changed[c]] / r[changed[c]], r[changed[c]]});
+      groups_.push_back({s, r[e]});
+    }
+    for (; c < changed.size(); ++c) groups_.push_back({t_[changed[c]] / r[changed[c]], r[changed[c]]});
+    return pairing_max() <= T_ * (1 + 1e-12);
+  }
+
+ private:
+  // groups_: (share, count) in ascending share.
+  double pairing_max() {
+    double v = 0;
+    size_t i = 0, j = groups_.size() - 1;
+    while (i < j) {
+      const int k = std::min(groups_[i].second, groups_[j].second);
+      v = std::max(v, groups_[i].first + groups_[j].first);
+      groups_[i].second -= k;
+      groups_[j].second -= k;
+      if (groups_[i].second == 0) ++i;
+      if (groups_[j].second == 0) --j;
+    }
+    if (i == j && groups_[i].second > 1) v = std::max(v, 2 * groups_[i].first);
+    return v;
+  }
+
+  bool hot_gpus_fit(const std::vector<int>& r) {
+    const int E = static_cast<int>(r.size());
+    int e = -1;
+    for (int x = 0; x < E; ++x)
+      if (r[x] > 0 && (e < 0 || t_[x] * r[e] > t_[e] * r[x])) e = x;
+    if (e < 0 || r[e] > 24) return true;  // not examined
+    hot_share_ = t_[e] / r[e];
+    items_.clear();
+    for (int x = 0; x < E; ++x)
+      if (x != e && r[x] > 0) items_.push_back({t_[x] / r[x] * (1 - 1e-12), r[x], std::min(S_, r[x] - f_ + 1)});
+    std::sort(items_.begin(), items_.end(), [](const Item& a, const Item& b) { return a.share < b.share; });
+    steps_ = 0;
+    parts_.clear();
+    return partitions(r[e], std::min(S_, r[e] - f_ + 1)) || steps_ > kMaxSteps;
+  }
+
+  // Every k_1 >= k_2 >= ... >= 1 summing to `left`, parts at most `most`; true when one fits.
+  bool partitions(int left, int most) {
+    if (left == 0) return fillers_fit();
+    if (static_cast<int>(parts_.size()) == m_) return false;  // e has replicas on at most m GPUs
+    for (int k = std::min(left, most); k >= 1; --k) {
+      if (k * hot_share_ > T_ * (1 + 1e-12)) continue;
+      parts_.push_back(k);
+      const bool ok = partitions(left - k, k);
+      parts_.pop_back();
+      if (ok || steps_ > kMaxSteps) return true;
+    }
+    return false;
+  }
+
+  bool fillers_fit() {
+    const size_t b = parts_.size();
+    cap_.assign(b, 0);
+    slots_.assign(b, 0);
+    for (size_t g = 0; g < b; ++g) {
+      cap_[g] = T_ * (1 + 1e-12) - parts_[g] * hot_share_;
+      slots_[g] = S_ - parts_[g];
+    }
+    left_.assign(items_.size(), 0);
+    for (size_t i = 0; i < items_.size(); ++i) left_[i] = items_[i].total;
+    here_.assign(b, std::vector<int>(items_.size(), 0));
+    first_.assign(b, -1);
+    return fill(0, 0, 0);
+  }
+
+  // GPU g, its next free slot takes an item at index >= from.
+  bool fill(size_t g, size_t from, int placed) {
+    if (++steps_ > kMaxSteps) return true;
+    if (g == parts_.size()) return true;
+    if (placed == slots_[g]) return fill(g + 1, 0, 0);
+    // GPUs with the same count of e are interchangeable: their first items nondecreasing.
+    size_t start = from;
+    if (placed == 0 && g > 0 && parts_[g] == parts_[g - 1]) start = std::max<size_t>(start, first_[g - 1]);
+    for (size_t i = start; i < items_.size(); ++i) {
+      if (left_[i] == 0 || here_[g][i] >= items_[i].per_gpu) continue;
+      const int need = slots_[g] - placed;  // this item and need - 1 more, none smaller than it
+      if (items_[i].share * need > cap_[g]) break;
+      cap_[g] -= items_[i].share;
+      left_[i]--, here_[g][i]++;
+      if (placed == 0) first_[g] = static_cast<int>(i);
+      const bool ok = fill(g, i, placed + 1);
+      cap_[g] += items_[i].share;
+      left_[i]++, here_[g][i]--;
+      if (ok) return true;
+    }
+    return false;
+  }
+
+  struct Item {
+    double share;
+    int total, per_gpu;
+  };
+  static constexpr long long kMaxSteps = 200000;
+  const std::vector<double>& t_;
+  const int S_, f_, m_;
+  const double T_;
+  double hot_share_ = 0;
+  long long steps_ = 0;
+  std::vector<std::pair<double, int>> groups_;
+  std::vector<Item> items_;
+  std::vector<int> parts_, slots_, left_, first_;
+  std::vector<std::vector<int>> here_;  // [GPU][item] replicas of the item on that GPU
+  std::vector<double> cap_;
+};
+
 // Necessary conditions for a placement meeting f whose most loaded GPU carries at most T (equal
 // shares). false = no such placement exists. Steps (1)-(3) as numbered in the proof.
-bool equal_share_feasible(const std::vector<double>& t, double n, double m, int S, int f, double mean, double T) {
+bool equal_share_feasible(const std::vector<double>& t, double n, double m, int S, int f, double mean, double T,
+                          bool few_allocations = false) {
   if (T < mean) return false;
   const int E = static_cast<int>(t.size());
   // (1) Every count has a lower bound lo_e (first f, and t_e / T: no replica carries more than T).
@@ -130,7 +264,38 @@ bool equal_share_feasible(const std::vector<double>& t, double n, double m, int 
     }
     if (base - saved > n * (1 + 1e-12)) return false;
   }
-  return true;
+  if (!few_allocations) return true;
+  // (5) Every allocation left is r_e >= lo_e with sum n: C(E + spare - 1, spare) of them, spare =
+  // n - sum lo_e. Where they are few, each is checked (AllocationCheck): none packable, none exists.
+  double sum = 0;
+  for (double x : lo) sum += x;
+  const long long spare = std::llround(n - sum);
+  if (spare < 0) return false;
+  const double most = S == 2 ? 60000 : 64;
+  double count = 1;
+  for (long long k = 1; k <= spare && count <= most; ++k) count = count * static_cast<double>(E + k - 1) / static_cast<double>(k);
+  if (count > most) return true;  // not examined
+  std::vector<int> r(E), order(E), changed;
+  for (int e = 0; e < E; ++e) r[e] = static_cast<int>(lo[e]);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return t[a] * r[b] < t[b] * r[a]; });
+  AllocationCheck check(t, S, f, T, static_cast<int>(m));
+  bool found = false;
+  auto visit = [&](auto&& self, int from, long long left) -> void {
+    if (left == 0) {
+      found = check.packable(r, order, changed);
+      return;
+    }
+    for (int e = from; e < E && !found; ++e) {
+      r[e]++;
+      changed.push_back(e);
+      self(self, e, left - 1);
+      changed.pop_back();
+      r[e]--;
+    }
+  };
+  visit(visit, 0, spare);
+  return found;
 }
 
 // With any split of the tokens: the GPUs holding e number at most r_e, so one of them carries
@@ -144,14 +309,14 @@ bool dispatch_feasible(const std::vector<double>& t, double n, int f, double mea
 
 // The largest T in [mean, ...) at which `feasible` still fails (or mean when it holds there): no
 // placement meeting f has a most loaded GPU at or below it.
-double lower_end(const std::function<bool(double)>& feasible, double mean) {
+double lower_end(const std::function<bool(double)>& feasible, double mean, double precision = 1e-13) {
   if (feasible(mean)) return mean;
   double lo = mean, hi = 2 * mean;
   for (int i = 0; i < 200 && !feasible(hi); ++i) {
     lo = hi;
     hi *= 2;
   }
-  for (int i = 0; i < 200 && hi - lo > 1e-13 * hi; ++i) {
+  for (int i = 0; i < 200 && hi - lo > precision * hi; ++i) {
     const double mid = lo + (hi - lo) / 2;
     (feasible(mid) ? hi : lo) = mid;
   }
@@ -168,6 +333,10 @@ FtBalanceBound ft_balance_bound(const std::vector<double>& t, const Cluster& cl,
   if (total <= 0 || f < 1 || static_cast<double>(f) * static_cast<double>(t.size()) > n) return b;
   const int S = cl.slots_per_gpu;
   b.max_load_lower = lower_end([&](double T) { return equal_share_feasible(t, n, m, S, f, b.mean_load, T); }, b.mean_load);
+  // Step (5) is slow where it applies (few allocations left): a second search upward from the first
+  // one's end, to a relative 1e-9 (every end it returns is still proven).
+  b.max_load_lower = lower_end([&](double T) { return equal_share_feasible(t, n, m, S, f, b.mean_load, T, true); },
+                               b.max_load_lower, 1e-9);
   b.dispatch_max_load_lower = lower_end([&](double D) { return dispatch_feasible(t, n, f, b.mean_load, D); }, b.mean_load);
   b.balancedness = b.mean_load / b.max_load_lower;
   b.dispatch_balancedness = b.mean_load / b.dispatch_max_load_lower;
