@@ -18,6 +18,23 @@ get_state_dict(full_state_dict=True) gathered tensors, not DCP loading).
                        (hf_storage.py:49-137, _hf_utils.py:10-50, filesystem.py:454-467); no metadata file
   --variant hfcons     the same with enable_consolidation=True: sharded/ + consolidated
                        model-00001-of-00001.safetensors + model.safetensors.index.json
+
+Run WITHOUT the overlay (the installed torch 2.6's own DCP package, its real dcp.save):
+  --variant shardprops the torch 2.0-2.2 class paths: torch.distributed.checkpoint.metadata.TensorProperties
+                       patched to torch.distributed._shard.sharded_tensor.metadata.TensorProperties
+                       while saving, exactly as torch's own compatibility test emulates checkpoints of
+                       those versions (test/distributed/checkpoint/test_compatibility.py
+                       test_sharded_tensor_dependency, pytorch/pytorch 066dd9c8); 2.0-2.2's
+                       checkpoint/metadata.py imports TensorProperties from there (upstream 03e266fa
+                       metadata.py:6)
+  --variant strides6   EMULATED, not torch's code: TensorProperties' state tuple lengthened to 6 items
+                       (__getstate__; __setstate__ takes 5 or 6, as the test says the changed class does),
+                       (dtype, layout, requires_grad, memory-format enum, pin_memory, strides), as a
+                       2026 upstream test_compatibility.py describes the change (its
+                       test_tensor_properties_backward_compat_without_strides /
+                       ..._strides_survive_pickle_roundtrip: create_from_tensor sets strides =
+                       tensor.stride(), __getstate__ returns 6 items); torch 2.14.1 still writes 5 and
+                       no torch package with the change was at hand
 """
 import argparse
 import os
@@ -54,6 +71,28 @@ def _save(rank, world, o):
         dcp.save(sd, checkpoint_id=o.out)
     elif o.variant == "ranklocal":
         dcp.save(sd, checkpoint_id=o.out, use_collectives=False)
+    elif o.variant == "shardprops":
+        from unittest.mock import patch
+        from torch.distributed._shard.sharded_tensor.metadata import TensorProperties as stp
+        with patch("torch.distributed.checkpoint.metadata.TensorProperties", stp):
+            dcp.save(sd, checkpoint_id=o.out)
+    elif o.variant == "strides6":
+        from torch.distributed.checkpoint.metadata import TensorProperties as TP
+        orig_create, orig_get, orig_set = TP.create_from_tensor, TP.__getstate__, TP.__setstate__
+
+        def create_from_tensor(tensor):
+            p = orig_create(tensor)
+            p.strides = tuple(tensor.stride())
+            return p
+
+        TP.create_from_tensor = staticmethod(create_from_tensor)
+        def setstate(self, state):  # 5 items (older saves) or 6, as the changed class reads both
+            orig_set(self, tuple(state[:5]))
+            self.strides = state[5] if len(state) > 5 else None
+
+        TP.__getstate__ = lambda self: orig_get(self) + (getattr(self, "strides", None),)
+        TP.__setstate__ = setstate
+        dcp.save(sd, checkpoint_id=o.out)
     elif o.variant in ("hf", "hfcons"):
         from torch.distributed.checkpoint import HuggingFaceStorageWriter
         dcp.save(sd, storage_writer=HuggingFaceStorageWriter(
@@ -71,7 +110,8 @@ def _save(rank, world, o):
         dcp_save.write_truth(flat, o.out.rstrip("/") + ".truth", {
             "layout": o.layout, "world": world, "optim": bool(o.optim), "variant": o.variant,
             "torch": torch.__version__, "dcp_package": os.path.dirname(fsmod.__file__),
-            "dcp_package_torch": "2.14.1 (Debian python3-torch 2.14.1+dfsg-1)",
+            "dcp_package_torch": "2.14.1 (Debian python3-torch 2.14.1+dfsg-1)" if "ov214" in fsmod.__file__
+            else torch.__version__,
             "placements": {k: [str(p) for p in v.placements] for k, v in dcp_save._flat_dtensors(sd)},
         })
     return 0
@@ -80,7 +120,8 @@ def _save(rank, world, o):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
-    p.add_argument("--variant", choices=["zstd", "plain", "ranklocal", "hf", "hfcons"], required=True)
+    p.add_argument("--variant", choices=["zstd", "plain", "ranklocal", "hf", "hfcons", "shardprops", "strides6"],
+                   required=True)
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--layout", choices=["fsdp", "replicated"], default="fsdp")
     p.add_argument("--optim", action="store_true")

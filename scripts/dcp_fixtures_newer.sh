@@ -43,12 +43,13 @@ done
 cp -r "$LAB/x214/usr/lib/python3/dist-packages/torch/distributed/checkpoint" "$LAB/ov214/torch/distributed/"
 cp "$HERE/dcp214_shim.py" "$LAB/shim/" && cp "$HERE/dcp_fixtures_newer.py" "$LAB/"
 cp "$TORCH2LAB"/*.py "$TRIXIE/torch2lab/"
-run() {  # name, arguments
+run() {  # name, arguments (OVERLAY=0: the installed torch 2.6's own DCP package)
   n=$1; shift
   rm -rf "$LAB/out/$n" "$LAB/out/$n.truth"
   echo "== $n: dcp_fixtures_newer.py $*"
+  pp=/lab/h30d/ov214:/lab/h30d/shim:/torch2lab; [ "${OVERLAY:-1}" = 0 ] && pp=/lab/h30d/shim:/torch2lab
   chroot "$TRIXIE" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
-    PYTHONPATH=/lab/h30d/ov214:/lab/h30d/shim:/torch2lab PYTHONWARNINGS=ignore PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONPATH=$pp PYTHONWARNINGS=ignore PYTHONDONTWRITEBYTECODE=1 \
     TORCHDYNAMO_DISABLE=1 OMP_NUM_THREADS=1 USE_LIBUV=0 \
     python3 /lab/h30d/dcp_fixtures_newer.py --out "/lab/h30d/out/$n" "$@" 2>&1 | grep -v 'ProcessGroupGloo' | tail -3
 }
@@ -57,8 +58,12 @@ run t214_plain_w2 --variant plain --optim      # the same without extensions: Me
 run t214_ranklocal_w2 --variant ranklocal      # use_collectives=False: __0.metadata, __1.metadata
 run t214_hf_w2 --variant hf                    # HuggingFaceStorageWriter(save_distributed=True)
 run t214_hfcons_w2 --variant hfcons            # ... enable_consolidation=True: sharded/ + consolidated
+# torch 2.6's own save: the torch 2.0-2.2 TensorProperties class path as torch's compatibility test
+# makes it, and an EMULATED 6-item TensorProperties state (see dcp_fixtures_newer.py's docstring)
+OVERLAY=0 run t26_shardprops_w2 --variant shardprops --optim
+OVERLAY=0 run t26_strides6_w2 --variant strides6
 mkdir -p "$OUT"
-for v in t214_zstd_w2 t214_plain_w2 t214_ranklocal_w2 t214_hf_w2 t214_hfcons_w2; do
+for v in t214_zstd_w2 t214_plain_w2 t214_ranklocal_w2 t214_hf_w2 t214_hfcons_w2 t26_shardprops_w2 t26_strides6_w2; do
   rm -rf "$OUT/$v" "$OUT/$v.truth"
   cp -r "$LAB/out/$v" "$LAB/out/$v.truth" "$OUT/"
 done
