@@ -50,10 +50,16 @@ def run(rank, world, port, o):
         return DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=torch.Size(shape),
                                   stride=torch.empty(shape, device="meta").stride())
 
+    def over(t):  # another DTensor over the same local shard
+        return DTensor.from_local(t.to_local(), mesh, [Shard(0)], run_check=False, shape=t.shape, stride=t.stride())
+
     model, state = {}, {}
     for name, shape in shapes(o).items():
         model[name] = sharded(shape)
-        state[name] = {"step": torch.tensor(1.0), "exp_avg": sharded(shape), "exp_avg_sq": sharded(shape).abs()}
+        if o.share:
+            state[name] = {"step": torch.tensor(1.0), "exp_avg": over(model[name]), "exp_avg_sq": over(model[name])}
+        else:
+            state[name] = {"step": torch.tensor(1.0), "exp_avg": sharded(shape), "exp_avg_sq": sharded(shape).abs()}
     groups = [{"lr": 1e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1, "params": list(model)}]
     dcp.save({"model": model, "optim": {"state": state, "param_groups": groups}}, checkpoint_id=o.out)
     dist.barrier()
@@ -69,6 +75,7 @@ def main():
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--port", type=int, default=29531)
+    p.add_argument("--share", action="store_true")
     o = p.parse_args()
     mp.spawn(run, args=(o.world, o.port, o), nprocs=o.world, join=True)
 

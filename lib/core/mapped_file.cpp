@@ -139,6 +139,19 @@ std::shared_ptr<const MappedFile> MappedFile::from_bytes(std::span<const uint8_t
   return f;
 }
 
+std::shared_ptr<const MappedFile> MappedFile::slice(std::shared_ptr<const MappedFile> parent, size_t offset,
+                                                   size_t length, std::string name) {
+  if (!parent || offset > parent->size() || length > parent->size() - offset)
+    fail(name, "slice [" + std::to_string(offset) + ", +" + std::to_string(length) + ") runs past the end of " +
+                   (parent ? parent->path() : std::string("nothing")));
+  std::shared_ptr<MappedFile> f(new MappedFile());
+  f->data_ = parent->data() + offset;
+  f->size_ = length;
+  f->parent_ = std::move(parent);
+  f->path_ = std::move(name);
+  return f;
+}
+
 MappedFile::~MappedFile() {
   if (!mapped_) return;
   // A path the handler recorded stays valid: a shrunken file's name outlives its mapping.

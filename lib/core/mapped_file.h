@@ -14,6 +14,11 @@ class MappedFile {
   static std::shared_ptr<const MappedFile> open(const std::string& path);
   // Wraps bytes already in memory (fuzzing, tests); the bytes are copied.
   static std::shared_ptr<const MappedFile> from_bytes(std::span<const uint8_t> bytes, std::string name);
+  // Bytes [offset, offset + length) of `parent` as a file of their own, not copied (a torch.save zip
+  // stored inside a larger file: DCP data items); keeps `parent` mapped. Throws Error naming `name`
+  // when the range does not fit.
+  static std::shared_ptr<const MappedFile> slice(std::shared_ptr<const MappedFile> parent, size_t offset,
+                                                 size_t length, std::string name);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -41,6 +46,7 @@ class MappedFile {
   bool mapped_ = false;
   int slot_ = -1;  // its entry in the SIGBUS guard's table (-1: not guarded)
   std::unique_ptr<uint8_t[]> owned_;
+  std::shared_ptr<const MappedFile> parent_;  // slices
   std::string path_;
 };
 

@@ -157,7 +157,9 @@ ParamResult convert_param(const DcpParam& p, const formats::dcp::Reader& reader,
   for (const auto& [state, fqn] : p.states) {
     check_interrupted();
     formats::universal::StateFile f;
-    f.param = reader.read_tensor(fqn);  // one tensor in memory: its chunks assembled
+    // Streamed: the chunks' bytes go from the mapped items through the writer's window into the file
+    // (one copy, the CRC-32s computed on the window), never assembled in memory.
+    f.param = reader.stream_tensor(fqn);
     r.bytes_read += item_bytes(reader.metadata(), fqn);
     const std::string path = (dir / (state + ".pt")).string();
     save_torch_file(path, formats::universal::to_pickle(f));

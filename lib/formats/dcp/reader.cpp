@@ -5,16 +5,35 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <span>
 
 #include "core/confine.h"
 #include "core/error.h"
+#include "core/crc32.h"
 #include "core/mapped_file.h"
+#include "formats/dcp/safetensors_flavour.h"
+#include "formats/dcp/transforms.h"
 #include "io/torch/torch_file.h"
 #include "io/torch/verify.h"
+#include "io/zip/zip_reader.h"
 
 namespace ucpkit::formats::dcp {
+
+// A tensor item decoded where it lies (formats/dcp/reader.h, stored_chunk): the chunk's elements,
+// row-major, inside the mapped data file (or, for a big-endian or oddly strided item, in a copy).
+struct Stored {
+  Tensor tensor;                    // keeps the map (or the copy) alive
+  std::span<const uint8_t> bytes;   // the chunk's elements
+  bool mapped = false;              // `bytes` lie in the data file's map (their pages may be dropped)
+  std::span<const uint8_t> item;    // the whole item (zip) in the map
+  std::optional<uint32_t> crc;      // the data record's CRC-32, to check over `bytes` as they are copied
+  std::string record;               // that record's name
+  std::string name;                 // "<file> (item '<fqn>' at byte N)"
+};
 
 namespace {
 
@@ -41,42 +60,27 @@ uint64_t volume(const std::vector<int64_t>& sizes, const std::string& file, cons
   return n;
 }
 
-// Copies a contiguous chunk into its box of the contiguous global tensor `out`, row by row.
-void copy_box(const Tensor& chunk, const Chunk& box, Tensor& out) {
-  const size_t es = dtype_size(out.dtype());
-  const auto src = chunk.contiguous_bytes();
-  uint8_t* dst = out.storage()->mutable_bytes().data();
-  const size_t n = box.sizes.size();
-  if (n == 0) {
-    std::memcpy(dst, src.data(), es);
-    return;
-  }
-  for (int64_t s : box.sizes)
-    if (s == 0) return;
-  const std::vector<int64_t> gstride = Tensor::contiguous_strides(out.shape());
-  const size_t row = static_cast<size_t>(box.sizes[n - 1]) * es;
-  std::vector<int64_t> idx(n - 1, 0);
-  for (size_t from = 0; from < src.size(); from += row) {
-    int64_t at = box.offsets[n - 1];
-    for (size_t d = 0; d + 1 < n; ++d) at += (box.offsets[d] + idx[d]) * gstride[d];
-    std::memcpy(dst + static_cast<size_t>(at) * es, src.data() + from, row);
-    for (size_t d = n - 1; d-- > 0;) {  // next row: odometer over the leading dims
-      if (++idx[d] < box.sizes[d]) break;
-      idx[d] = 0;
-    }
-  }
+// Drops this process's pages of the bytes [lo, hi) of a mapped data file once they are copied out: a
+// conversion that touches every item keeps the pages of the window being copied, not the whole
+// file's, in its resident set (the page cache keeps them). Whole pages inside the range only.
+void release_pages(const uint8_t* lo, const uint8_t* hi) {
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t a = (reinterpret_cast<uintptr_t>(lo) + page - 1) & ~(page - 1);
+  const uintptr_t b = reinterpret_cast<uintptr_t>(hi) & ~(page - 1);
+  if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
 }
 
-// Drops this process's pages of [offset, offset + length) of a mapped data file once the item is
-// copied out: a conversion that touches every item keeps one item's pages, not the whole file's, in its
-// resident set (the page cache keeps them).
-void release_item_pages(const MappedFile& file, uint64_t offset, uint64_t length) {
-  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t base = reinterpret_cast<uintptr_t>(file.data());
-  const uintptr_t lo = (base + offset + page - 1) & ~(page - 1);
-  const uintptr_t hi = (base + offset + length) & ~(page - 1);
-  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+// Drops every page the item [lo, hi) touches, the pages it shares with its neighbours too: the map is
+// private and read-only, so a neighbour still being read faults its page in again from the page cache.
+void release_item(std::span<const uint8_t> item) {
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  if (item.empty()) return;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(item.data()) & ~(page - 1);
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(item.data()) + item.size() + page - 1) & ~(page - 1);
+  madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
 }
+
+std::string crc_mismatch(const std::string& record) { return "zip: CRC-32 mismatch in record '" + record + "'"; }
 
 }  // namespace
 
@@ -130,42 +134,190 @@ std::span<const uint8_t> Reader::item_bytes(const Item& item, std::shared_ptr<co
     fail(file, "DCP item '" + escaped_brief(item.fqn) + "' [" + std::to_string(s.offset) + ", +" +
                    std::to_string(s.length) + ") runs past the end of the file (" + std::to_string(keep->size()) +
                    " bytes)");
-  if (s.transforms)
-    fail(file, "DCP item '" + escaped_brief(item.fqn) + "' is stored through " + std::to_string(s.transforms) +
-                   " transform(s) (torch >= 2.7 compression), which this reader does not decode yet");
   return keep->bytes().subspan(static_cast<size_t>(s.offset), static_cast<size_t>(s.length));
 }
 
-Tensor Reader::read_chunk(const std::string& fqn, size_t k) const {
-  const Entry& e = entry(fqn, false);
+Stored Reader::stored_chunk(const Entry& e, size_t k) const {
+  const std::string& fqn = e.fqn;
   if (k >= e.chunks.size()) fail(md_.path, "DCP: '" + escaped_brief(fqn) + "' has no chunk " + std::to_string(k));
   const Chunk& c = e.chunks[k];
   const Item& item = md_.item_of(fqn, &c.offsets);
   std::shared_ptr<const MappedFile> keep;
   std::string file;
-  const auto bytes = item_bytes(item, keep, file);
-  // The item is copied out of the map (load_torch_bytes owns its bytes): one chunk in memory at a time.
-  const std::string name = file + " (item '" + escaped_brief(fqn) + "' at byte " + std::to_string(item.storage.offset) + ")";
-  TorchLoadOptions load;
-  load.verify_crc = verify_files_crc();  // the tools' --verify: every record's CRC-32 
-  TorchFile tf = load_torch_bytes(bytes, name, load);
-  release_item_pages(*keep, item.storage.offset, item.storage.length);
-  if (!tf.root || tf.root->kind != pickle::Kind::Tensor)
-    fail(name, "DCP: a tensor item holds " + (tf.root ? tf.root->repr(1) : std::string("nothing")));
-  Tensor t = tf.root->as_tensor();
+  Stored s;
+  s.item = item_bytes(item, keep, file);
+  s.name = file + " (item '" + escaped_brief(fqn) + "' at byte " + std::to_string(item.storage.offset) + ")";
+  std::shared_ptr<const MappedFile> zip_file;
+  if (item.storage.raw) {  // the safetensors flavour: the chunk's bytes as they are, copied
+    s.tensor = raw_chunk(s.item, e.dtype, c.sizes, s.name);
+  } else if (item.storage.transforms) {  // zstd: the zip decoded into memory (formats/dcp/transforms.h)
+    TorchLoadOptions load;
+    load.verify_crc = verify_files_crc();  // every record's CRC-32 of the decoded zip
+    TorchFile tf = load_torch_bytes(undo_transforms(s.item, item.storage.transform_descriptors, s.name), s.name, load);
+    if (!tf.root || tf.root->kind != pickle::Kind::Tensor)
+      fail(s.name, "DCP: a tensor item holds " + (tf.root ? tf.root->repr(1) : std::string("nothing")));
+    s.tensor = tf.root->as_tensor();
+  } else {
+    // The item's zip read in place: its directory and pickle are parsed, its storage is a view of the map.
+    zip_file = MappedFile::slice(keep, static_cast<size_t>(item.storage.offset),
+                                 static_cast<size_t>(item.storage.length), s.name);
+    TorchFile tf = load_torch_mapped(zip_file);
+    if (!tf.root || tf.root->kind != pickle::Kind::Tensor)
+      fail(s.name, "DCP: a tensor item holds " + (tf.root ? tf.root->repr(1) : std::string("nothing")));
+    s.tensor = tf.root->as_tensor();
+  }
+  const Tensor& t = s.tensor;
   if (t.dtype() != e.dtype || t.shape() != c.sizes)
-    fail(name, "DCP: the item is a " + std::string(dtype_name(t.dtype())) + " tensor of shape " +
-                   box_text(std::vector<int64_t>(t.shape().size(), 0), t.shape()) + ", the metadata says " +
-                   std::string(dtype_name(e.dtype)) + " chunk " + box_text(c.offsets, c.sizes));
-  return t;
+    fail(s.name, "DCP: the item is a " + std::string(dtype_name(t.dtype())) + " tensor of shape " +
+                     box_text(std::vector<int64_t>(t.shape().size(), 0), t.shape()) + ", the metadata says " +
+                     std::string(dtype_name(e.dtype)) + " chunk " + box_text(c.offsets, c.sizes));
+  if (t.numel() > 0) {
+    if (!t.is_contiguous()) s.tensor = t.contiguous(true);
+    const size_t es = dtype_size(t.dtype());
+    s.bytes = s.tensor.storage()->bytes().subspan(static_cast<size_t>(s.tensor.storage_offset()) * es,
+                                                  static_cast<size_t>(t.numel()) * es);
+    s.mapped = zip_file && s.tensor.storage()->is_mapped();  // a view of the data file's map (not a decoded copy)
+  }
+  if (zip_file && verify_files_crc()) {  // the tools' --verify: every record's CRC-32, the data record's while it is copied
+    const ZipReader zip(zip_file);
+    for (const auto& [rname, rec] : zip.records()) {
+      const auto b = zip.bytes(rec);
+      if (s.mapped && !s.crc && b.data() == s.bytes.data() && b.size() == s.bytes.size()) {
+        s.crc = rec.crc32;
+        s.record = rname;
+      } else if (crc32_parallel(b) != rec.crc32) {
+        fail(s.name, crc_mismatch(rname));
+      }
+    }
+  }
+  return s;
+}
+
+namespace {
+
+// The bytes of one chunk laid into the global tensor: `runs` runs of `run` bytes each (the chunk's
+// extent along dims [split, n) is contiguous in the global tensor, as every dim after `split` is
+// whole), the r-th starting at start(r).
+struct Piece {
+  Stored s;
+  std::vector<int64_t> offsets, sizes, gstride;
+  size_t split = 0;
+  uint64_t es = 0, run = 0, runs = 0;
+  // progress
+  uint64_t next_run = 0, done = 0, released = 0;
+  uint32_t crc = 0;
+  bool finished = false;
+
+  uint64_t start(uint64_t r) const {  // byte offset of run r in the global tensor
+    int64_t at = split < offsets.size() ? offsets[split] * gstride[split] : 0;
+    for (size_t d = split; d-- > 0;) {
+      const auto i = static_cast<int64_t>(r % static_cast<uint64_t>(sizes[d]));
+      r /= static_cast<uint64_t>(sizes[d]);
+      at += (offsets[d] + i) * gstride[d];
+    }
+    return static_cast<uint64_t>(at) * es;
+  }
+};
+
+Piece piece_of(Stored s, const Chunk& c, const std::vector<int64_t>& size) {
+  Piece p;
+  p.s = std::move(s);
+  p.offsets = c.offsets;
+  p.sizes = c.sizes;
+  p.gstride = Tensor::contiguous_strides(size);
+  p.es = dtype_size(p.s.tensor.dtype());
+  const size_t n = size.size();
+  if (p.s.bytes.empty()) return p;  // no elements: no runs
+  if (n == 0) {
+    p.run = p.es, p.runs = 1;
+    return p;
+  }
+  size_t split = n - 1;
+  while (split > 0 && c.sizes[split] == size[split]) --split;
+  p.split = split;
+  uint64_t run = static_cast<uint64_t>(c.sizes[split]), runs = 1;
+  for (size_t d = split + 1; d < n; ++d) run *= static_cast<uint64_t>(size[d]);
+  for (size_t d = 0; d < split; ++d) runs *= static_cast<uint64_t>(c.sizes[d]);
+  p.run = run * p.es, p.runs = runs;
+  return p;
+}
+
+// Streams the chunks into the global tensor's bytes, window after window.
+struct Stream {
+  std::vector<Piece> pieces;
+  uint64_t next = 0, total = 0;
+  std::string fqn, metadata;
+
+  void fill(uint64_t lo, std::span<uint8_t> out) {
+    if (lo != next)
+      fail(metadata, "DCP: '" + escaped_brief(fqn) + "' streamed out of order (bytes at " + std::to_string(lo) +
+                         ", expected " + std::to_string(next) + "): internal error");
+    const uint64_t hi = lo + out.size();
+    for (Piece& p : pieces) {
+      while (p.next_run < p.runs) {
+        const uint64_t g = p.start(p.next_run), end = g + p.run;
+        if (g >= hi) break;
+        const uint64_t a = std::max(g, lo), b = std::min(end, hi);
+        if (a < b) {
+          const uint64_t from = p.next_run * p.run + (a - g);
+          if (from != p.done) fail(metadata, "DCP: '" + escaped_brief(fqn) + "' chunks out of order: internal error");
+          uint8_t* to = out.data() + (a - lo);
+          std::memcpy(to, p.s.bytes.data() + from, b - a);
+          if (p.s.crc) p.crc = crc32_update(p.crc, {to, b - a});
+          p.done += b - a;
+        }
+        if (end > hi) break;
+        ++p.next_run;
+      }
+      if (p.s.mapped && p.done > p.released) {
+        release_pages(p.s.bytes.data() + p.released, p.s.bytes.data() + p.done);
+        p.released = p.done;
+      }
+      if (p.next_run == p.runs && !p.finished) {
+        p.finished = true;
+        if (p.s.crc && p.crc != *p.s.crc) fail(p.s.name, crc_mismatch(p.s.record));
+        release_item(p.s.item);
+      }
+    }
+    next = hi;
+    if (next == total)
+      for (const Piece& p : pieces)
+        if (p.done != p.s.bytes.size())
+          fail(metadata, "DCP: '" + escaped_brief(fqn) + "': a chunk was not copied whole: internal error");
+  }
+};
+
+}  // namespace
+
+Tensor Reader::stream_tensor(const std::string& fqn) const {
+  const Entry& e = entry(fqn, false);
+  check_chunks_cover(e, md_.path);
+  auto st = std::make_shared<Stream>();
+  st->fqn = fqn;
+  st->metadata = md_.path;
+  for (size_t k = 0; k < e.chunks.size(); ++k) st->pieces.push_back(piece_of(stored_chunk(e, k), e.chunks[k], e.size));
+  const int64_t numel = static_cast<int64_t>(volume(e.size, md_.path, fqn));
+  st->total = static_cast<uint64_t>(numel) * dtype_size(e.dtype);
+  auto storage = Storage::generated(e.dtype, numel, [st](uint64_t off, std::span<uint8_t> out) { st->fill(off, out); });
+  return Tensor(std::move(storage), 0, e.size, Tensor::contiguous_strides(e.size));
+}
+
+Tensor Reader::read_chunk(const std::string& fqn, size_t k) const {
+  const Entry& e = entry(fqn, false);
+  Stored s = stored_chunk(e, k);
+  // One chunk in memory at a time: copied out of the map (its CRC-32 computed on the copy), the
+  // item's pages dropped.
+  std::vector<uint8_t> bytes(s.bytes.begin(), s.bytes.end());
+  if (s.crc && crc32_parallel(bytes) != *s.crc) fail(s.name, crc_mismatch(s.record));
+  release_item(s.item);
+  return Tensor::from_bytes(e.dtype, e.chunks[k].sizes, std::move(bytes));
 }
 
 Tensor Reader::read_tensor(const std::string& fqn) const {
-  const Entry& e = entry(fqn, false);
-  check_chunks_cover(e, md_.path);
-  Tensor out = Tensor::zeros(e.dtype, e.size);
-  for (size_t k = 0; k < e.chunks.size(); ++k) copy_box(read_chunk(fqn, k).contiguous(), e.chunks[k], out);
-  return out;
+  const Tensor t = stream_tensor(fqn);
+  std::vector<uint8_t> bytes(t.nbytes());
+  if (!bytes.empty()) t.storage()->generate(0, bytes);
+  return Tensor::from_bytes(t.dtype(), t.shape(), std::move(bytes));
 }
 
 std::vector<uint8_t> Reader::read_bytes(const std::string& fqn) const {
@@ -174,6 +326,9 @@ std::vector<uint8_t> Reader::read_bytes(const std::string& fqn) const {
   std::shared_ptr<const MappedFile> keep;
   std::string file;
   const auto b = item_bytes(item, keep, file);
+  if (item.storage.transforms)
+    return undo_transforms(b, item.storage.transform_descriptors,
+                           file + " (item '" + escaped_brief(fqn) + "' at byte " + std::to_string(item.storage.offset) + ")");
   return {b.begin(), b.end()};
 }
 

@@ -21,6 +21,8 @@ class MappedFile;
 
 namespace ucpkit::formats::dcp {
 
+struct Stored;
+
 // Throws Error naming `file` unless `chunks` tile the box `size` exactly: every chunk inside it, no
 // two overlapping, together as many elements as the box (so no gap).
 void check_chunks_cover(const Entry& entry, const std::string& file);
@@ -40,6 +42,15 @@ class Reader {
   Tensor read_chunk(const std::string& fqn, size_t k) const;
   // The global tensor of `fqn`, assembled from its chunks (checked to cover it exactly).
   Tensor read_tensor(const std::string& fqn) const;
+  // The global tensor of `fqn` without assembling it: a contiguous tensor over a generated storage
+  // (io/tensor.h) whose bytes are copied straight out of the mapped items, window by window, as a
+  // writer asks for them (save_torch_file streams it through one small buffer). Every item is decoded
+  // and checked here, as read_tensor checks it (chunks tile the tensor, bounds, dtype, shape, the small
+  // records' CRC-32s under --verify); each chunk's data record CRC-32 is computed while its bytes are
+  // copied and checked when its last byte is (an Error from inside the writer, naming the item). The
+  // windows must be asked for in order, from byte 0 to the end, once (an Error otherwise); each item's
+  // pages are dropped from the process once copied. Memory: the writer's window, not the tensor.
+  Tensor stream_tensor(const std::string& fqn) const;
   // The stored bytes of a bytes item (a torch.save of the object).
   std::vector<uint8_t> read_bytes(const std::string& fqn) const;
   // A bytes item decoded: the object torch.save wrote (record CRC-32s checked under the tools' --verify).
@@ -47,6 +58,8 @@ class Reader {
 
  private:
   const Entry& entry(const std::string& fqn, bool bytes) const;
+  // Chunk `k` of tensor entry `e` decoded where it lies in the mapped data file (nothing copied).
+  Stored stored_chunk(const Entry& e, size_t k) const;
   // The item's bytes inside its data file, bounds-checked.
   std::span<const uint8_t> item_bytes(const Item& item, std::shared_ptr<const MappedFile>& keep,
                                        std::string& file) const;

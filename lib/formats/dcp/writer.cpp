@@ -1,5 +1,5 @@
-// DCP folder writer: data files item by item (each chunk saved as a torch.save zip through
-// io/torch's writer, then appended to its rank's file), `.metadata` pickled from plain values with
+// DCP folder writer: data files item by item (each chunk written as a torch.save zip by io/torch's
+// writer straight into its rank's file), `.metadata` pickled from plain values with
 // torch 2.6's class paths (torch/distributed/checkpoint/metadata.py, filesystem.py _StorageInfo;
 // docs/formats-dcp.md "Writing").
 #include "formats/dcp/writer.h"
@@ -176,33 +176,29 @@ struct DataFile {
   std::unique_ptr<AtomicFile> out;
 };
 
+// Where the next item of `f` goes.
+StorageInfo next_item(const DataFile& f) {
+  StorageInfo s;
+  s.relative_path = f.relative_path;
+  s.offset = f.out->offset();
+  return s;
+}
+
 // Appends one item to `f`, returning its storage info.
 StorageInfo append_bytes(DataFile& f, std::span<const uint8_t> bytes) {
-  StorageInfo s{f.relative_path, f.out->offset(), bytes.size(), 0};
+  StorageInfo s = next_item(f);
+  s.length = bytes.size();
   f.out->write(bytes);
   f.out->flush();  // frees the write buffer: the other ranks' files hold none while this one is written
   return s;
 }
 
-// Saves `chunk` as a torch.save zip beside the data file, then appends the zip's bytes to it through
-// one reused 8 MiB buffer (the zip is never mapped or held whole).
-StorageInfo append_tensor(DataFile& f, const std::filesystem::path& dir, const Tensor& chunk) {
-  const std::string tmp = (dir / (".item-" + f.relative_path)).string();
-  save_torch_file(tmp, Value::of_tensor(own_storage(chunk)));
-  StorageInfo s{f.relative_path, f.out->offset(), 0, 0};
-  {
-    const UniqueFd fd = open_or_fail(tmp, O_RDONLY);
-    thread_local std::vector<uint8_t> buffer(8u << 20);
-    for (;;) {
-      const ssize_t n = pread_some(fd.get(), buffer.data(), buffer.size(), s.length);
-      if (n < 0) fail(tmp, std::string("read failed: ") + std::strerror(errno));
-      if (n == 0) break;
-      f.out->write(buffer.data(), static_cast<size_t>(n));
-      s.length += static_cast<uint64_t>(n);
-    }
-    f.out->flush();
-  }
-  std::filesystem::remove(tmp);
+// Writes `chunk` as a torch.save zip straight into the data file (the zip's offsets count from the
+// item's first byte, as torch.load of the item's bytes reads them): each tensor byte is written once.
+StorageInfo append_tensor(DataFile& f, const Tensor& chunk) {
+  StorageInfo s = next_item(f);
+  s.length = append_torch_file(*f.out, Value::of_tensor(own_storage(chunk)));
+  f.out->flush();
   return s;
 }
 
@@ -240,7 +236,7 @@ WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std
         fail(out, "DCP writer: chunk " + std::to_string(c) + " of '" + escaped_brief(e.fqn) + "' from the source is a " +
                     std::string(dtype_name(t.dtype())) + " tensor of shape " + shape_str(t.shape()) + ", the plan says " +
                     std::string(dtype_name(e.dtype)) + " " + shape_str(e.chunks[c].sizes));
-      result.items.push_back({e.fqn, e.chunks[c].offsets, append_tensor(place(k, c), stage.path(), t)});
+      result.items.push_back({e.fqn, e.chunks[c].offsets, append_tensor(place(k, c), t)});
     }
   }
   for (DataFile& f : files) {

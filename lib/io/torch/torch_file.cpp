@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/atomic_file.h"
 #include "core/crc32.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
@@ -304,6 +305,11 @@ TorchFile load_torch_bytes(std::span<const uint8_t> bytes, const std::string& na
   return load_guarded(name, [&] { return load_any(MappedFile::from_bytes(bytes, name), options); });
 }
 
+TorchFile load_torch_mapped(std::shared_ptr<const MappedFile> file, const TorchLoadOptions& options) {
+  const std::string name = file->path();
+  return load_guarded(name, [&] { return load_any(std::move(file), options); });
+}
+
 pickle::ValuePtr load_torch(const std::string& path) { return load_torch_file(path).root; }
 
 namespace {
@@ -387,6 +393,19 @@ void save_torch_file(const std::string& path, const pickle::ValuePtr& root, cons
                      dtype_size(st->dtype()));
   });
   zip.finish();
+}
+
+uint64_t append_torch_file(AtomicFile& out, const pickle::ValuePtr& root, const TorchSaveOptions& options) {
+  std::vector<std::shared_ptr<Storage>> order;
+  const std::string pkl = pickle_root(root, order);
+  const uint64_t start = out.offset();
+  ZipWriter zip(out);
+  write_records(zip, options.archive_prefix, pkl, order, [&](const std::string& name, const std::shared_ptr<Storage>& st) {
+    zip.add_streamed(name, st->nbytes(), [&st](uint64_t off, std::span<uint8_t> w) { st->generate(off, w); },
+                     dtype_size(st->dtype()));
+  });
+  zip.finish();
+  return out.offset() - start;
 }
 
 std::vector<std::shared_ptr<Storage>> generated_storages(const pickle::ValuePtr& root) {

@@ -30,6 +30,9 @@ TorchFile load_torch_file(const std::string& path, const TorchLoadOptions& optio
 // Same for bytes in memory (`name` is used in messages).
 TorchFile load_torch_bytes(std::span<const uint8_t> bytes, const std::string& name,
                            const TorchLoadOptions& options = {});
+// Same for a file already mapped (MappedFile::slice of a larger file: nothing is copied, storages are
+// views of `file`); `file->path()` names it in messages.
+TorchFile load_torch_mapped(std::shared_ptr<const MappedFile> file, const TorchLoadOptions& options = {});
 // Convenience: just the root value.
 pickle::ValuePtr load_torch(const std::string& path);
 
@@ -44,7 +47,12 @@ struct TorchSaveOptions {
 // streamed window by window, never held whole in memory.
 void save_torch_file(const std::string& path, const pickle::ValuePtr& root, const TorchSaveOptions& options = {});
 
+class AtomicFile;
 class ZipWriter;
+
+// The bytes save_torch_file writes for `root`, appended to `out` at its current offset instead of a
+// file of their own (a zip whose offsets count from its first byte: a DCP data item). Returns how many.
+uint64_t append_torch_file(AtomicFile& out, const pickle::ValuePtr& root, const TorchSaveOptions& options = {});
 
 // The generated storages of `root` in the order DeferredTorchFile(path, root).records() lists them
 // (nothing is written; the MPI exchange uses it to weigh files before deciding who writes them).

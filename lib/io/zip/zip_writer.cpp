@@ -32,7 +32,8 @@ std::atomic<size_t> g_window{8u << 20};
 }  // namespace
 
 ZipWriter::ZipWriter(const std::string& path, bool durable, bool start_writeback)
-    : out_(std::make_unique<AtomicFile>(path, durable)), start_writeback_(start_writeback) {}
+    : out_(std::make_unique<AtomicFile>(path, durable)), file_(out_.get()), start_writeback_(start_writeback) {}
+ZipWriter::ZipWriter(AtomicFile& into) : file_(&into), base_(into.offset()) {}
 ZipWriter::~ZipWriter() = default;
 
 void ZipWriter::add(const std::string& name, std::span<const uint8_t> data) {
@@ -47,7 +48,7 @@ void ZipWriter::add(const std::string& name, const std::vector<std::span<const u
     size += p.size();
   }
   const uint64_t offset = local_header(name, size, crc);
-  for (auto p : parts) out_->write(p);
+  for (auto p : parts) file_->write(p);
   entries_.push_back({name, offset, size, crc});
 }
 
@@ -68,21 +69,21 @@ void ZipWriter::add_streamed(const std::string& name, uint64_t size, const Fill&
     std::span<uint8_t> w(buffer.data(), n);
     fill(done, w);
     crc = crc32_update(crc, w);
-    out_->write(w);
+    file_->write(w);
     done += n;
   }
   uint8_t le[4];
   for (int k = 0; k < 4; ++k) le[k] = static_cast<uint8_t>(crc >> (8 * k));
-  out_->pwrite_at(offset + kCrcField, le);
+  file_->pwrite_at(base_ + offset + kCrcField, le);
   entries_.push_back({name, offset, size, crc});
 }
 
 size_t ZipWriter::reserve(const std::string& name, uint64_t size) {
   const uint64_t offset = local_header(name, size, 0);
   Entry e{name, offset, size, 0};
-  e.data_offset = out_->offset();
+  e.data_offset = file_->offset();
   e.reserved = true;
-  out_->skip(size);
+  file_->skip(size);
   entries_.push_back(std::move(e));
   return entries_.size() - 1;
 }
@@ -91,10 +92,10 @@ void ZipWriter::write_reserved(size_t record, uint64_t offset, std::span<const u
   const Entry& e = entries_.at(record);
   if (!e.reserved || offset > e.size || bytes.size() > e.size - offset)
     throw Error("zip record " + e.name + ": write outside its reserved bytes");
-  out_->pwrite_at(e.data_offset + offset, bytes);
+  file_->pwrite_at(e.data_offset + offset, bytes);
 }
 
-void ZipWriter::flush() { out_->flush(); }
+void ZipWriter::flush() { file_->flush(); }
 
 void ZipWriter::set_crc(size_t record, uint32_t crc) {
   Entry& e = entries_.at(record);
@@ -102,11 +103,11 @@ void ZipWriter::set_crc(size_t record, uint32_t crc) {
   e.crc = crc;
   uint8_t le[4];
   for (int k = 0; k < 4; ++k) le[k] = static_cast<uint8_t>(crc >> (8 * k));
-  out_->pwrite_at(e.header_offset + kCrcField, le);
+  file_->pwrite_at(base_ + e.header_offset + kCrcField, le);
 }
 
 uint64_t ZipWriter::local_header(const std::string& name, uint64_t size, uint32_t crc) {
-  const uint64_t offset = out_->offset();
+  const uint64_t offset = file_->offset() - base_;
   const bool z64 = size >= 0xFFFFFFFFull || offset >= 0xFFFFFFFFull;
   Bytes h;
   h.u32(0x04034b50);
@@ -134,12 +135,12 @@ uint64_t ZipWriter::local_header(const std::string& name, uint64_t size, uint32_
   h.u16(0x4246);  // 'FB'
   h.u16(pad);
   h.b.append(pad, 'Z');
-  out_->write(h.b.data(), h.b.size());
+  file_->write(h.b.data(), h.b.size());
   return offset;
 }
 
 void ZipWriter::finish() {
-  const uint64_t cd_offset = out_->offset();
+  const uint64_t cd_offset = file_->offset() - base_;
   Bytes cd;
   for (const auto& e : entries_) {
     const bool z64 = e.size >= 0xFFFFFFFFull || e.header_offset >= 0xFFFFFFFFull;
@@ -197,7 +198,8 @@ void ZipWriter::finish() {
   cd.u32(z64 ? 0xFFFFFFFF : cd_size);
   cd.u32(z64 ? 0xFFFFFFFF : cd_offset);
   cd.u16(0);
-  out_->write(cd.b.data(), cd.b.size());
+  file_->write(cd.b.data(), cd.b.size());
+  if (!out_) return;  // appended to a file the caller commits
   if (start_writeback_) out_->start_writeback();  // a hint: failures are left to the final flush, which reports them
   out_->commit();
 }

@@ -18,6 +18,10 @@ class ZipWriter {
   // wait), so that a tool which flushes its output at the end (syncfs) overlaps the flush of each file
   // with the writing of the next instead of waiting for all of them at once.
   explicit ZipWriter(const std::string& path, bool durable = false, bool start_writeback = false);
+  // A zip appended to `into` at its current offset, its offsets counted from there (a zip stored inside
+  // a larger file: a DCP data item); finish() writes the central directory and leaves `into` open for
+  // the caller to go on writing and commit.
+  explicit ZipWriter(AtomicFile& into);
   ~ZipWriter();
   // Adds one record; `parts` are written back to back (no copy into one buffer).
   void add(const std::string& name, std::span<const uint8_t> data);
@@ -51,7 +55,9 @@ class ZipWriter {
     uint64_t data_offset = 0;  // reserved records: where their bytes go
     bool reserved = false;
   };
-  std::unique_ptr<AtomicFile> out_;
+  std::unique_ptr<AtomicFile> out_;  // owned (a file of its own), or null
+  AtomicFile* file_ = nullptr;       // where the bytes go: out_, or the file appended to
+  uint64_t base_ = 0;                // offset of the zip's first byte in *file_
   std::vector<Entry> entries_;
   bool start_writeback_ = false;
 };
