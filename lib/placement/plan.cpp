@@ -6,12 +6,14 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_input.h"
 #include "placement/balance.h"
 #include "placement/cluster_request.h"
+#include "placement/plan_scan.h"
 
 namespace ucpkit::placement {
 namespace {
@@ -231,9 +233,58 @@ int recorded_fault_tolerance(const json& doc, const Plan& plan, const std::strin
 
 }  // namespace
 
+namespace {
+
+constexpr long long kIntMax = std::numeric_limits<int>::max();
+
+// The keys of a plan before its layers: an object with the sizes and "layers", the cluster, the
+// algorithm. Every value is checked for its type where it is read, so a wrong one is named by its key.
+void plan_head_from_json(const json& doc, const std::string& name, Plan& plan) {
+  auto integer = [&](const json& v, const std::string& where, long long lo = 0) {
+    return static_cast<int>(json_integer(v, name, where, lo, kIntMax));
+  };
+  if (!doc.is_object()) fail(name, "a plan must be a JSON object");
+  for (const char* key : {"nodes", "gpus_per_node", "slots_per_gpu", "layers"})
+    if (!doc.contains(key)) fail(name, std::string("plan lacks \"") + key + "\"");
+  plan.cluster = {integer(doc["nodes"], "\"nodes\"", 1), integer(doc["gpus_per_node"], "\"gpus_per_node\"", 1),
+                  integer(doc["slots_per_gpu"], "\"slots_per_gpu\"", 1)};
+  if (1LL * plan.cluster.nodes * plan.cluster.gpus_per_node * plan.cluster.slots_per_gpu > kIntMax / 4)
+    fail(name, "plan cluster too large: " + plan.cluster.describe());
+  plan.algorithm = "unknown";
+  if (doc.contains("algorithm")) {
+    if (!doc["algorithm"].is_string()) fail(name, "\"algorithm\" must be a string, found " + json_brief(doc["algorithm"]));
+    plan.algorithm = doc["algorithm"].get<std::string>();
+  }
+}
+
+// The keys after the layers (plan.layers read, max_e their largest expert id): experts, node ids,
+// fault tolerance.
+void plan_tail_from_json(const json& doc, const std::string& name, Plan& plan, int max_e) {
+  auto integer = [&](const json& v, const std::string& where, long long lo = 0) {
+    return static_cast<int>(json_integer(v, name, where, lo, kIntMax));
+  };
+  auto list = [&](const json& v, const std::string& where) -> const json& {
+    if (!v.is_array()) fail(name, where + " must be a list, found " + json_brief(v));
+    return v;
+  };
+  if (plan.layers.empty()) fail(name, "plan has no layers");
+  plan.experts = doc.contains("experts") ? integer(doc["experts"], "\"experts\"", 1) : max_e + 1;
+  if (plan.experts <= max_e) fail(name, "phy2log holds an expert id beyond \"experts\"");
+  for (auto& lp : plan.layers) lp.phyrank = ranks_by_appearance(lp.phy2log, plan.experts);
+  if (doc.contains("node_ids")) {
+    const json& ids = list(doc["node_ids"], "\"node_ids\"");
+    if (static_cast<int>(ids.size()) != plan.cluster.nodes) fail(name, "node_ids does not list every node");
+    for (size_t i = 0; i < ids.size(); ++i) plan.node_ids.push_back(integer(ids[i], "node_ids[" + std::to_string(i) + "]"));
+  } else {
+    plan.node_ids.resize(plan.cluster.nodes);
+    std::iota(plan.node_ids.begin(), plan.node_ids.end(), 0);
+  }
+  plan.fault_tolerance = recorded_fault_tolerance(doc, plan, name);
+}
+
+}  // namespace
+
 Plan plan_from_json(const json& doc, const std::string& name) {
-  // Every value is checked for its type where it is read, so a wrong one is named by its key.
-  constexpr long long kIntMax = std::numeric_limits<int>::max();
   auto integer = [&](const json& v, const std::string& where, long long lo = 0) {
     return static_cast<int>(json_integer(v, name, where, lo, kIntMax));
   };
@@ -243,18 +294,7 @@ Plan plan_from_json(const json& doc, const std::string& name) {
   };
   Plan plan;
   try {
-    if (!doc.is_object()) fail(name, "a plan must be a JSON object");
-    for (const char* key : {"nodes", "gpus_per_node", "slots_per_gpu", "layers"})
-      if (!doc.contains(key)) fail(name, std::string("plan lacks \"") + key + "\"");
-    plan.cluster = {integer(doc["nodes"], "\"nodes\"", 1), integer(doc["gpus_per_node"], "\"gpus_per_node\"", 1),
-                    integer(doc["slots_per_gpu"], "\"slots_per_gpu\"", 1)};
-    if (1LL * plan.cluster.nodes * plan.cluster.gpus_per_node * plan.cluster.slots_per_gpu > kIntMax / 4)
-      fail(name, "plan cluster too large: " + plan.cluster.describe());
-    plan.algorithm = "unknown";
-    if (doc.contains("algorithm")) {
-      if (!doc["algorithm"].is_string()) fail(name, "\"algorithm\" must be a string, found " + json_brief(doc["algorithm"]));
-      plan.algorithm = doc["algorithm"].get<std::string>();
-    }
+    plan_head_from_json(doc, name, plan);
     int max_e = -1;
     const json& layers = list(doc["layers"], "\"layers\"");
     for (size_t l = 0; l < layers.size(); ++l) {
@@ -274,19 +314,7 @@ Plan plan_from_json(const json& doc, const std::string& name) {
       }
       plan.layers.push_back(std::move(lp));
     }
-    if (plan.layers.empty()) fail(name, "plan has no layers");
-    plan.experts = doc.contains("experts") ? integer(doc["experts"], "\"experts\"", 1) : max_e + 1;
-    if (plan.experts <= max_e) fail(name, "phy2log holds an expert id beyond \"experts\"");
-    for (auto& lp : plan.layers) lp.phyrank = ranks_by_appearance(lp.phy2log, plan.experts);
-    if (doc.contains("node_ids")) {
-      const json& ids = list(doc["node_ids"], "\"node_ids\"");
-      if (static_cast<int>(ids.size()) != plan.cluster.nodes) fail(name, "node_ids does not list every node");
-      for (size_t i = 0; i < ids.size(); ++i) plan.node_ids.push_back(integer(ids[i], "node_ids[" + std::to_string(i) + "]"));
-    } else {
-      plan.node_ids.resize(plan.cluster.nodes);
-      std::iota(plan.node_ids.begin(), plan.node_ids.end(), 0);
-    }
-    plan.fault_tolerance = recorded_fault_tolerance(doc, plan, name);
+    plan_tail_from_json(doc, name, plan, max_e);
   } catch (const nlohmann::json::exception& e) {
     fail(name, "malformed plan: " + escaped_brief(e.what(), 160));
   }
@@ -315,9 +343,38 @@ json parse_plan_file(const std::string& text, const std::string& path) {
   }
 }
 
+// The plan as plan_from_json reads it, from a file in the plain form scan_plan_file streams (never
+// the document in memory); nullopt for anything else or anything wrong, which the full parse then
+// names exactly as before.
+std::optional<Plan> read_plan_streaming(const std::string& path) {
+  std::optional<ScannedPlan> scanned = scan_plan_file(
+      path, {"nodes", "gpus_per_node", "slots_per_gpu", "algorithm", "experts", "node_ids", "fault_tolerance",
+             "survives_node_failures"});
+  if (!scanned || !scanned->has_layers) return std::nullopt;
+  try {
+    json& doc = scanned->head;
+    doc["layers"] = nullptr;  // present; its content is in scanned->phy2log
+    Plan plan;
+    plan_head_from_json(doc, path, plan);
+    int max_e = -1;
+    for (auto& p2l : scanned->phy2log) {
+      if (static_cast<long long>(p2l.size()) != plan.cluster.slots()) return std::nullopt;
+      for (int e : p2l) max_e = std::max(max_e, e);
+      LayerPlacement lp;
+      lp.phy2log = std::move(p2l);
+      plan.layers.push_back(std::move(lp));
+    }
+    plan_tail_from_json(doc, path, plan, max_e);
+    return plan;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 }  // namespace
 
 Plan read_plan(const std::string& path) {
+  if (std::optional<Plan> plan = read_plan_streaming(path)) return std::move(*plan);
   json doc = parse_plan_file(read_text_file(path), path);
   return plan_from_json(doc, path);
 }

@@ -1,0 +1,296 @@
+// Streaming plan reader (see plan_scan.h).
+#include "placement/plan_scan.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <vector>
+
+#include "core/json_input.h"
+
+namespace ucpkit::placement {
+namespace {
+
+// Anything outside the plain form: the caller parses the whole file instead.
+struct Fallback {};
+
+// Nesting this reader accepts, well inside what the full parse accepts (kMaxJsonDepth), so that a
+// file it reads is never one the full parse would refuse for its depth.
+constexpr int kDepth = kMaxJsonDepth - 4;
+
+class Reader {
+ public:
+  explicit Reader(int fd) : fd_(fd), buf_(size_t{1} << 20) {}
+
+  // The next byte, -1 at the end of the file.
+  int peek() {
+    if (pos_ == end_ && !fill()) return -1;
+    return static_cast<unsigned char>(buf_[pos_]);
+  }
+  int get() {
+    if (pos_ == end_ && !fill()) return -1;
+    const char c = buf_[pos_++];
+    if (capture_) capture_->push_back(c);
+    return static_cast<unsigned char>(c);
+  }
+  void expect(char c) {
+    if (get() != static_cast<unsigned char>(c)) throw Fallback{};
+  }
+  // JSON whitespace (RFC 8259: space, tab, line feed, carriage return).
+  void ws() {
+    for (;;) {
+      if (pos_ == end_ && !fill()) return;
+      const char c = buf_[pos_];
+      if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return;
+      ++pos_;
+      if (capture_) capture_->push_back(c);
+    }
+  }
+  bool at_end() {
+    ws();
+    return peek() < 0;
+  }
+
+  // A string of printable ASCII without escapes (anything else falls back), into `out` when given.
+  void string(std::string* out) {
+    expect('"');
+    for (;;) {
+      const int c = get();
+      if (c == '"') return;
+      if (c < 0x20 || c >= 0x7f || c == '\\') throw Fallback{};  // also the end of the file (-1)
+      if (out) out->push_back(static_cast<char>(c));
+    }
+  }
+
+  // Any JSON value, validated and dropped (or appended to the capture).
+  void value(int depth) {
+    ws();
+    const int c = peek();
+    if (c == '{') return object(depth + 1);
+    if (c == '[') return array(depth + 1);
+    if (c == '"') return string(nullptr);
+    if (c == '-' || (c >= '0' && c <= '9')) return number();
+    if (c == 't') return literal("true");
+    if (c == 'f') return literal("false");
+    if (c == 'n') return literal("null");
+    throw Fallback{};
+  }
+
+  // A list of non-negative integers that fit an int (a phy2log).
+  void int_list(std::vector<int>& out) {
+    ws();
+    expect('[');
+    ws();
+    if (peek() == ']') {
+      get();
+      return;
+    }
+    for (;;) {
+      ws();
+      int c = get();
+      if (c < '0' || c > '9') throw Fallback{};
+      long long v = c - '0';
+      if (c == '0') {
+        if (const int d = peek(); d >= '0' && d <= '9') throw Fallback{};  // a leading zero is not JSON
+      } else {
+        for (int d = peek(); d >= '0' && d <= '9'; d = peek()) {
+          get();
+          v = v * 10 + (d - '0');
+          if (v > INT_MAX) throw Fallback{};
+        }
+      }
+      out.push_back(static_cast<int>(v));
+      ws();
+      c = get();
+      if (c == ']') return;
+      if (c != ',') throw Fallback{};
+    }
+  }
+
+  std::string* capture_ = nullptr;
+
+ private:
+  bool fill() {
+    ssize_t n;
+    do n = ::read(fd_, buf_.data(), buf_.size());
+    while (n < 0 && errno == EINTR);
+    if (n < 0) throw Fallback{};
+    if (n == 0) return false;
+    pos_ = 0;
+    end_ = static_cast<size_t>(n);
+    return true;
+  }
+
+  void object(int depth) {
+    if (depth > kDepth) throw Fallback{};
+    expect('{');
+    ws();
+    if (peek() == '}') {
+      get();
+      return;
+    }
+    for (;;) {
+      ws();
+      string(nullptr);
+      ws();
+      expect(':');
+      value(depth);
+      ws();
+      const int c = get();
+      if (c == '}') return;
+      if (c != ',') throw Fallback{};
+    }
+  }
+
+  void array(int depth) {
+    if (depth > kDepth) throw Fallback{};
+    expect('[');
+    ws();
+    if (peek() == ']') {
+      get();
+      return;
+    }
+    for (;;) {
+      value(depth);
+      ws();
+      const int c = get();
+      if (c == ']') return;
+      if (c != ',') throw Fallback{};
+    }
+  }
+
+  int digits() {
+    int n = 0;
+    for (int c = peek(); c >= '0' && c <= '9'; c = peek(), ++n) get();
+    return n;
+  }
+
+  // RFC 8259 number; exponents of three digits and integers of hundreds fall back (the full parse
+  // refuses a number that overflows a double).
+  void number() {
+    int c = get();
+    if (c == '-') c = get();
+    if (c >= '1' && c <= '9') {
+      if (digits() > 300) throw Fallback{};
+    } else if (c != '0') {
+      throw Fallback{};
+    }
+    if (peek() == '.') {
+      get();
+      if (digits() == 0) throw Fallback{};
+    }
+    if (const int e = peek(); e == 'e' || e == 'E') {
+      get();
+      if (const int s = peek(); s == '+' || s == '-') get();
+      const int n = digits();
+      if (n == 0 || n > 2) throw Fallback{};
+    }
+  }
+
+  void literal(const char* word) {
+    for (const char* p = word; *p; ++p) expect(*p);
+  }
+
+  int fd_;
+  std::vector<char> buf_;
+  size_t pos_ = 0, end_ = 0;
+};
+
+void read_layers(Reader& r, std::vector<std::vector<int>>& out) {
+  r.ws();
+  r.expect('[');
+  r.ws();
+  if (r.peek() == ']') throw Fallback{};  // no layers: the full parse says so
+  size_t size = 0;
+  for (;;) {
+    r.ws();
+    r.expect('{');
+    std::vector<int> p2l;
+    p2l.reserve(size);
+    bool got = false;
+    for (;;) {
+      r.ws();
+      std::string key;
+      r.string(&key);
+      r.ws();
+      r.expect(':');
+      if (key == "phy2log") {
+        if (got) throw Fallback{};
+        got = true;
+        r.int_list(p2l);
+      } else {
+        r.value(3);
+      }
+      r.ws();
+      const int c = r.get();
+      if (c == '}') break;
+      if (c != ',') throw Fallback{};
+    }
+    if (!got) throw Fallback{};
+    size = p2l.size();
+    out.push_back(std::move(p2l));
+    r.ws();
+    const int c = r.get();
+    if (c == ']') return;
+    if (c != ',') throw Fallback{};
+  }
+}
+
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+std::optional<ScannedPlan> scan_plan_file(const std::string& path, const std::vector<std::string>& head_keys) {
+  Fd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (file.fd < 0) return std::nullopt;
+  try {
+    Reader r(file.fd);
+    ScannedPlan out;
+    r.ws();
+    r.expect('{');
+    r.ws();
+    if (r.peek() == '}') throw Fallback{};
+    for (;;) {
+      r.ws();
+      std::string key;
+      r.string(&key);
+      r.ws();
+      r.expect(':');
+      if (key == "layers") {
+        if (out.has_layers) throw Fallback{};
+        out.has_layers = true;
+        read_layers(r, out.phy2log);
+      } else if (std::find(head_keys.begin(), head_keys.end(), key) != head_keys.end()) {
+        if (out.head.contains(key)) throw Fallback{};
+        std::string raw;
+        r.ws();
+        r.capture_ = &raw;
+        r.value(1);
+        r.capture_ = nullptr;
+        out.head[key] = nlohmann::json::parse(raw);
+      } else {
+        r.value(1);
+      }
+      r.ws();
+      const int c = r.get();
+      if (c == '}') break;
+      if (c != ',') throw Fallback{};
+    }
+    if (!r.at_end()) throw Fallback{};
+    return out;
+  } catch (const Fallback&) {
+    return std::nullopt;
+  } catch (const std::exception&) {  // e.g. out of memory: the full parse reports it
+    return std::nullopt;
+  }
+}
+
+}  // namespace ucpkit::placement
