@@ -2,7 +2,9 @@
 // scripts/dcp_fixtures_newer.sh: the real torch/distributed/checkpoint package of Debian's
 // python3-torch 2.14.1 over torch 2.6, 2 gloo ranks; README.md there): zstd transforms on every item
 // (FileSystemWriter _extensions=[ZStandard()]), Metadata.version, __{rank}.metadata rank-local saves
-// (use_collectives=False) and the HuggingFaceStorageWriter safetensors flavour. Every tensor is read
+// (use_collectives=False) and the HuggingFaceStorageWriter safetensors flavour; and torch 2.6's own
+// save with the torch 2.0-2.2 TensorProperties class path (t26_shardprops_w2) and with an emulated
+// 6-item TensorProperties state (t26_strides6_w2). Every tensor is read
 // bit-exact against the truth the saving script recorded (torch's own full_state_dict gather, not DCP
 // loading), through the library and through `ucp-union --input` run as users run it (relative paths,
 // from another folder). Damage (a zstd frame cut short, an unknown transform): one line naming the data
@@ -202,6 +204,25 @@ TEST(DcpNewer, SafetensorsConsolidatedOutput) {
   expect_matches_truth(Reader(dir, md), truth_of("t214_hfcons_w2"));
 }
 
+TEST(DcpNewer, Torch20To22TensorPropertiesClassPathReadBitExact) {
+  // torch 2.6's real save with TensorProperties patched to the _shard class, as torch's own
+  // test_compatibility.py (test_sharded_tensor_dependency) emulates torch 2.0-2.2 checkpoints.
+  const std::string dir = kData + "/t26_shardprops_w2";
+  EXPECT_NE(slurp(dir + "/.metadata").find("torch.distributed._shard.sharded_tensor.metadata"), std::string::npos);
+  const Reader r = open_folder(dir);
+  EXPECT_EQ(r.metadata().era, formats::dcp::ClassEra::ShardedProps);
+  expect_matches_truth(r, truth_of("t26_shardprops_w2"));
+}
+
+TEST(DcpNewer, SixItemTensorPropertiesStateReadBitExact) {
+  // The 2026 TensorProperties state (dtype, layout, requires_grad, memory format, pin_memory, strides),
+  // emulated on torch 2.6's real save (scripts/dcp_fixtures_newer.py --variant strides6).
+  const std::string dir = kData + "/t26_strides6_w2";
+  const Reader r = open_folder(dir);
+  EXPECT_EQ(r.metadata().era, formats::dcp::ClassEra::Current);
+  expect_matches_truth(r, truth_of("t26_strides6_w2"));
+}
+
 TEST(DcpNewer, ZstdFrameCutShortIsAnError) {
   // A real item's zstd frame with its last bytes cut off.
   const std::string dir = kData + "/t214_zstd_w2";
@@ -223,7 +244,8 @@ TEST(DcpNewer, ZstdFrameCutShortIsAnError) {
 }
 
 TEST(DcpNewerUnion, EveryNewerVariantBitExactThroughUcpUnion) {
-  for (const std::string variant : {"t214_zstd_w2", "t214_plain_w2", "t214_ranklocal_w2", "t214_hf_w2"}) {
+  for (const std::string variant : {"t214_zstd_w2", "t214_plain_w2", "t214_ranklocal_w2", "t214_hf_w2",
+                                    "t26_shardprops_w2", "t26_strides6_w2"}) {
     SCOPED_TRACE(variant);
     const Case c = case_of("all_" + variant, variant);
     const auto r = union_in(c, "--input ../in/ck --output out --json");
