@@ -58,6 +58,10 @@ LayoutOptions add_options(CLI::App& app, tool::UcpLoadOptions& o) {
                  "PipelineModule sources: which layers each target stage builds, as DeepSpeed's "
                  "PipelineModule(partition_method=...): parameters, uniform or type:<regex> (default: Megatron's "
                  "even split of the transformer blocks for a Megatron model, else DeepSpeed's default parameters)");
+  app.add_option("--layer-types", o.layer_types,
+                 "PipelineModule sources: a file of the model's layer class names in order, one per line (what "
+                 "type:<regex> matches, as DeepSpeed's _find_layer_type: LayerSpec typename, module class, function "
+                 "name); needed by --partition-method type:<regex>");
   app.add_option("--sub-group-size", l.target.sub_group_size,
                  "ZeRO-3: the job's zero_optimization.sub_group_size (elements; DeepSpeed's default 1e9)")
       ->check(tool::in_range(1, 1e12));

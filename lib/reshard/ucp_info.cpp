@@ -28,6 +28,7 @@ nlohmann::json TargetLayout::to_json() const {
   if (zero_stage == 3) j["sub_group_size"] = sub_group_size;
   if (!ds_line.empty()) j["ds_line"] = ds_line;
   if (!partition_method.empty()) j["partition_method"] = partition_method;
+  if (!layer_types.empty()) j["layer_types"] = layer_types;
   return j;
 }
 
@@ -124,7 +125,13 @@ std::map<int, int> partitioned_layer_stages(const ModelInfo& m, const TargetLayo
   const auto method = formats::deepspeed::parse_partition_method(method_text);
   int num_layers = m.tied_head_layer + 1;
   for (const auto& p : m.params) num_layers = std::max(num_layers, p.layer + 1);
+  if (!t.layer_types.empty() && static_cast<int>(t.layer_types.size()) < num_layers)
+    throw Error(t.layer_types_file + ": names " + std::to_string(t.layer_types.size()) +
+                " layers, but the checkpoint has layer files up to layer " + std::to_string(num_layers - 1) +
+                " (--layer-types names every entry of the PipelineModule's layer list, in order)");
+  num_layers = std::max(num_layers, static_cast<int>(t.layer_types.size()));
   std::vector<formats::deepspeed::PipelineLayer> layers(static_cast<size_t>(std::max(num_layers, 0)));
+  for (size_t i = 0; i < t.layer_types.size(); ++i) layers[i].type_name = t.layer_types[i];
   std::set<int> with_params;
   for (const auto& p : m.params) {
     if (p.layer < 0) continue;

@@ -32,6 +32,11 @@ struct TargetLayout {
   // PipelineModule(partition_method=...)). "": Megatron's rule (stage_of_blocks) for a Megatron model,
   // DeepSpeed's default 'parameters' for any other PipelineModule (megatron_blocks).
   std::string partition_method;
+  // --layer-types FILE (formats/deepspeed/partition.h read_layer_types): the PipelineModule's layer class
+  // names in order; type:<regex> matches them, and their count is the layer list's length (a trailing
+  // function layer has no file). Empty: not given.
+  std::string layer_types_file;
+  std::vector<std::string> layer_types;
   nlohmann::json to_json() const;
 };
 

@@ -36,6 +36,13 @@ void UcpLoadOptions::check() {
       throw UsageError("--partition-method applies to --device cpu (--device cuda plans with the default)");
     load.target.partition_method = formats::deepspeed::to_string(method);
   }
+  if (!layer_types.empty()) {  // the PipelineModule's layer class names (type:<regex>; the layer count)
+    if (load.format != reshard::OutputFormat::DeepSpeed)
+      throw UsageError("--layer-types applies to --format deepspeed (pipeline stages)");
+    if (device == "cuda") throw UsageError("--layer-types applies to --device cpu (--device cuda plans with the default)");
+    load.target.layer_types = formats::deepspeed::read_layer_types(layer_types);
+    load.target.layer_types_file = layer_types;
+  }
   load.target.dtype = *dtype_from_name(dtype);
   load.optimizer = optimizer == "zero"   ? reshard::OptimizerKind::Zero
                    : optimizer == "bf16" ? reshard::OptimizerKind::Bf16

@@ -16,6 +16,7 @@ struct UcpLoadOptions {
   std::string dtype = "bf16", device = "cpu", optimizer = "auto", exchange = "auto";
   std::string format{reshard::output_format_name(reshard::OutputFormat::DeepSpeed)};
   std::string partition_method;  // --partition-method ("": see reshard::TargetLayout::partition_method)
+  std::string layer_types;       // --layer-types FILE ("": not given; reshard::TargetLayout::layer_types)
   int tp = 1, pp = 1, dp = 1, zero_stage = 1, ep = 1;
   int pp_rank = 0, tp_rank = 0, dp_rank = 0;  // --device cuda: the rank materialized
   int64_t world_size = 0;                     // --world-size (0: not given)

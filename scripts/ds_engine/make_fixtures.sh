@@ -4,7 +4,11 @@
 # train_engine.py) and, for MoE, the run's saves after steps 1 and 2 (chain/step1, chain/step2).
 #   v0.14 line: the host's Debian 12 python3 (torch 1.13), DS014 = a DeepSpeed v0.14.5 source tree
 #   v0.19 line: the Debian-trixie chroot (torch 2.6), DS019 = a DeepSpeed v0.19.x source tree under it
-# Usage: DS014=/tmp/ds0145 DS019=/lab/ds0195 TRIXIE=/opt/trixie scripts/ds_engine/make_fixtures.sh WORK
+# The PipelineModule fixtures also get partitions.json: DeepSpeed's own PipelineModule partition
+# (module.parts, train_engine.py --parts) of their layer list for each method and PP 1-4, and
+# layer_types.txt: the layer class names as DeepSpeed's _find_layer_type names them (ucp-load --layer-types).
+# Usage: DS014=/tmp/ds0145 DS019=/lab/ds0195 TRIXIE=/opt/trixie scripts/ds_engine/make_fixtures.sh WORK [parts]
+#   (parts: only the partitions of the existing pipe fixtures)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -34,6 +38,28 @@ keep() {  # source_dir fixture_name
   [ -f "$dst/PROVENANCE.md" ] && cp "$dst/PROVENANCE.md" "$dst.tmp/"
   rm -rf "$dst"; mv "$dst.tmp" "$dst"
 }
+partitions() {  # line fixture_dir: partitions.json and layer_types.txt from DeepSpeed's PipelineModule
+  local line=$1 dst=$2 first=1
+  {
+    echo "["
+    for method in parameters uniform type:Block "type:head|embed"; do
+      for pp in 1 2 3 4; do
+        [ $first = 1 ] || echo ","
+        first=0
+        run $line pipe parts --pp $pp --world $pp --partition-method "$method" --parts 2>&1 | grep -a '^train_engine parts: ' \
+          | sed 's/^train_engine parts: //' | tr -d '\n'
+      done
+    done
+    echo; echo "]"
+  } > "$dst/partitions.json"
+  /usr/bin/python3 -c "import json, sys; print('\n'.join(json.load(open(sys.argv[1]))[0]['layer_types']))" \
+    "$dst/partitions.json" > "$dst/layer_types.txt"
+}
+if [ "${2:-}" = parts ]; then
+  partitions 0.14 "$repo/tests/generator/engine/pipe_module_v$(cat "$DS014/version.txt")"
+  partitions 0.19 "$repo/tests/generator/engine/pipe_module_v$(cat "$trixie$DS019/version.txt")"
+  exit 0
+fi
 for line in 0.14 0.19; do
   v=$([ $line = 0.14 ] && cat "$DS014/version.txt" || cat "$trixie$DS019/version.txt")
   for kind in dense pipe moe; do
@@ -50,5 +76,6 @@ for line in 0.14 0.19; do
     fi
     case $kind in dense) fx=dense_blocks_v$v;; pipe) fx=pipe_module_v$v;; moe) fx=moe_tutorial_v$v;; esac
     keep "$src" "$fx"
+    [ $kind = pipe ] && partitions $line "$repo/tests/generator/engine/$fx"
   done
 done

@@ -159,6 +159,16 @@ def worker(rank, a):
            "zero_optimization": {"stage": a.zero}, "zero_allow_untested_optimizer": True, "steps_per_print": 1000}
     if a.universal:
         cfg["checkpoint"] = {"load_universal": True}
+    if a.parts:  # DeepSpeed's own partition of the layer list (PipelineModule._partition_layers), no engine
+        if rank == 0:
+            import json
+            from deepspeed.pipe import LayerSpec
+            # the names _find_layer_type matches (module.py v0.19.5 :322-337): what --layer-types takes
+            names = [s.typename.__name__ if isinstance(s, LayerSpec) else type(s).__name__
+                     if isinstance(s, torch.nn.Module) else s.__name__ for s in model._layer_specs]
+            print("train_engine parts: " + json.dumps({"method": a.partition_method, "pp": a.pp,
+                                                        "parts": [int(x) for x in model.parts], "layer_types": names}))
+        return
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=cfg)
     if a.resume:
         path, _ = engine.load_checkpoint(a.resume, load_optimizer_states=True, load_lr_scheduler_states=True)
@@ -215,6 +225,8 @@ def main():
                     "to OUT/loaded/ (no save)")
     ap.add_argument("--after", type=int, default=1, help="with --resume: train this many steps after loading and "
                     "record the state then in OUT/after/ (the same data as any other resume at this world size)")
+    ap.add_argument("--parts", action="store_true", help="pipe: print DeepSpeed's partition of the layer list "
+                    "(PipelineModule.parts) and the layer class names, as one JSON line, and stop (world = pp)")
     ap.add_argument("--universal", action="store_true", help="with --resume: DeepSpeed's load_universal path")
     a = ap.parse_args()
     if a.resume:

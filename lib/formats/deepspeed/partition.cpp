@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <regex>
 
@@ -95,6 +96,26 @@ std::vector<int64_t> partition_balanced(const std::vector<int64_t>& weights, int
   return parts;
 }
 
+std::vector<std::string> read_layer_types(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot read the layer types file (--layer-types)");
+  std::vector<std::string> names;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+    size_t b = 0;
+    while (b < line.size() && std::isspace(static_cast<unsigned char>(line[b]))) ++b;
+    line.erase(0, b);
+    if (line.empty())
+      throw Error(path + ":" + std::to_string(n) + ": empty line; --layer-types names one layer class per line "
+                  "(every entry of the PipelineModule's layer list, in order)");
+    names.push_back(line);
+  }
+  if (in.bad()) throw Error(path + ": cannot read the layer types file (--layer-types)");
+  if (names.empty()) throw Error(path + ": no layer class names (--layer-types: one per line)");
+  return names;
+}
+
 std::vector<int64_t> partition_layers(const PartitionMethod& method, const std::vector<PipelineLayer>& layers, int stages) {
   if (stages < 1) throw UsageError("--pp " + std::to_string(stages) + ": at least 1 pipeline stage");
   switch (method.kind) {
@@ -117,8 +138,9 @@ std::vector<int64_t> partition_layers(const PartitionMethod& method, const std::
   for (size_t i = 0; i < layers.size(); ++i) {
     if (!layers[i].type_name)
       throw Error(std::string(kOption) + " type:" + method.type_regex + ": layer " + std::to_string(i) +
-                  "'s class name is not known (a checkpoint's layer files hold state dicts, not classes); "
-                  "use --partition-method parameters or uniform");
+                  "'s class name is not known (a checkpoint's layer files hold state dicts, not classes); give "
+                  "--layer-types FILE, the PipelineModule's layer class names in order, one per line, or use "
+                  "--partition-method parameters or uniform");
     if (std::regex_search(*layers[i].type_name, re)) binary[i] = 1, any = true;
   }
   if (!any) throw Error("Partitioning '" + method.type_regex + "' found no valid layers to partition.");

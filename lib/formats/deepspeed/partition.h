@@ -37,9 +37,20 @@ struct PipelineLayer {
   int64_t params = 0;                    // trainable parameter elements (_count_layer_params, module.py v0.19.6 :303-320)
   std::optional<std::string> type_name;  // the layer's class name (LayerSpec typename, module class, function __name__)
 };
+// ucp-load --layer-types FILE: the PipelineModule's layer list by class name, one name a line in order, as
+// DeepSpeed's _find_layer_type names each entry of _layer_specs for type:<regex> (module.py v0.14.5 :313-328,
+// v0.19.5 :322-337): a LayerSpec (TiedLayerSpec too) its typename.__name__, a module its class name, a
+// function its __name__. A checkpoint's files hold none of these. Printed in the training job with
+//   [s.typename.__name__ if isinstance(s, LayerSpec) else type(s).__name__ if isinstance(s, torch.nn.Module)
+//    else s.__name__ for s in model._layer_specs]
+// (one per line). Trailing spaces and a '\r' are dropped; an empty line, or no line, is an Error naming
+// the file and the line; an unreadable file an Error naming it.
+std::vector<std::string> read_layer_types(const std::string& path);
+
 // _partition_layers: the stage bounds (parts[s] .. parts[s + 1] - 1 are stage s's layers) of `layers`
 // over `stages`. type:<regex> needs every layer's type name (a checkpoint's files do not hold them:
-// Error naming the first layer without one); no match is DeepSpeed's RuntimeError (:339-340), an Error.
+// Error naming the first layer without one and --layer-types, the option that supplies them); no match
+// is DeepSpeed's RuntimeError (:339-340), an Error.
 std::vector<int64_t> partition_layers(const PartitionMethod& method, const std::vector<PipelineLayer>& layers, int stages);
 
 // The trainable elements of every layer file layer_LL-model_TT-model_states.pt of tensor-parallel rank
