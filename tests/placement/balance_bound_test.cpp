@@ -141,6 +141,40 @@ TEST(BalanceBound, NeverAboveTheExactOptimumOnSmallClusters) {
   EXPECT_GT(solved, 40);
 }
 
+TEST(BalanceBound, FewAllocationsStepNeverAboveTheExactOptimum) {
+  // Step 5 of the bound (every allocation left checked where few are left: S = 2 by the sorted
+  // pairing, any S by the hottest expert's GPUs) on clusters where f * E is within a few slots of the
+  // slot count, so that few allocations are left: never above the exact optimum (asserted); how
+  // often it is the optimum is printed and held.
+  std::mt19937 rng(29);
+  const Cluster clusters[] = {{2, 2, 2}, {3, 2, 2}, {4, 2, 2}, {5, 2, 2}, {6, 1, 2}, {2, 2, 3}, {3, 1, 4},
+                              {4, 1, 4}, {2, 2, 4}, {3, 2, 3}, {4, 1, 3}, {5, 1, 3}};
+  std::lognormal_distribution<double> skew(8.0, 1.5);
+  std::uniform_real_distribution<double> uni(900, 1100);
+  int solved = 0, tight = 0, s2 = 0, s2_tight = 0;
+  for (const auto& cl : clusters)
+    for (int f = 1; f <= std::min(3, cl.nodes); ++f)
+      for (int less = 0; less <= 1; ++less)
+        for (int shape = 0; shape < 3; ++shape) {
+          const int E = cl.slots() / f - less;
+          if (E < 2) continue;
+          std::vector<double> t(E);
+          for (int e = 0; e < E; ++e)
+            t[e] = std::floor(shape == 0 ? skew(rng) : shape == 1 ? uni(rng) : (e == 0 ? 20000 : uni(rng) / 10)) + 1;
+          const double opt = search_optimum(t, cl, f, 1'000'000);
+          if (opt == kInf) continue;
+          ++solved;
+          const auto b = bound_of(t, cl, f);
+          EXPECT_LE(b.max_load_lower, opt * (1 + 1e-9)) << cl.describe() << " E=" << E << " f=" << f << " shape " << shape;
+          const bool is_opt = b.max_load_lower >= opt * (1 - 1e-6);
+          tight += is_opt;
+          if (cl.slots_per_gpu == 2) s2++, s2_tight += is_opt;
+        }
+  std::printf("few allocations: %d solved exactly, bound = optimum on %d (S = 2: %d of %d)\n", solved, tight, s2_tight, s2);
+  EXPECT_GT(solved, 80);
+  EXPECT_GT(tight, solved / 2);
+}
+
 TEST(BalanceBound, BalancedFtReachesMinOfEplbGlobalAndTheBoundOnRandomWorkloads) {
   // The workloads of BalancedFt.MeetsFaultToleranceAndEplbGlobalBalanceOnRandomWorkloads. On every
   // layer balanced-ft (equal shares) is compared with min(eplb-global, bound_f): where the floor does
@@ -150,7 +184,7 @@ TEST(BalanceBound, BalancedFtReachesMinOfEplbGlobalAndTheBoundOnRandomWorkloads)
   int layers = 0, binding = 0, short_of = 0, searched = 0, at_opt = 0;
   double worst = 2, worst_binding_eplb = 2, worst_dispatch = 2, worst_opt = 2;
   std::vector<double> ratios;
-  for_each_random_case([&](const RandomCase& rc) {
+  const auto one_case = [&](const RandomCase& rc) {
     const Cluster& cl = rc.cluster;
     const int f = rc.f, E = static_cast<int>(rc.loads.experts);
     PlacementOptions o;
@@ -199,7 +233,12 @@ TEST(BalanceBound, BalancedFtReachesMinOfEplbGlobalAndTheBoundOnRandomWorkloads)
                     opt < kInf ? std::to_string(b.mean_load / opt).substr(0, 6).c_str() : "-", ours / b.balancedness,
                     dp.balancedness, b.dispatch_balancedness);
     }
-  });
+  };
+  for_each_random_case(one_case);
+  const int first_set = layers, first_short = short_of;
+  for_each_wider_case(one_case);
+  std::printf("first set: %d layers, %d short; wider set: %d layers, %d short\n", first_set, first_short,
+              layers - first_set, short_of - first_short);
   std::sort(ratios.begin(), ratios.end());
   std::printf("balanced-ft vs min(eplb-global, bound_f): %d layers, %d more than 0.5%% short, worst ratio %.4f; %d "
               "floor-binding layers: balanced-ft / bound_f worst %.4f, median %.4f (vs eplb-global worst %.4f; "
@@ -210,8 +249,11 @@ TEST(BalanceBound, BalancedFtReachesMinOfEplbGlobalAndTheBoundOnRandomWorkloads)
               worst_dispatch);
   EXPECT_GT(binding, 50);
   EXPECT_GT(searched, 10);
-  // Measured gaps (docs/moe-replace.md, "Balance bound under the floor f"): 4 floor-binding layers
-  // (one of them 4.8% below the exact optimum); held here so that they do not grow.
-  EXPECT_LE(short_of, 4);
-  EXPECT_GE(worst, 0.96);
+  // The acceptance rule of issue 31: no layer more than 0.5% below min(eplb-global, bound_f). Where
+  // eplb-global is above bound_f it is not reachable under f (the bound is proven), and balanced-ft
+  // within 0.5% of bound_f is within 0.5% of the optimum.
+  EXPECT_EQ(first_short, 0);
+  // The wider set (docs/moe-replace.md): the layers still short are held so that they do not grow.
+  EXPECT_LE(short_of - first_short, 16);
+  EXPECT_GE(worst, 0.94);
 }

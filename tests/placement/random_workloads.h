@@ -1,6 +1,7 @@
 // The randomized workloads of the balanced-ft acceptance tests (skewed, uniform, two dominant
 // experts; clusters 2-64 nodes; f = 1..3; two layers each), generated in one fixed order so every test
-// that uses them sees the same layers.
+// that uses them sees the same layers; and a wider set (also Zipf 0.6-1.5 and log-normal loads,
+// clusters 2-128 nodes, other seeds) for the bound test.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -13,10 +14,16 @@
 
 namespace placement_test {
 
-enum class Shape { Skewed, Uniform, Dominant };
+enum class Shape { Skewed, Uniform, Dominant, Zipf, LogNormal };
 
 inline const char* shape_name(Shape s) {
-  return s == Shape::Skewed ? "skewed" : s == Shape::Uniform ? "uniform" : "dominant";
+  switch (s) {
+    case Shape::Skewed: return "skewed";
+    case Shape::Uniform: return "uniform";
+    case Shape::Dominant: return "dominant";
+    case Shape::Zipf: return "zipf";
+    default: return "lognormal";
+  }
 }
 
 inline ucpkit::placement::LoadMatrix random_loads(int layers, int experts, Shape shape, std::mt19937& rng) {
@@ -25,6 +32,20 @@ inline ucpkit::placement::LoadMatrix random_loads(int layers, int experts, Shape
   w.experts = experts;
   std::lognormal_distribution<double> skew(8.0, 1.5);
   std::uniform_real_distribution<double> uni(900, 1100);
+  if (shape == Shape::Zipf || shape == Shape::LogNormal) {
+    // Zipf: the e-th most loaded expert carries 1e5 / e^s, s in [0.6, 1.5] per layer, experts in a
+    // random order; log-normal: exp(N(6, sigma)), sigma in [0.5, 1.5] per layer.
+    std::uniform_real_distribution<double> u(0, 1);
+    for (int l = 0; l < layers; ++l) {
+      const double s = 0.6 + 0.9 * u(rng);
+      std::lognormal_distribution<double> ln(6.0, 0.5 + u(rng));
+      std::vector<double> row(experts);
+      for (int e = 0; e < experts; ++e) row[e] = shape == Shape::Zipf ? 1e5 / std::pow(e + 1.0, s) : ln(rng);
+      std::shuffle(row.begin(), row.end(), rng);
+      for (double v : row) w.values.push_back(std::floor(v) + 1);
+    }
+    return w;
+  }
   for (int l = 0; l < layers; ++l)
     for (int e = 0; e < experts; ++e) {
       double v = shape == Shape::Skewed ? skew(rng) : uni(rng);
@@ -55,6 +76,27 @@ inline void for_each_random_case(const std::function<void(const RandomCase&)>& v
         ucpkit::placement::Cluster cl{c.nodes, c.gpus, c.slots};
         // Experts: between a quarter and a half of the slots, at least f replicas each must fit.
         int E = std::max(3, cl.slots() / (2 + static_cast<int>(rng() % 3)));
+        E = std::min(E, cl.slots() / f);
+        E = std::min(E, 256);
+        visit({cl, shape, f, random_loads(2, E, shape, rng)});
+      }
+}
+
+// The wider set: 12 more clusters from 2 x 8 x 2 to 128 x 8 x 4 (S = 2 to 6, the tight S = 2 ones
+// included), 5 shapes, f = 1..min(3, nodes), another seed: 174 cases of 2 layers.
+inline void for_each_wider_case(const std::function<void(const RandomCase&)>& visit) {
+  std::mt19937 rng(3131);
+  struct Shape3 {
+    int nodes, gpus, slots;
+  };
+  const Shape3 clusters[] = {{2, 8, 2}, {3, 4, 2}, {5, 2, 4}, {6, 1, 6}, {12, 4, 3}, {16, 1, 4},
+                             {24, 2, 2}, {40, 2, 3}, {48, 4, 2}, {96, 2, 2}, {128, 4, 2}, {128, 8, 4}};
+  for (const auto& c : clusters)
+    for (Shape shape : {Shape::Skewed, Shape::Uniform, Shape::Dominant, Shape::Zipf, Shape::LogNormal})
+      for (int f = 1; f <= std::min(3, c.nodes); ++f) {
+        ucpkit::placement::Cluster cl{c.nodes, c.gpus, c.slots};
+        // Experts: a sixth to a half of the slots (the tight end f * E near the slot count included).
+        int E = std::max(3, cl.slots() / (2 + static_cast<int>(rng() % 5)));
         E = std::min(E, cl.slots() / f);
         E = std::min(E, 256);
         visit({cl, shape, f, random_loads(2, E, shape, rng)});
