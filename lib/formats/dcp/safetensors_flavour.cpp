@@ -16,7 +16,7 @@ namespace ucpkit::formats::dcp {
 
 namespace {
 
-// _hf_utils.py:18-19 (CUSTOM_METADATA_KEY, DEFAULT_EXTRA_METADATA_KEY), :37-38 (DCP_VERSION_KEY).
+// torch 2.14.1 _hf_utils.py:17-18 (CUSTOM_METADATA_KEY, DEFAULT_EXTRA_METADATA_KEY), :38 (DCP_VERSION_KEY).
 constexpr const char* kShardingInfo = "DCP_SHARDING_INFO";
 constexpr const char* kDcpVersion = "DCP_VERSION";
 constexpr const char* kExtra = "__metadata__";

@@ -183,7 +183,7 @@ TEST(DcpNewer, SafetensorsFlavourShardedBitExact) {
   ASSERT_EQ(f.metadata_files.size(), 2u);  // shard-00001-..., shard-00002-... (shard_index = rank + 1)
   const auto md = formats::dcp::read_folder_metadata(f);
   EXPECT_EQ(formats::dcp::world_size_of(md, f), 2);
-  EXPECT_EQ(md.version, std::optional<std::string>("1.0"));  // DCP_VERSION, _hf_utils.py:36-37@2.14.1
+  EXPECT_EQ(md.version, std::optional<std::string>("1.0"));  // DCP_VERSION, _hf_utils.py:37-38@2.14.1
   const auto* e = md.find("tok_embeddings.weight");
   ASSERT_NE(e, nullptr);
   ASSERT_EQ(e->chunks.size(), 2u);  // FSDP2 Shard(0): two row blocks from saved_offsets
