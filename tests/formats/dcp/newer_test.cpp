@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -303,4 +304,66 @@ TEST(DcpNewerUnion, UnknownTransformFailsNamingTheDataFile) {
   EXPECT_NE(res.err.find(".distcp"), std::string::npos) << res.err;
   EXPECT_NE(res.err.find("unknown transform 'stream.brot/1'"), std::string::npos) << res.err;
   expect_nothing_left(c);
+}
+
+namespace {
+
+// Rewrites the JSON header of safetensors file `path` through `edit` (the header length prefix follows;
+// the tensor bytes stay as they are).
+void edit_safetensors_header(const std::string& path, const std::function<void(nlohmann::json&)>& edit) {
+  const std::string b = slurp(path);
+  uint64_t n = 0;
+  for (int k = 7; k >= 0; --k) n = (n << 8) | static_cast<uint8_t>(b[static_cast<size_t>(k)]);
+  nlohmann::json h = nlohmann::json::parse(b.substr(8, n));
+  edit(h);
+  const std::string text = h.dump();
+  std::string out(8, '\0');
+  for (int k = 0; k < 8; ++k) out[static_cast<size_t>(k)] = static_cast<char>((text.size() >> (8 * k)) & 0xff);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << out << text << b.substr(8 + n);
+}
+
+void expect_union_refuses(const Case& c, const std::string& file, const std::string& what) {
+  const auto res = union_in(c, "--input ../in/ck --output out");
+  EXPECT_EQ(res.rc, 1) << res.err;
+  EXPECT_EQ(std::count(res.err.begin(), res.err.end(), '\n'), 1) << res.err;
+  EXPECT_NE(res.err.find(file), std::string::npos) << res.err;
+  EXPECT_NE(res.err.find(what), std::string::npos) << res.err;
+  expect_nothing_left(c);
+}
+
+const char* kShard1 = "shard-00001-model-00001-of-00001.safetensors";
+
+}  // namespace
+
+TEST(DcpNewerUnion, SafetensorsTensorPastItsFileFailsNamingIt) {
+  const Case c = case_of("st_past", "t214_hf_w2");
+  edit_safetensors_header(c.input + "/" + kShard1, [](nlohmann::json& h) {
+    auto& off = h["output.weight"]["data_offsets"];
+    off[1] = off[1].get<int64_t>() + 4096;
+  });
+  expect_union_refuses(c, kShard1, "'output.weight' data_offsets do not hold its shape x dtype inside the file");
+}
+
+TEST(DcpNewerUnion, SafetensorsShardingInfoWithoutAKeyFailsNamingIt) {
+  const Case c = case_of("st_nokey", "t214_hf_w2");
+  edit_safetensors_header(c.input + "/" + kShard1, [](nlohmann::json& h) {
+    auto info = nlohmann::json::parse(h["__metadata__"]["DCP_SHARDING_INFO"].get<std::string>());
+    info.erase("norm.weight");
+    h["__metadata__"]["DCP_SHARDING_INFO"] = info.dump();
+  });
+  expect_union_refuses(c, kShard1, "DCP_SHARDING_INFO has no saved_offsets for 'norm.weight'");
+}
+
+TEST(DcpNewerUnion, SafetensorsChunksLeavingAGapFailNamingTheFile) {
+  // Rank 0's file loses tok_embeddings.weight: only rank 1's chunk (rows 16..31) remains; the global size
+  // (largest offset + shape, as torch's reader computes it) still starts at row 0, so rows 0..15 are a
+  // gap. The error names the metadata's path, the first shard file.
+  const Case c = case_of("st_gap", "t214_hf_w2");
+  edit_safetensors_header(c.input + "/" + kShard1, [](nlohmann::json& h) {
+    h.erase("tok_embeddings.weight");
+    auto info = nlohmann::json::parse(h["__metadata__"]["DCP_SHARDING_INFO"].get<std::string>());
+    info.erase("tok_embeddings.weight");
+    h["__metadata__"]["DCP_SHARDING_INFO"] = info.dump();
+  });
+  expect_union_refuses(c, kShard1, "leave a gap");
 }
