@@ -130,7 +130,8 @@ Metadata read_safetensors_metadata(const std::vector<std::string>& files) {
           static_cast<uint64_t>(span[1]) > h.file_size - h.data_start ||
           static_cast<uint64_t>(span[1] - span[0]) != numel * dtype_size(*dt))
         fail(file, "safetensors: tensor " + what + " data_offsets do not hold its shape x dtype inside the file");
-      Entry* e = const_cast<Entry*>(md.find(fqn));
+      const auto known = md.entry_index.find(fqn);
+      Entry* e = known == md.entry_index.end() ? nullptr : &md.entries[known->second];
       if (!e) {
         md.entry_index.emplace(fqn, md.entries.size());
         md.entries.push_back(Entry{fqn, false, *dt, std::vector<int64_t>(shape.size(), 0), {}});
