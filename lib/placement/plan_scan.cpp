@@ -25,28 +25,29 @@ class Reader {
  public:
   explicit Reader(int fd) : fd_(fd), buf_(size_t{1} << 20) {}
 
-  // The next byte, -1 at the end of the file.
-  int peek() {
+  // The next byte, -1 at the end of the file. The per-byte calls are inlined (the reader's time is
+  // theirs: 200 MB of log2phy skipped at 1,024 nodes); refills and captures are out of line.
+  [[gnu::always_inline]] int peek() {
     if (pos_ == end_ && !fill()) return -1;
     return static_cast<unsigned char>(buf_[pos_]);
   }
-  int get() {
+  [[gnu::always_inline]] int get() {
     if (pos_ == end_ && !fill()) return -1;
     const char c = buf_[pos_++];
-    if (capture_) capture_->push_back(c);
+    if (capture_) [[unlikely]] keep(c);
     return static_cast<unsigned char>(c);
   }
-  void expect(char c) {
+  [[gnu::always_inline]] void expect(char c) {
     if (get() != static_cast<unsigned char>(c)) throw Fallback{};
   }
   // JSON whitespace (RFC 8259: space, tab, line feed, carriage return).
-  void ws() {
+  [[gnu::always_inline]] void ws() {
     for (;;) {
       if (pos_ == end_ && !fill()) return;
       const char c = buf_[pos_];
-      if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return;
+      if (c != ' ' && c != '\n' && c != '\r' && c != '\t') [[likely]] return;
       ++pos_;
-      if (capture_) capture_->push_back(c);
+      if (capture_) [[unlikely]] keep(c);
     }
   }
   bool at_end() {
@@ -113,7 +114,8 @@ class Reader {
   std::string* capture_ = nullptr;
 
  private:
-  bool fill() {
+  [[gnu::noinline]] void keep(char c) { capture_->push_back(c); }
+  [[gnu::noinline]] bool fill() {
     ssize_t n;
     do n = ::read(fd_, buf_.data(), buf_.size());
     while (n < 0 && errno == EINTR);
@@ -154,6 +156,7 @@ class Reader {
       return;
     }
     for (;;) {
+      if (!capture_) skip_int_run();
       value(depth);
       ws();
       const int c = get();
@@ -162,7 +165,32 @@ class Reader {
     }
   }
 
-  int digits() {
+  // Consumes elements of the plain form "-?[0-9]+," (no whitespace, an integer JSON allows) from the
+  // buffer as long as they come whole; anything else is left to value(). Most of a plan is such runs.
+  void skip_int_run() {
+    const char* const base = buf_.data();
+    const char* const e = base + end_;
+    const char* p = base + pos_;
+    for (;;) {
+      const char* q = p;
+      if (q < e && *q == '-') ++q;
+      if (q >= e) break;
+      if (*q == '0') {
+        ++q;
+      } else if (*q >= '1' && *q <= '9') {
+        const char* first = q++;
+        while (q < e && *q >= '0' && *q <= '9') ++q;
+        if (q - first > 300) break;
+      } else {
+        break;
+      }
+      if (q >= e || *q != ',') break;
+      p = q + 1;
+    }
+    pos_ = static_cast<size_t>(p - base);
+  }
+
+  [[gnu::always_inline]] int digits() {
     int n = 0;
     for (int c = peek(); c >= '0' && c <= '9'; c = peek(), ++n) get();
     return n;
@@ -170,7 +198,7 @@ class Reader {
 
   // RFC 8259 number; exponents of three digits and integers of hundreds fall back (the full parse
   // refuses a number that overflows a double).
-  void number() {
+  [[gnu::always_inline]] void number() {
     int c = get();
     if (c == '-') c = get();
     if (c >= '1' && c <= '9') {
