@@ -84,11 +84,69 @@ std::vector<int> improve_pair_allocation(std::vector<int> r, const std::vector<d
     if (placed == 1) put(gb);
     return pair_groups(g);
   };
+  // Few allocations (r_e >= f, the same sum): every one is tried, the best sorted pairing kept.
+  {
+    long long spare = -static_cast<long long>(f) * E;
+    for (int x : r) spare += x;
+    double count = 1;
+    for (long long k = 1; k <= spare && count <= 300000; ++k) count = count * static_cast<double>(E + k - 1) / static_cast<double>(k);
+    if (count <= 300000) {
+      std::vector<int> a(E, f), best = r;
+      PairingValue best_v = cur;
+      auto visit = [&](auto&& self, int e, long long left) -> void {
+        if (e == E - 1) {
+          a[e] = f + static_cast<int>(left);
+          const PairingValue v = sorted_pairing(a, t);
+          if (better(v, best_v)) best_v = v, best = a;
+          return;
+        }
+        for (long long x = 0; x <= left; ++x) {
+          a[e] = f + static_cast<int>(x);
+          self(self, e + 1, left - x);
+        }
+      };
+      if (E > 0) visit(visit, 0, spare);
+      return best;
+    }
+  }
+  // Receivers: the experts of the pairs at the maximum first (a lower share there is what lowers
+  // it), then the rest; donors: the 32 whose share rises least, then (up to 64 experts) the rest.
+  std::vector<int> receivers, donors, mark(E, 0);
   for (int step = 0; step < max_steps; ++step) {
+    receivers.clear();
+    std::fill(mark.begin(), mark.end(), 0);
+    {
+      const int k = static_cast<int>(order.size());
+      std::vector<long long> left(k);
+      for (int i = 0; i < k; ++i) left[i] = r[order[i]];
+      int i = 0, j = k - 1;
+      while (i <= j) {
+        const int lo = order[i], hi = order[j];
+        const long long c = i == j ? left[i] / 2 : std::min(left[i], left[j]);
+        if (c == 0) break;
+        if (t[lo] / r[lo] + t[hi] / r[hi] >= cur.max * (1 - 1e-12)) {
+          if (!mark[hi]) mark[hi] = 1, receivers.push_back(hi);
+          if (!mark[lo]) mark[lo] = 1, receivers.push_back(lo);
+        }
+        if (i == j) break;
+        left[i] -= c, left[j] -= c;
+        if (left[i] == 0) ++i;
+        if (left[j] == 0) --j;
+      }
+    }
+    for (int e = 0; e < E; ++e)
+      if (!mark[e]) receivers.push_back(e);
+    donors.clear();
+    for (int e = 0; e < E; ++e)
+      if (r[e] > f) donors.push_back(e);
+    std::sort(donors.begin(), donors.end(), [&](int a, int b) { return t[a] * (r[b] - 1) < t[b] * (r[a] - 1); });
+    const size_t few = E <= 64 ? donors.size() : std::min<size_t>(donors.size(), 32);
+    const size_t scan = E <= 64 ? receivers.size() : std::min<size_t>(receivers.size(), 64);
     bool moved = false;
-    for (int b = 0; b < E && !moved; ++b)
-      for (int a = 0; a < E && !moved; ++a) {
-        if (a == b || r[a] <= f) continue;
+    for (size_t ib = 0; ib < scan && !moved; ++ib)
+      for (size_t ia = 0; ia < few && !moved; ++ia) {
+        const int a = donors[ia], b = receivers[ib];
+        if (a == b) continue;
         const PairingValue v = value_after(a, b);
         if (!better(v, cur)) continue;
         r[a]--, r[b]++;

@@ -254,6 +254,6 @@ TEST(BalanceBound, BalancedFtReachesMinOfEplbGlobalAndTheBoundOnRandomWorkloads)
   // within 0.5% of bound_f is within 0.5% of the optimum.
   EXPECT_EQ(first_short, 0);
   // The wider set (docs/moe-replace.md): the layers still short are held so that they do not grow.
-  EXPECT_LE(short_of - first_short, 16);
-  EXPECT_GE(worst, 0.94);
+  EXPECT_LE(short_of - first_short, 12);
+  EXPECT_GE(worst, 0.94);  // measured 0.9452 (128 x 8 x 4, f = 3, skewed)
 }
