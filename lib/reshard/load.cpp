@@ -28,6 +28,7 @@
 #include "reshard/exchange.h"
 #include "reshard/layout_record.h"
 #include "reshard/safetensors_writer.h"
+#include "reshard/torch_dist_output.h"
 #include "reshard/universal_reader.h"
 #include "parallel/mpi_session.h"
 #include "parallel/share.h"
@@ -271,6 +272,7 @@ DcpOutput dcp_output_of(const LoadOptions& options, const Prepared& p, Universal
 }  // namespace
 
 nlohmann::json plan_json(const LoadOptions& options) {
+  if (options.format == OutputFormat::TorchDist) return torch_dist_plan_json(options);  // reshard/torch_dist_output.h
   auto p = prepare(options);
   if (options.format == OutputFormat::Dcp) {
     UniversalReader reader(p.model, options.input, false);
@@ -617,6 +619,7 @@ LoadSummary reused_summary(const LoadOptions& options, const Prepared& prep, Clo
 }  // namespace
 
 LoadSummary run_load(const LoadOptions& options) {
+  if (options.format == OutputFormat::TorchDist) return run_torch_dist_load(options);  // reshard/torch_dist_output.h
   const auto t0 = Clock::now();
   keep_buffers_on_heap();
   auto& mpi = parallel::MpiSession::get();

@@ -7,10 +7,11 @@
 namespace ucpkit::reshard {
 
 namespace {
-constexpr std::array<std::pair<OutputFormat, std::string_view>, 3> kNames{{
+constexpr std::array<std::pair<OutputFormat, std::string_view>, 4> kNames{{
     {OutputFormat::DeepSpeed, "deepspeed"},
     {OutputFormat::Safetensors, "safetensors"},
     {OutputFormat::Dcp, "dcp"},
+    {OutputFormat::TorchDist, "torch_dist"},
 }};
 }  // namespace
 

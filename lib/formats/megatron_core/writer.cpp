@@ -1,0 +1,250 @@
+#include "formats/megatron_core/writer.h"
+
+#include <algorithm>
+#include <map>
+#include <regex>
+
+#include "core/error.h"
+#include "formats/megatron_core/key_model.h"
+#include "io/shape.h"
+
+namespace ucpkit::formats::megatron_core {
+
+namespace {
+
+const char* const kStates[] = {"param", "exp_avg", "exp_avg_sq"};
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// One universal name taken apart.
+struct Named {
+  std::string key;  // the stored model key
+  int64_t layer = -1, expert = -1;
+  std::string inner;  // parameter inside its layer, expert number dropped
+};
+
+Named take_apart(const std::string& name, bool homogeneous, const std::string& file) {
+  static const std::regex layer_re(R"(decoder\.layers\.(\d{1,9})\.(.+))");
+  static const std::regex expert_re(R"((.*\.experts\.)(\d{1,9})\.(.+))");
+  Named n;
+  std::smatch m;
+  if (!std::regex_match(name, m, layer_re)) {
+    if (name.rfind("decoder.layers.", 0) == 0)
+      fail(file, "Megatron-Core universal name " + escaped_brief(name) + ": no layer number after decoder.layers.");
+    (void)parse_model_key(name, file);  // embedding / decoder / output_layer only
+    n.key = n.inner = name;
+    return n;
+  }
+  n.layer = std::stoll(m[1].str());
+  n.inner = m[2].str();
+  std::smatch em;
+  if (std::regex_match(n.inner, em, expert_re)) {
+    n.expert = std::stoll(em[2].str());
+    n.inner = em[1].str() + em[3].str();
+  }
+  n.key = homogeneous ? "decoder.layers." + n.inner : "decoder.layers." + std::to_string(n.layer) + "." + n.inner;
+  (void)parse_model_key(n.key, file);
+  return n;
+}
+
+// The TP split of a parameter of the local GPT layer spec (module names of
+// transformer/transformer_layer.py, attention.py, mlp.py; embedding and output layer vocab-parallel).
+int tp_dim_of(const Named& n, bool expert) {
+  if (expert) return -1;  // expert tensor parallelism 1
+  if (n.key == "embedding.word_embeddings.weight" || n.key == "output_layer.weight") return 0;
+  for (const char* col : {"linear_qkv.weight", "linear_qkv.bias", "linear_fc1.weight", "linear_fc1.bias"})
+    if (ends_with(n.inner, col)) return 0;
+  for (const char* row : {"linear_proj.weight", "linear_fc2.weight"})
+    if (ends_with(n.inner, row)) return 1;
+  return -1;
+}
+
+struct Member {
+  size_t param;
+  int64_t layer, expert;
+};
+
+}  // namespace
+
+bool homogeneous_layers(bool moe_layer_freq_list, int64_t moe_layer_freq, bool linear_attention_freq_list,
+                        int64_t linear_attention_freq, bool heterogeneous) {
+  return !(moe_layer_freq_list || moe_layer_freq > 1 || linear_attention_freq_list || linear_attention_freq > 1 ||
+           heterogeneous);
+}
+
+TorchDistWritePlan plan_torch_dist_write(const std::vector<std::string>& names,
+                                         const std::vector<std::vector<int64_t>>& shapes,
+                                         const std::vector<std::string>& bytes_fqns, const WriteLayout& layout,
+                                         const std::string& file) {
+  const WriteMesh& mesh = layout.mesh;
+  if (mesh.tp < 1 || mesh.pp < 1 || mesh.ep < 1 || mesh.dp < 1) throw UsageError("torch_dist: parallel sizes must be positive");
+  if (layout.num_layers < 1 || layout.num_layers % mesh.pp != 0)
+    throw UsageError("torch_dist: --pp " + std::to_string(mesh.pp) + " does not divide the " +
+                     std::to_string(layout.num_layers) + " layers");
+  if (mesh.ep > 1 && mesh.dp % mesh.ep != 0 && mesh.ep % mesh.dp != 0)
+    throw UsageError("torch_dist: --ep " + std::to_string(mesh.ep) + " and --dp " + std::to_string(mesh.dp) + " do not nest");
+  TorchDistWritePlan out;
+  std::map<std::string, size_t> key_index;
+  std::vector<std::vector<Member>> members;
+  std::vector<Named> named;
+  for (size_t i = 0; i < names.size(); ++i) {
+    Named n = take_apart(names[i], layout.homogeneous, file);
+    auto [it, fresh] = key_index.emplace(n.key, out.keys.size());
+    if (fresh) {
+      StoredKey k;
+      k.key = n.key;
+      k.expert = n.expert >= 0;
+      k.tp_dim = tp_dim_of(n, k.expert);
+      k.swiglu = layout.swiglu && k.tp_dim == 0 && n.inner.find("linear_fc1.") != std::string::npos;
+      out.keys.push_back(std::move(k));
+      members.emplace_back();
+      named.push_back(n);
+    }
+    StoredKey& k = out.keys[it->second];
+    if ((n.expert >= 0) != k.expert)
+      fail(file, "Megatron-Core universal name " + escaped_brief(names[i]) + ": experts and non-experts share the key " + n.key);
+    if (!members[it->second].empty() && shapes[members[it->second][0].param] != shapes[i])
+      fail(file, "Megatron-Core universal name " + escaped_brief(names[i]) + ": shape " + shape_str(shapes[i]) +
+                     " differs from " + escaped_brief(names[members[it->second][0].param]) + "'s " +
+                     shape_str(shapes[members[it->second][0].param]) + " stored in the same key");
+    members[it->second].push_back({i, n.layer, n.expert});
+  }
+  // Leading axes, members in row-major order, every position filled once.
+  for (size_t k = 0; k < out.keys.size(); ++k) {
+    StoredKey& key = out.keys[k];
+    auto& ms = members[k];
+    const Named& n = named[k];
+    const bool layer_axis = n.layer >= 0 && layout.homogeneous;
+    int64_t experts = 1;
+    if (key.expert)
+      for (const auto& m : ms) experts = std::max(experts, m.expert + 1);
+    const int64_t layers = layer_axis ? layout.num_layers : 1;
+    key.leading = (layer_axis ? 1 : 0) + (key.expert ? 1 : 0);
+    key.stage_layer = layer_axis ? -1 : n.layer;
+    if (layer_axis) key.size.push_back(layers);
+    if (key.expert) key.size.push_back(experts);
+    const auto& shape = shapes[ms[0].param];
+    key.size.insert(key.size.end(), shape.begin(), shape.end());
+    key.members.assign(static_cast<size_t>(layers * experts), SIZE_MAX);
+    for (const auto& m : ms) {
+      if (m.layer >= layout.num_layers)
+        fail(file, "Megatron-Core universal name " + escaped_brief(names[m.param]) + ": layer beyond the " +
+                       std::to_string(layout.num_layers) + " layers of args.num_layers");
+      const int64_t pos = (layer_axis ? m.layer : 0) * experts + (key.expert ? m.expert : 0);
+      if (key.members[static_cast<size_t>(pos)] != SIZE_MAX)
+        fail(file, "Megatron-Core universal name " + escaped_brief(names[m.param]) + " twice");
+      key.members[static_cast<size_t>(pos)] = m.param;
+    }
+    for (size_t pos = 0; pos < key.members.size(); ++pos)
+      if (key.members[pos] == SIZE_MAX)
+        fail(file, "Megatron-Core universal folder: " + key.key + " has no parameter for " +
+                       (layer_axis ? "layer " + std::to_string(static_cast<int64_t>(pos) / experts) : std::string("")) +
+                       (key.expert ? " expert " + std::to_string(static_cast<int64_t>(pos) % experts) : std::string("")));
+    if (key.tp_dim >= 0 && mesh.tp > 1) {
+      const int64_t parts = mesh.tp * (key.swiglu ? 2 : 1);
+      if (key.tp_dim >= static_cast<int>(shape.size()) || shape[static_cast<size_t>(key.tp_dim)] % parts != 0)
+        throw UsageError("torch_dist: --tp " + std::to_string(mesh.tp) + " does not divide " + key.key + " " +
+                         shape_str(shape) + " into " + std::to_string(parts) + " parts along dim " +
+                         std::to_string(key.tp_dim));
+    }
+  }
+
+  // Chunks and the rank writing each.
+  const int64_t per_stage = layout.num_layers / mesh.pp;
+  struct Box {
+    dcp::Chunk chunk;
+    int64_t rank;
+  };
+  std::vector<std::vector<Box>> boxes(out.keys.size());
+  for (size_t k = 0; k < out.keys.size(); ++k) {
+    const StoredKey& key = out.keys[k];
+    const std::vector<int64_t> shape(key.size.begin() + static_cast<std::ptrdiff_t>(key.leading), key.size.end());
+    const int64_t experts = key.expert ? key.size[key.leading - 1] : 1;
+    for (size_t pos = 0; pos < key.members.size(); ++pos) {
+      const int64_t layer = key.leading == 2 || (key.leading == 1 && !key.expert) ? static_cast<int64_t>(pos) / experts
+                                                                                   : key.stage_layer;
+      const int64_t expert = key.expert ? static_cast<int64_t>(pos) % experts : -1;
+      int64_t stage = 0;
+      if (layer >= 0) stage = layer / per_stage;
+      else if (key.key != "embedding.word_embeddings.weight") stage = mesh.pp - 1;
+      int64_t ep_rank = 0;
+      if (expert >= 0 && experts % mesh.ep == 0) ep_rank = expert / (experts / mesh.ep);
+      std::vector<int64_t> lead_off, lead_size;
+      if (key.leading == 2 || (key.leading == 1 && !key.expert)) lead_off.push_back(layer), lead_size.push_back(1);
+      if (key.expert) lead_off.push_back(expert), lead_size.push_back(1);
+      const bool split = key.tp_dim >= 0 && mesh.tp > 1;
+      const int64_t parts = split ? mesh.tp * (key.swiglu ? 2 : 1) : 1;
+      for (int64_t j = 0; j < parts; ++j) {
+        dcp::Chunk c;
+        c.offsets = lead_off;
+        c.sizes = lead_size;
+        for (size_t d = 0; d < shape.size(); ++d) {
+          int64_t off = 0, size = shape[d];
+          if (split && static_cast<int>(d) == key.tp_dim) {
+            size = shape[d] / parts;
+            off = j * size;
+          }
+          c.offsets.push_back(off);
+          c.sizes.push_back(size);
+        }
+        const int64_t t = split ? j % mesh.tp : 0;  // SwiGLU: pieces j and j + TP are TP rank j's W and V
+        boxes[k].push_back({std::move(c), t + mesh.tp * (ep_rank % mesh.dp) + mesh.tp * mesh.dp * stage});
+      }
+    }
+  }
+
+  std::map<int64_t, dcp::PlannedFile> files;
+  auto add_entry = [&](std::string fqn, DType dtype, size_t k, EntrySource src) {
+    dcp::Entry e;
+    e.fqn = std::move(fqn);
+    e.dtype = dtype;
+    e.size = out.keys[k].size;
+    const size_t index = out.plan.entries.size();
+    for (size_t c = 0; c < boxes[k].size(); ++c) {
+      e.chunks.push_back(boxes[k][c].chunk);
+      auto& f = files[boxes[k][c].rank];
+      f.items.push_back({index, c});
+    }
+    out.plan.entries.push_back(std::move(e));
+    out.sources.push_back(std::move(src));
+  };
+  for (size_t k = 0; k < out.keys.size(); ++k) add_entry(out.keys[k].key, layout.model_dtype, k, {EntrySource::Model, k, ""});
+  if (layout.optimizer)
+    for (const char* s : kStates)
+      for (size_t k = 0; k < out.keys.size(); ++k)
+        add_entry(std::string("optimizer.state.") + s + "." + out.keys[k].key, DType::Float32, k, {EntrySource::State, k, s});
+  for (const auto& fqn : bytes_fqns) {
+    dcp::Entry e;
+    e.fqn = fqn;
+    e.is_bytes = true;
+    files[0].items.push_back({out.plan.entries.size(), dcp::PlannedItem::kBytes});
+    out.plan.entries.push_back(std::move(e));
+    out.sources.push_back({EntrySource::Bytes, 0, ""});
+  }
+  out.plan.mesh = {mesh.pp, mesh.dp, mesh.tp};
+  for (auto& [rank, f] : files) {
+    f.rank = rank;
+    f.relative_path = dcp::data_file_name(rank);
+    out.plan.files.push_back(std::move(f));
+  }
+  return out;
+}
+
+ChunkOrigin chunk_origin(const TorchDistWritePlan& p, size_t entry, size_t chunk) {
+  const EntrySource& s = p.sources.at(entry);
+  const StoredKey& key = p.keys.at(s.key);
+  const dcp::Chunk& c = p.plan.entries.at(entry).chunks.at(chunk);
+  int64_t pos = 0;
+  const int64_t experts = key.expert ? key.size[key.leading - 1] : 1;
+  if (key.leading == 2) pos = c.offsets[0] * experts + c.offsets[1];
+  else if (key.leading == 1) pos = c.offsets[0];
+  ChunkOrigin o;
+  o.param = key.members.at(static_cast<size_t>(pos));
+  o.box.offsets.assign(c.offsets.begin() + static_cast<std::ptrdiff_t>(key.leading), c.offsets.end());
+  o.box.sizes.assign(c.sizes.begin() + static_cast<std::ptrdiff_t>(key.leading), c.sizes.end());
+  return o;
+}
+
+}  // namespace ucpkit::formats::megatron_core

@@ -1,0 +1,286 @@
+// ucp-load --format torch_dist (torch_dist_output.h).
+#include "reshard/torch_dist_output.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "core/atomic_file.h"
+#include "core/confine.h"
+#include "core/error.h"
+#include "core/staging.h"
+#include "formats/dcp/writer.h"
+#include "formats/megatron_core/writer.h"
+#include "formats/universal/manifest.h"
+#include "formats/universal/state_file.h"
+#include "io/torch/torch_file.h"
+#include "reshard/target_defaults.h"
+#include "reshard/universal_reader.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::reshard {
+
+using formats::megatron_core::EntrySource;
+using formats::megatron_core::TorchDistWritePlan;
+using pickle::Kind;
+using pickle::Value;
+using pickle::ValuePtr;
+
+namespace {
+
+constexpr const char* kCommonStateFile = "megatron_core/common_state.pt";  // to_universal/from_torch_dist.h
+constexpr const char* kObjectsFile = "megatron_core/objects.pt";
+constexpr const char* kCommonStateItem = "common_state/shard_0_1";
+
+std::vector<uint8_t> file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<uint8_t> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) throw Error(path + ": read failed");
+  return b;
+}
+
+// torch.save(v) as bytes (a DCP bytes item), through a scratch file in `dir`.
+std::vector<uint8_t> torch_save_bytes(const ValuePtr& v, const fs::path& dir) {
+  const std::string tmp = (dir / ".ucp-load-bytes-item").string();
+  save_torch_file(tmp, v);
+  auto b = file_bytes(tmp);
+  fs::remove(tmp);
+  return b;
+}
+
+int64_t int_attr(const ValuePtr& args, const char* name, int64_t fallback) {
+  const auto v = args ? args->attr(name) : nullptr;
+  return v && v->is(Kind::Int) ? v->i : fallback;
+}
+
+// Everything the write needs, read and decided before anything is written.
+struct TdPrepared {
+  std::string dir;  // the universal folder
+  formats::universal::UniversalManifest manifest;
+  std::string manifest_path;
+  ValuePtr common;   // the common state written (args rewritten)
+  ValuePtr objects;  // {fqn: bytes} or null
+  int64_t iteration = 0;
+  formats::megatron_core::WriteLayout layout;
+  nlohmann::json from_source = nlohmann::json::object();
+  nlohmann::json target;
+  TorchDistWritePlan plan;
+};
+
+TdPrepared prepare_torch_dist(const LoadOptions& o) {
+  TdPrepared p;
+  p.dir = o.input;
+  p.manifest_path = (fs::path(o.input) / formats::universal::kUniversalManifestName).string();
+  if (!fs::exists(p.manifest_path))
+    throw Error(o.input + ": no " + std::string(formats::universal::kUniversalManifestName) +
+                " (--format torch_dist reads a Megatron-Core-named universal folder, or a torch_dist / DCP checkpoint)");
+  p.manifest = formats::universal::read_universal_manifest(p.manifest_path);
+  const std::string common_path = (fs::path(o.input) / kCommonStateFile).string();
+  if (!fs::exists(common_path))
+    throw Error(common_path + ": missing: --format torch_dist needs the Megatron-Core common state (args, iteration, "
+                "optimizer param_groups) that ucp-union --input <torch_dist> records (docs/formats-megatron-core.md)");
+  p.common = load_torch(common_path);
+  if (!p.common || !p.common->is(Kind::Dict)) fail(common_path, "not a dict (Megatron-Core common state)");
+  const ValuePtr args = p.common->get("args");
+  if (!args || !args->is(Kind::Object)) fail(common_path, "no args (argparse.Namespace) in the common state");
+  const std::string objects_path = (fs::path(o.input) / kObjectsFile).string();
+  if (fs::exists(objects_path)) {
+    p.objects = load_torch(objects_path);
+    if (!p.objects || !p.objects->is(Kind::Dict)) fail(objects_path, "not a dict of ShardedObject bytes");
+  }
+  const auto it = p.common->get("iteration");
+  p.iteration = it && it->is(Kind::Int) ? it->i : 0;
+
+  // The target layout: what the command line gives, else the source's (manifest source, else args).
+  const auto src = p.manifest.source_facts(p.manifest_path);
+  auto& m = p.layout.mesh;
+  auto pick = [&](bool given, int value, int64_t source, const char* name) {
+    if (given) return static_cast<int64_t>(value);
+    p.from_source[name] = source;
+    return source;
+  };
+  m.tp = pick(o.given.tp, o.target.tp, int_attr(args, "tensor_model_parallel_size", src.tp), "tp");
+  m.pp = pick(o.given.pp, o.target.pp, int_attr(args, "pipeline_model_parallel_size", src.pp), "pp");
+  m.ep = pick(o.given.ep, o.target.ep, int_attr(args, "expert_model_parallel_size", src.ep), "ep");
+  if (o.given.dp) {
+    m.dp = o.target.dp;
+    if (o.given.world_size > 0 && o.given.world_size != m.tp * m.pp * m.dp)
+      throw UsageError("--world-size " + std::to_string(o.given.world_size) + " is not TP * PP * DP = " +
+                       std::to_string(m.tp * m.pp * m.dp));
+  } else if (o.given.world_size > 0) {
+    if (o.given.world_size % (m.tp * m.pp) != 0)
+      throw UsageError("--world-size " + std::to_string(o.given.world_size) + " is not a multiple of TP * PP = " +
+                       std::to_string(m.tp * m.pp));
+    m.dp = o.given.world_size / (m.tp * m.pp);
+  } else {
+    m.dp = int_attr(args, "data_parallel_size", src.dp);
+    p.from_source["dp"] = m.dp;
+  }
+  if (m.dp % m.ep != 0 && m.ep > 1)
+    throw UsageError("torch_dist: --ep " + std::to_string(m.ep) + " must divide DP " + std::to_string(m.dp) +
+                     " (expert parallelism within the data-parallel ranks, expert tensor parallelism 1)");
+  const auto num_experts = args->attr("num_experts");
+  if (num_experts && num_experts->is(Kind::Int) && num_experts->i % m.ep != 0)
+    throw UsageError("torch_dist: --ep " + std::to_string(m.ep) + " does not divide the " + std::to_string(num_experts->i) + " experts");
+  p.layout.num_layers = int_attr(args, "num_layers", 0);
+  const auto freq = args->attr("moe_layer_freq");
+  const auto lin = args->attr("linear_attention_freq");
+  const auto het = args->attr("heterogeneous_layers_config_path");
+  p.layout.homogeneous = formats::megatron_core::homogeneous_layers(
+      freq && freq->is(Kind::List), freq && freq->is(Kind::Int) ? freq->i : 1, lin && lin->is(Kind::List),
+      lin && lin->is(Kind::Int) ? lin->i : 1, het && !het->is_none());
+  const auto swiglu = args->attr("swiglu");
+  p.layout.swiglu = swiglu && swiglu->is(Kind::Bool) && swiglu->b;
+  std::optional<DType> source_dtype;
+  if (!p.manifest.params.empty() && p.manifest.params[0].dtype) source_dtype = dtype_from_name(*p.manifest.params[0].dtype);
+  if (o.given.dtype) {
+    p.layout.model_dtype = o.target.dtype;
+  } else {
+    if (!source_dtype) throw UsageError(p.manifest_path + " does not record the model dtype: give --dtype");
+    p.layout.model_dtype = *source_dtype;
+    p.from_source["dtype"] = dtype_option_name(*source_dtype);
+  }
+  std::set<std::string> states;
+  for (const auto& e : p.manifest.params)
+    for (const auto& [s, f] : e.states) states.insert(s);
+  p.layout.optimizer = states.count("exp_avg") && states.count("exp_avg_sq");
+
+  // The common state for the target: args of the new layout.
+  p.common = pickle::deep_copy(p.common);
+  const ValuePtr a = p.common->get("args");
+  a->set_attr("tensor_model_parallel_size", Value::integer(m.tp));
+  a->set_attr("pipeline_model_parallel_size", Value::integer(m.pp));
+  a->set_attr("expert_model_parallel_size", Value::integer(m.ep));
+  a->set_attr("data_parallel_size", Value::integer(m.dp));
+  a->set_attr("world_size", Value::integer(m.tp * m.pp * m.dp));
+
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;
+  for (const auto& e : p.manifest.params) names.push_back(e.name), shapes.push_back(e.shape);
+  std::vector<std::string> bytes = {kCommonStateItem};
+  if (p.objects)
+    for (const auto& [k, v] : p.objects->entries)
+      if (k && k->is(Kind::Str)) bytes.push_back(k->s);
+  p.plan = formats::megatron_core::plan_torch_dist_write(names, shapes, bytes, p.layout, p.manifest_path);
+  p.target = {{"tp", m.tp}, {"pp", m.pp}, {"ep", m.ep}, {"dp", m.dp}, {"world", m.tp * m.pp * m.dp},
+              {"dtype", dtype_option_name(p.layout.model_dtype)}, {"optimizer_dtype", "fp32"},
+              {"optimizer_format", p.layout.optimizer ? "fully_reshardable" : "none"},
+              {"homogeneous_layers", p.layout.homogeneous}, {"iteration", p.iteration}};
+  return p;
+}
+
+std::string iteration_folder(int64_t it) {
+  std::string n = std::to_string(it);
+  if (n.size() < 7) n.insert(0, 7 - n.size(), '0');
+  return "iter_" + n;
+}
+
+}  // namespace
+
+nlohmann::json torch_dist_plan_json(const LoadOptions& options) {
+  const TdPrepared p = prepare_torch_dist(options);
+  nlohmann::json j;
+  j["format"] = "torch_dist";
+  j["from_source"] = p.from_source;
+  j["target"] = p.target;
+  j["iteration_folder"] = iteration_folder(p.iteration);
+  size_t tensors = 0, chunks = 0;
+  for (const auto& e : p.plan.plan.entries)
+    if (!e.is_bytes) ++tensors, chunks += e.chunks.size();
+  j["entries"] = p.plan.plan.entries.size();
+  j["tensor_entries"] = tensors;
+  j["items"] = chunks + (p.plan.plan.entries.size() - tensors);
+  auto& keys = j["keys"] = nlohmann::json::array();
+  for (const auto& k : p.plan.keys) keys.push_back(nlohmann::json{{"key", k.key}, {"size", k.size}, {"tp_dim", k.tp_dim}, {"swiglu", k.swiglu}});
+  auto& files = j["files"] = nlohmann::json::array();
+  for (const auto& f : p.plan.plan.files) files.push_back(nlohmann::json{{"file", f.relative_path}, {"rank", f.rank}, {"items", f.items.size()}});
+  return j;
+}
+
+LoadSummary run_torch_dist_load(const LoadOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  refuse_output_over_input(options.output, "--output", options.input, "--input");
+  const TdPrepared p = prepare_torch_dist(options);
+  // tp, pp, ep and dtype taken from the source are said by the tool (describe_source_defaults); DP here.
+  if (p.from_source.contains("dp"))
+    options.reporter.warning("--dp not given: DP " + p.from_source["dp"].dump() + " as the source's (torch_dist)");
+  StagingDir staging(options.output, options.overwrite, "ucp-load",
+                     [&](const std::string& line) { options.reporter.warning(line); }, options.sync);
+  const fs::path root = staging.path();
+  const fs::path iter = root / iteration_folder(p.iteration);
+
+  std::map<std::string, size_t> index;
+  for (size_t k = 0; k < p.plan.plan.entries.size(); ++k) index[p.plan.plan.entries[k].fqn] = k;
+  uint64_t read = 0;
+  // One parameter state in memory: the chunks of a key come layer by layer, TP piece by TP piece.
+  struct Cached {
+    size_t param = SIZE_MAX;
+    std::string state;
+    DType dtype = DType::Float32;
+    Tensor t;
+  } cache;
+  auto param_state = [&](size_t param, const std::string& state, DType dtype) -> const Tensor& {
+    if (cache.param == param && cache.state == state && cache.dtype == dtype) return cache.t;
+    const auto& e = p.manifest.params.at(param);
+    const auto it = e.states.find(state);
+    if (it == e.states.end()) throw Error(p.manifest_path + ": parameter " + e.name + " has no " + state + " state");
+    const std::string path = confined_path(p.dir, it->second.file, p.manifest_path, e.name + " " + state + " file").string();
+    Tensor t = formats::universal::read_state_file(load_torch(path), path).param.contiguous();
+    if (t.shape() != e.shape) fail(path, "shape differs from the manifest's");
+    read += t.nbytes();
+    if (t.dtype() != DType::Float32) t = t.to(DType::Float32);
+    if (dtype != DType::Float32) {
+      const auto b = t.contiguous_bytes();
+      std::vector<uint8_t> out(static_cast<size_t>(t.numel()) * dtype_size(dtype));
+      convert_from_fp32(reinterpret_cast<const float*>(b.data()), static_cast<size_t>(t.numel()), dtype, out.data());
+      t = Tensor::from_bytes(dtype, t.shape(), std::move(out));
+    }
+    cache = {param, state, dtype, std::move(t)};
+    return cache.t;
+  };
+  formats::dcp::ChunkSource source;
+  source.chunk = [&](const formats::dcp::Entry& e, size_t chunk) -> Tensor {
+    check_interrupted();
+    const size_t entry = index.at(e.fqn);
+    const EntrySource& s = p.plan.sources[entry];
+    const auto origin = formats::megatron_core::chunk_origin(p.plan, entry, chunk);
+    const Tensor& whole = s.kind == EntrySource::Model
+                              ? param_state(origin.param, "fp32", p.layout.model_dtype)
+                              : param_state(origin.param, s.state == "param" ? "fp32" : s.state, DType::Float32);
+    return formats::dcp::cut_box(whole, origin.box).reshape(e.chunks[chunk].sizes);
+  };
+  source.bytes = [&](const formats::dcp::Entry& e) -> std::vector<uint8_t> {
+    if (e.fqn == kCommonStateItem) return torch_save_bytes(Value::list(std::vector<ValuePtr>{p.common}), root);
+    const auto v = p.objects ? p.objects->get(e.fqn) : nullptr;
+    if (!v || !v->is(Kind::Bytes)) throw Error(p.dir + "/" + kObjectsFile + ": " + e.fqn + " is not bytes");
+    return std::vector<uint8_t>(v->s.begin(), v->s.end());
+  };
+  formats::dcp::WriteOptions wo;
+  wo.durable = false;  // the staging folder is flushed at its commit
+  const auto result = formats::dcp::write_dcp(p.plan.plan, source, iter.string(), wo);
+  // metadata.json last, as Megatron's metadata_finalize_fn; then the tracker at the save root.
+  write_file_atomic((iter / "metadata.json").string(), "{\"sharded_backend\": \"torch_dist\", \"sharded_backend_version\": 1}");
+  write_file_atomic((root / "latest_checkpointed_iteration.txt").string(), std::to_string(p.iteration));
+  test_pause_if_asked();
+  check_interrupted();
+  staging.commit();
+
+  LoadSummary s;
+  s.output = options.output;
+  s.format = OutputFormat::TorchDist;
+  s.params = p.manifest.params.size();
+  s.files_written = p.plan.plan.files.size() + 3;
+  s.bytes_read = read;
+  s.bytes_written = result.bytes;
+  s.from_source = p.from_source;
+  s.target = p.target;
+  s.peak_rss_bytes = peak_rss_bytes();
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+}  // namespace ucpkit::reshard
