@@ -367,3 +367,22 @@ TEST(DcpNewerUnion, SafetensorsChunksLeavingAGapFailNamingTheFile) {
   });
   expect_union_refuses(c, kShard1, "leave a gap");
 }
+
+TEST(DcpNewerUnion, UcpInfoVerifiesEveryNewerVariant) {
+  // ucp-info --verify decodes every item (zstd frames, raw safetensors ranges) and reports the folder kind.
+  const std::map<std::string, std::string> kinds = {
+      {"t214_zstd_w2", "dcp"},       {"t214_plain_w2", "dcp"},          {"t214_ranklocal_w2", "dcp-rank-local"},
+      {"t214_hf_w2", "dcp-safetensors"}, {"t26_shardprops_w2", "dcp"}, {"t26_strides6_w2", "dcp"}};
+  for (const auto& [variant, folder] : kinds) {
+    SCOPED_TRACE(variant);
+    const Case c = case_of("info_" + variant, variant);
+    const auto r = ucpkit::testing::run_split_in(c.work, kBin + "/ucp-info ../in/ck --verify --json", c.root);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_TRUE(j.value("ok", false));
+    EXPECT_EQ(j["dcp"].value("folder", ""), folder);
+    EXPECT_EQ(j["dcp"].value("world_size", 0), 2);
+    EXPECT_EQ(j["dcp"].value("tensor_entries", 0), static_cast<int>(truth_of(variant).size()));
+    for (const auto& check : j["checks"]) EXPECT_EQ(check.value("status", ""), "ok") << check.dump();
+  }
+}
