@@ -194,7 +194,8 @@ RunSummary to_megatron_core(const std::string& input, const std::string& output,
   const fs::path in(input);
   const std::string mfile = (in / uv::kUniversalManifestName).string();
   const uv::UniversalManifest m = uv::read_universal_manifest(mfile);
-  if (m.source.is_object() && m.source.value(kNamesKey, std::string()) == "megatron-core")
+  if (m.source.is_object() && (m.source.value(kNamesKey, std::string()) == "megatron-core" ||
+                                m.source.value("format", std::string()) == "torch_dist"))
     throw Error(mfile + ": this universal folder already has Megatron-Core names");
   const auto src = m.source_facts(mfile);
   if (!src.autoep.is_null()) throw Error(mfile + ": a DeepSpeed AutoEP source has no Megatron-Core name map");
@@ -208,6 +209,13 @@ RunSummary to_megatron_core(const std::string& input, const std::string& output,
   const mc::ModelMap map = choose_map(names, pn, o.map_file, mfile);
   if (o.family) *o.family = map.family + " (" + map.origin + ")";
 
+  // The model tensors' dtype (Megatron-Core-named manifests give the model's, not the fp32 state's:
+  // docs/formats-megatron-core.md "Universal names"), from the first model file's ds_config / args.
+  std::optional<std::string> model_dtype;
+  if (!m.model_files.empty()) {
+    const auto tc = formats::deepspeed::training_config(load_torch((in / m.model_files.front()).string()));
+    if (tc.dtype) model_dtype = dtype_name(*tc.dtype);
+  }
   std::vector<Job> jobs;
   std::map<std::string, std::string> taken;  // output name -> input name
   std::optional<mc::QkvShape> qkv;
@@ -229,7 +237,7 @@ RunSummary to_megatron_core(const std::string& input, const std::string& output,
     uv::UniversalParam& e = j.out;
     e.name = j.name;
     e.shape = p.shape;
-    e.dtype = p.dtype;
+    e.dtype = model_dtype ? model_dtype : p.dtype;
     e.step = p.step;
     e.vocab_tensor = p.vocab_tensor;
     if (p.expert) e.expert = uv::UniversalExpert{mapped.layer, p.expert->global_id};

@@ -1,0 +1,185 @@
+// ucp-union --to-names (issue 30 part B): Megatron-DeepSpeed checkpoints written by the generator
+// (tests/formats/fixtures.py: GPT TP 2 x PP 2 with GPTModelPipe names, Llama GQA + SwiGLU TP 2 under
+// BF16_Optimizer, native MoE DP 4 x EP 2) -> universal folder in Megatron-Core names, checked against the
+// generator's truth with names and QKV order derived from Megatron-Core's code (check_mcore_names.py) ->
+// back to Megatron-DeepSpeed names (the first universal folder byte for byte) -> ucp-load at the source
+// layout, every file's tensors equal to the source's (tests/load/compare_target.py, optimizer moments
+// included). Plus the Llama family's names and shapes against a real Megatron-Core save, and refusals.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/megatron_core/mcore_data.h"
+#include "support/files.h"
+#include "support/process.h"
+
+namespace fs = std::filesystem;
+using ucpkit::testing::file_bytes;
+using ucpkit::testing::quote;
+using ucpkit::testing::run_command;
+using ucpkit::testing::tree_bytes;
+
+namespace {
+
+const std::string kBin = UCPKIT_BIN_DIR;
+const std::string kFx = UCPKIT_FIXTURES_DIR;
+const std::string kSrc = UCPKIT_SOURCE_DIR;
+const std::string kPy = UCPKIT_PYTHON;
+
+// Runs `cmd` in `cwd` (the tools are called as users call them: relative paths, another folder).
+int in(const fs::path& cwd, const std::string& cmd, std::string* out) {
+  return run_command("cd " + quote(cwd.string()) + " && " + cmd, out);
+}
+
+std::string rel(const fs::path& p, const fs::path& from) { return quote(fs::relative(p, from).string()); }
+
+struct Case {
+  const char* fixture;  // tests/formats/fixtures.py
+  const char* family;   // the shipped map ucp-union picks
+  int dp;               // the source's DP (ucp-load needs it; the rest defaults to the source)
+};
+
+class MegatronCoreNames : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MegatronCoreNames, RoundTripIsBitExact) {
+  const Case c = GetParam();
+  const fs::path dir = ucpkit::testing::scratch_dir(std::string("mcnames_") + c.fixture);
+  const fs::path src = fs::path(kFx) / c.fixture, truth = src / "truth";
+  std::string out;
+  // DeepSpeed checkpoint -> Megatron-Core names in one step; the family said on stderr.
+  ASSERT_EQ(in(dir, kBin + "/ucp-union --input " + rel(src, dir) + " --output mc --to-names megatron-core", &out), 0)
+      << out;
+  EXPECT_NE(out.find(std::string("model family ") + c.family), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir / "latest_universal"));
+  for (const auto& e : fs::directory_iterator(dir))  // no intermediate folder left beside the output
+    EXPECT_TRUE(e.path().filename() == "mc") << e.path();
+  // Names, values and the QKV order against the generator's truth (independent of our map files).
+  EXPECT_EQ(run_command(kPy + " " + kSrc + "/tests/formats/megatron_core/check_mcore_names.py " +
+                            quote((dir / "mc").string()) + " " + quote(truth.string()),
+                        &out),
+            0)
+      << out;
+  // The two-step path (the universal folder first) writes the same folder.
+  ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input " + rel(src, dir) + " --output ds", &out), 0) << out;
+  ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input ds --output mc2 --to-names megatron-core", &out), 0) << out;
+  EXPECT_TRUE(tree_bytes((dir / "mc").string()) == tree_bytes((dir / "mc2").string()));
+  // Back to Megatron-DeepSpeed names: the first universal folder, every file byte for byte.
+  ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input mc --output ds2 --to-names megatron-deepspeed", &out), 0) << out;
+  const auto a = tree_bytes((dir / "ds").string()), b = tree_bytes((dir / "ds2").string());
+  EXPECT_GT(a.size(), 20u);
+  EXPECT_EQ(a.size(), b.size());
+  for (const auto& [path, bytes] : a) {
+    auto it = b.find(path);
+    ASSERT_NE(it, b.end()) << path;
+    EXPECT_TRUE(bytes == it->second) << path << " differs";
+  }
+  // ucp-load at the source layout: every file's tensors equal to the source's.
+  ASSERT_EQ(in(dir, kBin + "/ucp-load -q --input ds2 --output target --dp " + std::to_string(c.dp), &out), 0) << out;
+  EXPECT_EQ(run_command(kPy + " " + kSrc + "/tests/load/compare_target.py " + quote((dir / "target").string()) + " " +
+                            quote(src.string()) + " " + quote(truth.string()),
+                        &out),
+            0)
+      << out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, MegatronCoreNames,
+                         ::testing::Values(Case{"gpt_tp2pp2dp2_gpu", "gpt", 2},
+                                           Case{"llama_tp2_bf16opt", "llama-gqa-swiglu", 1},
+                                           Case{"moe_line_0.14", "deepspeed-moe", 4}),
+                         [](const auto& info) {
+                           std::string s = info.param.family;
+                           for (char& ch : s)
+                             if (ch == '-') ch = '_';
+                           return s;
+                         });
+
+std::map<std::string, nlohmann::json> names_and_shapes(const fs::path& universal) {
+  std::map<std::string, nlohmann::json> m;
+  const auto manifest = nlohmann::json::parse(file_bytes((universal / "manifest.json").string()));
+  for (const auto& p : manifest["params"]) m[p["name"].get<std::string>()] = p["shape"];
+  return m;
+}
+
+// The Llama GQA + SwiGLU map's Megatron-Core names and shapes are those of a real Megatron-Core save of the
+// same sizes (tests/formats/megatron_core/data/llama_gqa_tp2_dp2_v016: hidden 16, 4 heads, 2 query groups,
+// ffn 32, vocabulary 96, 2 layers; README there): its model keys as Megatron's own reader returns them
+// (the truth manifest, stacked layers split per layer), and ucp-union's universal folder of that save.
+TEST(MegatronCoreNamesReal, LlamaNamesAndShapesMatchARealMegatronCoreSave) {
+  const fs::path dir = ucpkit::testing::scratch_dir("mcnames_llama_real");
+  std::string out;
+  ASSERT_EQ(run_command(kPy + " " + kSrc + "/tests/generator/gen_ds_checkpoint.py --output " + quote((dir / "src").string()) +
+                            " --model llama --tp 2 --layers 2 --hidden 16 --heads 4 --kv-heads 2 --ffn 32 --vocab 96 --no-truth",
+                        &out),
+            0)
+      << out;
+  ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input src --output mc --to-names megatron-core", &out), 0) << out;
+  const auto ours = names_and_shapes(dir / "mc");
+
+  const fs::path real = fs::path(ucpkit::testing::kMcoreData) / "llama_gqa_tp2_dp2_v016";
+  std::map<std::string, nlohmann::json> megatron;
+  const auto truth = nlohmann::json::parse(file_bytes((real / "fully_reshardable.truth/manifest.json").string()));
+  const std::string stacked = "decoder.layers.";
+  for (const auto& [key, t] : truth["tensors"].items()) {
+    if (key.rfind("optimizer.", 0) == 0) continue;
+    if (key.rfind(stacked, 0) == 0 && !std::isdigit(static_cast<unsigned char>(key[stacked.size()]))) {
+      auto shape = t["shape"];
+      const int layers = shape[0];
+      shape.erase(0);
+      for (int l = 0; l < layers; ++l) megatron[stacked + std::to_string(l) + "." + key.substr(stacked.size())] = shape;
+    } else {
+      megatron[key] = t["shape"];
+    }
+  }
+  EXPECT_EQ(ours, megatron);
+  // ucp-union's own universal folder of that save (Megatron-Core names, docs/formats-megatron-core.md).
+  ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input " + rel(real / "fully_reshardable", dir) + " --output fromreal", &out), 0)
+      << out;
+  EXPECT_EQ(ours, names_and_shapes(dir / "fromreal"));
+}
+
+TEST(MegatronCoreNamesRefusals, WrongInputsAndOptionsAreRefusedAndNothingIsWritten) {
+  const fs::path dir = ucpkit::testing::scratch_dir("mcnames_refusals");
+  const fs::path gpt = fs::path(kFx) / "gpt_tp2pp2dp2_gpu";
+  std::string out;
+  ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input " + rel(gpt, dir) + " --output ds", &out), 0) << out;
+  // Usage errors: exit 2.
+  EXPECT_EQ(in(dir, kBin + "/ucp-union --input ds --output x --to-names hf", &out), 2) << out;
+  EXPECT_NE(out.find("--to-names"), std::string::npos) << out;
+  EXPECT_EQ(in(dir, kBin + "/ucp-union --input ds --output x --model-map m.json", &out), 2) << out;
+  EXPECT_EQ(in(dir, kBin + "/ucp-union --input ds --output x --to-names megatron-core --dry-run", &out), 2) << out;
+  // A Megatron-DeepSpeed-named folder has no way back to take.
+  EXPECT_EQ(in(dir, kBin + "/ucp-union --input ds --output x --to-names megatron-deepspeed", &out), 1) << out;
+  EXPECT_NE(out.find("already has Megatron-DeepSpeed names"), std::string::npos) << out;
+  // A map that does not name every parameter (the Llama map has no position embedding): the file and
+  // the parameter named.
+  EXPECT_EQ(in(dir, kBin + "/ucp-union --input ds --output x --to-names megatron-core --model-map " +
+                        quote(kSrc + "/patterns/megatron-core/llama-gqa-swiglu.json"),
+               &out),
+            1)
+      << out;
+  EXPECT_NE(out.find("llama-gqa-swiglu.json: no rule maps parameter 'tied_modules.embed.position_embeddings.weight'"),
+            std::string::npos)
+      << out;
+  // A Megatron-Core-named folder of a torch_dist save has no Megatron-DeepSpeed record.
+  ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input " +
+                        rel(fs::path(ucpkit::testing::kMcoreData) / "gpt_tp2_pp2/fully_reshardable", dir) + " --output real",
+               &out),
+            0)
+      << out;
+  EXPECT_EQ(in(dir, kBin + "/ucp-union --input real --output x --to-names megatron-deepspeed", &out), 1) << out;
+  EXPECT_NE(out.find("megatron_core_names"), std::string::npos) << out;
+  // Twice to Megatron-Core names.
+  ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input ds --output mc --to-names megatron-core", &out), 0) << out;
+  EXPECT_EQ(in(dir, kBin + "/ucp-union --input mc --output x --to-names megatron-core", &out), 1) << out;
+  EXPECT_NE(out.find("already has Megatron-Core names"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir / "x"));
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".x."), std::string::npos) << e.path() << " left behind";
+}
+
+}  // namespace
