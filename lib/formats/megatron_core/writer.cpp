@@ -52,7 +52,7 @@ Named take_apart(const std::string& name, bool homogeneous, const std::string& f
 // The TP split of a parameter of the local GPT layer spec (module names of
 // transformer/transformer_layer.py, attention.py, mlp.py; embedding and output layer vocab-parallel).
 int tp_dim_of(const Named& n, bool expert) {
-  if (expert) return -1;  // expert tensor parallelism 1
+  if (expert) return ends_with(n.inner, "linear_fc1.weight") ? 0 : -1;  // only the SwiGLU halves (ETP 1)
   if (n.key == "embedding.word_embeddings.weight" || n.key == "output_layer.weight") return 0;
   for (const char* col : {"linear_qkv.weight", "linear_qkv.bias", "linear_fc1.weight", "linear_fc1.bias"})
     if (ends_with(n.inner, col)) return 0;
@@ -98,6 +98,8 @@ TorchDistWritePlan plan_torch_dist_write(const std::vector<std::string>& names,
       k.expert = n.expert >= 0;
       k.tp_dim = tp_dim_of(n, k.expert);
       k.swiglu = layout.swiglu && k.tp_dim == 0 && n.inner.find("linear_fc1.") != std::string::npos;
+      k.tp = k.expert ? 1 : mesh.tp;  // expert tensor parallelism 1
+      if (k.expert && !k.swiglu) k.tp_dim = -1;
       out.keys.push_back(std::move(k));
       members.emplace_back();
       named.push_back(n);
@@ -142,10 +144,10 @@ TorchDistWritePlan plan_torch_dist_write(const std::vector<std::string>& names,
         fail(file, "Megatron-Core universal folder: " + key.key + " has no parameter for " +
                        (layer_axis ? "layer " + std::to_string(static_cast<int64_t>(pos) / experts) : std::string("")) +
                        (key.expert ? " expert " + std::to_string(static_cast<int64_t>(pos) % experts) : std::string("")));
-    if (key.tp_dim >= 0 && mesh.tp > 1) {
-      const int64_t parts = mesh.tp * (key.swiglu ? 2 : 1);
+    if (key.tp_dim >= 0 && key.parts() > 1) {
+      const int64_t parts = key.parts();
       if (key.tp_dim >= static_cast<int>(shape.size()) || shape[static_cast<size_t>(key.tp_dim)] % parts != 0)
-        throw UsageError("torch_dist: --tp " + std::to_string(mesh.tp) + " does not divide " + key.key + " " +
+        throw UsageError("torch_dist: --tp " + std::to_string(key.tp) + " does not divide " + key.key + " " +
                          shape_str(shape) + " into " + std::to_string(parts) + " parts along dim " +
                          std::to_string(key.tp_dim));
     }
@@ -174,8 +176,8 @@ TorchDistWritePlan plan_torch_dist_write(const std::vector<std::string>& names,
       std::vector<int64_t> lead_off, lead_size;
       if (key.leading == 2 || (key.leading == 1 && !key.expert)) lead_off.push_back(layer), lead_size.push_back(1);
       if (key.expert) lead_off.push_back(expert), lead_size.push_back(1);
-      const bool split = key.tp_dim >= 0 && mesh.tp > 1;
-      const int64_t parts = split ? mesh.tp * (key.swiglu ? 2 : 1) : 1;
+      const int64_t parts = key.parts();
+      const bool split = parts > 1;
       for (int64_t j = 0; j < parts; ++j) {
         dcp::Chunk c;
         c.offsets = lead_off;
@@ -189,7 +191,7 @@ TorchDistWritePlan plan_torch_dist_write(const std::vector<std::string>& names,
           c.offsets.push_back(off);
           c.sizes.push_back(size);
         }
-        const int64_t t = split ? j % mesh.tp : 0;  // SwiGLU: pieces j and j + TP are TP rank j's W and V
+        const int64_t t = split ? j % key.tp : 0;  // SwiGLU: pieces j and j + TP are TP rank j's W and V
         boxes[k].push_back({std::move(c), t + mesh.tp * (ep_rank % mesh.dp) + mesh.tp * mesh.dp * stage});
       }
     }

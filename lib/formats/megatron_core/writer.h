@@ -11,8 +11,8 @@
 //  * chunks: one per layer (layer axis), per expert (expert axis) and per TP piece along the TP split
 //    dimension of the local GPT layer spec (column-parallel rows: linear_qkv, linear_fc1, embedding,
 //    output layer; row-parallel columns: linear_proj, linear_fc2; the rest whole); a SwiGLU fc1 as
-//    2 * TP row pieces (each TP rank one in the W half, one in the V half: transformer/mlp.py:425-490);
-//    experts are not TP-split (expert tensor parallelism 1);
+//    2 * TP row pieces, also at TP 1 and for experts (each TP rank one in the W half, one in the V
+//    half: transformer/mlp.py:425-490); experts are not TP-split otherwise (expert tensor parallelism 1);
 //  * files: chunk of TP rank t, pipeline stage s, expert-parallel rank r written by rank
 //    t + TP * r + TP * DP * s (Megatron's default order tp-cp-ep-dp-pp with CP 1: the first DP replica
 //    writes, an expert's chunk the DP rank whose EP rank owns it); bytes items by rank 0.
@@ -46,7 +46,10 @@ struct StoredKey {
   size_t leading = 0;                // 0, 1 or 2 leading axes
   std::vector<size_t> members;       // universal parameter per leading position, row-major
   int tp_dim = -1;                   // TP split dimension of the parameter (-1: not split)
-  bool swiglu = false;               // split in 2 * TP row pieces
+  bool swiglu = false;               // split in 2 * TP row pieces (also at TP 1: its W and V halves)
+  int64_t tp = 1;                    // TP degree of the key (experts: 1, expert tensor parallelism 1)
+  // Pieces along tp_dim: TP (2 * TP for SwiGLU), 1 when not split.
+  int64_t parts() const { return tp_dim < 0 ? 1 : tp * (swiglu ? 2 : 1); }
   int64_t stage_layer = -1;          // layer of a per-layer key (for its pipeline stage), -1 none
   bool expert = false;
 };

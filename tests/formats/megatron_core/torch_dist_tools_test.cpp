@@ -1,0 +1,257 @@
+// ucp-union --input <torch_dist> and ucp-load --format torch_dist through the tools, as users call
+// them (relative paths, from another working folder, layout options left out), on the committed real
+// Megatron-Core fixtures (tests/formats/megatron_core/data: Megatron-LM's own save_checkpoint):
+//  * union: every parameter's fp32 / exp_avg / exp_avg_sq state file equals the truth Megatron's own
+//    reader gave (load_plain_tensors -> fully_reshardable.truth: optimizer.state.{param,exp_avg,
+//    exp_avg_sq}.<key> at the parameter's layer / expert), from both optimizer formats; the
+//    dp_reshardable and fully_reshardable saves give byte-identical state files;
+//  * load --format torch_dist: read back by formats/megatron_core's reader, each model tensor is the
+//    truth's model tensor (bf16, bit-exact: Megatron's bf16 params are its fp32 main params rounded)
+//    and each optimizer state the truth's; at the source layout the chunks of every model and
+//    optimizer tensor are the boxes Megatron itself wrote; at another layout (TP 1 PP 1, EP 1) the
+//    values are the same; the written folder unioned again gives identical state files;
+//  * damage: a truncated data file, an unknown key (ucp-union), a universal folder missing a layer
+//    (ucp-load): one line naming the file, exit 1, nothing left.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/megatron_core/reader.h"
+#include "formats/universal/state_file.h"
+#include "io/dtype.h"
+#include "io/safetensors_file.h"
+#include "io/torch/torch_file.h"
+#include "formats/dcp/dcp_data.h"
+#include "formats/megatron_core/mcore_data.h"
+#include "support/process.h"
+
+namespace fs = std::filesystem;
+using namespace ucpkit;
+using namespace ucpkit::formats::megatron_core;
+using ucpkit::testing::kMcoreData;
+
+namespace {
+
+const std::string kBin = UCPKIT_BIN_DIR;
+
+struct Scratch {
+  std::string root, work;
+};
+
+Scratch scratch(const std::string& name) {
+  Scratch s;
+  s.root = ucpkit::testing::scratch_dir("mcore_tools_" + name);
+  s.work = s.root + "/work";
+  fs::create_directories(s.work);
+  return s;
+}
+
+// The tool run in s.work with `args` (paths relative to s.work).
+ucpkit::testing::SplitResult run(const Scratch& s, const std::string& tool, const std::string& args) {
+  return ucpkit::testing::run_split_in(s.work, kBin + "/" + tool + " " + args, s.root);
+}
+
+// `path` relative to the tools' working folder.
+std::string rel(const Scratch& s, const std::string& path) { return fs::relative(path, s.work).string(); }
+
+std::map<std::string, SafetensorsTensor> truth_of(const std::string& variant) {
+  const std::string p = kMcoreData + "/" + variant + ".truth/tensors.safetensors";
+  return parse_safetensors(ucpkit::testing::slurp(p), p);
+}
+
+// The bytes of the parameter at `index` (leading layer / expert axes) of the truth tensor.
+std::span<const uint8_t> truth_slice(const SafetensorsTensor& want, const std::vector<int64_t>& index) {
+  int64_t flat = 0, outer = 1;
+  for (size_t d = 0; d < index.size(); ++d) flat = flat * want.shape[d] + index[d], outer *= want.shape[d];
+  const size_t n = want.bytes.size() / static_cast<size_t>(outer);
+  return {reinterpret_cast<const uint8_t*>(want.bytes.data()) + static_cast<size_t>(flat) * n, n};
+}
+
+bool same_bytes(const Tensor& got, std::span<const uint8_t> want) {
+  const auto b = got.contiguous().contiguous_bytes();
+  return b.size() == want.size() && std::memcmp(b.data(), want.data(), b.size()) == 0;
+}
+
+Tensor state_file(const std::string& path) { return formats::universal::read_state_file(load_torch(path), path).param; }
+
+nlohmann::json manifest_of(const std::string& dir) {
+  std::ifstream in(dir + "/manifest.json");
+  return nlohmann::json::parse(in);
+}
+
+// manifest.json's params by name (their order is the stored keys' order in .metadata).
+std::map<std::string, nlohmann::json> params_by_name(const std::string& dir) {
+  std::map<std::string, nlohmann::json> out;
+  for (const auto& e : manifest_of(dir)["params"]) out[e["name"]] = e;
+  return out;
+}
+
+const char* const kModels[] = {"gpt_tp2_pp2", "llama_gqa_tp2_dp2_v016", "moe_ep2"};
+
+// Every universal parameter's states of `u` against the fully_reshardable truth of `model`; returns
+// the number of states compared.
+size_t expect_universal_is_truth(const std::string& u, const std::string& model) {
+  const auto truth = truth_of(model + "/fully_reshardable");
+  const Checkpoint ck(kMcoreData + "/" + model + "/fully_reshardable");  // parameter -> stored key, index
+  const auto m = manifest_of(u);
+  size_t n = 0;
+  std::set<std::string> seen;
+  for (const auto& e : m["params"]) {
+    const std::string name = e["name"];
+    SCOPED_TRACE(u + " " + name);
+    seen.insert(name);
+    const ModelParam& p = ck.param(name);
+    EXPECT_EQ(e["dtype"], "bfloat16");
+    EXPECT_TRUE(e["step"].get<bool>());
+    for (const auto& [state, key] : std::map<std::string, std::string>{
+             {"fp32", "param"}, {"exp_avg", "exp_avg"}, {"exp_avg_sq", "exp_avg_sq"}}) {
+      const Tensor t = state_file(u + "/" + e["states"][state]["file"].get<std::string>());
+      EXPECT_EQ(t.dtype(), DType::Float32);
+      EXPECT_EQ(t.shape(), p.slice.shape);
+      const auto& want = truth.at("optimizer.state." + key + "." + p.key->model.key);
+      EXPECT_TRUE(same_bytes(t, truth_slice(want, p.slice.index))) << state << " differs from the truth";
+      ++n;
+    }
+  }
+  EXPECT_EQ(seen.size(), ck.params().size());
+  return n;
+}
+
+// ucp-union --input <in> (relative to s.work) --output <out>; returns the output's path.
+std::string union_rel(const Scratch& s, const std::string& in, const std::string& out) {
+  const auto r = run(s, "ucp-union", "--input " + in + " --output " + out);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  return s.work + "/" + out;
+}
+
+std::string union_of(const Scratch& s, const std::string& model, const std::string& variant, const std::string& out) {
+  return union_rel(s, rel(s, kMcoreData + "/" + model + "/" + variant), out);
+}
+
+// The state files (zero/**) of two universal folders byte-identical; returns how many.
+size_t expect_same_state_files(const std::string& a, const std::string& b) {
+  size_t files = 0;
+  for (const auto& f : fs::recursive_directory_iterator(a + "/zero")) {
+    if (!f.is_regular_file()) continue;
+    const auto r = fs::relative(f.path(), a).string();
+    EXPECT_TRUE(fs::exists(b + "/" + r)) << r;
+    if (fs::exists(b + "/" + r)) EXPECT_EQ(ucpkit::testing::slurp(a + "/" + r), ucpkit::testing::slurp(b + "/" + r)) << r;
+    ++files;
+  }
+  return files;
+}
+
+TEST(McoreUnion, EveryParameterAndMomentEqualsMegatronsTruthFromBothOptimizerFormats) {
+  const Scratch s = scratch("union");
+  size_t n = 0;
+  for (const char* model : kModels)
+    for (const char* variant : {"fully_reshardable", "dp_reshardable"})
+      n += expect_universal_is_truth(union_of(s, model, variant, std::string(model) + "." + variant), model);
+  EXPECT_EQ(n, 2u * 3u * (23 + 15 + 24));
+}
+
+TEST(McoreUnion, DpReshardableAndFullyReshardableGiveIdenticalStateFiles) {
+  const Scratch s = scratch("same");
+  for (const char* model : kModels) {
+    const std::string a = union_of(s, model, "fully_reshardable", std::string(model) + ".f");
+    const std::string b = union_of(s, model, "dp_reshardable", std::string(model) + ".d");
+    EXPECT_EQ(params_by_name(a), params_by_name(b)) << model;  // names, shapes, crc32s
+    EXPECT_GT(expect_same_state_files(a, b), 40u) << model;
+  }
+}
+
+TEST(McoreUnion, SaveRootWithTrackerIsAnInput) {
+  const Scratch s = scratch("root");
+  fs::create_directories(s.root + "/save");
+  fs::copy(kMcoreData + "/gpt_tp2_pp2/fully_reshardable", s.root + "/save/iter_0000002", fs::copy_options::recursive);
+  std::ofstream(s.root + "/save/latest_checkpointed_iteration.txt") << "2\n";
+  const auto r = run(s, "ucp-union", "--input ../save --output u");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(expect_universal_is_truth(s.work + "/u", "gpt_tp2_pp2"), 3u * 23u);
+}
+
+// The model tensors and optimizer states of the torch_dist folder `out` (a save root) against the
+// source truth; returns the number of (parameter, tensor) values compared.
+size_t expect_torch_dist_is_truth(const std::string& out, const std::string& model) {
+  const auto truth = truth_of(model + "/fully_reshardable");
+  const Checkpoint src(kMcoreData + "/" + model + "/fully_reshardable");
+  const Checkpoint ck(out);
+  EXPECT_EQ(ck.optimizer_format(), OptimizerFormat::FullyReshardable);
+  EXPECT_EQ(ck.params().size(), src.params().size());
+  size_t n = 0;
+  for (const auto& p : ck.params()) {
+    SCOPED_TRACE(out + " " + p.slice.name);
+    const ModelParam& sp = src.param(p.slice.name);
+    EXPECT_EQ(p.key->model.key, sp.key->model.key);  // the same stored key form
+    const Tensor model_t = ck.read_param(p);
+    EXPECT_EQ(model_t.dtype(), DType::BFloat16);
+    EXPECT_TRUE(same_bytes(model_t, truth_slice(truth.at(sp.key->model.key), sp.slice.index))) << "model tensor";
+    ++n;
+    for (const char* state : {"param", "exp_avg", "exp_avg_sq"}) {
+      const auto& want = truth.at(std::string("optimizer.state.") + state + "." + sp.key->model.key);
+      EXPECT_TRUE(same_bytes(ck.read_param(p, state), truth_slice(want, sp.slice.index))) << state;
+      ++n;
+    }
+  }
+  return n;
+}
+
+// {fqn: sorted chunk boxes} of the tensors of a torch_dist folder.
+std::map<std::string, std::set<std::pair<std::vector<int64_t>, std::vector<int64_t>>>> boxes_of(const std::string& dir) {
+  const Checkpoint ck(dir);
+  std::map<std::string, std::set<std::pair<std::vector<int64_t>, std::vector<int64_t>>>> out;
+  for (const auto& e : ck.dcp().metadata().entries)
+    if (!e.is_bytes)
+      for (const auto& c : e.chunks) out[e.fqn].insert({c.offsets, c.sizes});
+  return out;
+}
+
+TEST(McoreTorchDistLoad, SourceLayoutReadsBackAsTheTruthWithMegatronsOwnChunks) {
+  const Scratch s = scratch("load_same");
+  size_t n = 0;
+  for (const char* model : kModels) {
+    union_of(s, model, "dp_reshardable", std::string(model) + ".u");
+    const auto r = run(s, "ucp-load", "--input " + std::string(model) + ".u --format torch_dist --output " + model + ".td");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.err.find("from the source"), std::string::npos) << r.err;  // the layout taken from the source, said
+    const std::string out = s.work + "/" + model + ".td";
+    EXPECT_EQ(ucpkit::testing::slurp(out + "/latest_checkpointed_iteration.txt"), "2");
+    EXPECT_TRUE(fs::exists(out + "/iter_0000002/metadata.json"));
+    n += expect_torch_dist_is_truth(out, model);
+    // The same boxes as Megatron's own fully_reshardable save of that layout.
+    const auto want = boxes_of(kMcoreData + "/" + model + "/fully_reshardable");
+    const auto got = boxes_of(out + "/iter_0000002");
+    EXPECT_EQ(got.size(), want.size()) << model;
+    for (const auto& [fqn, b] : want) EXPECT_EQ(got.count(fqn) ? got.at(fqn) : decltype(b){}, b) << model << " " << fqn;
+  }
+  EXPECT_EQ(n, 4u * (23 + 15 + 24));
+}
+
+TEST(McoreTorchDistLoad, AnotherLayoutHasTheSameValuesAndUnionsBackIdentically) {
+  const Scratch s = scratch("load_other");
+  struct Case {
+    const char* model;
+    const char* args;
+  };
+  for (const Case& c : {Case{"gpt_tp2_pp2", "--tp 1 --pp 1 --dp 1"}, Case{"gpt_tp2_pp2", "--tp 2 --pp 1 --dp 2"},
+                        Case{"llama_gqa_tp2_dp2_v016", "--tp 1 --dp 4"}, Case{"moe_ep2", "--ep 1 --dp 2"}}) {
+    SCOPED_TRACE(std::string(c.model) + " " + c.args);
+    const std::string tag = std::string(c.model) + "." + std::to_string(std::hash<std::string>{}(c.args) % 1000);
+    const std::string u = union_of(s, c.model, "fully_reshardable", tag + ".u");
+    const auto r = run(s, "ucp-load", "--input " + tag + ".u --format torch_dist " + c.args + " --output " + tag + ".td");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    expect_torch_dist_is_truth(s.work + "/" + tag + ".td", c.model);
+    // Unioned again (the save root): the same state files, the manifest's params equal.
+    const std::string u2 = union_rel(s, tag + ".td", tag + ".u2");
+    EXPECT_EQ(params_by_name(u), params_by_name(u2));
+    EXPECT_GT(expect_same_state_files(u, u2), 40u);
+  }
+}
+
+}  // namespace
