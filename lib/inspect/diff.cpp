@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -20,10 +21,15 @@
 #include "inspect/verify_scope.h"
 #include "io/shape.h"
 #include "formats/universal/manifest.h"
+#include "formats/universal/state_file.h"
+#include "io/dtype.h"
+#include "io/tensor.h"
+#include "io/torch/torch_file.h"
 #include "reshard/direct_source.h"
 #include "reshard/model_info.h"
 #include "reshard/universal_reader.h"
 #include "to_universal/convert.h"
+#include "to_universal/from_dcp.h"
 
 namespace fs = std::filesystem;
 
@@ -59,24 +65,126 @@ std::string temp_base(const DiffOptions& o) {
   return t && *t ? t : "/tmp";
 }
 
-// One checkpoint in universal form, read the way ucp-load reads it (the reader keeps a reference to
-// `model`: a Side does not move).
+// One checkpoint in universal form. A folder ucp-union made from DeepSpeed files is read the way
+// ucp-load reads it (its model files give the layout; the reader keeps a reference to `model`: a Side
+// does not move). A folder without model files (ucp-union of a PyTorch DCP checkpoint: global tensors
+// in their stored dtype, docs/formats-dcp.md) is read from manifest.json alone: each parameter's shape,
+// dtype and state files, each state file's tensor converted to float32 for the comparison and its
+// stored bytes checksummed against the manifest's crc32.
 struct Side {
   std::string dir;
   reshard::ModelInfo model;
   std::map<std::string, std::string> dtype;  // manifest.json's dtype of each parameter ("" when absent)
   std::map<std::string, int> index;          // name -> model.params index
-  std::unique_ptr<reshard::UniversalReader> reader;
+  std::unique_ptr<reshard::UniversalReader> reader;  // model files read (DeepSpeed-made folders)
+  // Read from the manifest alone: per parameter, its states' files; the state tensor open now.
+  bool from_manifest = false;
+  bool verify = true;
+  std::vector<std::map<std::string, formats::universal::UniversalState>> files;
+  int open_param = -1;
+  std::string open_state;
+  Tensor open;
+
+  bool has(int i, const std::string& state) const {
+    if (from_manifest) return files[static_cast<size_t>(i)].count(state) > 0;
+    return std::find(model.states.begin(), model.states.end(), state) != model.states.end();
+  }
+  // Bytes per stored element of the state last read by read_part (what its CRC-32 covers per element).
+  uint64_t element_bytes() const { return from_manifest ? dtype_size(open.dtype()) : 4; }
+  const Tensor& open_tensor(int i, const std::string& state) {
+    if (open_param != i || open_state != state) {
+      open = Tensor();
+      const std::string path = (fs::path(dir) / files[static_cast<size_t>(i)].at(state).file).string();
+      open = formats::universal::read_state_file(load_torch(path), path).param.contiguous();
+      if (open.shape() != model.params[static_cast<size_t>(i)].shape)
+        fail(path, "holds a tensor of shape " + shape_str(open.shape()) + ", manifest.json says " +
+                       shape_str(model.params[static_cast<size_t>(i)].shape));
+      open_param = i, open_state = state;
+    }
+    return open;
+  }
+  // Elements [at, at + n) of `state` of parameter i as float32 into dst; the CRC-32 of their stored
+  // bytes when verifying (0 otherwise).
+  uint32_t read_part(int i, const std::string& state, int64_t at, int64_t n, float* dst) {
+    if (!from_manifest) return reader->read_part(i, state, at, n, dst);
+    const Tensor& t = open_tensor(i, state);
+    const size_t es = dtype_size(t.dtype());
+    const auto b = t.contiguous_bytes().subspan(static_cast<size_t>(at) * es, static_cast<size_t>(n) * es);
+    to_float(t.dtype(), b, dst, files[static_cast<size_t>(i)].at(state).file);
+    return verify ? crc32_update(0, b) : 0;
+  }
+  void verify_whole(int i, const std::string& state, uint32_t crc) {
+    if (!from_manifest) return reader->verify_whole(i, state, crc);
+    const auto& f = files[static_cast<size_t>(i)].at(state);
+    open = Tensor(), open_param = -1;  // one state tensor open at a time
+    if (!verify || !f.crc32 || crc == *f.crc32) return;
+    char msg[64];
+    std::snprintf(msg, sizeof msg, "%08x, manifest says %08x", static_cast<unsigned>(crc), *f.crc32);
+    fail((fs::path(dir) / f.file).string(), std::string("checksum mismatch: crc32 ") + msg);
+  }
+
+  static float half_to_float(uint16_t h) {
+    const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));  // inf, NaN
+    if (exp != 0) return std::bit_cast<float>(sign | ((exp + 112) << 23) | (man << 13));
+    const float v = std::ldexp(static_cast<float>(man), -24);  // subnormal or zero
+    return sign ? -v : v;
+  }
+  static void to_float(DType t, std::span<const uint8_t> b, float* dst, const std::string& file) {
+    const size_t n = b.size() / dtype_size(t);
+    switch (t) {
+      case DType::Float32:
+        std::memcpy(dst, b.data(), b.size());
+        return;
+      case DType::BFloat16:
+      case DType::Float16:
+        for (size_t k = 0; k < n; ++k) {
+          uint16_t h;
+          std::memcpy(&h, b.data() + 2 * k, 2);
+          dst[k] = t == DType::BFloat16 ? bf16_to_f32(h) : half_to_float(h);
+        }
+        return;
+      case DType::Float64:
+        for (size_t k = 0; k < n; ++k) {
+          double d;
+          std::memcpy(&d, b.data() + 8 * k, 8);
+          dst[k] = static_cast<float>(d);
+        }
+        return;
+      default:
+        fail(file, "a " + std::string(dtype_name(t)) + " state tensor: ucp-diff compares floating-point states only");
+    }
+  }
 };
 
 std::unique_ptr<Side> open_side(const std::string& dir, bool verify) {
   auto s = std::make_unique<Side>();
   s->dir = dir;
-  s->model = reshard::read_model_info(dir);
-  for (const auto& p : formats::universal::read_universal_manifest((fs::path(dir) / formats::universal::kUniversalManifestName).string()).params)
-    s->dtype[p.name] = p.dtype.value_or("");
-  for (size_t i = 0; i < s->model.params.size(); ++i) s->index[s->model.params[i].name] = static_cast<int>(i);
-  s->reader = std::make_unique<reshard::UniversalReader>(s->model, dir, verify);
+  s->verify = verify;
+  const auto manifest = formats::universal::read_universal_manifest((fs::path(dir) / formats::universal::kUniversalManifestName).string());
+  for (const auto& p : manifest.params) s->dtype[p.name] = p.dtype.value_or("");
+  if (!manifest.model_files.empty()) {
+    s->model = reshard::read_model_info(dir);
+    for (size_t i = 0; i < s->model.params.size(); ++i) s->index[s->model.params[i].name] = static_cast<int>(i);
+    s->reader = std::make_unique<reshard::UniversalReader>(s->model, dir, verify);
+    return s;
+  }
+  s->from_manifest = true;
+  for (const auto& p : manifest.params) {
+    reshard::ParamInfo info;
+    info.name = p.name;
+    info.shape = p.shape;
+    info.stored_numel = numel_of(p.shape);
+    if (!s->index.emplace(p.name, static_cast<int>(s->model.params.size())).second)
+      fail((fs::path(dir) / formats::universal::kUniversalManifestName).string(), "parameter '" + p.name + "' listed twice");
+    s->model.params.push_back(std::move(info));
+    s->files.push_back(p.states);
+    for (const auto& [state, f] : p.states)
+      if (std::find(s->model.states.begin(), s->model.states.end(), state) == s->model.states.end())
+        s->model.states.push_back(state);
+  }
+  // "fp32" first, as the DeepSpeed-made side lists it.
+  std::stable_partition(s->model.states.begin(), s->model.states.end(), [](const std::string& x) { return x == "fp32"; });
   return s;
 }
 
@@ -88,7 +196,8 @@ std::string universal_form(const std::string& input, const char* name, std::opti
     side.form = "universal";
     return input;
   }
-  (void)reshard::native_checkpoint_dir(input);  // neither kind: refused naming it, before any conversion
+  if (to_universal::dcp_input_kind(input) == formats::dcp::FolderKind::None)  // a DCP folder converts too
+    (void)reshard::native_checkpoint_dir(input);  // no kind at all: refused naming it, before any conversion
   side.form = "native";
   if (!tmp) tmp.emplace(temp_base(o));
   to_universal::ConvertOptions co;
@@ -120,8 +229,14 @@ TensorDifference compare_values(Side& a, int ia, Side& b, int ib, const std::str
   for (int64_t at = 0; at < std::max(na, nb); at += kChunk) {
     check_interrupted();
     const int64_t ka = std::clamp<int64_t>(na - at, 0, kChunk), kb = std::clamp<int64_t>(nb - at, 0, kChunk);
-    if (ka > 0) ca = crc32_combine(ca, a.reader->read_part(ia, state, at, ka, x.data()), static_cast<uint64_t>(ka) * 4);
-    if (kb > 0) cb = crc32_combine(cb, b.reader->read_part(ib, state, at, kb, y.data()), static_cast<uint64_t>(kb) * 4);
+    if (ka > 0) {
+      const uint32_t c = a.read_part(ia, state, at, ka, x.data());
+      ca = crc32_combine(ca, c, static_cast<uint64_t>(ka) * a.element_bytes());
+    }
+    if (kb > 0) {
+      const uint32_t c = b.read_part(ib, state, at, kb, y.data());
+      cb = crc32_combine(cb, c, static_cast<uint64_t>(kb) * b.element_bytes());
+    }
     const int64_t k = std::min({n - at, ka, kb});
     for (int64_t i = 0; i < k; ++i) {
       if (std::memcmp(&x[i], &y[i], sizeof(float)) == 0) continue;
@@ -134,8 +249,8 @@ TensorDifference compare_values(Side& a, int ia, Side& b, int ib, const std::str
       if (!within) ++d.differing;
     }
   }
-  a.reader->verify_whole(ia, state, ca);
-  b.reader->verify_whole(ib, state, cb);
+  a.verify_whole(ia, state, ca);
+  b.verify_whole(ib, state, cb);
   if (d.differing > 0) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "%lld of %lld elements differ, max abs diff %.9g", static_cast<long long>(d.differing),
@@ -158,13 +273,12 @@ void compare_param(DiffResult& r, Side& a, Side& b, const std::string& name, con
   const auto& pb = b.model.params[ib];
   const std::string& da = a.dtype[name];
   const std::string& db = b.dtype[name];
-  auto has = [](const Side& s, const std::string& state) {
-    return std::find(s.model.states.begin(), s.model.states.end(), state) != s.model.states.end();
-  };
   for (const auto& state : states) {
+    const bool in_a = a.has(ia, state), in_b = b.has(ib, state);
+    if (!in_a && !in_b) continue;  // a state neither holds for this parameter (manifest-read sides)
     ++r.tensors;
-    if (!has(a, state) || !has(b, state)) {
-      note(r, o.listed, {name, state, has(a, state) ? "only_in_a" : "only_in_b", "state " + state + " in one only"});
+    if (!in_a || !in_b) {
+      note(r, o.listed, {name, state, in_a ? "only_in_a" : "only_in_b", "state " + state + " in one only"});
     } else if (pa.shape != pb.shape) {
       note(r, o.listed, {name, state, "shape", shape_text(pa.shape) + " vs " + shape_text(pb.shape)});
     } else if (!da.empty() && !db.empty() && da != db) {
