@@ -7,6 +7,13 @@ read through DeepSpeed's safe_get_full_fp32_param / safe_get_full_optimizer_stat
                                               holds exactly the engine's params, each state bit for bit
   engine_state.py same STATE_DIR_A STATE_DIR_B two engine records hold the same names, states and step
                                               (e.g. resumed from ucp-load's output vs DeepSpeed's universal load)
+  engine_state.py parts PARTITIONS_JSON PREFIX  for entry i of PARTITIONS_JSON (DeepSpeed's own PipelineModule
+                                              partitions, {"method", "pp", "parts"}), the DeepSpeed checkpoint
+                                              PREFIX<i>/ (latest names its step) puts on stage s exactly the
+                                              layers parts[s] .. parts[s+1]-1 (mp_rank_<s>_model_states.pt's
+                                              param_shapes, names <layer>.<param>)
+  engine_state.py roundtrip U V [V ...]        tests/load/same_universal.py U V and V U for every V, in one
+                                              process (its main, unchanged)
 Prints one line; exit 0 = equal."""
 import glob
 import json
@@ -71,8 +78,43 @@ def same(a, b):
     return not bad and total > 0
 
 
+def parts(partitions_json, prefix):
+    cases = json.load(open(partitions_json))
+    bad = []
+    for i, c in enumerate(cases):
+        d = f"{prefix}{i}"
+        step = os.path.join(d, open(os.path.join(d, "latest")).read().strip())
+        got = []
+        for s in range(c["pp"]):
+            shapes = torch.load(os.path.join(step, f"mp_rank_{s:02d}_model_states.pt"))["param_shapes"]
+            got.append(sorted({int(n.split(".")[0]) for g in shapes for n in g}))
+        want = [list(range(c["parts"][s], c["parts"][s + 1])) for s in range(c["pp"])]
+        if got != want:
+            bad.append(f"{c['method']} pp {c['pp']}: {got} vs DeepSpeed's {want}")
+    print(f"{len(cases)} partitions equal DeepSpeed's" if not bad else f"differ: {bad}")
+    return not bad
+
+
+def roundtrip(u, others):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import same_universal
+    bad = []
+    for v in others:
+        for a, b in ((u, v), (v, u)):
+            sys.argv = ["same_universal.py", a, b]
+            try:
+                same_universal.main()
+            except SystemExit as e:
+                if e.code:
+                    bad.append(f"{a} vs {b}")
+    print(f"{len(others)} round trips the same" if not bad else f"differ: {bad}")
+    return not bad
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] not in ("union", "same"):
+    if len(sys.argv) >= 4 and sys.argv[1] == "roundtrip":
+        sys.exit(0 if roundtrip(sys.argv[2], sys.argv[3:]) else 1)
+    if len(sys.argv) != 4 or sys.argv[1] not in ("union", "same", "parts"):
         sys.exit(__doc__)
-    ok = union(sys.argv[2], sys.argv[3]) if sys.argv[1] == "union" else same(sys.argv[2], sys.argv[3])
+    ok = {"union": union, "same": same, "parts": parts}[sys.argv[1]](sys.argv[2], sys.argv[3])
     sys.exit(0 if ok else 1)

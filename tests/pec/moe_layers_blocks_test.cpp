@@ -125,4 +125,13 @@ TEST(PecMoeLayers, RealEngineChainRestoresEachExpertFromTheStepTheReportNames) {
   fs::remove_all(dir);
 }
 
+// The same on DeepSpeed v0.19.5's engine (torch 2.6; tests/generator/engine/moe_tutorial_v0.19.5, the same
+// model and run, saved by the v0.19 line: its optimizer shards hold the experts' fragments, no expp_rank files).
+TEST(PecMoeLayers, RealEngineV019ChainRestoresEachExpertFromTheStepTheReportNames) {
+  const fs::path dir = ucpkit::testing::scratch_dir("pec_moe_engine_v019");
+  const fs::path fixture = fs::path(kSrc) / "tests/generator/engine/moe_tutorial_v0.19.5";
+  expect_k1_restore(dir, {{1, fixture / "chain" / "step1"}, {2, fixture / "chain" / "step2"}, {3, fixture}}, 8, 2);
+  fs::remove_all(dir);
+}
+
 }  // namespace

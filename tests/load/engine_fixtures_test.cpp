@@ -1,0 +1,162 @@
+// Checkpoints saved by DeepSpeed's real engine (issue 33; tests/generator/engine/<name>_v<ver>/PROVENANCE.md):
+// a dense GPT-like `blocks.N` model, a 2-stage PipelineModule (LayerSpecs Embed, Block x4, Head) and the
+// MoE tutorial model, on DeepSpeed v0.14.5 (torch 1.13) and v0.19.5 (torch 2.6), CPU, gloo, fp32.
+// Truth, independent of ucpkit:
+//   * truth/state_rank<R>.pt: the state the engine's ranks held after the last step (weights, fp32 master,
+//     Adam moments, step), recorded by scripts/ds_engine/train_engine.py through DeepSpeed's accessors;
+//   * partitions.json: DeepSpeed's own PipelineModule partition of the pipe model's layer list for
+//     parameters, uniform, type:Block and type:head|embed over PP 1-4 (module.parts), with the layer class
+//     names as DeepSpeed's _find_layer_type names them (layer_types.txt).
+// ucp-union must equal the truth; ucp-load to another DP, another ZeRO stage, (MoE) EP 4 and (pipe) another
+// PP must round-trip bit for bit; the pipe stages must be DeepSpeed's for every method, type:<regex>
+// through --layer-types. Run as a job script runs them: relative paths, from another working folder,
+// defaults (tp, pp, zero stage, dtype) left to the source. Engine resumes are outside CI
+// (scripts/ds_engine/resume_compare.sh, docs/deepspeed-models.md).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/files.h"
+#include "support/process.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kBin = std::getenv("UCPKIT_TEST_BIN") ? std::getenv("UCPKIT_TEST_BIN") : UCPKIT_BIN_DIR;
+const std::string kSrc = UCPKIT_SOURCE_DIR;
+const std::string kPy = UCPKIT_PYTHON;
+const std::string kEngine = kSrc + "/tests/generator/engine/";
+const std::string kState = kSrc + "/tests/load/engine_state.py";
+
+int sh(const std::string& cmd, std::string* out = nullptr) { return ucpkit::testing::run_command(cmd, out); }
+
+struct Target {
+  std::string name, args;  // ucp-load's arguments beyond --input / --output
+};
+struct Case {
+  std::string fixture;  // tests/generator/engine/<fixture>
+  std::string truth;    // the engine's state record folder in it
+  std::string union_line;
+  std::vector<Target> targets;
+};
+
+std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.fixture; }
+
+class EngineFixture : public ::testing::TestWithParam<Case> {};
+
+TEST_P(EngineFixture, UnionEqualsTheEngineStateAndLoadsRoundTrip) {
+  const Case& c = GetParam();
+  const fs::path dir = ucpkit::testing::scratch_dir("engine_fixture_" + c.fixture);
+  fs::create_directories(dir);
+  const std::string cd = "cd " + dir.string() + " && ";
+  std::string out;
+  ASSERT_EQ(sh(cd + kBin + "/ucp-union -q --input " + kEngine + c.fixture + " --output u", &out), 0) << out;
+  ASSERT_EQ(sh(cd + kPy + " " + kState + " union u " + kEngine + c.fixture + "/" + c.truth, &out), 0) << out;
+  EXPECT_EQ(out, c.union_line);
+  std::string back;
+  for (const auto& t : c.targets) {
+    SCOPED_TRACE(t.name);
+    ASSERT_EQ(sh(cd + kBin + "/ucp-load -q --input u --output " + t.name + " " + t.args, &out), 0) << out;
+    ASSERT_EQ(sh(cd + kBin + "/ucp-union -q --input " + t.name + " --output " + t.name + "_u", &out), 0) << out;
+    back += " " + t.name + "_u";
+  }
+  if (!c.targets.empty()) {  // tests/load/same_universal.py both ways for every target, in one process
+    EXPECT_EQ(sh(cd + kPy + " " + kState + " roundtrip u" + back, &out), 0) << out;
+    EXPECT_NE(out.find(std::to_string(c.targets.size()) + " round trips the same\n"), std::string::npos) << out;
+  }
+  fs::remove_all(dir);
+}
+
+const std::string kDense = "19 params x 3 states equal, step [3.0]\n";
+const std::string kMoe = "33 params x 3 states equal, step [3.0]\n";
+const std::vector<Target> kDenseTargets = {{"dp4", "--dp 4"}, {"zero2", "--dp 2 --zero-stage 2"}, {"dp4_zero2", "--dp 4 --zero-stage 2"}};
+// The pipe engine takes ZeRO 0-1 only (pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
+// parallelism"): another DP and another PP.
+const std::vector<Target> kPipeTargets = {{"dp4", "--dp 4"}, {"pp1_dp2", "--pp 1 --dp 2"}, {"pp3", "--pp 3 --dp 1"}};
+const std::vector<Target> kMoeTargets = {{"dp4", "--dp 4"}, {"zero2", "--dp 2 --zero-stage 2"}, {"ep4", "--dp 4 --ep 4"}};
+
+INSTANTIATE_TEST_SUITE_P(
+    RealEngine, EngineFixture,
+    ::testing::Values(Case{"dense_blocks_v0.14.5", "truth", kDense, kDenseTargets},
+                      Case{"dense_blocks_v0.19.5", "truth", kDense, kDenseTargets},
+                      Case{"pipe_module_v0.14.5", "truth", kDense, kPipeTargets},
+                      Case{"pipe_module_v0.19.5", "truth", kDense, kPipeTargets},
+                      Case{"moe_tutorial_v0.14.5", "state", kMoe, {}},  // loads: MoeGroupsEngine.*
+                      Case{"moe_tutorial_v0.19.5", "truth", kMoe, kMoeTargets}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      std::string n = info.param.fixture;
+      for (auto& ch : n)
+        if (ch == '.') ch = '_';
+      return n;
+    });
+
+// Every partition DeepSpeed's own PipelineModule made of the pipe model's layer list (partitions.json):
+// ucp-load's stages hold the same layers, for parameters, uniform and, with --layer-types, type:<regex>.
+class EnginePipePartitions : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EnginePipePartitions, StagesAreDeepSpeedsForEveryMethod) {
+  const std::string fixture = kEngine + GetParam();
+  const fs::path dir = ucpkit::testing::scratch_dir("engine_partitions_" + GetParam());
+  fs::create_directories(dir);
+  fs::copy_file(fixture + "/layer_types.txt", dir / "layer_types.txt");
+  const std::string cd = "cd " + dir.string() + " && ";
+  std::string out;
+  ASSERT_EQ(sh(cd + kBin + "/ucp-union -q --input " + fixture + " --output u", &out), 0) << out;
+  // entry i of partitions.json -> "<method> <pp>" (the method has no space)
+  ASSERT_EQ(sh(kPy + " -c \"import json, sys; [print(c['method'], c['pp']) for c in json.load(open(sys.argv[1]))]\" " +
+                   fixture + "/partitions.json", &out), 0) << out;
+  std::istringstream lines(out);
+  std::string method;
+  int pp = 0, i = 0;
+  for (; lines >> method >> pp; ++i) {
+    SCOPED_TRACE(method + " pp " + std::to_string(pp));
+    std::string o;
+    ASSERT_EQ(sh(cd + kBin + "/ucp-load -q --input u --output p" + std::to_string(i) + " --pp " + std::to_string(pp) +
+                     " --dp 1 --partition-method '" + method + "' --layer-types layer_types.txt", &o), 0) << o;
+  }
+  ASSERT_EQ(i, 16);
+  ASSERT_EQ(sh(cd + kPy + " " + kState + " parts " + fixture + "/partitions.json p", &out), 0) << out;
+  EXPECT_EQ(out, "16 partitions equal DeepSpeed's\n");
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(RealEngine, EnginePipePartitions, ::testing::Values("pipe_module_v0.14.5", "pipe_module_v0.19.5"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "pipe_module_v0.14.5" ? std::string("v0_14_5") : std::string("v0_19_5");
+                         });
+
+// type:<regex> without --layer-types: refused naming the missing fact and the option, nothing written; a
+// layer types file that does not fit is refused naming the file (and the line).
+TEST(EnginePipeLayerTypes, MissingOrWrongLayerTypesAreRefusedByName) {
+  const fs::path dir = ucpkit::testing::scratch_dir("engine_layer_types");
+  fs::create_directories(dir);
+  const std::string cd = "cd " + dir.string() + " && ";
+  std::string out;
+  ASSERT_EQ(sh(cd + kBin + "/ucp-union -q --input " + kEngine + "pipe_module_v0.19.5 --output u", &out), 0) << out;
+  EXPECT_EQ(sh(cd + kBin + "/ucp-load -q --input u --output t --pp 3 --dp 1 --partition-method type:Block", &out), 1) << out;
+  EXPECT_NE(out.find("--partition-method type:block: layer 0's class name is not known"), std::string::npos) << out;
+  EXPECT_NE(out.find("give --layer-types FILE"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir / "t"));
+  std::ofstream(dir / "short.txt") << "Embed\nBlock\nBlock\n";
+  EXPECT_EQ(sh(cd + kBin + "/ucp-load -q --input u --output t --pp 3 --dp 1 --partition-method type:Block --layer-types short.txt",
+               &out), 1) << out;
+  EXPECT_NE(out.find("short.txt: names 3 layers, but the checkpoint has layer files up to layer 5"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir / "t"));
+  std::ofstream(dir / "blank.txt") << "Embed\nBlock\n\nBlock\nBlock\nHead\n";
+  EXPECT_EQ(sh(cd + kBin + "/ucp-load -q --input u --output t --pp 3 --dp 1 --partition-method type:Block --layer-types blank.txt",
+               &out), 1) << out;
+  EXPECT_NE(out.find("blank.txt:3: empty line"), std::string::npos) << out;
+  EXPECT_EQ(sh(cd + kBin + "/ucp-load -q --input u --output t --pp 3 --dp 1 --partition-method type:Block --layer-types none.txt",
+               &out), 1) << out;
+  EXPECT_NE(out.find("none.txt: cannot read"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir / "t"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
