@@ -11,6 +11,7 @@
 # (same layout).
 #
 #   scripts/torch_dist_verify.sh [BUILD]     # BUILD defaults to build/ (ucp-union, ucp-load in BUILD/bin)
+#   CASES="gpt_tp1pp1 moe_ep1" scripts/torch_dist_verify.sh   # only these cases
 # Runs as root (chroot). Results: one line per case, "PASS"/"FAIL"; exit 1 if any failed.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,6 +46,7 @@ run_until() {
 # case NAME MODEL VARIANT "ucp-load layout options" "mcore_ckpt.py model+layout options"
 case_() {
   name=$1; model=$2; variant=$3; layout=$4; margs=$5
+  if [ -n "${CASES:-}" ]; then case " $CASES " in *" $name "*) ;; *) return ;; esac; fi
   d=$TRIXIE$WORK/$name
   mkdir -p "$d"
   cp -r "$DATA/$model/fully_reshardable.truth" "$d/src.truth"

@@ -57,6 +57,53 @@ int64_t int_attr(const ValuePtr& args, const char* name, int64_t fallback) {
   return v && v->is(Kind::Int) ? v->i : fallback;
 }
 
+// The optimizer parts of the common state's "optimizer": itself (one optimizer), or a
+// ChainedOptimizer's {0: dense, 1: expert} values in key order (to_universal/from_torch_dist.cpp).
+std::vector<ValuePtr> optimizer_parts(const ValuePtr& optimizer) {
+  if (!optimizer || !optimizer->is(Kind::Dict)) return {};
+  if (optimizer->contains("param_state_sharding_type") || optimizer->contains("optimizer")) return {optimizer};
+  std::vector<ValuePtr> parts;
+  for (const auto& [k, v] : optimizer->entries)
+    if (k && k->is(Kind::Int) && v && v->is(Kind::Dict)) parts.push_back(v);
+  return parts;
+}
+
+// The target's optimizer parts: Megatron builds an expert optimizer (ChainedOptimizer part 1) only
+// when expert parameters are not all-reduced, i.e. expert parallelism > 1 or expert TP != TP
+// (tensor_parallel/layers.py:961-964, 1017; optimizer/__init__.py:348, 1181-1224), and a
+// ChainedOptimizer of one part loads the part's state dict directly (optimizer/optimizer.py:1573-1578).
+// From a source with the other structure: the dense part alone, or an expert part made of the dense
+// part's param_groups marked is_expert_parallel (saved groups are matched by their identifier keys,
+// optimizer/distrib_optimizer.py:939-970).
+void restructure_optimizer(const ValuePtr& common, const ValuePtr& args, const formats::megatron_core::WriteMesh& m,
+                           const std::string& file) {
+  const auto parts = optimizer_parts(common->get("optimizer"));
+  if (parts.empty()) return;
+  const auto experts = args->attr("num_experts");
+  const int64_t etp = int_attr(args, "expert_tensor_parallel_size", 1);
+  if (etp != 1 && experts && experts->is(Kind::Int))
+    throw UsageError(file + ": args.expert_tensor_parallel_size " + std::to_string(etp) +
+                     " (the torch_dist writer handles expert tensor parallelism 1)");
+  const bool expert_part = experts && experts->is(Kind::Int) && experts->i > 0 && (m.ep > 1 || etp != m.tp);
+  if (!expert_part) {
+    common->set_item("optimizer", parts[0]);
+    return;
+  }
+  ValuePtr expert = parts.size() > 1 ? parts[1] : nullptr;
+  if (!expert) {
+    expert = pickle::deep_copy(parts[0]);
+    const auto opt = expert->get("optimizer");
+    const auto groups = opt ? opt->get("param_groups") : nullptr;
+    if (groups && groups->is(Kind::List))
+      for (const auto& g : groups->items)
+        if (g && g->is(Kind::Dict)) g->set_item("is_expert_parallel", Value::boolean(true));
+  }
+  auto chained = Value::dict();
+  chained->entries.push_back({Value::integer(0), parts[0]});
+  chained->entries.push_back({Value::integer(1), expert});
+  common->set_item("optimizer", chained);
+}
+
 // Everything the write needs, read and decided before anything is written.
 struct TdPrepared {
   std::string dir;  // the universal folder
@@ -157,6 +204,8 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
   a->set_attr("expert_model_parallel_size", Value::integer(m.ep));
   a->set_attr("data_parallel_size", Value::integer(m.dp));
   a->set_attr("world_size", Value::integer(m.tp * m.pp * m.dp));
+
+  restructure_optimizer(p.common, args, m, common_path);
 
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;

@@ -254,4 +254,75 @@ TEST(McoreTorchDistLoad, AnotherLayoutHasTheSameValuesAndUnionsBackIdentically) 
   }
 }
 
+// Damage: one line on stderr naming `file` and `cause`, exit 1, and nothing but `keep` left in s.work.
+void expect_refused(const Scratch& s, const ucpkit::testing::SplitResult& r, const std::string& file,
+                    const std::string& cause, const std::set<std::string>& keep) {
+  EXPECT_EQ(r.rc, 1) << r.err;
+  std::string err = r.err;
+  while (!err.empty() && err.back() == '\n') err.pop_back();
+  EXPECT_EQ(err.find('\n'), std::string::npos) << err;
+  EXPECT_NE(err.find(file), std::string::npos) << err;
+  EXPECT_NE(err.find(cause), std::string::npos) << err;
+  std::set<std::string> left;
+  for (const auto& e : fs::directory_iterator(s.work)) left.insert(e.path().filename().string());
+  EXPECT_EQ(left, keep);
+}
+
+std::string copy_into_work(const Scratch& s, const std::string& model, const std::string& variant, const std::string& name) {
+  const std::string d = s.work + "/" + name;
+  fs::copy(kMcoreData + "/" + model + "/" + variant, d, fs::copy_options::recursive);
+  return d;
+}
+
+TEST(McoreTorchDistDamage, TruncatedDataFileIsNamedAndNothingIsLeft) {
+  const Scratch s = scratch("damage_trunc");
+  const std::string d = copy_into_work(s, "gpt_tp2_pp2", "fully_reshardable", "in");
+  const std::string f = d + "/__1_0.distcp";
+  fs::resize_file(f, fs::file_size(f) / 2);
+  expect_refused(s, run(s, "ucp-union", "--input in --output u"), "__1_0.distcp", "", {"in"});
+}
+
+TEST(McoreTorchDistDamage, UnknownKeyIsNamedAndNothingIsLeft) {
+  const Scratch s = scratch("damage_key");
+  const std::string d = copy_into_work(s, "gpt_tp2_pp2", "dp_reshardable", "in");
+  std::string md = ucpkit::testing::slurp(d + "/.metadata");
+  const std::string from = "decoder.final_layernorm.weight", to = "decoder.final_layernorm.9eight";
+  const size_t at = md.find(from);
+  ASSERT_NE(at, std::string::npos);
+  md.replace(at, from.size(), to);
+  std::ofstream(d + "/.metadata", std::ios::binary | std::ios::trunc) << md;
+  expect_refused(s, run(s, "ucp-union", "--input in --output u"), "in/.metadata", "unknown key", {"in"});
+}
+
+TEST(McoreTorchDistDamage, UniversalFolderMissingALayerLeavesTheStackUncoveredAndIsRefused) {
+  const Scratch s = scratch("damage_layer");
+  union_of(s, "gpt_tp2_pp2", "fully_reshardable", "u");
+  auto m = manifest_of(s.work + "/u");
+  auto& params = m["params"];
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i]["name"] == "decoder.layers.1.mlp.linear_fc2.weight") {
+      params.erase(i);
+      break;
+    }
+  std::ofstream(s.work + "/u/manifest.json", std::ios::trunc) << m.dump(1);
+  expect_refused(s, run(s, "ucp-load", "--input u --format torch_dist --output td"), "u/manifest.json",
+                 "decoder.layers.mlp.linear_fc2.weight has no parameter for layer 1", {"u"});
+}
+
+TEST(McoreTorchDistDamage, UniversalFolderWithoutCommonStateIsRefusedByName) {
+  const Scratch s = scratch("damage_common");
+  union_of(s, "moe_ep2", "fully_reshardable", "u");
+  fs::remove(s.work + "/u/megatron_core/common_state.pt");
+  expect_refused(s, run(s, "ucp-load", "--input u --format torch_dist --output td"), "common_state.pt", "missing", {"u"});
+}
+
+TEST(McoreTorchDistDamage, ALayoutThatDoesNotDivideIsAUsageError) {
+  const Scratch s = scratch("damage_usage");
+  union_of(s, "gpt_tp2_pp2", "fully_reshardable", "u");
+  const auto r = run(s, "ucp-load", "--input u --format torch_dist --pp 3 --output td");
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_NE(r.err.find("--pp 3"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(s.work + "/td"));
+}
+
 }  // namespace
