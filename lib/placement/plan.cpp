@@ -137,8 +137,8 @@ void append_ints(std::string& out, const std::vector<int>& v) {
 
 json plan_to_json(const Plan& plan) { return json::parse(plan_json_text(plan)); }
 
-std::string plan_json_text(const Plan& plan, const json& extra,
-                           const std::vector<std::pair<std::string, std::string>>& raw) {
+void write_plan_json(const Plan& plan, const json& extra, const std::vector<std::pair<std::string, RawWriter>>& raw,
+                     const TextSink& sink, size_t chunk) {
   std::vector<std::vector<int>> counts;
   const int width = log2phy_width(plan, counts);
   std::string padding;
@@ -146,50 +146,89 @@ std::string plan_json_text(const Plan& plan, const json& extra,
   json head = plan_header(plan);
   for (auto it = extra.begin(); it != extra.end(); ++it) head[it.key()] = it.value();
   std::string text = head.dump();
-  for (const auto& [placeholder, value] : raw)
-    if (size_t at = text.find(placeholder); at != std::string::npos) text.replace(at, placeholder.size(), value);
-  // Reserve the whole document once: growing a ~20 MB string by doubling copies and page-faults it
-  // again at every step. Ids (phy2log and log2phy) take at most 7 characters with the comma, padding
-  // 3, GPU loads about 24.
-  size_t estimate = text.size() + 64;
-  for (size_t l = 0; l < plan.layers.size(); ++l)
-    estimate += 14 * plan.layers[l].phy2log.size() + static_cast<size_t>(plan.experts) * (3 * width + 12) +
-                24 * static_cast<size_t>(plan.cluster.gpus()) + 4096;
-  text.reserve(estimate);
-  text.pop_back();  // reopen the object to add "layers"
-  text += ",\"layers\":[";
+  // Each placeholder's value written in its place, first to last.
+  std::vector<std::pair<size_t, size_t>> at;  // (offset in text, index in raw)
+  for (size_t i = 0; i < raw.size(); ++i)
+    if (size_t p = text.find(raw[i].first); p != std::string::npos) at.push_back({p, i});
+  std::sort(at.begin(), at.end());
+  // With a chunk size, the text goes to the sink whenever it holds that much (so a plan of hundreds
+  // of MB is never held whole); without, it is the whole document, reserved once: growing a ~20 MB
+  // string by doubling copies and page-faults it again at every step. Ids (phy2log and log2phy)
+  // take at most 7 characters with the comma, padding 3, GPU loads about 24.
+  std::string out;
+  auto flush = [&](bool force) {
+    if (chunk > 0 && (force || out.size() >= chunk)) {
+      sink(out);
+      out.clear();
+    }
+  };
+  if (chunk > 0) {
+    out.reserve(chunk + (size_t{1} << 20));
+  } else {
+    size_t estimate = text.size() + 64;
+    for (size_t l = 0; l < plan.layers.size(); ++l)
+      estimate += 14 * plan.layers[l].phy2log.size() + static_cast<size_t>(plan.experts) * (3 * width + 12) +
+                  24 * static_cast<size_t>(plan.cluster.gpus()) + 4096;
+    out.reserve(estimate);
+  }
+  size_t from = 0;
+  for (const auto& [p, i] : at) {
+    out.append(text, from, p - from);
+    flush(true);
+    raw[i].second([&](std::string_view piece) {
+      out.append(piece);
+      flush(false);
+    });
+    from = p + raw[i].first.size();
+  }
+  out.append(text, from, text.size() - 1 - from);  // the head without its closing brace: "layers" follows
+  out += ",\"layers\":[";
   for (size_t l = 0; l < plan.layers.size(); ++l) {
-    if (l) text += ',';
-    text += "{\"phy2log\":";
-    append_ints(text, plan.layers[l].phy2log);
-    text += ",\"log2phy\":[";
+    if (l) out += ',';
+    out += "{\"phy2log\":";
+    append_ints(out, plan.layers[l].phy2log);
+    out += ",\"log2phy\":[";
     auto l2p = log2phy(plan.layers[l], plan.experts, width);
     for (size_t e = 0; e < l2p.size(); ++e) {
-      if (e) text += ',';
+      if (e) out += ',';
       // The valid ids, then the -1 padding as one append (most of a padded log2phy is padding).
       const size_t valid = static_cast<size_t>(std::max(0, counts[l][e]));
       bool trailing = valid > 0 && valid < l2p[e].size();
       for (size_t i = valid; trailing && i < l2p[e].size(); ++i) trailing = l2p[e][i] == -1;
       if (!trailing) {
-        append_ints(text, l2p[e]);
+        append_ints(out, l2p[e]);
         continue;
       }
-      std::vector<int> head(l2p[e].begin(), l2p[e].begin() + static_cast<std::ptrdiff_t>(valid));
-      append_ints(text, head);
-      text.pop_back();  // reopen the list
-      text.append(padding, 0, 3 * (l2p[e].size() - valid));
-      text += ']';
+      std::vector<int> ids(l2p[e].begin(), l2p[e].begin() + static_cast<std::ptrdiff_t>(valid));
+      append_ints(out, ids);
+      out.pop_back();  // reopen the list
+      out.append(padding, 0, 3 * (l2p[e].size() - valid));
+      out += ']';
     }
-    text += "],\"logcnt\":";
-    append_ints(text, counts[l]);
+    out += "],\"logcnt\":";
+    append_ints(out, counts[l]);
     std::string small = layer_small(plan, l).dump();
     if (small.size() > 2) {
-      text += ',';
-      text.append(small, 1, small.size() - 2);
+      out += ',';
+      out.append(small, 1, small.size() - 2);
     }
-    text += '}';
+    out += '}';
+    flush(false);
   }
-  text += "]}\n";
+  out += "]}\n";
+  if (chunk > 0)
+    flush(true);
+  else
+    sink(out);
+}
+
+std::string plan_json_text(const Plan& plan, const json& extra,
+                           const std::vector<std::pair<std::string, std::string>>& raw) {
+  std::vector<std::pair<std::string, RawWriter>> writers;
+  for (const auto& [placeholder, value] : raw)
+    writers.push_back({placeholder, [&value](const TextSink& sink) { sink(value); }});
+  std::string text;
+  write_plan_json(plan, extra, writers, [&](std::string_view whole) { text = whole; }, 0);
   return text;
 }
 

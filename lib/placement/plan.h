@@ -1,7 +1,9 @@
 // The placement plan: per-layer EPLB-compatible maps plus metrics, and its JSON form.
 #pragma once
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "placement/cluster.h"
@@ -48,6 +50,15 @@ nlohmann::json plan_to_json(const Plan& plan);
 // transfers) is written once as text instead of being built, and copied, as JSON objects.
 std::string plan_json_text(const Plan& plan, const nlohmann::json& extra = nlohmann::json::object(),
                            const std::vector<std::pair<std::string, std::string>>& raw = {});
+// The same text in pieces to `sink` (issue 31: a re-placement's plan at 1,024 nodes is 400 MB of
+// text, more than the 500 MB target with the rest, so it is written as it is made): each piece at
+// least `chunk` bytes but the last (chunk 0: the whole text in one piece). A raw value is written by
+// its writer, which may call the sink it is given any number of times.
+using TextSink = std::function<void(std::string_view)>;
+using RawWriter = std::function<void(const TextSink&)>;
+void write_plan_json(const Plan& plan, const nlohmann::json& extra,
+                     const std::vector<std::pair<std::string, RawWriter>>& raw, const TextSink& sink,
+                     size_t chunk = size_t{4} << 20);
 // The fault tolerance a plan guarantees: the fewest distinct nodes any expert of any layer sits on
 // (every expert keeps a replica when fewer nodes than that fail). plan_placement (planner.h) records
 // min(requested f, this) as the plan's fault_tolerance, and "fault_tolerance_requested" when lower.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <sstream>
 
 #include "core/error.h"
@@ -270,6 +271,36 @@ void check_svg_layer(const PlanRequest& req, const LoadMatrix& loads) {
                      std::to_string(loads.layers) + " layer(s), 0.." + std::to_string(loads.layers - 1));
 }
 
+// The plan file of a re-placement as a stream (PlanOutcome::plan_stream): the plan, the extra keys
+// and the transfers are copied (tens of MB) so that the writer outlives this call's locals.
+std::function<void(const TextSink&)> replacement_stream(const Plan& plan, nlohmann::json extra, const ReplaceResult& rr,
+                                                        const std::vector<int>* node_ids, int gpus_per_node) {
+  struct State {
+    Plan plan;
+    nlohmann::json extra;
+    ReplaceResult transfers;
+    std::vector<int> node_ids;
+    bool with_nodes = false;
+    int gpus_per_node = 1;
+  };
+  auto st = std::make_shared<State>();
+  st->plan = plan;
+  st->extra = std::move(extra);
+  st->transfers.transfers = rr.transfers;
+  st->with_nodes = node_ids != nullptr;
+  if (node_ids) st->node_ids = *node_ids;
+  st->gpus_per_node = gpus_per_node;
+  return [st](const TextSink& sink) {
+    write_plan_json(st->plan, st->extra,
+                    {{nlohmann::json(kTransfersPlaceholder).dump(),
+                      [&](const TextSink& s) {
+                        write_transfers_json(st->transfers, st->with_nodes ? &st->node_ids : nullptr,
+                                             st->gpus_per_node, s);
+                      }}},
+                    sink);
+  };
+}
+
 // --previous: re-place for new loads on the previous plan's cluster, counting migration.
 PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::chrono::steady_clock::time_point t0) {
   if (!req.current_path.empty()) throw UsageError("--previous and --current are exclusive");
@@ -338,8 +369,7 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
   rep["from_scratch"] = scratch;
   nlohmann::json rextra = {{"replacement", rep}};
   if (req.dispatch) rextra["dispatch"] = dispatch_report(out.plan, loads);
-  out.plan_text =
-      plan_json_text(out.plan, rextra, {{nlohmann::json(kTransfersPlaceholder).dump(), transfers_json_text(rr)}});
+  out.plan_stream = replacement_stream(out.plan, rextra, rr, nullptr, 1);
   std::ostringstream extra;
   extra << "re-placement from " << req.previous_path << ": balancedness " << fixed(prev_bal) << " (previous plan, new loads) -> "
         << fixed(out.plan.metrics.balancedness) << ", " << rr.copies << " expert copies moved";
@@ -407,9 +437,7 @@ PlanOutcome node_loss_plan(const PlanRequest& req, const LoadMatrix& loads, cons
   rep["from_scratch"] = {{"balanced-ft", {{"balancedness", scratch_bal}, {"replicas_moved", scratch_fetches}}}};
   nlohmann::json extra = {{"migration", migration_to_json(*out.migration, req.expert_bytes)}, {"replacement", rep}};
   if (req.dispatch) extra["dispatch"] = dispatch_report(out.plan, loads);
-  out.plan_text = plan_json_text(out.plan, extra,
-                                 {{nlohmann::json(kTransfersPlaceholder).dump(),
-                                   transfers_json_text(rr, &physical, target.gpus_per_node)}});
+  out.plan_stream = replacement_stream(out.plan, extra, rr, &physical, target.gpus_per_node);
   std::ostringstream o;
   o << "node-loss re-placement: " << rr.copies << " GPU copies (" << rr.mandatory_copies
     << " to keep the fault tolerance) in " << rr.rounds << " rounds (lower bound " << rr.round_lower_bound << ")\n"
@@ -675,6 +703,13 @@ PlanOutcome make_plan_core(const PlanRequest& req) {
 }
 
 }  // namespace
+
+std::string PlanOutcome::plan_file_text() const {
+  if (!plan_stream) return plan_text;
+  std::string text;
+  plan_stream([&](std::string_view piece) { text.append(piece); });
+  return text;
+}
 
 PlanOutcome make_plan(const PlanRequest& req) {
   PlanOutcome out = make_plan_core(req);

@@ -1,6 +1,7 @@
 // The moe-replace pipeline as plain data in, plain data out: read loads -> place -> (migrate) ->
 // metrics -> plan JSON, table and SVG text. Nothing is written here; the driver writes atomically.
 #pragma once
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -58,7 +59,12 @@ struct PlanOutcome {
   Plan plan;
   std::optional<Migration> migration;
   std::optional<ReplaceResult> replacement;
-  std::string plan_text;   // the plan file
+  std::string plan_text;   // the plan file, or empty where plan_stream is set
+  // Re-placements (--previous, node loss) whose plan file is hundreds of MB at 1,024 nodes (issue 31,
+  // peak RSS under 500 MB): the plan file written in pieces to the sink given, when it is written;
+  // plan_file_text() collects it for callers that want the text.
+  std::function<void(const TextSink&)> plan_stream;
+  std::string plan_file_text() const;
   nlohmann::json summary;  // the --json summary
   std::string table;       // the terminal table (with --report, the Pareto table appended)
   std::string svg;         // when requested

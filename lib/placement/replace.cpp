@@ -435,9 +435,11 @@ nlohmann::json replace_to_json(const ReplaceResult& r, double expert_bytes) {
   return j;
 }
 
-std::string transfers_json_text(const ReplaceResult& r, const std::vector<int>* node_ids, int gpus_per_node) {
+void write_transfers_json(const ReplaceResult& r, const std::vector<int>* node_ids, int gpus_per_node,
+                          const std::function<void(std::string_view)>& sink) {
+  constexpr size_t kChunk = size_t{1} << 20;
   std::string out;
-  out.reserve(r.transfers.size() * (node_ids ? 90 : 64) + 2);
+  out.reserve(kChunk + 256);
   out += '[';
   auto node = [&](int gpu) { return gpu < 0 ? -1 : (*node_ids)[gpu / gpus_per_node]; };
   for (size_t i = 0; i < r.transfers.size(); ++i) {
@@ -449,8 +451,19 @@ std::string transfers_json_text(const ReplaceResult& r, const std::vector<int>* 
            ",\"to_gpu\":" + std::to_string(x.to);
     if (node_ids) out += ",\"to_node\":" + std::to_string(node(x.to));
     out += '}';
+    if (out.size() >= kChunk) {
+      sink(out);
+      out.clear();
+    }
   }
   out += ']';
+  sink(out);
+}
+
+std::string transfers_json_text(const ReplaceResult& r, const std::vector<int>* node_ids, int gpus_per_node) {
+  std::string out;
+  out.reserve(r.transfers.size() * (node_ids ? 90 : 64) + 2);
+  write_transfers_json(r, node_ids, gpus_per_node, [&](std::string_view piece) { out.append(piece); });
   return out;
 }
 

@@ -2,7 +2,9 @@
 // plan, moving as few expert copies as the balance gain is worth, keeping the fault-tolerance
 // guarantee, and a transfer schedule in rounds in which no GPU sends or receives twice.
 #pragma once
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <string_view>
 #include <vector>
 
 #include "placement/cluster.h"
@@ -77,5 +79,8 @@ inline constexpr const char* kTransfersPlaceholder = "@transfers";
 // for a checkpoint read).
 std::string transfers_json_text(const ReplaceResult& r, const std::vector<int>* node_ids = nullptr,
                                 int gpus_per_node = 1);
+// The same text in pieces of about 1 MB to `sink` (a million transfers are 90 MB of text).
+void write_transfers_json(const ReplaceResult& r, const std::vector<int>* node_ids, int gpus_per_node,
+                          const std::function<void(std::string_view)>& sink);
 
 }  // namespace ucpkit::placement

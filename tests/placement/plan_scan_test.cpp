@@ -17,6 +17,7 @@
 #include "placement/plan.h"
 #include "placement/plan_scan.h"
 #include "placement/planner.h"
+#include "placement/replace.h"
 #include "support/errors.h"
 
 namespace fs = std::filesystem;
@@ -158,4 +159,33 @@ TEST(PlanScan, BrokenFilesAreRefusedNamingTheFile) {
   const std::string missing = error_of([&] { read_plan((d / "none.json").string()); });
   EXPECT_NE(missing.find("none.json"), std::string::npos) << missing;
   fs::remove_all(d);
+}
+
+// The plan file written in pieces (write_plan_json, what --previous and node loss stream to disk)
+// is the text plan_json_text builds whole, whatever the piece size, transfers included.
+TEST(PlanWrite, PiecesMakeTheWholeText) {
+  const nlohmann::json doc = nlohmann::json::parse(written_plan());
+  Plan plan = plan_from_json(doc, "p.json");
+  ReplaceResult rr;
+  for (int i = 0; i < 5000; ++i) rr.transfers.push_back({i % 3, i % 12, i % 24, (i + 1) % 24, i / 100});
+  const nlohmann::json extra = {{"replacement", {{"copies_moved", 5000}, {"transfers", kTransfersPlaceholder}}}};
+  const std::string whole =
+      plan_json_text(plan, extra, {{nlohmann::json(kTransfersPlaceholder).dump(), transfers_json_text(rr)}});
+  const nlohmann::json parsed = nlohmann::json::parse(whole);
+  ASSERT_EQ(parsed["replacement"]["transfers"].size(), 5000u);
+  EXPECT_EQ(parsed["replacement"]["transfers"][4999]["round"], 49);
+  for (size_t chunk : {size_t{1}, size_t{100}, size_t{1} << 20}) {
+    std::string pieces;
+    size_t calls = 0;
+    write_plan_json(plan, extra,
+                    {{nlohmann::json(kTransfersPlaceholder).dump(),
+                      [&](const TextSink& s) { write_transfers_json(rr, nullptr, 1, s); }}},
+                    [&](std::string_view p) {
+                      pieces.append(p);
+                      ++calls;
+                    },
+                    chunk);
+    EXPECT_EQ(pieces, whole) << chunk;
+    if (chunk == 1) EXPECT_GT(calls, 3u);
+  }
 }
