@@ -18,20 +18,25 @@ struct Group {
 PairingValue pair_groups(std::vector<Group>& g) {
   PairingValue v;
   if (g.empty()) return v;
-  std::vector<std::pair<double, long long>> sums;
+  auto add = [&](double s, long long k) {  // the running maximum and the pairs within 1e-12 of it
+    if (s > v.max * (1 + 1e-12)) {
+      v.max = s;
+      v.at_max = k;
+    } else if (s >= v.max * (1 - 1e-12)) {
+      v.max = std::max(v.max, s);
+      v.at_max += k;
+    }
+  };
   size_t i = 0, j = g.size() - 1;
   while (i < j) {
     const long long k = std::min(g[i].count, g[j].count);
-    sums.push_back({g[i].share + g[j].share, k});
+    add(g[i].share + g[j].share, k);
     g[i].count -= k;
     g[j].count -= k;
     if (g[i].count == 0) ++i;
     if (g[j].count == 0) --j;
   }
-  if (i == j && g[i].count > 1) sums.push_back({2 * g[i].share, g[i].count / 2});
-  for (const auto& [s, k] : sums) v.max = std::max(v.max, s);
-  for (const auto& [s, k] : sums)
-    if (s >= v.max * (1 - 1e-12)) v.at_max += k;
+  if (i == j && g[i].count > 1) add(2 * g[i].share, g[i].count / 2);
   return v;
 }
 
@@ -110,7 +115,8 @@ std::vector<int> improve_pair_allocation(std::vector<int> r, const std::vector<d
     }
   }
   // Receivers: the experts of the pairs at the maximum first (a lower share there is what lowers
-  // it), then the rest; donors: the 32 whose share rises least, then (up to 64 experts) the rest.
+  // it), then the rest; donors: those whose share rises least first. Up to 64 experts every move is
+  // tried, above that the first 16 receivers with the first 16 donors.
   std::vector<int> receivers, donors, mark(E, 0);
   for (int step = 0; step < max_steps; ++step) {
     receivers.clear();
@@ -140,8 +146,8 @@ std::vector<int> improve_pair_allocation(std::vector<int> r, const std::vector<d
     for (int e = 0; e < E; ++e)
       if (r[e] > f) donors.push_back(e);
     std::sort(donors.begin(), donors.end(), [&](int a, int b) { return t[a] * (r[b] - 1) < t[b] * (r[a] - 1); });
-    const size_t few = E <= 64 ? donors.size() : std::min<size_t>(donors.size(), 32);
-    const size_t scan = E <= 64 ? receivers.size() : std::min<size_t>(receivers.size(), 64);
+    const size_t few = E <= 64 ? donors.size() : std::min<size_t>(donors.size(), 16);
+    const size_t scan = E <= 64 ? receivers.size() : std::min<size_t>(receivers.size(), 16);
     bool moved = false;
     for (size_t ib = 0; ib < scan && !moved; ++ib)
       for (size_t ia = 0; ia < few && !moved; ++ia) {

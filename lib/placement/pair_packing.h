@@ -21,8 +21,8 @@ PairingValue sorted_pairing(const std::vector<int>& r, const std::vector<double>
 
 // Local search over allocations with r_e >= f and the same sum: one replica moves from one expert to
 // another while that lowers (max, pairs at max), at most `max_steps` moves; every move is tried up to
-// 64 experts, above that the 64 first receivers (the experts of the pairs at the maximum first) with
-// the 32 donors whose share rises least. Where there are at most 300,000 allocations, every one is
+// 64 experts, above that the 16 first receivers (the experts of the pairs at the maximum first) with
+// the 16 donors whose share rises least. Where there are at most 300,000 allocations, every one is
 // tried instead (the result is then the best sorted pairing over all of them).
 std::vector<int> improve_pair_allocation(std::vector<int> r, const std::vector<double>& t, int f, int max_steps);
 
