@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "formats/dcp/dcp_data.h"
 #include "formats/dcp/folder.h"
+#include "formats/dcp/merge.h"
 #include "formats/dcp/reader.h"
 #include "formats/dcp/safetensors_flavour.h"
 #include "formats/dcp/transforms.h"
@@ -174,6 +175,20 @@ TEST(DcpNewer, RankLocalUnderscoreRankMetadataMergedBitExact) {
   expect_matches_truth(r, truth_of("t214_ranklocal_w2"));
   const auto part = formats::dcp::read_metadata(f.metadata_files[0]);
   EXPECT_THROW(formats::dcp::check_chunks_cover(part.entries.at(0), part.path), Error);
+}
+
+TEST(DcpNewer, RankLocalUnderscoreRankMetadataMergesIntoOneReshardableFolder) {
+  // formats/dcp/merge on torch 2.14.1's real __{rank}.metadata save: the merged folder has one
+  // .metadata listing both ranks' chunks, and reads as the truth.
+  const std::string out = ucpkit::testing::scratch_dir("dcp_newer_merge") + "/merged";
+  const auto parts = formats::dcp::rank_local_parts(kData + "/t214_ranklocal_w2");
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(fs::path(parts[1].metadata_file).filename(), "__1.metadata");
+  formats::dcp::merge_rank_local(parts, out);
+  EXPECT_EQ(formats::dcp::find_folder(out).kind, FolderKind::Global);
+  const Reader r(out);
+  for (const auto& e : r.metadata().entries) EXPECT_EQ(e.chunks.size(), 2u) << e.fqn;  // Shard(0) x 2 ranks
+  expect_matches_truth(r, truth_of("t214_ranklocal_w2"));
 }
 
 TEST(DcpNewer, SafetensorsFlavourShardedBitExact) {
