@@ -153,7 +153,8 @@ Stored Reader::stored_chunk(const Entry& e, size_t k) const {
   } else if (item.storage.transforms) {  // zstd: the zip decoded into memory (formats/dcp/transforms.h)
     TorchLoadOptions load;
     load.verify_crc = verify_files_crc();  // every record's CRC-32 of the decoded zip
-    TorchFile tf = load_torch_bytes(undo_transforms(s.item, item.storage.transform_descriptors, s.name), s.name, load);
+    const uint64_t most = volume(c.sizes, md_.path, fqn) * dtype_size(e.dtype) + (1u << 20);  // the zip's data + records
+    TorchFile tf = load_torch_bytes(undo_transforms(s.item, item.storage.transform_descriptors, s.name, most), s.name, load);
     if (!tf.root || tf.root->kind != pickle::Kind::Tensor)
       fail(s.name, "DCP: a tensor item holds " + (tf.root ? tf.root->repr(1) : std::string("nothing")));
     s.tensor = tf.root->as_tensor();

@@ -22,19 +22,25 @@ bool is_zstd_v1(const std::string& d) {
   return version.substr(0, version.find('.')) == "1";
 }
 
-std::vector<uint8_t> unzstd(std::span<const uint8_t> in, const std::string& name) {
+std::vector<uint8_t> unzstd(std::span<const uint8_t> in, const std::string& name, uint64_t max_bytes) {
   std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx{ZSTD_createDCtx(), ZSTD_freeDCtx};
   if (!dctx) fail(name, "DCP: zstd: out of memory");
   std::vector<uint8_t> out;
-  const unsigned long long known = ZSTD_getFrameContentSize(in.data(), in.size());
-  out.resize(known != ZSTD_CONTENTSIZE_UNKNOWN && known != ZSTD_CONTENTSIZE_ERROR && known < (1ull << 40)
-                 ? static_cast<size_t>(known) + 1
-                 : std::max<size_t>(ZSTD_DStreamOutSize(), in.size() * 4));
-  ZSTD_inBuffer ib{in.data(), in.size(), 0};
   size_t used = 0, ret = 0;
+  const unsigned long long known = ZSTD_getFrameContentSize(in.data(), in.size());
+  out.resize(known != ZSTD_CONTENTSIZE_UNKNOWN && known != ZSTD_CONTENTSIZE_ERROR && known <= max_bytes
+                 ? static_cast<size_t>(known) + 1
+                 : std::max<size_t>(ZSTD_DStreamOutSize(), std::min<uint64_t>(in.size() * 4, max_bytes)));
+  auto grow = [&] {
+    if (out.size() - used >= ZSTD_DStreamOutSize() / 2) return;
+    if (used > max_bytes)
+      fail(name, "DCP: zstd item decodes to more than " + std::to_string(max_bytes) + " bytes, more than its chunk can take");
+    out.resize(out.size() * 2);
+  };
+  ZSTD_inBuffer ib{in.data(), in.size(), 0};
   if (in.empty()) fail(name, "DCP: zstd item is empty (no frame)");
   while (ib.pos < ib.size) {
-    if (out.size() - used < ZSTD_DStreamOutSize() / 2) out.resize(out.size() * 2);
+    grow();
     ZSTD_outBuffer ob{out.data() + used, out.size() - used, 0};
     ret = ZSTD_decompressStream(dctx.get(), &ob, &ib);
     if (ZSTD_isError(ret)) fail(name, std::string("DCP: corrupt zstd item (") + ZSTD_getErrorName(ret) + ")");
@@ -44,7 +50,7 @@ std::vector<uint8_t> unzstd(std::span<const uint8_t> in, const std::string& name
   // Input consumed: ret == 0 means the last frame ended exactly at the item's end. Otherwise the
   // decoder still wants input (a frame cut short) or holds output it could not flush yet.
   while (ret != 0) {
-    if (out.size() - used < ZSTD_DStreamOutSize() / 2) out.resize(out.size() * 2);
+    grow();
     ZSTD_outBuffer ob{out.data() + used, out.size() - used, 0};
     ret = ZSTD_decompressStream(dctx.get(), &ob, &ib);
     if (ZSTD_isError(ret)) fail(name, std::string("DCP: corrupt zstd item (") + ZSTD_getErrorName(ret) + ")");
@@ -53,6 +59,8 @@ std::vector<uint8_t> unzstd(std::span<const uint8_t> in, const std::string& name
       fail(name, "DCP: zstd frame cut short: the item's " + std::to_string(in.size()) +
                      " bytes end inside a frame");
   }
+  if (used > max_bytes)
+    fail(name, "DCP: zstd item decodes to more than " + std::to_string(max_bytes) + " bytes, more than its chunk can take");
   out.resize(used);
   return out;
 }
@@ -66,10 +74,10 @@ void check_transforms(const std::vector<std::string>& descriptors, const std::st
 }
 
 std::vector<uint8_t> undo_transforms(std::span<const uint8_t> stored, const std::vector<std::string>& descriptors,
-                                     const std::string& name) {
+                                     const std::string& name, uint64_t max_bytes) {
   check_transforms(descriptors, name);
   std::vector<uint8_t> bytes(stored.begin(), stored.end());
-  for (size_t k = 0; k < descriptors.size(); ++k) bytes = unzstd(bytes, name);
+  for (size_t k = 0; k < descriptors.size(); ++k) bytes = unzstd(bytes, name, max_bytes);
   return bytes;
 }
 

@@ -18,8 +18,10 @@ void check_transforms(const std::vector<std::string>& descriptors, const std::st
 
 // The item's bytes as torch.save (or the bytes item) wrote them: `stored` with every transform undone,
 // in list order. A zstd stream must decode completely (one or more whole frames, nothing after them):
-// a frame cut short, a corrupt frame or trailing bytes are an Error naming `name`.
+// a frame cut short, a corrupt frame or trailing bytes are an Error naming `name`, and so is a stream
+// that decodes to more than `max_bytes` (a tensor chunk's zip is its data plus small records: the
+// reader passes the chunk's size plus 1 MiB, so a damaged or hostile frame cannot fill the memory).
 std::vector<uint8_t> undo_transforms(std::span<const uint8_t> stored, const std::vector<std::string>& descriptors,
-                                     const std::string& name);
+                                     const std::string& name, uint64_t max_bytes = UINT64_MAX);
 
 }  // namespace ucpkit::formats::dcp

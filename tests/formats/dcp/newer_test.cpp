@@ -255,6 +255,10 @@ TEST(DcpNewer, ZstdFrameCutShortIsAnError) {
     EXPECT_NE(std::string(e.what()).find("item.bin"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("cut short"), std::string::npos) << e.what();
   }
+  // A stream decoding to more than the caller allows (the reader: the chunk's bytes + 1 MiB) stops there.
+  const size_t whole = formats::dcp::undo_transforms(item, it.storage.transform_descriptors, "x").size();
+  EXPECT_EQ(formats::dcp::undo_transforms(item, it.storage.transform_descriptors, "x", whole).size(), whole);
+  EXPECT_THROW(formats::dcp::undo_transforms(item, it.storage.transform_descriptors, "x", whole - 1), Error);
   EXPECT_THROW(formats::dcp::undo_transforms(item, {"stream.zstd/2"}, "x"), Error);  // another major version
   EXPECT_THROW(formats::dcp::undo_transforms(item, {"stream.lz4/1"}, "x"), Error);
 }
