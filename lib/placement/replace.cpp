@@ -155,27 +155,74 @@ long long copies_between(const std::vector<int>& before, const std::vector<int>&
   return n;
 }
 
+namespace {
+
+// Per GPU, the rounds in which it is busy (sends, or receives) as bits; the round capacity doubles
+// when a round beyond it is marked, so a test is one load (schedule_transfers at 1,024 nodes makes
+// 1.5 million transfers, each testing every holder of its expert in one or more rounds).
+class RoundBits {
+ public:
+  explicit RoundBits(int units) : units_(units), bits_(static_cast<size_t>(units) * words_, 0) {}
+  bool test(int u, int r) const {
+    const size_t w = static_cast<size_t>(r) >> 6;
+    return w < words_ && ((bits_[static_cast<size_t>(u) * words_ + w] >> (r & 63)) & 1);
+  }
+  void set(int u, int r) {
+    const size_t w = static_cast<size_t>(r) >> 6;
+    if (w >= words_) grow(w + 1);
+    bits_[static_cast<size_t>(u) * words_ + w] |= uint64_t{1} << (r & 63);
+  }
+  size_t words() const { return words_; }
+  const uint64_t* row(int u) const { return bits_.data() + static_cast<size_t>(u) * words_; }
+
+ private:
+  void grow(size_t need) {
+    const size_t nw = std::max(need, 2 * words_);
+    std::vector<uint64_t> nb(static_cast<size_t>(units_) * nw, 0);
+    for (int u = 0; u < units_; ++u)
+      std::copy_n(bits_.begin() + static_cast<std::ptrdiff_t>(u * words_), words_,
+                  nb.begin() + static_cast<std::ptrdiff_t>(u * nw));
+    bits_.swap(nb);
+    words_ = nw;
+  }
+  int units_;
+  size_t words_ = 4;
+  std::vector<uint64_t> bits_;
+};
+
+}  // namespace
+
 void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResult& res, const Cluster& cl) {
   const int D = cl.gpus(), S = cl.slots_per_gpu;
-  std::vector<std::vector<char>> sends(D), recvs(D);
+  RoundBits sends(D), recvs(D);
   std::vector<long long> sent(D, 0);
-  auto busy = [](std::vector<char>& v, int r) {
-    if (static_cast<int>(v.size()) <= r) v.resize(r + 1, 0);
-    return v[r] != 0;
-  };
   res.transfers.clear();
   res.rounds = 0;
   res.round_lower_bound = 0;
   std::vector<int> received(D, 0);
   std::vector<int> first_free(D, 0);  // every round before it receives already
   std::vector<char> used(S);
+  std::vector<int> offset, hold;  // holders of each expert in the previous placement, GPU order (CSR)
+  auto next_free_recv = [&](int g) {
+    while (recvs.test(g, first_free[g])) ++first_free[g];
+  };
   for (size_t l = 0; l < res.layers.size(); ++l) {
     const auto& old = before[l];
     const auto& now = res.layers[l].phy2log;
-    std::vector<std::vector<int>> holders(*std::max_element(old.begin(), old.end()) + 1);
+    const int E = *std::max_element(old.begin(), old.end()) + 1;
+    offset.assign(static_cast<size_t>(E) + 1, 0);
+    std::vector<int> last(E, -1);
     for (int p = 0; p < cl.slots(); ++p) {
-      int g = cl.gpu_of_slot(p);
-      if (holders[old[p]].empty() || holders[old[p]].back() != g) holders[old[p]].push_back(g);
+      const int g = cl.gpu_of_slot(p), e = old[p];
+      if (last[e] != g) last[e] = g, offset[e + 1]++;
+    }
+    for (int e = 0; e < E; ++e) offset[e + 1] += offset[e];
+    hold.assign(offset[E], 0);
+    std::vector<int> fill(offset.begin(), offset.end() - 1);
+    std::fill(last.begin(), last.end(), -1);
+    for (int p = 0; p < cl.slots(); ++p) {
+      const int g = cl.gpu_of_slot(p), e = old[p];
+      if (last[e] != g) last[e] = g, hold[fill[e]++] = g;
     }
     for (int g = 0; g < D; ++g) {
       std::fill(used.begin(), used.end(), 0);
@@ -186,28 +233,46 @@ void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResu
           if (!used[b] && old[g * S + b] == e) used[b] = 1, have = true;
         if (have) continue;
         ++received[g];
-        if (e >= static_cast<int>(holders.size()) || holders[e].empty()) {  // lost: from a checkpoint
+        if (e >= E || offset[e] == offset[e + 1]) {  // lost: from a checkpoint
           const int r = first_free[g];
-          busy(recvs[g], r);  // sizes the round list; the first free round is free
-          recvs[g][r] = 1;
-          while (busy(recvs[g], first_free[g])) ++first_free[g];
+          recvs.set(g, r);
+          next_free_recv(g);
           res.transfers.push_back({static_cast<int>(l), e, -1, g, r});
           res.rounds = std::max(res.rounds, r + 1);
           continue;
         }
+        const int* hb = hold.data() + offset[e];
+        const int* he = hold.data() + offset[e + 1];
         // The only holder may be g itself (a second copy of an expert it keeps): a copy inside the GPU,
         // scheduled like a transfer from g to g.
-        const bool local = holders[e].size() == 1 && holders[e][0] == g;
+        const bool local = he - hb == 1 && hb[0] == g;
         for (int r = first_free[g];; ++r) {
-          if (busy(recvs[g], r)) continue;
+          if (recvs.test(g, r)) continue;
+          // The free holder with the fewest sends so far, the first of them in GPU order.
           int from = -1;
-          for (int h : holders[e])
-            if ((h != g || local) && !busy(sends[h], r) && (from < 0 || sent[h] < sent[from])) from = h;
+          long long least = 0;
+          const size_t w = static_cast<size_t>(r) >> 6;
+          const int bit = r & 63;
+          if (w < sends.words()) {
+            const size_t words = sends.words();
+            const uint64_t* base = sends.row(0);
+            for (const int* it = hb; it != he; ++it) {
+              const int h = *it;
+              if ((h == g && !local) || ((base[static_cast<size_t>(h) * words + w] >> bit) & 1)) continue;
+              if (from < 0 || sent[h] < least) from = h, least = sent[h];
+            }
+          } else {
+            for (const int* it = hb; it != he; ++it) {
+              const int h = *it;
+              if (h == g && !local) continue;
+              if (from < 0 || sent[h] < least) from = h, least = sent[h];
+            }
+          }
           if (from < 0) continue;
-          sends[from][r] = 1;
-          recvs[g][r] = 1;
+          sends.set(from, r);
+          recvs.set(g, r);
           sent[from]++;
-          while (busy(recvs[g], first_free[g])) ++first_free[g];
+          next_free_recv(g);
           res.transfers.push_back({static_cast<int>(l), e, from, g, r});
           res.rounds = std::max(res.rounds, r + 1);
           break;
