@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/staging.h"
 #include "formats/dcp/writer.h"
+#include "formats/megatron_core/common_edit.h"
 #include "formats/megatron_core/writer.h"
 #include "formats/universal/manifest.h"
 #include "formats/universal/state_file.h"
@@ -52,58 +53,6 @@ std::vector<uint8_t> torch_save_bytes(const ValuePtr& v, const fs::path& dir) {
   return b;
 }
 
-int64_t int_attr(const ValuePtr& args, const char* name, int64_t fallback) {
-  const auto v = args ? args->attr(name) : nullptr;
-  return v && v->is(Kind::Int) ? v->i : fallback;
-}
-
-// The optimizer parts of the common state's "optimizer": itself (one optimizer), or a
-// ChainedOptimizer's {0: dense, 1: expert} values in key order (to_universal/from_torch_dist.cpp).
-std::vector<ValuePtr> optimizer_parts(const ValuePtr& optimizer) {
-  if (!optimizer || !optimizer->is(Kind::Dict)) return {};
-  if (optimizer->contains("param_state_sharding_type") || optimizer->contains("optimizer")) return {optimizer};
-  std::vector<ValuePtr> parts;
-  for (const auto& [k, v] : optimizer->entries)
-    if (k && k->is(Kind::Int) && v && v->is(Kind::Dict)) parts.push_back(v);
-  return parts;
-}
-
-// The target's optimizer parts: Megatron builds an expert optimizer (ChainedOptimizer part 1) only
-// when expert parameters are not all-reduced, i.e. expert parallelism > 1 or expert TP != TP
-// (tensor_parallel/layers.py:961-964, 1017; optimizer/__init__.py:348, 1181-1224), and a
-// ChainedOptimizer of one part loads the part's state dict directly (optimizer/optimizer.py:1573-1578).
-// From a source with the other structure: the dense part alone, or an expert part made of the dense
-// part's param_groups marked is_expert_parallel (saved groups are matched by their identifier keys,
-// optimizer/distrib_optimizer.py:939-970).
-void restructure_optimizer(const ValuePtr& common, const ValuePtr& args, const formats::megatron_core::WriteMesh& m,
-                           const std::string& file) {
-  const auto parts = optimizer_parts(common->get("optimizer"));
-  if (parts.empty()) return;
-  const auto experts = args->attr("num_experts");
-  const int64_t etp = int_attr(args, "expert_tensor_parallel_size", 1);
-  if (etp != 1 && experts && experts->is(Kind::Int))
-    throw UsageError(file + ": args.expert_tensor_parallel_size " + std::to_string(etp) +
-                     " (the torch_dist writer handles expert tensor parallelism 1)");
-  const bool expert_part = experts && experts->is(Kind::Int) && experts->i > 0 && (m.ep > 1 || etp != m.tp);
-  if (!expert_part) {
-    common->set_item("optimizer", parts[0]);
-    return;
-  }
-  ValuePtr expert = parts.size() > 1 ? parts[1] : nullptr;
-  if (!expert) {
-    expert = pickle::deep_copy(parts[0]);
-    const auto opt = expert->get("optimizer");
-    const auto groups = opt ? opt->get("param_groups") : nullptr;
-    if (groups && groups->is(Kind::List))
-      for (const auto& g : groups->items)
-        if (g && g->is(Kind::Dict)) g->set_item("is_expert_parallel", Value::boolean(true));
-  }
-  auto chained = Value::dict();
-  chained->entries.push_back({Value::integer(0), parts[0]});
-  chained->entries.push_back({Value::integer(1), expert});
-  common->set_item("optimizer", chained);
-}
-
 // Everything the write needs, read and decided before anything is written.
 struct TdPrepared {
   std::string dir;  // the universal folder
@@ -132,27 +81,27 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
                 "optimizer param_groups) that ucp-union --input <torch_dist> records (docs/formats-megatron-core.md)");
   p.common = load_torch(common_path);
   if (!p.common || !p.common->is(Kind::Dict)) fail(common_path, "not a dict (Megatron-Core common state)");
-  const ValuePtr args = p.common->get("args");
-  if (!args || !args->is(Kind::Object)) fail(common_path, "no args (argparse.Namespace) in the common state");
   const std::string objects_path = (fs::path(o.input) / kObjectsFile).string();
   if (fs::exists(objects_path)) {
     p.objects = load_torch(objects_path);
     if (!p.objects || !p.objects->is(Kind::Dict)) fail(objects_path, "not a dict of ShardedObject bytes");
   }
-  const auto it = p.common->get("iteration");
-  p.iteration = it && it->is(Kind::Int) ? it->i : 0;
+  p.iteration = formats::megatron_core::common_iteration(p.common);
 
-  // The target layout: what the command line gives, else the source's (manifest source, else args).
+  // The target layout: what the command line gives, else the source's (args, else manifest source).
   const auto src = p.manifest.source_facts(p.manifest_path);
+  formats::megatron_core::ArgsFacts fallback;
+  fallback.tp = src.tp, fallback.pp = src.pp, fallback.ep = src.ep, fallback.dp = src.dp;
+  const auto args = formats::megatron_core::args_facts(p.common, common_path, fallback);
   auto& m = p.layout.mesh;
   auto pick = [&](bool given, int value, int64_t source, const char* name) {
     if (given) return static_cast<int64_t>(value);
     p.from_source[name] = source;
     return source;
   };
-  m.tp = pick(o.given.tp, o.target.tp, int_attr(args, "tensor_model_parallel_size", src.tp), "tp");
-  m.pp = pick(o.given.pp, o.target.pp, int_attr(args, "pipeline_model_parallel_size", src.pp), "pp");
-  m.ep = pick(o.given.ep, o.target.ep, int_attr(args, "expert_model_parallel_size", src.ep), "ep");
+  m.tp = pick(o.given.tp, o.target.tp, args.tp, "tp");
+  m.pp = pick(o.given.pp, o.target.pp, args.pp, "pp");
+  m.ep = pick(o.given.ep, o.target.ep, args.ep, "ep");
   if (o.given.dp) {
     m.dp = o.target.dp;
     if (o.given.world_size > 0 && o.given.world_size != m.tp * m.pp * m.dp)
@@ -164,24 +113,17 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
                        std::to_string(m.tp * m.pp));
     m.dp = o.given.world_size / (m.tp * m.pp);
   } else {
-    m.dp = int_attr(args, "data_parallel_size", src.dp);
+    m.dp = args.dp;
     p.from_source["dp"] = m.dp;
   }
   if (m.dp % m.ep != 0 && m.ep > 1)
     throw UsageError("torch_dist: --ep " + std::to_string(m.ep) + " must divide DP " + std::to_string(m.dp) +
                      " (expert parallelism within the data-parallel ranks, expert tensor parallelism 1)");
-  const auto num_experts = args->attr("num_experts");
-  if (num_experts && num_experts->is(Kind::Int) && num_experts->i % m.ep != 0)
-    throw UsageError("torch_dist: --ep " + std::to_string(m.ep) + " does not divide the " + std::to_string(num_experts->i) + " experts");
-  p.layout.num_layers = int_attr(args, "num_layers", 0);
-  const auto freq = args->attr("moe_layer_freq");
-  const auto lin = args->attr("linear_attention_freq");
-  const auto het = args->attr("heterogeneous_layers_config_path");
-  p.layout.homogeneous = formats::megatron_core::homogeneous_layers(
-      freq && freq->is(Kind::List), freq && freq->is(Kind::Int) ? freq->i : 1, lin && lin->is(Kind::List),
-      lin && lin->is(Kind::Int) ? lin->i : 1, het && !het->is_none());
-  const auto swiglu = args->attr("swiglu");
-  p.layout.swiglu = swiglu && swiglu->is(Kind::Bool) && swiglu->b;
+  if (args.num_experts > 0 && args.num_experts % m.ep != 0)
+    throw UsageError("torch_dist: --ep " + std::to_string(m.ep) + " does not divide the " + std::to_string(args.num_experts) + " experts");
+  p.layout.num_layers = args.num_layers;
+  p.layout.homogeneous = args.homogeneous;
+  p.layout.swiglu = args.swiglu;
   std::optional<DType> source_dtype;
   if (!p.manifest.params.empty() && p.manifest.params[0].dtype) source_dtype = dtype_from_name(*p.manifest.params[0].dtype);
   if (o.given.dtype) {
@@ -194,18 +136,13 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
   std::set<std::string> states;
   for (const auto& e : p.manifest.params)
     for (const auto& [s, f] : e.states) states.insert(s);
-  p.layout.optimizer = states.count("exp_avg") && states.count("exp_avg_sq");
+  p.layout.optimizer = true;
+  for (const char* st : formats::megatron_core::kOptimizerStates)
+    p.layout.optimizer = p.layout.optimizer && states.count(formats::megatron_core::universal_state_name(st));
 
-  // The common state for the target: args of the new layout.
+  // The common state for the target: args of the new layout, the optimizer parts Megatron builds for it.
   p.common = pickle::deep_copy(p.common);
-  const ValuePtr a = p.common->get("args");
-  a->set_attr("tensor_model_parallel_size", Value::integer(m.tp));
-  a->set_attr("pipeline_model_parallel_size", Value::integer(m.pp));
-  a->set_attr("expert_model_parallel_size", Value::integer(m.ep));
-  a->set_attr("data_parallel_size", Value::integer(m.dp));
-  a->set_attr("world_size", Value::integer(m.tp * m.pp * m.dp));
-
-  restructure_optimizer(p.common, args, m, common_path);
+  formats::megatron_core::set_target_layout(p.common, m.tp, m.pp, m.ep, m.dp, common_path);
 
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
@@ -299,7 +236,7 @@ LoadSummary run_torch_dist_load(const LoadOptions& options) {
     const auto origin = formats::megatron_core::chunk_origin(p.plan, entry, chunk);
     const Tensor& whole = s.kind == EntrySource::Model
                               ? param_state(origin.param, "fp32", p.layout.model_dtype)
-                              : param_state(origin.param, s.state == "param" ? "fp32" : s.state, DType::Float32);
+                              : param_state(origin.param, formats::megatron_core::universal_state_name(s.state), DType::Float32);
     return formats::dcp::cut_box(whole, origin.box).reshape(e.chunks[chunk].sizes);
   };
   source.bytes = [&](const formats::dcp::Entry& e) -> std::vector<uint8_t> {

@@ -13,6 +13,7 @@
 #include "core/confine.h"
 #include "core/error.h"
 #include "core/staging.h"
+#include "formats/megatron_core/common_edit.h"
 #include "formats/megatron_core/dp_bucket_layout.h"
 #include "formats/megatron_core/reader.h"
 #include "formats/universal/manifest.h"
@@ -41,26 +42,6 @@ using pickle::Value;
 using pickle::ValuePtr;
 
 namespace {
-
-const char* const kStates[] = {"param", "exp_avg", "exp_avg_sq"};
-
-std::string universal_state(const std::string& state) { return state == "param" ? "fp32" : state; }
-
-int64_t int_arg_or(const Checkpoint& ck, const char* name, int64_t fallback) {
-  const auto v = ck.common().arg(name);
-  return v && v->is(Kind::Int) ? v->i : fallback;
-}
-
-// The parts of the common state's "optimizer" entry: itself (one optimizer: it holds
-// param_state_sharding_type), or the values of a ChainedOptimizer's {0: ..., 1: ...} in key order.
-std::vector<ValuePtr> optimizer_parts(const ValuePtr& optimizer) {
-  if (!optimizer || !optimizer->is(Kind::Dict)) return {};
-  if (optimizer->contains("param_state_sharding_type") || optimizer->contains("optimizer")) return {optimizer};
-  std::vector<ValuePtr> parts;
-  for (const auto& [k, v] : optimizer->entries)
-    if (k && k->is(Kind::Int) && v && v->is(Kind::Dict)) parts.push_back(v);
-  return parts;
-}
 
 // [start, end) of the flat bucket tensor `fqn`, from only the chunks that overlap it (Megatron saves
 // one chunk per parameter range and padding gap: optimizer/distrib_optimizer.py:1900-1930).
@@ -92,7 +73,7 @@ Tensor read_flat_range(const formats::dcp::Reader& reader, const std::string& fq
 // The bucket key of `state` in the same bucket as `param_key` (…bucket_idx_{k}.param).
 std::string state_bucket(const Key& param_key, const std::string& state) {
   const std::string& f = param_key.fqn;
-  return f.substr(0, f.size() - std::string("param").size()) + state;
+  return f.substr(0, f.size() - param_key.state.size()) + state;
 }
 
 struct Piece {
@@ -160,51 +141,17 @@ TorchDistPlan plan_torch_dist(const Checkpoint& ck) {
     p.bytes = static_cast<uint64_t>(numel_of(p.shape)) * 4 * states;
     plan.params.push_back(std::move(p));
   }
-  const int64_t tp = int_arg_or(ck, "tensor_model_parallel_size", 1), pp = int_arg_or(ck, "pipeline_model_parallel_size", 1),
-                ep = int_arg_or(ck, "expert_model_parallel_size", 1), dp = int_arg_or(ck, "data_parallel_size", 1);
+  const auto args = formats::megatron_core::args_facts(ck.common().root, ck.common().source);
   nlohmann::json td = {{"folder", ck.dir()},
                        {"optimizer_format", plan.optimizer_format},
                        {"sharded_backend_version", ck.config().sharded_backend_version},
                        {"legacy_common_pt", ck.common().legacy},
                        {"entries", md.entries.size()},
-                       {"num_layers", int_arg_or(ck, "num_layers", 0)}};
+                       {"layers", args.num_layers}};
   if (const auto it = ck.common().iteration()) td["iteration"] = *it;
-  if (const auto v = ck.common().checkpoint_version()) td["checkpoint_version"] = *v;
-  plan.source = {{"format", "torch_dist"}, {"tp", tp}, {"pp", pp}, {"dp", dp}, {"ep", ep}, {"torch_dist", td}};
+  if (const auto v = ck.common().checkpoint_version()) td["megatron_checkpoint_version"] = *v;
+  plan.source = {{"format", "torch_dist"}, {"tp", args.tp}, {"pp", args.pp}, {"dp", args.dp}, {"ep", args.ep}, {"torch_dist", td}};
   return plan;
-}
-
-ValuePtr fully_reshardable_common_state(const Checkpoint& ck) {
-  const ValuePtr root = pickle::deep_copy(ck.common().root);
-  const auto parts = optimizer_parts(root->get("optimizer"));
-  if (ck.optimizer_format() == OptimizerFormat::DpReshardable) {
-    // Each part's saved optimizer state is the ShardedObject `optimizer` of its dp group 0
-    // (optimizer/distrib_optimizer.py:1533-1547); a ChainedOptimizer prefixes chained_{i}.
-    for (size_t i = 0; i < parts.size(); ++i) {
-      const std::string prefix = parts.size() > 1 ? "chained_" + std::to_string(i) + "." : "";
-      const std::string fqn = prefix + "optimizer.distributed.dp_group_idx_0.optimizer/shard_0_1";
-      parts[i]->set_item("optimizer", ck.read_object(fqn));
-    }
-  }
-  for (const auto& part : parts)
-    if (part->contains("param_state_sharding_type")) part->set_item("param_state_sharding_type", Value::str("fully_reshardable"));
-  if (const auto cm = root->get("content_metadata"); cm && cm->is(Kind::Dict)) {
-    cm->set_item("distrib_optim_sharding_type", Value::str("fully_reshardable"));
-    if (!cm->contains("distrib_optim_fully_reshardable_mem_efficient"))
-      cm->set_item("distrib_optim_fully_reshardable_mem_efficient", Value::boolean(false));
-  }
-  return root;
-}
-
-std::vector<ValuePtr> saved_param_groups(const ValuePtr& common, const std::string& file) {
-  std::vector<ValuePtr> groups;
-  for (const auto& part : optimizer_parts(common ? common->get("optimizer") : nullptr)) {
-    const auto opt = part->get("optimizer");
-    const auto pg = opt ? opt->get("param_groups") : nullptr;
-    if (!pg || !pg->is(Kind::List)) fail(file, "Megatron-Core common state: an optimizer part without param_groups");
-    for (const auto& g : pg->items) groups.push_back(g);
-  }
-  return groups;
 }
 
 bool is_torch_dist_input(const std::string& input) {
@@ -279,14 +226,10 @@ RunSummary run_union_torch_dist(const std::string& input, const std::string& out
           fail(ck->dcp().metadata().path, "Megatron-Core torch_dist dp_reshardable: parameter " + escaped_brief(p.name) +
                                               " is in no recomputed bucket layout");
     }
-    common = fully_reshardable_common_state(*ck);
+    common = formats::megatron_core::fully_reshardable_common_state(*ck);
     if (ck->optimizer_format() != OptimizerFormat::None) {
-      groups = saved_param_groups(common, ck->common().source);
-      for (const auto& g : groups)
-        if (const auto s = g && g->is(Kind::Dict) ? g->get("step") : nullptr; s && !s->is_none()) {
-          step = s;
-          break;
-        }
+      groups = formats::megatron_core::saved_param_groups(common, ck->common().source);
+      step = formats::megatron_core::saved_step(groups);
     }
   });
   failed.settle("another MPI rank failed while planning");
@@ -335,9 +278,11 @@ RunSummary run_union_torch_dist(const std::string& input, const std::string& out
       e.states[state] = {"zero/" + folder + "/" + state + ".pt", written_crc32(path, f.param)};
     };
     if (ck->optimizer_format() == OptimizerFormat::FullyReshardable) {
-      for (const char* s : kStates) write_state(universal_state(s), ck->read_param(mp, s).to(DType::Float32));
+      for (const char* s : formats::megatron_core::kOptimizerStates)
+        write_state(formats::megatron_core::universal_state_name(s), ck->read_param(mp, s).to(DType::Float32));
     } else if (ck->optimizer_format() == OptimizerFormat::DpReshardable) {
-      for (const char* s : kStates) write_state(universal_state(s), join_pieces(*ck, p, pieces.at(p.name), s));
+      for (const char* s : formats::megatron_core::kOptimizerStates)
+        write_state(formats::megatron_core::universal_state_name(s), join_pieces(*ck, p, pieces.at(p.name), s));
     } else {
       write_state("fp32", ck->read_param(mp).to(DType::Float32));
     }

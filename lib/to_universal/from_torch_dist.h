@@ -9,7 +9,7 @@
 //  * no distributed-optimizer state: the model tensor in fp32;
 //  * step.pt: the param group's "step" (Megatron's saved param_groups carry it for torch Adam);
 //  * zero/optimizer_state.pt {"param_groups": [...]}; megatron_core/common_state.pt: the common state
-//    in its fully_reshardable form (what ucp-load --format torch_dist writes back, args rewritten);
+//    in its fully_reshardable form (formats/megatron_core/common_edit) (what ucp-load --format torch_dist writes back, args rewritten);
 //    megatron_core/objects.pt: the `._extra_state` ShardedObjects' stored bytes.
 // One parameter in memory at a time; committed as every union is (parallel::CollectiveStaging).
 #pragma once
@@ -51,16 +51,6 @@ struct TorchDistPlan {
 // The plan of an opened checkpoint. Throws Error naming the file when a parameter is in no bucket
 // layout (dp_reshardable).
 TorchDistPlan plan_torch_dist(const formats::megatron_core::Checkpoint& ck);
-
-// The common state in its fully_reshardable form: a copy of the source's with, for a dp_reshardable
-// source, each optimizer part's saved state (the `optimizer` ShardedObject of dp group 0) moved in
-// and param_state_sharding_type / content_metadata.distrib_optim_sharding_type set to
-// fully_reshardable.
-pickle::ValuePtr fully_reshardable_common_state(const formats::megatron_core::Checkpoint& ck);
-
-// Megatron's saved param_groups of every optimizer part (dense, then expert), from a common state in
-// fully_reshardable form.
-std::vector<pickle::ValuePtr> saved_param_groups(const pickle::ValuePtr& common, const std::string& file);
 
 // Whether `input` is a Megatron-Core torch_dist iteration folder (metadata.json naming torch_dist
 // and .metadata) or a save root whose latest_checkpointed_iteration.txt names one.

@@ -134,11 +134,13 @@ std::string union_of(const Scratch& s, const std::string& model, const std::stri
   return union_rel(s, rel(s, kMcoreData + "/" + model + "/" + variant), out);
 }
 
-// The state files (zero/**) of two universal folders byte-identical; returns how many.
-size_t expect_same_state_files(const std::string& a, const std::string& b) {
+// The state files (zero/**) of two universal folders byte-identical (zero/optimizer_state.pt too
+// unless `param_groups` is false: an EP 2 -> EP 1 save has no expert optimizer); returns how many.
+size_t expect_same_state_files(const std::string& a, const std::string& b, bool param_groups = true) {
   size_t files = 0;
   for (const auto& f : fs::recursive_directory_iterator(a + "/zero")) {
     if (!f.is_regular_file()) continue;
+    if (!param_groups && f.path().filename() == "optimizer_state.pt") continue;
     const auto r = fs::relative(f.path(), a).string();
     EXPECT_TRUE(fs::exists(b + "/" + r)) << r;
     if (fs::exists(b + "/" + r)) EXPECT_EQ(ucpkit::testing::slurp(a + "/" + r), ucpkit::testing::slurp(b + "/" + r)) << r;
@@ -250,7 +252,7 @@ TEST(McoreTorchDistLoad, AnotherLayoutHasTheSameValuesAndUnionsBackIdentically) 
     // Unioned again (the save root): the same state files, the manifest's params equal.
     const std::string u2 = union_rel(s, tag + ".td", tag + ".u2");
     EXPECT_EQ(params_by_name(u), params_by_name(u2));
-    EXPECT_GT(expect_same_state_files(u, u2), 40u);
+    EXPECT_GT(expect_same_state_files(u, u2, std::string(c.model) != "moe_ep2"), 40u);
   }
 }
 
