@@ -13,6 +13,8 @@
 # Usage: DS014=/tmp/ds0145 DS019=/lab/ds0195 [TRIXIE=/opt/trixie] resume_compare.sh BUILD_DIR [LINES] [KINDS]
 #   LINES defaults to "0.14 0.19", KINDS to "dense pipe moe". One line per check:
 #   resume_compare: <line> <kind> <target> <what>: <engine_state.py's line>
+# For MoE also DeepSpeed's load_universal of ucp-union's universal folder (the folder ucp-union no longer tags
+# latest_universal for native MoE; tagged here by hand), against the source state.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -59,13 +61,12 @@ for line in $lines; do
       pipe)  fx=pipe_module_v$v; truth=truth
              targets=("pp2_dp2|--pp 2 --dp 2 --zero-stage 1|--world 4 --pp 2" "pp1_dp2|--pp 1 --dp 2 --zero-stage 1|--world 2 --pp 1"
                       "pp3_dp1|--pp 3 --dp 1 --zero-stage 1|--world 3 --pp 3"
-                      "pp2_dp1_typeBlock|--pp 2 --dp 1 --zero-stage 1 --partition-method type:Block --layer-types $work/pipe_layer_types.txt|--world 2 --pp 2 --partition-method type:Block") ;;
+                      "pp3_dp1_typeBlock|--pp 3 --dp 1 --zero-stage 1 --partition-method type:Block --layer-types $repo/tests/generator/engine/$fx/layer_types.txt|--world 3 --pp 3 --partition-method type:Block") ;;
       moe)   fx=moe_tutorial_v$v; truth=truth; [ "$v" = 0.14.5 ] && truth=state
              targets=("dp4_ep4|--dp 4 --ep 4 --zero-stage 1|--world 4 --ep 4" "dp4_ep2|--dp 4 --ep 2 --zero-stage 1|--world 4 --ep 2"
                       "dp2_ep2_z2|--dp 2 --ep 2 --zero-stage 2|--world 2 --ep 2 --zero 2") ;;
     esac
     src=$repo/tests/generator/engine/$fx
-    printf '%s\n' Embed Block Block Block Block Head > "$work/pipe_layer_types.txt"  # build_pipe's LayerSpec classes
     base=$work/$fx
     rm -rf "$base" && mkdir -p "$base"
     "$bin/ucp-union" -q --input "$src" --output "$base/u" 2>/dev/null || { say "$line $kind: ucp-union failed"; continue; }
@@ -73,6 +74,9 @@ for line in $lines; do
     # DeepSpeed's own path: ds_to_universal of the same source checkpoint
     mkdir -p "$base/dsu" && cp -r "$src/latest" "$src/global_step3" "$base/dsu/"
     if ds_universal "$line" "$base/dsu" > "$base/dsu.log" 2>&1; then ds_ok=1; else ds_ok=0; say "$line $kind: ds_to_universal failed: $(grep -a Error "$base/dsu.log" | tail -1)"; fi
+    if [ $kind = moe ]; then  # DeepSpeed's load_universal of ucp-union's folder (tagged latest_universal by hand)
+      mkdir -p "$base/uu" && cp -r "$base/u" "$base/uu/global_step3_universal" && echo global_step3_universal > "$base/uu/latest_universal"
+    fi
     for t in "${targets[@]}"; do
       IFS='|' read -r name load_args engine_args <<< "$t"
       out=$base/l_$name
@@ -84,6 +88,14 @@ for line in $lines; do
       engine "$line" train_engine.py "$base/r_$name" --kind $kind $engine_args --resume "$out" > "$base/r_$name.log" 2>&1 \
         || { say "$line $kind $name: engine resume from ucp-load failed: $(grep -a Error "$base/r_$name.log" | tail -1)"; continue; }
       say "$line $kind $name ucp-load resume vs source state: $($py "$state" same "$base/r_$name/loaded" "$src/$truth")"
+      if [ $kind = moe ]; then
+        # shellcheck disable=SC2086
+        if engine "$line" train_engine.py "$base/du_$name" --kind $kind $engine_args --resume "$base/uu" --universal > "$base/du_$name.log" 2>&1; then
+          say "$line $kind $name DeepSpeed load_universal of ucp-union's folder vs source state: $($py "$state" same "$base/du_$name/loaded" "$src/$truth")"
+        else
+          say "$line $kind $name: DeepSpeed load_universal of ucp-union's folder failed: $(grep -a Error "$base/du_$name.log" | tail -1)"
+        fi
+      fi
       [ $ds_ok = 1 ] || continue
       # shellcheck disable=SC2086
       if ! engine "$line" train_engine.py "$base/d_$name" --kind $kind $engine_args --resume "$base/dsu" --universal > "$base/d_$name.log" 2>&1; then
