@@ -163,6 +163,7 @@ std::string_view era_name(ClassEra era) {
     case ClassEra::Prototype: return "torch 1.13 (torch.distributed._shard.checkpoint)";
     case ClassEra::ShardedProps: return "torch 2.0-2.2 (TensorProperties under torch.distributed._shard)";
     case ClassEra::Current: return "torch >= 2.3";
+    case ClassEra::Safetensors: return "safetensors flavour (no pickled classes)";
   }
   return "?";
 }

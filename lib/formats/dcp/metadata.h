@@ -57,6 +57,7 @@ enum class ClassEra {
   Prototype,     // torch 1.13: torch.distributed._shard.checkpoint.*
   ShardedProps,  // torch 2.0-2.2: torch.distributed.checkpoint.*, TensorProperties under _shard
   Current,       // torch >= 2.3: TensorProperties in torch.distributed.checkpoint.metadata
+  Safetensors,   // HuggingFaceStorageWriter's safetensors files: no pickled classes (safetensors_flavour.h)
 };
 
 struct Metadata {

@@ -86,7 +86,7 @@ Metadata read_safetensors_metadata(const std::vector<std::string>& files) {
   if (files.empty()) throw Error("DCP safetensors flavour: no .safetensors files");
   Metadata md;
   md.path = files.front();
-  md.era = ClassEra::Current;
+  md.era = ClassEra::Safetensors;
   for (const auto& file : files) {
     const Header h = read_header(file);
     nlohmann::json sharding;  // fqn -> {"saved_offsets": [...]}

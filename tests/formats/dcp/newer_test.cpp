@@ -204,6 +204,7 @@ TEST(DcpNewer, SafetensorsFlavourShardedBitExact) {
   ASSERT_NE(e, nullptr);
   ASSERT_EQ(e->chunks.size(), 2u);  // FSDP2 Shard(0): two row blocks from saved_offsets
   EXPECT_EQ(e->chunks[1].offsets, (std::vector<int64_t>{e->size[0] / 2, 0}));
+  EXPECT_EQ(md.era, formats::dcp::ClassEra::Safetensors);
   for (const auto& it : md.items) EXPECT_TRUE(it.storage.raw) << it.fqn;
   expect_matches_truth(Reader(dir, md), truth_of("t214_hf_w2"));
 }
