@@ -11,6 +11,12 @@
 #include "reshard/layout_record.h"
 #include "reshard/target_defaults.h"
 #include "tool/typed_name.h"
+#include "to_universal/convert.h"
+#include "to_universal/from_dcp.h"
+
+#include <unistd.h>
+
+#include <filesystem>
 
 namespace ucpkit::tool {
 
@@ -107,6 +113,27 @@ Result device_result(const UcpLoadOptions& o) {
   return r;
 }
 
+// ucp-load --input <DCP or Megatron-Core torch_dist folder>: converted by ucp-union's code into a
+// scratch universal folder beside the output (.<output name>.ucp-load-universal-<pid>), loaded from
+// there, and removed after the load, also when either step fails (docs/ucp-load.md).
+class ScratchUniversal {
+ public:
+  explicit ScratchUniversal(const std::string& output) {
+    const std::filesystem::path out = std::filesystem::absolute(output).lexically_normal();
+    path_ = (out.parent_path() / ("." + out.filename().string() + ".ucp-load-universal-" + std::to_string(getpid()))).string();
+  }
+  ~ScratchUniversal() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScratchUniversal(const ScratchUniversal&) = delete;
+  ScratchUniversal& operator=(const ScratchUniversal&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 }  // namespace
 
 Result run_ucp_load(const UcpLoadOptions& o) {
@@ -115,6 +142,22 @@ Result run_ucp_load(const UcpLoadOptions& o) {
   load.reporter = console_reporter();
   if (o.dry_run || o.plan) return plan_result(load, !o.plan);
   if (o.device == "cuda") return device_result(o);
+  std::unique_ptr<ScratchUniversal> scratch;
+  if (to_universal::dcp_input_kind(load.input) != formats::dcp::FolderKind::None) {
+    scratch = std::make_unique<ScratchUniversal>(load.output);
+    to_universal::ConvertOptions co;
+    co.threads = load.threads;
+    co.overwrite = true;  // a stale scratch folder of a dead run with this pid
+    co.sync = false;      // scratch, removed after the load
+    co.tag_latest = false;
+    co.reporter = load.reporter;
+    load.reporter.warning(load.input + " is a " +
+                          std::string(formats::dcp::folder_kind_name(to_universal::dcp_input_kind(load.input))) +
+                          " checkpoint: converted into the scratch universal folder " + scratch->path() +
+                          " first (removed after the load)");
+    (void)to_universal::run_union(load.input, scratch->path(), co);
+    load.input = scratch->path();
+  }
   const auto s = reshard::run_load(load);
   if (parallel::MpiSession::get().rank() != 0) return {};
   Result r;
