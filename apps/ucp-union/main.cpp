@@ -29,6 +29,10 @@ int main(int argc, char** argv) {
   app.add_option("--model-map", names.model_map,
                  "Name map for --to-names megatron-core (patterns/megatron-core/*.json; default: the shipped family "
                  "that names every parameter)");
+  app.add_option("--template", names.template_dir,
+                 "For --to-names megatron-deepspeed: the Megatron-DeepSpeed universal folder (or its --to-names "
+                 "megatron-core folder) giving names, patterns and model files, for an input without them (ucp-union "
+                 "of a torch_dist save)");
   tool::add_overwrite_option(app, o.convert.overwrite, "Replace an existing output folder (atomically, at the end)");
   tool::add_dry_run_option(app, o.dry_run);
   if (int rc = tool::parse_checkpoint_tool(app, argc, argv, common); rc >= 0) return rc;

@@ -17,6 +17,7 @@
 #include "core/staging.h"
 #include "formats/deepspeed/pipeline.h"
 #include "formats/deepspeed/training_config.h"
+#include "formats/megatron_core/deepspeed_common_state.h"
 #include "formats/megatron_core/deepspeed_map.h"
 #include "formats/universal/manifest.h"
 #include "formats/universal/state_file.h"
@@ -24,6 +25,7 @@
 #include "io/torch/torch_file.h"
 #include "parallel/threads.h"
 #include "patterns/pattern_set.h"
+#include "to_universal/from_torch_dist.h"
 #include "to_universal/plan.h"
 #include "to_universal/save.h"
 
@@ -141,13 +143,16 @@ void copy_counted(const std::string& from, const std::string& to, Counters& c) {
 }
 
 // The files of a parameter folder besides its state files (step.pt), copied as they are.
-void copy_other_files(const fs::path& from_dir, const fs::path& to_dir, const std::set<std::string>& state_files,
-                      Counters& c) {
-  if (!fs::is_directory(from_dir)) return;
+size_t copy_other_files(const fs::path& from_dir, const fs::path& to_dir, const std::set<std::string>& state_files,
+                        Counters& c) {
+  size_t n = 0;
+  if (!fs::is_directory(from_dir)) return n;
   for (const auto& e : fs::directory_iterator(from_dir)) {
     if (!e.is_regular_file() || state_files.count(e.path().filename().string())) continue;
     copy_counted(e.path().string(), (to_dir / e.path().filename()).string(), c);
+    ++n;
   }
+  return n;
 }
 
 Tensor read_param(const fs::path& root, const std::string& rel, Counters& c) {
@@ -189,11 +194,24 @@ void write_manifest(const uv::UniversalManifest& m, const fs::path& staged, Coun
   ++c.files;
 }
 
-RunSummary to_megatron_core(const std::string& input, const std::string& output, const NamesOptions& o) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const fs::path in(input);
-  const std::string mfile = (in / uv::kUniversalManifestName).string();
-  const uv::UniversalManifest m = uv::read_universal_manifest(mfile);
+// Everything the rename of a Megatron-DeepSpeed-named folder decides before writing (also the record a
+// --template gives the way back).
+struct ForwardPlan {
+  uv::UniversalManifest m;
+  std::string mfile;
+  std::vector<Job> jobs;
+  std::optional<mc::QkvShape> qkv;
+  json record;
+  pickle::ValuePtr model_states;  // the first model file's root (null when the folder has none)
+  std::string model_file;
+};
+
+ForwardPlan plan_forward(const fs::path& in, const std::string& map_file, std::string* family) {
+  ForwardPlan f;
+  f.mfile = (in / uv::kUniversalManifestName).string();
+  f.m = uv::read_universal_manifest(f.mfile);
+  const uv::UniversalManifest& m = f.m;
+  const std::string& mfile = f.mfile;
   if (m.source.is_object() && (m.source.value(kNamesKey, std::string()) == "megatron-core" ||
                                 m.source.value("format", std::string()) == "torch_dist"))
     throw Error(mfile + ": this universal folder already has Megatron-Core names");
@@ -206,19 +224,21 @@ RunSummary to_megatron_core(const std::string& input, const std::string& output,
     names.push_back(p.name);
   }
   const mc::PipeNumbering pn = pipe_numbering(m, mfile);
-  const mc::ModelMap map = choose_map(names, pn, o.map_file, mfile);
-  if (o.family) *o.family = map.family + " (" + map.origin + ")";
+  const mc::ModelMap map = choose_map(names, pn, map_file, mfile);
+  if (family) *family = map.family + " (" + map.origin + ")";
 
   // The model tensors' dtype (Megatron-Core-named manifests give the model's, not the fp32 state's:
   // docs/formats-megatron-core.md "Universal names"), from the first model file's ds_config / args.
   std::optional<std::string> model_dtype;
   if (!m.model_files.empty()) {
-    const auto tc = formats::deepspeed::training_config(load_torch((in / m.model_files.front()).string()));
+    f.model_file = (in / m.model_files.front()).string();
+    f.model_states = load_torch(f.model_file);
+    const auto tc = formats::deepspeed::training_config(f.model_states);
     if (tc.dtype) model_dtype = dtype_name(*tc.dtype);
   }
-  std::vector<Job> jobs;
+  std::vector<Job>& jobs = f.jobs;
+  std::optional<mc::QkvShape>& qkv = f.qkv;
   std::map<std::string, std::string> taken;  // output name -> input name
-  std::optional<mc::QkvShape> qkv;
   for (size_t i = 0; i < m.params.size(); ++i) {
     const auto& p = m.params[i];
     const auto mapped = *mc::to_megatron_core(map, p.name, pn);
@@ -245,6 +265,45 @@ RunSummary to_megatron_core(const std::string& input, const std::string& output,
       e.states[state] = {"zero/" + param_folder(j.name) + "/" + fs::path(file.file).filename().string(), std::nullopt};
     jobs.push_back(std::move(j));
   }
+  f.record = {{"family", map.family},
+              {"map_origin", map.origin},
+              {"map", map.json},
+              {"pipeline_numbering", {{"first_block", pn.first_block}, {"final_norm", pn.final_norm}, {"head", pn.head}}},
+              {"qkv", qkv ? qkv_json(*qkv) : json(nullptr)},
+              {"model_files_dir", kModelFilesDir},
+              {"megatron_deepspeed", {{"source", m.source},
+                                      {"patterns", {{"origin", m.patterns_origin}, {"set", m.patterns_set}}},
+                                      {"model_files", m.model_files},
+                                      {"params", json::array()}}}};
+  for (const auto& p : m.params) f.record["megatron_deepspeed"]["params"].push_back(p.to_json());
+  return f;
+}
+
+// The step value of the first parameter that has one (the file beside its state files), or null.
+pickle::ValuePtr first_step(const fs::path& in, const uv::UniversalManifest& m) {
+  for (const auto& p : m.params) {
+    if (!p.step || p.states.empty()) continue;
+    std::set<std::string> states;
+    for (const auto& [s, f] : p.states) states.insert(fs::path(f.file).filename().string());
+    const fs::path dir = (in / p.states.begin()->second.file).parent_path();
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.is_regular_file() && !states.count(e.path().filename().string())) return load_torch(e.path().string());
+  }
+  return nullptr;
+}
+
+RunSummary to_megatron_core(const std::string& input, const std::string& output, const NamesOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const fs::path in(input);
+  ForwardPlan f = plan_forward(in, o.map_file, o.family);
+  const uv::UniversalManifest& m = f.m;
+  std::vector<Job>& jobs = f.jobs;
+  const std::optional<mc::QkvShape>& qkv = f.qkv;
+  // The Megatron-Core common state ucp-load --format torch_dist writes (args, iteration, param_groups).
+  pickle::ValuePtr common;
+  if (f.model_states)
+    common = mc::common_state_from_deepspeed(f.model_states, f.model_file, load_torch((in / m.optimizer_state).string()),
+                                             first_step(in, m));
 
   StagingDir staging(output, o.overwrite, "ucp", o.reporter.verbose, o.sync);
   const fs::path staged = staging.path();
@@ -277,20 +336,18 @@ RunSummary to_megatron_core(const std::string& input, const std::string& output,
   fs::create_directories(staged / kModelFilesDir);
   for (const auto& f : m.model_files) copy_counted((in / f).string(), (staged / kModelFilesDir / f).string(), c);
 
+  if (common) {
+    const fs::path cs = staged / kMcoreCommonStateFile;
+    fs::create_directories(cs.parent_path());
+    save_torch_file(cs.string(), common);
+    c.written += fs::file_size(cs);
+    ++c.files;
+  }
+
   uv::UniversalManifest out;
   out.source = m.source;
   out.source[kNamesKey] = "megatron-core";
-  json record = {{"family", map.family},
-                 {"map_origin", map.origin},
-                 {"map", map.json},
-                 {"pipeline_numbering", {{"first_block", pn.first_block}, {"final_norm", pn.final_norm}, {"head", pn.head}}},
-                 {"qkv", qkv ? qkv_json(*qkv) : json(nullptr)},
-                 {"model_files_dir", kModelFilesDir},
-                 {"megatron_deepspeed", {{"patterns", {{"origin", m.patterns_origin}, {"set", m.patterns_set}}},
-                                         {"model_files", m.model_files},
-                                         {"params", json::array()}}}};
-  for (const auto& p : m.params) record["megatron_deepspeed"]["params"].push_back(p.to_json());
-  out.source[kRecordKey] = std::move(record);
+  out.source[kRecordKey] = std::move(f.record);
   out.patterns_origin = "none: Megatron-Core names (the Megatron-DeepSpeed patterns are in source." +
                         std::string(kRecordKey) + ")";
   out.patterns_set = json::object();
@@ -307,23 +364,48 @@ RunSummary to_megatron_deepspeed(const std::string& input, const std::string& ou
   const fs::path in(input);
   const std::string mfile = (in / uv::kUniversalManifestName).string();
   const uv::UniversalManifest m = uv::read_universal_manifest(mfile);
-  if (!m.source.is_object() || !m.source.contains(kRecordKey)) {
-    if (m.source.is_object() && m.source.value(kNamesKey, std::string()) != "megatron-core" &&
-        m.source.value("format", std::string()) != "torch_dist")
-      throw Error(mfile + ": this universal folder already has Megatron-DeepSpeed names");
-    throw Error(mfile + ": a Megatron-Core-named universal folder without source." + std::string(kRecordKey) +
-                " (not made by ucp-union --to-names megatron-core): writing Megatron-DeepSpeed names needs the "
-                "Megatron-DeepSpeed model files and patterns it records (docs/megatron-core-mapping.md)");
+  const bool mcore_named = m.source.is_object() && (m.source.contains(kRecordKey) ||
+                                                    m.source.value(kNamesKey, std::string()) == "megatron-core" ||
+                                                    m.source.value("format", std::string()) == "torch_dist");
+  if (!mcore_named) throw Error(mfile + ": this universal folder already has Megatron-DeepSpeed names");
+  // The Megatron-DeepSpeed facts: the input's record, or the --template's (its record, or planned from
+  // its Megatron-DeepSpeed names). `facts_dir` holds the model files (under model_files_dir) and the
+  // DeepSpeed zero/optimizer_state.pt; `fallback_dir` the parameter folders a missing step file comes from.
+  json record;
+  fs::path facts_dir = in;
+  std::string where = mfile + ": source." + std::string(kRecordKey);
+  bool template_named_ds = false;
+  if (!o.template_dir.empty()) {
+    const fs::path t(o.template_dir);
+    if (!is_universal_folder(o.template_dir))
+      throw Error(o.template_dir + ": --template must be a universal folder (ucp-union of the Megatron-DeepSpeed "
+                  "checkpoint, or its --to-names megatron-core folder)");
+    const std::string tfile = (t / uv::kUniversalManifestName).string();
+    const auto tm = uv::read_universal_manifest(tfile);
+    if (tm.source.is_object() && tm.source.contains(kRecordKey)) {
+      record = tm.source[kRecordKey];
+      where = tfile + ": source." + std::string(kRecordKey);
+    } else {
+      record = plan_forward(t, o.map_file, nullptr).record;
+      record["model_files_dir"] = "";
+      template_named_ds = true;
+      where = tfile;
+    }
+    facts_dir = t;
+  } else {
+    if (!m.source.contains(kRecordKey))
+      throw Error(mfile + ": a Megatron-Core-named universal folder without source." + std::string(kRecordKey) +
+                  " (not made by ucp-union --to-names megatron-core): give --template <the Megatron-DeepSpeed "
+                  "universal folder> for its names, patterns and model files (docs/megatron-core-mapping.md)");
+    if (!o.map_file.empty())
+      throw UsageError("--model-map: the way back uses the map recorded in " + mfile + "; leave --model-map out");
+    record = m.source[kRecordKey];
   }
-  if (!o.map_file.empty())
-    throw UsageError("--model-map: the way back uses the map recorded in " + mfile + "; leave --model-map out");
-  const json& record = m.source[kRecordKey];
-  const std::string where = mfile + ": source." + kRecordKey;
   if (!record.is_object() || !record.contains("map") || !record.contains("megatron_deepspeed") ||
       !record.contains("pipeline_numbering"))
     throw Error(where + " is malformed (map, pipeline_numbering and megatron_deepspeed expected)");
   const mc::ModelMap map = mc::ModelMap::from_json(record["map"], where + ".map");
-  if (o.family) *o.family = map.family + " (recorded in " + mfile + ")";
+  if (o.family) *o.family = map.family + " (" + record.value("map_origin", map.origin) + ")";
   mc::PipeNumbering pn;
   pn.first_block = record["pipeline_numbering"].value("first_block", -1);
   pn.final_norm = record["pipeline_numbering"].value("final_norm", -1);
@@ -376,6 +458,12 @@ RunSummary to_megatron_deepspeed(const std::string& input, const std::string& ou
       state_files.insert(fs::path(from->second.file).filename().string());
       Tensor t = read_param(in, from->second.file, c);
       if (j.regroup_qkv) t = mc::qkv_grouped_to_split(t, *qkv);
+      // A torch_dist save keeps Megatron's padded vocabulary rows; the Megatron-DeepSpeed universal form
+      // cuts them to original_vocab_size (vocab_tensor), as ucp-union does.
+      if (j.out.vocab_tensor && t.dim() == static_cast<int64_t>(j.out.shape.size()) && t.dim() > 0 &&
+          t.shape()[0] > j.out.shape[0] &&
+          std::equal(t.shape().begin() + 1, t.shape().end(), j.out.shape.begin() + 1))
+        t = t.narrow(0, 0, j.out.shape[0]).contiguous();
       if (t.shape() != j.out.shape)
         throw Error((in / from->second.file).string() + ": shape " + shape_str(t.shape()) + ", the Megatron-DeepSpeed "
                     "parameter '" + j.name + "' is " + shape_str(j.out.shape));
@@ -386,23 +474,38 @@ RunSummary to_megatron_deepspeed(const std::string& input, const std::string& ou
       c.written += fs::file_size(path);
       ++c.files;
     }
-    if (!p.states.empty() && !j.out.states.empty())
-      copy_other_files((in / p.states.begin()->second.file).parent_path(),
-                       (staged / j.out.states.begin()->second.file).parent_path(), state_files, c);
+    if (j.out.states.empty()) return;
+    const fs::path to_dir = (staged / j.out.states.begin()->second.file).parent_path();
+    size_t copied = p.states.empty() ? 0 : copy_other_files((in / p.states.begin()->second.file).parent_path(), to_dir,
+                                                            state_files, c);
+    // The step file: the input's (its values travel), else the template's of this parameter.
+    if (j.out.step && copied == 0 && !o.template_dir.empty()) {
+      const fs::path t(o.template_dir);
+      const std::string folder = param_folder(template_named_ds ? j.name : p.name);
+      copied = copy_other_files(t / "zero" / folder, to_dir, state_files, c);
+    }
+    if (j.out.step && copied == 0)
+      throw Error(mfile + ": parameter '" + p.name + "' has no step file (its Megatron-DeepSpeed entry has one)");
   });
 
-  copy_counted((in / m.optimizer_state).string(), (staged / m.optimizer_state).string(), c);
+  // DeepSpeed's zero/optimizer_state.pt (loss scaler, ZeRO facts, param_groups) from the facts' folder.
+  copy_counted((facts_dir / uv::kUniversalOptimizerState).string(), (staged / m.optimizer_state).string(), c);
   uv::UniversalManifest out;
-  out.source = m.source;
-  out.source.erase(kNamesKey);
-  out.source.erase(kRecordKey);
+  if (ds.contains("source")) {
+    out.source = ds["source"];
+  } else {
+    out.source = m.source;
+    out.source.erase(kNamesKey);
+    out.source.erase(kRecordKey);
+  }
   out.patterns_origin = ds.at("patterns").value("origin", std::string());
   out.patterns_set = ds.at("patterns").at("set");
   out.optimizer_state = m.optimizer_state;
   const std::string dir = record.value("model_files_dir", std::string(kModelFilesDir));
+  (void)template_named_ds;
   for (const auto& f : ds.at("model_files")) {
     const std::string name = f.get<std::string>();
-    copy_counted((in / dir / name).string(), (staged / name).string(), c);
+    copy_counted((facts_dir / dir / name).string(), (staged / name).string(), c);
     out.model_files.push_back(name);
   }
   for (auto& j : jobs) out.params.push_back(std::move(j.out));

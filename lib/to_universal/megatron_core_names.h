@@ -7,8 +7,10 @@
 //    are recorded in manifest.json source.megatron_core_names.
 //  * megatron-deepspeed: such a folder -> the Megatron-DeepSpeed-named universal folder again, which
 //    ucp-load --format deepspeed reads (values from the Megatron-Core-named state files; everything else
-//    from the record). A Megatron-Core-named folder without the record (ucp-union of a torch_dist save) is
-//    refused: its DeepSpeed model files cannot be synthesized.
+//    from the record). A Megatron-Core-named folder without the record (ucp-union of a torch_dist save)
+//    takes the record from --template (the Megatron-DeepSpeed model files cannot be synthesized).
+//    The Megatron-Core-named folder also gets megatron_core/common_state.pt (Megatron-DeepSpeed's args as
+//    Megatron-Core's, formats/megatron_core/deepspeed_common_state) for ucp-load --format torch_dist.
 #pragma once
 #include <string>
 
@@ -22,6 +24,10 @@ enum class NamesTarget { MegatronCore, MegatronDeepSpeed };
 struct NamesOptions {
   NamesTarget target = NamesTarget::MegatronCore;
   std::string map_file;  // --model-map; empty: the shipped family maps, the family detected
+  // --template (megatron-deepspeed only): a universal folder giving the Megatron-DeepSpeed facts (names,
+  // patterns, model files, DeepSpeed optimizer state): the Megatron-DeepSpeed one, or its --to-names
+  // megatron-core folder; for inputs without the record (ucp-union of a torch_dist save)
+  std::string template_dir;
   int threads = 0;
   bool overwrite = false;
   bool sync = true;

@@ -18,8 +18,11 @@ namespace fs = std::filesystem;
 void check_names_options(const UcpConvertOptions& c, const UcpNamesOptions& n) {
   if (n.to_names.empty()) {
     if (!n.model_map.empty()) throw UsageError("--model-map is used with --to-names megatron-core");
+    if (!n.template_dir.empty()) throw UsageError("--template is used with --to-names megatron-deepspeed");
     return;
   }
+  if (!n.template_dir.empty() && n.to_names != "megatron-deepspeed")
+    throw UsageError("--template is used with --to-names megatron-deepspeed");
   if (n.to_names != "megatron-core" && n.to_names != "megatron-deepspeed")
     throw UsageError("--to-names: '" + escaped_brief(n.to_names, 40) + "' is not megatron-core or megatron-deepspeed");
   if (c.dry_run) throw UsageError("--dry-run is not available with --to-names");
@@ -33,6 +36,7 @@ Result run_ucp_union_names(const UcpConvertOptions& c, const UcpNamesOptions& n)
   o.target = n.to_names == "megatron-core" ? to_universal::NamesTarget::MegatronCore
                                            : to_universal::NamesTarget::MegatronDeepSpeed;
   o.map_file = n.model_map;
+  o.template_dir = n.template_dir;
   o.threads = c.convert.threads;
   o.overwrite = c.convert.overwrite;
   o.sync = c.convert.sync;

@@ -12,6 +12,7 @@ namespace ucpkit::tool {
 struct UcpNamesOptions {
   std::string to_names;   // --to-names: "megatron-core" or "megatron-deepspeed" (empty: not asked)
   std::string model_map;  // --model-map FILE
+  std::string template_dir;  // --template <universal folder> (megatron-deepspeed)
 };
 
 // Usage errors (exit 2) for the combination with ucp-union's other options.

@@ -85,6 +85,29 @@ TEST_P(MegatronCoreNames, RoundTripIsBitExact) {
                         &out),
             0)
       << out;
+
+  // Through Megatron-Core's torch_dist (issue 30 part A's writer and reader): ucp-load --format torch_dist
+  // (at the source's TP / PP / EP / DP, from the common state this folder carries), ucp-union of that
+  // save: every parameter's states carry the same elements (manifest crc32) under the same names and
+  // shapes; back to Megatron-DeepSpeed names with --template: the first universal folder byte for byte.
+  ASSERT_EQ(in(dir, kBin + "/ucp-load -q --input mc --output td --format torch_dist", &out), 0) << out;
+  ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input td --output mctd", &out), 0) << out;
+  const auto m1 = nlohmann::json::parse(file_bytes((dir / "mc/manifest.json").string()));
+  const auto m2 = nlohmann::json::parse(file_bytes((dir / "mctd/manifest.json").string()));
+  std::map<std::string, nlohmann::json> p2;
+  for (const auto& p : m2["params"]) p2[p["name"].get<std::string>()] = p;
+  EXPECT_EQ(m1["params"].size(), p2.size());
+  for (const auto& p : m1["params"]) {
+    const std::string name = p["name"];
+    ASSERT_TRUE(p2.count(name)) << name;
+    EXPECT_EQ(p["shape"], p2[name]["shape"]) << name;
+    for (const auto& [state, f] : p["states"].items())
+      EXPECT_EQ(f["crc32"], p2[name]["states"][state]["crc32"]) << name << " " << state;
+  }
+  EXPECT_EQ(in(dir, kBin + "/ucp-union -q --input mctd --output x --to-names megatron-deepspeed", &out), 1) << out;
+  ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input mctd --output ds3 --to-names megatron-deepspeed --template ds", &out), 0)
+      << out;
+  EXPECT_TRUE(tree_bytes((dir / "ds").string()) == tree_bytes((dir / "ds3").string()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, MegatronCoreNames,
