@@ -256,6 +256,21 @@ TEST(McoreTorchDistLoad, AnotherLayoutHasTheSameValuesAndUnionsBackIdentically) 
   }
 }
 
+TEST(McoreTorchDistLoad, DirectFromATorchDistInputThroughAScratchUniversalFolderThatIsRemoved) {
+  const Scratch s = scratch("load_direct");
+  const std::string in = rel(s, kMcoreData + "/moe_ep2/dp_reshardable");
+  const auto r = run(s, "ucp-load", "--input " + in + " --format torch_dist --ep 1 --output td");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("scratch universal folder"), std::string::npos) << r.err;
+  EXPECT_EQ(expect_torch_dist_is_truth(s.work + "/td", "moe_ep2"), 4u * 24u);
+  // A failure after the conversion (--ep 3 does not divide DP 2) leaves no scratch folder either.
+  const auto bad = run(s, "ucp-load", "--input " + in + " --format torch_dist --ep 3 --output td2");
+  EXPECT_EQ(bad.rc, 2) << bad.err;
+  std::set<std::string> left;
+  for (const auto& e : fs::directory_iterator(s.work)) left.insert(e.path().filename().string());
+  EXPECT_EQ(left, std::set<std::string>{"td"});
+}
+
 // Damage: one line on stderr naming `file` and `cause`, exit 1, and nothing but `keep` left in s.work.
 void expect_refused(const Scratch& s, const ucpkit::testing::SplitResult& r, const std::string& file,
                     const std::string& cause, const std::set<std::string>& keep) {
