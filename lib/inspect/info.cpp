@@ -31,6 +31,8 @@
 #include "pec/store.h"
 #include "to_universal/extract.h"
 #include "to_universal/from_dcp.h"
+#include "to_universal/from_torch_dist.h"
+#include "formats/megatron_core/config.h"
 #include "to_universal/save.h"
 #include "to_universal/shard_reader.h"
 
@@ -78,6 +80,7 @@ CheckpointKind detect_kind(const std::string& path) {
   if (reshard::is_universal_input(path)) return CheckpointKind::universal;
   if (is_pec_store(path)) return CheckpointKind::pec_store;
   if (to_universal::is_work_folder(path)) return CheckpointKind::work_folder;
+  if (to_universal::is_torch_dist_input(path)) return CheckpointKind::torch_dist;  // also a save root (tracker)
   switch (formats::dcp::find_folder(path).kind) {
     case formats::dcp::FolderKind::None: break;
     case formats::dcp::FolderKind::TorchDist: return CheckpointKind::torch_dist;
@@ -313,7 +316,7 @@ void describe_universal(CheckpointInfo& info, const InfoOptions& options) {
     return "other";
   });
   if (!read) return;
-  if (manifest.source.value("format", "") == "dcp") {
+  if (manifest.source.value("format", "") == "dcp" || manifest.source.value("format", "") == "torch_dist") {
     describe_universal_from_dcp(info, manifest, options);
     return;
   }
@@ -417,7 +420,7 @@ void describe_store(CheckpointInfo& info, const InfoOptions& options) {
 // follow, and with --verify every item decoded (in its file, a tensor of its chunk's dtype and shape,
 // zip CRC-32 checked).
 void describe_dcp(CheckpointInfo& info, const InfoOptions& options) {
-  info.dir = info.input;
+  info.dir = info.kind == CheckpointKind::torch_dist ? formats::megatron_core::iteration_dir(info.input) : info.input;
   add_sizes(info, info.dir, [](const std::string& rel) -> std::string {
     const std::string name = fs::path(rel).filename().string();
     if (name == ".metadata" || (name.rfind("__", 0) == 0 && fs::path(name).extension() == ".metadata")) return "metadata";
@@ -458,7 +461,13 @@ void describe_dcp(CheckpointInfo& info, const InfoOptions& options) {
   if (!folder.sharded_backend.empty()) info.dcp["sharded_backend"] = folder.sharded_backend;
   to_universal::DcpPlan plan;
   run_check(info, "plan", "chunks tile every tensor; optimizer states match their parameters (ucp-union's plan)",
-            [&] { plan = to_universal::plan_dcp(md, folder); });
+            [&] {
+              // torch_dist: Megatron-Core's parameters per layer and expert (to_universal/from_torch_dist.h)
+              plan = folder.kind == formats::dcp::FolderKind::TorchDist ? to_universal::dcp_plan_of_torch_dist(info.dir)
+                                                                        : to_universal::plan_dcp(md, folder);
+            });
+  if (folder.kind == formats::dcp::FolderKind::TorchDist && plan.source.contains("torch_dist"))
+    info.dcp["megatron_core"] = plan.source["torch_dist"];
   std::set<std::string> states, dtypes;
   int64_t elements = 0;
   for (const auto& p : plan.params) {
