@@ -129,6 +129,18 @@ DryRun load_dry_run(const nlohmann::json& plan, const std::string& output) {
     return d;
   }
   const nlohmann::json t = plan.value("target", nlohmann::json::object());
+  if (plan.value("format", "") == "torch_dist") {  // reshard/torch_dist_output's plan
+    auto num = [&](const char* k) { return t.contains(k) ? t[k].dump() : std::string("?"); };
+    d.text = "ucp-load --dry-run: would write " + output + ": a Megatron-Core torch_dist save (" +
+             plan.value("iteration_folder", "?") + ") of " + (plan.contains("entries") ? plan["entries"].dump() : "?") +
+             " entries in " + json_count(plan, "files") + " files, TP " + num("tp") + ", PP " + num("pp") + ", EP " +
+             num("ep") + ", DP " + num("dp") + ", model tensors " + t.value("dtype", "?") + ", optimizer " +
+             t.value("optimizer_format", "?") + "; nothing written\n";
+    d.fields["format"] = "torch_dist";
+    d.fields["target"] = t;
+    d.fields["entries"] = plan.value("entries", 0);
+    return d;
+  }
   if (plan.value("format", "") == "dcp") {  // reshard/dcp_output's plan
     auto number = [&](const char* k) { return plan.contains(k) && plan[k].is_number() ? plan[k].dump() : "?"; };
     d.text = "ucp-load --dry-run: would write " + output + ": a DCP checkpoint of " + number("entries") +
