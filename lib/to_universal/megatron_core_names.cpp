@@ -301,9 +301,15 @@ RunSummary to_megatron_core(const std::string& input, const std::string& output,
   const std::optional<mc::QkvShape>& qkv = f.qkv;
   // The Megatron-Core common state ucp-load --format torch_dist writes (args, iteration, param_groups).
   pickle::ValuePtr common;
-  if (f.model_states)
-    common = mc::common_state_from_deepspeed(f.model_states, f.model_file, load_torch((in / m.optimizer_state).string()),
-                                             first_step(in, m));
+  if (f.model_states) {
+    try {
+      common = mc::common_state_from_deepspeed(f.model_states, f.model_file,
+                                               load_torch((in / m.optimizer_state).string()), first_step(in, m));
+    } catch (const Error& e) {
+      o.reporter.warning(std::string("no ") + kMcoreCommonStateFile + " (ucp-load --format torch_dist will refuse the "
+                         "folder): " + e.what());
+    }
+  }
 
   StagingDir staging(output, o.overwrite, "ucp", o.reporter.verbose, o.sync);
   const fs::path staged = staging.path();

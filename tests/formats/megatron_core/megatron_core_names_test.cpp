@@ -196,6 +196,17 @@ TEST(MegatronCoreNamesRefusals, WrongInputsAndOptionsAreRefusedAndNothingIsWritt
       << out;
   EXPECT_EQ(in(dir, kBin + "/ucp-union --input real --output x --to-names megatron-deepspeed", &out), 1) << out;
   EXPECT_NE(out.find("megatron_core_names"), std::string::npos) << out;
+  EXPECT_NE(out.find("--template"), std::string::npos) << out;
+  // --template belongs to the way back, and names a universal folder.
+  EXPECT_EQ(in(dir, kBin + "/ucp-union --input ds --output x --to-names megatron-core --template ds", &out), 2) << out;
+  EXPECT_EQ(in(dir, kBin + "/ucp-union --input real --output x --to-names megatron-deepspeed --template " +
+                        rel(gpt, dir), &out),
+            1)
+      << out;
+  EXPECT_NE(out.find("--template must be a universal folder"), std::string::npos) << out;
+  // A template of another model: its Megatron-Core names are not the input's.
+  EXPECT_EQ(in(dir, kBin + "/ucp-union --input real --output x --to-names megatron-deepspeed --template ds", &out), 1)
+      << out;
   // Twice to Megatron-Core names.
   ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input ds --output mc --to-names megatron-core", &out), 0) << out;
   EXPECT_EQ(in(dir, kBin + "/ucp-union --input mc --output x --to-names megatron-core", &out), 1) << out;
