@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -117,6 +118,34 @@ TEST(DeepSpeedPartition, LayerFileParamsSumTheLayerFilesTensors) {
   int64_t fewer = 0;
   for (const auto& [l, n] : all) fewer += n - some.at(l);
   EXPECT_GT(fewer, 0);
+  fs::remove_all(dir);
+}
+
+// --layer-types FILE: one class name a line, surrounding spaces and a '\r' dropped; an empty line, no line
+// or no file is an Error naming the file (and line). With the names of tests/generator/engine/
+// pipe_module_v0.19.5 (layer_types.txt), type:Block over 3 stages is what DeepSpeed's own PipelineModule
+// built there (partitions.json: [0, 3, 4, 6]).
+TEST(DeepSpeedPartition, LayerTypesFileAndTypeMethod) {
+  const fs::path dir = ucpkit::testing::scratch_dir("partition_layer_types");
+  fs::create_directories(dir);
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name, std::ios::binary) << text;
+    return (dir / name).string();
+  };
+  EXPECT_EQ(read_layer_types(write("ok.txt", "Embed\r\n  Block \nBlock\nBlock\nBlock\nHead")),
+            (std::vector<std::string>{"Embed", "Block", "Block", "Block", "Block", "Head"}));
+  const std::string engine = std::string(UCPKIT_SOURCE_DIR) + "/tests/generator/engine/pipe_module_v0.19.5/layer_types.txt";
+  std::vector<PipelineLayer> layers;
+  for (const auto& n : read_layer_types(engine)) layers.push_back({1, n});
+  EXPECT_EQ(partition_layers(parse_partition_method("type:Block"), layers, 3), (std::vector<int64_t>{0, 3, 4, 6}));
+  try {
+    read_layer_types(write("blank.txt", "Embed\n\nHead\n"));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("blank.txt:2: empty line"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(read_layer_types(write("empty.txt", "")), Error);
+  EXPECT_THROW(read_layer_types((dir / "missing.txt").string()), Error);
   fs::remove_all(dir);
 }
 
