@@ -35,7 +35,7 @@ unsigned long long next_stamp() {
 struct LayerState::Scratch {
   std::vector<double> gshare, hshare;  // best_swap: shares on the most loaded GPU and on a light one
   std::vector<double> sh;
-  std::vector<int> hot, count;
+  std::vector<int> hot, count, xcount;
   Holders xs, ys;
   std::vector<int> hot_on;      // replicas of every hot expert on every GPU: [hot index * D + gpu]
   std::vector<Holders> xh;
@@ -359,17 +359,21 @@ void RewriteSearch::slot_of_hottest_gpu_becomes_hot_expert() {
     if (st.count(x) <= f || st.distinct_after_remove(x, cl.node_of_slot(p)) < std::min(f, st.distinct(x))) continue;
     const double tx = st.expert_load(x), rx = st.count(x);
     const double dx = tx / (rx - 1) - tx / rx;  // every other holder of x carries this much more
-    gather(st, x, count, xs);
     int cx_g = -1;  // x's replicas on g other than p
-    xs.by_value.clear();
-    for (size_t i = 0; i < xs.gpus.size(); ++i) {
-      const auto [k, c] = xs.gpus[i];
-      if (k == g)
-        cx_g = c - 1;
-      else
-        xs.by_value.push_back({st.load(k) + add_times(0.0, dx, c), static_cast<int>(i)});
-    }
-    std::sort(xs.by_value.begin(), xs.by_value.end(), std::greater<>());
+    for (int s = 0; s < S; ++s) cx_g += st.phy2log()[g * S + s] == x ? 1 : 0;
+    // The other holders of x by load, gathered and sorted only when some candidate needs them (most
+    // are refused by the bound on g alone).
+    bool gathered = false;
+    auto gather_x = [&] {
+      gather(st, x, count, xs);
+      xs.by_value.clear();
+      for (size_t i = 0; i < xs.gpus.size(); ++i) {
+        const auto [k, c] = xs.gpus[i];
+        if (k != g) xs.by_value.push_back({st.load(k) + add_times(0.0, dx, c), static_cast<int>(i)});
+      }
+      std::sort(xs.by_value.begin(), xs.by_value.end(), std::greater<>());
+      gathered = true;
+    };
     for (size_t hi = 0; hi < top; ++hi) {
       const int e = hot[hi];
       if (e == x) continue;
@@ -379,6 +383,7 @@ void RewriteSearch::slot_of_hottest_gpu_becomes_hot_expert() {
       double worst = st.load(g) - tx / rx + te / (re + 1);
       worst += sub_times(add_times(0.0, dx, cx_g), de, e_on[g]);
       if (worst >= best) continue;  // the holders below only raise it: consider() would refuse it
+      if (!gathered) gather_x();
       for (const auto& [v, i] : xs.by_value) {
         const auto [k, c] = xs.gpus[i];
         if (e_on[k] == 0) {
@@ -386,6 +391,7 @@ void RewriteSearch::slot_of_hottest_gpu_becomes_hot_expert() {
           break;
         }
         worst = std::max(worst, st.load(k) + sub_times(add_times(0.0, dx, c), de, e_on[k]));
+        if (worst >= best) break;  // consider() refuses it already
       }
       consider(worst, p, e);
     }
@@ -405,19 +411,27 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
   xh.resize(S);
   if (x_on.size() < static_cast<size_t>(S) * D) x_on.resize(static_cast<size_t>(S) * D, 0);
   vy.resize(D);
-  for (int sp = 0; sp < S; ++sp) {
+  // The holders of g's experts (x_on, xh) and of a light slot's expert (count, vy) are gathered only
+  // when a candidate passes the bound that needs neither; gathers of x count in their own scratch, so
+  // the counts of y stay intact. The results are those of gathering everything first.
+  std::vector<int>& xcount = sc.xcount;
+  if (xcount.size() < static_cast<size_t>(D)) xcount.resize(D, 0);
+  std::vector<char> x_ready(S, 0);
+  for (int sp = 0; sp < S; ++sp) xh[sp].gpus = {};
+  auto gather_x = [&](int sp) {
     xh[sp].by_value.clear();
     const int x = st.phy2log()[g * S + sp];
     const double tx = st.expert_load(x), rx = st.count(x);
     const double dx = tx / rx - tx / (rx + 1);
-    gather(st, x, count, xh[sp]);
+    gather(st, x, xcount, xh[sp]);
     for (const auto& [k, c] : xh[sp].gpus) x_on[static_cast<size_t>(sp) * D + k] = c;
     for (size_t i = 0; i < xh[sp].gpus.size(); ++i) {
       const auto [k, c] = xh[sp].gpus[i];
       xh[sp].by_value.push_back({st.load(k) + sub_times(0.0, dx, c), static_cast<int>(i)});
     }
     std::sort(xh[sp].by_value.begin(), xh[sp].by_value.end(), std::greater<>());
-  }
+    x_ready[sp] = 1;
+  };
   size_t seen = 0;
   for (auto it = st.gpus_by_load().begin(); it != st.gpus_by_load().end() && seen < 16; ++it, ++seen) {
     const int h = it->second;
@@ -427,24 +441,42 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
       if (st.count(y) <= f || st.distinct_after_remove(y, cl.node_of_slot(q)) < std::min(f, st.distinct(y))) continue;
       const double ty = st.expert_load(y), ry = st.count(y);
       const double dy = ty / (ry - 1) - ty / ry;
-      gather(st, y, count, ys);
+      int cy_h = -1;  // y's replicas on h other than q
+      for (int s = 0; s < S; ++s) cy_h += st.phy2log()[h * S + s] == y ? 1 : 0;
+      bool y_ready = false;
       int top_y = -1;  // the holder of y with the largest vy: a lower bound on `worst` when it lacks x
-      for (auto& [k, c] : ys.gpus) {
-        count[k] = k == h ? c - 1 : c;  // y's replicas other than q
-        vy[k] = st.load(k) + add_times(0.0, dy, count[k]);
-        if (top_y < 0 || vy[k] > vy[top_y]) top_y = k;
-      }
       for (int sp = 0; sp < S; ++sp) {
         const int x = st.phy2log()[g * S + sp];
         if (x == y) continue;
         const double tx = st.expert_load(x), rx = st.count(x);
         const double dx = tx / rx - tx / (rx + 1);
-        const int* on = x_on.data() + static_cast<size_t>(sp) * D;
-        double worst = st.load(h) - ty / ry + tx / (rx + 1) + add_times(sub_times(0.0, dx, on[h]), dy, count[h]);
+        int x_on_h = 0;  // x's replicas on h
+        for (int s = 0; s < S; ++s) x_on_h += st.phy2log()[h * S + s] == x ? 1 : 0;
+        double worst = st.load(h) - ty / ry + tx / (rx + 1) + add_times(sub_times(0.0, dx, x_on_h), dy, cy_h);
         if (worst >= best) continue;  // the holders below only raise it: consider() would refuse it
+        if (!x_ready[sp]) gather_x(sp);
+        if (!y_ready) {
+          gather(st, y, count, ys);
+          for (auto& [k, c] : ys.gpus) {
+            count[k] = k == h ? c - 1 : c;  // y's replicas other than q
+            vy[k] = st.load(k) + add_times(0.0, dy, count[k]);
+            if (top_y < 0 || vy[k] > vy[top_y]) top_y = k;
+          }
+          y_ready = true;
+        }
+        const int* on = x_on.data() + static_cast<size_t>(sp) * D;
         if (top_y >= 0 && on[top_y] == 0 && vy[top_y] >= best) continue;  // the loop below reaches vy[top_y]
-        for (const auto& [k, c] : ys.gpus)
-          worst = std::max(worst, on[k] == 0 ? vy[k] : st.load(k) + add_times(sub_times(0.0, dx, on[k]), dy, count[k]));
+        // Once `worst` reaches the best move found, consider() refuses it: the rest is not looked at.
+        double w = worst;
+        for (const auto& [k, c] : ys.gpus) {
+          const double v = on[k] == 0 ? vy[k] : st.load(k) + add_times(sub_times(0.0, dx, on[k]), dy, count[k]);
+          if (v > w) {
+            w = v;
+            if (w >= best) break;
+          }
+        }
+        worst = w;
+        if (worst >= best) continue;
         for (const auto& [v, i] : xh[sp].by_value)
           if (count[xh[sp].gpus[i].first] == 0) {
             worst = std::max(worst, v);  // the largest holder of x without another y
@@ -452,7 +484,8 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
           }
         consider(worst, q, x);
       }
-      for (const auto& [k, c] : ys.gpus) count[k] = 0;
+      if (y_ready)
+        for (const auto& [k, c] : ys.gpus) count[k] = 0;
     }
   }
 }
