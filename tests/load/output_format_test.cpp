@@ -1,5 +1,6 @@
 // OutputFormat names: the values product.md's ucp-load synopsis lists for --format
-// ("[--format deepspeed|safetensors|dcp]"), read back to the same format, nothing else accepted.
+// ("[--format deepspeed|safetensors]", plus issue 30's dcp and torch_dist, docs/commands.md), read back
+// to the same format, nothing else accepted.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -10,8 +11,9 @@
 using namespace ucpkit::reshard;
 
 TEST(OutputFormat, NamesAreTheCliContractValues) {
-  EXPECT_EQ(output_format_names(), (std::vector<std::string>{"deepspeed", "safetensors", "dcp"}));
+  EXPECT_EQ(output_format_names(), (std::vector<std::string>{"deepspeed", "safetensors", "dcp", "torch_dist"}));
   EXPECT_EQ(output_format_name(OutputFormat::Dcp), "dcp");
+  EXPECT_EQ(output_format_name(OutputFormat::TorchDist), "torch_dist");
   EXPECT_EQ(output_format_name(OutputFormat::DeepSpeed), "deepspeed");
   EXPECT_EQ(output_format_name(OutputFormat::Safetensors), "safetensors");
 }
