@@ -62,8 +62,27 @@ run t214_hfcons_w2 --variant hfcons            # ... enable_consolidation=True: 
 # makes it, and an EMULATED 6-item TensorProperties state (see dcp_fixtures_newer.py's docstring)
 OVERLAY=0 run t26_shardprops_w2 --variant shardprops --optim
 OVERLAY=0 run t26_strides6_w2 --variant strides6
+# One process, no process group: large zstd items (MiBs decoded from a few hundred bytes stored), so
+# the decoder's output grows through many 128 KiB blocks. Truth: truth.json, per tensor dtype, shape,
+# byte count and zlib.crc32 of its bytes, computed by the saving script (6 MiB of safetensors would be
+# too large to commit for what it tells).
+rm -rf "$LAB/out/t214_zstd_big_w1" "$LAB/out/t214_zstd_big_w1.truth"
+echo "== t214_zstd_big_w1 (inline)"
+chroot "$TRIXIE" /usr/bin/env -i PATH=/usr/bin:/bin PYTHONPATH=/lab/h30d/ov214:/lab/h30d/shim PYTHONWARNINGS=ignore \
+  python3 -c '
+import json, os, zlib, dcp214_shim, torch, torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint._extension import ZStandard
+sd = {"zeros": torch.zeros(1 << 20),                                          # 4 MiB float32
+      "pattern": (torch.arange(256).repeat(4096) / 7).to(torch.bfloat16)}     # 2 MiB bfloat16, periodic
+dcp.save(sd, storage_writer=dcp.FileSystemWriter("/lab/h30d/out/t214_zstd_big_w1", _extensions=[ZStandard()]))
+os.makedirs("/lab/h30d/out/t214_zstd_big_w1.truth")
+truth = {k: {"dtype": str(v.dtype).replace("torch.", ""), "shape": list(v.shape), "nbytes": v.numel() * v.element_size(),
+             "crc32": zlib.crc32(v.contiguous().view(-1).view(torch.uint8).numpy().tobytes())} for k, v in sd.items()}
+json.dump(truth, open("/lab/h30d/out/t214_zstd_big_w1.truth/truth.json", "w"), indent=1, sort_keys=True)
+' 2>&1 | { grep -v dcp214_shim || true; }
 mkdir -p "$OUT"
-for v in t214_zstd_w2 t214_plain_w2 t214_ranklocal_w2 t214_hf_w2 t214_hfcons_w2 t26_shardprops_w2 t26_strides6_w2; do
+for v in t214_zstd_w2 t214_plain_w2 t214_ranklocal_w2 t214_hf_w2 t214_hfcons_w2 t26_shardprops_w2 t26_strides6_w2 \
+         t214_zstd_big_w1; do
   rm -rf "$OUT/$v" "$OUT/$v.truth"
   cp -r "$LAB/out/$v" "$LAB/out/$v.truth" "$OUT/"
 done
