@@ -18,6 +18,7 @@
 #include "placement/lpt_fill.h"
 #include "placement/mro.h"
 #include "placement/pair_packing.h"
+#include "placement/swap_chain.h"
 #include "placement/recovery_weight.h"
 
 namespace ucpkit::placement {
@@ -541,6 +542,16 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
     alt->state.emplace(cl, t, std::move(*lighter));
     alt->packing = "exact";
   }
+  // Small clusters: swap chains off the most loaded GPU (swap_chain.h), then the usual refinement.
+  auto chain = [&](Chosen& c) {
+    if (cl.slots() > 64) return;
+    auto p = swap_chain_improve(c.state->phy2log(), t, cl, f, 4 * cl.gpus());
+    if (p == c.state->phy2log()) return;
+    c.state.emplace(cl, t, std::move(p));
+    reduce_max(*c.state, f, swap_budget(cl), true);
+  };
+  chain(best);
+  if (alt) chain(*alt);
   finish(best);
   if (alt) {
     finish(*alt);
