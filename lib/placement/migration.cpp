@@ -75,6 +75,32 @@ long long missing(const Holdings& want, int wu, const Holdings& have, int hu) {
   return n;
 }
 
+// Every layer's bits of each unit in one row ([unit][layer][word]): the node matching compares all
+// pairs of nodes over every layer, which reads rows front to back instead of 64 scattered vectors.
+std::vector<uint64_t> unit_rows(const Holdings& h) {
+  const size_t row = h.bits.size() * static_cast<size_t>(h.words);
+  std::vector<uint64_t> out(static_cast<size_t>(h.units) * row);
+  for (size_t l = 0; l < h.bits.size(); ++l)
+    for (int u = 0; u < h.units; ++u)
+      std::copy_n(h.bits[l].begin() + static_cast<std::ptrdiff_t>(u) * h.words, h.words,
+                  out.begin() + static_cast<std::ptrdiff_t>(u * row + l * h.words));
+  return out;
+}
+
+// Bits of `want` not in `have` (have null: all of want's), over one row of `n` words each.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("popcnt", "default")))
+#endif
+long long missing_row(const uint64_t* want, const uint64_t* have, size_t n) {
+  long long c = 0;
+  if (!have) {
+    for (size_t k = 0; k < n; ++k) c += std::popcount(want[k]);
+    return c;
+  }
+  for (size_t k = 0; k < n; ++k) c += std::popcount(want[k] & ~have[k]);
+  return c;
+}
+
 }  // namespace
 
 std::vector<int> min_cost_assignment(const std::vector<std::vector<long long>>& cost) {
@@ -177,8 +203,15 @@ Migration migrate(const Plan& current, Plan& next, const std::vector<int>& physi
   Holdings have = holdings(widened, current.cluster.slots_per_node());
   Holdings want = holdings(next, node_slots);
   std::vector<std::vector<long long>> cost(N, std::vector<long long>(N));
-  for (int i = 0; i < N; ++i)
-    for (int q = 0; q < N; ++q) cost[i][q] = missing(want, q, have, old_of(physical_ids[i]));
+  {
+    const std::vector<uint64_t> want_rows = unit_rows(want), have_rows = unit_rows(have);
+    const size_t row = want.bits.size() * static_cast<size_t>(want.words);  // have's rows are as long
+    for (int i = 0; i < N; ++i) {
+      const int old = old_of(physical_ids[i]);
+      const uint64_t* h = old < 0 ? nullptr : have_rows.data() + static_cast<size_t>(old) * row;
+      for (int q = 0; q < N; ++q) cost[i][q] = missing_row(want_rows.data() + static_cast<size_t>(q) * row, h, row);
+    }
+  }
   std::vector<int> logical_of = min_cost_assignment(cost);
 
   // The same optimal matching for the GPUs inside each node when GPU shapes agree.
