@@ -18,6 +18,9 @@ get_state_dict(full_state_dict=True) gathered tensors, not DCP loading).
                        (hf_storage.py:49-137, _hf_utils.py:10-50, filesystem.py:454-467); no metadata file
   --variant hfcons     the same with enable_consolidation=True: sharded/ + consolidated
                        model-00001-of-00001.safetensors + model.safetensors.index.json
+  --variant hfmulti    HuggingFaceStorageWriter(save_distributed=True, fqn_to_index_mapping=...):
+                       two files per rank, shard-0000{r+1}-model-0000{1,2}-of-00002.safetensors
+                       (hf_storage.py:108-137, _hf_utils.py:58-77)
 
 Run WITHOUT the overlay (the installed torch 2.6's own DCP package, its real dcp.save):
   --variant shardprops the torch 2.0-2.2 class paths: torch.distributed.checkpoint.metadata.TensorProperties
@@ -97,6 +100,12 @@ def _save(rank, world, o):
         from torch.distributed.checkpoint import HuggingFaceStorageWriter
         dcp.save(sd, storage_writer=HuggingFaceStorageWriter(
             path=o.out, save_distributed=True, enable_consolidation=(o.variant == "hfcons")))
+    elif o.variant == "hfmulti":
+        from torch.distributed.checkpoint import HuggingFaceStorageWriter
+        # layers.* to file 1, the rest to file 2: every rank writes two files
+        mapping = {k: (1 if k.startswith("layers.") else 2) for k in sd}
+        dcp.save(sd, storage_writer=HuggingFaceStorageWriter(path=o.out, save_distributed=True,
+                                                             fqn_to_index_mapping=mapping))
     dist.barrier()
     opts = StateDictOptions(full_state_dict=True, cpu_offload=False)
     if opt is not None:
@@ -120,7 +129,7 @@ def _save(rank, world, o):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
-    p.add_argument("--variant", choices=["zstd", "plain", "ranklocal", "hf", "hfcons", "shardprops", "strides6"],
+    p.add_argument("--variant", choices=["zstd", "plain", "ranklocal", "hf", "hfcons", "hfmulti", "shardprops", "strides6"],
                    required=True)
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--layout", choices=["fsdp", "replicated"], default="fsdp")

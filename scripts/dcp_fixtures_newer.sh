@@ -58,6 +58,7 @@ run t214_plain_w2 --variant plain --optim      # the same without extensions: Me
 run t214_ranklocal_w2 --variant ranklocal      # use_collectives=False: __0.metadata, __1.metadata
 run t214_hf_w2 --variant hf                    # HuggingFaceStorageWriter(save_distributed=True)
 run t214_hfcons_w2 --variant hfcons            # ... enable_consolidation=True: sharded/ + consolidated
+run t214_hfmulti_w2 --variant hfmulti          # ... fqn_to_index_mapping: two files per rank
 # torch 2.6's own save: the torch 2.0-2.2 TensorProperties class path as torch's compatibility test
 # makes it, and an EMULATED 6-item TensorProperties state (see dcp_fixtures_newer.py's docstring)
 OVERLAY=0 run t26_shardprops_w2 --variant shardprops --optim
@@ -81,8 +82,8 @@ truth = {k: {"dtype": str(v.dtype).replace("torch.", ""), "shape": list(v.shape)
 json.dump(truth, open("/lab/h30d/out/t214_zstd_big_w1.truth/truth.json", "w"), indent=1, sort_keys=True)
 ' 2>&1 | { grep -v dcp214_shim || true; }
 mkdir -p "$OUT"
-for v in t214_zstd_w2 t214_plain_w2 t214_ranklocal_w2 t214_hf_w2 t214_hfcons_w2 t26_shardprops_w2 t26_strides6_w2 \
-         t214_zstd_big_w1; do
+for v in t214_zstd_w2 t214_plain_w2 t214_ranklocal_w2 t214_hf_w2 t214_hfcons_w2 t214_hfmulti_w2 t26_shardprops_w2 \
+         t26_strides6_w2 t214_zstd_big_w1; do
   rm -rf "$OUT/$v" "$OUT/$v.truth"
   cp -r "$LAB/out/$v" "$LAB/out/$v.truth" "$OUT/"
 done

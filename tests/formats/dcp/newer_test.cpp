@@ -229,6 +229,18 @@ TEST(DcpNewer, SafetensorsFlavourShardedBitExact) {
   expect_matches_truth(Reader(dir, md), truth_of("t214_hf_w2"));
 }
 
+TEST(DcpNewer, SafetensorsFlavourTwoFilesPerRankBitExact) {
+  // fqn_to_index_mapping: layers.* in model-00001, the rest in model-00002, from each of the 2 ranks.
+  const std::string dir = kData + "/t214_hfmulti_w2";
+  const auto f = formats::dcp::find_folder(dir);
+  ASSERT_EQ(f.kind, FolderKind::Safetensors);
+  ASSERT_EQ(f.metadata_files.size(), 4u);
+  const auto md = formats::dcp::read_folder_metadata(f);
+  EXPECT_EQ(formats::dcp::world_size_of(md, f), 2);
+  for (const auto& e : md.entries) EXPECT_EQ(e.chunks.size(), 2u) << e.fqn;
+  expect_matches_truth(Reader(dir, md), truth_of("t214_hfmulti_w2"));
+}
+
 TEST(DcpNewer, SafetensorsConsolidatedOutput) {
   // enable_consolidation=True: the DCP shards under sharded/, the consolidated file beside them is a
   // plain Hugging Face file (no DCP_SHARDING_INFO), not a DCP folder; read as torch's
@@ -286,7 +298,7 @@ TEST(DcpNewer, ZstdFrameCutShortIsAnError) {
 
 TEST(DcpNewerUnion, EveryNewerVariantBitExactThroughUcpUnion) {
   for (const std::string variant : {"t214_zstd_w2", "t214_plain_w2", "t214_ranklocal_w2", "t214_hf_w2",
-                                    "t26_shardprops_w2", "t26_strides6_w2"}) {
+                                    "t214_hfmulti_w2", "t26_shardprops_w2", "t26_strides6_w2"}) {
     SCOPED_TRACE(variant);
     const Case c = case_of("all_" + variant, variant);
     const auto r = union_in(c, "--input ../in/ck --output out --json");
