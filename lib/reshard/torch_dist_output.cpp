@@ -18,6 +18,7 @@
 #include "formats/universal/manifest.h"
 #include "formats/universal/state_file.h"
 #include "io/torch/torch_file.h"
+#include "parallel/mpi_session.h"
 #include "reshard/target_defaults.h"
 #include "reshard/universal_reader.h"
 
@@ -189,6 +190,8 @@ nlohmann::json torch_dist_plan_json(const LoadOptions& options) {
 
 LoadSummary run_torch_dist_load(const LoadOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (parallel::MpiSession::get().size() > 1)
+    throw UsageError("--format torch_dist is written by one process (no MPI split yet): run ucp-load without mpirun");
   refuse_output_over_input(options.output, "--output", options.input, "--input");
   const TdPrepared p = prepare_torch_dist(options);
   // tp, pp, ep and dtype taken from the source are said by the tool (describe_source_defaults); DP here.
