@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "core/confine.h"
 #include "core/error.h"
 #include "io/torch/verify.h"
 #include "parallel/mpi_session.h"
@@ -43,6 +44,8 @@ Result run_ucp_union_names(const UcpConvertOptions& c, const UcpNamesOptions& n)
   o.reporter = console_reporter();
   std::string family;
   o.family = &family;
+  refuse_output_over_input(c.output, "--output", c.input, "--input");
+  if (!n.template_dir.empty()) refuse_output_over_input(c.output, "--output", n.template_dir, "--template");
   to_universal::RunSummary s;
   if (to_universal::is_universal_folder(c.input)) {
     if (!c.convert.patterns_file.empty())

@@ -175,6 +175,8 @@ TEST(MegatronCoreNamesRefusals, WrongInputsAndOptionsAreRefusedAndNothingIsWritt
   EXPECT_NE(out.find("--to-names"), std::string::npos) << out;
   EXPECT_EQ(in(dir, kBin + "/ucp-union --input ds --output x --model-map m.json", &out), 2) << out;
   EXPECT_EQ(in(dir, kBin + "/ucp-union --input ds --output x --to-names megatron-core --dry-run", &out), 2) << out;
+  EXPECT_EQ(in(dir, kBin + "/ucp-union --input ds --output ds/x --to-names megatron-core", &out), 2) << out;
+  EXPECT_FALSE(fs::exists(dir / "ds" / "x"));
   // A Megatron-DeepSpeed-named folder has no way back to take.
   EXPECT_EQ(in(dir, kBin + "/ucp-union --input ds --output x --to-names megatron-deepspeed", &out), 1) << out;
   EXPECT_NE(out.find("already has Megatron-DeepSpeed names"), std::string::npos) << out;
