@@ -23,7 +23,8 @@ for v in t214_zstd_w2 t214_plain_w2; do
   printf '%s (torch 2.14.1 FileSystemReader): ' "$v"
   py $OV -c "import dcp214_shim, runpy, sys; sys.argv = ['dcp_ref.py', '/lab/h30d/check/$v', '--out', '/tmp/ref_$v', '--truth', '/lab/h30d/check/$v.truth']; runpy.run_path('/torch2lab/dcp_ref.py', run_name='__main__')"
 done
-for v in t214_hf_w2:t214_hf_w2 t214_hfcons_w2/sharded:t214_hfcons_w2 t214_hfcons_w2:t214_hfcons_w2; do
+for v in t214_hf_w2:t214_hf_w2 t214_hfmulti_w2:t214_hfmulti_w2 t214_hfcons_w2/sharded:t214_hfcons_w2 \
+         t214_hfcons_w2:t214_hfcons_w2; do
   ck=${v%%:*}; tr=${v##*:}
   printf '%s (torch 2.14.1 HuggingFaceStorageReader): ' "$ck"
   py $OV -c "
