@@ -271,6 +271,26 @@ TEST(McoreTorchDistLoad, DirectFromATorchDistInputThroughAScratchUniversalFolder
   EXPECT_EQ(left, std::set<std::string>{"td"});
 }
 
+TEST(McoreTorchDistInfo, UcpInfoDescribesAFolderASaveRootAndTheUniversalFolder) {
+  const Scratch s = scratch("info");
+  const auto info = nlohmann::json::parse(run(s, "ucp-info", rel(s, kMcoreData + "/gpt_tp2_pp2/dp_reshardable") + " --json").out);
+  EXPECT_EQ(info["kind"], "torch_dist");
+  EXPECT_EQ(info["tensors"], 23);  // per layer, not the stored stacks and buckets
+  EXPECT_EQ(info["dcp"]["megatron_core"]["optimizer_format"], "dp_reshardable");
+  EXPECT_EQ(info["dcp"]["megatron_core"]["iteration"], 2);
+  union_of(s, "moe_ep2", "fully_reshardable", "u");
+  ASSERT_EQ(run(s, "ucp-load", "--input u --format torch_dist --output td").rc, 0);
+  const auto root = nlohmann::json::parse(run(s, "ucp-info", "td --json").out);  // a save root
+  EXPECT_EQ(root["kind"], "torch_dist");
+  EXPECT_EQ(root["tensors"], 24);
+  EXPECT_EQ(root["dcp"]["megatron_core"]["optimizer_format"], "fully_reshardable");
+  const auto r = run(s, "ucp-info", "u --json");
+  const auto uni = nlohmann::json::parse(r.out);
+  EXPECT_EQ(uni["kind"], "universal");
+  EXPECT_EQ(uni["tensors"], 24);
+  EXPECT_EQ(r.rc, 0) << r.err;
+}
+
 // Damage: one line on stderr naming `file` and `cause`, exit 1, and nothing but `keep` left in s.work.
 void expect_refused(const Scratch& s, const ucpkit::testing::SplitResult& r, const std::string& file,
                     const std::string& cause, const std::set<std::string>& keep) {
