@@ -10,6 +10,7 @@
 #include <cctype>
 #include <filesystem>
 #include <map>
+#include <ostream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -43,6 +44,9 @@ struct Case {
   const char* family;   // the shipped map ucp-union picks
   int dp;               // the source's DP (ucp-load needs it; the rest defaults to the source)
 };
+
+// Test listings name the fixture (not the struct's bytes).
+void PrintTo(const Case& c, std::ostream* os) { *os << c.fixture; }
 
 class MegatronCoreNames : public ::testing::TestWithParam<Case> {};
 
