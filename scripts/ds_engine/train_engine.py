@@ -15,14 +15,17 @@ accelerator/ and op_builder/ placed as setup.py places them) and version.txt (re
 version: a bare tree records ds_version 0.0.0, which DeepSpeed's own ZeRO load refuses).
 Usage:
   DS_SRC=... train_engine.py OUT --kind dense [--world 2] [--zero 1] [--steps 3]          (train, save OUT/)
-  DS_SRC=... train_engine.py OUT2 --kind dense --world 4 --resume CKPT [--universal]      (load, record, resave)
+  DS_SRC=... train_engine.py OUT2 --kind dense --world 4 --resume CKPT [--universal]      (load, record, train on)
 --resume loads CKPT (native; with --universal DeepSpeed's own universal path: "checkpoint":
 {"load_universal": true}, CKPT/latest_universal), writes OUT2/loaded/state_rank<R>.pt, trains --after steps (1)
 and writes OUT2/after/state_rank<R>.pt; compare two such records with tests/load/engine_state.py same.
-Every rank writes OUT/<truth|loaded>/state_rank<R>.pt: {"step": Adam's step, "global_steps": engine's,
-"params": {global name: {"weight", "fp32", "exp_avg", "exp_avg_sq"}}} through DeepSpeed's own accessors
-deepspeed.utils.safe_get_full_fp32_param / safe_get_full_optimizer_state (deepspeed/utils/tensor_fragment.py),
-experts under their global names (expert index ep_rank * experts/ep + local)."""
+  DS_SRC=... train_engine.py OUT --kind pipe --pp P --world P --partition-method M --parts
+                                  (DeepSpeed's own PipelineModule partition, one JSON line; nothing trained)
+Every rank writes OUT/<truth|loaded|after>/state_rank<R>.pt: {"step": Adam's step, "global_steps": engine's,
+"params": {global name: {"weight", "fp32", "exp_avg", "exp_avg_sq"}}}: moments through DeepSpeed's
+deepspeed.utils.safe_get_full_optimizer_state (deepspeed/utils/tensor_fragment.py), the fp32 master from ZeRO's
+own flat partition (full_master), experts under their global names (expert index ep_rank * experts/ep + local).
+Run on both lines by make_fixtures.sh (the fixtures) and resume_compare.sh (engine resumes, issue 33)."""
 import argparse
 import os
 import re
@@ -222,7 +225,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=16)
     ap.add_argument("--port", type=int, default=29517)
     ap.add_argument("--resume", help="a checkpoint folder to load_checkpoint; the state each rank then holds goes "
-                    "to OUT/loaded/ (no save)")
+                    "to OUT/loaded/ (then --after steps; no save)")
     ap.add_argument("--after", type=int, default=1, help="with --resume: train this many steps after loading and "
                     "record the state then in OUT/after/ (the same data as any other resume at this world size)")
     ap.add_argument("--parts", action="store_true", help="pipe: print DeepSpeed's partition of the layer list "
