@@ -13,7 +13,8 @@
 # Usage: DS014=/tmp/ds0145 DS019=/lab/ds0195 [TRIXIE=/opt/trixie] resume_compare.sh BUILD_DIR [LINES] [KINDS]
 #   LINES defaults to "0.14 0.19", KINDS to "dense pipe moe". One line per check:
 #   resume_compare: <line> <kind> <target> <what>: <engine_state.py's line>
-# For MoE also DeepSpeed's load_universal of ucp-union's universal folder (the folder ucp-union no longer tags
+# For MoE also: a pec-restore (K = 1) of the fixture's chain loaded by the engine, its state equal to the
+# restored folder's universal form; and DeepSpeed's load_universal of ucp-union's universal folder (the folder ucp-union no longer tags
 # latest_universal for native MoE; tagged here by hand), against the source state.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -76,6 +77,20 @@ for line in $lines; do
     if ds_universal "$line" "$base/dsu" > "$base/dsu.log" 2>&1; then ds_ok=1; else ds_ok=0; say "$line $kind: ds_to_universal failed: $(grep -a Error "$base/dsu.log" | tail -1)"; fi
     if [ $kind = moe ]; then  # DeepSpeed's load_universal of ucp-union's folder (tagged latest_universal by hand)
       mkdir -p "$base/uu" && cp -r "$base/u" "$base/uu/global_step3_universal" && echo global_step3_universal > "$base/uu/latest_universal"
+    fi
+    if [ $kind = moe ]; then  # PEC: the chain (steps 1, 2 and the fixture's 3) stored with K = 1, step 3 restored, loaded by the engine
+      for s in 1 2 3; do
+        ck=$src; [ "$s" -lt 3 ] && ck=$src/chain/step$s
+        "$bin/pec-save" -q --checkpoint "$ck" --store "$base/pec_store" --step "$s" --policy sequential --k 1
+      done
+      "$bin/pec-restore" -q --store "$base/pec_store" --output "$base/pec_out" --report "$base/pec_out.json" 2>/dev/null
+      "$bin/ucp-union" -q --input "$base/pec_out" --output "$base/pec_u" 2>/dev/null
+      steps=$($py -c "import json, sys; print(sorted({e['restored_step'] for e in json.load(open(sys.argv[1]))['experts']}))" "$base/pec_out.json")
+      if engine "$line" train_engine.py "$base/r_pec" --kind moe --after 0 --resume "$base/pec_out" > "$base/r_pec.log" 2>&1; then
+        say "$line moe pec-restore (experts from steps $steps) loaded by the engine vs its universal form: $($py "$state" union "$base/pec_u" "$base/r_pec/loaded")"
+      else
+        say "$line moe pec-restore: engine load failed: $(grep -a Error "$base/r_pec.log" | tail -1)"
+      fi
     fi
     for t in "${targets[@]}"; do
       IFS='|' read -r name load_args engine_args <<< "$t"
