@@ -10,6 +10,7 @@
 
 #include "core/atomic_file.h"
 #include "core/confine.h"
+#include "core/crc32.h"
 #include "core/error.h"
 #include "core/staging.h"
 #include "formats/dcp/writer.h"
@@ -220,6 +221,12 @@ LoadSummary run_torch_dist_load(const LoadOptions& options) {
     const std::string path = confined_path(p.dir, it->second.file, p.manifest_path, e.name + " " + state + " file").string();
     Tensor t = formats::universal::read_state_file(load_torch(path), path).param.contiguous();
     if (t.shape() != e.shape) fail(path, "shape differs from the manifest's");
+    if (options.verify && it->second.crc32) {  // manifest.json's crc32 of the tensor's elements
+      const uint32_t crc = crc32_parallel(t.contiguous_bytes());
+      if (crc != *it->second.crc32)
+        fail(path, "checksum mismatch: crc32 " + formats::universal::crc32_text(crc) + ", " + p.manifest_path +
+                       " records " + formats::universal::crc32_text(*it->second.crc32));
+    }
     read += t.nbytes();
     if (t.dtype() != DType::Float32) t = t.to(DType::Float32);
     if (dtype != DType::Float32) {

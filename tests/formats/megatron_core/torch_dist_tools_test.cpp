@@ -346,6 +346,17 @@ TEST(McoreTorchDistDamage, UniversalFolderMissingALayerLeavesTheStackUncoveredAn
                  "decoder.layers.mlp.linear_fc2.weight has no parameter for layer 1", {"u"});
 }
 
+TEST(McoreTorchDistDamage, AStateFileOtherThanTheManifestsChecksumIsRefused) {
+  const Scratch s = scratch("damage_crc");
+  union_of(s, "gpt_tp2_pp2", "fully_reshardable", "u");
+  auto m = manifest_of(s.work + "/u");
+  for (auto& e : m["params"])
+    if (e["name"] == "decoder.layers.1.mlp.linear_fc2.weight") e["states"]["exp_avg"]["crc32"] = "00000000";
+  std::ofstream(s.work + "/u/manifest.json", std::ios::trunc) << m.dump(1);
+  expect_refused(s, run(s, "ucp-load", "--input u --format torch_dist --dp 1 --output td"),
+                 "u/zero/decoder.layers.1.mlp.linear_fc2.weight/exp_avg.pt", "checksum mismatch", {"u"});
+}
+
 TEST(McoreTorchDistDamage, UniversalFolderWithoutCommonStateIsRefusedByName) {
   const Scratch s = scratch("damage_common");
   union_of(s, "moe_ep2", "fully_reshardable", "u");
