@@ -38,6 +38,7 @@ int sh(const std::string& cmd, std::string* out = nullptr) { return ucpkit::test
 
 struct Target {
   std::string name, args;  // ucp-load's arguments beyond --input / --output
+  std::string groups;      // MoE: the engine's param groups (name, moe) in the written shard ("": not checked)
 };
 struct Case {
   std::string fixture;  // tests/generator/engine/<fixture>
@@ -65,6 +66,15 @@ TEST_P(EngineFixture, UnionEqualsTheEngineStateAndLoadsRoundTrip) {
     ASSERT_EQ(sh(cd + kBin + "/ucp-load -q --input u --output " + t.name + " " + t.args, &out), 0) << out;
     ASSERT_EQ(sh(cd + kBin + "/ucp-union -q --input " + t.name + " --output " + t.name + "_u", &out), 0) << out;
     back += " " + t.name + "_u";
+    if (!t.groups.empty()) {  // the tutorial's groups kept, the expert group renamed for the target EP
+      const std::string py =
+          "import sys; sys.path.insert(0, '" + kSrc + "/tests/generator'); import dsgen, torch; "
+          "o = torch.load(sys.argv[1])['optimizer_state_dict']; "
+          "print([(g['name'], g.get('moe', False)) for g in o['base_optimizer_state']['param_groups']])";
+      EXPECT_EQ(sh(cd + kPy + " -c \"" + py + "\" " + t.name + "/global_step3/zero_pp_rank_0_mp_rank_00_optim_states.pt", &out),
+                0) << out;
+      EXPECT_EQ(out, t.groups);
+    }
   }
   if (!c.targets.empty()) {  // tests/load/same_universal.py both ways for every target, in one process
     EXPECT_EQ(sh(cd + kPy + " " + kState + " roundtrip u" + back, &out), 0) << out;
@@ -79,7 +89,9 @@ const std::vector<Target> kDenseTargets = {{"dp4", "--dp 4"}, {"zero2", "--dp 2 
 // The pipe engine takes ZeRO 0-1 only (pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
 // parallelism"): another DP and another PP.
 const std::vector<Target> kPipeTargets = {{"dp4", "--dp 4"}, {"pp1_dp2", "--pp 1 --dp 2"}, {"pp3", "--pp 3 --dp 1"}};
-const std::vector<Target> kMoeTargets = {{"dp4", "--dp 4"}, {"zero2", "--dp 2 --zero-stage 2"}, {"ep4", "--dp 4 --ep 4"}};
+const std::vector<Target> kMoeTargets = {{"dp4", "--dp 4", "[('parameters', False), ('ep_size_2', True)]\n"},
+                                         {"zero2", "--dp 2 --zero-stage 2", "[('parameters', False), ('ep_size_2', True)]\n"},
+                                         {"ep4", "--dp 4 --ep 4", "[('parameters', False), ('ep_size_4', True)]\n"}};
 
 INSTANTIATE_TEST_SUITE_P(
     RealEngine, EngineFixture,
