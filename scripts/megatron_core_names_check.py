@@ -1,0 +1,79 @@
+"""Outside CI (issue 30 part B): Megatron-Core's own reader on a torch_dist save that ucpkit made from a
+Megatron-DeepSpeed checkpoint (ucp-union --to-names megatron-core, then ucp-load --format torch_dist), compared
+with the generator's truth of that checkpoint. Run by scripts/megatron_core_names_verify.sh in the torch2lab
+chroot (torch 2.6, safetensors):
+
+    python3 megatron_core_names_check.py <megatron truth dir> <dsgen truth dir> <generator dir>
+
+<megatron truth dir>: `mcore_ckpt.py truth` output (dist_checkpointing.load_plain_tensors, Megatron's own
+reader: tensors.safetensors); every optimizer state (param = fp32 master, exp_avg, exp_avg_sq) must equal the
+truth bit for bit, and every model weight the fp32 master rounded to bf16, with the fused QKV read as
+Megatron-Core reads it (attention.py:1860-1900 at core_v0.19.0) and the layer axis of stacked keys.
+Exit 0 when all equal."""
+import json
+import os
+import sys
+
+import torch
+from safetensors.torch import load_file
+
+sys.path.insert(0, sys.argv[3])
+import dsgen  # noqa: E402,F401  (DeepSpeed stand-ins for the truth files' SubparamShape)
+
+
+def main():
+    mtruth, dtruth = sys.argv[1], sys.argv[2]
+    t = load_file(os.path.join(mtruth, "tensors.safetensors"))
+    meta = json.load(open(os.path.join(dtruth, "meta.json")))
+    cfg = meta["model"]
+    heads, groups, hd = cfg["heads"], cfg["kv_heads"], cfg["hidden"] // cfg["heads"]
+    names = {
+        "input_layernorm.weight": "self_attention.linear_qkv.layer_norm_weight",
+        "self_attention.query_key_value.weight": "self_attention.linear_qkv.weight",
+        "self_attention.dense.weight": "self_attention.linear_proj.weight",
+        "post_attention_layernorm.weight": "mlp.linear_fc1.layer_norm_weight",
+        "mlp.dense_h_to_4h.weight": "mlp.linear_fc1.weight",
+        "mlp.dense_4h_to_h.weight": "mlp.linear_fc2.weight",
+    }
+    top = {"language_model.embedding.word_embeddings.weight": "embedding.word_embeddings.weight",
+           "language_model.encoder.final_layernorm.weight": "decoder.final_layernorm.weight",
+           "language_model.output_layer.weight": "output_layer.weight"}
+    errors, checked = [], 0
+    for p in meta["params"]:
+        ds = p["name"]
+        if ds in top:
+            key, layer = top[ds], None
+        else:
+            parts = ds.split(".")
+            layer, local = int(parts[3]), ".".join(parts[4:])
+            key = "decoder.layers." + names[local]
+        for state, prefix in (("fp32", "optimizer.state.param."), ("exp_avg", "optimizer.state.exp_avg."),
+                              ("exp_avg_sq", "optimizer.state.exp_avg_sq."), ("fp32", "")):
+            want = torch.load(os.path.join(dtruth, "universal", "zero", ds, state + ".pt"), weights_only=False)
+            want = want["param"] if isinstance(want, dict) else want
+            got = t[prefix + key]
+            got = got[layer] if layer is not None else got
+            if local_is_qkv(ds):
+                # Megatron-Core's reading: [groups, (heads/groups + 2) * hd] -> per group q heads, k, v.
+                g = got.reshape(groups, (heads // groups + 2) * hd, -1)
+                q, k, v = torch.split(g, [heads // groups * hd, hd, hd], dim=1)
+                got = torch.cat([q.reshape(-1, g.shape[-1]), k.reshape(-1, g.shape[-1]), v.reshape(-1, g.shape[-1])])
+            if prefix == "":
+                want = want.to(torch.bfloat16)
+            if got.shape != want.shape or not torch.equal(got, want):
+                errors.append("%s%s (%s %s) differs" % (prefix, key, ds, state))
+            checked += 1
+    if errors:
+        print("\n".join(errors[:20]))
+        return 1
+    print("megatron_core_names_check: %d tensors (optimizer states and bf16 weights) as Megatron-Core reads them "
+          "equal the generator's truth" % checked)
+    return 0
+
+
+def local_is_qkv(ds):
+    return ds.endswith("self_attention.query_key_value.weight")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
