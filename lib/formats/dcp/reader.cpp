@@ -1,5 +1,5 @@
-// DCP data files: items cut out of mapped `__{rank}_{k}.distcp` files, tensor items decoded as the
-// torch.save zips they are, chunks copied into their box of the global tensor.
+// DCP data files: items cut out of mapped `__{rank}_{k}.distcp` files, tensor items decoded in place
+// as the torch.save zips they are, chunks copied as runs of bytes into the global tensor's windows.
 #include "formats/dcp/reader.h"
 
 #include <sys/mman.h>

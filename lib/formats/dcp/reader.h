@@ -1,8 +1,8 @@
 // Reads tensors out of a DCP checkpoint folder (FileSystemWriter's layout): `.metadata` plus data files
 // `__{rank}_{k}.distcp` that concatenate items with no header; a tensor item is a complete torch.save
 // zip at [offset, offset + length), a bytes item the raw bytes of torch.save(obj). One fqn or one
-// chunk at a time: a caller streaming a large checkpoint holds one tensor (or one chunk) in memory,
-// the data files stay mapped, not read.
+// chunk at a time, the data files mapped and each item's zip read in place: read_tensor holds one
+// tensor in memory, stream_tensor none (a writer's window at a time).
 #pragma once
 #include <cstdint>
 #include <map>
