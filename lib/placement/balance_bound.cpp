@@ -31,8 +31,13 @@ class AllocationCheck {
 
   // `order`: the experts in ascending share under r except those in `changed` (whose counts differ
   // from the ones `order` was sorted by); the pairing merges the two without a sort.
-  bool packable(const std::vector<int>& r, const std::vector<int>& order, std::vector<int> changed) {
+  bool packable(const std::vector<int>& r, const std::vector<int>& order, const std::vector<int>& changed) {
     if (S_ != 2) return hot_gpus_fit(r);
+    return sorted_pairing_max(r, order, changed) <= T_ * (1 + 1e-12);
+  }
+
+  // S = 2: the most loaded GPU of the sorted pairing of r.
+  double sorted_pairing_max(const std::vector<int>& r, const std::vector<int>& order, std::vector<int> changed) {
     std::sort(changed.begin(), changed.end(), [&](int a, int b) { return t_[a] * r[b] < t_[b] * r[a]; });
     changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
     groups_.clear();
@@ -44,7 +49,7 @@ class AllocationCheck {
       groups_.push_back({s, r[e]});
     }
     for (; c < changed.size(); ++c) groups_.push_back({t_[changed[c]] / r[changed[c]], r[changed[c]]});
-    return pairing_max() <= T_ * (1 + 1e-12);
+    return pairing_max();
   }
 
  private:
@@ -136,7 +141,7 @@ class AllocationCheck {
     double share;
     int total, per_gpu;
   };
-  static constexpr long long kMaxSteps = 200000;
+  static constexpr long long kMaxSteps = 50000;
   const std::vector<double>& t_;
   const int S_, f_, m_;
   const double T_;
@@ -152,7 +157,7 @@ class AllocationCheck {
 // Necessary conditions for a placement meeting f whose most loaded GPU carries at most T (equal
 // shares). false = no such placement exists. Steps (1)-(3) as numbered in the proof.
 bool equal_share_feasible(const std::vector<double>& t, double n, double m, int S, int f, double mean, double T,
-                          bool few_allocations = false) {
+                          bool few_allocations = false, double* least_pairing = nullptr, double* allocations = nullptr) {
   if (T < mean) return false;
   const int E = static_cast<int>(t.size());
   // (1) Every count has a lower bound lo_e (first f, and t_e / T: no replica carries more than T).
@@ -271,9 +276,15 @@ bool equal_share_feasible(const std::vector<double>& t, double n, double m, int 
   for (double x : lo) sum += x;
   const long long spare = std::llround(n - sum);
   if (spare < 0) return false;
-  const double most = S == 2 ? 60000 : 64;
+  // Work caps: S = 2 costs O(E) per allocation, at most min(1e5, 1.6e7 / E) of them (issue 31's
+  // 64 x 2 x 2 layer needs 45,760), S > 2 a search of up to 50,000 steps for each of at most 16.
+  const double most = S == 2 ? std::min(1e5, 1.6e7 / std::max(1, E)) : 16;
   double count = 1;
   for (long long k = 1; k <= spare && count <= most; ++k) count = count * static_cast<double>(E + k - 1) / static_cast<double>(k);
+  if (allocations) {  // only how many are left
+    *allocations = count;
+    return true;
+  }
   if (count > most) return true;  // not examined
   std::vector<int> r(E), order(E), changed;
   for (int e = 0; e < E; ++e) r[e] = static_cast<int>(lo[e]);
@@ -281,9 +292,14 @@ bool equal_share_feasible(const std::vector<double>& t, double n, double m, int 
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return t[a] * r[b] < t[b] * r[a]; });
   AllocationCheck check(t, S, f, T, static_cast<int>(m));
   bool found = false;
+  // With least_pairing (S = 2): every allocation's sorted pairing, the least one kept.
+  if (least_pairing) *least_pairing = std::numeric_limits<double>::infinity();
   auto visit = [&](auto&& self, int from, long long left) -> void {
     if (left == 0) {
-      found = check.packable(r, order, changed);
+      if (least_pairing)
+        *least_pairing = std::min(*least_pairing, check.sorted_pairing_max(r, order, changed));
+      else
+        found = check.packable(r, order, changed);
       return;
     }
     for (int e = from; e < E && !found; ++e) {
@@ -295,7 +311,7 @@ bool equal_share_feasible(const std::vector<double>& t, double n, double m, int 
     }
   };
   visit(visit, 0, spare);
-  return found;
+  return least_pairing ? true : found;
 }
 
 // With any split of the tokens: the GPUs holding e number at most r_e, so one of them carries
@@ -333,10 +349,44 @@ FtBalanceBound ft_balance_bound(const std::vector<double>& t, const Cluster& cl,
   if (total <= 0 || f < 1 || static_cast<double>(f) * static_cast<double>(t.size()) > n) return b;
   const int S = cl.slots_per_gpu;
   b.max_load_lower = lower_end([&](double T) { return equal_share_feasible(t, n, m, S, f, b.mean_load, T); }, b.mean_load);
-  // Step (5) is slow where it applies (few allocations left): a second search upward from the first
-  // one's end, to a relative 1e-9 (every end it returns is still proven).
-  b.max_load_lower = lower_end([&](double T) { return equal_share_feasible(t, n, m, S, f, b.mean_load, T, true); },
-                               b.max_load_lower, 1e-9);
+  // Step (5). S = 2: every T <= T_cap needs an allocation with r >= lo(T_cap) (the lo only fall as T
+  // grows) whose sorted pairing is <= T, so no T below min(T_cap, the least sorted pairing over
+  // those allocations) is reached. T_cap = (1 + d) x the first end for d = 0.1%, 0.15%, ... (x 1.5)
+  // while the allocations stay few, until the least pairing is within T_cap (then it is the answer
+  // for every larger T_cap too). S > 2: a second bisection from the first end to a relative 1e-7
+  // (every end it returns still fails the test).
+  const double T0 = b.max_load_lower;
+  if (S == 2) {
+    const double most = std::min(1e5, 1.6e7 / std::max<size_t>(1, t.size()));
+    auto few = [&](double cap) {
+      double count = 0;
+      return !equal_share_feasible(t, n, m, S, f, b.mean_load, cap, true, nullptr, &count) || count <= most;
+    };
+    std::vector<double> caps;
+    double d = 1e-3;
+    for (; d < 1 && few(T0 * (1 + d)); d *= 1.5) caps.push_back(T0 * (1 + d));
+    if (d < 1 && d > 1e-3) {  // the largest cap below the first with too many allocations, by bisection
+      double lo = T0 * (1 + d / 1.5), hi = T0 * (1 + d);
+      for (int i = 0; i < 20; ++i) {
+        const double mid = lo + (hi - lo) / 2;
+        (few(mid) ? lo : hi) = mid;
+      }
+      caps.push_back(lo);
+    }
+    for (const double cap : caps) {
+      double least = std::numeric_limits<double>::infinity();
+      if (!equal_share_feasible(t, n, m, S, f, b.mean_load, cap, true, &least)) {
+        b.max_load_lower = std::max(b.max_load_lower, cap);  // steps 0-4 fail at cap itself
+        continue;
+      }
+      if (least == std::numeric_limits<double>::infinity()) break;  // too many allocations: not examined
+      b.max_load_lower = std::max(b.max_load_lower, std::min(cap, least * (1 - 1e-12)));
+      if (least <= cap) break;
+    }
+  } else {
+    b.max_load_lower = lower_end([&](double T) { return equal_share_feasible(t, n, m, S, f, b.mean_load, T, true); },
+                                 T0, 1e-7);
+  }
   b.dispatch_max_load_lower = lower_end([&](double D) { return dispatch_feasible(t, n, f, b.mean_load, D); }, b.mean_load);
   b.balancedness = b.mean_load / b.max_load_lower;
   b.dispatch_balancedness = b.mean_load / b.dispatch_max_load_lower;
