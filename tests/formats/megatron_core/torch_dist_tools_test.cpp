@@ -249,6 +249,23 @@ TEST(McoreTorchDistLoad, AnotherLayoutHasTheSameValuesAndUnionsBackIdentically) 
     const auto r = run(s, "ucp-load", "--input " + tag + ".u --format torch_dist " + c.args + " --output " + tag + ".td");
     ASSERT_EQ(r.rc, 0) << r.err;
     expect_torch_dist_is_truth(s.work + "/" + tag + ".td", c.model);
+    // The common state's args name the new layout; the optimizer parts are what Megatron builds
+    // there (MoE at EP 1: one unchained part, optimizer/__init__.py:1181-1224).
+    const Checkpoint out(s.work + "/" + tag + ".td");
+    const std::string a = c.args;
+    auto arg_is = [&](const char* flag, const char* name) {
+      const auto at = a.find(flag);
+      if (at == std::string::npos) return;
+      EXPECT_EQ(out.common().arg(name)->i, std::stoll(a.substr(at + std::string(flag).size()))) << name;
+    };
+    arg_is("--tp ", "tensor_model_parallel_size");
+    arg_is("--pp ", "pipeline_model_parallel_size");
+    arg_is("--ep ", "expert_model_parallel_size");
+    arg_is("--dp ", "data_parallel_size");
+    const auto opt = out.common().root->get("optimizer");
+    ASSERT_TRUE(opt);
+    EXPECT_TRUE(opt->contains("optimizer")) << "one unchained optimizer part expected";
+    EXPECT_EQ(out.common().content_string("distrib_optim_sharding_type"), "fully_reshardable");
     // Unioned again (the save root): the same state files, the manifest's params equal.
     const std::string u2 = union_rel(s, tag + ".td", tag + ".u2");
     EXPECT_EQ(params_by_name(u), params_by_name(u2));
