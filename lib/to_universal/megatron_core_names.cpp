@@ -3,8 +3,6 @@
 // files one parameter a task into a staging folder -> write the manifest -> commit.
 #include "to_universal/megatron_core_names.h"
 
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -508,7 +506,6 @@ RunSummary to_megatron_deepspeed(const std::string& input, const std::string& ou
   out.patterns_set = ds.at("patterns").at("set");
   out.optimizer_state = m.optimizer_state;
   const std::string dir = record.value("model_files_dir", std::string(kModelFilesDir));
-  (void)template_named_ds;
   for (const auto& f : ds.at("model_files")) {
     const std::string name = f.get<std::string>();
     copy_counted((facts_dir / dir / name).string(), (staged / name).string(), c);
