@@ -83,7 +83,7 @@ inline void for_each_random_case(const std::function<void(const RandomCase&)>& v
 }
 
 // The wider set: 12 more clusters from 2 x 8 x 2 to 128 x 8 x 4 (S = 2 to 6, the tight S = 2 ones
-// included), 5 shapes, f = 1..min(3, nodes), another seed: 174 cases of 2 layers.
+// included), 5 shapes, f = 1..min(3, nodes), another seed: 175 cases of 2 layers.
 inline void for_each_wider_case(const std::function<void(const RandomCase&)>& visit) {
   std::mt19937 rng(3131);
   struct Shape3 {
