@@ -75,7 +75,8 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
   p.manifest_path = (fs::path(o.input) / formats::universal::kUniversalManifestName).string();
   if (!fs::exists(p.manifest_path))
     throw Error(o.input + ": no " + std::string(formats::universal::kUniversalManifestName) +
-                " (--format torch_dist reads a Megatron-Core-named universal folder, or a torch_dist / DCP checkpoint)");
+                ": --format torch_dist reads a Megatron-Core-named universal folder (a torch_dist or DCP input is "
+                "converted into one by a real run, not by --plan / --dry-run: ucp-union it first)");
   p.manifest = formats::universal::read_universal_manifest(p.manifest_path);
   const std::string common_path = (fs::path(o.input) / kCommonStateFile).string();
   if (!fs::exists(common_path))
