@@ -348,6 +348,23 @@ TEST(McoreTorchDistDamage, UnknownKeyIsNamedAndNothingIsLeft) {
   expect_refused(s, run(s, "ucp-union", "--input in --output u"), "in/.metadata", "unknown key", {"in"});
 }
 
+TEST(McoreTorchDistDamage, AChunkSetThatDoesNotCoverItsTensorIsNamedAndNothingIsLeft) {
+  const Scratch s = scratch("damage_cover");
+  const std::string d = copy_into_work(s, "gpt_tp2_pp2", "fully_reshardable", "in");
+  std::string md = ucpkit::testing::slurp(d + "/.metadata");
+  // optimizer.state.exp_avg.decoder.final_layernorm.weight [16], one chunk: in the pickle its global
+  // size (BININT1 16), then its chunk's offsets (0) and sizes (16); the chunk's size becomes 8.
+  const size_t key = md.find("optimizer.state.exp_avg.decoder.final_layernorm.weight");
+  ASSERT_NE(key, std::string::npos);
+  const size_t global = md.find(std::string("K\x10", 2), key);
+  const size_t offsets = md.find(std::string("K\x00", 2), global + 2);
+  const size_t sizes = md.find(std::string("K\x10", 2), global + 2);
+  ASSERT_TRUE(global != std::string::npos && offsets < sizes && sizes != std::string::npos && sizes - key < 200);
+  md[sizes + 1] = '\x08';
+  std::ofstream(d + "/.metadata", std::ios::binary | std::ios::trunc) << md;
+  expect_refused(s, run(s, "ucp-union", "--input in --output u"), "in/.metadata", "leave a gap", {"in"});
+}
+
 TEST(McoreTorchDistDamage, UniversalFolderMissingALayerLeavesTheStackUncoveredAndIsRefused) {
   const Scratch s = scratch("damage_layer");
   union_of(s, "gpt_tp2_pp2", "fully_reshardable", "u");
