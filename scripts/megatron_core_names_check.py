@@ -8,7 +8,8 @@ chroot (torch 2.6, safetensors):
 <megatron truth dir>: `mcore_ckpt.py truth` output (dist_checkpointing.load_plain_tensors, Megatron's own
 reader: tensors.safetensors); every optimizer state (param = fp32 master, exp_avg, exp_avg_sq) must equal the
 truth bit for bit, and every model weight the fp32 master rounded to bf16, with the fused QKV read as
-Megatron-Core reads it (attention.py:1860-1900 at core_v0.19.0) and the layer axis of stacked keys.
+Megatron-Core reads it (attention.py:1860-1900 at core_v0.19.0), the layer axis of stacked keys, and the
+vocabulary tensors' padded rows zeros.
 Exit 0 when all equal."""
 import json
 import os
@@ -60,6 +61,10 @@ def main():
                 got = torch.cat([q.reshape(-1, g.shape[-1]), k.reshape(-1, g.shape[-1]), v.reshape(-1, g.shape[-1])])
             if prefix == "":
                 want = want.to(torch.bfloat16)
+            if p.get("vocab"):  # Megatron's padded rows (zeros) after the truth's rows
+                if got.shape[0] != meta["padded_vocab"] or torch.any(got[want.shape[0]:] != 0):
+                    errors.append("%s%s: padded rows are not %d zero rows" % (prefix, key, meta["padded_vocab"]))
+                got = got[:want.shape[0]]
             if got.shape != want.shape or not torch.equal(got, want):
                 errors.append("%s%s (%s %s) differs" % (prefix, key, ds, state))
             checked += 1

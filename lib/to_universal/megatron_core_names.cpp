@@ -55,6 +55,7 @@ struct Job {
   std::string name;          // the output name
   mc::MapLayout layout = mc::MapLayout::Identity;
   bool regroup_qkv = false;  // [Q; K; V] <-> per-group rows
+  int64_t pad_rows = 0;      // vocabulary rows to Megatron's padded size (zeros; cut on the way back)
   uv::UniversalParam out;    // the output entry (states' crc32 filled when written)
 };
 
@@ -234,6 +235,7 @@ ForwardPlan plan_forward(const fs::path& in, const std::string& map_file, std::s
     const auto tc = formats::deepspeed::training_config(f.model_states);
     if (tc.dtype) model_dtype = dtype_name(*tc.dtype);
   }
+  const int64_t padded_vocab = f.model_states ? mc::padded_vocab_size(f.model_states) : 0;
   std::vector<Job>& jobs = f.jobs;
   std::optional<mc::QkvShape>& qkv = f.qkv;
   std::map<std::string, std::string> taken;  // output name -> input name
@@ -252,9 +254,14 @@ ForwardPlan plan_forward(const fs::path& in, const std::string& map_file, std::s
       if (m.model_files.empty()) throw Error(mfile + ": no model file copy to read the attention heads from");
       qkv = qkv_shape((in / m.model_files.front()).string(), p.shape.empty() ? 0 : p.shape[0]);
     }
+    // Vocabulary tensors get Megatron's padded rows back (zeros, as DeepSpeed's universal loader pads):
+    // a Megatron-Core-named folder keeps them as Megatron stores them (docs/formats-megatron-core.md).
+    if (p.vocab_tensor && padded_vocab > 0 && !p.shape.empty() && p.shape[0] < padded_vocab)
+      j.pad_rows = padded_vocab - p.shape[0];
     uv::UniversalParam& e = j.out;
     e.name = j.name;
     e.shape = p.shape;
+    if (j.pad_rows) e.shape[0] += j.pad_rows;
     e.dtype = model_dtype ? model_dtype : p.dtype;
     e.step = p.step;
     e.vocab_tensor = p.vocab_tensor;
@@ -323,6 +330,11 @@ RunSummary to_megatron_core(const std::string& input, const std::string& output,
       state_files.insert(fs::path(file.file).filename().string());
       Tensor t = read_param(in, file.file, c);
       if (j.regroup_qkv) t = mc::qkv_split_to_grouped(t, *qkv);
+      if (j.pad_rows) {
+        std::vector<int64_t> pad = t.shape();
+        pad[0] = j.pad_rows;
+        t = cat({t, Tensor::zeros(t.dtype(), pad)}, 0);
+      }
       const std::string path = (staged / j.out.states[state].file).string();
       uv::StateFile sf;
       sf.param = t;
@@ -467,7 +479,7 @@ RunSummary to_megatron_deepspeed(const std::string& input, const std::string& ou
       if (j.out.vocab_tensor && t.dim() == static_cast<int64_t>(j.out.shape.size()) && t.dim() > 0 &&
           t.shape()[0] > j.out.shape[0] &&
           std::equal(t.shape().begin() + 1, t.shape().end(), j.out.shape.begin() + 1))
-        t = t.narrow(0, 0, j.out.shape[0]).contiguous();
+        t = t.narrow(0, 0, j.out.shape[0]).contiguous(true);  // its own storage: the file holds only these rows
       if (t.shape() != j.out.shape)
         throw Error((in / from->second.file).string() + ": shape " + shape_str(t.shape()) + ", the Megatron-DeepSpeed "
                     "parameter '" + j.name + "' is " + shape_str(j.out.shape));

@@ -59,4 +59,10 @@ ValuePtr common_state_from_deepspeed(const ValuePtr& model_states, const std::st
   return root;
 }
 
+int64_t padded_vocab_size(const ValuePtr& model_states) {
+  const ValuePtr args = pickle::entry_of(model_states, "args");
+  const ValuePtr v = args && args->is(Kind::Object) ? args->attr("padded_vocab_size") : nullptr;
+  return v && v->is(Kind::Int) ? v->i : 0;
+}
+
 }  // namespace ucpkit::formats::megatron_core

@@ -6,6 +6,9 @@
 // checkpoint_version 3.0, the iteration, and the optimizer's param_groups (without params, the step of
 // the universal folder in each) in the place Megatron-Core's save keeps them.
 #pragma once
+#include <cstdint>
+#include <string>
+
 #include "io/pickle/value.h"
 
 namespace ucpkit::formats::megatron_core {
@@ -15,5 +18,9 @@ namespace ucpkit::formats::megatron_core {
 // none). Throws Error naming `model_file` when it has no Megatron args.
 pickle::ValuePtr common_state_from_deepspeed(const pickle::ValuePtr& model_states, const std::string& model_file,
                                              const pickle::ValuePtr& optimizer_state, const pickle::ValuePtr& step);
+
+// Megatron's padded vocabulary size from a Megatron-DeepSpeed model-states root's args (the rows of a
+// Megatron-Core word embedding / output layer at the source's TP); 0 when args does not say.
+int64_t padded_vocab_size(const pickle::ValuePtr& model_states);
 
 }  // namespace ucpkit::formats::megatron_core

@@ -9,7 +9,8 @@ Megatron-Core's own module tree and attention code (not from patterns/megatron-c
   transformer/attention.py linear_qkv / linear_proj; transformer/mlp.py linear_fc1 / linear_fc2;
   transformer/moe/router.py:61 router weight [experts, hidden]; transformer_block.py final_layernorm;
   gpt_model.py output_layer), one name per layer and global expert (docs/formats-megatron-core.md);
-* values: every state (fp32, exp_avg, exp_avg_sq) equal to the truth bit for bit; the fused QKV read the
+* values: every state (fp32, exp_avg, exp_avg_sq) equal to the truth bit for bit (vocabulary tensors
+  padded with zero rows to Megatron's padded size, as Megatron-Core stores them); the fused QKV read the
   way Megatron-Core's get_query_key_value_tensors reads it (attention.py:1860-1900: rows viewed as
   [groups, (heads/groups + 2) * head_dim], split into heads/groups query heads, one key, one value head)
   gives the truth's query, key and value heads (dsgen's [Q; K; V], models.py sub-params (q, kv, kv)).
@@ -110,6 +111,12 @@ def main():
                 q, k, v = torch.split(t, [cfg["heads"] * hd, cfg["kv_heads"] * hd, cfg["kv_heads"] * hd], dim=0)
                 mq, mk, mv = megatron_core_qkv_split(m, cfg["heads"], cfg["kv_heads"])
                 same = all(torch.equal(a, b) for a, b in ((q, mq), (k, mk), (v, mv)))
+            elif p.get("vocab"):
+                # Megatron's padded vocabulary rows (the generator's padded_vocab, Megatron's
+                # _vocab_size_with_padding at the source TP), zeros after the truth's rows.
+                rows = t.shape[0]
+                same = (m.shape[0] == meta["padded_vocab"] and torch.equal(m[:rows], t)
+                        and not torch.any(m[rows:] != 0))
             else:
                 same = t.shape == m.shape and torch.equal(t, m)
             if not same:
