@@ -258,7 +258,7 @@ std::vector<LaidOutFile> DeepSpeedWriter::layer_files(int mp, const std::string&
   std::vector<LaidOutFile> out;
   for (const auto& lf : mr.layers) {
     LaidOutFile& f = out.emplace_back();
-    f.path = (fs::path(dir) / formats::deepspeed::layer_states_name(lf.layer, mr.tp_rank)).string();
+    f.path = (fs::path(dir) / formats::deepspeed::layer_states_name(lf.layer, mr.tp_rank, plan_.layer_model_axis)).string();
     f.root = Value::dict(true);
     for (const auto& [local, where] : lf.entries)
       f.root->set_item(local, Value::of_tensor(low_precision_slice(mr.groups.at(where.first).slots.at(where.second),

@@ -232,6 +232,7 @@ ModelInfo source_model_info(const UniversalMeta& meta, const formats::universal:
   m.source_dp = src.dp;
   m.source_ep = src.ep;
   m.pipeline = src.pipeline;
+  m.layer_model_axis = src.layer_model_axis;
   m.tag = src.tag.value_or(m.tag);
   m.data_before_expert = src.data_before_expert.value_or(false);
   m.ds_line = src.ds_line;

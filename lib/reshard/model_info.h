@@ -57,6 +57,7 @@ struct ModelInfo {
   int64_t vocab_multiple = 1;           // padded vocab = multiple of vocab_multiple * tp
   bool vocab_multiple_ambiguous = false;  // inferred, and a smaller multiple fits the source as well
   bool pipeline = false;                // names of a PipelineModule (layer files, module = None)
+  bool layer_model_axis = true;         // the source's layer files named -model_TT- (source.layer_model_axis)
   bool tied_copy_first = formats::deepspeed::kTiedModulesFirst;  // last stage lists the tied copies before its own params
   int tied_head_layer = -1;             // layer index of the last stage's tied copy
   formats::deepspeed::PipelineNumbering numbering;  // pipeline sources: which layer_NN holds what

@@ -104,6 +104,7 @@ formats::deepspeed::TargetFiles UcpInfo::files(bool native_moe) const {
   f.zero3 = target.zero_stage == 3;
   f.bf16 = target.dtype == DType::BFloat16;  // optim_file's prefix
   f.native_moe = native_moe;
+  f.layer_model_axis = layer_model_axis;
   for (const auto& mr : mp_ranks) {
     auto& r = f.mp_ranks.emplace_back();
     for (const auto& lf : mr.layers) r.layers.push_back(lf.layer);
@@ -540,6 +541,7 @@ UcpInfo ucp_info(const ModelInfo& m, const TargetLayout& target) {
   UcpInfo info;
   info.target = target;
   info.data_before_expert = m.data_before_expert;
+  info.layer_model_axis = m.layer_model_axis || target.tp > 1;
   info.padded_vocab = m.original_vocab > 0 ? pad_vocab(m.original_vocab, m.vocab_multiple, target.tp) : 0;
   const int P = target.pp;
   auto stages = assign_stages(m, target, info.padded_vocab);
@@ -605,7 +607,7 @@ nlohmann::json UcpInfo::to_json(const ModelInfo& m) const {
     if (!mr.layers.empty()) {
       auto& layers = x["layer_files"] = nlohmann::json::array();
       for (const auto& lf : mr.layers) {
-        const std::string buf = formats::deepspeed::layer_states_name(lf.layer, mr.tp_rank);
+        const std::string buf = formats::deepspeed::layer_states_name(lf.layer, mr.tp_rank, layer_model_axis);
         nlohmann::json names = nlohmann::json::array();
         for (const auto& e : lf.entries) names.push_back(e.first);
         layers.push_back({{"file", buf}, {"layer", lf.layer}, {"params", names}});

@@ -134,6 +134,9 @@ struct UcpInfo {
   // Native MoE: (ep_rank, expert-DP rank) of DP rank d.
   std::pair<int, int> ep_coords(int dp_rank) const;
   bool data_before_expert = false;
+  // Layer files named -model_TT-: always with TP > 1, else as the source named them (a PipelineModule
+  // on DeepSpeed's default PipeDataParallelTopology writes layer_LL-model_states.pt).
+  bool layer_model_axis = true;
   // Megatron's rank order: tp fastest, then dp, then pp.
   int global_rank(int pp_rank, int dp_rank, int tp_rank) const;
   nlohmann::json to_json(const ModelInfo& model) const;

@@ -289,6 +289,7 @@ nlohmann::json zero12_source_json(const formats::deepspeed::DeepSpeedLayout& L, 
                            {"num_experts", model.num_experts}, {"expert_files", L.expert_files.size()}};
   if (!numbering.is_null()) source["pipeline_numbering"] = numbering;
   if (!layer_keys.is_null()) source["layer_keys"] = layer_keys;
+  if (L.pipeline && !L.layer_model_axis) source["layer_model_axis"] = false;  // recorded only when not the usual
   if (native_moe) source["ds_line"] = formats::deepspeed::detect_moe_version_line(model.facts).name;
   if (!model.autoep.empty()) {
     source["autoep"] = formats::deepspeed::autoep_layers_json(model.autoep);

@@ -81,7 +81,9 @@ std::string optim_states_name(int dp, int mp, bool bf16) {
   return std::string(bf16 ? "bf16_" : "") + "zero_pp_rank_" + std::to_string(dp) + "_mp_rank_" + two(mp) +
          "_optim_states.pt";
 }
-std::string layer_states_name(int layer, int tp) { return "layer_" + two(layer) + "-model_" + two(tp) + "-model_states.pt"; }
+std::string layer_states_name(int layer, int tp, bool model_axis) {
+  return "layer_" + two(layer) + (model_axis ? "-model_" + two(tp) : std::string()) + "-model_states.pt";
+}
 std::string expert_states_name(int moe_layer, int expert, int mp) {
   return "layer_" + std::to_string(moe_layer) + "_expert_" + std::to_string(expert) + "_mp_rank_" + two(mp) +
          "_model_states.pt";
@@ -104,7 +106,7 @@ std::vector<std::string> expected_model_files(const TargetFiles& t, int mp, cons
   if (t.zero3) return out;
   out.push_back(model_states_name(mp));
   const auto& r = t.mp_ranks.at(static_cast<size_t>(mp));
-  for (int layer : r.layers) out.push_back(layer_states_name(layer, mp % t.tp));
+  for (int layer : r.layers) out.push_back(layer_states_name(layer, mp % t.tp, t.layer_model_axis));
   for (const auto& [moe_layer, expert] : r.experts) out.push_back(expert_states_name(moe_layer, expert, mp));
   if (t.native_moe)
     for (auto& f : expected_expert_optim_files(t.ep, mp, line)) out.push_back(std::move(f));
@@ -137,6 +139,7 @@ struct FoundFiles {
   std::map<std::pair<int, int>, std::string> layers;              // (layer, tp)
   std::map<std::pair<int, int>, std::string> expp;                // (ep_rank, mp)
   std::set<int> layer_tps;
+  bool layer_with_axis = false, layer_without_axis = false;  // -model_TT- in the name or not
   bool bf16_seen = false, plain_seen = false;
 };
 
@@ -162,6 +165,7 @@ FoundFiles classify_files(const std::vector<std::string>& names, DeepSpeedLayout
       case FileKind::LayerStates:
         dup(F.layers.emplace(std::pair{f->layer, std::max(f->tp, 0)}, n).second);
         F.layer_tps.insert(std::max(f->tp, 0));
+        (f->tp < 0 ? F.layer_without_axis : F.layer_with_axis) = true;
         break;
       case FileKind::ExpertStates: L.expert_files.push_back({f->moe_layer, f->expert, f->mp, join(dir, n)}); break;
       case FileKind::ExpertOptim: dup(F.expp.emplace(std::pair{f->ep_rank, f->mp}, n).second); break;
@@ -187,6 +191,9 @@ int set_world_sizes(DeepSpeedLayout& L, const FoundFiles& F) {
   }
   L.pipeline = !F.layers.empty();
   if (L.pipeline) {
+    if (F.layer_with_axis && F.layer_without_axis)
+      throw Error(L.dir + ": layer files named both with and without a -model_NN part (one save writes one form)");
+    L.layer_model_axis = !F.layer_without_axis;
     L.tp = count_dense(F.layer_tps);
     if (mp_count % L.tp)
       throw Error(L.dir + ": " + std::to_string(mp_count) + " model-parallel ranks do not divide by tp=" +

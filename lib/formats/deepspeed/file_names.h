@@ -35,7 +35,10 @@ std::optional<FileName> parse_file_name(std::string_view name);
 std::string model_states_name(int mp);                              // mp_rank_XX_model_states.pt
 std::string zero3_model_states_name(int dp, int mp);                // zero_pp_rank_D_mp_rank_XX_model_states.pt
 std::string optim_states_name(int dp, int mp, bool bf16);           // [bf16_]zero_pp_rank_D_mp_rank_XX_optim_states.pt
-std::string layer_states_name(int layer, int tp);                   // layer_LL-model_TT-model_states.pt
+// layer_LL-model_TT-model_states.pt, or layer_LL-model_states.pt when the topology has no model axis
+// (pipe/module.py v0.14.5:565-573 ckpt_layer_path: topology.get_rank_repr omits data and pipe, so a
+// PipeDataParallelTopology, the PipelineModule default, gives no rank part).
+std::string layer_states_name(int layer, int tp, bool model_axis = true);
 std::string expert_states_name(int moe_layer, int expert, int mp);  // layer_M_expert_E_mp_rank_XX_model_states.pt
 std::string expert_optim_name(int ep_rank, int mp);                 // expp_rank_R_mp_rank_XX_optim_states.pt
 
@@ -48,6 +51,7 @@ struct TargetFiles {
   bool zero3 = false;       // zero_pp_rank_D_mp_rank_XX_model_states.pt instead of mp_rank_XX
   bool bf16 = false;        // the optimizer shards' bf16_ prefix
   bool native_moe = false;  // expert optimizer files as the version line writes them
+  bool layer_model_axis = true;  // layer files named -model_TT- (layer_states_name)
   struct MpRank {
     std::vector<int> layers;                     // pipeline layer files
     std::vector<std::pair<int, int>> experts;    // (moe layer, global expert) files
@@ -80,6 +84,7 @@ struct DeepSpeedLayout {
   bool zero3 = false;
   bool bf16_prefix = false;
   bool pipeline = false;                             // layer files present
+  bool layer_model_axis = true;                      // their names carry -model_TT (layer_states_name)
   std::vector<std::string> model_files;              // [mp], mp = pp_rank * tp + tp_rank
   std::vector<std::vector<std::string>> optim_files; // [mp][dp]
   std::vector<std::vector<std::string>> zero3_model_files;  // ZeRO-3: [mp][dp]

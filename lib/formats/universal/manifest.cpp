@@ -160,6 +160,7 @@ UniversalSource UniversalSource::from_json(const json& source, const std::string
   degree("dp", s.dp);
   degree("ep", s.ep);
   if (const json* v = field("pipeline")) s.pipeline = bool_of(*v, file, "source.pipeline");
+  if (const json* v = field("layer_model_axis")) s.layer_model_axis = bool_of(*v, file, "source.layer_model_axis");
   if (const json* v = field("tag")) s.tag = string_of(*v, file, "source.tag");
   if (const json* v = field("data_before_expert")) s.data_before_expert = bool_of(*v, file, "source.data_before_expert");
   if (const json* v = field("ds_line")) s.ds_line = string_of(*v, file, "source.ds_line");

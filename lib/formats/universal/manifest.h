@@ -65,6 +65,7 @@ struct UniversalParam {
 struct UniversalSource {
   int tp = 1, pp = 1, dp = 1, ep = 1;
   bool pipeline = false;                   // a PipelineModule's names (layer files)
+  bool layer_model_axis = true;            // its layer files named -model_TT- (false: no model axis)
   std::optional<std::string> tag;          // global_stepN
   std::optional<bool> data_before_expert;  // use_data_before_expert_parallel_ rank order
   std::string ds_line;                     // native MoE: DeepSpeed version line, "" if not recorded
