@@ -32,6 +32,7 @@
 #include "to_universal/extract.h"
 #include "to_universal/from_dcp.h"
 #include "to_universal/from_torch_dist.h"
+#include "to_universal/megatron_core_names.h"
 #include "formats/megatron_core/config.h"
 #include "to_universal/save.h"
 #include "to_universal/shard_reader.h"
@@ -267,7 +268,9 @@ void describe_native(CheckpointInfo& info, const InfoOptions& options) {
 // ucp-load's model_info reads; its facts come from manifest.json, its checksums from the state files.
 void describe_universal_from_dcp(CheckpointInfo& info, const formats::universal::UniversalManifest& manifest,
                                  const InfoOptions& options) {
-  skip_check(info, "model_info", "made from a DCP checkpoint: no DeepSpeed model files for ucp-load's model_info");
+  skip_check(info, "model_info", to_universal::is_megatron_core_named(manifest.source)
+                                    ? "Megatron-Core names (ucp-union --to-names megatron-core): ucp-load reads it with --format torch_dist"
+                                    : "made from a DCP checkpoint: no DeepSpeed model files for ucp-load's model_info");
   std::set<std::string> states, dtypes;
   int64_t all = 0;
   for (const auto& p : manifest.params) {
@@ -316,7 +319,8 @@ void describe_universal(CheckpointInfo& info, const InfoOptions& options) {
     return "other";
   });
   if (!read) return;
-  if (manifest.source.value("format", "") == "dcp" || manifest.source.value("format", "") == "torch_dist") {
+  if (manifest.source.value("format", "") == "dcp" || manifest.source.value("format", "") == "torch_dist" ||
+      to_universal::is_megatron_core_named(manifest.source)) {
     describe_universal_from_dcp(info, manifest, options);
     return;
   }

@@ -532,6 +532,10 @@ RunSummary to_megatron_deepspeed(const std::string& input, const std::string& ou
 
 }  // namespace
 
+bool is_megatron_core_named(const json& source) {
+  return source.is_object() && source.value(kNamesKey, std::string()) == "megatron-core";
+}
+
 bool is_universal_folder(const std::string& dir) {
   return fs::is_regular_file(fs::path(dir) / uv::kUniversalManifestName) && !fs::exists(fs::path(dir) / "plan.json");
 }

@@ -14,6 +14,8 @@
 #pragma once
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "core/reporter.h"
 #include "to_universal/convert.h"
 
@@ -34,6 +36,11 @@ struct NamesOptions {
   Reporter reporter;
   std::string* family = nullptr;  // when set: receives "<family> (<map origin>)" of the map used
 };
+
+// Whether a universal manifest's source (manifest.json "source") is a Megatron-Core-named folder made by
+// --to-names megatron-core (ucp-load --format deepspeed cannot read it; ucp-info describes it from the
+// manifest alone).
+bool is_megatron_core_named(const nlohmann::json& source);
 
 // Whether `dir` holds a ucpkit universal manifest.
 bool is_universal_folder(const std::string& dir);

@@ -68,6 +68,11 @@ TEST_P(MegatronCoreNames, RoundTripIsBitExact) {
                         &out),
             0)
       << out;
+  // ucp-info describes the folder from its manifest (no DeepSpeed model files to check) and verifies
+  // every state's crc32.
+  ASSERT_EQ(in(dir, kBin + "/ucp-info --verify --json mc", &out), 0) << out;
+  EXPECT_NE(out.find("Megatron-Core names (ucp-union --to-names megatron-core)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("\"failed\""), std::string::npos) << out;
   // The two-step path (the universal folder first) writes the same folder.
   ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input " + rel(src, dir) + " --output ds", &out), 0) << out;
   ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input ds --output mc2 --to-names megatron-core", &out), 0) << out;
