@@ -14,6 +14,7 @@
 // (scripts/ds_engine/resume_compare.sh, docs/deepspeed-models.md).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -172,3 +173,29 @@ TEST(EnginePipeLayerTypes, MissingOrWrongLayerTypesAreRefusedByName) {
 }
 
 }  // namespace
+
+// The file names of the pipe fixture's layout written again: DeepSpeed's plain PipelineModule runs on
+// PipeDataParallelTopology, which has no model axis, so its layer files are layer_LL-model_states.pt
+// (pipe/module.py v0.14.5:565-573, topology get_rank_repr); ucp-load must write them the same, from the
+// universal folder and directly from the checkpoint, and the usual -model_TT- form at TP 2.
+TEST(EnginePipeFileNames, SourceLayoutWritesDeepSpeedsNames) {
+  const fs::path dir = ucpkit::testing::scratch_dir("engine_pipe_file_names");
+  fs::create_directories(dir);
+  const std::string cd = "cd " + dir.string() + " && ";
+  const std::string fixture = kEngine + "pipe_module_v0.14.5";
+  auto names = [](const fs::path& tag) {
+    std::vector<std::string> n;
+    for (const auto& e : fs::directory_iterator(tag)) n.push_back(e.path().filename().string());
+    std::sort(n.begin(), n.end());
+    return n;
+  };
+  const auto want = names(fs::path(fixture) / "global_step3");
+  std::string out;
+  ASSERT_EQ(sh(cd + kBin + "/ucp-union -q --input " + fixture + " --output u", &out), 0) << out;
+  ASSERT_EQ(sh(cd + kBin + "/ucp-load -q --input u --output a --dp 1", &out), 0) << out;
+  EXPECT_EQ(names(dir / "a" / "global_step3"), want);
+  ASSERT_EQ(sh(cd + kBin + "/ucp-load -q --input " + fixture + " --output b --dp 1", &out), 0) << out;
+  EXPECT_EQ(names(dir / "b" / "global_step3"), want);
+  ASSERT_EQ(sh(cd + kBin + "/ucp-load -q --input u --output c --tp 2 --pp 2 --dp 1", &out), 0) << out;
+  EXPECT_TRUE(fs::exists(dir / "c" / "global_step3" / "layer_00-model_01-model_states.pt"));
+}
