@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# torch_dist -> Megatron-DeepSpeed (issue 30, Acceptance "Benchmark"), the three tool runs of
+# docs/megatron-core-mapping.md, each timed on its own:
+#   1. ucp-union --input TD --output MC2                      (torch_dist -> Megatron-Core-named universal)
+#   2. ucp-union --input MC2 --output DSU --to-names megatron-deepspeed --template TPL
+#   3. ucp-load  --input DSU --output OUT --format deepspeed --tp TP --pp 1 --dp 1
+# against, in the same run and on the same input, rounds alternating (the machine is shared and noisy):
+#   * the baseline "read the input and write the output once": dd (bs=8M) of every file of TD into
+#     /dev/null, then as many bytes as OUT has (measured in that round) written from /dev/zero through
+#     one user-space buffer into one file, then sync -f (the flush the tools also do);
+#   * torch's own converter, torch.distributed.checkpoint.format_utils.dcp_to_torch_save, on the same
+#     TD iteration folder (real torch 2.6 in the trixie chroot), then sync -f of its file.
+# Wall time, CPU user + sys and peak RSS (GNU time) of each; medians over the rounds; ratios at the end.
+# The input (made once, kept for later runs): a generated Megatron-DeepSpeed Llama GQA + SwiGLU checkpoint
+# (tests/generator/gen_ds_checkpoint.py, bf16 + ZeRO-1, TP $TP) -> ucp-union --to-names megatron-core (TPL,
+# also the template of step 2: docs/megatron-core-mapping.md allows the --to-names megatron-core output of
+# the Megatron-DeepSpeed universal folder as --template) -> ucp-load --format torch_dist (TD); the
+# generated checkpoint is then removed.
+# Usage: bench/bench_torch_dist.sh [build_dir] [rounds]
+#   env: WORK (work folder, default /work/bigbench2/td; bind-mounted at $TRIXIE/lab/$LAB for torch);
+#        TRIXIE (/opt/trixie); LAB (default ucp-bench-td); TORCH_ROUNDS (default = rounds; 0 skips torch);
+#        HIDDEN, HEADS, KV_HEADS, FFN, LAYERS, VOCAB, TP (model; default 183.5M parameters, TD 2.57 GB).
+# Disk: TPL + TD + (MC2 + DSU + OUT) at the same time, about 5 x TD; MC2 is removed (untimed) once step 2
+# is done; the script stops before a round would leave less than 8 GB free.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+rounds=${2:-3}
+TRIXIE=${TRIXIE:-/opt/trixie}; LAB=${LAB:-ucp-bench-td}; WORK=${WORK:-/work/bigbench2/td}
+TORCH_ROUNDS=${TORCH_ROUNDS:-$rounds}
+HIDDEN=${HIDDEN:-1024}; HEADS=${HEADS:-16}; KV_HEADS=${KV_HEADS:-8}; FFN=${FFN:-2816}
+LAYERS=${LAYERS:-10}; VOCAB=${VOCAB:-32000}; TP=${TP:-2}
+bin=$build/bin
+work=$WORK; mkdir -p "$work"
+tpl=$work/tpl; td=$work/td
+if [ ! -f "$td/latest_checkpointed_iteration.txt" ]; then
+  rm -rf "$work/src" "$tpl" "$td"
+  /usr/bin/python3 "$root/tests/generator/gen_ds_checkpoint.py" --output "$work/src" --model llama --tp "$TP" --dp 1 \
+    --layers "$LAYERS" --hidden "$HIDDEN" --heads "$HEADS" --kv-heads "$KV_HEADS" --ffn "$FFN" --vocab "$VOCAB" --no-truth
+  "$bin/ucp-union" -q --input "$work/src" --output "$tpl" --to-names megatron-core
+  "$bin/ucp-load" -q --input "$tpl" --output "$td" --format torch_dist --tp "$TP" --pp 1 --dp 1
+  rm -rf "$work/src"
+fi
+iter=iter_$(printf %07d "$(cat "$td/latest_checkpointed_iteration.txt")")
+in_bytes=$(du -sb "$td" | cut -f1)
+echo "input: $td/$iter, $in_bytes bytes in $(find "$td" -type f | wc -l) files (Llama hidden $HIDDEN, $LAYERS layers, ffn $FFN, vocab $VOCAB, TP $TP)"
+echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB RAM; load $(cut -d' ' -f1-3 /proc/loadavg); torch in chroot: $(chroot "$TRIXIE" python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+cat "$td"/*.txt "$td/$iter"/* >/dev/null; echo "input read once before the rounds (warm as far as the page cache holds it)"
+
+# torch sees TD through a bind mount under the chroot's /lab
+mnt=$TRIXIE/lab/$LAB
+mkdir -p "$mnt"; mountpoint -q "$mnt" || mount --bind "$work" "$mnt"
+trap 'umount "$mnt" 2>/dev/null; rmdir "$mnt" 2>/dev/null; true' EXIT
+
+room() {  # stops unless writing $1 more bytes leaves 8 GB free
+  local avail; avail=$(df -B1 --output=avail "$work" | tail -1)
+  if [ $((avail - $1)) -lt 8000000000 ]; then echo "stop: $avail bytes free, $1 to write would leave under 8 GB" >&2; exit 1; fi
+}
+# Runs "$@" under GNU time; prints "<wall s> <cpu user+sys s> <peak RSS KiB>".
+measure() {
+  /usr/bin/time -f "%e %U %S %M" -o "$work/time.txt" "$@" >/dev/null 2>"$work/err.txt" || { cat "$work/err.txt" >&2; exit 1; }
+  awk '{printf "%s %.2f %s\n", $1, $2 + $3, $4}' "$work/time.txt"
+}
+declare -A t c m
+add() { t[$1]+="$2 "; c[$1]+="$3 "; m[$1]+="$4 "; }
+clean() { rm -rf "$work/mc2" "$work/dsu" "$work/out" "$work/base" "$work/latest_universal"; sync; }
+out_bytes=$in_bytes  # until the first OUT is measured
+for r in $(seq "$rounds"); do
+  clean; room $((3 * in_bytes))
+  read -r s u k < <(measure "$bin/ucp-union" -q --input "$td" --output "$work/mc2")
+  add s1 "$s" "$u" "$k"; echo "round $r step 1 ucp-union TD -> MC2: $s s wall, $u s cpu, peak RSS $k KiB ($(du -sb "$work/mc2" | cut -f1) bytes)"
+  read -r s u k < <(measure "$bin/ucp-union" -q --input "$work/mc2" --output "$work/dsu" --to-names megatron-deepspeed --template "$tpl")
+  add s2 "$s" "$u" "$k"; echo "round $r step 2 ucp-union --to-names megatron-deepspeed: $s s wall, $u s cpu, peak RSS $k KiB ($(du -sb "$work/dsu" | cut -f1) bytes)"
+  rm -rf "$work/mc2"; sync
+  read -r s u k < <(measure "$bin/ucp-load" -q --input "$work/dsu" --output "$work/out" --format deepspeed --tp "$TP" --pp 1 --dp 1)
+  out_bytes=$(du -sb "$work/out" | cut -f1)
+  add s3 "$s" "$u" "$k"; echo "round $r step 3 ucp-load --format deepspeed: $s s wall, $u s cpu, peak RSS $k KiB ($out_bytes bytes in $(find "$work/out" -type f | wc -l) files)"
+
+  clean; mkdir -p "$work/base"; room "$out_bytes"
+  read -r s u k < <(measure sh -c "for f in '$td'/*.txt '$td/$iter'/*; do dd if=\"\$f\" of=/dev/null bs=8M status=none || exit 1; done && \
+    head -c $out_bytes /dev/zero | dd of='$work/base/out.bin' bs=8M iflag=fullblock status=none && sync -f '$work/base/out.bin'")
+  add base "$s" "$u" "$k"; echo "round $r baseline (dd every TD file, write $out_bytes bytes, sync): $s s wall, $u s cpu"
+
+  if [ "$r" -le "$TORCH_ROUNDS" ]; then
+    clean; mkdir -p "$work/base"; room "$in_bytes"
+    /usr/bin/time -f "%e %U %S %M" -o "$work/time.txt" sh -c "chroot '$TRIXIE' /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root PYTHONWARNINGS=ignore \
+      python3 -c 'from torch.distributed.checkpoint.format_utils import dcp_to_torch_save as f; f(\"/lab/$LAB/td/$iter\", \"/lab/$LAB/base/model.pt\")' \
+      && sync -f '$work/base/model.pt'" >/dev/null 2>"$work/err.txt" && rc=0 || rc=$?
+    read -r s u k < <(awk '{printf "%s %.2f %s\n", $1, $2 + $3, $4}' "$work/time.txt" | tail -1)
+    if [ $rc != 0 ]; then
+      echo "round $r dcp_to_torch_save: FAILED (exit $rc) after $s s, peak RSS $k KiB: $(grep -v '^$' "$work/err.txt" | tail -2 | tr '\n' ' ')"
+    else
+      add torch "$s" "$u" "$k"; echo "round $r dcp_to_torch_save: $s s wall, $u s cpu, peak RSS $k KiB ($(stat -c %s "$work/base/model.pt") bytes)"
+    fi
+  fi
+done
+clean
+med() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+declare -A T C M
+for k in base s1 s2 s3 torch; do
+  [ -n "${t[$k]:-}" ] || continue
+  T[$k]=$(echo "${t[$k]}" | med); C[$k]=$(echo "${c[$k]}" | med); M[$k]=$(echo "${m[$k]}" | med)
+done
+# total per round (sum of the three steps), then its median; peak RSS of the pipeline = max of the steps
+tot=$(paste -d' ' <(echo "${t[s1]}" | tr ' ' '\n' | grep .) <(echo "${t[s2]}" | tr ' ' '\n' | grep .) <(echo "${t[s3]}" | tr ' ' '\n' | grep .) | awk '{print $1 + $2 + $3}' | med)
+ctot=$(paste -d' ' <(echo "${c[s1]}" | tr ' ' '\n' | grep .) <(echo "${c[s2]}" | tr ' ' '\n' | grep .) <(echo "${c[s3]}" | tr ' ' '\n' | grep .) | awk '{print $1 + $2 + $3}' | med)
+mtot=$(printf '%s\n' ${m[s1]} ${m[s2]} ${m[s3]} | sort -g | tail -1)
+ratio() { echo "scale=2; $1 / ${T[base]}" | bc; }
+echo "medians over $rounds rounds (wall s, cpu user+sys s, peak RSS MiB, wall / baseline):"
+echo "  baseline (read TD once, write OUT's bytes once, sync): ${T[base]} s, ${C[base]} s cpu, $((M[base] / 1024)) MiB"
+echo "  step 1 ucp-union TD -> MC2:                   ${T[s1]} s, ${C[s1]} s cpu, $((M[s1] / 1024)) MiB, $(ratio "${T[s1]}")x"
+echo "  step 2 ucp-union --to-names megatron-deepspeed: ${T[s2]} s, ${C[s2]} s cpu, $((M[s2] / 1024)) MiB, $(ratio "${T[s2]}")x"
+echo "  step 3 ucp-load --format deepspeed:           ${T[s3]} s, ${C[s3]} s cpu, $((M[s3] / 1024)) MiB, $(ratio "${T[s3]}")x"
+echo "  total (median of per-round sums):             $tot s, $ctot s cpu, max peak RSS $((mtot / 1024)) MiB, $(ratio "$tot")x (target 1.2x)"
+if [ -n "${T[torch]:-}" ]; then
+  echo "  dcp_to_torch_save (torch 2.6, + sync):        ${T[torch]} s, ${C[torch]} s cpu, $((M[torch] / 1024)) MiB, $(ratio "${T[torch]}")x"
+  echo "  dcp_to_torch_save / our pipeline: $(echo "scale=2; ${T[torch]} / $tot" | bc)x time, $(echo "scale=1; ${M[torch]} / $mtot" | bc)x peak RSS"
+fi
