@@ -262,6 +262,9 @@ LoadSummary run_torch_dist_load(const LoadOptions& options) {
   // metadata.json last, as Megatron's metadata_finalize_fn; then the tracker at the save root.
   write_file_atomic((iter / "metadata.json").string(), "{\"sharded_backend\": \"torch_dist\", \"sharded_backend_version\": 1}");
   write_file_atomic((root / "latest_checkpointed_iteration.txt").string(), std::to_string(p.iteration));
+  uint64_t written = result.bytes;  // data files, then .metadata, metadata.json and the tracker
+  for (const fs::path& f : {iter / ".metadata", iter / "metadata.json", root / "latest_checkpointed_iteration.txt"})
+    written += fs::file_size(f);
   test_pause_if_asked();
   check_interrupted();
   staging.commit();
@@ -272,7 +275,7 @@ LoadSummary run_torch_dist_load(const LoadOptions& options) {
   s.params = p.manifest.params.size();
   s.files_written = p.plan.plan.files.size() + 3;
   s.bytes_read = read;
-  s.bytes_written = result.bytes;
+  s.bytes_written = written;
   s.from_source = p.from_source;
   s.target = p.target;
   s.peak_rss_bytes = peak_rss_bytes();
