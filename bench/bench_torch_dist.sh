@@ -5,9 +5,12 @@
 #   2. ucp-union --input MC2 --output DSU --to-names megatron-deepspeed --template TPL
 #   3. ucp-load  --input DSU --output OUT --format deepspeed --tp TP --pp 1 --dp 1
 # against, in the same run and on the same input, rounds alternating (the machine is shared and noisy):
-#   * the baseline "read the input and write the output once": dd (bs=8M) of every file of TD into
-#     /dev/null, then as many bytes as OUT has (measured in that round) written from /dev/zero through
-#     one user-space buffer into one file, then sync -f (the flush the tools also do);
+#   * the baseline "read the input and write the output once" (as bench_dcp.sh's): dd (bs=8M) of every
+#     file of TD into a file of one folder, through one user-space buffer, then sync -f (the flush the
+#     tools also do): every input byte read once and TD's byte count written, which is OUT's within
+#     0.02% at the default size (both printed per round). (A first version read TD into /dev/null and
+#     wrote OUT's count through `head -c .. /dev/zero | dd`: the pipe made that baseline cost 3.8 s CPU,
+#     too slow a baseline, so it was replaced.)
 #   * torch's own converter, torch.distributed.checkpoint.format_utils.dcp_to_torch_save, on the same
 #     TD iteration folder (real torch 2.6 in the trixie chroot), then sync -f of its file.
 # Wall time, CPU user + sys and peak RSS (GNU time) of each; medians over the rounds; ratios at the end.
@@ -77,9 +80,8 @@ for r in $(seq "$rounds"); do
   add s3 "$s" "$u" "$k"; echo "round $r step 3 ucp-load --format deepspeed: $s s wall, $u s cpu, peak RSS $k KiB ($out_bytes bytes in $(find "$work/out" -type f | wc -l) files)"
 
   clean; mkdir -p "$work/base"; room "$out_bytes"
-  read -r s u k < <(measure sh -c "for f in '$td'/*.txt '$td/$iter'/*; do dd if=\"\$f\" of=/dev/null bs=8M status=none || exit 1; done && \
-    head -c $out_bytes /dev/zero | dd of='$work/base/out.bin' bs=8M iflag=fullblock status=none && sync -f '$work/base/out.bin'")
-  add base "$s" "$u" "$k"; echo "round $r baseline (dd every TD file, write $out_bytes bytes, sync): $s s wall, $u s cpu"
+  read -r s u k < <(measure sh -c "for f in '$td'/*.txt '$td/$iter'/*; do dd if=\"\$f\" of='$work/base'/\$(basename \"\$f\") bs=8M status=none || exit 1; done && sync -f '$work/base'")
+  add base "$s" "$u" "$k"; echo "round $r baseline (dd every TD file into one folder, sync): $s s wall, $u s cpu ($in_bytes bytes written, OUT has $out_bytes)"
 
   if [ "$r" -le "$TORCH_ROUNDS" ]; then
     clean; mkdir -p "$work/base"; room "$in_bytes"
