@@ -358,6 +358,16 @@ RunSummary to_megatron_core(const std::string& input, const std::string& output,
     save_torch_file(cs.string(), common);
     c.written += fs::file_size(cs);
     ++c.files;
+    // The local-spec linears' ._extra_state objects Megatron-Core's loader asks for (issue 30).
+    std::vector<std::string> names;
+    for (const auto& j : jobs) names.push_back(j.name);
+    const auto objects = mc::extra_state_objects(names, cs.parent_path().string());
+    if (!objects->entries.empty()) {
+      const fs::path op = staged / kMcoreObjectsFile;
+      save_torch_file(op.string(), objects);
+      c.written += fs::file_size(op);
+      ++c.files;
+    }
   }
 
   uv::UniversalManifest out;

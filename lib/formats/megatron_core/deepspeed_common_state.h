@@ -4,10 +4,16 @@
 // args (a fork of Megatron-LM's arguments.py, the same field names) with the Megatron-Core MoE fields
 // (num_experts as one count, moe_layer_freq as Megatron-Core's per-layer list, expert_model_parallel_size),
 // checkpoint_version 3.0, the iteration, and the optimizer's param_groups (without params, the step of
-// the universal folder in each) in the place Megatron-Core's save keeps them.
+// the universal folder in each) in the place Megatron-Core's save keeps them; plus what Megatron-Core's
+// load_checkpoint reads or checks (docs/megatron-core-mapping.md "Megatron-Core's load_checkpoint"):
+// num_query_groups / group_query_attention / kv_channels / normalization / position_embedding_type in
+// Megatron-Core's terms where the source's args say them, use_distributed_optimizer, ckpt_format,
+// wd_mult / lr_mult / is_expert_parallel per group, param_state_sharding_type, opt_param_scheduler,
+// num_floating_point_operations_so_far and the content_metadata of a fully_reshardable save.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "io/pickle/value.h"
 
@@ -18,6 +24,18 @@ namespace ucpkit::formats::megatron_core {
 // none). Throws Error naming `model_file` when it has no Megatron args.
 pickle::ValuePtr common_state_from_deepspeed(const pickle::ValuePtr& model_states, const std::string& model_file,
                                              const pickle::ValuePtr& optimizer_state, const pickle::ValuePtr& step);
+
+// The ._extra_state ShardedObject keys Megatron-Core's local-spec model asks for on load (one per linear
+// module and layer, stacked: decoder.layers.<module>._extra_state/shard_<L>_<layers>; key and offsets
+// from megatron/core/transformer/utils.py:200-230 make_sharded_object_for_checkpoint with the layer
+// offset prepended by the TransformerBlock; no TP axis) for the universal names `param_names`
+// (decoder.layers.<L>.<module>.linear_*.weight|bias; expert modules left out).
+std::vector<std::string> extra_state_keys(const std::vector<std::string>& param_names);
+
+// {key: torch.save([None]) bytes} for extra_state_keys(param_names): get_extra_state of Megatron-Core's
+// local linears returns None (tensor_parallel/layers.py:1229-1233, 1508-1512). A scratch file is made and
+// removed in `scratch_dir`. Written as megatron_core/objects.pt, read by ucp-load --format torch_dist.
+pickle::ValuePtr extra_state_objects(const std::vector<std::string>& param_names, const std::string& scratch_dir);
 
 // Megatron's padded vocabulary size from a Megatron-DeepSpeed model-states root's args (the rows of a
 // Megatron-Core word embedding / output layer at the source's TP); 0 when args does not say.
