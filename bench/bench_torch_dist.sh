@@ -22,6 +22,7 @@
 # Usage: bench/bench_torch_dist.sh [build_dir] [rounds]
 #   env: WORK (work folder, default /work/bigbench2/td; bind-mounted at $TRIXIE/lab/$LAB for torch);
 #        TRIXIE (/opt/trixie); LAB (default ucp-bench-td); TORCH_ROUNDS (default = rounds; 0 skips torch);
+#        SCRATCH_NOSYNC=1 (steps 1 and 2 with --no-sync: MC2 and DSU are scratch folders);
 #        HIDDEN, HEADS, KV_HEADS, FFN, LAYERS, VOCAB, TP (model; default 183.5M parameters, TD 2.57 GB).
 # Disk: TPL + TD + (MC2 + DSU + OUT) at the same time, about 5 x TD; MC2 is removed (untimed) once step 2
 # is done; the script stops before a round would leave less than 8 GB free.
@@ -33,6 +34,7 @@ TRIXIE=${TRIXIE:-/opt/trixie}; LAB=${LAB:-ucp-bench-td}; WORK=${WORK:-/work/bigb
 TORCH_ROUNDS=${TORCH_ROUNDS:-$rounds}
 HIDDEN=${HIDDEN:-1024}; HEADS=${HEADS:-16}; KV_HEADS=${KV_HEADS:-8}; FFN=${FFN:-2816}
 LAYERS=${LAYERS:-10}; VOCAB=${VOCAB:-32000}; TP=${TP:-2}
+scratch=; [ "${SCRATCH_NOSYNC:-0}" = 1 ] && scratch=--no-sync
 bin=$build/bin
 work=$WORK; mkdir -p "$work"
 tpl=$work/tpl; td=$work/td
@@ -70,9 +72,9 @@ clean() { rm -rf "$work/mc2" "$work/dsu" "$work/out" "$work/base" "$work/latest_
 out_bytes=$in_bytes  # until the first OUT is measured
 for r in $(seq "$rounds"); do
   clean; room $((3 * in_bytes))
-  read -r s u k < <(measure "$bin/ucp-union" -q --input "$td" --output "$work/mc2")
+  read -r s u k < <(measure "$bin/ucp-union" -q $scratch --input "$td" --output "$work/mc2")
   add s1 "$s" "$u" "$k"; echo "round $r step 1 ucp-union TD -> MC2: $s s wall, $u s cpu, peak RSS $k KiB ($(du -sb "$work/mc2" | cut -f1) bytes)"
-  read -r s u k < <(measure "$bin/ucp-union" -q --input "$work/mc2" --output "$work/dsu" --to-names megatron-deepspeed --template "$tpl")
+  read -r s u k < <(measure "$bin/ucp-union" -q $scratch --input "$work/mc2" --output "$work/dsu" --to-names megatron-deepspeed --template "$tpl")
   add s2 "$s" "$u" "$k"; echo "round $r step 2 ucp-union --to-names megatron-deepspeed: $s s wall, $u s cpu, peak RSS $k KiB ($(du -sb "$work/dsu" | cut -f1) bytes)"
   rm -rf "$work/mc2"; sync
   read -r s u k < <(measure "$bin/ucp-load" -q --input "$work/dsu" --output "$work/out" --format deepspeed --tp "$TP" --pp 1 --dp 1)
