@@ -35,10 +35,20 @@ def main():
         "post_attention_layernorm.weight": "mlp.linear_fc1.layer_norm_weight",
         "mlp.dense_h_to_4h.weight": "mlp.linear_fc1.weight",
         "mlp.dense_4h_to_h.weight": "mlp.linear_fc2.weight",
+        # GPT (LayerNorm with bias, biased linears): Megatron-Core's TE-style names of the local spec
+        # (transformer_layer.py sharded_state_dict_keys_map at core_v0.19.0).
+        "input_layernorm.bias": "self_attention.linear_qkv.layer_norm_bias",
+        "self_attention.query_key_value.bias": "self_attention.linear_qkv.bias",
+        "self_attention.dense.bias": "self_attention.linear_proj.bias",
+        "post_attention_layernorm.bias": "mlp.linear_fc1.layer_norm_bias",
+        "mlp.dense_h_to_4h.bias": "mlp.linear_fc1.bias",
+        "mlp.dense_4h_to_h.bias": "mlp.linear_fc2.bias",
     }
     top = {"language_model.embedding.word_embeddings.weight": "embedding.word_embeddings.weight",
            "language_model.encoder.final_layernorm.weight": "decoder.final_layernorm.weight",
-           "language_model.output_layer.weight": "output_layer.weight"}
+           "language_model.output_layer.weight": "output_layer.weight",
+           "language_model.embedding.position_embeddings.weight": "embedding.position_embeddings.weight",
+           "language_model.encoder.final_layernorm.bias": "decoder.final_layernorm.bias"}
     errors, checked = [], 0
     for p in meta["params"]:
         ds = p["name"]
@@ -54,7 +64,9 @@ def main():
             want = want["param"] if isinstance(want, dict) else want
             got = t[prefix + key]
             got = got[layer] if layer is not None else got
-            if local_is_qkv(ds):
+            if local_is_qkv(ds) and p["kind"] == "subparams":
+                # GQA's [Q; K; V] (sub_param_shape); a plain MHA query_key_value is already per head
+                # [q k v] interleaved, Megatron-Core's order with groups = heads.
                 # Megatron-Core's reading: [groups, (heads/groups + 2) * hd] -> per group q heads, k, v.
                 g = got.reshape(groups, (heads // groups + 2) * hd, -1)
                 q, k, v = torch.split(g, [heads // groups * hd, hd, hd], dim=1)
@@ -71,6 +83,8 @@ def main():
     if errors:
         print("\n".join(errors[:20]))
         return 1
+    with open(os.path.join(mtruth, "names_check.json"), "w") as f:
+        json.dump({"checked": checked, "errors": len(errors)}, f)
     print("megatron_core_names_check: %d tensors (optimizer states and bf16 weights) as Megatron-Core reads them "
           "equal the generator's truth" % checked)
     return 0
