@@ -11,11 +11,13 @@
 #include <filesystem>
 #include <map>
 #include <ostream>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "formats/megatron_core/mcore_data.h"
+#include "io/torch/torch_file.h"
 #include "support/files.h"
 #include "support/process.h"
 
@@ -228,3 +230,73 @@ TEST(MegatronCoreNamesRefusals, WrongInputsAndOptionsAreRefusedAndNothingIsWritt
 }
 
 }  // namespace
+
+// What Megatron-Core's load_checkpoint reads from the common state and objects of a torch_dist save
+// (docs/megatron-core-mapping.md "Megatron-Core's own load_checkpoint"), for a Megatron-DeepSpeed source,
+// against a real Megatron-Core save of the same sizes (llama_gqa_tp2_dp2_v016, written by Megatron's
+// save_checkpoint; its common state and objects as ucp-union keeps them): the same ._extra_state object
+// keys with the same bytes, the same content metadata and param_state_sharding_type, per group the keys
+// DistributedOptimizer.load_state_dict pairs groups by (distrib_optimizer.py:937-970) with the real save's
+// wd_mult / lr_mult / is_expert_parallel / is_decoupled_lr, the scheduler keys Megatron reads, and the
+// architecture args Megatron-Core names differently (num_query_groups etc.) equal to the real save's.
+TEST(MegatronCoreNamesReal, LlamaCommonStateHasWhatMegatronCoreLoadReads) {
+  const fs::path dir = ucpkit::testing::scratch_dir("mcnames_llama_common");
+  std::string out;
+  ASSERT_EQ(run_command(kPy + " " + kSrc + "/tests/generator/gen_ds_checkpoint.py --output " + quote((dir / "src").string()) +
+                            " --model llama --tp 2 --layers 2 --hidden 16 --heads 4 --kv-heads 2 --ffn 32 --vocab 96 --no-truth",
+                        &out),
+            0)
+      << out;
+  ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input src --output mc --to-names megatron-core", &out), 0) << out;
+  const fs::path real = fs::path(ucpkit::testing::kMcoreData) / "llama_gqa_tp2_dp2_v016";
+  ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input " + rel(real / "fully_reshardable", dir) + " --output fromreal", &out), 0)
+      << out;
+  const auto ours = ucpkit::load_torch((dir / "mc/megatron_core/common_state.pt").string());
+  const auto theirs = ucpkit::load_torch((dir / "fromreal/megatron_core/common_state.pt").string());
+
+  // ._extra_state objects: same keys, each a torch.save of the same value ([None]).
+  const auto decoded = [](const fs::path& file) {
+    std::map<std::string, std::string> m;
+    const auto root = ucpkit::load_torch(file.string());
+    for (const auto& [k, v] : root->entries) {
+      const auto* b = reinterpret_cast<const uint8_t*>(v->s.data());
+      m[k->as_str()] = ucpkit::load_torch_bytes({b, v->s.size()}, k->as_str()).root->repr();
+    }
+    return m;
+  };
+  const auto o1 = decoded(dir / "mc/megatron_core/objects.pt"), o2 = decoded(dir / "fromreal/megatron_core/objects.pt");
+  EXPECT_EQ(o2.size(), 8u);
+  EXPECT_EQ(o1, o2);
+
+  // content_metadata and the optimizer's sharding type.
+  const auto cm = ours->get("content_metadata"), rcm = theirs->get("content_metadata");
+  ASSERT_TRUE(cm && rcm);
+  for (const char* k : {"distrib_optim_sharding_type", "distrib_optim_fully_reshardable_mem_efficient",
+                        "singleton_local_shards", "chained_optim_avoid_prefix"})
+    EXPECT_EQ(cm->at(k)->repr(), rcm->at(k)->repr()) << k;
+  EXPECT_EQ(ours->at("optimizer")->at("param_state_sharding_type")->repr(),
+            theirs->at("optimizer")->at("param_state_sharding_type")->repr());
+  // Param groups: as many, each with the identifier keys; the structural ones equal to the real save's.
+  const auto& g1 = ours->at("optimizer")->at("optimizer")->at("param_groups")->items;
+  const auto& g2 = theirs->at("optimizer")->at("optimizer")->at("param_groups")->items;
+  ASSERT_EQ(g1.size(), g2.size());
+  for (size_t i = 0; i < g1.size(); ++i) {
+    for (const char* k : {"wd_mult", "lr_mult", "is_expert_parallel", "is_decoupled_lr"})
+      EXPECT_EQ(g1[i]->at(k)->repr(), g2[i]->at(k)->repr()) << "group " << i << " " << k;
+    for (const char* k : {"max_lr", "min_lr", "step"}) EXPECT_TRUE(g1[i]->contains(k)) << "group " << i << " " << k;
+  }
+  // Scheduler: the keys OptimizerParamScheduler.load_state_dict reads, the real save's key set.
+  std::set<std::string> s1, s2;
+  for (const auto& [k, v] : ours->at("opt_param_scheduler")->entries) s1.insert(k->as_str());
+  for (const auto& [k, v] : theirs->at("opt_param_scheduler")->entries) s2.insert(k->as_str());
+  EXPECT_EQ(s1, s2);
+  EXPECT_TRUE(ours->contains("num_floating_point_operations_so_far"));
+  // Args Megatron-Core names differently from Megatron-DeepSpeed, equal to the real save's.
+  const auto a1 = ours->at("args"), a2 = theirs->at("args");
+  for (const char* k : {"num_query_groups", "group_query_attention", "kv_channels", "ffn_hidden_size", "num_layers",
+                        "hidden_size", "num_attention_heads", "swiglu", "untie_embeddings_and_output_weights",
+                        "use_distributed_optimizer", "ckpt_format", "padded_vocab_size"}) {
+    ASSERT_TRUE(a1->attr(k)) << k;
+    EXPECT_EQ(a1->attr(k)->repr(), a2->attr(k)->repr()) << k;
+  }
+}
