@@ -1,6 +1,7 @@
 // Megatron-Core common state for a Megatron-DeepSpeed source.
 #include "formats/megatron_core/deepspeed_common_state.h"
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -198,23 +199,47 @@ ValuePtr common_state_from_deepspeed(const ValuePtr& model_states, const std::st
 }
 
 std::vector<std::string> extra_state_keys(const std::vector<std::string>& param_names) {
-  // decoder.layers.<L>.<module>.linear_<x>.(weight|bias) of a dense layer (experts excluded).
+  // decoder.layers.<L>.<module>.linear_<x>.(weight|bias); experts: <...>.experts.experts.<e>.linear_<x>.
   static const std::regex linear(R"(decoder\.layers\.(\d+)\.((?:[A-Za-z0-9_]+\.)*linear_[A-Za-z0-9_]+)\.(weight|bias))");
+  static const std::regex expert(R"((.*\.experts\.experts)\.(\d+)\.(linear_[A-Za-z0-9_]+))");
   std::set<int64_t> layers;
-  std::set<std::string> modules;
-  std::smatch m;
+  std::set<std::pair<int64_t, std::string>> dense;                    // (layer, module)
+  std::map<std::pair<int64_t, std::string>, std::set<int64_t>> experts;  // (layer, experts module) -> ids
+  std::smatch m, e;
   for (const auto& n : param_names) {
     if (n.rfind("decoder.layers.", 0) == 0) {
       const auto dot = n.find('.', 15);
-      if (dot != std::string::npos) layers.insert(std::stoll(n.substr(15, dot - 15)));
+      if (dot != std::string::npos && dot > 15 && std::isdigit(static_cast<unsigned char>(n[15])))
+        layers.insert(std::stoll(n.substr(15, dot - 15)));
     }
-    if (std::regex_match(n, m, linear) && m[2].str().find("experts") == std::string::npos) modules.insert(m[2].str());
+    if (!std::regex_match(n, m, linear)) continue;
+    const int64_t layer = std::stoll(m[1].str());
+    const std::string mod = m[2].str();
+    if (std::regex_match(mod, e, expert))
+      experts[{layer, e[1].str() + "." + e[3].str()}].insert(std::stoll(e[2].str()));
+    else
+      dense.insert({layer, mod});
   }
   std::vector<std::string> keys;
-  const auto count = static_cast<int64_t>(layers.size());
-  for (const auto& mod : modules)
-    for (int64_t l = 0; l < count; ++l)
-      keys.push_back("decoder.layers." + mod + "._extra_state/shard_" + std::to_string(l) + "_" + std::to_string(count));
+  if (experts.empty()) {
+    // Homogeneous stack: one key per module and layer with the layer axis prepended.
+    std::set<std::string> modules;
+    for (const auto& [l, mod] : dense) modules.insert(mod);
+    const auto count = static_cast<int64_t>(layers.size());
+    for (const auto& mod : modules)
+      for (int64_t l = 0; l < count; ++l)
+        keys.push_back("decoder.layers." + mod + "._extra_state/shard_" + std::to_string(l) + "_" + std::to_string(count));
+    return keys;
+  }
+  // Mixed dense / MoE layers: per-layer keys (decoder.layers.<L>., no layer axis: shard_0_1), the experts'
+  // with the expert axis (shard_<e>_<E>), as the real Megatron-Core MoE save has them
+  // (tests/formats/megatron_core/data/moe_ep2).
+  for (const auto& [l, mod] : dense)
+    keys.push_back("decoder.layers." + std::to_string(l) + "." + mod + "._extra_state/shard_0_1");
+  for (const auto& [lm, ids] : experts)
+    for (const int64_t id : ids)
+      keys.push_back("decoder.layers." + std::to_string(lm.first) + "." + lm.second + "._extra_state/shard_" +
+                     std::to_string(id) + "_" + std::to_string(ids.size()));
   return keys;
 }
 

@@ -29,7 +29,9 @@ pickle::ValuePtr common_state_from_deepspeed(const pickle::ValuePtr& model_state
 // module and layer, stacked: decoder.layers.<module>._extra_state/shard_<L>_<layers>; key and offsets
 // from megatron/core/transformer/utils.py:200-230 make_sharded_object_for_checkpoint with the layer
 // offset prepended by the TransformerBlock; no TP axis) for the universal names `param_names`
-// (decoder.layers.<L>.<module>.linear_*.weight|bias; expert modules left out).
+// (decoder.layers.<L>.<module>.linear_*.weight|bias). With experts (mixed dense / MoE layers, whose
+// Megatron-Core keys are per layer) decoder.layers.<L>.<module>._extra_state/shard_0_1 and, per expert
+// module, decoder.layers.<L>.mlp.experts.experts.linear_<x>._extra_state/shard_<e>_<E>.
 std::vector<std::string> extra_state_keys(const std::vector<std::string>& param_names);
 
 // {key: torch.save([None]) bytes} for extra_state_keys(param_names): get_extra_state of Megatron-Core's

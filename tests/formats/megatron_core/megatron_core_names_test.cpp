@@ -300,3 +300,31 @@ TEST(MegatronCoreNamesReal, LlamaCommonStateHasWhatMegatronCoreLoadReads) {
     EXPECT_EQ(a1->attr(k)->repr(), a2->attr(k)->repr()) << k;
   }
 }
+
+// Native MoE (mixed dense / MoE layers: Megatron-Core's per-layer keys): the ._extra_state objects written
+// for a generated DeepSpeed MoE (2 layers, layer 1 MoE with 4 experts, EP 2) are the ShardedObjects of the
+// real Megatron-Core MoE save moe_ep2 (same layer pattern and expert count; Megatron's own
+// load_sharded_metadata listing in its truth manifest), less the shared expert's (the DeepSpeed model has
+// none) and the common state.
+TEST(MegatronCoreNamesReal, MoeExtraStateObjectsAreThoseOfARealMegatronCoreMoeSave) {
+  const fs::path dir = ucpkit::testing::scratch_dir("mcnames_moe_objects");
+  std::string out;
+  ASSERT_EQ(run_command(kPy + " " + kSrc + "/tests/generator/gen_ds_checkpoint.py --output " + quote((dir / "src").string()) +
+                            " --model dsmoe --layers 2 --experts 4 --dp 2 --ep 2 --no-truth",
+                        &out),
+            0)
+      << out;
+  ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input src --output mc --to-names megatron-core", &out), 0) << out;
+  std::set<std::string> ours, megatron;
+  const auto objects = ucpkit::load_torch((dir / "mc/megatron_core/objects.pt").string());
+  for (const auto& [k, v] : objects->entries) ours.insert(k->as_str());
+  const fs::path real = fs::path(ucpkit::testing::kMcoreData) / "moe_ep2";
+  const auto truth = nlohmann::json::parse(file_bytes((real / "fully_reshardable.truth/manifest.json").string()));
+  for (const auto& o : truth["objects"]) {
+    const std::string key = o["key"];
+    if (key.find("_extra_state") != std::string::npos && key.find("shared_experts") == std::string::npos)
+      megatron.insert(key);
+  }
+  EXPECT_EQ(megatron.size(), 14u);
+  EXPECT_EQ(ours, megatron);
+}
