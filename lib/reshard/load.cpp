@@ -83,6 +83,11 @@ Prepared prepare(const LoadOptions& options, formats::deepspeed::InputKind kind)
     p.model = model_info_from(direct_meta(d->plan));
     p.direct = std::move(d);
   }
+  if (p.model.manifest_only && options.format == OutputFormat::DeepSpeed)
+    throw Error(options.input + "/manifest.json: no DeepSpeed model files (a universal folder made from a DCP or "
+                "torch_dist checkpoint, or in Megatron-Core names): --format deepspeed needs them; write --format dcp, "
+                "safetensors or torch_dist, or for Megatron-Core names first ucp-union --to-names megatron-deepspeed "
+                "--template <Megatron-DeepSpeed universal folder>");
   TargetLayout wanted = options.target;
   p.from_source = apply_source_defaults(wanted, options.given, p.model, options.format);
   if (options.vocab_multiple > 0) {

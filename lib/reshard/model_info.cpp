@@ -447,8 +447,63 @@ void check_state_files_present(const std::map<std::string, ParamInfo>& by_name, 
 
 }  // namespace
 
+namespace {
+
+// The common optimizer state of `meta` (read once), or null when the folder has none.
+ValuePtr optimizer_state_of(const UniversalMeta& meta) {
+  if (meta.optimizer_state) return meta.optimizer_state;
+  if (!fs::exists(meta.optimizer_state_path)) return nullptr;
+  return load_torch(meta.optimizer_state_path);
+}
+
+// Universal folders that carry no DeepSpeed model files by design: made from a DCP or torch_dist
+// checkpoint, or in Megatron-Core names (the condition ucp-info's describe_universal_from_dcp uses).
+// A DeepSpeed-sourced manifest listing none is damaged and keeps source_model_info's refusal.
+bool made_without_model_files(const nlohmann::json& source) {
+  if (!source.is_object()) return false;
+  const std::string format = source.value("format", std::string());
+  return format == "dcp" || format == "torch_dist" || source.value("names", std::string()) == "megatron-core";
+}
+
+// A universal folder without DeepSpeed model files: parameters in manifest order, each in the optimizer
+// param group whose "params" names it (the DCP and torch_dist sources' param_groups), else group 0.
+ModelInfo manifest_only_model_info(const UniversalMeta& meta) {
+  ModelInfo m;
+  m.manifest_only = true;
+  m.patterns_json = meta.manifest.patterns_set;
+  if (!m.patterns_json.is_null()) m.patterns = patterns::PatternSet::from_json(m.patterns_json, "manifest");
+  auto by_name = params_from_manifest(m, meta);
+  check_state_files_present(by_name, meta.dir);
+  std::set<std::string> dtypes;
+  for (const auto& e : meta.manifest.params) {
+    m.params.push_back(by_name.at(e.name));
+    if (e.dtype) dtypes.insert(*e.dtype);
+  }
+  if (dtypes.size() == 1) m.source_dtype = dtype_from_name(*dtypes.begin());
+  m.optimizer_state = optimizer_state_of(meta);
+  const ValuePtr groups = m.optimizer_state && m.optimizer_state->kind == Kind::Dict ? m.optimizer_state->get("param_groups") : nullptr;
+  if (groups && groups->is_sequence()) {
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < m.params.size(); ++i) index.emplace(m.params[i].name, i);
+    m.groups = static_cast<int>(groups->items.size());
+    for (size_t g = 0; g < groups->items.size(); ++g) {
+      const ValuePtr& group = groups->items[g];
+      const ValuePtr names = group && group->kind == Kind::Dict ? group->get("params") : nullptr;
+      if (!names || !names->is_sequence()) continue;
+      for (const auto& n : names->items)
+        if (n && n->kind == Kind::Str)
+          if (auto it = index.find(n->s); it != index.end()) m.params[it->second].group = static_cast<int>(g);
+    }
+  }
+  return m;
+}
+
+}  // namespace
+
 ModelInfo model_info_from(const UniversalMeta& meta) {
   const formats::universal::UniversalSource src = meta.manifest.source_facts(meta.manifest_path);
+  if (meta.model_files.empty() && !meta.dir.empty() && made_without_model_files(meta.manifest.source))
+    return manifest_only_model_info(meta);
   ModelInfo m = source_model_info(meta, src);
   check_model_files_present(m);
   auto by_name = params_from_manifest(m, meta);

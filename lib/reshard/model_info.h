@@ -81,6 +81,10 @@ struct ModelInfo {
   // args); unset when neither records it. ucp-load's defaults for --dtype and --zero-stage.
   std::optional<DType> source_dtype;
   std::optional<int> source_config_zero_stage;
+  // No DeepSpeed model files (a universal folder made from a DCP or torch_dist checkpoint, or by
+  // --to-names megatron-core): the parameters come from manifest.json alone, in its order, and only the
+  // layout-free outputs (dcp, safetensors) can be written from it.
+  bool manifest_only = false;
   pickle::ValuePtr optimizer_state;      // the common optimizer state: the manifest's optimizer_state file
                                          // (read once here) or, in direct mode, the one built from the source
 

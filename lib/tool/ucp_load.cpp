@@ -143,7 +143,11 @@ Result run_ucp_load(const UcpLoadOptions& o) {
   if (o.dry_run || o.plan) return plan_result(load, !o.plan);
   if (o.device == "cuda") return device_result(o);
   std::unique_ptr<ScratchUniversal> scratch;
-  if (to_universal::dcp_input_kind(load.input) != formats::dcp::FolderKind::None) {
+  if (const auto kind = to_universal::dcp_input_kind(load.input); kind != formats::dcp::FolderKind::None) {
+    if (load.format == reshard::OutputFormat::DeepSpeed)  // before any conversion: name the input, not the scratch
+      throw Error(load.input + ": a " + std::string(formats::dcp::folder_kind_name(kind)) +
+                  " checkpoint has no DeepSpeed model files, which --format deepspeed needs; write --format dcp, "
+                  "safetensors or torch_dist (docs/ucp-load.md)");
     scratch = std::make_unique<ScratchUniversal>(load.output);
     to_universal::ConvertOptions co;
     co.threads = load.threads;

@@ -258,6 +258,71 @@ TEST(DcpOutput, BadOutputsLeaveNothing) {
   EXPECT_EQ(names_in(c.work + "/out"), (std::set<std::string>{".metadata", "__0_0.distcp"}));
 }
 
+// ucp-load --input <a DCP checkpoint> (no DeepSpeed model files): re-chunked for another world size
+// (the parameters from manifest.json alone, each in the param group that names it), also from the
+// universal folder ucp-union makes of it; the dtype defaults to the source's and the run says so; the
+// scratch universal folder is gone afterwards.
+TEST(DcpOutput, ADcpSourceIsRechunkedForAnotherWorldSize) {
+  const Case c = case_of("from_dcp");
+  ASSERT_EQ(run_in(c, "ucp-load", "--input ../u --output one --format dcp --dtype fp32").rc, 0);
+  auto r = run_in(c, "ucp-load", "--input one --output two --format dcp --world-size 2 --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["target"].value("dtype", ""), "fp32");
+  EXPECT_EQ(j["target"].value("world", 0), 2);
+  EXPECT_NE(r.err.find("dtype"), std::string::npos) << "the source's dtype taken silently: " << r.err;
+  EXPECT_EQ(names_in(c.work), (std::set<std::string>{"one", "two"})) << "scratch folder left behind";
+  EXPECT_EQ(names_in(c.work + "/two"), (std::set<std::string>{".metadata", "__0_0.distcp", "__1_0.distcp"}));
+  const formats::dcp::Reader rd(c.work + "/two");
+  size_t split = 0;
+  for (const auto& e : rd.metadata().entries) split += !e.is_bytes && e.chunks.size() == 2;
+  EXPECT_GT(split, 0u) << "no tensor cut into two rows";
+  expect_reads_back_truth(c.work + "/two", DType::Float32);
+  // From the DCP-made universal folder, the same.
+  ASSERT_EQ(run_in(c, "ucp-union", "--input one --output u1").rc, 0);
+  r = run_in(c, "ucp-load", "--input u1 --output three --format dcp --world-size 2");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  expect_reads_back_truth(c.work + "/three", DType::Float32);
+  // And back through ucp-union: the first universal folder's state files bit for bit.
+  ASSERT_EQ(run_in(c, "ucp-union", "--input three --output back").rc, 0);
+  expect_round_trip(c.root + "/u", c.work + "/back");
+}
+
+// Safetensors from a DCP source holds the same bytes as from the universal folder it was made from.
+TEST(DcpOutput, ADcpSourceToSafetensorsEqualsTheUniversalSources) {
+  const Case c = case_of("dcp_safetensors");
+  ASSERT_EQ(run_in(c, "ucp-load", "--input ../u --output one --format dcp --dtype fp32").rc, 0);
+  auto a = run_in(c, "ucp-load", "--input ../u --output st_u --format safetensors --dtype bf16");
+  ASSERT_EQ(a.rc, 0) << a.err;
+  auto b = run_in(c, "ucp-load", "--input one --output st_dcp --format safetensors --dtype bf16");
+  ASSERT_EQ(b.rc, 0) << b.err;
+  const auto files = names_in(c.work + "/st_u");
+  ASSERT_FALSE(files.empty());
+  EXPECT_EQ(files, names_in(c.work + "/st_dcp"));
+  for (const auto& f : files) {
+    if (f.size() < 12 || f.substr(f.size() - 12) != ".safetensors") continue;
+    std::ifstream x(c.work + "/st_u/" + f, std::ios::binary), y(c.work + "/st_dcp/" + f, std::ios::binary);
+    const std::string bx((std::istreambuf_iterator<char>(x)), {}), by((std::istreambuf_iterator<char>(y)), {});
+    EXPECT_TRUE(bx == by) << f << " differs";
+  }
+}
+
+// --format deepspeed needs DeepSpeed model files: from a DCP checkpoint the input is named before any
+// work, from a DCP-made universal folder its manifest; exit 1, nothing written or left.
+TEST(DcpOutput, ADcpSourceToDeepSpeedIsRefusedByName) {
+  const Case c = case_of("dcp_deepspeed");
+  ASSERT_EQ(run_in(c, "ucp-load", "--input ../u --output one --format dcp --dtype fp32").rc, 0);
+  auto r = run_in(c, "ucp-load", "--input one --output ds --format deepspeed --dp 1");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("one: a dcp checkpoint has no DeepSpeed model files"), std::string::npos) << r.err;
+  EXPECT_EQ(names_in(c.work), (std::set<std::string>{"one"}));
+  ASSERT_EQ(run_in(c, "ucp-union", "--input one --output u1").rc, 0);
+  r = run_in(c, "ucp-load", "--input u1 --output ds --dp 1");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("u1/manifest.json: no DeepSpeed model files"), std::string::npos) << r.err;
+  EXPECT_EQ(names_in(c.work), (std::set<std::string>{"one", "u1"}));
+}
+
 // The plan alone: torch's keys in state-dict order (model tensors, then per parameter its step and
 // states, then param_groups with "params" last), dtypes (model in the target dtype, states fp32, a
 // tensor step as its own 0-d tensor entry, an int step as bytes), and planner_data's nested paths
