@@ -15,13 +15,22 @@ struct LayoutOptions {
 LayoutOptions add_options(CLI::App& app, tool::UcpLoadOptions& o) {
   auto& l = o.load;
   app.add_option("--input", l.input,
-                 "Universal checkpoint folder, or a native DeepSpeed checkpoint (global_stepN folder or its parent "
-                 "with latest) converted directly without a universal checkpoint")
+                 "Universal checkpoint folder, a native DeepSpeed checkpoint (global_stepN folder or its parent "
+                 "with latest) converted directly without a universal checkpoint, or a PyTorch DCP / Megatron-Core "
+                 "torch_dist folder")
       ->required();
   app.add_option("--verify-against", l.verify_against,
                  "Native input: compute the universal checksums on the way and compare them with this universal "
                  "checkpoint's manifest.json (or folder); nothing is renamed into place on a mismatch");
   app.add_option("--output", l.output, "Target checkpoint folder");
+  app.add_option("--template", l.template_dir,
+                 "--input is a Megatron-Core torch_dist checkpoint: the Megatron-DeepSpeed universal folder of the "
+                 "same model (ucp-union of its DeepSpeed checkpoint, or that folder's --to-names megatron-core "
+                 "output) giving names, model files and DeepSpeed's optimizer state; the values come from --input, "
+                 "read once (--format deepspeed, one pass)");
+  app.add_option("--model-map", l.model_map,
+                 "With --template in Megatron-DeepSpeed names: the Megatron-Core map file (default: the shipped "
+                 "family that names every parameter)");
   LayoutOptions given;
   given.tp = app.add_option("--tp", o.tp, "Target tensor-parallel degree (default: the source's)")
                  ->check(tool::in_range(1, tool::kMaxDegree));

@@ -25,6 +25,7 @@
 #include "reshard/dcp_output.h"
 #include "reshard/deepspeed_writer.h"
 #include "reshard/direct_source.h"
+#include "reshard/torch_dist_source.h"
 #include "reshard/exchange.h"
 #include "reshard/layout_record.h"
 #include "reshard/safetensors_writer.h"
@@ -70,12 +71,39 @@ std::string input_data_dir(const std::string& input, formats::deepspeed::InputKi
 }
 }  // namespace
 
-Prepared prepare(const LoadOptions& options) { return prepare(options, formats::deepspeed::input_kind(options.input)); }
+namespace {
+// The input's kind; a torch_dist input with --template is read through its own source, as if universal.
+formats::deepspeed::InputKind kind_of(const LoadOptions& options) {
+  return options.template_dir.empty() ? formats::deepspeed::input_kind(options.input)
+                                      : formats::deepspeed::InputKind::Universal;
+}
+
+// The AtomicSource of a direct or torch_dist input (null for a universal folder), set on `reader`.
+std::unique_ptr<AtomicSource> open_source(const Prepared& p, UniversalReader& reader) {
+  std::unique_ptr<AtomicSource> source;
+  if (p.direct) source = std::make_unique<DirectSource>(p.direct->plan, p.model);
+  else if (p.torch_dist) source = std::make_unique<TorchDistSource>(*p.torch_dist, p.model);
+  if (source) reader.set_source(source.get());
+  return source;
+}
+}  // namespace
+
+Prepared prepare(const LoadOptions& options) { return prepare(options, kind_of(options)); }
 
 Prepared prepare(const LoadOptions& options, formats::deepspeed::InputKind kind) {
   Prepared p;
   p.input = kind;
-  if (kind == formats::deepspeed::InputKind::Universal) {
+  if (!options.template_dir.empty()) {  // a torch_dist save in one pass (torch_dist_source.h)
+    if (options.format != OutputFormat::DeepSpeed)
+      throw UsageError("--template applies to --format deepspeed (other formats need no Megatron-DeepSpeed model files)");
+    if (!to_universal::is_torch_dist_input(options.input))
+      throw Error(options.input + ": --template needs a Megatron-Core torch_dist checkpoint as --input (a universal folder "
+                  "in Megatron-Core names: ucp-union --to-names megatron-deepspeed --template first)");
+    p.torch_dist = open_torch_dist_input(options.input, options.template_dir, options.model_map);
+    p.model = model_info_from(torch_dist_meta(*p.torch_dist));
+  } else if (!options.model_map.empty()) {
+    throw UsageError("--model-map applies with --template");
+  } else if (kind == formats::deepspeed::InputKind::Universal) {
     p.model = read_model_info(options.input);
   } else {  // a native checkpoint, read directly (issue 18)
     auto d = std::make_shared<DirectInput>();
@@ -281,11 +309,7 @@ nlohmann::json plan_json(const LoadOptions& options) {
   auto p = prepare(options);
   if (options.format == OutputFormat::Dcp) {
     UniversalReader reader(p.model, options.input, false);
-    std::unique_ptr<DirectSource> source;
-    if (p.direct) {
-      source = std::make_unique<DirectSource>(p.direct->plan, p.model);
-      reader.set_source(source.get());
-    }
+    const auto source = open_source(p, reader);
     auto j = dcp_output_json(dcp_output_of(options, p, reader));
     j["from_source"] = p.from_source;
     return j;
@@ -308,16 +332,14 @@ nlohmann::json plan_json(const LoadOptions& options) {
   j["record"] = p.record;
   const auto& mpi = parallel::MpiSession::get();
   const int ranks = mpi.size();
-  j["load"] = plan_load(options, p.model, p.plan, p.moe_line, p.direct != nullptr, ranks, mpi.rank()).to_json(p.model);
+  const LoadPlan lp = plan_load(options, p.model, p.plan, p.moe_line, p.direct != nullptr, ranks, mpi.rank(),
+                                p.torch_dist != nullptr);
+  j["load"] = lp.to_json(p.model);
   // Which rank writes which file, and reads which atomic tensor in which batch, when the exchange
   // would be used (the files are laid out in memory for it; nothing is written).
-  if (uses_exchange(options.format, options.exchange, ranks)) {
+  if (lp.exchange) {
     UniversalReader reader(p.model, options.input, false);
-    std::unique_ptr<DirectSource> source;
-    if (p.direct) {
-      source = std::make_unique<DirectSource>(p.direct->plan, p.model);
-      reader.set_source(source.get());
-    }
+    const auto source = open_source(p, reader);
     const auto writer = make_writer(p, reader);
     const auto setup = set_up_exchange(*writer, p, p.model.tag, ranks, options.batch_bytes, parallel::thread_count(options.threads));
     auto& x = j["exchange"] = setup.plan.to_json(p.model);
@@ -629,7 +651,7 @@ LoadSummary run_load(const LoadOptions& options) {
   keep_buffers_on_heap();
   auto& mpi = parallel::MpiSession::get();
   parallel::RankFailure failed(mpi);
-  const auto kind = formats::deepspeed::input_kind(options.input);  // read once for the whole run
+  const auto kind = kind_of(options);  // read once for the whole run
   refuse_output_over_input(options.output, "--output", input_data_dir(options.input, kind), "--input");
   // Under mpirun each rank checks its share of the files (balanced by bytes) with the pieces it read.
   const FusedSourceCrc crc(kind);
@@ -640,7 +662,8 @@ LoadSummary run_load(const LoadOptions& options) {
   if (options.reuse_output && output_holds(options, prep, mpi.rank() == 0)) return reused_summary(options, prep, t0);
   phase.next("plan");
   const LoadPlan plan =
-      plan_load(options, prep.model, prep.plan, prep.moe_line, prep.direct != nullptr, mpi.size(), mpi.rank());
+      plan_load(options, prep.model, prep.plan, prep.moe_line, prep.direct != nullptr, mpi.size(), mpi.rank(),
+                prep.torch_dist != nullptr);
 
   // Every rank turns SIGINT/SIGTERM into a failure at its next job from here on (staging removed).
   parallel::CollectiveStaging staging(failed, options.output, options.overwrite, "ucp-load", options.reporter.verbose,
@@ -654,6 +677,12 @@ LoadSummary run_load(const LoadOptions& options) {
   run.write.start_writeback = options.sync;
   std::unique_ptr<DirectSource> source;
   if (plan.direct) source = open_direct_source(run, crc.fused());
+  std::unique_ptr<TorchDistSource> td_source;
+  if (prep.torch_dist) {
+    failed.guard([&] { td_source = std::make_unique<TorchDistSource>(*prep.torch_dist, prep.model); });
+    failed.settle();
+    reader.set_source(td_source.get());
+  }
   if (plan.verify_first) verify_atomic_tensors(run);  // exchange mode verifies while the owner reads
   if (plan.format == OutputFormat::Safetensors) write_safetensors_output(run, staged);
   else if (plan.format == OutputFormat::Dcp) write_dcp_folder(run, staged);

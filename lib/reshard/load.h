@@ -39,6 +39,10 @@ struct LoadOptions {
   // DeepSpeed output: when `output` exists and its layout record (layout_record.h) is what this run
   // would write, write nothing (LoadSummary::reused); otherwise convert (replacing it needs overwrite).
   bool reuse_output = false;
+  // --template (--format deepspeed from a Megatron-Core torch_dist input, one pass): the
+  // Megatron-DeepSpeed universal folder giving names, patterns and model files (torch_dist_source.h);
+  // --model-map: the map for a template in Megatron-DeepSpeed names ("": the shipped ones).
+  std::string template_dir, model_map;
 };
 
 struct LoadSummary {
@@ -69,12 +73,14 @@ struct LoadSummary {
 // to write: the layout with its optimizer flavour resolved), the source's parsed templates and the
 // native-MoE line written. Nothing written yet.
 struct DirectInput;  // direct mode: the source's extract plan and common optimizer state (load.cpp)
+struct TorchDistInput;  // a torch_dist input with --template (torch_dist_source.h)
 struct Prepared {
   ModelInfo model;
   UcpInfo plan;
   std::shared_ptr<const Templates> templates;            // DeepSpeed output: parsed once, shared by every writer
   const formats::deepspeed::VersionLine* moe_line = nullptr;  // native MoE: the line written (target_moe_line)
   std::shared_ptr<DirectInput> direct;  // null: the input is a universal checkpoint
+  std::shared_ptr<TorchDistInput> torch_dist;  // a torch_dist input read in one pass (--template)
   formats::deepspeed::InputKind input = formats::deepspeed::InputKind::Universal;  // read once (input_kind)
   nlohmann::json from_source = nlohmann::json::object();  // target values taken from the source
   nlohmann::json record;                // DeepSpeed output: its layout record (ucpkit_layout.json)

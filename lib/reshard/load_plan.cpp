@@ -95,12 +95,14 @@ nlohmann::json LoadPlan::to_json(const ModelInfo& model) const {
 }
 
 LoadPlan plan_load(const LoadOptions& options, const ModelInfo& model, const UcpInfo& plan,
-                   const formats::deepspeed::VersionLine* line, bool direct, int ranks, int rank) {
+                   const formats::deepspeed::VersionLine* line, bool direct, int ranks, int rank, bool torch_dist) {
   LoadPlan p;
   p.format = options.format;
   p.direct = direct;
-  p.verify = direct ? !options.verify_against.empty() : options.verify;
-  p.exchange = uses_exchange(options.format, options.exchange, ranks);
+  // A torch_dist input (--template) has no universal checksums to check (its items carry CRC-32s, checked
+  // as read), and is read in exchange mode: each stored state once, whole (torch_dist_source.h).
+  p.verify = torch_dist ? false : direct ? !options.verify_against.empty() : options.verify;
+  p.exchange = torch_dist ? options.format == OutputFormat::DeepSpeed : uses_exchange(options.format, options.exchange, ranks);
   p.verify_first = p.verify && !p.exchange;
   if (p.verify_first) p.verify_mask = verify_mask(model, ranks, rank);
   if (options.format == OutputFormat::DeepSpeed && !p.exchange) {

@@ -74,8 +74,10 @@ struct LoadPlan {
 };
 
 struct LoadOptions;  // load.h
-// `line`: the native-MoE version line written (target_moe_line; nullptr otherwise).
+// `line`: the native-MoE version line written (target_moe_line; nullptr otherwise). `torch_dist`: the
+// input is a torch_dist save read in one pass (exchange mode, nothing to verify against).
 LoadPlan plan_load(const LoadOptions& options, const ModelInfo& model, const UcpInfo& plan,
-                   const formats::deepspeed::VersionLine* line, bool direct, int ranks, int rank);
+                   const formats::deepspeed::VersionLine* line, bool direct, int ranks, int rank,
+                   bool torch_dist = false);
 
 }  // namespace ucpkit::reshard

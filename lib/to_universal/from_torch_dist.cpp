@@ -192,6 +192,79 @@ DcpPlan dcp_plan_of_torch_dist(const std::string& input) {
   return plan;
 }
 
+struct TorchDistStates::Pieces {
+  std::vector<BucketLayout> layouts;
+  std::map<std::string, std::vector<Piece>> of;  // dp_reshardable: parameter -> its TP-local pieces
+};
+
+TorchDistStates::TorchDistStates(const std::string& input)
+    : ck_(std::make_unique<Checkpoint>(input)), plan_(plan_torch_dist(*ck_)), pieces_(std::make_unique<Pieces>()) {
+  const Checkpoint& ck = *ck_;
+  if (ck.optimizer_format() == OptimizerFormat::DpReshardable) {
+    auto& layouts = pieces_->layouts;
+    layouts = formats::megatron_core::dense_bucket_layouts(ck);
+    bool experts = false;
+    for (const Key* k : ck.buckets()) experts = experts || k->chain > 0;
+    if (experts) {
+      auto more = formats::megatron_core::expert_bucket_layouts(ck);
+      for (auto& l : more) layouts.push_back(std::move(l));
+    }
+    for (const auto& l : layouts)
+      for (const auto& bp : l.params) pieces_->of[bp.name].push_back({&l, &bp});
+    for (const auto& p : plan_.params)
+      if (!pieces_->of.count(p.name))
+        fail(ck.dcp().metadata().path, "Megatron-Core torch_dist dp_reshardable: parameter " + escaped_brief(p.name) +
+                                           " is in no recomputed bucket layout");
+  }
+  common_ = formats::megatron_core::fully_reshardable_common_state(ck);
+  if (has_optimizer()) {
+    groups_ = formats::megatron_core::saved_param_groups(common_, ck.common().source);
+    step_ = formats::megatron_core::saved_step(groups_);
+  }
+}
+
+TorchDistStates::~TorchDistStates() = default;
+
+bool TorchDistStates::has_optimizer() const { return ck_->optimizer_format() != OptimizerFormat::None; }
+
+std::vector<std::string> TorchDistStates::states() const {
+  if (!has_optimizer()) return {"fp32"};
+  std::vector<std::string> out;
+  for (const char* s : formats::megatron_core::kOptimizerStates) out.push_back(formats::megatron_core::universal_state_name(s));
+  return out;
+}
+
+Tensor TorchDistStates::read(size_t param, const std::string& state) const {
+  const TorchDistParam& p = plan_.params.at(param);
+  const ModelParam& mp = ck_->params()[p.model_param];
+  std::string stored;  // Megatron's name of the state
+  for (const char* s : formats::megatron_core::kOptimizerStates)
+    if (formats::megatron_core::universal_state_name(s) == state) stored = s;
+  Tensor t;
+  switch (ck_->optimizer_format()) {
+    case OptimizerFormat::FullyReshardable: t = ck_->read_param(mp, stored); break;
+    case OptimizerFormat::DpReshardable: t = join_pieces(*ck_, p, pieces_->of.at(p.name), stored); break;
+    case OptimizerFormat::None: t = ck_->read_param(mp); break;
+  }
+  if (t.dtype() != DType::Float32) t = t.to(DType::Float32);
+  if (t.shape() != p.shape)
+    fail(ck_->dcp().metadata().path, "Megatron-Core torch_dist: " + escaped_brief(p.name) + " " + state + " has shape " +
+                                         shape_str(t.shape()) + ", the parameter " + shape_str(p.shape));
+  return t;
+}
+
+formats::universal::UniversalParam torch_dist_entry(const TorchDistParam& p, const std::vector<std::string>& states,
+                                                    bool step) {
+  formats::universal::UniversalParam e;
+  e.name = p.name;
+  e.shape = p.shape;
+  e.dtype = std::string(dtype_name(p.dtype));
+  e.tp_shapes = std::vector<std::vector<int64_t>>{p.shape};
+  for (const auto& s : states) e.states[s] = {"zero/" + param_folder(p.name) + "/" + s + ".pt", std::nullopt};
+  e.step = step;
+  return e;
+}
+
 RunSummary run_union_torch_dist(const std::string& input, const std::string& output, const ConvertOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   auto& mpi = parallel::MpiSession::get();
@@ -201,38 +274,11 @@ RunSummary run_union_torch_dist(const std::string& input, const std::string& out
     throw UsageError("--patterns " + options.patterns_file + ": " + input +
                      " is a Megatron-Core torch_dist checkpoint, which stores global tensors: there are no TP slices to join");
   refuse_output_over_input(output, "--output", input, "--input");
-  std::unique_ptr<Checkpoint> ck;
-  TorchDistPlan plan;
-  std::vector<BucketLayout> layouts;
-  std::map<std::string, std::vector<Piece>> pieces;  // dp_reshardable: parameter -> its TP-local pieces
-  ValuePtr common;
-  std::vector<ValuePtr> groups;
-  ValuePtr step;
-  failed.guard([&] {
-    ck = std::make_unique<Checkpoint>(input);
-    plan = plan_torch_dist(*ck);
-    if (ck->optimizer_format() == OptimizerFormat::DpReshardable) {
-      layouts = formats::megatron_core::dense_bucket_layouts(*ck);
-      bool experts = false;
-      for (const Key* k : ck->buckets()) experts = experts || k->chain > 0;
-      if (experts) {
-        auto more = formats::megatron_core::expert_bucket_layouts(*ck);
-        for (auto& l : more) layouts.push_back(std::move(l));
-      }
-      for (const auto& l : layouts)
-        for (const auto& bp : l.params) pieces[bp.name].push_back({&l, &bp});
-      for (const auto& p : plan.params)
-        if (!pieces.count(p.name))
-          fail(ck->dcp().metadata().path, "Megatron-Core torch_dist dp_reshardable: parameter " + escaped_brief(p.name) +
-                                              " is in no recomputed bucket layout");
-    }
-    common = formats::megatron_core::fully_reshardable_common_state(*ck);
-    if (ck->optimizer_format() != OptimizerFormat::None) {
-      groups = formats::megatron_core::saved_param_groups(common, ck->common().source);
-      step = formats::megatron_core::saved_step(groups);
-    }
-  });
+  std::unique_ptr<TorchDistStates> td;
+  failed.guard([&] { td = std::make_unique<TorchDistStates>(input); });
   failed.settle("another MPI rank failed while planning");
+  const TorchDistPlan& plan = td->plan();
+  const Checkpoint* ck = &td->checkpoint();
 
   phase.next("write parameters");
   parallel::CollectiveStaging staging(failed, output, options.overwrite, "ucp", options.reporter.verbose, options.sync,
@@ -248,10 +294,10 @@ RunSummary run_union_torch_dist(const std::string& input, const std::string& out
   std::vector<ParamResult> results(plan.params.size());
   const int threads = parallel::thread_count(options.threads);
   Reporter::Bar progress(options.reporter, "ucp-union", mine.size(), mpi.rank() == 0);
-  const bool has_optimizer = ck && ck->optimizer_format() != OptimizerFormat::None;
+  const std::vector<std::string> states = td->states();
+  const ValuePtr& step = td->step();
   auto convert = [&](size_t i) {
     const TorchDistParam& p = plan.params[i];
-    const ModelParam& mp = ck->params()[p.model_param];
     ParamResult& r = results[i];
     const std::string folder = param_folder(p.name);
     const fs::path dir = zero_dir / folder;
@@ -259,39 +305,23 @@ RunSummary run_union_torch_dist(const std::string& input, const std::string& out
     fs::create_directories(dir, ec);
     if (ec) throw Error(dir.string() + ": cannot create folder: " + ec.message());
     auto& e = r.manifest;
-    e.name = p.name;
-    e.shape = p.shape;
-    e.dtype = std::string(dtype_name(p.dtype));
-    e.tp_shapes = std::vector<std::vector<int64_t>>{p.shape};
-    auto write_state = [&](const std::string& state, Tensor t) {
+    e = torch_dist_entry(p, states, td->has_optimizer() && step);
+    for (const auto& state : states) {
       check_interrupted();
-      if (t.shape() != p.shape)
-        fail(ck->dcp().metadata().path, "Megatron-Core torch_dist: " + escaped_brief(p.name) + " " + state + " has shape " +
-                                            shape_str(t.shape()) + ", the parameter " + shape_str(p.shape));
       formats::universal::StateFile f;
-      f.param = std::move(t);
+      f.param = td->read(i, state);
       r.bytes_read += f.param.nbytes();
       const std::string path = (dir / (state + ".pt")).string();
       save_torch_file(path, formats::universal::to_pickle(f));
       r.bytes_written += file_size_of(path);
       ++r.files;
-      e.states[state] = {"zero/" + folder + "/" + state + ".pt", written_crc32(path, f.param)};
-    };
-    if (ck->optimizer_format() == OptimizerFormat::FullyReshardable) {
-      for (const char* s : formats::megatron_core::kOptimizerStates)
-        write_state(formats::megatron_core::universal_state_name(s), ck->read_param(mp, s).to(DType::Float32));
-    } else if (ck->optimizer_format() == OptimizerFormat::DpReshardable) {
-      for (const char* s : formats::megatron_core::kOptimizerStates)
-        write_state(formats::megatron_core::universal_state_name(s), join_pieces(*ck, p, pieces.at(p.name), s));
-    } else {
-      write_state("fp32", ck->read_param(mp).to(DType::Float32));
+      e.states[state].crc32 = written_crc32(path, f.param);
     }
-    if (has_optimizer && step) {
+    if (e.step) {
       const std::string path = (dir / "step.pt").string();
       save_torch_file(path, step);
       r.bytes_written += file_size_of(path);
       ++r.files;
-      e.step = true;
     }
   };
   failed.guard([&] { convert_each(mine, threads, progress, convert); });
@@ -312,11 +342,11 @@ RunSummary run_union_torch_dist(const std::string& input, const std::string& out
     formats::universal::UniversalManifest manifest;
     manifest.params = gathered_entries(gathered, plan.params.size());
     auto opt_root = Value::dict();
-    opt_root->set_item("param_groups", Value::list(groups));
+    opt_root->set_item("param_groups", Value::list(td->groups()));
     std::vector<std::string> side = {(staged / formats::universal::kUniversalOptimizerState).string(),
                                      (staged / kMcoreCommonStateFile).string(), (staged / kMcoreObjectsFile).string()};
     save_torch_file(side[0], opt_root);
-    save_torch_file(side[1], common);
+    save_torch_file(side[1], td->common());
     // The ._extra_state ShardedObjects as stored (torch.save([obj]) bytes), written back unchanged.
     auto objects = Value::dict();
     for (const auto& k : ck->keys()) {

@@ -14,12 +14,15 @@
 // One parameter in memory at a time; committed as every union is (parallel::CollectiveStaging).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "formats/universal/manifest.h"
 #include "io/dtype.h"
+#include "io/tensor.h"
 #include "io/pickle/value.h"
 #include "to_universal/convert.h"
 #include "to_universal/from_dcp.h"
@@ -58,6 +61,38 @@ bool is_torch_dist_input(const std::string& input);
 
 // The plan as ucp-union --dry-run counts it (from_dcp's DcpPlan: states per parameter, step).
 DcpPlan dcp_plan_of_torch_dist(const std::string& input);
+
+// A torch_dist checkpoint read as universal fp32 states, one whole parameter state at a time (what
+// ucp-union writes into each state file; ucp-load's one-pass torch_dist source reads through it too).
+class TorchDistStates {
+ public:
+  // Opens and plans `input`; throws Error naming the file (a parameter in no bucket layout, ...).
+  explicit TorchDistStates(const std::string& input);
+  ~TorchDistStates();
+  const formats::megatron_core::Checkpoint& checkpoint() const { return *ck_; }
+  const TorchDistPlan& plan() const { return plan_; }
+  bool has_optimizer() const;
+  // The universal state names stored per parameter: fp32, exp_avg, exp_avg_sq (or fp32 alone).
+  std::vector<std::string> states() const;
+  // State `state` (a universal name) of plan().params[param] in fp32, the parameter's shape; thread-safe.
+  Tensor read(size_t param, const std::string& state) const;
+  // The common state in its fully_reshardable form, the saved param groups and their step (or null).
+  const pickle::ValuePtr& common() const { return common_; }
+  const std::vector<pickle::ValuePtr>& groups() const { return groups_; }
+  const pickle::ValuePtr& step() const { return step_; }
+
+ private:
+  struct Pieces;
+  std::unique_ptr<formats::megatron_core::Checkpoint> ck_;
+  TorchDistPlan plan_;
+  std::unique_ptr<Pieces> pieces_;
+  pickle::ValuePtr common_, step_;
+  std::vector<pickle::ValuePtr> groups_;
+};
+
+// The manifest entry of plan parameter `p` (state files named zero/<folder>/<state>.pt, no checksums).
+formats::universal::UniversalParam torch_dist_entry(const TorchDistParam& p, const std::vector<std::string>& states,
+                                                    bool step);
 
 // ucp-union for a torch_dist folder (from_dcp's run_union_dcp calls it for FolderKind::TorchDist).
 RunSummary run_union_torch_dist(const std::string& input, const std::string& output, const ConvertOptions& options);

@@ -385,26 +385,25 @@ RunSummary to_megatron_core(const std::string& input, const std::string& output,
   return summary(output, m.params.size(), threads, c, t0);
 }
 
-RunSummary to_megatron_deepspeed(const std::string& input, const std::string& output, const NamesOptions& o) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const fs::path in(input);
-  const std::string mfile = (in / uv::kUniversalManifestName).string();
-  const uv::UniversalManifest m = uv::read_universal_manifest(mfile);
+}  // namespace
+
+DeepSpeedView megatron_deepspeed_view(const uv::UniversalManifest& m, const std::string& mfile,
+                                      const std::string& template_dir, const std::string& map_file) {
   const bool mcore_named = m.source.is_object() && (m.source.contains(kRecordKey) ||
                                                     m.source.value(kNamesKey, std::string()) == "megatron-core" ||
                                                     m.source.value("format", std::string()) == "torch_dist");
   if (!mcore_named) throw Error(mfile + ": this universal folder already has Megatron-DeepSpeed names");
   // The Megatron-DeepSpeed facts: the input's record, or the --template's (its record, or planned from
   // its Megatron-DeepSpeed names). `facts_dir` holds the model files (under model_files_dir) and the
-  // DeepSpeed zero/optimizer_state.pt; `fallback_dir` the parameter folders a missing step file comes from.
+  // DeepSpeed zero/optimizer_state.pt.
+  DeepSpeedView v;
   json record;
-  fs::path facts_dir = in;
+  fs::path facts_dir = fs::path(mfile).parent_path();
   std::string where = mfile + ": source." + std::string(kRecordKey);
-  bool template_named_ds = false;
-  if (!o.template_dir.empty()) {
-    const fs::path t(o.template_dir);
-    if (!is_universal_folder(o.template_dir))
-      throw Error(o.template_dir + ": --template must be a universal folder (ucp-union of the Megatron-DeepSpeed "
+  if (!template_dir.empty()) {
+    const fs::path t(template_dir);
+    if (!is_universal_folder(template_dir))
+      throw Error(template_dir + ": --template must be a universal folder (ucp-union of the Megatron-DeepSpeed "
                   "checkpoint, or its --to-names megatron-core folder)");
     const std::string tfile = (t / uv::kUniversalManifestName).string();
     const auto tm = uv::read_universal_manifest(tfile);
@@ -412,18 +411,19 @@ RunSummary to_megatron_deepspeed(const std::string& input, const std::string& ou
       record = tm.source[kRecordKey];
       where = tfile + ": source." + std::string(kRecordKey);
     } else {
-      record = plan_forward(t, o.map_file, nullptr).record;
+      record = plan_forward(t, map_file, nullptr).record;
       record["model_files_dir"] = "";
-      template_named_ds = true;
+      v.template_named_ds = true;
       where = tfile;
     }
     facts_dir = t;
+    v.template_dir = template_dir;
   } else {
     if (!m.source.contains(kRecordKey))
       throw Error(mfile + ": a Megatron-Core-named universal folder without source." + std::string(kRecordKey) +
                   " (not made by ucp-union --to-names megatron-core): give --template <the Megatron-DeepSpeed "
                   "universal folder> for its names, patterns and model files (docs/megatron-core-mapping.md)");
-    if (!o.map_file.empty())
+    if (!map_file.empty())
       throw UsageError("--model-map: the way back uses the map recorded in " + mfile + "; leave --model-map out");
     record = m.source[kRecordKey];
   }
@@ -431,68 +431,110 @@ RunSummary to_megatron_deepspeed(const std::string& input, const std::string& ou
       !record.contains("pipeline_numbering"))
     throw Error(where + " is malformed (map, pipeline_numbering and megatron_deepspeed expected)");
   const mc::ModelMap map = mc::ModelMap::from_json(record["map"], where + ".map");
-  if (o.family) *o.family = map.family + " (" + record.value("map_origin", map.origin) + ")";
+  v.family = map.family + " (" + record.value("map_origin", map.origin) + ")";
   mc::PipeNumbering pn;
   pn.first_block = record["pipeline_numbering"].value("first_block", -1);
   pn.final_norm = record["pipeline_numbering"].value("final_norm", -1);
   pn.head = record["pipeline_numbering"].value("head", -1);
-  std::optional<mc::QkvShape> qkv;
-  if (!record.value("qkv", json()).is_null()) qkv = qkv_from_json(record["qkv"], mfile);
+  if (!record.value("qkv", json()).is_null()) v.qkv = qkv_from_json(record["qkv"], mfile);
   const json& ds = record["megatron_deepspeed"];
-  const auto set = patterns::PatternSet::from_json(ds.at("patterns").at("set"),
-                                                   ds.at("patterns").value("origin", std::string()));
   std::map<std::string, size_t> by_name;
   for (size_t i = 0; i < m.params.size(); ++i) by_name[m.params[i].name] = i;
 
-  std::vector<Job> jobs;
   const json& params = ds.at("params");
   for (size_t i = 0; i < params.size(); ++i) {
-    Job j;
-    j.out = uv::UniversalParam::from_json(params[i], mfile, "source." + std::string(kRecordKey) +
-                                                                ".megatron_deepspeed.params[" + std::to_string(i) + "]");
-    const auto mapped = mc::to_megatron_core(map, j.out.name, pn);
-    if (!mapped) throw Error(where + ": the recorded map names no rule for '" + escaped_brief(j.out.name) + "'");
+    auto e = uv::UniversalParam::from_json(params[i], mfile, "source." + std::string(kRecordKey) +
+                                                                 ".megatron_deepspeed.params[" + std::to_string(i) + "]");
+    const auto mapped = mc::to_megatron_core(map, e.name, pn);
+    if (!mapped) throw Error(where + ": the recorded map names no rule for '" + escaped_brief(e.name) + "'");
     auto it = by_name.find(mapped->name);
     if (it == by_name.end())
-      throw Error(mfile + ": parameter '" + mapped->name + "' (Megatron-DeepSpeed '" + escaped_brief(j.out.name) +
+      throw Error(mfile + ": parameter '" + mapped->name + "' (Megatron-DeepSpeed '" + escaped_brief(e.name) +
                   "') is missing");
-    j.from = it->second;
-    j.name = j.out.name;
-    j.layout = map.rules[mapped->rule].layout;
-    j.regroup_qkv = j.layout == mc::MapLayout::Qkv && joined_as_sub_params(j.out);
-    if (j.regroup_qkv && !qkv) throw Error(where + ": no qkv shape recorded for '" + escaped_brief(j.name) + "'");
+    const bool regroup = map.rules[mapped->rule].layout == mc::MapLayout::Qkv && joined_as_sub_params(e);
+    if (regroup && !v.qkv) throw Error(where + ": no qkv shape recorded for '" + escaped_brief(e.name) + "'");
+    const auto& from = m.params[it->second];
+    for (const auto& [state, file] : e.states)
+      if (!from.states.count(state))
+        throw Error(mfile + ": parameter '" + from.name + "' has no " + state + " state (its Megatron-DeepSpeed entry has)");
+    v.from.push_back(it->second);
+    v.regroup_qkv.push_back(regroup ? 1 : 0);
     by_name.erase(it);
-    jobs.push_back(std::move(j));
+    v.manifest.params.push_back(std::move(e));
   }
   if (!by_name.empty())
     throw Error(mfile + ": parameter '" + escaped_brief(by_name.begin()->first) +
                 "' has no Megatron-DeepSpeed name in the record (added after the conversion?)");
+  if (ds.contains("source")) {
+    v.manifest.source = ds["source"];
+  } else {
+    v.manifest.source = m.source;
+    v.manifest.source.erase(kNamesKey);
+    v.manifest.source.erase(kRecordKey);
+  }
+  v.manifest.patterns_origin = ds.at("patterns").value("origin", std::string());
+  v.manifest.patterns_set = ds.at("patterns").at("set");
+  v.manifest.optimizer_state = uv::kUniversalOptimizerState;
+  v.optimizer_state = (facts_dir / uv::kUniversalOptimizerState).string();
+  const std::string dir = record.value("model_files_dir", std::string(kModelFilesDir));
+  for (const auto& f : ds.at("model_files")) {
+    const std::string name = f.get<std::string>();
+    v.manifest.model_files.push_back(name);
+    v.model_files.push_back((facts_dir / dir / name).string());
+  }
+  return v;
+}
+
+Tensor to_deepspeed_value(Tensor t, const DeepSpeedView& v, size_t i, const std::string& where) {
+  const uv::UniversalParam& out = v.manifest.params[i];
+  if (v.regroup_qkv[i]) t = mc::qkv_grouped_to_split(t, *v.qkv);
+  // A torch_dist save keeps Megatron's padded vocabulary rows; the Megatron-DeepSpeed universal form
+  // cuts them to original_vocab_size (vocab_tensor), as ucp-union does.
+  if (out.vocab_tensor && t.dim() == static_cast<int64_t>(out.shape.size()) && t.dim() > 0 && t.shape()[0] > out.shape[0] &&
+      std::equal(t.shape().begin() + 1, t.shape().end(), out.shape.begin() + 1))
+    t = t.narrow(0, 0, out.shape[0]).contiguous(true);  // its own storage: the file holds only these rows
+  if (t.shape() != out.shape)
+    throw Error(where + ": shape " + shape_str(t.shape()) + ", the Megatron-DeepSpeed parameter '" + out.name + "' is " +
+                shape_str(out.shape));
+  return t;
+}
+
+namespace {
+
+RunSummary to_megatron_deepspeed(const std::string& input, const std::string& output, const NamesOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const fs::path in(input);
+  const std::string mfile = (in / uv::kUniversalManifestName).string();
+  const uv::UniversalManifest m = uv::read_universal_manifest(mfile);
+  DeepSpeedView v = megatron_deepspeed_view(m, mfile, o.template_dir, o.map_file);
+  if (o.family) *o.family = v.family;
+  const auto set = patterns::PatternSet::from_json(v.manifest.patterns_set, v.manifest.patterns_origin);
+  std::vector<Job> jobs;
+  for (size_t i = 0; i < v.manifest.params.size(); ++i) {
+    Job j;
+    j.from = v.from[i];
+    j.name = v.manifest.params[i].name;
+    j.out = v.manifest.params[i];
+    jobs.push_back(std::move(j));
+  }
 
   StagingDir staging(output, o.overwrite, "ucp", o.reporter.verbose, o.sync);
   const fs::path staged = staging.path();
   fs::create_directories(staged / "zero");
   Counters c;
   const int threads = parallel::thread_count(o.threads);
-  run_jobs(jobs, threads, o.reporter, [&](Job& j) {
+  std::vector<size_t> order(jobs.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  Reporter::Bar progress(o.reporter, "ucp-union", jobs.size());
+  convert_each(order, threads, progress, [&](size_t i) {
+    Job& j = jobs[i];
     const auto& p = m.params[j.from];
     const auto rule = patterns::classify(set, j.name);
     std::set<std::string> state_files;
     for (auto& [state, file] : j.out.states) {
-      auto from = p.states.find(state);
-      if (from == p.states.end())
-        throw Error(mfile + ": parameter '" + p.name + "' has no " + state + " state (its Megatron-DeepSpeed entry has)");
-      state_files.insert(fs::path(from->second.file).filename().string());
-      Tensor t = read_param(in, from->second.file, c);
-      if (j.regroup_qkv) t = mc::qkv_grouped_to_split(t, *qkv);
-      // A torch_dist save keeps Megatron's padded vocabulary rows; the Megatron-DeepSpeed universal form
-      // cuts them to original_vocab_size (vocab_tensor), as ucp-union does.
-      if (j.out.vocab_tensor && t.dim() == static_cast<int64_t>(j.out.shape.size()) && t.dim() > 0 &&
-          t.shape()[0] > j.out.shape[0] &&
-          std::equal(t.shape().begin() + 1, t.shape().end(), j.out.shape.begin() + 1))
-        t = t.narrow(0, 0, j.out.shape[0]).contiguous(true);  // its own storage: the file holds only these rows
-      if (t.shape() != j.out.shape)
-        throw Error((in / from->second.file).string() + ": shape " + shape_str(t.shape()) + ", the Megatron-DeepSpeed "
-                    "parameter '" + j.name + "' is " + shape_str(j.out.shape));
+      const auto& from = p.states.at(state);
+      state_files.insert(fs::path(from.file).filename().string());
+      const Tensor t = to_deepspeed_value(read_param(in, from.file, c), v, i, (in / from.file).string());
       const fs::path path = staged / file.file;
       fs::create_directories(path.parent_path());
       save_torch_file(path.string(), state_file_value(t, rule, set));
@@ -505,34 +547,22 @@ RunSummary to_megatron_deepspeed(const std::string& input, const std::string& ou
     size_t copied = p.states.empty() ? 0 : copy_other_files((in / p.states.begin()->second.file).parent_path(), to_dir,
                                                             state_files, c);
     // The step file: the input's (its values travel), else the template's of this parameter.
-    if (j.out.step && copied == 0 && !o.template_dir.empty()) {
-      const fs::path t(o.template_dir);
-      const std::string folder = param_folder(template_named_ds ? j.name : p.name);
-      copied = copy_other_files(t / "zero" / folder, to_dir, state_files, c);
+    if (j.out.step && copied == 0 && !v.template_dir.empty()) {
+      const std::string folder = param_folder(v.template_named_ds ? j.name : p.name);
+      copied = copy_other_files(fs::path(v.template_dir) / "zero" / folder, to_dir, state_files, c);
     }
     if (j.out.step && copied == 0)
       throw Error(mfile + ": parameter '" + p.name + "' has no step file (its Megatron-DeepSpeed entry has one)");
   });
+  progress.finish();
 
   // DeepSpeed's zero/optimizer_state.pt (loss scaler, ZeRO facts, param_groups) from the facts' folder.
-  copy_counted((facts_dir / uv::kUniversalOptimizerState).string(), (staged / m.optimizer_state).string(), c);
-  uv::UniversalManifest out;
-  if (ds.contains("source")) {
-    out.source = ds["source"];
-  } else {
-    out.source = m.source;
-    out.source.erase(kNamesKey);
-    out.source.erase(kRecordKey);
-  }
-  out.patterns_origin = ds.at("patterns").value("origin", std::string());
-  out.patterns_set = ds.at("patterns").at("set");
+  copy_counted(v.optimizer_state, (staged / m.optimizer_state).string(), c);
+  uv::UniversalManifest out = v.manifest;
   out.optimizer_state = m.optimizer_state;
-  const std::string dir = record.value("model_files_dir", std::string(kModelFilesDir));
-  for (const auto& f : ds.at("model_files")) {
-    const std::string name = f.get<std::string>();
-    copy_counted((facts_dir / dir / name).string(), (staged / name).string(), c);
-    out.model_files.push_back(name);
-  }
+  out.params.clear();
+  for (size_t k = 0; k < v.model_files.size(); ++k)
+    copy_counted(v.model_files[k], (staged / v.manifest.model_files[k]).string(), c);
   for (auto& j : jobs) out.params.push_back(std::move(j.out));
   write_manifest(out, staged, c);
   check_interrupted();

@@ -12,11 +12,16 @@
 //    The Megatron-Core-named folder also gets megatron_core/common_state.pt (Megatron-DeepSpeed's args as
 //    Megatron-Core's, formats/megatron_core/deepspeed_common_state) for ucp-load --format torch_dist.
 #pragma once
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/reporter.h"
+#include "formats/megatron_core/deepspeed_map.h"
+#include "formats/universal/manifest.h"
+#include "io/tensor.h"
 #include "to_universal/convert.h"
 
 namespace ucpkit::to_universal {
@@ -44,6 +49,28 @@ bool is_megatron_core_named(const nlohmann::json& source);
 
 // Whether `dir` holds a ucpkit universal manifest.
 bool is_universal_folder(const std::string& dir);
+
+// The Megatron-DeepSpeed side of a Megatron-Core-named manifest `m` (read from `mfile`): what
+// --to-names megatron-deepspeed writes, planned from the manifests alone (the input's record, or
+// --template's record or names); ucp-load --input <torch_dist> --template reads a torch_dist save through
+// it in one pass (reshard/torch_dist_source.h).
+struct DeepSpeedView {
+  formats::universal::UniversalManifest manifest;  // Megatron-DeepSpeed names, state files named, no checksums
+  std::vector<size_t> from;                        // per manifest param: its index in `m`
+  std::vector<char> regroup_qkv;                   // per manifest param: QKV rows regrouped
+  std::optional<formats::megatron_core::QkvShape> qkv;
+  std::vector<std::string> model_files;  // resolved paths of manifest.model_files
+  std::string optimizer_state;           // resolved path of DeepSpeed's zero/optimizer_state.pt
+  std::string template_dir;              // --template ("" without)
+  bool template_named_ds = false;        // the template has Megatron-DeepSpeed names (its folders are theirs)
+  std::string family;                    // "<family> (<map origin>)"
+};
+// Throws Error naming the manifest or template and what is missing or malformed.
+DeepSpeedView megatron_deepspeed_view(const formats::universal::UniversalManifest& m, const std::string& mfile,
+                                      const std::string& template_dir, const std::string& map_file);
+// Parameter `i` of `v` from its Megatron-Core value `t` (fp32): QKV rows regrouped, Megatron's padded
+// vocabulary rows cut; shape checked (Error naming `where`).
+Tensor to_deepspeed_value(Tensor t, const DeepSpeedView& v, size_t i, const std::string& where);
 
 // Rewrites universal folder `input` into `output` (staged, committed atomically). Throws Error naming
 // the file or parameter on any mismatch (nothing left at `output`).

@@ -13,6 +13,7 @@
 #include "tool/typed_name.h"
 #include "to_universal/convert.h"
 #include "to_universal/from_dcp.h"
+#include "to_universal/megatron_core_names.h"
 
 #include <unistd.h>
 
@@ -61,6 +62,14 @@ void UcpLoadOptions::check() {
   load.batch_bytes = batch;
   if (exchange == "on" && load.format != reshard::OutputFormat::DeepSpeed)
     throw UsageError("--exchange on applies to --format deepspeed");
+  if (!load.model_map.empty() && load.template_dir.empty()) throw UsageError("--model-map applies with --template");
+  if (!load.template_dir.empty()) {  // a torch_dist input in one pass (docs/ucp-load.md)
+    if (load.format != reshard::OutputFormat::DeepSpeed)
+      throw UsageError("--template applies to --format deepspeed (the Megatron-DeepSpeed model files it gives)");
+    if (device == "cuda") throw UsageError("--template applies to --device cpu");
+    if (exchange == "off") throw UsageError("--exchange off: a torch_dist input with --template is read in exchange mode");
+    if (!load.verify_against.empty()) throw UsageError("--verify-against applies to a native checkpoint input, not with --template");
+  }
   if (plan || dry_run) return;  // read-only: the rules below concern what a conversion reads
   if (!load.verify_against.empty() && reshard::is_universal_input(load.input))
     throw UsageError("--verify-against applies to a native checkpoint input; " + load.input +
@@ -143,11 +152,26 @@ Result run_ucp_load(const UcpLoadOptions& o) {
   if (o.dry_run || o.plan) return plan_result(load, !o.plan);
   if (o.device == "cuda") return device_result(o);
   std::unique_ptr<ScratchUniversal> scratch;
-  if (const auto kind = to_universal::dcp_input_kind(load.input); kind != formats::dcp::FolderKind::None) {
+  const auto kind = to_universal::dcp_input_kind(load.input);
+  if (kind == formats::dcp::FolderKind::TorchDist && !load.template_dir.empty()) {
+    // read in one pass through the template's Megatron-DeepSpeed view (reshard/torch_dist_source.h)
+  } else if (!load.template_dir.empty()) {
+    throw Error(load.input + ": --template needs a Megatron-Core torch_dist checkpoint as --input" +
+                (kind != formats::dcp::FolderKind::None
+                     ? ", not a " + std::string(formats::dcp::folder_kind_name(kind)) + " one"
+                 : to_universal::is_universal_folder(load.input)
+                     ? " (a universal folder in Megatron-Core names: ucp-union --to-names megatron-deepspeed --template "
+                       "first, then ucp-load)"
+                     : std::string()));
+  } else if (kind != formats::dcp::FolderKind::None) {
     if (load.format == reshard::OutputFormat::DeepSpeed)  // before any conversion: name the input, not the scratch
       throw Error(load.input + ": a " + std::string(formats::dcp::folder_kind_name(kind)) +
                   " checkpoint has no DeepSpeed model files, which --format deepspeed needs; write --format dcp, "
-                  "safetensors or torch_dist (docs/ucp-load.md)");
+                  "safetensors or torch_dist" +
+                  (kind == formats::dcp::FolderKind::TorchDist
+                       ? ", or give --template <the Megatron-DeepSpeed universal folder of the model>"
+                       : std::string()) +
+                  " (docs/ucp-load.md)");
     scratch = std::make_unique<ScratchUniversal>(load.output);
     to_universal::ConvertOptions co;
     co.threads = load.threads;

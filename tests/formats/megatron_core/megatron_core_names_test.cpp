@@ -119,6 +119,29 @@ TEST_P(MegatronCoreNames, RoundTripIsBitExact) {
   ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input mctd --output ds3 --to-names megatron-deepspeed --template ds", &out), 0)
       << out;
   EXPECT_TRUE(tree_bytes((dir / "ds").string()) == tree_bytes((dir / "ds3").string()));
+
+  // torch_dist -> DeepSpeed in one pass (ucp-load --input <torch_dist> --template): no universal folder
+  // written, each stored state read once; the same files byte for byte as the three runs above followed by
+  // ucp-load, at the source layout (and there every tensor equal to the source checkpoint's) and at
+  // TP 1 x PP 1 x DP 2.
+  const std::string dp = std::to_string(c.dp);
+  ASSERT_EQ(in(dir, kBin + "/ucp-load -q --input td --template ds --output one --dp " + dp, &out), 0) << out;
+  ASSERT_EQ(in(dir, kBin + "/ucp-load -q --input ds3 --output three --dp " + dp, &out), 0) << out;
+  EXPECT_TRUE(tree_bytes((dir / "one").string()) == tree_bytes((dir / "three").string()));
+  EXPECT_EQ(run_command(kPy + " " + kSrc + "/tests/load/compare_target.py " + quote((dir / "one").string()) + " " +
+                            quote(src.string()) + " " + quote(truth.string()),
+                        &out),
+            0)
+      << out;
+  const std::string other = " --tp 1 --pp 1 --dp 2";
+  ASSERT_EQ(in(dir, kBin + "/ucp-load -q --input td --template ds --output one2" + other, &out), 0) << out;
+  ASSERT_EQ(in(dir, kBin + "/ucp-load -q --input ds3 --output three2" + other, &out), 0) << out;
+  const auto o1 = tree_bytes((dir / "one2").string()), o3 = tree_bytes((dir / "three2").string());
+  EXPECT_GT(o1.size(), 2u);
+  EXPECT_TRUE(o1 == o3);
+  // The template may also be the Megatron-Core-named folder (its record gives the names).
+  ASSERT_EQ(in(dir, kBin + "/ucp-load -q --input td --template mc --output one3 --dp " + dp, &out), 0) << out;
+  EXPECT_TRUE(tree_bytes((dir / "one3").string()) == tree_bytes((dir / "three").string()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, MegatronCoreNames,
@@ -224,6 +247,37 @@ TEST(MegatronCoreNamesRefusals, WrongInputsAndOptionsAreRefusedAndNothingIsWritt
   ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input ds --output mc --to-names megatron-core", &out), 0) << out;
   EXPECT_EQ(in(dir, kBin + "/ucp-union --input mc --output x --to-names megatron-core", &out), 1) << out;
   EXPECT_NE(out.find("already has Megatron-Core names"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir / "x"));
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".x."), std::string::npos) << e.path() << " left behind";
+}
+
+// ucp-load --input <torch_dist> --template: what is refused, with the cause named; nothing written.
+TEST(MegatronCoreNamesRefusals, OnePassTorchDistLoadRefusalsNameTheCause) {
+  const fs::path dir = ucpkit::testing::scratch_dir("mcnames_onepass_refusals");
+  const fs::path gpt = fs::path(kFx) / "gpt_tp2pp2dp2_gpu";
+  const std::string real = rel(fs::path(ucpkit::testing::kMcoreData) / "gpt_tp2_pp2/fully_reshardable", dir);
+  std::string out;
+  ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input " + rel(gpt, dir) + " --output ds", &out), 0) << out;
+  ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input ds --output mc --to-names megatron-core", &out), 0) << out;
+  // Without --template a torch_dist save has no DeepSpeed model files: the option that supplies them named.
+  EXPECT_EQ(in(dir, kBin + "/ucp-load --input " + real + " --output x --dp 1", &out), 1) << out;
+  EXPECT_NE(out.find("--template"), std::string::npos) << out;
+  // Usage errors (exit 2): another format, --model-map alone, --exchange off, --device cuda.
+  EXPECT_EQ(in(dir, kBin + "/ucp-load --input " + real + " --output x --template ds --format dcp", &out), 2) << out;
+  EXPECT_EQ(in(dir, kBin + "/ucp-load --input ds --output x --dp 1 --model-map m.json", &out), 2) << out;
+  EXPECT_EQ(in(dir, kBin + "/ucp-load --input " + real + " --output x --dp 1 --template ds --exchange off", &out), 2)
+      << out;
+  // The input must be a torch_dist save; a Megatron-Core-named universal folder is pointed to ucp-union.
+  EXPECT_EQ(in(dir, kBin + "/ucp-load --input mc --output x --dp 1 --template ds", &out), 1) << out;
+  EXPECT_NE(out.find("--to-names megatron-deepspeed --template"), std::string::npos) << out;
+  // The template must be a universal folder, of the same model (a parameter of the template missing in
+  // the save is named).
+  EXPECT_EQ(in(dir, kBin + "/ucp-load --input " + real + " --output x --dp 1 --template " + rel(gpt, dir), &out), 1)
+      << out;
+  EXPECT_NE(out.find("--template must be a universal folder"), std::string::npos) << out;
+  EXPECT_EQ(in(dir, kBin + "/ucp-load --input " + real + " --output x --dp 1 --template ds", &out), 1) << out;
+  EXPECT_NE(out.find("is missing"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dir / "x"));
   for (const auto& e : fs::directory_iterator(dir))
     EXPECT_EQ(e.path().filename().string().find(".x."), std::string::npos) << e.path() << " left behind";

@@ -1,0 +1,104 @@
+// One-pass torch_dist -> DeepSpeed source (torch_dist_source.h).
+#include "reshard/torch_dist_source.h"
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "core/error.h"
+#include "formats/megatron_core/reader.h"
+#include "formats/universal/manifest.h"
+#include "io/torch/torch_file.h"
+#include "to_universal/plan.h"
+
+namespace ucpkit::reshard {
+
+namespace fs = std::filesystem;
+
+std::shared_ptr<TorchDistInput> open_torch_dist_input(const std::string& input, const std::string& template_dir,
+                                                      const std::string& map_file) {
+  auto in = std::make_shared<TorchDistInput>();
+  in->input = input;
+  in->states = std::make_unique<to_universal::TorchDistStates>(input);
+  const auto& td = *in->states;
+  // The Megatron-Core-named manifest ucp-union --input <torch_dist> would write, in memory (plan order).
+  formats::universal::UniversalManifest mcore;
+  mcore.source = td.plan().source;
+  const auto states = td.states();
+  const bool step = td.has_optimizer() && td.step();
+  for (const auto& p : td.plan().params) mcore.params.push_back(to_universal::torch_dist_entry(p, states, step));
+  in->view = to_universal::megatron_deepspeed_view(mcore, td.checkpoint().dcp().metadata().path, template_dir, map_file);
+  return in;
+}
+
+UniversalMeta torch_dist_meta(const TorchDistInput& in) {
+  UniversalMeta meta;
+  meta.manifest = in.view.manifest;
+  meta.manifest_path = in.input + " (torch_dist, Megatron-DeepSpeed names from --template " + in.view.template_dir + ")";
+  meta.model_files = in.view.model_files;
+  meta.optimizer_state_path = in.view.optimizer_state;
+  return meta;
+}
+
+TorchDistSource::TorchDistSource(const TorchDistInput& in, const ModelInfo& model) : in_(in), model_(model) {
+  std::map<std::string, size_t> by_name;
+  for (size_t i = 0; i < in.view.manifest.params.size(); ++i) by_name[in.view.manifest.params[i].name] = i;
+  for (const auto& p : model.params) {
+    const auto it = by_name.find(p.name);
+    if (it == by_name.end()) throw Error(in.input + ": no value for parameter '" + escaped_brief(p.name) + "'");
+    view_index_.push_back(it->second);
+    auto& row = slots_.emplace_back();
+    for (size_t s = 0; s < model.states.size(); ++s) row.push_back(std::make_unique<Slot>());
+  }
+}
+
+void TorchDistSource::read(int param, int state, int64_t a, int64_t n, float* dst) {
+  Slot& slot = *slots_.at(static_cast<size_t>(param)).at(static_cast<size_t>(state));
+  const int64_t numel = model_.params[static_cast<size_t>(param)].stored_numel;
+  std::shared_ptr<const Tensor> value;
+  {
+    std::lock_guard<std::mutex> lock(slot.mu);  // one read of the stored chunks per state, however many ask
+    if (!slot.value) {
+      const size_t v = view_index_[static_cast<size_t>(param)];
+      const std::string& name = model_.states[static_cast<size_t>(state)];
+      const auto& td = *in_.states;
+      const size_t from = in_.view.from[v];
+      Tensor t = td.read(from, name);
+      t = to_universal::to_deepspeed_value(std::move(t), in_.view, v,
+                                           td.checkpoint().dcp().metadata().path + ": " + td.plan().params[from].name +
+                                               " " + name);
+      slot.value = std::make_shared<const Tensor>(t.contiguous());
+      slot.served = 0;
+    }
+    value = slot.value;
+  }
+  if (a < 0 || n < 0 || a + n > numel || value->numel() != numel)
+    throw Error(in_.input + ": elements [" + std::to_string(a) + ", " + std::to_string(a + n) + ") of '" +
+                escaped_brief(model_.params[static_cast<size_t>(param)].name) + "' asked, it has " + std::to_string(numel));
+  std::memcpy(dst, value->contiguous_bytes().data() + static_cast<size_t>(a) * 4, static_cast<size_t>(n) * 4);
+  std::lock_guard<std::mutex> lock(slot.mu);
+  if ((slot.served += n) >= numel && slot.value == value) slot.value.reset();  // every element handed out
+}
+
+pickle::ValuePtr TorchDistSource::step(int param) {
+  const auto& p = model_.params[static_cast<size_t>(param)];
+  if (!p.step) return nullptr;
+  if (const auto& s = in_.states->step()) {  // the torch_dist save's step travels
+    // A fresh value on every call, as loading each universal step.pt gives: a shared tensor would be
+    // pickled once, and one step tensor shared by every parameter's optimizer state.
+    pickle::ValuePtr v = pickle::deep_copy(s);
+    if (v && v->kind == pickle::Kind::Tensor && v->tensor) v = pickle::Value::of_tensor(v->tensor->contiguous(true));
+    return v;
+  }
+  // No optimizer step in the save: the template's step file of this parameter (as --to-names does).
+  const auto& v = in_.view;
+  const size_t i = view_index_[static_cast<size_t>(param)];
+  const std::string folder = to_universal::param_folder(
+      v.template_named_ds ? p.name : in_.states->plan().params[v.from[i]].name);
+  const std::string path = (fs::path(v.template_dir) / "zero" / folder / "step.pt").string();
+  if (!fs::exists(path)) throw Error(in_.input + ": parameter '" + escaped_brief(p.name) + "' has no step (neither the "
+                                     "torch_dist save nor " + path + ")");
+  return load_torch(path);
+}
+
+}  // namespace ucpkit::reshard

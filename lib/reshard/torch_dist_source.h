@@ -1,0 +1,61 @@
+// ucp-load --input <Megatron-Core torch_dist> --template <Megatron-DeepSpeed universal folder>
+// --format deepspeed in one pass (issue 30): the torch_dist save as a "virtual universal checkpoint" in
+// Megatron-DeepSpeed names, as DirectSource makes one of a native DeepSpeed checkpoint. The manifest is
+// what ucp-union --to-names megatron-deepspeed --template would write (to_universal::megatron_deepspeed_view:
+// names, patterns, model files and DeepSpeed's optimizer state from the template); every value comes from
+// the torch_dist save (to_universal::TorchDistStates: fully_reshardable slices, dp_reshardable buckets
+// unflattened), its QKV rows regrouped and Megatron's padded vocabulary rows cut
+// (to_universal::to_deepspeed_value). Nothing is written but the target; no universal folder, no scratch.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "reshard/model_info.h"
+#include "reshard/universal_reader.h"
+#include "to_universal/from_torch_dist.h"
+#include "to_universal/megatron_core_names.h"
+
+namespace ucpkit::reshard {
+
+struct TorchDistInput {
+  std::string input;  // the torch_dist folder as given
+  std::unique_ptr<to_universal::TorchDistStates> states;
+  to_universal::DeepSpeedView view;
+};
+
+// Opens the torch_dist save and plans its Megatron-DeepSpeed view from `template_dir` (`map_file`:
+// --model-map for a template in Megatron-DeepSpeed names; "" the shipped maps). Throws Error naming the
+// file and what is missing.
+std::shared_ptr<TorchDistInput> open_torch_dist_input(const std::string& input, const std::string& template_dir,
+                                                      const std::string& map_file);
+
+// The manifest ucp-load reads, in memory (model files and optimizer state: the template's).
+UniversalMeta torch_dist_meta(const TorchDistInput& in);
+
+// Atomic tensors from the torch_dist save. A parameter's state is read whole (its chunks, in fp32, in
+// Megatron-DeepSpeed layout) at its first request and dropped once every element has been handed out:
+// exchange mode asks for each atomic element once, so each stored byte is read once and memory holds
+// the states in flight, not the checkpoint.
+class TorchDistSource final : public AtomicSource {
+ public:
+  TorchDistSource(const TorchDistInput& in, const ModelInfo& model);
+  void read(int param, int state, int64_t a, int64_t n, float* dst) override;
+  pickle::ValuePtr step(int param) override;
+  void whole_crc(int, int, uint32_t) override {}  // no checksums to compare: the torch_dist items carry their own
+
+ private:
+  struct Slot {
+    std::mutex mu;
+    std::shared_ptr<const Tensor> value;  // while elements are still to be handed out
+    int64_t served = 0;
+  };
+  const TorchDistInput& in_;
+  const ModelInfo& model_;
+  std::vector<size_t> view_index_;  // [ModelInfo param] -> index in in_.view.manifest.params
+  std::vector<std::vector<std::unique_ptr<Slot>>> slots_;  // [param][state]
+};
+
+}  // namespace ucpkit::reshard
