@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# torch_dist -> Megatron-DeepSpeed (issue 30, Acceptance "Benchmark"), the three tool runs of
-# docs/megatron-core-mapping.md, each timed on its own:
+# torch_dist -> Megatron-DeepSpeed (issue 30, Acceptance "Benchmark"): the one pass
+#   0. ucp-load  --input TD --template TPL --output OUT1 --format deepspeed --tp TP --pp 1 --dp 1
+# and (THREE_STEPS=1, the default) the three tool runs it replaces (docs/megatron-core-mapping.md), each
+# timed on its own (in the first round their output is compared with the one pass's, file by file):
 #   1. ucp-union --input TD --output MC2                      (torch_dist -> Megatron-Core-named universal)
 #   2. ucp-union --input MC2 --output DSU --to-names megatron-deepspeed --template TPL
 #   3. ucp-load  --input DSU --output OUT --format deepspeed --tp TP --pp 1 --dp 1
@@ -23,6 +25,7 @@
 #   env: WORK (work folder, default /work/bigbench2/td; bind-mounted at $TRIXIE/lab/$LAB for torch);
 #        TRIXIE (/opt/trixie); LAB (default ucp-bench-td); TORCH_ROUNDS (default = rounds; 0 skips torch);
 #        SCRATCH_NOSYNC=1 (steps 1 and 2 with --no-sync: MC2 and DSU are scratch folders);
+#        THREE_STEPS=0 (time the one pass only: less disk, for inputs larger than half the RAM);
 #        HIDDEN, HEADS, KV_HEADS, FFN, LAYERS, VOCAB, TP (model; default 183.5M parameters, TD 2.57 GB).
 # Disk: TPL + TD + (MC2 + DSU + OUT) at the same time, about 5 x TD; MC2 is removed (untimed) once step 2
 # is done; the script stops before a round would leave less than 8 GB free.
@@ -35,6 +38,7 @@ TORCH_ROUNDS=${TORCH_ROUNDS:-$rounds}
 HIDDEN=${HIDDEN:-1024}; HEADS=${HEADS:-16}; KV_HEADS=${KV_HEADS:-8}; FFN=${FFN:-2816}
 LAYERS=${LAYERS:-10}; VOCAB=${VOCAB:-32000}; TP=${TP:-2}
 scratch=; [ "${SCRATCH_NOSYNC:-0}" = 1 ] && scratch=--no-sync
+THREE_STEPS=${THREE_STEPS:-1}
 bin=$build/bin
 work=$WORK; mkdir -p "$work"
 tpl=$work/tpl; td=$work/td
@@ -68,10 +72,16 @@ measure() {
 }
 declare -A t c m
 add() { t[$1]+="$2 "; c[$1]+="$3 "; m[$1]+="$4 "; }
-clean() { rm -rf "$work/mc2" "$work/dsu" "$work/out" "$work/base" "$work/latest_universal"; sync; }
+clean() { rm -rf "$work/mc2" "$work/dsu" "$work/out" "$work/out1" "$work/base" "$work/latest_universal"; sync; }
 out_bytes=$in_bytes  # until the first OUT is measured
 for r in $(seq "$rounds"); do
-  clean; room $((3 * in_bytes))
+  clean; room "$in_bytes"
+  read -r s u k < <(measure "$bin/ucp-load" -q --input "$td" --template "$tpl" --output "$work/out1" --format deepspeed --tp "$TP" --pp 1 --dp 1)
+  out_bytes=$(du -sb "$work/out1" | cut -f1)
+  add s0 "$s" "$u" "$k"; echo "round $r one pass ucp-load --input TD --template TPL: $s s wall, $u s cpu, peak RSS $k KiB ($out_bytes bytes in $(find "$work/out1" -type f | wc -l) files)"
+  if [ "$THREE_STEPS" = 1 ]; then
+  [ "$r" = 1 ] || rm -rf "$work/out1"
+  room $((3 * in_bytes))
   read -r s u k < <(measure "$bin/ucp-union" -q $scratch --input "$td" --output "$work/mc2")
   add s1 "$s" "$u" "$k"; echo "round $r step 1 ucp-union TD -> MC2: $s s wall, $u s cpu, peak RSS $k KiB ($(du -sb "$work/mc2" | cut -f1) bytes)"
   read -r s u k < <(measure "$bin/ucp-union" -q $scratch --input "$work/mc2" --output "$work/dsu" --to-names megatron-deepspeed --template "$tpl")
@@ -80,6 +90,11 @@ for r in $(seq "$rounds"); do
   read -r s u k < <(measure "$bin/ucp-load" -q --input "$work/dsu" --output "$work/out" --format deepspeed --tp "$TP" --pp 1 --dp 1)
   out_bytes=$(du -sb "$work/out" | cut -f1)
   add s3 "$s" "$u" "$k"; echo "round $r step 3 ucp-load --format deepspeed: $s s wall, $u s cpu, peak RSS $k KiB ($out_bytes bytes in $(find "$work/out" -type f | wc -l) files)"
+  if [ "$r" = 1 ]; then
+    if diff -rq "$work/out" "$work/out1" >/dev/null; then echo "round 1: the one pass's files equal the three runs' byte for byte"
+    else echo "round 1: the one pass's files DIFFER from the three runs':" >&2; diff -rq "$work/out" "$work/out1" >&2 || true; exit 1; fi
+  fi
+  fi
 
   clean; mkdir -p "$work/base"; room "$out_bytes"
   read -r s u k < <(measure sh -c "for f in '$td'/*.txt '$td/$iter'/*; do dd if=\"\$f\" of='$work/base'/\$(basename \"\$f\") bs=8M status=none || exit 1; done && sync -f '$work/base'")
@@ -101,17 +116,23 @@ done
 clean
 med() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 declare -A T C M
-for k in base s1 s2 s3 torch; do
+for k in base s0 s1 s2 s3 torch; do
   [ -n "${t[$k]:-}" ] || continue
   T[$k]=$(echo "${t[$k]}" | med); C[$k]=$(echo "${c[$k]}" | med); M[$k]=$(echo "${m[$k]}" | med)
 done
+ratio() { echo "scale=2; $1 / ${T[base]}" | bc; }
+echo "medians over $rounds rounds (wall s, cpu user+sys s, peak RSS MiB, wall / baseline):"
+echo "  baseline (read TD once, write OUT's bytes once, sync): ${T[base]} s, ${C[base]} s cpu, $((M[base] / 1024)) MiB"
+echo "  one pass ucp-load --input TD --template TPL:   ${T[s0]} s, ${C[s0]} s cpu, $((M[s0] / 1024)) MiB (max $(( $(printf '%s\n' ${m[s0]} | sort -g | tail -1) / 1024 )) MiB), $(ratio "${T[s0]}")x (target 1.2x)"
+if [ -n "${T[torch]:-}" ]; then
+  echo "  dcp_to_torch_save (torch 2.6, + sync):        ${T[torch]} s, ${C[torch]} s cpu, $((M[torch] / 1024)) MiB, $(ratio "${T[torch]}")x"
+  echo "  dcp_to_torch_save / one pass: $(echo "scale=2; ${T[torch]} / ${T[s0]}" | bc)x time, $(echo "scale=1; ${M[torch]} / ${M[s0]}" | bc)x peak RSS"
+fi
+[ "$THREE_STEPS" = 1 ] || exit 0
 # total per round (sum of the three steps), then its median; peak RSS of the pipeline = max of the steps
 tot=$(paste -d' ' <(echo "${t[s1]}" | tr ' ' '\n' | grep .) <(echo "${t[s2]}" | tr ' ' '\n' | grep .) <(echo "${t[s3]}" | tr ' ' '\n' | grep .) | awk '{print $1 + $2 + $3}' | med)
 ctot=$(paste -d' ' <(echo "${c[s1]}" | tr ' ' '\n' | grep .) <(echo "${c[s2]}" | tr ' ' '\n' | grep .) <(echo "${c[s3]}" | tr ' ' '\n' | grep .) | awk '{print $1 + $2 + $3}' | med)
 mtot=$(printf '%s\n' ${m[s1]} ${m[s2]} ${m[s3]} | sort -g | tail -1)
-ratio() { echo "scale=2; $1 / ${T[base]}" | bc; }
-echo "medians over $rounds rounds (wall s, cpu user+sys s, peak RSS MiB, wall / baseline):"
-echo "  baseline (read TD once, write OUT's bytes once, sync): ${T[base]} s, ${C[base]} s cpu, $((M[base] / 1024)) MiB"
 echo "  step 1 ucp-union TD -> MC2:                   ${T[s1]} s, ${C[s1]} s cpu, $((M[s1] / 1024)) MiB, $(ratio "${T[s1]}")x"
 echo "  step 2 ucp-union --to-names megatron-deepspeed: ${T[s2]} s, ${C[s2]} s cpu, $((M[s2] / 1024)) MiB, $(ratio "${T[s2]}")x"
 echo "  step 3 ucp-load --format deepspeed:           ${T[s3]} s, ${C[s3]} s cpu, $((M[s3] / 1024)) MiB, $(ratio "${T[s3]}")x"

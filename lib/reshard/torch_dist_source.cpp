@@ -66,7 +66,8 @@ void TorchDistSource::read(int param, int state, int64_t a, int64_t n, float* ds
       Tensor t = td.read(from, name);
       t = to_universal::to_deepspeed_value(std::move(t), in_.view, v,
                                            td.checkpoint().dcp().metadata().path + ": " + td.plan().params[from].name +
-                                               " " + name);
+                                               " " + name,
+                                           /*own_storage=*/false);  // the leading rows of a padded vocabulary: no copy
       slot.value = std::make_shared<const Tensor>(t.contiguous());
       slot.served = 0;
     }

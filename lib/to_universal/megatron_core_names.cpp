@@ -485,14 +485,14 @@ DeepSpeedView megatron_deepspeed_view(const uv::UniversalManifest& m, const std:
   return v;
 }
 
-Tensor to_deepspeed_value(Tensor t, const DeepSpeedView& v, size_t i, const std::string& where) {
+Tensor to_deepspeed_value(Tensor t, const DeepSpeedView& v, size_t i, const std::string& where, bool own_storage) {
   const uv::UniversalParam& out = v.manifest.params[i];
   if (v.regroup_qkv[i]) t = mc::qkv_grouped_to_split(t, *v.qkv);
   // A torch_dist save keeps Megatron's padded vocabulary rows; the Megatron-DeepSpeed universal form
   // cuts them to original_vocab_size (vocab_tensor), as ucp-union does.
   if (out.vocab_tensor && t.dim() == static_cast<int64_t>(out.shape.size()) && t.dim() > 0 && t.shape()[0] > out.shape[0] &&
       std::equal(t.shape().begin() + 1, t.shape().end(), out.shape.begin() + 1))
-    t = t.narrow(0, 0, out.shape[0]).contiguous(true);  // its own storage: the file holds only these rows
+    t = t.narrow(0, 0, out.shape[0]).contiguous(own_storage);  // own storage: a file then holds only these rows
   if (t.shape() != out.shape)
     throw Error(where + ": shape " + shape_str(t.shape()) + ", the Megatron-DeepSpeed parameter '" + out.name + "' is " +
                 shape_str(out.shape));

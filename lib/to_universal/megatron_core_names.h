@@ -69,8 +69,9 @@ struct DeepSpeedView {
 DeepSpeedView megatron_deepspeed_view(const formats::universal::UniversalManifest& m, const std::string& mfile,
                                       const std::string& template_dir, const std::string& map_file);
 // Parameter `i` of `v` from its Megatron-Core value `t` (fp32): QKV rows regrouped, Megatron's padded
-// vocabulary rows cut; shape checked (Error naming `where`).
-Tensor to_deepspeed_value(Tensor t, const DeepSpeedView& v, size_t i, const std::string& where);
+// vocabulary rows cut (into storage of its own when `own_storage`, else a view of the leading rows);
+// shape checked (Error naming `where`).
+Tensor to_deepspeed_value(Tensor t, const DeepSpeedView& v, size_t i, const std::string& where, bool own_storage = true);
 
 // Rewrites universal folder `input` into `output` (staged, committed atomically). Throws Error naming
 // the file or parameter on any mismatch (nothing left at `output`).
