@@ -117,20 +117,11 @@ UniversalMeta direct_meta(const to_universal::ExtractPlan& plan) {
     formats::universal::UniversalParam e;
     e.name = p.name;
     for (const auto& s : p.states) e.states[s].file = "zero/" + to_universal::param_folder(p.name) + "/" + s + ".pt";
-    e.step = p.step_file >= 0;
     // AutoEP expert weights are never in the flat form: ucp-union joins their EP ranks' fragments
     // into [E, ...] (convert.cpp, `flat && autoep_experts == 0`).
-    if (flat && p.autoep_experts == 0) {
-      e.flat = true;
-      e.shape = p.tp_shapes.at(0);
-    } else {
-      e.shape = universal_shape(p, rule, set);
-    }
-    if (p.expert >= 0) e.expert = formats::universal::UniversalExpert{p.moe_layer, p.expert};
-    if (p.autoep_experts > 0) {
-      e.autoep = formats::universal::UniversalAutoEp{p.moe_layer, p.autoep_experts};
-      e.cat_dim = 0;
-    }
+    const bool flat_param = flat && p.autoep_experts == 0;
+    e.shape = flat_param ? p.tp_shapes.at(0) : universal_shape(p, rule, set);
+    to_universal::describe_manifest_entry(e, p, rule, flat_param);
     m.params.push_back(std::move(e));
   }
   meta.model_files = plan.model_files;

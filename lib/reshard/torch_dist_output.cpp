@@ -20,8 +20,14 @@
 #include "formats/universal/state_file.h"
 #include "io/torch/torch_file.h"
 #include "parallel/mpi_session.h"
+#include "formats/deepspeed/checkpoint_dir.h"
+#include "formats/megatron_core/deepspeed_common_state.h"
+#include "io/shape.h"
+#include "reshard/direct_source.h"
+#include "reshard/model_info.h"
 #include "reshard/target_defaults.h"
 #include "reshard/universal_reader.h"
+#include "to_universal/direct.h"
 
 namespace fs = std::filesystem;
 
@@ -55,13 +61,76 @@ std::vector<uint8_t> torch_save_bytes(const ValuePtr& v, const fs::path& dir) {
   return b;
 }
 
+// A DeepSpeed / Megatron-DeepSpeed checkpoint (read directly, as ucp-load's direct mode) or its
+// Megatron-DeepSpeed-named universal folder, read as the Megatron-Core-named folder ucp-union --to-names
+// megatron-core would write (to_universal::MegatronCoreView): one pass, no folder in between. Each
+// parameter state is read whole (fp32) when its first chunk is written.
+struct ForwardInput {
+  to_universal::ExtractPlan plan;  // a native input's extract plan
+  ModelInfo model;
+  std::unique_ptr<DirectSource> source;  // a native input's atomic tensors
+  std::unique_ptr<UniversalReader> reader;
+  to_universal::MegatronCoreView view;
+  std::vector<int> model_param;  // per view param: its index in model.params
+};
+
+// Whether `input` is read through ForwardInput: a native checkpoint, or a universal folder in
+// Megatron-DeepSpeed names made from one (no Megatron-Core common state recorded).
+bool forward_input(const std::string& input) {
+  if (formats::deepspeed::input_kind(input) != formats::deepspeed::InputKind::Universal) return true;
+  if (fs::exists(fs::path(input) / kCommonStateFile)) return false;
+  const auto m = formats::universal::read_universal_manifest((fs::path(input) / formats::universal::kUniversalManifestName).string());
+  const std::string format = m.source.is_object() ? m.source.value("format", std::string()) : std::string();
+  return !to_universal::is_megatron_core_named(m.source) && format != "torch_dist" && format != "dcp";
+}
+
+std::shared_ptr<ForwardInput> open_forward_input(const LoadOptions& o) {
+  auto f = std::make_shared<ForwardInput>();
+  const auto kind = formats::deepspeed::input_kind(o.input);
+  UniversalMeta meta;
+  if (kind == formats::deepspeed::InputKind::Universal) {
+    meta.dir = o.input;
+    meta.manifest_path = (fs::path(o.input) / formats::universal::kUniversalManifestName).string();
+    meta.manifest = formats::universal::read_universal_manifest(meta.manifest_path);
+    for (const auto& m : meta.manifest.model_files)
+      meta.model_files.push_back(confined_path(meta.dir, m, meta.manifest_path, "model file").string());
+    meta.optimizer_state_path =
+        confined_path(meta.dir, meta.manifest.optimizer_state, meta.manifest_path, "optimizer state file").string();
+    f->model = read_model_info(o.input);
+    f->reader = std::make_unique<UniversalReader>(f->model, o.input, o.verify);
+  } else {
+    f->plan = direct_plan(o.input, kind);
+    meta = direct_meta(f->plan);
+    f->model = model_info_from(meta);
+    f->source = std::make_unique<DirectSource>(f->plan, f->model);
+    f->reader = std::make_unique<UniversalReader>(f->model, "", false);
+    f->reader->set_source(f->source.get());
+  }
+  std::map<std::string, int> index;
+  for (size_t i = 0; i < f->model.params.size(); ++i) index[f->model.params[i].name] = static_cast<int>(i);
+  ValuePtr step;
+  for (size_t i = 0; i < f->model.params.size() && !step; ++i) step = f->reader->step(static_cast<int>(i));
+  const ValuePtr optimizer_state = f->model.optimizer_state ? f->model.optimizer_state : load_torch(meta.optimizer_state_path);
+  f->view = to_universal::megatron_core_view(meta.manifest, meta.manifest_path,
+                                             meta.model_files.empty() ? std::string() : meta.model_files.front(),
+                                             optimizer_state, step, o.model_map);
+  for (const size_t from : f->view.from) {
+    const auto it = index.find(meta.manifest.params.at(from).name);
+    if (it == index.end()) throw Error(meta.manifest_path + ": parameter '" + meta.manifest.params.at(from).name + "' is not in the model (internal)");
+    f->model_param.push_back(it->second);
+  }
+  return f;
+}
+
 // Everything the write needs, read and decided before anything is written.
 struct TdPrepared {
+  std::shared_ptr<ForwardInput> forward;  // set: a DeepSpeed input read through the Megatron-Core view
   std::string dir;  // the universal folder
   formats::universal::UniversalManifest manifest;
   std::string manifest_path;
   ValuePtr common;   // the common state written (args rewritten)
   ValuePtr objects;  // {fqn: bytes} or null
+  std::vector<std::string> extra_keys;  // forward: the ._extra_state objects written (their bytes made at write time)
   int64_t iteration = 0;
   formats::megatron_core::WriteLayout layout;
   nlohmann::json from_source = nlohmann::json::object();
@@ -73,21 +142,34 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
   TdPrepared p;
   p.dir = o.input;
   p.manifest_path = (fs::path(o.input) / formats::universal::kUniversalManifestName).string();
-  if (!fs::exists(p.manifest_path))
-    throw Error(o.input + ": no " + std::string(formats::universal::kUniversalManifestName) +
-                ": --format torch_dist reads a Megatron-Core-named universal folder (a torch_dist or DCP input is "
-                "converted into one by a real run, not by --plan / --dry-run: ucp-union it first)");
-  p.manifest = formats::universal::read_universal_manifest(p.manifest_path);
-  const std::string common_path = (fs::path(o.input) / kCommonStateFile).string();
-  if (!fs::exists(common_path))
-    throw Error(common_path + ": missing: --format torch_dist needs the Megatron-Core common state (args, iteration, "
-                "optimizer param_groups) that ucp-union --input <torch_dist> records (docs/formats-megatron-core.md)");
-  p.common = load_torch(common_path);
-  if (!p.common || !p.common->is(Kind::Dict)) fail(common_path, "not a dict (Megatron-Core common state)");
-  const std::string objects_path = (fs::path(o.input) / kObjectsFile).string();
-  if (fs::exists(objects_path)) {
-    p.objects = load_torch(objects_path);
-    if (!p.objects || !p.objects->is(Kind::Dict)) fail(objects_path, "not a dict of ShardedObject bytes");
+  // Where the common state comes from (messages): the folder's record, or the model file it is made from.
+  std::string common_path = (fs::path(o.input) / kCommonStateFile).string();
+  if (fs::is_directory(o.input) && forward_input(o.input)) {
+    p.forward = open_forward_input(o);
+    p.manifest = p.forward->view.manifest;
+    p.common = p.forward->view.common;
+    std::vector<std::string> names;
+    for (const auto& e : p.manifest.params) names.push_back(e.name);
+    p.extra_keys = formats::megatron_core::extra_state_keys(names);
+    common_path = o.input + " (the Megatron-Core common state made from its model file)";
+    o.reporter.warning(o.input + ": Megatron-DeepSpeed names written as Megatron-Core's (model family " + p.forward->view.family +
+                       "; docs/megatron-core-mapping.md), read in one pass");
+  } else {
+    if (!fs::exists(p.manifest_path))
+      throw Error(o.input + ": no " + std::string(formats::universal::kUniversalManifestName) +
+                  ": --format torch_dist reads a Megatron-Core-named universal folder (a torch_dist or DCP input is "
+                  "converted into one by a real run, not by --plan / --dry-run: ucp-union it first)");
+    p.manifest = formats::universal::read_universal_manifest(p.manifest_path);
+    if (!fs::exists(common_path))
+      throw Error(common_path + ": missing: --format torch_dist needs the Megatron-Core common state (args, iteration, "
+                  "optimizer param_groups) that ucp-union --input <torch_dist> records (docs/formats-megatron-core.md)");
+    p.common = load_torch(common_path);
+    if (!p.common || !p.common->is(Kind::Dict)) fail(common_path, "not a dict (Megatron-Core common state)");
+    const std::string objects_path = (fs::path(o.input) / kObjectsFile).string();
+    if (fs::exists(objects_path)) {
+      p.objects = load_torch(objects_path);
+      if (!p.objects || !p.objects->is(Kind::Dict)) fail(objects_path, "not a dict of ShardedObject bytes");
+    }
   }
   p.iteration = formats::megatron_core::common_iteration(p.common);
 
@@ -154,6 +236,7 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
   if (p.objects)
     for (const auto& [k, v] : p.objects->entries)
       if (k && k->is(Kind::Str)) bytes.push_back(k->s);
+  bytes.insert(bytes.end(), p.extra_keys.begin(), p.extra_keys.end());
   p.plan = formats::megatron_core::plan_torch_dist_write(names, shapes, bytes, p.layout, p.manifest_path);
   p.target = {{"tp", m.tp}, {"pp", m.pp}, {"ep", m.ep}, {"dp", m.dp}, {"world", m.tp * m.pp * m.dp},
               {"dtype", dtype_option_name(p.layout.model_dtype)}, {"optimizer_dtype", "fp32"},
@@ -217,18 +300,32 @@ LoadSummary run_torch_dist_load(const LoadOptions& options) {
   auto param_state = [&](size_t param, const std::string& state, DType dtype) -> const Tensor& {
     if (cache.param == param && cache.state == state && cache.dtype == dtype) return cache.t;
     const auto& e = p.manifest.params.at(param);
-    const auto it = e.states.find(state);
-    if (it == e.states.end()) throw Error(p.manifest_path + ": parameter " + e.name + " has no " + state + " state");
-    const std::string path = confined_path(p.dir, it->second.file, p.manifest_path, e.name + " " + state + " file").string();
-    Tensor t = formats::universal::read_state_file(load_torch(path), path).param.contiguous();
-    if (t.shape() != e.shape) fail(path, "shape differs from the manifest's");
-    if (options.verify && it->second.crc32) {  // manifest.json's crc32 of the tensor's elements
-      const uint32_t crc = crc32_parallel(t.contiguous_bytes());
-      if (crc != *it->second.crc32)
-        fail(path, "checksum mismatch: crc32 " + formats::universal::crc32_text(crc) + ", " + p.manifest_path +
-                       " records " + formats::universal::crc32_text(*it->second.crc32));
+    Tensor t;
+    if (p.forward) {  // the Megatron-DeepSpeed state read whole (fp32), then in Megatron-Core layout
+      const ForwardInput& f = *p.forward;
+      const int mp = f.model_param.at(param);
+      const auto& info = f.model.params[static_cast<size_t>(mp)];
+      const int64_t n = numel_of(info.shape);
+      std::vector<uint8_t> bytes(static_cast<size_t>(n) * 4);
+      const TpSlice whole{0, {{0, info.shape.empty() ? 1 : info.shape[0]}}, info.shape, -1};
+      if (n > 0) f.reader->read_range(mp, state, whole, 0, n, reinterpret_cast<float*>(bytes.data()));
+      read += bytes.size();
+      t = to_universal::to_megatron_core_value(Tensor::from_bytes(DType::Float32, info.shape, std::move(bytes)), f.view,
+                                               param, options.input + ": " + info.name + " " + state);
+    } else {
+      const auto it = e.states.find(state);
+      if (it == e.states.end()) throw Error(p.manifest_path + ": parameter " + e.name + " has no " + state + " state");
+      const std::string path = confined_path(p.dir, it->second.file, p.manifest_path, e.name + " " + state + " file").string();
+      t = formats::universal::read_state_file(load_torch(path), path).param.contiguous();
+      if (t.shape() != e.shape) fail(path, "shape differs from the manifest's");
+      if (options.verify && it->second.crc32) {  // manifest.json's crc32 of the tensor's elements
+        const uint32_t crc = crc32_parallel(t.contiguous_bytes());
+        if (crc != *it->second.crc32)
+          fail(path, "checksum mismatch: crc32 " + formats::universal::crc32_text(crc) + ", " + p.manifest_path +
+                         " records " + formats::universal::crc32_text(*it->second.crc32));
+      }
+      read += t.nbytes();
     }
-    read += t.nbytes();
     if (t.dtype() != DType::Float32) t = t.to(DType::Float32);
     if (dtype != DType::Float32) {
       const auto b = t.contiguous_bytes();
@@ -250,14 +347,22 @@ LoadSummary run_torch_dist_load(const LoadOptions& options) {
                               : param_state(origin.param, formats::megatron_core::universal_state_name(s.state), DType::Float32);
     return formats::dcp::cut_box(whole, origin.box).reshape(e.chunks[chunk].sizes);
   };
+  ValuePtr objects = p.objects;
+  if (!p.extra_keys.empty()) {  // forward: the ._extra_state objects as ucp-union --to-names megatron-core makes them
+    std::vector<std::string> names;
+    for (const auto& e : p.manifest.params) names.push_back(e.name);
+    objects = formats::megatron_core::extra_state_objects(names, root.string());
+  }
   source.bytes = [&](const formats::dcp::Entry& e) -> std::vector<uint8_t> {
     if (e.fqn == kCommonStateItem) return torch_save_bytes(Value::list(std::vector<ValuePtr>{p.common}), root);
-    const auto v = p.objects ? p.objects->get(e.fqn) : nullptr;
+    const auto v = objects ? objects->get(e.fqn) : nullptr;
     if (!v || !v->is(Kind::Bytes)) throw Error(p.dir + "/" + kObjectsFile + ": " + e.fqn + " is not bytes");
     return std::vector<uint8_t>(v->s.begin(), v->s.end());
   };
   formats::dcp::WriteOptions wo;
   wo.durable = false;  // the staging folder is flushed at its commit
+  // StorageMeta.checkpoint_id: the final iteration folder (Megatron's save passes it), not the staging one.
+  wo.checkpoint_id = (fs::absolute(options.output).lexically_normal() / iteration_folder(p.iteration)).string();
   const auto result = formats::dcp::write_dcp(p.plan.plan, source, iter.string(), wo);
   // metadata.json last, as Megatron's metadata_finalize_fn; then the tracker at the save root.
   write_file_atomic((iter / "metadata.json").string(), "{\"sharded_backend\": \"torch_dist\", \"sharded_backend_version\": 1}");

@@ -1,7 +1,12 @@
 // One-pass torch_dist -> DeepSpeed source (torch_dist_source.h).
 #include "reshard/torch_dist_source.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <filesystem>
 #include <map>
 
@@ -9,7 +14,6 @@
 #include "formats/megatron_core/reader.h"
 #include "formats/universal/manifest.h"
 #include "io/torch/torch_file.h"
-#include "to_universal/plan.h"
 
 namespace ucpkit::reshard {
 
@@ -69,16 +73,39 @@ void TorchDistSource::read(int param, int state, int64_t a, int64_t n, float* ds
                                                " " + name,
                                            /*own_storage=*/false);  // the leading rows of a padded vocabulary: no copy
       slot.value = std::make_shared<const Tensor>(t.contiguous());
+      live_bytes_ += static_cast<int64_t>(slot.value->nbytes());
       slot.served = 0;
+      slot.given.clear();
     }
     value = slot.value;
+    const auto& name = model_.params[static_cast<size_t>(param)].name;
+    if (a < 0 || n < 0 || a + n > numel || value->numel() != numel)
+      throw Error(in_.input + ": elements [" + std::to_string(a) + ", " + std::to_string(a + n) + ") of '" +
+                  escaped_brief(name) + "' asked, it has " + std::to_string(numel));
+    // Each element is handed out once (exchange mode asks so): its pages are released below.
+    auto it = std::lower_bound(slot.given.begin(), slot.given.end(), std::make_pair(a, int64_t{0}));
+    if ((it != slot.given.end() && it->first < a + n) || (it != slot.given.begin() && std::prev(it)->second > a))
+      throw Error(in_.input + ": elements [" + std::to_string(a) + ", " + std::to_string(a + n) + ") of '" +
+                  escaped_brief(name) + "' asked twice (internal: the one-pass source hands each element out once)");
+    slot.given.insert(it, {a, a + n});
   }
-  if (a < 0 || n < 0 || a + n > numel || value->numel() != numel)
-    throw Error(in_.input + ": elements [" + std::to_string(a) + ", " + std::to_string(a + n) + ") of '" +
-                escaped_brief(model_.params[static_cast<size_t>(param)].name) + "' asked, it has " + std::to_string(numel));
-  std::memcpy(dst, value->contiguous_bytes().data() + static_cast<size_t>(a) * 4, static_cast<size_t>(n) * 4);
+  const uint8_t* from = value->contiguous_bytes().data() + static_cast<size_t>(a) * 4;
+  std::memcpy(dst, from, static_cast<size_t>(n) * 4);
+  // While the states in flight hold more than kLiveBudget, the whole pages handed out go back to the
+  // system now, not when the state is dropped (a 262 MB embedding state shrinks as its parts are read).
+  // Not below it: released pages are faulted in again by the next allocation (a third more time when
+  // every state does it; bench_torch_dist.sh, 13 GB input: docs/formats-megatron-core.md).
+  if (live_bytes_.load() > kLiveBudget && !value->storage()->is_mapped()) {
+    static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t p0 = (reinterpret_cast<uintptr_t>(from) + page - 1) / page * page;
+    const uintptr_t p1 = (reinterpret_cast<uintptr_t>(from) + static_cast<uintptr_t>(n) * 4) / page * page;
+    if (p1 > p0) (void)madvise(reinterpret_cast<void*>(p0), p1 - p0, MADV_DONTNEED);
+  }
   std::lock_guard<std::mutex> lock(slot.mu);
-  if ((slot.served += n) >= numel && slot.value == value) slot.value.reset();  // every element handed out
+  if ((slot.served += n) >= numel && slot.value == value) {  // every element handed out
+    live_bytes_ -= static_cast<int64_t>(slot.value->nbytes());
+    slot.value.reset();
+  }
 }
 
 pickle::ValuePtr TorchDistSource::step(int param) {

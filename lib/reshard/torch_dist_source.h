@@ -7,16 +7,17 @@
 // unflattened), its QKV rows regrouped and Megatron's padded vocabulary rows cut
 // (to_universal::to_deepspeed_value). Nothing is written but the target; no universal folder, no scratch.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "reshard/model_info.h"
 #include "reshard/universal_reader.h"
-#include "to_universal/from_torch_dist.h"
-#include "to_universal/megatron_core_names.h"
+#include "to_universal/direct.h"
 
 namespace ucpkit::reshard {
 
@@ -36,9 +37,11 @@ std::shared_ptr<TorchDistInput> open_torch_dist_input(const std::string& input, 
 UniversalMeta torch_dist_meta(const TorchDistInput& in);
 
 // Atomic tensors from the torch_dist save. A parameter's state is read whole (its chunks, in fp32, in
-// Megatron-DeepSpeed layout) at its first request and dropped once every element has been handed out:
-// exchange mode asks for each atomic element once, so each stored byte is read once and memory holds
-// the states in flight, not the checkpoint.
+// Megatron-DeepSpeed layout) at its first request and dropped once every element has been handed out;
+// while the states in flight hold more than kLiveBudget, the pages of each range handed out are
+// released at once (madvise): exchange mode asks for
+// each atomic element once (an element asked twice is an Error), so each stored byte is read once and
+// memory holds the states in flight, less what they already gave, not the checkpoint.
 class TorchDistSource final : public AtomicSource {
  public:
   TorchDistSource(const TorchDistInput& in, const ModelInfo& model);
@@ -51,7 +54,10 @@ class TorchDistSource final : public AtomicSource {
     std::mutex mu;
     std::shared_ptr<const Tensor> value;  // while elements are still to be handed out
     int64_t served = 0;
+    std::vector<std::pair<int64_t, int64_t>> given;  // element intervals handed out, sorted
   };
+  static constexpr int64_t kLiveBudget = 64ll << 20;  // bytes of states in flight before pages are released
+  std::atomic<int64_t> live_bytes_{0};
   const TorchDistInput& in_;
   const ModelInfo& model_;
   std::vector<size_t> view_index_;  // [ModelInfo param] -> index in in_.view.manifest.params

@@ -1,5 +1,6 @@
 // Conversion drivers: extract to a work folder, union into the universal layout.
 #include "to_universal/convert.h"
+#include "to_universal/direct.h"
 
 
 #include <algorithm>
@@ -439,6 +440,15 @@ ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, S
     r.bytes_written += file_size(path);
     ++r.files;
   }
+  describe_manifest_entry(e, p, rule, flat);
+  return r;
+}
+
+
+}  // namespace
+
+void describe_manifest_entry(formats::universal::UniversalParam& e, const ParamPlan& p, const patterns::ParamRule& rule,
+                             bool flat) {
   e.join = patterns::describe(rule);
   e.tp_shapes = p.tp_shapes;
   e.pp_stage = p.pp_stage;
@@ -455,10 +465,7 @@ ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, S
     e.autoep = formats::universal::UniversalAutoEp{p.moe_layer, p.autoep_experts};
     e.cat_dim = 0;
   }
-  return r;
 }
-
-}  // namespace
 
 namespace {
 

@@ -1,15 +1,20 @@
 // The one way into to_universal/ from another tool module (docs/architecture.md, "the dependency
 // rule"): ucp-load's direct mode reads a native checkpoint through the extract plan, with no universal
-// folder on disk. Everything here forwards to the extract side's own code, so that direct mode and
-// ucp-union read the same bytes the same way.
+// folder on disk, and its torch_dist one pass (reshard/torch_dist_source) reads a Megatron-Core save
+// through the union's own torch_dist pieces (from_torch_dist.h: TorchDistStates, torch_dist_entry;
+// megatron_core_names.h: megatron_deepspeed_view, to_deepspeed_value). Everything here forwards to the
+// extract side's own code, so that ucp-load and ucp-union read the same bytes the same way.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "formats/universal/manifest.h"
 #include "io/pickle/value.h"
 #include "io/tensor.h"
+#include "to_universal/from_torch_dist.h"
+#include "to_universal/megatron_core_names.h"
 #include "to_universal/plan.h"
 
 namespace ucpkit::to_universal {
@@ -23,6 +28,12 @@ ExtractPlan plan_of_work_folder(const std::string& work_dir);
 
 // zero/optimizer_state.pt as ucp-union writes it, from the root of the rank-0 optimizer shard `path`.
 pickle::ValuePtr universal_optimizer_state(const pickle::ValuePtr& optimizer_shard_root, const std::string& path);
+
+// The manifest entry facts ucp-union writes for `p` (join, TP shapes, pipeline stage, step, patterns,
+// cat_dim, vocab_tensor, flat form, expert, AutoEP), the rule `p` matched; name, shape, dtype and the
+// state files are the caller's (convert.cpp after joining; direct mode from the plan).
+void describe_manifest_entry(formats::universal::UniversalParam& e, const ParamPlan& p, const patterns::ParamRule& rule,
+                             bool flat);
 
 // A vocabulary parameter cut to its first `original_vocab_size` rows, as ucp-union cuts it.
 Tensor strip_vocab_padding(const std::string& name, const Tensor& t, int64_t original_vocab_size);

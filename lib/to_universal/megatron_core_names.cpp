@@ -205,10 +205,12 @@ struct ForwardPlan {
   std::string model_file;
 };
 
-ForwardPlan plan_forward(const fs::path& in, const std::string& map_file, std::string* family) {
+// `model_file`: the resolved path of the manifest's first model file ("" when it lists none).
+ForwardPlan plan_forward(uv::UniversalManifest manifest, const std::string& manifest_file, const std::string& model_file,
+                         const std::string& map_file, std::string* family) {
   ForwardPlan f;
-  f.mfile = (in / uv::kUniversalManifestName).string();
-  f.m = uv::read_universal_manifest(f.mfile);
+  f.mfile = manifest_file;
+  f.m = std::move(manifest);
   const uv::UniversalManifest& m = f.m;
   const std::string& mfile = f.mfile;
   if (m.source.is_object() && (m.source.value(kNamesKey, std::string()) == "megatron-core" ||
@@ -229,8 +231,8 @@ ForwardPlan plan_forward(const fs::path& in, const std::string& map_file, std::s
   // The model tensors' dtype (Megatron-Core-named manifests give the model's, not the fp32 state's:
   // docs/formats-megatron-core.md "Universal names"), from the first model file's ds_config / args.
   std::optional<std::string> model_dtype;
-  if (!m.model_files.empty()) {
-    f.model_file = (in / m.model_files.front()).string();
+  if (!model_file.empty()) {
+    f.model_file = model_file;
     f.model_states = load_torch(f.model_file);
     const auto tc = formats::deepspeed::training_config(f.model_states);
     if (tc.dtype) model_dtype = dtype_name(*tc.dtype);
@@ -251,8 +253,8 @@ ForwardPlan plan_forward(const fs::path& in, const std::string& map_file, std::s
     j.layout = map.rules[mapped.rule].layout;
     j.regroup_qkv = j.layout == mc::MapLayout::Qkv && joined_as_sub_params(p);
     if (j.regroup_qkv && !qkv) {
-      if (m.model_files.empty()) throw Error(mfile + ": no model file copy to read the attention heads from");
-      qkv = qkv_shape((in / m.model_files.front()).string(), p.shape.empty() ? 0 : p.shape[0]);
+      if (model_file.empty()) throw Error(mfile + ": no model file copy to read the attention heads from");
+      qkv = qkv_shape(model_file, p.shape.empty() ? 0 : p.shape[0]);
     }
     // Vocabulary tensors get Megatron's padded rows back (zeros, as DeepSpeed's universal loader pads):
     // a Megatron-Core-named folder keeps them as Megatron stores them (docs/formats-megatron-core.md).
@@ -282,6 +284,40 @@ ForwardPlan plan_forward(const fs::path& in, const std::string& map_file, std::s
                                       {"params", json::array()}}}};
   for (const auto& p : m.params) f.record["megatron_deepspeed"]["params"].push_back(p.to_json());
   return f;
+}
+
+// The same for universal folder `in`.
+ForwardPlan plan_forward(const fs::path& in, const std::string& map_file, std::string* family) {
+  const std::string mfile = (in / uv::kUniversalManifestName).string();
+  uv::UniversalManifest m = uv::read_universal_manifest(mfile);
+  const std::string model_file = m.model_files.empty() ? std::string() : (in / m.model_files.front()).string();
+  return plan_forward(std::move(m), mfile, model_file, map_file, family);
+}
+
+// The Megatron-Core-named manifest of `f` with `params` (its jobs' entries).
+uv::UniversalManifest forward_manifest(const ForwardPlan& f, std::vector<uv::UniversalParam> params) {
+  uv::UniversalManifest out;
+  out.source = f.m.source;
+  out.source[kNamesKey] = "megatron-core";
+  out.source[kRecordKey] = f.record;
+  out.patterns_origin = "none: Megatron-Core names (the Megatron-DeepSpeed patterns are in source." +
+                        std::string(kRecordKey) + ")";
+  out.patterns_set = json::object();
+  out.optimizer_state = f.m.optimizer_state;
+  out.params = std::move(params);
+  return out;
+}
+
+// A Megatron-DeepSpeed value in Megatron-Core layout: QKV rows regrouped, Megatron's padded vocabulary
+// rows back (zeros, as DeepSpeed's universal loader pads).
+Tensor forward_value(Tensor t, bool regroup_qkv, const std::optional<mc::QkvShape>& qkv, int64_t pad_rows) {
+  if (regroup_qkv) t = mc::qkv_split_to_grouped(t, *qkv);
+  if (pad_rows) {
+    std::vector<int64_t> pad = t.shape();
+    pad[0] = pad_rows;
+    t = cat({t, Tensor::zeros(t.dtype(), pad)}, 0);
+  }
+  return t;
 }
 
 // The step value of the first parameter that has one (the file beside its state files), or null.
@@ -328,13 +364,7 @@ RunSummary to_megatron_core(const std::string& input, const std::string& output,
     std::set<std::string> state_files;
     for (const auto& [state, file] : p.states) {
       state_files.insert(fs::path(file.file).filename().string());
-      Tensor t = read_param(in, file.file, c);
-      if (j.regroup_qkv) t = mc::qkv_split_to_grouped(t, *qkv);
-      if (j.pad_rows) {
-        std::vector<int64_t> pad = t.shape();
-        pad[0] = j.pad_rows;
-        t = cat({t, Tensor::zeros(t.dtype(), pad)}, 0);
-      }
+      const Tensor t = forward_value(read_param(in, file.file, c), j.regroup_qkv, qkv, j.pad_rows);
       const std::string path = (staged / j.out.states[state].file).string();
       uv::StateFile sf;
       sf.param = t;
@@ -370,22 +400,44 @@ RunSummary to_megatron_core(const std::string& input, const std::string& output,
     }
   }
 
-  uv::UniversalManifest out;
-  out.source = m.source;
-  out.source[kNamesKey] = "megatron-core";
-  out.source[kRecordKey] = std::move(f.record);
-  out.patterns_origin = "none: Megatron-Core names (the Megatron-DeepSpeed patterns are in source." +
-                        std::string(kRecordKey) + ")";
-  out.patterns_set = json::object();
-  out.optimizer_state = m.optimizer_state;
-  for (auto& j : jobs) out.params.push_back(std::move(j.out));
-  write_manifest(out, staged, c);
+  std::vector<uv::UniversalParam> params;
+  for (auto& j : jobs) params.push_back(std::move(j.out));
+  write_manifest(forward_manifest(f, std::move(params)), staged, c);
   check_interrupted();
   staging.commit();
   return summary(output, m.params.size(), threads, c, t0);
 }
 
 }  // namespace
+
+MegatronCoreView megatron_core_view(const uv::UniversalManifest& m, const std::string& mfile, const std::string& model_file,
+                                    const pickle::ValuePtr& optimizer_state, const pickle::ValuePtr& step,
+                                    const std::string& map_file) {
+  MegatronCoreView v;
+  ForwardPlan f = plan_forward(m, mfile, model_file, map_file, &v.family);
+  if (!f.model_states)
+    throw Error(mfile + ": no model file: the Megatron-Core common state (args, iteration) comes from the Megatron-DeepSpeed "
+                "model states");
+  v.common = mc::common_state_from_deepspeed(f.model_states, f.model_file, optimizer_state, step);
+  v.qkv = f.qkv;
+  std::vector<uv::UniversalParam> params;
+  for (auto& j : f.jobs) {
+    v.from.push_back(j.from);
+    v.regroup_qkv.push_back(j.regroup_qkv ? 1 : 0);
+    v.pad_rows.push_back(j.pad_rows);
+    params.push_back(std::move(j.out));
+  }
+  v.manifest = forward_manifest(f, std::move(params));
+  return v;
+}
+
+Tensor to_megatron_core_value(Tensor t, const MegatronCoreView& v, size_t i, const std::string& where) {
+  t = forward_value(std::move(t), v.regroup_qkv[i] != 0, v.qkv, v.pad_rows[i]);
+  if (t.shape() != v.manifest.params[i].shape)
+    throw Error(where + ": shape " + shape_str(t.shape()) + ", the Megatron-Core parameter '" + v.manifest.params[i].name +
+                "' is " + shape_str(v.manifest.params[i].shape));
+  return t;
+}
 
 DeepSpeedView megatron_deepspeed_view(const uv::UniversalManifest& m, const std::string& mfile,
                                       const std::string& template_dir, const std::string& map_file) {

@@ -21,6 +21,7 @@
 #include "core/reporter.h"
 #include "formats/megatron_core/deepspeed_map.h"
 #include "formats/universal/manifest.h"
+#include "io/pickle/value.h"
 #include "io/tensor.h"
 #include "to_universal/convert.h"
 
@@ -72,6 +73,29 @@ DeepSpeedView megatron_deepspeed_view(const formats::universal::UniversalManifes
 // vocabulary rows cut (into storage of its own when `own_storage`, else a view of the leading rows);
 // shape checked (Error naming `where`).
 Tensor to_deepspeed_value(Tensor t, const DeepSpeedView& v, size_t i, const std::string& where, bool own_storage = true);
+
+// The Megatron-Core side of a Megatron-DeepSpeed-named manifest `m` (read from `mfile`; a universal
+// folder's, or direct mode's in-memory one of a DeepSpeed checkpoint): what --to-names megatron-core
+// writes, planned from the manifest and the first model file (`model_file`, resolved), with the common
+// state ucp-load --format torch_dist writes (`optimizer_state`: the universal zero/optimizer_state.pt root;
+// `step`: a parameter's step value or null). ucp-load --format torch_dist reads a DeepSpeed checkpoint or
+// its universal folder through it in one pass (reshard/torch_dist_output.cpp). Throws Error naming the
+// manifest, the model file or the map.
+struct MegatronCoreView {
+  formats::universal::UniversalManifest manifest;  // Megatron-Core names, as --to-names megatron-core writes (no checksums)
+  std::vector<size_t> from;                        // per manifest param: its index in `m`
+  std::vector<char> regroup_qkv;                   // per manifest param: [Q; K; V] -> per-group rows
+  std::vector<int64_t> pad_rows;                   // per manifest param: Megatron's padded vocabulary rows added
+  std::optional<formats::megatron_core::QkvShape> qkv;
+  pickle::ValuePtr common;                         // the Megatron-Core common state (args, iteration, param_groups)
+  std::string family;                              // "<family> (<map origin>)"
+};
+MegatronCoreView megatron_core_view(const formats::universal::UniversalManifest& m, const std::string& mfile,
+                                    const std::string& model_file, const pickle::ValuePtr& optimizer_state,
+                                    const pickle::ValuePtr& step, const std::string& map_file);
+// Parameter `i` of `v` from its Megatron-DeepSpeed value `t`: QKV rows regrouped, padded vocabulary rows
+// added (zeros); shape checked (Error naming `where`).
+Tensor to_megatron_core_value(Tensor t, const MegatronCoreView& v, size_t i, const std::string& where);
 
 // Rewrites universal folder `input` into `output` (staged, committed atomically). Throws Error naming
 // the file or parameter on any mismatch (nothing left at `output`).

@@ -5,8 +5,8 @@
 #     (lib/formats/deepspeed/, lib/formats/universal/). A string that is also one of ucpkit's own JSON
 #     keys is listed in allowed.txt beside this script with the reason.
 #  2. The tool modules (to_universal, reshard, pec, placement) never include each other, except
-#     reshard -> to_universal/direct.h (direct mode reaches the extract planner through that one
-#     header). Rooms below them (core, parallel, io, patterns, formats) include no tool module.
+#     reshard -> to_universal/direct.h (direct mode reaches the extract planner, and the torch_dist
+#     one pass the union's torch_dist pieces, through that one header). Rooms below them (core, parallel, io, patterns, formats) include no tool module.
 # Usage: tests/rooms/check_rooms.sh [SOURCE_DIR] [--list]   (exit 0: both rules hold; 1: each violation listed;
 #        --list prints the derived schema strings and exits)
 set -uo pipefail

@@ -243,7 +243,9 @@ WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std
     result.bytes += f.out->offset();
     f.out->commit();
   }
-  const std::string md = metadata_pickle(plan, result.items, options, std::filesystem::absolute(out).lexically_normal().string());
+  const std::string md = metadata_pickle(plan, result.items, options,
+                                         options.checkpoint_id.empty() ? std::filesystem::absolute(out).lexically_normal().string()
+                                                                       : options.checkpoint_id);
   write_file_atomic((stage.path() / ".metadata").string(), md);
   stage.commit();
   return result;

@@ -47,6 +47,8 @@ struct WriteOptions {
   // {fqn: (fqn,)} for every entry (a flat state dict). Pass the source's own to keep its nesting.
   pickle::ValuePtr planner_data;
   std::string save_id;  // StorageMeta.save_id; empty: None
+  // StorageMeta.checkpoint_id; empty: `out` made absolute (give the final folder when `out` is staged)
+  std::string checkpoint_id;
 };
 
 struct WriteResult {

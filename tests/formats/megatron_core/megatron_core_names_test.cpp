@@ -102,6 +102,26 @@ TEST_P(MegatronCoreNames, RoundTripIsBitExact) {
   // save: every parameter's states carry the same elements (manifest crc32) under the same names and
   // shapes; back to Megatron-DeepSpeed names with --template: the first universal folder byte for byte.
   ASSERT_EQ(in(dir, kBin + "/ucp-load -q --input mc --output td --format torch_dist", &out), 0) << out;
+  // DeepSpeed -> torch_dist in one pass (ucp-load --format torch_dist of the DeepSpeed checkpoint itself, or
+  // of its Megatron-DeepSpeed universal folder): the names mapped on the way, said on stderr; the same
+  // files byte for byte as the two runs (--to-names megatron-core, then ucp-load), written to the same path
+  // (.metadata names the folder), at the source layout and at TP 1 x PP 1 x EP 1 x DP 2.
+  for (const std::string& input : {rel(src, dir), std::string("ds")}) {
+    const auto two_runs = tree_bytes((dir / "td").string());
+    fs::rename(dir / "td", dir / "td_two_runs");
+    ASSERT_EQ(in(dir, kBin + "/ucp-load --input " + input + " --output td --format torch_dist", &out), 0) << out;
+    EXPECT_NE(out.find("Megatron-DeepSpeed names written as Megatron-Core's (model family " + std::string(c.family)),
+              std::string::npos) << out;
+    EXPECT_GT(two_runs.size(), 3u);
+    EXPECT_TRUE(tree_bytes((dir / "td").string()) == two_runs) << input;
+    fs::remove_all(dir / "td_two_runs");
+  }
+  const std::string mesh = " --tp 1 --pp 1 --ep 1 --dp 2";
+  ASSERT_EQ(in(dir, kBin + "/ucp-load -q --input mc --output td2 --format torch_dist" + mesh, &out), 0) << out;
+  fs::rename(dir / "td2", dir / "td2_two_runs");
+  ASSERT_EQ(in(dir, kBin + "/ucp-load -q --input " + rel(src, dir) + " --output td2 --format torch_dist" + mesh, &out), 0)
+      << out;
+  EXPECT_TRUE(tree_bytes((dir / "td2").string()) == tree_bytes((dir / "td2_two_runs").string()));
   ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input td --output mctd", &out), 0) << out;
   const auto m1 = nlohmann::json::parse(file_bytes((dir / "mc/manifest.json").string()));
   const auto m2 = nlohmann::json::parse(file_bytes((dir / "mctd/manifest.json").string()));
