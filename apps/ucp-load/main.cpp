@@ -29,8 +29,9 @@ LayoutOptions add_options(CLI::App& app, tool::UcpLoadOptions& o) {
                  "output) giving names, model files and DeepSpeed's optimizer state; the values come from --input, "
                  "read once (--format deepspeed, one pass)");
   app.add_option("--model-map", l.model_map,
-                 "With --template in Megatron-DeepSpeed names: the Megatron-Core map file (default: the shipped "
-                 "family that names every parameter)");
+                 "With --template in Megatron-DeepSpeed names, or --format torch_dist of a DeepSpeed checkpoint or "
+                 "its universal folder: the Megatron-Core map file (default: the shipped family that names every "
+                 "parameter)");
   LayoutOptions given;
   given.tp = app.add_option("--tp", o.tp, "Target tensor-parallel degree (default: the source's)")
                  ->check(tool::in_range(1, tool::kMaxDegree));

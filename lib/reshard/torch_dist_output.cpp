@@ -155,6 +155,9 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
     o.reporter.warning(o.input + ": Megatron-DeepSpeed names written as Megatron-Core's (model family " + p.forward->view.family +
                        "; docs/megatron-core-mapping.md), read in one pass");
   } else {
+    if (!o.model_map.empty())
+      throw UsageError("--model-map: " + o.input + " is read in Megatron-Core names as it is (the map applies to a "
+                       "DeepSpeed / Megatron-DeepSpeed input)");
     if (!fs::exists(p.manifest_path))
       throw Error(o.input + ": no " + std::string(formats::universal::kUniversalManifestName) +
                   ": --format torch_dist reads a Megatron-Core-named universal folder (a torch_dist or DCP input is "

@@ -62,7 +62,8 @@ void UcpLoadOptions::check() {
   load.batch_bytes = batch;
   if (exchange == "on" && load.format != reshard::OutputFormat::DeepSpeed)
     throw UsageError("--exchange on applies to --format deepspeed");
-  if (!load.model_map.empty() && load.template_dir.empty()) throw UsageError("--model-map applies with --template");
+  if (!load.model_map.empty() && load.template_dir.empty() && load.format != reshard::OutputFormat::TorchDist)
+    throw UsageError("--model-map applies with --template, or with --format torch_dist of a Megatron-DeepSpeed input");
   if (!load.template_dir.empty()) {  // a torch_dist input in one pass (docs/ucp-load.md)
     if (load.format != reshard::OutputFormat::DeepSpeed)
       throw UsageError("--template applies to --format deepspeed (the Megatron-DeepSpeed model files it gives)");

@@ -286,6 +286,16 @@ TEST(MegatronCoreNamesRefusals, OnePassTorchDistLoadRefusalsNameTheCause) {
   // Usage errors (exit 2): another format, --model-map alone, --exchange off, --device cuda.
   EXPECT_EQ(in(dir, kBin + "/ucp-load --input " + real + " --output x --template ds --format dcp", &out), 2) << out;
   EXPECT_EQ(in(dir, kBin + "/ucp-load --input ds --output x --dp 1 --model-map m.json", &out), 2) << out;
+  EXPECT_EQ(in(dir, kBin + "/ucp-load --input mc --output x --format torch_dist --model-map m.json", &out), 2) << out;
+  // --format torch_dist of a DeepSpeed checkpoint no shipped map names (a real engine's plain model): the
+  // parameter left and the option named, exit 1, nothing left.
+  EXPECT_EQ(in(dir, kBin + "/ucp-load --input " + rel(fs::path(kSrc) / "tests/generator/engine/dense_blocks_v0.19.5", dir) +
+                        " --output x --format torch_dist", &out),
+            1)
+      << out;
+  EXPECT_NE(out.find("no shipped Megatron-Core map"), std::string::npos) << out;
+  EXPECT_NE(out.find("--model-map"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir / "x"));
   EXPECT_EQ(in(dir, kBin + "/ucp-load --input " + real + " --output x --dp 1 --template ds --exchange off", &out), 2)
       << out;
   // The input must be a torch_dist save; a Megatron-Core-named universal folder is pointed to ucp-union.
