@@ -14,6 +14,7 @@
 #include "core/crc32.h"
 #include "core/error.h"
 #include "core/staging.h"
+#include "formats/dcp/folder.h"
 #include "formats/dcp/writer.h"
 #include "formats/megatron_core/common_edit.h"
 #include "formats/megatron_core/writer.h"
@@ -78,6 +79,8 @@ struct ForwardInput {
 // Whether `input` is read through ForwardInput: a native checkpoint, or a universal folder in
 // Megatron-DeepSpeed names made from one (no Megatron-Core common state recorded).
 bool forward_input(const std::string& input) {
+  if (to_universal::is_torch_dist_input(input) || formats::dcp::find_folder(input).kind != formats::dcp::FolderKind::None)
+    return false;  // a DCP or torch_dist folder: converted by a real run first (ucp-load's tool layer)
   if (formats::deepspeed::input_kind(input) != formats::deepspeed::InputKind::Universal) return true;
   if (fs::exists(fs::path(input) / kCommonStateFile)) return false;
   const auto m = formats::universal::read_universal_manifest((fs::path(input) / formats::universal::kUniversalManifestName).string());
@@ -145,7 +148,11 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
   p.manifest_path = (fs::path(o.input) / formats::universal::kUniversalManifestName).string();
   // Where the common state comes from (messages): the folder's record, or the model file it is made from.
   std::string common_path = (fs::path(o.input) / kCommonStateFile).string();
-  if (fs::is_directory(o.input) && forward_input(o.input)) {
+  if (!fs::is_directory(o.input))
+    throw Error(o.input + (fs::exists(o.input) ? ": not a folder" : ": no such folder") +
+                " (--format torch_dist reads a DeepSpeed checkpoint, its universal folder, or a Megatron-Core-named "
+                "universal folder)");
+  if (forward_input(o.input)) {
     p.forward = open_forward_input(o);
     p.manifest = p.forward->view.manifest;
     p.common = p.forward->view.common;
