@@ -1,5 +1,6 @@
 // moe-replace: load-balanced, failure-tolerant expert placement and re-placement (options, check and
 // run: lib/tool/moe_replace.h).
+#include "core/allocator.h"
 #include "tool/cli.h"
 #include "tool/moe_replace.h"
 
@@ -124,6 +125,10 @@ int main(int argc, char** argv) {
   o.expert_bytes_given = given.expert_bytes->count() > 0;
   o.max_moved_given = given.max_moved->count() > 0;
   o.weight_given = given.weight->count() > 0;
+  // Large buffers (per-layer matrices, the plan text pieces) come and go per layer: kept on the heap,
+  // each reuses the pages of the previous one instead of a fresh mmap faulted in and zeroed page by
+  // page (issue 31: the re-placements at 1,024 nodes spent a quarter of their CPU in page faults).
+  keep_large_buffers_on_heap({.one_arena = true, .trim_threshold = 1 << 30});
   return tool::run("moe-replace", [&] {
     return tool::in_threads(o.threads, [&] {
       o.check();

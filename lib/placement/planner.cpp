@@ -428,21 +428,29 @@ PlanOutcome node_loss_plan(const PlanRequest& req, const LoadMatrix& loads, cons
   const ReplaceResult& rr = *out.replacement;
   compute_metrics(out.plan, loads, popt.recovery);
   // What --current without the options does: balanced-ft from scratch (placed by the re-placement
-  // already), its nodes matched onto the survivors.
-  Plan scratch = out.plan;
-  scratch.layers = rr.from_scratch;
-  const long long scratch_fetches = migrate(current, scratch, physical).replicas_moved;
-  const double scratch_bal = overall_balancedness(rr.from_scratch, loads, target);
+  // already), its nodes matched onto the survivors. Above 256 nodes with a weight > 0 or a budget the
+  // re-placement has no from-scratch option (replace.cpp) and the plan no such comparison.
+  const bool compared = rr.from_scratch.size() == loads.layers;
+  long long scratch_fetches = 0;
+  double scratch_bal = 0;
+  if (compared) {
+    Plan scratch = out.plan;
+    scratch.layers = rr.from_scratch;
+    scratch_fetches = migrate(current, scratch, physical).replicas_moved;
+    scratch_bal = overall_balancedness(rr.from_scratch, loads, target);
+  }
   nlohmann::json rep = replace_to_json(rr, req.expert_bytes);
-  rep["from_scratch"] = {{"balanced-ft", {{"balancedness", scratch_bal}, {"replicas_moved", scratch_fetches}}}};
+  if (compared)
+    rep["from_scratch"] = {{"balanced-ft", {{"balancedness", scratch_bal}, {"replicas_moved", scratch_fetches}}}};
   nlohmann::json extra = {{"migration", migration_to_json(*out.migration, req.expert_bytes)}, {"replacement", rep}};
   if (req.dispatch) extra["dispatch"] = dispatch_report(out.plan, loads);
   out.plan_stream = replacement_stream(out.plan, extra, rr, &physical, target.gpus_per_node);
   std::ostringstream o;
   o << "node-loss re-placement: " << rr.copies << " GPU copies (" << rr.mandatory_copies
-    << " to keep the fault tolerance) in " << rr.rounds << " rounds (lower bound " << rr.round_lower_bound << ")\n"
-    << "  from scratch, balanced-ft (--current without --migration-weight): balancedness " << fixed(scratch_bal)
-    << ", " << scratch_fetches << " replicas to fetch\n";
+    << " to keep the fault tolerance) in " << rr.rounds << " rounds (lower bound " << rr.round_lower_bound << ")\n";
+  if (compared)
+    o << "  from scratch, balanced-ft (--current without --migration-weight): balancedness " << fixed(scratch_bal)
+      << ", " << scratch_fetches << " replicas to fetch\n";
   out.table = render_table(out.plan, out.migration, 32) + o.str();
   if (req.dispatch) out.table += dispatch_line(extra["dispatch"]);
   if (req.want_svg) out.svg = plan_svg(out.plan, chart_under(current, loads), "before: current plan", req.svg_layer);

@@ -72,23 +72,30 @@ void raise_counts(LayerState& st, int f) {
 // layer at 1,024 nodes, 38 s for 64 layers); above, greedily (issue 31: --previous in seconds).
 constexpr int kExactAlignmentNodes = 256;
 
-// Rows to columns, cheapest pair first (costs 0..max_cost, bucketed; ties by row then column), each
-// row and column once: at most O(N^2), a 2-approximation of the optimal assignment's saving.
-std::vector<int> greedy_assignment(const std::vector<std::vector<long long>>& cost, int max_cost) {
-  const int n = static_cast<int>(cost.size());
-  std::vector<std::vector<std::pair<int, int>>> bucket(static_cast<size_t>(max_cost) + 1);
-  for (int i = 0; i < n; ++i)
-    for (int q = 0; q < n; ++q) bucket[static_cast<size_t>(std::clamp<long long>(cost[i][q], 0, max_cost))].push_back({i, q});
+// Rows to columns, cheapest pair first (costs 0..max_cost, ties by row then column), each row and
+// column once: at most O(N^2), a 2-approximation of the optimal assignment's saving. `cost` is the
+// n x n matrix row by row; the pairs are ordered by a counting sort into one flat array (stable, so
+// the order within a cost is row-major as before; one allocation instead of a vector per cost that
+// grew by doubling, which at 1,024 nodes was a third of the node-loss re-placement's CPU).
+std::vector<int> greedy_assignment(const std::vector<int>& cost, int n, int max_cost) {
+  const size_t cells = static_cast<size_t>(n) * n;
+  std::vector<uint32_t> start(static_cast<size_t>(max_cost) + 2, 0);
+  for (size_t k = 0; k < cells; ++k) start[static_cast<size_t>(std::clamp(cost[k], 0, max_cost)) + 1]++;
+  for (size_t v = 1; v < start.size(); ++v) start[v] += start[v - 1];
+  std::vector<uint32_t> order(cells);
+  for (size_t k = 0; k < cells; ++k)
+    order[start[static_cast<size_t>(std::clamp(cost[k], 0, max_cost))]++] = static_cast<uint32_t>(k);
   std::vector<int> col(n, -1);
   std::vector<char> taken(n, 0);
   int left = n;
-  for (const auto& b : bucket)
-    for (const auto& [i, q] : b) {
-      if (col[i] >= 0 || taken[q]) continue;
-      col[i] = q;
-      taken[q] = 1;
-      if (--left == 0) return col;
-    }
+  for (size_t k = 0; k < cells; ++k) {
+    const int i = static_cast<int>(order[k] / static_cast<uint32_t>(n));
+    const int q = static_cast<int>(order[k] % static_cast<uint32_t>(n));
+    if (col[i] >= 0 || taken[q]) continue;
+    col[i] = q;
+    taken[q] = 1;
+    if (--left == 0) return col;
+  }
   return col;
 }
 
@@ -108,7 +115,7 @@ std::vector<int> align_to(const std::vector<int>& prev, const std::vector<int>& 
       else
         h.push_back({i, 1});
     }
-  std::vector<std::vector<long long>> cost(N, std::vector<long long>(N, 0));
+  std::vector<int> cost(static_cast<size_t>(N) * N, 0);  // [physical node i][fresh node q]
   std::vector<int> want(experts, 0);
   std::vector<long long> shared(N);
   for (int q = 0; q < N; ++q) {
@@ -121,9 +128,17 @@ std::vector<int> align_to(const std::vector<int>& prev, const std::vector<int>& 
       for (const auto& [i, h] : held[e]) shared[i] += std::min(want[e], h);
       want[e] = 0;
     }
-    for (int i = 0; i < N; ++i) cost[i][q] = c - shared[i];
+    for (int i = 0; i < N; ++i) cost[static_cast<size_t>(i) * N + q] = c - static_cast<int>(shared[i]);
   }
-  std::vector<int> node_of = N <= kExactAlignmentNodes ? min_cost_assignment(cost) : greedy_assignment(cost, c);
+  std::vector<int> node_of;
+  if (N <= kExactAlignmentNodes) {
+    std::vector<std::vector<long long>> square(N, std::vector<long long>(N));
+    for (int i = 0; i < N; ++i)
+      for (int q = 0; q < N; ++q) square[i][q] = cost[static_cast<size_t>(i) * N + q];
+    node_of = min_cost_assignment(square);
+  } else {
+    node_of = greedy_assignment(cost, N, c);
+  }
   std::vector<int> out(cl.slots());
   std::vector<std::vector<long long>> gc(G, std::vector<long long>(G));
   for (int i = 0; i < N; ++i) {
@@ -338,8 +353,8 @@ class CopyCost {
 // `fresh` (balanced-ft from scratch) aligned to the previous placement. Adds the mandatory copies to
 // `mandatory` (their cost to `mandatory_cost`) and returns the base placement in `base`.
 Trajectory layer_trajectory(const std::vector<int>& prev, const std::vector<double>& t, const Cluster& cl, int f,
-                            int experts, const LayerPlacement* fresh, bool node_fetches, long long& mandatory,
-                            long long& mandatory_cost, std::vector<int>& base) {
+                            int experts, const LayerPlacement* fresh, bool node_fetches, int limit,
+                            long long& mandatory, long long& mandatory_cost, std::vector<int>& base) {
   LayerState run(cl, t, prev);
   raise_counts(run, f);
   repair_fault_tolerance(run, f);
@@ -352,7 +367,6 @@ Trajectory layer_trajectory(const std::vector<int>& prev, const std::vector<doub
   long long cur = base_cost;
   tr.max_after.push_back(run.max_load());
   tr.copies.push_back(0);
-  const int limit = std::max(256, cl.gpus() / 2);
   for (int i = 0; i < limit; ++i) {
     std::optional<LayerMove> m = best_swap(run, f);
     if (!m) m = best_rewrite(run, f);
@@ -449,7 +463,20 @@ ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previo
   std::vector<Trajectory> traj(L);
   // balanced-ft from scratch for the new loads: the far end of every layer's options.
   std::vector<LayerPlacement> fresh_layers;
-  {
+  // Above kExactAlignmentNodes nodes (issue 31, the re-placements at 1,024 nodes in seconds):
+  // * a node loss with a migration weight > 0 or a budget has no from-scratch option: it fetches
+  //   about a third of all replicas (1,024 nodes, W = 0.5: 342,500 fetches against 18,000 taken)
+  //   and was not taken in any layer of the runs measured; placing and aligning it was about 40% of
+  //   the run. ReplaceResult::from_scratch stays empty (the plan reports no from-scratch comparison).
+  // * with weight 0 and no budget, where every batch that lowers a maximum is taken and so the
+  //   layer ends at the lowest maximum of its points, the local search stops after 256 moves (the
+  //   limit of clusters up to 512 GPUs) instead of GPUs / 2: balanced-ft from scratch is then one of
+  //   the points and is lower than 4,096 moves reach in every layer measured at 1,024 nodes.
+  const bool large = cl.nodes > kExactAlignmentNodes;
+  const bool weighed = opt.migration_weight > 0 || opt.max_moved_bytes >= 0;
+  const bool with_fresh = !(large && opt.count_node_fetches && weighed);
+  const int limit = large && !weighed ? 256 : std::max(256, cl.gpus() / 2);
+  if (with_fresh) {
     auto algo = make_algorithm("balanced-ft");
     PlacementOptions po;
     po.fault_tolerance = f;
@@ -467,7 +494,7 @@ ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previo
     auto t = loads.layer_vector(l);
     sum_mean += std::accumulate(t.begin(), t.end(), 0.0) / cl.gpus();
     traj[l] = layer_trajectory(prev, t, cl, f, experts, fresh_layers.empty() ? nullptr : &fresh_layers[l],
-                               opt.count_node_fetches, res.mandatory_copies, mandatory_cost, base[l]);
+                               opt.count_node_fetches, limit, res.mandatory_copies, mandatory_cost, base[l]);
   }
 
   const double all_replicas = static_cast<double>(L) * cl.slots();

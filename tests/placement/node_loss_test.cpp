@@ -153,6 +153,15 @@ TEST(NodeLoss, ScheduleNamesSurvivingSourcesAndKeepsLinkLimits) {
   }
 }
 
+// Every layer of `next` has a most loaded GPU no heavier than `scratch`'s.
+void expect_no_higher_maximum(const Plan& next, const Plan& scratch, const LoadMatrix& w, const Cluster& target) {
+  for (size_t l = 0; l < w.layers; ++l) {
+    auto a = gpu_loads(next.layers[l].phy2log, w.layer_vector(l), target);
+    auto b = gpu_loads(scratch.layers[l].phy2log, w.layer_vector(l), target);
+    EXPECT_LE(*std::max_element(a.begin(), a.end()), *std::max_element(b.begin(), b.end()) * (1 + 1e-12)) << l;
+  }
+}
+
 // Weight 0 with no budget may go as far as balanced-ft from scratch, so it is at least as balanced as
 // --current without the options (which is that placement, matched onto the survivors).
 TEST(NodeLoss, WeightZeroIsAtLeastAsBalancedAsPlacingFromScratch) {
@@ -167,11 +176,7 @@ TEST(NodeLoss, WeightZeroIsAtLeastAsBalancedAsPlacingFromScratch) {
   ro.fault_tolerance = 2;
   Plan next;
   replace_after_node_loss(cur, physical, w, target, ro, next);
-  for (size_t l = 0; l < w.layers; ++l) {
-    auto a = gpu_loads(next.layers[l].phy2log, w.layer_vector(l), target);
-    auto b = gpu_loads(scratch.layers[l].phy2log, w.layer_vector(l), target);
-    EXPECT_LE(*std::max_element(a.begin(), a.end()), *std::max_element(b.begin(), b.end()) * (1 + 1e-12)) << l;
-  }
+  expect_no_higher_maximum(next, scratch, w, target);
 }
 
 // Issue 31's case: SmartMoE loads (latest snapshot), 8 nodes x 4 GPUs x 4 slots, f = 2, node 0 lost.
@@ -214,4 +219,32 @@ TEST(NodeLoss, SmartMoeOneOfEightNodesFetchesNoMoreThanLazarusAtNoLessBalance) {
     met = met || (res.fetches.replicas_moved <= lazarus_fetches && overall(next) >= scratch_balance);
   }
   EXPECT_TRUE(met);
+}
+
+// Above 256 nodes (issue 31, the re-placements at 1,024 nodes in seconds): with a weight > 0 the
+// re-placement has no from-scratch option (none is placed, none reported), and the schedule still
+// checks; with weight 0 the from-scratch placement is still an option, so weight 0 stays at least as
+// balanced as it.
+TEST(NodeLoss, AboveTwoHundredFiftySixNodesAWeightLeavesOutThePlacementFromScratch) {
+  LoadMatrix w = zipf(2, 24, 1.0, 5);
+  PlacementOptions po;
+  po.fault_tolerance = 2;
+  Plan cur = plan_placement(w, Cluster{260, 1, 2}, "balanced-ft", po);
+  Cluster target{259, 1, 2};
+  std::vector<int> physical;
+  for (int i = 1; i < 260; ++i) physical.push_back(i);
+  ReplaceOptions ro;
+  ro.fault_tolerance = 2;
+  ro.migration_weight = 0.5;
+  Plan next;
+  NodeLossResult res = replace_after_node_loss(cur, physical, w, target, ro, next);
+  EXPECT_TRUE(res.replacement.from_scratch.empty());
+  EXPECT_EQ(res.replacement.layers_from_scratch, 0);
+  check_schedule(cur, {0}, next, res.replacement, 2);
+  ro.migration_weight = 0;
+  Plan next0;
+  NodeLossResult res0 = replace_after_node_loss(cur, physical, w, target, ro, next0);
+  ASSERT_EQ(res0.replacement.from_scratch.size(), w.layers);
+  check_schedule(cur, {0}, next0, res0.replacement, 2);
+  expect_no_higher_maximum(next0, plan_placement(w, target, "balanced-ft", po), w, target);
 }
