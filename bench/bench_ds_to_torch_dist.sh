@@ -34,16 +34,7 @@ echo "input: $src, $in_bytes bytes in $(find "$src" -type f | wc -l) files (Llam
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB RAM; load $(cut -d' ' -f1-3 /proc/loadavg)"
 find "$src" -type f -exec cat {} + >/dev/null; echo "input read once before the rounds (warm as far as the page cache holds it)"
 
-room() {  # stops unless writing $1 more bytes leaves 8 GB free
-  local avail; avail=$(df -B1 --output=avail "$work" | tail -1)
-  if [ $((avail - $1)) -lt 8000000000 ]; then echo "stop: $avail bytes free, $1 to write would leave under 8 GB" >&2; exit 1; fi
-}
-measure() {  # "<wall s> <cpu user+sys s> <peak RSS KiB>" of "$@"
-  /usr/bin/time -f "%e %U %S %M" -o "$work/time.txt" "$@" >/dev/null 2>"$work/err.txt" || { cat "$work/err.txt" >&2; exit 1; }
-  awk '{printf "%s %.2f %s\n", $1, $2 + $3, $4}' "$work/time.txt"
-}
-declare -A t c m
-add() { t[$1]+="$2 "; c[$1]+="$3 "; m[$1]+="$4 "; }
+. "$root/bench/bench_lib.sh"  # room, measure, add, med
 clean() { rm -rf "$work/mc" "$work/out" "$work/one" "$work/base"; sync; }
 for r in $(seq "$rounds"); do
   clean; room "$in_bytes"
@@ -65,7 +56,6 @@ for r in $(seq "$rounds"); do
   add base "$s" "$u" "$k"; echo "round $r baseline (dd every SRC file into one folder, sync): $s s wall, $u s cpu ($in_bytes bytes; OUT has $out_bytes)"
 done
 clean
-med() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 declare -A T C M
 for k in base s0 s1 s2; do T[$k]=$(echo "${t[$k]}" | med); C[$k]=$(echo "${c[$k]}" | med); M[$k]=$(echo "${m[$k]}" | med); done
 ratio() { echo "scale=2; $1 / ${T[base]}" | bc; }

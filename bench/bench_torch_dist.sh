@@ -61,17 +61,7 @@ mnt=$TRIXIE/lab/$LAB
 mkdir -p "$mnt"; mountpoint -q "$mnt" || mount --bind "$work" "$mnt"
 trap 'umount "$mnt" 2>/dev/null; rmdir "$mnt" 2>/dev/null; true' EXIT
 
-room() {  # stops unless writing $1 more bytes leaves 8 GB free
-  local avail; avail=$(df -B1 --output=avail "$work" | tail -1)
-  if [ $((avail - $1)) -lt 8000000000 ]; then echo "stop: $avail bytes free, $1 to write would leave under 8 GB" >&2; exit 1; fi
-}
-# Runs "$@" under GNU time; prints "<wall s> <cpu user+sys s> <peak RSS KiB>".
-measure() {
-  /usr/bin/time -f "%e %U %S %M" -o "$work/time.txt" "$@" >/dev/null 2>"$work/err.txt" || { cat "$work/err.txt" >&2; exit 1; }
-  awk '{printf "%s %.2f %s\n", $1, $2 + $3, $4}' "$work/time.txt"
-}
-declare -A t c m
-add() { t[$1]+="$2 "; c[$1]+="$3 "; m[$1]+="$4 "; }
+. "$root/bench/bench_lib.sh"  # room, measure, add, med
 clean() { rm -rf "$work/mc2" "$work/dsu" "$work/out" "$work/out1" "$work/base" "$work/latest_universal"; sync; }
 out_bytes=$in_bytes  # until the first OUT is measured
 for r in $(seq "$rounds"); do
@@ -114,7 +104,6 @@ for r in $(seq "$rounds"); do
   fi
 done
 clean
-med() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 declare -A T C M
 for k in base s0 s1 s2 s3 torch; do
   [ -n "${t[$k]:-}" ] || continue

@@ -64,28 +64,6 @@ ValuePtr group_value(const ModelInfo& model, const ValuePtr& groups, const DcpSo
   return Value::list(std::move(names));
 }
 
-// The whole fp32 tensor of `state` of parameter `i`, converted to `dtype`: read straight into the
-// tensor's bytes (fp32), or through one reused window of 1M elements (other dtypes), so the tensor is
-// the only full-size buffer.
-Tensor whole_tensor(const ModelInfo& model, UniversalReader& reader, int i, const std::string& state, DType dtype) {
-  const auto& p = model.params[i];
-  const TpSlice whole{0, {{0, p.shape.empty() ? 1 : p.shape[0]}}, p.shape, -1};
-  const int64_t n = numel_of(p.shape);
-  const size_t es = dtype_size(dtype);
-  std::vector<uint8_t> bytes(static_cast<size_t>(n) * es);
-  if (dtype == DType::Float32) {
-    if (n > 0) reader.read_range(i, state, whole, 0, n, reinterpret_cast<float*>(bytes.data()));
-  } else {
-    constexpr int64_t kWindow = 1 << 20;
-    std::vector<float> f32(static_cast<size_t>(std::min(n, kWindow)));
-    for (int64_t a = 0; a < n; a += kWindow) {
-      const int64_t b = std::min(n, a + kWindow);
-      reader.read_range(i, state, whole, a, b, f32.data());
-      convert_from_fp32(f32.data(), static_cast<size_t>(b - a), dtype, bytes.data() + static_cast<size_t>(a) * es);
-    }
-  }
-  return Tensor::from_bytes(dtype, p.shape, std::move(bytes));
-}
 
 }  // namespace
 
@@ -177,8 +155,8 @@ DcpWritten write_dcp_output(const DcpOutput& out, const ModelInfo& model, Univer
   const ValuePtr groups = param_groups_of(model);
   auto whole = [&](const Entry& e) -> Tensor {
     const DcpSource& s = out.sources.at(index.at(e.fqn));
-    if (s.kind == DcpSource::Model) return whole_tensor(model, reader, s.param, "fp32", out.dtype);
-    if (s.kind == DcpSource::State) return whole_tensor(model, reader, s.param, s.state, DType::Float32);
+    if (s.kind == DcpSource::Model) return read_whole_tensor(model, reader, s.param, "fp32", out.dtype);
+    if (s.kind == DcpSource::State) return read_whole_tensor(model, reader, s.param, s.state, DType::Float32);
     const ValuePtr v = reader.step(s.param);  // Step as a tensor
     if (!v || !v->is(pickle::Kind::Tensor)) throw Error(model.params[s.param].name + ": its step changed while writing");
     return v->as_tensor().contiguous(true);

@@ -536,28 +536,13 @@ ModelInfo model_info_from(const UniversalMeta& meta) {
 
 namespace {
 
-ModelInfo read_model_info_unchecked(const std::string& universal_dir) {
-  const fs::path dir(universal_dir);
-  if (!fs::is_directory(dir)) throw Error(universal_dir + ": not a folder");
-  UniversalMeta meta;
-  meta.dir = universal_dir;
-  meta.manifest_path = (dir / formats::universal::kUniversalManifestName).string();
-  meta.manifest = formats::universal::read_universal_manifest(meta.manifest_path);
-  for (const auto& f : meta.manifest.model_files)
-    meta.model_files.push_back(confined_path(dir, f, meta.manifest_path, "model file").string());
-  meta.optimizer_state_path = confined_path(dir, meta.manifest.optimizer_state, meta.manifest_path, "optimizer state file").string();
-  return model_info_from(meta);
-}
-
-}  // namespace
-
 // Fields of manifest.json of another type than written name the manifest and the key
 // (formats::universal::UniversalManifest::from_json); what the pattern set and pipeline numbering readers find
 // wrong in it names the manifest too, in one short line.
-ModelInfo read_model_info(const std::string& universal_dir) {
-  const std::string manifest = (fs::path(universal_dir) / formats::universal::kUniversalManifestName).string();
+template <class F>
+auto naming_manifest(const std::string& manifest, F&& f) {
   try {
-    return read_model_info_unchecked(universal_dir);
+    return f();
   } catch (const nlohmann::json::exception& e) {
     throw Error(manifest + ": malformed: " + escaped_brief(e.what(), 160));
   } catch (const std::invalid_argument& e) {
@@ -566,5 +551,30 @@ ModelInfo read_model_info(const std::string& universal_dir) {
     throw Error(manifest + ": malformed: a number field is out of range (" + escaped_brief(e.what(), 40) + ")");
   }
 }
+
+}  // namespace
+
+UniversalMeta read_universal_meta(const std::string& universal_dir) {
+  const fs::path dir(universal_dir);
+  if (!fs::is_directory(dir)) throw Error(universal_dir + ": not a folder");
+  const std::string manifest = (dir / formats::universal::kUniversalManifestName).string();
+  return naming_manifest(manifest, [&] {
+    UniversalMeta meta;
+    meta.dir = universal_dir;
+    meta.manifest_path = manifest;
+    meta.manifest = formats::universal::read_universal_manifest(meta.manifest_path);
+    for (const auto& f : meta.manifest.model_files)
+      meta.model_files.push_back(confined_path(dir, f, meta.manifest_path, "model file").string());
+    meta.optimizer_state_path =
+        confined_path(dir, meta.manifest.optimizer_state, meta.manifest_path, "optimizer state file").string();
+    return meta;
+  });
+}
+
+ModelInfo read_model_info(const UniversalMeta& meta) {
+  return naming_manifest(meta.manifest_path, [&] { return model_info_from(meta); });
+}
+
+ModelInfo read_model_info(const std::string& universal_dir) { return read_model_info(read_universal_meta(universal_dir)); }
 
 }  // namespace ucpkit::reshard

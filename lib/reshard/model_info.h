@@ -109,6 +109,10 @@ struct UniversalMeta {
 };
 // The ModelInfo of `meta`: the steps below, plus reading the model files and the optimizer state.
 ModelInfo model_info_from(const UniversalMeta& meta);
+// The UniversalMeta of universal folder `universal_dir` (manifest.json read, model and optimizer state
+// files resolved inside the folder), and read_model_info of it; a malformed manifest is an Error naming it.
+UniversalMeta read_universal_meta(const std::string& universal_dir);
+ModelInfo read_model_info(const UniversalMeta& meta);
 
 // Steps of model_info_from that read no file (tests/load/model_info_test.cpp).
 // The source-layout fields, the pattern set and the model files (their count checked against the

@@ -24,7 +24,6 @@
 #include "parallel/mpi_session.h"
 #include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/megatron_core/deepspeed_common_state.h"
-#include "io/shape.h"
 #include "reshard/direct_source.h"
 #include "reshard/model_info.h"
 #include "reshard/target_defaults.h"
@@ -76,51 +75,50 @@ struct ForwardInput {
   std::vector<int> model_param;  // per view param: its index in model.params
 };
 
-// Whether `input` is read through ForwardInput: a native checkpoint, or a universal folder in
-// Megatron-DeepSpeed names made from one (no Megatron-Core common state recorded).
-bool forward_input(const std::string& input) {
+// The UniversalMeta of `input` when it is read through ForwardInput: a native checkpoint (meta from its
+// extract plan, kept in `plan`), or a universal folder in Megatron-DeepSpeed names made from one (no
+// Megatron-Core common state recorded); nullopt otherwise (a Megatron-Core-named folder, or a DCP or
+// torch_dist folder, converted by a real run first in ucp-load's tool layer).
+std::optional<UniversalMeta> forward_meta(const std::string& input, to_universal::ExtractPlan& plan) {
   if (to_universal::is_torch_dist_input(input) || formats::dcp::find_folder(input).kind != formats::dcp::FolderKind::None)
-    return false;  // a DCP or torch_dist folder: converted by a real run first (ucp-load's tool layer)
-  if (formats::deepspeed::input_kind(input) != formats::deepspeed::InputKind::Universal) return true;
-  if (fs::exists(fs::path(input) / kCommonStateFile)) return false;
-  const auto m = formats::universal::read_universal_manifest((fs::path(input) / formats::universal::kUniversalManifestName).string());
-  const std::string format = m.source.is_object() ? m.source.value("format", std::string()) : std::string();
-  return !to_universal::is_megatron_core_named(m.source) && format != "torch_dist" && format != "dcp";
+    return std::nullopt;
+  const auto kind = formats::deepspeed::input_kind(input);
+  if (kind != formats::deepspeed::InputKind::Universal) {
+    plan = direct_plan(input, kind);
+    return direct_meta(plan);
+  }
+  if (fs::exists(fs::path(input) / kCommonStateFile)) return std::nullopt;
+  UniversalMeta meta = read_universal_meta(input);
+  const auto& src = meta.manifest.source;
+  const std::string format = src.is_object() ? src.value("format", std::string()) : std::string();
+  if (to_universal::is_megatron_core_named(src) || format == "torch_dist" || format == "dcp") return std::nullopt;
+  return meta;
 }
 
 std::shared_ptr<ForwardInput> open_forward_input(const LoadOptions& o) {
   auto f = std::make_shared<ForwardInput>();
-  const auto kind = formats::deepspeed::input_kind(o.input);
-  UniversalMeta meta;
-  if (kind == formats::deepspeed::InputKind::Universal) {
-    meta.dir = o.input;
-    meta.manifest_path = (fs::path(o.input) / formats::universal::kUniversalManifestName).string();
-    meta.manifest = formats::universal::read_universal_manifest(meta.manifest_path);
-    for (const auto& m : meta.manifest.model_files)
-      meta.model_files.push_back(confined_path(meta.dir, m, meta.manifest_path, "model file").string());
-    meta.optimizer_state_path =
-        confined_path(meta.dir, meta.manifest.optimizer_state, meta.manifest_path, "optimizer state file").string();
-    f->model = read_model_info(o.input);
-    f->reader = std::make_unique<UniversalReader>(f->model, o.input, o.verify);
-  } else {
-    f->plan = direct_plan(o.input, kind);
-    meta = direct_meta(f->plan);
-    f->model = model_info_from(meta);
+  std::optional<UniversalMeta> meta = forward_meta(o.input, f->plan);
+  if (!meta) return nullptr;
+  if (meta->dir.empty()) {  // a native checkpoint, read as direct mode reads it
+    f->model = model_info_from(*meta);
     f->source = std::make_unique<DirectSource>(f->plan, f->model);
     f->reader = std::make_unique<UniversalReader>(f->model, "", false);
     f->reader->set_source(f->source.get());
+  } else {
+    f->model = read_model_info(*meta);
+    f->reader = std::make_unique<UniversalReader>(f->model, o.input, o.verify);
   }
   std::map<std::string, int> index;
   for (size_t i = 0; i < f->model.params.size(); ++i) index[f->model.params[i].name] = static_cast<int>(i);
   ValuePtr step;
   for (size_t i = 0; i < f->model.params.size() && !step; ++i) step = f->reader->step(static_cast<int>(i));
-  const ValuePtr optimizer_state = f->model.optimizer_state ? f->model.optimizer_state : load_torch(meta.optimizer_state_path);
-  f->view = to_universal::megatron_core_view(meta.manifest, meta.manifest_path,
-                                             meta.model_files.empty() ? std::string() : meta.model_files.front(),
+  const ValuePtr optimizer_state = f->model.optimizer_state ? f->model.optimizer_state : load_torch(meta->optimizer_state_path);
+  f->view = to_universal::megatron_core_view(meta->manifest, meta->manifest_path,
+                                             meta->model_files.empty() ? std::string() : meta->model_files.front(),
                                              optimizer_state, step, o.model_map);
   for (const size_t from : f->view.from) {
-    const auto it = index.find(meta.manifest.params.at(from).name);
-    if (it == index.end()) throw Error(meta.manifest_path + ": parameter '" + meta.manifest.params.at(from).name + "' is not in the model (internal)");
+    const auto it = index.find(meta->manifest.params.at(from).name);
+    if (it == index.end()) throw Error(meta->manifest_path + ": parameter '" + meta->manifest.params.at(from).name + "' is not in the model (internal)");
     f->model_param.push_back(it->second);
   }
   return f;
@@ -152,8 +150,7 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
     throw Error(o.input + (fs::exists(o.input) ? ": not a folder" : ": no such folder") +
                 " (--format torch_dist reads a DeepSpeed checkpoint, its universal folder, or a Megatron-Core-named "
                 "universal folder)");
-  if (forward_input(o.input)) {
-    p.forward = open_forward_input(o);
+  if ((p.forward = open_forward_input(o))) {
     p.manifest = p.forward->view.manifest;
     p.common = p.forward->view.common;
     std::vector<std::string> names;
@@ -319,14 +316,10 @@ LoadSummary run_torch_dist_load(const LoadOptions& options) {
     if (p.forward) {  // the Megatron-DeepSpeed state read whole (fp32), then in Megatron-Core layout
       const ForwardInput& f = *p.forward;
       const int mp = f.model_param.at(param);
-      const auto& info = f.model.params[static_cast<size_t>(mp)];
-      const int64_t n = numel_of(info.shape);
-      std::vector<uint8_t> bytes(static_cast<size_t>(n) * 4);
-      const TpSlice whole{0, {{0, info.shape.empty() ? 1 : info.shape[0]}}, info.shape, -1};
-      if (n > 0) f.reader->read_range(mp, state, whole, 0, n, reinterpret_cast<float*>(bytes.data()));
-      read += bytes.size();
-      t = to_universal::to_megatron_core_value(Tensor::from_bytes(DType::Float32, info.shape, std::move(bytes)), f.view,
-                                               param, options.input + ": " + info.name + " " + state);
+      t = read_whole_tensor(f.model, *f.reader, mp, state, DType::Float32);
+      read += t.nbytes();
+      t = to_universal::to_megatron_core_value(std::move(t), f.view, param,
+                                               options.input + ": " + f.model.params[static_cast<size_t>(mp)].name + " " + state);
     } else {
       const auto it = e.states.find(state);
       if (it == e.states.end()) throw Error(p.manifest_path + ": parameter " + e.name + " has no " + state + " state");

@@ -15,6 +15,7 @@
 #include "core/file_io.h"
 #include "core/mapped_file.h"
 #include "formats/universal/state_file.h"
+#include "io/shape.h"
 #include "io/torch/torch_file.h"
 
 namespace fs = std::filesystem;
@@ -271,6 +272,27 @@ void convert_from_fp32(const float* src, size_t n, DType target, uint8_t* dst) {
       std::memcpy(dst, t.contiguous_bytes().data(), t.nbytes());
     }
   }
+}
+
+// read_whole_tensor (universal_reader.h).
+Tensor read_whole_tensor(const ModelInfo& model, UniversalReader& reader, int i, const std::string& state, DType dtype) {
+  const auto& p = model.params[i];
+  const TpSlice whole{0, {{0, p.shape.empty() ? 1 : p.shape[0]}}, p.shape, -1};
+  const int64_t n = numel_of(p.shape);
+  const size_t es = dtype_size(dtype);
+  std::vector<uint8_t> bytes(static_cast<size_t>(n) * es);
+  if (dtype == DType::Float32) {
+    if (n > 0) reader.read_range(i, state, whole, 0, n, reinterpret_cast<float*>(bytes.data()));
+  } else {
+    constexpr int64_t kWindow = 1 << 20;
+    std::vector<float> f32(static_cast<size_t>(std::min(n, kWindow)));
+    for (int64_t a = 0; a < n; a += kWindow) {
+      const int64_t b = std::min(n, a + kWindow);
+      reader.read_range(i, state, whole, a, b, f32.data());
+      convert_from_fp32(f32.data(), static_cast<size_t>(b - a), dtype, bytes.data() + static_cast<size_t>(a) * es);
+    }
+  }
+  return Tensor::from_bytes(dtype, p.shape, std::move(bytes));
 }
 
 }  // namespace ucpkit::reshard

@@ -114,4 +114,9 @@ void copy_flat_range(const float* src, const std::vector<int64_t>& ushape, const
 // fp32 -> target float type, round to nearest even (as torch does); `dst` holds n * dtype_size.
 void convert_from_fp32(const float* src, size_t n, DType target, uint8_t* dst);
 
+// The whole fp32 tensor of `state` of parameter `i` (any reader: files, or its AtomicSource),
+// converted to `dtype`: read straight into the tensor's bytes (fp32), or through one reused window of
+// 1M elements (other dtypes), so the tensor is the only full-size buffer (the DCP and torch_dist writers).
+Tensor read_whole_tensor(const ModelInfo& model, UniversalReader& reader, int i, const std::string& state, DType dtype);
+
 }  // namespace ucpkit::reshard
