@@ -60,9 +60,25 @@ void TorchDistSource::read(int param, int state, int64_t a, int64_t n, float* ds
   Slot& slot = *slots_.at(static_cast<size_t>(param)).at(static_cast<size_t>(state));
   const int64_t numel = model_.params[static_cast<size_t>(param)].stored_numel;
   std::shared_ptr<const Tensor> value;
+  std::shared_ptr<formats::dcp::RangeReader> range;
   {
     std::lock_guard<std::mutex> lock(slot.mu);  // one read of the stored chunks per state, however many ask
-    if (!slot.value) {
+    if (!slot.value && !slot.range) {
+      const size_t v = view_index_[static_cast<size_t>(param)];
+      const std::string& name = model_.states[static_cast<size_t>(state)];
+      const auto& td = *in_.states;
+      const size_t from = in_.view.from[v];
+      const std::string where = td.checkpoint().dcp().metadata().path + ": " + td.plan().params[from].name + " " + name;
+      slot.served = 0;
+      slot.given.clear();
+      if (auto r = td.range(from, name)) {  // ranges read straight from the save: no state in memory
+        slot.rows = to_universal::deepspeed_value_rows(r->shape(), in_.view, v, where);
+        slot.row_elems = 1;
+        for (size_t d = 1; d < r->shape().size(); ++d) slot.row_elems *= r->shape()[d];
+        slot.range = std::move(r);
+      }
+    }
+    if (!slot.value && !slot.range) {
       const size_t v = view_index_[static_cast<size_t>(param)];
       const std::string& name = model_.states[static_cast<size_t>(state)];
       const auto& td = *in_.states;
@@ -74,12 +90,13 @@ void TorchDistSource::read(int param, int state, int64_t a, int64_t n, float* ds
                                            /*own_storage=*/false);  // the leading rows of a padded vocabulary: no copy
       slot.value = std::make_shared<const Tensor>(t.contiguous());
       live_bytes_ += static_cast<int64_t>(slot.value->nbytes());
-      slot.served = 0;
-      slot.given.clear();
     }
     value = slot.value;
+    range = slot.range;
+    const int64_t have = range ? (slot.rows.empty() ? 0 : (slot.rows.back().out + slot.rows.back().rows) * slot.row_elems)
+                               : value->numel();
     const auto& name = model_.params[static_cast<size_t>(param)].name;
-    if (a < 0 || n < 0 || a + n > numel || value->numel() != numel)
+    if (a < 0 || n < 0 || a + n > numel || have != numel)
       throw Error(in_.input + ": elements [" + std::to_string(a) + ", " + std::to_string(a + n) + ") of '" +
                   escaped_brief(name) + "' asked, it has " + std::to_string(numel));
     // Each element is handed out once (exchange mode asks so): its pages are released below.
@@ -88,6 +105,19 @@ void TorchDistSource::read(int param, int state, int64_t a, int64_t n, float* ds
       throw Error(in_.input + ": elements [" + std::to_string(a) + ", " + std::to_string(a + n) + ") of '" +
                   escaped_brief(name) + "' asked twice (internal: the one-pass source hands each element out once)");
     slot.given.insert(it, {a, a + n});
+  }
+  if (range) {
+    copy_rows(slot, *range, a, n, dst);
+    bool done = false;
+    {
+      std::lock_guard<std::mutex> lock(slot.mu);
+      if ((slot.served += n) >= numel && slot.range == range) {  // every element handed out
+        slot.range.reset();
+        done = true;
+      }
+    }
+    if (done) range->finish();  // the items' CRC-32s (--verify)
+    return;
   }
   const uint8_t* from = value->contiguous_bytes().data() + static_cast<size_t>(a) * 4;
   std::memcpy(dst, from, static_cast<size_t>(n) * 4);
@@ -105,6 +135,19 @@ void TorchDistSource::read(int param, int state, int64_t a, int64_t n, float* ds
   if ((slot.served += n) >= numel && slot.value == value) {  // every element handed out
     live_bytes_ -= static_cast<int64_t>(slot.value->nbytes());
     slot.value.reset();
+  }
+}
+
+void TorchDistSource::copy_rows(const Slot& slot, formats::dcp::RangeReader& range, int64_t a, int64_t n, float* dst) {
+  // The runs are in output order and tile the value; the rows they give are fixed once read.
+  const int64_t e = slot.row_elems;
+  auto it = std::upper_bound(slot.rows.begin(), slot.rows.end(), a / e,
+                             [](int64_t row, const formats::megatron_core::RowRun& r) { return row < r.out; });
+  if (it != slot.rows.begin()) --it;
+  for (; it != slot.rows.end() && it->out * e < a + n; ++it) {
+    const int64_t lo = std::max(a, it->out * e), hi = std::min(a + n, (it->out + it->rows) * e);
+    if (lo >= hi) continue;
+    range.copy(it->in * e + (lo - it->out * e), hi - lo, reinterpret_cast<uint8_t*>(dst + (lo - a)));
   }
 }
 

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "formats/dcp/range_reader.h"
 #include "reshard/model_info.h"
 #include "reshard/universal_reader.h"
 #include "to_universal/direct.h"
@@ -36,12 +37,15 @@ std::shared_ptr<TorchDistInput> open_torch_dist_input(const std::string& input, 
 // The manifest ucp-load reads, in memory (model files and optimizer state: the template's).
 UniversalMeta torch_dist_meta(const TorchDistInput& in);
 
-// Atomic tensors from the torch_dist save. A parameter's state is read whole (its chunks, in fp32, in
-// Megatron-DeepSpeed layout) at its first request and dropped once every element has been handed out;
-// while the states in flight hold more than kLiveBudget, the pages of each range handed out are
-// released at once (madvise): exchange mode asks for
-// each atomic element once (an element asked twice is an Error), so each stored byte is read once and
-// memory holds the states in flight, less what they already gave, not the checkpoint.
+// Atomic tensors from the torch_dist save. Exchange mode asks for each atomic element once (an element
+// asked twice is an Error). A state stored in fp32 in chunks of whole layers (fully_reshardable, the
+// usual case) is not assembled: each range asked is read straight from the save's data files
+// (formats/dcp/range_reader.h, pread) through its rows in Megatron-DeepSpeed layout (QKV regrouped,
+// padded vocabulary rows cut: to_universal::deepspeed_value_rows), so memory holds no state at all; its
+// items' CRC-32s are checked once every element has been handed out. Any other state (dp_reshardable
+// buckets, another dtype) is read whole at its first request (in fp32, in Megatron-DeepSpeed layout) and
+// dropped once every element has been handed out; while such states in flight hold more than
+// kLiveBudget, the pages of each range handed out are released at once (madvise).
 class TorchDistSource final : public AtomicSource {
  public:
   TorchDistSource(const TorchDistInput& in, const ModelInfo& model);
@@ -52,10 +56,17 @@ class TorchDistSource final : public AtomicSource {
  private:
   struct Slot {
     std::mutex mu;
-    std::shared_ptr<const Tensor> value;  // while elements are still to be handed out
+    // While elements are still to be handed out: the state's element ranges read straight from the
+    // save (`range`, its rows as runs of the stored value's rows), or where that reader does not apply
+    // the state read whole (`value`).
+    std::shared_ptr<formats::dcp::RangeReader> range;
+    std::vector<formats::megatron_core::RowRun> rows;
+    int64_t row_elems = 1;
+    std::shared_ptr<const Tensor> value;
     int64_t served = 0;
     std::vector<std::pair<int64_t, int64_t>> given;  // element intervals handed out, sorted
   };
+  static void copy_rows(const Slot& slot, formats::dcp::RangeReader& range, int64_t a, int64_t n, float* dst);
   static constexpr int64_t kLiveBudget = 64ll << 20;  // bytes of states in flight before pages are released
   std::atomic<int64_t> live_bytes_{0};
   const TorchDistInput& in_;

@@ -253,6 +253,28 @@ Tensor TorchDistStates::read(size_t param, const std::string& state) const {
   return t;
 }
 
+std::unique_ptr<formats::dcp::RangeReader> TorchDistStates::range(size_t param, const std::string& state) const {
+  const TorchDistParam& p = plan_.params.at(param);
+  const ModelParam& mp = ck_->params()[p.model_param];
+  std::unique_ptr<formats::dcp::RangeReader> r;
+  switch (ck_->optimizer_format()) {
+    case OptimizerFormat::FullyReshardable: {
+      std::string stored;  // Megatron's name of the state
+      for (const char* s : formats::megatron_core::kOptimizerStates)
+        if (formats::megatron_core::universal_state_name(s) == state) stored = s;
+      r = ck_->range_param(mp, stored);
+      break;
+    }
+    case OptimizerFormat::DpReshardable: return nullptr;
+    case OptimizerFormat::None: r = ck_->range_param(mp); break;
+  }
+  if (!r || r->dtype() != DType::Float32) return nullptr;
+  if (r->shape() != p.shape)
+    fail(ck_->dcp().metadata().path, "Megatron-Core torch_dist: " + escaped_brief(p.name) + " " + state + " has shape " +
+                                         shape_str(r->shape()) + ", the parameter " + shape_str(p.shape));
+  return r;
+}
+
 formats::universal::UniversalParam torch_dist_entry(const TorchDistParam& p, const std::vector<std::string>& states,
                                                     bool step) {
   formats::universal::UniversalParam e;

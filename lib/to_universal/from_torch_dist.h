@@ -27,6 +27,9 @@
 #include "to_universal/convert.h"
 #include "to_universal/from_dcp.h"
 
+namespace ucpkit::formats::dcp {
+class RangeReader;
+}
 namespace ucpkit::formats::megatron_core {
 class Checkpoint;
 }
@@ -76,6 +79,10 @@ class TorchDistStates {
   std::vector<std::string> states() const;
   // State `state` (a universal name) of plan().params[param] in fp32, the parameter's shape; thread-safe.
   Tensor read(size_t param, const std::string& state) const;
+  // The same state as element ranges read straight from the data files, for a reader that hands every
+  // element out once (ucp-load's one pass): null where read() must assemble it (dp_reshardable buckets,
+  // a value stored in another dtype than fp32, chunks spanning several layers). Checked as read() is.
+  std::unique_ptr<formats::dcp::RangeReader> range(size_t param, const std::string& state) const;
   // The common state in its fully_reshardable form, the saved param groups and their step (or null).
   const pickle::ValuePtr& common() const { return common_; }
   const std::vector<pickle::ValuePtr>& groups() const { return groups_; }

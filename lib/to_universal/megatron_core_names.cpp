@@ -551,6 +551,30 @@ Tensor to_deepspeed_value(Tensor t, const DeepSpeedView& v, size_t i, const std:
   return t;
 }
 
+std::vector<mc::RowRun> deepspeed_value_rows(std::vector<int64_t> shape, const DeepSpeedView& v, size_t i,
+                                             const std::string& where) {
+  const uv::UniversalParam& out = v.manifest.params[i];
+  const int64_t rows = shape.empty() ? 1 : shape[0];
+  std::vector<mc::RowRun> runs;
+  if (v.regroup_qkv[i])
+    runs = mc::qkv_grouped_to_split_rows(shape.size(), rows, *v.qkv);
+  else if (rows > 0)
+    runs.push_back({0, 0, rows});
+  if (out.vocab_tensor && shape.size() == out.shape.size() && !shape.empty() && shape[0] > out.shape[0] &&
+      std::equal(shape.begin() + 1, shape.end(), out.shape.begin() + 1)) {  // the padded vocabulary rows cut
+    const int64_t keep = out.shape[0];
+    std::vector<mc::RowRun> cut;
+    for (const auto& r : runs)
+      if (r.out < keep) cut.push_back({r.out, r.in, std::min(r.rows, keep - r.out)});
+    runs = std::move(cut);
+    shape[0] = keep;
+  }
+  if (shape != out.shape)
+    throw Error(where + ": shape " + shape_str(shape) + ", the Megatron-DeepSpeed parameter '" + out.name + "' is " +
+                shape_str(out.shape));
+  return runs;
+}
+
 namespace {
 
 RunSummary to_megatron_deepspeed(const std::string& input, const std::string& output, const NamesOptions& o) {

@@ -73,6 +73,11 @@ DeepSpeedView megatron_deepspeed_view(const formats::universal::UniversalManifes
 // vocabulary rows cut (into storage of its own when `own_storage`, else a view of the leading rows);
 // shape checked (Error naming `where`).
 Tensor to_deepspeed_value(Tensor t, const DeepSpeedView& v, size_t i, const std::string& where, bool own_storage = true);
+// to_deepspeed_value as row runs of a source value of `shape` (rows: dim 0; a 0-d value one row): its
+// QKV regroup and vocabulary cut, for readers that copy element ranges instead of tensors. Throws Error
+// as to_deepspeed_value does.
+std::vector<formats::megatron_core::RowRun> deepspeed_value_rows(std::vector<int64_t> shape, const DeepSpeedView& v,
+                                                                 size_t i, const std::string& where);
 
 // The Megatron-Core side of a Megatron-DeepSpeed-named manifest `m` (read from `mfile`; a universal
 // folder's, or direct mode's in-memory one of a DeepSpeed checkpoint): what --to-names megatron-core

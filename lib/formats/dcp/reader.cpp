@@ -106,6 +106,26 @@ void check_chunks_cover(const Entry& e, const std::string& file) {
                    " elements");
 }
 
+std::optional<Entry> leading_sub_entry(const Entry& e, const std::vector<int64_t>& index, std::vector<size_t>& which) {
+  const size_t lead = index.size();
+  Entry sub{e.fqn, false, e.dtype, std::vector<int64_t>(e.size.begin() + static_cast<std::ptrdiff_t>(lead), e.size.end()), {}};
+  which.clear();
+  for (size_t k = 0; k < e.chunks.size(); ++k) {
+    const auto& c = e.chunks[k];
+    bool inside = true, single = true;
+    for (size_t d = 0; d < lead; ++d) {
+      inside = inside && c.offsets[d] <= index[d] && index[d] < c.offsets[d] + c.sizes[d];
+      single = single && c.sizes[d] == 1;
+    }
+    if (!inside) continue;
+    if (!single) return std::nullopt;
+    which.push_back(k);
+    sub.chunks.push_back({std::vector<int64_t>(c.offsets.begin() + static_cast<std::ptrdiff_t>(lead), c.offsets.end()),
+                          std::vector<int64_t>(c.sizes.begin() + static_cast<std::ptrdiff_t>(lead), c.sizes.end())});
+  }
+  return sub;
+}
+
 Reader::Reader(std::string dir, std::string metadata_file)
     : dir_(std::move(dir)),
       md_(read_metadata(metadata_file.empty() ? (std::filesystem::path(dir_) / ".metadata").string() : metadata_file)) {}
@@ -312,6 +332,26 @@ Tensor Reader::read_chunk(const std::string& fqn, size_t k) const {
   if (s.crc && crc32_parallel(bytes) != *s.crc) fail(s.name, crc_mismatch(s.record));
   release_item(s.item);
   return Tensor::from_bytes(e.dtype, e.chunks[k].sizes, std::move(bytes));
+}
+
+ChunkBytes Reader::locate_chunk(const std::string& fqn, size_t k) const {
+  const Entry& e = entry(fqn, false);
+  Stored s = stored_chunk(e, k);
+  ChunkBytes c;
+  c.box = e.chunks[k];
+  c.nbytes = s.bytes.size();
+  c.crc = s.crc;
+  c.record = s.record;
+  c.name = s.name;
+  if (s.mapped) {  // the record in the data file: its place, the pages the decoding touched dropped
+    const Item& item = md_.item_of(fqn, &c.box.offsets);
+    c.file = confined_path(dir_, item.storage.relative_path, md_.path, "DCP data file").string();
+    c.file_offset = item.storage.offset + static_cast<uint64_t>(s.bytes.data() - s.item.data());
+    release_item(s.item);
+  } else if (c.nbytes > 0) {
+    c.memory = s.tensor;
+  }
+  return c;
 }
 
 Tensor Reader::read_tensor(const std::string& fqn) const {

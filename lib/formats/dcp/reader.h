@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,26 @@ struct Stored;
 // Throws Error naming `file` unless `chunks` tile the box `size` exactly: every chunk inside it, no
 // two overlapping, together as many elements as the box (so no gap).
 void check_chunks_cover(const Entry& entry, const std::string& file);
+
+// The sub-tensor of `e` at leading indices `index` (a layer of a Megatron-Core stack): its entry (size
+// and chunk boxes without the leading axes; not checked to cover it) and in `which` the indices of e's
+// chunks inside it. Nullopt when a chunk holding it spans several leading indices.
+std::optional<Entry> leading_sub_entry(const Entry& e, const std::vector<int64_t>& index, std::vector<size_t>& which);
+
+// Where the elements of one chunk lie, for a reader of element ranges (range_reader.h): in the data
+// file `file` from byte `file_offset` (an item's zip data record, read in place), or, for an item that
+// had to be decoded (zstd transforms, the safetensors flavour, a big-endian or strided record), in
+// `memory`. Row-major, `nbytes` bytes.
+struct ChunkBytes {
+  Chunk box;
+  uint64_t nbytes = 0;
+  std::string file;          // the data file; empty when the bytes are in `memory`
+  uint64_t file_offset = 0;
+  Tensor memory;             // contiguous
+  std::optional<uint32_t> crc;  // the data record's CRC-32 over these bytes, still to check (--verify)
+  std::string record;           // that record's name
+  std::string name;             // "<file> (item '<fqn>' at byte N)"
+};
 
 class Reader {
  public:
@@ -51,6 +72,10 @@ class Reader {
   // windows must be asked for in order, from byte 0 to the end, once (an Error otherwise); each item's
   // pages are dropped from the process once copied. Memory: the writer's window, not the tensor.
   Tensor stream_tensor(const std::string& fqn) const;
+  // Where the elements of chunk `k` of tensor `fqn` lie. Its item is decoded and checked as read_chunk
+  // does (dtype, shape, the small records' CRC-32s under --verify), its pages dropped from the process;
+  // the data record's CRC-32 is left to the caller (`crc`).
+  ChunkBytes locate_chunk(const std::string& fqn, size_t k) const;
   // The stored bytes of a bytes item (a torch.save of the object).
   std::vector<uint8_t> read_bytes(const std::string& fqn) const;
   // A bytes item decoded: the object torch.save wrote (record CRC-32s checked under the tools' --verify).

@@ -162,14 +162,17 @@ std::optional<MappedName> to_megatron_core(const ModelMap& map, const std::strin
 
 namespace {
 
-void check_qkv(const Tensor& t, const QkvShape& s) {
+void check_qkv_rows(size_t dims, int64_t rows, const QkvShape& s) {
   if (s.heads <= 0 || s.groups <= 0 || s.head_dim <= 0 || s.heads % s.groups != 0)
     throw Error("QKV layout: " + std::to_string(s.heads) + " query heads do not split into " + std::to_string(s.groups) +
                 " query groups");
-  if (t.dim() < 1 || t.shape()[0] != (s.heads + 2 * s.groups) * s.head_dim)
-    throw Error("QKV layout: " + std::to_string(t.dim() ? t.shape()[0] : 0) + " rows, expected (" +
-                std::to_string(s.heads) + " + 2 x " + std::to_string(s.groups) + ") heads x " +
-                std::to_string(s.head_dim));
+  if (dims < 1 || rows != (s.heads + 2 * s.groups) * s.head_dim)
+    throw Error("QKV layout: " + std::to_string(dims ? rows : 0) + " rows, expected (" + std::to_string(s.heads) +
+                " + 2 x " + std::to_string(s.groups) + ") heads x " + std::to_string(s.head_dim));
+}
+
+void check_qkv(const Tensor& t, const QkvShape& s) {
+  check_qkv_rows(static_cast<size_t>(t.dim()), t.dim() ? t.shape()[0] : 0, s);
 }
 
 }  // namespace
@@ -199,6 +202,17 @@ Tensor qkv_grouped_to_split(const Tensor& t, const QkvShape& s) {
   parts.insert(parts.end(), ks.begin(), ks.end());
   parts.insert(parts.end(), vs.begin(), vs.end());
   return cat(parts, 0);
+}
+
+std::vector<RowRun> qkv_grouped_to_split_rows(size_t dims, int64_t rows, const QkvShape& s) {
+  check_qkv_rows(dims, rows, s);
+  const int64_t per = s.heads / s.groups, d = s.head_dim, stride = (per + 2) * d;
+  std::vector<RowRun> runs;
+  int64_t out = 0;
+  for (int64_t g = 0; g < s.groups; ++g, out += per * d) runs.push_back({out, g * stride, per * d});  // Q
+  for (int64_t g = 0; g < s.groups; ++g, out += d) runs.push_back({out, g * stride + per * d, d});      // K
+  for (int64_t g = 0; g < s.groups; ++g, out += d) runs.push_back({out, g * stride + (per + 1) * d, d});  // V
+  return runs;
 }
 
 }  // namespace ucpkit::formats::megatron_core

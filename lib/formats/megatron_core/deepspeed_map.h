@@ -79,5 +79,12 @@ struct QkvShape {
 Tensor qkv_split_to_grouped(const Tensor& t, const QkvShape& s);
 // The inverse.
 Tensor qkv_grouped_to_split(const Tensor& t, const QkvShape& s);
+// A run of `rows` rows of an output at row `out`, taken from rows [in, in + rows) of an input.
+struct RowRun {
+  int64_t out = 0, in = 0, rows = 0;
+};
+// qkv_grouped_to_split as row runs, in output order, for a value of `dims` dimensions and `rows` rows
+// (readers of element ranges move rows instead of tensors). Throws Error as qkv_grouped_to_split does.
+std::vector<RowRun> qkv_grouped_to_split_rows(size_t dims, int64_t rows, const QkvShape& s);
 
 }  // namespace ucpkit::formats::megatron_core

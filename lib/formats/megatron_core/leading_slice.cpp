@@ -53,22 +53,10 @@ Tensor read_leading_slice(const dcp::Reader& reader, const std::string& fqn, con
     fail(md.path, "Megatron-Core torch_dist: no tensor " + escaped_brief(fqn) + " with " +
                       std::to_string(index.size()) + " leading axes");
   if (index.empty()) return reader.read_tensor(fqn);
-  const size_t lead = index.size();
-  dcp::Entry slice{fqn, false, e->dtype, std::vector<int64_t>(e->size.begin() + lead, e->size.end()), {}};
   std::vector<size_t> which;
-  for (size_t k = 0; k < e->chunks.size(); ++k) {
-    const auto& c = e->chunks[k];
-    bool inside = true, single = true;
-    for (size_t d = 0; d < lead; ++d) {
-      inside = inside && c.offsets[d] <= index[d] && index[d] < c.offsets[d] + c.sizes[d];
-      single = single && c.sizes[d] == 1;
-    }
-    if (!inside) continue;
-    if (!single) return slice_of(reader.read_tensor(fqn), index);  // a chunk spans several layers
-    which.push_back(k);
-    slice.chunks.push_back({std::vector<int64_t>(c.offsets.begin() + lead, c.offsets.end()),
-                            std::vector<int64_t>(c.sizes.begin() + lead, c.sizes.end())});
-  }
+  const auto found = dcp::leading_sub_entry(*e, index, which);
+  if (!found) return slice_of(reader.read_tensor(fqn), index);  // a chunk spans several layers
+  const dcp::Entry& slice = *found;
   dcp::check_chunks_cover(slice, md.path);
   Tensor out = Tensor::zeros(e->dtype, slice.size);
   for (size_t i = 0; i < which.size(); ++i) copy_into(reader.read_chunk(fqn, which[i]).contiguous(), slice.chunks[i], out);

@@ -71,7 +71,7 @@ const ModelParam& Checkpoint::param(const std::string& name) const {
   return params_[it->second];
 }
 
-Tensor Checkpoint::read_param(const ModelParam& p, const std::string& state) const {
+std::string Checkpoint::state_fqn(const ModelParam& p, const std::string& state) const {
   std::string fqn = p.fqn;
   if (!state.empty()) {
     fqn = "optimizer.state." + state + "." + p.key->model.key;
@@ -84,7 +84,15 @@ Tensor Checkpoint::read_param(const ModelParam& p, const std::string& state) con
     if (m && m->size != e->size)
       fail(dcp_->metadata().path, "Megatron-Core torch_dist: " + escaped_brief(fqn) + " has another shape than its parameter");
   }
-  return read_leading_slice(*dcp_, fqn, p.slice.index);
+  return fqn;
+}
+
+Tensor Checkpoint::read_param(const ModelParam& p, const std::string& state) const {
+  return read_leading_slice(*dcp_, state_fqn(p, state), p.slice.index);
+}
+
+std::unique_ptr<dcp::RangeReader> Checkpoint::range_param(const ModelParam& p, const std::string& state) const {
+  return dcp::RangeReader::open(*dcp_, state_fqn(p, state), p.slice.index);
 }
 
 std::vector<const Key*> Checkpoint::buckets() const {

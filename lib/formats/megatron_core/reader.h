@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "formats/dcp/range_reader.h"
 #include "formats/dcp/reader.h"
 #include "formats/megatron_core/common_state.h"
 #include "formats/megatron_core/config.h"
@@ -55,6 +56,9 @@ class Checkpoint {
   // state; throws Error naming .metadata when that state is not stored. Reads only the chunks of
   // that layer / expert when the stack is chunked per layer (formats/megatron_core/leading_slice).
   Tensor read_param(const ModelParam& p, const std::string& state = "") const;
+  // The same value as element ranges read straight from the data files (formats/dcp/range_reader.h),
+  // checked as read_param checks it; null where its chunks span several layers or experts.
+  std::unique_ptr<dcp::RangeReader> range_param(const ModelParam& p, const std::string& state = "") const;
 
   // dp_reshardable: the bucket tensors (Key::bucket) and one of them read whole (its global size is
   // the bucket's numel_unpadded). Throws Error when `key` is not a bucket of this checkpoint.
@@ -66,6 +70,7 @@ class Checkpoint {
 
  private:
   void classify();
+  std::string state_fqn(const ModelParam& p, const std::string& state) const;  // read_param's tensor
   void check_optimizer_format();
 
   std::string dir_;

@@ -1,8 +1,16 @@
-// The committed real DCP fixtures (tests/formats/dcp/data, README.md there) and whole-file reads.
+// The committed real DCP fixtures (tests/formats/dcp/data, README.md there), whole-file reads, and a
+// damaged copy of one.
 #pragma once
+#include <gtest/gtest.h>
+
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
+
+#include "core/error.h"
+#include "formats/dcp/reader.h"
 
 namespace ucpkit::testing {
 
@@ -13,6 +21,40 @@ inline std::string slurp(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+// Copies the folder `from` to `dir` and flips one bit inside the first chunk of `fqn` there, found by
+// the tensor's first 64 bytes inside its item (row-sharded, they are the chunk's first bytes). Returns
+// the data file changed.
+inline std::string flip_first_chunk(const std::string& from, const std::string& fqn, const std::string& dir) {
+  std::filesystem::copy(from, dir, std::filesystem::copy_options::recursive);
+  const formats::dcp::Reader clean(dir);
+  const Tensor whole = clean.read_tensor(fqn);
+  const auto* e = clean.metadata().find(fqn);
+  EXPECT_NE(e, nullptr);
+  const auto& item = clean.metadata().item_of(e->fqn, &e->chunks[0].offsets);
+  const std::string file = dir + "/" + item.storage.relative_path;
+  std::string bytes = slurp(file);
+  const auto first = whole.contiguous().contiguous_bytes().subspan(0, 64);
+  const size_t at = bytes.find(std::string(reinterpret_cast<const char*>(first.data()), first.size()), item.storage.offset);
+  EXPECT_NE(at, std::string::npos);
+  EXPECT_LT(at, item.storage.offset + item.storage.length);
+  bytes[at + 5] ^= 0x10;
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+  return file;
+}
+
+// Expects `f` to throw a one-line CRC-32 mismatch Error naming `file`.
+inline void expect_crc_error(const std::function<void()>& f, const std::string& file) {
+  try {
+    f();
+    ADD_FAILURE() << "a flipped bit went through";
+  } catch (const Error& err) {
+    const std::string m = err.what();
+    EXPECT_NE(m.find(file), std::string::npos) << m;
+    EXPECT_NE(m.find("CRC-32 mismatch"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
 }
 
 }  // namespace ucpkit::testing

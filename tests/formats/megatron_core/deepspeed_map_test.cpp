@@ -32,6 +32,31 @@ TEST(DeepSpeedMapQkv, GroupedOrderIsMegatronCoresPerGroupQueriesThenKeyThenValue
   EXPECT_THROW(mc::qkv_split_to_grouped(t, {heads, 3, hd}), ucpkit::Error);
 }
 
+TEST(DeepSpeedMapQkv, RowRunsMoveTheRowsQkvGroupedToSplitMoves) {
+  // A weight [rows, 3] labelled by row, for GQA, MHA and MQA shapes: the row runs applied by hand give
+  // qkv_grouped_to_split's tensor, and they tile the output in order.
+  for (const mc::QkvShape s : {mc::QkvShape{4, 2, 2}, mc::QkvShape{3, 3, 1}, mc::QkvShape{8, 1, 3}}) {
+    const int64_t rows = (s.heads + 2 * s.groups) * s.head_dim, cols = 3;
+    std::vector<float> v;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) v.push_back(static_cast<float>(r * 10 + c));
+    const Tensor t = Tensor::from_vector(ucpkit::DType::Float32, {rows, cols}, v);
+    const auto want = mc::qkv_grouped_to_split(t, s).to_vector<float>();
+    std::vector<float> got(v.size(), -1.f);
+    int64_t next = 0;
+    for (const auto& run : mc::qkv_grouped_to_split_rows(2, rows, s)) {
+      EXPECT_EQ(run.out, next);
+      next += run.rows;
+      for (int64_t r = 0; r < run.rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) got[(run.out + r) * cols + c] = v[(run.in + r) * cols + c];
+    }
+    EXPECT_EQ(next, rows);
+    EXPECT_EQ(got, want);
+  }
+  EXPECT_THROW(mc::qkv_grouped_to_split_rows(2, 15, {4, 2, 2}), ucpkit::Error);
+  EXPECT_THROW(mc::qkv_grouped_to_split_rows(0, 16, {4, 2, 2}), ucpkit::Error);
+}
+
 TEST(DeepSpeedMapNames, ShippedMapsNameGptModelAndPipelineSpellings) {
   const auto maps = mc::shipped_model_maps();
   ASSERT_EQ(maps.size(), 3u);
