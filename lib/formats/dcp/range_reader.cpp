@@ -138,12 +138,20 @@ void RangeReader::copy(int64_t begin, int64_t n, uint8_t* dst) {
     if (a >= b) continue;
     uint8_t* to = dst + (a - lo);
     const uint64_t from = it->from + (a - it->at);
-    read_chunk_bytes(it->chunk, from, b - a, to);
-    if (chunks_[it->chunk].crc) {
-      const uint32_t crc = crc32_update(0, {to, static_cast<size_t>(b - a)});
-      std::lock_guard<std::mutex> lock(mu_);
-      copied_[it->chunk].push_back({from, b - a, crc});
+    if (!chunks_[it->chunk].crc) {
+      read_chunk_bytes(it->chunk, from, b - a, to);
+      continue;
     }
+    // Piece by piece, each checksummed while it is in the CPU cache.
+    constexpr uint64_t kPiece = 1u << 20;
+    uint32_t crc = 0;
+    for (uint64_t at = 0; at < b - a; at += kPiece) {
+      const uint64_t n = std::min(kPiece, b - a - at);
+      read_chunk_bytes(it->chunk, from + at, n, to + at);
+      crc = crc32_update(crc, {to + at, static_cast<size_t>(n)});
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    copied_[it->chunk].push_back({from, b - a, crc});
   }
 }
 
