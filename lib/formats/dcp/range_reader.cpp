@@ -1,7 +1,6 @@
 // Element ranges of a DCP tensor read with pread from the runs its chunks lay into it (range_reader.h).
 #include "formats/dcp/range_reader.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -67,15 +66,7 @@ std::unique_ptr<RangeReader> RangeReader::open(const Reader& reader, const std::
     ChunkBytes c = reader.locate_chunk(fqn, which[i]);
     c.box = sub.chunks[i];
     int fd = -1;
-    if (!c.file.empty()) {
-      auto f = r->opened_.find(c.file);
-      if (f == r->opened_.end()) {
-        const int opened = ::open(c.file.c_str(), O_RDONLY | O_CLOEXEC);
-        if (opened < 0) fail(c.file, std::string("cannot open: ") + std::strerror(errno));
-        f = r->opened_.emplace(c.file, opened).first;
-      }
-      fd = f->second;
-    }
+    if (!c.file.empty()) fd = reader.descriptor(c.file);
     const auto k = static_cast<uint32_t>(r->chunks_.size());
     if (c.nbytes > 0)
       chunk_runs(c.box, sub.size, es, [&](uint64_t at, uint64_t len, uint64_t from) { r->runs_.push_back({at, len, k, from}); });
@@ -103,9 +94,7 @@ std::unique_ptr<RangeReader> RangeReader::open(const Reader& reader, const std::
   return r;
 }
 
-RangeReader::~RangeReader() {
-  for (const auto& [file, fd] : opened_) ::close(fd);
-}
+RangeReader::~RangeReader() = default;
 
 void RangeReader::read_chunk_bytes(uint32_t chunk, uint64_t from, uint64_t len, uint8_t* dst) const {
   const ChunkBytes& c = chunks_[chunk];

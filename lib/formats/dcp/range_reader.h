@@ -6,7 +6,6 @@
 // memory holds no state, whatever the tensor's size.
 #pragma once
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,6 +18,7 @@ namespace ucpkit::formats::dcp {
 class RangeReader {
  public:
   // Tensor `fqn` of `reader`, or its sub-tensor at leading indices `index` (empty: the whole tensor).
+  // The reader must outlive the RangeReader (its data files' descriptors are the reader's).
   // Null where the chunks do not suit: a chunk spanning several of the leading indices (read the whole
   // tensor instead). Throws Error naming the file as read_tensor / read_leading_slice do: no such tensor,
   // chunks that do not tile the (sub-)tensor, an item that does not decode.
@@ -59,8 +59,7 @@ class RangeReader {
   int64_t numel_ = 0;
   std::string metadata_;
   std::vector<ChunkBytes> chunks_;
-  std::vector<int> fds_;                 // [chunk] the data file's descriptor, -1 for bytes in memory
-  std::map<std::string, int> opened_;    // data file -> descriptor
+  std::vector<int> fds_;                 // [chunk] the data file's descriptor (the Reader's), -1 for bytes in memory
   std::vector<Run> runs_;                // sorted by `at`, tiling the (sub-)tensor
   std::mutex mu_;
   bool finished_ = false;

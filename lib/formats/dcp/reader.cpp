@@ -2,8 +2,11 @@
 // as the torch.save zips they are, chunks copied as runs of bytes into the global tensor's windows.
 #include "formats/dcp/reader.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <cstring>
@@ -131,6 +134,20 @@ Reader::Reader(std::string dir, std::string metadata_file)
       md_(read_metadata(metadata_file.empty() ? (std::filesystem::path(dir_) / ".metadata").string() : metadata_file)) {}
 
 Reader::Reader(std::string dir, Metadata metadata) : dir_(std::move(dir)), md_(std::move(metadata)) {}
+
+Reader::~Reader() {
+  for (const auto& [file, fd] : descriptors_) ::close(fd);
+}
+
+int Reader::descriptor(const std::string& file) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = descriptors_.find(file);
+  if (it != descriptors_.end()) return it->second;
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(file, std::string("cannot open: ") + std::strerror(errno));
+  descriptors_.emplace(file, fd);
+  return fd;
+}
 
 const Entry& Reader::entry(const std::string& fqn, bool bytes) const {
   const Entry* e = md_.find(fqn);

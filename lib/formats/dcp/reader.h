@@ -55,6 +55,9 @@ class Reader {
   // Over metadata already read (a rank-local folder's merged metadata, formats/dcp/folder.h); item
   // paths are relative to `dir`.
   Reader(std::string dir, Metadata metadata);
+  ~Reader();
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
 
   const Metadata& metadata() const { return md_; }
   const std::string& dir() const { return dir_; }
@@ -76,6 +79,9 @@ class Reader {
   // does (dtype, shape, the small records' CRC-32s under --verify), its pages dropped from the process;
   // the data record's CRC-32 is left to the caller (`crc`).
   ChunkBytes locate_chunk(const std::string& fqn, size_t k) const;
+  // A read-only descriptor of data file `file` (a ChunkBytes::file), opened once per reader and closed
+  // with it: range readers of many states share it. Throws Error naming the file.
+  int descriptor(const std::string& file) const;
   // The stored bytes of a bytes item (a torch.save of the object).
   std::vector<uint8_t> read_bytes(const std::string& fqn) const;
   // A bytes item decoded: the object torch.save wrote (record CRC-32s checked under the tools' --verify).
@@ -93,6 +99,7 @@ class Reader {
   Metadata md_;
   mutable std::mutex mu_;
   mutable std::map<std::string, std::shared_ptr<const MappedFile>> files_;
+  mutable std::map<std::string, int> descriptors_;
 };
 
 }  // namespace ucpkit::formats::dcp
