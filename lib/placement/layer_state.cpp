@@ -34,6 +34,7 @@ unsigned long long next_stamp() {
 // Scratch of best_swap and best_rewrite; the per-GPU arrays are all zero between calls.
 struct LayerState::Scratch {
   std::vector<double> gshare, hshare;  // best_swap: shares on the most loaded GPU and on a light one
+  std::vector<int> light_swap, light_rewrite;  // the lightest GPUs, lightest first
   std::vector<double> sh;
   std::vector<int> hot, count, xcount;
   Holders xs, ys;
@@ -77,27 +78,66 @@ LayerState::LayerState(const Cluster& cluster, std::vector<double> loads, std::v
   share_.resize(experts_);
   for (int e = 0; e < experts_; ++e) share_[e] = cnt_[e] ? t_[e] / cnt_[e] : 0.0;
   for (int p = 0; p < cluster_.slots(); ++p) load_[cluster_.gpu_of_slot(p)] += share(phy2log_[p]);
-  order_.reserve(cluster_.gpus());
-  for (int g = 0; g < cluster_.gpus(); ++g) order_.push_back({load_[g], g});
-  std::sort(order_.begin(), order_.end());
+  // A list sorted by (load, id) is a valid min-heap, and reversed a valid max-heap.
+  lo_.resize(cluster_.gpus());
+  std::iota(lo_.begin(), lo_.end(), 0);
+  std::sort(lo_.begin(), lo_.end(), [&](int a, int b) { return lighter(a, b); });
+  hi_.assign(lo_.rbegin(), lo_.rend());
+  lo_at_.resize(lo_.size());
+  hi_at_.resize(hi_.size());
+  for (size_t i = 0; i < lo_.size(); ++i) lo_at_[lo_[i]] = static_cast<int>(i), hi_at_[hi_[i]] = static_cast<int>(i);
+}
+
+void LayerState::sift(std::vector<int>& heap, std::vector<int>& at, size_t i, bool max_heap, bool up) {
+  // `first(a, b)`: a belongs above b.
+  auto first = [&](int a, int b) { return max_heap ? lighter(b, a) : lighter(a, b); };
+  const int g = heap[i];
+  while (up && i > 0) {
+    const size_t up = (i - 1) / 2;
+    if (!first(g, heap[up])) break;
+    heap[i] = heap[up];
+    at[heap[i]] = static_cast<int>(i);
+    i = up;
+  }
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= heap.size()) break;
+    if (c + 1 < heap.size() && first(heap[c + 1], heap[c])) ++c;
+    if (!first(heap[c], g)) break;
+    heap[i] = heap[c];
+    at[heap[i]] = static_cast<int>(i);
+    i = c;
+  }
+  heap[i] = g;
+  at[g] = static_cast<int>(i);
+}
+
+void LayerState::place(int gpu) {
+  sift(lo_, lo_at_, static_cast<size_t>(lo_at_[gpu]), false, true);
+  sift(hi_, hi_at_, static_cast<size_t>(hi_at_[gpu]), true, true);
+}
+
+void LayerState::lightest(size_t k, std::vector<int>& out) const {
+  out.clear();
+  if (lo_.empty() || k == 0) return;
+  // Best first down the min-heap: the next lightest is always among the children of those listed.
+  std::vector<int> front{0};  // indices into lo_, a min-heap of their own
+  auto later = [&](int a, int b) { return lighter(lo_[b], lo_[a]); };
+  while (!front.empty() && out.size() < k) {
+    std::pop_heap(front.begin(), front.end(), later);
+    const size_t i = static_cast<size_t>(front.back());
+    front.pop_back();
+    out.push_back(lo_[i]);
+    for (size_t c = 2 * i + 1; c <= 2 * i + 2 && c < lo_.size(); ++c) {
+      front.push_back(static_cast<int>(c));
+      std::push_heap(front.begin(), front.end(), later);
+    }
+  }
 }
 
 void LayerState::add_load(int gpu, double delta) {
-  const std::pair<double, int> before{load_[gpu], gpu};
-  size_t i = static_cast<size_t>(std::lower_bound(order_.begin(), order_.end(), before) - order_.begin());
   load_[gpu] += delta;
-  const std::pair<double, int> after{load_[gpu], gpu};
-  // Move the entry to its new place, shifting the ones it passes by one.
-  const auto at = order_.begin() + static_cast<std::ptrdiff_t>(i);
-  if (before < after) {
-    const auto to = std::lower_bound(at + 1, order_.end(), after);
-    std::move(at + 1, to, at);
-    *(to - 1) = after;
-  } else {
-    const auto to = std::lower_bound(order_.begin(), at, after);
-    std::move_backward(to, at, at + 1);
-    *to = after;
-  }
+  place(gpu);
 }
 
 void LayerState::add_node(int e, int node, int delta) {
@@ -164,21 +204,11 @@ void LayerState::set_slot(int p, int e) {
 }
 
 void LayerState::reorder_moved() {
-  // The entries of the moved GPUs leave the order, sorted among themselves, and are merged back.
-  std::vector<std::pair<double, int>> back;
-  back.reserve(moved_.size());
-  for (int g : moved_) back.push_back({load_[g], g});
-  std::sort(back.begin(), back.end());
-  size_t kept = 0;
-  for (size_t i = 0; i < order_.size(); ++i)
-    if (!moved_mark_[order_[i].second]) order_[kept++] = order_[i];
-  // Merge from the end so no second buffer is needed.
-  size_t out = order_.size(), a = kept, b = back.size();
-  while (b > 0) {
-    if (a > 0 && back[b - 1] < order_[a - 1])
-      order_[--out] = order_[--a];
-    else
-      order_[--out] = back[--b];
+  // Several loads changed at once: one changed GPU at a time would sift against others not yet in
+  // place, so the heaps are built again from the bottom (O(GPUs), as the merge of the sorted array was).
+  for (size_t i = lo_.size() / 2; i-- > 0;) {
+    sift(lo_, lo_at_, i, false, false);
+    sift(hi_, hi_at_, i, true, false);
   }
   for (int g : moved_) moved_mark_[g] = 0;
   moved_.clear();
@@ -189,8 +219,7 @@ namespace {
 // The GPUs a swap partner is looked for on: all of them on small clusters, else the lightest 64.
 std::vector<int> light_gpus(const LayerState& st, size_t limit) {
   std::vector<int> out;
-  for (auto it = st.gpus_by_load().begin(); it != st.gpus_by_load().end() && out.size() < limit; ++it)
-    out.push_back(it->second);
+  st.lightest(limit, out);
   return out;
 }
 
@@ -215,9 +244,8 @@ std::optional<LayerMove> best_swap(const LayerState& st, int f) {
   double gmax = -std::numeric_limits<double>::infinity();
   for (int sp = 0; sp < S; ++sp) gmax = std::max(gmax, gshare[sp] = st.share(st.phy2log()[g * S + sp]));
   const int a = cl.node_of_gpu(g);
-  size_t seen = 0;
-  for (auto it = st.gpus_by_load().begin(); it != st.gpus_by_load().end() && seen < 64; ++it, ++seen) {
-    const int h = it->second;
+  st.lightest(64, sc.light_swap);
+  for (const int h : sc.light_swap) {
     if (h == g) continue;
     const double L = st.load(h);
     // Any swap with h leaves max(M - d, L + d) >= (M + L) / 2 (up to rounding, far below the
@@ -432,9 +460,8 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
     std::sort(xh[sp].by_value.begin(), xh[sp].by_value.end(), std::greater<>());
     x_ready[sp] = 1;
   };
-  size_t seen = 0;
-  for (auto it = st.gpus_by_load().begin(); it != st.gpus_by_load().end() && seen < 16; ++it, ++seen) {
-    const int h = it->second;
+  st.lightest(16, sc.light_rewrite);
+  for (const int h : sc.light_rewrite) {
     if (h == g) continue;
     for (int sq = 0; sq < S; ++sq) {
       const int q = h * S + sq, y = st.phy2log()[q];

@@ -59,6 +59,11 @@ long long copies_between(const std::vector<int>& before, const std::vector<int>&
 // Fills transfers, rounds and round_lower_bound.
 void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResult& result, const Cluster& cluster);
 
+// align_to's node pairing above 256 nodes (exposed for tests): rows to columns of the n x n matrix
+// `cost` (row by row, costs clamped to 0..max_cost), cheapest pair first, ties by row then column,
+// each row and column once. Returns the column of every row.
+std::vector<int> greedy_assignment(const std::vector<int>& cost, int n, int max_cost);
+
 // Re-places `previous` (phy2log per layer, all on `cluster`) for `loads`. Mandatory first: experts
 // with fewer than f replicas get slots from experts with more, then experts on fewer than f nodes are
 // spread by swaps (these copies are made even beyond the budget; the result says how many). Then, per
