@@ -34,7 +34,7 @@ unsigned long long next_stamp() {
 // Scratch of best_swap and best_rewrite; the per-GPU arrays are all zero between calls.
 struct LayerState::Scratch {
   std::vector<double> gshare, hshare;  // best_swap: shares on the most loaded GPU and on a light one
-  std::vector<int> light_swap, light_rewrite;  // the lightest GPUs, lightest first
+  std::vector<int> light_rewrite;  // the lightest GPUs, lightest first
   std::vector<double> sh;
   std::vector<int> hot, count, xcount;
   Holders xs, ys;
@@ -78,14 +78,34 @@ LayerState::LayerState(const Cluster& cluster, std::vector<double> loads, std::v
   share_.resize(experts_);
   for (int e = 0; e < experts_; ++e) share_[e] = cnt_[e] ? t_[e] / cnt_[e] : 0.0;
   for (int p = 0; p < cluster_.slots(); ++p) load_[cluster_.gpu_of_slot(p)] += share(phy2log_[p]);
-  // A list sorted by (load, id) is a valid min-heap, and reversed a valid max-heap.
-  lo_.resize(cluster_.gpus());
-  std::iota(lo_.begin(), lo_.end(), 0);
-  std::sort(lo_.begin(), lo_.end(), [&](int a, int b) { return lighter(a, b); });
-  hi_.assign(lo_.rbegin(), lo_.rend());
-  lo_at_.resize(lo_.size());
+  hi_.resize(cluster_.gpus());
+  std::iota(hi_.begin(), hi_.end(), 0);
   hi_at_.resize(hi_.size());
-  for (size_t i = 0; i < lo_.size(); ++i) lo_at_[lo_[i]] = static_cast<int>(i), hi_at_[hi_[i]] = static_cast<int>(i);
+  rest_at_.resize(hi_.size());
+  build_order();
+}
+
+void LayerState::build_order() {
+  const size_t n = hi_.size();
+  std::vector<int> all(n);
+  std::iota(all.begin(), all.end(), 0);
+  auto by_load = [&](int a, int b) { return lighter(a, b); };
+  const size_t k = std::min(n, kBottom);
+  std::nth_element(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k), all.end(), by_load);
+  std::sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k), by_load);
+  bottom_.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k));
+  rest_.assign(all.begin() + static_cast<std::ptrdiff_t>(k), all.end());
+  for (int g : bottom_) rest_at_[g] = -1;
+  for (size_t i = 0; i < rest_.size(); ++i) rest_at_[rest_[i]] = static_cast<int>(i);
+  for (size_t i = rest_.size() / 2; i-- > 0;) sift(rest_, rest_at_, i, false, false);
+  for (size_t i = 0; i < n; ++i) hi_at_[hi_[i]] = static_cast<int>(i);
+  for (size_t i = n / 2; i-- > 0;) sift(hi_, hi_at_, i, true, false);
+}
+
+void LayerState::insert_bottom(int gpu) {
+  auto at = std::upper_bound(bottom_.begin(), bottom_.end(), gpu, [&](int a, int b) { return lighter(a, b); });
+  bottom_.insert(at, gpu);
+  rest_at_[gpu] = -1;
 }
 
 void LayerState::sift(std::vector<int>& heap, std::vector<int>& at, size_t i, bool max_heap, bool up) {
@@ -113,26 +133,58 @@ void LayerState::sift(std::vector<int>& heap, std::vector<int>& at, size_t i, bo
 }
 
 void LayerState::place(int gpu) {
-  sift(lo_, lo_at_, static_cast<size_t>(lo_at_[gpu]), false, true);
   sift(hi_, hi_at_, static_cast<size_t>(hi_at_[gpu]), true, true);
+  if (rest_at_[gpu] < 0) {  // among the lightest
+    bottom_.erase(std::find(bottom_.begin(), bottom_.end(), gpu));
+    if (!rest_.empty() && lighter(rest_[0], gpu)) {
+      // No longer: the lightest of the others (heavier than every one left) joins at the end, and
+      // gpu takes its place in the heap.
+      const int h = rest_[0];
+      bottom_.push_back(h);
+      rest_at_[h] = -1;
+      rest_[0] = gpu;
+      rest_at_[gpu] = 0;
+      sift(rest_, rest_at_, 0, false, false);
+    } else {
+      insert_bottom(gpu);
+    }
+  } else if (lighter(gpu, bottom_.back())) {
+    // Now among the lightest: the heaviest of them (lighter than every other) takes its place in the heap.
+    const int b = bottom_.back();
+    bottom_.pop_back();
+    const size_t i = static_cast<size_t>(rest_at_[gpu]);
+    rest_[i] = b;
+    rest_at_[b] = static_cast<int>(i);
+    sift(rest_, rest_at_, i, false, true);
+    insert_bottom(gpu);
+  } else {
+    sift(rest_, rest_at_, static_cast<size_t>(rest_at_[gpu]), false, true);
+  }
+}
+
+LayerState::Lightest::Lightest(const LayerState& state) : st_(state) {}
+
+int LayerState::Lightest::next() {
+  if (taken_ < st_.bottom_.size()) return st_.bottom_[taken_++];
+  // Past the lightest: best first down the heap of the others, whose next lightest is always among
+  // the children of those listed.
+  if (taken_++ == st_.bottom_.size() && !st_.rest_.empty()) front_.push_back({{st_.load_[st_.rest_[0]], st_.rest_[0]}, 0});
+  if (front_.empty()) return -1;
+  std::pop_heap(front_.begin(), front_.end(), std::greater<>());
+  const auto [key, at] = front_.back();
+  front_.pop_back();
+  for (size_t c = 2 * static_cast<size_t>(at) + 1; c <= 2 * static_cast<size_t>(at) + 2 && c < st_.rest_.size(); ++c) {
+    const int g = st_.rest_[c];
+    front_.push_back({{st_.load_[g], g}, static_cast<int>(c)});
+    std::push_heap(front_.begin(), front_.end(), std::greater<>());
+  }
+  return key.second;
 }
 
 void LayerState::lightest(size_t k, std::vector<int>& out) const {
   out.clear();
-  if (lo_.empty() || k == 0) return;
-  // Best first down the min-heap: the next lightest is always among the children of those listed.
-  std::vector<int> front{0};  // indices into lo_, a min-heap of their own
-  auto later = [&](int a, int b) { return lighter(lo_[b], lo_[a]); };
-  while (!front.empty() && out.size() < k) {
-    std::pop_heap(front.begin(), front.end(), later);
-    const size_t i = static_cast<size_t>(front.back());
-    front.pop_back();
-    out.push_back(lo_[i]);
-    for (size_t c = 2 * i + 1; c <= 2 * i + 2 && c < lo_.size(); ++c) {
-      front.push_back(static_cast<int>(c));
-      std::push_heap(front.begin(), front.end(), later);
-    }
-  }
+  Lightest it(*this);
+  for (int g; out.size() < k && (g = it.next()) >= 0;) out.push_back(g);
 }
 
 void LayerState::add_load(int gpu, double delta) {
@@ -179,13 +231,14 @@ void LayerState::set_slot(int p, int e) {
   const bool batch = slots_of_[x].size() + slots_of_[e].size() > 8;
   auto add = [&](int gpu, double delta) {
     if (!batch) return add_load(gpu, delta);
-    load_[gpu] += delta;
     if (!moved_mark_[gpu]) {
       moved_mark_[gpu] = 1;
       moved_.push_back(gpu);
+      pending_[gpu] = load_[gpu];
     }
+    pending_[gpu] += delta;
   };
-  if (batch) moved_mark_.resize(cluster_.gpus(), 0);
+  if (batch) moved_mark_.resize(cluster_.gpus(), 0), pending_.resize(cluster_.gpus());
   for (int s : slots_of_[x]) add(cluster_.gpu_of_slot(s), -share(x));
   for (int s : slots_of_[e]) add(cluster_.gpu_of_slot(s), -share(e));
   slots_of_[x].erase(std::find(slots_of_[x].begin(), slots_of_[x].end(), p));
@@ -204,13 +257,16 @@ void LayerState::set_slot(int p, int e) {
 }
 
 void LayerState::reorder_moved() {
-  // Several loads changed at once: one changed GPU at a time would sift against others not yet in
-  // place, so the heaps are built again from the bottom (O(GPUs), as the merge of the sorted array was).
-  for (size_t i = lo_.size() / 2; i-- > 0;) {
-    sift(lo_, lo_at_, i, false, false);
-    sift(hi_, hi_at_, i, true, false);
+  // The new loads (the same additions in the same order, in pending_) take effect one GPU at a time,
+  // each a single change the order is restored after; when many changed, at once and the order is
+  // built again (O(GPUs), as the merge of the sorted array was).
+  const bool rebuild = moved_.size() * 16 > hi_.size();
+  for (int g : moved_) {
+    load_[g] = pending_[g];
+    if (!rebuild) place(g);
+    moved_mark_[g] = 0;
   }
-  for (int g : moved_) moved_mark_[g] = 0;
+  if (rebuild) build_order();
   moved_.clear();
 }
 
@@ -244,8 +300,9 @@ std::optional<LayerMove> best_swap(const LayerState& st, int f) {
   double gmax = -std::numeric_limits<double>::infinity();
   for (int sp = 0; sp < S; ++sp) gmax = std::max(gmax, gshare[sp] = st.share(st.phy2log()[g * S + sp]));
   const int a = cl.node_of_gpu(g);
-  st.lightest(64, sc.light_swap);
-  for (const int h : sc.light_swap) {
+  LayerState::Lightest lightest(st);
+  size_t seen = 0;
+  for (int h; seen < 64 && (h = lightest.next()) >= 0; ++seen) {
     if (h == g) continue;
     const double L = st.load(h);
     // Any swap with h leaves max(M - d, L + d) >= (M + L) / 2 (up to rounding, far below the

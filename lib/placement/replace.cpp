@@ -304,6 +304,7 @@ void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResu
   RoundBits sends(D), recvs(D);
   std::vector<long long> sent(D, 0);
   res.transfers.clear();
+  if (res.copies > 0) res.transfers.reserve(static_cast<size_t>(res.copies));  // one transfer a copy
   res.rounds = 0;
   res.round_lower_bound = 0;
   std::vector<int> received(D, 0);
