@@ -244,6 +244,7 @@ class RoundBits {
 // fifth of --previous).
 class HolderRounds {
  public:
+  explicit HolderRounds(size_t max_level_words) : max_level_words_(max_level_words) {}
   void build(const std::vector<int>& offset, const std::vector<int>& hold, const std::vector<long long>& sent) {
     offset_ = &offset;
     hold_ = &hold;
@@ -251,13 +252,64 @@ class HolderRounds {
     for (size_t k = 0; k < hold.size(); ++k) sends_[k] = sent[static_cast<size_t>(hold[k])];
     made_.clear();
     bits_.clear();
+    // Per expert its holders by sends: a row of bits per send count from the fewest (levels).
+    const size_t E = offset.size() - 1;
+    base_.assign(E, 0);
+    low_.assign(E, 0);
+    top_.assign(E, 0);
+    cap_.assign(E, 0);
+    at_.assign(E, 0);
+    word_at_.assign(E, 0);
+    levels_.clear();
+    counts_.clear();
+    use_levels_ = true;
+    size_t need = 0;
+    for (size_t e = 0; e < E; ++e) {
+      const size_t b = static_cast<size_t>(offset[e]), m = static_cast<size_t>(offset[e + 1]) - b;
+      if (!m) continue;
+      long long lo = sends_[b], hi = sends_[b];
+      for (size_t k = b; k < b + m; ++k) lo = std::min(lo, sends_[k]), hi = std::max(hi, sends_[k]);
+      base_[e] = lo;
+      top_[e] = static_cast<size_t>(hi - lo);
+      cap_[e] = top_[e] + 4;
+      need += cap_[e] * words(e);
+    }
+    if (need > max_level_words_) {
+      use_levels_ = false;
+      return;
+    }
+    for (size_t e = 0; e < E; ++e) {
+      at_[e] = counts_.size();
+      word_at_[e] = levels_.size();
+      levels_.resize(levels_.size() + cap_[e] * words(e), 0);
+      counts_.resize(counts_.size() + cap_[e], 0);
+      const size_t b = static_cast<size_t>(offset[e]), m = static_cast<size_t>(offset[e + 1]) - b;
+      for (size_t k = 0; k < m; ++k) {
+        const size_t level = static_cast<size_t>(sends_[b + k] - base_[e]);
+        level_row(e, level)[k >> 6] |= uint64_t{1} << (k & 63);
+        counts_[at_[e] + level]++;
+      }
+    }
   }
   // Holder at index `at` of hold (an expert's offset + its position) sent once more, in round r.
   void sent(int e, int at, int r) {
+    const size_t k = static_cast<size_t>(at - (*offset_)[e]);
+    if (use_levels_) {
+      const size_t x = static_cast<size_t>(e), level = static_cast<size_t>(sends_[static_cast<size_t>(at)] - base_[x]);
+      if (level + 1 >= cap_[x]) grow(x);
+    }
+    if (use_levels_) {
+      const size_t x = static_cast<size_t>(e), level = static_cast<size_t>(sends_[static_cast<size_t>(at)] - base_[x]);
+      level_row(x, level)[k >> 6] &= ~(uint64_t{1} << (k & 63));
+      level_row(x, level + 1)[k >> 6] |= uint64_t{1} << (k & 63);
+      counts_[at_[x] + level]--;
+      counts_[at_[x] + level + 1]++;
+      top_[x] = std::max(top_[x], level + 1);
+      while (counts_[at_[x] + low_[x]] == 0) low_[x]++;
+    }
     sends_[static_cast<size_t>(at)]++;
     auto it = made_.find(pair_key(e, r));
     if (it == made_.end()) return;
-    const size_t k = static_cast<size_t>(at - (*offset_)[e]);
     bits_[it->second + (k >> 6)] |= uint64_t{1} << (k & 63);
   }
   // The free holder of e in round r with the fewest sends, the first of them in GPU order, leaving
@@ -273,12 +325,28 @@ class HolderRounds {
         if (busy((*hold_)[b + k])) bits_[it->second + (k >> 6)] |= uint64_t{1} << (k & 63);
     }
     const uint64_t* row = bits_.data() + it->second;
+    auto free_bits = [&](size_t w, uint64_t candidates) {
+      uint64_t free = candidates & ~row[w];
+      if (w == words - 1 && (m & 63)) free &= (uint64_t{1} << (m & 63)) - 1;
+      if (skip >= 0 && static_cast<size_t>(skip) >> 6 == w) free &= ~(uint64_t{1} << (skip & 63));
+      return free;
+    };
+    if (use_levels_) {
+      // Send count by send count from the fewest: the first free holder there, in GPU order.
+      const size_t x = static_cast<size_t>(e);
+      for (size_t level = low_[x]; level <= top_[x]; ++level) {
+        if (!counts_[at_[x] + level]) continue;
+        const uint64_t* held = level_row(x, level);
+        for (size_t w = 0; w < words; ++w)
+          if (const uint64_t free = free_bits(w, held[w]))
+            return (*hold_)[b + (w << 6) + static_cast<size_t>(__builtin_ctzll(free))];
+      }
+      return -1;
+    }
     long long least = 0;
     int from = -1;
     for (size_t w = 0; w < words; ++w) {
-      uint64_t free = ~row[w];
-      if (w == words - 1 && (m & 63)) free &= (uint64_t{1} << (m & 63)) - 1;
-      if (skip >= 0 && static_cast<size_t>(skip) >> 6 == w) free &= ~(uint64_t{1} << (skip & 63));
+      uint64_t free = free_bits(w, ~uint64_t{0});
       while (free) {
         const size_t k = (w << 6) + static_cast<size_t>(__builtin_ctzll(free));
         free &= free - 1;
@@ -290,16 +358,48 @@ class HolderRounds {
 
  private:
   static uint64_t pair_key(int e, int r) { return (static_cast<uint64_t>(static_cast<uint32_t>(e)) << 32) | static_cast<uint32_t>(r); }
+  size_t words(size_t e) const {
+    return (static_cast<size_t>((*offset_)[e + 1] - (*offset_)[e]) + 63) >> 6;
+  }
+  uint64_t* level_row(size_t e, size_t level) { return levels_.data() + (at_words(e) + level * words(e)); }
+  // The levels of e start at at_[e] in counts_ and at the matching word in levels_: both pools grow
+  // together, an expert's block moved to their end (twice the levels) when it needs more.
+  size_t at_words(size_t e) const { return word_at_[e]; }
+  void grow(size_t e) {
+    const size_t w = words(e), cap = cap_[e] * 2;
+    if (levels_.size() + cap * w > max_level_words_) {
+      use_levels_ = false;  // the scan of the clear bits from here on (sends_ is kept either way)
+      return;
+    }
+    const size_t from_words = word_at_[e], from_counts = at_[e];
+    const size_t to_words = levels_.size(), to_counts = counts_.size();
+    levels_.resize(to_words + cap * w, 0);
+    counts_.resize(to_counts + cap, 0);
+    std::copy_n(levels_.begin() + static_cast<std::ptrdiff_t>(from_words), cap_[e] * w,
+                levels_.begin() + static_cast<std::ptrdiff_t>(to_words));
+    std::copy_n(counts_.begin() + static_cast<std::ptrdiff_t>(from_counts), cap_[e],
+                counts_.begin() + static_cast<std::ptrdiff_t>(to_counts));
+    word_at_[e] = to_words;
+    at_[e] = to_counts;
+    cap_[e] = cap;
+  }
   const std::vector<int>* offset_ = nullptr;
   const std::vector<int>* hold_ = nullptr;
+  size_t max_level_words_;
   std::vector<long long> sends_;                  // per holder (index in hold): sends of its GPU so far
   std::unordered_map<uint64_t, size_t> made_;     // (expert, round) -> its bits in bits_
   std::vector<uint64_t> bits_;
+  bool use_levels_ = true;
+  std::vector<long long> base_;                  // per expert: the fewest sends among its holders at the start
+  std::vector<size_t> low_, top_, cap_, at_, word_at_;  // lowest and highest level in use, levels made, where
+  std::vector<uint64_t> levels_;                 // per expert and level: its holders with base + level sends
+  std::vector<int> counts_;                      // per expert and level: how many
 };
 
 }  // namespace
 
-void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResult& res, const Cluster& cl) {
+void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResult& res, const Cluster& cl,
+                        size_t max_level_words) {
   const int D = cl.gpus(), S = cl.slots_per_gpu;
   RoundBits sends(D), recvs(D);
   std::vector<long long> sent(D, 0);
@@ -314,7 +414,7 @@ void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResu
   // Per GPU, the experts it holds in the previous placement and its index in their holders.
   std::vector<std::pair<int, int>> mine(static_cast<size_t>(D) * S);
   std::vector<int> nmine(D);
-  HolderRounds holders;
+  HolderRounds holders(max_level_words);
   auto next_free_recv = [&](int g) {
     while (recvs.test(g, first_free[g])) ++first_free[g];
   };
