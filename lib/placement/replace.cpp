@@ -242,6 +242,66 @@ class RoundBits {
 // only (issue 31, fifth pass: at 1,024 nodes an expert has about 128 holders and most of them are busy
 // in the round asked about; each of 1.5 million transfers scanned them all, 1.5 rounds on average, a
 // fifth of --previous).
+// (expert, round) -> an offset, for one layer: a dense table experts x rounds while that stays
+// within 4 M entries, 32 MB (the rounds it covers double when a later round comes), else a hash map.
+class PairIndex {
+ public:
+  static constexpr size_t kNone = SIZE_MAX;
+  void reset(size_t experts) {
+    if (overflow_ || experts != experts_) {
+      overflow_ = false;
+      experts_ = experts;
+      rounds_ = 0;
+      table_.clear();
+      map_.clear();
+    } else {
+      for (uint64_t k : keys_) table_[(k >> 32) * rounds_ + (k & 0xffffffffu)] = kNone;
+    }
+    keys_.clear();
+  }
+  size_t find(int e, int r) const {
+    if (overflow_) {
+      auto it = map_.find(key(e, r));
+      return it == map_.end() ? kNone : it->second;
+    }
+    const size_t re = static_cast<size_t>(r);
+    return re < rounds_ ? table_[static_cast<size_t>(e) * rounds_ + re] : kNone;
+  }
+  void insert(int e, int r, size_t value) {
+    const size_t re = static_cast<size_t>(r);
+    if (!overflow_ && re >= rounds_) grow(re + 1);
+    keys_.push_back(key(e, r));
+    if (overflow_)
+      map_[key(e, r)] = value;
+    else
+      table_[static_cast<size_t>(e) * rounds_ + re] = value;
+  }
+
+ private:
+  static uint64_t key(int e, int r) { return (static_cast<uint64_t>(static_cast<uint32_t>(e)) << 32) | static_cast<uint32_t>(r); }
+  void grow(size_t need) {
+    const size_t rounds = std::max<size_t>({need, 2 * rounds_, 64});
+    if (experts_ * rounds > (size_t{1} << 22)) {  // too large: the hash map from here on (this layer)
+      for (uint64_t k : keys_) map_[k] = table_[(k >> 32) * rounds_ + (k & 0xffffffffu)];
+      table_.clear();
+      rounds_ = 0;
+      overflow_ = true;
+      return;
+    }
+    std::vector<size_t> t(experts_ * rounds, kNone);
+    for (size_t e = 0; e < experts_ && rounds_; ++e)
+      std::copy_n(table_.begin() + static_cast<std::ptrdiff_t>(e * rounds_), rounds_,
+                  t.begin() + static_cast<std::ptrdiff_t>(e * rounds));
+    table_.swap(t);
+    rounds_ = rounds;
+  }
+  size_t experts_ = 0, rounds_ = 0;
+  bool overflow_ = false;
+  std::vector<size_t> table_;   // [expert * rounds_ + round]
+  std::vector<uint64_t> keys_;  // inserted this layer
+  std::unordered_map<uint64_t, size_t> map_;
+};
+
 class HolderRounds {
  public:
   explicit HolderRounds(size_t max_level_words) : max_level_words_(max_level_words) {}
@@ -250,7 +310,7 @@ class HolderRounds {
     hold_ = &hold;
     sends_.resize(hold.size());
     for (size_t k = 0; k < hold.size(); ++k) sends_[k] = sent[static_cast<size_t>(hold[k])];
-    made_.clear();
+    made_.reset(offset.size() - 1);
     bits_.clear();
     // Per expert its holders by sends: a row of bits per send count from the fewest (levels).
     const size_t E = offset.size() - 1;
@@ -308,9 +368,8 @@ class HolderRounds {
       while (counts_[at_[x] + low_[x]] == 0) low_[x]++;
     }
     sends_[static_cast<size_t>(at)]++;
-    auto it = made_.find(pair_key(e, r));
-    if (it == made_.end()) return;
-    bits_[it->second + (k >> 6)] |= uint64_t{1} << (k & 63);
+    const size_t row = made_.find(e, r);
+    if (row != PairIndex::kNone) bits_[row + (k >> 6)] |= uint64_t{1} << (k & 63);
   }
   // The free holder of e in round r with the fewest sends, the first of them in GPU order, leaving
   // out position `skip` (-1: none); -1 when none is free. `busy(h)` tests a GPU in round r.
@@ -318,13 +377,15 @@ class HolderRounds {
   int best(int e, int r, int skip, Busy&& busy) {
     const size_t b = static_cast<size_t>((*offset_)[e]), m = static_cast<size_t>((*offset_)[e + 1]) - b;
     const size_t words = (m + 63) >> 6;
-    auto [it, fresh] = made_.try_emplace(pair_key(e, r), bits_.size());
-    if (fresh) {
+    size_t at = made_.find(e, r);
+    if (at == PairIndex::kNone) {
+      at = bits_.size();
+      made_.insert(e, r, at);
       bits_.resize(bits_.size() + words, 0);
       for (size_t k = 0; k < m; ++k)
-        if (busy((*hold_)[b + k])) bits_[it->second + (k >> 6)] |= uint64_t{1} << (k & 63);
+        if (busy((*hold_)[b + k])) bits_[at + (k >> 6)] |= uint64_t{1} << (k & 63);
     }
-    const uint64_t* row = bits_.data() + it->second;
+    const uint64_t* row = bits_.data() + at;
     auto free_bits = [&](size_t w, uint64_t candidates) {
       uint64_t free = candidates & ~row[w];
       if (w == words - 1 && (m & 63)) free &= (uint64_t{1} << (m & 63)) - 1;
@@ -357,7 +418,6 @@ class HolderRounds {
   }
 
  private:
-  static uint64_t pair_key(int e, int r) { return (static_cast<uint64_t>(static_cast<uint32_t>(e)) << 32) | static_cast<uint32_t>(r); }
   size_t words(size_t e) const {
     return (static_cast<size_t>((*offset_)[e + 1] - (*offset_)[e]) + 63) >> 6;
   }
@@ -387,7 +447,7 @@ class HolderRounds {
   const std::vector<int>* hold_ = nullptr;
   size_t max_level_words_;
   std::vector<long long> sends_;                  // per holder (index in hold): sends of its GPU so far
-  std::unordered_map<uint64_t, size_t> made_;     // (expert, round) -> its bits in bits_
+  PairIndex made_;                                // (expert, round) -> its bits in bits_
   std::vector<uint64_t> bits_;
   bool use_levels_ = true;
   std::vector<long long> base_;                  // per expert: the fewest sends among its holders at the start
