@@ -34,6 +34,7 @@ unsigned long long next_stamp() {
 // Scratch of best_swap and best_rewrite; the per-GPU arrays are all zero between calls.
 struct LayerState::Scratch {
   std::vector<double> gshare, hshare;  // best_swap: shares on the most loaded GPU and on a light one
+  std::vector<int> light_rewrite;  // the lightest GPUs, lightest first
   std::vector<double> sh;
   std::vector<int> hot, count, xcount;
   Holders xs, ys;
@@ -77,27 +78,118 @@ LayerState::LayerState(const Cluster& cluster, std::vector<double> loads, std::v
   share_.resize(experts_);
   for (int e = 0; e < experts_; ++e) share_[e] = cnt_[e] ? t_[e] / cnt_[e] : 0.0;
   for (int p = 0; p < cluster_.slots(); ++p) load_[cluster_.gpu_of_slot(p)] += share(phy2log_[p]);
-  order_.reserve(cluster_.gpus());
-  for (int g = 0; g < cluster_.gpus(); ++g) order_.push_back({load_[g], g});
-  std::sort(order_.begin(), order_.end());
+  hi_.resize(cluster_.gpus());
+  std::iota(hi_.begin(), hi_.end(), 0);
+  hi_at_.resize(hi_.size());
+  rest_at_.resize(hi_.size());
+  build_order();
+}
+
+void LayerState::build_order() {
+  const size_t n = hi_.size();
+  std::vector<int> all(n);
+  std::iota(all.begin(), all.end(), 0);
+  auto by_load = [&](int a, int b) { return lighter(a, b); };
+  const size_t k = std::min(n, kBottom);
+  std::nth_element(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k), all.end(), by_load);
+  std::sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k), by_load);
+  bottom_.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k));
+  rest_.assign(all.begin() + static_cast<std::ptrdiff_t>(k), all.end());
+  for (int g : bottom_) rest_at_[g] = -1;
+  for (size_t i = 0; i < rest_.size(); ++i) rest_at_[rest_[i]] = static_cast<int>(i);
+  for (size_t i = rest_.size() / 2; i-- > 0;) sift(rest_, rest_at_, i, false, false);
+  for (size_t i = 0; i < n; ++i) hi_at_[hi_[i]] = static_cast<int>(i);
+  for (size_t i = n / 2; i-- > 0;) sift(hi_, hi_at_, i, true, false);
+}
+
+void LayerState::insert_bottom(int gpu) {
+  auto at = std::upper_bound(bottom_.begin(), bottom_.end(), gpu, [&](int a, int b) { return lighter(a, b); });
+  bottom_.insert(at, gpu);
+  rest_at_[gpu] = -1;
+}
+
+void LayerState::sift(std::vector<int>& heap, std::vector<int>& at, size_t i, bool max_heap, bool up) {
+  // `first(a, b)`: a belongs above b.
+  auto first = [&](int a, int b) { return max_heap ? lighter(b, a) : lighter(a, b); };
+  const int g = heap[i];
+  while (up && i > 0) {
+    const size_t up = (i - 1) / 2;
+    if (!first(g, heap[up])) break;
+    heap[i] = heap[up];
+    at[heap[i]] = static_cast<int>(i);
+    i = up;
+  }
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= heap.size()) break;
+    if (c + 1 < heap.size() && first(heap[c + 1], heap[c])) ++c;
+    if (!first(heap[c], g)) break;
+    heap[i] = heap[c];
+    at[heap[i]] = static_cast<int>(i);
+    i = c;
+  }
+  heap[i] = g;
+  at[g] = static_cast<int>(i);
+}
+
+void LayerState::place(int gpu) {
+  sift(hi_, hi_at_, static_cast<size_t>(hi_at_[gpu]), true, true);
+  if (rest_at_[gpu] < 0) {  // among the lightest
+    bottom_.erase(std::find(bottom_.begin(), bottom_.end(), gpu));
+    if (!rest_.empty() && lighter(rest_[0], gpu)) {
+      // No longer: the lightest of the others (heavier than every one left) joins at the end, and
+      // gpu takes its place in the heap.
+      const int h = rest_[0];
+      bottom_.push_back(h);
+      rest_at_[h] = -1;
+      rest_[0] = gpu;
+      rest_at_[gpu] = 0;
+      sift(rest_, rest_at_, 0, false, false);
+    } else {
+      insert_bottom(gpu);
+    }
+  } else if (lighter(gpu, bottom_.back())) {
+    // Now among the lightest: the heaviest of them (lighter than every other) takes its place in the heap.
+    const int b = bottom_.back();
+    bottom_.pop_back();
+    const size_t i = static_cast<size_t>(rest_at_[gpu]);
+    rest_[i] = b;
+    rest_at_[b] = static_cast<int>(i);
+    sift(rest_, rest_at_, i, false, true);
+    insert_bottom(gpu);
+  } else {
+    sift(rest_, rest_at_, static_cast<size_t>(rest_at_[gpu]), false, true);
+  }
+}
+
+LayerState::Lightest::Lightest(const LayerState& state) : st_(state) {}
+
+int LayerState::Lightest::next() {
+  if (taken_ < st_.bottom_.size()) return st_.bottom_[taken_++];
+  // Past the lightest: best first down the heap of the others, whose next lightest is always among
+  // the children of those listed.
+  if (taken_++ == st_.bottom_.size() && !st_.rest_.empty()) front_.push_back({{st_.load_[st_.rest_[0]], st_.rest_[0]}, 0});
+  if (front_.empty()) return -1;
+  std::pop_heap(front_.begin(), front_.end(), std::greater<>());
+  const auto [key, at] = front_.back();
+  front_.pop_back();
+  for (size_t c = 2 * static_cast<size_t>(at) + 1; c <= 2 * static_cast<size_t>(at) + 2 && c < st_.rest_.size(); ++c) {
+    const int g = st_.rest_[c];
+    front_.push_back({{st_.load_[g], g}, static_cast<int>(c)});
+    std::push_heap(front_.begin(), front_.end(), std::greater<>());
+  }
+  return key.second;
+}
+
+void LayerState::lightest(size_t k, std::vector<int>& out) const {
+  out.clear();
+  Lightest it(*this);
+  for (int g; out.size() < k && (g = it.next()) >= 0;) out.push_back(g);
 }
 
 void LayerState::add_load(int gpu, double delta) {
-  const std::pair<double, int> before{load_[gpu], gpu};
-  size_t i = static_cast<size_t>(std::lower_bound(order_.begin(), order_.end(), before) - order_.begin());
   load_[gpu] += delta;
-  const std::pair<double, int> after{load_[gpu], gpu};
-  // Move the entry to its new place, shifting the ones it passes by one.
-  const auto at = order_.begin() + static_cast<std::ptrdiff_t>(i);
-  if (before < after) {
-    const auto to = std::lower_bound(at + 1, order_.end(), after);
-    std::move(at + 1, to, at);
-    *(to - 1) = after;
-  } else {
-    const auto to = std::lower_bound(order_.begin(), at, after);
-    std::move_backward(to, at, at + 1);
-    *to = after;
-  }
+  place(gpu);
 }
 
 void LayerState::add_node(int e, int node, int delta) {
@@ -139,13 +231,14 @@ void LayerState::set_slot(int p, int e) {
   const bool batch = slots_of_[x].size() + slots_of_[e].size() > 8;
   auto add = [&](int gpu, double delta) {
     if (!batch) return add_load(gpu, delta);
-    load_[gpu] += delta;
     if (!moved_mark_[gpu]) {
       moved_mark_[gpu] = 1;
       moved_.push_back(gpu);
+      pending_[gpu] = load_[gpu];
     }
+    pending_[gpu] += delta;
   };
-  if (batch) moved_mark_.resize(cluster_.gpus(), 0);
+  if (batch) moved_mark_.resize(cluster_.gpus(), 0), pending_.resize(cluster_.gpus());
   for (int s : slots_of_[x]) add(cluster_.gpu_of_slot(s), -share(x));
   for (int s : slots_of_[e]) add(cluster_.gpu_of_slot(s), -share(e));
   slots_of_[x].erase(std::find(slots_of_[x].begin(), slots_of_[x].end(), p));
@@ -164,23 +257,16 @@ void LayerState::set_slot(int p, int e) {
 }
 
 void LayerState::reorder_moved() {
-  // The entries of the moved GPUs leave the order, sorted among themselves, and are merged back.
-  std::vector<std::pair<double, int>> back;
-  back.reserve(moved_.size());
-  for (int g : moved_) back.push_back({load_[g], g});
-  std::sort(back.begin(), back.end());
-  size_t kept = 0;
-  for (size_t i = 0; i < order_.size(); ++i)
-    if (!moved_mark_[order_[i].second]) order_[kept++] = order_[i];
-  // Merge from the end so no second buffer is needed.
-  size_t out = order_.size(), a = kept, b = back.size();
-  while (b > 0) {
-    if (a > 0 && back[b - 1] < order_[a - 1])
-      order_[--out] = order_[--a];
-    else
-      order_[--out] = back[--b];
+  // The new loads (the same additions in the same order, in pending_) take effect one GPU at a time,
+  // each a single change the order is restored after; when many changed, at once and the order is
+  // built again (O(GPUs), as the merge of the sorted array was).
+  const bool rebuild = moved_.size() * 16 > hi_.size();
+  for (int g : moved_) {
+    load_[g] = pending_[g];
+    if (!rebuild) place(g);
+    moved_mark_[g] = 0;
   }
-  for (int g : moved_) moved_mark_[g] = 0;
+  if (rebuild) build_order();
   moved_.clear();
 }
 
@@ -189,8 +275,7 @@ namespace {
 // The GPUs a swap partner is looked for on: all of them on small clusters, else the lightest 64.
 std::vector<int> light_gpus(const LayerState& st, size_t limit) {
   std::vector<int> out;
-  for (auto it = st.gpus_by_load().begin(); it != st.gpus_by_load().end() && out.size() < limit; ++it)
-    out.push_back(it->second);
+  st.lightest(limit, out);
   return out;
 }
 
@@ -215,9 +300,9 @@ std::optional<LayerMove> best_swap(const LayerState& st, int f) {
   double gmax = -std::numeric_limits<double>::infinity();
   for (int sp = 0; sp < S; ++sp) gmax = std::max(gmax, gshare[sp] = st.share(st.phy2log()[g * S + sp]));
   const int a = cl.node_of_gpu(g);
+  LayerState::Lightest lightest(st);
   size_t seen = 0;
-  for (auto it = st.gpus_by_load().begin(); it != st.gpus_by_load().end() && seen < 64; ++it, ++seen) {
-    const int h = it->second;
+  for (int h; seen < 64 && (h = lightest.next()) >= 0; ++seen) {
     if (h == g) continue;
     const double L = st.load(h);
     // Any swap with h leaves max(M - d, L + d) >= (M + L) / 2 (up to rounding, far below the
@@ -432,9 +517,8 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
     std::sort(xh[sp].by_value.begin(), xh[sp].by_value.end(), std::greater<>());
     x_ready[sp] = 1;
   };
-  size_t seen = 0;
-  for (auto it = st.gpus_by_load().begin(); it != st.gpus_by_load().end() && seen < 16; ++it, ++seen) {
-    const int h = it->second;
+  st.lightest(16, sc.light_rewrite);
+  for (const int h : sc.light_rewrite) {
     if (h == g) continue;
     for (int sq = 0; sq < S; ++sq) {
       const int q = h * S + sq, y = st.phy2log()[q];

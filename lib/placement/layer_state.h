@@ -29,10 +29,23 @@ class LayerState {
   // A stamp unique to the current slots_of(e) across all states (new on every swap or rewrite
   // involving e; copies share it): caches of per-expert data.
   unsigned long long version(int e) const { return version_[e]; }
-  double max_load() const { return order_.back().first; }
-  int argmax_gpu() const { return order_.back().second; }
-  // (load, GPU) ascending (ties by id).
-  const std::vector<std::pair<double, int>>& gpus_by_load() const { return order_; }
+  // The most loaded GPU (ties: the largest id) and its load.
+  double max_load() const { return load_[hi_[0]]; }
+  int argmax_gpu() const { return hi_[0]; }
+  // The k lightest GPUs, by (load, GPU) ascending (ties by id), into `out` (fewer when there are fewer).
+  void lightest(size_t k, std::vector<int>& out) const;
+  // The GPUs by (load, GPU) ascending, one at a time: next() is -1 after the last. The lightest 64
+  // come straight from a sorted list, the others lazily, so a search that stops early pays little.
+  class Lightest {
+   public:
+    explicit Lightest(const LayerState& state);
+    int next();
+
+   private:
+    const LayerState& st_;
+    size_t taken_ = 0;                                           // of st_.bottom_
+    std::vector<std::pair<std::pair<double, int>, int>> front_;  // ((load, GPU), index in rest_), a min-heap
+  };
 
   // Distinct nodes of x after one of its replicas moves from node a to node b.
   int distinct_after_move(int x, int a, int b) const;
@@ -53,17 +66,31 @@ class LayerState {
   void add_node(int e, int node, int delta);
   void add_load(int gpu, double delta);
   void reorder_moved();
+  // The GPUs by (load, id) (issue 31, fifth pass: one sorted array of 8,192 GPUs, whose entries
+  // shifted along it at every load change, was a sixth of the node-loss re-placement at 1,024 nodes):
+  // the kBottom lightest as a sorted list (what the searches walk), the others as a min-heap, and all
+  // of them as a max-heap (the most loaded), with each GPU's place.
+  static constexpr size_t kBottom = 64;
+  bool lighter(int a, int b) const { return load_[a] < load_[b] || (load_[a] == load_[b] && a < b); }
+  void place(int gpu);  // restores the order after gpu's load changed (the only change since it held)
+  void build_order();   // the order from scratch
+  void insert_bottom(int gpu);
+  // Moves heap[i] up (when `up`) and down to its place.
+  void sift(std::vector<int>& heap, std::vector<int>& at, size_t i, bool max_heap, bool up);
   Cluster cluster_;
   int experts_;
   std::vector<double> t_;
   std::vector<int> phy2log_, cnt_, distinct_, nodecnt_;
   std::vector<double> load_;
   std::vector<double> share_;  // t_e / r_e (0 without replicas), kept with the counts
-  std::vector<std::pair<double, int>> order_;  // sorted; a load change moves one entry along it
+  std::vector<int> bottom_;           // the kBottom lightest GPUs (all, when fewer), sorted
+  std::vector<int> rest_, hi_;        // min-heap of the other GPUs; max-heap of all
+  std::vector<int> rest_at_, hi_at_;  // per GPU: its index in rest_ (-1: in bottom_) and in hi_
   std::vector<std::vector<int>> slots_of_;
   std::vector<unsigned long long> version_;
   std::vector<int> moved_;  // GPUs whose load changed, while set_slot updates many at once
   std::vector<char> moved_mark_;
+  std::vector<double> pending_;  // their loads after the change, set in reorder_moved
   struct ScratchSlot {
     std::unique_ptr<Scratch> p;
     ScratchSlot();

@@ -122,16 +122,18 @@ json layer_small(const Plan& plan, size_t l) {
   return L;
 }
 
-void append_ints(std::string& out, const std::vector<int>& v) {
+void append_ints(std::string& out, const int* v, size_t n) {
   out += '[';
   char buf[16];
-  for (size_t i = 0; i < v.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
     if (i) out += ',';
     auto r = std::to_chars(buf, buf + sizeof buf, v[i]);
     out.append(buf, r.ptr);
   }
   out += ']';
 }
+
+void append_ints(std::string& out, const std::vector<int>& v) { append_ints(out, v.data(), v.size()); }
 
 }  // namespace
 
@@ -183,27 +185,52 @@ void write_plan_json(const Plan& plan, const json& extra, const std::vector<std:
   }
   out.append(text, from, text.size() - 1 - from);  // the head without its closing brace: "layers" follows
   out += ",\"layers\":[";
+  std::vector<size_t> start;
+  std::vector<int> ids, row;
+  std::vector<char> irregular;
   for (size_t l = 0; l < plan.layers.size(); ++l) {
     if (l) out += ',';
     out += "{\"phy2log\":";
     append_ints(out, plan.layers[l].phy2log);
     out += ",\"log2phy\":[";
-    auto l2p = log2phy(plan.layers[l], plan.experts, width);
-    for (size_t e = 0; e < l2p.size(); ++e) {
+    // log2phy (cluster.h) without its padding in memory (issue 31, fifth pass: the padded table was
+    // 8 MB per layer at 1,024 nodes, filled with -1 and scanned again): per expert the slots of its
+    // ranks below its replica count; an expert with a slot of a rank at or above its count (a plan
+    // whose phyrank is not ranks_by_appearance's) gets its whole row as log2phy makes it.
+    const LayerPlacement& layer = plan.layers[l];
+    const std::vector<int>& cnt = counts[l];
+    const size_t E = static_cast<size_t>(plan.experts);
+    start.assign(E + 1, 0);
+    for (size_t e = 0; e < E; ++e) start[e + 1] = start[e] + static_cast<size_t>(std::max(0, cnt[e]));
+    ids.assign(start[E], -1);
+    irregular.assign(E, 0);
+    for (size_t p = 0; p < layer.phy2log.size(); ++p) {
+      const int e = layer.phy2log[p], r = layer.phyrank[p];
+      if (r >= 0 && r < cnt[e])
+        ids[start[e] + static_cast<size_t>(r)] = static_cast<int>(p);
+      else if (r < width)
+        irregular[e] = 1;
+    }
+    for (size_t e = 0; e < E; ++e) {
       if (e) out += ',';
       // The valid ids, then the -1 padding as one append (most of a padded log2phy is padding).
-      const size_t valid = static_cast<size_t>(std::max(0, counts[l][e]));
-      bool trailing = valid > 0 && valid < l2p[e].size();
-      for (size_t i = valid; trailing && i < l2p[e].size(); ++i) trailing = l2p[e][i] == -1;
-      if (!trailing) {
-        append_ints(out, l2p[e]);
+      const size_t valid = static_cast<size_t>(std::max(0, cnt[e]));
+      if (!irregular[e] && valid > 0 && valid < static_cast<size_t>(width)) {
+        append_ints(out, ids.data() + start[e], valid);
+        out.pop_back();  // reopen the list
+        out.append(padding, 0, 3 * (static_cast<size_t>(width) - valid));
+        out += ']';
         continue;
       }
-      std::vector<int> ids(l2p[e].begin(), l2p[e].begin() + static_cast<std::ptrdiff_t>(valid));
-      append_ints(out, ids);
-      out.pop_back();  // reopen the list
-      out.append(padding, 0, 3 * (l2p[e].size() - valid));
-      out += ']';
+      row.assign(static_cast<size_t>(width), -1);
+      if (!irregular[e]) {
+        std::copy_n(ids.begin() + static_cast<std::ptrdiff_t>(start[e]), valid, row.begin());
+      } else {
+        for (size_t p = 0; p < layer.phy2log.size(); ++p)
+          if (layer.phy2log[p] == static_cast<int>(e) && layer.phyrank[p] >= 0 && layer.phyrank[p] < width)
+            row[static_cast<size_t>(layer.phyrank[p])] = static_cast<int>(p);
+      }
+      append_ints(out, row);
     }
     out += "],\"logcnt\":";
     append_ints(out, counts[l]);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <numeric>
 #include <queue>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "placement/algorithm.h"
@@ -72,32 +73,48 @@ void raise_counts(LayerState& st, int f) {
 // layer at 1,024 nodes, 38 s for 64 layers); above, greedily (issue 31: --previous in seconds).
 constexpr int kExactAlignmentNodes = 256;
 
+}  // namespace
+
 // Rows to columns, cheapest pair first (costs 0..max_cost, ties by row then column), each row and
 // column once: at most O(N^2), a 2-approximation of the optimal assignment's saving. `cost` is the
-// n x n matrix row by row; the pairs are ordered by a counting sort into one flat array (stable, so
-// the order within a cost is row-major as before; one allocation instead of a vector per cost that
-// grew by doubling, which at 1,024 nodes was a third of the node-loss re-placement's CPU).
+// n x n matrix row by row. Cost by cost, each row not yet paired takes its first free column of that
+// cost: the same pairs as walking all pairs in (cost, row, column) order. Each row's columns are
+// ordered by cost once (a counting sort within the row, in cache); the fourth pass sorted all n^2
+// pairs into one array, and before that pushed them into a vector per cost.
 std::vector<int> greedy_assignment(const std::vector<int>& cost, int n, int max_cost) {
-  const size_t cells = static_cast<size_t>(n) * n;
-  std::vector<uint32_t> start(static_cast<size_t>(max_cost) + 2, 0);
-  for (size_t k = 0; k < cells; ++k) start[static_cast<size_t>(std::clamp(cost[k], 0, max_cost)) + 1]++;
-  for (size_t v = 1; v < start.size(); ++v) start[v] += start[v - 1];
-  std::vector<uint32_t> order(cells);
-  for (size_t k = 0; k < cells; ++k)
-    order[start[static_cast<size_t>(std::clamp(cost[k], 0, max_cost))]++] = static_cast<uint32_t>(k);
+  const size_t V = static_cast<size_t>(max_cost) + 1, N = static_cast<size_t>(n);
+  std::vector<uint32_t> start(N * (V + 1));  // per row: where each cost's columns start in `cols`
+  std::vector<uint32_t> cols(N * N);         // per row: its columns by cost, then column
+  std::vector<uint32_t> at(V + 1);
+  for (size_t i = 0; i < N; ++i) {
+    const int* row = cost.data() + i * N;
+    std::fill(at.begin(), at.end(), 0);
+    for (size_t q = 0; q < N; ++q) at[static_cast<size_t>(std::clamp(row[q], 0, max_cost)) + 1]++;
+    for (size_t v = 1; v <= V; ++v) at[v] += at[v - 1];
+    std::copy(at.begin(), at.end(), start.begin() + static_cast<std::ptrdiff_t>(i * (V + 1)));
+    uint32_t* out = cols.data() + i * N;
+    for (size_t q = 0; q < N; ++q) out[at[static_cast<size_t>(std::clamp(row[q], 0, max_cost))]++] = static_cast<uint32_t>(q);
+  }
   std::vector<int> col(n, -1);
   std::vector<char> taken(n, 0);
   int left = n;
-  for (size_t k = 0; k < cells; ++k) {
-    const int i = static_cast<int>(order[k] / static_cast<uint32_t>(n));
-    const int q = static_cast<int>(order[k] % static_cast<uint32_t>(n));
-    if (col[i] >= 0 || taken[q]) continue;
-    col[i] = q;
-    taken[q] = 1;
-    if (--left == 0) return col;
-  }
+  for (size_t v = 0; v < V; ++v)
+    for (size_t i = 0; i < N; ++i) {
+      if (col[i] >= 0) continue;
+      const uint32_t* out = cols.data() + i * N;
+      for (uint32_t k = start[i * (V + 1) + v], e = start[i * (V + 1) + v + 1]; k < e; ++k) {
+        const uint32_t q = out[k];
+        if (taken[q]) continue;
+        col[i] = static_cast<int>(q);
+        taken[q] = 1;
+        if (--left == 0) return col;
+        break;
+      }
+    }
   return col;
 }
+
+namespace {
 
 // `fresh` with its nodes, and the GPUs inside each node, permuted (both optimal assignments) so that
 // it needs the fewest GPU-level copies from `prev` that node and GPU relabelings allow. Balance,
@@ -105,30 +122,43 @@ std::vector<int> greedy_assignment(const std::vector<int>& cost, int n, int max_
 std::vector<int> align_to(const std::vector<int>& prev, const std::vector<int>& fresh, const Cluster& cl, int experts) {
   const int N = cl.nodes, G = cl.gpus_per_node, S = cl.slots_per_gpu, c = cl.slots_per_node();
   // Node cost: replicas of fresh node q that physical node i lacks (multiset difference), that is
-  // c minus the replicas they share; shared counts gathered per expert over the nodes holding it.
-  std::vector<std::vector<std::pair<int, int>>> held(experts);  // expert -> (node, replicas there)
-  for (int i = 0; i < N; ++i)
-    for (int s = 0; s < c; ++s) {
-      auto& h = held[prev[i * c + s]];
-      if (!h.empty() && h.back().first == i)
-        h.back().second++;
-      else
-        h.push_back({i, 1});
-    }
+  // c minus the replicas they share; shared counts gathered per expert over the fresh nodes holding
+  // it, one physical node (one row of the matrix) at a time.
+  std::vector<int> offset(static_cast<size_t>(experts) + 1, 0);  // expert -> its (fresh node, replicas) runs
+  {
+    std::vector<int> last(experts, -1);
+    for (int q = 0; q < N; ++q)
+      for (int s = 0; s < c; ++s) {
+        const int e = fresh[static_cast<size_t>(q) * c + s];
+        if (last[e] != q) last[e] = q, offset[e + 1]++;
+      }
+  }
+  for (int e = 0; e < experts; ++e) offset[e + 1] += offset[e];
+  std::vector<std::pair<int, int>> held(offset[experts]);
+  {
+    std::vector<int> fill(offset.begin(), offset.end() - 1);
+    for (int q = 0; q < N; ++q)
+      for (int s = 0; s < c; ++s) {
+        const int e = fresh[static_cast<size_t>(q) * c + s];
+        if (fill[e] > offset[e] && held[fill[e] - 1].first == q)
+          held[fill[e] - 1].second++;
+        else
+          held[fill[e]++] = {q, 1};
+      }
+  }
   std::vector<int> cost(static_cast<size_t>(N) * N, 0);  // [physical node i][fresh node q]
-  std::vector<int> want(experts, 0);
-  std::vector<long long> shared(N);
-  for (int q = 0; q < N; ++q) {
-    const int* node = fresh.data() + static_cast<size_t>(q) * c;
-    for (int s = 0; s < c; ++s) want[node[s]]++;
-    std::fill(shared.begin(), shared.end(), 0);
+  std::vector<int> have(experts, 0);
+  for (int i = 0; i < N; ++i) {
+    const int* node = prev.data() + static_cast<size_t>(i) * c;
+    int* row = cost.data() + static_cast<size_t>(i) * N;
+    std::fill(row, row + N, c);
+    for (int s = 0; s < c; ++s) have[node[s]]++;
     for (int s = 0; s < c; ++s) {
       const int e = node[s];
-      if (want[e] <= 0) continue;  // counted once per expert
-      for (const auto& [i, h] : held[e]) shared[i] += std::min(want[e], h);
-      want[e] = 0;
+      if (have[e] <= 0) continue;  // counted once per expert
+      for (int k = offset[e]; k < offset[e + 1]; ++k) row[held[k].first] -= std::min(have[e], held[k].second);
+      have[e] = 0;
     }
-    for (int i = 0; i < N; ++i) cost[static_cast<size_t>(i) * N + q] = c - static_cast<int>(shared[i]);
   }
   std::vector<int> node_of;
   if (N <= kExactAlignmentNodes) {
@@ -205,19 +235,246 @@ class RoundBits {
   std::vector<uint64_t> bits_;
 };
 
+// The holders of each expert of one layer (GPU order, CSR) with their sends so far side by side, and
+// for the (expert, round) pairs asked about, which of its holders send in that round, as bits by
+// holder position (made by testing each holder once, then kept current as holders send). The free
+// holder with the fewest sends, the first of them in GPU order, is then found among the clear bits
+// only (issue 31, fifth pass: at 1,024 nodes an expert has about 128 holders and most of them are busy
+// in the round asked about; each of 1.5 million transfers scanned them all, 1.5 rounds on average, a
+// fifth of --previous).
+// (expert, round) -> an offset, for one layer: a dense table experts x rounds while that stays
+// within 4 M entries, 32 MB (the rounds it covers double when a later round comes), else a hash map.
+class PairIndex {
+ public:
+  static constexpr size_t kNone = SIZE_MAX;
+  void reset(size_t experts) {
+    if (overflow_ || experts != experts_) {
+      overflow_ = false;
+      experts_ = experts;
+      rounds_ = 0;
+      table_.clear();
+      map_.clear();
+    } else {
+      for (uint64_t k : keys_) table_[(k >> 32) * rounds_ + (k & 0xffffffffu)] = kNone;
+    }
+    keys_.clear();
+  }
+  size_t find(int e, int r) const {
+    if (overflow_) {
+      auto it = map_.find(key(e, r));
+      return it == map_.end() ? kNone : it->second;
+    }
+    const size_t re = static_cast<size_t>(r);
+    return re < rounds_ ? table_[static_cast<size_t>(e) * rounds_ + re] : kNone;
+  }
+  void insert(int e, int r, size_t value) {
+    const size_t re = static_cast<size_t>(r);
+    if (!overflow_ && re >= rounds_) grow(re + 1);
+    keys_.push_back(key(e, r));
+    if (overflow_)
+      map_[key(e, r)] = value;
+    else
+      table_[static_cast<size_t>(e) * rounds_ + re] = value;
+  }
+
+ private:
+  static uint64_t key(int e, int r) { return (static_cast<uint64_t>(static_cast<uint32_t>(e)) << 32) | static_cast<uint32_t>(r); }
+  void grow(size_t need) {
+    const size_t rounds = std::max<size_t>({need, 2 * rounds_, 64});
+    if (experts_ * rounds > (size_t{1} << 22)) {  // too large: the hash map from here on (this layer)
+      for (uint64_t k : keys_) map_[k] = table_[(k >> 32) * rounds_ + (k & 0xffffffffu)];
+      table_.clear();
+      rounds_ = 0;
+      overflow_ = true;
+      return;
+    }
+    std::vector<size_t> t(experts_ * rounds, kNone);
+    for (size_t e = 0; e < experts_ && rounds_; ++e)
+      std::copy_n(table_.begin() + static_cast<std::ptrdiff_t>(e * rounds_), rounds_,
+                  t.begin() + static_cast<std::ptrdiff_t>(e * rounds));
+    table_.swap(t);
+    rounds_ = rounds;
+  }
+  size_t experts_ = 0, rounds_ = 0;
+  bool overflow_ = false;
+  std::vector<size_t> table_;   // [expert * rounds_ + round]
+  std::vector<uint64_t> keys_;  // inserted this layer
+  std::unordered_map<uint64_t, size_t> map_;
+};
+
+class HolderRounds {
+ public:
+  explicit HolderRounds(size_t max_level_words) : max_level_words_(max_level_words) {}
+  void build(const std::vector<int>& offset, const std::vector<int>& hold, const std::vector<long long>& sent) {
+    offset_ = &offset;
+    hold_ = &hold;
+    sends_.resize(hold.size());
+    for (size_t k = 0; k < hold.size(); ++k) sends_[k] = sent[static_cast<size_t>(hold[k])];
+    made_.reset(offset.size() - 1);
+    bits_.clear();
+    // Per expert its holders by sends: a row of bits per send count from the fewest (levels).
+    const size_t E = offset.size() - 1;
+    base_.assign(E, 0);
+    low_.assign(E, 0);
+    top_.assign(E, 0);
+    cap_.assign(E, 0);
+    at_.assign(E, 0);
+    word_at_.assign(E, 0);
+    levels_.clear();
+    counts_.clear();
+    use_levels_ = true;
+    size_t need = 0;
+    for (size_t e = 0; e < E; ++e) {
+      const size_t b = static_cast<size_t>(offset[e]), m = static_cast<size_t>(offset[e + 1]) - b;
+      if (!m) continue;
+      long long lo = sends_[b], hi = sends_[b];
+      for (size_t k = b; k < b + m; ++k) lo = std::min(lo, sends_[k]), hi = std::max(hi, sends_[k]);
+      base_[e] = lo;
+      top_[e] = static_cast<size_t>(hi - lo);
+      cap_[e] = top_[e] + 4;
+      need += cap_[e] * words(e);
+    }
+    if (need > max_level_words_) {
+      use_levels_ = false;
+      return;
+    }
+    for (size_t e = 0; e < E; ++e) {
+      at_[e] = counts_.size();
+      word_at_[e] = levels_.size();
+      levels_.resize(levels_.size() + cap_[e] * words(e), 0);
+      counts_.resize(counts_.size() + cap_[e], 0);
+      const size_t b = static_cast<size_t>(offset[e]), m = static_cast<size_t>(offset[e + 1]) - b;
+      for (size_t k = 0; k < m; ++k) {
+        const size_t level = static_cast<size_t>(sends_[b + k] - base_[e]);
+        level_row(e, level)[k >> 6] |= uint64_t{1} << (k & 63);
+        counts_[at_[e] + level]++;
+      }
+    }
+  }
+  // Holder at index `at` of hold (an expert's offset + its position) sent once more, in round r.
+  void sent(int e, int at, int r) {
+    const size_t k = static_cast<size_t>(at - (*offset_)[e]);
+    if (use_levels_) {
+      const size_t x = static_cast<size_t>(e), level = static_cast<size_t>(sends_[static_cast<size_t>(at)] - base_[x]);
+      if (level + 1 >= cap_[x]) grow(x);
+    }
+    if (use_levels_) {
+      const size_t x = static_cast<size_t>(e), level = static_cast<size_t>(sends_[static_cast<size_t>(at)] - base_[x]);
+      level_row(x, level)[k >> 6] &= ~(uint64_t{1} << (k & 63));
+      level_row(x, level + 1)[k >> 6] |= uint64_t{1} << (k & 63);
+      counts_[at_[x] + level]--;
+      counts_[at_[x] + level + 1]++;
+      top_[x] = std::max(top_[x], level + 1);
+      while (counts_[at_[x] + low_[x]] == 0) low_[x]++;
+    }
+    sends_[static_cast<size_t>(at)]++;
+    const size_t row = made_.find(e, r);
+    if (row != PairIndex::kNone) bits_[row + (k >> 6)] |= uint64_t{1} << (k & 63);
+  }
+  // The free holder of e in round r with the fewest sends, the first of them in GPU order, leaving
+  // out position `skip` (-1: none); -1 when none is free. `busy(h)` tests a GPU in round r.
+  template <class Busy>
+  int best(int e, int r, int skip, Busy&& busy) {
+    const size_t b = static_cast<size_t>((*offset_)[e]), m = static_cast<size_t>((*offset_)[e + 1]) - b;
+    const size_t words = (m + 63) >> 6;
+    size_t at = made_.find(e, r);
+    if (at == PairIndex::kNone) {
+      at = bits_.size();
+      made_.insert(e, r, at);
+      bits_.resize(bits_.size() + words, 0);
+      for (size_t k = 0; k < m; ++k)
+        if (busy((*hold_)[b + k])) bits_[at + (k >> 6)] |= uint64_t{1} << (k & 63);
+    }
+    const uint64_t* row = bits_.data() + at;
+    auto free_bits = [&](size_t w, uint64_t candidates) {
+      uint64_t free = candidates & ~row[w];
+      if (w == words - 1 && (m & 63)) free &= (uint64_t{1} << (m & 63)) - 1;
+      if (skip >= 0 && static_cast<size_t>(skip) >> 6 == w) free &= ~(uint64_t{1} << (skip & 63));
+      return free;
+    };
+    if (use_levels_) {
+      // Send count by send count from the fewest: the first free holder there, in GPU order.
+      const size_t x = static_cast<size_t>(e);
+      for (size_t level = low_[x]; level <= top_[x]; ++level) {
+        if (!counts_[at_[x] + level]) continue;
+        const uint64_t* held = level_row(x, level);
+        for (size_t w = 0; w < words; ++w)
+          if (const uint64_t free = free_bits(w, held[w]))
+            return (*hold_)[b + (w << 6) + static_cast<size_t>(__builtin_ctzll(free))];
+      }
+      return -1;
+    }
+    long long least = 0;
+    int from = -1;
+    for (size_t w = 0; w < words; ++w) {
+      uint64_t free = free_bits(w, ~uint64_t{0});
+      while (free) {
+        const size_t k = (w << 6) + static_cast<size_t>(__builtin_ctzll(free));
+        free &= free - 1;
+        if (from < 0 || sends_[b + k] < least) from = static_cast<int>(k), least = sends_[b + k];
+      }
+    }
+    return from < 0 ? -1 : (*hold_)[b + static_cast<size_t>(from)];
+  }
+
+ private:
+  size_t words(size_t e) const {
+    return (static_cast<size_t>((*offset_)[e + 1] - (*offset_)[e]) + 63) >> 6;
+  }
+  uint64_t* level_row(size_t e, size_t level) { return levels_.data() + (at_words(e) + level * words(e)); }
+  // The levels of e start at at_[e] in counts_ and at the matching word in levels_: both pools grow
+  // together, an expert's block moved to their end (twice the levels) when it needs more.
+  size_t at_words(size_t e) const { return word_at_[e]; }
+  void grow(size_t e) {
+    const size_t w = words(e), cap = cap_[e] * 2;
+    if (levels_.size() + cap * w > max_level_words_) {
+      use_levels_ = false;  // the scan of the clear bits from here on (sends_ is kept either way)
+      return;
+    }
+    const size_t from_words = word_at_[e], from_counts = at_[e];
+    const size_t to_words = levels_.size(), to_counts = counts_.size();
+    levels_.resize(to_words + cap * w, 0);
+    counts_.resize(to_counts + cap, 0);
+    std::copy_n(levels_.begin() + static_cast<std::ptrdiff_t>(from_words), cap_[e] * w,
+                levels_.begin() + static_cast<std::ptrdiff_t>(to_words));
+    std::copy_n(counts_.begin() + static_cast<std::ptrdiff_t>(from_counts), cap_[e],
+                counts_.begin() + static_cast<std::ptrdiff_t>(to_counts));
+    word_at_[e] = to_words;
+    at_[e] = to_counts;
+    cap_[e] = cap;
+  }
+  const std::vector<int>* offset_ = nullptr;
+  const std::vector<int>* hold_ = nullptr;
+  size_t max_level_words_;
+  std::vector<long long> sends_;                  // per holder (index in hold): sends of its GPU so far
+  PairIndex made_;                                // (expert, round) -> its bits in bits_
+  std::vector<uint64_t> bits_;
+  bool use_levels_ = true;
+  std::vector<long long> base_;                  // per expert: the fewest sends among its holders at the start
+  std::vector<size_t> low_, top_, cap_, at_, word_at_;  // lowest and highest level in use, levels made, where
+  std::vector<uint64_t> levels_;                 // per expert and level: its holders with base + level sends
+  std::vector<int> counts_;                      // per expert and level: how many
+};
+
 }  // namespace
 
-void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResult& res, const Cluster& cl) {
+void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResult& res, const Cluster& cl,
+                        size_t max_level_words) {
   const int D = cl.gpus(), S = cl.slots_per_gpu;
   RoundBits sends(D), recvs(D);
   std::vector<long long> sent(D, 0);
   res.transfers.clear();
+  if (res.copies > 0) res.transfers.reserve(static_cast<size_t>(res.copies));  // one transfer a copy
   res.rounds = 0;
   res.round_lower_bound = 0;
   std::vector<int> received(D, 0);
   std::vector<int> first_free(D, 0);  // every round before it receives already
   std::vector<char> used(S);
   std::vector<int> offset, hold;  // holders of each expert in the previous placement, GPU order (CSR)
+  // Per GPU, the experts it holds in the previous placement and its index in their holders.
+  std::vector<std::pair<int, int>> mine(static_cast<size_t>(D) * S);
+  std::vector<int> nmine(D);
+  HolderRounds holders(max_level_words);
   auto next_free_recv = [&](int g) {
     while (recvs.test(g, first_free[g])) ++first_free[g];
   };
@@ -235,10 +492,15 @@ void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResu
     hold.assign(offset[E], 0);
     std::vector<int> fill(offset.begin(), offset.end() - 1);
     std::fill(last.begin(), last.end(), -1);
+    std::fill(nmine.begin(), nmine.end(), 0);
     for (int p = 0; p < cl.slots(); ++p) {
       const int g = cl.gpu_of_slot(p), e = old[p];
-      if (last[e] != g) last[e] = g, hold[fill[e]++] = g;
+      if (last[e] == g) continue;
+      last[e] = g;
+      mine[static_cast<size_t>(g) * S + nmine[g]++] = {e, fill[e]};
+      hold[fill[e]++] = g;
     }
+    holders.build(offset, hold, sent);
     for (int g = 0; g < D; ++g) {
       std::fill(used.begin(), used.end(), 0);
       for (int a = 0; a < S; ++a) {
@@ -256,37 +518,25 @@ void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResu
           res.rounds = std::max(res.rounds, r + 1);
           continue;
         }
-        const int* hb = hold.data() + offset[e];
-        const int* he = hold.data() + offset[e + 1];
         // The only holder may be g itself (a second copy of an expert it keeps): a copy inside the GPU,
         // scheduled like a transfer from g to g.
-        const bool local = he - hb == 1 && hb[0] == g;
+        const bool local = offset[e + 1] - offset[e] == 1 && hold[offset[e]] == g;
+        int skip = -1;  // g's position among the holders of e, when it holds e and may not send it
+        if (!local)
+          for (int j = 0; j < nmine[g]; ++j)
+            if (mine[static_cast<size_t>(g) * S + j].first == e) skip = mine[static_cast<size_t>(g) * S + j].second - offset[e];
         for (int r = first_free[g];; ++r) {
           if (recvs.test(g, r)) continue;
           // The free holder with the fewest sends so far, the first of them in GPU order.
-          int from = -1;
-          long long least = 0;
-          const size_t w = static_cast<size_t>(r) >> 6;
-          const int bit = r & 63;
-          if (w < sends.words()) {
-            const size_t words = sends.words();
-            const uint64_t* base = sends.row(0);
-            for (const int* it = hb; it != he; ++it) {
-              const int h = *it;
-              if ((h == g && !local) || ((base[static_cast<size_t>(h) * words + w] >> bit) & 1)) continue;
-              if (from < 0 || sent[h] < least) from = h, least = sent[h];
-            }
-          } else {
-            for (const int* it = hb; it != he; ++it) {
-              const int h = *it;
-              if (h == g && !local) continue;
-              if (from < 0 || sent[h] < least) from = h, least = sent[h];
-            }
-          }
+          const int from = holders.best(e, r, skip, [&](int h) { return sends.test(h, r); });
           if (from < 0) continue;
           sends.set(from, r);
           recvs.set(g, r);
           sent[from]++;
+          for (int j = 0; j < nmine[from]; ++j) {
+            const auto& [x, at] = mine[static_cast<size_t>(from) * S + j];
+            holders.sent(x, at, r);
+          }
           next_free_recv(g);
           res.transfers.push_back({static_cast<int>(l), e, from, g, r});
           res.rounds = std::max(res.rounds, r + 1);

@@ -56,8 +56,16 @@ long long copies_between(const std::vector<int>& before, const std::vector<int>&
 // (the holder with the fewest sends so far); a GPU that needs a second copy of an expert only it
 // holds copies it locally (from == to, still one send and one receive of that GPU in its round); an
 // expert no GPU holds (lost with failed nodes) is read from a checkpoint (from = -1, a receive only).
-// Fills transfers, rounds and round_lower_bound.
-void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResult& result, const Cluster& cluster);
+// Fills transfers, rounds and round_lower_bound. `max_level_words` bounds the words of the per-expert
+// rows of holders by send count that find the source (beyond it, and with 0, the same source is found
+// by scanning the free holders; tests set it to compare both).
+void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResult& result, const Cluster& cluster,
+                        size_t max_level_words = size_t{1} << 22);
+
+// align_to's node pairing above 256 nodes (exposed for tests): rows to columns of the n x n matrix
+// `cost` (row by row, costs clamped to 0..max_cost), cheapest pair first, ties by row then column,
+// each row and column once. Returns the column of every row.
+std::vector<int> greedy_assignment(const std::vector<int>& cost, int n, int max_cost);
 
 // Re-places `previous` (phy2log per layer, all on `cluster`) for `loads`. Mandatory first: experts
 // with fewer than f replicas get slots from experts with more, then experts on fewer than f nodes are

@@ -189,3 +189,25 @@ TEST(PlanWrite, PiecesMakeTheWholeText) {
     if (chunk == 1) EXPECT_GT(calls, 3u);
   }
 }
+
+// The plan text's log2phy is built without the padded table since issue 31's fifth pass: every row
+// equals log2phy() (cluster.h), for ranks as placements make them and for ranks that are not
+// (duplicates, gaps, a rank at or beyond the replica count, beyond the width).
+TEST(PlanWrite, Log2phyRowsEqualTheTable) {
+  Plan plan = dom_plan(written_plan());
+  std::mt19937 rng(11);
+  for (int round = 0; round < 4; ++round) {
+    if (round > 0)
+      for (auto& layer : plan.layers)
+        for (size_t p = 0; p < layer.phyrank.size(); ++p)
+          if (rng() % 4 == 0) layer.phyrank[p] = static_cast<int>(rng() % (3 + round * 3));
+    const nlohmann::json doc = nlohmann::json::parse(plan_json_text(plan, nlohmann::json::object()));
+    int width = 1;
+    for (const auto& layer : plan.layers)
+      for (int c : logical_counts(layer.phy2log, plan.experts)) width = std::max(width, c);
+    for (size_t l = 0; l < plan.layers.size(); ++l)
+      EXPECT_EQ(doc["layers"][l]["log2phy"].get<std::vector<std::vector<int>>>(),
+                log2phy(plan.layers[l], plan.experts, width))
+          << "round " << round << " layer " << l;
+  }
+}

@@ -11,6 +11,7 @@
 
 #include "placement/balance.h"
 #include "placement/eplb.h"
+#include "placement/layer_state.h"
 #include "placement/planner.h"
 #include "placement/replace.h"
 #include "support/process.h"
@@ -218,4 +219,173 @@ TEST(Replace, ScheduleCopiesAnExpertOnlyTheReceiverHoldsLocally) {
   ASSERT_EQ(s.transfers.size(), 1u);
   EXPECT_EQ(s.transfers[0].from, 1);
   EXPECT_EQ(s.transfers[0].to, 0);
+}
+
+namespace {
+
+// The schedule as specified, by the plainest means (the scan of every holder that schedule_transfers
+// did before issue 31's fifth pass): per layer, per GPU in order, its slots in order; a slot whose
+// expert the GPU's old slots do not cover (as multisets, first come first matched) is a copy; it
+// goes in the earliest round the receiver is free and some holder (a GPU holding the expert before,
+// not the receiver unless it is the only holder) is free, from the free holder with the fewest sends
+// so far (all layers), the first of them in GPU order; an expert nobody held is read from a
+// checkpoint (from -1) in the receiver's first free round.
+std::vector<GpuTransfer> plain_schedule(const std::vector<std::vector<int>>& before,
+                                        const std::vector<std::vector<int>>& after, const Cluster& cl, int& rounds) {
+  const int D = cl.gpus(), S = cl.slots_per_gpu;
+  std::set<std::pair<int, int>> busy_send, busy_recv;  // (gpu, round)
+  std::vector<long long> sent(D, 0);
+  std::vector<GpuTransfer> out;
+  rounds = 0;
+  for (size_t l = 0; l < before.size(); ++l) {
+    std::map<int, std::vector<int>> holders;
+    for (int g = 0; g < D; ++g)
+      for (int s = 0; s < S; ++s) {
+        auto& h = holders[before[l][g * S + s]];
+        if (std::find(h.begin(), h.end(), g) == h.end()) h.push_back(g);
+      }
+    for (int g = 0; g < D; ++g) {
+      std::map<int, int> have;
+      for (int s = 0; s < S; ++s) have[before[l][g * S + s]]++;
+      for (int s = 0; s < S; ++s) {
+        const int e = after[l][g * S + s];
+        if (have[e]-- > 0) continue;
+        const std::vector<int> none;
+        auto it = holders.find(e);
+        const std::vector<int>& h = it == holders.end() ? none : it->second;
+        for (int r = 0;; ++r) {
+          if (busy_recv.count({g, r})) continue;
+          int from = -1;
+          if (!h.empty()) {
+            for (int x : h) {
+              if (x == g && h.size() > 1) continue;
+              if (busy_send.count({x, r})) continue;
+              if (from < 0 || sent[x] < sent[from]) from = x;
+            }
+            if (from < 0) continue;
+            busy_send.insert({from, r});
+            sent[from]++;
+          }
+          busy_recv.insert({g, r});
+          out.push_back({static_cast<int>(l), e, from, g, r});
+          rounds = std::max(rounds, r + 1);
+          break;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// Random layers: skewed expert choices (so some experts have many holders, some one, some none:
+// lost), duplicates on a GPU, many layers so that the send counts carry over.
+std::vector<std::vector<int>> random_layers(std::mt19937& rng, const Cluster& cl, int layers, int experts) {
+  std::vector<std::vector<int>> out(layers, std::vector<int>(cl.slots()));
+  for (auto& l : out) {
+    std::geometric_distribution<int> skew(std::uniform_real_distribution<double>(0.05, 0.6)(rng));
+    for (int& x : l) x = std::min(experts - 1, skew(rng));
+    std::shuffle(l.begin(), l.end(), rng);
+  }
+  return out;
+}
+
+}  // namespace
+
+// schedule_transfers keeps each expert's holders in a heap by (sends, GPU order) instead of scanning
+// them (issue 31, fifth pass): the transfers, round for round and source for source, equal those of
+// the plain scan above on random placements, small and large, with lost experts and local copies.
+TEST(Replace, ScheduleEqualsThePlainScanOfEveryHolder) {
+  std::mt19937 rng(31);
+  int cases = 0;
+  for (const Cluster cl : {Cluster{2, 1, 2}, Cluster{3, 2, 2}, Cluster{4, 2, 4}, Cluster{5, 3, 3}, Cluster{8, 4, 4},
+                           Cluster{16, 8, 4}, Cluster{40, 8, 4}})
+    for (int rep = 0; rep < 4; ++rep) {
+      const int experts = std::max(2, cl.slots() / (2 + rep));
+      const int layers = 1 + rep * 3;
+      auto before = random_layers(rng, cl, layers, experts);
+      auto after = random_layers(rng, cl, layers, experts);
+      if (rep == 3)  // a second copy of a replica only its GPU holds: a local copy
+        for (int l = 0; l < layers; ++l) {
+          before[l][0] = experts + 5;
+          after[l][0] = after[l][1] = experts + 5;
+        }
+      int rounds = 0;
+      const auto want = plain_schedule(before, after, cl, rounds);
+      // Rows of holders by send count (the default), none (the scan of the free holders), and room
+      // for the first layer's rows only (they grow past it and the scan takes over mid-layer).
+      for (size_t level_words : {size_t{1} << 22, size_t{0}, static_cast<size_t>(cl.slots() / 8 + 8)}) {
+        ReplaceResult r;
+        for (const auto& a : after) r.layers.push_back({a, {}});
+        schedule_transfers(before, r, cl, level_words);
+        ASSERT_EQ(r.transfers.size(), want.size()) << cl.describe() << " rep " << rep;
+        for (size_t i = 0; i < want.size(); ++i) {
+          const auto &a = r.transfers[i], &b = want[i];
+          ASSERT_TRUE(a.layer == b.layer && a.expert == b.expert && a.from == b.from && a.to == b.to &&
+                      a.round == b.round)
+              << cl.describe() << " rep " << rep << " level words " << level_words << " transfer " << i << ": layer "
+              << a.layer << "/" << b.layer << " expert " << a.expert << "/" << b.expert << " from " << a.from << "/"
+              << b.from << " to " << a.to << "/" << b.to << " round " << a.round << "/" << b.round;
+        }
+        EXPECT_EQ(r.rounds, rounds);
+      }
+      cases += !want.empty();
+    }
+  EXPECT_GE(cases, 20);
+}
+
+// align_to's greedy node pairing (above 256 nodes), cost by cost and row by row, pairs exactly as
+// walking all pairs sorted by (cost, row, column).
+TEST(Replace, GreedyAssignmentEqualsPairsInCostRowColumnOrder) {
+  std::mt19937 rng(7);
+  for (int rep = 0; rep < 200; ++rep) {
+    const int n = 1 + static_cast<int>(rng() % 40), max_cost = static_cast<int>(rng() % 12);
+    std::vector<int> cost(static_cast<size_t>(n) * n);
+    const int spread = 1 + static_cast<int>(rng() % (max_cost + 1));
+    for (int& x : cost) x = max_cost - static_cast<int>(rng() % spread);
+    std::vector<std::tuple<int, int, int>> pairs;
+    for (int i = 0; i < n; ++i)
+      for (int q = 0; q < n; ++q) pairs.emplace_back(cost[static_cast<size_t>(i) * n + q], i, q);
+    std::sort(pairs.begin(), pairs.end());
+    std::vector<int> want(n, -1);
+    std::vector<char> taken(n, 0);
+    for (const auto& [c, i, q] : pairs)
+      if (want[i] < 0 && !taken[q]) want[i] = q, taken[q] = 1;
+    EXPECT_EQ(greedy_assignment(cost, n, max_cost), want) << "n " << n << " max cost " << max_cost;
+  }
+}
+
+// LayerState keeps the GPUs by (load, id) in two heaps since issue 31's fifth pass (it was one sorted
+// array): after every swap and rewrite (single ones and the batched ones of experts with many
+// replicas) the most loaded GPU and the k lightest are those of sorting all GPUs by (load, id).
+TEST(Replace, LayerStateOrderEqualsSortingTheGpus) {
+  std::mt19937 rng(5);
+  for (const Cluster cl : {Cluster{1, 1, 3}, Cluster{2, 2, 2}, Cluster{4, 4, 4}, Cluster{16, 8, 4}}) {
+    const int experts = std::max(2, cl.slots() / 3);
+    std::vector<double> t(experts);
+    for (double& x : t) x = static_cast<double>(rng() % 7);  // small integers: many equal loads
+    std::vector<int> phy(cl.slots());
+    for (int p = 0; p < cl.slots(); ++p) phy[p] = p < experts ? p : static_cast<int>(rng() % std::min(3, experts));  // hot experts 0-2
+    std::shuffle(phy.begin(), phy.end(), rng);
+    LayerState st(cl, t, phy);
+    std::vector<int> light;
+    for (int step = 0; step < 300; ++step) {
+      const int p = static_cast<int>(rng() % cl.slots()), q = static_cast<int>(rng() % cl.slots());
+      if (step % 3 == 0) {
+        const int e = static_cast<int>(rng() % experts);
+        if (st.count(st.phy2log()[p]) > 1) st.set_slot(p, e);
+      } else {
+        st.swap_slots(p, q);
+      }
+      std::vector<std::pair<double, int>> sorted;
+      for (int g = 0; g < cl.gpus(); ++g) sorted.push_back({st.load(g), g});
+      std::sort(sorted.begin(), sorted.end());
+      ASSERT_EQ(st.argmax_gpu(), sorted.back().second) << cl.describe() << " step " << step;
+      ASSERT_EQ(st.max_load(), sorted.back().first);
+      for (size_t k : {size_t{0}, size_t{1}, size_t{5}, size_t{64}}) {
+        st.lightest(k, light);
+        ASSERT_EQ(light.size(), std::min(k, sorted.size()));
+        for (size_t i = 0; i < light.size(); ++i) ASSERT_EQ(light[i], sorted[i].second) << "k " << k << " i " << i;
+      }
+    }
+  }
 }
