@@ -11,6 +11,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "placement/balance.h"
 #include "placement/balance_bound.h"
@@ -175,6 +176,56 @@ TEST(BalanceBound, FewAllocationsStepNeverAboveTheExactOptimum) {
   EXPECT_GT(tight, solved / 2);
 }
 
+TEST(BalanceBound, PairingCountStepNeverAboveTheLightestSortedPairing) {
+  // S = 2: every step of the bound, step 6 (the pairing counts) included, reasons about replica
+  // counts r_e >= f and shares only, so no bound may exceed the lightest sorted pairing over every
+  // such allocation (the best packing with nodes aside), found here by enumerating all of them.
+  // Loads with one to three hot experts (step 6's case: few shares above T / 2) and skewed ones.
+  std::mt19937 rng(66);
+  std::lognormal_distribution<double> skew(6.0, 1.2);
+  std::uniform_real_distribution<double> cold(90, 110);
+  int checked = 0, equal = 0;
+  for (int trial = 0; trial < 160; ++trial) {
+    const Cluster cl{2 + static_cast<int>(rng() % 5), 1 + static_cast<int>(rng() % 3), 2};
+    const int f = 1 + static_cast<int>(rng() % std::min(3, cl.nodes));
+    const int n = cl.slots(), E = std::min(n / f, 3 + static_cast<int>(rng() % 6));
+    std::vector<double> t(E);
+    const int hot = trial % 4;  // 0: skewed, else that many hot experts
+    for (int e = 0; e < E; ++e) t[e] = std::floor(hot == 0 ? skew(rng) : e < hot ? 2000.0 * (e + 1) + rng() % 500 : cold(rng)) + 1;
+    // Every allocation r_e >= f with sum n (skipped when there are too many).
+    const int spare = n - f * E;
+    double count = 1;
+    for (int k = 1; k <= spare; ++k) count = count * (E + k - 1) / k;
+    if (count > 200000) continue;
+    double best = kInf;
+    std::vector<int> r(E, f);
+    std::function<void(int, int)> visit = [&](int e, int left) {
+      if (e == E - 1) {
+        r[e] = f + left;
+        std::vector<double> s;
+        for (int x = 0; x < E; ++x)
+          for (int k = 0; k < r[x]; ++k) s.push_back(t[x] / r[x]);
+        std::sort(s.begin(), s.end());
+        double m = 0;
+        for (size_t i = 0; i < s.size() / 2; ++i) m = std::max(m, s[i] + s[s.size() - 1 - i]);
+        best = std::min(best, m);
+        return;
+      }
+      for (int x = 0; x <= left; ++x) {
+        r[e] = f + x;
+        visit(e + 1, left - x);
+      }
+    };
+    visit(0, spare);
+    const auto b = bound_of(t, cl, f);
+    EXPECT_LE(b.max_load_lower, best * (1 + 1e-9)) << cl.describe() << " f=" << f << " E=" << E;
+    equal += b.max_load_lower >= best * (1 - 1e-6);
+    ++checked;
+  }
+  std::printf("pairing counts: %d instances, bound = lightest sorted pairing on %d\n", checked, equal);
+  EXPECT_GT(checked, 100);
+}
+
 TEST(BalanceBound, BalancedFtReachesMinOfEplbGlobalAndTheBoundOnRandomWorkloads) {
   // The workloads of BalancedFt.MeetsFaultToleranceAndEplbGlobalBalanceOnRandomWorkloads. On every
   // layer balanced-ft (equal shares) is compared with min(eplb-global, bound_f): where the floor does
@@ -186,6 +237,7 @@ TEST(BalanceBound, BalancedFtReachesMinOfEplbGlobalAndTheBoundOnRandomWorkloads)
   double worst = 2, worst_binding_eplb = 2, worst_dispatch = 2, worst_opt = 2;
   std::vector<double> ratios;
   bool wider = false;  // the table lists the first set only
+  std::vector<std::string> wider_short;
   const auto one_case = [&](const RandomCase& rc) {
     const Cluster& cl = rc.cluster;
     const int f = rc.f, E = static_cast<int>(rc.loads.experts);
@@ -205,6 +257,7 @@ TEST(BalanceBound, BalancedFtReachesMinOfEplbGlobalAndTheBoundOnRandomWorkloads)
       worst = std::min(worst, ours / target);
       if (ours < target * 0.995) {
         ++short_of;
+        if (wider) wider_short.push_back(cl.describe() + " " + shape_name(rc.shape) + " f=" + std::to_string(f) + " layer " + std::to_string(l));
         std::printf("  short: %s E=%d f=%d %s layer %zu: %.4f vs eplb-global %.4f, bound %.4f\n", cl.describe().c_str(), E,
                     f, shape_name(rc.shape), l, ours, eplb, b.balancedness);
       }
@@ -256,7 +309,12 @@ TEST(BalanceBound, BalancedFtReachesMinOfEplbGlobalAndTheBoundOnRandomWorkloads)
   // eplb-global is above bound_f it is not reachable under f (the bound is proven), and balanced-ft
   // within 0.5% of bound_f is within 0.5% of the optimum.
   EXPECT_EQ(first_short, 0);
-  // The wider set (docs/moe-replace.md): the layers still short are held so that they do not grow.
-  EXPECT_LE(short_of - first_short, 12);
-  EXPECT_GE(worst, 0.94);  // measured 0.9452 (128 x 8 x 4, f = 3, skewed)
+  // The wider set (docs/moe-replace.md): two layers are short. 5 x 2 x 4 skewed f = 3 layer 0 is
+  // optimal (proof by hand in swap_chain_test.cpp: SwapChain.ReachesTheProvenOptimumOnFiveByTwoByFour),
+  // so its target is not reachable under f; 128 x 4 x 2 Zipf f = 3 layer 0 is open (0.7576 against a
+  // bound of 0.7653). Any other short layer fails here.
+  for (const auto& w : wider_short)
+    EXPECT_TRUE(w == "5 nodes x 2 GPUs x 4 slots skewed f=3 layer 0" || w == "128 nodes x 4 GPUs x 2 slots zipf f=3 layer 0")
+        << w;
+  EXPECT_GE(worst, 0.985);  // measured 0.9899 (128 x 4 x 2, f = 3, Zipf)
 }
