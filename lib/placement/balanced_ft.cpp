@@ -561,10 +561,11 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
   // Where the floor binds and the placement is still above EPLB's balance: the threshold search
   // (threshold_search.h) toward EPLB's most loaded GPU, then the usual refinement. EPLB's packing
   // itself gives some expert fewer than f replicas; the search keeps f. Its moves per attempt scale
-  // with the slots (20,000 to 200,000, a few ms to 0.1 s); where the floor does not bind (the large
-  // clusters of bench_placement) it does not run.
+  // with the slots (20,000 to 200,000, a few ms to 0.1 s a layer on 128 x 8 x 4); only up to 8,192
+  // slots (at 1,024 x 8 x 4 with the floor binding it cost 4-40 s a layer and rarely helped), and
+  // where the floor does not bind (the clusters of bench_placement) it does not run.
   auto search = [&](Chosen& c) {
-    if (!ref.floor_binds || c.state->max_load() <= reference * (1 + 1e-12)) return;
+    if (!ref.floor_binds || slots > 8192 || c.state->max_load() <= reference * (1 + 1e-12)) return;
     ThresholdSearchLimits lim;
     lim.iterations = std::clamp<long long>(25 * slots, 20000, 200000);
     auto p = threshold_search(c.state->phy2log(), t, cl, f, reference, lim);

@@ -22,6 +22,10 @@ struct Rng {
   int below(int n) { return static_cast<int>(next() % static_cast<uint64_t>(n)); }
 };
 
+// A rewrite updates every GPU holding either expert: not tried when they hold more than this
+// together (a hot expert with hundreds of replicas changes its share by a fraction of a percent).
+constexpr int kMaxRewriteReplicas = 256;
+
 class Search {
  public:
   Search(const std::vector<int>& p, const std::vector<double>& t, const Cluster& cl, int f)
@@ -159,6 +163,7 @@ class Search {
   bool try_rewrite(int a, int to, double* d) {
     const int from = p_[a];
     if (from == to || r_[from] - 1 < min_count_[from]) return false;
+    if (r_[from] + r_[to] > kMaxRewriteReplicas) return false;  // each move's cost grows with the replicas
     if (cnt(from, node(a)) == 1 && distinct_[from] <= need_[from]) return false;
     const double s0 = share(from), s1 = t_[from] / (r_[from] - 1), u0 = share(to), u1 = t_[to] / (r_[to] + 1);
     for (int q : slots_of_[from]) add_delta(q / S_, q == a ? -s0 : s1 - s0);

@@ -16,7 +16,8 @@ struct ThresholdSearchLimits {
 };
 
 // The search minimizes the excess sum_g max(0, load_g - T) over slot swaps and slot rewrites (one
-// slot to another expert: the replica counts change), never letting an expert fall below f replicas
+// slot to another expert: the replica counts change; not between two experts with more than 256
+// replicas together, whose every GPU a rewrite updates), never letting an expert fall below f replicas
 // or below min(f, its distinct nodes in `phy2log`) distinct nodes; moves that raise the excess are
 // taken with the annealing probability. T is first `goal`; after an attempt that does not reach it,
 // halfway between `goal` and the best most loaded GPU found. Returns the placement with the lightest
