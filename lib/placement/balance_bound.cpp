@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -154,10 +155,115 @@ class AllocationCheck {
   std::vector<double> cap_;
 };
 
+// (6), S = 2: a placement with no GPU above T pairs every replica with a partner, the two shares
+// summing to at most T. For v >= T / 2, a replica with a share above v has its partner at or below
+// T - v (<= v, so no partner serves two of them): #{shares > v} <= #{shares <= T - v}, that is
+// sum_e phi_e(r_e) <= 0 with phi_e(r) = r ([t_e / r > v] - [t_e / r <= T - v]). Minimized over every
+// allocation r_e >= lo_e with sum n (dynamic programming over the replicas beyond lo, O(E spare) per
+// v); a minimum above 0 for some v proves T out of reach. The same for the sum of the two sums of a
+// pair v1, v2 (both <= 0 in a placement within T). The v tried: T / 2; up to 24 of the values just
+// below a share t_e / r above T / 2 (r from lo_e up), and up to 24 of the values T - s for each
+// expert's largest share s <= T / 2 (the points where some phi_e changes); pairs of the first kind,
+// as many as a work cap allows. Returns true only where proven.
+bool pairing_count_refutes(const std::vector<double>& t, const std::vector<double>& lo, double n, double T) {
+  const int E = static_cast<int>(t.size());
+  double sum = 0;
+  for (double x : lo) sum += x;
+  const long long spare = std::llround(n - sum);
+  if (spare < 0) return true;
+  // Work cap: about 2e7 steps in all (one v or pair of v costs about 4 E (spare + 1)).
+  const double per_v = 4.0 * static_cast<double>(E) * static_cast<double>(spare + 1);
+  const size_t most_v = static_cast<size_t>(std::min(325.0, 2e7 / per_v));
+  if (most_v == 0) return false;  // not examined
+  std::vector<double> vs{T / 2};
+  std::vector<double> hot, cold;
+  for (int e = 0; e < E; ++e)
+    for (long long r = static_cast<long long>(lo[e]); r <= static_cast<long long>(lo[e]) + spare && r > 0; ++r) {
+      const double sh = t[e] / static_cast<double>(r);
+      if (sh > T / 2) {
+        hot.push_back(sh * (1 - 1e-12));
+      } else {
+        if (T - sh >= T / 2) cold.push_back(T - sh);
+        break;  // larger r: smaller shares, T - share only grows past the hot ones
+      }
+    }
+  for (auto* list : {&hot, &cold}) {
+    std::sort(list->begin(), list->end());
+    list->erase(std::unique(list->begin(), list->end()), list->end());
+    const size_t k = std::min<size_t>(list->size(), std::min<size_t>(24, (most_v - 1) / 4));
+    for (size_t i = 0; i < k; ++i) vs.push_back((*list)[i * list->size() / k]);
+  }
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> dp(spare + 1), next(spare + 1);
+  // The least sum over allocations of phi for v1 plus phi for v2 (v2 < 0: v1 alone). Both sums are
+  // <= 0 for a placement within T, so their total is too.
+  // phi_e(lo_e + j) is c (lo_e + j) on runs of j (c = 1, 0, -1 per v; summed for two), so the
+  // min-plus step over j is a sliding minimum of dp[i] - c i per run: O(spare) per expert.
+  auto least = [&](double v1, double v2) {
+    std::fill(dp.begin(), dp.end(), inf);
+    dp[0] = 0;
+    for (int e = 0; e < E; ++e) {
+      std::fill(next.begin(), next.end(), inf);
+      // Run starts: where t_e / r drops to v or to T - v (the shares fall as r grows).
+      auto first_at_or_below = [&](double x) {
+        long long a = 0, b = spare + 1;  // first j with t_e / (lo_e + j) <= x, spare + 1 if none
+        while (a < b) {
+          const long long mid = (a + b) / 2;
+          if (t[e] / (lo[e] + static_cast<double>(mid)) <= x) {
+            b = mid;
+          } else {
+            a = mid + 1;
+          }
+        }
+        return a;
+      };
+      std::vector<std::pair<long long, int>> cuts{{0, 0}};  // (j, change of c)
+      for (const double v : {v1, v2}) {
+        if (v < 0) continue;
+        cuts[0].second += 1;
+        cuts.push_back({first_at_or_below(v), -1});
+        cuts.push_back({first_at_or_below(T - v), -1});
+      }
+      std::sort(cuts.begin() + 1, cuts.end());
+      int c = 0;
+      for (size_t k = 0; k < cuts.size(); ++k) {
+        c += cuts[k].second;
+        const long long from = cuts[k].first, to = k + 1 < cuts.size() ? cuts[k + 1].first : spare + 1;  // run [from, to)
+        if (from >= to || from > spare) continue;
+        std::deque<std::pair<long long, double>> q;
+        for (long long x = from; x <= spare; ++x) {  // next[x] over j in [from, to), i = x - j
+          const long long i_new = x - from;
+          const double val = dp[i_new] - c * static_cast<double>(i_new);
+          while (!q.empty() && q.back().second >= val) q.pop_back();
+          q.push_back({i_new, val});
+          while (q.front().first < x - to + 1) q.pop_front();
+          const double best = q.front().second;
+          if (best < inf) next[x] = std::min(next[x], best + c * (lo[e] + static_cast<double>(x)));
+        }
+      }
+      dp.swap(next);
+    }
+    return dp[spare];
+  };
+  for (const double v : vs)
+    if (v >= T / 2 && least(v, -1) > 0.5) return true;  // integers: at least 1
+  // Pairs of v among up to 24 of the hot kind (276 pairs), where the work allows. (Pairs among the 8
+  // or 16 values nearest to a proof alone do not suffice: on the two-dominant layer below the pair
+  // that proves it includes a value weak alone.)
+  const size_t k = std::min({hot.size(), static_cast<size_t>(std::sqrt(2.0 * static_cast<double>(most_v - std::min(most_v, vs.size())))), size_t{24}});
+  for (size_t a = 0; a < k; ++a)
+    for (size_t b = a + 1; b < k; ++b) {
+      const double v1 = hot[a * hot.size() / k], v2 = hot[b * hot.size() / k];
+      if (v1 >= T / 2 && v2 >= T / 2 && least(v1, v2) > 0.5) return true;
+    }
+  return false;
+}
+
 // Necessary conditions for a placement meeting f whose most loaded GPU carries at most T (equal
 // shares). false = no such placement exists. Steps (1)-(3) as numbered in the proof.
 bool equal_share_feasible(const std::vector<double>& t, double n, double m, int S, int f, double mean, double T,
-                          bool few_allocations = false, double* least_pairing = nullptr, double* allocations = nullptr) {
+                          bool few_allocations = false, double* least_pairing = nullptr, double* allocations = nullptr,
+                          bool pairing_counts = false) {
   if (T < mean) return false;
   const int E = static_cast<int>(t.size());
   // (1) Every count has a lower bound lo_e (first f, and t_e / T: no replica carries more than T).
@@ -269,6 +375,7 @@ bool equal_share_feasible(const std::vector<double>& t, double n, double m, int 
     }
     if (base - saved > n * (1 + 1e-12)) return false;
   }
+  if (pairing_counts && S == 2 && pairing_count_refutes(t, lo, n, T)) return false;
   if (!few_allocations) return true;
   // (5) Every allocation left is r_e >= lo_e with sum n: C(E + spare - 1, spare) of them, spare =
   // n - sum lo_e. Where they are few, each is checked (AllocationCheck): none packable, none exists.
@@ -383,6 +490,10 @@ FtBalanceBound ft_balance_bound(const std::vector<double>& t, const Cluster& cl,
       b.max_load_lower = std::max(b.max_load_lower, std::min(cap, least * (1 - 1e-12)));
       if (least <= cap) break;
     }
+    // Step (6): the pairing counts, from the end reached so far (every end it returns fails the test).
+    b.max_load_lower = lower_end(
+        [&](double T) { return equal_share_feasible(t, n, m, S, f, b.mean_load, T, false, nullptr, nullptr, true); },
+        b.max_load_lower, 1e-6);
   } else {
     b.max_load_lower = lower_end([&](double T) { return equal_share_feasible(t, n, m, S, f, b.mean_load, T, true); },
                                  T0, 1e-7);

@@ -19,6 +19,7 @@
 #include "placement/mro.h"
 #include "placement/pair_packing.h"
 #include "placement/swap_chain.h"
+#include "placement/threshold_search.h"
 #include "placement/recovery_weight.h"
 
 namespace ucpkit::placement {
@@ -370,6 +371,7 @@ struct Chosen {
   const char* packing = "";
   long long greedy_slots = 0;
   int node_sets_before = 0, node_sets_after = 0;
+  bool searched = false;  // improved by the threshold search
 };
 
 // The candidates lightest most loaded GPU first; the first two (and every rated one) are repaired
@@ -504,7 +506,11 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
   // counts are improved for it directly (pair_packing.h). Above 64 experts 16 steps of 16 x 16 moves,
   // and only up to 512 GPUs: at 1,024 x 8 GPUs even that cost a third more time for 0.1-0.2%.
   if (cl.slots_per_gpu == 2 && (E <= 64 || (E <= 256 && cl.gpus() <= 512))) {
-    const auto r = improve_pair_allocation(counts_from(t, seq, slots, f, slots), t, f, E <= 64 ? 4 * E + 64 : 16);
+    auto r = improve_pair_allocation(counts_from(t, seq, slots, f, slots), t, f, E <= 64 ? 4 * E + 64 : 16);
+    // Up to 64 experts, where the floor binds and the pairing is still above EPLB's balance:
+    // restarts from perturbed allocations (64 up to 32 experts, else 16).
+    if (ref.floor_binds && E <= 64 && sorted_pairing(r, t).max > reference * (1 + 1e-12))
+      r = restart_pair_allocation(std::move(r), t, f, 4 * E + 64, E <= 32 ? 64 : 16);
     auto packed = sorted_pair_layout(r, t, cl);
     const double mx = max_of(packed, t, cl);
     Candidate c{mx, slots, true, std::move(packed), true};
@@ -552,6 +558,24 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
   };
   chain(best);
   if (alt) chain(*alt);
+  // Where the floor binds and the placement is still above EPLB's balance: the threshold search
+  // (threshold_search.h) toward EPLB's most loaded GPU, then the usual refinement. EPLB's packing
+  // itself gives some expert fewer than f replicas; the search keeps f. Its moves per attempt scale
+  // with the slots (20,000 to 200,000, a few ms to 0.1 s a layer on 128 x 8 x 4); only up to 8,192
+  // slots (at 1,024 x 8 x 4 with the floor binding it cost 4-40 s a layer and rarely helped), and
+  // where the floor does not bind (the clusters of bench_placement) it does not run.
+  auto search = [&](Chosen& c) {
+    if (!ref.floor_binds || slots > 8192 || c.state->max_load() <= reference * (1 + 1e-12)) return;
+    ThresholdSearchLimits lim;
+    lim.iterations = std::clamp<long long>(25 * slots, 20000, 200000);
+    auto p = threshold_search(c.state->phy2log(), t, cl, f, reference, lim);
+    if (p == c.state->phy2log()) return;
+    c.state.emplace(cl, t, std::move(p));
+    reduce_max(*c.state, f, swap_budget(cl), true);
+    c.searched = true;
+  };
+  search(best);
+  if (alt) search(*alt);
   finish(best);
   if (alt) {
     finish(*alt);
@@ -569,6 +593,7 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
     info->node_sets_before = best.node_sets_before;
     info->node_sets_after = best.node_sets_after;
     info->mro = mro.has_value();
+    info->threshold_search = best.searched;
   }
   return out;
 }
@@ -604,6 +629,7 @@ class BalancedFt : public PlacementAlgorithm {
                           {"f_node_sets", info.node_sets_after},
                           {"greedy_slots", info.greedy_slots},
                           {"mro", info.mro}};
+      if (info.threshold_search) j["threshold_search"] = true;
       if (w > 0) {
         WeightedChoice choice;
         auto& layer = res.layers.back();

@@ -22,6 +22,7 @@ struct BalancedFtLayerInfo {
   int node_sets_before = 0, node_sets_after = 0;  // distinct node sets of experts on exactly f nodes
   long long greedy_slots = 0;  // replicas given by the largest-share rule (the rest to light experts)
   bool mro = false;  // the MRO placement of the same replicas won (as balanced, no less recoverable)
+  bool threshold_search = false;  // the threshold search (threshold_search.h) lowered the most loaded GPU
 };
 
 // The most loaded GPU of EPLB's global placement approximated in double precision: floor 1, the

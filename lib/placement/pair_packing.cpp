@@ -2,6 +2,7 @@
 #include "placement/pair_packing.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 
 namespace ucpkit::placement {
@@ -161,6 +162,37 @@ std::vector<int> improve_pair_allocation(std::vector<int> r, const std::vector<d
         moved = true;
       }
     if (!moved) break;
+  }
+  return r;
+}
+
+std::vector<int> restart_pair_allocation(std::vector<int> r, const std::vector<double>& t, int f, int max_steps,
+                                         int restarts) {
+  const int E = static_cast<int>(r.size());
+  if (E < 2) return r;
+  auto better = [](const PairingValue& a, const PairingValue& b) {
+    return a.max < b.max * (1 - 1e-12) || (a.max <= b.max * (1 + 1e-12) && a.at_max < b.at_max);
+  };
+  PairingValue best = sorted_pairing(r, t);
+  uint64_t state = 0x9A1231ULL;  // splitmix64: the same moves on every platform
+  auto next = [&] {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return static_cast<int>((z ^ (z >> 31)) % static_cast<uint64_t>(E));
+  };
+  for (int i = 0; i < restarts; ++i) {
+    std::vector<int> x = r;
+    for (int k = 0; k < 2 + i % 8; ++k) {
+      const int a = next(), b = next();
+      if (a != b && x[a] > f) x[a]--, x[b]++;
+    }
+    x = improve_pair_allocation(std::move(x), t, f, max_steps);
+    const PairingValue v = sorted_pairing(x, t);
+    if (better(v, best)) {
+      best = v;
+      r = std::move(x);
+    }
   }
   return r;
 }

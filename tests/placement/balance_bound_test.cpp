@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "placement/balance.h"
 #include "placement/balance_bound.h"
@@ -175,6 +177,142 @@ TEST(BalanceBound, FewAllocationsStepNeverAboveTheExactOptimum) {
   EXPECT_GT(tight, solved / 2);
 }
 
+TEST(BalanceBound, PairingCountStepNeverAboveTheLightestSortedPairing) {
+  // S = 2: every step of the bound, step 6 (the pairing counts) included, reasons about replica
+  // counts r_e >= f and shares only, so no bound may exceed the lightest sorted pairing over every
+  // such allocation (the best packing with nodes aside), found here by enumerating all of them.
+  // Loads with one to three hot experts (step 6's case: few shares above T / 2) and skewed ones.
+  std::mt19937 rng(66);
+  std::lognormal_distribution<double> skew(6.0, 1.2);
+  std::uniform_real_distribution<double> cold(90, 110);
+  int checked = 0, equal = 0;
+  for (int trial = 0; trial < 160; ++trial) {
+    const Cluster cl{2 + static_cast<int>(rng() % 5), 1 + static_cast<int>(rng() % 3), 2};
+    const int f = 1 + static_cast<int>(rng() % std::min(3, cl.nodes));
+    const int n = cl.slots(), E = std::min(n / f, 3 + static_cast<int>(rng() % 6));
+    std::vector<double> t(E);
+    const int hot = trial % 4;  // 0: skewed, else that many hot experts
+    for (int e = 0; e < E; ++e) t[e] = std::floor(hot == 0 ? skew(rng) : e < hot ? 2000.0 * (e + 1) + rng() % 500 : cold(rng)) + 1;
+    // Every allocation r_e >= f with sum n (skipped when there are too many).
+    const int spare = n - f * E;
+    double count = 1;
+    for (int k = 1; k <= spare; ++k) count = count * (E + k - 1) / k;
+    if (count > 200000) continue;
+    double best = kInf;
+    std::vector<int> r(E, f);
+    std::function<void(int, int)> visit = [&](int e, int left) {
+      if (e == E - 1) {
+        r[e] = f + left;
+        std::vector<double> s;
+        for (int x = 0; x < E; ++x)
+          for (int k = 0; k < r[x]; ++k) s.push_back(t[x] / r[x]);
+        std::sort(s.begin(), s.end());
+        double m = 0;
+        for (size_t i = 0; i < s.size() / 2; ++i) m = std::max(m, s[i] + s[s.size() - 1 - i]);
+        best = std::min(best, m);
+        return;
+      }
+      for (int x = 0; x <= left; ++x) {
+        r[e] = f + x;
+        visit(e + 1, left - x);
+      }
+    };
+    visit(0, spare);
+    const auto b = bound_of(t, cl, f);
+    EXPECT_LE(b.max_load_lower, best * (1 + 1e-9)) << cl.describe() << " f=" << f << " E=" << E;
+    equal += b.max_load_lower >= best * (1 - 1e-6);
+    ++checked;
+  }
+  std::printf("pairing counts: %d instances, bound = lightest sorted pairing on %d\n", checked, equal);
+  EXPECT_GT(checked, 100);
+}
+
+TEST(BalanceBound, ZipfLayerOfTheWiderSetIsWithinHalfAPercentOfItsOptimum) {
+  // The wider set's 128 x 4 x 2, 256 Zipf experts, f = 3, layer 0: balanced-ft 0.7576, bound_f
+  // 0.7653 (eplb-global 0.8721 gives experts fewer than 3 replicas). Proof here that no placement
+  // meeting f balances better than 0.7600, so the rule's target min(eplb-global, bound_f) is not
+  // reachable (0.7600 < 0.995 x 0.7653) and balanced-ft is within 0.5% of the optimum.
+  // Within T (S = 2) every GPU holds a pair whose shares sum to at most T, so for v >= T / 2 a
+  // replica above v has a partner at or below T - v (<= v: no partner serves two): with
+  // phi_v(r) = sum_e r_e ([t_e / r_e > v] - [t_e / r_e <= T - v]), phi_v(r) <= 0 for every v, and so
+  // sum_v lambda_v phi_v(r) <= 0 for any weights lambda >= 0. Counts: r_e >= 3 (f), sum r_e = 1,024
+  // slots, and r_e >= t_e / (T - s_min) with s_min = min_e t_e / (1,024 - 255 x 3) below every share
+  // (a replica's partner carries at least s_min). Weights over the values just below every possible
+  // share above T / 2 are found by a subgradient method; the least weighted sum over every
+  // allocation (exact DP over the replicas beyond the lows) is then above 0: no allocation, so no
+  // placement, is within T. Nodes are left out (only a relaxation).
+  bool seen = false;
+  for_each_wider_case([&](const RandomCase& rc) {
+    const Cluster& cl = rc.cluster;
+    if (!(cl.nodes == 128 && cl.gpus_per_node == 4 && rc.shape == Shape::Zipf && rc.f == 3)) return;
+    seen = true;
+    const auto t = rc.loads.layer_vector(0);
+    const int E = static_cast<int>(t.size()), f = 3;
+    const long long n = cl.slots();
+    ASSERT_EQ(E, 256);
+    const double mean = std::accumulate(t.begin(), t.end(), 0.0) / cl.gpus(), proven = 0.7600, T = mean / proven;
+    double smin = kInf;
+    for (double x : t) smin = std::min(smin, x / static_cast<double>(n - static_cast<long long>(E - 1) * f));
+    std::vector<long long> lo(E);
+    long long spare = n;
+    for (int e = 0; e < E; ++e) spare -= lo[e] = std::max<long long>(f, static_cast<long long>(std::ceil(t[e] / (T - smin) - 1e-9)));
+    ASSERT_GE(spare, 0);
+    std::vector<double> V;
+    for (int e = 0; e < E; ++e)
+      for (long long r = lo[e]; r <= lo[e] + spare && t[e] / r > T / 2; ++r)
+        if (t[e] / r * (1 - 1e-12) >= T / 2) V.push_back(t[e] / r * (1 - 1e-12));
+    std::sort(V.begin(), V.end());
+    V.erase(std::unique(V.begin(), V.end()), V.end());
+    const int J = static_cast<int>(V.size());
+    auto phi = [&](int e, long long r, int v) {
+      const double s = t[e] / static_cast<double>(r);
+      return s > V[v] ? static_cast<double>(r) : s <= T - V[v] ? -static_cast<double>(r) : 0.0;
+    };
+    std::vector<double> lam(J, 1.0 / J);
+    double value = -kInf;
+    for (int it = 0; it < 400 && value <= 1e-6; ++it) {
+      // Least weighted sum over every allocation, and one allocation reaching it.
+      std::vector<std::vector<double>> dp(E + 1, std::vector<double>(spare + 1, kInf));
+      std::vector<std::vector<long long>> take(E, std::vector<long long>(spare + 1, 0));
+      dp[0][0] = 0;
+      for (int e = 0; e < E; ++e) {
+        std::vector<double> w(spare + 1, 0.0);
+        for (long long j = 0; j <= spare; ++j)
+          for (int v = 0; v < J; ++v) w[j] += lam[v] * phi(e, lo[e] + j, v);
+        for (long long k = 0; k <= spare; ++k)
+          for (long long j = 0; dp[e][k] < kInf && k + j <= spare; ++j)
+            if (dp[e][k] + w[j] < dp[e + 1][k + j]) dp[e + 1][k + j] = dp[e][k] + w[j], take[e][k + j] = j;
+      }
+      value = dp[E][spare];
+      // Subgradient step: more weight on the inequalities that allocation breaks.
+      std::vector<long long> r(E);
+      for (long long k = spare, e = E - 1; e >= 0; --e) k -= (r[e] = lo[e] + take[e][k]) - lo[e];
+      std::vector<double> g(J, 0.0);
+      double gmax = 1e-300, sum = 0;
+      for (int v = 0; v < J; ++v) {
+        for (int e = 0; e < E; ++e) g[v] += phi(e, r[e], v);
+        gmax = std::max(gmax, std::fabs(g[v]));
+      }
+      for (int v = 0; v < J; ++v) sum += lam[v] = std::max(0.0, lam[v] + 0.05 / std::sqrt(it + 1.0) * g[v] / gmax);
+      for (double& x : lam) x /= sum;
+    }
+    // Each term is a weight (<= 1) times an integer count below 1,025: rounding errors stay far below 1e-6.
+    EXPECT_GT(value, 1e-6) << "no certificate found for T = " << T;
+    const double ours = balancedness(plan_placement(rc.loads, cl, "balanced-ft", [] {
+                                       PlacementOptions o;
+                                       o.fault_tolerance = 3;
+                                       return o;
+                                     }()).layers[0].phy2log, t, cl);
+    const double eplb = balancedness(eplb_rebalance(rc.loads, cl, 1, true)[0].phy2log, t, cl);
+    const double target = std::min(eplb, bound_of(t, cl, f).balancedness);
+    EXPECT_LT(proven, target * 0.995);  // the rule's target is out of reach under f
+    EXPECT_GE(ours, proven * 0.995);    // balanced-ft within 0.5% of the optimum
+    std::printf("zipf 128 x 4 x 2 layer 0: %d thresholds, certificate %.4f; balanced-ft %.4f, optimum < %.4f, target %.4f\n",
+                J, value, ours, proven, target);
+  });
+  EXPECT_TRUE(seen);
+}
+
 TEST(BalanceBound, BalancedFtReachesMinOfEplbGlobalAndTheBoundOnRandomWorkloads) {
   // The workloads of BalancedFt.MeetsFaultToleranceAndEplbGlobalBalanceOnRandomWorkloads. On every
   // layer balanced-ft (equal shares) is compared with min(eplb-global, bound_f): where the floor does
@@ -186,6 +324,7 @@ TEST(BalanceBound, BalancedFtReachesMinOfEplbGlobalAndTheBoundOnRandomWorkloads)
   double worst = 2, worst_binding_eplb = 2, worst_dispatch = 2, worst_opt = 2;
   std::vector<double> ratios;
   bool wider = false;  // the table lists the first set only
+  std::vector<std::string> wider_short;
   const auto one_case = [&](const RandomCase& rc) {
     const Cluster& cl = rc.cluster;
     const int f = rc.f, E = static_cast<int>(rc.loads.experts);
@@ -205,6 +344,7 @@ TEST(BalanceBound, BalancedFtReachesMinOfEplbGlobalAndTheBoundOnRandomWorkloads)
       worst = std::min(worst, ours / target);
       if (ours < target * 0.995) {
         ++short_of;
+        if (wider) wider_short.push_back(cl.describe() + " " + shape_name(rc.shape) + " f=" + std::to_string(f) + " layer " + std::to_string(l));
         std::printf("  short: %s E=%d f=%d %s layer %zu: %.4f vs eplb-global %.4f, bound %.4f\n", cl.describe().c_str(), E,
                     f, shape_name(rc.shape), l, ours, eplb, b.balancedness);
       }
@@ -256,7 +396,14 @@ TEST(BalanceBound, BalancedFtReachesMinOfEplbGlobalAndTheBoundOnRandomWorkloads)
   // eplb-global is above bound_f it is not reachable under f (the bound is proven), and balanced-ft
   // within 0.5% of bound_f is within 0.5% of the optimum.
   EXPECT_EQ(first_short, 0);
-  // The wider set (docs/moe-replace.md): the layers still short are held so that they do not grow.
-  EXPECT_LE(short_of - first_short, 12);
-  EXPECT_GE(worst, 0.94);  // measured 0.9452 (128 x 8 x 4, f = 3, skewed)
+  // The wider set (docs/moe-replace.md): two layers are short of min(eplb-global, bound_f), and on
+  // both that target is out of reach under f: 5 x 2 x 4 skewed f = 3 layer 0 is optimal (proof by hand
+  // in swap_chain_test.cpp: SwapChain.ReachesTheProvenOptimumOnFiveByTwoByFour); on 128 x 4 x 2 Zipf
+  // f = 3 layer 0 no placement meeting f exceeds 0.7600 (BalanceBound.ZipfLayerOfTheWiderSetIsWithin
+  // HalfAPercentOfItsOptimum), 0.7% below the target, and balanced-ft is within 0.5% of that. Any
+  // other short layer fails here.
+  for (const auto& w : wider_short)
+    EXPECT_TRUE(w == "5 nodes x 2 GPUs x 4 slots skewed f=3 layer 0" || w == "128 nodes x 4 GPUs x 2 slots zipf f=3 layer 0")
+        << w;
+  EXPECT_GE(worst, 0.985);  // measured 0.9899 (128 x 4 x 2, f = 3, Zipf)
 }

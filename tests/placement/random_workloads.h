@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <initializer_list>
 #include <random>
 #include <vector>
 
+#include "placement/balance.h"
 #include "placement/cluster.h"
 #include "placement/loads.h"
 
@@ -101,6 +103,35 @@ inline void for_each_wider_case(const std::function<void(const RandomCase&)>& vi
         E = std::min(E, 256);
         visit({cl, shape, f, random_loads(2, E, shape, rng)});
       }
+}
+
+// Small random instances for the local-search tests: for every cluster, f = 1..3 and `trials` each,
+// E = experts(cluster, f, rng) experts with skewed loads (log-normal 8, 1.5, floored, + 1) and counts
+// of f each plus the remaining slots to experts drawn at random.
+inline void for_each_small_instance(
+    unsigned seed, std::initializer_list<ucpkit::placement::Cluster> clusters, int trials,
+    const std::function<int(const ucpkit::placement::Cluster&, int, std::mt19937&)>& experts,
+    const std::function<void(const ucpkit::placement::Cluster&, int, const std::vector<double>&, const std::vector<int>&)>&
+        visit) {
+  std::mt19937 rng(seed);
+  std::lognormal_distribution<double> skew(8.0, 1.5);
+  for (const auto& cl : clusters)
+    for (int f = 1; f <= 3; ++f)
+      for (int trial = 0; trial < trials; ++trial) {
+        const int E = experts(cl, f, rng);
+        std::vector<double> t(E);
+        for (double& x : t) x = std::floor(skew(rng)) + 1;
+        std::vector<int> r(E, f);
+        for (int k = f * E; k < cl.slots(); ++k) r[rng() % E]++;
+        visit(cl, f, t, r);
+      }
+}
+
+// The most loaded GPU of a placement under equal shares.
+inline double most_loaded_gpu(const std::vector<int>& phy2log, const std::vector<double>& t,
+                              const ucpkit::placement::Cluster& cl) {
+  const auto g = ucpkit::placement::gpu_loads(phy2log, t, cl);
+  return *std::max_element(g.begin(), g.end());
 }
 
 // One layer of loads as a LoadMatrix.

@@ -16,11 +16,6 @@ using namespace placement_test;
 
 namespace {
 
-double max_load(const std::vector<int>& p2l, const std::vector<double>& t, const Cluster& cl) {
-  const auto g = gpu_loads(p2l, t, cl);
-  return *std::max_element(g.begin(), g.end());
-}
-
 std::vector<int> counts(const std::vector<int>& p2l, int E) {
   std::vector<int> r(E, 0);
   for (int e : p2l) r[e]++;
@@ -30,27 +25,22 @@ std::vector<int> counts(const std::vector<int>& p2l, int E) {
 }  // namespace
 
 TEST(SwapChain, NeverHeavierKeepsCountsAndFaultTolerance) {
-  std::mt19937 rng(23);
-  std::lognormal_distribution<double> skew(8.0, 1.5);
   int improved = 0, cases = 0;
-  for (const Cluster& cl : {Cluster{4, 2, 4}, Cluster{5, 2, 4}, Cluster{8, 1, 3}, Cluster{3, 2, 3}, Cluster{6, 2, 2}})
-    for (int f = 1; f <= 3; ++f)
-      for (int trial = 0; trial < 6; ++trial) {
-        const int E = std::max(2, cl.slots() / f - static_cast<int>(rng() % 3));
-        std::vector<double> t(E);
-        for (double& x : t) x = std::floor(skew(rng)) + 1;
-        std::vector<int> r(E, f);
-        for (int k = f * E; k < cl.slots(); ++k) r[rng() % E]++;
+  for_each_small_instance(
+      23, {Cluster{4, 2, 4}, Cluster{5, 2, 4}, Cluster{8, 1, 3}, Cluster{3, 2, 3}, Cluster{6, 2, 2}}, 6,
+      [](const Cluster& cl, int f, std::mt19937& rng) { return std::max(2, cl.slots() / f - static_cast<int>(rng() % 3)); },
+      [&](const Cluster& cl, int f, const std::vector<double>& t, const std::vector<int>& r) {
+        const int E = static_cast<int>(t.size());
         const auto start = lpt_pack(r, t, cl, true);
         const auto d0 = distinct_nodes(start, cl, E);
         const auto out = swap_chain_improve(start, t, cl, f, 64);
         EXPECT_EQ(counts(out, E), r);
         const auto d1 = distinct_nodes(out, cl, E);
         for (int e = 0; e < E; ++e) EXPECT_GE(d1[e], std::min(f, d0[e]));
-        EXPECT_LE(max_load(out, t, cl), max_load(start, t, cl) * (1 + 1e-12));
-        improved += max_load(out, t, cl) < max_load(start, t, cl) * (1 - 1e-12);
+        EXPECT_LE(most_loaded_gpu(out, t, cl), most_loaded_gpu(start, t, cl) * (1 + 1e-12));
+        improved += most_loaded_gpu(out, t, cl) < most_loaded_gpu(start, t, cl) * (1 - 1e-12);
         ++cases;
-      }
+      });
   std::printf("swap chains: %d of %d LPT packings lighter\n", improved, cases);
   EXPECT_GT(improved, 0);
 }
@@ -79,7 +69,7 @@ TEST(SwapChain, ReachesTheProvenOptimumOnFiveByTwoByFour) {
     const auto p = balanced_ft_layer(t, rc.cluster, 3).phy2log;
     const auto d = distinct_nodes(p, rc.cluster, 13);
     EXPECT_GE(*std::min_element(d.begin(), d.end()), 3);
-    EXPECT_NEAR(max_load(p, t, rc.cluster), 18066.5 + 5999.0 / 3, 1e-6);
+    EXPECT_NEAR(most_loaded_gpu(p, t, rc.cluster), 18066.5 + 5999.0 / 3, 1e-6);
   });
   EXPECT_TRUE(seen);
 }
