@@ -26,6 +26,7 @@
 #        TRIXIE (/opt/trixie); LAB (default ucp-bench-td); TORCH_ROUNDS (default = rounds; 0 skips torch);
 #        SCRATCH_NOSYNC=1 (steps 1 and 2 with --no-sync: MC2 and DSU are scratch folders);
 #        THREE_STEPS=0 (time the one pass only: less disk, for inputs larger than half the RAM);
+#        OTHER=dir (also time the one pass of another build, dir/bin and dir/lib, in each round: same run);
 #        HIDDEN, HEADS, KV_HEADS, FFN, LAYERS, VOCAB, TP (model; default 183.5M parameters, TD 2.57 GB).
 # Disk: TPL + TD + (MC2 + DSU + OUT) at the same time, about 5 x TD; MC2 is removed (untimed) once step 2
 # is done; the script stops before a round would leave less than 8 GB free.
@@ -39,6 +40,7 @@ HIDDEN=${HIDDEN:-1024}; HEADS=${HEADS:-16}; KV_HEADS=${KV_HEADS:-8}; FFN=${FFN:-
 LAYERS=${LAYERS:-10}; VOCAB=${VOCAB:-32000}; TP=${TP:-2}
 scratch=; [ "${SCRATCH_NOSYNC:-0}" = 1 ] && scratch=--no-sync
 THREE_STEPS=${THREE_STEPS:-1}
+OTHER=${OTHER:-}
 bin=$build/bin
 work=$WORK; mkdir -p "$work"
 tpl=$work/tpl; td=$work/td
@@ -62,13 +64,23 @@ mkdir -p "$mnt"; mountpoint -q "$mnt" || mount --bind "$work" "$mnt"
 trap 'umount "$mnt" 2>/dev/null; rmdir "$mnt" 2>/dev/null; true' EXIT
 
 . "$root/bench/bench_lib.sh"  # room, measure, add, med
-clean() { rm -rf "$work/mc2" "$work/dsu" "$work/out" "$work/out1" "$work/base" "$work/latest_universal"; sync; }
+clean() { rm -rf "$work/mc2" "$work/dsu" "$work/out" "$work/out1" "$work/out1.mine" "$work/base" "$work/latest_universal"; sync; }
 out_bytes=$in_bytes  # until the first OUT is measured
 for r in $(seq "$rounds"); do
   clean; room "$in_bytes"
   read -r s u k < <(measure "$bin/ucp-load" -q --input "$td" --template "$tpl" --output "$work/out1" --format deepspeed --tp "$TP" --pp 1 --dp 1)
   out_bytes=$(du -sb "$work/out1" | cut -f1)
   add s0 "$s" "$u" "$k"; echo "round $r one pass ucp-load --input TD --template TPL: $s s wall, $u s cpu, peak RSS $k KiB ($out_bytes bytes in $(find "$work/out1" -type f | wc -l) files)"
+  if [ -n "$OTHER" ]; then  # the same one pass with another build (its bin/ and lib/), files compared
+    mv "$work/out1" "$work/out1.mine"; sync; room "$in_bytes"
+    read -r s u k < <(measure env LD_LIBRARY_PATH="$OTHER/lib" "$OTHER/bin/ucp-load" -q --input "$td" --template "$tpl" --output "$work/out1" --format deepspeed --tp "$TP" --pp 1 --dp 1)
+    add s0o "$s" "$u" "$k"; echo "round $r one pass, build $OTHER: $s s wall, $u s cpu, peak RSS $k KiB"
+    if [ "$r" = 1 ]; then
+      diff -rq "$work/out1" "$work/out1.mine" >/dev/null || { echo "round 1: the two builds' files DIFFER" >&2; diff -rq "$work/out1" "$work/out1.mine" >&2 || true; exit 1; }
+      echo "round 1: the two builds' files are equal byte for byte"
+    fi
+    rm -rf "$work/out1.mine"
+  fi
   if [ "$THREE_STEPS" = 1 ]; then
   [ "$r" = 1 ] || rm -rf "$work/out1"
   room $((3 * in_bytes))
@@ -105,7 +117,7 @@ for r in $(seq "$rounds"); do
 done
 clean
 declare -A T C M
-for k in base s0 s1 s2 s3 torch; do
+for k in base s0 s0o s1 s2 s3 torch; do
   [ -n "${t[$k]:-}" ] || continue
   T[$k]=$(echo "${t[$k]}" | med); C[$k]=$(echo "${c[$k]}" | med); M[$k]=$(echo "${m[$k]}" | med)
 done
@@ -113,6 +125,7 @@ ratio() { echo "scale=2; $1 / ${T[base]}" | bc; }
 echo "medians over $rounds rounds (wall s, cpu user+sys s, peak RSS MiB, wall / baseline):"
 echo "  baseline (read TD once, write OUT's bytes once, sync): ${T[base]} s, ${C[base]} s cpu, $((M[base] / 1024)) MiB"
 echo "  one pass ucp-load --input TD --template TPL:   ${T[s0]} s, ${C[s0]} s cpu, $((M[s0] / 1024)) MiB (max $(( $(printf '%s\n' ${m[s0]} | sort -g | tail -1) / 1024 )) MiB), $(ratio "${T[s0]}")x (target 1.2x)"
+[ -z "${T[s0o]:-}" ] || echo "  one pass, build $OTHER: ${T[s0o]} s, ${C[s0o]} s cpu, $((M[s0o] / 1024)) MiB, $(ratio "${T[s0o]}")x"
 if [ -n "${T[torch]:-}" ]; then
   echo "  dcp_to_torch_save (torch 2.6, + sync):        ${T[torch]} s, ${C[torch]} s cpu, $((M[torch] / 1024)) MiB, $(ratio "${T[torch]}")x"
   echo "  dcp_to_torch_save / one pass: $(echo "scale=2; ${T[torch]} / ${T[s0]}" | bc)x time, $(echo "scale=1; ${M[torch]} / ${M[s0]}" | bc)x peak RSS"

@@ -137,7 +137,9 @@ uint32_t UniversalReader::read_part(int param, const std::string& state, int64_t
   if (source_) {
     source_->read(param, state_index(state), a, n, dst);
     bytes_read_ += static_cast<uint64_t>(n) * 4;
-    return verifies(param) ? crc32_update(0, {reinterpret_cast<const uint8_t*>(dst), static_cast<size_t>(n) * 4}) : 0;
+    return verifies(param) && source_->wants_crc()
+               ? crc32_update(0, {reinterpret_cast<const uint8_t*>(dst), static_cast<size_t>(n) * 4})
+               : 0;
   }
   Entry& e = entry(param, state);
   const bool verify = verifies(param);
@@ -152,6 +154,14 @@ uint32_t UniversalReader::read_part(int param, const std::string& state, int64_t
   }
   bytes_read_ += nbytes;
   return crc;
+}
+
+void UniversalReader::prefetch_part(int param, const std::string& state, int64_t a, int64_t n) {
+  if (n <= 0) return;
+  if (source_) return source_->prefetch(param, state_index(state), a, n);
+  const Entry& e = entry(param, state);
+  (void)::posix_fadvise(e.fd, static_cast<off_t>(e.offset + static_cast<uint64_t>(a) * 4), static_cast<off_t>(n) * 4,
+                        POSIX_FADV_WILLNEED);
 }
 
 void UniversalReader::verify_whole(int param, const std::string& state, uint32_t crc) {

@@ -35,6 +35,9 @@ class RangeReader {
   // Copies elements [begin, begin + n) of the row-major (sub-)tensor into `dst` (n * element size
   // bytes). Thread-safe. Throws Error naming the data file when a read fails or comes short.
   void copy(int64_t begin, int64_t n, uint8_t* dst);
+  // A hint that copy(begin, n, ...) comes soon: the data files' bytes of those elements are read into
+  // the page cache in the background (posix_fadvise WILLNEED); nothing is copied or checked.
+  void prefetch(int64_t begin, int64_t n) const;
   // Under --verify, checks every chunk's data-record CRC-32 (Error naming the item): the CRC-32s of the
   // ranges copied, combined in order, and the bytes never asked for (a padded vocabulary's last rows)
   // read now. Call once every range has been copied; each byte must have been copied at most once.
@@ -53,6 +56,10 @@ class RangeReader {
     uint32_t crc = 0;
   };
   void read_chunk_bytes(uint32_t chunk, uint64_t from, uint64_t len, uint8_t* dst) const;
+  // each(run, byte offset in the range, byte offset in the run's chunk, bytes) for the runs that make
+  // up elements [begin, begin + n), in order; throws Error for elements outside the tensor.
+  template <typename Each>
+  void for_each_run(int64_t begin, int64_t n, Each each) const;
 
   DType dtype_ = DType::Float32;
   std::vector<int64_t> shape_;
