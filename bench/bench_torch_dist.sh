@@ -26,6 +26,8 @@
 #        TRIXIE (/opt/trixie); LAB (default ucp-bench-td); TORCH_ROUNDS (default = rounds; 0 skips torch);
 #        SCRATCH_NOSYNC=1 (steps 1 and 2 with --no-sync: MC2 and DSU are scratch folders);
 #        THREE_STEPS=0 (time the one pass only: less disk, for inputs larger than half the RAM);
+#        DROP_CACHES=1 (drop the page cache before every timed run: each reads its input from disk, the
+#          same start for all; without it the state of the cache, 13 GB input and outputs on 23 GiB, decides);
 #        OTHER=dir (also time the one pass of another build, dir/bin and dir/lib, in each round: same run);
 #        HIDDEN, HEADS, KV_HEADS, FFN, LAYERS, VOCAB, TP (model; default 183.5M parameters, TD 2.57 GB).
 # Disk: TPL + TD + (MC2 + DSU + OUT) at the same time, about 5 x TD; MC2 is removed (untimed) once step 2
@@ -41,6 +43,7 @@ LAYERS=${LAYERS:-10}; VOCAB=${VOCAB:-32000}; TP=${TP:-2}
 scratch=; [ "${SCRATCH_NOSYNC:-0}" = 1 ] && scratch=--no-sync
 THREE_STEPS=${THREE_STEPS:-1}
 OTHER=${OTHER:-}
+cold() { [ "${DROP_CACHES:-0}" != 1 ] || { sync; echo 3 > /proc/sys/vm/drop_caches; }; }
 bin=$build/bin
 work=$WORK; mkdir -p "$work"
 tpl=$work/tpl; td=$work/td
@@ -64,25 +67,39 @@ mkdir -p "$mnt"; mountpoint -q "$mnt" || mount --bind "$work" "$mnt"
 trap 'umount "$mnt" 2>/dev/null; rmdir "$mnt" 2>/dev/null; true' EXIT
 
 . "$root/bench/bench_lib.sh"  # room, measure, add, med
-clean() { rm -rf "$work/mc2" "$work/dsu" "$work/out" "$work/out1" "$work/out1.mine" "$work/base" "$work/latest_universal"; sync; }
+clean() { rm -rf "$work/mc2" "$work/dsu" "$work/out" "$work/out1" "$work/out1.other" "$work/base" "$work/latest_universal"; sync; }
 out_bytes=$in_bytes  # until the first OUT is measured
-for r in $(seq "$rounds"); do
-  clean; room "$in_bytes"
+# The timed runs of a round: the one pass, the one pass of build $OTHER, the baseline; their order
+# rotates from round to round (a run right after another's 13 GB of writes finds the disk busier).
+mine() {
+  room "$in_bytes"; cold
   read -r s u k < <(measure "$bin/ucp-load" -q --input "$td" --template "$tpl" --output "$work/out1" --format deepspeed --tp "$TP" --pp 1 --dp 1)
   out_bytes=$(du -sb "$work/out1" | cut -f1)
   add s0 "$s" "$u" "$k"; echo "round $r one pass ucp-load --input TD --template TPL: $s s wall, $u s cpu, peak RSS $k KiB ($out_bytes bytes in $(find "$work/out1" -type f | wc -l) files)"
-  if [ -n "$OTHER" ]; then  # the same one pass with another build (its bin/ and lib/), files compared
-    mv "$work/out1" "$work/out1.mine"; sync; room "$in_bytes"
-    read -r s u k < <(measure env LD_LIBRARY_PATH="$OTHER/lib" "$OTHER/bin/ucp-load" -q --input "$td" --template "$tpl" --output "$work/out1" --format deepspeed --tp "$TP" --pp 1 --dp 1)
-    add s0o "$s" "$u" "$k"; echo "round $r one pass, build $OTHER: $s s wall, $u s cpu, peak RSS $k KiB"
-    if [ "$r" = 1 ]; then
-      diff -rq "$work/out1" "$work/out1.mine" >/dev/null || { echo "round 1: the two builds' files DIFFER" >&2; diff -rq "$work/out1" "$work/out1.mine" >&2 || true; exit 1; }
-      echo "round 1: the two builds' files are equal byte for byte"
-    fi
-    rm -rf "$work/out1.mine"
+  # kept for the comparisons of round 1 (with build $OTHER's, run next, and with the three runs')
+  [ "$r" = 1 ] && { [ -n "$OTHER" ] || [ "$THREE_STEPS" = 1 ]; } || { rm -rf "$work/out1"; sync; }
+}
+other() {  # the same one pass with another build (its bin/ and lib/)
+  room "$in_bytes"; cold
+  read -r s u k < <(measure env LD_LIBRARY_PATH="$OTHER/lib" "$OTHER/bin/ucp-load" -q --input "$td" --template "$tpl" --output "$work/out1.other" --format deepspeed --tp "$TP" --pp 1 --dp 1)
+  add s0o "$s" "$u" "$k"; echo "round $r one pass, build $OTHER: $s s wall, $u s cpu, peak RSS $k KiB"
+  if [ "$r" = 1 ]; then  # round 1 runs mine first
+    diff -rq "$work/out1" "$work/out1.other" >/dev/null || { echo "round 1: the two builds' files DIFFER" >&2; diff -rq "$work/out1" "$work/out1.other" >&2 || true; exit 1; }
+    echo "round 1: the two builds' files are equal byte for byte"
   fi
+  rm -rf "$work/out1.other"; [ "$THREE_STEPS" = 1 ] && [ "$r" = 1 ] || rm -rf "$work/out1"; sync
+}
+baseline() {
+  rm -rf "$work/base"; mkdir -p "$work/base"; sync; room "$out_bytes"; cold
+  read -r s u k < <(measure sh -c "for f in '$td'/*.txt '$td/$iter'/*; do dd if=\"\$f\" of='$work/base'/\$(basename \"\$f\") bs=8M status=none || exit 1; done && sync -f '$work/base'")
+  add base "$s" "$u" "$k"; echo "round $r baseline (dd every TD file into one folder, sync): $s s wall, $u s cpu ($in_bytes bytes written, OUT has $out_bytes)"
+  rm -rf "$work/base"; sync
+}
+runs=(mine baseline); [ -z "$OTHER" ] || runs=(mine other baseline)
+for r in $(seq "$rounds"); do
+  clean
+  for i in $(seq 0 $((${#runs[@]} - 1))); do "${runs[$(( (i + r - 1) % ${#runs[@]} ))]}"; done
   if [ "$THREE_STEPS" = 1 ]; then
-  [ "$r" = 1 ] || rm -rf "$work/out1"
   room $((3 * in_bytes))
   read -r s u k < <(measure "$bin/ucp-union" -q $scratch --input "$td" --output "$work/mc2")
   add s1 "$s" "$u" "$k"; echo "round $r step 1 ucp-union TD -> MC2: $s s wall, $u s cpu, peak RSS $k KiB ($(du -sb "$work/mc2" | cut -f1) bytes)"
@@ -98,12 +115,8 @@ for r in $(seq "$rounds"); do
   fi
   fi
 
-  clean; mkdir -p "$work/base"; room "$out_bytes"
-  read -r s u k < <(measure sh -c "for f in '$td'/*.txt '$td/$iter'/*; do dd if=\"\$f\" of='$work/base'/\$(basename \"\$f\") bs=8M status=none || exit 1; done && sync -f '$work/base'")
-  add base "$s" "$u" "$k"; echo "round $r baseline (dd every TD file into one folder, sync): $s s wall, $u s cpu ($in_bytes bytes written, OUT has $out_bytes)"
-
   if [ "$r" -le "$TORCH_ROUNDS" ]; then
-    clean; mkdir -p "$work/base"; room "$in_bytes"
+    clean; mkdir -p "$work/base"; room "$in_bytes"; cold
     /usr/bin/time -f "%e %U %S %M" -o "$work/time.txt" sh -c "chroot '$TRIXIE' /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root PYTHONWARNINGS=ignore \
       python3 -c 'from torch.distributed.checkpoint.format_utils import dcp_to_torch_save as f; f(\"/lab/$LAB/td/$iter\", \"/lab/$LAB/base/model.pt\")' \
       && sync -f '$work/base/model.pt'" >/dev/null 2>"$work/err.txt" && rc=0 || rc=$?

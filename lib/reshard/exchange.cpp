@@ -62,7 +62,6 @@ class ExchangeRun {
  private:
   void fill(size_t step);
   std::vector<size_t> read_batch(size_t b);
-  void prefetch_batch(size_t b);
   void verify_tensors(const std::vector<size_t>& complete);
   void pack_batch(size_t b);
   void cache_batch(size_t b);
@@ -158,7 +157,7 @@ void ExchangeRun::allocate_buffers() {
 // Fills the pieces of fill step `step` window by window. One thread per file at a time: buffered
 // writes to one file serialize on its inode lock (threads writing the same file spun on it: 18% of the time).
 void ExchangeRun::fill(size_t step) {
-  constexpr uint64_t kWindow = 8u << 20;
+  constexpr uint64_t kWindow = 1u << 20;  // generated, checksummed and written while in the CPU cache
   std::vector<std::vector<Item>> per_file(files_.size());
   for (const Item& it : items_[step]) per_file[it.file].push_back(it);
   std::vector<size_t> order;
@@ -229,18 +228,6 @@ std::vector<size_t> ExchangeRun::read_batch(size_t b) {
   return complete;
 }
 
-// The disk reads of batch `b`'s units started in the background (posix_fadvise WILLNEED), so that
-// they overlap the fill of the batch before it: the reads and the writes keep the disk busy together.
-void ExchangeRun::prefetch_batch(size_t b) {
-  if (b >= batches_.batches.size()) return;
-  const auto& x = batches_.batches[b];
-  for (size_t i = 0; i < x.owned.size(); ++i) {
-    const auto& rd = plan_.reads[x.owned[i]];
-    reader_.prefetch_part(rd.param, model_.states[static_cast<size_t>(rd.state)], rd.start,
-                          static_cast<int64_t>(x.owned_at[i + 1] - x.owned_at[i]));
-  }
-}
-
 // The owner of the first unit of each `complete` tensor combines its units' CRCs in order and checks
 // the manifest's (each atomic byte is read once in all).
 void ExchangeRun::verify_tensors(const std::vector<size_t>& complete) {
@@ -304,10 +291,7 @@ void ExchangeRun::run_batches(const Reporter& reporter) {
   cache_set_ = true;
   {
     const auto t = Clock::now();
-    parallel::collectively(mpi_, [&] {
-      prefetch_batch(0);
-      fill(0);
-    });
+    parallel::collectively(mpi_, [&] { fill(0); });
     stats.fill_seconds += since(t);
   }
   unit_crc_.assign(plan_.reads.size(), 0);
@@ -318,7 +302,6 @@ void ExchangeRun::run_batches(const Reporter& reporter) {
     const auto& x = batches_.batches[b];
     auto t = Clock::now();
     verify_tensors(read_batch(b));
-    parallel::collectively(mpi_, [&] { prefetch_batch(b + 1); });
     stats.read_seconds += since(t);
     t = Clock::now();
     pack_batch(b);

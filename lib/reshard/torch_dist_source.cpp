@@ -95,17 +95,6 @@ void TorchDistSource::open_value(Slot& slot, int param, int state) {
   live_bytes_ += static_cast<int64_t>(slot.value->nbytes());
 }
 
-void TorchDistSource::prefetch(int param, int state, int64_t a, int64_t n) {
-  Slot& slot = *slots_.at(static_cast<size_t>(param)).at(static_cast<size_t>(state));
-  std::shared_ptr<formats::dcp::RangeReader> range;
-  {
-    std::lock_guard<std::mutex> lock(slot.mu);
-    if (!open_range(slot, param, state)) return;  // a state read whole is read at its first request
-    range = slot.range;
-  }
-  for_each_row_range(slot, a, n, [&](int64_t from, int64_t count, int64_t) { range->prefetch(from, count); });
-}
-
 void TorchDistSource::read(int param, int state, int64_t a, int64_t n, float* dst) {
   Slot& slot = *slots_.at(static_cast<size_t>(param)).at(static_cast<size_t>(state));
   const int64_t numel = model_.params[static_cast<size_t>(param)].stored_numel;

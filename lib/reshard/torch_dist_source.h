@@ -53,8 +53,6 @@ class TorchDistSource final : public AtomicSource {
   pickle::ValuePtr step(int param) override;
   void whole_crc(int, int, uint32_t) override {}  // no checksums to compare: the torch_dist items carry their own
   bool wants_crc() const override { return false; }
-  // Opens the state's ranges (if they apply) and asks the kernel to read those elements' bytes ahead.
-  void prefetch(int param, int state, int64_t a, int64_t n) override;
 
  private:
   struct Slot {

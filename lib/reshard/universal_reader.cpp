@@ -156,14 +156,6 @@ uint32_t UniversalReader::read_part(int param, const std::string& state, int64_t
   return crc;
 }
 
-void UniversalReader::prefetch_part(int param, const std::string& state, int64_t a, int64_t n) {
-  if (n <= 0) return;
-  if (source_) return source_->prefetch(param, state_index(state), a, n);
-  const Entry& e = entry(param, state);
-  (void)::posix_fadvise(e.fd, static_cast<off_t>(e.offset + static_cast<uint64_t>(a) * 4), static_cast<off_t>(n) * 4,
-                        POSIX_FADV_WILLNEED);
-}
-
 void UniversalReader::verify_whole(int param, const std::string& state, uint32_t crc) {
   if (!verifies(param)) return;
   if (source_) {

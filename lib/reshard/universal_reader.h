@@ -52,9 +52,6 @@ class AtomicSource {
   // Whether whole_crc uses the CRC-32s (false: read_part does not compute them; the source checks its
   // own bytes, as the torch_dist items' CRC-32s are).
   virtual bool wants_crc() const { return true; }
-  // A hint that elements [a, a + n) of (param, state) will be read soon: start reading them from disk
-  // now (asynchronously, nothing copied). Thread-safe; the default does nothing.
-  virtual void prefetch(int /*param*/, int /*state*/, int64_t /*a*/, int64_t /*n*/) {}
 };
 
 class UniversalReader {
@@ -77,10 +74,6 @@ class UniversalReader {
   // included (MPI exchange owners).
   uint32_t read_part(int param, const std::string& state, int64_t a, int64_t n, float* dst);
   void verify_whole(int param, const std::string& state, uint32_t crc);
-  // A hint that read_part(param, state, a, n) will come soon: the source (or the state file) starts
-  // reading those bytes from disk in the background (posix_fadvise WILLNEED), so that the disk reads of
-  // the next exchange batch overlap the writes of this one.
-  void prefetch_part(int param, const std::string& state, int64_t a, int64_t n);
   // While set, read_range copies from `cache` instead of reading files (nullptr: files again).
   void set_cache(const AtomicCache* cache) { cache_ = cache; }
   // Reads every atomic tensor from `source` instead of files (nullptr: files); not owned.

@@ -1,7 +1,6 @@
 // Element ranges of a DCP tensor read with pread from the runs its chunks lay into it (range_reader.h).
 #include "formats/dcp/range_reader.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -128,14 +127,6 @@ void RangeReader::for_each_run(int64_t begin, int64_t n, Each each) const {
     const uint64_t a = std::max(lo, it->at), b = std::min(hi, it->at + it->len);
     if (a < b) each(*it, a - lo, it->from + (a - it->at), b - a);
   }
-}
-
-void RangeReader::prefetch(int64_t begin, int64_t n) const {
-  for_each_run(begin, n, [&](const Run& run, uint64_t, uint64_t from, uint64_t len) {
-    if (fds_[run.chunk] >= 0)
-      (void)::posix_fadvise(fds_[run.chunk], static_cast<off_t>(chunks_[run.chunk].file_offset + from),
-                            static_cast<off_t>(len), POSIX_FADV_WILLNEED);
-  });
 }
 
 void RangeReader::copy(int64_t begin, int64_t n, uint8_t* dst) {

@@ -35,9 +35,6 @@ class RangeReader {
   // Copies elements [begin, begin + n) of the row-major (sub-)tensor into `dst` (n * element size
   // bytes). Thread-safe. Throws Error naming the data file when a read fails or comes short.
   void copy(int64_t begin, int64_t n, uint8_t* dst);
-  // A hint that copy(begin, n, ...) comes soon: the data files' bytes of those elements are read into
-  // the page cache in the background (posix_fadvise WILLNEED); nothing is copied or checked.
-  void prefetch(int64_t begin, int64_t n) const;
   // Under --verify, checks every chunk's data-record CRC-32 (Error naming the item): the CRC-32s of the
   // ranges copied, combined in order, and the bytes never asked for (a padded vocabulary's last rows)
   // read now. Call once every range has been copied; each byte must have been copied at most once.
