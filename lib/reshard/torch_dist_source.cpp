@@ -56,45 +56,6 @@ TorchDistSource::TorchDistSource(const TorchDistInput& in, const ModelInfo& mode
   }
 }
 
-// Under slot.mu, at a state's first request: its element ranges straight from the save where they
-// apply (no state in memory); true if so.
-bool TorchDistSource::open_range(Slot& slot, int param, int state) {
-  if (slot.range) return true;
-  if (slot.value) return false;
-  const size_t v = view_index_[static_cast<size_t>(param)];
-  const std::string& name = model_.states[static_cast<size_t>(state)];
-  const auto& td = *in_.states;
-  const size_t from = in_.view.from[v];
-  const std::string where = td.checkpoint().dcp().metadata().path + ": " + td.plan().params[from].name + " " + name;
-  auto r = td.range(from, name);
-  if (!r) return false;
-  slot.served = 0;
-  slot.given.clear();
-  slot.rows = to_universal::deepspeed_value_rows(r->shape(), in_.view, v, where);
-  slot.row_elems = 1;
-  for (size_t d = 1; d < r->shape().size(); ++d) slot.row_elems *= r->shape()[d];
-  slot.range = std::move(r);
-  return true;
-}
-
-// Under slot.mu: the state read whole (in fp32, Megatron-DeepSpeed layout) where ranges do not apply.
-void TorchDistSource::open_value(Slot& slot, int param, int state) {
-  if (slot.value || open_range(slot, param, state)) return;
-  const size_t v = view_index_[static_cast<size_t>(param)];
-  const std::string& name = model_.states[static_cast<size_t>(state)];
-  const auto& td = *in_.states;
-  const size_t from = in_.view.from[v];
-  Tensor t = td.read(from, name);
-  t = to_universal::to_deepspeed_value(std::move(t), in_.view, v,
-                                       td.checkpoint().dcp().metadata().path + ": " + td.plan().params[from].name +
-                                           " " + name,
-                                       /*own_storage=*/false);  // the leading rows of a padded vocabulary: no copy
-  slot.served = 0;
-  slot.given.clear();
-  slot.value = std::make_shared<const Tensor>(t.contiguous());
-  live_bytes_ += static_cast<int64_t>(slot.value->nbytes());
-}
-
 void TorchDistSource::read(int param, int state, int64_t a, int64_t n, float* dst) {
   Slot& slot = *slots_.at(static_cast<size_t>(param)).at(static_cast<size_t>(state));
   const int64_t numel = model_.params[static_cast<size_t>(param)].stored_numel;
@@ -102,7 +63,34 @@ void TorchDistSource::read(int param, int state, int64_t a, int64_t n, float* ds
   std::shared_ptr<formats::dcp::RangeReader> range;
   {
     std::lock_guard<std::mutex> lock(slot.mu);  // one read of the stored chunks per state, however many ask
-    open_value(slot, param, state);
+    if (!slot.value && !slot.range) {
+      const size_t v = view_index_[static_cast<size_t>(param)];
+      const std::string& name = model_.states[static_cast<size_t>(state)];
+      const auto& td = *in_.states;
+      const size_t from = in_.view.from[v];
+      const std::string where = td.checkpoint().dcp().metadata().path + ": " + td.plan().params[from].name + " " + name;
+      slot.served = 0;
+      slot.given.clear();
+      if (auto r = td.range(from, name)) {  // ranges read straight from the save: no state in memory
+        slot.rows = to_universal::deepspeed_value_rows(r->shape(), in_.view, v, where);
+        slot.row_elems = 1;
+        for (size_t d = 1; d < r->shape().size(); ++d) slot.row_elems *= r->shape()[d];
+        slot.range = std::move(r);
+      }
+    }
+    if (!slot.value && !slot.range) {
+      const size_t v = view_index_[static_cast<size_t>(param)];
+      const std::string& name = model_.states[static_cast<size_t>(state)];
+      const auto& td = *in_.states;
+      const size_t from = in_.view.from[v];
+      Tensor t = td.read(from, name);
+      t = to_universal::to_deepspeed_value(std::move(t), in_.view, v,
+                                           td.checkpoint().dcp().metadata().path + ": " + td.plan().params[from].name +
+                                               " " + name,
+                                           /*own_storage=*/false);  // the leading rows of a padded vocabulary: no copy
+      slot.value = std::make_shared<const Tensor>(t.contiguous());
+      live_bytes_ += static_cast<int64_t>(slot.value->nbytes());
+    }
     value = slot.value;
     range = slot.range;
     const int64_t have = range ? (slot.rows.empty() ? 0 : (slot.rows.back().out + slot.rows.back().rows) * slot.row_elems)
@@ -150,8 +138,7 @@ void TorchDistSource::read(int param, int state, int64_t a, int64_t n, float* ds
   }
 }
 
-template <typename Each>
-void TorchDistSource::for_each_row_range(const Slot& slot, int64_t a, int64_t n, Each each) {
+void TorchDistSource::copy_rows(const Slot& slot, formats::dcp::RangeReader& range, int64_t a, int64_t n, float* dst) {
   // The runs are in output order and tile the value; the rows they give are fixed once read.
   const int64_t e = slot.row_elems;
   auto it = std::upper_bound(slot.rows.begin(), slot.rows.end(), a / e,
@@ -159,14 +146,9 @@ void TorchDistSource::for_each_row_range(const Slot& slot, int64_t a, int64_t n,
   if (it != slot.rows.begin()) --it;
   for (; it != slot.rows.end() && it->out * e < a + n; ++it) {
     const int64_t lo = std::max(a, it->out * e), hi = std::min(a + n, (it->out + it->rows) * e);
-    if (lo < hi) each(it->in * e + (lo - it->out * e), hi - lo, lo - a);
+    if (lo >= hi) continue;
+    range.copy(it->in * e + (lo - it->out * e), hi - lo, reinterpret_cast<uint8_t*>(dst + (lo - a)));
   }
-}
-
-void TorchDistSource::copy_rows(const Slot& slot, formats::dcp::RangeReader& range, int64_t a, int64_t n, float* dst) {
-  for_each_row_range(slot, a, n, [&](int64_t from, int64_t count, int64_t at) {
-    range.copy(from, count, reinterpret_cast<uint8_t*>(dst + at));
-  });
 }
 
 pickle::ValuePtr TorchDistSource::step(int param) {

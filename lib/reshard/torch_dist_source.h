@@ -67,12 +67,6 @@ class TorchDistSource final : public AtomicSource {
     int64_t served = 0;
     std::vector<std::pair<int64_t, int64_t>> given;  // element intervals handed out, sorted
   };
-  bool open_range(Slot& slot, int param, int state);
-  void open_value(Slot& slot, int param, int state);
-  // each(first element in the stored (sub-)tensor, count, offset in [a, a + n)) for the row runs that
-  // make up elements [a, a + n) of the Megatron-DeepSpeed value.
-  template <typename Each>
-  static void for_each_row_range(const Slot& slot, int64_t a, int64_t n, Each each);
   static void copy_rows(const Slot& slot, formats::dcp::RangeReader& range, int64_t a, int64_t n, float* dst);
   static constexpr int64_t kLiveBudget = 64ll << 20;  // bytes of states in flight before pages are released
   std::atomic<int64_t> live_bytes_{0};

@@ -114,8 +114,7 @@ void RangeReader::read_chunk_bytes(uint32_t chunk, uint64_t from, uint64_t len, 
   }
 }
 
-template <typename Each>
-void RangeReader::for_each_run(int64_t begin, int64_t n, Each each) const {
+void RangeReader::copy(int64_t begin, int64_t n, uint8_t* dst) {
   const uint64_t es = dtype_size(dtype_);
   if (begin < 0 || n < 0 || begin + n > numel_)
     fail(metadata_, "DCP: elements [" + std::to_string(begin) + ", " + std::to_string(begin + n) + ") asked of a tensor of " +
@@ -125,25 +124,24 @@ void RangeReader::for_each_run(int64_t begin, int64_t n, Each each) const {
   if (it != runs_.begin()) --it;
   for (; it != runs_.end() && it->at < hi; ++it) {
     const uint64_t a = std::max(lo, it->at), b = std::min(hi, it->at + it->len);
-    if (a < b) each(*it, a - lo, it->from + (a - it->at), b - a);
-  }
-}
-
-void RangeReader::copy(int64_t begin, int64_t n, uint8_t* dst) {
-  for_each_run(begin, n, [&](const Run& run, uint64_t at, uint64_t from, uint64_t len) {
-    uint8_t* to = dst + at;
-    if (!chunks_[run.chunk].crc) return read_chunk_bytes(run.chunk, from, len, to);
+    if (a >= b) continue;
+    uint8_t* to = dst + (a - lo);
+    const uint64_t from = it->from + (a - it->at);
+    if (!chunks_[it->chunk].crc) {
+      read_chunk_bytes(it->chunk, from, b - a, to);
+      continue;
+    }
     // Piece by piece, each checksummed while it is in the CPU cache.
     constexpr uint64_t kPiece = 1u << 20;
     uint32_t crc = 0;
-    for (uint64_t done = 0; done < len; done += kPiece) {
-      const uint64_t k = std::min(kPiece, len - done);
-      read_chunk_bytes(run.chunk, from + done, k, to + done);
-      crc = crc32_update(crc, {to + done, static_cast<size_t>(k)});
+    for (uint64_t at = 0; at < b - a; at += kPiece) {
+      const uint64_t n = std::min(kPiece, b - a - at);
+      read_chunk_bytes(it->chunk, from + at, n, to + at);
+      crc = crc32_update(crc, {to + at, static_cast<size_t>(n)});
     }
     std::lock_guard<std::mutex> lock(mu_);
-    copied_[run.chunk].push_back({from, len, crc});
-  });
+    copied_[it->chunk].push_back({from, b - a, crc});
+  }
 }
 
 void RangeReader::finish() {

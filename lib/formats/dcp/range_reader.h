@@ -53,10 +53,6 @@ class RangeReader {
     uint32_t crc = 0;
   };
   void read_chunk_bytes(uint32_t chunk, uint64_t from, uint64_t len, uint8_t* dst) const;
-  // each(run, byte offset in the range, byte offset in the run's chunk, bytes) for the runs that make
-  // up elements [begin, begin + n), in order; throws Error for elements outside the tensor.
-  template <typename Each>
-  void for_each_run(int64_t begin, int64_t n, Each each) const;
 
   DType dtype_ = DType::Float32;
   std::vector<int64_t> shape_;
