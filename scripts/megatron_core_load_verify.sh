@@ -94,4 +94,21 @@ GPT="$SHAPE --groups 4"
 GPTX="--normalization LayerNorm --position-embedding-type learned_absolute"
 case_ gpt_tp2 "--model gpt --tp 2 --dp 1" "" "--tp 2 $GPT" "--swiglu --untie-embeddings-and-output-weights" "$GPTX --make-vocab-size-divisible-by 8 $LR"
 case_ gpt_tp1pp2 "--model gpt --tp 2 --dp 1" "--tp 1 --pp 2 --dp 1" "--tp 1 --pp 2 $GPT" "--swiglu --untie-embeddings-and-output-weights" "$GPTX --make-vocab-size-divisible-by 16 $LR"
+# Native DeepSpeed MoE (models.py dsmoe: GPT-style, MoE in layers 1 and 3, 4 experts, top-1 gate
+# without bias) with --disable-bias-linear: Megatron-Core's TopKRouter has a bias exactly when
+# add_bias_linear (core/transformer/moe/router.py:64-69), and DeepSpeed's gate `wg` never has one, so
+# only the bias-free model has the same parameters on both sides (mcore_ckpt.py --moe passes
+# --disable-bias-linear too). EP 2 x DP 2 as saved; the MoE layers by --moe-layer-freq, the expert MLP
+# as the source's (ffn 64, no shared expert, GeLU).
+MOEX="--moe-layer-freq [0,1,0,1] $GPTX --disable-bias-linear"
+# Also written for (and loaded at) EP 1 x DP 2 (every expert on every rank) and EP 4 x DP 4.
+MOE="--moe --experts 4 --moe-ffn 64 --shared-ffn 0 $GPT"
+MOESRC="--model dsmoe --tp 1 --dp 2 --ep 2 --disable-bias-linear"
+MOEDROP="--swiglu --untie-embeddings-and-output-weights"
+case_ dsmoe_ep2 "$MOESRC" "" "--dp 2 --ep 2 --gbs 2 $MOE" "$MOEDROP" "$MOEX --make-vocab-size-divisible-by 8 $LR"
+case_ dsmoe_ep1dp2 "$MOESRC" "--tp 1 --dp 2 --ep 1" "--dp 2 --ep 1 --gbs 2 $MOE" "$MOEDROP" "$MOEX --make-vocab-size-divisible-by 8 $LR"
+case_ dsmoe_ep4dp4 "$MOESRC" "--tp 1 --dp 4 --ep 4" "--dp 4 --ep 4 --gbs 4 $MOE" "$MOEDROP" "$MOEX --make-vocab-size-divisible-by 8 $LR"
+# Written at the source's EP 2 x DP 2, resharded by Megatron-Core's own load to EP 4 x DP 4 and EP 1 x DP 1.
+case_ dsmoe_ep2_as_ep4dp4 "$MOESRC" "" "--dp 4 --ep 4 --gbs 4 $MOE" "$MOEDROP" "$MOEX --make-vocab-size-divisible-by 8 $LR"
+case_ dsmoe_ep2_as_ep1dp1 "$MOESRC" "" "--dp 1 --ep 1 --gbs 1 $MOE" "$MOEDROP" "$MOEX --make-vocab-size-divisible-by 8 $LR"
 exit $failed

@@ -8,8 +8,10 @@ chroot (torch 2.6, safetensors):
 <megatron truth dir>: `mcore_ckpt.py truth` output (dist_checkpointing.load_plain_tensors, Megatron's own
 reader: tensors.safetensors); every optimizer state (param = fp32 master, exp_avg, exp_avg_sq) must equal the
 truth bit for bit, and every model weight the fp32 master rounded to bf16, with the fused QKV read as
-Megatron-Core reads it (attention.py:1860-1900 at core_v0.19.0), the layer axis of stacked keys, and the
-vocabulary tensors' padded rows zeros.
+Megatron-Core reads it (attention.py:1860-1900 at core_v0.19.0), the layer axis of stacked keys (or the
+per-layer `decoder.layers.{L}.` keys of a model with MoE and dense layers), the expert axis of the experts'
+keys (`mlp.experts.experts.linear_fc{1,2}.weight` [E, ...], global expert id first), and the vocabulary
+tensors' padded rows zeros.
 Exit 0 when all equal."""
 import json
 import os
@@ -43,7 +45,12 @@ def main():
         "post_attention_layernorm.bias": "mlp.linear_fc1.layer_norm_bias",
         "mlp.dense_h_to_4h.bias": "mlp.linear_fc1.bias",
         "mlp.dense_4h_to_h.bias": "mlp.linear_fc2.bias",
+        # Native DeepSpeed MoE: the gate and the experts (docs/megatron-core-mapping.md).
+        "mlp.deepspeed_moe.gate.wg.weight": "mlp.router.weight",
     }
+    experts = {"dense_h_to_4h.weight": "mlp.experts.experts.linear_fc1.weight",
+               "dense_4h_to_h.weight": "mlp.experts.experts.linear_fc2.weight"}
+    xpre = "mlp.deepspeed_moe.experts.deepspeed_experts."
     top = {"language_model.embedding.word_embeddings.weight": "embedding.word_embeddings.weight",
            "language_model.encoder.final_layernorm.weight": "decoder.final_layernorm.weight",
            "language_model.output_layer.weight": "output_layer.weight",
@@ -52,18 +59,27 @@ def main():
     errors, checked = [], 0
     for p in meta["params"]:
         ds = p["name"]
+        expert = None
         if ds in top:
             key, layer = top[ds], None
         else:
             parts = ds.split(".")
             layer, local = int(parts[3]), ".".join(parts[4:])
-            key = "decoder.layers." + names[local]
+            if local.startswith(xpre):
+                expert, rest = local[len(xpre):].split(".", 1)
+                expert, mc = int(expert), experts[rest]
+            else:
+                mc = names[local]
+            key = "decoder.layers." + mc
+            if "optimizer.state.param." + key not in t:  # not a homogeneous stack: per-layer keys
+                key, layer = "decoder.layers.%d.%s" % (layer, mc), None
         for state, prefix in (("fp32", "optimizer.state.param."), ("exp_avg", "optimizer.state.exp_avg."),
                               ("exp_avg_sq", "optimizer.state.exp_avg_sq."), ("fp32", "")):
             want = torch.load(os.path.join(dtruth, "universal", "zero", ds, state + ".pt"), weights_only=False)
             want = want["param"] if isinstance(want, dict) else want
             got = t[prefix + key]
             got = got[layer] if layer is not None else got
+            got = got[expert] if expert is not None else got
             if local_is_qkv(ds) and p["kind"] == "subparams":
                 # GQA's [Q; K; V] (sub_param_shape); a plain MHA query_key_value is already per head
                 # [q k v] interleaved, Megatron-Core's order with groups = heads.

@@ -26,6 +26,9 @@ def main():
     ap.add_argument("--seq", type=int, default=16)
     ap.add_argument("--untied", action="store_true", help="gpt: separate output layer")
     ap.add_argument("--swiglu", action="store_true", help="gpt: fused SwiGLU dense_h_to_4h")
+    ap.add_argument("--disable-bias-linear", action="store_true",
+                    help="gpt, dsmoe: no biases on the linear layers (experts included), LayerNorm biases kept, "
+                         "as Megatron-DeepSpeed's --disable-bias-linear (dsgen/models.py ModelConfig.bias_linear)")
     ap.add_argument("--experts", type=int, default=4)
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--pp", type=int, default=1)
@@ -74,7 +77,7 @@ def main():
     kv = a.kv_heads if a.kv_heads is not None else (max(1, a.heads // 2) if a.model in ("llama", "mixtral") else a.heads)
     cfg = dsgen.ModelConfig(family=a.model, layers=a.layers, hidden=a.hidden, heads=a.heads, kv_heads=kv,
                             ffn=a.ffn, vocab=a.vocab, seq=a.seq, tied=not a.untied, swiglu=a.swiglu,
-                            experts=a.experts, pipe_numbering=a.pipe_numbering)
+                            bias_linear=not a.disable_bias_linear, experts=a.experts, pipe_numbering=a.pipe_numbering)
     lay = dsgen.Layout(tp=a.tp, pp=a.pp, dp=a.dp, zero=a.zero, dtype=a.dtype, bf16_optimizer=a.bf16_optimizer,
                        ep=a.ep, data_before_expert=a.data_before_expert, step=a.step, step_tensor=a.step_tensor,
                        seed=a.seed, uc_info=not a.no_uc_info, elastic=a.elastic, sub_group_size=a.sub_group_size,

@@ -20,6 +20,11 @@ class ModelConfig:
     experts: int = 4             # mixtral / dsmoe experts per MoE layer
     expert_interval: int = 2     # dsmoe: layers 1, 3, 5... are MoE
     experts_per_layer: tuple = ()  # dsmoe: experts of each MoE layer (empty: `experts` for all)
+    # gpt / dsmoe: biases of the linear layers (QKV, dense, MLP and expert MLPs). False is Megatron-DeepSpeed's
+    # --disable-bias-linear (arguments.py:937-939, add_bias_linear): ColumnParallelLinear / RowParallelLinear
+    # get bias=add_bias_linear (megatron/model/transformer.py:110, :120-130, :154-163 ParallelMLP, the
+    # experts' MLP too; :585 / :637 attention); LayerNorm keeps its bias (:988-998).
+    bias_linear: bool = True
     # Pipeline layer numbering of GPTModelPipe's specs (layer_NN files), see PIPE_NUMBERING.
     pipe_numbering: str = "megatron-deepspeed"
 
@@ -88,7 +93,8 @@ def build(cfg: ModelConfig, tp: int, pp: int, ep: int = 1) -> Model:
     hd = H // cfg.heads
     q, kv = cfg.heads * hd, cfg.kv_heads * hd
     gqa = cfg.family in ("llama", "mixtral")
-    biases = cfg.family in ("gpt", "dsmoe") and not cfg.swiglu
+    biases = cfg.family in ("gpt", "dsmoe") and not cfg.swiglu  # LayerNorm biases
+    lin_b = biases and cfg.bias_linear                            # biases of the linear layers
     norm_kind = "average" if gqa else "replicate"
     stages = _stage_of_layers(cfg.layers, pp)
     params = []
@@ -132,10 +138,10 @@ def build(cfg: ModelConfig, tp: int, pp: int, ep: int = 1) -> Model:
             lp("self_attention.query_key_value.weight", (q + 2 * kv, H), "subparams", 0, subs=(q, kv, kv))
         else:
             lp("self_attention.query_key_value.weight", (3 * H, H), "col", 0)
-            if biases:
+            if lin_b:
                 lp("self_attention.query_key_value.bias", (3 * H,), "col", 1)
         lp("self_attention.dense.weight", (H, q), "row", 0)
-        if biases:
+        if lin_b:
             lp("self_attention.dense.bias", (H,), "replicate", 1)
         lp("post_attention_layernorm.weight", (H,), norm_kind, 1)
         if biases:
@@ -155,15 +161,16 @@ def build(cfg: ModelConfig, tp: int, pp: int, ep: int = 1) -> Model:
                                                   (x + "dense_h_to_4h.bias", (F,), "col", 1),
                                                   (x + "dense_4h_to_h.weight", (H, F), "row", 0),
                                                   (x + "dense_4h_to_h.bias", (H,), "replicate", 1)):
-                    lp(local, shape, kind, group, moe_layer=moe_id, expert=e)
+                    if lin_b or not local.endswith(".bias"):
+                        lp(local, shape, kind, group, moe_layer=moe_id, expert=e)
             moe_id += 1
             num_experts.append(n_exp)
         else:
             lp("mlp.dense_h_to_4h.weight", (2 * F if cfg.swiglu else F, H), "swiglu" if cfg.swiglu else "col", 0)
-            if biases:
+            if lin_b:
                 lp("mlp.dense_h_to_4h.bias", (F,), "col", 1)
             lp("mlp.dense_4h_to_h.weight", (H, F), "row", 0)
-            if biases:
+            if lin_b:
                 lp("mlp.dense_4h_to_h.bias", (H,), "replicate", 1)
 
     last = pp - 1
@@ -233,6 +240,7 @@ def uc_info_for(model: Model) -> dict:
     rep, avg, row, two, subs = [], [], [], [], []
     norms = ["input_layernorm", "post_attention_layernorm"]
     biases = any(n.endswith("input_layernorm.bias") for n in names)
+    lin_b = any(n.endswith("self_attention.dense.bias") for n in names)
     norm_list = avg if cfg.family in ("llama", "mixtral") else rep
     for nm in norms:
         norm_list.append(L + nm + (r".(weight|bias)" if biases else ".weight"))
@@ -247,7 +255,7 @@ def uc_info_for(model: Model) -> dict:
         if cfg.family in ("gpt", "dsmoe"):
             rep.append("language_model.embedding.position_embeddings.weight")
     row.append(L + "self_attention.dense.weight")
-    if biases:
+    if lin_b:
         rep.append(L + "self_attention.dense.bias")
     if cfg.family == "mixtral":
         rep.append(L + "mlp.router.weight")
@@ -257,12 +265,13 @@ def uc_info_for(model: Model) -> dict:
         if cfg.swiglu:
             two.append(L + "mlp.dense_h_to_4h.weight")
         row.append(L + "mlp.dense_4h_to_h.weight")
-        if biases:
+        if lin_b:
             rep.append(L + "mlp.dense_4h_to_h.bias")
     if cfg.family == "dsmoe":
         rep.append(L + "mlp.deepspeed_moe.gate.wg.weight")
         row.append(L + r"mlp.deepspeed_moe.experts.deepspeed_experts.\d+.dense_4h_to_h.weight")
-        rep.append(L + r"mlp.deepspeed_moe.experts.deepspeed_experts.\d+.dense_4h_to_h.bias")
+        if lin_b:
+            rep.append(L + r"mlp.deepspeed_moe.experts.deepspeed_experts.\d+.dense_4h_to_h.bias")
     if "subparams" in kinds:
         p = next(p for p in model.params if p.kind == "subparams")
         subs.append({"patterns": [L + "self_attention.query_key_value.weight"], "shape": [list(p.subs), -1],
