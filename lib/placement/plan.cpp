@@ -220,6 +220,7 @@ void write_plan_json(const Plan& plan, const json& extra, const std::vector<std:
         out.pop_back();  // reopen the list
         out.append(padding, 0, 3 * (static_cast<size_t>(width) - valid));
         out += ']';
+        flush(false);  // per row, not per layer: a layer's log2phy is 6 MB at 1,024 nodes (issue 31)
         continue;
       }
       row.assign(static_cast<size_t>(width), -1);
@@ -231,6 +232,7 @@ void write_plan_json(const Plan& plan, const json& extra, const std::vector<std:
             row[static_cast<size_t>(layer.phyrank[p])] = static_cast<int>(p);
       }
       append_ints(out, row);
+      flush(false);
     }
     out += "],\"logcnt\":";
     append_ints(out, counts[l]);

@@ -271,36 +271,6 @@ void check_svg_layer(const PlanRequest& req, const LoadMatrix& loads) {
                      std::to_string(loads.layers) + " layer(s), 0.." + std::to_string(loads.layers - 1));
 }
 
-// The plan file of a re-placement as a stream (PlanOutcome::plan_stream): the plan, the extra keys
-// and the transfers are copied (tens of MB) so that the writer outlives this call's locals.
-std::function<void(const TextSink&)> replacement_stream(const Plan& plan, nlohmann::json extra, const ReplaceResult& rr,
-                                                        const std::vector<int>* node_ids, int gpus_per_node) {
-  struct State {
-    Plan plan;
-    nlohmann::json extra;
-    ReplaceResult transfers;
-    std::vector<int> node_ids;
-    bool with_nodes = false;
-    int gpus_per_node = 1;
-  };
-  auto st = std::make_shared<State>();
-  st->plan = plan;
-  st->extra = std::move(extra);
-  st->transfers.transfers = rr.transfers;
-  st->with_nodes = node_ids != nullptr;
-  if (node_ids) st->node_ids = *node_ids;
-  st->gpus_per_node = gpus_per_node;
-  return [st](const TextSink& sink) {
-    write_plan_json(st->plan, st->extra,
-                    {{nlohmann::json(kTransfersPlaceholder).dump(),
-                      [&](const TextSink& s) {
-                        write_transfers_json(st->transfers, st->with_nodes ? &st->node_ids : nullptr,
-                                             st->gpus_per_node, s);
-                      }}},
-                    sink);
-  };
-}
-
 // --previous: re-place for new loads on the previous plan's cluster, counting migration.
 PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::chrono::steady_clock::time_point t0) {
   if (!req.current_path.empty()) throw UsageError("--previous and --current are exclusive");
@@ -351,13 +321,19 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
     out.notes.push_back("keeping " + fault_tolerance_option(popt.fault_tolerance) + " needs " +
                         std::to_string(rr.mandatory_copies) + " copies, more than --max-moved-bytes allows");
   compute_metrics(out.plan, loads, popt.recovery);
-  // The same loads placed from scratch, for comparison: what a plain re-run would move.
+  // The same loads placed from scratch, for comparison: what a plain re-run would move. Above
+  // kLargeClusterNodes eplb-global is placed for it only with --report (at 1,024 nodes its placement was
+  // about a tenth of the run, for a comparison field): the plan says so in "from_scratch_skipped".
   nlohmann::json scratch = nlohmann::json::object();
   double prev_bal = overall_balancedness(prev.layers, loads, cc);
+  const bool eplb_compared = cc.nodes <= kLargeClusterNodes || req.report;
   for (const char* algo : {"eplb-global", "balanced-ft"}) {
+    if (!eplb_compared && std::string(algo) == "eplb-global") continue;
     // balanced-ft from scratch was placed by the re-placement already (one of its options).
     const bool reuse = std::string(algo) == "balanced-ft" && rr.from_scratch.size() == loads.layers;
-    const std::vector<LayerPlacement> fresh = reuse ? rr.from_scratch : plan_placement(loads, cc, algo, popt).layers;
+    std::vector<LayerPlacement> placed;  // referenced, not copied: 64 layers of phy2log at 1,024 nodes
+    if (!reuse) placed = plan_placement(loads, cc, algo, popt).layers;
+    const std::vector<LayerPlacement>& fresh = reuse ? rr.from_scratch : placed;
     long long copies = 0;
     for (size_t l = 0; l < loads.layers; ++l) copies += copies_between(before[l], fresh[l].phy2log, cc);
     nlohmann::json j = {{"balancedness", overall_balancedness(fresh, loads, cc)}, {"copies_moved", copies}};
@@ -367,9 +343,12 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
   nlohmann::json rep = replace_to_json(rr, req.expert_bytes);
   rep["previous_balancedness"] = prev_bal;
   rep["from_scratch"] = scratch;
+  if (!eplb_compared)
+    rep["from_scratch_skipped"] = {{"eplb-global", "not placed above " + std::to_string(kLargeClusterNodes) +
+                                                       " nodes without --report"}};
   nlohmann::json rextra = {{"replacement", rep}};
   if (req.dispatch) rextra["dispatch"] = dispatch_report(out.plan, loads);
-  out.plan_stream = replacement_stream(out.plan, rextra, rr, nullptr, 1);
+  out.file_extra = rextra;
   std::ostringstream extra;
   extra << "re-placement from " << req.previous_path << ": balancedness " << fixed(prev_bal) << " (previous plan, new loads) -> "
         << fixed(out.plan.metrics.balancedness) << ", " << rr.copies << " expert copies moved";
@@ -378,6 +357,8 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
   for (const auto& [name, j] : scratch.items())
     extra << "  from scratch, " << name << ": balancedness " << fixed(j["balancedness"].get<double>()) << ", "
           << j["copies_moved"].get<long long>() << " copies\n";
+  if (!eplb_compared)
+    extra << "  from scratch, eplb-global: not placed above " << kLargeClusterNodes << " nodes (--report places it)\n";
   out.table = render_table(out.plan, std::nullopt, 32) + extra.str();
   if (req.dispatch) out.table += dispatch_line(rextra["dispatch"]);
   if (req.want_svg) out.svg = plan_svg(out.plan, chart_under(prev, loads), "before: previous plan", req.svg_layer);
@@ -444,7 +425,9 @@ PlanOutcome node_loss_plan(const PlanRequest& req, const LoadMatrix& loads, cons
     rep["from_scratch"] = {{"balanced-ft", {{"balancedness", scratch_bal}, {"replicas_moved", scratch_fetches}}}};
   nlohmann::json extra = {{"migration", migration_to_json(*out.migration, req.expert_bytes)}, {"replacement", rep}};
   if (req.dispatch) extra["dispatch"] = dispatch_report(out.plan, loads);
-  out.plan_stream = replacement_stream(out.plan, extra, rr, &physical, target.gpus_per_node);
+  out.file_extra = extra;
+  out.transfer_node_ids = physical;
+  out.transfers_with_nodes = true;
   std::ostringstream o;
   o << "node-loss re-placement: " << rr.copies << " GPU copies (" << rr.mandatory_copies
     << " to keep the fault tolerance) in " << rr.rounds << " rounds (lower bound " << rr.round_lower_bound << ")\n";
@@ -669,7 +652,7 @@ PlanOutcome make_plan_core(const PlanRequest& req) {
   nlohmann::json extra = nlohmann::json::object();
   if (out.migration) extra["migration"] = migration_to_json(*out.migration, req.expert_bytes);
   if (req.dispatch) extra["dispatch"] = dispatch_report(out.plan, loads);
-  out.plan_text = plan_json_text(out.plan, extra);
+  out.file_extra = extra;
   out.table = render_table(out.plan, out.migration, 32);
   if (req.dispatch) out.table += dispatch_line(extra["dispatch"]);
   out.table += min_recovery.second;
@@ -712,10 +695,23 @@ PlanOutcome make_plan_core(const PlanRequest& req) {
 
 }  // namespace
 
+void PlanOutcome::write_plan_file(const TextSink& sink) const {
+  if (!replacement) {
+    write_plan_json(plan, file_extra, {}, sink);
+    return;
+  }
+  write_plan_json(plan, file_extra,
+                  {{nlohmann::json(kTransfersPlaceholder).dump(),
+                    [&](const TextSink& s) {
+                      write_transfers_json(*replacement, transfers_with_nodes ? &transfer_node_ids : nullptr,
+                                           plan.cluster.gpus_per_node, s);
+                    }}},
+                  sink);
+}
+
 std::string PlanOutcome::plan_file_text() const {
-  if (!plan_stream) return plan_text;
   std::string text;
-  plan_stream([&](std::string_view piece) { text.append(piece); });
+  write_plan_file([&](std::string_view piece) { text.append(piece); });
   return text;
 }
 

@@ -59,11 +59,14 @@ struct PlanOutcome {
   Plan plan;
   std::optional<Migration> migration;
   std::optional<ReplaceResult> replacement;
-  std::string plan_text;   // the plan file, or empty where plan_stream is set
-  // Re-placements (--previous, node loss) whose plan file is hundreds of MB at 1,024 nodes (issue 31,
-  // peak RSS under 500 MB): the plan file written in pieces to the sink given, when it is written;
+  // The plan file, hundreds of MB at 1,024 nodes (issue 31: peak RSS under 500 MB, seconds of CPU), is
+  // never held whole: write_plan_file writes it in pieces to `sink` from `plan`, `file_extra` (the
+  // extra top-level keys) and, after a re-placement, `replacement`'s transfers, nothing copied;
   // plan_file_text() collects it for callers that want the text.
-  std::function<void(const TextSink&)> plan_stream;
+  nlohmann::json file_extra = nlohmann::json::object();
+  std::vector<int> transfer_node_ids;  // node loss: physical node ids of the transfers' GPUs
+  bool transfers_with_nodes = false;
+  void write_plan_file(const TextSink& sink) const;
   std::string plan_file_text() const;
   nlohmann::json summary;  // the --json summary
   std::string table;       // the terminal table (with --report, the Pareto table appended)

@@ -71,7 +71,7 @@ void raise_counts(LayerState& st, int f) {
 
 // Up to this many nodes align_to pairs nodes by an optimal assignment (Hungarian, O(N^3): 0.6 s per
 // layer at 1,024 nodes, 38 s for 64 layers); above, greedily (issue 31: --previous in seconds).
-constexpr int kExactAlignmentNodes = 256;
+constexpr int kExactAlignmentNodes = kLargeClusterNodes;
 
 }  // namespace
 

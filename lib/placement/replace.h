@@ -48,6 +48,10 @@ struct ReplaceResult {
   int round_lower_bound = 0;  // most copies one GPU receives (each GPU receives once per round)
 };
 
+// Above this many nodes the re-placements take the cheaper paths of issue 31 (1,024 nodes in seconds):
+// greedy node pairing in align_to, no from-scratch option for a weighed node loss, and `--previous`
+// compares with balanced-ft from scratch only (eplb-global from scratch with --report).
+inline constexpr int kLargeClusterNodes = 256;
 // Copies GPU-level: for each GPU the replicas of `after` beyond those it holds in `before`.
 long long copies_between(const std::vector<int>& before, const std::vector<int>& after, const Cluster& cluster);
 

@@ -94,7 +94,7 @@ void test_pause_staged() {
 // 130/143, nothing written); one that comes during the renames (each fsyncs its file first) lets
 // them finish: everything is written and the run ends as it would have (exit 0).
 // `first_stream`, when set, writes the first file in pieces instead of its bytes (a re-placement's
-// plan, hundreds of MB at 1,024 nodes: placement::PlanOutcome::plan_stream).
+// plan, hundreds of MB at 1,024 nodes: placement::PlanOutcome::write_plan_file).
 void write_all(const std::vector<std::pair<std::string, std::string_view>>& files,
                const std::function<void(const placement::TextSink&)>& first_stream = {}) {
   for (const auto& [path, bytes] : files) {
@@ -201,7 +201,7 @@ Result run_moe_replace(const MoeReplaceOptions& o) {
   if (out.migration && !out.migration->lost.empty())
     warn(std::to_string(out.migration->lost.size()) + " experts have no surviving replica");
   const std::vector<std::pair<std::string, std::string_view>> files = {
-      {o.output, out.plan_text}, {o.svg, out.svg}, {o.sglang_out, out.sglang_text}, {o.vllm_out, out.vllm_bytes}};
+      {o.output, {}}, {o.svg, out.svg}, {o.sglang_out, out.sglang_text}, {o.vllm_out, out.vllm_bytes}};
   if (o.dry_run) {
     std::vector<std::string> names;
     for (const auto& f : files)
@@ -210,7 +210,7 @@ Result run_moe_replace(const MoeReplaceOptions& o) {
     r.text = out.table + r.text;
     return r;
   }
-  write_all(files, out.plan_stream);
+  write_all(files, [&](const placement::TextSink& sink) { out.write_plan_file(sink); });
   Result r;
   r.output = o.output;
   r.fields = out.summary;

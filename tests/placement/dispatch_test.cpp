@@ -114,7 +114,7 @@ TEST(Dispatch, PlanFileCarriesSharesAndBothBalancedness) {
   req.sizes.survive_node_failures = 1;
   req.dispatch = true;
   PlanOutcome out = make_plan(req);
-  auto doc = nlohmann::json::parse(out.plan_text);
+  auto doc = nlohmann::json::parse(out.plan_file_text());
   ASSERT_TRUE(doc.contains("dispatch"));
   const auto& dj = doc["dispatch"];
   double mean = 0, mx = 0;

@@ -80,7 +80,7 @@ TEST(MinRecovery, SmartMoePlanMeetsTheTargetAndTheNextLowerWeightDoesNot) {
   const PlanOutcome out = request(0, true);
   const auto& chosen = out.summary.at("min_recovery");
   const double w = chosen.at("recovery_weight").get<double>();
-  const nlohmann::json plan = nlohmann::json::parse(out.plan_text);
+  const nlohmann::json plan = nlohmann::json::parse(out.plan_file_text());
   const double p2 = exact_recovery(plan, 2);
   std::printf("--min-recovery 2:0.9 on SmartMoE 8 x 4 x 4: weight %.4f, P(2 nodes down) %.4f (recomputed %.4f)\n", w,
               chosen.at("achieved").get<double>(), p2);
@@ -88,9 +88,9 @@ TEST(MinRecovery, SmartMoePlanMeetsTheTargetAndTheNextLowerWeightDoesNot) {
   EXPECT_NEAR(p2, chosen.at("achieved").get<double>(), 1e-12);
   ASSERT_GT(w, 0);  // the default (w = 0) has P(2 nodes down) 0.76 here
   const PlanOutcome below = request(w - 1.0 / 128, false);
-  EXPECT_LT(exact_recovery(nlohmann::json::parse(below.plan_text), 2), 0.9);
+  EXPECT_LT(exact_recovery(nlohmann::json::parse(below.plan_file_text()), 2), 0.9);
   const PlanOutcome same = request(w, false);  // the plan is balanced-ft at that weight
-  EXPECT_EQ(same.plan_text, out.plan_text);
+  EXPECT_EQ(same.plan_file_text(), out.plan_file_text());
   // Unreachable under f = 2: exit 2 (UsageError), nothing planned.
   PlanRequest req;
   req.loads_path = path;
