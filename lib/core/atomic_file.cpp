@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -21,21 +22,92 @@ namespace ucpkit {
 namespace {
 std::atomic<uint64_t> g_temp_counter{0};
 constexpr size_t kBufferSize = 1 << 20;
+// Cache::bypass: blocks of this size written with O_DIRECT, from memory aligned to kDirectAlign (the
+// page size; every device block size in use divides it). A file system that wants a larger
+// alignment answers EINVAL and the file is written through the cache instead.
+constexpr size_t kDirectBlock = size_t{4} << 20;
+constexpr size_t kDirectAlign = 4096;
 }  // namespace
 
-AtomicFile::AtomicFile(std::string target, bool durable) : target_(std::move(target)), durable_(durable) {
+AtomicFile::AtomicFile(std::string target, bool durable, Cache cache) : target_(std::move(target)), durable_(durable) {
   temp_ = target_ + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(g_temp_counter++);
   fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) fail(target_, std::string("cannot create: ") + std::strerror(errno));
-  buffer_.reserve(kBufferSize);
+  if (cache == Cache::bypass) {
+    const int flags = ::fcntl(fd_, F_GETFL);
+    void* block = nullptr;
+    if (flags >= 0 && ::fcntl(fd_, F_SETFL, flags | O_DIRECT) == 0) {
+      if (::posix_memalign(&block, kDirectAlign, kDirectBlock) == 0)
+        direct_ = static_cast<char*>(block);
+      else
+        ::fcntl(fd_, F_SETFL, flags);
+    }
+  }
+  if (!direct_) buffer_.reserve(kBufferSize);
 }
 
 AtomicFile::~AtomicFile() {
+  std::free(direct_);
   if (fd_ >= 0) ::close(fd_);
   if (!committed_) ::unlink(temp_.c_str());
 }
 
+bool AtomicFile::direct_block() {
+  size_t done = 0;
+  while (done < direct_used_) {
+    const ssize_t w = ::write(fd_, direct_ + done, direct_used_ - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EINVAL && done == 0) return false;  // O_DIRECT refused here: through the cache
+    if (w <= 0 || static_cast<size_t>(w) % kDirectAlign != 0) {
+      if (w < 0) fail(target_, std::string("write failed: ") + std::strerror(errno));
+      // A short write off the alignment: the rest through the cache (leave_direct writes it).
+      std::memmove(direct_, direct_ + done + static_cast<size_t>(w), direct_used_ - done - static_cast<size_t>(w));
+      direct_used_ -= done + static_cast<size_t>(w);
+      return false;
+    }
+    done += static_cast<size_t>(w);
+  }
+  direct_used_ = 0;
+  return true;
+}
+
+void AtomicFile::leave_direct() {
+  if (!direct_) return;
+  // The whole blocks of what is buffered still go direct (offsets and sizes stay aligned), the tail
+  // through the cache with O_DIRECT off.
+  const size_t whole = direct_used_ / kDirectAlign * kDirectAlign, tail = direct_used_ - whole;
+  bool direct_ok = true;
+  if (whole > 0) {
+    direct_used_ = whole;
+    direct_ok = direct_block();
+  }
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT) != 0)
+    fail(target_, std::string("cannot turn O_DIRECT off: ") + std::strerror(errno));
+  if (!direct_ok) write_all(fd_, direct_, direct_used_, target_);  // refused or cut short: what is left
+  write_all(fd_, direct_ + whole, tail, target_);
+  std::free(direct_);
+  direct_ = nullptr;
+  direct_used_ = 0;
+}
+
+void AtomicFile::write_direct(const char* data, size_t n) {
+  while (n > 0) {
+    const size_t k = std::min(n, kDirectBlock - direct_used_);
+    std::memcpy(direct_ + direct_used_, data, k);
+    direct_used_ += k;
+    data += k;
+    n -= k;
+    if (direct_used_ == kDirectBlock && !direct_block()) {
+      leave_direct();
+      write_all(fd_, data, n, target_);  // the rest through the cache (offset_ counted it already)
+      return;
+    }
+  }
+}
+
 void AtomicFile::flush_buffer() {
+  leave_direct();
   write_all(fd_, buffer_.data(), buffer_.size(), target_);
   buffer_.clear();
 }
@@ -43,6 +115,7 @@ void AtomicFile::flush_buffer() {
 void AtomicFile::write(const void* data, size_t n) {
   if (n == 0) return;
   offset_ += n;
+  if (direct_) return write_direct(static_cast<const char*>(data), n);
   if (buffer_.empty() && n >= kBufferSize / 2) {  // large writes go straight to the file (no copy)
     write_all(fd_, static_cast<const char*>(data), n, target_);
     return;
@@ -84,6 +157,7 @@ void AtomicFile::skip(uint64_t n) {
 }
 
 void AtomicFile::pwrite_at(uint64_t offset, std::span<const uint8_t> bytes) {
+  leave_direct();
   if (offset > offset_ || bytes.size() > offset_ - offset)
     fail(target_, "pwrite_at: bytes [" + std::to_string(offset) + ", +" + std::to_string(bytes.size()) +
                       ") were not written yet");

@@ -11,7 +11,14 @@ namespace ucpkit {
 // destructor removes it when commit() was never reached (error or exception).
 class AtomicFile {
  public:
-  explicit AtomicFile(std::string target, bool durable = false);
+  // `bypass`: a large file written front to back that nothing reads back soon (moe-replace's plan,
+  // hundreds of MB at 1,024 nodes) goes to the disk with O_DIRECT in aligned 4 MiB blocks, not
+  // through the page cache: copying it into the cache cost the kernel about 1 s of CPU per 400 MB
+  // here, O_DIRECT about 0.05 s. Where the file system refuses O_DIRECT the file is written as usual.
+  // Anything but write() (skip, pwrite_at, flush, start_writeback, commit) first writes what is
+  // buffered and goes on without it.
+  enum class Cache { keep, bypass };
+  explicit AtomicFile(std::string target, bool durable = false, Cache cache = Cache::keep);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
@@ -42,12 +49,17 @@ class AtomicFile {
 
  private:
   void flush_buffer();
+  void write_direct(const char* data, size_t n);
+  bool direct_block();  // writes the full direct buffer with O_DIRECT; false when the file system refused
+  void leave_direct();  // the direct buffer written out, O_DIRECT off for good
   std::string target_, temp_;
   int fd_ = -1;
   bool durable_;
   bool committed_ = false;
   uint64_t offset_ = 0;
   std::string buffer_;
+  char* direct_ = nullptr;  // Cache::bypass while O_DIRECT is on: the aligned block being filled
+  size_t direct_used_ = 0;
 };
 
 // Writes a whole small file atomically.

@@ -113,8 +113,12 @@ void write_all(const std::vector<std::pair<std::string, std::string_view>>& file
       for (size_t i = 0; i < files.size(); ++i) {
         const auto& [path, bytes] = files[i];
         if (path.empty() || g_stop.load()) continue;
-        staged.push_back(std::make_unique<AtomicFile>(path, /*durable=*/true));
-        if (i == 0 && first_stream)
+        // The streamed plan bypasses the page cache (AtomicFile::Cache::bypass: hundreds of MB that
+        // cost the kernel more CPU to cache than the plan took to compute).
+        const bool streamed = i == 0 && static_cast<bool>(first_stream);
+        staged.push_back(std::make_unique<AtomicFile>(path, /*durable=*/true,
+                                                      streamed ? AtomicFile::Cache::bypass : AtomicFile::Cache::keep));
+        if (streamed)
           first_stream([&](std::string_view piece) { staged.back()->write(piece.data(), piece.size()); });
         else
           staged.back()->write(bytes.data(), bytes.size());
