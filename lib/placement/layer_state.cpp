@@ -22,6 +22,21 @@ struct Holders {
   std::vector<std::pair<double, int>> by_value;  // (load + changes, index into gpus), descending
 };
 
+// An expert y of a light slot in one rewrite search: its holders (GPU, replicas of y), the load each
+// holder of y gains per replica when y loses one (dy), and per slot of the most loaded GPU the two
+// largest holder loads after the rewrite (made on first use).
+struct YHolders {
+  struct Top {
+    bool made = false;
+    double v1 = 0, v2 = 0;
+    int k1 = -1, k2 = -1;
+  };
+  int y = -1;
+  double dy = 0;
+  std::span<const std::pair<int, int>> gpus;
+  std::vector<Top> top;
+};
+
 // Version stamps unique across all states: a cache filled from one state (or a copy of it) can never
 // match another state's different slots, whatever the copies and assignments in between.
 unsigned long long next_stamp() {
@@ -38,10 +53,18 @@ struct LayerState::Scratch {
   std::vector<double> sh;
   std::vector<int> hot, count, xcount;
   Holders xs, ys;
-  std::vector<int> hot_on;      // replicas of every hot expert on every GPU: [hot index * D + gpu]
+  std::vector<int> hot_on;      // replicas of an expert on every GPU: [row * D + gpu], rows kept between searches
+  struct HotRow {
+    int expert = -1;
+    unsigned long long version = 0;  // the expert's version the row was filled at
+    std::vector<int> gpus;           // the GPUs whose entry is set
+  };
+  std::vector<HotRow> hot_rows;
+  std::vector<int> hot_row;        // per hot index: its row
+  std::vector<char> row_used;
   std::vector<Holders> xh;
   std::vector<int> x_on;        // replicas of g's slot-sp expert on every GPU: [sp * D + gpu]
-  std::vector<double> vy;       // per GPU: load + its changes when it holds y but not x
+  std::vector<YHolders> ycache;  // light_gpu_slot_joins_hottest_gpu_expert: the experts y met so far
   // gather's result per expert, valid while held_version[e] == LayerState::version(e) (consecutive
   // searches look at mostly the same experts, and only the two a move involves change).
   std::vector<std::vector<std::pair<int, int>>> held;
@@ -410,10 +433,40 @@ struct RewriteSearch {
     hot.resize(top);
     // Per-GPU scratch arrays are all zero between calls: only entries that were set are reset.
     if (sc.count.size() < static_cast<size_t>(D)) sc.count.resize(D, 0);
+    // The rows of hot_on stay filled between searches while their expert's slots are unchanged (its
+    // version): a move changes two experts, so most of the hot experts' rows are still right (issue
+    // 31: filling and clearing all 16 rows at every search, thousands of replicas each at 1,024
+    // nodes, was half of best_rewrite). Twice as many rows as hot experts: a free one always exists.
     std::vector<int>& hot_on = sc.hot_on;
-    if (hot_on.size() < top * D) hot_on.resize(top * D, 0);
+    auto& rows = sc.hot_rows;
+    const size_t R = 2 * top;
+    if (rows.size() < R) {
+      rows.resize(R);
+      hot_on.resize(R * D, 0);
+    }
+    sc.hot_row.assign(top, -1);
+    sc.row_used.assign(rows.size(), 0);
     for (size_t i = 0; i < top; ++i)
-      for (int s : st.slots_of(hot[i])) hot_on[i * D + cl.gpu_of_slot(s)]++;
+      for (size_t r = 0; r < rows.size(); ++r)
+        if (rows[r].expert == hot[i] && rows[r].version == st.version(hot[i])) {
+          sc.hot_row[i] = static_cast<int>(r);
+          sc.row_used[r] = 1;
+          break;
+        }
+    for (size_t i = 0, r = 0; i < top; ++i) {
+      if (sc.hot_row[i] >= 0) continue;
+      while (sc.row_used[r]) ++r;
+      auto& row = rows[r];
+      int* on = hot_on.data() + r * D;
+      for (int k : row.gpus) on[k] = 0;
+      row.gpus.clear();
+      for (int s : st.slots_of(hot[i]))
+        if (on[cl.gpu_of_slot(s)]++ == 0) row.gpus.push_back(cl.gpu_of_slot(s));
+      row.expert = hot[i];
+      row.version = st.version(hot[i]);
+      sc.hot_row[i] = static_cast<int>(r);
+      sc.row_used[r] = 1;
+    }
   }
 
   void slot_of_hottest_gpu_becomes_hot_expert();
@@ -421,10 +474,6 @@ struct RewriteSearch {
 
   // Zeroes the per-GPU scratch entries this search set.
   void reset_scratch() {
-    const std::vector<int>& hot = sc.hot;
-    std::vector<int>& hot_on = sc.hot_on;
-    for (size_t i = 0; i < top; ++i)
-      for (int s : st.slots_of(hot[i])) hot_on[i * D + cl.gpu_of_slot(s)] = 0;
     for (int sp = 0; sp < S; ++sp)
       for (const auto& [k, c] : sc.xh[sp].gpus) sc.x_on[static_cast<size_t>(sp) * D + k] = 0;
   }
@@ -462,7 +511,7 @@ void RewriteSearch::slot_of_hottest_gpu_becomes_hot_expert() {
     for (size_t hi = 0; hi < top; ++hi) {
       const int e = hot[hi];
       if (e == x) continue;
-      const int* e_on = hot_on.data() + hi * D;
+      const int* e_on = hot_on.data() + static_cast<size_t>(sc.hot_row[hi]) * D;
       const double te = st.expert_load(e), re = st.count(e);
       const double de = te / re - te / (re + 1);  // every holder of e carries this much less
       double worst = st.load(g) - tx / rx + te / (re + 1);
@@ -492,11 +541,9 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
   // one); the holders of y are evaluated exactly, of the others only the largest counts.
   std::vector<Holders>& xh = sc.xh;
   std::vector<int>& x_on = sc.x_on;
-  std::vector<double>& vy = sc.vy;
   xh.resize(S);
   if (x_on.size() < static_cast<size_t>(S) * D) x_on.resize(static_cast<size_t>(S) * D, 0);
-  vy.resize(D);
-  // The holders of g's experts (x_on, xh) and of a light slot's expert (count, vy) are gathered only
+  // The holders of g's experts (x_on, xh) and of a light slot's expert (ycache) are gathered only
   // when a candidate passes the bound that needs neither; gathers of x count in their own scratch, so
   // the counts of y stay intact. The results are those of gathering everything first.
   std::vector<int>& xcount = sc.xcount;
@@ -518,6 +565,47 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
     x_ready[sp] = 1;
   };
   st.lightest(16, sc.light_rewrite);
+  // Per distinct expert y of the light slots (a search meets few of them, each on several light
+  // GPUs: 8 in 63 on average at 1,024 nodes), gathered once: its holders, and per slot sp of g the
+  // two largest loads a holder reaches when the rewrite gives g's expert x one more replica (holders
+  // of x shed dx per replica of x, holders of y gain dy per replica of y). For a light GPU h the only
+  // holder that differs is h itself (one replica of y fewer), so the largest over the holders is the
+  // larger of h's own value and the largest of the others: the same maximum the loop over every
+  // holder found for each light slot again (issue 31: that loop and its gathers were most of the
+  // re-placement with a migration weight at 1,024 nodes).
+  std::vector<YHolders>& ycache = sc.ycache;
+  size_t ycached = 0;
+  auto entry_of = [&](int y, double dy) -> YHolders& {
+    for (size_t i = 0; i < ycached; ++i)
+      if (ycache[i].y == y) return ycache[i];
+    if (ycached == ycache.size()) ycache.emplace_back();
+    YHolders& en = ycache[ycached++];
+    en.y = y;
+    en.dy = dy;
+    gather(st, y, count, ys);
+    en.gpus = ys.gpus;
+    en.top.assign(static_cast<size_t>(S), {});
+    return en;
+  };
+  // The two largest over y's holders k of (k without x: its load plus its y changes; with x: also its
+  // x changes), for g's slot sp (x_on of sp gathered).
+  auto tops_of = [&](YHolders& en, int sp, double dx) -> const YHolders::Top& {
+    YHolders::Top& t = en.top[static_cast<size_t>(sp)];
+    if (t.made) return t;
+    const int* on = x_on.data() + static_cast<size_t>(sp) * D;
+    for (const auto& [k, c] : en.gpus) {
+      const double v = on[k] == 0 ? st.load(k) + add_times(0.0, en.dy, c)
+                                  : st.load(k) + add_times(sub_times(0.0, dx, on[k]), en.dy, c);
+      if (t.k1 < 0 || v > t.v1) {
+        t.v2 = t.v1, t.k2 = t.k1;
+        t.v1 = v, t.k1 = k;
+      } else if (t.k2 < 0 || v > t.v2) {
+        t.v2 = v, t.k2 = k;
+      }
+    }
+    t.made = true;
+    return t;
+  };
   for (const int h : sc.light_rewrite) {
     if (h == g) continue;
     for (int sq = 0; sq < S; ++sq) {
@@ -527,8 +615,12 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
       const double dy = ty / (ry - 1) - ty / ry;
       int cy_h = -1;  // y's replicas on h other than q
       for (int s = 0; s < S; ++s) cy_h += st.phy2log()[h * S + s] == y ? 1 : 0;
-      bool y_ready = false;
-      int top_y = -1;  // the holder of y with the largest vy: a lower bound on `worst` when it lacks x
+      // Replicas of y on GPU k after the rewrite (h loses q).
+      auto y_after = [&](int k) {
+        int n = k == h ? -1 : 0;
+        for (int s = 0; s < S; ++s) n += st.phy2log()[k * S + s] == y ? 1 : 0;
+        return n;
+      };
       for (int sp = 0; sp < S; ++sp) {
         const int x = st.phy2log()[g * S + sp];
         if (x == y) continue;
@@ -539,37 +631,23 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
         double worst = st.load(h) - ty / ry + tx / (rx + 1) + add_times(sub_times(0.0, dx, x_on_h), dy, cy_h);
         if (worst >= best) continue;  // the holders below only raise it: consider() would refuse it
         if (!x_ready[sp]) gather_x(sp);
-        if (!y_ready) {
-          gather(st, y, count, ys);
-          for (auto& [k, c] : ys.gpus) {
-            count[k] = k == h ? c - 1 : c;  // y's replicas other than q
-            vy[k] = st.load(k) + add_times(0.0, dy, count[k]);
-            if (top_y < 0 || vy[k] > vy[top_y]) top_y = k;
-          }
-          y_ready = true;
-        }
-        const int* on = x_on.data() + static_cast<size_t>(sp) * D;
-        if (top_y >= 0 && on[top_y] == 0 && vy[top_y] >= best) continue;  // the loop below reaches vy[top_y]
-        // Once `worst` reaches the best move found, consider() refuses it: the rest is not looked at.
-        double w = worst;
-        for (const auto& [k, c] : ys.gpus) {
-          const double v = on[k] == 0 ? vy[k] : st.load(k) + add_times(sub_times(0.0, dx, on[k]), dy, count[k]);
-          if (v > w) {
-            w = v;
-            if (w >= best) break;
-          }
-        }
-        worst = w;
+        YHolders& en = entry_of(y, dy);
+        const YHolders::Top& t = tops_of(en, sp, dx);
+        // h itself, with cy_h replicas of y left, and the largest other holder.
+        const int on_h = x_on[static_cast<size_t>(sp) * D + h];
+        const double vh = on_h == 0 ? st.load(h) + add_times(0.0, dy, cy_h)
+                                    : st.load(h) + add_times(sub_times(0.0, dx, on_h), dy, cy_h);
+        worst = std::max(worst, vh);
+        if (t.k1 >= 0 && t.k1 != h) worst = std::max(worst, t.v1);
+        else if (t.k2 >= 0) worst = std::max(worst, t.v2);
         if (worst >= best) continue;
         for (const auto& [v, i] : xh[sp].by_value)
-          if (count[xh[sp].gpus[i].first] == 0) {
+          if (y_after(xh[sp].gpus[i].first) == 0) {
             worst = std::max(worst, v);  // the largest holder of x without another y
             break;
           }
         consider(worst, q, x);
       }
-      if (y_ready)
-        for (const auto& [k, c] : ys.gpus) count[k] = 0;
     }
   }
 }
