@@ -87,6 +87,7 @@ class LayerState {
   std::vector<int> rest_, hi_;        // min-heap of the other GPUs; max-heap of all
   std::vector<int> rest_at_, hi_at_;  // per GPU: its index in rest_ (-1: in bottom_) and in hi_
   std::vector<std::vector<int>> slots_of_;
+  std::vector<int> pos_;  // per slot: its index in slots_of_ of its expert
   std::vector<unsigned long long> version_;
   std::vector<int> moved_;  // GPUs whose load changed, while set_slot updates many at once
   std::vector<char> moved_mark_;
