@@ -2,6 +2,8 @@
 #include "placement/balanced_ft.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <limits>
 #include <optional>
 #include <queue>
@@ -32,26 +34,36 @@ std::vector<int> greedy_order(const std::vector<double>& loads, int floor, long 
   const int E = static_cast<int>(loads.size());
   std::vector<int> r(E, floor), seq;
   seq.reserve(static_cast<size_t>(std::max<long long>(0, extra)));
-  // (load per replica, expert): the largest first, ties to the lower id.
-  using Key = std::pair<double, int>;
-  auto worse = [](const Key& a, const Key& b) { return a.first < b.first || (a.first == b.first && a.second > b.second); };
+  // (load per replica, expert), the largest first, ties to the lower id, as one 128-bit number: the
+  // bits of the load per replica (never negative; + 0.0 makes a -0.0 +0.0, so equal values have
+  // equal bits and the bits order as the values) above the complement of the id. A max-heap of those
+  // compares without the branches of comparing doubles (issue 31: this loop, 32,768 steps a layer
+  // at 1,024 nodes, took 4-7% of --previous).
+  using Key = unsigned __int128;
+  auto key = [&](int e) {
+    return (static_cast<Key>(std::bit_cast<uint64_t>(loads[e] / r[e] + 0.0)) << 32) |
+           (std::numeric_limits<uint32_t>::max() - static_cast<uint32_t>(e));
+  };
+  auto id = [](Key k) { return static_cast<int>(std::numeric_limits<uint32_t>::max() - static_cast<uint32_t>(k)); };
+  for (double x : loads)
+    if (!(x >= 0 && x <= std::numeric_limits<double>::max())) throw Error("internal: greedy_order needs finite loads >= 0");
   std::vector<Key> heap;
   heap.reserve(E);
-  for (int e = 0; e < E; ++e) heap.push_back({loads[e] / r[e], e});
-  std::make_heap(heap.begin(), heap.end(), worse);
+  for (int e = 0; e < E; ++e) heap.push_back(key(e));
+  std::make_heap(heap.begin(), heap.end());
   const size_t n = heap.size();
   for (long long i = 0; i < extra && E > 0; ++i) {
     // The top's key only falls (t / (r + 1) <= t / r): one sift down instead of a pop and a push.
-    const int e = heap[0].second;
+    const int e = id(heap[0]);
     r[e]++;
     seq.push_back(e);
-    const Key k{loads[e] / r[e], e};
+    const Key k = key(e);
     size_t j = 0;
     for (;;) {
       size_t c = 2 * j + 1;
       if (c >= n) break;
-      if (c + 1 < n && worse(heap[c], heap[c + 1])) ++c;
-      if (!worse(k, heap[c])) break;
+      if (c + 1 < n && heap[c] < heap[c + 1]) ++c;
+      if (!(k < heap[c])) break;
       heap[j] = heap[c];
       j = c;
     }
