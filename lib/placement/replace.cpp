@@ -406,17 +406,32 @@ class HolderRounds {
   int best(int e, int r, int skip, Busy&& busy) {
     const size_t b = static_cast<size_t>((*offset_)[e]), m = static_cast<size_t>((*offset_)[e + 1]) - b;
     const size_t words = (m + 63) >> 6;
+    // A row is its `words` words of busy bits, then a bit per word: made yet. A word is made (every
+    // holder of its 64 tested once) only when the search reads it: the search stops at the first
+    // free holder of the fewest sends, mostly in the first words (an expert held by thousands of
+    // GPUs had all of them tested for every round asked about). sent() sets bits in words made or
+    // not: making a word later tests busy(), which has that send too.
     size_t at = made_.find(e, r);
     if (at == PairIndex::kNone) {
       at = bits_.size();
       made_.insert(e, r, at);
-      bits_.resize(bits_.size() + words, 0);
-      for (size_t k = 0; k < m; ++k)
-        if (busy((*hold_)[b + k])) bits_[at + (k >> 6)] |= uint64_t{1} << (k & 63);
+      bits_.resize(bits_.size() + words + ((words + 63) >> 6), 0);
     }
-    const uint64_t* row = bits_.data() + at;
+    uint64_t* row = bits_.data() + at;
+    uint64_t* made = row + words;
+    auto word = [&](size_t w) {
+      if (!((made[w >> 6] >> (w & 63)) & 1)) {
+        uint64_t bits = 0;
+        for (size_t k = w << 6, end = std::min(m, (w + 1) << 6); k < end; ++k)
+          if (busy((*hold_)[b + k])) bits |= uint64_t{1} << (k & 63);
+        row[w] |= bits;
+        made[w >> 6] |= uint64_t{1} << (w & 63);
+      }
+      return row[w];
+    };
     auto free_bits = [&](size_t w, uint64_t candidates) {
-      uint64_t free = candidates & ~row[w];
+      if (!candidates) return uint64_t{0};
+      uint64_t free = candidates & ~word(w);
       if (w == words - 1 && (m & 63)) free &= (uint64_t{1} << (m & 63)) - 1;
       if (skip >= 0 && static_cast<size_t>(skip) >> 6 == w) free &= ~(uint64_t{1} << (skip & 63));
       return free;
