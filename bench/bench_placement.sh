@@ -2,7 +2,7 @@
 # moe-replace benchmark: planning time on one core (64 layers x 256 experts, 128 nodes x 8 GPUs x 4
 # slots, metrics with 1e5 Monte Carlo samples), its growth with nodes and experts, end-to-end CLI
 # time, and plan quality of every algorithm on the SmartMoE loads for the same slot budget.
-# Usage: bench/bench_placement.sh [build_dir]   (needs bench_placement and moe-replace built)
+# Usage: [BASE=<other build>] bench/bench_placement.sh [build_dir]   (needs bench_placement and moe-replace built)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
@@ -111,9 +111,11 @@ cpu_rss_of() {
   echo "$best $rss"
 }
 echo "== issue 31 scale, CLI end to end (read loads, plan, metrics, write the plan), CPU user+sys best of 2, one core:"
-echo "   this build against the old binary /work/base-6116fc0/bin/moe-replace in the same run where it is fast enough"
+# BASE=<dir> (default /work/base-6116fc0): another build's bin/moe-replace and lib/, timed in the same run.
+base="${BASE:-/work/base-6116fc0}"
+echo "   this build against the old binary $base/bin/moe-replace (BASE=<dir>) in the same run where it is fast enough"
 echo "   (old eplb/hecate at 1,024 nodes took 18 s / 82 s and --previous 114 s: not rerun here)"
-base_tool=/work/base-6116fc0/bin/moe-replace
+base_tool="$base/bin/moe-replace"
 sc="$(mktemp -d)"
 python3 - "$sc/w0.json" "$sc/w1.json" <<'PY'
 import json, random, sys
@@ -131,7 +133,7 @@ for n in 128 1024; do
     old="-"
     if [[ -x "$base_tool" && ( $n == 128 || ! "$algo" =~ ^(eplb|eplb-global|hecate)$ ) ]]; then
       # its RUNPATH names this tree's build/lib: without its own library it would run this build's code
-      old="$(cpu_of env LD_LIBRARY_PATH=/work/base-6116fc0/lib "${one_core[@]}" "$base_tool" "${args[@]}")"
+      old="$(cpu_of env LD_LIBRARY_PATH="$base/lib" "${one_core[@]}" "$base_tool" "${args[@]}")"
     fi
     awk -v n="$n" -v a="$algo" -v new="$new" -v old="$old" -v lim="$limit" 'BEGIN {
       r = (old == "-") ? "      -" : sprintf("%7.2f", new / old);
@@ -151,7 +153,7 @@ for n in 128 1024; do
     new="$(cpu_rss_of "${one_core[@]}" "$tool" "${args[@]}")"
     old="- -"
     if [[ -x "$base_tool" && $n == 128 ]]; then
-      old="$(cpu_rss_of env LD_LIBRARY_PATH=/work/base-6116fc0/lib "${one_core[@]}" "$base_tool" "${args[@]}")"
+      old="$(cpu_rss_of env LD_LIBRARY_PATH="$base/lib" "${one_core[@]}" "$base_tool" "${args[@]}")"
     fi
     awk -v n="$n" -v w="$what" -v new="$new" -v old="$old" -v lim="$limit" 'BEGIN {
       split(new, a, " "); split(old, b, " ");
