@@ -726,8 +726,7 @@ void take_best_extensions(std::vector<Trajectory>& traj, double budget, double s
 }
 
 // The placement of layer `l` at the point of its trajectory that was taken.
-LayerPlacement taken_placement(const Trajectory& tr, std::vector<int>&& base, const LoadMatrix& loads, size_t l,
-                               const Cluster& cl, int& from_scratch) {
+LayerPlacement taken_placement(const Trajectory& tr, std::vector<int>&& base, const LoadMatrix& loads, int& from_scratch) {
   LayerPlacement lp;
   if (!tr.fresh.empty() && tr.taken == tr.max_after.size() - 1) {
     lp.phy2log = tr.fresh;
@@ -735,9 +734,17 @@ LayerPlacement taken_placement(const Trajectory& tr, std::vector<int>&& base, co
   } else if (tr.taken == 0) {
     lp.phy2log = std::move(base);
   } else {
-    LayerState st(cl, loads.layer_vector(l), std::move(base));
-    for (size_t i = 0; i < tr.taken; ++i) apply_move(st, tr.moves[i]);
-    lp.phy2log = st.phy2log();
+    // The moves' effect on the slots alone (what LayerState's swap_slots and set_slot do to phy2log):
+    // the trajectory kept the loads and the GPU order already, a second LayerState redid all of that
+    // (issue 31: about a tenth of a re-placement with a migration weight at 1,024 nodes).
+    lp.phy2log = std::move(base);
+    for (size_t i = 0; i < tr.taken; ++i) {
+      const LayerMove& m = tr.moves[i];
+      if (m.rewrite)
+        lp.phy2log[static_cast<size_t>(m.p)] = m.q;
+      else
+        std::swap(lp.phy2log[static_cast<size_t>(m.p)], lp.phy2log[static_cast<size_t>(m.q)]);
+    }
   }
   lp.phyrank = ranks_by_appearance(lp.phy2log, static_cast<int>(loads.experts));
   return lp;
@@ -799,7 +806,7 @@ ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previo
   take_best_extensions(traj, budget, sum_mean, opt.migration_weight, all_replicas);
 
   for (size_t l = 0; l < L; ++l) {
-    LayerPlacement lp = taken_placement(traj[l], std::move(base[l]), loads, l, cl, res.layers_from_scratch);
+    LayerPlacement lp = taken_placement(traj[l], std::move(base[l]), loads, res.layers_from_scratch);
     long long c = copies_between(previous[l], lp.phy2log, cl);
     res.copies_per_layer.push_back(c);
     res.copies += c;
