@@ -167,11 +167,13 @@ TEST_P(MegatronCoreNames, RoundTripIsBitExact) {
 INSTANTIATE_TEST_SUITE_P(Families, MegatronCoreNames,
                          ::testing::Values(Case{"gpt_tp2pp2dp2_gpu", "gpt", 2},
                                            Case{"llama_tp2_bf16opt", "llama-gqa-swiglu", 1},
+                                           Case{"llama_tp2pp2dp2", "llama-gqa-swiglu", 2},
                                            Case{"moe_line_0.14", "deepspeed-moe", 4},
                                            Case{"dsmoe_nobias_ep2dp2", "deepspeed-moe", 2}),
                          [](const auto& info) {
                            std::string s = info.param.family;
                            if (std::string(info.param.fixture) == "dsmoe_nobias_ep2dp2") s += "_no_linear_bias";
+                           if (std::string(info.param.fixture) == "llama_tp2pp2dp2") s += "_tp2pp2";
                            for (char& ch : s)
                              if (ch == '-') ch = '_';
                            return s;
