@@ -2,7 +2,6 @@
 #include "placement/balanced_ft.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -17,6 +16,7 @@
 #include "placement/allocation.h"
 #include "placement/balance.h"
 #include "placement/layer_state.h"
+#include "placement/load_bits.h"
 #include "placement/lpt_fill.h"
 #include "placement/mro.h"
 #include "placement/pair_packing.h"
@@ -41,12 +41,11 @@ std::vector<int> greedy_order(const std::vector<double>& loads, int floor, long 
   // at 1,024 nodes, took 4-7% of --previous).
   using Key = unsigned __int128;
   auto key = [&](int e) {
-    return (static_cast<Key>(std::bit_cast<uint64_t>(loads[e] / r[e] + 0.0)) << 32) |
+    return (static_cast<Key>(load_bits(loads[e] / r[e])) << 32) |
            (std::numeric_limits<uint32_t>::max() - static_cast<uint32_t>(e));
   };
   auto id = [](Key k) { return static_cast<int>(std::numeric_limits<uint32_t>::max() - static_cast<uint32_t>(k)); };
-  for (double x : loads)
-    if (!(x >= 0 && x <= std::numeric_limits<double>::max())) throw Error("internal: greedy_order needs finite loads >= 0");
+  require_load_bits_order(loads, "greedy_order");
   std::vector<Key> heap;
   heap.reserve(E);
   for (int e = 0; e < E; ++e) heap.push_back(key(e));

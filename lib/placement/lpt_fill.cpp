@@ -2,12 +2,11 @@
 #include "placement/lpt_fill.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstdint>
 #include <limits>
 #include <utility>
 
-#include "core/error.h"
+#include "placement/load_bits.h"
 
 namespace ucpkit::placement {
 
@@ -21,7 +20,7 @@ struct Key {
   unsigned __int128 v = 0;
   Key() = default;
   Key(double load, int gpu)
-      : v((static_cast<unsigned __int128>(std::bit_cast<uint64_t>(load)) << 32) | static_cast<uint32_t>(gpu)) {}
+      : v((static_cast<unsigned __int128>(load_bits(load)) << 32) | static_cast<uint32_t>(gpu)) {}
   int gpu() const { return static_cast<int>(static_cast<uint32_t>(v)); }
   bool operator<(const Key& o) const { return v < o.v; }
   bool operator==(const Key& o) const { return v == o.v; }
@@ -178,8 +177,7 @@ struct Packer {
 
 std::vector<int> lpt_fill(std::vector<int> phy2log, const std::vector<int>& r, const std::vector<double>& t,
                           const Cluster& cl, NodeRule rule, const std::vector<char>& skip) {
-  for (double x : t)  // Key orders loads by their bits: right for loads >= 0 only
-    if (!(x >= 0 && x <= std::numeric_limits<double>::max())) throw Error("internal: lpt_fill needs finite loads >= 0");
+  require_load_bits_order(t, "lpt_fill");  // Key orders loads by their bits
   const bool spread = rule != NodeRule::any;
   const int E = static_cast<int>(r.size());
   // Experts by share descending (ties by id).

@@ -209,9 +209,8 @@ long long copies_between(const std::vector<int>& before, const std::vector<int>&
 
 namespace {
 
-// Per GPU, the rounds in which it is busy (sends, or receives) as bits; the round capacity doubles
-// when a round beyond it is marked, so a test is one load (schedule_transfers at 1,024 nodes makes
-// 1.5 million transfers, each testing every holder of its expert in one or more rounds).
+// Per GPU, the rounds in which it receives as bits; the round capacity doubles when a round beyond it
+// is marked, so a test is one load (the senders are kept round by round: GpusByRound).
 class RoundBits {
  public:
   explicit RoundBits(int units) : units_(units), bits_(static_cast<size_t>(units) * words_, 0) {}
@@ -224,8 +223,6 @@ class RoundBits {
     if (w >= words_) grow(w + 1);
     bits_[static_cast<size_t>(u) * words_ + w] |= uint64_t{1} << (r & 63);
   }
-  size_t words() const { return words_; }
-  const uint64_t* row(int u) const { return bits_.data() + static_cast<size_t>(u) * words_; }
 
  private:
   void grow(size_t need) {
