@@ -88,6 +88,9 @@ LLAMA="$SHAPE --groups 2"
 case_ llama_tp2 "--model llama --tp 2 --dp 1" "" "--tp 2 $LLAMA" "" "--disable-bias-linear --make-vocab-size-divisible-by 8 $LR"
 case_ llama_tp1pp2 "--model llama --tp 2 --dp 1" "--tp 1 --pp 2 --dp 1" "--tp 1 --pp 2 $LLAMA" "" "--disable-bias-linear --make-vocab-size-divisible-by 16 $LR"
 case_ llama_tp1dp2 "--model llama --tp 2 --dp 1" "--tp 1 --dp 2" "--tp 1 --dp 2 --gbs 2 $LLAMA" "" "--disable-bias-linear --make-vocab-size-divisible-by 16 $LR"
+# A TP 2 x PP 2 x DP 2 source (GPTModelPipe layer files; CI: MegatronCoreNames ..._tp2pp2), loaded by
+# Megatron at TP 2 x PP 2 (4 gloo ranks).
+case_ llama_tp2pp2 "--model llama --tp 2 --pp 2 --dp 2" "--tp 2 --pp 2 --dp 1" "--tp 2 --pp 2 $LLAMA" "" "--disable-bias-linear --make-vocab-size-divisible-by 8 $LR"
 # GPT (models.py: MHA, GeLU MLP with biases, LayerNorm with bias, learned absolute position embeddings
 # of seq 16 = mcore_ckpt.py's --max-position-embeddings, tied head): without --swiglu / --untie...
 GPT="$SHAPE --groups 4"

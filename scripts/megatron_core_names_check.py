@@ -24,6 +24,32 @@ sys.path.insert(0, sys.argv[3])
 import dsgen  # noqa: E402,F401  (DeepSpeed stand-ins for the truth files' SubparamShape)
 
 
+def non_pipe_names(params):
+    """A pipeline source's truth names (GPTModelPipe's: tied_modules.embed.*, `<layer>.<local>` per block,
+    `<layer>.weight|bias` for the final norm, `<layer>.lm_head.weight`; tests/generator/dsgen/models.py
+    PIPE_NUMBERING after deepspeedai/Megatron-DeepSpeed gpt_model.py:349-424) -> the non-pipe GPTModel
+    names the rest of this check maps; the block index is the pipe index minus the first block's,
+    found from the names themselves. Non-pipe names map to themselves."""
+    names = [p["name"] for p in params]
+    blocks = [int(n.split(".")[0]) for n in names if n.split(".")[0].isdigit() and n.count(".") >= 2
+              and not n.split(".", 1)[1].startswith("lm_head.")]
+    first = min(blocks) if blocks else 0
+    out = {}
+    for n in names:
+        head, _, rest = n.partition(".")
+        if n.startswith("tied_modules.embed."):
+            out[n] = "language_model.embedding." + n[len("tied_modules.embed."):]
+        elif head.isdigit() and rest.startswith("lm_head."):
+            out[n] = "language_model.output_layer." + rest[len("lm_head."):]
+        elif head.isdigit() and rest in ("weight", "bias"):
+            out[n] = "language_model.encoder.final_layernorm." + rest
+        elif head.isdigit():
+            out[n] = "language_model.encoder.layers.%d.%s" % (int(head) - first, rest)
+        else:
+            out[n] = n
+    return out
+
+
 def main():
     mtruth, dtruth = sys.argv[1], sys.argv[2]
     t = load_file(os.path.join(mtruth, "tensors.safetensors"))
@@ -57,13 +83,15 @@ def main():
            "language_model.embedding.position_embeddings.weight": "embedding.position_embeddings.weight",
            "language_model.encoder.final_layernorm.bias": "decoder.final_layernorm.bias"}
     errors, checked = [], 0
+    plain = non_pipe_names(meta["params"])
     for p in meta["params"]:
-        ds = p["name"]
+        ds = p["name"]  # the truth file's name; `name` the non-pipe one it maps through
+        name = plain[ds]
         expert = None
-        if ds in top:
-            key, layer = top[ds], None
+        if name in top:
+            key, layer = top[name], None
         else:
-            parts = ds.split(".")
+            parts = name.split(".")
             layer, local = int(parts[3]), ".".join(parts[4:])
             if local.startswith(xpre):
                 expert, rest = local[len(xpre):].split(".", 1)
