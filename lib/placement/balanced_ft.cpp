@@ -275,8 +275,21 @@ std::vector<Candidate> stepped_candidates(const std::vector<double>& t, const Cl
   const long long step = std::max<long long>(1, cl.gpus() / 2);
   for (long long x = slots, k = 0; x >= floor_slots && k <= std::min(cl.slots_per_gpu, 2); x -= step, ++k) {
     auto r = counts_from(t, seq, slots, f, x);
-    auto packed = lpt_pack(r, t, cl, true);
-    double m = max_of(packed, t, cl);
+    // Past the first two candidates, only one packing at most as well as the second best so far can
+    // be refined (refine_candidates takes the usual candidates lightest first, two of them): its
+    // packing stops once a GPU exceeds that, and the candidate keeps an infinite maximum, sorted
+    // last (issue 31: at 1,024 nodes they never were among the two, and packing them was a tenth of
+    // a re-placement with a migration weight).
+    std::vector<int> packed;
+    if (cands.size() >= 2) {
+      std::vector<double> maxes;
+      for (const auto& c : cands) maxes.push_back(c.max);
+      std::nth_element(maxes.begin(), maxes.begin() + 1, maxes.end());
+      packed = lpt_pack_below(r, t, cl, true, maxes[1]);
+    } else {
+      packed = lpt_pack(r, t, cl, true);
+    }
+    double m = packed.empty() ? std::numeric_limits<double>::infinity() : max_of(packed, t, cl);
     cands.push_back({m, x, true, std::move(packed)});
     if (cands.front().max <= reference) break;  // the full greedy already packs as well as EPLB
     if (k == 0) {
@@ -396,6 +409,7 @@ Chosen refine_candidates(std::vector<Candidate> cands, const std::vector<double>
   for (size_t i = 0, refined = 0; i < cands.size(); ++i) {
     if (best.state && best.state->max_load() <= reference) break;
     if (!cands[i].rated && refined++ >= 2) continue;  // the first two of the usual candidates, as before
+    if (cands[i].phy2log.empty()) throw Error("internal: a candidate packed past its limit was refined");
     // A dominant-expert allocation is refined when its packing is near the best refined one.
     if (cands[i].dominant && best.state && cands[i].max >= best.state->max_load() * 1.02) continue;
     LayerState st(cl, t, std::move(cands[i].phy2log));

@@ -57,6 +57,8 @@ struct Packer {
   const bool spread;  // rule != NodeRule::any
   const int N, G, S;
   int distinct = 0;   // nodes holding the current expert
+  double limit = std::numeric_limits<double>::infinity();  // lpt_pack_below: a GPU above it stops the packing
+  bool over = false;
   std::vector<double> load;
   std::vector<int> used, here;  // here: replicas of the current expert on each node
   std::vector<Key> nk;          // every node's least loaded open GPU (kNone when full)
@@ -88,6 +90,7 @@ struct Packer {
     phy2log[slot] = e;
     load[g] += t[e] / r[e];
     used[g]++;
+    over |= load[g] > limit;
     const int n = cl.node_of_gpu(g);
     if (here[n]++ == 0) distinct++;
     refresh(n);
@@ -175,8 +178,11 @@ struct Packer {
 
 }  // namespace
 
-std::vector<int> lpt_fill(std::vector<int> phy2log, const std::vector<int>& r, const std::vector<double>& t,
-                          const Cluster& cl, NodeRule rule, const std::vector<char>& skip) {
+namespace {
+
+// lpt_fill, stopping with an empty result as soon as a GPU's load exceeds `limit`.
+std::vector<int> fill_below(std::vector<int> phy2log, const std::vector<int>& r, const std::vector<double>& t,
+                            const Cluster& cl, NodeRule rule, const std::vector<char>& skip, double limit) {
   require_load_bits_order(t, "lpt_fill");  // Key orders loads by their bits
   const bool spread = rule != NodeRule::any;
   const int E = static_cast<int>(r.size());
@@ -186,13 +192,22 @@ std::vector<int> lpt_fill(std::vector<int> phy2log, const std::vector<int>& r, c
     if (!skip[e] && r[e] > 0) by_share.push_back({-t[e] / r[e], e});
   std::sort(by_share.begin(), by_share.end());
   Packer pk(cl, r, t, phy2log, rule);
+  pk.limit = limit;
   for (const auto& [w, e] : by_share) {
     std::fill(pk.here.begin(), pk.here.end(), 0);
     pk.distinct = 0;
     const int placed = spread ? pk.batch_levels(e, 0) : 0;
     if (placed < r[e]) pk.one_at_a_time(e, placed);
+    if (pk.over) return {};
   }
   return phy2log;
+}
+
+}  // namespace
+
+std::vector<int> lpt_fill(std::vector<int> phy2log, const std::vector<int>& r, const std::vector<double>& t,
+                          const Cluster& cl, NodeRule rule, const std::vector<char>& skip) {
+  return fill_below(std::move(phy2log), r, t, cl, rule, skip, std::numeric_limits<double>::infinity());
 }
 
 std::vector<int> lpt_fill(std::vector<int> phy2log, const std::vector<int>& r, const std::vector<double>& t,
@@ -206,6 +221,12 @@ std::vector<int> lpt_pack(const std::vector<int>& r, const std::vector<double>& 
 
 std::vector<int> lpt_pack(const std::vector<int>& r, const std::vector<double>& t, const Cluster& cl, bool spread) {
   return lpt_pack(r, t, cl, spread ? NodeRule::levels : NodeRule::any);
+}
+
+std::vector<int> lpt_pack_below(const std::vector<int>& r, const std::vector<double>& t, const Cluster& cl, bool spread,
+                                double limit) {
+  return fill_below(std::vector<int>(cl.slots(), -1), r, t, cl, spread ? NodeRule::levels : NodeRule::any,
+                    std::vector<char>(r.size(), 0), limit);
 }
 
 }  // namespace ucpkit::placement

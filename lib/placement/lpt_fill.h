@@ -31,5 +31,10 @@ std::vector<int> lpt_fill(std::vector<int> phy2log, const std::vector<int>& r, c
 // lpt_fill onto an empty cluster with nothing skipped.
 std::vector<int> lpt_pack(const std::vector<int>& r, const std::vector<double>& t, const Cluster& cl, NodeRule rule);
 std::vector<int> lpt_pack(const std::vector<int>& r, const std::vector<double>& t, const Cluster& cl, bool spread);
+// lpt_pack, or an empty vector once some GPU's load exceeds `limit` (loads only grow while packing,
+// so the packing's most loaded GPU would exceed it): for a candidate only wanted when it packs at
+// most that well.
+std::vector<int> lpt_pack_below(const std::vector<int>& r, const std::vector<double>& t, const Cluster& cl, bool spread,
+                                double limit);
 
 }  // namespace ucpkit::placement
