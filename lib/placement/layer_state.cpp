@@ -59,6 +59,10 @@ struct YHolders {
   double dy = 0;
   std::span<const std::pair<int, int>> gpus;
   std::vector<Top> top;
+  // The three holders whose load plus their y changes (their value when they hold no x) is largest,
+  // largest first (fewer when y has fewer holders): (value, index into gpus).
+  std::pair<double, int> lead[3];
+  int leads = 0;
 };
 
 // Version stamps unique across all states: a cache filled from one state (or a copy of it) can never
@@ -658,23 +662,48 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
     gather(st, y, count, ys);
     en.gpus = ys.gpus;
     en.top.assign(static_cast<size_t>(S), {});
+    en.leads = 0;
+    for (size_t i = 0; i < en.gpus.size(); ++i) {
+      const auto [k, c] = en.gpus[i];
+      const std::pair<double, int> item{st.load(k) + add_times(0.0, en.dy, c), static_cast<int>(i)};
+      int at = en.leads < 3 ? en.leads++ : 3;
+      while (at > 0 && item.first > en.lead[at - 1].first) {
+        if (at < 3) en.lead[at] = en.lead[at - 1];
+        --at;
+      }
+      if (at < 3) en.lead[at] = item;
+    }
     return en;
   };
   // The two largest over y's holders k of (k without x: its load plus its y changes; with x: also its
   // x changes), for g's slot sp (x_on of sp gathered).
+  // Only the two values are used, as the largest over the holders other than a light GPU h (v1 when
+  // k1 is not h, else v2). No x change raises a holder's value (the sums round monotonically), so
+  // when the three leading holders (YHolders::lead) leave a second value no smaller than the third
+  // lead's value without x, no other holder can change the two: one pass over y's holders per
+  // search instead of one per slot of g (issue 31: 80 million holder values at 1,024 nodes, most
+  // of best_rewrite). Otherwise every holder is evaluated, as before.
   auto tops_of = [&](YHolders& en, int sp, double dx) -> const YHolders::Top& {
     YHolders::Top& t = en.top[static_cast<size_t>(sp)];
     if (t.made) return t;
     const int* on = x_on.data() + static_cast<size_t>(sp) * D;
-    for (const auto& [k, c] : en.gpus) {
-      const double v = on[k] == 0 ? st.load(k) + add_times(0.0, en.dy, c)
-                                  : st.load(k) + add_times(sub_times(0.0, dx, on[k]), en.dy, c);
+    auto visit = [&](int k, int c, double v0) {
+      const double v = on[k] == 0 ? v0 : st.load(k) + add_times(sub_times(0.0, dx, on[k]), en.dy, c);
       if (t.k1 < 0 || v > t.v1) {
         t.v2 = t.v1, t.k2 = t.k1;
         t.v1 = v, t.k1 = k;
       } else if (t.k2 < 0 || v > t.v2) {
         t.v2 = v, t.k2 = k;
       }
+    };
+    for (int i = 0; i < en.leads; ++i) {
+      const auto [k, c] = en.gpus[static_cast<size_t>(en.lead[i].second)];
+      visit(k, c, en.lead[i].first);
+    }
+    const bool settled = en.gpus.size() <= 3 || (t.k2 >= 0 && t.v2 >= en.lead[2].first);
+    if (!settled) {
+      t = YHolders::Top{};
+      for (const auto& [k, c] : en.gpus) visit(k, c, st.load(k) + add_times(0.0, en.dy, c));
     }
     t.made = true;
     return t;
