@@ -132,7 +132,7 @@ LayerState::LayerState(const Cluster& cluster, std::vector<double> loads, std::v
   for (int e = 0; e < experts_; ++e) share_[e] = cnt_[e] ? t_[e] / cnt_[e] : 0.0;
   for (int p = 0; p < cluster_.slots(); ++p) load_[cluster_.gpu_of_slot(p)] += share(phy2log_[p]);
   hi_.resize(cluster_.gpus());
-  std::iota(hi_.begin(), hi_.end(), 0);
+  for (size_t g = 0; g < hi_.size(); ++g) hi_[g].gpu = static_cast<int>(g);
   hi_at_.resize(hi_.size());
   rest_at_.resize(hi_.size());
   build_order();
@@ -147,12 +147,16 @@ void LayerState::build_order() {
   std::nth_element(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k), all.end(), by_load);
   std::sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k), by_load);
   bottom_.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k));
-  rest_.assign(all.begin() + static_cast<std::ptrdiff_t>(k), all.end());
+  rest_.clear();
+  for (size_t i = k; i < n; ++i) rest_.push_back(entry(all[i]));
   for (int g : bottom_) rest_at_[g] = -1;
-  for (size_t i = 0; i < rest_.size(); ++i) rest_at_[rest_[i]] = static_cast<int>(i);
-  for (size_t i = rest_.size() / 2; i-- > 0;) sift(rest_, rest_at_, i, false, false);
-  for (size_t i = 0; i < n; ++i) hi_at_[hi_[i]] = static_cast<int>(i);
-  for (size_t i = n / 2; i-- > 0;) sift(hi_, hi_at_, i, true, false);
+  for (size_t i = 0; i < rest_.size(); ++i) rest_at_[rest_[i].gpu] = static_cast<int>(i);
+  for (size_t i = rest_.size() / 2; i-- > 0;) sift<false>(rest_, rest_at_, i, false);
+  for (size_t i = 0; i < n; ++i) {
+    hi_[i].key = load_[hi_[i].gpu];
+    hi_at_[hi_[i].gpu] = static_cast<int>(i);
+  }
+  for (size_t i = n / 2; i-- > 0;) sift<true>(hi_, hi_at_, i, false);
 }
 
 void LayerState::insert_bottom(int gpu) {
@@ -161,15 +165,16 @@ void LayerState::insert_bottom(int gpu) {
   rest_at_[gpu] = -1;
 }
 
-void LayerState::sift(std::vector<int>& heap, std::vector<int>& at, size_t i, bool max_heap, bool up) {
+template <bool kMax>
+void LayerState::sift(std::vector<Entry>& heap, std::vector<int>& at, size_t i, bool up) {
   // `first(a, b)`: a belongs above b.
-  auto first = [&](int a, int b) { return max_heap ? lighter(b, a) : lighter(a, b); };
-  const int g = heap[i];
+  auto first = [](const Entry& a, const Entry& b) { return kMax ? lighter(b, a) : lighter(a, b); };
+  const Entry g = heap[i];
   while (up && i > 0) {
     const size_t up = (i - 1) / 2;
     if (!first(g, heap[up])) break;
     heap[i] = heap[up];
-    at[heap[i]] = static_cast<int>(i);
+    at[heap[i].gpu] = static_cast<int>(i);
     i = up;
   }
   for (;;) {
@@ -178,26 +183,48 @@ void LayerState::sift(std::vector<int>& heap, std::vector<int>& at, size_t i, bo
     if (c + 1 < heap.size() && first(heap[c + 1], heap[c])) ++c;
     if (!first(heap[c], g)) break;
     heap[i] = heap[c];
-    at[heap[i]] = static_cast<int>(i);
+    at[heap[i].gpu] = static_cast<int>(i);
     i = c;
   }
   heap[i] = g;
-  at[g] = static_cast<int>(i);
+  at[g.gpu] = static_cast<int>(i);
+}
+
+void LayerState::settle_hi() {
+  // A stale key is above its GPU's load: lowering it only moves it down.
+  while (hi_[0].key != load_[hi_[0].gpu]) {
+    hi_[0].key = load_[hi_[0].gpu];
+    sift<true>(hi_, hi_at_, 0, false);
+  }
+}
+
+void LayerState::settle_rest() {
+  // A stale key is below its GPU's load: raising it only moves it down.
+  while (!rest_.empty() && rest_[0].key != load_[rest_[0].gpu]) {
+    rest_[0].key = load_[rest_[0].gpu];
+    sift<false>(rest_, rest_at_, 0, false);
+  }
 }
 
 void LayerState::place(int gpu) {
-  sift(hi_, hi_at_, static_cast<size_t>(hi_at_[gpu]), true, true);
+  // The max-heap: a lighter GPU keeps its entry (a bound), a heavier one beyond it moves up.
+  const size_t h = static_cast<size_t>(hi_at_[gpu]);
+  if (load_[gpu] > hi_[h].key) {
+    hi_[h].key = load_[gpu];
+    sift<true>(hi_, hi_at_, h, true);
+  }
   if (rest_at_[gpu] < 0) {  // among the lightest
     bottom_.erase(std::find(bottom_.begin(), bottom_.end(), gpu));
-    if (!rest_.empty() && lighter(rest_[0], gpu)) {
+    settle_rest();
+    if (!rest_.empty() && lighter(rest_[0], entry(gpu))) {
       // No longer: the lightest of the others (heavier than every one left) joins at the end, and
       // gpu takes its place in the heap.
-      const int h = rest_[0];
-      bottom_.push_back(h);
-      rest_at_[h] = -1;
-      rest_[0] = gpu;
+      const int l = rest_[0].gpu;
+      bottom_.push_back(l);
+      rest_at_[l] = -1;
+      rest_[0] = entry(gpu);
       rest_at_[gpu] = 0;
-      sift(rest_, rest_at_, 0, false, false);
+      sift<false>(rest_, rest_at_, 0, false);
     } else {
       insert_bottom(gpu);
     }
@@ -206,12 +233,17 @@ void LayerState::place(int gpu) {
     const int b = bottom_.back();
     bottom_.pop_back();
     const size_t i = static_cast<size_t>(rest_at_[gpu]);
-    rest_[i] = b;
+    rest_[i] = entry(b);
     rest_at_[b] = static_cast<int>(i);
-    sift(rest_, rest_at_, i, false, true);
+    sift<false>(rest_, rest_at_, i, true);
     insert_bottom(gpu);
   } else {
-    sift(rest_, rest_at_, static_cast<size_t>(rest_at_[gpu]), false, true);
+    // The min-heap: a heavier GPU keeps its entry (a bound), a lighter one below it moves up.
+    const size_t i = static_cast<size_t>(rest_at_[gpu]);
+    if (load_[gpu] < rest_[i].key) {
+      rest_[i].key = load_[gpu];
+      sift<false>(rest_, rest_at_, i, true);
+    }
   }
 }
 
@@ -219,19 +251,16 @@ LayerState::Lightest::Lightest(const LayerState& state) : st_(state) {}
 
 int LayerState::Lightest::next() {
   if (taken_ < st_.bottom_.size()) return st_.bottom_[taken_++];
-  // Past the lightest: best first down the heap of the others, whose next lightest is always among
-  // the children of those listed.
-  if (taken_++ == st_.bottom_.size() && !st_.rest_.empty()) front_.push_back({{st_.load_[st_.rest_[0]], st_.rest_[0]}, 0});
-  if (front_.empty()) return -1;
-  std::pop_heap(front_.begin(), front_.end(), std::greater<>());
-  const auto [key, at] = front_.back();
-  front_.pop_back();
-  for (size_t c = 2 * static_cast<size_t>(at) + 1; c <= 2 * static_cast<size_t>(at) + 2 && c < st_.rest_.size(); ++c) {
-    const int g = st_.rest_[c];
-    front_.push_back({{st_.load_[g], g}, static_cast<int>(c)});
-    std::push_heap(front_.begin(), front_.end(), std::greater<>());
+  // Past the lightest (no search walks that far: they stop at kBottom), the others sorted by
+  // (load, GPU), the heap's entries being only bounds.
+  if (taken_ == st_.bottom_.size() && rest_.empty()) {
+    for (const Entry& e : st_.rest_) rest_.push_back(e.gpu);
+    std::sort(rest_.begin(), rest_.end(), [&](int a, int b) { return st_.lighter(a, b); });
   }
-  return key.second;
+  const size_t i = taken_ - st_.bottom_.size();
+  if (i >= rest_.size()) return -1;
+  ++taken_;
+  return rest_[i];
 }
 
 void LayerState::lightest(size_t k, std::vector<int>& out) const {
@@ -278,6 +307,7 @@ void LayerState::swap_slots(int p, int q) {
   version_[x] = version_[y] = next_stamp();
   phy2log_[p] = y;
   phy2log_[q] = x;
+  settle_hi();
 }
 
 void LayerState::set_slot(int p, int e) {
@@ -314,6 +344,7 @@ void LayerState::set_slot(int p, int e) {
   for (int s : slots_of_[x]) add(cluster_.gpu_of_slot(s), share(x));
   for (int s : slots_of_[e]) add(cluster_.gpu_of_slot(s), share(e));
   if (batch) reorder_moved();
+  settle_hi();
 }
 
 void LayerState::reorder_moved() {

@@ -30,8 +30,8 @@ class LayerState {
   // involving e; copies share it): caches of per-expert data.
   unsigned long long version(int e) const { return version_[e]; }
   // The most loaded GPU (ties: the largest id) and its load.
-  double max_load() const { return load_[hi_[0]]; }
-  int argmax_gpu() const { return hi_[0]; }
+  double max_load() const { return load_[hi_[0].gpu]; }
+  int argmax_gpu() const { return hi_[0].gpu; }
   // The k lightest GPUs, by (load, GPU) ascending (ties by id), into `out` (fewer when there are fewer).
   void lightest(size_t k, std::vector<int>& out) const;
   // The GPUs by (load, GPU) ascending, one at a time: next() is -1 after the last. The lightest 64
@@ -43,8 +43,8 @@ class LayerState {
 
    private:
     const LayerState& st_;
-    size_t taken_ = 0;                                           // of st_.bottom_
-    std::vector<std::pair<std::pair<double, int>, int>> front_;  // ((load, GPU), index in rest_), a min-heap
+    size_t taken_ = 0;       // of st_.bottom_, then of rest_
+    std::vector<int> rest_;  // past the lightest: the others by (load, GPU), sorted on first use
   };
 
   // Distinct nodes of x after one of its replicas moves from node a to node b.
@@ -70,13 +70,28 @@ class LayerState {
   // shifted along it at every load change, was a sixth of the node-loss re-placement at 1,024 nodes):
   // the kBottom lightest as a sorted list (what the searches walk), the others as a min-heap, and all
   // of them as a max-heap (the most loaded), with each GPU's place.
+  // The heaps are lazy (issue 31: their sifts were an eighth of a re-placement with a migration
+  // weight at 1,024 nodes, a rewrite changing the loads of hundreds of GPUs): an entry keeps the load
+  // it was last placed with, a bound on the GPU's load (at least it in the max-heap, at most it in the
+  // min-heap), and only a change past that bound moves it (up: a short way). A stale entry is put
+  // right when it reaches the top (settle_*): the top is then the GPU of the largest (smallest)
+  // (load, id) exactly, as every other entry bounds its GPU.
   static constexpr size_t kBottom = 64;
+  struct Entry {
+    double key;  // the GPU's load when the entry was last set
+    int gpu;
+  };
   bool lighter(int a, int b) const { return load_[a] < load_[b] || (load_[a] == load_[b] && a < b); }
+  static bool lighter(const Entry& a, const Entry& b) { return a.key < b.key || (a.key == b.key && a.gpu < b.gpu); }
+  Entry entry(int gpu) const { return {load_[gpu], gpu}; }
   void place(int gpu);  // restores the order after gpu's load changed (the only change since it held)
+  void settle_hi();     // the max-heap's top entry current
+  void settle_rest();   // the min-heap's top entry current
   void build_order();   // the order from scratch
   void insert_bottom(int gpu);
   // Moves heap[i] up (when `up`) and down to its place.
-  void sift(std::vector<int>& heap, std::vector<int>& at, size_t i, bool max_heap, bool up);
+  template <bool kMax>
+  void sift(std::vector<Entry>& heap, std::vector<int>& at, size_t i, bool up);
   Cluster cluster_;
   int experts_;
   std::vector<double> t_;
@@ -84,7 +99,7 @@ class LayerState {
   std::vector<double> load_;
   std::vector<double> share_;  // t_e / r_e (0 without replicas), kept with the counts
   std::vector<int> bottom_;           // the kBottom lightest GPUs (all, when fewer), sorted
-  std::vector<int> rest_, hi_;        // min-heap of the other GPUs; max-heap of all
+  std::vector<Entry> rest_, hi_;      // min-heap of the other GPUs; max-heap of all
   std::vector<int> rest_at_, hi_at_;  // per GPU: its index in rest_ (-1: in bottom_) and in hi_
   std::vector<std::vector<int>> slots_of_;
   std::vector<int> pos_;  // per slot: its index in slots_of_ of its expert
