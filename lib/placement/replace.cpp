@@ -191,6 +191,15 @@ long long alignment_lower_bound(const std::vector<int>& cost, int N) {
   return std::max(rows, cols);
 }
 
+}  // namespace
+
+long long alignment_copies_lower_bound(const std::vector<int>& before, const std::vector<int>& after,
+                                       const Cluster& cluster, int experts) {
+  return alignment_lower_bound(node_costs(before, after, cluster, experts), cluster.nodes);
+}
+
+namespace {
+
 // `fresh` with its nodes, and the GPUs inside each node, permuted (both optimal assignments; the
 // nodes greedily above kExactAlignmentNodes) so that it needs the fewest GPU-level copies from `prev`
 // that node and GPU relabelings allow; `cost` is node_costs(prev, fresh). Balance, fault tolerance

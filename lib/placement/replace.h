@@ -71,6 +71,13 @@ void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResu
 // each row and column once. Returns the column of every row.
 std::vector<int> greedy_assignment(const std::vector<int>& cost, int n, int max_cost);
 
+// A lower bound on the GPU-level copies from `before` of `after` with its nodes, and the GPUs inside
+// each node, relabeled in any way (what align_to minimizes), from the node cost matrix: the sum of
+// its rows' least costs, or of its columns', whichever is larger (exposed for tests; the
+// re-placement aligns its from-scratch point only when this bound makes it the best option).
+long long alignment_copies_lower_bound(const std::vector<int>& before, const std::vector<int>& after,
+                                       const Cluster& cluster, int experts);
+
 // Re-places `previous` (phy2log per layer, all on `cluster`) for `loads`. Mandatory first: experts
 // with fewer than f replicas get slots from experts with more, then experts on fewer than f nodes are
 // spread by swaps (these copies are made even beyond the budget; the result says how many). Then, per

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <random>
 
@@ -76,6 +77,39 @@ TEST(LptFill, SameSlotsAsAScanOfEveryGpu) {
   }
   EXPECT_EQ(cases, 18000);
   EXPECT_GT(batched, 1000);  // many cases take the batched path (fewer replicas than nodes)
+}
+
+// lpt_pack_below: empty exactly when lpt_pack's most loaded GPU is above the limit, else lpt_pack's
+// slots (limits at, just below and just above that maximum, and far from it).
+TEST(LptFill, PackBelowALimitIsEmptyExactlyWhenTheFullPackingExceedsIt) {
+  std::mt19937 rng(11);
+  int empty = 0, whole = 0;
+  for (int it = 0; it < 1500; ++it) {
+    Cluster cl{1 + static_cast<int>(rng() % 30), 1 + static_cast<int>(rng() % 4), 1 + static_cast<int>(rng() % 5)};
+    const int E = 1 + static_cast<int>(rng() % std::min(50, cl.slots()));
+    std::vector<int> r(E, 1);
+    for (int i = E; i < cl.slots(); ++i) r[rng() % E]++;
+    std::vector<double> t(E);
+    for (auto& x : t) x = static_cast<double>(rng() % (it % 3 == 0 ? 5 : 1000));
+    for (bool spread : {false, true}) {
+      const auto full = lpt_pack(r, t, cl, spread);
+      std::vector<double> load(cl.gpus(), 0.0);
+      for (int p = 0; p < cl.slots(); ++p) load[cl.gpu_of_slot(p)] += t[full[p]] / r[full[p]];
+      const double mx = *std::max_element(load.begin(), load.end());
+      for (double limit : {mx, std::nextafter(mx, 0.0), std::nextafter(mx, 1e300), mx * 0.5, mx * 2 + 1}) {
+        const auto below = lpt_pack_below(r, t, cl, spread, limit);
+        if (mx > limit) {
+          EXPECT_TRUE(below.empty()) << "case " << it << " limit " << limit << " max " << mx;
+          ++empty;
+        } else {
+          EXPECT_EQ(below, full) << "case " << it << " limit " << limit << " max " << mx;
+          ++whole;
+        }
+      }
+    }
+  }
+  EXPECT_GT(empty, 3000);
+  EXPECT_GT(whole, 3000);
 }
 
 }  // namespace
