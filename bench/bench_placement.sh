@@ -140,20 +140,23 @@ for n in 128 1024; do
       printf "%5d nodes %-12s %7.2f s CPU (old build %s s, ratio %s): %s the %g s target\n", n, a, new, old, r, (new < lim) ? "within" : "OVER", lim }'
   done
   "$tool" --input "$sc/w0.json" --nodes "$n" --gpus-per-node 8 --slots-per-gpu 4 --survive-node-failures 1 --output "$sc/plan.json" -q
-  # The re-placements (issue 31): CPU and peak RSS, this build against the old one at 128 nodes (the old
-  # --previous took 114 s and 2.9 GB at 1,024 nodes: not rerun).
-  for mode in node-loss previous; do
+  # The re-placements (issue 31): CPU and peak RSS, this build against the old one (at 1,024 nodes
+  # only where it ends within 60 s: 6116fc0's --previous took 114 s and 2.9 GB there).
+  for mode in node-loss previous previous-w1; do
     if [[ $mode == node-loss ]]; then
       args=(--input "$sc/w0.json" --current "$sc/plan.json" --failed-nodes 0 --migration-weight 0.5 --output "$sc/nl.json" -q)
       what="node loss (--current --failed-nodes 0 --migration-weight 0.5)"
-    else
+    elif [[ $mode == previous ]]; then
       args=(--input "$sc/w1.json" --previous "$sc/plan.json" --output "$sc/next.json" -q)
       what="--previous (new loads)"
+    else
+      args=(--input "$sc/w1.json" --previous "$sc/plan.json" --migration-weight 1 --output "$sc/next.json" -q)
+      what="--previous --migration-weight 1"
     fi
     new="$(cpu_rss_of "${one_core[@]}" "$tool" "${args[@]}")"
     old="- -"
-    if [[ -x "$base_tool" && $n == 128 ]]; then
-      old="$(cpu_rss_of env LD_LIBRARY_PATH="$base/lib" "${one_core[@]}" "$base_tool" "${args[@]}")"
+    if [[ -x "$base_tool" ]]; then
+      old="$(cpu_rss_of env LD_LIBRARY_PATH="$base/lib" timeout 60 "${one_core[@]}" "$base_tool" "${args[@]}" 2>/dev/null)" || old="- -"
     fi
     awk -v n="$n" -v w="$what" -v new="$new" -v old="$old" -v lim="$limit" 'BEGIN {
       split(new, a, " "); split(old, b, " ");

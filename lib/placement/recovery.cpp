@@ -114,8 +114,8 @@ void for_each_subset(const std::vector<int>& pool, int m, std::vector<char>& fai
   for (int i : idx) failed[pool[i]] = 0;
 }
 
-// Number of k-subsets of failed nodes that wipe out some candidate.
-double count_lost_sets(const std::vector<std::vector<int>>& cand, int nodes, int k) {
+// Number of k-subsets of failed nodes that wipe out some candidate, without singletons (below).
+double count_lost_sets_of(const std::vector<std::vector<int>>& cand, int nodes, int k) {
   double by_superset = 0;
   for (const auto& c : cand) by_superset += binomial(nodes - static_cast<int>(c.size()), k - static_cast<int>(c.size()));
   std::vector<char> failed(nodes, 0);
@@ -142,6 +142,34 @@ double count_lost_sets(const std::vector<std::vector<int>>& cand, int nodes, int
     });
   }
   return lost;
+}
+
+// Number of k-subsets of failed nodes that wipe out some candidate. The nodes U holding an expert
+// alone (single-node candidates) are counted in closed form: a subset is lost when it meets U
+// (C(N, k) - C(N - |U|, k) of them) or, inside the other nodes V, holds another candidate (those
+// meeting U are lost anyway): only V is enumerated (issue 31: a compact placement at 128 nodes,
+// about 80 such nodes per layer, took a second of enumeration for its exact p(2)).
+double count_lost_sets(const std::vector<std::vector<int>>& cand, int nodes, int k) {
+  std::vector<char> single(nodes, 0);
+  int u = 0;
+  for (const auto& c : cand)
+    if (c.size() == 1 && !single[c[0]]) single[c[0]] = 1, ++u;
+  if (u == 0) return count_lost_sets_of(cand, nodes, k);
+  std::vector<int> index(nodes, -1);  // node -> its index among V
+  int v = 0;
+  for (int n = 0; n < nodes; ++n)
+    if (!single[n]) index[n] = v++;
+  std::vector<std::vector<int>> inside;
+  for (const auto& c : cand) {
+    bool meets = false;
+    for (int n : c) meets = meets || single[n];
+    if (meets) continue;
+    std::vector<int> r;
+    for (int n : c) r.push_back(index[n]);
+    inside.push_back(std::move(r));
+  }
+  const double lost_inside = inside.empty() ? 0.0 : count_lost_sets_of(inside, v, k);
+  return binomial(nodes, k) - (binomial(v, k) - lost_inside);
 }
 
 void wilson(RecoveryEstimate& est, double successes, double n) {

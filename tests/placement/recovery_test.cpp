@@ -40,11 +40,13 @@ ExpertNodeSets random_sets(std::mt19937& rng, int experts, int nodes, int max_de
 
 }  // namespace
 
+// The trials from 30 on give experts at most two nodes: many alone on a node (counted in closed
+// form since issue 31) beside pairs that avoid those nodes, and pairs that meet them.
 TEST(Recovery, ExactMatchesDefinition) {
   std::mt19937 rng(5);
-  for (int trial = 0; trial < 30; ++trial) {
+  for (int trial = 0; trial < 80; ++trial) {
     int N = 3 + static_cast<int>(rng() % 12);
-    auto s = random_sets(rng, 2 + static_cast<int>(rng() % 20), N, 4);
+    auto s = random_sets(rng, 2 + static_cast<int>(rng() % 20), N, trial < 30 ? 4 : 2);
     RecoveryOptions o;
     o.max_failures = N - 1;
     RecoveryModel model(N, o);
