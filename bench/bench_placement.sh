@@ -117,14 +117,7 @@ echo "   this build against the old binary $base/bin/moe-replace (BASE=<dir>) in
 echo "   (old eplb/hecate at 1,024 nodes took 18 s / 82 s and --previous 114 s: not rerun here)"
 base_tool="$base/bin/moe-replace"
 sc="$(mktemp -d)"
-python3 - "$sc/w0.json" "$sc/w1.json" <<'PY'
-import json, random, sys
-random.seed(1)
-w0 = [[int(random.lognormvariate(8, 1)) for _ in range(256)] for _ in range(64)]
-json.dump(w0, open(sys.argv[1], "w"))
-random.seed(2)
-json.dump([[int(v * random.lognormvariate(0, 0.5)) for v in row] for row in w0], open(sys.argv[2], "w"))
-PY
+python3 "$root/bench/placement_scale_loads.py" "$sc/w0.json" "$sc/w1.json"
 for n in 128 1024; do
   limit=$([[ $n == 1024 ]] && echo 2 || echo 1)
   for algo in balanced-ft lazarus eplb-global eplb hecate spread compact; do
