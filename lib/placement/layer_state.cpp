@@ -394,8 +394,7 @@ bool any_improving_pair(const double* g, const double* h, int S, double M, doubl
       const V2 hv = {h[q], h[q]};
       for (const V2& gv : {g01, g23}) {
         const V2 d = gv - hv, a = Mv - d, b = Lv + d;
-        const V2 w = a < b ? b : a;  // std::max(a, b)
-        acc |= (d > zero) & (w < Bv);
+        acc |= (d > zero) & (a < Bv) & (b < Bv);  // max(a, b) < best: both are (loads are never NaN)
       }
     }
     return (acc[0] | acc[1]) != 0;
