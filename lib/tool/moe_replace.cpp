@@ -101,8 +101,11 @@ void write_all(const std::vector<std::pair<std::string, std::string_view>>& file
     if (path.empty()) continue;
     std::filesystem::path dir = std::filesystem::path(path).parent_path();
     if (dir.empty()) dir = ".";
-    if (::access(dir.c_str(), W_OK) != 0) throw Error(path + ": folder " + dir.string() + " is not writable");
     std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec))
+      throw Error(path + ": folder " + dir.string() +
+                  (std::filesystem::exists(dir, ec) ? " is not a folder" : " does not exist (create it first)"));
+    if (::access(dir.c_str(), W_OK) != 0) throw Error(path + ": folder " + dir.string() + " is not writable");
     if (std::filesystem::is_directory(path, ec)) throw Error(path + ": is a folder, not a file");
   }
   int stopped = 0;

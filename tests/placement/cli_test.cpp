@@ -180,6 +180,17 @@ TEST_F(Cli, BadInputFailsCleanly) {
     EXPECT_NE(r.out.find("moe-replace: error:"), std::string::npos) << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
   }
+  // An output folder that does not exist, or is a file: named for what it is, exit 1, nothing made.
+  write("file", "x");
+  for (const auto& [out, says] : {std::pair<std::string, std::string>{p("no/such/plan.json"), "folder " + p("no/such") +
+                                                                           " does not exist (create it first)"},
+                                  {p("file/plan.json"), "folder " + p("file") + " is not a folder"}}) {
+    CliRun r = run("--loads " + p("loads.json") + " --nodes 2 --gpus-per-node 4 --slots-per-gpu 2 --output " + out);
+    EXPECT_EQ(r.rc, 1) << r.out;
+    EXPECT_NE(r.out.find(says), std::string::npos) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  }
+  EXPECT_FALSE(fs::exists(dir / "no"));
   // Failed node not in the plan.
   ASSERT_EQ(run("--loads " + p("loads.json") + " --nodes 2 --gpus-per-node 4 --slots-per-gpu 2 --output " + p("plan.json") + " -q").rc, 0);
   CliRun r = run("--loads " + p("loads.json") + " --nodes 2 --gpus-per-node 4 --slots-per-gpu 2 --current " + p("plan.json") +
