@@ -278,8 +278,8 @@ std::vector<Candidate> stepped_candidates(const std::vector<double>& t, const Cl
     // Past the first two candidates, only one packing at most as well as the second best so far can
     // be refined (refine_candidates takes the usual candidates lightest first, two of them): its
     // packing stops once a GPU exceeds that, and the candidate keeps an infinite maximum, sorted
-    // last (issue 31: at 1,024 nodes they never were among the two, and packing them was a tenth of
-    // a re-placement with a migration weight).
+    // last (issue 31: at 1,024 nodes they never were among the two, and packing them was 7% of a
+    // re-placement with a migration weight).
     std::vector<int> packed;
     if (cands.size() >= 2) {
       std::vector<double> maxes;
