@@ -114,7 +114,8 @@ echo "== issue 31 scale, CLI end to end (read loads, plan, metrics, write the pl
 # BASE=<dir> (default /work/base-6116fc0): another build's bin/moe-replace and lib/, timed in the same run.
 base="${BASE:-/work/base-6116fc0}"
 echo "   this build against the old binary $base/bin/moe-replace (BASE=<dir>) in the same run where it is fast enough"
-echo "   (old eplb/hecate at 1,024 nodes took 18 s / 82 s and --previous 114 s: not rerun here)"
+echo "   (the old eplb, eplb-global and hecate are not rerun at 1,024 nodes: 6116fc0's took 18 s / 82 s there;"
+echo "    the old re-placements are, where they end within 60 s)"
 base_tool="$base/bin/moe-replace"
 sc="$(mktemp -d)"
 python3 "$root/bench/placement_scale_loads.py" "$sc/w0.json" "$sc/w1.json"
