@@ -439,9 +439,7 @@ std::optional<LayerMove> best_swap(const LayerState& st, int f) {
     // No swap with h moves more than gmax - hmin off g (rounding is monotone, so neither does any
     // computed d): when even that leaves g at the best found, h has nothing better.
     if (M - (gmax - hmin) >= best) continue;
-    // Whether any pair improves on the best found, without branches (issue 31: the two tests of
-    // every pair mispredicted about half the time, most of best_swap); the loop below then finds the
-    // first such pair in the same order, with the same arithmetic.
+    // Only a GPU with an improving pair is searched for the first one, in the same order.
     if (!any_improving_pair(gshare.data(), hshare.data(), S, M, L, best)) continue;
     const int b = cl.node_of_gpu(h);
     for (int sp = 0; sp < S; ++sp) {
@@ -706,8 +704,7 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
     return en;
   };
   // The two largest over y's holders k of (k without x: its load plus its y changes; with x: also its
-  // x changes), for g's slot sp (x_on of sp gathered).
-  // Only the two values are used, as the largest over the holders other than a light GPU h (v1 when
+  // x changes), for g's slot sp (x_on of sp gathered). Only the two values are used, as the largest over the holders other than a light GPU h (v1 when
   // k1 is not h, else v2). No x change raises a holder's value (the sums round monotonically), so
   // when the three leading holders (YHolders::lead) leave a second value no smaller than the third
   // lead's value without x, no other holder can change the two: one pass over y's holders per
@@ -767,9 +764,7 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
         const YHolders::Top& t = tops_of(en, sp, dx);
         // h itself, with cy_h replicas of y left, and the largest other holder.
         const int on_h = x_on[static_cast<size_t>(sp) * D + h];
-        const double vh = on_h == 0 ? st.load(h) + add_times(0.0, dy, cy_h)
-                                    : st.load(h) + add_times(sub_times(0.0, dx, on_h), dy, cy_h);
-        worst = std::max(worst, vh);
+        worst = std::max(worst, st.load(h) + add_times(sub_times(0.0, dx, on_h), dy, cy_h));
         if (t.k1 >= 0 && t.k1 != h) worst = std::max(worst, t.v1);
         else if (t.k2 >= 0) worst = std::max(worst, t.v2);
         if (worst >= best) continue;

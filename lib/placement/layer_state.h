@@ -35,7 +35,7 @@ class LayerState {
   // The k lightest GPUs, by (load, GPU) ascending (ties by id), into `out` (fewer when there are fewer).
   void lightest(size_t k, std::vector<int>& out) const;
   // The GPUs by (load, GPU) ascending, one at a time: next() is -1 after the last. The lightest 64
-  // come straight from a sorted list, the others lazily, so a search that stops early pays little.
+  // come straight from a sorted list; past them (no search goes that far) the others are sorted once.
   class Lightest {
    public:
     explicit Lightest(const LayerState& state);
