@@ -201,17 +201,21 @@ void write_file_atomic(const std::string& path, std::string_view contents, bool 
   f.commit();
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+std::string read_text_file(const std::string& path, const std::string& what) {
+  const UniqueFd in = open_input(path, what);
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(in.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(path, std::string("read failed: ") + std::strerror(errno));
+    if (n == 0) return out;
+    out.append(buf, static_cast<size_t>(n));
+  }
 }
 
 void copy_file_contents(const std::string& from, const std::string& to) {
-  const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
-  if (in < 0) fail(from, std::string("cannot open: ") + std::strerror(errno));
+  const int in = open_input(from).release();
   const int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (out < 0) {
     const int err = errno;

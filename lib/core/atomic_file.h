@@ -64,8 +64,9 @@ class AtomicFile {
 
 // Writes a whole small file atomically.
 void write_file_atomic(const std::string& path, std::string_view contents, bool durable = false);
-// Reads a whole small file; throws Error naming the file.
-std::string read_text_file(const std::string& path);
+// Reads a whole small file; throws Error naming the file and `what` it is (a FIFO or device is
+// refused without blocking: open_input).
+std::string read_text_file(const std::string& path, const std::string& what = "input");
 // Copies the file `from` to `to` (created or truncated, mode 0644). Throws Error naming `to` with the
 // real errno text of a failed read or write ("No space left on device"; std::filesystem::copy_file
 // reports a short sendfile as EIO whatever the cause).

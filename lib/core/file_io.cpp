@@ -1,9 +1,11 @@
 #include "core/file_io.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -25,6 +27,41 @@ void UniqueFd::reset(int fd) {
 UniqueFd open_or_fail(const std::string& path, int flags, mode_t mode) {
   UniqueFd f(path, flags, mode);
   if (!f) fail(path, std::string((flags & O_CREAT) ? "cannot create: " : "cannot open: ") + std::strerror(errno));
+  return f;
+}
+
+std::string special_file_kind(unsigned mode) {
+  if (S_ISREG(mode)) return {};
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISDIR(mode)) return "a directory";
+  return "not a regular file";
+}
+
+namespace {
+// Test hook: with UCPKIT_TEST_STALL_READ=<text>, opening an input whose path contains <text> stalls for
+// two minutes without looking at any flag, as a read blocked in the kernel on a stalled network file
+// system does; the tests check that SIGTERM still ends every tool within 2 s (core/staging.h).
+void stall_if_asked(const std::string& path) {
+  const char* v = std::getenv("UCPKIT_TEST_STALL_READ");
+  if (!v || !*v || path.find(v) == std::string::npos) return;
+  for (int i = 0; i < 12000; ++i) ::usleep(10000);
+}
+}  // namespace
+
+UniqueFd open_input(const std::string& path, const std::string& what) {
+  stall_if_asked(path);
+  UniqueFd f(path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+  if (!f) fail(path, "cannot open " + what + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(f.get(), &st) != 0) fail(path, "cannot stat " + what + ": " + std::strerror(errno));
+  if (const std::string kind = special_file_kind(st.st_mode); !kind.empty())
+    fail(path, "the " + what + " is " + kind + ", not a regular file; nothing was read from it");
+  const int flags = ::fcntl(f.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(f.get(), F_SETFL, flags & ~O_NONBLOCK) != 0)
+    fail(path, "cannot set up reading " + what + ": " + std::strerror(errno));
   return f;
 }
 

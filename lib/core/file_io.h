@@ -38,6 +38,16 @@ class UniqueFd {
 // Opens `path` or throws Error "<path>: cannot open: <strerror>" ("cannot create" when flags has O_CREAT).
 UniqueFd open_or_fail(const std::string& path, int flags, mode_t mode = 0644);
 
+// Opens an input file read-only without blocking on it: O_NONBLOCK for the open (a FIFO with no
+// writer, a device, would otherwise wait forever), then fstat, and anything but a regular file is
+// refused before a byte is read: Error "<path>: <what> is a FIFO (named pipe), not a regular file"
+// (`what`: "checkpoint file", "metadata file", ...). The descriptor returned blocks again for reads.
+UniqueFd open_input(const std::string& path, const std::string& what = "input");
+
+// Error text for a non-regular file type ("a FIFO (named pipe)", "a socket", "a directory", ...);
+// empty for a regular file.
+std::string special_file_kind(unsigned mode);
+
 // write(2) / pwrite(2) until all `n` bytes are out; Error "<path>: write failed: <strerror>" otherwise.
 void write_all(int fd, const void* data, size_t n, const std::string& path);
 void pwrite_all(int fd, const void* data, size_t n, uint64_t offset, const std::string& path);

@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace ucpkit {
 namespace {
@@ -99,33 +100,20 @@ void MappedFile::check_inputs_intact() {
 }
 
 std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  UniqueFd file = open_input(path, "file");  // a FIFO or device is refused before it can block
+  const int fd = file.get();
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    fail(path, std::string("cannot stat: ") + std::strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(path, "not a regular file");
-  }
+  if (::fstat(fd, &st) != 0) fail(path, std::string("cannot stat: ") + std::strerror(errno));
   std::shared_ptr<MappedFile> f(new MappedFile());
   f->path_ = path;
   f->size_ = static_cast<size_t>(st.st_size);
   if (f->size_ > 0) {
     void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      int e = errno;
-      ::close(fd);
-      fail(path, std::string("cannot map: ") + std::strerror(e));
-    }
+    if (p == MAP_FAILED) fail(path, std::string("cannot map: ") + std::strerror(errno));
     f->data_ = static_cast<const uint8_t*>(p);
     f->mapped_ = true;
     f->slot_ = guard(f->data_, f->size_, &f->path_);
   }
-  ::close(fd);
   return f;
 }
 

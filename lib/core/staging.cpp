@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -15,6 +17,7 @@
 #include <fstream>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -27,7 +30,16 @@ namespace ucpkit {
 namespace {
 
 std::atomic<int> g_signal{0};
-std::atomic<int> g_staged{0};  // > 0 while this process writes into a staging folder
+std::atomic<int> g_staged{0};      // > 0 while this process writes into a staging folder
+std::atomic<int> g_committing{0};  // > 0 while a commit flushes and renames (it must not be cut short)
+int g_wake[2] = {-1, -1};          // the signal handler's byte to the stop watchdog
+
+// Folders the stop watchdog removes before it ends the process (staging folders, scratch copies).
+std::mutex g_removed_mu;
+std::vector<fs::path>& removed_on_stop() {
+  static std::vector<fs::path> paths;
+  return paths;
+}
 
 extern "C" void on_stop_signal(int sig) {
   if (g_staged.load() == 0) {
@@ -36,11 +48,48 @@ extern "C" void on_stop_signal(int sig) {
     return;
   }
   g_signal.store(sig);
+  const int saved = errno;
+  const char c = 1;
+  if (g_wake[1] >= 0) (void)!::write(g_wake[1], &c, 1);
+  errno = saved;
+}
+
+// How long a stopped run may take to reach its next check_interrupted() before the watchdog ends it.
+std::chrono::milliseconds stop_grace() {
+  if (const char* v = std::getenv("UCPKIT_STOP_GRACE_MS"); v && *v) return std::chrono::milliseconds(std::atol(v));
+  return std::chrono::milliseconds(800);
+}
+
+// The signal flag is enough while the workers reach check_interrupted() between jobs; a thread blocked
+// in a read (a stalled network file system, a device) never does, and SA_RESTART resumes the read. So a
+// thread of its own waits for the handler's byte, gives the run stop_grace() to unwind on its own, then
+// removes the registered folders and ends the process by the signal (a commit in progress finishes first).
+void stop_watchdog() {
+  for (;;) {
+    char c;
+    const ssize_t n = ::read(g_wake[0], &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    const auto deadline = std::chrono::steady_clock::now() + stop_grace();
+    while (std::chrono::steady_clock::now() < deadline || g_committing.load() > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const int sig = g_signal.load();
+    if (sig == 0) continue;  // a commit completed: the run ends as it did (exit 0)
+    {
+      std::lock_guard lock(g_removed_mu);
+      std::error_code ec;
+      for (const auto& p : removed_on_stop()) fs::remove_all(p, ec);
+    }
+    ::signal(sig, SIG_DFL);
+    ::kill(::getpid(), sig);
+    ::_exit(128 + sig);
+  }
 }
 
 void install_stop_handlers() {
   static std::once_flag once;
   std::call_once(once, [] {
+    if (::pipe2(g_wake, O_CLOEXEC) == 0) std::thread(stop_watchdog).detach();
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
@@ -77,6 +126,21 @@ fs::path sibling(const fs::path& target, const std::string& tag, const char* kin
 }
 
 }  // namespace
+
+RemovedOnStop::RemovedOnStop(fs::path path) : path_(std::move(path)) {
+  std::lock_guard lock(g_removed_mu);
+  removed_on_stop().push_back(path_);
+}
+
+RemovedOnStop::~RemovedOnStop() {
+  std::lock_guard lock(g_removed_mu);
+  auto& v = removed_on_stop();
+  for (auto it = v.begin(); it != v.end(); ++it)
+    if (*it == path_) {
+      v.erase(it);
+      break;
+    }
+}
 
 StagedPhase::StagedPhase() {
   install_stop_handlers();
@@ -168,6 +232,58 @@ void sweep_stale_staging(const fs::path& target, const std::string& tag, const S
   }
 }
 
+std::string not_replaceable(const fs::path& target) {
+  std::error_code ec;
+  const auto st = fs::symlink_status(target, ec);
+  if (ec) return {};
+  if (!fs::is_directory(st)) return "is not a folder";
+  // What the top of an output of these tools holds (any format they write or read as a folder).
+  static const char* const kNames[] = {"manifest.json", "plan.json", "latest", "latest_universal", ".metadata",
+                                       "metadata.json", "common.pt", "model.safetensors.index.json",
+                                       "ucpkit_layout.json"};
+  static const char* const kPrefixes[] = {"global_step", "mp_rank_", "zero_pp_rank_", "__"};
+  static const char* const kSuffixes[] = {".safetensors", ".distcp", ".pt"};
+  std::vector<std::string> other;
+  size_t entries = 0;
+  for (fs::directory_iterator it(target, ec), end; !ec && it != end; it.increment(ec)) {
+    ++entries;
+    const std::string n = it->path().filename().string();
+    auto starts = [&](const char* p) { return n.rfind(p, 0) == 0; };
+    auto ends = [&](const char* s) {
+      const size_t k = std::strlen(s);
+      return n.size() >= k && n.compare(n.size() - k, k, s) == 0;
+    };
+    if (std::any_of(std::begin(kNames), std::end(kNames), [&](const char* k) { return n == k; }) ||
+        std::any_of(std::begin(kPrefixes), std::end(kPrefixes), starts) ||
+        std::any_of(std::begin(kSuffixes), std::end(kSuffixes), ends))
+      return {};
+    if (other.size() < 3) other.push_back(n);
+  }
+  if (ec) return "cannot be listed (" + ec.message() + ")";
+  if (entries == 0) return {};
+  std::string list;
+  for (const auto& n : other) list += (list.empty() ? "" : ", ") + escaped_brief(n, 60);
+  return "holds no checkpoint (" + std::to_string(entries) + " entr" + (entries == 1 ? "y" : "ies") + ": " + list +
+         (entries > other.size() ? ", ..." : "") + ")";
+}
+
+void sweep_stale_pid_folders(const fs::path& dir, const std::string& prefix, const StagingNote& note) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    size_t e = prefix.size();
+    while (e < name.size() && e - prefix.size() < 10 && std::isdigit(static_cast<unsigned char>(name[e]))) ++e;
+    if (e == prefix.size() || e - prefix.size() > 9) continue;
+    if (e < name.size() && std::isdigit(static_cast<unsigned char>(name[e]))) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name.substr(prefix.size(), e - prefix.size())));
+    if (pid <= 0 || pid == ::getpid() || !process_gone(pid)) continue;
+    std::error_code e2;
+    fs::remove_all(it->path(), e2);
+    if (note) note("removed stale scratch folder " + it->path().string() + " (process " + std::to_string(pid) + " is gone)");
+  }
+}
+
 StagingDir::StagingDir(const fs::path& target, bool overwrite, std::string tag, const StagingNote& note,
                        bool durable, std::string overwrite_option)
     : target_(folder_path(target)),
@@ -179,9 +295,14 @@ StagingDir::StagingDir(const fs::path& target, bool overwrite, std::string tag, 
   std::error_code ec;
   if (fs::exists(target_, ec) && !overwrite)
     throw Error(target_.string() + ": output already exists (remove it or pass " + overwrite_option_ + ")");
+  if (overwrite)
+    if (const std::string why = not_replaceable(target_); !why.empty())
+      throw Error(target_.string() + ": " + overwrite_option_ + " replaces an empty folder or a checkpoint; this " + why +
+                  ": remove it yourself or choose another output");
   const fs::path parent = target_.parent_path();
   if (!fs::is_directory(parent, ec)) throw Error(parent.string() + ": output parent folder does not exist");
   path_ = sibling(target_, tag_, "tmp");
+  removed_ = std::make_unique<RemovedOnStop>(path_);
   sweep_stale_staging(target_, tag_, note);
   fs::remove_all(path_, ec);
   if (!fs::create_directory(path_, ec) || ec)
@@ -206,6 +327,10 @@ void StagingDir::sync() const {
 
 void StagingDir::commit() {
   check_interrupted();  // a signal that came before the commit stops the run: nothing is committed
+  ++g_committing;
+  struct Done {
+    ~Done() { --g_committing; }
+  } done;
   MappedFile::check_inputs_intact();  // nothing read from an input that shrank under us is committed
   // Again at the end: the processes of a run killed just before this one started (the orphaned ranks
   // of a SIGKILLed mpirun) may have still been alive then; their folders would stay until a next run.
@@ -246,6 +371,7 @@ void StagingDir::commit() {
     committed_ = true;
     if (!old.empty()) fs::remove_all(old, ec);
   }
+  removed_.reset();
   fsync_dir(target_.parent_path().string());
   // The output is complete and on stable storage: a SIGINT/SIGTERM that came during the flush or the
   // rename no longer stops anything, and the run ends as its commit did (exit 0), not by the signal

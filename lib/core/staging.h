@@ -4,6 +4,7 @@
 #pragma once
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 
 namespace ucpkit {
@@ -17,6 +18,21 @@ class StagedPhase {
   ~StagedPhase();
   StagedPhase(const StagedPhase&) = delete;
   StagedPhase& operator=(const StagedPhase&) = delete;
+};
+
+// Registers a folder to remove when a stop signal has to end the run by force (a thread blocked on a
+// read that does not return within a grace time, UCPKIT_STOP_GRACE_MS, default 800 ms): staging
+// folders and scratch copies register themselves for their lifetime; the normal unwinding removes
+// them otherwise. Meaningful inside a StagedPhase (outside one the signals keep their default action).
+class RemovedOnStop {
+ public:
+  explicit RemovedOnStop(std::filesystem::path path);
+  ~RemovedOnStop();
+  RemovedOnStop(const RemovedOnStop&) = delete;
+  RemovedOnStop& operator=(const RemovedOnStop&) = delete;
+
+ private:
+  std::filesystem::path path_;
 };
 
 // Receives a line for the user (callers pass their Reporter::verbose; lib/core prints nothing itself).
@@ -59,6 +75,7 @@ class StagingDir {
   StagingNote note_;
   bool overwrite_ = false, durable_ = true;
   bool committed_ = false;
+  std::unique_ptr<RemovedOnStop> removed_;  // the folder, while it is not committed
 };
 
 // Throws Error("interrupted by SIGINT|SIGTERM; ...") once such a signal arrived during a staged phase.
@@ -86,5 +103,16 @@ void test_pause_in_commit_if_asked();
 // a crash; a zombie counts as gone); `.<name>.<tag>-old-<pid>` only when the target exists (else it is the only copy). Each
 // removal is reported to `note`.
 void sweep_stale_staging(const std::filesystem::path& target, const std::string& tag, const StagingNote& note = {});
+
+// Why `target` (an existing output that --overwrite would replace) must be kept, or "" when it may go:
+// it does not exist, it is an empty folder, or its top holds what a checkpoint or an output of these
+// tools holds (manifest.json, latest, .metadata, global_step*, *.safetensors, *.distcp, *.pt, ...).
+// Anything else (a file, a folder of the user's files) is named: "holds no checkpoint (2 entries: a, b)".
+std::string not_replaceable(const std::filesystem::path& target);
+
+// Removes the entries of `dir` named `<prefix><pid>` or `<prefix><pid><non-digit>...` whose process is
+// gone (scratch folders a SIGKILLed run left: ucp-load's universal copy, ucp-diff's temporary folder).
+// Each removal is reported to `note`.
+void sweep_stale_pid_folders(const std::filesystem::path& dir, const std::string& prefix, const StagingNote& note = {});
 
 }  // namespace ucpkit

@@ -15,6 +15,7 @@
 #include <optional>
 #include <sstream>
 
+#include "core/confine.h"
 #include "core/crc32.h"
 #include "core/error.h"
 #include "core/staging.h"
@@ -37,15 +38,19 @@ namespace ucpkit::inspect {
 
 namespace {
 
-// A folder of this process's own under the temporary directory, removed with everything in it when
-// it goes out of scope (any exception, or the Error check_interrupted() throws after SIGINT/SIGTERM).
+// A folder of this process's own under the temporary directory (ucp-diff-<pid>-XXXXXX), removed with
+// everything in it when it goes out of scope (any exception, or the Error check_interrupted() throws
+// after SIGINT/SIGTERM) or when the stop watchdog ends the run; one a SIGKILLed run left is removed by
+// the next run with the same temporary directory (its pid is gone).
 class TempFolder {
  public:
-  explicit TempFolder(const std::string& base) {
-    std::string pattern = (fs::path(base) / "ucp-diff-XXXXXX").string();
+  explicit TempFolder(const std::string& base, const StagingNote& note) {
+    sweep_stale_pid_folders(base, "ucp-diff-", note);
+    std::string pattern = (fs::path(base) / ("ucp-diff-" + std::to_string(::getpid()) + "-XXXXXX")).string();
     if (!::mkdtemp(pattern.data()))
       throw Error(base + ": cannot create a temporary folder (--tmp-dir): " + std::strerror(errno));
     path_ = pattern;
+    removed_ = std::make_unique<RemovedOnStop>(path_);
   }
   ~TempFolder() {
     std::error_code ec;
@@ -57,6 +62,7 @@ class TempFolder {
 
  private:
   fs::path path_;
+  std::unique_ptr<RemovedOnStop> removed_;
 };
 
 std::string temp_base(const DiffOptions& o) {
@@ -199,7 +205,7 @@ std::string universal_form(const std::string& input, const char* name, std::opti
   if (to_universal::dcp_input_kind(input) == formats::dcp::FolderKind::None)  // a DCP folder converts too
     (void)reshard::native_checkpoint_dir(input);  // no kind at all: refused naming it, before any conversion
   side.form = "native";
-  if (!tmp) tmp.emplace(temp_base(o));
+  if (!tmp) tmp.emplace(temp_base(o), [&](const std::string& m) { o.reporter.detail(m); });
   to_universal::ConvertOptions co;
   co.threads = o.threads;
   co.sync = false;                  // scratch: removed at the end
@@ -207,8 +213,19 @@ std::string universal_form(const std::string& input, const char* name, std::opti
   co.tag_latest = false;            // a scratch folder: no pointer file beside it, no warning about one
   co.reporter = o.reporter;
   const std::string out = (tmp->path() / name).string();
+  // ucp-union's own checks would name its options (--output, --tolerance), which ucp-diff has not.
+  refuse_output_over_input(tmp->path(), "--tmp-dir", input, std::string("checkpoint ") + (*name == 'a' ? "A" : "B"));
   o.reporter.detail("converting " + input + " to universal form in " + out);
-  to_universal::run_union(input, out, co);
+  try {
+    to_universal::run_union(input, out, co);
+  } catch (const Error& e) {
+    std::string what = e.what();
+    if (const auto at = what.find("(use --tolerance to accept drifted replicas)"); at != std::string::npos)
+      what.replace(at, std::string("(use --tolerance to accept drifted replicas)").size(),
+                   "(ucp-union --tolerance converts such a checkpoint; compare its universal folder)");
+    if (what == e.what()) throw;
+    throw Error(what);
+  }
   return out;
 }
 

@@ -197,8 +197,7 @@ FileEntry Store::put_file_from(const std::string& rel_path, const std::string& s
     size += l;
   }
   f.size = size;
-  const int fd = ::open(source.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(source, std::string("cannot open: ") + std::strerror(errno));
+  const int fd = open_input(source, "source file").release();
   // Logical bytes [at, at + n) of the file entry, from the segments, into dst.
   auto read = [&](uint64_t at, size_t n, uint8_t* dst) {
     size_t s = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), at) - starts.begin());

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace ucpkit::placement {
@@ -56,10 +57,10 @@ int config_int(const nlohmann::json& c, const char* key, int fallback, const std
 
 // The MoE rule of each model family, as its Hugging Face model code decides per decoder layer.
 LayersMap from_config(const std::string& path) {
-  std::ifstream in(path);
+  const std::string text = read_text_file(path, "model config");
   nlohmann::json c;
   try {
-    c = nlohmann::json::parse(in);
+    c = nlohmann::json::parse(text);
   } catch (const std::exception& e) {
     throw Error(path + ": not a JSON model config: " + e.what());
   }

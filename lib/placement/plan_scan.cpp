@@ -2,6 +2,7 @@
 #include "placement/plan_scan.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -282,8 +283,11 @@ struct Fd {
 }  // namespace
 
 std::optional<ScannedPlan> scan_plan_file(const std::string& path, const std::vector<std::string>& head_keys) {
-  Fd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  Fd file{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
   if (file.fd < 0) return std::nullopt;
+  struct stat st {};
+  if (::fstat(file.fd, &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;  // the full reader names it
+  ::fcntl(file.fd, F_SETFL, ::fcntl(file.fd, F_GETFL) & ~O_NONBLOCK);
   try {
     Reader r(file.fd);
     ScannedPlan out;

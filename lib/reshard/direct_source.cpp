@@ -134,6 +134,9 @@ UniversalMeta direct_meta(const to_universal::ExtractPlan& plan) {
 
 DirectSource::DirectSource(const to_universal::ExtractPlan& plan, const ModelInfo& model)
     : plan_(plan), model_(model), cache_(std::make_unique<to_universal::FragmentReader>(plan.files)) {
+  image_ = std::make_unique<to_universal::MasterImage>(plan);
+  for (size_t si = 0; si < model.states.size(); ++si)
+    if (model.states[si] == "fp32") fp32_state_ = static_cast<int>(si);
   for (size_t f = 0; f < plan.files.size(); ++f) pieces_.push_back(std::make_unique<FilePieces>());
   std::map<std::string, const to_universal::ParamPlan*> by_name;
   for (const auto& p : plan.params) by_name[p.name] = &p;
@@ -222,6 +225,13 @@ DirectSource::DirectSource(const to_universal::ExtractPlan& plan, const ModelInf
 DirectSource::~DirectSource() = default;
 
 void DirectSource::copy_slice(const Param& p, int state, int t, int64_t pos, int64_t n, float* dst) {
+  copy_run(p, state, t, pos, n, dst);
+  // The module weights must be the rounded fp32 master: a model file or an optimizer shard of another
+  // run saved at the same step is refused here, as ucp-union refuses it (master_image.h).
+  if (state == fp32_state_) image_->check_run(*p.plan, static_cast<size_t>(t), pos, dst, n, plan_.files);
+}
+
+void DirectSource::copy_run(const Param& p, int state, int t, int64_t pos, int64_t n, float* dst) {
   const auto& pre = p.prefix[t];
   size_t k = static_cast<size_t>(std::upper_bound(pre.begin(), pre.end(), pos) - pre.begin()) - 1;
   while (n > 0) {
@@ -249,8 +259,13 @@ const float* DirectSource::joined(int param, int state) {
     const std::string& sname = model_.states[state];
     std::vector<Tensor> slices;
     uint64_t bytes = 0;
-    for (size_t t = 0; t < pp.fragments.size(); ++t)
+    for (size_t t = 0; t < pp.fragments.size(); ++t) {
       slices.push_back(cache_->slice(pp.fragments[t], sname, pp.tp_shapes[t], &bytes));
+      if (state == fp32_state_ && slices.back().dtype() == DType::Float32) {
+        const Tensor s = slices.back().contiguous();
+        image_->check_run(pp, t, 0, reinterpret_cast<const float*>(s.contiguous_bytes().data()), s.numel(), plan_.files);
+      }
+    }
     Tensor j = formats::universal::join(mp.name, slices, mp.rule, model_.patterns);
     if (mp.rule.vocab && model_.patterns.original_vocab_size)
       j = to_universal::strip_vocab_padding(mp.name, j, *model_.patterns.original_vocab_size);

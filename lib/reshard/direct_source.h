@@ -19,6 +19,7 @@
 #include "io/zip/zip_crc_check.h"
 #include "reshard/model_info.h"
 #include "reshard/universal_reader.h"
+#include "to_universal/master_image.h"
 #include "to_universal/direct.h"
 
 namespace ucpkit::reshard {
@@ -90,7 +91,8 @@ class DirectSource final : public AtomicSource {
     std::vector<std::vector<std::vector<Tensor>>> frags;  // [state][t][k] fragment views
     std::vector<std::vector<int>> files;      // [t][k] source file
   };
-  void copy_slice(const Param& p, int state, int t, int64_t pos, int64_t n, float* dst);
+  void copy_slice(const Param& p, int state, int t, int64_t pos, int64_t n, float* dst);  // + the image check
+  void copy_run(const Param& p, int state, int t, int64_t pos, int64_t n, float* dst);
   // Calls emit(TP rank, position in its slice, count, offset in [a, a + n)) for the runs of a
   // Mapped or Identity parameter's elements [a, a + n).
   template <typename F>
@@ -100,6 +102,9 @@ class DirectSource final : public AtomicSource {
 
   const to_universal::ExtractPlan& plan_;
   const ModelInfo& model_;
+  // The model files' weights, checked against every fp32 master run read (a shard of another run).
+  std::unique_ptr<to_universal::MasterImage> image_;
+  int fp32_state_ = -1;
   std::unique_ptr<to_universal::FragmentReader> cache_;
   std::vector<Param> params_;
   std::vector<std::unique_ptr<std::once_flag>> joined_once_;

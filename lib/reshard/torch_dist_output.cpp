@@ -212,6 +212,14 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
   if (m.dp % m.ep != 0 && m.ep > 1)
     throw UsageError("torch_dist: --ep " + std::to_string(m.ep) + " must divide DP " + std::to_string(m.dp) +
                      " (expert parallelism within the data-parallel ranks, expert tensor parallelism 1)");
+  // Megatron's own argument checks (training/arguments.py: heads and query groups split over TP): a
+  // layout it cannot build is refused here, not written for its loader to reject.
+  if (args.num_attention_heads > 0 && args.num_attention_heads % m.tp != 0)
+    throw UsageError("torch_dist: --tp " + std::to_string(m.tp) + " does not divide the " +
+                     std::to_string(args.num_attention_heads) + " attention heads (Megatron splits heads over TP)");
+  if (args.num_query_groups > 0 && args.num_query_groups % m.tp != 0)
+    throw UsageError("torch_dist: --tp " + std::to_string(m.tp) + " does not divide the " +
+                     std::to_string(args.num_query_groups) + " query groups (Megatron splits query groups over TP)");
   if (args.num_experts > 0 && args.num_experts % m.ep != 0)
     throw UsageError("torch_dist: --ep " + std::to_string(m.ep) + " does not divide the " + std::to_string(args.num_experts) + " experts");
   p.layout.num_layers = args.num_layers;

@@ -84,8 +84,7 @@ UniversalReader::Entry& UniversalReader::entry(int param, const std::string& sta
     // The element bytes' position in the file (storages of a zip torch file are stored records).
     e.offset = static_cast<uint64_t>(t.contiguous_bytes().data() - tf.file->data());
     e.path = path;
-    e.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (e.fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
+    e.fd = open_input(path, "state file").release();
   });
   if (e.fd < 0) throw Error(model_.params[param].name + ": state " + state + " failed to open earlier");
   return e;

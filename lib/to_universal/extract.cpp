@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/confine.h"
 #include "core/error.h"
 #include "core/json_input.h"
@@ -342,11 +343,7 @@ bool is_work_folder(const std::string& dir) { return fs::exists(fs::path(dir) / 
 
 ExtractPlan load_work_plan(const std::string& work_dir) {
   const std::string source = (fs::path(work_dir) / "plan.json").string();
-  std::ifstream in(source, std::ios::binary);
-  if (!in) throw Error(source + ": cannot read");
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json j = parse_json_input(text.str(), source, "corrupt");
+  const nlohmann::json j = parse_json_input(read_text_file(source, "work plan"), source, "corrupt");
   ExtractPlan p;
   try {
     p = ExtractPlan::from_json(j);

@@ -8,6 +8,8 @@
 #include "core/error.h"
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/model_states.h"
+#include "formats/deepspeed/pipeline.h"
+#include "io/shape.h"
 #include "io/dtype.h"
 #include "io/torch/verify.h"
 #include "to_universal/shard_reader.h"
@@ -74,49 +76,121 @@ int64_t first_difference(const float* master, int64_t n, const Tensor& weight, u
 
 MasterImage::MasterImage(const ExtractPlan& plan) {
   const auto& src = plan.source;
-  // ZeRO-3 keeps no weights in its model files; a pipeline keeps them in layer files, whose names
-  // are local to the stage.
-  if (src.value("zero_stage", 1) == 3 || src.value("pipeline", false) || src.value("pp", 1) != 1) return;
+  // ZeRO-3 keeps no weights in its model files.
+  if (src.value("zero_stage", 1) == 3) return;
   // --no-verify: the way out for a checkpoint whose module weights were edited on purpose after the save.
   if (!verify_files_crc()) return;
   const int tp = src.value("tp", 1);
+  if (src.value("pipeline", false)) {
+    // Layer files name their tensors locally: layer_NN's "<local>" is parameter "NN.<local>", and a tied
+    // module's "<local>" is "tied_modules.<key>.<local>" in every layer file that holds it.
+    std::map<std::string, std::string> tied;
+    std::map<int, std::map<std::string, std::string>> numbered;
+    for (const auto& p : plan.params) {
+      if (p.expert >= 0 || p.autoep_experts > 0) continue;
+      const auto [idx, local] = formats::deepspeed::split_pipeline_name(p.name);
+      if (idx >= 0) numbered[idx][local] = p.name;
+      else if (idx == -1) tied[local] = p.name;
+    }
+    // Beside the model files (one step), else in the source folder the plan records (a work folder
+    // copies the model files, not the layer files).
+    std::vector<std::string> dirs;
+    if (!plan.model_files.empty()) dirs.push_back(fs::path(plan.model_files[0]).parent_path().string());
+    if (src.contains("dir") && src["dir"].is_string()) dirs.push_back(src["dir"].get<std::string>());
+    std::map<int, std::vector<std::string>> layers;  // layer -> [tp]
+    for (const auto& dir : dirs) {
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(dir, ec))
+        if (auto n = formats::deepspeed::parse_file_name(e.path().filename().string());
+            n && n->kind == formats::deepspeed::FileKind::LayerStates) {
+          auto& row = layers[n->layer];
+          const size_t t = static_cast<size_t>(std::max(n->tp, 0));
+          if (row.size() <= t) row.resize(t + 1);
+          row[t] = e.path().string();
+        }
+      if (!layers.empty()) break;
+    }
+    for (const auto& [idx, row] : layers) {
+      if (static_cast<int>(row.size()) != tp) continue;
+      std::map<std::string, std::string> names = tied;
+      if (auto it = numbered.find(idx); it != numbered.end())
+        for (const auto& [local, name] : it->second) names[local] = name;
+      for (size_t t = 0; t < row.size(); ++t)
+        if (!row[t].empty()) index_file(row[t], names, t);
+    }
+    return;
+  }
+  if (src.value("pp", 1) != 1) return;
   std::map<int, std::string> by_rank;
   for (const auto& f : plan.model_files)
     if (auto n = formats::deepspeed::parse_file_name(fs::path(f).filename().string());
         n && n->kind == formats::deepspeed::FileKind::ModelStates)
       by_rank[n->mp] = f;
   if (static_cast<int>(by_rank.size()) != tp) return;
-  for (const auto& [rank, path] : by_rank) {
-    files_.push_back(load_torch_file(path));
-    for (const auto& [name, v] : formats::deepspeed::read_model_states(files_.back(), path).module) {
-      if (!v || v->kind != pickle::Kind::Tensor) continue;
-      auto& copies = weights_[name];
-      if (static_cast<int>(copies.size()) == rank) copies.push_back({path, v->as_tensor()});
-    }
+  std::map<std::string, std::string> same;  // module names are the parameters' names
+  for (const auto& p : plan.params) same[p.name] = p.name;
+  for (const auto& [rank, path] : by_rank) index_file(path, same, static_cast<size_t>(rank));
+}
+
+void MasterImage::index_file(const std::string& path, const std::map<std::string, std::string>& names, size_t tp_rank) {
+  files_.push_back(load_torch_file(path));
+  for (const auto& [local, v] : formats::deepspeed::read_model_states(files_.back(), path).module) {
+    if (!v || v->kind != pickle::Kind::Tensor) continue;
+    const auto it = names.find(local);
+    if (it == names.end()) continue;
+    auto& sets = weights_[it->second];
+    // A file of TP rank 0 starts a set (the tied module's second file a second one); rank t joins the
+    // last set when that set has t copies.
+    if (tp_rank == 0) sets.emplace_back();
+    if (sets.empty() || sets.back().size() != tp_rank) continue;
+    sets.back().push_back({path, v->as_tensor()});
   }
+}
+
+void MasterImage::compare(const ParamPlan& p, size_t t, int64_t pos, const float* fp32, int64_t n, const Copy& c,
+                          const std::vector<std::string>& files) const {
+  const DType d = c.weight.dtype();
+  if (d != DType::BFloat16 && d != DType::Float16 && d != DType::Float32) return;
+  const Tensor w = pos == 0 && n == c.weight.numel() ? c.weight : c.weight.contiguous().reshape({c.weight.numel()}).narrow(0, pos, n);
+  uint32_t stored = 0, image = 0;
+  const int64_t e = first_difference(fp32, n, w, &stored, &image);
+  if (e < 0) return;
+  const int digits = d == DType::Float32 ? 8 : 4;
+  fail(c.path, "module weight " + p.name + " element " + std::to_string(pos + e) + " is " + std::string(dtype_name(d)) +
+                   " " + hex(stored, digits) + " but the fp32 master in " + shard_of(p, t, pos + e, files) +
+                   " rounds to " + hex(image, digits) +
+                   ": this model file and that optimizer shard are of different runs (or one is damaged; --no-verify "
+                   "skips this check)");
 }
 
 void MasterImage::check(const ParamPlan& p, std::span<const uint8_t> fp32, const std::vector<size_t>& offsets,
                         const std::vector<std::string>& files) const {
   if (p.expert >= 0 || p.autoep_experts > 0) return;  // expert weights: other files, local names
   auto it = weights_.find(p.name);
-  if (it == weights_.end() || it->second.size() != p.tp_shapes.size() || offsets.size() != p.tp_shapes.size()) return;
-  for (size_t t = 0; t < offsets.size(); ++t) {
-    const size_t end = t + 1 < offsets.size() ? offsets[t + 1] : fp32.size();
-    const int64_t n = static_cast<int64_t>((end - offsets[t]) / 4);
-    const Copy& c = it->second[t];
-    const DType d = c.weight.dtype();
-    if (c.weight.numel() != n || (d != DType::BFloat16 && d != DType::Float16 && d != DType::Float32)) continue;
-    uint32_t stored = 0, image = 0;
-    const int64_t e = first_difference(reinterpret_cast<const float*>(fp32.data() + offsets[t]), n, c.weight, &stored, &image);
-    release_pages(c.weight);  // each weight is read once: keep a big model's module out of the RSS
-    if (e < 0) continue;
-    const int digits = d == DType::Float32 ? 8 : 4;
-    fail(c.path, "module weight " + p.name + " element " + std::to_string(e) + " is " + std::string(dtype_name(d)) +
-                     " " + hex(stored, digits) + " but the fp32 master in " + shard_of(p, t, e, files) +
-                     " rounds to " + hex(image, digits) +
-                     ": this model file and that optimizer shard are of different runs (or one is damaged; --no-verify "
-                     "skips this check)");
+  if (it == weights_.end() || offsets.size() != p.tp_shapes.size()) return;
+  for (const TpCopies& copies : it->second) {
+    if (copies.size() != p.tp_shapes.size()) continue;
+    for (size_t t = 0; t < offsets.size(); ++t) {
+      const size_t end = t + 1 < offsets.size() ? offsets[t + 1] : fp32.size();
+      const int64_t n = static_cast<int64_t>((end - offsets[t]) / 4);
+      const Copy& c = copies[t];
+      if (c.weight.numel() != n) continue;
+      compare(p, t, 0, reinterpret_cast<const float*>(fp32.data() + offsets[t]), n, c, files);
+      release_pages(c.weight);  // each weight is read once: keep a big model's module out of the RSS
+    }
+  }
+}
+
+void MasterImage::check_run(const ParamPlan& p, size_t t, int64_t pos, const float* fp32, int64_t n,
+                            const std::vector<std::string>& files) const {
+  if (p.expert >= 0 || p.autoep_experts > 0 || n <= 0) return;
+  auto it = weights_.find(p.name);
+  if (it == weights_.end()) return;
+  for (const TpCopies& copies : it->second) {
+    if (copies.size() != p.tp_shapes.size() || t >= copies.size()) continue;
+    const Copy& c = copies[t];
+    if (c.weight.numel() != numel_of(p.tp_shapes[t]) || pos < 0 || pos + n > c.weight.numel()) continue;
+    compare(p, t, pos, fp32, n, c, files);
   }
 }
 

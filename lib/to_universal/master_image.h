@@ -18,15 +18,20 @@ namespace ucpkit::to_universal {
 
 class MasterImage {
  public:
-  // Indexes the module weights of the plan's mp_rank_XX_model_states.pt files (read lazily: the
-  // tensors stay mapped). Empty (check() does nothing) for ZeRO-3, whose model files hold no weights,
-  // for pipeline checkpoints, whose weights live in layer files, and under --no-verify.
+  // Indexes the module weights of the plan's mp_rank_XX_model_states.pt files, or for a PipelineModule
+  // source of its layer_XX-model_TT-model_states.pt files (a tied module in each layer file that holds
+  // it), read lazily: the tensors stay mapped. Empty (check() does nothing) for ZeRO-3, whose model
+  // files hold no weights, and under --no-verify.
   explicit MasterImage(const ExtractPlan& plan);
   // `fp32`: parameter p's fp32 master, TP slices back to back starting at `offsets` (bytes). Each
   // slice rounded to its model file's dtype must equal the module weight of that TP rank. Throws
   // Error naming the model file and the shard holding the first element that differs. Thread-safe.
   void check(const ParamPlan& p, std::span<const uint8_t> fp32, const std::vector<size_t>& offsets,
              const std::vector<std::string>& files) const;
+  // The same check for a run of TP slice `t`'s fp32 master read in pieces (ucp-load's direct mode):
+  // `fp32` holds `n` elements starting at element `pos` of the slice. Thread-safe.
+  void check_run(const ParamPlan& p, size_t t, int64_t pos, const float* fp32, int64_t n,
+                 const std::vector<std::string>& files) const;
   bool empty() const { return weights_.empty(); }
 
  private:
@@ -34,8 +39,13 @@ class MasterImage {
     std::string path;
     Tensor weight;
   };
-  std::vector<TorchFile> files_;                      // keeps the mappings alive
-  std::map<std::string, std::vector<Copy>> weights_;  // name -> one copy per TP rank, in TP order
+  using TpCopies = std::vector<Copy>;  // one copy per TP rank, in TP order
+  // Elements [pos, pos + n) of `copy` against `fp32`; throws naming the files on the first difference.
+  void compare(const ParamPlan& p, size_t t, int64_t pos, const float* fp32, int64_t n, const Copy& copy,
+               const std::vector<std::string>& files) const;
+  void index_file(const std::string& path, const std::map<std::string, std::string>& names, size_t tp_rank);
+  std::vector<TorchFile> files_;                       // keeps the mappings alive
+  std::map<std::string, std::vector<TpCopies>> weights_;  // name -> its copies (a tied module: one per file)
 };
 
 }  // namespace ucpkit::to_universal

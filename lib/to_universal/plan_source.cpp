@@ -3,6 +3,7 @@
 
 #include <fstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "to_universal/value_json.h"
 
@@ -15,10 +16,9 @@ patterns::PatternSet choose_patterns(const ExtractOptions& options, const ValueP
                                      ExtractPlan& plan) {
   nlohmann::json pj;
   if (!options.patterns_file.empty()) {
-    std::ifstream in(options.patterns_file);
-    if (!in) throw Error(options.patterns_file + ": cannot read pattern file");
+    const std::string text = read_text_file(options.patterns_file, "pattern file");
     try {
-      in >> pj;
+      pj = nlohmann::json::parse(text);
     } catch (const std::exception& e) {
       throw Error(options.patterns_file + ": not valid JSON: " + e.what());
     }

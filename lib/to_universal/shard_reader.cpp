@@ -94,7 +94,7 @@ bool SourceCache::read_into(int file, const Tensor& t, uint8_t* dst) {
   const uint8_t* base = tf->file->data();
   const uint8_t* p = st->bytes().data() + static_cast<size_t>(t.storage_offset()) * dtype_size(t.dtype());
   if (p < base || p + t.nbytes() > base + tf->file->size()) return false;
-  std::call_once(*fd_once_[file], [&] { fds_[file] = ::open(files_[file].c_str(), O_RDONLY | O_CLOEXEC); });
+  std::call_once(*fd_once_[file], [&] { fds_[file] = ::open(files_[file].c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC); });
   const int fd = fds_[file];
   if (fd < 0) return false;
   pread_exact(fd, dst, t.nbytes(), static_cast<uint64_t>(p - base), files_[file]);

@@ -9,6 +9,7 @@
 #include <memory>
 #include <iostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -175,9 +176,14 @@ inline int parse(CLI::App& app, int argc, char** argv, const CommonOptions& comm
   } catch (const CLI::ParseError& e) {
     // The message quotes what was typed: control bytes (an escape sequence, a newline) are shown as
     // \xNN and the line is cut, so it stays one line that cannot drive the terminal (issue 32).
-    std::cerr << app.get_name() << ": error: " << escaped_brief(e.what(), 300) << " (see --help)\n";
+    const std::string what = escaped_brief(e.what(), 300) + " (see --help)";
+    std::cerr << app.get_name() << ": error: " << what << "\n";
+    for (int i = 1; i < argc; ++i)  // --json asked for, even if the parse stopped before it
+      if (std::string_view(argv[i]) == "--json") set_json(true);
+    print_error_envelope(app.get_name().c_str(), what, kUsage);
     return kUsage;
   }
+  set_json(common.json);
   set_verbosity(common.verbosity());
   return -1;
 }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <iostream>
 
+#include "tool/tool.h"
 #include "ucpkit/version.h"
 
 namespace ucpkit::tool {
@@ -31,6 +32,7 @@ nlohmann::ordered_json wrap(const std::string& tool, nlohmann::ordered_json outp
 // the run had committed, so the tool exited 1 with no file named and no JSON. Invalid UTF-8 is
 // written as U+FFFD: the output stays valid JSON and the exit code is the run's.
 void print_json(const nlohmann::ordered_json& summary) {
+  summary_printed();
   std::cout << summary.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
 }
 

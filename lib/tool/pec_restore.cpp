@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "core/atomic_file.h"
+#include "core/confine.h"
 #include "core/error.h"
 #include "core/json_input.h"
 #include "formats/deepspeed/checkpoint_dir.h"
@@ -74,6 +75,12 @@ void PecRestoreOptions::check() {
   if (restore.plt_threshold < 0) throw UsageError("--plt-threshold must be >= 0");
   if (restore.capacity_factor < 1) throw UsageError("--capacity-factor must be >= 1");
   if (!report.empty()) check_report_path(report, restore);
+  // The restored folder is written beside the store, never into it: its commit would replace store
+  // files (an output folder that holds the store, a checkpoint root, is fine).
+  for (const auto& [store, option] : {std::pair{restore.store, "--store"}, std::pair{restore.fast_store, "--fast-store"}})
+    if (!store.empty() && !restore.output.empty() && path_within(restore.output, store))
+      throw UsageError("--output " + escaped_brief(restore.output, 200) + (path_within(store, restore.output) ? " is " : " lies inside ") +
+                       option + " " + escaped_brief(store, 200) + ": write the restored checkpoint outside the store");
 }
 
 Result run_pec_restore(const PecRestoreOptions& o) {

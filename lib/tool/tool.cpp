@@ -9,7 +9,11 @@
 #include <iostream>
 #include <mutex>
 
+#include <atomic>
+#include <filesystem>
+
 #include "core/error.h"
+#include "tool/envelope.h"
 
 namespace ucpkit::tool {
 namespace {
@@ -59,6 +63,32 @@ void print_error_line(const char* tool_name, const std::string& what) {
 }
 }  // namespace
 
+namespace {
+bool g_json = false;
+std::atomic<bool> g_summary_printed{false};
+
+// The file an error message is about: the innermost FileScope it left, else its leading "<path>: "
+// when that names something on disk; "" when neither.
+std::string file_of(const std::string& what) {
+  if (!failed_file().empty()) return failed_file();
+  const auto colon = what.find(": ");
+  if (colon == std::string::npos || colon == 0) return {};
+  const std::string head = what.substr(0, colon);
+  std::error_code ec;
+  return head.find('/') != std::string::npos || std::filesystem::exists(head, ec) ? head : std::string();
+}
+}  // namespace
+
+void set_json(bool json) { g_json = json; }
+void summary_printed() { g_summary_printed = true; }
+
+void print_error_envelope(const char* tool_name, const std::string& what, int exit_code) {
+  if (!g_json || g_summary_printed.load() || launcher_rank() != 0) return;
+  const std::string file = file_of(what);
+  nlohmann::json error = {{"message", what}, {"exit_code", exit_code}, {"file", file.empty() ? nlohmann::json(nullptr) : nlohmann::json(file)}};
+  print_json(envelope(tool_name, nullptr, {{"error", std::move(error)}}));
+}
+
 int run(const char* tool_name, const std::function<int()>& body) {
   g_tool = tool_name;
   try {
@@ -66,11 +96,13 @@ int run(const char* tool_name, const std::function<int()>& body) {
   } catch (const UsageError& e) {
     // Every MPI rank makes the same usage error: rank 0 says it.
     if (launcher_rank() == 0) print_error_line(tool_name, e.what());
+    print_error_envelope(tool_name, e.what(), kUsage);
     return kUsage;
   } catch (const ReportedElsewhere&) {
     return kFailure;  // rank 0 prints this rank's failure
   } catch (const std::exception& e) {
     print_error_line(tool_name, e.what());
+    print_error_envelope(tool_name, e.what(), kFailure);
     return kFailure;
   }
 }

@@ -18,6 +18,14 @@ enum ExitCode : int { kSuccess = 0, kFailure = 1, kUsage = 2 };
 // printed by rank 0 only and ReportedElsewhere (a rank whose failure rank 0 reports) not at all.
 int run(const char* tool_name, const std::function<int()>& body);
 
+// --json: a run that fails prints, on stdout (rank 0), the envelope with output null and an "error"
+// object {"message", "exit_code", "file" (the file the message is about, or null)} instead of nothing,
+// unless a summary was printed already (ucp-info's failed check prints its own). set_json is called by
+// the option parse; print_json calls summary_printed.
+void set_json(bool json);
+void summary_printed();
+void print_error_envelope(const char* tool_name, const std::string& what, int exit_code);
+
 // Verbosity: -1 quiet, 0 normal, 1+ verbose. Messages go to stderr.
 void set_verbosity(int level);
 int verbosity();

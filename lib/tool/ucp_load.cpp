@@ -1,7 +1,9 @@
 // ucp-load's option check and run.
 #include "tool/ucp_load.h"
 
+#include "core/confine.h"
 #include "core/error.h"
+#include "core/staging.h"
 #include "formats/deepspeed/partition.h"
 #include "gpu/device_load.h"
 #include "io/dtype.h"
@@ -49,6 +51,20 @@ void UcpLoadOptions::check() {
     if (device == "cuda") throw UsageError("--layer-types applies to --device cpu (--device cuda plans with the default)");
     load.target.layer_types = formats::deepspeed::read_layer_types(layer_types);
     load.target.layer_types_file = layer_types;
+  }
+  // A layout option the format has no use for is refused, not ignored: the user meant something by it.
+  if (load.format == reshard::OutputFormat::Dcp || load.format == reshard::OutputFormat::Safetensors) {
+    const bool dcp = load.format == reshard::OutputFormat::Dcp;
+    const std::pair<bool, const char*> layout[] = {
+        {given.tp, "--tp"}, {given.pp, "--pp"}, {given.dp, "--dp"}, {given.zero_stage, "--zero-stage"}, {given.ep, "--ep"}};
+    for (const auto& [set, name] : layout)
+      if (set)
+        throw UsageError(std::string(name) + " does not apply to --format " + format +
+                         (dcp ? " (a DCP checkpoint holds global tensors; --world-size N shards them over N ranks)"
+                              : " (one set of unsharded weights)") +
+                         ": leave it out, or write --format deepspeed or torch_dist");
+    if (!dcp && world_size > 0)
+      throw UsageError("--world-size does not apply to --format safetensors (one set of unsharded weights)");
   }
   load.target.dtype = *dtype_from_name(dtype);
   load.optimizer = optimizer == "zero"   ? reshard::OptimizerKind::Zero
@@ -125,12 +141,18 @@ Result device_result(const UcpLoadOptions& o) {
 
 // ucp-load --input <DCP or Megatron-Core torch_dist folder>: converted by ucp-union's code into a
 // scratch universal folder beside the output (.<output name>.ucp-load-universal-<pid>), loaded from
-// there, and removed after the load, also when either step fails (docs/ucp-load.md).
+// there, and removed after the load, also when either step fails or a stop signal ends the run
+// (docs/ucp-load.md). One a SIGKILLed run left (and the staging folder of its conversion) is removed
+// by the next run beside the same output.
 class ScratchUniversal {
  public:
-  explicit ScratchUniversal(const std::string& output) {
+  ScratchUniversal(const std::string& output, const StagingNote& note) {
     const std::filesystem::path out = std::filesystem::absolute(output).lexically_normal();
-    path_ = (out.parent_path() / ("." + out.filename().string() + ".ucp-load-universal-" + std::to_string(getpid()))).string();
+    const std::string prefix = "." + out.filename().string() + ".ucp-load-universal-";
+    sweep_stale_pid_folders(out.parent_path(), prefix, note);
+    sweep_stale_pid_folders(out.parent_path(), "." + prefix, note);  // its conversion's staging folder
+    path_ = (out.parent_path() / (prefix + std::to_string(getpid()))).string();
+    removed_ = std::make_unique<RemovedOnStop>(path_);
   }
   ~ScratchUniversal() {
     std::error_code ec;
@@ -142,7 +164,17 @@ class ScratchUniversal {
 
  private:
   std::string path_;
+  std::unique_ptr<RemovedOnStop> removed_;
 };
+
+// An error of the load from the scratch folder, told about the user's input: the scratch folder is
+// gone by the time the message is read.
+[[noreturn]] void rethrow_about_input(const Error& e, const std::string& scratch, const std::string& input) {
+  std::string what = e.what();
+  for (size_t at = what.find(scratch); at != std::string::npos; at = what.find(scratch, at + input.size()))
+    what.replace(at, scratch.size(), input + " (as converted to universal form)");
+  throw Error(what);
+}
 
 }  // namespace
 
@@ -152,8 +184,16 @@ Result run_ucp_load(const UcpLoadOptions& o) {
   load.reporter = console_reporter();
   if (o.dry_run || o.plan) return plan_result(load, !o.plan);
   if (o.device == "cuda") return device_result(o);
+  // From here SIGINT/SIGTERM only set a flag until the run has removed what it started (the scratch
+  // copy between the conversion and the load included).
+  StagedPhase staged;
   std::unique_ptr<ScratchUniversal> scratch;
   const auto kind = to_universal::dcp_input_kind(load.input);
+  if (kind != formats::dcp::FolderKind::None) {
+    // The user's folders, before anything is converted: the load's own check sees only the scratch copy.
+    refuse_output_over_input(load.output, "--output", load.input, "--input");
+    if (!load.template_dir.empty()) refuse_output_over_input(load.output, "--output", load.template_dir, "--template");
+  }
   if (kind == formats::dcp::FolderKind::TorchDist && !load.template_dir.empty()) {
     // read in one pass through the template's Megatron-DeepSpeed view (reshard/torch_dist_source.h)
   } else if (!load.template_dir.empty()) {
@@ -173,7 +213,7 @@ Result run_ucp_load(const UcpLoadOptions& o) {
                        ? ", or give --template <the Megatron-DeepSpeed universal folder of the model>"
                        : std::string()) +
                   " (docs/ucp-load.md)");
-    scratch = std::make_unique<ScratchUniversal>(load.output);
+    scratch = std::make_unique<ScratchUniversal>(load.output, [&](const std::string& m) { load.reporter.detail(m); });
     to_universal::ConvertOptions co;
     co.threads = load.threads;
     co.overwrite = true;  // a stale scratch folder of a dead run with this pid
@@ -187,7 +227,15 @@ Result run_ucp_load(const UcpLoadOptions& o) {
     (void)to_universal::run_union(load.input, scratch->path(), co);
     load.input = scratch->path();
   }
-  const auto s = reshard::run_load(load);
+  reshard::LoadSummary s;
+  try {
+    s = reshard::run_load(load);
+  } catch (const ReportedElsewhere&) {
+    throw;
+  } catch (const Error& e) {
+    if (!scratch) throw;
+    rethrow_about_input(e, scratch->path(), o.load.input);
+  }
   if (parallel::MpiSession::get().rank() != 0) return {};
   Result r;
   r.output = s.output;

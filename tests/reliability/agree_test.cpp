@@ -37,7 +37,9 @@ size_t entries(const fs::path& dir) { return std::distance(fs::directory_iterato
 // Runs `tool` (ucp-union or ucp-extract) on the case's checkpoint into an empty scratch folder.
 void expect_refused(const std::string& name, const std::string& tool = "ucp-union") {
   const auto c = cases().at(name);
-  const fs::path d = scratch_dir("agree_" + tool + "_" + name);
+  std::string tag = tool;
+  std::replace(tag.begin(), tag.end(), ' ', '_');
+  const fs::path d = scratch_dir("agree_" + tag + "_" + name);
   const fs::path out = d / "out";
   std::string log;
   const int rc = run_command(kBin + "/" + tool + " --no-sync --input " + quote(c.at("checkpoint")) + " --output " +
@@ -149,6 +151,51 @@ TEST(Agree, UnmixedRunConverts) {
             0)
       << log;
   EXPECT_EQ(run_command("diff -r " + quote((d / "one" / "zero").string()) + " " + quote((d / "two" / "zero").string()), &log), 0)
+      << log;
+  fs::remove_all(d);
+}
+
+// Issue 45, BAD 3: the same mix for a PipelineModule checkpoint, whose module weights are in the layer
+// files (layer_XX-model_TT-model_states.pt) that the image check did not index, and ucp-load's direct
+// mode, which did not run the check at all (42 of 211 values wrong, exit 0). Both now refuse it.
+TEST(Agree, PipelineLayerFileOfAnotherRunAtTheSameStep) {
+  expect_refused("pipe_other_run_layer");
+  expect_refused("pipe_other_run_shard");
+  // In two steps the union reads the layer files from the source folder the work folder records.
+  const auto c = cases().at("pipe_other_run_layer");
+  const fs::path d = scratch_dir("agree_2step_pipe");
+  std::string log;
+  ASSERT_EQ(run_command(kBin + "/ucp-extract -q --no-sync --input " + quote(c.at("checkpoint")) + " --output " +
+                            quote((d / "work").string()),
+                        &log),
+            0)
+      << log;
+  EXPECT_EQ(run_command(kBin + "/ucp-union --no-sync --input " + quote((d / "work").string()) + " --output " +
+                            quote((d / "out").string()),
+                        &log),
+            1)
+      << log;
+  EXPECT_NE(log.find(c.at("file").get<std::string>() + ": module weight"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(d / "out"));
+  fs::remove_all(d);
+}
+TEST(Agree, DirectLoadRefusesAFileOfAnotherRun) {
+  for (const char* name : {"other_run_shard", "other_run_model", "pipe_other_run_layer", "pipe_other_run_shard"})
+    expect_refused(name, "ucp-load --dp 2");
+}
+TEST(Agree, UnmixedPipelineRunConvertsInEveryMode) {
+  const auto c = cases().at("pipe_other_run_clean");
+  const fs::path d = scratch_dir("agree_pipe_clean");
+  std::string log;
+  EXPECT_EQ(run_command(kBin + "/ucp-union -q --no-sync --input " + quote(c.at("checkpoint")) + " --output " +
+                            quote((d / "one").string()),
+                        &log),
+            0)
+      << log;
+  EXPECT_EQ(run_command(kBin + "/ucp-load -q --no-sync --dp 2 --input " + quote(c.at("checkpoint")) + " --output " +
+                            quote((d / "direct").string()),
+                        &log),
+            0)
       << log;
   fs::remove_all(d);
 }

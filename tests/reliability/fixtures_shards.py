@@ -171,6 +171,19 @@ def write(out):
     case("other_run_model", r1, "mp_rank_00_model_states.pt", "but the fp32 master in",
          lambda p: shutil.copyfile(os.path.join(r2, "mp_rank_00_model_states.pt"), p))
 
+    # Issue 45, BAD 3: the same for a PipelineModule checkpoint (PP 2, layer files): its module weights
+    # live in layer_XX-model_TT-model_states.pt, which the image check must index too. One layer file of
+    # run 2 (the second one: a block) mixed into run 1, and one optimizer shard of run 2.
+    p1 = gen(os.path.join(src, "prun1"), tp=1, pp=2, dp=2, zero=1, dtype="bf16", step=10, seed=3)
+    p2 = gen(os.path.join(src, "prun2"), tp=1, pp=2, dp=2, zero=1, dtype="bf16", step=10, seed=5)
+    layer = sorted(f for f in os.listdir(p1) if f.startswith("layer_"))[1]
+    popt = "bf16_zero_pp_rank_1_mp_rank_01_optim_states.pt"
+    case("pipe_other_run_clean", p1, layer, "", lambda p: None)
+    case("pipe_other_run_layer", p1, layer, "but the fp32 master in",
+         lambda p: shutil.copyfile(os.path.join(p2, layer), p))
+    case("pipe_other_run_shard", p1, popt, "but the fp32 master in",
+         lambda p: shutil.copyfile(os.path.join(p2, popt), p))
+
     shutil.rmtree(src)
     with open(os.path.join(root, "cases.json"), "w") as f:
         json.dump(cases, f, indent=1)

@@ -41,6 +41,8 @@ long rank_of(const std::string& name, std::string_view prefix, std::string_view 
 // Rank-local files or folders, keyed by rank; they must number 0..n-1.
 bool rank_local(Folder& f) {
   std::map<long, std::pair<std::string, std::string>> by_rank;  // rank -> (metadata file, data dir)
+  long data_rank = -1;  // the highest rank of a __<rank>_<k>.distcp data file
+  std::string data_file;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(f.dir, ec)) {
     const std::string name = e.path().filename().string();
@@ -48,8 +50,16 @@ bool rank_local(Folder& f) {
       by_rank[r] = {e.path().string(), ""};
     else if (long q = rank_of(name, "rank_", ""); q >= 0 && is_file(e.path() / kMetadataName))
       by_rank[q] = {(e.path() / kMetadataName).string(), name};
+    else if (const auto u = name.find('_', 2); u != std::string::npos && name.size() > 2)
+      if (long d = rank_of(name.substr(0, u) + ".distcp", "__", ".distcp");
+          d > data_rank && rank_of(name.substr(u), "_", ".distcp") >= 0)
+        data_rank = d, data_file = name;
   }
   if (by_rank.empty()) return false;
+  // A rank whose metadata is missing while its data file is there: name that rank, not the others.
+  if (by_rank.begin()->second.second.empty() && data_rank >= 0 && !by_rank.count(data_rank))
+    throw Error(f.dir + ": rank-local DCP checkpoint without __" + std::to_string(data_rank) + ".metadata (the metadata of rank " +
+                std::to_string(data_rank) + ", whose data file " + data_file + " is there)");
   long want = 0;
   for (const auto& [r, files] : by_rank) {
     if (r != want)

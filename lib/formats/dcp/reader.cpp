@@ -14,6 +14,7 @@
 #include <optional>
 #include <span>
 
+#include "core/file_io.h"
 #include "core/confine.h"
 #include "core/error.h"
 #include "core/crc32.h"
@@ -143,8 +144,7 @@ int Reader::descriptor(const std::string& file) const {
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = descriptors_.find(file);
   if (it != descriptors_.end()) return it->second;
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(file, std::string("cannot open: ") + std::strerror(errno));
+  const int fd = open_input(file, "DCP data file").release();  // a FIFO is refused, not waited on
   descriptors_.emplace(file, fd);
   return fd;
 }

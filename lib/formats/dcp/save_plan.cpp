@@ -4,6 +4,7 @@
 // create_default_global_save_plan).
 #include "formats/dcp/save_plan.h"
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -107,63 +108,68 @@ SavePlan make_save_plan(const std::vector<Entry>& entries, const Target& target)
     Entry e{in.fqn, in.is_bytes, in.dtype, in.is_bytes ? std::vector<int64_t>{} : in.size, {}};
     plan.entries.push_back(std::move(e));
   }
-  // Each rank's local plan: its boxes in state-dict order (bytes items on every rank).
-  struct Local {
+  std::vector<std::vector<Placement>> placements;
+  for (const Entry& e : plan.entries) placements.push_back(placements_for(target, e.size.size()));
+  // Each rank's local plan holds one box per entry, in state-dict order (bytes items on every rank).
+  // Nothing here is kept per rank: a box a million ranks hold (a scalar, a bytes item, the empty
+  // rows past the end of a small tensor) is one entry with the runs of consecutive ranks holding it,
+  // so a plan grows with the distinct boxes, not with --world-size.
+  struct Held {
     size_t entry;
     Chunk box;
+    std::vector<std::pair<int64_t, int64_t>> runs;  // [first, last] ranks holding the box, ascending
+    int64_t owner = -1;
   };
-  std::vector<std::vector<Local>> local(static_cast<size_t>(world));
+  std::vector<Held> held;  // dedup_save_plans' order: first appearance over the ranks
+  std::map<std::pair<size_t, std::vector<int64_t>>, size_t> index;
+  std::vector<int64_t> coord(plan.mesh.size());
   for (int64_t r = 0; r < world; ++r) {
-    std::vector<int64_t> coord(plan.mesh.size());
     for (size_t m = plan.mesh.size(), rest = static_cast<size_t>(r); m-- > 0;) {
       coord[m] = static_cast<int64_t>(rest % static_cast<size_t>(plan.mesh[m]));
       rest /= static_cast<size_t>(plan.mesh[m]);
     }
     for (size_t k = 0; k < plan.entries.size(); ++k) {
       const Entry& e = plan.entries[k];
-      local[r].push_back({k, e.is_bytes ? Chunk{} : local_box(e.size, plan.mesh, coord, placements_for(target, e.size.size()))});
+      Chunk box = e.is_bytes ? Chunk{} : local_box(e.size, plan.mesh, coord, placements[k]);
+      auto [it, fresh] = index.try_emplace({k, box.offsets}, held.size());
+      if (fresh) held.push_back({k, std::move(box), {}, -1});
+      auto& runs = held[it->second].runs;
+      if (!runs.empty() && runs.back().second == r - 1)
+        runs.back().second = r;
+      else
+        runs.push_back({r, r});
     }
   }
-  // dedup_save_plans: items keyed by (fqn, offsets) in order of first appearance over the ranks; each
-  // goes to the holder with the fewest planned bytes (bytes items weigh 1).
-  std::map<std::pair<size_t, std::vector<int64_t>>, std::vector<int64_t>> holders;
-  std::vector<std::pair<size_t, std::vector<int64_t>>> order;
-  std::map<std::pair<size_t, std::vector<int64_t>>, Chunk> box_of;
-  for (int64_t r = 0; r < world; ++r)
-    for (const Local& l : local[r]) {
-      auto key = std::make_pair(l.entry, l.box.offsets);
-      auto [it, fresh] = holders.try_emplace(key);
-      if (fresh) {
-        order.push_back(key);
-        box_of[key] = l.box;
-      }
-      it->second.push_back(r);
-    }
+  index.clear();
+  // dedup_save_plans: each box goes to the holder with the fewest planned bytes so far, the lowest rank
+  // on ties (bytes items weigh 1).
   std::vector<uint64_t> planned(static_cast<size_t>(world), 0);
-  std::map<std::pair<size_t, std::vector<int64_t>>, int64_t> owner;
-  for (const auto& key : order) {
+  std::map<int64_t, std::vector<size_t>> owned;  // rank -> its boxes (ascending entry: its local order)
+  for (size_t h = 0; h < held.size(); ++h) {
+    Held& x = held[h];
     int64_t best = -1;
-    for (int64_t r : holders[key])
-      if (best < 0 || planned[r] < planned[best]) best = r;
-    const Entry& e = plan.entries[key.first];
-    planned[best] += e.is_bytes ? 1 : chunk_bytes(e, box_of[key]);
-    owner[key] = best;
+    for (const auto& [first, last] : x.runs)
+      for (int64_t r = first; r <= last; ++r)
+        if (best < 0 || planned[r] < planned[best]) best = r;
+    const Entry& e = plan.entries[x.entry];
+    planned[best] += e.is_bytes ? 1 : chunk_bytes(e, x.box);
+    x.owner = best;
+    owned[best].push_back(h);
   }
   // The global plan: rank by rank, each kept item appends its chunk to its tensor's list.
-  for (int64_t r = 0; r < world; ++r) {
+  for (auto& [r, boxes] : owned) {
+    std::sort(boxes.begin(), boxes.end(), [&](size_t a, size_t b) { return held[a].entry < held[b].entry; });
     PlannedFile f{r, data_file_name(r), {}};
-    for (const Local& l : local[r]) {
-      const auto key = std::make_pair(l.entry, l.box.offsets);
-      if (owner[key] != r) continue;
-      Entry& e = plan.entries[l.entry];
+    for (size_t h : boxes) {
+      Entry& e = plan.entries[held[h].entry];
       if (e.is_bytes) {
-        f.items.push_back({l.entry, PlannedItem::kBytes});
+        f.items.push_back({held[h].entry, PlannedItem::kBytes});
       } else {
-        f.items.push_back({l.entry, e.chunks.size()});
-        e.chunks.push_back(l.box);
+        f.items.push_back({held[h].entry, e.chunks.size()});
+        e.chunks.push_back(held[h].box);
       }
     }
-    if (!f.items.empty()) plan.files.push_back(std::move(f));
+    plan.files.push_back(std::move(f));
   }
   return plan;
 }

@@ -1,10 +1,16 @@
 // Checkpoint folders: pointer files, global_stepN tags, input kinds.
 #include "formats/deepspeed/checkpoint_dir.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "core/file_io.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "formats/universal/manifest.h"
@@ -51,12 +57,18 @@ std::string read_pointer(const std::string& pointer_file) {
   // device) is neither read whole nor echoed. The message names the file and what is wrong, never
   // its content.
   constexpr size_t kMaxTag = 255;  // NAME_MAX
-  std::ifstream in(pointer_file, std::ios::binary);
-  if (!in) fail(pointer_file, "cannot open");
-  std::string raw(kMaxTag + 64, '\0');
-  in.read(raw.data(), static_cast<std::streamsize>(raw.size()));
-  raw.resize(static_cast<size_t>(in.gcount()));
-  const bool longer = raw.size() == kMaxTag + 64 && in.peek() != std::char_traits<char>::eof();
+  const UniqueFd in = open_input(pointer_file, "tag file");  // a FIFO named latest is refused at once
+  std::string raw(kMaxTag + 65, '\0');
+  size_t got = 0;
+  while (got < raw.size()) {
+    const ssize_t n = ::read(in.get(), raw.data() + got, raw.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(pointer_file, std::string("read failed: ") + std::strerror(errno));
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  const bool longer = got > kMaxTag + 64;
+  raw.resize(std::min(got, kMaxTag + 64));
   const std::string tag = trimmed(raw);
   bool ok = !longer && !tag.empty() && tag.size() <= kMaxTag && tag != "." && tag != "..";
   for (unsigned char c : tag)

@@ -7,7 +7,9 @@
 #include <fstream>
 #include <limits>
 #include <regex>
+#include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "formats/deepspeed/file_names.h"
 #include "io/pickle/value.h"
@@ -97,8 +99,7 @@ std::vector<int64_t> partition_balanced(const std::vector<int64_t>& weights, int
 }
 
 std::vector<std::string> read_layer_types(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot read the layer types file (--layer-types)");
+  std::istringstream in(read_text_file(path, "layer types file (--layer-types)"));
   std::vector<std::string> names;
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {

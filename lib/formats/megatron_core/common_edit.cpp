@@ -47,6 +47,9 @@ ArgsFacts args_facts(const ValuePtr& common, const std::string& file, const Args
   f.etp = int_attr(a, "expert_tensor_parallel_size", 1);
   f.num_layers = int_attr(a, "num_layers", 0);
   f.num_experts = int_attr(a, "num_experts", 0);
+  f.num_attention_heads = int_attr(a, "num_attention_heads", 0);
+  const auto gqa = a->attr("group_query_attention");
+  if (gqa && gqa->is(Kind::Bool) && gqa->b) f.num_query_groups = int_attr(a, "num_query_groups", 0);
   const auto sw = a->attr("swiglu");
   f.swiglu = sw && sw->is(Kind::Bool) && sw->b;
   // transformer_block.py:730-759: moe_layer_freq / linear_attention_freq a list or an int > 1,

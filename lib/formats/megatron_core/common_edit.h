@@ -25,6 +25,8 @@ struct ArgsFacts {
   int64_t etp = 1;                         // expert_tensor_parallel_size (1 when absent or None)
   int64_t num_layers = 0;
   int64_t num_experts = 0;                 // 0: no MoE
+  int64_t num_attention_heads = 0;         // 0: not recorded
+  int64_t num_query_groups = 0;            // group_query_attention's groups (0: no GQA or not recorded)
   bool swiglu = false;
   bool homogeneous = true;                 // decoder layers stacked (transformer_block.py:730-759)
 };

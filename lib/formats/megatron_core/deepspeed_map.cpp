@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace ucpkit::formats::megatron_core {
@@ -109,13 +110,10 @@ ModelMap ModelMap::from_json(const nlohmann::json& j, const std::string& origin)
 }
 
 ModelMap read_model_map(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot read the model map");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_text_file(path, "model map");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(ss.str());
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(path + ": not JSON (" + std::string(e.what()) + ")");
   }

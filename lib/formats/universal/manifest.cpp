@@ -7,6 +7,7 @@
 #include <limits>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_input.h"
 
@@ -224,11 +225,9 @@ UniversalManifest UniversalManifest::from_json(const json& j, const std::string&
 }
 
 UniversalManifest read_universal_manifest(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot read (incomplete universal checkpoint?)");
-  std::stringstream text;
-  text << in.rdbuf();
-  return UniversalManifest::from_json(parse_json_input(text.str(), path, "corrupt JSON"), path);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) fail(path, "cannot read (incomplete universal checkpoint?)");
+  return UniversalManifest::from_json(parse_json_input(read_text_file(path, "manifest"), path, "corrupt JSON"), path);
 }
 
 std::string crc32_text(uint32_t crc) {

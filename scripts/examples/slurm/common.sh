@@ -87,7 +87,11 @@ run_step() {
 }
 
 # newest_tag DIR: the tag DeepSpeed wrote last into DIR/latest (it writes `latest` after the tag).
+# Called as tag=$(newest_tag DIR): its message goes to stderr, which the substitution does not take.
 newest_tag() {
-  [ -s "$1/latest" ] || { log "no $1/latest: not a DeepSpeed save folder, or no checkpoint finished yet"; return 1; }
+  [ -s "$1/latest" ] || {
+    log "FAILED: no $1/latest: not a DeepSpeed save folder, or no checkpoint finished yet" >&2
+    return 1
+  }
   tr -d '[:space:]' < "$1/latest"
 }
