@@ -15,6 +15,7 @@
 #include "core/staging.h"
 #include "io/shape.h"
 #include "io/torch/torch_file.h"
+#include "formats/looked_for.h"
 #include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/storage_tags.h"
@@ -51,8 +52,7 @@ std::string native_checkpoint_dir(const std::string& input, formats::deepspeed::
         (n.find("_model_states") != std::string::npos || n.find("_optim_states") != std::string::npos))
       return dir;
   }
-  throw Error(input + ": neither a universal checkpoint (no manifest.json) nor a DeepSpeed checkpoint "
-              "(no *_model_states.pt / *_optim_states.pt" + (dir != input ? " in " + dir : std::string()) + ")");
+  throw Error(formats::not_a_checkpoint(input, dir != input ? dir : std::string()));
 }
 
 to_universal::ExtractPlan direct_plan(const std::string& input, formats::deepspeed::InputKind kind) {
@@ -132,9 +132,9 @@ UniversalMeta direct_meta(const to_universal::ExtractPlan& plan) {
   return meta;
 }
 
-DirectSource::DirectSource(const to_universal::ExtractPlan& plan, const ModelInfo& model)
+DirectSource::DirectSource(const to_universal::ExtractPlan& plan, const ModelInfo& model, bool check_image)
     : plan_(plan), model_(model), cache_(std::make_unique<to_universal::FragmentReader>(plan.files)) {
-  image_ = std::make_unique<to_universal::MasterImage>(plan);
+  image_ = std::make_unique<to_universal::MasterImage>(plan, check_image);
   for (size_t si = 0; si < model.states.size(); ++si)
     if (model.states[si] == "fp32") fp32_state_ = static_cast<int>(si);
   for (size_t f = 0; f < plan.files.size(); ++f) pieces_.push_back(std::make_unique<FilePieces>());

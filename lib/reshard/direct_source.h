@@ -47,7 +47,10 @@ UniversalMeta direct_meta(const to_universal::ExtractPlan& plan);
 // joined once by ucp-union's own code and kept.
 class DirectSource final : public AtomicSource {
  public:
-  DirectSource(const to_universal::ExtractPlan& plan, const ModelInfo& model);
+  // `check_image`: check the module weights against the fp32 masters as they are read (master_image.h;
+  // off under --no-verify). It cannot follow verify_files_crc(), which direct mode turns off while it
+  // computes the files' CRCs on the way (FusedSourceCrc).
+  DirectSource(const to_universal::ExtractPlan& plan, const ModelInfo& model, bool check_image = true);
   ~DirectSource() override;
   void read(int param, int state, int64_t a, int64_t n, float* dst) override;
   pickle::ValuePtr step(int param) override;

@@ -79,9 +79,9 @@ formats::deepspeed::InputKind kind_of(const LoadOptions& options) {
 }
 
 // The AtomicSource of a direct or torch_dist input (null for a universal folder), set on `reader`.
-std::unique_ptr<AtomicSource> open_source(const Prepared& p, UniversalReader& reader) {
+std::unique_ptr<AtomicSource> open_source(const Prepared& p, UniversalReader& reader, bool verify) {
   std::unique_ptr<AtomicSource> source;
-  if (p.direct) source = std::make_unique<DirectSource>(p.direct->plan, p.model);
+  if (p.direct) source = std::make_unique<DirectSource>(p.direct->plan, p.model, verify);
   else if (p.torch_dist) source = std::make_unique<TorchDistSource>(*p.torch_dist, p.model);
   if (source) reader.set_source(source.get());
   return source;
@@ -309,7 +309,7 @@ nlohmann::json plan_json(const LoadOptions& options) {
   auto p = prepare(options);
   if (options.format == OutputFormat::Dcp) {
     UniversalReader reader(p.model, options.input, false);
-    const auto source = open_source(p, reader);
+    const auto source = open_source(p, reader, options.verify);
     auto j = dcp_output_json(dcp_output_of(options, p, reader));
     j["from_source"] = p.from_source;
     return j;
@@ -339,7 +339,7 @@ nlohmann::json plan_json(const LoadOptions& options) {
   // would be used (the files are laid out in memory for it; nothing is written).
   if (lp.exchange) {
     UniversalReader reader(p.model, options.input, false);
-    const auto source = open_source(p, reader);
+    const auto source = open_source(p, reader, options.verify);
     const auto writer = make_writer(p, reader);
     const auto setup = set_up_exchange(*writer, p, p.model.tag, ranks, options.batch_bytes, parallel::thread_count(options.threads));
     auto& x = j["exchange"] = setup.plan.to_json(p.model);
@@ -397,7 +397,7 @@ struct LoadRun {
 std::unique_ptr<DirectSource> open_direct_source(LoadRun& r, bool fused_crc) {
   std::unique_ptr<DirectSource> source;
   r.failed.guard([&] {
-    source = std::make_unique<DirectSource>(r.prep.direct->plan, r.prep.model);
+    source = std::make_unique<DirectSource>(r.prep.direct->plan, r.prep.model, r.options.verify);
     source->keep_source_crcs(fused_crc);
   });
   r.failed.settle();

@@ -101,7 +101,7 @@ std::shared_ptr<ForwardInput> open_forward_input(const LoadOptions& o) {
   if (!meta) return nullptr;
   if (meta->dir.empty()) {  // a native checkpoint, read as direct mode reads it
     f->model = model_info_from(*meta);
-    f->source = std::make_unique<DirectSource>(f->plan, f->model);
+    f->source = std::make_unique<DirectSource>(f->plan, f->model, o.verify);
     f->reader = std::make_unique<UniversalReader>(f->model, "", false);
     f->reader->set_source(f->source.get());
   } else {

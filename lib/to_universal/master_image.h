@@ -12,6 +12,7 @@
 
 #include "io/tensor.h"
 #include "io/torch/torch_file.h"
+#include "io/torch/verify.h"
 #include "to_universal/plan.h"
 
 namespace ucpkit::to_universal {
@@ -22,7 +23,9 @@ class MasterImage {
   // source of its layer_XX-model_TT-model_states.pt files (a tied module in each layer file that holds
   // it), read lazily: the tensors stay mapped. Empty (check() does nothing) for ZeRO-3, whose model
   // files hold no weights, and under --no-verify.
-  explicit MasterImage(const ExtractPlan& plan);
+  // `verify`: false (--no-verify) leaves it empty.
+  MasterImage(const ExtractPlan& plan, bool verify);
+  explicit MasterImage(const ExtractPlan& plan) : MasterImage(plan, verify_files_crc()) {}
   // `fp32`: parameter p's fp32 master, TP slices back to back starting at `offsets` (bytes). Each
   // slice rounded to its model file's dtype must equal the module weight of that TP rank. Throws
   // Error naming the model file and the shard holding the first element that differs. Thread-safe.

@@ -167,6 +167,18 @@ class ScratchUniversal {
   std::unique_ptr<RemovedOnStop> removed_;
 };
 
+// --format deepspeed needs DeepSpeed model files, which a DCP or torch_dist input has not.
+void refuse_deepspeed_output(const reshard::LoadOptions& load, formats::dcp::FolderKind kind) {
+  if (load.format != reshard::OutputFormat::DeepSpeed) return;
+  throw Error(load.input + ": a " + std::string(formats::dcp::folder_kind_name(kind)) +
+              " checkpoint has no DeepSpeed model files, which --format deepspeed needs; write --format dcp, "
+              "safetensors or torch_dist" +
+              (kind == formats::dcp::FolderKind::TorchDist
+                   ? ", or give --template <the Megatron-DeepSpeed universal folder of the model>"
+                   : std::string()) +
+              " (docs/ucp-load.md)");
+}
+
 // An error of the load from the scratch folder, told about the user's input: the scratch folder is
 // gone by the time the message is read.
 [[noreturn]] void rethrow_about_input(const Error& e, const std::string& scratch, const std::string& input) {
@@ -182,6 +194,28 @@ Result run_ucp_load(const UcpLoadOptions& o) {
   if (!o.verify) set_verify_files_crc(false);
   reshard::LoadOptions load = o.load;
   load.reporter = console_reporter();
+  if ((o.dry_run || o.plan) && load.template_dir.empty()) {
+    // A DCP or torch_dist input is converted to universal form before the load can be planned: a dry
+    // run says so and what the conversion reads (nothing is converted), --plan points to the two steps.
+    const auto kind = to_universal::dcp_input_kind(load.input);
+    if (kind != formats::dcp::FolderKind::None) {
+      const std::string what = std::string(formats::dcp::folder_kind_name(kind));
+      if (o.plan)
+        throw UsageError("--plan of a " + what + " checkpoint: the load is planned from its universal form; run "
+                         "ucp-union --input " + load.input + " --output <folder>, then ucp-load --plan --input <folder>");
+      refuse_output_over_input(load.output, "--output", load.input, "--input");
+      refuse_deepspeed_output(load, kind);
+      const DryRun u = union_dry_run(load.input, load.output, {});
+      DryRun d;
+      d.text = "ucp-load --dry-run: " + load.input + " is a " + what + " checkpoint: it would be converted into a " +
+               "scratch universal folder beside " + load.output + " (" + u.fields.value("params", nlohmann::json(0)).dump() +
+               " parameters, " + u.fields.value("bytes", nlohmann::json(0)).dump() + " bytes), then written to " +
+               load.output + " as --format " + o.format + "; nothing written\n";
+      d.fields = {{"dry_run", true}, {"would_write", load.output}, {"input_kind", what}, {"format", o.format},
+                  {"params", u.fields.value("params", nlohmann::json(0))}, {"bytes", u.fields.value("bytes", nlohmann::json(0))}};
+      return parallel::MpiSession::get().rank() == 0 ? dry_run_result(d) : Result{};
+    }
+  }
   if (o.dry_run || o.plan) return plan_result(load, !o.plan);
   if (o.device == "cuda") return device_result(o);
   // From here SIGINT/SIGTERM only set a flag until the run has removed what it started (the scratch
@@ -205,14 +239,7 @@ Result run_ucp_load(const UcpLoadOptions& o) {
                        "first, then ucp-load)"
                      : std::string()));
   } else if (kind != formats::dcp::FolderKind::None) {
-    if (load.format == reshard::OutputFormat::DeepSpeed)  // before any conversion: name the input, not the scratch
-      throw Error(load.input + ": a " + std::string(formats::dcp::folder_kind_name(kind)) +
-                  " checkpoint has no DeepSpeed model files, which --format deepspeed needs; write --format dcp, "
-                  "safetensors or torch_dist" +
-                  (kind == formats::dcp::FolderKind::TorchDist
-                       ? ", or give --template <the Megatron-DeepSpeed universal folder of the model>"
-                       : std::string()) +
-                  " (docs/ucp-load.md)");
+    refuse_deepspeed_output(load, kind);  // before any conversion: name the input, not the scratch
     scratch = std::make_unique<ScratchUniversal>(load.output, [&](const std::string& m) { load.reporter.detail(m); });
     to_universal::ConvertOptions co;
     co.threads = load.threads;

@@ -1,6 +1,8 @@
 // DCP folder kinds and rank-local metadata merged (folder.h).
 #include "formats/dcp/folder.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -8,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
+#include "core/file_io.h"
 #include "core/error.h"
 #include "core/json_input.h"
 #include "formats/dcp/safetensors_flavour.h"
@@ -23,9 +26,15 @@ constexpr const char* kMetadataName = ".metadata";
 // megatron/core/dist_checkpointing/core.py:13 (core_v0.19.0) CONFIG_FNAME; CheckpointingConfig :33.
 constexpr const char* kMcoreConfigName = "metadata.json";
 
+// A name the readers look for that is there but is no regular file (a FIFO, a device, a folder) is
+// refused by name here, before anything could block reading it.
 bool is_file(const fs::path& p) {
   std::error_code ec;
-  return fs::is_regular_file(p, ec);
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0) return false;
+  if (const std::string kind = special_file_kind(st.st_mode); !kind.empty())
+    fail(p.string(), "is " + kind + ", not a regular file; nothing was read from it");
+  return true;
 }
 
 // `<prefix><digits><suffix>` -> the number, or -1.
@@ -78,6 +87,14 @@ std::string backend_of(const fs::path& config) {
   const nlohmann::json j = parse_json_input(read_text_file(file), file);
   if (!j.is_object() || !j.contains("sharded_backend") || !j["sharded_backend"].is_string())
     throw Error(file + ": a Megatron-Core metadata.json without a sharded_backend string");
+  // CheckpointingConfig.sharded_backend_version (dist_checkpointing/core.py:23-34, default 1): the
+  // torch_dist load strategy reads version 1 only and refuses others; so does this reader.
+  if (j.contains("sharded_backend_version")) {
+    const auto& v = j["sharded_backend_version"];
+    if (!v.is_number_integer() || v.get<int64_t>() != 1)
+      throw Error(file + ": Megatron-Core sharded_backend_version " + escaped_brief(v.dump(), 40) +
+                  " (the torch_dist layout read here is version 1)");
+  }
   return j["sharded_backend"].get<std::string>();
 }
 

@@ -6,6 +6,7 @@
 #include <regex>
 #include <set>
 
+#include "formats/looked_for.h"
 #include "core/error.h"
 #include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/deepspeed/version_line.h"
@@ -308,9 +309,7 @@ DeepSpeedLayout infer_layout(const std::vector<std::string>& names, const std::s
   if (F.bf16_seen && F.plain_seen) throw Error(dir + ": both bf16_ and plain ZeRO optimizer shards are present");
   L.bf16_prefix = F.bf16_seen;
   if (F.optim.empty() && F.model.empty() && F.layers.empty() && F.zero3_model.empty())
-    throw Error(dir + ": not a checkpoint ucpkit reads: no manifest.json (universal), .metadata (PyTorch DCP), "
-                      "metadata.json (Megatron-Core torch_dist), plan.json (ucp-extract work folder), latest or "
-                      "*_model_states.pt / *_optim_states.pt (DeepSpeed)");
+    throw Error(formats::not_a_checkpoint(dir));
   if (F.optim.empty()) throw Error(dir + ": no ZeRO optimizer shards (*_optim_states.pt) found");
   const int mp_count = set_world_sizes(L, F);
   assign_rank_files(L, F, mp_count);

@@ -1,0 +1,16 @@
+// What the readers look for in a folder, for the one message every tool gives when a folder is none
+// of the checkpoints they read (instead of what the last reader tried missed).
+#pragma once
+#include <string>
+
+namespace ucpkit::formats {
+
+// "<path>: not a checkpoint ucpkit reads: no manifest.json (universal), .metadata (PyTorch DCP), ..."
+inline std::string not_a_checkpoint(const std::string& path, const std::string& where = "") {
+  return path + ": not a checkpoint ucpkit reads: no manifest.json (universal), .metadata (PyTorch DCP), "
+                "metadata.json (Megatron-Core torch_dist), plan.json (ucp-extract work folder), latest or "
+                "*_model_states.pt / *_optim_states.pt (DeepSpeed)" +
+         (where.empty() ? std::string() : " in " + where);
+}
+
+}  // namespace ucpkit::formats
