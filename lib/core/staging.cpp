@@ -240,8 +240,8 @@ std::string not_replaceable(const fs::path& target) {
   // What the top of an output of these tools holds (any format they write or read as a folder).
   static const char* const kNames[] = {"manifest.json", "plan.json", "latest", "latest_universal", ".metadata",
                                        "metadata.json", "common.pt", "model.safetensors.index.json",
-                                       "ucpkit_layout.json"};
-  static const char* const kPrefixes[] = {"global_step", "mp_rank_", "zero_pp_rank_", "__"};
+                                       "ucpkit_layout.json", "latest_checkpointed_iteration.txt"};
+  static const char* const kPrefixes[] = {"global_step", "iter_", "mp_rank_", "zero_pp_rank_", "__"};
   static const char* const kSuffixes[] = {".safetensors", ".distcp", ".pt"};
   std::vector<std::string> other;
   size_t entries = 0;

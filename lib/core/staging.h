@@ -106,7 +106,7 @@ void sweep_stale_staging(const std::filesystem::path& target, const std::string&
 
 // Why `target` (an existing output that --overwrite would replace) must be kept, or "" when it may go:
 // it does not exist, it is an empty folder, or its top holds what a checkpoint or an output of these
-// tools holds (manifest.json, latest, .metadata, global_step*, *.safetensors, *.distcp, *.pt, ...).
+// tools holds (manifest.json, latest, .metadata, global_step*, iter_*, *.safetensors, *.distcp, *.pt, ...).
 // Anything else (a file, a folder of the user's files) is named: "holds no checkpoint (2 entries: a, b)".
 std::string not_replaceable(const std::filesystem::path& target);
 
