@@ -234,8 +234,8 @@ void sweep_stale_staging(const fs::path& target, const std::string& tag, const S
 
 std::string not_replaceable(const fs::path& target) {
   std::error_code ec;
-  const auto st = fs::symlink_status(target, ec);
-  if (ec) return {};
+  const auto st = fs::status(target, ec);  // a link to a folder is judged by the folder
+  if (ec || !fs::exists(st)) return {};
   if (!fs::is_directory(st)) return "is not a folder";
   // What the top of an output of these tools holds (any format they write or read as a folder).
   static const char* const kNames[] = {"manifest.json", "plan.json", "latest", "latest_universal", ".metadata",

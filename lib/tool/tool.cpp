@@ -68,14 +68,16 @@ bool g_json = false;
 std::atomic<bool> g_summary_printed{false};
 
 // The file an error message is about: the innermost FileScope it left, else its leading "<path>: "
-// when that names something on disk; "" when neither.
+// when that path or its folder is on disk (a missing file is still the file meant); "" when neither.
 std::string file_of(const std::string& what) {
   if (!failed_file().empty()) return failed_file();
   const auto colon = what.find(": ");
-  if (colon == std::string::npos || colon == 0) return {};
-  const std::string head = what.substr(0, colon);
+  if (colon == std::string::npos || colon == 0 || what[0] == '-') return {};
+  const std::filesystem::path head = what.substr(0, colon);
   std::error_code ec;
-  return head.find('/') != std::string::npos || std::filesystem::exists(head, ec) ? head : std::string();
+  const bool named = std::filesystem::exists(head, ec) ||
+                     (head.has_parent_path() && std::filesystem::is_directory(head.parent_path(), ec));
+  return named ? head.string() : std::string();
 }
 }  // namespace
 

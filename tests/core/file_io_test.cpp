@@ -1,8 +1,10 @@
 // core/file_io, core/registry, core/reporter and escaped_brief: the small shared pieces of issue 21.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -141,4 +143,29 @@ TEST(Reporter, DefaultSaysNothingAndCallbacksReceiveEveryLine) {
 TEST(EscapedBrief, EscapesBackslashesControlAndNonAsciiAndCuts) {
   EXPECT_EQ(escaped_brief("a\\b\n\xff"), "a\\x5cb\\x0a\\xff");
   EXPECT_EQ(escaped_brief(std::string(10, 'z'), 4), "zzzz...");
+}
+
+// open_input refuses what is not a regular file before it can block (a FIFO with no writer blocked a
+// plain open for ever, issue 45), and gives a descriptor whose reads block as usual.
+TEST(FileIo, OpenInputRefusesSpecialFilesAtOnce) {
+  const fs::path dir = ucpkit::testing::scratch_dir("file_io_input");
+  const std::string fifo = (dir / ".metadata").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  ucpkit::testing::within(std::chrono::seconds(10), "open_input of a FIFO", [&] {
+    try {
+      (void)open_input(fifo, "metadata file");
+      FAIL() << "a FIFO was opened";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), fifo + ": the metadata file is a FIFO (named pipe), not a regular file; nothing was read from it");
+    }
+  });
+  EXPECT_THROW((void)open_input(dir.string()), Error);  // a folder
+  EXPECT_THROW((void)open_input("/dev/null"), Error);   // a character device
+  const std::string file = (dir / "f").string();
+  { UniqueFd w = open_or_fail(file, O_WRONLY | O_CREAT); write_all(w.get(), "abc", 3, file); }
+  UniqueFd r = open_input(file);
+  EXPECT_EQ(::fcntl(r.get(), F_GETFL) & O_NONBLOCK, 0);
+  char buf[3];
+  pread_exact(r.get(), buf, 3, 0, file);
+  EXPECT_EQ(std::string(buf, 3), "abc");
 }

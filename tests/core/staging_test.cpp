@@ -115,3 +115,43 @@ TEST(Staging, OldCopyOfADeadRunIsKeptWhenItIsTheOnlyCopy) {
   sweep_stale_staging(target, "ucp");
   EXPECT_FALSE(fs::exists(old));
 }
+
+// --overwrite replaces an empty folder or a checkpoint, never a folder of other files (issue 45).
+TEST(Staging, OnlyAnEmptyFolderOrACheckpointIsReplaceable) {
+  const fs::path dir = ucpkit::testing::scratch_dir("staging_replaceable");
+  EXPECT_EQ(not_replaceable(dir / "absent"), "");
+  fs::create_directory(dir / "empty");
+  EXPECT_EQ(not_replaceable(dir / "empty"), "");
+  for (const char* marker : {"manifest.json", "latest", ".metadata", "global_step10", "model.safetensors", "__0_0.distcp",
+                             "iter_0000002", "mp_rank_00_model_states.pt"}) {
+    const fs::path ck = dir / (std::string("ck_") + marker);
+    fs::create_directories(ck);
+    std::ofstream(ck / marker) << "x";
+    EXPECT_EQ(not_replaceable(ck), "") << marker;
+  }
+  fs::create_directory(dir / "mine");
+  std::ofstream(dir / "mine" / "thesis.tex") << "x";
+  EXPECT_EQ(not_replaceable(dir / "mine"), "holds no checkpoint (1 entry: thesis.tex)");
+  std::ofstream(dir / "file") << "x";
+  EXPECT_EQ(not_replaceable(dir / "file"), "is not a folder");
+  EXPECT_THROW(StagingDir(dir / "mine", true, "ucp"), Error);
+  EXPECT_TRUE(fs::exists(dir / "mine" / "thesis.tex"));
+}
+
+// Scratch folders named <prefix><pid>... of a process that is gone are removed; a live one's, and
+// names that only look alike, are kept (issue 45: ucp-load's scratch copy, ucp-diff's folder).
+TEST(Staging, StalePidFoldersOfGoneProcessesAreSwept) {
+  const fs::path dir = ucpkit::testing::scratch_dir("staging_pid_sweep");
+  const std::string dead = std::to_string(dead_pid()), live = std::to_string(::getppid());
+  for (const std::string& n : {"ucp-diff-" + dead + "-abc", "ucp-diff-" + live + "-abc", "ucp-diff-" + dead,
+                               "ucp-diff-x" + dead, "other-" + dead})
+    fs::create_directory(dir / n);
+  std::vector<std::string> notes;
+  sweep_stale_pid_folders(dir, "ucp-diff-", [&](const std::string& n) { notes.push_back(n); });
+  EXPECT_FALSE(fs::exists(dir / ("ucp-diff-" + dead + "-abc")));
+  EXPECT_FALSE(fs::exists(dir / ("ucp-diff-" + dead)));
+  EXPECT_TRUE(fs::exists(dir / ("ucp-diff-" + live + "-abc")));
+  EXPECT_TRUE(fs::exists(dir / ("ucp-diff-x" + dead)));
+  EXPECT_TRUE(fs::exists(dir / ("other-" + dead)));
+  EXPECT_EQ(notes.size(), 2u);
+}

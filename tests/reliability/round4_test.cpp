@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -192,14 +193,21 @@ TEST(Round4Sigterm, EveryToolStopsWithinTwoSecondsWhileBlockedOnARead) {
       {stall_ds, kBin + "/ucp-union --no-sync --input " + ds.string() + " --output " + (d / "u2").string()},
       {stall_ds, kBin + "/ucp-extract --no-sync --input " + ds.string() + " --output " + (d / "w").string()},
       {stall_ds, kBin + "/ucp-load --no-sync --dp 1 --input " + ds.string() + " --output " + (d / "l2").string()},
+      {"UCPKIT_TEST_STALL_READ=optim_states", kBin + "/pec-save --checkpoint " + kFx + "/moe --store " + (d / "s").string() +
+                                                  " --step 10 --policy sequential --k 2"},
+      {"UCPKIT_TEST_STALL_READ=trace.jsonl", kBin + "/moe-replace --loads " + (d / "trace.jsonl").string() +
+                                                 " --nodes 2 --gpus-per-node 2 --slots-per-gpu 2 --output " +
+                                                 (d / "plan.json").string()},
   };
+  std::ofstream(d / "trace.jsonl") << R"({"layer": 0, "top_indices": [[0, 1], [2, 3]]})" << "\n";
   for (const auto& c : cases) {
     int status = 0;
     const double s = seconds_to_stop(c.env, c.cmd, std::chrono::milliseconds(1500), &status);
     EXPECT_LT(s, 2.0) << c.cmd;
     EXPECT_EQ(status, 128 + SIGTERM) << c.cmd;
+    std::printf("SIGTERM -> exit in %.3f s: %s\n", s, c.cmd.substr(c.cmd.rfind('/', c.cmd.find(' ')) + 1, 40).c_str());
     EXPECT_TRUE(leftovers(d).empty()) << c.cmd << ": " << (leftovers(d).empty() ? "" : leftovers(d)[0]);
-    for (const char* out : {"u", "l", "u2", "w", "l2"}) EXPECT_FALSE(fs::exists(d / out)) << c.cmd;
+    for (const char* out : {"u", "l", "u2", "w", "l2", "plan.json"}) EXPECT_FALSE(fs::exists(d / out)) << c.cmd;
     for (const auto& e : fs::directory_iterator(d))  // ucp-diff's temporary folder
       EXPECT_EQ(e.path().filename().string().rfind("ucp-diff-", 0), std::string::npos) << c.cmd;
   }
@@ -259,6 +267,28 @@ TEST(Round4Messages, RankLocalDcpMissingAMetadataNamesThatRank) {
       << log;
   EXPECT_NE(log.find("__1.metadata"), std::string::npos) << log;
   EXPECT_EQ(log.find("__0.metadata"), std::string::npos) << log;
+  fs::remove_all(d);
+}
+
+// WEAK: `ucp-load --dry-run` of a DCP input said the input was no checkpoint; it says it would convert
+// it first (and --plan, which needs the universal form, says to run ucp-union first).
+TEST(Round4Messages, DryRunOfADcpInputSaysItWouldConvertIt) {
+  const fs::path d = scratch("dcp_dry_run");
+  const std::string in = quote(kDcp + "/fsdp_optim_w2");
+  std::string log;
+  EXPECT_EQ(run_command_status(kBin + "/ucp-load --dry-run --format dcp --input " + in + " --output " + quote((d / "o").string()),
+                               &log),
+            0)
+      << log;
+  EXPECT_NE(log.find("would be converted"), std::string::npos) << log;
+  EXPECT_NE(log.find("nothing written"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(d / "o"));
+  EXPECT_TRUE(leftovers(d).empty());
+  EXPECT_EQ(run_command_status(kBin + "/ucp-load --plan --format dcp --input " + in + " --output " + quote((d / "o").string()),
+                               &log),
+            2)
+      << log;
+  EXPECT_NE(log.find("ucp-union"), std::string::npos) << log;
   fs::remove_all(d);
 }
 
