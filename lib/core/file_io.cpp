@@ -54,7 +54,7 @@ void stall_if_asked(const std::string& path) {
 UniqueFd open_input(const std::string& path, const std::string& what) {
   stall_if_asked(path);
   UniqueFd f(path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
-  if (!f) fail(path, "cannot open " + what + ": " + std::strerror(errno));
+  if (!f) fail(path, "cannot read " + what + ": " + std::strerror(errno));
   struct stat st {};
   if (::fstat(f.get(), &st) != 0) fail(path, "cannot stat " + what + ": " + std::strerror(errno));
   if (const std::string kind = special_file_kind(st.st_mode); !kind.empty())

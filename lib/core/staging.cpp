@@ -232,31 +232,23 @@ void sweep_stale_staging(const fs::path& target, const std::string& tag, const S
   }
 }
 
+namespace {
+bool (*g_checkpoint_entry)(const std::string& name) = nullptr;  // set by lib/formats (formats/looked_for.cpp)
+}  // namespace
+
+void set_checkpoint_entry_test(bool (*test)(const std::string& name)) { g_checkpoint_entry = test; }
+
 std::string not_replaceable(const fs::path& target) {
   std::error_code ec;
   const auto st = fs::status(target, ec);  // a link to a folder is judged by the folder
   if (ec || !fs::exists(st)) return {};
   if (!fs::is_directory(st)) return "is not a folder";
-  // What the top of an output of these tools holds (any format they write or read as a folder).
-  static const char* const kNames[] = {"manifest.json", "plan.json", "latest", "latest_universal", ".metadata",
-                                       "metadata.json", "common.pt", "model.safetensors.index.json",
-                                       "ucpkit_layout.json", "latest_checkpointed_iteration.txt"};
-  static const char* const kPrefixes[] = {"global_step", "iter_", "mp_rank_", "zero_pp_rank_", "__"};
-  static const char* const kSuffixes[] = {".safetensors", ".distcp", ".pt"};
   std::vector<std::string> other;
   size_t entries = 0;
   for (fs::directory_iterator it(target, ec), end; !ec && it != end; it.increment(ec)) {
     ++entries;
     const std::string n = it->path().filename().string();
-    auto starts = [&](const char* p) { return n.rfind(p, 0) == 0; };
-    auto ends = [&](const char* s) {
-      const size_t k = std::strlen(s);
-      return n.size() >= k && n.compare(n.size() - k, k, s) == 0;
-    };
-    if (std::any_of(std::begin(kNames), std::end(kNames), [&](const char* k) { return n == k; }) ||
-        std::any_of(std::begin(kPrefixes), std::end(kPrefixes), starts) ||
-        std::any_of(std::begin(kSuffixes), std::end(kSuffixes), ends))
-      return {};
+    if (g_checkpoint_entry && g_checkpoint_entry(n)) return {};
     if (other.size() < 3) other.push_back(n);
   }
   if (ec) return "cannot be listed (" + ec.message() + ")";

@@ -109,6 +109,10 @@ void sweep_stale_staging(const std::filesystem::path& target, const std::string&
 // tools holds (manifest.json, latest, .metadata, global_step*, iter_*, *.safetensors, *.distcp, *.pt, ...).
 // Anything else (a file, a folder of the user's files) is named: "holds no checkpoint (2 entries: a, b)".
 std::string not_replaceable(const std::filesystem::path& target);
+// The test "this top-level name belongs to a checkpoint or an output of these tools" that
+// not_replaceable uses, registered by lib/formats (formats/looked_for.cpp) so that core names no
+// format; until one is registered only an empty folder may be replaced.
+void set_checkpoint_entry_test(bool (*test)(const std::string& name));
 
 // Removes the entries of `dir` named `<prefix><pid>` or `<prefix><pid><non-digit>...` whose process is
 // gone (scratch folders a SIGKILLed run left: ucp-load's universal copy, ucp-diff's temporary folder).

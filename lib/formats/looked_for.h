@@ -13,4 +13,10 @@ inline std::string not_a_checkpoint(const std::string& path, const std::string& 
          (where.empty() ? std::string() : " in " + where);
 }
 
+// True for a name a checkpoint folder (or an output folder of these tools) holds at its top: the
+// universal manifest, a work folder's plan, DeepSpeed's latest / global_step* / shards, DCP's
+// .metadata and data files, torch_dist's metadata.json / iter_*, safetensors. Registered with
+// core/staging as what `--overwrite` may replace.
+bool is_checkpoint_entry(const std::string& name);
+
 }  // namespace ucpkit::formats

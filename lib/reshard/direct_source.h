@@ -19,7 +19,6 @@
 #include "io/zip/zip_crc_check.h"
 #include "reshard/model_info.h"
 #include "reshard/universal_reader.h"
-#include "to_universal/master_image.h"
 #include "to_universal/direct.h"
 
 namespace ucpkit::reshard {

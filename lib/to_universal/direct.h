@@ -14,6 +14,7 @@
 #include "io/pickle/value.h"
 #include "io/tensor.h"
 #include "to_universal/from_torch_dist.h"
+#include "to_universal/master_image.h"
 #include "to_universal/megatron_core_names.h"
 #include "to_universal/plan.h"
 

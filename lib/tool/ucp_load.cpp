@@ -52,20 +52,6 @@ void UcpLoadOptions::check() {
     load.target.layer_types = formats::deepspeed::read_layer_types(layer_types);
     load.target.layer_types_file = layer_types;
   }
-  // A layout option the format has no use for is refused, not ignored: the user meant something by it.
-  if (load.format == reshard::OutputFormat::Dcp || load.format == reshard::OutputFormat::Safetensors) {
-    const bool dcp = load.format == reshard::OutputFormat::Dcp;
-    const std::pair<bool, const char*> layout[] = {
-        {given.tp, "--tp"}, {given.pp, "--pp"}, {given.dp, "--dp"}, {given.zero_stage, "--zero-stage"}, {given.ep, "--ep"}};
-    for (const auto& [set, name] : layout)
-      if (set)
-        throw UsageError(std::string(name) + " does not apply to --format " + format +
-                         (dcp ? " (a DCP checkpoint holds global tensors; --world-size N shards them over N ranks)"
-                              : " (one set of unsharded weights)") +
-                         ": leave it out, or write --format deepspeed or torch_dist");
-    if (!dcp && world_size > 0)
-      throw UsageError("--world-size does not apply to --format safetensors (one set of unsharded weights)");
-  }
   load.target.dtype = *dtype_from_name(dtype);
   load.optimizer = optimizer == "zero"   ? reshard::OptimizerKind::Zero
                    : optimizer == "bf16" ? reshard::OptimizerKind::Bf16
@@ -86,6 +72,20 @@ void UcpLoadOptions::check() {
     if (device == "cuda") throw UsageError("--template applies to --device cpu");
     if (exchange == "off") throw UsageError("--exchange off: a torch_dist input with --template is read in exchange mode");
     if (!load.verify_against.empty()) throw UsageError("--verify-against applies to a native checkpoint input, not with --template");
+  }
+  // A layout option the format has no use for is refused, not ignored: the user meant something by it.
+  if (device == "cpu" && (load.format == reshard::OutputFormat::Dcp || load.format == reshard::OutputFormat::Safetensors)) {
+    const bool dcp = load.format == reshard::OutputFormat::Dcp;
+    const std::pair<bool, const char*> layout[] = {
+        {given.tp, "--tp"}, {given.pp, "--pp"}, {given.dp, "--dp"}, {given.zero_stage, "--zero-stage"}, {given.ep, "--ep"}};
+    for (const auto& [set, name] : layout)
+      if (set)
+        throw UsageError(std::string(name) + " does not apply to --format " + format +
+                         (dcp ? " (a DCP checkpoint holds global tensors; --world-size N shards them over N ranks)"
+                              : " (one set of unsharded weights)") +
+                         ": leave it out, or write --format deepspeed or torch_dist");
+    if (!dcp && world_size > 0)
+      throw UsageError("--world-size does not apply to --format safetensors (one set of unsharded weights)");
   }
   if (plan || dry_run) return;  // read-only: the rules below concern what a conversion reads
   if (!load.verify_against.empty() && reshard::is_universal_input(load.input))

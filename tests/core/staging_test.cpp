@@ -62,15 +62,15 @@ TEST(Staging, ExistingTargetRefusedWithoutOverwriteReplacedWithIt) {
   const fs::path dir = ucpkit::testing::scratch_dir("staging_existing");
   const fs::path target = dir / "out";
   fs::create_directory(target);
-  std::ofstream(target / "old.txt") << "old";
+  std::ofstream(target / "manifest.json") << "old";  // an output of ours: --overwrite may replace it
   EXPECT_ANY_THROW(StagingDir(target, false, "ucp"));
-  EXPECT_EQ(slurp(target / "old.txt"), "old");
+  EXPECT_EQ(slurp(target / "manifest.json"), "old");
   {
     StagingDir s(target, true, "ucp");
     std::ofstream(s.path() / "new.txt") << "new";
     s.commit();
   }
-  EXPECT_FALSE(fs::exists(target / "old.txt"));
+  EXPECT_FALSE(fs::exists(target / "manifest.json"));
   EXPECT_EQ(slurp(target / "new.txt"), "new");
   EXPECT_EQ(entries(dir), 1u) << "the old target or the staging folder was left beside the new one";
 }

@@ -252,7 +252,13 @@ TEST(DcpOutput, BadOutputsLeaveNothing) {
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("afile"), std::string::npos) << r.err;
   EXPECT_EQ(names_in(c.work), (std::set<std::string>{"out", "afile"}));
-  // With --overwrite the old folder is replaced by the checkpoint.
+  // --overwrite replaces a checkpoint, not a folder of other files (issue 45): that one is kept.
+  r = run_in(c, "ucp-load", "--input ../u --output out --format dcp --overwrite");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("holds no checkpoint (1 entry: keep)"), std::string::npos) << r.err;
+  EXPECT_EQ(names_in(c.work + "/out"), (std::set<std::string>{"keep"}));
+  // An earlier DCP output there is replaced by the checkpoint.
+  std::ofstream(c.work + "/out/.metadata") << "x";
   r = run_in(c, "ucp-load", "--input ../u --output out --format dcp --overwrite");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(names_in(c.work + "/out"), (std::set<std::string>{".metadata", "__0_0.distcp"}));

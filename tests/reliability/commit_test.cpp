@@ -89,7 +89,8 @@ TEST(CommitRace, LoadKeepsAnOutputThatAppearedMidRun) {
 
 TEST(CommitRace, OverwriteStillReplaces) {
   const fs::path d = scratch("overwrite");
-  fs::create_directories(d / "u");
+  fs::create_directories(d / "u");  // an earlier output (--overwrite replaces checkpoints only, issue 45)
+  std::ofstream(d / "u" / "manifest.json") << "{}\n";
   std::ofstream(d / "u" / "old.txt") << "old\n";
   std::string out;
   ASSERT_EQ(sh(kBin + "/ucp-union -q --overwrite --input " + kFx + "/gpt --output " + (d / "u").string(), &out), 0) << out;

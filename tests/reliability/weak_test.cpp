@@ -222,6 +222,7 @@ TEST(WeakLeftovers, TagFailureAfterTheCommitIsAWarning) {
 TEST(WeakInput, ExtractAcceptsTheOverwriteItSuggests) {
   const fs::path d = scratch("overwrite");
   fs::create_directories(d / "w" / "old");
+  std::ofstream(d / "w" / "plan.json") << "{}";  // an earlier work folder (--overwrite replaces only checkpoints)
   std::string out;
   EXPECT_EQ(run_command(kBin + "/ucp-extract -q --no-sync --input " + kFx + "/gpt --output " + (d / "w").string(), &out), 1);
   EXPECT_NE(out.find("pass --overwrite"), std::string::npos) << out;

@@ -87,6 +87,21 @@ TEST(UcpLoadOptions, OutputIsRequiredButForPlanAndDeviceCuda) {
   EXPECT_EQ(refusal(o), "accepted");
 }
 
+// --tp, --pp, --dp, --zero-stage and --ep mean nothing to a DCP or safetensors output: refused, not
+// ignored (issue 45), naming the option; --world-size too for safetensors.
+TEST(UcpLoadOptions, LayoutOptionsAFormatDoesNotUseAreRefused) {
+  auto o = given_layout();
+  o.format = "dcp";
+  EXPECT_EQ(refusal(o).rfind("--tp does not apply to --format dcp", 0), 0u) << refusal(o);
+  o.given = {false, false, false, false, true, false};
+  EXPECT_EQ(refusal(o).rfind("--ep does not apply to --format dcp", 0), 0u) << refusal(o);
+  o.given.ep = false;
+  o.world_size = 8;
+  EXPECT_EQ(refusal(o), "accepted");
+  o.format = "safetensors";
+  EXPECT_EQ(refusal(o), "--world-size does not apply to --format safetensors (one set of unsharded weights)");
+}
+
 TEST(UcpLoadOptions, ExchangeOnIsForTheDeepSpeedFormat) {
   auto o = given_layout();
   o.exchange = "on";
@@ -116,7 +131,7 @@ TEST(UcpLoadOptions, FillsTheLibraryOptions) {
   o.dtype = "fp16";
   o.optimizer = "bf16";
   o.exchange = "off";
-  o.format = "safetensors";
+  o.format = "torch_dist";  // a format that takes the layout (dcp and safetensors refuse it)
   o.world_size = 24;
   o.shard_size = 16 << 10;
   o.batch = 1 << 20;
@@ -131,7 +146,7 @@ TEST(UcpLoadOptions, FillsTheLibraryOptions) {
   EXPECT_EQ(l.target.dtype, ucpkit::DType::Float16);
   EXPECT_EQ(l.optimizer, ucpkit::reshard::OptimizerKind::Bf16);
   EXPECT_EQ(l.exchange, ucpkit::reshard::ExchangeMode::Files);
-  EXPECT_EQ(l.format, ucpkit::reshard::OutputFormat::Safetensors);
+  EXPECT_EQ(l.format, ucpkit::reshard::OutputFormat::TorchDist);
   EXPECT_EQ(l.given.world_size, 24);
   EXPECT_TRUE(l.given.tp && l.given.zero_stage);
   EXPECT_FALSE(l.given.ep || l.given.dtype);
