@@ -2,6 +2,7 @@
 #include "formats/pec_object.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #define ZSTD_STATIC_LINKING_ONLY  // ZSTD_d_forceIgnoreChecksum
 #include <zstd.h>
 
@@ -58,10 +59,12 @@ ObjectReader::~ObjectReader() = default;
 
 ObjectHeader ObjectReader::open(const std::string& path) {
   path_ = path;
-  in_ = UniqueFd(path, O_RDONLY);
-  if (in_.get() < 0) {
-    if (errno == ENOENT) throw ObjectError(path + ": object missing");
-    throw ObjectError(path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) throw ObjectError(path + ": object missing");
+  try {
+    in_ = open_input(path, "PEC object");  // a FIFO in the store is refused, not waited on
+  } catch (const Error& e) {
+    throw ObjectError(e.what());
   }
   uint8_t head[kObjectHeader];
   const ssize_t got = pread_some(in_.get(), head, kObjectHeader, 0);

@@ -45,7 +45,7 @@ std::vector<RangeCrc> expert_range_crcs(const SourceCheckpoint& src, const std::
     out[i] = {r.record, r.offset, r.length, 0};
     by_record[r.record].push_back(i);
   }
-  UniqueFd fd = open_or_fail(path, O_RDONLY);
+  UniqueFd fd = open_input(path, "checkpoint file");
   std::vector<uint8_t> buf(size_t{1} << 20);
   for (auto& [name, idx] : by_record) {
     const ZipRecord& rec = records.at(name);

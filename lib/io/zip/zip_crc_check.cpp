@@ -18,7 +18,7 @@ uint64_t check_zip_crcs(const std::string& path, std::vector<KnownCrc> known) {
   auto file = MappedFile::open(path);
   if (!looks_like_zip(file->bytes())) return 0;
   ZipReader zip(file);
-  const UniqueFd f = open_or_fail(path, O_RDONLY);
+  const UniqueFd f = open_input(path, "checkpoint file");
   // Longest first among pieces starting at the same byte: the shorter ones are then inside it.
   std::sort(known.begin(), known.end(), [](const KnownCrc& a, const KnownCrc& b) {
     return a.offset != b.offset ? a.offset < b.offset : a.size > b.size;
