@@ -38,11 +38,27 @@ class SlotGpu {
 class Descending {
  public:
   using Item = std::pair<double, int>;
-  void clear() { heap_.clear(), order_.clear(); }
+  void clear() { heap_.clear(), order_.clear(), stage_ = 0; }
   void push(const Item& x) { heap_.push_back(x); }
-  void done() { std::make_heap(heap_.begin(), heap_.end()); }
-  // The i-th largest, or nullptr past the end.
+  void done() {}
+  // The i-th largest, or nullptr past the end. The first read takes the kFirst largest with one
+  // pass (most items are refused by one comparison with the least of them; a dominant expert has
+  // thousands of holders, and building a heap of them all was a large part of the rewrite search);
+  // the rest become a heap only if a search reads past them.
   const Item* at(size_t i) {
+    if (i < order_.size()) return &order_[i];
+    if (stage_ == 0) {
+      stage_ = 1;
+      const auto k = static_cast<std::ptrdiff_t>(std::min(heap_.size(), kFirst));
+      std::partial_sort(heap_.begin(), heap_.begin() + k, heap_.end(), std::greater<>());
+      order_.assign(heap_.begin(), heap_.begin() + k);
+      if (i < order_.size()) return &order_[i];
+    }
+    if (stage_ == 1) {
+      stage_ = 2;
+      heap_.erase(heap_.begin(), heap_.begin() + static_cast<std::ptrdiff_t>(order_.size()));
+      std::make_heap(heap_.begin(), heap_.end());
+    }
     while (order_.size() <= i && !heap_.empty()) {
       std::pop_heap(heap_.begin(), heap_.end());
       order_.push_back(heap_.back());
@@ -52,7 +68,9 @@ class Descending {
   }
 
  private:
+  static constexpr size_t kFirst = 16;
   std::vector<Item> heap_, order_;
+  int stage_ = 0;  // 0: unread; 1: the kFirst largest in order_ (still in heap_); 2: the rest a heap
 };
 
 struct Holders {
