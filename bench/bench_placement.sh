@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # moe-replace benchmark: planning time on one core (64 layers x 256 experts, 128 nodes x 8 GPUs x 4
 # slots, metrics with 1e5 Monte Carlo samples), its growth with nodes and experts, end-to-end CLI
-# time, and plan quality of every algorithm on the SmartMoE loads for the same slot budget.
+# time at 128 and 1,024 nodes on log-normal and heavy-tailed loads (bench/placement_scale_loads.py),
+# and plan quality of every algorithm on the SmartMoE loads for the same slot budget.
 # Usage: [BASE=<other build>] bench/bench_placement.sh [build_dir]   (needs bench_placement and moe-replace built)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
