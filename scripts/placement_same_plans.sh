@@ -5,8 +5,11 @@
 #   * every algorithm at 128 and 1,024 nodes; balanced-ft and lazarus with f = 2;
 #   * --previous at 128 and 1,024 nodes: f = 1, f = 2, --migration-weight 0.5 and 1, a byte budget;
 #   * node loss (--current --failed-nodes) at both sizes;
+#   * the heavy-tailed loads (--shape heavy: Pareto, a few dominant experts): every algorithm at 128 and
+#     1,024 nodes, --previous with weights 0 and 1 and node loss at 1,024 nodes;
 #   * the SmartMoE loads and the EPLB example from ../shared/data, when present.
-# The previous plans are placed once, by NEW_BUILD, and read by both. One core each; about 4 minutes.
+# The previous plans are placed once, by NEW_BUILD, and read by both. One core each; about 6 minutes
+# (379fcc6's hecate takes 15 s a run on the heavy-tailed loads at 1,024 nodes).
 # Usage: scripts/placement_same_plans.sh OLD_BUILD NEW_BUILD [WORK]   (exit 0: identical; 1: a difference)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,6 +21,7 @@ data=$root/../shared/data
 one_core=(taskset -c 0)
 command -v taskset >/dev/null || one_core=()
 python3 "$root/bench/placement_scale_loads.py" "$work/w0.json" "$work/w1.json"
+python3 "$root/bench/placement_scale_loads.py" --shape heavy "$work/h0.json" "$work/h1.json"
 # The binaries' RUNPATH names the tree they were linked in: each build runs with its own library.
 tool() { local b=$1; shift; LD_LIBRARY_PATH="$b/lib" "${one_core[@]}" "$b/bin/moe-replace" "$@"; }
 for n in 128 1024; do
@@ -26,6 +30,8 @@ for n in 128 1024; do
       --output "$work/plan${n}f$f.json" -q || { echo "placing the previous plan failed" >&2; exit 1; }
   done
 done
+tool "$new" --input "$work/h0.json" --nodes 1024 --gpus-per-node 8 --slots-per-gpu 4 --survive-node-failures 1 \
+  --output "$work/heavy1024.json" -q || { echo "placing the previous plan failed" >&2; exit 1; }
 differ=0
 case_() {  # name, then the arguments
   local name=$1; shift
@@ -59,6 +65,15 @@ for n in 128 1024; do
   case_ "node loss $n nodes" --input "$w0" --current "$p" --failed-nodes 0,3
   case_ "node loss $n nodes weight 0.5" --input "$w0" --current "$p" --failed-nodes 0 --migration-weight 0.5
 done
+h0=$work/h0.json h1=$work/h1.json
+for n in 128 1024; do
+  for a in balanced-ft lazarus eplb eplb-global spread compact hecate; do
+    case_ "heavy-tailed $a $n nodes" --input "$h0" --nodes $n --gpus-per-node 8 --slots-per-gpu 4 --algorithm $a
+  done
+done
+case_ "heavy-tailed --previous 1024 nodes" --input "$h1" --previous "$work/heavy1024.json"
+case_ "heavy-tailed --previous 1024 nodes weight 1" --input "$h1" --previous "$work/heavy1024.json" --migration-weight 1
+case_ "heavy-tailed node loss 1024 nodes weight 0.5" --input "$h0" --current "$work/heavy1024.json" --failed-nodes 0 --migration-weight 0.5
 if [[ -f "$data/smartmoe_expert_loads.json" ]]; then
   case_ "SmartMoE 8x4x4 f=2" --input "$data/smartmoe_expert_loads.json" --nodes 8 --gpus-per-node 4 --slots-per-gpu 4 --survive-node-failures 2
   case_ "EPLB example 2x4x4" --input "$data/eplb_example.json" --nodes 2 --gpus-per-node 4 --slots-per-gpu 4

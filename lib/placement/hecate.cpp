@@ -57,6 +57,59 @@ class RoomIndex {
   std::set<std::tuple<int, int, int>> order_;
 };
 
+// place_copy's choice for one expert as a max over nodes (a tournament tree), for a run of copies
+// of that expert: a node's key is (lacks the expert, room, its best GPU lacks it, that GPU's room,
+// lowest id first), its best GPU the first of the largest (lacks, room). The largest key is the GPU
+// place_copy takes: nodes lacking the expert first, in RoomIndex's order, then the scan's order; a
+// copy changes one node's key. A dominant expert gets thousands of copies a layer on 1,024 nodes,
+// and once it is on every node each place_copy scanned all 8,192 GPUs.
+class NodeTree {
+ public:
+  // room(g), holds(g): the GPU's free slots and whether it holds the expert; lacks(n): no GPU of
+  // node n holds it.
+  template <class Room, class Holds, class Lacks>
+  void build(int nodes, int gpus_per_node, int max_room, const Room& room, const Holds& holds, const Lacks& lacks) {
+    N_ = nodes;
+    G_ = gpus_per_node;
+    M_ = max_room;
+    size_ = 1;
+    while (size_ < N_) size_ *= 2;
+    key_.assign(2 * static_cast<size_t>(size_), -1);
+    gpu_.assign(N_, -1);
+    for (int n = 0; n < N_; ++n) key_[size_ + n] = node_key(n, room, holds, lacks(n));
+    for (int i = size_ - 1; i >= 1; --i) key_[i] = std::max(key_[2 * i], key_[2 * i + 1]);
+  }
+  // The GPU of the largest key, -1 when no GPU has room.
+  int best() const { return key_[1] < 0 ? -1 : gpu_[N_ - 1 - static_cast<int>(key_[1] % N_)]; }
+  // After a copy on node n (which then holds the expert).
+  template <class Room, class Holds>
+  void update(int n, const Room& room, const Holds& holds) {
+    size_t i = static_cast<size_t>(size_ + n);
+    key_[i] = node_key(n, room, holds, false);
+    for (i /= 2; i >= 1; i /= 2) key_[i] = std::max(key_[2 * i], key_[2 * i + 1]);
+  }
+
+ private:
+  template <class Room, class Holds>
+  long long node_key(int n, const Room& room, const Holds& holds, bool lacks) {
+    int total = 0, best = -1, best_rank = -1;
+    for (int g = n * G_; g < (n + 1) * G_; ++g) {
+      const int r = room(g);
+      if (r == 0) continue;
+      total += r;
+      const int rank = (holds(g) ? 0 : M_ + 1) + r;  // (lacks it, room)
+      if (rank > best_rank) best = g, best_rank = rank;
+    }
+    gpu_[n] = best;
+    if (total == 0) return -1;
+    const long long k = (static_cast<long long>(lacks) * (G_ * M_ + 1) + total) * (2 * M_ + 2) + best_rank;
+    return k * N_ + (N_ - 1 - n);
+  }
+  int N_ = 0, G_ = 0, M_ = 0, size_ = 1;
+  std::vector<long long> key_;  // [1, size_): inner maxima; [size_, size_ + N_): the nodes
+  std::vector<int> gpu_;        // per node: its best GPU
+};
+
 }  // namespace
 
 std::vector<std::vector<int>> hecate_sharding(const LoadMatrix& loads, const Cluster& cluster, int t) {
@@ -124,7 +177,7 @@ std::vector<std::vector<int>> hecate_sharding(const LoadMatrix& loads, const Clu
 }
 
 LayerPlacement hecate_materialize(const std::vector<double>& t, const std::vector<int>& owner, const Cluster& cluster,
-                                  int overlap_degree, int memory) {
+                                  int overlap_degree, int memory, int tree_from) {
   const int E = static_cast<int>(t.size()), D = cluster.gpus(), G = cluster.gpus_per_node, S = cluster.slots_per_gpu;
   const int M = memory < 0 ? S : memory;
   if (M < 1 || M > S) throw UsageError("--memory must be between 1 and --slots-per-gpu (" + std::to_string(S) + ")");
@@ -132,16 +185,19 @@ LayerPlacement hecate_materialize(const std::vector<double>& t, const std::vecto
     throw UsageError(std::to_string(E) + " experts do not fit " + std::to_string(D) + " GPUs x --memory " +
                      std::to_string(M));
   std::vector<std::vector<int>> slots(D);
-  std::vector<std::vector<char>> has(D, std::vector<char>(E, 0));
+  // [e][g], an expert's GPUs contiguous: place_copy and NodeTree read one expert at a time.
+  std::vector<char> has(static_cast<size_t>(E) * D, 0);
+  auto holds = [&](int g, int e) { return has[static_cast<size_t>(e) * D + g] != 0; };
   std::vector<int> on_node(static_cast<size_t>(cluster.nodes) * E, 0);  // GPUs of a node holding e
+  std::vector<int> nodes_of(E, 0);                                      // nodes holding e
   std::vector<int> cnt(E, 0);
   std::vector<double> gload(D, 0.0);
   RoomIndex rooms(cluster.nodes, G, M);
   auto room = [&](int g) { return M - static_cast<int>(slots[g].size()); };
   auto put = [&](int e, int g) {
     slots[g].push_back(e);
-    if (!has[g][e]) on_node[static_cast<size_t>(g / G) * E + e]++;
-    has[g][e] = 1;
+    if (!holds(g, e) && on_node[static_cast<size_t>(g / G) * E + e]++ == 0) nodes_of[e]++;
+    has[static_cast<size_t>(e) * D + g] = 1;
     cnt[e]++;
     gload[g] += t[e];
     rooms.taken(g);
@@ -165,11 +221,12 @@ LayerPlacement hecate_materialize(const std::vector<double>& t, const std::vecto
 
   // Most room on nodes lacking e, then on GPUs lacking e.
   auto place_copy = [&](int e) {
-    for (const auto& [minus_room, minus_most, n] : rooms.nodes())
-      if (on_node[static_cast<size_t>(n) * E + e] == 0) {
-        put(e, rooms.best_gpu(n));
-        return true;
-      }
+    if (nodes_of[e] < cluster.nodes)  // else every node holds e: no need to walk them
+      for (const auto& [minus_room, minus_most, n] : rooms.nodes())
+        if (on_node[static_cast<size_t>(n) * E + e] == 0) {
+          put(e, rooms.best_gpu(n));
+          return true;
+        }
     // Every node with room holds e: the scan by (node room, GPU lacks e, GPU room).
     int best = -1, best_node_room = -1;
     bool best_node_lacks = false, best_lacks = false;
@@ -178,12 +235,12 @@ LayerPlacement hecate_materialize(const std::vector<double>& t, const std::vecto
       bool lacks = true;
       for (int g = n * G; g < (n + 1) * G; ++g) {
         nr += room(g);
-        lacks = lacks && !has[g][e];
+        lacks = lacks && !holds(g, e);
       }
       if (nr == 0) continue;
       for (int g = n * G; g < (n + 1) * G; ++g) {
         if (room(g) == 0) continue;
-        bool gl = !has[g][e];
+        bool gl = !holds(g, e);
         auto key = std::make_tuple(lacks, nr, gl, room(g));
         auto cur = std::make_tuple(best_node_lacks, best_node_room, best_lacks, best < 0 ? -1 : room(best));
         if (best < 0 || key > cur) {
@@ -197,20 +254,36 @@ LayerPlacement hecate_materialize(const std::vector<double>& t, const std::vecto
     if (best >= 0) put(e, best);
     return best >= 0;
   };
+  // `n` copies of e, place_copy's choices (fewer when the slots run out); from `tree_from` copies
+  // through NodeTree.
+  NodeTree tree;
+  auto place_copies = [&](int e, int n) {
+    if (n < tree_from) {
+      for (int j = 0; j < n; ++j)
+        if (!place_copy(e)) return;
+      return;
+    }
+    auto gpu_holds = [&](int g) { return holds(g, e); };
+    tree.build(cluster.nodes, G, M, room, gpu_holds, [&](int node) { return on_node[static_cast<size_t>(node) * E + e] == 0; });
+    for (int j = 0; j < n; ++j) {
+      const int g = tree.best();
+      if (g < 0) return;
+      put(e, g);
+      tree.update(g / G, room, gpu_holds);
+    }
+  };
 
   const int free_total = D * M - E;
   int tt = std::clamp(overlap_degree < 0 ? E : overlap_degree, 0, E);
   if (tt > 0 && tt <= M) {
     for (int i = 0; i < tt; ++i)
       for (int g = 0; g < D; ++g)
-        if (room(g) > 0 && !has[g][order[i]]) put(order[i], g);
+        if (room(g) > 0 && !holds(g, order[i])) put(order[i], g);
   } else if (tt > 0) {
     double sum = 0;
     for (int i = 0; i < tt; ++i) sum += t[order[i]];
     for (int i = 0; i < tt && sum > 0; ++i) {
-      int n = static_cast<int>(std::floor(free_total * t[order[i]] / sum));
-      for (int j = 0; j < n; ++j)
-        if (!place_copy(order[i])) break;
+      place_copies(order[i], static_cast<int>(std::floor(free_total * t[order[i]] / sum)));
     }
   }
   // Slots still free: the largest load per replica gets the next copy.

@@ -21,8 +21,11 @@ std::vector<std::vector<int>> hecate_sharding(const LoadMatrix& loads, const Clu
 // proportion to load, each expert's copies on nodes lacking it first; capacity still free goes to
 // the expert with the largest load per replica. The plan format has exactly S slots per GPU: when
 // m < S, each GPU's other S - m slots repeat experts it already holds (largest load per replica
-// first), so no GPU holds more than m distinct experts.
+// first), so no GPU holds more than m distinct experts. An expert's run of at least `tree_from`
+// copies is placed through a tree over the nodes (the same choices as one copy at a time, which
+// tests get with a large `tree_from`).
+inline constexpr int kHecateTreeFrom = 32;
 LayerPlacement hecate_materialize(const std::vector<double>& loads, const std::vector<int>& owner, const Cluster& cluster,
-                                  int overlap_degree, int memory = -1);
+                                  int overlap_degree, int memory = -1, int tree_from = kHecateTreeFrom);
 
 }  // namespace ucpkit::placement

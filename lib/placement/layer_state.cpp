@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -15,6 +16,19 @@ namespace ucpkit::placement {
 
 namespace {
 
+// Cluster::gpu_of_slot as a shift where the slots per GPU are a power of two: the loops over every
+// replica of an expert (tens of thousands for a dominant one at 1,024 nodes) spent much of their
+// time in the division.
+class SlotGpu {
+ public:
+  explicit SlotGpu(int slots_per_gpu)
+      : S_(slots_per_gpu), shift_((slots_per_gpu & (slots_per_gpu - 1)) == 0 ? std::countr_zero(unsigned(slots_per_gpu)) : -1) {}
+  int operator()(int slot) const { return shift_ >= 0 ? slot >> shift_ : slot / S_; }
+
+ private:
+  int S_, shift_;
+};
+
 // The GPUs holding expert x with their replica counts, and per GPU the load it reaches when every
 // replica there changes by `step` (added `step` times), largest first.
 // (value, index) pairs in descending order, sorted only as far as they are read: the searches walk
@@ -24,11 +38,27 @@ namespace {
 class Descending {
  public:
   using Item = std::pair<double, int>;
-  void clear() { heap_.clear(), order_.clear(); }
+  void clear() { heap_.clear(), order_.clear(), stage_ = 0; }
   void push(const Item& x) { heap_.push_back(x); }
-  void done() { std::make_heap(heap_.begin(), heap_.end()); }
-  // The i-th largest, or nullptr past the end.
+  void done() {}
+  // The i-th largest, or nullptr past the end. The first read takes the kFirst largest with one
+  // pass (most items are refused by one comparison with the least of them; a dominant expert has
+  // thousands of holders, and building a heap of them all was a large part of the rewrite search);
+  // the rest become a heap only if a search reads past them.
   const Item* at(size_t i) {
+    if (i < order_.size()) return &order_[i];
+    if (stage_ == 0) {
+      stage_ = 1;
+      const auto k = static_cast<std::ptrdiff_t>(std::min(heap_.size(), kFirst));
+      std::partial_sort(heap_.begin(), heap_.begin() + k, heap_.end(), std::greater<>());
+      order_.assign(heap_.begin(), heap_.begin() + k);
+      if (i < order_.size()) return &order_[i];
+    }
+    if (stage_ == 1) {
+      stage_ = 2;
+      heap_.erase(heap_.begin(), heap_.begin() + static_cast<std::ptrdiff_t>(order_.size()));
+      std::make_heap(heap_.begin(), heap_.end());
+    }
     while (order_.size() <= i && !heap_.empty()) {
       std::pop_heap(heap_.begin(), heap_.end());
       order_.push_back(heap_.back());
@@ -38,7 +68,9 @@ class Descending {
   }
 
  private:
+  static constexpr size_t kFirst = 16;
   std::vector<Item> heap_, order_;
+  int stage_ = 0;  // 0: unread; 1: the kFirst largest in order_ (still in heap_); 2: the rest a heap
 };
 
 struct Holders {
@@ -326,8 +358,12 @@ void LayerState::set_slot(int p, int e) {
     pending_[gpu] += delta;
   };
   if (batch) moved_mark_.resize(cluster_.gpus(), 0), pending_.resize(cluster_.gpus());
-  for (int s : slots_of_[x]) add(cluster_.gpu_of_slot(s), -share(x));
-  for (int s : slots_of_[e]) add(cluster_.gpu_of_slot(s), -share(e));
+  const SlotGpu gpu_of(cluster_.slots_per_gpu);
+  auto add_all = [&](int expert, double delta) {
+    for (int s : slots_of_[expert]) add(gpu_of(s), delta);
+  };
+  add_all(x, -share(x));
+  add_all(e, -share(e));
   auto& from = slots_of_[x];
   from.erase(from.begin() + pos_[p]);
   for (size_t i = static_cast<size_t>(pos_[p]); i < from.size(); ++i) pos_[from[i]] = static_cast<int>(i);
@@ -341,8 +377,8 @@ void LayerState::set_slot(int p, int e) {
   add_node(x, cluster_.node_of_slot(p), -1);
   add_node(e, cluster_.node_of_slot(p), 1);
   phy2log_[p] = e;
-  for (int s : slots_of_[x]) add(cluster_.gpu_of_slot(s), share(x));
-  for (int s : slots_of_[e]) add(cluster_.gpu_of_slot(s), share(e));
+  add_all(x, share(x));
+  add_all(e, share(e));
   if (batch) reorder_moved();
   settle_hi();
 }
@@ -484,8 +520,9 @@ void gather(const LayerState& st, int x, std::vector<int>& count, Holders& out) 
   auto& gpus = sc.held[x];
   if (sc.held_version[x] != st.version(x)) {
     gpus.clear();
+    const SlotGpu gpu_of(cl.slots_per_gpu);
     for (int s : st.slots_of(x)) {
-      const int k = cl.gpu_of_slot(s);
+      const int k = gpu_of(s);
       if (count[k]++ == 0) gpus.push_back({k, 0});
     }
     for (auto& [k, c] : gpus) c = count[k];
@@ -564,8 +601,9 @@ struct RewriteSearch {
       int* on = hot_on.data() + r * D;
       for (int k : row.gpus) on[k] = 0;
       row.gpus.clear();
+      const SlotGpu gpu_of(S);
       for (int s : st.slots_of(hot[i]))
-        if (on[cl.gpu_of_slot(s)]++ == 0) row.gpus.push_back(cl.gpu_of_slot(s));
+        if (on[gpu_of(s)]++ == 0) row.gpus.push_back(gpu_of(s));
       row.expert = hot[i];
       row.version = st.version(hot[i]);
       sc.hot_row[i] = static_cast<int>(r);
