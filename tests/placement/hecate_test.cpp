@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 #include <limits>
 #include <numeric>
@@ -151,13 +152,13 @@ TEST(Hecate, NodeTreeEqualsOneCopyAtATime) {
 }
 
 // The scale of bench/bench_placement.sh on heavy-tailed loads (64 layers x 256 experts, 1,024 nodes
-// x 8 GPUs x 4 slots): the placement in well under its 2 s budget of CPU (under a second here;
-// one copy at a time took 25 s, a dominant expert's copies each scanning all 8,192 GPUs).
-TEST(Hecate, HeavyTailedAtScaleInSeconds) {
+// x 8 GPUs x 4 slots) places every layer. Its time is the benchmark's to measure (under a second of
+// CPU now; one copy at a time took 25 s), not a test's: the CPU time is printed, not asserted.
+TEST(Hecate, HeavyTailedAtScalePlacesEveryLayer) {
   const LoadMatrix w = random_loads(64, 256, 3, true);
   const std::clock_t start = std::clock();
   PlacementResult r = make_algorithm("hecate")->place(w, Cluster{1024, 8, 4}, PlacementOptions{});
   const double cpu = static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
   ASSERT_EQ(r.layers.size(), 64u);
-  EXPECT_LT(cpu, 8.0) << "hecate took " << cpu << " s CPU";
+  std::printf("hecate, heavy-tailed, 1,024 nodes: %.2f s CPU\n", cpu);
 }
