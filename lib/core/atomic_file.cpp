@@ -206,8 +206,7 @@ std::string read_text_file(const std::string& path, const std::string& what) {
   std::string out;
   char buf[65536];
   for (;;) {
-    const ssize_t n = ::read(in.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
+    const ssize_t n = pread_some(in.get(), buf, sizeof buf, out.size());
     if (n < 0) fail(path, std::string("read failed: ") + std::strerror(errno));
     if (n == 0) return out;
     out.append(buf, static_cast<size_t>(n));

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <chrono>

@@ -78,10 +78,11 @@ formats::deepspeed::InputKind kind_of(const LoadOptions& options) {
                                       : formats::deepspeed::InputKind::Universal;
 }
 
-// The AtomicSource of a direct or torch_dist input (null for a universal folder), set on `reader`.
-std::unique_ptr<AtomicSource> open_source(const Prepared& p, UniversalReader& reader, bool verify) {
+// The AtomicSource of a direct or torch_dist input (null for a universal folder), set on `reader`,
+// for a plan: it reads steps, no fp32 value, so the model files' weights are not indexed.
+std::unique_ptr<AtomicSource> open_source(const Prepared& p, UniversalReader& reader) {
   std::unique_ptr<AtomicSource> source;
-  if (p.direct) source = std::make_unique<DirectSource>(p.direct->plan, p.model, verify);
+  if (p.direct) source = std::make_unique<DirectSource>(p.direct->plan, p.model, /*check_image=*/false);
   else if (p.torch_dist) source = std::make_unique<TorchDistSource>(*p.torch_dist, p.model);
   if (source) reader.set_source(source.get());
   return source;
@@ -309,7 +310,7 @@ nlohmann::json plan_json(const LoadOptions& options) {
   auto p = prepare(options);
   if (options.format == OutputFormat::Dcp) {
     UniversalReader reader(p.model, options.input, false);
-    const auto source = open_source(p, reader, options.verify);
+    const auto source = open_source(p, reader);
     auto j = dcp_output_json(dcp_output_of(options, p, reader));
     j["from_source"] = p.from_source;
     return j;
@@ -339,7 +340,7 @@ nlohmann::json plan_json(const LoadOptions& options) {
   // would be used (the files are laid out in memory for it; nothing is written).
   if (lp.exchange) {
     UniversalReader reader(p.model, options.input, false);
-    const auto source = open_source(p, reader, options.verify);
+    const auto source = open_source(p, reader);
     const auto writer = make_writer(p, reader);
     const auto setup = set_up_exchange(*writer, p, p.model.tag, ranks, options.batch_bytes, parallel::thread_count(options.threads));
     auto& x = j["exchange"] = setup.plan.to_json(p.model);

@@ -99,15 +99,10 @@ MasterImage::MasterImage(const ExtractPlan& plan, bool verify) {
     if (src.contains("dir") && src["dir"].is_string()) dirs.push_back(src["dir"].get<std::string>());
     std::map<int, std::vector<std::string>> layers;  // layer -> [tp]
     for (const auto& dir : dirs) {
-      std::error_code ec;
-      for (const auto& e : fs::directory_iterator(dir, ec))
-        if (auto n = formats::deepspeed::parse_file_name(e.path().filename().string());
-            n && n->kind == formats::deepspeed::FileKind::LayerStates) {
-          auto& row = layers[n->layer];
-          const size_t t = static_cast<size_t>(std::max(n->tp, 0));
-          if (row.size() <= t) row.resize(t + 1);
-          row[t] = e.path().string();
-        }
+      try {
+        layers = formats::deepspeed::discover(dir).layer_files;
+      } catch (const Error&) {  // a work folder's model_states/: no shards, so no layout there
+      }
       if (!layers.empty()) break;
     }
     for (const auto& [idx, row] : layers) {

@@ -182,9 +182,10 @@ void refuse_deepspeed_output(const reshard::LoadOptions& load, formats::dcp::Fol
 // An error of the load from the scratch folder, told about the user's input: the scratch folder is
 // gone by the time the message is read.
 [[noreturn]] void rethrow_about_input(const Error& e, const std::string& scratch, const std::string& input) {
+  const std::string named = input + " (as converted to universal form)";
   std::string what = e.what();
-  for (size_t at = what.find(scratch); at != std::string::npos; at = what.find(scratch, at + input.size()))
-    what.replace(at, scratch.size(), input + " (as converted to universal form)");
+  for (size_t at = what.find(scratch); at != std::string::npos; at = what.find(scratch, at + named.size()))
+    what.replace(at, scratch.size(), named);
   throw Error(what);
 }
 
@@ -206,13 +207,13 @@ Result run_ucp_load(const UcpLoadOptions& o) {
       refuse_output_over_input(load.output, "--output", load.input, "--input");
       refuse_deepspeed_output(load, kind);
       const DryRun u = union_dry_run(load.input, load.output, {});
+      const nlohmann::json params = u.fields.value("params", nlohmann::json(0)), bytes = u.fields.value("bytes", nlohmann::json(0));
       DryRun d;
       d.text = "ucp-load --dry-run: " + load.input + " is a " + what + " checkpoint: it would be converted into a " +
-               "scratch universal folder beside " + load.output + " (" + u.fields.value("params", nlohmann::json(0)).dump() +
-               " parameters, " + u.fields.value("bytes", nlohmann::json(0)).dump() + " bytes), then written to " +
-               load.output + " as --format " + o.format + "; nothing written\n";
+               "scratch universal folder beside " + load.output + " (" + params.dump() + " parameters, " + bytes.dump() +
+               " bytes), then written to " + load.output + " as --format " + o.format + "; nothing written\n";
       d.fields = {{"dry_run", true}, {"would_write", load.output}, {"input_kind", what}, {"format", o.format},
-                  {"params", u.fields.value("params", nlohmann::json(0))}, {"bytes", u.fields.value("bytes", nlohmann::json(0))}};
+                  {"params", params}, {"bytes", bytes}};
       return parallel::MpiSession::get().rank() == 0 ? dry_run_result(d) : Result{};
     }
   }

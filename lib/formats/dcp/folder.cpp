@@ -47,6 +47,13 @@ long rank_of(const std::string& name, std::string_view prefix, std::string_view 
   return std::stol(digits);
 }
 
+// `__<rank>_<k>.distcp` (a rank's data file) -> the rank, or -1.
+long data_rank_of(const std::string& name) {
+  const auto u = name.find('_', 2);
+  if (u == std::string::npos || rank_of(name.substr(u), "_", ".distcp") < 0) return -1;
+  return rank_of(name.substr(0, u), "__", "");
+}
+
 // Rank-local files or folders, keyed by rank; they must number 0..n-1.
 bool rank_local(Folder& f) {
   std::map<long, std::pair<std::string, std::string>> by_rank;  // rank -> (metadata file, data dir)
@@ -59,10 +66,8 @@ bool rank_local(Folder& f) {
       by_rank[r] = {e.path().string(), ""};
     else if (long q = rank_of(name, "rank_", ""); q >= 0 && is_file(e.path() / kMetadataName))
       by_rank[q] = {(e.path() / kMetadataName).string(), name};
-    else if (const auto u = name.find('_', 2); u != std::string::npos && name.size() > 2)
-      if (long d = rank_of(name.substr(0, u) + ".distcp", "__", ".distcp");
-          d > data_rank && rank_of(name.substr(u), "_", ".distcp") >= 0)
-        data_rank = d, data_file = name;
+    else if (long d = data_rank_of(name); d > data_rank)
+      data_rank = d, data_file = name;
   }
   if (by_rank.empty()) return false;
   // A rank whose metadata is missing while its data file is there: name that rank, not the others.

@@ -1,8 +1,6 @@
 // Checkpoint folders: pointer files, global_stepN tags, input kinds.
 #include "formats/deepspeed/checkpoint_dir.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -61,8 +59,7 @@ std::string read_pointer(const std::string& pointer_file) {
   std::string raw(kMaxTag + 65, '\0');
   size_t got = 0;
   while (got < raw.size()) {
-    const ssize_t n = ::read(in.get(), raw.data() + got, raw.size() - got);
-    if (n < 0 && errno == EINTR) continue;
+    const ssize_t n = pread_some(in.get(), raw.data() + got, raw.size() - got, got);
     if (n < 0) fail(pointer_file, std::string("read failed: ") + std::strerror(errno));
     if (n == 0) break;
     got += static_cast<size_t>(n);
