@@ -53,4 +53,27 @@ class Registry {
   std::map<std::string, Factory> factories_;
 };
 
+// A named table of values (functions a format registers for one capability: ucp-union's runner,
+// ucp-info's describer): set from namespace-scope initializers, looked up by name.
+template <class T>
+class NamedTable {
+ public:
+  // Returns true, for a namespace-scope initializer.
+  bool set(const std::string& name, T value) {
+    std::lock_guard lock(mu_);
+    values_[name] = std::move(value);
+    return true;
+  }
+  // The value registered under `name`, or T{} when none.
+  T find(const std::string& name) const {
+    std::lock_guard lock(mu_);
+    auto it = values_.find(name);
+    return it == values_.end() ? T{} : it->second;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, T> values_;
+};
+
 }  // namespace ucpkit

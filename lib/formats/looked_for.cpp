@@ -1,29 +1,13 @@
 // What the readers look for in a folder (looked_for.h).
 #include "formats/looked_for.h"
 
-#include <algorithm>
-#include <cstring>
-#include <iterator>
-
 #include "core/staging.h"
 
 namespace ucpkit::formats {
 
-bool is_checkpoint_entry(const std::string& n) {
-  static const char* const kNames[] = {"manifest.json", "plan.json", "latest", "latest_universal", ".metadata",
-                                       "metadata.json", "common.pt", "model.safetensors.index.json",
-                                       "ucpkit_layout.json", "latest_checkpointed_iteration.txt"};
-  static const char* const kPrefixes[] = {"global_step", "iter_", "mp_rank_", "zero_pp_rank_", "__"};
-  static const char* const kSuffixes[] = {".safetensors", ".distcp", ".pt"};
-  auto starts = [&](const char* p) { return n.rfind(p, 0) == 0; };
-  auto ends = [&](const char* s) {
-    const size_t k = std::strlen(s);
-    return n.size() >= k && n.compare(n.size() - k, k, s) == 0;
-  };
-  return std::any_of(std::begin(kNames), std::end(kNames), [&](const char* k) { return n == k; }) ||
-         std::any_of(std::begin(kPrefixes), std::end(kPrefixes), starts) ||
-         std::any_of(std::begin(kSuffixes), std::end(kSuffixes), ends);
-}
+// The names of each format's folders are registered with it (detect.h); ucp-load's record of the layout
+// it wrote is ucpkit's own.
+bool is_checkpoint_entry(const std::string& n) { return n == "ucpkit_layout.json" || registered_entry(n); }
 
 namespace {
 // Registered when libucpkit is loaded: every tool's StagingDir asks it.

@@ -5,13 +5,12 @@
 
 namespace ucpkit::formats {
 
-// "<path>: not a checkpoint ucpkit reads: no manifest.json (universal), .metadata (PyTorch DCP), ..."
-inline std::string not_a_checkpoint(const std::string& path, const std::string& where = "") {
-  return path + ": not a checkpoint ucpkit reads: no manifest.json (universal), .metadata (PyTorch DCP), "
-                "metadata.json (Megatron-Core torch_dist), plan.json (ucp-extract work folder), latest or "
-                "*_model_states.pt / *_optim_states.pt (DeepSpeed)" +
-         (where.empty() ? std::string() : " in " + where);
-}
+// "<path>: not a checkpoint ucpkit reads: no manifest.json (universal), ..., latest or *_model_states.pt /
+// *_optim_states.pt (deepspeed) [in <where>]": what each registered format looks for (detect.h).
+std::string not_a_checkpoint(const std::string& path, const std::string& where = "");
+
+// Whether a registered format owns the top-level name (detect.h FolderFormat::owns_entry).
+bool registered_entry(const std::string& name);
 
 // True for a name a checkpoint folder (or an output folder of these tools) holds at its top: the
 // universal manifest, a work folder's plan, DeepSpeed's latest / global_step* / shards, DCP's

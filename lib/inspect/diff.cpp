@@ -21,16 +21,15 @@
 #include "core/staging.h"
 #include "inspect/verify_scope.h"
 #include "io/shape.h"
+#include "formats/detect.h"
 #include "formats/universal/manifest.h"
 #include "formats/universal/state_file.h"
 #include "io/dtype.h"
 #include "io/tensor.h"
 #include "io/torch/torch_file.h"
-#include "reshard/direct_source.h"
 #include "reshard/model_info.h"
 #include "reshard/universal_reader.h"
 #include "to_universal/convert.h"
-#include "to_universal/from_dcp.h"
 
 namespace fs = std::filesystem;
 
@@ -198,12 +197,10 @@ std::unique_ptr<Side> open_side(const std::string& dir, bool verify) {
 std::string universal_form(const std::string& input, const char* name, std::optional<TempFolder>& tmp,
                            const DiffOptions& o, DiffSide& side) {
   side.input = input;
-  if (reshard::is_universal_input(input)) {
+  if (formats::detect(input).is(formats::kUniversal)) {  // an unknown folder is refused here, before any conversion
     side.form = "universal";
     return input;
   }
-  if (to_universal::dcp_input_kind(input) == formats::dcp::FolderKind::None)  // a DCP folder converts too
-    (void)reshard::native_checkpoint_dir(input);  // no kind at all: refused naming it, before any conversion
   side.form = "native";
   if (!tmp) tmp.emplace(temp_base(o), [&](const std::string& m) { o.reporter.detail(m); });
   to_universal::ConvertOptions co;

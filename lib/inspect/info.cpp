@@ -14,6 +14,7 @@
 #include "io/shape.h"
 #include "inspect/verify_scope.h"
 #include "io/torch/torch_file.h"
+#include "core/registry.h"
 #include "formats/deepspeed/model_states.h"
 #include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/deepspeed/file_names.h"
@@ -44,18 +45,6 @@ namespace ucpkit::inspect {
 using pickle::Kind;
 using pickle::ValuePtr;
 
-const char* kind_name(CheckpointKind kind) {
-  switch (kind) {
-    case CheckpointKind::deepspeed: return "deepspeed";
-    case CheckpointKind::work_folder: return "work-folder";
-    case CheckpointKind::universal: return "universal";
-    case CheckpointKind::pec_store: return "pec-store";
-    case CheckpointKind::dcp: return "dcp";
-    case CheckpointKind::torch_dist: return "torch_dist";
-  }
-  return "?";
-}
-
 const char* status_name(Check::Status status) {
   switch (status) {
     case Check::Status::ok: return "ok";
@@ -63,32 +52,6 @@ const char* status_name(Check::Status status) {
     case Check::Status::skipped: return "skipped";
   }
   return "?";
-}
-
-namespace {
-
-// The marker file of a PEC store tier (pec/store.cpp writes it; pec/restore.cpp looks for it too).
-constexpr const char* kPecStoreMarker = "PEC_STORE";
-
-bool is_pec_store(const std::string& path) { return fs::exists(fs::path(path) / kPecStoreMarker); }
-
-}  // namespace
-
-CheckpointKind detect_kind(const std::string& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) throw Error(path + ": no such folder");
-  if (!fs::is_directory(path, ec)) throw Error(path + ": not a folder");
-  if (reshard::is_universal_input(path)) return CheckpointKind::universal;
-  if (is_pec_store(path)) return CheckpointKind::pec_store;
-  if (to_universal::is_work_folder(path)) return CheckpointKind::work_folder;
-  if (to_universal::is_torch_dist_input(path)) return CheckpointKind::torch_dist;  // also a save root (tracker)
-  switch (formats::dcp::find_folder(path).kind) {
-    case formats::dcp::FolderKind::None: break;
-    case formats::dcp::FolderKind::TorchDist: return CheckpointKind::torch_dist;
-    default: return CheckpointKind::dcp;
-  }
-  (void)reshard::native_checkpoint_dir(path);  // throws naming the folder: none of the kinds
-  return CheckpointKind::deepspeed;
 }
 
 bool CheckpointInfo::ok() const { return first_failure() == nullptr; }
@@ -215,7 +178,7 @@ void describe_model(CheckpointInfo& info, const formats::universal::UniversalMan
 }
 
 void describe_native(CheckpointInfo& info, const InfoOptions& options) {
-  const bool work = info.kind == CheckpointKind::work_folder;
+  const bool work = info.kind.is(formats::kWorkFolder);
   to_universal::ExtractPlan plan;
   formats::deepspeed::DeepSpeedLayout L;  // stays empty for a work folder
   if (work) {
@@ -424,7 +387,7 @@ void describe_store(CheckpointInfo& info, const InfoOptions& options) {
 // follow, and with --verify every item decoded (in its file, a tensor of its chunk's dtype and shape,
 // zip CRC-32 checked).
 void describe_dcp(CheckpointInfo& info, const InfoOptions& options) {
-  info.dir = info.kind == CheckpointKind::torch_dist ? formats::megatron_core::iteration_dir(info.input) : info.input;
+  info.dir = info.kind.is(formats::kTorchDist) ? formats::megatron_core::iteration_dir(info.input) : info.input;
   add_sizes(info, info.dir, [](const std::string& rel) -> std::string {
     const std::string name = fs::path(rel).filename().string();
     if (name == ".metadata" || (name.rfind("__", 0) == 0 && fs::path(name).extension() == ".metadata")) return "metadata";
@@ -522,21 +485,31 @@ std::string ending_in_its_name(const std::string& path) {
   if (!p.has_filename() && p.has_parent_path() && p.parent_path() != p.root_path()) p = p.parent_path();
   return p.empty() ? path : p.string();
 }
+NamedTable<Describer>& describers() {
+  static NamedTable<Describer> d;
+  return d;
+}
+
+// The formats of today; a new format registers its describer from its own file.
+[[maybe_unused]] const bool kRegistered = register_describer(std::string(formats::kDeepSpeed), describe_native) &&
+                                          register_describer(std::string(formats::kWorkFolder), describe_native) &&
+                                          register_describer(std::string(formats::kUniversal), describe_universal) &&
+                                          register_describer(std::string(formats::kPecStore), describe_store) &&
+                                          register_describer(std::string(formats::kDcp), describe_dcp) &&
+                                          register_describer(std::string(formats::kTorchDist), describe_dcp);
+
 }  // namespace
+
+bool register_describer(const std::string& format, Describer describe) { return describers().set(format, std::move(describe)); }
 
 CheckpointInfo describe(const std::string& path, const InfoOptions& options) {
   CheckpointInfo info;
   info.input = ending_in_its_name(path);
-  info.kind = detect_kind(info.input);
+  info.kind = formats::detect(info.input);
   VerifyFiles verify(options.verify);
-  switch (info.kind) {
-    case CheckpointKind::deepspeed:
-    case CheckpointKind::work_folder: describe_native(info, options); break;
-    case CheckpointKind::universal: describe_universal(info, options); break;
-    case CheckpointKind::pec_store: describe_store(info, options); break;
-    case CheckpointKind::dcp:
-    case CheckpointKind::torch_dist: describe_dcp(info, options); break;
-  }
+  const Describer describe_kind = describers().find(info.kind.format);
+  if (!describe_kind) throw Error(info.input + ": a " + info.kind.name() + " folder, which ucp-info does not describe");
+  describe_kind(info, options);
   return info;
 }
 
@@ -544,7 +517,7 @@ nlohmann::json CheckpointInfo::to_json() const {
   using nlohmann::json;
   auto opt = [](const auto& v) { return v ? json(*v) : json(nullptr); };
   auto str = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
-  json j = {{"input", input}, {"kind", kind_name(kind)}, {"dir", dir}, {"tag", str(tag)}, {"step", opt(step)},
+  json j = {{"input", input}, {"kind", kind.format}, {"dir", dir}, {"tag", str(tag)}, {"step", opt(step)},
             {"ds_version", str(ds_version)}, {"ds_line", str(ds_line)}};
   j["layout"] = nullptr;
   if (layout)
@@ -594,7 +567,7 @@ std::string CheckpointInfo::text() const {
   std::ostringstream o;
   auto row = [&](const char* key, const std::string& value) { o << "  " << key << std::string(12 - std::string(key).size(), ' ') << value << "\n"; };
   o << dir << "\n";
-  row("kind", std::string(kind_name(kind)) + (tag.empty() ? "" : " (" + tag + ")"));
+  row("kind", kind.format + (tag.empty() ? "" : " (" + tag + ")"));
   if (step) row("step", std::to_string(*step));
   if (layout) {
     std::string l = "TP " + std::to_string(layout->tp) + ", PP " + std::to_string(layout->pp) + ", DP " +
@@ -633,10 +606,10 @@ std::string CheckpointInfo::text() const {
     for (const auto& x : store["steps"]) s += (s.empty() ? "" : ", ") + std::to_string(x["step"].get<int64_t>());
     row("saved steps", s.empty() ? "none readable" : s);
   }
-  if (kind == CheckpointKind::universal && dcp.is_object())
+  if (kind.is(formats::kUniversal) && dcp.is_object())
     row("source", "DCP checkpoint (" + dcp.value("folder", "") + ", " + dcp.value("era", "") + ", world size " +
                       std::to_string(dcp.value("world_size", 0)) + ")");
-  if ((kind == CheckpointKind::dcp || kind == CheckpointKind::torch_dist) && dcp.contains("entries")) {
+  if ((kind.is(formats::kDcp) || kind.is(formats::kTorchDist)) && dcp.contains("entries")) {
     std::string d = dcp.value("folder", "") + ", " + dcp.value("era", "") + ", world size " +
                     std::to_string(dcp.value("world_size", 0)) + "; " + std::to_string(dcp.value("tensor_entries", 0)) +
                     " tensors in " + std::to_string(dcp.value("chunks", 0)) + " chunks, " +

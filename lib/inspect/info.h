@@ -6,6 +6,7 @@
 // failed check with its one-line error.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -13,14 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "formats/detect.h"
+
 namespace ucpkit::inspect {
-
-enum class CheckpointKind { deepspeed, work_folder, universal, pec_store, dcp, torch_dist };
-// "deepspeed", "work-folder", "universal", "pec-store", "dcp", "torch_dist" (the JSON's "kind").
-const char* kind_name(CheckpointKind kind);
-
-// Which kind of folder `path` is. Throws Error naming it when it is none of them.
-CheckpointKind detect_kind(const std::string& path);
 
 struct Check {
   enum class Status { ok, failed, skipped };
@@ -51,7 +47,7 @@ struct InfoOptions {
 
 struct CheckpointInfo {
   std::string input;                  // as given, ending in the folder's name ("ck/" -> "ck", "." -> its absolute path)
-  CheckpointKind kind = CheckpointKind::deepspeed;
+  formats::FolderKind kind;            // formats::detect: the JSON's "kind" is kind.format
   std::string dir;                    // the folder read: global_stepN, the work / universal folder, the store
   std::string tag;                    // global_stepN ("" unknown)
   std::optional<int64_t> step;
@@ -82,5 +78,11 @@ struct CheckpointInfo {
 // Describes `path`. Throws Error only when it is no folder the tools read; a reader's refusal is a
 // failed check (ok() false), and the facts read before it are kept.
 CheckpointInfo describe(const std::string& path, const InfoOptions& options);
+
+// How ucp-info describes a folder of one format (formats::detect's kind.format): fills `info` from the
+// format's readers. Each format registers its own (info.cpp for those of today); returns true for a
+// namespace-scope initializer.
+using Describer = std::function<void(CheckpointInfo& info, const InfoOptions& options)>;
+bool register_describer(const std::string& format, Describer describe);
 
 }  // namespace ucpkit::inspect

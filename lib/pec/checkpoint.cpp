@@ -11,6 +11,7 @@
 #include "core/mapped_file.h"
 #include "io/pickle/opcodes.h"
 #include "io/torch/torch_file.h"
+#include "formats/detect.h"
 #include "formats/deepspeed/autoep_slices.h"
 #include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/deepspeed/file_names.h"
@@ -345,6 +346,11 @@ SourceCheckpoint open_checkpoint(const std::string& path, const OpenOptions& opt
 
 namespace {
 SourceCheckpoint open_checkpoint_unchecked(const std::string& path, const OpenOptions& options) {
+  // DeepSpeed's own universal folders have no manifest.json: detect() calls them deepspeed (their model
+  // files), and the zero/ folder below tells them apart.
+  const formats::FolderKind kind = formats::detect(path);
+  if (!kind.is(formats::kDeepSpeed) && !kind.is(formats::kUniversal))
+    fail(path, "a " + kind.name() + " folder: pec-save reads a DeepSpeed checkpoint or a universal folder");
   SourceCheckpoint c;
   c.root = resolve_root(path, c.tag, c.pointer);
   if (fs::is_directory(fs::path(c.root) / "zero")) {

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/staging.h"
 #include "formats/deepspeed/checkpoint_dir.h"
+#include "formats/detect.h"
 #include "formats/deepspeed/line_rewrite.h"
 #include "formats/deepspeed/version_line.h"
 #include "parallel/mpi_session.h"
@@ -73,7 +74,7 @@ OpenedStores open_stores(const RestoreOptions& o, const Warn& warn) {
   OpenedStores s;
   s.stores.push_back(std::make_unique<Store>(o.store, Tier::durable, StoreOpen::existing));
   if (!o.fast_store.empty()) {
-    if (fs::exists(fs::path(o.fast_store) / "PEC_STORE"))
+    if (formats::is_kind(o.fast_store, formats::kPecStore))
       s.stores.push_back(std::make_unique<Store>(o.fast_store, Tier::fast, StoreOpen::existing));
     else
       warn(o.fast_store + ": fast tier missing (lost with its node?); restoring from the durable store only");

@@ -23,6 +23,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "formats/pec_store.h"
 #include "pec/checksum.h"
 #include "pec/crash.h"
 
@@ -30,7 +31,7 @@ namespace fs = std::filesystem;
 
 namespace ucpkit::pec {
 namespace {
-constexpr const char* kStoreMarker = "PEC_STORE";
+constexpr const char* kStoreMarker = formats::kPecStoreMarker;
 
 // The processes /proc/locks lists as holding a flock on the file open as `fd`: "pid N, name" for each
 // (at most four), "" when unknown (no /proc, another mount namespace).

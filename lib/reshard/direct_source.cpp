@@ -33,18 +33,15 @@ using pickle::Kind;
 using pickle::Value;
 using pickle::ValuePtr;
 
-bool is_universal_input(const std::string& input) {
-  return formats::deepspeed::input_kind(input) == formats::deepspeed::InputKind::Universal;
+bool is_direct_input(const formats::FolderKind& kind) {
+  return kind.is(formats::kDeepSpeed) || kind.is(formats::kWorkFolder);
 }
 
-std::string native_checkpoint_dir(const std::string& input) {
-  return native_checkpoint_dir(input, formats::deepspeed::input_kind(input));
-}
-
-std::string native_checkpoint_dir(const std::string& input, formats::deepspeed::InputKind kind) {
-  if (kind == formats::deepspeed::InputKind::WorkFolder) return input;
+std::string native_checkpoint_dir(const std::string& input, const formats::FolderKind& kind) {
+  if (kind.is(formats::kWorkFolder)) return input;
+  if (!kind.is(formats::kDeepSpeed))
+    throw Error(input + ": a " + kind.name() + " folder, not a DeepSpeed checkpoint or ucp-extract work folder");
   std::error_code ec;
-  if (!fs::is_directory(input, ec)) throw Error(input + ": not a folder");
   const std::string dir = formats::deepspeed::resolve_checkpoint_dir(input);
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
@@ -55,10 +52,10 @@ std::string native_checkpoint_dir(const std::string& input, formats::deepspeed::
   throw Error(formats::not_a_checkpoint(input, dir != input ? dir : std::string()));
 }
 
-to_universal::ExtractPlan direct_plan(const std::string& input, formats::deepspeed::InputKind kind) {
+to_universal::ExtractPlan direct_plan(const std::string& input, const formats::FolderKind& kind) {
   (void)native_checkpoint_dir(input, kind);
   to_universal::ExtractPlan plan;
-  if (kind == formats::deepspeed::InputKind::WorkFolder) {
+  if (kind.is(formats::kWorkFolder)) {
     plan = to_universal::plan_of_work_folder(input);
   } else {
     plan = to_universal::plan_native_checkpoint(input);

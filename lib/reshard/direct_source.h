@@ -16,6 +16,7 @@
 
 #include "io/tensor.h"
 #include "formats/deepspeed/checkpoint_dir.h"
+#include "formats/detect.h"
 #include "io/zip/zip_crc_check.h"
 #include "reshard/model_info.h"
 #include "reshard/universal_reader.h"
@@ -23,18 +24,15 @@
 
 namespace ucpkit::reshard {
 
-// True when `input` is a universal checkpoint folder (has manifest.json); otherwise ucp-load treats
-// it as a native checkpoint (or its parent with `latest`, or a ucp-extract work folder).
-bool is_universal_input(const std::string& input);
+// Whether direct mode reads a folder of this kind: DeepSpeed shards, or a ucp-extract work folder.
+bool is_direct_input(const formats::FolderKind& kind);
 
-// The folder a native input's data is read from (global_stepN, or the work folder); throws Error
-// when `input` is neither kind of checkpoint.
-std::string native_checkpoint_dir(const std::string& input);
-// The same for an input whose kind (checkpoint_dir.h input_kind) the caller has read.
-std::string native_checkpoint_dir(const std::string& input, formats::deepspeed::InputKind kind);
+// The folder a direct input's data is read from (global_stepN, or the work folder); throws Error
+// naming `input` when its kind (formats::detect) is no direct input or it holds no shards.
+std::string native_checkpoint_dir(const std::string& input, const formats::FolderKind& kind);
 
 // The extract plan of a native checkpoint (or work folder); refuses what direct mode cannot read.
-to_universal::ExtractPlan direct_plan(const std::string& input, formats::deepspeed::InputKind kind);
+to_universal::ExtractPlan direct_plan(const std::string& input, const formats::FolderKind& kind);
 
 // What ucp-union would put in manifest.json and zero/optimizer_state.pt, in memory; model files are
 // the source's own (ucp-union copies them byte for byte).

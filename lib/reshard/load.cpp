@@ -66,17 +66,14 @@ struct DirectInput {
 namespace {
 // The folder the data is read from, for the output-over-input check: the universal folder, the
 // work folder, or the checkpoint's global_stepN folder (an output beside it is fine).
-std::string input_data_dir(const std::string& input, formats::deepspeed::InputKind kind) {
-  return kind == formats::deepspeed::InputKind::Universal ? input : native_checkpoint_dir(input, kind);
+std::string input_data_dir(const std::string& input, const formats::FolderKind& kind) {
+  return is_direct_input(kind) ? native_checkpoint_dir(input, kind) : input;
 }
 }  // namespace
 
 namespace {
-// The input's kind; a torch_dist input with --template is read through its own source, as if universal.
-formats::deepspeed::InputKind kind_of(const LoadOptions& options) {
-  return options.template_dir.empty() ? formats::deepspeed::input_kind(options.input)
-                                      : formats::deepspeed::InputKind::Universal;
-}
+// The input's kind (an unknown folder is refused here, naming what was looked for).
+formats::FolderKind kind_of(const LoadOptions& options) { return formats::detect(options.input); }
 
 // The AtomicSource of a direct or torch_dist input (null for a universal folder), set on `reader`,
 // for a plan: it reads steps, no fp32 value, so the model files' weights are not indexed.
@@ -91,22 +88,22 @@ std::unique_ptr<AtomicSource> open_source(const Prepared& p, UniversalReader& re
 
 Prepared prepare(const LoadOptions& options) { return prepare(options, kind_of(options)); }
 
-Prepared prepare(const LoadOptions& options, formats::deepspeed::InputKind kind) {
+Prepared prepare(const LoadOptions& options, const formats::FolderKind& kind) {
   Prepared p;
   p.input = kind;
   if (!options.template_dir.empty()) {  // a torch_dist save in one pass (torch_dist_source.h)
     if (options.format != OutputFormat::DeepSpeed)
       throw UsageError("--template applies to --format deepspeed (other formats need no Megatron-DeepSpeed model files)");
-    if (!to_universal::is_torch_dist_input(options.input))
+    if (!kind.is(formats::kTorchDist))
       throw Error(options.input + ": --template needs a Megatron-Core torch_dist checkpoint as --input (a universal folder "
                   "in Megatron-Core names: ucp-union --to-names megatron-deepspeed --template first)");
     p.torch_dist = open_torch_dist_input(options.input, options.template_dir, options.model_map);
     p.model = model_info_from(torch_dist_meta(*p.torch_dist));
   } else if (!options.model_map.empty()) {
     throw UsageError("--model-map applies with --template");
-  } else if (kind == formats::deepspeed::InputKind::Universal) {
+  } else if (kind.is(formats::kUniversal)) {
     p.model = read_model_info(options.input);
-  } else {  // a native checkpoint, read directly (issue 18)
+  } else {  // a native checkpoint, read directly (issue 18); direct_plan refuses other kinds by name
     auto d = std::make_shared<DirectInput>();
     d->plan = direct_plan(options.input, kind);
     p.model = model_info_from(direct_meta(d->plan));
@@ -364,8 +361,8 @@ void keep_buffers_on_heap() { keep_large_buffers_on_heap({.trim_threshold = 1 <<
 // switches the check at open off for the run and back on at its end.
 class FusedSourceCrc {
  public:
-  explicit FusedSourceCrc(formats::deepspeed::InputKind kind)
-      : was_on_(verify_files_crc()), fused_(was_on_ && kind != formats::deepspeed::InputKind::Universal) {
+  explicit FusedSourceCrc(const formats::FolderKind& kind)
+      : was_on_(verify_files_crc()), fused_(was_on_ && is_direct_input(kind)) {
     if (fused_) set_verify_files_crc(false);
   }
   ~FusedSourceCrc() { set_verify_files_crc(was_on_); }

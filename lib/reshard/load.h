@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/deepspeed/checkpoint_dir.h"
+#include "formats/detect.h"
 #include "reshard/load_plan.h"
 #include "reshard/output_format.h"
 #include "reshard/target_defaults.h"
@@ -81,13 +82,13 @@ struct Prepared {
   const formats::deepspeed::VersionLine* moe_line = nullptr;  // native MoE: the line written (target_moe_line)
   std::shared_ptr<DirectInput> direct;  // null: the input is a universal checkpoint
   std::shared_ptr<TorchDistInput> torch_dist;  // a torch_dist input read in one pass (--template)
-  formats::deepspeed::InputKind input = formats::deepspeed::InputKind::Universal;  // read once (input_kind)
+  formats::FolderKind input{std::string(formats::kUniversal), ""};  // read once (formats::detect)
   nlohmann::json from_source = nlohmann::json::object();  // target values taken from the source
   nlohmann::json record;                // DeepSpeed output: its layout record (ucpkit_layout.json)
 };
 Prepared prepare(const LoadOptions& options);
-// The same for an input whose kind the caller has read (formats/deepspeed/checkpoint_dir.h input_kind).
-Prepared prepare(const LoadOptions& options, formats::deepspeed::InputKind kind);
+// The same for an input whose kind the caller has read (formats::detect).
+Prepared prepare(const LoadOptions& options, const formats::FolderKind& kind);
 
 // `ucp-load --plan`: the UcpInfo as JSON, with `from_source`, (DeepSpeed output) the layout `record`
 // and this rank's LoadPlan (`load`), and the exchange's plan when it would be used.

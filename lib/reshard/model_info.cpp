@@ -456,13 +456,13 @@ ValuePtr optimizer_state_of(const UniversalMeta& meta) {
   return load_torch(meta.optimizer_state_path);
 }
 
-// Universal folders that carry no DeepSpeed model files by design: made from a DCP or torch_dist
-// checkpoint, or in Megatron-Core names (the condition ucp-info's describe_universal_from_dcp uses).
-// A DeepSpeed-sourced manifest listing none is damaged and keeps source_model_info's refusal.
+// Universal folders that carry no DeepSpeed model files by design: made from another format than
+// DeepSpeed (DCP, torch_dist, ...), or in Megatron-Core names (the condition ucp-info's
+// describe_universal_from_dcp uses). A DeepSpeed-sourced manifest listing none is damaged and keeps
+// source_model_info's refusal.
 bool made_without_model_files(const nlohmann::json& source) {
   if (!source.is_object()) return false;
-  const std::string format = source.value("format", std::string());
-  return format == "dcp" || format == "torch_dist" || source.value("names", std::string()) == "megatron-core";
+  return formats::universal::source_format(source) != "deepspeed" || source.value("names", std::string()) == "megatron-core";
 }
 
 // A universal folder without DeepSpeed model files: parameters in manifest order, each in the optimizer

@@ -80,18 +80,16 @@ struct ForwardInput {
 // Megatron-Core common state recorded); nullopt otherwise (a Megatron-Core-named folder, or a DCP or
 // torch_dist folder, converted by a real run first in ucp-load's tool layer).
 std::optional<UniversalMeta> forward_meta(const std::string& input, to_universal::ExtractPlan& plan) {
-  if (to_universal::is_torch_dist_input(input) || formats::dcp::find_folder(input).kind != formats::dcp::FolderKind::None)
-    return std::nullopt;
-  const auto kind = formats::deepspeed::input_kind(input);
-  if (kind != formats::deepspeed::InputKind::Universal) {
+  const formats::FolderKind kind = formats::detect(input);
+  if (kind.is(formats::kTorchDist) || kind.is(formats::kDcp)) return std::nullopt;
+  if (!kind.is(formats::kUniversal)) {
     plan = direct_plan(input, kind);
     return direct_meta(plan);
   }
   if (fs::exists(fs::path(input) / kCommonStateFile)) return std::nullopt;
   UniversalMeta meta = read_universal_meta(input);
   const auto& src = meta.manifest.source;
-  const std::string format = src.is_object() ? src.value("format", std::string()) : std::string();
-  if (to_universal::is_megatron_core_named(src) || format == "torch_dist" || format == "dcp") return std::nullopt;
+  if (to_universal::is_megatron_core_named(src) || formats::universal::source_format(src) != "deepspeed") return std::nullopt;
   return meta;
 }
 

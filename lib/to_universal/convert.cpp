@@ -25,13 +25,13 @@
 #include "io/shape.h"
 #include "io/zip/zip_reader.h"
 #include "io/torch/torch_file.h"
+#include "formats/detect.h"
 #include "formats/deepspeed/autoep.h"
 #include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/storage_tags.h"
 #include "formats/universal/manifest.h"
 #include "to_universal/extract.h"
-#include "to_universal/from_dcp.h"
 #include "to_universal/master_image.h"
 #include "parallel/mpi_session.h"
 #include "parallel/share.h"
@@ -39,6 +39,7 @@
 #include "parallel/threads.h"
 #include "to_universal/save.h"
 #include "to_universal/shard_reader.h"
+#include "to_universal/union_executor.h"
 #include "to_universal/union_fragments.h"
 
 namespace fs = std::filesystem;
@@ -251,9 +252,12 @@ RunSummary run_extract(const std::string& checkpoint, const std::string& work_di
   auto& mpi = parallel::MpiSession::get();
   parallel::RankFailure failed(mpi);
   Reporter::Phase phase(options.reporter, "plan");
-  if (dcp_input_kind(checkpoint) != formats::dcp::FolderKind::None)
+  const formats::FolderKind kind = formats::detect(checkpoint);
+  if (kind.is(formats::kDcp) || kind.is(formats::kTorchDist))
     throw UsageError("--input " + checkpoint + " is a PyTorch DCP checkpoint: ucp-union converts it in one step "
                      "(ucp-extract's work folders are for DeepSpeed shards)");
+  if (!kind.is(formats::kDeepSpeed))
+    throw UsageError("--input " + checkpoint + " is a " + kind.name() + " folder: ucp-extract reads DeepSpeed shards");
   refuse_output_over_input(work_dir, "--output", formats::deepspeed::resolve_checkpoint_dir(checkpoint), "--input");
   ExtractOptions eo;
   eo.patterns_file = options.patterns_file;
@@ -285,12 +289,6 @@ RunSummary run_extract(const std::string& checkpoint, const std::string& work_di
 // ------------------------------------------------------------------ union -> universal layout
 
 namespace {
-
-struct ParamResult {
-  formats::universal::UniversalParam manifest;
-  uint64_t bytes_read = 0, bytes_written = 0;
-  size_t files = 0;
-};
 
 // All TP slices of one state, read into one buffer back to back (TP rank order, each slice's
 // fragments in partition order).
@@ -470,10 +468,9 @@ void describe_manifest_entry(formats::universal::UniversalParam& e, const ParamP
 namespace {
 
 // The plan of a union: a work folder's plan.json, or the extract plan of a checkpoint (every rank).
-ExtractPlan union_plan(const std::string& input, const std::string& output, const ConvertOptions& options,
+ExtractPlan union_plan(const std::string& input, bool from_work, const std::string& output, const ConvertOptions& options,
                 parallel::RankFailure& failed) {
   ExtractPlan plan;
-  const bool from_work = is_work_folder(input);
   if (from_work && !options.patterns_file.empty())
     throw UsageError("--patterns " + options.patterns_file + ": " + input +
                      " is a ucp-extract work folder whose patterns were fixed when it was extracted "
@@ -497,14 +494,10 @@ ExtractPlan union_plan(const std::string& input, const std::string& output, cons
   return plan;
 }
 
-struct Totals {
-  uint64_t bytes_read = 0, bytes_written = 0, files = 0;
-};
-
-// Rank 0, once every parameter is written: the common optimizer state, the model files and the
-// manifest (`entries`: every parameter's manifest entry, in plan order) into the staging folder.
+// Rank 0, once every parameter is written: the common optimizer state and the model files into the
+// staging folder, and the manifest's fields but its params (union_executor writes it).
 void write_union_common_files(const ExtractPlan& plan, const fs::path& staged,
-                              std::vector<formats::universal::UniversalParam> entries, Totals& t) {
+                              formats::universal::UniversalManifest& manifest, CommonFiles& t) {
   const std::string opt_path = (staged / formats::universal::kUniversalOptimizerState).string();
   if (plan.optimizer_state_prepared) {
     copy_file(plan.optimizer_state_file, opt_path);
@@ -514,7 +507,6 @@ void write_union_common_files(const ExtractPlan& plan, const fs::path& staged,
   }
   t.bytes_written += file_size(opt_path);
   ++t.files;
-  formats::universal::UniversalManifest manifest;
   for (const auto& f : plan.model_files) {
     const auto name = fs::path(f).filename();
     copy_file(f, staged / name);
@@ -526,10 +518,6 @@ void write_union_common_files(const ExtractPlan& plan, const fs::path& staged,
   manifest.source = plan.source;
   manifest.patterns_origin = plan.patterns_origin;
   manifest.patterns_set = plan.patterns_json;
-  manifest.params = std::move(entries);
-  write_file_atomic((staged / formats::universal::kUniversalManifestName).string(), manifest.text());
-  t.bytes_written += file_size((staged / formats::universal::kUniversalManifestName).string());
-  ++t.files;
 }
 
 // latest_universal beside the folder, as ds_to_universal writes it. The output is in place and on
@@ -563,78 +551,49 @@ void tag_latest_universal(const std::string& output, const ExtractPlan& plan, co
 
 }  // namespace
 
-RunSummary run_union(const std::string& input, const std::string& output, const ConvertOptions& options) {
+namespace {
+
+// ucp-union of a DeepSpeed checkpoint (one-step mode) or a ucp-extract work folder.
+RunSummary run_union_native(const std::string& input, const std::string& output, const ConvertOptions& options) {
   const auto t0 = Clock::now();
   tune_allocator();
-  // A PyTorch DCP folder (`.metadata`, rank-local metadata, Megatron-Core torch_dist): from_dcp.h.
-  if (!is_work_folder(input) && dcp_input_kind(input) != formats::dcp::FolderKind::None)
-    return run_union_dcp(input, output, options);
   auto& mpi = parallel::MpiSession::get();
   parallel::RankFailure failed(mpi);
   Reporter::Phase phase(options.reporter, "plan");
-  const ExtractPlan plan = union_plan(input, output, options, failed);
+  const bool from_work = formats::detect(input).is(formats::kWorkFolder);
+  const ExtractPlan plan = union_plan(input, from_work, output, options, failed);
   const patterns::PatternSet set = plan.pattern_set();
-
-  // Staging folder: created by rank 0, shared through its name.
-  phase.next("join parameters");
-  parallel::CollectiveStaging staging(failed, output, options.overwrite, "ucp", options.reporter.verbose, options.sync,
-                                      [](const fs::path& s) { make_dirs(s / "zero"); });
-  const auto drop_staging = staging.cleanup();
-  const fs::path staged = staging.path(), zero_dir = staged / "zero";
-
-  // Parameters of this rank, largest first.
-  std::vector<uint64_t> sizes;
-  for (const auto& p : plan.params) sizes.push_back(p.bytes_in());
-  const std::vector<size_t> mine = parallel::share_of(sizes, mpi.size(), mpi.rank());
-
-  std::vector<ParamResult> results(plan.params.size());
   // ZeRO-3 with TP = 1 gives bare 1-D tensors; with TP > 1 ds_to_universal joins the TP slices by the
   // patterns (merge_tp_slices), so the output is the ZeRO-1/2 dict form.
   const bool flat = plan.source.value("zero_stage", 1) == 3 && plan.source.value("tp", 1) == 1;
-  const int threads = parallel::thread_count(options.threads);
   UnionOptions uo;
   uo.tolerance = options.tolerance;
   // From a work folder: the save its plan.json records, checked against each fragment's stamp.
-  const std::string work_tag = is_work_folder(input) && plan.source.is_object() ? plan.source.value("tag", std::string())
-                                                                                : std::string();
+  const std::string work_tag = from_work && plan.source.is_object() ? plan.source.value("tag", std::string()) : std::string();
   SourceCache cache(plan.files);
   std::unique_ptr<MasterImage> image;  // the model files' module weights, checked against the fp32 masters
   failed.guard([&] { image = std::make_unique<MasterImage>(plan); });
-  failed.settle(drop_staging);
-  Reporter::Bar progress(options.reporter, "ucp-union", mine.size(), mpi.rank() == 0);
-  failed.guard([&] {
-    convert_each(mine, threads, progress, [&](size_t i) {
-      results[i] = convert_param(plan.params[i], set, cache, zero_dir, uo, flat && plan.params[i].autoep_experts == 0,
-                                 *image, plan.files, work_tag);
-    });
-  });
-  progress.finish();
-  failed.guard([&] { staging.sync_own_files(); });  // rank 0 flushes at commit, with what it writes last
-  failed.settle(drop_staging);
+  failed.settle("another MPI rank failed while planning");
 
-  // Gather manifest entries on rank 0, in plan order.
-  phase.next("manifest and commit");
-  nlohmann::json mine_json = nlohmann::json::array();
-  Totals t;
-  for (size_t i : mine) {
-    mine_json.push_back({i, results[i].manifest.to_json()});
-    t.bytes_read += results[i].bytes_read;
-    t.bytes_written += results[i].bytes_written;
-    t.files += results[i].files;
-  }
-  auto gathered = mpi.gather(mine_json.dump());
-  failed.guard([&] {
-    if (mpi.rank() != 0) return;
-    write_union_common_files(plan, staged, gathered_entries(gathered, plan.params.size()), t);
-    test_pause_if_asked();
-    check_interrupted();
-    staging.commit();
-    tag_latest_universal(output, plan, options);
-  });
-  failed.settle(drop_staging);
-
-  return union_summary(output, plan.params.size(), threads, t.bytes_read, t.bytes_written, t.files, t0);
+  UnionJob job;
+  job.params = plan.params.size();
+  job.write_phase = "join parameters";
+  job.bytes = [&](size_t i) { return plan.params[i].bytes_in(); };
+  job.write_param = [&](size_t i, const fs::path& zero_dir) {
+    return convert_param(plan.params[i], set, cache, zero_dir, uo, flat && plan.params[i].autoep_experts == 0, *image,
+                         plan.files, work_tag);
+  };
+  job.write_common = [&](const fs::path& staged, formats::universal::UniversalManifest& manifest, CommonFiles& t) {
+    write_union_common_files(plan, staged, manifest, t);
+  };
+  job.after_commit = [&] { tag_latest_universal(output, plan, options); };
+  return execute_union(job, output, options, failed, phase, t0);
 }
+
+[[maybe_unused]] const bool kRegistered = register_union(std::string(formats::kDeepSpeed), run_union_native) &&
+                                          register_union(std::string(formats::kWorkFolder), run_union_native);
+
+}  // namespace
 
 uint32_t written_crc32(const std::string& path, const Tensor& t) {
   try {

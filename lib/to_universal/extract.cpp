@@ -339,7 +339,6 @@ ExtractPlan plan_checkpoint(const std::string& checkpoint, const ExtractOptions&
   return plan;
 }
 
-bool is_work_folder(const std::string& dir) { return fs::exists(fs::path(dir) / "plan.json"); }
 
 ExtractPlan load_work_plan(const std::string& work_dir) {
   const std::string source = (fs::path(work_dir) / "plan.json").string();

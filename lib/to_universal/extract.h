@@ -29,8 +29,6 @@ struct ExtractStats {
 ExtractStats write_work_folder(const ExtractPlan& plan, const std::string& work_dir, int threads, bool sync = true,
                                bool overwrite = false, const Reporter& reporter = {});
 
-// True when `dir` is a work folder written by write_work_folder.
-bool is_work_folder(const std::string& dir);
 ExtractPlan load_work_plan(const std::string& work_dir);
 
 }  // namespace ucpkit::to_universal

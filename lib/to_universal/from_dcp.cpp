@@ -23,10 +23,12 @@
 #include "core/confine.h"
 #include "core/error.h"
 #include "core/staging.h"
+#include "formats/detect.h"
 #include "formats/dcp/reader.h"
 #include "formats/dcp/state_keys.h"
 #include "formats/universal/manifest.h"
 #include "formats/universal/state_file.h"
+#include "to_universal/union_executor.h"
 #include "io/shape.h"
 #include "io/torch/torch_file.h"
 #include "parallel/mpi_session.h"
@@ -54,11 +56,6 @@ namespace {
 uint64_t entry_bytes(const Entry& e) { return static_cast<uint64_t>(numel_of(e.size)) * dtype_size(e.dtype); }
 
 }  // namespace
-
-FolderKind dcp_input_kind(const std::string& input) {
-  // A Megatron-Core save root (latest_checkpointed_iteration.txt -> iter_N) is a torch_dist input too.
-  return is_torch_dist_input(input) ? FolderKind::TorchDist : formats::dcp::find_folder(input).kind;
-}
 
 DcpPlan plan_dcp(const Metadata& md, const Folder& folder) {
   DcpPlan plan;
@@ -115,11 +112,6 @@ DcpPlan plan_dcp(const Metadata& md, const Folder& folder) {
 }
 
 namespace {
-
-struct ParamResult {
-  formats::universal::UniversalParam manifest;
-  uint64_t bytes_read = 0, bytes_written = 0, files = 0;
-};
 
 uint64_t file_size_of(const std::string& p) {
   std::error_code ec;
@@ -201,7 +193,7 @@ ValuePtr optimizer_state(const DcpPlan& plan, const formats::dcp::Reader& reader
 }  // namespace
 
 DcpPlan plan_dcp_input(const std::string& input) {
-  if (is_torch_dist_input(input)) return dcp_plan_of_torch_dist(input);  // from_torch_dist.h
+  if (formats::is_kind(input, formats::kTorchDist)) return dcp_plan_of_torch_dist(input);  // from_torch_dist.h
   const Folder folder = formats::dcp::find_folder(input);
   return plan_dcp(formats::dcp::read_folder_metadata(folder), folder);
 }
@@ -211,7 +203,6 @@ RunSummary run_union_dcp(const std::string& input, const std::string& output, co
   auto& mpi = parallel::MpiSession::get();
   parallel::RankFailure failed(mpi);
   Reporter::Phase phase(options.reporter, "plan");
-  if (is_torch_dist_input(input)) return run_union_torch_dist(input, output, options);  // from_torch_dist.h
   const Folder folder = formats::dcp::find_folder(input);
   if (!options.patterns_file.empty())
     throw UsageError("--patterns " + options.patterns_file + ": " + input +
@@ -230,52 +221,24 @@ RunSummary run_union_dcp(const std::string& input, const std::string& output, co
                             "optimizer states nor param_groups and are not carried (first: '" +
                             escaped_brief(plan.not_carried[0]) + "')");
 
-  phase.next("write parameters");
-  parallel::CollectiveStaging staging(failed, output, options.overwrite, "ucp", options.reporter.verbose, options.sync,
-                                      [](const fs::path& s) { fs::create_directories(s / "zero"); });
-  const auto drop_staging = staging.cleanup();
-  const fs::path staged = staging.path(), zero_dir = staged / "zero";
-  std::vector<uint64_t> sizes;
-  for (const auto& p : plan.params) sizes.push_back(p.bytes);
-  const std::vector<size_t> mine = parallel::share_of(sizes, mpi.size(), mpi.rank());
-  std::vector<ParamResult> results(plan.params.size());
-  const int threads = parallel::thread_count(options.threads);
-  Reporter::Bar progress(options.reporter, "ucp-union", mine.size(), mpi.rank() == 0);
-  failed.guard([&] {
-    convert_each(mine, threads, progress, [&](size_t i) { results[i] = convert_param(plan.params[i], *reader, zero_dir); });
-  });
-  progress.finish();
-  failed.guard([&] { staging.sync_own_files(); });
-  failed.settle(drop_staging);
-
-  phase.next("manifest and commit");
-  nlohmann::json mine_json = nlohmann::json::array();
-  uint64_t read = 0, written = 0, files = 0;
-  for (size_t i : mine) {
-    mine_json.push_back({i, results[i].manifest.to_json()});
-    read += results[i].bytes_read, written += results[i].bytes_written, files += results[i].files;
-  }
-  const auto gathered = mpi.gather(mine_json.dump());
-  failed.guard([&] {
-    if (mpi.rank() != 0) return;
-    formats::universal::UniversalManifest manifest;
-    manifest.params = gathered_entries(gathered, plan.params.size());
+  UnionJob job;
+  job.params = plan.params.size();
+  job.bytes = [&](size_t i) { return plan.params[i].bytes; };
+  job.write_param = [&](size_t i, const fs::path& zero_dir) { return convert_param(plan.params[i], *reader, zero_dir); };
+  job.write_common = [&](const fs::path& staged, formats::universal::UniversalManifest& manifest, CommonFiles& t) {
     const std::string opt = (staged / formats::universal::kUniversalOptimizerState).string();
     save_torch_file(opt, optimizer_state(plan, *reader));
+    t.bytes_written += file_size_of(opt);
+    ++t.files;
     manifest.source = plan.source;
     manifest.patterns_origin = "none (DCP: global tensors)";
     manifest.patterns_set = nlohmann::json::object();
-    const std::string man = (staged / formats::universal::kUniversalManifestName).string();
-    write_file_atomic(man, manifest.text());
-    written += file_size_of(opt) + file_size_of(man);
-    files += 2;
-    test_pause_if_asked();
-    check_interrupted();
-    staging.commit();
-  });
-  failed.settle(drop_staging);
-
-  return union_summary(output, plan.params.size(), threads, read, written, files, t0);
+  };
+  return execute_union(job, output, options, failed, phase, t0);
 }
+
+namespace {
+[[maybe_unused]] const bool kRegistered = register_union(std::string(formats::kDcp), run_union_dcp);
+}  // namespace
 
 }  // namespace ucpkit::to_universal

@@ -45,11 +45,8 @@ DcpPlan plan_dcp(const formats::dcp::Metadata& md, const formats::dcp::Folder& f
 // its --dry-run would write; a Megatron-Core torch_dist input gives from_torch_dist's plan.
 DcpPlan plan_dcp_input(const std::string& input);
 
-// The DCP folder kind of `input` (FolderKind::None when it is not one).
-formats::dcp::FolderKind dcp_input_kind(const std::string& input);
-
-// ucp-union for a DCP folder (run_union calls it when dcp_input_kind is not None); a torch_dist
-// input goes to from_torch_dist.h run_union_torch_dist.
+// ucp-union for a DCP folder (run_union calls it for formats::detect's kinds dcp and torch_dist); a
+// torch_dist input goes to from_torch_dist.h run_union_torch_dist.
 RunSummary run_union_dcp(const std::string& input, const std::string& output, const ConvertOptions& options);
 
 }  // namespace ucpkit::to_universal

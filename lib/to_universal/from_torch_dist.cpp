@@ -1,6 +1,7 @@
 // Megatron-Core torch_dist -> universal form (from_torch_dist.h). Format facts and their Megatron-LM
 // source lines: docs/formats-megatron-core.md.
 #include "to_universal/from_torch_dist.h"
+#include "to_universal/union_executor.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include "core/error.h"
 #include "core/staging.h"
 #include "formats/megatron_core/common_edit.h"
+#include "formats/detect.h"
 #include "formats/megatron_core/dp_bucket_layout.h"
 #include "formats/megatron_core/reader.h"
 #include "formats/universal/manifest.h"
@@ -119,11 +121,6 @@ uint64_t file_size_of(const std::string& path) {
   return ec ? 0 : n;
 }
 
-struct ParamResult {
-  formats::universal::UniversalParam manifest;
-  uint64_t bytes_read = 0, bytes_written = 0, files = 0;
-};
-
 }  // namespace
 
 TorchDistPlan plan_torch_dist(const Checkpoint& ck) {
@@ -152,22 +149,6 @@ TorchDistPlan plan_torch_dist(const Checkpoint& ck) {
   if (const auto v = ck.common().checkpoint_version()) td["megatron_checkpoint_version"] = *v;
   plan.source = {{"format", "torch_dist"}, {"tp", args.tp}, {"pp", args.pp}, {"dp", args.dp}, {"ep", args.ep}, {"torch_dist", td}};
   return plan;
-}
-
-bool is_torch_dist_input(const std::string& input) {
-  std::error_code ec;
-  const fs::path dir(input);
-  if (!fs::is_directory(dir, ec)) return false;
-  std::string it = input;
-  if (!fs::exists(dir / formats::megatron_core::kConfigFile, ec)) {
-    if (!fs::exists(dir / formats::megatron_core::kTrackerFile, ec)) return false;
-    try {
-      it = formats::megatron_core::iteration_dir(input);
-    } catch (const Error&) {
-      return false;  // a tracker of another format (Megatron-LM's torch checkpoints have one too)
-    }
-  }
-  return formats::dcp::find_folder(it).kind == formats::dcp::FolderKind::TorchDist;
 }
 
 DcpPlan dcp_plan_of_torch_dist(const std::string& input) {
@@ -302,27 +283,16 @@ RunSummary run_union_torch_dist(const std::string& input, const std::string& out
   const TorchDistPlan& plan = td->plan();
   const Checkpoint* ck = &td->checkpoint();
 
-  phase.next("write parameters");
-  parallel::CollectiveStaging staging(failed, output, options.overwrite, "ucp", options.reporter.verbose, options.sync,
-                                      [](const fs::path& s) {
-                                        fs::create_directories(s / "zero");
-                                        fs::create_directories(s / "megatron_core");
-                                      });
-  const auto drop_staging = staging.cleanup();
-  const fs::path staged = staging.path(), zero_dir = staged / "zero";
-  std::vector<uint64_t> sizes;
-  for (const auto& p : plan.params) sizes.push_back(p.bytes);
-  const std::vector<size_t> mine = parallel::share_of(sizes, mpi.size(), mpi.rank());
-  std::vector<ParamResult> results(plan.params.size());
-  const int threads = parallel::thread_count(options.threads);
-  Reporter::Bar progress(options.reporter, "ucp-union", mine.size(), mpi.rank() == 0);
   const std::vector<std::string> states = td->states();
   const ValuePtr& step = td->step();
-  auto convert = [&](size_t i) {
+  UnionJob job;
+  job.params = plan.params.size();
+  job.folders = {"zero", "megatron_core"};
+  job.bytes = [&](size_t i) { return plan.params[i].bytes; };
+  job.write_param = [&](size_t i, const fs::path& zero_dir) {
     const TorchDistParam& p = plan.params[i];
-    ParamResult& r = results[i];
-    const std::string folder = param_folder(p.name);
-    const fs::path dir = zero_dir / folder;
+    ParamResult r;
+    const fs::path dir = zero_dir / param_folder(p.name);
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw Error(dir.string() + ": cannot create folder: " + ec.message());
@@ -345,24 +315,9 @@ RunSummary run_union_torch_dist(const std::string& input, const std::string& out
       r.bytes_written += file_size_of(path);
       ++r.files;
     }
+    return r;
   };
-  failed.guard([&] { convert_each(mine, threads, progress, convert); });
-  progress.finish();
-  failed.guard([&] { staging.sync_own_files(); });
-  failed.settle(drop_staging);
-
-  phase.next("manifest and commit");
-  nlohmann::json mine_json = nlohmann::json::array();
-  uint64_t read = 0, written = 0, files = 0;
-  for (size_t i : mine) {
-    mine_json.push_back({i, results[i].manifest.to_json()});
-    read += results[i].bytes_read, written += results[i].bytes_written, files += results[i].files;
-  }
-  const auto gathered = mpi.gather(mine_json.dump());
-  failed.guard([&] {
-    if (mpi.rank() != 0) return;
-    formats::universal::UniversalManifest manifest;
-    manifest.params = gathered_entries(gathered, plan.params.size());
+  job.write_common = [&](const fs::path& staged, formats::universal::UniversalManifest& manifest, CommonFiles& t) {
     auto opt_root = Value::dict();
     opt_root->set_item("param_groups", Value::list(td->groups()));
     std::vector<std::string> side = {(staged / formats::universal::kUniversalOptimizerState).string(),
@@ -380,17 +335,14 @@ RunSummary run_union_torch_dist(const std::string& input, const std::string& out
     manifest.source = plan.source;
     manifest.patterns_origin = "none (Megatron-Core torch_dist: global tensors)";
     manifest.patterns_set = nlohmann::json::object();
-    const std::string man = (staged / formats::universal::kUniversalManifestName).string();
-    write_file_atomic(man, manifest.text());
-    for (const auto& s : side) written += file_size_of(s);
-    written += file_size_of(man);
-    files += side.size() + 1;
-    test_pause_if_asked();
-    check_interrupted();
-    staging.commit();
-  });
-  failed.settle(drop_staging);
-  return union_summary(output, plan.params.size(), threads, read, written, files, t0);
+    for (const auto& s : side) t.bytes_written += file_size_of(s);
+    t.files += side.size();
+  };
+  return execute_union(job, output, options, failed, phase, t0);
 }
+
+namespace {
+[[maybe_unused]] const bool kRegistered = register_union(std::string(formats::kTorchDist), run_union_torch_dist);
+}  // namespace
 
 }  // namespace ucpkit::to_universal

@@ -58,10 +58,6 @@ struct TorchDistPlan {
 // layout (dp_reshardable).
 TorchDistPlan plan_torch_dist(const formats::megatron_core::Checkpoint& ck);
 
-// Whether `input` is a Megatron-Core torch_dist iteration folder (metadata.json naming torch_dist
-// and .metadata) or a save root whose latest_checkpointed_iteration.txt names one.
-bool is_torch_dist_input(const std::string& input);
-
 // The plan as ucp-union --dry-run counts it (from_dcp's DcpPlan: states per parameter, step).
 DcpPlan dcp_plan_of_torch_dist(const std::string& input);
 

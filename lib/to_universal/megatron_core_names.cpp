@@ -13,6 +13,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/staging.h"
+#include "formats/detect.h"
 #include "formats/deepspeed/pipeline.h"
 #include "formats/deepspeed/training_config.h"
 #include "formats/megatron_core/deepspeed_common_state.h"
@@ -454,7 +455,7 @@ DeepSpeedView megatron_deepspeed_view(const uv::UniversalManifest& m, const std:
   std::string where = mfile + ": source." + std::string(kRecordKey);
   if (!template_dir.empty()) {
     const fs::path t(template_dir);
-    if (!is_universal_folder(template_dir))
+    if (!formats::is_kind(template_dir, formats::kUniversal))
       throw Error(template_dir + ": --template must be a universal folder (ucp-union of the Megatron-DeepSpeed "
                   "checkpoint, or its --to-names megatron-core folder)");
     const std::string tfile = (t / uv::kUniversalManifestName).string();
@@ -650,10 +651,6 @@ RunSummary to_megatron_deepspeed(const std::string& input, const std::string& ou
 
 bool is_megatron_core_named(const json& source) {
   return source.is_object() && source.value(kNamesKey, std::string()) == "megatron-core";
-}
-
-bool is_universal_folder(const std::string& dir) {
-  return fs::is_regular_file(fs::path(dir) / uv::kUniversalManifestName) && !fs::exists(fs::path(dir) / "plan.json");
 }
 
 RunSummary rename_universal(const std::string& input, const std::string& output, const NamesOptions& options) {

@@ -48,9 +48,6 @@ struct NamesOptions {
 // manifest alone).
 bool is_megatron_core_named(const nlohmann::json& source);
 
-// Whether `dir` holds a ucpkit universal manifest.
-bool is_universal_folder(const std::string& dir);
-
 // The Megatron-DeepSpeed side of a Megatron-Core-named manifest `m` (read from `mfile`): what
 // --to-names megatron-deepspeed writes, planned from the manifests alone (the input's record, or
 // --template's record or names); ucp-load --input <torch_dist> --template reads a torch_dist save through

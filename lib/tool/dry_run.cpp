@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "tool/envelope.h"
+#include "formats/detect.h"
 #include "to_universal/extract.h"
 #include "to_universal/from_dcp.h"
 #include "to_universal/plan.h"
@@ -88,7 +89,8 @@ DryRun extract_dry_run(const std::string& input, const std::string& output, cons
 
 DryRun union_dry_run(const std::string& input, const std::string& output, const to_universal::ConvertOptions& options) {
   const std::string note = existing_note(output, options.overwrite);
-  if (!to_universal::is_work_folder(input) && to_universal::dcp_input_kind(input) != formats::dcp::FolderKind::None) {
+  const formats::FolderKind kind = formats::detect(input);
+  if (kind.is(formats::kDcp) || kind.is(formats::kTorchDist)) {
     const to_universal::DcpPlan plan = to_universal::plan_dcp_input(input);  // a PyTorch DCP folder (from_dcp.h)
     uint64_t bytes = 0, files = 0;
     for (const auto& p : plan.params) bytes += p.bytes, files += p.states.size() + (p.step.empty() ? 0 : 1);
@@ -100,7 +102,7 @@ DryRun union_dry_run(const std::string& input, const std::string& output, const 
                 {"atomic_files", files}, {"bytes", bytes}, {"input_kind", "dcp"}};
     return d;
   }
-  const bool from_work = to_universal::is_work_folder(input);
+  const bool from_work = kind.is(formats::kWorkFolder);
   const to_universal::ExtractPlan plan = from_work ? to_universal::load_work_plan(input) : plan_of(input, options);
   const PlanCounts c = count(plan);
   DryRun d;

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/staging.h"
 #include "formats/deepspeed/partition.h"
+#include "formats/detect.h"
 #include "gpu/device_load.h"
 #include "io/dtype.h"
 #include "io/torch/verify.h"
@@ -14,7 +15,7 @@
 #include "reshard/target_defaults.h"
 #include "tool/typed_name.h"
 #include "to_universal/convert.h"
-#include "to_universal/from_dcp.h"
+#include "to_universal/union_executor.h"
 #include "to_universal/megatron_core_names.h"
 
 #include <unistd.h>
@@ -88,12 +89,12 @@ void UcpLoadOptions::check() {
       throw UsageError("--world-size does not apply to --format safetensors (one set of unsharded weights)");
   }
   if (plan || dry_run) return;  // read-only: the rules below concern what a conversion reads
-  if (!load.verify_against.empty() && reshard::is_universal_input(load.input))
+  if (!load.verify_against.empty() && formats::is_kind(load.input, formats::kUniversal))
     throw UsageError("--verify-against applies to a native checkpoint input; " + load.input +
                      " is a universal checkpoint (its own checksums are checked)");
   if (device == "cuda") {
     if (load.format != reshard::OutputFormat::DeepSpeed) throw UsageError("--device cuda loads the deepspeed layout only");
-    if (!reshard::is_universal_input(load.input))
+    if (!formats::is_kind(load.input, formats::kUniversal))
       throw UsageError("--device cuda reads a universal checkpoint; " + load.input + " has no manifest.json");
   }
 }
@@ -168,15 +169,22 @@ class ScratchUniversal {
 };
 
 // --format deepspeed needs DeepSpeed model files, which a DCP or torch_dist input has not.
-void refuse_deepspeed_output(const reshard::LoadOptions& load, formats::dcp::FolderKind kind) {
+void refuse_deepspeed_output(const reshard::LoadOptions& load, const formats::FolderKind& kind) {
   if (load.format != reshard::OutputFormat::DeepSpeed) return;
-  throw Error(load.input + ": a " + std::string(formats::dcp::folder_kind_name(kind)) +
+  throw Error(load.input + ": a " + kind.name() +
               " checkpoint has no DeepSpeed model files, which --format deepspeed needs; write --format dcp, "
               "safetensors or torch_dist" +
-              (kind == formats::dcp::FolderKind::TorchDist
+              (kind.is(formats::kTorchDist)
                    ? ", or give --template <the Megatron-DeepSpeed universal folder of the model>"
                    : std::string()) +
               " (docs/ucp-load.md)");
+}
+
+// An input the load does not read itself (a universal folder) or directly (DeepSpeed shards, a work
+// folder) but ucp-union converts (DCP, torch_dist, a format registered later): loaded from its
+// universal form, made first in a scratch folder.
+bool converted_first(const formats::FolderKind& kind) {
+  return !kind.is(formats::kUniversal) && !reshard::is_direct_input(kind) && to_universal::has_union(kind.format);
 }
 
 // An error of the load from the scratch folder, told about the user's input: the scratch folder is
@@ -198,9 +206,9 @@ Result run_ucp_load(const UcpLoadOptions& o) {
   if ((o.dry_run || o.plan) && load.template_dir.empty()) {
     // A DCP or torch_dist input is converted to universal form before the load can be planned: a dry
     // run says so and what the conversion reads (nothing is converted), --plan points to the two steps.
-    const auto kind = to_universal::dcp_input_kind(load.input);
-    if (kind != formats::dcp::FolderKind::None) {
-      const std::string what = std::string(formats::dcp::folder_kind_name(kind));
+    const formats::FolderKind kind = formats::detect(load.input);
+    if (converted_first(kind)) {
+      const std::string what = kind.name();
       if (o.plan)
         throw UsageError("--plan of a " + what + " checkpoint: the load is planned from its universal form; run "
                          "ucp-union --input " + load.input + " --output <folder>, then ucp-load --plan --input <folder>");
@@ -223,23 +231,22 @@ Result run_ucp_load(const UcpLoadOptions& o) {
   // copy between the conversion and the load included).
   StagedPhase staged;
   std::unique_ptr<ScratchUniversal> scratch;
-  const auto kind = to_universal::dcp_input_kind(load.input);
-  if (kind != formats::dcp::FolderKind::None) {
+  const formats::FolderKind kind = formats::detect(load.input);
+  if (converted_first(kind)) {
     // The user's folders, before anything is converted: the load's own check sees only the scratch copy.
     refuse_output_over_input(load.output, "--output", load.input, "--input");
     if (!load.template_dir.empty()) refuse_output_over_input(load.output, "--output", load.template_dir, "--template");
   }
-  if (kind == formats::dcp::FolderKind::TorchDist && !load.template_dir.empty()) {
+  if (kind.is(formats::kTorchDist) && !load.template_dir.empty()) {
     // read in one pass through the template's Megatron-DeepSpeed view (reshard/torch_dist_source.h)
   } else if (!load.template_dir.empty()) {
     throw Error(load.input + ": --template needs a Megatron-Core torch_dist checkpoint as --input" +
-                (kind != formats::dcp::FolderKind::None
-                     ? ", not a " + std::string(formats::dcp::folder_kind_name(kind)) + " one"
-                 : to_universal::is_universal_folder(load.input)
+                (converted_first(kind) ? ", not a " + kind.name() + " one"
+                 : kind.is(formats::kUniversal)
                      ? " (a universal folder in Megatron-Core names: ucp-union --to-names megatron-deepspeed --template "
                        "first, then ucp-load)"
                      : std::string()));
-  } else if (kind != formats::dcp::FolderKind::None) {
+  } else if (converted_first(kind)) {
     refuse_deepspeed_output(load, kind);  // before any conversion: name the input, not the scratch
     scratch = std::make_unique<ScratchUniversal>(load.output, [&](const std::string& m) { load.reporter.detail(m); });
     to_universal::ConvertOptions co;
@@ -248,8 +255,7 @@ Result run_ucp_load(const UcpLoadOptions& o) {
     co.sync = false;      // scratch, removed after the load
     co.tag_latest = false;
     co.reporter = load.reporter;
-    load.reporter.warning(load.input + " is a " +
-                          std::string(formats::dcp::folder_kind_name(to_universal::dcp_input_kind(load.input))) +
+    load.reporter.warning(load.input + " is a " + kind.name() +
                           " checkpoint: converted into the scratch universal folder " + scratch->path() +
                           " first (removed after the load)");
     (void)to_universal::run_union(load.input, scratch->path(), co);

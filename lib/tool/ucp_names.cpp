@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "io/torch/verify.h"
 #include "parallel/mpi_session.h"
+#include "formats/detect.h"
 #include "to_universal/megatron_core_names.h"
 #include "tool/tool.h"
 
@@ -47,7 +48,7 @@ Result run_ucp_union_names(const UcpConvertOptions& c, const UcpNamesOptions& n)
   refuse_output_over_input(c.output, "--output", c.input, "--input");
   if (!n.template_dir.empty()) refuse_output_over_input(c.output, "--output", n.template_dir, "--template");
   to_universal::RunSummary s;
-  if (to_universal::is_universal_folder(c.input)) {
+  if (formats::is_kind(c.input, formats::kUniversal)) {
     if (!c.convert.patterns_file.empty())
       throw UsageError("--patterns with a universal folder: its patterns are fixed; pass --patterns when converting the checkpoint");
     s = to_universal::rename_universal(c.input, c.output, o);

@@ -26,7 +26,7 @@ UcpLoadOptions given_layout(const std::string& input = "in") {
   return o;
 }
 
-// A folder that is a universal checkpoint to is_universal_input (it holds manifest.json), removed at
+// A folder that formats::detect calls universal (it holds manifest.json), removed at
 // the end of the test.
 struct UniversalFolder {
   std::string dir = (fs::temp_directory_path() / ("ucpkit-load-options-" + std::to_string(::getpid()))).string();

@@ -11,7 +11,6 @@
 #include "core/file_io.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "formats/universal/manifest.h"
 
 namespace fs = std::filesystem;
 
@@ -119,12 +118,6 @@ std::optional<int64_t> completed_step(const std::string& dir) {
 void write_latest(const std::string& dir, const std::string& tag, bool universal, bool durable) {
   write_file_atomic((fs::path(dir) / kLatestName).string(), tag, durable);
   if (universal) write_file_atomic((fs::path(dir) / kLatestUniversalName).string(), tag, durable);
-}
-
-InputKind input_kind(const std::string& path) {
-  if (fs::exists(fs::path(path) / formats::universal::kUniversalManifestName)) return InputKind::Universal;
-  if (fs::exists(fs::path(path) / kWorkPlanName)) return InputKind::WorkFolder;
-  return InputKind::Native;
 }
 
 bool looks_like_step_folder(const std::string& name) {

@@ -53,12 +53,4 @@ std::optional<int64_t> completed_step(const std::string& dir);
 // `dir`, each atomically (after the tag folder is in place, as DeepSpeed does); `durable`: fsynced.
 void write_latest(const std::string& dir, const std::string& tag, bool universal = false, bool durable = false);
 
-// What a tool's --input holds.
-enum class InputKind {
-  Universal,   // a universal checkpoint (manifest.json, formats/universal/manifest.h)
-  WorkFolder,  // a ucp-extract work folder (plan.json)
-  Native,      // anything else: a DeepSpeed checkpoint (a tag folder or its parent), checked when read
-};
-InputKind input_kind(const std::string& path);
-
 }  // namespace ucpkit::formats::deepspeed

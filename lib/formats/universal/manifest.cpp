@@ -236,4 +236,9 @@ std::string crc32_text(uint32_t crc) {
   return b;
 }
 
+std::string source_format(const nlohmann::json& source) {
+  const std::string format = source.is_object() ? source.value("format", std::string()) : std::string();
+  return format.empty() ? "deepspeed" : format;
+}
+
 }  // namespace ucpkit::formats::universal

@@ -79,6 +79,10 @@ struct UniversalSource {
   static UniversalSource from_json(const nlohmann::json& source, const std::string& file);
 };
 
+// The format a manifest's source description names ("dcp", "torch_dist", ...); "deepspeed" when it names
+// none (the extract plan of a DeepSpeed checkpoint, whose folder holds its DeepSpeed model files).
+std::string source_format(const nlohmann::json& source);
+
 struct UniversalManifest {
   std::string format = kUniversalFormat;
   int64_t version = kUniversalVersion;

@@ -100,14 +100,3 @@ TEST(CheckpointDir, WriteLatestWritesTheTagAsDeepSpeedDoes) {
   EXPECT_EQ(read(root / "latest"), "global_step4");
   EXPECT_EQ(read(root / kLatestUniversalName), "global_step4");
 }
-
-TEST(CheckpointDir, InputKindFromTheFolder) {
-  const fs::path root = scratch_dir("checkpoint_dir_kind");
-  write(root / "u" / "manifest.json", "{}");
-  write(root / "w" / "plan.json", "{}");
-  write(root / "n" / "latest", "global_step1");
-  EXPECT_EQ(input_kind((root / "u").string()), InputKind::Universal);
-  EXPECT_EQ(input_kind((root / "w").string()), InputKind::WorkFolder);
-  EXPECT_EQ(input_kind((root / "n").string()), InputKind::Native);
-  EXPECT_EQ(input_kind((root / "missing").string()), InputKind::Native);  // refused later, by its reader
-}

@@ -1,0 +1,38 @@
+// DeepSpeed checkpoints as formats::detect knows them: a tag folder holding model or optimizer shards
+// (`*_model_states.pt`, `*_optim_states.pt`), or a checkpoint folder whose `latest` names one (a tag
+// it names that is missing is the reader's error, naming the pointer). Asked last: its markers are
+// the least specific.
+#include <filesystem>
+
+#include "formats/deepspeed/checkpoint_dir.h"
+#include "formats/detect.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::formats::deepspeed {
+namespace {
+
+bool holds_shards(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.size() > 3 && n.compare(n.size() - 3, 3, ".pt") == 0 &&
+        (n.find("_model_states") != std::string::npos || n.find("_optim_states") != std::string::npos))
+      return true;
+  }
+  return false;
+}
+
+std::optional<std::string> recognise(const std::string& dir) {
+  std::error_code ec;
+  const fs::path latest = fs::path(dir) / kLatestName;
+  if ((fs::exists(latest, ec) && !fs::is_directory(latest, ec)) || holds_shards(dir)) return std::string();
+  return std::nullopt;
+}
+
+[[maybe_unused]] const bool kRegistered = register_folder_format(
+    {std::string(kDeepSpeed), 90, std::string(kLatestName) + " or *_model_states.pt / *_optim_states.pt (DeepSpeed)",
+     recognise, entry_names({kLatestName, kLatestUniversalName}, {"global_step", "mp_rank_", "zero_pp_rank_"}, {".pt"})});
+
+}  // namespace
+}  // namespace ucpkit::formats::deepspeed

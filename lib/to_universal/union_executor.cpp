@@ -1,0 +1,104 @@
+// ucp-union's one executor and the registry of its input formats (union_executor.h).
+#include "to_universal/union_executor.h"
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/registry.h"
+#include "core/staging.h"
+#include "formats/detect.h"
+#include "parallel/mpi_session.h"
+#include "parallel/share.h"
+#include "parallel/staging.h"
+#include "parallel/threads.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::to_universal {
+
+namespace {
+
+uint64_t size_of(const fs::path& p) {
+  std::error_code ec;
+  const auto n = fs::file_size(p, ec);
+  return ec ? 0 : n;
+}
+
+void make_dirs(const fs::path& p) {
+  std::error_code ec;
+  fs::create_directories(p, ec);
+  if (ec) throw Error(p.string() + ": cannot create folder: " + ec.message());
+}
+
+NamedTable<UnionRunner>& runners() {
+  static NamedTable<UnionRunner> r;
+  return r;
+}
+
+}  // namespace
+
+RunSummary execute_union(const UnionJob& job, const std::string& output, const ConvertOptions& options,
+                         parallel::RankFailure& failed, Reporter::Phase& phase, std::chrono::steady_clock::time_point t0) {
+  auto& mpi = parallel::MpiSession::get();
+  phase.next(job.write_phase.c_str());
+  parallel::CollectiveStaging staging(failed, output, options.overwrite, "ucp", options.reporter.verbose, options.sync,
+                                      [&](const fs::path& s) {
+                                        for (const auto& f : job.folders) make_dirs(s / f);
+                                      });
+  const auto drop_staging = staging.cleanup();
+  const fs::path staged = staging.path(), zero_dir = staged / "zero";
+
+  // This rank's parameters, balanced by bytes, largest first.
+  std::vector<uint64_t> sizes(job.params);
+  for (size_t i = 0; i < job.params; ++i) sizes[i] = job.bytes(i);
+  const std::vector<size_t> mine = parallel::share_of(sizes, mpi.size(), mpi.rank());
+  std::vector<ParamResult> results(job.params);
+  const int threads = parallel::thread_count(options.threads);
+  Reporter::Bar progress(options.reporter, "ucp-union", mine.size(), mpi.rank() == 0);
+  failed.guard([&] { convert_each(mine, threads, progress, [&](size_t i) { results[i] = job.write_param(i, zero_dir); }); });
+  progress.finish();
+  failed.guard([&] { staging.sync_own_files(); });  // rank 0 flushes at commit, with what it writes last
+  failed.settle(drop_staging);
+
+  // The manifest entries gathered on rank 0, in plan order; the folder's other files, the manifest last.
+  phase.next("manifest and commit");
+  nlohmann::json mine_json = nlohmann::json::array();
+  CommonFiles t;
+  for (size_t i : mine) {
+    mine_json.push_back({i, results[i].manifest.to_json()});
+    t.bytes_read += results[i].bytes_read;
+    t.bytes_written += results[i].bytes_written;
+    t.files += results[i].files;
+  }
+  const auto gathered = mpi.gather(mine_json.dump());
+  failed.guard([&] {
+    if (mpi.rank() != 0) return;
+    formats::universal::UniversalManifest manifest;
+    job.write_common(staged, manifest, t);
+    manifest.params = gathered_entries(gathered, job.params);
+    const fs::path man = staged / formats::universal::kUniversalManifestName;
+    write_file_atomic(man.string(), manifest.text());
+    t.bytes_written += size_of(man);
+    ++t.files;
+    test_pause_if_asked();
+    check_interrupted();
+    staging.commit();
+    if (job.after_commit) job.after_commit();
+  });
+  failed.settle(drop_staging);
+  return union_summary(output, job.params, threads, t.bytes_read, t.bytes_written, t.files, t0);
+}
+
+bool register_union(const std::string& format, UnionRunner run) { return runners().set(format, std::move(run)); }
+
+bool has_union(const std::string& format) { return static_cast<bool>(runners().find(format)); }
+
+RunSummary run_union(const std::string& input, const std::string& output, const ConvertOptions& options) {
+  const formats::FolderKind kind = formats::detect(input);
+  if (const UnionRunner run = runners().find(kind.format)) return run(input, output, options);
+  std::string known;
+  for (const auto& f : formats::folder_formats())
+    if (has_union(f)) known += (known.empty() ? "" : ", ") + f;
+  throw UsageError("--input " + input + " is a " + kind.name() + " folder: ucp-union reads " + known);
+}
+
+}  // namespace ucpkit::to_universal

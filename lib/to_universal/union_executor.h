@@ -1,0 +1,59 @@
+// ucp-union's one executor and its registry of input formats (issue 46). Every input format plans its
+// own parameters and hands the executor a UnionJob: how to write parameter i, and the folder's other
+// files. The executor owns what every union does the same way: the staging folder, the split of the
+// parameters over MPI ranks (by bytes) and TBB threads, progress, flushing, the manifest gathered on
+// rank 0, the commit and the summary.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/reporter.h"
+#include "formats/universal/manifest.h"
+#include "parallel/mpi_session.h"
+#include "to_universal/convert.h"
+
+namespace ucpkit::to_universal {
+
+// What writing one parameter gave: its manifest entry and what it read and wrote.
+struct ParamResult {
+  formats::universal::UniversalParam manifest;
+  uint64_t bytes_read = 0, bytes_written = 0, files = 0;
+};
+
+// Rank 0's totals of the folder's other files (added to the parameters').
+struct CommonFiles {
+  uint64_t bytes_read = 0, bytes_written = 0, files = 0;
+};
+
+struct UnionJob {
+  size_t params = 0;
+  std::function<uint64_t(size_t i)> bytes;  // of parameter i's source tensors: the split over MPI ranks
+  // Writes parameter i's files under `zero_dir` (called from TBB threads, one parameter a task).
+  std::function<ParamResult(size_t i, const std::filesystem::path& zero_dir)> write_param;
+  // Rank 0, after every parameter: the folder's other files into `staged` (counted in `t`), and the
+  // manifest's fields but its params (source, patterns, model files). The executor writes the manifest last.
+  std::function<void(const std::filesystem::path& staged, formats::universal::UniversalManifest& manifest, CommonFiles& t)>
+      write_common;
+  std::vector<std::string> folders = {"zero"};  // created in the staging folder first
+  std::string write_phase = "write parameters";  // the phase's name in progress and --json
+  std::function<void()> after_commit;            // rank 0, once the folder is in place (may be empty)
+};
+
+// Runs `job` into `output` (collective: every MPI rank calls it with the same job). `phase` moves on
+// from the caller's planning phase; `t0` is when the run started.
+RunSummary execute_union(const UnionJob& job, const std::string& output, const ConvertOptions& options,
+                         parallel::RankFailure& failed, Reporter::Phase& phase, std::chrono::steady_clock::time_point t0);
+
+// An input format's ucp-union: its plan, then execute_union. Registered by the format's union code
+// under formats::detect's kind.format; returns true (for a namespace-scope initializer).
+using UnionRunner = std::function<RunSummary(const std::string& input, const std::string& output, const ConvertOptions& options)>;
+bool register_union(const std::string& format, UnionRunner run);
+
+// Whether a union is registered for `format` (ucp-load converts such inputs through it first).
+bool has_union(const std::string& format);
+
+}  // namespace ucpkit::to_universal
