@@ -346,11 +346,13 @@ SourceCheckpoint open_checkpoint(const std::string& path, const OpenOptions& opt
 
 namespace {
 SourceCheckpoint open_checkpoint_unchecked(const std::string& path, const OpenOptions& options) {
-  // DeepSpeed's own universal folders have no manifest.json: detect() calls them deepspeed (their model
-  // files), and the zero/ folder below tells them apart.
-  const formats::FolderKind kind = formats::detect(path);
-  if (!kind.is(formats::kDeepSpeed) && !kind.is(formats::kUniversal))
-    fail(path, "a " + kind.name() + " folder: pec-save reads a DeepSpeed checkpoint or a universal folder");
+  // DeepSpeed's own universal folders (ds_to_universal's, no manifest.json) carry no marker detect()
+  // knows: a folder with zero/ is read as universal below, as before; any other is asked.
+  if (!fs::is_directory(fs::path(path) / "zero")) {
+    const formats::FolderKind kind = formats::detect(path);
+    if (!kind.is(formats::kDeepSpeed) && !kind.is(formats::kUniversal))
+      fail(path, "a " + kind.name() + " folder: pec-save reads a DeepSpeed checkpoint or a universal folder");
+  }
   SourceCheckpoint c;
   c.root = resolve_root(path, c.tag, c.pointer);
   if (fs::is_directory(fs::path(c.root) / "zero")) {

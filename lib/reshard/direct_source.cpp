@@ -41,14 +41,8 @@ std::string native_checkpoint_dir(const std::string& input, const formats::Folde
   if (kind.is(formats::kWorkFolder)) return input;
   if (!kind.is(formats::kDeepSpeed))
     throw Error(input + ": a " + kind.name() + " folder, not a DeepSpeed checkpoint or ucp-extract work folder");
-  std::error_code ec;
   const std::string dir = formats::deepspeed::resolve_checkpoint_dir(input);
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string n = e.path().filename().string();
-    if (n.size() > 3 && n.compare(n.size() - 3, 3, ".pt") == 0 &&
-        (n.find("_model_states") != std::string::npos || n.find("_optim_states") != std::string::npos))
-      return dir;
-  }
+  if (formats::deepspeed::holds_shards(dir)) return dir;
   throw Error(formats::not_a_checkpoint(input, dir != input ? dir : std::string()));
 }
 

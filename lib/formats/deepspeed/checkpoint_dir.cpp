@@ -98,6 +98,17 @@ TagFolder resolve_tag_folder(const std::string& path, const std::vector<std::str
   return {path, tag_of_dir(path), ""};
 }
 
+bool holds_shards(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.size() > 3 && n.compare(n.size() - 3, 3, ".pt") == 0 &&
+        (n.find("_model_states") != std::string::npos || n.find("_optim_states") != std::string::npos))
+      return true;
+  }
+  return false;
+}
+
 std::string resolve_checkpoint_dir(const std::string& path) { return resolve_tag_folder(path).dir; }
 
 std::optional<int64_t> completed_step(const std::string& dir) {

@@ -42,6 +42,9 @@ struct TagFolder {
 // a file) names one. Throws Error naming the path or the pointer file when there is no such folder.
 TagFolder resolve_tag_folder(const std::string& path, const std::vector<std::string>& pointers = {kLatestName});
 
+// Whether the folder `dir` holds DeepSpeed model or optimizer shards (`*_model_states.pt`, `*_optim_states.pt`).
+bool holds_shards(const std::string& dir);
+
 // resolve_tag_folder(path).dir: the global_stepN folder of a checkpoint path.
 std::string resolve_checkpoint_dir(const std::string& path);
 

@@ -12,17 +12,6 @@ namespace fs = std::filesystem;
 namespace ucpkit::formats::deepspeed {
 namespace {
 
-bool holds_shards(const std::string& dir) {
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string n = e.path().filename().string();
-    if (n.size() > 3 && n.compare(n.size() - 3, 3, ".pt") == 0 &&
-        (n.find("_model_states") != std::string::npos || n.find("_optim_states") != std::string::npos))
-      return true;
-  }
-  return false;
-}
-
 std::optional<std::string> recognise(const std::string& dir) {
   std::error_code ec;
   const fs::path latest = fs::path(dir) / kLatestName;
