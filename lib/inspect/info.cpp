@@ -312,7 +312,7 @@ nlohmann::json step_json(const pec::Manifest& m) {
     for (const auto& f : e.files) bytes += f.size, ++files;
   return {{"step", m.step},
           {"tag", m.tag},
-          {"layout", m.layout},
+          {"layout", pec::to_string(m.layout)},
           {"policy", m.policy},
           {"k", m.k},
           {"experts_saved", m.experts.size()},
@@ -366,8 +366,8 @@ void describe_store(CheckpointInfo& info, const InfoOptions& options) {
     info.tag = latest.tag;
     info.step = latest.step;
     info.experts_per_layer = latest.shape.experts_per_layer;
-    info.experts_kind = latest.layout;
-    info.store["layout"] = latest.layout;
+    info.experts_kind = pec::to_string(latest.layout);
+    info.store["layout"] = pec::to_string(latest.layout);
     info.store["ep"] = latest.shape.ep_size;
   }
   run_check(info, "restore", "the newest step restores: its non-expert state and a copy of every expert (pec-restore's plan)",

@@ -99,7 +99,7 @@ std::map<std::string, std::pair<int, int>> experts_from_names(const std::vector<
 }
 
 void open_universal(SourceCheckpoint& c, const OpenOptions& o) {
-  c.layout = "universal";
+  c.layout = SourceLayout::Universal;
   std::vector<std::string> files;
   list_files(c.root, files);
   const fs::path manifest = fs::path(c.root) / formats::universal::kUniversalManifestName;
@@ -193,7 +193,7 @@ void slice_optimizer_file(SourceCheckpoint& c, const std::string& rel, int dp_ra
 namespace {
 
 void open_native(SourceCheckpoint& c, const OpenOptions& o, const formats::deepspeed::DeepSpeedLayout& ds) {
-  c.layout = "deepspeed-moe";
+  c.layout = SourceLayout::DeepSpeedMoe;
   if (ds.tp != 1 || ds.pp != 1) fail(c.root, "native DeepSpeed MoE with TP or PP > 1 is not supported by pec-save yet");
   c.shape.ep_size = o.ep_size > 0 ? o.ep_size : std::max(ds.ep, 1);
   std::vector<std::string> files;
@@ -257,7 +257,7 @@ void open_native(SourceCheckpoint& c, const OpenOptions& o, const formats::deeps
 // DeepSpeed AutoEP under ZeRO-3 (lib/pec/autoep_zero3.h): no expert files; every expert is its byte
 // ranges inside the optimizer shards, which are stored with those ranges cut out (like native shards).
 void open_autoep_zero3(SourceCheckpoint& c, const OpenOptions& o) {
-  c.layout = "deepspeed-autoep-zero3";
+  c.layout = SourceLayout::DeepSpeedAutoEpZero3;
   std::vector<std::string> files;
   list_files(c.root, files);
   for (const auto& rel : files) c.file_sizes[rel] = fs::file_size(fs::path(c.root) / rel);

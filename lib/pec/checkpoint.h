@@ -22,6 +22,7 @@
 
 #include "io/zip/zip_directory.h"
 #include "pec/policy.h"
+#include "pec/source_layout.h"
 
 namespace ucpkit {
 class MappedFile;
@@ -50,7 +51,7 @@ struct OpenOptions {
 };
 
 struct SourceCheckpoint {
-  std::string layout;  // "deepspeed-moe", "deepspeed-autoep-zero3" or "universal"
+  SourceLayout layout = SourceLayout::DeepSpeedMoe;
   std::string root;    // folder holding the files (global_stepN/ or the universal folder)
   std::string tag;     // its name
   std::string pointer;  // the `latest` / `latest_universal` file that named the tag ("" when given the tag folder)

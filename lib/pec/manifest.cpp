@@ -66,7 +66,7 @@ json manifest_to_json(const Manifest& m) {
   return {{"format", kManifestFormat},
           {"step", m.step},
           {"tier", to_string(m.tier)},
-          {"layout", m.layout},
+          {"layout", to_string(m.layout)},
           {"tag", m.tag},
           {"experts_per_layer", m.shape.experts_per_layer},
           {"ep_size", m.shape.ep_size},
@@ -93,7 +93,7 @@ Manifest manifest_from_json(const json& j, const std::string& name) {
     Manifest m;
     m.step = j.at("step").get<int64_t>();
     m.tier = parse_tier(j.at("tier").get<std::string>(), name);
-    m.layout = j.at("layout").get<std::string>();
+    m.layout = parse_source_layout(j.at("layout").get<std::string>(), name);
     m.tag = j.at("tag").get<std::string>();
     m.shape.experts_per_layer = j.at("experts_per_layer").get<std::vector<int>>();
     m.shape.ep_size = j.at("ep_size").get<int>();

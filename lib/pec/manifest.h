@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pec/policy.h"
+#include "pec/source_layout.h"
 #include "pec/tier.h"
 #include "pec/tokens.h"
 
@@ -49,7 +50,7 @@ struct ExpertEntry {
 struct Manifest {
   int64_t step = 0;
   Tier tier = Tier::durable;
-  std::string layout;  // "deepspeed-moe", "deepspeed-autoep-zero3" or "universal"
+  SourceLayout layout = SourceLayout::DeepSpeedMoe;
   std::string tag;     // folder name of the step in the source checkpoint (global_step<N>, ...)
   MoeShape shape;
   std::string policy;

@@ -365,7 +365,7 @@ void RestoreRun::commit(const PltHistory& history) {
       crash_point("restore folder complete");
       staging_->commit();  // renamed into place (exchanged with an old folder under --force), output fsynced
       crash_point("restore folder renamed");
-      formats::deepspeed::write_latest(o_.output, tag, plan_.base_manifest().layout == "universal", true);
+      formats::deepspeed::write_latest(o_.output, tag, plan_.base_manifest().layout == SourceLayout::Universal, true);
       try {
         save_plt_history(o_.store, history);
       } catch (const std::exception& e) {
@@ -477,12 +477,12 @@ json restore_report(const RestorePlan& plan, const ExpertLosses& losses, const T
                  {"next_k", plt_total ? next_k(k_now, max_e, plt_total->overall, o.plt_threshold) : k_now},
                  {"next_k_reason", why},
                  {"capacity_plan", capacity_plan_to_json(capacity)},
-                 {"layout", base.layout},
+                 {"layout", to_string(base.layout)},
                  {"tokens_known", losses.known}};
   // What the command line left out and the store decided (never a silent choice).
   json from_source = json::object();
   if (o.step < 0) from_source["step"] = plan.step;  // the newest committed step with intact non-expert state
-  if (o.ds_version.empty() && base.layout == "deepspeed-moe") from_source["ds_version"] = "as saved";
+  if (o.ds_version.empty() && base.layout == SourceLayout::DeepSpeedMoe) from_source["ds_version"] = "as saved";
   report["from_source"] = from_source;
   if (kref.budget_bytes > 0) {
     report["budget_bytes"] = kref.budget_bytes;

@@ -52,9 +52,9 @@ json source_json(const RestorePlan& p, size_t copy) {
 }  // namespace
 
 void check_ds_version_applies(const std::string& ds_version, const Manifest& m) {
-  if (!ds_version.empty() && m.layout == "universal")
+  if (!ds_version.empty() && m.layout == SourceLayout::Universal)
     throw UsageError("--ds-version applies to native DeepSpeed MoE checkpoints, not universal ones");
-  if (!ds_version.empty() && m.layout == "deepspeed-autoep-zero3")
+  if (!ds_version.empty() && m.layout == SourceLayout::DeepSpeedAutoEpZero3)
     throw UsageError("--ds-version applies to native DeepSpeed MoE checkpoints, not AutoEP ZeRO-3 ones");
 }
 
@@ -157,10 +157,10 @@ json restore_plan_to_json(const RestorePlan& p) {
   }
   const Manifest& kref = p.manifest(p.k_source);
   json pointers = {formats::deepspeed::kLatestName};
-  if (base.layout == "universal") pointers.push_back(formats::deepspeed::kLatestUniversalName);
+  if (base.layout == SourceLayout::Universal) pointers.push_back(formats::deepspeed::kLatestUniversalName);
   const char* tokens = base.tokens_known ? "store" : p.request.tokens.empty() ? "none" : "file";
   json j = {{"step", p.step},
-            {"layout", base.layout},
+            {"layout", to_string(base.layout)},
             {"output", p.request.output},
             {"step_dir", restore_step_dir(p)},
             {"pointers", pointers},

@@ -210,7 +210,7 @@ void start_manifest(TierSave& t, const SaveOptions& o, const SourceCheckpoint& s
     }
   json shared = json::object();
   for (const auto& [file, ranges] : src.expert_ranges) shared[file] = ranges.size();
-  m.source = {{"root_pointer", src.layout == "universal" ? formats::deepspeed::kLatestUniversalName : formats::deepspeed::kLatestName},
+  m.source = {{"root_pointer", src.layout == SourceLayout::Universal ? formats::deepspeed::kLatestUniversalName : formats::deepspeed::kLatestName},
               {"shared_files", shared}};
 }
 
@@ -543,7 +543,7 @@ json pec_save(const SaveOptions& options, const std::function<void(uint64_t)>& p
                {"step_inferred", step.inferred},
                {"step_from", step.from},
                {"checkpoint", src.root},
-               {"layout", src.layout},
+               {"layout", to_string(src.layout)},
                {"policy", o.policy},
                {"experts_per_layer", shape.experts_per_layer},
                {"ep_size", shape.ep_size},

@@ -34,7 +34,7 @@ Manifest manifest(int64_t step, Tier tier, std::vector<std::pair<int, int>> expe
   Manifest m;
   m.step = step;
   m.tier = tier;
-  m.layout = "deepspeed-moe";
+  m.layout = SourceLayout::DeepSpeedMoe;
   m.shape.experts_per_layer = {2, 2};
   m.policy = "sequential";
   m.k = 1;
@@ -131,11 +131,11 @@ TEST(PecRestorePlan, RefusalsNameTheStore) {
 }
 
 TEST(PecRestorePlan, DsVersionIsRefusedForUniversalAndAutoEpZero3) {
-  for (const char* layout : {"universal", "deepspeed-autoep-zero3"}) {
+  for (SourceLayout layout : {SourceLayout::Universal, SourceLayout::DeepSpeedAutoEpZero3}) {
     Manifest m = manifest(100, Tier::durable, kAll);
     m.layout = layout;
-    EXPECT_THROW(plan_restore(catalog({{0, m}}), {-1, "/out", "", "0.19.5"}), UsageError) << layout;
-    EXPECT_NO_THROW(plan_restore(catalog({{0, m}}), {-1, "/out", "", ""})) << layout;
+    EXPECT_THROW(plan_restore(catalog({{0, m}}), {-1, "/out", "", "0.19.5"}), UsageError) << to_string(layout);
+    EXPECT_NO_THROW(plan_restore(catalog({{0, m}}), {-1, "/out", "", ""})) << to_string(layout);
   }
   EXPECT_NO_THROW(plan_restore(catalog({{0, manifest(100, Tier::durable, kAll)}}), {-1, "/out", "", "0.19.5"}));
 }

@@ -24,7 +24,7 @@ Manifest manifest(int64_t step, std::vector<ExpertEntry> experts, std::vector<Fi
   Manifest m;
   m.step = step;
   m.tier = Tier::durable;
-  m.layout = "universal";
+  m.layout = SourceLayout::Universal;
   m.tag = "t";
   m.shape.experts_per_layer = {2};
   m.policy = "sequential";

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The two grep-able rules of docs/architecture.md ("Rooms and the dependency rule", issue 29):
+# The grep-able rules of docs/architecture.md ("Rooms and the dependency rule", issue 29; rule 3, issue 46):
 #  1. Outside lib/formats/ and lib/io/, no library or driver file spells a DeepSpeed pickle key, a
 #     DeepSpeed file-name pattern or the flat-buffer padding rule: those facts have one home each
 #     (lib/formats/deepspeed/, lib/formats/universal/). A string that is also one of ucpkit's own JSON
@@ -7,7 +7,9 @@
 #  2. The tool modules (to_universal, reshard, pec, placement) never include each other, except
 #     reshard -> to_universal/direct.h (direct mode reaches the extract planner, and the torch_dist
 #     one pass the union's torch_dist pieces, through that one header). Rooms below them (core, parallel, io, patterns, formats) include no tool module.
-# Usage: tests/rooms/check_rooms.sh [SOURCE_DIR] [--list]   (exit 0: both rules hold; 1: each violation listed;
+#  3. Outside lib/formats/, no code tests a folder for a format's marker file (manifest.json, plan.json,
+#     PEC_STORE, .metadata, metadata.json, the trackers): formats::detect is the one answer.
+# Usage: tests/rooms/check_rooms.sh [SOURCE_DIR] [--list]   (exit 0: the rules hold; 1: each violation listed;
 #        --list prints the derived schema strings and exits)
 set -uo pipefail
 list=0 dir=$(dirname "$0")/../..
@@ -65,5 +67,13 @@ for m in to_universal reshard pec placement core parallel io patterns formats; d
     bad=1
   done < <(grep -rnE "#include \"($modules|inspect|tool|gpu)/" "lib/$m" || true)
 done
-[ $bad -eq 0 ] && echo "rooms: both rules hold"
+# Rule 3 (issue 46): what a folder is has one answer, formats::detect; only lib/formats/ (each format's
+# folder_format registration) tests a folder for a format's marker file.
+markers='kUniversalManifestName|kWorkPlanName|kPecStoreMarker|kConfigFile|kTrackerFile|kLatestName|"\.metadata"|"metadata\.json"|"plan\.json"|"manifest\.json"|"PEC_STORE"|"latest"|"latest_checkpointed_iteration\.txt"'
+while IFS= read -r line; do
+  [ -n "$line" ] || continue
+  echo "rule 3: $line (a format's marker tested outside lib/formats: ask formats::detect)"
+  bad=1
+done < <(grep -rnE "(exists|is_regular_file)\(([^()]|\([^()]*\))*($markers)" lib apps --include='*.h' --include='*.cpp' | grep -vE '^lib/formats/' || true)
+[ $bad -eq 0 ] && echo "rooms: the three rules hold"
 exit $bad
