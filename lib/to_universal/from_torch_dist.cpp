@@ -190,6 +190,7 @@ TorchDistStates::TorchDistStates(const std::string& input)
       auto more = formats::megatron_core::expert_bucket_layouts(ck);
       for (auto& l : more) layouts.push_back(std::move(l));
     }
+    formats::megatron_core::check_per_bucket_numel(ck, layouts);
     for (const auto& l : layouts)
       for (const auto& bp : l.params) pieces_->of[bp.name].push_back({&l, &bp});
     for (const auto& p : plan_.params)

@@ -1,7 +1,9 @@
 #include "formats/megatron_core/dp_bucket_layout.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
+#include <numeric>
 
 #include "core/error.h"
 
@@ -164,7 +166,107 @@ std::vector<const ModelParam*> moe_layer_experts(const std::vector<const ModelPa
   return out;
 }
 
+// What Megatron pads a bucket's end to: lcm(dp, 128), and 2^16 with pad_buckets_for_high_nccl_busbw, dp
+// the size of the buffer's DDP group (intra_dp_cp / intra_expt_dp: distributed_data_parallel.py:143-148).
+int64_t pad_divisor(const Checkpoint& ck, bool expert) {
+  const int64_t dp = expert ? int_arg(ck, "world_size") / (int_arg(ck, "expert_tensor_parallel_size") *
+                                                           int_arg(ck, "expert_model_parallel_size") *
+                                                           int_arg(ck, "pipeline_model_parallel_size"))
+                            : int_arg(ck, "data_parallel_size") * int_arg(ck, "context_parallel_size");
+  const auto instances = ck.common().arg("num_distributed_optimizer_instances");
+  const int64_t intra = instances && instances->is(pickle::Kind::Int) && instances->i > 0 ? dp / instances->i : dp;
+  if (intra < 1) refuse(ck, "the args give a data-parallel size below 1");
+  const auto high = ck.common().arg("ddp_pad_buckets_for_high_nccl_busbw");
+  return std::lcm(std::lcm(intra, int64_t{128}), high && high->is(pickle::Kind::Bool) && high->b ? 65536 : 1);
+}
+
 }  // namespace
+
+std::optional<std::vector<BufferNumels>> buffer_numels(const pickle::Value& v) {
+  if (!v.is(pickle::Kind::List)) return std::nullopt;
+  std::vector<BufferNumels> out;
+  for (const auto& buffer : v.items) {
+    if (!buffer->is(pickle::Kind::Dict) || buffer->entries.size() != 1) return std::nullopt;
+    const auto& [key, numels] = buffer->entries[0];
+    if (!key->is(pickle::Kind::Tuple) || key->items.size() != 2 || !numels->is(pickle::Kind::List)) return std::nullopt;
+    BufferNumels b;
+    for (const auto& d : key->items) {
+      if (!d->is(pickle::Kind::Dtype)) return std::nullopt;
+      b.dtypes += (b.dtypes.empty() ? "(torch." : ", torch.") + std::string(dtype_name(d->dtype));
+    }
+    b.dtypes += ")";
+    for (const auto& n : numels->items) {
+      if (!n->is(pickle::Kind::Int)) return std::nullopt;
+      b.numel.push_back(n->i);
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+std::string bucket_numel_mismatch(const std::vector<BufferNumels>& saved, bool unpadded,
+                                  const std::vector<BucketNumel>& buckets) {
+  std::map<int64_t, std::pair<size_t, int64_t>> per_buffer;  // gbuf -> (buckets, sum of layout ends)
+  for (const auto& b : buckets) {
+    const std::string at = "bucket " + std::to_string(b.bucket) + " of buffer " + std::to_string(b.gbuf);
+    if (b.gbuf < 0 || b.gbuf >= static_cast<int64_t>(saved.size()) || b.bucket < 0 ||
+        b.bucket >= static_cast<int64_t>(saved[b.gbuf].numel.size()))
+      return "no numel of " + at + " (" + std::to_string(saved.size()) + " buffers listed)";
+    const BufferNumels& s = saved[b.gbuf];
+    if (s.dtypes != b.dtypes)
+      return "buffer " + std::to_string(b.gbuf) + " is " + s.dtypes + ", its bucket keys " + b.dtypes;
+    const int64_t padded = (b.layout_end + b.pad_divisor - 1) / b.pad_divisor * b.pad_divisor;
+    const int64_t want = unpadded ? b.stored : padded;
+    if (s.numel[b.bucket] != want)
+      return "numel of " + at + ": expected " + std::to_string(want) +
+             (unpadded ? " (the stored bucket's length)"
+                       : " (the recomputed layout's end " + std::to_string(b.layout_end) + " padded to a multiple of " +
+                             std::to_string(b.pad_divisor) + ")") +
+             ", stored " + std::to_string(s.numel[b.bucket]);
+    auto& [count, ends] = per_buffer[b.gbuf];
+    ++count;
+    ends += b.layout_end;
+  }
+  for (size_t g = 0; g < saved.size(); ++g) {
+    const auto it = per_buffer.find(static_cast<int64_t>(g));
+    const size_t count = it == per_buffer.end() ? 0 : it->second.first;
+    if (count != saved[g].numel.size())
+      return "buffer " + std::to_string(g) + ": " + std::to_string(saved[g].numel.size()) + " buckets listed, " +
+             std::to_string(count) + " stored";
+    const int64_t sum = std::accumulate(saved[g].numel.begin(), saved[g].numel.end(), int64_t{0});
+    if (unpadded && count > 0 && sum != it->second.second)
+      return "numel of buffer " + std::to_string(g) + ": expected " + std::to_string(it->second.second) +
+             " (its recomputed layouts' parameters), stored " + std::to_string(sum) + " in all";
+  }
+  return {};
+}
+
+void check_per_bucket_numel(const Checkpoint& ck, const std::vector<BucketLayout>& layouts) {
+  std::map<std::pair<int64_t, int64_t>, std::vector<BucketNumel>> groups;  // (chain, dp group) -> buckets
+  for (const auto& l : layouts) {
+    const Key& k = *l.bucket;
+    groups[{k.chain, k.bucket.dp_group_idx}].push_back(
+        {k.bucket.gbuf_idx, k.bucket.bucket_idx, k.bucket.dtypes, l.params.empty() ? 0 : l.params.back().end,
+         ck.dcp().metadata().find(k.fqn)->size.at(0), pad_divisor(ck, k.chain > 0)});
+  }
+  for (const auto& [group, buckets] : groups) {
+    const std::string prefix = (group.first >= 0 ? "chained_" + std::to_string(group.first) + "." : "") +
+                               "optimizer.distributed.dp_group_idx_" + std::to_string(group.second) + ".";
+    for (const bool unpadded : {false, true}) {
+      const std::string object = prefix + (unpadded ? "per_bucket_numel_unpadded" : "per_bucket_numel");
+      const auto key = std::find_if(ck.keys().begin(), ck.keys().end(),
+                                    [&](const Key& k) { return k.kind == KeyKind::Object && k.object == object; });
+      if (key == ck.keys().end()) refuse(ck, "no ShardedObject " + object);
+      const auto& item = ck.dcp().metadata().item_of(key->fqn, nullptr).storage;
+      const std::string file = (std::filesystem::path(ck.dir()) / item.relative_path).string();
+      const auto saved = buffer_numels(*ck.read_object(key->fqn));
+      const std::string why = saved ? bucket_numel_mismatch(*saved, unpadded, buckets)
+                                    : "not a list of {(param dtype, grad dtype): [numel per bucket]}";
+      if (!why.empty())
+        fail(file, "Megatron-Core torch_dist dp_reshardable: " + escaped_brief(key->fqn, 200) + ": " + why);
+    }
+  }
+}
 
 std::vector<BucketLayout> expert_bucket_layouts(const Checkpoint& ck) {
   if (ck.optimizer_format() != OptimizerFormat::DpReshardable) refuse(ck, "the checkpoint has no dp_reshardable buckets");

@@ -19,6 +19,7 @@
 // embeddings or expert tensor parallelism are refused by name.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,35 @@ std::vector<BucketLayout> dense_bucket_layouts(const Checkpoint& ck);
 
 // The same for the expert buffer (chained_1.), one layout per expert dp group.
 std::vector<BucketLayout> expert_bucket_layouts(const Checkpoint& ck);
+
+// per_bucket_numel or per_bucket_numel_unpadded of one dp group, as saved: per buffer (gbuf_idx), its
+// (param dtype, grad dtype) key as the bucket keys write it and the numel of each of its buckets.
+struct BufferNumels {
+  std::string dtypes;  // "(torch.bfloat16, torch.float32)"
+  std::vector<int64_t> numel;
+};
+
+// One bucket of a dp group as ucpkit sees it: where its recomputed layout ends, what its flat tensor
+// stores (numel_unpadded), and what its end is padded to (lcm(dp, 128), with 2^16 for
+// pad_buckets_for_high_nccl_busbw: optimizer/param_layout.py:29-40).
+struct BucketNumel {
+  int64_t gbuf = 0, bucket = 0;
+  std::string dtypes;
+  int64_t layout_end = 0, stored = 0, pad_divisor = 128;
+};
+
+// The saved value `v` (a list of {(dtype, dtype): [numel, ...]}); nullopt when it has another form.
+std::optional<std::vector<BufferNumels>> buffer_numels(const pickle::Value& v);
+
+// Empty when `saved` (per_bucket_numel, or with `unpadded` per_bucket_numel_unpadded) agrees with
+// the dp group's `buckets`, else what differs (one line): the padded numel must be the layout's end
+// padded, the unpadded the stored length, and each buffer's unpadded sum its layouts' ends.
+std::string bucket_numel_mismatch(const std::vector<BufferNumels>& saved, bool unpadded,
+                                  const std::vector<BucketNumel>& buckets);
+
+// Reads every dp group's per_bucket_numel and per_bucket_numel_unpadded (chained_{i}. as its
+// buckets) and throws Error naming the item's file and key when one disagrees with `layouts`.
+void check_per_bucket_numel(const Checkpoint& ck, const std::vector<BucketLayout>& layouts);
 
 // The TP-local value of `p` for optimizer state `state` (param | exp_avg | exp_avg_sq), cut out of
 // the bucket read once by the caller (`bucket_state`: Checkpoint::read_bucket of that state's key).

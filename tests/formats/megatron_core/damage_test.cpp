@@ -2,20 +2,27 @@
 // (tests/formats/megatron_core/data/gpt_tp2_pp2/fully_reshardable) are refused with one Error line
 // naming the file: metadata.json without sharded_backend, another backend, no metadata.json, a
 // tracker naming a missing iteration, keys the model does not know (a model root, a ShardedObject,
-// an optimizer state; renamed in place in `.metadata`, same length, so the pickle stays valid).
+// an optimizer state; renamed in place in `.metadata`, same length, so the pickle stays valid), a
+// dp_reshardable per_bucket_numel{,_unpadded} that disagrees with the buckets (ucp-union, exit 1).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <span>
 
+#include "core/crc32.h"
 #include "formats/dcp/dcp_data.h"
+#include "formats/megatron_core/dp_bucket_layout.h"
 #include "formats/megatron_core/mcore_data.h"
 #include "formats/megatron_core/reader.h"
+#include "io/zip/zip_records.h"
 #include "support/errors.h"
 #include "support/process.h"
 
 namespace fs = std::filesystem;
 using namespace ucpkit;
+using formats::megatron_core::buffer_numels;
 using formats::megatron_core::Checkpoint;
 using ucpkit::testing::error_of;
 using ucpkit::testing::slurp;
@@ -24,6 +31,7 @@ namespace {
 
 const std::string kSource = ucpkit::testing::kMcoreData + "/gpt_tp2_pp2/fully_reshardable";
 const std::string kDpSource = ucpkit::testing::kMcoreData + "/gpt_tp2_pp2/dp_reshardable";
+const std::string kLlamaDp = ucpkit::testing::kMcoreData + "/llama_gqa_tp2_dp2_v016/dp_reshardable";
 
 std::string copy_of(const std::string& name, const std::string& source = kSource) {
   const std::string d = ucpkit::testing::scratch_dir("mcore_damage_" + name) + "/iter_0000002";
@@ -139,4 +147,77 @@ TEST(McoreDamage, MissingCommonState) {
   rename_in_metadata(d, "common_state/shard_0_1", "rng_stateXXX/shard_0_1");
   // rng_stateXXX is no known object either; the common state is looked up first
   expect_one_line_naming(error_of([&] { Checkpoint{d}; }), d + "/.metadata", "no common state");
+}
+
+namespace {
+
+// In the copy `dir`, the ShardedObject item `fqn`'s pickled BININT2 `from` becomes `to` (hand-edited
+// in place, once), its zip record's CRC-32 stored again so that only the value is damaged.
+void patch_object_int(const std::string& dir, const std::string& fqn, uint16_t from, uint16_t to) {
+  std::string path;
+  uint64_t offset = 0, length = 0;
+  {
+    const auto& item = Checkpoint(dir).dcp().metadata().item_of(fqn, nullptr).storage;
+    path = dir + "/" + item.relative_path;
+    offset = item.offset;
+    length = item.length;
+  }
+  std::string bytes = slurp(path);
+  ASSERT_LE(offset + length, bytes.size());
+  const std::span<uint8_t> item(reinterpret_cast<uint8_t*>(bytes.data()) + offset, length);
+  const ZipRecord* pkl = nullptr;
+  const auto records = read_zip_directory(item, path);
+  for (const auto& [name, r] : records)
+    if (name.ends_with("/data.pkl")) pkl = &r;
+  ASSERT_NE(pkl, nullptr);
+  const std::span<uint8_t> data = item.subspan(pkl->data_offset, pkl->size);
+  const std::string_view text(reinterpret_cast<const char*>(data.data()), data.size());
+  const std::string was = {'M', static_cast<char>(from & 0xff), static_cast<char>(from >> 8)};
+  const size_t at = text.find(was);
+  ASSERT_NE(at, std::string::npos) << fqn;
+  ASSERT_EQ(text.find(was, at + 1), std::string::npos) << fqn;
+  data[at + 1] = static_cast<uint8_t>(to & 0xff);
+  data[at + 2] = static_cast<uint8_t>(to >> 8);
+  store_zip_crc(
+      length, *pkl, crc32_update(0, data), [&](uint64_t o, size_t n, uint8_t* out) { std::memcpy(out, &item[o], n); },
+      [&](uint64_t o, uint32_t crc) {
+        for (int b = 0; b < 4; ++b) item[o + b] = static_cast<uint8_t>(crc >> (8 * b));
+      });
+  spit(path, bytes);
+}
+
+// ucp-union of the damaged copy `dir`: exit 1, one line naming the item's data file, the item and `cause`.
+void expect_union_refused(const std::string& dir, const std::string& file, const std::string& fqn,
+                          const std::string& cause) {
+  const std::string root = fs::path(dir).parent_path().string();
+  const auto r = ucpkit::testing::run_split_in(
+      root, std::string(UCPKIT_BIN_DIR) + "/ucp-union --input " + dir + " --output " + root + "/u",
+      ucpkit::testing::scratch_dir("mcore_damage_io"));
+  EXPECT_EQ(r.rc, 1) << r.err;
+  std::string err = r.err;
+  while (!err.empty() && err.back() == '\n') err.pop_back();
+  expect_one_line_naming(err, dir + "/" + file, fqn + ": " + cause);
+  EXPECT_FALSE(fs::exists(root + "/u"));
+}
+
+}  // namespace
+
+// llama_gqa_tp2_dp2_v016's dp group 1 bucket: the layout ends at 4160 (= the stored length), padded
+// to lcm(dp 2, 128): per_bucket_numel [4224], per_bucket_numel_unpadded [4160] as saved.
+TEST(McoreDamage, PerBucketNumelOtherThanTheBucketsIsRefusedByUnion) {
+  const std::string fqn = "optimizer.distributed.dp_group_idx_1.per_bucket_numel/shard_0_1";
+  const std::string d = copy_of("per_bucket_numel", kLlamaDp);
+  patch_object_int(d, fqn, 4224, 4352);
+  EXPECT_EQ(buffer_numels(*Checkpoint(d).read_object(fqn)).value()[0].numel, std::vector<int64_t>{4352});
+  expect_union_refused(d, "__1_1.distcp", fqn,
+                       "numel of bucket 0 of buffer 0: expected 4224 (the recomputed layout's end 4160 padded to a "
+                       "multiple of 128), stored 4352");
+}
+
+TEST(McoreDamage, PerBucketNumelUnpaddedOtherThanTheStoredLengthIsRefusedByUnion) {
+  const std::string fqn = "optimizer.distributed.dp_group_idx_0.per_bucket_numel_unpadded/shard_0_1";
+  const std::string d = copy_of("per_bucket_numel_unpadded", kLlamaDp);
+  patch_object_int(d, fqn, 4160, 4096);
+  expect_union_refused(d, "__0_0.distcp", fqn,
+                       "numel of bucket 0 of buffer 0: expected 4160 (the stored bucket's length), stored 4096");
 }

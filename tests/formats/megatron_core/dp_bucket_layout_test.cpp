@@ -1,7 +1,8 @@
 // formats/megatron_core/dp_bucket_layout: the dp_reshardable buckets of the real fixtures unflattened
 // into TP-local parameters (layout recomputed from the checkpoint, not stored in it) and compared
 // bit-exact, for every state (param, exp_avg, exp_avg_sq), with the same optimizer state saved by the
-// same run in fully_reshardable form (model space), cut to that TP rank's piece.
+// same run in fully_reshardable form (model space), cut to that TP rank's piece; the saved
+// per_bucket_numel{,_unpadded} checked against those layouts.
 #include <gtest/gtest.h>
 
 #include "formats/megatron_core/dp_bucket_layout.h"
@@ -64,4 +65,69 @@ TEST(McoreDpBuckets, MoeDenseBuffer) {
   // dense layer 0 (6), MoE layer 1 without its experts (qkv norm, proj, qkv, pre-MLP norm, router,
   // shared fc1, fc2: 7), embedding, final norm, output
   EXPECT_EQ(expect_buckets_match_fully_reshardable("moe_ep2"), 3u * (6 + 7 + 3));
+}
+
+// per_bucket_numel{,_unpadded} (optimizer/distrib_optimizer.py:728-745) against the layouts: the real
+// fixtures' objects (dicts keyed by a tuple of torch dtypes, as Megatron pickles them) agree.
+TEST(McoreBucketNumels, RealFixturesAgreeWithTheRecomputedLayouts) {
+  for (const std::string name : {"gpt_tp2_pp2", "llama_gqa_tp2_dp2_v016", "moe_ep2"}) {
+    SCOPED_TRACE(name);
+    const Checkpoint dp(kMcoreData + "/" + name + "/dp_reshardable");
+    auto layouts = dense_bucket_layouts(dp);
+    if (name == "moe_ep2")
+      for (auto& l : expert_bucket_layouts(dp)) layouts.push_back(std::move(l));
+    EXPECT_NO_THROW(check_per_bucket_numel(dp, layouts));
+  }
+  const Checkpoint llama(kMcoreData + "/llama_gqa_tp2_dp2_v016/dp_reshardable");
+  for (const auto& [item, numel] : {std::pair{"per_bucket_numel", 4224}, std::pair{"per_bucket_numel_unpadded", 4160}}) {
+    const auto saved =
+        buffer_numels(*llama.read_object("optimizer.distributed.dp_group_idx_1." + std::string(item) + "/shard_0_1"));
+    ASSERT_TRUE(saved.has_value()) << item;
+    ASSERT_EQ(saved->size(), 1u);
+    EXPECT_EQ((*saved)[0].dtypes, "(torch.bfloat16, torch.float32)");
+    EXPECT_EQ((*saved)[0].numel, std::vector<int64_t>{numel});
+  }
+}
+
+TEST(McoreBucketNumels, BufferNumelsTakesOnlyTheSavedForm) {
+  using pickle::Value;
+  const auto buffer = [](pickle::ValuePtr key, pickle::ValuePtr numels) {
+    auto d = Value::dict();
+    d->entries.emplace_back(key, numels);
+    return Value::list({d});
+  };
+  const auto dtypes = Value::tuple({Value::torch_dtype(DType::Float16), Value::torch_dtype(DType::Float32)});
+  const auto ok = buffer_numels(*buffer(dtypes, Value::list({Value::integer(128), Value::integer(256)})));
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ((*ok)[0].dtypes, "(torch.float16, torch.float32)");
+  EXPECT_EQ((*ok)[0].numel, (std::vector<int64_t>{128, 256}));
+  EXPECT_FALSE(buffer_numels(*buffer(Value::str("(torch.float16, torch.float32)"), Value::list())));
+  EXPECT_FALSE(buffer_numels(*buffer(dtypes, Value::list({Value::str("128")}))));
+  EXPECT_FALSE(buffer_numels(*Value::dict()));
+}
+
+TEST(McoreBucketNumels, EachDisagreementIsSaid) {
+  const std::string bf16 = "(torch.bfloat16, torch.float32)";
+  // llama_gqa_tp2_dp2_v016's bucket: layout end = stored length 4160, padded to lcm(dp 2, 128)
+  const std::vector<BucketNumel> bucket = {{0, 0, bf16, 4160, 4160, 128}};
+  const auto saved = [&](std::vector<int64_t> numel) { return std::vector<BufferNumels>{{bf16, std::move(numel)}}; };
+  EXPECT_EQ(bucket_numel_mismatch(saved({4224}), false, bucket), "");
+  EXPECT_EQ(bucket_numel_mismatch(saved({4160}), true, bucket), "");
+  EXPECT_EQ(bucket_numel_mismatch(saved({4352}), false, bucket),
+            "numel of bucket 0 of buffer 0: expected 4224 (the recomputed layout's end 4160 padded to a multiple of 128), "
+            "stored 4352");
+  EXPECT_EQ(bucket_numel_mismatch(saved({4096}), true, bucket),
+            "numel of bucket 0 of buffer 0: expected 4160 (the stored bucket's length), stored 4096");
+  // pad_buckets_for_high_nccl_busbw: lcm(2, 128, 2^16)
+  EXPECT_EQ(bucket_numel_mismatch(saved({65536}), false, {{0, 0, bf16, 4160, 4160, 65536}}), "");
+  // a stored length the layout does not end at: the unpadded sum against the layout
+  EXPECT_EQ(bucket_numel_mismatch(saved({4096}), true, {{0, 0, bf16, 4160, 4096, 128}}),
+            "numel of buffer 0: expected 4160 (its recomputed layouts' parameters), stored 4096 in all");
+  EXPECT_EQ(bucket_numel_mismatch(saved({4160, 64}), true, bucket), "buffer 0: 2 buckets listed, 1 stored");
+  auto two = saved({4224});
+  two.push_back({bf16, {128}});
+  EXPECT_EQ(bucket_numel_mismatch(two, false, bucket), "buffer 1: 1 buckets listed, 0 stored");
+  EXPECT_EQ(bucket_numel_mismatch({}, false, bucket), "no numel of bucket 0 of buffer 0 (0 buffers listed)");
+  EXPECT_EQ(bucket_numel_mismatch({{"(torch.float32, torch.float32)", {4224}}}, false, bucket),
+            "buffer 0 is (torch.float32, torch.float32), its bucket keys (torch.bfloat16, torch.float32)");
 }
