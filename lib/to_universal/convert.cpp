@@ -590,8 +590,25 @@ RunSummary run_union_native(const std::string& input, const std::string& output,
   return execute_union(job, output, options, failed, phase, t0);
 }
 
-[[maybe_unused]] const bool kRegistered = register_union(std::string(formats::kDeepSpeed), run_union_native) &&
-                                          register_union(std::string(formats::kWorkFolder), run_union_native);
+// ucp-union --dry-run of a checkpoint or work folder: its extract plan counted.
+UnionCounts count_union_native(const std::string& input, const ConvertOptions& options) {
+  const bool from_work = formats::detect(input).is(formats::kWorkFolder);
+  ExtractOptions eo;
+  eo.patterns_file = options.patterns_file;
+  eo.threads = options.threads;
+  const ExtractPlan plan = from_work ? load_work_plan(input) : plan_checkpoint(input, eo);
+  UnionCounts c;
+  c.params = plan.params.size();
+  for (const auto& p : plan.params) c.atomic_files += p.states.size() + 1, c.bytes += p.bytes_in();  // <state>.pt, step.pt
+  c.files = "manifest.json";
+  c.atomic_note = " (zero/<param>/<state>.pt, step.pt)";
+  c.from = from_work ? "the work folder" : "the checkpoint";
+  c.input_kind = from_work ? "work_folder" : "native";
+  return c;
+}
+
+[[maybe_unused]] const bool kRegistered = register_union(std::string(formats::kDeepSpeed), run_union_native, count_union_native) &&
+                                          register_union(std::string(formats::kWorkFolder), run_union_native, count_union_native);
 
 }  // namespace
 

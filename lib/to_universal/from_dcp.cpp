@@ -192,10 +192,14 @@ ValuePtr optimizer_state(const DcpPlan& plan, const formats::dcp::Reader& reader
 
 }  // namespace
 
-DcpPlan plan_dcp_input(const std::string& input) {
-  if (formats::is_kind(input, formats::kTorchDist)) return dcp_plan_of_torch_dist(input);  // from_torch_dist.h
-  const Folder folder = formats::dcp::find_folder(input);
-  return plan_dcp(formats::dcp::read_folder_metadata(folder), folder);
+UnionCounts dcp_union_counts(const DcpPlan& plan) {
+  UnionCounts c;
+  c.params = plan.params.size();
+  for (const auto& p : plan.params) c.bytes += p.bytes, c.atomic_files += p.states.size() + (p.step.empty() ? 0 : 1);
+  c.files = "manifest.json, zero/optimizer_state.pt";
+  c.from = "the DCP checkpoint";
+  c.input_kind = "dcp";
+  return c;
 }
 
 RunSummary run_union_dcp(const std::string& input, const std::string& output, const ConvertOptions& options) {
@@ -238,7 +242,11 @@ RunSummary run_union_dcp(const std::string& input, const std::string& output, co
 }
 
 namespace {
-[[maybe_unused]] const bool kRegistered = register_union(std::string(formats::kDcp), run_union_dcp);
+[[maybe_unused]] const bool kRegistered =
+    register_union(std::string(formats::kDcp), run_union_dcp, [](const std::string& input, const ConvertOptions&) {
+      const Folder folder = formats::dcp::find_folder(input);
+      return dcp_union_counts(plan_dcp(formats::dcp::read_folder_metadata(folder), folder));
+    });
 }  // namespace
 
 }  // namespace ucpkit::to_universal

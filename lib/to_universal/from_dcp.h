@@ -15,6 +15,7 @@
 #include "formats/dcp/metadata.h"
 #include "io/dtype.h"
 #include "to_universal/convert.h"
+#include "to_universal/union_executor.h"
 
 namespace ucpkit::to_universal {
 
@@ -41,9 +42,8 @@ struct DcpPlan {
 // md.path when an optimizer state names a parameter with no model tensor, or its shape differs.
 DcpPlan plan_dcp(const formats::dcp::Metadata& md, const formats::dcp::Folder& folder);
 
-// The plan of the DCP folder `input` (its metadata read, merged when rank-local): what ucp-union and
-// its --dry-run would write; a Megatron-Core torch_dist input gives from_torch_dist's plan.
-DcpPlan plan_dcp_input(const std::string& input);
+// What ucp-union would write from a DCP-shaped plan (its --dry-run; a torch_dist plan is one too).
+UnionCounts dcp_union_counts(const DcpPlan& plan);
 
 // ucp-union for a DCP folder (run_union calls it for formats::detect's kinds dcp and torch_dist); a
 // torch_dist input goes to from_torch_dist.h run_union_torch_dist.

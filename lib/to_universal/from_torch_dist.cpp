@@ -343,7 +343,9 @@ RunSummary run_union_torch_dist(const std::string& input, const std::string& out
 }
 
 namespace {
-[[maybe_unused]] const bool kRegistered = register_union(std::string(formats::kTorchDist), run_union_torch_dist);
+[[maybe_unused]] const bool kRegistered =
+    register_union(std::string(formats::kTorchDist), run_union_torch_dist,
+                   [](const std::string& input, const ConvertOptions&) { return dcp_union_counts(dcp_plan_of_torch_dist(input)); });
 }  // namespace
 
 }  // namespace ucpkit::to_universal

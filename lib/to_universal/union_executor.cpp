@@ -29,9 +29,24 @@ void make_dirs(const fs::path& p) {
   if (ec) throw Error(p.string() + ": cannot create folder: " + ec.message());
 }
 
-NamedTable<UnionRunner>& runners() {
-  static NamedTable<UnionRunner> r;
+struct UnionFormat {
+  UnionRunner run;
+  UnionCounter count;
+};
+
+NamedTable<UnionFormat>& runners() {
+  static NamedTable<UnionFormat> r;
   return r;
+}
+
+// The union registered for `input`'s kind; UsageError naming the kinds ucp-union reads when none is.
+UnionFormat union_of(const std::string& input) {
+  const formats::FolderKind kind = formats::detect(input);
+  if (UnionFormat u = runners().find(kind.format); u.run) return u;
+  std::string known;
+  for (const auto& f : formats::folder_formats())
+    if (runners().find(f).run) known += (known.empty() ? "" : ", ") + f;
+  throw UsageError("--input " + input + " is a " + kind.name() + " folder: ucp-union reads " + known);
 }
 
 }  // namespace
@@ -88,17 +103,20 @@ RunSummary execute_union(const UnionJob& job, const std::string& output, const C
   return union_summary(output, job.params, threads, t.bytes_read, t.bytes_written, t.files, t0);
 }
 
-bool register_union(const std::string& format, UnionRunner run) { return runners().set(format, std::move(run)); }
+bool register_union(const std::string& format, UnionRunner run, UnionCounter count) {
+  return runners().set(format, {std::move(run), std::move(count)});
+}
 
-bool has_union(const std::string& format) { return static_cast<bool>(runners().find(format)); }
+bool has_union(const std::string& format) { return static_cast<bool>(runners().find(format).run); }
 
 RunSummary run_union(const std::string& input, const std::string& output, const ConvertOptions& options) {
-  const formats::FolderKind kind = formats::detect(input);
-  if (const UnionRunner run = runners().find(kind.format)) return run(input, output, options);
-  std::string known;
-  for (const auto& f : formats::folder_formats())
-    if (has_union(f)) known += (known.empty() ? "" : ", ") + f;
-  throw UsageError("--input " + input + " is a " + kind.name() + " folder: ucp-union reads " + known);
+  return union_of(input).run(input, output, options);
+}
+
+UnionCounts count_union(const std::string& input, const ConvertOptions& options) {
+  const UnionFormat u = union_of(input);
+  if (!u.count) throw UsageError("--dry-run of " + input + ": its format's union says nothing of what it would write");
+  return u.count(input, options);
 }
 
 }  // namespace ucpkit::to_universal

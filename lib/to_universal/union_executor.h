@@ -48,10 +48,25 @@ struct UnionJob {
 RunSummary execute_union(const UnionJob& job, const std::string& output, const ConvertOptions& options,
                          parallel::RankFailure& failed, Reporter::Phase& phase, std::chrono::steady_clock::time_point t0);
 
-// An input format's ucp-union: its plan, then execute_union. Registered by the format's union code
-// under formats::detect's kind.format; returns true (for a namespace-scope initializer).
+// What a union would write (ucp-union --dry-run), from the format's plan alone: nothing is converted.
+struct UnionCounts {
+  size_t params = 0;
+  uint64_t atomic_files = 0, bytes = 0;  // zero/<param>/<state>.pt and step.pt files; the source tensors' bytes
+  std::string files;        // the folder's other files: "manifest.json", "manifest.json, zero/optimizer_state.pt"
+  std::string atomic_note;  // said after the atomic file count ("" or " (zero/<param>/<state>.pt, step.pt)")
+  std::string from;         // what the input is, before its path: "the checkpoint", "the DCP checkpoint", ...
+  std::string input_kind;   // the --json field: "native", "work_folder", "dcp"
+};
+
+// An input format's ucp-union: its plan, then execute_union; and its --dry-run counts (may be empty).
+// Registered by the format's union code under formats::detect's kind.format; returns true (for a
+// namespace-scope initializer).
 using UnionRunner = std::function<RunSummary(const std::string& input, const std::string& output, const ConvertOptions& options)>;
-bool register_union(const std::string& format, UnionRunner run);
+using UnionCounter = std::function<UnionCounts(const std::string& input, const ConvertOptions& options)>;
+bool register_union(const std::string& format, UnionRunner run, UnionCounter count = {});
+
+// The counts of the union registered for `input`'s kind; UsageError naming the kind when none is.
+UnionCounts count_union(const std::string& input, const ConvertOptions& options);
 
 // Whether a union is registered for `format` (ucp-load converts such inputs through it first).
 bool has_union(const std::string& format);

@@ -8,10 +8,9 @@
 
 #include "core/error.h"
 #include "tool/envelope.h"
-#include "formats/detect.h"
 #include "to_universal/extract.h"
-#include "to_universal/from_dcp.h"
 #include "to_universal/plan.h"
+#include "to_universal/union_executor.h"
 
 namespace ucpkit::tool {
 
@@ -29,7 +28,7 @@ std::string existing_note(const std::string& output, bool overwrite) {
 }
 
 struct PlanCounts {
-  size_t params = 0, fragment_files = 0, atomic_files = 0;
+  size_t params = 0, fragment_files = 0;
   uint64_t bytes = 0;
 };
 
@@ -42,7 +41,6 @@ PlanCounts count(const to_universal::ExtractPlan& plan) {
       for (const auto& f : tp) parts.insert(f.part);
       c.fragment_files += parts.size();
     }
-    c.atomic_files += p.states.size() + 1;  // zero/<param>/<state>.pt and step.pt
     c.bytes += p.bytes_in();
   }
   return c;
@@ -89,33 +87,17 @@ DryRun extract_dry_run(const std::string& input, const std::string& output, cons
 
 DryRun union_dry_run(const std::string& input, const std::string& output, const to_universal::ConvertOptions& options) {
   const std::string note = existing_note(output, options.overwrite);
-  const formats::FolderKind kind = formats::detect(input);
-  if (kind.is(formats::kDcp) || kind.is(formats::kTorchDist)) {
-    const to_universal::DcpPlan plan = to_universal::plan_dcp_input(input);  // a PyTorch DCP folder (from_dcp.h)
-    uint64_t bytes = 0, files = 0;
-    for (const auto& p : plan.params) bytes += p.bytes, files += p.states.size() + (p.step.empty() ? 0 : 1);
-    DryRun d;
-    d.text = "ucp-union --dry-run: would write " + output + note + ": manifest.json, zero/optimizer_state.pt and " +
-             std::to_string(files) + " atomic files of " + std::to_string(plan.params.size()) + " parameters (" +
-             bytes_text(bytes) + ") from the DCP checkpoint " + input + "; nothing written\n";
-    d.fields = {{"dry_run", true}, {"would_write", output}, {"params", plan.params.size()},
-                {"atomic_files", files}, {"bytes", bytes}, {"input_kind", "dcp"}};
-    return d;
-  }
-  const bool from_work = kind.is(formats::kWorkFolder);
-  const to_universal::ExtractPlan plan = from_work ? to_universal::load_work_plan(input) : plan_of(input, options);
-  const PlanCounts c = count(plan);
+  const to_universal::UnionCounts c = to_universal::count_union(input, options);  // the input format's own count
   DryRun d;
-  d.text = "ucp-union --dry-run: would write " + output + note + ": manifest.json and " +
-           std::to_string(c.atomic_files) + " atomic files (zero/<param>/<state>.pt, step.pt) of " + std::to_string(c.params) + " parameters (" +
-           bytes_text(c.bytes) + ") from the " + (from_work ? "work folder " : "checkpoint ") + input +
-           "; nothing written\n";
+  d.text = "ucp-union --dry-run: would write " + output + note + ": " + c.files + " and " + std::to_string(c.atomic_files) +
+           " atomic files" + c.atomic_note + " of " + std::to_string(c.params) + " parameters (" + bytes_text(c.bytes) +
+           ") from " + c.from + " " + input + "; nothing written\n";
   d.fields = {{"dry_run", true},
               {"would_write", output},
               {"params", c.params},
               {"atomic_files", c.atomic_files},
               {"bytes", c.bytes},
-              {"input_kind", from_work ? "work_folder" : "native"}};
+              {"input_kind", c.input_kind}};
   return d;
 }
 
