@@ -42,6 +42,7 @@ TEST(Detect, EachKindByItsMarker) {
   write(d / "w" / "plan.json", "{}");
   write(d / "s" / "PEC_STORE", "");
   write(d / "ds" / "latest", "global_step1");
+  write(d / "ds" / "global_step1" / "zero_pp_rank_0_mp_rank_00_optim_states.pt", "");
   write(d / "tag" / "mp_rank_00_model_states.pt", "");
   write(d / "dcp" / ".metadata", "");
   write(d / "local" / "__0.metadata", "");
@@ -77,6 +78,10 @@ TEST(Detect, UnknownFolderNamesWhatWasLookedFor) {
   EXPECT_FALSE(formats::try_detect((d / "junk").string()));
   EXPECT_NE(error_of([&] { formats::detect((d / "none").string()); }).find("none: no such folder"), std::string::npos);
   EXPECT_NE(error_of([&] { formats::detect((d / "afile").string()); }).find("afile: not a folder"), std::string::npos);
+  // A DeepSpeed `latest` naming no folder: refused naming the pointer (not "not a checkpoint").
+  write(d / "dangling" / "latest", "global_step9");
+  EXPECT_NE(error_of([&] { formats::detect((d / "dangling").string()); }).find("latest: names global_step9, which is not a folder"),
+            std::string::npos);
   // A `latest` folder (not a pointer file) marks nothing.
   fs::create_directories(d / "latestdir" / "latest");
   EXPECT_FALSE(formats::try_detect((d / "latestdir").string()));
