@@ -148,6 +148,19 @@ MappedFile::~MappedFile() {
   ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
+void MappedFile::done_with(std::span<const uint8_t> bytes) {
+  const auto b = reinterpret_cast<uintptr_t>(bytes.data()), e = b + bytes.size();
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (b + page - 1) / page * page, hi = e / page * page;
+  if (bytes.empty() || hi <= lo) return;
+  for (const Slot& s : g_slots) {  // only a live read-only file mapping: never memory the process owns
+    const uintptr_t sb = s.begin.load(std::memory_order_acquire), se = s.end.load(std::memory_order_acquire);
+    if (se <= 1 || b < sb || e > se) continue;
+    ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+    return;
+  }
+}
+
 void MappedFile::will_need(size_t offset, size_t length) const {
   if (!mapped_ || length == 0 || offset >= size_) return;
   long page = ::sysconf(_SC_PAGESIZE);

@@ -29,6 +29,10 @@ class MappedFile {
   const std::string& path() const { return path_; }
   // Tells the kernel a range will be read soon / sequentially (no-op for in-memory files).
   void will_need(size_t offset, size_t length) const;
+  // Drops the pages wholly inside `bytes` from this process's resident set when `bytes` lies in a live
+  // file mapping of this process (read once and checked: a later read faults them back from the page
+  // cache); does nothing for any other memory.
+  static void done_with(std::span<const uint8_t> bytes);
 
   // A mapped file that shrinks while it is read (another job rewriting a checkpoint, a network file
   // system) raises SIGBUS on the first access past its new end. The first mapping installs a SIGBUS
