@@ -54,8 +54,9 @@ for c in json.load(open('$work/fx/cases.json')): print(c['name'] + '\t' + ' '.jo
       "$bin/moe-replace" --loads "$loads" --nodes 4 --gpus-per-node 8 --slots-per-gpu 2 --fault-tolerance 2 \
         --algorithm "$a" --output "$o/place.$a.json" >>"$log" 2>&1
     done
-    "$bin/moe-replace" --loads "$loads" --nodes 4 --gpus-per-node 8 --slots-per-gpu 2 --fault-tolerance 2 \
-      --previous "$o/place.eplb.json" --output "$o/place.replaced.json" >>"$log" 2>&1
+    # From inside $o: the plan records the previous plan's path as given (the same for both builds).
+    (cd "$o" && "$bin/moe-replace" --loads "$loads" --nodes 4 --gpus-per-node 8 --slots-per-gpu 2 --fault-tolerance 2 \
+      --previous place.eplb.json --output place.replaced.json) >>"$log" 2>&1
   fi
 }
 
