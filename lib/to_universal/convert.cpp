@@ -74,18 +74,6 @@ constexpr const char* kFragmentSourceKey = "ucpkit_source_tag";
 // conversion time (core/allocator.h).
 void tune_allocator() { keep_large_buffers_on_heap({.one_arena = true, .trim_threshold = INT_MAX}); }
 
-uint64_t file_size(const std::string& p) {
-  std::error_code ec;
-  auto n = fs::file_size(p, ec);
-  return ec ? 0 : n;
-}
-
-void make_dirs(const fs::path& p) {
-  std::error_code ec;
-  fs::create_directories(p, ec);
-  if (ec) throw Error(p.string() + ": cannot create folder: " + ec.message());
-}
-
 void copy_file(const std::string& from, const fs::path& to) { copy_file_contents(from, to.string()); }
 
 std::string shape_json_key(const std::vector<int64_t>& s) { return nlohmann::json(s).dump(); }
@@ -146,9 +134,9 @@ ExtractStats write_work_folder(const ExtractPlan& plan, const std::string& work_
 
   // Staging folder and every fragment folder: created by rank 0, shared through its name.
   parallel::CollectiveStaging staging(failed, work_dir, overwrite, "ucp", reporter.verbose, sync, [&](const fs::path& s) {
-    make_dirs(s / "fragments");
-    make_dirs(s / "model_states");
-    for (const auto& p : plan.params) make_dirs(s / "fragments" / param_folder(p.name));
+    make_folder(s / "fragments");
+    make_folder(s / "model_states");
+    for (const auto& p : plan.params) make_folder(s / "fragments" / param_folder(p.name));
   });
   const auto drop_staging = staging.cleanup();
   const fs::path staged = staging.path();
@@ -201,7 +189,7 @@ ExtractStats write_work_folder(const ExtractPlan& plan, const std::string& work_
                 if (!source_tag.empty()) d->set_item(kFragmentSourceKey, Value::str(source_tag));
                 formats::deepspeed::tag_storages_cpu(d);
                 save_torch_file(path, d);
-                written += file_size(path);
+                written += file_size_or_zero(path);
                 ++count;
                 progress.advance();
               }
@@ -223,8 +211,8 @@ ExtractStats write_work_folder(const ExtractPlan& plan, const std::string& work_
       check_interrupted();
       const std::string rel = "model_states/" + fs::path(plan.model_files[i]).filename().string();
       copy_file(plan.model_files[i], staged / rel);
-      read += file_size(plan.model_files[i]);
-      written += file_size(plan.model_files[i]);
+      read += file_size_or_zero(plan.model_files[i]);
+      written += file_size_or_zero(plan.model_files[i]);
       out.model_files[i] = rel;
     }
     auto root = load_torch(plan.optimizer_state_file);
@@ -232,7 +220,7 @@ ExtractStats write_work_folder(const ExtractPlan& plan, const std::string& work_
     out.optimizer_state_file = "optimizer_state.pt";
     out.optimizer_state_prepared = true;
     write_file_atomic((staged / "plan.json").string(), out.to_json().dump(1));
-    written += file_size((staged / "optimizer_state.pt").string()) + file_size((staged / "plan.json").string());
+    written += file_size_or_zero((staged / "optimizer_state.pt").string()) + file_size_or_zero((staged / "plan.json").string());
     common_files = plan.model_files.size() + 2;
     test_pause_if_asked();
     check_interrupted();
@@ -402,7 +390,7 @@ ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, S
   if (!expect_tag.empty()) check_fragment_sources(p, cache, expect_tag);
   const auto rule = patterns::classify(set, p.name);
   const fs::path dir = zero_dir / param_folder(p.name);
-  make_dirs(dir);
+  make_folder(dir);
   formats::universal::UniversalParam& e = r.manifest;
   e.name = p.name;
   e.dtype = "";  // set by each state written below (empty when none)
@@ -424,7 +412,7 @@ ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, S
     }
     const std::string path = (dir / (state + ".pt")).string();
     save_torch_file(path, value);
-    r.bytes_written += file_size(path);
+    r.bytes_written += file_size_or_zero(path);
     ++r.files;
     e.states[state] = {"zero/" + param_folder(p.name) + "/" + state + ".pt", written_crc32(path, joined)};
     e.shape = joined.shape();
@@ -435,7 +423,7 @@ ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, S
     auto step = read_step(cache, p.step_file, p.step_group);
     formats::deepspeed::tag_storages_cpu(step);  // as ds_to_universal saves it (loaded with map_location='cpu')
     save_torch_file(path, step);
-    r.bytes_written += file_size(path);
+    r.bytes_written += file_size_or_zero(path);
     ++r.files;
   }
   describe_manifest_entry(e, p, rule, flat);
@@ -505,13 +493,13 @@ void write_union_common_files(const ExtractPlan& plan, const fs::path& staged,
     auto root = load_torch(plan.optimizer_state_file);
     save_torch_file(opt_path, common_optimizer_state(root, plan.optimizer_state_file));
   }
-  t.bytes_written += file_size(opt_path);
+  t.bytes_written += file_size_or_zero(opt_path);
   ++t.files;
   for (const auto& f : plan.model_files) {
     const auto name = fs::path(f).filename();
     copy_file(f, staged / name);
-    t.bytes_read += file_size(f);
-    t.bytes_written += file_size(f);
+    t.bytes_read += file_size_or_zero(f);
+    t.bytes_written += file_size_or_zero(f);
     ++t.files;
     manifest.model_files.push_back(name.string());
   }

@@ -113,12 +113,6 @@ DcpPlan plan_dcp(const Metadata& md, const Folder& folder) {
 
 namespace {
 
-uint64_t file_size_of(const std::string& p) {
-  std::error_code ec;
-  const auto n = fs::file_size(p, ec);
-  return ec ? 0 : n;
-}
-
 // The bytes of a fqn's items (what reading it costs).
 uint64_t item_bytes(const Metadata& md, const std::string& fqn) {
   uint64_t n = 0;
@@ -138,9 +132,7 @@ ParamResult convert_param(const DcpParam& p, const formats::dcp::Reader& reader,
   ParamResult r;
   const std::string folder = param_folder(p.name);
   const fs::path dir = zero_dir / folder;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw Error(dir.string() + ": cannot create folder: " + ec.message());
+  make_folder(dir);
   formats::universal::UniversalParam& e = r.manifest;
   e.name = p.name;
   e.shape = p.shape;
@@ -155,7 +147,7 @@ ParamResult convert_param(const DcpParam& p, const formats::dcp::Reader& reader,
     r.bytes_read += item_bytes(reader.metadata(), fqn);
     const std::string path = (dir / (state + ".pt")).string();
     save_torch_file(path, formats::universal::to_pickle(f));
-    r.bytes_written += file_size_of(path);
+    r.bytes_written += file_size_or_zero(path);
     ++r.files;
     e.states[state] = {"zero/" + folder + "/" + state + ".pt", written_crc32(path, f.param)};
   }
@@ -163,7 +155,7 @@ ParamResult convert_param(const DcpParam& p, const formats::dcp::Reader& reader,
     const std::string path = (dir / "step.pt").string();
     save_torch_file(path, read_step(reader, p.step));
     r.bytes_read += item_bytes(reader.metadata(), p.step);
-    r.bytes_written += file_size_of(path);
+    r.bytes_written += file_size_or_zero(path);
     ++r.files;
     e.step = true;
   }
@@ -232,7 +224,7 @@ RunSummary run_union_dcp(const std::string& input, const std::string& output, co
   job.write_common = [&](const fs::path& staged, formats::universal::UniversalManifest& manifest, CommonFiles& t) {
     const std::string opt = (staged / formats::universal::kUniversalOptimizerState).string();
     save_torch_file(opt, optimizer_state(plan, *reader));
-    t.bytes_written += file_size_of(opt);
+    t.bytes_written += file_size_or_zero(opt);
     ++t.files;
     manifest.source = plan.source;
     manifest.patterns_origin = "none (DCP: global tensors)";

@@ -115,12 +115,6 @@ Tensor join_pieces(const Checkpoint& ck, const TorchDistParam& p, const std::vec
   return cat(ts, dim).contiguous(true);
 }
 
-uint64_t file_size_of(const std::string& path) {
-  std::error_code ec;
-  const auto n = fs::file_size(path, ec);
-  return ec ? 0 : n;
-}
-
 }  // namespace
 
 TorchDistPlan plan_torch_dist(const Checkpoint& ck) {
@@ -294,9 +288,7 @@ RunSummary run_union_torch_dist(const std::string& input, const std::string& out
     const TorchDistParam& p = plan.params[i];
     ParamResult r;
     const fs::path dir = zero_dir / param_folder(p.name);
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) throw Error(dir.string() + ": cannot create folder: " + ec.message());
+    make_folder(dir);
     auto& e = r.manifest;
     e = torch_dist_entry(p, states, td->has_optimizer() && step);
     for (const auto& state : states) {
@@ -306,14 +298,14 @@ RunSummary run_union_torch_dist(const std::string& input, const std::string& out
       r.bytes_read += f.param.nbytes();
       const std::string path = (dir / (state + ".pt")).string();
       save_torch_file(path, formats::universal::to_pickle(f));
-      r.bytes_written += file_size_of(path);
+      r.bytes_written += file_size_or_zero(path);
       ++r.files;
       e.states[state].crc32 = written_crc32(path, f.param);
     }
     if (e.step) {
       const std::string path = (dir / "step.pt").string();
       save_torch_file(path, step);
-      r.bytes_written += file_size_of(path);
+      r.bytes_written += file_size_or_zero(path);
       ++r.files;
     }
     return r;
@@ -336,7 +328,7 @@ RunSummary run_union_torch_dist(const std::string& input, const std::string& out
     manifest.source = plan.source;
     manifest.patterns_origin = "none (Megatron-Core torch_dist: global tensors)";
     manifest.patterns_set = nlohmann::json::object();
-    for (const auto& s : side) t.bytes_written += file_size_of(s);
+    for (const auto& s : side) t.bytes_written += file_size_or_zero(s);
     t.files += side.size();
   };
   return execute_union(job, output, options, failed, phase, t0);

@@ -17,18 +17,6 @@ namespace ucpkit::to_universal {
 
 namespace {
 
-uint64_t size_of(const fs::path& p) {
-  std::error_code ec;
-  const auto n = fs::file_size(p, ec);
-  return ec ? 0 : n;
-}
-
-void make_dirs(const fs::path& p) {
-  std::error_code ec;
-  fs::create_directories(p, ec);
-  if (ec) throw Error(p.string() + ": cannot create folder: " + ec.message());
-}
-
 struct UnionFormat {
   UnionRunner run;
   UnionCounter count;
@@ -51,13 +39,25 @@ UnionFormat union_of(const std::string& input) {
 
 }  // namespace
 
+uint64_t file_size_or_zero(const std::string& path) {
+  std::error_code ec;
+  const auto n = fs::file_size(path, ec);
+  return ec ? 0 : n;
+}
+
+void make_folder(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(dir.string() + ": cannot create folder: " + ec.message());
+}
+
 RunSummary execute_union(const UnionJob& job, const std::string& output, const ConvertOptions& options,
                          parallel::RankFailure& failed, Reporter::Phase& phase, std::chrono::steady_clock::time_point t0) {
   auto& mpi = parallel::MpiSession::get();
   phase.next(job.write_phase.c_str());
   parallel::CollectiveStaging staging(failed, output, options.overwrite, "ucp", options.reporter.verbose, options.sync,
                                       [&](const fs::path& s) {
-                                        for (const auto& f : job.folders) make_dirs(s / f);
+                                        for (const auto& f : job.folders) make_folder(s / f);
                                       });
   const auto drop_staging = staging.cleanup();
   const fs::path staged = staging.path(), zero_dir = staged / "zero";
@@ -92,7 +92,7 @@ RunSummary execute_union(const UnionJob& job, const std::string& output, const C
     manifest.params = gathered_entries(gathered, job.params);
     const fs::path man = staged / formats::universal::kUniversalManifestName;
     write_file_atomic(man.string(), manifest.text());
-    t.bytes_written += size_of(man);
+    t.bytes_written += file_size_or_zero(man.string());
     ++t.files;
     test_pause_if_asked();
     check_interrupted();

@@ -24,6 +24,11 @@ struct ParamResult {
   uint64_t bytes_read = 0, bytes_written = 0, files = 0;
 };
 
+// What every union's writer uses: a written file's size (0 when it cannot be read: the totals are a
+// report, not a check), and a folder created with its parents (Error naming it when it cannot be).
+uint64_t file_size_or_zero(const std::string& path);
+void make_folder(const std::filesystem::path& dir);
+
 // Rank 0's totals of the folder's other files (added to the parameters').
 struct CommonFiles {
   uint64_t bytes_read = 0, bytes_written = 0, files = 0;
