@@ -13,6 +13,7 @@
 #include "reshard/direct_source.h"
 #include "reshard/layout_record.h"
 #include "reshard/target_defaults.h"
+#include "reshard/whole_rewrite.h"
 #include "tool/typed_name.h"
 #include "to_universal/convert.h"
 #include "to_universal/union_executor.h"
@@ -199,10 +200,45 @@ bool converted_first(const formats::FolderKind& kind) {
 
 }  // namespace
 
+// A checkpoint loaded into its own format, rewritten whole (reshard/whole_rewrite.h): every item
+// kept, nothing converted through the universal form.
+Result whole_rewrite_result(const UcpLoadOptions& o, const reshard::LoadOptions& load, const reshard::WholeRewrite& rw) {
+  const bool root = parallel::MpiSession::get().rank() == 0;
+  if (o.plan || o.dry_run) {
+    const nlohmann::json j = rw.plan(load);
+    if (!root) return {};
+    if (o.plan) {
+      Result r;
+      r.document = j.dump(1) + "\n";
+      return r;
+    }
+    refuse_output_over_input(load.output, "--output", load.input, "--input");
+    DryRun d;
+    d.text = "ucp-load --dry-run: " + load.input + " would be rewritten whole as --format " + o.format + " into " +
+             load.output + " (" + j["entries"].dump() + " entries: " + j["tensors"].dump() + " tensors, " +
+             j["bytes_entries"].dump() + " non-tensor items, every one kept; " + std::to_string(j["converted"].size()) + " converted by --dtype); nothing written\n";
+    d.fields = {{"dry_run", true}, {"would_write", load.output}, {"format", o.format}};
+    for (const char* k : {"input_kind", "route", "target", "entries", "tensors", "bytes_entries", "converted"}) d.fields[k] = j[k];
+    return dry_run_result(d);
+  }
+  const nlohmann::json s = reshard::run_whole_rewrite(rw, load);
+  if (!root) return {};
+  Result r;
+  r.output = load.output;
+  r.fields = s;
+  r.notes.push_back(load.input + " -> " + load.output + ": rewritten whole (" + s["tensors"].dump() + " tensors, " +
+                    s["bytes_entries"].dump() + " non-tensor items, " + s["files_written"].dump() + " files)");
+  return r;
+}
+
 Result run_ucp_load(const UcpLoadOptions& o) {
   if (!o.verify) set_verify_files_crc(false);
   reshard::LoadOptions load = o.load;
   load.reporter = console_reporter();
+  if (load.template_dir.empty() && o.device == "cpu") {
+    const reshard::WholeRewrite rw = reshard::whole_rewrite_for(formats::detect(load.input), load.format);
+    if (rw.write) return whole_rewrite_result(o, load, rw);
+  }
   if ((o.dry_run || o.plan) && load.template_dir.empty()) {
     // A DCP or torch_dist input is converted to universal form before the load can be planned: a dry
     // run says so and what the conversion reads (nothing is converted), --plan points to the two steps.

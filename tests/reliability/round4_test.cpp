@@ -297,12 +297,13 @@ TEST(Round4Messages, RankLocalDcpMissingAMetadataNamesThatRank) {
 }
 
 // WEAK: `ucp-load --dry-run` of a DCP input said the input was no checkpoint; it says it would convert
-// it first (and --plan, which needs the universal form, says to run ucp-union first).
+// it first (and --plan, which needs the universal form, says to run ucp-union first). Into DCP itself
+// it is rewritten whole since issue 47 (no universal form), and the dry run says that.
 TEST(Round4Messages, DryRunOfADcpInputSaysItWouldConvertIt) {
   const fs::path d = scratch("dcp_dry_run");
   const std::string in = quote(kDcp + "/fsdp_optim_w2");
   std::string log;
-  EXPECT_EQ(run_command_status(kBin + "/ucp-load --dry-run --format dcp --input " + in + " --output " + quote((d / "o").string()),
+  EXPECT_EQ(run_command_status(kBin + "/ucp-load --dry-run --format safetensors --input " + in + " --output " + quote((d / "o").string()),
                                &log),
             0)
       << log;
@@ -310,11 +311,19 @@ TEST(Round4Messages, DryRunOfADcpInputSaysItWouldConvertIt) {
   EXPECT_NE(log.find("nothing written"), std::string::npos) << log;
   EXPECT_FALSE(fs::exists(d / "o"));
   EXPECT_TRUE(leftovers(d).empty());
-  EXPECT_EQ(run_command_status(kBin + "/ucp-load --plan --format dcp --input " + in + " --output " + quote((d / "o").string()),
+  EXPECT_EQ(run_command_status(kBin + "/ucp-load --plan --format safetensors --input " + in + " --output " + quote((d / "o").string()),
                                &log),
             2)
       << log;
   EXPECT_NE(log.find("ucp-union"), std::string::npos) << log;
+  // Into its own format nothing is converted (issue 47: rewritten whole): the dry run says so.
+  EXPECT_EQ(run_command_status(kBin + "/ucp-load --dry-run --format dcp --input " + in + " --output " + quote((d / "o").string()),
+                               &log),
+            0)
+      << log;
+  EXPECT_NE(log.find("rewritten whole"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(d / "o"));
+  EXPECT_TRUE(leftovers(d).empty());
   fs::remove_all(d);
 }
 
@@ -394,7 +403,7 @@ TEST(Round4Leftovers, ScratchFoldersOfAKilledRunAreSweptByTheNext) {
   fs::create_directories(d / ("..out.ucp-load-universal-" + p + ".ucp-tmp-" + p));
   fs::create_directories(d / ("ucp-diff-" + p + "-abc123") / "a");
   std::string log;
-  ASSERT_EQ(run_command_status(kBin + "/ucp-load -q --no-sync --format dcp --input " + quote(in.string()) + " --output " +
+  ASSERT_EQ(run_command_status(kBin + "/ucp-load -q --no-sync --format safetensors --input " + quote(in.string()) + " --output " +
                                    quote((d / "out").string()),
                                &log),
             0)

@@ -44,18 +44,50 @@ SavePlan plan_as_stored(const Metadata& md) {
   return plan;
 }
 
+namespace {
+
+// The data of rewrite_plan(reader's metadata, target, convert): tensors read whole and cut for a
+// target, else chunk by chunk as stored; the entries in `convert` converted.
+ChunkSource source_of(const Reader& reader, bool whole, const std::map<std::string, DType>& convert) {
+  auto converted = [&convert](const Entry& e, Tensor t) {
+    const auto it = convert.find(e.fqn);
+    return it == convert.end() || t.dtype() == it->second ? t : t.to(it->second);
+  };
+  auto bytes = [&reader](const Entry& e) { return reader.read_bytes(e.fqn); };
+  if (whole) return chunks_of_whole([&reader, converted](const Entry& e) { return converted(e, reader.read_tensor(e.fqn)); }, bytes);
+  return {[&reader, converted](const Entry& e, size_t k) { return converted(e, reader.read_chunk(e.fqn, k)); }, bytes};
+}
+
+}  // namespace
+
+SavePlan rewrite_plan(const Metadata& md, const std::optional<Target>& target, const std::map<std::string, DType>& convert) {
+  SavePlan plan = target ? make_save_plan(md.entries, *target) : plan_as_stored(md);
+  for (Entry& e : plan.entries)
+    if (const auto it = convert.find(e.fqn); it != convert.end() && !e.is_bytes) e.dtype = it->second;
+  return plan;
+}
+
 WriteResult rewrite_dcp(const std::string& in, const std::string& out, const std::optional<Target>& target,
                         WriteOptions options, const std::string& metadata_file) {
   const Reader reader(in, metadata_file);
   if (!options.planner_data) options.planner_data = planner_data_of(reader.metadata().path);
-  auto bytes = [&reader](const Entry& e) { return reader.read_bytes(e.fqn); };
-  if (target) {
-    const SavePlan plan = make_save_plan(reader.metadata().entries, *target);
-    return write_dcp(plan, chunks_of_whole([&reader](const Entry& e) { return reader.read_tensor(e.fqn); }, bytes), out,
-                     options);
-  }
-  ChunkSource source{[&reader](const Entry& e, size_t k) { return reader.read_chunk(e.fqn, k); }, bytes};
-  return write_dcp(plan_as_stored(reader.metadata()), source, out, options);
+  return write_dcp(rewrite_plan(reader.metadata(), target, {}), source_of(reader, target.has_value(), {}), out, options);
+}
+
+WriteResult rewrite_dcp_into(const Reader& reader, const std::string& dir, const std::optional<Target>& target,
+                             const std::map<std::string, DType>& convert, WriteOptions options) {
+  if (!options.planner_data) options.planner_data = planner_data_of(reader.metadata().path);
+  // write_dcp stages its own folder: inside `dir`, then its files move up (one file system, renames).
+  options.durable = false;
+  options.overwrite = false;
+  if (options.checkpoint_id.empty()) options.checkpoint_id = std::filesystem::absolute(dir).lexically_normal().string();
+  const std::filesystem::path inner = std::filesystem::path(dir) / ".dcp";
+  WriteResult result =
+      write_dcp(rewrite_plan(reader.metadata(), target, convert), source_of(reader, target.has_value(), convert), inner.string(), options);
+  for (const auto& f : std::filesystem::directory_iterator(inner))
+    std::filesystem::rename(f.path(), std::filesystem::path(dir) / f.path().filename());
+  std::filesystem::remove(inner);
+  return result;
 }
 
 }  // namespace ucpkit::formats::dcp

@@ -2,10 +2,12 @@
 // stored (each chunk into the data file of the rank that wrote it). Bounded memory: one tensor (or
 // one chunk) at a time.
 #pragma once
+#include <map>
 #include <optional>
 #include <string>
 
 #include "formats/dcp/metadata.h"
+#include "formats/dcp/reader.h"
 #include "formats/dcp/save_plan.h"
 #include "formats/dcp/writer.h"
 
@@ -23,5 +25,16 @@ SavePlan plan_as_stored(const Metadata& md);
 // (chunk by chunk). The source's planner_data is kept unless `options.planner_data` is set.
 WriteResult rewrite_dcp(const std::string& in, const std::string& out, const std::optional<Target>& target,
                         WriteOptions options = {}, const std::string& metadata_file = "");
+
+// The plan rewrite_dcp_into writes: `md`'s entries re-chunked for `target` (else as stored), the
+// entries in `convert` with the dtype given there.
+SavePlan rewrite_plan(const Metadata& md, const std::optional<Target>& target, const std::map<std::string, DType>& convert);
+
+// rewrite_dcp into the existing empty folder `dir` (a caller's staging folder, whose flush and rename are
+// the caller's), from an open reader; the tensor entries named in `convert` are written in the dtype
+// given there (converted with torch's rounding), every other entry as stored (its dtype, its key, its
+// bytes). ucp-load of a DCP into DCP (issue 47: nothing the source holds is dropped).
+WriteResult rewrite_dcp_into(const Reader& reader, const std::string& dir, const std::optional<Target>& target,
+                             const std::map<std::string, DType>& convert, WriteOptions options);
 
 }  // namespace ucpkit::formats::dcp

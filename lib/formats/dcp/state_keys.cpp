@@ -2,6 +2,7 @@
 #include "formats/dcp/state_keys.h"
 
 #include <algorithm>
+#include <set>
 
 namespace ucpkit::formats::dcp {
 
@@ -58,5 +59,21 @@ KeyRole key_role(const std::vector<std::string>& p) {
   return r;
 }
 
+
+std::vector<std::string> parameter_keys(const Metadata& md, bool* all_floating) {
+  std::set<std::string> with_state;
+  std::vector<std::pair<std::string, std::string>> model;  // (flat key, parameter fqn) of floating model tensors
+  for (const Entry& e : md.entries) {
+    if (e.is_bytes) continue;
+    const KeyRole r = key_role(nested_path(md, e.fqn));
+    if (r.kind == KeyRole::OptimizerState) with_state.insert(r.param);
+    if (r.kind == KeyRole::Model && dtype_is_floating(e.dtype)) model.emplace_back(e.fqn, r.param);
+  }
+  if (all_floating) *all_floating = with_state.empty();
+  std::vector<std::string> out;
+  for (const auto& [key, param] : model)
+    if (with_state.empty() || with_state.count(param)) out.push_back(key);
+  return out;
+}
 
 }  // namespace ucpkit::formats::dcp

@@ -28,4 +28,10 @@ std::vector<std::string> nested_path(const Metadata& md, const std::string& fqn)
 // value, anything else Other; every path without such a head is a model tensor.
 KeyRole key_role(const std::vector<std::string>& path);
 
+// The flat keys of `md`'s parameters, what ucp-load's --dtype converts (issue 47: never buffers or
+// counters): the floating-point model tensors that have optimizer state; when `md` holds no optimizer
+// state at all (a model-only save), every floating-point model tensor, as nothing tells a parameter
+// from a float buffer there (`all_floating` is then set).
+std::vector<std::string> parameter_keys(const Metadata& md, bool* all_floating = nullptr);
+
 }  // namespace ucpkit::formats::dcp

@@ -1,0 +1,105 @@
+// ucp-load --input <DCP folder> --format dcp: the DCP rewritten whole (whole_rewrite.h, issue 47),
+// every entry as saved: model tensors and buffers of any dtype, optimizer states, the non-tensor items
+// (LR scheduler, dataloader position, train state, param_groups) and the keys the source was saved
+// under (torchtitan's top-level model keys and `optimizer.*`, or get_state_dict's `model.*` /
+// `optim.*`), so the code that saved it loads it back. --world-size N re-chunks every tensor into
+// FSDP2's Shard(0) layout over N ranks (1: whole on one rank; left out: the chunks as stored);
+// --dtype converts the parameters (state_keys.h parameter_keys), never buffers or counters.
+#include <filesystem>
+#include <map>
+#include <optional>
+
+#include "formats/dcp/folder.h"
+#include "formats/dcp/reader.h"
+#include "formats/dcp/rewrite.h"
+#include "formats/dcp/save_plan.h"
+#include "formats/dcp/state_keys.h"
+#include "io/dtype.h"
+#include "reshard/whole_rewrite.h"
+
+namespace ucpkit::reshard {
+namespace {
+
+namespace dcp = formats::dcp;
+
+std::optional<dcp::Target> target_of(const LoadOptions& o) {
+  if (o.given.world_size <= 0) return std::nullopt;
+  return o.given.world_size > 1 ? dcp::Target::rows(o.given.world_size) : dcp::Target::whole();
+}
+
+// --dtype: the parameters whose dtype differs, to the dtype asked for.
+std::map<std::string, DType> conversions(const LoadOptions& o, const dcp::Metadata& md, bool* all_floating) {
+  std::map<std::string, DType> out;
+  if (!o.given.dtype) return out;
+  std::map<std::string, DType> stored;
+  for (const auto& e : md.entries) stored[e.fqn] = e.dtype;
+  for (const std::string& k : dcp::parameter_keys(md, all_floating))
+    if (stored[k] != o.target.dtype) out[k] = o.target.dtype;
+  return out;
+}
+
+nlohmann::json target_json(const LoadOptions& o, const dcp::SavePlan& plan) {
+  const auto t = target_of(o);
+  return {{"mesh", t ? std::string(dcp::target_kind_name(t->kind)) : std::string("as stored")},
+          {"world", plan.mesh.empty() ? 1 : plan.mesh[0]},
+          {"dtype", o.given.dtype ? std::string(dtype_option_name(o.target.dtype)) : std::string("as stored")}};
+}
+
+nlohmann::json describe(const LoadOptions& o, const dcp::SavePlan& plan, const std::map<std::string, DType>& convert) {
+  size_t tensors = 0, chunks = 0;
+  for (const auto& e : plan.entries)
+    if (!e.is_bytes) ++tensors, chunks += e.chunks.size();
+  nlohmann::json j = {{"input_kind", "dcp"},
+                      {"target", target_json(o, plan)},
+                      {"entries", plan.entries.size()},
+                      {"tensors", tensors},
+                      {"bytes_entries", plan.entries.size() - tensors},
+                      {"items", chunks + plan.entries.size() - tensors}};
+  auto& c = j["converted"] = nlohmann::json::array();
+  for (const auto& [k, d] : convert) c.push_back(k);
+  return j;
+}
+
+std::string metadata_file_of(const std::string& input) {
+  return (std::filesystem::path(input) / ".metadata").string();
+}
+
+[[maybe_unused]] const bool kRegistered = register_whole_rewrite(
+    "dcp", OutputFormat::Dcp,
+    {[](const LoadOptions& o) {
+       const dcp::Metadata md = dcp::read_metadata(metadata_file_of(o.input));
+       const auto convert = conversions(o, md, nullptr);
+       const dcp::SavePlan plan = dcp::rewrite_plan(md, target_of(o), convert);
+       nlohmann::json j = describe(o, plan, convert);
+       j["format"] = "dcp";
+       j["route"] = "whole";
+       auto& files = j["files"] = nlohmann::json::array();
+       for (const auto& f : plan.files) files.push_back({{"file", f.relative_path}, {"rank", f.rank}, {"items", f.items.size()}});
+       files.push_back({{"file", ".metadata"}});
+       j["plan"] = nlohmann::json::parse(dcp::plan_json(plan));
+       return j;
+     },
+     [](const LoadOptions& o, const std::string& staged) {
+       const dcp::Reader reader(o.input);
+       bool all_floating = false;
+       const auto convert = conversions(o, reader.metadata(), &all_floating);
+       if (o.given.dtype && all_floating && !convert.empty())
+         o.reporter.warning(o.input + " holds no optimizer state, so nothing tells its parameters from its float "
+                            "buffers: --dtype converts every floating-point model tensor (" +
+                            std::to_string(convert.size()) + ")");
+       dcp::WriteOptions wo;
+       wo.checkpoint_id = std::filesystem::absolute(o.output).lexically_normal().string();
+       const dcp::WriteResult w = dcp::rewrite_dcp_into(reader, staged, target_of(o), convert, wo);
+       const dcp::SavePlan plan = dcp::rewrite_plan(reader.metadata(), target_of(o), convert);
+       nlohmann::json j = describe(o, plan, convert);
+       size_t files = 0;
+       uint64_t written = 0;
+       for (const auto& f : std::filesystem::directory_iterator(staged)) ++files, written += std::filesystem::file_size(f);
+       j["files_written"] = files;
+       j["bytes_written"] = written;
+       j["data_bytes_written"] = w.bytes;
+       return j;
+     }});
+
+}  // namespace
+}  // namespace ucpkit::reshard

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The pinned framework environment (docs/frameworks.md): a Python virtual environment with the exact
+# versions of requirements.txt, made once and kept (a new requirements.txt gives a new folder).
+#
+#   scripts/frameworks/setup.sh           make it when missing; prints its folder
+#   scripts/frameworks/setup.sh --path    prints the folder it uses, makes nothing
+#
+# The folder: $UCPKIT_FRAMEWORKS_ENV, else ~/.cache/ucpkit/frameworks-<hash of requirements.txt>.
+# Exit 0 with the folder on stdout once `import torch` works there; else 1 and one line on stderr.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+req=$here/requirements.txt
+hash=$(sha256sum "$req" | cut -c1-12)
+env_dir=${UCPKIT_FRAMEWORKS_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ucpkit/frameworks-$hash}
+if [[ "${1:-}" == "--path" ]]; then echo "$env_dir"; exit 0; fi
+check() { "$env_dir/bin/python" -c 'import torch, torch.distributed.checkpoint' >/dev/null 2>&1; }
+if [[ -f "$env_dir/.complete" ]] && check; then echo "$env_dir"; exit 0; fi
+python=$(command -v python3.11 || command -v python3)
+staged=$env_dir.partial-$$
+trap 'rm -rf "$staged"' EXIT
+mkdir -p "$(dirname "$env_dir")"
+rm -rf "$env_dir.partial-"*  # what a killed run left
+"$python" -m venv "$staged" >&2
+# The venv's scripts name its folder: made under the final name's sibling, they are fixed by
+# recreating the venv in place after the move (python -m venv on an existing folder keeps packages).
+"$staged/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$req" >&2 || {
+  echo "scripts/frameworks/setup.sh: pip install of $req failed (is PyPI reachable?)" >&2; exit 1; }
+rm -rf "$env_dir"
+mv "$staged" "$env_dir"
+"$python" -m venv "$env_dir" >&2
+touch "$env_dir/.complete"
+check || { echo "scripts/frameworks/setup.sh: $env_dir: import torch fails" >&2; exit 1; }
+echo "$env_dir"
