@@ -15,10 +15,14 @@ env_dir=${UCPKIT_FRAMEWORKS_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ucpkit/framewor
 if [[ "${1:-}" == "--path" ]]; then echo "$env_dir"; exit 0; fi
 check() { "$env_dir/bin/python" -c 'import torch, torch.distributed.checkpoint' >/dev/null 2>&1; }
 if [[ -f "$env_dir/.complete" ]] && check; then echo "$env_dir"; exit 0; fi
+mkdir -p "$(dirname "$env_dir")"
+# One maker at a time (tests run in parallel); the others wait, then find it made.
+exec 9>"$env_dir.lock"
+flock 9
+if [[ -f "$env_dir/.complete" ]] && check; then echo "$env_dir"; exit 0; fi
 python=$(command -v python3.11 || command -v python3)
 staged=$env_dir.partial-$$
 trap 'rm -rf "$staged"' EXIT
-mkdir -p "$(dirname "$env_dir")"
 rm -rf "$env_dir.partial-"*  # what a killed run left
 "$python" -m venv "$staged" >&2
 # The venv's scripts name its folder: made under the final name's sibling, they are fixed by

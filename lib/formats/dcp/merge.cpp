@@ -77,7 +77,7 @@ pickle::ValuePtr merged_planner_data(const std::vector<RankLocalPart>& parts, co
   pickle::ValuePtr all = pickle::Value::dict();
   std::map<std::string, bool> seen;
   for (size_t p = 0; p < parts.size(); ++p) {
-    pickle::ValuePtr pd = planner_data_of(readers[p]->metadata().path);
+    pickle::ValuePtr pd = readers[p]->metadata().planner_data;
     if (!pd || pd->kind != pickle::Kind::Dict) return nullptr;
     for (const auto& [k, v] : pd->entries)
       if (k->kind == pickle::Kind::Str && seen.emplace(k->s, true).second) all->entries.emplace_back(k, v);

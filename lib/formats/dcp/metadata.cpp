@@ -5,6 +5,9 @@
 #include "formats/dcp/metadata.h"
 
 #include <algorithm>
+#include <optional>
+#include <unordered_map>
+#include <utility>
 
 #include "core/error.h"
 #include "core/mapped_file.h"
@@ -169,25 +172,74 @@ std::string_view era_name(ClassEra era) {
 }
 
 Metadata parse_metadata(std::span<const uint8_t> bytes, const std::string& name) {
-  const ValuePtr root = pickle::unpickle(bytes, name);
+  // Entries and storage items are converted as the unpickler adds them to their dicts, and dropped
+  // there (issue 47): the pickle of 100,000 tensors built 1.9 GB of values when kept whole; a
+  // placeholder takes each one's place, recognised by its address.
   Parser p{name};
+  Metadata md;
+  std::unordered_map<const pickle::Value*, size_t> converted_entry, converted_item;
+  std::optional<std::string_view> conversion_prefix;
+  pickle::UnpickleOptions options;
+  options.on_dict_items = [&](std::vector<ValuePtr>& kv, std::vector<ValuePtr>& dropped) {
+    for (size_t k = 0; k + 1 < kv.size(); k += 2) {
+      ValuePtr& key = kv[k];
+      ValuePtr& value = kv[k + 1];
+      if (value->kind != Kind::Object || (key->kind != Kind::Str && key->kind != Kind::Object)) continue;
+      const std::string cls = value->class_path();
+      const std::string_view prefix = cls.rfind(kPrototype, 0) == 0 ? kPrototype : kCurrent;
+      const std::string_view leaf = std::string_view(cls).substr(std::min(cls.size(), prefix.size()));
+      const bool entry = key->kind == Kind::Str && (leaf == "metadata.TensorStorageMetadata" || leaf == "metadata.BytesStorageMetadata");
+      const bool item = key->kind == Kind::Object && leaf == "filesystem._StorageInfo";
+      if (!entry && !item) continue;
+      if (conversion_prefix && *conversion_prefix != prefix) continue;  // mixed eras: the whole parse says so
+      if (!conversion_prefix) conversion_prefix = p.prefix = prefix;
+      // Distinct per item: an item's placeholder is its dict key, and equal keys would merge.
+      ValuePtr mark = pickle::Value::integer(static_cast<int64_t>(entry ? md.entries.size() : md.items.size()));
+      if (entry) {
+        md.entries.push_back(p.entry(key->s, value));
+        converted_entry.emplace(mark.get(), md.entries.size() - 1);
+        dropped.push_back(std::exchange(value, mark));
+      } else {
+        md.items.push_back(p.item(key, value));
+        converted_item.emplace(mark.get(), md.items.size() - 1);
+        dropped.push_back(std::exchange(key, mark));
+        dropped.push_back(std::exchange(value, pickle::Value::none()));
+      }
+    }
+  };
+  const ValuePtr root = pickle::unpickle(bytes, name, options);
   const std::string cls = root->kind == Kind::Object ? root->class_path() : std::string(kind_name(root->kind));
   if (cls == std::string(kPrototype) + "metadata.Metadata") {
     p.prefix = kPrototype;
     p.era = ClassEra::Prototype;
-  } else if (cls != std::string(kCurrent) + "metadata.Metadata") {
+  } else if (cls == std::string(kCurrent) + "metadata.Metadata") {
+    p.prefix = kCurrent;
+  } else {
     p.bad("unknown class " + cls + " at the top (expected torch.distributed.checkpoint.metadata.Metadata)");
   }
-  Metadata md;
+  if (conversion_prefix && *conversion_prefix != p.prefix)
+    p.bad("its entries' classes are of another torch era than its Metadata (" + std::string(*conversion_prefix) + ")");
   md.path = name;
+  std::vector<Entry> entries;
+  std::vector<Item> items;
   const ValuePtr sdm = p.field(root, "state_dict_metadata", "Metadata");
   if (sdm->kind != Kind::Dict) p.bad("state_dict_metadata is not a dict");
-  for (const auto& [k, v] : sdm->entries) md.entries.push_back(p.entry(p.text(k, "state_dict_metadata key"), v));
+  for (const auto& [k, v] : sdm->entries) {
+    const auto it = converted_entry.find(v.get());
+    entries.push_back(it != converted_entry.end() ? std::move(md.entries[it->second])
+                                                  : p.entry(p.text(k, "state_dict_metadata key"), v));
+  }
   // A dict keyed by MetadataIndex objects (the unpickler keys objects by identity).
   const ValuePtr sd = p.field(root, "storage_data", "Metadata");
   if (sd->kind != Kind::Dict) p.bad("storage_data is not a dict (a storage writer other than FileSystemWriter's?)");
-  for (const auto& [k, v] : sd->entries) md.items.push_back(p.item(k, v));
+  for (const auto& [k, v] : sd->entries) {
+    const auto it = converted_item.find(k.get());
+    items.push_back(it != converted_item.end() ? std::move(md.items[it->second]) : p.item(k, v));
+  }
+  md.entries = std::move(entries);
+  md.items = std::move(items);
   p.planner_data(root->attr("planner_data"), md);
+  if (ValuePtr pd = root->attr("planner_data"); pd && !pd->is_none()) md.planner_data = std::move(pd);
   p.storage_meta(root->attr("storage_meta"), md);
   md.version = opt_text(root, "version");
   md.era = p.era;

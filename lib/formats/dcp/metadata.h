@@ -13,6 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "io/pickle/value.h"
+
 #include "io/dtype.h"
 
 namespace ucpkit::formats::dcp {
@@ -68,6 +70,9 @@ struct Metadata {
   // planner_data of DefaultSavePlanner: flattened fqn -> the nested state-dict path it came from
   // (dict keys as strings, list indices as decimal); empty when the planner wrote something else.
   std::map<std::string, std::vector<std::string>> flattening;
+  // planner_data as pickled (null when absent or None): what a writer keeping the source's nesting
+  // writes back, without parsing the file again.
+  pickle::ValuePtr planner_data;
   std::optional<std::string> checkpoint_id, save_id;  // storage_meta (torch >= 2.4), when present
   std::optional<std::string> version;                 // Metadata.version (newer torch), when present
   // fqn -> position in entries / positions in items (parse_metadata fills them; lookups stay O(1)

@@ -70,13 +70,13 @@ SavePlan rewrite_plan(const Metadata& md, const std::optional<Target>& target, c
 WriteResult rewrite_dcp(const std::string& in, const std::string& out, const std::optional<Target>& target,
                         WriteOptions options, const std::string& metadata_file) {
   const Reader reader(in, metadata_file);
-  if (!options.planner_data) options.planner_data = planner_data_of(reader.metadata().path);
+  if (!options.planner_data) options.planner_data = reader.metadata().planner_data;
   return write_dcp(rewrite_plan(reader.metadata(), target, {}), source_of(reader, target.has_value(), {}), out, options);
 }
 
 WriteResult rewrite_dcp_into(const Reader& reader, const std::string& dir, const std::optional<Target>& target,
                              const std::map<std::string, DType>& convert, WriteOptions options) {
-  if (!options.planner_data) options.planner_data = planner_data_of(reader.metadata().path);
+  if (!options.planner_data) options.planner_data = reader.metadata().planner_data;
   // write_dcp stages its own folder: inside `dir`, then its files move up (one file system, renames).
   options.durable = false;
   options.overwrite = false;

@@ -30,10 +30,12 @@ class Pickler {
   }
   // Memoized values are kept alive: a freed temporary's address must never match a later value.
   void memoize(const ValuePtr& p) {
-    const Value* v = p.get();
     keep_.push_back(p);
-    uint64_t idx = memo_.size();
-    memo_[v] = idx;
+    memo_[p.get()] = put();
+  }
+  // Stores the top of the stack under the next memo index, which it returns.
+  uint64_t put() {
+    const uint64_t idx = next_memo_++;
     if (idx < 256) {
       op(Op::BINPUT);
       out_ += static_cast<char>(idx);
@@ -41,25 +43,35 @@ class Pickler {
       op(Op::LONG_BINPUT);
       u32(static_cast<uint32_t>(idx));
     }
+    return idx;
+  }
+  void get(uint64_t idx) {
+    if (idx < 256) {
+      op(Op::BINGET);
+      out_ += static_cast<char>(idx);
+    } else {
+      op(Op::LONG_BINGET);
+      u32(static_cast<uint32_t>(idx));
+    }
   }
   bool get_memo(const Value* v) {
     auto it = memo_.find(v);
     if (it == memo_.end()) return false;
-    if (it->second < 256) {
-      op(Op::BINGET);
-      out_ += static_cast<char>(it->second);
-    } else {
-      op(Op::LONG_BINGET);
-      u32(static_cast<uint32_t>(it->second));
-    }
+    get(it->second);
     return true;
   }
   void global(std::string_view module, std::string_view name) {
+    std::string key;
+    if (opt_.memoize_repeats) {
+      key = std::string(module) + '\n' + std::string(name);
+      if (auto it = globals_.find(key); it != globals_.end()) return get(it->second);
+    }
     op(Op::GLOBAL);
     out_.append(module);
     out_ += '\n';
     out_.append(name);
     out_ += '\n';
+    if (opt_.memoize_repeats) globals_.emplace(std::move(key), put());
   }
   void unicode(std::string_view s) {
     op(Op::BINUNICODE);
@@ -251,7 +263,10 @@ class Pickler {
         for (int k = 7; k >= 0; --k) out_ += static_cast<char>((bits >> (8 * k)) & 0xff);
         break;
       }
-      case Kind::Str: unicode(v.s); break;
+      case Kind::Str:
+        unicode(v.s);
+        if (opt_.memoize_repeats) memoize(p);
+        break;
       case Kind::Bytes: {
         // Python 3 pickles bytes at protocol 2 as _codecs.encode(<latin-1 text>, 'latin1').
         global("_codecs", "encode");
@@ -325,6 +340,8 @@ class Pickler {
   const PickleOptions& opt_;
   std::string out_;
   std::unordered_map<const Value*, uint64_t> memo_;
+  std::unordered_map<std::string, uint64_t> globals_;  // memoize_repeats: "module\nname" -> memo index
+  uint64_t next_memo_ = 0;
   std::vector<ValuePtr> keep_;
   int depth_ = 0;
 };

@@ -12,6 +12,10 @@ namespace ucpkit::pickle {
 struct PickleOptions {
   // Returns the persistent id tuple for a storage (the torch writer assigns keys here).
   std::function<ValuePtr(const std::shared_ptr<Storage>&)> storage_id;
+  // Strings and class references written once and fetched from the memo after, as Python's pickler
+  // does for the same objects (a str shared by several places of the tree, a class named again): DCP
+  // metadata repeats field names, fqns and classes 100,000 times (issue 47). Off: the bytes as before.
+  bool memoize_repeats = false;
 };
 
 std::string pickle(const ValuePtr& root, const PickleOptions& options);

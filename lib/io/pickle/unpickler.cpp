@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cctype>
 #include <cstring>
+#include <optional>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -231,10 +232,113 @@ std::string key_signature(const Value& k, int depth = 0) {
   }
 }
 
+// The memo indices a pickle fetches (BINGET, LONG_BINGET), found by walking its opcodes up to STOP
+// without building anything, so that a run may keep only those; nullopt when the walk meets what it
+// does not size (text GET/PUT of protocol 0, an unknown opcode, a length past the end): the run then
+// keeps every entry and reports any damage itself. MEMOIZE numbers as CPython does, by the memo's size.
+std::optional<std::vector<bool>> fetched_memo(std::span<const uint8_t> d) {
+  std::vector<bool> fetched(d.size() + 1, false), assigned(d.size() + 1, false);
+  uint64_t size = 0, pos = 0;
+  auto le = [&](int n) -> std::optional<uint64_t> {
+    if (pos + static_cast<uint64_t>(n) > d.size()) return std::nullopt;
+    uint64_t v = 0;
+    for (int k = 0; k < n; ++k) v |= static_cast<uint64_t>(d[pos + k]) << (8 * k);
+    pos += static_cast<uint64_t>(n);
+    return v;
+  };
+  auto skip = [&](std::optional<uint64_t> n) { return n && *n <= d.size() - pos ? (pos += *n, true) : false; };
+  auto line = [&] {
+    const void* nl = std::memchr(d.data() + pos, '\n', d.size() - pos);
+    if (!nl) return false;
+    pos = static_cast<uint64_t>(static_cast<const uint8_t*>(nl) - d.data()) + 1;
+    return true;
+  };
+  auto put = [&](std::optional<uint64_t> idx) {
+    if (!idx || *idx > d.size()) return false;
+    if (!assigned[*idx]) assigned[*idx] = true, ++size;
+    return true;
+  };
+  while (pos < d.size()) {
+    switch (static_cast<Op>(d[pos++])) {
+      case Op::STOP: return fetched;
+      case Op::MARK: case Op::POP: case Op::POP_MARK: case Op::DUP: case Op::NONE: case Op::REDUCE:
+      case Op::APPEND: case Op::BUILD: case Op::DICT: case Op::EMPTY_DICT: case Op::APPENDS: case Op::LIST:
+      case Op::EMPTY_LIST: case Op::OBJ: case Op::SETITEM: case Op::TUPLE: case Op::EMPTY_TUPLE:
+      case Op::SETITEMS: case Op::BINPERSID: case Op::NEWOBJ: case Op::TUPLE1: case Op::TUPLE2: case Op::TUPLE3:
+      case Op::NEWTRUE: case Op::NEWFALSE: case Op::EMPTY_SET: case Op::ADDITEMS: case Op::FROZENSET:
+      case Op::NEWOBJ_EX: case Op::STACK_GLOBAL: break;
+      case Op::MEMOIZE: put(size); break;
+      case Op::BINPUT: if (!put(le(1))) return std::nullopt; break;
+      case Op::LONG_BINPUT: if (!put(le(4))) return std::nullopt; break;
+      case Op::BINGET:
+      case Op::LONG_BINGET: {
+        const auto idx = le(static_cast<Op>(d[pos - 1]) == Op::BINGET ? 1 : 4);
+        if (!idx || *idx > d.size()) return std::nullopt;
+        fetched[*idx] = true;
+        break;
+      }
+      case Op::PROTO: case Op::BININT1: if (!le(1)) return std::nullopt; break;
+      case Op::BININT2: if (!le(2)) return std::nullopt; break;
+      case Op::BININT: if (!le(4)) return std::nullopt; break;
+      case Op::BINFLOAT: case Op::FRAME: if (!le(8)) return std::nullopt; break;
+      case Op::SHORT_BINSTRING: case Op::SHORT_BINUNICODE: case Op::SHORT_BINBYTES: case Op::LONG1:
+        if (!skip(le(1))) return std::nullopt;
+        break;
+      case Op::BINSTRING: case Op::BINUNICODE: case Op::BINBYTES: case Op::LONG4:
+        if (!skip(le(4))) return std::nullopt;
+        break;
+      case Op::BINUNICODE8: case Op::BINBYTES8: case Op::BYTEARRAY8:
+        if (!skip(le(8))) return std::nullopt;
+        break;
+      case Op::INT: case Op::LONG: case Op::FLOAT: case Op::STRING: case Op::UNICODE: case Op::PERSID:
+        if (!line()) return std::nullopt;
+        break;
+      case Op::GLOBAL: case Op::INST:
+        if (!line() || !line()) return std::nullopt;
+        break;
+      default: return std::nullopt;  // GET / PUT (text), EXT*, out-of-band buffers, unknown
+    }
+  }
+  return std::nullopt;
+}
+
+// The values only `v` holds (use count 1 as seen from its holder), and their strings: what freeing it
+// gives back, as push() counted it (a shared value, held by the memo or another container, counts 0).
+uint64_t exclusive_memory(const ValuePtr& v, uint64_t per_value) {
+  uint64_t total = 0;
+  std::vector<const Value*> todo;
+  auto visit = [&](const ValuePtr& c) {
+    if (c && c.use_count() == 1) todo.push_back(c.get());
+  };
+  visit(v);
+  while (!todo.empty()) {
+    const Value* x = todo.back();
+    todo.pop_back();
+    total += per_value + x->s.capacity() + x->name.capacity();
+    for (const auto& c : x->items) visit(c);
+    for (const auto& [k, val] : x->entries) visit(k), visit(val);
+    visit(x->dict_state);
+    visit(x->tensor_type);
+    visit(x->tensor_state);
+    if (x->object && x->object.use_count() == 1) {
+      const Object& o = *x->object;
+      visit(o.callable), visit(o.args), visit(o.kwargs), visit(o.state);
+      for (const auto& c : o.list_items) visit(c);
+      for (const auto& [k, val] : o.dict_items) visit(k), visit(val);
+    }
+  }
+  return total;
+}
+
 class Unpickler {
  public:
   Unpickler(std::span<const uint8_t> data, const std::string& name, const UnpickleOptions& options)
-      : d_(data), name_(name), opt_(options) {}
+      : d_(data), name_(name), opt_(options) {
+    if (opt_.on_dict_items) {
+      fetched_ = fetched_memo(d_);
+      if (fetched_) assigned_.assign(d_.size() + 1, false);
+    }
+  }
 
   // After a failure nothing escapes, so the partial trees are torn down without recursion (they may
   // be very deep or cyclic); after success they are shared with the result and only dropped.
@@ -306,8 +410,8 @@ class Unpickler {
   // Memory is counted as values are pushed (issue 32: 20 MB of `}a` pairs, each a dict appended to a
   // list, took 3.3 GB): a new value costs its struct, its control block, its strings and the slot it
   // will take in a container; a shared one (memo, DUP) its slot. Past the budget the pickle is refused.
+  static constexpr uint64_t kNewValue = sizeof(Value) + 16 + 2 * sizeof(ValuePtr);
   void push(ValuePtr v) {
-    constexpr uint64_t kNewValue = sizeof(Value) + 16 + 2 * sizeof(ValuePtr);
     counted_ += v.use_count() == 1 ? kNewValue + v->s.capacity() + v->name.capacity() : 2 * sizeof(ValuePtr);
     if (counted_ > budget()) {
       error("the values it builds take more than " + std::to_string(budget() >> 20) + " MiB (64 MiB + " +
@@ -342,7 +446,13 @@ class Unpickler {
     if (idx > d_.size())
       error("memo index " + std::to_string(idx) + " beyond the pickle's " + std::to_string(d_.size()) +
             " bytes (damaged; torch.load fails on it with MemoryError)");
-    memo_[idx] = top();
+    if (!fetched_) {
+      memo_[idx] = top();
+      return;
+    }
+    // Sparse: only what a later GET fetches is kept; the numbering (MEMOIZE) counts every entry.
+    if (!assigned_[idx]) assigned_[idx] = true, ++memo_count_;
+    if ((*fetched_)[idx]) memo_[idx] = top();
   }
   ValuePtr memo_get(uint64_t idx) {
     auto it = memo_.find(idx);
@@ -375,6 +485,9 @@ class Unpickler {
   std::unordered_map<uint64_t, ValuePtr> memo_;
   std::unordered_map<const Value*, std::unordered_map<std::string, size_t>> dict_index_;
   uint64_t counted_ = 0;  // memory of the values pushed so far (estimate; push())
+  std::optional<std::vector<bool>> fetched_;  // with on_dict_items: the memo indices fetched (sparse memo)
+  std::vector<bool> assigned_;               // sparse memo: the indices put so far
+  uint64_t memo_count_ = 0;                  // sparse memo: how many (what MEMOIZE numbers by)
 };
 
 ValuePtr Unpickler::global(std::string module, std::string name) {
@@ -575,6 +688,14 @@ void Unpickler::set_items(Value& target, std::vector<ValuePtr>& kv) {
     return;
   }
   if (target.kind != Kind::Dict) error("SETITEM on a " + std::string(kind_name(target.kind)));
+  if (opt_.on_dict_items) {
+    std::vector<ValuePtr> dropped;
+    opt_.on_dict_items(kv, dropped);
+    for (ValuePtr& v : dropped) {
+      counted_ -= std::min(counted_, exclusive_memory(v, kNewValue));
+      v.reset();
+    }
+  }
   auto& index = dict_index_[&target];
   if (index.size() != target.entries.size()) {
     index.clear();
@@ -863,7 +984,7 @@ ValuePtr Unpickler::run(size_t* consumed) {
         memo_put(idx);
         break;
       }
-      case Op::MEMOIZE: memo_put(memo_.size()); break;
+      case Op::MEMOIZE: memo_put(fetched_ ? memo_count_ : memo_.size()); break;
       case Op::BINGET: push(memo_get(u8())); break;
       case Op::LONG_BINGET: push(memo_get(le(4))); break;
       case Op::GET: {

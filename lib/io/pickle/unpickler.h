@@ -7,6 +7,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "io/pickle/value.h"
 
@@ -19,6 +20,12 @@ struct UnpickleOptions {
   // Memory the values built may take (counted as they are pushed); 0: 64 MiB + 48 x the pickle's size
   // (the checkpoints' pickles measured take under 30 x: docs/reliability.md).
   uint64_t max_memory = 0;
+  // Sees the pairs a SETITEM, SETITEMS or DICT is about to add to a dict (`kv`: key, value, key,
+  // value, ...) and may replace any of them, moving what it replaces into `dropped`: a reader that
+  // converts entries as they arrive never holds a large pickle whole (DCP metadata of 100,000 tensors,
+  // issue 47). What it drops is freed unless shared, and no longer counted against max_memory. With a
+  // hook, memo entries nothing fetches are not kept (a walk over the opcodes finds the fetched ones).
+  std::function<void(std::vector<ValuePtr>& kv, std::vector<ValuePtr>& dropped)> on_dict_items;
 };
 
 // Decodes one pickle from `data`; `name` (the file) prefixes every error. Sets `consumed` to the
