@@ -23,6 +23,7 @@
 #include "formats/deepspeed/version_line.h"
 #include "formats/dcp/folder.h"
 #include "formats/dcp/reader.h"
+#include "formats/dcp/state_keys.h"
 #include "formats/universal/manifest.h"
 #include "formats/universal/state_file.h"
 #include "reshard/direct_source.h"
@@ -426,6 +427,11 @@ void describe_dcp(CheckpointInfo& info, const InfoOptions& options) {
               {"tensors_by_chunk_count", per_count},
               {"version", md.version ? nlohmann::json(*md.version) : nlohmann::json(nullptr)}};
   if (!folder.sharded_backend.empty()) info.dcp["sharded_backend"] = folder.sharded_backend;
+  const formats::dcp::KeyLayout keys = formats::dcp::key_layout(md);
+  info.dcp["key_layout"] = keys.layout;
+  info.dcp["flattened_optimizer"] = keys.flattened_optimizer;
+  info.dcp["non_tensor_items"] = keys.non_tensor_items;
+  info.dcp["buffers"] = keys.buffers;
   to_universal::DcpPlan plan;
   run_check(info, "plan", "chunks tile every tensor; optimizer states match their parameters (ucp-union's plan)",
             [&] {
@@ -614,12 +620,28 @@ std::string CheckpointInfo::text() const {
                     std::to_string(dcp.value("world_size", 0)) + "; " + std::to_string(dcp.value("tensor_entries", 0)) +
                     " tensors in " + std::to_string(dcp.value("chunks", 0)) + " chunks, " +
                     std::to_string(dcp.value("bytes_entries", 0)) + " bytes entries";
+    if (dcp.contains("key_layout"))
+      d += "; keys: " + dcp["key_layout"].get<std::string>() + (dcp.value("flattened_optimizer", false) ? " (optimizer flattened)" : "");
     row("dcp", d);
+    if (dcp.contains("non_tensor_items") && !dcp["non_tensor_items"].empty()) {
+      std::string items;
+      for (const auto& [head, n] : dcp["non_tensor_items"].items()) items += (items.empty() ? "" : ", ") + head + " " + n.dump();
+      row("non-tensor", items);
+    }
+    if (dcp.contains("buffers") && !dcp["buffers"].empty()) {
+      std::string b = std::to_string(dcp["buffers"].size()) + " model tensors without optimizer state:";
+      for (size_t k = 0; k < dcp["buffers"].size() && k < 6; ++k) b += (k ? ", " : " ") + dcp["buffers"][k].get<std::string>();
+      row("buffers", b + (dcp["buffers"].size() > 6 ? ", ..." : "") +
+                         " (ucp-union cannot carry them; ucp-load --format dcp keeps them)");
+    }
     std::string o = "none";
     if (dcp.value("optimizer", false)) {
       o.clear();
       for (const auto& x : dcp["optimizer_states"]) o += (o.empty() ? "" : ", ") + x.get<std::string>();
-      o += "; " + std::to_string(dcp.value("param_groups", 0)) + " param_groups";
+      const bool flat = dcp.value("flattened_optimizer", false) && dcp.contains("non_tensor_items") &&
+                        dcp["non_tensor_items"].contains("param_groups");
+      o += flat ? "; param_groups flattened per parameter (" + dcp["non_tensor_items"]["param_groups"].dump() + " items)"
+                : "; " + std::to_string(dcp.value("param_groups", 0)) + " param_groups";
     }
     row("optimizer", o);
   }

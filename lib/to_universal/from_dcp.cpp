@@ -101,6 +101,16 @@ DcpPlan plan_dcp(const Metadata& md, const Folder& folder) {
     p.states[r.name] = e->fqn;
     p.bytes += entry_bytes(*e);
   }
+  // Model tensors without optimizer state beside parameters with it are buffers (BatchNorm's running
+  // statistics, counters, masks): the universal form has no place for them (issue 47), and dropping
+  // them would change the resumed run. Kept apart; ucp-union refuses them by name.
+  if (plan.optimizer) {
+    std::vector<DcpParam> params;
+    for (auto& p : plan.params)
+      if (p.states.size() == 1 && p.step.empty()) plan.buffers.push_back(p.name);
+      else params.push_back(std::move(p));
+    plan.params = std::move(params);
+  }
   plan.source = {{"format", "dcp"},
                  {"dcp", {{"folder", formats::dcp::folder_kind_name(folder.kind)},
                           {"era", formats::dcp::era_name(md.era)},
@@ -212,10 +222,24 @@ RunSummary run_union_dcp(const std::string& input, const std::string& output, co
     reader = std::make_unique<formats::dcp::Reader>(folder.dir, std::move(md));
   });
   failed.settle("another MPI rank failed while planning");
-  if (!plan.not_carried.empty())
-    options.reporter.detail(std::to_string(plan.not_carried.size()) + " DCP entries are neither model tensors, " +
-                            "optimizer states nor param_groups and are not carried (first: '" +
-                            escaped_brief(plan.not_carried[0]) + "')");
+  if (!plan.buffers.empty()) {
+    std::string names;
+    for (size_t k = 0; k < plan.buffers.size() && k < 4; ++k) names += (k ? "', '" : "'") + escaped_brief(plan.buffers[k]);
+    throw Error(input + ": " + std::to_string(plan.buffers.size()) + " model tensors have no optimizer state (buffers: " +
+                names + "'" + (plan.buffers.size() > 4 ? ", ..." : "") +
+                "): the universal form holds parameters with their optimizer states only and cannot carry them; "
+                "ucp-load --format dcp keeps them (a DCP into DCP is rewritten whole)");
+  }
+  if (!plan.not_carried.empty()) {
+    // Said by default (issue 47: a resumed run without its scheduler or data position is another run).
+    std::string names;
+    for (size_t k = 0; k < plan.not_carried.size() && k < 4; ++k)
+      names += (k ? "', '" : "'") + escaped_brief(plan.not_carried[k]);
+    options.reporter.warning(std::to_string(plan.not_carried.size()) + " DCP entries of " + input +
+                             " are neither model tensors, optimizer states nor param_groups and are not carried "
+                             "into the universal form (" + names + "'" + (plan.not_carried.size() > 4 ? ", ..." : "") +
+                             "); ucp-load --format dcp keeps them");
+  }
 
   UnionJob job;
   job.params = plan.params.size();

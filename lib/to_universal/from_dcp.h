@@ -34,6 +34,9 @@ struct DcpPlan {
   // optim.param_groups.<i>.<key> bytes entries -> (i, key), in metadata order.
   std::vector<std::pair<std::string, std::pair<size_t, std::string>>> param_groups;
   std::vector<std::string> not_carried;        // entries neither a parameter state nor a param_groups value
+  // With optimizer state: the model tensors without any (buffers, counters), which the universal form
+  // cannot carry (not in `params`; ucp-union refuses them, naming them: issue 47).
+  std::vector<std::string> buffers;
   bool optimizer = false;                      // optimizer state found
   nlohmann::json source;                       // manifest.json "source"
 };

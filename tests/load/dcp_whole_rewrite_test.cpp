@@ -143,3 +143,29 @@ TEST(DcpWholeRewrite, DtypeConvertsTheParametersOnly) {
   EXPECT_EQ(out.metadata().find("mask")->dtype, DType::Bool);
   EXPECT_EQ(out.metadata().find("optimizer.state.emb.weight.exp_avg")->dtype, DType::Float32);
 }
+
+// ucp-info names what a training loop's DCP holds besides its parameters (issue 47: it said
+// "0 param_groups" and nothing of the rest), and ucp-union, whose universal form cannot carry buffers,
+// refuses by name and points to the route that keeps them.
+TEST(DcpWholeRewrite, UcpInfoDescribesEveryItemAndUcpUnionRefusesBuffersByName) {
+  const Case c = case_of("info", kFixtures[0]);
+  auto r = ucpkit::testing::run_split_in(c.work, kBin + "/ucp-info ../in --json", c.root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto dcp = nlohmann::json::parse(r.out)["dcp"];
+  EXPECT_EQ(dcp["key_layout"], "torchtitan");
+  EXPECT_TRUE(dcp["flattened_optimizer"].get<bool>());
+  for (const char* head : {"lr_scheduler", "dataloader", "train_state", "param_groups"})
+    EXPECT_GT(dcp["non_tensor_items"].value(head, 0), 0) << head;
+  EXPECT_EQ(dcp["buffers"].size(), 7u) << dcp.dump();
+  r = ucpkit::testing::run_split_in(c.work, kBin + "/ucp-info ../in", c.root);
+  EXPECT_NE(r.out.find("param_groups flattened per parameter"), std::string::npos) << r.out;
+  const Case g = case_of("info_gsd", kFixtures[1]);
+  r = ucpkit::testing::run_split_in(g.work, kBin + "/ucp-info ../in --json", g.root);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["dcp"]["key_layout"], "get_state_dict");
+  r = ucpkit::testing::run_split_in(c.work, kBin + "/ucp-union --input ../in --output u", c.root);
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("no optimizer state (buffers: 'mask'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ucp-load --format dcp keeps them"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(c.work + "/u"));
+}

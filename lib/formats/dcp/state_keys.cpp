@@ -76,4 +76,38 @@ std::vector<std::string> parameter_keys(const Metadata& md, bool* all_floating) 
   return out;
 }
 
+KeyLayout key_layout(const Metadata& md) {
+  KeyLayout k;
+  bool nested_model = false, top_model = false, optim = false, optimizer = false;
+  std::set<std::string> with_state;
+  std::vector<std::string> model;
+  for (const Entry& e : md.entries) {
+    const std::vector<std::string> path = nested_path(md, e.fqn);
+    const KeyRole r = key_role(path);
+    if (e.is_bytes) {
+      const bool group = r.kind == KeyRole::ParamGroup ||
+                         (path.size() >= 2 && (path[0] == "optim" || path[0] == "optimizer") &&
+                          (path[1] == "param_groups" || path[1].rfind("param_groups.", 0) == 0));
+      ++k.non_tensor_items[group ? "param_groups" : r.kind == KeyRole::OptimizerState ? "optimizer state" : path[0]];
+      continue;
+    }
+    if (r.kind == KeyRole::OptimizerState) {
+      with_state.insert(r.param);
+      (path[0] == "optim" ? optim : optimizer) = true;
+      k.flattened_optimizer |= path.size() == 2;
+    } else if (r.kind == KeyRole::Model) {
+      (path.size() >= 2 && path[0] == "model" ? nested_model : top_model) = true;
+      model.push_back(r.param);
+    }
+  }
+  k.layout = with_state.empty() ? "model only"
+             : nested_model && optim ? "get_state_dict"
+             : optimizer && top_model && !nested_model ? "torchtitan"
+                                      : "other";
+  if (!with_state.empty())
+    for (const auto& m : model)
+      if (!with_state.count(m)) k.buffers.push_back(m);
+  return k;
+}
+
 }  // namespace ucpkit::formats::dcp

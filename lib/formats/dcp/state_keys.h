@@ -6,6 +6,7 @@
 // {"model": ..., "optim": ...} wrapper spells it.
 #pragma once
 #include <cstddef>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,17 @@ std::vector<std::string> nested_path(const Metadata& md, const std::string& fqn)
 // flattened "state.<fqn>.<name>" key) is an optimizer state, "param_groups"/<i>/<key> a param_groups
 // value, anything else Other; every path without such a head is a model tensor.
 KeyRole key_role(const std::vector<std::string>& path);
+
+// What a DCP holds besides its tensors, and under which keys (ucp-info, issue 47).
+struct KeyLayout {
+  // "get_state_dict" ({"model": ..., "optim": ...}), "torchtitan" (model keys at the top level, the
+  // optimizer under "optimizer"), "model only" (no optimizer), or "other".
+  std::string layout;
+  bool flattened_optimizer = false;  // flatten_optimizer_state_dict's "state.<fqn>.<name>" keys
+  std::map<std::string, size_t> non_tensor_items;  // bytes items by their head ("lr_scheduler", "param_groups", ...)
+  std::vector<std::string> buffers;  // model tensors without optimizer state, beside parameters with it
+};
+KeyLayout key_layout(const Metadata& md);
 
 // The flat keys of `md`'s parameters, what ucp-load's --dtype converts (issue 47: never buffers or
 // counters): the floating-point model tensors that have optimizer state; when `md` holds no optimizer
