@@ -1,4 +1,5 @@
-// ucp-diff: compares two checkpoints of any layouts value by value through their universal form. A
+// ucp-diff: compares two checkpoints of any layouts value by value through their universal form (two
+// DCP folders: entry by entry as saved, non-tensor items included). A
 // universal folder is read as it is; a native checkpoint (or ucp-extract work folder) is first
 // converted by ucp-union's one-step code path (to_universal::run_union) into a temporary folder that is removed
 // on every way out, SIGINT and SIGTERM included. Then every atomic tensor (each parameter's fp32 master
@@ -40,7 +41,7 @@ struct TensorDifference {
 
 struct DiffSide {
   std::string input;  // as given
-  std::string form;   // "universal" (read as it is) or "native" (converted)
+  std::string form;   // "universal" (read as it is), "native" (converted) or "dcp" (two DCPs: read as they are)
 };
 
 struct DiffResult {
@@ -50,6 +51,13 @@ struct DiffResult {
   size_t tensors_equal = 0;
   size_t differences = 0;    // tensors not equal (a parameter in one only counts each of its states)
   std::vector<TensorDifference> listed;  // the first DiffOptions::listed of them
+  // Two DCP folders are compared entry by entry as saved (issue 47): every tensor in its own dtype
+  // (buffers and counters too), every non-tensor item (LR scheduler, dataloader, param_groups...);
+  // `items` counts those non-tensor items (in `tensors` and `differences` too).
+  size_t items = 0;
+  // What the comparison did not look at, said in the verdict: the universal form holds no optimizer
+  // steps' or param_groups' differences (they are not compared there).
+  std::vector<std::string> skipped;
 
   bool equal() const { return differences == 0; }
   nlohmann::json to_json() const;  // keys: docs/ucp-info.md

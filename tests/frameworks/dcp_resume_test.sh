@@ -8,6 +8,8 @@
 # from the original (torch's reshard-on-load) and from our output: every value it loads (gathered
 # whole, as digests) and the next 3 steps' losses, learning rates, data positions and step counters
 # must be equal bit for bit, and the non-tensor items must have been loaded (positions continue).
+# ucp-diff (issue 47) calls each original and our output equal, entry by entry, and the loop saved one
+# step later different in its step counters, learning rate, buffers and data position (exit 3).
 # Exit 77 (skipped) when the framework environment cannot be made.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -23,6 +25,8 @@ cd "$work"
 mkdir ours elsewhere
 for v in ${variants//,/ }; do
   (cd elsewhere && "$build/bin/ucp-load" --input "../saved/$v" --format dcp --world-size 2 --output "../ours/$v" --json >"../$v.json")
+  "$build/bin/ucp-diff" "saved/$v" "ours/$v" >diff.txt || { cat diff.txt; exit 1; }
+  grep -q "^equal: all .* entries" diff.txt || { cat diff.txt; exit 1; }
   python3 - "$v.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
@@ -43,5 +47,20 @@ for v in orig:
     assert a["losses_before"] == b["losses_before"] and len(b["losses_before"]) == 3, f"{v}: train_state bytes"
     assert [s["position"] for s in b["steps"]] == [4, 5, 6] and [s["step"] for s in b["steps"]] == [4, 5, 6], v
     print(f"{v}: {len(a['loaded'])} values loaded equal; next losses {[s['loss'] for s in b['steps']]} equal")
+PY
+# One step later: ucp-diff must find what changed besides the weights.
+"$py" "$loop" save --out later --world 4 --variants torchtitan-fp32 --steps 4 2>later.log || { tail -20 later.log; exit 1; }
+rc=0
+"$build/bin/ucp-diff" --json --max-listed 1000 saved/torchtitan-fp32 later/torchtitan-fp32 >later.json || rc=$?
+[[ $rc == 3 ]] || { echo "ucp-diff of two steps: exit $rc, expected 3"; cat later.json; exit 1; }
+python3 - later.json <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert not j["equal"] and j["non_tensor_items"] > 0 and j["skipped"] == [], j
+listed = {d["param"] for d in j["listed"]}
+want = {"train_state.step", "norm.num_batches_tracked", "lr_scheduler.last_epoch", "lr_scheduler._last_lr",
+        "dataloader.position", "optimizer.state.emb.weight.step", "norm.running_mean"}
+assert want <= listed, sorted(want - listed)
+print("ucp-diff of the loop one step later: " + ", ".join(sorted(want)) + " reported")
 PY
 echo "dcp resume equivalence: ${variants//,/, }: equal"
