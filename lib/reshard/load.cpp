@@ -58,10 +58,21 @@ nlohmann::json LoadSummary::to_json() const {
   return j;
 }
 
-// Direct mode: the source's extract plan and the common optimizer state ucp-union would write.
+// Direct mode: the source's extract plan, and its kind (where its data folder is).
 struct DirectInput {
   to_universal::ExtractPlan plan;
+  formats::FolderKind kind;
 };
+
+const DirectInput* Prepared::direct() const {
+  const auto* d = std::get_if<std::shared_ptr<const DirectInput>>(&source);
+  return d ? d->get() : nullptr;
+}
+
+const TorchDistInput* Prepared::torch_dist() const {
+  const auto* t = std::get_if<std::shared_ptr<const TorchDistInput>>(&source);
+  return t ? t->get() : nullptr;
+}
 
 namespace {
 // The folder the data is read from, for the output-over-input check: the universal folder, the
@@ -75,12 +86,31 @@ namespace {
 // The input's kind (an unknown folder is refused here, naming what was looked for).
 formats::FolderKind kind_of(const LoadOptions& options) { return formats::detect(options.input); }
 
-// The AtomicSource of a direct or torch_dist input (null for a universal folder), set on `reader`,
-// for a plan: it reads steps, no fp32 value, so the model files' weights are not indexed.
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+
+// The AtomicSource of a direct or torch_dist input (null for a universal folder, read as it is).
+// `check_image`: direct mode compares the model files' weights with the fp32 masters (DirectSource).
+// `direct`: set to the direct source, when it is one.
+std::unique_ptr<AtomicSource> make_source(const Prepared& p, bool check_image, DirectSource** direct = nullptr) {
+  return std::visit(Overloaded{[](const UniversalInput&) -> std::unique_ptr<AtomicSource> { return nullptr; },
+                               [&](const std::shared_ptr<const DirectInput>& d) -> std::unique_ptr<AtomicSource> {
+                                 auto s = std::make_unique<DirectSource>(d->plan, p.model, check_image);
+                                 if (direct) *direct = s.get();
+                                 return s;
+                               },
+                               [&](const std::shared_ptr<const TorchDistInput>& t) -> std::unique_ptr<AtomicSource> {
+                                 return std::make_unique<TorchDistSource>(*t, p.model);
+                               }},
+                    p.source);
+}
+
+// The source set on `reader` for a plan: it reads steps, no fp32 value, so the model files' weights
+// are not indexed.
 std::unique_ptr<AtomicSource> open_source(const Prepared& p, UniversalReader& reader) {
-  std::unique_ptr<AtomicSource> source;
-  if (p.direct) source = std::make_unique<DirectSource>(p.direct->plan, p.model, /*check_image=*/false);
-  else if (p.torch_dist) source = std::make_unique<TorchDistSource>(*p.torch_dist, p.model);
+  auto source = make_source(p, /*check_image=*/false);
   if (source) reader.set_source(source.get());
   return source;
 }
@@ -90,15 +120,15 @@ Prepared prepare(const LoadOptions& options) { return prepare(options, kind_of(o
 
 Prepared prepare(const LoadOptions& options, const formats::FolderKind& kind) {
   Prepared p;
-  p.input = kind;
   if (!options.template_dir.empty()) {  // a torch_dist save in one pass (torch_dist_source.h)
     if (options.format != OutputFormat::DeepSpeed)
       throw UsageError("--template applies to --format deepspeed (other formats need no Megatron-DeepSpeed model files)");
     if (!kind.is(formats::kTorchDist))
       throw Error(options.input + ": --template needs a Megatron-Core torch_dist checkpoint as --input (a universal folder "
                   "in Megatron-Core names: ucp-union --to-names megatron-deepspeed --template first)");
-    p.torch_dist = open_torch_dist_input(options.input, options.template_dir, options.model_map);
-    p.model = model_info_from(torch_dist_meta(*p.torch_dist));
+    std::shared_ptr<const TorchDistInput> t = open_torch_dist_input(options.input, options.template_dir, options.model_map);
+    p.model = model_info_from(torch_dist_meta(*t));
+    p.source = std::move(t);
   } else if (!options.model_map.empty()) {
     throw UsageError("--model-map applies with --template");
   } else if (kind.is(formats::kUniversal)) {
@@ -106,8 +136,9 @@ Prepared prepare(const LoadOptions& options, const formats::FolderKind& kind) {
   } else {  // a native checkpoint, read directly (issue 18); direct_plan refuses other kinds by name
     auto d = std::make_shared<DirectInput>();
     d->plan = direct_plan(options.input, kind);
+    d->kind = kind;
     p.model = model_info_from(direct_meta(d->plan));
-    p.direct = std::move(d);
+    p.source = std::shared_ptr<const DirectInput>(std::move(d));
   }
   if (p.model.manifest_only && options.format == OutputFormat::DeepSpeed)
     throw Error(options.input + "/manifest.json: no DeepSpeed model files (a universal folder made from a DCP or "
@@ -214,7 +245,7 @@ std::map<const Storage*, std::string> record_names(const pickle::ValuePtr& root)
 // byte range it is converted from (`copies`).
 nlohmann::json direct_plan_json(const LoadOptions& options, const Prepared& p) {
   UniversalReader reader(p.model, options.input, false);
-  DirectSource source(p.direct->plan, p.model);
+  DirectSource source(p.direct()->plan, p.model);
   reader.set_source(&source);
   nlohmann::json d = source.source_json();
   nlohmann::json targets = nlohmann::json::array();
@@ -330,8 +361,8 @@ nlohmann::json plan_json(const LoadOptions& options) {
   j["record"] = p.record;
   const auto& mpi = parallel::MpiSession::get();
   const int ranks = mpi.size();
-  const LoadPlan lp = plan_load(options, p.model, p.plan, p.moe_line, p.direct != nullptr, ranks, mpi.rank(),
-                                p.torch_dist != nullptr);
+  const LoadPlan lp = plan_load(options, p.model, p.plan, p.moe_line, p.direct() != nullptr, ranks, mpi.rank(),
+                                p.torch_dist() != nullptr);
   j["load"] = lp.to_json(p.model);
   // Which rank writes which file, and reads which atomic tensor in which batch, when the exchange
   // would be used (the files are laid out in memory for it; nothing is written).
@@ -345,7 +376,7 @@ nlohmann::json plan_json(const LoadOptions& options) {
     for (size_t f = 0; f < setup.files.size(); ++f)
       writers.push_back({{"file", setup.files[f].path}, {"rank", setup.plan.file_ranks[f]}});
   }
-  if (p.direct) j["direct"] = direct_plan_json(options, p);
+  if (p.direct()) j["direct"] = direct_plan_json(options, p);
   return j;
 }
 
@@ -391,16 +422,17 @@ struct LoadRun {
   uint64_t crc_bytes_read = 0;
 };
 
-// Direct mode: atomic tensors come from the source's shards (their CRC-32 kept when fused).
-std::unique_ptr<DirectSource> open_direct_source(LoadRun& r, bool fused_crc) {
-  std::unique_ptr<DirectSource> source;
+// The run's atomic tensors from a direct source (the source's shards, their CRC-32 kept when fused) or a
+// torch_dist one; none for a universal folder.
+std::unique_ptr<AtomicSource> open_run_source(LoadRun& r, bool fused_crc) {
+  std::unique_ptr<AtomicSource> source;
+  if (std::holds_alternative<UniversalInput>(r.prep.source)) return source;
   r.failed.guard([&] {
-    source = std::make_unique<DirectSource>(r.prep.direct->plan, r.prep.model, r.options.verify);
-    source->keep_source_crcs(fused_crc);
+    source = make_source(r.prep, r.options.verify, &r.source);
+    if (r.source) r.source->keep_source_crcs(fused_crc);
   });
   r.failed.settle();
   r.reader.set_source(source.get());
-  r.source = source.get();
   return source;
 }
 
@@ -525,12 +557,13 @@ void write_deepspeed_output(LoadRun& r, const std::string& staged) {
 // records no copy read, in this rank's share of the source files (balanced by bytes).
 void check_source_crcs(LoadRun& r) {
   r.failed.guard([&] {
-    const auto& plan = r.prep.direct->plan;
+    const DirectInput& direct = *r.prep.direct();
+    const auto& plan = direct.plan;
     std::vector<std::string> paths(plan.files);
     paths.insert(paths.end(), plan.model_files.begin(), plan.model_files.end());
     if (!plan.optimizer_state_file.empty()) paths.push_back(plan.optimizer_state_file);
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(native_checkpoint_dir(r.options.input, r.prep.input), ec))
+    for (const auto& e : fs::directory_iterator(native_checkpoint_dir(r.options.input, direct.kind), ec))
       if (e.is_regular_file() && e.path().extension() == ".pt") paths.push_back(e.path().string());
     for (auto& p : paths) p = fs::weakly_canonical(p).string();
     std::sort(paths.begin(), paths.end());
@@ -660,8 +693,8 @@ LoadSummary run_load(const LoadOptions& options) {
   if (options.reuse_output && output_holds(options, prep, mpi.rank() == 0)) return reused_summary(options, prep, t0);
   phase.next("plan");
   const LoadPlan plan =
-      plan_load(options, prep.model, prep.plan, prep.moe_line, prep.direct != nullptr, mpi.size(), mpi.rank(),
-                prep.torch_dist != nullptr);
+      plan_load(options, prep.model, prep.plan, prep.moe_line, prep.direct() != nullptr, mpi.size(), mpi.rank(),
+                prep.torch_dist() != nullptr);
 
   // Every rank turns SIGINT/SIGTERM into a failure at its next job from here on (staging removed).
   parallel::CollectiveStaging staging(failed, options.output, options.overwrite, "ucp-load", options.reporter.verbose,
@@ -673,14 +706,7 @@ LoadSummary run_load(const LoadOptions& options) {
   // With --sync (the default) every finished target file starts its write-back at once, so the final
   // flush overlaps the writing instead of following it.
   run.write.start_writeback = options.sync;
-  std::unique_ptr<DirectSource> source;
-  if (plan.direct) source = open_direct_source(run, crc.fused());
-  std::unique_ptr<TorchDistSource> td_source;
-  if (prep.torch_dist) {
-    failed.guard([&] { td_source = std::make_unique<TorchDistSource>(*prep.torch_dist, prep.model); });
-    failed.settle();
-    reader.set_source(td_source.get());
-  }
+  const auto source = open_run_source(run, crc.fused());
   if (plan.verify_first) verify_atomic_tensors(run);  // exchange mode verifies while the owner reads
   if (plan.format == OutputFormat::Safetensors) write_safetensors_output(run, staged);
   else if (plan.format == OutputFormat::Dcp) write_dcp_folder(run, staged);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <variant>
 
 #include <nlohmann/json.hpp>
 
@@ -70,21 +71,28 @@ struct LoadSummary {
   nlohmann::json to_json() const;
 };
 
+// What the run reads its atomic tensors from, exactly one of: a universal folder read as it is, a native
+// checkpoint read directly (its extract plan), a torch_dist save read in one pass (--template).
+struct UniversalInput {};
+struct DirectInput;     // direct mode: the source's extract plan and kind (load.cpp)
+struct TorchDistInput;  // a torch_dist input with --template (torch_dist_source.h)
+using InputSource =
+    std::variant<UniversalInput, std::shared_ptr<const DirectInput>, std::shared_ptr<const TorchDistInput>>;
+
 // What the run reads once and every later step shares: the model description, the target plan (what
 // to write: the layout with its optimizer flavour resolved), the source's parsed templates and the
 // native-MoE line written. Nothing written yet.
-struct DirectInput;  // direct mode: the source's extract plan and common optimizer state (load.cpp)
-struct TorchDistInput;  // a torch_dist input with --template (torch_dist_source.h)
 struct Prepared {
   ModelInfo model;
   UcpInfo plan;
   std::shared_ptr<const Templates> templates;            // DeepSpeed output: parsed once, shared by every writer
   const formats::deepspeed::VersionLine* moe_line = nullptr;  // native MoE: the line written (target_moe_line)
-  std::shared_ptr<DirectInput> direct;  // null: the input is a universal checkpoint
-  std::shared_ptr<TorchDistInput> torch_dist;  // a torch_dist input read in one pass (--template)
-  formats::FolderKind input{std::string(formats::kUniversal), ""};  // read once (formats::detect)
+  InputSource source;
   nlohmann::json from_source = nlohmann::json::object();  // target values taken from the source
   nlohmann::json record;                // DeepSpeed output: its layout record (ucpkit_layout.json)
+  // The source when it is of that kind, else null.
+  const DirectInput* direct() const;
+  const TorchDistInput* torch_dist() const;
 };
 Prepared prepare(const LoadOptions& options);
 // The same for an input whose kind the caller has read (formats::detect).
