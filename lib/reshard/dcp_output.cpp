@@ -13,6 +13,7 @@
 #include "formats/dcp/writer.h"
 #include "io/shape.h"
 #include "io/torch/torch_file.h"
+#include "reshard/output_writer.h"
 #include "reshard/target_defaults.h"
 
 namespace fs = std::filesystem;
@@ -186,5 +187,48 @@ DcpWritten write_dcp_output(const DcpOutput& out, const ModelInfo& model, Univer
   w.items = result.items.size();
   return w;
 }
+
+
+namespace {
+
+// The plan of the output, with each parameter's step read (its kind decides the entry's).
+DcpOutput dcp_output_of(const LoadOptions& options, const Prepared& p, UniversalReader& reader) {
+  return plan_dcp_output(p.model, p.plan.target.dtype, dcp_target(options.given.world_size),
+                         [&](int i) { return reader.step(i); });
+}
+
+// --format dcp: global tensors (the parallel layout does not apply; --world-size N: FSDP2's rows);
+// rank 0 writes the data files and .metadata.
+class DcpOutputWriter final : public OutputWriter {
+ public:
+  void prepare(const LoadOptions&, Prepared&) const override {}
+
+  nlohmann::json plan_json(const LoadOptions& options, const Prepared& p) const override {
+    UniversalReader reader(p.model, options.input, false);
+    const auto source = open_plan_source(p, reader);
+    auto j = dcp_output_json(dcp_output_of(options, p, reader));
+    j["from_source"] = p.from_source;
+    return j;
+  }
+
+  void write(LoadRun& r, const std::string& staged) const override {
+    r.failed.guard([&] {
+      if (r.mpi.rank() != 0) return;
+      const DcpOutput out = dcp_output_of(r.options, r.prep, r.reader);
+      const std::string id = fs::absolute(r.options.output).lexically_normal().string();
+      const DcpWritten w = write_dcp_output(out, r.prep.model, r.reader, staged, id);
+      r.written += w.bytes;
+      r.files += w.files;
+    });
+  }
+
+  void summarize(const LoadRun& r, LoadSummary& s) const override {
+    s.target = dcp_target_json(dcp_target(r.options.given.world_size), r.prep.plan.target.dtype);
+  }
+};
+
+[[maybe_unused]] const bool kRegistered = register_output_writer(OutputFormat::Dcp, std::make_shared<DcpOutputWriter>());
+
+}  // namespace
 
 }  // namespace ucpkit::reshard

@@ -34,6 +34,13 @@ std::string native_checkpoint_dir(const std::string& input, const formats::Folde
 // The extract plan of a native checkpoint (or work folder); refuses what direct mode cannot read.
 to_universal::ExtractPlan direct_plan(const std::string& input, const formats::FolderKind& kind);
 
+// Direct mode's input (ucp-load's Prepared::source): the source's extract plan, and its kind (where
+// its data folder is).
+struct DirectInput {
+  to_universal::ExtractPlan plan;
+  formats::FolderKind kind;
+};
+
 // What ucp-union would put in manifest.json and zero/optimizer_state.pt, in memory; model files are
 // the source's own (ucp-union copies them byte for byte).
 UniversalMeta direct_meta(const to_universal::ExtractPlan& plan);

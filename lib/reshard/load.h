@@ -1,10 +1,12 @@
-// The ucp-load driver: universal checkpoint -> target layout (DeepSpeed files or safetensors),
-// planned with UcpInfo and each rank's LoadPlan (load_plan.h), executed with TBB threads (and MPI ranks
-// under mpirun), written atomically.
+// The ucp-load driver: universal checkpoint (or a native one, read directly) -> the output format's
+// checkpoint, one path for every format: prepare, plan, write into a staging folder, commit. What each
+// format adds is its OutputWriter's (output_writer.h). Executed with TBB threads (and MPI ranks under
+// mpirun), written atomically.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <variant>
 
 #include <nlohmann/json.hpp>
 
@@ -70,28 +72,42 @@ struct LoadSummary {
   nlohmann::json to_json() const;
 };
 
+// What the run reads its atomic tensors from, exactly one of: a universal folder read as it is, a native
+// checkpoint read directly (its extract plan), a torch_dist save read in one pass (--template).
+struct UniversalInput {};
+struct DirectInput;     // direct mode: the source's extract plan and kind (direct_source.h)
+struct TorchDistInput;  // a torch_dist input with --template (torch_dist_source.h)
+using InputSource =
+    std::variant<UniversalInput, std::shared_ptr<const DirectInput>, std::shared_ptr<const TorchDistInput>>;
+
+// What an output writer that reads its input itself decided in prepare, for its write
+// (OutputWriter::reads_model, output_writer.h); each such writer derives its own.
+struct WriterPlan {
+  virtual ~WriterPlan() = default;
+};
+
 // What the run reads once and every later step shares: the model description, the target plan (what
 // to write: the layout with its optimizer flavour resolved), the source's parsed templates and the
 // native-MoE line written. Nothing written yet.
-struct DirectInput;  // direct mode: the source's extract plan and common optimizer state (load.cpp)
-struct TorchDistInput;  // a torch_dist input with --template (torch_dist_source.h)
 struct Prepared {
   ModelInfo model;
   UcpInfo plan;
   std::shared_ptr<const Templates> templates;            // DeepSpeed output: parsed once, shared by every writer
   const formats::deepspeed::VersionLine* moe_line = nullptr;  // native MoE: the line written (target_moe_line)
-  std::shared_ptr<DirectInput> direct;  // null: the input is a universal checkpoint
-  std::shared_ptr<TorchDistInput> torch_dist;  // a torch_dist input read in one pass (--template)
-  formats::FolderKind input{std::string(formats::kUniversal), ""};  // read once (formats::detect)
+  InputSource source;
   nlohmann::json from_source = nlohmann::json::object();  // target values taken from the source
   nlohmann::json record;                // DeepSpeed output: its layout record (ucpkit_layout.json)
+  std::shared_ptr<const WriterPlan> output;  // a writer that reads its input itself: its plan (else null)
+  // The source when it is of that kind, else null.
+  const DirectInput* direct() const;
+  const TorchDistInput* torch_dist() const;
 };
 Prepared prepare(const LoadOptions& options);
 // The same for an input whose kind the caller has read (formats::detect).
 Prepared prepare(const LoadOptions& options, const formats::FolderKind& kind);
 
-// `ucp-load --plan`: the UcpInfo as JSON, with `from_source`, (DeepSpeed output) the layout `record`
-// and this rank's LoadPlan (`load`), and the exchange's plan when it would be used.
+// `ucp-load --plan`: the output writer's plan (output_writer.h; DeepSpeed: the UcpInfo as JSON, with
+// `from_source`, the layout `record`, this rank's LoadPlan (`load`), and the exchange's plan when it would be used).
 nlohmann::json plan_json(const LoadOptions& options);
 
 // Writes the target checkpoint under options.output (built under a temporary name, then renamed).

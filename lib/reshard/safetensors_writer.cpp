@@ -13,6 +13,7 @@
 #include "core/staging.h"
 #include "io/shape.h"
 #include "parallel/threads.h"
+#include "reshard/output_writer.h"
 
 namespace fs = std::filesystem;
 
@@ -113,5 +114,46 @@ uint64_t write_safetensors(const ModelInfo& model, UniversalReader& reader, DTyp
   for (auto w : written) sum += w;
   return sum;
 }
+
+
+namespace {
+
+// --format safetensors: the weights only, unsharded (the parallel layout does not apply); rank 0 writes
+// every shard and the index.
+class SafetensorsOutput final : public OutputWriter {
+ public:
+  void prepare(const LoadOptions&, Prepared&) const override {}
+
+  // The dtype and which parameters go to which shard.
+  nlohmann::json plan_json(const LoadOptions& options, const Prepared& p) const override {
+    nlohmann::json j;
+    j["format"] = std::string(output_format_name(OutputFormat::Safetensors));
+    j["dtype"] = std::string(dtype_name(p.plan.target.dtype));
+    j["from_source"] = p.from_source;
+    auto& shards = j["shards"] = nlohmann::json::array();
+    for (const auto& sh : safetensors_shards(p.model, p.plan.target.dtype, options.shard_bytes)) {
+      nlohmann::json names = nlohmann::json::array();
+      for (int i : sh) names.push_back(p.model.params[i].name);
+      shards.push_back(names);
+    }
+    return j;
+  }
+
+  void write(LoadRun& r, const std::string& staged) const override {
+    const auto& o = r.options;
+    r.failed.guard([&] {
+      if (r.mpi.rank() == 0) {
+        const DType dtype = r.prep.plan.target.dtype;
+        r.written += write_safetensors(r.prep.model, r.reader, dtype, o.shard_bytes, staged, r.threads);
+        r.files += safetensors_shards(r.prep.model, dtype, o.shard_bytes).size() + 1;
+      }
+    });
+  }
+};
+
+[[maybe_unused]] const bool kRegistered =
+    register_output_writer(OutputFormat::Safetensors, std::make_shared<SafetensorsOutput>());
+
+}  // namespace
 
 }  // namespace ucpkit::reshard

@@ -1,14 +1,27 @@
-// ucp-load --format torch_dist (torch_dist_output.h).
-#include "reshard/torch_dist_output.h"
+// ucp-load --format torch_dist: a Megatron-Core-named universal folder (docs/formats-megatron-core.md,
+// "Universal names") written as a Megatron-Core torch_dist checkpoint with the fully_reshardable
+// distributed-optimizer state, as Megatron-LM's save_checkpoint lays it out:
+//   OUT/latest_checkpointed_iteration.txt       the iteration (training/checkpointing.py:340)
+//   OUT/iter_{N:07d}/.metadata, __{rank}_0.distcp  the DCP save (formats/dcp/writer), keys and chunks
+//                                                 per rank of the target mesh (formats/megatron_core/writer)
+//   OUT/iter_{N:07d}/metadata.json               {"sharded_backend": "torch_dist", "sharded_backend_version": 1},
+//                                                 written last as Megatron does (dist_checkpointing/serialization.py:447-453)
+// The common state (the bytes item common_state/shard_0_1: torch.save([dict])) is the folder's
+// megatron_core/common_state.pt (ucp-union's record of the source's, in fully_reshardable form) with
+// args.{tensor,pipeline,expert}_model_parallel_size, data_parallel_size and world_size set to the
+// target; the `._extra_state` objects are written back as recorded. Model tensors in the source's
+// dtype (the manifest's) unless --dtype, optimizer states fp32. --tp / --pp / --ep / --dp left out
+// are the source's (recorded in manifest.json's source), said on stderr.
+// Its OutputWriter (output_writer.h) reads the input itself (a DeepSpeed checkpoint or its universal
+// folder through the Megatron-Core view, or a Megatron-Core-named universal folder) and is written by
+// one process.
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <set>
 
-#include "core/allocator.h"
 #include "core/atomic_file.h"
 #include "core/confine.h"
 #include "core/crc32.h"
@@ -21,11 +34,11 @@
 #include "formats/universal/manifest.h"
 #include "formats/universal/state_file.h"
 #include "io/torch/torch_file.h"
-#include "parallel/mpi_session.h"
 #include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/megatron_core/deepspeed_common_state.h"
 #include "reshard/direct_source.h"
 #include "reshard/model_info.h"
+#include "reshard/output_writer.h"
 #include "reshard/target_defaults.h"
 #include "reshard/universal_reader.h"
 #include "to_universal/direct.h"
@@ -123,7 +136,7 @@ std::shared_ptr<ForwardInput> open_forward_input(const LoadOptions& o) {
 }
 
 // Everything the write needs, read and decided before anything is written.
-struct TdPrepared {
+struct TdPrepared : WriterPlan {
   std::shared_ptr<ForwardInput> forward;  // set: a DeepSpeed input read through the Megatron-Core view
   std::string dir;  // the universal folder
   formats::universal::UniversalManifest manifest;
@@ -265,10 +278,8 @@ std::string iteration_folder(int64_t it) {
   return "iter_" + n;
 }
 
-}  // namespace
-
-nlohmann::json torch_dist_plan_json(const LoadOptions& options) {
-  const TdPrepared p = prepare_torch_dist(options);
+// --plan / --dry-run: target, keys, entries and files; writes nothing.
+nlohmann::json plan_of(const TdPrepared& p) {
   nlohmann::json j;
   j["format"] = "torch_dist";
   j["from_source"] = p.from_source;
@@ -287,22 +298,9 @@ nlohmann::json torch_dist_plan_json(const LoadOptions& options) {
   return j;
 }
 
-LoadSummary run_torch_dist_load(const LoadOptions& options) {
-  const auto t0 = std::chrono::steady_clock::now();
-  // Parameter states and chunks come and go one after another: kept on the heap, each reuses the pages
-  // of the previous one instead of fresh mappings faulted in and zeroed page by page (core/allocator.h;
-  // the same tuning as the DeepSpeed writer's, reshard/load.cpp).
-  keep_large_buffers_on_heap({.trim_threshold = 1 << 30, .top_pad = 64 << 20});
-  if (parallel::MpiSession::get().size() > 1)
-    throw UsageError("--format torch_dist is written by one process (no MPI split yet): run ucp-load without mpirun");
-  refuse_output_over_input(options.output, "--output", options.input, "--input");
-  const TdPrepared p = prepare_torch_dist(options);
-  // tp, pp, ep and dtype taken from the source are said by the tool (describe_source_defaults); DP here.
-  if (p.from_source.contains("dp"))
-    options.reporter.warning("--dp not given: DP " + p.from_source["dp"].dump() + " as the source's (torch_dist)");
-  StagingDir staging(options.output, options.overwrite, "ucp-load",
-                     [&](const std::string& line) { options.reporter.warning(line); }, options.sync);
-  const fs::path root = staging.path();
+// Writes the checkpoint into the staging folder `staged` (one process), adding to `r`'s counts.
+void write_torch_dist(const LoadOptions& options, const TdPrepared& p, const std::string& staged, LoadRun& r) {
+  const fs::path root = staged;
   const fs::path iter = root / iteration_folder(p.iteration);
 
   std::map<std::string, size_t> index;
@@ -384,22 +382,50 @@ LoadSummary run_torch_dist_load(const LoadOptions& options) {
   uint64_t written = result.bytes;  // data files, then .metadata, metadata.json and the tracker
   for (const fs::path& f : {iter / ".metadata", iter / "metadata.json", root / "latest_checkpointed_iteration.txt"})
     written += fs::file_size(f);
-  test_pause_if_asked();
-  check_interrupted();
-  staging.commit();
-
-  LoadSummary s;
-  s.output = options.output;
-  s.format = OutputFormat::TorchDist;
-  s.params = p.manifest.params.size();
-  s.files_written = p.plan.plan.files.size() + 3;
-  s.bytes_read = read;
-  s.bytes_written = written;
-  s.from_source = p.from_source;
-  s.target = p.target;
-  s.peak_rss_bytes = peak_rss_bytes();
-  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return s;
+  r.read += read;
+  r.written += written;
+  r.files += p.plan.plan.files.size() + 3;
 }
+
+class TorchDistOutput final : public OutputWriter {
+ public:
+  bool reads_model() const override { return false; }
+  bool one_process() const override { return true; }
+  bool staging_notes_warn() const override { return true; }
+
+  void prepare(const LoadOptions& options, Prepared& p) const override {
+    auto td = std::make_shared<TdPrepared>(prepare_torch_dist(options));
+    p.from_source = td->from_source;
+    p.output = std::move(td);
+  }
+
+  // tp, pp, ep and dtype taken from the source are said by the tool (describe_source_defaults); DP here.
+  void announce(const LoadOptions& options, const Prepared& prep) const override {
+    const TdPrepared& p = of(prep);
+    if (p.from_source.contains("dp"))
+      options.reporter.warning("--dp not given: DP " + p.from_source["dp"].dump() + " as the source's (torch_dist)");
+  }
+
+  nlohmann::json plan_json(const LoadOptions&, const Prepared& p) const override { return plan_of(of(p)); }
+
+  void write(LoadRun& r, const std::string& staged) const override {
+    r.failed.guard([&] { write_torch_dist(r.options, of(r.prep), staged, r); });
+  }
+
+  void summarize(const LoadRun& r, LoadSummary& s) const override {
+    const TdPrepared& p = of(r.prep);
+    s.params = p.manifest.params.size();
+    s.target = p.target;
+    s.threads = 1;  // formats/dcp/writer writes with one thread
+  }
+
+ private:
+  static const TdPrepared& of(const Prepared& p) { return static_cast<const TdPrepared&>(*p.output); }
+};
+
+[[maybe_unused]] const bool kRegistered =
+    register_output_writer(OutputFormat::TorchDist, std::make_shared<TorchDistOutput>());
+
+}  // namespace
 
 }  // namespace ucpkit::reshard

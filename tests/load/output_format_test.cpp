@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "reshard/output_format.h"
+#include "reshard/output_writer.h"
 
 using namespace ucpkit::reshard;
 
@@ -30,4 +31,13 @@ TEST(OutputFormat, EveryNameParsesBackToItsFormat) {
 TEST(OutputFormat, OtherNamesAreRefused) {
   for (const char* name : {"", "DeepSpeed", "safetensor", "torch", "deepspeed ", "hf"})
     EXPECT_FALSE(output_format_from_name(name).has_value()) << name;
+}
+
+// Every format's writer is registered from its own file (output_writer.h); run_load and plan_json ask
+// only the registry, so the facts the common path asks of a writer are checked here.
+TEST(OutputFormat, EveryFormatHasItsRegisteredWriter) {
+  for (const auto& name : output_format_names()) EXPECT_NO_THROW((void)output_writer(*output_format_from_name(name))) << name;
+  EXPECT_EQ(output_formats_that(&OutputWriter::reads_model), "deepspeed, safetensors, dcp");
+  EXPECT_EQ(output_formats_that(&OutputWriter::takes_template), "deepspeed");
+  EXPECT_EQ(output_formats_that(&OutputWriter::one_process), "torch_dist");
 }

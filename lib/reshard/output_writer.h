@@ -1,0 +1,84 @@
+// ucp-load's output formats as plug-ins (issue 46): one OutputWriter per format, registered from the
+// format's own file (deepspeed_output.cpp, safetensors_writer.cpp, dcp_output.cpp, torch_dist_output.cpp)
+// by its OutputFormat. run_load and plan_json (load.cpp) run one path for every format and ask the
+// writer for the format's steps: its part of prepare, its --plan JSON, its write, its summary facts.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "parallel/mpi_session.h"
+#include "reshard/exchange.h"
+#include "reshard/laid_out_file.h"
+#include "reshard/load.h"
+#include "reshard/load_plan.h"
+#include "reshard/universal_reader.h"
+
+namespace ucpkit::reshard {
+
+class DirectSource;
+
+// One rank's execution of its LoadPlan: what the steps share, and what they add up (summed over the
+// ranks into the LoadSummary).
+struct LoadRun {
+  const LoadOptions& options;
+  const Prepared& prep;
+  const LoadPlan& plan;
+  parallel::MpiSession& mpi;
+  parallel::RankFailure& failed;  // guard() the work of each step, settle() at its end on every rank
+  int threads;
+  UniversalReader& reader;
+  WriteOptions write;              // how each target file is written
+  DirectSource* source = nullptr;  // direct mode
+  std::atomic<uint64_t> written{0}, files{0};
+  uint64_t read = 0;               // bytes a writer read itself (not through `reader`)
+  ExchangeStats xstats{};
+  size_t batches = 0, compared = 0;
+  uint64_t crc_bytes_read = 0;
+};
+
+class OutputWriter {
+ public:
+  virtual ~OutputWriter() = default;
+  // Whether the run reads the input as a model (Prepared::model and ::source: a universal folder, a
+  // native checkpoint directly, a torch_dist save with --template). When not, prepare() reads the input
+  // itself and keeps what it decided in Prepared::output (torch_dist output: the Megatron-Core view).
+  virtual bool reads_model() const { return true; }
+  // Whether --template (a torch_dist input through its Megatron-DeepSpeed view) can be written.
+  virtual bool takes_template() const { return false; }
+  // Whether one process writes the format (mpirun -np > 1 refused).
+  virtual bool one_process() const { return false; }
+  // Whether the staging folder's notes (a stale folder removed) are warnings rather than details.
+  virtual bool staging_notes_warn() const { return false; }
+  // The model read (reads_model): refuses what the format cannot be written from.
+  virtual void check_model(const LoadOptions&, const ModelInfo&) const {}
+  // The format's part of prepare: with reads_model, once the model is read and p.plan.target resolved;
+  // otherwise all of it.
+  virtual void prepare(const LoadOptions& options, Prepared& p) const = 0;
+  // What a run (not a plan) says once prepared, before its staging folder is made.
+  virtual void announce(const LoadOptions&, const Prepared&) const {}
+  // `ucp-load --plan` / `--dry-run`: what would be written; nothing is.
+  virtual nlohmann::json plan_json(const LoadOptions& options, const Prepared& p) const = 0;
+  // Writes this rank's part of the output into the staging folder `staged` (its work guarded by
+  // r.failed; the caller settles).
+  virtual void write(LoadRun& r, const std::string& staged) const = 0;
+  // The format's facts added to the summary (the counts summed over the ranks are already in).
+  virtual void summarize(const LoadRun&, LoadSummary&) const {}
+};
+
+// Registers the writer of `format`; returns true (for a namespace-scope initializer in the format's file).
+bool register_output_writer(OutputFormat format, std::shared_ptr<const OutputWriter> writer);
+// The writer registered for `format`; Error naming it when none is (a build without that format's file).
+const OutputWriter& output_writer(OutputFormat format);
+// The names of the formats whose writer answers `has` with true ("deepspeed"; ", " between several).
+std::string output_formats_that(bool (OutputWriter::*has)() const);
+
+// The atomic tensors of a direct or torch_dist input (null for a universal folder), set on `reader`,
+// for a plan: it reads steps, no fp32 value, so the model files' weights are not indexed.
+std::unique_ptr<AtomicSource> open_plan_source(const Prepared& p, UniversalReader& reader);
+
+}  // namespace ucpkit::reshard
