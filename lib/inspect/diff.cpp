@@ -416,6 +416,8 @@ DiffResult diff_checkpoints(const std::string& a, const std::string& b, const Di
   r.atol = o.atol;
   VerifyFiles verify(o.verify);
   if (formats::detect(a).name() == "dcp" && formats::detect(b).name() == "dcp") {
+    // Nothing is converted, but what a SIGKILLed run left is still swept, as every run does.
+    sweep_stale_pid_folders(temp_base(o), "ucp-diff-", [&](const std::string& m) { o.reporter.detail(m); });
     StagedPhase staged;  // SIGINT/SIGTERM end the comparison at its next entry
     compare_dcp(r, a, b, o);
     return r;

@@ -35,6 +35,7 @@
 #include "formats/universal/state_file.h"
 #include "io/torch/torch_file.h"
 #include "formats/deepspeed/checkpoint_dir.h"
+#include "formats/megatron_core/config.h"
 #include "formats/megatron_core/deepspeed_common_state.h"
 #include "reshard/direct_source.h"
 #include "reshard/model_info.h"
@@ -145,6 +146,10 @@ struct TdPrepared : WriterPlan {
   ValuePtr objects;  // {fqn: bytes} or null
   std::vector<std::string> extra_keys;  // forward: the ._extra_state objects written (their bytes made at write time)
   int64_t iteration = 0;
+  // The source kept its common state in common.pt (Megatron-Core before the common_state item, e.g.
+  // core_v0.16.1; manifest source.torch_dist.legacy_common_pt): written the same way, or its Megatron
+  // cannot open the output (issue 47: FileNotFoundError ... common.pt).
+  bool legacy_common = false;
   formats::megatron_core::WriteLayout layout;
   nlohmann::json from_source = nlohmann::json::object();
   nlohmann::json target;
@@ -191,6 +196,8 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
     }
   }
   p.iteration = formats::megatron_core::common_iteration(p.common);
+  if (const auto td = p.manifest.source.find("torch_dist"); td != p.manifest.source.end() && td->is_object())
+    p.legacy_common = td->value("legacy_common_pt", false);
 
   // The target layout: what the command line gives, else the source's (args, else manifest source).
   const auto src = p.manifest.source_facts(p.manifest_path);
@@ -259,7 +266,8 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
   for (const auto& e : p.manifest.params) names.push_back(e.name), shapes.push_back(e.shape);
-  std::vector<std::string> bytes = {kCommonStateItem};
+  std::vector<std::string> bytes;
+  if (!p.legacy_common) bytes.push_back(kCommonStateItem);
   if (p.objects)
     for (const auto& [k, v] : p.objects->entries)
       if (k && k->is(Kind::Str)) bytes.push_back(k->s);
@@ -268,7 +276,8 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
   p.target = {{"tp", m.tp}, {"pp", m.pp}, {"ep", m.ep}, {"dp", m.dp}, {"world", m.tp * m.pp * m.dp},
               {"dtype", dtype_option_name(p.layout.model_dtype)}, {"optimizer_dtype", "fp32"},
               {"optimizer_format", p.layout.optimizer ? "fully_reshardable" : "none"},
-              {"homogeneous_layers", p.layout.homogeneous}, {"iteration", p.iteration}};
+              {"homogeneous_layers", p.layout.homogeneous}, {"iteration", p.iteration},
+              {"common_state", p.legacy_common ? formats::megatron_core::kLegacyCommonFile : kCommonStateItem}};
   return p;
 }
 
@@ -376,10 +385,16 @@ void write_torch_dist(const LoadOptions& options, const TdPrepared& p, const std
   // StorageMeta.checkpoint_id: the final iteration folder (Megatron's save passes it), not the staging one.
   wo.checkpoint_id = (fs::absolute(options.output).lexically_normal() / iteration_folder(p.iteration)).string();
   const auto result = formats::dcp::write_dcp(p.plan.plan, source, iter.string(), wo);
+  uint64_t written = result.bytes;  // data files, then .metadata, common.pt, metadata.json and the tracker
+  if (p.legacy_common) {  // torch.save(common_state_dict), as the source's Megatron saved it
+    const std::vector<uint8_t> b = torch_save_bytes(p.common, root);
+    write_file_atomic((iter / formats::megatron_core::kLegacyCommonFile).string(), std::string(b.begin(), b.end()));
+    written += b.size();
+    r.files += 1;
+  }
   // metadata.json last, as Megatron's metadata_finalize_fn; then the tracker at the save root.
   write_file_atomic((iter / "metadata.json").string(), "{\"sharded_backend\": \"torch_dist\", \"sharded_backend_version\": 1}");
   write_file_atomic((root / "latest_checkpointed_iteration.txt").string(), std::to_string(p.iteration));
-  uint64_t written = result.bytes;  // data files, then .metadata, metadata.json and the tracker
   for (const fs::path& f : {iter / ".metadata", iter / "metadata.json", root / "latest_checkpointed_iteration.txt"})
     written += fs::file_size(f);
   r.read += read;

@@ -204,6 +204,14 @@ bool converted_first(const formats::FolderKind& kind) {
 // kept, nothing converted through the universal form.
 Result whole_rewrite_result(const UcpLoadOptions& o, const reshard::LoadOptions& load, const reshard::WholeRewrite& rw) {
   const bool root = parallel::MpiSession::get().rank() == 0;
+  // Options of the universal and DeepSpeed paths mean nothing here: refused, not ignored.
+  const std::pair<bool, const char*> unused[] = {{!load.verify_against.empty(), "--verify-against"},
+                                                 {load.reuse_output, "--reuse-output"},
+                                                 {o.optimizer != "auto", "--optimizer"}};
+  for (const auto& [set, name] : unused)
+    if (set)
+      throw UsageError(std::string(name) + " does not apply when " + load.input + " is written into its own format (" +
+                       o.format + "): it is rewritten whole, nothing goes through the universal form");
   if (o.plan || o.dry_run) {
     const nlohmann::json j = rw.plan(load);
     if (!root) return {};

@@ -6,9 +6,11 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <unordered_map>
 #include <memory>
@@ -48,6 +50,8 @@ class Pool {
     v->object->callable = cls;
     return v;
   }
+  // The class `module.name` (one Global for every use).
+  ValuePtr cls(const char* module, const char* name) { return dataclass(module, name, nullptr)->object->callable; }
   ValuePtr str(const std::string& text) {
     ValuePtr& v = strings_[text];
     if (!v) v = Value::str(text);
@@ -152,37 +156,61 @@ ChunkSource chunks_of_whole(std::function<Tensor(const Entry&)> whole,
 
 std::string metadata_pickle(const SavePlan& plan, const std::vector<Item>& items, const WriteOptions& options,
                             const std::string& checkpoint_id) {
+  // Written as a stream (issue 47): Metadata(), then BUILD of its fields, the two large dicts filled
+  // entry by entry, each entry's values built, saved and freed in turn (a tree of the whole was most
+  // of ucp-load's 1.6 GB on 100,000 tensors).
   Pool pool;
-  ValuePtr sdm = Value::dict();
-  for (const Entry& e : plan.entries) sdm->entries.emplace_back(pool.str(e.fqn), storage_entry(e, pool));
+  pickle::PickleOptions po;
+  po.storage_id = [](const std::shared_ptr<Storage>&) -> ValuePtr { throw Error("DCP metadata: a tensor inside"); };
+  po.memoize_repeats = true;
+  pickle::PickleStream out(po);
+  // Pairs in SETITEMS batches of 1,000 into the dict on top of the stack, as Python's pickler does.
+  auto fill = [&out](size_t n, const std::function<void(size_t)>& pair) {
+    for (size_t start = 0; start < n; start += 1000) {
+      out.mark();
+      for (size_t k = start; k < std::min(n, start + 1000); ++k) pair(k);
+      out.set_items();
+    }
+  };
+  out.save(pool.cls(kMetadataModule, "Metadata"));
+  out.new_object();
+  out.empty_dict();
+  out.mark();
+  out.save(pool.str("state_dict_metadata"));
+  out.empty_dict();
+  fill(plan.entries.size(), [&](size_t k) {
+    out.save(pool.str(plan.entries[k].fqn));
+    out.save(storage_entry(plan.entries[k], pool), true);
+  });
+  out.save(pool.str("planner_data"));
+  out.save(options.planner_data ? options.planner_data : flat_planner_data(plan, pool), true);
   // (fqn, chunk offsets) -> the chunk's index in its entry
   std::map<std::pair<std::string_view, const std::vector<int64_t>*>, size_t, ChunkKeyLess> chunk_index;
   for (const Entry& e : plan.entries)
     for (size_t k = 0; k < e.chunks.size(); ++k) chunk_index.emplace(std::make_pair(std::string_view(e.fqn), &e.chunks[k].offsets), k);
-  ValuePtr sd = Value::dict();
-  for (const Item& it : items) {
+  out.save(pool.str("storage_data"));
+  out.empty_dict();
+  fill(items.size(), [&](size_t k) {
+    const Item& it = items[k];
     std::optional<size_t> index;
     if (it.offset)
       if (auto c = chunk_index.find({it.fqn, &*it.offset}); c != chunk_index.end()) index = c->second;
-    sd->entries.emplace_back(metadata_index(it, index, pool),
-                             pool.dataclass(kFilesystemModule, "_StorageInfo",
-                                       pool.str_dict({{"relative_path", pool.str(it.storage.relative_path)},
-                                                 {"offset", Value::integer(static_cast<int64_t>(it.storage.offset))},
-                                                 {"length", Value::integer(static_cast<int64_t>(it.storage.length))}})));
-  }
-  ValuePtr meta = pool.dataclass(kMetadataModule, "StorageMeta",
-                            pool.str_dict({{"checkpoint_id", checkpoint_id.empty() ? Value::none() : Value::str(checkpoint_id)},
-                                      {"save_id", options.save_id.empty() ? Value::none() : Value::str(options.save_id)},
-                                      {"load_id", Value::none()}}));
-  ValuePtr root = pool.dataclass(kMetadataModule, "Metadata",
-                            pool.str_dict({{"state_dict_metadata", sdm},
-                                      {"planner_data", options.planner_data ? options.planner_data : flat_planner_data(plan, pool)},
-                                      {"storage_data", sd},
-                                      {"storage_meta", meta}}));
-  pickle::PickleOptions po;
-  po.storage_id = [](const std::shared_ptr<Storage>&) -> ValuePtr { throw Error("DCP metadata: a tensor inside"); };
-  po.memoize_repeats = true;
-  return pickle::pickle(root, po);
+    out.save(metadata_index(it, index, pool), true);
+    out.save(pool.dataclass(kFilesystemModule, "_StorageInfo",
+                            pool.str_dict({{"relative_path", pool.str(it.storage.relative_path)},
+                                           {"offset", Value::integer(static_cast<int64_t>(it.storage.offset))},
+                                           {"length", Value::integer(static_cast<int64_t>(it.storage.length))}})),
+             true);
+  });
+  out.save(pool.str("storage_meta"));
+  out.save(pool.dataclass(kMetadataModule, "StorageMeta",
+                          pool.str_dict({{"checkpoint_id", checkpoint_id.empty() ? Value::none() : Value::str(checkpoint_id)},
+                                         {"save_id", options.save_id.empty() ? Value::none() : Value::str(options.save_id)},
+                                         {"load_id", Value::none()}})),
+           true);
+  out.set_items();
+  out.build();
+  return out.finish();
 }
 
 pickle::ValuePtr planner_data_of(const std::string& metadata_file) { return read_metadata(metadata_file).planner_data; }

@@ -8,28 +8,35 @@
 #include "io/pickle/opcodes.h"
 
 namespace ucpkit::pickle {
-namespace {
+namespace detail {
 
 class Pickler {
  public:
   explicit Pickler(const PickleOptions& options) : opt_(options) {}
 
   std::string run(const ValuePtr& root) {
+    begin();
+    save(root);
+    return end();
+  }
+  void begin() {
     op(Op::PROTO);
     out_ += static_cast<char>(2);  // the protocol
-    save(root);
+  }
+  std::string end() {
     op(Op::STOP);
     return std::move(out_);
   }
-
- private:
   void op(Op o) { out_ += op_char(o); }
+  // PickleStream: containers and objects saved meanwhile are not memoized (see pickler.h).
+  bool transient = false;
   void boolean(bool b) { op(b ? Op::NEWTRUE : Op::NEWFALSE); }
   void u32(uint32_t v) {
     for (int k = 0; k < 4; ++k) out_ += static_cast<char>((v >> (8 * k)) & 0xff);
   }
   // Memoized values are kept alive: a freed temporary's address must never match a later value.
   void memoize(const ValuePtr& p) {
+    if (transient && p.use_count() == 1) return;  // only its container holds it: never met again
     keep_.push_back(p);
     memo_[p.get()] = put();
   }
@@ -337,6 +344,8 @@ class Pickler {
     --depth_;
   }
 
+
+ private:
   const PickleOptions& opt_;
   std::string out_;
   std::unordered_map<const Value*, uint64_t> memo_;
@@ -346,11 +355,28 @@ class Pickler {
   int depth_ = 0;
 };
 
-}  // namespace
+}  // namespace detail
 
 std::string pickle(const ValuePtr& root, const PickleOptions& options) {
-  Pickler p(options);
+  detail::Pickler p(options);
   return p.run(root);
 }
+
+PickleStream::PickleStream(const PickleOptions& options) : p_(std::make_unique<detail::Pickler>(options)) { p_->begin(); }
+PickleStream::~PickleStream() = default;
+void PickleStream::save(const ValuePtr& value, bool transient) {
+  p_->transient = transient;
+  p_->save(value);
+  p_->transient = false;
+}
+void PickleStream::new_object() {
+  p_->op(Op::EMPTY_TUPLE);
+  p_->op(Op::NEWOBJ);
+}
+void PickleStream::empty_dict() { p_->op(Op::EMPTY_DICT); }
+void PickleStream::mark() { p_->op(Op::MARK); }
+void PickleStream::set_items() { p_->op(Op::SETITEMS); }
+void PickleStream::build() { p_->op(Op::BUILD); }
+std::string PickleStream::finish() { return p_->end(); }
 
 }  // namespace ucpkit::pickle

@@ -3,6 +3,7 @@
 // opaque objects with their original class paths. Shared values are memoized (written once).
 #pragma once
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "io/pickle/value.h"
@@ -19,5 +20,34 @@ struct PickleOptions {
 };
 
 std::string pickle(const ValuePtr& root, const PickleOptions& options);
+
+namespace detail {
+class Pickler;
+}
+
+// A pickle written piece by piece (DCP metadata of 100,000 tensors, issue 47): the caller writes the
+// opcodes of the outer containers and saves the values inside them one at a time, so that no tree of
+// the whole is ever built. In a value saved as `transient`, what only its container holds (use count
+// 1) is not memoized, so the value may be freed once saved; what is shared (the strings and classes
+// a caller keeps to have them written once) is memoized as usual.
+class PickleStream {
+ public:
+  explicit PickleStream(const PickleOptions& options);  // writes PROTO
+  ~PickleStream();
+  PickleStream(const PickleStream&) = delete;
+  PickleStream& operator=(const PickleStream&) = delete;
+  void save(const ValuePtr& value, bool transient = false);
+  // The opcodes of a dataclass written by hand: save(class) then new_object() is NEWOBJ(cls, ());
+  // empty_dict(), mark(), ...saved pairs..., set_items() fills the dict on the stack; build() is BUILD.
+  void new_object();
+  void empty_dict();
+  void mark();
+  void set_items();
+  void build();
+  std::string finish();  // STOP; the bytes
+
+ private:
+  std::unique_ptr<detail::Pickler> p_;
+};
 
 }  // namespace ucpkit::pickle
