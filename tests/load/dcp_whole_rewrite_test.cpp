@@ -169,3 +169,15 @@ TEST(DcpWholeRewrite, UcpInfoDescribesEveryItemAndUcpUnionRefusesBuffersByName) 
   EXPECT_NE(r.err.find("ucp-load --format dcp keeps them"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(c.work + "/u"));
 }
+
+// Options of the universal and DeepSpeed paths mean nothing to a whole rewrite: refused by name
+// (exit 2), nothing written.
+TEST(DcpWholeRewrite, OptionsItDoesNotUseAreRefused) {
+  const Case c = case_of("unused_options", kFixtures[0]);
+  for (const std::string opt : {"--verify-against ../in", "--reuse-output", "--optimizer zero"}) {
+    const auto r = load(c, opt + " --output ../out");
+    EXPECT_EQ(r.rc, 2) << opt << ": " << r.err;
+    EXPECT_NE(r.err.find(opt.substr(0, opt.find(' '))), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(c.root + "/out")) << opt;
+  }
+}
