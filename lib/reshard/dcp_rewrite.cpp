@@ -60,14 +60,10 @@ nlohmann::json describe(const LoadOptions& o, const dcp::SavePlan& plan, const s
   return j;
 }
 
-std::string metadata_file_of(const std::string& input) {
-  return (std::filesystem::path(input) / ".metadata").string();
-}
-
 [[maybe_unused]] const bool kRegistered = register_whole_rewrite(
     "dcp", OutputFormat::Dcp,
     {[](const LoadOptions& o) {
-       const dcp::Metadata md = dcp::read_metadata(metadata_file_of(o.input));
+       const dcp::Metadata md = dcp::read_folder_metadata(dcp::find_folder(o.input));
        const auto convert = conversions(o, md, nullptr);
        const dcp::SavePlan plan = dcp::rewrite_plan(md, target_of(o), convert);
        nlohmann::json j = describe(o, plan, convert);
