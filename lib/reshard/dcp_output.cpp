@@ -201,6 +201,10 @@ DcpOutput dcp_output_of(const LoadOptions& options, const Prepared& p, Universal
 // rank 0 writes the data files and .metadata.
 class DcpOutputWriter final : public OutputWriter {
  public:
+  bool takes_layout_options() const override { return false; }
+  std::string why_no_layout() const override {
+    return " (a DCP checkpoint holds global tensors; --world-size N shards them over N ranks)";
+  }
   void prepare(const LoadOptions&, Prepared&) const override {}
 
   nlohmann::json plan_json(const LoadOptions& options, const Prepared& p) const override {

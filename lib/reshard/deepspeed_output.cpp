@@ -258,6 +258,9 @@ void write_deepspeed_output(LoadRun& r, const std::string& staged) {
 class DeepSpeedOutput final : public OutputWriter {
  public:
   bool takes_template() const override { return true; }
+  bool takes_pipeline_options() const override { return true; }
+  bool takes_exchange() const override { return true; }
+  bool takes_device() const override { return true; }
 
   void check_model(const LoadOptions& options, const ModelInfo& model) const override {
     if (model.manifest_only)

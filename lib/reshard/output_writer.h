@@ -50,6 +50,21 @@ class OutputWriter {
   virtual bool reads_model() const { return true; }
   // Whether --template (a torch_dist input through its Megatron-DeepSpeed view) can be written.
   virtual bool takes_template() const { return false; }
+  // Which of ucp-load's options the format uses; the tool refuses the others by name, naming the
+  // formats that do use them (tool/ucp_load.cpp).
+  // --partition-method and --layer-types (pipeline stages).
+  virtual bool takes_pipeline_options() const { return false; }
+  // --exchange on.
+  virtual bool takes_exchange() const { return false; }
+  // --device cuda (the partition loaded to a GPU).
+  virtual bool takes_device() const { return false; }
+  // --model-map without --template (a Megatron-DeepSpeed input's names written as the format's).
+  virtual bool takes_model_map() const { return false; }
+  // --tp, --pp, --dp, --zero-stage and --ep; when not, why not (" (one set of unsharded weights)").
+  virtual bool takes_layout_options() const { return true; }
+  virtual std::string why_no_layout() const { return ""; }
+  // --world-size.
+  virtual bool takes_world_size() const { return true; }
   // Whether one process writes the format (mpirun -np > 1 refused).
   virtual bool one_process() const { return false; }
   // Whether the staging folder's notes (a stale folder removed) are warnings rather than details.

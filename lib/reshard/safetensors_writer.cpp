@@ -122,6 +122,9 @@ namespace {
 // every shard and the index.
 class SafetensorsOutput final : public OutputWriter {
  public:
+  bool takes_layout_options() const override { return false; }
+  std::string why_no_layout() const override { return " (one set of unsharded weights)"; }
+  bool takes_world_size() const override { return false; }
   void prepare(const LoadOptions&, Prepared&) const override {}
 
   // The dtype and which parameters go to which shard.

@@ -404,6 +404,7 @@ void write_torch_dist(const LoadOptions& options, const TdPrepared& p, const std
 
 class TorchDistOutput final : public OutputWriter {
  public:
+  bool takes_model_map() const override { return true; }
   bool reads_model() const override { return false; }
   bool one_process() const override { return true; }
   bool staging_notes_warn() const override { return true; }

@@ -12,6 +12,7 @@
 #include "parallel/mpi_session.h"
 #include "reshard/direct_source.h"
 #include "reshard/layout_record.h"
+#include "reshard/output_writer.h"
 #include "reshard/target_defaults.h"
 #include "reshard/whole_rewrite.h"
 #include "tool/typed_name.h"
@@ -39,17 +40,23 @@ void UcpLoadOptions::check() {
   load.target.dp = dp;
   load.target.zero_stage = zero_stage;
   load.target.ep = ep;
+  // What the output format uses of the options (its writer's facts, reshard/output_writer.h): an option
+  // it has no use for is refused, not ignored, naming the formats that use it.
+  using W = reshard::OutputWriter;
+  const W& writer = reshard::output_writer(load.format);
+  auto formats_that = [](bool (W::*has)() const) { return reshard::output_formats_that(has); };
   if (!partition_method.empty()) {  // parameters, uniform, type:<regex>, lowercased as DeepSpeed does
     const auto method = formats::deepspeed::parse_partition_method(partition_method);
-    if (load.format != reshard::OutputFormat::DeepSpeed)
-      throw UsageError("--partition-method applies to --format deepspeed (pipeline stages)");
+    if (!writer.takes_pipeline_options())
+      throw UsageError("--partition-method applies to --format " + formats_that(&W::takes_pipeline_options) +
+                       " (pipeline stages)");
     if (device == "cuda")  // gpu::DeviceLoadRequest carries no method: its plan takes the default
       throw UsageError("--partition-method applies to --device cpu (--device cuda plans with the default)");
     load.target.partition_method = formats::deepspeed::to_string(method);
   }
   if (!layer_types.empty()) {  // the PipelineModule's layer class names (type:<regex>; the layer count)
-    if (load.format != reshard::OutputFormat::DeepSpeed)
-      throw UsageError("--layer-types applies to --format deepspeed (pipeline stages)");
+    if (!writer.takes_pipeline_options())
+      throw UsageError("--layer-types applies to --format " + formats_that(&W::takes_pipeline_options) + " (pipeline stages)");
     if (device == "cuda") throw UsageError("--layer-types applies to --device cpu (--device cuda plans with the default)");
     load.target.layer_types = formats::deepspeed::read_layer_types(layer_types);
     load.target.layer_types_file = layer_types;
@@ -64,37 +71,38 @@ void UcpLoadOptions::check() {
                   : exchange == "off" ? reshard::ExchangeMode::Files
                                       : reshard::ExchangeMode::Auto;
   load.batch_bytes = batch;
-  if (exchange == "on" && load.format != reshard::OutputFormat::DeepSpeed)
-    throw UsageError("--exchange on applies to --format deepspeed");
-  if (!load.model_map.empty() && load.template_dir.empty() && load.format != reshard::OutputFormat::TorchDist)
-    throw UsageError("--model-map applies with --template, or with --format torch_dist of a Megatron-DeepSpeed input");
+  if (exchange == "on" && !writer.takes_exchange())
+    throw UsageError("--exchange on applies to --format " + formats_that(&W::takes_exchange));
+  if (!load.model_map.empty() && load.template_dir.empty() && !writer.takes_model_map())
+    throw UsageError("--model-map applies with --template, or with --format " + formats_that(&W::takes_model_map) +
+                     " of a Megatron-DeepSpeed input");
   if (!load.template_dir.empty()) {  // a torch_dist input in one pass (docs/ucp-load.md)
-    if (load.format != reshard::OutputFormat::DeepSpeed)
-      throw UsageError("--template applies to --format deepspeed (the Megatron-DeepSpeed model files it gives)");
+    if (!writer.takes_template())
+      throw UsageError("--template applies to --format " + formats_that(&W::takes_template) +
+                       " (the Megatron-DeepSpeed model files it gives)");
     if (device == "cuda") throw UsageError("--template applies to --device cpu");
     if (exchange == "off") throw UsageError("--exchange off: a torch_dist input with --template is read in exchange mode");
     if (!load.verify_against.empty()) throw UsageError("--verify-against applies to a native checkpoint input, not with --template");
   }
-  // A layout option the format has no use for is refused, not ignored: the user meant something by it.
-  if (device == "cpu" && (load.format == reshard::OutputFormat::Dcp || load.format == reshard::OutputFormat::Safetensors)) {
-    const bool dcp = load.format == reshard::OutputFormat::Dcp;
+  if (device == "cpu" && !writer.takes_layout_options()) {
+    std::string others = formats_that(&W::takes_layout_options);
+    if (const auto comma = others.rfind(", "); comma != std::string::npos) others.replace(comma, 2, " or ");
     const std::pair<bool, const char*> layout[] = {
         {given.tp, "--tp"}, {given.pp, "--pp"}, {given.dp, "--dp"}, {given.zero_stage, "--zero-stage"}, {given.ep, "--ep"}};
     for (const auto& [set, name] : layout)
       if (set)
-        throw UsageError(std::string(name) + " does not apply to --format " + format +
-                         (dcp ? " (a DCP checkpoint holds global tensors; --world-size N shards them over N ranks)"
-                              : " (one set of unsharded weights)") +
-                         ": leave it out, or write --format deepspeed or torch_dist");
-    if (!dcp && world_size > 0)
-      throw UsageError("--world-size does not apply to --format safetensors (one set of unsharded weights)");
+        throw UsageError(std::string(name) + " does not apply to --format " + format + writer.why_no_layout() +
+                         ": leave it out, or write --format " + others);
   }
+  if (device == "cpu" && !writer.takes_world_size() && world_size > 0)
+    throw UsageError("--world-size does not apply to --format " + format + writer.why_no_layout());
   if (plan || dry_run) return;  // read-only: the rules below concern what a conversion reads
   if (!load.verify_against.empty() && formats::is_kind(load.input, formats::kUniversal))
     throw UsageError("--verify-against applies to a native checkpoint input; " + load.input +
                      " is a universal checkpoint (its own checksums are checked)");
   if (device == "cuda") {
-    if (load.format != reshard::OutputFormat::DeepSpeed) throw UsageError("--device cuda loads the deepspeed layout only");
+    if (!writer.takes_device())
+      throw UsageError("--device cuda loads the " + formats_that(&W::takes_device) + " layout only");
     if (!formats::is_kind(load.input, formats::kUniversal))
       throw UsageError("--device cuda reads a universal checkpoint; " + load.input + " has no manifest.json");
   }
