@@ -427,11 +427,13 @@ void describe_dcp(CheckpointInfo& info, const InfoOptions& options) {
               {"tensors_by_chunk_count", per_count},
               {"version", md.version ? nlohmann::json(*md.version) : nlohmann::json(nullptr)}};
   if (!folder.sharded_backend.empty()) info.dcp["sharded_backend"] = folder.sharded_backend;
-  const formats::dcp::KeyLayout keys = formats::dcp::key_layout(md);
-  info.dcp["key_layout"] = keys.layout;
-  info.dcp["flattened_optimizer"] = keys.flattened_optimizer;
-  info.dcp["non_tensor_items"] = keys.non_tensor_items;
-  info.dcp["buffers"] = keys.buffers;
+  if (folder.kind != formats::dcp::FolderKind::TorchDist) {  // a state dict's keys; torch_dist has Megatron's
+    const formats::dcp::KeyLayout keys = formats::dcp::key_layout(md);
+    info.dcp["key_layout"] = keys.layout;
+    info.dcp["flattened_optimizer"] = keys.flattened_optimizer;
+    info.dcp["non_tensor_items"] = keys.non_tensor_items;
+    info.dcp["buffers"] = keys.buffers;
+  }
   to_universal::DcpPlan plan;
   run_check(info, "plan", "chunks tile every tensor; optimizer states match their parameters (ucp-union's plan)",
             [&] {
@@ -439,8 +441,24 @@ void describe_dcp(CheckpointInfo& info, const InfoOptions& options) {
               plan = folder.kind == formats::dcp::FolderKind::TorchDist ? to_universal::dcp_plan_of_torch_dist(info.dir)
                                                                         : to_universal::plan_dcp(md, folder);
             });
-  if (folder.kind == formats::dcp::FolderKind::TorchDist && plan.source.contains("torch_dist"))
-    info.dcp["megatron_core"] = plan.source["torch_dist"];
+  if (folder.kind == formats::dcp::FolderKind::TorchDist && plan.source.contains("torch_dist")) {
+    // The layout, step and experts Megatron's args and keys record (issue 47: all null before).
+    const nlohmann::json& td = plan.source["torch_dist"];
+    info.dcp["megatron_core"] = td;
+    ParallelLayout l;
+    l.tp = plan.source.value("tp", 1), l.pp = plan.source.value("pp", 1), l.dp = plan.source.value("dp", 1);
+    l.ep = plan.source.value("ep", 1);
+    l.optimizer = "distributed " + td.value("optimizer_format", std::string("none"));
+    l.pipeline = l.pp > 1;
+    info.layout = l;
+    if (td.contains("iteration")) info.step = td["iteration"].get<int64_t>();
+    if (td.contains("experts_per_layer") && !td["experts_per_layer"].empty()) {
+      std::map<int64_t, int> per_layer;
+      for (const auto& [layer, n] : td["experts_per_layer"].items()) per_layer[std::stoll(layer)] = n.get<int>();
+      info.experts_kind = "megatron-core";
+      for (const auto& [layer, n] : per_layer) info.experts_per_layer.push_back(n);
+    }
+  }
   std::set<std::string> states, dtypes;
   int64_t elements = 0;
   for (const auto& p : plan.params) {
@@ -579,7 +597,10 @@ std::string CheckpointInfo::text() const {
     std::string l = "TP " + std::to_string(layout->tp) + ", PP " + std::to_string(layout->pp) + ", DP " +
                     std::to_string(layout->dp) + ", EP " + std::to_string(layout->ep);
     if (layout->zero_stage) l += ", ZeRO stage " + std::to_string(*layout->zero_stage);
-    if (!layout->optimizer.empty()) l += layout->optimizer == "bf16_optimizer" ? ", BF16_Optimizer" : ", ZeRO optimizer";
+    if (!layout->optimizer.empty())
+      l += layout->optimizer == "bf16_optimizer" ? ", BF16_Optimizer"
+           : layout->optimizer == "zero"         ? ", ZeRO optimizer"
+                                                 : ", " + layout->optimizer + " optimizer";
     if (layout->pipeline) l += ", pipeline layer files";
     row("layout", l);
   }

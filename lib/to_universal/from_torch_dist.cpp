@@ -132,8 +132,24 @@ TorchDistPlan plan_torch_dist(const Checkpoint& ck) {
     p.bytes = static_cast<uint64_t>(numel_of(p.shape)) * 4 * states;
     plan.params.push_back(std::move(p));
   }
+  // Experts per MoE layer, from the model keys (a layer's expert axis or its per-expert keys): what
+  // ucp-info reports (issue 47: a torch_dist MoE save was described as having no MoE layers).
+  std::map<int64_t, int64_t> experts;  // global layer -> experts
+  for (const ModelParam& mp : ck.params()) {
+    const auto& mk = mp.key->model;
+    if (!mk.expert_axis && !mk.expert) continue;
+    const size_t at = mk.layer_axis ? 1 : 0;
+    const auto layer = mk.layer_axis && !mp.slice.index.empty() ? std::optional<int64_t>(mp.slice.index[0]) : mk.layer;
+    const auto expert = mk.expert_axis && mp.slice.index.size() > at ? std::optional<int64_t>(mp.slice.index[at]) : mk.expert;
+    if (layer && expert) experts[*layer] = std::max(experts[*layer], *expert + 1);
+  }
   const auto args = formats::megatron_core::args_facts(ck.common().root, ck.common().source);
+  nlohmann::json moe = nlohmann::json::object();
+  for (const auto& [layer, n] : experts) moe[std::to_string(layer)] = n;
   nlohmann::json td = {{"folder", ck.dir()},
+                       {"etp", args.etp},
+                       {"experts", args.num_experts},
+                       {"experts_per_layer", moe},
                        {"optimizer_format", plan.optimizer_format},
                        {"sharded_backend_version", ck.config().sharded_backend_version},
                        {"legacy_common_pt", ck.common().legacy},

@@ -301,6 +301,20 @@ TEST(McoreTorchDistInfo, UcpInfoDescribesAFolderASaveRootAndTheUniversalFolder) 
   EXPECT_EQ(root["kind"], "torch_dist");
   EXPECT_EQ(root["tensors"], 24);
   EXPECT_EQ(root["dcp"]["megatron_core"]["optimizer_format"], "fully_reshardable");
+  // The layout, step and experts from Megatron's args and keys (issue 47: null, null and no MoE before).
+  const auto moe = nlohmann::json::parse(run(s, "ucp-info", rel(s, kMcoreData + "/moe_ep2/fully_reshardable") + " --json").out);
+  EXPECT_EQ(moe["layout"]["tp"], 1);
+  EXPECT_EQ(moe["layout"]["dp"], 2);
+  EXPECT_EQ(moe["layout"]["ep"], 2);
+  EXPECT_EQ(moe["layout"]["optimizer"], "distributed fully_reshardable");
+  EXPECT_EQ(moe["step"], 2);
+  EXPECT_EQ(moe["experts"]["kind"], "megatron-core");
+  EXPECT_EQ(moe["experts"]["moe_layers"], 1);
+  EXPECT_EQ(moe["experts"]["per_layer"], nlohmann::json::array({4}));
+  EXPECT_EQ(moe["dcp"]["megatron_core"]["etp"], 1);
+  EXPECT_EQ(info["layout"]["tp"], 2);
+  EXPECT_EQ(info["layout"]["pp"], 2);
+  EXPECT_EQ(info["step"], 2);
   const auto r = run(s, "ucp-info", "u --json");
   const auto uni = nlohmann::json::parse(r.out);
   EXPECT_EQ(uni["kind"], "universal");
