@@ -189,6 +189,7 @@ def fingerprint(model, opt):
 
 
 def worker(rank, args, port):
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module")  # the model output: not used in place
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=args.world)
     record = {}
@@ -223,7 +224,6 @@ def main():
     p.add_argument("--steps", type=int, default=3)
     args = p.parse_args()
     torch.set_num_threads(1)
-    warnings.filterwarnings("ignore", message="FSDP2-wrapped module")  # the model output: not used in place
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
