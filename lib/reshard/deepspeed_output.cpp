@@ -261,6 +261,7 @@ class DeepSpeedOutput final : public OutputWriter {
   bool takes_pipeline_options() const override { return true; }
   bool takes_exchange() const override { return true; }
   bool takes_device() const override { return true; }
+  bool needs_model_files() const override { return true; }
 
   void check_model(const LoadOptions& options, const ModelInfo& model) const override {
     if (model.manifest_only)

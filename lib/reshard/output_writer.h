@@ -65,6 +65,10 @@ class OutputWriter {
   virtual std::string why_no_layout() const { return ""; }
   // --world-size.
   virtual bool takes_world_size() const { return true; }
+  // Whether the format is written from the source's model files (DeepSpeed's mp_rank files), which a
+  // DCP or torch_dist input has not; writes_from_tensors() is the others (for output_formats_that).
+  virtual bool needs_model_files() const { return false; }
+  bool writes_from_tensors() const { return !needs_model_files(); }
   // Whether one process writes the format (mpirun -np > 1 refused).
   virtual bool one_process() const { return false; }
   // Whether the staging folder's notes (a stale folder removed) are warnings rather than details.

@@ -177,12 +177,15 @@ class ScratchUniversal {
   std::unique_ptr<RemovedOnStop> removed_;
 };
 
-// --format deepspeed needs DeepSpeed model files, which a DCP or torch_dist input has not.
+// A format written from DeepSpeed model files (--format deepspeed), which a DCP or torch_dist input
+// has not: refused naming the formats that can be written (the output writers' facts).
 void refuse_deepspeed_output(const reshard::LoadOptions& load, const formats::FolderKind& kind) {
-  if (load.format != reshard::OutputFormat::DeepSpeed) return;
-  throw Error(load.input + ": a " + kind.name() +
-              " checkpoint has no DeepSpeed model files, which --format deepspeed needs; write --format dcp, "
-              "safetensors or torch_dist" +
+  if (!reshard::output_writer(load.format).needs_model_files()) return;
+  std::string others = reshard::output_formats_that(&reshard::OutputWriter::writes_from_tensors);
+  if (const auto comma = others.rfind(", "); comma != std::string::npos) others.replace(comma, 2, " or ");
+  throw Error(load.input + ": a " + kind.name() + " checkpoint has no DeepSpeed model files, which --format " +
+              reshard::output_formats_that(&reshard::OutputWriter::needs_model_files) + " needs; write --format " +
+              others +
               (kind.is(formats::kTorchDist)
                    ? ", or give --template <the Megatron-DeepSpeed universal folder of the model>"
                    : std::string()) +
