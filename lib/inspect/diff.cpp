@@ -229,6 +229,24 @@ std::string universal_form(const std::string& input, const char* name, std::opti
 
 std::string shape_text(const std::vector<int64_t>& s) { return nlohmann::json(s).dump(); }
 
+// Two elements whose bits differ: the largest difference so far, and whether they differ beyond
+// |u - v| <= atol + rtol * |v| (never when `exact`; NaN equals NaN).
+void compare_element(TensorDifference& d, double u, double v, bool exact, double rtol, double atol) {
+  const bool nan_u = std::isnan(u), nan_v = std::isnan(v);
+  double diff = nan_u && nan_v ? 0.0 : std::fabs(u - v);
+  if (std::isnan(diff)) diff = INFINITY;  // a NaN against a number, or infinities of two signs
+  d.max_abs_diff = std::max(d.max_abs_diff, diff);
+  if (exact || !((nan_u && nan_v) || diff <= atol + rtol * std::fabs(v))) ++d.differing;
+}
+
+// The one line for people of a "values" difference.
+void describe_values(TensorDifference& d) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%lld of %lld elements differ, max abs diff %.9g", static_cast<long long>(d.differing),
+                static_cast<long long>(d.elements), d.max_abs_diff);
+  d.detail = buf;
+}
+
 // Elements of state `state` of parameter ia of `a` and ib of `b` (equal shapes) compared chunk by
 // chunk; each side's stored elements are all read (its checksum verified at the end when verifying).
 TensorDifference compare_values(Side& a, int ia, Side& b, int ib, const std::string& state, double rtol, double atol) {
@@ -255,23 +273,12 @@ TensorDifference compare_values(Side& a, int ia, Side& b, int ib, const std::str
     const int64_t k = std::min({n - at, ka, kb});
     for (int64_t i = 0; i < k; ++i) {
       if (std::memcmp(&x[i], &y[i], sizeof(float)) == 0) continue;
-      const double u = x[i], v = y[i];
-      const bool nan_u = std::isnan(u), nan_v = std::isnan(v);
-      double diff = nan_u && nan_v ? 0.0 : std::fabs(u - v);
-      if (std::isnan(diff)) diff = INFINITY;  // a NaN against a number, or infinities of two signs
-      d.max_abs_diff = std::max(d.max_abs_diff, diff);
-      const bool within = !exact && ((nan_u && nan_v) || diff <= atol + rtol * std::fabs(v));
-      if (!within) ++d.differing;
+      compare_element(d, x[i], y[i], exact, rtol, atol);
     }
   }
   a.verify_whole(ia, state, ca);
   b.verify_whole(ib, state, cb);
-  if (d.differing > 0) {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "%lld of %lld elements differ, max abs diff %.9g", static_cast<long long>(d.differing),
-                  static_cast<long long>(n), d.max_abs_diff);
-    d.detail = buf;
-  }
+  if (d.differing > 0) describe_values(d);
   return d;
 }
 
@@ -378,12 +385,7 @@ void compare_dcp(DiffResult& r, const std::string& a, const std::string& b, cons
       const double* pu = reinterpret_cast<const double*>(u.contiguous_bytes().data());
       const double* pv = reinterpret_cast<const double*>(v.contiguous_bytes().data());
       for (int64_t i = 0; i < d.elements; ++i) {
-        if (std::memcmp(&pu[i], &pv[i], sizeof(double)) == 0) continue;
-        const bool nan_u = std::isnan(pu[i]), nan_v = std::isnan(pv[i]);
-        double diff = nan_u && nan_v ? 0.0 : std::fabs(pu[i] - pv[i]);
-        if (std::isnan(diff)) diff = INFINITY;
-        d.max_abs_diff = std::max(d.max_abs_diff, diff);
-        if (exact || !((nan_u && nan_v) || diff <= o.atol + o.rtol * std::fabs(pv[i]))) ++d.differing;
+        if (std::memcmp(&pu[i], &pv[i], sizeof(double)) != 0) compare_element(d, pu[i], pv[i], exact, o.rtol, o.atol);
       }
     } else {  // integers and bools: element by element, exactly
       const size_t es = dtype_size(e.dtype);
@@ -394,10 +396,7 @@ void compare_dcp(DiffResult& r, const std::string& a, const std::string& b, cons
       ++r.tensors_equal;
       continue;
     }
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "%lld of %lld elements differ, max abs diff %.9g", static_cast<long long>(d.differing),
-                  static_cast<long long>(d.elements), d.max_abs_diff);
-    d.detail = buf;
+    describe_values(d);
     note(r, o.listed, std::move(d));
   }
   for (const auto& f : rb.metadata().entries)

@@ -27,6 +27,18 @@ void CollectiveStaging::sync_own_files() const {
   if (rank_ != 0 && durable_) sync_file_system(path_);
 }
 
+void CollectiveStaging::finish(RankFailure& failed) {
+  failed.guard([&] {
+    if (rank_ == 0) test_pause_if_asked();  // output written, not yet renamed into place
+    sync_own_files();
+    check_interrupted();
+  });
+  failed.settle();
+  MpiSession::get().barrier();
+  failed.guard([&] { commit(); });
+  failed.settle();
+}
+
 void CollectiveStaging::commit() {
   if (dir_) dir_->commit();
 }

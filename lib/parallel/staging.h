@@ -35,6 +35,10 @@ class CollectiveStaging {
   void sync_own_files() const;
   // Rank 0: renames the folder into place (StagingDir::commit); no-op elsewhere. Call inside a guard.
   void commit();
+  // The end of a run that wrote into the folder (collective): every rank flushes its own files and
+  // checks for a stop signal, then, once every rank got there, rank 0 renames the folder into place;
+  // a failure on any rank ends every rank (`failed` settled after each step).
+  void finish(RankFailure& failed);
 
  private:
   StagedPhase phase_;  // every rank: SIGINT/SIGTERM become a failure at the next job from here on

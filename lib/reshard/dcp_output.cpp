@@ -131,21 +131,27 @@ nlohmann::json dcp_target_json(const formats::dcp::Target& target, DType dtype) 
           {"world", target.world}};
 }
 
+nlohmann::json save_plan_description(const formats::dcp::SavePlan& plan) {
+  nlohmann::json j;
+  size_t tensors = 0, chunks = 0;
+  for (const auto& e : plan.entries)
+    if (!e.is_bytes) ++tensors, chunks += e.chunks.size();
+  j["entries"] = plan.entries.size();
+  j["tensor_entries"] = tensors;
+  j["items"] = chunks + (plan.entries.size() - tensors);
+  auto& files = j["files"] = nlohmann::json::array();
+  for (const auto& f : plan.files) files.push_back({{"file", f.relative_path}, {"rank", f.rank}, {"items", f.items.size()}});
+  files.push_back({{"file", ".metadata"}});
+  j["plan"] = nlohmann::json::parse(formats::dcp::plan_json(plan));
+  return j;
+}
+
 nlohmann::json dcp_output_json(const DcpOutput& out) {
   nlohmann::json j;
   j["format"] = "dcp";
   j["dtype"] = dtype_option_name(out.dtype);
   j["target"] = dcp_target_json(out.target, out.dtype);
-  size_t tensors = 0, chunks = 0;
-  for (const auto& e : out.plan.entries)
-    if (!e.is_bytes) ++tensors, chunks += e.chunks.size();
-  j["entries"] = out.plan.entries.size();
-  j["tensor_entries"] = tensors;
-  j["items"] = chunks + (out.plan.entries.size() - tensors);
-  auto& files = j["files"] = nlohmann::json::array();
-  for (const auto& f : out.plan.files) files.push_back({{"file", f.relative_path}, {"rank", f.rank}, {"items", f.items.size()}});
-  files.push_back({{"file", ".metadata"}});
-  j["plan"] = nlohmann::json::parse(formats::dcp::plan_json(out.plan));
+  j.update(save_plan_description(out.plan));
   return j;
 }
 

@@ -55,6 +55,10 @@ DcpOutput plan_dcp_output(const ModelInfo& model, DType dtype, const formats::dc
 // "world"} (the summary's `target`).
 nlohmann::json dcp_target_json(const formats::dcp::Target& target, DType dtype);
 
+// A save plan as --plan describes it: `entries`, `tensor_entries`, `items`, `files` (each data file
+// with its rank and item count, and `.metadata`) and `plan` (every entry's chunks, each file's items).
+nlohmann::json save_plan_description(const formats::dcp::SavePlan& plan);
+
 // --plan's description: format, dtype, target, entries and items per file.
 nlohmann::json dcp_output_json(const DcpOutput& out);
 

@@ -15,6 +15,7 @@
 #include "formats/dcp/save_plan.h"
 #include "formats/dcp/state_keys.h"
 #include "io/dtype.h"
+#include "reshard/dcp_output.h"
 #include "reshard/whole_rewrite.h"
 
 namespace ucpkit::reshard {
@@ -31,10 +32,8 @@ std::optional<dcp::Target> target_of(const LoadOptions& o) {
 std::map<std::string, DType> conversions(const LoadOptions& o, const dcp::Metadata& md, bool* all_floating) {
   std::map<std::string, DType> out;
   if (!o.given.dtype) return out;
-  std::map<std::string, DType> stored;
-  for (const auto& e : md.entries) stored[e.fqn] = e.dtype;
   for (const std::string& k : dcp::parameter_keys(md, all_floating))
-    if (stored[k] != o.target.dtype) out[k] = o.target.dtype;
+    if (md.find(k)->dtype != o.target.dtype) out[k] = o.target.dtype;
   return out;
 }
 
@@ -66,13 +65,10 @@ nlohmann::json describe(const LoadOptions& o, const dcp::SavePlan& plan, const s
        const dcp::Metadata md = dcp::read_folder_metadata(dcp::find_folder(o.input));
        const auto convert = conversions(o, md, nullptr);
        const dcp::SavePlan plan = dcp::rewrite_plan(md, target_of(o), convert);
-       nlohmann::json j = describe(o, plan, convert);
+       nlohmann::json j = save_plan_description(plan);
+       j.update(describe(o, plan, convert));
        j["format"] = "dcp";
        j["route"] = "whole";
-       auto& files = j["files"] = nlohmann::json::array();
-       for (const auto& f : plan.files) files.push_back({{"file", f.relative_path}, {"rank", f.rank}, {"items", f.items.size()}});
-       files.push_back({{"file", ".metadata"}});
-       j["plan"] = nlohmann::json::parse(dcp::plan_json(plan));
        return j;
      },
      [](const LoadOptions& o, const std::string& staged) {

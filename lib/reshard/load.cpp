@@ -253,19 +253,6 @@ void compare_checksums(LoadRun& r) {
   r.failed.settle();
 }
 
-// Every rank flushes its files, then rank 0 renames the staging folder into place.
-void commit_output(LoadRun& r, parallel::CollectiveStaging& staging) {
-  r.failed.guard([&] {
-    if (r.mpi.rank() == 0) test_pause_if_asked();  // output written, not yet renamed into place
-    staging.sync_own_files();
-    check_interrupted();
-  });
-  r.failed.settle();
-  r.mpi.barrier();
-  r.failed.guard([&] { staging.commit(); });
-  r.failed.settle();
-}
-
 // The counts summed (and times maxed) over the ranks.
 LoadSummary summarize(LoadRun& r, const OutputWriter& writer, Clock::time_point t0) {
   LoadSummary s;
@@ -364,7 +351,7 @@ LoadSummary run_load(const LoadOptions& options) {
   phase.next("check and commit");
   if (crc.fused()) check_source_crcs(run);
   if (plan.direct && !options.verify_against.empty()) compare_checksums(run);
-  commit_output(run, staging);
+  staging.finish(failed);
   return summarize(run, writer, t0);
 }
 

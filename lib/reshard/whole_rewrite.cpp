@@ -6,7 +6,6 @@
 #include "core/confine.h"
 #include "core/registry.h"
 #include "core/reporter.h"
-#include "core/staging.h"
 #include "parallel/mpi_session.h"
 #include "parallel/staging.h"
 
@@ -44,15 +43,7 @@ nlohmann::json run_whole_rewrite(const WholeRewrite& rw, const LoadOptions& opti
     if (mpi.rank() == 0) written = rw.write(options, staging.path().string());
   });
   failed.settle();
-  failed.guard([&] {
-    if (mpi.rank() == 0) test_pause_if_asked();  // output written, not yet renamed into place
-    staging.sync_own_files();
-    check_interrupted();
-  });
-  failed.settle();
-  mpi.barrier();
-  failed.guard([&] { staging.commit(); });
-  failed.settle();
+  staging.finish(failed);
   nlohmann::json j = {{"tool", "ucp-load"}, {"output", options.output},
                       {"format", std::string(output_format_name(options.format))}, {"route", "whole"}};
   j.update(written);
