@@ -262,6 +262,7 @@ class DeepSpeedOutput final : public OutputWriter {
   bool takes_exchange() const override { return true; }
   bool takes_device() const override { return true; }
   bool needs_model_files() const override { return true; }
+  bool writes_file_jobs() const override { return true; }
 
   void check_model(const LoadOptions& options, const ModelInfo& model) const override {
     if (model.manifest_only)

@@ -2,6 +2,7 @@
 #include "reshard/load_plan.h"
 
 #include "reshard/load.h"
+#include "reshard/output_writer.h"
 #include "parallel/share.h"
 
 namespace ucpkit::reshard {
@@ -20,7 +21,7 @@ TargetLayout resolve_target(const TargetLayout& target, OptimizerKind kind, cons
 }
 
 bool uses_exchange(OutputFormat format, ExchangeMode mode, int ranks) {
-  return format == OutputFormat::DeepSpeed &&
+  return output_writer(format).takes_exchange() &&
          (mode == ExchangeMode::Exchange || (mode == ExchangeMode::Auto && ranks > 1));
 }
 
@@ -102,10 +103,11 @@ LoadPlan plan_load(const LoadOptions& options, const ModelInfo& model, const Ucp
   // A torch_dist input (--template) has no universal checksums to check (its items carry CRC-32s, checked
   // as read), and is read in exchange mode: each stored state once, whole (torch_dist_source.h).
   p.verify = torch_dist ? false : direct ? !options.verify_against.empty() : options.verify;
-  p.exchange = torch_dist ? options.format == OutputFormat::DeepSpeed : uses_exchange(options.format, options.exchange, ranks);
+  const OutputWriter& writer = output_writer(options.format);
+  p.exchange = torch_dist ? writer.takes_exchange() : uses_exchange(options.format, options.exchange, ranks);
   p.verify_first = p.verify && !p.exchange;
   if (p.verify_first) p.verify_mask = verify_mask(model, ranks, rank);
-  if (options.format == OutputFormat::DeepSpeed && !p.exchange) {
+  if (writer.writes_file_jobs() && !p.exchange) {
     p.jobs = file_jobs(model, plan, line);
     std::vector<uint64_t> sizes;
     for (const auto& j : p.jobs) sizes.push_back(j.bytes);

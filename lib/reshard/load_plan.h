@@ -28,7 +28,8 @@ enum class ExchangeMode { Auto, Files, Exchange };
 // DeepSpeed would pick them: bf16 with ZeRO 0, or ZeRO 1 when the source used them.
 TargetLayout resolve_target(const TargetLayout& target, OptimizerKind kind, const ModelInfo& model);
 
-// Whether the exchange is used: DeepSpeed output, asked for, or Auto with more than one rank.
+// Whether the exchange is used: a format whose writer takes it (OutputWriter::takes_exchange), asked
+// for, or Auto with more than one rank.
 bool uses_exchange(OutputFormat format, ExchangeMode mode, int ranks);
 
 // Files mode's unit of work: the model files of one model-parallel rank (mp_rank_XX, its layer files

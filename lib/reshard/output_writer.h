@@ -69,6 +69,9 @@ class OutputWriter {
   // DCP or torch_dist input has not; writes_from_tensors() is the others (for output_formats_that).
   virtual bool needs_model_files() const { return false; }
   bool writes_from_tensors() const { return !needs_model_files(); }
+  // Whether files mode (no exchange) writes the output as FileJobs, one per model file or optimizer
+  // shard, shared among the ranks (load_plan.h).
+  virtual bool writes_file_jobs() const { return false; }
   // Whether one process writes the format (mpirun -np > 1 refused).
   virtual bool one_process() const { return false; }
   // Whether the staging folder's notes (a stale folder removed) are warnings rather than details.

@@ -2,6 +2,7 @@
 #include "reshard/target_defaults.h"
 
 #include "core/error.h"
+#include "reshard/output_writer.h"
 
 namespace ucpkit::reshard {
 
@@ -57,7 +58,7 @@ nlohmann::json apply_source_defaults(TargetLayout& t, const TargetGiven& given, 
     t.dtype = source_dtype(m);
     from["dtype"] = dtype_option_name(t.dtype);
   }
-  if (format != OutputFormat::DeepSpeed) return from;
+  if (!output_writer(format).takes_layout_options()) return from;
   if (!given.tp) from["tp"] = t.tp = m.source_tp;
   if (!given.pp) from["pp"] = t.pp = m.source_pp;
   if (!given.zero_stage) from["zero_stage"] = t.zero_stage = source_zero_stage(m);

@@ -25,8 +25,9 @@ struct TargetGiven {
 // precision (ds_config / args; bf16 for BF16_Optimizer shards), DP from the world size. Returns the
 // values taken from the source, {"ep": 2, "dtype": "fp16"} (option spelling). Throws UsageError naming
 // the option to give when the source does not record a value, when --dp and --world-size are both
-// missing (DeepSpeed output), or when the world size is not a multiple of TP * PP or disagrees with
-// --dp. Safetensors output takes only the dtype (the layout does not apply).
+// missing, or when the world size is not a multiple of TP * PP or disagrees with --dp. A format
+// whose writer takes no layout options (OutputWriter::takes_layout_options: safetensors, DCP) takes
+// only the dtype.
 nlohmann::json apply_source_defaults(TargetLayout& t, const TargetGiven& given, const ModelInfo& model,
                                      OutputFormat format);
 
