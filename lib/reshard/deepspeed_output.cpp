@@ -275,7 +275,7 @@ class DeepSpeedOutput final : public OutputWriter {
   void prepare(const LoadOptions&, Prepared& p) const override {
     p.plan = ucp_info(p.model, p.plan.target);
     p.record = layout_record(p.plan, p.model);
-    p.templates = std::make_shared<const Templates>(p.model.model_files);
+    p.templates = std::make_shared<const Templates>(p.model.model_files, p.open());
     p.moe_line = target_moe_line(p.model, p.plan.target, *p.templates);
   }
 

@@ -46,13 +46,14 @@ std::string native_checkpoint_dir(const std::string& input, const formats::Folde
   throw Error(formats::not_a_checkpoint(input, dir != input ? dir : std::string()));
 }
 
-to_universal::ExtractPlan direct_plan(const std::string& input, const formats::FolderKind& kind) {
+to_universal::ExtractPlan direct_plan(const std::string& input, const formats::FolderKind& kind,
+                                      const TorchLoadOptions& open) {
   (void)native_checkpoint_dir(input, kind);
   to_universal::ExtractPlan plan;
   if (kind.is(formats::kWorkFolder)) {
     plan = to_universal::plan_of_work_folder(input);
   } else {
-    plan = to_universal::plan_native_checkpoint(input);
+    plan = to_universal::plan_native_checkpoint(input, open);
   }
   // As ucp-union refuses them without --allow-unused-patterns (the two paths must agree).
   if (!plan.unused_patterns.empty())
@@ -94,7 +95,7 @@ std::vector<int64_t> universal_shape(const to_universal::ParamPlan& p, const pat
 
 }  // namespace
 
-UniversalMeta direct_meta(const to_universal::ExtractPlan& plan) {
+UniversalMeta direct_meta(const to_universal::ExtractPlan& plan, const TorchLoadOptions& open) {
   UniversalMeta meta;
   meta.manifest_path = "the extract plan of " + (plan.files.empty() ? std::string("the source") : plan.files[0]);
   const auto set = plan.pattern_set();
@@ -117,15 +118,17 @@ UniversalMeta direct_meta(const to_universal::ExtractPlan& plan) {
   }
   meta.model_files = plan.model_files;
   meta.optimizer_state_path = plan.optimizer_state_file;
-  auto root = load_torch(plan.optimizer_state_file);
+  meta.open = open;
+  auto root = load_torch(plan.optimizer_state_file, open);
   meta.optimizer_state =
       plan.optimizer_state_prepared ? root : to_universal::universal_optimizer_state(root, plan.optimizer_state_file);
   return meta;
 }
 
-DirectSource::DirectSource(const to_universal::ExtractPlan& plan, const ModelInfo& model, bool check_image)
-    : plan_(plan), model_(model), cache_(std::make_unique<to_universal::FragmentReader>(plan.files)) {
-  image_ = std::make_unique<to_universal::MasterImage>(plan, check_image);
+DirectSource::DirectSource(const to_universal::ExtractPlan& plan, const ModelInfo& model, bool check_image,
+                           const TorchLoadOptions& open)
+    : plan_(plan), model_(model), cache_(std::make_unique<to_universal::FragmentReader>(plan.files, open)) {
+  image_ = std::make_unique<to_universal::MasterImage>(plan, check_image, open);
   for (size_t si = 0; si < model.states.size(); ++si)
     if (model.states[si] == "fp32") fp32_state_ = static_cast<int>(si);
   for (size_t f = 0; f < plan.files.size(); ++f) pieces_.push_back(std::make_unique<FilePieces>());

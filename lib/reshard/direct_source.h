@@ -31,19 +31,29 @@ bool is_direct_input(const formats::FolderKind& kind);
 // naming `input` when its kind (formats::detect) is no direct input or it holds no shards.
 std::string native_checkpoint_dir(const std::string& input, const formats::FolderKind& kind);
 
-// The extract plan of a native checkpoint (or work folder); refuses what direct mode cannot read.
-to_universal::ExtractPlan direct_plan(const std::string& input, const formats::FolderKind& kind);
+// The extract plan of a native checkpoint (or work folder; its files opened with `open`); refuses
+// what direct mode cannot read.
+to_universal::ExtractPlan direct_plan(const std::string& input, const formats::FolderKind& kind,
+                                      const TorchLoadOptions& open = {});
 
-// Direct mode's input (ucp-load's Prepared::source): the source's extract plan, and its kind (where
-// its data folder is).
+// Direct mode's input (ucp-load's Prepared::source): the source's extract plan, its kind (where its
+// data folder is), and whether the source files' zip CRC-32s are computed on the bytes the copy reads
+// (DirectSource::keep_source_crcs) instead of when each file is opened.
 struct DirectInput {
   to_universal::ExtractPlan plan;
   formats::FolderKind kind;
+  bool fused_crc = false;
+  // How the run opens the source's files: no CRC check at open when it is fused.
+  TorchLoadOptions open() const {
+    TorchLoadOptions o;
+    o.crc_at_open = !fused_crc;
+    return o;
+  }
 };
 
 // What ucp-union would put in manifest.json and zero/optimizer_state.pt, in memory; model files are
-// the source's own (ucp-union copies them byte for byte).
-UniversalMeta direct_meta(const to_universal::ExtractPlan& plan);
+// the source's own (ucp-union copies them byte for byte). `open`: how the optimizer state file is opened.
+UniversalMeta direct_meta(const to_universal::ExtractPlan& plan, const TorchLoadOptions& open = {});
 
 // Atomic tensors read from the source shards. Elements of a split parameter map to (TP rank,
 // fragment, offset) by the same tp_slice rule the load plan uses, so a run of universal elements is
@@ -52,9 +62,9 @@ UniversalMeta direct_meta(const to_universal::ExtractPlan& plan);
 class DirectSource final : public AtomicSource {
  public:
   // `check_image`: check the module weights against the fp32 masters as they are read (master_image.h;
-  // off under --no-verify). It cannot follow verify_files_crc(), which direct mode turns off while it
-  // computes the files' CRCs on the way (FusedSourceCrc).
-  DirectSource(const to_universal::ExtractPlan& plan, const ModelInfo& model, bool check_image = true);
+  // off under --no-verify). `open`: how the source files are opened (DirectInput::open).
+  DirectSource(const to_universal::ExtractPlan& plan, const ModelInfo& model, bool check_image = true,
+               const TorchLoadOptions& open = {});
   ~DirectSource() override;
   void read(int param, int state, int64_t a, int64_t n, float* dst) override;
   pickle::ValuePtr step(int param) override;

@@ -55,6 +55,11 @@ const TorchDistInput* Prepared::torch_dist() const {
   return t ? t->get() : nullptr;
 }
 
+TorchLoadOptions Prepared::open() const {
+  const DirectInput* d = direct();
+  return d ? d->open() : TorchLoadOptions{};
+}
+
 namespace {
 // The folder the data is read from, for the output-over-input check: the universal folder, the
 // work folder, or the checkpoint's global_stepN folder (an output beside it is fine).
@@ -78,7 +83,7 @@ struct Overloaded : F... {
 std::unique_ptr<AtomicSource> make_source(const Prepared& p, bool check_image, DirectSource** direct = nullptr) {
   return std::visit(Overloaded{[](const UniversalInput&) -> std::unique_ptr<AtomicSource> { return nullptr; },
                                [&](const std::shared_ptr<const DirectInput>& d) -> std::unique_ptr<AtomicSource> {
-                                 auto s = std::make_unique<DirectSource>(d->plan, p.model, check_image);
+                                 auto s = std::make_unique<DirectSource>(d->plan, p.model, check_image, d->open());
                                  if (direct) *direct = s.get();
                                  return s;
                                },
@@ -98,7 +103,7 @@ std::unique_ptr<AtomicSource> open_plan_source(const Prepared& p, UniversalReade
 
 Prepared prepare(const LoadOptions& options) { return prepare(options, kind_of(options)); }
 
-Prepared prepare(const LoadOptions& options, const formats::FolderKind& kind) {
+Prepared prepare(const LoadOptions& options, const formats::FolderKind& kind, bool fused_crc) {
   const OutputWriter& writer = output_writer(options.format);
   Prepared p;
   if (!writer.reads_model()) {
@@ -121,9 +126,10 @@ Prepared prepare(const LoadOptions& options, const formats::FolderKind& kind) {
     p.model = read_model_info(options.input);
   } else {  // a native checkpoint, read directly (issue 18); direct_plan refuses other kinds by name
     auto d = std::make_shared<DirectInput>();
-    d->plan = direct_plan(options.input, kind);
+    d->fused_crc = fused_crc;
+    d->plan = direct_plan(options.input, kind, d->open());
     d->kind = kind;
-    p.model = model_info_from(direct_meta(d->plan));
+    p.model = model_info_from(direct_meta(d->plan, d->open()));
     p.source = std::shared_ptr<const DirectInput>(std::move(d));
   }
   writer.check_model(options, p.model);
@@ -158,32 +164,14 @@ using Clock = std::chrono::steady_clock;
 // page by page (core/allocator.h).
 void keep_buffers_on_heap() { keep_large_buffers_on_heap({.trim_threshold = 1 << 30, .top_pad = 64 << 20}); }
 
-// Direct mode: the source files' zip CRC-32 (on unless --no-verify) is computed on the shard bytes as
-// they are read for the copy and completed at the end from the bytes no copy read
-// (DirectSource::check_source_crcs), instead of a pass over every file when it is opened. This
-// switches the check at open off for the run and back on at its end.
-class FusedSourceCrc {
- public:
-  explicit FusedSourceCrc(bool direct) : was_on_(verify_files_crc()), fused_(was_on_ && direct) {
-    if (fused_) set_verify_files_crc(false);
-  }
-  ~FusedSourceCrc() { set_verify_files_crc(was_on_); }
-  FusedSourceCrc(const FusedSourceCrc&) = delete;
-  FusedSourceCrc& operator=(const FusedSourceCrc&) = delete;
-  bool fused() const { return fused_; }
-
- private:
-  bool was_on_, fused_;
-};
-
 // The run's atomic tensors from a direct source (the source's shards, their CRC-32 kept when fused) or a
 // torch_dist one; none for a universal folder.
-std::unique_ptr<AtomicSource> open_run_source(LoadRun& r, bool fused_crc) {
+std::unique_ptr<AtomicSource> open_run_source(LoadRun& r) {
   std::unique_ptr<AtomicSource> source;
   if (std::holds_alternative<UniversalInput>(r.prep.source)) return source;
   r.failed.guard([&] {
     source = make_source(r.prep, r.options.verify, &r.source);
-    if (r.source) r.source->keep_source_crcs(fused_crc);
+    if (r.source) r.source->keep_source_crcs(r.prep.direct()->fused_crc);
   });
   r.failed.settle();
   r.reader.set_source(source.get());
@@ -321,11 +309,14 @@ LoadSummary run_load(const LoadOptions& options) {
   // A writer that reads the input itself reads all of it, not only a native checkpoint's data folder.
   refuse_output_over_input(options.output, "--output",
                            writer.reads_model() ? input_data_dir(options.input, kind) : options.input, "--input");
-  // Under mpirun each rank checks its share of the files (balanced by bytes) with the pieces it read.
-  const FusedSourceCrc crc(writer.reads_model() && is_direct_input(kind));
+  // Direct mode: the source files' zip CRC-32 (the tools' --verify, on by default) is computed on the
+  // shard bytes as they are read for the copy and completed at the end from the bytes no copy read
+  // (check_source_crcs), instead of a pass over every file when it is opened. Under mpirun each rank
+  // checks its share of the files (balanced by bytes) with the pieces it read.
+  const bool fused_crc = verify_files_crc() && writer.reads_model() && is_direct_input(kind);
   Reporter::Phase phase(options.reporter, "read source");
   Prepared prep;
-  failed.guard([&] { prep = prepare(options, kind); });
+  failed.guard([&] { prep = prepare(options, kind, fused_crc); });
   failed.settle();
   if (options.reuse_output && output_holds(options, prep, mpi.rank() == 0)) return reused_summary(options, prep, t0);
   writer.announce(options, prep);
@@ -345,11 +336,11 @@ LoadSummary run_load(const LoadOptions& options) {
   // With --sync (the default) every finished target file starts its write-back at once, so the final
   // flush overlaps the writing instead of following it.
   run.write.start_writeback = options.sync;
-  const auto source = open_run_source(run, crc.fused());
+  const auto source = open_run_source(run);
   if (plan.verify_first) verify_atomic_tensors(run);  // exchange mode verifies while the owner reads
   writer.write(run, staged);
   phase.next("check and commit");
-  if (crc.fused()) check_source_crcs(run);
+  if (fused_crc) check_source_crcs(run);
   if (plan.direct && !options.verify_against.empty()) compare_checksums(run);
   staging.finish(failed);
   return summarize(run, writer, t0);

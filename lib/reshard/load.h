@@ -101,10 +101,14 @@ struct Prepared {
   // The source when it is of that kind, else null.
   const DirectInput* direct() const;
   const TorchDistInput* torch_dist() const;
+  // How the run opens the source's files (direct mode with the fused CRC-32: no check at open).
+  TorchLoadOptions open() const;
 };
 Prepared prepare(const LoadOptions& options);
-// The same for an input whose kind the caller has read (formats::detect).
-Prepared prepare(const LoadOptions& options, const formats::FolderKind& kind);
+// The same for an input whose kind the caller has read (formats::detect). `fused_crc`: a direct
+// input's zip CRC-32s are computed on the bytes the copy reads, not when its files are opened
+// (DirectInput::fused_crc).
+Prepared prepare(const LoadOptions& options, const formats::FolderKind& kind, bool fused_crc = false);
 
 // `ucp-load --plan`: the output writer's plan (output_writer.h; DeepSpeed: the UcpInfo as JSON, with
 // `from_source`, the layout `record`, this rank's LoadPlan (`load`), and the exchange's plan when it would be used).

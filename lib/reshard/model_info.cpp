@@ -453,7 +453,7 @@ namespace {
 ValuePtr optimizer_state_of(const UniversalMeta& meta) {
   if (meta.optimizer_state) return meta.optimizer_state;
   if (!fs::exists(meta.optimizer_state_path)) return nullptr;
-  return load_torch(meta.optimizer_state_path);
+  return load_torch(meta.optimizer_state_path, meta.open);
 }
 
 // Universal folders that carry no DeepSpeed model files by design: made from another format than
@@ -511,7 +511,7 @@ ModelInfo model_info_from(const UniversalMeta& meta) {
   if (m.source_zero_stage == 3) m.model_files = zero3_templates(m.model_files, m.source_tp, meta.manifest_path);
 
   // Model files: group membership and flat-buffer order (stage by stage), Megatron sizes.
-  ValuePtr first = load_torch(m.model_files[0]);
+  ValuePtr first = load_torch(m.model_files[0], meta.open);
   if (!first || first->kind != Kind::Dict) fail(m.model_files[0], "not a model-states dict");
   read_model_file_facts(m, first, src.data_before_expert.has_value());
   // Optimizer flavour of the source (BF16_Optimizer shards have no zero_stage).
@@ -519,7 +519,7 @@ ModelInfo model_info_from(const UniversalMeta& meta) {
   ValuePtr osd = meta.optimizer_state;
   if (!osd) {
     if (!fs::exists(opt)) throw Error(opt.string() + ": missing (the universal checkpoint is incomplete)");
-    osd = load_torch(opt.string());
+    osd = load_torch(opt.string(), meta.open);
   }
   m.optimizer_state = osd;
   m.source_bf16_optimizer = formats::deepspeed::is_bf16_optimizer_state(osd);
@@ -527,7 +527,7 @@ ModelInfo model_info_from(const UniversalMeta& meta) {
     read_moe_groups(m, by_name, first, osd, opt);
     return m;
   }
-  place_dense_params(m, by_name, [&](int stage) { return stage == 0 ? first : load_torch(m.model_files[stage * m.source_tp]); },
+  place_dense_params(m, by_name, [&](int stage) { return stage == 0 ? first : load_torch(m.model_files[stage * m.source_tp], meta.open); },
                      osd, opt.string());
   if (m.autoep) mark_autoep_expert_groups(m);  // the groups holding the fused expert weights are expert groups
   if (m.pipeline) set_pipeline_positions(m, src, meta.manifest_path);

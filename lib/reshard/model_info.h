@@ -14,6 +14,7 @@
 
 #include "io/dtype.h"
 #include "io/pickle/value.h"
+#include "io/torch/torch_file.h"
 #include "formats/deepspeed/pipeline.h"
 #include "formats/universal/manifest.h"
 #include "patterns/pattern_set.h"
@@ -106,6 +107,7 @@ struct UniversalMeta {
   std::vector<std::string> model_files;     // resolved paths, in manifest order
   pickle::ValuePtr optimizer_state;         // zero/optimizer_state.pt's root (nullptr: read optimizer_state_path)
   std::string optimizer_state_path;
+  TorchLoadOptions open;                    // how its files are opened (a direct source's: DirectInput::open)
 };
 // The ModelInfo of `meta`: the steps below, plus reading the model files and the optimizer state.
 ModelInfo model_info_from(const UniversalMeta& meta);

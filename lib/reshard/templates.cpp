@@ -6,14 +6,15 @@
 
 namespace ucpkit::reshard {
 
-Templates::Templates(std::vector<std::string> paths) : paths_(std::move(paths)), roots_(paths_.size()) {}
+Templates::Templates(std::vector<std::string> paths, const TorchLoadOptions& open)
+    : paths_(std::move(paths)), open_(open), roots_(paths_.size()) {}
 
 const pickle::ValuePtr& Templates::model_states(int file) const {
   std::lock_guard lock(mu_);
   pickle::ValuePtr& t = roots_.at(static_cast<size_t>(file));
   if (!t) {  // kept only once it is known good: asked again, a bad file is refused again
     const std::string& path = paths_[static_cast<size_t>(file)];
-    auto root = load_torch(path);
+    auto root = load_torch(path, open_);
     if (!root || root->kind != pickle::Kind::Dict) fail(path, "not a model-states dict");
     t = std::move(root);
   }

@@ -12,6 +12,7 @@
 
 #include "formats/deepspeed/version_line.h"
 #include "io/pickle/value.h"
+#include "io/torch/torch_file.h"
 #include "reshard/model_info.h"
 #include "reshard/ucp_info.h"
 
@@ -20,7 +21,8 @@ namespace ucpkit::reshard {
 class Templates {
  public:
   // `paths`: ModelInfo::model_files (copied: the templates outlive moves of the ModelInfo).
-  explicit Templates(std::vector<std::string> paths);
+  // `open`: how each file is opened (its CRC check, torch_file.h).
+  explicit Templates(std::vector<std::string> paths, const TorchLoadOptions& open = {});
   // Template model file `file` (index into the paths), parsed on first use; thread-safe.
   const pickle::ValuePtr& model_states(int file) const;
   const std::vector<std::string>& paths() const { return paths_; }
@@ -29,6 +31,7 @@ class Templates {
 
  private:
   std::vector<std::string> paths_;
+  TorchLoadOptions open_;
   mutable std::mutex mu_;
   mutable std::vector<pickle::ValuePtr> roots_;
 };

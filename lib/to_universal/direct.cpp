@@ -10,7 +10,11 @@
 
 namespace ucpkit::to_universal {
 
-ExtractPlan plan_native_checkpoint(const std::string& checkpoint) { return plan_checkpoint(checkpoint, ExtractOptions{}); }
+ExtractPlan plan_native_checkpoint(const std::string& checkpoint, const TorchLoadOptions& open) {
+  ExtractOptions options;
+  options.open = open;
+  return plan_checkpoint(checkpoint, options);
+}
 
 ExtractPlan plan_of_work_folder(const std::string& work_dir) { return load_work_plan(work_dir); }
 
@@ -22,7 +26,8 @@ Tensor strip_vocab_padding(const std::string& name, const Tensor& t, int64_t ori
   return strip_padding(name, t, original_vocab_size);
 }
 
-FragmentReader::FragmentReader(const std::vector<std::string>& files) : cache_(std::make_unique<SourceCache>(files)) {}
+FragmentReader::FragmentReader(const std::vector<std::string>& files, const TorchLoadOptions& open)
+    : cache_(std::make_unique<SourceCache>(files, open)) {}
 FragmentReader::~FragmentReader() = default;
 
 Tensor FragmentReader::fragment(const SourceFragment& f, const std::string& state) {

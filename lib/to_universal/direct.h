@@ -22,9 +22,9 @@ namespace ucpkit::to_universal {
 
 class SourceCache;
 
-// The extract plan of a native checkpoint (ucp-union's default options), or of a ucp-extract work
-// folder (its plan.json).
-ExtractPlan plan_native_checkpoint(const std::string& checkpoint);
+// The extract plan of a native checkpoint (ucp-union's default options; its files opened with `open`),
+// or of a ucp-extract work folder (its plan.json).
+ExtractPlan plan_native_checkpoint(const std::string& checkpoint, const TorchLoadOptions& open = {});
 ExtractPlan plan_of_work_folder(const std::string& work_dir);
 
 // zero/optimizer_state.pt as ucp-union writes it, from the root of the rank-0 optimizer shard `path`.
@@ -42,7 +42,8 @@ Tensor strip_vocab_padding(const std::string& name, const Tensor& t, int64_t ori
 // The plan's shard files, each opened (memory-mapped, pickle parsed) on first use; thread-safe.
 class FragmentReader {
  public:
-  explicit FragmentReader(const std::vector<std::string>& files);
+  // `open`: how each file is opened on first use (its CRC check, torch_file.h).
+  explicit FragmentReader(const std::vector<std::string>& files, const TorchLoadOptions& open = {});
   ~FragmentReader();
   FragmentReader(const FragmentReader&) = delete;
   FragmentReader& operator=(const FragmentReader&) = delete;

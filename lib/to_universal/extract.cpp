@@ -55,7 +55,7 @@ void collect_shapes(const formats::deepspeed::ModelStates& model, std::map<std::
 // parameter names. Every TP-rank-0 layer file is opened (keys only): `keys` gets each file's key order
 // (the layer module's registration order, which the target's layer files keep).
 formats::deepspeed::PipelineNumbering pipeline_numbering_of(const formats::deepspeed::DeepSpeedLayout& L, const ExtractPlan& plan,
-                                                std::map<int, std::vector<std::string>>& keys) {
+                                                std::map<int, std::vector<std::string>>& keys, const TorchLoadOptions& open) {
   std::set<int> numbered, blocks;
   std::set<std::string> tied;
   for (const auto& p : plan.params) {
@@ -70,7 +70,7 @@ formats::deepspeed::PipelineNumbering pipeline_numbering_of(const formats::deeps
   for (const auto& [idx, files] : L.layer_files) {
     if (files.empty()) continue;
     FileScope scope(files[0]);
-    ValuePtr root = load_torch(files[0]);
+    ValuePtr root = load_torch(files[0], open);
     auto& k = keys[idx];
     if (root && root->kind == Kind::Dict)
       for (const auto& [key, v] : root->entries) k.push_back(key->as_str());
@@ -88,7 +88,7 @@ formats::deepspeed::PipelineNumbering pipeline_numbering_of(const formats::deeps
 // that shape without the expert dimension (engine.py:5029-5054). Fills `param` (weight -> layer index).
 void check_autoep_files(const formats::deepspeed::DeepSpeedLayout& L, const std::vector<formats::deepspeed::AutoEpLayer>& autoep,
                         const std::vector<int>& num_experts, const std::map<std::string, std::vector<int64_t>>& shapes,
-                        std::map<std::string, size_t>& param) {
+                        std::map<std::string, size_t>& param, const TorchLoadOptions& open) {
   if (L.tp > 1 || L.pp > 1 || L.pipeline)
     throw Error(L.dir + ": DeepSpeed AutoEP with tp=" + std::to_string(L.tp) + " pp=" + std::to_string(L.pp) +
                 " is not supported (only tp=1, pp=1; ds_to_universal refuses it too, autoep_universal.py:281-283)");
@@ -122,7 +122,7 @@ void check_autoep_files(const formats::deepspeed::DeepSpeedLayout& L, const std:
     FileScope scope(ef.path);
     std::map<std::string, std::vector<int64_t>> fused;  // "w1" -> [num_local_experts, ...]
     for (const auto& w : formats::deepspeed::autoep_weight_names()) fused[w] = shapes.at(a.expert_key_prefix + "." + w);
-    formats::deepspeed::check_autoep_expert_file(load_torch(ef.path), ef.path, a, ef.expert, fused);
+    formats::deepspeed::check_autoep_expert_file(load_torch(ef.path, open), ef.path, a, ef.expert, fused);
     found.emplace(a.moe_layer_id, ef.expert);
   }
   for (const auto& a : autoep)
@@ -145,14 +145,15 @@ struct ModelFacts {
 
 // Model states of every (pp, tp): shapes, world sizes (checked), patterns, MoE facts; each file's
 // identity recorded in `agreement`.
-ModelFacts read_model_facts(const formats::deepspeed::DeepSpeedLayout& L, ShardAgreement& agreement) {
+ModelFacts read_model_facts(const formats::deepspeed::DeepSpeedLayout& L, ShardAgreement& agreement,
+                            const TorchLoadOptions& open) {
   ModelFacts m;
   m.shapes.resize(L.mp_count());
   m.facts.expp_files = !L.expert_optim_files.empty();
   for (int mp = 0; mp < L.mp_count(); ++mp) {
     const auto& path = L.model_files[mp];
     FileScope scope(path);
-    ValuePtr root = load_torch(path);
+    ValuePtr root = load_torch(path, open);
     const formats::deepspeed::ModelStates model = formats::deepspeed::read_rank_model_states(root, path);
     if (const auto dp = model.dp_world_size; dp && *dp != L.dp) {
       if (*dp > 0 && *dp < L.dp)
@@ -196,13 +197,14 @@ void check_native_expert_files(const formats::deepspeed::DeepSpeedLayout& L, con
 
 // Native MoE expert files (keys and shapes only): each expert parameter's shape into `shapes` of its
 // model-parallel rank, its file, and (name with expert index 0) its MoE layer into `experts`.
-void read_native_expert_files(const formats::deepspeed::DeepSpeedLayout& L, std::vector<ShapeMap>& shapes, ExpertFacts& experts) {
+void read_native_expert_files(const formats::deepspeed::DeepSpeedLayout& L, std::vector<ShapeMap>& shapes, ExpertFacts& experts,
+                              const TorchLoadOptions& open) {
   std::map<int, formats::deepspeed::ExpertFileLayer> layers;  // moe_layer_id -> what its files' names say
   for (const auto& ef : L.expert_files) {
     auto& layer = layers[ef.moe_layer];
     if (layer.file.empty()) layer.file = ef.path;
     FileScope scope(ef.path);
-    ValuePtr root = load_torch(ef.path);
+    ValuePtr root = load_torch(ef.path, open);
     if (!root || root->kind != Kind::Dict) fail(ef.path, "not an expert state dict");
     for (const auto& [k, v] : root->entries)
       if (v && v->kind == Kind::Tensor) {
@@ -240,13 +242,14 @@ void read_first_shard_facts(const ShardView& shard, const ValuePtr& root, bool a
 // Every optimizer shard (model-parallel rank mp, DP rank d) into the plan's files, its param groups'
 // fragments through `map`, its partitions and identity into `agreement`.
 ShardFacts read_optimizer_shards(const formats::deepspeed::DeepSpeedLayout& L, const ModelFacts& model, bool& data_before_expert,
-                                 Zero12FragmentMap& map, ShardAgreement& agreement, ExtractPlan& plan) {
+                                 Zero12FragmentMap& map, ShardAgreement& agreement, ExtractPlan& plan,
+                                 const TorchLoadOptions& open) {
   ShardFacts facts;
   for (int mp = 0; mp < L.mp_count(); ++mp) {
     for (int d = 0; d < L.dp; ++d) {
       const std::string& path = L.optim_files[mp][d];
       FileScope scope(path);
-      ValuePtr root = load_torch(path);
+      ValuePtr root = load_torch(path, open);
       ShardView shard(root, path);
       agreement.optim_shard(shard, root, path);
       if (d == 0 && mp == 0) read_first_shard_facts(shard, root, !model.autoep.empty(), facts, data_before_expert);
@@ -276,11 +279,12 @@ ShardFacts read_optimizer_shards(const formats::deepspeed::DeepSpeedLayout& L, c
 
 // plan.source: the layout and what the files say about it (pipeline numbering read from the layer files).
 nlohmann::json zero12_source_json(const formats::deepspeed::DeepSpeedLayout& L, const ExtractPlan& plan, const ModelFacts& model,
-                                  const ShardFacts& shards, bool data_before_expert, bool native_moe) {
+                                  const ShardFacts& shards, bool data_before_expert, bool native_moe,
+                                  const TorchLoadOptions& open) {
   nlohmann::json numbering, layer_keys;
   if (L.pipeline) {
     std::map<int, std::vector<std::string>> keys;
-    numbering = formats::deepspeed::to_json(pipeline_numbering_of(L, plan, keys));
+    numbering = formats::deepspeed::to_json(pipeline_numbering_of(L, plan, keys, open));
     for (const auto& [idx, k] : keys) layer_keys[std::to_string(idx)] = k;
   }
   nlohmann::json source = {{"dir", fs::absolute(L.dir).string()}, {"tag", L.tag}, {"tp", L.tp}, {"pp", L.pp}, {"dp", L.dp},
@@ -314,28 +318,28 @@ ExtractPlan plan_checkpoint(const std::string& checkpoint, const ExtractOptions&
   if ((!L.expert_files.empty() || !L.expert_optim_files.empty()) && (L.tp > 1 || L.pp > 1 || L.pipeline))
     refuse_moe_model_parallel();
   ShardAgreement agreement;  // every file of one save; every shard's partitions fully described
-  ModelFacts model = read_model_facts(L, agreement);
+  ModelFacts model = read_model_facts(L, agreement, options.open);
   ExpertFacts experts;
   experts.num_experts = model.num_experts;
   experts.autoep = model.autoep;
   // AutoEP fused expert weight "<prefix>.w1" -> its layer (index into `autoep`).
-  if (!model.autoep.empty()) check_autoep_files(L, model.autoep, model.num_experts, model.shapes[0], experts.autoep_param);
+  if (!model.autoep.empty()) check_autoep_files(L, model.autoep, model.num_experts, model.shapes[0], experts.autoep_param, options.open);
   const bool native_moe = model.autoep.empty() &&
                           (!L.expert_files.empty() || !L.expert_optim_files.empty() || !model.num_experts.empty());
   if (native_moe && (L.tp > 1 || L.pp > 1 || L.pipeline)) refuse_moe_model_parallel();
   if (native_moe) check_native_expert_files(L, model.num_experts);
-  if (model.autoep.empty()) read_native_expert_files(L, model.shapes, experts);  // AutoEP: check_autoep_files
+  if (model.autoep.empty()) read_native_expert_files(L, model.shapes, experts, options.open);  // AutoEP: check_autoep_files
 
   const patterns::PatternSet pset = choose_patterns(options, model.uc_info, L, plan);
   bool data_before_expert = model.data_before_expert;
   Zero12FragmentMap map(L.tp, L.pp, pset, experts);
-  const ShardFacts shards = read_optimizer_shards(L, model, data_before_expert, map, agreement, plan);
+  const ShardFacts shards = read_optimizer_shards(L, model, data_before_expert, map, agreement, plan, options.open);
   agreement.finish();
   check_zero12_coverage(plan, L.tp, L.dir);
   plan.unused_patterns = map.unused_patterns();  // strict: a pattern that matches no parameter
   plan.model_files = L.model_files;
   plan.optimizer_state_file = L.optim_files[0][0];
-  plan.source = zero12_source_json(L, plan, model, shards, data_before_expert, native_moe);
+  plan.source = zero12_source_json(L, plan, model, shards, data_before_expert, native_moe, options.open);
   return plan;
 }
 

@@ -6,12 +6,14 @@
 
 #include "to_universal/plan.h"
 #include "core/reporter.h"
+#include "io/torch/torch_file.h"
 
 namespace ucpkit::to_universal {
 
 struct ExtractOptions {
   std::string patterns_file;  // overrides universal_checkpoint_info when given
   int threads = 0;            // 0: all cores
+  TorchLoadOptions open;      // how every file read for the plan is opened (its CRC check)
 };
 
 // Builds the plan straight from the checkpoint (no data read beyond the pickles).

@@ -34,7 +34,8 @@ struct Zero3ModelFiles {
   std::vector<formats::deepspeed::ModelStates> first_of_tp;       // each TP rank's DP-rank-0 model file, as read
 };
 
-Zero3ModelFiles read_zero3_model_files(const formats::deepspeed::DeepSpeedLayout& L, ShardAgreement& agreement) {
+Zero3ModelFiles read_zero3_model_files(const formats::deepspeed::DeepSpeedLayout& L, ShardAgreement& agreement,
+                                       const TorchLoadOptions& open) {
   Zero3ModelFiles out;
   out.autoep_of_rank.resize(L.dp);
   auto& autoep_of_rank = out.autoep_of_rank;
@@ -42,7 +43,7 @@ Zero3ModelFiles read_zero3_model_files(const formats::deepspeed::DeepSpeedLayout
     for (size_t d = 0; d < L.zero3_model_files[t].size(); ++d) {
       const std::string& path = L.zero3_model_files[t][d];
       FileScope scope(path);
-      ValuePtr root = load_torch(path);
+      ValuePtr root = load_torch(path, open);
       agreement.model_file(root, path);
       formats::deepspeed::ModelStates model = formats::deepspeed::read_rank_model_states(root, path);
       const bool has = formats::deepspeed::has_autoep_layers(model);
@@ -106,10 +107,11 @@ Zero3ModelStates read_zero3_param_shapes(const formats::deepspeed::DeepSpeedLayo
 // that it is a ZeRO-3 shard of this layout whose sub-groups match param_shapes.
 void add_zero3_shard(ExtractPlan& plan, const std::map<std::string, size_t>& index, const formats::deepspeed::DeepSpeedLayout& L, int t,
                      int d, const SubGroups& groups, const std::vector<formats::deepspeed::AutoEpLayer>& rank_autoep,
-                     const std::map<std::string, size_t>& autoep_param, bool autoep, ShardAgreement& agreement) {
+                     const std::map<std::string, size_t>& autoep_param, bool autoep, ShardAgreement& agreement,
+                     const TorchLoadOptions& open) {
   const std::string& path = L.optim_files[t][d];
   FileScope scope(path);
-  const ValuePtr root = load_torch(path);
+  const ValuePtr root = load_torch(path, open);
   ShardView shard(root, path);
   if (!shard.zero3()) fail(path, "ZeRO-3 model files but this optimizer shard is not ZeRO-3");
   if (auto pc = shard.group_info(0).partition_count; pc >= 0 && pc != L.dp)
@@ -152,7 +154,7 @@ ExtractPlan plan_zero3(const formats::deepspeed::DeepSpeedLayout& L, const Extra
                         "refuses ZeRO stage 2 and 3, so such checkpoints are not written)");
   ExtractPlan plan;
   ShardAgreement agreement;
-  const Zero3ModelFiles files = read_zero3_model_files(L, agreement);
+  const Zero3ModelFiles files = read_zero3_model_files(L, agreement, options.open);
   const auto& autoep_of_rank = files.autoep_of_rank;
   const std::vector<formats::deepspeed::AutoEpLayer>& autoep = autoep_of_rank[0];
   const std::map<std::string, size_t> autoep_param = check_autoep_ranks_agree(L, autoep_of_rank);
@@ -164,7 +166,7 @@ ExtractPlan plan_zero3(const formats::deepspeed::DeepSpeedLayout& L, const Extra
   for (int t = 0; t < L.tp; ++t)
     for (int d = 0; d < L.dp; ++d)
       add_zero3_shard(plan, index, L, t, d, model.sub_groups[t], autoep_of_rank[d], autoep_param, !autoep.empty(),
-                      agreement);
+                      agreement, options.open);
   agreement.finish();
   check_zero3_coverage(plan, L.tp, L.dir);
   if (L.tp > 1) {  // the joins use the patterns: a pattern matching no parameter is reported

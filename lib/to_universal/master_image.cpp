@@ -75,7 +75,7 @@ int64_t first_difference(const float* master, int64_t n, const Tensor& weight, u
 
 }  // namespace
 
-MasterImage::MasterImage(const ExtractPlan& plan, bool verify) {
+MasterImage::MasterImage(const ExtractPlan& plan, bool verify, const TorchLoadOptions& open) : open_(open) {
   const auto& src = plan.source;
   // ZeRO-3 keeps no weights in its model files.
   if (src.value("zero_stage", 1) == 3) return;
@@ -129,7 +129,7 @@ MasterImage::MasterImage(const ExtractPlan& plan, bool verify) {
 }
 
 void MasterImage::index_file(const std::string& path, const std::map<std::string, std::string>& names, size_t tp_rank) {
-  files_.push_back(load_torch_file(path));
+  files_.push_back(load_torch_file(path, open_));
   for (const auto& [local, v] : formats::deepspeed::read_model_states(files_.back(), path).module) {
     if (!v || v->kind != pickle::Kind::Tensor) continue;
     const auto it = names.find(local);

@@ -23,8 +23,8 @@ class MasterImage {
   // source of its layer_XX-model_TT-model_states.pt files (a tied module in each layer file that holds
   // it), read lazily: the tensors stay mapped. Empty (check() does nothing) for ZeRO-3, whose model
   // files hold no weights, and under --no-verify.
-  // `verify`: false (--no-verify) leaves it empty.
-  MasterImage(const ExtractPlan& plan, bool verify);
+  // `verify`: false (--no-verify) leaves it empty. `open`: how the model files are opened (their CRC check).
+  MasterImage(const ExtractPlan& plan, bool verify, const TorchLoadOptions& open = {});
   explicit MasterImage(const ExtractPlan& plan) : MasterImage(plan, verify_files_crc()) {}
   // `fp32`: parameter p's fp32 master, TP slices back to back starting at `offsets` (bytes). Each
   // slice rounded to its model file's dtype must equal the module weight of that TP rank. Throws
@@ -47,6 +47,7 @@ class MasterImage {
   void compare(const ParamPlan& p, size_t t, int64_t pos, const float* fp32, int64_t n, const Copy& copy,
                const std::vector<std::string>& files) const;
   void index_file(const std::string& path, const std::map<std::string, std::string>& names, size_t tp_rank);
+  TorchLoadOptions open_;
   std::vector<TorchFile> files_;                       // keeps the mappings alive
   std::map<std::string, std::vector<TpCopies>> weights_;  // name -> its copies (a tied module: one per file)
 };

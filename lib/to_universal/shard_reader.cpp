@@ -70,7 +70,8 @@ Tensor ShardView::state_tensor(int g, const std::string& state) const {
   fail(path_, "optimizer state of group " + std::to_string(g) + " has no " + state);
 }
 
-SourceCache::SourceCache(std::vector<std::string> files) : files_(std::move(files)) {
+SourceCache::SourceCache(std::vector<std::string> files, const TorchLoadOptions& open)
+    : files_(std::move(files)), open_(open) {
   loaded_.resize(files_.size());
   shards_.resize(files_.size());
   fds_.assign(files_.size(), -1);
@@ -102,7 +103,7 @@ bool SourceCache::read_into(int file, const Tensor& t, uint8_t* dst) {
 }
 
 std::shared_ptr<const TorchFile> SourceCache::get(int file) {
-  std::call_once(*once_.at(file), [&] { loaded_[file] = std::make_shared<TorchFile>(load_torch_file(files_[file])); });
+  std::call_once(*once_.at(file), [&] { loaded_[file] = std::make_shared<TorchFile>(load_torch_file(files_[file], open_)); });
   return loaded_[file];
 }
 

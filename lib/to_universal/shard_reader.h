@@ -49,7 +49,8 @@ class ShardView {
 // Thread-safe cache of loaded source files (pickle trees; tensor bytes stay mapped and lazy).
 class SourceCache {
  public:
-  explicit SourceCache(std::vector<std::string> files);
+  // `open`: how each file is opened on first use (its CRC check, torch_file.h).
+  explicit SourceCache(std::vector<std::string> files, const TorchLoadOptions& open = {});
   std::shared_ptr<const TorchFile> get(int file);
   // The file as an optimizer shard, read once (the file must be one).
   const ShardView& shard(int file);
@@ -61,6 +62,7 @@ class SourceCache {
 
  private:
   std::vector<std::string> files_;
+  TorchLoadOptions open_;
   std::vector<std::shared_ptr<const TorchFile>> loaded_;
   std::vector<std::unique_ptr<std::once_flag>> once_;
   std::vector<std::unique_ptr<ShardView>> shards_;

@@ -281,10 +281,15 @@ void check_record_crcs(const std::shared_ptr<const MappedFile>& file) {
 void set_verify_files_crc(bool on) { g_verify_files_crc = on; }
 bool verify_files_crc() { return g_verify_files_crc; }
 
+size_t files_crc_checked_at_open() {
+  std::lock_guard<std::mutex> lock(g_verified_mu);
+  return g_verified.size();
+}
+
 TorchFile load_torch_file(const std::string& path, const TorchLoadOptions& options) {
   std::tuple<std::string, int64_t, int64_t> id{"", -1, -1};
   bool check = false;
-  if (!options.verify_crc && g_verify_files_crc) {
+  if (!options.verify_crc && options.crc_at_open && g_verify_files_crc) {
     id = file_identity(path);
     std::lock_guard<std::mutex> lock(g_verified_mu);
     check = !g_verified.count(id);
@@ -310,7 +315,9 @@ TorchFile load_torch_mapped(std::shared_ptr<const MappedFile> file, const TorchL
   return load_guarded(name, [&] { return load_any(std::move(file), options); });
 }
 
-pickle::ValuePtr load_torch(const std::string& path) { return load_torch_file(path).root; }
+pickle::ValuePtr load_torch(const std::string& path, const TorchLoadOptions& options) {
+  return load_torch_file(path, options).root;
+}
 
 namespace {
 

@@ -23,6 +23,10 @@ struct TorchFile {
 
 struct TorchLoadOptions {
   bool verify_crc = false;  // recompute record CRC-32s (zip); off by default: costs a full read
+  // load_torch_file / load_torch: the check of every record's CRC-32 at open that the tools'
+  // --verify asks for (verify.h). False for a caller that checks the file's CRCs itself (ucp-load's
+  // direct mode computes them on the bytes its copy reads).
+  bool crc_at_open = true;
 };
 
 // Loads `path`; every error names the file and what is wrong.
@@ -34,7 +38,7 @@ TorchFile load_torch_bytes(std::span<const uint8_t> bytes, const std::string& na
 // views of `file`); `file->path()` names it in messages.
 TorchFile load_torch_mapped(std::shared_ptr<const MappedFile> file, const TorchLoadOptions& options = {});
 // Convenience: just the root value.
-pickle::ValuePtr load_torch(const std::string& path);
+pickle::ValuePtr load_torch(const std::string& path, const TorchLoadOptions& options = {});
 
 struct TorchSaveOptions {
   std::string archive_prefix = "archive";
