@@ -6,7 +6,8 @@
 #   scripts/frameworks/setup.sh --path    prints the folder it uses, makes nothing
 #
 # The folder: $UCPKIT_FRAMEWORKS_ENV, else ~/.cache/ucpkit/frameworks-<hash of requirements.txt>.
-# Exit 0 with the folder on stdout once `import torch` works there; else 1 and one line on stderr.
+# Exit 0 with the folder on stdout once `import torch` works there (and `import deepspeed`, checked once when
+# it is made); else 1 and one line on stderr.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 req=$here/requirements.txt
@@ -25,10 +26,24 @@ staged=$env_dir.partial-$$
 trap 'rm -rf "$staged"' EXIT
 rm -rf "$env_dir.partial-"*  # what a killed run left
 "$python" -m venv "$staged" >&2
+# Lines marked `# sdist` (DeepSpeed) are built from source in a second step, against what the first installed.
+grep -v '#[[:space:]]*sdist' "$req" >"$staged/requirements-wheels.txt"
+"$staged/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$staged/requirements-wheels.txt" >&2 || {
+  echo "scripts/frameworks/setup.sh: pip install of $req failed (is PyPI reachable?)" >&2; exit 1; }
+mapfile -t sdists < <(sed -n 's/^\([^#[:space:]]\+\)[[:space:]]*#[[:space:]]*sdist.*/\1/p' "$req")
+if ((${#sdists[@]})); then
+  # DeepSpeed's setup.py imports torch (--no-build-isolation) and records the accelerator it finds
+  # (DS_ACCELERATOR=cpu: no GPU here) and the ops it compiled (DS_BUILD_OPS=0: none, they are JIT-built on use);
+  # --no-cache-dir: a wheel pip cached from a build with other DS_* settings is not reused.
+  DS_ACCELERATOR=cpu DS_BUILD_OPS=0 "$staged/bin/pip" install --quiet --disable-pip-version-check --no-deps \
+    --no-build-isolation --no-cache-dir "${sdists[@]}" >"$staged/sdist-build.log" 2>&1 || {
+    tail -20 "$staged/sdist-build.log" >&2
+    echo "scripts/frameworks/setup.sh: building ${sdists[*]} failed" >&2; exit 1; }
+  DS_ACCELERATOR=cpu "$staged/bin/python" -c 'import deepspeed' >&2 || {
+    echo "scripts/frameworks/setup.sh: import deepspeed fails in the new environment" >&2; exit 1; }
+fi
 # The venv's scripts name its folder: made under the final name's sibling, they are fixed by
 # recreating the venv in place after the move (python -m venv on an existing folder keeps packages).
-"$staged/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$req" >&2 || {
-  echo "scripts/frameworks/setup.sh: pip install of $req failed (is PyPI reachable?)" >&2; exit 1; }
 rm -rf "$env_dir"
 mv "$staged" "$env_dir"
 "$python" -m venv "$env_dir" >&2
