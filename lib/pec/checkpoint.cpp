@@ -379,10 +379,10 @@ std::span<const uint8_t> Blob::bytes() const {
   return owned;
 }
 
-SourceSegments non_expert_segments(const SourceCheckpoint& c, const std::string& rel, nlohmann::json& cut) {
+SourceSegments non_expert_segments(const SourceCheckpoint& c, const std::string& rel, std::optional<CutList>& cut) {
   SourceSegments s;
   s.path = (fs::path(c.root) / rel).string();
-  cut = nullptr;
+  cut.reset();
   const uint64_t size = c.file_sizes.count(rel) ? c.file_sizes.at(rel) : fs::file_size(s.path);
   auto it = c.expert_ranges.find(rel);
   if (it == c.expert_ranges.end()) {
@@ -405,15 +405,13 @@ SourceSegments non_expert_segments(const SourceCheckpoint& c, const std::string&
       merged.emplace_back(o, l);
   }
   uint64_t pos = 0;
-  nlohmann::json list = nlohmann::json::array();
   for (const auto& [o, l] : merged) {
     if (o > pos) s.segments.emplace_back(pos, o - pos);
     pos = o + l;
-    list.push_back({o, l});
   }
   if (size > pos) s.segments.emplace_back(pos, size - pos);
   for (const auto& [o, l] : s.segments) s.size += l;
-  cut = {{"file_size", size}, {"cut", list}};
+  cut = CutList{size, std::move(merged)};
   return s;
 }
 
@@ -449,9 +447,9 @@ Blob read_segments(const SourceSegments& s) {
 }
 }  // namespace
 
-Blob read_non_expert(const SourceCheckpoint& c, const std::string& rel, nlohmann::json& cut) {
+Blob read_non_expert(const SourceCheckpoint& c, const std::string& rel, std::optional<CutList>& cut) {
   auto s = non_expert_segments(c, rel, cut);
-  if (cut.is_null()) {
+  if (!cut) {
     Blob b;
     b.file = MappedFile::open(s.path);
     return b;
@@ -488,10 +486,39 @@ nlohmann::json ranges_to_json(const std::vector<ByteRange>& rs) {
   return a;
 }
 
-std::vector<ByteRange> ranges_from_json(const nlohmann::json& j) {
+std::vector<ByteRange> ranges_from_json(const nlohmann::json& j, const std::string& name) {
   std::vector<ByteRange> out;
-  for (const auto& r : j) out.push_back({r.at(0).get<std::string>(), r.at(1).get<uint64_t>(), r.at(2).get<uint64_t>()});
+  try {
+    if (!j.is_array()) fail(name, "malformed ranges: not a list");
+    for (const auto& r : j) {
+      if (!r.is_array() || r.size() != 3) fail(name, "malformed ranges entry (not [record, offset, length])");
+      out.push_back({r.at(0).get<std::string>(), r.at(1).get<uint64_t>(), r.at(2).get<uint64_t>()});
+    }
+  } catch (const nlohmann::json::exception&) {
+    fail(name, "malformed ranges entry (not [record, offset, length])");
+  }
   return out;
+}
+
+nlohmann::json cut_to_json(const CutList& c) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& [o, l] : c.cut) list.push_back({o, l});
+  return {{"file_size", c.file_size}, {"cut", list}};
+}
+
+CutList cut_from_json(const nlohmann::json& j, const std::string& name) {
+  CutList c;
+  try {
+    if (!j.is_object()) fail(name, "malformed cut list: not an object");
+    c.file_size = j.at("file_size").get<uint64_t>();
+    for (const auto& r : j.at("cut")) {
+      if (!r.is_array() || r.size() != 2) fail(name, "malformed cut list entry (not [offset, length])");
+      c.cut.emplace_back(r.at(0).get<uint64_t>(), r.at(1).get<uint64_t>());
+    }
+  } catch (const nlohmann::json::exception&) {
+    fail(name, "malformed cut list (not {\"file_size\": n, \"cut\": [[offset, length], ...]})");
+  }
+  return c;
 }
 
 }  // namespace ucpkit::pec

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -43,6 +44,14 @@ struct ExpertPart {
   std::string path;  // relative to the checkpoint step folder
   std::vector<ByteRange> ranges;
   uint64_t bytes = 0;
+};
+
+// A non-expert shared file stored with every expert range cut out: the file's size and the cut
+// (absolute offset, length) pairs, sorted and disjoint: the ranges restore fills. The manifest's
+// "cut" entry, {"file_size": n, "cut": [[offset, length], ...]}.
+struct CutList {
+  uint64_t file_size = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> cut;
 };
 
 struct OpenOptions {
@@ -91,13 +100,13 @@ struct SourceSegments {
   uint64_t size = 0;  // sum of the lengths
 };
 // The bytes read_non_expert returns, as segments (`cut` as there).
-SourceSegments non_expert_segments(const SourceCheckpoint& c, const std::string& rel, nlohmann::json& cut);
+SourceSegments non_expert_segments(const SourceCheckpoint& c, const std::string& rel, std::optional<CutList>& cut);
 // The bytes read_expert_part returns, as segments.
 SourceSegments expert_part_segments(const SourceCheckpoint& c, const ExpertPart& part);
 
-// Reads a non-expert file as stored. For shared files every expert range is cut out: `cut` gets
-// {"file_size": n, "cut": [[absolute offset, length], ...]} (sorted, disjoint): the ranges restore fills.
-Blob read_non_expert(const SourceCheckpoint& c, const std::string& rel, nlohmann::json& cut);
+// Reads a non-expert file as stored. For shared files every expert range is cut out and `cut` gets
+// the ranges restore fills; for the others it is empty.
+Blob read_non_expert(const SourceCheckpoint& c, const std::string& rel, std::optional<CutList>& cut);
 // Reads one part of an expert: the file, or its ranges concatenated.
 Blob read_expert_part(const SourceCheckpoint& c, const ExpertPart& part);
 
@@ -108,7 +117,11 @@ void add_element_ranges(const std::vector<const Tensor*>& tensors, const std::ma
                         const std::string& prefix, int64_t elem, int64_t numel, const std::string& path,
                         const std::string& name, std::vector<ByteRange>& out);
 
+// The manifest's forms: ranges [[record, offset, length], ...]; a cut list as CutList says. A
+// malformed entry is an Error naming `name`.
 nlohmann::json ranges_to_json(const std::vector<ByteRange>& r);
-std::vector<ByteRange> ranges_from_json(const nlohmann::json& j);
+std::vector<ByteRange> ranges_from_json(const nlohmann::json& j, const std::string& name);
+nlohmann::json cut_to_json(const CutList& c);
+CutList cut_from_json(const nlohmann::json& j, const std::string& name);
 
 }  // namespace ucpkit::pec

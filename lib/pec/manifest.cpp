@@ -24,9 +24,9 @@ json file_to_json(const FileEntry& f) {
   json chunks = json::array();
   for (const auto& c : f.chunks) chunks.push_back({{"object", c.object}, {"size", c.size}, {"stored", c.stored}});
   json j = {{"path", f.path}, {"size", f.size}, {"digest", f.digest}, {"chunks", chunks}};
-  if (!f.ranges.is_null()) j["ranges"] = f.ranges;
-  if (!f.cut.is_null()) j["cut"] = f.cut;
-  if (!f.range_crcs.is_null()) j["range_crcs"] = f.range_crcs;
+  if (f.ranges) j["ranges"] = ranges_to_json(*f.ranges);
+  if (f.cut) j["cut"] = cut_to_json(*f.cut);
+  if (f.range_crcs) j["range_crcs"] = range_crcs_to_json(*f.range_crcs);
   return j;
 }
 
@@ -43,9 +43,10 @@ FileEntry file_from_json(const json& j, const std::string& name) {
     if (!is_object_id(f.chunks.back().object))
       fail(name, escaped_brief(f.path) + ": object id '" + escaped_brief(f.chunks.back().object) + "' is not 32 lowercase hex digits");
   }
-  if (j.contains("ranges")) f.ranges = j.at("ranges");
-  if (j.contains("cut")) f.cut = j.at("cut");
-  if (j.contains("range_crcs")) f.range_crcs = j.at("range_crcs");
+  const std::string where = name + ": " + escaped_brief(f.path);
+  if (j.contains("ranges")) f.ranges = ranges_from_json(j.at("ranges"), where);
+  if (j.contains("cut")) f.cut = cut_from_json(j.at("cut"), where);
+  if (j.contains("range_crcs")) f.range_crcs = range_crcs_from_json(j.at("range_crcs"), where);
   return f;
 }
 

@@ -9,7 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "pec/checkpoint.h"
 #include "pec/policy.h"
+#include "pec/record_crcs.h"
 #include "pec/source_layout.h"
 #include "pec/tier.h"
 #include "pec/tokens.h"
@@ -30,15 +32,15 @@ struct FileEntry {
   uint64_t size = 0;
   std::string digest;  // DigestChain over the chunks' bytes
   std::vector<ChunkRef> chunks;
-  // Expert fragments inside a shared file: [[record, offset, length], ...] (checkpoint.h); the
-  // chunks then hold those ranges' bytes concatenated. Null for a whole file.
-  nlohmann::json ranges;
-  // Non-expert shared file stored with the expert ranges cut out: {"file_size", "cut"} (checkpoint.h).
-  nlohmann::json cut;
-  // Shared files: [[record, offset, length, crc], ...], the CRC-32 of each expert range at this save,
-  // certified by the source's record CRCs (pec/record_crcs.h). A non-expert entry lists every expert
-  // range of the file, an expert entry its own. Null in manifests of older pec-save releases.
-  nlohmann::json range_crcs;
+  // Expert fragments inside a shared file (checkpoint.h); the chunks then hold those ranges' bytes
+  // concatenated. None for a whole file.
+  std::optional<std::vector<ByteRange>> ranges;
+  // Non-expert shared file stored with the expert ranges cut out (checkpoint.h).
+  std::optional<CutList> cut;
+  // Shared files: the CRC-32 of each expert range at this save, certified by the source's record
+  // CRCs (pec/record_crcs.h). A non-expert entry lists every expert range of the file, an expert
+  // entry its own. None in manifests of older pec-save releases.
+  std::optional<std::vector<RangeCrc>> range_crcs;
 };
 
 struct ExpertEntry {

@@ -38,12 +38,12 @@ json file_json(const FileEntry& f, uint64_t size) {
   json objects = json::array();
   for (const auto& c : f.chunks) objects.push_back(c.object);
   json j = {{"path", f.path}, {"size", size}, {"objects", objects}};
-  if (!f.ranges.is_null()) j["fragments"] = f.ranges.size();  // patched into a shared file
-  if (!f.cut.is_null()) j["expert_ranges"] = f.cut.at("cut").size();  // left for the experts
+  if (f.ranges) j["fragments"] = f.ranges->size();  // patched into a shared file
+  if (f.cut) j["expert_ranges"] = f.cut->cut.size();  // left for the experts
   return j;
 }
 
-uint64_t written_size(const FileEntry& f) { return f.cut.is_null() ? f.size : f.cut.at("file_size").get<uint64_t>(); }
+uint64_t written_size(const FileEntry& f) { return f.cut ? f.cut->file_size : f.size; }
 
 json source_json(const RestorePlan& p, size_t copy) {
   const ManifestCopy& c = p.catalog.copies[copy];
@@ -97,7 +97,7 @@ void aim_at(RestorePlan& p, size_t base_copy) {
     if (c.manifest.step <= p.step)
       for (const auto& x : c.manifest.experts)
         for (const auto& f : x.files)
-          if (f.ranges.is_null()) p.file_sizes.emplace_back(f.path, f.size);
+          if (!f.ranges) p.file_sizes.emplace_back(f.path, f.size);
   std::set<int64_t> timeline;
   for (const auto& c : copies)
     if (c.manifest.step <= p.step) timeline.insert(c.manifest.step);

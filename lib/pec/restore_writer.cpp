@@ -238,14 +238,13 @@ void RestoreWriter::write_non_expert(const Store& store, const std::vector<FileE
     if (total != f.size) throw ObjectError(store.dir() + ": " + escaped_brief(f.path, 200) + ": chunk sizes do not add up to the file size");
     std::vector<Seg> map;
     uint64_t size = f.size;
-    if (f.cut.is_null()) {
+    if (!f.cut) {
       map.push_back({0, 0, f.size, nullptr});
     } else {
       // The stored bytes are the file without its expert ranges (checkpoint.cpp, read_non_expert).
-      size = f.cut.at("file_size").get<uint64_t>();
+      size = f.cut->file_size;
       uint64_t pos = 0, from = 0;
-      for (const auto& r : f.cut.at("cut")) {
-        uint64_t o = r.at(0).get<uint64_t>(), l = r.at(1).get<uint64_t>();
+      for (const auto& [o, l] : f.cut->cut) {
         if (o < pos || o + l > size || from + (o - pos) > f.size) fail(f.path, "stored cut list does not fit the file");
         if (o > pos) map.push_back({from, pos, o - pos, nullptr});
         from += o - pos;
@@ -260,9 +259,9 @@ void RestoreWriter::write_non_expert(const Store& store, const std::vector<FileE
     bytes_written_ += size;
     auto cf = std::make_unique<CutFile>();
     cf->size = size;
-    if (!f.range_crcs.is_null()) {
+    if (f.range_crcs) {
       cf->has_table = true;
-      for (auto& r : range_crcs_from_json(f.range_crcs, store.dir() + ": " + f.path)) cf->table[r.record].push_back(std::move(r));
+      for (const auto& r : *f.range_crcs) cf->table[r.record].push_back(r);
     }
     cut_[f.path] = std::move(cf);
     add_chunk_jobs(jobs, store, f, out, map, groups.size());
@@ -346,7 +345,7 @@ std::vector<CopyOutcome> RestoreWriter::write_experts(const std::vector<ExpertCo
     const Store& store = *copies[ci].store;
     for (const auto& f : copies[ci].entry->files) {
       if (!owns(f.path)) continue;
-      if (!f.ranges.is_null() && !non_expert_.count(f.path))
+      if (f.ranges && !non_expert_.count(f.path))
         fail(f.path, "expert fragment saved for a file the non-expert state lacks");
       uint64_t total = 0;
       for (const auto& c : f.chunks) total += c.size;
@@ -356,17 +355,17 @@ std::vector<CopyOutcome> RestoreWriter::write_experts(const std::vector<ExpertCo
       }
       std::vector<Seg> map;
       const std::string out_path = (fs::path(dir_) / f.path).string();
-      if (f.ranges.is_null()) {
+      if (!f.ranges) {
         create_sized(out_path, f.size);
         out[ci].whole_files.push_back(f.path);
         map.push_back({0, 0, f.size, nullptr});
       } else {
         const CutFile& cf = cut_file(f.path);
         std::map<std::tuple<std::string, uint64_t, uint64_t>, uint32_t> recorded;
-        for (const auto& r : range_crcs_from_json(f.range_crcs, store.dir() + ": " + f.path))
-          recorded[{r.record, r.offset, r.length}] = r.crc;
+        if (f.range_crcs)
+          for (const auto& r : *f.range_crcs) recorded[{r.record, r.offset, r.length}] = r.crc;
         uint64_t off = 0;
-        for (const auto& r : ranges_from_json(f.ranges)) {
+        for (const auto& r : *f.ranges) {
           auto rec = cf.records.find(r.record);
           if (rec == cf.records.end()) fail(f.path, "has no record '" + escaped_brief(r.record) + "' for a saved expert fragment");
           if (r.offset + r.length > rec->second.size)

@@ -261,7 +261,7 @@ std::vector<FileEntry> store_share(const SaveWork& w, std::vector<TierSave>& tie
   // The range CRC table of each shared file stored here (once per file, whatever the tiers).
   struct Table {
     std::once_flag once;
-    nlohmann::json json;
+    std::vector<RangeCrc> crcs;
   };
   std::map<std::string, Table> tables;
   std::mutex fast_mutex;
@@ -273,15 +273,16 @@ std::vector<FileEntry> store_share(const SaveWork& w, std::vector<TierSave>& tie
       const Work& job = w.work[mine[n]];
       Store& st = *tiers[job.tier].store;
       auto store_one = [&] {
-        json cut, crcs;
+        std::optional<CutList> cut;
+        std::optional<std::vector<RangeCrc>> crcs;
         if (auto t = tables.find(job.path); !job.part && t != tables.end()) {
-          std::call_once(t->second.once, [&] { t->second.json = range_crcs_to_json(expert_range_crcs(src, job.path)); });
-          crcs = t->second.json;
+          std::call_once(t->second.once, [&] { t->second.crcs = expert_range_crcs(src, job.path); });
+          crcs = t->second.crcs;
         }
         SourceSegments from = job.part ? expert_part_segments(src, *job.part) : non_expert_segments(src, job.path, cut);
         FileEntry f = st.put_file_from(job.path, from.path, from.segments, o.chunk_bytes);
-        f.cut = cut;
-        if (job.part && !job.part->ranges.empty()) f.ranges = ranges_to_json(job.part->ranges);
+        f.cut = std::move(cut);
+        if (job.part && !job.part->ranges.empty()) f.ranges = job.part->ranges;
         f.range_crcs = std::move(crcs);
         results[mine[n]] = std::move(f);
       };
@@ -376,17 +377,18 @@ json commit_tier(TierSave& t, std::vector<TierSave>& tiers, const SourceCheckpoi
   // Each expert fragment carries the CRC-32 its ranges had, from the table of its file.
   std::map<std::string, std::map<std::tuple<std::string, uint64_t, uint64_t>, uint32_t>> crc_of;
   for (const auto& f : m.non_expert)
-    for (const auto& r : range_crcs_from_json(f.range_crcs, f.path)) crc_of[f.path][{r.record, r.offset, r.length}] = r.crc;
+    if (f.range_crcs)
+      for (const auto& r : *f.range_crcs) crc_of[f.path][{r.record, r.offset, r.length}] = r.crc;
   for (auto& e : m.experts)
     for (auto& f : e.files) {
-      if (f.ranges.is_null() || !crc_of.count(f.path)) continue;
+      if (!f.ranges || !crc_of.count(f.path)) continue;
       std::vector<RangeCrc> own;
-      for (const auto& r : ranges_from_json(f.ranges)) {
+      for (const auto& r : *f.ranges) {
         auto c = crc_of[f.path].find({r.record, r.offset, r.length});
         if (c == crc_of[f.path].end()) fail(f.path, "expert range missing from its file's CRC table");
         own.push_back({r.record, r.offset, r.length, c->second});
       }
-      f.range_crcs = range_crcs_to_json(own);
+      f.range_crcs = std::move(own);
     }
   // A damaged object this save would have named was written again (older steps naming it are whole again).
   for (const auto& damage : t.store->objects().repaired()) o.reporter.warning(damage + ": written again from this save");

@@ -52,7 +52,7 @@ std::pair<std::string, std::string> damaged_copy(const std::string& dir) {
 void put_step(const SourceCheckpoint& src, Store& store, std::vector<FileEntry>& non_expert,
               std::vector<ExpertEntry>& experts) {
   for (const auto& rel : src.non_expert_files) {
-    nlohmann::json cut;
+    std::optional<CutList> cut;
     FileEntry f = store.put_file(rel, read_non_expert(src, rel, cut).bytes(), uint64_t{1} << 20);
     f.cut = cut;
     non_expert.push_back(std::move(f));
@@ -61,7 +61,7 @@ void put_step(const SourceCheckpoint& src, Store& store, std::vector<FileEntry>&
     experts.push_back({key.first, key.second, {}});
     for (const auto& part : parts) {
       FileEntry f = store.put_file(part.path, read_expert_part(src, part).bytes(), uint64_t{1} << 20);
-      if (!part.ranges.empty()) f.ranges = ranges_to_json(part.ranges);
+      if (!part.ranges.empty()) f.ranges = part.ranges;
       experts.back().files.push_back(std::move(f));
     }
   }
@@ -140,15 +140,15 @@ namespace {
 void record_tables(std::vector<FileEntry>& non_expert, std::vector<ExpertEntry>& experts, const SourceCheckpoint& target,
                    const SourceCheckpoint& older) {
   for (auto& f : non_expert)
-    if (target.expert_ranges.count(f.path)) f.range_crcs = range_crcs_to_json(expert_range_crcs(target, f.path, false));
+    if (target.expert_ranges.count(f.path)) f.range_crcs = expert_range_crcs(target, f.path, false);
   for (auto& e : experts)
     for (auto& f : e.files) {
-      if (f.ranges.is_null()) continue;
+      if (!f.ranges) continue;
       std::map<std::tuple<std::string, uint64_t, uint64_t>, uint32_t> crc;
       for (const auto& r : expert_range_crcs(older, f.path, false)) crc[{r.record, r.offset, r.length}] = r.crc;
       std::vector<RangeCrc> own;
-      for (const auto& r : ranges_from_json(f.ranges)) own.push_back({r.record, r.offset, r.length, crc.at({r.record, r.offset, r.length})});
-      f.range_crcs = range_crcs_to_json(own);
+      for (const auto& r : *f.ranges) own.push_back({r.record, r.offset, r.length, crc.at({r.record, r.offset, r.length})});
+      f.range_crcs = own;
     }
 }
 void record_tables(DamagedStep& d, const SourceCheckpoint& target, const SourceCheckpoint& older) {

@@ -159,8 +159,8 @@ TEST(PecRestorePlan, AimAtAnOlderStepFollowsWithSourcesFilesAndTimeline) {
 
 TEST(PecRestorePlan, FileSizesCountCutFilesWholeAndSkipFragments) {
   Manifest m = manifest(100, Tier::durable, kAll);
-  m.non_expert[0].cut = {{"file_size", 5000}, {"cut", json::array({json::array({"data/0", 0, 8})})}};
-  m.experts[0].files[0].ranges = json::array({json::array({"data/0", 0, 8})});  // a fragment, not a file
+  m.non_expert[0].cut = pec::CutList{5000, {{0, 8}}};
+  m.experts[0].files[0].ranges = std::vector<pec::ByteRange>{{"data/0", 0, 8}};  // a fragment, not a file
   RestorePlan p = plan_restore(catalog({{0, m}}), request());
   ASSERT_EQ(p.file_sizes.size(), 4u);
   EXPECT_EQ(p.file_sizes[0].second, 5000u);

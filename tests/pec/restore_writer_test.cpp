@@ -27,7 +27,7 @@ const std::string kStep = std::string(UCPKIT_FIXTURES_DIR) + "/ds/step300/global
 // separately) in chunks of a few KiB; returns the entries.
 void store_all(const SourceCheckpoint& src, Store& store, std::vector<FileEntry>& non_expert, std::vector<ExpertEntry>& experts) {
   for (const auto& rel : src.non_expert_files) {
-    nlohmann::json cut;
+    std::optional<CutList> cut;
     Blob b = read_non_expert(src, rel, cut);
     FileEntry f = store.put_file(rel, b.bytes(), 4093);
     f.cut = cut;
@@ -38,7 +38,7 @@ void store_all(const SourceCheckpoint& src, Store& store, std::vector<FileEntry>
     for (const auto& p : parts) {
       Blob b = read_expert_part(src, p);
       FileEntry f = store.put_file(p.path, b.bytes(), 3001);
-      if (!p.ranges.empty()) f.ranges = ranges_to_json(p.ranges);
+      if (!p.ranges.empty()) f.ranges = p.ranges;
       x.files.push_back(f);
     }
     experts.push_back(x);
@@ -116,7 +116,7 @@ TEST(PecRestoreWriter, TinyChunksRebuildEveryFileExactly) {
     EXPECT_EQ(w.bytes_written(), src.total_bytes() - src.expert_bytes_total + [&] {
       uint64_t n = 0;  // expert bytes outside the shards are whole files
       for (const auto& x : experts)
-        for (const auto& f : x.files) n += f.ranges.is_null() ? f.size : 0;
+        for (const auto& f : x.files) n += f.ranges ? 0 : f.size;
       return n;
     }() + [&] {
       uint64_t n = 0;  // cut ranges are part of the shards' sizes
@@ -136,7 +136,7 @@ TEST(PecRestoreWriter, DamagedFragmentIsReportedAndDiscarded) {
   // Damage the last chunk of the first expert's optimizer fragments.
   const FileEntry* frag = nullptr;
   for (const auto& f : experts[0].files)
-    if (!f.ranges.is_null()) frag = &f;
+    if (f.ranges) frag = &f;
   ASSERT_NE(frag, nullptr);
   {
     std::fstream f(store.objects().path_of(frag->chunks.back().object), std::ios::in | std::ios::out | std::ios::binary);
