@@ -248,7 +248,7 @@ void describe_universal_from_dcp(CheckpointInfo& info, const formats::universal:
   std::string d;
   for (const auto& x : dtypes) d += (d.empty() ? "" : ",") + x;
   if (!d.empty()) info.dtypes["model"] = d;
-  info.dcp = manifest.source.value("dcp", nlohmann::json(nullptr));
+  info.dcp = manifest.source.facts.value("dcp", nlohmann::json(nullptr));
   if (!options.verify) {
     skip_check(info, "checksums", "crc32 of every state file against manifest.json (--no-verify)");
     return;
@@ -283,7 +283,7 @@ void describe_universal(CheckpointInfo& info, const InfoOptions& options) {
     return "other";
   });
   if (!read) return;
-  if (manifest.source.value("format", "") == "dcp" || manifest.source.value("format", "") == "torch_dist" ||
+  if (manifest.source.format == "dcp" || manifest.source.format == "torch_dist" ||
       to_universal::is_megatron_core_named(manifest.source)) {
     describe_universal_from_dcp(info, manifest, options);
     return;
@@ -441,13 +441,13 @@ void describe_dcp(CheckpointInfo& info, const InfoOptions& options) {
               plan = folder.kind == formats::dcp::FolderKind::TorchDist ? to_universal::dcp_plan_of_torch_dist(info.dir)
                                                                         : to_universal::plan_dcp(md, folder);
             });
-  if (folder.kind == formats::dcp::FolderKind::TorchDist && plan.source.contains("torch_dist")) {
+  if (folder.kind == formats::dcp::FolderKind::TorchDist && plan.source.facts.contains("torch_dist")) {
     // The layout, step and experts Megatron's args and keys record (issue 47: all null before).
-    const nlohmann::json& td = plan.source["torch_dist"];
+    const nlohmann::json& td = plan.source.facts["torch_dist"];
     info.dcp["megatron_core"] = td;
     ParallelLayout l;
-    l.tp = plan.source.value("tp", 1), l.pp = plan.source.value("pp", 1), l.dp = plan.source.value("dp", 1);
-    l.ep = plan.source.value("ep", 1);
+    l.tp = plan.source.tp_or_1(), l.pp = plan.source.pp_or_1(), l.dp = plan.source.dp_or_1();
+    l.ep = plan.source.ep_or_1();
     l.optimizer = "distributed " + td.value("optimizer_format", std::string("none"));
     l.pipeline = l.pp > 1;
     info.layout = l;

@@ -12,6 +12,7 @@
 #include "core/crc32.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "core/registry.h"
 #include "core/staging.h"
 #include "io/shape.h"
 #include "io/torch/torch_file.h"
@@ -33,28 +34,50 @@ using pickle::Kind;
 using pickle::Value;
 using pickle::ValuePtr;
 
-bool is_direct_input(const formats::FolderKind& kind) {
-  return kind.is(formats::kDeepSpeed) || kind.is(formats::kWorkFolder);
+namespace {
+
+NamedTable<DirectReader>& direct_readers() {
+  static NamedTable<DirectReader> t;
+  return t;
 }
 
+// DeepSpeed shards: global_stepN (through `latest`), planned as ucp-union plans them.
+const bool kDeepSpeedDirect = register_direct_reader(
+    formats::kDeepSpeed,
+    {[](const std::string& input) {
+       const std::string dir = formats::deepspeed::resolve_checkpoint_dir(input);
+       if (formats::deepspeed::holds_shards(dir)) return dir;
+       throw Error(formats::not_a_checkpoint(input, dir != input ? dir : std::string()));
+     },
+     [](const std::string& input, const TorchLoadOptions& open) { return to_universal::plan_native_checkpoint(input, open); }});
+
+// A ucp-extract work folder: its plan.json.
+const bool kWorkFolderDirect =
+    register_direct_reader(formats::kWorkFolder, {[](const std::string& input) { return input; },
+                                                  [](const std::string& input, const TorchLoadOptions&) {
+                                                    return to_universal::plan_of_work_folder(input);
+                                                  }});
+
+}  // namespace
+
+bool register_direct_reader(std::string_view kind, DirectReader reader) {
+  return direct_readers().set(std::string(kind), std::move(reader));
+}
+
+DirectReader direct_reader(const formats::FolderKind& kind) { return direct_readers().find(kind.format); }
+
+bool is_direct_input(const formats::FolderKind& kind) { return static_cast<bool>(direct_reader(kind)); }
+
 std::string native_checkpoint_dir(const std::string& input, const formats::FolderKind& kind) {
-  if (kind.is(formats::kWorkFolder)) return input;
-  if (!kind.is(formats::kDeepSpeed))
-    throw Error(input + ": a " + kind.name() + " folder, not a DeepSpeed checkpoint or ucp-extract work folder");
-  const std::string dir = formats::deepspeed::resolve_checkpoint_dir(input);
-  if (formats::deepspeed::holds_shards(dir)) return dir;
-  throw Error(formats::not_a_checkpoint(input, dir != input ? dir : std::string()));
+  const DirectReader reader = direct_reader(kind);
+  if (!reader) throw Error(input + ": a " + kind.name() + " folder, not a DeepSpeed checkpoint or ucp-extract work folder");
+  return reader.data_dir(input);
 }
 
 to_universal::ExtractPlan direct_plan(const std::string& input, const formats::FolderKind& kind,
                                       const TorchLoadOptions& open) {
   (void)native_checkpoint_dir(input, kind);
-  to_universal::ExtractPlan plan;
-  if (kind.is(formats::kWorkFolder)) {
-    plan = to_universal::plan_of_work_folder(input);
-  } else {
-    plan = to_universal::plan_native_checkpoint(input, open);
-  }
+  to_universal::ExtractPlan plan = direct_reader(kind).plan(input, open);
   // As ucp-union refuses them without --allow-unused-patterns (the two paths must agree).
   if (!plan.unused_patterns.empty())
     throw Error("unused pattern '" + plan.unused_patterns[0] + "' (" + plan.patterns_origin +
@@ -67,7 +90,7 @@ namespace {
 using formats::universal::split_dim;  // the join table's split dimension
 
 bool flat_source(const to_universal::ExtractPlan& plan) {  // ds_to_universal's ZeRO-3 TP = 1 form (as run_union)
-  return plan.source.value("zero_stage", 1) == 3 && plan.source.value("tp", 1) == 1;
+  return plan.source.flat();
 }
 
 // The shape ucp-union gives the joined tensor (vocabulary rows cut to original_vocab_size).

@@ -24,7 +24,21 @@
 
 namespace ucpkit::reshard {
 
-// Whether direct mode reads a folder of this kind: DeepSpeed shards, or a ucp-extract work folder.
+// Direct mode's input formats (issue 46), registered by folder kind (formats::detect's name) from the
+// file that reads them, like the union's runners and ucp-info's describers: the folder a direct input's
+// data is read from, and its extract plan (its files opened with `open`). Registered here: DeepSpeed
+// shards, and a ucp-extract work folder.
+struct DirectReader {
+  std::function<std::string(const std::string& input)> data_dir;
+  std::function<to_universal::ExtractPlan(const std::string& input, const TorchLoadOptions& open)> plan;
+  explicit operator bool() const { return static_cast<bool>(plan); }
+};
+// Returns true (for a namespace-scope initializer).
+bool register_direct_reader(std::string_view kind, DirectReader reader);
+// The reader registered for `kind`; empty (false) when direct mode does not read that kind.
+DirectReader direct_reader(const formats::FolderKind& kind);
+
+// Whether direct mode reads a folder of this kind (a reader is registered for it).
 bool is_direct_input(const formats::FolderKind& kind);
 
 // The folder a direct input's data is read from (global_stepN, or the work folder); throws Error

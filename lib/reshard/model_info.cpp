@@ -227,21 +227,21 @@ std::vector<int> sub_group_owners(const ValuePtr& osd, const std::string& path, 
 
 ModelInfo source_model_info(const UniversalMeta& meta, const formats::universal::UniversalSource& src) {
   ModelInfo m;
-  m.source_tp = src.tp;
-  m.source_pp = src.pp;
-  m.source_dp = src.dp;
-  m.source_ep = src.ep;
-  m.pipeline = src.pipeline;
-  m.layer_model_axis = src.layer_model_axis;
+  m.source_tp = src.tp_or_1();
+  m.source_pp = src.pp_or_1();
+  m.source_dp = src.dp_or_1();
+  m.source_ep = src.ep_or_1();
+  m.pipeline = src.pipeline.value_or(false);
+  m.layer_model_axis = src.layer_model_axis.value_or(true);
   m.tag = src.tag.value_or(m.tag);
   m.data_before_expert = src.data_before_expert.value_or(false);
-  m.ds_line = src.ds_line;
+  m.ds_line = src.ds_line.value_or("");
   if (!src.autoep.is_null()) {
     m.autoep = true;
     m.autoep_layers = src.autoep;
   }
-  m.num_experts = src.num_experts;
-  m.source_zero_stage = src.zero_stage;
+  m.num_experts = src.num_experts.value_or(std::vector<int>{});
+  m.source_zero_stage = src.zero_stage.value_or(0);
   m.patterns_json = meta.manifest.patterns_set;
   m.patterns = patterns::PatternSet::from_json(m.patterns_json, "manifest");
   m.model_files = meta.model_files;
@@ -421,7 +421,7 @@ void set_pipeline_positions(ModelInfo& m, const formats::universal::UniversalSou
   if (any_tied && m.numbering.embedding < 0)
     throw Error(manifest_path + ": pipeline checkpoint without source.pipeline_numbering (made by an older ucp-union?) and "
                 "no pipeline_numbering in its patterns: the layer_NN files of the tied embedding are unknown");
-  m.layer_keys = src.layer_keys;
+  m.layer_keys = src.layer_keys.value_or(std::map<int, std::vector<std::string>>{});
   for (auto& p : m.params)
     if (p.tied) p.layer = m.numbering.embedding;
   m.tied_head_layer = m.numbering.tied_head;
@@ -460,9 +460,8 @@ ValuePtr optimizer_state_of(const UniversalMeta& meta) {
 // DeepSpeed (DCP, torch_dist, ...), or in Megatron-Core names (the condition ucp-info's
 // describe_universal_from_dcp uses). A DeepSpeed-sourced manifest listing none is damaged and keeps
 // source_model_info's refusal.
-bool made_without_model_files(const nlohmann::json& source) {
-  if (!source.is_object()) return false;
-  return formats::universal::source_format(source) != "deepspeed" || source.value("names", std::string()) == "megatron-core";
+bool made_without_model_files(const formats::universal::UniversalSource& source) {
+  return source.format_name() != "deepspeed" || source.names == "megatron-core";
 }
 
 // A universal folder without DeepSpeed model files: parameters in manifest order, each in the optimizer
@@ -501,7 +500,7 @@ ModelInfo manifest_only_model_info(const UniversalMeta& meta) {
 }  // namespace
 
 ModelInfo model_info_from(const UniversalMeta& meta) {
-  const formats::universal::UniversalSource src = meta.manifest.source_facts(meta.manifest_path);
+  const formats::universal::UniversalSource& src = meta.manifest.source;
   if (meta.model_files.empty() && !meta.dir.empty() && made_without_model_files(meta.manifest.source))
     return manifest_only_model_info(meta);
   ModelInfo m = source_model_info(meta, src);

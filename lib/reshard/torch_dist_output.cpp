@@ -103,7 +103,7 @@ std::optional<UniversalMeta> forward_meta(const std::string& input, to_universal
   if (fs::exists(fs::path(input) / kCommonStateFile)) return std::nullopt;
   UniversalMeta meta = read_universal_meta(input);
   const auto& src = meta.manifest.source;
-  if (to_universal::is_megatron_core_named(src) || formats::universal::source_format(src) != "deepspeed") return std::nullopt;
+  if (to_universal::is_megatron_core_named(src) || src.format_name() != "deepspeed") return std::nullopt;
   return meta;
 }
 
@@ -196,13 +196,14 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
     }
   }
   p.iteration = formats::megatron_core::common_iteration(p.common);
-  if (const auto td = p.manifest.source.find("torch_dist"); td != p.manifest.source.end() && td->is_object())
+  const auto& facts = p.manifest.source.facts;
+  if (const auto td = facts.find("torch_dist"); td != facts.end() && td->is_object())
     p.legacy_common = td->value("legacy_common_pt", false);
 
   // The target layout: what the command line gives, else the source's (args, else manifest source).
-  const auto src = p.manifest.source_facts(p.manifest_path);
+  const auto& src = p.manifest.source;
   formats::megatron_core::ArgsFacts fallback;
-  fallback.tp = src.tp, fallback.pp = src.pp, fallback.ep = src.ep, fallback.dp = src.dp;
+  fallback.tp = src.tp_or_1(), fallback.pp = src.pp_or_1(), fallback.ep = src.ep_or_1(), fallback.dp = src.dp_or_1();
   const auto args = formats::megatron_core::args_facts(p.common, common_path, fallback);
   auto& m = p.layout.mesh;
   auto pick = [&](bool given, int value, int64_t source, const char* name) {

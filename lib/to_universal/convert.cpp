@@ -159,7 +159,7 @@ ExtractStats write_work_folder(const ExtractPlan& plan, const std::string& work_
   for (size_t si : mine) my_files += by_source[sources[si]].size();
 
   SourceCache cache(plan.files);
-  const std::string source_tag = plan.source.is_object() ? plan.source.value("tag", std::string()) : std::string();
+  const std::string source_tag = plan.source.tag.value_or("");
   std::atomic<uint64_t> read{0}, written{0}, count{0};
   Reporter::Bar progress(reporter, "ucp-extract", my_files, mpi.rank() == 0);
   failed.guard([&] {
@@ -522,7 +522,7 @@ void tag_latest_universal(const std::string& output, const ExtractPlan& plan, co
     options.reporter.warning("native-MoE universal folder: no " + std::string(formats::deepspeed::kLatestUniversalName) +
                              " written (DeepSpeed's load_universal loads the wrong experts from it); resume through "
                              "ucp-load: ucp-load --input " + output + " --output <target_dir> --dp " +
-                             std::to_string(plan.source.value("dp", 1)) + " --ep " + std::to_string(plan.source.value("ep", 1)) +
+                             std::to_string(plan.source.dp_or_1()) + " --ep " + std::to_string(plan.source.ep_or_1()) +
                              " (the new DP and EP), then load <target_dir> with load_universal off; "
                              "--tag-latest-universal writes the tag anyway");
     return;
@@ -553,11 +553,11 @@ RunSummary run_union_native(const std::string& input, const std::string& output,
   const patterns::PatternSet set = plan.pattern_set();
   // ZeRO-3 with TP = 1 gives bare 1-D tensors; with TP > 1 ds_to_universal joins the TP slices by the
   // patterns (merge_tp_slices), so the output is the ZeRO-1/2 dict form.
-  const bool flat = plan.source.value("zero_stage", 1) == 3 && plan.source.value("tp", 1) == 1;
+  const bool flat = plan.source.flat();
   UnionOptions uo;
   uo.tolerance = options.tolerance;
   // From a work folder: the save its plan.json records, checked against each fragment's stamp.
-  const std::string work_tag = from_work && plan.source.is_object() ? plan.source.value("tag", std::string()) : std::string();
+  const std::string work_tag = from_work ? plan.source.tag.value_or("") : std::string();
   SourceCache cache(plan.files);
   std::unique_ptr<MasterImage> image;  // the model files' module weights, checked against the fp32 masters
   failed.guard([&] { image = std::make_unique<MasterImage>(plan); });

@@ -278,29 +278,31 @@ ShardFacts read_optimizer_shards(const formats::deepspeed::DeepSpeedLayout& L, c
 }
 
 // plan.source: the layout and what the files say about it (pipeline numbering read from the layer files).
-nlohmann::json zero12_source_json(const formats::deepspeed::DeepSpeedLayout& L, const ExtractPlan& plan, const ModelFacts& model,
-                                  const ShardFacts& shards, bool data_before_expert, bool native_moe,
-                                  const TorchLoadOptions& open) {
-  nlohmann::json numbering, layer_keys;
+formats::universal::UniversalSource zero12_source(const formats::deepspeed::DeepSpeedLayout& L, const ExtractPlan& plan,
+                                                  const ModelFacts& model, const ShardFacts& shards, bool data_before_expert,
+                                                  bool native_moe, const TorchLoadOptions& open) {
+  formats::universal::UniversalSource s;
+  s.dir = fs::absolute(L.dir).string();
+  s.tag = L.tag;
+  s.tp = L.tp;
+  s.pp = L.pp;
+  s.dp = L.dp;
+  s.zero_stage = shards.zero_stage;
+  s.ep = std::max(L.ep, shards.ep_seen > 0 ? shards.ep_seen : 1);
+  s.pipeline = L.pipeline;
+  s.bf16 = L.bf16_prefix;
+  s.data_before_expert = data_before_expert;
+  s.num_experts = model.num_experts;
+  s.expert_files = static_cast<int64_t>(L.expert_files.size());
   if (L.pipeline) {
     std::map<int, std::vector<std::string>> keys;
-    numbering = formats::deepspeed::to_json(pipeline_numbering_of(L, plan, keys, open));
-    for (const auto& [idx, k] : keys) layer_keys[std::to_string(idx)] = k;
+    s.pipeline_numbering = formats::deepspeed::to_json(pipeline_numbering_of(L, plan, keys, open));
+    if (!keys.empty()) s.layer_keys = std::move(keys);
   }
-  nlohmann::json source = {{"dir", fs::absolute(L.dir).string()}, {"tag", L.tag}, {"tp", L.tp}, {"pp", L.pp}, {"dp", L.dp},
-                           {"zero_stage", shards.zero_stage},
-                           {"ep", std::max(L.ep, shards.ep_seen > 0 ? shards.ep_seen : 1)}, {"pipeline", L.pipeline},
-                           {"bf16", L.bf16_prefix}, {"data_before_expert", data_before_expert},
-                           {"num_experts", model.num_experts}, {"expert_files", L.expert_files.size()}};
-  if (!numbering.is_null()) source["pipeline_numbering"] = numbering;
-  if (!layer_keys.is_null()) source["layer_keys"] = layer_keys;
-  if (L.pipeline && !L.layer_model_axis) source["layer_model_axis"] = false;  // recorded only when not the usual
-  if (native_moe) source["ds_line"] = formats::deepspeed::detect_moe_version_line(model.facts).name;
-  if (!model.autoep.empty()) {
-    source["autoep"] = formats::deepspeed::autoep_layers_json(model.autoep);
-    source["expert_files"] = L.expert_files.size();
-  }
-  return source;
+  if (L.pipeline && !L.layer_model_axis) s.layer_model_axis = false;  // recorded only when not the usual
+  if (native_moe) s.ds_line = formats::deepspeed::detect_moe_version_line(model.facts).name;
+  if (!model.autoep.empty()) s.autoep = formats::deepspeed::autoep_layers_json(model.autoep);
+  return s;
 }
 
 }  // namespace
@@ -339,7 +341,7 @@ ExtractPlan plan_checkpoint(const std::string& checkpoint, const ExtractOptions&
   plan.unused_patterns = map.unused_patterns();  // strict: a pattern that matches no parameter
   plan.model_files = L.model_files;
   plan.optimizer_state_file = L.optim_files[0][0];
-  plan.source = zero12_source_json(L, plan, model, shards, data_before_expert, native_moe, options.open);
+  plan.source = zero12_source(L, plan, model, shards, data_before_expert, native_moe, options.open);
   return plan;
 }
 
@@ -349,7 +351,7 @@ ExtractPlan load_work_plan(const std::string& work_dir) {
   const nlohmann::json j = parse_json_input(read_text_file(source, "work plan"), source, "corrupt");
   ExtractPlan p;
   try {
-    p = ExtractPlan::from_json(j);
+    p = ExtractPlan::from_json(j, source);
   } catch (const nlohmann::json::exception& e) {  // a field missing or of another type
     throw Error(source + ": malformed plan: " + escaped_brief(e.what(), 160));
   }

@@ -179,13 +179,18 @@ ExtractPlan plan_zero3(const formats::deepspeed::DeepSpeedLayout& L, const Extra
   for (const auto& row : L.zero3_model_files)
     for (const auto& f : row) plan.model_files.push_back(f);
   plan.optimizer_state_file = L.optim_files[0][0];
-  plan.source = {{"dir", fs::absolute(L.dir).string()}, {"tag", L.tag}, {"tp", L.tp}, {"pp", 1}, {"dp", L.dp},
-                 {"ep", 1}, {"zero_stage", 3}, {"pipeline", false}, {"bf16", L.bf16_prefix},
-                 {"sub_groups", model.sub_groups[0].size()}};
-  if (!autoep.empty()) {
-    plan.source["ep"] = autoep[0].ep_size;
-    plan.source["autoep"] = formats::deepspeed::autoep_layers_json(autoep);
-  }
+  auto& s = plan.source;
+  s.dir = fs::absolute(L.dir).string();
+  s.tag = L.tag;
+  s.tp = L.tp;
+  s.pp = 1;
+  s.dp = L.dp;
+  s.ep = autoep.empty() ? 1 : autoep[0].ep_size;
+  s.zero_stage = 3;
+  s.pipeline = false;
+  s.bf16 = L.bf16_prefix;
+  s.sub_groups = static_cast<int64_t>(model.sub_groups[0].size());
+  if (!autoep.empty()) s.autoep = formats::deepspeed::autoep_layers_json(autoep);
   return plan;
 }
 

@@ -111,13 +111,13 @@ DcpPlan plan_dcp(const Metadata& md, const Folder& folder) {
       else params.push_back(std::move(p));
     plan.params = std::move(params);
   }
-  plan.source = {{"format", "dcp"},
-                 {"dcp", {{"folder", formats::dcp::folder_kind_name(folder.kind)},
-                          {"era", formats::dcp::era_name(md.era)},
-                          {"world_size", formats::dcp::world_size_of(md, folder)},
-                          {"entries", md.entries.size()},
-                          {"items", md.items.size()},
-                          {"not_carried", plan.not_carried.size()}}}};
+  plan.source.format = "dcp";
+  plan.source.facts["dcp"] = {{"folder", formats::dcp::folder_kind_name(folder.kind)},
+                              {"era", formats::dcp::era_name(md.era)},
+                              {"world_size", formats::dcp::world_size_of(md, folder)},
+                              {"entries", md.entries.size()},
+                              {"items", md.items.size()},
+                              {"not_carried", plan.not_carried.size()}};
   return plan;
 }
 

@@ -38,7 +38,7 @@ struct DcpPlan {
   // cannot carry (not in `params`; ucp-union refuses them, naming them: issue 47).
   std::vector<std::string> buffers;
   bool optimizer = false;                      // optimizer state found
-  nlohmann::json source;                       // manifest.json "source"
+  formats::universal::UniversalSource source;  // manifest.json "source"
 };
 
 // The plan of `md` (a folder's metadata, formats::dcp::read_folder_metadata). Throws Error naming

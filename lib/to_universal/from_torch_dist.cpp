@@ -157,7 +157,12 @@ TorchDistPlan plan_torch_dist(const Checkpoint& ck) {
                        {"layers", args.num_layers}};
   if (const auto it = ck.common().iteration()) td["iteration"] = *it;
   if (const auto v = ck.common().checkpoint_version()) td["megatron_checkpoint_version"] = *v;
-  plan.source = {{"format", "torch_dist"}, {"tp", args.tp}, {"pp", args.pp}, {"dp", args.dp}, {"ep", args.ep}, {"torch_dist", td}};
+  plan.source.format = "torch_dist";
+  plan.source.tp = args.tp;
+  plan.source.pp = args.pp;
+  plan.source.dp = args.dp;
+  plan.source.ep = args.ep;
+  plan.source.facts["torch_dist"] = std::move(td);
   return plan;
 }
 

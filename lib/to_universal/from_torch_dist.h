@@ -51,7 +51,7 @@ struct TorchDistParam {
 struct TorchDistPlan {
   std::vector<TorchDistParam> params;  // Checkpoint::params() order
   std::string optimizer_format;        // none | dp_reshardable | fully_reshardable
-  nlohmann::json source;               // manifest.json "source"
+  formats::universal::UniversalSource source;  // manifest.json "source"
 };
 
 // The plan of an opened checkpoint. Throws Error naming the file when a parameter is in no bucket

@@ -78,11 +78,11 @@ int64_t first_difference(const float* master, int64_t n, const Tensor& weight, u
 MasterImage::MasterImage(const ExtractPlan& plan, bool verify, const TorchLoadOptions& open) : open_(open) {
   const auto& src = plan.source;
   // ZeRO-3 keeps no weights in its model files.
-  if (src.value("zero_stage", 1) == 3) return;
+  if (src.zero_stage == 3) return;
   // --no-verify: the way out for a checkpoint whose module weights were edited on purpose after the save.
   if (!verify) return;
-  const int tp = src.value("tp", 1);
-  if (src.value("pipeline", false)) {
+  const int tp = src.tp_or_1();
+  if (src.pipeline.value_or(false)) {
     // Layer files name their tensors locally: layer_NN's "<local>" is parameter "NN.<local>", and a tied
     // module's "<local>" is "tied_modules.<key>.<local>" in every layer file that holds it.
     std::map<std::string, std::string> tied;
@@ -97,7 +97,7 @@ MasterImage::MasterImage(const ExtractPlan& plan, bool verify, const TorchLoadOp
     // copies the model files, not the layer files).
     std::vector<std::string> dirs;
     if (!plan.model_files.empty()) dirs.push_back(fs::path(plan.model_files[0]).parent_path().string());
-    if (src.contains("dir") && src["dir"].is_string()) dirs.push_back(src["dir"].get<std::string>());
+    if (src.dir) dirs.push_back(*src.dir);
     std::map<int, std::vector<std::string>> layers;  // layer -> [tp]
     for (const auto& dir : dirs) {
       try {
@@ -116,7 +116,7 @@ MasterImage::MasterImage(const ExtractPlan& plan, bool verify, const TorchLoadOp
     }
     return;
   }
-  if (src.value("pp", 1) != 1) return;
+  if (src.pp_or_1() != 1) return;
   std::map<int, std::string> by_rank;
   for (const auto& f : plan.model_files)
     if (auto n = formats::deepspeed::parse_file_name(fs::path(f).filename().string());

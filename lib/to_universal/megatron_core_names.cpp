@@ -38,7 +38,6 @@ using nlohmann::json;
 namespace {
 
 // manifest.json source keys of a Megatron-Core-named folder made here (ucpkit's own keys).
-constexpr const char* kNamesKey = "names";
 constexpr const char* kRecordKey = "megatron_core_names";
 constexpr const char* kModelFilesDir = "megatron_deepspeed";
 
@@ -62,8 +61,8 @@ struct Job {
 
 mc::PipeNumbering pipe_numbering(const uv::UniversalManifest& m, const std::string& file) {
   mc::PipeNumbering pn;
-  const auto src = m.source_facts(file);
-  if (!src.pipeline || src.pipeline_numbering.is_null()) return pn;
+  const auto& src = m.source;
+  if (!src.pipeline.value_or(false) || src.pipeline_numbering.is_null()) return pn;
   const auto n = formats::deepspeed::pipeline_numbering_from_json(src.pipeline_numbering, file + ": source.pipeline_numbering");
   pn.first_block = n.first_block;
   pn.final_norm = n.final_norm;
@@ -214,10 +213,9 @@ ForwardPlan plan_forward(uv::UniversalManifest manifest, const std::string& mani
   f.m = std::move(manifest);
   const uv::UniversalManifest& m = f.m;
   const std::string& mfile = f.mfile;
-  if (m.source.is_object() && (m.source.value(kNamesKey, std::string()) == "megatron-core" ||
-                                m.source.value("format", std::string()) == "torch_dist"))
+  if (is_megatron_core_named(m.source) || m.source.format == "torch_dist")
     throw Error(mfile + ": this universal folder already has Megatron-Core names");
-  const auto src = m.source_facts(mfile);
+  const auto& src = m.source;
   if (!src.autoep.is_null()) throw Error(mfile + ": a DeepSpeed AutoEP source has no Megatron-Core name map");
   std::vector<std::string> names;
   for (const auto& p : m.params) {
@@ -279,7 +277,7 @@ ForwardPlan plan_forward(uv::UniversalManifest manifest, const std::string& mani
               {"pipeline_numbering", {{"first_block", pn.first_block}, {"final_norm", pn.final_norm}, {"head", pn.head}}},
               {"qkv", qkv ? qkv_json(*qkv) : json(nullptr)},
               {"model_files_dir", kModelFilesDir},
-              {"megatron_deepspeed", {{"source", m.source},
+              {"megatron_deepspeed", {{"source", m.source.to_json()},
                                       {"patterns", {{"origin", m.patterns_origin}, {"set", m.patterns_set}}},
                                       {"model_files", m.model_files},
                                       {"params", json::array()}}}};
@@ -299,8 +297,8 @@ ForwardPlan plan_forward(const fs::path& in, const std::string& map_file, std::s
 uv::UniversalManifest forward_manifest(const ForwardPlan& f, std::vector<uv::UniversalParam> params) {
   uv::UniversalManifest out;
   out.source = f.m.source;
-  out.source[kNamesKey] = "megatron-core";
-  out.source[kRecordKey] = f.record;
+  out.source.names = "megatron-core";
+  out.source.names_record = f.record;
   out.patterns_origin = "none: Megatron-Core names (the Megatron-DeepSpeed patterns are in source." +
                         std::string(kRecordKey) + ")";
   out.patterns_set = json::object();
@@ -442,10 +440,8 @@ Tensor to_megatron_core_value(Tensor t, const MegatronCoreView& v, size_t i, con
 
 DeepSpeedView megatron_deepspeed_view(const uv::UniversalManifest& m, const std::string& mfile,
                                       const std::string& template_dir, const std::string& map_file) {
-  const bool mcore_named = m.source.is_object() && (m.source.contains(kRecordKey) ||
-                                                    m.source.value(kNamesKey, std::string()) == "megatron-core" ||
-                                                    m.source.value("format", std::string()) == "torch_dist");
-  if (!mcore_named) throw Error(mfile + ": this universal folder already has Megatron-DeepSpeed names");
+  if (m.source.names_record.is_null() && !is_megatron_core_named(m.source) && m.source.format != "torch_dist")
+    throw Error(mfile + ": this universal folder already has Megatron-DeepSpeed names");
   // The Megatron-DeepSpeed facts: the input's record, or the --template's (its record, or planned from
   // its Megatron-DeepSpeed names). `facts_dir` holds the model files (under model_files_dir) and the
   // DeepSpeed zero/optimizer_state.pt.
@@ -460,8 +456,8 @@ DeepSpeedView megatron_deepspeed_view(const uv::UniversalManifest& m, const std:
                   "checkpoint, or its --to-names megatron-core folder)");
     const std::string tfile = (t / uv::kUniversalManifestName).string();
     const auto tm = uv::read_universal_manifest(tfile);
-    if (tm.source.is_object() && tm.source.contains(kRecordKey)) {
-      record = tm.source[kRecordKey];
+    if (!tm.source.names_record.is_null()) {
+      record = tm.source.names_record;
       where = tfile + ": source." + std::string(kRecordKey);
     } else {
       record = plan_forward(t, map_file, nullptr).record;
@@ -472,13 +468,13 @@ DeepSpeedView megatron_deepspeed_view(const uv::UniversalManifest& m, const std:
     facts_dir = t;
     v.template_dir = template_dir;
   } else {
-    if (!m.source.contains(kRecordKey))
+    if (m.source.names_record.is_null())
       throw Error(mfile + ": a Megatron-Core-named universal folder without source." + std::string(kRecordKey) +
                   " (not made by ucp-union --to-names megatron-core): give --template <the Megatron-DeepSpeed "
                   "universal folder> for its names, patterns and model files (docs/megatron-core-mapping.md)");
     if (!map_file.empty())
       throw UsageError("--model-map: the way back uses the map recorded in " + mfile + "; leave --model-map out");
-    record = m.source[kRecordKey];
+    record = m.source.names_record;
   }
   if (!record.is_object() || !record.contains("map") || !record.contains("megatron_deepspeed") ||
       !record.contains("pipeline_numbering"))
@@ -519,11 +515,11 @@ DeepSpeedView megatron_deepspeed_view(const uv::UniversalManifest& m, const std:
     throw Error(mfile + ": parameter '" + escaped_brief(by_name.begin()->first) +
                 "' has no Megatron-DeepSpeed name in the record (added after the conversion?)");
   if (ds.contains("source")) {
-    v.manifest.source = ds["source"];
+    v.manifest.source = uv::UniversalSource::from_json(ds["source"], where + ".megatron_deepspeed.source");
   } else {
     v.manifest.source = m.source;
-    v.manifest.source.erase(kNamesKey);
-    v.manifest.source.erase(kRecordKey);
+    v.manifest.source.names.reset();
+    v.manifest.source.names_record = nullptr;
   }
   v.manifest.patterns_origin = ds.at("patterns").value("origin", std::string());
   v.manifest.patterns_set = ds.at("patterns").at("set");
@@ -649,9 +645,7 @@ RunSummary to_megatron_deepspeed(const std::string& input, const std::string& ou
 
 }  // namespace
 
-bool is_megatron_core_named(const json& source) {
-  return source.is_object() && source.value(kNamesKey, std::string()) == "megatron-core";
-}
+bool is_megatron_core_named(const uv::UniversalSource& source) { return source.names == "megatron-core"; }
 
 RunSummary rename_universal(const std::string& input, const std::string& output, const NamesOptions& options) {
   return options.target == NamesTarget::MegatronCore ? to_megatron_core(input, output, options)

@@ -46,7 +46,7 @@ struct NamesOptions {
 // Whether a universal manifest's source (manifest.json "source") is a Megatron-Core-named folder made by
 // --to-names megatron-core (ucp-load --format deepspeed cannot read it; ucp-info describes it from the
 // manifest alone).
-bool is_megatron_core_named(const nlohmann::json& source);
+bool is_megatron_core_named(const formats::universal::UniversalSource& source);
 
 // The Megatron-DeepSpeed side of a Megatron-Core-named manifest `m` (read from `mfile`): what
 // --to-names megatron-deepspeed writes, planned from the manifests alone (the input's record, or

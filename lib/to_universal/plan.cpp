@@ -19,7 +19,7 @@ nlohmann::json ExtractPlan::to_json() const {
   nlohmann::json j;
   j["format"] = "ucpkit-extract-plan";
   j["version"] = 1;
-  j["source"] = source;
+  j["source"] = source.to_json();
   j["patterns"] = patterns_json;
   j["patterns_origin"] = patterns_origin;
   j["files"] = files;
@@ -48,9 +48,9 @@ nlohmann::json ExtractPlan::to_json() const {
   return j;
 }
 
-ExtractPlan ExtractPlan::from_json(const nlohmann::json& j) {
+ExtractPlan ExtractPlan::from_json(const nlohmann::json& j, const std::string& file) {
   ExtractPlan p;
-  p.source = j.at("source");
+  p.source = formats::universal::UniversalSource::from_json(j.at("source"), file);
   p.patterns_json = j.at("patterns");
   p.patterns_origin = j.value("patterns_origin", "");
   p.files = j.at("files").get<std::vector<std::string>>();

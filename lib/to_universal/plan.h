@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "formats/universal/manifest.h"
 #include "patterns/pattern_set.h"
 
 namespace ucpkit::to_universal {
@@ -35,7 +36,7 @@ struct ParamPlan {
 };
 
 struct ExtractPlan {
-  nlohmann::json source;                  // layout of the source checkpoint
+  formats::universal::UniversalSource source;  // the source checkpoint's description
   nlohmann::json patterns_json;           // the pattern set used (PatternSet::to_json)
   std::string patterns_origin;
   std::vector<std::string> files;         // shard or fragment files
@@ -51,7 +52,8 @@ struct ExtractPlan {
     return static_cast<int>(files.size()) - 1;
   }
   nlohmann::json to_json() const;
-  static ExtractPlan from_json(const nlohmann::json& j);
+  // `file` names the plan in errors.
+  static ExtractPlan from_json(const nlohmann::json& j, const std::string& file = "plan.json");
   patterns::PatternSet pattern_set() const;
 };
 

@@ -34,7 +34,7 @@ UniversalMeta meta_of(json source, std::vector<formats::universal::UniversalPara
                       int model_files = 1) {
   UniversalMeta meta;
   meta.manifest_path = "/u/manifest.json";
-  meta.manifest.source = std::move(source);
+  meta.manifest.source = formats::universal::UniversalSource::from_json(source, "/u/manifest.json");
   meta.manifest.patterns_set = std::move(patterns);
   meta.manifest.params = std::move(params);
   for (int i = 0; i < model_files; ++i) meta.model_files.push_back("/u/mp_rank_0" + std::to_string(i) + "_model_states.pt");
@@ -71,7 +71,7 @@ std::vector<int> groups_of(const ModelInfo& m) {
 TEST(ModelInfoSteps, SourceModelInfoTakesTheLayoutAndCountsModelFiles) {
   const json src = {{"tp", 2}, {"pp", 1}, {"dp", 3}, {"ep", 1}, {"zero_stage", 3}, {"tag", "global_step7"}};
   UniversalMeta meta = meta_of(src, {}, json::object(), 6);  // ZeRO-3: one model file per (TP, DP) rank
-  const auto facts = meta.manifest.source_facts(meta.manifest_path);
+  const auto facts = meta.manifest.source;
   const ModelInfo m = source_model_info(meta, facts);
   EXPECT_EQ(m.source_tp, 2);
   EXPECT_EQ(m.source_dp, 3);
@@ -84,10 +84,10 @@ TEST(ModelInfoSteps, SourceModelInfoTakesTheLayoutAndCountsModelFiles) {
             "/u/manifest.json: 5 model files listed but the source layout has tp*dp = 6");
   // ZeRO-1/2: one per (TP, PP) rank; no tag recorded: global_step0.
   UniversalMeta plain = meta_of({{"tp", 2}, {"pp", 2}, {"autoep", json::array()}}, {}, json::object(), 3);
-  EXPECT_EQ(error_of([&] { source_model_info(plain, plain.manifest.source_facts("x")); }),
+  EXPECT_EQ(error_of([&] { source_model_info(plain, plain.manifest.source); }),
             "/u/manifest.json: 3 model files listed but the source layout has tp*pp = 4");
   plain.model_files.push_back("/u/mp_rank_03_model_states.pt");
-  const ModelInfo p = source_model_info(plain, plain.manifest.source_facts("x"));
+  const ModelInfo p = source_model_info(plain, plain.manifest.source);
   EXPECT_EQ(p.tag, "global_step0");
   EXPECT_TRUE(p.autoep);
 }
@@ -102,7 +102,7 @@ TEST(ModelInfoSteps, ParamsFromManifestKeepsStatesShapesAndExperts) {
   auto expert = entry("layers.1.experts.3.w", {2, 4});
   expert.expert = formats::universal::UniversalExpert{1, 3};
   UniversalMeta meta = meta_of({{"tp", 1}}, {emb, entry("norm.weight", {4}), expert}, patterns);
-  ModelInfo m = source_model_info(meta, meta.manifest.source_facts("x"));
+  ModelInfo m = source_model_info(meta, meta.manifest.source);
   const auto by_name = params_from_manifest(m, meta);
   EXPECT_EQ(m.states, (std::vector<std::string>{"fp32", "exp_avg", "exp_avg_sq"}));
   const ParamInfo& e = by_name.at("word_embeddings.weight");
@@ -117,7 +117,7 @@ TEST(ModelInfoSteps, ParamsFromManifestKeepsStatesShapesAndExperts) {
   EXPECT_TRUE(by_name.at("norm.weight").crc32.empty());  // in memory (direct mode): no checksums
 
   meta.dir = "/u";  // on disk: checksums kept, and required
-  ModelInfo d = source_model_info(meta, meta.manifest.source_facts("x"));
+  ModelInfo d = source_model_info(meta, meta.manifest.source);
   EXPECT_EQ(params_from_manifest(d, meta).at("norm.weight").crc32.at("exp_avg"), 0x1234u);
   meta.manifest.params[1].states["exp_avg"].crc32.reset();
   EXPECT_EQ(error_of([&] { params_from_manifest(d, meta); }),
@@ -129,15 +129,15 @@ TEST(ModelInfoSteps, ParamsFromManifestKeepsStatesShapesAndExperts) {
 
 TEST(ModelInfoSteps, ParamsFromManifestRefusesInconsistentEntries) {
   UniversalMeta meta = meta_of({{"tp", 1}}, {entry("a", {2}), entry("b", {2}, {"fp32", "exp_avg"})});
-  ModelInfo m = source_model_info(meta, meta.manifest.source_facts("x"));
+  ModelInfo m = source_model_info(meta, meta.manifest.source);
   EXPECT_EQ(error_of([&] { params_from_manifest(m, meta); }), "/u/manifest.json: parameter b has 2 states, others 3");
   meta = meta_of({{"tp", 1}}, {entry("a", {2}, {"exp_avg"})});
-  m = source_model_info(meta, meta.manifest.source_facts("x"));
+  m = source_model_info(meta, meta.manifest.source);
   EXPECT_EQ(error_of([&] { params_from_manifest(m, meta); }), "/u/manifest.json: parameter a has no fp32 state");
   auto fused = entry("layers.0.experts.w1", {4, 2, 2});
   fused.autoep = formats::universal::UniversalAutoEp{0, 4};
   meta = meta_of({{"tp", 1}}, {fused});
-  m = source_model_info(meta, meta.manifest.source_facts("x"));
+  m = source_model_info(meta, meta.manifest.source);
   EXPECT_EQ(error_of([&] { params_from_manifest(m, meta); }),
             "/u/manifest.json: AutoEP expert weight layers.0.experts.w1 without source.autoep");
 }
@@ -152,7 +152,7 @@ TEST(ModelInfoSteps, ModelFileFactsGiveSizesAndTheVocabularyMultiple) {
     root->set_item("args", args);
     return root;
   };
-  ModelInfo m = source_model_info(meta, meta.manifest.source_facts("x"));
+  ModelInfo m = source_model_info(meta, meta.manifest.source);
   read_model_file_facts(m, args_of({{"num_attention_heads", 4}, {"hidden_size", 64}, {"make_vocab_size_divisible_by", 64}}), false);
   EXPECT_EQ(m.heads, 4);
   EXPECT_EQ(m.hidden, 64);
@@ -161,7 +161,7 @@ TEST(ModelInfoSteps, ModelFileFactsGiveSizesAndTheVocabularyMultiple) {
   EXPECT_FALSE(m.vocab_multiple_ambiguous);
   // No recorded multiple: inferred from padded_vocab_size (256 = 250 padded to 128 * tp 2; 64 * 2
   // gives 256 as well, so the inference is ambiguous).
-  ModelInfo n = source_model_info(meta, meta.manifest.source_facts("x"));
+  ModelInfo n = source_model_info(meta, meta.manifest.source);
   read_model_file_facts(n, args_of({}), false);
   EXPECT_EQ(n.vocab_multiple, 128);
   EXPECT_TRUE(n.vocab_multiple_ambiguous);
@@ -171,10 +171,10 @@ TEST(ModelInfoSteps, ModelFileFactsGiveSizesAndTheVocabularyMultiple) {
   auto cfg = Value::dict();
   cfg->set_item("use_data_before_expert_parallelism", Value::boolean(true));
   root->set_item("ds_config", cfg);
-  ModelInfo a = source_model_info(ae, ae.manifest.source_facts("x"));
+  ModelInfo a = source_model_info(ae, ae.manifest.source);
   read_model_file_facts(a, root, false);
   EXPECT_TRUE(a.data_before_expert);
-  ModelInfo b = source_model_info(ae, ae.manifest.source_facts("x"));
+  ModelInfo b = source_model_info(ae, ae.manifest.source);
   read_model_file_facts(b, root, true);  // the manifest's record wins
   EXPECT_FALSE(b.data_before_expert);
 }
@@ -184,7 +184,7 @@ TEST(ModelInfoSteps, PlaceDenseParamsFollowsParamShapesStageByStage) {
   UniversalMeta meta = meta_of(src, {entry("tied_modules.embed.w", {2}), entry("1.a", {2}), entry("1.b", {2}), entry("2.c", {2})},
                                json::object(), 2);
   auto place = [&](const std::vector<std::vector<std::vector<std::string>>>& stages) {
-    ModelInfo m = source_model_info(meta, meta.manifest.source_facts("x"));
+    ModelInfo m = source_model_info(meta, meta.manifest.source);
     const auto by_name = params_from_manifest(m, meta);
     place_dense_params(m, by_name, [&](int s) { return model_root(stages[s]); }, nullptr, "");
     return m;
@@ -210,7 +210,7 @@ TEST(ModelInfoSteps, PlaceDenseParamsFollowsParamShapesStageByStage) {
 
 TEST(ModelInfoSteps, PlaceDenseParamsMapsZeroThreeSubGroupsToGroups) {
   UniversalMeta meta = meta_of({{"tp", 1}, {"dp", 1}, {"zero_stage", 3}}, {entry("a", {2}), entry("b", {2}), entry("c", {2})});
-  ModelInfo m = source_model_info(meta, meta.manifest.source_facts("x"));
+  ModelInfo m = source_model_info(meta, meta.manifest.source);
   const auto by_name = params_from_manifest(m, meta);
   // param_groups[g]["params"]: the sub-groups of optimizer group g (sub-groups 0 and 2 in group 1).
   auto osd = Value::dict();

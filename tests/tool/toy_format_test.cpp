@@ -65,7 +65,7 @@ to_universal::RunSummary toy_union(const std::string& input, const std::string& 
     root->set_item("param_groups", pickle::Value::list({}));
     save_torch_file((staged / formats::universal::kUniversalOptimizerState).string(), root);
     ++t.files;
-    manifest.source = {{"format", "toy"}};
+    manifest.source.format = "toy";
     manifest.patterns_origin = "none (toy)";
     manifest.patterns_set = nlohmann::json::object();
   };

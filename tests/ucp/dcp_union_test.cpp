@@ -67,7 +67,7 @@ void expect_same(const Tensor& t, const SafetensorsTensor& want) {
 void expect_universal_matches_truth(const std::string& out, const std::string& variant) {
   const auto truth = truth_of(variant);
   const auto manifest = formats::universal::read_universal_manifest(out + "/manifest.json");
-  EXPECT_EQ(manifest.source.value("format", ""), "dcp");
+  EXPECT_EQ(manifest.source.format_name(), "dcp");
   std::set<std::string> used;
   for (const auto& p : manifest.params) {
     for (const auto& [state, f] : p.states) {

@@ -18,7 +18,7 @@ using pickle::Value;
 
 ExtractPlan two_param_plan() {
   ExtractPlan p;
-  p.source = {{"tp", 2}, {"dp", 2}, {"zero_stage", 1}};
+  p.source = ucpkit::formats::universal::UniversalSource::from_json({{"tp", 2}, {"dp", 2}, {"zero_stage", 1}}, "plan.json");
   p.patterns_json = nlohmann::json::object();
   p.patterns_origin = "builtin";
   p.files = {"a.pt", "b.pt"};

@@ -146,43 +146,85 @@ UniversalParam UniversalParam::from_json(const json& j, const std::string& file,
   return p;
 }
 
+// The source description's keys, each with its field (the one place that spells them).
+constexpr const char* kNamesKey = "names";
+constexpr const char* kNamesRecordKey = "megatron_core_names";
+
+json UniversalSource::to_json() const {
+  json j = facts;
+  auto put = [&](const char* key, const auto& v) {
+    if (v) j[key] = *v;
+  };
+  put("format", format);
+  put("dir", dir);
+  put("tag", tag);
+  put("tp", tp);
+  put("pp", pp);
+  put("dp", dp);
+  put("ep", ep);
+  put("zero_stage", zero_stage);
+  put("pipeline", pipeline);
+  put("layer_model_axis", layer_model_axis);
+  put("bf16", bf16);
+  put("data_before_expert", data_before_expert);
+  put("ds_line", ds_line);
+  put("num_experts", num_experts);
+  put("expert_files", expert_files);
+  put("sub_groups", sub_groups);
+  if (!autoep.is_null()) j["autoep"] = autoep;
+  if (!pipeline_numbering.is_null()) j["pipeline_numbering"] = pipeline_numbering;
+  if (layer_keys) {
+    json k = json::object();
+    for (const auto& [idx, keys] : *layer_keys) k[std::to_string(idx)] = keys;
+    j["layer_keys"] = std::move(k);
+  }
+  put(kNamesKey, names);
+  if (!names_record.is_null()) j[kNamesRecordKey] = names_record;
+  return j;
+}
+
 UniversalSource UniversalSource::from_json(const json& source, const std::string& file) {
   object_at(source, file, "source");
   UniversalSource s;
-  auto field = [&](const char* key) -> const json* {
-    auto it = source.find(key);
-    return it == source.end() ? nullptr : &*it;
-  };
-  const auto degree = [&](const char* key, int& out) {
-    if (const json* v = field(key)) out = static_cast<int>(int_of(*v, file, where_of("source", key), 1, kMaxInt));
-  };
-  degree("tp", s.tp);
-  degree("pp", s.pp);
-  degree("dp", s.dp);
-  degree("ep", s.ep);
-  if (const json* v = field("pipeline")) s.pipeline = bool_of(*v, file, "source.pipeline");
-  if (const json* v = field("layer_model_axis")) s.layer_model_axis = bool_of(*v, file, "source.layer_model_axis");
-  if (const json* v = field("tag")) s.tag = string_of(*v, file, "source.tag");
-  if (const json* v = field("data_before_expert")) s.data_before_expert = bool_of(*v, file, "source.data_before_expert");
-  if (const json* v = field("ds_line")) s.ds_line = string_of(*v, file, "source.ds_line");
-  if (const json* v = field("autoep")) s.autoep = *v;
-  if (const json* v = field("num_experts")) {
-    if (!v->is_array()) malformed(file, "source.num_experts", "a list of expert counts", *v);
-    for (size_t i = 0; i < v->size(); ++i)
-      s.num_experts.push_back(
-          static_cast<int>(int_of((*v)[i], file, "source.num_experts[" + std::to_string(i) + "]", 0, kMaxInt)));
-  }
-  // BF16_Optimizer sources record no stage (null); older manifests none at all.
-  if (const json* v = field("zero_stage"); v && v->is_number_integer())
-    s.zero_stage = static_cast<int>(int_of(*v, file, "source.zero_stage", 0, 3));
-  if (const json* v = field("pipeline_numbering")) s.pipeline_numbering = *v;
-  if (const json* v = field("layer_keys"); v && v->is_object())
-    for (const auto& [idx, keys] : v->items()) {
-      const std::string w = "source.layer_keys." + idx;
-      const bool digits = !idx.empty() && idx.size() < 10 && idx.find_first_not_of("0123456789") == std::string::npos;
-      if (!digits) fail(file, "malformed: source.layer_keys has the key \"" + escaped_brief(idx, 40) + "\", not a layer index");
-      s.layer_keys[std::stoi(idx)] = strings_of(keys, file, w);
+  for (const auto& [key, v] : source.items()) {
+    const std::string w = where_of("source", key);
+    auto degree = [&](std::optional<int>& out) { out = static_cast<int>(int_of(v, file, w, 1, kMaxInt)); };
+    if (key == "format") s.format = string_of(v, file, w);
+    else if (key == "dir") s.dir = string_of(v, file, w);
+    else if (key == "tag") s.tag = string_of(v, file, w);
+    else if (key == "tp") degree(s.tp);
+    else if (key == "pp") degree(s.pp);
+    else if (key == "dp") degree(s.dp);
+    else if (key == "ep") degree(s.ep);
+    // BF16_Optimizer sources of older releases record no stage (null, kept as read).
+    else if (key == "zero_stage" && v.is_number_integer()) s.zero_stage = static_cast<int>(int_of(v, file, w, 0, 3));
+    else if (key == "pipeline") s.pipeline = bool_of(v, file, w);
+    else if (key == "layer_model_axis") s.layer_model_axis = bool_of(v, file, w);
+    else if (key == "bf16") s.bf16 = bool_of(v, file, w);
+    else if (key == "data_before_expert") s.data_before_expert = bool_of(v, file, w);
+    else if (key == "ds_line") s.ds_line = string_of(v, file, w);
+    else if (key == "expert_files") s.expert_files = int_of(v, file, w, 0, kMaxInt64);
+    else if (key == "sub_groups") s.sub_groups = int_of(v, file, w, 0, kMaxInt64);
+    else if (key == "autoep") s.autoep = v;
+    else if (key == "pipeline_numbering") s.pipeline_numbering = v;
+    else if (key == kNamesKey) s.names = string_of(v, file, w);
+    else if (key == kNamesRecordKey) s.names_record = v;
+    else if (key == "num_experts") {
+      if (!v.is_array()) malformed(file, w, "a list of expert counts", v);
+      s.num_experts.emplace();
+      for (size_t i = 0; i < v.size(); ++i)
+        s.num_experts->push_back(static_cast<int>(int_of(v[i], file, w + "[" + std::to_string(i) + "]", 0, kMaxInt)));
+    } else if (key == "layer_keys" && v.is_object()) {
+      s.layer_keys.emplace();
+      for (const auto& [idx, keys] : v.items()) {
+        const bool digits = !idx.empty() && idx.size() < 10 && idx.find_first_not_of("0123456789") == std::string::npos;
+        if (!digits) fail(file, "malformed: source.layer_keys has the key \"" + escaped_brief(idx, 40) + "\", not a layer index");
+        (*s.layer_keys)[std::stoi(idx)] = strings_of(keys, file, w + "." + idx);
+      }
+    } else {
+      s.facts[key] = v;
     }
+  }
   return s;
 }
 
@@ -192,7 +234,7 @@ json UniversalManifest::to_json() const {
   json m;
   m["format"] = format;
   m["version"] = version;
-  m["source"] = source;
+  m["source"] = source.to_json();
   m["patterns"] = {{"origin", patterns_origin}, {"set", patterns_set}};
   m["model_files"] = model_files;
   m["optimizer_state"] = optimizer_state;
@@ -209,8 +251,7 @@ UniversalManifest UniversalManifest::from_json(const json& j, const std::string&
   UniversalManifest m;
   m.format = kUniversalFormat;
   if (auto it = j.find("version"); it != j.end()) m.version = int_of(*it, file, "version", 1);
-  m.source = object_at(need(j, "source", file, ""), file, "source");
-  (void)UniversalSource::from_json(m.source, file);  // its fields have the types written
+  m.source = UniversalSource::from_json(need(j, "source", file, ""), file);
   const json& patterns = object_at(need(j, "patterns", file, ""), file, "patterns");
   if (auto it = patterns.find("origin"); it != patterns.end()) m.patterns_origin = string_of(*it, file, "patterns.origin");
   m.patterns_set = need(patterns, "set", file, "patterns");
@@ -234,11 +275,6 @@ std::string crc32_text(uint32_t crc) {
   char b[16];
   std::snprintf(b, sizeof b, "%08x", static_cast<unsigned>(crc));
   return b;
-}
-
-std::string source_format(const nlohmann::json& source) {
-  const std::string format = source.is_object() ? source.value("format", std::string()) : std::string();
-  return format.empty() ? "deepspeed" : format;
 }
 
 }  // namespace ucpkit::formats::universal

@@ -60,33 +60,53 @@ struct UniversalParam {
   static UniversalParam from_json(const nlohmann::json& j, const std::string& file, const std::string& where);
 };
 
-// The fields of "source" that readers use. "source" itself is the extract plan's description of the
-// source checkpoint (ucp/extract.cpp), kept and written as it is.
+// The description of the source checkpoint that an extract plan makes (plan.source, in ucp-extract's
+// plan.json) and manifest.json carries ("source"): what each input format records of its source, one
+// struct with one JSON binder (issue 46; read by key in 10 files before). A key is written only when its
+// field is set (each format records what its source has); what the struct does not model (a format's
+// own facts, source.dcp and source.torch_dist) is kept in `facts` as read.
 struct UniversalSource {
-  int tp = 1, pp = 1, dp = 1, ep = 1;
-  bool pipeline = false;                   // a PipelineModule's names (layer files)
-  bool layer_model_axis = true;            // its layer files named -model_TT- (false: no model axis)
-  std::optional<std::string> tag;          // global_stepN
-  std::optional<bool> data_before_expert;  // use_data_before_expert_parallel_ rank order
-  std::string ds_line;                     // native MoE: DeepSpeed version line, "" if not recorded
-  nlohmann::json autoep;                   // AutoEP layers (null: not an AutoEP source)
-  std::vector<int> num_experts;            // native MoE: experts per MoE layer
-  int zero_stage = 0;                      // 0 when not recorded (BF16_Optimizer: null)
-  nlohmann::json pipeline_numbering;       // null when not recorded (made by an older ucp-union)
-  std::map<int, std::vector<std::string>> layer_keys;  // key order of the layer files
+  std::optional<std::string> format;            // "dcp", "torch_dist", ...; none: DeepSpeed (format_name)
+  std::optional<std::string> dir;               // the DeepSpeed checkpoint folder read
+  std::optional<std::string> tag;               // global_stepN
+  std::optional<int> tp, pp, dp, ep;            // the source's layout (tp_or_1() ...: 1 when not recorded)
+  std::optional<int> zero_stage;                // none when not recorded (older BF16_Optimizer manifests: null, kept in facts)
+  std::optional<bool> pipeline;                 // a PipelineModule's names (layer files)
+  std::optional<bool> layer_model_axis;         // its layer files named -model_TT- (written only when false)
+  std::optional<bool> bf16;                     // bf16_zero_ file names
+  std::optional<bool> data_before_expert;       // use_data_before_expert_parallel_ rank order
+  std::optional<std::string> ds_line;           // native MoE: DeepSpeed version line
+  std::optional<std::vector<int>> num_experts;  // native MoE: experts per MoE layer
+  std::optional<int64_t> expert_files;          // native MoE / AutoEP: expert files read
+  std::optional<int64_t> sub_groups;            // ZeRO-3: sub-groups of TP rank 0
+  nlohmann::json autoep;                        // AutoEP layers (null: not an AutoEP source)
+  nlohmann::json pipeline_numbering;            // null when not recorded (made by an older ucp-union)
+  std::optional<std::map<int, std::vector<std::string>>> layer_keys;  // key order of the layer files
+  // Megatron-Core names (ucp-union --to-names megatron-core): "megatron-core", and the record of the
+  // way back (null when absent).
+  std::optional<std::string> names;
+  nlohmann::json names_record;
+  nlohmann::json facts = nlohmann::json::object();  // every other key, as read
 
+  int tp_or_1() const { return tp.value_or(1); }
+  int pp_or_1() const { return pp.value_or(1); }
+  int dp_or_1() const { return dp.value_or(1); }
+  int ep_or_1() const { return ep.value_or(1); }
+  // The format it names; "deepspeed" when it names none (the extract plan of a DeepSpeed checkpoint,
+  // whose folder holds its DeepSpeed model files).
+  std::string format_name() const { return format.value_or("deepspeed"); }
+  // ds_to_universal's ZeRO-3 TP = 1 form (flat state files).
+  bool flat() const { return zero_stage == 3 && tp_or_1() == 1; }
+
+  nlohmann::json to_json() const;
   // Throws Error "<file>: malformed: source.<key> ..." when a field has another type than written.
   static UniversalSource from_json(const nlohmann::json& source, const std::string& file);
 };
 
-// The format a manifest's source description names ("dcp", "torch_dist", ...); "deepspeed" when it names
-// none (the extract plan of a DeepSpeed checkpoint, whose folder holds its DeepSpeed model files).
-std::string source_format(const nlohmann::json& source);
-
 struct UniversalManifest {
   std::string format = kUniversalFormat;
   int64_t version = kUniversalVersion;
-  nlohmann::json source = nlohmann::json::object();  // the extract plan's source description
+  UniversalSource source;                             // the extract plan's source description
   std::string patterns_origin;                        // where the pattern set came from
   nlohmann::json patterns_set;                        // PatternSet::to_json
   std::vector<std::string> model_files;               // copied mp_rank files, relative to the folder
@@ -101,7 +121,6 @@ struct UniversalManifest {
   // Throws Error "<file>: ..." (one line, the key named) when `j` is not a ucpkit universal manifest
   // or a key has another type than written.
   static UniversalManifest from_json(const nlohmann::json& j, const std::string& file);
-  UniversalSource source_facts(const std::string& file) const { return UniversalSource::from_json(source, file); }
 };
 
 // Reads and parses `path` (a universal folder's manifest.json). Throws Error naming it.

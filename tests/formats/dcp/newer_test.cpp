@@ -100,7 +100,7 @@ ucpkit::testing::SplitResult union_in(const Case& c, const std::string& args) {
 void expect_universal_matches_truth(const std::string& out, const std::string& variant) {
   const auto truth = truth_of(variant);
   const auto manifest = formats::universal::read_universal_manifest(out + "/manifest.json");
-  EXPECT_EQ(manifest.source.value("format", ""), "dcp");
+  EXPECT_EQ(manifest.source.format_name(), "dcp");
   std::set<std::string> used;
   for (const auto& p : manifest.params) {
     for (const auto& [state, f] : p.states) {

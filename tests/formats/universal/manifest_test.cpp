@@ -81,7 +81,7 @@ TEST(UniversalManifest, TypedFieldsAreTheRawJson) {
     const json j = json::parse(file_bytes(path));
     const UniversalManifest m = UniversalManifest::from_json(j, path.string());
     EXPECT_EQ(m.version, j["version"].get<int64_t>());
-    EXPECT_EQ(m.source, j["source"]);
+    EXPECT_EQ(m.source.to_json(), j["source"]);
     EXPECT_EQ(m.patterns_origin, j["patterns"]["origin"].get<std::string>());
     EXPECT_EQ(m.patterns_set, j["patterns"]["set"]);
     EXPECT_EQ(m.model_files, j["model_files"].get<std::vector<std::string>>());
@@ -111,7 +111,7 @@ TEST(UniversalManifest, TypedFieldsAreTheRawJson) {
         EXPECT_EQ(*s.crc32, std::stoul(e["states"][state]["crc32"].get<std::string>(), nullptr, 16));
       }
     }
-    const UniversalSource src = m.source_facts(path.string());
+    const UniversalSource& src = m.source;
     EXPECT_EQ(src.tp, j["source"]["tp"].get<int>());
     EXPECT_EQ(src.dp, j["source"]["dp"].get<int>());
     EXPECT_EQ(src.pipeline, j["source"]["pipeline"].get<bool>());
@@ -195,5 +195,47 @@ TEST(UniversalManifest, ReadingNamesTheFile) {
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()).rfind((d / "cut.json").string() + ": corrupt JSON: ", 0), 0u) << e.what();
+  }
+}
+
+// The source description is one struct with one binder (issue 46): what each input format records
+// comes back from to_json as it was read (the keys it has, no others), a key the struct does not model
+// (a format's own facts) is kept as read, and a key of another type is named.
+TEST(UniversalSource, EachFormatsDescriptionRoundTripsKeyForKey) {
+  const std::vector<json> written = {
+      json::parse(R"({"dir": "/c/global_step5", "tag": "global_step5", "tp": 2, "pp": 2, "dp": 2, "zero_stage": 1,
+                      "ep": 1, "pipeline": true, "bf16": false, "data_before_expert": false, "num_experts": [],
+                      "expert_files": 0, "pipeline_numbering": {"first_block": 2}, "layer_keys": {"3": ["a", "b"]},
+                      "layer_model_axis": false})"),
+      json::parse(R"({"dir": "/c/global_step5", "tag": "global_step5", "tp": 1, "pp": 1, "dp": 4, "ep": 2,
+                      "zero_stage": 3, "pipeline": false, "bf16": true, "sub_groups": 3, "autoep": [{"layer": 1}]})"),
+      json::parse(R"({"format": "dcp", "dcp": {"folder": "global", "era": "2.6", "world_size": 4}})"),
+      json::parse(R"({"format": "torch_dist", "tp": 2, "pp": 1, "dp": 2, "ep": 1, "torch_dist": {"etp": 1}})"),
+      json::parse(R"({"tp": 1, "names": "megatron-core", "megatron_core_names": {"map": {}}})"),
+      json::parse(R"({"tp": 1, "zero_stage": null})"),  // an older release's BF16_Optimizer source
+  };
+  for (const auto& j : written) {
+    SCOPED_TRACE(j.dump());
+    const UniversalSource s = UniversalSource::from_json(j, "m.json");
+    EXPECT_EQ(s.to_json(), j);
+    EXPECT_EQ(s.to_json().dump(), j.dump());
+  }
+  const UniversalSource dcp = UniversalSource::from_json(written[2], "m.json");
+  EXPECT_EQ(dcp.format_name(), "dcp");
+  EXPECT_EQ(dcp.tp_or_1(), 1);
+  EXPECT_EQ(dcp.facts["dcp"]["world_size"], 4);
+  EXPECT_EQ(UniversalSource::from_json(written[0], "m.json").format_name(), "deepspeed");
+  EXPECT_TRUE(UniversalSource::from_json(written[1], "m.json").flat());
+  EXPECT_FALSE(UniversalSource::from_json(written[0], "m.json").flat());
+  for (const auto& [bad, key] : std::vector<std::pair<json, std::string>>{{{{"tp", "2"}}, "source.tp"},
+                                                                           {{{"pipeline", 1}}, "source.pipeline"},
+                                                                           {{{"num_experts", {1, "x"}}}, "source.num_experts[1]"},
+                                                                           {{{"names", 3}}, "source.names"}}) {
+    try {
+      (void)UniversalSource::from_json(bad, "m.json");
+      ADD_FAILURE() << bad.dump() << " accepted";
+    } catch (const ucpkit::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("m.json: malformed: " + key), std::string::npos) << e.what();
+    }
   }
 }
