@@ -59,9 +59,8 @@ nlohmann::json describe(const LoadOptions& o, const dcp::SavePlan& plan, const s
   return j;
 }
 
-[[maybe_unused]] const bool kRegistered = register_whole_rewrite(
-    "dcp", OutputFormat::Dcp,
-    {[](const LoadOptions& o) {
+const WholeRewrite kDcpRewrite{
+    [](const LoadOptions& o) {
        const dcp::Metadata md = dcp::read_folder_metadata(dcp::find_folder(o.input));
        const auto convert = conversions(o, md, nullptr);
        const dcp::SavePlan plan = dcp::rewrite_plan(md, target_of(o), convert);
@@ -72,7 +71,8 @@ nlohmann::json describe(const LoadOptions& o, const dcp::SavePlan& plan, const s
        return j;
      },
      [](const LoadOptions& o, const std::string& staged) {
-       const dcp::Reader reader(o.input);
+       const dcp::Folder folder = dcp::find_folder(o.input);
+       const dcp::Reader reader(folder.dir, dcp::read_folder_metadata(folder));
        bool all_floating = false;
        const auto convert = conversions(o, reader.metadata(), &all_floating);
        if (o.given.dtype && all_floating && !convert.empty())
@@ -91,7 +91,15 @@ nlohmann::json describe(const LoadOptions& o, const dcp::SavePlan& plan, const s
        j["bytes_written"] = written;
        j["data_bytes_written"] = w.bytes;
        return j;
-     }});
+     }};
+
+// Every flavour the DCP reader reads (dcp::Reader: one global .metadata, rank-local __<r>.metadata
+// files, HuggingFaceStorageWriter's safetensors) is rewritten whole the same way (issue 48: torch
+// 2.15's rank-local and safetensors saves of an int64 buffer went through the universal form, which
+// refused it).
+[[maybe_unused]] const bool kRegistered = register_whole_rewrite("dcp", OutputFormat::Dcp, kDcpRewrite) &&
+                                          register_whole_rewrite("dcp-rank-local", OutputFormat::Dcp, kDcpRewrite) &&
+                                          register_whole_rewrite("dcp-safetensors", OutputFormat::Dcp, kDcpRewrite);
 
 }  // namespace
 }  // namespace ucpkit::reshard

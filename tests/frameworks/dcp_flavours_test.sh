@@ -14,9 +14,8 @@
 # One table line per flavour. Known limits, each expected with its exact exit and error (another fails):
 #   * ucp-union of a state whose model holds a tensor without optimizer state next to optimizer state
 #     (plain_int64, ranklocal_int64): refused by design (the universal form cannot carry it);
-#   * KNOWN FAILURE (a ucpkit bug, docs/frameworks.md): ucp-load --format dcp of a rank-local or
-#     safetensors-flavour save holding an int64 tensor (ranklocal_int64, hf_int64) fails, while the same
-#     state saved by FileSystemWriter (plain_int64) is rewritten whole and loads equal.
+# (ucp-load --format dcp of a rank-local or safetensors-flavour save holding an int64 tensor failed until
+# the whole rewrite was registered for those flavours too: the bug this test found, docs/frameworks.md.)
 # A known failure that starts to pass is checked like the rest and reported (update the doc).
 # Exit 77 (skipped) when the framework environment cannot be made.
 set -euo pipefail
@@ -72,10 +71,6 @@ PRECISION = "ucp-load: error: the source does not record its precision (no ds_co
 expected_errors = {
     ("plain_int64", "union"): ("by design", 1, BUFFER),
     ("ranklocal_int64", "union"): ("by design", 1, BUFFER),
-    ("ranklocal_int64", "load1"): ("KNOWN FAILURE", 1, BUFFER),
-    ("ranklocal_int64", "load2"): ("KNOWN FAILURE", 1, BUFFER),
-    ("hf_int64", "load1"): ("KNOWN FAILURE", 2, PRECISION),
-    ("hf_int64", "load2"): ("KNOWN FAILURE", 2, PRECISION),
 }
 
 

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/dcp/dcp_data.h"
+#include "formats/dcp/folder.h"
 #include "formats/dcp/reader.h"
 #include "support/process.h"
 
@@ -179,5 +180,26 @@ TEST(DcpWholeRewrite, OptionsItDoesNotUseAreRefused) {
     EXPECT_EQ(r.rc, 2) << opt << ": " << r.err;
     EXPECT_NE(r.err.find(opt.substr(0, opt.find(' '))), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(c.root + "/out")) << opt;
+  }
+}
+
+// Every DCP flavour the reader reads is rewritten whole (issue 48's torch 2.15 judge found rank-local and
+// HuggingFaceStorageWriter saves going through the universal form, which refused an int64 buffer and
+// renamed the keys model.<fqn>): the rank-local parts merged and the safetensors read, every entry kept
+// under its own key, the output a plain DCP folder.
+TEST(DcpWholeRewrite, RankLocalAndSafetensorsFlavoursAreRewrittenWhole) {
+  for (const std::string fx : {"t214_ranklocal_w2", "t214_hf_w2"}) {
+    SCOPED_TRACE(fx);
+    const Case c = case_of("flavour_" + fx, fx);
+    const auto r = load(c, "--world-size 1 --output ../out --json");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["route"], "whole");
+    const formats::dcp::Folder folder = formats::dcp::find_folder(c.root + "/in");
+    const Reader in(folder.dir, formats::dcp::read_folder_metadata(folder)), out(c.root + "/out");
+    ASSERT_EQ(in.metadata().entries.size(), out.metadata().entries.size());
+    for (const auto& e : in.metadata().entries) {
+      ASSERT_NE(out.metadata().find(e.fqn), nullptr) << e.fqn;
+      if (!e.is_bytes) EXPECT_TRUE(same_bits(out.read_tensor(e.fqn), in.read_tensor(e.fqn))) << e.fqn;
+    }
   }
 }
