@@ -1,5 +1,6 @@
 """Loads ucp-load --format dcp output with the real torch.distributed.checkpoint (run by
-scripts/dcp_load_verify.sh inside the Debian-trixie chroot with python3-torch 2.6; not in CI).
+scripts/dcp_load_verify.sh with the pinned framework environment's torch 2.15, or with TRIXIE=... inside
+the Debian-trixie chroot with python3-torch 2.6; not in CI).
 
   python3 dcp_load_verify.py ROOT
 
@@ -13,7 +14,9 @@ Each tensor is compared bit for bit with the universal truth torch reads: zero/<
 torch's .to(dtype) for model tensors, exp_avg.pt / exp_avg_sq.pt for the optimizer states; each step
 with zero/<fqn>/step.pt; each param_groups value with zero/optimizer_state.pt's (whose DeepSpeed classes
 are read as stubs), "params" as the lists of fqns that cover every parameter once. Prints one line per
-folder and load, then the totals; exit 1 on any difference.
+folder and load, one `RESULT framework=torch version=V case=dcp_load_verify/<folder> tensors=N
+equal=yes|no values=M` line per folder (both loads; scripts/frameworks/run_all.sh collects them), then
+the totals; exit 1 on any difference.
 """
 import json
 import os
@@ -224,6 +227,16 @@ def main():
         bad += (n - ok) + (nv - okv) + sum(1 for x in notes if not x.startswith("("))
         for i, v in enumerate((n, ok, nv, okv)):
             tot[i] += v
+    version = torch.__version__.split("+")[0]
+    by_folder = {}
+    for name, world, n, ok, nv, okv, notes in rows:
+        agg = by_folder.setdefault(name, [0, 0, 0, 0, 0])
+        for i, v in enumerate((n, ok, nv, okv, sum(1 for x in notes if not x.startswith("(")))):
+            agg[i] += v
+    for name, (n, ok, nv, okv, bad_notes) in sorted(by_folder.items()):
+        good = n and (n, nv) == (ok, okv) and not bad_notes
+        print("RESULT framework=torch version=%s case=dcp_load_verify/%s tensors=%d equal=%s values=%d"
+              % (version, name, n, "yes" if good else "no", nv))
     print("TOTAL %d loads of %d folders: %d/%d tensors equal, %d/%d values equal"
           % (len(rows), len(cases), tot[1], tot[0], tot[3], tot[2]))
     sys.exit(1 if bad else 0)

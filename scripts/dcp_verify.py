@@ -1,10 +1,11 @@
-"""Loads ucpkit's DCP output with the real torch.distributed.checkpoint (run by scripts/dcp_verify.sh
-inside the Debian-trixie chroot with python3-torch 2.6; not in CI).
+"""Loads ucpkit's DCP output with the real torch.distributed.checkpoint (run by scripts/dcp_verify.sh with
+the pinned framework environment's torch 2.15, or with TRIXIE=... inside the Debian-trixie chroot with
+python3-torch 2.6; not in CI).
 
   python3 dcp_verify.py ROOT
 
 ROOT holds cases.tsv (folder, fixture, world size the folder was written for; written by the
-gtest DcpVerifyWriter.WritesOurOutputForRealTorch), the folders, truth/<fixture>.truth/ and
+gtest DcpVerifyWriter.WritesOurOutputForRealTorch and by dcp_verify.sh's ucp-load runs), the folders, truth/<fixture>.truth/ and
 src/<fixture>/ (the committed fixtures). For every case and every load world size W in (1, 2, 4)
 other than the one it was written for, `dcp.load` fills a fresh state dict:
   W = 1: plain full-size tensors, no process group;
@@ -14,11 +15,14 @@ Each tensor (gathered with full_tensor()) is compared bit for bit with the fixtu
 (tensors.safetensors, recorded by the saving script), each bytes item with what torch's own load of
 the original fixture gives. Every case also goes through torch's
 format_utils.dcp_to_torch_save (which rebuilds the nesting from planner_data): each value found at its
-planner_data path is compared the same way. Prints one line per case and load, then the totals;
+planner_data path is compared the same way. Prints one line per case and load, one
+`RESULT framework=torch version=V case=dcp_verify/<fixture> tensors=N equal=yes|no values=M` line per
+fixture (all its folders and loads; scripts/frameworks/run_all.sh collects them), then the totals;
 exit 1 on any difference.
 """
 import io
 import os
+import pathlib
 import socket
 import sys
 
@@ -28,6 +32,13 @@ import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, TensorStorageMetadata
+
+# The committed fixtures saved under Python 3.13 (the trixie chroot) pickle their storage_meta's
+# checkpoint_id as pathlib._local.PosixPath, a module Python < 3.13 lacks (torch 2.15's FileSystemReader
+# on the pinned environment's Python 3.11: "ModuleNotFoundError: No module named 'pathlib._local'").
+# Only the originals' .metadata (the bytes items' reference) need it; our output pickles no path.
+if sys.version_info < (3, 13):
+    sys.modules.setdefault("pathlib._local", pathlib)
 
 
 def bits_equal(a, b):
@@ -52,8 +63,19 @@ def entries(path):
 def torch_bytes_of(path):
     """Bytes items of an original fixture as torch decodes them: torch.load of each item's bytes found
     through torch's FileSystemReader metadata (both class-path eras: torch 1.13's prototype classes
-    are not instances of the 2.x ones, so they are matched by name)."""
+    are not instances of the 2.x ones, so they are matched by name). A folder without a global
+    .metadata (the safetensors flavour, torch 2.14's __{rank}.metadata rank-local save) holds none here:
+    its truth records no bytes items that our output could carry."""
+    if not os.path.exists(os.path.join(path, ".metadata")):
+        return {}
     md = dcp.FileSystemReader(path).read_metadata()
+    if any(getattr(info, "transform_descriptors", None) for info in md.storage_data.values()):
+        # items stored through a transform (torch >= 2.7's zstd extension): torch's own dcp.load decodes them
+        from torch.distributed.checkpoint import DefaultLoadPlanner
+
+        out = {k: None for k, m in md.state_dict_metadata.items() if type(m).__name__ == "BytesStorageMetadata"}
+        dcp.load(out, storage_reader=dcp.FileSystemReader(path), planner=DefaultLoadPlanner(allow_partial_load=True))
+        return out
     out = {}
     for key, info in md.storage_data.items():
         if type(md.state_dict_metadata[key.fqn]).__name__ != "BytesStorageMetadata":
@@ -62,6 +84,15 @@ def torch_bytes_of(path):
             f.seek(info.offset)
             out[key.fqn] = torch.load(io.BytesIO(f.read(info.length)), weights_only=False)
     return out
+
+
+def truth_key(k, truth):
+    """The truth key of our output's key k: the same, or k without "model." where ucp-load rewrote the
+    fixture through a universal folder (rank-local and safetensors-flavour inputs), whose DCP output
+    uses get_state_dict's keys (model.<fqn>; docs/ucp-load.md "DCP output")."""
+    if k not in truth and k.startswith("model.") and k[len("model."):] in truth:
+        return k[len("model."):]
+    return k
 
 
 def placements(ndim, world):
@@ -101,11 +132,12 @@ def check_case(root, name, fixture, world, ref_bytes, mesh):
             continue
         t = sd[k] if mesh is None else sd[k].full_tensor()
         n += 1
-        if k in truth and bits_equal(t, truth[k]):
+        tk = truth_key(k, truth)
+        if tk in truth and bits_equal(t, truth[tk]):
             ok += 1
         else:
-            notes.append("tensor %s differs%s" % (k, "" if k in truth else " (no truth)"))
-    missing = sorted(set(truth) - {k for k, m in md.items() if isinstance(m, TensorStorageMetadata)})
+            notes.append("tensor %s differs%s" % (k, "" if tk in truth else " (no truth)"))
+    missing = sorted(set(truth) - {truth_key(k, truth) for k, m in md.items() if isinstance(m, TensorStorageMetadata)})
     for k in missing:
         n += 1
         notes.append("tensor %s missing" % k)
@@ -136,7 +168,8 @@ def check_to_torch_save(root, name, fixture, ref_bytes):
             okb += int(k in ref_bytes and v == ref_bytes[k])
         else:
             n += 1
-            if k in truth and bits_equal(v, truth[k]):
+            tk = truth_key(k, truth)
+            if tk in truth and bits_equal(v, truth[tk]):
                 ok += 1
             else:
                 notes.append("tensor %s differs" % k)
@@ -198,6 +231,16 @@ def main():
         bad += (n - ok) + (nb - okb)
         for i, v in enumerate((n, ok, nb, okb)):
             tot[i] += v
+    version = torch.__version__.split("+")[0]
+    by_fixture = {}
+    fixture_of = {name: fixture for name, fixture, _ in cases}
+    for name, world, n, ok, nb, okb, notes in rows:
+        agg = by_fixture.setdefault(fixture_of[name], [0, 0, 0, 0])
+        for i, v in enumerate((n, ok, nb, okb)):
+            agg[i] += v
+    for fixture, (n, ok, nb, okb) in sorted(by_fixture.items()):
+        print("RESULT framework=torch version=%s case=dcp_verify/%s tensors=%d equal=%s values=%d"
+              % (version, fixture, n, "yes" if (n, nb) == (ok, okb) and n else "no", nb))
     print("TOTAL %d loads (dcp.load and dcp_to_torch_save) of %d folders: %d/%d tensors equal, %d/%d bytes items equal"
           % (len(rows), len(cases), tot[1], tot[0], tot[3], tot[2]))
     sys.exit(1 if bad else 0)

@@ -1,17 +1,90 @@
-"""Outside CI (issue 30): torch2lab's mcore_ckpt.py (Megatron-LM core_v0.19.0's own argument parser, model
-build and load_checkpoint) for a model whose settings mcore_ckpt.py's fixed command line cannot express.
-mcore_ckpt.megatron_argv always passes --swiglu and --untie-embeddings-and-output-weights (store_true flags
-that a later argument cannot switch off); a GPT as Megatron-DeepSpeed's default GPT has neither. This
-wrapper drops the flags listed, one a line, in drop_flags.txt next to it, then runs mcore_ckpt.main()
-unchanged. The patch is at module level so that the ranks mp.spawn starts (which import this file as
-__mp_main__) have it too. Run by scripts/megatron_core_load_verify.sh through lab.sh."""
+"""Outside CI (issues 30, 48): torch2lab's mcore_ckpt.py (Megatron-LM's own argument parser, model build and
+load_checkpoint, from a Megatron-LM source tree on PYTHONPATH) run with the pinned framework environment's
+python (torch 2.15, Python 3.11; scripts/frameworks/setup.sh), for scripts/torch_dist_verify.sh and
+scripts/megatron_core_load_verify.sh:
+
+    python megatron_core_load_lab.py load  ...   # mcore_ckpt.py load, unchanged (Megatron's load_checkpoint)
+    python megatron_core_load_lab.py truth --ckpt D --out T   # torch's DCP loader, see below
+
+What it adds around mcore_ckpt.main(), all at module level so that the ranks mp.spawn starts (which import this
+file as __mp_main__) have it too:
+  * drop_flags.txt next to this file: mcore_ckpt.megatron_argv always passes --swiglu and
+    --untie-embeddings-and-output-weights (store_true flags that a later argument cannot switch off); a GPT as
+    Megatron-DeepSpeed's default GPT has neither, so the flags listed there, one a line, are dropped.
+  * Megatron-LM on Python 3.11 (the chroot had 3.13): core_v0.19.0's megatron/training/models/hybrid.py
+    imports typing.override (Python >= 3.12), given typing_extensions.override (the same decorator, pinned in
+    the environment); core_v0.16.1's megatron.training imports six, yaml and regex at import time (tokenizers and
+    --yaml-cfg, none used here: NullTokenizer, no YAML), which the pinned environment does not hold: Debian's
+    python3-six / python3-yaml (pure Python) are loaded from /usr/lib/python3/dist-packages when present, else
+    (regex) an import-only stand-in that raises if anything of it is used.
+  * `truth`: Megatron's dist_checkpointing.load_plain_tensors (what mcore_ckpt.py truth runs) fails on torch
+    2.15 before reading anything: load_tensors_metadata passes TensorProperties.__dict__ to torch.empty, and
+    torch 2.15's TensorProperties has a `strides` field (TypeError: empty() got an unexpected keyword argument
+    'strides', megatron/core/dist_checkpointing/strategies/torch.py:1022 at core_v0.19.0). The same full
+    tensors are read with torch's own DCP loader (FileSystemReader metadata, dcp.load of every tensor entry
+    whole, no process group) and written in mcore_ckpt.py truth's form: tensors.safetensors and manifest.json
+    (shape, dtype, sha256 of every tensor). On the committed fixtures' outputs it gives exactly the manifests
+    load_plain_tensors gave on torch 2.6 (tests/formats/megatron_core/data/*/fully_reshardable.truth).
+The torch2lab folder: $TORCH2LAB, else /torch2lab (inside the chroot), else ../../shared/tools/torch2lab
+next to the repository.
+"""
+import hashlib
+import importlib.util
+import json
 import os
 import sys
-
-sys.path.insert(0, "/torch2lab")
-import mcore_ckpt  # noqa: E402
+import types
+import typing
 
 _here = os.path.dirname(os.path.abspath(__file__))
+
+
+def _torch2lab():
+    for d in (os.environ.get("TORCH2LAB"), "/torch2lab",
+              os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "tools", "torch2lab")):
+        if d and os.path.exists(os.path.join(d, "mcore_ckpt.py")):
+            return d
+    sys.exit("megatron_core_load_lab.py: no torch2lab folder with mcore_ckpt.py (set TORCH2LAB)")
+
+
+if not hasattr(typing, "override"):
+    import typing_extensions
+
+    typing.override = typing_extensions.override
+
+_DEBIAN = "/usr/lib/python3/dist-packages"
+
+
+def _fill(name):
+    """`name` importable: the installed one, Debian's pure-Python one, or an import-only stand-in."""
+    if importlib.util.find_spec(name) is not None:
+        return
+    pkg = os.path.join(_DEBIAN, name)
+    path = os.path.join(pkg, "__init__.py") if os.path.isdir(pkg) else pkg + ".py"
+    if os.path.exists(path):
+        spec = importlib.util.spec_from_file_location(
+            name, path, submodule_search_locations=[pkg] if os.path.isdir(pkg) else None)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        return
+    mod = types.ModuleType(name)
+
+    def _getattr(attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise RuntimeError("megatron_core_load_lab.py: import-only stand-in for %s: %s used" % (name, attr))
+
+    mod.__getattr__ = _getattr
+    sys.modules[name] = mod
+
+
+for _name in ("six", "yaml", "regex"):
+    _fill(_name)
+
+sys.path.insert(0, _torch2lab())
+import mcore_ckpt  # noqa: E402
+
 _drop_file = os.path.join(_here, "drop_flags.txt")
 DROP = set(open(_drop_file).read().split()) if os.path.exists(_drop_file) else set()
 _orig = mcore_ckpt.megatron_argv
@@ -23,5 +96,42 @@ def _argv(o, save=None, load=None):
 
 mcore_ckpt.megatron_argv = _argv
 
+
+def truth(ckpt, out):
+    """mcore_ckpt.py truth's files, read with torch's own DCP loader (see the docstring)."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import save_file
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    d = mcore_ckpt.iter_dir(ckpt)
+    os.makedirs(out, exist_ok=True)
+    md = dcp.FileSystemReader(d).read_metadata()
+    sd = {k: torch.empty(m.size, dtype=m.properties.dtype) for k, m in md.state_dict_metadata.items()
+          if isinstance(m, TensorStorageMetadata)}
+    dcp.load(sd, checkpoint_id=d)
+    manifest = {"checkpoint": os.path.relpath(d, out), "tensors": {}, "objects": [],
+                "reader": "torch %s dcp.load" % torch.__version__}
+    for k in sorted(sd):
+        t = sd[k]
+        manifest["tensors"][k] = {
+            "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
+            "sha256": hashlib.sha256(t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest(),
+        }
+    save_file({k: v.contiguous() for k, v in sd.items()}, os.path.join(out, "tensors.safetensors"))
+    json.dump(manifest, open(os.path.join(out, "manifest.json"), "w"), indent=1, sort_keys=True)
+    print("truth: %d tensors (torch %s DCP loader) -> %s" % (len(sd), torch.__version__, out), flush=True)
+
+
 if __name__ == "__main__":
-    mcore_ckpt.main()
+    if sys.argv[1:2] == ["truth"]:
+        import argparse
+
+        p = argparse.ArgumentParser()
+        p.add_argument("cmd")
+        p.add_argument("--ckpt", required=True)
+        p.add_argument("--out", required=True)
+        a = p.parse_args()
+        truth(a.ckpt, a.out)
+    else:
+        mcore_ckpt.main()

@@ -1,31 +1,62 @@
 #!/bin/sh
-# Outside CI (issue 30; needs the torch2lab chroot, ../shared/tools/torch2lab/README.md; run as root). A
-# generated Megatron-DeepSpeed checkpoint (tests/generator/gen_ds_checkpoint.py) through
+# Outside CI (issue 30, ported to the pinned framework environment in issue 48; no root, no chroot). A generated
+# Megatron-DeepSpeed checkpoint (tests/generator/gen_ds_checkpoint.py, Debian's python3 with torch 1.13, the
+# generator's interpreter) through
 #   ucp-union --to-names megatron-core -> ucp-load --format torch_dist [layout]
-#   -> Megatron-LM core_v0.19.0's own load_checkpoint at that layout (torch2lab mcore_ckpt.py load
-#      --check-optim --require-all, through scripts/megatron_core_load_lab.py for settings mcore_ckpt.py
-#      fixes): every local model shard and every fully_reshardable optimizer-state shard (fp32 param,
-#      exp_avg, exp_avg_sq) Megatron loaded, compared bit-exact with the full tensors of
-#   -> Megatron's load_plain_tensors of the same output (mcore_ckpt.py truth), which
-#      scripts/megatron_core_names_check.py first compares, tensor by tensor, with the generator's truth
-#      (optimizer states bit-exact, weights = the fp32 master rounded to bf16, padded vocab rows zero).
+#   -> Megatron-LM's own load_checkpoint at that layout (torch2lab mcore_ckpt.py load --check-optim
+#      --require-all, through scripts/megatron_core_load_lab.py for settings mcore_ckpt.py fixes), run with the
+#      pinned environment's python (torch 2.15.0, scripts/frameworks/setup.sh) and a Megatron-LM source tree
+#      (megatron.training + megatron.core; the PyPI megatron-core package has no megatron.training): every
+#      local model shard and every fully_reshardable optimizer-state shard (fp32 param, exp_avg, exp_avg_sq)
+#      Megatron loaded, compared bit-exact with the full tensors of
+#   -> torch's own DCP loader on the same output (megatron_core_load_lab.py truth; Megatron's
+#      load_plain_tensors fails on torch 2.15, see there), which scripts/megatron_core_names_check.py first
+#      compares, tensor by tensor, with the generator's truth (optimizer states bit-exact, weights = the fp32
+#      master rounded to bf16, padded vocab rows zero).
 # So each loaded shard is equal to the generator's truth. The Megatron model is built with the source's
 # settings (hidden, heads, query groups, ffn, vocab padded as the source, swiglu, normalization, biases,
 # position embeddings, tied or untied output layer: tests/generator/dsgen/models.py build()).
+# The line that is the point: Megatron-LM core_v0.19.0 (MCORE, default), the newest line here, on the newest
+# torch; ucp-load writes its torch_dist form (the common state inside the DCP files), which the older
+# core_v0.16.1 cannot read (no common.pt), so that line is not run by default. No chroot is needed.
 #
-#   scripts/megatron_core_load_verify.sh [BUILD]          # BUILD defaults to build/
-#   CASES="llama_tp2 gpt_tp2" scripts/megatron_core_load_verify.sh
-# One line per case, PASS/FAIL; exit 1 if any failed.
+#   scripts/megatron_core_load_verify.sh [BUILD]          # BUILD: a build folder or install prefix (default build/)
+#   CASES="llama_tp2 gpt_tp2" scripts/megatron_core_load_verify.sh BUILD
+# Megatron-LM sources: $MEGATRON_SRC/megatron-lm-$MCORE (default ~/.cache/ucpkit), made once from
+# MEGATRON_GIT=<a (bare) git repository of github:NVIDIA/Megatron-LM> with `git archive $MCORE`; without
+# either the script exits 77 (not run). torch2lab (mcore_ckpt.py, its CPU shims): $TORCH2LAB, default
+# ../shared/tools/torch2lab. FRAMEWORKS_PY=<python>: another interpreter instead of the pinned one.
+# One line per case, PASS/FAIL, and `RESULT framework=megatron-lm version=<tag>
+# case=megatron_core_load_verify/<case> tensors=N equal=yes|no` (N: Megatron's loaded shards + the tensors
+# the names check compared with the generator's truth; scripts/frameworks/run_all.sh collects them); exit 1 if
+# any failed.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${1:-$ROOT/build}
-LAB=${LAB:-$ROOT/../shared/tools/torch2lab/lab.sh}
-TRIXIE=${TRIXIE:-/opt/trixie}
-WORK=/lab/mcload_verify
+BUILD=$(cd "${1:-$ROOT/build}" && pwd)
+TORCH2LAB=$(cd "${TORCH2LAB:-$ROOT/../shared/tools/torch2lab}" 2>/dev/null && pwd) ||
+  { echo "SKIP: no torch2lab folder (set TORCH2LAB)"; exit 77; }
+TAG=${MCORE:-core_v0.19.0}
+MEGATRON_SRC=${MEGATRON_SRC:-${XDG_CACHE_HOME:-$HOME/.cache}/ucpkit}
 LOAD_TIMEOUT=${LOAD_TIMEOUT:-420}
-rm -rf "$TRIXIE$WORK"; mkdir -p "$TRIXIE$WORK"
-cp -r "$ROOT/tests/generator" "$TRIXIE$WORK/generator"
-cp "$ROOT/scripts/megatron_core_names_check.py" "$TRIXIE$WORK/"
+if [ -z "${FRAMEWORKS_PY:-}" ]; then
+  env_dir=$("$ROOT/scripts/frameworks/setup.sh") || { echo "SKIP: no framework environment (scripts/frameworks/setup.sh failed)"; exit 77; }
+  FRAMEWORKS_PY=$env_dir/bin/python
+fi
+SRC=$MEGATRON_SRC/megatron-lm-$TAG
+if [ ! -d "$SRC/megatron/training" ]; then
+  [ -n "${MEGATRON_GIT:-}" ] || { echo "NOT RUN megatron-lm $TAG: no source tree $SRC and no MEGATRON_GIT to make it"; exit 77; }
+  mkdir -p "$MEGATRON_SRC" && rm -rf "$SRC.partial" && mkdir "$SRC.partial" &&
+    git --git-dir="$MEGATRON_GIT" archive "$TAG" | tar -x -C "$SRC.partial" && mv "$SRC.partial" "$SRC" ||
+    { echo "NOT RUN megatron-lm $TAG: git archive $TAG from $MEGATRON_GIT failed"; exit 77; }
+fi
+WORK=$(mktemp -d)
+if [ -n "${KEEP:-}" ]; then echo "work folder kept: $WORK"; else trap 'rm -rf "$WORK"' EXIT; fi
+cp -r "$ROOT/tests/generator" "$WORK/generator"
+cp "$ROOT/scripts/megatron_core_names_check.py" "$WORK/"
+echo "== Megatron-LM $TAG ($SRC) on $("$FRAMEWORKS_PY" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null)"
+# The environment of every run with the pinned python: the Megatron-LM tree and torch2lab's CPU shims on
+# PYTHONPATH (TORCH2LAB_CUDA_ON_CPU=1: Megatron's hard-wired CUDA calls go to the CPU), nothing else.
+MENV="PYTHONWARNINGS=ignore PYTHONDONTWRITEBYTECODE=1 TORCH2LAB_CUDA_ON_CPU=1 TORCHDYNAMO_DISABLE=1 OMP_NUM_THREADS=1 CUDA_DEVICE_MAX_CONNECTIONS=1 TORCH2LAB_PORT=0"
 failed=0
 
 run_until() {  # LOG PATTERN TIMEOUT cmd...: as in scripts/torch_dist_verify.sh
@@ -43,34 +74,50 @@ run_until() {  # LOG PATTERN TIMEOUT cmd...: as in scripts/torch_dist_verify.sh
   wait "$pid" 2>/dev/null
 }
 
+result() {  # NAME TENSORS yes|no
+  echo "RESULT framework=megatron-lm version=$TAG case=megatron_core_load_verify/$1 tensors=$2 equal=$3"
+}
+
 # case NAME "generator options" "ucp-load layout" "mcore_ckpt.py options" "flags to drop" "extra Megatron args"
 case_() {
   name=$1; gen=$2; layout=$3; margs=$4; drop=$5; extra=$6
   if [ -n "${CASES:-}" ]; then case " $CASES " in *" $name "*) ;; *) return ;; esac; fi
-  d=$TRIXIE$WORK/$name
+  d=$WORK/$name
   mkdir -p "$d"
   # shellcheck disable=SC2086
-  /usr/bin/python3 "$ROOT/tests/generator/gen_ds_checkpoint.py" --output "$d/src" $gen > "$d/gen.log" 2>&1 || { echo "FAIL $name: generator"; failed=1; return; }
-  "$BUILD/bin/ucp-union" -q --input "$d/src" --output "$d/mc" --to-names megatron-core > "$d/union.log" 2>&1 || { echo "FAIL $name: ucp-union"; tail -3 "$d/union.log"; failed=1; return; }
+  /usr/bin/python3 "$ROOT/tests/generator/gen_ds_checkpoint.py" --output "$d/src" $gen > "$d/gen.log" 2>&1 || { echo "FAIL $name: generator"; result "$name" 0 no; failed=1; return; }
+  (cd "$d" && "$BUILD/bin/ucp-union" -q --input src --output mc --to-names megatron-core) > "$d/union.log" 2>&1 || { echo "FAIL $name: ucp-union"; tail -3 "$d/union.log"; result "$name" 0 no; failed=1; return; }
   # shellcheck disable=SC2086
-  "$BUILD/bin/ucp-load" -q --input "$d/mc" --format torch_dist $layout --output "$d/td" > "$d/load.log" 2>&1 || { echo "FAIL $name: ucp-load"; tail -3 "$d/load.log"; failed=1; return; }
-  run_until "$d/truth.log" "^truth:" 300 env TORCH2LAB_PORT=0 "$LAB" mcore_ckpt.py truth --ckpt $WORK/$name/td --out $WORK/$name/td.truth
-  names=$(chroot "$TRIXIE" python3 $WORK/megatron_core_names_check.py $WORK/$name/td.truth $WORK/$name/src/truth $WORK/generator 2>&1 | tail -1)
+  (cd "$d" && "$BUILD/bin/ucp-load" -q --input mc --format torch_dist $layout --output td) > "$d/load.log" 2>&1 || { echo "FAIL $name: ucp-load"; tail -3 "$d/load.log"; result "$name" 0 no; failed=1; return; }
   cp "$ROOT/scripts/megatron_core_load_lab.py" "$d/"
+  # shellcheck disable=SC2086
   printf '%s\n' $drop > "$d/drop_flags.txt"
+  # shellcheck disable=SC2086
+  timeout 300 env -i PATH="$PATH" HOME="$HOME" LANG=C.UTF-8 PYTHONPATH="$TORCH2LAB/shims:$SRC" TORCH2LAB="$TORCH2LAB" $MENV \
+    "$FRAMEWORKS_PY" "$d/megatron_core_load_lab.py" truth --ckpt "$d/td" --out "$d/td.truth" > "$d/truth.log" 2>&1
+  names=$(PYTHONWARNINGS=ignore "$FRAMEWORKS_PY" "$WORK/megatron_core_names_check.py" "$d/td.truth" "$d/src/truth" "$WORK/generator" 2>&1 | tail -1)
   t0=$(date +%s)
   # shellcheck disable=SC2086
   run_until "$d/mcore_load.log" "reshard-load check:" "$LOAD_TIMEOUT" \
-    "$LAB" ../$WORK/$name/megatron_core_load_lab.py load --ckpt $WORK/$name/td --truth $WORK/$name/td.truth \
+    env -i PATH="$PATH" HOME="$HOME" LANG=C.UTF-8 PYTHONPATH="$TORCH2LAB/shims:$SRC" TORCH2LAB="$TORCH2LAB" $MENV \
+    "$FRAMEWORKS_PY" "$d/megatron_core_load_lab.py" load --ckpt "$d/td" --truth "$d/td.truth" \
     --check-optim --require-all --no-rng --gbs 1 $margs --extra $extra
   t1=$(date +%s)
   check=$(grep -a "reshard-load check:" "$d/mcore_load.log" | tail -1)
+  shards=$(echo "$check" | sed -n 's/.*: \([0-9]*\) shards compared.*/\1/p')
+  ntensors=$(echo "$names" | sed -n 's/.* \([0-9][0-9]*\) tensors (.*/\1/p')
   ok=1
   case "$names" in *"equal the generator's truth"*) ;; *) ok=0 ;; esac
   case "$check" in *", 0 mismatches"*) ;; *) ok=0 ;; esac
   case "$check" in *" 0 shards compared"*) ok=0 ;; esac
-  if [ $ok = 1 ]; then echo "PASS $name ($layout): ${check#*: }; ${names#*: }; load $((t1 - t0)) s"
-  else echo "FAIL $name ($layout): ${check:-no check line} ; $names"; grep -a "Error\|MISMATCH" "$d/mcore_load.log" | tail -5; failed=1; fi
+  if [ $ok = 1 ]; then
+    echo "PASS $name ($layout): ${check#*: }; ${names#*: }; load $((t1 - t0)) s"
+    result "$name" $((shards + ntensors)) yes
+  else
+    echo "FAIL $name ($layout): ${check:-no check line} ; $names"; grep -a "Error\|MISMATCH" "$d/mcore_load.log" | tail -5; tail -3 "$d/truth.log"
+    result "$name" $((${shards:-0} + ${ntensors:-0})) no
+    failed=1
+  fi
 }
 
 # The generator's models (tests/generator/dsgen/models.py build): 4 layers, hidden 32, 4 heads, ffn 64,

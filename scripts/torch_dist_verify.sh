@@ -1,29 +1,67 @@
 #!/bin/sh
-# ucp-load --format torch_dist checked by Megatron-LM's own loader (issue 30 part A; not run in CI:
-# needs the torch2lab chroot, a few minutes per case on 2 cores). For each case:
+# ucp-load --format torch_dist checked by Megatron-LM's own loader (issue 30 part A, ported to the pinned
+# framework environment in issue 48; not run in CI: about 30 s a case and Megatron-LM line on 2 cores).
+# Runs with the pinned environment's python (torch 2.15.0, scripts/frameworks/setup.sh; no root, no chroot)
+# and Megatron-LM source trees (megatron.training + megatron.core: the PyPI megatron-core package has no
+# megatron.training, whose argument parser, model build and load_checkpoint are the judge) of each line in
+# $MCORE, default both lines that wrote the committed fixtures:
+#   core_v0.19.0  the newest line here (gpt_tp2_pp2 and moe_ep2 were saved by it): every case;
+#   core_v0.16.1  the older line users still run (llama_gqa_tp2_dp2_v016 was saved by it): that fixture's
+#                 cases only (0.16.1 cannot read a 0.19 save, Megatron's own included: no common.pt).
+# Both lines are the point; no chroot is needed for either (the trixie chroot's torch 2.6 is not what these
+# cases judge; its path is gone, see git history before issue 48).
+# For each case and line:
 #   committed fixture (tests/formats/megatron_core/data, written by Megatron's save_checkpoint)
 #   -> ucp-union -> ucp-load --format torch_dist [layout] -> Megatron's load_checkpoint at that layout
-#   (torch2lab mcore_ckpt.py load --check-optim: every loaded local model shard and fully_reshardable
-#   optimizer-state shard compared bit-exact with the source's truth, "N shards compared, M mismatches")
-#   -> Megatron's load_plain_tensors of our output (mcore_ckpt.py truth) compared with the source's
-#   truth: every tensor's shape, dtype and sha256 (tensor count and mismatches printed).
-# The dp_reshardable cases are the dp_reshardable -> fully_reshardable conversion of the issue
-# (same layout).
+#   (torch2lab mcore_ckpt.py load --check-optim through scripts/megatron_core_load_lab.py: every loaded local
+#   model shard and fully_reshardable optimizer-state shard compared bit-exact with the source's truth,
+#   "N shards compared, M mismatches")
+#   -> torch's own DCP loader reads every tensor of our output whole (megatron_core_load_lab.py truth; Megatron's
+#   load_plain_tensors fails on torch 2.15, see there), compared with the source's truth: every tensor's
+#   shape, dtype and sha256.
+# The dp_reshardable cases are the dp_reshardable -> fully_reshardable conversion of the issue (same layout).
 #
-#   scripts/torch_dist_verify.sh [BUILD]     # BUILD defaults to build/ (ucp-union, ucp-load in BUILD/bin)
-#   CASES="gpt_tp1pp1 moe_ep1" scripts/torch_dist_verify.sh   # only these cases
-# Runs as root (chroot). Results: one line per case, "PASS"/"FAIL"; exit 1 if any failed.
+#   scripts/torch_dist_verify.sh [BUILD]     # BUILD: a build folder or install prefix with bin/ (default build/)
+#   CASES="gpt_tp1pp1 moe_ep1" MCORE=core_v0.19.0 scripts/torch_dist_verify.sh BUILD   # only these
+# Megatron-LM sources: $MEGATRON_SRC/megatron-lm-<tag> (default ~/.cache/ucpkit), made once from
+# MEGATRON_GIT=<a (bare) git repository of github:NVIDIA/Megatron-LM> with `git archive <tag>`; a line
+# without either is reported as not run. torch2lab (mcore_ckpt.py, its CPU shims): $TORCH2LAB, default
+# ../shared/tools/torch2lab. FRAMEWORKS_PY=<python>: another interpreter instead of the pinned one.
+# Results: one line per case, "PASS"/"FAIL", and `RESULT framework=megatron-lm version=<tag>
+# case=torch_dist_verify/<case> tensors=N equal=yes|no` (N: Megatron's loaded shards + the tensors torch's DCP
+# loader read; scripts/frameworks/run_all.sh collects them). Exit 1 if any failed, 77 if nothing could run.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${1:-$ROOT/build}
-LAB=${LAB:-$ROOT/../shared/tools/torch2lab/lab.sh}
-TRIXIE=${TRIXIE:-/opt/trixie}
+BUILD=$(cd "${1:-$ROOT/build}" && pwd)
+TORCH2LAB=$(cd "${TORCH2LAB:-$ROOT/../shared/tools/torch2lab}" 2>/dev/null && pwd) ||
+  { echo "SKIP: no torch2lab folder (set TORCH2LAB)"; exit 77; }
+MCORE=${MCORE:-core_v0.19.0 core_v0.16.1}
+MEGATRON_SRC=${MEGATRON_SRC:-${XDG_CACHE_HOME:-$HOME/.cache}/ucpkit}
 DATA=$ROOT/tests/formats/megatron_core/data
-WORK=/lab/tdverify
 LOAD_TIMEOUT=${LOAD_TIMEOUT:-420}
-rm -rf "$TRIXIE$WORK"; mkdir -p "$TRIXIE$WORK"
+if [ -z "${FRAMEWORKS_PY:-}" ]; then
+  env_dir=$("$ROOT/scripts/frameworks/setup.sh") || { echo "SKIP: no framework environment (scripts/frameworks/setup.sh failed)"; exit 77; }
+  FRAMEWORKS_PY=$env_dir/bin/python
+fi
+WORK=$(mktemp -d)
+if [ -n "${KEEP:-}" ]; then echo "work folder kept: $WORK"; else trap 'rm -rf "$WORK"' EXIT; fi
 COMMON="--hidden 16 --vocab 64 --layers 2 --gbs 2 --no-rng"
 failed=0
+
+# megatron_src TAG: prints the source tree of that Megatron-LM tag, extracting it once from $MEGATRON_GIT
+megatron_src() {
+  dst=$MEGATRON_SRC/megatron-lm-$1
+  if [ ! -d "$dst/megatron/training" ]; then
+    [ -n "${MEGATRON_GIT:-}" ] || return 1
+    mkdir -p "$MEGATRON_SRC" && rm -rf "$dst.partial" && mkdir "$dst.partial" &&
+      git --git-dir="$MEGATRON_GIT" archive "$1" | tar -x -C "$dst.partial" && mv "$dst.partial" "$dst" || return 1
+  fi
+  echo "$dst"
+}
+
+# The environment of every Megatron run: the pinned python with the Megatron-LM tree ($SRC) and torch2lab's CPU
+# shims on PYTHONPATH (TORCH2LAB_CUDA_ON_CPU=1: Megatron's hard-wired CUDA calls go to the CPU), nothing else.
+MENV="PYTHONWARNINGS=ignore PYTHONDONTWRITEBYTECODE=1 TORCH2LAB_CUDA_ON_CPU=1 TORCHDYNAMO_DISABLE=1 OMP_NUM_THREADS=1 CUDA_DEVICE_MAX_CONNECTIONS=1 TORCH2LAB_PORT=0"
 
 # run_until LOG PATTERN TIMEOUT cmd...: runs cmd (its own process group) with output to LOG until a line
 # matches PATTERN or TIMEOUT seconds pass, then ends that process group (Megatron's spawned gloo ranks
@@ -43,23 +81,35 @@ run_until() {
   wait "$pid" 2>/dev/null
 }
 
+result() {  # NAME TENSORS yes|no
+  echo "RESULT framework=megatron-lm version=$TAG case=torch_dist_verify/$1 tensors=$2 equal=$3"
+}
+
 # case NAME MODEL VARIANT "ucp-load layout options" "mcore_ckpt.py model+layout options"
 case_() {
   name=$1; model=$2; variant=$3; layout=$4; margs=$5
   if [ -n "${CASES:-}" ]; then case " $CASES " in *" $name "*) ;; *) return ;; esac; fi
-  d=$TRIXIE$WORK/$name
+  # An older line reads only its own line's saves: Megatron-Core 0.19 keeps the common state inside the DCP
+  # files (no common.pt, its own saves included), which 0.16.1's load_common_state_dict cannot read
+  # (FileNotFoundError: .../common.pt), and ucp-load writes the source's line.
+  case "$TAG:$model" in core_v0.16*:*_v016) ;; core_v0.16*:*) return ;; esac
+  d=$WORK/$TAG/$name
   mkdir -p "$d"
   cp -r "$DATA/$model/fully_reshardable.truth" "$d/src.truth"
-  "$BUILD/bin/ucp-union" --input "$DATA/$model/$variant" --output "$d/u" > "$d/union.log" 2>&1 || { echo "FAIL $name: ucp-union"; tail -3 "$d/union.log"; failed=1; return; }
+  "$BUILD/bin/ucp-union" --input "$DATA/$model/$variant" --output "$d/u" > "$d/union.log" 2>&1 || { echo "FAIL $name: ucp-union"; tail -3 "$d/union.log"; result "$name" 0 no; failed=1; return; }
   # shellcheck disable=SC2086
-  "$BUILD/bin/ucp-load" --input "$d/u" --format torch_dist $layout --output "$d/td" > "$d/load.log" 2>&1 || { echo "FAIL $name: ucp-load"; tail -3 "$d/load.log"; failed=1; return; }
+  "$BUILD/bin/ucp-load" --input "$d/u" --format torch_dist $layout --output "$d/td" > "$d/load.log" 2>&1 || { echo "FAIL $name: ucp-load"; tail -3 "$d/load.log"; result "$name" 0 no; failed=1; return; }
+  cp "$ROOT/scripts/megatron_core_load_lab.py" "$d/"
   t0=$(date +%s)
   # shellcheck disable=SC2086
   run_until "$d/mcore_load.log" "reshard-load check:" "$LOAD_TIMEOUT" \
-    "$LAB" mcore_ckpt.py load --ckpt $WORK/$name/td --truth $WORK/$name/src.truth --check-optim --require-all $COMMON $margs
+    env -i PATH="$PATH" HOME="$HOME" LANG=C.UTF-8 PYTHONPATH="$TORCH2LAB/shims:$SRC" TORCH2LAB="$TORCH2LAB" $MENV \
+    "$FRAMEWORKS_PY" "$d/megatron_core_load_lab.py" load --ckpt "$d/td" --truth "$d/src.truth" --check-optim --require-all $COMMON $margs
   t1=$(date +%s)
   check=$(grep -a "reshard-load check:" "$d/mcore_load.log" | tail -1)
-  run_until "$d/truth.log" "^truth:" 300 env TORCH2LAB_PORT=0 "$LAB" mcore_ckpt.py truth --ckpt $WORK/$name/td --out $WORK/$name/td.truth
+  # shellcheck disable=SC2086
+  timeout 300 env -i PATH="$PATH" HOME="$HOME" LANG=C.UTF-8 PYTHONPATH="$TORCH2LAB/shims:$SRC" TORCH2LAB="$TORCH2LAB" $MENV \
+    "$FRAMEWORKS_PY" "$d/megatron_core_load_lab.py" truth --ckpt "$d/td" --out "$d/td.truth" > "$d/truth.log" 2>&1
   cmp=$(python3 - "$d/src.truth/manifest.json" "$d/td.truth/manifest.json" <<'EOF'
 import json, sys
 try:
@@ -67,27 +117,42 @@ try:
 except Exception as e:
     print("no truth of the output (%s)" % e); sys.exit(0)
 bad = [k for k in a if k not in b or a[k] != b[k]] + [k for k in b if k not in a]
-print("load_plain_tensors: %d tensors, %d differ%s" % (len(a), len(bad), (" (first: %s)" % bad[0]) if bad else ""))
+print("torch DCP loader: %d tensors, %d differ%s" % (len(a), len(bad), (" (first: %s)" % bad[0]) if bad else ""))
 EOF
 )
+  shards=$(echo "$check" | sed -n 's/.*: \([0-9]*\) shards compared.*/\1/p')
+  ntensors=$(echo "$cmp" | sed -n 's/.*: \([0-9]*\) tensors, 0 differ.*/\1/p')
   ok=1
   case "$check" in *", 0 mismatches"*) ;; *) ok=0 ;; esac
   case "$check" in *" 0 shards compared"*) ok=0 ;; esac
   case "$cmp" in *", 0 differ"*) ;; *) ok=0 ;; esac
-  if [ $ok = 1 ]; then echo "PASS $name ($layout): ${check#*: }; $cmp; load $((t1 - t0)) s"
-  else echo "FAIL $name ($layout): ${check:-no check line} ; $cmp"; tail -5 "$d/mcore_load.log"; failed=1; fi
+  if [ $ok = 1 ]; then
+    echo "PASS $name ($layout): ${check#*: }; $cmp; load $((t1 - t0)) s"
+    result "$name" $((shards + ntensors)) yes
+  else
+    echo "FAIL $name ($layout): ${check:-no check line} ; $cmp"; tail -5 "$d/mcore_load.log"; tail -3 "$d/truth.log"
+    result "$name" $((${shards:-0} + ${ntensors:-0})) no
+    failed=1
+  fi
 }
 
 GPT="--heads 4 --groups 4"
 LLAMA="--heads 4 --groups 2 --extra --disable-bias-linear"
 MOE="--moe --experts 4 --heads 4 --groups 2 --grouped-gemm"
-case_ gpt_same_dp gpt_tp2_pp2 dp_reshardable "" "--tp 2 --pp 2 $GPT"
-case_ gpt_tp1pp1 gpt_tp2_pp2 fully_reshardable "--tp 1 --pp 1 --dp 1" "--tp 1 --pp 1 $GPT"
-case_ gpt_tp2pp1 gpt_tp2_pp2 fully_reshardable "--tp 2 --pp 1 --dp 1" "--tp 2 --pp 1 $GPT"
-case_ gpt_tp1pp2 gpt_tp2_pp2 fully_reshardable "--tp 1 --pp 2 --dp 1" "--tp 1 --pp 2 $GPT"
-case_ moe_same_dp moe_ep2 dp_reshardable "" "--ep 2 --dp 2 $MOE"
-case_ moe_ep1 moe_ep2 fully_reshardable "--ep 1 --dp 2" "--ep 1 --dp 2 $MOE"
-case_ moe_tp2ep2 moe_ep2 fully_reshardable "--tp 2 --ep 2 --dp 2" "--tp 2 --ep 2 --dp 2 $MOE"
-case_ llama_same_dp llama_gqa_tp2_dp2_v016 dp_reshardable "" "--tp 2 --dp 2 $LLAMA"
-case_ llama_tp1dp2 llama_gqa_tp2_dp2_v016 fully_reshardable "--tp 1 --dp 2" "--tp 1 --dp 2 $LLAMA"
+any=0
+for TAG in $MCORE; do
+  SRC=$(megatron_src "$TAG") || { echo "NOT RUN megatron-lm $TAG: no source tree in $MEGATRON_SRC/megatron-lm-$TAG and no MEGATRON_GIT to make it"; continue; }
+  any=1
+  echo "== Megatron-LM $TAG ($SRC) on $("$FRAMEWORKS_PY" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null)"
+  case_ gpt_same_dp gpt_tp2_pp2 dp_reshardable "" "--tp 2 --pp 2 $GPT"
+  case_ gpt_tp1pp1 gpt_tp2_pp2 fully_reshardable "--tp 1 --pp 1 --dp 1" "--tp 1 --pp 1 $GPT"
+  case_ gpt_tp2pp1 gpt_tp2_pp2 fully_reshardable "--tp 2 --pp 1 --dp 1" "--tp 2 --pp 1 $GPT"
+  case_ gpt_tp1pp2 gpt_tp2_pp2 fully_reshardable "--tp 1 --pp 2 --dp 1" "--tp 1 --pp 2 $GPT"
+  case_ moe_same_dp moe_ep2 dp_reshardable "" "--ep 2 --dp 2 $MOE"
+  case_ moe_ep1 moe_ep2 fully_reshardable "--ep 1 --dp 2" "--ep 1 --dp 2 $MOE"
+  case_ moe_tp2ep2 moe_ep2 fully_reshardable "--tp 2 --ep 2 --dp 2" "--tp 2 --ep 2 --dp 2 $MOE"
+  case_ llama_same_dp llama_gqa_tp2_dp2_v016 dp_reshardable "" "--tp 2 --dp 2 $LLAMA"
+  case_ llama_tp1dp2 llama_gqa_tp2_dp2_v016 fully_reshardable "--tp 1 --dp 2" "--tp 1 --dp 2 $LLAMA"
+done
+[ $any = 1 ] || exit 77
 exit $failed

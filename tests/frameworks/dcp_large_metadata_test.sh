@@ -40,3 +40,4 @@ bad = [k for k in a if (not torch.equal(a[k], b[k]) if isinstance(a[k], torch.Te
 assert not bad, bad[:5]
 print(f"torch dcp.load of our output: {len(a)} entries equal to the original's")
 PY
+echo "RESULT framework=torch version=$("$py" -c 'import importlib.metadata as m; print(m.version("torch"))') case=dcp_large_metadata tensors=$("$py" -c 'from torch.distributed.checkpoint import FileSystemReader as R; print(sum(hasattr(v, "properties") for v in R("ours").read_metadata().state_dict_metadata.values()))') equal=yes"

@@ -64,3 +64,4 @@ assert want <= listed, sorted(want - listed)
 print("ucp-diff of the loop one step later: " + ", ".join(sorted(want)) + " reported")
 PY
 echo "dcp resume equivalence: ${variants//,/, }: equal"
+echo "RESULT framework=torch version=$("$py" -c 'import importlib.metadata as m; print(m.version("torch"))') case=dcp_resume tensors=$(python3 -c 'import json; print(sum(len(v["loaded"]) for v in json.load(open("orig.json")).values()))') equal=yes"

@@ -99,3 +99,4 @@ done
 echo "deepspeed engine: ${#checks[@]} checks equal in $((SECONDS - start)) s (save $((t_save - start)) s," \
   "ds_to_universal $((t_universal - t_save)) s, ucp-union/ucp-load and the resumes $((t_resume - t_universal)) s," \
   "checks $((SECONDS - t_resume)) s)"
+echo "RESULT framework=deepspeed version=$("$py" -c 'import importlib.metadata as m; print(m.version("deepspeed"))') case=deepspeed_engine tensors=$("$py" "$loop" check "${checks[@]}" 2>/dev/null | python3 -c 'import re, sys; t = sys.stdin.read(); print(sum(int(n) for n in re.findall(r"\d+ params, (\d+) files", t)) + sum(4 * int(n) for n in re.findall(r"(\d+) params x \([^)]*\)(?:, Adam step [^:]*, global step [^:]*)?: 0 differ", t)))') equal=yes"

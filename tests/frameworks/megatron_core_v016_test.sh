@@ -46,3 +46,10 @@ assert not bad, bad[:5]
 print(f"Megatron-Core 0.16.1 load_common_state_dict: args TP 2 -> 1, iteration {b['iteration']}; "
       f"{len(common)} tensors ({len(model)} model) equal to the source's")
 PY
+echo "RESULT framework=megatron-core version=$("$py" -c 'import importlib.metadata as m; print(m.version("megatron-core"))') case=megatron_core_v016 tensors=$("$py" - "$src" "$iter_dir" 2>/dev/null <<'PY'
+import sys
+from torch.distributed.checkpoint import FileSystemReader as R
+a, b = ({k for k, v in R(p).read_metadata().state_dict_metadata.items() if hasattr(v, "properties")} for p in sys.argv[1:3])
+print(len(a & b))
+PY
+) equal=yes"
