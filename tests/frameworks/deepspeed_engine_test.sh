@@ -18,7 +18,11 @@
 #     where DeepSpeed's own universal load can reach the layout (ZeRO-1 -> ZeRO-2, ZeRO-3 -> ZeRO-3), the engine
 #     loading ds_to_universal's folder ("checkpoint": {"load_universal": true}) holds the same state, and trains
 #     on to the same losses and state as the engine that loaded ours. Where it cannot (ZeRO-1 <-> ZeRO-3), its
-#     refusal is printed.
+#     refusal is printed;
+#  4. pec-save stores the native-MoE checkpoint (all 4 experts of each MoE layer: a full save) and pec-restore
+#     rebuilds it in a fresh folder (docs/pec.md): byte for byte the saved step; the engine at the source's layout
+#     (2 ranks, EP 2, ZeRO-1) load_checkpoint's it and holds the source run's state, and its next 2 steps' losses
+#     and the state then equal the source run's continuation bit for bit.
 # The tools run as users run them: from another folder, relative paths. Exit 77 (skipped) when the framework
 # environment cannot be made.
 set -euo pipefail
@@ -56,15 +60,30 @@ load ../src/zero3/ckpt zero3_z2 --dp 4 --zero-stage 2    # direct, ZeRO-3 -> ZeR
 load ../src/zero3/u zero3_z3 --dp 4                      # ZeRO-3 kept (the source's)
 load ../src/moe/u moe_ep4 --dp 4 --ep 4                  # EP 2 -> 4
 load ../src/moe/ckpt moe_ep2_z2 --dp 4 --zero-stage 2    # direct, EP 2 kept, expert-DP 1 -> 2, ZeRO-2
-# NAME:CASE:CHECKPOINT:ZERO:EP:LOAD_UNIVERSAL (the engine's layout: 4 ranks)
+# NAME:CASE:CHECKPOINT:ZERO:EP:LOAD_UNIVERSAL (the engine's layout: 4 ranks; jobs2: 2 ranks, the source's)
 jobs=(dense_z3:dense:t/dense_z3:3:0:0 dense_z3_ds:dense:src/dense/dsu:3:0:1
       dense_z2:dense:t/dense_z2:2:0:0 dense_z2_ds:dense:src/dense/dsu:2:0:1
       zero3_z2:zero3:t/zero3_z2:2:0:0 zero3_z2_ds:zero3:src/zero3/dsu:2:0:1
       zero3_z3:zero3:t/zero3_z3:3:0:0 zero3_z3_ds:zero3:src/zero3/dsu:3:0:1
       moe_ep4:moe:t/moe_ep4:1:4:0 moe_ep2_z2:moe:t/moe_ep2_z2:2:2:0)
-"$py" "$loop" resume --out r --world 4 "${jobs[@]/#/--job=}" >resume.log 2>&1 || { tail -30 resume.log; exit 1; }
-grep '^ds_train_loop:' resume.log
+jobs2=(moe_pec:moe:t/moe_pec:1:2:0)
+resume() {  # WORLD JOB...: the engine at WORLD ranks loads each job's checkpoint and trains on
+  local world=$1; shift
+  "$py" "$loop" resume --out r --world "$world" "${@/#/--job=}" >"resume$world.log" 2>&1 ||
+    { tail -30 "resume$world.log"; exit 1; }
+  grep '^ds_train_loop:' "resume$world.log"
+}
+resume 4 "${jobs[@]}"
 t_resume=$SECONDS
+(cd elsewhere && "$build/bin/pec-save" -q --input ../src/moe/ckpt --output ../pec_store --policy sequential --k 4 &&
+  "$build/bin/pec-restore" -q --input ../pec_store --output ../t/moe_pec --report ../t/moe_pec.json) 2>pec.log ||
+  { cat pec.log; exit 1; }
+tag=$(cat src/moe/ckpt/latest)
+cmp src/moe/ckpt/latest t/moe_pec/latest && diff -r "src/moe/ckpt/$tag" "t/moe_pec/$tag" ||
+  { echo "pec-restore's output differs from the checkpoint pec-save stored"; exit 1; }
+echo "pec-restore: $tag ($(find "t/moe_pec/$tag" -type f | wc -l) files) byte for byte the saved checkpoint's"
+resume 2 "${jobs2[@]}"
+t_pec=$SECONDS
 checks=()
 for c in dense zero3 moe; do  # moe: only if ds_to_universal converted it
   if [[ $c != moe ]] || grep -q '"case": "moe", "ok": true' universal.log; then
@@ -74,7 +93,7 @@ done
 for c in dense zero3 moe; do
   checks+=("$c: ucp-union vs the engine's state at the save|union-state|src/$c/u|src/$c/truth")
 done
-for j in "${jobs[@]}"; do
+for j in "${jobs[@]}" "${jobs2[@]}"; do
   IFS=: read -r name case _ _ _ universal <<<"$j"
   if [[ $universal == 1 ]]; then
     [[ -f r/$name/refused.json ]] && continue
@@ -83,9 +102,11 @@ for j in "${jobs[@]}"; do
     checks+=("$ours: 2 steps on from ours vs from DeepSpeed's universal load, losses|same-losses|r/$ours|r/$name")
     checks+=("$ours: 2 steps on from ours vs from DeepSpeed's universal load, state|same-state|r/$ours/after|r/$name/after")
   else
-    checks+=("$name (ucp-load) loaded vs the source run|same-state|r/$name/loaded|src/$case/truth")
+    tool=ucp-load after=close-state
+    [[ $name == *_pec ]] && tool=pec-restore after=same-state  # the source's layout: bit for bit after the steps too
+    checks+=("$name ($tool) loaded vs the source run|same-state|r/$name/loaded|src/$case/truth")
     checks+=("$name: 2 steps on vs the source run's 2 more steps, losses|same-losses|r/$name|src/$case/cont")
-    checks+=("$name: 2 steps on vs the source run's 2 more steps, state|close-state|r/$name/after|src/$case/cont")
+    checks+=("$name: 2 steps on vs the source run's 2 more steps, state|$after|r/$name/after|src/$case/cont")
   fi
 done
 "$py" "$loop" check "${checks[@]}" 2>check.log || { tail -5 check.log; exit 1; }
@@ -98,5 +119,5 @@ for name in dense_z3_ds zero3_z2_ds; do
 done
 echo "deepspeed engine: ${#checks[@]} checks equal in $((SECONDS - start)) s (save $((t_save - start)) s," \
   "ds_to_universal $((t_universal - t_save)) s, ucp-union/ucp-load and the resumes $((t_resume - t_universal)) s," \
-  "checks $((SECONDS - t_resume)) s)"
+  "pec-save/pec-restore and the resume at 2 ranks $((t_pec - t_resume)) s, checks $((SECONDS - t_pec)) s)"
 echo "RESULT framework=deepspeed version=$("$py" -c 'import importlib.metadata as m; print(m.version("deepspeed"))') case=deepspeed_engine tensors=$("$py" "$loop" check "${checks[@]}" 2>/dev/null | python3 -c 'import re, sys; t = sys.stdin.read(); print(sum(int(n) for n in re.findall(r"\d+ params, (\d+) files", t)) + sum(4 * int(n) for n in re.findall(r"(\d+) params x \([^)]*\)(?:, Adam step [^:]*, global step [^:]*)?: 0 differ", t)))') equal=yes"
