@@ -36,10 +36,8 @@ if [ -n "${TRIXIE:-}" ]; then
   LAB=$TRIXIE/lab/dcpload
   rm -rf "$LAB"
 else
-  if [ -z "${FRAMEWORKS_PY:-}" ]; then
-    env_dir=$("$HERE/scripts/frameworks/setup.sh") || { echo "SKIP: no framework environment (scripts/frameworks/setup.sh failed)"; exit 77; }
-    FRAMEWORKS_PY=$env_dir/bin/python
-  fi
+  . "$HERE/scripts/frameworks/env.sh"
+  frameworks_python "$HERE"
   LAB=$(mktemp -d)
   if [ -n "${KEEP:-}" ]; then echo "work folder kept: $LAB"; else trap 'rm -rf "$LAB"' EXIT; fi
 fi

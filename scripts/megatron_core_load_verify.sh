@@ -38,10 +38,8 @@ TORCH2LAB=$(cd "${TORCH2LAB:-$ROOT/../shared/tools/torch2lab}" 2>/dev/null && pw
 TAG=${MCORE:-core_v0.19.0}
 MEGATRON_SRC=${MEGATRON_SRC:-${XDG_CACHE_HOME:-$HOME/.cache}/ucpkit}
 LOAD_TIMEOUT=${LOAD_TIMEOUT:-420}
-if [ -z "${FRAMEWORKS_PY:-}" ]; then
-  env_dir=$("$ROOT/scripts/frameworks/setup.sh") || { echo "SKIP: no framework environment (scripts/frameworks/setup.sh failed)"; exit 77; }
-  FRAMEWORKS_PY=$env_dir/bin/python
-fi
+. "$ROOT/scripts/frameworks/env.sh"
+frameworks_python "$ROOT"
 SRC=$MEGATRON_SRC/megatron-lm-$TAG
 if [ ! -d "$SRC/megatron/training" ]; then
   [ -n "${MEGATRON_GIT:-}" ] || { echo "NOT RUN megatron-lm $TAG: no source tree $SRC and no MEGATRON_GIT to make it"; exit 77; }

@@ -39,10 +39,8 @@ MCORE=${MCORE:-core_v0.19.0 core_v0.16.1}
 MEGATRON_SRC=${MEGATRON_SRC:-${XDG_CACHE_HOME:-$HOME/.cache}/ucpkit}
 DATA=$ROOT/tests/formats/megatron_core/data
 LOAD_TIMEOUT=${LOAD_TIMEOUT:-420}
-if [ -z "${FRAMEWORKS_PY:-}" ]; then
-  env_dir=$("$ROOT/scripts/frameworks/setup.sh") || { echo "SKIP: no framework environment (scripts/frameworks/setup.sh failed)"; exit 77; }
-  FRAMEWORKS_PY=$env_dir/bin/python
-fi
+. "$ROOT/scripts/frameworks/env.sh"
+frameworks_python "$ROOT"
 WORK=$(mktemp -d)
 if [ -n "${KEEP:-}" ]; then echo "work folder kept: $WORK"; else trap 'rm -rf "$WORK"' EXIT; fi
 COMMON="--hidden 16 --vocab 64 --layers 2 --gbs 2 --no-rng"

@@ -76,10 +76,11 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import sys
 import traceback
 import warnings
+
+import gloo_ranks
 
 FLAVOURS = ("plain", "zstd", "hf", "hfcons", "ranklocal", "rankdirs", "plain_int64", "hf_int64", "ranklocal_int64")
 VOCAB, DIM, HIDDEN = 11, 6, 7
@@ -245,12 +246,8 @@ def main():
     p.add_argument("--flavours", default=",".join(FLAVOURS), help="comma-separated: " + ", ".join(FLAVOURS))
     args = p.parse_args()
     os.environ["USE_LIBUV"] = "0"
-    import torch.multiprocessing as mp
     os.makedirs(args.out, exist_ok=True)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(worker, args=(args, port), nprocs=args.world)
+    gloo_ranks.spawn(worker, args, args.world)
 
 
 if __name__ == "__main__":

@@ -31,13 +31,12 @@ import warnings
 import io
 import json
 import os
-import socket
 import sys
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-import torch.multiprocessing as mp
+import gloo_ranks
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_optimizer_state_dict, get_state_dict,
@@ -224,10 +223,7 @@ def main():
     p.add_argument("--steps", type=int, default=3)
     args = p.parse_args()
     torch.set_num_threads(1)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(worker, args=(args, port), nprocs=args.world)
+    gloo_ranks.spawn(worker, args, args.world)
 
 
 if __name__ == "__main__":

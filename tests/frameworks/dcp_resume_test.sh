@@ -14,8 +14,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "$1" && pwd)
-env_dir=$("$root/scripts/frameworks/setup.sh") || { echo "SKIP: no framework environment (scripts/frameworks/setup.sh failed)"; exit 77; }
-py=$env_dir/bin/python
+. "$root/scripts/frameworks/env.sh"
+frameworks_python "$root"
+py=$FRAMEWORKS_PY
 loop=$root/scripts/frameworks/dcp_train_loop.py
 variants=torchtitan-fp32,get_state_dict-fp32,torchtitan-bf16,get_state_dict-bf16-tp2,torchtitan-fp32-tp2
 work=$(mktemp -d)

@@ -28,9 +28,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "$1" && pwd)
-env_dir=$("$root/scripts/frameworks/setup.sh") ||
-  { echo "SKIP: no framework environment (scripts/frameworks/setup.sh failed)"; exit 77; }
-py=$env_dir/bin/python
+. "$root/scripts/frameworks/env.sh"
+frameworks_python "$root"
+py=$FRAMEWORKS_PY
 loop=$root/scripts/frameworks/ds_train_loop.py
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

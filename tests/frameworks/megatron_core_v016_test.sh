@@ -11,8 +11,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "$1" && pwd)
-env_dir=$("$root/scripts/frameworks/setup.sh") || { echo "SKIP: no framework environment (scripts/frameworks/setup.sh failed)"; exit 77; }
-py=$env_dir/bin/python
+. "$root/scripts/frameworks/env.sh"
+frameworks_python "$root"
+py=$FRAMEWORKS_PY
 src=$root/tests/formats/megatron_core/data/llama_gqa_tp2_dp2_v016/fully_reshardable
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
