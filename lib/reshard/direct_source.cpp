@@ -89,9 +89,6 @@ namespace {
 
 using formats::universal::split_dim;  // the join table's split dimension
 
-bool flat_source(const to_universal::ExtractPlan& plan) {  // ds_to_universal's ZeRO-3 TP = 1 form (as run_union)
-  return plan.source.flat();
-}
 
 // The shape ucp-union gives the joined tensor (vocabulary rows cut to original_vocab_size).
 std::vector<int64_t> universal_shape(const to_universal::ParamPlan& p, const patterns::ParamRule& rule,
@@ -122,7 +119,7 @@ UniversalMeta direct_meta(const to_universal::ExtractPlan& plan, const TorchLoad
   UniversalMeta meta;
   meta.manifest_path = "the extract plan of " + (plan.files.empty() ? std::string("the source") : plan.files[0]);
   const auto set = plan.pattern_set();
-  const bool flat = flat_source(plan);
+  const bool flat = plan.source.flat();
   formats::universal::UniversalManifest& m = meta.manifest;
   m.source = plan.source;
   m.patterns_origin = plan.patterns_origin;
@@ -157,7 +154,7 @@ DirectSource::DirectSource(const to_universal::ExtractPlan& plan, const ModelInf
   for (size_t f = 0; f < plan.files.size(); ++f) pieces_.push_back(std::make_unique<FilePieces>());
   std::map<std::string, const to_universal::ParamPlan*> by_name;
   for (const auto& p : plan.params) by_name[p.name] = &p;
-  const bool flat = flat_source(plan);
+  const bool flat = plan.source.flat();
   params_.resize(model.params.size());
   const size_t S = model.states.size();
   joined_.resize(model.params.size() * S);
