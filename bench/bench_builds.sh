@@ -5,12 +5,14 @@
 # noisy: only ratios measured in the same run mean something). Prints per step the median wall time,
 # user+system CPU and peak RSS of each build and the NEW/OLD ratios; outputs are also compared byte
 # for byte (a refactor must not change them).
-# Usage: bench/bench_builds.sh OLD_BUILD NEW_BUILD [WORK]   (env: HIDDEN, LAYERS, ROUNDS)
+# Usage: bench/bench_builds.sh OLD_BUILD NEW_BUILD [WORK]   (env: HIDDEN, LAYERS, ROUNDS; FLAGS: extra options
+#        of the ucp-union, ucp-load and direct steps, e.g. FLAGS=--no-verify to leave out checks one build
+#        does and the other does not, such as round 4's master-image check against a build before it)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 old=$(cd "$1" && pwd); new=$(cd "$2" && pwd)
 work=${3:-/tmp/ucpkit-bench-builds}
-HIDDEN=${HIDDEN:-1024}; LAYERS=${LAYERS:-8}; ROUNDS=${ROUNDS:-3}
+HIDDEN=${HIDDEN:-1024}; LAYERS=${LAYERS:-8}; ROUNDS=${ROUNDS:-3}; FLAGS=${FLAGS:-}
 py=/usr/bin/python3
 mkdir -p "$work"
 gpt=$work/gpt-h$HIDDEN-l$LAYERS moe=$work/moe
@@ -28,9 +30,9 @@ step() {
   local -x LD_LIBRARY_PATH=$b/lib
   mkdir -p "$o"; rm -rf "$o/$name"
   case $name in
-    union) set -- "$b/bin/ucp-union" -q --input "$gpt" --output "$o/union" ;;
-    load) set -- "$b/bin/ucp-load" -q --input "$o/union" --output "$o/load" --tp 1 --pp 1 --dp 4 --zero-stage 2 ;;
-    direct) set -- "$b/bin/ucp-load" -q --input "$gpt" --output "$o/direct" --tp 1 --pp 2 --dp 2 --zero-stage 1 --vocab-multiple 16 ;;
+    union) set -- "$b/bin/ucp-union" -q $FLAGS --input "$gpt" --output "$o/union" ;;
+    load) set -- "$b/bin/ucp-load" -q $FLAGS --input "$o/union" --output "$o/load" --tp 1 --pp 1 --dp 4 --zero-stage 2 ;;
+    direct) set -- "$b/bin/ucp-load" -q $FLAGS --input "$gpt" --output "$o/direct" --tp 1 --pp 2 --dp 2 --zero-stage 1 --vocab-multiple 16 ;;
     pecsave) rm -rf "$o/pecstore"; set -- "$b/bin/pec-save" -q --checkpoint "$moe" --store "$o/pecstore" --step 100 \
                --policy sequential --k 2 ;;
     pecrestore) set -- "$b/bin/pec-restore" -q --store "$o/pecstore" --output "$o/pecrestore" ;;

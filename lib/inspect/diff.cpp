@@ -18,6 +18,7 @@
 #include "core/confine.h"
 #include "core/crc32.h"
 #include "core/error.h"
+#include "core/registry.h"
 #include "core/staging.h"
 #include "inspect/verify_scope.h"
 #include "io/shape.h"
@@ -406,6 +407,15 @@ void compare_dcp(DiffResult& r, const std::string& a, const std::string& b, cons
     }
 }
 
+// Pairs of folders compared as saved, without the universal form, by folder kind name (issue 46: the
+// comparison asks this table, it names no format): both sides of one kind with a comparer registered.
+using NativeCompare = void (*)(DiffResult&, const std::string&, const std::string&, const DiffOptions&);
+NamedTable<NativeCompare>& native_comparers() {
+  static NamedTable<NativeCompare> t;
+  return t;
+}
+[[maybe_unused]] const bool kRegistered = native_comparers().set(std::string(formats::kDcp), compare_dcp);
+
 }  // namespace
 
 DiffResult diff_checkpoints(const std::string& a, const std::string& b, const DiffOptions& o) {
@@ -414,11 +424,12 @@ DiffResult diff_checkpoints(const std::string& a, const std::string& b, const Di
   r.rtol = o.rtol;
   r.atol = o.atol;
   VerifyFiles verify(o.verify);
-  if (formats::detect(a).name() == "dcp" && formats::detect(b).name() == "dcp") {
+  const std::string kind = formats::detect(a).name();
+  if (const NativeCompare compare = native_comparers().find(kind); compare && formats::detect(b).name() == kind) {
     // Nothing is converted, but what a SIGKILLed run left is still swept, as every run does.
     sweep_stale_pid_folders(temp_base(o), "ucp-diff-", [&](const std::string& m) { o.reporter.detail(m); });
     StagedPhase staged;  // SIGINT/SIGTERM end the comparison at its next entry
-    compare_dcp(r, a, b, o);
+    compare(r, a, b, o);
     return r;
   }
   r.skipped = {"optimizer steps", "param_groups", "non-tensor items"};

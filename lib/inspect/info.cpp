@@ -636,7 +636,7 @@ std::string CheckpointInfo::text() const {
   if (kind.is(formats::kUniversal) && dcp.is_object())
     row("source", "DCP checkpoint (" + dcp.value("folder", "") + ", " + dcp.value("era", "") + ", world size " +
                       std::to_string(dcp.value("world_size", 0)) + ")");
-  if ((kind.is(formats::kDcp) || kind.is(formats::kTorchDist)) && dcp.contains("entries")) {
+  if (!kind.is(formats::kUniversal) && dcp.contains("entries")) {  // a DCP describer's summary of the folder itself
     std::string d = dcp.value("folder", "") + ", " + dcp.value("era", "") + ", world size " +
                     std::to_string(dcp.value("world_size", 0)) + "; " + std::to_string(dcp.value("tensor_entries", 0)) +
                     " tensors in " + std::to_string(dcp.value("chunks", 0)) + " chunks, " +

@@ -9,6 +9,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "core/registry.h"
 #include "io/pickle/opcodes.h"
 #include "io/torch/torch_file.h"
 #include "formats/detect.h"
@@ -345,19 +346,13 @@ SourceCheckpoint open_checkpoint(const std::string& path, const OpenOptions& opt
 }
 
 namespace {
-SourceCheckpoint open_checkpoint_unchecked(const std::string& path, const OpenOptions& options) {
-  // DeepSpeed's own universal folders (ds_to_universal's, no manifest.json) carry no marker detect()
-  // knows: a folder with zero/ is read as universal below, as before; any other is asked.
-  if (!fs::is_directory(fs::path(path) / "zero")) {
-    const formats::FolderKind kind = formats::detect(path);
-    if (!kind.is(formats::kDeepSpeed) && !kind.is(formats::kUniversal))
-      fail(path, "a " + kind.name() + " folder: pec-save reads a DeepSpeed checkpoint or a universal folder");
-  }
-  SourceCheckpoint c;
+// A DeepSpeed checkpoint or a universal folder, told apart by what its root (through `latest` or
+// `latest_universal`) holds.
+void open_resolved(SourceCheckpoint& c, const std::string& path, const OpenOptions& options) {
   c.root = resolve_root(path, c.tag, c.pointer);
   if (fs::is_directory(fs::path(c.root) / "zero")) {
     open_universal(c, options);
-    return c;
+    return;
   }
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(c.root))
@@ -366,10 +361,29 @@ SourceCheckpoint open_checkpoint_unchecked(const std::string& path, const OpenOp
   if (ds.expert_files.empty() && ds.zero3 && !ds.zero3_model_files.empty() && !ds.zero3_model_files[0].empty() &&
       is_autoep_zero3(ds.zero3_model_files[0][0])) {
     open_autoep_zero3(c, options);
-    return c;
+    return;
   }
   if (ds.expert_files.empty()) fail(c.root, "no expert files (layer_<L>_expert_<E>_mp_rank_XX_model_states.pt): not an MoE checkpoint");
   open_native(c, options, ds);
+}
+
+// pec-save's inputs by folder kind (issue 46: the open asks this table, it names no format).
+using SourceOpener = void (*)(SourceCheckpoint&, const std::string& path, const OpenOptions&);
+NamedTable<SourceOpener>& source_openers() {
+  static NamedTable<SourceOpener> t;
+  return t;
+}
+[[maybe_unused]] const bool kRegistered = source_openers().set(std::string(formats::kDeepSpeed), open_resolved) &&
+                                          source_openers().set(std::string(formats::kUniversal), open_resolved);
+
+SourceCheckpoint open_checkpoint_unchecked(const std::string& path, const OpenOptions& options) {
+  // DeepSpeed's own universal folders (ds_to_universal's, no manifest.json) carry no marker detect()
+  // knows: a folder with zero/ is read as universal, as before; any other is asked.
+  const std::string kind = fs::is_directory(fs::path(path) / "zero") ? std::string(formats::kUniversal) : formats::detect(path).format;
+  const SourceOpener open = source_openers().find(kind);
+  if (!open) fail(path, "a " + formats::detect(path).name() + " folder: pec-save reads a DeepSpeed checkpoint or a universal folder");
+  SourceCheckpoint c;
+  open(c, path, options);
   return c;
 }
 }  // namespace

@@ -114,10 +114,11 @@ Prepared prepare(const LoadOptions& options, const formats::FolderKind& kind, bo
     if (!writer.takes_template())
       throw UsageError("--template applies to --format " + output_formats_that(&OutputWriter::takes_template) +
                        " (other formats need no Megatron-DeepSpeed model files)");
-    if (!kind.is(formats::kTorchDist))
+    const TemplateReader open = template_reader(kind);
+    if (!open)
       throw Error(options.input + ": --template needs a Megatron-Core torch_dist checkpoint as --input (a universal folder "
                   "in Megatron-Core names: ucp-union --to-names megatron-deepspeed --template first)");
-    std::shared_ptr<const TorchDistInput> t = open_torch_dist_input(options.input, options.template_dir, options.model_map);
+    std::shared_ptr<const TorchDistInput> t = open(options.input, options.template_dir, options.model_map);
     p.model = model_info_from(torch_dist_meta(*t));
     p.source = std::move(t);
   } else if (!options.model_map.empty()) {

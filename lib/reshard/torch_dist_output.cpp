@@ -91,12 +91,12 @@ struct ForwardInput {
 
 // The UniversalMeta of `input` when it is read through ForwardInput: a native checkpoint (meta from its
 // extract plan, kept in `plan`), or a universal folder in Megatron-DeepSpeed names made from one (no
-// Megatron-Core common state recorded); nullopt otherwise (a Megatron-Core-named folder, or a DCP or
-// torch_dist folder, converted by a real run first in ucp-load's tool layer).
+// Megatron-Core common state recorded); nullopt otherwise (a Megatron-Core-named folder, or a folder
+// direct mode does not read, such as DCP or torch_dist, converted by a real run first in ucp-load's tool layer).
 std::optional<UniversalMeta> forward_meta(const std::string& input, to_universal::ExtractPlan& plan) {
   const formats::FolderKind kind = formats::detect(input);
-  if (kind.is(formats::kTorchDist) || kind.is(formats::kDcp)) return std::nullopt;
   if (!kind.is(formats::kUniversal)) {
+    if (!is_direct_input(kind)) return std::nullopt;
     plan = direct_plan(input, kind);
     return direct_meta(plan);
   }
@@ -180,7 +180,8 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
       throw UsageError("--model-map: " + o.input + " is read in Megatron-Core names as it is (the map applies to a "
                        "DeepSpeed / Megatron-DeepSpeed input)");
     if (!fs::exists(p.manifest_path))
-      throw Error(o.input + ": no " + std::string(formats::universal::kUniversalManifestName) +
+      throw Error(o.input + ": a " + formats::detect(o.input).name() + " folder, no " +
+                  std::string(formats::universal::kUniversalManifestName) +
                   ": --format torch_dist reads a Megatron-Core-named universal folder (a torch_dist or DCP input is "
                   "converted into one by a real run, not by --plan / --dry-run: ucp-union it first)");
     p.manifest = formats::universal::read_universal_manifest(p.manifest_path);

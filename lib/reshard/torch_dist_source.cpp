@@ -11,6 +11,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/registry.h"
 #include "formats/megatron_core/reader.h"
 #include "formats/universal/manifest.h"
 #include "io/torch/torch_file.h"
@@ -34,6 +35,25 @@ std::shared_ptr<TorchDistInput> open_torch_dist_input(const std::string& input, 
   in->view = to_universal::megatron_deepspeed_view(mcore, td.checkpoint().dcp().metadata().path, template_dir, map_file);
   return in;
 }
+
+namespace {
+NamedTable<TemplateReader>& template_readers() {
+  static NamedTable<TemplateReader> t;
+  return t;
+}
+[[maybe_unused]] const bool kRegistered = register_template_reader(
+    formats::kTorchDist, [](const std::string& input, const std::string& template_dir, const std::string& map_file) {
+      return std::shared_ptr<const TorchDistInput>(open_torch_dist_input(input, template_dir, map_file));
+    });
+}  // namespace
+
+bool register_template_reader(std::string_view kind, TemplateReader open) {
+  return template_readers().set(std::string(kind), std::move(open));
+}
+
+TemplateReader template_reader(const formats::FolderKind& kind) { return template_readers().find(kind.format); }
+
+bool takes_template_input(const formats::FolderKind& kind) { return static_cast<bool>(template_reader(kind)); }
 
 UniversalMeta torch_dist_meta(const TorchDistInput& in) {
   UniversalMeta meta;

@@ -9,13 +9,16 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "formats/dcp/range_reader.h"
+#include "formats/detect.h"
 #include "reshard/model_info.h"
 #include "reshard/universal_reader.h"
 #include "to_universal/direct.h"
@@ -33,6 +36,19 @@ struct TorchDistInput {
 // file and what is missing.
 std::shared_ptr<TorchDistInput> open_torch_dist_input(const std::string& input, const std::string& template_dir,
                                                       const std::string& map_file);
+
+// The input kinds ucp-load reads in one pass through --template's Megatron-DeepSpeed view (issue 46:
+// registered by folder kind from the reader's own file, as direct mode's readers are; load.cpp and
+// ucp-load's tool layer ask this table, never a format's name). Registered: torch_dist
+// (open_torch_dist_input).
+using TemplateReader = std::function<std::shared_ptr<const TorchDistInput>(
+    const std::string& input, const std::string& template_dir, const std::string& map_file)>;
+// Returns true (for a namespace-scope initializer).
+bool register_template_reader(std::string_view kind, TemplateReader open);
+// The reader registered for `kind`; empty when --template does not apply to that kind.
+TemplateReader template_reader(const formats::FolderKind& kind);
+// Whether ucp-load reads a folder of this kind through --template.
+bool takes_template_input(const formats::FolderKind& kind);
 
 // The manifest ucp-load reads, in memory (model files and optimizer state: the template's).
 UniversalMeta torch_dist_meta(const TorchDistInput& in);

@@ -241,11 +241,11 @@ RunSummary run_extract(const std::string& checkpoint, const std::string& work_di
   parallel::RankFailure failed(mpi);
   Reporter::Phase phase(options.reporter, "plan");
   const formats::FolderKind kind = formats::detect(checkpoint);
-  if (kind.is(formats::kDcp) || kind.is(formats::kTorchDist))
-    throw UsageError("--input " + checkpoint + " is a PyTorch DCP checkpoint: ucp-union converts it in one step "
-                     "(ucp-extract's work folders are for DeepSpeed shards)");
-  if (!kind.is(formats::kDeepSpeed))
-    throw UsageError("--input " + checkpoint + " is a " + kind.name() + " folder: ucp-extract reads DeepSpeed shards");
+  if (!kind.is(formats::kDeepSpeed))  // the one format whose union goes through a work folder (this file's)
+    throw UsageError("--input " + checkpoint + " is a " + kind.name() +
+                     (has_union(kind.format) ? " checkpoint: ucp-union converts it in one step (ucp-extract's work "
+                                               "folders are for DeepSpeed shards)"
+                                             : " folder: ucp-extract reads DeepSpeed shards"));
   refuse_output_over_input(work_dir, "--output", formats::deepspeed::resolve_checkpoint_dir(checkpoint), "--input");
   ExtractOptions eo;
   eo.patterns_file = options.patterns_file;

@@ -14,6 +14,7 @@
 #include "reshard/layout_record.h"
 #include "reshard/output_writer.h"
 #include "reshard/target_defaults.h"
+#include "reshard/torch_dist_source.h"
 #include "reshard/whole_rewrite.h"
 #include "tool/typed_name.h"
 #include "to_universal/convert.h"
@@ -186,7 +187,7 @@ void refuse_deepspeed_output(const reshard::LoadOptions& load, const formats::Fo
   throw Error(load.input + ": a " + kind.name() + " checkpoint has no DeepSpeed model files, which --format " +
               reshard::output_formats_that(&reshard::OutputWriter::needs_model_files) + " needs; write --format " +
               others +
-              (kind.is(formats::kTorchDist)
+              (reshard::takes_template_input(kind)
                    ? ", or give --template <the Megatron-DeepSpeed universal folder of the model>"
                    : std::string()) +
               " (docs/ucp-load.md)");
@@ -292,7 +293,7 @@ Result run_ucp_load(const UcpLoadOptions& o) {
     refuse_output_over_input(load.output, "--output", load.input, "--input");
     if (!load.template_dir.empty()) refuse_output_over_input(load.output, "--output", load.template_dir, "--template");
   }
-  if (kind.is(formats::kTorchDist) && !load.template_dir.empty()) {
+  if (reshard::takes_template_input(kind) && !load.template_dir.empty()) {
     // read in one pass through the template's Megatron-DeepSpeed view (reshard/torch_dist_source.h)
   } else if (!load.template_dir.empty()) {
     throw Error(load.input + ": --template needs a Megatron-Core torch_dist checkpoint as --input" +

@@ -9,6 +9,8 @@
 #     one pass the union's torch_dist pieces, through that one header). Rooms below them (core, parallel, io, patterns, formats) include no tool module.
 #  3. Outside lib/formats/, no code tests a folder for a format's marker file (manifest.json, plan.json,
 #     PEC_STORE, .metadata, metadata.json, the trackers): formats::detect is the one answer.
+#  4. Outside lib/formats/, an outside format's folder kind is named only in a file that registers that
+#     format's code for a tool; everything that routes on a folder's kind asks the registries.
 # Usage: tests/rooms/check_rooms.sh [SOURCE_DIR] [--list]   (exit 0: the rules hold; 1: each violation listed;
 #        --list prints the derived schema strings and exits)
 set -uo pipefail
@@ -75,5 +77,34 @@ while IFS= read -r line; do
   echo "rule 3: $line (a format's marker tested outside lib/formats: ask formats::detect)"
   bad=1
 done < <(grep -rnE "(exists|is_regular_file)\(([^()]|\([^()]*\))*($markers)" lib apps --include='*.h' --include='*.cpp' | grep -vE '^lib/formats/' || true)
-[ $bad -eq 0 ] && echo "rooms: the three rules hold"
+# Rule 4 (issue 46): outside lib/formats/, a file names an outside format's folder kind (formats::kDeepSpeed,
+# kDcp, kTorchDist, any later k<Format> of formats/detect.h; the DCP reader's FolderKind values; a kind's
+# name compared with a literal) only when it is that format's code for a tool, which it registers in the
+# same file (register_union, register_describer, register_direct_reader, register_template_reader, a
+# NamedTable's set): routing code asks the registries. ucpkit's own folders (universal, work-folder,
+# pec-store) are the tools' hub and may be named.
+own='kUniversal|kWorkFolder|kPecStore'
+outside=$(grep -oE 'inline constexpr std::string_view k[A-Za-z]+' lib/formats/detect.h | awk '{print $4}' |
+          grep -vxE "$own" | paste -sd'|')
+[ -n "$outside" ] || { echo "rule 4: no format names found in lib/formats/detect.h"; exit 1; }
+while IFS= read -r f; do
+  [ -n "$f" ] || continue
+  for k in $(strip_comments "$f" | grep -oE "formats::($outside)\b" | sed -e 's/formats:://' | sort -u); do
+    # a registration call on the line or the one before (a call broken after its opening parenthesis)
+    strip_comments "$f" | grep -B1 -E "formats::$k\b" | grep -qE "register_[a-z_]*\(|\.set\(" && continue
+    strip_comments "$f" | grep -nE "formats::$k\b" | sed -e "s|^|rule 4: $f:|" -e 's|$| (a format named outside its registered code: ask a registry)|'
+    bad=1
+  done
+done < <(grep -rlE "formats::($outside)\b" lib apps --include='*.h' --include='*.cpp' | grep -vE '^lib/formats/' || true)
+lit=$(grep -rnE '(\.name\(\)|kind\.format) *[!=]= *"|dcp::FolderKind::[A-Z]' lib apps --include='*.h' --include='*.cpp' |
+      grep -vE '^lib/formats/' | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' || true)
+while IFS= read -r f; do
+  [ -n "$f" ] || continue
+  hit=$(grep -E "^$f:" <<< "$lit")
+  # the DCP reader's kinds only in a file that registers a DCP format's code
+  grep -qE "register_[a-z_]*\(.*formats::($outside)|\.set\(.*formats::($outside)" "$f" && ! grep -qE '(\.name\(\)|kind\.format) *[!=]= *"' <<< "$hit" && continue
+  printf '%s\n' "$hit" | sed -e 's|^|rule 4: |' -e 's|$| (a folder kind compared outside lib/formats: ask a registry)|'
+  bad=1
+done < <(cut -d: -f1 <<< "$lit" | sort -u | grep -v '^$')
+[ $bad -eq 0 ] && echo "rooms: the four rules hold"
 exit $bad

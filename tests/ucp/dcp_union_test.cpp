@@ -287,7 +287,7 @@ TEST(DcpUnion, DryRunSaysWhatAndWritesNothingExtractPointsToUnion) {
   EXPECT_TRUE(fs::is_empty(c.work));
   const auto e = run_in(c, "ucp-extract", "--input ../in/ck --output work");
   EXPECT_EQ(e.rc, 2) << e.err;
-  EXPECT_NE(e.err.find("--input ../in/ck is a PyTorch DCP checkpoint: ucp-union converts it"), std::string::npos) << e.err;
+  EXPECT_NE(e.err.find("--input ../in/ck is a dcp checkpoint: ucp-union converts it"), std::string::npos) << e.err;
   EXPECT_TRUE(fs::is_empty(c.work));
 }
 
