@@ -42,7 +42,7 @@ step() {
   /usr/bin/time -f '%e %U %S %M' -o "$work/log/$tag/$name.time" "$@" > /dev/null 2> "$work/log/$tag/$name.err" || {
     echo "$tag $name failed: $(cat "$work/log/$tag/$name.err")" >&2; exit 1; }
   t=$(tail -1 "$work/log/$tag/$name.time")
-  awk -v n="$name" -v g="$tag" '{printf "%s %s %s %.2f %s\n", n, g, $1, $2 + $3, $4}' <<< "$t" >> "$work/times"
+  awk -v n="$name" -v g="$tag" '{printf "%s %s %s %.2f %s %.2f\n", n, g, $1, $2 + $3, $4, $2}' <<< "$t" >> "$work/times"
 }
 
 rm -rf "$work/times" "$work/out" "$work/log"
@@ -56,11 +56,16 @@ $py - "$work/times" "$ROUNDS" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 print(f"median of {sys.argv[2]} rounds, OLD and NEW alternated (NEW/OLD < 1: NEW faster or smaller)")
-print(f"{'step':<11} {'wall old':>9} {'wall new':>9} {'ratio':>6} {'cpu old':>8} {'cpu new':>8} {'ratio':>6} {'rss old':>9} {'rss new':>9} {'ratio':>6}")
+print("cpu: user + system; user: the tools' own code (system time is the kernel's page-cache and disk work,")
+print("the same bytes in both builds, and swings 2-3x between rounds on a shared VM)")
+print(f"{'step':<11} {'wall old':>9} {'wall new':>9} {'ratio':>6} {'cpu old':>8} {'cpu new':>8} {'ratio':>6} "
+      f"{'user old':>9} {'user new':>9} {'ratio':>6} {'rss old':>9} {'rss new':>9} {'ratio':>6}")
 for step in dict.fromkeys(r[0] for r in rows):
-    m = {g: [statistics.median(float(r[i]) for r in rows if r[0] == step and r[1] == g) for i in (2, 3, 4)] for g in ("old", "new")}
+    m = {g: [statistics.median(float(r[i]) for r in rows if r[0] == step and r[1] == g) for i in (2, 3, 4, 5)]
+         for g in ("old", "new")}
     o, n = m["old"], m["new"]
     print(f"{step:<11} {o[0]:>8.2f}s {n[0]:>8.2f}s {n[0]/o[0]:>6.2f} {o[1]:>7.2f}s {n[1]:>7.2f}s {n[1]/max(o[1],1e-9):>6.2f}"
+          f" {o[3]:>8.2f}s {n[3]:>8.2f}s {n[3]/max(o[3],1e-9):>6.2f}"
           f" {o[2]/1024:>7.0f}MB {n[2]/1024:>7.0f}MB {n[2]/o[2]:>6.2f}")
 PY
 echo "outputs of the last round: $same"

@@ -3,8 +3,9 @@
 # Megatron-DeepSpeed checkpoint (tests/generator/gen_ds_checkpoint.py, Debian's python3 with torch 1.13, the
 # generator's interpreter) through
 #   ucp-union --to-names megatron-core -> ucp-load --format torch_dist [layout]
-#   -> Megatron-LM's own load_checkpoint at that layout (torch2lab mcore_ckpt.py load --check-optim
-#      --require-all, through scripts/megatron_core_load_lab.py for settings mcore_ckpt.py fixes), run with the
+#   -> Megatron-LM's own load_checkpoint at that layout with its default RNG flags (issue 47: no
+#      --no-load-rng; ucp-load's args say no_save_rng, so Megatron seeds afresh as on its own layout
+#      change), torch2lab mcore_ckpt.py load --check-optim --require-all, through scripts/megatron_core_load_lab.py for settings mcore_ckpt.py fixes), run with the
 #      pinned environment's python (torch 2.15.0, scripts/frameworks/setup.sh) and a Megatron-LM source tree
 #      (megatron.training + megatron.core; the PyPI megatron-core package has no megatron.training): every
 #      local model shard and every fully_reshardable optimizer-state shard (fp32 param, exp_avg, exp_avg_sq)
@@ -99,7 +100,7 @@ case_() {
   run_until "$d/mcore_load.log" "reshard-load check:" "$LOAD_TIMEOUT" \
     env -i PATH="$PATH" HOME="$HOME" LANG=C.UTF-8 PYTHONPATH="$TORCH2LAB/shims:$SRC" TORCH2LAB="$TORCH2LAB" $MENV \
     "$FRAMEWORKS_PY" "$d/megatron_core_load_lab.py" load --ckpt "$d/td" --truth "$d/td.truth" \
-    --check-optim --require-all --no-rng --gbs 1 $margs --extra $extra
+    --check-optim --require-all --gbs 1 $margs --extra $extra
   t1=$(date +%s)
   check=$(grep -a "reshard-load check:" "$d/mcore_load.log" | tail -1)
   shards=$(echo "$check" | sed -n 's/.*: \([0-9]*\) shards compared.*/\1/p')

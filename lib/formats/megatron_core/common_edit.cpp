@@ -114,6 +114,12 @@ void set_target_layout(const ValuePtr& common, int64_t tp, int64_t pp, int64_t e
   a->set_attr("expert_model_parallel_size", Value::integer(ep));
   a->set_attr("data_parallel_size", Value::integer(dp));
   a->set_attr("world_size", Value::integer(tp * pp * dp));
+  // No rng_state is written (its ShardedObject holds one rank's Python, NumPy, torch and CUDA generators
+  // per (PP, TP) rank of the source's grid). Megatron's default load asks for it whenever the args' TP
+  // and PP equal the run's, unless the args say no_save_rng (training/checkpointing.py:2170-2193 at
+  // core_v0.19.0, :1560-1570 at core_v0.16.1): marked so, it seeds afresh, as it does itself when it
+  // loads a checkpoint saved at another TP or PP.
+  a->set_attr("no_save_rng", Value::boolean(true));
   const auto parts = optimizer_parts(common->get("optimizer"));
   if (parts.empty()) return;
   const int64_t experts = int_attr(a, "num_experts", 0);

@@ -49,7 +49,7 @@ std::vector<pickle::ValuePtr> saved_param_groups(const pickle::ValuePtr& common,
 pickle::ValuePtr saved_step(const std::vector<pickle::ValuePtr>& groups);
 
 // The common state for a target layout, in place: args.{tensor,pipeline,expert}_model_parallel_size,
-// data_parallel_size and world_size set; the optimizer parts made what Megatron builds for it (an
+// data_parallel_size and world_size set, no_save_rng true (no RNG state is written); the optimizer parts made what Megatron builds for it (an
 // expert optimizer only when EP > 1 or expert TP != TP: tensor_parallel/layers.py:961-964, 1017,
 // optimizer/__init__.py:348, 1181-1224; one part is loaded unchained, optimizer/optimizer.py:1573-1578):
 // the dense part alone, or an expert part made of the dense part's param_groups marked
