@@ -149,6 +149,11 @@ for TAG in $MCORE; do
   case_ moe_same_dp moe_ep2 dp_reshardable "" "--ep 2 --dp 2 $MOE"
   case_ moe_ep1 moe_ep2 fully_reshardable "--ep 1 --dp 2" "--ep 1 --dp 2 $MOE"
   case_ moe_tp2ep2 moe_ep2 fully_reshardable "--tp 2 --ep 2 --dp 2" "--tp 2 --ep 2 --dp 2 $MOE"
+  # expert tensor parallelism (issue 47): Megatron-LM's default ETP = TP at TP 2; kept, then written at TP 1
+  # (ETP 1: --etp's default follows TP when the source's ETP was its TP), then TP 2 with --etp 1
+  case_ moe_etp_same_dp moe_tp2_etp2 dp_reshardable "" "--tp 2 --ep 2 --etp 2 --dp 2 $MOE"
+  case_ moe_etp_tp1 moe_tp2_etp2 fully_reshardable "--tp 1 --dp 2" "--tp 1 --ep 2 --etp 1 --dp 2 $MOE"
+  case_ moe_etp1_tp2 moe_tp2_etp2 fully_reshardable "--etp 1" "--tp 2 --ep 2 --etp 1 --dp 2 $MOE"
   case_ llama_same_dp llama_gqa_tp2_dp2_v016 dp_reshardable "" "--tp 2 --dp 2 $LLAMA"
   case_ llama_tp1dp2 llama_gqa_tp2_dp2_v016 fully_reshardable "--tp 1 --dp 2" "--tp 1 --dp 2 $LLAMA"
 done

@@ -44,6 +44,10 @@ LayoutOptions add_options(CLI::App& app, tool::UcpLoadOptions& o) {
   given.zero_stage = app.add_option("--zero-stage", o.zero_stage, "Target ZeRO stage (0-3; default: the source's)")->check(CLI::Range(0, 3));
   given.ep = app.add_option("--ep", o.ep, "Target expert-parallel degree (default: the source's)")
                  ->check(tool::in_range(1, tool::kMaxDegree));
+  app.add_option("--etp", o.etp,
+                 "--format torch_dist, an MoE model: target expert tensor-parallel degree (default: the target TP "
+                 "when the source's expert TP equals its TP > 1, as Megatron-LM's default; else the source's)")
+      ->check(tool::in_range(1, tool::kMaxDegree));
   given.dtype = app.add_option("--dtype", o.dtype, "Low-precision weight dtype (default: the source's training precision)")
                     ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   app.add_flag("--reuse-output", l.reuse_output,

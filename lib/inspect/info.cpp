@@ -448,6 +448,8 @@ void describe_dcp(CheckpointInfo& info, const InfoOptions& options) {
     ParallelLayout l;
     l.tp = plan.source.tp_or_1(), l.pp = plan.source.pp_or_1(), l.dp = plan.source.dp_or_1();
     l.ep = plan.source.ep_or_1();
+    if (td.contains("experts_per_layer") && !td["experts_per_layer"].empty() && td.contains("etp"))
+      l.etp = td["etp"].get<int>();
     l.optimizer = "distributed " + td.value("optimizer_format", std::string("none"));
     l.pipeline = l.pp > 1;
     info.layout = l;
@@ -548,6 +550,7 @@ nlohmann::json CheckpointInfo::to_json() const {
     j["layout"] = {{"tp", layout->tp}, {"pp", layout->pp}, {"dp", layout->dp}, {"ep", layout->ep},
                    {"zero_stage", opt(layout->zero_stage)}, {"optimizer", str(layout->optimizer)},
                    {"pipeline", layout->pipeline}};
+  if (layout && layout->etp) j["layout"]["etp"] = *layout->etp;  // Megatron-Core MoE only
   j["tensors"] = opt(tensors);
   j["parameters"] = opt(parameters);
   j["experts"] = {{"kind", str(experts_kind)},
@@ -596,6 +599,7 @@ std::string CheckpointInfo::text() const {
   if (layout) {
     std::string l = "TP " + std::to_string(layout->tp) + ", PP " + std::to_string(layout->pp) + ", DP " +
                     std::to_string(layout->dp) + ", EP " + std::to_string(layout->ep);
+    if (layout->etp) l += ", ETP " + std::to_string(*layout->etp);
     if (layout->zero_stage) l += ", ZeRO stage " + std::to_string(*layout->zero_stage);
     if (!layout->optimizer.empty())
       l += layout->optimizer == "bf16_optimizer" ? ", BF16_Optimizer"

@@ -29,6 +29,7 @@ const char* status_name(Check::Status status);  // "ok", "failed", "skipped"
 
 struct ParallelLayout {
   int tp = 1, pp = 1, dp = 1, ep = 1;
+  std::optional<int> etp;         // Megatron-Core MoE: expert tensor parallelism (args.expert_tensor_parallel_size)
   std::optional<int> zero_stage;  // not recorded: BF16_Optimizer shards
   std::string optimizer;          // "zero" (DeepSpeedZeroOptimizer, stage 1/2/3) or "bf16_optimizer"
   bool pipeline = false;          // PipelineModule layer files

@@ -231,7 +231,20 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
   }
   if (m.dp % m.ep != 0 && m.ep > 1)
     throw UsageError("torch_dist: --ep " + std::to_string(m.ep) + " must divide DP " + std::to_string(m.dp) +
-                     " (expert parallelism within the data-parallel ranks, expert tensor parallelism 1)");
+                     " (expert parallelism within the data-parallel ranks)");
+  // Expert tensor parallelism: --etp, else the source's rule (target_expert_tp); the expert grid
+  // (ETP x EP x expert DP x PP) must tile the world as Megatron's parallel_state requires.
+  int64_t etp = 1;
+  if (args.num_experts > 0) {
+    etp = o.target.etp > 0 ? o.target.etp : formats::megatron_core::target_expert_tp(args.etp, args.tp, m.tp);
+    if (o.target.etp <= 0 && etp != args.etp) p.from_source["etp"] = etp;
+    if ((m.tp * m.dp) % (etp * m.ep) != 0)
+      throw UsageError("torch_dist: expert TP " + std::to_string(etp) + " x EP " + std::to_string(m.ep) +
+                       " does not divide TP x DP = " + std::to_string(m.tp * m.dp) +
+                       " (Megatron's expert grid tiles the ranks of a pipeline stage)");
+  } else if (o.target.etp > 0) {
+    throw UsageError("--etp: " + p.manifest_path + " is not an MoE model (args.num_experts 0)");
+  }
   // Megatron's own argument checks (training/arguments.py: heads and query groups split over TP): a
   // layout it cannot build is refused here, not written for its loader to reject.
   if (args.num_attention_heads > 0 && args.num_attention_heads % m.tp != 0)
@@ -263,7 +276,7 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
 
   // The common state for the target: args of the new layout, the optimizer parts Megatron builds for it.
   p.common = pickle::deep_copy(p.common);
-  formats::megatron_core::set_target_layout(p.common, m.tp, m.pp, m.ep, m.dp, common_path);
+  formats::megatron_core::set_target_layout(p.common, m.tp, m.pp, m.ep, m.dp, etp, common_path);
 
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
@@ -275,7 +288,7 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
       if (k && k->is(Kind::Str)) bytes.push_back(k->s);
   bytes.insert(bytes.end(), p.extra_keys.begin(), p.extra_keys.end());
   p.plan = formats::megatron_core::plan_torch_dist_write(names, shapes, bytes, p.layout, p.manifest_path);
-  p.target = {{"tp", m.tp}, {"pp", m.pp}, {"ep", m.ep}, {"dp", m.dp}, {"world", m.tp * m.pp * m.dp},
+  p.target = {{"tp", m.tp}, {"pp", m.pp}, {"ep", m.ep}, {"etp", etp}, {"dp", m.dp}, {"world", m.tp * m.pp * m.dp},
               {"dtype", dtype_option_name(p.layout.model_dtype)}, {"optimizer_dtype", "fp32"},
               {"optimizer_format", p.layout.optimizer ? "fully_reshardable" : "none"},
               {"homogeneous_layers", p.layout.homogeneous}, {"iteration", p.iteration},
@@ -407,6 +420,7 @@ void write_torch_dist(const LoadOptions& options, const TdPrepared& p, const std
 class TorchDistOutput final : public OutputWriter {
  public:
   bool takes_model_map() const override { return true; }
+  bool takes_expert_tp() const override { return true; }
   bool reads_model() const override { return false; }
   bool one_process() const override { return true; }
   bool staging_notes_warn() const override { return true; }

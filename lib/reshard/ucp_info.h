@@ -24,6 +24,7 @@ constexpr int64_t kMaxTargetWorldSize = int64_t{1} << 18;
 
 struct TargetLayout {
   int tp = 1, pp = 1, dp = 1, zero_stage = 1, ep = 1;
+  int etp = 0;  // --etp: expert tensor-parallel degree (torch_dist output; 0: as the source, see target_expert_tp)
   DType dtype = DType::BFloat16;  // low-precision module weights
   bool bf16_optimizer = false;    // BF16_Optimizer shards (bf16, ZeRO 0/1): padding kept, no zero_stage
   int64_t sub_group_size = 1000000000;  // ZeRO-3: zero_optimization.sub_group_size (DeepSpeed's default 1e9)

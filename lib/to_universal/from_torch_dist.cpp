@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <memory>
 
 #include "core/atomic_file.h"
@@ -166,9 +167,34 @@ TorchDistPlan plan_torch_dist(const Checkpoint& ck) {
   return plan;
 }
 
+namespace {
+
+// A dp_reshardable save's bucket layouts (dense, then expert), recomputed and checked against the saved
+// per_bucket_numel and the plan's parameters: what the union reads by, and what ucp-info's plan check
+// runs, so that both refuse the same saves.
+std::vector<BucketLayout> checked_bucket_layouts(const Checkpoint& ck, const TorchDistPlan& plan) {
+  std::vector<BucketLayout> layouts = formats::megatron_core::dense_bucket_layouts(ck);
+  bool experts = false;
+  for (const Key* k : ck.buckets()) experts = experts || k->chain > 0;
+  if (experts)
+    for (auto& l : formats::megatron_core::expert_bucket_layouts(ck)) layouts.push_back(std::move(l));
+  formats::megatron_core::check_per_bucket_numel(ck, layouts);
+  std::set<std::string> placed;
+  for (const auto& l : layouts)
+    for (const auto& bp : l.params) placed.insert(bp.name);
+  for (const auto& p : plan.params)
+    if (!placed.count(p.name))
+      fail(ck.dcp().metadata().path, "Megatron-Core torch_dist dp_reshardable: parameter " + escaped_brief(p.name) +
+                                         " is in no recomputed bucket layout");
+  return layouts;
+}
+
+}  // namespace
+
 DcpPlan dcp_plan_of_torch_dist(const std::string& input) {
   const Checkpoint ck(input);
   const TorchDistPlan tp = plan_torch_dist(ck);
+  if (ck.optimizer_format() == OptimizerFormat::DpReshardable) checked_bucket_layouts(ck, tp);
   DcpPlan plan;
   plan.optimizer = ck.optimizer_format() != OptimizerFormat::None;
   for (const auto& p : tp.params) {
@@ -198,20 +224,9 @@ TorchDistStates::TorchDistStates(const std::string& input)
   const Checkpoint& ck = *ck_;
   if (ck.optimizer_format() == OptimizerFormat::DpReshardable) {
     auto& layouts = pieces_->layouts;
-    layouts = formats::megatron_core::dense_bucket_layouts(ck);
-    bool experts = false;
-    for (const Key* k : ck.buckets()) experts = experts || k->chain > 0;
-    if (experts) {
-      auto more = formats::megatron_core::expert_bucket_layouts(ck);
-      for (auto& l : more) layouts.push_back(std::move(l));
-    }
-    formats::megatron_core::check_per_bucket_numel(ck, layouts);
+    layouts = checked_bucket_layouts(ck, plan_);
     for (const auto& l : layouts)
       for (const auto& bp : l.params) pieces_->of[bp.name].push_back({&l, &bp});
-    for (const auto& p : plan_.params)
-      if (!pieces_->of.count(p.name))
-        fail(ck.dcp().metadata().path, "Megatron-Core torch_dist dp_reshardable: parameter " + escaped_brief(p.name) +
-                                           " is in no recomputed bucket layout");
   }
   common_ = formats::megatron_core::fully_reshardable_common_state(ck);
   if (has_optimizer()) {

@@ -58,7 +58,9 @@ struct TorchDistPlan {
 // layout (dp_reshardable).
 TorchDistPlan plan_torch_dist(const formats::megatron_core::Checkpoint& ck);
 
-// The plan as ucp-union --dry-run counts it (from_dcp's DcpPlan: states per parameter, step).
+// The plan as ucp-union --dry-run counts it (from_dcp's DcpPlan: states per parameter, step); for a
+// dp_reshardable save the bucket layouts are recomputed and checked as the union checks them (Error
+// naming the file for a save the union refuses: ucp-info's plan check agrees with the union).
 DcpPlan dcp_plan_of_torch_dist(const std::string& input);
 
 // A torch_dist checkpoint read as universal fp32 states, one whole parameter state at a time (what

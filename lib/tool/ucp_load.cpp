@@ -41,6 +41,7 @@ void UcpLoadOptions::check() {
   load.target.dp = dp;
   load.target.zero_stage = zero_stage;
   load.target.ep = ep;
+  load.target.etp = etp;
   // What the output format uses of the options (its writer's facts, reshard/output_writer.h): an option
   // it has no use for is refused, not ignored, naming the formats that use it.
   using W = reshard::OutputWriter;
@@ -72,6 +73,9 @@ void UcpLoadOptions::check() {
                   : exchange == "off" ? reshard::ExchangeMode::Files
                                       : reshard::ExchangeMode::Auto;
   load.batch_bytes = batch;
+  if (etp > 0 && !writer.takes_expert_tp())
+    throw UsageError("--etp applies to --format " + formats_that(&W::takes_expert_tp) +
+                     " (expert tensor parallelism, a Megatron-Core layout dimension)");
   if (exchange == "on" && !writer.takes_exchange())
     throw UsageError("--exchange on applies to --format " + formats_that(&W::takes_exchange));
   if (!load.model_map.empty() && load.template_dir.empty() && !writer.takes_model_map())

@@ -18,6 +18,7 @@ struct UcpLoadOptions {
   std::string partition_method;  // --partition-method ("": see reshard::TargetLayout::partition_method)
   std::string layer_types;       // --layer-types FILE ("": not given; reshard::TargetLayout::layer_types)
   int tp = 1, pp = 1, dp = 1, zero_stage = 1, ep = 1;
+  int etp = 0;  // --etp (0: not given)
   int pp_rank = 0, tp_rank = 0, dp_rank = 0;  // --device cuda: the rank materialized
   int64_t world_size = 0;                     // --world-size (0: not given)
   uint64_t shard_size = 5000000000, batch = 256 << 20;

@@ -107,7 +107,13 @@ ValuePtr saved_step(const std::vector<ValuePtr>& groups) {
   return nullptr;
 }
 
-void set_target_layout(const ValuePtr& common, int64_t tp, int64_t pp, int64_t ep, int64_t dp, const std::string& file) {
+int64_t target_expert_tp(int64_t source_etp, int64_t source_tp, int64_t tp) {
+  // Megatron-LM's default, ETP = TP (training/arguments.py:569-570); at TP 1 the source's 1 says nothing.
+  return source_etp == source_tp && source_tp > 1 ? tp : source_etp;
+}
+
+void set_target_layout(const ValuePtr& common, int64_t tp, int64_t pp, int64_t ep, int64_t dp, int64_t etp,
+                       const std::string& file) {
   const ValuePtr a = args_of(common, file);
   a->set_attr("tensor_model_parallel_size", Value::integer(tp));
   a->set_attr("pipeline_model_parallel_size", Value::integer(pp));
@@ -123,10 +129,7 @@ void set_target_layout(const ValuePtr& common, int64_t tp, int64_t pp, int64_t e
   const auto parts = optimizer_parts(common->get("optimizer"));
   if (parts.empty()) return;
   const int64_t experts = int_attr(a, "num_experts", 0);
-  const int64_t etp = int_attr(a, "expert_tensor_parallel_size", 1);
-  if (experts > 0 && etp != 1)
-    throw UsageError(file + ": args.expert_tensor_parallel_size " + std::to_string(etp) +
-                     " (the torch_dist writer handles expert tensor parallelism 1)");
+  if (experts > 0) a->set_attr("expert_tensor_parallel_size", Value::integer(etp));
   const bool expert_part = experts > 0 && (ep > 1 || etp != tp);
   if (!expert_part) {
     common->set_item("optimizer", parts[0]);

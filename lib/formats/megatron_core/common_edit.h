@@ -48,14 +48,19 @@ std::vector<pickle::ValuePtr> saved_param_groups(const pickle::ValuePtr& common,
 // The "step" of the first of `groups` that has one (torch Adam: the param groups carry it), or null.
 pickle::ValuePtr saved_step(const std::vector<pickle::ValuePtr>& groups);
 
+// The target's expert tensor parallelism when --etp is not given: the target TP when the source's equals
+// its TP > 1 (Megatron-LM's default ETP = TP, training/arguments.py:569-570 at core_v0.19.0), else the
+// source's (a TP 1 source's ETP 1 cannot tell the default from a choice: kept).
+int64_t target_expert_tp(int64_t source_etp, int64_t source_tp, int64_t tp);
+
 // The common state for a target layout, in place: args.{tensor,pipeline,expert}_model_parallel_size,
 // data_parallel_size and world_size set, no_save_rng true (no RNG state is written); the optimizer parts made what Megatron builds for it (an
 // expert optimizer only when EP > 1 or expert TP != TP: tensor_parallel/layers.py:961-964, 1017,
 // optimizer/__init__.py:348, 1181-1224; one part is loaded unchained, optimizer/optimizer.py:1573-1578):
 // the dense part alone, or an expert part made of the dense part's param_groups marked
 // is_expert_parallel when the source had none (saved groups are matched by identifier keys,
-// optimizer/distrib_optimizer.py:939-970). Throws UsageError for expert tensor parallelism > 1.
-void set_target_layout(const pickle::ValuePtr& common, int64_t tp, int64_t pp, int64_t ep, int64_t dp,
+// optimizer/distrib_optimizer.py:939-970); an MoE model's args.expert_tensor_parallel_size `etp`.
+void set_target_layout(const pickle::ValuePtr& common, int64_t tp, int64_t pp, int64_t ep, int64_t dp, int64_t etp,
                        const std::string& file);
 
 }  // namespace ucpkit::formats::megatron_core

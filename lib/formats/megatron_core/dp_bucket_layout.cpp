@@ -272,7 +272,8 @@ std::vector<BucketLayout> expert_bucket_layouts(const Checkpoint& ck) {
   if (ck.optimizer_format() != OptimizerFormat::DpReshardable) refuse(ck, "the checkpoint has no dp_reshardable buckets");
   const Parallel par = parallel_of(ck);
   const int64_t ep = int_arg(ck, "expert_model_parallel_size"), experts = int_arg(ck, "num_experts");
-  if (int_arg(ck, "expert_tensor_parallel_size") != 1) refuse(ck, "expert tensor parallelism is not handled");
+  const int64_t etp = int_arg(ck, "expert_tensor_parallel_size");
+  if (etp < 1) refuse(ck, "args.expert_tensor_parallel_size below 1");
   if (ep < 1 || experts % ep != 0) refuse(ck, "num_experts not divisible by the expert-parallel size");
   const auto impl = ck.common().arg("transformer_impl");
   if (!impl || !impl->is(pickle::Kind::Str) || impl->s != "local")
@@ -283,8 +284,11 @@ std::vector<BucketLayout> expert_bucket_layouts(const Checkpoint& ck) {
     if (k->state != "param" || k->chain != 1) continue;
     if (k->bucket.gbuf_idx != 0 || k->bucket.bucket_idx != 0)
       refuse(ck, escaped_brief(k->fqn) + ": several buffers or buckets are not handled");
-    const int64_t g = k->bucket.dp_group_idx;  // expert model-parallel rank: EP rank + EP x PP stage
-    BucketLayout layout{k, 0, g / ep, {}};
+    // The expert model-parallel rank: its rank in the tp-ep-pp group of the expert grid (expert TP fastest,
+    // then EP, then the stage: optimizer/__init__.py:1198, parallel_state.py:1419 at core_v0.19.0).
+    const int64_t g = k->bucket.dp_group_idx;
+    BucketLayout layout{k, g % etp, g / (etp * ep), {}};
+    const int64_t ep_rank = g / etp % ep;
     std::map<int64_t, std::vector<const ModelParam*>> layers;
     for (const auto& p : ck.params()) {
       if (!is_expert(p)) continue;
@@ -293,7 +297,8 @@ std::vector<BucketLayout> expert_bucket_layouts(const Checkpoint& ck) {
     }
     std::vector<BucketParam> pieces;
     for (const auto& [l, ps] : layers)
-      for (const auto* p : moe_layer_experts(ps, (g % ep) * local, local)) pieces.push_back(local_piece(ck, *p, 1, 0));
+      for (const auto* p : moe_layer_experts(ps, ep_rank * local, local))
+        pieces.push_back(local_piece(ck, *p, etp, layout.tp_rank));
     place_reversed(ck, *k, pieces, layout);
     out.push_back(std::move(layout));
   }

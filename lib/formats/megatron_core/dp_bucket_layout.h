@@ -13,10 +13,11 @@
 //    dimension (both halves for a SwiGLU fc1: [W_t; V_t]), or the whole tensor when not split;
 //  * each start padded to a multiple of 64 elements; the last end must equal the bucket's length
 //    (numel_unpadded, the stored global size), which checks the recomputation.
-// The expert buffer (chained_1.) likewise, with expert tensor parallelism 1: dp group g = EP rank
-// g % EP of stage g / EP, local experts [(g % EP) E/EP, ...), in the experts module's registration
-// order (SequentialMLP: transformer_impl local only). Layouts with several buckets, param dtypes, virtual or uneven pipeline stages, tied
-// embeddings or expert tensor parallelism are refused by name.
+// The expert buffer (chained_1.) likewise: dp group g is the rank in the expert grid's tp-ep-pp group,
+// expert TP rank g % ETP, EP rank g / ETP % EP, stage g / (ETP x EP); its local experts
+// [EP rank x E/EP, ...) in the experts module's registration order (SequentialMLP: transformer_impl
+// local only), each expert parameter's ETP-local piece as a dense parameter's TP piece. Layouts with
+// several buckets, param dtypes, virtual or uneven pipeline stages or tied embeddings are refused by name.
 #pragma once
 #include <cstdint>
 #include <optional>

@@ -27,7 +27,7 @@ pickle::ValuePtr common_with_args() {
 // writer writes no RNG state, so the args it writes say so (issue 47: "Missing key ... rng_state").
 TEST(McoreCommonEdit, TargetLayoutSetsTheSizesAndSaysNoRngStateIsSaved) {
   auto common = common_with_args();
-  formats::megatron_core::set_target_layout(common, 1, 2, 1, 4, "common.pt");
+  formats::megatron_core::set_target_layout(common, 1, 2, 1, 4, 1, "common.pt");
   const auto args = common->get("args");
   EXPECT_EQ(args->attr("tensor_model_parallel_size")->i, 1);
   EXPECT_EQ(args->attr("pipeline_model_parallel_size")->i, 2);

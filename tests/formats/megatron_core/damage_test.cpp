@@ -6,6 +6,8 @@
 // dp_reshardable per_bucket_numel{,_unpadded} that disagrees with the buckets (ucp-union, exit 1).
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -198,6 +200,15 @@ void expect_union_refused(const std::string& dir, const std::string& file, const
   while (!err.empty() && err.back() == '\n') err.pop_back();
   expect_one_line_naming(err, dir + "/" + file, fqn + ": " + cause);
   EXPECT_FALSE(fs::exists(root + "/u"));
+  // ucp-info's plan check runs the same recomputation: it agrees with the union (issue 47)
+  const auto info = ucpkit::testing::run_split_in(root, std::string(UCPKIT_BIN_DIR) + "/ucp-info --json " + dir,
+                                                  ucpkit::testing::scratch_dir("mcore_damage_io"));
+  const auto j = nlohmann::json::parse(info.out);
+  bool plan_failed = false;
+  for (const auto& c : j["checks"])
+    if (c["name"] == "plan")
+      plan_failed = c["status"] == "failed" && c["error"].get<std::string>().find(cause) != std::string::npos;
+  EXPECT_TRUE(plan_failed) << info.out;
 }
 
 }  // namespace

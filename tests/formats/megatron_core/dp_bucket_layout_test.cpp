@@ -60,6 +60,14 @@ TEST(McoreDpBuckets, MoeExpertBuffer) {
   EXPECT_EQ(expect_buckets_match_fully_reshardable("moe_ep2", true), 3u * 2 * 4);
 }
 
+TEST(McoreDpBuckets, MoeExpertBufferWithExpertTensorParallelism) {
+  // Megatron-LM's default ETP = TP (training/arguments.py:569-570 at core_v0.19.0): TP 2, EP 2, ETP 2 on 4
+  // ranks, so 4 expert dp groups (tp-ep-pp rank: ETP rank fastest), each its EP rank's 2 local experts'
+  // ETP-local pieces (fc1 as [W_t; V_t] of its SwiGLU halves, fc2 split by columns); issue 47
+  EXPECT_EQ(expect_buckets_match_fully_reshardable("moe_tp2_etp2", true), 3u * 4 * 4);
+  EXPECT_EQ(expect_buckets_match_fully_reshardable("moe_tp2_etp2"), 3u * 2 * (6 + 7 + 3));
+}
+
 TEST(McoreDpBuckets, MoeDenseBuffer) {
   // the dense optimizer's bucket (chained_0)
   // dense layer 0 (6), MoE layer 1 without its experts (qkv norm, proj, qkv, pre-MLP norm, router,
@@ -70,11 +78,11 @@ TEST(McoreDpBuckets, MoeDenseBuffer) {
 // per_bucket_numel{,_unpadded} (optimizer/distrib_optimizer.py:728-745) against the layouts: the real
 // fixtures' objects (dicts keyed by a tuple of torch dtypes, as Megatron pickles them) agree.
 TEST(McoreBucketNumels, RealFixturesAgreeWithTheRecomputedLayouts) {
-  for (const std::string name : {"gpt_tp2_pp2", "llama_gqa_tp2_dp2_v016", "moe_ep2"}) {
+  for (const std::string name : {"gpt_tp2_pp2", "llama_gqa_tp2_dp2_v016", "moe_ep2", "moe_tp2_etp2"}) {
     SCOPED_TRACE(name);
     const Checkpoint dp(kMcoreData + "/" + name + "/dp_reshardable");
     auto layouts = dense_bucket_layouts(dp);
-    if (name == "moe_ep2")
+    if (name.rfind("moe_", 0) == 0)
       for (auto& l : expert_bucket_layouts(dp)) layouts.push_back(std::move(l));
     EXPECT_NO_THROW(check_per_bucket_numel(dp, layouts));
   }

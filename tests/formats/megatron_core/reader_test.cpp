@@ -173,3 +173,18 @@ TEST(McoreReader, NativeMoeExpertsEp2) {
   for (const Key* b : ck.buckets()) chains.insert({b->chain, b->bucket.dp_group_idx});
   EXPECT_EQ(chains, (std::set<std::pair<int64_t, int64_t>>{{0, 0}, {1, 0}, {1, 1}}));
 }
+
+TEST(McoreReader, NativeMoeWithExpertTensorParallelism) {
+  // TP 2 x EP 2 with Megatron-LM's default ETP = TP (training/arguments.py:569-570 at core_v0.19.0): each
+  // expert tensor is stored as its 2 ETP pieces; issue 47
+  expect_matches_truth("moe_tp2_etp2/dp_reshardable");
+  expect_matches_truth("moe_tp2_etp2/fully_reshardable");
+  const Checkpoint ck(kMcoreData + "/moe_tp2_etp2/fully_reshardable");
+  const auto* fc2 = ck.dcp().metadata().find("decoder.layers.1.mlp.experts.experts.linear_fc2.weight");
+  ASSERT_NE(fc2, nullptr);
+  for (const auto& c : fc2->chunks) EXPECT_EQ(c.sizes.back(), 12) << "moe ffn 24 split by ETP 2 along columns";
+  std::set<std::pair<int64_t, int64_t>> chains;
+  for (const Key* b : Checkpoint(kMcoreData + "/moe_tp2_etp2/dp_reshardable").buckets())
+    chains.insert({b->chain, b->bucket.dp_group_idx});
+  EXPECT_EQ(chains, (std::set<std::pair<int64_t, int64_t>>{{0, 0}, {0, 1}, {1, 0}, {1, 1}, {1, 2}, {1, 3}}));
+}

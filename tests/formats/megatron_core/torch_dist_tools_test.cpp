@@ -273,6 +273,36 @@ TEST(McoreTorchDistLoad, AnotherLayoutHasTheSameValuesAndUnionsBackIdentically) 
   }
 }
 
+// Expert tensor parallelism (issue 47): a TP 2 x EP 2 save with Megatron-LM's default ETP = TP is read from
+// both optimizer forms (the same state files) and written with ETP following TP, or --etp; ucp-info names it.
+// Megatron-LM's own load_checkpoint of these outputs: scripts/torch_dist_verify.sh (moe_etp_* cases).
+TEST(McoreTorchDistLoad, ExpertTensorParallelismIsReadAndWritten) {
+  const Scratch s = scratch("etp");
+  const std::string dp = union_of(s, "moe_tp2_etp2", "dp_reshardable", "dp.u");
+  const std::string full = union_of(s, "moe_tp2_etp2", "fully_reshardable", "full.u");
+  EXPECT_GT(expect_same_state_files(dp, full, false), 40u);
+  const auto info = nlohmann::json::parse(run(s, "ucp-info", rel(s, kMcoreData + "/moe_tp2_etp2/dp_reshardable") + " --json").out);
+  EXPECT_EQ(info["layout"]["etp"], 2) << info["layout"].dump();
+  struct Case {
+    const char* args;
+    int64_t etp;
+  };
+  for (const Case& c : {Case{"", 2}, Case{"--tp 1", 1}, Case{"--etp 1", 1}, Case{"--tp 1 --dp 4 --etp 2", 2}}) {
+    SCOPED_TRACE(c.args);
+    const std::string out = "td" + std::to_string(std::hash<std::string>{}(c.args) % 1000);
+    const auto r = run(s, "ucp-load", "--input full.u --format torch_dist " + std::string(c.args) + " --output " + out);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(expect_torch_dist_is_truth(s.work + "/" + out, "moe_tp2_etp2"), 4u * 24u);
+    EXPECT_EQ(Checkpoint(s.work + "/" + out).common().arg("expert_tensor_parallel_size")->i, c.etp);
+  }
+  const auto wrong = run(s, "ucp-load", "--input full.u --format torch_dist --etp 4 --output bad");  // 4 x EP 2 > 4 ranks
+  EXPECT_EQ(wrong.rc, 2) << wrong.err;
+  EXPECT_NE(wrong.err.find("expert TP 4 x EP 2"), std::string::npos) << wrong.err;
+  const auto ds = run(s, "ucp-load", "--input full.u --format dcp --etp 1 --output bad");
+  EXPECT_EQ(ds.rc, 2) << ds.err;
+  EXPECT_NE(ds.err.find("--etp applies to --format torch_dist"), std::string::npos) << ds.err;
+}
+
 TEST(McoreTorchDistLoad, DirectFromATorchDistInputThroughAScratchUniversalFolderThatIsRemoved) {
   const Scratch s = scratch("load_direct");
   const std::string in = rel(s, kMcoreData + "/moe_ep2/dp_reshardable");
