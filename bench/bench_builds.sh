@@ -7,12 +7,15 @@
 # for byte (a refactor must not change them).
 # Usage: bench/bench_builds.sh OLD_BUILD NEW_BUILD [WORK]   (env: HIDDEN, LAYERS, ROUNDS; FLAGS: extra options
 #        of the ucp-union, ucp-load and direct steps, e.g. FLAGS=--no-verify to leave out checks one build
-#        does and the other does not, such as round 4's master-image check against a build before it)
+#        does and the other does not, such as round 4's master-image check against a build before it;
+#        INSTRUCTIONS=1: each step of the first round also runs under valgrind's callgrind, and a second
+#        table gives the instructions each build executed: repeatable on a shared, noisy machine, where
+#        wall and CPU medians cannot resolve a few percent)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 old=$(cd "$1" && pwd); new=$(cd "$2" && pwd)
 work=${3:-/tmp/ucpkit-bench-builds}
-HIDDEN=${HIDDEN:-1024}; LAYERS=${LAYERS:-8}; ROUNDS=${ROUNDS:-3}; FLAGS=${FLAGS:-}
+HIDDEN=${HIDDEN:-1024}; LAYERS=${LAYERS:-8}; ROUNDS=${ROUNDS:-3}; FLAGS=${FLAGS:-}; INSTRUCTIONS=${INSTRUCTIONS:-0}
 py=/usr/bin/python3
 mkdir -p "$work"
 gpt=$work/gpt-h$HIDDEN-l$LAYERS moe=$work/moe
@@ -39,14 +42,23 @@ step() {
   esac
   [ "$name" = pecrestore ] && rm -rf "$o/pecrestore"
   mkdir -p "$work/log/$tag"
+  if [ "$INSTRUCTIONS" = 1 ] && [ "$round" = 1 ]; then  # once more under callgrind: the instructions executed (repeatable)
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@" > /dev/null 2> "$work/log/$tag/$name.cg" || {
+      echo "$tag $name failed under valgrind: $(tail -3 "$work/log/$tag/$name.cg")" >&2; exit 1; }
+    sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$work/log/$tag/$name.cg" | head -1 | sed "s/^/$name $tag /" >> "$work/instructions"
+    [ "$name" = pecrestore ] && rm -rf "$o/pecrestore"
+    [ "$name" = pecsave ] && rm -rf "$o/pecstore"
+    rm -rf "${o:?}/$name"
+  fi
   /usr/bin/time -f '%e %U %S %M' -o "$work/log/$tag/$name.time" "$@" > /dev/null 2> "$work/log/$tag/$name.err" || {
     echo "$tag $name failed: $(cat "$work/log/$tag/$name.err")" >&2; exit 1; }
   t=$(tail -1 "$work/log/$tag/$name.time")
   awk -v n="$name" -v g="$tag" '{printf "%s %s %s %.2f %s %.2f\n", n, g, $1, $2 + $3, $4, $2}' <<< "$t" >> "$work/times"
 }
 
-rm -rf "$work/times" "$work/out" "$work/log"
+rm -rf "$work/times" "$work/instructions" "$work/out" "$work/log"
 for r in $(seq "$ROUNDS"); do
+  round=$r
   for s in union load direct pecsave pecrestore; do
     if [ $((r % 2)) -eq 1 ]; then step $s "$old" old; step $s "$new" new; else step $s "$new" new; step $s "$old" old; fi
   done
@@ -68,4 +80,11 @@ for step in dict.fromkeys(r[0] for r in rows):
           f" {o[3]:>8.2f}s {n[3]:>8.2f}s {n[3]/max(o[3],1e-9):>6.2f}"
           f" {o[2]/1024:>7.0f}MB {n[2]/1024:>7.0f}MB {n[2]/o[2]:>6.2f}")
 PY
+if [ -s "$work/instructions" ]; then
+  echo "instructions executed (valgrind --tool=callgrind, round 1)"
+  awk '{n[$1 " " $2] = $3; if (!($1 in seen)) { seen[$1] = 1; order[++k] = $1 } }
+       END { printf "%-11s %15s %15s %7s\n", "step", "old", "new", "ratio";
+             for (i = 1; i <= k; i++) { s = order[i]; printf "%-11s %15d %15d %7.4f\n", s, n[s " old"], n[s " new"], n[s " new"] / n[s " old"] } }' \
+      "$work/instructions"
+fi
 echo "outputs of the last round: $same"

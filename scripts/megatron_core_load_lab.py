@@ -5,6 +5,7 @@ scripts/megatron_core_load_verify.sh:
 
     python megatron_core_load_lab.py load  ...   # mcore_ckpt.py load, unchanged (Megatron's load_checkpoint)
     python megatron_core_load_lab.py truth --ckpt D --out T   # torch's DCP loader, see below
+    python megatron_core_load_lab.py resume --ckpt D --steps N ...   # load_checkpoint, then N train steps
 
 What it adds around mcore_ckpt.main(), all at module level so that the ranks mp.spawn starts (which import this
 file as __mp_main__) have it too:
@@ -97,6 +98,25 @@ def _argv(o, save=None, load=None):
 mcore_ckpt.megatron_argv = _argv
 
 
+def _resume(rank, world, o):
+    """`resume` (issue 47, resume equivalence): Megatron's own load_checkpoint of --ckpt with the run's
+    flags as given (no --no-load-rng unless --no-rng), then --steps of Megatron's own train_step
+    (mcore_ckpt.real_train_steps: the same seeded batches in every run); prints the iteration and learning
+    rate it resumed at and each step's loss line."""
+    from megatron.training.checkpointing import load_checkpoint
+
+    args = mcore_ckpt.megatron_init(o, load=o.ckpt)
+    args.load = None  # setup_model_and_optimizer would load; loaded below after mcore_ckpt's Adam priming
+    model, optimizer, sched = mcore_ckpt.build(args)
+    args.load = o.ckpt
+    mcore_ckpt.prime_torch_adam(optimizer)
+    mcore_ckpt.patch_torch_adam_fully_reshardable_load()
+    args.iteration, args.num_floating_point_operations_so_far = load_checkpoint(model, optimizer, sched)
+    lrs = sorted({g["lr"] for g in optimizer.param_groups})
+    print("resumed iteration %d (rank %d), lr %s" % (args.iteration, rank, lrs), flush=True)
+    mcore_ckpt.real_train_steps(args, model, optimizer, sched, o.steps)
+
+
 def truth(ckpt, out):
     """mcore_ckpt.py truth's files, read with torch's own DCP loader (see the docstring)."""
     import torch
@@ -134,4 +154,7 @@ if __name__ == "__main__":
         a = p.parse_args()
         truth(a.ckpt, a.out)
     else:
+        if sys.argv[1:2] == ["resume"]:  # mcore_ckpt's load arguments, _resume instead of its _load
+            sys.argv[1] = "load"
+            mcore_ckpt._load = _resume
         mcore_ckpt.main()

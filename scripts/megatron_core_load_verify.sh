@@ -18,8 +18,9 @@
 # settings (hidden, heads, query groups, ffn, vocab padded as the source, swiglu, normalization, biases,
 # position embeddings, tied or untied output layer: tests/generator/dsgen/models.py build()).
 # The line that is the point: Megatron-LM core_v0.19.0 (MCORE, default), the newest line here, on the newest
-# torch; ucp-load writes its torch_dist form (the common state inside the DCP files), which the older
-# core_v0.16.1 cannot read (no common.pt), so that line is not run by default. No chroot is needed.
+# torch. ucp-load writes for the line judging it (--megatron-version <the tag's release>): MCORE=core_v0.16.1
+# gets the common state as common.pt, which that line reads (issue 47; before, its load failed with
+# FileNotFoundError .../common.pt). No chroot is needed.
 #
 #   scripts/megatron_core_load_verify.sh [BUILD]          # BUILD: a build folder or install prefix (default build/)
 #   CASES="llama_tp2 gpt_tp2" scripts/megatron_core_load_verify.sh BUILD
@@ -87,7 +88,7 @@ case_() {
   /usr/bin/python3 "$ROOT/tests/generator/gen_ds_checkpoint.py" --output "$d/src" $gen > "$d/gen.log" 2>&1 || { echo "FAIL $name: generator"; result "$name" 0 no; failed=1; return; }
   (cd "$d" && "$BUILD/bin/ucp-union" -q --input src --output mc --to-names megatron-core) > "$d/union.log" 2>&1 || { echo "FAIL $name: ucp-union"; tail -3 "$d/union.log"; result "$name" 0 no; failed=1; return; }
   # shellcheck disable=SC2086
-  (cd "$d" && "$BUILD/bin/ucp-load" -q --input mc --format torch_dist $layout --output td) > "$d/load.log" 2>&1 || { echo "FAIL $name: ucp-load"; tail -3 "$d/load.log"; result "$name" 0 no; failed=1; return; }
+  (cd "$d" && "$BUILD/bin/ucp-load" -q --input mc --format torch_dist $layout --megatron-version "${TAG#core_v}" --output td) > "$d/load.log" 2>&1 || { echo "FAIL $name: ucp-load"; tail -3 "$d/load.log"; result "$name" 0 no; failed=1; return; }
   cp "$ROOT/scripts/megatron_core_load_lab.py" "$d/"
   # shellcheck disable=SC2086
   printf '%s\n' $drop > "$d/drop_flags.txt"

@@ -134,6 +134,45 @@ EOF
   fi
 }
 
+# resume_ NAME "save layout+model options" "ucp-load layout" "resume layout+model options" (issue 47, resume
+# equivalence): Megatron-LM trains from scratch (its own train_step, 2 steps) and saves dp_reshardable with a
+# fully_reshardable copy of the same state, its RNG state included (default flags); ucp-load converts the
+# dp_reshardable save to another layout; Megatron resumes at that layout with its default flags twice, from
+# our output and from its own fully_reshardable save (its own reshard-on-load), and trains 3 more steps on the
+# same seeded batches: the iteration, learning rate and every loss line must be equal, character for character.
+resume_() {
+  name=$1; sargs=$2; layout=$3; rargs=$4
+  if [ -n "${CASES:-}" ]; then case " $CASES " in *" $name "*) ;; *) return ;; esac; fi
+  case "$TAG" in core_v0.16*) return ;; esac  # the newest line; 0.16.1 is judged by the load cases
+  d=$WORK/$TAG/$name
+  mkdir -p "$d"
+  cp "$ROOT/scripts/megatron_core_load_lab.py" "$d/"
+  RCOMMON="--hidden 16 --vocab 64 --layers 2 --gbs 2 --train"
+  # shellcheck disable=SC2086
+  timeout 900 env -i PATH="$PATH" HOME="$HOME" LANG=C.UTF-8 PYTHONPATH="$TORCH2LAB/shims:$SRC" TORCH2LAB="$TORCH2LAB" $MENV \
+    "$FRAMEWORKS_PY" "$d/megatron_core_load_lab.py" save --out "$d/src" --fully-reshardable-copy "$d/full" --steps 2 \
+    $RCOMMON $sargs > "$d/save.log" 2>&1 || { echo "FAIL $name: Megatron's save"; tail -5 "$d/save.log"; result "$name" 0 no; failed=1; return; }
+  # shellcheck disable=SC2086
+  (cd "$d" && "$BUILD/bin/ucp-load" --input src --format torch_dist $layout --output td) > "$d/load.log" 2>&1 ||
+    { echo "FAIL $name: ucp-load"; tail -3 "$d/load.log"; result "$name" 0 no; failed=1; return; }
+  for run in ours:td megatron:full; do
+    # shellcheck disable=SC2086
+    timeout 900 env -i PATH="$PATH" HOME="$HOME" LANG=C.UTF-8 PYTHONPATH="$TORCH2LAB/shims:$SRC" TORCH2LAB="$TORCH2LAB" $MENV \
+      "$FRAMEWORKS_PY" "$d/megatron_core_load_lab.py" resume --ckpt "$d/${run#*:}" --steps 3 $RCOMMON $rargs \
+      > "$d/${run%%:*}.log" 2>&1
+    grep -aE "^(resumed iteration|train step)" "$d/${run%%:*}.log" | sort > "$d/${run%%:*}.lines"
+  done
+  steps=$(grep -c "^train step" "$d/megatron.lines")
+  if [ "$steps" -gt 0 ] && cmp -s "$d/ours.lines" "$d/megatron.lines"; then
+    echo "PASS $name ($layout): resumed from ucp-load's output = Megatron's own reshard-on-load: $(grep -m1 '^resumed' "$d/ours.lines"); $steps loss lines equal, last: $(grep '^train step' "$d/ours.lines" | tail -1)"
+    result "$name" "$steps" yes
+  else
+    echo "FAIL $name ($layout): resumes differ"; diff "$d/ours.lines" "$d/megatron.lines" | head -8; tail -3 "$d/ours.log"
+    result "$name" "$steps" no
+    failed=1
+  fi
+}
+
 GPT="--heads 4 --groups 4"
 LLAMA="--heads 4 --groups 2 --extra --disable-bias-linear"
 MOE="--moe --experts 4 --heads 4 --groups 2 --grouped-gemm"
@@ -155,6 +194,14 @@ for TAG in $MCORE; do
   case_ moe_etp_tp1 moe_tp2_etp2 fully_reshardable "--tp 1 --dp 2" "--tp 1 --ep 2 --etp 1 --dp 2 $MOE"
   case_ moe_etp1_tp2 moe_tp2_etp2 fully_reshardable "--etp 1" "--tp 2 --ep 2 --etp 1 --dp 2 $MOE"
   case_ llama_same_dp llama_gqa_tp2_dp2_v016 dp_reshardable "" "--tp 2 --dp 2 $LLAMA"
+  resume_ resume_gpt_tp2_tp1 "--tp 2 --dp 1 $GPT" "--tp 1 --dp 2" "--tp 1 --dp 2 $GPT"
+  resume_ resume_gpt_tp2_pp2 "--tp 2 --dp 1 $GPT" "--tp 1 --pp 2 --dp 1" "--tp 1 --pp 2 --dp 1 $GPT"
+  # MoE at TP 1: Megatron's local implementation cannot train MoE with TP > 1 on CPU (MoE with TP needs
+  # sequence parallelism, which its torch norm refuses: transformer/torch_norm.py:50 at core_v0.19.0). EP 2 ->
+  # EP 4, not EP 1: Megatron's own load of its EP 2 save at EP 1 fails (KeyError 'optimizer',
+  # optimizer/distrib_optimizer.py:962: the save's chained expert optimizer against one unchained part), so
+  # there is no reference for EP 1; ucp-load's EP 1 output resumes (issue 47 notes).
+  resume_ resume_moe_ep2_ep4 "--tp 1 --dp 4 --ep 2 --gbs 4 $MOE" "--ep 4 --dp 4" "--tp 1 --dp 4 --ep 4 --gbs 4 $MOE"
   case_ llama_tp1dp2 llama_gqa_tp2_dp2_v016 fully_reshardable "--tp 1 --dp 2" "--tp 1 --dp 2 $LLAMA"
 done
 [ $any = 1 ] || exit 77

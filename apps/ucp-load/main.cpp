@@ -48,6 +48,10 @@ LayoutOptions add_options(CLI::App& app, tool::UcpLoadOptions& o) {
                  "--format torch_dist, an MoE model: target expert tensor-parallel degree (default: the target TP "
                  "when the source's expert TP equals its TP > 1, as Megatron-LM's default; else the source's)")
       ->check(tool::in_range(1, tool::kMaxDegree));
+  app.add_option("--megatron-version", l.megatron_version,
+                 "--format torch_dist: the Megatron-Core release the output is for (0.16, 0.19.0, ...): before 0.17 "
+                 "the common state is written as common.pt, from 0.17 as the common_state item in the DCP files "
+                 "(0.17+ reads both); default: the source's form (0.17+ for a DeepSpeed source)");
   given.dtype = app.add_option("--dtype", o.dtype, "Low-precision weight dtype (default: the source's training precision)")
                     ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   app.add_flag("--reuse-output", l.reuse_output,

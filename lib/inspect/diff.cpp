@@ -32,6 +32,7 @@
 #include "reshard/model_info.h"
 #include "reshard/universal_reader.h"
 #include "to_universal/convert.h"
+#include "to_universal/value_json.h"
 
 namespace fs = std::filesystem;
 
@@ -333,6 +334,85 @@ void compare_sides(DiffResult& r, Side& a, Side& b, const DiffOptions& o) {
     }
 }
 
+// A step file's value (a number, or a one-element tensor as DeepSpeed saves it), as text; nullopt when
+// it holds something else.
+std::optional<std::string> step_text(const std::string& path) {
+  const auto v = load_torch(path);
+  if (v && (v->is(pickle::Kind::Float) || v->is(pickle::Kind::Int))) return nlohmann::json(v->as_float()).dump();
+  if (v && v->is(pickle::Kind::Tensor) && v->tensor && v->tensor->numel() == 1) {
+    const Tensor t = v->tensor->dtype() == DType::Float64 || v->tensor->dtype() == DType::Int64 ? *v->tensor : v->tensor->to(DType::Float32);
+    if (t.dtype() == DType::Int64) return nlohmann::json(static_cast<double>(t.to_vector<int64_t>()[0])).dump();
+    if (t.dtype() == DType::Float64) return nlohmann::json(t.to_vector<double>()[0]).dump();
+    return nlohmann::json(static_cast<double>(t.to_vector<float>()[0])).dump();
+  }
+  return std::nullopt;
+}
+
+// The optimizer's param_groups of a universal folder (its optimizer_state file), each without its
+// `params` (indices of the source's layout, not a setting), as JSON; an empty array when it has none.
+nlohmann::json param_groups_of(const std::string& dir, const formats::universal::UniversalManifest& m) {
+  const std::string path = (fs::path(dir) / m.optimizer_state).string();
+  nlohmann::json out = nlohmann::json::array();
+  if (!fs::exists(path)) return out;
+  const auto groups = entry_of(load_torch(path), "param_groups");
+  if (!groups || !groups->is_sequence()) return out;
+  for (const auto& g : groups->items) {
+    nlohmann::json j = to_universal::value_to_json(g);
+    if (j.is_object()) j.erase("params");
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+// What the universal form holds besides tensors (issue 47: not compared before): each parameter's
+// optimizer step (zero/<param>/step.pt) and the optimizer's param_groups (learning rate, betas,
+// weight decay, their step), as non-tensor items.
+void compare_optimizer_items(DiffResult& r, const std::string& da, const std::string& db, const DiffOptions& o) {
+  const auto manifest = [](const std::string& d) {
+    return formats::universal::read_universal_manifest((fs::path(d) / formats::universal::kUniversalManifestName).string());
+  };
+  const auto ma = manifest(da), mb = manifest(db);
+  std::map<std::string, const formats::universal::UniversalParam*> in_b;
+  for (const auto& p : mb.params) in_b[p.name] = &p;
+  const auto step_file = [](const std::string& d, const formats::universal::UniversalParam& p) {
+    return (fs::path(d) / p.states.begin()->second.file).parent_path() / "step.pt";
+  };
+  for (const auto& pa : ma.params) {
+    const auto it = in_b.find(pa.name);
+    if (it == in_b.end() || pa.states.empty() || it->second->states.empty()) continue;  // listed by the tensors
+    const auto& pb = *it->second;
+    if (!pa.step && !pb.step) continue;
+    ++r.tensors, ++r.items;
+    if (pa.step != pb.step) {
+      note(r, o.listed, {pa.name, "step", pa.step ? "only_in_a" : "only_in_b", "optimizer step in one only"});
+      continue;
+    }
+    const auto sa = step_text(step_file(da, pa).string()), sb = step_text(step_file(db, pb).string());
+    if (sa && sb && *sa == *sb) {
+      ++r.tensors_equal;
+    } else {
+      note(r, o.listed, {pa.name, "step", "item", sa.value_or("?") + " vs " + sb.value_or("?")});
+    }
+  }
+  const auto ga = param_groups_of(da, ma), gb = param_groups_of(db, mb);
+  if (ga.empty() && gb.empty()) return;
+  ++r.tensors, ++r.items;
+  std::string first;
+  if (ga.size() != gb.size()) first = std::to_string(ga.size()) + " vs " + std::to_string(gb.size()) + " groups";
+  for (size_t g = 0; first.empty() && g < ga.size(); ++g)
+    for (const auto& [k, v] : ga[g].items())
+      if (first.empty() && (!gb[g].contains(k) || gb[g][k] != v))
+        first = "group " + std::to_string(g) + " " + k + ": " + v.dump() + " vs " +
+                (gb[g].contains(k) ? gb[g][k].dump() : std::string("absent"));
+  for (size_t g = 0; first.empty() && g < gb.size(); ++g)
+    for (const auto& [k, v] : gb[g].items())
+      if (first.empty() && !ga[g].contains(k)) first = "group " + std::to_string(g) + " " + k + ": absent vs " + v.dump();
+  if (first.empty())
+    ++r.tensors_equal;
+  else
+    note(r, o.listed, {"param_groups", "", "item", first});
+}
+
 // Two DCP folders entry by entry, as saved (issue 47: through the universal form the buffers were
 // refused and the non-tensor items not looked at). Tensors: key, dtype, shape, then the values bit
 // for bit, or (floating dtypes, a tolerance given) within it; non-tensor items: the stored bytes, or
@@ -432,7 +512,9 @@ DiffResult diff_checkpoints(const std::string& a, const std::string& b, const Di
     compare(r, a, b, o);
     return r;
   }
-  r.skipped = {"optimizer steps", "param_groups", "non-tensor items"};
+  // The model files' client state (Megatron's args, iteration, LR scheduler) and a DCP's other items
+  // are not in the universal form's comparison.
+  r.skipped = {"model files' client state", "other non-tensor items"};
   // From here SIGINT/SIGTERM only set a flag: the conversion and the comparison stop at their next
   // check_interrupted(), the temporary folder is removed on the way out, and the tool dies by the signal.
   StagedPhase staged;
@@ -444,6 +526,7 @@ DiffResult diff_checkpoints(const std::string& a, const std::string& b, const Di
   auto sa = open_side(ua, o.verify);
   auto sb = open_side(ub, o.verify);
   compare_sides(r, *sa, *sb, o);
+  compare_optimizer_items(r, ua, ub, o);
   return r;
 }
 

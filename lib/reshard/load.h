@@ -46,6 +46,9 @@ struct LoadOptions {
   // Megatron-DeepSpeed universal folder giving names, patterns and model files (torch_dist_source.h);
   // --model-map: the map for a template in Megatron-DeepSpeed names ("": the shipped ones).
   std::string template_dir, model_map;
+  // --megatron-version (--format torch_dist): the Megatron-Core line the output is for ("0.16", "0.19.0";
+  // "": the source's form), which decides where the common state goes (torch_dist_output.cpp).
+  std::string megatron_version;
 };
 
 struct LoadSummary {

@@ -200,6 +200,9 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
   const auto& facts = p.manifest.source.facts;
   if (const auto td = facts.find("torch_dist"); td != facts.end() && td->is_object())
     p.legacy_common = td->value("legacy_common_pt", false);
+  if (!o.megatron_version.empty()) {
+    p.legacy_common = formats::megatron_core::writes_legacy_common(o.megatron_version);
+  }
 
   // The target layout: what the command line gives, else the source's (args, else manifest source).
   const auto& src = p.manifest.source;
@@ -420,7 +423,7 @@ void write_torch_dist(const LoadOptions& options, const TdPrepared& p, const std
 class TorchDistOutput final : public OutputWriter {
  public:
   bool takes_model_map() const override { return true; }
-  bool takes_expert_tp() const override { return true; }
+  bool takes_megatron_options() const override { return true; }
   bool reads_model() const override { return false; }
   bool one_process() const override { return true; }
   bool staging_notes_warn() const override { return true; }

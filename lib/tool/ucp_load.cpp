@@ -73,9 +73,11 @@ void UcpLoadOptions::check() {
                   : exchange == "off" ? reshard::ExchangeMode::Files
                                       : reshard::ExchangeMode::Auto;
   load.batch_bytes = batch;
-  if (etp > 0 && !writer.takes_expert_tp())
-    throw UsageError("--etp applies to --format " + formats_that(&W::takes_expert_tp) +
+  if (etp > 0 && !writer.takes_megatron_options())
+    throw UsageError("--etp applies to --format " + formats_that(&W::takes_megatron_options) +
                      " (expert tensor parallelism, a Megatron-Core layout dimension)");
+  if (!load.megatron_version.empty() && !writer.takes_megatron_options())
+    throw UsageError("--megatron-version applies to --format " + formats_that(&W::takes_megatron_options));
   if (exchange == "on" && !writer.takes_exchange())
     throw UsageError("--exchange on applies to --format " + formats_that(&W::takes_exchange));
   if (!load.model_map.empty() && load.template_dir.empty() && !writer.takes_model_map())

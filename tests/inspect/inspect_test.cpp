@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "formats/universal/manifest.h"
+#include "io/torch/torch_file.h"
 #include "support/files.h"
 #include "support/process.h"
 
@@ -235,7 +237,10 @@ TEST(UcpDiffTool, NativeCheckpointEqualsItsRelayout) {
   EXPECT_EQ(j["equal"], true);
   EXPECT_EQ(j["a"]["form"], "native");
   EXPECT_EQ(j["b"]["form"], "native");
-  EXPECT_EQ(j["tensors"], 3 * expect_of("gpt_tp2_pp2_dp2")["tensors"].get<int>());  // fp32, exp_avg, exp_avg_sq
+  // fp32, exp_avg, exp_avg_sq, and the non-tensor items (issue 47): each parameter's step, param_groups
+  const int params = expect_of("gpt_tp2_pp2_dp2")["tensors"].get<int>();
+  EXPECT_EQ(j["non_tensor_items"], params + 1);
+  EXPECT_EQ(j["tensors"], 3 * params + params + 1);
   EXPECT_EQ(j["tensors_equal"], j["tensors"]);
   EXPECT_TRUE(empty_folder(cwd + "/tmp"));  // the conversions are gone
 
@@ -271,6 +276,45 @@ TEST(UcpDiffTool, OneChangedOptimizerValueIsADifference) {
   EXPECT_NE(t.out.find(changed["param"].get<std::string>() + " exp_avg: values"), std::string::npos) << t.out;
   EXPECT_EQ(run_in(cwd, "ucp-diff", a + " " + b + " --tmp-dir tmp --atol 0.3 -q").rc, 0);
   EXPECT_EQ(run_in(cwd, "ucp-diff", a + " " + b + " --tmp-dir tmp --rtol 1e-9 -q").rc, 3);
+}
+
+// Issue 47: through the universal form the optimizer's step and its param_groups (the learning rate)
+// are compared too; a change in either is a difference (exit 3), whatever the tolerance.
+TEST(UcpDiffTool, StepAndLearningRateDifferencesAreFound) {
+  const std::string cwd = scratch("step_lr");
+  ASSERT_EQ(union_into(cwd, rel(kFx + "/gpt_tp2_pp2_dp2", cwd), "uni"), 0);
+  fs::copy(cwd + "/uni", cwd + "/step", fs::copy_options::recursive);
+  fs::copy(cwd + "/uni", cwd + "/lr", fs::copy_options::recursive);
+  const auto manifest = ucpkit::formats::universal::read_universal_manifest(cwd + "/uni/manifest.json");
+  const auto& p = manifest.params.front();
+  ASSERT_TRUE(p.step);
+  // one parameter's step one more (the manifest's crc32s cover state tensors, not step.pt)
+  const std::string step_pt = (fs::path(cwd + "/step") / p.states.at("fp32").file).parent_path() / "step.pt";
+  const auto step = ucpkit::load_torch(step_pt);
+  ASSERT_TRUE(step->is(ucpkit::pickle::Kind::Float) || step->is(ucpkit::pickle::Kind::Int)) << step->repr();
+  ucpkit::save_torch_file(step_pt, ucpkit::pickle::Value::real(step->as_float() + 1));
+  // the first param group's learning rate doubled
+  const std::string opt_pt = cwd + "/lr/" + manifest.optimizer_state;
+  const auto opt = ucpkit::load_torch(opt_pt);
+  const auto group = opt->at("param_groups")->items.at(0);
+  const double lr = group->at("lr")->as_float();
+  group->set_item("lr", ucpkit::pickle::Value::real(2 * lr));
+  ucpkit::save_torch_file(opt_pt, opt);
+
+  EXPECT_EQ(run_in(cwd, "ucp-diff", "uni uni -q").rc, 0);
+  const ToolRun s = run_in(cwd, "ucp-diff", "uni step --json --atol 10");
+  ASSERT_EQ(s.rc, 3) << s.err;
+  json j = parse(s);
+  EXPECT_EQ(j["differences"], 1);
+  ASSERT_EQ(j["listed"].size(), 1u);
+  EXPECT_EQ(j["listed"][0]["param"], p.name);
+  EXPECT_EQ(j["listed"][0]["state"], "step");
+  EXPECT_EQ(j["listed"][0]["kind"], "item");
+  const ToolRun l = run_in(cwd, "ucp-diff", "uni lr");
+  ASSERT_EQ(l.rc, 3) << l.err;
+  EXPECT_NE(l.out.find("param_groups: item: group 0 lr: " + json(lr).dump() + " vs " + json(2 * lr).dump()),
+            std::string::npos)
+      << l.out;
 }
 
 TEST(UcpDiffTool, ParametersInOneOnlyAreDifferences) {

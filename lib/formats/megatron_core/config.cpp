@@ -1,5 +1,7 @@
 #include "formats/megatron_core/config.h"
 
+#include <cctype>
+#include <cstdio>
 #include <filesystem>
 
 #include "core/atomic_file.h"
@@ -61,6 +63,14 @@ CheckpointConfig read_config(const std::string& dir) {
   if (c.sharded_backend != "torch_dist")
     fail(path, "sharded_backend " + escaped_brief(c.sharded_backend) + " is not read (only torch_dist)");
   return c;
+}
+
+bool writes_legacy_common(const std::string& version) {
+  int major = -1, minor = -1, used = 0;
+  if (std::sscanf(version.c_str(), "%d.%d%n", &major, &minor, &used) != 2 || major < 0 || minor < 0 ||
+      (used < static_cast<int>(version.size()) && version[used] != '.' && !std::isalpha(static_cast<unsigned char>(version[used]))))
+    throw UsageError("--megatron-version " + escaped_brief(version) + ": expected a Megatron-Core release such as 0.16 or 0.19.0");
+  return major == 0 && minor < 17;
 }
 
 }  // namespace ucpkit::formats::megatron_core

@@ -28,4 +28,11 @@ CheckpointConfig parse_config(const std::string& text, const std::string& name);
 // Reads dir/metadata.json and requires sharded_backend == "torch_dist".
 CheckpointConfig read_config(const std::string& dir);
 
+// Whether Megatron-Core release `version` ("0.16", "0.16.1", "0.19.0rc1") keeps the common state in
+// common.pt beside the DCP files (before 0.17), rather than as the common_state item inside them (from
+// 0.17: "common strategy simplification", Megatron-LM 2beb593b46, first in core_v0.17.0; 0.17+ still
+// reads a common.pt, dist_checkpointing/serialization.py:149 at core_v0.19.0). UsageError naming
+// --megatron-version for anything but <major>.<minor>[.<patch>...].
+bool writes_legacy_common(const std::string& version);
+
 }  // namespace ucpkit::formats::megatron_core

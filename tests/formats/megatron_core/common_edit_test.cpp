@@ -1,7 +1,9 @@
 // The common state rewritten for a target layout (formats/megatron_core/common_edit.h).
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "formats/megatron_core/common_edit.h"
+#include "formats/megatron_core/config.h"
 #include "io/pickle/value.h"
 
 using namespace ucpkit;
@@ -36,4 +38,12 @@ TEST(McoreCommonEdit, TargetLayoutSetsTheSizesAndSaysNoRngStateIsSaved) {
   ASSERT_TRUE(args->attr("no_save_rng"));
   ASSERT_TRUE(args->attr("no_save_rng")->is(Kind::Bool));
   EXPECT_TRUE(args->attr("no_save_rng")->b);
+}
+
+// Where a release keeps the common state (issue 47, --megatron-version): common.pt before 0.17.
+TEST(McoreCommonEdit, ReleasesBefore017WriteCommonPt) {
+  using formats::megatron_core::writes_legacy_common;
+  for (const char* v : {"0.16", "0.16.1", "0.15.3", "0.9.0"}) EXPECT_TRUE(writes_legacy_common(v)) << v;
+  for (const char* v : {"0.17", "0.17.0", "0.19.0", "0.19.0rc1", "0.19.2", "1.0"}) EXPECT_FALSE(writes_legacy_common(v)) << v;
+  for (const char* v : {"", "v0.16", "0", "0.x", "0.16-", "latest"}) EXPECT_THROW(writes_legacy_common(v), UsageError) << v;
 }

@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "formats/megatron_core/config.h"
 #include "formats/megatron_core/reader.h"
 #include "formats/universal/state_file.h"
 #include "io/dtype.h"
@@ -301,6 +302,37 @@ TEST(McoreTorchDistLoad, ExpertTensorParallelismIsReadAndWritten) {
   const auto ds = run(s, "ucp-load", "--input full.u --format dcp --etp 1 --output bad");
   EXPECT_EQ(ds.rc, 2) << ds.err;
   EXPECT_NE(ds.err.find("--etp applies to --format torch_dist"), std::string::npos) << ds.err;
+}
+
+// --megatron-version (issue 47): the common state where that release keeps it: common.pt before 0.17
+// (what Megatron-Core 0.16 reads), the common_state item from 0.17; by default the source's form.
+TEST(McoreTorchDistLoad, MegatronVersionChoosesWhereTheCommonStateIsWritten) {
+  const Scratch s = scratch("megatron_version");
+  union_of(s, "gpt_tp2_pp2", "fully_reshardable", "u19");
+  union_of(s, "llama_gqa_tp2_dp2_v016", "fully_reshardable", "u16");
+  struct Case {
+    const char* input;
+    const char* option;
+    bool common_pt;
+  };
+  for (const Case& c : {Case{"u19", "", false}, Case{"u19", "--megatron-version 0.16", true},
+                        Case{"u16", "", true}, Case{"u16", "--megatron-version 0.19.0", false}}) {
+    SCOPED_TRACE(std::string(c.input) + " " + c.option);
+    const std::string out = std::string(c.input) + (c.option[0] ? ".opt" : ".default");
+    const auto r = run(s, "ucp-load", "--input " + std::string(c.input) + " --format torch_dist " + c.option + " --output " + out);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const std::string iter = formats::megatron_core::iteration_dir(s.work + "/" + out);
+    EXPECT_EQ(fs::exists(iter + "/common.pt"), c.common_pt);
+    const Checkpoint ck(s.work + "/" + out);
+    EXPECT_EQ(ck.common().legacy, c.common_pt);
+    EXPECT_TRUE(ck.common().arg("tensor_model_parallel_size"));
+  }
+  const auto bad = run(s, "ucp-load", "--input u19 --format torch_dist --megatron-version latest --output bad");
+  EXPECT_EQ(bad.rc, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--megatron-version latest: expected a Megatron-Core release"), std::string::npos) << bad.err;
+  const auto other = run(s, "ucp-load", "--input u19 --format dcp --megatron-version 0.16 --output bad");
+  EXPECT_EQ(other.rc, 2) << other.err;
+  EXPECT_NE(other.err.find("--megatron-version applies to --format torch_dist"), std::string::npos) << other.err;
 }
 
 TEST(McoreTorchDistLoad, DirectFromATorchDistInputThroughAScratchUniversalFolderThatIsRemoved) {
