@@ -66,6 +66,10 @@ host=$(hostname -s)
 cpus=$(nproc)
 mem=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
 mkdir -p "$dir/state" "$dir/spool"
+# MinJobAge=5: sbatch --wait sleeps 2 s before its first poll and quadruples the pause (2, 8, 32 s) while
+# it is below MinJobAge / 2 (src/sbatch/sbatch.c _job_wait); with the default 300 a 3 s job kept the test
+# waiting 10 s and an 11 s one 42 s. 5 / 2 = 2 keeps every pause at 2 s, and a finished job's record
+# stays at least 5 s, more than one pause.
 cat > "$conf" <<CONF
 ClusterName=ucpkit
 SlurmctldHost=$host
@@ -90,6 +94,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
 KillWait=30
+MinJobAge=5
 JobCompType=jobcomp/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
