@@ -335,17 +335,24 @@ void compare_sides(DiffResult& r, Side& a, Side& b, const DiffOptions& o) {
 }
 
 // A step file's value (a number, or a one-element tensor as DeepSpeed saves it), as text; nullopt when
-// it holds something else.
+// it holds something else (listed as a difference, "?").
 std::optional<std::string> step_text(const std::string& path) {
   const auto v = load_torch(path);
   if (v && (v->is(pickle::Kind::Float) || v->is(pickle::Kind::Int))) return nlohmann::json(v->as_float()).dump();
-  if (v && v->is(pickle::Kind::Tensor) && v->tensor && v->tensor->numel() == 1) {
-    const Tensor t = v->tensor->dtype() == DType::Float64 || v->tensor->dtype() == DType::Int64 ? *v->tensor : v->tensor->to(DType::Float32);
-    if (t.dtype() == DType::Int64) return nlohmann::json(static_cast<double>(t.to_vector<int64_t>()[0])).dump();
-    if (t.dtype() == DType::Float64) return nlohmann::json(t.to_vector<double>()[0]).dump();
-    return nlohmann::json(static_cast<double>(t.to_vector<float>()[0])).dump();
+  if (!v || !v->is(pickle::Kind::Tensor) || !v->tensor || v->tensor->numel() != 1) return std::nullopt;
+  const Tensor& t = *v->tensor;
+  switch (t.dtype()) {
+    case DType::Int64: return nlohmann::json(static_cast<double>(t.to_vector<int64_t>()[0])).dump();
+    case DType::Float64: return nlohmann::json(t.to_vector<double>()[0]).dump();
+    case DType::Float32: return nlohmann::json(static_cast<double>(t.to_vector<float>()[0])).dump();
+    case DType::BFloat16:
+    case DType::Float16: return nlohmann::json(static_cast<double>(t.to(DType::Float32).to_vector<float>()[0])).dump();
+    default: {  // another dtype: its stored bytes stand for the value
+      std::string text = std::string(dtype_name(t.dtype())) + ":";
+      for (const uint8_t b : t.contiguous().contiguous_bytes()) text += "0123456789abcdef"[b >> 4], text += "0123456789abcdef"[b & 15];
+      return text;
+    }
   }
-  return std::nullopt;
 }
 
 // The optimizer's param_groups of a universal folder (its optimizer_state file), each without its
