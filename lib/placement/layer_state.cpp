@@ -387,36 +387,43 @@ void LayerState::reorder_moved() {
   // The new loads (the same additions in the same order, in pending_) take effect at once and the
   // order is restored without sorting all GPUs again (issue 45: a rewrite of a dominant expert, on
   // every GPU at 1,024 nodes on the heavy-tailed loads, rebuilt it, nth_element and all, an eighth of
-  // the re-placement with a migration weight). The heaps: where few GPUs changed, a GPU moves up in
-  // the max-heap only when its load passed its entry, in the min-heap only when it fell below it (the
-  // lazy bounds); where many did (from a quarter of the GPUs on), each heap is made again from its
-  // GPUs' loads (in place, O(GPUs)). The lightest list is then sorted again and exchanges its heaviest
-  // with the others' lightest while that one is lighter. The order is the one build_order gives (the
-  // lightest list and the most loaded GPU are exact; the heaps' layout is not observed).
-  const bool remake = moved_.size() * 4 > hi_.size();
+  // the re-placement with a migration weight). Only a GPU past its lazy bound moves in a heap: above
+  // its entry in the max-heap, below it in the min-heap (a rewrite mostly raises the holders of one
+  // expert and lowers those of the other, so mostly one heap). Where few GPUs are past, each moves
+  // up; where many are (from a quarter of the heap on), that heap is made again from its GPUs' loads
+  // (in place, O(GPUs)). The lightest list is then sorted again and exchanges its heaviest with the
+  // others' lightest while that one is lighter. The order is the one build_order gives (the lightest
+  // list and the most loaded GPU are exact; the heaps' layout is not observed).
+  std::vector<int>& up = moved_up_;
+  std::vector<int>& down = moved_down_;
+  up.clear();
+  down.clear();
   for (int g : moved_) {
     load_[g] = pending_[g];
     moved_mark_[g] = 0;
-    if (remake) continue;
-    const size_t h = static_cast<size_t>(hi_at_[g]);
-    if (load_[g] > hi_[h].key) {
+    if (load_[g] > hi_[static_cast<size_t>(hi_at_[g])].key) up.push_back(g);
+    if (rest_at_[g] >= 0 && load_[g] < rest_[static_cast<size_t>(rest_at_[g])].key) down.push_back(g);
+  }
+  moved_.clear();
+  if (up.size() * 4 > hi_.size()) {
+    for (Entry& e : hi_) e.key = load_[e.gpu];
+    for (size_t i = hi_.size() / 2; i-- > 0;) sift<true>(hi_, hi_at_, i, false);
+  } else {
+    for (int g : up) {
+      const size_t h = static_cast<size_t>(hi_at_[g]);
       hi_[h].key = load_[g];
       sift<true>(hi_, hi_at_, h, true);
     }
-    if (rest_at_[g] >= 0) {
-      const size_t i = static_cast<size_t>(rest_at_[g]);
-      if (load_[g] < rest_[i].key) {
-        rest_[i].key = load_[g];
-        sift<false>(rest_, rest_at_, i, true);
-      }
-    }
   }
-  moved_.clear();
-  if (remake) {
+  if (down.size() * 4 > rest_.size()) {
     for (Entry& e : rest_) e.key = load_[e.gpu];
     for (size_t i = rest_.size() / 2; i-- > 0;) sift<false>(rest_, rest_at_, i, false);
-    for (Entry& e : hi_) e.key = load_[e.gpu];
-    for (size_t i = hi_.size() / 2; i-- > 0;) sift<true>(hi_, hi_at_, i, false);
+  } else {
+    for (int g : down) {
+      const size_t i = static_cast<size_t>(rest_at_[g]);
+      rest_[i].key = load_[g];
+      sift<false>(rest_, rest_at_, i, true);
+    }
   }
   // The lightest list: sorted again (insertion sort: few of its loads changed order), then the
   // others' lightest (exact once settled) takes the place of the list's heaviest while it is lighter.
