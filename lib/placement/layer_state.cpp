@@ -9,6 +9,7 @@
 #include <numeric>
 #include <set>
 #include <span>
+#include <type_traits>
 
 #include "core/error.h"
 
@@ -405,26 +406,22 @@ void LayerState::reorder_moved() {
     if (rest_at_[g] >= 0 && load_[g] < rest_[static_cast<size_t>(rest_at_[g])].key) down.push_back(g);
   }
   moved_.clear();
-  if (up.size() * 4 > hi_.size()) {
-    for (Entry& e : hi_) e.key = load_[e.gpu];
-    for (size_t i = hi_.size() / 2; i-- > 0;) sift<true>(hi_, hi_at_, i, false);
-  } else {
-    for (int g : up) {
-      const size_t h = static_cast<size_t>(hi_at_[g]);
-      hi_[h].key = load_[g];
-      sift<true>(hi_, hi_at_, h, true);
+  // One heap (the max-heap with std::true_type) with its GPUs `past` their bound.
+  auto restore = [&](auto is_max, std::vector<Entry>& heap, std::vector<int>& at, const std::vector<int>& past) {
+    constexpr bool kMax = decltype(is_max)::value;
+    if (past.size() * 4 > heap.size()) {
+      for (Entry& e : heap) e.key = load_[e.gpu];
+      for (size_t i = heap.size() / 2; i-- > 0;) sift<kMax>(heap, at, i, false);
+      return;
     }
-  }
-  if (down.size() * 4 > rest_.size()) {
-    for (Entry& e : rest_) e.key = load_[e.gpu];
-    for (size_t i = rest_.size() / 2; i-- > 0;) sift<false>(rest_, rest_at_, i, false);
-  } else {
-    for (int g : down) {
-      const size_t i = static_cast<size_t>(rest_at_[g]);
-      rest_[i].key = load_[g];
-      sift<false>(rest_, rest_at_, i, true);
+    for (int g : past) {
+      const size_t i = static_cast<size_t>(at[g]);
+      heap[i].key = load_[g];
+      sift<kMax>(heap, at, i, true);
     }
-  }
+  };
+  restore(std::true_type{}, hi_, hi_at_, up);
+  restore(std::false_type{}, rest_, rest_at_, down);
   // The lightest list: sorted again (insertion sort: few of its loads changed order), then the
   // others' lightest (exact once settled) takes the place of the list's heaviest while it is lighter.
   for (size_t i = 1; i < bottom_.size(); ++i)
