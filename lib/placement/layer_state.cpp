@@ -9,6 +9,7 @@
 #include <numeric>
 #include <set>
 #include <span>
+#include <type_traits>
 
 #include "core/error.h"
 
@@ -27,6 +28,41 @@ class SlotGpu {
 
  private:
   int S_, shift_;
+};
+
+// `start` plus `step` added `times` times, one addition at a time: the value a running sum over
+// slots reaches (kept bit for bit, so that moves compare as they always did).
+double add_times(double start, double step, int times) {
+  for (int i = 0; i < times; ++i) start += step;
+  return start;
+}
+double sub_times(double start, double step, int times) {
+  for (int i = 0; i < times; ++i) start -= step;
+  return start;
+}
+
+// add_times(0.0, step, times), or sub_times with `subtract`, from a table of the first few made once
+// per step, the loop going on from its last entry past them: the same sums bit for bit (issue 45: the
+// loops over a dominant expert's thousands of holders spent 6% of the re-placement with a migration
+// weight on the heavy-tailed loads at 1,024 nodes adding a step 3 or 4 times for each).
+class Multiples {
+ public:
+  Multiples() = default;
+  explicit Multiples(double step, bool subtract = false) : step_(step), subtract_(subtract) {
+    for (int i = 1; i < kTable; ++i) v_[i] = subtract ? v_[i - 1] - step : v_[i - 1] + step;
+  }
+  double operator()(int times) const {
+    if (times <= 0) return 0.0;
+    if (times < kTable) return v_[times];
+    const int more = times - (kTable - 1);
+    return subtract_ ? sub_times(v_[kTable - 1], step_, more) : add_times(v_[kTable - 1], step_, more);
+  }
+
+ private:
+  static constexpr int kTable = 8;
+  double step_ = 0;
+  bool subtract_ = false;
+  double v_[kTable] = {};
 };
 
 // The GPUs holding expert x with their replica counts, and per GPU the load it reaches when every
@@ -89,6 +125,7 @@ struct YHolders {
   };
   int y = -1;
   double dy = 0;
+  Multiples dys;  // multiples of dy
   std::span<const std::pair<int, int>> gpus;
   std::vector<Top> top;
   // The three holders whose load plus their y changes (their value when they hold no x) is largest,
@@ -384,19 +421,57 @@ void LayerState::set_slot(int p, int e) {
 }
 
 void LayerState::reorder_moved() {
-  // The new loads (the same additions in the same order, in pending_) take effect one GPU at a time,
-  // each a single change the order is restored after; when many changed, at once and the order is
-  // built again (O(GPUs), as the merge of the sorted array was). From a quarter of the GPUs on: at
-  // 1,024 nodes the rebuilds from a sixteenth on were 15% of --previous --migration-weight 1, 12%
-  // less time with a quarter, 8% with an eighth, 8% with a half (the order is the same either way).
-  const bool rebuild = moved_.size() * 4 > hi_.size();
+  // The new loads (the same additions in the same order, in pending_) take effect at once and the
+  // order is restored without sorting all GPUs again (issue 45: a rewrite of a dominant expert, on
+  // every GPU at 1,024 nodes on the heavy-tailed loads, rebuilt it, nth_element and all, an eighth of
+  // the re-placement with a migration weight). Only a GPU past its lazy bound moves in a heap: above
+  // its entry in the max-heap, below it in the min-heap (a rewrite mostly raises the holders of one
+  // expert and lowers those of the other, so mostly one heap). Where few GPUs are past, each moves
+  // up; where many are (from a quarter of the heap on), that heap is made again from its GPUs' loads
+  // (in place, O(GPUs)). The lightest list is then sorted again and exchanges its heaviest with the
+  // others' lightest while that one is lighter. The order is the one build_order gives (the lightest
+  // list and the most loaded GPU are exact; the heaps' layout is not observed).
+  std::vector<int>& up = moved_up_;
+  std::vector<int>& down = moved_down_;
+  up.clear();
+  down.clear();
   for (int g : moved_) {
     load_[g] = pending_[g];
-    if (!rebuild) place(g);
     moved_mark_[g] = 0;
+    if (load_[g] > hi_[static_cast<size_t>(hi_at_[g])].key) up.push_back(g);
+    if (rest_at_[g] >= 0 && load_[g] < rest_[static_cast<size_t>(rest_at_[g])].key) down.push_back(g);
   }
-  if (rebuild) build_order();
   moved_.clear();
+  // One heap (the max-heap with std::true_type) with its GPUs `past` their bound.
+  auto restore = [&](auto is_max, std::vector<Entry>& heap, std::vector<int>& at, const std::vector<int>& past) {
+    constexpr bool kMax = decltype(is_max)::value;
+    if (past.size() * 4 > heap.size()) {
+      for (Entry& e : heap) e.key = load_[e.gpu];
+      for (size_t i = heap.size() / 2; i-- > 0;) sift<kMax>(heap, at, i, false);
+      return;
+    }
+    for (int g : past) {
+      const size_t i = static_cast<size_t>(at[g]);
+      heap[i].key = load_[g];
+      sift<kMax>(heap, at, i, true);
+    }
+  };
+  restore(std::true_type{}, hi_, hi_at_, up);
+  restore(std::false_type{}, rest_, rest_at_, down);
+  // The lightest list: sorted again (insertion sort: few of its loads changed order), then the
+  // others' lightest (exact once settled) takes the place of the list's heaviest while it is lighter.
+  for (size_t i = 1; i < bottom_.size(); ++i)
+    for (size_t j = i; j > 0 && lighter(bottom_[j], bottom_[j - 1]); --j) std::swap(bottom_[j], bottom_[j - 1]);
+  for (;;) {
+    settle_rest();
+    if (rest_.empty() || bottom_.empty() || !lighter(rest_[0].gpu, bottom_.back())) break;
+    const int l = rest_[0].gpu, b = bottom_.back();
+    bottom_.pop_back();
+    rest_[0] = entry(b);
+    rest_at_[b] = 0;
+    sift<false>(rest_, rest_at_, 0, false);
+    insert_bottom(l);
+  }
 }
 
 namespace {
@@ -499,16 +574,6 @@ std::optional<LayerMove> best_swap(const LayerState& st, int f) {
 
 namespace {
 
-// `start` plus `step` added `times` times, one addition at a time: the value a running sum over
-// slots reaches (kept bit for bit, so that moves compare as they always did).
-double add_times(double start, double step, int times) {
-  for (int i = 0; i < times; ++i) start += step;
-  return start;
-}
-double sub_times(double start, double step, int times) {
-  for (int i = 0; i < times; ++i) start -= step;
-  return start;
-}
 
 void gather(const LayerState& st, int x, std::vector<int>& count, Holders& out) {
   const Cluster& cl = st.cluster();
@@ -635,6 +700,7 @@ void RewriteSearch::slot_of_hottest_gpu_becomes_hot_expert() {
     if (st.count(x) <= f || st.distinct_after_remove(x, cl.node_of_slot(p)) < std::min(f, st.distinct(x))) continue;
     const double tx = st.expert_load(x), rx = st.count(x);
     const double dx = tx / (rx - 1) - tx / rx;  // every other holder of x carries this much more
+    const Multiples dxs(dx);
     int cx_g = -1;  // x's replicas on g other than p
     for (int s = 0; s < S; ++s) cx_g += st.phy2log()[g * S + s] == x ? 1 : 0;
     // The other holders of x by load, gathered and sorted only when some candidate needs them (most
@@ -645,7 +711,7 @@ void RewriteSearch::slot_of_hottest_gpu_becomes_hot_expert() {
       xs.by_value.clear();
       for (size_t i = 0; i < xs.gpus.size(); ++i) {
         const auto [k, c] = xs.gpus[i];
-        if (k != g) xs.by_value.push({st.load(k) + add_times(0.0, dx, c), static_cast<int>(i)});
+        if (k != g) xs.by_value.push({st.load(k) + dxs(c), static_cast<int>(i)});
       }
       xs.by_value.done();
       gathered = true;
@@ -657,7 +723,7 @@ void RewriteSearch::slot_of_hottest_gpu_becomes_hot_expert() {
       const double te = st.expert_load(e), re = st.count(e);
       const double de = te / re - te / (re + 1);  // every holder of e carries this much less
       double worst = st.load(g) - tx / rx + te / (re + 1);
-      worst += sub_times(add_times(0.0, dx, cx_g), de, e_on[g]);
+      worst += sub_times(dxs(cx_g), de, e_on[g]);
       if (worst >= best) continue;  // the holders below only raise it: consider() would refuse it
       if (!gathered) gather_x();
       for (size_t j = 0; const auto* item = xs.by_value.at(j); ++j) {
@@ -667,7 +733,7 @@ void RewriteSearch::slot_of_hottest_gpu_becomes_hot_expert() {
           worst = std::max(worst, v);  // the largest holder of x without e; the rest are smaller
           break;
         }
-        worst = std::max(worst, st.load(k) + sub_times(add_times(0.0, dx, c), de, e_on[k]));
+        worst = std::max(worst, st.load(k) + sub_times(dxs(c), de, e_on[k]));
         if (worst >= best) break;  // consider() refuses it already
       }
       consider(worst, p, e);
@@ -700,9 +766,10 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
     const double dx = tx / rx - tx / (rx + 1);
     gather(st, x, xcount, xh[sp]);
     for (const auto& [k, c] : xh[sp].gpus) x_on[static_cast<size_t>(sp) * D + k] = c;
+    const Multiples minus_dx(dx, true);
     for (size_t i = 0; i < xh[sp].gpus.size(); ++i) {
       const auto [k, c] = xh[sp].gpus[i];
-      xh[sp].by_value.push({st.load(k) + sub_times(0.0, dx, c), static_cast<int>(i)});
+      xh[sp].by_value.push({st.load(k) + minus_dx(c), static_cast<int>(i)});
     }
     xh[sp].by_value.done();
     x_ready[sp] = 1;
@@ -725,13 +792,14 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
     YHolders& en = ycache[ycached++];
     en.y = y;
     en.dy = dy;
+    en.dys = Multiples(dy);
     gather(st, y, count, ys);
     en.gpus = ys.gpus;
     en.top.assign(static_cast<size_t>(S), {});
     en.leads = 0;
     for (size_t i = 0; i < en.gpus.size(); ++i) {
       const auto [k, c] = en.gpus[i];
-      const std::pair<double, int> item{st.load(k) + add_times(0.0, en.dy, c), static_cast<int>(i)};
+      const std::pair<double, int> item{st.load(k) + en.dys(c), static_cast<int>(i)};
       int at = en.leads < 3 ? en.leads++ : 3;
       while (at > 0 && item.first > en.lead[at - 1].first) {
         if (at < 3) en.lead[at] = en.lead[at - 1];
@@ -752,8 +820,9 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
     YHolders::Top& t = en.top[static_cast<size_t>(sp)];
     if (t.made) return t;
     const int* on = x_on.data() + static_cast<size_t>(sp) * D;
+    const Multiples minus_dx(dx, true);
     auto visit = [&](int k, int c, double v0) {
-      const double v = on[k] == 0 ? v0 : st.load(k) + add_times(sub_times(0.0, dx, on[k]), en.dy, c);
+      const double v = on[k] == 0 ? v0 : st.load(k) + add_times(minus_dx(on[k]), en.dy, c);
       if (t.k1 < 0 || v > t.v1) {
         t.v2 = t.v1, t.k2 = t.k1;
         t.v1 = v, t.k1 = k;
@@ -768,7 +837,7 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
     const bool settled = en.gpus.size() <= 3 || (t.k2 >= 0 && t.v2 >= en.lead[2].first);
     if (!settled) {
       t = YHolders::Top{};
-      for (const auto& [k, c] : en.gpus) visit(k, c, st.load(k) + add_times(0.0, en.dy, c));
+      for (const auto& [k, c] : en.gpus) visit(k, c, st.load(k) + en.dys(c));
     }
     t.made = true;
     return t;

@@ -107,6 +107,7 @@ class LayerState {
   std::vector<int> moved_;  // GPUs whose load changed, while set_slot updates many at once
   std::vector<char> moved_mark_;
   std::vector<double> pending_;  // their loads after the change, set in reorder_moved
+  std::vector<int> moved_up_, moved_down_;  // reorder_moved: those past their max-heap / min-heap bound
   struct ScratchSlot {
     std::unique_ptr<Scratch> p;
     ScratchSlot();

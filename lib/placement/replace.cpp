@@ -93,13 +93,22 @@ std::vector<int> greedy_assignment(const std::vector<int>& cost, int n, int max_
   // one into the same word was most of this function.
   const size_t V = static_cast<size_t>(std::max(0, max_cost)), N = static_cast<size_t>(n), W = (N + 63) / 64;
   std::vector<uint64_t> bits(N * V * W, 0);  // [row][cost below max_cost][column / 64]
+  // Per row, the costs below max_cost it has a column of (as bits, up to 64 of them; all set above):
+  // a row is offered only the costs it has (issue 45: most rows have a few of the 32 costs at 1,024
+  // nodes, and looking at the empty ones was most of this function).
+  std::vector<uint64_t> has(N, V > 64 ? ~uint64_t{0} : 0);
   for (size_t i = 0; i < N; ++i) {
     const int* row = cost.data() + i * N;
     uint64_t* b = bits.data() + i * V * W;
+    uint64_t h = 0;
     for (size_t q = 0; q < N; ++q) {
       const int v = std::max(row[q], 0);
-      if (v < max_cost) b[static_cast<size_t>(v) * W + (q >> 6)] |= uint64_t{1} << (q & 63);
+      if (v < max_cost) {
+        b[static_cast<size_t>(v) * W + (q >> 6)] |= uint64_t{1} << (q & 63);
+        h |= uint64_t{1} << (v & 63);
+      }
     }
+    if (V <= 64) has[i] = h;
   }
   std::vector<int> col(n, -1);
   std::vector<uint64_t> taken(W, 0);
@@ -117,9 +126,17 @@ std::vector<int> greedy_assignment(const std::vector<int>& cost, int n, int max_
       return;
     }
   };
-  for (size_t v = 0; v <= V && left > 0; ++v)
-    for (size_t i = 0; i < N && left > 0; ++i)
-      if (col[i] < 0) take(i, v < V ? bits.data() + (i * V + v) * W : nullptr);
+  // The rows not paired yet, in order (those paired at a cost leave the list).
+  std::vector<size_t> open(N);
+  std::iota(open.begin(), open.end(), size_t{0});
+  for (size_t v = 0; v <= V && left > 0; ++v) {
+    size_t kept = 0;
+    for (const size_t i : open) {
+      if (left > 0 && (v == V || ((has[i] >> (v & 63)) & 1))) take(i, v < V ? bits.data() + (i * V + v) * W : nullptr);
+      if (col[i] < 0) open[kept++] = i;
+    }
+    open.resize(kept);
+  }
   return col;
 }
 
@@ -689,7 +706,7 @@ class CopyCost {
 // `fresh` (balanced-ft from scratch) aligned to the previous placement. Adds the mandatory copies to
 // `mandatory` (their cost to `mandatory_cost`) and returns the base placement in `base`.
 Trajectory layer_trajectory(const std::vector<int>& prev, const std::vector<double>& t, const Cluster& cl, int f,
-                            int experts, const LayerPlacement* fresh, bool node_fetches, int limit,
+                            int experts, const LayerPlacement* fresh, bool node_fetches, int limit, bool every_gain,
                             long long& mandatory, long long& mandatory_cost, std::vector<int>& base) {
   LayerState run(cl, t, prev);
   raise_counts(run, f);
@@ -720,9 +737,18 @@ Trajectory layer_trajectory(const std::vector<int>& prev, const std::vector<doub
     const auto g = gpu_loads(fresh->phy2log, t, cl);
     tr.max_after.push_back(*std::max_element(g.begin(), g.end()));
     const std::vector<int> nc = node_costs(prev, fresh->phy2log, cl, experts);
+    // With `every_gain` (weight 0, no budget: every batch that lowers the maximum is taken), a
+    // from-scratch point below every other point is taken whatever its copies: aligned now, with the
+    // node costs at hand (issue 45: computed again for the alignment, they were 3% of --previous on
+    // the heavy-tailed loads at 1,024 nodes, where all 64 layers take that point).
+    const bool taken_anyway =
+        every_gain && tr.max_after.back() < *std::min_element(tr.max_after.begin(), tr.max_after.end() - 1);
     if (node_fetches) {  // the bound counts replicas, not the experts a node fetches
       tr.fresh = align_with(nc, prev, fresh->phy2log, cl);
       tr.copies.push_back(cost.full(tr.fresh) - base_cost);
+    } else if (taken_anyway) {
+      tr.fresh = align_with(nc, prev, fresh->phy2log, cl);
+      tr.copies.push_back(copies_between(prev, tr.fresh, cl) - base_cost);
     } else {
       tr.copies.push_back(alignment_lower_bound(nc, cl.nodes) - base_cost);
       tr.fresh_pending = true;
@@ -845,6 +871,7 @@ ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previo
   const bool weighed = opt.migration_weight > 0 || opt.max_moved_bytes >= 0;
   const bool with_fresh = !(large && opt.count_node_fetches && weighed);
   const int limit = large && !weighed ? 256 : std::max(256, cl.gpus() / 2);
+  const bool every_gain = opt.migration_weight == 0 && opt.max_moved_bytes < 0;
   if (with_fresh) {
     auto algo = make_algorithm("balanced-ft");
     PlacementOptions po;
@@ -863,7 +890,7 @@ ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previo
     auto t = loads.layer_vector(l);
     sum_mean += std::accumulate(t.begin(), t.end(), 0.0) / cl.gpus();
     traj[l] = layer_trajectory(prev, t, cl, f, experts, fresh_layers.empty() ? nullptr : &fresh_layers[l],
-                               opt.count_node_fetches, limit, res.mandatory_copies, mandatory_cost, base[l]);
+                               opt.count_node_fetches, limit, every_gain, res.mandatory_copies, mandatory_cost, base[l]);
   }
 
   const double all_replicas = static_cast<double>(L) * cl.slots();

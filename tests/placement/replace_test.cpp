@@ -437,3 +437,68 @@ TEST(Replace, LayerStateOrderEqualsSortingTheGpus) {
     }
   }
 }
+
+// Rewrites of experts with every number of replicas, from a few GPUs to all of them (a dominant
+// expert of the heavy-tailed loads): LayerState restores its order from the GPUs that changed, one
+// at a time below 9 replicas, in one pass up to a quarter of the GPUs, with its heaps made again
+// above (issue 45); the most loaded GPU and the lightest ones stay those of sorting every GPU.
+TEST(Replace, LayerStateOrderAfterRewritesOfExpertsOfEverySize) {
+  std::mt19937 rng(11);
+  const Cluster cl{64, 8, 4};  // 512 GPUs, 2,048 slots
+  const int experts = 256;      // the cold ones with 2-3 replicas
+  std::vector<double> t(experts);
+  for (double& x : t) x = static_cast<double>(1 + rng() % 50);
+  t[0] = 40000, t[1] = 9000, t[2] = 2500;  // about 1,100, 250 and 70 replicas below
+  std::vector<int> phy(cl.slots());
+  for (int p = 0; p < cl.slots(); ++p)
+    phy[p] = p < experts ? p : p < 1100 ? 0 : p < 1350 ? 1 : p < 1420 ? 2 : 3 + static_cast<int>(rng() % (experts - 3));
+  std::shuffle(phy.begin(), phy.end(), rng);
+  LayerState st(cl, t, phy);
+  std::vector<int> light;
+  int rewrites_by_size[3] = {0, 0, 0};  // rewrites that changed few, up to a quarter, more GPUs
+  for (int step = 0; step < 600; ++step) {
+    const int p = static_cast<int>(rng() % cl.slots());
+    const int e = step % 4 == 0 ? static_cast<int>(rng() % experts) : static_cast<int>(rng() % 3);
+    const int x = st.phy2log()[p];
+    if (x == e || st.count(x) <= 1) continue;
+    const size_t reps = st.slots_of(x).size() + st.slots_of(e).size();
+    std::set<int> gpus;
+    for (int s : st.slots_of(x)) gpus.insert(cl.gpu_of_slot(s));
+    for (int s : st.slots_of(e)) gpus.insert(cl.gpu_of_slot(s));
+    rewrites_by_size[reps <= 8 ? 0 : gpus.size() * 4 <= static_cast<size_t>(cl.gpus()) ? 1 : 2]++;
+    st.set_slot(p, e);
+    std::vector<std::pair<double, int>> sorted;
+    for (int g = 0; g < cl.gpus(); ++g) sorted.push_back({st.load(g), g});
+    std::sort(sorted.begin(), sorted.end());
+    ASSERT_EQ(st.argmax_gpu(), sorted.back().second) << "step " << step;
+    for (size_t k : {size_t{1}, size_t{64}, size_t{65}, size_t{200}}) {
+      st.lightest(k, light);
+      ASSERT_EQ(light.size(), k);
+      for (size_t i = 0; i < k; ++i) ASSERT_EQ(light[i], sorted[i].second) << "step " << step << " k " << k << " i " << i;
+    }
+  }
+  for (int n : rewrites_by_size) EXPECT_GE(n, 20);
+}
+
+// Weight 0 without a budget takes every batch that lowers a maximum: a from-scratch point below
+// every other point of its layer is aligned as soon as it is made (issue 45), and the result is the
+// one a budget that never binds gives (there the point is aligned only when the walk needs it).
+TEST(Replace, WeightZeroGivesWhatABudgetThatNeverBindsGives) {
+  for (unsigned seed = 1; seed <= 4; ++seed) {
+    const Cluster cl{4 + static_cast<int>(seed) * 2, 4, 4};
+    const int E = 32;
+    LoadMatrix old_w = lognormal(4, E, seed, 0.3), new_w = lognormal(4, E, seed + 50, 1.5);
+    PlacementOptions o;
+    o.fault_tolerance = 2;
+    auto before = layers_of(plan_placement(old_w, cl, "balanced-ft", o).layers);
+    ReplaceOptions free_ro, budget_ro;
+    free_ro.fault_tolerance = budget_ro.fault_tolerance = 2;
+    budget_ro.expert_bytes = 1;
+    budget_ro.max_moved_bytes = 1e18;
+    ReplaceResult a = replace_with_migration(before, new_w, cl, free_ro);
+    ReplaceResult b = replace_with_migration(before, new_w, cl, budget_ro);
+    EXPECT_EQ(layers_of(a.layers), layers_of(b.layers)) << "seed " << seed;
+    EXPECT_EQ(a.copies, b.copies);
+    EXPECT_EQ(a.layers_from_scratch, b.layers_from_scratch);
+  }
+}
