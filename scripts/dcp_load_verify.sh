@@ -32,15 +32,8 @@ FIXTURES=${FIXTURES:-$BUILD/fixtures/load}
 [ -d "$FIXTURES" ] || FIXTURES=$HERE/build/fixtures/load
 ls "$FIXTURES"/*/src >/dev/null 2>&1 || { echo "no load fixtures in $FIXTURES (ctest -R fixtures_load makes them)"; exit 1; }
 BIN=$BUILD/bin
-if [ -n "${TRIXIE:-}" ]; then
-  LAB=$TRIXIE/lab/dcpload
-  rm -rf "$LAB"
-else
-  . "$HERE/scripts/frameworks/env.sh"
-  frameworks_python "$HERE"
-  LAB=$(mktemp -d)
-  if [ -n "${KEEP:-}" ]; then echo "work folder kept: $LAB"; else trap 'rm -rf "$LAB"' EXIT; fi
-fi
+. "$HERE/scripts/frameworks/env.sh"
+frameworks_lab "$HERE" dcpload
 mkdir -p "$LAB"
 cd "$LAB"
 : >cases.tsv

@@ -31,15 +31,8 @@ BUILD=$(cd "${1:-${BUILD:-$HERE/build}}" && pwd)
 BIN=$BUILD/bin
 DATA=$HERE/tests/formats/dcp/data
 TEST_FORMATS=${TEST_FORMATS:-$BUILD/tests/test_formats}
-if [ -n "${TRIXIE:-}" ]; then
-  LAB=$TRIXIE/lab/dcpverify
-  rm -rf "$LAB"
-else
-  . "$HERE/scripts/frameworks/env.sh"
-  frameworks_python "$HERE"
-  LAB=$(mktemp -d)
-  if [ -n "${KEEP:-}" ]; then echo "work folder kept: $LAB"; else trap 'rm -rf "$LAB"' EXIT; fi
-fi
+. "$HERE/scripts/frameworks/env.sh"
+frameworks_lab "$HERE" dcpverify
 mkdir -p "$LAB/truth" "$LAB/src"
 : >"$LAB/cases.tsv"
 if [ -x "$TEST_FORMATS" ]; then

@@ -81,6 +81,7 @@ std::string temp_base(const DiffOptions& o) {
 // stored bytes checksummed against the manifest's crc32.
 struct Side {
   std::string dir;
+  formats::universal::UniversalManifest manifest;  // read once: the tensors' and the items' comparison use it
   reshard::ModelInfo model;
   std::map<std::string, std::string> dtype;  // manifest.json's dtype of each parameter ("" when absent)
   std::map<std::string, int> index;          // name -> model.params index
@@ -169,7 +170,8 @@ std::unique_ptr<Side> open_side(const std::string& dir, bool verify) {
   auto s = std::make_unique<Side>();
   s->dir = dir;
   s->verify = verify;
-  const auto manifest = formats::universal::read_universal_manifest((fs::path(dir) / formats::universal::kUniversalManifestName).string());
+  s->manifest = formats::universal::read_universal_manifest((fs::path(dir) / formats::universal::kUniversalManifestName).string());
+  const auto& manifest = s->manifest;
   for (const auto& p : manifest.params) s->dtype[p.name] = p.dtype.value_or("");
   if (!manifest.model_files.empty()) {
     s->model = reshard::read_model_info(dir);
@@ -374,11 +376,9 @@ nlohmann::json param_groups_of(const std::string& dir, const formats::universal:
 // What the universal form holds besides tensors (issue 47: not compared before): each parameter's
 // optimizer step (zero/<param>/step.pt) and the optimizer's param_groups (learning rate, betas,
 // weight decay, their step), as non-tensor items.
-void compare_optimizer_items(DiffResult& r, const std::string& da, const std::string& db, const DiffOptions& o) {
-  const auto manifest = [](const std::string& d) {
-    return formats::universal::read_universal_manifest((fs::path(d) / formats::universal::kUniversalManifestName).string());
-  };
-  const auto ma = manifest(da), mb = manifest(db);
+void compare_optimizer_items(DiffResult& r, const Side& a, const Side& b, const DiffOptions& o) {
+  const std::string &da = a.dir, &db = b.dir;
+  const auto &ma = a.manifest, &mb = b.manifest;
   std::map<std::string, const formats::universal::UniversalParam*> in_b;
   for (const auto& p : mb.params) in_b[p.name] = &p;
   const auto step_file = [](const std::string& d, const formats::universal::UniversalParam& p) {
@@ -533,7 +533,7 @@ DiffResult diff_checkpoints(const std::string& a, const std::string& b, const Di
   auto sa = open_side(ua, o.verify);
   auto sb = open_side(ub, o.verify);
   compare_sides(r, *sa, *sb, o);
-  compare_optimizer_items(r, ua, ub, o);
+  compare_optimizer_items(r, *sa, *sb, o);
   return r;
 }
 

@@ -8,3 +8,17 @@ frameworks_python() {
     { echo "SKIP: no framework environment (scripts/frameworks/setup.sh failed)"; exit 77; }
   FRAMEWORKS_PY=$frameworks_env/bin/python
 }
+
+# `frameworks_lab ROOT NAME` sets LAB, the check's work folder: $TRIXIE/lab/NAME (emptied) when TRIXIE names
+# the Debian-trixie chroot of the older line, else a new temporary folder for the pinned python
+# (frameworks_python), removed at exit unless KEEP is set.
+frameworks_lab() {
+  if [ -n "${TRIXIE:-}" ]; then
+    LAB=$TRIXIE/lab/$2
+    rm -rf "$LAB"
+  else
+    frameworks_python "$1"
+    LAB=$(mktemp -d)
+    if [ -n "${KEEP:-}" ]; then echo "work folder kept: $LAB"; else trap 'rm -rf "$LAB"' EXIT; fi
+  fi
+}
