@@ -57,7 +57,10 @@ LayoutOptions add_options(CLI::App& app, tool::UcpLoadOptions& o) {
   app.add_flag("--reuse-output", l.reuse_output,
                "When --output exists and its ucpkit_layout.json records what this run would write, write nothing "
                "and exit 0; otherwise convert (replacing it needs --overwrite)");
-  app.add_option("--format", o.format, "Output format")->check(CLI::IsMember(reshard::output_format_names()));
+  app.add_option("--format", o.format,
+                 "Output format: deepspeed (the target layout; default), safetensors (the weights in universal "
+                 "names, no config.json), dcp (PyTorch DCP), torch_dist (Megatron-Core), hf (a Hugging Face model "
+                 "folder transformers loads: config.json and the weights in Hugging Face names, docs/hf.md)")->check(CLI::IsMember(reshard::output_format_names()));
   app.add_option("--device", o.device, "Where to materialize")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--ds-version", l.target.ds_line,
                  "Native MoE: DeepSpeed version line to write (0.14, 0.17.1, 0.19.2, 0.19.3, 0.19.5, or a release "

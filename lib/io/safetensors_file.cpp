@@ -54,22 +54,28 @@ std::string safetensors_tensor_i64(const std::vector<int64_t>& values) {
   return b;
 }
 
-std::string safetensors_bytes(const std::map<std::string, SafetensorsTensor>& tensors,
-                              const std::map<std::string, std::string>& metadata) {
+std::string safetensors_header(const std::vector<SafetensorsEntry>& entries,
+                               const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    uint64_t n = t.bytes.size();
-    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + n}}};
-    offset += n;
+  for (const auto& e : entries) {
+    header[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.bytes}}};
+    offset += e.bytes;
   }
   std::string h = header.dump();
   while ((h.size() + 8) % 8 != 0) h.push_back(' ');  // data aligned to 8 bytes, as the reference writer pads
   std::string out(8, '\0');
-  uint64_t len = h.size();
+  const uint64_t len = h.size();
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((len >> (8 * i)) & 0xff);
-  out += h;
+  return out + h;
+}
+
+std::string safetensors_bytes(const std::map<std::string, SafetensorsTensor>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  std::vector<SafetensorsEntry> entries;
+  for (const auto& [name, t] : tensors) entries.push_back({name, t.dtype, t.shape, t.bytes.size()});
+  std::string out = safetensors_header(entries, metadata);
   for (const auto& [name, t] : tensors) out += t.bytes;
   return out;
 }

@@ -20,6 +20,18 @@ struct SafetensorsTensor {
   std::vector<double> to_doubles(const std::string& name) const;
 };
 
+// One tensor of a file written as a stream: its header entry; its `bytes` follow the previous tensor's.
+struct SafetensorsEntry {
+  std::string name;
+  std::string dtype;  // "BF16", "F32", ...
+  std::vector<int64_t> shape;
+  uint64_t bytes = 0;
+};
+// The 8-byte little-endian length and the JSON header (padded with spaces so the data starts 8-byte
+// aligned, as the reference writer pads) of a file holding `entries` back to back in that order.
+std::string safetensors_header(const std::vector<SafetensorsEntry>& entries,
+                               const std::map<std::string, std::string>& metadata = {});
+
 // Tensors in the order given (names sorted by the writer, as safetensors does).
 std::string safetensors_bytes(const std::map<std::string, SafetensorsTensor>& tensors,
                               const std::map<std::string, std::string>& metadata = {});

@@ -7,11 +7,12 @@
 namespace ucpkit::reshard {
 
 namespace {
-constexpr std::array<std::pair<OutputFormat, std::string_view>, 4> kNames{{
+constexpr std::array<std::pair<OutputFormat, std::string_view>, 5> kNames{{
     {OutputFormat::DeepSpeed, "deepspeed"},
     {OutputFormat::Safetensors, "safetensors"},
     {OutputFormat::Dcp, "dcp"},
     {OutputFormat::TorchDist, "torch_dist"},
+    {OutputFormat::Hf, "hf"},
 }};
 }  // namespace
 

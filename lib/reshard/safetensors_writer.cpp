@@ -11,6 +11,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/staging.h"
+#include "io/safetensors_file.h"
 #include "io/shape.h"
 #include "parallel/threads.h"
 #include "reshard/output_writer.h"
@@ -57,22 +58,13 @@ uint64_t write_safetensors(const ModelInfo& model, UniversalReader& reader, DTyp
 
   parallel::in_arena(threads, [&] {
     tbb::parallel_for(size_t{0}, shards.size(), [&](size_t k) {
-      nlohmann::ordered_json header = nlohmann::ordered_json::object();
-      header["__metadata__"] = {{"format", "pt"}};
-      uint64_t off = 0;
+      std::vector<SafetensorsEntry> entries;
       for (int i : shards[k]) {
         const auto& p = model.params[i];
-        const uint64_t n = static_cast<uint64_t>(numel_of(p.shape)) * es;
-        header[p.name] = {{"dtype", std::string(dtype_safetensors_name(dtype))}, {"shape", p.shape},
-                          {"data_offsets", {off, off + n}}};
-        off += n;
+        entries.push_back({p.name, std::string(dtype_safetensors_name(dtype)), p.shape, static_cast<uint64_t>(numel_of(p.shape)) * es});
       }
-      std::string h = header.dump();
-      h.append((8 - h.size() % 8) % 8, ' ');  // keeps tensor data 8-byte aligned
+      const std::string h = safetensors_header(entries, {{"format", "pt"}});
       AtomicFile f((fs::path(dir) / names[k]).string());
-      uint8_t len[8];
-      for (int b = 0; b < 8; ++b) len[b] = static_cast<uint8_t>(static_cast<uint64_t>(h.size()) >> (8 * b));
-      f.write(len, 8);
       f.write(h.data(), h.size());
       // Each tensor is streamed through one reused window (cache-warm buffers are copied by the
       // kernel far faster than large cold ones), never held whole.

@@ -23,8 +23,6 @@
 #include <set>
 
 #include "core/atomic_file.h"
-#include "core/confine.h"
-#include "core/crc32.h"
 #include "core/error.h"
 #include "core/staging.h"
 #include "formats/dcp/folder.h"
@@ -32,17 +30,15 @@
 #include "formats/megatron_core/common_edit.h"
 #include "formats/megatron_core/writer.h"
 #include "formats/universal/manifest.h"
-#include "formats/universal/state_file.h"
 #include "io/torch/torch_file.h"
 #include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/megatron_core/config.h"
 #include "formats/megatron_core/deepspeed_common_state.h"
-#include "reshard/direct_source.h"
+#include "reshard/megatron_core_input.h"
 #include "reshard/model_info.h"
 #include "reshard/output_writer.h"
 #include "reshard/target_defaults.h"
 #include "reshard/universal_reader.h"
-#include "to_universal/direct.h"
 
 namespace fs = std::filesystem;
 
@@ -56,8 +52,6 @@ using pickle::ValuePtr;
 
 namespace {
 
-constexpr const char* kCommonStateFile = "megatron_core/common_state.pt";  // to_universal/from_torch_dist.h
-constexpr const char* kObjectsFile = "megatron_core/objects.pt";
 constexpr const char* kCommonStateItem = "common_state/shard_0_1";
 
 std::vector<uint8_t> file_bytes(const std::string& path) {
@@ -76,75 +70,10 @@ std::vector<uint8_t> torch_save_bytes(const ValuePtr& v, const fs::path& dir) {
   return b;
 }
 
-// A DeepSpeed / Megatron-DeepSpeed checkpoint (read directly, as ucp-load's direct mode) or its
-// Megatron-DeepSpeed-named universal folder, read as the Megatron-Core-named folder ucp-union --to-names
-// megatron-core would write (to_universal::MegatronCoreView): one pass, no folder in between. Each
-// parameter state is read whole (fp32) when its first chunk is written.
-struct ForwardInput {
-  to_universal::ExtractPlan plan;  // a native input's extract plan
-  ModelInfo model;
-  std::unique_ptr<DirectSource> source;  // a native input's atomic tensors
-  std::unique_ptr<UniversalReader> reader;
-  to_universal::MegatronCoreView view;
-  std::vector<int> model_param;  // per view param: its index in model.params
-};
-
-// The UniversalMeta of `input` when it is read through ForwardInput: a native checkpoint (meta from its
-// extract plan, kept in `plan`), or a universal folder in Megatron-DeepSpeed names made from one (no
-// Megatron-Core common state recorded); nullopt otherwise (a Megatron-Core-named folder, or a folder
-// direct mode does not read, such as DCP or torch_dist, converted by a real run first in ucp-load's tool layer).
-std::optional<UniversalMeta> forward_meta(const std::string& input, to_universal::ExtractPlan& plan) {
-  const formats::FolderKind kind = formats::detect(input);
-  if (!kind.is(formats::kUniversal)) {
-    if (!is_direct_input(kind)) return std::nullopt;
-    plan = direct_plan(input, kind);
-    return direct_meta(plan);
-  }
-  if (fs::exists(fs::path(input) / kCommonStateFile)) return std::nullopt;
-  UniversalMeta meta = read_universal_meta(input);
-  const auto& src = meta.manifest.source;
-  if (to_universal::is_megatron_core_named(src) || src.format_name() != "deepspeed") return std::nullopt;
-  return meta;
-}
-
-std::shared_ptr<ForwardInput> open_forward_input(const LoadOptions& o) {
-  auto f = std::make_shared<ForwardInput>();
-  std::optional<UniversalMeta> meta = forward_meta(o.input, f->plan);
-  if (!meta) return nullptr;
-  if (meta->dir.empty()) {  // a native checkpoint, read as direct mode reads it
-    f->model = model_info_from(*meta);
-    f->source = std::make_unique<DirectSource>(f->plan, f->model, o.verify);
-    f->reader = std::make_unique<UniversalReader>(f->model, "", false);
-    f->reader->set_source(f->source.get());
-  } else {
-    f->model = read_model_info(*meta);
-    f->reader = std::make_unique<UniversalReader>(f->model, o.input, o.verify);
-  }
-  std::map<std::string, int> index;
-  for (size_t i = 0; i < f->model.params.size(); ++i) index[f->model.params[i].name] = static_cast<int>(i);
-  ValuePtr step;
-  for (size_t i = 0; i < f->model.params.size() && !step; ++i) step = f->reader->step(static_cast<int>(i));
-  const ValuePtr optimizer_state = f->model.optimizer_state ? f->model.optimizer_state : load_torch(meta->optimizer_state_path);
-  f->view = to_universal::megatron_core_view(meta->manifest, meta->manifest_path,
-                                             meta->model_files.empty() ? std::string() : meta->model_files.front(),
-                                             optimizer_state, step, o.model_map);
-  for (const size_t from : f->view.from) {
-    const auto it = index.find(meta->manifest.params.at(from).name);
-    if (it == index.end()) throw Error(meta->manifest_path + ": parameter '" + meta->manifest.params.at(from).name + "' is not in the model (internal)");
-    f->model_param.push_back(it->second);
-  }
-  return f;
-}
-
 // Everything the write needs, read and decided before anything is written.
 struct TdPrepared : WriterPlan {
-  std::shared_ptr<ForwardInput> forward;  // set: a DeepSpeed input read through the Megatron-Core view
-  std::string dir;  // the universal folder
-  formats::universal::UniversalManifest manifest;
-  std::string manifest_path;
-  ValuePtr common;   // the common state written (args rewritten)
-  ValuePtr objects;  // {fqn: bytes} or null
-  std::vector<std::string> extra_keys;  // forward: the ._extra_state objects written (their bytes made at write time)
+  MegatronCoreInput in;  // the manifest, the source's common state and its values
+  ValuePtr common;       // the common state written (args rewritten)
   int64_t iteration = 0;
   // The source kept its common state in common.pt (Megatron-Core before the common_state item, e.g.
   // core_v0.16.1; manifest source.torch_dist.legacy_common_pt): written the same way, or its Megatron
@@ -158,46 +87,11 @@ struct TdPrepared : WriterPlan {
 
 TdPrepared prepare_torch_dist(const LoadOptions& o) {
   TdPrepared p;
-  p.dir = o.input;
-  p.manifest_path = (fs::path(o.input) / formats::universal::kUniversalManifestName).string();
-  // Where the common state comes from (messages): the folder's record, or the model file it is made from.
-  std::string common_path = (fs::path(o.input) / kCommonStateFile).string();
-  if (!fs::is_directory(o.input))
-    throw Error(o.input + (fs::exists(o.input) ? ": not a folder" : ": no such folder") +
-                " (--format torch_dist reads a DeepSpeed checkpoint, its universal folder, or a Megatron-Core-named "
-                "universal folder)");
-  if ((p.forward = open_forward_input(o))) {
-    p.manifest = p.forward->view.manifest;
-    p.common = p.forward->view.common;
-    std::vector<std::string> names;
-    for (const auto& e : p.manifest.params) names.push_back(e.name);
-    p.extra_keys = formats::megatron_core::extra_state_keys(names);
-    common_path = o.input + " (the Megatron-Core common state made from its model file)";
-    o.reporter.warning(o.input + ": Megatron-DeepSpeed names written as Megatron-Core's (model family " + p.forward->view.family +
-                       "; docs/megatron-core-mapping.md), read in one pass");
-  } else {
-    if (!o.model_map.empty())
-      throw UsageError("--model-map: " + o.input + " is read in Megatron-Core names as it is (the map applies to a "
-                       "DeepSpeed / Megatron-DeepSpeed input)");
-    if (!fs::exists(p.manifest_path))
-      throw Error(o.input + ": a " + formats::detect(o.input).name() + " folder, no " +
-                  std::string(formats::universal::kUniversalManifestName) +
-                  ": --format torch_dist reads a Megatron-Core-named universal folder (a torch_dist or DCP input is "
-                  "converted into one by a real run, not by --plan / --dry-run: ucp-union it first)");
-    p.manifest = formats::universal::read_universal_manifest(p.manifest_path);
-    if (!fs::exists(common_path))
-      throw Error(common_path + ": missing: --format torch_dist needs the Megatron-Core common state (args, iteration, "
-                  "optimizer param_groups) that ucp-union --input <torch_dist> records (docs/formats-megatron-core.md)");
-    p.common = load_torch(common_path);
-    if (!p.common || !p.common->is(Kind::Dict)) fail(common_path, "not a dict (Megatron-Core common state)");
-    const std::string objects_path = (fs::path(o.input) / kObjectsFile).string();
-    if (fs::exists(objects_path)) {
-      p.objects = load_torch(objects_path);
-      if (!p.objects || !p.objects->is(Kind::Dict)) fail(objects_path, "not a dict of ShardedObject bytes");
-    }
-  }
+  p.in = open_megatron_core_input(o, "torch_dist");
+  p.common = p.in.common;
+  const std::string& common_path = p.in.common_path;
   p.iteration = formats::megatron_core::common_iteration(p.common);
-  const auto& facts = p.manifest.source.facts;
+  const auto& facts = p.in.manifest.source.facts;
   if (const auto td = facts.find("torch_dist"); td != facts.end() && td->is_object())
     p.legacy_common = td->value("legacy_common_pt", false);
   if (!o.megatron_version.empty()) {
@@ -205,7 +99,7 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
   }
 
   // The target layout: what the command line gives, else the source's (args, else manifest source).
-  const auto& src = p.manifest.source;
+  const auto& src = p.in.manifest.source;
   formats::megatron_core::ArgsFacts fallback;
   fallback.tp = src.tp_or_1(), fallback.pp = src.pp_or_1(), fallback.ep = src.ep_or_1(), fallback.dp = src.dp_or_1();
   const auto args = formats::megatron_core::args_facts(p.common, common_path, fallback);
@@ -246,7 +140,7 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
                        " does not divide TP x DP = " + std::to_string(m.tp * m.dp) +
                        " (Megatron's expert grid tiles the ranks of a pipeline stage)");
   } else if (o.target.etp > 0) {
-    throw UsageError("--etp: " + p.manifest_path + " is not an MoE model (args.num_experts 0)");
+    throw UsageError("--etp: " + p.in.manifest_path + " is not an MoE model (args.num_experts 0)");
   }
   // Megatron's own argument checks (training/arguments.py: heads and query groups split over TP): a
   // layout it cannot build is refused here, not written for its loader to reject.
@@ -261,17 +155,16 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
   p.layout.num_layers = args.num_layers;
   p.layout.homogeneous = args.homogeneous;
   p.layout.swiglu = args.swiglu;
-  std::optional<DType> source_dtype;
-  if (!p.manifest.params.empty() && p.manifest.params[0].dtype) source_dtype = dtype_from_name(*p.manifest.params[0].dtype);
+  const std::optional<DType> source_dtype = p.in.model_dtype();
   if (o.given.dtype) {
     p.layout.model_dtype = o.target.dtype;
   } else {
-    if (!source_dtype) throw UsageError(p.manifest_path + " does not record the model dtype: give --dtype");
+    if (!source_dtype) throw UsageError(p.in.manifest_path + " does not record the model dtype: give --dtype");
     p.layout.model_dtype = *source_dtype;
     p.from_source["dtype"] = dtype_option_name(*source_dtype);
   }
   std::set<std::string> states;
-  for (const auto& e : p.manifest.params)
+  for (const auto& e : p.in.manifest.params)
     for (const auto& [s, f] : e.states) states.insert(s);
   p.layout.optimizer = true;
   for (const char* st : formats::megatron_core::kOptimizerStates)
@@ -283,14 +176,14 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
 
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
-  for (const auto& e : p.manifest.params) names.push_back(e.name), shapes.push_back(e.shape);
+  for (const auto& e : p.in.manifest.params) names.push_back(e.name), shapes.push_back(e.shape);
   std::vector<std::string> bytes;
   if (!p.legacy_common) bytes.push_back(kCommonStateItem);
-  if (p.objects)
-    for (const auto& [k, v] : p.objects->entries)
+  if (p.in.objects)
+    for (const auto& [k, v] : p.in.objects->entries)
       if (k && k->is(Kind::Str)) bytes.push_back(k->s);
-  bytes.insert(bytes.end(), p.extra_keys.begin(), p.extra_keys.end());
-  p.plan = formats::megatron_core::plan_torch_dist_write(names, shapes, bytes, p.layout, p.manifest_path);
+  bytes.insert(bytes.end(), p.in.extra_keys.begin(), p.in.extra_keys.end());
+  p.plan = formats::megatron_core::plan_torch_dist_write(names, shapes, bytes, p.layout, p.in.manifest_path);
   p.target = {{"tp", m.tp}, {"pp", m.pp}, {"ep", m.ep}, {"etp", etp}, {"dp", m.dp}, {"world", m.tp * m.pp * m.dp},
               {"dtype", dtype_option_name(p.layout.model_dtype)}, {"optimizer_dtype", "fp32"},
               {"optimizer_format", p.layout.optimizer ? "fully_reshardable" : "none"},
@@ -342,30 +235,7 @@ void write_torch_dist(const LoadOptions& options, const TdPrepared& p, const std
   } cache;
   auto param_state = [&](size_t param, const std::string& state, DType dtype) -> const Tensor& {
     if (cache.param == param && cache.state == state && cache.dtype == dtype) return cache.t;
-    const auto& e = p.manifest.params.at(param);
-    Tensor t;
-    if (p.forward) {  // the Megatron-DeepSpeed state read whole (fp32), then in Megatron-Core layout
-      const ForwardInput& f = *p.forward;
-      const int mp = f.model_param.at(param);
-      t = read_whole_tensor(f.model, *f.reader, mp, state, DType::Float32);
-      read += t.nbytes();
-      t = to_universal::to_megatron_core_value(std::move(t), f.view, param,
-                                               options.input + ": " + f.model.params[static_cast<size_t>(mp)].name + " " + state);
-    } else {
-      const auto it = e.states.find(state);
-      if (it == e.states.end()) throw Error(p.manifest_path + ": parameter " + e.name + " has no " + state + " state");
-      const std::string path = confined_path(p.dir, it->second.file, p.manifest_path, e.name + " " + state + " file").string();
-      t = formats::universal::read_state_file(load_torch(path), path).param.contiguous();
-      if (t.shape() != e.shape) fail(path, "shape differs from the manifest's");
-      if (options.verify && it->second.crc32) {  // manifest.json's crc32 of the tensor's elements
-        const uint32_t crc = crc32_parallel(t.contiguous_bytes());
-        if (crc != *it->second.crc32)
-          fail(path, "checksum mismatch: crc32 " + formats::universal::crc32_text(crc) + ", " + p.manifest_path +
-                         " records " + formats::universal::crc32_text(*it->second.crc32));
-      }
-      read += t.nbytes();
-    }
-    if (t.dtype() != DType::Float32) t = t.to(DType::Float32);
+    Tensor t = p.in.value(param, state, options.verify, read);
     if (dtype != DType::Float32) {
       const auto b = t.contiguous_bytes();
       std::vector<uint8_t> out(static_cast<size_t>(t.numel()) * dtype_size(dtype));
@@ -386,16 +256,16 @@ void write_torch_dist(const LoadOptions& options, const TdPrepared& p, const std
                               : param_state(origin.param, formats::megatron_core::universal_state_name(s.state), DType::Float32);
     return formats::dcp::cut_box(whole, origin.box).reshape(e.chunks[chunk].sizes);
   };
-  ValuePtr objects = p.objects;
-  if (!p.extra_keys.empty()) {  // forward: the ._extra_state objects as ucp-union --to-names megatron-core makes them
+  ValuePtr objects = p.in.objects;
+  if (!p.in.extra_keys.empty()) {  // forward: the ._extra_state objects as ucp-union --to-names megatron-core makes them
     std::vector<std::string> names;
-    for (const auto& e : p.manifest.params) names.push_back(e.name);
+    for (const auto& e : p.in.manifest.params) names.push_back(e.name);
     objects = formats::megatron_core::extra_state_objects(names, root.string());
   }
   source.bytes = [&](const formats::dcp::Entry& e) -> std::vector<uint8_t> {
     if (e.fqn == kCommonStateItem) return torch_save_bytes(Value::list(std::vector<ValuePtr>{p.common}), root);
     const auto v = objects ? objects->get(e.fqn) : nullptr;
-    if (!v || !v->is(Kind::Bytes)) throw Error(p.dir + "/" + kObjectsFile + ": " + e.fqn + " is not bytes");
+    if (!v || !v->is(Kind::Bytes)) throw Error(p.in.dir + "/" + kMegatronCoreObjectsFile + ": " + e.fqn + " is not bytes");
     return std::vector<uint8_t>(v->s.begin(), v->s.end());
   };
   formats::dcp::WriteOptions wo;
@@ -449,7 +319,7 @@ class TorchDistOutput final : public OutputWriter {
 
   void summarize(const LoadRun& r, LoadSummary& s) const override {
     const TdPrepared& p = of(r.prep);
-    s.params = p.manifest.params.size();
+    s.params = p.in.manifest.params.size();
     s.target = p.target;
     s.threads = 1;  // formats/dcp/writer writes with one thread
   }

@@ -16,12 +16,6 @@ int64_t int_attr(const ValuePtr& args, const char* name, int64_t fallback) {
   return v && v->is(Kind::Int) ? v->i : fallback;
 }
 
-ValuePtr args_of(const ValuePtr& common, const std::string& file) {
-  const auto a = common && common->is(Kind::Dict) ? common->get("args") : nullptr;
-  if (!a || !a->is(Kind::Object)) fail(file, "Megatron-Core common state without args (argparse.Namespace)");
-  return a;
-}
-
 // The parts of the common state's "optimizer" entry: itself (one optimizer: it holds
 // param_state_sharding_type), or the values of a ChainedOptimizer's {0: ..., 1: ...} in key order.
 std::vector<ValuePtr> optimizer_parts(const ValuePtr& optimizer) {
@@ -34,6 +28,12 @@ std::vector<ValuePtr> optimizer_parts(const ValuePtr& optimizer) {
 }
 
 }  // namespace
+
+ValuePtr args_of(const ValuePtr& common, const std::string& file) {
+  const auto a = common && common->is(Kind::Dict) ? common->get("args") : nullptr;
+  if (!a || !a->is(Kind::Object)) fail(file, "Megatron-Core common state without args (argparse.Namespace)");
+  return a;
+}
 
 std::string universal_state_name(const std::string& state) { return state == "param" ? "fp32" : state; }
 

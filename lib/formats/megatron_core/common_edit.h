@@ -20,6 +20,9 @@ inline constexpr const char* kOptimizerStates[] = {"param", "exp_avg", "exp_avg_
 std::string universal_state_name(const std::string& state);
 
 // What the writer and the union read from args (argparse.Namespace); absent fields as noted.
+// The common state's args (an argparse.Namespace); throws Error naming `file` when it has none.
+pickle::ValuePtr args_of(const pickle::ValuePtr& common, const std::string& file);
+
 struct ArgsFacts {
   int64_t tp = 1, pp = 1, ep = 1, dp = 1;  // *_model_parallel_size, data_parallel_size (1 when absent)
   int64_t etp = 1;                         // expert_tensor_parallel_size (1 when absent or None)

@@ -8,6 +8,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "patterns/name_template.h"
 
 namespace ucpkit::formats::megatron_core {
 
@@ -23,36 +24,6 @@ MapLayout layout_of(const std::string& s, const std::string& origin, const std::
 }
 
 const char* const kPlaceholders[] = {"{L}", "{B}", "{F}", "{H}", "{E}"};
-
-// Matches `name` against `pattern` (literal text and placeholders, each a run of decimal digits);
-// fills `values` (placeholder -> number). A placeholder seen twice must match the same number.
-bool match(const std::string& pattern, const std::string& name, std::map<std::string, long>& values) {
-  size_t p = 0, n = 0;
-  while (p < pattern.size()) {
-    if (pattern[p] == '{') {
-      const size_t close = pattern.find('}', p);
-      const std::string key = pattern.substr(p, close + 1 - p);
-      size_t e = n;
-      while (e < name.size() && std::isdigit(static_cast<unsigned char>(name[e]))) ++e;
-      if (e == n || e - n > 9) return false;
-      const long v = std::stol(name.substr(n, e - n));
-      if (auto it = values.find(key); it != values.end() && it->second != v) return false;
-      values[key] = v;
-      n = e;
-      p = close + 1;
-    } else {
-      if (n >= name.size() || name[n] != pattern[p]) return false;
-      ++n;
-      ++p;
-    }
-  }
-  return n == name.size();
-}
-
-std::string substitute(std::string s, const std::string& key, long v) {
-  for (size_t at; (at = s.find(key)) != std::string::npos;) s.replace(at, key.size(), std::to_string(v));
-  return s;
-}
 
 void check_placeholders(const std::string& pattern, bool megatron_core, const std::string& origin,
                         const std::string& where) {
@@ -132,7 +103,7 @@ std::optional<MappedName> to_megatron_core(const ModelMap& map, const std::strin
     const MapRule& rule = map.rules[r];
     for (const auto& pattern : rule.deepspeed) {
       std::map<std::string, long> v;
-      if (!match(pattern, name, v)) continue;
+      if (!patterns::match_name_template(pattern, name, v)) continue;
       // Pipeline spellings are only meaningful for PipelineModule names, and must name the layer the
       // source's numbering gives.
       if (v.count("{B}")) {
@@ -146,11 +117,11 @@ std::optional<MappedName> to_megatron_core(const ModelMap& map, const std::strin
       m.name = rule.megatron_core;
       if (v.count("{L}")) {
         m.layer = static_cast<int>(v["{L}"]);
-        m.name = substitute(m.name, "{L}", v["{L}"]);
+        m.name = patterns::substitute_placeholder(m.name, "{L}", v["{L}"]);
       }
       if (v.count("{E}")) {
         m.expert = static_cast<int>(v["{E}"]);
-        m.name = substitute(m.name, "{E}", v["{E}"]);
+        m.name = patterns::substitute_placeholder(m.name, "{E}", v["{E}"]);
       }
       return m;
     }

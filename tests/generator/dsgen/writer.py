@@ -244,7 +244,12 @@ def _args(model: Model, lay: Layout):
         fp16=lay.dtype == "fp16", bf16=lay.dtype == "bf16", swiglu=cfg.swiglu,
         untie_embeddings_and_output_weights=not cfg.tied, num_experts=model.num_experts or None,
         moe_expert_parallel_size=lay.ep, expert_interval=cfg.expert_interval, zero_stage=lay.zero,
-        iteration=lay.step, consumed_train_samples=lay.step * 8, deepspeed=True)
+        iteration=lay.step, consumed_train_samples=lay.step * 8, deepspeed=True,
+        # What Megatron-DeepSpeed's arguments.py records of the model's math (--normalization,
+        # --use-rotary-position-embeddings, --disable-bias-linear): RMSNorm + RoPE for llama / mixtral.
+        normalization="rmsnorm" if cfg.family in ("llama", "mixtral") else "layernorm",
+        use_rotary_position_embeddings=cfg.family in ("llama", "mixtral"),
+        add_bias_linear=cfg.family in ("gpt", "dsmoe") and not cfg.swiglu and cfg.bias_linear)
 
 
 def _ds_config(lay: Layout):

@@ -1,0 +1,62 @@
+// Hugging Face model families as map files (patterns/hf/*.json, compiled in; docs/hf.md): which
+// transformers architecture a Megatron-Core model is, the config.json it gets, and per Megatron-Core
+// parameter the Hugging Face tensor(s) it becomes (a rename, or a split of Megatron's fused QKV or
+// SwiGLU fc1). Plain data; no I/O except read_hf_family().
+#pragma once
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ucpkit::formats::hf {
+
+inline constexpr const char* kHfMapFormat = "ucpkit-hf-map";
+
+// How one Megatron-Core tensor becomes Hugging Face tensors (rows: dim 0).
+enum class Split {
+  None,    // one tensor, the same values
+  Qkv,     // linear_qkv (per query group [q..., k, v]) -> q_proj, k_proj, v_proj
+  GateUp,  // SwiGLU linear_fc1 [W; V] -> gate_proj (W), up_proj (V)
+};
+
+struct Rule {
+  std::vector<std::string> megatron_core;  // name templates ({L}: decoder layer), any one matching
+  std::vector<std::string> hf;             // the Hugging Face name(s): one, or the split's pieces in order
+  Split split = Split::None;
+  bool vocab = false;                      // vocabulary rows (word embedding, output layer)
+};
+
+struct Family {
+  std::string family;                      // "llama", "qwen2", ...
+  std::string origin;                      // "shipped:llama.json" or the file read
+  std::string model_type;                  // config.json model_type
+  std::vector<std::string> architectures;  // config.json architectures
+  // Model facts (model_facts.h) that must hold for this family: {"qk_norm": true, ...}.
+  nlohmann::json match = nlohmann::json::object();
+  // config.json beyond what every family gets (model_facts.h hf_config): key -> a constant, or
+  // "$<fact>" for a model fact's value.
+  nlohmann::ordered_json config = nlohmann::ordered_json::object();
+  std::vector<Rule> rules;
+
+  // Throws Error "<origin>: ..." naming the bad key.
+  static Family from_json(const nlohmann::json& j, const std::string& origin);
+};
+
+// Reads a map file. Throws Error naming it.
+Family read_hf_family(const std::string& path);
+// The maps compiled in from patterns/hf/*.json (file name, text), in file-name order.
+const std::vector<std::pair<std::string, std::string>>& shipped_hf_map_texts();
+std::vector<Family> shipped_hf_families();
+
+struct Matched {
+  size_t rule = 0;
+  long layer = -1;  // {L}, -1 when the template has none
+};
+// The rule of `family` whose template matches Megatron-Core name `name`, or nullopt.
+std::optional<Matched> match_rule(const Family& family, const std::string& name);
+// Rule `m`'s Hugging Face names with {L} filled in.
+std::vector<std::string> hf_names(const Family& family, const Matched& m);
+
+}  // namespace ucpkit::formats::hf

@@ -1,0 +1,88 @@
+// Model facts from Megatron-Core args (model_facts.h). Arg names and defaults: Megatron-LM
+// core_v0.19.0 megatron/training/arguments.py and megatron/core/transformer/transformer_config.py.
+#include "formats/megatron_core/model_facts.h"
+
+#include "core/error.h"
+#include "formats/megatron_core/common_edit.h"
+
+namespace ucpkit::formats::megatron_core {
+
+using pickle::Kind;
+using pickle::ValuePtr;
+
+namespace {
+
+struct Args {
+  ValuePtr a;
+  std::string file;
+
+  ValuePtr get(const char* name) const {
+    const auto v = a->attr(name);
+    return v && !v->is_none() ? v : nullptr;
+  }
+  int64_t integer(const char* name, int64_t fallback = -1) const {
+    const auto v = get(name);
+    if (!v) {
+      if (fallback < 0) fail(file, std::string("args.") + name + " is missing (a model size the configuration needs)");
+      return fallback;
+    }
+    if (!v->is(Kind::Int)) fail(file, std::string("args.") + name + " is not an integer");
+    return v->i;
+  }
+  double real(const char* name, double fallback) const {
+    const auto v = get(name);
+    return v && (v->is(Kind::Float) || v->is(Kind::Int)) ? v->as_float() : fallback;
+  }
+  bool flag(const char* name) const {
+    const auto v = get(name);
+    return v && v->is(Kind::Bool) && v->b;
+  }
+  std::string text(const char* name, const std::string& fallback) const {
+    const auto v = get(name);
+    return v && v->is(Kind::Str) ? v->s : fallback;
+  }
+  [[noreturn]] void refuse(const std::string& what) const {
+    fail(file, what + ": no Hugging Face configuration states this model's math (docs/hf.md)");
+  }
+};
+
+}  // namespace
+
+nlohmann::json model_facts(const ValuePtr& common, const std::string& file) {
+  const Args a{args_of(common, file), file};
+  nlohmann::json f;
+  f["hidden"] = a.integer("hidden_size");
+  f["layers"] = a.integer("num_layers");
+  const int64_t heads = a.integer("num_attention_heads");
+  f["heads"] = heads;
+  f["kv_heads"] = a.flag("group_query_attention") ? a.integer("num_query_groups") : heads;
+  f["head_dim"] = a.integer("kv_channels", f["hidden"].get<int64_t>() / heads);
+  f["ffn"] = a.integer("ffn_hidden_size", 4 * f["hidden"].get<int64_t>());
+  f["max_positions"] = a.integer("max_position_embeddings", a.integer("seq_length", 0));
+  // --norm-epsilon: args.norm_epsilon up to core_v0.16, layernorm_epsilon (transformer_config.py:194) later.
+  f["norm_eps"] = a.get("norm_epsilon") ? a.real("norm_epsilon", 1e-5) : a.real("layernorm_epsilon", 1e-5);
+  f["rope_theta"] = a.real("rotary_base", 10000.0);
+  // rotary_pos_embedding.py:92-120 (_apply_scaling: Llama 3.1's factor, low 1, high 4, original 8192).
+  f["rope_llama3_factor"] = a.flag("use_rope_scaling") ? a.real("rope_scaling_factor", 8.0) : 0.0;
+  f["tied"] = !a.flag("untie_embeddings_and_output_weights");
+  f["linear_bias"] = a.get("add_bias_linear") ? a.flag("add_bias_linear") : true;  // Megatron's default: on
+  f["qkv_bias"] = a.flag("add_qkv_bias");
+  f["qk_norm"] = a.flag("qk_layernorm");
+  f["experts"] = a.integer("num_experts", 0);
+  f["moe_ffn"] = a.integer("moe_ffn_hidden_size", f["ffn"].get<int64_t>());
+  f["moe_topk"] = a.integer("moe_router_topk", 2);
+  f["shared_ffn"] = a.integer("moe_shared_expert_intermediate_size", 0);
+
+  const std::string pos = a.text("position_embedding_type", "learned_absolute");
+  if (pos != "rope") a.refuse("args.position_embedding_type is '" + escaped_brief(pos, 30) + "', not 'rope'");
+  if (a.real("rotary_percent", 1.0) != 1.0) a.refuse("args.rotary_percent is not 1.0 (partial rotary)");
+  if (a.flag("rotary_interleaved")) a.refuse("args.rotary_interleaved is set (interleaved rotary pairs)");
+  const std::string norm = a.text("normalization", "LayerNorm");
+  if (norm != "RMSNorm") a.refuse("args.normalization is '" + escaped_brief(norm, 30) + "', not 'RMSNorm'");
+  if (a.flag("layernorm_zero_centered_gamma") || a.flag("apply_layernorm_1p"))
+    a.refuse("args.layernorm_zero_centered_gamma is set (norm weights stored minus one)");
+  if (!a.flag("swiglu")) a.refuse("args.swiglu is not set (the MLP is not SwiGLU)");
+  return f;
+}
+
+}  // namespace ucpkit::formats::megatron_core

@@ -1,0 +1,192 @@
+// ucp-load --format hf: a Hugging Face model folder as transformers' save_pretrained writes it
+// (docs/hf.md): config.json, the weights in Hugging Face names and layouts as safetensors
+// (model.safetensors, or model-0000k-of-0000n.safetensors plus model.safetensors.index.json). The input
+// is read in Megatron-Core names (megatron_core_input.h: a DeepSpeed / Megatron-DeepSpeed checkpoint or
+// its universal folder, a torch_dist save, a Megatron-Core-named universal folder); the model's
+// family, config and tensor layout come from the args of its common state and a family map
+// (formats/hf). Weights only: the optimizer state has no place in a Hugging Face folder. One process.
+#include <filesystem>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/staging.h"
+#include "formats/hf/export_plan.h"
+#include "formats/megatron_core/deepspeed_map.h"
+#include "formats/megatron_core/model_facts.h"
+#include "io/safetensors_file.h"
+#include "reshard/megatron_core_input.h"
+#include "reshard/output_writer.h"
+#include "reshard/target_defaults.h"
+#include "reshard/universal_reader.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::reshard {
+
+namespace {
+
+struct HfPrepared : WriterPlan {
+  MegatronCoreInput in;
+  formats::hf::ExportPlan plan;
+  nlohmann::json from_source = nlohmann::json::object();
+};
+
+HfPrepared prepare_hf(const LoadOptions& o) {
+  HfPrepared p;
+  p.in = open_megatron_core_input(o, "hf");
+  const nlohmann::json facts = formats::megatron_core::model_facts(p.in.common, p.in.common_path);
+  formats::hf::ExportInput ei;
+  for (size_t i = 0; i < p.in.manifest.params.size(); ++i) {
+    const auto& e = p.in.manifest.params[i];
+    ei.names.push_back(e.name);
+    ei.shapes.push_back(e.shape);
+    // The vocabulary as the source holds it: a DeepSpeed source's rows (not the zero rows the
+    // Megatron-Core view pads them with), a Megatron-Core source's padded rows (all of them trained).
+    if (e.name == "embedding.word_embeddings.weight" && !e.shape.empty()) ei.vocab = e.shape[0] - p.in.rows_added(i);
+  }
+  DType dtype = DType::Float32;
+  if (o.given.dtype) {
+    dtype = o.target.dtype;
+  } else if (const auto d = p.in.model_dtype()) {
+    dtype = *d;
+    p.from_source["dtype"] = dtype_option_name(dtype);
+  } else {
+    throw UsageError(p.in.manifest_path + " does not record the model dtype: give --dtype");
+  }
+  std::vector<formats::hf::Family> families = formats::hf::shipped_hf_families();
+  p.plan = formats::hf::plan_hf_export(families, facts, ei, dtype, o.shard_bytes, o.input);
+  return p;
+}
+
+// The whole value of one Megatron-Core parameter, kept while its pieces are written (a QKV or fc1
+// split writes several tensors from it), in the target dtype, QKV regrouped to [Q; K; V].
+class ValueCache {
+ public:
+  ValueCache(const HfPrepared& p, bool verify) : p_(p), verify_(verify) {}
+  const Tensor& get(const formats::hf::Piece& t) {
+    if (param_ == t.param && split_ == t.split) return value_;
+    Tensor v = p_.in.value(t.param, "fp32", verify_, read_);
+    if (t.split == formats::hf::Split::Qkv)
+      v = formats::megatron_core::qkv_grouped_to_split(v, {p_.plan.heads, p_.plan.kv_heads, p_.plan.head_dim});
+    v = v.contiguous();
+    if (p_.plan.dtype != DType::Float32) {  // rounded as every other writer rounds (convert_from_fp32)
+      const auto b = v.contiguous_bytes();
+      std::vector<uint8_t> out(static_cast<size_t>(v.numel()) * dtype_size(p_.plan.dtype));
+      convert_from_fp32(reinterpret_cast<const float*>(b.data()), static_cast<size_t>(v.numel()), p_.plan.dtype, out.data());
+      v = Tensor::from_bytes(p_.plan.dtype, v.shape(), std::move(out));
+    }
+    value_ = std::move(v);
+    param_ = t.param, split_ = t.split;
+    return value_;
+  }
+  uint64_t read() const { return read_; }
+
+ private:
+  const HfPrepared& p_;
+  bool verify_;
+  size_t param_ = SIZE_MAX;
+  formats::hf::Split split_ = formats::hf::Split::None;
+  Tensor value_;
+  uint64_t read_ = 0;
+};
+
+// Writes the folder into `staged`; returns the bytes written.
+uint64_t write_hf(const LoadOptions& o, const HfPrepared& p, const std::string& staged, LoadRun& r) {
+  const auto& plan = p.plan;
+  const std::string st_dtype(dtype_safetensors_name(plan.dtype));
+  const size_t es = dtype_size(plan.dtype);
+  ValueCache cache(p, o.verify);
+  uint64_t written = 0;
+  for (size_t k = 0; k < plan.shards.size(); ++k) {
+    std::vector<SafetensorsEntry> entries;
+    for (size_t t : plan.shards[k]) {
+      const auto& piece = plan.tensors[t];
+      int64_t n = 1;
+      for (auto d : piece.shape) n *= d;
+      entries.push_back({piece.name, st_dtype, piece.shape, static_cast<uint64_t>(n) * es});
+    }
+    const std::string header = safetensors_header(entries, {{"format", "pt"}});
+    AtomicFile f((fs::path(staged) / plan.files[k]).string());
+    f.write(header.data(), header.size());
+    for (size_t j = 0; j < entries.size(); ++j) {
+      check_interrupted();
+      const auto& piece = plan.tensors[plan.shards[k][j]];
+      const Tensor& v = cache.get(piece);
+      const auto bytes = v.contiguous_bytes();
+      const size_t row_bytes = v.shape().empty() || v.shape()[0] == 0 ? 0 : bytes.size() / static_cast<size_t>(v.shape()[0]);
+      f.write(bytes.data() + static_cast<size_t>(piece.row0) * row_bytes, static_cast<size_t>(piece.rows) * row_bytes);
+    }
+    written += f.offset();
+    f.commit();
+  }
+  if (plan.shards.size() > 1) {  // save_pretrained writes the index only for a sharded model
+    nlohmann::ordered_json index;
+    index["metadata"] = {{"total_size", plan.bytes()}};
+    nlohmann::ordered_json map = nlohmann::ordered_json::object();
+    for (size_t k = 0; k < plan.shards.size(); ++k)
+      for (size_t t : plan.shards[k]) map[plan.tensors[t].name] = plan.files[k];
+    index["weight_map"] = map;
+    const std::string text = index.dump(2) + "\n";
+    write_file_atomic((fs::path(staged) / "model.safetensors.index.json").string(), text);
+    written += text.size();
+    r.files += 1;
+  }
+  const std::string config = plan.config.dump(2) + "\n";
+  write_file_atomic((fs::path(staged) / "config.json").string(), config);
+  written += config.size();
+  r.files += plan.shards.size() + 1;
+  r.read += cache.read();
+  return written;
+}
+
+class HfOutput final : public OutputWriter {
+ public:
+  bool reads_model() const override { return false; }
+  bool takes_model_map() const override { return true; }
+  bool takes_layout_options() const override { return false; }
+  std::string why_no_layout() const override { return " (one set of unsharded weights)"; }
+  bool takes_world_size() const override { return false; }
+  bool one_process() const override { return true; }
+
+  void prepare(const LoadOptions& options, Prepared& p) const override {
+    auto hp = std::make_shared<HfPrepared>(prepare_hf(options));
+    p.from_source = hp->from_source;
+    p.output = std::move(hp);
+  }
+
+  void announce(const LoadOptions& options, const Prepared& prep) const override {
+    const HfPrepared& p = of(prep);
+    options.reporter.warning("Hugging Face family " + p.plan.family + " (" + p.plan.origin + "): " +
+                             std::to_string(p.plan.tensors.size()) + " tensors, vocabulary " + std::to_string(p.plan.vocab) +
+                             " rows; weights only (the optimizer state has no place in a Hugging Face folder)");
+  }
+
+  nlohmann::json plan_json(const LoadOptions&, const Prepared& prep) const override {
+    const HfPrepared& p = of(prep);
+    nlohmann::json j = p.plan.to_json();
+    j["format"] = "hf";
+    j["from_source"] = p.from_source;
+    return j;
+  }
+
+  void write(LoadRun& r, const std::string& staged) const override {
+    r.failed.guard([&] { r.written += write_hf(r.options, of(r.prep), staged, r); });
+  }
+
+  void summarize(const LoadRun& r, LoadSummary& s) const override {
+    const HfPrepared& p = of(r.prep);
+    s.params = p.in.manifest.params.size();
+    s.target = {{"family", p.plan.family}, {"architectures", p.plan.config["architectures"]},
+                {"dtype", dtype_option_name(p.plan.dtype)}, {"vocab_size", p.plan.vocab}, {"tensors", p.plan.tensors.size()}};
+    s.threads = 1;
+  }
+
+ private:
+  static const HfPrepared& of(const Prepared& p) { return static_cast<const HfPrepared&>(*p.output); }
+};
+
+[[maybe_unused]] const bool kRegistered = register_output_writer(OutputFormat::Hf, std::make_shared<HfOutput>());
+
+}  // namespace
+
+}  // namespace ucpkit::reshard

@@ -1,0 +1,85 @@
+// Model facts from Megatron-Core args (formats/megatron_core/model_facts.h).
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "formats/megatron_core/model_facts.h"
+#include "io/pickle/value.h"
+
+using namespace ucpkit;
+using pickle::Value;
+
+namespace {
+
+// The args of the llama_gqa_tp2_dp2_v016 fixture (core_v0.16.1 common.pt), the ones the facts read.
+pickle::ValuePtr llama_common() {
+  auto a = Value::make_object("argparse", "Namespace", Value::tuple(), Value::dict(), pickle::Object::Build::NewObj);
+  a->set_attr("hidden_size", Value::integer(16));
+  a->set_attr("ffn_hidden_size", Value::integer(32));
+  a->set_attr("num_layers", Value::integer(2));
+  a->set_attr("num_attention_heads", Value::integer(4));
+  a->set_attr("group_query_attention", Value::boolean(true));
+  a->set_attr("num_query_groups", Value::integer(2));
+  a->set_attr("kv_channels", Value::integer(4));
+  a->set_attr("max_position_embeddings", Value::integer(16));
+  a->set_attr("rotary_base", Value::integer(10000));
+  a->set_attr("rotary_percent", Value::real(1.0));
+  a->set_attr("position_embedding_type", Value::str("rope"));
+  a->set_attr("normalization", Value::str("RMSNorm"));
+  a->set_attr("swiglu", Value::boolean(true));
+  a->set_attr("add_bias_linear", Value::boolean(false));
+  a->set_attr("add_qkv_bias", Value::boolean(false));
+  a->set_attr("untie_embeddings_and_output_weights", Value::boolean(true));
+  a->set_attr("num_experts", Value::none());
+  auto c = Value::dict();
+  c->set_item("args", a);
+  return c;
+}
+
+}  // namespace
+
+TEST(McoreModelFacts, ReadsTheSizesAndTheAttentionForm) {
+  const auto f = formats::megatron_core::model_facts(llama_common(), "common.pt");
+  EXPECT_EQ(f["hidden"], 16);
+  EXPECT_EQ(f["ffn"], 32);
+  EXPECT_EQ(f["heads"], 4);
+  EXPECT_EQ(f["kv_heads"], 2);
+  EXPECT_EQ(f["head_dim"], 4);
+  EXPECT_EQ(f["tied"], false);
+  EXPECT_EQ(f["linear_bias"], false);
+  EXPECT_EQ(f["experts"], 0);
+  EXPECT_DOUBLE_EQ(f["rope_theta"].get<double>(), 10000.0);
+  EXPECT_DOUBLE_EQ(f["norm_eps"].get<double>(), 1e-5);  // Megatron's default when the args do not say
+}
+
+TEST(McoreModelFacts, WithoutGqaTheKvHeadsAreTheHeads) {
+  auto c = llama_common();
+  c->get("args")->set_attr("group_query_attention", Value::boolean(false));
+  EXPECT_EQ(formats::megatron_core::model_facts(c, "common.pt")["kv_heads"], 4);
+}
+
+// A model whose math no Hugging Face configuration states is refused naming the arg, never exported
+// into a config that computes something else.
+TEST(McoreModelFacts, RefusesWhatNoConfigurationStates) {
+  const std::pair<const char*, pickle::ValuePtr> cases[] = {
+      {"position_embedding_type", Value::str("learned_absolute")},
+      {"normalization", Value::str("LayerNorm")},
+      {"swiglu", Value::boolean(false)},
+      {"rotary_interleaved", Value::boolean(true)},
+      {"rotary_percent", Value::real(0.5)},
+      {"layernorm_zero_centered_gamma", Value::boolean(true)},
+  };
+  for (const auto& [arg, value] : cases) {
+    auto c = llama_common();
+    c->get("args")->set_attr(arg, value);
+    try {
+      formats::megatron_core::model_facts(c, "common.pt");
+      ADD_FAILURE() << arg << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("args.") + arg), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("common.pt"), std::string::npos) << e.what();
+    }
+  }
+  auto c = llama_common();
+  c->get("args")->set_attr("hidden_size", Value::none());
+  EXPECT_THROW(formats::megatron_core::model_facts(c, "common.pt"), Error);
+}

@@ -1,0 +1,135 @@
+"""The judges of ucp-load --format hf (tests/frameworks/hf_export_test.sh, docs/hf.md).
+
+    hf_export_check.py HF_DIR MEGATRON_ITER_DIR
+
+MEGATRON_ITER_DIR is a Megatron-Core torch_dist iteration folder holding the same model as HF_DIR came
+from. Megatron-Core's own code (megatron-core from the pinned environment: GPTModel with its local layer
+spec, dist_checkpointing.load resharding the save to one CPU rank) loads it; transformers' own
+from_pretrained loads HF_DIR. Checked:
+  * from_pretrained reports no missing, unexpected or mismatched key;
+  * every Hugging Face tensor equals, bit for bit, the one this script derives from the tensors
+    Megatron loaded (its own split of the fused QKV per query group and of SwiGLU's [W; V]: an
+    implementation independent of ucpkit's);
+  * logits of the two models on a fixed batch (fp32 on CPU): the largest difference, at most 1e-5.
+Prints one RESULT line; exit 1 with the reason otherwise.
+"""
+import contextlib
+import json
+import os
+import sys
+import warnings
+
+warnings.filterwarnings("ignore")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+# Megatron-Core's local layer spec asks CUDA for a device and an RNG tracker; on CPU: the CPU and no fork.
+torch.cuda.current_device = lambda: torch.device("cpu")
+
+
+def megatron_model(ckpt):
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(20000 + os.getpid() % 20000))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    parallel_state.initialize_model_parallel(1, 1)
+    a = dist_checkpointing.load_common_state_dict(ckpt)["args"]
+    eps = getattr(a, "norm_epsilon", None) or getattr(a, "layernorm_epsilon", None) or 1e-5
+    cfg = TransformerConfig(
+        num_layers=a.num_layers, hidden_size=a.hidden_size, num_attention_heads=a.num_attention_heads,
+        num_query_groups=a.num_query_groups if a.group_query_attention else None, ffn_hidden_size=a.ffn_hidden_size,
+        kv_channels=a.kv_channels, gated_linear_unit=a.swiglu, activation_func=torch.nn.functional.silu,
+        normalization=a.normalization, add_bias_linear=a.add_bias_linear, add_qkv_bias=a.add_qkv_bias,
+        qk_layernorm=getattr(a, "qk_layernorm", False), layernorm_epsilon=eps, use_cpu_initialization=True,
+        params_dtype=torch.float32, bias_activation_fusion=False, apply_rope_fusion=False, masked_softmax_fusion=False,
+        bias_dropout_fusion=False, attention_dropout=0.0, hidden_dropout=0.0, persist_layer_norm=False,
+        gradient_accumulation_fusion=False)
+    spec = get_gpt_layer_local_spec(qk_layernorm=cfg.qk_layernorm, normalization=a.normalization)
+    m = GPTModel(cfg, spec, vocab_size=a.padded_vocab_size, max_sequence_length=a.max_position_embeddings,
+                 position_embedding_type="rope", rotary_base=a.rotary_base,
+                 share_embeddings_and_output_weights=not a.untie_embeddings_and_output_weights,
+                 rope_scaling=getattr(a, "use_rope_scaling", False))
+    tensor_parallel.get_cuda_rng_tracker().fork = lambda *x, **k: contextlib.nullcontext()
+    loaded = dist_checkpointing.load(m.sharded_state_dict(), ckpt)
+    res = m.load_state_dict(loaded, strict=False)
+    missing = [k for k in res.missing_keys if not k.endswith("_extra_state")]
+    assert not missing, f"Megatron-Core's load left {missing[:5]}"
+    return m.eval(), a
+
+
+def expected_hf_tensors(mg, a, vocab):
+    """The Hugging Face tensors derived from Megatron's own: this script's split, not ucpkit's."""
+    sd = {k: v for k, v in mg.state_dict().items() if not k.endswith("_extra_state")}
+    heads, hd = a.num_attention_heads, a.kv_channels
+    groups = a.num_query_groups if a.group_query_attention else heads
+    out = {"model.embed_tokens.weight": sd.pop("embedding.word_embeddings.weight")[:vocab],
+           "model.norm.weight": sd.pop("decoder.final_layernorm.weight")}
+    if "output_layer.weight" in sd:
+        out["lm_head.weight"] = sd.pop("output_layer.weight")[:vocab]
+    for layer in range(a.num_layers):
+        p, h = f"decoder.layers.{layer}.", f"model.layers.{layer}."
+        out[h + "input_layernorm.weight"] = sd.pop(p + "input_layernorm.weight")
+        out[h + "post_attention_layernorm.weight"] = sd.pop(p + "pre_mlp_layernorm.weight")
+        for kind in ("weight", "bias"):
+            qkv = sd.pop(p + f"self_attention.linear_qkv.{kind}", None)
+            if qkv is not None:  # per query group: heads/groups query heads, one key head, one value head
+                g = qkv.reshape(groups, (heads // groups + 2) * hd, *qkv.shape[1:])
+                q, k, v = torch.split(g, [heads // groups * hd, hd, hd], dim=1)
+                for name, t in (("q_proj", q), ("k_proj", k), ("v_proj", v)):
+                    out[h + f"self_attn.{name}.{kind}"] = t.reshape(-1, *qkv.shape[1:])
+            for mc, hf in (("self_attention.linear_proj", "self_attn.o_proj"), ("mlp.linear_fc2", "mlp.down_proj")):
+                t = sd.pop(p + f"{mc}.{kind}", None)
+                if t is not None:
+                    out[h + f"{hf}.{kind}"] = t
+            fc1 = sd.pop(p + f"mlp.linear_fc1.{kind}", None)
+            if fc1 is not None:  # SwiGLU: silu(first half) * second half
+                out[h + f"mlp.gate_proj.{kind}"], out[h + f"mlp.up_proj.{kind}"] = torch.chunk(fc1, 2, dim=0)
+        for mc, hf in (("q_layernorm", "q_norm"), ("k_layernorm", "k_norm")):
+            t = sd.pop(p + f"self_attention.{mc}.weight", None)
+            if t is not None:
+                out[h + f"self_attn.{hf}.weight"] = t
+    assert not sd, f"Megatron tensors this check does not map: {sorted(sd)[:5]}"
+    return out
+
+
+def main():
+    hf_dir, ckpt = sys.argv[1], sys.argv[2]
+    from transformers import AutoModelForCausalLM
+    import transformers
+
+    mg, a = megatron_model(ckpt)
+    hf, info = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32, output_loading_info=True)
+    bad = {k: v for k, v in info.items() if v}
+    assert not bad, f"from_pretrained: {bad}"
+    config = json.load(open(os.path.join(hf_dir, "config.json")))
+    vocab = config["vocab_size"]
+    want = expected_hf_tensors(mg, a, vocab)
+    got = {k: v for k, v in hf.state_dict().items()}
+    if config.get("tie_word_embeddings"):
+        got.pop("lm_head.weight", None)  # the tied head is the embedding itself
+    assert sorted(got) == sorted(want), (sorted(set(got) ^ set(want)))[:8]
+    differ = [k for k in want if not torch.equal(got[k], want[k].to(got[k].dtype))]
+    assert not differ, f"tensors differ from Megatron's: {differ[:5]}"
+
+    torch.manual_seed(0)
+    batch, seq = 2, min(8, a.max_position_embeddings)
+    ids = torch.randint(0, vocab, (batch, seq))
+    pos = torch.arange(seq).unsqueeze(0).expand(batch, seq)
+    mask = torch.triu(torch.ones(seq, seq), diagonal=1).bool()[None, None]
+    with torch.no_grad():
+        ref = mg(ids, pos, attention_mask=mask)[..., :vocab]
+        ours = hf(input_ids=ids).logits
+    diff = (ref - ours).abs().max().item()
+    assert diff <= 1e-5, f"logits differ by {diff:.3g} (more than 1e-5)"
+    import importlib.metadata as md
+    print(f"RESULT framework=transformers version={transformers.__version__} megatron-core={md.version('megatron-core')} "
+          f"architecture={config['architectures'][0]} tensors={len(want)} bit_exact=yes logits_max_abs_diff={diff:.3g}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# ucp-load --format hf judged by the frameworks (label `frameworks`, docs/hf.md; issue 49): transformers
+# 5's own from_pretrained loads our Hugging Face folder with no missing or unexpected key, every tensor
+# equals bit for bit the one derived from the tensors Megatron-Core's own loader reads from the source,
+# and the logits of the two models on a fixed batch agree within 1e-5 (fp32, CPU): hf_export_check.py.
+# Sources: the committed Megatron-Core saves (core_v0.16.1 Llama GQA TP 2 x DP 2 in both optimizer forms;
+# core_v0.19.0 GPT with biases TP 2 x PP 2, which Megatron-Core 0.16.1 reads through our --megatron-version
+# 0.16.1 torch_dist of it) and a Megatron-DeepSpeed Llama (tests/formats/fixtures.py llama_tp2pp2dp2,
+# read directly). Run the way users run it: relative paths, from the output's folder, options left out.
+# Exit 77 (skipped) when the framework environment cannot be made.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=$(cd "$1" && pwd)
+. "$root/scripts/frameworks/env.sh"
+unset TRIXIE  # transformers 5 is in the pinned environment only
+frameworks_lab "$root" hf_export
+py=$FRAMEWORKS_PY
+cd "$LAB"
+ln -s "$root/tests/formats/megatron_core/data" data
+check() {
+  PYTHONWARNINGS=ignore "$py" "$root/tests/frameworks/hf_export_check.py" "$1" "$2" 2>&1 | grep -v "^W1\|^\[rank0\]:W\|[Ww]arning" |
+    sed "s/^RESULT /RESULT case=$3 /"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "FAIL: $3"; exit 1; }
+}
+for form in fully_reshardable dp_reshardable; do
+  "$build/bin/ucp-load" -q --input data/llama_gqa_tp2_dp2_v016/$form --format hf --output llama_$form
+  check llama_$form data/llama_gqa_tp2_dp2_v016/$form llama_gqa_v016_$form
+done
+"$build/bin/ucp-load" -q --input data/gpt_tp2_pp2/fully_reshardable --format hf --output gpt
+"$build/bin/ucp-load" -q --input data/gpt_tp2_pp2/fully_reshardable --format torch_dist --megatron-version 0.16.1 \
+  --tp 1 --pp 1 --dp 1 --output gpt_td
+check gpt "gpt_td/iter_$(printf %07d "$(cat gpt_td/latest_checkpointed_iteration.txt)")" gpt_biases_v019
+ds=$build/fixtures/formats/llama_tp2pp2dp2
+if [[ -d $ds ]]; then
+  "$build/bin/ucp-load" -q --input "$ds" --format hf --output ds_llama
+  "$build/bin/ucp-load" -q --input "$ds" --format torch_dist --megatron-version 0.16.1 --tp 1 --pp 1 --dp 1 --output ds_td
+  check ds_llama "ds_td/iter_$(printf %07d "$(cat ds_td/latest_checkpointed_iteration.txt)")" megatron_deepspeed_llama
+fi
