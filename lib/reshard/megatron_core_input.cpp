@@ -16,7 +16,6 @@
 #include "reshard/model_info.h"
 #include "reshard/universal_reader.h"
 #include "to_universal/direct.h"
-#include "to_universal/megatron_core_names.h"
 
 namespace fs = std::filesystem;
 

@@ -1,11 +1,14 @@
 """The judges of ucp-load --format hf (tests/frameworks/hf_export_test.sh, docs/hf.md).
 
-    hf_export_check.py HF_DIR MEGATRON_ITER_DIR
+    hf_export_check.py HF_DIR MEGATRON_ITER_DIR | TRUTH.safetensors
 
 MEGATRON_ITER_DIR is a Megatron-Core torch_dist iteration folder holding the same model as HF_DIR came
 from. Megatron-Core's own code (megatron-core from the pinned environment: GPTModel with its local layer
 spec, dist_checkpointing.load resharding the save to one CPU rank) loads it; transformers' own
-from_pretrained loads HF_DIR. Checked:
+from_pretrained loads HF_DIR. A save megatron-core 0.16.1 cannot open (a core_v0.19 save: its common
+state pickles classes 0.16.1 lacks) is given as the truth its fixture recorded instead (TRUTH: every
+tensor as Megatron's own reader returned it, layers stacked), loaded into the same GPTModel with the
+sizes, norm epsilon and rotary base of HF_DIR's config.json. Checked:
   * from_pretrained reports no missing, unexpected or mismatched key;
   * every Hugging Face tensor equals, bit for bit, the one this script derives from the tensors
     Megatron loaded (its own split of the fused QKV per query group and of SwiGLU's [W; V]: an
@@ -28,7 +31,39 @@ import torch.distributed as dist  # noqa: E402
 torch.cuda.current_device = lambda: torch.device("cpu")
 
 
-def megatron_model(ckpt):
+def truth_args(config):
+    """The Megatron args a truth-mode model is built with, from the export's config.json."""
+    from argparse import Namespace
+    return Namespace(
+        num_layers=config["num_hidden_layers"], hidden_size=config["hidden_size"],
+        num_attention_heads=config["num_attention_heads"], num_query_groups=config["num_key_value_heads"],
+        group_query_attention=True, ffn_hidden_size=config["intermediate_size"], kv_channels=config["head_dim"],
+        swiglu=True, normalization="RMSNorm", add_bias_linear=bool(config.get("attention_bias")),
+        add_qkv_bias=False, qk_layernorm="q_norm" in json.dumps(config), norm_epsilon=config["rms_norm_eps"],
+        padded_vocab_size=config["vocab_size"], max_position_embeddings=config["max_position_embeddings"],
+        rotary_base=config["rope_parameters"]["rope_theta"],
+        untie_embeddings_and_output_weights=not config["tie_word_embeddings"])
+
+
+def truth_state_dict(path):
+    """Megatron's own tensors of a fixture (stacked layers, the TE spec's norm names) as its local spec names them."""
+    from safetensors.torch import load_file
+    out = {}
+    for k, v in load_file(path).items():
+        if k.startswith("optimizer"):
+            continue
+        if k.startswith("decoder.layers."):
+            rest = k[len("decoder.layers."):]
+            rest = {"self_attention.linear_qkv.layer_norm_weight": "input_layernorm.weight",
+                    "mlp.linear_fc1.layer_norm_weight": "pre_mlp_layernorm.weight"}.get(rest, rest)
+            for layer in range(v.shape[0]):
+                out[f"decoder.layers.{layer}.{rest}"] = v[layer]
+        else:
+            out[k] = v
+    return out
+
+
+def megatron_model(ckpt, config):
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(20000 + os.getpid() % 20000))
     dist.init_process_group("gloo", rank=0, world_size=1)
@@ -38,25 +73,27 @@ def megatron_model(ckpt):
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     parallel_state.initialize_model_parallel(1, 1)
-    a = dist_checkpointing.load_common_state_dict(ckpt)["args"]
+    truth = ckpt.endswith(".safetensors")
+    a = truth_args(config) if truth else dist_checkpointing.load_common_state_dict(ckpt)["args"]
     eps = getattr(a, "norm_epsilon", None) or getattr(a, "layernorm_epsilon", None) or 1e-5
     cfg = TransformerConfig(
         num_layers=a.num_layers, hidden_size=a.hidden_size, num_attention_heads=a.num_attention_heads,
         num_query_groups=a.num_query_groups if a.group_query_attention else None, ffn_hidden_size=a.ffn_hidden_size,
         kv_channels=a.kv_channels, gated_linear_unit=a.swiglu, activation_func=torch.nn.functional.silu,
-        normalization=a.normalization, add_bias_linear=a.add_bias_linear, add_qkv_bias=a.add_qkv_bias,
+        normalization=a.normalization, add_bias_linear=getattr(a, "add_bias_linear", True), add_qkv_bias=getattr(a, "add_qkv_bias", False),
         qk_layernorm=getattr(a, "qk_layernorm", False), layernorm_epsilon=eps, use_cpu_initialization=True,
         params_dtype=torch.float32, bias_activation_fusion=False, apply_rope_fusion=False, masked_softmax_fusion=False,
         bias_dropout_fusion=False, attention_dropout=0.0, hidden_dropout=0.0, persist_layer_norm=False,
         gradient_accumulation_fusion=False)
     spec = get_gpt_layer_local_spec(qk_layernorm=cfg.qk_layernorm, normalization=a.normalization)
     m = GPTModel(cfg, spec, vocab_size=a.padded_vocab_size, max_sequence_length=a.max_position_embeddings,
-                 position_embedding_type="rope", rotary_base=a.rotary_base,
+                 position_embedding_type="rope", rotary_base=getattr(a, "rotary_base", 10000),
                  share_embeddings_and_output_weights=not a.untie_embeddings_and_output_weights,
                  rope_scaling=getattr(a, "use_rope_scaling", False))
     tensor_parallel.get_cuda_rng_tracker().fork = lambda *x, **k: contextlib.nullcontext()
-    loaded = dist_checkpointing.load(m.sharded_state_dict(), ckpt)
+    loaded = truth_state_dict(ckpt) if truth else dist_checkpointing.load(m.sharded_state_dict(), ckpt)
     res = m.load_state_dict(loaded, strict=False)
+    assert not truth or not res.unexpected_keys, f"truth tensors the model lacks: {res.unexpected_keys[:5]}"
     missing = [k for k in res.missing_keys if not k.endswith("_extra_state")]
     assert not missing, f"Megatron-Core's load left {missing[:5]}"
     return m.eval(), a
@@ -102,11 +139,11 @@ def main():
     from transformers import AutoModelForCausalLM
     import transformers
 
-    mg, a = megatron_model(ckpt)
+    config = json.load(open(os.path.join(hf_dir, "config.json")))
+    mg, a = megatron_model(ckpt, config)
     hf, info = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32, output_loading_info=True)
     bad = {k: v for k, v in info.items() if v}
     assert not bad, f"from_pretrained: {bad}"
-    config = json.load(open(os.path.join(hf_dir, "config.json")))
     vocab = config["vocab_size"]
     want = expected_hf_tensors(mg, a, vocab)
     got = {k: v for k, v in hf.state_dict().items()}

@@ -1,5 +1,5 @@
 // OutputFormat names: the values product.md's ucp-load synopsis lists for --format
-// ("[--format deepspeed|safetensors]", plus issue 30's dcp and torch_dist, docs/commands.md), read back
+// ("[--format deepspeed|safetensors]", plus issue 30's dcp and torch_dist and issue 49's hf, docs/commands.md), read back
 // to the same format, nothing else accepted.
 #include <gtest/gtest.h>
 
@@ -12,7 +12,8 @@
 using namespace ucpkit::reshard;
 
 TEST(OutputFormat, NamesAreTheCliContractValues) {
-  EXPECT_EQ(output_format_names(), (std::vector<std::string>{"deepspeed", "safetensors", "dcp", "torch_dist"}));
+  EXPECT_EQ(output_format_names(), (std::vector<std::string>{"deepspeed", "safetensors", "dcp", "torch_dist", "hf"}));
+  EXPECT_EQ(output_format_name(OutputFormat::Hf), "hf");
   EXPECT_EQ(output_format_name(OutputFormat::Dcp), "dcp");
   EXPECT_EQ(output_format_name(OutputFormat::TorchDist), "torch_dist");
   EXPECT_EQ(output_format_name(OutputFormat::DeepSpeed), "deepspeed");
@@ -29,7 +30,7 @@ TEST(OutputFormat, EveryNameParsesBackToItsFormat) {
 }
 
 TEST(OutputFormat, OtherNamesAreRefused) {
-  for (const char* name : {"", "DeepSpeed", "safetensor", "torch", "deepspeed ", "hf"})
+  for (const char* name : {"", "DeepSpeed", "safetensor", "torch", "deepspeed ", "HF", "huggingface"})
     EXPECT_FALSE(output_format_from_name(name).has_value()) << name;
 }
 
@@ -39,5 +40,5 @@ TEST(OutputFormat, EveryFormatHasItsRegisteredWriter) {
   for (const auto& name : output_format_names()) EXPECT_NO_THROW((void)output_writer(*output_format_from_name(name))) << name;
   EXPECT_EQ(output_formats_that(&OutputWriter::reads_model), "deepspeed, safetensors, dcp");
   EXPECT_EQ(output_formats_that(&OutputWriter::takes_template), "deepspeed");
-  EXPECT_EQ(output_formats_that(&OutputWriter::one_process), "torch_dist");
+  EXPECT_EQ(output_formats_that(&OutputWriter::one_process), "torch_dist, hf");
 }

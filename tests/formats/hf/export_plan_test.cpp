@@ -73,7 +73,8 @@ TEST(HfExportPlan, LlamaGqaSplitsQkvAndSwigluIntoTheHuggingFaceTensors) {
   EXPECT_EQ(tensor(p, "model.layers.0.input_layernorm.weight").shape, std::vector<int64_t>{16});
   EXPECT_EQ(tensor(p, "model.layers.0.post_attention_layernorm.weight").shape, std::vector<int64_t>{16});
   EXPECT_EQ(p.files, std::vector<std::string>{"model.safetensors"});
-  EXPECT_EQ(p.bytes(), (96 * 16 * 2 + 2 * (16 + 16 * 16 * 2 + 8 * 16 * 2 + 16 * 16 + 3 * 32 * 16) + 16 + 96 * 16) * 2u);
+  // embed, per layer (input norm, q, k, v, o, post norm, gate, up, down), norm, head; bf16
+  EXPECT_EQ(p.bytes(), (96 * 16 + 2 * (16 + 16 * 16 + 2 * 8 * 16 + 16 * 16 + 16 + 3 * 32 * 16) + 16 + 96 * 16) * 2u);
 }
 
 TEST(HfExportPlan, ConfigStatesTheModelAsTransformersFiveWritesIt) {
