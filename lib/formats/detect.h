@@ -18,6 +18,7 @@ inline constexpr std::string_view kPecStore = "pec-store";
 inline constexpr std::string_view kTorchDist = "torch_dist";
 inline constexpr std::string_view kDcp = "dcp";
 inline constexpr std::string_view kDeepSpeed = "deepspeed";
+inline constexpr std::string_view kHf = "hf";
 
 // What a folder is.
 struct FolderKind {

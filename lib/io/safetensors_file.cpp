@@ -80,8 +80,8 @@ std::string safetensors_bytes(const std::map<std::string, SafetensorsTensor>& te
   return out;
 }
 
-std::map<std::string, SafetensorsTensor> parse_safetensors(const std::string& bytes, const std::string& name,
-                                                           std::map<std::string, std::string>* metadata) {
+std::map<std::string, SafetensorsEntryAt> parse_safetensors_header(std::string_view bytes, const std::string& name,
+                                                                   std::map<std::string, std::string>* metadata) {
   if (bytes.size() < 8) throw Error(name + ": not a safetensors file (shorter than its 8-byte header length)");
   uint64_t len = 0;
   for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
@@ -93,8 +93,8 @@ std::map<std::string, SafetensorsTensor> parse_safetensors(const std::string& by
     throw Error(name + ": safetensors header is not JSON: " + e.what());
   }
   if (!header.is_object()) throw Error(name + ": safetensors header is not a JSON object");
-  const size_t data = 8 + len;
-  std::map<std::string, SafetensorsTensor> out;
+  const uint64_t data = 8 + len;
+  std::map<std::string, SafetensorsEntryAt> out;
   for (const auto& [key, v] : header.items()) {
     if (key == "__metadata__") {
       if (metadata && v.is_object())
@@ -103,20 +103,24 @@ std::map<std::string, SafetensorsTensor> parse_safetensors(const std::string& by
       continue;
     }
     try {
-      SafetensorsTensor t;
+      SafetensorsEntryAt t;
       t.dtype = v.at("dtype").get<std::string>();
       t.shape = v.at("shape").get<std::vector<int64_t>>();
       auto off = v.at("data_offsets").get<std::vector<uint64_t>>();
       size_t es = element_size(t.dtype);
       if (es == 0) throw Error("unknown dtype " + t.dtype);
-      for (int64_t d : t.shape)
+      int64_t numel = 1;
+      for (int64_t d : t.shape) {
         if (d < 0) throw Error("negative dimension");
+        numel *= d;
+      }
       if (off.size() != 2 || off[0] > off[1] || off[1] > bytes.size() - data)
         throw Error("data_offsets outside the file");
-      if (off[1] - off[0] != static_cast<uint64_t>(t.numel()) * es)
+      if (off[1] - off[0] != static_cast<uint64_t>(numel) * es)
         throw Error("data_offsets hold " + std::to_string(off[1] - off[0]) + " bytes, shape and dtype need " +
-                    std::to_string(static_cast<uint64_t>(t.numel()) * es));
-      t.bytes = bytes.substr(data + off[0], off[1] - off[0]);
+                    std::to_string(static_cast<uint64_t>(numel) * es));
+      t.begin = data + off[0];
+      t.end = data + off[1];
       out.emplace(key, std::move(t));
     } catch (const Error& e) {
       throw Error(name + ": tensor \"" + key + "\": " + e.what());
@@ -124,6 +128,14 @@ std::map<std::string, SafetensorsTensor> parse_safetensors(const std::string& by
       throw Error(name + ": tensor \"" + key + "\": malformed entry (" + e.what() + ")");
     }
   }
+  return out;
+}
+
+std::map<std::string, SafetensorsTensor> parse_safetensors(const std::string& bytes, const std::string& name,
+                                                           std::map<std::string, std::string>* metadata) {
+  std::map<std::string, SafetensorsTensor> out;
+  for (auto& [key, e] : parse_safetensors_header(bytes, name, metadata))
+    out.emplace(key, SafetensorsTensor{e.dtype, e.shape, bytes.substr(e.begin, e.end - e.begin)});
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ucpkit {
@@ -36,6 +37,18 @@ std::string safetensors_header(const std::vector<SafetensorsEntry>& entries,
 std::string safetensors_bytes(const std::map<std::string, SafetensorsTensor>& tensors,
                               const std::map<std::string, std::string>& metadata = {});
 std::string safetensors_tensor_i64(const std::vector<int64_t>& values);
+
+// A tensor of a file's header: dtype, shape, and where its bytes are in the file (absolute offsets).
+struct SafetensorsEntryAt {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;
+};
+// Parses the header of a file whose bytes are `bytes` (a mapped file: only the header is read) and
+// checks every entry (known dtype, offsets inside the file, sizes matching shape and dtype); throws Error
+// naming `name` and the tensor.
+std::map<std::string, SafetensorsEntryAt> parse_safetensors_header(std::string_view bytes, const std::string& name,
+                                                                   std::map<std::string, std::string>* metadata = nullptr);
 
 // Parses a whole file held in memory; throws Error naming `name` on a malformed header or offsets.
 std::map<std::string, SafetensorsTensor> parse_safetensors(const std::string& bytes, const std::string& name,

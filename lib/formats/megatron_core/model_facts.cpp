@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "formats/megatron_core/common_edit.h"
+#include "formats/megatron_core/deepspeed_common_state.h"
 
 namespace ucpkit::formats::megatron_core {
 
@@ -83,6 +84,53 @@ nlohmann::json model_facts(const ValuePtr& common, const std::string& file) {
     a.refuse("args.layernorm_zero_centered_gamma is set (norm weights stored minus one)");
   if (!a.flag("swiglu")) a.refuse("args.swiglu is not set (the MLP is not SwiGLU)");
   return f;
+}
+
+pickle::ValuePtr megatron_args(const nlohmann::json& f, DType dtype) {
+  using pickle::Value;
+  auto a = Value::make_object("argparse", "Namespace", Value::tuple(), Value::dict(), pickle::Object::Build::NewObj);
+  auto i = [&](const char* name, int64_t v) { a->set_attr(name, Value::integer(v)); };
+  auto b = [&](const char* name, bool v) { a->set_attr(name, Value::boolean(v)); };
+  i("num_layers", f.at("layers"));
+  i("hidden_size", f.at("hidden"));
+  i("ffn_hidden_size", f.at("ffn"));
+  i("num_attention_heads", f.at("heads"));
+  b("group_query_attention", f.at("kv_heads") != f.at("heads"));
+  i("num_query_groups", f.at("kv_heads"));
+  i("kv_channels", f.at("head_dim"));
+  i("max_position_embeddings", f.at("max_positions"));
+  i("seq_length", f.at("max_positions"));
+  i("padded_vocab_size", f.at("vocab"));
+  i("vocab_size", f.at("vocab"));
+  a->set_attr("norm_epsilon", Value::real(f.at("norm_eps").get<double>()));
+  a->set_attr("rotary_base", Value::real(f.at("rope_theta").get<double>()));
+  a->set_attr("rotary_percent", Value::real(1.0));
+  b("rotary_interleaved", false);
+  const double factor = f.value("rope_llama3_factor", 0.0);
+  b("use_rope_scaling", factor > 0);
+  a->set_attr("rope_scaling_factor", Value::real(factor > 0 ? factor : 8.0));
+  a->set_attr("position_embedding_type", Value::str("rope"));
+  a->set_attr("normalization", Value::str("RMSNorm"));
+  b("swiglu", true);
+  b("add_bias_linear", f.value("linear_bias", false));
+  b("add_qkv_bias", f.value("qkv_bias", false));
+  b("qk_layernorm", f.value("qk_norm", false));
+  b("untie_embeddings_and_output_weights", !f.value("tied", false));
+  b("bf16", dtype == DType::BFloat16);
+  b("fp16", dtype == DType::Float16);
+  for (const char* n : {"tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size",
+                        "data_parallel_size", "world_size"})
+    i(n, 1);
+  i("iteration", 0);
+  return a;
+}
+
+pickle::ValuePtr fresh_common_state(const nlohmann::json& facts, DType dtype, const pickle::ValuePtr& optimizer_state,
+                                    const pickle::ValuePtr& step, const std::string& where) {
+  auto model_states = pickle::Value::dict();
+  model_states->set_item("args", megatron_args(facts, dtype));
+  model_states->set_item("iteration", pickle::Value::integer(0));
+  return common_state_from_deepspeed(model_states, where, optimizer_state, step);
 }
 
 }  // namespace ucpkit::formats::megatron_core

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/dtype.h"
 #include "io/pickle/value.h"
 
 namespace ucpkit::formats::megatron_core {
@@ -17,5 +18,17 @@ namespace ucpkit::formats::megatron_core {
 //  "qk_norm", "experts" (0: dense), "moe_ffn", "moe_topk", "shared_ffn", "moe_layer_freq"}.
 // Throws Error naming `file` and the arg.
 nlohmann::json model_facts(const pickle::ValuePtr& common, const std::string& file);
+
+// The Megatron args (an argparse.Namespace, Megatron-Core's names) of a model with `facts` (as above,
+// plus "vocab": the vocabulary rows) trained in `dtype`, at TP = PP = EP = DP = 1: what a Megatron-Core
+// common state made for a model that never ran under Megatron (a Hugging Face import) records. The
+// inverse of model_facts.
+pickle::ValuePtr megatron_args(const nlohmann::json& facts, DType dtype);
+
+// The Megatron-Core common state (formats/megatron_core/deepspeed_common_state.h's form) of such a model
+// at iteration 0: megatron_args, the optimizer's `optimizer_state` ({"param_groups": [...]}) with `step`
+// in each group. `where` names the source in errors.
+pickle::ValuePtr fresh_common_state(const nlohmann::json& facts, DType dtype, const pickle::ValuePtr& optimizer_state,
+                                    const pickle::ValuePtr& step, const std::string& where);
 
 }  // namespace ucpkit::formats::megatron_core

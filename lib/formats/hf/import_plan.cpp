@@ -1,0 +1,154 @@
+// The Hugging Face import plan (import_plan.h).
+#include "formats/hf/import_plan.h"
+
+#include <algorithm>
+#include <set>
+
+#include "core/error.h"
+#include "formats/hf/config.h"
+#include "patterns/name_template.h"
+
+namespace ucpkit::formats::hf {
+
+namespace {
+
+const Family& family_of(const std::vector<Family>& families, const nlohmann::json& config, const std::string& where) {
+  std::string arch;
+  if (config.contains("architectures") && config["architectures"].is_array() && !config["architectures"].empty() &&
+      config["architectures"][0].is_string())
+    arch = config["architectures"][0].get<std::string>();
+  std::string maps;
+  for (const auto& f : families) {
+    for (const auto& a : f.architectures)
+      if (a == arch) return f;
+    maps += (maps.empty() ? "" : ", ") + f.family + " (";
+    for (size_t k = 0; k < f.architectures.size(); ++k) maps += (k ? ", " : "") + f.architectures[k];
+    maps += ")";
+  }
+  throw Error(where + ": architectures " + (config.contains("architectures") ? config["architectures"].dump() : "missing") +
+              " has no Hugging Face family map (patterns/hf); maps: " + maps);
+}
+
+int64_t need_int(const nlohmann::json& c, const char* key, const std::string& where) {
+  if (!c.contains(key) || !c[key].is_number_integer()) throw Error(where + ": \"" + key + "\" is missing or not an integer");
+  return c[key].get<int64_t>();
+}
+
+std::string fill(const std::string& t, long layer) { return layer >= 0 ? patterns::substitute_placeholder(t, "{L}", layer) : t; }
+
+}  // namespace
+
+nlohmann::json facts_from_config(const nlohmann::json& c, const Family& family, const std::string& where) {
+  nlohmann::json f;
+  f["hidden"] = need_int(c, "hidden_size", where);
+  f["ffn"] = need_int(c, "intermediate_size", where);
+  f["layers"] = need_int(c, "num_hidden_layers", where);
+  const int64_t heads = need_int(c, "num_attention_heads", where);
+  f["heads"] = heads;
+  f["kv_heads"] = c.contains("num_key_value_heads") && c["num_key_value_heads"].is_number_integer() ? c["num_key_value_heads"].get<int64_t>() : heads;
+  f["head_dim"] = c.contains("head_dim") && c["head_dim"].is_number_integer() ? c["head_dim"].get<int64_t>() : f["hidden"].get<int64_t>() / heads;
+  f["max_positions"] = need_int(c, "max_position_embeddings", where);
+  f["vocab"] = need_int(c, "vocab_size", where);
+  f["norm_eps"] = c.value("rms_norm_eps", 1e-6);
+  const std::string act = c.value("hidden_act", std::string("silu"));
+  if (act != "silu") throw Error(where + ": \"hidden_act\" is '" + escaped_brief(act, 30) + "': Megatron-Core's SwiGLU computes silu");
+  nlohmann::json rope = c.contains("rope_parameters") && c["rope_parameters"].is_object() ? c["rope_parameters"] : nlohmann::json::object();
+  if (c.contains("rope_scaling") && c["rope_scaling"].is_object()) rope.update(c["rope_scaling"]);  // transformers 4's keys
+  f["rope_theta"] = rope.value("rope_theta", c.value("rope_theta", 10000.0));
+  const std::string type = rope.value("rope_type", rope.value("type", std::string("default")));
+  f["rope_llama3_factor"] = 0.0;
+  if (type == "llama3") {
+    // Megatron-Core's Llama 3.1 scaling fixes the other constants (rotary_pos_embedding.py:92-120).
+    if (rope.value("low_freq_factor", 1.0) != 1.0 || rope.value("high_freq_factor", 4.0) != 4.0 ||
+        rope.value("original_max_position_embeddings", 8192) != 8192)
+      throw Error(where + ": rope llama3 scaling with constants other than Megatron-Core's (low 1, high 4, original 8192)");
+    f["rope_llama3_factor"] = rope.value("factor", 8.0);
+  } else if (type != "default") {
+    throw Error(where + ": rope type '" + escaped_brief(type, 30) + "': Megatron-Core computes default rotary or llama3 scaling only");
+  }
+  f["tied"] = c.value("tie_word_embeddings", false);
+  f["linear_bias"] = c.value("attention_bias", false);
+  f["qkv_bias"] = family.match.value("qkv_bias_only", false) || f["linear_bias"].get<bool>();
+  f["qk_norm"] = family.match.value("qk_norm", false);
+  f["experts"] = 0;
+  return f;
+}
+
+ImportPlan plan_hf_import(const std::vector<Family>& families, const nlohmann::json& config,
+                          const std::map<std::string, TensorShape>& tensors, const std::string& dir) {
+  const std::string where = dir + "/config.json";
+  const Family& fam = family_of(families, config, where);
+  ImportPlan p;
+  p.family = fam.family;
+  p.origin = fam.origin;
+  p.facts = facts_from_config(config, fam, where);
+  p.heads = p.facts["heads"], p.kv_heads = p.facts["kv_heads"], p.head_dim = p.facts["head_dim"];
+  const int64_t layers = p.facts["layers"];
+  std::set<std::string> used;
+  auto shape_of = [&](const std::string& n) -> const TensorShape& { return tensors.at(n); };
+  for (const Rule& r : fam.rules) {
+    const bool per_layer = r.megatron_core.front().find("{L}") != std::string::npos;
+    for (long layer = per_layer ? 0 : -1; layer < (per_layer ? layers : 0); ++layer) {
+      std::vector<std::string> names;
+      size_t present = 0;
+      for (const auto& h : r.hf) names.push_back(fill(h, layer)), present += tensors.count(names.back());
+      if (present == 0) continue;  // an optional tensor (a bias, the head of a tied model)
+      if (present != names.size())
+        for (const auto& n : names)
+          if (!tensors.count(n)) throw Error(dir + ": tensor " + n + " is missing (its " + (r.split == Split::Qkv ? "QKV" : "gate/up") + " siblings are there)");
+      ImportParam ip;
+      ip.name = fill(r.megatron_core.front(), layer);
+      ip.merge = r.split;
+      ip.sources = names;
+      ip.dtype = shape_of(names[0]).dtype;
+      ip.shape = shape_of(names[0]).shape;
+      int64_t rows = 0;
+      for (const auto& n : names) {
+        const auto& s = shape_of(n).shape;
+        if (s.empty() || std::vector<int64_t>(s.begin() + 1, s.end()) != std::vector<int64_t>(ip.shape.begin() + 1, ip.shape.end()))
+          throw Error(dir + ": tensor " + n + "'s shape does not join its siblings'");
+        rows += s[0];
+      }
+      ip.shape[0] = rows;
+      if (r.split == Split::Qkv) {
+        const auto q = shape_of(names[0]).shape[0], k = shape_of(names[1]).shape[0], v = shape_of(names[2]).shape[0];
+        if (q != p.heads * p.head_dim || k != p.kv_heads * p.head_dim || v != k)
+          throw Error(where + ": " + names[0] + " / " + names[1] + " have " + std::to_string(q) + " / " + std::to_string(k) +
+                      " rows; the config's heads, key-value heads and head_dim say " + std::to_string(p.heads * p.head_dim) +
+                      " / " + std::to_string(p.kv_heads * p.head_dim));
+      }
+      if (r.split == Split::GateUp && shape_of(names[0]).shape[0] != p.facts["ffn"].get<int64_t>())
+        throw Error(where + ": " + names[0] + " has " + std::to_string(shape_of(names[0]).shape[0]) + " rows, intermediate_size says " +
+                    p.facts["ffn"].dump());
+      if (r.vocab && ip.shape[0] != p.facts["vocab"].get<int64_t>())
+        throw Error(where + ": " + names[0] + " has " + std::to_string(ip.shape[0]) + " rows, vocab_size says " + p.facts["vocab"].dump());
+      for (const auto& n : names) used.insert(n);
+      p.params.push_back(std::move(ip));
+    }
+  }
+  for (const auto& [n, s] : tensors)
+    if (!used.count(n))
+      throw Error(dir + ": tensor " + n + " has no rule in Hugging Face family map " + fam.family + " (" + fam.origin +
+                  "): it would be dropped");
+  const bool has_head = std::any_of(p.params.begin(), p.params.end(), [](const ImportParam& x) { return x.name == "output_layer.weight"; });
+  if (p.facts["tied"].get<bool>() == has_head)
+    throw Error(where + ": tie_word_embeddings is " + p.facts["tied"].dump() + " but the folder " + (has_head ? "holds" : "lacks") +
+                " lm_head.weight");
+  const std::string d = config.value("dtype", config.value("torch_dtype", std::string()));
+  p.dtype = d == "bfloat16" ? DType::BFloat16 : d == "float16" ? DType::Float16 : d == "float32" ? DType::Float32
+          : p.params.empty() ? DType::Float32 : p.params.front().dtype;
+  return p;
+}
+
+nlohmann::json ImportPlan::to_json() const {
+  nlohmann::json j;
+  j["family"] = family;
+  j["map"] = origin;
+  j["facts"] = facts;
+  j["dtype"] = std::string(dtype_name(dtype));
+  auto& ps = j["params"] = nlohmann::json::array();
+  for (const auto& x : params) ps.push_back({{"name", x.name}, {"shape", x.shape}, {"from", x.sources}});
+  return j;
+}
+
+}  // namespace ucpkit::formats::hf

@@ -1,0 +1,170 @@
+// ucp-union --input <Hugging Face folder> (docs/hf.md): the Megatron-Core-named universal folder of the
+// model, training-ready as a fresh run starts: fp32 = the weights upcast, exp_avg = exp_avg_sq = 0,
+// step 0, and megatron_core/common_state.pt holding Megatron args made from config.json (what
+// ucp-load --format torch_dist / hf / dcp read). Names and layouts: the family map read backwards
+// (formats/hf/import_plan.h); QKV pieces joined per query group (formats/megatron_core/deepspeed_map.h
+// qkv_split_to_grouped), gate/up stacked as SwiGLU's [W; V].
+#include <chrono>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/confine.h"
+#include "core/staging.h"
+#include "formats/detect.h"
+#include "formats/hf/folder.h"
+#include "formats/hf/import_plan.h"
+#include "formats/megatron_core/deepspeed_common_state.h"
+#include "formats/megatron_core/deepspeed_map.h"
+#include "formats/megatron_core/model_facts.h"
+#include "formats/universal/state_file.h"
+#include "io/shape.h"
+#include "io/torch/torch_file.h"
+#include "parallel/mpi_session.h"
+#include "to_universal/from_torch_dist.h"
+#include "to_universal/plan.h"
+#include "to_universal/union_executor.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::to_universal {
+
+using pickle::Value;
+using pickle::ValuePtr;
+
+namespace {
+
+constexpr const char* kStates[] = {"fp32", "exp_avg", "exp_avg_sq"};
+
+formats::hf::ImportPlan import_plan_of(const formats::hf::Folder& folder) {
+  std::map<std::string, formats::hf::TensorShape> shapes;
+  for (const auto& [n, r] : folder.tensors()) shapes[n] = {r.dtype, r.shape};
+  return formats::hf::plan_hf_import(formats::hf::shipped_hf_families(), folder.config(), shapes, folder.dir());
+}
+
+// Parameter `p`'s value in Megatron-Core layout, fp32.
+Tensor joined(const formats::hf::Folder& folder, const formats::hf::ImportPlan& plan, const formats::hf::ImportParam& p) {
+  std::vector<Tensor> parts;
+  for (const auto& s : p.sources) {
+    Tensor t = folder.read(s);
+    if (!dtype_is_floating(t.dtype())) throw Error(folder.dir() + ": tensor " + s + " is " + std::string(dtype_name(t.dtype())) + ", not a floating weight");
+    parts.push_back(t.dtype() == DType::Float32 ? t : t.to(DType::Float32));
+  }
+  Tensor t = parts.size() == 1 ? parts.front() : cat(parts, 0).contiguous(true);
+  if (p.merge == formats::hf::Split::Qkv)
+    t = formats::megatron_core::qkv_split_to_grouped(t, {plan.heads, plan.kv_heads, plan.head_dim}).contiguous(true);
+  return t;
+}
+
+// The optimizer's param_groups as Megatron-Core's _get_param_groups makes them: weight decay on the
+// matrices, none on biases and norms (wd_mult 1 / 0), hyperparameters those of a fresh AdamW.
+ValuePtr fresh_optimizer_state(const formats::hf::ImportPlan& plan) {
+  auto group = [&](bool decay) {
+    auto g = Value::dict();
+    std::vector<ValuePtr> params;
+    for (size_t i = 0; i < plan.params.size(); ++i)
+      if ((plan.params[i].shape.size() > 1) == decay) params.push_back(Value::integer(static_cast<int64_t>(i)));
+    g->set_item("params", Value::list(std::move(params)));
+    g->set_item("lr", Value::real(0.0));
+    g->set_item("weight_decay", Value::real(decay ? 0.01 : 0.0));
+    g->set_item("betas", Value::tuple({Value::real(0.9), Value::real(0.999)}));
+    g->set_item("eps", Value::real(1e-8));
+    return g;
+  };
+  auto root = Value::dict();
+  root->set_item("param_groups", Value::list({group(true), group(false)}));
+  return root;
+}
+
+RunSummary run_union_hf(const std::string& input, const std::string& output, const ConvertOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto& mpi = parallel::MpiSession::get();
+  parallel::RankFailure failed(mpi);
+  Reporter::Phase phase(options.reporter, "plan");
+  if (!options.patterns_file.empty())
+    throw UsageError("--patterns " + options.patterns_file + ": " + input + " is a Hugging Face folder of whole tensors: there are no TP slices to join");
+  refuse_output_over_input(output, "--output", input, "--input");
+  std::unique_ptr<formats::hf::Folder> folder;
+  formats::hf::ImportPlan plan;
+  failed.guard([&] {
+    folder = std::make_unique<formats::hf::Folder>(input);
+    plan = import_plan_of(*folder);
+  });
+  failed.settle("another MPI rank failed while planning");
+  options.reporter.warning(input + ": Hugging Face family " + plan.family + " (" + plan.origin + "), " +
+                           std::to_string(plan.params.size()) + " Megatron-Core parameters; optimizer state initialised "
+                           "as a fresh run's (exp_avg = exp_avg_sq = 0, step 0)");
+  nlohmann::json facts = plan.facts;
+  const ValuePtr step = Value::integer(0);
+
+  UnionJob job;
+  job.params = plan.params.size();
+  job.folders = {"zero", "megatron_core"};
+  job.bytes = [&](size_t i) { return static_cast<uint64_t>(numel_of(plan.params[i].shape)) * 4 * 3; };
+  job.write_param = [&](size_t i, const fs::path& zero_dir) {
+    const auto& p = plan.params[i];
+    ParamResult r;
+    const fs::path dir = zero_dir / param_folder(p.name);
+    make_folder(dir);
+    TorchDistParam tp;
+    tp.name = p.name, tp.shape = p.shape, tp.dtype = p.dtype;
+    r.manifest = torch_dist_entry(tp, {kStates[0], kStates[1], kStates[2]}, true);
+    const Tensor value = joined(*folder, plan, p);
+    r.bytes_read += value.nbytes();
+    for (const char* state : kStates) {
+      check_interrupted();
+      formats::universal::StateFile f;
+      f.param = std::string(state) == "fp32" ? value : Tensor::zeros(DType::Float32, p.shape);
+      const std::string path = (dir / (std::string(state) + ".pt")).string();
+      save_torch_file(path, formats::universal::to_pickle(f));
+      r.bytes_written += file_size_or_zero(path);
+      ++r.files;
+      r.manifest.states[state].crc32 = written_crc32(path, f.param);
+    }
+    const std::string path = (dir / "step.pt").string();
+    save_torch_file(path, step);
+    r.bytes_written += file_size_or_zero(path);
+    ++r.files;
+    return r;
+  };
+  job.write_common = [&](const fs::path& staged, formats::universal::UniversalManifest& manifest, CommonFiles& t) {
+    const ValuePtr optimizer = fresh_optimizer_state(plan);
+    const ValuePtr common = formats::megatron_core::fresh_common_state(facts, plan.dtype, optimizer, step, input + "/config.json");
+    std::vector<std::string> names;
+    for (const auto& p : plan.params) names.push_back(p.name);
+    const std::vector<std::string> side = {(staged / formats::universal::kUniversalOptimizerState).string(),
+                                           (staged / kMcoreCommonStateFile).string(), (staged / kMcoreObjectsFile).string()};
+    save_torch_file(side[0], optimizer);
+    save_torch_file(side[1], common);
+    save_torch_file(side[2], formats::megatron_core::extra_state_objects(names, staged.string()));
+    manifest.source.format = std::string(formats::kHf);
+    manifest.source.tp = manifest.source.pp = manifest.source.dp = manifest.source.ep = 1;
+    manifest.source.facts["hf"] = {{"folder", input}, {"family", plan.family}, {"map", plan.origin},
+                                   {"architectures", folder->config().value("architectures", nlohmann::json::array())},
+                                   {"vocab_size", facts["vocab"]}};
+    manifest.patterns_origin = "none (Hugging Face: whole tensors)";
+    manifest.patterns_set = nlohmann::json::object();
+    for (const auto& s : side) t.bytes_written += file_size_or_zero(s);
+    t.files += side.size();
+  };
+  return execute_union(job, output, options, failed, phase, t0);
+}
+
+UnionCounts count_union_hf(const std::string& input, const ConvertOptions&) {
+  const formats::hf::Folder folder(input);
+  const auto plan = import_plan_of(folder);
+  UnionCounts c;
+  c.params = plan.params.size();
+  for (const auto& p : plan.params) c.bytes += static_cast<uint64_t>(numel_of(p.shape)) * dtype_size(p.dtype);
+  c.atomic_files = c.params * 4;
+  c.files = "manifest.json, zero/optimizer_state.pt, megatron_core/common_state.pt, megatron_core/objects.pt";
+  c.atomic_note = " (zero/<param>/{fp32,exp_avg,exp_avg_sq,step}.pt)";
+  c.from = "the Hugging Face folder";
+  c.input_kind = "hf";
+  return c;
+}
+
+[[maybe_unused]] const bool kRegistered = register_union(std::string(formats::kHf), run_union_hf, count_union_hf);
+
+}  // namespace
+
+}  // namespace ucpkit::to_universal

@@ -1,0 +1,118 @@
+// The Hugging Face import plan (formats/hf/import_plan.h), without I/O: the export map read backwards.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "formats/hf/import_plan.h"
+
+using namespace ucpkit;
+using namespace ucpkit::formats::hf;
+
+namespace {
+
+// What LlamaForCausalLM(LlamaConfig(hidden 16, 4 heads, 2 KV heads, intermediate 32, 2 layers, vocab 64))
+// holds, untied, bf16.
+std::map<std::string, TensorShape> llama_tensors() {
+  std::map<std::string, TensorShape> t;
+  auto add = [&](const std::string& n, std::vector<int64_t> s) { t[n] = {DType::BFloat16, std::move(s)}; };
+  add("model.embed_tokens.weight", {64, 16});
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {16});
+    add(p + "self_attn.q_proj.weight", {16, 16});
+    add(p + "self_attn.k_proj.weight", {8, 16});
+    add(p + "self_attn.v_proj.weight", {8, 16});
+    add(p + "self_attn.o_proj.weight", {16, 16});
+    add(p + "post_attention_layernorm.weight", {16});
+    add(p + "mlp.gate_proj.weight", {32, 16});
+    add(p + "mlp.up_proj.weight", {32, 16});
+    add(p + "mlp.down_proj.weight", {16, 32});
+  }
+  add("model.norm.weight", {16});
+  add("lm_head.weight", {64, 16});
+  return t;
+}
+
+nlohmann::json llama_config() {
+  return {{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", 16}, {"intermediate_size", 32},
+          {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 4},
+          {"max_position_embeddings", 16}, {"vocab_size", 64}, {"rms_norm_eps", 1e-5},
+          {"rope_parameters", {{"rope_theta", 500000.0}, {"rope_type", "default"}}}, {"tie_word_embeddings", false},
+          {"hidden_act", "silu"}, {"dtype", "bfloat16"}};
+}
+
+std::string what(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(HfImportPlan, LlamaTensorsJoinIntoMegatronCoreParameters) {
+  const ImportPlan p = plan_hf_import(shipped_hf_families(), llama_config(), llama_tensors(), "m");
+  EXPECT_EQ(p.family, "llama");
+  ASSERT_EQ(p.params.size(), 3u + 2 * 6);  // embed, norm, head + per layer: 2 norms, qkv, proj, fc1, fc2
+  const auto& qkv = *std::find_if(p.params.begin(), p.params.end(), [](const ImportParam& x) {
+    return x.name == "decoder.layers.1.self_attention.linear_qkv.weight";
+  });
+  EXPECT_EQ(qkv.shape, (std::vector<int64_t>{32, 16}));
+  EXPECT_EQ(qkv.merge, Split::Qkv);
+  EXPECT_EQ(qkv.sources, (std::vector<std::string>{"model.layers.1.self_attn.q_proj.weight", "model.layers.1.self_attn.k_proj.weight",
+                                                   "model.layers.1.self_attn.v_proj.weight"}));
+  EXPECT_EQ(qkv.dtype, DType::BFloat16);
+  const auto& fc1 = *std::find_if(p.params.begin(), p.params.end(), [](const ImportParam& x) { return x.name == "decoder.layers.0.mlp.linear_fc1.weight"; });
+  EXPECT_EQ(fc1.shape, (std::vector<int64_t>{64, 16}));
+  EXPECT_EQ(p.facts["kv_heads"], 2);
+  EXPECT_DOUBLE_EQ(p.facts["rope_theta"].get<double>(), 500000.0);
+  EXPECT_EQ(p.dtype, DType::BFloat16);
+  EXPECT_EQ(p.to_json()["params"].size(), p.params.size());
+}
+
+TEST(HfImportPlan, TiedModelsHaveNoHead) {
+  auto c = llama_config();
+  c["tie_word_embeddings"] = true;
+  auto t = llama_tensors();
+  t.erase("lm_head.weight");
+  const ImportPlan p = plan_hf_import(shipped_hf_families(), c, t, "m");
+  EXPECT_EQ(p.params.size(), 1u + 1 + 2 * 6);
+  // The config contradicting the tensors is refused naming both.
+  EXPECT_NE(what([&] { plan_hf_import(shipped_hf_families(), c, llama_tensors(), "m"); }).find("tie_word_embeddings is true but the folder holds lm_head.weight"),
+            std::string::npos);
+}
+
+// What cannot be imported exactly: one message naming the file and the tensor.
+TEST(HfImportPlan, RefusalsNameTheFileAndTheTensor) {
+  auto c = llama_config();
+  c["architectures"] = {"GPT2LMHeadModel"};
+  const std::string arch = what([&] { plan_hf_import(shipped_hf_families(), c, llama_tensors(), "m"); });
+  EXPECT_NE(arch.find("m/config.json: architectures [\"GPT2LMHeadModel\"] has no Hugging Face family map"), std::string::npos) << arch;
+  EXPECT_NE(arch.find("llama (LlamaForCausalLM)"), std::string::npos) << arch;
+
+  auto t = llama_tensors();
+  t.erase("model.layers.1.self_attn.k_proj.weight");
+  EXPECT_NE(what([&] { plan_hf_import(shipped_hf_families(), llama_config(), t, "m"); }).find("tensor model.layers.1.self_attn.k_proj.weight is missing"),
+            std::string::npos);
+
+  t = llama_tensors();
+  t["model.layers.0.self_attn.rotary.inv_freq"] = {DType::Float32, {2}};
+  EXPECT_NE(what([&] { plan_hf_import(shipped_hf_families(), llama_config(), t, "m"); }).find("has no rule"), std::string::npos);
+
+  c = llama_config();
+  c["num_key_value_heads"] = 4;  // the config contradicts k_proj's rows
+  EXPECT_NE(what([&] { plan_hf_import(shipped_hf_families(), c, llama_tensors(), "m"); }).find("rows"), std::string::npos);
+
+  c = llama_config();
+  c["hidden_act"] = "gelu";
+  EXPECT_NE(what([&] { plan_hf_import(shipped_hf_families(), c, llama_tensors(), "m"); }).find("hidden_act"), std::string::npos);
+
+  c = llama_config();
+  c["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  EXPECT_NE(what([&] { plan_hf_import(shipped_hf_families(), c, llama_tensors(), "m"); }).find("rope type 'yarn'"), std::string::npos);
+
+  c = llama_config();
+  c.erase("hidden_size");
+  EXPECT_NE(what([&] { plan_hf_import(shipped_hf_families(), c, llama_tensors(), "m"); }).find("\"hidden_size\" is missing"), std::string::npos);
+}

@@ -1,0 +1,34 @@
+"""Hugging Face model folders written by transformers' own code (tests/frameworks/hf_import_test.sh).
+
+    hf_models.py FAMILY OUT DTYPE [--tied]
+
+A model of FAMILY (llama, qwen2, qwen3) built from its own config class with a fixed seed, its weights
+drawn afresh (so that norms and biases are not the init's constants), saved with save_pretrained
+(transformers 5.24.0 src/transformers/modeling_utils.py:3319, safetensors, one file). Config classes:
+models/llama/configuration_llama.py:31 (tie_word_embeddings :78), models/qwen2/configuration_qwen2.py:25
+(biases on q/k/v only: modeling_qwen2.py:181-184), models/qwen3/configuration_qwen3.py:25 (q_norm and
+k_norm over head_dim: modeling_qwen3.py:229-230). Sizes: 4 layers, hidden 32, 4 heads in 2 key-value
+groups, intermediate 64, vocabulary 128 (what a TP 2 split of the vocabulary takes as it is). Nothing is
+downloaded."""
+import sys
+import warnings
+
+warnings.filterwarnings("ignore")
+import torch  # noqa: E402
+from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,  # noqa: E402
+                          Qwen3ForCausalLM)
+
+family, out, dtype = sys.argv[1], sys.argv[2], getattr(torch, sys.argv[3])
+tied = "--tied" in sys.argv[4:]
+torch.manual_seed(0)
+kw = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+          num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=tied)
+config_class, model_class = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+                             "qwen3": (Qwen3Config, Qwen3ForCausalLM)}[family]
+if family == "qwen3":
+    kw["head_dim"] = 8
+model = model_class(config_class(**kw)).to(dtype)
+with torch.no_grad():
+    for p in model.parameters():
+        p.copy_(torch.randn_like(p) * 0.2)
+model.save_pretrained(out)
