@@ -24,6 +24,8 @@
 #include "formats/dcp/folder.h"
 #include "formats/dcp/reader.h"
 #include "formats/dcp/state_keys.h"
+#include "formats/hf/folder.h"
+#include "formats/hf/import_plan.h"
 #include "formats/universal/manifest.h"
 #include "formats/universal/state_file.h"
 #include "reshard/direct_source.h"
@@ -500,6 +502,46 @@ void describe_dcp(CheckpointInfo& info, const InfoOptions& options) {
   });
 }
 
+// A Hugging Face model folder: its files read as ucp-union reads them (index and shards checked), the
+// family map it takes (config.json against the tensors), the sizes and dtypes; no layout (one set of
+// unsharded weights).
+void describe_hf(CheckpointInfo& info, const InfoOptions&) {
+  info.dir = info.input;
+  add_sizes(info, info.dir, [](const std::string& rel) -> std::string {
+    if (rel == formats::hf::kConfigFile) return "config";
+    if (rel == formats::hf::kIndexFile) return "index";
+    if (rel.size() > 12 && rel.compare(rel.size() - 12, 12, ".safetensors") == 0) return "weights";
+    return "other";
+  });
+  std::unique_ptr<formats::hf::Folder> folder;
+  if (!run_check(info, "files", "config.json, the index and every shard's header (each tensor once, where the index places it)",
+                 [&] { folder = std::make_unique<formats::hf::Folder>(info.dir); })) {
+    skip_check(info, "plan", "the family map fits config.json and the tensors (the files did not read)");
+    return;
+  }
+  std::map<std::string, formats::hf::TensorShape> shapes;
+  int64_t elements = 0;
+  std::set<std::string> dtypes;
+  for (const auto& [n, r] : folder->tensors()) {
+    shapes[n] = {r.dtype, r.shape};
+    elements += numel_of(r.shape);
+    dtypes.insert(std::string(dtype_name(r.dtype)));
+  }
+  info.tensors = folder->tensors().size();
+  info.parameters = elements;
+  std::string d;
+  for (const auto& t : dtypes) d += (d.empty() ? "" : ", ") + t;
+  if (!d.empty()) info.dtypes["model"] = d;
+  info.hf = {{"architectures", folder->config().value("architectures", nlohmann::json::array())},
+             {"model_type", folder->config().value("model_type", std::string())}};
+  run_check(info, "plan", "the family map fits config.json and the tensors (as ucp-union converts them)", [&] {
+    const auto plan = formats::hf::plan_hf_import(formats::hf::shipped_hf_families(), folder->config(), shapes, info.dir);
+    info.hf["family"] = plan.family;
+    info.hf["map"] = plan.origin;
+    info.hf["megatron_core_parameters"] = plan.params.size();
+  });
+}
+
 }  // namespace
 
 namespace {
@@ -522,7 +564,8 @@ NamedTable<Describer>& describers() {
                                           register_describer(std::string(formats::kUniversal), describe_universal) &&
                                           register_describer(std::string(formats::kPecStore), describe_store) &&
                                           register_describer(std::string(formats::kDcp), describe_dcp) &&
-                                          register_describer(std::string(formats::kTorchDist), describe_dcp);
+                                          register_describer(std::string(formats::kTorchDist), describe_dcp) &&
+                                          register_describer(std::string(formats::kHf), describe_hf);
 
 }  // namespace
 
@@ -564,6 +607,7 @@ nlohmann::json CheckpointInfo::to_json() const {
   j["size"] = {{"bytes", bytes}, {"files", files}, {"by_kind", kinds}};
   if (!store.is_null()) j["store"] = store;
   if (!dcp.is_null()) j["dcp"] = dcp;
+  if (!hf.is_null()) j["hf"] = hf;
   json cs = json::array();
   for (const auto& c : checks)
     cs.push_back({{"name", c.name}, {"what", c.what}, {"status", status_name(c.status)}, {"error", str(c.error)}});
@@ -631,6 +675,11 @@ std::string CheckpointInfo::text() const {
     std::string s;
     for (const auto& x : states) s += (s.empty() ? "" : ", ") + x;
     row("states", s);
+  }
+  if (hf.is_object()) {
+    std::string h = hf.contains("architectures") ? hf["architectures"].dump() : "";
+    if (hf.contains("family")) h += "; family " + hf["family"].get<std::string>() + " (" + hf.value("map", "") + ")";
+    row("hf model", h);
   }
   if (!store.is_null() && store.contains("steps")) {
     std::string s;

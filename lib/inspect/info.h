@@ -68,6 +68,7 @@ struct CheckpointInfo {
   nlohmann::json store;               // PEC store: committed steps and what each saved (null otherwise)
   nlohmann::json dcp;                 // DCP / torch_dist: folder form, class-path era, world size, entries,
                                       // chunks, optimizer state (null otherwise; docs/ucp-info.md)
+  nlohmann::json hf;                  // Hugging Face folder: architectures, model_type, family, map (null otherwise)
   std::vector<Check> checks;
 
   bool ok() const;                    // every check that ran held

@@ -13,6 +13,7 @@
 #include "formats/detect.h"
 #include "formats/hf/folder.h"
 #include "formats/hf/import_plan.h"
+#include "formats/megatron_core/common_edit.h"
 #include "formats/megatron_core/deepspeed_common_state.h"
 #include "formats/megatron_core/deepspeed_map.h"
 #include "formats/megatron_core/model_facts.h"
@@ -127,8 +128,12 @@ RunSummary run_union_hf(const std::string& input, const std::string& output, con
     return r;
   };
   job.write_common = [&](const fs::path& staged, formats::universal::UniversalManifest& manifest, CommonFiles& t) {
-    const ValuePtr optimizer = fresh_optimizer_state(plan);
-    const ValuePtr common = formats::megatron_core::fresh_common_state(facts, plan.dtype, optimizer, step, input + "/config.json");
+    const std::string config_path = input + "/config.json";
+    const ValuePtr common = formats::megatron_core::fresh_common_state(facts, plan.dtype, fresh_optimizer_state(plan), step, config_path);
+    // The param groups as the common state holds them, as ucp-union of a torch_dist save writes them: the
+    // same model imported and saved by Megatron compares equal (ucp-diff).
+    const ValuePtr optimizer = Value::dict();
+    optimizer->set_item("param_groups", Value::list(formats::megatron_core::saved_param_groups(common, config_path)));
     std::vector<std::string> names;
     for (const auto& p : plan.params) names.push_back(p.name);
     const std::vector<std::string> side = {(staged / formats::universal::kUniversalOptimizerState).string(),

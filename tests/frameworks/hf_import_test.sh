@@ -46,4 +46,23 @@ assert torch.equal(la, lb), (la - lb).abs().max()
 print(f"RESULT case={sys.argv[1]}_round_trip tensors={len(a)} bit_identical=yes logits_identical=yes")
 PY
   [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "FAIL: $name (round trip)"; exit 1; }
+  "$build/bin/ucp-diff" -q "$name" "$name.td" || { echo "FAIL: ucp-diff calls $name and its import different"; exit 1; }
 done
+# A converter that transposes a projection (Megatron-Bridge#3743's kind of damage): ucp-diff of the original
+# against such an export finds it, exit 3, naming the parameter.
+cp -r llama_bfloat16.back transposed
+PYTHONWARNINGS=ignore "$py" - transposed <<'PY'
+import sys
+from safetensors.torch import load_file, save_file
+f = f"{sys.argv[1]}/model.safetensors"
+t = load_file(f)
+t["model.layers.2.self_attn.o_proj.weight"] = t["model.layers.2.self_attn.o_proj.weight"].t().contiguous()
+save_file(t, f, metadata={"format": "pt"})
+PY
+set +e
+out=$("$build/bin/ucp-diff" llama_bfloat16 transposed 2>&1)
+rc=$?
+set -e
+[[ $rc -eq 3 && $out == *decoder.layers.2.self_attention.linear_proj.weight* ]] ||
+  { echo "FAIL: ucp-diff of a transposed projection: exit $rc"; echo "$out"; exit 1; }
+echo "RESULT case=transposed_projection ucp_diff_exit=3"

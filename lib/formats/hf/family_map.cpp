@@ -63,6 +63,7 @@ Family Family::from_json(const nlohmann::json& j, const std::string& origin) {
     rule.hf = strings_of(r.value("hf", nlohmann::json()), origin, where + ".hf");
     rule.split = split_of(r.value("split", std::string("none")), origin, where);
     rule.vocab = r.value("vocab", false);
+    rule.optional = r.value("optional", false);
     if (rule.hf.size() != pieces_of(rule.split))
       throw Error(origin + ": " + where + ".hf names " + std::to_string(rule.hf.size()) + " tensors; its split makes " +
                   std::to_string(pieces_of(rule.split)));

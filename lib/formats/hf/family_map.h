@@ -26,6 +26,7 @@ struct Rule {
   std::vector<std::string> hf;             // the Hugging Face name(s): one, or the split's pieces in order
   Split split = Split::None;
   bool vocab = false;                      // vocabulary rows (word embedding, output layer)
+  bool optional = false;                   // may be absent from a model (a bias, a tied model's head)
 };
 
 struct Family {

@@ -92,7 +92,11 @@ ImportPlan plan_hf_import(const std::vector<Family>& families, const nlohmann::j
       std::vector<std::string> names;
       size_t present = 0;
       for (const auto& h : r.hf) names.push_back(fill(h, layer)), present += tensors.count(names.back());
-      if (present == 0) continue;  // an optional tensor (a bias, the head of a tied model)
+      // A rule the map marks optional (biases: the tensors decide, as on export; the head, absent from a
+      // tied model, checked below) may be absent; every other tensor of every layer must be there.
+      if (present == 0 && !r.optional)
+        throw Error(dir + ": tensor " + names[0] + " is missing (config.json says " + std::to_string(layers) + " layers)");
+      if (present == 0) continue;
       if (present != names.size())
         for (const auto& n : names)
           if (!tensors.count(n)) throw Error(dir + ": tensor " + n + " is missing (its " + (r.split == Split::Qkv ? "QKV" : "gate/up") + " siblings are there)");

@@ -97,6 +97,11 @@ TEST(HfImportPlan, RefusalsNameTheFileAndTheTensor) {
             std::string::npos);
 
   t = llama_tensors();
+  t.erase("model.layers.1.post_attention_layernorm.weight");  // a layer's norm is never optional
+  EXPECT_NE(what([&] { plan_hf_import(shipped_hf_families(), llama_config(), t, "m"); }).find("tensor model.layers.1.post_attention_layernorm.weight is missing"),
+            std::string::npos);
+
+  t = llama_tensors();
   t["model.layers.0.self_attn.rotary.inv_freq"] = {DType::Float32, {2}};
   EXPECT_NE(what([&] { plan_hf_import(shipped_hf_families(), llama_config(), t, "m"); }).find("has no rule"), std::string::npos);
 
