@@ -82,9 +82,10 @@ for step in dict.fromkeys(r[0] for r in rows):
 PY
 if [ -s "$work/instructions" ]; then
   echo "instructions executed (valgrind --tool=callgrind, round 1)"
+  # The counts are printed as read (mawk's printf clamps numbers past 2^31 - 1).
   awk '{n[$1 " " $2] = $3; if (!($1 in seen)) { seen[$1] = 1; order[++k] = $1 } }
        END { printf "%-11s %15s %15s %7s\n", "step", "old", "new", "ratio";
-             for (i = 1; i <= k; i++) { s = order[i]; printf "%-11s %15.0f %15.0f %7.4f\n", s, n[s " old"], n[s " new"], n[s " new"] / n[s " old"] } }' \
+             for (i = 1; i <= k; i++) { s = order[i]; printf "%-11s %15s %15s %7.4f\n", s, n[s " old"], n[s " new"], n[s " new"] / n[s " old"] } }' \
       "$work/instructions"
 fi
 echo "outputs of the last round: $same"
