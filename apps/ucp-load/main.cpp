@@ -52,6 +52,9 @@ LayoutOptions add_options(CLI::App& app, tool::UcpLoadOptions& o) {
                  "--format torch_dist: the Megatron-Core release the output is for (0.16, 0.19.0, ...): before 0.17 "
                  "the common state is written as common.pt, from 0.17 as the common_state item in the DCP files "
                  "(0.17+ reads both); default: the source's form (0.17+ for a DeepSpeed source)");
+  app.add_option("--audit", l.audit,
+                 "--format hf: write the conversion's audit here as JSON once the output is in place: every tensor "
+                 "written with its dtype, shape, SHA-256, source tensors and transform; totals; dtype changes (docs/hf.md)");
   given.dtype = app.add_option("--dtype", o.dtype, "Low-precision weight dtype (default: the source's training precision)")
                     ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   app.add_flag("--reuse-output", l.reuse_output,

@@ -6,9 +6,12 @@
 // family, config and tensor layout come from the args of its common state and a family map
 // (formats/hf). Weights only: the optimizer state has no place in a Hugging Face folder. One process.
 #include <filesystem>
+#include <map>
+#include <span>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/sha256.h"
 #include "core/staging.h"
 #include "formats/hf/export_plan.h"
 #include "formats/megatron_core/deepspeed_map.h"
@@ -29,7 +32,47 @@ struct HfPrepared : WriterPlan {
   MegatronCoreInput in;
   formats::hf::ExportPlan plan;
   nlohmann::json from_source = nlohmann::json::object();
+  // --audit: one record per tensor, filled as it is written (one process), written after the commit.
+  mutable nlohmann::json audit = nlohmann::json::array();
 };
+
+// The audit record of `piece` whose bytes are `bytes` (docs/hf.md "Audit").
+nlohmann::json audit_record(const HfPrepared& p, const formats::hf::Piece& piece, std::span<const uint8_t> bytes) {
+  const auto& e = p.in.manifest.params.at(piece.param);
+  const std::string source_dtype = e.dtype ? *e.dtype : std::string("float32");
+  nlohmann::json transform = nlohmann::json::array();
+  const int64_t rows = e.shape.empty() ? 1 : e.shape[0];
+  if (piece.split == formats::hf::Split::Qkv)
+    transform.push_back("qkv: per query group [q..., k, v] regrouped to [Q; K; V], rows [" + std::to_string(piece.row0) + ", " +
+                        std::to_string(piece.row0 + piece.rows) + ")");
+  else if (piece.rows != rows)
+    transform.push_back("rows [" + std::to_string(piece.row0) + ", " + std::to_string(piece.row0 + piece.rows) + ") of " +
+                        std::to_string(rows));
+  if (p.plan.dtype != DType::Float32)
+    transform.push_back("cast float32 -> " + std::string(dtype_name(p.plan.dtype)) + " (round to nearest even)");
+  Sha256 sha;
+  sha.update(bytes);
+  return {{"name", piece.name}, {"dtype", std::string(dtype_name(p.plan.dtype))}, {"shape", piece.shape},
+          {"sha256", sha.hex()}, {"from", {{{"name", e.name}, {"state", "fp32"}, {"model_dtype", source_dtype}}}},
+          {"transform", transform}};
+}
+
+// The audit document: the records, totals, dtype changes (the source's model dtype -> the written one).
+nlohmann::json audit_document(const LoadOptions& o, const HfPrepared& p) {
+  int64_t values = 0;
+  std::map<std::string, int64_t> changes;
+  for (const auto& r : p.audit) {
+    int64_t n = 1;
+    for (const auto& d : r["shape"]) n *= d.get<int64_t>();
+    values += n;
+    const std::string from = r["from"][0]["model_dtype"], to = r["dtype"];
+    if (from != to) ++changes[from + " -> " + to];
+  }
+  return {{"format", "ucpkit-audit"}, {"version", 1}, {"conversion", "ucp-load --format hf"}, {"input", o.input},
+          {"output", o.output}, {"family", p.plan.family}, {"map", p.plan.origin},
+          {"totals", {{"tensors", p.audit.size()}, {"values", values}, {"bytes", p.plan.bytes()}}},
+          {"dtype_changes", changes}, {"experts_per_layer", nlohmann::json::object()}, {"tensors", p.audit}};
+}
 
 HfPrepared prepare_hf(const LoadOptions& o) {
   HfPrepared p;
@@ -114,7 +157,10 @@ uint64_t write_hf(const LoadOptions& o, const HfPrepared& p, const std::string& 
       const Tensor& v = cache.get(piece);
       const auto bytes = v.contiguous_bytes();
       const size_t row_bytes = v.shape().empty() || v.shape()[0] == 0 ? 0 : bytes.size() / static_cast<size_t>(v.shape()[0]);
-      f.write(bytes.data() + static_cast<size_t>(piece.row0) * row_bytes, static_cast<size_t>(piece.rows) * row_bytes);
+      const std::span<const uint8_t> out(bytes.data() + static_cast<size_t>(piece.row0) * row_bytes,
+                                         static_cast<size_t>(piece.rows) * row_bytes);
+      f.write(out.data(), out.size());
+      if (!o.audit.empty()) p.audit.push_back(audit_record(p, piece, out));
     }
     written += f.offset();
     f.commit();
@@ -143,6 +189,7 @@ class HfOutput final : public OutputWriter {
  public:
   bool reads_model() const override { return false; }
   bool takes_model_map() const override { return true; }
+  bool takes_audit() const override { return true; }
   bool takes_layout_options() const override { return false; }
   std::string why_no_layout() const override { return " (one set of unsharded weights)"; }
   bool takes_world_size() const override { return false; }
@@ -179,6 +226,10 @@ class HfOutput final : public OutputWriter {
     s.target = {{"family", p.plan.family}, {"architectures", p.plan.config["architectures"]},
                 {"dtype", dtype_option_name(p.plan.dtype)}, {"vocab_size", p.plan.vocab}, {"tensors", p.plan.tensors.size()}};
     s.threads = 1;
+    if (!r.options.audit.empty()) {  // the output is in place: its audit beside it
+      write_file_atomic(r.options.audit, audit_document(r.options, p).dump(1) + "\n");
+      s.target["audit"] = r.options.audit;
+    }
   }
 
  private:

@@ -49,6 +49,9 @@ struct LoadOptions {
   // --megatron-version (--format torch_dist): the Megatron-Core line the output is for ("0.16", "0.19.0";
   // "": the source's form), which decides where the common state goes (torch_dist_output.cpp).
   std::string megatron_version;
+  // --audit (a writer whose takes_audit() holds: --format hf): the JSON audit of the conversion written
+  // here once the output is in place (docs/hf.md "Audit"); "" = none.
+  std::string audit;
 };
 
 struct LoadSummary {

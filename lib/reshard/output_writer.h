@@ -67,6 +67,8 @@ class OutputWriter {
   virtual bool takes_world_size() const { return true; }
   // --etp (expert tensor parallelism, a Megatron-Core layout dimension) and --megatron-version.
   virtual bool takes_megatron_options() const { return false; }
+  // --audit FILE (a record of every tensor written, its digest, sources and transform).
+  virtual bool takes_audit() const { return false; }
   // Whether the format is written from the source's model files (DeepSpeed's mp_rank files), which a
   // DCP or torch_dist input has not; writes_from_tensors() is the others (for output_formats_that).
   virtual bool needs_model_files() const { return false; }

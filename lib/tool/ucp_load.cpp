@@ -78,6 +78,8 @@ void UcpLoadOptions::check() {
                      " (expert tensor parallelism, a Megatron-Core layout dimension)");
   if (!load.megatron_version.empty() && !writer.takes_megatron_options())
     throw UsageError("--megatron-version applies to --format " + formats_that(&W::takes_megatron_options));
+  if (!load.audit.empty() && !writer.takes_audit())
+    throw UsageError("--audit applies to --format " + formats_that(&W::takes_audit));
   if (exchange == "on" && !writer.takes_exchange())
     throw UsageError("--exchange on applies to --format " + formats_that(&W::takes_exchange));
   if (!load.model_map.empty() && load.template_dir.empty() && !writer.takes_model_map())

@@ -26,8 +26,8 @@ for case in "llama bfloat16" "llama float32 --tied" "qwen2 float32" "qwen3 bfloa
   PYTHONWARNINGS=ignore "$py" "$root/tests/frameworks/hf_export_check.py" "$name" "$name.td/iter_0000000" 2>&1 | quiet |
     sed "s/^RESULT /RESULT case=${name}_import /"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "FAIL: $name (import judged by Megatron-Core)"; exit 1; }
-  "$build/bin/ucp-load" -q --input "$name.td" --format hf --output "$name.back" 2>&1 | quiet
-  PYTHONWARNINGS=ignore "$py" - "$name" "$name.back" <<'PY' 2>&1 | quiet
+  "$build/bin/ucp-load" -q --input "$name.td" --format hf --output "$name.back" --audit "$name.audit.json" 2>&1 | quiet
+  PYTHONWARNINGS=ignore "$py" - "$name" "$name.back" "$name.audit.json" <<'PY' 2>&1 | quiet
 import sys, json, torch, warnings
 warnings.filterwarnings("ignore")
 from safetensors.torch import load_file
@@ -43,7 +43,19 @@ for k in ("architectures", "hidden_size", "intermediate_size", "num_hidden_layer
 ids = torch.randint(0, ca["vocab_size"], (2, 8), generator=torch.Generator().manual_seed(1))
 la, lb = (AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)(input_ids=ids).logits for d in sys.argv[1:3])
 assert torch.equal(la, lb), (la - lb).abs().max()
-print(f"RESULT case={sys.argv[1]}_round_trip tensors={len(a)} bit_identical=yes logits_identical=yes")
+# The audit lists every tensor once, with the SHA-256 hashlib computes of its bytes in the file.
+import hashlib, struct
+audit = json.load(open(sys.argv[3]))
+raw = open(f"{sys.argv[2]}/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+names = [r["name"] for r in audit["tensors"]]
+assert sorted(names) == sorted(a) and len(set(names)) == len(names), "the audit does not list every tensor once"
+for r in audit["tensors"]:
+    lo, hi = header[r["name"]]["data_offsets"]
+    assert hashlib.sha256(raw[8 + n + lo:8 + n + hi]).hexdigest() == r["sha256"], r["name"]
+assert audit["totals"]["tensors"] == len(a) and audit["totals"]["values"] == sum(t.numel() for t in a.values())
+print(f"RESULT case={sys.argv[1]}_round_trip tensors={len(a)} bit_identical=yes logits_identical=yes audit_sha256=yes")
 PY
   [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "FAIL: $name (round trip)"; exit 1; }
   "$build/bin/ucp-diff" -q "$name" "$name.td" || { echo "FAIL: ucp-diff calls $name and its import different"; exit 1; }

@@ -101,8 +101,12 @@ TEST(HfOutput, PlanAndDtype) {
   EXPECT_EQ(plan["tensors"], 21);
   EXPECT_GT(plan["files"].size(), 1u);
   EXPECT_FALSE(fs::exists(r.work + "/hf"));
-  res = ucpkit::testing::run_split_in(r.work, kBin + "/ucp-load -q --input u --format hf --output hf --dtype fp32 --shard-size 2K", r.root);
+  res = ucpkit::testing::run_split_in(r.work, kBin + "/ucp-load -q --input u --format hf --output hf --dtype fp32 --shard-size 2K --audit a.json", r.root);
   ASSERT_EQ(res.rc, 0) << res.err;
+  const auto audit = nlohmann::json::parse(slurp(r.work + "/a.json"));
+  EXPECT_EQ(audit["totals"]["tensors"], 21);
+  EXPECT_EQ(audit["dtype_changes"]["bfloat16 -> float32"], 21);  // the source's bf16 model written fp32
+  EXPECT_EQ(audit["tensors"].size(), 21u);
   const auto index = nlohmann::json::parse(slurp(r.work + "/hf/model.safetensors.index.json"));
   EXPECT_EQ(index["weight_map"].size(), 21u);
   EXPECT_EQ(nlohmann::json::parse(slurp(r.work + "/hf/config.json"))["dtype"], "float32");
@@ -114,6 +118,9 @@ TEST(HfOutput, RefusalsLeaveNothing) {
   // Layout options mean nothing for one set of weights: a usage error naming the formats that take them.
   auto res = ucpkit::testing::run_split_in(r.work, kBin + "/ucp-load --input ../save/fully_reshardable --format hf --tp 2 --output hf", r.root);
   EXPECT_EQ(res.rc, 2) << res.err;
+  res = ucpkit::testing::run_split_in(r.work, kBin + "/ucp-load --input ../save/fully_reshardable --format dcp --audit a.json --output hf", r.root);
+  EXPECT_EQ(res.rc, 2) << res.err;  // only --format hf writes an audit
+  EXPECT_NE(res.err.find("--audit applies to --format hf"), std::string::npos) << res.err;
   EXPECT_FALSE(fs::exists(r.work + "/hf"));
   // A DCP checkpoint holds no model args: refused naming the input and what is missing.
   const std::string dcp = std::string(UCPKIT_SOURCE_DIR) + "/tests/formats/dcp/data/plain_w2";
