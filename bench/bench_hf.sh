@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Hugging Face in and out (issue 49, docs/hf.md "Benchmark"), each against, in the same run and on the same
+# input, the floor "read the input once and write the output once" (cat of every input file, then dd of
+# as many bytes as the output holds and sync -f), and the peer a user would run instead where it can run
+# here (transformers 5's from_pretrained + save_pretrained of the same folder: the Hugging Face side of
+# any converter). Conversions timed:
+#   import  ucp-load --input <hf> --format torch_dist --tp 2 --pp 1 --dp 1   (fp32 masters and Adam moments written)
+#   export  ucp-load --input <that torch_dist save> --format hf
+# Time (s) and peak RSS (GNU time) per round, rounds alternating, medians and ratios at the end. The input
+# (bench_hf_make.py, transformers' save_pretrained, bf16, 1 GB shards) is made once and kept.
+# Usage: bench/bench_hf.sh [build_dir] [rounds]   env: HIDDEN (1536), INTER (4096), LAYERS (6), VOCAB (32000), WORK
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-$root/build}" && pwd)
+rounds=${2:-2}
+HIDDEN=${HIDDEN:-1536}; INTER=${INTER:-4096}; LAYERS=${LAYERS:-6}; VOCAB=${VOCAB:-32000}
+work=${WORK:-/tmp/ucpkit-bench-hf}
+. "$root/scripts/frameworks/env.sh"
+frameworks_python "$root"
+. "$root/bench/bench_lib.sh"
+mkdir -p "$work"
+hf=$work/hf-h$HIDDEN-l$LAYERS
+[ -f "$hf/config.json" ] || PYTHONWARNINGS=ignore "$FRAMEWORKS_PY" "$root/bench/bench_hf_make.py" "$hf" "$HIDDEN" "$INTER" "$LAYERS" "$VOCAB" 2>/dev/null
+bytes() { du -sb "$1" | cut -f1; }
+floor() {  # read every file of $1 once, write $2 bytes once, flush
+  cat "$1"/* > /dev/null
+  dd if=/dev/zero of="$work/floor.bin" bs=8M count=$(( ($2 + 8388607) / 8388608 )) status=none
+  sync -f "$work/floor.bin"
+  rm -f "$work/floor.bin"
+}
+peer=$work/peer.py
+cat > "$peer" <<'PY'
+import sys, warnings
+warnings.filterwarnings("ignore")
+import torch
+from transformers import AutoModelForCausalLM
+AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.bfloat16).save_pretrained(sys.argv[2], max_shard_size="1GB")
+PY
+echo "input: $hf, $(bytes "$hf") bytes ($(ls "$hf" | tr '\n' ' '))"
+for ((r = 1; r <= rounds; r++)); do
+  rm -rf "$work/td" "$work/back" "$work/peer_out"
+  room $((10 * $(bytes "$hf")))
+  add import $(measure "$build/bin/ucp-load" -q --input "$hf" --format torch_dist --tp 2 --pp 1 --dp 1 --output "$work/td")
+  td_bytes=$(bytes "$work/td")
+  add import_floor $(measure bash -c "$(declare -f floor); work=$work; floor $hf $td_bytes")
+  iter=$(ls -d "$work"/td/iter_*)
+  add export $(measure "$build/bin/ucp-load" -q --input "$work/td" --format hf --output "$work/back")
+  add export_floor $(measure bash -c "$(declare -f floor); work=$work; floor $iter $(bytes "$work/back")")
+  add peer $(measure env PYTHONWARNINGS=ignore "$FRAMEWORKS_PY" "$peer" "$hf" "$work/peer_out")
+  echo "round $r: import ${t[import]##* } export ${t[export]##* } (seconds so far: ${t[import]}/ ${t[export]})" | tr -s ' '
+done
+"$FRAMEWORKS_PY" - "$hf" "$work/back" <<'PY'
+import sys, torch
+from safetensors.torch import load_file
+import glob
+def tensors(d):
+    out = {}
+    for f in sorted(glob.glob(f"{d}/*.safetensors")): out.update(load_file(f))
+    return out
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+same = sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
+print(f"round trip: {len(a)} tensors, {'bit-identical' if same else 'DIFFERENT'}")
+PY
+printf "%-13s %9s %9s %11s\n" step wall_s cpu_s peak_rss_MB
+for k in import import_floor export export_floor peer; do
+  printf "%-13s %9s %9s %11.0f\n" "$k" "$(med <<< "${t[$k]}")" "$(med <<< "${c[$k]}")" "$(awk -v x="$(med <<< "${m[$k]}")" 'BEGIN{print x/1024}')"
+done
+awk -v a="$(med <<< "${t[import]}")" -v b="$(med <<< "${t[import_floor]}")" -v c="$(med <<< "${t[export]}")" \
+    -v d="$(med <<< "${t[export_floor]}")" -v e="$(med <<< "${t[peer]}")" \
+    'BEGIN { printf "import / floor %.2f, export / floor %.2f, export / transformers round trip %.2f\n", a / b, c / d, c / e }'
