@@ -10,7 +10,7 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 out, hidden, inter, layers, vocab = sys.argv[1], *map(int, sys.argv[2:6])
 torch.manual_seed(0)
 cfg = LlamaConfig(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers, num_attention_heads=hidden // 128,
-                  num_key_value_heads=max(1, hidden // 512), vocab_size=vocab, max_position_embeddings=4096)
+                  num_key_value_heads=hidden // 256, vocab_size=vocab, max_position_embeddings=4096)
 with torch.device("meta"):
     model = LlamaForCausalLM(cfg)
 model = model.to_empty(device="cpu").to(torch.bfloat16)
