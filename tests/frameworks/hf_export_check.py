@@ -1,6 +1,6 @@
 """The judges of ucp-load --format hf (tests/frameworks/hf_export_test.sh, docs/hf.md).
 
-    hf_export_check.py HF_DIR MEGATRON_ITER_DIR | TRUTH.safetensors
+    hf_export_check.py CASE HF_DIR MEGATRON_ITER_DIR|TRUTH.safetensors [CASE HF_DIR ... ...]
 
 MEGATRON_ITER_DIR is a Megatron-Core torch_dist iteration folder holding the same model as HF_DIR came
 from. Megatron-Core's own code (megatron-core from the pinned environment: GPTModel with its local layer
@@ -14,7 +14,8 @@ sizes, norm epsilon and rotary base of HF_DIR's config.json. Checked:
     Megatron loaded (its own split of the fused QKV per query group and of SwiGLU's [W; V]: an
     implementation independent of ucpkit's);
   * logits of the two models on a fixed batch (fp32 on CPU): the largest difference, at most 1e-5.
-Prints one RESULT line; exit 1 with the reason otherwise.
+Prints one RESULT line per case (one process for all: torch, transformers and Megatron start once); exit 1
+with the case and the reason otherwise.
 """
 import contextlib
 import json
@@ -64,15 +65,16 @@ def truth_state_dict(path):
 
 
 def megatron_model(ckpt, config):
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(20000 + os.getpid() % 20000))
-    dist.init_process_group("gloo", rank=0, world_size=1)
     from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    parallel_state.initialize_model_parallel(1, 1)
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(20000 + os.getpid() % 20000))
+        dist.init_process_group("gloo", rank=0, world_size=1)
+        parallel_state.initialize_model_parallel(1, 1)
     truth = ckpt.endswith(".safetensors")
     a = truth_args(config) if truth else dist_checkpointing.load_common_state_dict(ckpt)["args"]
     eps = getattr(a, "norm_epsilon", None) or getattr(a, "layernorm_epsilon", None) or 1e-5
@@ -134,8 +136,7 @@ def expected_hf_tensors(mg, a, vocab):
     return out
 
 
-def main():
-    hf_dir, ckpt = sys.argv[1], sys.argv[2]
+def check(case, hf_dir, ckpt):
     from transformers import AutoModelForCausalLM
     import transformers
 
@@ -164,8 +165,19 @@ def main():
     diff = (ref - ours).abs().max().item()
     assert diff <= 1e-5, f"logits differ by {diff:.3g} (more than 1e-5)"
     import importlib.metadata as md
-    print(f"RESULT framework=transformers version={transformers.__version__} megatron-core={md.version('megatron-core')} "
+    print(f"RESULT case={case} framework=transformers version={transformers.__version__} megatron-core={md.version('megatron-core')} "
           f"architecture={config['architectures'][0]} tensors={len(want)} bit_exact=yes logits_max_abs_diff={diff:.3g}")
+
+
+def main():
+    args = sys.argv[1:]
+    assert args and len(args) % 3 == 0, "usage: hf_export_check.py CASE HF_DIR CKPT [CASE HF_DIR CKPT ...]"
+    for k in range(0, len(args), 3):
+        try:
+            check(*args[k:k + 3])
+        except AssertionError as e:
+            print(f"FAIL case={args[k]}: {e}")
+            sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Hugging Face model folders written by transformers' own code (tests/frameworks/hf_import_test.sh).
 
-    hf_models.py FAMILY OUT DTYPE [--tied]
+    hf_models.py FAMILY:OUT:DTYPE[:tied] ...     (one process for every model)
 
 A model of FAMILY (llama, qwen2, qwen3) built from its own config class with a fixed seed, its weights
 drawn afresh (so that norms and biases are not the init's constants), saved with save_pretrained
@@ -18,17 +18,22 @@ import torch  # noqa: E402
 from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,  # noqa: E402
                           Qwen3ForCausalLM)
 
-family, out, dtype = sys.argv[1], sys.argv[2], getattr(torch, sys.argv[3])
-tied = "--tied" in sys.argv[4:]
-torch.manual_seed(0)
-kw = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
-          num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=tied)
-config_class, model_class = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-                             "qwen3": (Qwen3Config, Qwen3ForCausalLM)}[family]
-if family == "qwen3":
-    kw["head_dim"] = 8
-model = model_class(config_class(**kw)).to(dtype)
-with torch.no_grad():
-    for p in model.parameters():
-        p.copy_(torch.randn_like(p) * 0.2)
-model.save_pretrained(out)
+
+def save(family, out, dtype, tied):
+    torch.manual_seed(0)
+    kw = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=tied)
+    config_class, model_class = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+                                 "qwen3": (Qwen3Config, Qwen3ForCausalLM)}[family]
+    if family == "qwen3":
+        kw["head_dim"] = 8
+    model = model_class(config_class(**kw)).to(dtype)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * 0.2)
+    model.save_pretrained(out)
+
+
+for spec in sys.argv[1:]:
+    family, out, dtype, *rest = spec.split(":")
+    save(family, out, getattr(torch, dtype), rest == ["tied"])
