@@ -76,7 +76,8 @@ Folder::Folder(const std::string& dir) : dir_(dir) {
         const auto it = placed.find(name);
         if (it == placed.end()) throw Error(path + ": tensor " + escaped_brief(name) + " is not in " + index_path);
         if (it->second != shard)
-          throw Error(path + ": tensor " + escaped_brief(name) + " is also here; " + index_path + " places it in " + it->second);
+          throw Error(path + ": tensor " + escaped_brief(name) + " is in two shards (here, and in " + it->second + " where " +
+                      index_path + " places it)");
       }
       if (tensors_.count(name)) throw Error(path + ": tensor " + escaped_brief(name) + " is in two shards");
       TensorRef r;

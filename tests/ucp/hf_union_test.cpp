@@ -1,0 +1,122 @@
+// ucp-union of a damaged Hugging Face folder (to_universal/from_hf.cpp, docs/hf.md "Hugging Face input"),
+// through the tool as users run it: one line naming the file and the tensor, exit 1, no output folder and
+// no staging folder left. The folders are assembled by hand (damage only; well-formed ones are
+// transformers' own, tests/frameworks/hf_models.py).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include <nlohmann/json.hpp>
+
+#include "io/safetensors_file.h"
+#include "support/process.h"
+
+namespace fs = std::filesystem;
+using namespace ucpkit;
+
+namespace {
+
+const std::string kBin = UCPKIT_BIN_DIR;
+
+void put(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
+
+SafetensorsTensor bf16(std::vector<int64_t> shape) {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return {"BF16", shape, std::string(static_cast<size_t>(n) * 2, '\x3f')};
+}
+
+// A Llama with hidden 8, 2 heads of 4 in 1 KV group, intermediate 16, 1 layer, vocabulary 16, untied.
+std::map<std::string, SafetensorsTensor> llama() {
+  return {{"model.embed_tokens.weight", bf16({16, 8})},
+          {"model.layers.0.input_layernorm.weight", bf16({8})},
+          {"model.layers.0.self_attn.q_proj.weight", bf16({8, 8})},
+          {"model.layers.0.self_attn.k_proj.weight", bf16({4, 8})},
+          {"model.layers.0.self_attn.v_proj.weight", bf16({4, 8})},
+          {"model.layers.0.self_attn.o_proj.weight", bf16({8, 8})},
+          {"model.layers.0.post_attention_layernorm.weight", bf16({8})},
+          {"model.layers.0.mlp.gate_proj.weight", bf16({16, 8})},
+          {"model.layers.0.mlp.up_proj.weight", bf16({16, 8})},
+          {"model.layers.0.mlp.down_proj.weight", bf16({8, 16})},
+          {"model.norm.weight", bf16({8})},
+          {"lm_head.weight", bf16({16, 8})}};
+}
+
+nlohmann::json config() {
+  return {{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", 8}, {"intermediate_size", 16}, {"num_hidden_layers", 1},
+          {"num_attention_heads", 2}, {"num_key_value_heads", 1}, {"head_dim", 4}, {"max_position_embeddings", 8},
+          {"vocab_size", 16}, {"rms_norm_eps", 1e-5}, {"tie_word_embeddings", false}, {"dtype", "bfloat16"}};
+}
+
+struct Case {
+  const char* what;      // the damage
+  const char* expected;  // in the one error line
+  std::function<void(const fs::path&)> damage;
+};
+
+}  // namespace
+
+TEST(HfUnion, DamagedFoldersAreRefusedNamingTheFileAndNothingIsLeft) {
+  const Case cases[] = {
+      {"config.json contradicts k_proj", "rows",
+       [](const fs::path& d) { auto c = config(); c["num_key_value_heads"] = 2; put(d / "config.json", c.dump()); }},
+      {"an architecture without a map", "has no Hugging Face family map",
+       [](const fs::path& d) { auto c = config(); c["architectures"] = {"BloomForCausalLM"}; put(d / "config.json", c.dump()); }},
+      {"a shard the index names is missing", "model-00002-of-00002.safetensors: missing",
+       [](const fs::path& d) {
+         auto t = llama();
+         t.erase("lm_head.weight");
+         put(d / "model-00001-of-00002.safetensors", safetensors_bytes(t));
+         fs::remove(d / "model.safetensors");
+         nlohmann::json map;
+         for (const auto& [n, t] : llama()) map[n] = n == "lm_head.weight" ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
+         put(d / "model.safetensors.index.json", nlohmann::json{{"weight_map", map}}.dump());
+       }},
+      {"a tensor in two shards", "is in two shards",
+       [](const fs::path& d) {
+         auto t = llama();
+         put(d / "model-00001-of-00002.safetensors", safetensors_bytes(t));
+         put(d / "model-00002-of-00002.safetensors", safetensors_bytes({{"lm_head.weight", bf16({16, 8})}}));
+         fs::remove(d / "model.safetensors");
+         nlohmann::json map;
+         for (const auto& [n, x] : t) map[n] = n == "lm_head.weight" ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
+         put(d / "model.safetensors.index.json", nlohmann::json{{"weight_map", map}}.dump());
+       }},
+      {"a dtype ucpkit does not convert", "F8_E4M3",
+       [](const fs::path& d) {
+         auto t = llama();
+         t["model.norm.weight"] = {"F8_E4M3", {8}, std::string(8, '\0')};
+         put(d / "model.safetensors", safetensors_bytes(t));
+       }},
+      {"a tensor the map does not name", "model.layers.0.self_attn.rotary_emb.inv_freq has no rule",
+       [](const fs::path& d) {
+         auto t = llama();
+         t["model.layers.0.self_attn.rotary_emb.inv_freq"] = bf16({2});
+         put(d / "model.safetensors", safetensors_bytes(t));
+       }},
+  };
+  for (const Case& c : cases) {
+    const fs::path root = ucpkit::testing::scratch_dir(std::string("hf_union_") + std::to_string(&c - cases));
+    const fs::path in = root / "hf";
+    fs::create_directories(in);
+    put(in / "config.json", config().dump());
+    put(in / "model.safetensors", safetensors_bytes(llama()));
+    c.damage(in);
+    const auto r = ucpkit::testing::run_split_in(root.string(), kBin + "/ucp-union --input hf --output u", root.string());
+    EXPECT_EQ(r.rc, 1) << c.what << ": " << r.err;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.what << ": " << r.err;
+    EXPECT_NE(r.err.find("hf"), std::string::npos) << c.what << ": " << r.err;
+    for (const auto& e : fs::directory_iterator(root))
+      if (e.path().filename() != "hf") ADD_FAILURE() << c.what << ": left behind " << e.path();
+  }
+  // The same folder undamaged converts (the cases above fail for their damage alone).
+  const fs::path root = ucpkit::testing::scratch_dir("hf_union_ok");
+  fs::create_directories(root / "hf");
+  put(root / "hf/config.json", config().dump());
+  put(root / "hf/model.safetensors", safetensors_bytes(llama()));
+  const auto r = ucpkit::testing::run_split_in(root.string(), kBin + "/ucp-union -q --input hf --output u", root.string());
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(fs::exists(root / "u/megatron_core/common_state.pt"));
+}
