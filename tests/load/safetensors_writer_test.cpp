@@ -186,6 +186,8 @@ TEST(SafetensorsShards, BuffersFollowTheParametersInTheirOwnDtype) {
   EXPECT_EQ(safetensors_bytes(m, 0, DType::BFloat16), 32u);
   EXPECT_EQ(safetensors_bytes(m, 2, DType::BFloat16), 8u);
   EXPECT_EQ(safetensors_bytes(m, 3, DType::BFloat16), 16u);
-  // A bound of 40 bytes: [p0 32 B], [p1 8 B, counter 8 B, mask 16 B] (32 fits under 40).
-  EXPECT_EQ(safetensors_shards(m, DType::BFloat16, 40), (std::vector<std::vector<int>>{{0}, {1, 2, 3}}));
+  // A bound of 40 bytes: [p0 32 B, p1 8 B], [counter 8 B, mask 16 B]; of 47: the counter's 8 B no longer fit.
+  EXPECT_EQ(safetensors_shards(m, DType::BFloat16, 40), (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(safetensors_shards(m, DType::BFloat16, 47), (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(safetensors_shards(m, DType::BFloat16, 48), (std::vector<std::vector<int>>{{0, 1, 2}, {3}}));
 }
