@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +27,9 @@
 #include "formats/universal/manifest.h"
 #include "formats/universal/state_file.h"
 #include "io/torch/torch_file.h"
+#include "reshard/model_info.h"
+#include "reshard/universal_reader.h"
+#include "support/errors.h"
 #include "support/process.h"
 #include "to_universal/save.h"
 
@@ -214,4 +218,41 @@ TEST(DcpBuffers, InfoListsAndDiffComparesBuffers) {
   ASSERT_EQ(d["listed"].size(), 1u) << d.dump();
   EXPECT_EQ(d["listed"][0]["param"], "norm.num_batches_tracked");
   EXPECT_EQ(d["listed"][0]["kind"], "values");
+}
+
+// A damaged buffer is refused naming the file (reshard/model_info buffers_of, universal_reader
+// read_buffer): an unknown dtype in manifest.json, a file outside the folder or missing, a tensor that
+// is not what the manifest says, a checksum that does not match.
+TEST(DcpBuffers, DamagedBufferIsRefusedNamingTheFile) {
+  const Case c = case_of("damaged");
+  const std::string u = c.root + "/u";
+  const auto good = formats::universal::read_universal_manifest(u + "/manifest.json");
+  const reshard::ModelInfo m = reshard::read_model_info(u);
+  ASSERT_EQ(m.buffers.size(), 7u);
+  EXPECT_TRUE(same_bits(reshard::read_buffer(u, m.buffers[0], true), input_tensor(c, "mask")));
+  auto refused = [&](const std::function<void(formats::universal::UniversalManifest&)>& change, const std::string& want) {
+    auto bad = good;
+    change(bad);
+    std::ofstream(u + "/manifest.json") << bad.text();
+    const std::string msg = ucpkit::testing::error_of([&] {
+      const reshard::ModelInfo mi = reshard::read_model_info(u);
+      for (const auto& b : mi.buffers) (void)reshard::read_buffer(u, b, true);
+    });
+    EXPECT_NE(msg.find(want), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  };
+  refused([](auto& x) { x.buffers[1].dtype = "int65"; }, "manifest.json: buffer scale has the unknown dtype int65");
+  refused([](auto& x) { x.buffers[1].tensor.file = "../in/.metadata"; }, "manifest.json: buffer scale file '../in/.metadata'");
+  refused([](auto& x) { x.buffers[1].tensor.file = "zero/gone.pt"; }, "zero/gone.pt: missing");
+  refused([](auto& x) { x.buffers[1].dtype = "float16"; }, "zero/scale/fp32.pt: buffer is float32 but manifest.json says float16");
+  refused([](auto& x) { x.buffers[1].shape = {3, 4}; }, "zero/scale/fp32.pt: buffer has shape [12] but manifest.json says [3,4]");
+  refused([](auto& x) { *x.buffers[1].tensor.crc32 ^= 1; }, "zero/scale/fp32.pt: checksum mismatch");
+  // ucp-info says so in its checksums check (exit 1), ucp-load refuses (exit 1, nothing written).
+  auto r = c.run("ucp-info ../u");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("checksums: failed"), std::string::npos) << r.out;
+  r = c.run("ucp-load -q --no-sync --input ../u --format safetensors --output ../st");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("checksum mismatch"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(c.root + "/st"));
 }
