@@ -156,6 +156,15 @@ struct TdPrepared : WriterPlan {
   TorchDistWritePlan plan;
 };
 
+// The writer names parameters by Megatron-Core's key model (formats/megatron_core/key_model), which has
+// no key for a DCP's buffer or counter: refused rather than dropped (issue 47).
+void refuse_buffers(const formats::universal::UniversalManifest& manifest, const std::string& manifest_path) {
+  if (manifest.buffers.empty()) return;
+  throw Error(manifest_path + ": " + formats::universal::describe_buffers(manifest.buffers) +
+              " without optimizer state: --format torch_dist writes Megatron-Core's parameter keys only and has no key "
+              "for them; write --format dcp or safetensors, which keep them");
+}
+
 TdPrepared prepare_torch_dist(const LoadOptions& o) {
   TdPrepared p;
   p.dir = o.input;
@@ -185,12 +194,7 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
                   ": --format torch_dist reads a Megatron-Core-named universal folder (a torch_dist or DCP input is "
                   "converted into one by a real run, not by --plan / --dry-run: ucp-union it first)");
     p.manifest = formats::universal::read_universal_manifest(p.manifest_path);
-    // The writer names parameters by Megatron-Core's key model (formats/megatron_core/key_model), which
-    // has no key for a DCP's buffer or counter: refused rather than dropped (issue 47).
-    if (!p.manifest.buffers.empty())
-      throw Error(p.manifest_path + ": " + formats::universal::describe_buffers(p.manifest.buffers) +
-                  " without optimizer state: --format torch_dist writes Megatron-Core's parameter keys only and has no "
-                  "key for them; write --format dcp or safetensors, which keep them");
+    refuse_buffers(p.manifest, p.manifest_path);
     if (!fs::exists(common_path))
       throw Error(common_path + ": missing: --format torch_dist needs the Megatron-Core common state (args, iteration, "
                   "optimizer param_groups) that ucp-union --input <torch_dist> records (docs/formats-megatron-core.md)");
