@@ -424,11 +424,67 @@ void compare_optimizer_items(DiffResult& r, const Side& a, const Side& b, const 
 // refused and the non-tensor items not looked at). Tensors: key, dtype, shape, then the values bit
 // for bit, or (floating dtypes, a tolerance given) within it; non-tensor items: the stored bytes, or
 // else the objects they unpickle to.
+// Two tensors of one dtype and shape, element by element: bit for bit, floats within the tolerance
+// when one is given, integers and bools exactly (a DCP's entries, a universal folder's buffers).
+TensorDifference compare_tensors(const std::string& name, const std::string& state, const Tensor& a, const Tensor& b,
+                                 const DiffOptions& o) {
+  const Tensor x = a.contiguous(), y = b.contiguous();
+  const auto bx = x.contiguous_bytes(), by = y.contiguous_bytes();
+  TensorDifference d{name, state, "values", "", x.numel(), 0, 0};
+  if (bx.size() == by.size() && (bx.empty() || std::memcmp(bx.data(), by.data(), bx.size()) == 0)) return d;
+  if (dtype_is_floating(x.dtype())) {
+    const Tensor u = x.to(DType::Float64), v = y.to(DType::Float64);
+    const double* pu = reinterpret_cast<const double*>(u.contiguous_bytes().data());
+    const double* pv = reinterpret_cast<const double*>(v.contiguous_bytes().data());
+    const bool exact = o.rtol == 0 && o.atol == 0;
+    for (int64_t i = 0; i < d.elements; ++i)
+      if (std::memcmp(&pu[i], &pv[i], sizeof(double)) != 0) compare_element(d, pu[i], pv[i], exact, o.rtol, o.atol);
+  } else {
+    const size_t es = dtype_size(x.dtype());
+    for (int64_t i = 0; i < d.elements; ++i)
+      if (std::memcmp(bx.data() + i * es, by.data() + i * es, es) != 0) ++d.differing;
+  }
+  if (d.differing > 0) describe_values(d);
+  return d;
+}
+
+// The universal folders' buffers (manifest "buffers", issue 47) by name: dtype, shape, then every
+// element as compare_tensors does; one in one folder only is a difference.
+void compare_buffers(DiffResult& r, const Side& a, const Side& b, const DiffOptions& o) {
+  std::map<std::string, const formats::universal::UniversalBuffer*> in_b;
+  for (const auto& x : b.manifest.buffers) in_b[x.name] = &x;
+  for (const auto& x : a.manifest.buffers) {
+    check_interrupted();
+    ++r.tensors;
+    const auto it = in_b.find(x.name);
+    if (it == in_b.end()) {
+      note(r, o.listed, {x.name, "buffer", "only_in_a", "buffer in " + r.a.input + " only"});
+      continue;
+    }
+    const auto& y = *it->second;
+    in_b.erase(it);
+    if (x.dtype != y.dtype) {
+      note(r, o.listed, {x.name, "buffer", "dtype", x.dtype + " vs " + y.dtype});
+    } else if (x.shape != y.shape) {
+      note(r, o.listed, {x.name, "buffer", "shape", shape_text(x.shape) + " vs " + shape_text(y.shape)});
+    } else if (auto d = compare_tensors(x.name, "buffer", reshard::read_buffer(a.dir, x, a.verify),
+                                        reshard::read_buffer(b.dir, y, b.verify), o);
+               d.differing > 0) {
+      note(r, o.listed, std::move(d));
+    } else {
+      ++r.tensors_equal;
+    }
+  }
+  for (const auto& [name, y] : in_b) {
+    ++r.tensors;
+    note(r, o.listed, {name, "buffer", "only_in_b", "buffer in " + r.b.input + " only"});
+  }
+}
+
 void compare_dcp(DiffResult& r, const std::string& a, const std::string& b, const DiffOptions& o) {
   r.a = {a, "dcp"};
   r.b = {b, "dcp"};
   const formats::dcp::Reader ra(a), rb(b);
-  const bool exact = o.rtol == 0 && o.atol == 0;
   auto count = [&r](const formats::dcp::Entry& e) {
     ++r.tensors;
     if (e.is_bytes) ++r.items;
@@ -461,31 +517,10 @@ void compare_dcp(DiffResult& r, const std::string& a, const std::string& b, cons
       note(r, o.listed, {e.fqn, "", "shape", shape_text(e.size) + " vs " + shape_text(f->size)});
       continue;
     }
-    const Tensor x = ra.read_tensor(e.fqn).contiguous(), y = rb.read_tensor(e.fqn).contiguous();
-    const auto bx = x.contiguous_bytes(), by = y.contiguous_bytes();
-    if (bx.size() == by.size() && (bx.empty() || std::memcmp(bx.data(), by.data(), bx.size()) == 0)) {
+    if (auto d = compare_tensors(e.fqn, "", ra.read_tensor(e.fqn), rb.read_tensor(e.fqn), o); d.differing > 0)
+      note(r, o.listed, std::move(d));
+    else
       ++r.tensors_equal;
-      continue;
-    }
-    TensorDifference d{e.fqn, "", "values", "", x.numel(), 0, 0};
-    if (dtype_is_floating(e.dtype)) {
-      const Tensor u = x.to(DType::Float64), v = y.to(DType::Float64);
-      const double* pu = reinterpret_cast<const double*>(u.contiguous_bytes().data());
-      const double* pv = reinterpret_cast<const double*>(v.contiguous_bytes().data());
-      for (int64_t i = 0; i < d.elements; ++i) {
-        if (std::memcmp(&pu[i], &pv[i], sizeof(double)) != 0) compare_element(d, pu[i], pv[i], exact, o.rtol, o.atol);
-      }
-    } else {  // integers and bools: element by element, exactly
-      const size_t es = dtype_size(e.dtype);
-      for (int64_t i = 0; i < d.elements; ++i)
-        if (std::memcmp(bx.data() + i * es, by.data() + i * es, es) != 0) ++d.differing;
-    }
-    if (d.differing == 0) {
-      ++r.tensors_equal;
-      continue;
-    }
-    describe_values(d);
-    note(r, o.listed, std::move(d));
   }
   for (const auto& f : rb.metadata().entries)
     if (!ra.metadata().find(f.fqn)) {
@@ -533,6 +568,7 @@ DiffResult diff_checkpoints(const std::string& a, const std::string& b, const Di
   auto sa = open_side(ua, o.verify);
   auto sb = open_side(ub, o.verify);
   compare_sides(r, *sa, *sb, o);
+  compare_buffers(r, *sa, *sb, o);
   compare_optimizer_items(r, *sa, *sb, o);
   return r;
 }

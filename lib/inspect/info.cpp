@@ -256,6 +256,7 @@ void describe_universal_from_dcp(CheckpointInfo& info, const formats::universal:
     return;
   }
   run_check(info, "checksums", "crc32 of every state file against manifest.json", [&] {
+    for (const auto& b : manifest.buffers) (void)reshard::read_buffer(info.dir, b, true);
     for (const auto& p : manifest.params)
       for (const auto& [s, f] : p.states) {
         const std::string path = (fs::path(info.dir) / f.file).string();
@@ -276,7 +277,14 @@ void describe_universal(CheckpointInfo& info, const InfoOptions& options) {
   std::set<std::string> model_files(manifest.model_files.begin(), manifest.model_files.end()), state_files;
   for (const auto& p : manifest.params)
     for (const auto& [s, f] : p.states) state_files.insert(f.file);
+  std::set<std::string> buffer_files;
+  for (const auto& b : manifest.buffers) {
+    buffer_files.insert(b.tensor.file);
+    if (info.buffers.is_null()) info.buffers = nlohmann::json::array();
+    info.buffers.push_back({{"name", b.name}, {"dtype", b.dtype}, {"shape", b.shape}});
+  }
   add_sizes(info, info.dir, [&](const std::string& rel) -> std::string {
+    if (buffer_files.count(rel)) return "buffer_files";
     if (rel == formats::universal::kUniversalManifestName) return "manifest";
     if (rel == manifest.optimizer_state) return "optimizer_state";
     if (model_files.count(rel)) return "model_states";
@@ -301,6 +309,7 @@ void describe_universal(CheckpointInfo& info, const InfoOptions& options) {
   }
   run_check(info, "checksums", "crc32 of every state file against manifest.json", [&] {
     reshard::UniversalReader reader(m, info.dir, true);
+    for (const auto& b : m.buffers) (void)reshard::read_buffer(info.dir, b, true);
     for (size_t i = 0; i < m.params.size(); ++i)
       for (const auto& s : m.states) reader.check(static_cast<int>(i), s);
   });
@@ -608,6 +617,7 @@ nlohmann::json CheckpointInfo::to_json() const {
   if (!store.is_null()) j["store"] = store;
   if (!dcp.is_null()) j["dcp"] = dcp;
   if (!hf.is_null()) j["hf"] = hf;
+  if (!buffers.is_null()) j["buffers"] = buffers;
   json cs = json::array();
   for (const auto& c : checks)
     cs.push_back({{"name", c.name}, {"what", c.what}, {"status", status_name(c.status)}, {"error", str(c.error)}});
@@ -686,6 +696,12 @@ std::string CheckpointInfo::text() const {
     for (const auto& x : store["steps"]) s += (s.empty() ? "" : ", ") + std::to_string(x["step"].get<int64_t>());
     row("saved steps", s.empty() ? "none readable" : s);
   }
+  if (buffers.is_array() && !buffers.empty()) {
+    std::string b = std::to_string(buffers.size()) + " tensors without optimizer state, each in its own dtype:";
+    for (size_t k = 0; k < buffers.size() && k < 6; ++k)
+      b += (k ? ", " : " ") + buffers[k]["name"].get<std::string>() + " " + buffers[k]["dtype"].get<std::string>();
+    row("buffers", b + (buffers.size() > 6 ? ", ..." : ""));
+  }
   if (kind.is(formats::kUniversal) && dcp.is_object())
     row("source", "DCP checkpoint (" + dcp.value("folder", "") + ", " + dcp.value("era", "") + ", world size " +
                       std::to_string(dcp.value("world_size", 0)) + ")");
@@ -706,7 +722,7 @@ std::string CheckpointInfo::text() const {
       std::string b = std::to_string(dcp["buffers"].size()) + " model tensors without optimizer state:";
       for (size_t k = 0; k < dcp["buffers"].size() && k < 6; ++k) b += (k ? ", " : " ") + dcp["buffers"][k].get<std::string>();
       row("buffers", b + (dcp["buffers"].size() > 6 ? ", ..." : "") +
-                         " (ucp-union cannot carry them; ucp-load --format dcp keeps them)");
+                         " (ucp-union carries them in their own dtype, without optimizer state)");
     }
     std::string o = "none";
     if (dcp.value("optimizer", false)) {

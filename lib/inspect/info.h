@@ -66,6 +66,7 @@ struct CheckpointInfo {
   size_t files = 0;
   std::map<std::string, FileKindSize> by_kind;
   nlohmann::json store;               // PEC store: committed steps and what each saved (null otherwise)
+  nlohmann::json buffers;             // universal: [{name, dtype, shape}] of its buffers (null: none)
   nlohmann::json dcp;                 // DCP / torch_dist: folder form, class-path era, world size, entries,
                                       // chunks, optimizer state (null otherwise; docs/ucp-info.md)
   nlohmann::json hf;                  // Hugging Face folder: architectures, model_type, family, map (null otherwise)

@@ -92,6 +92,9 @@ DcpOutput plan_dcp_output(const ModelInfo& model, DType dtype, const formats::dc
   for (size_t i = 0; i < model.params.size(); ++i)
     add({Value::str("model"), Value::str(model.params[i].name)}, {DcpSource::Model, static_cast<int>(i)}, false, dtype,
         model.params[i].shape);
+  for (size_t b = 0; b < model.buffers.size(); ++b)
+    add({Value::str("model"), Value::str(model.buffers[b].name)}, {DcpSource::Buffer, static_cast<int>(b)}, false,
+        *dtype_from_name(model.buffers[b].dtype), model.buffers[b].shape);
   for (size_t i = 0; i < model.params.size(); ++i) {
     const auto& p = model.params[i];
     auto state_path = [&](const std::string& name) {
@@ -164,6 +167,7 @@ DcpWritten write_dcp_output(const DcpOutput& out, const ModelInfo& model, Univer
     const DcpSource& s = out.sources.at(index.at(e.fqn));
     if (s.kind == DcpSource::Model) return read_whole_tensor(model, reader, s.param, "fp32", out.dtype);
     if (s.kind == DcpSource::State) return read_whole_tensor(model, reader, s.param, s.state, DType::Float32);
+    if (s.kind == DcpSource::Buffer) return read_buffer(reader.dir(), model.buffers.at(s.param), reader.verifying());
     const ValuePtr v = reader.step(s.param);  // Step as a tensor
     if (!v || !v->is(pickle::Kind::Tensor)) throw Error(model.params[s.param].name + ": its step changed while writing");
     return v->as_tensor().contiguous(true);

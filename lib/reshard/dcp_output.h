@@ -2,7 +2,8 @@
 // torch 2.x `dcp.save({"model": model_sd, "optim": optim_sd})` writes for
 // `model_sd, optim_sd = get_state_dict(model, optimizer)` (docs/ucp-load.md, "DCP output"):
 //  * model.<fqn>: each parameter under its universal name, the fp32 master converted to the target
-//    dtype (the source's unless --dtype);
+//    dtype (the source's unless --dtype); each buffer (ModelInfo::buffers) after them under its name, in
+//    its own dtype whatever --dtype says, with no optimizer entries;
 //  * optim.state.<fqn>.step|<state>: the step as stored (a 0-d tensor, else a bytes item), then every
 //    optimizer state (exp_avg, exp_avg_sq) in fp32 as stored;
 //  * optim.param_groups.<i>.<key>: bytes items, torch.save of each value of the source's param_groups,
@@ -28,8 +29,8 @@ namespace ucpkit::reshard {
 
 // What one entry of the plan holds.
 struct DcpSource {
-  enum Kind { Model, State, Step, ParamGroup } kind = Model;
-  int param = -1;     // Model, State, Step
+  enum Kind { Model, State, Step, ParamGroup, Buffer } kind = Model;
+  int param = -1;     // Model, State, Step; Buffer: index into ModelInfo::buffers
   std::string state;  // State: "exp_avg", ...
   size_t group = 0;   // ParamGroup: index into param_groups
   std::string key;    // ParamGroup: the key ("lr", ..., "params")

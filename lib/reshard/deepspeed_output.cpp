@@ -270,6 +270,12 @@ class DeepSpeedOutput final : public OutputWriter {
                   "torch_dist checkpoint, or in Megatron-Core names): --format deepspeed needs them; write --format dcp, "
                   "safetensors or torch_dist, or for Megatron-Core names first ucp-union --to-names megatron-deepspeed "
                   "--template <Megatron-DeepSpeed universal folder>");
+    // A DeepSpeed source's buffers travel in its model files' module (the templates); a manifest's own
+    // buffers have no such source here, and are refused rather than dropped.
+    if (!model.buffers.empty())
+      throw Error(options.input + "/manifest.json: " + formats::universal::describe_buffers(model.buffers) +
+                  " beside DeepSpeed model files: --format deepspeed writes the module from those files only; write "
+                  "--format dcp or safetensors, which keep them");
   }
 
   void prepare(const LoadOptions&, Prepared& p) const override {

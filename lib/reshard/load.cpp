@@ -38,6 +38,8 @@ nlohmann::json LoadSummary::to_json() const {
   j["from_source"] = from_source;
   if (!target.empty()) j["target"] = target;
   j["reused"] = reused;
+  j["buffers"] = buffers;
+  j["not_carried"] = not_carried;
   if (direct) {
     j["input_kind"] = "native";
     j["checksums_compared"] = checksums_compared;
@@ -248,6 +250,7 @@ LoadSummary summarize(LoadRun& r, const OutputWriter& writer, Clock::time_point 
   s.output = r.options.output;
   s.format = r.plan.format;
   s.params = r.prep.model.params.size();
+  s.buffers = r.prep.model.buffers.size();
   s.ranks = r.mpi.size();
   s.threads = r.threads;
   s.exchange = r.plan.exchange;

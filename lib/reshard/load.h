@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -75,6 +76,10 @@ struct LoadSummary {
   nlohmann::json from_source = nlohmann::json::object();  // target values taken from the source (target_defaults.h)
   nlohmann::json target = nlohmann::json::object();       // the layout written: the layout record
   bool reused = false;          // reuse_output: the output already held this layout; nothing written
+  size_t buffers = 0;           // model tensors without optimizer state written (own dtype; issue 47)
+  // What the input held and the output does not (a DCP's non-tensor items converted through the
+  // universal form), said on stderr as well; filled by the caller that knows (ucp-load's conversion).
+  std::vector<std::string> not_carried;
   nlohmann::json to_json() const;
 };
 

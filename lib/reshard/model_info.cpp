@@ -445,6 +445,18 @@ void check_state_files_present(const std::map<std::string, ParamInfo>& by_name, 
         throw Error((fs::path(dir) / rel).string() + ": missing (the universal checkpoint is incomplete)");
 }
 
+// The manifest's buffers, their files inside the folder and present (on disk, with a checksum).
+std::vector<formats::universal::UniversalBuffer> buffers_of(const UniversalMeta& meta) {
+  for (const auto& b : meta.manifest.buffers) {
+    if (!dtype_from_name(b.dtype)) throw Error(meta.manifest_path + ": buffer " + b.name + " has the unknown dtype " + b.dtype);
+    if (meta.dir.empty()) continue;
+    const fs::path at = confined_path(meta.dir, b.tensor.file, meta.manifest_path, "buffer " + b.name + " file");
+    if (!b.tensor.crc32) throw Error(meta.manifest_path + ": buffer " + b.name + " has no crc32");
+    if (!fs::exists(at)) throw Error(at.string() + ": missing (the universal checkpoint is incomplete)");
+  }
+  return meta.manifest.buffers;
+}
+
 }  // namespace
 
 namespace {
@@ -479,6 +491,7 @@ ModelInfo manifest_only_model_info(const UniversalMeta& meta) {
     if (e.dtype) dtypes.insert(*e.dtype);
   }
   if (dtypes.size() == 1) m.source_dtype = dtype_from_name(*dtypes.begin());
+  m.buffers = buffers_of(meta);
   m.optimizer_state = optimizer_state_of(meta);
   const ValuePtr groups = m.optimizer_state && m.optimizer_state->kind == Kind::Dict ? m.optimizer_state->get("param_groups") : nullptr;
   if (groups && groups->is_sequence()) {
@@ -507,6 +520,7 @@ ModelInfo model_info_from(const UniversalMeta& meta) {
   check_model_files_present(m);
   auto by_name = params_from_manifest(m, meta);
   check_state_files_present(by_name, meta.dir);
+  m.buffers = buffers_of(meta);
   if (m.source_zero_stage == 3) m.model_files = zero3_templates(m.model_files, m.source_tp, meta.manifest_path);
 
   // Model files: group membership and flat-buffer order (stage by stage), Megatron sizes.

@@ -86,6 +86,9 @@ struct ModelInfo {
   // --to-names megatron-core): the parameters come from manifest.json alone, in its order, and only the
   // layout-free outputs (dcp, safetensors) can be written from it.
   bool manifest_only = false;
+  // Model tensors without optimizer state (manifest "buffers": a DCP's buffers and counters), each
+  // written in its own dtype whatever --dtype says (issue 47); not in `params`.
+  std::vector<formats::universal::UniversalBuffer> buffers;
   pickle::ValuePtr optimizer_state;      // the common optimizer state: the manifest's optimizer_state file
                                          // (read once here) or, in direct mode, the one built from the source
 

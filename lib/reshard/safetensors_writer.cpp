@@ -21,13 +21,38 @@ namespace fs = std::filesystem;
 namespace ucpkit::reshard {
 
 namespace {
+
+const formats::universal::UniversalBuffer* buffer_at(const ModelInfo& model, int i) {
+  const size_t n = model.params.size();
+  return static_cast<size_t>(i) < n ? nullptr : &model.buffers.at(static_cast<size_t>(i) - n);
+}
+
+const std::vector<int64_t>& shape_at(const ModelInfo& model, int i) {
+  const auto* b = buffer_at(model, i);
+  return b ? b->shape : model.params[i].shape;
+}
+
 }  // namespace
+
+const std::string& safetensors_name(const ModelInfo& model, int i) {
+  const auto* b = buffer_at(model, i);
+  return b ? b->name : model.params[i].name;
+}
+
+DType safetensors_dtype(const ModelInfo& model, int i, DType dtype) {
+  const auto* b = buffer_at(model, i);
+  return b ? *dtype_from_name(b->dtype) : dtype;  // a buffer keeps its own (model_info checked the name)
+}
+
+uint64_t safetensors_bytes(const ModelInfo& model, int i, DType dtype) {
+  return static_cast<uint64_t>(numel_of(shape_at(model, i))) * dtype_size(safetensors_dtype(model, i, dtype));
+}
 
 std::vector<std::vector<int>> safetensors_shards(const ModelInfo& model, DType dtype, uint64_t shard_bytes) {
   std::vector<std::vector<int>> shards;
   uint64_t used = 0;
-  for (size_t i = 0; i < model.params.size(); ++i) {
-    const uint64_t n = static_cast<uint64_t>(numel_of(model.params[i].shape)) * dtype_size(dtype);
+  for (size_t i = 0; i < model.params.size() + model.buffers.size(); ++i) {
+    const uint64_t n = safetensors_bytes(model, static_cast<int>(i), dtype);
     if (shards.empty() || (used > 0 && used + n > shard_bytes)) {
       shards.emplace_back();
       used = 0;
@@ -54,14 +79,14 @@ uint64_t write_safetensors(const ModelInfo& model, UniversalReader& reader, DTyp
   std::vector<uint64_t> written(shards.size(), 0);
   uint64_t total = 0;
   for (const auto& sh : shards)
-    for (int i : sh) total += static_cast<uint64_t>(numel_of(model.params[i].shape)) * es;
+    for (int i : sh) total += safetensors_bytes(model, i, dtype);
 
   parallel::in_arena(threads, [&] {
     tbb::parallel_for(size_t{0}, shards.size(), [&](size_t k) {
       std::vector<SafetensorsEntry> entries;
       for (int i : shards[k]) {
-        const auto& p = model.params[i];
-        entries.push_back({p.name, std::string(dtype_safetensors_name(dtype)), p.shape, static_cast<uint64_t>(numel_of(p.shape)) * es});
+        entries.push_back({safetensors_name(model, i), std::string(dtype_safetensors_name(safetensors_dtype(model, i, dtype))),
+                           shape_at(model, i), safetensors_bytes(model, i, dtype)});
       }
       const std::string h = safetensors_header(entries, {{"format", "pt"}});
       AtomicFile f((fs::path(dir) / names[k]).string());
@@ -75,6 +100,12 @@ uint64_t write_safetensors(const ModelInfo& model, UniversalReader& reader, DTyp
       buf.resize(kWindow * es);
       for (int i : shards[k]) {
         check_interrupted();
+        if (const auto* b = buffer_at(model, i)) {  // as stored: its own dtype, whole (buffers are small)
+          const Tensor t = read_buffer(reader.dir(), *b, reader.verifying());
+          const auto bytes = t.contiguous_bytes();
+          f.write(bytes.data(), bytes.size());
+          continue;
+        }
         const auto& p = model.params[i];
         TpSlice whole{0, {{0, p.shape.empty() ? 1 : p.shape[0]}}, p.shape, -1};
         const int64_t n = whole.numel();
@@ -98,7 +129,7 @@ uint64_t write_safetensors(const ModelInfo& model, UniversalReader& reader, DTyp
   index["metadata"] = {{"total_size", total}};
   nlohmann::ordered_json map = nlohmann::ordered_json::object();
   for (size_t k = 0; k < shards.size(); ++k)
-    for (int i : shards[k]) map[model.params[i].name] = names[k];
+    for (int i : shards[k]) map[safetensors_name(model, i)] = names[k];
   index["weight_map"] = map;
   const std::string text = index.dump(2);
   write_file_atomic((fs::path(dir) / "model.safetensors.index.json").string(), text);
@@ -128,7 +159,7 @@ class SafetensorsOutput final : public OutputWriter {
     auto& shards = j["shards"] = nlohmann::json::array();
     for (const auto& sh : safetensors_shards(p.model, p.plan.target.dtype, options.shard_bytes)) {
       nlohmann::json names = nlohmann::json::array();
-      for (int i : sh) names.push_back(p.model.params[i].name);
+      for (int i : sh) names.push_back(safetensors_name(p.model, i));
       shards.push_back(names);
     }
     return j;

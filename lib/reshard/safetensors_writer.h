@@ -11,8 +11,14 @@
 
 namespace ucpkit::reshard {
 
-// Which parameters go to which shard file (greedy in model order, each shard at most
-// `shard_bytes` unless a single tensor is larger). Pure.
+// Which tensors go to which shard file (greedy in model order, each shard at most `shard_bytes`
+// unless a single tensor is larger). Pure. Index i < params.size() is parameter i, in `dtype`; the
+// indices after them are the buffers (ModelInfo::buffers, i - params.size()), each in its own dtype.
+std::vector<std::vector<int>> safetensors_shards(const ModelInfo& model, DType dtype, uint64_t shard_bytes);
+// Name, dtype and byte count of tensor `i` of the shards above.
+const std::string& safetensors_name(const ModelInfo& model, int i);
+DType safetensors_dtype(const ModelInfo& model, int i, DType dtype);
+uint64_t safetensors_bytes(const ModelInfo& model, int i, DType dtype);
 std::vector<std::vector<int>> safetensors_shards(const ModelInfo& model, DType dtype, uint64_t shard_bytes);
 
 // Writes the shards and the index into `dir`; returns bytes written.

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/confine.h"
 #include "core/crc32.h"
 #include "core/error.h"
 #include "core/file_io.h"
@@ -294,6 +295,22 @@ Tensor read_whole_tensor(const ModelInfo& model, UniversalReader& reader, int i,
     }
   }
   return Tensor::from_bytes(dtype, p.shape, std::move(bytes));
+}
+
+Tensor read_buffer(const std::string& dir, const formats::universal::UniversalBuffer& b, bool verify) {
+  const std::string manifest = (fs::path(dir) / formats::universal::kUniversalManifestName).string();
+  const std::string path = confined_path(dir, b.tensor.file, manifest, "buffer " + b.name + " file").string();
+  Tensor t = formats::universal::read_state_file(load_torch(path), path).param;
+  if (t.shape() != b.shape)
+    fail(path, "buffer has shape " + nlohmann::json(t.shape()).dump() + " but manifest.json says " + nlohmann::json(b.shape).dump());
+  if (dtype_name(t.dtype()) != b.dtype)
+    fail(path, "buffer is " + std::string(dtype_name(t.dtype())) + " but manifest.json says " + b.dtype);
+  t = t.contiguous(true);
+  if (verify && b.tensor.crc32) {
+    const auto bytes = t.contiguous_bytes();
+    expect_crc(path, crc32_update(0, {bytes.data(), bytes.size()}), *b.tensor.crc32);
+  }
+  return t;
 }
 
 }  // namespace ucpkit::reshard

@@ -61,6 +61,7 @@ class UniversalReader {
   // verified by exactly one rank, so together the ranks read every atomic byte once for it).
   void set_verify_mask(std::vector<char> mask) { verify_mask_ = std::move(mask); }
   bool verifies(int param) const { return verify_ && (verify_mask_.empty() || verify_mask_[param]); }
+  bool verifying() const { return verify_; }
   // Opens (once) and checks the fp32 tensor of `state` of parameter `param`: shape and dtype against
   // the manifest, CRC-32 when verifying. Throws Error when the file is missing, is not what the
   // manifest says, or fails its checksum.
@@ -121,5 +122,9 @@ void convert_from_fp32(const float* src, size_t n, DType target, uint8_t* dst);
 // converted to `dtype`: read straight into the tensor's bytes (fp32), or through one reused window of
 // 1M elements (other dtypes), so the tensor is the only full-size buffer (the DCP and torch_dist writers).
 Tensor read_whole_tensor(const ModelInfo& model, UniversalReader& reader, int i, const std::string& state, DType dtype);
+
+// Buffer `b` of the universal folder `dir` (ModelInfo::buffers), in its own dtype: the file's tensor
+// checked against the manifest's shape, dtype and (when `verify`) crc32. Throws Error naming the file.
+Tensor read_buffer(const std::string& dir, const formats::universal::UniversalBuffer& b, bool verify);
 
 }  // namespace ucpkit::reshard

@@ -59,7 +59,9 @@ nlohmann::json RunSummary::to_json() const {
           {"seconds", seconds},
           {"peak_rss_bytes", peak_rss_bytes},
           {"mpi_ranks", ranks},
-          {"threads", threads}};
+          {"threads", threads},
+          {"buffers", buffers},
+          {"not_carried", not_carried}};
 }
 
 namespace {

@@ -36,6 +36,8 @@ struct RunSummary {
   uint64_t bytes_read = 0, bytes_written = 0, peak_rss_bytes = 0;
   double seconds = 0;
   int ranks = 1, threads = 1;
+  size_t buffers = 0;                    // model tensors without optimizer state carried (DCP sources)
+  std::vector<std::string> not_carried;  // source entries left out (DCP: non-tensor items), said on stderr
   nlohmann::json to_json() const;
 };
 

@@ -102,15 +102,16 @@ DcpPlan plan_dcp(const Metadata& md, const Folder& folder) {
     p.bytes += entry_bytes(*e);
   }
   // Model tensors without optimizer state beside parameters with it are buffers (BatchNorm's running
-  // statistics, counters, masks): the universal form has no place for them (issue 47), and dropping
-  // them would change the resumed run. Kept apart; ucp-union refuses them by name.
-  if (plan.optimizer) {
-    std::vector<DcpParam> params;
-    for (auto& p : plan.params)
-      if (p.states.size() == 1 && p.step.empty()) plan.buffers.push_back(p.name);
-      else params.push_back(std::move(p));
-    plan.params = std::move(params);
+  // statistics, counters, masks); in a model-only save only a dtype no parameter has (int, bool) tells
+  // one. Each is carried as it is, in its own dtype (issue 47: dropping or converting one changes the
+  // resumed run).
+  std::vector<DcpParam> params;
+  for (auto& p : plan.params) {
+    const bool buffer = plan.optimizer ? p.states.size() == 1 && p.step.empty() : !dtype_is_floating(p.dtype);
+    if (buffer) plan.buffers.push_back({p.name, p.states.at("fp32"), p.shape, p.dtype, p.bytes});
+    else params.push_back(std::move(p));
   }
+  plan.params = std::move(params);
   plan.source.format = "dcp";
   plan.source.facts["dcp"] = {{"folder", formats::dcp::folder_kind_name(folder.kind)},
                               {"era", formats::dcp::era_name(md.era)},
@@ -172,6 +173,23 @@ ParamResult convert_param(const DcpParam& p, const formats::dcp::Reader& reader,
   return r;
 }
 
+// zero/<folder>/fp32.pt of a buffer: its tensor as stored (the universal form's "fp32" file holds the
+// model tensor in its own dtype, as a DCP parameter's does), listed under the manifest's "buffers".
+formats::universal::UniversalBuffer convert_buffer(const DcpBuffer& b, const formats::dcp::Reader& reader,
+                                                   const fs::path& zero_dir, CommonFiles& t) {
+  check_interrupted();
+  const std::string folder = param_folder(b.name);
+  make_folder(zero_dir / folder);
+  formats::universal::StateFile f;
+  f.param = reader.stream_tensor(b.fqn);
+  t.bytes_read += item_bytes(reader.metadata(), b.fqn);
+  const std::string path = (zero_dir / folder / "fp32.pt").string();
+  save_torch_file(path, formats::universal::to_pickle(f));
+  t.bytes_written += file_size_or_zero(path);
+  ++t.files;
+  return {b.name, b.shape, std::string(dtype_name(b.dtype)), {"zero/" + folder + "/fp32.pt", written_crc32(path, f.param)}};
+}
+
 // zero/optimizer_state.pt: {"param_groups": [{key: value}, ...]} from the bytes items.
 ValuePtr optimizer_state(const DcpPlan& plan, const formats::dcp::Reader& reader) {
   std::map<size_t, ValuePtr> groups;
@@ -198,6 +216,7 @@ UnionCounts dcp_union_counts(const DcpPlan& plan) {
   UnionCounts c;
   c.params = plan.params.size();
   for (const auto& p : plan.params) c.bytes += p.bytes, c.atomic_files += p.states.size() + (p.step.empty() ? 0 : 1);
+  for (const auto& b : plan.buffers) c.bytes += b.bytes, ++c.atomic_files;
   c.files = "manifest.json, zero/optimizer_state.pt";
   c.from = "the DCP checkpoint";
   c.input_kind = "dcp";
@@ -222,14 +241,6 @@ RunSummary run_union_dcp(const std::string& input, const std::string& output, co
     reader = std::make_unique<formats::dcp::Reader>(folder.dir, std::move(md));
   });
   failed.settle("another MPI rank failed while planning");
-  if (!plan.buffers.empty()) {
-    std::string names;
-    for (size_t k = 0; k < plan.buffers.size() && k < 4; ++k) names += (k ? "', '" : "'") + escaped_brief(plan.buffers[k]);
-    throw Error(input + ": " + std::to_string(plan.buffers.size()) + " model tensors have no optimizer state (buffers: " +
-                names + "'" + (plan.buffers.size() > 4 ? ", ..." : "") +
-                "): the universal form holds parameters with their optimizer states only and cannot carry them; "
-                "ucp-load --format dcp keeps them (a DCP into DCP is rewritten whole)");
-  }
   if (!plan.not_carried.empty()) {
     // Said by default (issue 47: a resumed run without its scheduler or data position is another run).
     std::string names;
@@ -250,11 +261,16 @@ RunSummary run_union_dcp(const std::string& input, const std::string& output, co
     save_torch_file(opt, optimizer_state(plan, *reader));
     t.bytes_written += file_size_or_zero(opt);
     ++t.files;
+    // Rank 0 writes the buffers: small beside the parameters, and their manifest entries stay here.
+    for (const DcpBuffer& b : plan.buffers) manifest.buffers.push_back(convert_buffer(b, *reader, staged / "zero", t));
     manifest.source = plan.source;
     manifest.patterns_origin = "none (DCP: global tensors)";
     manifest.patterns_set = nlohmann::json::object();
   };
-  return execute_union(job, output, options, failed, phase, t0);
+  RunSummary summary = execute_union(job, output, options, failed, phase, t0);
+  summary.buffers = plan.buffers.size();
+  summary.not_carried = plan.not_carried;
+  return summary;
 }
 
 namespace {

@@ -29,14 +29,24 @@ struct DcpParam {
   uint64_t bytes = 0;                          // of its tensors (the split over MPI ranks)
 };
 
+// A model tensor without optimizer state (a buffer or counter), carried in its own dtype (issue 47).
+struct DcpBuffer {
+  std::string name;                            // the model fqn, as a parameter's
+  std::string fqn;                             // its DCP key
+  std::vector<int64_t> shape;
+  DType dtype = DType::Float32;
+  uint64_t bytes = 0;
+};
+
 struct DcpPlan {
   std::vector<DcpParam> params;                // state_dict order of the model tensors
   // optim.param_groups.<i>.<key> bytes entries -> (i, key), in metadata order.
   std::vector<std::pair<std::string, std::pair<size_t, std::string>>> param_groups;
   std::vector<std::string> not_carried;        // entries neither a parameter state nor a param_groups value
-  // With optimizer state: the model tensors without any (buffers, counters), which the universal form
-  // cannot carry (not in `params`; ucp-union refuses them, naming them: issue 47).
-  std::vector<std::string> buffers;
+  // The model tensors that are no parameters (issue 47): with optimizer state in the checkpoint, those
+  // without any (buffers, counters); in a model-only save, those of a dtype no parameter has (int, bool:
+  // a float buffer cannot be told from a parameter there). Not in `params`; each written as it is.
+  std::vector<DcpBuffer> buffers;
   bool optimizer = false;                      // optimizer state found
   formats::universal::UniversalSource source;  // manifest.json "source"
 };

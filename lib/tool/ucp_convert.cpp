@@ -43,6 +43,7 @@ Result convert(const UcpConvertOptions& options, bool extract) {
   r.output = s.output;
   r.fields = s.to_json();
   r.notes.push_back(std::to_string(s.params) + " parameters" +
+                    (s.buffers ? ", " + std::to_string(s.buffers) + " buffers" : std::string()) +
                     (extract ? ", " + std::to_string(s.files_written) + " files" : std::string()) + " -> " +
                     options.output);
   return r;

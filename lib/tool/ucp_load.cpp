@@ -295,6 +295,7 @@ Result run_ucp_load(const UcpLoadOptions& o) {
   // copy between the conversion and the load included).
   StagedPhase staged;
   std::unique_ptr<ScratchUniversal> scratch;
+  std::vector<std::string> not_carried;  // by the conversion into the scratch folder
   const formats::FolderKind kind = formats::detect(load.input);
   if (converted_first(kind)) {
     // The user's folders, before anything is converted: the load's own check sees only the scratch copy.
@@ -322,7 +323,7 @@ Result run_ucp_load(const UcpLoadOptions& o) {
     load.reporter.warning(load.input + " is a " + kind.name() +
                           " checkpoint: converted into the scratch universal folder " + scratch->path() +
                           " first (removed after the load)");
-    (void)to_universal::run_union(load.input, scratch->path(), co);
+    not_carried = to_universal::run_union(load.input, scratch->path(), co).not_carried;  // said on stderr there
     load.input = scratch->path();
   }
   reshard::LoadSummary s;
@@ -335,13 +336,16 @@ Result run_ucp_load(const UcpLoadOptions& o) {
     rethrow_about_input(e, scratch->path(), o.load.input);
   }
   if (parallel::MpiSession::get().rank() != 0) return {};
+  s.not_carried = std::move(not_carried);
   Result r;
   r.output = s.output;
   r.fields = s.to_json();
   if (!s.from_source.empty()) r.notes.push_back(reshard::describe_source_defaults(s.from_source));
   r.notes.push_back(s.reused ? load.output + " already holds this layout (" + reshard::kLayoutRecordName +
                                    "): reused, nothing written"
-                             : std::to_string(s.params) + " parameters -> " + load.output + " (" +
+                             : std::to_string(s.params) + " parameters" +
+                                   (s.buffers ? ", " + std::to_string(s.buffers) + " buffers" : std::string()) + " -> " +
+                                   load.output + " (" +
                                    std::to_string(s.files_written) + " files)");
   return r;
 }

@@ -172,3 +172,22 @@ TEST(WriteSafetensors, Fp16EachTensorOverTheBound) {
   EXPECT_EQ(safetensors_shards(model, DType::Float16, 1).size(), model.params.size());
   export_and_read_back(DType::Float16, "fp16", 1, false);
 }
+
+// Buffers (issue 47) come after the parameters, each at its own dtype's size whatever the parameters'
+// dtype: an int64 counter is 8 bytes an element under --dtype bf16, a bool mask 1.
+TEST(SafetensorsShards, BuffersFollowTheParametersInTheirOwnDtype) {
+  ModelInfo m = model_of({{4, 4}, {4}});
+  m.buffers.push_back({"norm.num_batches_tracked", {}, "int64", {"zero/n/fp32.pt", 0u}});
+  m.buffers.push_back({"mask", {16}, "bool", {"zero/mask/fp32.pt", 0u}});
+  EXPECT_EQ(safetensors_shards(m, DType::BFloat16, uint64_t{1} << 40), (std::vector<std::vector<int>>{{0, 1, 2, 3}}));
+  EXPECT_EQ(safetensors_name(m, 2), "norm.num_batches_tracked");
+  EXPECT_EQ(safetensors_dtype(m, 2, DType::BFloat16), DType::Int64);
+  EXPECT_EQ(safetensors_dtype(m, 1, DType::BFloat16), DType::BFloat16);
+  EXPECT_EQ(safetensors_bytes(m, 0, DType::BFloat16), 32u);
+  EXPECT_EQ(safetensors_bytes(m, 2, DType::BFloat16), 8u);
+  EXPECT_EQ(safetensors_bytes(m, 3, DType::BFloat16), 16u);
+  // A bound of 40 bytes: [p0 32 B, p1 8 B], [counter 8 B, mask 16 B]; of 47: the counter's 8 B no longer fit.
+  EXPECT_EQ(safetensors_shards(m, DType::BFloat16, 40), (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(safetensors_shards(m, DType::BFloat16, 47), (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(safetensors_shards(m, DType::BFloat16, 48), (std::vector<std::vector<int>>{{0, 1, 2}, {3}}));
+}

@@ -91,6 +91,16 @@ void expect_universal_matches_truth(const std::string& out, const std::string& v
       expect_same(step->as_tensor(), truth.at(key));
     }
   }
+  // Buffers (issue 47: torch113_w2's int64 'plain' in a model-only save): each file as stored.
+  for (const auto& b : manifest.buffers) {
+    SCOPED_TRACE(variant + " buffer " + b.name);
+    const std::string key = truth.count("model." + b.name) ? "model." + b.name : b.name;
+    ASSERT_TRUE(truth.count(key)) << key;
+    used.insert(key);
+    const std::string path = out + "/" + b.tensor.file;
+    expect_same(formats::universal::read_state_file(load_torch(path), path).param, truth.at(key));
+    EXPECT_EQ(b.shape, truth.at(key).shape);
+  }
   EXPECT_EQ(used.size(), truth.size()) << variant << ": truth tensors without a universal state";
 }
 

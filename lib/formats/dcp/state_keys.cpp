@@ -80,7 +80,7 @@ KeyLayout key_layout(const Metadata& md) {
   KeyLayout k;
   bool nested_model = false, top_model = false, optim = false, optimizer = false;
   std::set<std::string> with_state;
-  std::vector<std::string> model;
+  std::vector<std::pair<std::string, DType>> model;
   for (const Entry& e : md.entries) {
     const std::vector<std::string> path = nested_path(md, e.fqn);
     const KeyRole r = key_role(path);
@@ -97,16 +97,17 @@ KeyLayout key_layout(const Metadata& md) {
       k.flattened_optimizer |= path.size() == 2;
     } else if (r.kind == KeyRole::Model) {
       (path.size() >= 2 && path[0] == "model" ? nested_model : top_model) = true;
-      model.push_back(r.param);
+      model.push_back({r.param, e.dtype});
     }
   }
   k.layout = with_state.empty() ? "model only"
              : nested_model && optim ? "get_state_dict"
              : optimizer && top_model && !nested_model ? "torchtitan"
                                       : "other";
-  if (!with_state.empty())
-    for (const auto& m : model)
-      if (!with_state.count(m)) k.buffers.push_back(m);
+  // As ucp-union tells them (to_universal/from_dcp plan_dcp): without optimizer state beside parameters
+  // with it, or in a model-only save of a dtype no parameter has.
+  for (const auto& [m, dtype] : model)
+    if (with_state.empty() ? !dtype_is_floating(dtype) : !with_state.count(m)) k.buffers.push_back(m);
   return k;
 }
 

@@ -36,7 +36,9 @@ struct KeyLayout {
   std::string layout;
   bool flattened_optimizer = false;  // flatten_optimizer_state_dict's "state.<fqn>.<name>" keys
   std::map<std::string, size_t> non_tensor_items;  // bytes items by their head ("lr_scheduler", "param_groups", ...)
-  std::vector<std::string> buffers;  // model tensors without optimizer state, beside parameters with it
+  // Model tensors without optimizer state beside parameters with it; in a model-only save, those of a
+  // dtype no parameter has (int, bool): what ucp-union carries as buffers.
+  std::vector<std::string> buffers;
 };
 KeyLayout key_layout(const Metadata& md);
 

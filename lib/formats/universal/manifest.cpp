@@ -146,6 +146,22 @@ UniversalParam UniversalParam::from_json(const json& j, const std::string& file,
   return p;
 }
 
+json UniversalBuffer::to_json() const {
+  json t = {{"file", tensor.file}};
+  if (tensor.crc32) t["crc32"] = crc32_text(*tensor.crc32);
+  return {{"name", name}, {"shape", shape}, {"dtype", dtype}, {"tensor", std::move(t)}};
+}
+
+UniversalBuffer UniversalBuffer::from_json(const json& j, const std::string& file, const std::string& where) {
+  object_at(j, file, where);
+  UniversalBuffer b;
+  b.name = string_of(need(j, "name", file, where), file, where + ".name");
+  b.shape = dims_of(need(j, "shape", file, where), file, where + ".shape");
+  b.dtype = string_of(need(j, "dtype", file, where), file, where + ".dtype");
+  b.tensor = state_from_json(need(j, "tensor", file, where), file, where + ".tensor");
+  return b;
+}
+
 // The source description's keys, each with its field (the one place that spells them).
 constexpr const char* kNamesKey = "names";
 constexpr const char* kNamesRecordKey = "megatron_core_names";
@@ -240,6 +256,11 @@ json UniversalManifest::to_json() const {
   m["optimizer_state"] = optimizer_state;
   m["checksum"] = checksum;
   m["params"] = std::move(params_json);
+  if (!buffers.empty()) {
+    json b = json::array();
+    for (const auto& e : buffers) b.push_back(e.to_json());
+    m["buffers"] = std::move(b);
+  }
   return m;
 }
 
@@ -262,6 +283,11 @@ UniversalManifest UniversalManifest::from_json(const json& j, const std::string&
   if (!params.is_array()) malformed(file, "params", "a list", params);
   for (size_t i = 0; i < params.size(); ++i)
     m.params.push_back(UniversalParam::from_json(params[i], file, "params[" + std::to_string(i) + "]"));
+  if (auto it = j.find("buffers"); it != j.end()) {
+    if (!it->is_array()) malformed(file, "buffers", "a list", *it);
+    for (size_t i = 0; i < it->size(); ++i)
+      m.buffers.push_back(UniversalBuffer::from_json((*it)[i], file, "buffers[" + std::to_string(i) + "]"));
+  }
   return m;
 }
 
@@ -269,6 +295,12 @@ UniversalManifest read_universal_manifest(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) fail(path, "cannot read (incomplete universal checkpoint?)");
   return UniversalManifest::from_json(parse_json_input(read_text_file(path, "manifest"), path, "corrupt JSON"), path);
+}
+
+std::string describe_buffers(const std::vector<UniversalBuffer>& buffers, size_t most) {
+  std::string s = std::to_string(buffers.size()) + (buffers.size() == 1 ? " buffer (" : " buffers (");
+  for (size_t k = 0; k < buffers.size() && k < most; ++k) s += (k ? ", '" : "'") + escaped_brief(buffers[k].name) + "'";
+  return s + (buffers.size() > most ? ", ...)" : ")");
 }
 
 std::string crc32_text(uint32_t crc) {

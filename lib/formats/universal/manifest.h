@@ -60,6 +60,20 @@ struct UniversalParam {
   static UniversalParam from_json(const nlohmann::json& j, const std::string& file, const std::string& where);
 };
 
+// A model tensor without optimizer state (a buffer or counter: BatchNorm's running statistics, an int64
+// num_batches_tracked, a bool mask; issue 47), kept in its own dtype in one file of a state file's form
+// (zero/<folder>/fp32.pt: the model tensor as stored, as a DCP parameter's). Listed under "buffers",
+// written only when there are any: a folder without buffers keeps the manifest it had.
+struct UniversalBuffer {
+  std::string name;            // the model fqn
+  std::vector<int64_t> shape;
+  std::string dtype;           // "int64", "bool", "float32", ... (never converted)
+  UniversalState tensor;       // its file and the crc32 of its elements
+
+  nlohmann::json to_json() const;
+  static UniversalBuffer from_json(const nlohmann::json& j, const std::string& file, const std::string& where);
+};
+
 // The description of the source checkpoint that an extract plan makes (plan.source, in ucp-extract's
 // plan.json) and manifest.json carries ("source"): what each input format records of its source, one
 // struct with one JSON binder (issue 46; read by key in 10 files before). A key is written only when its
@@ -113,6 +127,7 @@ struct UniversalManifest {
   std::string optimizer_state = kUniversalOptimizerState;
   std::string checksum = kUniversalChecksumNote;      // what each state's crc32 covers
   std::vector<UniversalParam> params;                 // plan order
+  std::vector<UniversalBuffer> buffers;               // model tensors without optimizer state ("buffers")
 
   // The JSON ucp-union writes (keys sorted, as nlohmann's object keeps them).
   nlohmann::json to_json() const;
@@ -122,6 +137,9 @@ struct UniversalManifest {
   // or a key has another type than written.
   static UniversalManifest from_json(const nlohmann::json& j, const std::string& file);
 };
+
+// "N buffers ('a', 'b', ...)": the first `most` names, for a refusal or a warning that names them.
+std::string describe_buffers(const std::vector<UniversalBuffer>& buffers, size_t most = 4);
 
 // Reads and parses `path` (a universal folder's manifest.json). Throws Error naming it.
 UniversalManifest read_universal_manifest(const std::string& path);

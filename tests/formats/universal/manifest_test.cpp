@@ -181,6 +181,38 @@ TEST(UniversalManifest, BadKeysNameTheFileAndTheKeyInOneLine) {
     EXPECT_EQ(error_of(other), "/ckpt/u/manifest.json: not a ucpkit universal manifest");
 }
 
+// Buffers (issue 47): listed under "buffers" only when there are any (a folder without keeps the bytes
+// above), each with its own dtype, read back field for field; a malformed one names its key.
+TEST(UniversalManifest, BuffersRoundTripAndAreWrittenOnlyWhenPresent) {
+  UniversalManifest m = UniversalManifest::from_json(fixture("gpt_pipeline.json"), "m.json");
+  EXPECT_FALSE(m.to_json().contains("buffers"));
+  m.buffers.push_back({"norm.num_batches_tracked", {}, "int64", {"zero/norm.num_batches_tracked/fp32.pt", 0x0badf00du}});
+  m.buffers.push_back({"mask", {16}, "bool", {"zero/mask/fp32.pt", 7u}});
+  const json j = m.to_json();
+  ASSERT_EQ(j["buffers"].size(), 2u);
+  EXPECT_EQ(j["buffers"][0], json::parse(R"({"name": "norm.num_batches_tracked", "shape": [], "dtype": "int64",
+                                             "tensor": {"file": "zero/norm.num_batches_tracked/fp32.pt", "crc32": "0badf00d"}})"));
+  const UniversalManifest back = UniversalManifest::from_json(j, "m.json");
+  ASSERT_EQ(back.buffers.size(), 2u);
+  EXPECT_EQ(back.buffers[1].name, "mask");
+  EXPECT_EQ(back.buffers[1].shape, std::vector<int64_t>{16});
+  EXPECT_EQ(back.buffers[1].dtype, "bool");
+  EXPECT_EQ(back.buffers[1].tensor.crc32, 7u);
+  EXPECT_EQ(back.text(), m.text());
+  EXPECT_EQ(describe_buffers(back.buffers), "2 buffers ('norm.num_batches_tracked', 'mask')");
+  EXPECT_EQ(describe_buffers(back.buffers, 1), "2 buffers ('norm.num_batches_tracked', ...)");
+  for (const auto& [key, change] : std::vector<std::pair<std::string, std::function<void(json&)>>>{
+           {"buffers", [](json& x) { x["buffers"] = json::object(); }},
+           {"buffers[1].dtype", [](json& x) { x["buffers"][1].erase("dtype"); }},
+           {"buffers[0].shape", [](json& x) { x["buffers"][0]["shape"] = "16"; }},
+           {"buffers[0].tensor.crc32", [](json& x) { x["buffers"][0]["tensor"]["crc32"] = "xyz"; }}}) {
+    json bad = j;
+    change(bad);
+    const std::string msg = error_of(bad);
+    EXPECT_EQ(msg.rfind("/ckpt/u/manifest.json: malformed: " + key, 0), 0u) << msg;
+  }
+}
+
 TEST(UniversalManifest, ReadingNamesTheFile) {
   const fs::path d = ucpkit::testing::scratch_dir("universal_manifest_read");
   try {
