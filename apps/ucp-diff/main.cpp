@@ -12,7 +12,8 @@ int main(int argc, char** argv) {
   tool::CommonOptions common;
   tool::UcpDiffOptions o;
   app.add_option("a", o.a, "First checkpoint: universal folder (from any source), native checkpoint (global_stepN or "
-                           "its parent with `latest`), ucp-extract work folder or PyTorch DCP folder")
+                           "its parent with `latest`), ucp-extract work folder, PyTorch DCP or Megatron-Core "
+                           "torch_dist folder, or Hugging Face model folder")
       ->required();
   app.add_option("b", o.b, "Second checkpoint (any of the same kinds)")->required();
   app.add_option("--rtol", o.diff.rtol, "Relative tolerance: |a - b| <= atol + rtol * |b| counts as equal (default 0: "

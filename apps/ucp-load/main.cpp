@@ -16,8 +16,8 @@ LayoutOptions add_options(CLI::App& app, tool::UcpLoadOptions& o) {
   auto& l = o.load;
   app.add_option("--input", l.input,
                  "Universal checkpoint folder, a native DeepSpeed checkpoint (global_stepN folder or its parent "
-                 "with latest) converted directly without a universal checkpoint, or a PyTorch DCP / Megatron-Core "
-                 "torch_dist folder")
+                 "with latest) converted directly without a universal checkpoint, a PyTorch DCP / Megatron-Core "
+                 "torch_dist folder, or a Hugging Face model folder (docs/hf.md)")
       ->required();
   app.add_option("--verify-against", l.verify_against,
                  "Native input: compute the universal checksums on the way and compare them with this universal "

@@ -10,7 +10,7 @@ int main(int argc, char** argv) {
   tool::CommonOptions common;
   tool::UcpConvertOptions o;
   tool::UcpNamesOptions names;
-  app.add_option("--input", o.input, "Work folder from ucp-extract, a checkpoint folder (one-step mode), or a PyTorch DCP folder")
+  app.add_option("--input", o.input, "Work folder from ucp-extract, a checkpoint folder (one-step mode), a PyTorch DCP or Megatron-Core torch_dist folder, or a Hugging Face model folder (config.json + safetensors, docs/hf.md)")
       ->required();
   app.add_option("--output", o.output, "Universal checkpoint folder to create")->required();
   app.add_option("--patterns", o.convert.patterns_file, "Pattern file (patterns/*.json) when the checkpoint has none");
