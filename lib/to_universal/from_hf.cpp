@@ -111,20 +111,9 @@ RunSummary run_union_hf(const std::string& input, const std::string& output, con
     r.manifest = torch_dist_entry(tp, {kStates[0], kStates[1], kStates[2]}, true);
     const Tensor value = joined(*folder, plan, p);
     r.bytes_read += value.nbytes();
-    for (const char* state : kStates) {
-      check_interrupted();
-      formats::universal::StateFile f;
-      f.param = std::string(state) == "fp32" ? value : Tensor::zeros(DType::Float32, p.shape);
-      const std::string path = (dir / (std::string(state) + ".pt")).string();
-      save_torch_file(path, formats::universal::to_pickle(f));
-      r.bytes_written += file_size_or_zero(path);
-      ++r.files;
-      r.manifest.states[state].crc32 = written_crc32(path, f.param);
-    }
-    const std::string path = (dir / "step.pt").string();
-    save_torch_file(path, step);
-    r.bytes_written += file_size_or_zero(path);
-    ++r.files;
+    for (const char* state : kStates)
+      write_state_file(dir, state, std::string(state) == "fp32" ? value : Tensor::zeros(DType::Float32, p.shape), r);
+    write_step_file(dir, step, r);
     return r;
   };
   job.write_common = [&](const fs::path& staged, formats::universal::UniversalManifest& manifest, CommonFiles& t) {

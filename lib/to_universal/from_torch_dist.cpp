@@ -328,22 +328,11 @@ RunSummary run_union_torch_dist(const std::string& input, const std::string& out
     auto& e = r.manifest;
     e = torch_dist_entry(p, states, td->has_optimizer() && step);
     for (const auto& state : states) {
-      check_interrupted();
-      formats::universal::StateFile f;
-      f.param = td->read(i, state);
-      r.bytes_read += f.param.nbytes();
-      const std::string path = (dir / (state + ".pt")).string();
-      save_torch_file(path, formats::universal::to_pickle(f));
-      r.bytes_written += file_size_or_zero(path);
-      ++r.files;
-      e.states[state].crc32 = written_crc32(path, f.param);
+      const Tensor value = td->read(i, state);
+      r.bytes_read += value.nbytes();
+      write_state_file(dir, state, value, r);
     }
-    if (e.step) {
-      const std::string path = (dir / "step.pt").string();
-      save_torch_file(path, step);
-      r.bytes_written += file_size_or_zero(path);
-      ++r.files;
-    }
+    if (e.step) write_step_file(dir, step, r);
     return r;
   };
   job.write_common = [&](const fs::path& staged, formats::universal::UniversalManifest& manifest, CommonFiles& t) {

@@ -6,6 +6,8 @@
 #include "core/registry.h"
 #include "core/staging.h"
 #include "formats/detect.h"
+#include "formats/universal/state_file.h"
+#include "io/torch/torch_file.h"
 #include "parallel/mpi_session.h"
 #include "parallel/share.h"
 #include "parallel/staging.h"
@@ -49,6 +51,24 @@ void make_folder(const fs::path& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error(dir.string() + ": cannot create folder: " + ec.message());
+}
+
+void write_state_file(const fs::path& dir, const std::string& state, const Tensor& value, ParamResult& r) {
+  check_interrupted();
+  formats::universal::StateFile f;
+  f.param = value;
+  const std::string path = (dir / (state + ".pt")).string();
+  save_torch_file(path, formats::universal::to_pickle(f));
+  r.bytes_written += file_size_or_zero(path);
+  ++r.files;
+  r.manifest.states[state].crc32 = written_crc32(path, f.param);
+}
+
+void write_step_file(const fs::path& dir, const pickle::ValuePtr& step, ParamResult& r) {
+  const std::string path = (dir / "step.pt").string();
+  save_torch_file(path, step);
+  r.bytes_written += file_size_or_zero(path);
+  ++r.files;
 }
 
 RunSummary execute_union(const UnionJob& job, const std::string& output, const ConvertOptions& options,

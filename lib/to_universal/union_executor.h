@@ -13,6 +13,8 @@
 
 #include "core/reporter.h"
 #include "formats/universal/manifest.h"
+#include "io/pickle/value.h"
+#include "io/tensor.h"
 #include "parallel/mpi_session.h"
 #include "to_universal/convert.h"
 
@@ -28,6 +30,11 @@ struct ParamResult {
 // report, not a check), and a folder created with its parents (Error naming it when it cannot be).
 uint64_t file_size_or_zero(const std::string& path);
 void make_folder(const std::filesystem::path& dir);
+// A universal state file: `value` saved as `dir`/<state>.pt ({'param': value}), its crc32 set in
+// r.manifest.states[state] and the file counted in `r`.
+void write_state_file(const std::filesystem::path& dir, const std::string& state, const Tensor& value, ParamResult& r);
+// `step` saved as `dir`/step.pt, counted in `r`.
+void write_step_file(const std::filesystem::path& dir, const pickle::ValuePtr& step, ParamResult& r);
 
 // Rank 0's totals of the folder's other files (added to the parameters').
 struct CommonFiles {
