@@ -7,6 +7,8 @@
 // (formats/hf). Weights only: the optimizer state has no place in a Hugging Face folder. One process.
 #include <filesystem>
 #include <map>
+#include <regex>
+#include <set>
 #include <span>
 
 #include "core/atomic_file.h"
@@ -57,6 +59,19 @@ nlohmann::json audit_record(const HfPrepared& p, const formats::hf::Piece& piece
           {"transform", transform}};
 }
 
+// Experts written per MoE layer ({"<layer>": count}, from the Megatron-Core names of the pieces), so a
+// dropped expert shows in the audit.
+nlohmann::json experts_per_layer(const HfPrepared& p) {
+  static const std::regex expert(R"(decoder\.layers\.(\d+)\..*\.experts\.experts\.(\d+)\..*)");
+  std::map<long, std::set<long>> seen;
+  std::smatch m;
+  for (const auto& piece : p.plan.tensors)
+    if (std::regex_match(p.in.manifest.params.at(piece.param).name, m, expert)) seen[std::stol(m[1])].insert(std::stol(m[2]));
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [layer, ids] : seen) out[std::to_string(layer)] = ids.size();
+  return out;
+}
+
 // The audit document: the records, totals, dtype changes (the source's model dtype -> the written one).
 nlohmann::json audit_document(const LoadOptions& o, const HfPrepared& p) {
   int64_t values = 0;
@@ -71,7 +86,7 @@ nlohmann::json audit_document(const LoadOptions& o, const HfPrepared& p) {
   return {{"format", "ucpkit-audit"}, {"version", 1}, {"conversion", "ucp-load --format hf"}, {"input", o.input},
           {"output", o.output}, {"family", p.plan.family}, {"map", p.plan.origin},
           {"totals", {{"tensors", p.audit.size()}, {"values", values}, {"bytes", p.plan.bytes()}}},
-          {"dtype_changes", changes}, {"experts_per_layer", nlohmann::json::object()}, {"tensors", p.audit}};
+          {"dtype_changes", changes}, {"experts_per_layer", experts_per_layer(p)}, {"tensors", p.audit}};
 }
 
 HfPrepared prepare_hf(const LoadOptions& o) {

@@ -9,6 +9,7 @@
 #include "core/crc32.h"
 #include "core/error.h"
 #include "formats/detect.h"
+#include "formats/megatron_core/common_edit.h"
 #include "formats/megatron_core/deepspeed_common_state.h"
 #include "formats/universal/state_file.h"
 #include "io/torch/torch_file.h"
@@ -105,7 +106,7 @@ MegatronCoreInput open_megatron_core_input(const LoadOptions& o, std::string_vie
     p.family = p.forward->view.family;
     std::vector<std::string> names;
     for (const auto& e : p.manifest.params) names.push_back(e.name);
-    p.extra_keys = formats::megatron_core::extra_state_keys(names);
+    p.extra_keys = formats::megatron_core::extra_state_keys(names, formats::megatron_core::args_facts(p.common, o.input).homogeneous);
     p.common_path = o.input + " (the Megatron-Core common state made from its model file)";
     o.reporter.warning(o.input + ": Megatron-DeepSpeed names written as Megatron-Core's (model family " + p.family +
                        "; docs/megatron-core-mapping.md), read in one pass");

@@ -260,7 +260,8 @@ void write_torch_dist(const LoadOptions& options, const TdPrepared& p, const std
   if (!p.in.extra_keys.empty()) {  // forward: the ._extra_state objects as ucp-union --to-names megatron-core makes them
     std::vector<std::string> names;
     for (const auto& e : p.in.manifest.params) names.push_back(e.name);
-    objects = formats::megatron_core::extra_state_objects(names, root.string());
+    objects = formats::megatron_core::extra_state_objects(names, formats::megatron_core::args_facts(p.in.common, p.in.dir).homogeneous,
+                                                          root.string());
   }
   source.bytes = [&](const formats::dcp::Entry& e) -> std::vector<uint8_t> {
     if (e.fqn == kCommonStateItem) return torch_save_bytes(Value::list(std::vector<ValuePtr>{p.common}), root);

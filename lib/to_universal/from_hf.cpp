@@ -57,22 +57,29 @@ Tensor joined(const formats::hf::Folder& folder, const formats::hf::ImportPlan& 
 }
 
 // The optimizer's param_groups as Megatron-Core's _get_param_groups makes them: weight decay on the
-// matrices, none on biases and norms (wd_mult 1 / 0), hyperparameters those of a fresh AdamW.
+// matrices, none on biases and norms (wd_mult 1 / 0), hyperparameters those of a fresh AdamW; with
+// experts, the expert optimizer's two groups after the dense ones (is_expert_parallel, as the torch_dist
+// writer's ChainedOptimizer expert part holds them).
 ValuePtr fresh_optimizer_state(const formats::hf::ImportPlan& plan) {
-  auto group = [&](bool decay) {
+  auto is_expert = [](const std::string& name) { return name.find(".mlp.experts.") != std::string::npos; };
+  auto group = [&](bool decay, bool expert) {
     auto g = Value::dict();
     std::vector<ValuePtr> params;
     for (size_t i = 0; i < plan.params.size(); ++i)
-      if ((plan.params[i].shape.size() > 1) == decay) params.push_back(Value::integer(static_cast<int64_t>(i)));
+      if ((plan.params[i].shape.size() > 1) == decay && is_expert(plan.params[i].name) == expert)
+        params.push_back(Value::integer(static_cast<int64_t>(i)));
     g->set_item("params", Value::list(std::move(params)));
     g->set_item("lr", Value::real(0.0));
     g->set_item("weight_decay", Value::real(decay ? 0.01 : 0.0));
     g->set_item("betas", Value::tuple({Value::real(0.9), Value::real(0.999)}));
     g->set_item("eps", Value::real(1e-8));
+    if (expert) g->set_item("is_expert_parallel", Value::boolean(true));
     return g;
   };
+  std::vector<ValuePtr> groups = {group(true, false), group(false, false)};
+  if (plan.facts.value("experts", int64_t{0}) > 0) groups.push_back(group(true, true)), groups.push_back(group(false, true));
   auto root = Value::dict();
-  root->set_item("param_groups", Value::list({group(true), group(false)}));
+  root->set_item("param_groups", Value::list(std::move(groups)));
   return root;
 }
 
@@ -129,7 +136,8 @@ RunSummary run_union_hf(const std::string& input, const std::string& output, con
                                            (staged / kMcoreCommonStateFile).string(), (staged / kMcoreObjectsFile).string()};
     save_torch_file(side[0], optimizer);
     save_torch_file(side[1], common);
-    save_torch_file(side[2], formats::megatron_core::extra_state_objects(names, staged.string()));
+    const bool stacked = formats::megatron_core::args_facts(common, config_path).homogeneous;
+    save_torch_file(side[2], formats::megatron_core::extra_state_objects(names, stacked, staged.string()));
     manifest.source.format = std::string(formats::kHf);
     manifest.source.tp = manifest.source.pp = manifest.source.dp = manifest.source.ep = 1;
     manifest.source.facts["hf"] = {{"folder", input}, {"family", plan.family}, {"map", plan.origin},

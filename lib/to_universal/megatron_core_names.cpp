@@ -16,6 +16,7 @@
 #include "formats/detect.h"
 #include "formats/deepspeed/pipeline.h"
 #include "formats/deepspeed/training_config.h"
+#include "formats/megatron_core/common_edit.h"
 #include "formats/megatron_core/deepspeed_common_state.h"
 #include "formats/megatron_core/deepspeed_map.h"
 #include "formats/universal/manifest.h"
@@ -390,7 +391,7 @@ RunSummary to_megatron_core(const std::string& input, const std::string& output,
     // The local-spec linears' ._extra_state objects Megatron-Core's loader asks for (issue 30).
     std::vector<std::string> names;
     for (const auto& j : jobs) names.push_back(j.name);
-    const auto objects = mc::extra_state_objects(names, cs.parent_path().string());
+    const auto objects = mc::extra_state_objects(names, mc::args_facts(common, cs.string()).homogeneous, cs.parent_path().string());
     if (!objects->entries.empty()) {
       const fs::path op = staged / kMcoreObjectsFile;
       save_torch_file(op.string(), objects);

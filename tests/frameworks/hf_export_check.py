@@ -64,11 +64,27 @@ def truth_state_dict(path):
     return out
 
 
+def moe_config(a):
+    """The MoE fields of TransformerConfig from Megatron args (none for a dense model)."""
+    experts = getattr(a, "num_experts", None)
+    if not experts:
+        return {}
+    return dict(num_moe_experts=experts, moe_ffn_hidden_size=a.moe_ffn_hidden_size, moe_router_topk=a.moe_router_topk,
+                moe_router_pre_softmax=getattr(a, "moe_router_pre_softmax", False), moe_grouped_gemm=False,
+                moe_token_dispatcher_type="allgather", moe_aux_loss_coeff=0.0)
+
+
 def megatron_model(ckpt, config):
     from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer.transformer_config import TransformerConfig
+    import megatron.core.transformer.moe.moe_utils as moe_utils
+
+    # megatron-core 0.16.1's router names te_general_gemm only when Transformer Engine imports; without it
+    # (CPU) its own torch fallback is meant (moe_utils.py router_gating_linear).
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
 
     if not dist.is_initialized():
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -86,8 +102,9 @@ def megatron_model(ckpt, config):
         qk_layernorm=getattr(a, "qk_layernorm", False), layernorm_epsilon=eps, use_cpu_initialization=True,
         params_dtype=torch.float32, bias_activation_fusion=False, apply_rope_fusion=False, masked_softmax_fusion=False,
         bias_dropout_fusion=False, attention_dropout=0.0, hidden_dropout=0.0, persist_layer_norm=False,
-        gradient_accumulation_fusion=False)
-    spec = get_gpt_layer_local_spec(qk_layernorm=cfg.qk_layernorm, normalization=a.normalization)
+        gradient_accumulation_fusion=False, **moe_config(a))
+    spec = get_gpt_layer_local_spec(num_experts=cfg.num_moe_experts, moe_grouped_gemm=False, qk_layernorm=cfg.qk_layernorm,
+                                    normalization=a.normalization)
     m = GPTModel(cfg, spec, vocab_size=a.padded_vocab_size, max_sequence_length=a.max_position_embeddings,
                  position_embedding_type="rope", rotary_base=getattr(a, "rotary_base", 10000),
                  share_embeddings_and_output_weights=not a.untie_embeddings_and_output_weights,
@@ -128,6 +145,11 @@ def expected_hf_tensors(mg, a, vocab):
             fc1 = sd.pop(p + f"mlp.linear_fc1.{kind}", None)
             if fc1 is not None:  # SwiGLU: silu(first half) * second half
                 out[h + f"mlp.gate_proj.{kind}"], out[h + f"mlp.up_proj.{kind}"] = torch.chunk(fc1, 2, dim=0)
+        if p + "mlp.router.weight" in sd:  # transformers 5's model holds the experts fused: gate_up_proj[e] = [gate; up]
+            out[h + "mlp.gate.weight"] = sd.pop(p + "mlp.router.weight")
+            for mc, hf in (("linear_fc1", "gate_up_proj"), ("linear_fc2", "down_proj")):
+                out[h + f"mlp.experts.{hf}"] = torch.stack([sd.pop(p + f"mlp.experts.local_experts.{e}.{mc}.weight")
+                                                            for e in range(a.num_experts)])
         for mc, hf in (("q_layernorm", "q_norm"), ("k_layernorm", "k_norm")):
             t = sd.pop(p + f"self_attention.{mc}.weight", None)
             if t is not None:

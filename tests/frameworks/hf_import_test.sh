@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A Hugging Face model into a Megatron-Core layout and back (label `frameworks`, docs/hf.md; issue 49):
 # transformers' own save_pretrained writes each family (hf_models.py: Llama GQA bf16, Llama with tied
-# embeddings fp32, Qwen2 fp32, Qwen3 bf16; one Python process makes them all, one checks all imports, one all
-# round trips: hf_export_check.py, hf_round_trip_check.py); `ucp-load --format torch_dist --tp 2 --pp 2` writes it as a
-# Megatron-Core save directly from the folder (optimizer state as a fresh run's); megatron-core 0.16.1's own
+# embeddings fp32, Qwen2 fp32, Qwen3 bf16, Mixtral fp32 and Qwen3-MoE bf16 with experts per expert; one
+# Python process makes them all, one checks all imports, one all round trips: hf_export_check.py,
+# hf_round_trip_check.py); `ucp-load --format torch_dist --tp 2 --pp 2` (MoE: `--ep 2 --dp 2`, 8 ranks)
+# writes it as a Megatron-Core save directly from the folder (optimizer state as a fresh run's); megatron-core 0.16.1's own
 # loader reads that save into its GPTModel, whose every tensor equals the Hugging Face original bit for bit
 # and whose logits agree with transformers' within 1e-5 (hf_export_check.py); `ucp-load --format hf` of our
 # save gives back every tensor of the original bit for bit, and transformers' model of it computes the
@@ -24,12 +25,15 @@ run_py() {  # one Python process for every case (torch, transformers and Megatro
   quiet < py.log
   return "$rc"
 }
-specs=(llama:llama_bfloat16:bfloat16 llama:llama_float32_tied:float32:tied qwen2:qwen2_float32:float32 qwen3:qwen3_bfloat16:bfloat16)
+specs=(llama:llama_bfloat16:bfloat16 llama:llama_float32_tied:float32:tied qwen2:qwen2_float32:float32 qwen3:qwen3_bfloat16:bfloat16
+       mixtral:mixtral_float32:float32 qwen3_moe:qwen3_moe_bfloat16:bfloat16)
 run_py "$root/tests/frameworks/hf_models.py" "${specs[@]}"
 imports=() trips=()
 for spec in "${specs[@]}"; do
-  IFS=: read -r _ name _ <<< "$spec"
-  "$build/bin/ucp-load" -q --input "$name" --format torch_dist --tp 2 --pp 2 --dp 1 --megatron-version 0.16.1 \
+  IFS=: read -r family name _ <<< "$spec"
+  layout=(--dp 1)
+  [[ $family == mixtral || $family == qwen3_moe ]] && layout=(--ep 2 --dp 2)  # EP within DP: 8 ranks
+  "$build/bin/ucp-load" -q --input "$name" --format torch_dist --tp 2 --pp 2 "${layout[@]}" --megatron-version 0.16.1 \
     --output "$name.td" 2>&1 | quiet
   "$build/bin/ucp-load" -q --input "$name.td" --format hf --output "$name.back" --audit "$name.audit.json" 2>&1 | quiet
   "$build/bin/ucp-diff" -q "$name" "$name.td" 2>&1 | quiet || { echo "FAIL: ucp-diff calls $name and its import different"; exit 1; }
@@ -56,3 +60,21 @@ set -e
 [[ $rc -eq 3 && $out == *decoder.layers.2.self_attention.linear_proj.weight* ]] ||
   { echo "FAIL: ucp-diff of a transposed projection: exit $rc"; echo "$out"; exit 1; }
 echo "RESULT case=transposed_projection ucp_diff_exit=3"
+# Experts swapped in one layer (a converter that loses the expert order): exit 3, naming an expert.
+cp -r mixtral_float32.back swapped
+PYTHONWARNINGS=ignore "$py" - swapped <<'PY'
+import sys
+from safetensors.torch import load_file, save_file
+f = f"{sys.argv[1]}/model.safetensors"
+t = load_file(f)
+a, b = (f"model.layers.1.block_sparse_moe.experts.{e}.w2.weight" for e in (0, 1))
+t[a], t[b] = t[b], t[a]
+save_file(t, f, metadata={"format": "pt"})
+PY
+set +e
+out=$("$build/bin/ucp-diff" mixtral_float32 swapped 2>&1)
+rc=$?
+set -e
+[[ $rc -eq 3 && $out == *decoder.layers.1.mlp.experts.experts.0.linear_fc2.weight* ]] ||
+  { echo "FAIL: ucp-diff of swapped experts: exit $rc"; echo "$out"; exit 1; }
+echo "RESULT case=swapped_experts ucp_diff_exit=3"

@@ -5,7 +5,8 @@
 BACK is ucp-load --format hf of the Megatron-Core save imported from the Hugging Face folder ORIGINAL, AUDIT
 its --audit file. Checked: every tensor equal in dtype, shape and bytes (safetensors' load_file), the config
 states the same model, transformers' model of BACK computes ORIGINAL's logits exactly (torch.equal), and the
-audit lists every tensor once with the SHA-256 hashlib computes of its bytes. One RESULT line per case;
+audit lists every tensor once with the SHA-256 hashlib computes of its bytes and, for an MoE model, every
+expert of every layer (experts_per_layer). One RESULT line per case;
 exit 1 naming the case otherwise."""
 import hashlib
 import json
@@ -26,7 +27,8 @@ def check(orig, back, audit_path):
     assert not differ, differ[:5]
     ca, cb = (json.load(open(f"{d}/config.json")) for d in (orig, back))
     for k in ("architectures", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-              "num_key_value_heads", "vocab_size", "rms_norm_eps", "tie_word_embeddings", "dtype"):
+              "num_key_value_heads", "vocab_size", "rms_norm_eps", "tie_word_embeddings", "dtype",
+              "num_local_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob", "decoder_sparse_step"):
         assert ca.get(k) == cb.get(k), (k, ca.get(k), cb.get(k))
     ids = torch.randint(0, ca["vocab_size"], (2, 8), generator=torch.Generator().manual_seed(1))
     la, lb = (AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)(input_ids=ids).logits for d in (orig, back))
@@ -41,6 +43,9 @@ def check(orig, back, audit_path):
         lo, hi = header[r["name"]]["data_offsets"]
         assert hashlib.sha256(raw[8 + n + lo:8 + n + hi]).hexdigest() == r["sha256"], r["name"]
     assert audit["totals"]["tensors"] == len(a) and audit["totals"]["values"] == sum(t.numel() for t in a.values())
+    experts = ca.get("num_local_experts", 0)
+    want = {str(layer): experts for layer in range(ca["num_hidden_layers"])} if experts else {}
+    assert audit["experts_per_layer"] == want, (audit["experts_per_layer"], want)
     print(f"RESULT case={orig}_round_trip tensors={len(a)} bit_identical=yes logits_identical=yes audit_sha256=yes")
 
 

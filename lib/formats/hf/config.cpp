@@ -1,6 +1,6 @@
 // config.json and the family choice (config.h). Keys as transformers 5.24.0 writes them for
-// LlamaConfig / Qwen2Config / Qwen3Config (configuration_<family>.py; rope settings as
-// rope_parameters, modeling_rope_utils.py).
+// LlamaConfig / Qwen2Config / Qwen3Config / MixtralConfig / Qwen3MoeConfig (configuration_<family>.py;
+// rope settings as rope_parameters, modeling_rope_utils.py); a family's own keys come from its map.
 #include "formats/hf/config.h"
 
 #include "core/error.h"
@@ -19,6 +19,10 @@ nlohmann::json with_derived_facts(nlohmann::json facts, const std::vector<std::s
     facts["qkv_bias"] = any(".linear_qkv.bias");
   }
   facts["qkv_bias_only"] = facts.value("qkv_bias", false) && !facts.value("linear_bias", false);
+  facts["moe"] = facts.value("experts", int64_t{0}) > 0;
+  // Qwen3-MoE's norm_topk_prob (modeling_qwen3_moe.py:264-265) renormalises the top k of a softmax over
+  // all experts: Megatron's default (softmax over the top k); without it, --moe-router-pre-softmax.
+  facts["norm_topk"] = !facts.value("moe_pre_softmax", false);
   return facts;
 }
 

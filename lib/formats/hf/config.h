@@ -15,7 +15,8 @@ namespace ucpkit::formats::hf {
 
 // The facts with what the tensors say over what the args say: the biases ("linear_bias", "qkv_bias")
 // from the Megatron-Core parameter names `names` (the args of a Megatron-DeepSpeed source may not record
-// --disable-bias-linear), and "qkv_bias_only" (QKV biases without the other linear biases) for matching.
+// --disable-bias-linear), "qkv_bias_only" (QKV biases without the other linear biases), "moe" (experts
+// > 0) and "norm_topk" (the router renormalises its top k: not --moe-router-pre-softmax) for matching.
 nlohmann::json with_derived_facts(nlohmann::json facts, const std::vector<std::string>& names);
 
 // The one family whose "match" facts all hold. Throws Error naming `where`, the facts that decide and

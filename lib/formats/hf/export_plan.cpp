@@ -79,11 +79,12 @@ ExportPlan plan_hf_export(const std::vector<Family>& families, const nlohmann::j
   p.head_dim = facts.at("head_dim").get<int64_t>();
   p.vocab = in.vocab;
 
-  // Order: the rules' order within a layer, layers ascending; rules without {L} before the first layer
-  // rule come first (embedding), the others last (final norm, head).
+  // Order: the rules' order within a layer (experts ascending within a rule), layers ascending; rules
+  // without {L} before the first layer rule come first (embedding), the others last (final norm, head).
   struct Keyed {
     long layer;
     size_t rule;
+    long expert;
     Piece piece;
   };
   std::vector<Keyed> keyed;
@@ -105,11 +106,13 @@ ExportPlan plan_hf_export(const std::vector<Family>& families, const nlohmann::j
     const long layer = m->layer >= 0 ? m->layer : (m->rule < first_layer_rule ? -1 : LONG_MAX);
     for (size_t k = 0; k < pieces.size(); ++k) {
       pieces[k].name = names[k];
-      keyed.push_back({layer, m->rule, pieces[k]});
+      keyed.push_back({layer, m->rule, m->expert, pieces[k]});
     }
   }
   std::stable_sort(keyed.begin(), keyed.end(),
-                   [](const Keyed& a, const Keyed& b) { return a.layer != b.layer ? a.layer < b.layer : a.rule < b.rule; });
+                   [](const Keyed& a, const Keyed& b) {
+                     return a.layer != b.layer ? a.layer < b.layer : a.rule != b.rule ? a.rule < b.rule : a.expert < b.expert;
+                   });
   std::set<std::string> seen;
   for (auto& k : keyed) {
     if (!seen.insert(k.piece.name).second)

@@ -52,6 +52,10 @@ Family Family::from_json(const nlohmann::json& j, const std::string& origin) {
     if (!j["config"].is_object()) throw Error(origin + ": \"config\" must be an object");
     f.config = nlohmann::ordered_json::parse(j["config"].dump());
   }
+  if (j.contains("requires")) {
+    if (!j["requires"].is_object()) throw Error(origin + ": \"requires\" must be an object of config.json keys and values");
+    f.requires_config = j["requires"];
+  }
   if (!j.contains("params") || !j["params"].is_array() || j["params"].empty())
     throw Error(origin + ": \"params\" must be a non-empty list of rules");
   for (size_t i = 0; i < j["params"].size(); ++i) {
@@ -69,7 +73,13 @@ Family Family::from_json(const nlohmann::json& j, const std::string& origin) {
                   std::to_string(pieces_of(rule.split)));
     for (const auto& t : rule.megatron_core)
       for (size_t p = 0; (p = t.find('{', p)) != std::string::npos; ++p)
-        if (t.compare(p, 3, "{L}") != 0) throw Error(origin + ": " + where + ".megatron_core: only {L} is a placeholder");
+        if (t.compare(p, 3, "{L}") != 0 && t.compare(p, 3, "{E}") != 0)
+          throw Error(origin + ": " + where + ".megatron_core: only {L} and {E} are placeholders");
+    // An expert rule names the expert on both sides (a Hugging Face name without {E} would be written once
+    // per expert).
+    for (const auto& t : rule.hf)
+      if ((t.find("{E}") != std::string::npos) != per_expert(rule))
+        throw Error(origin + ": " + where + ": {E} must be in every name of an expert rule and in none of another");
     f.rules.push_back(std::move(rule));
   }
   return f;
@@ -96,20 +106,27 @@ std::vector<Family> shipped_hf_families() {
   return out;
 }
 
+bool per_expert(const Rule& r) { return r.megatron_core.front().find("{E}") != std::string::npos; }
+
+std::string filled(const std::string& t, long layer, long expert) {
+  std::string s = layer >= 0 ? patterns::substitute_placeholder(t, "{L}", layer) : t;
+  return expert >= 0 ? patterns::substitute_placeholder(s, "{E}", expert) : s;
+}
+
 std::optional<Matched> match_rule(const Family& family, const std::string& name) {
   for (size_t i = 0; i < family.rules.size(); ++i)
     for (const auto& t : family.rules[i].megatron_core) {
       std::map<std::string, long> v;
       if (!patterns::match_name_template(t, name, v)) continue;
-      const auto l = v.find("{L}");
-      return Matched{i, l == v.end() ? -1 : l->second};
+      const auto l = v.find("{L}"), e = v.find("{E}");
+      return Matched{i, l == v.end() ? -1 : l->second, e == v.end() ? -1 : e->second};
     }
   return std::nullopt;
 }
 
 std::vector<std::string> hf_names(const Family& family, const Matched& m) {
   std::vector<std::string> out;
-  for (const auto& n : family.rules.at(m.rule).hf) out.push_back(m.layer >= 0 ? patterns::substitute_placeholder(n, "{L}", m.layer) : n);
+  for (const auto& n : family.rules.at(m.rule).hf) out.push_back(filled(n, m.layer, m.expert));
   return out;
 }
 

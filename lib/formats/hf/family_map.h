@@ -22,7 +22,7 @@ enum class Split {
 };
 
 struct Rule {
-  std::vector<std::string> megatron_core;  // name templates ({L}: decoder layer), any one matching
+  std::vector<std::string> megatron_core;  // name templates ({L}: decoder layer, {E}: expert), any one matching
   std::vector<std::string> hf;             // the Hugging Face name(s): one, or the split's pieces in order
   Split split = Split::None;
   bool vocab = false;                      // vocabulary rows (word embedding, output layer)
@@ -39,6 +39,9 @@ struct Family {
   // config.json beyond what every family gets (model_facts.h hf_config): key -> a constant, or
   // "$<fact>" for a model fact's value.
   nlohmann::ordered_json config = nlohmann::ordered_json::object();
+  // config.json keys that must hold these values (when present) for Megatron-Core to compute the model
+  // (Qwen3-MoE's dense layers between MoE layers, for one): an import of another value is refused.
+  nlohmann::json requires_config = nlohmann::json::object();
   std::vector<Rule> rules;
 
   // Throws Error "<origin>: ..." naming the bad key.
@@ -53,11 +56,16 @@ std::vector<Family> shipped_hf_families();
 
 struct Matched {
   size_t rule = 0;
-  long layer = -1;  // {L}, -1 when the template has none
+  long layer = -1;   // {L}, -1 when the template has none
+  long expert = -1;  // {E}, -1 when the template has none
 };
 // The rule of `family` whose template matches Megatron-Core name `name`, or nullopt.
 std::optional<Matched> match_rule(const Family& family, const std::string& name);
-// Rule `m`'s Hugging Face names with {L} filled in.
+// Whether rule `r` is one per expert ({E} in its templates).
+bool per_expert(const Rule& r);
+// Template `t` with {L} and {E} filled in (a negative value: left as it is).
+std::string filled(const std::string& t, long layer, long expert);
+// Rule `m`'s Hugging Face names with {L} and {E} filled in.
 std::vector<std::string> hf_names(const Family& family, const Matched& m);
 
 }  // namespace ucpkit::formats::hf

@@ -2,6 +2,7 @@
 #include "formats/hf/import_plan.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "core/error.h"
@@ -34,7 +35,24 @@ int64_t need_int(const nlohmann::json& c, const char* key, const std::string& wh
   return c[key].get<int64_t>();
 }
 
-std::string fill(const std::string& t, long layer) { return layer >= 0 ? patterns::substitute_placeholder(t, "{L}", layer) : t; }
+// The facts the family's map writes into config.json ("key": "$fact"), read back; two keys of one fact
+// must agree (Llama's attention_bias and mlp_bias are Megatron's one add_bias_linear).
+void facts_of_family_keys(const nlohmann::json& c, const Family& family, nlohmann::json& f, const std::string& where) {
+  std::map<std::string, std::string> from;
+  for (const auto& [key, v] : family.config.items()) {
+    if (!v.is_string() || v.get<std::string>().rfind('$', 0) != 0 || !c.contains(key) || c[key].is_null()) continue;
+    const std::string fact = v.get<std::string>().substr(1);
+    if (from.count(fact) && f[fact] != c[key])
+      throw Error(where + ": \"" + key + "\" is " + c[key].dump() + " but \"" + from[fact] + "\" is " + f[fact].dump() +
+                  ": Megatron-Core has one setting for both");
+    f[fact] = c[key];
+    from[fact] = key;
+  }
+  for (const auto& [key, want] : family.requires_config.items())
+    if (c.contains(key) && c[key] != want)
+      throw Error(where + ": \"" + key + "\" is " + c[key].dump() + "; Megatron-Core computes the " + family.family +
+                  " family with " + want.dump() + " only");
+}
 
 }  // namespace
 
@@ -68,11 +86,61 @@ nlohmann::json facts_from_config(const nlohmann::json& c, const Family& family, 
   }
   f["tied"] = c.value("tie_word_embeddings", false);
   f["linear_bias"] = c.value("attention_bias", false);
+  f["experts"] = 0;
+  facts_of_family_keys(c, family, f, where);
   f["qkv_bias"] = family.match.value("qkv_bias_only", false) || f["linear_bias"].get<bool>();
   f["qk_norm"] = family.match.value("qk_norm", false);
-  f["experts"] = 0;
+  if (f.contains("norm_topk")) f["moe_pre_softmax"] = !f["norm_topk"].get<bool>();
+  for (const auto& [k, v] : family.match.items())
+    if (!f.contains(k)) f[k] = v;  // what the family fixes (Mixtral: no shared expert, softmax over the top k)
+  if (f.value("moe", false) != (f["experts"].get<int64_t>() > 0))
+    throw Error(where + ": the " + family.family + " family " + (f.value("moe", false) ? "needs" : "has no") + " experts; config says " +
+                f["experts"].dump());
   return f;
 }
+
+namespace {
+
+// The Megatron-Core parameter `name` made of Hugging Face tensors `names` (one rule's pieces, all or none
+// present), checked against the config's sizes.
+ImportParam import_param(const Rule& r, const std::vector<std::string>& names, const std::string& name, bool expert,
+                         const ImportPlan& p, const std::map<std::string, TensorShape>& tensors, const std::string& dir) {
+  const std::string where = dir + "/config.json";
+  for (const auto& n : names)
+    if (!tensors.count(n))
+      throw Error(dir + ": tensor " + n + " is missing (its " + (r.split == Split::Qkv ? "QKV" : "gate/up") + " siblings are there)");
+  auto shape_of = [&](const std::string& n) -> const std::vector<int64_t>& { return tensors.at(n).shape; };
+  ImportParam ip;
+  ip.name = name;
+  ip.merge = r.split;
+  ip.sources = names;
+  ip.dtype = tensors.at(names[0]).dtype;
+  ip.shape = shape_of(names[0]);
+  int64_t rows = 0;
+  for (const auto& n : names) {
+    const auto& s = shape_of(n);
+    if (s.empty() || std::vector<int64_t>(s.begin() + 1, s.end()) != std::vector<int64_t>(ip.shape.begin() + 1, ip.shape.end()))
+      throw Error(dir + ": tensor " + n + "'s shape does not join its siblings'");
+    rows += s[0];
+  }
+  ip.shape[0] = rows;
+  if (r.split == Split::Qkv) {
+    const auto q = shape_of(names[0])[0], k = shape_of(names[1])[0], v = shape_of(names[2])[0];
+    if (q != p.heads * p.head_dim || k != p.kv_heads * p.head_dim || v != k)
+      throw Error(where + ": " + names[0] + " / " + names[1] + " have " + std::to_string(q) + " / " + std::to_string(k) +
+                  " rows; the config's heads, key-value heads and head_dim say " + std::to_string(p.heads * p.head_dim) +
+                  " / " + std::to_string(p.kv_heads * p.head_dim));
+  }
+  const char* ffn = expert ? "moe_ffn" : "ffn";
+  if (r.split == Split::GateUp && shape_of(names[0])[0] != p.facts[ffn].get<int64_t>())
+    throw Error(where + ": " + names[0] + " has " + std::to_string(shape_of(names[0])[0]) + " rows, the config's " +
+                (expert ? "expert " : "") + "intermediate size says " + p.facts[ffn].dump());
+  if (r.vocab && ip.shape[0] != p.facts["vocab"].get<int64_t>())
+    throw Error(where + ": " + names[0] + " has " + std::to_string(ip.shape[0]) + " rows, vocab_size says " + p.facts["vocab"].dump());
+  return ip;
+}
+
+}  // namespace
 
 ImportPlan plan_hf_import(const std::vector<Family>& families, const nlohmann::json& config,
                           const std::map<std::string, TensorShape>& tensors, const std::string& dir) {
@@ -85,49 +153,24 @@ ImportPlan plan_hf_import(const std::vector<Family>& families, const nlohmann::j
   p.heads = p.facts["heads"], p.kv_heads = p.facts["kv_heads"], p.head_dim = p.facts["head_dim"];
   const int64_t layers = p.facts["layers"];
   std::set<std::string> used;
-  auto shape_of = [&](const std::string& n) -> const TensorShape& { return tensors.at(n); };
+  const int64_t experts = p.facts["experts"];
   for (const Rule& r : fam.rules) {
     const bool per_layer = r.megatron_core.front().find("{L}") != std::string::npos;
+    const long expert_count = per_expert(r) ? experts : 0;
     for (long layer = per_layer ? 0 : -1; layer < (per_layer ? layers : 0); ++layer) {
-      std::vector<std::string> names;
-      size_t present = 0;
-      for (const auto& h : r.hf) names.push_back(fill(h, layer)), present += tensors.count(names.back());
-      // A rule the map marks optional (biases: the tensors decide, as on export; the head, absent from a
-      // tied model, checked below) may be absent; every other tensor of every layer must be there.
-      if (present == 0 && !r.optional)
-        throw Error(dir + ": tensor " + names[0] + " is missing (config.json says " + std::to_string(layers) + " layers)");
-      if (present == 0) continue;
-      if (present != names.size())
-        for (const auto& n : names)
-          if (!tensors.count(n)) throw Error(dir + ": tensor " + n + " is missing (its " + (r.split == Split::Qkv ? "QKV" : "gate/up") + " siblings are there)");
-      ImportParam ip;
-      ip.name = fill(r.megatron_core.front(), layer);
-      ip.merge = r.split;
-      ip.sources = names;
-      ip.dtype = shape_of(names[0]).dtype;
-      ip.shape = shape_of(names[0]).shape;
-      int64_t rows = 0;
-      for (const auto& n : names) {
-        const auto& s = shape_of(n).shape;
-        if (s.empty() || std::vector<int64_t>(s.begin() + 1, s.end()) != std::vector<int64_t>(ip.shape.begin() + 1, ip.shape.end()))
-          throw Error(dir + ": tensor " + n + "'s shape does not join its siblings'");
-        rows += s[0];
+      for (long expert = expert_count ? 0 : -1; expert < expert_count; ++expert) {
+        std::vector<std::string> names;
+        size_t present = 0;
+        for (const auto& h : r.hf) names.push_back(filled(h, layer, expert)), present += tensors.count(names.back());
+        // A rule the map marks optional (biases: the tensors decide, as on export; the head, absent from a
+        // tied model, checked below) may be absent; every other tensor of every layer must be there.
+        if (present == 0 && !r.optional)
+          throw Error(dir + ": tensor " + names[0] + " is missing (config.json says " + std::to_string(layers) + " layers" +
+                      (expert >= 0 ? ", " + std::to_string(experts) + " experts" : std::string()) + ")");
+        if (present == 0) continue;
+        for (const auto& n : names) used.insert(n);
+        p.params.push_back(import_param(r, names, filled(r.megatron_core.front(), layer, expert), expert >= 0, p, tensors, dir));
       }
-      ip.shape[0] = rows;
-      if (r.split == Split::Qkv) {
-        const auto q = shape_of(names[0]).shape[0], k = shape_of(names[1]).shape[0], v = shape_of(names[2]).shape[0];
-        if (q != p.heads * p.head_dim || k != p.kv_heads * p.head_dim || v != k)
-          throw Error(where + ": " + names[0] + " / " + names[1] + " have " + std::to_string(q) + " / " + std::to_string(k) +
-                      " rows; the config's heads, key-value heads and head_dim say " + std::to_string(p.heads * p.head_dim) +
-                      " / " + std::to_string(p.kv_heads * p.head_dim));
-      }
-      if (r.split == Split::GateUp && shape_of(names[0]).shape[0] != p.facts["ffn"].get<int64_t>())
-        throw Error(where + ": " + names[0] + " has " + std::to_string(shape_of(names[0]).shape[0]) + " rows, intermediate_size says " +
-                    p.facts["ffn"].dump());
-      if (r.vocab && ip.shape[0] != p.facts["vocab"].get<int64_t>())
-        throw Error(where + ": " + names[0] + " has " + std::to_string(ip.shape[0]) + " rows, vocab_size says " + p.facts["vocab"].dump());
-      for (const auto& n : names) used.insert(n);
-      p.params.push_back(std::move(ip));
     }
   }
   for (const auto& [n, s] : tensors)

@@ -1,5 +1,7 @@
 #include "formats/megatron_core/common_edit.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "formats/megatron_core/reader.h"
 
@@ -112,6 +114,45 @@ int64_t target_expert_tp(int64_t source_etp, int64_t source_tp, int64_t tp) {
   return source_etp == source_tp && source_tp > 1 ? tp : source_etp;
 }
 
+namespace {
+
+// The expert part of a ChainedOptimizer made from one unchained part `dense`: its is_expert_parallel
+// groups moved out of `dense` when it has some (a Hugging Face import's fresh groups), else a copy of its
+// groups marked is_expert_parallel (a dense source's optimizer settings hold for the experts too).
+ValuePtr split_expert_part(ValuePtr& dense) {
+  auto groups_of = [](const ValuePtr& part) {
+    const auto opt = part->get("optimizer");
+    const auto groups = opt ? opt->get("param_groups") : nullptr;
+    return groups && groups->is(Kind::List) ? groups : nullptr;
+  };
+  auto is_expert = [](const ValuePtr& g) {
+    const auto e = g && g->is(Kind::Dict) ? g->get("is_expert_parallel") : nullptr;
+    return e && e->is(Kind::Bool) && e->b;
+  };
+  const auto groups = groups_of(dense);
+  const bool has_expert_groups = groups && std::any_of(groups->items.begin(), groups->items.end(), is_expert);
+  ValuePtr expert = pickle::deep_copy(dense);
+  const auto expert_groups = groups_of(expert);
+  if (!has_expert_groups) {
+    if (expert_groups)
+      for (const auto& g : expert_groups->items)
+        if (g && g->is(Kind::Dict)) g->set_item("is_expert_parallel", Value::boolean(true));
+    return expert;
+  }
+  dense = pickle::deep_copy(dense);
+  auto keep = [&](const ValuePtr& list, bool experts) {
+    std::vector<ValuePtr> kept;
+    for (const auto& g : list->items)
+      if (is_expert(g) == experts) kept.push_back(g);
+    list->items = std::move(kept);
+  };
+  keep(groups_of(dense), false);
+  keep(expert_groups, true);
+  return expert;
+}
+
+}  // namespace
+
 void set_target_layout(const ValuePtr& common, int64_t tp, int64_t pp, int64_t ep, int64_t dp, int64_t etp,
                        const std::string& file) {
   const ValuePtr a = args_of(common, file);
@@ -135,17 +176,11 @@ void set_target_layout(const ValuePtr& common, int64_t tp, int64_t pp, int64_t e
     common->set_item("optimizer", parts[0]);
     return;
   }
+  ValuePtr dense = parts[0];
   ValuePtr expert = parts.size() > 1 ? parts[1] : nullptr;
-  if (!expert) {
-    expert = pickle::deep_copy(parts[0]);
-    const auto opt = expert->get("optimizer");
-    const auto groups = opt ? opt->get("param_groups") : nullptr;
-    if (groups && groups->is(Kind::List))
-      for (const auto& g : groups->items)
-        if (g && g->is(Kind::Dict)) g->set_item("is_expert_parallel", Value::boolean(true));
-  }
+  if (!expert) expert = split_expert_part(dense);
   auto chained = Value::dict();
-  chained->entries.push_back({Value::integer(0), parts[0]});
+  chained->entries.push_back({Value::integer(0), dense});
   chained->entries.push_back({Value::integer(1), expert});
   common->set_item("optimizer", chained);
 }

@@ -198,7 +198,7 @@ ValuePtr common_state_from_deepspeed(const ValuePtr& model_states, const std::st
   return root;
 }
 
-std::vector<std::string> extra_state_keys(const std::vector<std::string>& param_names) {
+std::vector<std::string> extra_state_keys(const std::vector<std::string>& param_names, bool stacked) {
   // decoder.layers.<L>.<module>.linear_<x>.(weight|bias); experts: <...>.experts.experts.<e>.linear_<x>.
   static const std::regex linear(R"(decoder\.layers\.(\d+)\.((?:[A-Za-z0-9_]+\.)*linear_[A-Za-z0-9_]+)\.(weight|bias))");
   static const std::regex expert(R"((.*\.experts\.experts)\.(\d+)\.(linear_[A-Za-z0-9_]+))");
@@ -221,14 +221,27 @@ std::vector<std::string> extra_state_keys(const std::vector<std::string>& param_
       dense.insert({layer, mod});
   }
   std::vector<std::string> keys;
-  if (experts.empty()) {
-    // Homogeneous stack: one key per module and layer with the layer axis prepended.
-    std::set<std::string> modules;
+  // A homogeneous stack (every layer MoE, moe_layer_freq 1; or dense): each key with the layer axis
+  // prepended (transformer_block.py:730-759), the experts' with the expert axis after it
+  // (shard_<l>.<e>_<L>.<E>, as megatron-core 0.16.1's sharded_state_dict of an all-MoE GPTModel names them).
+  if (stacked || experts.empty()) {
+    std::set<std::string> modules;  // "<module>", or "<experts module>/<E>"
     for (const auto& [l, mod] : dense) modules.insert(mod);
-    const auto count = static_cast<int64_t>(layers.size());
-    for (const auto& mod : modules)
-      for (int64_t l = 0; l < count; ++l)
-        keys.push_back("decoder.layers." + mod + "._extra_state/shard_" + std::to_string(l) + "_" + std::to_string(count));
+    for (const auto& [lm, ids] : experts) modules.insert(lm.second + "/" + std::to_string(ids.size()));
+    const auto count = std::to_string(layers.size());
+    for (const auto& mod : modules) {
+      const auto slash = mod.find('/');
+      for (int64_t l = 0; l < static_cast<int64_t>(layers.size()); ++l) {
+        if (slash == std::string::npos) {
+          keys.push_back("decoder.layers." + mod + "._extra_state/shard_" + std::to_string(l) + "_" + count);
+          continue;
+        }
+        const std::string n = mod.substr(slash + 1);
+        for (int64_t e = 0; e < std::stoll(n); ++e)
+          keys.push_back("decoder.layers." + mod.substr(0, slash) + "._extra_state/shard_" + std::to_string(l) + "." +
+                         std::to_string(e) + "_" + count + "." + n);
+      }
+    }
     return keys;
   }
   // Mixed dense / MoE layers: per-layer keys (decoder.layers.<L>., no layer axis: shard_0_1), the experts'
@@ -243,9 +256,9 @@ std::vector<std::string> extra_state_keys(const std::vector<std::string>& param_
   return keys;
 }
 
-ValuePtr extra_state_objects(const std::vector<std::string>& param_names, const std::string& scratch_dir) {
+ValuePtr extra_state_objects(const std::vector<std::string>& param_names, bool stacked, const std::string& scratch_dir) {
   const ValuePtr out = Value::dict(true);
-  const auto keys = extra_state_keys(param_names);
+  const auto keys = extra_state_keys(param_names, stacked);
   if (keys.empty()) return out;
   // torch.save([None]) as Megatron's torch_dist strategy stores a ShardedObject's data (the bytes a real
   // save holds for every local-spec linear: tests/formats/megatron_core/data, ucp-union's objects.pt).

@@ -29,15 +29,17 @@ pickle::ValuePtr common_state_from_deepspeed(const pickle::ValuePtr& model_state
 // module and layer, stacked: decoder.layers.<module>._extra_state/shard_<L>_<layers>; key and offsets
 // from megatron/core/transformer/utils.py:200-230 make_sharded_object_for_checkpoint with the layer
 // offset prepended by the TransformerBlock; no TP axis) for the universal names `param_names`
-// (decoder.layers.<L>.<module>.linear_*.weight|bias). With experts (mixed dense / MoE layers, whose
-// Megatron-Core keys are per layer) decoder.layers.<L>.<module>._extra_state/shard_0_1 and, per expert
-// module, decoder.layers.<L>.mlp.experts.experts.linear_<x>._extra_state/shard_<e>_<E>.
-std::vector<std::string> extra_state_keys(const std::vector<std::string>& param_names);
+// (decoder.layers.<L>.<module>.linear_*.weight|bias). `stacked`: the args' layer stack is homogeneous
+// (args_facts().homogeneous; a dense model's always is): experts then shard_<l>.<e>_<L>.<E>. Otherwise,
+// with experts (mixed dense / MoE layers, whose Megatron-Core keys are per layer)
+// decoder.layers.<L>.<module>._extra_state/shard_0_1 and, per expert module,
+// decoder.layers.<L>.mlp.experts.experts.linear_<x>._extra_state/shard_<e>_<E>.
+std::vector<std::string> extra_state_keys(const std::vector<std::string>& param_names, bool stacked);
 
-// {key: torch.save([None]) bytes} for extra_state_keys(param_names): get_extra_state of Megatron-Core's
+// {key: torch.save([None]) bytes} for extra_state_keys(param_names, stacked): get_extra_state of Megatron-Core's
 // local linears returns None (tensor_parallel/layers.py:1229-1233, 1508-1512). A scratch file is made and
 // removed in `scratch_dir`. Written as megatron_core/objects.pt, read by ucp-load --format torch_dist.
-pickle::ValuePtr extra_state_objects(const std::vector<std::string>& param_names, const std::string& scratch_dir);
+pickle::ValuePtr extra_state_objects(const std::vector<std::string>& param_names, bool stacked, const std::string& scratch_dir);
 
 // Megatron's padded vocabulary size from a Megatron-DeepSpeed model-states root's args (the rows of a
 // Megatron-Core word embedding / output layer at the source's TP); 0 when args does not say.

@@ -47,6 +47,18 @@ struct Args {
   }
 };
 
+// MoE settings whose math no Hugging Face MoE family computes (transformer_config.py's moe_* fields).
+void moe_refusals(const Args& a) {
+  const std::string score = a.text("moe_router_score_function", "softmax");
+  if (score != "softmax") a.refuse("args.moe_router_score_function is '" + escaped_brief(score, 30) + "', not 'softmax'");
+  if (a.flag("moe_router_enable_expert_bias")) a.refuse("args.moe_router_enable_expert_bias is set (a routing bias)");
+  if (a.get("moe_router_topk_scaling_factor")) a.refuse("args.moe_router_topk_scaling_factor is set (scaled routing weights)");
+  if (a.get("moe_router_num_groups")) a.refuse("args.moe_router_num_groups is set (group-limited routing)");
+  if (a.get("moe_expert_capacity_factor")) a.refuse("args.moe_expert_capacity_factor is set (tokens dropped)");
+  const auto freq = a.get("moe_layer_freq");
+  if (freq && !(freq->is(Kind::Int) && freq->i == 1)) a.refuse("args.moe_layer_freq is not 1 (dense layers between MoE layers)");
+}
+
 }  // namespace
 
 nlohmann::json model_facts(const ValuePtr& common, const std::string& file) {
@@ -73,6 +85,11 @@ nlohmann::json model_facts(const ValuePtr& common, const std::string& file) {
   f["moe_ffn"] = a.integer("moe_ffn_hidden_size", f["ffn"].get<int64_t>());
   f["moe_topk"] = a.integer("moe_router_topk", 2);
   f["shared_ffn"] = a.integer("moe_shared_expert_intermediate_size", 0);
+  // The router (transformer/moe/router.py topk_routing_with_score_function): softmax over the top k
+  // logits by default, over all logits before the top k with --moe-router-pre-softmax.
+  f["moe_pre_softmax"] = a.flag("moe_router_pre_softmax");
+  f["moe_aux_loss"] = a.real("moe_aux_loss_coeff", 0.0);
+  if (f["experts"].get<int64_t>() > 0) moe_refusals(a);
 
   const std::string pos = a.text("position_embedding_type", "learned_absolute");
   if (pos != "rope") a.refuse("args.position_embedding_type is '" + escaped_brief(pos, 30) + "', not 'rope'");
@@ -116,6 +133,19 @@ pickle::ValuePtr megatron_args(const nlohmann::json& f, DType dtype) {
   b("add_qkv_bias", f.value("qkv_bias", false));
   b("qk_layernorm", f.value("qk_norm", false));
   b("untie_embeddings_and_output_weights", !f.value("tied", false));
+  if (const int64_t experts = f.value("experts", int64_t{0}); experts > 0) {
+    // Megatron-LM's argument names (training/arguments.py); the grouped GEMM needs Transformer Engine.
+    i("num_experts", experts);
+    i("moe_ffn_hidden_size", f.at("moe_ffn"));
+    i("moe_router_topk", f.at("moe_topk"));
+    b("moe_router_pre_softmax", f.value("moe_pre_softmax", false));
+    a->set_attr("moe_aux_loss_coeff", Value::real(f.value("moe_aux_loss", 0.0)));
+    a->set_attr("moe_router_load_balancing_type", Value::str("aux_loss"));
+    a->set_attr("moe_token_dispatcher_type", Value::str("allgather"));
+    b("moe_grouped_gemm", false);
+    i("moe_layer_freq", 1);
+    i("expert_tensor_parallel_size", 1);
+  }
   b("bf16", dtype == DType::BFloat16);
   b("fp16", dtype == DType::Float16);
   for (const char* n : {"tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size",

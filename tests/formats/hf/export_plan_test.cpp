@@ -191,3 +191,104 @@ TEST(HfFamilyMap, MalformedMapsAreRefusedNamingTheKey) {
     EXPECT_TRUE(j.contains("sources")) << name;
   }
 }
+
+namespace {
+
+// An all-MoE Megatron-Core model (every layer: router and 3 SequentialMLP experts of ffn 24, no shared
+// expert), the names ucp-union gives a torch_dist MoE save.
+ExportInput moe_input(bool qk_norm) {
+  ExportInput in = llama_input();
+  ExportInput out;
+  for (size_t i = 0; i < in.names.size(); ++i)
+    if (in.names[i].find(".mlp.linear_fc") == std::string::npos) out.names.push_back(in.names[i]), out.shapes.push_back(in.shapes[i]);
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "decoder.layers." + std::to_string(l) + ".";
+    out.names.push_back(p + "mlp.linear_fc1.layer_norm_weight"), out.shapes.push_back({16});
+    out.names.push_back(p + "mlp.router.weight"), out.shapes.push_back({3, 16});
+    for (int e = 2; e >= 0; --e) {  // any order in: experts ascending out
+      out.names.push_back(p + "mlp.experts.experts." + std::to_string(e) + ".linear_fc1.weight"), out.shapes.push_back({48, 16});
+      out.names.push_back(p + "mlp.experts.experts." + std::to_string(e) + ".linear_fc2.weight"), out.shapes.push_back({16, 24});
+    }
+    if (qk_norm)
+      for (const char* n : {"q_layernorm", "k_layernorm"})
+        out.names.push_back(p + "self_attention." + n + ".weight"), out.shapes.push_back({4});
+  }
+  return out;
+}
+
+nlohmann::json moe_facts(bool qk_norm, bool pre_softmax) {
+  auto f = llama_facts();
+  f["experts"] = 3, f["moe_ffn"] = 24, f["moe_topk"] = 2, f["qk_norm"] = qk_norm;
+  f["moe_pre_softmax"] = pre_softmax, f["moe_aux_loss"] = 0.01;
+  return f;
+}
+
+}  // namespace
+
+TEST(HfExportPlan, MixtralExpertsAreWrittenPerExpertAsSavePretrainedWritesThem) {
+  const ExportPlan p = plan_hf_export(shipped_hf_families(), moe_facts(false, false), moe_input(false), DType::Float32, 5ull << 30, "in");
+  EXPECT_EQ(p.family, "mixtral");
+  // embed, per layer (input norm, q, k, v, o, post norm, gate, 3 x (w1, w3, w2)), norm, head
+  ASSERT_EQ(p.tensors.size(), 1u + 2 * (6 + 1 + 9) + 2);
+  EXPECT_EQ(tensor(p, "model.layers.1.block_sparse_moe.gate.weight").shape, (std::vector<int64_t>{3, 16}));
+  const Piece& w1 = tensor(p, "model.layers.1.block_sparse_moe.experts.2.w1.weight");
+  const Piece& w3 = tensor(p, "model.layers.1.block_sparse_moe.experts.2.w3.weight");
+  EXPECT_EQ(w1.row0, 0);  // SwiGLU [W; V]: W is the gate (w1), V the up projection (w3)
+  EXPECT_EQ(w3.row0, 24);
+  EXPECT_EQ(w3.shape, (std::vector<int64_t>{24, 16}));
+  EXPECT_EQ(tensor(p, "model.layers.0.block_sparse_moe.experts.0.w2.weight").shape, (std::vector<int64_t>{16, 24}));
+  // Within a layer's rule, experts ascending whatever the input's order.
+  std::vector<std::string> w2;
+  for (const auto& t : p.tensors)
+    if (t.name.rfind("model.layers.0.block_sparse_moe.experts.", 0) == 0 && t.name.find(".w2.") != std::string::npos) w2.push_back(t.name);
+  EXPECT_EQ(w2, (std::vector<std::string>{"model.layers.0.block_sparse_moe.experts.0.w2.weight", "model.layers.0.block_sparse_moe.experts.1.w2.weight",
+                                          "model.layers.0.block_sparse_moe.experts.2.w2.weight"}));
+  EXPECT_EQ(p.config["model_type"], "mixtral");
+  EXPECT_EQ(p.config["num_local_experts"], 3);
+  EXPECT_EQ(p.config["num_experts_per_tok"], 2);
+  EXPECT_EQ(p.config["intermediate_size"], 24);  // Mixtral's intermediate_size is the experts'
+  EXPECT_EQ(p.config["router_aux_loss_coef"], 0.01);
+}
+
+TEST(HfExportPlan, Qwen3MoeStatesTheRoutersNormalisationAndBothExpertCountKeys) {
+  const ExportPlan p = plan_hf_export(shipped_hf_families(), moe_facts(true, true), moe_input(true), DType::BFloat16, 5ull << 30, "in");
+  EXPECT_EQ(p.family, "qwen3_moe");
+  EXPECT_EQ(tensor(p, "model.layers.0.mlp.gate.weight").shape, (std::vector<int64_t>{3, 16}));
+  EXPECT_EQ(tensor(p, "model.layers.0.mlp.experts.1.up_proj.weight").row0, 24);
+  EXPECT_EQ(tensor(p, "model.layers.1.self_attn.k_norm.weight").shape, std::vector<int64_t>{4});
+  EXPECT_EQ(p.config["num_experts"], 3);  // transformers 4 reads num_experts, 5 num_local_experts
+  EXPECT_EQ(p.config["num_local_experts"], 3);
+  EXPECT_EQ(p.config["moe_intermediate_size"], 24);
+  EXPECT_EQ(p.config["intermediate_size"], 32);
+  EXPECT_EQ(p.config["norm_topk_prob"], false);  // --moe-router-pre-softmax: no renormalisation
+  EXPECT_EQ(p.config["decoder_sparse_step"], 1);
+}
+
+TEST(HfExportPlan, MoeMathNoFamilyComputesIsRefused) {
+  auto facts = moe_facts(false, true);  // Mixtral renormalises its top k: a pre-softmax router fits no map
+  try {
+    plan_hf_export(shipped_hf_families(), facts, moe_input(false), DType::Float32, 5ull << 30, "in");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no Hugging Face family map fits"), std::string::npos) << e.what();
+  }
+  facts = moe_facts(false, false);
+  facts["shared_ffn"] = 32;
+  EXPECT_THROW(plan_hf_export(shipped_hf_families(), facts, moe_input(false), DType::Float32, 5ull << 30, "in"), Error);
+}
+
+TEST(HfFamilyMap, ExpertPlaceholdersMustBeOnBothSides) {
+  nlohmann::json j = {{"format", "ucpkit-hf-map"}, {"family", "x"}, {"model_type", "x"}, {"architectures", "X"},
+                      {"params", {{{"megatron_core", "decoder.layers.{L}.mlp.experts.experts.{E}.linear_fc2.weight"},
+                                   {"hf", "model.layers.{L}.mlp.experts.down_proj"}}}}};
+  EXPECT_THROW(Family::from_json(j, "m.json"), Error);
+  j["params"][0]["hf"] = "model.layers.{L}.mlp.experts.{E}.down_proj.weight";
+  const Family f = Family::from_json(j, "m.json");
+  const auto m = match_rule(f, "decoder.layers.3.mlp.experts.experts.7.linear_fc2.weight");
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->layer, 3);
+  EXPECT_EQ(m->expert, 7);
+  EXPECT_EQ(hf_names(f, *m), std::vector<std::string>{"model.layers.3.mlp.experts.7.down_proj.weight"});
+  j["params"][0]["megatron_core"] = "decoder.layers.{L}.mlp.experts.experts.{X}.linear_fc2.weight";
+  EXPECT_THROW(Family::from_json(j, "m.json"), Error);
+}

@@ -1,6 +1,9 @@
 // The Hugging Face import plan (formats/hf/import_plan.h), without I/O: the export map read backwards.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
+
 #include "core/error.h"
 #include "formats/hf/import_plan.h"
 
@@ -120,4 +123,76 @@ TEST(HfImportPlan, RefusalsNameTheFileAndTheTensor) {
   c = llama_config();
   c.erase("hidden_size");
   EXPECT_NE(what([&] { plan_hf_import(shipped_hf_families(), c, llama_tensors(), "m"); }).find("\"hidden_size\" is missing"), std::string::npos);
+}
+
+namespace {
+
+// What MixtralForCausalLM's save_pretrained writes for the llama sizes above with 3 experts of 24.
+std::map<std::string, TensorShape> mixtral_tensors() {
+  std::map<std::string, TensorShape> t;
+  for (auto [n, s] : llama_tensors())
+    if (n.find(".mlp.") == std::string::npos) t[n] = {DType::Float32, s.shape};
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".block_sparse_moe.";
+    t[p + "gate.weight"] = {DType::Float32, {3, 16}};
+    for (int e = 0; e < 3; ++e) {
+      const std::string x = p + "experts." + std::to_string(e) + ".";
+      t[x + "w1.weight"] = {DType::Float32, {24, 16}};
+      t[x + "w3.weight"] = {DType::Float32, {24, 16}};
+      t[x + "w2.weight"] = {DType::Float32, {16, 24}};
+    }
+  }
+  return t;
+}
+
+nlohmann::json mixtral_config() {
+  auto c = llama_config();
+  c["architectures"] = {"MixtralForCausalLM"};
+  c["intermediate_size"] = 24, c["num_local_experts"] = 3, c["num_experts_per_tok"] = 2, c["router_aux_loss_coef"] = 0.02;
+  c["dtype"] = "float32";
+  return c;
+}
+
+}  // namespace
+
+TEST(HfImportPlan, MixtralExpertsBecomeMegatronCoreExpertsWithTheirFacts) {
+  const ImportPlan p = plan_hf_import(shipped_hf_families(), mixtral_config(), mixtral_tensors(), "m");
+  EXPECT_EQ(p.family, "mixtral");
+  EXPECT_EQ(p.facts["experts"], 3);
+  EXPECT_EQ(p.facts["moe_ffn"], 24);
+  EXPECT_EQ(p.facts["moe_topk"], 2);
+  EXPECT_EQ(p.facts["moe_aux_loss"], 0.02);
+  EXPECT_EQ(p.facts["moe_pre_softmax"], false);  // Mixtral renormalises the top k: Megatron's default
+  EXPECT_EQ(p.facts["shared_ffn"], 0);
+  // embed, norm, head + per layer: 2 norms, qkv, proj, router, 3 x (fc1, fc2)
+  ASSERT_EQ(p.params.size(), 3u + 2 * (5 + 6));
+  const auto fc1 = std::find_if(p.params.begin(), p.params.end(), [](const ImportParam& x) {
+    return x.name == "decoder.layers.1.mlp.experts.experts.2.linear_fc1.weight";
+  });
+  ASSERT_NE(fc1, p.params.end());
+  EXPECT_EQ(fc1->shape, (std::vector<int64_t>{48, 16}));
+  EXPECT_EQ(fc1->sources, (std::vector<std::string>{"model.layers.1.block_sparse_moe.experts.2.w1.weight",
+                                                    "model.layers.1.block_sparse_moe.experts.2.w3.weight"}));
+}
+
+TEST(HfImportPlan, MoeRefusalsNameTheFileAndTheKey) {
+  auto t = mixtral_tensors();
+  t.erase("model.layers.1.block_sparse_moe.experts.2.w2.weight");  // an expert dropped
+  EXPECT_NE(what([&] { plan_hf_import(shipped_hf_families(), mixtral_config(), t, "m"); })
+                .find("m: tensor model.layers.1.block_sparse_moe.experts.2.w2.weight is missing (config.json says 2 layers, 3 experts)"),
+            std::string::npos);
+  auto c = mixtral_config();
+  c["num_local_experts"] = 4;  // the config says more experts than the folder holds
+  EXPECT_NE(what([&] { plan_hf_import(shipped_hf_families(), c, mixtral_tensors(), "m"); }).find("experts.3"), std::string::npos);
+  c = mixtral_config();
+  c["sliding_window"] = 4096;  // math Megatron-Core's GPTModel does not compute
+  EXPECT_NE(what([&] { plan_hf_import(shipped_hf_families(), c, mixtral_tensors(), "m"); }).find("m/config.json: \"sliding_window\" is 4096"),
+            std::string::npos);
+  c = mixtral_config();
+  c["intermediate_size"] = 32;
+  EXPECT_NE(what([&] { plan_hf_import(shipped_hf_families(), c, mixtral_tensors(), "m"); }).find("expert intermediate size says 32"),
+            std::string::npos);
+  c = llama_config();
+  c["attention_bias"] = true, c["mlp_bias"] = false;  // Megatron's one add_bias_linear
+  EXPECT_NE(what([&] { plan_hf_import(shipped_hf_families(), c, llama_tensors(), "m"); }).find("one setting for both"), std::string::npos);
 }

@@ -1,0 +1,52 @@
+// The ._extra_state object keys Megatron-Core's local-spec model asks for on load
+// (formats/megatron_core/deepspeed_common_state.h extra_state_keys), without I/O.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "formats/megatron_core/deepspeed_common_state.h"
+
+using ucpkit::formats::megatron_core::extra_state_keys;
+
+namespace {
+
+std::vector<std::string> moe_names(int layers, int experts) {
+  std::vector<std::string> n = {"embedding.word_embeddings.weight"};
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = "decoder.layers." + std::to_string(l) + ".";
+    n.push_back(p + "self_attention.linear_qkv.weight");
+    n.push_back(p + "self_attention.linear_proj.weight");
+    n.push_back(p + "mlp.router.weight");
+    for (int e = 0; e < experts; ++e) n.push_back(p + "mlp.experts.experts." + std::to_string(e) + ".linear_fc1.weight");
+  }
+  return n;
+}
+
+bool has(const std::vector<std::string>& keys, const std::string& k) { return std::find(keys.begin(), keys.end(), k) != keys.end(); }
+
+}  // namespace
+
+// An all-MoE model's layers are stacked (moe_layer_freq 1): megatron-core 0.16.1's GPTModel asks for
+// shard_<layer>_<layers> and, for experts, shard_<layer>.<expert>_<layers>.<experts> (seen through its
+// sharded_state_dict in tests/frameworks/hf_import_test.sh's Mixtral and Qwen3-MoE cases).
+TEST(McoreExtraState, AStackedMoeModelHasTheLayerAxisThenTheExpertAxis) {
+  const auto keys = extra_state_keys(moe_names(2, 3), true);
+  EXPECT_EQ(keys.size(), 2u * 2 + 2u * 3);
+  EXPECT_TRUE(has(keys, "decoder.layers.self_attention.linear_qkv._extra_state/shard_1_2"));
+  EXPECT_TRUE(has(keys, "decoder.layers.mlp.experts.experts.linear_fc1._extra_state/shard_0.2_2.3"));
+  EXPECT_TRUE(has(keys, "decoder.layers.mlp.experts.experts.linear_fc1._extra_state/shard_1.0_2.3"));
+}
+
+// Mixed dense / MoE layers (a list moe_layer_freq: the args say the stack is not homogeneous) keep
+// per-layer keys, as the real save tests/formats/megatron_core/data/moe_ep2 has them.
+TEST(McoreExtraState, AnUnstackedMoeModelHasPerLayerKeys) {
+  const auto keys = extra_state_keys(moe_names(2, 3), false);
+  EXPECT_TRUE(has(keys, "decoder.layers.1.self_attention.linear_qkv._extra_state/shard_0_1"));
+  EXPECT_TRUE(has(keys, "decoder.layers.0.mlp.experts.experts.linear_fc1._extra_state/shard_2_3"));
+}
+
+// A dense model is stacked whatever the flag (its args never list layer kinds).
+TEST(McoreExtraState, ADenseModelIsStacked) {
+  EXPECT_EQ(extra_state_keys(moe_names(3, 0), false), extra_state_keys(moe_names(3, 0), true));
+  EXPECT_TRUE(has(extra_state_keys(moe_names(3, 0), false), "decoder.layers.self_attention.linear_proj._extra_state/shard_2_3"));
+}
