@@ -83,3 +83,47 @@ TEST(McoreModelFacts, RefusesWhatNoConfigurationStates) {
   c->get("args")->set_attr("hidden_size", Value::none());
   EXPECT_THROW(formats::megatron_core::model_facts(c, "common.pt"), Error);
 }
+
+// MoE: the router's form is a fact (Qwen3-MoE's norm_topk_prob); routing math no Hugging Face MoE family
+// computes is refused naming the arg, and Megatron args made from the facts state the experts.
+TEST(McoreModelFacts, MoeRoutingIsAFactOrARefusal) {
+  auto moe = [] {
+    auto c = llama_common();
+    c->get("args")->set_attr("num_experts", Value::integer(4));
+    c->get("args")->set_attr("moe_ffn_hidden_size", Value::integer(24));
+    c->get("args")->set_attr("moe_router_topk", Value::integer(2));
+    return c;
+  };
+  auto f = formats::megatron_core::model_facts(moe(), "common.pt");
+  EXPECT_EQ(f["experts"], 4);
+  EXPECT_EQ(f["moe_ffn"], 24);
+  EXPECT_EQ(f["moe_pre_softmax"], false);
+  auto c = moe();
+  c->get("args")->set_attr("moe_router_pre_softmax", Value::boolean(true));
+  EXPECT_EQ(formats::megatron_core::model_facts(c, "common.pt")["moe_pre_softmax"], true);
+  const std::pair<const char*, pickle::ValuePtr> cases[] = {
+      {"moe_router_score_function", Value::str("sigmoid")},
+      {"moe_router_enable_expert_bias", Value::boolean(true)},
+      {"moe_router_topk_scaling_factor", Value::real(2.5)},
+      {"moe_router_num_groups", Value::integer(8)},
+      {"moe_expert_capacity_factor", Value::real(1.0)},
+      {"moe_layer_freq", Value::integer(2)},
+  };
+  for (const auto& [arg, value] : cases) {
+    auto d = moe();
+    d->get("args")->set_attr(arg, value);
+    try {
+      formats::megatron_core::model_facts(d, "common.pt");
+      ADD_FAILURE() << arg << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("args.") + arg), std::string::npos) << e.what();
+    }
+  }
+  f["vocab"] = 64;  // from config.json on import
+  const auto args = formats::megatron_core::megatron_args(f, DType::Float32);
+  EXPECT_EQ(args->attr("num_experts")->i, 4);
+  EXPECT_EQ(args->attr("moe_ffn_hidden_size")->i, 24);
+  EXPECT_EQ(args->attr("moe_router_topk")->i, 2);
+  EXPECT_FALSE(args->attr("moe_grouped_gemm")->b);
+  EXPECT_EQ(args->attr("moe_layer_freq")->i, 1);
+}
