@@ -57,6 +57,22 @@ TEST(McoreModelFacts, WithoutGqaTheKvHeadsAreTheHeads) {
   EXPECT_EQ(formats::megatron_core::model_facts(c, "common.pt")["kv_heads"], 4);
 }
 
+namespace {
+
+// model_facts of `c` with args.<arg> = value: an Error naming the arg and the file.
+void expect_refused(const pickle::ValuePtr& c, const char* arg, const pickle::ValuePtr& value) {
+  c->get("args")->set_attr(arg, value);
+  try {
+    formats::megatron_core::model_facts(c, "common.pt");
+    ADD_FAILURE() << arg << " accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(std::string("args.") + arg), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("common.pt"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
 // A model whose math no Hugging Face configuration states is refused naming the arg, never exported
 // into a config that computes something else.
 TEST(McoreModelFacts, RefusesWhatNoConfigurationStates) {
@@ -68,17 +84,7 @@ TEST(McoreModelFacts, RefusesWhatNoConfigurationStates) {
       {"rotary_percent", Value::real(0.5)},
       {"layernorm_zero_centered_gamma", Value::boolean(true)},
   };
-  for (const auto& [arg, value] : cases) {
-    auto c = llama_common();
-    c->get("args")->set_attr(arg, value);
-    try {
-      formats::megatron_core::model_facts(c, "common.pt");
-      ADD_FAILURE() << arg << " accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("args.") + arg), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("common.pt"), std::string::npos) << e.what();
-    }
-  }
+  for (const auto& [arg, value] : cases) expect_refused(llama_common(), arg, value);
   auto c = llama_common();
   c->get("args")->set_attr("hidden_size", Value::none());
   EXPECT_THROW(formats::megatron_core::model_facts(c, "common.pt"), Error);
@@ -109,16 +115,7 @@ TEST(McoreModelFacts, MoeRoutingIsAFactOrARefusal) {
       {"moe_expert_capacity_factor", Value::real(1.0)},
       {"moe_layer_freq", Value::integer(2)},
   };
-  for (const auto& [arg, value] : cases) {
-    auto d = moe();
-    d->get("args")->set_attr(arg, value);
-    try {
-      formats::megatron_core::model_facts(d, "common.pt");
-      ADD_FAILURE() << arg << " accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("args.") + arg), std::string::npos) << e.what();
-    }
-  }
+  for (const auto& [arg, value] : cases) expect_refused(moe(), arg, value);
   f["vocab"] = 64;  // from config.json on import
   const auto args = formats::megatron_core::megatron_args(f, DType::Float32);
   EXPECT_EQ(args->attr("num_experts")->i, 4);
