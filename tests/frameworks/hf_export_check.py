@@ -43,7 +43,17 @@ def truth_args(config):
         add_qkv_bias=False, qk_layernorm="q_norm" in json.dumps(config), norm_epsilon=config["rms_norm_eps"],
         padded_vocab_size=config["vocab_size"], max_position_embeddings=config["max_position_embeddings"],
         rotary_base=config["rope_parameters"]["rope_theta"],
-        untie_embeddings_and_output_weights=not config["tie_word_embeddings"])
+        untie_embeddings_and_output_weights=not config["tie_word_embeddings"], **truth_moe_args(config))
+
+
+def truth_moe_args(config):
+    """The MoE args of a truth-mode model (Mixtral: intermediate_size is the experts'; Qwen3-MoE)."""
+    experts = config.get("num_local_experts", config.get("num_experts", 0))
+    if not experts:
+        return {}
+    return dict(num_experts=experts, moe_router_topk=config["num_experts_per_tok"],
+                moe_ffn_hidden_size=config.get("moe_intermediate_size", config["intermediate_size"]),
+                moe_router_pre_softmax=not config.get("norm_topk_prob", True))
 
 
 def truth_state_dict(path):
@@ -51,14 +61,19 @@ def truth_state_dict(path):
     from safetensors.torch import load_file
     out = {}
     for k, v in load_file(path).items():
-        if k.startswith("optimizer"):
+        if k.startswith(("optimizer", "chained_")):  # the optimizer's (dp_reshardable saves: chained_<i>. buckets)
             continue
         if k.startswith("decoder.layers."):
             rest = k[len("decoder.layers."):]
             rest = {"self_attention.linear_qkv.layer_norm_weight": "input_layernorm.weight",
                     "mlp.linear_fc1.layer_norm_weight": "pre_mlp_layernorm.weight"}.get(rest, rest)
             for layer in range(v.shape[0]):
-                out[f"decoder.layers.{layer}.{rest}"] = v[layer]
+                if ".experts.experts." in rest:  # the expert axis after the layer axis: SequentialMLP's local_experts
+                    head, tail = rest.split(".experts.experts.")
+                    for e in range(v.shape[1]):
+                        out[f"decoder.layers.{layer}.{head}.experts.local_experts.{e}.{tail}"] = v[layer][e]
+                else:
+                    out[f"decoder.layers.{layer}.{rest}"] = v[layer]
         else:
             out[k] = v
     return out

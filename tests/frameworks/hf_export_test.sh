@@ -4,7 +4,9 @@
 # equals bit for bit the one derived from the tensors Megatron-Core's own loader reads from the source,
 # and the logits of the two models on a fixed batch agree within 1e-5 (fp32, CPU): hf_export_check.py.
 # Sources: the committed Megatron-Core saves (core_v0.16.1 Llama GQA TP 2 x DP 2 in both optimizer forms;
-# core_v0.19.0 GPT with biases TP 2 x PP 2, which megatron-core 0.16.1 cannot open: its recorded truth) and a Megatron-DeepSpeed Llama (tests/formats/fixtures.py llama_tp2pp2dp2,
+# core_v0.19.0 GPT with biases TP 2 x PP 2 and an all-MoE model Megatron-LM trained 2 steps at EP 2 x DP 2
+# (scripts/mcore_trained_fixture.sh), which megatron-core 0.16.1 cannot open: their recorded truth) and a
+# Megatron-DeepSpeed Llama (tests/formats/fixtures.py llama_tp2pp2dp2,
 # read directly). Run the way users run it: relative paths, from the output's folder, options left out.
 # Exit 77 (skipped) when the framework environment cannot be made.
 set -euo pipefail
@@ -23,6 +25,8 @@ for form in fully_reshardable dp_reshardable; do
 done
 "$build/bin/ucp-load" -q --input data/gpt_tp2_pp2/fully_reshardable --format hf --output gpt
 cases+=(gpt_biases_v019 gpt data/gpt_tp2_pp2/fully_reshardable.truth/tensors.safetensors)
+"$build/bin/ucp-load" -q --input data/mixtral_ep2_trained/dp_reshardable --format hf --output mixtral
+cases+=(mixtral_trained_v019 mixtral data/mixtral_ep2_trained/dp_reshardable.truth/tensors.safetensors)
 ds=$build/fixtures/formats/llama_tp2pp2dp2
 if [[ -d $ds ]]; then
   "$build/bin/ucp-load" -q --input "$ds" --format hf --output ds_llama

@@ -153,6 +153,17 @@ TEST(McoreReader, LlamaGqaSwigluTp2Dp2LegacyCommonPt) {
   EXPECT_EQ(in_w, 2u * 2);  // 2 layers x 2 TP ranks
 }
 
+// An all-MoE model trained by Megatron-LM (scripts/mcore_trained_fixture.sh): a homogeneous stack, so
+// the experts carry the layer axis and then the expert axis (decoder.layers.mlp.experts.experts.*).
+TEST(McoreReader, TrainedAllMoeModelStacksLayersThenExperts) {
+  expect_matches_truth("mixtral_ep2_trained/dp_reshardable");
+  const Checkpoint ck(kMcoreData + "/mixtral_ep2_trained/dp_reshardable");
+  const auto names = param_names(ck);
+  EXPECT_TRUE(names.count("decoder.layers.1.mlp.experts.experts.3.linear_fc2.weight"));
+  EXPECT_TRUE(names.count("decoder.layers.0.mlp.router.weight"));
+  EXPECT_EQ(names.size(), 3u + 2 * (4 + 1 + 2 * 4));  // embed, norm, head; per layer 2 norms, qkv, proj, router, 4 x (fc1, fc2)
+}
+
 TEST(McoreReader, NativeMoeExpertsEp2) {
   expect_matches_truth("moe_ep2/dp_reshardable");
   expect_matches_truth("moe_ep2/fully_reshardable");
