@@ -55,6 +55,12 @@ LayoutOptions add_options(CLI::App& app, tool::UcpLoadOptions& o) {
   app.add_option("--audit", l.audit,
                  "--format hf: write the conversion's audit here as JSON once the output is in place: every tensor "
                  "written with its dtype, shape, SHA-256, source tensors and transform; totals; dtype changes (docs/hf.md)");
+  app.add_option("--hf-experts", o.hf_experts,
+                 "--format hf, MoE models: 'per-expert' (default) writes each expert's tensors "
+                 "(block_sparse_moe.experts.{E}.w1 / mlp.experts.{E}.gate_proj ...), as save_pretrained writes them and "
+                 "transformers 4, 5 and vLLM read them; 'fused' one tensor per layer and projection (mlp.experts.gate_up_proj "
+                 "[E, 2I, H], down_proj [E, H, I]), transformers 5's in-memory layout (docs/hf.md)")
+      ->check(CLI::IsMember({"per-expert", "fused"}));
   given.dtype = app.add_option("--dtype", o.dtype, "Low-precision weight dtype (default: the source's training precision)")
                     ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   app.add_flag("--reuse-output", l.reuse_output,

@@ -39,12 +39,17 @@ struct HfPrepared : WriterPlan {
 };
 
 // The audit record of `piece` whose bytes are `bytes` (docs/hf.md "Audit").
-nlohmann::json audit_record(const HfPrepared& p, const formats::hf::Piece& piece, std::span<const uint8_t> bytes) {
+nlohmann::json audit_record(const HfPrepared& p, const formats::hf::Piece& piece, const std::string& sha256) {
   const auto& e = p.in.manifest.params.at(piece.param);
   const std::string source_dtype = e.dtype ? *e.dtype : std::string("float32");
   nlohmann::json transform = nlohmann::json::array();
   const int64_t rows = e.shape.empty() ? 1 : e.shape[0];
-  if (piece.split == formats::hf::Split::Qkv)
+  nlohmann::json from = nlohmann::json::array();
+  for (size_t i : piece.stack.empty() ? std::vector<size_t>{piece.param} : piece.stack)
+    from.push_back({{"name", p.in.manifest.params.at(i).name}, {"state", "fp32"}, {"model_dtype", source_dtype}});
+  if (!piece.stack.empty())
+    transform.push_back("stack " + std::to_string(piece.stack.size()) + " experts on a new first axis");
+  else if (piece.split == formats::hf::Split::Qkv)
     transform.push_back("qkv: per query group [q..., k, v] regrouped to [Q; K; V], rows [" + std::to_string(piece.row0) + ", " +
                         std::to_string(piece.row0 + piece.rows) + ")");
   else if (piece.rows != rows)
@@ -52,11 +57,8 @@ nlohmann::json audit_record(const HfPrepared& p, const formats::hf::Piece& piece
                         std::to_string(rows));
   if (p.plan.dtype != DType::Float32)
     transform.push_back("cast float32 -> " + std::string(dtype_name(p.plan.dtype)) + " (round to nearest even)");
-  Sha256 sha;
-  sha.update(bytes);
   return {{"name", piece.name}, {"dtype", std::string(dtype_name(p.plan.dtype))}, {"shape", piece.shape},
-          {"sha256", sha.hex()}, {"from", {{{"name", e.name}, {"state", "fp32"}, {"model_dtype", source_dtype}}}},
-          {"transform", transform}};
+          {"sha256", sha256}, {"from", from}, {"transform", transform}};
 }
 
 // Experts written per MoE layer ({"<layer>": count}, from the Megatron-Core names of the pieces), so a
@@ -66,7 +68,8 @@ nlohmann::json experts_per_layer(const HfPrepared& p) {
   std::map<long, std::set<long>> seen;
   std::smatch m;
   for (const auto& piece : p.plan.tensors)
-    if (std::regex_match(p.in.manifest.params.at(piece.param).name, m, expert)) seen[std::stol(m[1])].insert(std::stol(m[2]));
+    for (size_t i : piece.stack.empty() ? std::vector<size_t>{piece.param} : piece.stack)
+      if (std::regex_match(p.in.manifest.params.at(i).name, m, expert)) seen[std::stol(m[1])].insert(std::stol(m[2]));
   nlohmann::json out = nlohmann::json::object();
   for (const auto& [layer, ids] : seen) out[std::to_string(layer)] = ids.size();
   return out;
@@ -112,7 +115,7 @@ HfPrepared prepare_hf(const LoadOptions& o) {
     throw UsageError(p.in.manifest_path + " does not record the model dtype: give --dtype");
   }
   std::vector<formats::hf::Family> families = formats::hf::shipped_hf_families();
-  p.plan = formats::hf::plan_hf_export(families, facts, ei, dtype, o.shard_bytes, o.input);
+  p.plan = formats::hf::plan_hf_export(families, facts, ei, dtype, o.shard_bytes, o.input, o.fused_experts);
   return p;
 }
 
@@ -167,15 +170,22 @@ uint64_t write_hf(const LoadOptions& o, const HfPrepared& p, const std::string& 
     AtomicFile f((fs::path(staged) / plan.files[k]).string());
     f.write(header.data(), header.size());
     for (size_t j = 0; j < entries.size(); ++j) {
-      check_interrupted();
       const auto& piece = plan.tensors[plan.shards[k][j]];
-      const Tensor& v = cache.get(piece);
-      const auto bytes = v.contiguous_bytes();
-      const size_t row_bytes = v.shape().empty() || v.shape()[0] == 0 ? 0 : bytes.size() / static_cast<size_t>(v.shape()[0]);
-      const std::span<const uint8_t> out(bytes.data() + static_cast<size_t>(piece.row0) * row_bytes,
-                                         static_cast<size_t>(piece.rows) * row_bytes);
-      f.write(out.data(), out.size());
-      if (!o.audit.empty()) p.audit.push_back(audit_record(p, piece, out));
+      Sha256 sha;
+      // A stacked (fused experts) tensor is its experts' values one after another, each whole.
+      for (size_t i : piece.stack.empty() ? std::vector<size_t>{piece.param} : piece.stack) {
+        check_interrupted();
+        formats::hf::Piece part = piece;
+        part.param = i;
+        const Tensor& v = cache.get(part);
+        const auto bytes = v.contiguous_bytes();
+        const size_t row_bytes = v.shape().empty() || v.shape()[0] == 0 ? 0 : bytes.size() / static_cast<size_t>(v.shape()[0]);
+        const std::span<const uint8_t> out(bytes.data() + static_cast<size_t>(piece.row0) * row_bytes,
+                                           static_cast<size_t>(piece.rows) * row_bytes);
+        f.write(out.data(), out.size());
+        if (!o.audit.empty()) sha.update(out);
+      }
+      if (!o.audit.empty()) p.audit.push_back(audit_record(p, piece, sha.hex()));
     }
     written += f.offset();
     f.commit();
@@ -205,6 +215,7 @@ class HfOutput final : public OutputWriter {
   bool reads_model() const override { return false; }
   bool takes_model_map() const override { return true; }
   bool takes_audit() const override { return true; }
+  bool takes_experts_layout() const override { return true; }
   bool takes_layout_options() const override { return false; }
   std::string why_no_layout() const override { return " (one set of unsharded weights)"; }
   bool takes_world_size() const override { return false; }

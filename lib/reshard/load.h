@@ -53,6 +53,10 @@ struct LoadOptions {
   // --audit (a writer whose takes_audit() holds: --format hf): the JSON audit of the conversion written
   // here once the output is in place (docs/hf.md "Audit"); "" = none.
   std::string audit;
+  // --hf-experts fused (--format hf): an MoE layer's experts as one tensor per projection
+  // (gate_up_proj [E, 2I, H], down_proj [E, H, I]: transformers 5's in-memory layout); false: per expert,
+  // as save_pretrained writes them.
+  bool fused_experts = false;
 };
 
 struct LoadSummary {

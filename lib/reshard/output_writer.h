@@ -69,6 +69,8 @@ class OutputWriter {
   virtual bool takes_megatron_options() const { return false; }
   // --audit FILE (a record of every tensor written, its digest, sources and transform).
   virtual bool takes_audit() const { return false; }
+  // --hf-experts (experts per expert or fused into one tensor per layer).
+  virtual bool takes_experts_layout() const { return false; }
   // Whether the format is written from the source's model files (DeepSpeed's mp_rank files), which a
   // DCP or torch_dist input has not; writes_from_tensors() is the others (for output_formats_that).
   virtual bool needs_model_files() const { return false; }

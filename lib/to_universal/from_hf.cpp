@@ -51,6 +51,7 @@ Tensor joined(const formats::hf::Folder& folder, const formats::hf::ImportPlan& 
     parts.push_back(t.dtype() == DType::Float32 ? t : t.to(DType::Float32));
   }
   Tensor t = parts.size() == 1 ? parts.front() : cat(parts, 0).contiguous(true);
+  if (p.index >= 0) t = t.narrow(0, p.index, 1).reshape(p.shape).contiguous(true);  // one expert of a fused tensor
   if (p.merge == formats::hf::Split::Qkv)
     t = formats::megatron_core::qkv_split_to_grouped(t, {plan.heads, plan.kv_heads, plan.head_dim}).contiguous(true);
   return t;

@@ -80,6 +80,9 @@ void UcpLoadOptions::check() {
     throw UsageError("--megatron-version applies to --format " + formats_that(&W::takes_megatron_options));
   if (!load.audit.empty() && !writer.takes_audit())
     throw UsageError("--audit applies to --format " + formats_that(&W::takes_audit));
+  load.fused_experts = hf_experts == "fused";
+  if (!hf_experts.empty() && !writer.takes_experts_layout())
+    throw UsageError("--hf-experts applies to --format " + formats_that(&W::takes_experts_layout));
   if (exchange == "on" && !writer.takes_exchange())
     throw UsageError("--exchange on applies to --format " + formats_that(&W::takes_exchange));
   if (!load.model_map.empty() && load.template_dir.empty() && !writer.takes_model_map())

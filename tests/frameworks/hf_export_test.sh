@@ -27,6 +27,14 @@ done
 cases+=(gpt_biases_v019 gpt data/gpt_tp2_pp2/fully_reshardable.truth/tensors.safetensors)
 "$build/bin/ucp-load" -q --input data/mixtral_ep2_trained/dp_reshardable --format hf --output mixtral
 cases+=(mixtral_trained_v019 mixtral data/mixtral_ep2_trained/dp_reshardable.truth/tensors.safetensors)
+# The fused expert layout (transformers 5's in-memory gate_up_proj / down_proj): loaded as it is, the same
+# model; ucpkit reads it back as the same checkpoint as the per-expert folder.
+"$build/bin/ucp-load" -q --input data/mixtral_ep2_trained/dp_reshardable --format hf --hf-experts fused --output mixtral_fused
+cases+=(mixtral_trained_v019_fused mixtral_fused data/mixtral_ep2_trained/dp_reshardable.truth/tensors.safetensors)
+"$build/bin/ucp-diff" -q mixtral mixtral_fused 2>/dev/null || { echo "FAIL: ucp-diff of the per-expert and fused exports"; exit 1; }
+rc=0
+"$build/bin/ucp-load" -q --input mixtral --format dcp --hf-experts fused --output bad 2>/dev/null || rc=$?
+[[ $rc -eq 2 && ! -e bad ]] || { echo "FAIL: --hf-experts with --format dcp: exit $rc"; exit 1; }
 ds=$build/fixtures/formats/llama_tp2pp2dp2
 if [[ -d $ds ]]; then
   "$build/bin/ucp-load" -q --input "$ds" --format hf --output ds_llama

@@ -58,6 +58,39 @@ std::vector<Piece> pieces_of(const Rule& r, const std::vector<std::string>& name
   return out;
 }
 
+// A planned tensor with its place in the file order.
+struct Keyed {
+  long layer;
+  size_t rule;
+  long expert;
+  Piece piece;
+};
+
+// --hf-experts fused: per (layer, expert rule) the experts' parameters, one tensor of them stacked.
+using ExpertGroups = std::map<std::pair<long, size_t>, std::map<long, size_t>>;  // (layer, rule) -> expert -> param
+
+void add_fused(const ExpertGroups& groups, const Family& fam, const ExportInput& in, int64_t experts, const std::string& where,
+               std::vector<Keyed>& keyed) {
+  for (const auto& [at, members] : groups) {
+    const Rule& r = fam.rules[at.second];
+    Piece q;
+    q.name = filled(r.fused, at.first, -1);
+    for (const auto& [e, i] : members) {
+      if (e != static_cast<long>(q.stack.size()) || in.shapes[i] != in.shapes[members.begin()->second])
+        throw Error(where + ": " + q.name + ": experts 0.." + std::to_string(experts - 1) + " of one shape expected, expert " +
+                    std::to_string(e) + " (" + in.names[i] + ") breaks the run");
+      q.stack.push_back(i);
+    }
+    if (static_cast<int64_t>(q.stack.size()) != experts)
+      throw Error(where + ": " + q.name + ": " + std::to_string(q.stack.size()) + " experts, the args say " + std::to_string(experts));
+    q.param = q.stack.front();
+    q.shape = in.shapes[q.param];
+    q.rows = q.shape.empty() ? 1 : q.shape[0];
+    q.shape.insert(q.shape.begin(), experts);
+    keyed.push_back({at.first, at.second, -1, std::move(q)});
+  }
+}
+
 }  // namespace
 
 uint64_t ExportPlan::bytes() const {
@@ -67,9 +100,13 @@ uint64_t ExportPlan::bytes() const {
 }
 
 ExportPlan plan_hf_export(const std::vector<Family>& families, const nlohmann::json& facts_in, const ExportInput& in,
-                          DType dtype, uint64_t shard_bytes, const std::string& where) {
+                          DType dtype, uint64_t shard_bytes, const std::string& where, bool fused_experts) {
   const nlohmann::json facts = with_derived_facts(facts_in, in.names);
   const Family& fam = select_family(families, facts, where);
+  const bool moe = facts.value("experts", int64_t{0}) > 0;
+  if (fused_experts && moe && std::none_of(fam.rules.begin(), fam.rules.end(), [](const Rule& r) { return !r.fused.empty(); }))
+    throw UsageError("--hf-experts fused: family map " + fam.family + " (" + fam.origin + ") has no fused expert layout");
+  fused_experts = fused_experts && moe;
   ExportPlan p;
   p.family = fam.family;
   p.origin = fam.origin;
@@ -81,13 +118,8 @@ ExportPlan plan_hf_export(const std::vector<Family>& families, const nlohmann::j
 
   // Order: the rules' order within a layer (experts ascending within a rule), layers ascending; rules
   // without {L} before the first layer rule come first (embedding), the others last (final norm, head).
-  struct Keyed {
-    long layer;
-    size_t rule;
-    long expert;
-    Piece piece;
-  };
   std::vector<Keyed> keyed;
+  ExpertGroups groups;
   size_t first_layer_rule = fam.rules.size();
   for (size_t r = 0; r < fam.rules.size(); ++r)
     if (fam.rules[r].megatron_core.front().find("{L}") != std::string::npos) {
@@ -101,14 +133,20 @@ ExportPlan plan_hf_export(const std::vector<Family>& families, const nlohmann::j
                   fam.origin + "): it would be dropped");
     const Rule& r = fam.rules[m->rule];
     if (r.vocab && p.vocab == 0) p.vocab = in.shapes[i].empty() ? 0 : in.shapes[i][0];
+    const bool fused = fused_experts && !r.fused.empty();
+    if (fused && m->expert >= 0) {
+      groups[{m->layer, m->rule}][m->expert] = i;
+      continue;
+    }
     auto pieces = pieces_of(r, in.names, i, in.shapes[i], p, where);
-    const auto names = hf_names(fam, *m);
+    const auto names = fused ? std::vector<std::string>{filled(r.fused, m->layer, -1)} : hf_names(fam, *m);
     const long layer = m->layer >= 0 ? m->layer : (m->rule < first_layer_rule ? -1 : LONG_MAX);
     for (size_t k = 0; k < pieces.size(); ++k) {
       pieces[k].name = names[k];
       keyed.push_back({layer, m->rule, m->expert, pieces[k]});
     }
   }
+  add_fused(groups, fam, in, facts.value("experts", int64_t{0}), where, keyed);
   std::stable_sort(keyed.begin(), keyed.end(),
                    [](const Keyed& a, const Keyed& b) {
                      return a.layer != b.layer ? a.layer < b.layer : a.rule != b.rule ? a.rule < b.rule : a.expert < b.expert;

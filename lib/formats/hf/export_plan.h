@@ -20,6 +20,9 @@ struct Piece {
   size_t param = 0;             // the Megatron-Core parameter (index into the input's names)
   Split split = Split::None;    // Qkv: rows taken after the regroup to [Q; K; V]
   int64_t row0 = 0, rows = 0;   // dim-0 rows [row0, row0 + rows) of that value
+  // --hf-experts fused: the parameters (experts 0..E-1) stacked on a new first axis, each whole; `param`
+  // is the first. Empty otherwise.
+  std::vector<size_t> stack;
 };
 
 struct ExportInput {
@@ -44,7 +47,8 @@ struct ExportPlan {
 
 // `facts`: formats/megatron_core/model_facts (the derived ones are added here). `where` names the input
 // in errors. shard_bytes: a file holds tensors up to this many bytes (one larger tensor alone).
+// fused_experts: MoE experts in the fused layout (Rule::fused), else per expert.
 ExportPlan plan_hf_export(const std::vector<Family>& families, const nlohmann::json& facts, const ExportInput& in,
-                          DType dtype, uint64_t shard_bytes, const std::string& where);
+                          DType dtype, uint64_t shard_bytes, const std::string& where, bool fused_experts = false);
 
 }  // namespace ucpkit::formats::hf

@@ -68,6 +68,9 @@ Family Family::from_json(const nlohmann::json& j, const std::string& origin) {
     rule.split = split_of(r.value("split", std::string("none")), origin, where);
     rule.vocab = r.value("vocab", false);
     rule.optional = r.value("optional", false);
+    rule.fused = r.value("fused", std::string());
+    if (!rule.fused.empty() && (rule.fused.find("{E}") != std::string::npos || (!per_expert(rule) && rule.split != Split::None)))
+      throw Error(origin + ": " + where + ".fused: one tensor for all experts (no {E}), and only an expert rule may be split");
     if (rule.hf.size() != pieces_of(rule.split))
       throw Error(origin + ": " + where + ".hf names " + std::to_string(rule.hf.size()) + " tensors; its split makes " +
                   std::to_string(pieces_of(rule.split)));

@@ -27,6 +27,10 @@ struct Rule {
   Split split = Split::None;
   bool vocab = false;                      // vocabulary rows (word embedding, output layer)
   bool optional = false;                   // may be absent from a model (a bias, a tied model's head)
+  // The name in the fused expert layout (--hf-experts fused), "" when the rule has none: an expert rule's
+  // one tensor per layer, the experts stacked on a new first axis, each whole (no split: gate_up_proj[e]
+  // is [gate; up], SwiGLU's fc1 as it is); another rule's other name in that layout (Mixtral's router).
+  std::string fused;
 };
 
 struct Family {

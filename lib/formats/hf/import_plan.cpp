@@ -140,6 +140,29 @@ ImportParam import_param(const Rule& r, const std::vector<std::string>& names, c
   return ip;
 }
 
+// Expert rule `r`'s parameters of `layer` from the fused tensor `name` [E, ...]: each expert's element,
+// whole (gate_up_proj[e] = [gate; up] is SwiGLU's fc1 as it is).
+void add_fused_experts(const Rule& r, const std::string& name, long layer, long experts, ImportPlan& p,
+                       const std::map<std::string, TensorShape>& tensors, const std::string& dir) {
+  const auto& t = tensors.at(name);
+  if (t.shape.size() < 2 || t.shape[0] != experts)
+    throw Error(dir + ": tensor " + name + " has shape " + nlohmann::json(t.shape).dump() + ", not [" + std::to_string(experts) +
+                " experts, ...] (config.json)");
+  const char* ffn = r.split == Split::GateUp ? "moe_ffn" : nullptr;
+  if (ffn && t.shape[1] != 2 * p.facts[ffn].get<int64_t>())
+    throw Error(dir + "/config.json: " + name + " has " + std::to_string(t.shape[1]) + " rows per expert, the config's expert "
+                "intermediate size says 2 x " + p.facts[ffn].dump());
+  for (long e = 0; e < experts; ++e) {
+    ImportParam ip;
+    ip.name = filled(r.megatron_core.front(), layer, e);
+    ip.sources = {name};
+    ip.index = e;
+    ip.dtype = t.dtype;
+    ip.shape.assign(t.shape.begin() + 1, t.shape.end());
+    p.params.push_back(std::move(ip));
+  }
+}
+
 }  // namespace
 
 ImportPlan plan_hf_import(const std::vector<Family>& families, const nlohmann::json& config,
@@ -158,10 +181,19 @@ ImportPlan plan_hf_import(const std::vector<Family>& families, const nlohmann::j
     const bool per_layer = r.megatron_core.front().find("{L}") != std::string::npos;
     const long expert_count = per_expert(r) ? experts : 0;
     for (long layer = per_layer ? 0 : -1; layer < (per_layer ? layers : 0); ++layer) {
+      // The fused expert layout (Rule::fused: save_pretrained(save_original_format=False), or --hf-experts
+      // fused): one tensor of the layer's experts, element e of its first axis expert e's parameter.
+      if (expert_count && !r.fused.empty() && tensors.count(filled(r.fused, layer, -1))) {
+        add_fused_experts(r, filled(r.fused, layer, -1), layer, expert_count, p, tensors, dir);
+        used.insert(filled(r.fused, layer, -1));
+        continue;
+      }
       for (long expert = expert_count ? 0 : -1; expert < expert_count; ++expert) {
         std::vector<std::string> names;
         size_t present = 0;
         for (const auto& h : r.hf) names.push_back(filled(h, layer, expert)), present += tensors.count(names.back());
+        if (present == 0 && !r.fused.empty() && expert < 0 && tensors.count(filled(r.fused, layer, -1)))
+          names = {filled(r.fused, layer, -1)}, present = 1;  // the fused layout's name of the tensor (Mixtral's router)
         // A rule the map marks optional (biases: the tensors decide, as on export; the head, absent from a
         // tied model, checked below) may be absent; every other tensor of every layer must be there.
         if (present == 0 && !r.optional)

@@ -29,6 +29,7 @@ struct ImportParam {
   DType dtype = DType::Float32;      // the model dtype (its pieces')
   Split merge = Split::None;         // how the pieces join (rows, dim 0)
   std::vector<std::string> sources;  // the Hugging Face tensors, in the split's order
+  int64_t index = -1;                // >= 0: element `index` of the one source's first axis (fused experts)
 };
 
 struct ImportPlan {

@@ -292,3 +292,26 @@ TEST(HfFamilyMap, ExpertPlaceholdersMustBeOnBothSides) {
   j["params"][0]["megatron_core"] = "decoder.layers.{L}.mlp.experts.experts.{X}.linear_fc2.weight";
   EXPECT_THROW(Family::from_json(j, "m.json"), Error);
 }
+
+// --hf-experts fused: one tensor per layer and projection, the experts stacked whole in order (gate_up_proj[e]
+// = [gate; up], SwiGLU's fc1 as it is), the router under transformers 5's in-memory name.
+TEST(HfExportPlan, FusedExpertsStackEachExpertWhole) {
+  const ExportPlan p =
+      plan_hf_export(shipped_hf_families(), moe_facts(false, false), moe_input(false), DType::Float32, 5ull << 30, "in", true);
+  ASSERT_EQ(p.tensors.size(), 1u + 2 * (6 + 1 + 2) + 2);
+  const Piece& gate_up = tensor(p, "model.layers.1.mlp.experts.gate_up_proj");
+  EXPECT_EQ(gate_up.shape, (std::vector<int64_t>{3, 48, 16}));
+  EXPECT_EQ(gate_up.split, Split::None);
+  ASSERT_EQ(gate_up.stack.size(), 3u);
+  const ExportInput in = moe_input(false);
+  for (size_t e = 0; e < 3; ++e)
+    EXPECT_EQ(in.names[gate_up.stack[e]], "decoder.layers.1.mlp.experts.experts." + std::to_string(e) + ".linear_fc1.weight");
+  EXPECT_EQ(tensor(p, "model.layers.0.mlp.experts.down_proj").shape, (std::vector<int64_t>{3, 16, 24}));
+  EXPECT_EQ(tensor(p, "model.layers.0.mlp.gate.weight").shape, (std::vector<int64_t>{3, 16}));
+  EXPECT_EQ(p.bytes(), plan_hf_export(shipped_hf_families(), moe_facts(false, false), in, DType::Float32, 5ull << 30, "in").bytes());
+  // A missing expert breaks the stack: named, never a shorter tensor.
+  ExportInput gap = in;
+  for (size_t i = 0; i < gap.names.size(); ++i)
+    if (gap.names[i] == "decoder.layers.0.mlp.experts.experts.1.linear_fc2.weight") gap.names.erase(gap.names.begin() + i), gap.shapes.erase(gap.shapes.begin() + i);
+  EXPECT_THROW(plan_hf_export(shipped_hf_families(), moe_facts(false, false), gap, DType::Float32, 5ull << 30, "in", true), Error);
+}

@@ -196,3 +196,31 @@ TEST(HfImportPlan, MoeRefusalsNameTheFileAndTheKey) {
   c["attention_bias"] = true, c["mlp_bias"] = false;  // Megatron's one add_bias_linear
   EXPECT_NE(what([&] { plan_hf_import(shipped_hf_families(), c, llama_tensors(), "m"); }).find("one setting for both"), std::string::npos);
 }
+
+// A folder in the fused expert layout reads as the same Megatron-Core parameters, each expert one
+// element of the fused tensor's first axis.
+TEST(HfImportPlan, FusedExpertsAreReadExpertByExpert) {
+  std::map<std::string, TensorShape> t;
+  for (auto [n, s] : mixtral_tensors())
+    if (n.find(".block_sparse_moe.") == std::string::npos) t[n] = s;
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".mlp.";
+    t[p + "gate.weight"] = {DType::Float32, {3, 16}};
+    t[p + "experts.gate_up_proj"] = {DType::Float32, {3, 48, 16}};
+    t[p + "experts.down_proj"] = {DType::Float32, {3, 16, 24}};
+  }
+  const ImportPlan fused = plan_hf_import(shipped_hf_families(), mixtral_config(), t, "m");
+  const ImportPlan per_expert = plan_hf_import(shipped_hf_families(), mixtral_config(), mixtral_tensors(), "m");
+  std::map<std::string, std::vector<int64_t>> a, b;
+  for (const auto& x : fused.params) a[x.name] = x.shape;
+  for (const auto& x : per_expert.params) b[x.name] = x.shape;
+  EXPECT_EQ(a, b);
+  const auto fc2 = std::find_if(fused.params.begin(), fused.params.end(), [](const ImportParam& x) {
+    return x.name == "decoder.layers.1.mlp.experts.experts.2.linear_fc2.weight";
+  });
+  ASSERT_NE(fc2, fused.params.end());
+  EXPECT_EQ(fc2->sources, std::vector<std::string>{"model.layers.1.mlp.experts.down_proj"});
+  EXPECT_EQ(fc2->index, 2);
+  t["model.layers.1.mlp.experts.gate_up_proj"] = {DType::Float32, {2, 48, 16}};  // an expert short
+  EXPECT_NE(what([&] { plan_hf_import(shipped_hf_families(), mixtral_config(), t, "m"); }).find("not [3 experts"), std::string::npos);
+}
