@@ -712,7 +712,10 @@ std::string CheckpointInfo::text() const {
   }
   if (kind.is(formats::kUniversal) && dcp.is_object())
     row("source", "DCP checkpoint (" + dcp.value("folder", "") + ", " + dcp.value("era", "") + ", world size " +
-                      std::to_string(dcp.value("world_size", 0)) + ")");
+                      std::to_string(dcp.value("world_size", 0)) +
+                      (dcp.contains("layout") ? "; keys as saved: " + dcp.value("layout", "") : std::string()) +
+                      (dcp.value("items_carried", 0) ? "; " + std::to_string(dcp.value("items_carried", 0)) +
+                                                            " non-tensor items carried" : std::string()) + ")");
   if (!kind.is(formats::kUniversal) && dcp.contains("entries")) {  // a DCP describer's summary of the folder itself
     std::string d = dcp.value("folder", "") + ", " + dcp.value("era", "") + ", world size " +
                     std::to_string(dcp.value("world_size", 0)) + "; " + std::to_string(dcp.value("tensor_entries", 0)) +

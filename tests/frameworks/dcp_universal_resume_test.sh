@@ -2,9 +2,9 @@
 # Every item of a training loop's DCP through the universal form, judged by torch's own code (issue 47;
 # label `frameworks`, docs/frameworks.md). torch 2.15 (scripts/frameworks/setup.sh) trains the
 # torchtitan-style loop of scripts/frameworks/dcp_train_loop.py on 2 gloo CPU ranks and saves it with
-# dcp.save in three variants: torchtitan's keys fp32 and bf16 (model keys at the top level, the optimizer
-# flattened under `optimizer`, flattened param_groups, `lr_scheduler`), get_state_dict's keys bf16
-# (`model.*`, `optim.*` nested, `sched`); each with buffers of int64, bool and float, a dataloader
+# dcp.save in two variants: torchtitan's keys in fp32 (model keys at the top level, the optimizer
+# flattened under `optimizer`, flattened param_groups, `lr_scheduler`) and get_state_dict's keys with the
+# whole model in bf16 (`model.*`, `optim.*` nested, `sched`); each with buffers of int64, bool and float, a dataloader
 # position, a train_state step tensor and bytes. From another folder with relative paths: ucp-union,
 # then ucp-load of the universal folder --format dcp --world-size 3 (the universal route, not the whole
 # rewrite). Then:
@@ -23,7 +23,7 @@ build=$(cd "$1" && pwd)
 frameworks_python "$root"
 py=$FRAMEWORKS_PY
 loop=$root/scripts/frameworks/dcp_train_loop.py
-variants=torchtitan-fp32,torchtitan-bf16,get_state_dict-bf16
+variants=torchtitan-fp32,get_state_dict-bf16
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"

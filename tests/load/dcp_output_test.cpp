@@ -412,7 +412,7 @@ TEST(DcpOutput, PlanKeepsTheSourcesKeysItemsAndStateDtypes) {
   EXPECT_EQ(out.sources[3].kind, reshard::DcpSource::Item);
   EXPECT_EQ(out.sources[4].param, 1);
   EXPECT_EQ(out.optimizer_dtype, "bf16");
-  EXPECT_EQ(out.planner_data->at("emb.weight")->repr(), "('emb.weight',)");
+  EXPECT_EQ(out.planner_data->at("emb.weight")->repr(), "('emb.weight')");  // a 1-tuple
   EXPECT_EQ(out.planner_data->at("optimizer.state.emb.weight.exp_avg")->repr(), "('optimizer', 'state.emb.weight.exp_avg')");
   EXPECT_EQ(out.planner_data->at("train_state.step")->repr(), "('train_state', 'step')");
   EXPECT_EQ(out.planner_data->at("lr_scheduler.last_epoch")->repr(), "('lr_scheduler', 'last_epoch')");

@@ -100,9 +100,10 @@ TEST(DcpUniversalItems, TorchtitansWholeSaveComesBackUnderItsKeys) {
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["items"], 94);
   EXPECT_TRUE(j["not_carried"].empty());
-  expect_same_entries(*open_dcp(c.root + "/in"), *open_dcp(c.root + "/out"));
-  for (const auto& e : open_dcp(c.root + "/out")->metadata().entries)  // items verbatim: the same bytes
-    if (e.is_bytes) EXPECT_EQ(open_dcp(c.root + "/out")->read_bytes(e.fqn), open_dcp(c.root + "/in")->read_bytes(e.fqn)) << e.fqn;
+  const auto in = open_dcp(c.root + "/in"), out = open_dcp(c.root + "/out");
+  expect_same_entries(*in, *out);
+  for (const auto& e : out->metadata().entries)  // items verbatim: the same bytes
+    if (e.is_bytes) EXPECT_EQ(out->read_bytes(e.fqn), in->read_bytes(e.fqn)) << e.fqn;
 }
 
 TEST(DcpUniversalItems, Bf16SaveComesBackBf16AndDtypeChangesParametersOnly) {
