@@ -94,7 +94,8 @@ for v in sys.argv[1:]:
           f"{len(a) - len(tensors)} bytes items equal ({union['items']} carried verbatim)")
 print(f"entries: {total_tensors} tensors, {total_bytes} bytes items equal")
 PY
-"$py" "$loop" resume --ckpt saved --world 3 --variants "$variants" --record orig.json 2>orig.log || { tail -20 orig.log; exit 1; }
-"$py" "$loop" resume --ckpt ours --world 3 --variants "$variants" --record ours.json 2>ours.log || { tail -20 ours.log; exit 1; }
+# Both resumes in one run of 3 ranks (one process group, torch imported once per rank).
+"$py" "$loop" resume --ckpt saved,ours --world 3 --variants "$variants" --record orig.json,ours.json 2>resume.log ||
+  { tail -20 resume.log; exit 1; }
 python3 "$root/scripts/frameworks/dcp_resume_compare.py" orig.json ours.json
 echo "RESULT framework=torch version=$("$py" -c 'import importlib.metadata as m; print(m.version("torch"))') case=dcp_universal_resume tensors=$(python3 -c 'import json; print(sum(len(v["loaded"]) for v in json.load(open("orig.json")).values()))') equal=yes"
