@@ -94,11 +94,12 @@ formats::dcp::Target dcp_target(int64_t world_size) {
 }
 
 DcpOutput plan_dcp_output(const ModelInfo& model, DType dtype, const formats::dcp::Target& target,
-                          const std::function<ValuePtr(int)>& step) {
+                          const std::function<ValuePtr(int)>& step, bool own_dtypes) {
   DcpOutput out;
   out.target = target;
   out.dtype = dtype;
   out.optimizer_dtype = optimizer_dtype_name(model);
+  out.own_dtypes = own_dtypes;
   std::vector<Entry> entries;
   out.planner_data = Value::dict();
   // Each entry under the key the source saved it with (a DCP source's record), else get_state_dict's.
@@ -114,8 +115,8 @@ DcpOutput plan_dcp_output(const ModelInfo& model, DType dtype, const formats::dc
     out.sources.push_back(std::move(s));
   };
   for (size_t i = 0; i < model.params.size(); ++i)
-    add(formats::dcp::model_key_path(model.params[i].name), {DcpSource::Model, static_cast<int>(i)}, false, dtype,
-        model.params[i].shape);
+    add(formats::dcp::model_key_path(model.params[i].name), {DcpSource::Model, static_cast<int>(i)}, false,
+        own_dtypes ? state_dtype(model.params[i], "fp32") : dtype, model.params[i].shape);
   for (size_t b = 0; b < model.buffers.size(); ++b)
     add(formats::dcp::model_key_path(model.buffers[b].name), {DcpSource::Buffer, static_cast<int>(b)}, false,
         *dtype_from_name(model.buffers[b].dtype), model.buffers[b].shape);
@@ -186,6 +187,7 @@ nlohmann::json dcp_output_json(const DcpOutput& out) {
   j["format"] = "dcp";
   j["dtype"] = dtype_option_name(out.dtype);
   j["target"] = dcp_target_json(out.target, out.dtype, out.optimizer_dtype);
+  if (out.own_dtypes) j["dtype"] = j["target"]["dtype"] = "as stored";
   j.update(save_plan_description(out.plan));
   return j;
 }
@@ -197,7 +199,7 @@ DcpWritten write_dcp_output(const DcpOutput& out, const ModelInfo& model, Univer
   const ValuePtr groups = param_groups_of(model);
   auto whole = [&](const Entry& e) -> Tensor {
     const DcpSource& s = out.sources.at(index.at(e.fqn));
-    if (s.kind == DcpSource::Model) return read_whole_tensor(model, reader, s.param, "fp32", out.dtype);
+    if (s.kind == DcpSource::Model) return read_whole_tensor(model, reader, s.param, "fp32", e.dtype);
     if (s.kind == DcpSource::State) return read_whole_tensor(model, reader, s.param, s.state, e.dtype);
     if (s.kind == DcpSource::Buffer) return read_buffer(reader.dir(), model.buffers.at(s.param), reader.verifying());
     const ValuePtr v = reader.step(s.param);  // Step as a tensor
@@ -237,7 +239,7 @@ namespace {
 // The plan of the output, with each parameter's step read (its kind decides the entry's).
 DcpOutput dcp_output_of(const LoadOptions& options, const Prepared& p, UniversalReader& reader) {
   return plan_dcp_output(p.model, p.plan.target.dtype, dcp_target(options.given.world_size),
-                         [&](int i) { return reader.step(i); });
+                         [&](int i) { return reader.step(i); }, keeps_stored_dtypes(options.given, p.model, options.format));
 }
 
 // --format dcp: global tensors (the parallel layout does not apply; --world-size N: FSDP2's rows);
@@ -272,6 +274,7 @@ class DcpOutputWriter final : public OutputWriter {
   void summarize(const LoadRun& r, LoadSummary& s) const override {
     s.target = dcp_target_json(dcp_target(r.options.given.world_size), r.prep.plan.target.dtype,
                                optimizer_dtype_name(r.prep.model));
+    if (keeps_stored_dtypes(r.options.given, r.prep.model, r.options.format)) s.target["dtype"] = "as stored";
   }
 };
 

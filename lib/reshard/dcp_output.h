@@ -46,6 +46,7 @@ struct DcpOutput {
   formats::dcp::Target target;
   DType dtype = DType::BFloat16;           // of the model tensors
   std::string optimizer_dtype = "fp32";    // optimizer_dtype_name's
+  bool own_dtypes = false;                 // each model tensor in its parameter's stored dtype, not `dtype`
   formats::dcp::SavePlan plan;
   std::vector<DcpSource> sources;          // [entry]
   pickle::ValuePtr planner_data;           // {flat fqn: nested path}, as DefaultSavePlanner records it
@@ -61,10 +62,11 @@ std::vector<uint8_t> read_item(const std::string& dir, const formats::universal:
 // The target mesh: --world-size N (N > 1) gives FSDP2's rows over N ranks, else one whole rank.
 formats::dcp::Target dcp_target(int64_t world_size);
 
-// The plan of the checkpoint written for `model` (`step(i)`: parameter i's raw step value or null).
-// Pure but for `step`.
+// The plan of the checkpoint written for `model` (`step(i)`: parameter i's raw step value or null);
+// `own_dtypes` (target_defaults.h keeps_stored_dtypes): each parameter's model tensor in the dtype its
+// source stored it in (state_dtype of "fp32") instead of `dtype`. Pure but for `step`.
 DcpOutput plan_dcp_output(const ModelInfo& model, DType dtype, const formats::dcp::Target& target,
-                          const std::function<pickle::ValuePtr(int)>& step);
+                          const std::function<pickle::ValuePtr(int)>& step, bool own_dtypes = false);
 
 // The optimizer states' dtype as written: "fp32", or the option name of the 16-bit float their source
 // stored them in ("bf16"; "as stored" when they differ).

@@ -21,6 +21,7 @@
 
 #include "formats/dcp/reader.h"
 #include "reshard/dcp_output.h"
+#include "reshard/target_defaults.h"
 #include "formats/universal/manifest.h"
 #include "formats/universal/state_file.h"
 #include "io/torch/torch_file.h"
@@ -416,4 +417,34 @@ TEST(DcpOutput, PlanKeepsTheSourcesKeysItemsAndStateDtypes) {
   EXPECT_EQ(out.planner_data->at("optimizer.state.emb.weight.exp_avg")->repr(), "('optimizer', 'state.emb.weight.exp_avg')");
   EXPECT_EQ(out.planner_data->at("train_state.step")->repr(), "('train_state', 'step')");
   EXPECT_EQ(out.planner_data->at("lr_scheduler.last_epoch")->repr(), "('lr_scheduler', 'last_epoch')");
+}
+
+// A DCP whose parameters differ in dtype (a bf16 layer beside an fp32 norm) has no one precision to
+// default to: without --dtype each model tensor keeps the dtype its source stored it in (issue 47;
+// before: "give --dtype").
+TEST(DcpOutput, OwnDtypesKeepEachParametersStoredDtype) {
+  reshard::ModelInfo m;
+  m.manifest_only = true;
+  m.states = {"fp32"};
+  for (const char* n : {"0.weight", "1.weight"}) {
+    reshard::ParamInfo p;
+    p.name = n;
+    p.shape = {3};
+    if (std::string(n) == "0.weight") p.source_dtypes["fp32"] = DType::BFloat16;
+    m.params.push_back(p);
+  }
+  const auto step = [](int) { return nullptr; };
+  const auto own = reshard::plan_dcp_output(m, DType::Float16, formats::dcp::Target::whole(), step, true);
+  EXPECT_EQ(own.plan.entries[0].dtype, DType::BFloat16);
+  EXPECT_EQ(own.plan.entries[1].dtype, DType::Float32);
+  EXPECT_EQ(reshard::dcp_output_json(own)["dtype"], "as stored");
+  const auto asked = reshard::plan_dcp_output(m, DType::Float16, formats::dcp::Target::whole(), step);
+  EXPECT_EQ(asked.plan.entries[0].dtype, DType::Float16);
+  EXPECT_EQ(asked.plan.entries[1].dtype, DType::Float16);
+  reshard::TargetGiven given;
+  given.dtype = false;
+  EXPECT_TRUE(reshard::keeps_stored_dtypes(given, m, reshard::OutputFormat::Dcp));
+  EXPECT_FALSE(reshard::keeps_stored_dtypes(given, m, reshard::OutputFormat::Safetensors));
+  m.source_dtype = DType::BFloat16;  // one precision: it is the default, as before
+  EXPECT_FALSE(reshard::keeps_stored_dtypes(given, m, reshard::OutputFormat::Dcp));
 }
