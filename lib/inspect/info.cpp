@@ -28,6 +28,7 @@
 #include "formats/hf/import_plan.h"
 #include "formats/universal/manifest.h"
 #include "formats/universal/state_file.h"
+#include "reshard/dcp_output.h"
 #include "reshard/direct_source.h"
 #include "reshard/model_info.h"
 #include "reshard/universal_reader.h"
@@ -251,12 +252,17 @@ void describe_universal_from_dcp(CheckpointInfo& info, const formats::universal:
   for (const auto& x : dtypes) d += (d.empty() ? "" : ",") + x;
   if (!d.empty()) info.dtypes["model"] = d;
   info.dcp = manifest.source.facts.value("dcp", nlohmann::json(nullptr));
+  if (info.dcp.is_object()) {
+    info.dcp.erase("keys");  // one path per renamed entry: the layout says it
+    info.dcp["items_carried"] = manifest.items.size();
+  }
   if (!options.verify) {
     skip_check(info, "checksums", "crc32 of every state file against manifest.json (--no-verify)");
     return;
   }
   run_check(info, "checksums", "crc32 of every state file against manifest.json", [&] {
     for (const auto& b : manifest.buffers) (void)reshard::read_buffer(info.dir, b, true);
+    for (const auto& i : manifest.items) (void)reshard::read_item(info.dir, i, true);
     for (const auto& p : manifest.params)
       for (const auto& [s, f] : p.states) {
         const std::string path = (fs::path(info.dir) / f.file).string();
@@ -285,6 +291,7 @@ void describe_universal(CheckpointInfo& info, const InfoOptions& options) {
   }
   add_sizes(info, info.dir, [&](const std::string& rel) -> std::string {
     if (buffer_files.count(rel)) return "buffer_files";
+    if (rel.rfind(std::string(formats::universal::kUniversalItemsFolder) + "/", 0) == 0) return "item_files";
     if (rel == formats::universal::kUniversalManifestName) return "manifest";
     if (rel == manifest.optimizer_state) return "optimizer_state";
     if (model_files.count(rel)) return "model_states";
@@ -494,6 +501,7 @@ void describe_dcp(CheckpointInfo& info, const InfoOptions& options) {
   std::set<size_t> groups;
   for (const auto& g : plan.param_groups) groups.insert(g.second.first);
   info.dcp["param_groups"] = groups.size();
+  info.dcp["items_carried"] = plan.items.size();  // bytes entries ucp-union carries verbatim (issue 47)
   info.dcp["not_carried"] = plan.not_carried;
   if (!options.verify) {
     skip_check(info, "items", "every item decoded: inside its data file, the chunk's dtype and shape (--no-verify)");
@@ -704,7 +712,10 @@ std::string CheckpointInfo::text() const {
   }
   if (kind.is(formats::kUniversal) && dcp.is_object())
     row("source", "DCP checkpoint (" + dcp.value("folder", "") + ", " + dcp.value("era", "") + ", world size " +
-                      std::to_string(dcp.value("world_size", 0)) + ")");
+                      std::to_string(dcp.value("world_size", 0)) +
+                      (dcp.contains("layout") ? "; keys as saved: " + dcp.value("layout", "") : std::string()) +
+                      (dcp.value("items_carried", 0) ? "; " + std::to_string(dcp.value("items_carried", 0)) +
+                                                            " non-tensor items carried" : std::string()) + ")");
   if (!kind.is(formats::kUniversal) && dcp.contains("entries")) {  // a DCP describer's summary of the folder itself
     std::string d = dcp.value("folder", "") + ", " + dcp.value("era", "") + ", world size " +
                     std::to_string(dcp.value("world_size", 0)) + "; " + std::to_string(dcp.value("tensor_entries", 0)) +

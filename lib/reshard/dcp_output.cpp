@@ -7,9 +7,13 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <set>
 
 #include "core/atomic_file.h"
+#include "core/confine.h"
+#include "core/crc32.h"
 #include "core/error.h"
+#include "formats/dcp/key_record.h"
 #include "formats/dcp/writer.h"
 #include "io/shape.h"
 #include "io/torch/torch_file.h"
@@ -68,18 +72,39 @@ ValuePtr group_value(const ModelInfo& model, const ValuePtr& groups, const DcpSo
 
 }  // namespace
 
+DType state_dtype(const ParamInfo& p, const std::string& state) {
+  const auto it = p.source_dtypes.find(state);
+  return it == p.source_dtypes.end() ? DType::Float32 : it->second;
+}
+
+std::vector<uint8_t> read_item(const std::string& dir, const formats::universal::UniversalItem& item, bool verify) {
+  const std::string manifest = (fs::path(dir) / formats::universal::kUniversalManifestName).string();
+  const std::string path = confined_path(dir, item.file.file, manifest, "item " + item.key + " file").string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot read (the universal checkpoint is incomplete?)");
+  std::vector<uint8_t> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) fail(path, "read failed");
+  if (verify && item.file.crc32 && crc32_update(0, {b.data(), b.size()}) != *item.file.crc32)
+    fail(path, "checksum mismatch (item " + escaped_brief(item.key) + ")");
+  return b;
+}
+
 formats::dcp::Target dcp_target(int64_t world_size) {
   return world_size > 1 ? formats::dcp::Target::rows(world_size) : formats::dcp::Target::whole();
 }
 
 DcpOutput plan_dcp_output(const ModelInfo& model, DType dtype, const formats::dcp::Target& target,
-                          const std::function<ValuePtr(int)>& step) {
+                          const std::function<ValuePtr(int)>& step, bool own_dtypes) {
   DcpOutput out;
   out.target = target;
   out.dtype = dtype;
+  out.optimizer_dtype = optimizer_dtype_name(model);
+  out.own_dtypes = own_dtypes;
   std::vector<Entry> entries;
   out.planner_data = Value::dict();
-  auto add = [&](std::vector<ValuePtr> path, DcpSource s, bool is_bytes, DType dt, std::vector<int64_t> size) {
+  // Each entry under the key the source saved it with (a DCP source's record), else get_state_dict's.
+  auto add = [&](const formats::dcp::KeyPath& default_path, DcpSource s, bool is_bytes, DType dt, std::vector<int64_t> size) {
+    const std::vector<ValuePtr> path = formats::dcp::pickle_path(formats::dcp::saved_path(model.dcp_keys, default_path));
     Entry e;
     e.fqn = flat_of(path);
     e.is_bytes = is_bytes;
@@ -90,23 +115,21 @@ DcpOutput plan_dcp_output(const ModelInfo& model, DType dtype, const formats::dc
     out.sources.push_back(std::move(s));
   };
   for (size_t i = 0; i < model.params.size(); ++i)
-    add({Value::str("model"), Value::str(model.params[i].name)}, {DcpSource::Model, static_cast<int>(i)}, false, dtype,
-        model.params[i].shape);
+    add(formats::dcp::model_key_path(model.params[i].name), {DcpSource::Model, static_cast<int>(i)}, false,
+        own_dtypes ? state_dtype(model.params[i], "fp32") : dtype, model.params[i].shape);
   for (size_t b = 0; b < model.buffers.size(); ++b)
-    add({Value::str("model"), Value::str(model.buffers[b].name)}, {DcpSource::Buffer, static_cast<int>(b)}, false,
+    add(formats::dcp::model_key_path(model.buffers[b].name), {DcpSource::Buffer, static_cast<int>(b)}, false,
         *dtype_from_name(model.buffers[b].dtype), model.buffers[b].shape);
   for (size_t i = 0; i < model.params.size(); ++i) {
     const auto& p = model.params[i];
-    auto state_path = [&](const std::string& name) {
-      return std::vector<ValuePtr>{Value::str("optim"), Value::str("state"), Value::str(p.name), Value::str(name)};
-    };
     if (const ValuePtr v = p.step ? step(static_cast<int>(i)) : nullptr) {
       const bool tensor = v->is(pickle::Kind::Tensor);
-      add(state_path("step"), {DcpSource::Step, static_cast<int>(i)}, !tensor,
+      add(formats::dcp::state_key_path(p.name, "step"), {DcpSource::Step, static_cast<int>(i)}, !tensor,
           tensor ? v->as_tensor().dtype() : DType::Float32, tensor ? v->as_tensor().shape() : std::vector<int64_t>{});
     }
     for (const auto& s : model.states)
-      if (s != "fp32") add(state_path(s), {DcpSource::State, static_cast<int>(i), s}, false, DType::Float32, p.shape);
+      if (s != "fp32")
+        add(formats::dcp::state_key_path(p.name, s), {DcpSource::State, static_cast<int>(i), s}, false, state_dtype(p, s), p.shape);
   }
   if (const ValuePtr groups = param_groups_of(model)) {
     for (size_t g = 0; g < groups->items.size(); ++g) {
@@ -117,19 +140,29 @@ DcpOutput plan_dcp_output(const ModelInfo& model, DType dtype, const formats::dc
         if (kv.first->is(pickle::Kind::Str) && kv.first->s != "params") keys.push_back(kv.first->s);
       keys.push_back("params");
       for (const auto& k : keys)
-        add({Value::str("optim"), Value::str("param_groups"), Value::integer(static_cast<int64_t>(g)), Value::str(k)},
-            {DcpSource::ParamGroup, -1, "", g, k}, true, DType::Float32, {});
+        add(formats::dcp::group_key_path(g, k), {DcpSource::ParamGroup, -1, "", g, k}, true, DType::Float32, {});
     }
   }
+  // A DCP source's other bytes entries, verbatim under their own paths (not get_state_dict's: no record).
+  for (size_t k = 0; k < model.items.size(); ++k)
+    add(model.items[k].path, {DcpSource::Item, static_cast<int>(k)}, true, DType::Float32, {});
   out.plan = formats::dcp::make_save_plan(entries, target);
   return out;
 }
 
-nlohmann::json dcp_target_json(const formats::dcp::Target& target, DType dtype) {
+std::string optimizer_dtype_name(const ModelInfo& model) {
+  std::set<std::string> names;
+  for (const auto& p : model.params)
+    for (const auto& s : model.states)
+      if (s != "fp32") names.insert(dtype_option_name(state_dtype(p, s)));
+  return names.empty() ? "fp32" : names.size() == 1 ? *names.begin() : "as stored";
+}
+
+nlohmann::json dcp_target_json(const formats::dcp::Target& target, DType dtype, const std::string& optimizer_dtype) {
   // dcp_target's two meshes (save_plan's other kinds have no ucp-load option).
   const bool rows = target.kind == formats::dcp::Target::Kind::Rows;
   return {{"dtype", dtype_option_name(dtype)},
-          {"optimizer_dtype", "fp32"},
+          {"optimizer_dtype", optimizer_dtype},
           {"mesh", rows ? "rows" : "whole"},
           {"world", target.world}};
 }
@@ -153,7 +186,8 @@ nlohmann::json dcp_output_json(const DcpOutput& out) {
   nlohmann::json j;
   j["format"] = "dcp";
   j["dtype"] = dtype_option_name(out.dtype);
-  j["target"] = dcp_target_json(out.target, out.dtype);
+  j["target"] = dcp_target_json(out.target, out.dtype, out.optimizer_dtype);
+  if (out.own_dtypes) j["dtype"] = j["target"]["dtype"] = "as stored";
   j.update(save_plan_description(out.plan));
   return j;
 }
@@ -165,8 +199,8 @@ DcpWritten write_dcp_output(const DcpOutput& out, const ModelInfo& model, Univer
   const ValuePtr groups = param_groups_of(model);
   auto whole = [&](const Entry& e) -> Tensor {
     const DcpSource& s = out.sources.at(index.at(e.fqn));
-    if (s.kind == DcpSource::Model) return read_whole_tensor(model, reader, s.param, "fp32", out.dtype);
-    if (s.kind == DcpSource::State) return read_whole_tensor(model, reader, s.param, s.state, DType::Float32);
+    if (s.kind == DcpSource::Model) return read_whole_tensor(model, reader, s.param, "fp32", e.dtype);
+    if (s.kind == DcpSource::State) return read_whole_tensor(model, reader, s.param, s.state, e.dtype);
     if (s.kind == DcpSource::Buffer) return read_buffer(reader.dir(), model.buffers.at(s.param), reader.verifying());
     const ValuePtr v = reader.step(s.param);  // Step as a tensor
     if (!v || !v->is(pickle::Kind::Tensor)) throw Error(model.params[s.param].name + ": its step changed while writing");
@@ -174,6 +208,7 @@ DcpWritten write_dcp_output(const DcpOutput& out, const ModelInfo& model, Univer
   };
   auto bytes = [&](const Entry& e) -> std::vector<uint8_t> {
     const DcpSource& s = out.sources.at(index.at(e.fqn));
+    if (s.kind == DcpSource::Item) return read_item(reader.dir(), model.items.at(s.param), reader.verifying());
     const ValuePtr v = s.kind == DcpSource::Step ? reader.step(s.param) : group_value(model, groups, s);
     return torch_save_bytes(v, dir);
   };
@@ -204,7 +239,7 @@ namespace {
 // The plan of the output, with each parameter's step read (its kind decides the entry's).
 DcpOutput dcp_output_of(const LoadOptions& options, const Prepared& p, UniversalReader& reader) {
   return plan_dcp_output(p.model, p.plan.target.dtype, dcp_target(options.given.world_size),
-                         [&](int i) { return reader.step(i); });
+                         [&](int i) { return reader.step(i); }, keeps_stored_dtypes(options.given, p.model, options.format));
 }
 
 // --format dcp: global tensors (the parallel layout does not apply; --world-size N: FSDP2's rows);
@@ -237,7 +272,9 @@ class DcpOutputWriter final : public OutputWriter {
   }
 
   void summarize(const LoadRun& r, LoadSummary& s) const override {
-    s.target = dcp_target_json(dcp_target(r.options.given.world_size), r.prep.plan.target.dtype);
+    s.target = dcp_target_json(dcp_target(r.options.given.world_size), r.prep.plan.target.dtype,
+                               optimizer_dtype_name(r.prep.model));
+    if (keeps_stored_dtypes(r.options.given, r.prep.model, r.options.format)) s.target["dtype"] = "as stored";
   }
 };
 

@@ -39,6 +39,7 @@ nlohmann::json LoadSummary::to_json() const {
   if (!target.empty()) j["target"] = target;
   j["reused"] = reused;
   j["buffers"] = buffers;
+  j["items"] = items;
   j["not_carried"] = not_carried;
   if (direct) {
     j["input_kind"] = "native";
@@ -251,6 +252,9 @@ LoadSummary summarize(LoadRun& r, const OutputWriter& writer, Clock::time_point 
   s.format = r.plan.format;
   s.params = r.prep.model.params.size();
   s.buffers = r.prep.model.buffers.size();
+  if (r.plan.format == OutputFormat::Dcp) s.items = r.prep.model.items.size();
+  else
+    for (const auto& i : r.prep.model.items) s.not_carried.push_back(i.key);
   s.ranks = r.mpi.size();
   s.threads = r.threads;
   s.exchange = r.plan.exchange;
@@ -282,6 +286,18 @@ bool output_holds(const LoadOptions& options, const Prepared& prep, bool root) {
                              (have ? diff : std::string("no ") + kLayoutRecordName) + "): converting again" +
                              (options.overwrite ? " (--overwrite)" : ""));
   return false;
+}
+
+// A DCP source's bytes entries (LR scheduler, dataloader position, train state, flattened param_groups)
+// have no place in the other formats: said by default (issue 47: a run resumed without them is another
+// run) and listed in --json's not_carried. No path: in direct mode the input here is a scratch folder.
+void warn_items_not_carried(const LoadOptions& options, const ModelInfo& model) {
+  if (model.items.empty()) return;
+  std::string names;
+  for (size_t k = 0; k < model.items.size() && k < 4; ++k) names += (k ? "', '" : "'") + escaped_brief(model.items[k].key);
+  options.reporter.warning(std::to_string(model.items.size()) + " non-tensor DCP entries (" + names + "'" +
+                           (model.items.size() > 4 ? ", ..." : "") + ") are not carried into --format " +
+                           std::string(output_format_name(options.format)) + " (only --format dcp writes them back)");
 }
 
 LoadSummary reused_summary(const LoadOptions& options, const Prepared& prep, Clock::time_point t0) {
@@ -324,6 +340,7 @@ LoadSummary run_load(const LoadOptions& options) {
   failed.settle();
   if (options.reuse_output && output_holds(options, prep, mpi.rank() == 0)) return reused_summary(options, prep, t0);
   writer.announce(options, prep);
+  if (options.format != OutputFormat::Dcp && mpi.rank() == 0) warn_items_not_carried(options, prep.model);
   phase.next("plan");
   const LoadPlan plan =
       plan_load(options, prep.model, prep.plan, prep.moe_line, prep.direct() != nullptr, mpi.size(), mpi.rank(),

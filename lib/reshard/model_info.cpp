@@ -23,6 +23,7 @@
 #include "formats/deepspeed/pipeline.h"
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/training_config.h"
+#include "formats/dcp/key_record.h"
 #include "formats/universal/manifest.h"
 
 namespace fs = std::filesystem;
@@ -286,6 +287,13 @@ std::map<std::string, ParamInfo> params_from_manifest(ModelInfo& m, const Univer
     for (const auto& [state, s] : e.states) {
       p.state_files[state] = s.file;
       states.insert(state);
+      if (s.source_dtype) {
+        const auto d = dtype_from_name(*s.source_dtype);
+        if (!d || (*d != DType::BFloat16 && *d != DType::Float16))
+          throw Error(meta.manifest_path + ": parameter " + p.name + " state " + state + " has the source_dtype " +
+                      escaped_brief(*s.source_dtype) + ", not bfloat16 or float16");
+        p.source_dtypes[state] = *d;
+      }
       if (!on_disk) continue;  // direct mode: the states are read from the source checkpoint
       confined_path(meta.dir, s.file, meta.manifest_path, p.name + " " + state + " file");
       if (!s.crc32) throw Error(meta.manifest_path + ": parameter " + p.name + " state " + state + " has no crc32");
@@ -457,6 +465,26 @@ std::vector<formats::universal::UniversalBuffer> buffers_of(const UniversalMeta&
   return meta.manifest.buffers;
 }
 
+// The manifest's items (a DCP's bytes entries), their files inside the folder and present.
+std::vector<formats::universal::UniversalItem> items_of(const UniversalMeta& meta) {
+  for (const auto& i : meta.manifest.items) {
+    if (meta.dir.empty()) continue;
+    const fs::path at = confined_path(meta.dir, i.file.file, meta.manifest_path, "item " + i.key + " file");
+    if (!i.file.crc32) throw Error(meta.manifest_path + ": item " + i.key + " has no crc32");
+    if (!fs::exists(at)) throw Error(at.string() + ": missing (the universal checkpoint is incomplete)");
+  }
+  return meta.manifest.items;
+}
+
+// source.dcp.keys: the keys a DCP source was saved under where they are not get_state_dict's.
+nlohmann::json dcp_keys_of(const UniversalMeta& meta) {
+  const nlohmann::json& facts = meta.manifest.source.facts;
+  const auto dcp = facts.find("dcp");
+  if (dcp == facts.end() || !dcp->is_object() || !dcp->contains("keys")) return nlohmann::json::object();
+  formats::dcp::check_key_record(dcp->at("keys"), meta.manifest_path);
+  return dcp->at("keys");
+}
+
 }  // namespace
 
 namespace {
@@ -492,6 +520,8 @@ ModelInfo manifest_only_model_info(const UniversalMeta& meta) {
   }
   if (dtypes.size() == 1) m.source_dtype = dtype_from_name(*dtypes.begin());
   m.buffers = buffers_of(meta);
+  m.items = items_of(meta);
+  m.dcp_keys = dcp_keys_of(meta);
   m.optimizer_state = optimizer_state_of(meta);
   const ValuePtr groups = m.optimizer_state && m.optimizer_state->kind == Kind::Dict ? m.optimizer_state->get("param_groups") : nullptr;
   if (groups && groups->is_sequence()) {

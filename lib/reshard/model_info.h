@@ -46,6 +46,9 @@ struct ParamInfo {
   int manifest_index = -1;      // position in manifest.json
   std::map<std::string, std::string> state_files;  // state -> relative path in the universal folder
   std::map<std::string, uint32_t> crc32;           // state -> checksum of the tensor elements
+  // state -> the 16-bit float dtype the source stored it in (the state file holds it widened to fp32;
+  // manifest states' source_dtype): the DCP writer writes that state back in it.
+  std::map<std::string, DType> source_dtypes;
 };
 
 struct ModelInfo {
@@ -89,6 +92,10 @@ struct ModelInfo {
   // Model tensors without optimizer state (manifest "buffers": a DCP's buffers and counters), each
   // written in its own dtype whatever --dtype says (issue 47); not in `params`.
   std::vector<formats::universal::UniversalBuffer> buffers;
+  // A DCP source's other entries, verbatim (manifest "items"), and the keys it saved under where they are
+  // not what ucp-load --format dcp writes by default (formats/dcp/key_record.h): issue 47.
+  std::vector<formats::universal::UniversalItem> items;
+  nlohmann::json dcp_keys = nlohmann::json::object();
   pickle::ValuePtr optimizer_state;      // the common optimizer state: the manifest's optimizer_state file
                                          // (read once here) or, in direct mode, the one built from the source
 

@@ -51,10 +51,16 @@ void apply_world_size(TargetLayout& t, const TargetGiven& given) {
 
 }  // namespace
 
+bool keeps_stored_dtypes(const TargetGiven& given, const ModelInfo& m, OutputFormat format) {
+  return !given.dtype && !m.source_dtype && m.manifest_only && format == OutputFormat::Dcp;
+}
+
 nlohmann::json apply_source_defaults(TargetLayout& t, const TargetGiven& given, const ModelInfo& m,
                                      OutputFormat format) {
   nlohmann::json from = nlohmann::json::object();
-  if (!given.dtype) {
+  if (keeps_stored_dtypes(given, m, format)) {
+    from["dtype"] = "as stored";
+  } else if (!given.dtype) {
     t.dtype = source_dtype(m);
     from["dtype"] = dtype_option_name(t.dtype);
   }

@@ -31,6 +31,12 @@ struct TargetGiven {
 nlohmann::json apply_source_defaults(TargetLayout& t, const TargetGiven& given, const ModelInfo& model,
                                      OutputFormat format);
 
+// Whether each parameter keeps the dtype its source stored it in, there being no one precision to default
+// to: a universal folder made from a DCP whose parameters differ in dtype (bf16 beside fp32; the
+// manifest's per-parameter dtypes and states' source_dtype), written as DCP without --dtype (issue 47).
+// apply_source_defaults then says "as stored" instead of asking for --dtype.
+bool keeps_stored_dtypes(const TargetGiven& given, const ModelInfo& model, OutputFormat format);
+
 // One line for the summary: "from the source: ep 2, dtype fp16" ("" when nothing was taken).
 std::string describe_source_defaults(const nlohmann::json& from_source);
 

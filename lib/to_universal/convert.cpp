@@ -61,6 +61,7 @@ nlohmann::json RunSummary::to_json() const {
           {"mpi_ranks", ranks},
           {"threads", threads},
           {"buffers", buffers},
+          {"items", items},
           {"not_carried", not_carried}};
 }
 

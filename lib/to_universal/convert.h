@@ -37,6 +37,7 @@ struct RunSummary {
   double seconds = 0;
   int ranks = 1, threads = 1;
   size_t buffers = 0;                    // model tensors without optimizer state carried (DCP sources)
+  size_t items = 0;                      // a DCP's bytes entries carried verbatim (manifest "items")
   std::vector<std::string> not_carried;  // source entries left out (DCP: non-tensor items), said on stderr
   nlohmann::json to_json() const;
 };

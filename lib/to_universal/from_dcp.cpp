@@ -11,6 +11,15 @@
 //  * optim.param_groups.<i>.<key> bytes items (torch.save of each value, default_planner.py:146-148)
 //    become zero/optimizer_state.pt {"param_groups": [{key: value, ...}, ...]}, as DeepSpeed's
 //    universal optimizer_state.pt carries param_groups; "params" lists fqns (state_dict.py:784-785).
+//  * every other bytes entry (LR scheduler, dataloader position, train_state bytes, torchtitan's
+//    flattened param_groups.<fqn>.<key>, any torch.save'd value) is carried verbatim, items/<n>.pt
+//    under the manifest's "items" with its key and nested path (issue 47);
+//  * a 16-bit float model tensor or optimizer state (bf16 training, a bf16 model-only save) is widened
+//    to float32 in its state file (exact) and its dtype recorded (states' source_dtype): the universal
+//    form's states are float32, and ucp-load --format dcp narrows them back (bit for bit);
+//  * where an entry's key differs from get_state_dict's (what ucp-load --format dcp writes by default:
+//    torchtitan's top-level model keys and optimizer.*, train_state.step beside the model), the saved
+//    path is recorded in source.dcp.keys, with the key layout (formats/dcp/key_record.h).
 #include "to_universal/from_dcp.h"
 
 #include <algorithm>
@@ -21,9 +30,11 @@
 
 #include "core/atomic_file.h"
 #include "core/confine.h"
+#include "core/crc32.h"
 #include "core/error.h"
 #include "core/staging.h"
 #include "formats/detect.h"
+#include "formats/dcp/key_record.h"
 #include "formats/dcp/reader.h"
 #include "formats/dcp/state_keys.h"
 #include "formats/universal/manifest.h"
@@ -55,6 +66,32 @@ namespace {
 
 uint64_t entry_bytes(const Entry& e) { return static_cast<uint64_t>(numel_of(e.size)) * dtype_size(e.dtype); }
 
+// The bytes of a fqn's items (what reading it costs).
+uint64_t item_bytes(const Metadata& md, const std::string& fqn) {
+  uint64_t n = 0;
+  if (auto it = md.item_index.find(fqn); it != md.item_index.end())
+    for (size_t k : it->second) n += md.items[k].storage.length;
+  return n;
+}
+
+// source.dcp.keys: the saved path of every carried entry whose key (or, when the planner recorded paths,
+// whose path) is not what ucp-load --format dcp writes by default.
+nlohmann::json saved_keys(const DcpPlan& plan, const Metadata& md) {
+  nlohmann::json keys = nlohmann::json::object();
+  auto keep = [&](const formats::dcp::KeyPath& def, const std::string& fqn) {
+    const formats::dcp::KeyPath saved = formats::dcp::recorded_path(md, fqn);
+    if (fqn != formats::dcp::flat_key(def) || (md.planner_data && saved != def)) formats::dcp::record_key(keys, def, saved);
+  };
+  for (const DcpParam& p : plan.params) {
+    for (const auto& [state, fqn] : p.states)
+      keep(state == "fp32" ? formats::dcp::model_key_path(p.name) : formats::dcp::state_key_path(p.name, state), fqn);
+    if (!p.step.empty()) keep(formats::dcp::state_key_path(p.name, "step"), p.step);
+  }
+  for (const DcpBuffer& b : plan.buffers) keep(formats::dcp::model_key_path(b.name), b.fqn);
+  for (const auto& [fqn, at] : plan.param_groups) keep(formats::dcp::group_key_path(at.first, at.second), fqn);
+  return keys;
+}
+
 }  // namespace
 
 DcpPlan plan_dcp(const Metadata& md, const Folder& folder) {
@@ -78,6 +115,8 @@ DcpPlan plan_dcp(const Metadata& md, const Folder& folder) {
       states.push_back({&e, r});
     } else if (r.kind == KeyRole::ParamGroup && e.is_bytes) {
       plan.param_groups.push_back({e.fqn, {r.group, r.name}});
+    } else if (e.is_bytes) {
+      plan.items.push_back({e.fqn, formats::dcp::recorded_path(md, e.fqn), item_bytes(md, e.fqn)});
     } else {
       plan.not_carried.push_back(e.fqn);
     }
@@ -113,24 +152,21 @@ DcpPlan plan_dcp(const Metadata& md, const Folder& folder) {
   }
   plan.params = std::move(params);
   plan.source.format = "dcp";
-  plan.source.facts["dcp"] = {{"folder", formats::dcp::folder_kind_name(folder.kind)},
-                              {"era", formats::dcp::era_name(md.era)},
-                              {"world_size", formats::dcp::world_size_of(md, folder)},
-                              {"entries", md.entries.size()},
-                              {"items", md.items.size()},
-                              {"not_carried", plan.not_carried.size()}};
+  auto& facts = plan.source.facts["dcp"] = {{"folder", formats::dcp::folder_kind_name(folder.kind)},
+                                            {"era", formats::dcp::era_name(md.era)},
+                                            {"world_size", formats::dcp::world_size_of(md, folder)},
+                                            {"entries", md.entries.size()},
+                                            {"items", md.items.size()},
+                                            {"not_carried", plan.not_carried.size()}};
+  // Written only when a key is not get_state_dict's: a folder made from such a DCP keeps its bytes.
+  if (nlohmann::json keys = saved_keys(plan, md); !keys.empty()) {
+    facts["layout"] = formats::dcp::key_layout(md).layout;
+    facts["keys"] = std::move(keys);
+  }
   return plan;
 }
 
 namespace {
-
-// The bytes of a fqn's items (what reading it costs).
-uint64_t item_bytes(const Metadata& md, const std::string& fqn) {
-  uint64_t n = 0;
-  if (auto it = md.item_index.find(fqn); it != md.item_index.end())
-    for (size_t k : it->second) n += md.items[k].storage.length;
-  return n;
-}
 
 // The step as stored: a tensor item, or a bytes item holding torch.save(int).
 ValuePtr read_step(const formats::dcp::Reader& reader, const std::string& fqn) {
@@ -152,15 +188,19 @@ ParamResult convert_param(const DcpParam& p, const formats::dcp::Reader& reader,
   for (const auto& [state, fqn] : p.states) {
     check_interrupted();
     formats::universal::StateFile f;
+    const DType stored = reader.metadata().find(fqn)->dtype;
+    const bool widen = stored == DType::BFloat16 || stored == DType::Float16;
     // Streamed: the chunks' bytes go from the mapped items through the writer's window into the file
-    // (one copy, the CRC-32s computed on the window), never assembled in memory.
-    f.param = reader.stream_tensor(fqn);
+    // (one copy, the CRC-32s computed on the window), never assembled in memory. A 16-bit float is read
+    // whole and widened: every reader of the universal form reads float32 states.
+    f.param = widen ? reader.read_tensor(fqn).to(DType::Float32) : reader.stream_tensor(fqn);
     r.bytes_read += item_bytes(reader.metadata(), fqn);
     const std::string path = (dir / (state + ".pt")).string();
     save_torch_file(path, formats::universal::to_pickle(f));
     r.bytes_written += file_size_or_zero(path);
     ++r.files;
     e.states[state] = {"zero/" + folder + "/" + state + ".pt", written_crc32(path, f.param)};
+    if (widen) e.states[state].source_dtype = std::string(dtype_name(stored));
   }
   if (!p.step.empty()) {
     const std::string path = (dir / "step.pt").string();
@@ -190,6 +230,20 @@ formats::universal::UniversalBuffer convert_buffer(const DcpBuffer& b, const for
   return {b.name, b.shape, std::string(dtype_name(b.dtype)), {"zero/" + folder + "/fp32.pt", written_crc32(path, f.param)}};
 }
 
+// items/<n>.pt: the bytes entry as stored (a torch.save stream, loaded by whoever saved it), listed
+// under the manifest's "items" with its key and path.
+formats::universal::UniversalItem convert_item(const DcpItem& item, size_t n, const formats::dcp::Reader& reader,
+                                               const fs::path& staged, CommonFiles& t) {
+  check_interrupted();
+  const std::vector<uint8_t> bytes = reader.read_bytes(item.fqn);
+  t.bytes_read += item.bytes;
+  const std::string rel = std::string(formats::universal::kUniversalItemsFolder) + "/" + std::to_string(n) + ".pt";
+  write_file_atomic((staged / rel).string(), {reinterpret_cast<const char*>(bytes.data()), bytes.size()});
+  t.bytes_written += bytes.size();
+  ++t.files;
+  return {item.fqn, item.path, {rel, crc32_update(0, {bytes.data(), bytes.size()})}};
+}
+
 // zero/optimizer_state.pt: {"param_groups": [{key: value}, ...]} from the bytes items.
 ValuePtr optimizer_state(const DcpPlan& plan, const formats::dcp::Reader& reader) {
   std::map<size_t, ValuePtr> groups;
@@ -217,6 +271,7 @@ UnionCounts dcp_union_counts(const DcpPlan& plan) {
   c.params = plan.params.size();
   for (const auto& p : plan.params) c.bytes += p.bytes, c.atomic_files += p.states.size() + (p.step.empty() ? 0 : 1);
   for (const auto& b : plan.buffers) c.bytes += b.bytes, ++c.atomic_files;
+  for (const auto& i : plan.items) c.bytes += i.bytes;
   c.files = "manifest.json, zero/optimizer_state.pt";
   c.from = "the DCP checkpoint";
   c.input_kind = "dcp";
@@ -246,10 +301,10 @@ RunSummary run_union_dcp(const std::string& input, const std::string& output, co
     std::string names;
     for (size_t k = 0; k < plan.not_carried.size() && k < 4; ++k)
       names += (k ? "', '" : "'") + escaped_brief(plan.not_carried[k]);
-    options.reporter.warning(std::to_string(plan.not_carried.size()) + " DCP entries of " + input +
-                             " are neither model tensors, optimizer states nor param_groups and are not carried "
+    options.reporter.warning(std::to_string(plan.not_carried.size()) + " DCP tensors of " + input +
+                             " are neither model tensors nor optimizer states of a parameter and are not carried "
                              "into the universal form (" + names + "'" + (plan.not_carried.size() > 4 ? ", ..." : "") +
-                             "); ucp-load --format dcp keeps them");
+                             "); ucp-load --input <the DCP> --format dcp keeps them");
   }
 
   UnionJob job;
@@ -263,12 +318,15 @@ RunSummary run_union_dcp(const std::string& input, const std::string& output, co
     ++t.files;
     // Rank 0 writes the buffers: small beside the parameters, and their manifest entries stay here.
     for (const DcpBuffer& b : plan.buffers) manifest.buffers.push_back(convert_buffer(b, *reader, staged / "zero", t));
+    if (!plan.items.empty()) make_folder(staged / formats::universal::kUniversalItemsFolder);
+    for (size_t k = 0; k < plan.items.size(); ++k) manifest.items.push_back(convert_item(plan.items[k], k, *reader, staged, t));
     manifest.source = plan.source;
     manifest.patterns_origin = "none (DCP: global tensors)";
     manifest.patterns_set = nlohmann::json::object();
   };
   RunSummary summary = execute_union(job, output, options, failed, phase, t0);
   summary.buffers = plan.buffers.size();
+  summary.items = plan.items.size();
   summary.not_carried = plan.not_carried;
   return summary;
 }

@@ -38,11 +38,20 @@ struct DcpBuffer {
   uint64_t bytes = 0;
 };
 
+// A bytes entry carried verbatim into the universal form's items/ (issue 47): an LR scheduler's,
+// dataloader's or train state's value, torchtitan's flattened param_groups, any other torch.save'd value.
+struct DcpItem {
+  std::string fqn;                             // its DCP key
+  nlohmann::json path;                         // its nested path (formats/dcp/key_record.h recorded_path)
+  uint64_t bytes = 0;
+};
+
 struct DcpPlan {
   std::vector<DcpParam> params;                // state_dict order of the model tensors
   // optim.param_groups.<i>.<key> bytes entries -> (i, key), in metadata order.
   std::vector<std::pair<std::string, std::pair<size_t, std::string>>> param_groups;
-  std::vector<std::string> not_carried;        // entries neither a parameter state nor a param_groups value
+  std::vector<DcpItem> items;                  // the bytes entries neither a step nor a nested param_groups value
+  std::vector<std::string> not_carried;        // tensors neither a model tensor nor a parameter's state
   // The model tensors that are no parameters (issue 47): with optimizer state in the checkpoint, those
   // without any (buffers, counters); in a model-only save, those of a dtype no parameter has (int, bool:
   // a float buffer cannot be told from a parameter there). Not in `params`; each written as it is.

@@ -339,7 +339,7 @@ Result run_ucp_load(const UcpLoadOptions& o) {
     rethrow_about_input(e, scratch->path(), o.load.input);
   }
   if (parallel::MpiSession::get().rank() != 0) return {};
-  s.not_carried = std::move(not_carried);
+  s.not_carried.insert(s.not_carried.begin(), not_carried.begin(), not_carried.end());
   Result r;
   r.output = s.output;
   r.fields = s.to_json();

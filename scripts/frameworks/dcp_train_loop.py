@@ -24,7 +24,8 @@ whole model (parameters, optimizer state, float buffers) bfloat16; tp2 adds tens
 
     python dcp_train_loop.py save --out ROOT --world 4 --variants torchtitan-fp32,get_state_dict-bf16-tp2
     python dcp_train_loop.py resume --ckpt ROOT --world 2 --variants ... --record R.json
-ROOT/<variant> is each variant's checkpoint; the record holds every variant's.
+    python dcp_train_loop.py resume --ckpt ROOT1,ROOT2 --world 3 --variants ... --record R1.json,R2.json
+ROOT/<variant> is each variant's checkpoint; the record holds every variant's (one record per root).
 """
 import argparse
 import warnings
@@ -191,23 +192,27 @@ def worker(rank, args, port):
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module")  # the model output: not used in place
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=args.world)
-    record = {}
-    for variant in args.variants.split(","):
-        layout = variant.split("-")[0]
-        model, opt, sched, loader, ts = build(rank, args.world, variant)
-        if args.cmd == "save":
-            train(model, opt, sched, loader, ts, args.steps)
-            dcp.save(state_of(layout, model, opt, sched, loader, ts), checkpoint_id=os.path.join(args.out, variant))
-        else:
-            state = state_of(layout, model, opt, sched, loader, ts)
-            dcp.load(state, checkpoint_id=os.path.join(args.ckpt, variant))
-            apply_state(layout, state, model, opt, sched)
-            loaded = fingerprint(model, opt)
-            rows = train(model, opt, sched, loader, ts, args.steps)
-            record[variant] = {"loaded": loaded, "steps": rows, "losses_before": ts.losses[: -args.steps]}
+    # resume: one record per checkpoint root (several roots in one run: the imports and the process group once)
+    roots = args.ckpt.split(",") if args.cmd == "resume" else [args.out]
+    records = {root: {} for root in roots}
+    for root in roots:
+        for variant in args.variants.split(","):
+            layout = variant.split("-")[0]
+            model, opt, sched, loader, ts = build(rank, args.world, variant)
+            if args.cmd == "save":
+                train(model, opt, sched, loader, ts, args.steps)
+                dcp.save(state_of(layout, model, opt, sched, loader, ts), checkpoint_id=os.path.join(root, variant))
+            else:
+                state = state_of(layout, model, opt, sched, loader, ts)
+                dcp.load(state, checkpoint_id=os.path.join(root, variant))
+                apply_state(layout, state, model, opt, sched)
+                loaded = fingerprint(model, opt)
+                rows = train(model, opt, sched, loader, ts, args.steps)
+                records[root][variant] = {"loaded": loaded, "steps": rows, "losses_before": ts.losses[: -args.steps]}
     if args.cmd == "resume" and rank == 0:
-        with open(args.record, "w") as f:
-            json.dump(record, f, indent=1)
+        for root, path in zip(roots, args.record.split(","), strict=True):
+            with open(path, "w") as f:
+                json.dump(records[root], f, indent=1)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -216,8 +221,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("cmd", choices=["save", "resume"])
     p.add_argument("--out")
-    p.add_argument("--ckpt")
-    p.add_argument("--record")
+    p.add_argument("--ckpt", help="resume: checkpoint root(s), comma-separated")
+    p.add_argument("--record", help="resume: one record file per --ckpt root, comma-separated")
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--variants", default="torchtitan-fp32", help="comma-separated <torchtitan|get_state_dict>-<fp32|bf16>[-tp2]")
     p.add_argument("--steps", type=int, default=3)

@@ -9,8 +9,8 @@
 #   * ucp-union writes the universal folder (exit 0; ucp-info lists the 7 buffers with their dtypes);
 #   * ucp-load of that folder --format dcp --world-size 3 (the universal route, not the whole rewrite):
 #     torch's dcp.load (FileSystemReader, one process) reads every tensor the original holds, parameters,
-#     AdamW states, steps and buffers, equal to the original's bit for bit and in its dtype, under
-#     get_state_dict's keys (model.<fqn>, optim.state.<fqn>.<state>), and no other tensor;
+#     AdamW states, steps and buffers, equal to the original's bit for bit and in its dtype, under the
+#     keys it was saved with (torchtitan's or get_state_dict's; issue 47), and no other tensor;
 #   * ucp-load --format safetensors of the universal folder and of the DCP itself (direct mode): torch's
 #     safetensors load_file reads every model tensor (parameters and buffers) equal bit for bit; direct
 #     mode says on stderr, and lists in --json, the non-tensor items it cannot carry;
@@ -69,14 +69,9 @@ def same(a, b):
                                                                         b.reshape(-1).view(torch.uint8))
 
 
-def ours_key(key):
-    """The original's key -> ucp-load's DCP output key (get_state_dict's layout, docs/ucp-load.md)."""
-    parts = key.split(".")
-    if parts[0] in ("optimizer", "optim") and parts[1] == "state":
-        return "optim.state." + ".".join(parts[2:])
-    if parts[0] in ("optimizer", "optim"):
-        return None  # param_groups: bytes items, not tensors
-    return "model." + (key[len("model."):] if parts[0] == "model" else key)
+def model_key(key):
+    """The model tensor's name of an original key (torchtitan's top level, or under get_state_dict's model)."""
+    return key[len("model."):] if key.startswith("model.") else key
 
 
 BUFFERS = {"mask": torch.bool, "scale": torch.float32, "position_ids": torch.int64, "norm.running_mean": torch.float32,
@@ -85,8 +80,8 @@ total = 0
 for v in sys.argv[1:]:
     orig = read_all(os.path.join("saved", v))
     union = json.load(open(f"{v}.union.json"))
-    assert union["buffers"] == 7 and union["not_carried"], union
-    assert "are not carried" in open(f"{v}.union.err").read()  # said by default, not only with -v
+    assert union["buffers"] == 7 and union["items"] > 0 and not union["not_carried"], union  # issue 47: all carried
+    assert "not carried" not in open(f"{v}.union.err").read()
     info = json.load(open(f"{v}.info.json"))
     got = {b["name"]: b["dtype"] for b in info["buffers"]}
     assert got == {k: str(d).replace("torch.", "") for k, d in BUFFERS.items()}, got
@@ -96,14 +91,15 @@ for v in sys.argv[1:]:
     ours = read_all(os.path.join("dcp3", v))
     ranks = {n.split("_")[2] for n in os.listdir(os.path.join("dcp3", v)) if n.endswith(".distcp")}
     assert ranks == {"0", "1", "2"}, ranks
-    want = {ours_key(k): k for k in orig if ours_key(k)}
+    want = {k: k for k in orig}  # the keys as saved (issue 47)
     missing = sorted(k for k in want if k not in ours)
     bad = sorted(k for k in want if k in ours and not same(ours[k], orig[want[k]]))
     extra = sorted(set(ours) - set(want))
     assert not missing and not bad and not extra, (v, missing, bad, extra)
+    names = {model_key(k): k for k in orig if not k.startswith(("optim.", "optimizer."))}
     for name, dtype in BUFFERS.items():
-        assert ours["model." + name].dtype == dtype, (name, ours["model." + name].dtype)
-    model = {k: orig[o] for k, o in want.items() if k.startswith("model.")}
+        assert ours[names[name]].dtype == dtype, (name, ours[names[name]].dtype)
+    model = {"model." + n: orig[k] for n, k in names.items()}
     for folder in ("st", "direct"):
         st = {}
         for f in sorted(os.listdir(os.path.join(folder, v))):

@@ -36,19 +36,7 @@ PY
 done
 "$py" "$loop" resume --ckpt saved --world 2 --variants "$variants" --record orig.json 2>orig.log || { tail -20 orig.log; exit 1; }
 "$py" "$loop" resume --ckpt ours --world 2 --variants "$variants" --record ours.json 2>ours.log || { tail -20 ours.log; exit 1; }
-python3 - orig.json ours.json <<'PY'
-import json, sys
-orig, ours = (json.load(open(p)) for p in sys.argv[1:3])
-assert orig.keys() == ours.keys(), (orig.keys(), ours.keys())
-for v in orig:
-    a, b = orig[v], ours[v]
-    diff = [k for k in a["loaded"] if a["loaded"][k] != b["loaded"].get(k)] + sorted(set(b["loaded"]) - set(a["loaded"]))
-    assert not diff, f"{v}: loaded values differ: {diff[:5]}"
-    assert a["steps"] == b["steps"], f"{v}: the resumed steps differ:\n{a['steps']}\n{b['steps']}"
-    assert a["losses_before"] == b["losses_before"] and len(b["losses_before"]) == 3, f"{v}: train_state bytes"
-    assert [s["position"] for s in b["steps"]] == [4, 5, 6] and [s["step"] for s in b["steps"]] == [4, 5, 6], v
-    print(f"{v}: {len(a['loaded'])} values loaded equal; next losses {[s['loss'] for s in b['steps']]} equal")
-PY
+python3 "$root/scripts/frameworks/dcp_resume_compare.py" orig.json ours.json
 # One step later: ucp-diff must find what changed besides the weights.
 "$py" "$loop" save --out later --world 4 --variants torchtitan-fp32 --steps 4 2>later.log || { tail -20 later.log; exit 1; }
 rc=0

@@ -21,6 +21,7 @@
 
 #include "formats/dcp/reader.h"
 #include "reshard/dcp_output.h"
+#include "reshard/target_defaults.h"
 #include "formats/universal/manifest.h"
 #include "formats/universal/state_file.h"
 #include "io/torch/torch_file.h"
@@ -378,4 +379,72 @@ TEST(DcpOutput, PlanKeysOrderAndNesting) {
   EXPECT_EQ(out.planner_data->at("optim.param_groups.1.params")->repr(), "('optim', 'param_groups', 1, 'params')");
   ASSERT_EQ(out.plan.files.size(), 1u);
   EXPECT_EQ(out.plan.files[0].items.size(), want.size());
+}
+
+// A DCP source's record through the universal form (issue 47), without I/O: the keys it was saved under
+// (ModelInfo::dcp_keys: torchtitan's top-level model key, its optimizer.* state, a buffer saved beside
+// the model), its bytes items verbatim under their own paths, its bf16 optimizer states written bf16.
+TEST(DcpOutput, PlanKeepsTheSourcesKeysItemsAndStateDtypes) {
+  reshard::ModelInfo m;
+  m.states = {"fp32", "exp_avg"};
+  reshard::ParamInfo p;
+  p.name = "emb.weight";
+  p.shape = {4, 2};
+  p.source_dtypes["fp32"] = DType::BFloat16;
+  p.source_dtypes["exp_avg"] = DType::BFloat16;
+  m.params.push_back(p);
+  m.buffers.push_back({"train_state.step", {}, "int32", {"zero/train_state.step/fp32.pt", 0u, std::nullopt}});
+  m.dcp_keys = {{"model.emb.weight", {"emb.weight"}},
+                {"optim.state.emb.weight.exp_avg", {"optimizer", "state.emb.weight.exp_avg"}},
+                {"model.train_state.step", {"train_state", "step"}}};
+  m.items.push_back({"lr_scheduler.last_epoch", {"lr_scheduler", "last_epoch"}, {"items/0.pt", 1u, std::nullopt}});
+  m.items.push_back({"optimizer.param_groups.emb.weight.lr", {"optimizer", "param_groups.emb.weight.lr"}, {"items/1.pt", 2u, std::nullopt}});
+  const auto out = reshard::plan_dcp_output(m, DType::BFloat16, formats::dcp::Target::whole(), [](int) { return nullptr; });
+  std::vector<std::string> got;
+  for (const auto& e : out.plan.entries) got.push_back(e.fqn);
+  EXPECT_EQ(got, (std::vector<std::string>{"emb.weight", "train_state.step", "optimizer.state.emb.weight.exp_avg",
+                                           "lr_scheduler.last_epoch", "optimizer.param_groups.emb.weight.lr"}));
+  const auto& e = out.plan.entries;
+  EXPECT_EQ(e[0].dtype, DType::BFloat16);
+  EXPECT_EQ(e[1].dtype, DType::Int32);
+  EXPECT_EQ(e[2].dtype, DType::BFloat16);  // the state as the source stored it
+  EXPECT_TRUE(e[3].is_bytes);
+  EXPECT_TRUE(e[4].is_bytes);
+  EXPECT_EQ(out.sources[3].kind, reshard::DcpSource::Item);
+  EXPECT_EQ(out.sources[4].param, 1);
+  EXPECT_EQ(out.optimizer_dtype, "bf16");
+  EXPECT_EQ(out.planner_data->at("emb.weight")->repr(), "('emb.weight')");  // a 1-tuple
+  EXPECT_EQ(out.planner_data->at("optimizer.state.emb.weight.exp_avg")->repr(), "('optimizer', 'state.emb.weight.exp_avg')");
+  EXPECT_EQ(out.planner_data->at("train_state.step")->repr(), "('train_state', 'step')");
+  EXPECT_EQ(out.planner_data->at("lr_scheduler.last_epoch")->repr(), "('lr_scheduler', 'last_epoch')");
+}
+
+// A DCP whose parameters differ in dtype (a bf16 layer beside an fp32 norm) has no one precision to
+// default to: without --dtype each model tensor keeps the dtype its source stored it in (issue 47;
+// before: "give --dtype").
+TEST(DcpOutput, OwnDtypesKeepEachParametersStoredDtype) {
+  reshard::ModelInfo m;
+  m.manifest_only = true;
+  m.states = {"fp32"};
+  for (const char* n : {"0.weight", "1.weight"}) {
+    reshard::ParamInfo p;
+    p.name = n;
+    p.shape = {3};
+    if (std::string(n) == "0.weight") p.source_dtypes["fp32"] = DType::BFloat16;
+    m.params.push_back(p);
+  }
+  const auto step = [](int) { return nullptr; };
+  const auto own = reshard::plan_dcp_output(m, DType::Float16, formats::dcp::Target::whole(), step, true);
+  EXPECT_EQ(own.plan.entries[0].dtype, DType::BFloat16);
+  EXPECT_EQ(own.plan.entries[1].dtype, DType::Float32);
+  EXPECT_EQ(reshard::dcp_output_json(own)["dtype"], "as stored");
+  const auto asked = reshard::plan_dcp_output(m, DType::Float16, formats::dcp::Target::whole(), step);
+  EXPECT_EQ(asked.plan.entries[0].dtype, DType::Float16);
+  EXPECT_EQ(asked.plan.entries[1].dtype, DType::Float16);
+  reshard::TargetGiven given;
+  given.dtype = false;
+  EXPECT_TRUE(reshard::keeps_stored_dtypes(given, m, reshard::OutputFormat::Dcp));
+  EXPECT_FALSE(reshard::keeps_stored_dtypes(given, m, reshard::OutputFormat::Safetensors));
+  m.source_dtype = DType::BFloat16;  // one precision: it is the default, as before
+  EXPECT_FALSE(reshard::keeps_stored_dtypes(given, m, reshard::OutputFormat::Dcp));
 }

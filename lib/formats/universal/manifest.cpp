@@ -84,17 +84,22 @@ UniversalState state_from_json(const json& j, const std::string& file, const std
   UniversalState s;
   s.file = string_of(need(j, "file", file, where), file, where + ".file");
   if (auto it = j.find("crc32"); it != j.end()) s.crc32 = crc32_of(*it, file, where + ".crc32");
+  if (auto it = j.find("source_dtype"); it != j.end()) s.source_dtype = string_of(*it, file, where + ".source_dtype");
   return s;
+}
+
+json state_to_json(const UniversalState& s) {
+  json j = {{"file", s.file}};
+  if (s.crc32) j["crc32"] = crc32_text(*s.crc32);
+  if (s.source_dtype) j["source_dtype"] = *s.source_dtype;
+  return j;
 }
 
 }  // namespace
 
 json UniversalParam::to_json() const {
   json states_json = json::object();
-  for (const auto& [state, s] : states) {
-    states_json[state] = {{"file", s.file}};
-    if (s.crc32) states_json[state]["crc32"] = crc32_text(*s.crc32);
-  }
+  for (const auto& [state, s] : states) states_json[state] = state_to_json(s);
   json j = {{"name", name}, {"shape", shape}, {"states", states_json}, {"step", step}};
   if (dtype) j["dtype"] = *dtype;
   if (join) j["join"] = *join;
@@ -147,9 +152,7 @@ UniversalParam UniversalParam::from_json(const json& j, const std::string& file,
 }
 
 json UniversalBuffer::to_json() const {
-  json t = {{"file", tensor.file}};
-  if (tensor.crc32) t["crc32"] = crc32_text(*tensor.crc32);
-  return {{"name", name}, {"shape", shape}, {"dtype", dtype}, {"tensor", std::move(t)}};
+  return {{"name", name}, {"shape", shape}, {"dtype", dtype}, {"tensor", state_to_json(tensor)}};
 }
 
 UniversalBuffer UniversalBuffer::from_json(const json& j, const std::string& file, const std::string& where) {
@@ -160,6 +163,20 @@ UniversalBuffer UniversalBuffer::from_json(const json& j, const std::string& fil
   b.dtype = string_of(need(j, "dtype", file, where), file, where + ".dtype");
   b.tensor = state_from_json(need(j, "tensor", file, where), file, where + ".tensor");
   return b;
+}
+
+json UniversalItem::to_json() const { return {{"key", key}, {"path", path}, {"file", state_to_json(file)}}; }
+
+UniversalItem UniversalItem::from_json(const json& j, const std::string& file, const std::string& where) {
+  object_at(j, file, where);
+  UniversalItem item;
+  item.key = string_of(need(j, "key", file, where), file, where + ".key");
+  item.path = need(j, "path", file, where);
+  bool ok = item.path.is_array() && !item.path.empty();
+  for (const auto& p : item.path) ok = ok && (p.is_string() || p.is_number_integer());
+  if (!ok) malformed(file, where + ".path", "a list of strings and ints", item.path);
+  item.file = state_from_json(need(j, "file", file, where), file, where + ".file");
+  return item;
 }
 
 // The source description's keys, each with its field (the one place that spells them).
@@ -261,6 +278,11 @@ json UniversalManifest::to_json() const {
     for (const auto& e : buffers) b.push_back(e.to_json());
     m["buffers"] = std::move(b);
   }
+  if (!items.empty()) {
+    json b = json::array();
+    for (const auto& e : items) b.push_back(e.to_json());
+    m["items"] = std::move(b);
+  }
   return m;
 }
 
@@ -287,6 +309,11 @@ UniversalManifest UniversalManifest::from_json(const json& j, const std::string&
     if (!it->is_array()) malformed(file, "buffers", "a list", *it);
     for (size_t i = 0; i < it->size(); ++i)
       m.buffers.push_back(UniversalBuffer::from_json((*it)[i], file, "buffers[" + std::to_string(i) + "]"));
+  }
+  if (auto it = j.find("items"); it != j.end()) {
+    if (!it->is_array()) malformed(file, "items", "a list", *it);
+    for (size_t i = 0; i < it->size(); ++i)
+      m.items.push_back(UniversalItem::from_json((*it)[i], file, "items[" + std::to_string(i) + "]"));
   }
   return m;
 }

@@ -17,12 +17,17 @@ inline constexpr const char* kUniversalManifestName = "manifest.json";
 inline constexpr const char* kUniversalFormat = "ucpkit-universal";
 inline constexpr int kUniversalVersion = 1;
 inline constexpr const char* kUniversalOptimizerState = "zero/optimizer_state.pt";
+inline constexpr const char* kUniversalItemsFolder = "items";  // a DCP's bytes entries (UniversalItem)
 inline constexpr const char* kUniversalChecksumNote = "crc32 of each state's tensor elements (row-major)";
 
 // One state file of a parameter (fp32, exp_avg, exp_avg_sq).
 struct UniversalState {
   std::string file;              // relative to the universal folder: zero/<param folder>/<state>.pt
   std::optional<uint32_t> crc32;  // of the tensor's elements (row-major); absent in direct mode's manifest
+  // The dtype the source stored it in when that is a 16-bit float (a DCP's bf16 model and AdamW state,
+  // issue 47): the file holds it widened to float32 (exact), the DCP writer narrows it back. Written
+  // only when set: every other folder keeps its bytes.
+  std::optional<std::string> source_dtype;
 };
 
 // A native DeepSpeed MoE expert parameter (its universal name carries the global expert id).
@@ -72,6 +77,20 @@ struct UniversalBuffer {
 
   nlohmann::json to_json() const;
   static UniversalBuffer from_json(const nlohmann::json& j, const std::string& file, const std::string& where);
+};
+
+// A DCP entry that is neither a model tensor, an optimizer state nor a nested param_groups value: a
+// bytes item (LR scheduler, dataloader position, train_state bytes, torchtitan's flattened
+// param_groups, any other torch.save'd value) carried verbatim under its original key (issue 47), so
+// ucp-load --format dcp writes it back where the saving code's dcp.load looks for it. Listed under
+// "items", written only when there are any.
+struct UniversalItem {
+  std::string key;             // its DCP flat key ("lr_scheduler.last_epoch")
+  nlohmann::json path;         // its nested state-dict path as the source's planner recorded it: strings and ints
+  UniversalState file;         // items/<n>.pt: the entry's bytes as stored; crc32 of those bytes
+
+  nlohmann::json to_json() const;
+  static UniversalItem from_json(const nlohmann::json& j, const std::string& file, const std::string& where);
 };
 
 // The description of the source checkpoint that an extract plan makes (plan.source, in ucp-extract's
@@ -128,6 +147,7 @@ struct UniversalManifest {
   std::string checksum = kUniversalChecksumNote;      // what each state's crc32 covers
   std::vector<UniversalParam> params;                 // plan order
   std::vector<UniversalBuffer> buffers;               // model tensors without optimizer state ("buffers")
+  std::vector<UniversalItem> items;                   // a DCP's other entries, verbatim ("items")
 
   // The JSON ucp-union writes (keys sorted, as nlohmann's object keeps them).
   nlohmann::json to_json() const;

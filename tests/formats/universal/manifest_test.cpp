@@ -213,6 +213,42 @@ TEST(UniversalManifest, BuffersRoundTripAndAreWrittenOnlyWhenPresent) {
   }
 }
 
+// A DCP's bytes entries and 16-bit float states (issue 47): "items" and a state's "source_dtype" are
+// written only when present (every other folder keeps its bytes), read back field for field (a path's
+// ints stay ints); a malformed one names its key.
+TEST(UniversalManifest, ItemsAndSourceDtypesRoundTripAndAreWrittenOnlyWhenPresent) {
+  UniversalManifest m = UniversalManifest::from_json(fixture("gpt_pipeline.json"), "m.json");
+  const std::string before = m.text();
+  EXPECT_FALSE(m.to_json().contains("items"));
+  EXPECT_EQ(before.find("source_dtype"), std::string::npos);
+  m.items.push_back({"lr_scheduler.last_epoch", json::array({"lr_scheduler", "last_epoch"}), {"items/0.pt", 0x12u}});
+  m.items.push_back({"optim.param_groups.0.lr", json::array({"optim", "param_groups", 0, "lr"}), {"items/1.pt", 0x34u}});
+  m.params[0].states.begin()->second.source_dtype = "bfloat16";
+  const json j = m.to_json();
+  ASSERT_EQ(j["items"].size(), 2u);
+  EXPECT_EQ(j["items"][1], json::parse(R"({"key": "optim.param_groups.0.lr", "path": ["optim", "param_groups", 0, "lr"],
+                                           "file": {"file": "items/1.pt", "crc32": "00000034"}})"));
+  EXPECT_EQ(j["params"][0]["states"].begin().value()["source_dtype"], "bfloat16");
+  const UniversalManifest back = UniversalManifest::from_json(j, "m.json");
+  ASSERT_EQ(back.items.size(), 2u);
+  EXPECT_EQ(back.items[0].key, "lr_scheduler.last_epoch");
+  EXPECT_EQ(back.items[1].path[2], 0);
+  EXPECT_EQ(back.items[1].file.crc32, 0x34u);
+  EXPECT_EQ(back.params[0].states.begin()->second.source_dtype, "bfloat16");
+  EXPECT_EQ(back.text(), m.text());
+  for (const auto& [key, change] : std::vector<std::pair<std::string, std::function<void(json&)>>>{
+           {"items", [](json& x) { x["items"] = json::object(); }},
+           {"items[0].key", [](json& x) { x["items"][0].erase("key"); }},
+           {"items[1].path", [](json& x) { x["items"][1]["path"] = json::array({"a", 1.5}); }},
+           {"items[1].path", [](json& x) { x["items"][1]["path"] = json::array(); }},
+           {"items[0].file.crc32", [](json& x) { x["items"][0]["file"]["crc32"] = "xyz"; }}}) {
+    json bad = j;
+    change(bad);
+    const std::string msg = error_of(bad);
+    EXPECT_EQ(msg.rfind("/ckpt/u/manifest.json: malformed: " + key, 0), 0u) << msg;
+  }
+}
+
 TEST(UniversalManifest, ReadingNamesTheFile) {
   const fs::path d = ucpkit::testing::scratch_dir("universal_manifest_read");
   try {
