@@ -556,6 +556,9 @@ void describe_hf(CheckpointInfo& info, const InfoOptions&) {
     info.hf["family"] = plan.family;
     info.hf["map"] = plan.origin;
     info.hf["megatron_core_parameters"] = plan.params.size();
+    info.hf["layers"] = plan.facts["layers"];
+    if (plan.facts.value("experts", int64_t{0}) > 0)  // every layer MoE (the maps require it)
+      info.hf["moe"] = {{"experts", plan.facts["experts"]}, {"top_k", plan.facts["moe_topk"]}, {"expert_ffn", plan.facts["moe_ffn"]}};
   });
 }
 
@@ -697,6 +700,10 @@ std::string CheckpointInfo::text() const {
   if (hf.is_object()) {
     std::string h = hf.contains("architectures") ? hf["architectures"].dump() : "";
     if (hf.contains("family")) h += "; family " + hf["family"].get<std::string>() + " (" + hf.value("map", "") + ")";
+    if (hf.contains("layers")) h += "; " + hf["layers"].dump() + " layers";
+    if (hf.contains("moe"))
+      h += ", each MoE: " + hf["moe"]["experts"].dump() + " experts of " + hf["moe"]["expert_ffn"].dump() + ", top " +
+           hf["moe"]["top_k"].dump();
     row("hf model", h);
   }
   if (!store.is_null() && store.contains("steps")) {
