@@ -11,7 +11,10 @@
 # ~/.cache/ucpkit) and torch2lab's CPU shims on PYTHONPATH, through scripts/megatron_core_load_lab.py
 # (torch2lab's mcore_ckpt.py). Model: hidden 16, 2 layers, 4 heads in 2 query groups, SwiGLU, RMSNorm,
 # RoPE, untied, fp32; MoE in every layer (--moe-layer-freq 1), 4 experts of 24, top 2, no shared expert,
-# EP 2 x DP 2 (4 gloo ranks), default dp_reshardable distributed optimizer.
+# EP 2 x DP 2 (4 gloo ranks), default dp_reshardable distributed optimizer. Megatron-LM core_v0.19.0
+# lines: --num-experts and --moe-layer-freq (default 1: every layer MoE) megatron/training/arguments.py:3351,
+# :3353; --mock-data :3135; the 2 steps are train_step (megatron/training/training.py:2336, called by
+# torch2lab's mcore_ckpt.py --train), the save save_checkpoint (megatron/training/checkpointing.py:552).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DEST=${1:-$ROOT/tests/formats/megatron_core/data/mixtral_ep2_trained}
