@@ -558,7 +558,7 @@ void describe_hf(CheckpointInfo& info, const InfoOptions&) {
     info.hf["megatron_core_parameters"] = plan.params.size();
     info.hf["layers"] = plan.facts["layers"];
     if (plan.facts.value("experts", int64_t{0}) > 0)  // every layer MoE (the maps require it)
-      info.hf["moe"] = {{"experts", plan.facts["experts"]}, {"top_k", plan.facts["moe_topk"]}, {"expert_ffn", plan.facts["moe_ffn"]}};
+      info.hf["experts"] = {{"count", plan.facts["experts"]}, {"top_k", plan.facts["moe_topk"]}, {"expert_ffn", plan.facts["moe_ffn"]}};
   });
 }
 
@@ -701,9 +701,9 @@ std::string CheckpointInfo::text() const {
     std::string h = hf.contains("architectures") ? hf["architectures"].dump() : "";
     if (hf.contains("family")) h += "; family " + hf["family"].get<std::string>() + " (" + hf.value("map", "") + ")";
     if (hf.contains("layers")) h += "; " + hf["layers"].dump() + " layers";
-    if (hf.contains("moe"))
-      h += ", each MoE: " + hf["moe"]["experts"].dump() + " experts of " + hf["moe"]["expert_ffn"].dump() + ", top " +
-           hf["moe"]["top_k"].dump();
+    if (hf.contains("experts"))
+      h += ", each MoE: " + hf["experts"]["count"].dump() + " experts of " + hf["experts"]["expert_ffn"].dump() + ", top " +
+           hf["experts"]["top_k"].dump();
     row("hf model", h);
   }
   if (!store.is_null() && store.contains("steps")) {

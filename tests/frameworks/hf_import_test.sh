@@ -44,7 +44,7 @@ run_py "$root/tests/frameworks/hf_export_check.py" "${imports[@]}"
 run_py "$root/tests/frameworks/hf_round_trip_check.py" "${trips[@]}"
 # ucp-info of an MoE folder states its experts (what the import makes of it).
 "$build/bin/ucp-info" --json mixtral_float32 > mixtral.info.json
-"$py" -c 'import json, sys; h = json.load(open(sys.argv[1]))["hf"]; assert h["family"] == "mixtral" and h["moe"] == {"experts": 4, "top_k": 2, "expert_ffn": 48} and h["layers"] == 4, h' mixtral.info.json ||
+"$py" -c 'import json, sys; h = json.load(open(sys.argv[1]))["hf"]; assert h["family"] == "mixtral" and h["experts"] == {"count": 4, "top_k": 2, "expert_ffn": 48} and h["layers"] == 4, h' mixtral.info.json ||
   { echo "FAIL: ucp-info of the Mixtral folder"; exit 1; }
 # A converter that transposes a projection (Megatron-Bridge#3743's kind of damage): ucp-diff of the original
 # against such an export finds it, exit 3, naming the parameter.
