@@ -45,7 +45,7 @@ nlohmann::json audit_record(const HfPrepared& p, const formats::hf::Piece& piece
   nlohmann::json transform = nlohmann::json::array();
   const int64_t rows = e.shape.empty() ? 1 : e.shape[0];
   nlohmann::json from = nlohmann::json::array();
-  for (size_t i : piece.stack.empty() ? std::vector<size_t>{piece.param} : piece.stack)
+  for (size_t i : piece.params())
     from.push_back({{"name", p.in.manifest.params.at(i).name}, {"state", "fp32"}, {"model_dtype", source_dtype}});
   if (!piece.stack.empty())
     transform.push_back("stack " + std::to_string(piece.stack.size()) + " experts on a new first axis");
@@ -68,7 +68,7 @@ nlohmann::json experts_per_layer(const HfPrepared& p) {
   std::map<long, std::set<long>> seen;
   std::smatch m;
   for (const auto& piece : p.plan.tensors)
-    for (size_t i : piece.stack.empty() ? std::vector<size_t>{piece.param} : piece.stack)
+    for (size_t i : piece.params())
       if (std::regex_match(p.in.manifest.params.at(i).name, m, expert)) seen[std::stol(m[1])].insert(std::stol(m[2]));
   nlohmann::json out = nlohmann::json::object();
   for (const auto& [layer, ids] : seen) out[std::to_string(layer)] = ids.size();
@@ -173,7 +173,7 @@ uint64_t write_hf(const LoadOptions& o, const HfPrepared& p, const std::string& 
       const auto& piece = plan.tensors[plan.shards[k][j]];
       Sha256 sha;
       // A stacked (fused experts) tensor is its experts' values one after another, each whole.
-      for (size_t i : piece.stack.empty() ? std::vector<size_t>{piece.param} : piece.stack) {
+      for (size_t i : piece.params()) {
         check_interrupted();
         formats::hf::Piece part = piece;
         part.param = i;

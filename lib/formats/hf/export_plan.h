@@ -23,6 +23,9 @@ struct Piece {
   // --hf-experts fused: the parameters (experts 0..E-1) stacked on a new first axis, each whole; `param`
   // is the first. Empty otherwise.
   std::vector<size_t> stack;
+
+  // The parameters written into this tensor, in order: the stack, or `param` alone.
+  std::vector<size_t> params() const { return stack.empty() ? std::vector<size_t>{param} : stack; }
 };
 
 struct ExportInput {
