@@ -159,6 +159,7 @@ DirectSource::DirectSource(const to_universal::ExtractPlan& plan, const ModelInf
   const size_t S = model.states.size();
   joined_.resize(model.params.size() * S);
   for (size_t i = 0; i < joined_.size(); ++i) joined_once_.push_back(std::make_unique<std::once_flag>());
+  image_once_.resize(params_.size());
   for (size_t i = 0; i < model.params.size(); ++i) {
     const auto& mp = model.params[i];
     auto it = by_name.find(mp.name);
@@ -167,6 +168,7 @@ DirectSource::DirectSource(const to_universal::ExtractPlan& plan, const ModelInf
     Param& q = params_[i];
     q.plan = &pp;
     const int tp = static_cast<int>(pp.tp_shapes.size());
+    image_once_[i] = std::make_unique<std::once_flag[]>(static_cast<size_t>(tp));
     q.prefix.resize(tp);
     q.files.resize(tp);
     for (int t = 0; t < tp; ++t) {
@@ -239,13 +241,29 @@ DirectSource::DirectSource(const to_universal::ExtractPlan& plan, const ModelInf
 DirectSource::~DirectSource() = default;
 
 void DirectSource::copy_slice(const Param& p, int state, int t, int64_t pos, int64_t n, float* dst) {
-  copy_run(p, state, t, pos, n, dst);
   // The module weights must be the rounded fp32 master: a model file or an optimizer shard of another
-  // run saved at the same step is refused here, as ucp-union refuses it (master_image.h).
-  if (state == fp32_state_) image_->check_run(*p.plan, static_cast<size_t>(t), pos, dst, n, plan_.files);
+  // run saved at the same step is refused here, as ucp-union refuses it (master_image.h). Once per TP
+  // slice, on its first read: the writers read an fp32 run several times (the model file's weights,
+  // the optimizer shards), and checking every read made the check cost 4x the conversion.
+  if (state == fp32_state_ && !image_->empty()) {
+    const size_t i = static_cast<size_t>(&p - params_.data());
+    std::call_once(image_once_[i][static_cast<size_t>(t)], [&] { check_image(p, t); });
+  }
+  copy_run(p, state, t, pos, n, dst);
 }
 
-void DirectSource::copy_run(const Param& p, int state, int t, int64_t pos, int64_t n, float* dst) {
+void DirectSource::check_image(const Param& p, int t) {
+  constexpr int64_t kChunk = int64_t{1} << 18;  // elements read at a time (1 MiB)
+  const int64_t total = p.prefix[t].back();
+  const std::unique_ptr<float[]> buf(new float[static_cast<size_t>(std::min(total, kChunk))]);  // not zeroed
+  for (int64_t pos = 0; pos < total; pos += kChunk) {
+    const int64_t n = std::min(kChunk, total - pos);
+    copy_run(p, fp32_state_, t, pos, n, buf.get(), /*keep_crcs=*/false);
+    image_->check_run(*p.plan, static_cast<size_t>(t), pos, buf.get(), n, plan_.files);
+  }
+}
+
+void DirectSource::copy_run(const Param& p, int state, int t, int64_t pos, int64_t n, float* dst, bool keep_crcs) {
   const auto& pre = p.prefix[t];
   size_t k = static_cast<size_t>(std::upper_bound(pre.begin(), pre.end(), pos) - pre.begin()) - 1;
   while (n > 0) {
@@ -253,7 +271,7 @@ void DirectSource::copy_run(const Param& p, int state, int t, int64_t pos, int64
     const int64_t m = std::min(n, pre[k + 1] - pos);
     const Tensor v = p.frags[state][t][k].narrow(0, pos - pre[k], m);
     if (!cache_->read_into(p.files[t][k], v, reinterpret_cast<uint8_t*>(dst))) v.copy_to(dst);
-    if (keep_crcs_ && v.storage() && v.storage()->is_mapped()) {
+    if (keep_crcs && keep_crcs_ && v.storage() && v.storage()->is_mapped()) {
       const auto bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(dst), static_cast<size_t>(m) * 4);
       const KnownCrc c{file_offset(p, state, t, k) + static_cast<uint64_t>(pos - pre[k]) * 4, bytes.size(),
                        crc32_update(0, bytes)};

@@ -123,7 +123,9 @@ class DirectSource final : public AtomicSource {
     std::vector<std::vector<int>> files;      // [t][k] source file
   };
   void copy_slice(const Param& p, int state, int t, int64_t pos, int64_t n, float* dst);  // + the image check
-  void copy_run(const Param& p, int state, int t, int64_t pos, int64_t n, float* dst);
+  // `keep_crcs`: false for a read that only serves the image check (its bytes are read again for the copy).
+  void copy_run(const Param& p, int state, int t, int64_t pos, int64_t n, float* dst, bool keep_crcs = true);
+  void check_image(const Param& p, int t);  // TP slice t's fp32 master against the module weights
   // Calls emit(TP rank, position in its slice, count, offset in [a, a + n)) for the runs of a
   // Mapped or Identity parameter's elements [a, a + n).
   template <typename F>
@@ -135,6 +137,7 @@ class DirectSource final : public AtomicSource {
   const ModelInfo& model_;
   // The model files' weights, checked against every fp32 master run read (a shard of another run).
   std::unique_ptr<to_universal::MasterImage> image_;
+  std::vector<std::unique_ptr<std::once_flag[]>> image_once_;  // [param][TP rank]: checked on the first read
   int fp32_state_ = -1;
   std::unique_ptr<to_universal::FragmentReader> cache_;
   std::vector<Param> params_;

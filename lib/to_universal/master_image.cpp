@@ -1,6 +1,7 @@
 // Module weights against the fp32 master partitions (issue 32, cause 3).
 #include "to_universal/master_image.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include "io/shape.h"
 #include "io/dtype.h"
 #include "io/torch/verify.h"
+#include "to_universal/image_difference.h"
 #include "to_universal/shard_reader.h"
 
 namespace ucpkit::to_universal {
@@ -35,42 +37,6 @@ const std::string& shard_of(const ParamPlan& p, size_t t, int64_t e, const std::
     e -= f.numel;
   }
   return files[p.fragments[t].back().file];
-}
-
-// The first element where `weight` is not the image of `master` in weight's dtype; -1 when none.
-// NaN agrees with any NaN: torch rounds every NaN to one quiet NaN (c10 round_to_nearest_even drops
-// the sign), other converters keep it.
-int64_t first_difference(const float* master, int64_t n, const Tensor& weight, uint32_t* stored, uint32_t* image) {
-  const Tensor w = weight.contiguous();
-  const auto bytes = w.contiguous_bytes();
-  if (w.dtype() == DType::Float32) {
-    const float* s = reinterpret_cast<const float*>(bytes.data());
-    for (int64_t i = 0; i < n; ++i)
-      if (std::memcmp(&s[i], &master[i], 4) != 0 && !(std::isnan(s[i]) && std::isnan(master[i]))) {
-        std::memcpy(stored, &s[i], 4);
-        std::memcpy(image, &master[i], 4);
-        return i;
-      }
-    return -1;
-  }
-  const uint16_t* s = reinterpret_cast<const uint16_t*>(bytes.data());
-  std::vector<uint16_t> fp16;  // fp16: torch's conversion (Tensor::to), rarely used, so a copy
-  if (w.dtype() == DType::Float16) {
-    std::vector<uint8_t> b(static_cast<size_t>(n) * 4);
-    std::memcpy(b.data(), master, b.size());
-    fp16 = Tensor::from_bytes(DType::Float32, {n}, std::move(b)).to(DType::Float16).to_vector<uint16_t>();
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    const uint16_t r = fp16.empty() ? f32_to_bf16(master[i]) : fp16[i];
-    if (r == s[i]) continue;
-    const bool nan = fp16.empty() ? (s[i] & 0x7fff) > 0x7f80 && (r & 0x7fff) > 0x7f80
-                                  : (s[i] & 0x7fff) > 0x7c00 && (r & 0x7fff) > 0x7c00;
-    if (nan) continue;
-    *stored = s[i];
-    *image = r;
-    return i;
-  }
-  return -1;
 }
 
 }  // namespace
@@ -143,17 +109,37 @@ void MasterImage::index_file(const std::string& path, const std::map<std::string
   }
 }
 
+namespace {
+// Elements [pos, pos + n) of a weight, flat.
+Tensor run_of(const Tensor& w, int64_t pos, int64_t n) {
+  return pos == 0 && n == w.numel() ? w : w.contiguous().reshape({w.numel()}).narrow(0, pos, n);
+}
+}  // namespace
+
 void MasterImage::compare(const ParamPlan& p, size_t t, int64_t pos, const float* fp32, int64_t n, const Copy& c,
-                          const std::vector<std::string>& files) const {
+                          const Copy* checked, const std::vector<std::string>& files) const {
   const DType d = c.weight.dtype();
   if (d != DType::BFloat16 && d != DType::Float16 && d != DType::Float32) return;
-  const Tensor w = pos == 0 && n == c.weight.numel() ? c.weight : c.weight.contiguous().reshape({c.weight.numel()}).narrow(0, pos, n);
+  const Tensor w = run_of(c.weight, pos, n);
+  // Each weight is compared once: its pages leave the resident set (a mapped file's; ucp-load's
+  // direct mode held every model file's weights resident, 82 -> 470 MB at hidden 1024).
+  const auto release = [](const Tensor& x) {
+    if (x.is_contiguous() && x.storage() && x.storage()->is_mapped()) MappedFile::done_with(x.contiguous_bytes());
+  };
+  // A tied module's second file: equal bytes to the copy just checked is the same image (a memcmp
+  // instead of the rounding: the tied embedding is the largest weight of a model).
+  if (checked && checked->weight.dtype() == d) {
+    const Tensor v = run_of(checked->weight, pos, n);
+    const auto a = w.contiguous_bytes(), b = v.contiguous_bytes();
+    if (a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size()) == 0) {
+      release(w), release(v);
+      return;
+    }
+  }
   uint32_t stored = 0, image = 0;
-  const int64_t e = first_difference(fp32, n, w, &stored, &image);
+  const int64_t e = first_image_difference(fp32, n, w, &stored, &image);
   if (e < 0) {
-    // Each weight is compared once: its pages leave the resident set (a mapped file's; ucp-load's
-    // direct mode held every model file's weights resident, 82 -> 470 MB at hidden 1024).
-    if (w.is_contiguous() && w.storage() && w.storage()->is_mapped()) MappedFile::done_with(w.contiguous_bytes());
+    release(w);
     return;
   }
   const int digits = d == DType::Float32 ? 8 : 4;
@@ -169,6 +155,7 @@ void MasterImage::check(const ParamPlan& p, std::span<const uint8_t> fp32, const
   if (p.expert >= 0 || p.autoep_experts > 0) return;  // expert weights: other files, local names
   auto it = weights_.find(p.name);
   if (it == weights_.end() || offsets.size() != p.tp_shapes.size()) return;
+  std::vector<const Copy*> checked(offsets.size());  // [t] the copy of slice t compared first
   for (const TpCopies& copies : it->second) {
     if (copies.size() != p.tp_shapes.size()) continue;
     for (size_t t = 0; t < offsets.size(); ++t) {
@@ -176,8 +163,9 @@ void MasterImage::check(const ParamPlan& p, std::span<const uint8_t> fp32, const
       const int64_t n = static_cast<int64_t>((end - offsets[t]) / 4);
       const Copy& c = copies[t];
       if (c.weight.numel() != n) continue;
-      compare(p, t, 0, reinterpret_cast<const float*>(fp32.data() + offsets[t]), n, c, files);
+      compare(p, t, 0, reinterpret_cast<const float*>(fp32.data() + offsets[t]), n, c, checked[t], files);
       release_pages(c.weight);  // each weight is read once: keep a big model's module out of the RSS
+      if (!checked[t]) checked[t] = &c;
     }
   }
 }
@@ -187,11 +175,13 @@ void MasterImage::check_run(const ParamPlan& p, size_t t, int64_t pos, const flo
   if (p.expert >= 0 || p.autoep_experts > 0 || n <= 0) return;
   auto it = weights_.find(p.name);
   if (it == weights_.end()) return;
+  const Copy* checked = nullptr;
   for (const TpCopies& copies : it->second) {
     if (copies.size() != p.tp_shapes.size() || t >= copies.size()) continue;
     const Copy& c = copies[t];
     if (c.weight.numel() != numel_of(p.tp_shapes[t]) || pos < 0 || pos + n > c.weight.numel()) continue;
-    compare(p, t, pos, fp32, n, c, files);
+    compare(p, t, pos, fp32, n, c, checked, files);
+    if (!checked) checked = &c;
   }
 }
 

@@ -44,8 +44,9 @@ class MasterImage {
   };
   using TpCopies = std::vector<Copy>;  // one copy per TP rank, in TP order
   // Elements [pos, pos + n) of `copy` against `fp32`; throws naming the files on the first difference.
+  // `checked`: a copy of the same slice already compared (a tied module's other file), or null.
   void compare(const ParamPlan& p, size_t t, int64_t pos, const float* fp32, int64_t n, const Copy& copy,
-               const std::vector<std::string>& files) const;
+               const Copy* checked, const std::vector<std::string>& files) const;
   void index_file(const std::string& path, const std::map<std::string, std::string>& names, size_t tp_rank);
   TorchLoadOptions open_;
   std::vector<TorchFile> files_;                       // keeps the mappings alive
