@@ -23,6 +23,7 @@
 #include "inspect/verify_scope.h"
 #include "io/shape.h"
 #include "formats/dcp/reader.h"
+#include "formats/deepspeed/param_groups.h"
 #include "formats/detect.h"
 #include "formats/universal/manifest.h"
 #include "formats/universal/state_file.h"
@@ -358,8 +359,8 @@ std::optional<std::string> step_text(const std::string& path) {
   }
 }
 
-// The optimizer's param_groups of a universal folder (its optimizer_state file), each without its
-// `params` (indices of the source's layout, not a setting), as JSON; an empty array when it has none.
+// The optimizer's param_groups of a universal folder (its optimizer_state file), each without what
+// depends on the layout (formats/deepspeed layout_free_group), as JSON; an empty array when it has none.
 nlohmann::json param_groups_of(const std::string& dir, const formats::universal::UniversalManifest& m) {
   const std::string path = (fs::path(dir) / m.optimizer_state).string();
   nlohmann::json out = nlohmann::json::array();
@@ -367,9 +368,7 @@ nlohmann::json param_groups_of(const std::string& dir, const formats::universal:
   const auto groups = entry_of(load_torch(path), "param_groups");
   if (!groups || !groups->is_sequence()) return out;
   for (const auto& g : groups->items) {
-    nlohmann::json j = to_universal::value_to_json(g);
-    if (j.is_object()) j.erase("params");
-    out.push_back(std::move(j));
+    out.push_back(formats::deepspeed::layout_free_group(to_universal::value_to_json(g)));
   }
   return out;
 }

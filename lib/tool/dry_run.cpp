@@ -18,15 +18,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// What an existing output means for the run: replaced under --overwrite, refused without it (as the
-// run refuses it, core/staging).
-std::string existing_note(const std::string& output, bool overwrite) {
-  std::error_code ec;
-  if (!fs::exists(output, ec)) return "";
-  if (!overwrite) throw Error(output + ": output already exists (remove it or pass --overwrite)");
-  return " (replacing the existing one)";
-}
-
 struct PlanCounts {
   size_t params = 0, fragment_files = 0;
   uint64_t bytes = 0;
@@ -58,6 +49,14 @@ std::string json_count(const nlohmann::json& j, const char* key) {
 }
 
 }  // namespace
+
+std::string existing_note(const std::string& output, bool overwrite, bool reuse) {
+  std::error_code ec;
+  if (!fs::exists(output, ec)) return "";
+  if (overwrite) return " (replacing the existing one)";
+  if (reuse) return " (kept if it already holds this layout, refused otherwise)";
+  throw Error(output + ": output already exists (remove it or pass --overwrite)");
+}
 
 void print_dry_run(const std::string& tool, const DryRun& dry_run, bool json) {
   if (json)
@@ -101,12 +100,12 @@ DryRun union_dry_run(const std::string& input, const std::string& output, const 
   return d;
 }
 
-DryRun load_dry_run(const nlohmann::json& plan, const std::string& output) {
+DryRun load_dry_run(const nlohmann::json& plan, const std::string& output, const std::string& note) {
   DryRun d;
   d.fields = {{"dry_run", true}, {"would_write", output}};
   if (plan.contains("from_source")) d.fields["from_source"] = plan["from_source"];  // target values taken from the source
   if (plan.contains("shards")) {  // safetensors
-    d.text = "ucp-load --dry-run: would write " + output + ": " + json_count(plan, "shards") +
+    d.text = "ucp-load --dry-run: would write " + output + note + ": " + json_count(plan, "shards") +
              " safetensors shards, dtype " + plan.value("dtype", "?") + "; nothing written\n";
     d.fields["format"] = "safetensors";
     d.fields["shards"] = plan["shards"].size();
@@ -115,7 +114,7 @@ DryRun load_dry_run(const nlohmann::json& plan, const std::string& output) {
   const nlohmann::json t = plan.value("target", nlohmann::json::object());
   if (plan.value("format", "") == "torch_dist") {  // reshard/torch_dist_output's plan
     auto num = [&](const char* k) { return t.contains(k) ? t[k].dump() : std::string("?"); };
-    d.text = "ucp-load --dry-run: would write " + output + ": a Megatron-Core torch_dist save (" +
+    d.text = "ucp-load --dry-run: would write " + output + note + ": a Megatron-Core torch_dist save (" +
              plan.value("iteration_folder", "?") + ") of " + (plan.contains("entries") ? plan["entries"].dump() : "?") +
              " entries in " + json_count(plan, "files") + " files, TP " + num("tp") + ", PP " + num("pp") + ", EP " +
              num("ep") + ", DP " + num("dp") + ", model tensors " + t.value("dtype", "?") + ", optimizer " +
@@ -127,7 +126,7 @@ DryRun load_dry_run(const nlohmann::json& plan, const std::string& output) {
   }
   if (plan.value("format", "") == "dcp") {  // reshard/dcp_output's plan
     auto number = [&](const char* k) { return plan.contains(k) && plan[k].is_number() ? plan[k].dump() : "?"; };
-    d.text = "ucp-load --dry-run: would write " + output + ": a DCP checkpoint of " + number("entries") +
+    d.text = "ucp-load --dry-run: would write " + output + note + ": a DCP checkpoint of " + number("entries") +
              " entries (" + number("tensor_entries") + " tensors) in " + json_count(plan, "files") +
              " files, " + t.value("mesh", "?") + " over " + (t.contains("world") ? t["world"].dump() : "?") +
              " rank(s), model tensors " + t.value("dtype", "?") + ", optimizer states " + t.value("optimizer_dtype", "?") +
@@ -138,7 +137,7 @@ DryRun load_dry_run(const nlohmann::json& plan, const std::string& output) {
     return d;
   }
   auto num = [&](const char* k) { return t.contains(k) ? t[k].dump() : std::string("?"); };
-  d.text = "ucp-load --dry-run: would write " + output + ": deepspeed layout TP " + num("tp") + ", PP " + num("pp") +
+  d.text = "ucp-load --dry-run: would write " + output + note + ": deepspeed layout TP " + num("tp") + ", PP " + num("pp") +
            ", DP " + num("dp") + ", ZeRO stage " + num("zero_stage") + ", EP " + num("ep") + ", weights " +
            t.value("dtype", "?") + " (" + json_count(plan, "mp_ranks") +
            " model-parallel ranks); nothing written\n";

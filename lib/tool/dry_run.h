@@ -20,8 +20,13 @@ struct DryRun {
 DryRun extract_dry_run(const std::string& input, const std::string& output, const to_universal::ConvertOptions& options);
 DryRun union_dry_run(const std::string& input, const std::string& output, const to_universal::ConvertOptions& options);
 
-// ucp-load: from reshard::plan_json's plan.
-DryRun load_dry_run(const nlohmann::json& plan, const std::string& output);
+// What an existing `output` means for the run, decided as the run decides it (core/staging): "" when it does
+// not exist, a note to print after its name under --overwrite (`overwrite`) or --reuse-output (`reuse`),
+// otherwise the run's own refusal (Error: "output already exists ...").
+std::string existing_note(const std::string& output, bool overwrite, bool reuse = false);
+
+// ucp-load: from reshard::plan_json's plan; `note`: existing_note's for the output.
+DryRun load_dry_run(const nlohmann::json& plan, const std::string& output, const std::string& note = "");
 
 // pec-save: from pec_save's plan (SaveOptions::plan_only); `store` and `fast_store` the tier folders.
 DryRun save_dry_run(const nlohmann::json& plan, const std::string& store, const std::string& fast_store);

@@ -128,7 +128,7 @@ Result plan_result(const reshard::LoadOptions& load, bool dry_run) {
   Result r;
   const bool defaults = j.contains("from_source") && !j["from_source"].empty();
   if (dry_run) {
-    r = dry_run_result(load_dry_run(j, load.output));
+    r = dry_run_result(load_dry_run(j, load.output, existing_note(load.output, load.overwrite, load.reuse_output)));
     if (defaults) r.notes_before.push_back(reshard::describe_source_defaults(j["from_source"]));
   } else {
     r.document = j.dump(1) + "\n";
@@ -244,9 +244,10 @@ Result whole_rewrite_result(const UcpLoadOptions& o, const reshard::LoadOptions&
       return r;
     }
     refuse_output_over_input(load.output, "--output", load.input, "--input");
+    const std::string note = existing_note(load.output, load.overwrite);
     DryRun d;
     d.text = "ucp-load --dry-run: " + load.input + " would be rewritten whole as --format " + o.format + " into " +
-             load.output + " (" + j["entries"].dump() + " entries: " + j["tensors"].dump() + " tensors, " +
+             load.output + note + " (" + j["entries"].dump() + " entries: " + j["tensors"].dump() + " tensors, " +
              j["bytes_entries"].dump() + " non-tensor items, every one kept; " + std::to_string(j["converted"].size()) + " converted by --dtype); nothing written\n";
     d.fields = {{"dry_run", true}, {"would_write", load.output}, {"format", o.format}};
     for (const char* k : {"input_kind", "route", "target", "entries", "tensors", "bytes_entries", "converted"}) d.fields[k] = j[k];
@@ -281,12 +282,15 @@ Result run_ucp_load(const UcpLoadOptions& o) {
                          "ucp-union --input " + load.input + " --output <folder>, then ucp-load --plan --input <folder>");
       refuse_output_over_input(load.output, "--output", load.input, "--input");
       refuse_deepspeed_output(load, kind);
-      const DryRun u = union_dry_run(load.input, load.output, {});
+      const std::string note = existing_note(load.output, load.overwrite);
+      to_universal::ConvertOptions count_only;
+      count_only.overwrite = true;  // the output was decided on just above; the union counts what it reads
+      const DryRun u = union_dry_run(load.input, load.output, count_only);
       const nlohmann::json params = u.fields.value("params", nlohmann::json(0)), bytes = u.fields.value("bytes", nlohmann::json(0));
       DryRun d;
       d.text = "ucp-load --dry-run: " + load.input + " is a " + what + " checkpoint: it would be converted into a " +
                "scratch universal folder beside " + load.output + " (" + params.dump() + " parameters, " + bytes.dump() +
-               " bytes), then written to " + load.output + " as --format " + o.format + "; nothing written\n";
+               " bytes), then written to " + load.output + note + " as --format " + o.format + "; nothing written\n";
       d.fields = {{"dry_run", true}, {"would_write", load.output}, {"input_kind", what}, {"format", o.format},
                   {"params", params}, {"bytes", bytes}};
       return parallel::MpiSession::get().rank() == 0 ? dry_run_result(d) : Result{};

@@ -251,6 +251,24 @@ TEST(UcpDiffTool, NativeCheckpointEqualsItsRelayout) {
   EXPECT_NE(u.out.find("equal: all"), std::string::npos) << u.out;
 }
 
+// A native MoE run saved at EP 2, relaid out at EP 4 and EP 1: the same run. DeepSpeed names an expert
+// param group after its EP size ("ep_size_2"), a name of the layout, not a setting: ucp-diff said exit 3
+// on every EP change (`param_groups: group 2 name: "ep_size_2" vs "ep_size_4"`).
+TEST(UcpDiffTool, MoeCheckpointEqualsItsRelayoutAtAnotherEp) {
+  const std::string cwd = scratch("relayout_ep");
+  const std::string ck = rel(kFx + "/moe_dp4_ep2_fp16", cwd);
+  for (const char* ep : {"4", "1"}) {
+    SCOPED_TRACE(ep);
+    const std::string out = std::string("ep") + ep;
+    ASSERT_EQ(run_in(cwd, "ucp-load", "--input " + ck + " --output " + out + " --ep " + ep + " --dp 4 --no-sync").rc, 0);
+    const ToolRun r = run_in(cwd, "ucp-diff", ck + " " + out + " --json");
+    EXPECT_EQ(r.rc, 0) << r.out << r.err;
+    EXPECT_EQ(parse(r)["equal"], true) << r.out;
+  }
+  // what differs is still found: one exp_avg value moved in a copy of the EP 2 source
+  EXPECT_EQ(run_in(cwd, "ucp-diff", rel(kFx + "/moe_changed", cwd) + " ep4 -q").rc, 3);
+}
+
 TEST(UcpDiffTool, OneChangedOptimizerValueIsADifference) {
   const std::string cwd = scratch("changed");
   json changed = json::parse(file_bytes(kFx + "/moe_changed/changed.json"));

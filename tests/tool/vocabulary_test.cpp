@@ -253,6 +253,30 @@ TEST(Vocabulary, DryRunSaysWhatWouldBeWrittenAndWritesNothing) {
   EXPECT_EQ(w.run("ucp-extract", "--input gpt --output out --dry-run --overwrite").rc, 0);
 }
 
+// Every tool's --dry-run over an existing output says what the run would say: ucp-load's dry runs (a
+// DeepSpeed target, and a DCP input rewritten whole or converted first) said "would write" with exit 0,
+// then the run refused the folder.
+TEST(Vocabulary, DryRunOverAnExistingOutputIsRefusedAsTheRunIsRefused) {
+  Work w("dry_run_existing");
+  ASSERT_EQ(w.run("ucp-load", "--input moe --output dcp --format dcp --world-size 2").rc, 0);
+  const std::vector<std::string> runs = {"--input moe --output taken " + std::string(kLoad) + " --ep 2",
+                                         "--input dcp --output taken --format dcp --world-size 1",
+                                         "--input dcp --output taken --format safetensors"};
+  fs::create_directories(w.dir + "/taken");
+  for (const auto& args : runs) {
+    SCOPED_TRACE(args);
+    const ToolRun run = w.run("ucp-load", args);
+    EXPECT_EQ(run.rc, 1) << run.err;
+    const ToolRun dry = w.run("ucp-load", args + " --dry-run");
+    EXPECT_EQ(dry.rc, 1) << dry.out;
+    EXPECT_NE(dry.err.find("taken: output already exists (remove it or pass --overwrite)"), std::string::npos) << dry.err;
+    const ToolRun over = w.run("ucp-load", args + " --dry-run --overwrite");
+    EXPECT_EQ(over.rc, 0) << over.err;
+    EXPECT_NE(over.out.find("taken (replacing the existing one)"), std::string::npos) << over.out;
+  }
+  EXPECT_TRUE(fs::is_empty(w.dir + "/taken"));
+}
+
 TEST(Vocabulary, VerifyTakesBothPolarities) {
   Work w("verify");
   // gpt_bad_crc: one byte of tensor data changed in an optimizer shard (its zip CRC-32 no longer matches)

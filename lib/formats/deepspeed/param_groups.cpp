@@ -1,6 +1,7 @@
 // Megatron's decay / no-decay rule and DeepSpeed's expert group names (param_groups.h).
 #include "formats/deepspeed/param_groups.h"
 
+#include <regex>
 #include <string_view>
 
 namespace ucpkit::formats::deepspeed {
@@ -32,6 +33,16 @@ std::optional<int> ep_size_of_group_name(const std::string& group_name) {
     if (digits > 0) return static_cast<int>(v);
   }
   return std::nullopt;
+}
+
+nlohmann::json layout_free_group(nlohmann::json group) {
+  if (!group.is_object()) return group;
+  group.erase("params");
+  if (auto it = group.find("name"); it != group.end() && it->is_string() && ep_size_of_group_name(it->get<std::string>())) {
+    static const std::regex ep(std::string(kExpertGroupPrefix) + "[0-9]+");
+    *it = std::regex_replace(it->get<std::string>(), ep, std::string(kExpertGroupPrefix) + "<EP>");
+  }
+  return group;
 }
 
 std::vector<SavedParamGroup> saved_param_groups(const std::vector<pickle::ValuePtr>& groups) {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "io/pickle/value.h"
 
 namespace ucpkit::formats::deepspeed {
@@ -28,6 +30,11 @@ std::string expert_group_name(int ep);
 // The EP size an optimizer param group's name carries ("ep_size_4" -> 4; a name that contains
 // ep_size_<N> anywhere, as older Megatron-DeepSpeed prefixed it), nullopt when none.
 std::optional<int> ep_size_of_group_name(const std::string& group_name);
+
+// A saved param_groups entry (as JSON) without what depends on the layout rather than on the run: its
+// 'params' (indices into this layout's partition) and the EP size in an expert group's name ("ep_size_4"
+// -> "ep_size_<EP>"): one run saved at two layouts has equal settings (ucp-diff compares these).
+nlohmann::json layout_free_group(nlohmann::json group);
 
 // One entry of a saved optimizer's param_groups (torch Optimizer.state_dict: the group's keys, 'params'
 // replaced by indices), as far as group membership needs it.
