@@ -62,7 +62,7 @@ export CKPT_DIR=$work/gpt NEW_DP=3 NEW_TP=1 NEW_PP=1 ZERO_STAGE=1
 # Pause the first conversion step once its output is staged (test hook), then scancel the job.
 jid=$(UCPKIT_TEST_PAUSE_STAGED=1 sbatch --parsable --chdir "$work" --output "$work/elastic-killed.out" \
       --export=ALL,UCPKIT_TEST_PAUSE_STAGED=1 "$ex/elastic_resume.sbatch")
-for _ in $(seq 600); do
+for _ in $(seq 3000); do  # up to 5 minutes: ctest runs other tests beside this one
   find "$work" "$work/gpt" -maxdepth 1 -name '.*-tmp-*' 2>/dev/null | grep -q . && break
   sleep 0.1
 done
