@@ -7,7 +7,6 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "core/mapped_file.h"
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/model_states.h"
 #include "formats/deepspeed/pipeline.h"
@@ -121,25 +120,22 @@ void MasterImage::compare(const ParamPlan& p, size_t t, int64_t pos, const float
   const DType d = c.weight.dtype();
   if (d != DType::BFloat16 && d != DType::Float16 && d != DType::Float32) return;
   const Tensor w = run_of(c.weight, pos, n);
-  // Each weight is compared once: its pages leave the resident set (a mapped file's; ucp-load's
-  // direct mode held every model file's weights resident, 82 -> 470 MB at hidden 1024).
-  const auto release = [](const Tensor& x) {
-    if (x.is_contiguous() && x.storage() && x.storage()->is_mapped()) MappedFile::done_with(x.contiguous_bytes());
-  };
+  // Each weight is compared once: its pages leave the resident set (release_pages; ucp-load's direct
+  // mode held every model file's weights resident, 82 -> 470 MB at hidden 1024).
   // A tied module's second file: equal bytes to the copy just checked is the same image (a memcmp
   // instead of the rounding: the tied embedding is the largest weight of a model).
   if (checked && checked->weight.dtype() == d) {
     const Tensor v = run_of(checked->weight, pos, n);
     const auto a = w.contiguous_bytes(), b = v.contiguous_bytes();
     if (a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size()) == 0) {
-      release(w), release(v);
+      release_pages(w), release_pages(v);
       return;
     }
   }
   uint32_t stored = 0, image = 0;
   const int64_t e = first_image_difference(fp32, n, w, &stored, &image);
   if (e < 0) {
-    release(w);
+    release_pages(w);
     return;
   }
   const int digits = d == DType::Float32 ? 8 : 4;
