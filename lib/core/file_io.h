@@ -1,4 +1,4 @@
-// File-descriptor helpers shared by every temp-then-rename writer and pread loop (issue 21): an owning
+// File-descriptor helpers shared by every temp-then-rename writer and pread loop: an owning
 // descriptor, and read/write loops that retry EINTR and short transfers and name the file on error.
 #pragma once
 #include <sys/types.h>

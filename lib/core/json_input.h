@@ -19,7 +19,7 @@ bool try_parse_json_input(std::string_view text, const std::string& name, nlohma
 // non-ASCII bytes escaped; lists and objects only named with their size.
 std::string json_brief(const nlohmann::json& v);
 
-// JSON text of `j` whatever bytes its strings hold (issue 32): a path that is not UTF-8 (a folder named
+// JSON text of `j` whatever bytes its strings hold: a path that is not UTF-8 (a folder named
 // in Latin-1) made nlohmann's dump throw "[json.exception.type_error.316] invalid UTF-8 byte", after a
 // tool had committed its output; such bytes become U+FFFD here. json_safe: the same, as a value.
 std::string json_text(const nlohmann::json& j, int indent = -1);

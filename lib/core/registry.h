@@ -1,4 +1,4 @@
-// A named registry of factories (issue 21: placement algorithms and PEC selection policies each had
+// A named registry of factories (placement algorithms and PEC selection policies each had
 // their own). Implementations register themselves from a namespace-scope initializer in their own
 // file; lookups list the known names when a name is unknown.
 #pragma once

@@ -1,4 +1,4 @@
-// What library code has to tell the user (issue 21): warnings, details, progress and phases, passed in
+// What library code has to tell the user: warnings, details, progress and phases, passed in
 // by the caller instead of printed by the library. The tools wire it to their console output
 // (tool::console_reporter(): warnings always, details and phase times with -v, progress as a bar on a
 // terminal or paced lines in a batch log); tests capture it; a default-constructed Reporter says nothing.

@@ -366,7 +366,7 @@ void StagingDir::commit() {
   fsync_dir(target_.parent_path().string());
   // The output is complete and on stable storage: a SIGINT/SIGTERM that came during the flush or the
   // rename no longer stops anything, and the run ends as its commit did (exit 0), not by the signal
-  // (issue 32: 130/143 with the output complete).
+  // (130/143 with the output complete).
   g_signal.store(0);
 }
 

@@ -1,4 +1,4 @@
-// "What is this folder?": the one answer every tool asks (issue 46). Each format recognises its own
+// "What is this folder?": the one answer every tool asks. Each format recognises its own
 // folders and registers that test here from its folder under lib/formats/ (one `register_folder_format`
 // at namespace scope); detect() asks them in their registered order and names what it looked for when
 // none answers. No tool has a predicate of its own, and no folder falls back to being read as DeepSpeed.

@@ -373,7 +373,7 @@ nlohmann::json param_groups_of(const std::string& dir, const formats::universal:
   return out;
 }
 
-// What the universal form holds besides tensors (issue 47: not compared before): each parameter's
+// What the universal form holds besides tensors (not compared before): each parameter's
 // optimizer step (zero/<param>/step.pt) and the optimizer's param_groups (learning rate, betas,
 // weight decay, their step), as non-tensor items.
 void compare_optimizer_items(DiffResult& r, const Side& a, const Side& b, const DiffOptions& o) {
@@ -420,7 +420,7 @@ void compare_optimizer_items(DiffResult& r, const Side& a, const Side& b, const 
     note(r, o.listed, {"param_groups", "", "item", first});
 }
 
-// Two DCP folders entry by entry, as saved (issue 47: through the universal form the buffers were
+// Two DCP folders entry by entry, as saved (through the universal form the buffers were
 // refused and the non-tensor items not looked at). Tensors: key, dtype, shape, then the values bit
 // for bit, or (floating dtypes, a tolerance given) within it; non-tensor items: the stored bytes, or
 // else the objects they unpickle to.
@@ -448,7 +448,7 @@ TensorDifference compare_tensors(const std::string& name, const std::string& sta
   return d;
 }
 
-// The universal folders' buffers (manifest "buffers", issue 47) by name: dtype, shape, then every
+// The universal folders' buffers (manifest "buffers") by name: dtype, shape, then every
 // element as compare_tensors does; one in one folder only is a difference.
 void compare_buffers(DiffResult& r, const Side& a, const Side& b, const DiffOptions& o) {
   std::map<std::string, const formats::universal::UniversalBuffer*> in_b;
@@ -529,7 +529,7 @@ void compare_dcp(DiffResult& r, const std::string& a, const std::string& b, cons
     }
 }
 
-// Pairs of folders compared as saved, without the universal form, by folder kind name (issue 46: the
+// Pairs of folders compared as saved, without the universal form, by folder kind name (the
 // comparison asks this table, it names no format): both sides of one kind with a comparer registered.
 using NativeCompare = void (*)(DiffResult&, const std::string&, const std::string&, const DiffOptions&);
 NamedTable<NativeCompare>& native_comparers() {
@@ -538,7 +538,7 @@ NamedTable<NativeCompare>& native_comparers() {
 }
 [[maybe_unused]] const bool kRegistered = native_comparers().set(std::string(formats::kDcp), compare_dcp);
 
-// A DCP source's bytes entries (manifest "items", issue 47) by key: their bytes as stored (a torch.save
+// A DCP source's bytes entries (manifest "items") by key: their bytes as stored (a torch.save
 // stream each: equal bytes, equal value); one in one folder only is a difference.
 void compare_items(DiffResult& r, const Side& a, const Side& b, const DiffOptions& o) {
   std::map<std::string, const formats::universal::UniversalItem*> in_b;

@@ -51,7 +51,7 @@ struct DiffResult {
   size_t tensors_equal = 0;
   size_t differences = 0;    // tensors not equal (a parameter in one only counts each of its states)
   std::vector<TensorDifference> listed;  // the first DiffOptions::listed of them
-  // Two DCP folders are compared entry by entry as saved (issue 47): every tensor in its own dtype
+  // Two DCP folders are compared entry by entry as saved: every tensor in its own dtype
   // (buffers and counters too), every non-tensor item (LR scheduler, dataloader, param_groups...);
   // `items` counts those non-tensor items (in `tensors` and `differences` too).
   size_t items = 0;

@@ -460,7 +460,7 @@ void describe_dcp(CheckpointInfo& info, const InfoOptions& options) {
                                                                         : to_universal::plan_dcp(md, folder);
             });
   if (folder.kind == formats::dcp::FolderKind::TorchDist && plan.source.facts.contains("torch_dist")) {
-    // The layout, step and experts Megatron's args and keys record (issue 47: all null before).
+    // The layout, step and experts Megatron's args and keys record (all null before).
     const nlohmann::json& td = plan.source.facts["torch_dist"];
     info.dcp["megatron_core"] = td;
     ParallelLayout l;
@@ -501,7 +501,7 @@ void describe_dcp(CheckpointInfo& info, const InfoOptions& options) {
   std::set<size_t> groups;
   for (const auto& g : plan.param_groups) groups.insert(g.second.first);
   info.dcp["param_groups"] = groups.size();
-  info.dcp["items_carried"] = plan.items.size();  // bytes entries ucp-union carries verbatim (issue 47)
+  info.dcp["items_carried"] = plan.items.size();  // bytes entries ucp-union carries verbatim
   info.dcp["not_carried"] = plan.not_carried;
   if (!options.verify) {
     skip_check(info, "items", "every item decoded: inside its data file, the chunk's dtype and shape (--no-verify)");

@@ -1,4 +1,4 @@
-// An output folder that every MPI rank writes into (issue 21: the step ucp-extract, ucp-union and
+// An output folder that every MPI rank writes into (the step ucp-extract, ucp-union and
 // ucp-load each spelled out): rank 0 creates the staging folder beside the target (core/staging) and
 // prepares it, every rank learns its path, a failure on any rank ends every rank with the folder
 // removed first, and rank 0 alone renames it into place.

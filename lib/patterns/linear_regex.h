@@ -1,6 +1,6 @@
 // Regular expressions matched in time linear in the subject (a Thompson NFA run in lock step, as RE2
 // and Go's regexp do), for the patterns that come from users and from checkpoints' own metadata
-// (issue 32, cause 4: a backtracking matcher hung for minutes on a catastrophic pattern such as
+// (a backtracking matcher hung for minutes on a catastrophic pattern such as
 // `(a+)+$`). Syntax: the part of Python's `re` that patterns use — literals, `.`, classes `[...]` with
 // ranges and negation, `\d \w \s \D \W \S`, escapes, groups `(...)` `(?:...)` `(?P<name>...)`,
 // alternation, `* + ? {m} {m,} {m,n} {,n}` and their lazy forms, `^ $ \A \Z`. What needs

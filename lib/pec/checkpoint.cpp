@@ -367,7 +367,7 @@ void open_resolved(SourceCheckpoint& c, const std::string& path, const OpenOptio
   open_native(c, options, ds);
 }
 
-// pec-save's inputs by folder kind (issue 46: the open asks this table, it names no format).
+// pec-save's inputs by folder kind (the open asks this table, it names no format).
 using SourceOpener = void (*)(SourceCheckpoint&, const std::string& path, const OpenOptions&);
 NamedTable<SourceOpener>& source_openers() {
   static NamedTable<SourceOpener> t;

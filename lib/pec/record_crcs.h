@@ -1,4 +1,4 @@
-// CRC-32 of every expert range of a shared file at the step pec-save stores (issue 32, the mixed-save
+// CRC-32 of every expert range of a shared file at the step pec-save stores (the mixed-save
 // gap of cause 8). A restore that fills a zip record with expert fragments of older saves cannot keep
 // the CRC-32 the source recorded for it; it checks each piece against the CRC-32 its own save
 // recorded instead: the target step's non-expert bytes together with this table must give the

@@ -137,7 +137,7 @@ class RestoreRun {
   RestoreRun(const RestoreOptions& o, std::vector<std::unique_ptr<Store>>& stores, RestorePlan& plan, const Warn& warn)
       : o_(o), stores_(stores), plan_(plan), warn_(warn), mpi_(parallel::MpiSession::get()), root_(mpi_.rank() == 0) {}
 
-  // A failed restore leaves no folder it created (issue 32): only empty ones are removed, deepest first,
+  // A failed restore leaves no folder it created: only empty ones are removed, deepest first,
   // after the staging folder is gone; a committed step keeps them (rmdir of a folder with content fails).
   ~RestoreRun() {
     writer_.reset();

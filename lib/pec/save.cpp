@@ -59,7 +59,7 @@ struct SaveWork {
 };
 
 // A store inside the checkpoint folder would save its own files as part of the checkpoint (and grow
-// with every save): refused, naming the option (issue 32).
+// with every save): refused, naming the option.
 void check_store_outside(const std::string& store, const std::string& given, const char* option, const std::string& root) {
   if (store.empty()) return;
   std::error_code ec;
@@ -109,7 +109,7 @@ std::vector<TierSave> open_tiers(const SaveOptions& o, bool root) {
   if (root && !o.plan_only) tiers.front().store->lock(true);
   if (!o.plan_only) tiers.front().store->objects().trust(tiers.front().store->referenced_objects());
   if (!o.fast_store.empty()) {
-    // The fast tier is a cache in front of the durable one (issue 32): when it cannot be opened, locked or
+    // The fast tier is a cache in front of the durable one: when it cannot be opened, locked or
     // read, the durable save goes on without it, with a warning (every rank agrees on whether it is used).
     TierSave f;
     f.tier = Tier::fast;

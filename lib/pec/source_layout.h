@@ -1,4 +1,4 @@
-// The layout of the checkpoint a PEC store was saved from (issue 46: an enum, not a string compared
+// The layout of the checkpoint a PEC store was saved from (an enum, not a string compared
 // at each use). Manifests, plans and reports spell it "deepspeed-moe", "deepspeed-autoep-zero3" and
 // "universal".
 #pragma once

@@ -178,7 +178,7 @@ TokenMatrix fit_tokens(const TokenMatrix& tokens, const std::vector<int>& expert
     fail(name, "token counts for " + std::to_string(tokens.size()) + " MoE layers, the checkpoint has " +
                    std::to_string(experts_per_layer.size()));
   // Every MoE layer must have counts: a layer missing from the file (another model's file, a trace cut
-  // short) is not read as zeros (issue 32). Experts past the end of a layer's counts are zeros: a trace
+  // short) is not read as zeros. Experts past the end of a layer's counts are zeros: a trace
   // of routed ids lists an expert only once it got a token.
   if (tokens.size() < experts_per_layer.size())
     fail(name, "token counts for " + std::to_string(tokens.size()) + " MoE layers, the checkpoint has " +

@@ -383,7 +383,7 @@ bool equal_share_feasible(const std::vector<double>& t, double n, double m, int 
   for (double x : lo) sum += x;
   const long long spare = std::llround(n - sum);
   if (spare < 0) return false;
-  // Work caps: S = 2 costs O(E) per allocation, at most min(1e5, 1.6e7 / E) of them (issue 31's
+  // Work caps: S = 2 costs O(E) per allocation, at most min(1e5, 1.6e7 / E) of them (a
   // 64 x 2 x 2 layer needs 45,760), S > 2 a search of up to 50,000 steps for each of at most 16.
   const double most = S == 2 ? std::min(1e5, 1.6e7 / std::max(1, E)) : 16;
   double count = 1;

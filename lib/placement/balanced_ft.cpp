@@ -37,7 +37,7 @@ std::vector<int> greedy_order(const std::vector<double>& loads, int floor, long 
   // (load per replica, expert), the largest first, ties to the lower id, as one 128-bit number: the
   // bits of the load per replica (never negative; + 0.0 makes a -0.0 +0.0, so equal values have
   // equal bits and the bits order as the values) above the complement of the id. A max-heap of those
-  // compares without the branches of comparing doubles (issue 31: this loop, 32,768 steps a layer
+  // compares without the branches of comparing doubles (this loop, 32,768 steps a layer
   // at 1,024 nodes, took 4-7% of --previous).
   using Key = unsigned __int128;
   auto key = [&](int e) {
@@ -278,7 +278,7 @@ std::vector<Candidate> stepped_candidates(const std::vector<double>& t, const Cl
     // Past the first two candidates, only one packing at most as well as the second best so far can
     // be refined (refine_candidates takes the usual candidates lightest first, two of them): its
     // packing stops once a GPU exceeds that, and the candidate keeps an infinite maximum, sorted
-    // last (issue 31: at 1,024 nodes they never were among the two, and packing them was 7% of a
+    // last (at 1,024 nodes they never were among the two, and packing them was 7% of a
     // re-placement with a migration weight).
     std::vector<int> packed;
     if (cands.size() >= 2) {
@@ -352,7 +352,7 @@ void add_rated_candidate(std::vector<Candidate>& cands, const std::vector<double
 // per GPU, or two, ...) or of the GPUs per node, the same rule for every hot expert, the rest of the
 // slots by the floor-f greedy over the other experts. The largest-share rule gives a hot expert a
 // count such as 7 on 8 GPUs, which leaves one GPU without it and the other seven carrying 1/7 of it
-// each (issue 31: 0.909 where one replica per GPU reaches 0.998). Empty when there is none.
+// each (0.909 where one replica per GPU reaches 0.998). Empty when there is none.
 std::vector<std::vector<int>> dominant_allocations(const std::vector<double>& t, const Cluster& cl, int f,
                                                    const std::vector<int>& greedy) {
   const int E = static_cast<int>(t.size()), m = cl.gpus(), G = cl.gpus_per_node;

@@ -1,5 +1,5 @@
 // Small clusters: the placement meeting f with the lightest most loaded GPU (equal shares), found by
-// branch and bound, as balanced-ft's last improvement step (issue 31: its heuristics miss the
+// branch and bound, as balanced-ft's last improvement step (its heuristics miss the
 // optimum by up to 4.7 points on tiny clusters).
 #pragma once
 #include <optional>

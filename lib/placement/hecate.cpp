@@ -22,7 +22,7 @@ std::vector<int> by_load_desc(const std::vector<double>& t) {
 
 // The nodes with free slots in place_copy's order for a node lacking the expert: most room first,
 // then the largest room of one of its GPUs, then the lowest id (a GPU scan's first maximum), so the
-// choice is the first listed node lacking the expert instead of a scan over every GPU (issue 31:
+// choice is the first listed node lacking the expert instead of a scan over every GPU (at
 // 8,192 GPUs). `taken(g)` after a slot of GPU g is filled.
 class RoomIndex {
  public:

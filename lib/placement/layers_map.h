@@ -1,4 +1,4 @@
-// Which decoder layers of the model are MoE layers (issue 31 item 5). The engines disagree on the
+// Which decoder layers of the model are MoE layers. The engines disagree on the
 // layer axis of a placement: SGLang's --init-expert-location has one row per decoder layer, dense
 // layers included (61 for DeepSeek-V3), vLLM's EPLB state one row per MoE layer (58). A plan has one
 // row per MoE layer; with a layers map one run writes both engines' files with their own shapes.

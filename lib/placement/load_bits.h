@@ -1,5 +1,5 @@
 // Loads as integers that order as the loads do, for comparisons without the branches of comparing
-// doubles (lpt_fill's tournament trees, greedy_order's heap; issue 31).
+// doubles (lpt_fill's tournament trees, greedy_order's heap).
 #pragma once
 #include <bit>
 #include <cstdint>

@@ -80,7 +80,7 @@ struct Packer {
   void refresh(int n) {
     if (!spread) {
       // Without a node rule every replica comes through the tournament trees, one at a time, and its
-      // node's least loaded GPU changes each time: as 128-bit keys without branches (issue 31: a
+      // node's least loaded GPU changes each time: as 128-bit keys without branches (a
       // fifth less time for the plain packing at 1,024 nodes; with the spread rule, whose batched
       // levels refresh other nodes, the branches predict well and this was slower).
       Key best = kNone;

@@ -1,4 +1,4 @@
-// Node-loss re-placement under the migration model of --previous (issue 31 item 3): what survives on
+// Node-loss re-placement under the migration model of --previous: what survives on
 // the nodes left is the starting placement; the copies that restore f replicas on f nodes are made
 // first, then balance moves (or balanced-ft from scratch, aligned) only as far as the migration
 // budget and weight allow, and every copy is scheduled in rounds from a surviving GPU.

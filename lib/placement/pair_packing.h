@@ -2,7 +2,7 @@
 // pairing with the lightest most loaded GPU (nodes aside, equal shares t_e / r_e) is the sorted one,
 // the largest share with the smallest, the second largest with the second smallest, ... (exchange
 // argument: docs/moe-replace.md, "Two slots per GPU"), so the only choice left is r. balanced-ft uses
-// this as one more candidate where its largest-share rule and LPT packing pair badly (issue 31:
+// this as one more candidate where its largest-share rule and LPT packing pair badly (on
 // 64 x 2 x 2, f = 3, 0.892 where the sorted pairing of a better r reaches 0.926).
 #pragma once
 #include <vector>
@@ -30,7 +30,7 @@ std::vector<int> improve_pair_allocation(std::vector<int> r, const std::vector<d
 // fixed-seed generator (r_e >= f kept) from the best allocation so far, then improve_pair_allocation
 // with `max_steps`; the result is kept when its sorted pairing is lighter (or as light with fewer
 // pairs at the maximum). improve_pair_allocation stops at the first allocation no single move
-// improves (issue 31: on 24 x 2 x 2, f = 3, log-normal, 0.9743 where restarts reach 0.98).
+// improves (on 24 x 2 x 2, f = 3, log-normal, 0.9743 where restarts reach 0.98).
 std::vector<int> restart_pair_allocation(std::vector<int> r, const std::vector<double>& t, int f, int max_steps,
                                          int restarts);
 

@@ -194,7 +194,7 @@ void write_plan_json(const Plan& plan, const json& extra, const std::vector<std:
     out += "{\"phy2log\":";
     append_ints(out, plan.layers[l].phy2log);
     out += ",\"log2phy\":[";
-    // log2phy (cluster.h) without its padding in memory (issue 31, fifth pass: the padded table was
+    // log2phy (cluster.h) without its padding in memory (the padded table was
     // 8 MB per layer at 1,024 nodes, filled with -1 and scanned again): per expert the slots of its
     // ranks below its replica count; an expert with a slot of a rank at or above its count (a plan
     // whose phyrank is not ranks_by_appearance's) gets its whole row as log2phy makes it.
@@ -402,7 +402,7 @@ Plan plan_from_json(const json& doc, const std::string& name) {
 namespace {
 
 // The plan file without what plan_from_json never reads: every "log2phy" (padded to the largest
-// replica count) and "transfers" list, most of a large plan (400 MB at 1,024 nodes; issue 31,
+// replica count) and "transfers" list, most of a large plan (400 MB at 1,024 nodes,
 // --previous under 500 MB). Nesting is bounded as parse_json_input bounds it (core/json_input.h).
 json parse_plan_file(const std::string& text, const std::string& path) {
   struct TooDeep {};

@@ -29,7 +29,7 @@ std::vector<int> recovery_weighted_layer(const std::vector<double>& t, const Clu
 
 // The candidates of recovery_weighted_layer whose most loaded GPU is no heavier than `balanced`'s: the
 // one with the largest p(f), ties to the more balanced, and `balanced` itself when none is more
-// recoverable. So the layer keeps at least the default's balance and p(f) (issue 31: a point of the
+// recoverable. So the layer keeps at least the default's balance and p(f) (a point of the
 // front that dominates the default wherever some layer has a more recoverable candidate for free).
 std::vector<int> recovery_free_layer(const std::vector<double>& t, const Cluster& cluster, int f,
                                      const std::vector<int>& balanced, const std::vector<int>& lazarus,

@@ -48,7 +48,7 @@ struct ReplaceResult {
   int round_lower_bound = 0;  // most copies one GPU receives (each GPU receives once per round)
 };
 
-// Above this many nodes the re-placements take the cheaper paths of issue 31 (1,024 nodes in seconds):
+// Above this many nodes the re-placements take the cheaper paths (1,024 nodes in seconds):
 // greedy node pairing in align_to, no from-scratch option for a weighed node loss, and `--previous`
 // compares with balanced-ft from scratch only (eplb-global from scratch with --report).
 inline constexpr int kLargeClusterNodes = 256;

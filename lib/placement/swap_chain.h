@@ -1,5 +1,5 @@
 // Small clusters: swaps of two replicas off the most loaded GPU that break fault tolerance, each
-// followed by a second swap elsewhere that restores it (issue 31: on 5 x 2 x 4, f = 3, the one
+// followed by a second swap elsewhere that restores it (on 5 x 2 x 4, f = 3, the one
 // exchange that lowers the most loaded GPU puts an expert twice on one node, and single swaps, which
 // must keep f at every step, cannot reach 0.937 from 0.896).
 #pragma once

@@ -1,6 +1,6 @@
 // Where the floor f binds: a randomized local search (simulated annealing with a fixed seed, so the
 // result is deterministic) that drives every GPU below a threshold, for the layers the constructive
-// steps and the descent of reduce_max leave short of EPLB's balance (issue 31: on 128 x 8 x 4 with
+// steps and the descent of reduce_max leave short of EPLB's balance (on 128 x 8 x 4 with
 // skewed or log-normal loads, f = 2 or 3, balanced-ft stopped 0.2-2.6% below eplb-global, which
 // gives some expert fewer than f replicas; on 5 x 2 x 4 log-normal, 0.6% below).
 #pragma once

@@ -1,4 +1,4 @@
-// ucp-load --input <DCP folder> --format dcp: the DCP rewritten whole (whole_rewrite.h, issue 47),
+// ucp-load --input <DCP folder> --format dcp: the DCP rewritten whole (whole_rewrite.h),
 // every entry as saved: model tensors and buffers of any dtype, optimizer states, the non-tensor items
 // (LR scheduler, dataloader position, train state, param_groups) and the keys the source was saved
 // under (torchtitan's top-level model keys and `optimizer.*`, or get_state_dict's `model.*` /
@@ -94,7 +94,7 @@ const WholeRewrite kDcpRewrite{
      }};
 
 // Every flavour the DCP reader reads (dcp::Reader: one global .metadata, rank-local __<r>.metadata
-// files, HuggingFaceStorageWriter's safetensors) is rewritten whole the same way (issue 48: torch
+// files, HuggingFaceStorageWriter's safetensors) is rewritten whole the same way (torch
 // 2.15's rank-local and safetensors saves of an int64 buffer went through the universal form, which
 // refused it).
 [[maybe_unused]] const bool kRegistered = register_whole_rewrite("dcp", OutputFormat::Dcp, kDcpRewrite) &&

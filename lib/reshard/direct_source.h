@@ -1,4 +1,4 @@
-// ucp-load's direct mode (issue 18): a native DeepSpeed checkpoint as a "virtual universal
+// ucp-load's direct mode: a native DeepSpeed checkpoint as a "virtual universal
 // checkpoint". The extract plan (lib/to_universal, through to_universal/direct.h: which fragment of which shard file holds which part of
 // which TP slice) gives, in memory, the manifest ucp-union would write (without checksums) and the
 // elements of every atomic tensor on demand, read straight from the source shards; the load path
@@ -24,7 +24,7 @@
 
 namespace ucpkit::reshard {
 
-// Direct mode's input formats (issue 46), registered by folder kind (formats::detect's name) from the
+// Direct mode's input formats, registered by folder kind (formats::detect's name) from the
 // file that reads them, like the union's runners and ucp-info's describers: the folder a direct input's
 // data is read from, and its extract plan (its files opened with `open`). Registered here: DeepSpeed
 // shards, and a ucp-extract work folder.

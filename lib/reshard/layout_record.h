@@ -1,4 +1,4 @@
-// The layout record ucp-load leaves in a DeepSpeed output folder (issue 28): `ucpkit_layout.json`
+// The layout record ucp-load leaves in a DeepSpeed output folder: `ucpkit_layout.json`
 // beside `latest` says which layout, precision, version line and source the folder holds, so a job
 // script can reuse the folder only when it holds what it asks for (`ucp-load --reuse-output`).
 // DeepSpeed's and Megatron's loaders read `latest` and the tag folder only; the record is outside both.

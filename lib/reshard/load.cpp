@@ -128,7 +128,7 @@ Prepared prepare(const LoadOptions& options, const formats::FolderKind& kind, bo
     throw UsageError("--model-map applies with --template");
   } else if (kind.is(formats::kUniversal)) {
     p.model = read_model_info(options.input);
-  } else {  // a native checkpoint, read directly (issue 18); direct_plan refuses other kinds by name
+  } else {  // a native checkpoint, read directly; direct_plan refuses other kinds by name
     auto d = std::make_shared<DirectInput>();
     d->fused_crc = fused_crc;
     d->plan = direct_plan(options.input, kind, d->open());
@@ -289,7 +289,7 @@ bool output_holds(const LoadOptions& options, const Prepared& prep, bool root) {
 }
 
 // A DCP source's bytes entries (LR scheduler, dataloader position, train state, flattened param_groups)
-// have no place in the other formats: said by default (issue 47: a run resumed without them is another
+// have no place in the other formats: said by default (a run resumed without them is another
 // run) and listed in --json's not_carried. No path: in direct mode the input here is a scratch folder.
 void warn_items_not_carried(const LoadOptions& options, const ModelInfo& model) {
   if (model.items.empty()) return;

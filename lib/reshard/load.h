@@ -80,7 +80,7 @@ struct LoadSummary {
   nlohmann::json from_source = nlohmann::json::object();  // target values taken from the source (target_defaults.h)
   nlohmann::json target = nlohmann::json::object();       // the layout written: the layout record
   bool reused = false;          // reuse_output: the output already held this layout; nothing written
-  size_t buffers = 0;           // model tensors without optimizer state written (own dtype; issue 47)
+  size_t buffers = 0;           // model tensors without optimizer state written (own dtype)
   size_t items = 0;             // a DCP source's bytes entries written back verbatim (--format dcp)
   // What the input held and the output does not (a DCP's non-tensor items, written by --format dcp only,
   // and the tensors ucp-union could not place), said on stderr as well.

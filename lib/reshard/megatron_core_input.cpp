@@ -122,7 +122,7 @@ MegatronCoreInput open_megatron_core_input(const LoadOptions& o, std::string_vie
                 "real run, not by --plan / --dry-run: ucp-union it first)");
   p.manifest = formats::universal::read_universal_manifest(p.manifest_path);
   // The writers name parameters by Megatron-Core's key model (formats/megatron_core/key_model), which has
-  // no key for a DCP's buffer or counter: refused rather than dropped (issue 47).
+  // no key for a DCP's buffer or counter: refused rather than dropped.
   if (!p.manifest.buffers.empty())
     throw Error(p.manifest_path + ": " + formats::universal::describe_buffers(p.manifest.buffers) + " without optimizer state: --format " +
                 fmt + " writes Megatron-Core's parameter keys only and has no key for them; write --format dcp or safetensors, "

@@ -90,10 +90,10 @@ struct ModelInfo {
   // layout-free outputs (dcp, safetensors) can be written from it.
   bool manifest_only = false;
   // Model tensors without optimizer state (manifest "buffers": a DCP's buffers and counters), each
-  // written in its own dtype whatever --dtype says (issue 47); not in `params`.
+  // written in its own dtype whatever --dtype says; not in `params`.
   std::vector<formats::universal::UniversalBuffer> buffers;
   // A DCP source's other entries, verbatim (manifest "items"), and the keys it saved under where they are
-  // not what ucp-load --format dcp writes by default (formats/dcp/key_record.h): issue 47.
+  // not what ucp-load --format dcp writes by default (formats/dcp/key_record.h).
   std::vector<formats::universal::UniversalItem> items;
   nlohmann::json dcp_keys = nlohmann::json::object();
   pickle::ValuePtr optimizer_state;      // the common optimizer state: the manifest's optimizer_state file

@@ -1,4 +1,4 @@
-// ucp-load's output formats as plug-ins (issue 46): one OutputWriter per format, registered from the
+// ucp-load's output formats as plug-ins: one OutputWriter per format, registered from the
 // format's own file (deepspeed_output.cpp, safetensors_writer.cpp, dcp_output.cpp, torch_dist_output.cpp)
 // by its OutputFormat. run_load and plan_json (load.cpp) run one path for every format and ask the
 // writer for the format's steps: its part of prepare, its --plan JSON, its write, its summary facts.

@@ -1,4 +1,4 @@
-// ucp-load's target defaults (issue 28): every target dimension or precision the command line leaves
+// ucp-load's target defaults: every target dimension or precision the command line leaves
 // out is the source's, never a fixed value, and the summary says which were taken from it. DP is
 // given, or comes from the world size (DP = world size / (TP * PP)). Plain logic on ModelInfo, no I/O.
 #pragma once
@@ -33,7 +33,7 @@ nlohmann::json apply_source_defaults(TargetLayout& t, const TargetGiven& given, 
 
 // Whether each parameter keeps the dtype its source stored it in, there being no one precision to default
 // to: a universal folder made from a DCP whose parameters differ in dtype (bf16 beside fp32; the
-// manifest's per-parameter dtypes and states' source_dtype), written as DCP without --dtype (issue 47).
+// manifest's per-parameter dtypes and states' source_dtype), written as DCP without --dtype.
 // apply_source_defaults then says "as stored" instead of asking for --dtype.
 bool keeps_stored_dtypes(const TargetGiven& given, const ModelInfo& model, OutputFormat format);
 

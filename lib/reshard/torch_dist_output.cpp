@@ -77,7 +77,7 @@ struct TdPrepared : WriterPlan {
   int64_t iteration = 0;
   // The source kept its common state in common.pt (Megatron-Core before the common_state item, e.g.
   // core_v0.16.1; manifest source.torch_dist.legacy_common_pt): written the same way, or its Megatron
-  // cannot open the output (issue 47: FileNotFoundError ... common.pt).
+  // cannot open the output (FileNotFoundError ... common.pt).
   bool legacy_common = false;
   formats::megatron_core::WriteLayout layout;
   nlohmann::json from_source = nlohmann::json::object();

@@ -1,5 +1,5 @@
 // ucp-load --input <Megatron-Core torch_dist> --template <Megatron-DeepSpeed universal folder>
-// --format deepspeed in one pass (issue 30): the torch_dist save as a "virtual universal checkpoint" in
+// --format deepspeed in one pass: the torch_dist save as a "virtual universal checkpoint" in
 // Megatron-DeepSpeed names, as DirectSource makes one of a native DeepSpeed checkpoint. The manifest is
 // what ucp-union --to-names megatron-deepspeed --template would write (to_universal::megatron_deepspeed_view:
 // names, patterns, model files and DeepSpeed's optimizer state from the template); every value comes from
@@ -37,8 +37,8 @@ struct TorchDistInput {
 std::shared_ptr<TorchDistInput> open_torch_dist_input(const std::string& input, const std::string& template_dir,
                                                       const std::string& map_file);
 
-// The input kinds ucp-load reads in one pass through --template's Megatron-DeepSpeed view (issue 46:
-// registered by folder kind from the reader's own file, as direct mode's readers are; load.cpp and
+// The input kinds ucp-load reads in one pass through --template's Megatron-DeepSpeed view
+// (registered by folder kind from the reader's own file, as direct mode's readers are; load.cpp and
 // ucp-load's tool layer ask this table, never a format's name). Registered: torch_dist
 // (open_torch_dist_input).
 using TemplateReader = std::function<std::shared_ptr<const TorchDistInput>(

@@ -1,4 +1,4 @@
-// ucp-load of a checkpoint into its own format (issue 47): rewritten whole by the format's own code,
+// ucp-load of a checkpoint into its own format: rewritten whole by the format's own code,
 // every item the source holds kept (tensors of any dtype with their keys, non-tensor items), instead
 // of through the universal form, which holds parameters with their optimizer states only. A format
 // registers its rewrite for the folder kind it reads (formats::FolderKind::name()) and the output

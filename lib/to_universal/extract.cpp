@@ -220,7 +220,7 @@ void read_native_expert_files(const formats::deepspeed::DeepSpeedLayout& L, std:
         }
       }
   }
-  // The layer an expert is in is its file's moe_layer_id (issue 33: blocks.N names have no layers.N).
+  // The layer an expert is in is its file's moe_layer_id (blocks.N names have no layers.N).
   experts.layer_number = formats::deepspeed::expert_layer_numbers(layers);
 }
 

@@ -13,7 +13,7 @@
 //    universal optimizer_state.pt carries param_groups; "params" lists fqns (state_dict.py:784-785).
 //  * every other bytes entry (LR scheduler, dataloader position, train_state bytes, torchtitan's
 //    flattened param_groups.<fqn>.<key>, any torch.save'd value) is carried verbatim, items/<n>.pt
-//    under the manifest's "items" with its key and nested path (issue 47);
+//    under the manifest's "items" with its key and nested path;
 //  * a 16-bit float model tensor or optimizer state (bf16 training, a bf16 model-only save) is widened
 //    to float32 in its state file (exact) and its dtype recorded (states' source_dtype): the universal
 //    form's states are float32, and ucp-load --format dcp narrows them back (bit for bit);
@@ -142,7 +142,7 @@ DcpPlan plan_dcp(const Metadata& md, const Folder& folder) {
   }
   // Model tensors without optimizer state beside parameters with it are buffers (BatchNorm's running
   // statistics, counters, masks); in a model-only save only a dtype no parameter has (int, bool) tells
-  // one. Each is carried as it is, in its own dtype (issue 47: dropping or converting one changes the
+  // one. Each is carried as it is, in its own dtype (dropping or converting one changes the
   // resumed run).
   std::vector<DcpParam> params;
   for (auto& p : plan.params) {
@@ -297,7 +297,7 @@ RunSummary run_union_dcp(const std::string& input, const std::string& output, co
   });
   failed.settle("another MPI rank failed while planning");
   if (!plan.not_carried.empty()) {
-    // Said by default (issue 47: a resumed run without its scheduler or data position is another run).
+    // Said by default (a resumed run without its scheduler or data position is another run).
     std::string names;
     for (size_t k = 0; k < plan.not_carried.size() && k < 4; ++k)
       names += (k ? "', '" : "'") + escaped_brief(plan.not_carried[k]);

@@ -29,7 +29,7 @@ struct DcpParam {
   uint64_t bytes = 0;                          // of its tensors (the split over MPI ranks)
 };
 
-// A model tensor without optimizer state (a buffer or counter), carried in its own dtype (issue 47).
+// A model tensor without optimizer state (a buffer or counter), carried in its own dtype.
 struct DcpBuffer {
   std::string name;                            // the model fqn, as a parameter's
   std::string fqn;                             // its DCP key
@@ -38,7 +38,7 @@ struct DcpBuffer {
   uint64_t bytes = 0;
 };
 
-// A bytes entry carried verbatim into the universal form's items/ (issue 47): an LR scheduler's,
+// A bytes entry carried verbatim into the universal form's items/: an LR scheduler's,
 // dataloader's or train state's value, torchtitan's flattened param_groups, any other torch.save'd value.
 struct DcpItem {
   std::string fqn;                             // its DCP key
@@ -52,7 +52,7 @@ struct DcpPlan {
   std::vector<std::pair<std::string, std::pair<size_t, std::string>>> param_groups;
   std::vector<DcpItem> items;                  // the bytes entries neither a step nor a nested param_groups value
   std::vector<std::string> not_carried;        // tensors neither a model tensor nor a parameter's state
-  // The model tensors that are no parameters (issue 47): with optimizer state in the checkpoint, those
+  // The model tensors that are no parameters: with optimizer state in the checkpoint, those
   // without any (buffers, counters); in a model-only save, those of a dtype no parameter has (int, bool:
   // a float buffer cannot be told from a parameter there). Not in `params`; each written as it is.
   std::vector<DcpBuffer> buffers;

@@ -134,7 +134,7 @@ TorchDistPlan plan_torch_dist(const Checkpoint& ck) {
     plan.params.push_back(std::move(p));
   }
   // Experts per MoE layer, from the model keys (a layer's expert axis or its per-expert keys): what
-  // ucp-info reports (issue 47: a torch_dist MoE save was described as having no MoE layers).
+  // ucp-info reports (a torch_dist MoE save was described as having no MoE layers).
   std::map<int64_t, int64_t> experts;  // global layer -> experts
   for (const ModelParam& mp : ck.params()) {
     const auto& mk = mp.key->model;

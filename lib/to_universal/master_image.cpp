@@ -1,4 +1,4 @@
-// Module weights against the fp32 master partitions (issue 32, cause 3).
+// Module weights against the fp32 master partitions.
 #include "to_universal/master_image.h"
 
 #include <algorithm>

@@ -388,7 +388,7 @@ RunSummary to_megatron_core(const std::string& input, const std::string& output,
     save_torch_file(cs.string(), common);
     c.written += fs::file_size(cs);
     ++c.files;
-    // The local-spec linears' ._extra_state objects Megatron-Core's loader asks for (issue 30).
+    // The local-spec linears' ._extra_state objects Megatron-Core's loader asks for.
     std::vector<std::string> names;
     for (const auto& j : jobs) names.push_back(j.name);
     const auto objects = mc::extra_state_objects(names, mc::args_facts(common, cs.string()).homogeneous, cs.parent_path().string());

@@ -1,4 +1,4 @@
-// ucp-union's one executor and its registry of input formats (issue 46). Every input format plans its
+// ucp-union's one executor and its registry of input formats. Every input format plans its
 // own parameters and hands the executor a UnionJob: how to write parameter i, and the folder's other
 // files. The executor owns what every union does the same way: the staging folder, the split of the
 // parameters over MPI ranks (by bytes) and TBB threads, progress, flushing, the manifest gathered on

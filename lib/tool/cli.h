@@ -52,7 +52,7 @@ inline void add_pickle_options(CLI::App& app) {
 // --dry-run and size options take the same names and syntax in every tool that has the idea.
 
 // A finite number in [lo, hi] (a whole number unless `whole` is false): the one range check of every
-// numeric option (issue 32: NaN, infinite, negative and absurdly large values were taken silently).
+// numeric option (NaN, infinite, negative and absurdly large values were taken silently).
 // CLI11 prefixes the option's name: "--vocab-multiple: 99999999 is out of range [1, 65536]" (exit 2).
 inline CLI::Validator in_range(double lo, double hi, bool whole = true) {
   auto text = [](double v) {
@@ -175,7 +175,7 @@ inline int parse(CLI::App& app, int argc, char** argv, const CommonOptions& comm
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // The message quotes what was typed: control bytes (an escape sequence, a newline) are shown as
-    // \xNN and the line is cut, so it stays one line that cannot drive the terminal (issue 32).
+    // \xNN and the line is cut, so it stays one line that cannot drive the terminal.
     const std::string what = escaped_brief(e.what(), 300) + " (see --help)";
     std::cerr << app.get_name() << ": error: " << what << "\n";
     for (int i = 1; i < argc; ++i)  // --json asked for, even if the parse stopped before it

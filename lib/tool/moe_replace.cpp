@@ -28,7 +28,7 @@ namespace {
 using NamedPath = std::pair<const char*, std::string>;  // option, path ("" when not given)
 
 // A written file never replaces an input (--loads, --current, --previous) or another written file
-// (issue 32: the SGLang / vLLM outputs could overwrite --loads or the plan); `written[0]` is --output,
+// (the SGLang / vLLM outputs could overwrite --loads or the plan); `written[0]` is --output,
 // which may name the --current / --previous plan it updates (written whole through a temporary file
 // after the plan was read).
 void refuse_same_paths(const std::vector<NamedPath>& written, const std::vector<NamedPath>& read) {
@@ -47,7 +47,7 @@ void refuse_same_paths(const std::vector<NamedPath>& written, const std::vector<
   }
 }
 
-// SIGINT/SIGTERM while the outputs are written (issue 32: a 200 MB plan's temporary file was left
+// SIGINT/SIGTERM while the outputs are written (a 200 MB plan's temporary file was left
 // behind): while a StopSignals lives they only set a flag; dispositions are restored after it, and
 // a signal ignored at the start (nohup) stays ignored.
 std::atomic<int> g_stop{0};

@@ -1,4 +1,4 @@
-// The keys a DCP was saved under, kept through the universal form (issue 47). ucp-load --format dcp
+// The keys a DCP was saved under, kept through the universal form. ucp-load --format dcp
 // writes get_state_dict's layout by default ({"model": ..., "optim": ...}: `model.<fqn>`,
 // `optim.state.<fqn>.<state>`, `optim.param_groups.<i>.<key>`; torch checkpoint/state_dict.py
 // get_state_dict). A DCP saved otherwise (torchtitan's top-level model keys and `optimizer.*`, a buffer

@@ -173,7 +173,7 @@ std::string_view era_name(ClassEra era) {
 
 Metadata parse_metadata(std::span<const uint8_t> bytes, const std::string& name) {
   // Entries and storage items are converted as the unpickler adds them to their dicts, and dropped
-  // there (issue 47): the pickle of 100,000 tensors built 1.9 GB of values when kept whole; a
+  // there: the pickle of 100,000 tensors built 1.9 GB of values when kept whole; a
   // placeholder takes each one's place, recognised by its address.
   Parser p{name};
   Metadata md;

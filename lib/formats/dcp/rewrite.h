@@ -33,7 +33,7 @@ SavePlan rewrite_plan(const Metadata& md, const std::optional<Target>& target, c
 // rewrite_dcp into the existing empty folder `dir` (a caller's staging folder, whose flush and rename are
 // the caller's), from an open reader; the tensor entries named in `convert` are written in the dtype
 // given there (converted with torch's rounding), every other entry as stored (its dtype, its key, its
-// bytes). ucp-load of a DCP into DCP (issue 47: nothing the source holds is dropped).
+// bytes). ucp-load of a DCP into DCP (nothing the source holds is dropped).
 WriteResult rewrite_dcp_into(const Reader& reader, const std::string& dir, const std::optional<Target>& target,
                              const std::map<std::string, DType>& convert, WriteOptions options);
 

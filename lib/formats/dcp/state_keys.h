@@ -29,7 +29,7 @@ std::vector<std::string> nested_path(const Metadata& md, const std::string& fqn)
 // value, anything else Other; every path without such a head is a model tensor.
 KeyRole key_role(const std::vector<std::string>& path);
 
-// What a DCP holds besides its tensors, and under which keys (ucp-info, issue 47).
+// What a DCP holds besides its tensors, and under which keys (ucp-info).
 struct KeyLayout {
   // "get_state_dict" ({"model": ..., "optim": ...}), "torchtitan" (model keys at the top level, the
   // optimizer under "optimizer"), "model only" (no optimizer), or "other".
@@ -42,7 +42,7 @@ struct KeyLayout {
 };
 KeyLayout key_layout(const Metadata& md);
 
-// The flat keys of `md`'s parameters, what ucp-load's --dtype converts (issue 47: never buffers or
+// The flat keys of `md`'s parameters, what ucp-load's --dtype converts (never buffers or
 // counters): the floating-point model tensors that have optimizer state; when `md` holds no optimizer
 // state at all (a model-only save), every floating-point model tensor, as nothing tells a parameter
 // from a float buffer there (`all_floating` is then set).

@@ -156,7 +156,7 @@ ChunkSource chunks_of_whole(std::function<Tensor(const Entry&)> whole,
 
 std::string metadata_pickle(const SavePlan& plan, const std::vector<Item>& items, const WriteOptions& options,
                             const std::string& checkpoint_id) {
-  // Written as a stream (issue 47): Metadata(), then BUILD of its fields, the two large dicts filled
+  // Written as a stream: Metadata(), then BUILD of its fields, the two large dicts filled
   // entry by entry, each entry's values built, saved and freed in turn (a tree of the whole was most
   // of ucp-load's 1.6 GB on 100,000 tensors).
   Pool pool;

@@ -1,6 +1,6 @@
 // The Megatron-Core common state (docs/formats-megatron-core.md: megatron_core/common_state.pt of a
 // Megatron-Core-named universal folder) made for a Megatron-DeepSpeed source, so that ucp-load --format
-// torch_dist can write its Megatron-Core-named universal folder (issue 30 part B): Megatron-DeepSpeed's
+// torch_dist can write its Megatron-Core-named universal folder: Megatron-DeepSpeed's
 // args (a fork of Megatron-LM's arguments.py, the same field names) with the Megatron-Core MoE fields
 // (num_experts as one count, moe_layer_freq as Megatron-Core's per-layer list, expert_model_parallel_size),
 // checkpoint_version 3.0, the iteration, and the optimizer's param_groups (without params, the step of

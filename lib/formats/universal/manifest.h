@@ -24,8 +24,8 @@ inline constexpr const char* kUniversalChecksumNote = "crc32 of each state's ten
 struct UniversalState {
   std::string file;              // relative to the universal folder: zero/<param folder>/<state>.pt
   std::optional<uint32_t> crc32;  // of the tensor's elements (row-major); absent in direct mode's manifest
-  // The dtype the source stored it in when that is a 16-bit float (a DCP's bf16 model and AdamW state,
-  // issue 47): the file holds it widened to float32 (exact), the DCP writer narrows it back. Written
+  // The dtype the source stored it in when that is a 16-bit float (a DCP's bf16 model and AdamW state):
+  // the file holds it widened to float32 (exact), the DCP writer narrows it back. Written
   // only when set: every other folder keeps its bytes.
   std::optional<std::string> source_dtype;
 };
@@ -66,7 +66,7 @@ struct UniversalParam {
 };
 
 // A model tensor without optimizer state (a buffer or counter: BatchNorm's running statistics, an int64
-// num_batches_tracked, a bool mask; issue 47), kept in its own dtype in one file of a state file's form
+// num_batches_tracked, a bool mask), kept in its own dtype in one file of a state file's form
 // (zero/<folder>/fp32.pt: the model tensor as stored, as a DCP parameter's). Listed under "buffers",
 // written only when there are any: a folder without buffers keeps the manifest it had.
 struct UniversalBuffer {
@@ -81,7 +81,7 @@ struct UniversalBuffer {
 
 // A DCP entry that is neither a model tensor, an optimizer state nor a nested param_groups value: a
 // bytes item (LR scheduler, dataloader position, train_state bytes, torchtitan's flattened
-// param_groups, any other torch.save'd value) carried verbatim under its original key (issue 47), so
+// param_groups, any other torch.save'd value) carried verbatim under its original key, so
 // ucp-load --format dcp writes it back where the saving code's dcp.load looks for it. Listed under
 // "items", written only when there are any.
 struct UniversalItem {
@@ -95,7 +95,7 @@ struct UniversalItem {
 
 // The description of the source checkpoint that an extract plan makes (plan.source, in ucp-extract's
 // plan.json) and manifest.json carries ("source"): what each input format records of its source, one
-// struct with one JSON binder (issue 46; read by key in 10 files before). A key is written only when its
+// struct with one JSON binder (read by key in 10 files before). A key is written only when its
 // field is set (each format records what its source has); what the struct does not model (a format's
 // own facts, source.dcp and source.torch_dist) is kept in `facts` as read.
 struct UniversalSource {

@@ -15,7 +15,7 @@ struct PickleOptions {
   std::function<ValuePtr(const std::shared_ptr<Storage>&)> storage_id;
   // Strings and class references written once and fetched from the memo after, as Python's pickler
   // does for the same objects (a str shared by several places of the tree, a class named again): DCP
-  // metadata repeats field names, fqns and classes 100,000 times (issue 47). Off: the bytes as before.
+  // metadata repeats field names, fqns and classes 100,000 times. Off: the bytes as before.
   bool memoize_repeats = false;
 };
 
@@ -25,7 +25,7 @@ namespace detail {
 class Pickler;
 }
 
-// A pickle written piece by piece (DCP metadata of 100,000 tensors, issue 47): the caller writes the
+// A pickle written piece by piece (DCP metadata of 100,000 tensors): the caller writes the
 // opcodes of the outer containers and saves the values inside them one at a time, so that no tree of
 // the whole is ever built. In a value saved as `transient`, what only its container holds (use count
 // 1) is not memoized, so the value may be freed once saved; what is shared (the strings and classes

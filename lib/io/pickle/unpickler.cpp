@@ -407,7 +407,7 @@ class Unpickler {
     if (stack_.empty()) error("stack underflow");
     return stack_.back();
   }
-  // Memory is counted as values are pushed (issue 32: 20 MB of `}a` pairs, each a dict appended to a
+  // Memory is counted as values are pushed (20 MB of `}a` pairs, each a dict appended to a
   // list, took 3.3 GB): a new value costs its struct, its control block, its strings and the slot it
   // will take in a container; a shared one (memo, DUP) its slot. Past the budget the pickle is refused.
   static constexpr uint64_t kNewValue = sizeof(Value) + 16 + 2 * sizeof(ValuePtr);

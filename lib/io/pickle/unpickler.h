@@ -22,8 +22,8 @@ struct UnpickleOptions {
   uint64_t max_memory = 0;
   // Sees the pairs a SETITEM, SETITEMS or DICT is about to add to a dict (`kv`: key, value, key,
   // value, ...) and may replace any of them, moving what it replaces into `dropped`: a reader that
-  // converts entries as they arrive never holds a large pickle whole (DCP metadata of 100,000 tensors,
-  // issue 47). What it drops is freed unless shared, and no longer counted against max_memory. With a
+  // converts entries as they arrive never holds a large pickle whole (DCP metadata of 100,000 tensors).
+  // What it drops is freed unless shared, and no longer counted against max_memory. With a
   // hook, memo entries nothing fetches are not kept (a walk over the opcodes finds the fetched ones).
   std::function<void(std::vector<ValuePtr>& kv, std::vector<ValuePtr>& dropped)> on_dict_items;
 };
