@@ -32,7 +32,7 @@ packages=(cmake ninja-build g++ libtbb-dev libopenmpi-dev openmpi-bin nlohmann-j
 later=()  # not needed by the build: installed while it runs
 case $purpose in
   demo) later=(python3-torch python3-numpy) ;;
-  tests) packages+=(libtorch-dev libgtest-dev python3-torch python3-numpy strace) ;;
+  tests) packages+=(libtorch-dev libgtest-dev python3-torch python3-numpy strace universal-ctags clang-format) ;;
 esac
 if [ "$print_packages" = 1 ]; then
   printf '%s\n' "${packages[@]}" "${later[@]}"

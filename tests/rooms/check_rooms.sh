@@ -11,6 +11,12 @@
 #     PEC_STORE, .metadata, metadata.json, the trackers): formats::detect is the one answer.
 #  4. Outside lib/formats/, an outside format's folder kind is named only in a file that registers that
 #     format's code for a tool; everything that routes on a folder's kind asks the registries.
+#  5. No comment or code in lib/ (*.h, *.cpp) says "issue N": a comment keeps the reason, not the
+#     issue it came from (the history and figures live in docs/notes/).
+#  6. No function in lib/ is longer than 120 lines (Universal Ctags' line: and end:, end - line + 1),
+#     except those listed in long_functions.txt beside this script (`path function  # reason`); a listed
+#     one that no longer exceeds 120 lines fails too, so the list only shrinks. Needs Universal Ctags
+#     (Debian: universal-ctags, in scripts/setup.sh --tests); without it the rule fails and says so.
 # Usage: tests/rooms/check_rooms.sh [SOURCE_DIR] [--list]   (exit 0: the rules hold; 1: each violation listed;
 #        --list prints the derived schema strings and exits)
 set -uo pipefail
@@ -106,5 +112,40 @@ while IFS= read -r f; do
   printf '%s\n' "$hit" | sed -e 's|^|rule 4: |' -e 's|$| (a folder kind compared outside lib/formats: ask a registry)|'
   bad=1
 done < <(cut -d: -f1 <<< "$lit" | sort -u | grep -v '^$')
-[ $bad -eq 0 ] && echo "rooms: the four rules hold"
+
+# Rule 5: no "issue N" in lib/: the reason stays in the comment, its history goes to docs/notes/.
+while IFS= read -r line; do
+  [ -n "$line" ] || continue
+  echo "rule 5: $line (an issue number in lib/: keep the reason, move the history to docs/notes/)"
+  bad=1
+done < <(grep -rnE 'issue [0-9]' lib --include='*.h' --include='*.cpp' || true)
+
+# Rule 6: no function in lib/ longer than 120 lines but the listed exceptions, which must still exceed it.
+max_lines=120
+if ! command -v ctags > /dev/null; then
+  echo "rule 6: ctags not found: install Universal Ctags (Debian: universal-ctags; scripts/setup.sh --tests)"
+  bad=1
+elif ! ctags --version 2> /dev/null | grep -q 'Universal Ctags'; then
+  echo "rule 6: $(command -v ctags) is not Universal Ctags (it needs --fields=+ne): install universal-ctags"
+  bad=1
+else
+  long=$(ctags --fields=+ne --c++-kinds=f -R -o - lib 2> /dev/null |
+         awk -F'\t' -v max=$max_lines '{ l = e = ""
+           for (i = 4; i <= NF; i++) { if ($i ~ /^line:/) l = substr($i, 6); if ($i ~ /^end:/) e = substr($i, 5) }
+           if (l != "" && e != "" && e - l + 1 > max) print $2 " " $1 " " e - l + 1 }' | sort -u)
+  known=$(sed -e 's/[[:space:]]*#.*$//' -e 's/[[:space:]]\+/ /g' -e 's/ $//' "$here/long_functions.txt" | grep -v '^$')
+  while IFS=' ' read -r f fn n; do
+    [ -n "$f" ] || continue
+    grep -qxF "$f $fn" <<< "$known" && continue
+    echo "rule 6: $f: $fn is $n lines (over $max_lines: split it into named steps)"
+    bad=1
+  done <<< "$long"
+  while IFS=' ' read -r f fn; do
+    [ -n "$f" ] || continue
+    grep -q "^$f $fn " <<< "$long" && continue
+    echo "rule 6: $f $fn is listed in tests/rooms/long_functions.txt but no longer exceeds $max_lines lines: remove its line"
+    bad=1
+  done <<< "$known"
+fi
+[ $bad -eq 0 ] && echo "rooms: the six rules hold"
 exit $bad
