@@ -1,7 +1,6 @@
 // Placement algorithm registry.
 #include "placement/algorithm.h"
 
-
 #include "core/error.h"
 #include "core/registry.h"
 

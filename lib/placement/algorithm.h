@@ -13,10 +13,10 @@
 namespace ucpkit::placement {
 
 struct PlacementOptions {
-  int fault_tolerance = 1;  // f: every expert keeps a replica when fewer than f nodes fail
-  int groups = 1;           // expert groups (EPLB's group-limited routing); hierarchical when groups % nodes == 0
-  int overlap_degree = -1;  // Hecate's t (-1: number of experts)
-  int memory = -1;          // Hecate's m: distinct experts materialized per GPU per layer (-1: slots per GPU)
+  int fault_tolerance = 1;   // f: every expert keeps a replica when fewer than f nodes fail
+  int groups = 1;            // expert groups (EPLB's group-limited routing); hierarchical when groups % nodes == 0
+  int overlap_degree = -1;   // Hecate's t (-1: number of experts)
+  int memory = -1;           // Hecate's m: distinct experts materialized per GPU per layer (-1: slots per GPU)
   RecoveryOptions recovery;  // used by planners that compare candidate placements
   // balanced-ft: 0 = most balanced, 1 = most recoverable when f nodes fail (recovery_weight.h)
   double recovery_weight = 0;
@@ -37,7 +37,8 @@ class PlacementAlgorithm {
   virtual ~PlacementAlgorithm() = default;
   virtual std::string name() const = 0;
   virtual std::string description() const = 0;
-  virtual PlacementResult place(const LoadMatrix& loads, const Cluster& cluster, const PlacementOptions& options) const = 0;
+  virtual PlacementResult place(const LoadMatrix& loads, const Cluster& cluster,
+                                const PlacementOptions& options) const = 0;
 };
 
 using AlgorithmFactory = std::function<std::unique_ptr<PlacementAlgorithm>()>;
@@ -49,7 +50,9 @@ std::unique_ptr<PlacementAlgorithm> make_algorithm(const std::string& name);
 std::vector<std::string> algorithm_names();
 
 struct AlgorithmRegistrar {
-  AlgorithmRegistrar(const std::string& name, AlgorithmFactory factory) { register_algorithm(name, std::move(factory)); }
+  AlgorithmRegistrar(const std::string& name, AlgorithmFactory factory) {
+    register_algorithm(name, std::move(factory));
+  }
 };
 
 // Common checks: slots for every expert, a placement of the right size with every expert present.

@@ -6,7 +6,8 @@
 
 namespace ucpkit::placement {
 
-std::vector<double> gpu_loads(const std::vector<int>& phy2log, const std::vector<double>& loads, const Cluster& cluster) {
+std::vector<double> gpu_loads(const std::vector<int>& phy2log, const std::vector<double>& loads,
+                              const Cluster& cluster) {
   std::vector<int> cnt = logical_counts(phy2log, static_cast<int>(loads.size()));
   std::vector<double> g(cluster.gpus(), 0.0);
   for (size_t p = 0; p < phy2log.size(); ++p) {

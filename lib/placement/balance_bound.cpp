@@ -46,7 +46,8 @@ class AllocationCheck {
     for (int e : order) {
       if (std::find(changed.begin(), changed.end(), e) != changed.end()) continue;
       const double s = t_[e] / r[e];
-      for (; c < changed.size() && t_[changed[c]] / r[changed[c]] <= s; ++c) groups_.push_back({t_[changed[c]] / r[changed[c]], r[changed[c]]});
+      for (; c < changed.size() && t_[changed[c]] / r[changed[c]] <= s; ++c)
+        groups_.push_back({t_[changed[c]] / r[changed[c]], r[changed[c]]});
       groups_.push_back({s, r[e]});
     }
     for (; c < changed.size(); ++c) groups_.push_back({t_[changed[c]] / r[changed[c]], r[changed[c]]});
@@ -228,7 +229,8 @@ bool pairing_count_refutes(const std::vector<double>& t, const std::vector<doubl
       int c = 0;
       for (size_t k = 0; k < cuts.size(); ++k) {
         c += cuts[k].second;
-        const long long from = cuts[k].first, to = k + 1 < cuts.size() ? cuts[k + 1].first : spare + 1;  // run [from, to)
+        const long long from = cuts[k].first,
+                        to = k + 1 < cuts.size() ? cuts[k + 1].first : spare + 1;  // run [from, to)
         if (from >= to || from > spare) continue;
         std::deque<std::pair<long long, double>> q;
         for (long long x = from; x <= spare; ++x) {  // next[x] over j in [from, to), i = x - j
@@ -250,7 +252,9 @@ bool pairing_count_refutes(const std::vector<double>& t, const std::vector<doubl
   // Pairs of v among up to 24 of the hot kind (276 pairs), where the work allows. (Pairs among the 8
   // or 16 values nearest to a proof alone do not suffice: on the two-dominant layer below the pair
   // that proves it includes a value weak alone.)
-  const size_t k = std::min({hot.size(), static_cast<size_t>(std::sqrt(2.0 * static_cast<double>(most_v - std::min(most_v, vs.size())))), size_t{24}});
+  const size_t k = std::min(
+      {hot.size(), static_cast<size_t>(std::sqrt(2.0 * static_cast<double>(most_v - std::min(most_v, vs.size())))),
+       size_t{24}});
   for (size_t a = 0; a < k; ++a)
     for (size_t b = a + 1; b < k; ++b) {
       const double v1 = hot[a * hot.size() / k], v2 = hot[b * hot.size() / k];
@@ -365,7 +369,8 @@ bool equal_share_feasible(const std::vector<double>& t, double n, double m, int 
       base += hi;
       if (hi > lo[e]) items.push_back({hi - lo[e], lo[e]});
     }
-    std::sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.first * b.second > b.first * a.second; });
+    std::sort(items.begin(), items.end(),
+              [](const auto& a, const auto& b) { return a.first * b.second > b.first * a.second; });
     double cap = j * m, saved = 0;
     for (const auto& [save, cost] : items) {
       if (cap <= 0) break;
@@ -387,7 +392,8 @@ bool equal_share_feasible(const std::vector<double>& t, double n, double m, int 
   // 64 x 2 x 2 layer needs 45,760), S > 2 a search of up to 50,000 steps for each of at most 16.
   const double most = S == 2 ? std::min(1e5, 1.6e7 / std::max(1, E)) : 16;
   double count = 1;
-  for (long long k = 1; k <= spare && count <= most; ++k) count = count * static_cast<double>(E + k - 1) / static_cast<double>(k);
+  for (long long k = 1; k <= spare && count <= most; ++k)
+    count = count * static_cast<double>(E + k - 1) / static_cast<double>(k);
   if (allocations) {  // only how many are left
     *allocations = count;
     return true;
@@ -403,10 +409,8 @@ bool equal_share_feasible(const std::vector<double>& t, double n, double m, int 
   if (least_pairing) *least_pairing = std::numeric_limits<double>::infinity();
   auto visit = [&](auto&& self, int from, long long left) -> void {
     if (left == 0) {
-      if (least_pairing)
-        *least_pairing = std::min(*least_pairing, check.sorted_pairing_max(r, order, changed));
-      else
-        found = check.packable(r, order, changed);
+      if (least_pairing) *least_pairing = std::min(*least_pairing, check.sorted_pairing_max(r, order, changed));
+      else found = check.packable(r, order, changed);
       return;
     }
     for (int e = from; e < E && !found; ++e) {
@@ -455,7 +459,8 @@ FtBalanceBound ft_balance_bound(const std::vector<double>& t, const Cluster& cl,
   b.mean_load = total / m;
   if (total <= 0 || f < 1 || static_cast<double>(f) * static_cast<double>(t.size()) > n) return b;
   const int S = cl.slots_per_gpu;
-  b.max_load_lower = lower_end([&](double T) { return equal_share_feasible(t, n, m, S, f, b.mean_load, T); }, b.mean_load);
+  b.max_load_lower = lower_end([&](double T) { return equal_share_feasible(t, n, m, S, f, b.mean_load, T); },
+                               b.mean_load);
   // Step (5). S = 2: every T <= T_cap needs an allocation with r >= lo(T_cap) (the lo only fall as T
   // grows) whose sorted pairing is <= T, so no T below min(T_cap, the least sorted pairing over
   // those allocations) is reached. T_cap = (1 + d) x the first end for d = 0.1%, 0.15%, ... (x 1.5)
@@ -498,7 +503,8 @@ FtBalanceBound ft_balance_bound(const std::vector<double>& t, const Cluster& cl,
     b.max_load_lower = lower_end([&](double T) { return equal_share_feasible(t, n, m, S, f, b.mean_load, T, true); },
                                  T0, 1e-7);
   }
-  b.dispatch_max_load_lower = lower_end([&](double D) { return dispatch_feasible(t, n, f, b.mean_load, D); }, b.mean_load);
+  b.dispatch_max_load_lower = lower_end([&](double D) { return dispatch_feasible(t, n, f, b.mean_load, D); },
+                                        b.mean_load);
   b.balancedness = b.mean_load / b.max_load_lower;
   b.dispatch_balancedness = b.mean_load / b.dispatch_max_load_lower;
   return b;

@@ -9,9 +9,9 @@
 namespace ucpkit::placement {
 
 struct FtBalanceBound {
-  double mean_load = 0;        // sum of loads / GPUs (the same for every placement)
-  double max_load_lower = 0;   // no placement meeting f has a lighter most loaded GPU (equal shares)
-  double balancedness = 1;     // mean_load / max_load_lower: no placement meeting f balances better
+  double mean_load = 0;                // sum of loads / GPUs (the same for every placement)
+  double max_load_lower = 0;           // no placement meeting f has a lighter most loaded GPU (equal shares)
+  double balancedness = 1;             // mean_load / max_load_lower: no placement meeting f balances better
   double dispatch_max_load_lower = 0;  // the same with any split of an expert's tokens over its replicas
   double dispatch_balancedness = 1;
 };

@@ -78,7 +78,8 @@ std::vector<int> counts_from(const std::vector<double>& loads, const std::vector
   const int E = static_cast<int>(loads.size());
   std::vector<int> r(E, floor);
   long long left = slots - static_cast<long long>(floor) * E;
-  const long long take = std::min<long long>(left, std::max<long long>(0, greedy_slots - static_cast<long long>(floor) * E));
+  const long long take = std::min<long long>(left,
+                                             std::max<long long>(0, greedy_slots - static_cast<long long>(floor) * E));
   for (long long i = 0; i < take; ++i) r[seq[i]]++;
   left -= take;
   if (left > 0) {  // round robin over the experts, least loaded first
@@ -134,8 +135,8 @@ std::vector<int> floor_greedy_allocation(const std::vector<double>& loads, long 
                                          long long greedy_slots) {
   const int E = static_cast<int>(loads.size());
   if (static_cast<long long>(floor) * E > slots)
-    throw UsageError(fault_tolerance_option(floor) + " is impossible: " + std::to_string(E) +
-                     " experts x " + std::to_string(floor) + " replicas exceed " + std::to_string(slots) + " slots");
+    throw UsageError(fault_tolerance_option(floor) + " is impossible: " + std::to_string(E) + " experts x " +
+                     std::to_string(floor) + " replicas exceed " + std::to_string(slots) + " slots");
   if (greedy_slots < 0 || greedy_slots > slots) greedy_slots = slots;
   auto seq = greedy_order(loads, floor, greedy_slots - static_cast<long long>(floor) * E);
   return counts_from(loads, seq, slots, floor, greedy_slots);
@@ -257,7 +258,7 @@ struct Candidate {
   long long greedy;
   bool spread;
   std::vector<int> phy2log;
-  bool rated = false;  // packed for the floor (add_rated_candidate): refined even when not among the first two
+  bool rated = false;     // packed for the floor (add_rated_candidate): refined even when not among the first two
   bool dominant = false;  // from dominant_allocations
   bool paired = false;    // two slots per GPU: the sorted pairing of an improved allocation (pair_packing.h)
 };
@@ -329,8 +330,8 @@ void add_rated_candidate(std::vector<Candidate>& cands, const std::vector<double
   double packed_best = cands.front().max, packed_est = std::numeric_limits<double>::infinity();
   for (const auto& c : cands) {
     packed_best = std::min(packed_best, c.max);
-    packed_est = std::min(packed_est, packing_estimate(counts_from(t, seq, slots, f, c.greedy, &light), t, cl.gpus(),
-                                                       cl.slots_per_gpu));
+    packed_est = std::min(
+        packed_est, packing_estimate(counts_from(t, seq, slots, f, c.greedy, &light), t, cl.gpus(), cl.slots_per_gpu));
   }
   long long taken = 0, last = -1;
   for (const auto& [est, x] : rated) {
@@ -366,13 +367,15 @@ std::vector<std::vector<int>> dominant_allocations(const std::vector<double>& t,
   if (hot.empty() || cold.empty() || hot.size() > std::max<size_t>(4, t.size() / 8)) return out;
   std::vector<double> cold_loads;
   for (int e : cold) cold_loads.push_back(t[e]);
-  auto round_to = [](int c, int unit, bool up) { return std::max(unit, (up ? (c + unit - 1) / unit : c / unit) * unit); };
+  auto round_to = [](int c, int unit, bool up) {
+    return std::max(unit, (up ? (c + unit - 1) / unit : c / unit) * unit);
+  };
   for (int rule = 0; rule < 5; ++rule) {
     std::vector<int> r(E, 0);
     long long used = 0;
     for (int e : hot) {
       const int c = greedy[e];
-      int x = rule == 0 ? m * std::max(1, (c + m / 2) / m)                           // nearest multiple of GPUs
+      int x = rule == 0   ? m * std::max(1, (c + m / 2) / m)                          // nearest multiple of GPUs
               : rule == 1 ? (c >= m ? round_to(c, m, false) : round_to(c, G, false))  // down
               : rule == 2 ? round_to(c, m, true)                                      // up to all GPUs
               : rule == 3 ? round_to(c, G, false)
@@ -419,8 +422,8 @@ Chosen refine_candidates(std::vector<Candidate> cands, const std::vector<double>
       best.state.emplace(std::move(st));
       best.packing = cands[i].paired     ? "sorted-pairs"
                      : cands[i].dominant ? (cands[i].spread ? "dominant-spread" : "dominant-plain")
-                     : cands[i].spread    ? "node-spread"
-                                          : "plain";
+                     : cands[i].spread   ? "node-spread"
+                                         : "plain";
       best.greedy_slots = cands[i].greedy;
     }
   }
@@ -605,7 +608,8 @@ LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl
   if (alt) {
     finish(*alt);
     const double a = alt->state->max_load(), b = best.state->max_load();
-    if (a < b * (1 - 1e-12) || (a <= b * (1 + 1e-12) && alt->node_sets_after < best.node_sets_after)) best = std::move(*alt);
+    if (a < b * (1 - 1e-12) || (a <= b * (1 + 1e-12) && alt->node_sets_after < best.node_sets_after))
+      best = std::move(*alt);
   }
   LayerPlacement out;
   out.phy2log = best.state->phy2log();
@@ -635,8 +639,8 @@ class BalancedFt : public PlacementAlgorithm {
     check_fits(loads, cluster);
     const int f = opt.fault_tolerance;
     if (f > cluster.nodes)
-      throw UsageError(fault_tolerance_option(f) + " is impossible with " +
-                       std::to_string(cluster.nodes) + " nodes (each expert needs replicas on f distinct nodes)");
+      throw UsageError(fault_tolerance_option(f) + " is impossible with " + std::to_string(cluster.nodes) +
+                       " nodes (each expert needs replicas on f distinct nodes)");
     const double w = opt.recovery_weight;
     if (!(w >= 0 && w <= 1)) throw UsageError("--recovery-weight must be a number from 0 to 1");
     PlacementResult res;

@@ -18,10 +18,11 @@ std::vector<int> floor_greedy_allocation(const std::vector<double>& loads, long 
                                          long long greedy_slots = -1);
 
 struct BalancedFtLayerInfo {
-  const char* packing = "";  // "node-spread" or "plain" LPT (or "sorted-pairs", "dominant-*", "exact", "blocked"), whichever balanced better
+  const char* packing = "";  // "node-spread" or "plain" LPT (or "sorted-pairs", "dominant-*", "exact", "blocked"),
+                             // whichever balanced better
   int node_sets_before = 0, node_sets_after = 0;  // distinct node sets of experts on exactly f nodes
-  long long greedy_slots = 0;  // replicas given by the largest-share rule (the rest to light experts)
-  bool mro = false;  // the MRO placement of the same replicas won (as balanced, no less recoverable)
+  long long greedy_slots = 0;     // replicas given by the largest-share rule (the rest to light experts)
+  bool mro = false;               // the MRO placement of the same replicas won (as balanced, no less recoverable)
   bool threshold_search = false;  // the threshold search (threshold_search.h) lowered the most loaded GPU
 };
 

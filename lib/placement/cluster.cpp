@@ -66,8 +66,7 @@ LayerPlacement layout_nodes(const std::vector<std::vector<int>>& node_experts, c
       for (int g = 0; g < G; ++g) {
         if (static_cast<int>(gslots[g].size()) >= S) continue;
         bool lacks = std::find(gslots[g].begin(), gslots[g].end(), e) == gslots[g].end();
-        if (best < 0 || gload[g] < gload[best] - 1e-12 ||
-            (gload[g] <= gload[best] + 1e-12 && lacks && !best_lacks)) {
+        if (best < 0 || gload[g] < gload[best] - 1e-12 || (gload[g] <= gload[best] + 1e-12 && lacks && !best_lacks)) {
           best = g;
           best_lacks = lacks;
         }

@@ -20,8 +20,8 @@ struct Size {
 std::string base_hint(const BasePlan& base) {
   if (base.option == "--previous")
     return "--previous re-places on the previous plan's cluster (leave the sizes out to take them from it); after "
-           "node loss use --current " + base.path + " --failed-nodes i,j, for new nodes --current " + base.path +
-           " --added-nodes k";
+           "node loss use --current " +
+           base.path + " --failed-nodes i,j, for new nodes --current " + base.path + " --added-nodes k";
   return "the sizes describe the current plan (leave them out to take them from it); lost nodes are --failed-nodes "
          "i,j, new ones --added-nodes k";
 }
@@ -52,21 +52,23 @@ std::string survives_text(int f) {
 ResolvedCluster resolve_cluster(const ClusterRequest& request, const BasePlan& base) {
   ResolvedCluster out;
   const int f = fault_tolerance_given(request);
-  const Size sizes[] = {{"--nodes", "nodes", "nodes", request.nodes, &Cluster::nodes},
-                        {"--gpus-per-node", "gpus_per_node", "GPUs per node", request.gpus_per_node, &Cluster::gpus_per_node},
-                        {"--slots-per-gpu", "slots_per_gpu", "slots per GPU", request.slots_per_gpu, &Cluster::slots_per_gpu}};
+  const Size sizes[] = {
+      {"--nodes", "nodes", "nodes", request.nodes, &Cluster::nodes},
+      {"--gpus-per-node", "gpus_per_node", "GPUs per node", request.gpus_per_node, &Cluster::gpus_per_node},
+      {"--slots-per-gpu", "slots_per_gpu", "slots per GPU", request.slots_per_gpu, &Cluster::slots_per_gpu}};
   std::vector<std::string> disagree, taken;
   for (const Size& s : sizes) {
     if (!base.plan) {
       if (!s.given)
-        throw UsageError(std::string(s.option) + " is required (or --current <plan.json>, whose sizes are the default)");
+        throw UsageError(std::string(s.option) +
+                         " is required (or --current <plan.json>, whose sizes are the default)");
       out.cluster.*s.field = *s.given;
       continue;
     }
     const int planned = base.plan->cluster.*s.field;
     if (s.given && *s.given != planned)
-      disagree.push_back(std::string(s.option) + " " + std::to_string(*s.given) + " disagrees with " + base.option + " " +
-                         base.path + ", which has " + std::to_string(planned) + " " + s.unit);
+      disagree.push_back(std::string(s.option) + " " + std::to_string(*s.given) + " disagrees with " + base.option +
+                         " " + base.path + ", which has " + std::to_string(planned) + " " + s.unit);
     if (!s.given) {
       out.from_plan[s.key] = planned;
       taken.push_back(std::string(s.option) + " " + std::to_string(planned));

@@ -15,8 +15,8 @@ namespace ucpkit::placement {
 
 struct ClusterRequest {
   std::optional<int> nodes, gpus_per_node, slots_per_gpu;  // --nodes --gpus-per-node --slots-per-gpu
-  std::optional<int> survive_node_failures;                 // --survive-node-failures K
-  std::optional<int> fault_tolerance;                       // --fault-tolerance F (= K + 1)
+  std::optional<int> survive_node_failures;                // --survive-node-failures K
+  std::optional<int> fault_tolerance;                      // --fault-tolerance F (= K + 1)
 };
 
 // The plan a run re-places: its sizes and fault tolerance are the defaults.

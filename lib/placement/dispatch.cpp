@@ -86,7 +86,8 @@ DispatchPlan dispatch_plan(const std::vector<int>& phy2log, const std::vector<do
   out.gpu_loads.assign(gpus, 0.0);
   std::vector<int> replicas(E, 0);
   for (int e : phy2log) {
-    if (e < 0 || e >= E) throw Error("dispatch plan: slot holds expert " + std::to_string(e) + " of " + std::to_string(E));
+    if (e < 0 || e >= E)
+      throw Error("dispatch plan: slot holds expert " + std::to_string(e) + " of " + std::to_string(E));
     ++replicas[e];
   }
   double total = 0;
@@ -145,7 +146,7 @@ DispatchPlan dispatch_plan(const std::vector<int>& phy2log, const std::vector<do
   for (size_t i = 0; i < pairs.size(); ++i) {
     const auto& pr = pairs[i];
     pair_share[i] = (pr.edge >= 0 && routed[pr.expert] > 0) ? mf.flow_on(pr.edge) / routed[pr.expert]
-                                                             : static_cast<double>(pr.count) / replicas[pr.expert];
+                                                            : static_cast<double>(pr.count) / replicas[pr.expert];
   }
   for (size_t p = 0; p < phy2log.size(); ++p) {
     size_t i = index.at({static_cast<int>(p) / S, phy2log[p]});

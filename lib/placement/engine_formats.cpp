@@ -35,7 +35,8 @@ std::vector<double> tensor_doubles(const Tensor& t, const std::string& name) {
     case DType::UInt8: conv(uint8_t{}); break;
     case DType::Float64: conv(double{}); break;
     case DType::Float32: conv(float{}); break;
-    default: throw Error(name + ": \"logical_count\" has dtype " + std::string(dtype_name(c.dtype())) + ", not a count type");
+    default:
+      throw Error(name + ": \"logical_count\" has dtype " + std::string(dtype_name(c.dtype())) + ", not a count type");
   }
   return out;
 }
@@ -80,18 +81,21 @@ LoadMatrix vllm_dump(const std::string& path) {
   const char* wkey = "expert_load_window";
   if (!window) window = get("expert_load_pass"), wkey = "expert_load_pass";
   if (!window)
-    throw Error(path + ": no expert loads (expected \"expert_load_window\" or \"expert_load_pass\" with "
-                       "\"physical_to_logical_map\", or \"global_expert_load_window\")");
+    throw Error(path +
+                ": no expert loads (expected \"expert_load_window\" or \"expert_load_pass\" with "
+                "\"physical_to_logical_map\", or \"global_expert_load_window\")");
   const SafetensorsTensor* p2l = get("physical_to_logical_map");
   if (!p2l) throw Error(path + ": \"" + wkey + "\" counts physical experts; \"physical_to_logical_map\" is missing");
   if (p2l->shape.size() != 2) throw Error(path + ": \"physical_to_logical_map\" must be [layers, physical experts]");
   size_t L = static_cast<size_t>(p2l->shape[0]), P = static_cast<size_t>(p2l->shape[1]);
   size_t W = window->shape.size() == 3 ? static_cast<size_t>(window->shape[0]) : 1;
-  bool ok = window->shape.size() == 3 ? (static_cast<size_t>(window->shape[1]) == L && static_cast<size_t>(window->shape[2]) == P)
-                                      : (window->shape.size() == 2 && static_cast<size_t>(window->shape[0]) == L &&
-                                         static_cast<size_t>(window->shape[1]) == P);
-  if (!ok) throw Error(path + ": \"" + std::string(wkey) + "\" shape does not match \"physical_to_logical_map\" [" +
-                       std::to_string(L) + ", " + std::to_string(P) + "]");
+  bool ok = window->shape.size() == 3
+                ? (static_cast<size_t>(window->shape[1]) == L && static_cast<size_t>(window->shape[2]) == P)
+                : (window->shape.size() == 2 && static_cast<size_t>(window->shape[0]) == L &&
+                   static_cast<size_t>(window->shape[1]) == P);
+  if (!ok)
+    throw Error(path + ": \"" + std::string(wkey) + "\" shape does not match \"physical_to_logical_map\" [" +
+                std::to_string(L) + ", " + std::to_string(P) + "]");
   auto map = p2l->to_doubles(path);
   auto counts = window->to_doubles(path);
   double max_e = -1;

@@ -141,7 +141,8 @@ const AlgorithmRegistrar kEplbGlobal("eplb-global", [] { return std::make_unique
 
 }  // namespace
 
-std::vector<LayerPlacement> eplb_rebalance(const LoadMatrix& loads, const Cluster& cluster, int groups, bool force_global) {
+std::vector<LayerPlacement> eplb_rebalance(const LoadMatrix& loads, const Cluster& cluster, int groups,
+                                           bool force_global) {
   check_fits(loads, cluster);
   const int E = static_cast<int>(loads.experts);
   if (groups < 1) throw UsageError("--groups must be positive");

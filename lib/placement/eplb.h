@@ -12,6 +12,7 @@ namespace ucpkit::placement {
 // expert groups packed onto nodes, replicas made within each node, then packed onto the node's GPUs;
 // otherwise (or with `force_global`) one global pass over all GPUs. Arithmetic in float32 like the
 // reference so that ties resolve identically. Returns one placement per layer (phy2log + replica rank).
-std::vector<LayerPlacement> eplb_rebalance(const LoadMatrix& loads, const Cluster& cluster, int groups, bool force_global);
+std::vector<LayerPlacement> eplb_rebalance(const LoadMatrix& loads, const Cluster& cluster, int groups,
+                                           bool force_global);
 
 }  // namespace ucpkit::placement

@@ -15,8 +15,8 @@ namespace {
 struct Packer {
   const Cluster& cl;
   int f;
-  std::vector<int> item;       // expert of every replica, in packing order
-  std::vector<double> share;   // its share
+  std::vector<int> item;        // expert of every replica, in packing order
+  std::vector<double> share;    // its share
   std::vector<int> left_after;  // replicas of the same expert after this one
   std::vector<double> load;
   std::vector<int> used, gpu_of;
@@ -119,7 +119,8 @@ std::optional<std::vector<int>> exact_lighter_placement(const std::vector<double
     if (bound >= pk.best * (1 - 1e-9)) break;
     std::vector<int> ex(E);
     std::iota(ex.begin(), ex.end(), 0);
-    std::sort(ex.begin(), ex.end(), [&](int x, int y) { return t[x] / a[x] > t[y] / a[y] || (t[x] / a[x] == t[y] / a[y] && x < y); });
+    std::sort(ex.begin(), ex.end(),
+              [&](int x, int y) { return t[x] / a[x] > t[y] / a[y] || (t[x] / a[x] == t[y] / a[y] && x < y); });
     pk.item.clear(), pk.share.clear(), pk.left_after.clear();
     for (int e : ex)
       for (int k = 0; k < a[e]; ++k) {

@@ -10,9 +10,9 @@
 namespace ucpkit::placement {
 
 struct ExactSearchLimits {
-  int max_slots = 24;             // larger clusters are not searched
+  int max_slots = 24;                 // larger clusters are not searched
   long long max_allocations = 20000;  // replica allocations worth packing (bounded below the incumbent)
-  long long max_steps = 400000;   // packing steps over all allocations
+  long long max_steps = 400000;       // packing steps over all allocations
 };
 
 // A placement (phy2log) whose most loaded GPU is lighter than `incumbent` by more than a relative

@@ -26,7 +26,8 @@ std::vector<int> by_load_desc(const std::vector<double>& t) {
 // 8,192 GPUs). `taken(g)` after a slot of GPU g is filled.
 class RoomIndex {
  public:
-  RoomIndex(int nodes, int gpus_per_node, int room) : G_(gpus_per_node), room_(nodes * gpus_per_node, room), key_(nodes) {
+  RoomIndex(int nodes, int gpus_per_node, int room)
+      : G_(gpus_per_node), room_(nodes * gpus_per_node, room), key_(nodes) {
     for (int n = 0; n < nodes; ++n) {
       key_[n] = {-room * G_, -room, n};
       if (room > 0) order_.insert(key_[n]);
@@ -152,7 +153,8 @@ std::vector<std::vector<int>> hecate_sharding(const LoadMatrix& loads, const Clu
       int best = -1;
       for (int g = best_node * G; g < (best_node + 1) * G; ++g) {
         if (free[g] == 0) continue;
-        if (best < 0 || gpu_load[g] < gpu_load[best] || (gpu_load[g] == gpu_load[best] && free[g] < free[best])) best = g;
+        if (best < 0 || gpu_load[g] < gpu_load[best] || (gpu_load[g] == gpu_load[best] && free[g] < free[best]))
+          best = g;
       }
       owner[l][e] = best;
       free[best]--;
@@ -264,7 +266,8 @@ LayerPlacement hecate_materialize(const std::vector<double>& t, const std::vecto
       return;
     }
     auto gpu_holds = [&](int g) { return holds(g, e); };
-    tree.build(cluster.nodes, G, M, room, gpu_holds, [&](int node) { return on_node[static_cast<size_t>(node) * E + e] == 0; });
+    tree.build(cluster.nodes, G, M, room, gpu_holds,
+               [&](int node) { return on_node[static_cast<size_t>(node) * E + e] == 0; });
     for (int j = 0; j < n; ++j) {
       const int g = tree.best();
       if (g < 0) return;
@@ -325,7 +328,8 @@ class Hecate : public PlacementAlgorithm {
     int t = opt.overlap_degree < 0 ? E : std::min(opt.overlap_degree, E);
     const int m = opt.memory < 0 ? cluster.slots_per_gpu : opt.memory;
     if (m < 1 || m > cluster.slots_per_gpu)
-      throw UsageError("--memory must be between 1 and --slots-per-gpu (" + std::to_string(cluster.slots_per_gpu) + ")");
+      throw UsageError("--memory must be between 1 and --slots-per-gpu (" + std::to_string(cluster.slots_per_gpu) +
+                       ")");
     auto owner = hecate_sharding(loads, cluster, t);
     PlacementResult res;
     for (size_t l = 0; l < loads.layers; ++l)

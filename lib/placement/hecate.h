@@ -25,7 +25,8 @@ std::vector<std::vector<int>> hecate_sharding(const LoadMatrix& loads, const Clu
 // copies is placed through a tree over the nodes (the same choices as one copy at a time, which
 // tests get with a large `tree_from`).
 inline constexpr int kHecateTreeFrom = 32;
-LayerPlacement hecate_materialize(const std::vector<double>& loads, const std::vector<int>& owner, const Cluster& cluster,
-                                  int overlap_degree, int memory = -1, int tree_from = kHecateTreeFrom);
+LayerPlacement hecate_materialize(const std::vector<double>& loads, const std::vector<int>& owner,
+                                  const Cluster& cluster, int overlap_degree, int memory = -1,
+                                  int tree_from = kHecateTreeFrom);
 
 }  // namespace ucpkit::placement

@@ -23,7 +23,8 @@ namespace {
 class SlotGpu {
  public:
   explicit SlotGpu(int slots_per_gpu)
-      : S_(slots_per_gpu), shift_((slots_per_gpu & (slots_per_gpu - 1)) == 0 ? std::countr_zero(unsigned(slots_per_gpu)) : -1) {}
+      : S_(slots_per_gpu),
+        shift_((slots_per_gpu & (slots_per_gpu - 1)) == 0 ? std::countr_zero(unsigned(slots_per_gpu)) : -1) {}
   int operator()(int slot) const { return shift_ >= 0 ? slot >> shift_ : slot / S_; }
 
  private:
@@ -111,7 +112,7 @@ class Descending {
 
 struct Holders {
   std::span<const std::pair<int, int>> gpus;  // (gpu, replicas of x there), in LayerState::Scratch::held
-  Descending by_value;                         // (load + changes, index into gpus), largest first
+  Descending by_value;                        // (load + changes, index into gpus), largest first
 };
 
 // An expert y of a light slot in one rewrite search: its holders (GPU, replicas of y), the load each
@@ -146,21 +147,21 @@ unsigned long long next_stamp() {
 // Scratch of best_swap and best_rewrite; the per-GPU arrays are all zero between calls.
 struct LayerState::Scratch {
   std::vector<double> gshare, hshare;  // best_swap: shares on the most loaded GPU and on a light one
-  std::vector<int> light_rewrite;  // the lightest GPUs, lightest first
+  std::vector<int> light_rewrite;      // the lightest GPUs, lightest first
   std::vector<double> sh;
   std::vector<int> hot, count, xcount;
   Holders xs, ys;
-  std::vector<int> hot_on;      // replicas of an expert on every GPU: [row * D + gpu], rows kept between searches
+  std::vector<int> hot_on;  // replicas of an expert on every GPU: [row * D + gpu], rows kept between searches
   struct HotRow {
     int expert = -1;
     unsigned long long version = 0;  // the expert's version the row was filled at
     std::vector<int> gpus;           // the GPUs whose entry is set
   };
   std::vector<HotRow> hot_rows;
-  std::vector<int> hot_row;        // per hot index: its row
+  std::vector<int> hot_row;  // per hot index: its row
   std::vector<char> row_used;
   std::vector<Holders> xh;
-  std::vector<int> x_on;        // replicas of g's slot-sp expert on every GPU: [sp * D + gpu]
+  std::vector<int> x_on;         // replicas of g's slot-sp expert on every GPU: [sp * D + gpu]
   std::vector<YHolders> ycache;  // light_gpu_slot_joins_hottest_gpu_expert: the experts y met so far
   // gather's result per expert, valid while held_version[e] == LayerState::version(e) (consecutive
   // searches look at mostly the same experts, and only the two a move involves change).
@@ -349,7 +350,6 @@ void LayerState::add_node(int e, int node, int delta) {
   c += delta;
   if (c == 0 && delta < 0) distinct_[e]--;
 }
-
 
 int LayerState::distinct_after_move(int x, int a, int b) const {
   if (a == b) return distinct_[x];
@@ -573,7 +573,6 @@ std::optional<LayerMove> best_swap(const LayerState& st, int f) {
 }
 
 namespace {
-
 
 void gather(const LayerState& st, int x, std::vector<int>& count, Holders& out) {
   const Cluster& cl = st.cluster();
@@ -810,9 +809,9 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
     return en;
   };
   // The two largest over y's holders k of (k without x: its load plus its y changes; with x: also its
-  // x changes), for g's slot sp (x_on of sp gathered). Only the two values are used, as the largest over the holders other than a light GPU h (v1 when
-  // k1 is not h, else v2). No x change raises a holder's value (the sums round monotonically), so
-  // when the three leading holders (YHolders::lead) leave a second value no smaller than the third
+  // x changes), for g's slot sp (x_on of sp gathered). Only the two values are used, as the largest over the holders
+  // other than a light GPU h (v1 when k1 is not h, else v2). No x change raises a holder's value (the sums round
+  // monotonically), so when the three leading holders (YHolders::lead) leave a second value no smaller than the third
   // lead's value without x, no other holder can change the two: one pass over y's holders per
   // search instead of one per slot of g (80 million holder values at 1,024 nodes, most
   // of best_rewrite). Otherwise every holder is evaluated, as before.
@@ -898,10 +897,8 @@ std::optional<LayerMove> best_rewrite(const LayerState& st, int f) {
 }
 
 void apply_move(LayerState& st, const LayerMove& m) {
-  if (m.rewrite)
-    st.set_slot(m.p, m.q);
-  else
-    st.swap_slots(m.p, m.q);
+  if (m.rewrite) st.set_slot(m.p, m.q);
+  else st.swap_slots(m.p, m.q);
 }
 
 int reduce_max(LayerState& st, int f, int max_moves, bool rewrites) {
@@ -928,28 +925,29 @@ std::vector<std::pair<int, int>> repair_fault_tolerance(LayerState& st, int f) {
       for (int h : light_gpus(st, 64))
         for (int s = 0; s < cl.slots_per_gpu; ++s) partners.push_back(h * cl.slots_per_gpu + s);
       for (int pass = 0; pass < 2 && bp < 0; ++pass) {
-      if (pass == 1) {
-        partners.resize(cl.slots());
-        std::iota(partners.begin(), partners.end(), 0);
-      }
-      for (int p : st.slots_of(e)) {
-        int a = cl.node_of_slot(p);
-        if (st.on_node(e, a) < 2) continue;
-        for (int q : partners) {
-          int b = cl.node_of_slot(q), y = st.phy2log()[q];
-          if (st.on_node(e, b) > 0 || y == e) continue;
-          if (st.distinct_after_move(y, b, a) < std::min(f, st.distinct(y))) continue;
-          double d = st.share(e) - st.share(y);
-          double worst = std::max(st.load(cl.gpu_of_slot(p)) - d, st.load(cl.gpu_of_slot(q)) + d);
-          if (bp < 0 || worst < best) {
-            best = worst;
-            bp = p;
-            bq = q;
+        if (pass == 1) {
+          partners.resize(cl.slots());
+          std::iota(partners.begin(), partners.end(), 0);
+        }
+        for (int p : st.slots_of(e)) {
+          int a = cl.node_of_slot(p);
+          if (st.on_node(e, a) < 2) continue;
+          for (int q : partners) {
+            int b = cl.node_of_slot(q), y = st.phy2log()[q];
+            if (st.on_node(e, b) > 0 || y == e) continue;
+            if (st.distinct_after_move(y, b, a) < std::min(f, st.distinct(y))) continue;
+            double d = st.share(e) - st.share(y);
+            double worst = std::max(st.load(cl.gpu_of_slot(p)) - d, st.load(cl.gpu_of_slot(q)) + d);
+            if (bp < 0 || worst < best) {
+              best = worst;
+              bp = p;
+              bq = q;
+            }
           }
         }
       }
-      }
-      if (bp < 0) throw Error("internal: no swap gives expert " + std::to_string(e) + " " + std::to_string(f) + " nodes");
+      if (bp < 0)
+        throw Error("internal: no swap gives expert " + std::to_string(e) + " " + std::to_string(f) + " nodes");
       st.swap_slots(bp, bq);
       done.emplace_back(bp, bq);
     }
@@ -974,7 +972,8 @@ std::pair<int, int> overlap_node_sets(LayerState& st, int f, double max_load) {
   std::vector<std::vector<int>> keys;
   for (const auto& [k, v] : groups) keys.push_back(k);
   // Largest groups are the targets; the smallest move first.
-  std::stable_sort(keys.begin(), keys.end(), [&](const auto& a, const auto& b) { return groups[a].size() > groups[b].size(); });
+  std::stable_sort(keys.begin(), keys.end(),
+                   [&](const auto& a, const auto& b) { return groups[a].size() > groups[b].size(); });
   std::vector<char> gone(keys.size(), 0);
   for (size_t src = keys.size(); src-- > 1;) {
     const auto& A = keys[src];

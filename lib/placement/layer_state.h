@@ -97,7 +97,7 @@ class LayerState {
   std::vector<double> t_;
   std::vector<int> phy2log_, cnt_, distinct_, nodecnt_;
   std::vector<double> load_;
-  std::vector<double> share_;  // t_e / r_e (0 without replicas), kept with the counts
+  std::vector<double> share_;         // t_e / r_e (0 without replicas), kept with the counts
   std::vector<int> bottom_;           // the kBottom lightest GPUs (all, when fewer), sorted
   std::vector<Entry> rest_, hi_;      // min-heap of the other GPUs; max-heap of all
   std::vector<int> rest_at_, hi_at_;  // per GPU: its index in rest_ (-1: in bottom_) and in hi_
@@ -106,7 +106,7 @@ class LayerState {
   std::vector<unsigned long long> version_;
   std::vector<int> moved_;  // GPUs whose load changed, while set_slot updates many at once
   std::vector<char> moved_mark_;
-  std::vector<double> pending_;  // their loads after the change, set in reorder_moved
+  std::vector<double> pending_;             // their loads after the change, set in reorder_moved
   std::vector<int> moved_up_, moved_down_;  // reorder_moved: those past their max-heap / min-heap bound
   struct ScratchSlot {
     std::unique_ptr<Scratch> p;

@@ -83,8 +83,9 @@ LayersMap from_config(const std::string& path) {
   } else if (config_int(c, "num_local_experts", 0, path) > 0) {  // Mixtral: every layer
     moe = [](int) { return true; };
   } else {
-    throw Error(path + ": no MoE layer rule known for this config (expected n_routed_experts, num_experts or "
-                       "num_local_experts); give --layers-map D:a-b instead");
+    throw Error(path +
+                ": no MoE layer rule known for this config (expected n_routed_experts, num_experts or "
+                "num_local_experts); give --layers-map D:a-b instead");
   }
   for (int i = 0; i < m.decoder_layers; ++i)
     if (moe(i)) m.moe_layers.push_back(i);
@@ -122,11 +123,13 @@ std::vector<int> parse_pp_partition(const std::string& text) {
   std::stringstream list(text);
   for (std::string item; std::getline(list, item, ',');) {
     if (item.empty() || item.size() > 9 || !std::all_of(item.begin(), item.end(), ::isdigit) || std::stoi(item) < 1)
-      throw UsageError("--pp-layer-partition " + text + ": expected positive numbers of decoder layers per stage, a,b,...");
+      throw UsageError("--pp-layer-partition " + text +
+                       ": expected positive numbers of decoder layers per stage, a,b,...");
     out.push_back(std::stoi(item));
   }
   if (out.empty() || text.back() == ',')
-    throw UsageError("--pp-layer-partition " + text + ": expected positive numbers of decoder layers per stage, a,b,...");
+    throw UsageError("--pp-layer-partition " + text +
+                     ": expected positive numbers of decoder layers per stage, a,b,...");
   return out;
 }
 

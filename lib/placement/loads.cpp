@@ -44,7 +44,9 @@ Snapshot matrix_from_json(const json& m, const std::string& name) {
   return out;
 }
 
-bool is_3d(const json& m) { return m.is_array() && !m.empty() && m[0].is_array() && !m[0].empty() && m[0][0].is_array(); }
+bool is_3d(const json& m) {
+  return m.is_array() && !m.empty() && m[0].is_array() && !m[0].empty() && m[0][0].is_array();
+}
 
 std::vector<Snapshot> snapshots_from_array(const json& m, const std::string& name) {
   std::vector<Snapshot> out;
@@ -155,12 +157,14 @@ std::vector<Snapshot> snapshots_from_csv(const std::string& text, const std::str
   return {m};
 }
 
-std::vector<Snapshot> snapshots_from_trace(const std::string& text, const std::string& name, const LoadFileOptions& opt) {
+std::vector<Snapshot> snapshots_from_trace(const std::string& text, const std::string& name,
+                                           const LoadFileOptions& opt) {
   const io::RouterTrace trace = io::parse_router_trace(text, name);
   if (trace.iterations.empty()) fail(name, "no router trace records");
   const size_t experts = opt.experts ? opt.experts : trace.experts;
   if (experts < trace.experts)
-    fail(name, "expert id " + std::to_string(trace.experts - 1) + " out of range for " + std::to_string(experts) + " experts");
+    fail(name, "expert id " + std::to_string(trace.experts - 1) + " out of range for " + std::to_string(experts) +
+                   " experts");
   std::vector<Snapshot> out;
   for (const auto& [iteration, m] : trace.iterations) {
     if (!opt.snapshot.empty() && std::to_string(iteration) != opt.snapshot) continue;
@@ -205,7 +209,8 @@ void validate_loads(const LoadMatrix& loads, const std::string& name) {
       if (!std::isfinite(v))
         fail(name, "layer " + std::to_string(l) + " expert " + std::to_string(e) + ": load is not a finite number");
       if (v < 0)
-        fail(name, "layer " + std::to_string(l) + " expert " + std::to_string(e) + ": negative load " + std::to_string(v));
+        fail(name,
+             "layer " + std::to_string(l) + " expert " + std::to_string(e) + ": negative load " + std::to_string(v));
       // Token counts above 2^53 are not exact in a double, and sums of 1e300s overflow to inf
       // (balancedness inf, recovery computed on NaN shares).
       if (v > kMaxLoad)

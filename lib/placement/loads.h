@@ -14,7 +14,9 @@ struct LoadMatrix {
   std::vector<double> values;  // row-major
 
   std::span<const double> layer(size_t l) const { return {values.data() + l * experts, experts}; }
-  std::vector<double> layer_vector(size_t l) const { return {values.begin() + l * experts, values.begin() + (l + 1) * experts}; }
+  std::vector<double> layer_vector(size_t l) const {
+    return {values.begin() + l * experts, values.begin() + (l + 1) * experts};
+  }
   double at(size_t l, size_t e) const { return values[l * experts + e]; }
 };
 

@@ -19,8 +19,7 @@ namespace {
 struct Key {
   unsigned __int128 v = 0;
   Key() = default;
-  Key(double load, int gpu)
-      : v((static_cast<unsigned __int128>(load_bits(load)) << 32) | static_cast<uint32_t>(gpu)) {}
+  Key(double load, int gpu) : v((static_cast<unsigned __int128>(load_bits(load)) << 32) | static_cast<uint32_t>(gpu)) {}
   int gpu() const { return static_cast<int>(static_cast<uint32_t>(v)); }
   bool operator<(const Key& o) const { return v < o.v; }
   bool operator==(const Key& o) const { return v == o.v; }
@@ -56,7 +55,7 @@ struct Packer {
   const NodeRule rule;
   const bool spread;  // rule != NodeRule::any
   const int N, G, S;
-  int distinct = 0;   // nodes holding the current expert
+  int distinct = 0;                                        // nodes holding the current expert
   double limit = std::numeric_limits<double>::infinity();  // lpt_pack_below: a GPU above it stops the packing
   bool over = false;
   std::vector<double> load;
@@ -66,8 +65,8 @@ struct Packer {
 
   Packer(const Cluster& c, const std::vector<int>& counts, const std::vector<double>& loads, std::vector<int>& p2l,
          NodeRule rl)
-      : cl(c), r(counts), t(loads), phy2log(p2l), rule(rl), spread(rl != NodeRule::any), N(c.nodes), G(c.gpus_per_node), S(c.slots_per_gpu),
-        load(c.gpus(), 0.0), used(c.gpus(), 0), here(c.nodes, 0), nk(c.nodes, kNone) {
+      : cl(c), r(counts), t(loads), phy2log(p2l), rule(rl), spread(rl != NodeRule::any), N(c.nodes), G(c.gpus_per_node),
+        S(c.slots_per_gpu), load(c.gpus(), 0.0), used(c.gpus(), 0), here(c.nodes, 0), nk(c.nodes, kNone) {
     for (int p = 0; p < cl.slots(); ++p)
       if (phy2log[p] >= 0) {
         const int g = cl.gpu_of_slot(p), e = phy2log[p];

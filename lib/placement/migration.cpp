@@ -61,7 +61,8 @@ Holdings node_holdings(const Plan& plan, int experts) {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("popcnt", "default")))
 #endif
-long long missing(const Holdings& want, int wu, const Holdings& have, int hu) {
+long long
+missing(const Holdings& want, int wu, const Holdings& have, int hu) {
   if (hu < 0) {
     long long n = 0;
     for (const auto& b : want.bits)
@@ -91,7 +92,8 @@ std::vector<uint64_t> unit_rows(const Holdings& h) {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("popcnt", "default")))
 #endif
-long long missing_row(const uint64_t* want, const uint64_t* have, size_t n) {
+long long
+missing_row(const uint64_t* want, const uint64_t* have, size_t n) {
   long long c = 0;
   if (!have) {
     for (size_t k = 0; k < n; ++k) c += std::popcount(want[k]);
@@ -158,10 +160,11 @@ std::vector<int> nodes_after_change(const Plan& current, const NodeChange& chang
   for (int f : change.failed) {
     if (std::find(current.node_ids.begin(), current.node_ids.end(), f) == current.node_ids.end()) {
       std::string ids;
-      for (size_t i = 0; i < current.node_ids.size() && i < 16; ++i) ids += (i ? "," : "") + std::to_string(current.node_ids[i]);
+      for (size_t i = 0; i < current.node_ids.size() && i < 16; ++i)
+        ids += (i ? "," : "") + std::to_string(current.node_ids[i]);
       if (current.node_ids.size() > 16) ids += ",...";
-      throw UsageError("failed node " + std::to_string(f) + " is not in the current plan (--failed-nodes names its node_ids: " +
-                       ids + ")");
+      throw UsageError("failed node " + std::to_string(f) +
+                       " is not in the current plan (--failed-nodes names its node_ids: " + ids + ")");
     }
     if (!failed.insert(f).second) throw UsageError("failed node " + std::to_string(f) + " listed twice");
   }
@@ -169,15 +172,16 @@ std::vector<int> nodes_after_change(const Plan& current, const NodeChange& chang
   // The size of the cluster after the change is checked before its node list is built, so an absurd
   // --added-nodes is refused at once instead of after gigabytes of ids.
   const long long left = static_cast<long long>(current.node_ids.size() - failed.size());
-  const long long next = static_cast<long long>(*std::max_element(current.node_ids.begin(), current.node_ids.end())) + 1;
+  const long long next = static_cast<long long>(*std::max_element(current.node_ids.begin(), current.node_ids.end())) +
+                         1;
   Cluster after = current.cluster;
   const long long nodes = left + change.added;
   const long long slots = nodes * after.gpus_per_node * after.slots_per_gpu;
   if (nodes > std::numeric_limits<int>::max() || next + change.added > std::numeric_limits<int>::max() ||
       slots > std::numeric_limits<int>::max() / 4)
-    throw UsageError("--added-nodes " + std::to_string(change.added) + " makes the cluster too large: " +
-                     std::to_string(nodes) + " nodes x " + std::to_string(after.gpus_per_node) + " GPUs x " +
-                     std::to_string(after.slots_per_gpu) + " slots");
+    throw UsageError("--added-nodes " + std::to_string(change.added) +
+                     " makes the cluster too large: " + std::to_string(nodes) + " nodes x " +
+                     std::to_string(after.gpus_per_node) + " GPUs x " + std::to_string(after.slots_per_gpu) + " slots");
   std::vector<int> ids;
   ids.reserve(static_cast<size_t>(nodes));
   for (int id : current.node_ids)
@@ -288,7 +292,8 @@ Migration list_fetches(const Plan& current, const Plan& next, const std::vector<
 
 nlohmann::json migration_to_json(const Migration& m, double expert_bytes) {
   nlohmann::json t = nlohmann::json::array();
-  for (const auto& x : m.transfers) t.push_back({{"layer", x.layer}, {"expert", x.expert}, {"from", x.from}, {"to", x.to}});
+  for (const auto& x : m.transfers)
+    t.push_back({{"layer", x.layer}, {"expert", x.expert}, {"from", x.from}, {"to", x.to}});
   nlohmann::json lost = nlohmann::json::array();
   for (const auto& [l, e] : m.lost) lost.push_back({{"layer", l}, {"expert", e}});
   nlohmann::json j = {{"node_ids", m.node_ids},

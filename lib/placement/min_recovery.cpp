@@ -38,8 +38,7 @@ MinRecovery parse_min_recovery(const std::string& text) {
   return m;
 }
 
-MinRecoveryChoice smallest_recovery_weight(const MinRecovery& target,
-                                           const std::function<double(double)>& achieved) {
+MinRecoveryChoice smallest_recovery_weight(const MinRecovery& target, const std::function<double(double)>& achieved) {
   MinRecoveryChoice c;
   auto meets = [&](double w, double& got) {
     got = achieved(w);

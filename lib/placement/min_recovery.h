@@ -7,8 +7,8 @@
 namespace ucpkit::placement {
 
 struct MinRecovery {
-  int k = 0;       // failed nodes, 1..nodes - 1
-  double p = 0;    // target probability, 0..1
+  int k = 0;     // failed nodes, 1..nodes - 1
+  double p = 0;  // target probability, 0..1
 };
 
 // "k:p", e.g. "2:0.95". Throws UsageError naming --min-recovery on anything else (k not a positive
@@ -16,9 +16,9 @@ struct MinRecovery {
 MinRecovery parse_min_recovery(const std::string& text);
 
 struct MinRecoveryChoice {
-  double weight = 0;     // the recovery weight taken
-  double achieved = 0;   // its plan's P(k nodes down)
-  int evaluations = 0;   // plans made to find it
+  double weight = 0;    // the recovery weight taken
+  double achieved = 0;  // its plan's P(k nodes down)
+  int evaluations = 0;  // plans made to find it
 };
 
 // `achieved(w)` is the plan's P(k nodes down) for --recovery-weight w. w = 0 when it meets p; else,

@@ -95,7 +95,8 @@ std::vector<int> improve_pair_allocation(std::vector<int> r, const std::vector<d
     long long spare = -static_cast<long long>(f) * E;
     for (int x : r) spare += x;
     double count = 1;
-    for (long long k = 1; k <= spare && count <= 300000; ++k) count = count * static_cast<double>(E + k - 1) / static_cast<double>(k);
+    for (long long k = 1; k <= spare && count <= 300000; ++k)
+      count = count * static_cast<double>(E + k - 1) / static_cast<double>(k);
     if (count <= 300000) {
       std::vector<int> a(E, f), best = r;
       PairingValue best_v = cur;

@@ -12,7 +12,7 @@
 namespace ucpkit::placement {
 
 struct PairingValue {
-  double max = 0;     // the most loaded GPU of the sorted pairing
+  double max = 0;        // the most loaded GPU of the sorted pairing
   long long at_max = 0;  // pairs within a relative 1e-12 of it
 };
 

@@ -57,7 +57,8 @@ void compute_metrics(Plan& plan, const LoadMatrix& loads, const RecoveryOptions&
     m.max_load = *std::max_element(m.gpu_loads.begin(), m.gpu_loads.end());
     m.mean_load = std::accumulate(m.gpu_loads.begin(), m.gpu_loads.end(), 0.0) / m.gpu_loads.size();
     m.balancedness = balancedness(m.gpu_loads);
-    m.recovery = model.evaluate(ExpertNodeSets::from_layer(plan.layers[l].phy2log, plan.cluster, plan.experts), &survivals);
+    m.recovery = model.evaluate(ExpertNodeSets::from_layer(plan.layers[l].phy2log, plan.cluster, plan.experts),
+                                &survivals);
     sum_mean += m.mean_load;
     sum_max += m.max_load;
     min_b = std::min(min_b, m.balancedness);
@@ -207,10 +208,8 @@ void write_plan_json(const Plan& plan, const json& extra, const std::vector<std:
     irregular.assign(E, 0);
     for (size_t p = 0; p < layer.phy2log.size(); ++p) {
       const int e = layer.phy2log[p], r = layer.phyrank[p];
-      if (r >= 0 && r < cnt[e])
-        ids[start[e] + static_cast<size_t>(r)] = static_cast<int>(p);
-      else if (r < width)
-        irregular[e] = 1;
+      if (r >= 0 && r < cnt[e]) ids[start[e] + static_cast<size_t>(r)] = static_cast<int>(p);
+      else if (r < width) irregular[e] = 1;
     }
     for (size_t e = 0; e < E; ++e) {
       if (e) out += ',';
@@ -255,10 +254,8 @@ void write_plan_json(const Plan& plan, const json& extra, const std::vector<std:
     flush(false);
   }
   out += "]}\n";
-  if (chunk > 0)
-    flush(true);
-  else
-    sink(out);
+  if (chunk > 0) flush(true);
+  else sink(out);
 }
 
 std::string plan_json_text(const Plan& plan, const json& extra,
@@ -267,7 +264,8 @@ std::string plan_json_text(const Plan& plan, const json& extra,
   for (const auto& [placeholder, value] : raw)
     writers.push_back({placeholder, [&value](const TextSink& sink) { sink(value); }});
   std::string text;
-  write_plan_json(plan, extra, writers, [&](std::string_view whole) { text = whole; }, 0);
+  write_plan_json(
+      plan, extra, writers, [&](std::string_view whole) { text = whole; }, 0);
   return text;
 }
 
@@ -330,7 +328,8 @@ void plan_head_from_json(const json& doc, const std::string& name, Plan& plan) {
     fail(name, "plan cluster too large: " + plan.cluster.describe());
   plan.algorithm = "unknown";
   if (doc.contains("algorithm")) {
-    if (!doc["algorithm"].is_string()) fail(name, "\"algorithm\" must be a string, found " + json_brief(doc["algorithm"]));
+    if (!doc["algorithm"].is_string())
+      fail(name, "\"algorithm\" must be a string, found " + json_brief(doc["algorithm"]));
     plan.algorithm = doc["algorithm"].get<std::string>();
   }
 }
@@ -352,7 +351,8 @@ void plan_tail_from_json(const json& doc, const std::string& name, Plan& plan, i
   if (doc.contains("node_ids")) {
     const json& ids = list(doc["node_ids"], "\"node_ids\"");
     if (static_cast<int>(ids.size()) != plan.cluster.nodes) fail(name, "node_ids does not list every node");
-    for (size_t i = 0; i < ids.size(); ++i) plan.node_ids.push_back(integer(ids[i], "node_ids[" + std::to_string(i) + "]"));
+    for (size_t i = 0; i < ids.size(); ++i)
+      plan.node_ids.push_back(integer(ids[i], "node_ids[" + std::to_string(i) + "]"));
   } else {
     plan.node_ids.resize(plan.cluster.nodes);
     std::iota(plan.node_ids.begin(), plan.node_ids.end(), 0);

@@ -36,7 +36,8 @@ class Reader {
   [[gnu::always_inline]] int get() {
     if (pos_ == end_ && !fill()) return -1;
     const char c = buf_[pos_++];
-    if (capture_) [[unlikely]] keep(c);
+    if (capture_) [[unlikely]]
+      keep(c);
     return static_cast<unsigned char>(c);
   }
   [[gnu::always_inline]] void expect(char c) {
@@ -47,9 +48,11 @@ class Reader {
     for (;;) {
       if (pos_ == end_ && !fill()) return;
       const char c = buf_[pos_];
-      if (c != ' ' && c != '\n' && c != '\r' && c != '\t') [[likely]] return;
+      if (c != ' ' && c != '\n' && c != '\r' && c != '\t') [[likely]]
+        return;
       ++pos_;
-      if (capture_) [[unlikely]] keep(c);
+      if (capture_) [[unlikely]]
+        keep(c);
     }
   }
   bool at_end() {

@@ -90,16 +90,19 @@ std::string render_table(const Plan& plan, const std::optional<Migration>& mig, 
   };
   for (size_t l = 0; l < plan.layer_metrics.size() && l < layers_shown; ++l)
     row(std::to_string(l), plan.layer_metrics[l].balancedness, plan.layer_metrics[l].recovery);
-  if (plan.layer_metrics.size() > layers_shown) o << "...    (" << plan.layer_metrics.size() - layers_shown << " more layers in the plan)\n";
+  if (plan.layer_metrics.size() > layers_shown)
+    o << "...    (" << plan.layer_metrics.size() - layers_shown << " more layers in the plan)\n";
   row("all", plan.metrics.balancedness, plan.metrics.recovery);
   o << "min balancedness " << fixed(plan.metrics.min_balancedness);
   bool mc = false;
   for (const auto& r : plan.metrics.recovery) mc = mc || !r.exact;
-  if (mc) o << "; * Monte Carlo, " << plan.recovery_options.mc_samples << " samples, seed " << plan.recovery_options.seed;
+  if (mc)
+    o << "; * Monte Carlo, " << plan.recovery_options.mc_samples << " samples, seed " << plan.recovery_options.seed;
   o << "\n";
   if (mig) {
     o << "migration: " << mig->replicas_moved << " replicas to fetch";
-    if (!mig->lost.empty()) o << ", " << mig->lost.size() << " experts have no surviving replica (restore from checkpoint)";
+    if (!mig->lost.empty())
+      o << ", " << mig->lost.size() << " experts have no surviving replica (restore from checkpoint)";
     o << "\n";
   }
   return o.str();
@@ -133,9 +136,10 @@ nlohmann::json plan_summary(const Plan& plan, double seconds) {
           {"experts", plan.experts},
           {"fault_tolerance", plan.fault_tolerance},
           {"survives_node_failures", plan.fault_tolerance - 1},
-          {"metrics", {{"balancedness", plan.metrics.balancedness},
-                       {"min_balancedness", plan.metrics.min_balancedness},
-                       {"recovery_probability", recovery_summary(plan.metrics.recovery)}}},
+          {"metrics",
+           {{"balancedness", plan.metrics.balancedness},
+            {"min_balancedness", plan.metrics.min_balancedness},
+            {"recovery_probability", recovery_summary(plan.metrics.recovery)}}},
           {"seconds", seconds}};
 }
 
@@ -211,16 +215,18 @@ void check_recovery_weight(const PlanRequest& req) {
   if (w > 0 && !req.previous_path.empty())
     throw UsageError("--recovery-weight does not apply to --previous (its moves keep balanced-ft's recovery)");
   if (w > 0 && req.node_loss_migration)
-    throw UsageError("--recovery-weight does not apply to --current with --migration-weight or --max-moved-bytes "
-                     "(those moves keep balanced-ft's recovery); without them the new plan is placed with it");
+    throw UsageError(
+        "--recovery-weight does not apply to --current with --migration-weight or --max-moved-bytes "
+        "(those moves keep balanced-ft's recovery); without them the new plan is placed with it");
   if (req.pareto && !req.report) throw UsageError("--pareto needs --report");
   if (!req.min_recovery) return;
   if (w > 0) throw UsageError("--min-recovery and --recovery-weight are exclusive: --min-recovery chooses the weight");
   if (req.algorithm != "balanced-ft")
     throw UsageError("--min-recovery applies to balanced-ft, not --algorithm " + req.algorithm);
   if (!req.previous_path.empty() || req.node_loss_migration)
-    throw UsageError("--min-recovery does not apply to --previous, nor to --current with --migration-weight or "
-                     "--max-moved-bytes (those moves keep balanced-ft's recovery)");
+    throw UsageError(
+        "--min-recovery does not apply to --previous, nor to --current with --migration-weight or "
+        "--max-moved-bytes (those moves keep balanced-ft's recovery)");
 }
 
 // --min-recovery k:p: popt.recovery_weight becomes the smallest weight meeting it (min_recovery.h);
@@ -247,8 +253,8 @@ std::pair<nlohmann::json, std::string> choose_min_recovery(const PlanRequest& re
                       {"achieved", c.achieved},
                       {"plans_evaluated", c.evaluations}};
   return {std::move(j), "--min-recovery " + std::to_string(m.k) + ":" + fixed(m.p, 4) + ": recovery weight " +
-               fixed(c.weight, 4) + " gives P(" + std::to_string(m.k) + " nodes down) " + fixed(c.achieved, 4) + " (" +
-               std::to_string(c.evaluations) + " plans evaluated)\n"};
+                            fixed(c.weight, 4) + " gives P(" + std::to_string(m.k) + " nodes down) " +
+                            fixed(c.achieved, 4) + " (" + std::to_string(c.evaluations) + " plans evaluated)\n"};
 }
 
 // GPU loads of `base` (every GPU under its physical node id) for `loads`, summed over layers.
@@ -344,14 +350,15 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
   rep["previous_balancedness"] = prev_bal;
   rep["from_scratch"] = scratch;
   if (!eplb_compared)
-    rep["from_scratch_skipped"] = {{"eplb-global", "not placed above " + std::to_string(kLargeClusterNodes) +
-                                                       " nodes without --report"}};
+    rep["from_scratch_skipped"] = {
+        {"eplb-global", "not placed above " + std::to_string(kLargeClusterNodes) + " nodes without --report"}};
   nlohmann::json rextra = {{"replacement", rep}};
   if (req.dispatch) rextra["dispatch"] = dispatch_report(out.plan, loads);
   out.file_extra = rextra;
   std::ostringstream extra;
-  extra << "re-placement from " << req.previous_path << ": balancedness " << fixed(prev_bal) << " (previous plan, new loads) -> "
-        << fixed(out.plan.metrics.balancedness) << ", " << rr.copies << " expert copies moved";
+  extra << "re-placement from " << req.previous_path << ": balancedness " << fixed(prev_bal)
+        << " (previous plan, new loads) -> " << fixed(out.plan.metrics.balancedness) << ", " << rr.copies
+        << " expert copies moved";
   if (req.expert_bytes > 0) extra << " (" << req.expert_bytes * static_cast<double>(rr.copies) << " bytes)";
   extra << " in " << rr.rounds << " rounds (lower bound " << rr.round_lower_bound << ")\n";
   for (const auto& [name, j] : scratch.items())
@@ -388,8 +395,10 @@ PlanOutcome node_loss_plan(const PlanRequest& req, const LoadMatrix& loads, cons
   if (req.change.added > 0 || req.change.failed.empty())
     throw UsageError("--migration-weight and --max-moved-bytes with --current apply to --failed-nodes");
   if (req.algorithm != "balanced-ft")
-    throw UsageError("--current with --migration-weight or --max-moved-bytes re-places with balanced-ft's moves; "
-                     "--algorithm " + req.algorithm + " does not apply");
+    throw UsageError(
+        "--current with --migration-weight or --max-moved-bytes re-places with balanced-ft's moves; "
+        "--algorithm " +
+        req.algorithm + " does not apply");
   if (req.max_moved_bytes >= 0 && req.expert_bytes <= 0)
     throw UsageError("--max-moved-bytes needs --expert-bytes (bytes of one expert copy)");
   if (req.migration_weight < 0 || !std::isfinite(req.migration_weight))
@@ -552,8 +561,8 @@ void add_front_report(const PlanRequest& req, const PlacementOptions& placement,
   popt.recovery.max_failures = std::min(popt.fault_tolerance + 1, cluster.nodes - 1);
   const int f = popt.fault_tolerance;
   std::ostringstream o;
-  o << "\nBalance/recovery front (balanced-ft --recovery-weight w; free: per layer the most recoverable candidate no less balanced than w = 0; lazarus; f=" << f << "; copies from "
-    << (before ? "--previous" : "the w = 0 plan") << ")\n";
+  o << "\nBalance/recovery front (balanced-ft --recovery-weight w; free: per layer the most recoverable candidate no less balanced than w = 0; lazarus; f="
+    << f << "; copies from " << (before ? "--previous" : "the w = 0 plan") << ")\n";
   o << "point                balancedness";
   for (int k = 1; k <= popt.recovery.max_failures; ++k) o << "    p(" << k << ")";
   o << "   copies" << (req.expert_bytes > 0 ? "        bytes" : "") << "\n";
@@ -604,8 +613,8 @@ PlanOutcome make_plan_core(const PlanRequest& req) {
   if (!req.previous_path.empty()) return replace_plan(req, loads, t0);
   std::optional<Plan> current;
   if (!req.current_path.empty()) current = read_plan(req.current_path);
-  const ResolvedCluster sized =
-      current ? resolve_cluster(req.sizes, {&*current, "--current", req.current_path}) : resolve_cluster(req.sizes);
+  const ResolvedCluster sized = current ? resolve_cluster(req.sizes, {&*current, "--current", req.current_path})
+                                        : resolve_cluster(req.sizes);
   Cluster target = sized.cluster;
   std::vector<int> physical;
   if (current) {
@@ -717,7 +726,8 @@ std::string PlanOutcome::plan_file_text() const {
 
 PlanOutcome make_plan(const PlanRequest& req) {
   PlanOutcome out = make_plan_core(req);
-  if (req.want_sglang) out.sglang_text = sglang_expert_location_json(out.plan, req.layers_map ? &*req.layers_map : nullptr);
+  if (req.want_sglang)
+    out.sglang_text = sglang_expert_location_json(out.plan, req.layers_map ? &*req.layers_map : nullptr);
   if (req.layers_map)
     out.summary["layers_map"] = {{"decoder_layers", req.layers_map->decoder_layers},
                                  {"moe_layers", req.layers_map->moe_layers}};

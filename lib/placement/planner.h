@@ -27,7 +27,7 @@ struct PlanRequest {
   ClusterRequest sizes;
   std::string algorithm = "balanced-ft";
   PlacementOptions placement;  // its fault_tolerance is set from `sizes`
-  std::string current_path;  // re-placement when set
+  std::string current_path;    // re-placement when set
   NodeChange change;
   // Migration-aware re-placement for new loads on the same cluster (replace.h) when set.
   std::string previous_path;
@@ -68,11 +68,11 @@ struct PlanOutcome {
   bool transfers_with_nodes = false;
   void write_plan_file(const TextSink& sink) const;
   std::string plan_file_text() const;
-  nlohmann::json summary;  // the --json summary
-  std::string table;       // the terminal table (with --report, the Pareto table appended)
-  std::string svg;         // when requested
-  std::string sglang_text;  // when requested
-  std::string vllm_bytes;   // when requested (safetensors)
+  nlohmann::json summary;          // the --json summary
+  std::string table;               // the terminal table (with --report, the Pareto table appended)
+  std::string svg;                 // when requested
+  std::string sglang_text;         // when requested
+  std::string vllm_bytes;          // when requested (safetensors)
   std::vector<std::string> notes;  // warnings for the user (e.g. f lowered after failures)
   std::string said;                // said to the user unless quiet: values taken from --current / --previous
   double seconds = 0;

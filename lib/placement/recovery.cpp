@@ -11,8 +11,8 @@
 namespace ucpkit::placement {
 
 ExpertNodeSets::ExpertNodeSets(int experts, int nodes)
-    : experts_(experts), nodes_(nodes), words_((nodes + 63) / 64),
-      bits_(static_cast<size_t>(experts) * words_, 0), degree_(experts, 0) {}
+    : experts_(experts), nodes_(nodes), words_((nodes + 63) / 64), bits_(static_cast<size_t>(experts) * words_, 0),
+      degree_(experts, 0) {}
 
 void ExpertNodeSets::add(int e, int node) {
   uint64_t& w = bits_[static_cast<size_t>(e) * words_ + (node >> 6)];
@@ -117,7 +117,8 @@ void for_each_subset(const std::vector<int>& pool, int m, std::vector<char>& fai
 // Number of k-subsets of failed nodes that wipe out some candidate, without singletons (below).
 double count_lost_sets_of(const std::vector<std::vector<int>>& cand, int nodes, int k) {
   double by_superset = 0;
-  for (const auto& c : cand) by_superset += binomial(nodes - static_cast<int>(c.size()), k - static_cast<int>(c.size()));
+  for (const auto& c : cand)
+    by_superset += binomial(nodes - static_cast<int>(c.size()), k - static_cast<int>(c.size()));
   std::vector<char> failed(nodes, 0);
   double lost = 0;
   if (by_superset <= binomial(nodes, k)) {

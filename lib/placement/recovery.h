@@ -34,14 +34,14 @@ struct RecoveryOptions {
   int max_failures = 4;          // k = 1..K (capped at nodes - 1)
   uint64_t mc_samples = 100000;  // Monte Carlo samples per k
   uint64_t seed = 1;
-  double exact_limit = 1e6;      // enumerate exactly when C(N,k) <= this
+  double exact_limit = 1e6;  // enumerate exactly when C(N,k) <= this
 };
 
 struct RecoveryEstimate {
   int failed_nodes = 0;
   double probability = 1.0;
   bool exact = true;
-  uint64_t samples = 0;  // Monte Carlo samples (0 when exact)
+  uint64_t samples = 0;                // Monte Carlo samples (0 when exact)
   double ci_low = 1.0, ci_high = 1.0;  // 95% interval (Wilson per layer; normal over the layer mean)
 };
 

@@ -15,7 +15,7 @@ namespace ucpkit::placement {
 double f_failure_recovery(const std::vector<int>& phy2log, const Cluster& cluster, int experts, int f);
 
 struct WeightedChoice {
-  std::string source;  // "balanced-ft", "overlap", "blocked", "mro" or "lazarus"
+  std::string source;                     // "balanced-ft", "overlap", "blocked", "mro" or "lazarus"
   double balancedness = 1, recovery = 1;  // of the chosen placement; recovery = p(f)
 };
 

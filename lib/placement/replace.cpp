@@ -144,7 +144,8 @@ namespace {
 
 // The node cost matrix of aligning `fresh` to `prev`, row by row: [physical node i][fresh node q],
 // the replicas of fresh node q that physical node i lacks (multiset difference).
-std::vector<int> node_costs(const std::vector<int>& prev, const std::vector<int>& fresh, const Cluster& cl, int experts) {
+std::vector<int> node_costs(const std::vector<int>& prev, const std::vector<int>& fresh, const Cluster& cl,
+                            int experts) {
   const int N = cl.nodes, c = cl.slots_per_node();
   // Node cost: replicas of fresh node q that physical node i lacks (multiset difference), that is
   // c minus the replicas they share; shared counts gathered per expert over the fresh nodes holding
@@ -165,10 +166,8 @@ std::vector<int> node_costs(const std::vector<int>& prev, const std::vector<int>
     for (int q = 0; q < N; ++q)
       for (int s = 0; s < c; ++s) {
         const int e = fresh[static_cast<size_t>(q) * c + s];
-        if (fill[e] > offset[e] && held[fill[e] - 1].first == q)
-          held[fill[e] - 1].second++;
-        else
-          held[fill[e]++] = {q, 1};
+        if (fill[e] > offset[e] && held[fill[e] - 1].first == q) held[fill[e] - 1].second++;
+        else held[fill[e]++] = {q, 1};
       }
   }
   std::vector<int> cost(static_cast<size_t>(N) * N, 0);  // [physical node i][fresh node q]
@@ -250,8 +249,8 @@ std::vector<int> align_with(const std::vector<int>& cost, const std::vector<int>
 
 struct Trajectory {
   std::vector<LayerMove> moves;
-  std::vector<double> max_after;   // layer maximum after each prefix (index 0: no move)
-  std::vector<long long> copies;   // copies beyond the mandatory ones after each prefix
+  std::vector<double> max_after;  // layer maximum after each prefix (index 0: no move)
+  std::vector<long long> copies;  // copies beyond the mandatory ones after each prefix
   size_t taken = 0;
   std::vector<int> fresh;  // the last point, when set: balanced-ft from scratch, aligned to the previous
   // The last point is balanced-ft from scratch but not aligned yet (`fresh` empty): its entry of
@@ -358,14 +357,14 @@ class PairIndex {
     const size_t re = static_cast<size_t>(r);
     if (!overflow_ && re >= rounds_) grow(re + 1);
     keys_.push_back(key(e, r));
-    if (overflow_)
-      map_[key(e, r)] = value;
-    else
-      table_[static_cast<size_t>(e) * rounds_ + re] = value;
+    if (overflow_) map_[key(e, r)] = value;
+    else table_[static_cast<size_t>(e) * rounds_ + re] = value;
   }
 
  private:
-  static uint64_t key(int e, int r) { return (static_cast<uint64_t>(static_cast<uint32_t>(e)) << 32) | static_cast<uint32_t>(r); }
+  static uint64_t key(int e, int r) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(e)) << 32) | static_cast<uint32_t>(r);
+  }
   void grow(size_t need) {
     const size_t rounds = std::max<size_t>({need, 2 * rounds_, 64});
     if (experts_ * rounds > (size_t{1} << 22)) {  // too large: the hash map from here on (this layer)
@@ -520,9 +519,7 @@ class HolderRounds {
   }
 
  private:
-  size_t words(size_t e) const {
-    return (static_cast<size_t>((*offset_)[e + 1] - (*offset_)[e]) + 63) >> 6;
-  }
+  size_t words(size_t e) const { return (static_cast<size_t>((*offset_)[e + 1] - (*offset_)[e]) + 63) >> 6; }
   uint64_t* level_row(size_t e, size_t level) { return levels_.data() + (at_words(e) + level * words(e)); }
   // The levels of e start at at_[e] in counts_ and at the matching word in levels_: both pools grow
   // together, an expert's block moved to their end (twice the levels) when it needs more.
@@ -548,14 +545,14 @@ class HolderRounds {
   const std::vector<int>* offset_ = nullptr;
   const std::vector<int>* hold_ = nullptr;
   size_t max_level_words_;
-  std::vector<long long> sends_;                  // per holder (index in hold): sends of its GPU so far
-  PairIndex made_;                                // (expert, round) -> its bits in bits_
+  std::vector<long long> sends_;  // per holder (index in hold): sends of its GPU so far
+  PairIndex made_;                // (expert, round) -> its bits in bits_
   std::vector<uint64_t> bits_;
   bool use_levels_ = true;
-  std::vector<long long> base_;                  // per expert: the fewest sends among its holders at the start
+  std::vector<long long> base_;                         // per expert: the fewest sends among its holders at the start
   std::vector<size_t> low_, top_, cap_, at_, word_at_;  // lowest and highest level in use, levels made, where
-  std::vector<uint64_t> levels_;                 // per expert and level: its holders with base + level sends
-  std::vector<int> counts_;                      // per expert and level: how many
+  std::vector<uint64_t> levels_;                        // per expert and level: its holders with base + level sends
+  std::vector<int> counts_;                             // per expert and level: how many
 };
 
 }  // namespace
@@ -627,7 +624,8 @@ void schedule_transfers(const std::vector<std::vector<int>>& before, ReplaceResu
         int skip = -1;  // g's position among the holders of e, when it holds e and may not send it
         if (!local)
           for (int j = 0; j < nmine[g]; ++j)
-            if (mine[static_cast<size_t>(g) * S + j].first == e) skip = mine[static_cast<size_t>(g) * S + j].second - offset[e];
+            if (mine[static_cast<size_t>(g) * S + j].first == e)
+              skip = mine[static_cast<size_t>(g) * S + j].second - offset[e];
         for (int r = first_free[g];; ++r) {
           if (recvs.test(g, r)) continue;
           // The free holder with the fewest sends so far, the first of them in GPU order.
@@ -741,8 +739,8 @@ Trajectory layer_trajectory(const std::vector<int>& prev, const std::vector<doub
     // from-scratch point below every other point is taken whatever its copies: aligned now, with the
     // node costs at hand (computed again for the alignment, they were 3% of --previous on
     // the heavy-tailed loads at 1,024 nodes, where all 64 layers take that point).
-    const bool taken_anyway =
-        every_gain && tr.max_after.back() < *std::min_element(tr.max_after.begin(), tr.max_after.end() - 1);
+    const bool taken_anyway = every_gain &&
+                              tr.max_after.back() < *std::min_element(tr.max_after.begin(), tr.max_after.end() - 1);
     if (node_fetches) {  // the bound counts replicas, not the experts a node fetches
       tr.fresh = align_with(nc, prev, fresh->phy2log, cl);
       tr.copies.push_back(cost.full(tr.fresh) - base_cost);
@@ -818,7 +816,8 @@ void take_best_extensions(std::vector<Trajectory>& traj, double budget, double s
 }
 
 // The placement of layer `l` at the point of its trajectory that was taken.
-LayerPlacement taken_placement(const Trajectory& tr, std::vector<int>&& base, const LoadMatrix& loads, int& from_scratch) {
+LayerPlacement taken_placement(const Trajectory& tr, std::vector<int>&& base, const LoadMatrix& loads,
+                               int& from_scratch) {
   LayerPlacement lp;
   if ((!tr.fresh.empty() || tr.fresh_pending) && tr.taken == tr.max_after.size() - 1) {
     if (tr.fresh_pending) throw Error("internal: a from-scratch point taken without its alignment");
@@ -833,10 +832,8 @@ LayerPlacement taken_placement(const Trajectory& tr, std::vector<int>&& base, co
     lp.phy2log = std::move(base);
     for (size_t i = 0; i < tr.taken; ++i) {
       const LayerMove& m = tr.moves[i];
-      if (m.rewrite)
-        lp.phy2log[static_cast<size_t>(m.p)] = m.q;
-      else
-        std::swap(lp.phy2log[static_cast<size_t>(m.p)], lp.phy2log[static_cast<size_t>(m.q)]);
+      if (m.rewrite) lp.phy2log[static_cast<size_t>(m.p)] = m.q;
+      else std::swap(lp.phy2log[static_cast<size_t>(m.p)], lp.phy2log[static_cast<size_t>(m.q)]);
     }
   }
   lp.phyrank = ranks_by_appearance(lp.phy2log, static_cast<int>(loads.experts));
@@ -890,16 +887,16 @@ ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previo
     auto t = loads.layer_vector(l);
     sum_mean += std::accumulate(t.begin(), t.end(), 0.0) / cl.gpus();
     traj[l] = layer_trajectory(prev, t, cl, f, experts, fresh_layers.empty() ? nullptr : &fresh_layers[l],
-                               opt.count_node_fetches, limit, every_gain, res.mandatory_copies, mandatory_cost, base[l]);
+                               opt.count_node_fetches, limit, every_gain, res.mandatory_copies, mandatory_cost,
+                               base[l]);
   }
 
   const double all_replicas = static_cast<double>(L) * cl.slots();
   double budget = opt.max_moved_bytes < 0 ? INFINITY
                                           : (opt.expert_bytes > 0 ? opt.max_moved_bytes / opt.expert_bytes : 0.0);
   budget -= static_cast<double>(mandatory_cost);  // mandatory copies come first
-  take_best_extensions(traj, budget, sum_mean, opt.migration_weight, all_replicas, [&](size_t l) {
-    align_fresh(traj[l], previous[l], fresh_layers[l].phy2log, cl, experts);
-  });
+  take_best_extensions(traj, budget, sum_mean, opt.migration_weight, all_replicas,
+                       [&](size_t l) { align_fresh(traj[l], previous[l], fresh_layers[l].phy2log, cl, experts); });
 
   for (size_t l = 0; l < L; ++l) {
     LayerPlacement lp = taken_placement(traj[l], std::move(base[l]), loads, res.layers_from_scratch);

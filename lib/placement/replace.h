@@ -30,8 +30,9 @@ struct ReplaceOptions {
 };
 
 // One expert copy: GPU `to` receives expert `expert` of `layer` from GPU `from` (global GPU ids of
-// the cluster; -1: no GPU holds it, it is read from a checkpoint) in round `round`; the sources read the previous placement, which stays in memory until
-// the last round (the new weights land in staging buffers and are swapped in afterwards).
+// the cluster; -1: no GPU holds it, it is read from a checkpoint) in round `round`; the sources read the previous
+// placement, which stays in memory until the last round (the new weights land in staging buffers and are swapped in
+// afterwards).
 struct GpuTransfer {
   int layer, expert, from, to, round;
 };
@@ -39,9 +40,9 @@ struct GpuTransfer {
 struct ReplaceResult {
   std::vector<LayerPlacement> layers;
   std::vector<long long> copies_per_layer;
-  long long copies = 0;            // (GPU, replica) pairs a GPU does not hold yet, summed
-  long long mandatory_copies = 0;  // of those, copies the fault-tolerance repair needed
-  int layers_from_scratch = 0;     // layers that took balanced-ft's fresh placement (aligned)
+  long long copies = 0;                      // (GPU, replica) pairs a GPU does not hold yet, summed
+  long long mandatory_copies = 0;            // of those, copies the fault-tolerance repair needed
+  int layers_from_scratch = 0;               // layers that took balanced-ft's fresh placement (aligned)
   std::vector<LayerPlacement> from_scratch;  // balanced-ft for the new loads as placed (not aligned)
   std::vector<GpuTransfer> transfers;
   int rounds = 0;
@@ -83,8 +84,8 @@ long long alignment_copies_lower_bound(const std::vector<int>& before, const std
 // spread by swaps (these copies are made even beyond the budget; the result says how many). Then, per
 // layer, the local search of balanced-ft (swaps and rewrites off the most loaded GPU) gives a move
 // sequence, and balanced-ft's placement from scratch, nodes and GPUs relabeled for the fewest copies,
-// is one more option at its end; batches of moves are taken across layers in order of balance gained per copy while they
-// fit the budget and pass the weight rule. Throws Error on shape mismatch.
+// is one more option at its end; batches of moves are taken across layers in order of balance gained per copy while
+// they fit the budget and pass the weight rule. Throws Error on shape mismatch.
 ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previous, const LoadMatrix& loads,
                                      const Cluster& cluster, const ReplaceOptions& options);
 

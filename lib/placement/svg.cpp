@@ -38,7 +38,8 @@ GpuChart plan_gpu_chart(const Plan& plan) {
   g.gpus_per_node = plan.cluster.gpus_per_node;
   g.loads.assign(plan.cluster.gpus(), 0.0);
   for (const auto& m : plan.layer_metrics)
-    for (int i = 0; i < plan.cluster.gpus() && i < static_cast<int>(m.gpu_loads.size()); ++i) g.loads[i] += m.gpu_loads[i];
+    for (int i = 0; i < plan.cluster.gpus() && i < static_cast<int>(m.gpu_loads.size()); ++i)
+      g.loads[i] += m.gpu_loads[i];
   return g;
 }
 
@@ -117,8 +118,9 @@ std::string plan_svg(const Plan& plan, const GpuChart& before, const std::string
     }
     const char* mark = !has_before ? nullptr : col.after_index < 0 ? "failed" : col.before_index < 0 ? "new" : nullptr;
     if (mark)
-      s << "<text class=\"" << mark << "\" x=\"" << fmt(x0) << "\" y=\"" << fmt(base - 4) << "\" font-size=\"10\" fill=\""
-        << (col.after_index < 0 ? "#d62728" : "#2ca02c") << "\">" << mark << "</text>\n";
+      s << "<text class=\"" << mark << "\" x=\"" << fmt(x0) << "\" y=\"" << fmt(base - 4)
+        << "\" font-size=\"10\" fill=\"" << (col.after_index < 0 ? "#d62728" : "#2ca02c") << "\">" << mark
+        << "</text>\n";
     if (pos > 0)
       s << "<line x1=\"" << fmt(x0 - bar_w * 0.05) << "\" y1=\"" << fmt(60) << "\" x2=\"" << fmt(x0 - bar_w * 0.05)
         << "\" y2=\"" << fmt(base) << "\" stroke=\"#eee\"/>\n";
@@ -128,8 +130,8 @@ std::string plan_svg(const Plan& plan, const GpuChart& before, const std::string
   }
   s << "<line x1=\"58\" y1=\"" << fmt(base) << "\" x2=\"" << fmt(width - 10) << "\" y2=\"" << fmt(base)
     << "\" stroke=\"black\"/>\n";
-  s << "<text x=\"10\" y=\"" << fmt(base + 28) << "\">" << cols.size() << " nodes, " << positions
-    << " GPU places (max " << mx << " tokens)</text>\n";
+  s << "<text x=\"10\" y=\"" << fmt(base + 28) << "\">" << cols.size() << " nodes, " << positions << " GPU places (max "
+    << mx << " tokens)</text>\n";
 
   s << "<text x=\"10\" y=\"" << fmt(map_top) << "\" font-size=\"14\">Replica map, layer " << layer
     << " (rows: nodes, columns: GPU x slot; colour and label: expert)</text>\n";
@@ -144,9 +146,9 @@ std::string plan_svg(const Plan& plan, const GpuChart& before, const std::string
       int e = p2l[n * slot_cols + j];
       double x = 60 + j * cell;
       int hue = static_cast<int>(360.0 * e / E);
-      s << "<rect x=\"" << fmt(x) << "\" y=\"" << fmt(y) << "\" width=\"" << fmt(cell - 1) << "\" height=\"" << fmt(cell - 1)
-        << "\" fill=\"hsl(" << hue << ",65%,70%)\"><title>node " << id << " GPU " << j / c.slots_per_gpu << " slot "
-        << j % c.slots_per_gpu << ": expert " << e << "</title></rect>\n";
+      s << "<rect x=\"" << fmt(x) << "\" y=\"" << fmt(y) << "\" width=\"" << fmt(cell - 1) << "\" height=\""
+        << fmt(cell - 1) << "\" fill=\"hsl(" << hue << ",65%,70%)\"><title>node " << id << " GPU "
+        << j / c.slots_per_gpu << " slot " << j % c.slots_per_gpu << ": expert " << e << "</title></rect>\n";
       if (cell >= 14)
         s << "<text x=\"" << fmt(x + 2) << "\" y=\"" << fmt(y + cell * 0.7) << "\" font-size=\"" << fmt(cell * 0.45)
           << "\">" << e << "</text>\n";

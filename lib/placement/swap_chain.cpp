@@ -58,8 +58,8 @@ std::vector<int> swap_chain_improve(std::vector<int> p, const std::vector<double
             if (d == a || d == b || d == c || p[d] == p[c]) continue;
             const int ec = p[c], ed = p[d];
             swap_slots(c, d);
-            if (ok(ea) && ok(eb) && ok(ec) && ok(ed) && load[c / S] < below && load[d / S] < below && load[top] < below &&
-                load[b / S] < below) {
+            if (ok(ea) && ok(eb) && ok(ec) && ok(ed) && load[c / S] < below && load[d / S] < below &&
+                load[top] < below && load[b / S] < below) {
               applied = true;
             } else {
               swap_slots(c, d);

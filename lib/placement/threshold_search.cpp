@@ -65,8 +65,9 @@ class Search {
     double temp = mean * 2e-3;
     const double cool = std::pow(1e-5 / 2e-3, 1.0 / static_cast<double>(std::max<long long>(1, iterations)));
     for (long long it = 0; it < iterations && !over_.empty(); ++it, temp *= cool) {
-      const int a = !over_.empty() && rng.unit() < 0.8 ? over_[rng.below(static_cast<int>(over_.size()))] * S_ + rng.below(S_)
-                                                       : rng.below(n_);
+      const int a = !over_.empty() && rng.unit() < 0.8
+                        ? over_[rng.below(static_cast<int>(over_.size()))] * S_ + rng.below(S_)
+                        : rng.below(n_);
       if (rng.unit() < 0.3) {
         const int to = rng.below(E_);
         double d;
