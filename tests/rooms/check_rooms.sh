@@ -17,6 +17,8 @@
 #     except those listed in long_functions.txt beside this script (`path function  # reason`); a listed
 #     one that no longer exceeds 120 lines fails too, so the list only shrinks. Needs Universal Ctags
 #     (Debian: universal-ctags, in scripts/setup.sh --tests); without it the rule fails and says so.
+#  7. lib/placement/ is formatted as the root .clang-format says (`clang-format --dry-run --Werror`);
+#     skipped, with a message, where clang-format is not installed (scripts/setup.sh --tests installs it).
 # Usage: tests/rooms/check_rooms.sh [SOURCE_DIR] [--list]   (exit 0: the rules hold; 1: each violation listed;
 #        --list prints the derived schema strings and exits)
 set -uo pipefail
@@ -147,5 +149,17 @@ else
     bad=1
   done <<< "$known"
 fi
-[ $bad -eq 0 ] && echo "rooms: the six rules hold"
+
+# Rule 7: lib/placement/ follows .clang-format (the folders reformatted so far).
+formatted='lib/placement'
+if ! command -v clang-format > /dev/null; then
+  echo "rule 7: skipped: clang-format not found (scripts/setup.sh --tests installs it)"
+else
+  if ! out=$(clang-format --dry-run --Werror $(find $formatted -name '*.h' -o -name '*.cpp' | sort) 2>&1); then
+    printf '%s\n' "$out" | grep -E '^[^ ].*(error|warning):' | head -20 | sed -e 's|^|rule 7: |'
+    echo "rule 7: $formatted is not formatted as .clang-format says: run clang-format -i on its files"
+    bad=1
+  fi
+fi
+[ $bad -eq 0 ] && echo "rooms: the seven rules hold"
 exit $bad
