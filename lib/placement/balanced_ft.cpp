@@ -37,8 +37,7 @@ std::vector<int> greedy_order(const std::vector<double>& loads, int floor, long 
   // (load per replica, expert), the largest first, ties to the lower id, as one 128-bit number: the
   // bits of the load per replica (never negative; + 0.0 makes a -0.0 +0.0, so equal values have
   // equal bits and the bits order as the values) above the complement of the id. A max-heap of those
-  // compares without the branches of comparing doubles (this loop, 32,768 steps a layer
-  // at 1,024 nodes, took 4-7% of --previous).
+  // compares without the branches of comparing doubles.
   using Key = unsigned __int128;
   auto key = [&](int e) {
     return (static_cast<Key>(load_bits(loads[e] / r[e])) << 32) |
@@ -279,8 +278,7 @@ std::vector<Candidate> stepped_candidates(const std::vector<double>& t, const Cl
     // Past the first two candidates, only one packing at most as well as the second best so far can
     // be refined (refine_candidates takes the usual candidates lightest first, two of them): its
     // packing stops once a GPU exceeds that, and the candidate keeps an infinite maximum, sorted
-    // last (at 1,024 nodes they never were among the two, and packing them was 7% of a
-    // re-placement with a migration weight).
+    // last.
     std::vector<int> packed;
     if (cands.size() >= 2) {
       std::vector<double> maxes;

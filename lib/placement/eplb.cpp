@@ -30,7 +30,7 @@ Packing balanced_packing(const std::vector<float>& w, int packs) {
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return w[a] > w[b]; });
   // The packs that are not full in a heap by (weight, index): the same choice as scanning every pack
-  // for the first lightest, in O(log packs) per item instead of O(packs) (8,192 GPUs).
+  // for the first lightest, in O(log packs) per item instead of O(packs).
   std::vector<float> pw(packs, 0.0f);
   std::vector<int> items(packs, 0);
   using Open = std::pair<float, int>;

@@ -43,9 +43,7 @@ double sub_times(double start, double step, int times) {
 }
 
 // add_times(0.0, step, times), or sub_times with `subtract`, from a table of the first few made once
-// per step, the loop going on from its last entry past them: the same sums bit for bit (the
-// loops over a dominant expert's thousands of holders spent 6% of the re-placement with a migration
-// weight on the heavy-tailed loads at 1,024 nodes adding a step 3 or 4 times for each).
+// per step, the loop going on from its last entry past them: the same sums bit for bit.
 class Multiples {
  public:
   Multiples() = default;
@@ -67,11 +65,10 @@ class Multiples {
 };
 
 // The GPUs holding expert x with their replica counts, and per GPU the load it reaches when every
-// replica there changes by `step` (added `step` times), largest first.
-// (value, index) pairs in descending order, sorted only as far as they are read: the searches walk
-// the largest few and stop (sorting all holders of a hot expert, thousands at 1,024 nodes,
-// at every search was a sixth of the re-placement with a migration weight). The order read is that
-// of sorting them all with std::greater (the pairs are distinct: the indexes are).
+// replica there changes by `step` (added `step` times), largest first. (value, index) pairs in
+// descending order, sorted only as far as they are read: the searches walk the largest few and
+// stop. The order read is that of sorting them all with std::greater (the pairs are distinct: the
+// indexes are).
 class Descending {
  public:
   using Item = std::pair<double, int>;
@@ -422,15 +419,14 @@ void LayerState::set_slot(int p, int e) {
 
 void LayerState::reorder_moved() {
   // The new loads (the same additions in the same order, in pending_) take effect at once and the
-  // order is restored without sorting all GPUs again (a rewrite of a dominant expert, on
-  // every GPU at 1,024 nodes on the heavy-tailed loads, rebuilt it, nth_element and all, an eighth of
-  // the re-placement with a migration weight). Only a GPU past its lazy bound moves in a heap: above
-  // its entry in the max-heap, below it in the min-heap (a rewrite mostly raises the holders of one
-  // expert and lowers those of the other, so mostly one heap). Where few GPUs are past, each moves
-  // up; where many are (from a quarter of the heap on), that heap is made again from its GPUs' loads
-  // (in place, O(GPUs)). The lightest list is then sorted again and exchanges its heaviest with the
-  // others' lightest while that one is lighter. The order is the one build_order gives (the lightest
-  // list and the most loaded GPU are exact; the heaps' layout is not observed).
+  // order is restored without sorting all GPUs again. Only a GPU past its lazy bound moves in a
+  // heap: above its entry in the max-heap, below it in the min-heap (a rewrite mostly raises the
+  // holders of one expert and lowers those of the other, so mostly one heap). Where few GPUs are
+  // past, each moves up; where many are (from a quarter of the heap on), that heap is made again
+  // from its GPUs' loads (in place, O(GPUs)). The lightest list is then sorted again and exchanges
+  // its heaviest with the others' lightest while that one is lighter. The order is the one
+  // build_order gives (the lightest list and the most loaded GPU are exact; the heaps' layout is
+  // not observed).
   std::vector<int>& up = moved_up_;
   std::vector<int>& down = moved_down_;
   up.clear();
@@ -493,8 +489,7 @@ namespace {
 
 // Whether some pair of shares (g of the most loaded GPU, h of a light one) has d = g - h > 0 and
 // max(M - d, L + d) < best: the test best_swap makes of every pair, with the same arithmetic,
-// without branches and two pairs at a time where a GPU has 4 slots (the tests of every pair
-// mispredicted about half the time, most of best_swap).
+// without branches and two pairs at a time where a GPU has 4 slots.
 bool any_improving_pair(const double* g, const double* h, int S, double M, double L, double best) {
   if (S == 4) {
     using V2 = double __attribute__((vector_size(16)));
@@ -774,14 +769,13 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
     x_ready[sp] = 1;
   };
   st.lightest(16, sc.light_rewrite);
-  // Per distinct expert y of the light slots (a search meets few of them, each on several light
-  // GPUs: 8 in 63 on average at 1,024 nodes), gathered once: its holders, and per slot sp of g the
-  // two largest loads a holder reaches when the rewrite gives g's expert x one more replica (holders
-  // of x shed dx per replica of x, holders of y gain dy per replica of y). For a light GPU h the only
+  // Per distinct expert y of the light slots (a search meets few of them, each on several light GPUs:
+  // 8 in 63 on average at 1,024 nodes), gathered once: its holders, and per slot sp of g the two
+  // largest loads a holder reaches when the rewrite gives g's expert x one more replica (holders of x
+  // shed dx per replica of x, holders of y gain dy per replica of y). For a light GPU h the only
   // holder that differs is h itself (one replica of y fewer), so the largest over the holders is the
   // larger of h's own value and the largest of the others: the same maximum the loop over every
-  // holder found for each light slot again (that loop and its gathers were most of the
-  // re-placement with a migration weight at 1,024 nodes).
+  // holder found for each light slot again.
   std::vector<YHolders>& ycache = sc.ycache;
   size_t ycached = 0;
   auto entry_of = [&](int y, double dy) -> YHolders& {
@@ -808,13 +802,12 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
     }
     return en;
   };
-  // The two largest over y's holders k of (k without x: its load plus its y changes; with x: also its
-  // x changes), for g's slot sp (x_on of sp gathered). Only the two values are used, as the largest over the holders
-  // other than a light GPU h (v1 when k1 is not h, else v2). No x change raises a holder's value (the sums round
-  // monotonically), so when the three leading holders (YHolders::lead) leave a second value no smaller than the third
-  // lead's value without x, no other holder can change the two: one pass over y's holders per
-  // search instead of one per slot of g (80 million holder values at 1,024 nodes, most
-  // of best_rewrite). Otherwise every holder is evaluated, as before.
+  // The two largest over y's holders k of (k without x: its load plus its y changes; with x: also its x changes), for
+  // g's slot sp (x_on of sp gathered). Only the two values are used, as the largest over the holders other than a
+  // light GPU h (v1 when k1 is not h, else v2). No x change raises a holder's value (the sums round monotonically),
+  // so when the three leading holders (YHolders::lead) leave a second value no smaller than the third lead's value
+  // without x, no other holder can change the two: one pass over y's holders per search instead of one per slot of g.
+  // Otherwise every holder is evaluated, as before.
   auto tops_of = [&](YHolders& en, int sp, double dx) -> const YHolders::Top& {
     YHolders::Top& t = en.top[static_cast<size_t>(sp)];
     if (t.made) return t;

@@ -66,16 +66,13 @@ class LayerState {
   void add_node(int e, int node, int delta);
   void add_load(int gpu, double delta);
   void reorder_moved();
-  // The GPUs by (load, id) (one sorted array of 8,192 GPUs, whose entries
-  // shifted along it at every load change, was a sixth of the node-loss re-placement at 1,024 nodes):
-  // the kBottom lightest as a sorted list (what the searches walk), the others as a min-heap, and all
-  // of them as a max-heap (the most loaded), with each GPU's place.
-  // The heaps are lazy (their sifts were an eighth of a re-placement with a migration
-  // weight at 1,024 nodes, a rewrite changing the loads of hundreds of GPUs): an entry keeps the load
-  // it was last placed with, a bound on the GPU's load (at least it in the max-heap, at most it in the
-  // min-heap), and only a change past that bound moves it (up: a short way). A stale entry is put
-  // right when it reaches the top (settle_*): the top is then the GPU of the largest (smallest)
-  // (load, id) exactly, as every other entry bounds its GPU.
+  // The GPUs by (load, id): the kBottom lightest as a sorted list (what the searches walk), the
+  // others as a min-heap, and all of them as a max-heap (the most loaded), with each GPU's place.
+  // The heaps are lazy: an entry keeps the load it was last placed with, a bound on the GPU's load
+  // (at least it in the max-heap, at most it in the min-heap), and only a change past that bound
+  // moves it (up: a short way). A stale entry is put right when it reaches the top (settle_*): the
+  // top is then the GPU of the largest (smallest) (load, id) exactly, as every other entry bounds
+  // its GPU.
   static constexpr size_t kBottom = 64;
   struct Entry {
     double key;  // the GPU's load when the entry was last set

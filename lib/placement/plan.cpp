@@ -195,10 +195,9 @@ void write_plan_json(const Plan& plan, const json& extra, const std::vector<std:
     out += "{\"phy2log\":";
     append_ints(out, plan.layers[l].phy2log);
     out += ",\"log2phy\":[";
-    // log2phy (cluster.h) without its padding in memory (the padded table was
-    // 8 MB per layer at 1,024 nodes, filled with -1 and scanned again): per expert the slots of its
-    // ranks below its replica count; an expert with a slot of a rank at or above its count (a plan
-    // whose phyrank is not ranks_by_appearance's) gets its whole row as log2phy makes it.
+    // log2phy (cluster.h) without its padding in memory: per expert the slots of its ranks below
+    // its replica count; an expert with a slot of a rank at or above its count (a plan whose
+    // phyrank is not ranks_by_appearance's) gets its whole row as log2phy makes it.
     const LayerPlacement& layer = plan.layers[l];
     const std::vector<int>& cnt = counts[l];
     const size_t E = static_cast<size_t>(plan.experts);

@@ -50,11 +50,10 @@ nlohmann::json plan_to_json(const Plan& plan);
 // transfers) is written once as text instead of being built, and copied, as JSON objects.
 std::string plan_json_text(const Plan& plan, const nlohmann::json& extra = nlohmann::json::object(),
                            const std::vector<std::pair<std::string, std::string>>& raw = {});
-// The same text in pieces to `sink` (a re-placement's plan at 1,024 nodes is 400 MB of
-// text, more than the 500 MB target with the rest, so it is written as it is made): each piece at
-// least `chunk` bytes, except the last, a log2phy row's padding of 4 KB or more (a piece of its own,
-// not copied) and the piece just before such a padding (chunk 0: the whole text in one piece). A raw value is written
-// by its writer, which may call the sink it is given any number of times.
+// The same text in pieces to `sink`: each piece at least `chunk` bytes, except the last, a log2phy
+// row's padding of 4 KB or more (a piece of its own, not copied) and the piece just before such a
+// padding (chunk 0: the whole text in one piece). A raw value is written by its writer, which may
+// call the sink it is given any number of times.
 using TextSink = std::function<void(std::string_view)>;
 using RawWriter = std::function<void(const TextSink&)>;
 void write_plan_json(const Plan& plan, const nlohmann::json& extra,

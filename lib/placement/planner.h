@@ -59,10 +59,10 @@ struct PlanOutcome {
   Plan plan;
   std::optional<Migration> migration;
   std::optional<ReplaceResult> replacement;
-  // The plan file, hundreds of MB at 1,024 nodes (peak RSS under 500 MB, seconds of CPU), is
-  // never held whole: write_plan_file writes it in pieces to `sink` from `plan`, `file_extra` (the
-  // extra top-level keys) and, after a re-placement, `replacement`'s transfers, nothing copied;
-  // plan_file_text() collects it for callers that want the text.
+  // The plan file, hundreds of MB at 1,024 nodes, is never held whole: write_plan_file writes it in
+  // pieces to `sink` from `plan`, `file_extra` (the extra top-level keys) and, after a
+  // re-placement, `replacement`'s transfers, nothing copied; plan_file_text() collects it for
+  // callers that want the text.
   nlohmann::json file_extra = nlohmann::json::object();
   std::vector<int> transfer_node_ids;  // node loss: physical node ids of the transfers' GPUs
   bool transfers_with_nodes = false;

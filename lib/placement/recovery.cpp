@@ -148,8 +148,7 @@ double count_lost_sets_of(const std::vector<std::vector<int>>& cand, int nodes, 
 // Number of k-subsets of failed nodes that wipe out some candidate. The nodes U holding an expert
 // alone (single-node candidates) are counted in closed form: a subset is lost when it meets U
 // (C(N, k) - C(N - |U|, k) of them) or, inside the other nodes V, holds another candidate (those
-// meeting U are lost anyway): only V is enumerated (a compact placement at 128 nodes,
-// about 80 such nodes per layer, took a second of enumeration for its exact p(2)).
+// meeting U are lost anyway): only V is enumerated.
 double count_lost_sets(const std::vector<std::vector<int>>& cand, int nodes, int k) {
   std::vector<char> single(nodes, 0);
   int u = 0;

@@ -73,7 +73,7 @@ void raise_counts(LayerState& st, int f) {
 }
 
 // Up to this many nodes align_to pairs nodes by an optimal assignment (Hungarian, O(N^3): 0.6 s per
-// layer at 1,024 nodes, 38 s for 64 layers); above, greedily (--previous in seconds).
+// layer at 1,024 nodes, 38 s for 64 layers); above, greedily.
 constexpr int kExactAlignmentNodes = kLargeClusterNodes;
 
 }  // namespace
@@ -94,8 +94,7 @@ std::vector<int> greedy_assignment(const std::vector<int>& cost, int n, int max_
   const size_t V = static_cast<size_t>(std::max(0, max_cost)), N = static_cast<size_t>(n), W = (N + 63) / 64;
   std::vector<uint64_t> bits(N * V * W, 0);  // [row][cost below max_cost][column / 64]
   // Per row, the costs below max_cost it has a column of (as bits, up to 64 of them; all set above):
-  // a row is offered only the costs it has (most rows have a few of the 32 costs at 1,024
-  // nodes, and looking at the empty ones was most of this function).
+  // a row is offered only the costs it has.
   std::vector<uint64_t> has(N, V > 64 ? ~uint64_t{0} : 0);
   for (size_t i = 0; i < N; ++i) {
     const int* row = cost.data() + i * N;
@@ -325,9 +324,7 @@ class GpusByRound {
 // for the (expert, round) pairs asked about, which of its holders send in that round, as bits by
 // holder position (made by testing each holder once, then kept current as holders send). The free
 // holder with the fewest sends, the first of them in GPU order, is then found among the clear bits
-// only (at 1,024 nodes an expert has about 128 holders and most of them are busy
-// in the round asked about; each of 1.5 million transfers scanned them all, 1.5 rounds on average, a
-// fifth of --previous).
+// only.
 // (expert, round) -> an offset, for one layer: a dense table experts x rounds while that stays
 // within 4 M entries, 32 MB (the rounds it covers double when a later round comes), else a hash map.
 class PairIndex {
@@ -737,8 +734,7 @@ Trajectory layer_trajectory(const std::vector<int>& prev, const std::vector<doub
     const std::vector<int> nc = node_costs(prev, fresh->phy2log, cl, experts);
     // With `every_gain` (weight 0, no budget: every batch that lowers the maximum is taken), a
     // from-scratch point below every other point is taken whatever its copies: aligned now, with the
-    // node costs at hand (computed again for the alignment, they were 3% of --previous on
-    // the heavy-tailed loads at 1,024 nodes, where all 64 layers take that point).
+    // node costs at hand.
     const bool taken_anyway = every_gain &&
                               tr.max_after.back() < *std::min_element(tr.max_after.begin(), tr.max_after.end() - 1);
     if (node_fetches) {  // the bound counts replicas, not the experts a node fetches
@@ -764,13 +760,12 @@ void align_fresh(Trajectory& tr, const std::vector<int>& prev, const std::vector
 }
 
 // How far along each layer's trajectory to go: batches across layers, best balance gain per copy
-// first (lazy priority queue), within `budget` copies and above the migration weight's threshold.
-// A pending from-scratch point (Trajectory::fresh_pending) is aligned by `align` only when, with its
+// first (lazy priority queue), within `budget` copies and above the migration weight's threshold. A
+// pending from-scratch point (Trajectory::fresh_pending) is aligned by `align` only when, with its
 // lower bound for copies, it would be the layer's best extension: with its exact copies (no fewer)
 // its ratio is no higher and it meets the budget and the threshold no more often, so wherever the
 // bound does not make it the best, neither would the exact count, and every choice is the one the
-// exact counts give (aligning every layer at 1,024 nodes was a tenth of the re-placement
-// with a migration weight, for a point taken in 2 layers of 64).
+// exact counts give.
 void take_best_extensions(std::vector<Trajectory>& traj, double budget, double sum_mean, double migration_weight,
                           double all_replicas, const std::function<void(size_t)>& align) {
   long long spent = 0;
@@ -827,8 +822,7 @@ LayerPlacement taken_placement(const Trajectory& tr, std::vector<int>&& base, co
     lp.phy2log = std::move(base);
   } else {
     // The moves' effect on the slots alone (what LayerState's swap_slots and set_slot do to phy2log):
-    // the trajectory kept the loads and the GPU order already, a second LayerState redid all of that
-    // (about a tenth of a re-placement with a migration weight at 1,024 nodes).
+    // the trajectory kept the loads and the GPU order already, a second LayerState redid all of that.
     lp.phy2log = std::move(base);
     for (size_t i = 0; i < tr.taken; ++i) {
       const LayerMove& m = tr.moves[i];
