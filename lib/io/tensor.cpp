@@ -149,7 +149,8 @@ std::shared_ptr<Storage> Storage::reinterpret(DType dtype) {
   if (file_) {
     s = mapped(dtype, numel, file_, offset_);
   } else if (!generator_ && !unbound_) {
-    s = owned(dtype, owned_);
+    const auto b = bytes();
+    s = owned(dtype, std::vector<uint8_t>(b.begin(), b.end()));
   } else {
     throw Error("cannot reinterpret a generated or unbound storage");
   }
@@ -169,6 +170,23 @@ std::shared_ptr<Storage> Storage::owned(DType dtype, std::vector<uint8_t> bytes)
 
 std::shared_ptr<Storage> Storage::zeros(DType dtype, int64_t numel) {
   return owned(dtype, std::vector<uint8_t>(static_cast<size_t>(numel) * dtype_size(dtype), 0));
+}
+
+std::shared_ptr<Storage> Storage::uninitialized(DType dtype, int64_t numel) {
+  if (numel < 0) throw Error("negative storage size");
+  const int64_t n = checked_mul(numel, static_cast<int64_t>(dtype_size(dtype)), "storage");
+  auto s = std::make_shared<Storage>();
+  s->dtype_ = dtype;
+  s->numel_ = numel;
+  s->uninitialized_.reset(new uint8_t[static_cast<size_t>(n)]);  // default-initialized: no zero fill
+  return s;
+}
+
+void Storage::truncate(int64_t numel) {
+  if (file_ || generator_ || unbound_) throw Error("storage '" + key + "' is not owned: it cannot be truncated");
+  if (numel < 0 || numel > numel_) throw Error("storage '" + key + "' cannot grow by truncate");
+  numel_ = numel;
+  if (!uninitialized_) owned_.resize(static_cast<size_t>(nbytes()));
 }
 
 std::shared_ptr<Storage> Storage::generated(DType dtype, int64_t numel, Generator fill) {
@@ -216,12 +234,14 @@ std::span<const uint8_t> Storage::bytes() const {
   if (generator_)
     throw Error("storage '" + key + "' is generated on demand (only save_torch_file can write it), it has no bytes");
   if (file_) return {file_->data() + offset_, static_cast<size_t>(nbytes())};
+  if (uninitialized_) return {uninitialized_.get(), static_cast<size_t>(nbytes())};
   return {owned_.data(), owned_.size()};
 }
 
 std::span<uint8_t> Storage::mutable_bytes() {
   if (file_) throw Error("storage '" + key + "' is memory-mapped read-only");
   if (generator_) throw Error("storage '" + key + "' is generated on demand, it has no bytes");
+  if (uninitialized_) return {uninitialized_.get(), static_cast<size_t>(nbytes())};
   return {owned_.data(), owned_.size()};
 }
 
@@ -331,11 +351,18 @@ void Tensor::copy_to(void* dst) const {
   }
 }
 
+namespace {
+// A contiguous tensor over uninitialized bytes, for results whose every byte is written next.
+Tensor unfilled(DType dtype, const std::vector<int64_t>& shape) {
+  return Tensor(Storage::uninitialized(dtype, numel_of(shape)), 0, shape, Tensor::contiguous_strides(shape));
+}
+uint8_t* data_of(const Tensor& t) { return t.storage()->mutable_bytes().data(); }
+}  // namespace
+
 Tensor Tensor::contiguous(bool force_copy) const {
   if (is_contiguous() && !force_copy) return *this;
-  std::vector<uint8_t> bytes(static_cast<size_t>(nbytes()));
-  copy_to(bytes.data());
-  Tensor t = from_bytes(dtype(), shape_, std::move(bytes));
+  Tensor t = unfilled(dtype(), shape_);
+  copy_to(data_of(t));
   t.requires_grad = requires_grad;
   t.is_parameter = is_parameter;
   return t;
@@ -350,9 +377,10 @@ Tensor Tensor::to(DType target) const {
   auto in = src.contiguous_bytes();
   const size_t n = static_cast<size_t>(numel());
   const size_t ies = dtype_size(dtype()), oes = dtype_size(target);
-  std::vector<uint8_t> out(n * oes);
-  for (size_t i = 0; i < n; ++i) store_float(out.data() + i * oes, target, load_float(in.data() + i * ies, dtype()), dtype());
-  return from_bytes(target, shape_, std::move(out));
+  Tensor t = unfilled(target, shape_);
+  uint8_t* out = data_of(t);
+  for (size_t i = 0; i < n; ++i) store_float(out + i * oes, target, load_float(in.data() + i * ies, dtype()), dtype());
+  return t;
 }
 
 Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
@@ -394,23 +422,21 @@ Tensor cat(const std::vector<Tensor>& parts, int64_t dim) {
   }
   int64_t outer = 1;
   for (int64_t d = 0; d < dim; ++d) outer *= shape[d];
-  const size_t es = dtype_size(first.dtype());
   std::vector<Tensor> cont;
   std::vector<size_t> row_bytes;
   for (const auto& p : parts) {
     cont.push_back(p.contiguous());
     row_bytes.push_back(outer ? static_cast<size_t>(p.nbytes() / static_cast<uint64_t>(outer)) : 0);
   }
-  const int64_t total = numel_of(shape);
-  std::vector<uint8_t> out(static_cast<size_t>(total) * es);
-  uint8_t* w = out.data();
+  Tensor out = unfilled(first.dtype(), shape);  // every byte is written below
+  uint8_t* w = data_of(out);
   for (int64_t o = 0; o < outer; ++o)
     for (size_t i = 0; i < cont.size(); ++i) {
       if (row_bytes[i] == 0) continue;
       std::memcpy(w, cont[i].contiguous_bytes().data() + o * row_bytes[i], row_bytes[i]);
       w += row_bytes[i];
     }
-  return Tensor::from_bytes(first.dtype(), std::move(shape), std::move(out));
+  return out;
 }
 
 }  // namespace ucpkit

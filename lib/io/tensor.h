@@ -25,6 +25,12 @@ class Storage : public std::enable_shared_from_this<Storage> {
   static std::shared_ptr<Storage> owned(DType dtype, std::vector<uint8_t> bytes);
   // A zero-filled owned storage.
   static std::shared_ptr<Storage> zeros(DType dtype, int64_t numel);
+  // An owned storage whose bytes are not initialized: the caller fills all of mutable_bytes() before
+  // anything reads them (a read buffer: zero-filling it first cost ucp-union a pass over every byte).
+  static std::shared_ptr<Storage> uninitialized(DType dtype, int64_t numel);
+  // Keeps the first `numel` elements of an owned storage (no copy; throws Error for other storages or
+  // a larger count).
+  void truncate(int64_t numel);
   // Fills `out` with the storage's bytes starting at byte `offset` (offset and size are multiples
   // of the element size; the range lies inside the storage).
   using Generator = std::function<void(uint64_t offset, std::span<uint8_t> out)>;
@@ -63,6 +69,7 @@ class Storage : public std::enable_shared_from_this<Storage> {
   std::shared_ptr<const MappedFile> file_;
   uint64_t offset_ = 0;
   std::vector<uint8_t> owned_;
+  std::unique_ptr<uint8_t[]> uninitialized_;  // owned bytes of uninitialized(); owned_ stays empty
   bool unbound_ = false;
   Generator generator_;
 };

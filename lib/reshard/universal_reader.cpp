@@ -259,14 +259,25 @@ void copy_flat_range(const float* src, const std::vector<int64_t>& ushape, const
   });
 }
 
+namespace {
+// f32_to_bf16 (io/dtype.h) over n elements, written branch-free so that it vectorizes: the AVX2 clone
+// takes about 1.5 instructions an element against 9 for the scalar call with its NaN branch (a quarter
+// of ucp-load's direct mode). Same bits, NaN included (checked against f32_to_bf16 in its test).
+__attribute__((target_clones("avx2", "default"))) void f32_to_bf16_n(const float* src, size_t n, uint16_t* out) {
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &src[i], 4);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t quiet_nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
+    out[i] = static_cast<uint16_t>(static_cast<int32_t>(u & 0x7fffffffu) > 0x7f800000 ? quiet_nan : rounded);
+  }
+}
+}  // namespace
+
 void convert_from_fp32(const float* src, size_t n, DType target, uint8_t* dst) {
   switch (target) {
     case DType::Float32: std::memcpy(dst, src, n * 4); return;
-    case DType::BFloat16: {
-      auto* out = reinterpret_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(src[i]);
-      return;
-    }
+    case DType::BFloat16: f32_to_bf16_n(src, n, reinterpret_cast<uint16_t*>(dst)); return;
     default: {
       std::vector<uint8_t> bytes(n * 4);
       std::memcpy(bytes.data(), src, n * 4);

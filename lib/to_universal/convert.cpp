@@ -285,8 +285,10 @@ namespace {
 // fragments in partition order).
 struct SliceBuffer {
   DType dtype = DType::Float32;
-  std::vector<uint8_t> bytes;
-  std::vector<size_t> offsets;  // byte offset of each TP slice
+  std::shared_ptr<Storage> storage;  // filled by the reads, never zero-filled first
+  std::vector<size_t> offsets;       // byte offset of each TP slice
+  std::span<const uint8_t> bytes() const { return storage->bytes(); }
+  int64_t numel() const { return storage->numel(); }
 };
 
 SliceBuffer read_slices(SourceCache& cache, const ParamPlan& p, const std::string& state, uint64_t* bytes_read) {
@@ -305,14 +307,15 @@ SliceBuffer read_slices(SourceCache& cache, const ParamPlan& p, const std::strin
                                      " differs from " + std::string(dtype_name(b.dtype)));
       total += x.nbytes();
     }
-  b.bytes.resize(total);
+  b.storage = Storage::uninitialized(b.dtype, static_cast<int64_t>(total / dtype_size(b.dtype)));
+  uint8_t* out = b.storage->mutable_bytes().data();
   size_t off = 0;
   for (size_t t = 0; t < parts.size(); ++t) {
     b.offsets.push_back(off);
     for (size_t k = 0; k < parts[t].size(); ++k) {
       const Tensor& x = parts[t][k];
-      if (!cache.read_into(p.fragments[t][k].file, x, b.bytes.data() + off)) {
-        x.copy_to(b.bytes.data() + off);
+      if (!cache.read_into(p.fragments[t][k].file, x, out + off)) {
+        x.copy_to(out + off);
         release_pages(x);
       }
       off += x.nbytes();
@@ -346,11 +349,12 @@ Tensor join_state(const ParamPlan& p, const patterns::ParamRule& rule, const pat
         throw Error("parameter " + p.name + ": original_vocab_size " + std::to_string(*set.original_vocab_size) +
                     " exceeds its " + (shape.empty() ? std::string("0") : std::to_string(shape[0])) + " rows");
       shape[0] = *set.original_vocab_size;
-      b.bytes.resize(static_cast<size_t>(numel_of(shape)) * es);
+      b.storage->truncate(numel_of(shape));
     }
-    return Tensor::from_bytes(b.dtype, std::move(shape), std::move(b.bytes));
+    auto strides = Tensor::contiguous_strides(shape);
+    return Tensor(std::move(b.storage), 0, std::move(shape), std::move(strides));
   }
-  auto storage = Storage::owned(b.dtype, std::move(b.bytes));
+  auto storage = std::move(b.storage);
   std::vector<Tensor> slices;
   for (size_t t = 0; t < tp; ++t)
     slices.emplace_back(storage, static_cast<int64_t>(b.offsets[t] / es), p.tp_shapes[t],
@@ -402,13 +406,13 @@ ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, S
     ValuePtr value;
     if (flat) {  // ds_to_universal's ZeRO-3 (TP = 1) output: the bare 1-D tensor (DP padding dropped)
       SliceBuffer b = read_slices(cache, p, state, &r.bytes_read);
-      const int64_t n = static_cast<int64_t>(b.bytes.size() / dtype_size(b.dtype));
-      joined = Tensor::from_bytes(b.dtype, {n}, std::move(b.bytes));
+      const int64_t n = b.numel();
+      joined = Tensor(std::move(b.storage), 0, {n}, {1});
       value = Value::of_tensor(joined);
     } else {
       SliceBuffer b = read_slices(cache, p, state, &r.bytes_read);
       // Issue 32: the module weights must be the rounded fp32 master (a shard of another run otherwise).
-      if (state == "fp32" && b.dtype == DType::Float32) image.check(p, b.bytes, b.offsets, files);
+      if (state == "fp32" && b.dtype == DType::Float32) image.check(p, b.bytes(), b.offsets, files);
       joined = join_state(p, rule, set, std::move(b), uo);
       value = p.autoep_experts > 0 ? formats::deepspeed::autoep_universal_state(Value::of_tensor(joined), p.autoep_experts)
                                    : state_file_value(joined, rule, set);

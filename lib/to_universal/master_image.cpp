@@ -77,7 +77,7 @@ MasterImage::MasterImage(const ExtractPlan& plan, bool verify, const TorchLoadOp
       if (auto it = numbered.find(idx); it != numbered.end())
         for (const auto& [local, name] : it->second) names[local] = name;
       for (size_t t = 0; t < row.size(); ++t)
-        if (!row[t].empty()) index_file(row[t], names, t);
+        if (!row[t].empty()) index_file(row[t], names, t, /*only_compared=*/true);
     }
     return;
   }
@@ -93,8 +93,14 @@ MasterImage::MasterImage(const ExtractPlan& plan, bool verify, const TorchLoadOp
   for (const auto& [rank, path] : by_rank) index_file(path, same, static_cast<size_t>(rank));
 }
 
-void MasterImage::index_file(const std::string& path, const std::map<std::string, std::string>& names, size_t tp_rank) {
-  files_.push_back(load_torch_file(path, open_));
+void MasterImage::index_file(const std::string& path, const std::map<std::string, std::string>& names, size_t tp_rank,
+                             bool only_compared) {
+  // A layer file is read only to be compared (the conversion reads the optimizer shards): no CRC pass at
+  // open, since equal weights prove their bytes intact; a difference checks the CRCs (compare()) so that a
+  // damaged file is reported as damaged.
+  TorchLoadOptions o = open_;
+  if (only_compared) o.crc_at_open = false;
+  files_.push_back(load_torch_file(path, o));
   for (const auto& [local, v] : formats::deepspeed::read_model_states(files_.back(), path).module) {
     if (!v || v->kind != pickle::Kind::Tensor) continue;
     const auto it = names.find(local);
@@ -138,6 +144,8 @@ void MasterImage::compare(const ParamPlan& p, size_t t, int64_t pos, const float
     release_pages(w);
     return;
   }
+  // Damage, not another run, when the file's records fail their CRC-32 (throws naming the record).
+  if (verify_files_crc()) (void)load_torch_file(c.path);
   const int digits = d == DType::Float32 ? 8 : 4;
   fail(c.path, "module weight " + p.name + " element " + std::to_string(pos + e) + " is " + std::string(dtype_name(d)) +
                    " " + hex(stored, digits) + " but the fp32 master in " + shard_of(p, t, pos + e, files) +

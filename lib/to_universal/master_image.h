@@ -47,7 +47,9 @@ class MasterImage {
   // `checked`: a copy of the same slice already compared (a tied module's other file), or null.
   void compare(const ParamPlan& p, size_t t, int64_t pos, const float* fp32, int64_t n, const Copy& copy,
                const Copy* checked, const std::vector<std::string>& files) const;
-  void index_file(const std::string& path, const std::map<std::string, std::string>& names, size_t tp_rank);
+  // `only_compared`: the file is opened for the comparison alone (a layer file), without the CRC pass.
+  void index_file(const std::string& path, const std::map<std::string, std::string>& names, size_t tp_rank,
+                  bool only_compared = false);
   TorchLoadOptions open_;
   std::vector<TorchFile> files_;                       // keeps the mappings alive
   std::map<std::string, std::vector<TpCopies>> weights_;  // name -> its copies (a tied module: one per file)

@@ -182,5 +182,26 @@ TEST(TensorOperations, EmptyTensorsAreContiguousWhateverTheirStrides) {
   EXPECT_FALSE(odd.equal(Tensor::zeros(DType::BFloat16, {2, 0})));
 }
 
+// A read buffer (ucp-union's slices): uninitialized bytes the caller fills, then truncated to the
+// unpadded rows without a copy; torch.save writes the whole storage, so the truncated size is what is saved.
+TEST(TensorOperations, UninitializedStorageIsFilledThenTruncated) {
+  auto s = ucpkit::Storage::uninitialized(DType::Float32, 6);
+  ASSERT_EQ(s->nbytes(), 24u);
+  float* f = reinterpret_cast<float*>(s->mutable_bytes().data());
+  for (int i = 0; i < 6; ++i) f[i] = static_cast<float>(i) + 0.5f;
+  s->truncate(4);
+  EXPECT_EQ(s->numel(), 4);
+  EXPECT_EQ(s->bytes().size(), 16u);
+  const Tensor t(s, 0, {2, 2}, {2, 1});
+  EXPECT_TRUE(t.equal(Tensor::from_vector<float>(DType::Float32, {2, 2}, std::vector<float>{0.5f, 1.5f, 2.5f, 3.5f})));
+  EXPECT_THROW(s->truncate(5), ucpkit::Error);  // no growth
+  auto b = s->reinterpret(DType::Int32);  // a copy of the four elements' bytes
+  EXPECT_EQ(b->bytes().size(), 16u);
+  auto owned = ucpkit::Storage::owned(DType::Float32, std::vector<uint8_t>(12, 0));
+  owned->truncate(1);
+  EXPECT_EQ(owned->bytes().size(), 4u);
+  EXPECT_THROW(ucpkit::Storage::generated(DType::Float32, 2, [](uint64_t, std::span<uint8_t>) {})->truncate(1), ucpkit::Error);
+}
+
 }  // namespace
 }  // namespace iotest

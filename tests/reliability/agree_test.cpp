@@ -186,3 +186,45 @@ TEST(Agree, UnmixedPipelineRunConvertsInEveryMode) {
       << log;
   fs::remove_all(d);
 }
+
+// A layer file is opened for the image comparison alone, without a CRC pass (the union reads the
+// optimizer shards): a damaged weight in it must still be reported as damage, not as another run.
+TEST(Agree, DamagedLayerFileIsReportedAsDamagedNotAsAnotherRun) {
+  const auto c = cases().at("pipe_other_run_clean");
+  const fs::path d = scratch_dir("agree_damaged_layer");
+  const fs::path ckpt = d / "ckpt";
+  fs::copy(c.at("checkpoint").get<std::string>(), ckpt, fs::copy_options::recursive);
+  const std::string layer = cases().at("pipe_other_run_layer").at("file").get<std::string>();
+  std::string log;
+  fs::path target;
+  for (const auto& e : fs::recursive_directory_iterator(ckpt))
+    if (e.path().filename() == layer) target = e.path();
+  ASSERT_FALSE(target.empty()) << layer << " not in " << ckpt;
+  // Damage case (hand-made bytes): one byte in the middle of the file's largest data record, a weight.
+  ASSERT_EQ(run_command(UCPKIT_PYTHON " -c " +
+                            quote("import sys, zipfile\n"
+                                  "p = sys.argv[1]\n"
+                                  "z = zipfile.ZipFile(p)\n"
+                                  "i = max((r for r in z.infolist() if '/data/' in r.filename), key=lambda r: r.file_size)\n"
+                                  "f = open(p, 'r+b'); f.seek(i.header_offset + 26)\n"
+                                  "n, m = int.from_bytes(f.read(2), 'little'), int.from_bytes(f.read(2), 'little')\n"
+                                  "at = i.header_offset + 30 + n + m + i.file_size // 2\n"
+                                  "f.seek(at); b = f.read(1); f.seek(at); f.write(bytes([b[0] ^ 0x40]))\n") +
+                            " " + quote(target.string()),
+                        &log),
+            0)
+      << log;
+  for (const char* tool : {"ucp-union", "ucp-load --dp 2"}) {
+    const fs::path out = d / "out";
+    EXPECT_EQ(run_command(kBin + "/" + tool + " --no-sync --input " + quote(ckpt.string()) + " --output " +
+                              quote(out.string()),
+                          &log),
+              1)
+        << tool << ": " << log;
+    EXPECT_NE(log.find("CRC-32 mismatch"), std::string::npos) << tool << ": " << log;
+    EXPECT_NE(log.find(layer), std::string::npos) << tool << ": the damaged file is not named: " << log;
+    EXPECT_EQ(log.find("different runs"), std::string::npos) << tool << ": " << log;
+    EXPECT_FALSE(fs::exists(out));
+  }
+  fs::remove_all(d);
+}
