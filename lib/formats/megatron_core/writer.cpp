@@ -74,10 +74,9 @@ bool homogeneous_layers(bool moe_layer_freq_list, int64_t moe_layer_freq, bool l
            heterogeneous);
 }
 
-TorchDistWritePlan plan_torch_dist_write(const std::vector<std::string>& names,
-                                         const std::vector<std::vector<int64_t>>& shapes,
-                                         const std::vector<std::string>& bytes_fqns, const WriteLayout& layout,
-                                         const std::string& file) {
+namespace {
+
+void check_mesh(const WriteLayout& layout) {
   const WriteMesh& mesh = layout.mesh;
   if (mesh.tp < 1 || mesh.pp < 1 || mesh.ep < 1 || mesh.dp < 1) throw UsageError("torch_dist: parallel sizes must be positive");
   if (layout.num_layers < 1 || layout.num_layers % mesh.pp != 0)
@@ -85,10 +84,15 @@ TorchDistWritePlan plan_torch_dist_write(const std::vector<std::string>& names,
                      std::to_string(layout.num_layers) + " layers");
   if (mesh.ep > 1 && mesh.dp % mesh.ep != 0 && mesh.ep % mesh.dp != 0)
     throw UsageError("torch_dist: --ep " + std::to_string(mesh.ep) + " and --dp " + std::to_string(mesh.dp) + " do not nest");
-  TorchDistWritePlan out;
+}
+
+// The universal names grouped into stored keys (out.keys, in first-seen order); members[k] and named[k]
+// are key k's parameters and its first name taken apart.
+void group_into_keys(const std::vector<std::string>& names, const std::vector<std::vector<int64_t>>& shapes,
+                     const WriteLayout& layout, const std::string& file, TorchDistWritePlan& out,
+                     std::vector<std::vector<Member>>& members, std::vector<Named>& named) {
+  const WriteMesh& mesh = layout.mesh;
   std::map<std::string, size_t> key_index;
-  std::vector<std::vector<Member>> members;
-  std::vector<Named> named;
   for (size_t i = 0; i < names.size(); ++i) {
     Named n = take_apart(names[i], layout.homogeneous, file);
     auto [it, fresh] = key_index.emplace(n.key, out.keys.size());
@@ -113,90 +117,96 @@ TorchDistWritePlan plan_torch_dist_write(const std::vector<std::string>& names,
                      shape_str(shapes[members[it->second][0].param]) + " stored in the same key");
     members[it->second].push_back({i, n.layer, n.expert});
   }
-  // Leading axes, members in row-major order, every position filled once.
-  for (size_t k = 0; k < out.keys.size(); ++k) {
-    StoredKey& key = out.keys[k];
-    auto& ms = members[k];
-    const Named& n = named[k];
-    const bool layer_axis = n.layer >= 0 && layout.homogeneous;
-    int64_t experts = 1;
-    if (key.expert)
-      for (const auto& m : ms) experts = std::max(experts, m.expert + 1);
-    const int64_t layers = layer_axis ? layout.num_layers : 1;
-    key.leading = (layer_axis ? 1 : 0) + (key.expert ? 1 : 0);
-    key.stage_layer = layer_axis ? -1 : n.layer;
-    if (layer_axis) key.size.push_back(layers);
-    if (key.expert) key.size.push_back(experts);
-    const auto& shape = shapes[ms[0].param];
-    key.size.insert(key.size.end(), shape.begin(), shape.end());
-    key.members.assign(static_cast<size_t>(layers * experts), SIZE_MAX);
-    for (const auto& m : ms) {
-      if (m.layer >= layout.num_layers)
-        fail(file, "Megatron-Core universal name " + escaped_brief(names[m.param]) + ": layer beyond the " +
-                       std::to_string(layout.num_layers) + " layers of args.num_layers");
-      const int64_t pos = (layer_axis ? m.layer : 0) * experts + (key.expert ? m.expert : 0);
-      if (key.members[static_cast<size_t>(pos)] != SIZE_MAX)
-        fail(file, "Megatron-Core universal name " + escaped_brief(names[m.param]) + " twice");
-      key.members[static_cast<size_t>(pos)] = m.param;
-    }
-    for (size_t pos = 0; pos < key.members.size(); ++pos)
-      if (key.members[pos] == SIZE_MAX)
-        fail(file, "Megatron-Core universal folder: " + key.key + " has no parameter for " +
-                       (layer_axis ? "layer " + std::to_string(static_cast<int64_t>(pos) / experts) : std::string("")) +
-                       (key.expert ? " expert " + std::to_string(static_cast<int64_t>(pos) % experts) : std::string("")));
-    if (key.tp_dim >= 0 && key.parts() > 1) {
-      const int64_t parts = key.parts();
-      if (key.tp_dim >= static_cast<int>(shape.size()) || shape[static_cast<size_t>(key.tp_dim)] % parts != 0)
-        throw UsageError("torch_dist: --tp " + std::to_string(key.tp) + " does not divide " + key.key + " " +
-                         shape_str(shape) + " into " + std::to_string(parts) + " parts along dim " +
-                         std::to_string(key.tp_dim));
-    }
-  }
+}
 
-  // Chunks and the rank writing each.
-  const int64_t per_stage = layout.num_layers / mesh.pp;
-  struct Box {
-    dcp::Chunk chunk;
-    int64_t rank;
-  };
-  std::vector<std::vector<Box>> boxes(out.keys.size());
-  for (size_t k = 0; k < out.keys.size(); ++k) {
-    const StoredKey& key = out.keys[k];
-    const std::vector<int64_t> shape(key.size.begin() + static_cast<std::ptrdiff_t>(key.leading), key.size.end());
-    const int64_t experts = key.expert ? key.size[key.leading - 1] : 1;
-    for (size_t pos = 0; pos < key.members.size(); ++pos) {
-      const int64_t layer = key.leading == 2 || (key.leading == 1 && !key.expert) ? static_cast<int64_t>(pos) / experts
-                                                                                   : key.stage_layer;
-      const int64_t expert = key.expert ? static_cast<int64_t>(pos) % experts : -1;
-      int64_t stage = 0;
-      if (layer >= 0) stage = layer / per_stage;
-      else if (key.key != "embedding.word_embeddings.weight") stage = mesh.pp - 1;
-      int64_t ep_rank = 0;
-      if (expert >= 0 && experts % mesh.ep == 0) ep_rank = expert / (experts / mesh.ep);
-      std::vector<int64_t> lead_off, lead_size;
-      if (key.leading == 2 || (key.leading == 1 && !key.expert)) lead_off.push_back(layer), lead_size.push_back(1);
-      if (key.expert) lead_off.push_back(expert), lead_size.push_back(1);
-      const int64_t parts = key.parts();
-      const bool split = parts > 1;
-      for (int64_t j = 0; j < parts; ++j) {
-        dcp::Chunk c;
-        c.offsets = lead_off;
-        c.sizes = lead_size;
-        for (size_t d = 0; d < shape.size(); ++d) {
-          int64_t off = 0, size = shape[d];
-          if (split && static_cast<int>(d) == key.tp_dim) {
-            size = shape[d] / parts;
-            off = j * size;
-          }
-          c.offsets.push_back(off);
-          c.sizes.push_back(size);
+// Key k's leading axes (layer, expert) and its members in row-major order, every position filled once.
+void place_members(StoredKey& key, const std::vector<Member>& ms, const Named& n,
+                   const std::vector<std::vector<int64_t>>& shapes, const std::vector<std::string>& names,
+                   const WriteLayout& layout, const std::string& file) {
+  const bool layer_axis = n.layer >= 0 && layout.homogeneous;
+  int64_t experts = 1;
+  if (key.expert)
+    for (const auto& m : ms) experts = std::max(experts, m.expert + 1);
+  const int64_t layers = layer_axis ? layout.num_layers : 1;
+  key.leading = (layer_axis ? 1 : 0) + (key.expert ? 1 : 0);
+  key.stage_layer = layer_axis ? -1 : n.layer;
+  if (layer_axis) key.size.push_back(layers);
+  if (key.expert) key.size.push_back(experts);
+  const auto& shape = shapes[ms[0].param];
+  key.size.insert(key.size.end(), shape.begin(), shape.end());
+  key.members.assign(static_cast<size_t>(layers * experts), SIZE_MAX);
+  for (const auto& m : ms) {
+    if (m.layer >= layout.num_layers)
+      fail(file, "Megatron-Core universal name " + escaped_brief(names[m.param]) + ": layer beyond the " +
+                     std::to_string(layout.num_layers) + " layers of args.num_layers");
+    const int64_t pos = (layer_axis ? m.layer : 0) * experts + (key.expert ? m.expert : 0);
+    if (key.members[static_cast<size_t>(pos)] != SIZE_MAX)
+      fail(file, "Megatron-Core universal name " + escaped_brief(names[m.param]) + " twice");
+    key.members[static_cast<size_t>(pos)] = m.param;
+  }
+  for (size_t pos = 0; pos < key.members.size(); ++pos)
+    if (key.members[pos] == SIZE_MAX)
+      fail(file, "Megatron-Core universal folder: " + key.key + " has no parameter for " +
+                     (layer_axis ? "layer " + std::to_string(static_cast<int64_t>(pos) / experts) : std::string("")) +
+                     (key.expert ? " expert " + std::to_string(static_cast<int64_t>(pos) % experts) : std::string("")));
+  if (key.tp_dim >= 0 && key.parts() > 1) {
+    const int64_t parts = key.parts();
+    if (key.tp_dim >= static_cast<int>(shape.size()) || shape[static_cast<size_t>(key.tp_dim)] % parts != 0)
+      throw UsageError("torch_dist: --tp " + std::to_string(key.tp) + " does not divide " + key.key + " " +
+                       shape_str(shape) + " into " + std::to_string(parts) + " parts along dim " +
+                       std::to_string(key.tp_dim));
+  }
+}
+
+// One chunk of a key and the rank that writes it.
+struct Box {
+  dcp::Chunk chunk;
+  int64_t rank;
+};
+
+// A key's chunks: one per member and TP part, each written by the rank of its stage, EP and TP rank.
+std::vector<Box> chunk_boxes(const StoredKey& key, const WriteMesh& mesh, int64_t per_stage) {
+  std::vector<Box> boxes;
+  const std::vector<int64_t> shape(key.size.begin() + static_cast<std::ptrdiff_t>(key.leading), key.size.end());
+  const int64_t experts = key.expert ? key.size[key.leading - 1] : 1;
+  for (size_t pos = 0; pos < key.members.size(); ++pos) {
+    const int64_t layer = key.leading == 2 || (key.leading == 1 && !key.expert) ? static_cast<int64_t>(pos) / experts
+                                                                                 : key.stage_layer;
+    const int64_t expert = key.expert ? static_cast<int64_t>(pos) % experts : -1;
+    int64_t stage = 0;
+    if (layer >= 0) stage = layer / per_stage;
+    else if (key.key != "embedding.word_embeddings.weight") stage = mesh.pp - 1;
+    int64_t ep_rank = 0;
+    if (expert >= 0 && experts % mesh.ep == 0) ep_rank = expert / (experts / mesh.ep);
+    std::vector<int64_t> lead_off, lead_size;
+    if (key.leading == 2 || (key.leading == 1 && !key.expert)) lead_off.push_back(layer), lead_size.push_back(1);
+    if (key.expert) lead_off.push_back(expert), lead_size.push_back(1);
+    const int64_t parts = key.parts();
+    const bool split = parts > 1;
+    for (int64_t j = 0; j < parts; ++j) {
+      dcp::Chunk c;
+      c.offsets = lead_off;
+      c.sizes = lead_size;
+      for (size_t d = 0; d < shape.size(); ++d) {
+        int64_t off = 0, size = shape[d];
+        if (split && static_cast<int>(d) == key.tp_dim) {
+          size = shape[d] / parts;
+          off = j * size;
         }
-        const int64_t t = split ? j % key.tp : 0;  // SwiGLU: pieces j and j + TP are TP rank j's W and V
-        boxes[k].push_back({std::move(c), t + mesh.tp * (ep_rank % mesh.dp) + mesh.tp * mesh.dp * stage});
+        c.offsets.push_back(off);
+        c.sizes.push_back(size);
       }
+      const int64_t t = split ? j % key.tp : 0;  // SwiGLU: pieces j and j + TP are TP rank j's W and V
+      boxes.push_back({std::move(c), t + mesh.tp * (ep_rank % mesh.dp) + mesh.tp * mesh.dp * stage});
     }
   }
+  return boxes;
+}
 
+// The plan's entries (model keys, then each optimizer state's, then the bytes items) and its files,
+// one per writing rank.
+void plan_entries(const std::vector<std::vector<Box>>& boxes, const std::vector<std::string>& bytes_fqns,
+                  const WriteLayout& layout, TorchDistWritePlan& out) {
   std::map<int64_t, dcp::PlannedFile> files;
   auto add_entry = [&](std::string fqn, DType dtype, size_t k, EntrySource src) {
     dcp::Entry e;
@@ -225,12 +235,31 @@ TorchDistWritePlan plan_torch_dist_write(const std::vector<std::string>& names,
     out.plan.entries.push_back(std::move(e));
     out.sources.push_back({EntrySource::Bytes, 0, ""});
   }
+  const WriteMesh& mesh = layout.mesh;
   out.plan.mesh = {mesh.pp, mesh.dp, mesh.tp};
   for (auto& [rank, f] : files) {
     f.rank = rank;
     f.relative_path = dcp::data_file_name(rank);
     out.plan.files.push_back(std::move(f));
   }
+}
+
+}  // namespace
+
+TorchDistWritePlan plan_torch_dist_write(const std::vector<std::string>& names,
+                                         const std::vector<std::vector<int64_t>>& shapes,
+                                         const std::vector<std::string>& bytes_fqns, const WriteLayout& layout,
+                                         const std::string& file) {
+  check_mesh(layout);
+  TorchDistWritePlan out;
+  std::vector<std::vector<Member>> members;
+  std::vector<Named> named;
+  group_into_keys(names, shapes, layout, file, out, members, named);
+  for (size_t k = 0; k < out.keys.size(); ++k) place_members(out.keys[k], members[k], named[k], shapes, names, layout, file);
+  const int64_t per_stage = layout.num_layers / layout.mesh.pp;
+  std::vector<std::vector<Box>> boxes;
+  for (const StoredKey& key : out.keys) boxes.push_back(chunk_boxes(key, layout.mesh, per_stage));
+  plan_entries(boxes, bytes_fqns, layout, out);
   return out;
 }
 

@@ -353,6 +353,35 @@ class Unpickler {
   ValuePtr run(size_t* consumed);
 
  private:
+  // One opcode each (run()'s switch; Python's pickle.py load_* of the same names).
+  void op_proto();
+  void op_long4();
+  void op_binfloat();
+  void op_binstring();
+  void op_tuple1();
+  void op_tuple2();
+  void op_tuple3();
+  void op_dict();
+  void op_frozenset();
+  void op_append();
+  void op_appends();
+  void op_setitem();
+  void op_setitems();
+  void op_additems();
+  void op_global();
+  void op_stack_global();
+  void op_reduce();
+  void op_newobj();
+  void op_newobj_ex();
+  void op_build();
+  void op_inst();
+  void op_obj();
+  void op_put();
+  void op_get();
+  void op_int();
+  void op_long();
+  void op_float();
+
   [[noreturn]] void error(const std::string& what) const {
     fail(name_, "pickle: " + what + " (at byte " + std::to_string(op_pos_) + ")");
   }
@@ -798,11 +827,7 @@ ValuePtr Unpickler::run(size_t* consumed) {
     op_pos_ = pos_;
     const uint8_t byte = u8();
     switch (static_cast<Op>(byte)) {
-      case Op::PROTO: {
-        uint8_t proto = u8();
-        if (proto > 5) error("unsupported pickle protocol " + std::to_string(proto));
-        break;
-      }
+      case Op::PROTO: op_proto(); break;
       case Op::FRAME: le(8); break;  // a length hint only
       case Op::STOP: {
         ValuePtr result = top();  // stays on the stack while validated: a failed tree is freed safely
@@ -824,213 +849,52 @@ ValuePtr Unpickler::run(size_t* consumed) {
       case Op::BININT1: push(Value::integer(u8())); break;
       case Op::BININT2: push(Value::integer(static_cast<int64_t>(le(2)))); break;
       case Op::LONG1: push(make_long(take(u8()))); break;
-      case Op::LONG4: {
-        int64_t n = static_cast<int32_t>(le(4));
-        if (n < 0) error("negative LONG4 length");
-        push(make_long(take(static_cast<uint64_t>(n))));
-        break;
-      }
-      case Op::BINFLOAT: {
-        uint64_t bits = 0;
-        need(8);
-        for (int k = 0; k < 8; ++k) bits = (bits << 8) | d_[pos_ + k];
-        pos_ += 8;
-        push(Value::real(std::bit_cast<double>(bits)));
-        break;
-      }
+      case Op::LONG4: op_long4(); break;
+      case Op::BINFLOAT: op_binfloat(); break;
       case Op::BINUNICODE: push(Value::str(text(take(le(4)), "BINUNICODE", true))); break;
       case Op::SHORT_BINUNICODE: push(Value::str(text(take(u8()), "SHORT_BINUNICODE", true))); break;
       case Op::BINUNICODE8: push(Value::str(text(take(le(8)), "BINUNICODE8", true))); break;
-      case Op::BINSTRING: {
-        int64_t n = static_cast<int32_t>(le(4));
-        if (n < 0) error("negative BINSTRING length");
-        push(Value::str(text(take(static_cast<uint64_t>(n)), "BINSTRING", false)));
-        break;
-      }
+      case Op::BINSTRING: op_binstring(); break;
       case Op::SHORT_BINSTRING: push(Value::str(text(take(u8()), "SHORT_BINSTRING", false))); break;
       case Op::BINBYTES: push(Value::bytes(take(le(4)))); break;
       case Op::SHORT_BINBYTES: push(Value::bytes(take(u8()))); break;
       case Op::BINBYTES8: push(Value::bytes(take(le(8)))); break;
       case Op::BYTEARRAY8: push(Value::bytes(take(le(8)))); break;
-      case Op::TUPLE1: {
-        auto a = pop();
-        push(Value::tuple({a}));
-        break;
-      }
-      case Op::TUPLE2: {
-        auto b = pop();
-        auto a = pop();
-        push(Value::tuple({a, b}));
-        break;
-      }
-      case Op::TUPLE3: {
-        auto c = pop();
-        auto b = pop();
-        auto a = pop();
-        push(Value::tuple({a, b, c}));
-        break;
-      }
+      case Op::TUPLE1: op_tuple1(); break;
+      case Op::TUPLE2: op_tuple2(); break;
+      case Op::TUPLE3: op_tuple3(); break;
       case Op::TUPLE: push(Value::tuple(pop_mark())); break;
       case Op::LIST: push(Value::list(pop_mark())); break;
-      case Op::DICT: {
-        auto kv = pop_mark();
-        auto dct = Value::dict();
-        set_items(*dct, kv);
-        push(dct);
-        break;
-      }
-      case Op::FROZENSET: {
-        auto v = Value::set(pop_mark());
-        v->kind = Kind::FrozenSet;
-        push(v);
-        break;
-      }
-      case Op::APPEND: {
-        auto item = pop();
-        std::vector<ValuePtr> items{item};
-        append_items(*top(), items);
-        break;
-      }
-      case Op::APPENDS: {
-        auto items = pop_mark();
-        append_items(*top(), items);
-        break;
-      }
-      case Op::SETITEM: {
-        auto v = pop();
-        auto k = pop();
-        std::vector<ValuePtr> kv{k, v};
-        set_items(*top(), kv);
-        break;
-      }
-      case Op::SETITEMS: {
-        auto kv = pop_mark();
-        set_items(*top(), kv);
-        break;
-      }
-      case Op::ADDITEMS: {
-        auto items = pop_mark();
-        Value& s = *top();
-        if (s.kind != Kind::Set) error("ADDITEMS on a " + std::string(kind_name(s.kind)));
-        s.items.insert(s.items.end(), items.begin(), items.end());
-        break;
-      }
-      case Op::GLOBAL: {
-        std::string module = text(line(), "GLOBAL", false);
-        std::string name = text(line(), "GLOBAL", false);
-        push(global(std::move(module), std::move(name)));
-        break;
-      }
-      case Op::STACK_GLOBAL: {
-        auto name = pop();
-        auto module = pop();
-        if (module->kind != Kind::Str || name->kind != Kind::Str) error("STACK_GLOBAL expects two strings");
-        push(global(module->s, name->s));
-        break;
-      }
-      case Op::REDUCE: {
-        auto args = pop();
-        auto callable = pop();
-        push(reduce(std::move(callable), std::move(args)));
-        break;
-      }
-      case Op::NEWOBJ: {
-        auto args = pop();
-        auto cls = pop();
-        push(new_object(std::move(cls), std::move(args), nullptr, Object::Build::NewObj));
-        break;
-      }
-      case Op::NEWOBJ_EX: {
-        auto kwargs = pop();
-        auto args = pop();
-        auto cls = pop();
-        push(new_object(std::move(cls), std::move(args), std::move(kwargs), Object::Build::NewObjEx));
-        break;
-      }
-      case Op::BUILD: {
-        auto state = pop();
-        Value& obj = *top();
-        if (obj.kind == Kind::Object) {
-          obj.object->state = std::move(state);
-        } else if (obj.kind == Kind::Dict && !state->is_none()) {
-          obj.dict_state = std::move(state);  // e.g. OrderedDict._metadata of a state_dict
-        } else if (!state->is_none() && obj.kind != Kind::Tensor && obj.kind != Kind::Dict) {
-          error("BUILD on a " + std::string(kind_name(obj.kind)));
-        }
-        break;
-      }
-      case Op::INST: {
-        std::string module = line();
-        std::string name = line();
-        auto args = Value::tuple(pop_mark());
-        push(reduce(global(std::move(module), std::move(name)), std::move(args)));
-        break;
-      }
-      case Op::OBJ: {
-        auto items = pop_mark();
-        if (items.empty()) error("OBJ without a class");
-        auto cls = items.front();
-        auto args = Value::tuple(std::vector<ValuePtr>(items.begin() + 1, items.end()));
-        push(reduce(std::move(cls), std::move(args)));
-        break;
-      }
+      case Op::DICT: op_dict(); break;
+      case Op::FROZENSET: op_frozenset(); break;
+      case Op::APPEND: op_append(); break;
+      case Op::APPENDS: op_appends(); break;
+      case Op::SETITEM: op_setitem(); break;
+      case Op::SETITEMS: op_setitems(); break;
+      case Op::ADDITEMS: op_additems(); break;
+      case Op::GLOBAL: op_global(); break;
+      case Op::STACK_GLOBAL: op_stack_global(); break;
+      case Op::REDUCE: op_reduce(); break;
+      case Op::NEWOBJ: op_newobj(); break;
+      case Op::NEWOBJ_EX: op_newobj_ex(); break;
+      case Op::BUILD: op_build(); break;
+      case Op::INST: op_inst(); break;
+      case Op::OBJ: op_obj(); break;
       case Op::BINPUT: memo_put(u8()); break;
       case Op::LONG_BINPUT: memo_put(le(4)); break;
-      case Op::PUT: {
-        std::string l = line();
-        char* end = nullptr;
-        uint64_t idx = std::strtoull(l.c_str(), &end, 10);
-        if (l.empty() || *end) error("bad PUT index");
-        memo_put(idx);
-        break;
-      }
+      case Op::PUT: op_put(); break;
       case Op::MEMOIZE: memo_put(fetched_ ? memo_count_ : memo_.size()); break;
       case Op::BINGET: push(memo_get(u8())); break;
       case Op::LONG_BINGET: push(memo_get(le(4))); break;
-      case Op::GET: {
-        std::string l = line();
-        char* end = nullptr;
-        uint64_t idx = std::strtoull(l.c_str(), &end, 10);
-        if (l.empty() || *end) error("bad GET index");
-        push(memo_get(idx));
-        break;
-      }
+      case Op::GET: op_get(); break;
       case Op::BINPERSID: push(persistent(pop())); break;
       case Op::PERSID: push(persistent(Value::str(line()))); break;
       case Op::POP: pop(); break;
       case Op::POP_MARK: pop_mark(); break;
       case Op::DUP: push(top()); break;
-      case Op::INT: {
-        std::string l = line();
-        if (l == "00") {
-          push(Value::boolean(false));
-        } else if (l == "01") {
-          push(Value::boolean(true));
-        } else {
-          bool ok;
-          std::string b = decimal_to_twos_complement(l, ok);
-          if (!ok) error("bad INT literal");
-          push(make_long(std::move(b)));
-        }
-        break;
-      }
-      case Op::LONG: {
-        std::string l = line();
-        if (!l.empty() && l.back() == 'L') l.pop_back();
-        bool ok;
-        std::string b = decimal_to_twos_complement(l, ok);
-        if (!ok) error("bad LONG literal");
-        push(make_long(std::move(b)));
-        break;
-      }
-      case Op::FLOAT: {
-        std::string l = line();
-        char* end = nullptr;
-        double v = std::strtod(l.c_str(), &end);
-        if (l.empty() || *end) error("bad FLOAT literal");
-        push(Value::real(v));
-        break;
-      }
+      case Op::INT: op_int(); break;
+      case Op::LONG: op_long(); break;
+      case Op::FLOAT: op_float(); break;
       case Op::STRING: push(parse_string_literal(line())); break;
       case Op::UNICODE: push(parse_raw_unicode_escape(line())); break;
       case Op::EXT1:
@@ -1045,6 +909,199 @@ ValuePtr Unpickler::run(size_t* consumed) {
       }
     }
   }
+}
+
+// The opcodes whose handling takes more than a line (run() dispatches).
+void Unpickler::op_proto() {
+  uint8_t proto = u8();
+  if (proto > 5) error("unsupported pickle protocol " + std::to_string(proto));
+}
+
+void Unpickler::op_long4() {
+  int64_t n = static_cast<int32_t>(le(4));
+  if (n < 0) error("negative LONG4 length");
+  push(make_long(take(static_cast<uint64_t>(n))));
+}
+
+void Unpickler::op_binfloat() {
+  uint64_t bits = 0;
+  need(8);
+  for (int k = 0; k < 8; ++k) bits = (bits << 8) | d_[pos_ + k];
+  pos_ += 8;
+  push(Value::real(std::bit_cast<double>(bits)));
+}
+
+void Unpickler::op_binstring() {
+  int64_t n = static_cast<int32_t>(le(4));
+  if (n < 0) error("negative BINSTRING length");
+  push(Value::str(text(take(static_cast<uint64_t>(n)), "BINSTRING", false)));
+}
+
+void Unpickler::op_tuple1() {
+  auto a = pop();
+  push(Value::tuple({a}));
+}
+
+void Unpickler::op_tuple2() {
+  auto b = pop();
+  auto a = pop();
+  push(Value::tuple({a, b}));
+}
+
+void Unpickler::op_tuple3() {
+  auto c = pop();
+  auto b = pop();
+  auto a = pop();
+  push(Value::tuple({a, b, c}));
+}
+
+void Unpickler::op_dict() {
+  auto kv = pop_mark();
+  auto dct = Value::dict();
+  set_items(*dct, kv);
+  push(dct);
+}
+
+void Unpickler::op_frozenset() {
+  auto v = Value::set(pop_mark());
+  v->kind = Kind::FrozenSet;
+  push(v);
+}
+
+void Unpickler::op_append() {
+  auto item = pop();
+  std::vector<ValuePtr> items{item};
+  append_items(*top(), items);
+}
+
+void Unpickler::op_appends() {
+  auto items = pop_mark();
+  append_items(*top(), items);
+}
+
+void Unpickler::op_setitem() {
+  auto v = pop();
+  auto k = pop();
+  std::vector<ValuePtr> kv{k, v};
+  set_items(*top(), kv);
+}
+
+void Unpickler::op_setitems() {
+  auto kv = pop_mark();
+  set_items(*top(), kv);
+}
+
+void Unpickler::op_additems() {
+  auto items = pop_mark();
+  Value& s = *top();
+  if (s.kind != Kind::Set) error("ADDITEMS on a " + std::string(kind_name(s.kind)));
+  s.items.insert(s.items.end(), items.begin(), items.end());
+}
+
+void Unpickler::op_global() {
+  std::string module = text(line(), "GLOBAL", false);
+  std::string name = text(line(), "GLOBAL", false);
+  push(global(std::move(module), std::move(name)));
+}
+
+void Unpickler::op_stack_global() {
+  auto name = pop();
+  auto module = pop();
+  if (module->kind != Kind::Str || name->kind != Kind::Str) error("STACK_GLOBAL expects two strings");
+  push(global(module->s, name->s));
+}
+
+void Unpickler::op_reduce() {
+  auto args = pop();
+  auto callable = pop();
+  push(reduce(std::move(callable), std::move(args)));
+}
+
+void Unpickler::op_newobj() {
+  auto args = pop();
+  auto cls = pop();
+  push(new_object(std::move(cls), std::move(args), nullptr, Object::Build::NewObj));
+}
+
+void Unpickler::op_newobj_ex() {
+  auto kwargs = pop();
+  auto args = pop();
+  auto cls = pop();
+  push(new_object(std::move(cls), std::move(args), std::move(kwargs), Object::Build::NewObjEx));
+}
+
+void Unpickler::op_build() {
+  auto state = pop();
+  Value& obj = *top();
+  if (obj.kind == Kind::Object) {
+    obj.object->state = std::move(state);
+  } else if (obj.kind == Kind::Dict && !state->is_none()) {
+    obj.dict_state = std::move(state);  // e.g. OrderedDict._metadata of a state_dict
+  } else if (!state->is_none() && obj.kind != Kind::Tensor && obj.kind != Kind::Dict) {
+    error("BUILD on a " + std::string(kind_name(obj.kind)));
+  }
+}
+
+void Unpickler::op_inst() {
+  std::string module = line();
+  std::string name = line();
+  auto args = Value::tuple(pop_mark());
+  push(reduce(global(std::move(module), std::move(name)), std::move(args)));
+}
+
+void Unpickler::op_obj() {
+  auto items = pop_mark();
+  if (items.empty()) error("OBJ without a class");
+  auto cls = items.front();
+  auto args = Value::tuple(std::vector<ValuePtr>(items.begin() + 1, items.end()));
+  push(reduce(std::move(cls), std::move(args)));
+}
+
+void Unpickler::op_put() {
+  std::string l = line();
+  char* end = nullptr;
+  uint64_t idx = std::strtoull(l.c_str(), &end, 10);
+  if (l.empty() || *end) error("bad PUT index");
+  memo_put(idx);
+}
+
+void Unpickler::op_get() {
+  std::string l = line();
+  char* end = nullptr;
+  uint64_t idx = std::strtoull(l.c_str(), &end, 10);
+  if (l.empty() || *end) error("bad GET index");
+  push(memo_get(idx));
+}
+
+void Unpickler::op_int() {
+  std::string l = line();
+  if (l == "00") {
+    push(Value::boolean(false));
+  } else if (l == "01") {
+    push(Value::boolean(true));
+  } else {
+    bool ok;
+    std::string b = decimal_to_twos_complement(l, ok);
+    if (!ok) error("bad INT literal");
+    push(make_long(std::move(b)));
+  }
+}
+
+void Unpickler::op_long() {
+  std::string l = line();
+  if (!l.empty() && l.back() == 'L') l.pop_back();
+  bool ok;
+  std::string b = decimal_to_twos_complement(l, ok);
+  if (!ok) error("bad LONG literal");
+  push(make_long(std::move(b)));
+}
+
+void Unpickler::op_float() {
+  std::string l = line();
+  char* end = nullptr;
+  double v = std::strtod(l.c_str(), &end);
+  if (l.empty() || *end) error("bad FLOAT literal");
+  push(Value::real(v));
 }
 
 // Rejects reference cycles and trees nested deeper than the limit (iterative: no recursion).
