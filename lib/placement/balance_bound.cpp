@@ -263,12 +263,10 @@ bool pairing_count_refutes(const std::vector<double>& t, const std::vector<doubl
   return false;
 }
 
-// Necessary conditions for a placement meeting f whose most loaded GPU carries at most T (equal
-// shares). false = no such placement exists. Steps (1)-(3) as numbered in the proof.
-bool equal_share_feasible(const std::vector<double>& t, double n, double m, int S, int f, double mean, double T,
-                          bool few_allocations = false, double* least_pairing = nullptr, double* allocations = nullptr,
-                          bool pairing_counts = false) {
-  if (T < mean) return false;
+// Steps (1)-(2) of equal_share_feasible: the lower bounds lo, the floor shares (sigma_e, c_e) and phi,
+// raised until stable. false = no placement (the bounds exceed n, or phi leaves no room under T).
+bool raise_lower_bounds(const std::vector<double>& t, double n, int S, int f, double T, std::vector<double>& lo,
+                        std::vector<double>& phi, std::vector<std::pair<double, double>>& floor_shares) {
   const int E = static_cast<int>(t.size());
   // (1) Every count has a lower bound lo_e (first f, and t_e / T: no replica carries more than T).
   // (2) With them, r_e <= c_e = n - sum of the others' lower bounds, so every replica of e carries at
@@ -276,8 +274,6 @@ bool equal_share_feasible(const std::vector<double>& t, double n, double m, int 
   // values of the multiset {sigma_e, c_e times}. A GPU holding a replica of e holds S - 1 others, so
   // t_e / r_e <= T - phi_{S-1}: r_e >= t_e / (T - phi_{S-1}), a new lower bound; repeat until stable
   // (the bounds only grow).
-  std::vector<double> lo(E), phi(S, 0.0);
-  std::vector<std::pair<double, double>> floor_shares(E);  // (sigma_e, c_e)
   for (int e = 0; e < E; ++e) lo[e] = t[e] > 0 ? std::max<double>(f, ceil_low(t[e] / T)) : f;
   for (int it = 0; it < 64; ++it) {
     double sum = 0;
@@ -313,52 +309,62 @@ bool equal_share_feasible(const std::vector<double>& t, double n, double m, int 
     }
     if (!changed) break;
   }
-  // (4) The r_e replicas of e sit on b GPUs, ceil(r_e / S) <= b <= min(r_e, m); those GPUs carry t_e
-  // (all of e's tokens, whatever r_e is) plus b S - r_e other replicas, at least phi_{bS - r_e}, and
-  // at most b T together: some r_e in [lo_e, c_e] and b have t_e + phi_{bS - r_e} <= b T. Checked for
-  // the 8 experts with the largest possible share, where the ranges are short (a long range is
-  // skipped: it proves nothing there).
-  {
-    std::vector<double> cum_count, cum_sum;  // over floor_shares, ascending: phi_k by interpolation
-    double cc = 0, cs = 0;
-    for (const auto& [sig, c] : floor_shares) {
-      cum_count.push_back(cc += c);
-      cum_sum.push_back(cs += sig * c);
-    }
-    auto phi_of = [&](double k) {
-      if (k <= 0) return 0.0;
-      const size_t i = std::lower_bound(cum_count.begin(), cum_count.end(), k) - cum_count.begin();
-      if (i >= cum_count.size()) return cum_sum.empty() ? 0.0 : cum_sum.back();
-      const double before_count = i ? cum_count[i - 1] : 0, before_sum = i ? cum_sum[i - 1] : 0;
-      return before_sum + (k - before_count) * floor_shares[i].first;
-    };
-    double sum = 0;
-    for (double x : lo) sum += x;
-    std::vector<int> order(E);
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](int a, int b) { return t[a] * lo[b] > t[b] * lo[a]; });
-    for (int i = 0; i < std::min(E, 8); ++i) {
-      const int e = order[i];
-      const double c = n - (sum - lo[e]);
-      if (t[e] <= 0 || c - lo[e] > 32) continue;
-      bool possible = false;
-      for (double r = lo[e]; r <= c && !possible; ++r) {
-        const double b_lo = std::ceil(r / S), b_hi = std::min(r, m);
-        if (b_hi - b_lo > 64) {
-          possible = true;  // not examined
-          break;
-        }
-        for (double b = b_lo; b <= b_hi && !possible; ++b) possible = t[e] + phi_of(b * S - r) <= b * T;
-      }
-      if (!possible) return false;
-    }
+  return true;
+}
+
+// (4) The r_e replicas of e sit on b GPUs, ceil(r_e / S) <= b <= min(r_e, m); those GPUs carry t_e
+// (all of e's tokens, whatever r_e is) plus b S - r_e other replicas, at least phi_{bS - r_e}, and
+// at most b T together: some r_e in [lo_e, c_e] and b have t_e + phi_{bS - r_e} <= b T. Checked for
+// the 8 experts with the largest possible share, where the ranges are short (a long range is
+// skipped: it proves nothing there).
+bool expert_spans_possible(const std::vector<double>& t, double n, double m, int S, double T,
+                           const std::vector<double>& lo, const std::vector<std::pair<double, double>>& floor_shares) {
+  const int E = static_cast<int>(t.size());
+  std::vector<double> cum_count, cum_sum;  // over floor_shares, ascending: phi_k by interpolation
+  double cc = 0, cs = 0;
+  for (const auto& [sig, c] : floor_shares) {
+    cum_count.push_back(cc += c);
+    cum_sum.push_back(cs += sig * c);
   }
-  // (3) A GPU with j + 1 replicas above theta_j = (T - phi_{S-j-1}) / (j + 1) carries more than T (its
-  // other S - j - 1 replicas add at least phi_{S-j-1}), so over all m GPUs at most j m replicas have a
-  // share above theta_j. Let A be the experts above theta_j: sum_{A} r_e <= j m, and an expert
-  // outside A has r_e >= t_e / theta_j. With sum r_e = n: some A has sum_{A} lo_e <= j m and
-  // sum_{A} lo_e + sum_{not A} hi_e <= n. The knapsack "largest saving hi_e - lo_e for a cost lo_e
-  // within j m" is relaxed to its fractional optimum (never smaller).
+  auto phi_of = [&](double k) {
+    if (k <= 0) return 0.0;
+    const size_t i = std::lower_bound(cum_count.begin(), cum_count.end(), k) - cum_count.begin();
+    if (i >= cum_count.size()) return cum_sum.empty() ? 0.0 : cum_sum.back();
+    const double before_count = i ? cum_count[i - 1] : 0, before_sum = i ? cum_sum[i - 1] : 0;
+    return before_sum + (k - before_count) * floor_shares[i].first;
+  };
+  double sum = 0;
+  for (double x : lo) sum += x;
+  std::vector<int> order(E);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return t[a] * lo[b] > t[b] * lo[a]; });
+  for (int i = 0; i < std::min(E, 8); ++i) {
+    const int e = order[i];
+    const double c = n - (sum - lo[e]);
+    if (t[e] <= 0 || c - lo[e] > 32) continue;
+    bool possible = false;
+    for (double r = lo[e]; r <= c && !possible; ++r) {
+      const double b_lo = std::ceil(r / S), b_hi = std::min(r, m);
+      if (b_hi - b_lo > 64) {
+        possible = true;  // not examined
+        break;
+      }
+      for (double b = b_lo; b <= b_hi && !possible; ++b) possible = t[e] + phi_of(b * S - r) <= b * T;
+    }
+    if (!possible) return false;
+  }
+  return true;
+}
+
+// (3) A GPU with j + 1 replicas above theta_j = (T - phi_{S-j-1}) / (j + 1) carries more than T (its
+// other S - j - 1 replicas add at least phi_{S-j-1}), so over all m GPUs at most j m replicas have a
+// share above theta_j. Let A be the experts above theta_j: sum_{A} r_e <= j m, and an expert
+// outside A has r_e >= t_e / theta_j. With sum r_e = n: some A has sum_{A} lo_e <= j m and
+// sum_{A} lo_e + sum_{not A} hi_e <= n. The knapsack "largest saving hi_e - lo_e for a cost lo_e
+// within j m" is relaxed to its fractional optimum (never smaller).
+bool share_thresholds_possible(const std::vector<double>& t, double n, double m, int S, double T,
+                               const std::vector<double>& lo, const std::vector<double>& phi) {
+  const int E = static_cast<int>(t.size());
   std::vector<std::pair<double, double>> items;  // (saving, cost)
   for (int j = 1; j < S; ++j) {
     const double theta = (T - phi[S - j - 1]) / (j + 1);  // > 0: T - phi_{S-1} > 0 above
@@ -380,10 +386,15 @@ bool equal_share_feasible(const std::vector<double>& t, double n, double m, int 
     }
     if (base - saved > n * (1 + 1e-12)) return false;
   }
-  if (pairing_counts && S == 2 && pairing_count_refutes(t, lo, n, T)) return false;
-  if (!few_allocations) return true;
-  // (5) Every allocation left is r_e >= lo_e with sum n: C(E + spare - 1, spare) of them, spare =
-  // n - sum lo_e. Where they are few, each is checked (AllocationCheck): none packable, none exists.
+  return true;
+}
+
+// (5) Every allocation left is r_e >= lo_e with sum n: C(E + spare - 1, spare) of them, spare =
+// n - sum lo_e. Where they are few, each is checked (AllocationCheck): none packable, none exists.
+// least_pairing / allocations as in equal_share_feasible; false = no allocation packs.
+bool some_allocation_packs(const std::vector<double>& t, double n, double m, int S, int f, double T,
+                           const std::vector<double>& lo, double* least_pairing, double* allocations) {
+  const int E = static_cast<int>(t.size());
   double sum = 0;
   for (double x : lo) sum += x;
   const long long spare = std::llround(n - sum);
@@ -423,6 +434,23 @@ bool equal_share_feasible(const std::vector<double>& t, double n, double m, int 
   };
   visit(visit, 0, spare);
   return least_pairing ? true : found;
+}
+
+// Necessary conditions for a placement meeting f whose most loaded GPU carries at most T (equal
+// shares). false = no such placement exists. Steps (1)-(3) as numbered in the proof.
+bool equal_share_feasible(const std::vector<double>& t, double n, double m, int S, int f, double mean, double T,
+                          bool few_allocations = false, double* least_pairing = nullptr, double* allocations = nullptr,
+                          bool pairing_counts = false) {
+  if (T < mean) return false;
+  const int E = static_cast<int>(t.size());
+  std::vector<double> lo(E), phi(S, 0.0);
+  std::vector<std::pair<double, double>> floor_shares(E);                       // (sigma_e, c_e)
+  if (!raise_lower_bounds(t, n, S, f, T, lo, phi, floor_shares)) return false;  // (1)-(2)
+  if (!expert_spans_possible(t, n, m, S, T, lo, floor_shares)) return false;    // (4)
+  if (!share_thresholds_possible(t, n, m, S, T, lo, phi)) return false;         // (3)
+  if (pairing_counts && S == 2 && pairing_count_refutes(t, lo, n, T)) return false;
+  if (!few_allocations) return true;
+  return some_allocation_packs(t, n, m, S, f, T, lo, least_pairing, allocations);  // (5)
 }
 
 // With any split of the tokens: the GPUs holding e number at most r_e, so one of them carries

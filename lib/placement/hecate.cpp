@@ -178,61 +178,105 @@ std::vector<std::vector<int>> hecate_sharding(const LoadMatrix& loads, const Clu
   return owner;
 }
 
-LayerPlacement hecate_materialize(const std::vector<double>& t, const std::vector<int>& owner, const Cluster& cluster,
-                                  int overlap_degree, int memory, int tree_from) {
-  const int E = static_cast<int>(t.size()), D = cluster.gpus(), G = cluster.gpus_per_node, S = cluster.slots_per_gpu;
-  const int M = memory < 0 ? S : memory;
-  if (M < 1 || M > S) throw UsageError("--memory must be between 1 and --slots-per-gpu (" + std::to_string(S) + ")");
-  if (static_cast<long long>(D) * M < E)
-    throw UsageError(std::to_string(E) + " experts do not fit " + std::to_string(D) + " GPUs x --memory " +
-                     std::to_string(M));
-  std::vector<std::vector<int>> slots(D);
-  // [e][g], an expert's GPUs contiguous: place_copy and NodeTree read one expert at a time.
-  std::vector<char> has(static_cast<size_t>(E) * D, 0);
-  auto holds = [&](int g, int e) { return has[static_cast<size_t>(e) * D + g] != 0; };
-  std::vector<int> on_node(static_cast<size_t>(cluster.nodes) * E, 0);  // GPUs of a node holding e
-  std::vector<int> nodes_of(E, 0);                                      // nodes holding e
-  std::vector<int> cnt(E, 0);
-  std::vector<double> gload(D, 0.0);
-  RoomIndex rooms(cluster.nodes, G, M);
-  auto room = [&](int g) { return M - static_cast<int>(slots[g].size()); };
-  auto put = [&](int e, int g) {
-    slots[g].push_back(e);
-    if (!holds(g, e) && on_node[static_cast<size_t>(g / G) * E + e]++ == 0) nodes_of[e]++;
-    has[static_cast<size_t>(e) * D + g] = 1;
-    cnt[e]++;
-    gload[g] += t[e];
-    rooms.taken(g);
-  };
-  std::vector<int> order = by_load_desc(t);
+namespace {
 
-  // Owner shards first.
-  for (int e : order) {
-    int g = owner[e];
-    if (room(g) <= 0) {
-      int node = cluster.node_of_gpu(g), best = -1;
-      for (int h = node * G; h < (node + 1) * G; ++h)
-        if (room(h) > 0 && (best < 0 || gload[h] < gload[best])) best = h;
-      if (best < 0)
-        for (int h = 0; h < D; ++h)
-          if (room(h) > 0 && (best < 0 || gload[h] < gload[best])) best = h;
-      g = best;
+// One layer's slots as hecate_materialize fills them: who holds what, per node and GPU, and the room left.
+class LayerFill {
+ public:
+  LayerFill(const std::vector<double>& t, const Cluster& cluster, int memory)
+      : t_(t), cl_(cluster), E(static_cast<int>(t.size())), D(cluster.gpus()), G(cluster.gpus_per_node),
+        S(cluster.slots_per_gpu), M(memory), slots_(D), has_(static_cast<size_t>(E) * D, 0),
+        on_node_(static_cast<size_t>(cluster.nodes) * E, 0), nodes_of_(E, 0), cnt_(E, 0), gload_(D, 0.0),
+        rooms_(cluster.nodes, G, M) {}
+
+  // Owner shards first: on the owner GPU, else the lightest GPU with room on its node, else anywhere.
+  void place_owners(const std::vector<int>& owner, const std::vector<int>& order) {
+    for (int e : order) {
+      int g = owner[e];
+      if (room(g) <= 0) {
+        int node = cl_.node_of_gpu(g), best = -1;
+        for (int h = node * G; h < (node + 1) * G; ++h)
+          if (room(h) > 0 && (best < 0 || gload_[h] < gload_[best])) best = h;
+        if (best < 0)
+          for (int h = 0; h < D; ++h)
+            if (room(h) > 0 && (best < 0 || gload_[h] < gload_[best])) best = h;
+        g = best;
+      }
+      put(e, g);
     }
-    put(e, g);
+  }
+
+  // The overlap_degree most loaded experts: on every GPU when they fit the memory, else copies in
+  // proportion to their loads.
+  void spread_overlapped(const std::vector<int>& order, int overlap_degree, int tree_from) {
+    const int free_total = D * M - E;
+    int tt = std::clamp(overlap_degree < 0 ? E : overlap_degree, 0, E);
+    if (tt > 0 && tt <= M) {
+      for (int i = 0; i < tt; ++i)
+        for (int g = 0; g < D; ++g)
+          if (room(g) > 0 && !holds(g, order[i])) put(order[i], g);
+    } else if (tt > 0) {
+      double sum = 0;
+      for (int i = 0; i < tt; ++i) sum += t_[order[i]];
+      for (int i = 0; i < tt && sum > 0; ++i) {
+        place_copies(order[i], static_cast<int>(std::floor(free_total * t_[order[i]] / sum)), tree_from);
+      }
+    }
+  }
+
+  // Slots still free: the largest load per replica gets the next copy.
+  void fill_free_slots() {
+    for (bool placed = true; placed;) {
+      placed = false;
+      int best = -1;
+      for (int e = 0; e < E; ++e)
+        if (best < 0 || t_[e] / cnt_[e] > t_[best] / cnt_[best]) best = e;
+      if (best >= 0 && place_copy(best)) placed = true;
+    }
+  }
+
+  // m < S: the plan's other slots repeat experts the GPU already holds; then the placement.
+  LayerPlacement finish() {
+    for (int g = 0; g < D; ++g)
+      while (static_cast<int>(slots_[g].size()) < S) {
+        int best = -1;
+        for (int e : slots_[g])
+          if (best < 0 || t_[e] / cnt_[e] > t_[best] / cnt_[best]) best = e;
+        slots_[g].push_back(best);
+        cnt_[best]++;
+      }
+    LayerPlacement out;
+    out.phy2log.resize(cl_.slots());
+    for (int g = 0; g < D; ++g)
+      for (int s = 0; s < S; ++s) out.phy2log[g * S + s] = slots_[g][s];
+    out.phyrank = ranks_by_appearance(out.phy2log, E);
+    return out;
+  }
+
+ private:
+  bool holds(int g, int e) const { return has_[static_cast<size_t>(e) * D + g] != 0; }
+  int room(int g) const { return M - static_cast<int>(slots_[g].size()); }
+  void put(int e, int g) {
+    slots_[g].push_back(e);
+    if (!holds(g, e) && on_node_[static_cast<size_t>(g / G) * E + e]++ == 0) nodes_of_[e]++;
+    has_[static_cast<size_t>(e) * D + g] = 1;
+    cnt_[e]++;
+    gload_[g] += t_[e];
+    rooms_.taken(g);
   }
 
   // Most room on nodes lacking e, then on GPUs lacking e.
-  auto place_copy = [&](int e) {
-    if (nodes_of[e] < cluster.nodes)  // else every node holds e: no need to walk them
-      for (const auto& [minus_room, minus_most, n] : rooms.nodes())
-        if (on_node[static_cast<size_t>(n) * E + e] == 0) {
-          put(e, rooms.best_gpu(n));
+  bool place_copy(int e) {
+    if (nodes_of_[e] < cl_.nodes)  // else every node holds e: no need to walk them
+      for (const auto& [minus_room, minus_most, n] : rooms_.nodes())
+        if (on_node_[static_cast<size_t>(n) * E + e] == 0) {
+          put(e, rooms_.best_gpu(n));
           return true;
         }
     // Every node with room holds e: the scan by (node room, GPU lacks e, GPU room).
     int best = -1, best_node_room = -1;
     bool best_node_lacks = false, best_lacks = false;
-    for (int n = 0; n < cluster.nodes; ++n) {
+    for (int n = 0; n < cl_.nodes; ++n) {
       int nr = 0;
       bool lacks = true;
       for (int g = n * G; g < (n + 1) * G; ++g) {
@@ -255,65 +299,58 @@ LayerPlacement hecate_materialize(const std::vector<double>& t, const std::vecto
     }
     if (best >= 0) put(e, best);
     return best >= 0;
-  };
+  }
+
   // `n` copies of e, place_copy's choices (fewer when the slots run out); from `tree_from` copies
   // through NodeTree.
-  NodeTree tree;
-  auto place_copies = [&](int e, int n) {
+  void place_copies(int e, int n, int tree_from) {
     if (n < tree_from) {
       for (int j = 0; j < n; ++j)
         if (!place_copy(e)) return;
       return;
     }
+    auto room_of = [&](int g) { return room(g); };
     auto gpu_holds = [&](int g) { return holds(g, e); };
-    tree.build(cluster.nodes, G, M, room, gpu_holds,
-               [&](int node) { return on_node[static_cast<size_t>(node) * E + e] == 0; });
+    tree_.build(cl_.nodes, G, M, room_of, gpu_holds,
+                [&](int node) { return on_node_[static_cast<size_t>(node) * E + e] == 0; });
     for (int j = 0; j < n; ++j) {
-      const int g = tree.best();
+      const int g = tree_.best();
       if (g < 0) return;
       put(e, g);
-      tree.update(g / G, room, gpu_holds);
-    }
-  };
-
-  const int free_total = D * M - E;
-  int tt = std::clamp(overlap_degree < 0 ? E : overlap_degree, 0, E);
-  if (tt > 0 && tt <= M) {
-    for (int i = 0; i < tt; ++i)
-      for (int g = 0; g < D; ++g)
-        if (room(g) > 0 && !holds(g, order[i])) put(order[i], g);
-  } else if (tt > 0) {
-    double sum = 0;
-    for (int i = 0; i < tt; ++i) sum += t[order[i]];
-    for (int i = 0; i < tt && sum > 0; ++i) {
-      place_copies(order[i], static_cast<int>(std::floor(free_total * t[order[i]] / sum)));
+      tree_.update(g / G, room_of, gpu_holds);
     }
   }
-  // Slots still free: the largest load per replica gets the next copy.
-  for (bool placed = true; placed;) {
-    placed = false;
-    int best = -1;
-    for (int e = 0; e < E; ++e)
-      if (best < 0 || t[e] / cnt[e] > t[best] / cnt[best]) best = e;
-    if (best >= 0 && place_copy(best)) placed = true;
-  }
 
-  // m < S: the plan's other slots repeat experts the GPU already holds.
-  for (int g = 0; g < D; ++g)
-    while (static_cast<int>(slots[g].size()) < S) {
-      int best = -1;
-      for (int e : slots[g])
-        if (best < 0 || t[e] / cnt[e] > t[best] / cnt[best]) best = e;
-      slots[g].push_back(best);
-      cnt[best]++;
-    }
+  const std::vector<double>& t_;
+  const Cluster& cl_;
+  const int E, D, G, S, M;
+  std::vector<std::vector<int>> slots_;
+  // [e][g], an expert's GPUs contiguous: place_copy and NodeTree read one expert at a time.
+  std::vector<char> has_;
+  std::vector<int> on_node_;   // GPUs of a node holding e
+  std::vector<int> nodes_of_;  // nodes holding e
+  std::vector<int> cnt_;
+  std::vector<double> gload_;
+  RoomIndex rooms_;
+  NodeTree tree_;
+};
 
-  LayerPlacement out;
-  out.phy2log.resize(cluster.slots());
-  for (int g = 0; g < D; ++g)
-    for (int s = 0; s < S; ++s) out.phy2log[g * S + s] = slots[g][s];
-  out.phyrank = ranks_by_appearance(out.phy2log, E);
-  return out;
+}  // namespace
+
+LayerPlacement hecate_materialize(const std::vector<double>& t, const std::vector<int>& owner, const Cluster& cluster,
+                                  int overlap_degree, int memory, int tree_from) {
+  const int E = static_cast<int>(t.size()), D = cluster.gpus(), S = cluster.slots_per_gpu;
+  const int M = memory < 0 ? S : memory;
+  if (M < 1 || M > S) throw UsageError("--memory must be between 1 and --slots-per-gpu (" + std::to_string(S) + ")");
+  if (static_cast<long long>(D) * M < E)
+    throw UsageError(std::to_string(E) + " experts do not fit " + std::to_string(D) + " GPUs x --memory " +
+                     std::to_string(M));
+  LayerFill fill(t, cluster, M);
+  const std::vector<int> order = by_load_desc(t);
+  fill.place_owners(owner, order);
+  fill.spread_overlapped(order, overlap_degree, tree_from);
+  fill.fill_free_slots();
+  return fill.finish();
 }
 
 namespace {

@@ -634,9 +634,9 @@ struct RewriteSearch {
     // Per-GPU scratch arrays are all zero between calls: only entries that were set are reset.
     if (sc.count.size() < static_cast<size_t>(D)) sc.count.resize(D, 0);
     // The rows of hot_on stay filled between searches while their expert's slots are unchanged (its
-    // version): a move changes two experts, so most of the hot experts' rows are still right (issue
-    // 31: filling and clearing all 16 rows at every search, thousands of replicas each at 1,024
-    // nodes, was half of best_rewrite). Twice as many rows as hot experts: a free one always exists.
+    // version): a move changes two experts, so most of the hot experts' rows are still right (filling
+    // and clearing all 16 rows at every search was half of best_rewrite at 1,024 nodes). Twice as many
+    // rows as hot experts: a free one always exists.
     std::vector<int>& hot_on = sc.hot_on;
     auto& rows = sc.hot_rows;
     const size_t R = 2 * top;
@@ -672,6 +672,14 @@ struct RewriteSearch {
 
   void slot_of_hottest_gpu_becomes_hot_expert();
   void light_gpu_slot_joins_hottest_gpu_expert();
+  // Its steps: the holders of g's slot sp's expert (sc.xh, sc.x_on), gathered on first need; the
+  // holders of a light slot's expert y (sc.ycache, once per y and search); their two largest values
+  // with g's expert x gaining a replica.
+  void gather_x(int sp);
+  YHolders& y_holders(int y, double dy);
+  const YHolders::Top& tops_of(YHolders& en, int sp, double dx);
+  std::vector<char> x_ready;  // [sp]: gather_x(sp) done in this search
+  size_t ycached = 0;         // entries of sc.ycache filled in this search
 
   // Zeroes the per-GPU scratch entries this search set.
   void reset_scratch() {
@@ -735,9 +743,91 @@ void RewriteSearch::slot_of_hottest_gpu_becomes_hot_expert() {
   }
 }
 
+// The holders of g's experts (x_on, xh) and of a light slot's expert (ycache) are gathered only
+// when a candidate passes the bound that needs neither; gathers of x count in their own scratch, so
+// the counts of y stay intact. The results are those of gathering everything first.
+void RewriteSearch::gather_x(int sp) {
+  sc.xh[sp].by_value.clear();
+  const int x = st.phy2log()[g * S + sp];
+  const double tx = st.expert_load(x), rx = st.count(x);
+  const double dx = tx / rx - tx / (rx + 1);
+  gather(st, x, sc.xcount, sc.xh[sp]);
+  for (const auto& [k, c] : sc.xh[sp].gpus) sc.x_on[static_cast<size_t>(sp) * D + k] = c;
+  const Multiples minus_dx(dx, true);
+  for (size_t i = 0; i < sc.xh[sp].gpus.size(); ++i) {
+    const auto [k, c] = sc.xh[sp].gpus[i];
+    sc.xh[sp].by_value.push({st.load(k) + minus_dx(c), static_cast<int>(i)});
+  }
+  sc.xh[sp].by_value.done();
+  x_ready[sp] = 1;
+}
+
+// Per distinct expert y of the light slots (a search meets few of them, each on several light GPUs:
+// 8 in 63 on average at 1,024 nodes), gathered once: its holders, and per slot sp of g the two
+// largest loads a holder reaches when the rewrite gives g's expert x one more replica (holders of x
+// shed dx per replica of x, holders of y gain dy per replica of y). For a light GPU h the only
+// holder that differs is h itself (one replica of y fewer), so the largest over the holders is the
+// larger of h's own value and the largest of the others: the same maximum the loop over every
+// holder found for each light slot again.
+YHolders& RewriteSearch::y_holders(int y, double dy) {
+  for (size_t i = 0; i < ycached; ++i)
+    if (sc.ycache[i].y == y) return sc.ycache[i];
+  if (ycached == sc.ycache.size()) sc.ycache.emplace_back();
+  YHolders& en = sc.ycache[ycached++];
+  en.y = y;
+  en.dy = dy;
+  en.dys = Multiples(dy);
+  gather(st, y, sc.count, sc.ys);
+  en.gpus = sc.ys.gpus;
+  en.top.assign(static_cast<size_t>(S), {});
+  en.leads = 0;
+  for (size_t i = 0; i < en.gpus.size(); ++i) {
+    const auto [k, c] = en.gpus[i];
+    const std::pair<double, int> item{st.load(k) + en.dys(c), static_cast<int>(i)};
+    int at = en.leads < 3 ? en.leads++ : 3;
+    while (at > 0 && item.first > en.lead[at - 1].first) {
+      if (at < 3) en.lead[at] = en.lead[at - 1];
+      --at;
+    }
+    if (at < 3) en.lead[at] = item;
+  }
+  return en;
+}
+
+// The two largest over y's holders k of (k without x: its load plus its y changes; with x: also its x changes), for
+// g's slot sp (x_on of sp gathered). Only the two values are used, as the largest over the holders other than a
+// light GPU h (v1 when k1 is not h, else v2). No x change raises a holder's value (the sums round monotonically),
+// so when the three leading holders (YHolders::lead) leave a second value no smaller than the third lead's value
+// without x, no other holder can change the two: one pass over y's holders per search instead of one per slot of g.
+// Otherwise every holder is evaluated, as before.
+const YHolders::Top& RewriteSearch::tops_of(YHolders& en, int sp, double dx) {
+  YHolders::Top& t = en.top[static_cast<size_t>(sp)];
+  if (t.made) return t;
+  const int* on = sc.x_on.data() + static_cast<size_t>(sp) * D;
+  const Multiples minus_dx(dx, true);
+  auto visit = [&](int k, int c, double v0) {
+    const double v = on[k] == 0 ? v0 : st.load(k) + add_times(minus_dx(on[k]), en.dy, c);
+    if (t.k1 < 0 || v > t.v1) {
+      t.v2 = t.v1, t.k2 = t.k1;
+      t.v1 = v, t.k1 = k;
+    } else if (t.k2 < 0 || v > t.v2) {
+      t.v2 = v, t.k2 = k;
+    }
+  };
+  for (int i = 0; i < en.leads; ++i) {
+    const auto [k, c] = en.gpus[static_cast<size_t>(en.lead[i].second)];
+    visit(k, c, en.lead[i].first);
+  }
+  const bool settled = en.gpus.size() <= 3 || (t.k2 >= 0 && t.v2 >= en.lead[2].first);
+  if (!settled) {
+    t = YHolders::Top{};
+    for (const auto& [k, c] : en.gpus) visit(k, c, st.load(k) + en.dys(c));
+  }
+  t.made = true;
+  return t;
+}
+
 void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
-  std::vector<int>& count = sc.count;
-  Holders& ys = sc.ys;
   // The other direction: a slot on one of the 16 lightest GPUs (whose expert y keeps its guarantee)
   // becomes another replica of an expert x of the most loaded GPU, so every holder of x sheds load.
   // Holders of x end at load - dx per replica, plus dy per replica of y (other than the rewritten
@@ -746,94 +836,11 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
   std::vector<int>& x_on = sc.x_on;
   xh.resize(S);
   if (x_on.size() < static_cast<size_t>(S) * D) x_on.resize(static_cast<size_t>(S) * D, 0);
-  // The holders of g's experts (x_on, xh) and of a light slot's expert (ycache) are gathered only
-  // when a candidate passes the bound that needs neither; gathers of x count in their own scratch, so
-  // the counts of y stay intact. The results are those of gathering everything first.
-  std::vector<int>& xcount = sc.xcount;
-  if (xcount.size() < static_cast<size_t>(D)) xcount.resize(D, 0);
-  std::vector<char> x_ready(S, 0);
+  if (sc.xcount.size() < static_cast<size_t>(D)) sc.xcount.resize(D, 0);
+  x_ready.assign(S, 0);
   for (int sp = 0; sp < S; ++sp) xh[sp].gpus = {};
-  auto gather_x = [&](int sp) {
-    xh[sp].by_value.clear();
-    const int x = st.phy2log()[g * S + sp];
-    const double tx = st.expert_load(x), rx = st.count(x);
-    const double dx = tx / rx - tx / (rx + 1);
-    gather(st, x, xcount, xh[sp]);
-    for (const auto& [k, c] : xh[sp].gpus) x_on[static_cast<size_t>(sp) * D + k] = c;
-    const Multiples minus_dx(dx, true);
-    for (size_t i = 0; i < xh[sp].gpus.size(); ++i) {
-      const auto [k, c] = xh[sp].gpus[i];
-      xh[sp].by_value.push({st.load(k) + minus_dx(c), static_cast<int>(i)});
-    }
-    xh[sp].by_value.done();
-    x_ready[sp] = 1;
-  };
   st.lightest(16, sc.light_rewrite);
-  // Per distinct expert y of the light slots (a search meets few of them, each on several light GPUs:
-  // 8 in 63 on average at 1,024 nodes), gathered once: its holders, and per slot sp of g the two
-  // largest loads a holder reaches when the rewrite gives g's expert x one more replica (holders of x
-  // shed dx per replica of x, holders of y gain dy per replica of y). For a light GPU h the only
-  // holder that differs is h itself (one replica of y fewer), so the largest over the holders is the
-  // larger of h's own value and the largest of the others: the same maximum the loop over every
-  // holder found for each light slot again.
-  std::vector<YHolders>& ycache = sc.ycache;
-  size_t ycached = 0;
-  auto entry_of = [&](int y, double dy) -> YHolders& {
-    for (size_t i = 0; i < ycached; ++i)
-      if (ycache[i].y == y) return ycache[i];
-    if (ycached == ycache.size()) ycache.emplace_back();
-    YHolders& en = ycache[ycached++];
-    en.y = y;
-    en.dy = dy;
-    en.dys = Multiples(dy);
-    gather(st, y, count, ys);
-    en.gpus = ys.gpus;
-    en.top.assign(static_cast<size_t>(S), {});
-    en.leads = 0;
-    for (size_t i = 0; i < en.gpus.size(); ++i) {
-      const auto [k, c] = en.gpus[i];
-      const std::pair<double, int> item{st.load(k) + en.dys(c), static_cast<int>(i)};
-      int at = en.leads < 3 ? en.leads++ : 3;
-      while (at > 0 && item.first > en.lead[at - 1].first) {
-        if (at < 3) en.lead[at] = en.lead[at - 1];
-        --at;
-      }
-      if (at < 3) en.lead[at] = item;
-    }
-    return en;
-  };
-  // The two largest over y's holders k of (k without x: its load plus its y changes; with x: also its x changes), for
-  // g's slot sp (x_on of sp gathered). Only the two values are used, as the largest over the holders other than a
-  // light GPU h (v1 when k1 is not h, else v2). No x change raises a holder's value (the sums round monotonically),
-  // so when the three leading holders (YHolders::lead) leave a second value no smaller than the third lead's value
-  // without x, no other holder can change the two: one pass over y's holders per search instead of one per slot of g.
-  // Otherwise every holder is evaluated, as before.
-  auto tops_of = [&](YHolders& en, int sp, double dx) -> const YHolders::Top& {
-    YHolders::Top& t = en.top[static_cast<size_t>(sp)];
-    if (t.made) return t;
-    const int* on = x_on.data() + static_cast<size_t>(sp) * D;
-    const Multiples minus_dx(dx, true);
-    auto visit = [&](int k, int c, double v0) {
-      const double v = on[k] == 0 ? v0 : st.load(k) + add_times(minus_dx(on[k]), en.dy, c);
-      if (t.k1 < 0 || v > t.v1) {
-        t.v2 = t.v1, t.k2 = t.k1;
-        t.v1 = v, t.k1 = k;
-      } else if (t.k2 < 0 || v > t.v2) {
-        t.v2 = v, t.k2 = k;
-      }
-    };
-    for (int i = 0; i < en.leads; ++i) {
-      const auto [k, c] = en.gpus[static_cast<size_t>(en.lead[i].second)];
-      visit(k, c, en.lead[i].first);
-    }
-    const bool settled = en.gpus.size() <= 3 || (t.k2 >= 0 && t.v2 >= en.lead[2].first);
-    if (!settled) {
-      t = YHolders::Top{};
-      for (const auto& [k, c] : en.gpus) visit(k, c, st.load(k) + en.dys(c));
-    }
-    t.made = true;
-    return t;
-  };
+  ycached = 0;
   for (const int h : sc.light_rewrite) {
     if (h == g) continue;
     for (int sq = 0; sq < S; ++sq) {
@@ -859,7 +866,7 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
         double worst = st.load(h) - ty / ry + tx / (rx + 1) + add_times(sub_times(0.0, dx, x_on_h), dy, cy_h);
         if (worst >= best) continue;  // the holders below only raise it: consider() would refuse it
         if (!x_ready[sp]) gather_x(sp);
-        YHolders& en = entry_of(y, dy);
+        YHolders& en = y_holders(y, dy);
         const YHolders::Top& t = tops_of(en, sp, dx);
         // h itself, with cy_h replicas of y left, and the largest other holder.
         const int on_h = x_on[static_cast<size_t>(sp) * D + h];
