@@ -50,6 +50,7 @@ step() {
     [ "$name" = pecsave ] && rm -rf "$o/pecstore"
     rm -rf "${o:?}/$name"
   fi
+  sync  # the previous step's dirty pages written first: no step pays for another's write-back
   /usr/bin/time -f '%e %U %S %M' -o "$work/log/$tag/$name.time" "$@" > /dev/null 2> "$work/log/$tag/$name.err" || {
     echo "$tag $name failed: $(cat "$work/log/$tag/$name.err")" >&2; exit 1; }
   t=$(tail -1 "$work/log/$tag/$name.time")
