@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Before/after check for refactors that must not change behaviour (issue 21): runs the same
 # conversions with the tools of two builds and requires byte-identical outputs.
-#   * every case of the load matrix (tests/load/fixtures.py --full): ucp-union of the source, ucp-load
+#   * every case of the load matrix (tests/reshard/fixtures.py --full): ucp-union of the source, ucp-load
 #     of that universal checkpoint to the case's target layout;
 #   * ucp-extract under `mpirun -np 2` + ucp-union on two of them (when mpirun is on PATH);
 #   * the demo's GPT checkpoint (scripts/demo.sh's layout) through ucp-union and ucp-load;
@@ -16,7 +16,7 @@ work=${3:-$(mktemp -d /tmp/ucpkit-same.XXXXXX)}
 py=/usr/bin/python3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$work"
-$py "$root/tests/load/fixtures.py" "$work/fx" --full > /dev/null || exit 1
+$py "$root/tests/reshard/fixtures.py" "$work/fx" --full > /dev/null || exit 1
 rm -rf "$work/gen"; mkdir -p "$work/gen"
 $py "$root/tests/generator/gen_ds_checkpoint.py" --output "$work/gen/demo" --model gpt --tp 2 --pp 2 --dp 2 --zero 1 \
   --dtype bf16 --layers 4 --hidden 64 --heads 4 --ffn 256 --vocab 250 --seq 32 --seed 1 > /dev/null 2>&1 || exit 1

@@ -3,7 +3,7 @@
 # environment's torch 2.15 (scripts/frameworks/setup.sh; no root, no chroot):
 #
 #   scripts/dcp_load_verify.sh [BUILD]   # BUILD: a build folder or an install prefix with bin/ (default ./build)
-#   FIXTURES=... scripts/dcp_load_verify.sh BUILD   # default BUILD/fixtures/load, else ./build/fixtures/load
+#   FIXTURES=... scripts/dcp_load_verify.sh BUILD   # default BUILD/fixtures/reshard, else ./build/fixtures/reshard
 #   FRAMEWORKS_PY=/path/to/python scripts/dcp_load_verify.sh BUILD  # another interpreter with torch >= 2.4
 #   TRIXIE=/opt/trixie scripts/dcp_load_verify.sh BUILD             # the older line, as root (below)
 #
@@ -11,7 +11,7 @@
 # TRIXIE=... keeps the old path: torch 2.6 (Debian trixie's python3-torch) in the chroot that
 # ../shared/tools/torch2-env.sh builds (an older torch reading the .metadata we write).
 #
-# 1. ucp-union turns every dsgen load fixture (FIXTURES/*/src, made by ctest's fixtures_load: GPT,
+# 1. ucp-union turns every dsgen load fixture (FIXTURES/*/src, made by ctest's fixtures_reshard: GPT,
 #    pipeline, ZeRO-3 flat, fp16, native MoE, Llama BF16_Optimizer) into a universal folder; ucp-load
 #    --format dcp writes each fp32 whole (one rank), and the GPT one also as fp32 rows (--world-size 2:
 #    FSDP2's Shard(0)) and bf16 whole, and those DCP folders re-chunked by ucp-load --input <DCP>
@@ -28,9 +28,9 @@
 set -e
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${1:-${BUILD:-$HERE/build}}" && pwd)
-FIXTURES=${FIXTURES:-$BUILD/fixtures/load}
-[ -d "$FIXTURES" ] || FIXTURES=$HERE/build/fixtures/load
-ls "$FIXTURES"/*/src >/dev/null 2>&1 || { echo "no load fixtures in $FIXTURES (ctest -R fixtures_load makes them)"; exit 1; }
+FIXTURES=${FIXTURES:-$BUILD/fixtures/reshard}
+[ -d "$FIXTURES" ] || FIXTURES=$HERE/build/fixtures/reshard
+ls "$FIXTURES"/*/src >/dev/null 2>&1 || { echo "no load fixtures in $FIXTURES (ctest -R fixtures_reshard makes them)"; exit 1; }
 BIN=$BUILD/bin
 . "$HERE/scripts/frameworks/env.sh"
 frameworks_lab "$HERE" dcpload

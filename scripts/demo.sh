@@ -49,14 +49,14 @@ step "3. ucp-extract (map) -> $work/fragments, ucp-union (reduce) -> $work/unive
 rm -rf "$work/fragments" "$work/universal"
 "$bin/ucp-extract" --input "$work/source" --output "$work/fragments" -q
 "$bin/ucp-union" --input "$work/fragments" --output "$work/universal" --json | tee "$work/union.json"
-$py "$root/tests/ucp/check_universal.py" "$work/universal" "$work/source"
+$py "$root/tests/to_universal/check_universal.py" "$work/universal" "$work/source"
 
 step "4. ucp-load -> TP=1 PP=1 DP=4 ZeRO-1 in $work/target, then back to universal, ucp-diff"
 rm -rf "$work/target" "$work/universal2"
 "$bin/ucp-load" --input "$work/universal" --output "$work/target" --tp 1 --pp 1 --dp 4 --zero-stage 1 --json
 "$bin/ucp-union" --input "$work/target" --output "$work/universal2" -q
 # Same atomic tensors bit for bit (the layout-describing optimizer_state.pt and model copies differ).
-$py "$root/tests/load/same_universal.py" "$work/universal" "$work/universal2"
+$py "$root/tests/reshard/same_universal.py" "$work/universal" "$work/universal2"
 if have ucp-diff; then
   "$bin/ucp-diff" "$work/universal" "$work/universal2"
 else

@@ -47,7 +47,7 @@ fi
   --dtype bf16 --layers 2 --hidden 32 --heads 4 --ffn 64 --vocab 96 --seq 16 --seed 3 >/dev/null
 ucp-union -q --input ck --output universal || fail "/usr/bin/ucp-union"
 ucp-load -q --input universal --output target --tp 1 --pp 1 --dp 1 --zero-stage 1 || fail "/usr/bin/ucp-load"
-/usr/bin/python3 "$root/tests/ucp/check_universal.py" universal ck >/dev/null || fail "ucp-union from /usr/bin: wrong output"
+/usr/bin/python3 "$root/tests/to_universal/check_universal.py" universal ck >/dev/null || fail "ucp-union from /usr/bin: wrong output"
 # Without the ucpkit-gpu package, --device cuda says so in one line, exit 1.
 set +e
 err=$(ucp-load --device cuda --input universal --tp 1 --pp 1 --dp 1 --zero-stage 1 2>&1 >/dev/null)

@@ -1,11 +1,11 @@
 #!/bin/bash
-# ucp-load's direct mode (issue 18) over the full round-trip matrix (tests/load/cases.py FULL, the
+# ucp-load's direct mode (issue 18) over the full round-trip matrix (tests/reshard/cases.py FULL, the
 # cases of scripts/test_load_matrix.sh): for every case the target written straight from the native
 # source (`ucp-load --input <source>`) must equal, byte for byte, the two-step target (ucp-union, then
 # ucp-load from the universal checkpoint), in one process and under mpirun -np 2 and -np 3 (the
 # exchange; -np 3 with batches smaller than a layer). The -np 2 run also computes the universal
 # checksums on the way and compares them with the two-step universal manifest (--verify-against).
-# `--plan` is checked by tests/load/check_direct_plan.py against the universal tensors and the
+# `--plan` is checked by tests/reshard/check_direct_plan.py against the universal tensors and the
 # one-process target's bytes.
 # Usage: scripts/test_direct_matrix.sh [build_dir] [work_dir]   (MATRIX_MPI=0: one process only;
 # CASES='name ...': only these cases)
@@ -17,7 +17,7 @@ PY=/usr/bin/python3
 BIN=$BUILD/bin
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$WORK"
-[ -f "$WORK/fx/cases.json" ] || $PY "$ROOT/tests/load/fixtures.py" "$WORK/fx" --full || exit 1
+[ -f "$WORK/fx/cases.json" ] || $PY "$ROOT/tests/reshard/fixtures.py" "$WORK/fx" --full || exit 1
 MPI=${MATRIX_MPI:-1}
 command -v mpirun > /dev/null || MPI=0
 pass=0; fail=0
@@ -33,7 +33,7 @@ while IFS=$'\t' read -r name args; do
   [ $ok = 1 ] && { diff -r "$d/two" "$d/direct1" >>"$d/log" 2>&1 || { echo "direct1 differs" >>"$d/log"; ok=0; }; }
   # --plan: source runs against the universal tensors, source -> target copies against direct1's bytes.
   [ $ok = 1 ] && { "$BIN/ucp-load" -q --plan --input "$src" $args >"$d/plan.json" 2>>"$d/log" &&
-    $PY "$ROOT/tests/load/check_direct_plan.py" "$d/plan.json" "$d/u1" "$d/direct1" >>"$d/log" 2>&1 ||
+    $PY "$ROOT/tests/reshard/check_direct_plan.py" "$d/plan.json" "$d/u1" "$d/direct1" >>"$d/log" 2>&1 ||
     { echo "--plan check failed" >>"$d/log"; ok=0; }; }
   if [ $ok = 1 ] && [ "$MPI" = 1 ]; then
     timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 "$BIN/ucp-load" -q --input "$src" \

@@ -78,9 +78,9 @@ submit elastic "$ex/elastic_resume.sbatch" || fail "elastic resume exited $?"
 [ -f "$work/gpt_dp3/latest" ] || fail "no converted checkpoint"
 if [ -f "$work/gpt_dp3/latest" ]; then
   "$UCPKIT_BIN/ucp-union" -q --input "$work/gpt_dp3" --output "$work/gpt_dp3_universal" &&
-    $py "$root/tests/load/same_universal.py" "$work/gpt/global_step200_universal" "$work/gpt_dp3_universal" ||
+    $py "$root/tests/reshard/same_universal.py" "$work/gpt/global_step200_universal" "$work/gpt_dp3_universal" ||
     fail "the DP 3 checkpoint is not the source's model and optimizer state bit for bit"
-  $py "$root/tests/ucp/check_universal.py" "$work/gpt/global_step200_universal" "$work/gpt" ||
+  $py "$root/tests/to_universal/check_universal.py" "$work/gpt/global_step200_universal" "$work/gpt" ||
     fail "the universal checkpoint differs from the generator's truth"
   ls "$work/gpt_dp3/global_step200" | grep -c zero_pp_rank | grep -qx 3 || fail "expected 3 ZeRO shards"
 fi
@@ -105,18 +105,18 @@ out=$work/moe16_world4/global_step30
 grep -q "dtype fp16" "$work/elastic-moe.out" || fail "the job log does not say fp16 was taken from the source"
 [ "$(ls "$out" | grep -c '^expp_rank_')" = 4 ] || fail "expected EP 4 (4 expp_rank files) in $out"
 [ "$(ls "$out" | grep -c '^zero_pp_rank_')" = 4 ] || fail "expected 4 fp16 ZeRO shards (zero_pp_rank_*, no bf16_) in $out"
-[ "$($py "$root/tests/load/target_dtypes.py" "$out")" = torch.float16 ] || fail "the weights in $out are not fp16"
+[ "$($py "$root/tests/reshard/target_dtypes.py" "$out")" = torch.float16 ] || fail "the weights in $out are not fp16"
 "$UCPKIT_BIN/ucp-union" -q --input "$work/moe16_world4" --output "$work/moe16_world4_universal" &&
-  $py "$root/tests/load/same_universal.py" "$work/moe16/global_step30_universal" "$work/moe16_world4_universal" ||
+  $py "$root/tests/reshard/same_universal.py" "$work/moe16/global_step30_universal" "$work/moe16_world4_universal" ||
   fail "the EP 4 checkpoint is not the source's model and optimizer state bit for bit"
 
 step "2. between runs: universal + safetensors under mpirun -np 2"
 rm -rf "$work/gpt/global_step200_universal"
 CKPT_DIR=$work/gpt submit between "$ex/between_runs.sbatch" || fail "between-runs exited $?"
 grep -q "mpirun -np 2" "$work/between.out" || fail "the conversion did not run on both tasks"
-$py "$root/tests/ucp/check_universal.py" "$work/gpt/global_step200_universal" "$work/gpt" ||
+$py "$root/tests/to_universal/check_universal.py" "$work/gpt/global_step200_universal" "$work/gpt" ||
   fail "universal checkpoint differs from the truth"
-$py "$root/tests/load/read_safetensors.py" "$work/gpt/global_step200_safetensors" "$work/gpt/global_step200_universal" bf16 ||
+$py "$root/tests/reshard/read_safetensors.py" "$work/gpt/global_step200_safetensors" "$work/gpt/global_step200_universal" bf16 ||
   fail "safetensors export differs from the universal checkpoint"
 
 step "3. partial expert checkpoints: pec-save per tag (twice: idempotent), pec-restore as the restart hook"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Full UCP matrix: generates checkpoints in many layouts (tests/generator/gen_ds_checkpoint.py), converts
 # each with ucp-union (one-step) and with ucp-extract + ucp-union (two-step, a subset), and checks
-# the output bit for bit against the ground truth (tests/ucp/check_universal.py).
+# the output bit for bit against the ground truth (tests/to_universal/check_universal.py).
 # Usage: scripts/test_ucp_matrix.sh [build_dir] [work_dir]
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -60,7 +60,7 @@ for c in "${cases[@]}"; do
   fi
   ok=1
   "$bin/ucp-union" -q --input "$dir/ckpt" --output "$dir/universal" "${extra[@]}" || ok=0
-  [ $ok = 1 ] && { $py "$root/tests/ucp/check_universal.py" "$dir/universal" "$dir/ckpt" >"$dir/check.txt" || ok=0; }
+  [ $ok = 1 ] && { $py "$root/tests/to_universal/check_universal.py" "$dir/universal" "$dir/ckpt" >"$dir/check.txt" || ok=0; }
   # Two-step mode on every third case; every other one of those extracts under `mpirun -np 2`.
   if [ $ok = 1 ] && [ $(( (pass + fail) % 3 )) = 0 ]; then
     mkdir -p "$dir/two"
@@ -70,7 +70,7 @@ for c in "${cases[@]}"; do
     fi
     "${launch[@]}" "$bin/ucp-extract" -q --input "$dir/ckpt" --output "$dir/work" "${extra[@]}" &&
       "$bin/ucp-union" -q --input "$dir/work" --output "$dir/two/universal" &&
-      $py "$root/tests/ucp/check_universal.py" "$dir/two/universal" "$dir/ckpt" >>"$dir/check.txt" || ok=0
+      $py "$root/tests/to_universal/check_universal.py" "$dir/two/universal" "$dir/ckpt" >>"$dir/check.txt" || ok=0
   fi
   if [ $ok = 1 ]; then pass=$((pass+1)); echo "PASS $name"; else fail=$((fail+1)); failed+=("$name"); echo "FAIL $name"; cat "$dir/check.txt" 2>/dev/null | head -5; fi
 done

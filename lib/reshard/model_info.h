@@ -126,7 +126,7 @@ ModelInfo model_info_from(const UniversalMeta& meta);
 UniversalMeta read_universal_meta(const std::string& universal_dir);
 ModelInfo read_model_info(const UniversalMeta& meta);
 
-// Steps of model_info_from that read no file (tests/load/model_info_test.cpp).
+// Steps of model_info_from that read no file (tests/reshard/model_info_test.cpp).
 // The source-layout fields, the pattern set and the model files (their count checked against the
 // source layout).
 ModelInfo source_model_info(const UniversalMeta& meta, const formats::universal::UniversalSource& src);

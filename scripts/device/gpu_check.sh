@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check of ucp-load --device cuda (issue: GPU path), run on the lent GPU machine through the
 # device tool, from the repository root, with a trimmed build carried as .devbuild/ (made here by
-# scripts/device/pack.sh: binaries, libucpkit, test_load, its fixtures, the Debian runtime libraries).
+# scripts/device/pack.sh: binaries, libucpkit, test_reshard, its fixtures, the Debian runtime libraries).
 #   scripts/device/gpu_check.sh [layers] [hidden]     (writes its log and results under $OUT)
 # Steps: probe; real torch 2.x fixtures; the GPU gtest; a >= 2 GB checkpoint generated with the
 # machine's torch 2.x -> ucp-union -> ucp-load on CPU and --device cuda per DP rank (GB/s vs pinned
@@ -30,7 +30,7 @@ step "real torch 2.x fixtures"
 python3 scripts/device/torch2_fixtures.py "$OUT/torch2" && tar -C "$OUT" -czf "$OUT/torch2.tar.gz" torch2 && rm -rf "$OUT/torch2"
 
 step "GPU gtest (LoadDevice.*)"
-"$root/build/tests/test_load" --gtest_filter='LoadDevice.*' > "$OUT/gtest.txt" 2>&1; grep -E "^\[|Failure|Expected|Which is|error" "$OUT/gtest.txt" | head -40
+"$root/build/tests/test_reshard" --gtest_filter='LoadDevice.*' > "$OUT/gtest.txt" 2>&1; grep -E "^\[|Failure|Expected|Which is|error" "$OUT/gtest.txt" | head -40
 
 step "generate a checkpoint with torch $(python3 -c 'import torch; print(torch.__version__)') (layers $layers, hidden $hidden)"
 W=/tmp/gpuw; rm -rf $W; mkdir -p $W

@@ -4,7 +4,7 @@
 # (train_moe_tutorial.py --resume, world = target DP), then
 #   * compare_loaded.py: the weights every rank holds equal the source run's (truth/), bit for bit;
 #   * the engine's own save of what it loaded, through ucp-union, equals the source's universal folder
-#     byte for byte (tests/load/same_universal.py, both ways): fp32, exp_avg, exp_avg_sq and step.
+#     byte for byte (tests/reshard/same_universal.py, both ways): fp32, exp_avg, exp_avg_sq and step.
 # Then the same for a pec-restore output (the end of this file).
 # Usage: DS_SRC=<DeepSpeed v0.14.5 source tree, with version.txt> scripts/ds_engine/resume_check.sh BUILD_DIR WORK_DIR
 set -euo pipefail
@@ -29,8 +29,8 @@ for cfg in "4 4 1" "4 2 1" "4 4 2" "2 2 2"; do
     2>&1 | grep '^train_moe_tutorial'
   $py "$here/compare_loaded.py" "r_$n" "$fixture"
   "$bin/ucp-union" -q --input "r_$n/resaved" --output "r_${n}_u" 2>/dev/null
-  $py "$repo/tests/load/same_universal.py" u1 "r_${n}_u"
-  $py "$repo/tests/load/same_universal.py" "r_${n}_u" u1
+  $py "$repo/tests/reshard/same_universal.py" u1 "r_${n}_u"
+  $py "$repo/tests/reshard/same_universal.py" "r_${n}_u" u1
   echo "resume_check: $n ok"
 done
 # PEC: the run's chain (steps 1, 2 and the fixture's 3) stored with K = 1, step 3 restored (experts
@@ -45,6 +45,6 @@ $py -c "import json, sys; print('pec-restore: experts from steps', sorted({e['re
 $py "$here/train_moe_tutorial.py" r_pec --steps 1 --port $((port + 1)) --resume pec_out 2>&1 | grep '^train_moe_tutorial'
 "$bin/ucp-union" -q --input pec_out --output pec_u 2>/dev/null
 "$bin/ucp-union" -q --input r_pec/resaved --output r_pec_u 2>/dev/null
-$py "$repo/tests/load/same_universal.py" pec_u r_pec_u
-$py "$repo/tests/load/same_universal.py" r_pec_u pec_u
+$py "$repo/tests/reshard/same_universal.py" pec_u r_pec_u
+$py "$repo/tests/reshard/same_universal.py" r_pec_u pec_u
 echo "resume_check: pec-restore ok"

@@ -26,7 +26,7 @@ trixie=${TRIXIE:-/opt/trixie}
 work=$trixie/lab/ds_engine_resume  # both lines work here; the chroot sees it as /lab/ds_engine_resume
 mkdir -p "$work"
 cp "$here"/*.py "$work/"
-state=$repo/tests/load/engine_state.py
+state=$repo/tests/reshard/engine_state.py
 py=/usr/bin/python3
 port=29800
 

@@ -18,7 +18,7 @@ Usage:
   DS_SRC=... train_engine.py OUT2 --kind dense --world 4 --resume CKPT [--universal]      (load, record, train on)
 --resume loads CKPT (native; with --universal DeepSpeed's own universal path: "checkpoint":
 {"load_universal": true}, CKPT/latest_universal), writes OUT2/loaded/state_rank<R>.pt, trains --after steps (1)
-and writes OUT2/after/state_rank<R>.pt; compare two such records with tests/load/engine_state.py same.
+and writes OUT2/after/state_rank<R>.pt; compare two such records with tests/reshard/engine_state.py same.
   DS_SRC=... train_engine.py OUT --kind pipe --pp P --world P --partition-method M --parts
                                   (DeepSpeed's own PipelineModule partition, one JSON line; nothing trained)
 Every rank writes OUT/<truth|loaded|after>/state_rank<R>.pt: {"step": Adam's step, "global_steps": engine's,

@@ -11,7 +11,7 @@ Usage: DS_SRC=... train_moe_tutorial.py OUT_DIR [--world 2] [--ep 2] [--zero 1] 
 Resume check (ucp-load's output in the engine): train_moe_tutorial.py OUT2 --world 4 --ep 4 --resume <ucp-load out>
 then compare OUT2/loaded/weights_rank*.pt with the source's truth/ (compare_loaded.py), and ucp-union of
 OUT2/resaved (the engine's own save of what it loaded, before training on) with the source's universal folder
-(tests/load/same_universal.py): the whole engine state, optimizer moments included."""
+(tests/reshard/same_universal.py): the whole engine state, optimizer moments included."""
 import argparse
 import json
 import os

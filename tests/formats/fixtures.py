@@ -1,6 +1,6 @@
 """Checkpoints the formats/ model tests read (tests/formats/deepspeed/*_test.cpp): every native-MoE
 DeepSpeed version line, dense Megatron-DeepSpeed ones of each flavour (pipeline layer files, GPU
-storage tags, ZeRO-3, BF16_Optimizer), made by dsgen as tests/load/fixtures.py makes them, and AutoEP
+storage tags, ZeRO-3, BF16_Optimizer), made by dsgen as tests/reshard/fixtures.py makes them, and AutoEP
 under ZeRO-1 and ZeRO-3 (dsgen/autoep.py, torch.save itself, as tests/autoep/fixtures.py).
 Usage: /usr/bin/python3 tests/formats/fixtures.py <outdir>   (writes <outdir>/<name>/global_step*)"""
 import importlib.util
@@ -8,9 +8,9 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-LOAD = os.path.join(HERE, "..", "load")
+LOAD = os.path.join(HERE, "..", "reshard")
 sys.path.insert(0, LOAD)
-import cases  # noqa: E402  (tests/load/cases.py: the model and layout vocabulary)
+import cases  # noqa: E402  (tests/reshard/cases.py: the model and layout vocabulary)
 sys.path.insert(0, os.path.join(HERE, "..", "generator"))
 from dsgen import autoep  # noqa: E402
 

@@ -80,8 +80,8 @@ unshare -m --propagation private bash "$work/run.sh" "$prefix" "$build" "$src" "
   fail "the run from the prefix failed (above)"
 
 # The conversions' results, checked with the test suite's own checkers.
-/usr/bin/python3 "$src/tests/ucp/check_universal.py" "$work/universal" "$work/ck" >"$work/check.log" 2>&1 ||
+/usr/bin/python3 "$src/tests/to_universal/check_universal.py" "$work/universal" "$work/ck" >"$work/check.log" 2>&1 ||
   fail "universal checkpoint from the installed ucp-union differs from the generator's truth: $(tail -3 "$work/check.log")"
-/usr/bin/python3 "$src/tests/load/same_universal.py" "$work/universal" "$work/back/universal" ||
+/usr/bin/python3 "$src/tests/reshard/same_universal.py" "$work/universal" "$work/back/universal" ||
   fail "ucp-load from the prefix did not keep the atomic tensors"
 echo "install_test: ok (${#tools[@]} tools from $prefix, build tree unreachable)"

@@ -1,4 +1,4 @@
-"""Independent reader for tests/io/pickler_test.cpp: loads a pickle written by ucpkit's pickler with
+"""Independent reader for tests/io/pickle/pickler_test.cpp: loads a pickle written by ucpkit's pickler with
 Python's own pickle module (or, with --torch, a torch.save file with torch.load) as `x`, then
 evaluates every line of <checks> (a Python expression that must be true, e.g. `x['a'] is x['b']`).
 Exit 0: all true; 1: the false ones printed; 2: the file could not be loaded.

@@ -71,7 +71,7 @@ def tokens(out):
 
 def generator_digest():
     """This script and the generator's sources (tests/generator/dsgen): a build folder outlives changes to either,
-    and fixtures made by another version of them are made again (as tests/load/fixtures.py does)."""
+    and fixtures made by another version of them are made again (as tests/reshard/fixtures.py does)."""
     h = hashlib.sha256()
     with open(os.path.abspath(__file__), "rb") as f:
         h.update(b"fixtures.py\0" + f.read())

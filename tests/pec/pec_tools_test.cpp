@@ -186,7 +186,7 @@ TEST(PecTools, EveryDeepSpeedVersionLineRestoresBitExactAndConverts) {
 }
 
 // pec-restore --ds-version: the 0.14 chain's step restored as every other line (then back as 0.14
-// from a 0.19.5 checkpoint): laid out as that line (tests/load/check_moe_line.py), param_shapes as the
+// from a 0.19.5 checkpoint): laid out as that line (tests/reshard/check_moe_line.py), param_shapes as the
 // generator writes them for that line, and ucp-union gives the same atomics as from the source.
 TEST(PecTools, RestoreAsAnotherDeepSpeedVersionLine) {
   const std::string d = scratch("ds_version");
@@ -194,7 +194,7 @@ TEST(PecTools, RestoreAsAnotherDeepSpeedVersionLine) {
   ASSERT_EQ(save(ckpt("line0.19.5", 100), d + "/store95", 100, "--policy sequential --k 4 --tokens " + tokens(100)), 0);
   ASSERT_EQ(run_logged(kBin + "/ucp-union -q --input " + ckpt("ds", 100) + " --output " + d + "/u_src"), 0);
   ASSERT_EQ(run_logged(kBin + "/ucp-union -q --input " + ckpt("line0.19.5", 100) + " --output " + d + "/u_src95"), 0);
-  std::string check = std::string(UCPKIT_PYTHON) + " " + UCPKIT_SOURCE_DIR + "/tests/load/check_moe_line.py";
+  std::string check = std::string(UCPKIT_PYTHON) + " " + UCPKIT_SOURCE_DIR + "/tests/reshard/check_moe_line.py";
   const std::string meta = ckpt("ds", 100) + "/truth/meta.json";
   for (std::string line : {"0.17.1", "0.19.2", "0.19.3", "0.19.5", "0.14"}) {
     SCOPED_TRACE(line);

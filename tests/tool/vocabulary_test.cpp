@@ -99,7 +99,7 @@ TEST(Vocabulary, EveryToolPrintsTheJsonEnvelopeFirst) {
 
 TEST(Vocabulary, JsonCountsAreTrue) {
   Work w("counts");
-  // files_written and bytes_written: what the output folder holds (ucp-load's: tests/load/defaults_test.cpp)
+  // files_written and bytes_written: what the output folder holds (ucp-load's: tests/reshard/defaults_test.cpp)
   for (const auto& [tool, input] : std::vector<std::pair<std::string, std::string>>{
            {"ucp-extract", "gpt"}, {"ucp-union", "gpt"}, {"ucp-union", "moe"}, {"ucp-union", "work"}}) {
     SCOPED_TRACE(tool + " " + input);

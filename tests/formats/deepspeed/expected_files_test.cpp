@@ -2,7 +2,7 @@
 // spelled out here name by name as DeepSpeed's save code names them (engine.py _get_ckpt_name,
 // _get_zero_ckpt_name, _get_expert_ckpt_name, _get_optimizer_ckpt_name; PipelineModule.ckpt_layer_path).
 // The end-to-end check (ucp-load writes exactly this list and reports its length) is
-// tests/load/written_files_test.cpp.
+// tests/reshard/written_files_test.cpp.
 #include <gtest/gtest.h>
 
 #include <map>

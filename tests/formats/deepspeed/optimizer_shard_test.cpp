@@ -81,7 +81,7 @@ bool same(const ValuePtr& a, const ValuePtr& b) {
 
 std::vector<std::string> fixture_shards(std::vector<std::string>* missing) {
   std::vector<std::string> out;
-  for (const char* area : {"load", "ucp", "autoep", "pec"}) {
+  for (const char* area : {"reshard", "to_universal", "autoep", "pec"}) {
     const fs::path dir = fs::path(UCPKIT_BUILD_DIR) / "fixtures" / area;
     if (!fs::is_directory(dir)) {
       missing->push_back(area);

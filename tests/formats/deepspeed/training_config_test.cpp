@@ -1,5 +1,5 @@
 // formats/deepspeed/training_config against what tests/formats/fixtures.py asked dsgen to write (the
-// layouts and model sizes of tests/load/cases.py): precision and ZeRO stage from the saved ds_config,
+// layouts and model sizes of tests/reshard/cases.py): precision and ZeRO stage from the saved ds_config,
 // Megatron's sizes from args, BF16_Optimizer state told apart from ZeRO's.
 #include <gtest/gtest.h>
 
@@ -52,7 +52,7 @@ TEST(TrainingConfig, PrecisionAndStageFromTheSavedDsConfig) {
 }
 
 TEST(TrainingConfig, MegatronSizesFromArgs) {
-  // tests/load/cases.py: GPT hidden 32, heads 4, kv_heads 4, ffn 64; LLAMA kv_heads 2.
+  // tests/reshard/cases.py: GPT hidden 32, heads 4, kv_heads 4, ffn 64; LLAMA kv_heads 2.
   auto gpt = ds::megatron_sizes(first_model_root("gpt_tp2dp2_z2_fp16"));
   EXPECT_EQ(gpt.hidden, 32);
   EXPECT_EQ(gpt.heads, 4);

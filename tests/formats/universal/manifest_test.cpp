@@ -1,6 +1,6 @@
 // formats/universal/manifest: the universal checkpoint's manifest.json as one struct. The fixtures in
 // tests/formats/universal/data/ are manifests that ucp-union wrote before the struct existed (main at e20e28a,
-// on tests/load/fixtures.py, tests/autoep/fixtures.py and tests/generator/gen_ds_checkpoint.py --model dsmoe
+// on tests/reshard/fixtures.py, tests/autoep/fixtures.py and tests/generator/gen_ds_checkpoint.py --model dsmoe
 // checkpoints; see data/README.md): reading and writing them back must give the same bytes, and
 // every typed field must be the one in the raw JSON.
 #include <gtest/gtest.h>

@@ -25,7 +25,7 @@
 #include "formats/universal/manifest.h"
 #include "formats/universal/state_file.h"
 #include "io/torch/torch_file.h"
-#include "load/universal_fixture.h"
+#include "reshard/universal_fixture.h"
 #include "reshard/universal_reader.h"
 #include "support/process.h"
 

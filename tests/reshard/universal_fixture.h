@@ -1,5 +1,5 @@
 // A universal checkpoint for the writer unit tests: ucp-union of a load fixture's dsgen source
-// (tests/load/fixtures.py), made once per test process, with the paths of the generator's ground
+// (tests/reshard/fixtures.py), made once per test process, with the paths of the generator's ground
 // truth beside it.
 #pragma once
 #include <gtest/gtest.h>
@@ -18,7 +18,7 @@ struct UnionedCase {
   std::filesystem::path truth;      // src/truth: meta.json and universal/zero/<name>/<state>.pt
 };
 
-// tests/load/cases.py's first CI case: GPT (tied vocabulary embedding, column / row split and
+// tests/reshard/cases.py's first CI case: GPT (tied vocabulary embedding, column / row split and
 // replicated parameters), source TP 1 DP 2, target TP 2 DP 3 ZeRO-1 bf16.
 inline constexpr const char* kGptCase = "gpt_tp1dp2_to_tp2dp3";
 

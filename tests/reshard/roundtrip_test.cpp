@@ -97,7 +97,7 @@ TEST_P(RoundTrip, UnionLoadUnionIsIdentityAndTargetMatchesGenerator) {
   const auto& s = c["source"];
   if ((t.value("zero", 1) == 3 && t.value("tp", 1) == 1) || (s.value("zero", 1) == 3 && s.value("tp", 1) == 1)) {
     // ds_to_universal's ZeRO-3 TP = 1 form: bare flat tensors, compared element by element.
-    EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/load/same_universal.py " + (dir / "u1").string() + " " +
+    EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/reshard/same_universal.py " + (dir / "u1").string() + " " +
                      (dir / "u2").string(),
                  &out),
               0)
@@ -105,14 +105,14 @@ TEST_P(RoundTrip, UnionLoadUnionIsIdentityAndTargetMatchesGenerator) {
   } else {
     expect_same_universal(dir / "u1", dir / "u2");
   }
-  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/load/compare_target.py " + (dir / "target").string() + " " + ref.string() +
+  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/reshard/compare_target.py " + (dir / "target").string() + " " + ref.string() +
                    " " + (src / "truth").string(),
                &out),
             0)
       << out;
-  // Read as DeepSpeed / Megatron-DeepSpeed read it (tests/load/ds_consumer.py): mp_world_size, layer
+  // Read as DeepSpeed / Megatron-DeepSpeed read it (tests/reshard/ds_consumer.py): mp_world_size, layer
   // files, nested module, positional ZeRO partitions, storage tags.
-  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/load/ds_consumer.py " + (dir / "target").string() + " " +
+  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/reshard/ds_consumer.py " + (dir / "target").string() + " " +
                    (dir / "u1").string() + " " + ref.string() + " " + (src / "truth").string(),
                &out),
             0)
@@ -127,7 +127,7 @@ TEST_P(RoundTrip, UnionLoadUnionIsIdentityAndTargetMatchesGenerator) {
   EXPECT_EQ(sh("diff -r " + (dir / "target").string() + " " + (dir / "exchange").string(), &out), 0) << out;
 }
 
-// One instance per tests/load/cases.py CI entry (the list is known before fixtures.py has run).
+// One instance per tests/reshard/cases.py CI entry (the list is known before fixtures.py has run).
 constexpr int kCiCases = 9;
 INSTANTIATE_TEST_SUITE_P(Ci, RoundTrip, ::testing::Range(0, kCiCases));
 
@@ -237,7 +237,7 @@ TEST(LoadSafetensors, ShardsReadByAnIndependentReader) {
             0)
       << out;
   EXPECT_TRUE(fs::exists(target / "model.safetensors.index.json"));
-  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/load/read_safetensors.py " + target.string() + " " + universal().string() +
+  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/reshard/read_safetensors.py " + target.string() + " " + universal().string() +
                    " bf16",
                &out),
             0)
@@ -570,7 +570,7 @@ TEST(LoadPipelineNumbering, FromPatternFileWithoutRecordElseRefused) {
       << out;
   EXPECT_TRUE(fs::exists(d / "t" / "global_step100" / "layer_01-model_00-model_states.pt"));
   EXPECT_TRUE(fs::exists(d / "t" / "global_step100" / "layer_07-model_01-model_states.pt"));
-  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/load/ds_consumer.py " + (d / "t").string() + " " + (d / "u").string() + " " +
+  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/reshard/ds_consumer.py " + (d / "t").string() + " " + (d / "u").string() + " " +
                    ref.string() + " " + (src / "truth").string(), &out),
             0)
       << out;

@@ -33,7 +33,7 @@ const std::string kBin = std::getenv("UCPKIT_TEST_BIN") ? std::getenv("UCPKIT_TE
 const std::string kSrc = UCPKIT_SOURCE_DIR;
 const std::string kPy = UCPKIT_PYTHON;
 const std::string kEngine = kSrc + "/tests/generator/engine/";
-const std::string kState = kSrc + "/tests/load/engine_state.py";
+const std::string kState = kSrc + "/tests/reshard/engine_state.py";
 
 int sh(const std::string& cmd, std::string* out = nullptr) { return ucpkit::testing::run_command(cmd, out); }
 
@@ -77,7 +77,7 @@ TEST_P(EngineFixture, UnionEqualsTheEngineStateAndLoadsRoundTrip) {
       EXPECT_EQ(out, t.groups);
     }
   }
-  if (!c.targets.empty()) {  // tests/load/same_universal.py both ways for every target, in one process
+  if (!c.targets.empty()) {  // tests/reshard/same_universal.py both ways for every target, in one process
     EXPECT_EQ(sh(cd + kPy + " " + kState + " roundtrip u" + back, &out), 0) << out;
     EXPECT_NE(out.find(std::to_string(c.targets.size()) + " round trips the same\n"), std::string::npos) << out;
   }

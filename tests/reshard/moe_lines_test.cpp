@@ -1,7 +1,7 @@
 // Native DeepSpeed MoE of every DeepSpeed version line (formats/deepspeed/version_line.h): the
 // generator writes each line as DeepSpeed's save code does (tests/generator/dsgen/dsmoe.py); ucp-union
 // must give the ground truth, ucp-load EP 2 -> 4 -> 2 must round-trip bit for bit, and what ucp-load
-// writes must be laid out as the line (checked by tests/load/check_moe_line.py, which reads the files
+// writes must be laid out as the line (checked by tests/reshard/check_moe_line.py, which reads the files
 // the way DeepSpeed's load_moe_state_dict and Megatron's load_state_dict do).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -69,7 +69,7 @@ TEST_P(MoeLine, UnionMatchesTruthAndLoadRoundTripsInTheLinesLayout) {
   std::string out;
   ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + src.string() + " --output " + (dir / "u1").string(), &out), 0) << out;
   EXPECT_EQ(ds_line_of(dir / "u1"), line);
-  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/ucp/check_universal.py " + (dir / "u1").string() + " " + src.string(), &out), 0)
+  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/to_universal/check_universal.py " + (dir / "u1").string() + " " + src.string(), &out), 0)
       << out;
   // EP 2 -> 4 (DP 4), then EP 4 -> 2 (DP 2): each target is the source's line and unions back bit for bit.
   ASSERT_EQ(sh(kBin + "/ucp-load -q --input " + (dir / "u1").string() + " --output " + (dir / "ep4").string() +
@@ -93,7 +93,7 @@ TEST_P(MoeLine, UnionMatchesTruthAndLoadRoundTripsInTheLinesLayout) {
   expect_same_atomics(dir / "u1", dir / "u4");
   // The generator's files and the written folders, read as DeepSpeed and Megatron load them (one
   // Python start): the checker agrees with the generator, and ucp-load's output with both.
-  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/load/check_moe_line.py " + src.string() + " " + line + " 2 " + meta + " " +
+  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/reshard/check_moe_line.py " + src.string() + " " + line + " 2 " + meta + " " +
                    (dir / "ep4").string() + " " + line + " 4 " + meta +
                    " " + (dir / "ep2").string() + " " + line + " 2 " + meta + " " + (dir / "other").string() + " " +
                    other + " 4 " + meta,

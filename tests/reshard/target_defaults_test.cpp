@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "reshard/layout_record.h"
-#include "load/plan_models.h"
+#include "reshard/plan_models.h"
 #include "reshard/target_defaults.h"
 
 using namespace ucpkit;

@@ -1,5 +1,5 @@
 // ucp-extract / ucp-union end to end: bit-exact universal output against the generator's ground
-// truth (checked by tests/ucp/check_universal.py with Python torch), modes that must agree bit for
+// truth (checked by tests/to_universal/check_universal.py with Python torch), modes that must agree bit for
 // bit (one-step, two-step, threads, MPI ranks), and the failure cases of issue 3.
 #include <gtest/gtest.h>
 #include <sys/mount.h>
@@ -47,7 +47,7 @@ fs::path scratch() {
 Result uni(const std::string& args) { return sh(kBin + "/ucp-union -q " + args); }
 
 Result check(const fs::path& out, const std::string& fixture) {
-  return sh(kPython + " " + kSource + "/tests/ucp/check_universal.py " + q(out) + " " + q(fs::path(kFixtures) / fixture));
+  return sh(kPython + " " + kSource + "/tests/to_universal/check_universal.py " + q(out) + " " + q(fs::path(kFixtures) / fixture));
 }
 
 // Copies a fixture checkpoint (without truth) for tests that break it.
@@ -332,7 +332,7 @@ TEST(Ucp, ShippedPatternFiles) {
   for (const auto& f : files) {
     const std::string name = f.stem().string();
     const fs::path ck = fs::path(kFixtures) / "patterns" / name;
-    ASSERT_TRUE(fs::exists(ck)) << "no fixture for shipped pattern file " << f << " (tests/ucp/fixtures.py PATTERN_CASES)";
+    ASSERT_TRUE(fs::exists(ck)) << "no fixture for shipped pattern file " << f << " (tests/to_universal/fixtures.py PATTERN_CASES)";
     fs::create_directories(d / name);
     auto r = uni("--input " + q(ck) + " --output " + q(d / name / "u") + " --patterns " + q(f));
     ASSERT_EQ(r.rc, 0) << name << ": " << r.out;
@@ -340,7 +340,7 @@ TEST(Ucp, ShippedPatternFiles) {
     EXPECT_EQ(m["patterns"]["origin"], f.string()) << name;
     pairs += " " + q(d / name / "u") + " " + q(ck);
   }
-  auto c = sh(kPython + " " + kSource + "/tests/ucp/check_universal.py" + pairs);
+  auto c = sh(kPython + " " + kSource + "/tests/to_universal/check_universal.py" + pairs);
   EXPECT_EQ(c.rc, 0) << c.out;
 }
 

@@ -7,7 +7,7 @@
 // * ucpkit_layout.json records the layout; --reuse-output reuses only a folder recording the same;
 // * --json's files_written is the number of files in the output's tag folder (--ds-version 0.19.5
 //   writes no expp_rank files).
-// Sources: tests/load/defaults_sources.py (tests/generator/dsgen), made once per test process.
+// Sources: tests/reshard/defaults_sources.py (tests/generator/dsgen), made once per test process.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -37,7 +37,7 @@ const fs::path& sources() {
   static const fs::path dir = ucpkit::testing::scratch_dir("load_defaults_sources");
   static std::once_flag once;
   std::call_once(once, [] {
-    const auto r = run_capture(kPy + " " + kSrc + "/tests/load/defaults_sources.py " + quote(dir.string()));
+    const auto r = run_capture(kPy + " " + kSrc + "/tests/reshard/defaults_sources.py " + quote(dir.string()));
     if (r.rc != 0) ADD_FAILURE() << r.out;
   });
   return dir;
@@ -69,7 +69,7 @@ struct Work {
 };
 
 std::string dtypes_of(const fs::path& tag_dir) {
-  const auto r = run_capture(kPy + " " + kSrc + "/tests/load/target_dtypes.py " + quote(tag_dir.string()));
+  const auto r = run_capture(kPy + " " + kSrc + "/tests/reshard/target_dtypes.py " + quote(tag_dir.string()));
   EXPECT_EQ(r.rc, 0) << r.out;
   return r.out;
 }

@@ -12,7 +12,7 @@ read through DeepSpeed's safe_get_full_fp32_param / safe_get_full_optimizer_stat
                                               PREFIX<i>/ (latest names its step) puts on stage s exactly the
                                               layers parts[s] .. parts[s+1]-1 (mp_rank_<s>_model_states.pt's
                                               param_shapes, names <layer>.<param>)
-  engine_state.py roundtrip U V [V ...]        tests/load/same_universal.py U V and V U for every V, in one
+  engine_state.py roundtrip U V [V ...]        tests/reshard/same_universal.py U V and V U for every V, in one
                                               process (its main, unchanged)
 Prints one line; exit 0 = equal."""
 import glob

@@ -2,7 +2,7 @@
 // torch >= 2.0 every fp32_flat_groups entry is a _rebuild_from_type_v2 record carrying {'ds_id': ...},
 // and ucp-union used to stop with "fp32 of group 0 is not a tensor"). The checkpoint comes from
 // tests/generator/gen_ds_checkpoint.py --zero 3 rewritten by tests/generator/dsgen/torch2.py; the universal output
-// is checked bit for bit against the generator's ground truth by tests/ucp/check_universal.py.
+// is checked bit for bit against the generator's ground truth by tests/to_universal/check_universal.py.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -60,7 +60,7 @@ TEST_P(Torch2Zero3, UnionBitExact) {
             std::string::npos) << dis.out;
   auto r = run(kBin + "/ucp-union -q --input " + q(ck) + " --output " + q(d / "universal"));
   ASSERT_EQ(r.rc, 0) << r.out;
-  auto c = run(kPython + " " + kSource + "/tests/ucp/check_universal.py " + q(d / "universal") + " " + q(ck));
+  auto c = run(kPython + " " + kSource + "/tests/to_universal/check_universal.py " + q(d / "universal") + " " + q(ck));
   EXPECT_EQ(c.rc, 0) << c.out;
 }
 

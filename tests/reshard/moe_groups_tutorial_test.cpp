@@ -70,7 +70,7 @@ TEST_P(MoeGroupsTutorial, UnionThenLoadToDp4Zero2AndEp4MatchesTheGeneratorAndRou
   generate(src, "--dp 2 --ep 2 --zero 1 --ds-line " + line);
   std::string out;
   ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + src.string() + " --output " + (dir / "u1").string(), &out), 0) << out;
-  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/ucp/check_universal.py " + (dir / "u1").string() + " " + src.string(), &out), 0)
+  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/to_universal/check_universal.py " + (dir / "u1").string() + " " + src.string(), &out), 0)
       << out;
   // --dtype: the 0.14 line's model file records no ds_config, and this script saved no Megatron args.
   const Target targets[] = {
@@ -85,7 +85,7 @@ TEST_P(MoeGroupsTutorial, UnionThenLoadToDp4Zero2AndEp4MatchesTheGeneratorAndRou
         << out;
     generate(ref, t.gen_layout + " --ds-line " + line + " --no-truth");  // the same seed: the same values
     // Not compared: the ds_config ucp-load writes for the target, and the counters and RNG states it
-    // keeps from the source (global_samples, rng_state), as tests/load/compare_target.py does.
+    // keeps from the source (global_samples, rng_state), as tests/reshard/compare_target.py does.
     EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/generator/compare_checkpoints.py " + target.string() + " " + ref.string() +
                      " --skip '*/ds_config' --skip '*/global_samples' --skip '*/rng_state'", &out), 0)
         << out;
@@ -95,10 +95,10 @@ TEST_P(MoeGroupsTutorial, UnionThenLoadToDp4Zero2AndEp4MatchesTheGeneratorAndRou
     EXPECT_EQ(group_summary(target / "global_step100"), "parameters False experts=0 ln=1;ep_size_" + std::to_string(ep) +
                                                             " True experts=" + std::to_string(2 * (4 / ep) * 4) + " ln=0\n");
     ASSERT_EQ(sh(kBin + "/ucp-union -q --input " + target.string() + " --output " + u2.string(), &out), 0) << out;
-    // Both ways: the same atomic files, byte for byte (tests/load/same_universal.py).
-    EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/load/same_universal.py " + (dir / "u1").string() + " " + u2.string(), &out), 0)
+    // Both ways: the same atomic files, byte for byte (tests/reshard/same_universal.py).
+    EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/reshard/same_universal.py " + (dir / "u1").string() + " " + u2.string(), &out), 0)
         << out;
-    EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/load/same_universal.py " + u2.string() + " " + (dir / "u1").string(), &out), 0)
+    EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/reshard/same_universal.py " + u2.string() + " " + (dir / "u1").string(), &out), 0)
         << out;
   }
   fs::remove_all(dir);

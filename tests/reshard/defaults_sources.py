@@ -1,4 +1,4 @@
-"""Source checkpoints for ucp-load's target-default tests (tests/load/defaults_test.cpp), written by
+"""Source checkpoints for ucp-load's target-default tests (tests/reshard/defaults_test.cpp), written by
 tests/generator/dsgen into a scratch folder: a native DeepSpeed MoE run saved at EP 2 in fp16 (the issue 28
 case: EP and precision must be kept when not given) and a dense GPT saved at TP 2 PP 2 in fp16.
 Usage: defaults_sources.py out_dir"""

@@ -3,7 +3,7 @@
 // give the same bytes as the two-step path (ucp-union, then ucp-load), in one process and under
 // mpirun -np 2, and --plan's source -> target copies hold what they say (load/direct_check.h).
 // Sources: tests/generator/dsgen/autoep.py (DeepSpeed v0.19.5's save code), made once per run by
-// tests/load/autoep_sources.py.
+// tests/reshard/autoep_sources.py.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -11,7 +11,7 @@
 #include <ostream>
 #include <string>
 
-#include "load/direct_check.h"
+#include "reshard/direct_check.h"
 #include "support/process.h"
 
 namespace fs = std::filesystem;
@@ -28,7 +28,7 @@ const fs::path& sources() {
   static std::once_flag once;
   std::call_once(once, [] {
     std::string out;
-    const int rc = run_command(kPy + " " + kSrc + "/tests/load/autoep_sources.py " + dir.string() +
+    const int rc = run_command(kPy + " " + kSrc + "/tests/reshard/autoep_sources.py " + dir.string() +
                                    " dp4_ep2_zero1_bf16 dp6_ep2_zero2_fp16_data_before_expert dp4_ep2_zero3_bf16"
                                    " dp6_ep2_zero3_fp16_data_before_expert",
                                &out);

@@ -1,4 +1,4 @@
-"""DeepSpeed AutoEP source checkpoints for ucp-load's direct-mode tests (tests/load/direct_autoep_test.cpp),
+"""DeepSpeed AutoEP source checkpoints for ucp-load's direct-mode tests (tests/reshard/direct_autoep_test.cpp),
 written by tests/generator/dsgen/autoep.py (DeepSpeed v0.19.5's save code; file:line there) into a scratch
 folder, the same cases as tests/autoep/fixtures.py uses. Usage: autoep_sources.py out_dir name..."""
 import os

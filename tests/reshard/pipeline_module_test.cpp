@@ -1,6 +1,6 @@
 // A DeepSpeed PipelineModule that is not Megatron's (issue 33 item 3): an nn.Embedding, six blocks of
 // LayerNorm + two Linears (no attention parameters), a function layer and an nn.Linear head, PP 2 DP 2,
-// fp16, ZeRO-1, written by tests/load/pipeline_module_fixture.py as DeepSpeed v0.14.5 writes it (every
+// fp16, ZeRO-1, written by tests/reshard/pipeline_module_fixture.py as DeepSpeed v0.14.5 writes it (every
 // fact cited there). ucp-load refused it before, even for the source layout, with
 // "impossible layout: --pp 2 but the model has only 0 transformer layers". Now its stages are chosen as
 // DeepSpeed's _partition_layers does for --partition-method (default 'parameters', DeepSpeed's).
@@ -23,7 +23,7 @@ namespace {
 const std::string kBin = std::getenv("UCPKIT_TEST_BIN") ? std::getenv("UCPKIT_TEST_BIN") : UCPKIT_BIN_DIR;
 const std::string kSrc = UCPKIT_SOURCE_DIR;
 const std::string kPy = UCPKIT_PYTHON;
-const std::string kFixture = kSrc + "/tests/load/pipeline_module_fixture.py";
+const std::string kFixture = kSrc + "/tests/reshard/pipeline_module_fixture.py";
 
 int sh(const std::string& cmd, std::string* out = nullptr) { return ucpkit::testing::run_command(cmd, out); }
 

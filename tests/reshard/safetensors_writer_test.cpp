@@ -1,6 +1,6 @@
 // lib/reshard/safetensors_writer: the shard assignment without I/O (greedy in model order under the
 // byte bound, a tensor larger than the bound alone in its shard), and the shards written for a real
-// universal checkpoint read back by an independent Python reader (tests/load/read_safetensors.py)
+// universal checkpoint read back by an independent Python reader (tests/reshard/read_safetensors.py)
 // against dsgen's ground truth.
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@
 #include "reshard/model_info.h"
 #include "reshard/safetensors_writer.h"
 #include "reshard/universal_reader.h"
-#include "load/universal_fixture.h"
+#include "reshard/universal_fixture.h"
 #include "support/process.h"
 #include "support/files.h"
 
@@ -111,7 +111,7 @@ namespace {
 
 // Writes the export of the GPT fixture's universal checkpoint and checks it: the byte count returned,
 // the file names and count, 8-byte aligned tensor data, and every tensor equal to dsgen's ground truth
-// converted by torch (tests/load/read_safetensors.py).
+// converted by torch (tests/reshard/read_safetensors.py).
 void export_and_read_back(DType dtype, const char* dtype_arg, uint64_t shard_bytes, bool expect_single) {
   const auto& c = loadtest::gpt_case();
   const ModelInfo model = read_model_info(c.universal.string());
@@ -148,7 +148,7 @@ void export_and_read_back(DType dtype, const char* dtype_arg, uint64_t shard_byt
 
   std::string out;
   EXPECT_EQ(ucpkit::testing::run_command(std::string(UCPKIT_PYTHON) + " " + UCPKIT_SOURCE_DIR +
-                                     "/tests/load/read_safetensors.py " + ucpkit::testing::quote(dir.string()) + " " +
+                                     "/tests/reshard/read_safetensors.py " + ucpkit::testing::quote(dir.string()) + " " +
                                      ucpkit::testing::quote((c.truth / "universal").string()) + " " + dtype_arg,
                                  &out),
             0)

@@ -1,8 +1,8 @@
-// The direct-mode equality check shared by tests/load/direct_test.cpp and direct_autoep_test.cpp:
+// The direct-mode equality check shared by tests/reshard/direct_test.cpp and direct_autoep_test.cpp:
 // the two-step target (ucp-union, then ucp-load from the universal checkpoint) and the direct
 // targets of one source must be the same bytes (one process, and mpirun -np 2 with
 // --verify-against the two-step universal checkpoint); --plan's source runs and source -> target
-// copies must hold what they say (tests/load/check_direct_plan.py, Python torch and zipfile).
+// copies must hold what they say (tests/reshard/check_direct_plan.py, Python torch and zipfile).
 #pragma once
 #include <gtest/gtest.h>
 
@@ -41,7 +41,7 @@ inline void expect_direct_equals_two_step(const std::string& src, const std::str
   out.clear();
   ASSERT_EQ(run_command(bin + "/ucp-load --plan --input " + src + args + " > " + (d / "plan.json").string(), &out), 0)
       << out;
-  EXPECT_EQ(run_command(py + " " + root + "/tests/load/check_direct_plan.py " + (d / "plan.json").string() + " " +
+  EXPECT_EQ(run_command(py + " " + root + "/tests/reshard/check_direct_plan.py " + (d / "plan.json").string() + " " +
                             (d / "u").string() + " " + (d / "one").string(),
                         &out),
             0)

@@ -73,7 +73,7 @@ TEST(MoeGroupsEngine, RealEngineTutorialCheckpointUnionMatchesTheEngineAndLoadsR
         << out;
     const std::string back = t.name + "_u";
     for (const auto& [a, b] : {std::pair<std::string, std::string>{"u1", back}, {back, "u1"}})
-      EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/load/same_universal.py " + (dir / a).string() + " " + (dir / b).string(), &out), 0)
+      EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/reshard/same_universal.py " + (dir / a).string() + " " + (dir / b).string(), &out), 0)
           << out;
   }
   fs::remove_all(dir);

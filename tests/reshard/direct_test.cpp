@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "load/direct_check.h"
+#include "reshard/direct_check.h"
 #include "support/process.h"
 
 namespace fs = std::filesystem;

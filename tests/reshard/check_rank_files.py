@@ -1,4 +1,4 @@
-"""The files of one model-parallel rank written by DeepSpeedWriter (tests/load/deepspeed_writer_test.cpp)
+"""The files of one model-parallel rank written by DeepSpeedWriter (tests/reshard/deepspeed_writer_test.cpp)
 compared, through Python torch.load, with the ones dsgen writes for the same layout from the same
 ground truth: compare_target.py's checks (vocabulary padding rows and averaged parameters treated as
 there), restricted to mp_rank_<mp>_model_states.pt and the ZeRO-1/2 optimizer shards of that rank.

@@ -1,7 +1,7 @@
 // lib/reshard/templates: the source's template model files are parsed once per run and shared by
 // every writer and thread of the run; a template that is not a model-states dict is refused naming
 // the file; target_moe_line decides the native-MoE line only for native-MoE models. On the GPT
-// fixture's universal checkpoint (tests/load/universal_fixture.h).
+// fixture's universal checkpoint (tests/reshard/universal_fixture.h).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "io/pickle/pickler.h"
 #include "io/torch/torch_file.h"
-#include "load/universal_fixture.h"
+#include "reshard/universal_fixture.h"
 #include "reshard/model_info.h"
 #include "reshard/templates.h"
 #include "reshard/ucp_info.h"

@@ -38,7 +38,7 @@ CI = [
 ]
 
 # Native MoE of every DeepSpeed version line (tests/generator/dsgen/dsmoe.py): EP 2 -> 4 -> 2 round trips and
-# --ds-version conversions (tests/load/moe_lines_test.cpp).
+# --ds-version conversions (tests/reshard/moe_lines_test.cpp).
 MOE_LINES = ["0.14", "0.17.1", "0.19.2", "0.19.3", "0.19.5"]
 MOE_LINE_SOURCE = dict(dp=4, ep=2)
 

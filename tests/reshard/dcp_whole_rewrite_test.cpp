@@ -147,7 +147,7 @@ TEST(DcpWholeRewrite, DtypeConvertsTheParametersOnly) {
 
 // ucp-info names what a training loop's DCP holds besides its parameters (issue 47: it said
 // "0 param_groups" and nothing of the rest). (ucp-union refused its buffers by name until the universal
-// form carried them: tests/load/dcp_buffers_test.cpp.)
+// form carried them: tests/reshard/dcp_buffers_test.cpp.)
 TEST(DcpWholeRewrite, UcpInfoDescribesEveryItem) {
   const Case c = case_of("info", kFixtures[0]);
   auto r = ucpkit::testing::run_split_in(c.work, kBin + "/ucp-info ../in --json", c.root);

@@ -3,7 +3,7 @@
 // BF16_Optimizer, native MoE DP 4 x EP 2) -> universal folder in Megatron-Core names, checked against the
 // generator's truth with names and QKV order derived from Megatron-Core's code (check_mcore_names.py) ->
 // back to Megatron-DeepSpeed names (the first universal folder byte for byte) -> ucp-load at the source
-// layout, every file's tensors equal to the source's (tests/load/compare_target.py, optimizer moments
+// layout, every file's tensors equal to the source's (tests/reshard/compare_target.py, optimizer moments
 // included). Plus the Llama family's names and shapes against a real Megatron-Core save, and refusals.
 #include <gtest/gtest.h>
 
@@ -30,7 +30,8 @@ using ucpkit::testing::tree_bytes;
 namespace {
 
 const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kFx = UCPKIT_FIXTURES_DIR;
+// The fixtures of tests/formats (tests/to_universal/fixtures_from.txt).
+const std::string kFx = UCPKIT_BUILD_DIR "/fixtures/formats";
 const std::string kSrc = UCPKIT_SOURCE_DIR;
 const std::string kPy = UCPKIT_PYTHON;
 
@@ -91,7 +92,7 @@ TEST_P(MegatronCoreNames, RoundTripIsBitExact) {
   }
   // ucp-load at the source layout: every file's tensors equal to the source's.
   ASSERT_EQ(in(dir, kBin + "/ucp-load -q --input ds2 --output target --dp " + std::to_string(c.dp), &out), 0) << out;
-  EXPECT_EQ(run_command(kPy + " " + kSrc + "/tests/load/compare_target.py " + quote((dir / "target").string()) + " " +
+  EXPECT_EQ(run_command(kPy + " " + kSrc + "/tests/reshard/compare_target.py " + quote((dir / "target").string()) + " " +
                             quote(src.string()) + " " + quote(truth.string()),
                         &out),
             0)
@@ -148,7 +149,7 @@ TEST_P(MegatronCoreNames, RoundTripIsBitExact) {
   ASSERT_EQ(in(dir, kBin + "/ucp-load -q --input td --template ds --output one --dp " + dp, &out), 0) << out;
   ASSERT_EQ(in(dir, kBin + "/ucp-load -q --input ds3 --output three --dp " + dp, &out), 0) << out;
   EXPECT_TRUE(tree_bytes((dir / "one").string()) == tree_bytes((dir / "three").string()));
-  EXPECT_EQ(run_command(kPy + " " + kSrc + "/tests/load/compare_target.py " + quote((dir / "one").string()) + " " +
+  EXPECT_EQ(run_command(kPy + " " + kSrc + "/tests/reshard/compare_target.py " + quote((dir / "one").string()) + " " +
                             quote(src.string()) + " " + quote(truth.string()),
                         &out),
             0)

@@ -1,5 +1,5 @@
 """Source checkpoints and reference target checkpoints (dsgen, same seed and ground truth) for the
-ucp-load round-trip tests. Usage: /usr/bin/python3 tests/load/fixtures.py <outdir> [--full]
+ucp-load round-trip tests. Usage: /usr/bin/python3 tests/reshard/fixtures.py <outdir> [--full]
 Writes <outdir>/<case>/src and <outdir>/<case>/ref, and <outdir>/cases.json."""
 import hashlib
 import json

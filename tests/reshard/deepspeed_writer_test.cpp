@@ -3,7 +3,7 @@
 // (low_precision_slice) and every ZeRO partition of every state (partition_tensor) against dsgen's
 // ground truth sliced, padded and rounded here; the sources of generated storages; files laid out
 // without writing anything; and the model file and optimizer shards of one rank read back by Python
-// torch.load and compared with dsgen's own files for that layout (tests/load/check_rank_files.py).
+// torch.load and compared with dsgen's own files for that layout (tests/reshard/check_rank_files.py).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,7 +20,7 @@
 #include "reshard/deepspeed_writer.h"
 #include "reshard/model_info.h"
 #include "reshard/ucp_info.h"
-#include "load/universal_fixture.h"
+#include "reshard/universal_fixture.h"
 #include "reshard/universal_reader.h"
 #include "support/process.h"
 
@@ -31,7 +31,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int kTp = 2, kDp = 3;
-constexpr int64_t kVocabMultiple = 8;  // tests/load/cases.py target_args: --vocab-multiple 8
+constexpr int64_t kVocabMultiple = 8;  // tests/reshard/cases.py target_args: --vocab-multiple 8
 
 struct Setup {
   const loadtest::UnionedCase& c;
@@ -315,7 +315,7 @@ TEST(DeepSpeedWriterFiles, OneRankReadByTorchEqualsGeneratorsFiles) {
     EXPECT_EQ(n, sizes);
     std::string out;
     EXPECT_EQ(ucpkit::testing::run_command(std::string(UCPKIT_PYTHON) + " " + UCPKIT_SOURCE_DIR +
-                                       "/tests/load/check_rank_files.py " + ucpkit::testing::quote(dir.string()) + " " +
+                                       "/tests/reshard/check_rank_files.py " + ucpkit::testing::quote(dir.string()) + " " +
                                        ucpkit::testing::quote(s.c.ref.string()) + " " + ucpkit::testing::quote(s.c.truth.string()) +
                                        " " + std::to_string(mp),
                                    &out),

@@ -102,7 +102,7 @@ TEST(MoeBlockNames, UnionRecordsTheExpertFilesLayersAndLoadRoundTrips) {
   }
   EXPECT_EQ(checked, experts.size());
   EXPECT_EQ(layers, (std::set<int>{0, 1}));
-  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/ucp/check_universal.py " + (dir / "u1").string() + " " + src.string(), &out), 0)
+  EXPECT_EQ(sh(kPy + " " + kSrc + "/tests/to_universal/check_universal.py " + (dir / "u1").string() + " " + src.string(), &out), 0)
       << out;
   // EP 2 -> 4: both MoE layers' expert files, each holding its own block's experts; back bit for bit.
   ASSERT_EQ(sh(kBin + "/ucp-load -q --input " + (dir / "u1").string() + " --output " + (dir / "ep4").string() +
