@@ -88,8 +88,8 @@ TEST(DeepSpeedOutput, BuffersBesideModelFilesAreRefusedNotDropped) {
   formats::universal::UniversalBuffer b;
   b.name = "layers.0.attn.bias_mask";
   m.buffers.push_back(b);
-  const std::string msg =
-      error_of([&] { output_writer(OutputFormat::DeepSpeed).check_model(gpt_options("/in", "/out"), m); });
+  const std::string msg = error_of(
+      [&] { output_writer(OutputFormat::DeepSpeed).check_model(gpt_options("/in", "/out"), m); });
   EXPECT_NE(msg.find("layers.0.attn.bias_mask"), std::string::npos) << msg;
   EXPECT_NE(msg.find("beside DeepSpeed model files"), std::string::npos) << msg;
   EXPECT_NO_THROW(output_writer(OutputFormat::DeepSpeed).check_model(gpt_options("/in", "/out"), ModelInfo{}));
@@ -100,7 +100,8 @@ TEST(DeepSpeedOutput, FilesModeWritesLatestTheLayoutRecordAndDeepSpeedsFiles) {
   const LoadSummary s = run_load(gpt_options(universal(), out));
   EXPECT_EQ(ucpkit::testing::file_bytes(out + "/latest"), "global_step100");
   std::set<std::string> got;
-  for (const auto& e : fs::directory_iterator(fs::path(out) / "global_step100")) got.insert(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(fs::path(out) / "global_step100"))
+    got.insert(e.path().filename().string());
   EXPECT_EQ(got, reference_files());
   EXPECT_EQ(s.files_written, got.size());
   // The layout record: what was written, read back as the summary's target.

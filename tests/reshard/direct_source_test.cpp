@@ -120,8 +120,9 @@ TEST(DirectSource, NativeCheckpointDirFollowsLatest) {
 }
 
 TEST(DirectSource, NativeCheckpointDirRefusesAKindThatIsNoDirectInput) {
-  const std::string msg =
-      error_of([] { native_checkpoint_dir("/some/where", {std::string(formats::kUniversal), ""}); });
+  const std::string msg = error_of([] {
+    native_checkpoint_dir("/some/where", {std::string(formats::kUniversal), ""});
+  });
   EXPECT_NE(msg.find("/some/where"), std::string::npos) << msg;
   EXPECT_NE(msg.find("universal folder"), std::string::npos) << msg;
 }

@@ -159,7 +159,8 @@ TEST(Exchange, ATensorNotMatchingItsManifestChecksumIsRefused) {
   const std::string out = scratch("bad_crc_out");
   const auto files = s.lay_out(out);
   const ExchangePlan plan = s.exchange_plan(files, 1, 1 << 16);
-  const std::string msg = error_of([&] { run_exchange(files, {}, *s.reader, s.model, plan, parallel::MpiSession::get(), 2); });
+  const std::string msg = error_of(
+      [&] { run_exchange(files, {}, *s.reader, s.model, plan, parallel::MpiSession::get(), 2); });
   EXPECT_NE(msg.find(param), std::string::npos) << msg;
   EXPECT_NE(msg.find("exp_avg"), std::string::npos) << msg;
 }
@@ -168,7 +169,8 @@ TEST(Exchange, APlanForOtherRanksIsRefused) {
   Target s(loadtest::gpt_case().universal.string());
   const auto files = s.lay_out(scratch("two_ranks"));
   const ExchangePlan plan = s.exchange_plan(files, 2, 1 << 16);
-  const std::string msg = error_of([&] { run_exchange(files, {}, *s.reader, s.model, plan, parallel::MpiSession::get(), 2); });
+  const std::string msg = error_of(
+      [&] { run_exchange(files, {}, *s.reader, s.model, plan, parallel::MpiSession::get(), 2); });
   EXPECT_NE(msg.find("exchange plan made for 2 ranks"), std::string::npos) << msg;
 }
 
@@ -177,6 +179,7 @@ TEST(Exchange, APlanForOtherFilesIsRefused) {
   auto files = s.lay_out(scratch("other_files"));
   const ExchangePlan plan = s.exchange_plan(files, 1, 1 << 16);
   files.pop_back();
-  const std::string msg = error_of([&] { run_exchange(files, {}, *s.reader, s.model, plan, parallel::MpiSession::get(), 2); });
+  const std::string msg = error_of(
+      [&] { run_exchange(files, {}, *s.reader, s.model, plan, parallel::MpiSession::get(), 2); });
   EXPECT_NE(msg.find("exchange plan made for other files"), std::string::npos) << msg;
 }

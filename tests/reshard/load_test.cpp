@@ -121,7 +121,7 @@ TEST(Prepare, UniversalInputGivesTheModelAndTheTarget) {
   EXPECT_EQ(p.plan.target.tp, 2);
   EXPECT_EQ(p.plan.target.dp, 3);
   EXPECT_FALSE(p.plan.target.bf16_optimizer);  // --optimizer zero
-  EXPECT_FALSE(p.record.is_null());             // DeepSpeed output: its layout record
+  EXPECT_FALSE(p.record.is_null());            // DeepSpeed output: its layout record
 }
 
 TEST(Prepare, NativeInputIsReadDirectlyWithTheSameParameters) {

@@ -101,7 +101,8 @@ TEST(MegatronCoreInput, NativeSourceIsReadForwardInMegatronCoreNames) {
   ASSERT_TRUE(in.forward);
   EXPECT_NE(in.family.find("gpt"), std::string::npos) << in.family;
   ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_NE(warnings[0].find("Megatron-DeepSpeed names written as Megatron-Core's (model family gpt"), std::string::npos)
+  EXPECT_NE(warnings[0].find("Megatron-DeepSpeed names written as Megatron-Core's (model family gpt"),
+            std::string::npos)
       << warnings[0];
   EXPECT_NE(in.common_path.find("made from its model file"), std::string::npos);
   ASSERT_TRUE(in.common && in.common->is(pickle::Kind::Dict));

@@ -74,8 +74,9 @@ TEST(TorchDistSource, OnlyTorchDistFoldersAreReadThroughATemplate) {
 }
 
 TEST(TorchDistSource, AFolderThatIsNoTorchDistSaveIsRefused) {
-  EXPECT_THROW(open_torch_dist_input(loadtest::gpt_case().universal.string(), loadtest::gpt_case().universal.string(), ""),
-               std::exception);
+  EXPECT_THROW(
+      open_torch_dist_input(loadtest::gpt_case().universal.string(), loadtest::gpt_case().universal.string(), ""),
+      std::exception);
 }
 
 TEST(TorchDistSource, MetaIsTheTemplatesNamesAndShapes) {
