@@ -12,7 +12,6 @@
 
 #include "placement/balance.h"
 #include "placement/eplb.h"
-#include "placement/layer_state.h"
 #include "placement/planner.h"
 #include "placement/replace.h"
 #include "support/process.h"
@@ -398,86 +397,6 @@ TEST(Replace, AlignmentLowerBoundIsAtMostEveryRelabelingsCopies) {
     tight += bound == best;
   }
   EXPECT_GT(tight, 100);
-}
-
-// LayerState keeps the GPUs by (load, id) in two heaps since issue 31's fifth pass (it was one sorted
-// array), lazy ones since the seventh (entries bound their loads and are put right at the top):
-// after every swap and rewrite (single ones and the batched ones of experts with many replicas) the
-// most loaded GPU and the k lightest, past the 64 kept in order too, are those of sorting all GPUs by
-// (load, id).
-TEST(Replace, LayerStateOrderEqualsSortingTheGpus) {
-  std::mt19937 rng(5);
-  for (const Cluster cl : {Cluster{1, 1, 3}, Cluster{2, 2, 2}, Cluster{4, 4, 4}, Cluster{16, 8, 4}, Cluster{40, 8, 2}}) {
-    const int experts = std::max(2, cl.slots() / 3);
-    std::vector<double> t(experts);
-    for (double& x : t) x = static_cast<double>(rng() % 7);  // small integers: many equal loads
-    std::vector<int> phy(cl.slots());
-    for (int p = 0; p < cl.slots(); ++p) phy[p] = p < experts ? p : static_cast<int>(rng() % std::min(3, experts));  // hot experts 0-2
-    std::shuffle(phy.begin(), phy.end(), rng);
-    LayerState st(cl, t, phy);
-    std::vector<int> light;
-    for (int step = 0; step < 300; ++step) {
-      const int p = static_cast<int>(rng() % cl.slots()), q = static_cast<int>(rng() % cl.slots());
-      if (step % 3 == 0) {
-        const int e = static_cast<int>(rng() % experts);
-        if (st.count(st.phy2log()[p]) > 1) st.set_slot(p, e);
-      } else {
-        st.swap_slots(p, q);
-      }
-      std::vector<std::pair<double, int>> sorted;
-      for (int g = 0; g < cl.gpus(); ++g) sorted.push_back({st.load(g), g});
-      std::sort(sorted.begin(), sorted.end());
-      ASSERT_EQ(st.argmax_gpu(), sorted.back().second) << cl.describe() << " step " << step;
-      ASSERT_EQ(st.max_load(), sorted.back().first);
-      for (size_t k : {size_t{0}, size_t{1}, size_t{5}, size_t{64}, size_t{100}, sorted.size()}) {
-        st.lightest(k, light);
-        ASSERT_EQ(light.size(), std::min(k, sorted.size()));
-        for (size_t i = 0; i < light.size(); ++i) ASSERT_EQ(light[i], sorted[i].second) << "k " << k << " i " << i;
-      }
-    }
-  }
-}
-
-// Rewrites of experts with every number of replicas, from a few GPUs to all of them (a dominant
-// expert of the heavy-tailed loads): LayerState restores its order from the GPUs that changed, one
-// at a time below 9 replicas, in one pass up to a quarter of the GPUs, with its heaps made again
-// above (issue 45); the most loaded GPU and the lightest ones stay those of sorting every GPU.
-TEST(Replace, LayerStateOrderAfterRewritesOfExpertsOfEverySize) {
-  std::mt19937 rng(11);
-  const Cluster cl{64, 8, 4};  // 512 GPUs, 2,048 slots
-  const int experts = 256;      // the cold ones with 2-3 replicas
-  std::vector<double> t(experts);
-  for (double& x : t) x = static_cast<double>(1 + rng() % 50);
-  t[0] = 40000, t[1] = 9000, t[2] = 2500;  // about 1,100, 250 and 70 replicas below
-  std::vector<int> phy(cl.slots());
-  for (int p = 0; p < cl.slots(); ++p)
-    phy[p] = p < experts ? p : p < 1100 ? 0 : p < 1350 ? 1 : p < 1420 ? 2 : 3 + static_cast<int>(rng() % (experts - 3));
-  std::shuffle(phy.begin(), phy.end(), rng);
-  LayerState st(cl, t, phy);
-  std::vector<int> light;
-  int rewrites_by_size[3] = {0, 0, 0};  // rewrites that changed few, up to a quarter, more GPUs
-  for (int step = 0; step < 600; ++step) {
-    const int p = static_cast<int>(rng() % cl.slots());
-    const int e = step % 4 == 0 ? static_cast<int>(rng() % experts) : static_cast<int>(rng() % 3);
-    const int x = st.phy2log()[p];
-    if (x == e || st.count(x) <= 1) continue;
-    const size_t reps = st.slots_of(x).size() + st.slots_of(e).size();
-    std::set<int> gpus;
-    for (int s : st.slots_of(x)) gpus.insert(cl.gpu_of_slot(s));
-    for (int s : st.slots_of(e)) gpus.insert(cl.gpu_of_slot(s));
-    rewrites_by_size[reps <= 8 ? 0 : gpus.size() * 4 <= static_cast<size_t>(cl.gpus()) ? 1 : 2]++;
-    st.set_slot(p, e);
-    std::vector<std::pair<double, int>> sorted;
-    for (int g = 0; g < cl.gpus(); ++g) sorted.push_back({st.load(g), g});
-    std::sort(sorted.begin(), sorted.end());
-    ASSERT_EQ(st.argmax_gpu(), sorted.back().second) << "step " << step;
-    for (size_t k : {size_t{1}, size_t{64}, size_t{65}, size_t{200}}) {
-      st.lightest(k, light);
-      ASSERT_EQ(light.size(), k);
-      for (size_t i = 0; i < k; ++i) ASSERT_EQ(light[i], sorted[i].second) << "step " << step << " k " << k << " i " << i;
-    }
-  }
-  for (int n : rewrites_by_size) EXPECT_GE(n, 20);
 }
 
 // Weight 0 without a budget takes every batch that lowers a maximum: a from-scratch point below
