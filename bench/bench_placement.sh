@@ -3,7 +3,9 @@
 # slots, metrics with 1e5 Monte Carlo samples), its growth with nodes and experts, end-to-end CLI
 # time at 128 and 1,024 nodes on log-normal and heavy-tailed loads (bench/placement_scale_loads.py),
 # and plan quality of every algorithm on the SmartMoE loads for the same slot budget.
-# Usage: [BASE=<other build>] bench/bench_placement.sh [build_dir]   (needs bench_placement and moe-replace built)
+# Usage: [BASE=<other build>] [ROUNDS=3] bench/bench_placement.sh [build_dir]   (needs bench_placement and
+# moe-replace built). The CLI cases run this build and BASE's alternately, ROUNDS times each, and a case whose
+# CPU ratio is over 1.05 is counted again in instructions (valgrind), which decide (bench/cpu_ab.py).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
@@ -87,89 +89,64 @@ PY
   "${one_core[@]}" "$tool" --input "$prev/w1.json" --previous "$prev/plan.json" --output "$prev/next.json" -q
 rm -rf "$prev"
 
-# CPU seconds (user + sys) of one command, the best of two runs (the machine is shared).
-cpu_of() {
-  local best="" t tf
-  tf="$(mktemp)"
-  for _ in 1 2; do
-    /usr/bin/time -f "%U %S" -o "$tf" "$@" >/dev/null 2>&1 || { echo "failed: $*" >&2; rm -f "$tf"; return 1; }
-    t="$(awk '{print $1 + $2}' "$tf")"
-    if [[ -z "$best" ]] || awk -v a="$t" -v b="$best" 'BEGIN { exit !(a < b) }'; then best="$t"; fi
-  done
-  rm -f "$tf"
-  echo "$best"
-}
-# CPU seconds and peak RSS (KiB) of one command, "cpu rss", from the run with less CPU of two.
-cpu_rss_of() {
-  local best="" rss="" t tf
-  tf="$(mktemp)"
-  for _ in 1 2; do
-    /usr/bin/time -f "%U %S %M" -o "$tf" "$@" >/dev/null 2>&1 || { echo "failed: $*" >&2; rm -f "$tf"; return 1; }
-    t="$(awk '{print $1 + $2}' "$tf")"
-    if [[ -z "$best" ]] || awk -v a="$t" -v b="$best" 'BEGIN { exit !(a < b) }'; then best="$t"; rss="$(awk '{print $3}' "$tf")"; fi
-  done
-  rm -f "$tf"
-  echo "$best $rss"
-}
-echo "== scale, CLI end to end (read loads, plan, metrics, write the plan), CPU user+sys best of 2, one core,"
-echo "   on both load shapes of bench/placement_scale_loads.py: log-normal, and heavy-tailed (Pareto 1.1, a few dominant experts)"
+echo "== scale, CLI end to end (read loads, plan, metrics, write the plan), CPU user+sys, the least of ROUNDS runs"
+echo "   (ROUNDS=${ROUNDS:-3}; this build and the old one alternate, bench/cpu_ab.py), one core, on both load shapes of"
+echo "   bench/placement_scale_loads.py: log-normal, and heavy-tailed (Pareto 1.1, a few dominant experts)"
 # BASE=<dir> (default /work/base-6116fc0): another build's bin/moe-replace and lib/, timed in the same run
-# (each command at most 60 s: 6116fc0's eplb, eplb-global and hecate took 18-82 s at 1,024 nodes, and
-# 379fcc6's hecate 14.6 s on the heavy-tailed loads).
+# (each of its runs at most 60 s: 6116fc0's eplb, eplb-global and hecate took 18-82 s at 1,024 nodes, and
+# 379fcc6's hecate 27 s on the heavy-tailed loads).
 base="${BASE:-/work/base-6116fc0}"
+rounds="${ROUNDS:-3}"
 echo "   this build against the old binary $base/bin/moe-replace (BASE=<dir>) in the same run, where it ends within 60 s"
 base_tool="$base/bin/moe-replace"
 sc="$(mktemp -d)"
-# Old build: "cpu" or "cpu rss", "-" where it is missing or takes more than 60 s.
-old_of() {
-  local f=$1; shift
-  [[ -x "$base_tool" ]] || { echo "- -"; return; }
-  # its RUNPATH names this tree's build/lib: without its own library it would run this build's code
-  "$f" env LD_LIBRARY_PATH="$base/lib" timeout 60 "${one_core[@]}" "$base_tool" "$@" 2>/dev/null || echo "- -"
+# "new_cpu new_rss old_cpu old_rss [new_instructions old_instructions]" of one case ("- -" for the old build
+# where it is missing or too slow); the instructions (callgrind) where the CPU ratio is over 1.05: the verdict.
+# The old binary's RUNPATH names its own tree's build/lib: LD_LIBRARY_PATH gives it its own library.
+ab_of() {
+  local old=()
+  [[ -x "$base_tool" ]] && old=(--old "${one_core[@]}" "$base_tool" "$@")
+  python3 "$root/bench/cpu_ab.py" --rounds "$rounds" --old-env "LD_LIBRARY_PATH=$base/lib" --instructions-over 1.05 \
+    --new "${one_core[@]}" "$tool" "$@" "${old[@]}"
 }
 python3 "$root/bench/placement_scale_loads.py" "$sc/w0.json" "$sc/w1.json"
 # The baseline of this run (the machine's speed varies): this build's eplb-global at 128 nodes, log-normal.
-baseline="$(cpu_of "${one_core[@]}" "$tool" --input "$sc/w0.json" --nodes 128 --gpus-per-node 8 --slots-per-gpu 4 \
-  --survive-node-failures 1 --algorithm eplb-global --output "$sc/p.json" -q)"
+baseline="$(ab_of --input "$sc/w0.json" --nodes 128 --gpus-per-node 8 --slots-per-gpu 4 \
+  --survive-node-failures 1 --algorithm eplb-global --output "$sc/p.json" -q | awk '{print $1}')"
 echo "   baseline of this run: eplb-global at 128 nodes on the log-normal loads, $baseline s CPU"
-over=0
+over=0 slower=0
 for shape in lognormal heavy; do
 python3 "$root/bench/placement_scale_loads.py" --shape "$shape" "$sc/w0.json" "$sc/w1.json"
 for n in 128 1024; do
   limit=$([[ $n == 1024 ]] && echo 2 || echo 1)
-  for algo in balanced-ft lazarus eplb-global eplb hecate spread compact; do
-    args=(--input "$sc/w0.json" --nodes "$n" --gpus-per-node 8 --slots-per-gpu 4 --survive-node-failures 1 --algorithm "$algo" --output "$sc/p.json" -q)
-    new="$(cpu_of "${one_core[@]}" "$tool" "${args[@]}")"
-    old="$(old_of cpu_of "${args[@]}")"; old="${old%% *}"
-    awk -v s="$shape" -v n="$n" -v a="$algo" -v new="$new" -v old="$old" -v lim="$limit" -v b="$baseline" 'BEGIN {
-      r = (old == "-") ? "      -" : sprintf("%7.2f", new / old);
-      printf "%-9s %5d nodes %-12s %7.2f s CPU (%6.2f x baseline; old build %s s, ratio %s): %s the %g s target\n",
-             s, n, a, new, new / b, old, r, (new < lim) ? "within" : "OVER", lim; exit (new >= lim) }' || over=$((over + 1))
-  done
   "$tool" --input "$sc/w0.json" --nodes "$n" --gpus-per-node 8 --slots-per-gpu 4 --survive-node-failures 1 --output "$sc/plan.json" -q
-  # The re-placements: CPU and peak RSS, this build against the old one.
-  for mode in node-loss previous previous-w1; do
-    if [[ $mode == node-loss ]]; then
-      args=(--input "$sc/w0.json" --current "$sc/plan.json" --failed-nodes 0 --migration-weight 0.5 --output "$sc/nl.json" -q)
-      what="node loss (--current --failed-nodes 0 --migration-weight 0.5)"
-    elif [[ $mode == previous ]]; then
-      args=(--input "$sc/w1.json" --previous "$sc/plan.json" --output "$sc/next.json" -q)
-      what="--previous (new loads)"
-    else
-      args=(--input "$sc/w1.json" --previous "$sc/plan.json" --migration-weight 1 --output "$sc/next.json" -q)
-      what="--previous --migration-weight 1"
-    fi
-    new="$(cpu_rss_of "${one_core[@]}" "$tool" "${args[@]}")"
-    old="$(old_of cpu_rss_of "${args[@]}")"
-    awk -v s="$shape" -v n="$n" -v w="$what" -v new="$new" -v old="$old" -v lim="$limit" -v b="$baseline" 'BEGIN {
-      split(new, a, " "); split(old, o, " ");
-      r = (o[1] == "-") ? "-" : sprintf("%.2f", a[1] / o[1]);
-      printf "%-9s %5d nodes %s: %.2f s CPU (%.2f x baseline), %d MB peak RSS (old build %s s, %s MB; CPU ratio %s): %s the %g s target, %s 500 MB\n",
-             s, n, w, a[1], a[1] / b, a[2] / 1024, o[1], (o[2] == "-") ? "-" : sprintf("%d", o[2] / 1024), r,
-             (a[1] < lim) ? "within" : "OVER", lim, (a[2] < 512000) ? "within" : "OVER"; exit (a[1] >= lim) }' || over=$((over + 1))
+  for what in balanced-ft lazarus eplb-global eplb hecate spread compact node-loss previous previous-w1; do
+    case $what in
+      node-loss) args=(--input "$sc/w0.json" --current "$sc/plan.json" --failed-nodes 0 --migration-weight 0.5 --output "$sc/nl.json" -q)
+                 label="node loss (--current --failed-nodes 0 --migration-weight 0.5)";;
+      previous) args=(--input "$sc/w1.json" --previous "$sc/plan.json" --output "$sc/next.json" -q)
+                label="--previous (new loads)";;
+      previous-w1) args=(--input "$sc/w1.json" --previous "$sc/plan.json" --migration-weight 1 --output "$sc/next.json" -q)
+                   label="--previous --migration-weight 1";;
+      *) args=(--input "$sc/w0.json" --nodes "$n" --gpus-per-node 8 --slots-per-gpu 4 --survive-node-failures 1 --algorithm "$what" --output "$sc/p.json" -q)
+         label="$what";;
+    esac
+    read -r new_cpu new_rss old_cpu old_rss new_ins old_ins < <(ab_of "${args[@]}")
+    awk -v s="$shape" -v n="$n" -v w="$label" -v c="$new_cpu" -v m="$new_rss" -v oc="$old_cpu" -v om="$old_rss" \
+        -v ni="${new_ins:-0}" -v oi="${old_ins:-0}" -v lim="$limit" -v b="$baseline" 'BEGIN {
+      r = (oc == "-") ? "-" : sprintf("%.3f", c / oc);
+      slow = (oc != "-" && c > 1.05 * oc);
+      ins = "";
+      if (slow && ni > 0 && oi > 0) { slow = (ni > 1.05 * oi); ins = sprintf("; instructions %.3f of the old build'"'"'s", ni / oi) }
+      printf "%-9s %5d nodes %-62s %6.3f s CPU (%5.2f x baseline), %4d MB (old build %s s, %s MB; CPU ratio %s%s): %s the %g s target%s\n",
+             s, n, w, c, c / b, m / 1024, oc, (om == "-") ? "-" : sprintf("%d", om / 1024), r, ins,
+             (c < lim) ? "within" : "OVER", lim, slow ? ", SLOWER than the old build by more than 5%" : "";
+      exit ((c >= lim) + 2 * slow) }' || {
+      rc=$?; (( rc & 1 )) && over=$((over + 1)); (( rc & 2 )) && slower=$((slower + 1)); }
   done
 done
 done
+echo "   $slower of the 40 CLI cases more than 5% slower than the old build"
 echo "   $over of the 40 CLI cases over their target"
 rm -rf "$sc"
 
