@@ -92,7 +92,8 @@ TEST(TensorOperations, NarrowIsAViewLikeTorch) {
     int64_t dim = c["items"][1]["i"], start = c["items"][2]["i"], len = c["items"][3]["i"];
     const json& want = c["items"][4];
     Tensor got = src.narrow(dim, start, len);
-    std::string what = "narrow(" + std::to_string(dim) + ", " + std::to_string(start) + ", " + std::to_string(len) + ")";
+    std::string what = "narrow(" + std::to_string(dim) + ", " + std::to_string(start) + ", " + std::to_string(len) +
+                       ")";
     EXPECT_EQ(got.shape(), want["shape"].get<std::vector<int64_t>>()) << what;
     EXPECT_EQ(got.strides(), want["strides"].get<std::vector<int64_t>>()) << what;
     // an empty view's offset is unobservable (ucpkit keeps the source's, torch moves it to start)
@@ -202,14 +203,14 @@ TEST(TensorOperations, UninitializedStorageIsFilledThenTruncated) {
   const Tensor t(s, 0, {2, 2}, {2, 1});
   EXPECT_TRUE(t.equal(Tensor::from_vector<float>(DType::Float32, {2, 2}, std::vector<float>{0.5f, 1.5f, 2.5f, 3.5f})));
   EXPECT_THROW(s->truncate(5), ucpkit::Error);  // no growth
-  auto b = s->reinterpret(DType::Int32);  // a copy of the four elements' bytes
+  auto b = s->reinterpret(DType::Int32);        // a copy of the four elements' bytes
   EXPECT_EQ(b->bytes().size(), 16u);
   auto owned = ucpkit::Storage::owned(DType::Float32, std::vector<uint8_t>(12, 0));
   owned->truncate(1);
   EXPECT_EQ(owned->bytes().size(), 4u);
-  EXPECT_THROW(ucpkit::Storage::generated(DType::Float32, 2, [](uint64_t, std::span<uint8_t>) {})->truncate(1), ucpkit::Error);
+  EXPECT_THROW(ucpkit::Storage::generated(DType::Float32, 2, [](uint64_t, std::span<uint8_t>) {})->truncate(1),
+               ucpkit::Error);
 }
-
 
 std::vector<uint8_t> iota_bytes(size_t n) {
   std::vector<uint8_t> b(n);
@@ -233,7 +234,8 @@ TEST(Storage, OwnedAndZerosHoldTheirBytes) {
   auto z = ucpkit::Storage::zeros(DType::Float64, 2);
   EXPECT_EQ(z->nbytes(), 16u);
   for (auto b : z->bytes()) EXPECT_EQ(b, 0);
-  EXPECT_TRUE(has(thrown([] { ucpkit::Storage::owned(DType::Float32, iota_bytes(6)); }), "not a multiple of the element size"));
+  EXPECT_TRUE(
+      has(thrown([] { ucpkit::Storage::owned(DType::Float32, iota_bytes(6)); }), "not a multiple of the element size"));
   EXPECT_TRUE(has(thrown([] { ucpkit::Storage::uninitialized(DType::Float32, -1); }), "negative storage size"));
 }
 
@@ -249,7 +251,8 @@ TEST(Storage, MappedStoragesAreReadOnlyViewsOfTheFile) {
   const std::string msg = thrown([&] { ucpkit::Storage::mapped(DType::Int32, 7, file, 8); });
   EXPECT_EQ(msg, "m.bin: storage of 28 bytes at offset 8 runs past the end of the file");
   EXPECT_TRUE(has(thrown([&] { ucpkit::Storage::mapped(DType::Int32, 0, file, 33); }), "runs past the end"));
-  EXPECT_TRUE(has(thrown([&] { ucpkit::Storage::mapped(DType::Int64, INT64_MAX / 4, file, 0); }), "size overflow in storage"));
+  EXPECT_TRUE(
+      has(thrown([&] { ucpkit::Storage::mapped(DType::Int64, INT64_MAX / 4, file, 0); }), "size overflow in storage"));
 }
 
 TEST(Storage, UnboundStoragesHaveNoBytesUntilBound) {
@@ -259,7 +262,8 @@ TEST(Storage, UnboundStoragesHaveNoBytesUntilBound) {
   EXPECT_FALSE(s->is_bound());
   EXPECT_EQ(thrown([&] { s->bytes(); }), "storage '7' has no data");
   EXPECT_TRUE(has(thrown([&] { s->reinterpret(DType::UInt8); }), "cannot reinterpret a generated or unbound storage"));
-  EXPECT_EQ(thrown([&] { s->bind(file, 10); }), "legacy.pt: storage '7' of 8 bytes at offset 10 runs past the end of the file");
+  EXPECT_EQ(thrown([&] { s->bind(file, 10); }),
+            "legacy.pt: storage '7' of 8 bytes at offset 10 runs past the end of the file");
   s->bind(file, 8);
   EXPECT_TRUE(s->is_bound());
   EXPECT_EQ(s->bytes()[0], 8);
@@ -301,7 +305,8 @@ TEST(Storage, ReinterpretKeepsTheBytesUnderAnotherElementType) {
   EXPECT_EQ(f->location, "cuda:1");
   EXPECT_EQ(Tensor(f, 0, {2}, {1}).to_vector<float>(), (std::vector<float>{1.0f, 2.0f}));
   auto three = ucpkit::Storage::owned(DType::UInt8, {1, 2, 3});
-  EXPECT_TRUE(has(thrown([&] { three->reinterpret(DType::Int16); }), "storage of 3 bytes is not a whole number of int16"));
+  EXPECT_TRUE(
+      has(thrown([&] { three->reinterpret(DType::Int16); }), "storage of 3 bytes is not a whole number of int16"));
   auto file = ucpkit::MappedFile::from_bytes(iota_bytes(8), "f");
   auto m = ucpkit::Storage::mapped(DType::UInt8, 8, file, 0)->reinterpret(DType::Int64);
   EXPECT_TRUE(m->is_mapped());
@@ -334,7 +339,8 @@ TEST(Tensor, ContiguousStridesAndZerosAndFromBytes) {
   EXPECT_EQ(z.nbytes(), 12u);
   Tensor scalar = Tensor::zeros(DType::Float64, {});
   EXPECT_EQ(scalar.numel(), 1);
-  EXPECT_EQ(thrown([] { Tensor::from_bytes(DType::Float32, {2}, iota_bytes(4)); }), "tensor data size does not match its shape");
+  EXPECT_EQ(thrown([] { Tensor::from_bytes(DType::Float32, {2}, iota_bytes(4)); }),
+            "tensor data size does not match its shape");
 }
 
 TEST(Tensor, StridedViewsCopyInLogicalOrder) {

@@ -78,9 +78,9 @@ TEST(MpiSession, ASingletonUnderALaunchersVariablesRunsRealCollectives) {
   // Open MPI starts a singleton (one rank) when MPI_Init is called outside mpirun.
   std::string out;
   const int rc = ucpkit::testing::run_command(
-      "UCPKIT_MPI_SESSION_CHILD=1 OMPI_COMM_WORLD_SIZE=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 /proc/" +
-          std::to_string(getpid()) +
-          "/exe --gtest_filter=MpiSessionChild.ActiveOneRankSession",
+      "UCPKIT_MPI_SESSION_CHILD=1 OMPI_COMM_WORLD_SIZE=1 OMPI_ALLOW_RUN_AS_ROOT=1 "
+      "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 /proc/" +
+          std::to_string(getpid()) + "/exe --gtest_filter=MpiSessionChild.ActiveOneRankSession",
       &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
@@ -88,7 +88,8 @@ TEST(MpiSession, ASingletonUnderALaunchersVariablesRunsRealCollectives) {
 
 // Runs only as the child above (it initializes MPI in its process).
 TEST(MpiSessionChild, ActiveOneRankSession) {
-  if (!std::getenv("UCPKIT_MPI_SESSION_CHILD")) GTEST_SKIP() << "run by MpiSession.ASingletonUnderALaunchersVariables...";
+  if (!std::getenv("UCPKIT_MPI_SESSION_CHILD"))
+    GTEST_SKIP() << "run by MpiSession.ASingletonUnderALaunchersVariables...";
   MpiSession& mpi = MpiSession::get();
   ASSERT_TRUE(mpi.active());
   expect_one_rank_identities(mpi);

@@ -109,18 +109,26 @@ def dump(path):
     return '\n'.join(out) + '\n'
 
 for path in sys.argv[2:]:
-    open(os.path.join(sys.argv[1], path.replace('/', '_') + '.txt'), 'w').write(dump(os.path.join(sys.argv[1], '..', 'data', path)))
+    text = dump(os.path.join(sys.argv[1], '..', 'data', path))
+    open(os.path.join(sys.argv[1], path.replace('/', '_') + '.txt'), 'w').write(text)
 )PY";
 
 }  // namespace
 
 TEST(DcpMetadata, RealFilesParseAsPythonsPickleReadsThem) {
-  const std::vector<std::string> files = {
-      "fsdp_optim_w2/.metadata",     "fsdp_tp_optim_w4/.metadata",      "fsdp_w2/.metadata",
-      "plain_w2/.metadata",          "ranklocal_w2/rank_0/.metadata",   "single_item_w1/.metadata",
-      "t214_plain_w2/.metadata",     "t214_zstd_w2/.metadata",          "t215_loop_gsd_bf16_w2/.metadata",
-      "t215_loop_torchtitan_w2/.metadata", "t26_shardprops_w2/.metadata", "torch113_w2/.metadata",
-      "twod_w4/.metadata"};
+  const std::vector<std::string> files = {"fsdp_optim_w2/.metadata",
+                                          "fsdp_tp_optim_w4/.metadata",
+                                          "fsdp_w2/.metadata",
+                                          "plain_w2/.metadata",
+                                          "ranklocal_w2/rank_0/.metadata",
+                                          "single_item_w1/.metadata",
+                                          "t214_plain_w2/.metadata",
+                                          "t214_zstd_w2/.metadata",
+                                          "t215_loop_gsd_bf16_w2/.metadata",
+                                          "t215_loop_torchtitan_w2/.metadata",
+                                          "t26_shardprops_w2/.metadata",
+                                          "torch113_w2/.metadata",
+                                          "twod_w4/.metadata"};
   // The script reads data/<file> relative to its output folder's parent: give it a folder beside data/.
   const std::string out = ucpkit::testing::scratch_dir("dcp_metadata_python");
   std::filesystem::create_directories(out + "/py");
@@ -180,7 +188,8 @@ TEST(DcpMetadata, ItemOfNamesTheMissingChunk) {
   const std::vector<int64_t> at{5, 7};
   const std::string msg = thrown([&] { md.item_of(md.entries[0].fqn, &at); });
   EXPECT_EQ(msg, md.path + ": DCP metadata: no storage_data item for '" + md.entries[0].fqn + "' at offsets [5, 7]");
-  EXPECT_EQ(thrown([&] { md.item_of("ghost", nullptr); }), md.path + ": DCP metadata: no storage_data item for 'ghost'");
+  EXPECT_EQ(thrown([&] { md.item_of("ghost", nullptr); }),
+            md.path + ": DCP metadata: no storage_data item for 'ghost'");
 }
 
 TEST(DcpMetadata, IndexRefusesAFqnListedTwice) {
@@ -227,19 +236,22 @@ def obj(path, **fields):
 float32 = cls('torch.float32')
 class Props:
     def __init__(self, st, path=C + 'metadata.TensorProperties'): self.st, self.path = st, path
-    def __reduce__(self): return (cls(self.path), (), None, None, None) if self.st is None else (cls(self.path), (), self.st)
+    def __reduce__(self): return (cls(self.path), (), self.st)
 def tensor(size=(4,), chunks=(((0,), (4,)),), props=None, pre=C):
-    return obj(pre + 'metadata.TensorStorageMetadata', properties=props or Props((float32, None, False, 0, False), pre + 'metadata.TensorProperties'),
-               size=list(size), chunks=[obj(pre + 'metadata.ChunkStorageMetadata', offsets=list(o), sizes=list(s)) for o, s in chunks])
+    props = props or Props((float32, None, False, 0, False), pre + 'metadata.TensorProperties')
+    chunks = [obj(pre + 'metadata.ChunkStorageMetadata', offsets=list(o), sizes=list(s)) for o, s in chunks]
+    return obj(pre + 'metadata.TensorStorageMetadata', properties=props, size=list(size), chunks=chunks)
 def item(fqn='w', offset=(0,), rel='__0_0.distcp', off=0, length=16, pre=C):
     return (obj(pre + 'metadata.MetadataIndex', fqn=fqn, offset=list(offset) if offset is not None else None, index=0),
             obj(pre + 'filesystem._StorageInfo', relative_path=rel, offset=off, length=length))
 def md(entries=None, items=None, pre=C, top=None, planner_data=None, **extra):
     entries = {'w': tensor()} if entries is None else entries
     items = dict([item()]) if items is None else items
-    return obj(top or pre + 'metadata.Metadata', state_dict_metadata=entries, storage_data=items, planner_data=planner_data, **extra)
+    return obj(top or pre + 'metadata.Metadata', state_dict_metadata=entries, storage_data=items,
+               planner_data=planner_data, **extra)
 cases = {
-  'ok': md(planner_data={'a.b': ('a', 'b'), 'l.0': ('l', 0)}, storage_meta=obj(C + 'metadata.StorageMeta', checkpoint_id='ck', save_id='s1'), version='1.0.0'),
+  'ok': md(planner_data={'a.b': ('a', 'b'), 'l.0': ('l', 0)}, version='1.0.0',
+           storage_meta=obj(C + 'metadata.StorageMeta', checkpoint_id='ck', save_id='s1')),
   'top': md(top=C + 'metadata.Other'),
   'mixed': md(pre=P, entries={'w': tensor()}, items=dict([item(pre=P)])),
   'chunk_rank': md(entries={'w': tensor(size=(4, 2))}),
@@ -259,10 +271,13 @@ for name, v in cases.items():
   std::ofstream(dir + "/make.py") << stub;
   std::string log;
   ASSERT_EQ(ucpkit::testing::run_command(std::string(UCPKIT_PYTHON) + " " + dir + "/make.py " + dir, &log), 0) << log;
-  auto refusal = [&](const std::string& name) { return thrown([&] { read_metadata(dir + "/" + name + ".metadata"); }); };
+  auto refusal = [&](const std::string& name) {
+    return thrown([&] { read_metadata(dir + "/" + name + ".metadata"); });
+  };
 
   const Metadata ok = read_metadata(dir + "/ok.metadata");
-  EXPECT_EQ(describe(ok), "E w float32 [4] [0][4]\nI w [0] __0_0.distcp 0 16\nF a.b a b\nF l.0 l 0\nC ck\nS s1\nV 1.0.0\n");
+  EXPECT_EQ(describe(ok),
+            "E w float32 [4] [0][4]\nI w [0] __0_0.distcp 0 16\nF a.b a b\nF l.0 l 0\nC ck\nS s1\nV 1.0.0\n");
   ASSERT_TRUE(ok.planner_data);
   EXPECT_EQ(ok.planner_data->entries.size(), 2u);
 
@@ -274,7 +289,9 @@ for name, v in cases.items():
       {"no_chunks", "state_dict_metadata['w']: no field 'chunks'"},
       {"props_class", "unknown class torch.distributed.checkpoint.metadata.Other (expected TensorProperties)"},
       {"props_state", "TensorProperties state is not a tuple starting with a torch dtype"},
-      {"item_class", "storage_data['w']: unknown class torch.distributed.checkpoint.filesystem.Other (expected torch.distributed.checkpoint.filesystem._StorageInfo)"},
+      {"item_class",
+       "storage_data['w']: unknown class torch.distributed.checkpoint.filesystem.Other (expected "
+       "torch.distributed.checkpoint.filesystem._StorageInfo)"},
       {"length", "storage_data['w'].length: negative -1"},
       {"path", "storage_data['w'].relative_path: expected a str"},
       {"sd_list", "storage_data is not a dict"},
@@ -295,8 +312,9 @@ TEST(DcpMetadata, ParseNamesTheBytesSourceAndRefusesNonPickles) {
   EXPECT_EQ(md.entries[0].fqn, "w");
   ASSERT_EQ(md.items.size(), 1u);
   const std::string junk = "not a pickle";
-  const std::string msg =
-      thrown([&] { parse_metadata({reinterpret_cast<const uint8_t*>(junk.data()), junk.size()}, "junk"); });
+  const std::string msg = thrown([&] {
+    parse_metadata({reinterpret_cast<const uint8_t*>(junk.data()), junk.size()}, "junk");
+  });
   EXPECT_EQ(msg.rfind("junk: pickle: ", 0), 0u) << msg;
   EXPECT_NE(thrown([] { read_metadata("/nonexistent/.metadata"); }).find("/nonexistent/.metadata"), std::string::npos);
 }

@@ -39,7 +39,8 @@ std::string ints(const std::vector<int64_t>& v) {
 // Entries (with global sizes) then items, one line each, as the Python below prints them.
 std::string describe(const Metadata& md) {
   std::ostringstream o;
-  for (const Entry& e : md.entries) o << "E " << e.fqn << " " << dtype_safetensors_name(e.dtype) << " " << ints(e.size) << "\n";
+  for (const Entry& e : md.entries)
+    o << "E " << e.fqn << " " << dtype_safetensors_name(e.dtype) << " " << ints(e.size) << "\n";
   for (const Item& it : md.items)
     o << "I " << it.fqn << " " << ints(*it.offset) << " " << it.storage.relative_path << " " << it.storage.offset << " "
       << it.storage.length << (it.storage.raw ? "" : " not-raw") << "\n";
@@ -62,7 +63,8 @@ for path in sys.argv[2:]:
         if fqn == '__metadata__': continue
         entries.setdefault(fqn, 'E %s %s [%s]' % (fqn, t['dtype'], ','.join(map(str, truth[fqn]['shape']))))
         a, b = t['data_offsets']
-        items.append('I %s [%s] %s %d %d' % (fqn, ','.join(map(str, info[fqn]['saved_offsets'])), os.path.basename(path), start + a, b - a))
+        offs = ','.join(map(str, info[fqn]['saved_offsets']))
+        items.append('I %s [%s] %s %d %d' % (fqn, offs, os.path.basename(path), start + a, b - a))
 print('\n'.join(list(entries.values()) + items))
 )PY";
 
@@ -77,7 +79,8 @@ std::string python_describe(const std::string& truth, const std::vector<std::str
 }
 
 // A safetensors file from a header JSON text and `data_bytes` bytes of data.
-std::string write_st(const std::string& dir, const std::string& name, const std::string& header, size_t data_bytes = 0) {
+std::string write_st(const std::string& dir, const std::string& name, const std::string& header,
+                     size_t data_bytes = 0) {
   const std::string path = dir + "/" + name;
   std::string b(8, '\0');
   for (int k = 0; k < 8; ++k) b[k] = static_cast<char>((header.size() >> (8 * k)) & 0xff);
@@ -127,7 +130,8 @@ TEST(SafetensorsFlavour, ChunkBytesAreTheTruthsRows) {
   EXPECT_EQ(it.storage.relative_path, "shard-00002-model-00001-of-00001.safetensors");
   const std::string file = ucpkit::testing::file_bytes(kData + "/t214_hf_w2/" + it.storage.relative_path);
   const std::string chunk = file.substr(it.storage.offset, it.storage.length);
-  const Tensor t = raw_chunk({reinterpret_cast<const uint8_t*>(chunk.data()), chunk.size()}, DType::Float32, {16, 8}, "c");
+  const Tensor t = raw_chunk({reinterpret_cast<const uint8_t*>(chunk.data()), chunk.size()}, DType::Float32, {16, 8},
+                             "c");
   EXPECT_EQ(t.shape(), (std::vector<int64_t>{16, 8}));
   // The truth file's tensor, its second half.
   const std::string truth = ucpkit::testing::file_bytes(kData + "/t214_hf_w2.truth/tensors.safetensors");
@@ -156,7 +160,8 @@ TEST(SafetensorsFlavour, FolderDetection) {
   write_st(dir, "c.safetensors", R"({"__metadata__":{"format":"pt"}})");  // one plain file: not the flavour
   EXPECT_TRUE(safetensors_flavour_files(dir).empty());
   write_st(dir, "c.safetensors", "[1]");
-  EXPECT_EQ(thrown([&] { safetensors_flavour_files(dir); }), dir + "/c.safetensors: safetensors: header is not a JSON object");
+  EXPECT_EQ(thrown([&] { safetensors_flavour_files(dir); }),
+            dir + "/c.safetensors: safetensors: header is not a JSON object");
 }
 
 TEST(SafetensorsFlavour, PlainFilesReadAsChunksAtOffsetZeroAndSizesGrowOverFiles) {
@@ -192,10 +197,8 @@ TEST(SafetensorsFlavour, MalformedFilesAreRefusedNamingTheFile) {
   const std::string dir = ucpkit::testing::scratch_dir("safetensors_flavour_bad");
   auto refused = [&](const std::string& name, const std::string& bytes_or_header, size_t data, bool raw = false) {
     std::string path = dir + "/" + name;
-    if (raw)
-      std::ofstream(path, std::ios::binary) << bytes_or_header;
-    else
-      path = write_st(dir, name, bytes_or_header, data);
+    if (raw) std::ofstream(path, std::ios::binary) << bytes_or_header;
+    else path = write_st(dir, name, bytes_or_header, data);
     const std::string msg = thrown([&] { read_safetensors_metadata({path}); });
     EXPECT_EQ(msg.rfind(path + ": safetensors: ", 0), 0u) << msg;
     return msg;
@@ -207,28 +210,35 @@ TEST(SafetensorsFlavour, MalformedFilesAreRefusedNamingTheFile) {
   has(refused("long", std::string("\xff\x00\x00\x00\x00\x00\x00\x00{}", 10), 0, true),
       "header length 255 runs past the end of the file");
   has(refused("text", "{oops", 0), "header is not JSON");
-  has(refused("nodtype", R"({"w":{"shape":[1],"data_offsets":[0,4]}})", 4), "tensor 'w' lacks dtype, shape or data_offsets");
+  has(refused("nodtype", R"({"w":{"shape":[1],"data_offsets":[0,4]}})", 4),
+      "tensor 'w' lacks dtype, shape or data_offsets");
   has(refused("f8", R"({"w":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]}})", 1),
       "tensor 'w' has dtype F8_E4M3, which ucpkit has no type for");
-  has(refused("negshape", R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4), "'w' shape holds a non-count");
+  has(refused("negshape", R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4),
+      "'w' shape holds a non-count");
   has(refused("span", R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 8),
       "tensor 'w' data_offsets do not hold its shape x dtype inside the file");
   has(refused("past", R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4), "data_offsets do not hold");
-  has(refused("nooffs", R"({"__metadata__":)" + dcp_meta(R"({"v":{"saved_offsets":[0]}})") +
-                            R"(,"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+  has(refused("nooffs",
+              R"({"__metadata__":)" + dcp_meta(R"({"v":{"saved_offsets":[0]}})") +
+                  R"(,"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
               4),
       "DCP_SHARDING_INFO has no saved_offsets for 'w'");
-  has(refused("rank", R"({"__metadata__":)" + dcp_meta(R"({"w":{"saved_offsets":[0,0]}})") +
-                          R"(,"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+  has(refused("rank",
+              R"({"__metadata__":)" + dcp_meta(R"({"w":{"saved_offsets":[0,0]}})") +
+                  R"(,"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
               4),
       "'w' saved_offsets 2-d for a 1-d tensor");
-  has(refused("info", R"({"__metadata__":{"DCP_SHARDING_INFO":"[1"},"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4),
+  has(refused("info",
+              R"({"__metadata__":{"DCP_SHARDING_INFO":"[1"},"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4),
       "DCP_SHARDING_INFO is not JSON");
   has(refused("infotype", R"({"__metadata__":{"DCP_SHARDING_INFO":7}})", 0), "DCP_SHARDING_INFO is not a string");
   // Two files disagreeing on a tensor's dtype.
   const auto f32 = write_st(dir, "d1.safetensors", R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4);
   const auto f16 = write_st(dir, "d2.safetensors", R"({"w":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", 4);
-  has(thrown([&] { read_safetensors_metadata({f32, f16}); }),
+  has(thrown([&] {
+        read_safetensors_metadata({f32, f16});
+      }),
       f16 + ": safetensors: tensor 'w' differs in dtype or rank from the earlier files' chunks");
   EXPECT_EQ(thrown([] { read_safetensors_metadata({}); }), "DCP safetensors flavour: no .safetensors files");
 }
@@ -238,7 +248,8 @@ TEST(SafetensorsFlavour, MalformedFilesAreRefusedNamingTheFile) {
 // data_offsets is accepted: [2^32, 2^32] uint8 (2^64 bytes) passes with data_offsets [0, 0].
 TEST(SafetensorsFlavour, DISABLED_ShapeWhoseByteCountOverflowsIsRefused) {
   const std::string dir = ucpkit::testing::scratch_dir("safetensors_flavour_overflow");
-  const auto path = write_st(dir, "o.safetensors", R"({"w":{"dtype":"U8","shape":[4294967296,4294967296],"data_offsets":[0,0]}})");
+  const auto path = write_st(dir, "o.safetensors",
+                             R"({"w":{"dtype":"U8","shape":[4294967296,4294967296],"data_offsets":[0,0]}})");
   const std::string msg = thrown([&] { read_safetensors_metadata({path}); });
   EXPECT_NE(msg.find("data_offsets do not hold its shape x dtype"), std::string::npos) << msg;
 }

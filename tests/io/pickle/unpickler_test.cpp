@@ -27,9 +27,7 @@ using ucpkit::testing::error_of;
 
 namespace {
 
-std::span<const uint8_t> span_of(std::string_view s) {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
+std::span<const uint8_t> span_of(std::string_view s) { return {reinterpret_cast<const uint8_t*>(s.data()), s.size()}; }
 
 ValuePtr load(std::string_view s, const UnpickleOptions& o = {}, size_t* consumed = nullptr) {
   return pickle::unpickle(span_of(s), "t.pkl", o, consumed);
@@ -39,11 +37,11 @@ std::string refusal(std::string_view s, const UnpickleOptions& o = {}) {
   return error_of([&] { load(s, o); }, "(accepted)");
 }
 
-#define EXPECT_REFUSED(bytes, words)                                                   \
-  do {                                                                                 \
-    const std::string msg_ = refusal(bytes);                                           \
-    EXPECT_NE(msg_.find(words), std::string::npos) << msg_;                            \
-    EXPECT_EQ(msg_.rfind("t.pkl: pickle: ", 0), 0u) << "names the file: " << msg_;     \
+#define EXPECT_REFUSED(bytes, words)                                               \
+  do {                                                                             \
+    const std::string msg_ = refusal(bytes);                                       \
+    EXPECT_NE(msg_.find(words), std::string::npos) << msg_;                        \
+    EXPECT_EQ(msg_.rfind("t.pkl: pickle: ", 0), 0u) << "names the file: " << msg_; \
   } while (0)
 
 // A float32 storage of `n` elements as torch_file's loader gives it: a 1-d tensor over the storage.
@@ -61,7 +59,11 @@ UnpickleOptions with_storage(int64_t n) {
 // torch._utils._rebuild_tensor_v2(storage, offset, size, stride, requires_grad, OrderedDict()) with the
 // storage from BINPERSID and `tail` the bytes after the stride tuple (requires_grad onward, then REDUCE).
 std::string rebuild_v2(std::string_view offset, std::string_view size, std::string_view stride, std::string_view tail) {
-  std::string s = "\x80\x02" "ctorch._utils\n_rebuild_tensor_v2\n(" "U\x07storage" "Q";
+  std::string s =
+      "\x80\x02"
+      "ctorch._utils\n_rebuild_tensor_v2\n("
+      "U\x07storage"
+      "Q";
   s += offset;
   s += size;
   s += stride;
@@ -121,11 +123,26 @@ TEST(Unpickler, Protocol0TextOpcodes) {
 }
 
 TEST(Unpickler, StringsAreCheckedAsPythonDecodesThem) {
-  EXPECT_EQ(load("\x8c\x03" "abc."sv)->s, "abc");
-  EXPECT_EQ(load("X\x02\x00\x00\x00" "\xc3\xa9."sv)->s, "\xc3\xa9");
-  EXPECT_EQ(load("\x8d\x01\x00\x00\x00\x00\x00\x00\x00" "z."sv)->s, "z");
-  EXPECT_EQ(load("U\x02" "hi."sv)->s, "hi");
-  EXPECT_EQ(load("T\x01\x00\x00\x00" "q."sv)->s, "q");
+  EXPECT_EQ(load("\x8c\x03"
+                 "abc."sv)
+                ->s,
+            "abc");
+  EXPECT_EQ(load("X\x02\x00\x00\x00"
+                 "\xc3\xa9."sv)
+                ->s,
+            "\xc3\xa9");
+  EXPECT_EQ(load("\x8d\x01\x00\x00\x00\x00\x00\x00\x00"
+                 "z."sv)
+                ->s,
+            "z");
+  EXPECT_EQ(load("U\x02"
+                 "hi."sv)
+                ->s,
+            "hi");
+  EXPECT_EQ(load("T\x01\x00\x00\x00"
+                 "q."sv)
+                ->s,
+            "q");
   auto bytes = load("C\x03\x00\xff\x01."sv);
   EXPECT_TRUE(bytes->is(Kind::Bytes));
   EXPECT_EQ(bytes->s, "\x00\xff\x01"sv);
@@ -135,13 +152,19 @@ TEST(Unpickler, StringsAreCheckedAsPythonDecodesThem) {
   EXPECT_EQ(load("\x8c\x03\xed\xa0\x80."sv)->s, "\xed\xa0\x80");
   EXPECT_REFUSED("U\x03\xed\xa0\x80."sv, "invalid UTF-8 in SHORT_BINSTRING");
   EXPECT_REFUSED("\x8c\x02\xc0\x80."sv, "invalid UTF-8 in SHORT_BINUNICODE string (byte 0 of 2)");  // overlong
-  EXPECT_REFUSED("\x8c\x02" "a\xff."sv, "(byte 1 of 2)");
+  EXPECT_REFUSED(
+      "\x8c\x02"
+      "a\xff."sv,
+      "(byte 1 of 2)");
   EXPECT_REFUSED("T\xff\xff\xff\xff."sv, "negative BINSTRING length");
   EXPECT_REFUSED("\x8b\xff\xff\xff\xff."sv, "negative LONG4 length");
 }
 
 TEST(Unpickler, ContainersFromEmptyAndMarkedForms) {
-  auto l = load("](K\x01K\x02" "eK\x03" "a."sv);  // [] APPENDS(1, 2) APPEND(3)
+  auto l = load(
+      "](K\x01K\x02"
+      "eK\x03"
+      "a."sv);  // [] APPENDS(1, 2) APPEND(3)
   ASSERT_TRUE(l->is(Kind::List));
   ASSERT_EQ(l->items.size(), 3u);
   EXPECT_EQ(l->items[2]->i, 3);
@@ -161,7 +184,12 @@ TEST(Unpickler, ContainersFromEmptyAndMarkedForms) {
 
 TEST(Unpickler, DictKeysReplaceAsPythonsDoKeepingTheFirstPosition) {
   // {'a': 1, 'b': 2} then SETITEM 'a' = 3, and key 1 then key True (equal in Python) and 1.0.
-  auto d = load("}(\x8c\x01" "aK\x01\x8c\x01" "bK\x02u\x8c\x01" "aK\x03" "sK\x01K\x04s\x88K\x05sG\x3f\xf0\x00\x00\x00\x00\x00\x00K\x06s."sv);
+  auto d = load(
+      "}(\x8c\x01"
+      "aK\x01\x8c\x01"
+      "bK\x02u\x8c\x01"
+      "aK\x03"
+      "sK\x01K\x04s\x88K\x05sG\x3f\xf0\x00\x00\x00\x00\x00\x00K\x06s."sv);
   ASSERT_TRUE(d->is(Kind::Dict));
   ASSERT_EQ(d->entries.size(), 3u);
   EXPECT_EQ(d->entries[0].first->s, "a");
@@ -169,18 +197,25 @@ TEST(Unpickler, DictKeysReplaceAsPythonsDoKeepingTheFirstPosition) {
   EXPECT_EQ(d->at("b")->i, 2);
   EXPECT_EQ(d->entries[2].first->i, 1);  // the key object stays the first one, the value is the last
   EXPECT_EQ(d->entries[2].second->i, 6);
-  auto marked = load("(\x8c\x01xK\x01\x8c\x01yK\x02" "d."sv);
+  auto marked = load(
+      "(\x8c\x01xK\x01\x8c\x01yK\x02"
+      "d."sv);
   EXPECT_EQ(marked->at("y")->i, 2);
   EXPECT_REFUSED("}(K\x01u."sv, "odd number of items");
   EXPECT_REFUSED("}]K\x01s."sv, "unhashable dict key of type list");
   EXPECT_REFUSED("]K\x01K\x02s."sv, "SETITEM on a list");
-  EXPECT_REFUSED("}K\x01" "a."sv, "APPEND on a dict");
+  EXPECT_REFUSED(
+      "}K\x01"
+      "a."sv,
+      "APPEND on a dict");
   EXPECT_REFUSED("](K\x01\x90."sv, "ADDITEMS on a list");
 }
 
 TEST(Unpickler, MemoPutThenGetReturnsTheSameObject) {
   // [x, x] with x = [] memoized by BINPUT 0 and fetched by BINGET 0.
-  auto v = load("](]q\x00h\x00" "e."sv);
+  auto v = load(
+      "](]q\x00h\x00"
+      "e."sv);
   ASSERT_EQ(v->items.size(), 2u);
   EXPECT_EQ(v->items[0].get(), v->items[1].get());
   // LONG_BINPUT / LONG_BINGET, text PUT / GET, MEMOIZE (numbers entries in order).
@@ -196,8 +231,14 @@ TEST(Unpickler, MemoPutThenGetReturnsTheSameObject) {
   // DUP shares too; POP and POP_MARK drop.
   auto d = load("(]2t."sv);
   EXPECT_EQ(d->items[0].get(), d->items[1].get());
-  EXPECT_EQ(load("K\x01K\x02" "0."sv)->i, 1);
-  EXPECT_EQ(load("K\x01(K\x02K\x03" "1."sv)->i, 1);
+  EXPECT_EQ(load("K\x01K\x02"
+                 "0."sv)
+                ->i,
+            1);
+  EXPECT_EQ(load("K\x01(K\x02K\x03"
+                 "1."sv)
+                ->i,
+            1);
 }
 
 TEST(Unpickler, MemoErrors) {
@@ -212,7 +253,9 @@ TEST(Unpickler, FramesAreLengthHintsOnly) {
   auto v = load("\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00\x8c\x02hi\x94."sv);
   EXPECT_EQ(v->s, "hi");
   // Two frames in a row, the second after the first one's bytes.
-  auto two = load("\x80\x04\x95\x02\x00\x00\x00\x00\x00\x00\x00]\x94\x95\x03\x00\x00\x00\x00\x00\x00\x00K\x01" "a."sv);
+  auto two = load(
+      "\x80\x04\x95\x02\x00\x00\x00\x00\x00\x00\x00]\x94\x95\x03\x00\x00\x00\x00\x00\x00\x00K\x01"
+      "a."sv);
   ASSERT_EQ(two->items.size(), 1u);
   EXPECT_REFUSED("\x80\x04\x95\x05\x00\x00"sv, "truncated: needs 8 more bytes, 3 left");
 }
@@ -224,7 +267,10 @@ TEST(Unpickler, PersistentIdsGoToTheLoader) {
     seen.push_back(pid);
     return Value::str("loaded");
   };
-  auto v = load("(\x8c\x07storageK\x02\x86Q" "Pabc\nt."sv, o);
+  auto v = load(
+      "(\x8c\x07storageK\x02\x86Q"
+      "Pabc\nt."sv,
+      o);
   ASSERT_EQ(seen.size(), 2u);
   ASSERT_TRUE(seen[0]->is(Kind::Tuple));
   EXPECT_EQ(seen[0]->items[0]->s, "storage");
@@ -244,7 +290,8 @@ TEST(Unpickler, RebuildTensorV2MakesAViewOfTheStorage) {
   // offset 2, size (2, 3), stride (1, 2), requires_grad True, OrderedDict() as backward hooks.
   auto o = with_storage(10);
   auto v = load(rebuild_v2("K\x02"sv, "K\x02K\x03\x86"sv, "K\x01K\x02\x86"sv,
-                           "\x88" "ccollections\nOrderedDict\n)Rtq\x00R."sv),
+                           "\x88"
+                           "ccollections\nOrderedDict\n)Rtq\x00R."sv),
                 o);
   ASSERT_TRUE(v->is(Kind::Tensor));
   const Tensor& t = v->as_tensor();
@@ -269,7 +316,8 @@ TEST(Unpickler, ParametersSizesAndDtypes) {
   auto o = with_storage(4);
   std::string p = "ctorch._utils\n_rebuild_parameter\n(";
   p += rebuild_v2("K\x00"sv, "K\x04\x85"sv, "K\x01\x85"sv, "\x89)tR").substr(2);  // the tensor, protocol header dropped
-  p += "\x88" ")tR.";
+  p += "\x88"
+       ")tR.";
   auto v = load(p, o);
   ASSERT_TRUE(v->is(Kind::Tensor));
   EXPECT_TRUE(v->as_tensor().is_parameter);
@@ -288,7 +336,10 @@ TEST(Unpickler, ParametersSizesAndDtypes) {
 }
 
 TEST(Unpickler, BuiltinsAndOrderedDicts) {
-  auto od = load("ccollections\nOrderedDict\n)R(\x8c\x01" "bK\x01\x8c\x01" "aK\x02u."sv);
+  auto od = load(
+      "ccollections\nOrderedDict\n)R(\x8c\x01"
+      "bK\x01\x8c\x01"
+      "aK\x02u."sv);
   ASSERT_TRUE(od->is(Kind::Dict));
   EXPECT_TRUE(od->ordered);
   EXPECT_EQ(od->entries[0].first->s, "b");
@@ -296,7 +347,9 @@ TEST(Unpickler, BuiltinsAndOrderedDicts) {
   EXPECT_TRUE(s->is(Kind::Set));
   EXPECT_EQ(s->items.size(), 2u);
   // Protocol 2 writes bytes as _codecs.encode(latin-1 text, 'latin1').
-  auto b = load("c_codecs\nencode\n\x8c\x03" "a\xc3\xbf\x8c\x06latin1\x86R."sv);
+  auto b = load(
+      "c_codecs\nencode\n\x8c\x03"
+      "a\xc3\xbf\x8c\x06latin1\x86R."sv);
   ASSERT_TRUE(b->is(Kind::Bytes));
   EXPECT_EQ(b->s, "a\xff");
   EXPECT_TRUE(load("c__builtin__\nbytes\n)R."sv)->is(Kind::Bytes));
@@ -305,7 +358,9 @@ TEST(Unpickler, BuiltinsAndOrderedDicts) {
 
 TEST(Unpickler, UnknownClassesStayOpaqueObjects) {
   // argparse.Namespace via NEWOBJ, then BUILD with its attributes, and a SETITEM applied to it.
-  auto v = load("\x80\x02" "cargparse\nNamespace\n)\x81}\x8c\x02lrG\x3f\xf0\x00\x00\x00\x00\x00\x00sb\x8c\x01kK\x01s."sv);
+  auto v = load(
+      "\x80\x02"
+      "cargparse\nNamespace\n)\x81}\x8c\x02lrG\x3f\xf0\x00\x00\x00\x00\x00\x00sb\x8c\x01kK\x01s."sv);
   ASSERT_TRUE(v->is(Kind::Object));
   EXPECT_EQ(v->class_path(), "argparse.Namespace");
   EXPECT_EQ(v->object->build, pickle::Object::Build::NewObj);
@@ -313,7 +368,12 @@ TEST(Unpickler, UnknownClassesStayOpaqueObjects) {
   ASSERT_EQ(v->object->dict_items.size(), 1u);
   EXPECT_EQ(v->object->dict_items[0].second->i, 1);
   // STACK_GLOBAL, REDUCE with arguments, NEWOBJ_EX with kwargs.
-  auto r = load("\x8c\x08" "datetime" "\x8c\x04" "date" "\x93M\xe8\x07K\x01K\x02\x87R."sv);
+  auto r = load(
+      "\x8c\x08"
+      "datetime"
+      "\x8c\x04"
+      "date"
+      "\x93M\xe8\x07K\x01K\x02\x87R."sv);
   EXPECT_EQ(r->class_path(), "datetime.date");
   EXPECT_EQ(r->object->args->items[0]->i, 2024);
   auto ex = load("cpathlib\nPosixPath\n)}\x92."sv);
@@ -340,12 +400,17 @@ TEST(Unpickler, HostileCallsAndClassesAreRefused) {
 }
 
 TEST(Unpickler, StackAndMarkErrorsNameTheOpcodesByte) {
-  EXPECT_EQ(refusal("K\x01K\x02" "a."sv), "t.pkl: pickle: APPEND on a int (at byte 4)");
+  EXPECT_EQ(refusal("K\x01K\x02"
+                    "a."sv),
+            "t.pkl: pickle: APPEND on a int (at byte 4)");
   EXPECT_REFUSED("0."sv, "stack underflow");
   EXPECT_REFUSED("."sv, "stack underflow");
   EXPECT_REFUSED("K\x01t."sv, "MARK expected but not found");
   EXPECT_REFUSED("K\x01"sv, "truncated: needs 1 more bytes, 0 left");
-  EXPECT_REFUSED("X\xff\xff\xff\x7f" "abc"sv, "truncated: needs 2147483647 more bytes, 3 left");
+  EXPECT_REFUSED(
+      "X\xff\xff\xff\x7f"
+      "abc"sv,
+      "truncated: needs 2147483647 more bytes, 3 left");
   EXPECT_REFUSED("\x8e\xff\xff\xff\xff\xff\xff\xff\xff."sv, "truncated");
 }
 
@@ -353,7 +418,8 @@ TEST(Unpickler, EveryTruncationOfARealPickleIsRefused) {
   // A protocol-2 pickle with a tensor, memo, dict, object and strings: every proper prefix fails with
   // an Error (never a crash or a value).
   std::string full = rebuild_v2("K\x00"sv, "K\x02K\x02\x86"sv, "K\x02K\x01\x86"sv,
-                                "\x89" "ccollections\nOrderedDict\n)Rtq\x01R");
+                                "\x89"
+                                "ccollections\nOrderedDict\n)Rtq\x01R");
   full = std::string("\x80\x02}q\x00(\x8c\x01wq\x02"sv) + full.substr(2) + std::string("\x8c\x01nh\x02u."sv);
   auto o = with_storage(4);
   auto v = load(full, o);
@@ -399,7 +465,10 @@ TEST(Unpickler, MemoryBudgetRefusesBombs) {
 
 TEST(Unpickler, ReferenceCyclesAreRefused) {
   // l = []; l.append(l)
-  EXPECT_REFUSED("]q\x00h\x00" "a."sv, "reference cycle");
+  EXPECT_REFUSED(
+      "]q\x00h\x00"
+      "a."sv,
+      "reference cycle");
   // A shared (acyclic) value is fine.
   EXPECT_EQ(load("]q\x00(h\x00h\x00t."sv)->items.size(), 2u);
 }
@@ -425,7 +494,11 @@ TEST(Unpickler, DictItemsHookMayReplaceValuesAndSparseMemoStillResolves) {
       }
   };
   // {'a': 'xyz', 'b': [memo 1 fetched twice]} with memo 2 never fetched.
-  auto v = load("\x80\x02}q\x00(\x8c\x01" "a\x8c\x03xyzq\x02\x8c\x01" "b]q\x01h\x01\x86u."sv, o);
+  auto v = load(
+      "\x80\x02}q\x00(\x8c\x01"
+      "a\x8c\x03xyzq\x02\x8c\x01"
+      "b]q\x01h\x01\x86u."sv,
+      o);
   EXPECT_EQ(calls, 1u);
   EXPECT_EQ(v->at("a")->i, 3);
   const auto& pair = v->at("b");

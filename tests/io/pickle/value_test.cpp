@@ -130,20 +130,22 @@ TEST(Value, ClassPathSeesThroughCopyregAndGetattr) {
 TEST(Value, AsIntAcceptsBoolsBigIntsThatFitAndIntEnums) {
   EXPECT_EQ(Value::boolean(true)->as_int(), 1);
   EXPECT_EQ(big("")->as_int(), 0);
-  EXPECT_EQ(big("\xff")->as_int(), -1);                     // sign-extended
+  EXPECT_EQ(big("\xff")->as_int(), -1);  // sign-extended
   EXPECT_EQ(big(std::string("\x00\x80", 2))->as_int(), -32768);
   EXPECT_EQ(big(std::string("\xff\x00", 2))->as_int(), 255);
   EXPECT_EQ(big(std::string("\x00\x00\x00\x00\x00\x00\x00\x80", 8))->as_int(), INT64_MIN);
   EXPECT_EQ(thrown([] { big(std::string(9, '\x01'))->as_int(); }), "integer does not fit in 64 bits");
   // ZeroStageEnum(2) (Python < 3.11) and getattr(ZeroStageEnum, 'weights') (3.11+).
   auto enum_cls = Value::global("deepspeed.runtime.zero.config", "ZeroStageEnum");
-  EXPECT_EQ(Value::make_object("deepspeed.runtime.zero.config", "ZeroStageEnum", Value::tuple({Value::integer(2)}), nullptr)
-                ->as_int(),
-            2);
-  EXPECT_EQ(Value::make_object("builtins", "getattr", Value::tuple({enum_cls, Value::str("weights")}), nullptr)->as_int(),
-            3);
-  EXPECT_EQ(Value::make_object("builtins", "getattr", Value::tuple({enum_cls, Value::str("disabled")}), nullptr)->as_int(),
-            0);
+  EXPECT_EQ(
+      Value::make_object("deepspeed.runtime.zero.config", "ZeroStageEnum", Value::tuple({Value::integer(2)}), nullptr)
+          ->as_int(),
+      2);
+  EXPECT_EQ(
+      Value::make_object("builtins", "getattr", Value::tuple({enum_cls, Value::str("weights")}), nullptr)->as_int(), 3);
+  EXPECT_EQ(
+      Value::make_object("builtins", "getattr", Value::tuple({enum_cls, Value::str("disabled")}), nullptr)->as_int(),
+      0);
   // An enum rebuilt with its state: _value_.
   auto st = Value::dict();
   st->set_item("_value_", Value::integer(9));

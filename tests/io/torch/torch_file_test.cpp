@@ -40,9 +40,13 @@ constexpr std::string_view kValuesBE = "\x3f\xc0\x00\x00\xc0\x00\x00\x00\x3e\x80
 // torch._utils._rebuild_tensor_v2(storage, 0, (3,), (1,), False, ()) where the storage's persistent id
 // is ('storage', torch.<cls>, '0', 'cpu', 3[, None]): what torch.save pickles for one 3-element tensor.
 std::string tensor_pickle(std::string_view storage_class = "FloatStorage", bool legacy = false) {
-  std::string s = "\x80\x02" "ctorch._utils\n_rebuild_tensor_v2\n((\x8c\x07storagectorch\n";
+  std::string s =
+      "\x80\x02"
+      "ctorch._utils\n_rebuild_tensor_v2\n((\x8c\x07storagectorch\n";
   s += storage_class;
-  s += "\n\x8c\x01" "0\x8c\x03" "cpuK\x03";
+  s += "\n\x8c\x01"
+       "0\x8c\x03"
+       "cpuK\x03";
   if (legacy) s += "N";
   s += "tQK\x00K\x03\x85K\x01\x85\x89)tR."sv;
   return s;
@@ -67,15 +71,15 @@ std::vector<uint8_t> values_le() { return {kValuesLE.begin(), kValuesLE.end()}; 
 
 // torch's legacy (pre-1.6) format for {'t': tensor [1.5, -2, 0.25]}: five pickles, then the storage.
 std::string legacy_bytes(bool little_endian = true, std::string_view count = "\x03\x00\x00\x00\x00\x00\x00\x00"sv) {
-  std::string s(
-      "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19."sv);  // magic 0x1950a86a20f9469cfc6c
+  std::string s("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19."sv);  // magic 0x1950a86a20f9469cfc6c
   s += "\x80\x02M\xe9\x03."sv;                                                   // protocol version 1001
   s += "\x80\x02}(\x8c\x0dlittle_endian";
   s += little_endian ? "\x88u." : "\x89u.";
   s += "\x80\x02}\x8c\x01t" + tensor_pickle("FloatStorage", true).substr(2, std::string::npos);
   s.back() = 's';  // SETITEM instead of STOP, then STOP
   s += ".";
-  s += "\x80\x02]\x8c\x01" "0a.";  // storage keys
+  s += "\x80\x02]\x8c\x01"
+       "0a.";  // storage keys
   s += count;
   s += kValuesLE;
   return s;
@@ -146,9 +150,11 @@ TEST(TorchFile, BigEndianRecordsAreSwappedOnLoad) {
   auto v = load_torch(path);
   EXPECT_EQ(floats(v), (std::vector<float>{1.5f, -2.f, 0.25f}));
   EXPECT_FALSE(v->as_tensor().storage()->is_mapped());  // swapped into memory
-  auto little = zip_of("little", {{"byteorder", "little"}, {"data.pkl", tensor_pickle()}, {"data/0", std::string(kValuesLE)}});
+  auto little = zip_of("little",
+                       {{"byteorder", "little"}, {"data.pkl", tensor_pickle()}, {"data/0", std::string(kValuesLE)}});
   EXPECT_EQ(floats(load_torch(little)), (std::vector<float>{1.5f, -2.f, 0.25f}));
-  auto odd = zip_of("odd", {{"byteorder", "middle"}, {"data.pkl", tensor_pickle()}, {"data/0", std::string(kValuesLE)}});
+  auto odd = zip_of("odd",
+                    {{"byteorder", "middle"}, {"data.pkl", tensor_pickle()}, {"data/0", std::string(kValuesLE)}});
   std::string msg = load_error(odd);
   EXPECT_NE(msg.find("zip: unknown byte order middle in record 'byteorder'"), std::string::npos) << msg;
 }
@@ -167,7 +173,11 @@ TEST(TorchFile, DamagedZipsAreRefusedNamingWhatIsWrong) {
         "storage record 'data/0' holds 8 bytes but its 3 float32 elements need 12");
   check("complex", {{"data.pkl", tensor_pickle("ComplexFloatStorage")}, {"data/0", std::string(kValuesLE)}},
         "unsupported storage type torch.ComplexFloatStorage");
-  check("pid", {{"data.pkl", "\x80\x02(\x8c\x04" "blobK\x01K\x02K\x03K\x04tQ."}}, "unsupported persistent id");
+  check("pid",
+        {{"data.pkl",
+          "\x80\x02(\x8c\x04"
+          "blobK\x01K\x02K\x03K\x04tQ."}},
+        "unsupported persistent id");
   check("short_pid", {{"data.pkl", "\x80\x02\x8c\x01xQ."}}, "persistent id is not a storage tuple");
   // One key used as float32 then as float16.
   std::string two = "\x80\x02(" + tensor_pickle().substr(2);
@@ -246,7 +256,8 @@ print('ok')
 )";
   std::ofstream(dir + "/check.py") << script;
   std::string out;
-  EXPECT_EQ(ucpkit::testing::run_command(std::string(UCPKIT_PYTHON) + " " + dir + "/check.py " + dir + "/s.pt", &out), 0)
+  EXPECT_EQ(ucpkit::testing::run_command(std::string(UCPKIT_PYTHON) + " " + dir + "/check.py " + dir + "/s.pt", &out),
+            0)
       << out;
 }
 

@@ -60,9 +60,8 @@ if sys.argv[3] == '1':
 print('ok', len(infos))
 )PY";
   std::string out;
-  const int rc = ucpkit::testing::run_command(std::string(UCPKIT_PYTHON) + " " + script + " " + path + " " + list +
-                                                  " " + (testzip ? "1" : "0"),
-                                              &out);
+  const int rc = ucpkit::testing::run_command(
+      std::string(UCPKIT_PYTHON) + " " + script + " " + path + " " + list + " " + (testzip ? "1" : "0"), &out);
   return rc == 0 ? out : "failed (" + std::to_string(rc) + "): " + out;
 }
 
@@ -90,17 +89,31 @@ TEST(ZipWriter, LocalHeaderBytesByHand) {
   const std::string b = ucpkit::testing::file_bytes(path);
   // signature, version 20, flags 0, stored, time 0, date 1980-01-01 (0x0021), CRC-32("hello") =
   // 0x3610a686, sizes 5 and 5, name length 3, extra length 31 (4 + 27 padding: data at 64).
-  EXPECT_EQ(hex(b.substr(0, 30)), "504b0304" "1400" "0000" "0000" "0000" "2100" "86a61036" "05000000" "05000000"
-                                  "0300" "1f00");
+  EXPECT_EQ(hex(b.substr(0, 30)),
+            "504b0304"
+            "1400"
+            "0000"
+            "0000"
+            "0000"
+            "2100"
+            "86a61036"
+            "05000000"
+            "05000000"
+            "0300"
+            "1f00");
   EXPECT_EQ(b.substr(30, 3), "a/x");
-  EXPECT_EQ(hex(b.substr(33, 4)), "4642" "1b00");  // "FB" padding field of 27 bytes
+  EXPECT_EQ(hex(b.substr(33, 4)),
+            "4642"
+            "1b00");  // "FB" padding field of 27 bytes
   EXPECT_EQ(b.substr(37, 27), std::string(27, 'Z'));
   EXPECT_EQ(b.substr(64, 5), "hello");
   // End of central directory: 1 record, no ZIP64.
   const size_t eocd = b.rfind("PK\x05\x06"sv);
   ASSERT_NE(eocd, std::string::npos);
   EXPECT_EQ(eocd + 22, b.size());
-  EXPECT_EQ(hex(b.substr(eocd + 8, 4)), "0100" "0100");
+  EXPECT_EQ(hex(b.substr(eocd + 8, 4)),
+            "0100"
+            "0100");
   EXPECT_EQ(b.find("PK\x06\x06"sv), std::string::npos);
 }
 
@@ -213,7 +226,9 @@ TEST(ZipWriter, Zip64EndRecordFor65535Records) {
   const std::string b = ucpkit::testing::file_bytes(path);
   const size_t eocd = b.rfind("PK\x05\x06"sv);
   ASSERT_NE(eocd, std::string::npos);
-  EXPECT_EQ(hex(b.substr(eocd + 8, 4)), "ffff" "ffff");  // counts in the ZIP64 record
+  EXPECT_EQ(hex(b.substr(eocd + 8, 4)),
+            "ffff"
+            "ffff");  // counts in the ZIP64 record
   ASSERT_NE(b.find("PK\x06\x06"sv, eocd - 100), std::string::npos);
   // zipfile reads all 65535 names; the check covers a sample of contents.
   const std::string script = path + ".py";
@@ -230,7 +245,8 @@ TEST(ZipWriter, ReservedRecordsRefuseWritesOutsideThem) {
   const size_t r = z.reserve("r/x", 8);
   z.add("r/plain", span_of("p"sv));
   auto thrown = [](const std::function<void()>& f) { return ucpkit::testing::error_of(f, "(no error)"); };
-  EXPECT_EQ(thrown([&] { z.write_reserved(r, 5, span_of("abcd"sv)); }), "zip record r/x: write outside its reserved bytes");
+  EXPECT_EQ(thrown([&] { z.write_reserved(r, 5, span_of("abcd"sv)); }),
+            "zip record r/x: write outside its reserved bytes");
   EXPECT_EQ(thrown([&] { z.write_reserved(r, 9, span_of(""sv)); }), "zip record r/x: write outside its reserved bytes");
   EXPECT_EQ(thrown([&] { z.write_reserved(1, 0, span_of("a"sv)); }),
             "zip record r/plain: write outside its reserved bytes");
