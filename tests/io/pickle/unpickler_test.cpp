@@ -18,6 +18,7 @@
 #include "support/process.h"
 
 using namespace ucpkit;
+using namespace std::string_literals;
 using namespace std::string_view_literals;
 using pickle::Kind;
 using pickle::UnpickleOptions;
@@ -333,6 +334,60 @@ TEST(Unpickler, ParametersSizesAndDtypes) {
   EXPECT_EQ(load("ctorch\nhalf\n."sv)->dtype, DType::Float16);
   EXPECT_REFUSED("ctorch\nSize\n(K\x02tR."sv, "torch.Size expects one tuple");
   EXPECT_REFUSED("ctorch._utils\n_rebuild_sparse_tensor\n)R."sv, "unsupported sparse tensor");
+}
+
+// torch >= 2.0 constructs: _rebuild_tensor_v3 (untyped storage + dtype), _rebuild_from_type_v2 (a tensor
+// with Python attributes) and _rebuild_parameter_with_state.
+TEST(Unpickler, Torch2TensorConstructs) {
+  UnpickleOptions o;
+  o.persistent_load = [](const ValuePtr&) {  // an UntypedStorage of 4 bytes: bfloat16 1.0, 2.0
+    auto s = Storage::owned(DType::UInt8, {0x80, 0x3f, 0x00, 0x40});
+    return Value::of_tensor(Tensor(s, 0, {4}, {1}));
+  };
+  const std::string v3_args = "(U\x07storageQK\x00K\x02\x85K\x01\x85\x89)ctorch\nbfloat16\nt"s;
+  auto v3 = load("ctorch._utils\n_rebuild_tensor_v3\n" + v3_args + "R.", o);
+  ASSERT_TRUE(v3->is(Kind::Tensor));
+  EXPECT_EQ(v3->as_tensor().dtype(), DType::BFloat16);
+  EXPECT_EQ(v3->as_tensor().to_vector<uint16_t>(), (std::vector<uint16_t>{0x3f80, 0x4000}));
+  std::string msg = refusal(
+      "ctorch._utils\n_rebuild_tensor_v3\n(U\x07storageQK\x00K\x02\x85K\x01\x85\x89)"
+      "ctorch\nfloat8_e4m3fn\ntR."s,
+      o);
+  EXPECT_NE(msg.find("_rebuild_tensor_v3: unsupported dtype <torch.float8_e4m3fn>"), std::string::npos) << msg;
+  msg = refusal("ctorch._utils\n_rebuild_tensor_v3\n(K\x01tR."s, o);
+  EXPECT_NE(msg.find("_rebuild_tensor_v3 expects at least 7 arguments"), std::string::npos) << msg;
+
+  // _rebuild_from_type_v2(_rebuild_tensor_v3, torch.Tensor, v3's arguments, {'ds_id': '0_29'})
+  const std::string typed =
+      "ctorch._tensor\n_rebuild_from_type_v2\n(ctorch._utils\n_rebuild_tensor_v3\nctorch\nTensor\n" + v3_args +
+      "}\x8c\x05"
+      "ds_id\x8c\x04"
+      "0_29stR.";
+  auto t = load(typed, o);
+  ASSERT_TRUE(t->is(Kind::Tensor));
+  EXPECT_EQ(t->as_tensor().numel(), 2);
+  ASSERT_TRUE(t->tensor_type);
+  EXPECT_EQ(t->tensor_type->class_path(), "torch.Tensor");
+  EXPECT_EQ(t->tensor_state->at("ds_id")->s, "0_29");
+  msg = refusal(
+      "ctorch._tensor\n_rebuild_from_type_v2\n(K\x01"
+      "ctorch\nTensor\n)}tR."s,
+      o);
+  EXPECT_NE(msg.find("_rebuild_from_type_v2: first argument is not a function"), std::string::npos) << msg;
+  msg = refusal("ctorch._tensor\n_rebuild_from_type_v2\n(K\x01tR."s, o);
+  EXPECT_NE(msg.find("_rebuild_from_type_v2 expects 4 arguments"), std::string::npos) << msg;
+
+  // _rebuild_parameter_with_state(tensor, True, OrderedDict(), {'x': 1})
+  const std::string param = "ctorch._utils\n_rebuild_parameter_with_state\n(ctorch._utils\n_rebuild_tensor_v3\n" +
+                            v3_args +
+                            "R\x88"
+                            "ccollections\nOrderedDict\n)R}\x8c\x01xK\x01stR.";
+  auto p = load(param, o);
+  ASSERT_TRUE(p->is(Kind::Tensor));
+  EXPECT_TRUE(p->as_tensor().is_parameter);
+  EXPECT_TRUE(p->as_tensor().requires_grad);
+  EXPECT_FALSE(p->tensor_type);
+  EXPECT_EQ(p->tensor_state->at("x")->i, 1);
 }
 
 TEST(Unpickler, BuiltinsAndOrderedDicts) {
