@@ -166,12 +166,14 @@ TEST(LayerState, CopiesAreIndependentAndShareStampsUntilTheyChange) {
 // of sorting all GPUs by (load, id).
 TEST(LayerState, OrderEqualsSortingTheGpus) {
   std::mt19937 rng(5);
-  for (const Cluster cl : {Cluster{1, 1, 3}, Cluster{2, 2, 2}, Cluster{4, 4, 4}, Cluster{16, 8, 4}, Cluster{40, 8, 2}}) {
+  for (const Cluster cl :
+       {Cluster{1, 1, 3}, Cluster{2, 2, 2}, Cluster{4, 4, 4}, Cluster{16, 8, 4}, Cluster{40, 8, 2}}) {
     const int experts = std::max(2, cl.slots() / 3);
     std::vector<double> t(experts);
     for (double& x : t) x = static_cast<double>(rng() % 7);  // small integers: many equal loads
     std::vector<int> phy(cl.slots());
-    for (int p = 0; p < cl.slots(); ++p) phy[p] = p < experts ? p : static_cast<int>(rng() % std::min(3, experts));  // hot experts 0-2
+    for (int p = 0; p < cl.slots(); ++p)
+      phy[p] = p < experts ? p : static_cast<int>(rng() % std::min(3, experts));  // hot experts 0-2
     std::shuffle(phy.begin(), phy.end(), rng);
     LayerState st(cl, t, phy);
     std::vector<int> light;
@@ -205,7 +207,7 @@ TEST(LayerState, OrderEqualsSortingTheGpus) {
 TEST(LayerState, OrderAfterRewritesOfExpertsOfEverySize) {
   std::mt19937 rng(11);
   const Cluster cl{64, 8, 4};  // 512 GPUs, 2,048 slots
-  const int experts = 256;      // the cold ones with 2-3 replicas
+  const int experts = 256;     // the cold ones with 2-3 replicas
   std::vector<double> t(experts);
   for (double& x : t) x = static_cast<double>(1 + rng() % 50);
   t[0] = 40000, t[1] = 9000, t[2] = 2500;  // about 1,100, 250 and 70 replicas below
@@ -234,7 +236,8 @@ TEST(LayerState, OrderAfterRewritesOfExpertsOfEverySize) {
     for (size_t k : {size_t{1}, size_t{64}, size_t{65}, size_t{200}}) {
       st.lightest(k, light);
       ASSERT_EQ(light.size(), k);
-      for (size_t i = 0; i < k; ++i) ASSERT_EQ(light[i], sorted[i].second) << "step " << step << " k " << k << " i " << i;
+      for (size_t i = 0; i < k; ++i)
+        ASSERT_EQ(light[i], sorted[i].second) << "step " << step << " k " << k << " i " << i;
     }
   }
   for (int n : rewrites_by_size) EXPECT_GE(n, 20);

@@ -51,14 +51,9 @@ class PlanFile : public ::testing::Test {
 
 // small_plan as a plan file holds it (without log2phy and metrics), for damaging one key at a time.
 json small_doc() {
-  return json{{"nodes", 2},
-              {"gpus_per_node", 1},
-              {"slots_per_gpu", 3},
-              {"algorithm", "hand"},
-              {"experts", 3},
-              {"node_ids", {4, 7}},
-              {"fault_tolerance", 1},
-              {"layers", {{{"phy2log", {0, 1, 2, 0, 1, 0}}}}}};
+  return json{
+      {"nodes", 2},   {"gpus_per_node", 1}, {"slots_per_gpu", 3},   {"algorithm", "hand"},
+      {"experts", 3}, {"node_ids", {4, 7}}, {"fault_tolerance", 1}, {"layers", {{{"phy2log", {0, 1, 2, 0, 1, 0}}}}}};
 }
 
 }  // namespace
@@ -148,7 +143,7 @@ TEST(PlanJson, Log2phyFollowsTheRanks) {
   p.layers.push_back({{0, 1, 0, 2}, {1, 1, 0, 0}});
   const json doc = json::parse(plan_json_text(p));
   EXPECT_EQ(doc["layers"][0].at("log2phy"), json({{2, 0}, {-1, 1}, {3, -1}}));
-  EXPECT_FALSE(doc.contains("node_ids"));  // none in the plan: none written
+  EXPECT_FALSE(doc.contains("node_ids"));                // none in the plan: none written
   EXPECT_FALSE(doc["layers"][0].contains("gpu_loads"));  // no metrics: no per-layer metrics
 }
 
@@ -161,7 +156,8 @@ TEST(PlanJson, WrittenInPiecesWithLongPaddingAlone) {
   phy[1500] = 1, phy[1501] = 2;
   p.layers.push_back({phy, ranks_by_appearance(phy, 3)});
   std::vector<std::string> pieces;
-  write_plan_json(p, json::object(), {}, [&](std::string_view s) { pieces.emplace_back(s); }, 256);
+  write_plan_json(
+      p, json::object(), {}, [&](std::string_view s) { pieces.emplace_back(s); }, 256);
   std::string whole;
   for (const auto& s : pieces) whole += s;
   std::string pad;
@@ -184,7 +180,7 @@ TEST(PlanJson, GuaranteedFaultToleranceIsTheFewestNodesOfAnyExpert) {
   Plan p;
   p.cluster = {3, 1, 2};
   p.experts = 3;
-  EXPECT_EQ(guaranteed_fault_tolerance(p), 3);  // no layers: every node
+  EXPECT_EQ(guaranteed_fault_tolerance(p), 3);   // no layers: every node
   p.layers.push_back({{0, 1, 0, 2, 1, 2}, {}});  // every expert on 2 nodes
   EXPECT_EQ(guaranteed_fault_tolerance(p), 2);
   p.layers.push_back({{0, 0, 1, 1, 2, 2}, {}});  // every expert on 1 node
@@ -211,10 +207,10 @@ TEST(PlanFromJson, DefaultsForKeysAnotherToolLeavesOut) {
   doc["layers"][0]["phy2log"] = {0, 1, 2, 2, 1, 0};  // every expert on both nodes
   Plan p = plan_from_json(doc, "plan.json");
   EXPECT_EQ(p.algorithm, "unknown");
-  EXPECT_EQ(p.experts, 3);                             // the largest id + 1
-  EXPECT_EQ(p.node_ids, (std::vector<int>{0, 1}));     // identity
-  EXPECT_EQ(p.fault_tolerance, 2);                     // what the placement guarantees
-  doc["survives_node_failures"] = 0;                   // K = 0: f = 1
+  EXPECT_EQ(p.experts, 3);                          // the largest id + 1
+  EXPECT_EQ(p.node_ids, (std::vector<int>{0, 1}));  // identity
+  EXPECT_EQ(p.fault_tolerance, 2);                  // what the placement guarantees
+  doc["survives_node_failures"] = 0;                // K = 0: f = 1
   EXPECT_EQ(plan_from_json(doc, "plan.json").fault_tolerance, 1);
   // Experts past the largest id have no replica: no node, so even f = 1 does not hold.
   doc["experts"] = 5;

@@ -20,9 +20,8 @@ namespace {
 class Planner : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("planner_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("planner_test_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -110,10 +109,14 @@ TEST(PlanPlacement, RefusesABadClusterFaultToleranceOrAlgorithm) {
   const LoadMatrix w = matrix(1, 2, {1, 1});
   EXPECT_THROW(plan_placement(w, Cluster{0, 1, 2}, "balanced-ft", o), ucpkit::UsageError);
   o.fault_tolerance = 0;
-  EXPECT_NE(error_of([&] { plan_placement(w, Cluster{1, 1, 2}, "balanced-ft", o); }).find("is impossible"),
+  EXPECT_NE(error_of([&] {
+              plan_placement(w, Cluster{1, 1, 2}, "balanced-ft", o);
+            }).find("is impossible"),
             std::string::npos);
   o.fault_tolerance = 1;
-  EXPECT_NE(error_of([&] { plan_placement(w, Cluster{1, 1, 2}, "no-such-algorithm", o); }).find("no-such-algorithm"),
+  EXPECT_NE(error_of([&] {
+              plan_placement(w, Cluster{1, 1, 2}, "no-such-algorithm", o);
+            }).find("no-such-algorithm"),
             std::string::npos);
 }
 
@@ -125,7 +128,8 @@ TEST_F(Planner, FreshPlanHasSummaryTableFileAndSvg) {
   EXPECT_EQ(out.plan.fault_tolerance, 2);
   EXPECT_FALSE(out.migration);
   EXPECT_FALSE(out.replacement);
-  for (const auto& l : out.plan.layers) EXPECT_EQ(nodes_of(l.phy2log, out.plan.cluster, 3), (std::vector<int>{2, 2, 2}));
+  for (const auto& l : out.plan.layers)
+    EXPECT_EQ(nodes_of(l.phy2log, out.plan.cluster, 3), (std::vector<int>{2, 2, 2}));
   const auto& s = out.summary;
   EXPECT_EQ(s.at("algorithm"), "balanced-ft");
   EXPECT_EQ(s.at("nodes"), 3);
@@ -177,8 +181,8 @@ TEST_F(Planner, NodeLossLowersFaultToleranceAndCountsTheMigration) {
 }
 
 TEST_F(Planner, CurrentPlanOfOtherLayersOrExpertsIsRefusedNamingIt) {
-  const std::string current = write("one_layer.json", make_plan(request(write("l1.json", "[[1, 2, 3]]"), 3, 1, 2, 0))
-                                                          .plan_file_text());
+  const std::string current = write("one_layer.json",
+                                    make_plan(request(write("l1.json", "[[1, 2, 3]]"), 3, 1, 2, 0)).plan_file_text());
   PlanRequest req;
   req.loads_path = loads();
   req.current_path = current;
@@ -186,8 +190,8 @@ TEST_F(Planner, CurrentPlanOfOtherLayersOrExpertsIsRefusedNamingIt) {
   const std::string msg = error_of([&] { make_plan(req); });
   EXPECT_NE(msg.find(current + ": plan has 1 layers, loads have 2"), std::string::npos) << msg;
   // More experts in the plan than in the loads.
-  const std::string wide = write("wide.json", make_plan(request(write("l4.json", "[[1,2,3,4],[1,2,3,4]]"), 2, 1, 2, 0))
-                                                  .plan_file_text());
+  const std::string wide = write(
+      "wide.json", make_plan(request(write("l4.json", "[[1,2,3,4],[1,2,3,4]]"), 2, 1, 2, 0)).plan_file_text());
   req.current_path = wide;
   const std::string msg2 = error_of([&] { make_plan(req); });
   EXPECT_NE(msg2.find(wide + ": plan places expert ids beyond the 3 experts"), std::string::npos) << msg2;
@@ -235,16 +239,18 @@ TEST_F(Planner, OptionRefusalsNameTheOption) {
   refused([](PlanRequest& r) { r.placement.recovery_weight = 0.5, r.previous_path = "p.json"; },
           "--recovery-weight does not apply to --previous");
   refused([](PlanRequest& r) { r.pareto = true; }, "--pareto needs --report");
-  refused([](PlanRequest& r) { r.min_recovery = MinRecovery{1, 0.5}, r.placement.recovery_weight = 0.5; },
-          "--min-recovery and --recovery-weight are exclusive");
+  refused(
+      [](PlanRequest& r) {
+        r.min_recovery = MinRecovery{1, 0.5}, r.placement.recovery_weight = 0.5;
+      },
+      "--min-recovery and --recovery-weight are exclusive");
   refused([](PlanRequest& r) { r.min_recovery = MinRecovery{3, 0.5}; }, "k must be below the 3 nodes");
   refused([](PlanRequest& r) { r.change.failed = {0}; }, "--failed-nodes and --added-nodes need --current");
   refused([](PlanRequest& r) { r.want_svg = true, r.svg_layer = 2; },
           "--svg-layer 2 is out of range: the loads have 2 layer(s), 0..1");
   refused([](PlanRequest& r) { r.previous_path = "p.json", r.current_path = "c.json"; },
           "--previous and --current are exclusive");
-  refused([](PlanRequest& r) { r.previous_path = "p.json", r.algorithm = "eplb"; },
-          "--algorithm eplb does not apply");
+  refused([](PlanRequest& r) { r.previous_path = "p.json", r.algorithm = "eplb"; }, "--algorithm eplb does not apply");
   refused([](PlanRequest& r) { r.previous_path = "p.json", r.max_moved_bytes = 10; },
           "--max-moved-bytes needs --expert-bytes");
   refused([](PlanRequest& r) { r.previous_path = "p.json", r.migration_weight = -1; },

@@ -67,8 +67,13 @@ TEST(LoadDryRun, TorchDistPlanNamesItsLayout) {
                      {"iteration_folder", "iter_0000100"},
                      {"entries", 40},
                      {"files", {1, 2, 3}},
-                     {"target", {{"tp", 2}, {"pp", 1}, {"ep", 1}, {"dp", 4}, {"dtype", "bf16"},
-                                 {"optimizer_format", "fully_sharded_model_space"}}}};
+                     {"target",
+                      {{"tp", 2},
+                       {"pp", 1},
+                       {"ep", 1},
+                       {"dp", 4},
+                       {"dtype", "bf16"},
+                       {"optimizer_format", "fully_sharded_model_space"}}}};
   const DryRun d = load_dry_run(plan, "out");
   EXPECT_EQ(d.text,
             "ucp-load --dry-run: would write out: a Megatron-Core torch_dist save (iter_0000100) of 40 entries in 3 "
@@ -144,9 +149,8 @@ TEST(RestoreDryRun, CountsFilesOfTheNonExpertStateAndTheExperts) {
 TEST(ReplaceDryRun, ListsTheFilesAndKeepsTheSummary) {
   const DryRun d = replace_dry_run({{"algorithm", "balanced-ft"}}, {"plan.json", "plan.svg"});
   EXPECT_EQ(d.text, "moe-replace --dry-run: would write plan.json, plan.svg; nothing written\n");
-  EXPECT_EQ(d.fields, json({{"algorithm", "balanced-ft"},
-                            {"dry_run", true},
-                            {"would_write", {"plan.json", "plan.svg"}}}));
+  EXPECT_EQ(d.fields,
+            json({{"algorithm", "balanced-ft"}, {"dry_run", true}, {"would_write", {"plan.json", "plan.svg"}}}));
 }
 
 TEST(DryRun, PrintsTheTextOrTheEnvelope) {

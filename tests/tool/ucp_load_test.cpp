@@ -143,8 +143,7 @@ TEST_F(UcpLoad, DcpInputIsConvertedFirstAndItsRefusalsNameTheInput) {
     EXPECT_EQ(r.fields.at("dry_run"), true);
     EXPECT_EQ(r.fields.at("format"), "safetensors");
     EXPECT_GT(r.fields.at("params").get<long long>(), 0);
-    EXPECT_NE(r.text.find("would be converted into a scratch universal folder beside " + path("st")),
-              std::string::npos)
+    EXPECT_NE(r.text.find("would be converted into a scratch universal folder beside " + path("st")), std::string::npos)
         << r.text;
     EXPECT_FALSE(fs::exists(path("st")));
   }
