@@ -4,7 +4,7 @@ loads drifted by a log-normal factor per expert (W1, for re-placements). Determi
   lognormal (default): log-normal(8, 1) per expert;
   heavy: Pareto with shape 1.1 (scale 1,000) per expert, a heavy tail: a few dominant experts per
     layer (the largest carries 15% of its layer's load in the median layer, 87% in the most skewed).
-Used by bench/bench_placement.sh and scripts/placement_same_plans.sh.
+Used by bench/bench_placement.sh and scripts/checks/placement_same_plans.sh.
 Usage: bench/placement_scale_loads.py [--shape lognormal|heavy] W0.json W1.json"""
 import json
 import random

@@ -57,7 +57,7 @@ run_step() {
   # The signal goes to the tool itself (under mpirun: its local ranks), not to the launcher: scancel
   # signals every process of the job, mpirun included, and Open MPI's mpirun exits at once on a second
   # SIGTERM, leaving its ranks to be SIGKILLed by Slurm when this script ends, before rank 0 has
-  # removed its staging folder (scripts/test_slurm.sh, tests/reliability/run_step_signal.sh).
+  # removed its staging folder (scripts/checks/test_slurm.sh, tests/reliability/run_step_signal.sh).
   # After a signal the script waits for the processes it signalled (the ranks), not for mpirun: after
   # an abort Open MPI's mpirun sleeps out its SIGKILL grace (below) even when its ranks are gone, and
   # would outlast Slurm's KillWait; Slurm ends it with the job.

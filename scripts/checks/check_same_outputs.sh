@@ -7,9 +7,9 @@
 #   * the demo's GPT checkpoint (scripts/demo.sh's layout) through ucp-union and ucp-load;
 #   * pec-save (sequential, k = 1) and pec-restore of a native-MoE checkpoint: store and restored folder;
 #   * moe-replace on ../shared/data loads (when present), every algorithm, and a re-placement.
-# Usage: scripts/check_same_outputs.sh OLD_BUILD NEW_BUILD [WORK]   (exit 0: identical; 1: a difference)
+# Usage: scripts/checks/check_same_outputs.sh OLD_BUILD NEW_BUILD [WORK]   (exit 0: identical; 1: a difference)
 set -uo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 [ $# -ge 2 ] || { echo "usage: $0 OLD_BUILD NEW_BUILD [WORK]" >&2; exit 2; }
 old=$(cd "$1" && pwd); new=$(cd "$2" && pwd)
 work=${3:-$(mktemp -d /tmp/ucpkit-same.XXXXXX)}

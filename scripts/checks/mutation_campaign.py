@@ -306,7 +306,7 @@ def main():
     args = ap.parse_args()
     if not args.runs and not args.seconds:
         args.runs = 100
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "generator")  # dsgen's stand-ins
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "generator")  # dsgen's stand-ins
     tools = args.tools.split(",")
     kinds = args.kinds.split(",")
     work = tempfile.mkdtemp(prefix="ucpkit_mutation_", dir=args.work)

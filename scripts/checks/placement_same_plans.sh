@@ -10,9 +10,9 @@
 #   * the SmartMoE loads and the EPLB example from ../shared/data, when present.
 # The previous plans are placed once, by NEW_BUILD, and read by both. One core each; about 6 minutes
 # (379fcc6's hecate takes 15 s a run on the heavy-tailed loads at 1,024 nodes).
-# Usage: scripts/placement_same_plans.sh OLD_BUILD NEW_BUILD [WORK]   (exit 0: identical; 1: a difference)
+# Usage: scripts/checks/placement_same_plans.sh OLD_BUILD NEW_BUILD [WORK]   (exit 0: identical; 1: a difference)
 set -uo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 [ $# -ge 2 ] || { echo "usage: $0 OLD_BUILD NEW_BUILD [WORK]" >&2; exit 2; }
 old=$(cd "$1" && pwd); new=$(cd "$2" && pwd)
 work=${3:-$(mktemp -d /tmp/ucpkit-plans.XXXXXX)}

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A one-node Slurm cluster on this machine for the job-script tests (Debian's slurm-wlm + munge):
-#   scripts/slurm/cluster.sh start DIR   writes DIR/slurm.conf, starts munged, slurmctld and slurmd,
+#   scripts/checks/slurm_cluster.sh start DIR   writes DIR/slurm.conf, starts munged, slurmctld and slurmd,
 #                                        waits until the node is idle; prints `export SLURM_CONF=...`
-#   scripts/slurm/cluster.sh stop DIR    stops the daemons started from DIR (and munged if it started it)
+#   scripts/checks/slurm_cluster.sh stop DIR    stops the daemons started from DIR (and munged if it started it)
 # Runs as root (the daemons, and apt-get when slurm-wlm / munge are missing). Everything lives under DIR
 # (state, spool, logs, pid files); ports 16817/16818 so a system Slurm, if any, is not disturbed.
 # Fails with the reason (the daemon's log) when a daemon cannot start: CI must not skip silently.

@@ -4,10 +4,10 @@
 # `apt-get install ./ucpkit_*.deb`, runs every tool from /usr/bin (--version, man page, a conversion:
 # ucp-union of a small generated checkpoint, ucp-load of the result; ucp-load --device cuda without the
 # ucpkit-gpu package fails with one line), then removes the package.
-# Usage: scripts/test_deb.sh [build_dir]   (default build/; build it first, e.g. scripts/setup.sh --tools)
+# Usage: scripts/checks/test_deb.sh [build_dir]   (default build/; build it first, e.g. scripts/setup.sh --tools)
 # The result of the last run is written in docs/install.md.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
 fail() { echo "test_deb: FAIL: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || fail "run as root (apt-get install / remove)"
@@ -43,6 +43,8 @@ done
 if readelf -d /usr/bin/ucp-load /usr/lib/libucpkit.so | grep -E 'NEEDED.*(libcudart|libnccl)'; then
   fail "the packaged tools need CUDA libraries at start"
 fi
+[ -x /usr/share/ucpkit/examples/slurm/elastic_resume.sbatch ] && [ -f /usr/share/ucpkit/examples/slurm/common.sh ] ||
+  fail "the Slurm job scripts are not in the package (/usr/share/ucpkit/examples/slurm)"
 /usr/bin/python3 "$root/tests/generator/gen_ds_checkpoint.py" --output ck --model gpt --tp 2 --pp 1 --dp 2 --zero 1 \
   --dtype bf16 --layers 2 --hidden 32 --heads 4 --ffn 64 --vocab 96 --seq 16 --seed 3 >/dev/null
 ucp-union -q --input ck --output universal || fail "/usr/bin/ucp-union"

@@ -1,16 +1,16 @@
 #!/bin/bash
 # ucp-load's direct mode (issue 18) over the full round-trip matrix (tests/reshard/cases.py FULL, the
-# cases of scripts/test_load_matrix.sh): for every case the target written straight from the native
+# cases of scripts/checks/test_load_matrix.sh): for every case the target written straight from the native
 # source (`ucp-load --input <source>`) must equal, byte for byte, the two-step target (ucp-union, then
 # ucp-load from the universal checkpoint), in one process and under mpirun -np 2 and -np 3 (the
 # exchange; -np 3 with batches smaller than a layer). The -np 2 run also computes the universal
 # checksums on the way and compares them with the two-step universal manifest (--verify-against).
 # `--plan` is checked by tests/reshard/check_direct_plan.py against the universal tensors and the
 # one-process target's bytes.
-# Usage: scripts/test_direct_matrix.sh [build_dir] [work_dir]   (MATRIX_MPI=0: one process only;
+# Usage: scripts/checks/test_direct_matrix.sh [build_dir] [work_dir]   (MATRIX_MPI=0: one process only;
 # CASES='name ...': only these cases)
 set -u
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-$ROOT/build}
 WORK=${2:-$BUILD/direct-matrix}
 PY=/usr/bin/python3

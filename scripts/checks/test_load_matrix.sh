@@ -6,9 +6,9 @@
 # word + position embeddings (tests/reshard/cases.py). With mpirun
 # on PATH (MATRIX_MPI=0 to skip), the MPI exchange (3 ranks, batches smaller than a layer) must write
 # the same bytes as the single-process run.
-# Usage: scripts/test_load_matrix.sh [build_dir] [work_dir]
+# Usage: scripts/checks/test_load_matrix.sh [build_dir] [work_dir]
 set -u
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-$ROOT/build-load}
 WORK=${2:-$BUILD/load-matrix}
 PY=/usr/bin/python3

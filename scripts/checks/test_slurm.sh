@@ -1,26 +1,26 @@
 #!/usr/bin/env bash
-# The example job scripts (scripts/examples/slurm/) under a real Slurm: starts a one-node cluster
-# (scripts/slurm/cluster.sh: Debian's slurm-wlm + munge, installed if missing), submits each example
+# The example job scripts (examples/slurm/) under a real Slurm: starts a one-node cluster
+# (scripts/checks/slurm_cluster.sh: Debian's slurm-wlm + munge, installed if missing), submits each example
 # with sbatch on small generated checkpoints, waits, checks the results against independent truth,
 # kills a conversion with scancel and resubmits, then stops the daemons. Exit 0 iff everything held.
 # Needs root. Run by ctest (test `slurm_examples`) and by hand:
-#   scripts/test_slurm.sh [build_dir] [work_dir]
+#   scripts/checks/test_slurm.sh [build_dir] [work_dir]
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
 work=${2:-$(mktemp -d /tmp/ucpkit-slurm.XXXXXX)}
 rm -rf "$work"; mkdir -p "$work"
 py=/usr/bin/python3
-ex=$root/scripts/examples/slurm
+ex=$root/examples/slurm
 export UCPKIT_BIN=$build/bin OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 failures=0
 step() { printf '\n== %s\n' "$*"; }
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-cleanup() { "$root/scripts/slurm/cluster.sh" stop "$work/cluster" >/dev/null 2>&1 || true; }
+cleanup() { "$root/scripts/checks/slurm_cluster.sh" stop "$work/cluster" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
 step "starting a one-node Slurm cluster in $work/cluster"
-eval "$("$root/scripts/slurm/cluster.sh" start "$work/cluster")"
+eval "$("$root/scripts/checks/slurm_cluster.sh" start "$work/cluster")"
 sinfo
 # sbatch --wait, then the job's exit code and output (the job's log is its own output file).
 submit() {  # NAME SCRIPT [sbatch args...]: runs the job to its end; its exit code

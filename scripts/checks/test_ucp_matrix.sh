@@ -2,9 +2,9 @@
 # Full UCP matrix: generates checkpoints in many layouts (tests/generator/gen_ds_checkpoint.py), converts
 # each with ucp-union (one-step) and with ucp-extract + ucp-union (two-step, a subset), and checks
 # the output bit for bit against the ground truth (tests/to_universal/check_universal.py).
-# Usage: scripts/test_ucp_matrix.sh [build_dir] [work_dir]
+# Usage: scripts/checks/test_ucp_matrix.sh [build_dir] [work_dir]
 set -uo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
 work=${2:-$(mktemp -d /tmp/ucp-matrix.XXXXXX)}
 py=/usr/bin/python3

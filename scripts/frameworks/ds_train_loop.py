@@ -1,6 +1,6 @@
 """DeepSpeed 0.19.8's real engine (installed from PyPI into the pinned environment, scripts/frameworks/setup.sh)
 trains, saves and resumes a tiny model on CPU gloo ranks: the judge of tests/frameworks/deepspeed_engine_test.sh
-(docs/frameworks.md). Ideas from scripts/ds_engine/train_engine.py (outside CI, source trees and stand-ins);
+(docs/frameworks.md). Ideas from scripts/verify/ds_engine/train_engine.py (outside CI, source trees and stand-ins);
 here nothing is stood in: the engine, its checkpoint code and its converter are the installed package's.
 
 Cases (one model kind each; fp32 training, torch.optim.AdamW as the client optimizer):

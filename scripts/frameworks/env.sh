@@ -1,4 +1,4 @@
-# Sourced by the framework checks (tests/frameworks/*_test.sh, scripts/*_verify.sh; POSIX sh):
+# Sourced by the framework checks (tests/frameworks/*_test.sh, scripts/verify/*_verify.sh; POSIX sh):
 # `frameworks_python ROOT` sets FRAMEWORKS_PY to the pinned environment's python (kept when already
 # set), which scripts/frameworks/setup.sh makes on first use, or exits 77 (ctest: skipped) when it
 # cannot be made.

@@ -1,5 +1,5 @@
 """Loads ucp-load --format dcp output with the real torch.distributed.checkpoint (run by
-scripts/dcp_load_verify.sh with the pinned framework environment's torch 2.15, or with TRIXIE=... inside
+scripts/verify/dcp_load_verify.sh with the pinned framework environment's torch 2.15, or with TRIXIE=... inside
 the Debian-trixie chroot with python3-torch 2.6; not in CI).
 
   python3 dcp_load_verify.py ROOT

@@ -2,10 +2,10 @@
 # Checks ucp-load --format dcp against the real torch (not in CI). By default with the pinned framework
 # environment's torch 2.15 (scripts/frameworks/setup.sh; no root, no chroot):
 #
-#   scripts/dcp_load_verify.sh [BUILD]   # BUILD: a build folder or an install prefix with bin/ (default ./build)
-#   FIXTURES=... scripts/dcp_load_verify.sh BUILD   # default BUILD/fixtures/reshard, else ./build/fixtures/reshard
-#   FRAMEWORKS_PY=/path/to/python scripts/dcp_load_verify.sh BUILD  # another interpreter with torch >= 2.4
-#   TRIXIE=/opt/trixie scripts/dcp_load_verify.sh BUILD             # the older line, as root (below)
+#   scripts/verify/dcp_load_verify.sh [BUILD]   # BUILD: a build folder or an install prefix with bin/ (default ./build)
+#   FIXTURES=... scripts/verify/dcp_load_verify.sh BUILD   # default BUILD/fixtures/reshard, else ./build/fixtures/reshard
+#   FRAMEWORKS_PY=/path/to/python scripts/verify/dcp_load_verify.sh BUILD  # another interpreter with torch >= 2.4
+#   TRIXIE=/opt/trixie scripts/verify/dcp_load_verify.sh BUILD             # the older line, as root (below)
 #
 # The line that is the point: the newest torch (2.15.0, pinned), whose dcp.load users run on our output.
 # TRIXIE=... keeps the old path: torch 2.6 (Debian trixie's python3-torch) in the chroot that
@@ -17,7 +17,7 @@
 #    FSDP2's Shard(0)) and bf16 whole, and those DCP folders re-chunked by ucp-load --input <DCP>
 #    (whole -> 2 ranks, 2 ranks -> whole). Run from the work folder with relative paths, as job scripts
 #    run the tools.
-# 2. scripts/dcp_load_verify.py: torch's own dcp.load of each folder at world size 1 (plain tensors) and
+# 2. scripts/verify/dcp_load_verify.py: torch's own dcp.load of each folder at world size 1 (plain tensors) and
 #    2 (DTensors Shard(0) on a gloo mesh), into the nested state dict rebuilt from the folder's
 #    planner_data ({"model": ..., "optim": {"state": ..., "param_groups": [...]}}), each tensor compared
 #    bit for bit with the universal truth torch reads (fp32 master cast by torch's .to(dtype), exp_avg,
@@ -26,7 +26,7 @@
 # tensors=N equal=yes|no values=M` per folder (scripts/frameworks/run_all.sh collects them), a TOTAL line.
 # Exit status: 0 when every tensor and value is equal; 77 when no framework environment can be made.
 set -e
-HERE=$(cd "$(dirname "$0")/.." && pwd)
+HERE=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=$(cd "${1:-${BUILD:-$HERE/build}}" && pwd)
 FIXTURES=${FIXTURES:-$BUILD/fixtures/reshard}
 [ -d "$FIXTURES" ] || FIXTURES=$HERE/build/fixtures/reshard
@@ -51,7 +51,7 @@ printf '%s\tfp32\t%s\n%s\tbf16\t%s\n' $g.fp32_w2 $g.u $g.bf16_w1 $g.u >>cases.ts
 "$BIN/ucp-load" -q --input $g.fp32_w1 --output $g.rechunk_w2 --format dcp --world-size 2
 "$BIN/ucp-load" -q --input $g.fp32_w2 --output $g.rechunk_w1 --format dcp
 printf '%s\tfp32\t%s\n%s\tfp32\t%s\n' $g.rechunk_w2 $g.u $g.rechunk_w1 $g.u >>cases.tsv
-cp "$HERE/scripts/dcp_load_verify.py" "$LAB/"
+cp "$HERE/scripts/verify/dcp_load_verify.py" "$LAB/"
 if [ -n "${TRIXIE:-}" ]; then
   exec chroot "$TRIXIE" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
     PYTHONWARNINGS=ignore PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=1 USE_LIBUV=0 \

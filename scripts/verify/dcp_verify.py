@@ -1,4 +1,4 @@
-"""Loads ucpkit's DCP output with the real torch.distributed.checkpoint (run by scripts/dcp_verify.sh with
+"""Loads ucpkit's DCP output with the real torch.distributed.checkpoint (run by scripts/verify/dcp_verify.sh with
 the pinned framework environment's torch 2.15, or with TRIXIE=... inside the Debian-trixie chroot with
 python3-torch 2.6; not in CI).
 

@@ -2,9 +2,9 @@
 # Checks ucpkit's DCP writer against the real torch (not in CI). By default with the pinned framework
 # environment's torch 2.15 (scripts/frameworks/setup.sh; no root, no chroot):
 #
-#   scripts/dcp_verify.sh [BUILD]      # BUILD: a build folder or an install prefix (default ./build)
-#   FRAMEWORKS_PY=/path/to/python scripts/dcp_verify.sh BUILD      # another interpreter with torch >= 2.4
-#   TRIXIE=/opt/trixie scripts/dcp_verify.sh BUILD                 # the older line, as root (below)
+#   scripts/verify/dcp_verify.sh [BUILD]      # BUILD: a build folder or an install prefix (default ./build)
+#   FRAMEWORKS_PY=/path/to/python scripts/verify/dcp_verify.sh BUILD      # another interpreter with torch >= 2.4
+#   TRIXIE=/opt/trixie scripts/verify/dcp_verify.sh BUILD                 # the older line, as root (below)
 #
 # The line that is the point: the newest torch (2.15.0, pinned), whose dcp.load users run on our output.
 # TRIXIE=... keeps the old path: torch 2.6 (Debian trixie's python3-torch) in the chroot that
@@ -19,14 +19,14 @@
 #    * the shipped tool, `ucp-load --input <fixture> --format dcp --world-size 1|2|4` (BUILD/bin), of
 #      the same 7 fixtures and the newer saves (torch 2.14's plain, zstd, rank-local and Hugging Face
 #      safetensors flavours, torch 2.6's shard-properties and strides fixtures).
-# 2. scripts/dcp_verify.py: torch's own dcp.load at every other world size of 1, 2 and 4 (gloo,
+# 2. scripts/verify/dcp_verify.py: torch's own dcp.load at every other world size of 1, 2 and 4 (gloo,
 #    DTensors resharded), each tensor compared bit for bit with the fixture's recorded truth, each bytes
 #    item with torch's own load of the original fixture; and torch's dcp_to_torch_save of every folder.
 # Output: one line per folder and load, then `RESULT framework=torch version=... case=dcp_verify/<fixture>
 # tensors=N equal=yes|no` per fixture (scripts/frameworks/run_all.sh collects them) and a TOTAL line.
 # Exit status: 0 when every tensor and bytes item is equal; 77 when no framework environment can be made.
 set -e
-HERE=$(cd "$(dirname "$0")/.." && pwd)
+HERE=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=$(cd "${1:-${BUILD:-$HERE/build}}" && pwd)
 BIN=$BUILD/bin
 DATA=$HERE/tests/formats/dcp/data
@@ -54,7 +54,7 @@ for f in fsdp_w2 twod_w4 fsdp_optim_w2 fsdp_tp_optim_w4 plain_w2 single_item_w1 
 done
 for t in "$DATA"/*.truth; do cp -r "$t" "$LAB/truth/"; done
 for d in "$DATA"/*/; do case $d in *.truth/) ;; *) cp -r "$d" "$LAB/src/" ;; esac; done
-cp "$HERE/scripts/dcp_verify.py" "$LAB/"
+cp "$HERE/scripts/verify/dcp_verify.py" "$LAB/"
 if [ -n "${TRIXIE:-}" ]; then
   exec chroot "$TRIXIE" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
     PYTHONWARNINGS=ignore PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=1 USE_LIBUV=0 \

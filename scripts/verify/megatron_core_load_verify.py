@@ -1,11 +1,11 @@
 """Outside CI (issues 30, 48): torch2lab's mcore_ckpt.py (Megatron-LM's own argument parser, model build and
 load_checkpoint, from a Megatron-LM source tree on PYTHONPATH) run with the pinned framework environment's
-python (torch 2.15, Python 3.11; scripts/frameworks/setup.sh), for scripts/torch_dist_verify.sh and
-scripts/megatron_core_load_verify.sh:
+python (torch 2.15, Python 3.11; scripts/frameworks/setup.sh), for scripts/verify/torch_dist_verify.sh and
+scripts/verify/megatron_core_load_verify.sh:
 
-    python megatron_core_load_lab.py load  ...   # mcore_ckpt.py load, unchanged (Megatron's load_checkpoint)
-    python megatron_core_load_lab.py truth --ckpt D --out T   # torch's DCP loader, see below
-    python megatron_core_load_lab.py resume --ckpt D --steps N ...   # load_checkpoint, then N train steps
+    python megatron_core_load_verify.py load  ...   # mcore_ckpt.py load, unchanged (Megatron's load_checkpoint)
+    python megatron_core_load_verify.py truth --ckpt D --out T   # torch's DCP loader, see below
+    python megatron_core_load_verify.py resume --ckpt D --steps N ...   # load_checkpoint, then N train steps
 
 What it adds around mcore_ckpt.main(), all at module level so that the ranks mp.spawn starts (which import this
 file as __mp_main__) have it too:
@@ -26,7 +26,7 @@ file as __mp_main__) have it too:
     whole, no process group) and written in mcore_ckpt.py truth's form: tensors.safetensors and manifest.json
     (shape, dtype, sha256 of every tensor). On the committed fixtures' outputs it gives exactly the manifests
     load_plain_tensors gave on torch 2.6 (tests/formats/megatron_core/data/*/fully_reshardable.truth).
-The torch2lab folder: $TORCH2LAB, else /torch2lab (inside the chroot), else ../../shared/tools/torch2lab
+The torch2lab folder: $TORCH2LAB, else /torch2lab (inside the chroot), else ../../../shared/tools/torch2lab (from this file)
 next to the repository.
 """
 import hashlib
@@ -42,10 +42,10 @@ _here = os.path.dirname(os.path.abspath(__file__))
 
 def _torch2lab():
     for d in (os.environ.get("TORCH2LAB"), "/torch2lab",
-              os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "tools", "torch2lab")):
+              os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "tools", "torch2lab")):
         if d and os.path.exists(os.path.join(d, "mcore_ckpt.py")):
             return d
-    sys.exit("megatron_core_load_lab.py: no torch2lab folder with mcore_ckpt.py (set TORCH2LAB)")
+    sys.exit("megatron_core_load_verify.py: no torch2lab folder with mcore_ckpt.py (set TORCH2LAB)")
 
 
 if not hasattr(typing, "override"):
@@ -74,7 +74,7 @@ def _fill(name):
     def _getattr(attr):
         if attr.startswith("__"):
             raise AttributeError(attr)
-        raise RuntimeError("megatron_core_load_lab.py: import-only stand-in for %s: %s used" % (name, attr))
+        raise RuntimeError("megatron_core_load_verify.py: import-only stand-in for %s: %s used" % (name, attr))
 
     mod.__getattr__ = _getattr
     sys.modules[name] = mod

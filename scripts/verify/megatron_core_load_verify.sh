@@ -5,13 +5,13 @@
 #   ucp-union --to-names megatron-core -> ucp-load --format torch_dist [layout]
 #   -> Megatron-LM's own load_checkpoint at that layout with its default RNG flags (issue 47: no
 #      --no-load-rng; ucp-load's args say no_save_rng, so Megatron seeds afresh as on its own layout
-#      change), torch2lab mcore_ckpt.py load --check-optim --require-all, through scripts/megatron_core_load_lab.py for settings mcore_ckpt.py fixes), run with the
+#      change), torch2lab mcore_ckpt.py load --check-optim --require-all, through scripts/verify/megatron_core_load_verify.py for settings mcore_ckpt.py fixes), run with the
 #      pinned environment's python (torch 2.15.0, scripts/frameworks/setup.sh) and a Megatron-LM source tree
 #      (megatron.training + megatron.core; the PyPI megatron-core package has no megatron.training): every
 #      local model shard and every fully_reshardable optimizer-state shard (fp32 param, exp_avg, exp_avg_sq)
 #      Megatron loaded, compared bit-exact with the full tensors of
-#   -> torch's own DCP loader on the same output (megatron_core_load_lab.py truth; Megatron's
-#      load_plain_tensors fails on torch 2.15, see there), which scripts/megatron_core_names_check.py first
+#   -> torch's own DCP loader on the same output (megatron_core_load_verify.py truth; Megatron's
+#      load_plain_tensors fails on torch 2.15, see there), which scripts/verify/megatron_core_names_verify.py first
 #      compares, tensor by tensor, with the generator's truth (optimizer states bit-exact, weights = the fp32
 #      master rounded to bf16, padded vocab rows zero).
 # So each loaded shard is equal to the generator's truth. The Megatron model is built with the source's
@@ -22,8 +22,8 @@
 # gets the common state as common.pt, which that line reads (issue 47; before, its load failed with
 # FileNotFoundError .../common.pt). No chroot is needed.
 #
-#   scripts/megatron_core_load_verify.sh [BUILD]          # BUILD: a build folder or install prefix (default build/)
-#   CASES="llama_tp2 gpt_tp2" scripts/megatron_core_load_verify.sh BUILD
+#   scripts/verify/megatron_core_load_verify.sh [BUILD]          # BUILD: a build folder or install prefix (default build/)
+#   CASES="llama_tp2 gpt_tp2" scripts/verify/megatron_core_load_verify.sh BUILD
 # Megatron-LM sources: $MEGATRON_SRC/megatron-lm-$MCORE (default ~/.cache/ucpkit), made once from
 # MEGATRON_GIT=<a (bare) git repository of github:NVIDIA/Megatron-LM> with `git archive $MCORE`; without
 # either the script exits 77 (not run). torch2lab (mcore_ckpt.py, its CPU shims): $TORCH2LAB, default
@@ -33,7 +33,7 @@
 # the names check compared with the generator's truth; scripts/frameworks/run_all.sh collects them); exit 1 if
 # any failed.
 set -u
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=$(cd "${1:-$ROOT/build}" && pwd)
 TORCH2LAB=$(cd "${TORCH2LAB:-$ROOT/../shared/tools/torch2lab}" 2>/dev/null && pwd) ||
   { echo "SKIP: no torch2lab folder (set TORCH2LAB)"; exit 77; }
@@ -52,14 +52,14 @@ fi
 WORK=$(mktemp -d)
 if [ -n "${KEEP:-}" ]; then echo "work folder kept: $WORK"; else trap 'rm -rf "$WORK"' EXIT; fi
 cp -r "$ROOT/tests/generator" "$WORK/generator"
-cp "$ROOT/scripts/megatron_core_names_check.py" "$WORK/"
+cp "$ROOT/scripts/verify/megatron_core_names_verify.py" "$WORK/"
 echo "== Megatron-LM $TAG ($SRC) on $("$FRAMEWORKS_PY" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null)"
 # The environment of every run with the pinned python: the Megatron-LM tree and torch2lab's CPU shims on
 # PYTHONPATH (TORCH2LAB_CUDA_ON_CPU=1: Megatron's hard-wired CUDA calls go to the CPU), nothing else.
 MENV="PYTHONWARNINGS=ignore PYTHONDONTWRITEBYTECODE=1 TORCH2LAB_CUDA_ON_CPU=1 TORCHDYNAMO_DISABLE=1 OMP_NUM_THREADS=1 CUDA_DEVICE_MAX_CONNECTIONS=1 TORCH2LAB_PORT=0"
 failed=0
 
-run_until() {  # LOG PATTERN TIMEOUT cmd...: as in scripts/torch_dist_verify.sh
+run_until() {  # LOG PATTERN TIMEOUT cmd...: as in scripts/verify/torch_dist_verify.sh
   log=$1; pat=$2; limit=$3; shift 3
   : > "$log"
   setsid "$@" > "$log" 2>&1 &
@@ -89,18 +89,18 @@ case_() {
   (cd "$d" && "$BUILD/bin/ucp-union" -q --input src --output mc --to-names megatron-core) > "$d/union.log" 2>&1 || { echo "FAIL $name: ucp-union"; tail -3 "$d/union.log"; result "$name" 0 no; failed=1; return; }
   # shellcheck disable=SC2086
   (cd "$d" && "$BUILD/bin/ucp-load" -q --input mc --format torch_dist $layout --megatron-version "${TAG#core_v}" --output td) > "$d/load.log" 2>&1 || { echo "FAIL $name: ucp-load"; tail -3 "$d/load.log"; result "$name" 0 no; failed=1; return; }
-  cp "$ROOT/scripts/megatron_core_load_lab.py" "$d/"
+  cp "$ROOT/scripts/verify/megatron_core_load_verify.py" "$d/"
   # shellcheck disable=SC2086
   printf '%s\n' $drop > "$d/drop_flags.txt"
   # shellcheck disable=SC2086
   timeout 300 env -i PATH="$PATH" HOME="$HOME" LANG=C.UTF-8 PYTHONPATH="$TORCH2LAB/shims:$SRC" TORCH2LAB="$TORCH2LAB" $MENV \
-    "$FRAMEWORKS_PY" "$d/megatron_core_load_lab.py" truth --ckpt "$d/td" --out "$d/td.truth" > "$d/truth.log" 2>&1
-  names=$(PYTHONWARNINGS=ignore "$FRAMEWORKS_PY" "$WORK/megatron_core_names_check.py" "$d/td.truth" "$d/src/truth" "$WORK/generator" 2>&1 | tail -1)
+    "$FRAMEWORKS_PY" "$d/megatron_core_load_verify.py" truth --ckpt "$d/td" --out "$d/td.truth" > "$d/truth.log" 2>&1
+  names=$(PYTHONWARNINGS=ignore "$FRAMEWORKS_PY" "$WORK/megatron_core_names_verify.py" "$d/td.truth" "$d/src/truth" "$WORK/generator" 2>&1 | tail -1)
   t0=$(date +%s)
   # shellcheck disable=SC2086
   run_until "$d/mcore_load.log" "reshard-load check:" "$LOAD_TIMEOUT" \
     env -i PATH="$PATH" HOME="$HOME" LANG=C.UTF-8 PYTHONPATH="$TORCH2LAB/shims:$SRC" TORCH2LAB="$TORCH2LAB" $MENV \
-    "$FRAMEWORKS_PY" "$d/megatron_core_load_lab.py" load --ckpt "$d/td" --truth "$d/td.truth" \
+    "$FRAMEWORKS_PY" "$d/megatron_core_load_verify.py" load --ckpt "$d/td" --truth "$d/td.truth" \
     --check-optim --require-all --gbs 1 $margs --extra $extra
   t1=$(date +%s)
   check=$(grep -a "reshard-load check:" "$d/mcore_load.log" | tail -1)

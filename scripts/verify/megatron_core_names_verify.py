@@ -1,9 +1,9 @@
 """Outside CI (issue 30 part B): Megatron-Core's own reader on a torch_dist save that ucpkit made from a
 Megatron-DeepSpeed checkpoint (ucp-union --to-names megatron-core, then ucp-load --format torch_dist), compared
-with the generator's truth of that checkpoint. Run by scripts/megatron_core_names_verify.sh in the torch2lab
+with the generator's truth of that checkpoint. Run by scripts/verify/megatron_core_names_verify.sh in the torch2lab
 chroot (torch 2.6, safetensors):
 
-    python3 megatron_core_names_check.py <megatron truth dir> <dsgen truth dir> <generator dir>
+    python3 megatron_core_names_verify.py <megatron truth dir> <dsgen truth dir> <generator dir>
 
 <megatron truth dir>: `mcore_ckpt.py truth` output (dist_checkpointing.load_plain_tensors, Megatron's own
 reader: tensors.safetensors); every optimizer state (param = fp32 master, exp_avg, exp_avg_sq) must equal the
@@ -129,7 +129,7 @@ def main():
         return 1
     with open(os.path.join(mtruth, "names_check.json"), "w") as f:
         json.dump({"checked": checked, "errors": len(errors)}, f)
-    print("megatron_core_names_check: %d tensors (optimizer states and bf16 weights) as Megatron-Core reads them "
+    print("megatron_core_names_verify: %d tensors (optimizer states and bf16 weights) as Megatron-Core reads them "
           "equal the generator's truth" % checked)
     return 0
 

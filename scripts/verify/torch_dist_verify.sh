@@ -13,16 +13,16 @@
 # For each case and line:
 #   committed fixture (tests/formats/megatron_core/data, written by Megatron's save_checkpoint)
 #   -> ucp-union -> ucp-load --format torch_dist [layout] -> Megatron's load_checkpoint at that layout
-#   (torch2lab mcore_ckpt.py load --check-optim through scripts/megatron_core_load_lab.py: every loaded local
+#   (torch2lab mcore_ckpt.py load --check-optim through scripts/verify/megatron_core_load_verify.py: every loaded local
 #   model shard and fully_reshardable optimizer-state shard compared bit-exact with the source's truth,
 #   "N shards compared, M mismatches")
-#   -> torch's own DCP loader reads every tensor of our output whole (megatron_core_load_lab.py truth; Megatron's
+#   -> torch's own DCP loader reads every tensor of our output whole (megatron_core_load_verify.py truth; Megatron's
 #   load_plain_tensors fails on torch 2.15, see there), compared with the source's truth: every tensor's
 #   shape, dtype and sha256.
 # The dp_reshardable cases are the dp_reshardable -> fully_reshardable conversion of the issue (same layout).
 #
-#   scripts/torch_dist_verify.sh [BUILD]     # BUILD: a build folder or install prefix with bin/ (default build/)
-#   CASES="gpt_tp1pp1 moe_ep1" MCORE=core_v0.19.0 scripts/torch_dist_verify.sh BUILD   # only these
+#   scripts/verify/torch_dist_verify.sh [BUILD]     # BUILD: a build folder or install prefix with bin/ (default build/)
+#   CASES="gpt_tp1pp1 moe_ep1" MCORE=core_v0.19.0 scripts/verify/torch_dist_verify.sh BUILD   # only these
 # Megatron-LM sources: $MEGATRON_SRC/megatron-lm-<tag> (default ~/.cache/ucpkit), made once from
 # MEGATRON_GIT=<a (bare) git repository of github:NVIDIA/Megatron-LM> with `git archive <tag>`; a line
 # without either is reported as not run. torch2lab (mcore_ckpt.py, its CPU shims): $TORCH2LAB, default
@@ -31,7 +31,7 @@
 # case=torch_dist_verify/<case> tensors=N equal=yes|no` (N: Megatron's loaded shards + the tensors torch's DCP
 # loader read; scripts/frameworks/run_all.sh collects them). Exit 1 if any failed, 77 if nothing could run.
 set -u
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=$(cd "${1:-$ROOT/build}" && pwd)
 TORCH2LAB=$(cd "${TORCH2LAB:-$ROOT/../shared/tools/torch2lab}" 2>/dev/null && pwd) ||
   { echo "SKIP: no torch2lab folder (set TORCH2LAB)"; exit 77; }
@@ -97,17 +97,17 @@ case_() {
   "$BUILD/bin/ucp-union" --input "$DATA/$model/$variant" --output "$d/u" > "$d/union.log" 2>&1 || { echo "FAIL $name: ucp-union"; tail -3 "$d/union.log"; result "$name" 0 no; failed=1; return; }
   # shellcheck disable=SC2086
   "$BUILD/bin/ucp-load" --input "$d/u" --format torch_dist $layout --output "$d/td" > "$d/load.log" 2>&1 || { echo "FAIL $name: ucp-load"; tail -3 "$d/load.log"; result "$name" 0 no; failed=1; return; }
-  cp "$ROOT/scripts/megatron_core_load_lab.py" "$d/"
+  cp "$ROOT/scripts/verify/megatron_core_load_verify.py" "$d/"
   t0=$(date +%s)
   # shellcheck disable=SC2086
   run_until "$d/mcore_load.log" "reshard-load check:" "$LOAD_TIMEOUT" \
     env -i PATH="$PATH" HOME="$HOME" LANG=C.UTF-8 PYTHONPATH="$TORCH2LAB/shims:$SRC" TORCH2LAB="$TORCH2LAB" $MENV \
-    "$FRAMEWORKS_PY" "$d/megatron_core_load_lab.py" load --ckpt "$d/td" --truth "$d/src.truth" --check-optim --require-all $COMMON $margs
+    "$FRAMEWORKS_PY" "$d/megatron_core_load_verify.py" load --ckpt "$d/td" --truth "$d/src.truth" --check-optim --require-all $COMMON $margs
   t1=$(date +%s)
   check=$(grep -a "reshard-load check:" "$d/mcore_load.log" | tail -1)
   # shellcheck disable=SC2086
   timeout 300 env -i PATH="$PATH" HOME="$HOME" LANG=C.UTF-8 PYTHONPATH="$TORCH2LAB/shims:$SRC" TORCH2LAB="$TORCH2LAB" $MENV \
-    "$FRAMEWORKS_PY" "$d/megatron_core_load_lab.py" truth --ckpt "$d/td" --out "$d/td.truth" > "$d/truth.log" 2>&1
+    "$FRAMEWORKS_PY" "$d/megatron_core_load_verify.py" truth --ckpt "$d/td" --out "$d/td.truth" > "$d/truth.log" 2>&1
   cmp=$(python3 - "$d/src.truth/manifest.json" "$d/td.truth/manifest.json" <<'EOF'
 import json, sys
 try:
@@ -146,11 +146,11 @@ resume_() {
   case "$TAG" in core_v0.16*) return ;; esac  # the newest line; 0.16.1 is judged by the load cases
   d=$WORK/$TAG/$name
   mkdir -p "$d"
-  cp "$ROOT/scripts/megatron_core_load_lab.py" "$d/"
+  cp "$ROOT/scripts/verify/megatron_core_load_verify.py" "$d/"
   RCOMMON="--hidden 16 --vocab 64 --layers 2 --gbs 2 --train"
   # shellcheck disable=SC2086
   timeout 900 env -i PATH="$PATH" HOME="$HOME" LANG=C.UTF-8 PYTHONPATH="$TORCH2LAB/shims:$SRC" TORCH2LAB="$TORCH2LAB" $MENV \
-    "$FRAMEWORKS_PY" "$d/megatron_core_load_lab.py" save --out "$d/src" --fully-reshardable-copy "$d/full" --steps 2 \
+    "$FRAMEWORKS_PY" "$d/megatron_core_load_verify.py" save --out "$d/src" --fully-reshardable-copy "$d/full" --steps 2 \
     $RCOMMON $sargs > "$d/save.log" 2>&1 || { echo "FAIL $name: Megatron's save"; tail -5 "$d/save.log"; result "$name" 0 no; failed=1; return; }
   # shellcheck disable=SC2086
   (cd "$d" && "$BUILD/bin/ucp-load" --input src --format torch_dist $layout --output td) > "$d/load.log" 2>&1 ||
@@ -158,7 +158,7 @@ resume_() {
   for run in ours:td megatron:full; do
     # shellcheck disable=SC2086
     timeout 900 env -i PATH="$PATH" HOME="$HOME" LANG=C.UTF-8 PYTHONPATH="$TORCH2LAB/shims:$SRC" TORCH2LAB="$TORCH2LAB" $MENV \
-      "$FRAMEWORKS_PY" "$d/megatron_core_load_lab.py" resume --ckpt "$d/${run#*:}" --steps 3 $RCOMMON $rargs \
+      "$FRAMEWORKS_PY" "$d/megatron_core_load_verify.py" resume --ckpt "$d/${run#*:}" --steps 3 $RCOMMON $rargs \
       > "$d/${run%%:*}.log" 2>&1
     grep -aE "^(resumed iteration|train step)" "$d/${run%%:*}.log" | sort > "$d/${run%%:*}.lines"
   done

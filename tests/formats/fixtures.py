@@ -27,7 +27,7 @@ DENSE = [
     # GQA + SwiGLU with pipeline stages too (MegatronCoreNames.RoundTripIsBitExact, issue 30's TP 2 / PP 2).
     ("llama_tp2pp2dp2", cases.LLAMA, dict(tp=2, pp=2, dp=2)),
     # Native MoE with Megatron-DeepSpeed's --disable-bias-linear (dsgen/models.py ModelConfig.bias_linear):
-    # the model Megatron-Core's loader takes (scripts/megatron_core_load_verify.sh dsmoe_*).
+    # the model Megatron-Core's loader takes (scripts/verify/megatron_core_load_verify.sh dsmoe_*).
     ("dsmoe_nobias_ep2dp2", dict(cases.DSMOE, bias_linear=False), dict(dp=2, ep=2)),
 ]
 

@@ -5,7 +5,7 @@
 # and the logits of the two models on a fixed batch agree within 1e-5 (fp32, CPU): hf_export_check.py.
 # Sources: the committed Megatron-Core saves (core_v0.16.1 Llama GQA TP 2 x DP 2 in both optimizer forms;
 # core_v0.19.0 GPT with biases TP 2 x PP 2 and an all-MoE model Megatron-LM trained 2 steps at EP 2 x DP 2
-# (scripts/mcore_trained_fixture.sh), which megatron-core 0.16.1 cannot open: their recorded truth) and a
+# (scripts/fixtures/mcore_trained_fixtures.sh), which megatron-core 0.16.1 cannot open: their recorded truth) and a
 # Megatron-DeepSpeed Llama (tests/formats/fixtures.py llama_tp2pp2dp2,
 # read directly). Run the way users run it: relative paths, from the output's folder, options left out.
 # Exit 77 (skipped) when the framework environment cannot be made.

@@ -28,6 +28,10 @@ lib=$prefix/lib
 [ -f "$prefix/include/ucpkit/core/error.h" ] || fail "headers not installed under include/ucpkit"
 [ -f "$prefix/share/doc/ucpkit/commands.md" ] || fail "docs not installed under share/doc/ucpkit"
 [ -f "$prefix/share/ucpkit/patterns/llama-gqa.json" ] || fail "pattern files not installed under share/ucpkit/patterns"
+for f in common.sh elastic_resume.sbatch between_runs.sbatch pec_checkpoint.sbatch prelaunch_placement.sbatch; do
+  [ -f "$prefix/share/ucpkit/examples/slurm/$f" ] || fail "Slurm job script $f not installed under share/ucpkit/examples/slurm"
+done
+[ -x "$prefix/share/ucpkit/examples/slurm/elastic_resume.sbatch" ] || fail "installed job scripts lost their execute bit"
 
 # Dynamic sections: no CUDA at start, no path into the trees.
 for f in "$prefix"/bin/* "$lib"/lib*.so; do

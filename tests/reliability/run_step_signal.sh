@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_step (scripts/examples/slurm/common.sh) under the signals Slurm sends when a job is cancelled,
+# run_step (examples/slurm/common.sh) under the signals Slurm sends when a job is cancelled,
 # without Slurm: `mpirun -np 2 ucp-union` paused once its output is staged (UCPKIT_TEST_PAUSE_STAGED),
 # then, in a batch-script stand-in (its own session, like a job's processes):
 #   scancel   SIGTERM to every process of the job (mpirun and its ranks, then the script, whose trap
@@ -25,7 +25,7 @@ staged() { find "$work/ckpt" -maxdepth 1 -name '.*-tmp-*' | grep -q .; }
 
 for round in $(seq "$rounds"); do
   for mode in scancel batch; do
-    setsid bash -c ". '$root/scripts/examples/slurm/common.sh'; run_step ucp-union mpirun -np 2 \
+    setsid bash -c ". '$root/examples/slurm/common.sh'; run_step ucp-union mpirun -np 2 \
       '$build/bin/ucp-union' --input '$work/ckpt' --output '$work/ckpt/out'" > "$work/log" 2>&1 &
     script=$!
     for _ in $(seq 1200); do staged && break; sleep 0.05; done

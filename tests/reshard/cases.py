@@ -1,5 +1,5 @@
 """The load round-trip matrix: (name, model, source layout, target layout). Shared by fixtures.py
-(CI subset), scripts/test_load_matrix.sh (everything) and the tests (which read cases.json)."""
+(CI subset), scripts/checks/test_load_matrix.sh (everything) and the tests (which read cases.json)."""
 
 # model: dict of dsgen.ModelConfig fields; layouts: dict of dsgen.Layout fields.
 GPT = {"family": "gpt", "layers": 4, "hidden": 32, "heads": 4, "kv_heads": 4, "ffn": 64, "vocab": 100, "seq": 16}

@@ -2,7 +2,7 @@
 // the target of the two-step path (ucp-union, then ucp-load from the universal checkpoint), in one
 // process and under mpirun -np 2 (the exchange); --plan's source runs hold what they say; --verify-against compares the universal checksums
 // computed on the way with the two-step manifest; bad input: one-line error, exit 1, nothing written.
-// The full matrix (every case, 1, 2 and 3 ranks) is scripts/test_direct_matrix.sh.
+// The full matrix (every case, 1, 2 and 3 ranks) is scripts/checks/test_direct_matrix.sh.
 #include <gtest/gtest.h>
 
 #include <filesystem>

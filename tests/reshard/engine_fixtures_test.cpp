@@ -3,7 +3,7 @@
 // MoE tutorial model, on DeepSpeed v0.14.5 (torch 1.13) and v0.19.5 (torch 2.6), CPU, gloo, fp32.
 // Truth, independent of ucpkit:
 //   * truth/state_rank<R>.pt: the state the engine's ranks held after the last step (weights, fp32 master,
-//     Adam moments, step), recorded by scripts/ds_engine/train_engine.py through DeepSpeed's accessors;
+//     Adam moments, step), recorded by scripts/verify/ds_engine/train_engine.py through DeepSpeed's accessors;
 //   * partitions.json: DeepSpeed's own PipelineModule partition of the pipe model's layer list for
 //     parameters, uniform, type:Block and type:head|embed over PP 1-4 (module.parts), with the layer class
 //     names as DeepSpeed's _find_layer_type names them (layer_types.txt).
@@ -11,7 +11,7 @@
 // PP must round-trip bit for bit; the pipe stages must be DeepSpeed's for every method, type:<regex>
 // through --layer-types. Run as a job script runs them: relative paths, from another working folder,
 // defaults (tp, pp, zero stage, dtype) left to the source. Engine resumes are outside CI
-// (scripts/ds_engine/resume_compare.sh, docs/deepspeed-models.md).
+// (scripts/verify/ds_engine/resume_compare.sh, docs/deepspeed-models.md).
 #include <gtest/gtest.h>
 
 #include <algorithm>

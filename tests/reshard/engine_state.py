@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Checks against the state DeepSpeed's real engine held, as scripts/ds_engine/train_engine.py records it
+"""Checks against the state DeepSpeed's real engine held, as scripts/verify/ds_engine/train_engine.py records it
 (<dir>/state_rank<R>.pt: {"step", "global_steps", "params": {name: {"weight", "fp32", "exp_avg", "exp_avg_sq"}}},
 read through DeepSpeed's safe_get_full_fp32_param / safe_get_full_optimizer_state).
 

@@ -1,6 +1,6 @@
 // ucp-union --input <DCP folder> and ucp-info <DCP folder>, through the tools, run from another working
 // folder with relative paths: every committed real DCP checkpoint (tests/formats/dcp/data, written by
-// torch 2.6's and torch 1.13's own DCP save; scripts/dcp_fixtures.sh) becomes a universal folder whose
+// torch 2.6's and torch 1.13's own DCP save; scripts/fixtures/dcp_fixtures.sh) becomes a universal folder whose
 // state files hold the tensors the saving script recorded (<variant>.truth/tensors.safetensors: torch's
 // own full_state_dict gather), bit for bit, with param_groups equal to its nontensor.json; damaged
 // copies (truncated items, a length past the file, an unknown class, chunks that leave a gap, overlap

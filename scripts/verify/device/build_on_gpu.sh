@@ -2,7 +2,7 @@
 # Builds ucpkit ON the lent GPU machine (CUDA + NCCL of that machine, sm_90) and runs the test suite
 # there. That machine has none of the Debian packages: carry `.devdeb` (the Debian 12 -dev packages,
 # fetched here with `apt-get download`, see docs/ucp-load.md "GPU path") and `.devbuild` (for the
-# runtime libraries, scripts/device/pack.sh). Usage there: scripts/device/build_on_gpu.sh [ctest args]
+# runtime libraries, scripts/verify/device/pack.sh). Usage there: scripts/verify/device/build_on_gpu.sh [ctest args]
 set -uo pipefail
 root=$(pwd)
 OUT=${OUT:-/tmp/gpu_out}
@@ -18,7 +18,7 @@ export LD_LIBRARY_PATH="$L:$root/.devbuild/syslib:$nccl/lib:${LD_LIBRARY_PATH:-}
 # The tests call /usr/bin/python3 (Debian's, with torch): in this throwaway copy, point them at the
 # machine's torch 2.x Python instead (a venv's python3 is a symlink to /usr/bin/python3, so no link).
 py=$(command -v python3)
-grep -rl /usr/bin/python3 tests scripts CMakeLists.txt | grep -v scripts/device | xargs sed -i "s#/usr/bin/python3#$py#g"
+grep -rl /usr/bin/python3 tests scripts CMakeLists.txt | grep -v scripts/verify/device | xargs sed -i "s#/usr/bin/python3#$py#g"
 echo "nvcc: $(nvcc --version | tail -1); NCCL from $nccl; fixtures by $($py -c 'import torch; print("torch", torch.__version__)')"
 B=/tmp/b
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$P/usr" -DZLIB_ROOT=$P/usr \

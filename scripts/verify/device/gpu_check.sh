@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check of ucp-load --device cuda (issue: GPU path), run on the lent GPU machine through the
 # device tool, from the repository root, with a trimmed build carried as .devbuild/ (made here by
-# scripts/device/pack.sh: binaries, libucpkit, test_reshard, its fixtures, the Debian runtime libraries).
-#   scripts/device/gpu_check.sh [layers] [hidden]     (writes its log and results under $OUT)
+# scripts/verify/device/pack.sh: binaries, libucpkit, test_reshard, its fixtures, the Debian runtime libraries).
+#   scripts/verify/device/gpu_check.sh [layers] [hidden]     (writes its log and results under $OUT)
 # Steps: probe; real torch 2.x fixtures; the GPU gtest; a >= 2 GB checkpoint generated with the
 # machine's torch 2.x -> ucp-union -> ucp-load on CPU and --device cuda per DP rank (GB/s vs pinned
 # cudaMemcpy in the same run); torch 2.x reads the CPU output and checks the GPU partitions' CRCs.
@@ -27,7 +27,7 @@ B=$root/build/bin
 ldd "$B/ucp-load" | grep -E "not found|nccl|cudart|tbb|mpi" || true
 
 step "real torch 2.x fixtures"
-python3 scripts/device/torch2_fixtures.py "$OUT/torch2" && tar -C "$OUT" -czf "$OUT/torch2.tar.gz" torch2 && rm -rf "$OUT/torch2"
+python3 scripts/verify/device/torch2_fixtures.py "$OUT/torch2" && tar -C "$OUT" -czf "$OUT/torch2.tar.gz" torch2 && rm -rf "$OUT/torch2"
 
 step "GPU gtest (LoadDevice.*)"
 "$root/build/tests/test_reshard" --gtest_filter='LoadDevice.*' > "$OUT/gtest.txt" 2>&1; grep -E "^\[|Failure|Expected|Which is|error" "$OUT/gtest.txt" | head -40
@@ -64,5 +64,5 @@ for rep in 1 2 3; do
   python3 -c "b=$(du -sb $W/u | cut -f1); t=$e-$s; print('rep $rep: %.2f GB in %.3f s = %.2f GB/s' % (b/1e9, t, b/1e9/t))"
 done
 step "torch reads ucp-load's CPU output; GPU partition CRCs"
-python3 scripts/device/torch_reads_output.py $W/cpu $W/gpu0.json $W/gpu1.json
+python3 scripts/verify/device/torch_reads_output.py $W/cpu $W/gpu0.json $W/gpu1.json
 step done

@@ -2,9 +2,9 @@
 # Packs a trimmed build for the lent GPU machine (which has none of the Debian packages) into
 # .devbuild/: binaries, libucpkit, test_reshard with its ctest fixtures, and the Debian runtime libraries
 # they need (NCCL excepted: the machine's pip NCCL is used). Carry `.devbuild` with the device tool and
-# run scripts/device/gpu_check.sh there. Usage: scripts/device/pack.sh [build_dir]
+# run scripts/verify/device/gpu_check.sh there. Usage: scripts/verify/device/pack.sh [build_dir]
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 build=${1:-$root/build}
 dst=$root/.devbuild
 rm -rf "$dst"; mkdir -p "$dst/bin" "$dst/lib" "$dst/tests" "$dst/fixtures" "$dst/syslib"

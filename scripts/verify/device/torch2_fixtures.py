@@ -2,7 +2,7 @@
 torch 2.11) and, beside each, its ground truth made by tests/io/truth.py under that same torch, plus
 what a reader must keep that truth.py does not encode (tensor attributes) and a pickletools listing.
 
-    python3 scripts/device/torch2_fixtures.py OUT_DIR
+    python3 scripts/verify/device/torch2_fixtures.py OUT_DIR
 
 Each construct is the one torch 2.x itself emits (no opcode assembly here): tensors with Python
 attributes (torch/_tensor.py __reduce_ex_internal -> _rebuild_from_type_v2), Parameters with state
@@ -22,7 +22,7 @@ import zipfile
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "io"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tests", "io"))
 import truth  # noqa: E402  (registers the DeepSpeed stand-ins under their real module paths)
 
 
@@ -150,7 +150,7 @@ def main():
     save(v, os.path.join(out, "torch2_values_legacy.pt"), _use_new_zipfile_serialization=False)
     save(zero3_optimizer_state(0), os.path.join(out, "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"))
     with open(os.path.join(out, "README.md"), "w") as f:
-        f.write(f"Made by scripts/device/torch2_fixtures.py with torch {torch.__version__}, numpy {np.__version__}, "
+        f.write(f"Made by scripts/verify/device/torch2_fixtures.py with torch {torch.__version__}, numpy {np.__version__}, "
                 f"Python {sys.version.split()[0]}.\n"
                 "Each X.pt has X.pt.truth.json (tests/io/truth.py `describe` under that torch, plus tensor "
                 "attributes), X.pt.records.txt (zip record names) and X.pt.pickletools.txt (data.pkl disassembly).\n")

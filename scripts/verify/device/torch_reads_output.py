@@ -2,7 +2,7 @@
 their real module paths (tests/io/truth.py), and checks the fp32 / exp_avg / exp_avg_sq partitions of
 each rank against the CRC-32s `ucp-load --device cuda --json` reported for the bytes it put on the GPU.
 
-    python3 scripts/device/torch_reads_output.py CPU_OUTPUT_DIR rank0.json [rank1.json ...]
+    python3 scripts/verify/device/torch_reads_output.py CPU_OUTPUT_DIR rank0.json [rank1.json ...]
 Exit 0 when every file loads and every CRC matches."""
 import glob
 import json
@@ -10,7 +10,7 @@ import os
 import sys
 import zlib
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "io"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tests", "io"))
 import truth  # noqa: E402,F401  (DeepSpeed stand-ins)
 import torch  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Compare DeepSpeed's universal folder (ds_to_universal of ucp-load's output) with ucp-union's."""
 import os, sys
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "generator"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tests", "generator"))
 import dsgen  # noqa: E402,F401
 import torch
 a, b = sys.argv[1:3]

@@ -3,7 +3,7 @@ deepspeed/__init__.py is skipped (package object pointing at DS_SRC), and the cl
 pickle whose modules need pydantic/accelerators come from dsgen's stand-ins."""
 import os, sys, types
 DS_SRC = os.environ["DS_SRC"]  # a DeepSpeed source tree (the folder holding deepspeed/), not installed
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "generator"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tests", "generator"))
 from dsgen import stubs  # noqa: E402
 classes = {"deepspeed.runtime.fp16.loss_scaler": ["LossScaler", "DynamicLossScaler", "LossScalerBase"],
            "deepspeed.runtime.zero.config": ["ZeroStageEnum"],

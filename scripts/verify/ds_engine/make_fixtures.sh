@@ -7,11 +7,11 @@
 # The PipelineModule fixtures also get partitions.json: DeepSpeed's own PipelineModule partition
 # (module.parts, train_engine.py --parts) of their layer list for each method and PP 1-4, and
 # layer_types.txt: the layer class names as DeepSpeed's _find_layer_type names them (ucp-load --layer-types).
-# Usage: DS014=/tmp/ds0145 DS019=/lab/ds0195 TRIXIE=/opt/trixie scripts/ds_engine/make_fixtures.sh WORK [parts]
+# Usage: DS014=/tmp/ds0145 DS019=/lab/ds0195 TRIXIE=/opt/trixie scripts/verify/ds_engine/make_fixtures.sh WORK [parts]
 #   (parts: only the partitions of the existing pipe fixtures)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
+repo=$(cd "$here/../../.." && pwd)
 work=$1
 trixie=${TRIXIE:-/opt/trixie}
 lab=$trixie/lab/ds_engine_fixtures

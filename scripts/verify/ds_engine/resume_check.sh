@@ -6,10 +6,10 @@
 #   * the engine's own save of what it loaded, through ucp-union, equals the source's universal folder
 #     byte for byte (tests/reshard/same_universal.py, both ways): fp32, exp_avg, exp_avg_sq and step.
 # Then the same for a pec-restore output (the end of this file).
-# Usage: DS_SRC=<DeepSpeed v0.14.5 source tree, with version.txt> scripts/ds_engine/resume_check.sh BUILD_DIR WORK_DIR
+# Usage: DS_SRC=<DeepSpeed v0.14.5 source tree, with version.txt> scripts/verify/ds_engine/resume_check.sh BUILD_DIR WORK_DIR
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
+repo=$(cd "$here/../../.." && pwd)
 bin=$(cd "$1" && pwd)/bin
 work=$2
 fixture=$repo/tests/generator/engine/moe_tutorial_v0.14.5

@@ -18,7 +18,7 @@
 # latest_universal for native MoE; tagged here by hand), against the source state.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
+repo=$(cd "$here/../../.." && pwd)
 bin=$(cd "$1" && pwd)/bin
 lines=${2:-"0.14 0.19"}
 kinds=${3:-"dense pipe moe"}

@@ -113,7 +113,7 @@ TEST(DcpDamage, DataFileOutsideTheFolder) {
 }
 
 TEST(DcpDamage, DtypeWithoutAnEquivalentIsRefusedByName) {
-  // Real torch 2.6 save of a float8_e4m3fn tensor (scripts/dcp_fixtures.sh): not damage, but refused alike.
+  // Real torch 2.6 save of a float8_e4m3fn tensor (scripts/fixtures/dcp_fixtures.sh): not damage, but refused alike.
   const std::string d = ucpkit::testing::kDcpData + "/float8_w1";
   expect_one_line_naming(error_of([&] { Reader r(d); }), d + "/.metadata", "dtype torch.float8_e4m3fn is not supported");
 }

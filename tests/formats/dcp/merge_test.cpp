@@ -3,7 +3,7 @@
 // merges into one folder whose every tensor equals the truth; parts holding different tensors (as
 // pipeline stages would) merge into the union; parts that disagree are refused naming the part's
 // metadata, and nothing is written. Whether real torch loads the merged folder at another world size
-// is checked by scripts/dcp_verify.sh (docs/formats-dcp.md, "Writing").
+// is checked by scripts/verify/dcp_verify.sh (docs/formats-dcp.md, "Writing").
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -1,5 +1,5 @@
 // formats/dcp on checkpoints written by torch 2.14.1's own DCP save code (tests/formats/dcp/data/t214_*,
-// scripts/dcp_fixtures_newer.sh: the real torch/distributed/checkpoint package of Debian's
+// scripts/fixtures/dcp_fixtures_newer.sh: the real torch/distributed/checkpoint package of Debian's
 // python3-torch 2.14.1 over torch 2.6, 2 gloo ranks; README.md there): zstd transforms on every item
 // (FileSystemWriter _extensions=[ZStandard()]), Metadata.version, __{rank}.metadata rank-local saves
 // (use_collectives=False) and the HuggingFaceStorageWriter safetensors flavour; and torch 2.6's own
@@ -265,7 +265,7 @@ TEST(DcpNewer, Torch20To22TensorPropertiesClassPathReadBitExact) {
 
 TEST(DcpNewer, SixItemTensorPropertiesStateReadBitExact) {
   // The 2026 TensorProperties state (dtype, layout, requires_grad, memory format, pin_memory, strides),
-  // emulated on torch 2.6's real save (scripts/dcp_fixtures_newer.py --variant strides6).
+  // emulated on torch 2.6's real save (scripts/fixtures/dcp_fixtures_newer.py --variant strides6).
   const std::string dir = kData + "/t26_strides6_w2";
   const Reader r = open_folder(dir);
   EXPECT_EQ(r.metadata().era, formats::dcp::ClassEra::Current);

@@ -3,7 +3,7 @@
 // ranges end inside rows, inside chunks and inside the runs of column and 2-D shards, from items read in
 // place (pread), zstd-transformed items and the safetensors flavour (decoded into memory), equals the
 // full tensor the saving script recorded (<variant>.truth/tensors.safetensors, torch's own gather;
-// scripts/dcp_fixtures.sh). A flipped bit inside a chunk is caught by the chunk's record CRC-32 at
+// scripts/fixtures/dcp_fixtures.sh). A flipped bit inside a chunk is caught by the chunk's record CRC-32 at
 // finish(), whether its bytes were asked for or not, naming the data file; a sub-tensor at a leading
 // index is that slice of the truth, and chunks spanning several leading indices are left to read_tensor.
 #include <gtest/gtest.h>

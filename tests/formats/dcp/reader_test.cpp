@@ -1,6 +1,6 @@
 // formats/dcp: every tensor of every committed real DCP checkpoint (tests/formats/dcp/data, written by
 // torch 2.6's torch.distributed.checkpoint.save from 2 and 4 gloo ranks and by torch 1.13's prototype
-// DCP; scripts/dcp_fixtures.sh) read bit-exact against the full tensors the saving script recorded
+// DCP; scripts/fixtures/dcp_fixtures.sh) read bit-exact against the full tensors the saving script recorded
 // (<variant>.truth/tensors.safetensors: torch's own full_state_dict gather, not DCP loading).
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // formats/dcp Reader::stream_tensor (what ucp-union --input <DCP folder> writes through): every tensor of
 // every committed real DCP checkpoint streamed in small windows of odd sizes, so that windows end inside
 // rows, inside chunks and inside the runs of column and 2-D shards, equals the full tensor the saving
-// script recorded (<variant>.truth/tensors.safetensors, torch's own gather; scripts/dcp_fixtures.sh).
+// script recorded (<variant>.truth/tensors.safetensors, torch's own gather; scripts/fixtures/dcp_fixtures.sh).
 // Windows asked for out of order are refused; a flipped bit inside a chunk is caught by the chunk's
 // record CRC-32 while it is streamed, naming the data file.
 #include <gtest/gtest.h>

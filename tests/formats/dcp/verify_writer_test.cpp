@@ -1,4 +1,4 @@
-// The writer's side of scripts/dcp_verify.sh (outside CI): with UCPKIT_DCP_VERIFY_OUT=<folder> set,
+// The writer's side of scripts/verify/dcp_verify.sh (outside CI): with UCPKIT_DCP_VERIFY_OUT=<folder> set,
 // writes our DCP output for every committed fixture with a truth (whole tensors; rows and columns for
 // 2 ranks; rows and a 2x2 grid for 4 ranks) and the merged rank-local save, plus cases.tsv
 // (folder, fixture, world size it was written for), for the real torch 2.6 dcp.load to check.
@@ -41,7 +41,7 @@ TEST(DcpVerifyWriter, WritesOurOutputForRealTorch) {
   const std::string& data = ucpkit::testing::kDcpData;
   for (const auto& f : kFixtures) EXPECT_TRUE(fs::exists(data + "/" + f + "/.metadata")) << f;
   const char* env = std::getenv("UCPKIT_DCP_VERIFY_OUT");
-  if (!env || !*env) GTEST_SKIP() << "UCPKIT_DCP_VERIFY_OUT not set (scripts/dcp_verify.sh sets it)";
+  if (!env || !*env) GTEST_SKIP() << "UCPKIT_DCP_VERIFY_OUT not set (scripts/verify/dcp_verify.sh sets it)";
   const std::string out = env;
   fs::create_directories(out);
   std::ofstream cases(out + "/cases.tsv");

@@ -3,7 +3,7 @@
 // the truth the saving script recorded, bit for bit; every stored chunk and bytes item equals the
 // source's. The `.metadata` has the classes, field names and state shapes torch 2.6's own has (the
 // committed torch 2.6 `.metadata` is the reference). Whether real torch's dcp.load accepts our output
-// is checked outside CI by scripts/dcp_verify.sh (docs/formats-dcp.md, "Writing").
+// is checked outside CI by scripts/verify/dcp_verify.sh (docs/formats-dcp.md, "Writing").
 #include <gtest/gtest.h>
 
 #include <cstring>

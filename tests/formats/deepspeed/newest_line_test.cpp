@@ -1,5 +1,5 @@
 // formats/deepspeed on checkpoints written by the newest DeepSpeed's own save code (issue 48):
-// tests/formats/deepspeed/data/ds0198_* (README.md there; scripts/ds_fixtures_newest.sh), DeepSpeed 0.19.8's
+// tests/formats/deepspeed/data/ds0198_* (README.md there; scripts/fixtures/ds_fixtures_newest.sh), DeepSpeed 0.19.8's
 // engine.save_checkpoint from 2 gloo CPU ranks (torch 2.15.0, fp32, AdamW): dense ZeRO-1 (DP 2), dense ZeRO-3
 // (DP 2) and native MoE (deepspeed.moe.layer.MoE, 4 experts, EP 2, ZeRO-1). Truth committed beside each fixture
 // (<name>.truth/), independent of ucpkit:

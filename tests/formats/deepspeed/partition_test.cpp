@@ -1,7 +1,7 @@
 // DeepSpeed's PipelineModule partition methods (lib/formats/deepspeed/partition). Truth: every
 // expected bound below was printed by DeepSpeed's own partition_uniform / partition_balanced, their
 // text taken verbatim from deepspeed/runtime/utils.py at v0.14.5 and at v0.19.6 (edaa7221; the same
-// results) and run with numpy by scripts/ds_engine/partition_examples.py; _partition_layers' choice of
+// results) and run with numpy by scripts/verify/ds_engine/partition_examples.py; _partition_layers' choice of
 // weights is module.py v0.19.6 :396-421. The layer sizes are checked against Python's torch.load of
 // the generator's layer files.
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // formats/megatron_core: every tensor of every committed real Megatron-Core torch_dist checkpoint
 // (tests/formats/megatron_core/data, written by Megatron-LM's own save_checkpoint over gloo ranks,
-// scripts/mcore_fixtures.sh) read through the typed key model and compared bit-exact with the full
+// scripts/fixtures/mcore_fixtures.sh) read through the typed key model and compared bit-exact with the full
 // tensors Megatron's own reader returned (dist_checkpointing.load_plain_tensors ->
 // <variant>.truth/tensors.safetensors): model parameters per layer and per expert, the
 // fully_reshardable optimizer state per parameter, the dp_reshardable flat buckets.
@@ -153,7 +153,7 @@ TEST(McoreReader, LlamaGqaSwigluTp2Dp2LegacyCommonPt) {
   EXPECT_EQ(in_w, 2u * 2);  // 2 layers x 2 TP ranks
 }
 
-// An all-MoE model trained by Megatron-LM (scripts/mcore_trained_fixture.sh): a homogeneous stack, so
+// An all-MoE model trained by Megatron-LM (scripts/fixtures/mcore_trained_fixtures.sh): a homogeneous stack, so
 // the experts carry the layer axis and then the expert axis (decoder.layers.mlp.experts.experts.*).
 TEST(McoreReader, TrainedAllMoeModelStacksLayersThenExperts) {
   expect_matches_truth("mixtral_ep2_trained/dp_reshardable");

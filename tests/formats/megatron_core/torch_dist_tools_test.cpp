@@ -276,7 +276,7 @@ TEST(McoreTorchDistLoad, AnotherLayoutHasTheSameValuesAndUnionsBackIdentically) 
 
 // Expert tensor parallelism (issue 47): a TP 2 x EP 2 save with Megatron-LM's default ETP = TP is read from
 // both optimizer forms (the same state files) and written with ETP following TP, or --etp; ucp-info names it.
-// Megatron-LM's own load_checkpoint of these outputs: scripts/torch_dist_verify.sh (moe_etp_* cases).
+// Megatron-LM's own load_checkpoint of these outputs: scripts/verify/torch_dist_verify.sh (moe_etp_* cases).
 TEST(McoreTorchDistLoad, ExpertTensorParallelismIsReadAndWritten) {
   const Scratch s = scratch("etp");
   const std::string dp = union_of(s, "moe_tp2_etp2", "dp_reshardable", "dp.u");
