@@ -124,11 +124,13 @@ Metadata read_safetensors_metadata(const std::vector<std::string>& files) {
           fail(file, "safetensors: " + what + " saved_offsets " + std::to_string(offsets.size()) + "-d for a " +
                          std::to_string(shape.size()) + "-d tensor");
       }
-      uint64_t numel = 1;
-      for (int64_t d : shape) numel *= static_cast<uint64_t>(d);
-      if (span.size() != 2 || span[0] > span[1] ||
+      // The byte count checked for overflow: a wrapped product would let [2^32, 2^32] pass as 0 bytes.
+      uint64_t bytes = dtype_size(*dt);
+      bool wrapped = false;
+      for (int64_t d : shape) wrapped |= d < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes);
+      if (wrapped || span.size() != 2 || span[0] > span[1] ||
           static_cast<uint64_t>(span[1]) > h.file_size - h.data_start ||
-          static_cast<uint64_t>(span[1] - span[0]) != numel * dtype_size(*dt))
+          static_cast<uint64_t>(span[1] - span[0]) != bytes)
         fail(file, "safetensors: tensor " + what + " data_offsets do not hold its shape x dtype inside the file");
       const auto known = md.entry_index.find(fqn);
       Entry* e = known == md.entry_index.end() ? nullptr : &md.entries[known->second];

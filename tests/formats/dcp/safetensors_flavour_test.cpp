@@ -243,10 +243,9 @@ TEST(SafetensorsFlavour, MalformedFilesAreRefusedNamingTheFile) {
   EXPECT_EQ(thrown([] { read_safetensors_metadata({}); }), "DCP safetensors flavour: no .safetensors files");
 }
 
-// BUG (lib/formats/dcp/safetensors_flavour.cpp, read_safetensors_metadata): the element count of a
-// shape is multiplied without an overflow check, so a shape whose byte count wraps to the length of
-// data_offsets is accepted: [2^32, 2^32] uint8 (2^64 bytes) passes with data_offsets [0, 0].
-TEST(SafetensorsFlavour, DISABLED_ShapeWhoseByteCountOverflowsIsRefused) {
+// A shape whose byte count wraps around 2^64 to the length of data_offsets: [2^32, 2^32] uint8 with
+// data_offsets [0, 0] (accepted before the product was checked for overflow).
+TEST(SafetensorsFlavour, ShapeWhoseByteCountOverflowsIsRefused) {
   const std::string dir = ucpkit::testing::scratch_dir("safetensors_flavour_overflow");
   const auto path = write_st(dir, "o.safetensors",
                              R"({"w":{"dtype":"U8","shape":[4294967296,4294967296],"data_offsets":[0,0]}})");
