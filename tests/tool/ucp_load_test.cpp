@@ -108,7 +108,7 @@ TEST_F(UcpLoad, ConvertsTheCheckpointToSafetensors) {
   ASSERT_EQ(r.output, out);
   EXPECT_TRUE(r.fields.is_object());
   ASSERT_FALSE(r.notes.empty());
-  EXPECT_NE(r.notes.back().find(" parameters"), std::string::npos) << r.notes.back();
+  EXPECT_EQ(r.notes.back().rfind("28 parameters -> " + out + " (", 0), 0u) << r.notes.back();  // dry_run_test's count
   EXPECT_NE(r.notes.back().find("-> " + out + " ("), std::string::npos) << r.notes.back();
   bool safetensors = false;
   for (const auto& e : fs::directory_iterator(out)) safetensors = safetensors || e.path().extension() == ".safetensors";
@@ -192,4 +192,24 @@ TEST_F(UcpLoad, TemplateNeedsATorchDistInput) {
   const std::string msg = error_of([&] { ucpkit::tool::run_ucp_load(o); });
   EXPECT_EQ(msg.rfind(kGpt + ": --template needs a Megatron-Core torch_dist checkpoint as --input", 0), 0u) << msg;
   EXPECT_FALSE(fs::exists(path("out")));
+}
+
+// A DeepSpeed output records its layout: loaded again with --reuse-output into the same layout, it is
+// kept and nothing is written.
+TEST_F(UcpLoad, ReuseOutputKeepsAnOutputOfTheSameLayout) {
+  const std::string out = path("ds");
+  auto dp1 = [&] {
+    UcpLoadOptions o = options(kGpt, out, "deepspeed");
+    o.dp = 1;
+    o.given.dp = true;
+    return o;
+  };
+  const Result first = run(dp1());
+  ASSERT_EQ(first.output, out);
+  UcpLoadOptions again = dp1();
+  again.load.reuse_output = true;
+  const Result r = run(again);
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_EQ(r.notes.back().rfind(out + " already holds this layout (", 0), 0u) << r.notes.back();
+  EXPECT_NE(r.notes.back().find("reused, nothing written"), std::string::npos) << r.notes.back();
 }
