@@ -8,7 +8,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "scripts", "fixtures"))
 
 from dcp_fixtures_torch113 import write_safetensors  # noqa: E402  (also makes torch 1.13's DCP importable)
 
