@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "support/files.h"
+#include "support/process.h"
 #include "tool/tool.h"
 
 namespace fs = std::filesystem;
@@ -107,8 +108,19 @@ TEST(ToolRun, LauncherRankFromPmixOrPmi) {
 
 // With --json a failed run prints the envelope with the error, naming the file when the message
 // begins with a path on disk (or in a folder on disk); an option is not a file. A process prints one
-// envelope at most (print_json marks the summary printed, for good): each case runs in a child.
+// envelope at most (print_json marks the summary printed, for good): each case runs in a child, and
+// the cases run in a fresh copy of this binary (another test of the tests/tool binary may have printed
+// an envelope in this process already, and a forked child inherits that mark).
 TEST(ToolRun, JsonErrorEnvelopeNamesTheFile) {
+  const std::string cmd = "UCPKIT_TOOL_TEST_FRESH=1 /proc/" + std::to_string(::getpid()) +
+                          "/exe --gtest_filter=ToolRunFresh.JsonErrorEnvelopeNamesTheFile 2>&1";
+  std::string out;
+  EXPECT_EQ(ucpkit::testing::run_command(cmd, &out), 0) << out;
+  EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
+}
+
+TEST(ToolRunFresh, JsonErrorEnvelopeNamesTheFile) {
+  if (!std::getenv("UCPKIT_TOOL_TEST_FRESH")) GTEST_SKIP() << "run by ToolRun.JsonErrorEnvelopeNamesTheFile";
   const fs::path dir = fs::temp_directory_path() / ("tool_test_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string missing = (dir / "missing.pt").string(), out = (dir / "stdout").string();
