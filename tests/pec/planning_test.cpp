@@ -1,5 +1,5 @@
-// Planning pieces of PEC without I/O: token input, policies, budget split, PLT, capacity, shard plan,
-// AutoEP expert runs inside flat partitions.
+// Planning pieces of PEC without I/O (token input: tokens_test.cpp): policies, budget split, PLT,
+// capacity, shard plan, AutoEP expert runs inside flat partitions.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -20,79 +20,6 @@
 
 using namespace ucpkit;
 using namespace ucpkit::pec;
-
-TEST(PecTokens, JsonMatrix) {
-  auto m = parse_tokens("[[1,2,3],[4,5,6]]", "t");
-  ASSERT_EQ(m.size(), 2u);
-  EXPECT_EQ(m[1][2], 6);
-  auto m2 = parse_tokens(R"({"tokens": [[7, 8]]})", "t");
-  EXPECT_EQ(m2[0][1], 8);
-}
-
-TEST(PecTokens, CsvLongAndMatrix) {
-  auto m = parse_tokens("moe_layer,expert,tokens\n0,1,10\n1,3,5\n0,1,2\n", "t");
-  ASSERT_EQ(m.size(), 2u);
-  EXPECT_EQ(m[0][1], 12);
-  EXPECT_EQ(m[1][3], 5);
-  auto m2 = parse_tokens("1,2\n3,4\n", "t");
-  EXPECT_EQ(m2[1][0], 3);
-}
-
-TEST(PecTokens, RouterTraceJsonl) {
-  auto m = parse_tokens("{\"layer\": 0, \"topk_ids\": [[0, 1], [1, 2]]}\n{\"layer\": 1, \"tokens_per_expert\": [4, 0, 1]}\n"
-                        "{\"layer\": 0, \"experts\": [2]}\n",
-                        "t");
-  ASSERT_EQ(m.size(), 2u);
-  EXPECT_EQ(m[0], (std::vector<int64_t>{1, 2, 2}));
-  EXPECT_EQ(m[1], (std::vector<int64_t>{4, 0, 1}));
-}
-
-TEST(PecTokens, RouterTraceByTransformerLayerMapsToMoeLayerOrder) {
-  // Megatron numbers transformer layers; with MoE every other layer a trace reads 1, 3, 5.
-  auto m = parse_tokens("{\"layer_number\": 3, \"tokens_per_expert\": [0, 7]}\n"
-                        "{\"layer_number\": 1, \"topk_ids\": [[1, 0], [1, 1]]}\n"
-                        "{\"layer_number\": 5, \"counts\": [2, 2]}\n"
-                        "{\"layer_number\": 1, \"experts\": [0]}\n",
-                        "t");
-  ASSERT_EQ(m.size(), 3u);
-  EXPECT_EQ(m[0], (std::vector<int64_t>{2, 3}));  // transformer layer 1
-  EXPECT_EQ(m[1], (std::vector<int64_t>{0, 7}));  // transformer layer 3
-  EXPECT_EQ(m[2], (std::vector<int64_t>{2, 2}));  // transformer layer 5
-  // Ids that already are 0..L-1 stay as they are; `moe_layer` is never remapped.
-  auto dense = parse_tokens("{\"layer\": 1, \"counts\": [1]}\n{\"layer\": 0, \"counts\": [2]}\n", "t");
-  EXPECT_EQ(dense, (TokenMatrix{{2}, {1}}));
-  auto moe = parse_tokens("{\"moe_layer\": 1, \"counts\": [5]}\n", "t");
-  EXPECT_EQ(moe, (TokenMatrix{{0}, {5}}));
-  EXPECT_THROW(parse_tokens("{\"moe_layer\": 0, \"counts\": [1]}\n{\"layer\": 3, \"counts\": [1]}\n", "t"), Error);
-}
-
-TEST(PecTokens, BadInputFailsClearly) {
-  EXPECT_THROW(parse_tokens("[[1, -2]]", "t"), Error);
-  EXPECT_THROW(parse_tokens("a,b\nx,y\n", "t"), Error);
-  EXPECT_THROW(fit_tokens({{1, 2, 3}}, {2}, "t"), Error);
-  auto f = fit_tokens({{1}, {2}}, {2, 3}, "t");  // experts past a layer's counts: zeros
-  EXPECT_EQ(f[1], (std::vector<int64_t>{2, 0, 0}));
-}
-
-// Issue 32 (WEAK, cross-checks): a MoE layer missing from the counts was read as zeros, and a
-// fractional count was rounded (2.5 -> 3). Both are refused, naming the file.
-TEST(PecTokens, MissingLayerAndFractionalCountsAreRefused) {
-  auto message = [](const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
-  };
-  EXPECT_EQ(message([] { fit_tokens({{1, 2}}, {2, 2}, "t.json"); }).rfind("t.json: token counts for 1 MoE layers", 0), 0u);
-  EXPECT_EQ(message([] { fit_tokens(parse_tokens("moe_layer,expert,tokens\n0,0,1\n2,0,1\n", "t.csv"), {1, 1, 1}, "t.csv"); })
-                .rfind("t.csv: no token counts for MoE layer 1", 0),
-            0u);
-  for (const char* text : {"[[1, 2.5]]", "2.5,1\n", "moe_layer,expert,tokens\n0,0,0.5\n", "{\"tokens\": [[1e0, 0.25]]}"})
-    EXPECT_NE(message([&] { parse_tokens(text, "t"); }).find("is not a whole number"), std::string::npos) << text;
-  EXPECT_EQ(parse_tokens("[[1.0, 2e0]]", "t"), (TokenMatrix{{1, 2}}));  // whole numbers written as decimals
-}
 
 static SelectionRequest request(std::vector<int> experts, int ep, int k) {
   SelectionRequest r;

@@ -1,6 +1,6 @@
 // The pieces behind issue 28 items 1, 4, 5 without running the tools: command-line paths made
-// absolute, a checkpoint's step checked or inferred from its sources, a tokens folder's file of a step,
-// and unknown PLT kept unknown through the report's JSON and the run's history.
+// absolute, a checkpoint's step checked or inferred from its sources (a tokens folder's file of a step:
+// tokens_test.cpp), and unknown PLT kept unknown through the report's JSON and the run's history.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -93,28 +93,6 @@ TEST(PecStepSources, MissingStepIsInferredWhenTheSourcesAgree) {
     EXPECT_TRUE(contains(e.what(), "ckpt: ")) << e.what();
     EXPECT_TRUE(contains(e.what(), "step 200 from the tag folder name global_step200; step 300 from global_steps in m.pt"))
         << e.what();
-  }
-}
-
-TEST(PecTokens, FolderGivesTheFileOfTheStep) {
-  const std::string d = ucpkit::testing::scratch_dir("tokens_folder");
-  { std::ofstream(d + "/step100.json") << "[[1, 2]]"; }
-  { std::ofstream(d + "/step200.csv") << "3,4\n"; }
-  EXPECT_EQ(tokens_file_for_step(d + "/step100.json", 999), d + "/step100.json");  // a file: itself
-  EXPECT_EQ(tokens_file_for_step(d, 100), d + "/step100.json");
-  EXPECT_EQ(load_tokens(tokens_file_for_step(d, 200)), TokenMatrix({{3, 4}}));
-  try {
-    tokens_file_for_step(d, 300);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_TRUE(contains(e.what(), d + ": no token counts for step 300 (step300.json, .csv or .jsonl)")) << e.what();
-  }
-  { std::ofstream(d + "/step100.jsonl") << "{}"; }
-  try {
-    tokens_file_for_step(d, 100);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_TRUE(contains(e.what(), "more than one token-count file for step 100")) << e.what();
   }
 }
 
