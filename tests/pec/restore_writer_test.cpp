@@ -1,16 +1,14 @@
-// The streaming restore writer without the CLI: the streaming digests equal the one-shot ones, and a
+// The streaming restore writer without the CLI (the streaming digests: checksum_test.cpp): a
 // native checkpoint stored in tiny chunks (so chunk boundaries fall inside cut maps, expert ranges and
 // zip records) is rebuilt byte for byte from the generator's files, with any memory budget.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 
 #include "core/error.h"
 #include "pec/checkpoint.h"
-#include "pec/checksum.h"
 #include "pec/restore_writer.h"
 #include "pec/store.h"
 #include "support/files.h"
@@ -62,28 +60,6 @@ struct Stored {
   std::vector<ExpertEntry> experts;
 };
 }  // namespace
-
-TEST(PecChecksum, StreamingDigestsEqualOneShot) {
-  std::mt19937_64 rng(7);
-  for (size_t n : {size_t{0}, size_t{1}, size_t{31}, size_t{32}, size_t{33}, size_t{1000}, size_t{100003}}) {
-    std::vector<uint8_t> data(n);
-    for (auto& c : data) c = static_cast<uint8_t>(rng());
-    Xxh64 h(12345);
-    DigestStream d;
-    for (size_t pos = 0; pos < n;) {
-      size_t k = std::min<size_t>(n - pos, rng() % 97);
-      h.update(data.data() + pos, k);
-      d.update({data.data() + pos, k});
-      pos += k;
-    }
-    EXPECT_EQ(h.value(), xxh64(data.data(), n, 12345)) << n;
-    EXPECT_EQ(d.value(), digest(std::span<const uint8_t>(data))) << n;
-    DigestChain a, b;
-    a.update(std::span<const uint8_t>(data));
-    b.update(digest(std::span<const uint8_t>(data)), n);
-    EXPECT_EQ(a.hex(), b.hex());
-  }
-}
 
 TEST(PecRestoreWriter, TinyChunksRebuildEveryFileExactly) {
   Stored st("writer");

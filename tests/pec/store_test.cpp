@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "pec/checksum.h"
 #include "pec/store.h"
 
 namespace fs = std::filesystem;
@@ -34,12 +33,6 @@ Manifest manifest(int64_t step, std::vector<ExpertEntry> experts, std::vector<Fi
   return m;
 }
 }  // namespace
-
-TEST(PecChecksum, Xxh64KnownValue) {
-  EXPECT_EQ(xxh64("", 0, 0), 0xEF46DB3751D8E999ull);  // reference value of XXH64("", seed 0)
-  EXPECT_NE(digest(std::string_view("a")).hex(), digest(std::string_view("b")).hex());
-  EXPECT_EQ(digest(std::string_view("abc")).hex().size(), 32u);
-}
 
 TEST(PecStore, ObjectsRoundTripDeduplicateAndDetectDamage) {
   std::string d = fresh("objects");
