@@ -500,13 +500,26 @@ nlohmann::json ranges_to_json(const std::vector<ByteRange>& rs) {
   return a;
 }
 
+namespace {
+
+// An offset, length or size of a manifest: a non-negative integer. get<uint64_t>() would take -1 as
+// 2^64 - 1 and 1.5 as 1, a damaged entry as a huge range instead of a malformed one.
+uint64_t byte_count(const nlohmann::json& v, const std::string& name, const char* what) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());
+  fail(name, what);
+}
+
+}  // namespace
+
 std::vector<ByteRange> ranges_from_json(const nlohmann::json& j, const std::string& name) {
   std::vector<ByteRange> out;
   try {
     if (!j.is_array()) fail(name, "malformed ranges: not a list");
     for (const auto& r : j) {
       if (!r.is_array() || r.size() != 3) fail(name, "malformed ranges entry (not [record, offset, length])");
-      out.push_back({r.at(0).get<std::string>(), r.at(1).get<uint64_t>(), r.at(2).get<uint64_t>()});
+      const char* bad = "malformed ranges entry (not [record, offset, length])";
+      out.push_back({r.at(0).get<std::string>(), byte_count(r.at(1), name, bad), byte_count(r.at(2), name, bad)});
     }
   } catch (const nlohmann::json::exception&) {
     fail(name, "malformed ranges entry (not [record, offset, length])");
@@ -524,10 +537,11 @@ CutList cut_from_json(const nlohmann::json& j, const std::string& name) {
   CutList c;
   try {
     if (!j.is_object()) fail(name, "malformed cut list: not an object");
-    c.file_size = j.at("file_size").get<uint64_t>();
+    c.file_size = byte_count(j.at("file_size"), name, "malformed cut list: file_size is not a byte count");
     for (const auto& r : j.at("cut")) {
-      if (!r.is_array() || r.size() != 2) fail(name, "malformed cut list entry (not [offset, length])");
-      c.cut.emplace_back(r.at(0).get<uint64_t>(), r.at(1).get<uint64_t>());
+      const char* bad = "malformed cut list entry (not [offset, length])";
+      if (!r.is_array() || r.size() != 2) fail(name, bad);
+      c.cut.emplace_back(byte_count(r.at(0), name, bad), byte_count(r.at(1), name, bad));
     }
   } catch (const nlohmann::json::exception&) {
     fail(name, "malformed cut list (not {\"file_size\": n, \"cut\": [[offset, length], ...]})");

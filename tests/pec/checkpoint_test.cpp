@@ -280,10 +280,9 @@ TEST(PecCheckpoint, RangesAndCutListsJsonFormsAndMalformedOnes) {
   }
 }
 
-// BUG (lib/pec/checkpoint.cpp, ranges_from_json / cut_from_json): a negative offset or length is read with
-// nlohmann's get<uint64_t>(), which converts -1 to 18446744073709551615 (and 1.5 to 1) instead of refusing
-// the entry, so a damaged manifest's range is taken as a huge offset rather than named as malformed.
-TEST(PecCheckpoint, DISABLED_NegativeOrFractionalOffsetsAndLengthsAreMalformed) {
+// A damaged manifest's negative or fractional offset, length or size is named as malformed (nlohmann's
+// get<uint64_t>() took -1 as 18446744073709551615 and 1.5 as 1).
+TEST(PecCheckpoint, NegativeOrFractionalOffsetsAndLengthsAreMalformed) {
   for (const char* bad : {R"([["a", -1, 2]])", R"([["a", 1, -2]])", R"([["a", 1.5, 2]])"}) {
     const std::string e = error_of([&] { ranges_from_json(json::parse(bad), "m.json"); });
     EXPECT_EQ(e.rfind("m.json: malformed ranges", 0), 0u) << bad << ": " << e;
