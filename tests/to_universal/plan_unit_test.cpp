@@ -1,5 +1,6 @@
 // Unit tests of lib/ucp's plain-data parts (issue 21: ucp/ was tested only end to end): the extract
-// plan's JSON form, folder names, pickle values as JSON, and the shard-agreement walk over partitions.
+// plan's JSON form, folder names and pickle values as JSON (the shard-agreement walk over partitions is in
+// shard_agreement_test.cpp).
 // Expected values are written out by hand from the documented forms, not computed by the code.
 #include <gtest/gtest.h>
 
@@ -8,7 +9,6 @@
 #include "core/error.h"
 #include "io/pickle/value.h"
 #include "to_universal/plan.h"
-#include "to_universal/shard_agreement.h"
 #include "to_universal/value_json.h"
 
 namespace ucpkit::to_universal {
@@ -93,37 +93,6 @@ TEST(UcpValueJson, PlainValuesBecomeJsonAndTensorsAKindName) {
   EXPECT_EQ(j["name"], "adam");
   EXPECT_TRUE(j["none"].is_null());
   EXPECT_EQ(j["shape"], nlohmann::json::parse("[2,3]"));
-}
-
-using Frags = std::vector<std::tuple<std::string, int64_t, int64_t>>;
-
-TEST(UcpShardAgreement, ParameterCutAtAPartitionBoundaryIsAccepted) {
-  ShardAgreement a;
-  a.partition("mp0/g0", 0, 2, 16, Frags{{"a", 0, 10}, {"b", 10, 6}}, "r0.pt");
-  a.partition("mp0/g0", 1, 2, 16, Frags{{"b", 0, 4}, {"c", 4, 12}}, "r1.pt");
-  EXPECT_NO_THROW(a.finish());
-}
-
-TEST(UcpShardAgreement, ExchangedRankFilesAreRefusedNamingAFile) {
-  // Rank files swapped: partition 0 starts with the tail of b, which ends partition 1.
-  ShardAgreement a;
-  a.partition("mp0/g0", 0, 2, 16, Frags{{"b", 0, 4}, {"c", 4, 12}}, "r1.pt");
-  a.partition("mp0/g0", 1, 2, 16, Frags{{"a", 0, 10}, {"b", 10, 6}}, "r0.pt");
-  try {
-    a.finish();
-    FAIL() << "exchanged partitions accepted";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_TRUE(what.find("r0.pt") != std::string::npos || what.find("r1.pt") != std::string::npos) << what;
-  }
-}
-
-TEST(UcpShardAgreement, ParameterInTwoSeparateRunsOfPartitionsIsRefused) {
-  ShardAgreement a;
-  a.partition("mp0/g0", 0, 3, 8, Frags{{"a", 0, 8}}, "r0.pt");
-  a.partition("mp0/g0", 1, 3, 8, Frags{{"b", 0, 8}}, "r1.pt");
-  a.partition("mp0/g0", 2, 3, 8, Frags{{"a", 0, 8}}, "r2.pt");
-  EXPECT_THROW(a.finish(), Error);
 }
 
 }  // namespace
