@@ -192,7 +192,8 @@ TEST(ConvertEach, AnExceptionOfOneParameterReachesTheCaller) {
 }
 
 TEST(ConvertGather, EntriesArePlacedAtTheirIndex) {
-  const std::string a = R"([[2, {"name": "c", "shape": [2], "states": {}}], [0, {"name": "a", "shape": [1, 3], "states": {}}]])";
+  const std::string a =
+      R"([[2, {"name": "c", "shape": [2], "states": {}}], [0, {"name": "a", "shape": [1, 3], "states": {}}]])";
   const std::string b = R"([[1, {"name": "b", "shape": [4], "states": {}}]])";
   const auto e = gathered_entries({a, b}, 3);
   ASSERT_EQ(e.size(), 3u);
@@ -265,7 +266,8 @@ TEST(ConvertExtract, RefusesWhatIsNoDeepSpeedCheckpoint) {
   auto what = error_of([&] { run_extract((d.path() / "empty").string(), (d.path() / "w").string(), quiet()); });
   EXPECT_NE(what.find("not a checkpoint ucpkit reads"), std::string::npos) << what;
   // A format with a one-step union (Megatron-Core torch_dist) is sent to ucp-union.
-  const std::string mcore = std::string(UCPKIT_SOURCE_DIR) + "/tests/formats/megatron_core/data/gpt_tp2_pp2/fully_reshardable";
+  const std::string mcore = std::string(UCPKIT_SOURCE_DIR) +
+                            "/tests/formats/megatron_core/data/gpt_tp2_pp2/fully_reshardable";
   what = error_of([&] { run_extract(mcore, (d.path() / "w").string(), quiet()); });
   EXPECT_NE(what.find("ucp-union converts it in one step"), std::string::npos) << what;
   EXPECT_FALSE(fs::exists(d.path() / "w"));

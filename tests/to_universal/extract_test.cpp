@@ -158,7 +158,8 @@ TEST(ExtractPlanRefusals, AMissingOptimizerShardIsNamed) {
 TEST(ExtractPlanRefusals, AWholeDpRankMissingIsAnInconsistentWorldSize) {
   TempDir d;
   const fs::path step = copy_step("gpt_tp2_pp2_dp3", d.path());
-  for (int mp = 0; mp < 4; ++mp) fs::remove(step / ("bf16_zero_pp_rank_2_mp_rank_0" + std::to_string(mp) + "_optim_states.pt"));
+  for (int mp = 0; mp < 4; ++mp)
+    fs::remove(step / ("bf16_zero_pp_rank_2_mp_rank_0" + std::to_string(mp) + "_optim_states.pt"));
   const auto what = plan_error(step);
   EXPECT_NE(what.find("inconsistent world sizes: dp_world_size is 3 but 2"), std::string::npos) << what;
 }
@@ -190,7 +191,8 @@ TEST(ExtractPlanRefusals, NativeMoeWithTensorParallelismIsRefused) {
   const fs::path step = copy_step("dsmoe_dp4_ep2", d.path());
   for (const auto& e : fs::directory_iterator(step)) {
     std::string n = e.path().filename().string();
-    if (auto k = n.find("mp_rank_00"); k != std::string::npos) fs::copy_file(e.path(), step / n.replace(k, 10, "mp_rank_01"));
+    if (auto k = n.find("mp_rank_00"); k != std::string::npos)
+      fs::copy_file(e.path(), step / n.replace(k, 10, "mp_rank_01"));
   }
   const auto what = plan_error(step);
   EXPECT_NE(what.find("native DeepSpeed MoE with tp=2 pp=1 is not supported"), std::string::npos) << what;

@@ -45,9 +45,7 @@ nlohmann::json meta(const std::string& fixture) {
   return nlohmann::json::parse(in);
 }
 
-ExtractPlan plan_of(const std::string& checkpoint) {
-  return plan_zero3(formats::deepspeed::discover(checkpoint), {});
-}
+ExtractPlan plan_of(const std::string& checkpoint) { return plan_zero3(formats::deepspeed::discover(checkpoint), {}); }
 
 fs::path copy_step(const std::string& fixture, const fs::path& dir) {
   fs::copy(fs::path(kFixtures) / fixture, dir / fixture, fs::copy_options::recursive);
@@ -157,8 +155,9 @@ TEST(Zero3PlanRefusals, AShardOfAnotherDpWorldSizeIsNamed) {
   TempDir d;
   const fs::path step = copy_step("gpt_zero3_tp2_dp3_subgroups", d.path());
   // Rank 1's shard replaced by one of a 40-rank save of another model.
-  fs::copy_file(fs::path(kFixtures) / "gpt_zero3_dp40_subgroups/global_step100/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt",
-                step / "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", fs::copy_options::overwrite_existing);
+  fs::copy_file(
+      fs::path(kFixtures) / "gpt_zero3_dp40_subgroups/global_step100/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt",
+      step / "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", fs::copy_options::overwrite_existing);
   const auto what = plan_error(step);
   EXPECT_NE(what.find("bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"), std::string::npos) << what;
   EXPECT_NE(what.find("inconsistent world sizes: partition_count is 40 but 3 shards were found"), std::string::npos)
@@ -179,8 +178,9 @@ TEST(Zero3PlanRefusals, AModelFileOfAnotherSaveIsNamed) {
   TempDir d;
   const fs::path step = copy_step("gpt_zero3_tp2_dp3_subgroups", d.path());
   // TP rank 1's model file from the other (fp16, GQA) ZeRO-3 fixture: other param_shapes.
-  fs::copy_file(fs::path(kFixtures) / "llama_gqa_zero3_tp2_dp2_fp16/global_step100/zero_pp_rank_0_mp_rank_01_model_states.pt",
-                step / "zero_pp_rank_0_mp_rank_01_model_states.pt", fs::copy_options::overwrite_existing);
+  fs::copy_file(
+      fs::path(kFixtures) / "llama_gqa_zero3_tp2_dp2_fp16/global_step100/zero_pp_rank_0_mp_rank_01_model_states.pt",
+      step / "zero_pp_rank_0_mp_rank_01_model_states.pt", fs::copy_options::overwrite_existing);
   const auto what = plan_error(step);
   EXPECT_NE(what.find("mp_rank_01"), std::string::npos) << what;
 }

@@ -83,10 +83,18 @@ void write_llama(const fs::path& d) {
                                                       {"model.norm.weight", bf16({8}, 11)},
                                                       {"lm_head.weight", bf16({16, 8}, 12)}};
   put(d / "model.safetensors", safetensors_bytes(t));
-  const nlohmann::json config = {{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", 8}, {"intermediate_size", 16},
-                                 {"num_hidden_layers", 1}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
-                                 {"head_dim", 4}, {"max_position_embeddings", 8}, {"vocab_size", 16},
-                                 {"rms_norm_eps", 1e-5}, {"tie_word_embeddings", false}, {"dtype", "bfloat16"}};
+  const nlohmann::json config = {{"architectures", {"LlamaForCausalLM"}},
+                                 {"hidden_size", 8},
+                                 {"intermediate_size", 16},
+                                 {"num_hidden_layers", 1},
+                                 {"num_attention_heads", 2},
+                                 {"num_key_value_heads", 1},
+                                 {"head_dim", 4},
+                                 {"max_position_embeddings", 8},
+                                 {"vocab_size", 16},
+                                 {"rms_norm_eps", 1e-5},
+                                 {"tie_word_embeddings", false},
+                                 {"dtype", "bfloat16"}};
   put(d / "config.json", config.dump());
 }
 
@@ -125,7 +133,8 @@ TEST(HfUnion, LlamaWeightsBecomeMegatronCoreParametersWithAFreshOptimizer) {
       {"embedding.word_embeddings.weight", {{16, 8}, values(1, 128)}},
       {"decoder.layers.0.self_attention.linear_qkv.layer_norm_weight", {{8}, values(2, 8)}},
       // One query group: its 2 query heads, then its key and value heads.
-      {"decoder.layers.0.self_attention.linear_qkv.weight", {{16, 8}, cat({values(3, 64), values(4, 32), values(5, 32)})}},
+      {"decoder.layers.0.self_attention.linear_qkv.weight",
+       {{16, 8}, cat({values(3, 64), values(4, 32), values(5, 32)})}},
       {"decoder.layers.0.self_attention.linear_proj.weight", {{8, 8}, values(6, 64)}},
       {"decoder.layers.0.mlp.linear_fc1.layer_norm_weight", {{8}, values(7, 8)}},
       {"decoder.layers.0.mlp.linear_fc1.weight", {{32, 8}, cat({values(8, 128), values(9, 128)})}},
@@ -146,7 +155,8 @@ TEST(HfUnion, LlamaWeightsBecomeMegatronCoreParametersWithAFreshOptimizer) {
     }
     EXPECT_EQ(load_torch((out / "zero" / name / "step.pt").string())->as_int(), 0);
   }
-  for (const char* f : {"manifest.json", "zero/optimizer_state.pt", "megatron_core/common_state.pt", "megatron_core/objects.pt"})
+  for (const char* f :
+       {"manifest.json", "zero/optimizer_state.pt", "megatron_core/common_state.pt", "megatron_core/objects.pt"})
     EXPECT_TRUE(fs::exists(out / f)) << f;
   std::ifstream in(out / "manifest.json");
   const auto manifest = nlohmann::json::parse(in);

@@ -74,7 +74,8 @@ std::vector<float> truth_state(const std::string& name, const std::string& store
 
 std::vector<float> floats(const Tensor& t) { return t.contiguous().to_vector<float>(); }
 
-const std::map<std::string, std::string> kStored = {{"fp32", "param"}, {"exp_avg", "exp_avg"}, {"exp_avg_sq", "exp_avg_sq"}};
+const std::map<std::string, std::string> kStored = {
+    {"fp32", "param"}, {"exp_avg", "exp_avg"}, {"exp_avg_sq", "exp_avg_sq"}};
 
 TEST(TorchDistPlan, OneParameterPerLayerWithGlobalShapesAndTheSourceLayout) {
   TorchDistStates td(kFully);

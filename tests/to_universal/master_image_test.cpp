@@ -78,7 +78,8 @@ TEST(MasterImage, AMasterOfAnotherRunIsRefusedNamingTheFilesAndValues) {
   fp32[7] = fp32[7] * 2 + 1;
   const auto what = error_of([&] { image.check(param(plan, kQkv), bytes_of(fp32), {0}, plan.files); });
   EXPECT_NE(what.find("mp_rank_00_model_states.pt"), std::string::npos) << what;
-  EXPECT_NE(what.find(std::string("module weight ") + kQkv + " element 7 is bfloat16 " + hex4(stored)), std::string::npos)
+  EXPECT_NE(what.find(std::string("module weight ") + kQkv + " element 7 is bfloat16 " + hex4(stored)),
+            std::string::npos)
       << what;
   EXPECT_NE(what.find("rounds to " + hex4(bf16_bits(fp32[7]))), std::string::npos) << what;
   EXPECT_NE(what.find("optim_states.pt"), std::string::npos) << what;

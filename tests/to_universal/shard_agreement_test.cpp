@@ -24,11 +24,15 @@ using ucpkit::testing::error_of;
 
 const std::string kStep = std::string(UCPKIT_FIXTURES_DIR) + "/gpt_dp16_padding_ranks/global_step100/";
 
-std::string shard_path(int dp) { return kStep + "bf16_zero_pp_rank_" + std::to_string(dp) + "_mp_rank_00_optim_states.pt"; }
+std::string shard_path(int dp) {
+  return kStep + "bf16_zero_pp_rank_" + std::to_string(dp) + "_mp_rank_00_optim_states.pt";
+}
 
 ValuePtr osd(const ValuePtr& root) { return root->at("optimizer_state_dict"); }
 // Param group g's optimizer state dict (base_optimizer_state.state[g]).
-ValuePtr group_state(const ValuePtr& root, size_t g) { return osd(root)->at("base_optimizer_state")->at("state")->entries.at(g).second; }
+ValuePtr group_state(const ValuePtr& root, size_t g) {
+  return osd(root)->at("base_optimizer_state")->at("state")->entries.at(g).second;
+}
 ValuePtr mappings(const ValuePtr& root, size_t g) { return osd(root)->at("param_slice_mappings")->items.at(g); }
 
 // Records shards 0..n-1, `edit` applied to shard `edited`'s pickle before it is read; returns finish()'s error.
@@ -44,7 +48,8 @@ std::string agreement_of(int n, int edited, const std::function<void(const Value
 }
 
 // A shard whose partitions hold several parameters (3 DP ranks of a larger model).
-const std::string kBig = std::string(UCPKIT_FIXTURES_DIR) + "/gpt_tp2_pp2_dp3/global_step100/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt";
+const std::string kBig = std::string(UCPKIT_FIXTURES_DIR) +
+                         "/gpt_tp2_pp2_dp3/global_step100/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt";
 
 std::string one_shard_error(const std::function<void(const ValuePtr&)>& edit) {
   const ValuePtr root = load_torch(kBig);
@@ -56,7 +61,9 @@ std::string one_shard_error(const std::function<void(const ValuePtr&)>& edit) {
   });
 }
 
-TEST(ShardAgreement, TheBigShardAloneIsAccepted) { EXPECT_EQ(one_shard_error([](const ValuePtr&) {}), ""); }
+TEST(ShardAgreement, TheBigShardAloneIsAccepted) {
+  EXPECT_EQ(one_shard_error([](const ValuePtr&) {}), "");
+}
 
 TEST(ShardAgreement, TheShardsOfOneSaveAgree) {
   EXPECT_EQ(agreement_of(16, -1, [](const ValuePtr&) {}), "");

@@ -44,7 +44,8 @@ class TempDir {
 };
 
 std::string shard_path(int dp) {
-  return kFixtures + "/" + kDp16 + "/global_step100/bf16_zero_pp_rank_" + std::to_string(dp) + "_mp_rank_00_optim_states.pt";
+  return kFixtures + "/" + kDp16 + "/global_step100/bf16_zero_pp_rank_" + std::to_string(dp) +
+         "_mp_rank_00_optim_states.pt";
 }
 
 std::vector<float> iota(int n, float from) {
