@@ -47,14 +47,18 @@ class TempDir {
 };
 
 // Megatron's plain tensors of the fully_reshardable save (one process's load_plain_tensors).
-const std::map<std::string, SafetensorsTensor>& truth() {
-  static const auto t = parse_safetensors(ucpkit::testing::file_bytes(kFully + ".truth/tensors.safetensors"), "truth");
+// (of `model`'s save, default gpt_tp2_pp2).
+const std::map<std::string, SafetensorsTensor>& truth(const std::string& model = kGpt) {
+  static std::map<std::string, std::map<std::string, SafetensorsTensor>> cache;
+  auto& t = cache[model];
+  if (t.empty())
+    t = parse_safetensors(ucpkit::testing::file_bytes(model + "/fully_reshardable.truth/tensors.safetensors"), model);
   return t;
 }
 
 // The truth's float32 elements of universal parameter `name`'s state (Megatron's name: param, exp_avg,
 // exp_avg_sq): decoder.layers.<L>.<rest> is row L of the stacked decoder.layers.<rest>.
-std::vector<float> truth_state(const std::string& name, const std::string& stored) {
+std::vector<float> truth_state(const std::string& name, const std::string& stored, const std::string& model = kGpt) {
   static const std::regex layer(R"(decoder\.layers\.(\d+)\.(.*))");
   std::smatch m;
   std::string key = "optimizer.state." + stored + "." + name;
@@ -63,7 +67,7 @@ std::vector<float> truth_state(const std::string& name, const std::string& store
     key = "optimizer.state." + stored + ".decoder.layers." + m[2].str();
     row = std::stoll(m[1].str());
   }
-  const SafetensorsTensor& t = truth().at(key);
+  const SafetensorsTensor& t = truth(model).at(key);
   EXPECT_EQ(t.dtype, "F32") << key;
   std::vector<float> all(t.bytes.size() / 4);
   std::memcpy(all.data(), t.bytes.data(), t.bytes.size());
@@ -102,6 +106,21 @@ TEST(TorchDistPlan, OneParameterPerLayerWithGlobalShapesAndTheSourceLayout) {
   EXPECT_TRUE(facts.at("experts_per_layer").empty());
 }
 
+// The README of the data: moe_ep2 has layer 0 dense and layer 1 MoE with 4 experts; the Megatron-Core 0.16
+// save keeps its common state in the legacy common.pt.
+TEST(TorchDistPlan, ExpertsPerLayerAndLegacyCommonStateAreRecorded) {
+  const auto moe =
+      TorchDistStates(ucpkit::testing::kMcoreData + "/moe_ep2/dp_reshardable").plan().source.facts.at("torch_dist");
+  EXPECT_EQ(moe.at("experts_per_layer"), nlohmann::json({{"1", 4}}));
+  EXPECT_EQ(moe.at("experts"), 4);
+  EXPECT_EQ(moe.at("legacy_common_pt"), false);
+  const auto llama = TorchDistStates(ucpkit::testing::kMcoreData + "/llama_gqa_tp2_dp2_v016/dp_reshardable")
+                         .plan()
+                         .source.facts.at("torch_dist");
+  EXPECT_EQ(llama.at("legacy_common_pt"), true);
+  EXPECT_TRUE(llama.at("experts_per_layer").empty());
+}
+
 TEST(TorchDistStates, StatesAreTheThreeAdamStatesAndTheParamGroupsAreRead) {
   TorchDistStates td(kFully);
   EXPECT_TRUE(td.has_optimizer());
@@ -136,6 +155,19 @@ TEST(TorchDistStates, DpReshardableBucketsUnflattenToMegatronsTensors) {
       const Tensor t = td.read(i, state);
       EXPECT_EQ(t.shape(), p.shape);
       EXPECT_EQ(floats(t), truth_state(p.name, stored));
+    }
+}
+
+// GQA with TP 2 x DP 2 (each bucket split between the DP ranks), saved by Megatron-Core 0.16.
+TEST(TorchDistStates, GqaDpReshardableBucketsSplitOverDpRanksUnflattenToMegatronsTensors) {
+  const std::string llama = ucpkit::testing::kMcoreData + "/llama_gqa_tp2_dp2_v016";
+  TorchDistStates td(llama + "/dp_reshardable");
+  ASSERT_FALSE(td.plan().params.empty());
+  for (size_t i = 0; i < td.plan().params.size(); ++i)
+    for (const auto& [state, stored] : kStored) {
+      const auto& p = td.plan().params[i];
+      SCOPED_TRACE(p.name + " " + state);
+      EXPECT_EQ(floats(td.read(i, state)), truth_state(p.name, stored, llama));
     }
 }
 
