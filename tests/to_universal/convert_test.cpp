@@ -22,6 +22,7 @@
 #include "io/torch/torch_file.h"
 #include "support/errors.h"
 #include "support/files.h"
+#include "to_universal/extract.h"
 
 namespace fs = std::filesystem;
 
@@ -258,6 +259,40 @@ TEST(ConvertExtract, TwoStepsGiveTheTruthsStates) {
   const auto u = run_union((d.path() / "work").string(), (d.path() / "u").string(), quiet());
   EXPECT_EQ(u.params, e.params);
   expect_states_match_truth(d.path() / "u", "gpt_tp2_pp2_dp3");
+}
+
+// One fragment file per (parameter, TP rank, partition): its fp32 runs, in partition order, are the truth's
+// master; each holds every state and the step.
+TEST(ConvertExtract, WorkFolderFragmentsJoinIntoTheTruthsMasters) {
+  TempDir d;
+  const std::string fx = "gpt_dp16_padding_ranks";
+  const ExtractPlan plan = plan_checkpoint(kFixtures + "/" + fx, {});
+  const auto stats = write_work_folder(plan, (d.path() / "w").string(), 2, false);
+  uint64_t fragments = 0;
+  for (const auto& p : plan.params) fragments += p.fragments[0].size();
+  EXPECT_EQ(stats.fragments, fragments);
+  EXPECT_EQ(stats.files, fragments + 3);  // the model file, optimizer_state.pt, plan.json
+  const std::string name = "language_model.encoder.layers.0.self_attention.dense.weight";
+  const ParamPlan* p = nullptr;
+  for (const auto& q : plan.params)
+    if (q.name == name) p = &q;
+  ASSERT_NE(p, nullptr);
+  std::vector<float> joined;
+  for (const auto& f : p->fragments[0]) {
+    const fs::path file = d.path() / "w" / "fragments" / name / ("tp0.part" + std::to_string(f.part) + ".pt");
+    auto root = load_torch(file.string());
+    for (const char* state : {"fp32", "exp_avg", "exp_avg_sq"})
+      EXPECT_EQ(root->at(state)->as_tensor().numel(), f.numel) << file << " " << state;
+    EXPECT_EQ(root->at("step")->as_int(), 100);
+    const auto v = root->at("fp32")->as_tensor().contiguous().to_vector<float>();
+    joined.insert(joined.end(), v.begin(), v.end());
+  }
+  EXPECT_EQ(joined, state_tensor(fs::path(kFixtures) / fx / "truth/universal/zero" / name / "fp32.pt")
+                        .contiguous()
+                        .to_vector<float>());
+  // The folder is not replaced unless asked.
+  EXPECT_NE(error_of([&] { write_work_folder(plan, (d.path() / "w").string(), 2, false); }).find("exists"),
+            std::string::npos);
 }
 
 TEST(ConvertExtract, RefusesWhatIsNoDeepSpeedCheckpoint) {
