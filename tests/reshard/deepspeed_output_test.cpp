@@ -5,6 +5,8 @@
 // (every byte of every target record accounted for: copied from a source byte range, or zeros).
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -17,6 +19,7 @@
 #include "reshard/load.h"
 #include "reshard/output_writer.h"
 #include "reshard/universal_fixture.h"
+#include "support/errors.h"
 #include "support/files.h"
 #include "support/process.h"
 
@@ -44,15 +47,7 @@ std::string universal() { return loadtest::gpt_case().universal.string(); }
 std::string native() { return loadtest::gpt_case().src.string(); }
 std::string scratch(const std::string& name) { return ucpkit::testing::scratch_dir("deepspeed_output_" + name); }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+std::string error_of(const std::function<void()>& f) { return ucpkit::testing::error_of(f, "(no error)"); }
 
 // The 8 files DeepSpeed writes for TP 2 DP 3 ZeRO-1 bf16 (dsgen's reference checkpoint of the layout).
 std::set<std::string> reference_files() {

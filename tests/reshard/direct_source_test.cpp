@@ -5,6 +5,8 @@
 // manifest direct_meta() gives, the checksums compared with ucp-union's manifest, and the refusals.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +24,7 @@
 #include "reshard/direct_source.h"
 #include "reshard/model_info.h"
 #include "reshard/universal_fixture.h"
+#include "support/errors.h"
 #include "support/files.h"
 #include "support/process.h"
 
@@ -93,15 +96,7 @@ std::string bytes_at(const std::string& path, uint64_t off, uint64_t n) {
   return b;
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+std::string error_of(const std::function<void()>& f) { return ucpkit::testing::error_of(f, "(no error)"); }
 
 }  // namespace
 

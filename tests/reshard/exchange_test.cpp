@@ -6,6 +6,8 @@
 // checksum that does not match the manifest; plans made for other ranks or other files.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -23,6 +25,7 @@
 #include "reshard/ucp_info.h"
 #include "reshard/universal_fixture.h"
 #include "reshard/universal_reader.h"
+#include "support/errors.h"
 #include "support/files.h"
 #include "support/process.h"
 
@@ -87,15 +90,7 @@ ExchangeStats exchange_into(const std::string& out, uint64_t batch_bytes, size_t
   return run_exchange(files, {}, *s.reader, s.model, plan, parallel::MpiSession::get(), 2);
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+std::string error_of(const std::function<void()>& f) { return ucpkit::testing::error_of(f, "(no error)"); }
 
 }  // namespace
 

@@ -5,6 +5,8 @@
 // what the writers write are other tests' (deepspeed_writer_test, roundtrip_test, direct_test).
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -17,6 +19,7 @@
 #include "reshard/layout_record.h"
 #include "reshard/load.h"
 #include "reshard/universal_fixture.h"
+#include "support/errors.h"
 #include "support/process.h"
 
 using namespace ucpkit;
@@ -52,15 +55,7 @@ std::set<std::string> files_under(const fs::path& dir) {
   return s;
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+std::string error_of(const std::function<void()>& f) { return ucpkit::testing::error_of(f, "(no error)"); }
 
 }  // namespace
 

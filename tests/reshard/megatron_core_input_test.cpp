@@ -5,6 +5,8 @@
 // and each refusal with the file and the cause named.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -16,6 +18,7 @@
 #include "io/torch/torch_file.h"
 #include "reshard/megatron_core_input.h"
 #include "reshard/universal_fixture.h"
+#include "support/errors.h"
 #include "support/process.h"
 
 using namespace ucpkit;
@@ -83,15 +86,7 @@ std::vector<float> padded_word_embeddings(const std::string& state) {
   return v;
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+std::string error_of(const std::function<void()>& f) { return ucpkit::testing::error_of(f, "(no error)"); }
 
 }  // namespace
 

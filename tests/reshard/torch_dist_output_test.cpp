@@ -5,6 +5,8 @@
 // Megatron-Core before 0.17), and tensors read back from the DCP files against dsgen's ground truth.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +19,7 @@
 #include "reshard/load.h"
 #include "reshard/output_writer.h"
 #include "reshard/universal_fixture.h"
+#include "support/errors.h"
 #include "support/files.h"
 #include "support/process.h"
 
@@ -46,15 +49,7 @@ LoadOptions with_mesh(LoadOptions o, int tp, int dp) {
 
 std::string scratch(const std::string& name) { return ucpkit::testing::scratch_dir("torch_dist_output_" + name); }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+std::string error_of(const std::function<void()>& f) { return ucpkit::testing::error_of(f, "(no error)"); }
 
 // dsgen's universal tensor (fp32, row-major) of a Megatron-DeepSpeed name.
 std::vector<float> truth(const std::string& name, const std::string& state) {

@@ -5,6 +5,8 @@
 // dsgen's ground truth (QKV regrouped, padded rows cut), with the one-pass source's refusals.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -16,6 +18,7 @@
 #include "reshard/model_info.h"
 #include "reshard/torch_dist_source.h"
 #include "reshard/universal_fixture.h"
+#include "support/errors.h"
 #include "support/process.h"
 
 using namespace ucpkit;
@@ -53,15 +56,7 @@ std::vector<float> truth(const std::string& name, const std::string& state) {
   return root->at("param")->as_tensor().contiguous().to_vector<float>();
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+std::string error_of(const std::function<void()>& f) { return ucpkit::testing::error_of(f, "(no error)"); }
 
 }  // namespace
 

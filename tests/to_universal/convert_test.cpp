@@ -4,7 +4,6 @@
 #include "to_universal/convert.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <atomic>
 #include <filesystem>
@@ -36,18 +35,7 @@ using ucpkit::testing::file_bytes;
 const std::string kFixtures = UCPKIT_FIXTURES_DIR;
 
 // A fresh temporary folder, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "convert_test.XXXXXX").string();
-    path_ = mkdtemp(t.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using ucpkit::testing::TempDir;
 
 ConvertOptions quiet(std::vector<std::string>* warnings = nullptr) {
   ConvertOptions o;

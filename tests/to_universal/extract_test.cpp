@@ -4,7 +4,6 @@
 #include "to_universal/extract.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <filesystem>
 #include <fstream>
@@ -17,6 +16,7 @@
 
 #include "core/error.h"
 #include "support/errors.h"
+#include "support/files.h"
 
 namespace fs = std::filesystem;
 
@@ -27,18 +27,7 @@ using ucpkit::testing::error_of;
 
 const std::string kFixtures = UCPKIT_FIXTURES_DIR;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "extract_test.XXXXXX").string();
-    path_ = mkdtemp(t.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using ucpkit::testing::TempDir;
 
 nlohmann::json meta(const std::string& fixture) {
   std::ifstream in(fs::path(kFixtures) / fixture / "truth" / "meta.json");

@@ -3,7 +3,6 @@
 // expected Megatron-Core tensors are assembled by hand from the Hugging Face ones (QKV per query group,
 // [gate; up] for SwiGLU's fc1), with a fresh run's optimizer state (zeros, step 0).
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <cstring>
 #include <filesystem>
@@ -29,18 +28,7 @@ namespace {
 
 using ucpkit::testing::error_of;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "from_hf_test.XXXXXX").string();
-    path_ = mkdtemp(t.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using ucpkit::testing::TempDir;
 
 void put(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
 

@@ -5,7 +5,6 @@
 #include "to_universal/from_torch_dist.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <cstring>
 #include <filesystem>
@@ -33,18 +32,7 @@ const std::string kGpt = ucpkit::testing::kMcoreData + "/gpt_tp2_pp2";
 const std::string kFully = kGpt + "/fully_reshardable";
 const std::string kDp = kGpt + "/dp_reshardable";
 
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "from_torch_dist_test.XXXXXX").string();
-    path_ = mkdtemp(t.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using ucpkit::testing::TempDir;
 
 // Megatron's plain tensors of the fully_reshardable save (one process's load_plain_tensors).
 // (of `model`'s save, default gpt_tp2_pp2).

@@ -4,7 +4,6 @@
 #include "to_universal/shard_reader.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <filesystem>
 #include <fstream>
@@ -17,6 +16,7 @@
 #include "core/error.h"
 #include "io/torch/torch_file.h"
 #include "support/errors.h"
+#include "support/files.h"
 #include "to_universal/extract.h"
 
 namespace fs = std::filesystem;
@@ -30,18 +30,7 @@ using ucpkit::testing::error_of;
 const std::string kFixtures = UCPKIT_FIXTURES_DIR;
 constexpr const char* kDp16 = "gpt_dp16_padding_ranks";  // tp 1, pp 1, ZeRO-1 over 16 ranks
 
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "shard_reader_test.XXXXXX").string();
-    path_ = mkdtemp(t.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using ucpkit::testing::TempDir;
 
 std::string shard_path(int dp) {
   return kFixtures + "/" + kDp16 + "/global_step100/bf16_zero_pp_rank_" + std::to_string(dp) +
