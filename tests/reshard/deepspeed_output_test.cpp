@@ -29,19 +29,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-LoadOptions gpt_options(const std::string& input, const std::string& output) {
-  LoadOptions o;
-  o.input = input;
-  o.output = output;
-  o.target.tp = 2;
-  o.target.dp = 3;
-  o.target.zero_stage = 1;
-  o.target.dtype = DType::BFloat16;
-  o.optimizer = OptimizerKind::Zero;
-  o.vocab_multiple = 8;
-  o.threads = 2;
-  return o;
-}
+using loadtest::gpt_options;
 
 std::string universal() { return loadtest::gpt_case().universal.string(); }
 std::string native() { return loadtest::gpt_case().src.string(); }

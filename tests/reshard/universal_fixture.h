@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 
+#include "reshard/load.h"
 #include "support/process.h"
 
 namespace ucpkit::loadtest {
@@ -40,6 +41,22 @@ inline const UnionedCase& gpt_case() {
     return u;
   }();
   return c;
+}
+
+// ucp-load's options for the GPT case's target (tests/reshard/cases.py): TP 2 DP 3 ZeRO-1 bf16 with the
+// ZeRO optimizer, vocabulary multiple 8, two threads.
+inline reshard::LoadOptions gpt_options(const std::string& input, const std::string& output) {
+  reshard::LoadOptions o;
+  o.input = input;
+  o.output = output;
+  o.target.tp = 2;
+  o.target.dp = 3;
+  o.target.zero_stage = 1;
+  o.target.dtype = DType::BFloat16;
+  o.optimizer = reshard::OptimizerKind::Zero;
+  o.vocab_multiple = 8;
+  o.threads = 2;
+  return o;
 }
 
 }  // namespace ucpkit::loadtest
