@@ -2,13 +2,13 @@
 // (padded log2phy, counts, extra keys, raw values, pieces), guaranteed_fault_tolerance, plan_from_json
 // and read_plan round trips on a hand-made plan, and the errors on damaged plan JSON naming the file.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "placement/plan.h"
 #include "support/errors.h"
+#include "support/files.h"
 
 using namespace ucpkit::placement;
 using ucpkit::testing::error_of;
@@ -34,19 +34,13 @@ Plan small_plan() {
 
 class PlanFile : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("plan_test_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  ucpkit::testing::TempDir tmp_{"plan_test"};  // one per test, removed after it
+  const fs::path dir_ = tmp_.path();
   std::string write(const std::string& name, const std::string& text) {
     const fs::path p = dir_ / name;
     std::ofstream(p, std::ios::binary) << text;
     return p.string();
   }
-  fs::path dir_;
 };
 
 // small_plan as a plan file holds it (without log2phy and metrics), for damaging one key at a time.

@@ -2,7 +2,6 @@
 // layers whose placement is forced by the slot count, and make_plan for a fresh plan, a node loss on
 // a --current plan and a --previous re-placement, with the option refusals it makes before planning.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -10,6 +9,7 @@
 
 #include "placement/planner.h"
 #include "support/errors.h"
+#include "support/files.h"
 
 using namespace ucpkit::placement;
 using ucpkit::testing::error_of;
@@ -19,13 +19,8 @@ namespace {
 
 class Planner : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("planner_test_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  ucpkit::testing::TempDir tmp_{"planner_test"};  // one per test, removed after it
+  const fs::path dir_ = tmp_.path();
   std::string write(const std::string& name, const std::string& text) {
     const fs::path p = dir_ / name;
     std::ofstream(p) << text;
@@ -42,7 +37,6 @@ class Planner : public ::testing::Test {
     r.sizes.survive_node_failures = survive;
     return r;
   }
-  fs::path dir_;
 };
 
 LoadMatrix matrix(size_t layers, size_t experts, std::vector<double> v) { return {layers, experts, std::move(v)}; }
