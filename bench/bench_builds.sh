@@ -8,7 +8,7 @@
 # Usage: bench/bench_builds.sh OLD_BUILD NEW_BUILD [WORK]   (env: HIDDEN, LAYERS, ROUNDS; FLAGS: extra options
 #        of the ucp-union, ucp-load and direct steps, e.g. FLAGS=--no-verify to leave out checks one build
 #        does and the other does not, such as round 4's master-image check against a build before it;
-#        INSTRUCTIONS=1: each step of the first round also runs under valgrind's callgrind, and a second
+#        PY: the Python with torch that writes the inputs; INSTRUCTIONS=1: each step of the first round also runs under valgrind's callgrind, and a second
 #        table gives the instructions each build executed: repeatable on a shared, noisy machine, where
 #        wall and CPU medians cannot resolve a few percent)
 set -euo pipefail
@@ -16,7 +16,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 old=$(cd "$1" && pwd); new=$(cd "$2" && pwd)
 work=${3:-/tmp/ucpkit-bench-builds}
 HIDDEN=${HIDDEN:-1024}; LAYERS=${LAYERS:-8}; ROUNDS=${ROUNDS:-3}; FLAGS=${FLAGS:-}; INSTRUCTIONS=${INSTRUCTIONS:-0}
-py=/usr/bin/python3
+py=${PY:-/usr/bin/python3}
 mkdir -p "$work"
 gpt=$work/gpt-h$HIDDEN-l$LAYERS moe=$work/moe
 [ -f "$gpt/latest" ] || $py "$root/tests/generator/gen_ds_checkpoint.py" --output "$gpt" --model gpt --tp 2 --pp 2 \
