@@ -5,7 +5,9 @@
 # noisy: only ratios measured in the same run mean something). Prints per step the median wall time,
 # user+system CPU and peak RSS of each build and the NEW/OLD ratios; outputs are also compared byte
 # for byte (a refactor must not change them).
-# Usage: bench/bench_builds.sh OLD_BUILD NEW_BUILD [WORK]   (env: HIDDEN, LAYERS, ROUNDS; FLAGS: extra options
+# Usage: bench/bench_builds.sh OLD_BUILD NEW_BUILD [WORK]   (env: HIDDEN, LAYERS, ROUNDS; MOE_HIDDEN, MOE_LAYERS:
+#        the native MoE input of the PEC steps (256, 4: steps of 0.1 s on a fast machine, below /usr/bin/time's
+#        10 ms resolution for a 5% bound; 768, 4 gives about 1 s); STEPS: a subset of the steps; FLAGS: extra options
 #        of the ucp-union, ucp-load and direct steps, e.g. FLAGS=--no-verify to leave out checks one build
 #        does and the other does not, such as round 4's master-image check against a build before it;
 #        PY: the Python with torch that writes the inputs; INSTRUCTIONS=1: each step of the first round also runs under valgrind's callgrind, and a second
@@ -16,15 +18,16 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 old=$(cd "$1" && pwd); new=$(cd "$2" && pwd)
 work=${3:-/tmp/ucpkit-bench-builds}
 HIDDEN=${HIDDEN:-1024}; LAYERS=${LAYERS:-8}; ROUNDS=${ROUNDS:-3}; FLAGS=${FLAGS:-}; INSTRUCTIONS=${INSTRUCTIONS:-0}
+MOE_HIDDEN=${MOE_HIDDEN:-256}; MOE_LAYERS=${MOE_LAYERS:-4}; STEPS=${STEPS:-union load direct pecsave pecrestore}
 py=${PY:-/usr/bin/python3}
 mkdir -p "$work"
-gpt=$work/gpt-h$HIDDEN-l$LAYERS moe=$work/moe
-[ -f "$gpt/latest" ] || $py "$root/tests/generator/gen_ds_checkpoint.py" --output "$gpt" --model gpt --tp 2 --pp 2 \
+gpt=$work/gpt-h$HIDDEN-l$LAYERS moe=$work/moe-h$MOE_HIDDEN-l$MOE_LAYERS
+case " $STEPS " in *" union "*|*" load "*|*" direct "*) [ -f "$gpt/latest" ] || $py "$root/tests/generator/gen_ds_checkpoint.py" --output "$gpt" --model gpt --tp 2 --pp 2 \
   --dp 2 --zero 1 --dtype bf16 --layers "$LAYERS" --hidden "$HIDDEN" --heads 16 --ffn $((4 * HIDDEN)) --vocab 50257 \
-  --seq 64 --no-truth > /dev/null
+  --seq 64 --no-truth > /dev/null ;; esac
 [ -f "$moe/latest" ] || $py "$root/tests/generator/gen_ds_checkpoint.py" --output "$moe" --model dsmoe --dp 4 --ep 2 \
-  --layers 4 --hidden 256 --ffn 1024 --experts 8 --no-truth > /dev/null
-echo "inputs: $(du -sh "$gpt" | cut -f1) GPT (TP 2 PP 2 DP 2, hidden $HIDDEN, $LAYERS layers), $(du -sh "$moe" | cut -f1) native MoE"
+  --layers "$MOE_LAYERS" --hidden "$MOE_HIDDEN" --ffn $((4 * MOE_HIDDEN)) --experts 8 --no-truth > /dev/null
+echo "inputs: $(du -sh "$gpt" 2>/dev/null | cut -f1) GPT (TP 2 PP 2 DP 2, hidden $HIDDEN, $LAYERS layers), $(du -sh "$moe" | cut -f1) native MoE"
 
 # step NAME BUILD TAG: runs one step with BUILD's tools into $work/out/TAG/NAME; appends
 # "NAME TAG wall cpu rss_kib" to $work/times.
@@ -60,7 +63,7 @@ step() {
 rm -rf "$work/times" "$work/instructions" "$work/out" "$work/log"
 for r in $(seq "$ROUNDS"); do
   round=$r
-  for s in union load direct pecsave pecrestore; do
+  for s in $STEPS; do
     if [ $((r % 2)) -eq 1 ]; then step $s "$old" old; step $s "$new" new; else step $s "$new" new; step $s "$old" old; fi
   done
 done
