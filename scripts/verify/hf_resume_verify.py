@@ -1,0 +1,263 @@
+"""Outside CI (issue 49, training-ready import, Megatron half): the Python half of hf_resume_verify.sh.
+
+    python hf_resume_verify.py make --out DIR --dtype bf16|fp32
+        transformers' own save_pretrained writes a small Llama (LlamaConfig / LlamaForCausalLM of the pinned
+        transformers 5.24.0, weights drawn with a fixed seed as tests/frameworks/hf_models.py draws them) whose
+        config is the model mcore_ckpt.megatron_argv builds: hidden 16, 4 heads in 2 key-value groups, ffn 32,
+        vocabulary 64, 2 layers, RMSNorm epsilon 1e-5 (Megatron's default --norm-epsilon,
+        megatron/core/transformer/transformer_config.py:194-196 at core_v0.19.0), rope theta 10000 (Megatron's
+        default --rotary-base, megatron/training/arguments.py:2335), 16 positions, untied, no biases.
+    python hf_resume_verify.py reference --hf DIR --steps N <mcore_ckpt.py load options>
+        the reference run: Megatron-LM's own GPTModel, optimizer and scheduler built fresh with the job's
+        flags (mcore_ckpt.megatron_init + build: setup_model_and_optimizer, nothing loaded), the Hugging Face
+        weights copied into it in memory by the mapping below (independent of ucpkit: q/k/v rows regrouped per
+        query group, [gate; up], each TP rank its slice), the optimizer's fp32 main params refreshed from them
+        with Megatron's own reload_model_params (what load_checkpoint does when it loads weights without an
+        optimizer state, megatron/training/checkpointing.py:2611-2616 at core_v0.19.0), then N steps of
+        Megatron's own train_step on the same seeded batches as `resume` (mcore_ckpt.real_train_steps).
+        Prints the same lines as megatron_core_load_verify.py resume: "resumed iteration 0 (rank r), lr [...]"
+        and each step's loss line.
+
+        With --job-json FILE it writes there the scheduler state and param-group settings Megatron made from
+        the job's flags (for job-hparams).
+    python hf_resume_verify.py job-hparams UNIVERSAL FILE
+        the proposed ucpkit fix simulated on the import's universal folder (see job_hparams).
+    python hf_resume_verify.py resume --ckpt SAVE --steps N <mcore_ckpt.py load options>
+        megatron_core_load_verify.py's `resume` (Megatron's own load_checkpoint with the job's flags as given,
+        then the same N train steps) with two corrections of the CPU set-up, without which a resume can never
+        equal a fresh run (the resume_ cases of torch_dist_verify.sh compare two loads, which share both):
+        * Megatron-Core's DistributedOptimizer without Apex / Transformer Engine (torch.optim.AdamW, CPU)
+          restores torch Adam's per-parameter `step` as ONE tensor shared by every parameter's state
+          (megatron/core/optimizer/distrib_optimizer.py:1024-1032 at core_v0.19.0: `s["step"] = step` in a
+          loop; torch's Optimizer.load_state_dict keeps a step tensor as it is, torch/optim/optimizer.py:831-835
+          of torch 2.15), and AdamW increments each parameter's step in place: after one step every parameter's
+          step is the number of parameters, not 1, and the bias correction is wrong from the first step with a
+          non-zero learning rate. Each parameter gets its own copy after the load (what a GPU run with Apex /
+          TE FusedAdam, which keeps the step in the param group, computes).
+        * mcore_ckpt's prime_torch_adam (a zero-gradient optimizer step that lets Megatron build the load-time
+          sharded state dict of an empty torch Adam) is skipped when no optimizer state is loaded (--finetune,
+          --no-load-optim): its step would stay (step 1 before the first real step).
+
+This file imports megatron_core_load_verify.py for its set-up of Megatron-LM on the pinned Python
+(typing.override, six/yaml/regex, torch2lab's mcore_ckpt), so both files must sit together.
+"""
+import os
+import sys
+
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _here)
+
+_REF = "HF_RESUME_VERIFY_REF"  # the Hugging Face folder, handed to the spawned ranks through the environment
+_JOB = "HF_RESUME_VERIFY_JOB"  # where the reference writes the job's scheduler state and param-group settings
+
+
+def job_hparams(universal, job):
+    """The proposed fix simulated (hf_resume_verify.sh case job_hparams): the universal folder of the import
+    (ucp-union of the Hugging Face folder) given the job's own scheduler state and param-group hyperparameters
+    (max_lr, min_lr, betas, eps, weight decay: what the fresh reference's Megatron made from the job's flags,
+    written by `reference --job-json`), in megatron_core/common_state.pt and zero/optimizer_state.pt, for
+    ucp-load to write as torch_dist. Weights, fp32 masters, moments and step are left as the import made them."""
+    import json
+
+    import torch
+
+    j = json.load(open(job))
+    by_wd = {g["wd_mult"]: g for g in j["param_groups"]}
+
+    def fix(groups):
+        for g in groups:
+            ref = by_wd[g["wd_mult"]]
+            g.update(max_lr=ref["max_lr"], min_lr=ref["min_lr"], betas=tuple(ref["betas"]), eps=ref["eps"])
+            g["weight_decay"] = j["opt_param_scheduler"]["start_wd"] * g["wd_mult"]
+
+    c_path = os.path.join(universal, "megatron_core", "common_state.pt")
+    o_path = os.path.join(universal, "zero", "optimizer_state.pt")
+    c = torch.load(c_path, weights_only=False)
+    fix(c["optimizer"]["optimizer"]["param_groups"])
+    c["opt_param_scheduler"] = dict(j["opt_param_scheduler"], num_steps=0)
+    torch.save(c, c_path)
+    o = torch.load(o_path, weights_only=False)
+    fix(o["param_groups"])
+    torch.save(o, o_path)
+    print("job-hparams: %s given the job's scheduler state and param groups of %s" % (universal, job), flush=True)
+
+
+def make(out, dtype):
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16,
+                         rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                         tie_word_embeddings=False, attention_bias=False, mlp_bias=False)
+    model = LlamaForCausalLM(config).to(getattr(torch, {"bf16": "bfloat16", "fp32": "float32"}[dtype]))
+    with torch.no_grad():
+        for p in model.parameters():  # norms too: not the init's ones
+            p.copy_(torch.randn_like(p) * 0.2)
+    model.save_pretrained(out)
+    print("made %s: LlamaForCausalLM, %d tensors, %s" % (out, len(model.state_dict()), dtype), flush=True)
+
+
+def megatron_shards(hf, args, tp_rank, tp):
+    """The Megatron-Core local-spec parameters of TP rank tp_rank, from the Hugging Face tensors `hf`.
+    linear_qkv: per query group g, its heads/groups query heads, one key head, one value head
+    (megatron/core/transformer/attention.py get_query_key_value_tensors splits each group's rows so);
+    linear_fc1 with --swiglu: [gate; up] of this rank's ffn slice (megatron/core/transformer/mlp.py, the
+    swiglu sharded factory of its sharded_state_dict: each TP rank holds its slice of both halves);
+    column-parallel (qkv, fc1, embedding and output rows) split by rows, row-parallel (proj, fc2) by columns."""
+    import torch
+
+    heads, groups, hidden = args.num_attention_heads, args.num_query_groups, args.hidden_size
+    hd = args.kv_channels
+    per = heads // groups
+    g0, g1 = tp_rank * groups // tp, (tp_rank + 1) * groups // tp
+
+    def rows(t, r):
+        n = t.shape[0] // tp
+        return t[r * n:(r + 1) * n]
+
+    def cols(t, r):
+        n = t.shape[1] // tp
+        return t[:, r * n:(r + 1) * n]
+
+    out = {"embedding.word_embeddings.weight": rows(hf["model.embed_tokens.weight"], tp_rank),
+           "output_layer.weight": rows(hf["lm_head.weight"], tp_rank),
+           "decoder.final_layernorm.weight": hf["model.norm.weight"]}
+    for L in range(args.num_layers):
+        h = "model.layers.%d." % L
+        m = "decoder.layers.%d." % L
+        q = hf[h + "self_attn.q_proj.weight"].reshape(heads, hd, hidden)
+        k = hf[h + "self_attn.k_proj.weight"].reshape(groups, hd, hidden)
+        v = hf[h + "self_attn.v_proj.weight"].reshape(groups, hd, hidden)
+        qkv = [torch.cat([q[g * per:(g + 1) * per], k[g:g + 1], v[g:g + 1]]) for g in range(g0, g1)]
+        out[m + "self_attention.linear_qkv.weight"] = torch.cat(qkv).reshape(-1, hidden)
+        out[m + "self_attention.linear_proj.weight"] = cols(hf[h + "self_attn.o_proj.weight"], tp_rank)
+        out[m + "input_layernorm.weight"] = hf[h + "input_layernorm.weight"]
+        out[m + "pre_mlp_layernorm.weight"] = hf[h + "post_attention_layernorm.weight"]
+        out[m + "mlp.linear_fc1.weight"] = torch.cat([rows(hf[h + "mlp.gate_proj.weight"], tp_rank),
+                                                      rows(hf[h + "mlp.up_proj.weight"], tp_rank)])
+        out[m + "mlp.linear_fc2.weight"] = cols(hf[h + "mlp.down_proj.weight"], tp_rank)
+    return out
+
+
+def _reference(rank, world, o):
+    import torch
+    from megatron.core import parallel_state as ps
+    from megatron.core.utils import unwrap_model
+    from safetensors.torch import load_file
+
+    mcore_ckpt = mv.mcore_ckpt
+    args = mcore_ckpt.megatron_init(o)  # no --load: setup_model_and_optimizer loads nothing
+    model, optimizer, sched = mcore_ckpt.build(args)
+    args.iteration = 0
+    hf = load_file(os.path.join(os.environ[_REF], "model.safetensors"))
+    shards = megatron_shards(hf, args, ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size())
+    done = set()
+    with torch.no_grad():
+        for chunk in unwrap_model(model):
+            for name, p in chunk.named_parameters():
+                if name not in shards:
+                    raise SystemExit("reference: no Hugging Face tensor for Megatron's %s" % name)
+                t = shards[name]
+                if tuple(t.shape) != tuple(p.shape):
+                    raise SystemExit("reference: %s is %s here, %s from Hugging Face" % (name, tuple(p.shape), tuple(t.shape)))
+                p.data.copy_(t.to(p.dtype))
+                done.add(name)
+    left = sorted(set(shards) - done)
+    if left:
+        raise SystemExit("reference: Hugging Face tensors Megatron has no parameter for: %s" % left)
+    # The main (fp32) params were made from the init's weights when the optimizer was built: refresh them
+    # from the copied weights, as load_checkpoint does after loading weights alone (checkpointing.py:2611-2616).
+    optimizer.reload_model_params()
+    lrs = sorted({g["lr"] for g in optimizer.param_groups})
+    print("resumed iteration %d (rank %d), lr %s" % (args.iteration, rank, lrs), flush=True)
+    if rank == 0 and os.environ.get(_JOB):
+        import json
+
+        groups = [{k: v for k, v in g.items() if k in ("max_lr", "min_lr", "betas", "eps", "weight_decay", "wd_mult")}
+                  for g in optimizer.param_groups]
+        json.dump({"opt_param_scheduler": sched.state_dict(), "param_groups": groups}, open(os.environ[_JOB], "w"), indent=1)
+    print("reference: %d Megatron parameters set from the Hugging Face weights (rank %d)" % (len(done), rank), flush=True)
+    if rank == 0:
+        print("transformers' own loss of the first batch: %.9g (fp32)" % hf_loss(args), flush=True)
+    mcore_ckpt.real_train_steps(args, model, optimizer, sched, o.steps)
+
+
+def hf_loss(args):
+    """The loss transformers' own LlamaForCausalLM (from_pretrained of the folder, fp32) computes on the first
+    step's micro-batches, drawn as mcore_ckpt.real_train_steps draws them: a check of the reference mapping
+    that does not go through it (Megatron computes in the model dtype, so close, not equal)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(os.environ[_REF], dtype=torch.float32).eval()
+    g = torch.Generator().manual_seed(args.seed)
+    losses = []
+    with torch.no_grad():
+        for _ in range(args.global_batch_size // args.micro_batch_size):
+            tok = torch.randint(0, args.padded_vocab_size, (args.micro_batch_size, args.seq_length + 1), generator=g)
+            logits = model(tok[:, :-1]).logits.float()
+            losses.append(torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tok[:, 1:].reshape(-1),
+                                                            reduction="none"))
+    return float(torch.cat(losses).mean())
+
+
+def _unshare_adam_step():
+    """One `step` tensor per parameter after DistributedOptimizer.load_state_dict (see the docstring)."""
+    from megatron.core.optimizer import distrib_optimizer as do
+
+    if do.HAVE_APEX_OR_TE or getattr(do.DistributedOptimizer, "_hf_resume_unshared", False):
+        return
+    orig = do.DistributedOptimizer.load_state_dict
+
+    def load_state_dict(self, state_dict):
+        orig(self, state_dict)
+        for s in self.optimizer.state.values():
+            if "step" in s and hasattr(s["step"], "clone"):
+                s["step"] = s["step"].clone()
+
+    do.DistributedOptimizer.load_state_dict = load_state_dict
+    do.DistributedOptimizer._hf_resume_unshared = True
+
+
+def _resume(rank, world, o):
+    if o.no_load_optim or "--finetune" in (o.extra or []):
+        mv.mcore_ckpt.prime_torch_adam = lambda optimizer: None
+    _unshare_adam_step()
+    mv._resume(rank, world, o)
+
+
+if __name__ == "__main__" or __name__ == "__mp_main__":
+    if sys.argv[1:2] == ["make"]:
+        import argparse
+
+        p = argparse.ArgumentParser()
+        p.add_argument("cmd")
+        p.add_argument("--out", required=True)
+        p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
+        a = p.parse_args()
+        make(a.out, a.dtype)
+    elif sys.argv[1:2] == ["job-hparams"]:
+        job_hparams(sys.argv[2], sys.argv[3])
+    else:
+        import megatron_core_load_verify as mv  # noqa: E402  (Megatron-LM on the pinned Python, mcore_ckpt)
+
+        if __name__ == "__main__" and sys.argv[1:2] == ["reference"]:
+            i = sys.argv.index("--hf")
+            os.environ[_REF] = os.path.abspath(sys.argv[i + 1])
+            del sys.argv[i:i + 2]
+            if "--job-json" in sys.argv:
+                i = sys.argv.index("--job-json")
+                os.environ[_JOB] = os.path.abspath(sys.argv[i + 1])
+                del sys.argv[i:i + 2]
+            sys.argv[1] = "load"  # mcore_ckpt's load arguments, _reference instead of its _load
+            mv.mcore_ckpt._load = _reference
+            mv.mcore_ckpt.main()
+        elif __name__ == "__main__" and sys.argv[1:2] == ["resume"]:
+            sys.argv[1] = "load"
+            mv.mcore_ckpt._load = _resume
+            mv.mcore_ckpt.main()

@@ -1,0 +1,116 @@
+#!/bin/sh
+# Training-ready Hugging Face import judged by Megatron-LM's own training (issue 49, Megatron half; outside CI:
+# about 2.5 minutes on 2 cores). For the model of the resume_ cases of torch_dist_verify.sh (Llama: hidden 16, 4
+# heads in 2 key-value groups, ffn 32, vocabulary 64, 2 layers, untied, no biases; TP 2, Megatron-LM core_v0.19.0
+# from its source tree, CPU, gloo, the pinned framework Python; scripts/verify/hf_resume_verify.py):
+#   1. transformers' own save_pretrained writes the model in $DTYPE (default bf16; fp32 also runs);
+#   2. ucp-load --input hf --format torch_dist --tp 2 --dp 1 --output ours (relative paths, options left out);
+#   3. reference: Megatron-LM builds the same job fresh (no --load), the Hugging Face weights are copied into it
+#      in memory by an independent mapping (hf_resume_verify.py megatron_shards), its fp32 main params refreshed
+#      by Megatron's reload_model_params, iteration 0; 3 steps of Megatron's own train_step on seeded batches.
+#      It also prints transformers' own fp32 loss of the first batch (a check of the mapping);
+#   4. each case: Megatron-LM resumes from a save with load_checkpoint, then the same 3 steps;
+#   5. the "resumed iteration ..., lr [...]" line and every loss line must equal the reference's, character
+#      for character (the losses printed as Python floats of Megatron's fp32 values: equal text = equal bits).
+# Cases:
+#   default      ours, the job's default load flags (the acceptance point: a training-ready import);
+#   finetune     ours, --finetune (Megatron's flag for starting from pretrained weights: weights only,
+#                iteration 0, a fresh optimizer and scheduler);
+#   job_hparams  the proposed ucpkit fix simulated: the import's universal folder (ucp-union of hf) given the
+#                job's scheduler state and param-group hyperparameters (what Megatron made of the job's flags in
+#                the reference), then ucp-load --tp 2 of it; default load flags. Diagnostic, not an acceptance.
+#
+#   scripts/verify/hf_resume_verify.sh [BUILD]     # BUILD: a build folder or install prefix with bin/ (default build/)
+#   CASES="default" DTYPE=fp32 KEEP=1 scripts/verify/hf_resume_verify.sh
+# Megatron-LM sources, torch2lab, FRAMEWORKS_PY: as scripts/verify/torch_dist_verify.sh (MEGATRON_GIT, MEGATRON_SRC,
+# TORCH2LAB). Results: PASS/FAIL per case and `RESULT framework=megatron-lm version=core_v0.19.0
+# case=hf_resume/<case> tensors=N equal=yes|no` (N: the loss lines compared). Exit 1 if any failed, 77 if it
+# cannot run.
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=$(cd "${1:-$ROOT/build}" && pwd)
+TORCH2LAB=$(cd "${TORCH2LAB:-$ROOT/../shared/tools/torch2lab}" 2>/dev/null && pwd) ||
+  { echo "SKIP: no torch2lab folder (set TORCH2LAB)"; exit 77; }
+TAG=core_v0.19.0
+DTYPE=${DTYPE:-bf16}
+CASES=${CASES:-default finetune job_hparams}
+MEGATRON_SRC=${MEGATRON_SRC:-${XDG_CACHE_HOME:-$HOME/.cache}/ucpkit}
+[ -x "$BUILD/bin/ucp-load" ] || { echo "SKIP: no $BUILD/bin/ucp-load"; exit 77; }
+. "$ROOT/scripts/frameworks/env.sh"
+frameworks_python "$ROOT"
+WORK=$(mktemp -d)
+if [ -n "${KEEP:-}" ]; then echo "work folder kept: $WORK"; else trap 'rm -rf "$WORK"' EXIT; fi
+
+SRC=$MEGATRON_SRC/megatron-lm-$TAG
+if [ ! -d "$SRC/megatron/training" ]; then  # as torch_dist_verify.sh's megatron_src
+  [ -n "${MEGATRON_GIT:-}" ] || { echo "NOT RUN megatron-lm $TAG: no source tree in $SRC and no MEGATRON_GIT to make it"; exit 77; }
+  mkdir -p "$MEGATRON_SRC" && rm -rf "$SRC.partial" && mkdir "$SRC.partial" &&
+    git --git-dir="$MEGATRON_GIT" archive "$TAG" | tar -x -C "$SRC.partial" && mv "$SRC.partial" "$SRC" ||
+    { echo "NOT RUN megatron-lm $TAG: cannot extract it from $MEGATRON_GIT"; exit 77; }
+fi
+MENV="PYTHONWARNINGS=ignore PYTHONDONTWRITEBYTECODE=1 TORCH2LAB_CUDA_ON_CPU=1 TORCHDYNAMO_DISABLE=1 OMP_NUM_THREADS=1 CUDA_DEVICE_MAX_CONNECTIONS=1 TORCH2LAB_PORT=0"
+# The job: mcore_ckpt.megatron_argv's Llama at TP 2 (its --swiglu, RMSNorm, rope, untied embeddings; lr 1e-3,
+# min lr 1e-4, 1 warm-up iteration, cosine, weight decay 0.1, Adam betas 0.9 / 0.95, bf16 unless fp32).
+JOB="--hidden 16 --vocab 64 --layers 2 --gbs 2 --train --tp 2 --dp 1 --heads 4 --groups 2 --dtype $DTYPE"
+cp "$ROOT/scripts/verify/hf_resume_verify.py" "$ROOT/scripts/verify/megatron_core_load_verify.py" "$WORK/"
+failed=0
+
+mrun() {  # LOG args...: the verify script in Megatron's environment
+  log=$1; shift
+  # shellcheck disable=SC2086
+  (cd "$WORK" && timeout 900 env -i PATH="$PATH" HOME="$HOME" LANG=C.UTF-8 PYTHONPATH="$TORCH2LAB/shims:$SRC" TORCH2LAB="$TORCH2LAB" $MENV \
+    "$FRAMEWORKS_PY" hf_resume_verify.py "$@") > "$WORK/$log" 2>&1
+}
+lines() { grep -aE "^(resumed iteration|train step)" "$WORK/$1.log" | sort > "$WORK/$1.lines"; }
+result() { echo "RESULT framework=megatron-lm version=$TAG case=hf_resume/$1 tensors=$2 equal=$3"; }
+loss0() { grep -a "^train step 0 (rank 0)" "$WORK/$1.lines" | sed 's/.*: //; s/}$//'; }
+
+echo "== Megatron-LM $TAG ($SRC) on $("$FRAMEWORKS_PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>/dev/null), $DTYPE"
+t0=$(date +%s)
+(cd "$WORK" && "$FRAMEWORKS_PY" hf_resume_verify.py make --out hf --dtype "$DTYPE") > "$WORK/make.log" 2>&1 ||
+  { echo "FAIL: transformers' save_pretrained"; tail -3 "$WORK/make.log"; result make 0 no; exit 1; }
+(cd "$WORK" && "$BUILD/bin/ucp-load" --input hf --format torch_dist --tp 2 --dp 1 --output ours) > "$WORK/load.log" 2>&1 ||
+  { echo "FAIL: ucp-load"; tail -3 "$WORK/load.log"; result import 0 no; exit 1; }
+t1=$(date +%s)
+# shellcheck disable=SC2086
+mrun ref.log reference --hf hf --job-json job.json --steps 3 $JOB --extra --disable-bias-linear
+lines ref
+t2=$(date +%s)
+steps=$(grep -c "^train step" "$WORK/ref.lines")
+[ "$steps" -eq 6 ] || { echo "FAIL reference: Megatron's fresh run with the Hugging Face weights did not train 3 steps"; tail -5 "$WORK/ref.log"; result reference "$steps" no; exit 1; }
+echo "reference (fresh Megatron job, weights copied in memory, $((t2 - t1)) s): $(grep -m1 '^resumed' "$WORK/ref.lines"); losses $(grep '^train step [0-9]* (rank 0)' "$WORK/ref.lines" | sed 's/.*: //; s/}$//' | tr '\n' ' ')"
+echo "  transformers' own $(grep -a "^transformers' own loss" "$WORK/ref.log" | sed "s/^transformers' own //"); Megatron's first loss $(loss0 ref)"
+
+case_() {  # NAME SAVE "resume flags" DESCRIPTION
+  name=$1; save=$2; flags=$3; what=$4
+  case " $CASES " in *" $name "*) ;; *) return ;; esac
+  s0=$(date +%s)
+  # shellcheck disable=SC2086
+  mrun "$name.log" resume --ckpt "$save" --steps 3 $JOB --extra --disable-bias-linear $flags
+  lines "$name"
+  s1=$(date +%s)
+  n=$(grep -c "^train step" "$WORK/$name.lines")
+  if [ "$n" -gt 0 ] && cmp -s "$WORK/$name.lines" "$WORK/ref.lines"; then
+    echo "PASS $name ($what): $(grep -m1 '^resumed' "$WORK/$name.lines"); $n loss lines equal to the reference's, bit for bit (first $(loss0 "$name")); $((s1 - s0)) s"
+    result "$name" "$n" yes
+  else
+    echo "FAIL $name ($what): differs from the reference"
+    diff "$WORK/$name.lines" "$WORK/ref.lines" | head -8
+    grep -aE "^[A-Za-z.]*(Error|Exception)" "$WORK/$name.log" | tail -2
+    result "$name" "$n" no
+    failed=1
+  fi
+}
+
+case_ default ours "" "ucp-load's import, Megatron's default load flags"
+case_ finetune ours "--finetune" "ucp-load's import, --finetune"
+case " $CASES " in *" job_hparams "*)
+  if (cd "$WORK" && "$BUILD/bin/ucp-union" --input hf --output uni && "$FRAMEWORKS_PY" hf_resume_verify.py job-hparams uni job.json &&
+      "$BUILD/bin/ucp-load" --input uni --format torch_dist --tp 2 --dp 1 --output fixed) > "$WORK/fixed.log" 2>&1; then
+    case_ job_hparams fixed "" "the import with the job's scheduler and param groups (proposed fix), default load flags"
+  else
+    echo "FAIL job_hparams: making the save"; tail -3 "$WORK/fixed.log"; result job_hparams 0 no; failed=1
+  fi ;;
+esac
+echo "total $(($(date +%s) - t0)) s"
+exit $failed
