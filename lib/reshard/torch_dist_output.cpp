@@ -1,8 +1,9 @@
 // ucp-load --format torch_dist: a Megatron-Core-named universal folder (docs/formats-megatron-core.md,
 // "Universal names") written as a Megatron-Core torch_dist checkpoint with the fully_reshardable
 // distributed-optimizer state, as Megatron-LM's save_checkpoint lays it out:
-//   OUT/latest_checkpointed_iteration.txt       the iteration (training/checkpointing.py:340)
+//   OUT/latest_checkpointed_iteration.txt       the iteration (training/checkpointing.py:340), or "release"
 //   OUT/iter_{N:07d}/.metadata, __{rank}_0.distcp  the DCP save (formats/dcp/writer), keys and chunks
+//                                                 (OUT/release/ for weights without a training run: see TdPrepared)
 //                                                 per rank of the target mesh (formats/megatron_core/writer)
 //   OUT/iter_{N:07d}/metadata.json               {"sharded_backend": "torch_dist", "sharded_backend_version": 1},
 //                                                 written last as Megatron does (dist_checkpointing/serialization.py:447-453)
@@ -75,6 +76,14 @@ struct TdPrepared : WriterPlan {
   MegatronCoreInput in;  // the manifest, the source's common state and its values
   ValuePtr common;       // the common state written (args rewritten)
   int64_t iteration = 0;
+  // Weights without a training run (manifest source.weights_only: a Hugging Face import, a release save):
+  // written as Megatron's release checkpoint, folder and tracker "release" (save_checkpoint(release=True),
+  // training/checkpointing.py:1012 at core_v0.19.0). Megatron's load_checkpoint with its default flags
+  // then takes it as pretrained weights: iteration 0, no optimizer, scheduler or RNG state read, the job's
+  // own learning rate and schedule (:2473, :2555-2611); an iter_0000000 folder instead had its optimizer
+  // state loaded, whose param groups (a fresh AdamW's, lr 0) no job's match (distrib_optimizer.py:970,
+  // KeyError).
+  bool release = false;
   // The source kept its common state in common.pt (Megatron-Core before the common_state item, e.g.
   // core_v0.16.1; manifest source.torch_dist.legacy_common_pt): written the same way, or its Megatron
   // cannot open the output (FileNotFoundError ... common.pt).
@@ -91,6 +100,7 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
   p.common = p.in.common;
   const std::string& common_path = p.in.common_path;
   p.iteration = formats::megatron_core::common_iteration(p.common);
+  p.release = p.in.manifest.source.weights_only.value_or(false);
   const auto& facts = p.in.manifest.source.facts;
   if (const auto td = facts.find("torch_dist"); td != facts.end() && td->is_object())
     p.legacy_common = td->value("legacy_common_pt", false);
@@ -187,13 +197,14 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
   p.target = {{"tp", m.tp}, {"pp", m.pp}, {"ep", m.ep}, {"etp", etp}, {"dp", m.dp}, {"world", m.tp * m.pp * m.dp},
               {"dtype", dtype_option_name(p.layout.model_dtype)}, {"optimizer_dtype", "fp32"},
               {"optimizer_format", p.layout.optimizer ? "fully_reshardable" : "none"},
-              {"homogeneous_layers", p.layout.homogeneous}, {"iteration", p.iteration},
+              {"homogeneous_layers", p.layout.homogeneous}, {"iteration", p.iteration}, {"release", p.release},
               {"common_state", p.legacy_common ? formats::megatron_core::kLegacyCommonFile : kCommonStateItem}};
   return p;
 }
 
-std::string iteration_folder(int64_t it) {
-  std::string n = std::to_string(it);
+std::string iteration_folder(const TdPrepared& p) {
+  if (p.release) return "release";
+  std::string n = std::to_string(p.iteration);
   if (n.size() < 7) n.insert(0, 7 - n.size(), '0');
   return "iter_" + n;
 }
@@ -204,7 +215,7 @@ nlohmann::json plan_of(const TdPrepared& p) {
   j["format"] = "torch_dist";
   j["from_source"] = p.from_source;
   j["target"] = p.target;
-  j["iteration_folder"] = iteration_folder(p.iteration);
+  j["iteration_folder"] = iteration_folder(p);
   size_t tensors = 0, chunks = 0;
   for (const auto& e : p.plan.plan.entries)
     if (!e.is_bytes) ++tensors, chunks += e.chunks.size();
@@ -221,7 +232,7 @@ nlohmann::json plan_of(const TdPrepared& p) {
 // Writes the checkpoint into the staging folder `staged` (one process), adding to `r`'s counts.
 void write_torch_dist(const LoadOptions& options, const TdPrepared& p, const std::string& staged, LoadRun& r) {
   const fs::path root = staged;
-  const fs::path iter = root / iteration_folder(p.iteration);
+  const fs::path iter = root / iteration_folder(p);
 
   std::map<std::string, size_t> index;
   for (size_t k = 0; k < p.plan.plan.entries.size(); ++k) index[p.plan.plan.entries[k].fqn] = k;
@@ -272,7 +283,7 @@ void write_torch_dist(const LoadOptions& options, const TdPrepared& p, const std
   formats::dcp::WriteOptions wo;
   wo.durable = false;  // the staging folder is flushed at its commit
   // StorageMeta.checkpoint_id: the final iteration folder (Megatron's save passes it), not the staging one.
-  wo.checkpoint_id = (fs::absolute(options.output).lexically_normal() / iteration_folder(p.iteration)).string();
+  wo.checkpoint_id = (fs::absolute(options.output).lexically_normal() / iteration_folder(p)).string();
   const auto result = formats::dcp::write_dcp(p.plan.plan, source, iter.string(), wo);
   uint64_t written = result.bytes;  // data files, then .metadata, common.pt, metadata.json and the tracker
   if (p.legacy_common) {  // torch.save(common_state_dict), as the source's Megatron saved it
@@ -283,7 +294,7 @@ void write_torch_dist(const LoadOptions& options, const TdPrepared& p, const std
   }
   // metadata.json last, as Megatron's metadata_finalize_fn; then the tracker at the save root.
   write_file_atomic((iter / "metadata.json").string(), "{\"sharded_backend\": \"torch_dist\", \"sharded_backend_version\": 1}");
-  write_file_atomic((root / "latest_checkpointed_iteration.txt").string(), std::to_string(p.iteration));
+  write_file_atomic((root / "latest_checkpointed_iteration.txt").string(), p.release ? "release" : std::to_string(p.iteration));
   for (const fs::path& f : {iter / ".metadata", iter / "metadata.json", root / "latest_checkpointed_iteration.txt"})
     written += fs::file_size(f);
   r.read += read;

@@ -141,6 +141,7 @@ RunSummary run_union_hf(const std::string& input, const std::string& output, con
     save_torch_file(side[2], formats::megatron_core::extra_state_objects(names, stacked, staged.string()));
     manifest.source.format = std::string(formats::kHf);
     manifest.source.tp = manifest.source.pp = manifest.source.dp = manifest.source.ep = 1;
+    manifest.source.weights_only = true;
     manifest.source.facts["hf"] = {{"folder", input}, {"family", plan.family}, {"map", plan.origin},
                                    {"architectures", folder->config().value("architectures", nlohmann::json::array())},
                                    {"vocab_size", facts["vocab"]}};

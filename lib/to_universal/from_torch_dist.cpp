@@ -164,6 +164,9 @@ TorchDistPlan plan_torch_dist(const Checkpoint& ck) {
   plan.source.dp = args.dp;
   plan.source.ep = args.ep;
   plan.source.facts["torch_dist"] = std::move(td);
+  // Megatron's "release" folder (save_checkpoint(release=True), training/checkpointing.py:1012): pretrained
+  // weights, which its load_checkpoint starts from without optimizer state (:2473, :2555).
+  if (fs::path(ck.dir()).filename() == "release") plan.source.weights_only = true;
   return plan;
 }
 

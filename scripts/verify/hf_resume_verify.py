@@ -18,10 +18,6 @@
         Prints the same lines as megatron_core_load_verify.py resume: "resumed iteration 0 (rank r), lr [...]"
         and each step's loss line.
 
-        With --job-json FILE it writes there the scheduler state and param-group settings Megatron made from
-        the job's flags (for job-hparams).
-    python hf_resume_verify.py job-hparams UNIVERSAL FILE
-        the proposed ucpkit fix simulated on the import's universal folder (see job_hparams).
     python hf_resume_verify.py resume --ckpt SAVE --steps N <mcore_ckpt.py load options>
         megatron_core_load_verify.py's `resume` (Megatron's own load_checkpoint with the job's flags as given,
         then the same N train steps) with two corrections of the CPU set-up, without which a resume can never
@@ -36,7 +32,9 @@
           TE FusedAdam, which keeps the step in the param group, computes).
         * mcore_ckpt's prime_torch_adam (a zero-gradient optimizer step that lets Megatron build the load-time
           sharded state dict of an empty torch Adam) is skipped when no optimizer state is loaded (--finetune,
-          --no-load-optim): its step would stay (step 1 before the first real step).
+          --no-load-optim, or a release checkpoint such as the import, whose optimizer state Megatron does not
+          read: training/checkpointing.py:2555 at core_v0.19.0): its step would stay (step 1 before the first
+          real step).
 
 This file imports megatron_core_load_verify.py for its set-up of Megatron-LM on the pinned Python
 (typing.override, six/yaml/regex, torch2lab's mcore_ckpt), so both files must sit together.
@@ -48,38 +46,6 @@ _here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _here)
 
 _REF = "HF_RESUME_VERIFY_REF"  # the Hugging Face folder, handed to the spawned ranks through the environment
-_JOB = "HF_RESUME_VERIFY_JOB"  # where the reference writes the job's scheduler state and param-group settings
-
-
-def job_hparams(universal, job):
-    """The proposed fix simulated (hf_resume_verify.sh case job_hparams): the universal folder of the import
-    (ucp-union of the Hugging Face folder) given the job's own scheduler state and param-group hyperparameters
-    (max_lr, min_lr, betas, eps, weight decay: what the fresh reference's Megatron made from the job's flags,
-    written by `reference --job-json`), in megatron_core/common_state.pt and zero/optimizer_state.pt, for
-    ucp-load to write as torch_dist. Weights, fp32 masters, moments and step are left as the import made them."""
-    import json
-
-    import torch
-
-    j = json.load(open(job))
-    by_wd = {g["wd_mult"]: g for g in j["param_groups"]}
-
-    def fix(groups):
-        for g in groups:
-            ref = by_wd[g["wd_mult"]]
-            g.update(max_lr=ref["max_lr"], min_lr=ref["min_lr"], betas=tuple(ref["betas"]), eps=ref["eps"])
-            g["weight_decay"] = j["opt_param_scheduler"]["start_wd"] * g["wd_mult"]
-
-    c_path = os.path.join(universal, "megatron_core", "common_state.pt")
-    o_path = os.path.join(universal, "zero", "optimizer_state.pt")
-    c = torch.load(c_path, weights_only=False)
-    fix(c["optimizer"]["optimizer"]["param_groups"])
-    c["opt_param_scheduler"] = dict(j["opt_param_scheduler"], num_steps=0)
-    torch.save(c, c_path)
-    o = torch.load(o_path, weights_only=False)
-    fix(o["param_groups"])
-    torch.save(o, o_path)
-    print("job-hparams: %s given the job's scheduler state and param groups of %s" % (universal, job), flush=True)
 
 
 def make(out, dtype):
@@ -175,12 +141,6 @@ def _reference(rank, world, o):
     optimizer.reload_model_params()
     lrs = sorted({g["lr"] for g in optimizer.param_groups})
     print("resumed iteration %d (rank %d), lr %s" % (args.iteration, rank, lrs), flush=True)
-    if rank == 0 and os.environ.get(_JOB):
-        import json
-
-        groups = [{k: v for k, v in g.items() if k in ("max_lr", "min_lr", "betas", "eps", "weight_decay", "wd_mult")}
-                  for g in optimizer.param_groups]
-        json.dump({"opt_param_scheduler": sched.state_dict(), "param_groups": groups}, open(os.environ[_JOB], "w"), indent=1)
     print("reference: %d Megatron parameters set from the Hugging Face weights (rank %d)" % (len(done), rank), flush=True)
     if rank == 0:
         print("transformers' own loss of the first batch: %.9g (fp32)" % hf_loss(args), flush=True)
@@ -224,8 +184,16 @@ def _unshare_adam_step():
     do.DistributedOptimizer._hf_resume_unshared = True
 
 
+def _reads_optimizer(o):
+    """Whether Megatron's load_checkpoint reads the save's optimizer state: not with --finetune or
+    --no-load-optim, nor from a release checkpoint (training/checkpointing.py:2555 at core_v0.19.0)."""
+    tracker = os.path.join(o.ckpt, "latest_checkpointed_iteration.txt")
+    release = os.path.exists(tracker) and open(tracker).read().strip() == "release"
+    return not (o.no_load_optim or "--finetune" in (o.extra or []) or release)
+
+
 def _resume(rank, world, o):
-    if o.no_load_optim or "--finetune" in (o.extra or []):
+    if not _reads_optimizer(o):
         mv.mcore_ckpt.prime_torch_adam = lambda optimizer: None
     _unshare_adam_step()
     mv._resume(rank, world, o)
@@ -241,8 +209,6 @@ if __name__ == "__main__" or __name__ == "__mp_main__":
         p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
         a = p.parse_args()
         make(a.out, a.dtype)
-    elif sys.argv[1:2] == ["job-hparams"]:
-        job_hparams(sys.argv[2], sys.argv[3])
     else:
         import megatron_core_load_verify as mv  # noqa: E402  (Megatron-LM on the pinned Python, mcore_ckpt)
 
@@ -250,10 +216,6 @@ if __name__ == "__main__" or __name__ == "__mp_main__":
             i = sys.argv.index("--hf")
             os.environ[_REF] = os.path.abspath(sys.argv[i + 1])
             del sys.argv[i:i + 2]
-            if "--job-json" in sys.argv:
-                i = sys.argv.index("--job-json")
-                os.environ[_JOB] = os.path.abspath(sys.argv[i + 1])
-                del sys.argv[i:i + 2]
             sys.argv[1] = "load"  # mcore_ckpt's load arguments, _reference instead of its _load
             mv.mcore_ckpt._load = _reference
             mv.mcore_ckpt.main()

@@ -37,7 +37,11 @@ for spec in "${specs[@]}"; do
     --output "$name.td" 2>&1 | quiet
   "$build/bin/ucp-load" -q --input "$name.td" --format hf --output "$name.back" --audit "$name.audit.json" 2>&1 | quiet
   "$build/bin/ucp-diff" -q "$name" "$name.td" 2>&1 | quiet || { echo "FAIL: ucp-diff calls $name and its import different"; exit 1; }
-  imports+=("${name}_import" "$name" "$name.td/iter_0000000")
+  # A release checkpoint (weights without a training run): what Megatron's default load_checkpoint takes as
+  # pretrained weights, with the job's own optimizer and schedule (docs/hf.md, "Training-ready").
+  [[ $(cat "$name.td/latest_checkpointed_iteration.txt") == release && -f $name.td/release/metadata.json ]] ||
+    { echo "FAIL: the import of $name is not Megatron's release folder"; exit 1; }
+  imports+=("${name}_import" "$name" "$name.td/release")
   trips+=("$name" "$name.back" "$name.audit.json")
 done
 run_py "$root/tests/frameworks/hf_export_check.py" "${imports[@]}"

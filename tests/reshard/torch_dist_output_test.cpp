@@ -197,3 +197,38 @@ TEST(TorchDistOutput, MegatronCoreBefore017GetsCommonPt) {
   formats::dcp::Reader r(iter);
   for (const auto& e : r.metadata().entries) EXPECT_NE(e.fqn, "common_state/shard_0_1");
 }
+
+// Weights without a training run (manifest source.weights_only, what the Hugging Face import records): the
+// output is Megatron's release checkpoint, folder and tracker "release" (save_checkpoint(release=True),
+// training/checkpointing.py:1012 at core_v0.19.0), which its default load_checkpoint starts from as
+// pretrained weights (:2473, :2555); without the flag the iteration folder. The universal folder is
+// ucp-union --to-names megatron-core of the GPT source, with the flag set in its manifest.
+TEST(TorchDistOutput, WeightsOnlySourceIsWrittenAsMegatronsReleaseFolder) {
+  const std::string dir = scratch("release");
+  std::string out;
+  ASSERT_EQ(ucpkit::testing::run_command(std::string(UCPKIT_BIN_DIR) + "/ucp-union -q --to-names megatron-core --input " +
+                                             ucpkit::testing::quote(loadtest::gpt_case().src.string()) + " --output " +
+                                             ucpkit::testing::quote(dir + "/mc"),
+                                         &out),
+            0)
+      << out;
+  for (const bool weights_only : {false, true}) {
+    SCOPED_TRACE(weights_only);
+    if (weights_only) {
+      nlohmann::json m = nlohmann::json::parse(ucpkit::testing::file_bytes(dir + "/mc/manifest.json"));
+      m["source"]["weights_only"] = true;
+      std::ofstream(dir + "/mc/manifest.json") << m.dump(1);
+    }
+    const std::string td = dir + (weights_only ? "/release_td" : "/iter_td");
+    LoadOptions o = td_options(td);
+    o.input = dir + "/mc";
+    EXPECT_EQ(plan_json(o)["target"]["release"], weights_only);
+    (void)run_load(o);
+    const std::string folder = weights_only ? "release" : "iter_0000100";
+    EXPECT_EQ(ucpkit::testing::file_bytes(td + "/latest_checkpointed_iteration.txt"), weights_only ? "release" : "100");
+    EXPECT_TRUE(fs::exists(td + "/" + folder + "/metadata.json"));
+    EXPECT_EQ(fs::exists(td + "/iter_0000100"), !weights_only);
+    formats::dcp::Reader r(td + "/" + folder);
+    EXPECT_EQ(r.read_tensor("embedding.position_embeddings.weight").dtype(), DType::BFloat16);
+  }
+}

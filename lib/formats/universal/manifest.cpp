@@ -204,6 +204,7 @@ json UniversalSource::to_json() const {
   put("num_experts", num_experts);
   put("expert_files", expert_files);
   put("sub_groups", sub_groups);
+  put("weights_only", weights_only);
   if (!autoep.is_null()) j["autoep"] = autoep;
   if (!pipeline_numbering.is_null()) j["pipeline_numbering"] = pipeline_numbering;
   if (layer_keys) {
@@ -238,6 +239,7 @@ UniversalSource UniversalSource::from_json(const json& source, const std::string
     else if (key == "ds_line") s.ds_line = string_of(v, file, w);
     else if (key == "expert_files") s.expert_files = int_of(v, file, w, 0, kMaxInt64);
     else if (key == "sub_groups") s.sub_groups = int_of(v, file, w, 0, kMaxInt64);
+    else if (key == "weights_only") s.weights_only = bool_of(v, file, w);
     else if (key == "autoep") s.autoep = v;
     else if (key == "pipeline_numbering") s.pipeline_numbering = v;
     else if (key == kNamesKey) s.names = string_of(v, file, w);

@@ -110,6 +110,9 @@ struct UniversalSource {
   std::optional<bool> data_before_expert;       // use_data_before_expert_parallel_ rank order
   std::optional<std::string> ds_line;           // native MoE: DeepSpeed version line
   std::optional<std::vector<int>> num_experts;  // native MoE: experts per MoE layer
+  // Weights without a training run behind them (a Hugging Face model, or a Megatron "release" save):
+  // the optimizer state is a fresh run's, and a torch_dist output is a release checkpoint again.
+  std::optional<bool> weights_only;
   std::optional<int64_t> expert_files;          // native MoE / AutoEP: expert files read
   std::optional<int64_t> sub_groups;            // ZeRO-3: sub-groups of TP rank 0
   nlohmann::json autoep;                        // AutoEP layers (null: not an AutoEP source)

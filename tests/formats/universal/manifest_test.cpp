@@ -281,6 +281,8 @@ TEST(UniversalSource, EachFormatsDescriptionRoundTripsKeyForKey) {
       json::parse(R"({"format": "torch_dist", "tp": 2, "pp": 1, "dp": 2, "ep": 1, "torch_dist": {"etp": 1}})"),
       json::parse(R"({"tp": 1, "names": "megatron-core", "megatron_core_names": {"map": {}}})"),
       json::parse(R"({"tp": 1, "zero_stage": null})"),  // an older release's BF16_Optimizer source
+      // a Hugging Face model: weights without a training run (a torch_dist output is a release folder)
+      json::parse(R"({"format": "hf", "tp": 1, "pp": 1, "dp": 1, "ep": 1, "weights_only": true, "hf": {"family": "llama"}})"),
   };
   for (const auto& j : written) {
     SCOPED_TRACE(j.dump());
@@ -295,10 +297,13 @@ TEST(UniversalSource, EachFormatsDescriptionRoundTripsKeyForKey) {
   EXPECT_EQ(UniversalSource::from_json(written[0], "m.json").format_name(), "deepspeed");
   EXPECT_TRUE(UniversalSource::from_json(written[1], "m.json").flat());
   EXPECT_FALSE(UniversalSource::from_json(written[0], "m.json").flat());
+  EXPECT_EQ(UniversalSource::from_json(written.back(), "m.json").weights_only, true);
+  EXPECT_FALSE(UniversalSource::from_json(written[3], "m.json").weights_only.has_value());
   for (const auto& [bad, key] : std::vector<std::pair<json, std::string>>{{{{"tp", "2"}}, "source.tp"},
                                                                            {{{"pipeline", 1}}, "source.pipeline"},
                                                                            {{{"num_experts", {1, "x"}}}, "source.num_experts[1]"},
-                                                                           {{{"names", 3}}, "source.names"}}) {
+                                                                           {{{"names", 3}}, "source.names"},
+                                                                           {{{"weights_only", 1}}, "source.weights_only"}}) {
     try {
       (void)UniversalSource::from_json(bad, "m.json");
       ADD_FAILURE() << bad.dump() << " accepted";
