@@ -3,7 +3,8 @@
 # docs/frameworks-outside-ci.md). Runs, one after the other:
 #   * the ctest-registered checks, tests/frameworks/*_test.sh BUILD (label `frameworks`; whatever is there);
 #   * the verify scripts ported to the pinned environment: scripts/verify/dcp_verify.sh, scripts/verify/dcp_load_verify.sh,
-#     scripts/verify/torch_dist_verify.sh, scripts/verify/megatron_core_load_verify.sh (each with BUILD).
+#     scripts/verify/torch_dist_verify.sh, scripts/verify/megatron_core_load_verify.sh, scripts/verify/hf_resume_verify.sh
+#     (each with BUILD).
 # Each prints `RESULT framework=F version=V case=C tensors=N equal=yes|no [more=...]` lines; a check that prints
 # none is one row from its exit code (0: equal, 77: not run, else: no). A check that exits non-zero after
 # printing only equal rows gets one more row that says so.
@@ -28,7 +29,7 @@ for t in "$root"/tests/frameworks/*_test.sh; do
   n=$(basename "$t" _test.sh)
   names+=("frameworks_$n") cmds+=("bash $t $build")
 done
-for s in dcp_verify dcp_load_verify torch_dist_verify megatron_core_load_verify; do
+for s in dcp_verify dcp_load_verify torch_dist_verify megatron_core_load_verify hf_resume_verify; do
   names+=("$s") cmds+=("sh $root/scripts/verify/$s.sh $build")
 done
 
