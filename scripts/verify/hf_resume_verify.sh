@@ -16,6 +16,10 @@
 #   default      ours, the job's default load flags (the acceptance point: a training-ready import);
 #   finetune     ours, --finetune (Megatron's flag for starting from pretrained weights: weights only,
 #                iteration 0, a fresh optimizer and scheduler);
+#   parallel_load  ours, --ckpt-fully-parallel-load (the issue's "fully-parallel-load-style loading": each
+#                data-parallel rank reads a part and they exchange it; DP=2 gives it ranks to spread over).
+# DP: the job's data-parallel size (default 1; the import is written at TP 2 DP 1 whatever it is, and Megatron
+# reshards it on load), the reference's too.
 #
 #   scripts/verify/hf_resume_verify.sh [BUILD]     # BUILD: a build folder or install prefix with bin/ (default build/)
 #   CASES="default" DTYPE=fp32 KEEP=1 scripts/verify/hf_resume_verify.sh
@@ -30,7 +34,8 @@ TORCH2LAB=$(cd "${TORCH2LAB:-$ROOT/../shared/tools/torch2lab}" 2>/dev/null && pw
   { echo "SKIP: no torch2lab folder (set TORCH2LAB)"; exit 77; }
 TAG=core_v0.19.0
 DTYPE=${DTYPE:-bf16}
-CASES=${CASES:-default finetune}
+CASES=${CASES:-default finetune parallel_load}
+DP=${DP:-1}
 MEGATRON_SRC=${MEGATRON_SRC:-${XDG_CACHE_HOME:-$HOME/.cache}/ucpkit}
 [ -x "$BUILD/bin/ucp-load" ] || { echo "SKIP: no $BUILD/bin/ucp-load"; exit 77; }
 . "$ROOT/scripts/frameworks/env.sh"
@@ -48,7 +53,7 @@ fi
 MENV="PYTHONWARNINGS=ignore PYTHONDONTWRITEBYTECODE=1 TORCH2LAB_CUDA_ON_CPU=1 TORCHDYNAMO_DISABLE=1 OMP_NUM_THREADS=1 CUDA_DEVICE_MAX_CONNECTIONS=1 TORCH2LAB_PORT=0"
 # The job: mcore_ckpt.megatron_argv's Llama at TP 2 (its --swiglu, RMSNorm, rope, untied embeddings; lr 1e-3,
 # min lr 1e-4, 1 warm-up iteration, cosine, weight decay 0.1, Adam betas 0.9 / 0.95, bf16 unless fp32).
-JOB="--hidden 16 --vocab 64 --layers 2 --gbs 2 --train --tp 2 --dp 1 --heads 4 --groups 2 --dtype $DTYPE"
+JOB="--hidden 16 --vocab 64 --layers 2 --gbs 2 --train --tp 2 --dp $DP --heads 4 --groups 2 --dtype $DTYPE"
 cp "$ROOT/scripts/verify/hf_resume_verify.py" "$ROOT/scripts/verify/megatron_core_load_verify.py" "$WORK/"
 failed=0
 
@@ -62,7 +67,7 @@ lines() { grep -aE "^(resumed iteration|train step)" "$WORK/$1.log" | sort > "$W
 result() { echo "RESULT framework=megatron-lm version=$TAG case=hf_resume/$1 tensors=$2 equal=$3"; }
 loss0() { grep -a "^train step 0 (rank 0)" "$WORK/$1.lines" | sed 's/.*: //; s/}$//'; }
 
-echo "== Megatron-LM $TAG ($SRC) on $("$FRAMEWORKS_PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>/dev/null), $DTYPE"
+echo "== Megatron-LM $TAG ($SRC), TP 2 DP $DP, on $("$FRAMEWORKS_PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>/dev/null), $DTYPE"
 t0=$(date +%s)
 (cd "$WORK" && "$FRAMEWORKS_PY" hf_resume_verify.py make --out hf --dtype "$DTYPE") > "$WORK/make.log" 2>&1 ||
   { echo "FAIL: transformers' save_pretrained"; tail -3 "$WORK/make.log"; result make 0 no; exit 1; }
@@ -74,7 +79,7 @@ mrun ref.log reference --hf hf --steps 3 $JOB --extra --disable-bias-linear
 lines ref
 t2=$(date +%s)
 steps=$(grep -c "^train step" "$WORK/ref.lines")
-[ "$steps" -eq 6 ] || { echo "FAIL reference: Megatron's fresh run with the Hugging Face weights did not train 3 steps"; tail -5 "$WORK/ref.log"; result reference "$steps" no; exit 1; }
+[ "$steps" -eq $((3 * 2 * DP)) ] || { echo "FAIL reference: Megatron's fresh run with the Hugging Face weights did not train 3 steps"; tail -5 "$WORK/ref.log"; result reference "$steps" no; exit 1; }
 echo "reference (fresh Megatron job, weights copied in memory, $((t2 - t1)) s): $(grep -m1 '^resumed' "$WORK/ref.lines"); losses $(grep '^train step [0-9]* (rank 0)' "$WORK/ref.lines" | sed 's/.*: //; s/}$//' | tr '\n' ' ')"
 echo "  transformers' own $(grep -a "^transformers' own loss" "$WORK/ref.log" | sed "s/^transformers' own //"); Megatron's first loss $(loss0 ref)"
 
@@ -101,5 +106,6 @@ case_() {  # NAME SAVE "resume flags" DESCRIPTION
 
 case_ default ours "" "ucp-load's import, Megatron's default load flags"
 case_ finetune ours "--finetune" "ucp-load's import, --finetune"
+case_ parallel_load ours "--ckpt-fully-parallel-load" "ucp-load's import, --ckpt-fully-parallel-load"
 echo "total $(($(date +%s) - t0)) s"
 exit $failed
