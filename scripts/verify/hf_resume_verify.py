@@ -28,7 +28,8 @@
           loop; torch's Optimizer.load_state_dict keeps a step tensor as it is, torch/optim/optimizer.py:831-835
           of torch 2.15), and AdamW increments each parameter's step in place: after one step every parameter's
           step is the number of parameters, not 1, and the bias correction is wrong from the first step with a
-          non-zero learning rate. Each parameter gets its own copy after the load (what a GPU run with Apex /
+          non-zero learning rate. Each parameter gets its own copy after the load (megatron_core_load_verify.py
+          unshare_adam_step, which the resume_ cases of torch_dist_verify.sh now get too; what a GPU run with Apex /
           TE FusedAdam, which keeps the step in the param group, computes).
         * mcore_ckpt's prime_torch_adam (a zero-gradient optimizer step that lets Megatron build the load-time
           sharded state dict of an empty torch Adam) is skipped when no optimizer state is loaded (--finetune,
@@ -166,24 +167,6 @@ def hf_loss(args):
     return float(torch.cat(losses).mean())
 
 
-def _unshare_adam_step():
-    """One `step` tensor per parameter after DistributedOptimizer.load_state_dict (see the docstring)."""
-    from megatron.core.optimizer import distrib_optimizer as do
-
-    if do.HAVE_APEX_OR_TE or getattr(do.DistributedOptimizer, "_hf_resume_unshared", False):
-        return
-    orig = do.DistributedOptimizer.load_state_dict
-
-    def load_state_dict(self, state_dict):
-        orig(self, state_dict)
-        for s in self.optimizer.state.values():
-            if "step" in s and hasattr(s["step"], "clone"):
-                s["step"] = s["step"].clone()
-
-    do.DistributedOptimizer.load_state_dict = load_state_dict
-    do.DistributedOptimizer._hf_resume_unshared = True
-
-
 def _reads_optimizer(o):
     """Whether Megatron's load_checkpoint reads the save's optimizer state: not with --finetune or
     --no-load-optim, nor from a release checkpoint (training/checkpointing.py:2555 at core_v0.19.0)."""
@@ -195,8 +178,7 @@ def _reads_optimizer(o):
 def _resume(rank, world, o):
     if not _reads_optimizer(o):
         mv.mcore_ckpt.prime_torch_adam = lambda optimizer: None
-    _unshare_adam_step()
-    mv._resume(rank, world, o)
+    mv._resume(rank, world, o)  # with its unshare_adam_step
 
 
 if __name__ == "__main__" or __name__ == "__mp_main__":

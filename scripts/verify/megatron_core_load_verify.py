@@ -98,6 +98,32 @@ def _argv(o, save=None, load=None):
 mcore_ckpt.megatron_argv = _argv
 
 
+def unshare_adam_step():
+    """One torch Adam `step` tensor per parameter after DistributedOptimizer.load_state_dict. Without Apex /
+    Transformer Engine (torch.optim.AdamW, this CPU set-up) Megatron-Core restores the per-parameter `step`
+    as ONE tensor shared by every parameter's state (megatron/core/optimizer/distrib_optimizer.py:1024-1032
+    at core_v0.19.0; torch's Optimizer.load_state_dict keeps a step tensor as given), and AdamW increments
+    each parameter's step in place: after one resumed step every step is the number of parameters, and the
+    bias correction is wrong from the first step with a non-zero learning rate. A GPU run with Apex / TE
+    FusedAdam keeps the step in the param group; this gives each parameter its own copy, what that computes.
+    Found by hf_resume_verify.sh, whose reference is a fresh run; the resume_ cases of torch_dist_verify.sh
+    compare two loads that shared the error."""
+    from megatron.core.optimizer import distrib_optimizer as do
+
+    if do.HAVE_APEX_OR_TE or getattr(do.DistributedOptimizer, "_unshared_adam_step", False):
+        return
+    orig = do.DistributedOptimizer.load_state_dict
+
+    def load_state_dict(self, state_dict):
+        orig(self, state_dict)
+        for s in self.optimizer.state.values():
+            if "step" in s and hasattr(s["step"], "clone"):
+                s["step"] = s["step"].clone()
+
+    do.DistributedOptimizer.load_state_dict = load_state_dict
+    do.DistributedOptimizer._unshared_adam_step = True
+
+
 def _resume(rank, world, o):
     """`resume` (issue 47, resume equivalence): Megatron's own load_checkpoint of --ckpt with the run's
     flags as given (no --no-load-rng unless --no-rng), then --steps of Megatron's own train_step
@@ -111,6 +137,7 @@ def _resume(rank, world, o):
     args.load = o.ckpt
     mcore_ckpt.prime_torch_adam(optimizer)
     mcore_ckpt.patch_torch_adam_fully_reshardable_load()
+    unshare_adam_step()
     args.iteration, args.num_floating_point_operations_so_far = load_checkpoint(model, optimizer, sched)
     lrs = sorted({g["lr"] for g in optimizer.param_groups})
     print("resumed iteration %d (rank %d), lr %s" % (args.iteration, rank, lrs), flush=True)
