@@ -49,19 +49,24 @@ sys.path.insert(0, _here)
 _REF = "HF_RESUME_VERIFY_REF"  # the Hugging Face folder, handed to the spawned ranks through the environment
 
 
-def make(out, dtype):
+def make(out, dtype, family="llama"):
     import warnings
 
     warnings.filterwarnings("ignore")
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16,
-                         rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-                         tie_word_embeddings=False, attention_bias=False, mlp_bias=False)
-    model = LlamaForCausalLM(config).to(getattr(torch, {"bf16": "bfloat16", "fp32": "float32"}[dtype]))
+    kw = dict(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+              max_position_embeddings=16, rms_norm_eps=1e-5,
+              rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=False)
+    if family == "mixtral":  # mcore_ckpt's MoE: 4 experts of ffn 24 (--moe-ffn), top 2, every layer MoE here
+        config = MixtralConfig(intermediate_size=24, num_local_experts=4, num_experts_per_tok=2, **kw)
+        model = MixtralForCausalLM(config)
+    else:
+        config = LlamaConfig(intermediate_size=32, attention_bias=False, mlp_bias=False, **kw)
+        model = LlamaForCausalLM(config)
+    model = model.to(getattr(torch, {"bf16": "bfloat16", "fp32": "float32"}[dtype]))
     with torch.no_grad():
         for p in model.parameters():  # norms too: not the init's ones
             p.copy_(torch.randn_like(p) * 0.2)
@@ -69,13 +74,16 @@ def make(out, dtype):
     print("made %s: LlamaForCausalLM, %d tensors, %s" % (out, len(model.state_dict()), dtype), flush=True)
 
 
-def megatron_shards(hf, args, tp_rank, tp):
+def megatron_shards(hf, args, tp_rank, tp, ep_rank=0, ep=1):
     """The Megatron-Core local-spec parameters of TP rank tp_rank, from the Hugging Face tensors `hf`.
     linear_qkv: per query group g, its heads/groups query heads, one key head, one value head
     (megatron/core/transformer/attention.py get_query_key_value_tensors splits each group's rows so);
     linear_fc1 with --swiglu: [gate; up] of this rank's ffn slice (megatron/core/transformer/mlp.py, the
     swiglu sharded factory of its sharded_state_dict: each TP rank holds its slice of both halves);
-    column-parallel (qkv, fc1, embedding and output rows) split by rows, row-parallel (proj, fc2) by columns."""
+    column-parallel (qkv, fc1, embedding and output rows) split by rows, row-parallel (proj, fc2) by columns.
+    MoE (Mixtral, every layer; the local spec's SequentialMLP, TP 1): the router is the block's `gate`, local
+    expert i of EP rank r is expert r * E / ep + i (megatron/core/transformer/moe/experts.py SequentialMLP,
+    local_expert_indices), its linear_fc1 [w1; w3] and linear_fc2 w2."""
     import torch
 
     heads, groups, hidden = args.num_attention_heads, args.num_query_groups, args.hidden_size
@@ -105,6 +113,16 @@ def megatron_shards(hf, args, tp_rank, tp):
         out[m + "self_attention.linear_proj.weight"] = cols(hf[h + "self_attn.o_proj.weight"], tp_rank)
         out[m + "input_layernorm.weight"] = hf[h + "input_layernorm.weight"]
         out[m + "pre_mlp_layernorm.weight"] = hf[h + "post_attention_layernorm.weight"]
+        if args.num_experts:
+            b = h + "block_sparse_moe."
+            out[m + "mlp.router.weight"] = hf[b + "gate.weight"]
+            per_rank = args.num_experts // ep
+            for i in range(per_rank):
+                e = ep_rank * per_rank + i
+                x = m + "mlp.experts.local_experts.%d." % i
+                out[x + "linear_fc1.weight"] = torch.cat([hf[b + "experts.%d.w1.weight" % e], hf[b + "experts.%d.w3.weight" % e]])
+                out[x + "linear_fc2.weight"] = hf[b + "experts.%d.w2.weight" % e]
+            continue
         out[m + "mlp.linear_fc1.weight"] = torch.cat([rows(hf[h + "mlp.gate_proj.weight"], tp_rank),
                                                       rows(hf[h + "mlp.up_proj.weight"], tp_rank)])
         out[m + "mlp.linear_fc2.weight"] = cols(hf[h + "mlp.down_proj.weight"], tp_rank)
@@ -122,7 +140,8 @@ def _reference(rank, world, o):
     model, optimizer, sched = mcore_ckpt.build(args)
     args.iteration = 0
     hf = load_file(os.path.join(os.environ[_REF], "model.safetensors"))
-    shards = megatron_shards(hf, args, ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size())
+    shards = megatron_shards(hf, args, ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size(),
+                             ps.get_expert_model_parallel_rank(), ps.get_expert_model_parallel_world_size())
     done = set()
     with torch.no_grad():
         for chunk in unwrap_model(model):
@@ -149,7 +168,7 @@ def _reference(rank, world, o):
 
 
 def hf_loss(args):
-    """The loss transformers' own LlamaForCausalLM (from_pretrained of the folder, fp32) computes on the first
+    """The loss transformers' own model (AutoModelForCausalLM: Llama or Mixtral; from_pretrained of the folder, fp32) computes on the first
     step's micro-batches, drawn as mcore_ckpt.real_train_steps draws them: a check of the reference mapping
     that does not go through it (Megatron computes in the model dtype, so close, not equal)."""
     import torch
@@ -189,8 +208,9 @@ if __name__ == "__main__" or __name__ == "__mp_main__":
         p.add_argument("cmd")
         p.add_argument("--out", required=True)
         p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
+        p.add_argument("--family", choices=["llama", "mixtral"], default="llama")
         a = p.parse_args()
-        make(a.out, a.dtype)
+        make(a.out, a.dtype, a.family)
     else:
         import megatron_core_load_verify as mv  # noqa: E402  (Megatron-LM on the pinned Python, mcore_ckpt)
 

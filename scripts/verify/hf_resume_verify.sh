@@ -20,6 +20,9 @@
 #                data-parallel rank reads a part and they exchange it; DP=2 gives it ranks to spread over).
 # DP: the job's data-parallel size (default 1; the import is written at TP 2 DP 1 whatever it is, and Megatron
 # reshards it on load), the reference's too.
+# FAMILY=mixtral: an all-MoE Mixtral instead (4 experts of ffn 24, top 2; transformers' MixtralForCausalLM),
+# imported at TP 1 x EP 2 x DP 2 and trained by the job at that layout (mcore_ckpt's MoE job: SequentialMLP,
+# aux-loss load balancing, allgather dispatcher; no shared expert, every layer MoE); DP is then 2.
 #
 #   scripts/verify/hf_resume_verify.sh [BUILD]     # BUILD: a build folder or install prefix with bin/ (default build/)
 #   CASES="default" DTYPE=fp32 KEEP=1 scripts/verify/hf_resume_verify.sh
@@ -35,6 +38,7 @@ TORCH2LAB=$(cd "${TORCH2LAB:-$ROOT/../shared/tools/torch2lab}" 2>/dev/null && pw
 TAG=core_v0.19.0
 DTYPE=${DTYPE:-bf16}
 CASES=${CASES:-default finetune parallel_load}
+FAMILY=${FAMILY:-llama}
 DP=${DP:-1}
 MEGATRON_SRC=${MEGATRON_SRC:-${XDG_CACHE_HOME:-$HOME/.cache}/ucpkit}
 [ -x "$BUILD/bin/ucp-load" ] || { echo "SKIP: no $BUILD/bin/ucp-load"; exit 77; }
@@ -54,6 +58,14 @@ MENV="PYTHONWARNINGS=ignore PYTHONDONTWRITEBYTECODE=1 TORCH2LAB_CUDA_ON_CPU=1 TO
 # The job: mcore_ckpt.megatron_argv's Llama at TP 2 (its --swiglu, RMSNorm, rope, untied embeddings; lr 1e-3,
 # min lr 1e-4, 1 warm-up iteration, cosine, weight decay 0.1, Adam betas 0.9 / 0.95, bf16 unless fp32).
 JOB="--hidden 16 --vocab 64 --layers 2 --gbs 2 --train --tp 2 --dp $DP --heads 4 --groups 2 --dtype $DTYPE"
+EXTRA="--disable-bias-linear"
+IMPORT="--tp 2 --dp 1"
+RANKS=$((2 * DP))
+if [ "$FAMILY" = mixtral ]; then
+  DP=2 RANKS=2 IMPORT="--tp 1 --ep 2 --dp 2"
+  JOB="--hidden 16 --vocab 64 --layers 2 --gbs 2 --train --tp 1 --dp 2 --ep 2 --heads 4 --groups 2 --dtype $DTYPE --moe --experts 4 --shared-ffn 0"
+  EXTRA="--disable-bias-linear --moe-layer-freq 1"  # after mcore_ckpt's [0]+[1]*N: every layer MoE, as Mixtral
+fi
 cp "$ROOT/scripts/verify/hf_resume_verify.py" "$ROOT/scripts/verify/megatron_core_load_verify.py" "$WORK/"
 failed=0
 
@@ -64,22 +76,22 @@ mrun() {  # LOG args...: the verify script in Megatron's environment
     "$FRAMEWORKS_PY" hf_resume_verify.py "$@") > "$WORK/$log" 2>&1
 }
 lines() { grep -aE "^(resumed iteration|train step)" "$WORK/$1.log" | sort > "$WORK/$1.lines"; }
-result() { echo "RESULT framework=megatron-lm version=$TAG case=hf_resume/$1 tensors=$2 equal=$3"; }
+result() { c=$1; [ "$FAMILY" = llama ] || c="$FAMILY/$1"; echo "RESULT framework=megatron-lm version=$TAG case=hf_resume/$c tensors=$2 equal=$3"; }
 loss0() { grep -a "^train step 0 (rank 0)" "$WORK/$1.lines" | sed 's/.*: //; s/}$//'; }
 
-echo "== Megatron-LM $TAG ($SRC), TP 2 DP $DP, on $("$FRAMEWORKS_PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>/dev/null), $DTYPE"
+echo "== Megatron-LM $TAG ($SRC), $FAMILY, job $(echo "$JOB" | grep -o -- "--tp [0-9]* --dp [0-9]*\( --ep [0-9]*\)\?"), on $("$FRAMEWORKS_PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>/dev/null), $DTYPE"
 t0=$(date +%s)
-(cd "$WORK" && "$FRAMEWORKS_PY" hf_resume_verify.py make --out hf --dtype "$DTYPE") > "$WORK/make.log" 2>&1 ||
+(cd "$WORK" && "$FRAMEWORKS_PY" hf_resume_verify.py make --out hf --dtype "$DTYPE" --family "$FAMILY") > "$WORK/make.log" 2>&1 ||
   { echo "FAIL: transformers' save_pretrained"; tail -3 "$WORK/make.log"; result make 0 no; exit 1; }
-(cd "$WORK" && "$BUILD/bin/ucp-load" --input hf --format torch_dist --tp 2 --dp 1 --output ours) > "$WORK/load.log" 2>&1 ||
+(cd "$WORK" && "$BUILD/bin/ucp-load" --input hf --format torch_dist $IMPORT --output ours) > "$WORK/load.log" 2>&1 ||
   { echo "FAIL: ucp-load"; tail -3 "$WORK/load.log"; result import 0 no; exit 1; }
 t1=$(date +%s)
 # shellcheck disable=SC2086
-mrun ref.log reference --hf hf --steps 3 $JOB --extra --disable-bias-linear
+mrun ref.log reference --hf hf --steps 3 $JOB --extra $EXTRA
 lines ref
 t2=$(date +%s)
 steps=$(grep -c "^train step" "$WORK/ref.lines")
-[ "$steps" -eq $((3 * 2 * DP)) ] || { echo "FAIL reference: Megatron's fresh run with the Hugging Face weights did not train 3 steps"; tail -5 "$WORK/ref.log"; result reference "$steps" no; exit 1; }
+[ "$steps" -eq $((3 * RANKS)) ] || { echo "FAIL reference: Megatron's fresh run with the Hugging Face weights did not train 3 steps"; tail -5 "$WORK/ref.log"; result reference "$steps" no; exit 1; }
 echo "reference (fresh Megatron job, weights copied in memory, $((t2 - t1)) s): $(grep -m1 '^resumed' "$WORK/ref.lines"); losses $(grep '^train step [0-9]* (rank 0)' "$WORK/ref.lines" | sed 's/.*: //; s/}$//' | tr '\n' ' ')"
 echo "  transformers' own $(grep -a "^transformers' own loss" "$WORK/ref.log" | sed "s/^transformers' own //"); Megatron's first loss $(loss0 ref)"
 
@@ -88,7 +100,7 @@ case_() {  # NAME SAVE "resume flags" DESCRIPTION
   case " $CASES " in *" $name "*) ;; *) return ;; esac
   s0=$(date +%s)
   # shellcheck disable=SC2086
-  mrun "$name.log" resume --ckpt "$save" --steps 3 $JOB --extra --disable-bias-linear $flags
+  mrun "$name.log" resume --ckpt "$save" --steps 3 $JOB --extra $EXTRA $flags
   lines "$name"
   s1=$(date +%s)
   n=$(grep -c "^train step" "$WORK/$name.lines")
