@@ -178,7 +178,9 @@ def hf_loss(args):
     g = torch.Generator().manual_seed(args.seed)
     losses = []
     with torch.no_grad():
-        for _ in range(args.global_batch_size // args.micro_batch_size):
+        # Each data-parallel rank draws the same batches from the same seed (mcore_ckpt.real_train_steps), so
+        # a step's loss is that of its first global_batch_size / (micro_batch_size x DP) micro-batches.
+        for _ in range(args.global_batch_size // (args.micro_batch_size * args.data_parallel_size)):
             tok = torch.randint(0, args.padded_vocab_size, (args.micro_batch_size, args.seq_length + 1), generator=g)
             logits = model(tok[:, :-1]).logits.float()
             losses.append(torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tok[:, 1:].reshape(-1),
