@@ -1,8 +1,10 @@
 """Outside CI (issue 49, training-ready import, Megatron half): the Python half of hf_resume_verify.sh.
 
-    python hf_resume_verify.py make --out DIR --dtype bf16|fp32
-        transformers' own save_pretrained writes a small Llama (LlamaConfig / LlamaForCausalLM of the pinned
-        transformers 5.24.0, weights drawn with a fixed seed as tests/frameworks/hf_models.py draws them) whose
+    python hf_resume_verify.py make --out DIR --dtype bf16|fp32 [--family llama|mixtral]
+        transformers' own save_pretrained (src/transformers/modeling_utils.py:3319 of the pinned 5.24.0; MoE
+        experts written back per expert, :3540-3541) writes a small Llama (LlamaConfig / LlamaForCausalLM,
+        weights drawn with a fixed seed as tests/frameworks/hf_models.py draws them) or Mixtral (MixtralConfig:
+        4 experts of ffn 24 = mcore_ckpt's --moe-ffn default, top 2, models/mixtral/configuration_mixtral.py) whose
         config is the model mcore_ckpt.megatron_argv builds: hidden 16, 4 heads in 2 key-value groups, ffn 32,
         vocabulary 64, 2 layers, RMSNorm epsilon 1e-5 (Megatron's default --norm-epsilon,
         megatron/core/transformer/transformer_config.py:194-196 at core_v0.19.0), rope theta 10000 (Megatron's
