@@ -472,6 +472,7 @@ void describe_dcp(CheckpointInfo& info, const InfoOptions& options) {
     l.pipeline = l.pp > 1;
     info.layout = l;
     if (td.contains("iteration")) info.step = td["iteration"].get<int64_t>();
+    if (plan.source.weights_only.value_or(false)) info.tag = "release";  // Megatron's pretrained-weights folder
     if (td.contains("experts_per_layer") && !td["experts_per_layer"].empty()) {
       std::map<int64_t, int> per_layer;
       for (const auto& [layer, n] : td["experts_per_layer"].items()) per_layer[std::stoll(layer)] = n.get<int>();

@@ -50,7 +50,7 @@ struct CheckpointInfo {
   std::string input;                  // as given, ending in the folder's name ("ck/" -> "ck", "." -> its absolute path)
   formats::FolderKind kind;            // formats::detect: the JSON's "kind" is kind.format
   std::string dir;                    // the folder read: global_stepN, the work / universal folder, the store
-  std::string tag;                    // global_stepN ("" unknown)
+  std::string tag;                    // global_stepN; "release" for a torch_dist release save ("" unknown)
   std::optional<int64_t> step;
   std::string ds_version;             // DeepSpeed release recorded in the files ("" unknown)
   std::string ds_line;                // DeepSpeed version line (native MoE save path), "" unknown

@@ -230,5 +230,12 @@ TEST(TorchDistOutput, WeightsOnlySourceIsWrittenAsMegatronsReleaseFolder) {
     EXPECT_EQ(fs::exists(td + "/iter_0000100"), !weights_only);
     formats::dcp::Reader r(td + "/" + folder);
     EXPECT_EQ(r.read_tensor("embedding.position_embeddings.weight").dtype(), DType::BFloat16);
+    // ucp-info names the release folder as a DeepSpeed checkpoint's tag.
+    ASSERT_EQ(ucpkit::testing::run_command(std::string(UCPKIT_BIN_DIR) + "/ucp-info --json " + ucpkit::testing::quote(td) +
+                                               " 2>/dev/null",
+                                           &out),
+              0)
+        << out;
+    EXPECT_EQ(nlohmann::json::parse(out)["tag"], weights_only ? nlohmann::json("release") : nlohmann::json()) << out;
   }
 }
