@@ -3,8 +3,8 @@
 // distributed-optimizer state, as Megatron-LM's save_checkpoint lays it out:
 //   OUT/latest_checkpointed_iteration.txt       the iteration (training/checkpointing.py:340), or "release"
 //   OUT/iter_{N:07d}/.metadata, __{rank}_0.distcp  the DCP save (formats/dcp/writer), keys and chunks
-//                                                 (OUT/release/ for weights without a training run: see TdPrepared)
 //                                                 per rank of the target mesh (formats/megatron_core/writer)
+//                                                 (OUT/release/ for weights without a training run: see TdPrepared)
 //   OUT/iter_{N:07d}/metadata.json               {"sharded_backend": "torch_dist", "sharded_backend_version": 1},
 //                                                 written last as Megatron does (dist_checkpointing/serialization.py:447-453)
 // The common state (the bytes item common_state/shard_0_1: torch.save([dict])) is the folder's
