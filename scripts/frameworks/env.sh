@@ -22,3 +22,21 @@ frameworks_lab() {
     if [ -n "${KEEP:-}" ]; then echo "work folder kept: $LAB"; else trap 'rm -rf "$LAB"' EXIT; fi
   fi
 }
+
+# `megatron_src TAG` prints the Megatron-LM source tree of that tag ($MEGATRON_SRC/megatron-lm-TAG, default
+# ~/.cache/ucpkit), extracting it once with `git archive` from MEGATRON_GIT (a repository of
+# github:NVIDIA/Megatron-LM); returns 1 when there is neither. MEGATRON_ENV: the environment of every run of
+# Megatron's training code with the pinned python (TORCH2LAB_CUDA_ON_CPU=1: its hard-wired CUDA calls go to
+# torch2lab's CPU shims, which go on PYTHONPATH beside the tree).
+megatron_src() {
+  megatron_root=${MEGATRON_SRC:-${XDG_CACHE_HOME:-$HOME/.cache}/ucpkit}
+  megatron_dst=$megatron_root/megatron-lm-$1
+  if [ ! -d "$megatron_dst/megatron/training" ]; then
+    [ -n "${MEGATRON_GIT:-}" ] || return 1
+    mkdir -p "$megatron_root" && rm -rf "$megatron_dst.partial" && mkdir "$megatron_dst.partial" &&
+      git --git-dir="$MEGATRON_GIT" archive "$1" | tar -x -C "$megatron_dst.partial" &&
+      mv "$megatron_dst.partial" "$megatron_dst" || return 1
+  fi
+  echo "$megatron_dst"
+}
+MEGATRON_ENV="PYTHONWARNINGS=ignore PYTHONDONTWRITEBYTECODE=1 TORCH2LAB_CUDA_ON_CPU=1 TORCHDYNAMO_DISABLE=1 OMP_NUM_THREADS=1 CUDA_DEVICE_MAX_CONNECTIONS=1 TORCH2LAB_PORT=0"

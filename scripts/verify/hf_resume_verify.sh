@@ -47,14 +47,9 @@ frameworks_python "$ROOT"
 WORK=$(mktemp -d)
 if [ -n "${KEEP:-}" ]; then echo "work folder kept: $WORK"; else trap 'rm -rf "$WORK"' EXIT; fi
 
-SRC=$MEGATRON_SRC/megatron-lm-$TAG
-if [ ! -d "$SRC/megatron/training" ]; then  # as torch_dist_verify.sh's megatron_src
-  [ -n "${MEGATRON_GIT:-}" ] || { echo "NOT RUN megatron-lm $TAG: no source tree in $SRC and no MEGATRON_GIT to make it"; exit 77; }
-  mkdir -p "$MEGATRON_SRC" && rm -rf "$SRC.partial" && mkdir "$SRC.partial" &&
-    git --git-dir="$MEGATRON_GIT" archive "$TAG" | tar -x -C "$SRC.partial" && mv "$SRC.partial" "$SRC" ||
-    { echo "NOT RUN megatron-lm $TAG: cannot extract it from $MEGATRON_GIT"; exit 77; }
-fi
-MENV="PYTHONWARNINGS=ignore PYTHONDONTWRITEBYTECODE=1 TORCH2LAB_CUDA_ON_CPU=1 TORCHDYNAMO_DISABLE=1 OMP_NUM_THREADS=1 CUDA_DEVICE_MAX_CONNECTIONS=1 TORCH2LAB_PORT=0"
+SRC=$(megatron_src "$TAG") ||
+  { echo "NOT RUN megatron-lm $TAG: no source tree in $MEGATRON_SRC/megatron-lm-$TAG and no MEGATRON_GIT to make it"; exit 77; }
+MENV=$MEGATRON_ENV
 # The job: mcore_ckpt.megatron_argv's Llama at TP 2 (its --swiglu, RMSNorm, rope, untied embeddings; lr 1e-3,
 # min lr 1e-4, 1 warm-up iteration, cosine, weight decay 0.1, Adam betas 0.9 / 0.95, bf16 unless fp32).
 JOB="--hidden 16 --vocab 64 --layers 2 --gbs 2 --train --tp 2 --dp $DP --heads 4 --groups 2 --dtype $DTYPE"

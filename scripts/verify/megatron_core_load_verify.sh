@@ -42,21 +42,15 @@ MEGATRON_SRC=${MEGATRON_SRC:-${XDG_CACHE_HOME:-$HOME/.cache}/ucpkit}
 LOAD_TIMEOUT=${LOAD_TIMEOUT:-420}
 . "$ROOT/scripts/frameworks/env.sh"
 frameworks_python "$ROOT"
-SRC=$MEGATRON_SRC/megatron-lm-$TAG
-if [ ! -d "$SRC/megatron/training" ]; then
-  [ -n "${MEGATRON_GIT:-}" ] || { echo "NOT RUN megatron-lm $TAG: no source tree $SRC and no MEGATRON_GIT to make it"; exit 77; }
-  mkdir -p "$MEGATRON_SRC" && rm -rf "$SRC.partial" && mkdir "$SRC.partial" &&
-    git --git-dir="$MEGATRON_GIT" archive "$TAG" | tar -x -C "$SRC.partial" && mv "$SRC.partial" "$SRC" ||
-    { echo "NOT RUN megatron-lm $TAG: git archive $TAG from $MEGATRON_GIT failed"; exit 77; }
-fi
+SRC=$(megatron_src "$TAG") ||
+  { echo "NOT RUN megatron-lm $TAG: no source tree in $MEGATRON_SRC/megatron-lm-$TAG and no MEGATRON_GIT to make it"; exit 77; }
 WORK=$(mktemp -d)
 if [ -n "${KEEP:-}" ]; then echo "work folder kept: $WORK"; else trap 'rm -rf "$WORK"' EXIT; fi
 cp -r "$ROOT/tests/generator" "$WORK/generator"
 cp "$ROOT/scripts/verify/megatron_core_names_verify.py" "$WORK/"
 echo "== Megatron-LM $TAG ($SRC) on $("$FRAMEWORKS_PY" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null)"
-# The environment of every run with the pinned python: the Megatron-LM tree and torch2lab's CPU shims on
-# PYTHONPATH (TORCH2LAB_CUDA_ON_CPU=1: Megatron's hard-wired CUDA calls go to the CPU), nothing else.
-MENV="PYTHONWARNINGS=ignore PYTHONDONTWRITEBYTECODE=1 TORCH2LAB_CUDA_ON_CPU=1 TORCHDYNAMO_DISABLE=1 OMP_NUM_THREADS=1 CUDA_DEVICE_MAX_CONNECTIONS=1 TORCH2LAB_PORT=0"
+# The environment of every Megatron run (scripts/frameworks/env.sh): the tree and torch2lab's CPU shims.
+MENV=$MEGATRON_ENV
 failed=0
 
 run_until() {  # LOG PATTERN TIMEOUT cmd...: as in scripts/verify/torch_dist_verify.sh

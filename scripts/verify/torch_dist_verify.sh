@@ -46,20 +46,8 @@ if [ -n "${KEEP:-}" ]; then echo "work folder kept: $WORK"; else trap 'rm -rf "$
 COMMON="--hidden 16 --vocab 64 --layers 2 --gbs 2 --no-rng"
 failed=0
 
-# megatron_src TAG: prints the source tree of that Megatron-LM tag, extracting it once from $MEGATRON_GIT
-megatron_src() {
-  dst=$MEGATRON_SRC/megatron-lm-$1
-  if [ ! -d "$dst/megatron/training" ]; then
-    [ -n "${MEGATRON_GIT:-}" ] || return 1
-    mkdir -p "$MEGATRON_SRC" && rm -rf "$dst.partial" && mkdir "$dst.partial" &&
-      git --git-dir="$MEGATRON_GIT" archive "$1" | tar -x -C "$dst.partial" && mv "$dst.partial" "$dst" || return 1
-  fi
-  echo "$dst"
-}
-
-# The environment of every Megatron run: the pinned python with the Megatron-LM tree ($SRC) and torch2lab's CPU
-# shims on PYTHONPATH (TORCH2LAB_CUDA_ON_CPU=1: Megatron's hard-wired CUDA calls go to the CPU), nothing else.
-MENV="PYTHONWARNINGS=ignore PYTHONDONTWRITEBYTECODE=1 TORCH2LAB_CUDA_ON_CPU=1 TORCHDYNAMO_DISABLE=1 OMP_NUM_THREADS=1 CUDA_DEVICE_MAX_CONNECTIONS=1 TORCH2LAB_PORT=0"
+# megatron_src TAG and the Megatron runs' environment MENV: scripts/frameworks/env.sh.
+MENV=$MEGATRON_ENV
 
 # run_until LOG PATTERN TIMEOUT cmd...: runs cmd (its own process group) with output to LOG until a line
 # matches PATTERN or TIMEOUT seconds pass, then ends that process group (Megatron's spawned gloo ranks
