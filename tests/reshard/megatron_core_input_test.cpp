@@ -29,26 +29,8 @@ namespace {
 
 std::string native() { return loadtest::gpt_case().src.string(); }
 
-// ucp-union --to-names megatron-core of the GPT source, made once per process.
-const std::string& mc_named() {
-  static const std::string dir = [] {
-    const std::string d = ucpkit::testing::scratch_dir("megatron_core_input") + "/mc";
-    std::string out;
-    if (ucpkit::testing::run_command(std::string(UCPKIT_BIN_DIR) + "/ucp-union -q --to-names megatron-core --input " +
-                                         ucpkit::testing::quote(native()) + " --output " + ucpkit::testing::quote(d),
-                                     &out) != 0)
-      ADD_FAILURE() << "ucp-union --to-names megatron-core failed: " << out;
-    return d;
-  }();
-  return dir;
-}
-
-// A copy of the Megatron-Core-named folder to damage.
-std::string mc_copy(const std::string& name) {
-  const std::string d = ucpkit::testing::scratch_dir("megatron_core_input_" + name) + "/mc";
-  fs::copy(mc_named(), d, fs::copy_options::recursive);
-  return d;
-}
+const std::string& mc_named() { return loadtest::gpt_megatron_core_named(); }
+std::string mc_copy(const std::string& name) { return loadtest::gpt_megatron_core_named_copy(name); }
 
 LoadOptions options_for(const std::string& input, std::vector<std::string>* warnings = nullptr) {
   LoadOptions o;

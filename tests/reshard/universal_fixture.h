@@ -43,6 +43,28 @@ inline const UnionedCase& gpt_case() {
   return c;
 }
 
+// ucp-union --to-names megatron-core of the GPT case's source, made once per test process.
+inline const std::string& gpt_megatron_core_named() {
+  static const std::string dir = [] {
+    const std::string d = ucpkit::testing::scratch_dir("megatron_core_named") + "/mc";
+    std::string out;
+    if (ucpkit::testing::run_command(std::string(UCPKIT_BIN_DIR) + "/ucp-union -q --to-names megatron-core --input " +
+                                         ucpkit::testing::quote(gpt_case().src.string()) + " --output " +
+                                         ucpkit::testing::quote(d),
+                                     &out) != 0)
+      ADD_FAILURE() << "ucp-union --to-names megatron-core failed: " << out;
+    return d;
+  }();
+  return dir;
+}
+
+// A copy of that folder, to change (`name`: the scratch folder's).
+inline std::string gpt_megatron_core_named_copy(const std::string& name) {
+  const std::string d = ucpkit::testing::scratch_dir("megatron_core_named_" + name) + "/mc";
+  std::filesystem::copy(gpt_megatron_core_named(), d, std::filesystem::copy_options::recursive);
+  return d;
+}
+
 // ucp-load's options for the GPT case's target (tests/reshard/cases.py): TP 2 DP 3 ZeRO-1 bf16 with the
 // ZeRO optimizer, vocabulary multiple 8, two threads.
 inline reshard::LoadOptions gpt_options(const std::string& input, const std::string& output) {
