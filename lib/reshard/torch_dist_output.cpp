@@ -136,12 +136,13 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
     m.dp = args.dp;
     p.from_source["dp"] = m.dp;
   }
-  if (m.dp % m.ep != 0 && m.ep > 1)
+  // Expert tensor parallelism: --etp, else the source's rule (target_expert_tp); the expert grid
+  // (ETP x EP x expert DP x PP) must tile the world as Megatron's parallel_state requires, which is the
+  // only rule for EP: with ETP below TP, EP may exceed DP (TP 2 x DP 2 holds EP 4 at ETP 1).
+  int64_t etp = 1;
+  if (args.num_experts == 0 && m.dp % m.ep != 0 && m.ep > 1)
     throw UsageError("torch_dist: --ep " + std::to_string(m.ep) + " must divide DP " + std::to_string(m.dp) +
                      " (expert parallelism within the data-parallel ranks)");
-  // Expert tensor parallelism: --etp, else the source's rule (target_expert_tp); the expert grid
-  // (ETP x EP x expert DP x PP) must tile the world as Megatron's parallel_state requires.
-  int64_t etp = 1;
   if (args.num_experts > 0) {
     etp = o.target.etp > 0 ? o.target.etp : formats::megatron_core::target_expert_tp(args.etp, args.tp, m.tp);
     if (o.target.etp <= 0 && etp != args.etp) p.from_source["etp"] = etp;

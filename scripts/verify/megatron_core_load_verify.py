@@ -124,6 +124,42 @@ def unshare_adam_step():
     do.DistributedOptimizer._unshared_adam_step = True
 
 
+def allow_sequence_parallel_torch_norm():
+    """Sequence parallelism with the torch norm (CPU: no Apex / Transformer Engine). Megatron-LM requires it
+    for MoE with TP > 1 (the forward refuses to run without it), and its torch norm refuses it
+    (megatron/core/transformer/torch_norm.py:50 at core_v0.19.0). Under sequence parallelism a norm sees its
+    rank's part of the sequence, and its weight's gradient must be summed over the TP group: Megatron's Apex
+    norm marks its parameters `sequence_parallel` for that (fusions/fused_layer_norm.py:116-120) and
+    finalize_model_grads sums the gradients of the parameters so marked (distributed/finalize_model_grads.py:452).
+    This builds the same torch norm WrappedTorchNorm builds and marks its parameters as the Apex norm does; with
+    sequence parallelism off the attribute is False and nothing changes. It changes how the job trains, not
+    what a checkpoint holds, and every run of a comparison (ours, Megatron's own) runs with it."""
+    from megatron.core.transformer import torch_norm
+
+    if getattr(torch_norm.WrappedTorchNorm, "_sp_marked", False):
+        return
+
+    def __new__(cls, config, hidden_size, eps=1e-5, persist_layer_norm=False, zero_centered_gamma=False,
+                normalization="LayerNorm"):
+        sp = config.sequence_parallel
+        config.sequence_parallel = False  # only for the refusal at torch_norm.py:50; restored below
+        try:
+            norm = orig(cls, config, hidden_size, eps, persist_layer_norm, zero_centered_gamma, normalization)
+        finally:
+            config.sequence_parallel = sp
+        for p in norm.parameters():
+            setattr(p, "sequence_parallel", sp)
+        return norm
+
+    orig = torch_norm.WrappedTorchNorm.__new__
+    torch_norm.WrappedTorchNorm.__new__ = __new__
+    torch_norm.WrappedTorchNorm._sp_marked = True
+
+
+if sys.argv[1:2] != ["truth"]:  # module level: the ranks mp.spawn starts import this file as __mp_main__
+    allow_sequence_parallel_torch_norm()
+
+
 def _resume(rank, world, o):
     """`resume` (issue 47, resume equivalence): Megatron's own load_checkpoint of --ckpt with the run's
     flags as given (no --no-load-rng unless --no-rng), then --steps of Megatron's own train_step

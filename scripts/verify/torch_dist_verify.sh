@@ -184,11 +184,21 @@ for TAG in $MCORE; do
   case_ llama_same_dp llama_gqa_tp2_dp2_v016 dp_reshardable "" "--tp 2 --dp 2 $LLAMA"
   resume_ resume_gpt_tp2_tp1 "--tp 2 --dp 1 $GPT" "--tp 1 --dp 2" "--tp 1 --dp 2 $GPT"
   resume_ resume_gpt_tp2_pp2 "--tp 2 --dp 1 $GPT" "--tp 1 --pp 2 --dp 1" "--tp 1 --pp 2 --dp 1 $GPT"
-  # MoE at TP 1: Megatron's local implementation cannot train MoE with TP > 1 on CPU (MoE with TP needs
-  # sequence parallelism, which its torch norm refuses: transformer/torch_norm.py:50 at core_v0.19.0). EP 2 ->
-  # EP 4, not EP 1: Megatron's own load of its EP 2 save at EP 1 fails (KeyError 'optimizer',
-  # optimizer/distrib_optimizer.py:962: the save's chained expert optimizer against one unchained part), so
-  # there is no reference for EP 1; ucp-load's EP 1 output resumes (issue 47 notes).
+  # MoE at TP 2 with Megatron-LM's default ETP (= TP): MoE with TP needs sequence parallelism, which the torch
+  # norm of this CPU set-up refuses (transformer/torch_norm.py:50 at core_v0.19.0); megatron_core_load_verify.py
+  # builds the same norm marked for sequence parallelism as Megatron's Apex norm is
+  # (allow_sequence_parallel_torch_norm), in every run compared. To TP 1 (ETP 1) at EP 4; to EP 4 at TP 2 with
+  # ETP 1 (EP above DP, Megatron's expert grid); to PP 2 with 4 layers (with 2, the first stage holds only the
+  # dense layer 0, and Megatron's CPU optimizer then fails before loading anything: an expert optimizer without
+  # parameters has no Adam step, `assert len(steps) == 1` at optimizer/distrib_optimizer.py:839).
+  MOE_TP2="--tp 2 --dp 2 --ep 2 --etp 2 --gbs 4 $MOE"
+  resume_ resume_moe_tp2_tp1_ep4 "$MOE_TP2" "--tp 1 --ep 4 --dp 4" "--tp 1 --dp 4 --ep 4 --gbs 4 $MOE"
+  resume_ resume_moe_etp2_etp1_ep4 "$MOE_TP2" "--etp 1 --ep 4" "--tp 2 --dp 2 --ep 4 --etp 1 --gbs 4 $MOE"
+  resume_ resume_moe_tp2_pp2 "$MOE_TP2 --layers 4" "--tp 1 --pp 2 --ep 2 --dp 2" \
+    "--tp 1 --pp 2 --dp 2 --ep 2 --gbs 4 --layers 4 $MOE"
+  # MoE at TP 1, EP 2 -> EP 4, not EP 1: Megatron's own load of its EP 2 save at EP 1 fails (KeyError
+  # 'optimizer', optimizer/distrib_optimizer.py:962: the save's chained expert optimizer against one unchained
+  # part), so there is no reference for EP 1; ucp-load's EP 1 output resumes (issue 47 notes).
   resume_ resume_moe_ep2_ep4 "--tp 1 --dp 4 --ep 2 --gbs 4 $MOE" "--ep 4 --dp 4" "--tp 1 --dp 4 --ep 4 --gbs 4 $MOE"
   case_ llama_tp1dp2 llama_gqa_tp2_dp2_v016 fully_reshardable "--tp 1 --dp 2" "--tp 1 --dp 2 $LLAMA"
 done

@@ -288,7 +288,10 @@ TEST(McoreTorchDistLoad, ExpertTensorParallelismIsReadAndWritten) {
     const char* args;
     int64_t etp;
   };
-  for (const Case& c : {Case{"", 2}, Case{"--tp 1", 1}, Case{"--etp 1", 1}, Case{"--tp 1 --dp 4 --etp 2", 2}}) {
+  // "--etp 1 --ep 4": EP above DP 2, which Megatron's expert grid allows at ETP 1 (ETP x EP = TP x DP);
+  // its load_checkpoint and training resumed from it: torch_dist_verify.sh resume_moe_etp2_etp1_ep4.
+  for (const Case& c : {Case{"", 2}, Case{"--tp 1", 1}, Case{"--etp 1", 1}, Case{"--tp 1 --dp 4 --etp 2", 2},
+                        Case{"--etp 1 --ep 4", 1}}) {
     SCOPED_TRACE(c.args);
     const std::string out = "td" + std::to_string(std::hash<std::string>{}(c.args) % 1000);
     const auto r = run(s, "ucp-load", "--input full.u --format torch_dist " + std::string(c.args) + " --output " + out);
@@ -299,6 +302,9 @@ TEST(McoreTorchDistLoad, ExpertTensorParallelismIsReadAndWritten) {
   const auto wrong = run(s, "ucp-load", "--input full.u --format torch_dist --etp 4 --output bad");  // 4 x EP 2 > 4 ranks
   EXPECT_EQ(wrong.rc, 2) << wrong.err;
   EXPECT_NE(wrong.err.find("expert TP 4 x EP 2"), std::string::npos) << wrong.err;
+  const auto ep4 = run(s, "ucp-load", "--input full.u --format torch_dist --ep 4 --output bad");  // ETP 2 x EP 4 > 4
+  EXPECT_EQ(ep4.rc, 2) << ep4.err;
+  EXPECT_NE(ep4.err.find("expert TP 2 x EP 4 does not divide TP x DP = 4"), std::string::npos) << ep4.err;
   const auto ds = run(s, "ucp-load", "--input full.u --format dcp --etp 1 --output bad");
   EXPECT_EQ(ds.rc, 2) << ds.err;
   EXPECT_NE(ds.err.find("--etp applies to --format torch_dist"), std::string::npos) << ds.err;
