@@ -164,6 +164,17 @@ TEST(McoreReader, TrainedAllMoeModelStacksLayersThenExperts) {
   EXPECT_EQ(names.size(), 3u + 2 * (4 + 1 + 2 * 4));  // embed, norm, head; per layer 2 norms, qkv, proj, router, 4 x (fc1, fc2)
 }
 
+// A dense Llama-style model trained by Megatron-LM at TP 2 x DP 2 (scripts/fixtures/mcore_trained_fixtures.sh):
+// no linear biases, SwiGLU fc1 split [W; V] per TP rank, the fused layer norms of the local spec.
+TEST(McoreReader, TrainedLlamaModelTp2) {
+  expect_matches_truth("llama_tp2_trained/dp_reshardable");
+  const Checkpoint ck(kMcoreData + "/llama_tp2_trained/dp_reshardable");
+  const auto names = param_names(ck);
+  EXPECT_TRUE(names.count("decoder.layers.1.mlp.linear_fc1.weight"));
+  EXPECT_FALSE(names.count("decoder.layers.0.self_attention.linear_qkv.bias"));
+  EXPECT_EQ(names.size(), 3u + 2 * 6);  // embed, final norm, head; per layer 2 norms, qkv, proj, fc1, fc2
+}
+
 TEST(McoreReader, NativeMoeExpertsEp2) {
   expect_matches_truth("moe_ep2/dp_reshardable");
   expect_matches_truth("moe_ep2/fully_reshardable");
