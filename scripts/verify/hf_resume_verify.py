@@ -43,6 +43,7 @@ This file imports megatron_core_load_verify.py for its set-up of Megatron-LM on 
 (typing.override, six/yaml/regex, torch2lab's mcore_ckpt), so both files must sit together.
 """
 import os
+import re
 import sys
 
 _here = os.path.dirname(os.path.abspath(__file__))
@@ -144,10 +145,29 @@ def _reference(rank, world, o):
     hf = load_file(os.path.join(os.environ[_REF], "model.safetensors"))
     shards = megatron_shards(hf, args, ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size(),
                              ps.get_expert_model_parallel_rank(), ps.get_expert_model_parallel_world_size())
+    # A pipeline stage holds its layers under local numbers (the first of stage s is s * layers / PP with
+    # Megatron's even split, transformer_layer.py get_transformer_layer_offset), the embedding on the first
+    # stage, the final norm and output layer on the last (untied).
+    pp_rank, pp = ps.get_pipeline_model_parallel_rank(), ps.get_pipeline_model_parallel_world_size()
+    per_stage = args.num_layers // pp
+    first = pp_rank * per_stage
+
+    def stage_name(name):
+        m = re.match(r"decoder\.layers\.(\d+)\.(.*)", name)
+        return "decoder.layers.%d.%s" % (int(m.group(1)) + first, m.group(2)) if m else name
+
+    def on_stage(name):
+        m = re.match(r"decoder\.layers\.(\d+)\.", name)
+        if m:
+            return first <= int(m.group(1)) < first + per_stage
+        return pp_rank == 0 if name.startswith("embedding.") else pp_rank == pp - 1
+
+    shards = {n: t for n, t in shards.items() if on_stage(n)}
     done = set()
     with torch.no_grad():
         for chunk in unwrap_model(model):
-            for name, p in chunk.named_parameters():
+            for local, p in chunk.named_parameters():
+                name = stage_name(local)
                 if name not in shards:
                     raise SystemExit("reference: no Hugging Face tensor for Megatron's %s" % name)
                 t = shards[name]

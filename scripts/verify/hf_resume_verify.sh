@@ -23,6 +23,8 @@
 # FAMILY=mixtral: an all-MoE Mixtral instead (4 experts of ffn 24, top 2; transformers' MixtralForCausalLM),
 # imported at TP 1 x EP 2 x DP 2 and trained by the job at that layout (mcore_ckpt's MoE job: SequentialMLP,
 # aux-loss load balancing, allgather dispatcher; no shared expert, every layer MoE); DP is then 2.
+# PP: pipeline stages (default 1) of the import and of the job alike (PP=2: one layer a stage; the reference
+# copies each stage's layers under Megatron's local layer numbers).
 #
 #   scripts/verify/hf_resume_verify.sh [BUILD]     # BUILD: a build folder or install prefix with bin/ (default build/)
 #   CASES="default" DTYPE=fp32 KEEP=1 scripts/verify/hf_resume_verify.sh
@@ -40,6 +42,7 @@ DTYPE=${DTYPE:-bf16}
 CASES=${CASES:-default finetune parallel_load}
 FAMILY=${FAMILY:-llama}
 DP=${DP:-1}
+PP=${PP:-1}
 MEGATRON_SRC=${MEGATRON_SRC:-${XDG_CACHE_HOME:-$HOME/.cache}/ucpkit}
 [ -x "$BUILD/bin/ucp-load" ] || { echo "SKIP: no $BUILD/bin/ucp-load"; exit 77; }
 . "$ROOT/scripts/frameworks/env.sh"
@@ -52,13 +55,13 @@ SRC=$(megatron_src "$TAG") ||
 MENV=$MEGATRON_ENV
 # The job: mcore_ckpt.megatron_argv's Llama at TP 2 (its --swiglu, RMSNorm, rope, untied embeddings; lr 1e-3,
 # min lr 1e-4, 1 warm-up iteration, cosine, weight decay 0.1, Adam betas 0.9 / 0.95, bf16 unless fp32).
-JOB="--hidden 16 --vocab 64 --layers 2 --gbs 2 --train --tp 2 --dp $DP --heads 4 --groups 2 --dtype $DTYPE"
+JOB="--hidden 16 --vocab 64 --layers 2 --gbs 2 --train --tp 2 --pp $PP --dp $DP --heads 4 --groups 2 --dtype $DTYPE"
 EXTRA="--disable-bias-linear"
-IMPORT="--tp 2 --dp 1"
-RANKS=$((2 * DP))
+IMPORT="--tp 2 --pp $PP --dp 1"
+RANKS=$((2 * PP * DP))
 if [ "$FAMILY" = mixtral ]; then
-  DP=2 RANKS=2 IMPORT="--tp 1 --ep 2 --dp 2"
-  JOB="--hidden 16 --vocab 64 --layers 2 --gbs 2 --train --tp 1 --dp 2 --ep 2 --heads 4 --groups 2 --dtype $DTYPE --moe --experts 4 --shared-ffn 0"
+  DP=2 RANKS=$((2 * PP)) IMPORT="--tp 1 --pp $PP --ep 2 --dp 2"
+  JOB="--hidden 16 --vocab 64 --layers 2 --gbs 2 --train --tp 1 --pp $PP --dp 2 --ep 2 --heads 4 --groups 2 --dtype $DTYPE --moe --experts 4 --shared-ffn 0"
   EXTRA="--disable-bias-linear --moe-layer-freq 1"  # after mcore_ckpt's [0]+[1]*N: every layer MoE, as Mixtral
 fi
 cp "$ROOT/scripts/verify/hf_resume_verify.py" "$ROOT/scripts/verify/megatron_core_load_verify.py" "$WORK/"
@@ -72,9 +75,10 @@ mrun() {  # LOG args...: the verify script in Megatron's environment
 }
 lines() { grep -aE "^(resumed iteration|train step)" "$WORK/$1.log" | sort > "$WORK/$1.lines"; }
 result() { c=$1; [ "$FAMILY" = llama ] || c="$FAMILY/$1"; echo "RESULT framework=megatron-lm version=$TAG case=hf_resume/$c tensors=$2 equal=$3"; }
-loss0() { grep -a "^train step 0 (rank 0)" "$WORK/$1.lines" | sed 's/.*: //; s/}$//'; }
+# The losses of the last rank (the last pipeline stage's: a first stage prints no loss).
+loss0() { grep -a "^train step 0 (rank $((RANKS - 1)))" "$WORK/$1.lines" | sed 's/.*: //; s/}$//'; }
 
-echo "== Megatron-LM $TAG ($SRC), $FAMILY, job $(echo "$JOB" | grep -o -- "--tp [0-9]* --dp [0-9]*\( --ep [0-9]*\)\?"), on $("$FRAMEWORKS_PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>/dev/null), $DTYPE"
+echo "== Megatron-LM $TAG ($SRC), $FAMILY, job $(echo "$JOB" | grep -o -- "--tp [0-9]* --pp [0-9]* --dp [0-9]*\( --ep [0-9]*\)\?"), on $("$FRAMEWORKS_PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>/dev/null), $DTYPE"
 t0=$(date +%s)
 (cd "$WORK" && "$FRAMEWORKS_PY" hf_resume_verify.py make --out hf --dtype "$DTYPE" --family "$FAMILY") > "$WORK/make.log" 2>&1 ||
   { echo "FAIL: transformers' save_pretrained"; tail -3 "$WORK/make.log"; result make 0 no; exit 1; }
@@ -87,7 +91,7 @@ lines ref
 t2=$(date +%s)
 steps=$(grep -c "^train step" "$WORK/ref.lines")
 [ "$steps" -eq $((3 * RANKS)) ] || { echo "FAIL reference: Megatron's fresh run with the Hugging Face weights did not train 3 steps"; tail -5 "$WORK/ref.log"; result reference "$steps" no; exit 1; }
-echo "reference (fresh Megatron job, weights copied in memory, $((t2 - t1)) s): $(grep -m1 '^resumed' "$WORK/ref.lines"); losses $(grep '^train step [0-9]* (rank 0)' "$WORK/ref.lines" | sed 's/.*: //; s/}$//' | tr '\n' ' ')"
+echo "reference (fresh Megatron job, weights copied in memory, $((t2 - t1)) s): $(grep -m1 '^resumed' "$WORK/ref.lines"); losses $(grep "^train step [0-9]* (rank $((RANKS - 1)))" "$WORK/ref.lines" | sed 's/.*: //; s/}$//' | tr '\n' ' ')"
 echo "  transformers' own $(grep -a "^transformers' own loss" "$WORK/ref.log" | sed "s/^transformers' own //"); Megatron's first loss $(loss0 ref)"
 
 case_() {  # NAME SAVE "resume flags" DESCRIPTION
