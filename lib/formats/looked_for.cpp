@@ -11,7 +11,7 @@ bool is_checkpoint_entry(const std::string& n) { return n == "ucpkit_layout.json
 
 namespace {
 // Registered when libucpkit is loaded: every tool's StagingDir asks it.
-[[maybe_unused]] const bool kRegistered = (set_checkpoint_entry_test(&is_checkpoint_entry), true);
+[[maybe_unused]] const bool kLookedForRegistered = (set_checkpoint_entry_test(&is_checkpoint_entry), true);
 }  // namespace
 
 }  // namespace ucpkit::formats

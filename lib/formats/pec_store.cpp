@@ -10,7 +10,7 @@ namespace fs = std::filesystem;
 namespace ucpkit::formats {
 namespace {
 
-[[maybe_unused]] const bool kRegistered = register_folder_format(
+[[maybe_unused]] const bool kPecStoreRegistered = register_folder_format(
     {std::string(kPecStore), 20, std::string(kPecStoreMarker) + " (PEC store)",
      [](const std::string& dir) -> std::optional<std::string> {
        std::error_code ec;

@@ -536,7 +536,7 @@ NamedTable<NativeCompare>& native_comparers() {
   static NamedTable<NativeCompare> t;
   return t;
 }
-[[maybe_unused]] const bool kRegistered = native_comparers().set(std::string(formats::kDcp), compare_dcp);
+[[maybe_unused]] const bool kDiffRegistered = native_comparers().set(std::string(formats::kDcp), compare_dcp);
 
 // A DCP source's bytes entries (manifest "items") by key: their bytes as stored (a torch.save
 // stream each: equal bytes, equal value); one in one folder only is a difference.

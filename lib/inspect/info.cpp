@@ -580,7 +580,7 @@ NamedTable<Describer>& describers() {
 }
 
 // The formats of today; a new format registers its describer from its own file.
-[[maybe_unused]] const bool kRegistered = register_describer(std::string(formats::kDeepSpeed), describe_native) &&
+[[maybe_unused]] const bool kInfoRegistered = register_describer(std::string(formats::kDeepSpeed), describe_native) &&
                                           register_describer(std::string(formats::kWorkFolder), describe_native) &&
                                           register_describer(std::string(formats::kUniversal), describe_universal) &&
                                           register_describer(std::string(formats::kPecStore), describe_store) &&

@@ -373,7 +373,7 @@ NamedTable<SourceOpener>& source_openers() {
   static NamedTable<SourceOpener> t;
   return t;
 }
-[[maybe_unused]] const bool kRegistered = source_openers().set(std::string(formats::kDeepSpeed), open_resolved) &&
+[[maybe_unused]] const bool kCheckpointRegistered = source_openers().set(std::string(formats::kDeepSpeed), open_resolved) &&
                                           source_openers().set(std::string(formats::kUniversal), open_resolved);
 
 SourceCheckpoint open_checkpoint_unchecked(const std::string& path, const OpenOptions& options) {

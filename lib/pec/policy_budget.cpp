@@ -94,7 +94,7 @@ class BudgetPolicy final : public SelectionPolicy {
   }
 };
 
-const bool registered = register_policy("budget", [] { return std::make_unique<BudgetPolicy>(); });
+[[maybe_unused]] const bool kPolicyBudgetRegistered = register_policy("budget", [] { return std::make_unique<BudgetPolicy>(); });
 
 }  // namespace
 }  // namespace ucpkit::pec

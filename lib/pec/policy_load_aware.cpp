@@ -25,7 +25,7 @@ class LoadAwarePolicy final : public SelectionPolicy {
   }
 };
 
-const bool registered = register_policy("load-aware", [] { return std::make_unique<LoadAwarePolicy>(); });
+[[maybe_unused]] const bool kPolicyLoadAwareRegistered = register_policy("load-aware", [] { return std::make_unique<LoadAwarePolicy>(); });
 
 }  // namespace
 }  // namespace ucpkit::pec

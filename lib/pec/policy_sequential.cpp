@@ -33,7 +33,7 @@ class SequentialPolicy final : public SelectionPolicy {
   }
 };
 
-const bool registered = register_policy("sequential", [] { return std::make_unique<SequentialPolicy>(); });
+[[maybe_unused]] const bool kPolicySequentialRegistered = register_policy("sequential", [] { return std::make_unique<SequentialPolicy>(); });
 
 }  // namespace
 }  // namespace ucpkit::pec

@@ -676,7 +676,7 @@ class BalancedFt : public PlacementAlgorithm {
   }
 };
 
-const AlgorithmRegistrar kRegister("balanced-ft", [] { return std::make_unique<BalancedFt>(); });
+const AlgorithmRegistrar kBalancedFtRegistrar("balanced-ft", [] { return std::make_unique<BalancedFt>(); });
 
 }  // namespace
 }  // namespace ucpkit::placement

@@ -26,7 +26,7 @@ class Compact : public PlacementAlgorithm {
   }
 };
 
-const AlgorithmRegistrar kRegister("compact", [] { return std::make_unique<Compact>(); });
+const AlgorithmRegistrar kCompactRegistrar("compact", [] { return std::make_unique<Compact>(); });
 
 }  // namespace
 }  // namespace ucpkit::placement

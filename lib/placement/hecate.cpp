@@ -379,7 +379,7 @@ class Hecate : public PlacementAlgorithm {
   }
 };
 
-const AlgorithmRegistrar kRegister("hecate", [] { return std::make_unique<Hecate>(); });
+const AlgorithmRegistrar kHecateRegistrar("hecate", [] { return std::make_unique<Hecate>(); });
 
 }  // namespace
 }  // namespace ucpkit::placement

@@ -99,7 +99,7 @@ class Lazarus : public PlacementAlgorithm {
   }
 };
 
-const AlgorithmRegistrar kRegister("lazarus", [] { return std::make_unique<Lazarus>(); });
+const AlgorithmRegistrar kLazarusRegistrar("lazarus", [] { return std::make_unique<Lazarus>(); });
 
 }  // namespace
 }  // namespace ucpkit::placement

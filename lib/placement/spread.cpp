@@ -25,7 +25,7 @@ class Spread : public PlacementAlgorithm {
   }
 };
 
-const AlgorithmRegistrar kRegister("spread", [] { return std::make_unique<Spread>(); });
+const AlgorithmRegistrar kSpreadRegistrar("spread", [] { return std::make_unique<Spread>(); });
 
 }  // namespace
 }  // namespace ucpkit::placement

@@ -278,7 +278,7 @@ class DcpOutputWriter final : public OutputWriter {
   }
 };
 
-[[maybe_unused]] const bool kRegistered = register_output_writer(OutputFormat::Dcp, std::make_shared<DcpOutputWriter>());
+[[maybe_unused]] const bool kDcpOutputRegistered = register_output_writer(OutputFormat::Dcp, std::make_shared<DcpOutputWriter>());
 
 }  // namespace
 

@@ -97,7 +97,7 @@ const WholeRewrite kDcpRewrite{
 // files, HuggingFaceStorageWriter's safetensors) is rewritten whole the same way (torch
 // 2.15's rank-local and safetensors saves of an int64 buffer went through the universal form, which
 // refused it).
-[[maybe_unused]] const bool kRegistered = register_whole_rewrite("dcp", OutputFormat::Dcp, kDcpRewrite) &&
+[[maybe_unused]] const bool kDcpRewriteRegistered = register_whole_rewrite("dcp", OutputFormat::Dcp, kDcpRewrite) &&
                                           register_whole_rewrite("dcp-rank-local", OutputFormat::Dcp, kDcpRewrite) &&
                                           register_whole_rewrite("dcp-safetensors", OutputFormat::Dcp, kDcpRewrite);
 

@@ -328,7 +328,7 @@ class DeepSpeedOutput final : public OutputWriter {
   }
 };
 
-[[maybe_unused]] const bool kRegistered =
+[[maybe_unused]] const bool kDeepspeedOutputRegistered =
     register_output_writer(OutputFormat::DeepSpeed, std::make_shared<DeepSpeedOutput>());
 
 }  // namespace

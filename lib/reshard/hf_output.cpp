@@ -262,7 +262,7 @@ class HfOutput final : public OutputWriter {
   static const HfPrepared& of(const Prepared& p) { return static_cast<const HfPrepared&>(*p.output); }
 };
 
-[[maybe_unused]] const bool kRegistered = register_output_writer(OutputFormat::Hf, std::make_shared<HfOutput>());
+[[maybe_unused]] const bool kHfOutputRegistered = register_output_writer(OutputFormat::Hf, std::make_shared<HfOutput>());
 
 }  // namespace
 

@@ -177,7 +177,7 @@ class SafetensorsOutput final : public OutputWriter {
   }
 };
 
-[[maybe_unused]] const bool kRegistered =
+[[maybe_unused]] const bool kSafetensorsWriterRegistered =
     register_output_writer(OutputFormat::Safetensors, std::make_shared<SafetensorsOutput>());
 
 }  // namespace

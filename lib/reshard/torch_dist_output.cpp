@@ -341,7 +341,7 @@ class TorchDistOutput final : public OutputWriter {
   static const TdPrepared& of(const Prepared& p) { return static_cast<const TdPrepared&>(*p.output); }
 };
 
-[[maybe_unused]] const bool kRegistered =
+[[maybe_unused]] const bool kTorchDistOutputRegistered =
     register_output_writer(OutputFormat::TorchDist, std::make_shared<TorchDistOutput>());
 
 }  // namespace

@@ -41,7 +41,7 @@ NamedTable<TemplateReader>& template_readers() {
   static NamedTable<TemplateReader> t;
   return t;
 }
-[[maybe_unused]] const bool kRegistered = register_template_reader(
+[[maybe_unused]] const bool kTorchDistSourceRegistered = register_template_reader(
     formats::kTorchDist, [](const std::string& input, const std::string& template_dir, const std::string& map_file) {
       return std::shared_ptr<const TorchDistInput>(open_torch_dist_input(input, template_dir, map_file));
     });

@@ -602,7 +602,7 @@ UnionCounts count_union_native(const std::string& input, const ConvertOptions& o
   return c;
 }
 
-[[maybe_unused]] const bool kRegistered = register_union(std::string(formats::kDeepSpeed), run_union_native, count_union_native) &&
+[[maybe_unused]] const bool kConvertRegistered = register_union(std::string(formats::kDeepSpeed), run_union_native, count_union_native) &&
                                           register_union(std::string(formats::kWorkFolder), run_union_native, count_union_native);
 
 }  // namespace

@@ -332,7 +332,7 @@ RunSummary run_union_dcp(const std::string& input, const std::string& output, co
 }
 
 namespace {
-[[maybe_unused]] const bool kRegistered =
+[[maybe_unused]] const bool kFromDcpRegistered =
     register_union(std::string(formats::kDcp), run_union_dcp, [](const std::string& input, const ConvertOptions&) {
       const Folder folder = formats::dcp::find_folder(input);
       return dcp_union_counts(plan_dcp(formats::dcp::read_folder_metadata(folder), folder));

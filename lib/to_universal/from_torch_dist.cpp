@@ -363,7 +363,7 @@ RunSummary run_union_torch_dist(const std::string& input, const std::string& out
 }
 
 namespace {
-[[maybe_unused]] const bool kRegistered =
+[[maybe_unused]] const bool kFromTorchDistRegistered =
     register_union(std::string(formats::kTorchDist), run_union_torch_dist,
                    [](const std::string& input, const ConvertOptions&) { return dcp_union_counts(dcp_plan_of_torch_dist(input)); });
 }  // namespace

@@ -7,7 +7,7 @@
 namespace ucpkit::formats::dcp {
 namespace {
 
-[[maybe_unused]] const bool kRegistered = register_folder_format(
+[[maybe_unused]] const bool kDcpFolderFormatRegistered = register_folder_format(
     {std::string(kDcp), 50, ".metadata (PyTorch DCP)",
      [](const std::string& dir) -> std::optional<std::string> {
        const FolderKind kind = find_folder(dir).kind;

@@ -40,8 +40,6 @@ void chunk_runs(const Chunk& box, const std::vector<int64_t>& size, uint64_t es,
   }
 }
 
-std::string crc_mismatch(const std::string& record) { return "zip: CRC-32 mismatch in record '" + record + "'"; }
-
 }  // namespace
 
 std::unique_ptr<RangeReader> RangeReader::open(const Reader& reader, const std::string& fqn,

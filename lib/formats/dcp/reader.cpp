@@ -84,9 +84,9 @@ void release_item(std::span<const uint8_t> item) {
   madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
 }
 
-std::string crc_mismatch(const std::string& record) { return "zip: CRC-32 mismatch in record '" + record + "'"; }
-
 }  // namespace
+
+std::string crc_mismatch(const std::string& record) { return "zip: CRC-32 mismatch in record '" + record + "'"; }
 
 void check_chunks_cover(const Entry& e, const std::string& file) {
   const std::string what = "DCP: chunks of '" + escaped_brief(e.fqn) + "' ";

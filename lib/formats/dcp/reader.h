@@ -102,4 +102,7 @@ class Reader {
   mutable std::map<std::string, int> descriptors_;
 };
 
+// The error message of a stored record whose CRC-32 differs from its zip entry's (the readers' common wording).
+std::string crc_mismatch(const std::string& record);
+
 }  // namespace ucpkit::formats::dcp

@@ -22,7 +22,7 @@ std::optional<std::string> recognise(const std::string& dir) {
   return std::nullopt;
 }
 
-[[maybe_unused]] const bool kRegistered = register_folder_format(
+[[maybe_unused]] const bool kDeepspeedFolderFormatRegistered = register_folder_format(
     {std::string(kDeepSpeed), 90, std::string(kLatestName) + " or *_model_states.pt / *_optim_states.pt (DeepSpeed)",
      recognise, entry_names({kLatestName, kLatestUniversalName}, {"global_step", "mp_rank_", "zero_pp_rank_"}, {".pt"})});
 

@@ -6,7 +6,7 @@
 namespace ucpkit::formats::hf {
 namespace {
 
-[[maybe_unused]] const bool kRegistered = register_folder_format(
+[[maybe_unused]] const bool kHfFolderFormatRegistered = register_folder_format(
     {std::string(kHf), 60, std::string(kConfigFile) + " with " + kSingleFile + " or " + kIndexFile + " (Hugging Face)",
      [](const std::string& dir) -> std::optional<std::string> {
        if (!is_hf_folder(dir)) return std::nullopt;

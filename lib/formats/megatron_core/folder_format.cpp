@@ -28,7 +28,7 @@ std::optional<std::string> recognise(const std::string& input) {
   return std::string();
 }
 
-[[maybe_unused]] const bool kRegistered = register_folder_format(
+[[maybe_unused]] const bool kMegatronCoreFolderFormatRegistered = register_folder_format(
     {std::string(kTorchDist), 40, std::string(kConfigFile) + " (Megatron-Core torch_dist)", recognise,
      entry_names({kConfigFile, "common.pt", kTrackerFile}, {"iter_"})});
 
