@@ -95,6 +95,12 @@ std::set<std::string> param_names(const Checkpoint& ck) {
   return out;
 }
 
+// The parameter names of save `form` (under the fixtures' folder), its every tensor first checked against its truth.
+std::set<std::string> names_matching_truth(const std::string& form) {
+  expect_matches_truth(form);
+  return param_names(Checkpoint(kMcoreData + "/" + form));
+}
+
 }  // namespace
 
 TEST(McoreReader, GptTp2Pp2BothOptimizerFormats) {
@@ -156,9 +162,7 @@ TEST(McoreReader, LlamaGqaSwigluTp2Dp2LegacyCommonPt) {
 // An all-MoE model trained by Megatron-LM (scripts/fixtures/mcore_trained_fixtures.sh): a homogeneous stack, so
 // the experts carry the layer axis and then the expert axis (decoder.layers.mlp.experts.experts.*).
 TEST(McoreReader, TrainedAllMoeModelStacksLayersThenExperts) {
-  expect_matches_truth("mixtral_ep2_trained/dp_reshardable");
-  const Checkpoint ck(kMcoreData + "/mixtral_ep2_trained/dp_reshardable");
-  const auto names = param_names(ck);
+  const auto names = names_matching_truth("mixtral_ep2_trained/dp_reshardable");
   EXPECT_TRUE(names.count("decoder.layers.1.mlp.experts.experts.3.linear_fc2.weight"));
   EXPECT_TRUE(names.count("decoder.layers.0.mlp.router.weight"));
   EXPECT_EQ(names.size(), 3u + 2 * (4 + 1 + 2 * 4));  // embed, norm, head; per layer 2 norms, qkv, proj, router, 4 x (fc1, fc2)
@@ -167,9 +171,7 @@ TEST(McoreReader, TrainedAllMoeModelStacksLayersThenExperts) {
 // A dense Llama-style model trained by Megatron-LM at TP 2 x DP 2 (scripts/fixtures/mcore_trained_fixtures.sh):
 // no linear biases, SwiGLU fc1 split [W; V] per TP rank, the fused layer norms of the local spec.
 TEST(McoreReader, TrainedLlamaModelTp2) {
-  expect_matches_truth("llama_tp2_trained/dp_reshardable");
-  const Checkpoint ck(kMcoreData + "/llama_tp2_trained/dp_reshardable");
-  const auto names = param_names(ck);
+  const auto names = names_matching_truth("llama_tp2_trained/dp_reshardable");
   EXPECT_TRUE(names.count("decoder.layers.1.mlp.linear_fc1.weight"));
   EXPECT_FALSE(names.count("decoder.layers.0.self_attention.linear_qkv.bias"));
   EXPECT_EQ(names.size(), 3u + 2 * 6);  // embed, final norm, head; per layer 2 norms, qkv, proj, fc1, fc2
