@@ -152,14 +152,18 @@ def _reference(rank, world, o):
     per_stage = args.num_layers // pp
     first = pp_rank * per_stage
 
-    def stage_name(name):
+    def layer_of(name):  # (layer number, the rest of the name), or None outside the layer stack
         m = re.match(r"decoder\.layers\.(\d+)\.(.*)", name)
-        return "decoder.layers.%d.%s" % (int(m.group(1)) + first, m.group(2)) if m else name
+        return (int(m.group(1)), m.group(2)) if m else None
+
+    def stage_name(name):
+        lr = layer_of(name)
+        return "decoder.layers.%d.%s" % (lr[0] + first, lr[1]) if lr else name
 
     def on_stage(name):
-        m = re.match(r"decoder\.layers\.(\d+)\.", name)
-        if m:
-            return first <= int(m.group(1)) < first + per_stage
+        lr = layer_of(name)
+        if lr:
+            return first <= lr[0] < first + per_stage
         return pp_rank == 0 if name.startswith("embedding.") else pp_rank == pp - 1
 
     shards = {n: t for n, t in shards.items() if on_stage(n)}
