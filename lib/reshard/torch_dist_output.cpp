@@ -140,9 +140,6 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
   // (ETP x EP x expert DP x PP) must tile the world as Megatron's parallel_state requires, which is the
   // only rule for EP: with ETP below TP, EP may exceed DP (TP 2 x DP 2 holds EP 4 at ETP 1).
   int64_t etp = 1;
-  if (args.num_experts == 0 && m.dp % m.ep != 0 && m.ep > 1)
-    throw UsageError("torch_dist: --ep " + std::to_string(m.ep) + " must divide DP " + std::to_string(m.dp) +
-                     " (expert parallelism within the data-parallel ranks)");
   if (args.num_experts > 0) {
     etp = o.target.etp > 0 ? o.target.etp : formats::megatron_core::target_expert_tp(args.etp, args.tp, m.tp);
     if (o.target.etp <= 0 && etp != args.etp) p.from_source["etp"] = etp;
@@ -152,6 +149,9 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
                        " (Megatron's expert grid tiles the ranks of a pipeline stage)");
   } else if (o.target.etp > 0) {
     throw UsageError("--etp: " + p.in.manifest_path + " is not an MoE model (args.num_experts 0)");
+  } else if (m.ep > 1 && m.dp % m.ep != 0) {
+    throw UsageError("torch_dist: --ep " + std::to_string(m.ep) + " must divide DP " + std::to_string(m.dp) +
+                     " (expert parallelism within the data-parallel ranks)");
   }
   // Megatron's own argument checks (training/arguments.py: heads and query groups split over TP): a
   // layout it cannot build is refused here, not written for its loader to reject.
