@@ -23,6 +23,7 @@ whole model (parameters, optimizer state, float buffers) bfloat16; tp2 adds tens
 (world / 2, 2) mesh (ColwiseParallel on both linear layers, outputs replicated) under FSDP2.
 
     python dcp_train_loop.py save --out ROOT --world 4 --variants torchtitan-fp32,get_state_dict-bf16-tp2
+    python dcp_train_loop.py save --out ROOT --later ROOT2 ...      (and the first variant one step later in ROOT2)
     python dcp_train_loop.py resume --ckpt ROOT --world 2 --variants ... --record R.json
     python dcp_train_loop.py resume --ckpt ROOT1,ROOT2 --world 3 --variants ... --record R1.json,R2.json
 ROOT/<variant> is each variant's checkpoint; the record holds every variant's (one record per root).
@@ -202,6 +203,11 @@ def worker(rank, args, port):
             if args.cmd == "save":
                 train(model, opt, sched, loader, ts, args.steps)
                 dcp.save(state_of(layout, model, opt, sched, loader, ts), checkpoint_id=os.path.join(root, variant))
+                if args.later and variant == args.variants.split(",")[0]:
+                    # The same run one step on (what a save with --steps + 1 writes), without its own ranks.
+                    train(model, opt, sched, loader, ts, 1)
+                    dcp.save(state_of(layout, model, opt, sched, loader, ts),
+                             checkpoint_id=os.path.join(args.later, variant))
             else:
                 state = state_of(layout, model, opt, sched, loader, ts)
                 dcp.load(state, checkpoint_id=os.path.join(root, variant))
@@ -226,6 +232,7 @@ def main():
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--variants", default="torchtitan-fp32", help="comma-separated <torchtitan|get_state_dict>-<fp32|bf16>[-tp2]")
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--later", help="save: the first variant also saved one step later, under this root")
     args = p.parse_args()
     torch.set_num_threads(1)
     gloo_ranks.spawn(worker, args, args.world)

@@ -109,7 +109,8 @@ for j in "${jobs[@]}" "${jobs2[@]}"; do
     checks+=("$name: 2 steps on vs the source run's 2 more steps, state|$after|r/$name/after|src/$case/cont")
   fi
 done
-"$py" "$loop" check "${checks[@]}" 2>check.log || { tail -5 check.log; exit 1; }
+"$py" "$loop" check "${checks[@]}" >check.out 2>check.log || { cat check.out; tail -5 check.log; exit 1; }
+cat check.out
 # DeepSpeed's own universal load reaches ZeRO-1 -> 2 and 3 -> 3 (both checked above); what it refuses is printed
 for name in dense_z2_ds zero3_z3_ds; do
   if [[ -f r/$name/refused.json ]]; then cat "r/$name/refused.json"; exit 1; fi
@@ -120,4 +121,4 @@ done
 echo "deepspeed engine: ${#checks[@]} checks equal in $((SECONDS - start)) s (save $((t_save - start)) s," \
   "ds_to_universal $((t_universal - t_save)) s, ucp-union/ucp-load and the resumes $((t_resume - t_universal)) s," \
   "pec-save/pec-restore and the resume at 2 ranks $((t_pec - t_resume)) s, checks $((SECONDS - t_pec)) s)"
-echo "RESULT framework=deepspeed version=$("$py" -c 'import importlib.metadata as m; print(m.version("deepspeed"))') case=deepspeed_engine tensors=$("$py" "$loop" check "${checks[@]}" 2>/dev/null | python3 -c 'import re, sys; t = sys.stdin.read(); print(sum(int(n) for n in re.findall(r"\d+ params, (\d+) files", t)) + sum(4 * int(n) for n in re.findall(r"(\d+) params x \([^)]*\)(?:, Adam step [^:]*, global step [^:]*)?: 0 differ", t)))') equal=yes"
+echo "RESULT framework=deepspeed version=$("$py" -c 'import importlib.metadata as m; print(m.version("deepspeed"))') case=deepspeed_engine tensors=$(python3 -c 'import re, sys; t = sys.stdin.read(); print(sum(int(n) for n in re.findall(r"\d+ params, (\d+) files", t)) + sum(4 * int(n) for n in re.findall(r"(\d+) params x \([^)]*\)(?:, Adam step [^:]*, global step [^:]*)?: 0 differ", t)))' <check.out) equal=yes"
