@@ -66,10 +66,10 @@ host=$(hostname -s)
 cpus=$(nproc)
 mem=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
 mkdir -p "$dir/state" "$dir/spool"
-# MinJobAge=5: sbatch --wait sleeps 2 s before its first poll and quadruples the pause (2, 8, 32 s) while
-# it is below MinJobAge / 2 (src/sbatch/sbatch.c _job_wait); with the default 300 a 3 s job kept the test
-# waiting 10 s and an 11 s one 42 s. 5 / 2 = 2 keeps every pause at 2 s, and a finished job's record
-# stays at least 5 s, more than one pause.
+# MinJobAge=5: a finished job's record stays at least 5 s, long enough for test_slurm.sh's poll of its state
+# (every 0.1 s) to read its exit code. (With `sbatch --wait`, which sleeps 2 s before its first poll and
+# quadruples the pause while it is below MinJobAge / 2, src/sbatch/sbatch.c _job_wait, the default 300 kept
+# a 3 s job waiting 10 s and an 11 s one 42 s.)
 cat > "$conf" <<CONF
 ClusterName=ucpkit
 SlurmctldHost=$host
