@@ -9,6 +9,8 @@ build=${UCPKIT_BUILD_DIR:-$root/build}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cd "$build"
 status=0
+# The tests' warm python servers (tests/support/pywarm.py) end with the run, not 2 idle minutes later.
+trap '/usr/bin/python3 "$root/tests/support/pywarm.py" --stop || true' EXIT
 ctest --output-on-failure -j "$(nproc)" --output-junit "$build/ctest-junit.xml" "$@" || status=$?
 # Where the time goes (issue 50): the 20 slowest tests of this run, from ctest's JUnit report (kept in the build folder).
 /usr/bin/python3 - "$build/ctest-junit.xml" <<'PY' || true

@@ -10,7 +10,8 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
 work=${2:-$(mktemp -d /tmp/ucpkit-slurm.XXXXXX)}
 rm -rf "$work"; mkdir -p "$work"
-py=/usr/bin/python3
+# The checks in Python through the tests' warm python (tests/support/pywarm.py: torch imported once).
+py="/usr/bin/python3 -S $root/tests/support/pywarm.py"
 ex=$root/examples/slurm
 export UCPKIT_BIN=$build/bin OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 failures=0
