@@ -6,7 +6,7 @@ generator or a check hundreds of times (17 times, 25 of the 28 CPU seconds, in o
 or more of the test run on a 2-core CI machine (docs/notes/ci-times.md). A forked child starts in a few ms.
 
 How: the client (this file, no torch) passes its argv, working folder, environment and its three standard
-file descriptors over a UNIX socket; the server forks a waiter, the waiter forks the child, which takes
+file descriptors over a UNIX socket (in /tmp/ucpkit-pywarm-<uid>, a folder only its user may enter); the server forks a waiter, the waiter forks the child, which takes
 them over and runs the script as `__main__` (runpy), then finishes like an interpreter exit (atexit, the
 script's objects collected, streams flushed). The waiter sends the child's pid, then its wait status; the
 client forwards SIGTERM/SIGINT/SIGHUP/SIGQUIT to the child and ends with the child's exit code (or by the
@@ -29,6 +29,7 @@ import os
 import select
 import signal
 import socket
+import stat
 import struct
 import sys
 import time
@@ -44,10 +45,29 @@ def import_env(env):
     return sorted((k, v) for k, v in env.items() if k.startswith(READ_AT_IMPORT) and k not in EMULATED)
 
 
+def private_dir():
+    """/tmp/ucpkit-pywarm-<uid>, made 0700 and checked to be ours: the sockets, locks and pid files live there
+    (no other user can plant a server or a link in our way); None when it is not ours."""
+    d = f"/tmp/ucpkit-pywarm-{os.getuid()}"
+    try:
+        os.mkdir(d, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None
+    return d
+
+
 def socket_path(env):
+    d = private_dir()
+    if d is None:
+        return None
     me = os.path.abspath(__file__)
     key = hashlib.sha256(json.dumps([PYTHON, me, import_env(env)]).encode() + open(me, "rb").read()).hexdigest()[:16]
-    return f"/tmp/ucpkit-pywarm-{os.getuid()}-{key}.sock"
+    return os.path.join(d, key + ".sock")
 
 
 def run_plain(argv):
@@ -146,6 +166,8 @@ def client(argv):
     if not warm_possible(argv, env):
         run_plain(argv)
     path = socket_path(env)
+    if path is None:
+        run_plain(argv)
     conn = connect(path) or start_server(path)
     if conn is None:
         run_plain(argv)
@@ -323,7 +345,8 @@ def serve(path):
 def stop_all():
     """Ends every server of this user (SIGTERM; a stale socket is replaced by the next client)."""
     import glob
-    for pid_file in glob.glob(f"/tmp/ucpkit-pywarm-{os.getuid()}-*.sock.pid"):
+    d = private_dir()
+    for pid_file in glob.glob(os.path.join(d, "*.sock.pid")) if d else []:
         try:
             os.kill(int(open(pid_file).read()), signal.SIGTERM)
         except (OSError, ValueError):

@@ -97,10 +97,16 @@ def main():
     # This test's server only (the other tests' may be in use beside it).
     sys.path.insert(0, HERE)
     import pywarm
+    path = pywarm.socket_path(env)
     try:
-        os.kill(int(open(pywarm.socket_path(env) + ".pid").read()), signal.SIGTERM)
-    except (OSError, ValueError):
+        os.kill(int(open(path + ".pid").read()), signal.SIGTERM)
+    except (OSError, ValueError, TypeError):
         pass
+    for leftover in (path, path + ".pid", path + ".lock") if path else ():
+        try:
+            os.unlink(leftover)
+        except OSError:
+            pass
     print("pywarm: " + ("every case as plain python3" if not failures else f"{failures} case(s) differ"))
     return 1 if failures else 0
 
