@@ -1,17 +1,19 @@
 """A warm python for the tests' Python checks: `python3 -S pywarm.py SCRIPT ARGS...`, `... -c CODE ARGS...` or
-`... - ARGS...` (the code on stdin) runs like `python3 SCRIPT ARGS...`, but in a child forked from a server that has imported torch already.
+`... - ARGS...` (the code on stdin) runs like `python3 SCRIPT ARGS...`, but in a child forked from a server
+that has imported torch already.
 
 Why: `import torch` (Debian's 1.13) is about 1.5 s of CPU, and the C++ tests start /usr/bin/python3 for a
 generator or a check hundreds of times (17 times, 25 of the 28 CPU seconds, in one MoE test alone), a third
 or more of the test run on a 2-core CI machine (docs/notes/ci-times.md). A forked child starts in a few ms.
 
 How: the client (this file, no torch) passes its argv, working folder, environment and its three standard
-file descriptors over a UNIX socket (in /tmp/ucpkit-pywarm-<uid>, a folder only its user may enter); the server forks a waiter, the waiter forks the child, which takes
-them over and runs the script as `__main__` (runpy), then finishes like an interpreter exit (atexit, the
-script's objects collected, streams flushed). The waiter sends the child's pid, then its wait status; the
-client forwards SIGTERM/SIGINT/SIGHUP/SIGQUIT to the child and ends with the child's exit code (or by the
-child's signal). The first client starts the server (flock), which exits after 2 idle minutes or on
-`pywarm.py --stop` (scripts/test.sh calls it when the tests are done).
+file descriptors over a UNIX socket (in /tmp/ucpkit-pywarm-<uid>, a folder only its user may enter); the
+server forks a waiter, the waiter forks the child, which takes them over and runs the script as `__main__`
+(runpy), then finishes like an interpreter exit (atexit, the script's objects collected, streams flushed).
+The waiter sends the child's pid, then its wait status; the client forwards SIGTERM/SIGINT/SIGHUP/SIGQUIT
+to the child and ends with the child's exit code (or by the child's signal). The first client starts the
+server (flock), which exits after 2 idle minutes or on `pywarm.py --stop` (scripts/test.sh calls it when the
+tests are done).
 
 What a script can tell: `sys.modules` holds torch and numpy already, and torch's import has added pybind11's
 internals to `builtins` (a test that lists the builtins namespace runs plain python: UCPKIT_PYWARM=0).
@@ -21,7 +23,6 @@ The variables python and the imported libraries read when they load (PYTHON*, OM
 are applied in each child). Plain `python3` is run instead (exec) when UCPKIT_PYWARM=0, for python options
 other than -c and -, or when no server can be started.
 """
-import array
 import fcntl
 import hashlib
 import json

@@ -25,10 +25,21 @@ SCRIPTS = {
     "pythonpath.py": "import helper_mod\nprint(helper_mod.VALUE)\n",
     "torch_use.py": "import torch\nprint(torch.arange(4).sum().item())\n",
     "pickle_main.py": "import pickle\nclass C:\n    x = 1\nprint(type(pickle.loads(pickle.dumps(C()))).__module__)\n",
-    "thread.py": "import threading, time\nt = threading.Thread(target=lambda: (time.sleep(0.3), print('thread done')))\nt.start()\n",
+    "thread.py": "import threading, time\n"
+                 "t = threading.Thread(target=lambda: (time.sleep(0.3), print('thread done')))\nt.start()\n",
     "stderr.py": "import sys\nprint('to err', file=sys.stderr)\nprint('to out')\n",
     "sigterm.py": "import time, sys\nprint('ready', flush=True)\ntime.sleep(30)\n",
 }
+
+
+def take(path):
+    """The file's text, removed; None when there is none (what a script left open must be flushed at exit)."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        text = f.read()
+    os.unlink(path)
+    return text
 
 
 def run(cmd, cwd, env, stdin=b""):
@@ -61,20 +72,17 @@ def main():
         ]
         for label, argv, extra, stdin in cases:
             e = dict(env, **extra)
-            for f in ("left.txt",):
-                if os.path.exists(os.path.join(tmp, f)):
-                    os.unlink(os.path.join(tmp, f))
+            left = os.path.join(tmp, "left.txt")
             a = run(PLAIN + argv, tmp, e, stdin)
-            left_a = open(os.path.join(tmp, "left.txt")).read() if os.path.exists(os.path.join(tmp, "left.txt")) else None
-            if left_a is not None:
-                os.unlink(os.path.join(tmp, "left.txt"))
+            left_a = take(left)
             b = run(WARM + argv, tmp, e, stdin)
-            left_b = open(os.path.join(tmp, "left.txt")).read() if os.path.exists(os.path.join(tmp, "left.txt")) else None
+            left_b = take(left)
             same = (a.returncode, a.stdout, a.stderr, left_a) == (b.returncode, b.stdout, b.stderr, left_b)
             print(f"{'ok  ' if same else 'DIFF'} {label}: exit {a.returncode}/{b.returncode}")
             if not same:
                 failures += 1
-                print(f"  plain: {a.stdout!r} {a.stderr[-300:]!r} {left_a!r}\n  warm:  {b.stdout!r} {b.stderr[-300:]!r} {left_b!r}")
+                print(f"  plain: {a.stdout!r} {a.stderr[-300:]!r} {left_a!r}")
+                print(f"  warm:  {b.stdout!r} {b.stderr[-300:]!r} {left_b!r}")
         # SIGTERM to the client reaches the script; the client ends by it, as python does.
         for cmd in (PLAIN, WARM):
             p = subprocess.Popen(cmd + [os.path.join(tmp, "sigterm.py")], cwd=tmp, env=env, stdout=subprocess.PIPE)
@@ -82,7 +90,8 @@ def main():
             p.send_signal(signal.SIGTERM)
             start = time.monotonic()
             rc = p.wait(timeout=10)
-            print(f"{'ok  ' if rc == -signal.SIGTERM else 'DIFF'} SIGTERM ({cmd[-1]}): {rc} in {time.monotonic() - start:.2f} s")
+            took = time.monotonic() - start
+            print(f"{'ok  ' if rc == -signal.SIGTERM else 'DIFF'} SIGTERM ({cmd[-1]}): {rc} in {took:.2f} s")
             failures += rc != -signal.SIGTERM
         # Two children do not share the server's random state (a fresh python seeds from entropy).
         seeds = [run(WARM + ["-c", "import torch, numpy, random; print(torch.initial_seed(), numpy.random.rand(), "
