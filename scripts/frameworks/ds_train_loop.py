@@ -481,8 +481,11 @@ def main():
             with socket.socket() as sock:
                 sock.bind(("127.0.0.1", 0))
                 a.port = sock.getsockname()[1]
+        # The ranks forked with torch and DeepSpeed imported (spawned, each imported both again: about 5 s of CPU a
+        # rank); the parent runs no torch code before, so no thread pool is forked.
+        import deepspeed  # noqa: F401
         import torch.multiprocessing as mp
-        mp.spawn(worker, args=(a,), nprocs=a.world, join=True)
+        mp.start_processes(worker, args=(a,), nprocs=a.world, join=True, start_method="fork")
     elif a.cmd == "universal":
         universal(a)
     else:

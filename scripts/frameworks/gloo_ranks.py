@@ -10,4 +10,6 @@ def spawn(worker, args, world):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(worker, args=(args, port), nprocs=world)
+    # Forked, not spawned: each rank starts with torch imported (a spawned rank imports it again, 3 s of CPU each);
+    # the parent has run no torch code yet, so no thread pool is forked.
+    mp.start_processes(worker, args=(args, port), nprocs=world, start_method="fork")
