@@ -202,8 +202,10 @@ def check(case, hf_dir, ckpt):
     diff = (ref - ours).abs().max().item()
     assert diff <= 1e-5, f"logits differ by {diff:.3g} (more than 1e-5)"
     import importlib.metadata as md
-    print(f"RESULT case={case} framework=transformers version={transformers.__version__} megatron-core={md.version('megatron-core')} "
-          f"architecture={config['architectures'][0]} tensors={len(want)} bit_exact=yes logits_max_abs_diff={diff:.3g}")
+    # The RESULT form of docs/frameworks-outside-ci.md (equal: every tensor bit-exact), then this check's own fields.
+    print(f"RESULT framework=transformers version={transformers.__version__} case={case} tensors={len(want)} equal=yes "
+          f"megatron-core={md.version('megatron-core')} architecture={config['architectures'][0]} "
+          f"logits_max_abs_diff={diff:.3g}")
 
 
 def main():

@@ -67,7 +67,7 @@ rc=$?
 set -e
 [[ $rc -eq 3 && $out == *decoder.layers.2.self_attention.linear_proj.weight* ]] ||
   { echo "FAIL: ucp-diff of a transposed projection: exit $rc"; echo "$out"; exit 1; }
-echo "RESULT case=transposed_projection ucp_diff_exit=3"
+echo "CONTROL case=transposed_projection ucp_diff_exit=3 (a negative control, not a RESULT row)"
 # Experts swapped in one layer (a converter that loses the expert order): exit 3, naming an expert.
 cp -r mixtral_float32.back swapped
 PYTHONWARNINGS=ignore "$py" - swapped <<'PY'
@@ -85,4 +85,4 @@ rc=$?
 set -e
 [[ $rc -eq 3 && $out == *decoder.layers.1.mlp.experts.experts.0.linear_fc2.weight* ]] ||
   { echo "FAIL: ucp-diff of swapped experts: exit $rc"; echo "$out"; exit 1; }
-echo "RESULT case=swapped_experts ucp_diff_exit=3"
+echo "CONTROL case=swapped_experts ucp_diff_exit=3 (a negative control, not a RESULT row)"

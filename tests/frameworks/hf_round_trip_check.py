@@ -46,7 +46,9 @@ def check(orig, back, audit_path):
     experts = ca.get("num_local_experts", 0)
     want = {str(layer): experts for layer in range(ca["num_hidden_layers"])} if experts else {}
     assert audit["experts_per_layer"] == want, (audit["experts_per_layer"], want)
-    print(f"RESULT case={orig}_round_trip tensors={len(a)} bit_identical=yes logits_identical=yes audit_sha256=yes")
+    import transformers  # the RESULT form of docs/frameworks-outside-ci.md (equal: every tensor bit-identical)
+    print(f"RESULT framework=transformers version={transformers.__version__} case={orig}_round_trip tensors={len(a)} "
+          f"equal=yes logits_identical=yes audit_sha256=yes")
 
 
 args = sys.argv[1:]
