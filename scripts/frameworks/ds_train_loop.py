@@ -476,16 +476,12 @@ def main():
     if a.cmd in ("save", "resume"):
         if K % a.world:
             sys.exit(f"--world must divide {K}")
-        if not a.port:
-            import socket
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                a.port = sock.getsockname()[1]
-        # The ranks forked with torch and DeepSpeed imported (spawned, each imported both again: about 5 s of CPU a
-        # rank); the parent runs no torch code before, so no thread pool is forked.
+        # The ranks are forked (gloo_ranks): DeepSpeed imported here first, each starts with it (about 5 s of CPU a
+        # rank when each imported it again).
         import deepspeed  # noqa: F401
-        import torch.multiprocessing as mp
-        mp.start_processes(worker, args=(a,), nprocs=a.world, join=True, start_method="fork")
+        import gloo_ranks
+        gloo_ranks.spawn(lambda rank, args, port: worker(rank, argparse.Namespace(**{**vars(args), "port": port})),
+                         a, a.world, port=a.port)
     elif a.cmd == "universal":
         universal(a)
     else:

@@ -343,21 +343,26 @@ def serve(path):
             return
 
 
+def stop(path):
+    """Ends the server of socket `path` (SIGTERM) and removes its socket, pid and lock files."""
+    try:
+        with open(path + ".pid") as f:
+            os.kill(int(f.read()), signal.SIGTERM)
+    except (OSError, ValueError):
+        pass
+    for leftover in (path + ".pid", path, path + ".lock"):
+        try:
+            os.unlink(leftover)
+        except OSError:
+            pass
+
+
 def stop_all():
-    """Ends every server of this user (SIGTERM; a stale socket is replaced by the next client)."""
+    """Ends every server of this user."""
     import glob
     d = private_dir()
     for pid_file in glob.glob(os.path.join(d, "*.sock.pid")) if d else []:
-        try:
-            os.kill(int(open(pid_file).read()), signal.SIGTERM)
-        except (OSError, ValueError):
-            pass
-        sock = pid_file[: -len(".pid")]
-        for leftover in (pid_file, sock, sock + ".lock"):
-            try:
-                os.unlink(leftover)
-            except OSError:
-                pass
+        stop(pid_file[: -len(".pid")])
 
 
 if __name__ == "__main__":

@@ -107,15 +107,8 @@ def main():
     sys.path.insert(0, HERE)
     import pywarm
     path = pywarm.socket_path(env)
-    try:
-        os.kill(int(open(path + ".pid").read()), signal.SIGTERM)
-    except (OSError, ValueError, TypeError):
-        pass
-    for leftover in (path, path + ".pid", path + ".lock") if path else ():
-        try:
-            os.unlink(leftover)
-        except OSError:
-            pass
+    if path:
+        pywarm.stop(path)
     print("pywarm: " + ("every case as plain python3" if not failures else f"{failures} case(s) differ"))
     return 1 if failures else 0
 
