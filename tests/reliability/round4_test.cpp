@@ -101,10 +101,15 @@ double seconds_to_stop(const std::string& env, const std::string& cmd, std::chro
     execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
-  std::this_thread::sleep_for(head_start);
+  // Polled: a run that ends before the signal (a FIFO refused at once) is not waited for the whole head start.
   int st = 0;
   double waited = -1;
-  if (waitpid(pid, &st, WNOHANG) == 0) {
+  pid_t ended = 0;
+  for (const auto start = Clock::now(); Clock::now() - start < head_start;) {
+    if ((ended = waitpid(pid, &st, WNOHANG)) != 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (ended == 0) {
     const auto t0 = Clock::now();
     ::kill(pid, SIGTERM);
     for (;;) {
