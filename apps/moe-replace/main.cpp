@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   o.weight_given = given.weight->count() > 0;
   // Large buffers (per-layer matrices, the plan text pieces) come and go per layer: kept on the heap,
   // each reuses the pages of the previous one instead of a fresh mmap faulted in and zeroed page by
-  // page (issue 31: the re-placements at 1,024 nodes spent a quarter of their CPU in page faults).
+  // page (the re-placements at 1,024 nodes spent a quarter of their CPU in page faults).
   keep_large_buffers_on_heap({.one_arena = true, .trim_threshold = 1 << 30});
   return tool::run("moe-replace", [&] {
     return tool::in_threads(o.threads, [&] {

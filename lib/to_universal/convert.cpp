@@ -411,7 +411,7 @@ ParamResult convert_param(const ParamPlan& p, const patterns::PatternSet& set, S
       value = Value::of_tensor(joined);
     } else {
       SliceBuffer b = read_slices(cache, p, state, &r.bytes_read);
-      // Issue 32: the module weights must be the rounded fp32 master (a shard of another run otherwise).
+      // The module weights must be the rounded fp32 master (a shard of another run otherwise).
       if (state == "fp32" && b.dtype == DType::Float32) image.check(p, b.bytes(), b.offsets, files);
       joined = join_state(p, rule, set, std::move(b), uo);
       value = p.autoep_experts > 0 ? formats::deepspeed::autoep_universal_state(Value::of_tensor(joined), p.autoep_experts)

@@ -122,7 +122,7 @@ while IFS= read -r line; do
   [ -n "$line" ] || continue
   echo "rule 5: $line (an issue number in lib/: keep the reason, move the history to docs/notes/)"
   bad=1
-done < <(grep -rnE 'issue [0-9]' lib --include='*.h' --include='*.cpp' || true
+done < <(grep -rniE 'issues? [0-9]' lib --include='*.h' --include='*.cpp' || true
          # the same reference broken across two comment lines ("... (issue" / "// 31: ...")
          find lib \( -name '*.h' -o -name '*.cpp' \) -exec awk 'FNR == 1 { prev = "" } prev ~ /[Ii]ssues?$/ && /^[[:space:]]*\/\/ *[0-9]/ {
              print FILENAME ":" FNR ": " $0 } { prev = $0 }' {} +)
