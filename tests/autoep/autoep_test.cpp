@@ -13,18 +13,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace autoep_test {
 
 namespace fs = std::filesystem;
 using ucpkit::testing::quote;
 using ucpkit::testing::run_command;
 
 namespace {
-
-const std::string kFx = UCPKIT_FIXTURES_DIR;
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kSrc = UCPKIT_SOURCE_DIR;
-const std::string kPy = UCPKIT_PYTHON;
 
 fs::path scratch(const std::string& name) {
   fs::path d = fs::path(kFx) / "runs" / name;
@@ -404,3 +402,5 @@ TEST(AutoEpPec, PartialSaveRestoresEachExpertFromItsStep) {
 }
 
 }  // namespace
+
+}  // namespace autoep_test

@@ -8,6 +8,8 @@
 
 #include "core/allocator.h"
 
+namespace allocator_test {
+
 TEST(Allocator, LargeBuffersStayOnTheHeap) {
   const size_t big = size_t{64} << 20;  // far above glibc's mmap threshold (128 KiB .. 32 MiB)
   const size_t mapped_before = mallinfo2().hblkhd;
@@ -27,3 +29,5 @@ TEST(Allocator, LargeBuffersStayOnTheHeap) {
   EXPECT_GE(mallinfo2().arena, big) << "not on the heap";
   std::free(p);
 }
+
+}  // namespace allocator_test

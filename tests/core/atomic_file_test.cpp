@@ -17,6 +17,8 @@
 #include "files.h"
 #include "support/process.h"
 
+namespace atomic_file_test {
+
 using namespace ucpkit;
 using coretest::entries;
 using coretest::slurp;
@@ -205,3 +207,5 @@ TEST(AtomicFile, BypassWritesEveryByteWhateverTheSizes) {
   }
   if (dirs.size() > 1) fs::remove_all(dirs.back());
 }
+
+}  // namespace atomic_file_test

@@ -9,6 +9,8 @@
 #include "core/error.h"
 #include "support/process.h"
 
+namespace confine_test {
+
 using namespace ucpkit;
 namespace fs = std::filesystem;
 
@@ -71,3 +73,5 @@ TEST(Confine, OutputOverInputIsAUsageErrorSayingHow) {
   EXPECT_NE(message(root).find(" holds --input"), std::string::npos);
   EXPECT_EQ(message(root / "elsewhere"), "");
 }
+
+}  // namespace confine_test

@@ -8,6 +8,8 @@
 
 #include "core/crc32.h"
 
+namespace crc32_test {
+
 using namespace ucpkit;
 
 namespace {
@@ -67,3 +69,5 @@ TEST(Crc32, KnownCheckValue) {
   const char* s = "123456789";
   EXPECT_EQ(crc32_update(0, {reinterpret_cast<const uint8_t*>(s), 9}), 0xCBF43926u);
 }
+
+}  // namespace crc32_test

@@ -16,6 +16,8 @@
 #include "files.h"
 #include "support/process.h"
 
+namespace file_io_test {
+
 using namespace ucpkit;
 using coretest::slurp;
 namespace fs = std::filesystem;
@@ -169,3 +171,5 @@ TEST(FileIo, OpenInputRefusesSpecialFilesAtOnce) {
   pread_exact(r.get(), buf, 3, 0, file);
   EXPECT_EQ(std::string(buf, 3), "abc");
 }
+
+}  // namespace file_io_test

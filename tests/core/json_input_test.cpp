@@ -7,6 +7,8 @@
 #include "core/json_input.h"
 #include "support/errors.h"
 
+namespace json_input_test {
+
 using namespace ucpkit;
 
 namespace {
@@ -71,3 +73,5 @@ TEST(JsonInput, ScalarsAndKeysAtTheDeepestLevelAreAccepted) {
   std::string deeper = std::string(kMaxJsonDepth - 1, '[') + "{\"k\": [1]}" + std::string(kMaxJsonDepth - 1, ']');
   EXPECT_THROW(parse_json_input(deeper, "in.json"), Error);
 }
+
+}  // namespace json_input_test

@@ -16,6 +16,8 @@
 #include "core/mapped_file.h"
 #include "support/process.h"
 
+namespace mapped_file_test {
+
 namespace fs = std::filesystem;
 using ucpkit::MappedFile;
 
@@ -85,3 +87,5 @@ TEST(MappedFileShrink, ASigbusElsewhereStillEndsTheProcess) {
       },
       ::testing::KilledBySignal(SIGBUS), "");
 }
+
+}  // namespace mapped_file_test

@@ -5,6 +5,8 @@
 
 #include "core/sha256.h"
 
+namespace sha256_test {
+
 using namespace ucpkit;
 
 namespace {
@@ -26,3 +28,5 @@ TEST(Sha256, IncrementalEqualsWhole) {
   for (size_t at = 0; at < s.size(); at += 37) h.update(bytes_of(s.substr(at, 37)));
   EXPECT_EQ(h.hex(), sha256_hex(bytes_of(s)));
 }
+
+}  // namespace sha256_test

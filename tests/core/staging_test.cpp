@@ -14,6 +14,8 @@
 #include "files.h"
 #include "support/process.h"
 
+namespace staging_test {
+
 using namespace ucpkit;
 using coretest::entries;
 using coretest::slurp;
@@ -155,3 +157,5 @@ TEST(Staging, StalePidFoldersOfGoneProcessesAreSwept) {
   EXPECT_TRUE(fs::exists(dir / ("other-" + dead)));
   EXPECT_EQ(notes.size(), 2u);
 }
+
+}  // namespace staging_test

@@ -13,6 +13,8 @@
 #include "support/errors.h"
 #include "support/process.h"
 
+namespace detect_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using ucpkit::testing::error_of;
@@ -105,3 +107,5 @@ TEST(Detect, CheckpointEntriesAreTheRegisteredFormatsNames) {
     EXPECT_TRUE(formats::is_checkpoint_entry(n)) << n;
   for (const char* n : {"notes.txt", "data", "PEC_STORE", "config.yaml"}) EXPECT_FALSE(formats::is_checkpoint_entry(n)) << n;
 }
+
+}  // namespace detect_test

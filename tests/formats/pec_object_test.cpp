@@ -12,6 +12,8 @@
 #include "support/errors.h"
 #include "support/process.h"
 
+namespace pec_object_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using formats::ObjectHeader;
@@ -133,3 +135,5 @@ TEST(PecObject, DamagedPayloadsAreRefusedNamingTheFile) {
   expect("stored_short", s.substr(0, s.size() - 1), "corrupt object (decompressed to 299999 bytes)");
   expect("stored_long", s + "x", "corrupt object (decompresses to more than its size)");
 }
+
+}  // namespace pec_object_test

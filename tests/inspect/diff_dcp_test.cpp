@@ -15,14 +15,16 @@
 
 #include "formats/dcp/dcp_data.h"
 #include "io/safetensors_file.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace diff_dcp_test {
 
 namespace fs = std::filesystem;
 using namespace ucpkit;
 
 namespace {
 
-const std::string kBin = UCPKIT_BIN_DIR;
 const std::string& kData = ucpkit::testing::kDcpData;
 
 struct Room {
@@ -129,3 +131,5 @@ TEST(DiffDcp, DamagedStateFileIsRefusedByChecksumAndComparedWithoutIt) {
   EXPECT_EQ(j["listed"][0].value("param", ""), "tok_embeddings.weight");
   EXPECT_EQ(j["listed"][0].value("differing", 0), 1);
 }
+
+}  // namespace diff_dcp_test

@@ -16,7 +16,10 @@
 #include "core/error.h"
 #include "support/errors.h"
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace diff_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -28,7 +31,6 @@ using ucpkit::testing::error_of;
 using ucpkit::testing::file_bytes;
 
 namespace {
-const std::string kFx = UCPKIT_FIXTURES_DIR;
 const std::string kMoe = kFx + "/moe_dp4_ep2_fp16";
 
 json fixture_json(const std::string& name, const std::string& file) {
@@ -203,3 +205,5 @@ TEST(InspectDiff, JsonAndTextOfAHandMadeResult) {
   EXPECT_EQ(e.to_json()["comparison"], "exact");
   EXPECT_EQ(e.text(), "equal: all 5 entries (3 tensors, 2 non-tensor items) (bit for bit; not compared: p, q)\n");
 }
+
+}  // namespace diff_test

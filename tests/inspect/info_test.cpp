@@ -14,7 +14,10 @@
 #include "formats/detect.h"
 #include "support/errors.h"
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace info_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -26,7 +29,6 @@ using ucpkit::testing::error_of;
 using ucpkit::testing::file_bytes;
 
 namespace {
-const std::string kFx = UCPKIT_FIXTURES_DIR;
 
 json expect_of(const std::string& name) { return json::parse(file_bytes(kFx + "/" + name + "/expect.json")); }
 
@@ -260,3 +262,5 @@ TEST(InspectInfo, TextHasTheLayoutParametersWithCommasAndHumanSizes) {
   EXPECT_NE(u.find("  deepspeed   release not recorded (version line 0.19.3)\n"), std::string::npos) << u;
   EXPECT_EQ(info.to_json()["layout"]["etp"], 1);
 }
+
+}  // namespace info_test

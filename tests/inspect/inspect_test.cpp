@@ -13,7 +13,10 @@
 #include "formats/universal/manifest.h"
 #include "io/torch/torch_file.h"
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace inspect_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -23,8 +26,6 @@ using ucpkit::testing::run_command_status;
 using ucpkit::testing::run_logged;
 
 namespace {
-const std::string kFx = UCPKIT_FIXTURES_DIR;
-const std::string kBin = UCPKIT_BIN_DIR;
 
 std::string scratch(const std::string& name) { return ucpkit::testing::scratch_dir("inspect-" + name); }
 
@@ -380,3 +381,5 @@ TEST(UcpDiffTool, SigtermRemovesTheTemporaryFolder) {
   EXPECT_EQ(rc, 128 + 15) << file_bytes(cwd + "/err.txt");
   EXPECT_TRUE(empty_folder(cwd + "/tmp"));
 }
+
+}  // namespace inspect_test

@@ -15,6 +15,8 @@
 #include "io/torch/torch_file.h"
 #include "support/process.h"
 
+namespace append_torch_file_test {
+
 using namespace ucpkit;
 using pickle::Value;
 
@@ -64,3 +66,5 @@ TEST(AppendTorchFile, SameBytesAsSaveTorchFileAtAnyOffsetAndReadInPlace) {
   EXPECT_TRUE(t.equal(b));
   EXPECT_THROW(MappedFile::slice(file, got.size() - 2, 3, "past the end"), Error);
 }
+
+}  // namespace append_torch_file_test

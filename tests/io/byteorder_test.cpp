@@ -11,6 +11,8 @@
 #include "support/errors.h"
 #include "support/process.h"
 
+namespace byteorder_test {
+
 using ucpkit::load_torch_file;
 
 namespace {
@@ -51,3 +53,5 @@ TEST(ByteOrder, AnUnknownByteOrderIsRefusedNamingTheFile) {
   EXPECT_NE(e.find("odd.pt"), std::string::npos) << e;
   EXPECT_NE(e.find("byte order"), std::string::npos) << e;
 }
+
+}  // namespace byteorder_test

@@ -10,6 +10,8 @@
 #include "io/pickle/class_paths.h"
 #include "support/process.h"
 
+namespace class_paths_test {
+
 namespace {
 
 using ucpkit::pickle::class_path_problem;
@@ -94,3 +96,5 @@ TEST(ClassPaths, TableMatchesItsGenerator) {
 }
 
 }  // namespace
+
+}  // namespace class_paths_test

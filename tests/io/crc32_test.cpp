@@ -8,6 +8,8 @@
 
 #include "core/crc32.h"
 
+namespace crc32_test {
+
 namespace {
 
 std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
@@ -50,3 +52,5 @@ TEST(Crc32, KnownVector) {
 }
 
 }  // namespace
+
+}  // namespace crc32_test

@@ -8,6 +8,8 @@
 #include "io/pickle/unpickler.h"
 #include "support/process.h"
 
+namespace object_keys_test {
+
 namespace {
 
 std::vector<uint8_t> python_pickle(const std::string& expr, int protocol) {
@@ -56,3 +58,5 @@ TEST(ObjectKeys, TorchDtypesAsDictKeys) {
     EXPECT_EQ(v->entries[3].second->i, 4);
   }
 }
+
+}  // namespace object_keys_test

@@ -9,6 +9,8 @@
 #include "io/pickle/opcodes.h"
 #include "support/process.h"
 
+namespace opcodes_test {
+
 using ucpkit::pickle::Op;
 using ucpkit::pickle::op_byte;
 
@@ -46,3 +48,5 @@ sys.exit(1 if bad or missing else 0)
   EXPECT_EQ(ucpkit::testing::run_command(std::string(UCPKIT_PYTHON) + " " + dir + "/check.py " + dir + "/ops.txt", &output), 0)
       << output;
 }
+
+}  // namespace opcodes_test

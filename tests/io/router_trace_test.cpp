@@ -7,6 +7,8 @@
 #include "pec/tokens.h"
 #include "placement/loads.h"
 
+namespace router_trace_test {
+
 using namespace ucpkit;
 using Matrix = std::vector<std::vector<int64_t>>;
 
@@ -91,3 +93,5 @@ TEST(RouterTrace, BothToolsReadTheSameTraceAlike) {
   }
   EXPECT_EQ(tokens, (pec::TokenMatrix{{1, 2, 1}, {1, 0, 2}}));
 }
+
+}  // namespace router_trace_test

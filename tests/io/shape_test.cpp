@@ -3,6 +3,8 @@
 
 #include "io/shape.h"
 
+namespace shape_test {
+
 TEST(Shape, NumelIsTheProductOfTheDimensions) {
   EXPECT_EQ(ucpkit::numel_of({}), 1);  // a scalar
   EXPECT_EQ(ucpkit::numel_of({0, 7}), 0);
@@ -15,3 +17,5 @@ TEST(Shape, TextIsPythonListLike) {
   EXPECT_EQ(ucpkit::shape_str({5}), "[5]");
   EXPECT_EQ(ucpkit::shape_str({2, 3}), "[2, 3]");
 }
+
+}  // namespace shape_test

@@ -10,6 +10,7 @@
 #include "truth_check.h"
 
 namespace iotest {
+namespace tensor_test {
 namespace {
 
 const json& ops_truth() {
@@ -390,4 +391,5 @@ TEST(Tensor, CatJoinsAlongAnyDimensionAndChecksShapes) {
 }
 
 }  // namespace
+}  // namespace tensor_test
 }  // namespace iotest

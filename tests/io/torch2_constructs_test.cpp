@@ -9,6 +9,7 @@
 #include "support/errors.h"
 
 namespace iotest {
+namespace torch2_constructs_test {
 namespace {
 
 std::string load_error(const std::string& file) {
@@ -86,4 +87,5 @@ TEST(Torch2Constructs, RebuildFromTypeNestedInItselfRefused) {
 }
 
 }  // namespace
+}  // namespace torch2_constructs_test
 }  // namespace iotest

@@ -9,6 +9,7 @@
 #include "truth_check.h"
 
 namespace iotest {
+namespace torch2_real_test {
 namespace {
 
 std::string real(const std::string& name) { return std::string(UCPKIT_SOURCE_DIR) + "/tests/io/torch2_real/" + name; }
@@ -137,4 +138,5 @@ TEST(Torch2Real, WriteBackKeepsRecordsAndValues) {
 }
 
 }  // namespace
+}  // namespace torch2_real_test
 }  // namespace iotest

@@ -16,6 +16,7 @@
 #include "support/errors.h"
 
 namespace iotest {
+namespace torch_bad_input_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -291,4 +292,5 @@ TEST(PickleDamage, ClassPathOutsideTheAllowListIsRefused) {
 
 
 }  // namespace
+}  // namespace torch_bad_input_test
 }  // namespace iotest

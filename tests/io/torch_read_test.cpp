@@ -10,6 +10,7 @@
 #include "truth_check.h"
 
 namespace iotest {
+namespace torch_read_test {
 namespace {
 
 TEST(TorchDeserialization, Basic) { check_fixture("basic"); }
@@ -193,4 +194,5 @@ TEST(TorchDeserialization, ZipReaderRecords) {
 }
 
 }  // namespace
+}  // namespace torch_read_test
 }  // namespace iotest

@@ -15,6 +15,7 @@
 #include "truth_check.h"
 
 namespace iotest {
+namespace torch_write_test {
 namespace {
 
 using ucpkit::testing::quote;
@@ -370,9 +371,11 @@ TEST(TorchSerialization, OpaqueObjectsReEmitted) {
 }
 
 }  // namespace
+}  // namespace torch_write_test
 }  // namespace iotest
 
 namespace iotest {
+namespace torch_write_test {
 namespace {
 
 TEST(TorchSerialization, UnwritablePathIsAnError) {
@@ -474,4 +477,5 @@ TEST(TorchSerialization, DeferredFileMissingOrDoubledPieceFails) {
 }
 
 }  // namespace
+}  // namespace torch_write_test
 }  // namespace iotest

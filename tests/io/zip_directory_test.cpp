@@ -15,6 +15,8 @@
 #include "io/zip/zip_directory.h"
 #include "support/errors.h"
 
+namespace zip_directory_test {
+
 using namespace ucpkit;
 
 namespace {
@@ -126,3 +128,5 @@ TEST(ZipDirectory, DamagedDirectoryIsRefusedOrStaysInsideTheFile) {
   shorter.erase(shorter.begin() + 100, shorter.begin() + 200);
   EXPECT_NE(refusal(shorter, "shorter.pt"), "");
 }
+
+}  // namespace zip_directory_test

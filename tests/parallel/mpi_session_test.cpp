@@ -18,6 +18,8 @@
 #include "parallel/mpi_session.h"
 #include "support/process.h"
 
+namespace mpi_session_test {
+
 using namespace ucpkit;
 using ucpkit::parallel::MpiSession;
 using ucpkit::parallel::RankFailure;
@@ -166,3 +168,5 @@ TEST(MpiSession, DieIfInterruptedReturnsWhenNoSignalCame) {
   parallel::die_if_interrupted();
   SUCCEED();
 }
+
+}  // namespace mpi_session_test

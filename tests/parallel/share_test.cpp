@@ -9,6 +9,8 @@
 #include "parallel/share.h"
 #include "parallel/threads.h"
 
+namespace share_test {
+
 using namespace ucpkit::parallel;
 
 TEST(Share, LargestFirstOntoLeastLoaded) {
@@ -59,3 +61,5 @@ TEST(Threads, RequestedCountOrEveryCore) {
   in_arena(2, [&] { seen = tbb::this_task_arena::max_concurrency(); });
   EXPECT_EQ(seen, 2);
 }
+
+}  // namespace share_test

@@ -18,6 +18,8 @@
 #include "support/errors.h"
 #include "support/process.h"
 
+namespace linear_regex_test {
+
 using ucpkit::patterns::LinearRegex;
 
 namespace {
@@ -138,3 +140,5 @@ TEST(LinearRegex, ACatastrophicPatternFileDoesNotHangTheTool) {
     EXPECT_TRUE(rc == 0 || rc == 1) << "exit " << rc << ": " << out;  // a verdict, not a crash or a hang
   });
 }
+
+}  // namespace linear_regex_test

@@ -3,6 +3,8 @@
 
 #include "patterns/name_template.h"
 
+namespace name_template_test {
+
 using namespace ucpkit::patterns;
 
 TEST(NameTemplate, MatchesWholeNamesAndReadsThePlaceholders) {
@@ -21,3 +23,5 @@ TEST(NameTemplate, MatchesWholeNamesAndReadsThePlaceholders) {
   EXPECT_FALSE(match_name_template("a.{L", "a.1", v));  // an unclosed placeholder matches nothing
   EXPECT_EQ(substitute_placeholder("model.layers.{L}.mlp.{L}", "{L}", 3), "model.layers.3.mlp.3");
 }
+
+}  // namespace name_template_test

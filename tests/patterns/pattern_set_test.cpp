@@ -10,6 +10,8 @@
 #include "to_universal/plan.h"
 #include "to_universal/union_fragments.h"
 
+namespace pattern_set_test {
+
 using namespace ucpkit;
 using namespace ucpkit::patterns;
 
@@ -129,3 +131,5 @@ TEST(Union, ShapeMismatchNamesParameter) {
     EXPECT_NE(std::string(e.what()).find("3.self_attention.dense.weight: shape mismatch"), std::string::npos);
   }
 }
+
+}  // namespace pattern_set_test

@@ -8,14 +8,15 @@
 
 #include "pec/autoep_zero3.h"
 #include "support/errors.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace autoep_zero3_test {
 
 namespace fs = std::filesystem;
 using namespace ucpkit;
 
 namespace {
-
-const std::string kFx = UCPKIT_FIXTURES_DIR;
 
 // autoep_z3 step 100 (tests/pec/fixtures.py: dp4, ep2, E=4 per layer) with `file` taken from step 200.
 std::string mixed(const std::string& name, const std::string& file) {
@@ -53,3 +54,5 @@ TEST(PecAutoEpZero3Experts, FilesOfAnotherSaveAreRefusedNamingTheFile) {
     EXPECT_NE(e.find("files of different saves"), std::string::npos) << e;
   }
 }
+
+}  // namespace autoep_zero3_test

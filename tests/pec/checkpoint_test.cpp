@@ -19,7 +19,10 @@
 #include "io/zip/zip_directory.h"
 #include "support/errors.h"
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace checkpoint_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -28,7 +31,6 @@ using ucpkit::testing::error_of;
 using ucpkit::testing::file_bytes;
 
 namespace {
-const std::string kFx = UCPKIT_FIXTURES_DIR;
 const std::string kStep = kFx + "/ds/step100";
 const std::string kTag = kStep + "/global_step100";
 
@@ -292,3 +294,5 @@ TEST(PecCheckpoint, NegativeOrFractionalOffsetsAndLengthsAreMalformed) {
     EXPECT_EQ(e.rfind("m.json: malformed cut list", 0), 0u) << bad << ": " << e;
   }
 }
+
+}  // namespace checkpoint_test

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+namespace checksum_test {
+
 using namespace ucpkit::pec;
 
 namespace {
@@ -162,3 +164,5 @@ TEST(PecChecksum, DigestChainIsItsDocumentedFold) {
   EXPECT_NE(swapped.hex(), chain.hex());
   EXPECT_NE(joined.hex(), chain.hex());
 }
+
+}  // namespace checksum_test

@@ -9,15 +9,14 @@
 #include <string>
 
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
 #include "job.h"
 
+namespace cross_checks_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit::testing;
-
-namespace {
-const std::string kBin = pec_tools_dir();
-}  // namespace
 
 TEST(PecCrossChecks, StoreInsideTheCheckpointIsRefused) {
   const PecJob job("pec_store_inside", {100});
@@ -32,3 +31,5 @@ TEST(PecCrossChecks, StoreInsideTheCheckpointIsRefused) {
     EXPECT_FALSE(fs::exists(dir + "/outside")) << option;
   }
 }
+
+}  // namespace cross_checks_test

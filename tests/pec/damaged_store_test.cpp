@@ -20,17 +20,18 @@
 #include <vector>
 
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace damaged_store_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace ucpkit::testing;  // file_bytes, run_logged, tree_bytes, scratch_dir
 
 namespace {
-const std::string kFx = UCPKIT_FIXTURES_DIR;
-// UCPKIT_TEST_BIN: run these against other tools (6116fc0's fail every test here but
+// UCPKIT_TEST_BIN (support/paths.h) runs these against other tools (6116fc0's fail every test here but
 // ATornObjectFailsOnlyTheStepsThatNeedIt, which guards what they already did).
-const std::string kBin = std::getenv("UCPKIT_TEST_BIN") ? std::getenv("UCPKIT_TEST_BIN") : UCPKIT_BIN_DIR;
 
 std::string save_cmd(const std::string& store, int64_t step, const std::string& extra = "") {
   const std::string s = std::to_string(step);
@@ -196,3 +197,5 @@ TEST(PecDamagedStore, ReportIntoAMissingFolderCommitsNothing) {
   EXPECT_FALSE(fs::exists(d + "/out/global_step100"));
   EXPECT_FALSE(fs::exists(d + "/out/latest"));
 }
+
+}  // namespace damaged_store_test

@@ -13,7 +13,10 @@
 #include <thread>
 
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace job_paths_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -22,8 +25,6 @@ using ucpkit::testing::quote;
 using ucpkit::testing::run_logged;
 
 namespace {
-const std::string kFx = UCPKIT_FIXTURES_DIR;
-const std::string kBin = UCPKIT_BIN_DIR;
 
 std::string ckpt(int64_t step) { return kFx + "/ds/step" + std::to_string(step); }
 std::string step_dir(int64_t step) { return ckpt(step) + "/global_step" + std::to_string(step); }
@@ -267,3 +268,5 @@ TEST(PecJobPaths, RestoreOutputMayNameTheStepFolder) {
   EXPECT_EQ(file_bytes(d + "/job/out2/latest"), "global_step100");
   EXPECT_EQ(json_file(d + "/job/r100.json").value("from_source", json::object()), json({{"ds_version", "as saved"}}));
 }
+
+}  // namespace job_paths_test

@@ -26,15 +26,16 @@
 #include <vector>
 
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace kill_test {
 
 namespace fs = std::filesystem;
 using ucpkit::testing::file_bytes;
 using ucpkit::testing::tree_bytes;
 
 namespace {
-const std::string kFx = UCPKIT_FIXTURES_DIR;
-const std::string kBin = UCPKIT_BIN_DIR;
 const std::vector<int64_t> kSteps = {100, 200, 300};
 
 std::string manifest(const std::string& store, int64_t step) {
@@ -172,3 +173,5 @@ TEST(PecKill, WatchLoopKilledAtRandomPointsKeepsTheLastCommit) {
   }
   EXPECT_GE(kills, 16) << "seed " << seed << ", " << tries << " draws";
 }
+
+}  // namespace kill_test

@@ -16,15 +16,17 @@
 #include "io/zip/zip_directory.h"
 #include "pec/checkpoint.h"
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
 #include "job.h"
+
+namespace leftovers_test {
 
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using namespace ucpkit::testing;
 
 namespace {
-const std::string kBin = pec_tools_dir();
 
 std::string save(const std::string& ck, int64_t step, const std::string& extra = "") {
   return kBin + "/pec-save -q --checkpoint " + ck + " --store store --step " + std::to_string(step) +
@@ -77,3 +79,5 @@ TEST(PecLeftovers, RefusedSaveLeavesNoStoreFolder) {
   EXPECT_EQ(s.rc, 1) << s.err;
   EXPECT_FALSE(fs::exists(job.dir + "/store")) << s.err;
 }
+
+}  // namespace leftovers_test

@@ -8,6 +8,8 @@
 #include "core/error.h"
 #include "pec/manifest.h"
 
+namespace manifest_test {
+
 using namespace ucpkit::pec;
 
 namespace {
@@ -90,3 +92,5 @@ TEST(PecManifest, RangesCutAndRangeCrcsRoundTripAndMalformedOnesAreNamed) {
     }
   }
 }
+
+}  // namespace manifest_test

@@ -22,16 +22,17 @@
 #include "io/zip/zip_directory.h"
 #include "pec/checkpoint.h"
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
 #include "job.h"
+
+namespace mixed_save_crc_test {
 
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using namespace ucpkit::testing;
 
 namespace {
-const std::string kFx = kPecFixtures;
-const std::string kBin = pec_tools_dir();
 
 std::map<std::string, ZipRecord> records_of(const std::string& bytes, const std::string& path) {
   return read_zip_directory({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, path);
@@ -126,3 +127,5 @@ TEST(PecMixedSaveCrc, UndamagedChainRestoresWithTheCrcOfEachRecord) {
   }
   EXPECT_GT(mixed, 0u) << "no record mixed saves: the test would not reach the check";
 }
+
+}  // namespace mixed_save_crc_test

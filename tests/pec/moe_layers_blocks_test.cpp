@@ -18,7 +18,10 @@
 #include <nlohmann/json.hpp>
 
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace moe_layers_blocks_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -26,10 +29,7 @@ using ucpkit::testing::file_bytes;
 
 namespace {
 
-// UCPKIT_TEST_BIN: run these against other tools (the tools before issue 33 refuse the checkpoint).
-const std::string kBin = std::getenv("UCPKIT_TEST_BIN") ? std::getenv("UCPKIT_TEST_BIN") : UCPKIT_BIN_DIR;
-const std::string kSrc = UCPKIT_SOURCE_DIR;
-const std::string kPy = UCPKIT_PYTHON;
+// UCPKIT_TEST_BIN (support/paths.h) runs these against other tools (the tools before issue 33 refuse the checkpoint).
 const int64_t kSteps[] = {100, 200, 300};
 
 int sh(const std::string& cmd, std::string* out = nullptr) { return ucpkit::testing::run_command(cmd, out); }
@@ -135,3 +135,5 @@ TEST(PecMoeLayers, RealEngineV019ChainRestoresEachExpertFromTheStepTheReportName
 }
 
 }  // namespace
+
+}  // namespace moe_layers_blocks_test

@@ -18,6 +18,8 @@
 #include "support/files.h"
 #include "support/process.h"
 
+namespace object_store_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit::pec;
 using ucpkit::testing::error_of;
@@ -244,3 +246,5 @@ TEST(PecObjectStore, ListRemoveAndTemporaries) {
   s.remove(ids[1]);  // already gone: nothing to do
   EXPECT_EQ(s.list().size(), 2u);
 }
+
+}  // namespace object_store_test

@@ -18,7 +18,10 @@
 
 #include "io/torch/torch_file.h"
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace pec_tools_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -27,8 +30,6 @@ using ucpkit::testing::run_logged;
 using ucpkit::testing::tree_bytes;
 
 namespace {
-const std::string kFx = UCPKIT_FIXTURES_DIR;
-const std::string kBin = UCPKIT_BIN_DIR;
 const std::vector<int64_t> kSteps = {100, 200, 300, 400, 500};
 
 std::string ckpt(const std::string& family, int64_t step) { return kFx + "/" + family + "/step" + std::to_string(step); }
@@ -998,3 +999,5 @@ TEST(PecAutoEpZero3Store, BadInputFailsClearlyAndStoresNothing) {
   EXPECT_NE(file_bytes(d + "/log").find("--ds-version"), std::string::npos) << file_bytes(d + "/log");
   EXPECT_FALSE(fs::exists(d + "/out")) << "the refusal left the output folder behind";
 }
+
+}  // namespace pec_tools_test

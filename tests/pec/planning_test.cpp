@@ -18,6 +18,8 @@
 #include "pec/shard_plan.h"
 #include "pec/tokens.h"
 
+namespace planning_test {
+
 using namespace ucpkit;
 using namespace ucpkit::pec;
 
@@ -232,3 +234,5 @@ TEST(PecAutoEpSlices, Zero12FragmentsSplitPerExpert) {
   EXPECT_EQ(as_tuples(formats::deepspeed::autoep_zero12_fragment_runs(w, 0, 0, 150, 100, 50, "f", "w1")), (Runs{{0, 0, 50}}));
   EXPECT_THROW((void)formats::deepspeed::autoep_zero12_fragment_runs(w, 0, 0, 150, 90, 50, "f", "w1"), Error);  // starts before it
 }
+
+}  // namespace planning_test

@@ -24,7 +24,10 @@
 
 #include "pec/checksum.h"
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace reliability_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -33,8 +36,6 @@ using ucpkit::testing::run_logged;
 using ucpkit::testing::tree_bytes;
 
 namespace {
-const std::string kFx = UCPKIT_FIXTURES_DIR;
-const std::string kBin = UCPKIT_BIN_DIR;
 
 std::string ckpt(int64_t step) { return kFx + "/ds/step" + std::to_string(step); }
 std::string tokens(int64_t step) { return kFx + "/tokens/step" + std::to_string(step) + ".json"; }
@@ -245,3 +246,5 @@ TEST(PecReliability, ReadOnlyStoreCanBeRestored) {
   fs::permissions(d + "/store", fs::perms(0755));
   EXPECT_EQ(rc2, 0) << file_bytes(d + "/log2");
 }
+
+}  // namespace reliability_test

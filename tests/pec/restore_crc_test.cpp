@@ -20,6 +20,8 @@
 #include "pec/store.h"
 #include "support/files.h"
 
+namespace restore_crc_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using namespace ucpkit::pec;
@@ -222,3 +224,5 @@ TEST(PecRestoreCrc, RangeCrcsRefuseADamagedRecord) {
     EXPECT_NE(what.find("'" + d.damage.second + "'"), std::string::npos) << what;
   }
 }
+
+}  // namespace restore_crc_test

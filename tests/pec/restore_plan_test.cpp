@@ -9,6 +9,8 @@
 #include "core/error.h"
 #include "pec/restore_plan.h"
 
+namespace restore_plan_test {
+
 using namespace ucpkit;
 using namespace ucpkit::pec;
 using nlohmann::json;
@@ -200,3 +202,5 @@ TEST(PecRestorePlan, JsonNamesTheSourcesObjectsAndReportInputs) {
   p.catalog.copies[p.base].manifest.tokens_known = true;
   EXPECT_EQ(restore_plan_to_json(p)["tokens"]["from"], "store");
 }
+
+}  // namespace restore_plan_test

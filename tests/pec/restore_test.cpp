@@ -16,7 +16,10 @@
 #include "pec/save.h"
 #include "support/errors.h"
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace restore_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -28,7 +31,6 @@ using ucpkit::testing::file_bytes;
 using ucpkit::testing::tree_bytes;
 
 namespace {
-const std::string kFx = UCPKIT_FIXTURES_DIR;
 
 std::string step_dir(int step) { return kFx + "/ds/step" + std::to_string(step); }
 
@@ -252,3 +254,5 @@ TEST(PecRestore, ReportTableOfAHandMadeReport) {
             std::string::npos)
       << t;
 }
+
+}  // namespace restore_test

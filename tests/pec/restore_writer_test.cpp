@@ -13,6 +13,8 @@
 #include "pec/store.h"
 #include "support/files.h"
 
+namespace restore_writer_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using namespace ucpkit::pec;
@@ -135,3 +137,5 @@ TEST(PecRestoreWriter, DamagedFragmentIsReportedAndDiscarded) {
 TEST(PecRestoreWriter, BudgetTooSmallIsAUsageError) {
   EXPECT_THROW(RestoreWriter("/nonexistent", 16 << 20), UsageError);
 }
+
+}  // namespace restore_writer_test

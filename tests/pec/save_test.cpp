@@ -18,7 +18,10 @@
 #include "pec/store.h"
 #include "support/errors.h"
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace save_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -29,7 +32,6 @@ using ucpkit::testing::error_of;
 using ucpkit::testing::file_bytes;
 
 namespace {
-const std::string kFx = UCPKIT_FIXTURES_DIR;
 
 std::string step_dir(int step) { return kFx + "/ds/step" + std::to_string(step); }
 std::string tag_dir(int step) { return step_dir(step) + "/global_step" + std::to_string(step); }
@@ -235,3 +237,5 @@ TEST(PecSave, FastTierHoldsItsOwnSelection) {
   EXPECT_EQ(fast.committed_steps(), std::vector<int64_t>{100});
   EXPECT_EQ(fast.load_manifest(100).tier, ucpkit::pec::Tier::fast);
 }
+
+}  // namespace save_test

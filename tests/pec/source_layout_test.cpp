@@ -5,6 +5,8 @@
 
 #include "core/error.h"
 
+namespace source_layout_test {
+
 using namespace ucpkit::pec;
 
 TEST(PecSourceLayout, NamesRoundTrip) {
@@ -24,3 +26,5 @@ TEST(PecSourceLayout, UnknownNameIsRefusedNamingTheManifest) {
     EXPECT_NE(std::string(e.what()).find("unknown source layout 'megatron'"), std::string::npos) << e.what();
   }
 }
+
+}  // namespace source_layout_test

@@ -15,6 +15,8 @@
 #include "pec/tokens.h"
 #include "support/process.h"
 
+namespace step_sources_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using namespace ucpkit::pec;
@@ -118,3 +120,5 @@ TEST(PecPlt, UnknownIsNullAndStaysUnknownInTheHistory) {
   ASSERT_TRUE(total_lost(h, {2}));
   EXPECT_EQ(*total_lost(h, {2}), TokenMatrix({{1, 7}}));
 }
+
+}  // namespace step_sources_test

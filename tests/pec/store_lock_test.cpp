@@ -20,14 +20,16 @@
 #include <thread>
 
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
 #include "job.h"
+
+namespace store_lock_test {
 
 namespace fs = std::filesystem;
 using namespace ucpkit::testing;
 
 namespace {
-const std::string kBin = pec_tools_dir();
 
 std::string save(const std::string& ck, int64_t step) {
   return kBin + "/pec-save -q --checkpoint " + ck + " --store store --step " + std::to_string(step) +
@@ -106,3 +108,5 @@ TEST(PecStoreLock, WatchTriesTheStepAgainOnceTheRestoreEnds) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << file_bytes(log);  // no step NOT saved
   EXPECT_TRUE(fs::exists(job.dir + "/store/manifests/step-000000000200.json")) << file_bytes(log);
 }
+
+}  // namespace store_lock_test

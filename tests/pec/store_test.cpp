@@ -7,6 +7,8 @@
 
 #include "pec/store.h"
 
+namespace store_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using namespace ucpkit::pec;
@@ -135,3 +137,5 @@ TEST(PecStore, UntrustedLeftoverObjectIsRewritten) {
   third.objects().trust({g.chunks[0].object});
   EXPECT_EQ(third.put_file("a.pt", bytes_of(text), 1 << 20).chunks[0].stored, 0u);  // reused
 }
+
+}  // namespace store_test

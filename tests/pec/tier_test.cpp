@@ -6,6 +6,8 @@
 #include "pec/manifest.h"
 #include "pec/tier.h"
 
+namespace tier_test {
+
 using namespace ucpkit;
 using namespace ucpkit::pec;
 
@@ -31,3 +33,5 @@ TEST(PecTier, ManifestKeepsTheTierStringAndRefusesAnUnknownOne) {
     EXPECT_NE(std::string(e.what()).find("unknown store tier 'Fast'"), std::string::npos) << e.what();
   }
 }
+
+}  // namespace tier_test

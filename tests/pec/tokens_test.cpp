@@ -20,7 +20,10 @@
 #include "core/error.h"
 #include "support/errors.h"
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace tokens_test {
 
 using namespace ucpkit;
 using namespace ucpkit::pec;
@@ -28,7 +31,6 @@ using ucpkit::testing::error_of;
 
 namespace {
 bool contains(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
-const std::string kFx = UCPKIT_FIXTURES_DIR;
 }  // namespace
 
 TEST(PecTokens, JsonMatrix) {
@@ -211,3 +213,5 @@ TEST(PecTokens, JsonFormRoundTripsAndNullIsUnknown) {
   EXPECT_EQ(error_of([] { tokens_from_json(nlohmann::json::parse("3"), "m.json"); }),
             "m.json: expected a JSON matrix [moe_layer][global_expert]");
 }
+
+}  // namespace tokens_test

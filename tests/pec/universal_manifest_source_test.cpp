@@ -11,8 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/paths.h"
 #include "support/process.h"
 #include "support/files.h"
+
+namespace universal_manifest_source_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -21,8 +24,6 @@ using ucpkit::testing::run_command;
 using ucpkit::testing::file_bytes;
 
 namespace {
-const std::string kFx = UCPKIT_FIXTURES_DIR;
-const std::string kBin = UCPKIT_BIN_DIR;
 
 // (MoE layer, expert) -> the stored files' paths, and experts per layer, from the store's one manifest.
 std::pair<std::map<std::pair<int, int>, std::vector<std::string>>, json> stored_experts(const fs::path& store) {
@@ -114,3 +115,5 @@ TEST(PecUniversalManifest, AnExpertTheFolderLacksOrABadManifestIsRefused) {
             std::string::npos)
       << out;
 }
+
+}  // namespace universal_manifest_source_test

@@ -6,6 +6,8 @@
 #include "core/error.h"
 #include "placement/allocation.h"
 
+namespace allocation_test {
+
 using namespace ucpkit;
 using namespace ucpkit::placement;
 
@@ -38,3 +40,5 @@ TEST(Allocation, ImpossibleRequestsAreUsageErrors) {
   EXPECT_THROW(lazarus_allocation({1, 2}, 2, 8, 3), UsageError);        // f > nodes
   EXPECT_THROW(lazarus_allocation({1, 2}, 2, 8, 0), UsageError);
 }
+
+}  // namespace allocation_test

@@ -22,6 +22,8 @@
 #include "exact_optimum.h"
 #include "random_workloads.h"
 
+namespace balance_bound_test {
+
 using namespace ucpkit::placement;
 using namespace placement_test;
 
@@ -407,3 +409,5 @@ TEST(BalanceBound, BalancedFtReachesMinOfEplbGlobalAndTheBoundOnRandomWorkloads)
         << w;
   EXPECT_GE(worst, 0.985);  // measured 0.9899 (128 x 4 x 2, f = 3, Zipf)
 }
+
+}  // namespace balance_bound_test

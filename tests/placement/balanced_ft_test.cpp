@@ -15,6 +15,8 @@
 #include "placement/planner.h"
 #include "random_workloads.h"
 
+namespace balanced_ft_test {
+
 using namespace ucpkit::placement;
 using namespace placement_test;
 
@@ -142,3 +144,5 @@ TEST(BalancedFt, FloorGreedyAllocationMinimizesLargestShare) {
     EXPECT_NEAR(got, best, 1e-9);
   }
 }
+
+}  // namespace balanced_ft_test

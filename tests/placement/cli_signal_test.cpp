@@ -19,6 +19,8 @@
 
 #include "test_data.h"
 
+namespace cli_signal_test {
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -134,3 +136,5 @@ TEST_F(CliSignal, StaleTemporariesOfAGoneRunAreSwept) {
 }
 
 }  // namespace
+
+}  // namespace cli_signal_test

@@ -11,6 +11,8 @@
 
 #include "test_data.h"
 
+namespace cli_test {
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -310,3 +312,5 @@ TEST_F(Cli, NodeLossWithMigrationWeightFetchesFromSurvivorsInRounds) {
     EXPECT_NE(b.out.find("moe-replace: error:"), std::string::npos) << b.out;
   }
 }
+
+}  // namespace cli_test

@@ -21,6 +21,8 @@
 #include "support/process.h"
 #include "test_data.h"
 
+namespace cluster_request_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit::placement;
 using ucpkit::testing::error_of;
@@ -247,3 +249,5 @@ TEST_F(SurviveCli, PreviousSizeErrorPointsToCurrentAndFailedNodes) {
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   EXPECT_FALSE(exists("bad.json"));
 }
+
+}  // namespace cluster_request_test

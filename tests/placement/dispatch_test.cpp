@@ -14,6 +14,8 @@
 #include "placement/dispatch.h"
 #include "placement/planner.h"
 
+namespace dispatch_test {
+
 using namespace ucpkit::placement;
 
 namespace {
@@ -136,3 +138,5 @@ TEST(Dispatch, PlanFileCarriesSharesAndBothBalancedness) {
   EXPECT_NE(out.table.find("dispatch plan: balancedness"), std::string::npos);
   fs::remove_all(dir);
 }
+
+}  // namespace dispatch_test

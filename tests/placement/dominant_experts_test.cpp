@@ -18,6 +18,8 @@
 #include "placement/planner.h"
 #include "random_workloads.h"
 
+namespace dominant_experts_test {
+
 using namespace ucpkit::placement;
 using namespace placement_test;
 
@@ -140,3 +142,5 @@ TEST(DominantExperts, DefaultWithinHalfAPercentOfMinEplbGlobalAndBoundWhereReach
   EXPECT_EQ(short_of, 0);
   EXPECT_GT(reachable, layers / 2);
 }
+
+}  // namespace dominant_experts_test

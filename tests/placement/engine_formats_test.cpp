@@ -14,6 +14,8 @@
 #include "placement/loads.h"
 #include "test_data.h"
 
+namespace engine_formats_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit::placement;
 
@@ -138,3 +140,5 @@ TEST_F(EngineFormats, BadDumpsFailCleanly) {
   EXPECT_NE(r.out.find("missing"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(dir / "out.json"));
 }
+
+}  // namespace engine_formats_test

@@ -9,6 +9,8 @@
 #include "placement/planner.h"
 #include "test_data.h"
 
+namespace eplb_test {
+
 using namespace ucpkit::placement;
 
 namespace {
@@ -102,3 +104,5 @@ TEST(Lazarus, SurvivesAnySingleNodeFailureWhenSlotsAllow) {
     for (int e = 0; e < 12; ++e) EXPECT_GE(sets.degree(e), 2);
   }
 }
+
+}  // namespace eplb_test

@@ -16,6 +16,8 @@
 #include "placement/hecate.h"
 #include "placement/planner.h"
 
+namespace hecate_test {
+
 using namespace ucpkit::placement;
 
 namespace {
@@ -162,3 +164,5 @@ TEST(Hecate, HeavyTailedAtScalePlacesEveryLayer) {
   ASSERT_EQ(r.layers.size(), 64u);
   std::printf("hecate, heavy-tailed, 1,024 nodes: %.2f s CPU\n", cpu);
 }
+
+}  // namespace hecate_test

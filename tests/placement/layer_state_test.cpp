@@ -11,6 +11,8 @@
 #include "placement/layer_state.h"
 #include "support/errors.h"
 
+namespace layer_state_test {
+
 using namespace ucpkit::placement;
 
 // 2 nodes x 1 GPU x 2 slots; expert 0 (load 6) twice on GPU 0, expert 1 (2) and expert 2 (4) on GPU 1.
@@ -352,3 +354,5 @@ TEST(LayerStateSearch, OverlapMergesTheSmallNodeSetIntoTheLargeOne) {
     EXPECT_EQ(st.phy2log(), phy);
   }
 }
+
+}  // namespace layer_state_test

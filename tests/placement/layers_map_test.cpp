@@ -16,6 +16,8 @@
 #include "support/errors.h"
 #include "test_data.h"
 
+namespace layers_map_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using namespace ucpkit::placement;
@@ -171,3 +173,5 @@ TEST(LayersMap, PipelineStagesSplitAsTheEnginesDo) {
   EXPECT_THROW(pp_stages(v3, 62), UsageError);
   for (const char* bad : {"", "3,", ",3", "0,61", "a,b", "-1,62"}) EXPECT_THROW(parse_pp_partition(bad), UsageError) << bad;
 }
+
+}  // namespace layers_map_test

@@ -6,6 +6,8 @@
 #include "support/errors.h"
 #include "test_data.h"
 
+namespace loads_test {
+
 using namespace ucpkit;
 using namespace ucpkit::placement;
 
@@ -107,3 +109,5 @@ TEST(Loads, SharedDataFiles) {
   EXPECT_EQ(e.experts, 12u);
   EXPECT_EQ(e.at(0, 10), 183);
 }
+
+}  // namespace loads_test

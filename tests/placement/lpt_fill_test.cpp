@@ -10,6 +10,7 @@
 #include <random>
 
 namespace ucpkit::placement {
+namespace lpt_fill_test {
 namespace {
 
 std::vector<int> scan_fill(std::vector<int> phy2log, const std::vector<int>& r, const std::vector<double>& t,
@@ -113,4 +114,5 @@ TEST(LptFill, PackBelowALimitIsEmptyExactlyWhenTheFullPackingExceedsIt) {
 }
 
 }  // namespace
+}  // namespace lpt_fill_test
 }  // namespace ucpkit::placement

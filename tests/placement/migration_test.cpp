@@ -12,6 +12,8 @@
 #include "placement/migration.h"
 #include "placement/planner.h"
 
+namespace migration_test {
+
 using namespace ucpkit;
 using namespace ucpkit::placement;
 
@@ -253,3 +255,5 @@ TEST(Migration, RejectsUnknownFailedNode) {
   EXPECT_THROW(nodes_after_change(cur, NodeChange{{0, 0}, 0}), UsageError);
   EXPECT_THROW(nodes_after_change(cur, NodeChange{{0, 1}, 0}), UsageError);
 }
+
+}  // namespace migration_test

@@ -12,6 +12,7 @@
 #include "test_data.h"
 
 namespace ucpkit::placement {
+namespace min_recovery_test {
 namespace {
 
 TEST(MinRecovery, ParsesKColonP) {
@@ -105,4 +106,5 @@ TEST(MinRecovery, SmartMoePlanMeetsTheTargetAndTheNextLowerWeightDoesNot) {
 }
 
 }  // namespace
+}  // namespace min_recovery_test
 }  // namespace ucpkit::placement

@@ -13,6 +13,8 @@
 #include "placement/mro.h"
 #include "placement/planner.h"
 
+namespace mro_test {
+
 using namespace ucpkit::placement;
 
 namespace {
@@ -358,3 +360,5 @@ TEST(Mro, LeftoverPassOnManyNodes) {
   }
   EXPECT_EQ(placed, r);
 }
+
+}  // namespace mro_test

@@ -18,6 +18,8 @@
 #include "placement/planner.h"
 #include "test_data.h"
 
+namespace node_loss_test {
+
 using namespace ucpkit::placement;
 
 namespace {
@@ -248,3 +250,5 @@ TEST(NodeLoss, AboveTwoHundredFiftySixNodesAWeightLeavesOutThePlacementFromScrat
   check_schedule(cur, {0}, next0, res0.replacement, 2);
   expect_no_higher_maximum(next0, plan_placement(w, target, "balanced-ft", po), w, target);
 }
+
+}  // namespace node_loss_test

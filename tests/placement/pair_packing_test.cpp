@@ -10,6 +10,8 @@
 #include "placement/balance.h"
 #include "placement/pair_packing.h"
 
+namespace pair_packing_test {
+
 using namespace ucpkit::placement;
 
 namespace {
@@ -109,3 +111,5 @@ TEST(PairPacking, LayoutHoldsTheCountsAndItsMostLoadedGpuIsTheSortedPairing) {
     }
   }
 }
+
+}  // namespace pair_packing_test

@@ -20,6 +20,8 @@
 #include "placement/replace.h"
 #include "support/errors.h"
 
+namespace plan_scan_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit::placement;
 using ucpkit::testing::error_of;
@@ -214,3 +216,5 @@ TEST(PlanWrite, Log2phyRowsEqualTheTable) {
           << "round " << round << " layer " << l;
   }
 }
+
+}  // namespace plan_scan_test

@@ -10,6 +10,8 @@
 #include "support/errors.h"
 #include "support/files.h"
 
+namespace plan_test {
+
 using namespace ucpkit::placement;
 using ucpkit::testing::error_of;
 using json = nlohmann::json;
@@ -275,3 +277,5 @@ TEST_F(PlanFile, DamagedPlanFilesAreRefusedNamingTheFile) {
   msg = error_of([&] { read_plan(missing); }, "(accepted)");
   EXPECT_NE(msg.find(missing), std::string::npos) << msg;
 }
+
+}  // namespace plan_test

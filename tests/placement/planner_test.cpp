@@ -11,6 +11,8 @@
 #include "support/errors.h"
 #include "support/files.h"
 
+namespace planner_test {
+
 using namespace ucpkit::placement;
 using ucpkit::testing::error_of;
 namespace fs = std::filesystem;
@@ -262,3 +264,5 @@ TEST_F(Planner, EngineFilesAreMadeOnlyWhenAsked) {
   ASSERT_GT(out.vllm_bytes.size(), 8u);
   EXPECT_EQ(out.vllm_bytes[8], '{');
 }
+
+}  // namespace planner_test

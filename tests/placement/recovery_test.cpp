@@ -7,6 +7,8 @@
 #include "placement/planner.h"
 #include "placement/recovery.h"
 
+namespace recovery_test {
+
 using namespace ucpkit::placement;
 
 namespace {
@@ -113,3 +115,5 @@ TEST(Recovery, PlanMetricsUseMonteCarloBeyondTheLimit) {
     EXPECT_GE(p.metrics.recovery[3].ci_high, q.metrics.recovery[3].probability);
   }
 }
+
+}  // namespace recovery_test

@@ -20,6 +20,8 @@
 #include "random_workloads.h"
 #include "test_data.h"
 
+namespace recovery_weight_test {
+
 using namespace ucpkit::placement;
 using namespace placement_test;
 namespace fs = std::filesystem;
@@ -280,3 +282,5 @@ TEST(RecoveryWeight, FreePointDominatesTheDefault) {
   }
   check(deepseek_like_loads(), Cluster{8, 8, 10}, "DeepSeek-like Zipf 8 x 8 x 10");
 }
+
+}  // namespace recovery_weight_test

@@ -17,6 +17,8 @@
 #include "support/process.h"
 #include "test_data.h"
 
+namespace replace_test {
+
 using namespace ucpkit::placement;
 
 namespace {
@@ -421,3 +423,5 @@ TEST(Replace, WeightZeroGivesWhatABudgetThatNeverBindsGives) {
     EXPECT_EQ(a.layers_from_scratch, b.layers_from_scratch);
   }
 }
+
+}  // namespace replace_test

@@ -7,6 +7,8 @@
 
 #include "placement/svg.h"
 
+namespace svg_test {
+
 using namespace ucpkit::placement;
 
 namespace {
@@ -129,3 +131,5 @@ TEST(PlanSvg, SmallCellsHaveNoLabels) {
   EXPECT_NE(svg.find("width=\"9.8\" height=\"9.8\""), std::string::npos);  // cell 520 / 48 = 10.83, minus 1
   EXPECT_EQ(svg.find(">47</text>"), std::string::npos);
 }
+
+}  // namespace svg_test

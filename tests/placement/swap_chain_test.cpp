@@ -11,6 +11,8 @@
 #include "placement/swap_chain.h"
 #include "random_workloads.h"
 
+namespace swap_chain_test {
+
 using namespace ucpkit::placement;
 using namespace placement_test;
 
@@ -73,3 +75,5 @@ TEST(SwapChain, ReachesTheProvenOptimumOnFiveByTwoByFour) {
   });
   EXPECT_TRUE(seen);
 }
+
+}  // namespace swap_chain_test

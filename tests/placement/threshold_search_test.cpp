@@ -16,6 +16,8 @@
 #include "placement/threshold_search.h"
 #include "random_workloads.h"
 
+namespace threshold_search_test {
+
 using namespace ucpkit::placement;
 using namespace placement_test;
 
@@ -142,3 +144,5 @@ TEST(PairPacking, RestartsReachEplbGlobalOnTwentyFourByTwoByTwo) {
   });
   EXPECT_TRUE(seen);
 }
+
+}  // namespace threshold_search_test

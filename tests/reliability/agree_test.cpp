@@ -13,7 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace agree_test {
 
 namespace fs = std::filesystem;
 using ucpkit::testing::quote;
@@ -21,9 +24,6 @@ using ucpkit::testing::run_command;
 using ucpkit::testing::scratch_dir;
 
 namespace {
-
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kFx = UCPKIT_FIXTURES_DIR;
 
 nlohmann::json cases() {
   std::ifstream in(kFx + "/agree/cases.json");
@@ -228,3 +228,5 @@ TEST(Agree, DamagedLayerFileIsReportedAsDamagedNotAsAnotherRun) {
   }
   fs::remove_all(d);
 }
+
+}  // namespace agree_test

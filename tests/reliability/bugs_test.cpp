@@ -20,8 +20,11 @@
 #include "pec/tokens.h"
 #include "placement/loads.h"
 #include "to_universal/shard_reader.h"
+#include "support/paths.h"
 #include "support/process.h"
 #include "support/files.h"
+
+namespace bugs_test {
 
 namespace fs = std::filesystem;
 
@@ -29,8 +32,6 @@ using ucpkit::testing::file_bytes;
 
 namespace {
 
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kFx = UCPKIT_FIXTURES_DIR;
 
 // Exit status of `cmd` (128 + signal when a signal ended it), stdout and stderr in *out.
 int sh(const std::string& cmd, std::string* out = nullptr) { return ucpkit::testing::run_command_status(cmd, out); }
@@ -275,3 +276,5 @@ TEST(PickleClassPath, DamagedClassPathIsRefused) {
   EXPECT_NE(out.find("not a model-states dict"), std::string::npos) << out;
   fs::remove_all(d);
 }
+
+}  // namespace bugs_test

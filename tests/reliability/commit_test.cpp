@@ -14,17 +14,17 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include "support/paths.h"
 #include "support/process.h"
 #include "support/files.h"
+
+namespace commit_test {
 
 namespace fs = std::filesystem;
 
 using ucpkit::testing::file_bytes;
 
 namespace {
-
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kFx = UCPKIT_FIXTURES_DIR;
 
 int sh(const std::string& cmd, std::string* out = nullptr) { return ucpkit::testing::run_command(cmd, out); }
 
@@ -187,3 +187,5 @@ TEST(SignalInCommit, UnionSignalledBeforeTheCommitCommitsNothing) {
   EXPECT_FALSE(has_staging(d));
   fs::remove_all(d);
 }
+
+}  // namespace commit_test

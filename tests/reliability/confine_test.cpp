@@ -16,7 +16,10 @@
 #include <nlohmann/json.hpp>
 
 #include "pec/checksum.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace confine_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -25,9 +28,6 @@ using ucpkit::testing::run_command;
 using ucpkit::testing::scratch_dir;
 
 namespace {
-
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kFx = UCPKIT_FIXTURES_DIR;
 
 json read_json(const fs::path& p) {
   std::ifstream in(p);
@@ -169,3 +169,5 @@ TEST(Confine, RestoreStaysInsideItsOutputAndStore) {
   EXPECT_TRUE(fs::exists(out / "global_step10"));
   fs::remove_all(d);
 }
+
+}  // namespace confine_test

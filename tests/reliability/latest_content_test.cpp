@@ -8,16 +8,16 @@
 #include <fstream>
 #include <string>
 
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace latest_content_test {
 
 namespace fs = std::filesystem;
 using ucpkit::testing::quote;
 using ucpkit::testing::run_command;
 
 namespace {
-
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kFx = UCPKIT_FIXTURES_DIR;
 
 // A copy of the fixture `gpt` under a scratch folder whose `latest` is a symlink to `secret`.
 fs::path checkpoint_with_secret(const std::string& name, const std::string& secret) {
@@ -77,3 +77,5 @@ TEST(LatestContent, MissingStepFolderIsNamed) {
   EXPECT_NE(log.find("names global_step77, which is not a folder"), std::string::npos) << log;
   fs::remove_all(d);
 }
+
+}  // namespace latest_content_test

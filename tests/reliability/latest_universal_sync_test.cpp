@@ -9,15 +9,16 @@
 #include <sstream>
 #include <string>
 
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace latest_universal_sync_test {
 
 namespace fs = std::filesystem;
 using ucpkit::testing::quote;
 using ucpkit::testing::run_command;
 
 namespace {
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kFx = UCPKIT_FIXTURES_DIR;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p);
@@ -57,3 +58,5 @@ TEST(LatestUniversalSync, TagIsFsyncedAndItsFolderAfterTheRename) {
   EXPECT_TRUE(folder_synced_after) << "the folder not fsynced after latest_universal's rename:\n" << slurp(d / "trace.txt");
   fs::remove_all(d);
 }
+
+}  // namespace latest_universal_sync_test

@@ -11,6 +11,8 @@
 
 #include "support/process.h"
 
+namespace load_shape_test {
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 using ucpkit::testing::quote;
@@ -54,3 +56,5 @@ TEST(LoadShape, ManifestShapeMustBeTheStoredShape) {
   EXPECT_EQ(run_command(load, &log), 0) << log;
   fs::remove_all(d);
 }
+
+}  // namespace load_shape_test

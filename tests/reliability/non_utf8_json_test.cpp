@@ -9,15 +9,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace non_utf8_json_test {
 
 namespace fs = std::filesystem;
 using ucpkit::testing::quote;
 using ucpkit::testing::run_split_in;
 
 namespace {
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kFx = UCPKIT_FIXTURES_DIR;
 const std::string kOdd = std::string("ck\xff") + "pt";  // a folder name with a byte 0xff
 
 // Runs `command` in `cwd`; it must exit 0 with parseable JSON on stdout.
@@ -71,3 +72,5 @@ TEST(NonUtf8Json, UnionAndExtractNameANonUtf8InputFolder) {
   EXPECT_TRUE(fs::exists(d / kOdd / "u" / "manifest.json"));
   fs::remove_all(d);
 }
+
+}  // namespace non_utf8_json_test

@@ -8,6 +8,8 @@
 
 #include "support/process.h"
 
+namespace option_messages_test {
+
 using namespace ucpkit::testing;
 
 TEST(OptionMessages, ControlBytesInAnOptionValueAreEscaped) {
@@ -25,3 +27,5 @@ TEST(OptionMessages, ControlBytesInAnOptionValueAreEscaped) {
     EXPECT_LT(r.err.size(), 400u) << r.err;
   }
 }
+
+}  // namespace option_messages_test

@@ -10,8 +10,11 @@
 #include <sstream>
 #include <string>
 
+#include "support/paths.h"
 #include "support/process.h"
 #include "support/files.h"
+
+namespace output_test {
 
 namespace fs = std::filesystem;
 using ucpkit::testing::quote;
@@ -21,9 +24,6 @@ using ucpkit::testing::scratch_dir;
 using ucpkit::testing::file_bytes;
 
 namespace {
-
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kFx = UCPKIT_FIXTURES_DIR;
 
 // Every regular file under `dir` (relative name -> content).
 std::map<std::string, std::string> tree(const fs::path& dir) {
@@ -116,3 +116,5 @@ TEST(OutputOverInput, PlacementOntoItsLoads) {
   EXPECT_EQ(run_command(base + " --output " + quote((d / "plan.json").string()), &log), 0) << log;
   fs::remove_all(d);
 }
+
+}  // namespace output_test

@@ -12,15 +12,13 @@
 #include <vector>
 
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace patterns_file_test {
 
 namespace fs = std::filesystem;
 using namespace ucpkit::testing;
-
-namespace {
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kFx = UCPKIT_FIXTURES_DIR;
-}  // namespace
 
 TEST(PatternsFile, ErrorsNameTheFileAndShowLittle) {
   const std::string dir = scratch_dir("patterns_file_errors");
@@ -47,3 +45,5 @@ TEST(PatternsFile, ErrorsNameTheFileAndShowLittle) {
     EXPECT_FALSE(fs::exists(dir + "/u" + std::to_string(i))) << file;
   }
 }
+
+}  // namespace patterns_file_test

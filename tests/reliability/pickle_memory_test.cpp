@@ -12,6 +12,8 @@
 #include "core/error.h"
 #include "io/pickle/unpickler.h"
 
+namespace pickle_memory_test {
+
 namespace {
 // Exit status and peak resident memory (kB) of `f` run in a child process.
 int in_child(const std::function<int()>& f, long* max_rss_kb) {
@@ -55,3 +57,5 @@ TEST(PickleMemory, OrdinarySizesAreRead) {
   const auto v = ucpkit::pickle::unpickle({reinterpret_cast<const uint8_t*>(pkl.data()), pkl.size()}, "ok.pkl");
   EXPECT_EQ(v->items.size(), 100'000u);
 }
+
+}  // namespace pickle_memory_test

@@ -24,7 +24,10 @@
 #include <nlohmann/json.hpp>
 
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace round4_test {
 
 namespace fs = std::filesystem;
 using ucpkit::testing::quote;
@@ -33,8 +36,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kFx = UCPKIT_FIXTURES_DIR;
 const std::string kDcp = std::string(UCPKIT_SOURCE_DIR) + "/tests/formats/dcp/data";
 const std::string kMcore = std::string(UCPKIT_SOURCE_DIR) + "/tests/formats/megatron_core/data";
 
@@ -534,3 +535,5 @@ TEST(Round4Options, TorchDistOfAnotherBackendVersionIsRefused) {
   EXPECT_NE(log.find("metadata.json: Megatron-Core sharded_backend_version 2"), std::string::npos) << log;
   fs::remove_all(d);
 }
+
+}  // namespace round4_test

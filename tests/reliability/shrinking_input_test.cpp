@@ -14,15 +14,16 @@
 #include <thread>
 
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace shrinking_input_test {
 
 namespace fs = std::filesystem;
 using ucpkit::testing::quote;
 using ucpkit::testing::run_capture;
 
 namespace {
-
-const std::string kBin = UCPKIT_BIN_DIR;
 
 // A checkpoint large enough (about 25 MB per optimizer shard) that a read takes tens of milliseconds.
 fs::path make_source(const fs::path& dir) {
@@ -89,3 +90,5 @@ TEST(ShrinkingInput, TruncatedWhileReadIsAnErrorOrAnUndisturbedResultNeverASigna
   std::printf("shrinking input: %d runs refused, %d completed before the cut\n", refused, completed);
   if (!::testing::Test::HasFailure()) fs::remove_all(dir);
 }
+
+}  // namespace shrinking_input_test

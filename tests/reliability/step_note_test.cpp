@@ -6,16 +6,14 @@
 #include <filesystem>
 #include <string>
 
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace step_note_test {
 
 namespace fs = std::filesystem;
 using ucpkit::testing::quote;
 using ucpkit::testing::run_split_in;
-
-namespace {
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kFx = UCPKIT_FIXTURES_DIR;
-}  // namespace
 
 TEST(StepNote, ControlBytesInTheFolderNameAreEscaped) {
   const fs::path d = ucpkit::testing::scratch_dir("step_note");
@@ -34,3 +32,5 @@ TEST(StepNote, ControlBytesInTheFolderNameAreEscaped) {
   EXPECT_NE(all.find("ck\\x1b[1m\\x07pt"), std::string::npos) << "the folder is not named, escaped: " << all;
   fs::remove_all(d);
 }
+
+}  // namespace step_note_test

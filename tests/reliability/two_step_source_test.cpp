@@ -10,16 +10,14 @@
 #include <fstream>
 #include <string>
 
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace two_step_source_test {
 
 namespace fs = std::filesystem;
 using ucpkit::testing::quote;
 using ucpkit::testing::run_command;
-
-namespace {
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kFx = UCPKIT_FIXTURES_DIR;
-}  // namespace
 
 TEST(TwoStepSource, FragmentsOfAnotherSaveAreRefused) {
   const fs::path d = ucpkit::testing::scratch_dir("two_step_source");
@@ -49,3 +47,5 @@ TEST(TwoStepSource, FragmentsOfAnotherSaveAreRefused) {
   EXPECT_FALSE(fs::exists(d / "ux"));
   fs::remove_all(d);
 }
+
+}  // namespace two_step_source_test

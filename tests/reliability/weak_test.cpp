@@ -18,8 +18,11 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "io/pickle/unpickler.h"
+#include "support/paths.h"
 #include "support/process.h"
 #include "support/files.h"
+
+namespace weak_test {
 
 namespace fs = std::filesystem;
 using ucpkit::testing::run_command;
@@ -27,9 +30,6 @@ using ucpkit::testing::run_command;
 using ucpkit::testing::file_bytes;
 
 namespace {
-
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kFx = UCPKIT_FIXTURES_DIR;
 
 fs::path scratch(const std::string& name) { return fs::path(ucpkit::testing::scratch_dir("weak_" + name)); }
 
@@ -254,3 +254,5 @@ TEST(WeakMessages, FragmentAddressOfAnotherClassNamesTheFile) {
       << out;
   EXPECT_EQ(run_command(kBin + "/ucp-extract -q --no-sync --input " + kFx + "/fragobj --output " + (d / "w").string(), &out), 1);
 }
+
+}  // namespace weak_test

@@ -30,8 +30,11 @@
 #include "reshard/model_info.h"
 #include "reshard/universal_reader.h"
 #include "support/errors.h"
+#include "support/paths.h"
 #include "support/process.h"
 #include "to_universal/save.h"
+
+namespace dcp_buffers_test {
 
 namespace fs = std::filesystem;
 using namespace ucpkit;
@@ -39,7 +42,6 @@ using formats::dcp::Reader;
 
 namespace {
 
-const std::string kBin = UCPKIT_BIN_DIR;
 const std::map<std::string, DType> kBuffers = {
     {"mask", DType::Bool},          {"scale", DType::Float32},
     {"position_ids", DType::Int64}, {"norm.running_mean", DType::Float32},
@@ -257,3 +259,5 @@ TEST(DcpBuffers, DamagedBufferIsRefusedNamingTheFile) {
   EXPECT_NE(r.err.find("checksum mismatch"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(c.root + "/st"));
 }
+
+}  // namespace dcp_buffers_test

@@ -27,14 +27,15 @@
 #include "io/torch/torch_file.h"
 #include "reshard/universal_fixture.h"
 #include "reshard/universal_reader.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace dcp_output_test {
 
 namespace fs = std::filesystem;
 using namespace ucpkit;
 
 namespace {
-
-const std::string kBin = UCPKIT_BIN_DIR;
 
 // <scratch>/work (the tools' working folder) and <scratch>/u, a copy of the unioned GPT fixture.
 struct Case {
@@ -448,3 +449,5 @@ TEST(DcpOutput, OwnDtypesKeepEachParametersStoredDtype) {
   m.source_dtype = DType::BFloat16;  // one precision: it is the default, as before
   EXPECT_FALSE(reshard::keeps_stored_dtypes(given, m, reshard::OutputFormat::Dcp));
 }
+
+}  // namespace dcp_output_test

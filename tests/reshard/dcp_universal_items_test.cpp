@@ -24,15 +24,16 @@
 #include "formats/dcp/folder.h"
 #include "formats/dcp/reader.h"
 #include "formats/universal/manifest.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace dcp_universal_items_test {
 
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using formats::dcp::Reader;
 
 namespace {
-
-const std::string kBin = UCPKIT_BIN_DIR;
 
 struct Case {
   std::string root, work;
@@ -165,3 +166,5 @@ TEST(DcpUniversalItems, DamagedItemIsRefusedAndDiffComparesItems) {
   ASSERT_EQ(d["listed"].size(), 1u) << d.dump();
   EXPECT_EQ(d["listed"][0]["param"], item.key);
 }
+
+}  // namespace dcp_universal_items_test

@@ -22,7 +22,10 @@
 #include "formats/dcp/dcp_data.h"
 #include "formats/dcp/folder.h"
 #include "formats/dcp/reader.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace dcp_whole_rewrite_test {
 
 namespace fs = std::filesystem;
 using namespace ucpkit;
@@ -30,9 +33,8 @@ using formats::dcp::Reader;
 
 namespace {
 
-const std::string kBin = UCPKIT_BIN_DIR;
 const std::string& kData = ucpkit::testing::kDcpData;
-const std::vector<std::string> kFixtures = {"t215_loop_torchtitan_w2", "t215_loop_gsd_bf16_w2"};
+const std::vector<std::string> kFx = {"t215_loop_torchtitan_w2", "t215_loop_gsd_bf16_w2"};
 
 // <scratch>/work (the tool's working folder) and <scratch>/in, a copy of the fixture.
 struct Case {
@@ -81,7 +83,7 @@ void expect_same_entries(const Reader& in, const Reader& out, const std::set<std
 }  // namespace
 
 TEST(DcpWholeRewrite, EveryEntryKeptAtAnotherWorldSize) {
-  for (const auto& fx : kFixtures) {
+  for (const auto& fx : kFx) {
     const Case c = case_of("world3_" + fx, fx);
     const auto r = load(c, "--world-size 3 --output ../out --json");
     ASSERT_EQ(r.rc, 0) << fx << ": " << r.err;
@@ -104,7 +106,7 @@ TEST(DcpWholeRewrite, EveryEntryKeptAtAnotherWorldSize) {
 }
 
 TEST(DcpWholeRewrite, WithoutAWorldSizeTheChunksStayAsStored) {
-  const Case c = case_of("as_stored", kFixtures[0]);
+  const Case c = case_of("as_stored", kFx[0]);
   const auto r = load(c, "--output ../out");
   ASSERT_EQ(r.rc, 0) << r.err;
   const Reader in(c.root + "/in"), out(c.root + "/out");
@@ -121,7 +123,7 @@ TEST(DcpWholeRewrite, WithoutAWorldSizeTheChunksStayAsStored) {
 }
 
 TEST(DcpWholeRewrite, DtypeConvertsTheParametersOnly) {
-  const Case c = case_of("dtype", kFixtures[0]);
+  const Case c = case_of("dtype", kFx[0]);
   // --plan and --dry-run first: read-only.
   auto r = load(c, "--dtype bf16 --world-size 2 --output ../out --plan");
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -149,7 +151,7 @@ TEST(DcpWholeRewrite, DtypeConvertsTheParametersOnly) {
 // "0 param_groups" and nothing of the rest). (ucp-union refused its buffers by name until the universal
 // form carried them: tests/reshard/dcp_buffers_test.cpp.)
 TEST(DcpWholeRewrite, UcpInfoDescribesEveryItem) {
-  const Case c = case_of("info", kFixtures[0]);
+  const Case c = case_of("info", kFx[0]);
   auto r = ucpkit::testing::run_split_in(c.work, kBin + "/ucp-info ../in --json", c.root);
   ASSERT_EQ(r.rc, 0) << r.err;
   const auto dcp = nlohmann::json::parse(r.out)["dcp"];
@@ -160,7 +162,7 @@ TEST(DcpWholeRewrite, UcpInfoDescribesEveryItem) {
   EXPECT_EQ(dcp["buffers"].size(), 7u) << dcp.dump();
   r = ucpkit::testing::run_split_in(c.work, kBin + "/ucp-info ../in", c.root);
   EXPECT_NE(r.out.find("param_groups flattened per parameter"), std::string::npos) << r.out;
-  const Case g = case_of("info_gsd", kFixtures[1]);
+  const Case g = case_of("info_gsd", kFx[1]);
   r = ucpkit::testing::run_split_in(g.work, kBin + "/ucp-info ../in --json", g.root);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["dcp"]["key_layout"], "get_state_dict");
@@ -169,7 +171,7 @@ TEST(DcpWholeRewrite, UcpInfoDescribesEveryItem) {
 // Options of the universal and DeepSpeed paths mean nothing to a whole rewrite: refused by name
 // (exit 2), nothing written.
 TEST(DcpWholeRewrite, OptionsItDoesNotUseAreRefused) {
-  const Case c = case_of("unused_options", kFixtures[0]);
+  const Case c = case_of("unused_options", kFx[0]);
   for (const std::string opt : {"--verify-against ../in", "--reuse-output", "--optimizer zero"}) {
     const auto r = load(c, opt + " --output ../out");
     EXPECT_EQ(r.rc, 2) << opt << ": " << r.err;
@@ -198,3 +200,5 @@ TEST(DcpWholeRewrite, RankLocalAndSafetensorsFlavoursAreRewrittenWhole) {
     }
   }
 }
+
+}  // namespace dcp_whole_rewrite_test

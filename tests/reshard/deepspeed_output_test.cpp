@@ -23,6 +23,8 @@
 #include "support/files.h"
 #include "support/process.h"
 
+namespace deepspeed_output_test {
+
 using namespace ucpkit;
 using namespace ucpkit::reshard;
 namespace fs = std::filesystem;
@@ -161,3 +163,5 @@ TEST(DeepSpeedOutput, DirectPlanAccountsForEveryTargetByte) {
   EXPECT_GT(t["zero_target_bytes"].get<uint64_t>(), 0u);
   EXPECT_EQ(copied_target + t["zero_target_bytes"].get<uint64_t>(), record_bytes);
 }
+
+}  // namespace deepspeed_output_test

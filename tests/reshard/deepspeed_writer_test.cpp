@@ -24,6 +24,8 @@
 #include "reshard/universal_reader.h"
 #include "support/process.h"
 
+namespace deepspeed_writer_test {
+
 using namespace ucpkit;
 using namespace ucpkit::reshard;
 namespace fs = std::filesystem;
@@ -323,3 +325,5 @@ TEST(DeepSpeedWriterFiles, OneRankReadByTorchEqualsGeneratorsFiles) {
         << out;
   }
 }
+
+}  // namespace deepspeed_writer_test

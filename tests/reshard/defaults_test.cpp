@@ -17,7 +17,10 @@
 #include <nlohmann/json.hpp>
 
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace defaults_test {
 
 namespace fs = std::filesystem;
 using ucpkit::testing::CommandResult;
@@ -27,10 +30,6 @@ using ucpkit::testing::run_capture;
 using ucpkit::testing::tree_bytes;
 
 namespace {
-
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kSrc = UCPKIT_SOURCE_DIR;
-const std::string kPy = UCPKIT_PYTHON;
 
 // The sources, generated once (one Python start).
 const fs::path& sources() {
@@ -194,3 +193,5 @@ TEST(LoadDefaults, FilesWrittenIsWhatTheTagFolderHolds) {
 }
 
 }  // namespace
+
+}  // namespace defaults_test

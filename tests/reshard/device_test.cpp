@@ -15,16 +15,16 @@
 #include "core/crc32.h"
 #include "io/pickle/value.h"
 #include "io/torch/torch_file.h"
+#include "support/paths.h"
 #include <fstream>
+
+namespace device_test {
 
 namespace fs = std::filesystem;
 using ucpkit::pickle::Kind;
 using ucpkit::pickle::ValuePtr;
 
 namespace {
-
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kFx = UCPKIT_FIXTURES_DIR;
 
 int run(const std::string& cmd, std::string* out, bool merge_stderr = true) {
   FILE* p = popen((cmd + (merge_stderr ? " 2>&1" : " 2>/dev/null")).c_str(), "r");
@@ -102,3 +102,5 @@ TEST(LoadDevice, PartitionOnGpuEqualsCpuFiles) {
   }
   fs::remove_all(d);
 }
+
+}  // namespace device_test

@@ -12,15 +12,15 @@
 #include <string>
 
 #include "reshard/direct_check.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace direct_autoep_test {
 
 namespace fs = std::filesystem;
 using ucpkit::testing::run_command;
 
 namespace {
-
-const std::string kSrc = UCPKIT_SOURCE_DIR;
-const std::string kPy = UCPKIT_PYTHON;
 
 // Every source, generated once (one Python start).
 const fs::path& sources() {
@@ -65,3 +65,5 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::string(info.param.source); });
 
 }  // namespace
+
+}  // namespace direct_autoep_test

@@ -8,16 +8,16 @@
 #include <string>
 
 #include "io/torch/verify.h"
+#include "support/paths.h"
 #include "support/process.h"
 #include "tool/ucp_load.h"
+
+namespace direct_crc_open_test {
 
 namespace fs = std::filesystem;
 using namespace ucpkit;
 
 namespace {
-
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kFx = UCPKIT_FIXTURES_DIR;
 
 // ucp-load --dp 4 (the rest the source's), in this process.
 tool::Result load(const std::string& input, const std::string& output) {
@@ -57,3 +57,5 @@ TEST(DirectCrcAtOpen, ADirectRunChecksOnTheCopyNotAtOpen) {
   out.clear();
   EXPECT_EQ(ucpkit::testing::run_command("diff -r " + (d / "gpt_tp1dp2_to_tp2dp3").string() + " " + (d / "two").string(), &out), 0) << out;
 }
+
+}  // namespace direct_crc_open_test

@@ -28,6 +28,8 @@
 #include "support/files.h"
 #include "support/process.h"
 
+namespace direct_source_test {
+
 using namespace ucpkit;
 using namespace ucpkit::reshard;
 namespace fs = std::filesystem;
@@ -268,3 +270,5 @@ TEST(DirectSource, SourceCrcsCheckedOnTheBytesRead) {
   const uint64_t read = d.source->check_source_crcs(d.plan.files, 2);
   EXPECT_LT(read, total);  // the tensor bytes already read were not read again
 }
+
+}  // namespace direct_source_test

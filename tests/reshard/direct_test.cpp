@@ -12,16 +12,15 @@
 #include <nlohmann/json.hpp>
 
 #include "reshard/direct_check.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace direct_test {
 
 namespace fs = std::filesystem;
 using ucpkit::testing::run_command;
 
 namespace {
-
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kFx = UCPKIT_FIXTURES_DIR;
-const std::string kPy = UCPKIT_PYTHON;
 
 nlohmann::json case_named(const std::string& name) {
   std::ifstream in(fs::path(kFx) / "cases.json");
@@ -134,3 +133,5 @@ TEST(LoadDirect, BadInputClearErrorNothingWritten) {
   for (const auto& e : fs::directory_iterator(d))
     EXPECT_EQ(e.path().filename().string().find(".ucp-load-tmp"), std::string::npos) << e.path();
 }
+
+}  // namespace direct_test

@@ -23,15 +23,15 @@
 #include <vector>
 
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace engine_fixtures_test {
 
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kBin = std::getenv("UCPKIT_TEST_BIN") ? std::getenv("UCPKIT_TEST_BIN") : UCPKIT_BIN_DIR;
-const std::string kSrc = UCPKIT_SOURCE_DIR;
-const std::string kPy = UCPKIT_PYTHON;
 const std::string kEngine = kSrc + "/tests/generator/engine/";
 const std::string kState = kSrc + "/tests/reshard/engine_state.py";
 
@@ -199,3 +199,5 @@ TEST(EnginePipeFileNames, SourceLayoutWritesDeepSpeedsNames) {
   ASSERT_EQ(sh(cd + kBin + "/ucp-load -q --input u --output c --tp 2 --pp 2 --dp 1", &out), 0) << out;
   EXPECT_TRUE(fs::exists(dir / "c" / "global_step3" / "layer_00-model_01-model_states.pt"));
 }
+
+}  // namespace engine_fixtures_test

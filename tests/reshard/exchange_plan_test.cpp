@@ -12,6 +12,8 @@
 #include "reshard/model_info.h"
 #include "reshard/ucp_info.h"
 
+namespace exchange_plan_test {
+
 using namespace ucpkit;
 using namespace ucpkit::reshard;
 
@@ -354,3 +356,5 @@ TEST(ExchangePlan, RankBatchesSendWhatTheOthersReceive) {
     }
   }
 }
+
+}  // namespace exchange_plan_test

@@ -29,6 +29,8 @@
 #include "support/files.h"
 #include "support/process.h"
 
+namespace exchange_test {
+
 using namespace ucpkit;
 using namespace ucpkit::reshard;
 namespace fs = std::filesystem;
@@ -178,3 +180,5 @@ TEST(Exchange, APlanForOtherFilesIsRefused) {
       [&] { run_exchange(files, {}, *s.reader, s.model, plan, parallel::MpiSession::get(), 2); });
   EXPECT_NE(msg.find("exchange plan made for other files"), std::string::npos) << msg;
 }
+
+}  // namespace exchange_test

@@ -13,14 +13,16 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors_file.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace hf_output_test {
 
 namespace fs = std::filesystem;
 using namespace ucpkit;
 
 namespace {
 
-const std::string kBin = UCPKIT_BIN_DIR;
 const std::string kSave = std::string(UCPKIT_SOURCE_DIR) + "/tests/formats/megatron_core/data/llama_gqa_tp2_dp2_v016";
 
 std::string slurp(const std::string& path) {
@@ -133,3 +135,5 @@ TEST(HfOutput, RefusalsLeaveNothing) {
   EXPECT_FALSE(fs::exists(r.work + "/hf"));
   for (const auto& e : fs::directory_iterator(r.work)) ADD_FAILURE() << "left behind: " << e.path();
 }
+
+}  // namespace hf_output_test

@@ -16,6 +16,8 @@
 #include "reshard/ucp_info.h"
 #include "plan_models.h"
 
+namespace load_plan_test {
+
 using namespace ucpkit;
 using namespace ucpkit::reshard;
 using patterns::JoinKind;
@@ -287,3 +289,5 @@ TEST(PlanLoad, JsonNamesEveryJobsFilesAndWriter) {
   for (const auto& prm : m.params) EXPECT_EQ(verified.count(prm.name), 1u) << prm.name;
   EXPECT_EQ(j["my_jobs"].get<std::vector<size_t>>(), p.my_jobs);
 }
+
+}  // namespace load_plan_test

@@ -22,6 +22,8 @@
 #include "support/errors.h"
 #include "support/process.h"
 
+namespace load_test {
+
 using namespace ucpkit;
 using namespace ucpkit::reshard;
 namespace fs = std::filesystem;
@@ -224,3 +226,5 @@ TEST(RunLoad, DirectModeWithAMismatchingManifestWritesNothing) {
   EXPECT_NE(msg.find("deadbeef"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(dir + "/out"));
 }
+
+}  // namespace load_test

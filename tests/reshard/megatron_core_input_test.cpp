@@ -21,6 +21,8 @@
 #include "support/errors.h"
 #include "support/process.h"
 
+namespace megatron_core_input_test {
+
 using namespace ucpkit;
 using namespace ucpkit::reshard;
 namespace fs = std::filesystem;
@@ -166,3 +168,5 @@ TEST(MegatronCoreInput, NoFolderIsRefused) {
   msg = error_of([&] { open_megatron_core_input(options_for(file), "hf"); });
   EXPECT_NE(msg.find(file + ": not a folder (--format hf"), std::string::npos) << msg;
 }
+
+}  // namespace megatron_core_input_test

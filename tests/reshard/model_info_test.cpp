@@ -11,6 +11,8 @@
 #include "reshard/model_info.h"
 #include "support/errors.h"
 
+namespace model_info_test {
+
 using namespace ucpkit;
 using namespace ucpkit::reshard;
 using json = nlohmann::json;
@@ -274,3 +276,5 @@ TEST(ModelInfoSteps, PipelinePositionsFromTheRecordedNumbering) {
   EXPECT_NE(error_of([&] { set_pipeline_positions(m, facts, "m.json"); }).find("is neither <layer>.<name> nor tied_modules"),
             std::string::npos);
 }
+
+}  // namespace model_info_test

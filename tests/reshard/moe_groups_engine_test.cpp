@@ -12,16 +12,16 @@
 #include <string>
 
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace moe_groups_engine_test {
 
 namespace fs = std::filesystem;
 
 namespace {
 
-// UCPKIT_TEST_BIN: run these against other tools (the tools before issue 33 fail the loads here).
-const std::string kBin = std::getenv("UCPKIT_TEST_BIN") ? std::getenv("UCPKIT_TEST_BIN") : UCPKIT_BIN_DIR;
-const std::string kSrc = UCPKIT_SOURCE_DIR;
-const std::string kPy = UCPKIT_PYTHON;
+// UCPKIT_TEST_BIN (support/paths.h) runs these against other tools (the tools before issue 33 fail the loads here).
 const std::string kFixture = kSrc + "/tests/generator/engine/moe_tutorial_v0.14.5";
 
 int sh(const std::string& cmd, std::string* out = nullptr) { return ucpkit::testing::run_command(cmd, out); }
@@ -80,3 +80,5 @@ TEST(MoeGroupsEngine, RealEngineTutorialCheckpointUnionMatchesTheEngineAndLoadsR
 }
 
 }  // namespace
+
+}  // namespace moe_groups_engine_test

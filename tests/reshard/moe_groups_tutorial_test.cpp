@@ -15,16 +15,16 @@
 #include <string>
 
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace moe_groups_tutorial_test {
 
 namespace fs = std::filesystem;
 
 namespace {
 
-// UCPKIT_TEST_BIN: run these against other tools (the tools before issue 33 fail every load here).
-const std::string kBin = std::getenv("UCPKIT_TEST_BIN") ? std::getenv("UCPKIT_TEST_BIN") : UCPKIT_BIN_DIR;
-const std::string kSrc = UCPKIT_SOURCE_DIR;
-const std::string kPy = UCPKIT_PYTHON;
+// UCPKIT_TEST_BIN (support/paths.h) runs these against other tools (the tools before issue 33 fail every load here).
 
 int sh(const std::string& cmd, std::string* out = nullptr) { return ucpkit::testing::run_command(cmd, out); }
 
@@ -132,3 +132,5 @@ TEST(MoeGroupsFromFiles, TwoDenseGroupsWithoutParamShapesOutsideMegatronAreRefus
 }
 
 }  // namespace
+
+}  // namespace moe_groups_tutorial_test

@@ -13,8 +13,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/paths.h"
 #include "support/process.h"
 #include "support/files.h"
+
+namespace moe_lines_test {
 
 namespace fs = std::filesystem;
 
@@ -22,10 +25,6 @@ using ucpkit::testing::file_bytes;
 
 namespace {
 
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kFx = UCPKIT_FIXTURES_DIR;
-const std::string kSrc = UCPKIT_SOURCE_DIR;
-const std::string kPy = UCPKIT_PYTHON;
 const char* const kLines[] = {"0.14", "0.17.1", "0.19.2", "0.19.3", "0.19.5"};
 
 int sh(const std::string& cmd, std::string* out = nullptr) { return ucpkit::testing::run_command(cmd, out); }
@@ -123,3 +122,5 @@ TEST(MoeLineBadInput, UnknownDsVersionOrDenseSourceIsAUsageErrorAndWritesNothing
 }
 
 }  // namespace
+
+}  // namespace moe_lines_test

@@ -9,6 +9,8 @@
 #include "reshard/output_format.h"
 #include "reshard/output_writer.h"
 
+namespace output_format_test {
+
 using namespace ucpkit::reshard;
 
 TEST(OutputFormat, NamesAreTheCliContractValues) {
@@ -42,3 +44,5 @@ TEST(OutputFormat, EveryFormatHasItsRegisteredWriter) {
   EXPECT_EQ(output_formats_that(&OutputWriter::takes_template), "deepspeed");
   EXPECT_EQ(output_formats_that(&OutputWriter::one_process), "torch_dist, hf");
 }
+
+}  // namespace output_format_test

@@ -10,7 +10,10 @@
 #include "formats/deepspeed/checkpoint_dir.h"
 #include "formats/deepspeed/file_names.h"
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace path_spellings_test {
 
 namespace fs = std::filesystem;
 using ucpkit::testing::file_bytes;
@@ -19,7 +22,6 @@ using ucpkit::testing::run_capture;
 using ucpkit::testing::tree_bytes;
 
 namespace {
-const std::string kBin = UCPKIT_BIN_DIR;
 const fs::path kSource = fs::path(UCPKIT_FIXTURES_DIR) / "gpt_tp1dp2_to_tp2dp3" / "src";
 
 std::string tag_of_source() {
@@ -74,3 +76,5 @@ TEST(PathSpellings, UcpLoadWritesTheSameCheckpointForEverySpellingOfItsInput) {
   // Byte for byte the same checkpoint whichever spelling was used.
   for (const char* o : {"b", "c", "d"}) EXPECT_EQ(tree_bytes((work / "a").string()), tree_bytes((work / o).string())) << o;
 }
+
+}  // namespace path_spellings_test

@@ -14,15 +14,15 @@
 #include <filesystem>
 #include <string>
 
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace pipeline_module_test {
 
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kBin = std::getenv("UCPKIT_TEST_BIN") ? std::getenv("UCPKIT_TEST_BIN") : UCPKIT_BIN_DIR;
-const std::string kSrc = UCPKIT_SOURCE_DIR;
-const std::string kPy = UCPKIT_PYTHON;
 const std::string kFixture = kSrc + "/tests/reshard/pipeline_module_fixture.py";
 
 int sh(const std::string& cmd, std::string* out = nullptr) { return ucpkit::testing::run_command(cmd, out); }
@@ -140,3 +140,5 @@ TEST(PipelineModuleMegatron, TypeMethodIsRefusedSayingTheDefaultRule) {
 }
 
 }  // namespace
+
+}  // namespace pipeline_module_test

@@ -16,19 +16,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/paths.h"
 #include "support/process.h"
 #include "support/files.h"
+
+namespace roundtrip_test {
 
 namespace fs = std::filesystem;
 
 using ucpkit::testing::file_bytes;
 
 namespace {
-
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kFx = UCPKIT_FIXTURES_DIR;
-const std::string kSrc = UCPKIT_SOURCE_DIR;
-const std::string kPy = UCPKIT_PYTHON;
 
 int sh(const std::string& cmd, std::string* out = nullptr) { return ucpkit::testing::run_command(cmd, out); }
 
@@ -618,3 +616,5 @@ TEST(LoadManifest, OptimizerStateIsReadFromTheFileTheManifestNames) {
   EXPECT_NE(out.find("optimizer_state.pt: missing"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(d / "o2"));
 }
+
+}  // namespace roundtrip_test

@@ -19,6 +19,8 @@
 #include "support/process.h"
 #include "support/files.h"
 
+namespace safetensors_writer_test {
+
 using namespace ucpkit;
 using namespace ucpkit::reshard;
 namespace fs = std::filesystem;
@@ -191,3 +193,5 @@ TEST(SafetensorsShards, BuffersFollowTheParametersInTheirOwnDtype) {
   EXPECT_EQ(safetensors_shards(m, DType::BFloat16, 47), (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
   EXPECT_EQ(safetensors_shards(m, DType::BFloat16, 48), (std::vector<std::vector<int>>{{0, 1, 2}, {3}}));
 }
+
+}  // namespace safetensors_writer_test

@@ -8,6 +8,8 @@
 #include "reshard/plan_models.h"
 #include "reshard/target_defaults.h"
 
+namespace target_defaults_test {
+
 using namespace ucpkit;
 using namespace ucpkit::reshard;
 namespace {
@@ -137,3 +139,5 @@ TEST(LayoutRecord, DifferenceNamesEveryChangedField) {
 }
 
 }  // namespace
+
+}  // namespace target_defaults_test

@@ -19,6 +19,8 @@
 #include "reshard/ucp_info.h"
 #include "support/process.h"
 
+namespace templates_test {
+
 using namespace ucpkit;
 using namespace ucpkit::reshard;
 namespace fs = std::filesystem;
@@ -69,3 +71,5 @@ TEST(Templates, MoeLineOnlyForNativeMoe) {
   EXPECT_EQ(target_moe_line(model, TargetLayout{}, t), nullptr);
   EXPECT_EQ(t.parsed(), 0u);  // not even read
 }
+
+}  // namespace templates_test

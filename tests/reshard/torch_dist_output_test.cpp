@@ -23,6 +23,8 @@
 #include "support/files.h"
 #include "support/process.h"
 
+namespace torch_dist_output_test {
+
 using namespace ucpkit;
 using namespace ucpkit::reshard;
 namespace fs = std::filesystem;
@@ -234,3 +236,5 @@ TEST(TorchDistOutput, WeightsOnlySourceIsWrittenAsMegatronsReleaseFolder) {
     EXPECT_EQ(nlohmann::json::parse(out)["tag"], weights_only ? nlohmann::json("release") : nlohmann::json()) << out;
   }
 }
+
+}  // namespace torch_dist_output_test

@@ -21,6 +21,8 @@
 #include "support/errors.h"
 #include "support/process.h"
 
+namespace torch_dist_source_test {
+
 using namespace ucpkit;
 using namespace ucpkit::reshard;
 namespace fs = std::filesystem;
@@ -148,3 +150,5 @@ TEST(TorchDistSource, StepIsTheSavesStepAFreshValueEachCall) {
   const double v = a->kind == pickle::Kind::Tensor ? a->tensor->contiguous().to_vector<float>().at(0) : a->as_float();
   EXPECT_EQ(v, 100.0);  // dsgen's step
 }
+
+}  // namespace torch_dist_source_test

@@ -13,6 +13,8 @@
 #include "reshard/universal_reader.h"
 #include "plan_models.h"
 
+namespace ucp_info_test {
+
 using namespace ucpkit;
 using namespace ucpkit::reshard;
 using patterns::JoinKind;
@@ -471,3 +473,5 @@ TEST(Exchange, NeedsAreTheSliceElementsMerged) {
   EXPECT_EQ((needs[{0, 0}]), expect(e));
   EXPECT_EQ(needs.size(), 2u);
 }
+
+}  // namespace ucp_info_test

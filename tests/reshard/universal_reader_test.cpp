@@ -11,6 +11,8 @@
 #include "io/dtype.h"
 #include "reshard/universal_reader.h"
 
+namespace universal_reader_test {
+
 namespace {
 
 using ucpkit::DType;
@@ -45,3 +47,5 @@ TEST(ConvertFromFp32, EveryLengthUpToTwoVectors) {
 }
 
 }  // namespace
+
+}  // namespace universal_reader_test

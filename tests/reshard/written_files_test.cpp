@@ -15,7 +15,10 @@
 #include "formats/deepspeed/version_line.h"
 #include "reshard/model_info.h"
 #include "reshard/ucp_info.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace written_files_test {
 
 namespace fs = std::filesystem;
 namespace support = ucpkit::testing;
@@ -23,9 +26,6 @@ namespace reshard = ucpkit::reshard;
 namespace formats = ucpkit::formats;
 
 namespace {
-
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kFx = UCPKIT_FIXTURES_DIR;
 
 std::vector<std::string> pt_files_in(const fs::path& dir) {
   std::vector<std::string> names;
@@ -75,3 +75,5 @@ INSTANTIATE_TEST_SUITE_P(Lines, WrittenFiles, ::testing::Values("0.14", "0.17.1"
                          });
 
 }  // namespace
+
+}  // namespace written_files_test

@@ -19,6 +19,8 @@
 #include "io/zip/zip_writer.h"
 #include "support/process.h"
 
+namespace zip_crc_check_test {
+
 namespace fs = std::filesystem;
 using ucpkit::KnownCrc;
 
@@ -100,3 +102,5 @@ TEST(ZipCrcCheck, WrongPieceOrDamagedGapIsAMismatchNamingFileAndRecord) {
   // it is the CRC of what the copy read), which is why pieces must come from the bytes actually read.
   EXPECT_NO_THROW(ucpkit::check_zip_crcs(f.path, {piece(f, 0, n)}));
 }
+
+}  // namespace zip_crc_check_test

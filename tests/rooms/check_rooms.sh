@@ -21,6 +21,9 @@
 #     skipped, with a message, where clang-format is not installed (scripts/setup.sh --tests installs it).
 #  8. Tests mirror the library: every lib/<dir>/<name>.cpp over 150 lines has tests/<dir>/<name>_test.cpp,
 #     except those listed in untested.txt beside this script with the reason (that list only shrinks too).
+#  9. Every test file tests/<folder>/<path>_test.cpp keeps its code in `namespace <path>_test` (its path
+#     inside the folder, '/' as '_'): test files are compiled in batches (tests/CMakeLists.txt), and a
+#     helper of one file must neither clash with nor silently overload a neighbour's.
 # Usage: tests/rooms/check_rooms.sh [SOURCE_DIR] [--list]   (exit 0: the rules hold; 1: each violation listed;
 #        --list prints the derived schema strings and exits)
 set -uo pipefail
@@ -186,5 +189,13 @@ while IFS= read -r f; do
     bad=1
   fi
 done <<< "$untested"
-[ $bad -eq 0 ] && echo "rooms: the eight rules hold"
+# Rule 9: each test file's namespace, named after its path inside its tests/ folder.
+while IFS= read -r f; do
+  rel=${f#tests/*/}
+  ns=${rel%.cpp}; ns=${ns//\//_}
+  grep -qx "namespace $ns {" "$f" && continue
+  echo "rule 9: $f has no line 'namespace $ns {' (its code goes in that namespace: test files are compiled in batches)"
+  bad=1
+done < <(find tests -name '*_test.cpp' | sort)
+[ $bad -eq 0 ] && echo "rooms: the nine rules hold"
 exit $bad

@@ -21,18 +21,18 @@
 #include "io/torch/torch_file.h"
 #include "support/errors.h"
 #include "support/files.h"
+#include "support/paths.h"
 #include "to_universal/extract.h"
 
 namespace fs = std::filesystem;
 
 namespace ucpkit::to_universal {
+namespace convert_test {
 namespace {
 
 using pickle::Value;
 using ucpkit::testing::error_of;
 using ucpkit::testing::file_bytes;
-
-const std::string kFixtures = UCPKIT_FIXTURES_DIR;
 
 // A fresh temporary folder, removed at the end of the test.
 using ucpkit::testing::TempDir;
@@ -52,7 +52,7 @@ Tensor state_tensor(const fs::path& file) {
 }
 
 std::vector<std::string> truth_params(const std::string& fixture) {
-  std::ifstream in(fs::path(kFixtures) / fixture / "truth" / "meta.json");
+  std::ifstream in(fs::path(kFx) / fixture / "truth" / "meta.json");
   const auto meta = nlohmann::json::parse(in);
   std::vector<std::string> names;
   for (const auto& p : meta.at("params")) names.push_back(p.at("name"));
@@ -61,7 +61,7 @@ std::vector<std::string> truth_params(const std::string& fixture) {
 
 // Every parameter's fp32, exp_avg and exp_avg_sq of `out` have the truth's dtype, shape and bytes.
 void expect_states_match_truth(const fs::path& out, const std::string& fixture) {
-  const fs::path truth = fs::path(kFixtures) / fixture / "truth" / "universal" / "zero";
+  const fs::path truth = fs::path(kFx) / fixture / "truth" / "universal" / "zero";
   const auto names = truth_params(fixture);
   ASSERT_FALSE(names.empty());
   for (const auto& name : names)
@@ -196,7 +196,7 @@ TEST(ConvertGather, EntriesArePlacedAtTheirIndex) {
 TEST(ConvertUnion, OneStepWritesTheTruthsStatesAndTagsTheOutput) {
   TempDir d;
   const fs::path out = d.path() / "universal";
-  const auto s = run_union(kFixtures + "/gpt_tp2_pp2_dp3", out.string(), quiet());
+  const auto s = run_union(kFx + "/gpt_tp2_pp2_dp3", out.string(), quiet());
   EXPECT_EQ(s.tool, "ucp-union");
   EXPECT_EQ(s.params, truth_params("gpt_tp2_pp2_dp3").size());
   EXPECT_GT(s.bytes_read, 0u);
@@ -211,21 +211,21 @@ TEST(ConvertUnion, NoTagWhenTagLatestIsOff) {
   TempDir d;
   auto o = quiet();
   o.tag_latest = false;
-  run_union(kFixtures + "/gpt_tp2_pp2_dp3", (d.path() / "u").string(), o);
+  run_union(kFx + "/gpt_tp2_pp2_dp3", (d.path() / "u").string(), o);
   EXPECT_TRUE(fs::exists(d.path() / "u" / "manifest.json"));
   EXPECT_FALSE(fs::exists(d.path() / "latest_universal"));
 }
 
 TEST(ConvertUnion, Zero3FlatStatesMatchTheTruth) {
   TempDir d;
-  run_union(kFixtures + "/gpt_zero3_dp40_subgroups", (d.path() / "u").string(), quiet());
+  run_union(kFx + "/gpt_zero3_dp40_subgroups", (d.path() / "u").string(), quiet());
   expect_states_match_truth(d.path() / "u", "gpt_zero3_dp40_subgroups");
 }
 
 TEST(ConvertUnion, NativeMoeIsNotTaggedUnlessAskedAndTheWarningSaysHowToResume) {
   TempDir d;
   std::vector<std::string> warnings;
-  run_union(kFixtures + "/dsmoe_dp4_ep2", (d.path() / "u").string(), quiet(&warnings));
+  run_union(kFx + "/dsmoe_dp4_ep2", (d.path() / "u").string(), quiet(&warnings));
   expect_states_match_truth(d.path() / "u", "dsmoe_dp4_ep2");
   EXPECT_FALSE(fs::exists(d.path() / "latest_universal"));
   ASSERT_EQ(warnings.size(), 1u);
@@ -233,13 +233,13 @@ TEST(ConvertUnion, NativeMoeIsNotTaggedUnlessAskedAndTheWarningSaysHowToResume) 
   EXPECT_NE(warnings[0].find("--dp 4 --ep 2"), std::string::npos) << warnings[0];
   auto o = quiet();
   o.tag_native_moe = true;
-  run_union(kFixtures + "/dsmoe_dp4_ep2", (d.path() / "v").string(), o);
+  run_union(kFx + "/dsmoe_dp4_ep2", (d.path() / "v").string(), o);
   EXPECT_EQ(file_bytes((d.path() / "latest_universal").string()), "v");
 }
 
 TEST(ConvertExtract, TwoStepsGiveTheTruthsStates) {
   TempDir d;
-  const auto e = run_extract(kFixtures + "/gpt_tp2_pp2_dp3", (d.path() / "work").string(), quiet());
+  const auto e = run_extract(kFx + "/gpt_tp2_pp2_dp3", (d.path() / "work").string(), quiet());
   EXPECT_EQ(e.tool, "ucp-extract");
   EXPECT_EQ(e.params, truth_params("gpt_tp2_pp2_dp3").size());
   EXPECT_TRUE(fs::exists(d.path() / "work" / "plan.json"));
@@ -254,7 +254,7 @@ TEST(ConvertExtract, TwoStepsGiveTheTruthsStates) {
 TEST(ConvertExtract, WorkFolderFragmentsJoinIntoTheTruthsMasters) {
   TempDir d;
   const std::string fx = "gpt_dp16_padding_ranks";
-  const ExtractPlan plan = plan_checkpoint(kFixtures + "/" + fx, {});
+  const ExtractPlan plan = plan_checkpoint(kFx + "/" + fx, {});
   const auto stats = write_work_folder(plan, (d.path() / "w").string(), 2, false);
   uint64_t fragments = 0;
   for (const auto& p : plan.params) fragments += p.fragments[0].size();
@@ -275,7 +275,7 @@ TEST(ConvertExtract, WorkFolderFragmentsJoinIntoTheTruthsMasters) {
     const auto v = root->at("fp32")->as_tensor().contiguous().to_vector<float>();
     joined.insert(joined.end(), v.begin(), v.end());
   }
-  EXPECT_EQ(joined, state_tensor(fs::path(kFixtures) / fx / "truth/universal/zero" / name / "fp32.pt")
+  EXPECT_EQ(joined, state_tensor(fs::path(kFx) / fx / "truth/universal/zero" / name / "fp32.pt")
                         .contiguous()
                         .to_vector<float>());
   // The folder is not replaced unless asked.
@@ -298,7 +298,7 @@ TEST(ConvertExtract, RefusesWhatIsNoDeepSpeedCheckpoint) {
 
 TEST(ConvertUnion, PatternsForAWorkFolderAreRefused) {
   TempDir d;
-  run_extract(kFixtures + "/gpt_tp2_pp2_dp3", (d.path() / "work").string(), quiet());
+  run_extract(kFx + "/gpt_tp2_pp2_dp3", (d.path() / "work").string(), quiet());
   auto o = quiet();
   o.patterns_file = "/nonexistent/patterns.json";
   const auto what = error_of([&] { run_union((d.path() / "work").string(), (d.path() / "u").string(), o); });
@@ -309,8 +309,8 @@ TEST(ConvertUnion, PatternsForAWorkFolderAreRefused) {
 TEST(ConvertUnion, UnusedPatternIsRefusedUnlessAllowed) {
   TempDir d;
   auto o = quiet();
-  o.patterns_file = kFixtures + "/unused.patterns.json";
-  const std::string in = kFixtures + "/gpt_no_uc_info";
+  o.patterns_file = kFx + "/unused.patterns.json";
+  const std::string in = kFx + "/gpt_no_uc_info";
   const auto what = error_of([&] { run_union(in, (d.path() / "u").string(), o); });
   EXPECT_NE(what.find("unused pattern 'no_such_param'"), std::string::npos) << what;
   EXPECT_FALSE(fs::exists(d.path() / "u"));
@@ -321,7 +321,7 @@ TEST(ConvertUnion, UnusedPatternIsRefusedUnlessAllowed) {
 
 TEST(ConvertUnion, AnExistingOutputIsReplacedOnlyWithOverwrite) {
   TempDir d;
-  const std::string in = kFixtures + "/gpt_tp2_pp2_dp3", out = (d.path() / "u").string();
+  const std::string in = kFx + "/gpt_tp2_pp2_dp3", out = (d.path() / "u").string();
   run_union(in, out, quiet());
   std::ofstream(d.path() / "u" / "stale") << "x";
   const auto what = error_of([&] { run_union(in, out, quiet()); });
@@ -335,4 +335,5 @@ TEST(ConvertUnion, AnExistingOutputIsReplacedOnlyWithOverwrite) {
 }
 
 }  // namespace
+}  // namespace convert_test
 }  // namespace ucpkit::to_universal

@@ -19,7 +19,10 @@
 #include "formats/universal/state_file.h"
 #include "io/safetensors_file.h"
 #include "io/torch/torch_file.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace dcp_union_test {
 
 namespace fs = std::filesystem;
 using namespace ucpkit;
@@ -28,7 +31,6 @@ using ucpkit::testing::slurp;
 namespace {
 
 const std::string& kData = ucpkit::testing::kDcpData;
-const std::string kBin = UCPKIT_BIN_DIR;
 
 // A copy of fixture `variant` at <scratch>/in/ck, and <scratch>/work, the folder the tools run in.
 struct Case {
@@ -340,3 +342,5 @@ TEST(DcpUnionDamage, FlippedBitCaughtByTheRecordCrc) {
   const auto r = run_in(c, "ucp-union", "--input ../in/ck --output out --no-verify");
   EXPECT_EQ(r.rc, 0) << r.err;
 }
+
+}  // namespace dcp_union_test

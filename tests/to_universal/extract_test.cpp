@@ -17,26 +17,26 @@
 #include "core/error.h"
 #include "support/errors.h"
 #include "support/files.h"
+#include "support/paths.h"
 
 namespace fs = std::filesystem;
 
 namespace ucpkit::to_universal {
+namespace extract_test {
 namespace {
 
 using ucpkit::testing::error_of;
 
-const std::string kFixtures = UCPKIT_FIXTURES_DIR;
-
 using ucpkit::testing::TempDir;
 
 nlohmann::json meta(const std::string& fixture) {
-  std::ifstream in(fs::path(kFixtures) / fixture / "truth" / "meta.json");
+  std::ifstream in(fs::path(kFx) / fixture / "truth" / "meta.json");
   return nlohmann::json::parse(in);
 }
 
 // A copy of a fixture's checkpoint (without its truth) to break; returns its global_step100 folder.
 fs::path copy_step(const std::string& fixture, const fs::path& dir) {
-  fs::copy(fs::path(kFixtures) / fixture, dir / fixture, fs::copy_options::recursive);
+  fs::copy(fs::path(kFx) / fixture, dir / fixture, fs::copy_options::recursive);
   fs::remove_all(dir / fixture / "truth");
   return dir / fixture / "global_step100";
 }
@@ -46,7 +46,7 @@ std::string plan_error(const fs::path& checkpoint) {
 }
 
 TEST(ExtractPlan, TpPpDpCheckpointHasTheTruthsParametersAndSliceShapes) {
-  const ExtractPlan plan = plan_checkpoint(kFixtures + "/gpt_tp2_pp2_dp3", {});
+  const ExtractPlan plan = plan_checkpoint(kFx + "/gpt_tp2_pp2_dp3", {});
   const auto m = meta("gpt_tp2_pp2_dp3");
   EXPECT_EQ(plan.source.tp, 2);
   EXPECT_EQ(plan.source.pp, 2);
@@ -92,7 +92,7 @@ TEST(ExtractPlan, TpPpDpCheckpointHasTheTruthsParametersAndSliceShapes) {
 }
 
 TEST(ExtractPlan, NativeMoeExpertsCarryTheirLayerAndGlobalExpertId) {
-  const ExtractPlan plan = plan_checkpoint(kFixtures + "/dsmoe_dp4_ep2", {});
+  const ExtractPlan plan = plan_checkpoint(kFx + "/dsmoe_dp4_ep2", {});
   const auto m = meta("dsmoe_dp4_ep2");
   EXPECT_EQ(plan.source.ep, 2);
   EXPECT_EQ(plan.source.dp, 4);
@@ -124,15 +124,15 @@ TEST(ExtractPlan, NativeMoeExpertsCarryTheirLayerAndGlobalExpertId) {
 }
 
 TEST(ExtractPlan, PatternsFileIsUsedWhenTheCheckpointHasNone) {
-  const std::string in = kFixtures + "/gpt_no_uc_info";
+  const std::string in = kFx + "/gpt_no_uc_info";
   const auto what = error_of([&] { plan_checkpoint(in, {}); });
   EXPECT_NE(what.find("--patterns"), std::string::npos) << what;
   ExtractOptions o;
-  o.patterns_file = kFixtures + "/gpt_no_uc_info.patterns.json";
+  o.patterns_file = kFx + "/gpt_no_uc_info.patterns.json";
   const ExtractPlan plan = plan_checkpoint(in, o);
   EXPECT_EQ(plan.patterns_origin, o.patterns_file);
   EXPECT_EQ(plan.params.size(), meta("gpt_no_uc_info")["params"].size());
-  o.patterns_file = kFixtures + "/unused.patterns.json";
+  o.patterns_file = kFx + "/unused.patterns.json";
   EXPECT_EQ(plan_checkpoint(in, o).unused_patterns, (std::vector<std::string>{"no_such_param"}));
 }
 
@@ -250,4 +250,5 @@ TEST(WorkPlan, MalformedOrMissingPlansAreNamed) {
 }
 
 }  // namespace
+}  // namespace extract_test
 }  // namespace ucpkit::to_universal

@@ -17,27 +17,27 @@
 #include "formats/deepspeed/checkpoint_dir.h"
 #include "support/errors.h"
 #include "support/files.h"
+#include "support/paths.h"
 
 namespace fs = std::filesystem;
 
 namespace ucpkit::to_universal {
+namespace extract_zero3_test {
 namespace {
 
 using ucpkit::testing::error_of;
 
-const std::string kFixtures = UCPKIT_FIXTURES_DIR;
-
 using ucpkit::testing::TempDir;
 
 nlohmann::json meta(const std::string& fixture) {
-  std::ifstream in(fs::path(kFixtures) / fixture / "truth" / "meta.json");
+  std::ifstream in(fs::path(kFx) / fixture / "truth" / "meta.json");
   return nlohmann::json::parse(in);
 }
 
 ExtractPlan plan_of(const std::string& checkpoint) { return plan_zero3(formats::deepspeed::discover(checkpoint), {}); }
 
 fs::path copy_step(const std::string& fixture, const fs::path& dir) {
-  fs::copy(fs::path(kFixtures) / fixture, dir / fixture, fs::copy_options::recursive);
+  fs::copy(fs::path(kFx) / fixture, dir / fixture, fs::copy_options::recursive);
   fs::remove_all(dir / fixture / "truth");
   return dir / fixture / "global_step100";
 }
@@ -68,7 +68,7 @@ void expect_dp_slices(const ParamPlan& p, int tp, int dp) {
 
 TEST(Zero3Plan, Dp40SubGroupsSplitEveryParameterOverTheRanks) {
   const std::string fx = "gpt_zero3_dp40_subgroups";
-  const ExtractPlan plan = plan_of(kFixtures + "/" + fx);
+  const ExtractPlan plan = plan_of(kFx + "/" + fx);
   const auto m = meta(fx);
   EXPECT_EQ(plan.source.zero_stage, 3);
   EXPECT_EQ(plan.source.dp, 40);
@@ -97,7 +97,7 @@ TEST(Zero3Plan, Dp40SubGroupsSplitEveryParameterOverTheRanks) {
 
 TEST(Zero3Plan, TensorParallelSlicesHaveEachTpRanksShapes) {
   const std::string fx = "gpt_zero3_tp2_dp3_subgroups";
-  const ExtractPlan plan = plan_of(kFixtures + "/" + fx);
+  const ExtractPlan plan = plan_of(kFx + "/" + fx);
   const auto m = meta(fx);
   EXPECT_EQ(plan.source.tp, 2);
   EXPECT_EQ(plan.source.dp, 3);
@@ -145,7 +145,7 @@ TEST(Zero3PlanRefusals, AShardOfAnotherDpWorldSizeIsNamed) {
   const fs::path step = copy_step("gpt_zero3_tp2_dp3_subgroups", d.path());
   // Rank 1's shard replaced by one of a 40-rank save of another model.
   fs::copy_file(
-      fs::path(kFixtures) / "gpt_zero3_dp40_subgroups/global_step100/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt",
+      fs::path(kFx) / "gpt_zero3_dp40_subgroups/global_step100/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt",
       step / "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", fs::copy_options::overwrite_existing);
   const auto what = plan_error(step);
   EXPECT_NE(what.find("bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"), std::string::npos) << what;
@@ -156,7 +156,7 @@ TEST(Zero3PlanRefusals, AShardOfAnotherDpWorldSizeIsNamed) {
 TEST(Zero3PlanRefusals, AZeroOneShardBesideZero3ModelFilesIsNamed) {
   TempDir d;
   const fs::path step = copy_step("gpt_zero3_tp2_dp3_subgroups", d.path());
-  fs::copy_file(fs::path(kFixtures) / "gpt_tp2_pp2_dp3/global_step100/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt",
+  fs::copy_file(fs::path(kFx) / "gpt_tp2_pp2_dp3/global_step100/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt",
                 step / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt", fs::copy_options::overwrite_existing);
   const auto what = plan_error(step);
   EXPECT_NE(what.find("bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"), std::string::npos) << what;
@@ -168,11 +168,12 @@ TEST(Zero3PlanRefusals, AModelFileOfAnotherSaveIsNamed) {
   const fs::path step = copy_step("gpt_zero3_tp2_dp3_subgroups", d.path());
   // TP rank 1's model file from the other (fp16, GQA) ZeRO-3 fixture: other param_shapes.
   fs::copy_file(
-      fs::path(kFixtures) / "llama_gqa_zero3_tp2_dp2_fp16/global_step100/zero_pp_rank_0_mp_rank_01_model_states.pt",
+      fs::path(kFx) / "llama_gqa_zero3_tp2_dp2_fp16/global_step100/zero_pp_rank_0_mp_rank_01_model_states.pt",
       step / "zero_pp_rank_0_mp_rank_01_model_states.pt", fs::copy_options::overwrite_existing);
   const auto what = plan_error(step);
   EXPECT_NE(what.find("mp_rank_01"), std::string::npos) << what;
 }
 
 }  // namespace
+}  // namespace extract_zero3_test
 }  // namespace ucpkit::to_universal

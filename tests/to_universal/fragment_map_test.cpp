@@ -15,6 +15,7 @@
 #include "support/errors.h"
 
 namespace ucpkit::to_universal {
+namespace fragment_map_test {
 namespace {
 
 using Frag = std::vector<int64_t>;  // file, group, offset, numel, part
@@ -331,4 +332,5 @@ TEST(UcpFragmentMap, Zero3AutoEpSliceGoesToItsEpRanksPart) {
 }
 
 }  // namespace
+}  // namespace fragment_map_test
 }  // namespace ucpkit::to_universal

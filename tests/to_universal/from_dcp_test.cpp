@@ -16,6 +16,8 @@
 #include "formats/dcp/folder.h"
 #include "to_universal/from_dcp.h"
 
+namespace from_dcp_test {
+
 using namespace ucpkit;
 using nlohmann::json;
 
@@ -78,3 +80,5 @@ TEST(DcpUnionPlan, ASaveInDefaultKeysWithoutBytesEntriesKeepsItsFacts) {
   EXPECT_EQ(model_only.at("keys").size(), 12u);
   EXPECT_EQ(model_only.at("keys").at("model.norm.weight"), json::array({"norm.weight"}));
 }
+
+}  // namespace from_dcp_test

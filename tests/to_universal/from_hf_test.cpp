@@ -24,6 +24,7 @@
 namespace fs = std::filesystem;
 
 namespace ucpkit::to_universal {
+namespace from_hf_test {
 namespace {
 
 using ucpkit::testing::error_of;
@@ -189,4 +190,5 @@ TEST(HfUnion, AnIntegerWeightIsRefusedAndNothingIsWritten) {
 }
 
 }  // namespace
+}  // namespace from_hf_test
 }  // namespace ucpkit::to_universal

@@ -24,6 +24,7 @@
 namespace fs = std::filesystem;
 
 namespace ucpkit::to_universal {
+namespace from_torch_dist_test {
 namespace {
 
 using ucpkit::testing::error_of;
@@ -250,4 +251,5 @@ TEST(TorchDistUnion, PatternsAreRefusedAndNothingIsWritten) {
 }
 
 }  // namespace
+}  // namespace from_torch_dist_test
 }  // namespace ucpkit::to_universal

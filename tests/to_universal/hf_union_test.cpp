@@ -11,14 +11,15 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors_file.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace hf_union_test {
 
 namespace fs = std::filesystem;
 using namespace ucpkit;
 
 namespace {
-
-const std::string kBin = UCPKIT_BIN_DIR;
 
 void put(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
 
@@ -120,3 +121,5 @@ TEST(HfUnion, DamagedFoldersAreRefusedNamingTheFileAndNothingIsLeft) {
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(fs::exists(root / "u/megatron_core/common_state.pt"));
 }
+
+}  // namespace hf_union_test

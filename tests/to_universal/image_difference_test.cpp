@@ -12,6 +12,8 @@
 
 #include "io/dtype.h"
 
+namespace image_difference_test {
+
 using namespace ucpkit;
 using ucpkit::to_universal::first_image_difference;
 
@@ -96,3 +98,5 @@ TEST(ImageDifference, Float16UsesTorchsConversion) {
   s[42] ^= 1;
   EXPECT_EQ(first_image_difference(m.data(), n, Tensor::from_vector(DType::Float16, {n}, s), &stored, &image), 42);
 }
+
+}  // namespace image_difference_test

@@ -14,20 +14,20 @@
 #include "core/error.h"
 #include "io/torch/torch_file.h"
 #include "support/errors.h"
+#include "support/paths.h"
 #include "to_universal/extract.h"
 
 namespace fs = std::filesystem;
 
 namespace ucpkit::to_universal {
+namespace master_image_test {
 namespace {
 
 using ucpkit::testing::error_of;
 
-const std::string kFixtures = UCPKIT_FIXTURES_DIR;
-
 // The truth's fp32 master of `name` (the whole parameter; a replicated one is every TP rank's slice).
 std::vector<float> truth_fp32(const std::string& fixture, const std::string& name) {
-  auto root = load_torch(kFixtures + "/" + fixture + "/truth/universal/zero/" + name + "/fp32.pt");
+  auto root = load_torch(kFx + "/" + fixture + "/truth/universal/zero/" + name + "/fp32.pt");
   const Tensor t = root->is(pickle::Kind::Dict) ? root->at("param")->as_tensor() : root->as_tensor();
   return t.contiguous().to_vector<float>();
 }
@@ -60,7 +60,7 @@ constexpr const char* kLn = "language_model.encoder.layers.0.input_layernorm.wei
 constexpr const char* kQkv = "language_model.encoder.layers.0.self_attention.query_key_value.weight";
 
 TEST(MasterImage, TheTrueMastersPass) {
-  const ExtractPlan plan = plan_checkpoint(kFixtures + "/" + kDp16, {});
+  const ExtractPlan plan = plan_checkpoint(kFx + "/" + kDp16, {});
   const MasterImage image(plan, true);
   EXPECT_FALSE(image.empty());
   for (const char* name : {kLn, kQkv}) {
@@ -71,7 +71,7 @@ TEST(MasterImage, TheTrueMastersPass) {
 }
 
 TEST(MasterImage, AMasterOfAnotherRunIsRefusedNamingTheFilesAndValues) {
-  const ExtractPlan plan = plan_checkpoint(kFixtures + "/" + kDp16, {});
+  const ExtractPlan plan = plan_checkpoint(kFx + "/" + kDp16, {});
   const MasterImage image(plan, true);
   auto fp32 = truth_fp32(kDp16, kQkv);
   const uint16_t stored = bf16_bits(fp32[7]);
@@ -87,7 +87,7 @@ TEST(MasterImage, AMasterOfAnotherRunIsRefusedNamingTheFilesAndValues) {
 }
 
 TEST(MasterImage, ARunNamesTheElementOfTheWholeSlice) {
-  const ExtractPlan plan = plan_checkpoint(kFixtures + "/" + kDp16, {});
+  const ExtractPlan plan = plan_checkpoint(kFx + "/" + kDp16, {});
   const MasterImage image(plan, true);
   auto fp32 = truth_fp32(kDp16, kQkv);
   fp32[12] = fp32[12] * 2 + 1;
@@ -99,19 +99,19 @@ TEST(MasterImage, ARunNamesTheElementOfTheWholeSlice) {
 }
 
 TEST(MasterImage, NoVerifyAndZero3LeaveItEmpty) {
-  const ExtractPlan plan = plan_checkpoint(kFixtures + "/" + kDp16, {});
+  const ExtractPlan plan = plan_checkpoint(kFx + "/" + kDp16, {});
   const MasterImage off(plan, false);
   EXPECT_TRUE(off.empty());
   auto fp32 = truth_fp32(kDp16, kQkv);
   fp32[0] += 1000;
   EXPECT_NO_THROW(off.check(param(plan, kQkv), bytes_of(fp32), {0}, plan.files));
-  EXPECT_TRUE(MasterImage(plan_checkpoint(kFixtures + "/gpt_zero3_dp40_subgroups", {}), true).empty());
+  EXPECT_TRUE(MasterImage(plan_checkpoint(kFx + "/gpt_zero3_dp40_subgroups", {}), true).empty());
 }
 
 // TP 2, fp16 module weights: a replicated parameter's two TP slices are the same master back to back.
 TEST(MasterImage, EveryTpRanksSliceIsCheckedAgainstItsOwnModelFile) {
   const std::string fx = "gpt_untied_swiglu_tp2_dp3_zero2_fp16";
-  const ExtractPlan plan = plan_checkpoint(kFixtures + "/" + fx, {});
+  const ExtractPlan plan = plan_checkpoint(kFx + "/" + fx, {});
   const MasterImage image(plan, true);
   const std::string name = "language_model.encoder.layers.0.input_layernorm.weight";
   const auto one = truth_fp32(fx, name);
@@ -128,7 +128,7 @@ TEST(MasterImage, EveryTpRanksSliceIsCheckedAgainstItsOwnModelFile) {
 // A PipelineModule: the weights are in its layer_NN-model_TT files under local names.
 TEST(MasterImage, PipelineLayerFilesAreChecked) {
   const std::string fx = "gpt_tp2_pp2_dp3";
-  const ExtractPlan plan = plan_checkpoint(kFixtures + "/" + fx, {});
+  const ExtractPlan plan = plan_checkpoint(kFx + "/" + fx, {});
   const MasterImage image(plan, true);
   ASSERT_FALSE(image.empty());
   const std::string name = "4.input_layernorm.weight";
@@ -144,7 +144,7 @@ TEST(MasterImage, PipelineLayerFilesAreChecked) {
 }
 
 TEST(MasterImage, ExpertsAndUnknownParametersAreNotChecked) {
-  const ExtractPlan plan = plan_checkpoint(kFixtures + "/dsmoe_dp4_ep2", {});
+  const ExtractPlan plan = plan_checkpoint(kFx + "/dsmoe_dp4_ep2", {});
   const MasterImage image(plan, true);
   std::vector<float> junk(1 << 12, 1e6f);
   for (const auto& p : plan.params)
@@ -156,4 +156,5 @@ TEST(MasterImage, ExpertsAndUnknownParametersAreNotChecked) {
 }
 
 }  // namespace
+}  // namespace master_image_test
 }  // namespace ucpkit::to_universal

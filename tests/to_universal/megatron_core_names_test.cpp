@@ -19,7 +19,10 @@
 #include "formats/megatron_core/mcore_data.h"
 #include "io/torch/torch_file.h"
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace megatron_core_names_test {
 
 namespace fs = std::filesystem;
 using ucpkit::testing::file_bytes;
@@ -29,11 +32,8 @@ using ucpkit::testing::tree_bytes;
 
 namespace {
 
-const std::string kBin = UCPKIT_BIN_DIR;
 // The fixtures of tests/formats (tests/to_universal/fixtures_from.txt).
-const std::string kFx = UCPKIT_BUILD_DIR "/fixtures/formats";
-const std::string kSrc = UCPKIT_SOURCE_DIR;
-const std::string kPy = UCPKIT_PYTHON;
+const std::string kFormatsFx = UCPKIT_BUILD_DIR "/fixtures/formats";
 
 // Runs `cmd` in `cwd` (the tools are called as users call them: relative paths, another folder).
 int in(const fs::path& cwd, const std::string& cmd, std::string* out) {
@@ -56,7 +56,7 @@ class MegatronCoreNames : public ::testing::TestWithParam<Case> {};
 TEST_P(MegatronCoreNames, RoundTripIsBitExact) {
   const Case c = GetParam();
   const fs::path dir = ucpkit::testing::scratch_dir(std::string("mcnames_") + c.fixture);
-  const fs::path src = fs::path(kFx) / c.fixture, truth = src / "truth";
+  const fs::path src = fs::path(kFormatsFx) / c.fixture, truth = src / "truth";
   std::string out;
   // DeepSpeed checkpoint -> Megatron-Core names in one step; the family said on stderr.
   ASSERT_EQ(in(dir, kBin + "/ucp-union --input " + rel(src, dir) + " --output mc --to-names megatron-core", &out), 0)
@@ -226,7 +226,7 @@ TEST(MegatronCoreNamesReal, LlamaNamesAndShapesMatchARealMegatronCoreSave) {
 
 TEST(MegatronCoreNamesRefusals, WrongInputsAndOptionsAreRefusedAndNothingIsWritten) {
   const fs::path dir = ucpkit::testing::scratch_dir("mcnames_refusals");
-  const fs::path gpt = fs::path(kFx) / "gpt_tp2pp2dp2_gpu";
+  const fs::path gpt = fs::path(kFormatsFx) / "gpt_tp2pp2dp2_gpu";
   std::string out;
   ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input " + rel(gpt, dir) + " --output ds", &out), 0) << out;
   // Usage errors: exit 2.
@@ -280,7 +280,7 @@ TEST(MegatronCoreNamesRefusals, WrongInputsAndOptionsAreRefusedAndNothingIsWritt
 // ucp-load --input <torch_dist> --template: what is refused, with the cause named; nothing written.
 TEST(MegatronCoreNamesRefusals, OnePassTorchDistLoadRefusalsNameTheCause) {
   const fs::path dir = ucpkit::testing::scratch_dir("mcnames_onepass_refusals");
-  const fs::path gpt = fs::path(kFx) / "gpt_tp2pp2dp2_gpu";
+  const fs::path gpt = fs::path(kFormatsFx) / "gpt_tp2pp2dp2_gpu";
   const std::string real = rel(fs::path(ucpkit::testing::kMcoreData) / "gpt_tp2_pp2/fully_reshardable", dir);
   std::string out;
   ASSERT_EQ(in(dir, kBin + "/ucp-union -q --input " + rel(gpt, dir) + " --output ds", &out), 0) << out;
@@ -417,3 +417,5 @@ TEST(MegatronCoreNamesReal, MoeExtraStateObjectsAreThoseOfARealMegatronCoreMoeSa
   EXPECT_EQ(megatron.size(), 14u);
   EXPECT_EQ(ours, megatron);
 }
+
+}  // namespace megatron_core_names_test

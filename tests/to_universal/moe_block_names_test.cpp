@@ -19,7 +19,10 @@
 #include "core/error.h"
 #include "formats/deepspeed/moe.h"
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace moe_block_names_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -27,10 +30,7 @@ using ucpkit::testing::file_bytes;
 
 namespace {
 
-// UCPKIT_TEST_BIN: run these against other tools (the tools before issue 33 fail every test here).
-const std::string kBin = std::getenv("UCPKIT_TEST_BIN") ? std::getenv("UCPKIT_TEST_BIN") : UCPKIT_BIN_DIR;
-const std::string kSrc = UCPKIT_SOURCE_DIR;
-const std::string kPy = UCPKIT_PYTHON;
+// UCPKIT_TEST_BIN (support/paths.h) runs these against other tools (the tools before issue 33 fail every test here).
 
 int sh(const std::string& cmd, std::string* out = nullptr) { return ucpkit::testing::run_command(cmd, out); }
 
@@ -200,3 +200,5 @@ TEST(MoeBlockNames, LayerNumbersComeFromTheExpertFiles) {
 }
 
 }  // namespace
+
+}  // namespace moe_block_names_test

@@ -12,6 +12,7 @@
 #include "to_universal/value_json.h"
 
 namespace ucpkit::to_universal {
+namespace plan_unit_test {
 namespace {
 
 using pickle::Value;
@@ -96,4 +97,5 @@ TEST(UcpValueJson, PlainValuesBecomeJsonAndTensorsAKindName) {
 }
 
 }  // namespace
+}  // namespace plan_unit_test
 }  // namespace ucpkit::to_universal

@@ -16,6 +16,7 @@
 #include "support/errors.h"
 
 namespace ucpkit::to_universal {
+namespace shard_agreement_test {
 namespace {
 
 using pickle::Value;
@@ -187,4 +188,5 @@ TEST(UcpShardAgreement, ZeroSizedFragmentsAndUnplannedPartitionsAreIgnored) {
 }
 
 }  // namespace
+}  // namespace shard_agreement_test
 }  // namespace ucpkit::to_universal

@@ -17,23 +17,24 @@
 #include "io/torch/torch_file.h"
 #include "support/errors.h"
 #include "support/files.h"
+#include "support/paths.h"
 #include "to_universal/extract.h"
 
 namespace fs = std::filesystem;
 
 namespace ucpkit::to_universal {
+namespace shard_reader_test {
 namespace {
 
 using pickle::Value;
 using ucpkit::testing::error_of;
 
-const std::string kFixtures = UCPKIT_FIXTURES_DIR;
 constexpr const char* kDp16 = "gpt_dp16_padding_ranks";  // tp 1, pp 1, ZeRO-1 over 16 ranks
 
 using ucpkit::testing::TempDir;
 
 std::string shard_path(int dp) {
-  return kFixtures + "/" + kDp16 + "/global_step100/bf16_zero_pp_rank_" + std::to_string(dp) +
+  return kFx + "/" + kDp16 + "/global_step100/bf16_zero_pp_rank_" + std::to_string(dp) +
          "_mp_rank_00_optim_states.pt";
 }
 
@@ -92,7 +93,7 @@ TEST(ShardView, MissingGroupsAndStatesAreNamed) {
 
 // The shards' fragments of one parameter, read in partition order, are the truth's fp32 master.
 TEST(ShardReader, ReadSliceOfAFixtureParameterIsTheTruthsMaster) {
-  const ExtractPlan plan = plan_checkpoint(kFixtures + "/" + kDp16, {});
+  const ExtractPlan plan = plan_checkpoint(kFx + "/" + kDp16, {});
   SourceCache cache(plan.files);
   for (const std::string name : {"language_model.encoder.layers.0.self_attention.dense.weight",
                                  "language_model.encoder.layers.0.input_layernorm.bias"}) {
@@ -102,7 +103,7 @@ TEST(ShardReader, ReadSliceOfAFixtureParameterIsTheTruthsMaster) {
     ASSERT_NE(p, nullptr) << name;
     uint64_t bytes = 0;
     const Tensor t = read_slice(cache, p->fragments[0], "fp32", p->tp_shapes[0], &bytes);
-    auto root = load_torch(kFixtures + "/" + kDp16 + "/truth/universal/zero/" + name + "/fp32.pt");
+    auto root = load_torch(kFx + "/" + kDp16 + "/truth/universal/zero/" + name + "/fp32.pt");
     const Tensor truth = root->at("param")->as_tensor();
     EXPECT_EQ(t.shape(), truth.shape()) << name;
     EXPECT_EQ(t.to_vector<float>(), truth.contiguous().to_vector<float>()) << name;
@@ -176,4 +177,5 @@ TEST(ShardReader, TheCacheLoadsEachFileOnce) {
 }
 
 }  // namespace
+}  // namespace shard_reader_test
 }  // namespace ucpkit::to_universal

@@ -8,16 +8,14 @@
 #include <filesystem>
 #include <string>
 
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace torch2_test {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-const std::string kFixtures = UCPKIT_FIXTURES_DIR;
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kSource = UCPKIT_SOURCE_DIR;
-const std::string kPython = UCPKIT_PYTHON;
 
 struct Result {
   int rc;
@@ -37,10 +35,10 @@ fs::path fresh(const std::string& name) { return ucpkit::testing::scratch_dir("T
 // A small ZeRO-3 checkpoint (2 dp ranks, 2 layers, sub-groups) in torch 2.x byte form.
 fs::path torch2_zero3(const fs::path& d, const std::string& dtype) {
   const fs::path ck = d / ("zero3_" + dtype);
-  auto g = run(kPython + " " + kSource + "/tests/generator/gen_ds_checkpoint.py --output " + q(ck) +
+  auto g = run(kPy + " " + kSrc + "/tests/generator/gen_ds_checkpoint.py --output " + q(ck) +
                " --zero 3 --dp 2 --layers 2 --sub-group-size 3000 --dtype " + dtype);
   EXPECT_EQ(g.rc, 0) << g.out;
-  auto t = run(kPython + " " + kSource + "/tests/generator/dsgen/torch2.py " + q(ck));
+  auto t = run(kPy + " " + kSrc + "/tests/generator/dsgen/torch2.py " + q(ck));
   EXPECT_EQ(t.rc, 0) << t.out;
   return ck;
 }
@@ -52,7 +50,7 @@ TEST_P(Torch2Zero3, UnionBitExact) {
   auto ck = torch2_zero3(d, GetParam());
   const std::string prefix = GetParam() == "bf16" ? "bf16_" : "";
   // the rewritten file really carries the torch 2.x records
-  auto dis = run(kPython + " -c \"import zipfile,sys; z=zipfile.ZipFile(sys.argv[1]); n=z.namelist(); "
+  auto dis = run(kPy + " -c \"import zipfile,sys; z=zipfile.ZipFile(sys.argv[1]); n=z.namelist(); "
                  "p=z.read([x for x in n if x.endswith('/data.pkl')][0]); "
                  "print(b'_rebuild_from_type_v2' in p, b'ds_id' in p, [x.split('/',1)[1] for x in n if '/.' in x])\" " +
                  q(ck / "global_step100" / (prefix + "zero_pp_rank_0_mp_rank_00_optim_states.pt")));
@@ -60,7 +58,7 @@ TEST_P(Torch2Zero3, UnionBitExact) {
             std::string::npos) << dis.out;
   auto r = run(kBin + "/ucp-union -q --input " + q(ck) + " --output " + q(d / "universal"));
   ASSERT_EQ(r.rc, 0) << r.out;
-  auto c = run(kPython + " " + kSource + "/tests/to_universal/check_universal.py " + q(d / "universal") + " " + q(ck));
+  auto c = run(kPy + " " + kSrc + "/tests/to_universal/check_universal.py " + q(d / "universal") + " " + q(ck));
   EXPECT_EQ(c.rc, 0) << c.out;
 }
 
@@ -72,10 +70,10 @@ TEST(Torch2, SparseTensorRefused) {
   auto d = fresh("sparse");
   auto ck = torch2_zero3(d, "bf16");
   const fs::path f = ck / "global_step100" / "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt";
-  auto s = run(kPython + " -c \"import sys; sys.path.insert(0, sys.argv[2]); from dsgen import stubs; import torch; "
+  auto s = run(kPy + " -c \"import sys; sys.path.insert(0, sys.argv[2]); from dsgen import stubs; import torch; "
                "o=torch.load(sys.argv[1], weights_only=False); g=o['optimizer_state_dict']['fp32_flat_groups']; "
                "g[0]=torch.sparse_coo_tensor([[0, 2]], [1.0, 2.0], (g[0].numel(),)); torch.save(o, sys.argv[1])\" " +
-               q(f) + " " + q(fs::path(kSource) / "tests" / "generator"));
+               q(f) + " " + q(fs::path(kSrc) / "tests" / "generator"));
   ASSERT_EQ(s.rc, 0) << s.out;
   auto r = run(kBin + "/ucp-union -q --input " + q(ck) + " --output " + q(d / "universal"));
   EXPECT_EQ(r.rc, 1) << r.out;
@@ -87,3 +85,5 @@ TEST(Torch2, SparseTensorRefused) {
 }
 
 }  // namespace
+
+}  // namespace torch2_test

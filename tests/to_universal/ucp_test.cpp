@@ -15,17 +15,15 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "support/paths.h"
 #include "support/process.h"
 #include "to_universal/union_fragments.h"
+
+namespace ucp_test {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-const std::string kFixtures = UCPKIT_FIXTURES_DIR;
-const std::string kBin = UCPKIT_BIN_DIR;
-const std::string kSource = UCPKIT_SOURCE_DIR;
-const std::string kPython = UCPKIT_PYTHON;
 
 using Result = ucpkit::testing::CommandResult;
 Result sh(const std::string& cmd) { return ucpkit::testing::run_capture(cmd); }
@@ -38,7 +36,7 @@ fs::path scratch() {
   std::string name = std::string(info->test_suite_name()) + "." + info->name();
   for (char& c : name)
     if (c == '/') c = '_';
-  fs::path d = fs::path(kFixtures) / "runs" / name;
+  fs::path d = fs::path(kFx) / "runs" / name;
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -47,13 +45,13 @@ fs::path scratch() {
 Result uni(const std::string& args) { return sh(kBin + "/ucp-union -q " + args); }
 
 Result check(const fs::path& out, const std::string& fixture) {
-  return sh(kPython + " " + kSource + "/tests/to_universal/check_universal.py " + q(out) + " " + q(fs::path(kFixtures) / fixture));
+  return sh(kPy + " " + kSrc + "/tests/to_universal/check_universal.py " + q(out) + " " + q(fs::path(kFx) / fixture));
 }
 
 // Copies a fixture checkpoint (without truth) for tests that break it.
 fs::path copy_fixture(const std::string& name, const fs::path& dir) {
   fs::path dst = dir / name;
-  fs::copy(fs::path(kFixtures) / name, dst, fs::copy_options::recursive);
+  fs::copy(fs::path(kFx) / name, dst, fs::copy_options::recursive);
   fs::remove_all(dst / "truth");
   return dst;
 }
@@ -71,7 +69,7 @@ class Layouts : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Layouts, OneStepBitExact) {
   auto d = scratch();
-  auto r = uni("--input " + q(fs::path(kFixtures) / GetParam()) + " --output " + q(d / "universal"));
+  auto r = uni("--input " + q(fs::path(kFx) / GetParam()) + " --output " + q(d / "universal"));
   ASSERT_EQ(r.rc, 0) << r.out;
   auto c = check(d / "universal", GetParam());
   EXPECT_EQ(c.rc, 0) << c.out;
@@ -87,7 +85,7 @@ INSTANTIATE_TEST_SUITE_P(Ucp, Layouts,
 TEST(Ucp, TwoStepBitExact) {
   auto d = scratch();
   for (std::string fx : {"gpt_tp2_pp2_dp3", "dsmoe_dp4_ep2", "gpt_zero3_tp2_dp3_subgroups"}) {
-    auto e = sh(kBin + "/ucp-extract -q --input " + q(fs::path(kFixtures) / fx) + " --output " + q(d / (fx + ".work")));
+    auto e = sh(kBin + "/ucp-extract -q --input " + q(fs::path(kFx) / fx) + " --output " + q(d / (fx + ".work")));
     ASSERT_EQ(e.rc, 0) << e.out;
     ASSERT_TRUE(fs::exists(d / (fx + ".work") / "plan.json"));
     fs::create_directories(d / fx);
@@ -100,7 +98,7 @@ TEST(Ucp, TwoStepBitExact) {
 
 TEST(Ucp, SameBytesForAnyThreadCount) {
   auto d = scratch();
-  const auto in = q(fs::path(kFixtures) / "gpt_tp2_pp2_dp3");
+  const auto in = q(fs::path(kFx) / "gpt_tp2_pp2_dp3");
   ASSERT_EQ(uni("--threads 1 --input " + in + " --output " + q(d / "t1")).rc, 0);
   ASSERT_EQ(uni("--threads 2 --input " + in + " --output " + q(d / "t2")).rc, 0);
   auto r = sh("diff -r " + q(d / "t1") + " " + q(d / "t2"));
@@ -110,7 +108,7 @@ TEST(Ucp, SameBytesForAnyThreadCount) {
 TEST(Ucp, MpiTwoRanksSameBytes) {
   if (sh("command -v mpirun").rc != 0) GTEST_SKIP() << "no mpirun";
   auto d = scratch();
-  const auto in = q(fs::path(kFixtures) / "llama_gqa_tp2_dp2_bf16opt");
+  const auto in = q(fs::path(kFx) / "llama_gqa_tp2_dp2_bf16opt");
   ASSERT_EQ(uni("--input " + in + " --output " + q(d / "one")).rc, 0);
   auto r = sh("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe " + kBin +
               "/ucp-union -q --json --input " + in + " --output " + q(d / "two"));
@@ -126,7 +124,7 @@ TEST(Ucp, MpiExtractSameBytes) {
   if (sh("command -v mpirun").rc != 0) GTEST_SKIP() << "no mpirun";
   auto d = scratch();
   for (std::string fx : {"gpt_tp2_pp2_dp3", "dsmoe_dp4_ep2"}) {
-    const auto in = q(fs::path(kFixtures) / fx);
+    const auto in = q(fs::path(kFx) / fx);
     ASSERT_EQ(sh(kBin + "/ucp-extract -q --input " + in + " --output " + q(d / (fx + ".one"))).rc, 0);
     auto r = sh("mpirun --allow-run-as-root --oversubscribe -np 2 " + kBin + "/ucp-extract -q --json --input " + in +
                 " --output " + q(d / (fx + ".two")));
@@ -175,7 +173,7 @@ int kill_when_staged(const std::vector<std::string>& cmd, const fs::path& out, c
 // the signal, and a rerun succeeds.
 TEST(Ucp, KilledRunLeavesNoStaging) {
   auto d = scratch();
-  const std::string in = (fs::path(kFixtures) / "gpt_tp2_pp2_dp3").string();
+  const std::string in = (fs::path(kFx) / "gpt_tp2_pp2_dp3").string();
   bool reached = false;
   int st = kill_when_staged({kBin + "/ucp-union", "-q", "--input", in, "--output", (d / "u").string()}, d / "u",
                             "manifest.json", SIGTERM, &reached);
@@ -206,7 +204,7 @@ TEST(Ucp, KilledRunLeavesNoStaging) {
 // leaving a live process's folder alone.
 TEST(Ucp, StaleStagingSweptAtStart) {
   auto d = scratch();
-  const std::string in = (fs::path(kFixtures) / "gpt_tp2_pp2_dp3").string();
+  const std::string in = (fs::path(kFx) / "gpt_tp2_pp2_dp3").string();
   bool reached = false;
   int st = kill_when_staged({kBin + "/ucp-union", "-q", "--input", in, "--output", (d / "u").string()}, d / "u",
                             "manifest.json", SIGKILL, &reached);
@@ -229,10 +227,10 @@ TEST(Ucp, StaleStagingSweptAtStart) {
 // --patterns with a work folder: the patterns were fixed by ucp-extract; refused as a usage error.
 TEST(Ucp, PatternsWithWorkFolderRefused) {
   auto d = scratch();
-  ASSERT_EQ(sh(kBin + "/ucp-extract -q --input " + q(fs::path(kFixtures) / "gpt_tp2_pp2_dp3") + " --output " +
+  ASSERT_EQ(sh(kBin + "/ucp-extract -q --input " + q(fs::path(kFx) / "gpt_tp2_pp2_dp3") + " --output " +
                q(d / "work")).rc,
             0);
-  for (std::string pat : {std::string("/nonexistent/patterns.json"), kSource + "/patterns/megatron-gpt-tied.json"}) {
+  for (std::string pat : {std::string("/nonexistent/patterns.json"), kSrc + "/patterns/megatron-gpt-tied.json"}) {
     auto r = uni("--input " + q(d / "work") + " --output " + q(d / "u") + " --patterns " + q(pat));
     EXPECT_EQ(r.rc, 2) << r.out;
     EXPECT_NE(r.out.find("work folder"), std::string::npos) << r.out;
@@ -287,7 +285,7 @@ TEST(Ucp, AverageOfNegativeZerosIsPositiveZero) {
 TEST(Ucp, JsonSummary) {
   auto d = scratch();
   // stdout only: the JSON summary (stderr has the native-MoE latest_universal warning, issue 33).
-  auto r = sh("(" + kBin + "/ucp-union -q --json --input " + q(fs::path(kFixtures) / "dsmoe_dp4_ep2") + " --output " +
+  auto r = sh("(" + kBin + "/ucp-union -q --json --input " + q(fs::path(kFx) / "dsmoe_dp4_ep2") + " --output " +
               q(d / "u") + " 2> " + q(d / "stderr.txt") + ")");
   ASSERT_EQ(r.rc, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
@@ -307,12 +305,12 @@ TEST(Ucp, JsonSummary) {
 
 TEST(Ucp, PatternFileWhenCheckpointHasNone) {
   auto d = scratch();
-  const auto in = q(fs::path(kFixtures) / "gpt_no_uc_info");
+  const auto in = q(fs::path(kFx) / "gpt_no_uc_info");
   auto r = uni("--input " + in + " --output " + q(d / "u"));
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("--patterns"), std::string::npos) << r.out;
   r = uni("--input " + in + " --output " + q(d / "u") + " --patterns " +
-          q(fs::path(kFixtures) / "gpt_no_uc_info.patterns.json"));
+          q(fs::path(kFx) / "gpt_no_uc_info.patterns.json"));
   ASSERT_EQ(r.rc, 0) << r.out;
   auto c = check(d / "u", "gpt_no_uc_info");
   EXPECT_EQ(c.rc, 0) << c.out;
@@ -324,14 +322,14 @@ TEST(Ucp, PatternFileWhenCheckpointHasNone) {
 TEST(Ucp, ShippedPatternFiles) {
   auto d = scratch();
   std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(fs::path(kSource) / "patterns"))
+  for (const auto& e : fs::directory_iterator(fs::path(kSrc) / "patterns"))
     if (e.path().extension() == ".json") files.push_back(e.path());
   std::sort(files.begin(), files.end());
   ASSERT_GE(files.size(), 9u);
   std::string pairs;
   for (const auto& f : files) {
     const std::string name = f.stem().string();
-    const fs::path ck = fs::path(kFixtures) / "patterns" / name;
+    const fs::path ck = fs::path(kFx) / "patterns" / name;
     ASSERT_TRUE(fs::exists(ck)) << "no fixture for shipped pattern file " << f << " (tests/to_universal/fixtures.py PATTERN_CASES)";
     fs::create_directories(d / name);
     auto r = uni("--input " + q(ck) + " --output " + q(d / name / "u") + " --patterns " + q(f));
@@ -340,14 +338,14 @@ TEST(Ucp, ShippedPatternFiles) {
     EXPECT_EQ(m["patterns"]["origin"], f.string()) << name;
     pairs += " " + q(d / name / "u") + " " + q(ck);
   }
-  auto c = sh(kPython + " " + kSource + "/tests/to_universal/check_universal.py" + pairs);
+  auto c = sh(kPy + " " + kSrc + "/tests/to_universal/check_universal.py" + pairs);
   EXPECT_EQ(c.rc, 0) << c.out;
 }
 
 TEST(Ucp, UnusedPatternIsAnError) {
   auto d = scratch();
-  const auto in = q(fs::path(kFixtures) / "gpt_no_uc_info");
-  const auto pat = q(fs::path(kFixtures) / "unused.patterns.json");
+  const auto in = q(fs::path(kFx) / "gpt_no_uc_info");
+  const auto pat = q(fs::path(kFx) / "unused.patterns.json");
   auto r = uni("--input " + in + " --output " + q(d / "u") + " --patterns " + pat);
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_NE(r.out.find("unused pattern 'no_such_param'"), std::string::npos) << r.out;
@@ -375,7 +373,7 @@ TEST(Ucp, MissingShardThenRerun) {
 TEST(Ucp, Zero3TensorParallel) {
   auto d = scratch();
   const std::string fx = "gpt_zero3_tp2_dp3_subgroups";
-  ASSERT_EQ(uni("--input " + q(fs::path(kFixtures) / fx) + " --output " + q(d / "u")).rc, 0);
+  ASSERT_EQ(uni("--input " + q(fs::path(kFx) / fx) + " --output " + q(d / "u")).rc, 0);
   auto m = nlohmann::json::parse(std::ifstream(d / "u" / "manifest.json"));
   EXPECT_EQ(m["source"]["tp"], 2);
   EXPECT_EQ(m["model_files"].size(), 6u);
@@ -428,7 +426,7 @@ TEST(Ucp, InconsistentWorldSizes) {
 
 TEST(Ucp, ShapeMismatchBetweenFragments) {
   auto d = scratch();
-  auto r = uni("--input " + q(fs::path(kFixtures) / "bad_shape") + " --output " + q(d / "u"));
+  auto r = uni("--input " + q(fs::path(kFx) / "bad_shape") + " --output " + q(d / "u"));
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_NE(r.out.find("shape mismatch"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("self_attention.dense.weight"), std::string::npos) << r.out;
@@ -437,7 +435,7 @@ TEST(Ucp, ShapeMismatchBetweenFragments) {
 
 TEST(Ucp, DriftedReplicasNeedTolerance) {
   auto d = scratch();
-  const auto in = q(fs::path(kFixtures) / "drift");
+  const auto in = q(fs::path(kFx) / "drift");
   auto r = uni("--input " + in + " --output " + q(d / "u"));
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_NE(r.out.find("TP-replicated copies differ"), std::string::npos) << r.out;
@@ -459,14 +457,14 @@ TEST(Ucp, CorruptFile) {
 }
 
 TEST(Ucp, OutputNotWritable) {
-  auto r = uni("--input " + q(fs::path(kFixtures) / "gpt_tp2_pp2_dp3") + " --output /proc/ucpkit-test-out");
+  auto r = uni("--input " + q(fs::path(kFx) / "gpt_tp2_pp2_dp3") + " --output /proc/ucpkit-test-out");
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_NE(r.out.find("/proc/ucpkit-test-out"), std::string::npos) << r.out;
 }
 
 TEST(Ucp, OutputExists) {
   auto d = scratch();
-  const auto in = q(fs::path(kFixtures) / "gpt_tp2_pp2_dp3");
+  const auto in = q(fs::path(kFx) / "gpt_tp2_pp2_dp3");
   ASSERT_EQ(uni("--input " + in + " --output " + q(d / "u")).rc, 0);
   auto r = uni("--input " + in + " --output " + q(d / "u"));
   EXPECT_EQ(r.rc, 1) << r.out;
@@ -486,7 +484,7 @@ TEST(Ucp, DiskFull) {
   const fs::path mnt = d / "small";
   fs::create_directories(mnt);
   if (mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=256k") != 0) GTEST_SKIP() << "cannot mount a small tmpfs here";
-  auto r = uni("--input " + q(fs::path(kFixtures) / "gpt_tp2_pp2_dp3") + " --output " + q(mnt / "u"));
+  auto r = uni("--input " + q(fs::path(kFx) / "gpt_tp2_pp2_dp3") + " --output " + q(mnt / "u"));
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
   expect_no_output(mnt / "u");
@@ -494,3 +492,5 @@ TEST(Ucp, DiskFull) {
 }
 
 }  // namespace
+
+}  // namespace ucp_test

@@ -10,6 +10,8 @@
 #include "support/errors.h"
 #include "tool/dry_run.h"
 
+namespace dry_run_test {
+
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace ucpkit::tool;
@@ -203,3 +205,5 @@ TEST(UnionDryRun, CountsWhatTheUnionWouldRead) {
   EXPECT_EQ(d.text.rfind("ucp-union --dry-run: would write " + out + ": ", 0), 0u) << d.text;
   EXPECT_NE(d.text.find(kGpt + "; nothing written\n"), std::string::npos) << d.text;
 }
+
+}  // namespace dry_run_test

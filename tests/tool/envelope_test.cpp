@@ -7,6 +7,8 @@
 #include "tool/envelope.h"
 #include "ucpkit/version.h"
 
+namespace envelope_test {
+
 using ucpkit::tool::envelope;
 
 namespace {
@@ -47,3 +49,5 @@ TEST(Envelope, SecondsGrow) {
   EXPECT_GE(b, a);
   EXPECT_GE(a, 0.0);
 }
+
+}  // namespace envelope_test

@@ -5,6 +5,8 @@
 #include "refusal.h"
 #include "tool/moe_replace.h"
 
+namespace moe_replace_options_test {
+
 using ucpkit::testing::refusal;
 using ucpkit::tool::MoeReplaceOptions;
 
@@ -84,3 +86,5 @@ TEST(MoeReplaceOptions, WhatTheRequestGets) {
   o.check();
   EXPECT_TRUE(o.req.node_loss_migration);   // --current with --max-moved-bytes: node-loss migration
 }
+
+}  // namespace moe_replace_options_test

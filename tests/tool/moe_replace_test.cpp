@@ -12,16 +12,17 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include "support/paths.h"
 #include "support/process.h"
 #include "support/files.h"
+
+namespace moe_replace_test {
 
 namespace fs = std::filesystem;
 
 using ucpkit::testing::file_bytes;
 
 namespace {
-
-const std::string kBin = UCPKIT_BIN_DIR;
 
 // Exit status of `cmd`, stdout and stderr in *out.
 int sh(const std::string& cmd, std::string* out = nullptr) { return ucpkit::testing::run_command_status(cmd, out); }
@@ -202,3 +203,5 @@ TEST(MoeReplaceInput, JsonTypeErrorsNameTheFileAndTheKey) {
   }
   fs::remove_all(d);
 }
+
+}  // namespace moe_replace_test

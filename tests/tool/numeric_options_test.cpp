@@ -12,6 +12,8 @@
 
 #include "support/process.h"
 
+namespace numeric_options_test {
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -89,3 +91,5 @@ TEST(NumericOptions, TheEdgesOfEachRangeAreAccepted) {
     EXPECT_EQ(r.rc, 1) << args << "\n" << r.err;
   }
 }
+
+}  // namespace numeric_options_test

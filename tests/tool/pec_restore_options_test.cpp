@@ -5,6 +5,8 @@
 #include "refusal.h"
 #include "tool/pec_restore.h"
 
+namespace pec_restore_options_test {
+
 using ucpkit::testing::refusal;
 using ucpkit::tool::PecRestoreOptions;
 
@@ -37,3 +39,5 @@ TEST(PecRestoreOptions, FillsTheStep) {
   EXPECT_EQ(o.restore.step, 300);
   EXPECT_EQ(o.restore.memory_mb, 256u);  // the default --memory 256M
 }
+
+}  // namespace pec_restore_options_test

@@ -5,6 +5,8 @@
 #include "refusal.h"
 #include "tool/pec_save.h"
 
+namespace pec_save_options_test {
+
 using ucpkit::testing::refusal;
 using ucpkit::tool::PecSaveOptions;
 
@@ -98,3 +100,5 @@ TEST(PecSaveOptions, FillsTheLibraryOptions) {
   EXPECT_FALSE(o.save.bootstrap);
   EXPECT_TRUE(o.save.plan_only);
 }
+
+}  // namespace pec_save_options_test

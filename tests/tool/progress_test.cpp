@@ -16,6 +16,8 @@
 #include "support/process.h"
 #include "tool/progress.h"
 
+namespace progress_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit::tool;
 
@@ -198,3 +200,5 @@ TEST_F(ProgressRun, VerbosePrintsPhaseNamesAndTimes) {
   // Without -v no phase line.
   for (const auto& l : run("", "")) EXPECT_EQ(l.find("phase"), std::string::npos) << l;
 }
+
+}  // namespace progress_test

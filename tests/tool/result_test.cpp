@@ -16,6 +16,8 @@
 #include "tool/result.h"
 #include "tool/tool.h"
 
+namespace result_test {
+
 using ucpkit::tool::print_result;
 using ucpkit::tool::Result;
 
@@ -140,3 +142,5 @@ TEST(ToolResult, NothingIsPrintedFromAnInputThatShrank) {
       },
       ::testing::ExitedWithCode(7), "");
 }
+
+}  // namespace result_test

@@ -6,6 +6,8 @@
 #include "core/error.h"
 #include "tool/size.h"
 
+namespace size_test {
+
 using ucpkit::tool::parse_size;
 using ucpkit::tool::size_text;
 
@@ -62,3 +64,5 @@ TEST(Size, TextReadsBack) {
   for (uint64_t v : {uint64_t{1}, uint64_t{1023}, uint64_t{1024}, uint64_t{3} << 29, uint64_t{7} << 40, uint64_t{123456789}})
     EXPECT_EQ(parse_size(size_text(v), "--x"), v) << v;
 }
+
+}  // namespace size_test

@@ -19,6 +19,8 @@
 #include "support/process.h"
 #include "tool/tool.h"
 
+namespace tool_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using tool::run;
@@ -212,3 +214,5 @@ TEST(ToolMessages, ConsoleReporterSaysWarningsDetailsAndPhases) {
 }
 
 TEST(ToolMessages, PeakRssIsPositive) { EXPECT_GT(tool::peak_rss_bytes(), 0u); }
+
+}  // namespace tool_test

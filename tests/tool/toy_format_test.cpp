@@ -21,6 +21,8 @@
 #include "tool/ucp_inspect.h"
 #include "tool/ucp_load.h"
 
+namespace toy_format_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit;
 
@@ -150,3 +152,5 @@ TEST(ToyFormat, UcpLoadWritesItsValues) {
   for (const auto& e : fs::directory_iterator(fs::path(in).parent_path()))
     EXPECT_EQ(e.path().filename().string().find(".ucp-load-universal-"), std::string::npos) << e.path();
 }
+
+}  // namespace toy_format_test

@@ -3,6 +3,8 @@
 
 #include "tool/typed_name.h"
 
+namespace typed_name_test {
+
 using ucpkit::tool::typed_name;
 
 TEST(TypedName, TheSpellingGivenElseTheFirstName) {
@@ -21,3 +23,5 @@ TEST(TypedName, APrefixOrAValueAfterDoubleDashIsNotTheOption) {
   EXPECT_EQ(typed_name({"--", "--chunk-mib"}, names), "--chunk");      // a positional argument
   EXPECT_EQ(typed_name({"--chunk-mib", "1", "--"}, names), "--chunk-mib");
 }
+
+}  // namespace typed_name_test

@@ -11,6 +11,8 @@
 #include "refusal.h"
 #include "tool/ucp_load.h"
 
+namespace ucp_load_options_test {
+
 namespace fs = std::filesystem;
 using ucpkit::testing::refusal;
 using ucpkit::tool::UcpLoadOptions;
@@ -154,3 +156,5 @@ TEST(UcpLoadOptions, FillsTheLibraryOptions) {
   EXPECT_EQ(l.batch_bytes, 1u << 20);
   EXPECT_FALSE(l.verify);
 }
+
+}  // namespace ucp_load_options_test

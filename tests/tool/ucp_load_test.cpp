@@ -11,6 +11,8 @@
 #include "support/errors.h"
 #include "tool/ucp_load.h"
 
+namespace ucp_load_test {
+
 namespace fs = std::filesystem;
 using ucpkit::testing::error_of;
 using ucpkit::tool::Result;
@@ -213,3 +215,5 @@ TEST_F(UcpLoad, ReuseOutputKeepsAnOutputOfTheSameLayout) {
   EXPECT_EQ(r.notes.back().rfind(out + " already holds this layout (", 0), 0u) << r.notes.back();
   EXPECT_NE(r.notes.back().find("reused, nothing written"), std::string::npos) << r.notes.back();
 }
+
+}  // namespace ucp_load_test

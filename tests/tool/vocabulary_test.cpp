@@ -10,7 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace vocabulary_test {
 
 namespace fs = std::filesystem;
 using ucpkit::testing::file_bytes;
@@ -19,9 +22,6 @@ using ucpkit::testing::run_command_status;
 using ucpkit::testing::tree_bytes;
 
 namespace {
-
-const std::string kFx = UCPKIT_FIXTURES_DIR;
-const std::string kBin = UCPKIT_BIN_DIR;
 
 using ToolRun = ucpkit::testing::SplitResult;
 
@@ -293,3 +293,5 @@ TEST(Vocabulary, VerifyTakesBothPolarities) {
   EXPECT_EQ(w.run("pec-save", "--input moe --output s --no-verify " + std::string(kSave)).rc, 0);
   EXPECT_EQ(w.run("pec-save", "--input moe --output s2 --verify " + std::string(kSave)).rc, 0);
 }
+
+}  // namespace vocabulary_test

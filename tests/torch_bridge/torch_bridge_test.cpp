@@ -9,6 +9,8 @@
 #include <limits>
 #include <random>
 
+namespace torch_bridge_test {
+
 using namespace ucpkit;
 
 namespace {
@@ -87,3 +89,5 @@ TEST(TorchBridge, CatAndNarrowMatchATen) {
   Tensor c0 = cat({torch_bridge::from_aten(a.t()), torch_bridge::from_aten(b.t())}, 0);
   EXPECT_TRUE(at::equal(torch_bridge::to_aten(c0), at::cat({a.t(), b.t()}, 0)));
 }
+
+}  // namespace torch_bridge_test

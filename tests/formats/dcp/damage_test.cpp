@@ -12,6 +12,8 @@
 #include "support/errors.h"
 #include "support/process.h"
 
+namespace dcp_damage_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using formats::dcp::check_chunks_cover;
@@ -117,3 +119,5 @@ TEST(DcpDamage, DtypeWithoutAnEquivalentIsRefusedByName) {
   const std::string d = ucpkit::testing::kDcpData + "/float8_w1";
   expect_one_line_naming(error_of([&] { Reader r(d); }), d + "/.metadata", "dtype torch.float8_e4m3fn is not supported");
 }
+
+}  // namespace dcp_damage_test

@@ -13,6 +13,8 @@
 #include "support/errors.h"
 #include "support/process.h"
 
+namespace dcp_folder_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using formats::dcp::find_folder;
@@ -108,3 +110,5 @@ TEST(DcpFolder, RankMetadataFilesForm) {
   fs::copy_file(d + "/__0.metadata", d + "/__2.metadata");  // rank 1 missing
   EXPECT_NE(error_of([&] { find_folder(d); }).find("without the metadata of rank 1"), std::string::npos);
 }
+
+}  // namespace dcp_folder_test

@@ -9,6 +9,8 @@
 #include "formats/dcp/key_record.h"
 #include "support/errors.h"
 
+namespace dcp_key_record_test {
+
 using namespace ucpkit::formats::dcp;
 using nlohmann::json;
 
@@ -62,3 +64,5 @@ TEST(DcpKeyRecord, ARecordGivesTheSavedPathElseTheDefault) {
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   }
 }
+
+}  // namespace dcp_key_record_test

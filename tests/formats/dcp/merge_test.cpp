@@ -17,6 +17,8 @@
 #include "support/errors.h"
 #include "support/process.h"
 
+namespace dcp_merge_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using namespace ucpkit::formats::dcp;
@@ -139,3 +141,5 @@ TEST(DcpMerge, DisagreeingPartsAreRefusedAndNothingIsWritten) {
   EXPECT_NE(msg.find("no rank-local parts"), std::string::npos) << msg;
   EXPECT_TRUE(fs::is_empty(root + "/empty"));
 }
+
+}  // namespace dcp_merge_test

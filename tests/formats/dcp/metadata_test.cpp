@@ -17,6 +17,8 @@
 #include "support/files.h"
 #include "support/process.h"
 
+namespace dcp_metadata_test {
+
 using namespace ucpkit;
 using namespace ucpkit::formats::dcp;
 
@@ -318,3 +320,5 @@ TEST(DcpMetadata, ParseNamesTheBytesSourceAndRefusesNonPickles) {
   EXPECT_EQ(msg.rfind("junk: pickle: ", 0), 0u) << msg;
   EXPECT_NE(thrown([] { read_metadata("/nonexistent/.metadata"); }).find("/nonexistent/.metadata"), std::string::npos);
 }
+
+}  // namespace dcp_metadata_test

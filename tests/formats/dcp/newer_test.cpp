@@ -32,7 +32,10 @@
 #include "formats/universal/state_file.h"
 #include "io/safetensors_file.h"
 #include "io/torch/torch_file.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace dcp_newer_test {
 
 namespace fs = std::filesystem;
 using namespace ucpkit;
@@ -43,7 +46,6 @@ using ucpkit::testing::slurp;
 namespace {
 
 const std::string& kData = ucpkit::testing::kDcpData;
-const std::string kBin = UCPKIT_BIN_DIR;
 
 std::map<std::string, SafetensorsTensor> truth_of(const std::string& variant) {
   const std::string p = kData + "/" + variant + ".truth/tensors.safetensors";
@@ -438,3 +440,5 @@ TEST(DcpNewerUnion, UcpInfoVerifiesEveryNewerVariant) {
     for (const auto& check : j["checks"]) EXPECT_EQ(check.value("status", ""), "ok") << check.dump();
   }
 }
+
+}  // namespace dcp_newer_test

@@ -21,6 +21,8 @@
 #include "io/safetensors_file.h"
 #include "support/process.h"
 
+namespace dcp_range_reader_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using formats::dcp::RangeReader;
@@ -154,3 +156,5 @@ TEST(DcpRangeReader, RangesOutsideTheTensorAreRefused) {
   EXPECT_THROW(rr->copy(-1, 1, b.data()), Error);
   EXPECT_THROW(RangeReader::open(r, "no.such.tensor"), Error);
 }
+
+}  // namespace dcp_range_reader_test

@@ -14,6 +14,8 @@
 #include "io/torch/torch_file.h"
 #include "support/process.h"
 
+namespace dcp_reader_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using formats::dcp::ClassEra;
@@ -170,3 +172,5 @@ TEST(DcpReader, MoreItemsThanOnePickleBatch) {
   expect_matches_truth(d + "/ckpt", truth);
   EXPECT_EQ(Reader(d + "/ckpt").metadata().items.size(), 2500u);
 }
+
+}  // namespace dcp_reader_test

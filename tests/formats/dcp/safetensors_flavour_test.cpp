@@ -20,6 +20,8 @@
 #include "support/files.h"
 #include "support/process.h"
 
+namespace dcp_safetensors_flavour_test {
+
 using namespace ucpkit;
 using namespace ucpkit::formats::dcp;
 namespace fs = std::filesystem;
@@ -272,3 +274,5 @@ TEST(SafetensorsFlavour, WorldSizeIsTheHighestShardPrefix) {
   EXPECT_EQ(safetensors_world_size({"/d/shard-x1-a.safetensors", "/d/shard-123456789-a.safetensors", "/d/shard-"}), 1);
   EXPECT_EQ(safetensors_world_size({"/shard-00003-dir/a.safetensors"}), 1);  // only the file name counts
 }
+
+}  // namespace dcp_safetensors_flavour_test

@@ -13,6 +13,8 @@
 #include "formats/dcp/save_plan.h"
 #include "formats/dcp/writer.h"
 
+namespace dcp_save_plan_test {
+
 using namespace ucpkit;
 using namespace ucpkit::formats::dcp;
 
@@ -181,3 +183,5 @@ TEST(DcpSavePlan, JsonOfTheRowsPlan) {
   EXPECT_EQ(j["files"][1]["relative_path"], "__1_0.distcp");
   EXPECT_EQ(j["files"][1]["items"], nlohmann::json::parse(R"([{"fqn": "w", "offsets": [2, 0]}, {"fqn": "g", "bytes": true}])"));
 }
+
+}  // namespace dcp_save_plan_test

@@ -8,6 +8,8 @@
 #include "formats/dcp/folder.h"
 #include "formats/dcp/state_keys.h"
 
+namespace dcp_state_keys_test {
+
 using namespace ucpkit::formats::dcp;
 
 namespace {
@@ -30,3 +32,5 @@ TEST(DcpKeyLayout, BuffersAreWhatUcpUnionCarriesAsBuffers) {
   EXPECT_TRUE(layout_of("fsdp_optim_w2").buffers.empty());
   EXPECT_TRUE(layout_of("fsdp_w2").buffers.empty());  // model only, every tensor floating
 }
+
+}  // namespace dcp_state_keys_test

@@ -16,6 +16,8 @@
 #include "io/safetensors_file.h"
 #include "support/process.h"
 
+namespace dcp_stream_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using formats::dcp::Reader;
@@ -79,3 +81,5 @@ TEST(DcpStream, FlippedBitInsideAChunkIsCaughtWhileStreaming) {
   const Tensor t = r.stream_tensor("tok_embeddings.weight");  // decoding checks headers, not the data yet
   ucpkit::testing::expect_crc_error([&] { (void)streamed(t, 1u << 20); }, file);
 }
+
+}  // namespace dcp_stream_test

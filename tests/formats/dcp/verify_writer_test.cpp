@@ -15,6 +15,8 @@
 #include "formats/dcp/merge.h"
 #include "formats/dcp/rewrite.h"
 
+namespace dcp_verify_writer_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit::formats::dcp;
 
@@ -83,3 +85,5 @@ TEST(DcpVerifyWriter, Throughput) {
     EXPECT_EQ(r.items.size(), target.kind == Target::Kind::Whole ? 16u : 64u);
   }
 }
+
+}  // namespace dcp_verify_writer_test

@@ -21,6 +21,8 @@
 #include "support/errors.h"
 #include "support/process.h"
 
+namespace dcp_writer_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using namespace ucpkit::formats::dcp;
@@ -274,3 +276,5 @@ TEST(DcpWriter, BadSourceLeavesNothing) {
   EXPECT_NE(ucpkit::testing::error_of([&] { write_dcp(gap, good, dir + "/gap"); }).find("leave a gap"), std::string::npos);
   EXPECT_FALSE(fs::exists(dir + "/gap"));
 }
+
+}  // namespace dcp_writer_test

@@ -9,6 +9,8 @@
 #include "formats/deepspeed/model_states.h"
 #include "io/torch/torch_file.h"
 
+namespace deepspeed_autoep_json_test {
+
 using namespace ucpkit;
 namespace ds = ucpkit::formats::deepspeed;
 namespace fx = ucpkit::testing::fixtures;
@@ -29,3 +31,5 @@ TEST(AutoEpJson, FieldsOfTheSavedLayers) {
   EXPECT_EQ(j[1].at("module_path"), "model.layers.1.mlp");
   EXPECT_EQ(ds::autoep_layers_json({}), nlohmann::json::array());
 }
+
+}  // namespace deepspeed_autoep_json_test

@@ -13,6 +13,8 @@
 #include "io/torch/torch_file.h"
 #include "support/errors.h"
 
+namespace deepspeed_autoep_slices_test {
+
 using namespace ucpkit;
 namespace ds = ucpkit::formats::deepspeed;
 namespace fx = ucpkit::testing::fixtures;
@@ -70,3 +72,5 @@ TEST(AutoEpSlices, Zero12SlicingFromTheModelFile) {
   const std::string dense = (fx::step_dir("gpt_tp2dp2_z2_fp16") / "mp_rank_00_model_states.pt").string();
   EXPECT_TRUE(ds::autoep_zero12_slicing(load_torch_file(dense).root, dense).empty());
 }
+
+}  // namespace deepspeed_autoep_slices_test

@@ -16,6 +16,8 @@
 #include "support/errors.h"
 #include "formats/deepspeed/fixture_files.h"
 
+namespace deepspeed_autoep_test {
+
 using namespace ucpkit;
 namespace ds = ucpkit::formats::deepspeed;
 namespace fx = ucpkit::testing::fixtures;
@@ -179,3 +181,5 @@ TEST(AutoEpFormat, ExpertDataParallelRanks) {
   EXPECT_EQ(ds::autoep_expert_dp_ranks(1, 4, 2, true), (std::vector<int>{2, 3}));
   EXPECT_EQ(ds::autoep_group_name(2), "ep_size_2");
 }
+
+}  // namespace deepspeed_autoep_test

@@ -12,6 +12,8 @@
 #include "io/torch/torch_file.h"
 #include "support/errors.h"
 
+namespace deepspeed_autoep_zero3_ranks_test {
+
 using namespace ucpkit;
 namespace ds = ucpkit::formats::deepspeed;
 namespace fx = ucpkit::testing::fixtures;
@@ -56,3 +58,5 @@ TEST(AutoEpZero3Ranks, DisagreeingRankRefusedNamingItsFile) {
   two.files.resize(2);
   EXPECT_NE(error_of([&] { ds::check_autoep_ranks_agree(two.layers, two.files, 2); }), "");
 }
+
+}  // namespace deepspeed_autoep_zero3_ranks_test

@@ -11,6 +11,8 @@
 #include "support/errors.h"
 #include "support/process.h"
 
+namespace deepspeed_checkpoint_dir_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit::formats::deepspeed;
 using ucpkit::testing::error_of;
@@ -100,3 +102,5 @@ TEST(CheckpointDir, WriteLatestWritesTheTagAsDeepSpeedDoes) {
   EXPECT_EQ(read(root / "latest"), "global_step4");
   EXPECT_EQ(read(root / kLatestUniversalName), "global_step4");
 }
+
+}  // namespace deepspeed_checkpoint_dir_test

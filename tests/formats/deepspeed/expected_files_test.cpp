@@ -12,6 +12,8 @@
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/version_line.h"
 
+namespace deepspeed_expected_files_test {
+
 using namespace ucpkit::formats::deepspeed;
 
 namespace {
@@ -86,3 +88,5 @@ TEST(ExpectedFiles, PipelineZero3AndBf16Targets) {
             (std::vector<std::string>{"zero_pp_rank_0_mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt",
                                       "zero_pp_rank_1_mp_rank_00_model_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"}));
 }
+
+}  // namespace deepspeed_expected_files_test

@@ -5,6 +5,8 @@
 
 #include "formats/deepspeed/file_names.h"
 
+namespace deepspeed_file_names_test {
+
 using namespace ucpkit::formats::deepspeed;
 
 TEST(FileNames, SpelledAsDeepSpeedSavesThem) {
@@ -48,3 +50,5 @@ TEST(FileNames, ParseFileNameReadsEveryBuiltNameBack) {
   EXPECT_EQ(f->kind, FileKind::ExpertOptim);
   EXPECT_EQ(f->ep_rank, 3);
 }
+
+}  // namespace deepspeed_file_names_test

@@ -9,6 +9,8 @@
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/moe.h"
 
+namespace deepspeed_files_test {
+
 using namespace ucpkit;
 using namespace ucpkit::formats::deepspeed;
 
@@ -153,3 +155,5 @@ TEST(MoeTopology, ExpertNames) {
   EXPECT_EQ(ep_size_from_group_name("ep_size_4"), 4);
   EXPECT_FALSE(ep_size_from_group_name("dense"));
 }
+
+}  // namespace deepspeed_files_test

@@ -14,6 +14,8 @@
 #include "io/torch/torch_file.h"
 #include "support/process.h"
 
+namespace deepspeed_line_rewrite_test {
+
 using namespace ucpkit;
 namespace ds = ucpkit::formats::deepspeed;
 namespace fx = ucpkit::testing::fixtures;
@@ -61,3 +63,5 @@ TEST(LineRewrite, EveryLineRewrittenAsEveryOtherIsThatLinesSave) {
     }
   EXPECT_GE(compared, 20u);  // 20 ordered pairs, the mp_rank file each (expp files where the line has them)
 }
+
+}  // namespace deepspeed_line_rewrite_test

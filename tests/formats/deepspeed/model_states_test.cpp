@@ -15,6 +15,9 @@
 #include "io/torch/torch_file.h"
 #include "formats/deepspeed/fixture_files.h"
 #include "support/errors.h"
+#include "support/paths.h"
+
+namespace deepspeed_model_states_test {
 
 using namespace ucpkit;
 namespace ds = ucpkit::formats::deepspeed;
@@ -25,7 +28,6 @@ namespace {
 using ucpkit::testing::fixtures::first_difference;
 using ucpkit::testing::fixtures::saved;
 using ucpkit::testing::fixtures::step_dir;
-const std::string kFixtures = UCPKIT_FIXTURES_DIR;
 
 std::vector<std::string> model_files(const std::string& checkpoint) {
   return ucpkit::testing::fixtures::files_with(checkpoint, "model_states.pt");
@@ -57,7 +59,7 @@ TEST(ModelStates, EveryFixtureFileRoundTrips) {
 
 TEST(ModelStates, NativeMoeFileIsItsOwnLine) {
   for (const auto& line : ds::moe_version_lines()) {
-    const std::string path = (fs::path(kFixtures) / ("moe_line_" + line.name) / "global_step100" / "mp_rank_00_model_states.pt").string();
+    const std::string path = (fs::path(kFx) / ("moe_line_" + line.name) / "global_step100" / "mp_rank_00_model_states.pt").string();
     SCOPED_TRACE(path);
     const TorchFile f = load_torch_file(path);
     const ds::ModelStates m = ds::read_model_states(f, path);
@@ -67,7 +69,7 @@ TEST(ModelStates, NativeMoeFileIsItsOwnLine) {
 
 // Fields against the layouts fixtures.py asked dsgen for (dp=4, ep=2; TP 2 x PP 2, ...).
 TEST(ModelStates, TypedFields) {
-  const std::string moe = (fs::path(kFixtures) / "moe_line_0.19.5/global_step100/mp_rank_00_model_states.pt").string();
+  const std::string moe = (fs::path(kFx) / "moe_line_0.19.5/global_step100/mp_rank_00_model_states.pt").string();
   const ds::ModelStates m = ds::read_model_states(load_torch_file(moe), moe);
   EXPECT_FALSE(m.module_only);
   EXPECT_EQ(m.dp_world_size, 4);
@@ -92,12 +94,12 @@ TEST(ModelStates, TypedFields) {
       }
   EXPECT_EQ(named, m.param_shapes->front().size());
 
-  const std::string gpt = (fs::path(kFixtures) / "gpt_tp2pp2dp2_gpu/global_step100/mp_rank_03_model_states.pt").string();
+  const std::string gpt = (fs::path(kFx) / "gpt_tp2pp2dp2_gpu/global_step100/mp_rank_03_model_states.pt").string();
   const ds::ModelStates g = ds::read_model_states(load_torch_file(gpt), gpt);
   EXPECT_EQ(g.dp_world_size, 2);
   EXPECT_EQ(g.mp_world_size, 4);  // TP 2 x PP 2 (pipe engine: mp_world_size = tp * pp)
 
-  const std::string layer = (fs::path(kFixtures) / "gpt_pp2_bigscience/global_step100/layer_03-model_00-model_states.pt").string();
+  const std::string layer = (fs::path(kFx) / "gpt_pp2_bigscience/global_step100/layer_03-model_00-model_states.pt").string();
   const ds::ModelStates l = ds::read_model_states(load_torch_file(layer), layer);
   EXPECT_TRUE(l.module_only);
   EXPECT_FALSE(l.module.empty());
@@ -106,7 +108,7 @@ TEST(ModelStates, TypedFields) {
 
 // Changing a typed field changes only that entry, in place.
 TEST(ModelStates, WrittenFieldsReplaceTheirEntryInPlace) {
-  const std::string path = (fs::path(kFixtures) / "gpt_tp2dp2_z2_fp16/global_step100/mp_rank_00_model_states.pt").string();
+  const std::string path = (fs::path(kFx) / "gpt_tp2dp2_z2_fp16/global_step100/mp_rank_00_model_states.pt").string();
   const TorchFile f = load_torch_file(path);
   ds::ModelStates m = ds::read_model_states(f, path);
   m.dp_world_size = 7;
@@ -121,7 +123,7 @@ TEST(ModelStates, WrittenFieldsReplaceTheirEntryInPlace) {
 
 // ds_config and Megatron's args describe the layout written; the source's values stay as they are.
 TEST(ModelStates, DsConfigAndArgsDescribeTheTarget) {
-  const std::string path = (fs::path(kFixtures) / "gpt_tp2dp2_z2_fp16/global_step100/mp_rank_00_model_states.pt").string();
+  const std::string path = (fs::path(kFx) / "gpt_tp2dp2_z2_fp16/global_step100/mp_rank_00_model_states.pt").string();
   const TorchFile f = load_torch_file(path);
   const ds::ModelStates m = ds::read_model_states(f, path);
   ASSERT_TRUE(m.ds_config);
@@ -278,3 +280,5 @@ TEST(ModelStates, RankFileWithoutModuleRefused) {
   EXPECT_EQ(ucpkit::testing::error_of([&] { ds::read_rank_model_states(root, "r.pt"); }),
             "r.pt: not a model-states dict: it has no 'module' entry");
 }
+
+}  // namespace deepspeed_model_states_test

@@ -15,6 +15,8 @@
 #include "formats/deepspeed/module_tree.h"
 #include "io/torch/torch_file.h"
 
+namespace deepspeed_module_tree_test {
+
 using namespace ucpkit;
 namespace ds = ucpkit::formats::deepspeed;
 namespace fx = ucpkit::testing::fixtures;
@@ -97,3 +99,5 @@ TEST(ModuleTree, LeavesReplacedAndInserted) {
   ds::insert_module_leaf(copy, "extra.weight", before.front().second);
   EXPECT_EQ(ds::module_tensors(copy).back().first, "extra.weight");
 }
+
+}  // namespace deepspeed_module_tree_test

@@ -10,6 +10,8 @@
 #include "formats/deepspeed/moe.h"
 #include "support/errors.h"
 
+namespace deepspeed_moe_test {
+
 using namespace ucpkit;
 namespace ds = ucpkit::formats::deepspeed;
 using ucpkit::testing::error_of;
@@ -51,3 +53,5 @@ TEST(Moe, ExpertLayerNumbers) {
   std::map<int, ds::ExpertFileLayer> two{{0, {"a.pt", {1, 2}, false}}};
   EXPECT_NE(error_of([&] { ds::expert_layer_numbers(two); }).find("a.pt"), std::string::npos);
 }
+
+}  // namespace deepspeed_moe_test

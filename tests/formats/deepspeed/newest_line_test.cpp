@@ -28,7 +28,10 @@
 #include "io/safetensors_file.h"
 #include "io/torch/torch_file.h"
 #include "support/files.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace deepspeed_newest_line_test {
 
 namespace fs = std::filesystem;
 using namespace ucpkit;
@@ -39,7 +42,6 @@ using ucpkit::testing::fixtures::saved;
 namespace {
 
 const std::string kData = std::string(UCPKIT_SOURCE_DIR) + "/tests/formats/deepspeed/data/";
-const std::string kBin = UCPKIT_BIN_DIR;
 
 struct Newest {
   std::string name;  // data/<name> (the save: latest, global_step3/), data/<name>.truth
@@ -200,3 +202,5 @@ INSTANTIATE_TEST_SUITE_P(Ds0198, DeepSpeedNewestLine,
                          [](const ::testing::TestParamInfo<Newest>& info) { return info.param.name; });
 
 }  // namespace
+
+}  // namespace deepspeed_newest_line_test

@@ -18,6 +18,8 @@
 #include "io/torch/torch_file.h"
 #include "support/errors.h"
 
+namespace deepspeed_optimizer_shard_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using formats::deepspeed::OptimizerShard;
@@ -306,3 +308,5 @@ TEST(OptimizerShard, Zero3SubGroupOwnersFollowTheParamGroupsLists) {
   EXPECT_NE(owners({group({0, 1})}, 3).find(path + ": ZeRO-3 sub-group 2 is in no param group"), std::string::npos);
   EXPECT_NE(owners({Value::dict()}, 1).find(path + ": param_groups[0] has no params list"), std::string::npos);
 }
+
+}  // namespace deepspeed_optimizer_shard_test

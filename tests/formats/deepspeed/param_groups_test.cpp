@@ -3,6 +3,8 @@
 
 #include "formats/deepspeed/param_groups.h"
 
+namespace deepspeed_param_groups_test {
+
 using namespace ucpkit::formats::deepspeed;
 
 // Megatron-DeepSpeed megatron/optimizer/__init__.py:39-40:
@@ -100,3 +102,5 @@ TEST(ParamGroups, SavedByMegatronOnlyWithMegatronsArgsOrNestedModule) {
   EXPECT_TRUE(saved_by_megatron(with_args));
   EXPECT_FALSE(saved_by_megatron(Value::none()));
 }
+
+}  // namespace deepspeed_param_groups_test

@@ -16,6 +16,8 @@
 #include "support/files.h"
 #include "support/process.h"
 
+namespace deepspeed_partition_test {
+
 using namespace ucpkit;
 using namespace ucpkit::formats::deepspeed;
 namespace fs = std::filesystem;
@@ -150,3 +152,5 @@ TEST(DeepSpeedPartition, LayerTypesFileAndTypeMethod) {
 }
 
 }  // namespace
+
+}  // namespace deepspeed_partition_test

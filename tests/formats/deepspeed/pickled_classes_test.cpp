@@ -13,6 +13,8 @@
 #include "io/pickle/pickler.h"
 #include "io/torch/torch_file.h"
 
+namespace deepspeed_pickled_classes_test {
+
 using namespace ucpkit;
 namespace ds = ucpkit::formats::deepspeed;
 namespace fx = ucpkit::testing::fixtures;
@@ -100,3 +102,5 @@ TEST(PickledClasses, SubparamShapeFields) {
   const auto counted = ds::subparam_shape({"attn.qkv.weight"}, {96, 32}, 0, {32, 32, 32}, false);
   EXPECT_EQ(counted->object->state->get("shape")->items[0]->as_int(), 3);
 }
+
+}  // namespace deepspeed_pickled_classes_test

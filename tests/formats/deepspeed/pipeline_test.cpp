@@ -7,6 +7,8 @@
 #include "core/error.h"
 #include "formats/deepspeed/pipeline.h"
 
+namespace deepspeed_pipeline_test {
+
 using namespace ucpkit;
 using namespace ucpkit::formats::deepspeed;
 
@@ -86,3 +88,5 @@ TEST(PipelineNames, SplitAndWorldSize) {
   EXPECT_EQ(mp_world_size(2, 1, false), 2);  // Megatron's mpu: TP
   EXPECT_TRUE(kTiedModulesFirst);
 }
+
+}  // namespace deepspeed_pipeline_test

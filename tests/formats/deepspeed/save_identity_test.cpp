@@ -11,6 +11,8 @@
 #include "formats/deepspeed/save_identity.h"
 #include "io/torch/torch_file.h"
 
+namespace deepspeed_save_identity_test {
+
 using namespace ucpkit;
 namespace ds = ucpkit::formats::deepspeed;
 namespace fx = ucpkit::testing::fixtures;
@@ -73,3 +75,5 @@ TEST(SaveIdentity, IdentityText) {
   EXPECT_EQ(ds::identity_text(Value::of_tensor(step)).rfind("tensor(7, dtype=", 0), 0u);
   EXPECT_NE(ds::identity_text(Value::integer(7)), ds::identity_text(Value::str("7")));
 }
+
+}  // namespace deepspeed_save_identity_test

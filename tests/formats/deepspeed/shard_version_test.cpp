@@ -14,6 +14,8 @@
 #include "io/torch/torch_file.h"
 #include "support/process.h"
 
+namespace deepspeed_shard_version_test {
+
 using namespace ucpkit;
 namespace ds = ucpkit::formats::deepspeed;
 namespace fx = ucpkit::testing::fixtures;
@@ -72,3 +74,5 @@ TEST(ShardVersion, OtherLengthLeftAsSaved) {
   // The same release: nothing to do.
   EXPECT_EQ(ds::patch_ds_version(path, [](const std::string& have) { return have; }).rewritten, 0);
 }
+
+}  // namespace deepspeed_shard_version_test

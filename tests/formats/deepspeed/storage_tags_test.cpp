@@ -10,6 +10,8 @@
 #include "formats/deepspeed/storage_tags.h"
 #include "io/torch/torch_file.h"
 
+namespace deepspeed_storage_tags_test {
+
 using namespace ucpkit;
 namespace ds = ucpkit::formats::deepspeed;
 namespace fx = ucpkit::testing::fixtures;
@@ -59,3 +61,5 @@ TEST(StorageTags, GpuFilesRetaggedOncePerStorage) {
     }
   EXPECT_GT(files, 0u);  // fixtures.py: device_tags=True
 }
+
+}  // namespace deepspeed_storage_tags_test

@@ -11,6 +11,8 @@
 #include "formats/deepspeed/optimizer_shard.h"
 #include "io/torch/torch_file.h"
 
+namespace deepspeed_training_config_test {
+
 using namespace ucpkit;
 namespace ds = ucpkit::formats::deepspeed;
 using ucpkit::testing::fixtures::files_with;
@@ -68,3 +70,5 @@ TEST(TrainingConfig, Bf16OptimizerStateHasNoZeroStage) {
   EXPECT_FALSE(ds::is_bf16_optimizer_state(first_optimizer_state("gpt_tp2dp2_z2_fp16")));
   EXPECT_FALSE(ds::is_bf16_optimizer_state(nullptr));
 }
+
+}  // namespace deepspeed_training_config_test

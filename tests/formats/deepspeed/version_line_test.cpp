@@ -9,6 +9,8 @@
 #include "formats/deepspeed/module_tree.h"
 #include "formats/deepspeed/version_line.h"
 
+namespace deepspeed_version_line_test {
+
 using namespace ucpkit;
 using ucpkit::pickle::Value;
 
@@ -104,3 +106,5 @@ TEST(ModuleTree, NestedNamesReplacementAndMetadata) {
   formats::deepspeed::drop_module_metadata(module);
   EXPECT_FALSE(formats::deepspeed::module_has_metadata(module));
 }
+
+}  // namespace deepspeed_version_line_test

@@ -10,6 +10,8 @@
 #include "support/errors.h"
 #include "formats/deepspeed/zero_partition.h"
 
+namespace deepspeed_zero_partition_test {
+
 using ucpkit::testing::error_of;
 using namespace ucpkit::formats::deepspeed;
 
@@ -104,3 +106,5 @@ TEST(ZeroPartition, Zero3SubGroupsCutAsCreateFp16SubGroups) {
   EXPECT_EQ(zero3_sub_groups(numels, 4, 1000000000), (Ranges{{0, 3}}));
   EXPECT_TRUE(zero3_sub_groups(std::vector<int64_t>{}, 4, 5).empty());
 }
+
+}  // namespace deepspeed_zero_partition_test

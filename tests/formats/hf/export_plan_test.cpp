@@ -8,6 +8,8 @@
 #include "formats/hf/export_plan.h"
 #include "formats/hf/family_map.h"
 
+namespace hf_export_plan_test {
+
 using namespace ucpkit;
 using namespace ucpkit::formats::hf;
 
@@ -315,3 +317,5 @@ TEST(HfExportPlan, FusedExpertsStackEachExpertWhole) {
     if (gap.names[i] == "decoder.layers.0.mlp.experts.experts.1.linear_fc2.weight") gap.names.erase(gap.names.begin() + i), gap.shapes.erase(gap.shapes.begin() + i);
   EXPECT_THROW(plan_hf_export(shipped_hf_families(), moe_facts(false, false), gap, DType::Float32, 5ull << 30, "in", true), Error);
 }
+
+}  // namespace hf_export_plan_test

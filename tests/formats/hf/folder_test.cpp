@@ -11,6 +11,8 @@
 #include "io/safetensors_file.h"
 #include "support/process.h"
 
+namespace hf_folder_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit;
 
@@ -72,3 +74,5 @@ TEST(HfFolder, ConfigAndDtypes) {
   put(d / "config.json", "{}");
   EXPECT_NE(error_of(d.string()).find("model.safetensors"), std::string::npos) << error_of(d.string());  // an FP8 dtype
 }
+
+}  // namespace hf_folder_test

@@ -7,6 +7,8 @@
 #include "core/error.h"
 #include "formats/hf/import_plan.h"
 
+namespace hf_import_plan_test {
+
 using namespace ucpkit;
 using namespace ucpkit::formats::hf;
 
@@ -224,3 +226,5 @@ TEST(HfImportPlan, FusedExpertsAreReadExpertByExpert) {
   t["model.layers.1.mlp.experts.gate_up_proj"] = {DType::Float32, {2, 48, 16}};  // an expert short
   EXPECT_NE(what([&] { plan_hf_import(shipped_hf_families(), mixtral_config(), t, "m"); }).find("not [3 experts"), std::string::npos);
 }
+
+}  // namespace hf_import_plan_test

@@ -6,6 +6,8 @@
 #include "formats/megatron_core/config.h"
 #include "io/pickle/value.h"
 
+namespace megatron_core_common_edit_test {
+
 using namespace ucpkit;
 using pickle::Kind;
 using pickle::Value;
@@ -98,3 +100,5 @@ TEST(McoreCommonEdit, TheExpertPartIsSplitOffOrCopied) {
   EXPECT_FALSE(parts->entries[0].second->get("optimizer")->get("param_groups")->items[0]->contains("is_expert_parallel"));
   EXPECT_EQ(expert_flags_of(parts->entries[1].second), (std::vector<bool>{true, true}));
 }
+
+}  // namespace megatron_core_common_edit_test

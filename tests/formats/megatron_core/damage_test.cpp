@@ -22,6 +22,8 @@
 #include "support/errors.h"
 #include "support/process.h"
 
+namespace megatron_core_damage_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using formats::megatron_core::buffer_numels;
@@ -232,3 +234,5 @@ TEST(McoreDamage, PerBucketNumelUnpaddedOtherThanTheStoredLengthIsRefusedByUnion
   expect_union_refused(d, "__0_0.distcp", fqn,
                        "numel of bucket 0 of buffer 0: expected 4160 (the stored bucket's length), stored 4096");
 }
+
+}  // namespace megatron_core_damage_test

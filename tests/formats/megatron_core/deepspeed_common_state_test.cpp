@@ -6,6 +6,8 @@
 
 #include "formats/megatron_core/deepspeed_common_state.h"
 
+namespace megatron_core_deepspeed_common_state_test {
+
 using ucpkit::formats::megatron_core::extra_state_keys;
 
 namespace {
@@ -50,3 +52,5 @@ TEST(McoreExtraState, ADenseModelIsStacked) {
   EXPECT_EQ(extra_state_keys(moe_names(3, 0), false), extra_state_keys(moe_names(3, 0), true));
   EXPECT_TRUE(has(extra_state_keys(moe_names(3, 0), false), "decoder.layers.self_attention.linear_proj._extra_state/shard_2_3"));
 }
+
+}  // namespace megatron_core_deepspeed_common_state_test

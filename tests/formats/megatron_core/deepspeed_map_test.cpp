@@ -5,6 +5,8 @@
 
 #include "core/error.h"
 
+namespace megatron_core_deepspeed_map_test {
+
 namespace mc = ucpkit::formats::megatron_core;
 using ucpkit::Tensor;
 
@@ -107,3 +109,5 @@ TEST(DeepSpeedMapNames, BadMapFilesAreRefusedNamingTheKey) {
 }
 
 }  // namespace
+
+}  // namespace megatron_core_deepspeed_map_test

@@ -9,6 +9,8 @@
 #include "formats/megatron_core/mcore_data.h"
 #include "formats/megatron_core/reader.h"
 
+namespace megatron_core_dp_bucket_layout_test {
+
 using namespace ucpkit;
 using namespace ucpkit::formats::megatron_core;
 using ucpkit::testing::kMcoreData;
@@ -139,3 +141,5 @@ TEST(McoreBucketNumels, EachDisagreementIsSaid) {
   EXPECT_EQ(bucket_numel_mismatch({{"(torch.float32, torch.float32)", {4224}}}, false, bucket),
             "buffer 0 is (torch.float32, torch.float32), its bucket keys (torch.bfloat16, torch.float32)");
 }
+
+}  // namespace megatron_core_dp_bucket_layout_test

@@ -7,6 +7,8 @@
 #include "formats/megatron_core/key_model.h"
 #include "support/errors.h"
 
+namespace megatron_core_key_model_test {
+
 using namespace ucpkit::formats::megatron_core;
 using ucpkit::testing::error_of;
 
@@ -86,3 +88,5 @@ TEST(McoreKeyModel, UnknownKeysNameTheFile) {
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   }
 }
+
+}  // namespace megatron_core_key_model_test

@@ -5,6 +5,8 @@
 #include "formats/megatron_core/model_facts.h"
 #include "io/pickle/value.h"
 
+namespace megatron_core_model_facts_test {
+
 using namespace ucpkit;
 using pickle::Value;
 
@@ -124,3 +126,5 @@ TEST(McoreModelFacts, MoeRoutingIsAFactOrARefusal) {
   EXPECT_FALSE(args->attr("moe_grouped_gemm")->b);
   EXPECT_EQ(args->attr("moe_layer_freq")->i, 1);
 }
+
+}  // namespace megatron_core_model_facts_test

@@ -16,6 +16,8 @@
 #include "formats/dcp/dcp_data.h"
 #include "formats/megatron_core/mcore_data.h"
 
+namespace megatron_core_reader_test {
+
 using namespace ucpkit;
 using namespace ucpkit::formats::megatron_core;
 using ucpkit::testing::kMcoreData;
@@ -212,3 +214,5 @@ TEST(McoreReader, NativeMoeWithExpertTensorParallelism) {
     chains.insert({b->chain, b->bucket.dp_group_idx});
   EXPECT_EQ(chains, (std::set<std::pair<int64_t, int64_t>>{{0, 0}, {0, 1}, {1, 0}, {1, 1}, {1, 2}, {1, 3}}));
 }
+
+}  // namespace megatron_core_reader_test

@@ -10,6 +10,8 @@
 #include "formats/megatron_core/swiglu.h"
 #include "support/errors.h"
 
+namespace megatron_core_swiglu_test {
+
 using namespace ucpkit;
 using namespace ucpkit::formats::megatron_core;
 
@@ -54,3 +56,5 @@ TEST(McoreSwiglu, TpLocalIsTheRankPiecesOfBothHalves) {
                 .find("do not split into [W; V] over TP 2"),
             std::string::npos);
 }
+
+}  // namespace megatron_core_swiglu_test

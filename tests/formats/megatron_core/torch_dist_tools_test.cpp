@@ -30,7 +30,10 @@
 #include "io/torch/torch_file.h"
 #include "formats/dcp/dcp_data.h"
 #include "formats/megatron_core/mcore_data.h"
+#include "support/paths.h"
 #include "support/process.h"
+
+namespace megatron_core_torch_dist_tools_test {
 
 namespace fs = std::filesystem;
 using namespace ucpkit;
@@ -38,8 +41,6 @@ using namespace ucpkit::formats::megatron_core;
 using ucpkit::testing::kMcoreData;
 
 namespace {
-
-const std::string kBin = UCPKIT_BIN_DIR;
 
 struct Scratch {
   std::string root, work;
@@ -490,3 +491,5 @@ TEST(McoreTorchDistDamage, ALayoutThatDoesNotDivideIsAUsageError) {
 }
 
 }  // namespace
+
+}  // namespace megatron_core_torch_dist_tools_test

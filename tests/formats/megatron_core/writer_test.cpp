@@ -14,6 +14,7 @@
 #include "core/error.h"
 
 namespace ucpkit::formats::megatron_core {
+namespace megatron_core_writer_test {
 namespace {
 
 struct Params {
@@ -265,4 +266,5 @@ TEST(MegatronCoreWriter, RefusesWhatMegatronCouldNotLoadAndSaysWhy) {
 }
 
 }  // namespace
+}  // namespace megatron_core_writer_test
 }  // namespace ucpkit::formats::megatron_core

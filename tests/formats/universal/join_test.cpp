@@ -9,6 +9,8 @@
 #include "formats/universal/join.h"
 #include "support/errors.h"
 
+namespace universal_join_test {
+
 using namespace ucpkit;
 using formats::universal::join;
 using formats::universal::record_join;
@@ -187,3 +189,5 @@ TEST(Join, SplitRefusesWhatTpDoesNotDivide) {
   const std::string odd = ucpkit::testing::error_of([] { (void)split("h", {6, 2}, rule(JoinKind::TwoSubParams), {}, 2, 0); });
   EXPECT_NE(odd.find("tp=2 does not divide the sub-parameter size 3"), std::string::npos) << odd;
 }
+
+}  // namespace universal_join_test

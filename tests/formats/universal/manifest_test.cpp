@@ -18,6 +18,8 @@
 #include "support/errors.h"
 #include "support/files.h"
 
+namespace universal_manifest_test {
+
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace ucpkit;
@@ -312,3 +314,5 @@ TEST(UniversalSource, EachFormatsDescriptionRoundTripsKeyForKey) {
     }
   }
 }
+
+}  // namespace universal_manifest_test

@@ -11,6 +11,8 @@
 #include "support/errors.h"
 #include "support/process.h"
 
+namespace universal_state_file_test {
+
 namespace fs = std::filesystem;
 using namespace ucpkit;
 using formats::universal::read_state_file;
@@ -167,3 +169,5 @@ TEST(StateFile, DamagedFilesAreRefusedNamingTheFile) {
   EXPECT_NE(e4.find("bad_expert.pt"), std::string::npos) << e4;
   EXPECT_NE(e4.find("ep_num_experts"), std::string::npos) << e4;
 }
+
+}  // namespace universal_state_file_test

@@ -14,6 +14,8 @@
 #include "io/torch/torch_file.h"
 #include "support/process.h"
 
+namespace pickle_pickler_test {
+
 using namespace ucpkit;
 using pickle::Value;
 using pickle::ValuePtr;
@@ -227,3 +229,5 @@ TEST(Pickler, ErrorsNamedTensorWithoutStorageWriterNullAndDepth) {
     EXPECT_NE(std::string(e.what()).find("nested too deeply"), std::string::npos) << e.what();
   }
 }
+
+}  // namespace pickle_pickler_test

@@ -17,6 +17,8 @@
 #include "support/files.h"
 #include "support/process.h"
 
+namespace pickle_unpickler_test {
+
 using namespace ucpkit;
 using namespace std::string_literals;
 using namespace std::string_view_literals;
@@ -595,3 +597,5 @@ for p in range(6):
     EXPECT_EQ(v->at("od")->at("z")->i, 1);
   }
 }
+
+}  // namespace pickle_unpickler_test

@@ -10,6 +10,8 @@
 #include "io/pickle/value.h"
 #include "support/errors.h"
 
+namespace pickle_value_test {
+
 using namespace ucpkit;
 using pickle::Kind;
 using pickle::Object;
@@ -256,3 +258,5 @@ TEST(Value, ReleaseTreeFreesVeryDeepAndCyclicTreesWithoutRecursion) {
   EXPECT_TRUE(w.expired());
   pickle::release_tree(nullptr);
 }
+
+}  // namespace pickle_value_test

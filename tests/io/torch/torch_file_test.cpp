@@ -20,6 +20,8 @@
 #include "support/files.h"
 #include "support/process.h"
 
+namespace torch_torch_file_test {
+
 using namespace ucpkit;
 using namespace std::string_view_literals;
 using pickle::Kind;
@@ -328,3 +330,5 @@ TEST(TorchFile, DeferredFileTakesRecordBytesOutOfOrder) {
   for (const auto& e : std::filesystem::directory_iterator(dir))
     EXPECT_EQ(e.path().filename(), "d.pt") << "temporary file left behind";
 }
+
+}  // namespace torch_torch_file_test

@@ -18,6 +18,8 @@
 #include "support/files.h"
 #include "support/process.h"
 
+namespace zip_zip_writer_test {
+
 using namespace ucpkit;
 using namespace std::string_view_literals;
 
@@ -263,3 +265,5 @@ TEST(ZipWriter, AbandonedWriterLeavesNoFile) {
   }
   EXPECT_TRUE(std::filesystem::is_empty(dir));
 }
+
+}  // namespace zip_zip_writer_test
