@@ -4,7 +4,7 @@
 # pec-restore with the tools of OLD and NEW, alternated round by round (this machine is shared and
 # noisy: only ratios measured in the same run mean something). Prints per step the median wall time,
 # user+system CPU and peak RSS of each build and the NEW/OLD ratios; outputs are also compared byte
-# for byte (a refactor must not change them).
+# for byte (SHA-256 of every file of the last round: a refactor must not change them).
 # Usage: bench/bench_builds.sh OLD_BUILD NEW_BUILD [WORK]   (env: HIDDEN, LAYERS, ROUNDS; MOE_HIDDEN, MOE_LAYERS:
 #        the native MoE input of the PEC steps (256, 4: steps of 0.1 s on a fast machine, below /usr/bin/time's
 #        10 ms resolution for a 5% bound; 768, 4 gives about 1 s); STEPS: a subset of the steps; FLAGS: extra options
@@ -58,16 +58,24 @@ step() {
     echo "$tag $name failed: $(cat "$work/log/$tag/$name.err")" >&2; exit 1; }
   t=$(tail -1 "$work/log/$tag/$name.time")
   awk -v n="$name" -v g="$tag" '{printf "%s %s %s %.2f %s %.2f\n", n, g, $1, $2 + $3, $4, $2}' <<< "$t" >> "$work/times"
+  # The outputs are compared by digest and leave the page cache as soon as no step reads them: the build that
+  # runs second in a pair must find the memory as the first found it, not reclaim the first's output.
+  if [ "$round" = "$ROUNDS" ]; then
+    mkdir -p "$work/digest/$tag"; t=$o/$name; [ "$name" = pecsave ] && t=$o/pecstore
+    (cd "$t" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0r sha256sum) > "$work/digest/$tag/$name"
+  fi
+  case $name in load|direct|pecrestore) rm -rf "${o:?}/$name" ;; esac
 }
 
-rm -rf "$work/times" "$work/instructions" "$work/out" "$work/log"
+rm -rf "$work/times" "$work/instructions" "$work/out" "$work/log" "$work/digest"
 for r in $(seq "$ROUNDS"); do
   round=$r
   for s in $STEPS; do
     if [ $((r % 2)) -eq 1 ]; then step $s "$old" old; step $s "$new" new; else step $s "$new" new; step $s "$old" old; fi
+    case $s in load) rm -rf "$work"/out/*/union ;; pecrestore) rm -rf "$work"/out/*/pecstore ;; esac  # both read
   done
 done
-diff -r -q "$work/out/old" "$work/out/new" > "$work/diff.txt" 2>&1 && same="identical" || same="DIFFERENT (see $work/diff.txt)"
+diff -r "$work/digest/old" "$work/digest/new" > "$work/diff.txt" 2>&1 && same="identical" || same="DIFFERENT (see $work/diff.txt)"
 $py - "$work/times" "$ROUNDS" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
