@@ -8,6 +8,7 @@
 #include <iterator>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include "core/atomic_file.h"
 #include "core/confine.h"
@@ -102,6 +103,7 @@ DcpOutput plan_dcp_output(const ModelInfo& model, DType dtype, const formats::dc
   out.own_dtypes = own_dtypes;
   std::vector<Entry> entries;
   out.planner_data = Value::dict();
+  std::unordered_map<std::string, size_t> planned;  // fqn -> its planner_data entry (Value::set_item searches in order)
   // Each entry under the key the source saved it with (a DCP source's record), else get_state_dict's.
   auto add = [&](const formats::dcp::KeyPath& default_path, DcpSource s, bool is_bytes, DType dt, std::vector<int64_t> size) {
     const std::vector<ValuePtr> path = formats::dcp::pickle_path(formats::dcp::saved_path(model.dcp_keys, default_path));
@@ -110,7 +112,10 @@ DcpOutput plan_dcp_output(const ModelInfo& model, DType dtype, const formats::dc
     e.is_bytes = is_bytes;
     e.dtype = dt;
     e.size = std::move(size);
-    out.planner_data->set_item(e.fqn, path_tuple(path));
+    if (auto [it, fresh] = planned.emplace(e.fqn, out.planner_data->entries.size()); fresh)
+      out.planner_data->entries.emplace_back(Value::str(e.fqn), path_tuple(path));
+    else
+      out.planner_data->entries[it->second].second = path_tuple(path);
     entries.push_back(std::move(e));
     out.sources.push_back(std::move(s));
   };

@@ -2,6 +2,7 @@
 #include "reshard/universal_reader.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,6 +28,16 @@ UniversalReader::UniversalReader(const ModelInfo& model, std::string dir, bool v
     : model_(model), dir_(std::move(dir)), verify_(verify) {
   entries_.resize(model.params.size() * model.states.size());
   for (auto& e : entries_) e = std::make_unique<Entry>();
+  rlimit rl{};
+  max_kept_fds_ = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                      ? std::max<int64_t>(1, static_cast<int64_t>(rl.rlim_cur) / 4)
+                      : 4096;
+}
+
+UniversalReader::ReadFd::ReadFd(const Entry& e) : fd_(e.fd) {
+  if (fd_ >= 0) return;
+  owned_ = open_input(e.path, "state file");
+  fd_ = owned_.get();
 }
 
 UniversalReader::Entry::~Entry() {
@@ -85,9 +96,10 @@ UniversalReader::Entry& UniversalReader::entry(int param, const std::string& sta
     // The element bytes' position in the file (storages of a zip torch file are stored records).
     e.offset = static_cast<uint64_t>(t.contiguous_bytes().data() - tf.file->data());
     e.path = path;
-    e.fd = open_input(path, "state file").release();
+    if (kept_fds_.fetch_add(1) < max_kept_fds_) e.fd = open_input(path, "state file").release();
+    e.ready = true;
   });
-  if (e.fd < 0) throw Error(model_.params[param].name + ": state " + state + " failed to open earlier");
+  if (!e.ready) throw Error(model_.params[param].name + ": state " + state + " failed to open earlier");
   return e;
 }
 
@@ -123,9 +135,10 @@ void UniversalReader::check(int param, const std::string& state) {
   const uint64_t nbytes = static_cast<uint64_t>(p.stored_numel) * 4;
   thread_local std::vector<uint8_t> buf(8u << 20);
   uint32_t crc = 0;
+  const ReadFd fd(e);
   for (uint64_t done = 0; done < nbytes;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), nbytes - done));
-    pread_exact(e.fd, buf.data(), n, e.offset + done, e.path);
+    pread_exact(fd.get(), buf.data(), n, e.offset + done, e.path);
     crc = crc32_update(crc, {buf.data(), n});
     done += n;
   }
@@ -146,9 +159,10 @@ uint32_t UniversalReader::read_part(int param, const std::string& state, int64_t
   auto* out = reinterpret_cast<uint8_t*>(dst);
   const uint64_t nbytes = static_cast<uint64_t>(n) * 4;
   uint32_t crc = 0;
+  const ReadFd fd(e);
   for (uint64_t done = 0; done < nbytes;) {
     const size_t k = static_cast<size_t>(std::min<uint64_t>(8u << 20, nbytes - done));
-    pread_exact(e.fd, out + done, k, e.offset + static_cast<uint64_t>(a) * 4 + done, e.path);
+    pread_exact(fd.get(), out + done, k, e.offset + static_cast<uint64_t>(a) * 4 + done, e.path);
     if (verify) crc = crc32_update(crc, {out + done, k});  // still in cache
     done += k;
   }
@@ -184,11 +198,12 @@ void UniversalReader::read_range(int param, const std::string& state, const TpSl
     return;
   }
   Entry& e = entry(param, state);
+  const ReadFd fd(e);
   for_each_run(model_.params[param].shape, s, a, b, [&](int64_t src, int64_t n, int64_t at) {
     if (src < 0)
       std::memset(dst + at, 0, static_cast<size_t>(n) * 4);
     else
-      pread_exact(e.fd, dst + at, static_cast<size_t>(n) * 4, e.offset + static_cast<uint64_t>(src) * 4, e.path);
+      pread_exact(fd.get(), dst + at, static_cast<size_t>(n) * 4, e.offset + static_cast<uint64_t>(src) * 4, e.path);
   });
   bytes_read_ += static_cast<uint64_t>(b - a) * 4;
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/file_io.h"
 #include "io/pickle/value.h"
 #include "io/tensor.h"
 #include "reshard/model_info.h"
@@ -90,16 +91,31 @@ class UniversalReader {
  private:
   struct Entry {
     std::once_flag once;
-    int fd = -1;
+    bool ready = false;   // checked against the manifest
+    int fd = -1;          // kept open (the first kept_fds_ files opened), else -1: opened for each read
     uint64_t offset = 0;  // of the tensor's elements in the file
     std::string path;
     ~Entry();
+  };
+  // An entry's descriptor for one read: its own, or one opened for the read and closed after it.
+  class ReadFd {
+   public:
+    explicit ReadFd(const Entry& e);
+    int get() const { return fd_; }
+
+   private:
+    UniqueFd owned_;
+    int fd_;
   };
   Entry& entry(int param, const std::string& state);
   const ModelInfo& model_;
   std::string dir_;
   bool verify_;
   std::vector<std::unique_ptr<Entry>> entries_;  // [param * states + state]
+  // How many entries keep their file open: a folder of 10^5 state files would pass the process's limit
+  // of open files (a quarter of it), so the others open their file for each read.
+  std::atomic<int64_t> kept_fds_{0};
+  int64_t max_kept_fds_ = 0;
   std::vector<char> verify_mask_;
   const AtomicCache* cache_ = nullptr;
   AtomicSource* source_ = nullptr;

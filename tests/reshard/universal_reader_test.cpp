@@ -1,6 +1,7 @@
 // convert_from_fp32 (reshard/universal_reader.h): the writers' fp32 -> low-precision rounding. Its bf16
 // loop is branch-free so that it vectorizes; it must give f32_to_bf16's bits (torch's rounding, tested
-// against torch in tests/io) for every input, NaN and the tails of a vector included.
+// against torch in tests/io) for every input, NaN and the tails of a vector included. UniversalReader:
+// a folder of more state files than the process may hold open is read all the same.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -10,6 +11,10 @@
 
 #include "io/dtype.h"
 #include "reshard/universal_reader.h"
+#include "support/files.h"
+#include "support/paths.h"
+#include "support/process.h"
+#include "universal_fixture.h"
 
 namespace universal_reader_test {
 
@@ -43,6 +48,24 @@ TEST(ConvertFromFp32, EveryLengthUpToTwoVectors) {
     for (size_t i = 0; i < n; ++i) bits[i] = 0x3f808000u + static_cast<uint32_t>(i) * 0x00010000u;
     const auto out = converted(bits);
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], ucpkit::f32_to_bf16(std::bit_cast<float>(bits[i]))) << n;
+  }
+}
+
+// ucp-load of the GPT case's universal folder (210 state files) with the limit of open files at 48 writes the
+// same files as without a limit: the reader kept every state file open (a 25,000-parameter folder failed
+// with EMFILE under this machine's limit of 20,000, "cannot read file: Too many open files").
+TEST(UniversalReader, MoreStateFilesThanTheOpenFileLimitAreRead) {
+  const std::string u = ucpkit::loadtest::gpt_case().universal.string();
+  const std::string dir = ucpkit::testing::scratch_dir("universal_reader_fd_limit");
+  for (const std::string target : {"--format safetensors", "--format deepspeed --tp 2 --dp 3"}) {
+    const std::string load = kBin + "/ucp-load -q --input " + ucpkit::testing::quote(u) + " " + target + " --output ";
+    std::filesystem::remove_all(dir + "/free");
+    std::filesystem::remove_all(dir + "/limited");
+    std::string out;
+    ASSERT_EQ(ucpkit::testing::run_command(load + ucpkit::testing::quote(dir + "/free"), &out), 0) << target << out;
+    ASSERT_EQ(ucpkit::testing::run_command("ulimit -n 48 && " + load + ucpkit::testing::quote(dir + "/limited"), &out), 0)
+        << target << out;
+    EXPECT_EQ(ucpkit::testing::tree_bytes(dir + "/free"), ucpkit::testing::tree_bytes(dir + "/limited")) << target;
   }
 }
 

@@ -40,7 +40,7 @@ KeyPath strings(const std::vector<std::string>& parts) {
 
 KeyPath recorded_path(const Metadata& md, const std::string& fqn) {
   KeyPath out = KeyPath::array();
-  if (const pickle::ValuePtr p = md.planner_data ? md.planner_data->get(fqn) : nullptr; p && p->is_sequence()) {
+  if (const pickle::ValuePtr p = md.planner_path(fqn); p && p->is_sequence()) {
     for (const auto& part : p->items) {
       if (part && part->is(Kind::Int)) out.push_back(part->i);
       else if (part && part->is(Kind::Str)) out.push_back(part->s);

@@ -254,11 +254,21 @@ void index_metadata(Metadata& md) {
     if (!md.entry_index.emplace(md.entries[k].fqn, k).second)
       fail(md.path, "DCP metadata: state_dict_metadata lists '" + escaped_brief(md.entries[k].fqn) + "' twice");
   for (size_t k = 0; k < md.items.size(); ++k) md.item_index[md.items[k].fqn].push_back(k);
+  md.planner_index.clear();
+  if (md.planner_data && md.planner_data->kind == Kind::Dict)
+    for (size_t k = 0; k < md.planner_data->entries.size(); ++k)
+      if (const ValuePtr& key = md.planner_data->entries[k].first; key->kind == Kind::Str)
+        md.planner_index.emplace(key->s, k);  // the first of a repeated key, as Value::get finds it
 }
 
 Metadata read_metadata(const std::string& path) {
   auto file = MappedFile::open(path);
   return parse_metadata(file->bytes(), path);
+}
+
+pickle::ValuePtr Metadata::planner_path(const std::string& fqn) const {
+  auto it = planner_index.find(fqn);
+  return it == planner_index.end() ? nullptr : planner_data->entries[it->second].second;
 }
 
 const Entry* Metadata::find(const std::string& fqn) const {

@@ -79,9 +79,13 @@ struct Metadata {
   // per chunk on checkpoints of 10^5 items).
   std::unordered_map<std::string, size_t> entry_index;
   std::unordered_map<std::string, std::vector<size_t>> item_index;
+  // fqn -> position in planner_data->entries (index_metadata fills it: a pickled dict is searched in order).
+  std::unordered_map<std::string, size_t> planner_index;
 
   // The entry of `fqn`, or nullptr.
   const Entry* find(const std::string& fqn) const;
+  // planner_data's path of `fqn` as pickled, or nullptr.
+  pickle::ValuePtr planner_path(const std::string& fqn) const;
   // The item holding chunk `offsets` of `fqn` (bytes: offsets null); throws Error naming the file.
   const Item& item_of(const std::string& fqn, const std::vector<int64_t>* offsets) const;
 };
@@ -90,8 +94,8 @@ struct Metadata {
 Metadata parse_metadata(std::span<const uint8_t> bytes, const std::string& name);
 // Reads and parses a `.metadata` file.
 Metadata read_metadata(const std::string& path);
-// Rebuilds md.entry_index / md.item_index from md.entries / md.items; a fqn listed twice is an Error
-// naming md.path.
+// Rebuilds md.entry_index / md.item_index / md.planner_index from md.entries / md.items / md.planner_data;
+// a fqn listed twice is an Error naming md.path.
 void index_metadata(Metadata& md);
 
 std::string_view era_name(ClassEra era);
