@@ -1,6 +1,7 @@
 // Pickle interpreter producing Value trees.
 #include "io/pickle/unpickler.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cctype>
@@ -710,6 +711,9 @@ ValuePtr Unpickler::new_object(ValuePtr cls, ValuePtr args, ValuePtr kwargs, Obj
   return v;
 }
 
+// Up to this many entries a dict's keys are compared in order instead of through an index.
+constexpr size_t kSmallDict = 16;
+
 void Unpickler::set_items(Value& target, std::vector<ValuePtr>& kv) {
   if (kv.size() % 2) error("SETITEMS with an odd number of items");
   if (target.kind == Kind::Object) {
@@ -724,6 +728,25 @@ void Unpickler::set_items(Value& target, std::vector<ValuePtr>& kv) {
       counted_ -= std::min(counted_, exclusive_memory(v, kNewValue));
       v.reset();
     }
+  }
+  // A small dict (a checkpoint's metadata holds one or more per tensor): its keys compared in order, no
+  // index kept for it (an index per dict was most of the parse's allocations on 10^5 tensors).
+  if (target.entries.size() + kv.size() / 2 <= kSmallDict && !dict_index_.contains(&target)) {
+    std::vector<std::string> sigs;
+    sigs.reserve(target.entries.size() + kv.size() / 2);
+    for (const auto& e : target.entries) sigs.push_back(key_signature(*e.first));
+    for (size_t k = 0; k < kv.size(); k += 2) {
+      std::string sig = key_signature(*kv[k]);
+      if (sig.empty()) error("unhashable dict key of type " + std::string(kind_name(kv[k]->kind)));
+      const auto it = std::find(sigs.begin(), sigs.end(), sig);
+      if (it != sigs.end()) {
+        target.entries[static_cast<size_t>(it - sigs.begin())].second = kv[k + 1];
+      } else {
+        sigs.push_back(std::move(sig));
+        target.entries.emplace_back(kv[k], kv[k + 1]);
+      }
+    }
+    return;
   }
   auto& index = dict_index_[&target];
   if (index.size() != target.entries.size()) {
