@@ -92,7 +92,7 @@ class UniversalReader {
   struct Entry {
     std::once_flag once;
     bool ready = false;   // checked against the manifest
-    int fd = -1;          // kept open (the first kept_fds_ files opened), else -1: opened for each read
+    int fd = -1;          // kept open (the first max_kept_fds_ files opened), else -1: opened for each read
     uint64_t offset = 0;  // of the tensor's elements in the file
     std::string path;
     ~Entry();
