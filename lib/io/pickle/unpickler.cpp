@@ -729,43 +729,37 @@ void Unpickler::set_items(Value& target, std::vector<ValuePtr>& kv) {
       v.reset();
     }
   }
-  // A small dict (a checkpoint's metadata holds one or more per tensor): its keys compared in order, no
-  // index kept for it (an index per dict was most of the parse's allocations on 10^5 tensors).
-  if (target.entries.size() + kv.size() / 2 <= kSmallDict && !dict_index_.contains(&target)) {
-    std::vector<std::string> sigs;
-    sigs.reserve(target.entries.size() + kv.size() / 2);
+  // A small dict (a checkpoint's metadata holds one or more per tensor) compares its keys in order, without
+  // an index of its own (an index per dict was most of the parse's allocations on 10^5 tensors); a larger one
+  // keeps its index across SETITEMS batches.
+  const bool small = target.entries.size() + kv.size() / 2 <= kSmallDict && !dict_index_.contains(&target);
+  std::vector<std::string> sigs;  // small: each entry's key signature, in order
+  std::unordered_map<std::string, size_t>* index = small ? nullptr : &dict_index_[&target];
+  if (small) {
     for (const auto& e : target.entries) sigs.push_back(key_signature(*e.first));
-    for (size_t k = 0; k < kv.size(); k += 2) {
-      std::string sig = key_signature(*kv[k]);
-      if (sig.empty()) error("unhashable dict key of type " + std::string(kind_name(kv[k]->kind)));
-      const auto it = std::find(sigs.begin(), sigs.end(), sig);
-      if (it != sigs.end()) {
-        target.entries[static_cast<size_t>(it - sigs.begin())].second = kv[k + 1];
-      } else {
-        sigs.push_back(std::move(sig));
-        target.entries.emplace_back(kv[k], kv[k + 1]);
-      }
-    }
-    return;
-  }
-  auto& index = dict_index_[&target];
-  if (index.size() != target.entries.size()) {
-    index.clear();
+  } else if (index->size() != target.entries.size()) {
+    index->clear();
     for (size_t k = 0; k < target.entries.size(); ++k) {
       std::string sig = key_signature(*target.entries[k].first);
-      if (!sig.empty()) index.emplace(std::move(sig), k);
+      if (!sig.empty()) index->emplace(std::move(sig), k);
     }
   }
   for (size_t k = 0; k < kv.size(); k += 2) {
     std::string sig = key_signature(*kv[k]);
     if (sig.empty()) error("unhashable dict key of type " + std::string(kind_name(kv[k]->kind)));
-    auto it = index.find(sig);
-    if (it != index.end()) {
-      target.entries[it->second].second = kv[k + 1];
-    } else {
-      index.emplace(std::move(sig), target.entries.size());
-      target.entries.emplace_back(kv[k], kv[k + 1]);
+    size_t at = target.entries.size();
+    if (small) {
+      at = static_cast<size_t>(std::find(sigs.begin(), sigs.end(), sig) - sigs.begin());
+    } else if (auto it = index->find(sig); it != index->end()) {
+      at = it->second;
     }
+    if (at < target.entries.size()) {
+      target.entries[at].second = kv[k + 1];
+      continue;
+    }
+    if (small) sigs.push_back(std::move(sig));
+    else index->emplace(std::move(sig), at);
+    target.entries.emplace_back(kv[k], kv[k + 1]);
   }
 }
 
