@@ -61,8 +61,9 @@ step() {
   # The outputs are compared by digest and leave the page cache as soon as no step reads them: the build that
   # runs second in a pair must find the memory as the first found it, not reclaim the first's output.
   if [ "$round" = "$ROUNDS" ]; then
-    mkdir -p "$work/digest/$tag"; t=$o/$name; [ "$name" = pecsave ] && t=$o/pecstore
-    (cd "$t" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0r sha256sum) > "$work/digest/$tag/$name"
+    local out_dir=$o/$name; [ "$name" = pecsave ] && out_dir=$o/pecstore
+    mkdir -p "$work/digest/$tag"
+    (cd "$out_dir" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0r sha256sum) > "$work/digest/$tag/$name"
   fi
   case $name in load|direct|pecrestore) rm -rf "${o:?}/$name" ;; esac
 }
