@@ -10,7 +10,9 @@
 #        10 ms resolution for a 5% bound; 768, 4 gives about 1 s); STEPS: a subset of the steps; FLAGS: extra options
 #        of the ucp-union, ucp-load and direct steps, e.g. FLAGS=--no-verify to leave out checks one build
 #        does and the other does not, such as round 4's master-image check against a build before it;
-#        PY: the Python with torch that writes the inputs; INSTRUCTIONS=1: each step of the first round also runs under valgrind's callgrind, and a second
+#        PY: the Python with torch that writes the inputs; DROP_CACHES=1 (root): the page cache dropped before each
+#        timed step, so that no step pays for reclaiming the memory an earlier step filled (with WORK on a tmpfs such as
+#        /dev/shm the inputs and outputs stay in memory and the steps are timed without the disk); INSTRUCTIONS=1: each step of the first round also runs under valgrind's callgrind, and a second
 #        table gives the instructions each build executed: repeatable on a shared, noisy machine, where
 #        wall and CPU medians cannot resolve a few percent)
 set -euo pipefail
@@ -18,6 +20,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 old=$(cd "$1" && pwd); new=$(cd "$2" && pwd)
 work=${3:-/tmp/ucpkit-bench-builds}
 HIDDEN=${HIDDEN:-1024}; LAYERS=${LAYERS:-8}; ROUNDS=${ROUNDS:-3}; FLAGS=${FLAGS:-}; INSTRUCTIONS=${INSTRUCTIONS:-0}
+DROP_CACHES=${DROP_CACHES:-0}
 MOE_HIDDEN=${MOE_HIDDEN:-256}; MOE_LAYERS=${MOE_LAYERS:-4}; STEPS=${STEPS:-union load direct pecsave pecrestore}
 py=${PY:-/usr/bin/python3}
 mkdir -p "$work"
@@ -54,6 +57,7 @@ step() {
     rm -rf "${o:?}/$name"
   fi
   sync  # the previous step's dirty pages written first: no step pays for another's write-back
+  if [ "$DROP_CACHES" = 1 ]; then echo 3 > /proc/sys/vm/drop_caches; fi
   /usr/bin/time -f '%e %U %S %M' -o "$work/log/$tag/$name.time" "$@" > /dev/null 2> "$work/log/$tag/$name.err" || {
     echo "$tag $name failed: $(cat "$work/log/$tag/$name.err")" >&2; exit 1; }
   t=$(tail -1 "$work/log/$tag/$name.time")
