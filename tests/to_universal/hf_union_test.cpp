@@ -122,4 +122,27 @@ TEST(HfUnion, DamagedFoldersAreRefusedNamingTheFileAndNothingIsLeft) {
   EXPECT_TRUE(fs::exists(root / "u/megatron_core/common_state.pt"));
 }
 
+// The import is in Megatron-Core names (to_universal/megatron_core_names.cpp, holds_megatron_core_names): renaming it
+// to Megatron-Core names again is refused as such, and to Megatron-DeepSpeed names through a template is refused
+// because the template's model files would bring that run's iteration, schedule and data position (the build before
+// said "already has Megatron-DeepSpeed names" to both).
+TEST(HfUnion, ImportIsNotRenamedAsIfItHadMegatronDeepSpeedNames) {
+  const fs::path root = ucpkit::testing::scratch_dir("hf_union_names");
+  fs::create_directories(root / "hf");
+  put(root / "hf/config.json", config().dump());
+  put(root / "hf/model.safetensors", safetensors_bytes(llama()));
+  auto run = [&](const std::string& args) {
+    return ucpkit::testing::run_split_in(root.string(), kBin + "/ucp-union -q " + args, root.string());
+  };
+  ASSERT_EQ(run("--input hf --output u").rc, 0);
+  auto r = run("--input u --to-names megatron-core --output c");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("u/manifest.json: this universal folder already has Megatron-Core names"), std::string::npos) << r.err;
+  r = run("--input u --to-names megatron-deepspeed --template u --output d");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("the import of a Hugging Face folder has no Megatron-DeepSpeed model files"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("iteration, learning-rate schedule and data position"), std::string::npos) << r.err;
+  for (const char* left : {"c", "d"}) EXPECT_FALSE(fs::exists(root / left)) << left;
+}
+
 }  // namespace hf_union_test
