@@ -142,6 +142,7 @@ RunSummary run_union_hf(const std::string& input, const std::string& output, con
     manifest.source.format = std::string(formats::kHf);
     manifest.source.tp = manifest.source.pp = manifest.source.dp = manifest.source.ep = 1;
     manifest.source.weights_only = true;
+    manifest.source.names = "megatron-core";  // what --to-names and the inspector ask (is_megatron_core_named)
     manifest.source.facts["hf"] = {{"folder", input}, {"family", plan.family}, {"map", plan.origin},
                                    {"architectures", folder->config().value("architectures", nlohmann::json::array())},
                                    {"vocab_size", facts["vocab"]}};

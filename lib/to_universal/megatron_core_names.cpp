@@ -206,12 +206,6 @@ struct ForwardPlan {
   std::string model_file;
 };
 
-// A universal folder in Megatron-Core names: renamed by --to-names megatron-core, or made from a source
-// whose own names they are (ucp-union of a torch_dist save, the import of a Hugging Face folder).
-bool holds_megatron_core_names(const uv::UniversalSource& source) {
-  return is_megatron_core_named(source) || source.format == formats::kTorchDist || source.format == formats::kHf;
-}
-
 // `model_file`: the resolved path of the manifest's first model file ("" when it lists none).
 ForwardPlan plan_forward(uv::UniversalManifest manifest, const std::string& manifest_file, const std::string& model_file,
                          const std::string& map_file, std::string* family) {
@@ -220,7 +214,8 @@ ForwardPlan plan_forward(uv::UniversalManifest manifest, const std::string& mani
   f.m = std::move(manifest);
   const uv::UniversalManifest& m = f.m;
   const std::string& mfile = f.mfile;
-  if (holds_megatron_core_names(m.source)) throw Error(mfile + ": this universal folder already has Megatron-Core names");
+  if (is_megatron_core_named(m.source) || m.source.format == "torch_dist")
+    throw Error(mfile + ": this universal folder already has Megatron-Core names");
   const auto& src = m.source;
   if (!src.autoep.is_null()) throw Error(mfile + ": a DeepSpeed AutoEP source has no Megatron-Core name map");
   std::vector<std::string> names;
@@ -446,14 +441,15 @@ Tensor to_megatron_core_value(Tensor t, const MegatronCoreView& v, size_t i, con
 
 DeepSpeedView megatron_deepspeed_view(const uv::UniversalManifest& m, const std::string& mfile,
                                       const std::string& template_dir, const std::string& map_file) {
-  if (m.source.names_record.is_null() && !holds_megatron_core_names(m.source))
+  if (m.source.names_record.is_null() && !is_megatron_core_named(m.source) && m.source.format != "torch_dist")
     throw Error(mfile + ": this universal folder already has Megatron-DeepSpeed names");
-  // The Megatron-DeepSpeed model files would be the template's, and with them its iteration, learning-rate
-  // schedule and data position: a run resumed from the output would not start where a fresh run does.
-  if (m.source.format == formats::kHf)
-    throw Error(mfile + ": the import of a Hugging Face folder has no Megatron-DeepSpeed model files, and a template's "
-                "would carry that run's iteration, learning-rate schedule and data position; Megatron-DeepSpeed output "
-                "from a Hugging Face folder is not supported yet (docs/hf.md)");
+  // Weights without a training run (a Hugging Face import): the Megatron-DeepSpeed model files would be the
+  // template's, and with them its iteration, learning-rate schedule and data position, so a run resumed from
+  // the output would not start where a fresh run does.
+  if (m.source.weights_only.value_or(false))
+    throw Error(mfile + ": weights without a training run (an import of a Hugging Face folder) have no Megatron-DeepSpeed "
+                "model files, and a template's would carry that run's iteration, learning-rate schedule and data "
+                "position; Megatron-DeepSpeed output from them is not supported yet (docs/hf.md)");
   // The Megatron-DeepSpeed facts: the input's record, or the --template's (its record, or planned from
   // its Megatron-DeepSpeed names). `facts_dir` holds the model files (under model_files_dir) and the
   // DeepSpeed zero/optimizer_state.pt.

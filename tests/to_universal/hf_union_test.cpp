@@ -122,7 +122,7 @@ TEST(HfUnion, DamagedFoldersAreRefusedNamingTheFileAndNothingIsLeft) {
   EXPECT_TRUE(fs::exists(root / "u/megatron_core/common_state.pt"));
 }
 
-// The import is in Megatron-Core names (to_universal/megatron_core_names.cpp, holds_megatron_core_names): renaming it
+// The import is in Megatron-Core names (manifest source.names, to_universal/from_hf.cpp): renaming it
 // to Megatron-Core names again is refused as such, and to Megatron-DeepSpeed names through a template is refused
 // because the template's model files would bring that run's iteration, schedule and data position (the build before
 // said "already has Megatron-DeepSpeed names" to both).
@@ -140,7 +140,7 @@ TEST(HfUnion, ImportIsNotRenamedAsIfItHadMegatronDeepSpeedNames) {
   EXPECT_NE(r.err.find("u/manifest.json: this universal folder already has Megatron-Core names"), std::string::npos) << r.err;
   r = run("--input u --to-names megatron-deepspeed --template u --output d");
   EXPECT_EQ(r.rc, 1) << r.err;
-  EXPECT_NE(r.err.find("the import of a Hugging Face folder has no Megatron-DeepSpeed model files"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("an import of a Hugging Face folder) have no Megatron-DeepSpeed model files"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("iteration, learning-rate schedule and data position"), std::string::npos) << r.err;
   for (const char* left : {"c", "d"}) EXPECT_FALSE(fs::exists(root / left)) << left;
 }
