@@ -54,7 +54,8 @@ LayoutOptions add_options(CLI::App& app, tool::UcpLoadOptions& o) {
                  "(0.17+ reads both); default: the source's form (0.17+ for a DeepSpeed source)");
   app.add_option("--audit", l.audit,
                  "--format hf: write the conversion's audit here as JSON once the output is in place: every tensor "
-                 "written with its dtype, shape, SHA-256, source tensors and transform; totals; dtype changes (docs/hf.md)");
+                 "written with its dtype, shape, SHA-256, source tensors and transform; totals; dtype changes. A Hugging "
+                 "Face input with another --format: the import's audit, one record per Megatron-Core parameter (docs/hf.md)");
   app.add_option("--hf-experts", o.hf_experts,
                  "--format hf, MoE models: 'per-expert' (default) writes each expert's tensors "
                  "(block_sparse_moe.experts.{E}.w1 / mlp.experts.{E}.gate_proj ...), as save_pretrained writes them and "

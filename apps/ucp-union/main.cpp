@@ -33,6 +33,10 @@ int main(int argc, char** argv) {
                  "For --to-names megatron-deepspeed: the Megatron-DeepSpeed universal folder (or its --to-names "
                  "megatron-core folder) giving names, patterns and model files, for an input without them (ucp-union "
                  "of a torch_dist save)");
+  app.add_option("--audit", o.convert.audit,
+                 "A Hugging Face input: write the import's audit here as JSON once the output is in place: every "
+                 "Megatron-Core parameter with its dtype, shape, SHA-256 of its weights, the Hugging Face tensors it is "
+                 "made of and how they join; totals, dtype changes, experts per layer (docs/hf.md)");
   tool::add_overwrite_option(app, o.convert.overwrite, "Replace an existing output folder (atomically, at the end)");
   tool::add_dry_run_option(app, o.dry_run);
   if (int rc = tool::parse_checkpoint_tool(app, argc, argv, common); rc >= 0) return rc;

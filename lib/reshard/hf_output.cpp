@@ -7,7 +7,6 @@
 // (formats/hf). Weights only: the optimizer state has no place in a Hugging Face folder. One process.
 #include <filesystem>
 #include <map>
-#include <regex>
 #include <set>
 #include <span>
 
@@ -16,6 +15,7 @@
 #include "core/sha256.h"
 #include "core/staging.h"
 #include "formats/hf/export_plan.h"
+#include "formats/hf/import_plan.h"
 #include "formats/megatron_core/deepspeed_map.h"
 #include "formats/megatron_core/model_facts.h"
 #include "io/safetensors_file.h"
@@ -61,18 +61,12 @@ nlohmann::json audit_record(const HfPrepared& p, const formats::hf::Piece& piece
           {"sha256", sha256}, {"from", from}, {"transform", transform}};
 }
 
-// Experts written per MoE layer ({"<layer>": count}, from the Megatron-Core names of the pieces), so a
-// dropped expert shows in the audit.
+// Experts written per MoE layer, from the Megatron-Core names of the pieces: a dropped expert shows.
 nlohmann::json experts_per_layer(const HfPrepared& p) {
-  static const std::regex expert(R"(decoder\.layers\.(\d+)\..*\.experts\.experts\.(\d+)\..*)");
-  std::map<long, std::set<long>> seen;
-  std::smatch m;
+  std::vector<std::string> names;
   for (const auto& piece : p.plan.tensors)
-    for (size_t i : piece.params())
-      if (std::regex_match(p.in.manifest.params.at(i).name, m, expert)) seen[std::stol(m[1])].insert(std::stol(m[2]));
-  nlohmann::json out = nlohmann::json::object();
-  for (const auto& [layer, ids] : seen) out[std::to_string(layer)] = ids.size();
-  return out;
+    for (size_t i : piece.params()) names.push_back(p.in.manifest.params.at(i).name);
+  return formats::hf::experts_per_layer(names);
 }
 
 // The audit document: the records, totals, dtype changes (the source's model dtype -> the written one).

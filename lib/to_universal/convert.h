@@ -27,6 +27,10 @@ struct ConvertOptions {
   bool tag_native_moe = false;        // ucp-union --tag-latest-universal: write latest_universal for a
                                       // native-MoE universal folder too (DeepSpeed's load_universal
                                       // loads the wrong experts from it; convert.cpp)
+  // --audit FILE: the conversion's record of every parameter written (JSON, once the folder is in place), for
+  // the inputs whose union records one (UnionJob::audit); "" = none.
+  std::string audit;
+  std::string audit_output;           // the output the audit names ("": the union's own; ucp-load: the user's)
   Reporter reporter;                  // warnings, details, progress (tools: tool::console_reporter())
 };
 

@@ -6,8 +6,12 @@
 // qkv_split_to_grouped), gate/up stacked as SwiGLU's [W; V].
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <span>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/sha256.h"
 #include "core/confine.h"
 #include "core/staging.h"
 #include "formats/detect.h"
@@ -84,6 +88,51 @@ ValuePtr fresh_optimizer_state(const formats::hf::ImportPlan& plan) {
   return root;
 }
 
+// The audit record of parameter `p` (docs/hf.md "Audit"): its weights in the model dtype, the bytes a
+// torch_dist or DCP output of the import holds for it, hashed; the Hugging Face tensors and how they join.
+nlohmann::json audit_record(const formats::hf::Folder& folder, const formats::hf::ImportPlan& plan,
+                            const formats::hf::ImportParam& p, const Tensor& fp32) {
+  const Tensor weights = p.dtype == DType::Float32 ? fp32 : fp32.to(p.dtype);  // exact: the upcast's inverse
+  const auto bytes = weights.contiguous_bytes();
+  nlohmann::json from = nlohmann::json::array();
+  for (const auto& s : p.sources) {
+    const auto& t = folder.tensors().at(s);
+    from.push_back({{"name", s}, {"dtype", std::string(dtype_name(t.dtype))}, {"shape", t.shape}});
+  }
+  nlohmann::json transform = nlohmann::json::array();
+  if (p.index >= 0) transform.push_back("expert " + std::to_string(p.index) + " of the fused tensor's first axis");
+  if (p.merge == formats::hf::Split::Qkv)
+    transform.push_back("q_proj, k_proj, v_proj joined per query group [q..., k, v] (" + std::to_string(plan.heads) + " heads, " +
+                        std::to_string(plan.kv_heads) + " groups, head size " + std::to_string(plan.head_dim) + ")");
+  else if (p.merge == formats::hf::Split::GateUp)
+    transform.push_back("gate_proj, up_proj stacked as SwiGLU's [W; V]");
+  else if (p.sources.size() > 1)
+    transform.push_back("rows concatenated");
+  return {{"name", p.name}, {"dtype", std::string(dtype_name(p.dtype))}, {"shape", p.shape},
+          {"sha256", sha256_hex(std::span<const uint8_t>(bytes.data(), bytes.size()))}, {"from", from},
+          {"transform", transform},
+          {"states", "fp32 = the weights cast to float32 (exact); exp_avg = exp_avg_sq = 0; step 0"}};
+}
+
+// The import's audit document: the records, totals, dtype changes (source tensor -> written weights).
+nlohmann::json audit_document(const std::string& input, const std::string& output, const formats::hf::ImportPlan& plan,
+                              const std::vector<nlohmann::json>& records) {
+  int64_t values = 0, bytes = 0;
+  std::map<std::string, int64_t> changes;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const int64_t n = numel_of(plan.params[i].shape);
+    values += n, bytes += n * static_cast<int64_t>(dtype_size(plan.params[i].dtype));
+    for (const auto& f : records[i]["from"])
+      if (f["dtype"] != records[i]["dtype"]) ++changes[f["dtype"].get<std::string>() + " -> " + records[i]["dtype"].get<std::string>()];
+    names.push_back(plan.params[i].name);
+  }
+  return {{"format", "ucpkit-audit"}, {"version", 1}, {"conversion", "import of a Hugging Face folder (its Megatron-Core parameters)"},
+          {"input", input}, {"output", output}, {"family", plan.family}, {"map", plan.origin},
+          {"totals", {{"tensors", records.size()}, {"values", values}, {"bytes", bytes}}},
+          {"dtype_changes", changes}, {"experts_per_layer", formats::hf::experts_per_layer(names)}, {"tensors", records}};
+}
+
 RunSummary run_union_hf(const std::string& input, const std::string& output, const ConvertOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   auto& mpi = parallel::MpiSession::get();
@@ -107,6 +156,13 @@ RunSummary run_union_hf(const std::string& input, const std::string& output, con
 
   UnionJob job;
   job.params = plan.params.size();
+  job.audit = "every Megatron-Core parameter written: the Hugging Face tensors it is made of, how they join, the SHA-256 of its weights";
+  std::vector<nlohmann::json> audit(options.audit.empty() ? 0 : plan.params.size());  // one record a parameter (write_param)
+  if (!options.audit.empty())
+    job.after_commit = [&] {
+      const std::string& named = options.audit_output.empty() ? output : options.audit_output;
+      write_file_atomic(options.audit, audit_document(input, named, plan, audit).dump(1) + "\n");
+    };
   job.folders = {"zero", "megatron_core"};
   job.bytes = [&](size_t i) { return static_cast<uint64_t>(numel_of(plan.params[i].shape)) * 4 * 3; };
   job.write_param = [&](size_t i, const fs::path& zero_dir) {
@@ -119,6 +175,7 @@ RunSummary run_union_hf(const std::string& input, const std::string& output, con
     r.manifest = torch_dist_entry(tp, {kStates[0], kStates[1], kStates[2]}, true);
     const Tensor value = joined(*folder, plan, p);
     r.bytes_read += value.nbytes();
+    if (!options.audit.empty()) audit[i] = audit_record(*folder, plan, p, value);
     for (const char* state : kStates)
       write_state_file(dir, state, std::string(state) == "fp32" ? value : Tensor::zeros(DType::Float32, p.shape), r);
     write_step_file(dir, step, r);

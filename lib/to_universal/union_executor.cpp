@@ -74,6 +74,11 @@ void write_step_file(const fs::path& dir, const pickle::ValuePtr& step, ParamRes
 RunSummary execute_union(const UnionJob& job, const std::string& output, const ConvertOptions& options,
                          parallel::RankFailure& failed, Reporter::Phase& phase, std::chrono::steady_clock::time_point t0) {
   auto& mpi = parallel::MpiSession::get();
+  if (!options.audit.empty() && job.audit.empty())
+    throw UsageError("--audit " + options.audit + ": this input's conversion records no audit (a Hugging Face "
+                     "folder's import does; docs/hf.md)");
+  if (!options.audit.empty() && mpi.size() > 1)
+    throw UsageError("--audit " + options.audit + ": the audit is written by one process; run without mpirun");
   phase.next(job.write_phase.c_str());
   parallel::CollectiveStaging staging(failed, output, options.overwrite, "ucp", options.reporter.verbose, options.sync,
                                       [&](const fs::path& s) {

@@ -53,6 +53,8 @@ struct UnionJob {
   std::vector<std::string> folders = {"zero"};  // created in the staging folder first
   std::string write_phase = "write parameters";  // the phase's name in progress and --json
   std::function<void()> after_commit;            // rank 0, once the folder is in place (may be empty)
+  // What --audit records for this input ("" : none, and --audit is refused before anything is written).
+  std::string audit;
 };
 
 // Runs `job` into `output` (collective: every MPI rank calls it with the same job). `phase` moves on

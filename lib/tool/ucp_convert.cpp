@@ -32,6 +32,7 @@ Result convert(const UcpConvertOptions& options, bool extract) {
   convert.reporter = console_reporter();
   const bool root = parallel::MpiSession::get().rank() == 0;
   if (options.dry_run) {
+    if (!convert.audit.empty()) throw UsageError("--audit is not available with --dry-run (nothing is converted)");
     const DryRun d = extract ? extract_dry_run(options.input, options.output, convert)
                              : union_dry_run(options.input, options.output, convert);
     return root ? dry_run_result(d) : Result{};

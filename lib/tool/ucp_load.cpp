@@ -1,6 +1,7 @@
 // ucp-load's option check and run.
 #include "tool/ucp_load.h"
 
+#include "core/atomic_file.h"
 #include "core/confine.h"
 #include "core/error.h"
 #include "core/staging.h"
@@ -78,8 +79,6 @@ void UcpLoadOptions::check() {
                      " (expert tensor parallelism, a Megatron-Core layout dimension)");
   if (!load.megatron_version.empty() && !writer.takes_megatron_options())
     throw UsageError("--megatron-version applies to --format " + formats_that(&W::takes_megatron_options));
-  if (!load.audit.empty() && !writer.takes_audit())
-    throw UsageError("--audit applies to --format " + formats_that(&W::takes_audit));
   load.fused_experts = hf_experts == "fused";
   if (!hf_experts.empty() && !writer.takes_experts_layout())
     throw UsageError("--hf-experts applies to --format " + formats_that(&W::takes_experts_layout));
@@ -263,8 +262,22 @@ Result whole_rewrite_result(const UcpLoadOptions& o, const reshard::LoadOptions&
   return r;
 }
 
+// --audit: the export's (a writer that takes it), else the import's of an input converted first (its union
+// records one or refuses --audit: to_universal/union_executor.h); written once the output is in place.
+void check_audit(const UcpLoadOptions& o) {
+  using W = reshard::OutputWriter;
+  if (o.load.audit.empty() || reshard::output_writer(o.load.format).takes_audit()) return;
+  const formats::FolderKind kind = formats::detect(o.load.input);
+  const bool imported = converted_first(kind) && o.load.template_dir.empty() && o.device == "cpu" &&
+                        !reshard::whole_rewrite_for(kind, o.load.format).write;
+  if (!imported)
+    throw UsageError("--audit applies to --format " + reshard::output_formats_that(&W::takes_audit) +
+                     ", or to a Hugging Face input (the import's audit, docs/hf.md)");
+}
+
 Result run_ucp_load(const UcpLoadOptions& o) {
   if (!o.verify) set_verify_files_crc(false);
+  check_audit(o);
   reshard::LoadOptions load = o.load;
   load.reporter = console_reporter();
   if (load.template_dir.empty() && o.device == "cpu") {
@@ -303,6 +316,7 @@ Result run_ucp_load(const UcpLoadOptions& o) {
   StagedPhase staged;
   std::unique_ptr<ScratchUniversal> scratch;
   std::vector<std::string> not_carried;  // by the conversion into the scratch folder
+  std::string scratch_audit;             // the import's audit, in the scratch folder until the output is in place
   const formats::FolderKind kind = formats::detect(load.input);
   if (converted_first(kind)) {
     // The user's folders, before anything is converted: the load's own check sees only the scratch copy.
@@ -327,10 +341,15 @@ Result run_ucp_load(const UcpLoadOptions& o) {
     co.sync = false;      // scratch, removed after the load
     co.tag_latest = false;
     co.reporter = load.reporter;
+    if (!load.audit.empty() && !reshard::output_writer(load.format).takes_audit()) {  // the import's (check_audit)
+      co.audit = (std::filesystem::path(scratch->path()) / ".import-audit.json").string();
+      co.audit_output = load.output;
+    }
     load.reporter.warning(load.input + " is a " + kind.name() +
                           " checkpoint: converted into the scratch universal folder " + scratch->path() +
                           " first (removed after the load)");
     not_carried = to_universal::run_union(load.input, scratch->path(), co).not_carried;  // said on stderr there
+    scratch_audit = co.audit;
     load.input = scratch->path();
   }
   reshard::LoadSummary s;
@@ -342,6 +361,7 @@ Result run_ucp_load(const UcpLoadOptions& o) {
     if (!scratch) throw;
     rethrow_about_input(e, scratch->path(), o.load.input);
   }
+  if (!scratch_audit.empty()) write_file_atomic(load.audit, read_text_file(scratch_audit, "the import's audit"));  // the output is in place
   if (parallel::MpiSession::get().rank() != 0) return {};
   s.not_carried.insert(s.not_carried.begin(), not_carried.begin(), not_carried.end());
   Result r;

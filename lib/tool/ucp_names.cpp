@@ -28,6 +28,7 @@ void check_names_options(const UcpConvertOptions& c, const UcpNamesOptions& n) {
   if (n.to_names != "megatron-core" && n.to_names != "megatron-deepspeed")
     throw UsageError("--to-names: '" + escaped_brief(n.to_names, 40) + "' is not megatron-core or megatron-deepspeed");
   if (c.dry_run) throw UsageError("--dry-run is not available with --to-names");
+  if (!c.convert.audit.empty()) throw UsageError("--audit is not available with --to-names");
   if (parallel::MpiSession::get().size() > 1) throw UsageError("--to-names runs in one process (not under mpirun)");
 }
 

@@ -8,7 +8,8 @@
 # loader reads that save into its GPTModel, whose every tensor equals the Hugging Face original bit for bit
 # and whose logits agree with transformers' within 1e-5 (hf_export_check.py); `ucp-load --format hf` of our
 # save gives back every tensor of the original bit for bit, and transformers' model of it computes the
-# original's logits exactly. Run as users run it: relative paths, from the work folder, options left out.
+# original's logits exactly; the import's --audit lists every tensor once with the SHA-256 of each parameter as
+# hf_import_audit_check.py derives it from the original. Run as users run it: relative paths, from the work folder, options left out.
 # Exit 77 (skipped) when the framework environment cannot be made.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -28,13 +29,13 @@ run_py() {  # one Python process for every case (torch, transformers and Megatro
 specs=(llama:llama_bfloat16:bfloat16 llama:llama_float32_tied:float32:tied qwen2:qwen2_float32:float32 qwen3:qwen3_bfloat16:bfloat16
        mixtral:mixtral_float32:float32 qwen3_moe:qwen3_moe_bfloat16:bfloat16)
 run_py "$root/tests/frameworks/hf_models.py" "${specs[@]}"
-imports=() trips=()
+imports=() trips=() audits=()
 for spec in "${specs[@]}"; do
   IFS=: read -r family name _ <<< "$spec"
   layout=(--dp 1)
   [[ $family == mixtral || $family == qwen3_moe ]] && layout=(--ep 2 --dp 2)  # EP within DP: 8 ranks
   "$build/bin/ucp-load" -q --input "$name" --format torch_dist --tp 2 --pp 2 "${layout[@]}" --megatron-version 0.16.1 \
-    --output "$name.td" 2>&1 | quiet
+    --output "$name.td" --audit "$name.import.json" 2>&1 | quiet
   "$build/bin/ucp-load" -q --input "$name.td" --format hf --output "$name.back" --audit "$name.audit.json" 2>&1 | quiet
   "$build/bin/ucp-diff" -q "$name" "$name.td" 2>&1 | quiet || { echo "FAIL: ucp-diff calls $name and its import different"; exit 1; }
   # A release checkpoint (weights without a training run): what Megatron's default load_checkpoint takes as
@@ -43,9 +44,11 @@ for spec in "${specs[@]}"; do
     { echo "FAIL: the import of $name is not Megatron's release folder"; exit 1; }
   imports+=("${name}_import" "$name" "$name.td/release")
   trips+=("$name" "$name.back" "$name.audit.json")
+  audits+=("$name" "$name.import.json")
 done
 run_py "$root/tests/frameworks/hf_export_check.py" "${imports[@]}"
 run_py "$root/tests/frameworks/hf_round_trip_check.py" "${trips[@]}"
+run_py "$root/tests/frameworks/hf_import_audit_check.py" "${audits[@]}"
 # ucp-info of an MoE folder states its experts (what the import makes of it).
 "$build/bin/ucp-info" --json mixtral_float32 > mixtral.info.json
 "$py" -c 'import json, sys; h = json.load(open(sys.argv[1]))["hf"]; assert h["family"] == "mixtral" and h["experts"] == {"count": 4, "top_k": 2, "expert_ffn": 48} and h["layers"] == 4, h' mixtral.info.json ||

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -49,6 +50,15 @@ nlohmann::json config() {
   return {{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", 8}, {"intermediate_size", 16}, {"num_hidden_layers", 1},
           {"num_attention_heads", 2}, {"num_key_value_heads", 1}, {"head_dim", 4}, {"max_position_embeddings", 8},
           {"vocab_size", 16}, {"rms_norm_eps", 1e-5}, {"tie_word_embeddings", false}, {"dtype", "bfloat16"}};
+}
+
+// A scratch folder `name` holding the undamaged Hugging Face folder "hf".
+fs::path with_hf_folder(const std::string& name) {
+  const fs::path root = ucpkit::testing::scratch_dir(name);
+  fs::create_directories(root / "hf");
+  put(root / "hf/config.json", config().dump());
+  put(root / "hf/model.safetensors", safetensors_bytes(llama()));
+  return root;
 }
 
 struct Case {
@@ -113,10 +123,7 @@ TEST(HfUnion, DamagedFoldersAreRefusedNamingTheFileAndNothingIsLeft) {
       if (e.path().filename() != "hf") ADD_FAILURE() << c.what << ": left behind " << e.path();
   }
   // The same folder undamaged converts (the cases above fail for their damage alone).
-  const fs::path root = ucpkit::testing::scratch_dir("hf_union_ok");
-  fs::create_directories(root / "hf");
-  put(root / "hf/config.json", config().dump());
-  put(root / "hf/model.safetensors", safetensors_bytes(llama()));
+  const fs::path root = with_hf_folder("hf_union_ok");
   const auto r = ucpkit::testing::run_split_in(root.string(), kBin + "/ucp-union -q --input hf --output u", root.string());
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(fs::exists(root / "u/megatron_core/common_state.pt"));
@@ -127,10 +134,7 @@ TEST(HfUnion, DamagedFoldersAreRefusedNamingTheFileAndNothingIsLeft) {
 // because the template's model files would bring that run's iteration, schedule and data position (the build before
 // said "already has Megatron-DeepSpeed names" to both).
 TEST(HfUnion, ImportIsNotRenamedAsIfItHadMegatronDeepSpeedNames) {
-  const fs::path root = ucpkit::testing::scratch_dir("hf_union_names");
-  fs::create_directories(root / "hf");
-  put(root / "hf/config.json", config().dump());
-  put(root / "hf/model.safetensors", safetensors_bytes(llama()));
+  const fs::path root = with_hf_folder("hf_union_names");
   auto run = [&](const std::string& args) {
     return ucpkit::testing::run_split_in(root.string(), kBin + "/ucp-union -q " + args, root.string());
   };
@@ -143,6 +147,45 @@ TEST(HfUnion, ImportIsNotRenamedAsIfItHadMegatronDeepSpeedNames) {
   EXPECT_NE(r.err.find("an import of a Hugging Face folder) have no Megatron-DeepSpeed model files"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("iteration, learning-rate schedule and data position"), std::string::npos) << r.err;
   for (const char* left : {"c", "d"}) EXPECT_FALSE(fs::exists(root / left)) << left;
+}
+
+// --audit (docs/hf.md "Audit"): the import records every Megatron-Core parameter once, after the folder is in
+// place; where no audit is recorded (another input, --dry-run, --to-names) it is refused before anything is written.
+// The SHA-256s are judged against Python's hashlib in tests/frameworks/hf_import_audit_check.py.
+TEST(HfUnion, ImportAuditListsEveryParameterOnceAndIsRefusedWhereNoneIsRecorded) {
+  const fs::path root = with_hf_folder("hf_union_audit");
+  auto run = [&](const std::string& tool_args) {
+    return ucpkit::testing::run_split_in(root.string(), kBin + "/" + tool_args, root.string());
+  };
+  auto r = run("ucp-union -q --input hf --output u --audit audit.json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto audit = nlohmann::json::parse(std::ifstream(root / "audit.json"));
+  EXPECT_EQ(audit["format"], "ucpkit-audit");
+  EXPECT_EQ(audit["output"], "u");
+  std::set<std::string> names, sources;
+  for (const auto& t : audit["tensors"]) {
+    EXPECT_TRUE(names.insert(t["name"].get<std::string>()).second) << t["name"];
+    EXPECT_EQ(t["sha256"].get<std::string>().size(), 64u);
+    for (const auto& f : t["from"]) EXPECT_TRUE(sources.insert(f["name"].get<std::string>()).second) << f["name"];
+  }
+  EXPECT_EQ(names.size(), audit["totals"]["tensors"].get<size_t>());
+  EXPECT_EQ(sources.size(), llama().size());  // every Hugging Face tensor the source of one parameter
+  r = run("ucp-load -q --input hf --format dcp --output d --audit d.json");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(root / "d.json"))["output"], "d");  // the user's output, not the scratch
+  const std::pair<std::string, std::string> refused[] = {
+      {"ucp-union -q --input " + kFx + "/gpt_tp2_pp2_dp3 --output v --audit a.json", "records no audit"},
+      {"ucp-union -q --input hf --output v --audit a.json --dry-run", "not available with --dry-run"},
+      {"ucp-union -q --input u --to-names megatron-deepspeed --template u --output v --audit a.json", "not available with --to-names"},
+      {"ucp-load -q --input u --format dcp --output v --audit a.json", "--audit applies to --format hf, or to a Hugging Face input"},
+  };
+  for (const auto& [args, expected] : refused) {
+    r = run(args);
+    EXPECT_EQ(r.rc, 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << args << ": " << r.err;
+    EXPECT_FALSE(fs::exists(root / "v")) << args;
+    EXPECT_FALSE(fs::exists(root / "a.json")) << args;
+  }
 }
 
 }  // namespace hf_union_test

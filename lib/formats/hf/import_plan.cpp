@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <regex>
 #include <set>
 
 #include "core/error.h"
@@ -228,6 +229,17 @@ nlohmann::json ImportPlan::to_json() const {
   auto& ps = j["params"] = nlohmann::json::array();
   for (const auto& x : params) ps.push_back({{"name", x.name}, {"shape", x.shape}, {"from", x.sources}});
   return j;
+}
+
+nlohmann::json experts_per_layer(const std::vector<std::string>& megatron_core_names) {
+  static const std::regex expert(R"(decoder\.layers\.(\d+)\..*\.experts\.experts\.(\d+)\..*)");
+  std::map<long, std::set<long>> seen;
+  std::smatch m;
+  for (const auto& n : megatron_core_names)
+    if (std::regex_match(n, m, expert)) seen[std::stol(m[1])].insert(std::stol(m[2]));
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [layer, ids] : seen) out[std::to_string(layer)] = ids.size();
+  return out;
 }
 
 }  // namespace ucpkit::formats::hf

@@ -45,6 +45,10 @@ struct ImportPlan {
 // when a needed one is missing or states math the Megatron-Core model cannot compute.
 nlohmann::json facts_from_config(const nlohmann::json& config, const Family& family, const std::string& config_path);
 
+// Experts per MoE layer among Megatron-Core parameter names ({"<layer>": distinct experts}, empty for a dense
+// model): what an audit (docs/hf.md "Audit") records so that a dropped expert shows.
+nlohmann::json experts_per_layer(const std::vector<std::string>& megatron_core_names);
+
 ImportPlan plan_hf_import(const std::vector<Family>& families, const nlohmann::json& config,
                           const std::map<std::string, TensorShape>& tensors, const std::string& dir);
 
