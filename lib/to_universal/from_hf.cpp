@@ -225,7 +225,7 @@ UnionCounts count_union_hf(const std::string& input, const ConvertOptions&) {
   return c;
 }
 
-[[maybe_unused]] const bool kFromHfRegistered = register_union(std::string(formats::kHf), run_union_hf, count_union_hf);
+[[maybe_unused]] const bool kFromHfRegistered = register_union(std::string(formats::kHf), run_union_hf, count_union_hf, true);
 
 }  // namespace
 

@@ -22,6 +22,7 @@ namespace {
 struct UnionFormat {
   UnionRunner run;
   UnionCounter count;
+  bool audits = false;
 };
 
 NamedTable<UnionFormat>& runners() {
@@ -74,7 +75,7 @@ void write_step_file(const fs::path& dir, const pickle::ValuePtr& step, ParamRes
 RunSummary execute_union(const UnionJob& job, const std::string& output, const ConvertOptions& options,
                          parallel::RankFailure& failed, Reporter::Phase& phase, std::chrono::steady_clock::time_point t0) {
   auto& mpi = parallel::MpiSession::get();
-  if (!options.audit.empty() && job.audit.empty())
+  if (!options.audit.empty() && job.audit.empty())  // a union that records one registers so (union_audits)
     throw UsageError("--audit " + options.audit + ": this input's conversion records no audit (a Hugging Face "
                      "folder's import does; docs/hf.md)");
   if (!options.audit.empty() && mpi.size() > 1)
@@ -128,11 +129,13 @@ RunSummary execute_union(const UnionJob& job, const std::string& output, const C
   return union_summary(output, job.params, threads, t.bytes_read, t.bytes_written, t.files, t0);
 }
 
-bool register_union(const std::string& format, UnionRunner run, UnionCounter count) {
-  return runners().set(format, {std::move(run), std::move(count)});
+bool register_union(const std::string& format, UnionRunner run, UnionCounter count, bool audits) {
+  return runners().set(format, {std::move(run), std::move(count), audits});
 }
 
 bool has_union(const std::string& format) { return static_cast<bool>(runners().find(format).run); }
+
+bool union_audits(const std::string& format) { return runners().find(format).audits; }
 
 RunSummary run_union(const std::string& input, const std::string& output, const ConvertOptions& options) {
   return union_of(input).run(input, output, options);

@@ -77,12 +77,15 @@ struct UnionCounts {
 // namespace-scope initializer).
 using UnionRunner = std::function<RunSummary(const std::string& input, const std::string& output, const ConvertOptions& options)>;
 using UnionCounter = std::function<UnionCounts(const std::string& input, const ConvertOptions& options)>;
-bool register_union(const std::string& format, UnionRunner run, UnionCounter count = {});
+// `audits`: its job records --audit (UnionJob::audit); the others refuse it.
+bool register_union(const std::string& format, UnionRunner run, UnionCounter count = {}, bool audits = false);
 
 // The counts of the union registered for `input`'s kind; UsageError naming the kind when none is.
 UnionCounts count_union(const std::string& input, const ConvertOptions& options);
 
 // Whether a union is registered for `format` (ucp-load converts such inputs through it first).
 bool has_union(const std::string& format);
+// Whether the union registered for `format` records --audit (ucp-load's check before converting).
+bool union_audits(const std::string& format);
 
 }  // namespace ucpkit::to_universal

@@ -268,8 +268,8 @@ void check_audit(const UcpLoadOptions& o) {
   using W = reshard::OutputWriter;
   if (o.load.audit.empty() || reshard::output_writer(o.load.format).takes_audit()) return;
   const formats::FolderKind kind = formats::detect(o.load.input);
-  const bool imported = converted_first(kind) && o.load.template_dir.empty() && o.device == "cpu" &&
-                        !reshard::whole_rewrite_for(kind, o.load.format).write;
+  const bool imported = converted_first(kind) && to_universal::union_audits(kind.format) && o.load.template_dir.empty() &&
+                        o.device == "cpu" && !reshard::whole_rewrite_for(kind, o.load.format).write;
   if (!imported)
     throw UsageError("--audit applies to --format " + reshard::output_formats_that(&W::takes_audit) +
                      ", or to a Hugging Face input (the import's audit, docs/hf.md)");
