@@ -28,7 +28,7 @@ struct ConvertOptions {
                                       // native-MoE universal folder too (DeepSpeed's load_universal
                                       // loads the wrong experts from it; convert.cpp)
   // --audit FILE: the conversion's record of every parameter written (JSON, once the folder is in place), for
-  // the inputs whose union records one (UnionJob::audit); "" = none.
+  // the inputs whose union registers that it writes one (union_executor.h register_union); "" = none.
   std::string audit;
   std::string audit_output;           // the output the audit names ("": the union's own; ucp-load: the user's)
   Reporter reporter;                  // warnings, details, progress (tools: tool::console_reporter())

@@ -156,8 +156,8 @@ RunSummary run_union_hf(const std::string& input, const std::string& output, con
 
   UnionJob job;
   job.params = plan.params.size();
-  job.audit = "every Megatron-Core parameter written: the Hugging Face tensors it is made of, how they join, the SHA-256 of its weights";
-  std::vector<nlohmann::json> audit(options.audit.empty() ? 0 : plan.params.size());  // one record a parameter (write_param)
+  // --audit (registered below): one record a parameter, filled by write_param, written once the folder is in place.
+  std::vector<nlohmann::json> audit(options.audit.empty() ? 0 : plan.params.size());
   if (!options.audit.empty())
     job.after_commit = [&] {
       const std::string& named = options.audit_output.empty() ? output : options.audit_output;

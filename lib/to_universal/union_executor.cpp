@@ -75,11 +75,6 @@ void write_step_file(const fs::path& dir, const pickle::ValuePtr& step, ParamRes
 RunSummary execute_union(const UnionJob& job, const std::string& output, const ConvertOptions& options,
                          parallel::RankFailure& failed, Reporter::Phase& phase, std::chrono::steady_clock::time_point t0) {
   auto& mpi = parallel::MpiSession::get();
-  if (!options.audit.empty() && job.audit.empty())  // a union that records one registers so (union_audits)
-    throw UsageError("--audit " + options.audit + ": this input's conversion records no audit (a Hugging Face "
-                     "folder's import does; docs/hf.md)");
-  if (!options.audit.empty() && mpi.size() > 1)
-    throw UsageError("--audit " + options.audit + ": the audit is written by one process; run without mpirun");
   phase.next(job.write_phase.c_str());
   parallel::CollectiveStaging staging(failed, output, options.overwrite, "ucp", options.reporter.verbose, options.sync,
                                       [&](const fs::path& s) {
@@ -138,7 +133,13 @@ bool has_union(const std::string& format) { return static_cast<bool>(runners().f
 bool union_audits(const std::string& format) { return runners().find(format).audits; }
 
 RunSummary run_union(const std::string& input, const std::string& output, const ConvertOptions& options) {
-  return union_of(input).run(input, output, options);
+  const UnionFormat u = union_of(input);
+  if (!options.audit.empty() && !u.audits)  // before planning: nothing read, nothing written
+    throw UsageError("--audit " + options.audit + ": the conversion of " + input +
+                     " records no audit (a Hugging Face folder's import does; docs/hf.md)");
+  if (!options.audit.empty() && parallel::MpiSession::get().size() > 1)
+    throw UsageError("--audit " + options.audit + ": the audit is written by one process; run without mpirun");
+  return u.run(input, output, options);
 }
 
 UnionCounts count_union(const std::string& input, const ConvertOptions& options) {

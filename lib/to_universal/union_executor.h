@@ -53,8 +53,6 @@ struct UnionJob {
   std::vector<std::string> folders = {"zero"};  // created in the staging folder first
   std::string write_phase = "write parameters";  // the phase's name in progress and --json
   std::function<void()> after_commit;            // rank 0, once the folder is in place (may be empty)
-  // What --audit records for this input ("" : none, and --audit is refused before anything is written).
-  std::string audit;
 };
 
 // Runs `job` into `output` (collective: every MPI rank calls it with the same job). `phase` moves on
@@ -77,7 +75,7 @@ struct UnionCounts {
 // namespace-scope initializer).
 using UnionRunner = std::function<RunSummary(const std::string& input, const std::string& output, const ConvertOptions& options)>;
 using UnionCounter = std::function<UnionCounts(const std::string& input, const ConvertOptions& options)>;
-// `audits`: its job records --audit (UnionJob::audit); the others refuse it.
+// `audits`: it writes ConvertOptions::audit (run_union refuses --audit for the others, and under mpirun).
 bool register_union(const std::string& format, UnionRunner run, UnionCounter count = {}, bool audits = false);
 
 // The counts of the union registered for `input`'s kind; UsageError naming the kind when none is.

@@ -262,8 +262,8 @@ Result whole_rewrite_result(const UcpLoadOptions& o, const reshard::LoadOptions&
   return r;
 }
 
-// --audit: the export's (a writer that takes it), else the import's of an input converted first (its union
-// records one or refuses --audit: to_universal/union_executor.h); written once the output is in place.
+// --audit: the export's (a writer that takes it), else the import's of an input converted first whose union
+// writes one (to_universal::union_audits); written once the output is in place. Refused before anything is read.
 void check_audit(const UcpLoadOptions& o) {
   using W = reshard::OutputWriter;
   if (o.load.audit.empty() || reshard::output_writer(o.load.format).takes_audit()) return;
