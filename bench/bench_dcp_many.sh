@@ -24,27 +24,25 @@ in_bytes=$(du -sb "$src" | cut -f1)
 echo "input: $((PARAMS * 4)) tensors, $in_bytes bytes in $(ls -A "$src" | wc -l) files (torch $("$FRAMEWORKS_PY" -c 'import torch; print(torch.__version__)') dcp.save)"
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB RAM; load $(cut -d' ' -f1-3 /proc/loadavg)"
 cat "$src"/* "$src"/.metadata > /dev/null  # warm: each step reads the input from the page cache
-measure() { /usr/bin/time -f "%e %M" -o "$work/time.txt" "$@" > /dev/null 2> "$work/err.txt" || { cat "$work/err.txt" >&2; exit 1; }; cat "$work/time.txt"; }
-declare -A t m
-run() {  # run NAME: one step into $work/out, its seconds and peak RSS appended
+. "$root/bench/bench_lib.sh"  # measure, add, med
+run() {  # run NAME: one step into $work/out, its figures added
   rm -rf "$work/out"; sync
-  local s k
+  local s u k
   case $1 in
     floor) mkdir -p "$work/out"
-           read -r s k < <(measure sh -c "for f in '$src'/* '$src'/.metadata; do dd if=\"\$f\" of='$work/out'/\$(basename \"\$f\") bs=8M status=none || exit 1; done && sync -f '$work/out'") ;;
-    ucp)   read -r s k < <(measure sh -c "'$build/bin/ucp-load' -q --input '$src' --format dcp --world-size 2 --output '$work/out' && sync -f '$work/out'") ;;
+           read -r s u k < <(measure sh -c "for f in '$src'/* '$src'/.metadata; do dd if=\"\$f\" of='$work/out'/\$(basename \"\$f\") bs=8M status=none || exit 1; done && sync -f '$work/out'") ;;
+    ucp)   read -r s u k < <(measure sh -c "'$build/bin/ucp-load' -q --input '$src' --format dcp --world-size 2 --output '$work/out' && sync -f '$work/out'") ;;
     torch) mkdir -p "$work/out"
-           read -r s k < <(measure sh -c "'$FRAMEWORKS_PY' -c 'from torch.distributed.checkpoint.format_utils import dcp_to_torch_save as f; f(\"$src\", \"$work/out/model.pt\")' && sync -f '$work/out/model.pt'") ;;
+           read -r s u k < <(measure sh -c "'$FRAMEWORKS_PY' -c 'from torch.distributed.checkpoint.format_utils import dcp_to_torch_save as f; f(\"$src\", \"$work/out/model.pt\")' && sync -f '$work/out/model.pt'") ;;
   esac
-  t[$1]+="$s "; m[$1]+="$k "
-  echo "round $r $1: $s s, peak RSS $((k / 1024)) MiB"
+  add "$1" "$s" "$u" "$k"
+  echo "round $r $1: $s s, $u s CPU, peak RSS $((k / 1024)) MiB"
 }
 for r in $(seq "$rounds"); do
   if [ $((r % 2)) -eq 1 ]; then order="floor ucp torch"; else order="torch ucp floor"; fi
   for s in $order; do run "$s"; done
 done
 rm -rf "$work/out"
-med() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 declare -A T M
 for k in floor ucp torch; do T[$k]=$(echo "${t[$k]}" | med); M[$k]=$(echo "${m[$k]}" | med); done
 echo "medians of $rounds: floor (read and write once) ${T[floor]} s; ucp-load ${T[ucp]} s, peak RSS $((M[ucp] / 1024)) MiB;" \
