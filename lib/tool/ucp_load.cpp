@@ -264,9 +264,13 @@ Result whole_rewrite_result(const UcpLoadOptions& o, const reshard::LoadOptions&
 
 // --audit: the export's (a writer that takes it), else the import's of an input converted first whose union
 // writes one (to_universal::union_audits); written once the output is in place. Refused before anything is read.
+bool audits_import(const reshard::LoadOptions& load) {
+  return !load.audit.empty() && !reshard::output_writer(load.format).takes_audit();
+}
+
 void check_audit(const UcpLoadOptions& o) {
   using W = reshard::OutputWriter;
-  if (o.load.audit.empty() || reshard::output_writer(o.load.format).takes_audit()) return;
+  if (!audits_import(o.load)) return;
   const formats::FolderKind kind = formats::detect(o.load.input);
   const bool imported = converted_first(kind) && to_universal::union_audits(kind.format) && o.load.template_dir.empty() &&
                         o.device == "cpu" && !reshard::whole_rewrite_for(kind, o.load.format).write;
@@ -341,7 +345,7 @@ Result run_ucp_load(const UcpLoadOptions& o) {
     co.sync = false;      // scratch, removed after the load
     co.tag_latest = false;
     co.reporter = load.reporter;
-    if (!load.audit.empty() && !reshard::output_writer(load.format).takes_audit()) {  // the import's (check_audit)
+    if (audits_import(load)) {  // the import's: check_audit let it through
       co.audit = (std::filesystem::path(scratch->path()) / ".import-audit.json").string();
       co.audit_output = load.output;
     }
