@@ -1,8 +1,9 @@
 """Writes the many-tensor DCP of bench/bench_dcp_many.sh with torch's own dcp.save: N parameters of 4 fp32
 values each, with AdamW-shaped state (exp_avg, exp_avg_sq, a scalar step per parameter) and param groups:
 4 N tensors, the per-tensor cost of a large MoE state dict without its bytes (issue 47's 100,000 tensors).
-torch.distributed.checkpoint.save with no process group writes one rank's files (state_dict_saver.py, save:
-no_dist when the default group is not initialised), as a single-process job's checkpoint is written.
+torch.distributed.checkpoint.save with no process group writes one rank's files (torch 2.15.0
+torch/distributed/checkpoint/state_dict_saver.py:184-185: no_dist when the default group is not initialised), as a
+single-process job's checkpoint is written.
 Usage: bench_dcp_many_make.py OUTPUT [--params N]"""
 import argparse
 
