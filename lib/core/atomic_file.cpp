@@ -201,6 +201,17 @@ void write_file_atomic(const std::string& path, std::string_view contents, bool 
   f.commit();
 }
 
+void check_file_target(const std::string& path) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    throw Error(path + ": folder " + dir.string() +
+                (std::filesystem::exists(dir, ec) ? " is not a folder" : " does not exist (create it first)"));
+  if (::access(dir.c_str(), W_OK) != 0) throw Error(path + ": folder " + dir.string() + " is not writable");
+  if (std::filesystem::is_directory(path, ec)) throw Error(path + ": is a folder, not a file");
+}
+
 std::string read_text_file(const std::string& path, const std::string& what) {
   const UniqueFd in = open_input(path, what);
   std::string out;

@@ -64,6 +64,9 @@ class AtomicFile {
 
 // Writes a whole small file atomically.
 void write_file_atomic(const std::string& path, std::string_view contents, bool durable = false);
+// Refuses, before a run writes anything, a file it would write last (a report beside the output): Error
+// naming `path` when its folder does not exist, is no folder or is not writable, or `path` is a folder.
+void check_file_target(const std::string& path);
 // Reads a whole small file; throws Error naming the file and `what` it is (a FIFO or device is
 // refused without blocking: open_input).
 std::string read_text_file(const std::string& path, const std::string& what = "input");

@@ -97,17 +97,8 @@ void test_pause_staged() {
 // plan, hundreds of MB at 1,024 nodes: placement::PlanOutcome::write_plan_file).
 void write_all(const std::vector<std::pair<std::string, std::string_view>>& files,
                const std::function<void(const placement::TextSink&)>& first_stream = {}) {
-  for (const auto& [path, bytes] : files) {
-    if (path.empty()) continue;
-    std::filesystem::path dir = std::filesystem::path(path).parent_path();
-    if (dir.empty()) dir = ".";
-    std::error_code ec;
-    if (!std::filesystem::is_directory(dir, ec))
-      throw Error(path + ": folder " + dir.string() +
-                  (std::filesystem::exists(dir, ec) ? " is not a folder" : " does not exist (create it first)"));
-    if (::access(dir.c_str(), W_OK) != 0) throw Error(path + ": folder " + dir.string() + " is not writable");
-    if (std::filesystem::is_directory(path, ec)) throw Error(path + ": is a folder, not a file");
-  }
+  for (const auto& [path, bytes] : files)
+    if (!path.empty()) check_file_target(path);
   int stopped = 0;
   {
     StopSignals stop;

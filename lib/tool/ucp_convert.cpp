@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "io/torch/verify.h"
 #include "parallel/mpi_session.h"
@@ -31,8 +32,11 @@ Result convert(const UcpConvertOptions& options, bool extract) {
   to_universal::ConvertOptions convert = options.convert;
   convert.reporter = console_reporter();
   const bool root = parallel::MpiSession::get().rank() == 0;
+  if (!convert.audit.empty()) {
+    if (options.dry_run) throw UsageError("--audit is not available with --dry-run (nothing is converted)");
+    check_file_target(convert.audit);  // written after the commit: a folder it cannot go to is refused first
+  }
   if (options.dry_run) {
-    if (!convert.audit.empty()) throw UsageError("--audit is not available with --dry-run (nothing is converted)");
     const DryRun d = extract ? extract_dry_run(options.input, options.output, convert)
                              : union_dry_run(options.input, options.output, convert);
     return root ? dry_run_result(d) : Result{};

@@ -270,6 +270,7 @@ bool audits_import(const reshard::LoadOptions& load) {
 
 void check_audit(const UcpLoadOptions& o) {
   using W = reshard::OutputWriter;
+  if (!o.load.audit.empty()) check_file_target(o.load.audit);  // written last, after the commit
   if (!audits_import(o.load)) return;
   const formats::FolderKind kind = formats::detect(o.load.input);
   const bool imported = converted_first(kind) && to_universal::union_audits(kind.format) && o.load.template_dir.empty() &&

@@ -179,6 +179,14 @@ TEST(HfUnion, ImportAuditListsEveryParameterOnceAndIsRefusedWhereNoneIsRecorded)
       {"ucp-union -q --input u --to-names megatron-deepspeed --template u --output v --audit a.json", "not available with --to-names"},
       {"ucp-load -q --input u --format dcp --output v --audit a.json", "--audit applies to --format hf, or to a Hugging Face input"},
   };
+  // An audit that could not be written after the commit is refused before anything is (exit 1, no output).
+  r = run("ucp-union -q --input hf --output v --audit missing/a.json");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("missing/a.json: folder missing does not exist"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(root / "v"));
+  r = run("ucp-load -q --input hf --format dcp --output v --audit missing/a.json");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_FALSE(fs::exists(root / "v"));
   for (const auto& [args, expected] : refused) {
     r = run(args);
     EXPECT_EQ(r.rc, 2) << args << ": " << r.err;
