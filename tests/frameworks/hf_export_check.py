@@ -86,13 +86,16 @@ def moe_config(a):
         return {}
     return dict(num_moe_experts=experts, moe_ffn_hidden_size=a.moe_ffn_hidden_size, moe_router_topk=a.moe_router_topk,
                 moe_router_pre_softmax=getattr(a, "moe_router_pre_softmax", False), moe_grouped_gemm=False,
-                moe_token_dispatcher_type="allgather", moe_aux_loss_coeff=0.0)
+                moe_token_dispatcher_type="allgather", moe_aux_loss_coeff=0.0,
+                moe_layer_freq=getattr(a, "moe_layer_freq", 1),
+                moe_shared_expert_intermediate_size=getattr(a, "moe_shared_expert_intermediate_size", None),
+                moe_shared_expert_gate=getattr(a, "moe_shared_expert_gate", False))
 
 
 def megatron_model(ckpt, config):
     from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
     from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec, get_gpt_layer_local_spec
     from megatron.core.transformer.transformer_config import TransformerConfig
     import megatron.core.transformer.moe.moe_utils as moe_utils
 
@@ -118,8 +121,11 @@ def megatron_model(ckpt, config):
         params_dtype=torch.float32, bias_activation_fusion=False, apply_rope_fusion=False, masked_softmax_fusion=False,
         bias_dropout_fusion=False, attention_dropout=0.0, hidden_dropout=0.0, persist_layer_norm=False,
         gradient_accumulation_fusion=False, **moe_config(a))
-    spec = get_gpt_layer_local_spec(num_experts=cfg.num_moe_experts, moe_grouped_gemm=False, qk_layernorm=cfg.qk_layernorm,
-                                    normalization=a.normalization)
+    if cfg.num_moe_experts and cfg.moe_layer_freq != 1:  # dense layers between MoE layers: one spec per layer
+        spec = get_gpt_decoder_block_spec(cfg, use_transformer_engine=False, normalization=a.normalization)
+    else:
+        spec = get_gpt_layer_local_spec(num_experts=cfg.num_moe_experts, moe_grouped_gemm=False, qk_layernorm=cfg.qk_layernorm,
+                                        normalization=a.normalization)
     m = GPTModel(cfg, spec, vocab_size=a.padded_vocab_size, max_sequence_length=a.max_position_embeddings,
                  position_embedding_type="rope", rotary_base=getattr(a, "rotary_base", 10000),
                  share_embeddings_and_output_weights=not a.untie_embeddings_and_output_weights,
@@ -160,6 +166,13 @@ def expected_hf_tensors(mg, a, vocab):
             fc1 = sd.pop(p + f"mlp.linear_fc1.{kind}", None)
             if fc1 is not None:  # SwiGLU: silu(first half) * second half
                 out[h + f"mlp.gate_proj.{kind}"], out[h + f"mlp.up_proj.{kind}"] = torch.chunk(fc1, 2, dim=0)
+        shared = p + "mlp.shared_experts."
+        if shared + "linear_fc1.weight" in sd:  # Qwen2-MoE's shared expert: SwiGLU, scaled by sigmoid(x . gate_weight)
+            out[h + "mlp.shared_expert.gate_proj.weight"], out[h + "mlp.shared_expert.up_proj.weight"] = \
+                torch.chunk(sd.pop(shared + "linear_fc1.weight"), 2, dim=0)
+            out[h + "mlp.shared_expert.down_proj.weight"] = sd.pop(shared + "linear_fc2.weight")
+            if shared + "gate_weight" in sd:
+                out[h + "mlp.shared_expert_gate.weight"] = sd.pop(shared + "gate_weight")
         if p + "mlp.router.weight" in sd:  # transformers 5's model holds the experts fused: gate_up_proj[e] = [gate; up]
             out[h + "mlp.gate.weight"] = sd.pop(p + "mlp.router.weight")
             for mc, hf in (("linear_fc1", "gate_up_proj"), ("linear_fc2", "down_proj")):

@@ -7,7 +7,7 @@ folder ORIGINAL written by transformers' save_pretrained). Checked: every tensor
 exactly one record; every Megatron-Core parameter is listed once; each record's SHA-256 is what hashlib gives
 for the parameter derived here, independently of ucpkit, from the original tensors (Megatron-Core's layouts:
 linear_qkv per query group [q..., k, v], SwiGLU linear_fc1 [gate; up]) in the record's dtype; the totals and,
-for an MoE model, the experts of every layer. One RESULT line per case; exit 1 naming the case otherwise."""
+for an MoE model, the experts of every MoE layer (hf_layers.py). One RESULT line per case; exit 1 naming the case otherwise."""
 import glob
 import hashlib
 import json
@@ -17,6 +17,7 @@ import warnings
 warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
+from hf_layers import experts_of, moe_layers  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -55,9 +56,8 @@ def check(orig, audit_path):
         assert digest == r["sha256"], (r["name"], r["transform"], digest, r["sha256"])
         values += t.numel()
     assert audit["totals"]["tensors"] == len(records) and audit["totals"]["values"] == values, audit["totals"]
-    experts = config.get("num_local_experts", config.get("num_experts", 0))
-    if experts:
-        assert audit["experts_per_layer"] == {str(l): experts for l in range(config["num_hidden_layers"])}, audit["experts_per_layer"]
+    want = {str(layer): experts_of(config) for layer in moe_layers(config)}
+    assert audit["experts_per_layer"] == want, (audit["experts_per_layer"], want)
     print(f"RESULT check=hf_import_audit case={orig} parameters={len(records)} sources={len(used)} values={values} sha256=all_equal")
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A Hugging Face model into a Megatron-Core layout and back (label `frameworks`, docs/hf.md; issue 49):
 # transformers' own save_pretrained writes each family (hf_models.py: Llama GQA bf16, Llama with tied
-# embeddings fp32, Qwen2 fp32, Qwen3 bf16, Mixtral fp32 and Qwen3-MoE bf16 with experts per expert; one
+# embeddings fp32, Qwen2 fp32, Qwen3 bf16, Mixtral fp32 and Qwen3-MoE bf16 with experts per expert, Qwen2-MoE fp32
+# with a gated shared expert and a dense layer between its MoE layers; one
 # Python process makes them all, one checks all imports, one all round trips: hf_export_check.py,
 # hf_round_trip_check.py); `ucp-load --format torch_dist --tp 2 --pp 2` (MoE: `--ep 2 --dp 2`, 8 ranks)
 # writes it as a Megatron-Core save directly from the folder (optimizer state as a fresh run's); megatron-core 0.16.1's own
@@ -27,13 +28,13 @@ run_py() {  # one Python process for every case (torch, transformers and Megatro
   return "$rc"
 }
 specs=(llama:llama_bfloat16:bfloat16 llama:llama_float32_tied:float32:tied qwen2:qwen2_float32:float32 qwen3:qwen3_bfloat16:bfloat16
-       mixtral:mixtral_float32:float32 qwen3_moe:qwen3_moe_bfloat16:bfloat16)
+       mixtral:mixtral_float32:float32 qwen3_moe:qwen3_moe_bfloat16:bfloat16 qwen2_moe:qwen2_moe_float32:float32)
 run_py "$root/tests/frameworks/hf_models.py" "${specs[@]}"
 imports=() trips=() audits=()
 for spec in "${specs[@]}"; do
   IFS=: read -r family name _ <<< "$spec"
   layout=(--dp 1)
-  [[ $family == mixtral || $family == qwen3_moe ]] && layout=(--ep 2 --dp 2)  # EP within DP: 8 ranks
+  [[ $family == mixtral || $family == *_moe ]] && layout=(--ep 2 --dp 2)  # EP within DP: 8 ranks
   "$build/bin/ucp-load" -q --input "$name" --format torch_dist --tp 2 --pp 2 "${layout[@]}" --megatron-version 0.16.1 \
     --output "$name.td" --audit "$name.import.json" 2>&1 | quiet
   "$build/bin/ucp-load" -q --input "$name.td" --format hf --output "$name.back" --audit "$name.audit.json" 2>&1 | quiet

@@ -18,6 +18,7 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
+from hf_layers import experts_of, moe_layers  # noqa: E402
 
 
 def check(orig, back, audit_path):
@@ -28,8 +29,12 @@ def check(orig, back, audit_path):
     ca, cb = (json.load(open(f"{d}/config.json")) for d in (orig, back))
     for k in ("architectures", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
               "num_key_value_heads", "vocab_size", "rms_norm_eps", "tie_word_embeddings", "dtype",
-              "num_local_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob", "decoder_sparse_step"):
+              "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
+              "shared_expert_intermediate_size", "qkv_bias"):
         assert ca.get(k) == cb.get(k), (k, ca.get(k), cb.get(k))
+    # the expert count under either key (transformers 5 keeps Qwen3-MoE's as num_local_experts), the MoE layers
+    # from decoder_sparse_step and mlp_only_layers
+    assert (experts_of(ca), moe_layers(ca)) == (experts_of(cb), moe_layers(cb)), (moe_layers(ca), moe_layers(cb))
     ids = torch.randint(0, ca["vocab_size"], (2, 8), generator=torch.Generator().manual_seed(1))
     la, lb = (AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)(input_ids=ids).logits for d in (orig, back))
     assert torch.equal(la, lb), (la - lb).abs().max()
@@ -43,8 +48,7 @@ def check(orig, back, audit_path):
         lo, hi = header[r["name"]]["data_offsets"]
         assert hashlib.sha256(raw[8 + n + lo:8 + n + hi]).hexdigest() == r["sha256"], r["name"]
     assert audit["totals"]["tensors"] == len(a) and audit["totals"]["values"] == sum(t.numel() for t in a.values())
-    experts = ca.get("num_local_experts", 0)
-    want = {str(layer): experts for layer in range(ca["num_hidden_layers"])} if experts else {}
+    want = {str(layer): experts_of(ca) for layer in moe_layers(ca)}
     assert audit["experts_per_layer"] == want, (audit["experts_per_layer"], want)
     import transformers  # the RESULT form of docs/frameworks-outside-ci.md (equal: every tensor bit-identical)
     print(f"RESULT framework=transformers version={transformers.__version__} case={orig}_round_trip tensors={len(a)} "

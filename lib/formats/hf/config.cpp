@@ -20,6 +20,9 @@ nlohmann::json with_derived_facts(nlohmann::json facts, const std::vector<std::s
   }
   facts["qkv_bias_only"] = facts.value("qkv_bias", false) && !facts.value("linear_bias", false);
   facts["moe"] = facts.value("experts", int64_t{0}) > 0;
+  // Facts of sources that predate them (an all-MoE model, no shared-expert gate).
+  if (!facts.contains("dense_layers")) facts["dense_layers"] = nlohmann::json::array();
+  if (!facts.contains("shared_gate")) facts["shared_gate"] = false;
   // Qwen3-MoE's norm_topk_prob (modeling_qwen3_moe.py:264-265) renormalises the top k of a softmax over
   // all experts: Megatron's default (softmax over the top k); without it, --moe-router-pre-softmax.
   facts["norm_topk"] = !facts.value("moe_pre_softmax", false);

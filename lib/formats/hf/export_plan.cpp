@@ -132,6 +132,10 @@ ExportPlan plan_hf_export(const std::vector<Family>& families, const nlohmann::j
       throw Error(where + ": parameter " + in.names[i] + " has no rule in Hugging Face family map " + fam.family + " (" +
                   fam.origin + "): it would be dropped");
     const Rule& r = fam.rules[m->rule];
+    if (!rule_for_layer(r, facts, m->layer))
+      throw Error(where + ": parameter " + in.names[i] + " belongs to " + (r.layers == Layers::Moe ? "an MoE" : "a dense") +
+                  " layer, but the args make layer " + std::to_string(m->layer) + " " +
+                  (moe_layer(facts, m->layer) ? "an MoE layer" : "a dense layer") + " (moe_layer_freq)");
     if (r.vocab && p.vocab == 0) p.vocab = in.shapes[i].empty() ? 0 : in.shapes[i][0];
     const bool fused = fused_experts && !r.fused.empty();
     if (fused && m->expert >= 0) {

@@ -69,6 +69,13 @@ Family Family::from_json(const nlohmann::json& j, const std::string& origin) {
     rule.vocab = r.value("vocab", false);
     rule.optional = r.value("optional", false);
     rule.fused = r.value("fused", std::string());
+    const std::string layers = r.value("layers", std::string("all"));
+    if (layers == "all") rule.layers = Layers::All;
+    else if (layers == "moe") rule.layers = Layers::Moe;
+    else if (layers == "dense") rule.layers = Layers::Dense;
+    else throw Error(origin + ": " + where + ".layers: '" + escaped_brief(layers, 40) + "' is not one of all, moe, dense");
+    rule.ffn = r.value("ffn", std::string());
+    if (!rule.ffn.empty() && rule.split != Split::GateUp) throw Error(origin + ": " + where + ".ffn: only a gate_up split has one");
     if (!rule.fused.empty() && (rule.fused.find("{E}") != std::string::npos || (!per_expert(rule) && rule.split != Split::None)))
       throw Error(origin + ": " + where + ".fused: one tensor for all experts (no {E}), and only an expert rule may be split");
     if (rule.hf.size() != pieces_of(rule.split))
@@ -110,6 +117,21 @@ std::vector<Family> shipped_hf_families() {
 }
 
 bool per_expert(const Rule& r) { return r.megatron_core.front().find("{E}") != std::string::npos; }
+
+bool moe_layer(const nlohmann::json& facts, long layer) {
+  if (facts.value("experts", int64_t{0}) <= 0) return false;
+  if (!facts.contains("dense_layers") || !facts["dense_layers"].is_array()) return true;
+  for (const auto& d : facts["dense_layers"])
+    if (d.is_number_integer() && d.get<long>() == layer) return false;
+  return true;
+}
+
+bool rule_for_layer(const Rule& r, const nlohmann::json& facts, long layer) {
+  if (r.layers == Layers::All || layer < 0) return true;
+  return (r.layers == Layers::Moe) == moe_layer(facts, layer);
+}
+
+std::string ffn_fact(const Rule& r) { return !r.ffn.empty() ? r.ffn : per_expert(r) ? "moe_ffn" : "ffn"; }
 
 std::string filled(const std::string& t, long layer, long expert) {
   std::string s = layer >= 0 ? patterns::substitute_placeholder(t, "{L}", layer) : t;

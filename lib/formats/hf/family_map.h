@@ -21,6 +21,11 @@ enum class Split {
   GateUp,  // SwiGLU linear_fc1 [W; V] -> gate_proj (W), up_proj (V)
 };
 
+// The decoder layers a rule is for, in a model with dense layers between its MoE layers (model fact
+// "dense_layers"): every layer, the MoE layers only (router, experts, shared expert), or the dense ones only
+// (their MLP).
+enum class Layers { All, Moe, Dense };
+
 struct Rule {
   std::vector<std::string> megatron_core;  // name templates ({L}: decoder layer, {E}: expert), any one matching
   std::vector<std::string> hf;             // the Hugging Face name(s): one, or the split's pieces in order
@@ -31,6 +36,10 @@ struct Rule {
   // one tensor per layer, the experts stacked on a new first axis, each whole (no split: gate_up_proj[e]
   // is [gate; up], SwiGLU's fc1 as it is); another rule's other name in that layout (Mixtral's router).
   std::string fused;
+  Layers layers = Layers::All;
+  // The model fact holding the rows of each piece of a gate_up split ("ffn", "moe_ffn", "shared_ffn");
+  // empty: moe_ffn for an expert rule, else ffn.
+  std::string ffn;
 };
 
 struct Family {
@@ -67,6 +76,13 @@ struct Matched {
 std::optional<Matched> match_rule(const Family& family, const std::string& name);
 // Whether rule `r` is one per expert ({E} in its templates).
 bool per_expert(const Rule& r);
+// Whether decoder layer `layer` of a model with `facts` (formats/megatron_core/model_facts.h) is an MoE
+// layer: the model has experts and the layer is not in facts.dense_layers.
+bool moe_layer(const nlohmann::json& facts, long layer);
+// Whether rule `r` is for decoder layer `layer` of a model with `facts` (Rule::layers).
+bool rule_for_layer(const Rule& r, const nlohmann::json& facts, long layer);
+// The model fact of rule `r`'s gate_up rows (Rule::ffn).
+std::string ffn_fact(const Rule& r);
 // Template `t` with {L} and {E} filled in (a negative value: left as it is).
 std::string filled(const std::string& t, long layer, long expert);
 // Rule `m`'s Hugging Face names with {L} and {E} filled in.

@@ -55,6 +55,31 @@ void facts_of_family_keys(const nlohmann::json& c, const Family& family, nlohman
                   " family with " + want.dump() + " only");
 }
 
+// The decoder layers without experts, ascending: as transformers' Qwen2-MoE / Qwen3-MoE decoder layers decide
+// (modeling_qwen2_moe.py:358-359: an MoE block unless the layer is in mlp_only_layers or (layer + 1) %
+// decoder_sparse_step != 0); none in a dense model.
+nlohmann::json dense_layers_of(const nlohmann::json& c, const nlohmann::json& f, const std::string& where) {
+  std::set<int64_t> dense;
+  const int64_t layers = f["layers"].get<int64_t>();
+  if (f["experts"].get<int64_t>() > 0) {
+    const nlohmann::json listed = f.contains("dense_layers") ? f["dense_layers"] : nlohmann::json::array();
+    if (!listed.is_array()) throw Error(where + ": \"mlp_only_layers\" is not a list of layer numbers");
+    for (const auto& l : listed) {
+      if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() >= layers)
+        throw Error(where + ": \"mlp_only_layers\" holds " + l.dump() + ", not a layer number below " + std::to_string(layers));
+      dense.insert(l.get<int64_t>());
+    }
+    if (c.contains("decoder_sparse_step") && !c["decoder_sparse_step"].is_null()) {
+      if (!c["decoder_sparse_step"].is_number_integer() || c["decoder_sparse_step"].get<int64_t>() < 1)
+        throw Error(where + ": \"decoder_sparse_step\" is " + c["decoder_sparse_step"].dump() + ", not a positive integer");
+      const int64_t step = c["decoder_sparse_step"].get<int64_t>();
+      for (int64_t l = 0; l < layers; ++l)
+        if ((l + 1) % step != 0) dense.insert(l);
+    }
+  }
+  return nlohmann::json(std::vector<int64_t>(dense.begin(), dense.end()));
+}
+
 }  // namespace
 
 nlohmann::json facts_from_config(const nlohmann::json& c, const Family& family, const std::string& where) {
@@ -89,7 +114,9 @@ nlohmann::json facts_from_config(const nlohmann::json& c, const Family& family, 
   f["linear_bias"] = c.value("attention_bias", false);
   f["experts"] = 0;
   facts_of_family_keys(c, family, f, where);
-  f["qkv_bias"] = family.match.value("qkv_bias_only", false) || f["linear_bias"].get<bool>();
+  if (!f.contains("qkv_bias") || !f["qkv_bias"].is_boolean())  // a family key (Qwen2-MoE's qkv_bias), else the family's
+    f["qkv_bias"] = family.match.value("qkv_bias_only", false) || f["linear_bias"].get<bool>();
+  f["dense_layers"] = dense_layers_of(c, f, where);
   f["qk_norm"] = family.match.value("qk_norm", false);
   if (f.contains("norm_topk")) f["moe_pre_softmax"] = !f["norm_topk"].get<bool>();
   for (const auto& [k, v] : family.match.items())
@@ -104,7 +131,7 @@ namespace {
 
 // The Megatron-Core parameter `name` made of Hugging Face tensors `names` (one rule's pieces, all or none
 // present), checked against the config's sizes.
-ImportParam import_param(const Rule& r, const std::vector<std::string>& names, const std::string& name, bool expert,
+ImportParam import_param(const Rule& r, const std::vector<std::string>& names, const std::string& name,
                          const ImportPlan& p, const std::map<std::string, TensorShape>& tensors, const std::string& dir) {
   const std::string where = dir + "/config.json";
   for (const auto& n : names)
@@ -132,10 +159,11 @@ ImportParam import_param(const Rule& r, const std::vector<std::string>& names, c
                   " rows; the config's heads, key-value heads and head_dim say " + std::to_string(p.heads * p.head_dim) +
                   " / " + std::to_string(p.kv_heads * p.head_dim));
   }
-  const char* ffn = expert ? "moe_ffn" : "ffn";
+  const std::string ffn = ffn_fact(r);
   if (r.split == Split::GateUp && shape_of(names[0])[0] != p.facts[ffn].get<int64_t>())
     throw Error(where + ": " + names[0] + " has " + std::to_string(shape_of(names[0])[0]) + " rows, the config's " +
-                (expert ? "expert " : "") + "intermediate size says " + p.facts[ffn].dump());
+                (ffn == "moe_ffn" ? "expert " : ffn == "shared_ffn" ? "shared expert " : "") + "intermediate size says " +
+                p.facts[ffn].dump());
   if (r.vocab && ip.shape[0] != p.facts["vocab"].get<int64_t>())
     throw Error(where + ": " + names[0] + " has " + std::to_string(ip.shape[0]) + " rows, vocab_size says " + p.facts["vocab"].dump());
   return ip;
@@ -182,6 +210,7 @@ ImportPlan plan_hf_import(const std::vector<Family>& families, const nlohmann::j
     const bool per_layer = r.megatron_core.front().find("{L}") != std::string::npos;
     const long expert_count = per_expert(r) ? experts : 0;
     for (long layer = per_layer ? 0 : -1; layer < (per_layer ? layers : 0); ++layer) {
+      if (!rule_for_layer(r, p.facts, layer)) continue;  // a dense layer's MLP in an MoE layer, or the other way
       // The fused expert layout (Rule::fused: save_pretrained(save_original_format=False), or --hf-experts
       // fused): one tensor of the layer's experts, element e of its first axis expert e's parameter.
       if (expert_count && !r.fused.empty() && tensors.count(filled(r.fused, layer, -1))) {
@@ -202,7 +231,7 @@ ImportPlan plan_hf_import(const std::vector<Family>& families, const nlohmann::j
                       (expert >= 0 ? ", " + std::to_string(experts) + " experts" : std::string()) + ")");
         if (present == 0) continue;
         for (const auto& n : names) used.insert(n);
-        p.params.push_back(import_param(r, names, filled(r.megatron_core.front(), layer, expert), expert >= 0, p, tensors, dir));
+        p.params.push_back(import_param(r, names, filled(r.megatron_core.front(), layer, expert), p, tensors, dir));
       }
     }
   }

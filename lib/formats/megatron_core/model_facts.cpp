@@ -2,6 +2,8 @@
 // core_v0.19.0 megatron/training/arguments.py and megatron/core/transformer/transformer_config.py.
 #include "formats/megatron_core/model_facts.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "formats/megatron_core/common_edit.h"
 #include "formats/megatron_core/deepspeed_common_state.h"
@@ -55,8 +57,30 @@ void moe_refusals(const Args& a) {
   if (a.get("moe_router_topk_scaling_factor")) a.refuse("args.moe_router_topk_scaling_factor is set (scaled routing weights)");
   if (a.get("moe_router_num_groups")) a.refuse("args.moe_router_num_groups is set (group-limited routing)");
   if (a.get("moe_expert_capacity_factor")) a.refuse("args.moe_expert_capacity_factor is set (tokens dropped)");
+}
+
+// The decoder layers without experts: args.moe_layer_freq as Megatron-Core builds the layers from it
+// (core_v0.16.1 gpt_layer_specs.py:579-596: an int N makes layer i MoE when i % N == 0, a list is the
+// pattern itself, 1 MoE and 0 dense, one entry per layer).
+nlohmann::json dense_layers(const Args& a, int64_t layers) {
+  nlohmann::json out = nlohmann::json::array();
   const auto freq = a.get("moe_layer_freq");
-  if (freq && !(freq->is(Kind::Int) && freq->i == 1)) a.refuse("args.moe_layer_freq is not 1 (dense layers between MoE layers)");
+  if (!freq) return out;
+  if (freq->is(Kind::Int)) {
+    if (freq->i < 1) fail(a.file, "args.moe_layer_freq is " + std::to_string(freq->i) + " (a positive integer or a list expected)");
+    for (int64_t l = 0; l < layers; ++l)
+      if (l % freq->i != 0) out.push_back(l);
+    return out;
+  }
+  if (!freq->is(Kind::List) || static_cast<int64_t>(freq->items.size()) != layers)
+    fail(a.file, "args.moe_layer_freq is neither an integer nor a list of one 0 or 1 per layer (" + std::to_string(layers) + " layers)");
+  for (int64_t l = 0; l < layers; ++l) {
+    const auto& v = freq->items[static_cast<size_t>(l)];
+    if (!v || !v->is(Kind::Int) || (v->i != 0 && v->i != 1))
+      fail(a.file, "args.moe_layer_freq[" + std::to_string(l) + "] is not 0 or 1");
+    if (v->i == 0) out.push_back(l);
+  }
+  return out;
 }
 
 }  // namespace
@@ -85,6 +109,9 @@ nlohmann::json model_facts(const ValuePtr& common, const std::string& file) {
   f["moe_ffn"] = a.integer("moe_ffn_hidden_size", f["ffn"].get<int64_t>());
   f["moe_topk"] = a.integer("moe_router_topk", 2);
   f["shared_ffn"] = a.integer("moe_shared_expert_intermediate_size", 0);
+  // The shared expert's output scaled by sigmoid(x . gate_weight) (transformer/moe/shared_experts.py:128-130).
+  f["shared_gate"] = f["shared_ffn"].get<int64_t>() > 0 && a.flag("moe_shared_expert_gate");
+  f["dense_layers"] = f["experts"].get<int64_t>() > 0 ? dense_layers(a, f["layers"].get<int64_t>()) : nlohmann::json::array();
   // The router (transformer/moe/router.py topk_routing_with_score_function): softmax over the top k
   // logits by default, over all logits before the top k with --moe-router-pre-softmax.
   f["moe_pre_softmax"] = a.flag("moe_router_pre_softmax");
@@ -143,7 +170,20 @@ pickle::ValuePtr megatron_args(const nlohmann::json& f, DType dtype) {
     a->set_attr("moe_router_load_balancing_type", Value::str("aux_loss"));
     a->set_attr("moe_token_dispatcher_type", Value::str("allgather"));
     b("moe_grouped_gemm", false);
-    i("moe_layer_freq", 1);
+    // A list (the pattern, 1: MoE) where some layers are dense, as Megatron-LM's --moe-layer-freq parses it.
+    const auto& dense = f.contains("dense_layers") ? f["dense_layers"] : nlohmann::json::array();
+    if (dense.empty()) {
+      i("moe_layer_freq", 1);
+    } else {
+      std::vector<pickle::ValuePtr> pattern;
+      for (int64_t l = 0; l < f.at("layers").get<int64_t>(); ++l)
+        pattern.push_back(Value::integer(std::find(dense.begin(), dense.end(), l) == dense.end() ? 1 : 0));
+      a->set_attr("moe_layer_freq", Value::list(std::move(pattern)));
+    }
+    if (const int64_t shared = f.value("shared_ffn", int64_t{0}); shared > 0) {
+      i("moe_shared_expert_intermediate_size", shared);
+      b("moe_shared_expert_gate", f.value("shared_gate", false));
+    }
     i("expert_tensor_parallel_size", 1);
   }
   b("bf16", dtype == DType::BFloat16);

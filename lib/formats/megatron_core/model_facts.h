@@ -15,7 +15,8 @@ namespace ucpkit::formats::megatron_core {
 
 // {"hidden", "ffn", "layers", "heads", "kv_heads", "head_dim", "max_positions", "norm_eps", "rope_theta",
 //  "rope_llama3_factor" (0: no scaling), "tied", "linear_bias" (every linear layer), "qkv_bias" (QKV only),
-//  "qk_norm", "experts" (0: dense), "moe_ffn", "moe_topk", "shared_ffn", "moe_layer_freq"}.
+//  "qk_norm", "experts" (0: dense), "moe_ffn", "moe_topk", "shared_ffn" (0: no shared expert), "shared_gate"
+//  (the shared expert's sigmoid gate), "dense_layers" (the decoder layers without experts, ascending)}.
 // Throws Error naming `file` and the arg.
 nlohmann::json model_facts(const pickle::ValuePtr& common, const std::string& file);
 

@@ -172,28 +172,6 @@ TEST(HfExportPlan, ShardsAreNamedAsSavePretrainedNamesThem) {
   EXPECT_EQ(j["files"].size(), p.files.size());
 }
 
-TEST(HfFamilyMap, MalformedMapsAreRefusedNamingTheKey) {
-  const auto base = nlohmann::json::parse(shipped_hf_map_texts().front().second);
-  auto bad = base;
-  bad["params"][2]["hf"] = nlohmann::json::array({"a", "b"});  // a qkv split makes three tensors
-  EXPECT_THROW(Family::from_json(bad, "m.json"), Error);
-  bad = base;
-  bad["format"] = "other";
-  EXPECT_THROW(Family::from_json(bad, "m.json"), Error);
-  bad = base;
-  bad["params"][0]["megatron_core"] = "embedding.{E}.weight";
-  EXPECT_THROW(Family::from_json(bad, "m.json"), Error);
-  bad = base;
-  bad["params"][0]["split"] = "rows";
-  EXPECT_THROW(Family::from_json(bad, "m.json"), Error);
-  // Every shipped map parses and names its sources.
-  for (const auto& [name, text] : shipped_hf_map_texts()) {
-    const auto j = nlohmann::json::parse(text);
-    EXPECT_NO_THROW(Family::from_json(j, name));
-    EXPECT_TRUE(j.contains("sources")) << name;
-  }
-}
-
 namespace {
 
 // An all-MoE Megatron-Core model (every layer: router and 3 SequentialMLP experts of ffn 24, no shared
@@ -279,22 +257,6 @@ TEST(HfExportPlan, MoeMathNoFamilyComputesIsRefused) {
   EXPECT_THROW(plan_hf_export(shipped_hf_families(), facts, moe_input(false), DType::Float32, 5ull << 30, "in"), Error);
 }
 
-TEST(HfFamilyMap, ExpertPlaceholdersMustBeOnBothSides) {
-  nlohmann::json j = {{"format", "ucpkit-hf-map"}, {"family", "x"}, {"model_type", "x"}, {"architectures", "X"},
-                      {"params", {{{"megatron_core", "decoder.layers.{L}.mlp.experts.experts.{E}.linear_fc2.weight"},
-                                   {"hf", "model.layers.{L}.mlp.experts.down_proj"}}}}};
-  EXPECT_THROW(Family::from_json(j, "m.json"), Error);
-  j["params"][0]["hf"] = "model.layers.{L}.mlp.experts.{E}.down_proj.weight";
-  const Family f = Family::from_json(j, "m.json");
-  const auto m = match_rule(f, "decoder.layers.3.mlp.experts.experts.7.linear_fc2.weight");
-  ASSERT_TRUE(m.has_value());
-  EXPECT_EQ(m->layer, 3);
-  EXPECT_EQ(m->expert, 7);
-  EXPECT_EQ(hf_names(f, *m), std::vector<std::string>{"model.layers.3.mlp.experts.7.down_proj.weight"});
-  j["params"][0]["megatron_core"] = "decoder.layers.{L}.mlp.experts.experts.{X}.linear_fc2.weight";
-  EXPECT_THROW(Family::from_json(j, "m.json"), Error);
-}
-
 // --hf-experts fused: one tensor per layer and projection, the experts stacked whole in order (gate_up_proj[e]
 // = [gate; up], SwiGLU's fc1 as it is), the router under transformers 5's in-memory name.
 TEST(HfExportPlan, FusedExpertsStackEachExpertWhole) {
@@ -316,6 +278,79 @@ TEST(HfExportPlan, FusedExpertsStackEachExpertWhole) {
   for (size_t i = 0; i < gap.names.size(); ++i)
     if (gap.names[i] == "decoder.layers.0.mlp.experts.experts.1.linear_fc2.weight") gap.names.erase(gap.names.begin() + i), gap.shapes.erase(gap.shapes.begin() + i);
   EXPECT_THROW(plan_hf_export(shipped_hf_families(), moe_facts(false, false), gap, DType::Float32, 5ull << 30, "in", true), Error);
+}
+
+namespace {
+
+// Qwen2-MoE's shape in Megatron-Core: layer 0 dense (--moe-layer-freq [0, 1]), layer 1 MoE with a gated shared
+// expert of ffn 40, biases on QKV only.
+ExportInput qwen2_moe_input() {
+  ExportInput in = moe_input(false);
+  ExportInput out;
+  for (size_t i = 0; i < in.names.size(); ++i)
+    if (in.names[i].rfind("decoder.layers.0.mlp.", 0) != 0 || in.names[i].find("layer_norm_weight") != std::string::npos)
+      out.names.push_back(in.names[i]), out.shapes.push_back(in.shapes[i]);
+  out.names.push_back("decoder.layers.0.mlp.linear_fc1.weight"), out.shapes.push_back({64, 16});
+  out.names.push_back("decoder.layers.0.mlp.linear_fc2.weight"), out.shapes.push_back({16, 32});
+  out.names.push_back("decoder.layers.1.mlp.shared_experts.linear_fc1.weight"), out.shapes.push_back({80, 16});
+  out.names.push_back("decoder.layers.1.mlp.shared_experts.linear_fc2.weight"), out.shapes.push_back({16, 40});
+  out.names.push_back("decoder.layers.1.mlp.shared_experts.gate_weight"), out.shapes.push_back({1, 16});
+  for (int l = 0; l < 2; ++l) out.names.push_back("decoder.layers." + std::to_string(l) + ".self_attention.linear_qkv.bias"), out.shapes.push_back({32});
+  return out;
+}
+
+nlohmann::json qwen2_moe_facts() {
+  auto f = moe_facts(false, true);
+  f["shared_ffn"] = 40, f["shared_gate"] = true, f["dense_layers"] = {0};
+  return f;
+}
+
+}  // namespace
+
+// Qwen2-MoE: the shared expert (gate/up/down_proj, its sigmoid gate), the dense layer's MLP under the dense
+// names, and mlp_only_layers in config.json for the layers --moe-layer-freq makes dense.
+TEST(HfExportPlan, Qwen2MoeWritesTheSharedExpertAndTheDenseLayers) {
+  const ExportPlan p = plan_hf_export(shipped_hf_families(), qwen2_moe_facts(), qwen2_moe_input(), DType::BFloat16, 5ull << 30, "in");
+  EXPECT_EQ(p.family, "qwen2_moe");
+  EXPECT_EQ(tensor(p, "model.layers.0.mlp.gate_proj.weight").shape, (std::vector<int64_t>{32, 16}));
+  EXPECT_EQ(tensor(p, "model.layers.0.mlp.up_proj.weight").row0, 32);
+  EXPECT_EQ(tensor(p, "model.layers.0.mlp.down_proj.weight").shape, (std::vector<int64_t>{16, 32}));
+  EXPECT_EQ(tensor(p, "model.layers.1.mlp.shared_expert.up_proj.weight").row0, 40);
+  EXPECT_EQ(tensor(p, "model.layers.1.mlp.shared_expert.up_proj.weight").shape, (std::vector<int64_t>{40, 16}));
+  EXPECT_EQ(tensor(p, "model.layers.1.mlp.shared_expert.down_proj.weight").shape, (std::vector<int64_t>{16, 40}));
+  EXPECT_EQ(tensor(p, "model.layers.1.mlp.shared_expert_gate.weight").shape, (std::vector<int64_t>{1, 16}));
+  EXPECT_EQ(tensor(p, "model.layers.1.mlp.experts.2.gate_proj.weight").shape, (std::vector<int64_t>{24, 16}));
+  EXPECT_EQ(tensor(p, "model.layers.0.self_attn.k_proj.bias").shape, (std::vector<int64_t>{8}));
+  EXPECT_THROW(tensor(p, "model.layers.0.mlp.gate.weight"), Error);
+  EXPECT_EQ(p.config["model_type"], "qwen2_moe");
+  EXPECT_EQ(p.config["mlp_only_layers"], nlohmann::json::array({0}));
+  EXPECT_EQ(p.config["decoder_sparse_step"], 1);
+  EXPECT_EQ(p.config["shared_expert_intermediate_size"], 40);
+  EXPECT_EQ(p.config["intermediate_size"], 32);  // the dense layers'
+  EXPECT_EQ(p.config["moe_intermediate_size"], 24);
+  EXPECT_EQ(p.config["qkv_bias"], true);
+  EXPECT_EQ(p.config["norm_topk_prob"], false);
+}
+
+// Names that contradict the args' layer pattern are refused, naming the parameter; a pattern with dense layers
+// fits no family without dense-layer rules (Mixtral).
+TEST(HfExportPlan, ALayerPatternTheNamesContradictIsRefused) {
+  auto facts = qwen2_moe_facts();
+  facts["dense_layers"] = nlohmann::json::array();  // the args say every layer is MoE
+  try {
+    plan_hf_export(shipped_hf_families(), facts, qwen2_moe_input(), DType::BFloat16, 5ull << 30, "in");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("decoder.layers.0.mlp.linear_fc1.weight belongs to a dense layer"), std::string::npos) << e.what();
+  }
+  facts = moe_facts(false, false);
+  facts["dense_layers"] = {1};
+  try {
+    plan_hf_export(shipped_hf_families(), facts, moe_input(false), DType::Float32, 5ull << 30, "in");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no Hugging Face family map fits"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace hf_export_plan_test

@@ -228,3 +228,98 @@ TEST(HfImportPlan, FusedExpertsAreReadExpertByExpert) {
 }
 
 }  // namespace hf_import_plan_test
+
+namespace hf_import_plan_test {
+namespace {
+
+// What Qwen2MoeForCausalLM's save_pretrained writes for the llama sizes above (QKV biases) with layer 0 dense
+// (mlp_only_layers [0]) and layer 1 MoE: 3 experts of 24, a shared expert of 40 with its gate.
+std::map<std::string, TensorShape> qwen2_moe_tensors() {
+  std::map<std::string, TensorShape> t;
+  for (auto [n, s] : llama_tensors())
+    if (n.rfind("model.layers.1.mlp.", 0) != 0) t[n] = {DType::Float32, s.shape};
+  for (const char* b : {"q_proj", "k_proj", "v_proj"})
+    for (int l = 0; l < 2; ++l)
+      t["model.layers." + std::to_string(l) + ".self_attn." + b + ".bias"] = {DType::Float32, {std::string(b) == "q_proj" ? 16 : 8}};
+  const std::string p = "model.layers.1.mlp.";
+  t[p + "gate.weight"] = {DType::Float32, {3, 16}};
+  for (int e = 0; e < 3; ++e) {
+    const std::string x = p + "experts." + std::to_string(e) + ".";
+    t[x + "gate_proj.weight"] = t[x + "up_proj.weight"] = {DType::Float32, {24, 16}};
+    t[x + "down_proj.weight"] = {DType::Float32, {16, 24}};
+  }
+  t[p + "shared_expert.gate_proj.weight"] = t[p + "shared_expert.up_proj.weight"] = {DType::Float32, {40, 16}};
+  t[p + "shared_expert.down_proj.weight"] = {DType::Float32, {16, 40}};
+  t[p + "shared_expert_gate.weight"] = {DType::Float32, {1, 16}};
+  return t;
+}
+
+nlohmann::json qwen2_moe_config() {
+  auto c = llama_config();
+  c["architectures"] = {"Qwen2MoeForCausalLM"};
+  c["moe_intermediate_size"] = 24, c["shared_expert_intermediate_size"] = 40, c["num_experts"] = 3;
+  c["num_experts_per_tok"] = 2, c["norm_topk_prob"] = false, c["qkv_bias"] = true, c["mlp_only_layers"] = {0};
+  c["decoder_sparse_step"] = 1, c["dtype"] = "float32";
+  return c;
+}
+
+std::vector<std::string> names_of(const ImportPlan& p) {
+  std::vector<std::string> n;
+  for (const auto& x : p.params) n.push_back(x.name);
+  return n;
+}
+
+bool has(const std::vector<std::string>& names, const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); }
+
+}  // namespace
+
+// The dense layer's MLP and the MoE layer's experts, shared expert and its gate, each under its Megatron-Core
+// name; the facts carry the layer pattern and the shared expert for the args.
+TEST(HfImportPlan, Qwen2MoeSharedExpertAndDenseLayersBecomeMegatronCoreParameters) {
+  const ImportPlan p = plan_hf_import(shipped_hf_families(), qwen2_moe_config(), qwen2_moe_tensors(), "m");
+  EXPECT_EQ(p.family, "qwen2_moe");
+  EXPECT_EQ(p.facts["dense_layers"], nlohmann::json::array({0}));
+  EXPECT_EQ(p.facts["shared_ffn"], 40);
+  EXPECT_EQ(p.facts["shared_gate"], true);
+  EXPECT_EQ(p.facts["qkv_bias"], true);
+  EXPECT_EQ(p.facts["moe_pre_softmax"], true);
+  const auto n = names_of(p);
+  EXPECT_TRUE(has(n, "decoder.layers.0.mlp.linear_fc1.weight"));
+  EXPECT_TRUE(has(n, "decoder.layers.0.mlp.linear_fc2.weight"));
+  EXPECT_FALSE(has(n, "decoder.layers.1.mlp.linear_fc1.weight"));
+  EXPECT_FALSE(has(n, "decoder.layers.0.mlp.router.weight"));
+  EXPECT_TRUE(has(n, "decoder.layers.1.mlp.shared_experts.gate_weight"));
+  EXPECT_TRUE(has(n, "decoder.layers.1.mlp.experts.experts.2.linear_fc2.weight"));
+  const auto fc1 = std::find_if(p.params.begin(), p.params.end(),
+                                [](const ImportParam& x) { return x.name == "decoder.layers.1.mlp.shared_experts.linear_fc1.weight"; });
+  ASSERT_NE(fc1, p.params.end());
+  EXPECT_EQ(fc1->shape, (std::vector<int64_t>{80, 16}));
+  EXPECT_EQ(fc1->sources, (std::vector<std::string>{"model.layers.1.mlp.shared_expert.gate_proj.weight",
+                                                    "model.layers.1.mlp.shared_expert.up_proj.weight"}));
+  // embedding, final norm, head; per layer input norm, QKV, its bias, o_proj, pre-MLP norm; layer 0 fc1, fc2;
+  // layer 1 router, 3 x (fc1, fc2), the shared expert's fc1, fc2 and gate
+  EXPECT_EQ(p.params.size(), 3u + 2 * 5 + 2 + 1 + 6 + 3);
+}
+
+// decoder_sparse_step as transformers reads it (the layers with (layer + 1) % step != 0 dense), joined with
+// mlp_only_layers; sizes and layer numbers the tensors or the model contradict are refused naming the key.
+TEST(HfImportPlan, Qwen2MoeLayerPatternAndSizesAreChecked) {
+  auto c = qwen2_moe_config();
+  c["mlp_only_layers"] = nlohmann::json::array();
+  c["decoder_sparse_step"] = 2;  // layer 0 dense, layer 1 MoE: the same model
+  EXPECT_EQ(names_of(plan_hf_import(shipped_hf_families(), c, qwen2_moe_tensors(), "m")),
+            names_of(plan_hf_import(shipped_hf_families(), qwen2_moe_config(), qwen2_moe_tensors(), "m")));
+  c["mlp_only_layers"] = {2};
+  EXPECT_NE(what([&] { plan_hf_import(shipped_hf_families(), c, qwen2_moe_tensors(), "m"); }).find("\"mlp_only_layers\" holds 2"),
+            std::string::npos);
+  c = qwen2_moe_config();
+  c["mlp_only_layers"] = nlohmann::json::array();  // layer 0 MoE by the config: its router is missing
+  EXPECT_NE(what([&] { plan_hf_import(shipped_hf_families(), c, qwen2_moe_tensors(), "m"); }).find("model.layers.0.mlp.gate.weight is missing"),
+            std::string::npos);
+  c = qwen2_moe_config();
+  c["shared_expert_intermediate_size"] = 48;
+  EXPECT_NE(what([&] { plan_hf_import(shipped_hf_families(), c, qwen2_moe_tensors(), "m"); }).find("shared expert intermediate size says 48"),
+            std::string::npos);
+}
+
+}  // namespace hf_import_plan_test

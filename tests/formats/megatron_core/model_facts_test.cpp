@@ -115,7 +115,7 @@ TEST(McoreModelFacts, MoeRoutingIsAFactOrARefusal) {
       {"moe_router_topk_scaling_factor", Value::real(2.5)},
       {"moe_router_num_groups", Value::integer(8)},
       {"moe_expert_capacity_factor", Value::real(1.0)},
-      {"moe_layer_freq", Value::integer(2)},
+      {"moe_layer_freq", Value::list({Value::integer(1)})},  // a pattern of another length than the 2 layers
   };
   for (const auto& [arg, value] : cases) expect_refused(moe(), arg, value);
   f["vocab"] = 64;  // from config.json on import
@@ -125,6 +125,37 @@ TEST(McoreModelFacts, MoeRoutingIsAFactOrARefusal) {
   EXPECT_EQ(args->attr("moe_router_topk")->i, 2);
   EXPECT_FALSE(args->attr("moe_grouped_gemm")->b);
   EXPECT_EQ(args->attr("moe_layer_freq")->i, 1);
+}
+
+// Dense layers between MoE layers (--moe-layer-freq as gpt_layer_specs.py reads it: an int N makes layer i MoE
+// when i % N == 0, a list is the pattern) and the gated shared expert are facts, and the args made from them
+// state them again.
+TEST(McoreModelFacts, LayerPatternAndSharedExpertAreFacts) {
+  auto c = llama_common();
+  auto a = c->get("args");
+  a->set_attr("num_layers", Value::integer(4));
+  a->set_attr("num_experts", Value::integer(4));
+  a->set_attr("moe_layer_freq", Value::integer(2));
+  a->set_attr("moe_shared_expert_intermediate_size", Value::integer(40));
+  a->set_attr("moe_shared_expert_gate", Value::boolean(true));
+  auto f = formats::megatron_core::model_facts(c, "common.pt");
+  EXPECT_EQ(f["dense_layers"], nlohmann::json::array({1, 3}));
+  EXPECT_EQ(f["shared_ffn"], 40);
+  EXPECT_EQ(f["shared_gate"], true);
+  a->set_attr("moe_layer_freq", Value::list({Value::integer(0), Value::integer(1), Value::integer(1), Value::integer(1)}));
+  f = formats::megatron_core::model_facts(c, "common.pt");
+  EXPECT_EQ(f["dense_layers"], nlohmann::json::array({0}));
+  f["vocab"] = 64;
+  const auto args = formats::megatron_core::megatron_args(f, DType::Float32);
+  const auto freq = args->attr("moe_layer_freq");
+  ASSERT_TRUE(freq->is(pickle::Kind::List));
+  std::vector<int64_t> pattern;
+  for (const auto& v : freq->items) pattern.push_back(v->i);
+  EXPECT_EQ(pattern, (std::vector<int64_t>{0, 1, 1, 1}));
+  EXPECT_EQ(args->attr("moe_shared_expert_intermediate_size")->i, 40);
+  EXPECT_TRUE(args->attr("moe_shared_expert_gate")->b);
+  a->set_attr("moe_layer_freq", Value::list({Value::integer(0), Value::integer(2), Value::integer(1), Value::integer(1)}));
+  EXPECT_THROW(formats::megatron_core::model_facts(c, "common.pt"), Error);
 }
 
 }  // namespace megatron_core_model_facts_test
