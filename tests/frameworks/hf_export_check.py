@@ -20,6 +20,7 @@ with the case and the reason otherwise.
 import contextlib
 import json
 import os
+import re
 import sys
 import warnings
 
@@ -27,6 +28,7 @@ warnings.filterwarnings("ignore")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+from hf_layers import experts_of, moe_layers  # noqa: E402
 
 # Megatron-Core's local layer spec asks CUDA for a device and an RNG tracker; on CPU: the CPU and no fork.
 torch.cuda.current_device = lambda: torch.device("cpu")
@@ -40,20 +42,25 @@ def truth_args(config):
         num_attention_heads=config["num_attention_heads"], num_query_groups=config["num_key_value_heads"],
         group_query_attention=True, ffn_hidden_size=config["intermediate_size"], kv_channels=config["head_dim"],
         swiglu=True, normalization="RMSNorm", add_bias_linear=bool(config.get("attention_bias")),
-        add_qkv_bias=False, qk_layernorm="q_norm" in json.dumps(config), norm_epsilon=config["rms_norm_eps"],
+        add_qkv_bias=bool(config.get("qkv_bias")) and not config.get("attention_bias"), qk_layernorm="q_norm" in json.dumps(config), norm_epsilon=config["rms_norm_eps"],
         padded_vocab_size=config["vocab_size"], max_position_embeddings=config["max_position_embeddings"],
         rotary_base=config["rope_parameters"]["rope_theta"],
         untie_embeddings_and_output_weights=not config["tie_word_embeddings"], **truth_moe_args(config))
 
 
 def truth_moe_args(config):
-    """The MoE args of a truth-mode model (Mixtral: intermediate_size is the experts'; Qwen3-MoE)."""
-    experts = config.get("num_local_experts", config.get("num_experts", 0))
+    """The MoE args of a truth-mode model (Mixtral: intermediate_size is the experts'; Qwen3-MoE; Qwen2-MoE: the
+    gated shared expert, the dense layers as Megatron's moe_layer_freq pattern)."""
+    experts = experts_of(config)
     if not experts:
         return {}
+    moe = moe_layers(config)
+    freq = 1 if len(moe) == config["num_hidden_layers"] else [int(layer in moe) for layer in range(config["num_hidden_layers"])]
+    shared = config.get("shared_expert_intermediate_size")
     return dict(num_experts=experts, moe_router_topk=config["num_experts_per_tok"],
                 moe_ffn_hidden_size=config.get("moe_intermediate_size", config["intermediate_size"]),
-                moe_router_pre_softmax=not config.get("norm_topk_prob", True))
+                moe_router_pre_softmax=not config.get("norm_topk_prob", True), moe_layer_freq=freq,
+                moe_shared_expert_intermediate_size=shared, moe_shared_expert_gate=bool(shared))
 
 
 def truth_state_dict(path):
@@ -65,15 +72,18 @@ def truth_state_dict(path):
             continue
         if k.startswith("decoder.layers."):
             rest = k[len("decoder.layers."):]
+            numbered = re.match(r"(\d+)\.(.*)", rest)  # heterogeneous layers (dense between MoE): one key per layer
+            layers = [(int(numbered[1]), v)] if numbered else list(enumerate(v))
+            rest = numbered[2] if numbered else rest
             rest = {"self_attention.linear_qkv.layer_norm_weight": "input_layernorm.weight",
                     "mlp.linear_fc1.layer_norm_weight": "pre_mlp_layernorm.weight"}.get(rest, rest)
-            for layer in range(v.shape[0]):
+            for layer, t in layers:
                 if ".experts.experts." in rest:  # the expert axis after the layer axis: SequentialMLP's local_experts
                     head, tail = rest.split(".experts.experts.")
-                    for e in range(v.shape[1]):
-                        out[f"decoder.layers.{layer}.{head}.experts.local_experts.{e}.{tail}"] = v[layer][e]
+                    for e in range(t.shape[0]):
+                        out[f"decoder.layers.{layer}.{head}.experts.local_experts.{e}.{tail}"] = t[e]
                 else:
-                    out[f"decoder.layers.{layer}.{rest}"] = v[layer]
+                    out[f"decoder.layers.{layer}.{rest}"] = t
         else:
             out[k] = v
     return out

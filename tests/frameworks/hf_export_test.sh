@@ -4,8 +4,10 @@
 # equals bit for bit the one derived from the tensors Megatron-Core's own loader reads from the source,
 # and the logits of the two models on a fixed batch agree within 1e-5 (fp32, CPU): hf_export_check.py.
 # Sources: the committed Megatron-Core saves (core_v0.16.1 Llama GQA TP 2 x DP 2 in both optimizer forms;
-# core_v0.19.0 GPT with biases TP 2 x PP 2, and an all-MoE model at EP 2 x DP 2 and a dense Llama-style model at
-# TP 2 x DP 2 that Megatron-LM trained 2 steps (scripts/fixtures/mcore_trained_fixtures.sh), which megatron-core 0.16.1 cannot open: their recorded truth) and a
+# core_v0.19.0 GPT with biases TP 2 x PP 2, and an all-MoE model at EP 2 x DP 2, a dense Llama-style model at
+# TP 2 x DP 2 and a Qwen2-MoE-shaped model (a dense layer, then an MoE layer with a gated shared expert) at EP 2 x DP 2
+# that Megatron-LM trained 2 steps (scripts/fixtures/mcore_trained_fixtures.sh), which megatron-core 0.16.1 cannot
+# open: their recorded truth) and a
 # Megatron-DeepSpeed Llama (tests/formats/fixtures.py llama_tp2pp2dp2,
 # read directly). Run the way users run it: relative paths, from the output's folder, options left out.
 # Exit 77 (skipped) when the framework environment cannot be made.
@@ -29,6 +31,8 @@ cases+=(gpt_biases_v019 gpt data/gpt_tp2_pp2/fully_reshardable.truth/tensors.saf
 cases+=(mixtral_trained_v019 mixtral data/mixtral_ep2_trained/dp_reshardable.truth/tensors.safetensors)
 "$build/bin/ucp-load" -q --input data/llama_tp2_trained/dp_reshardable --format hf --output llama_trained
 cases+=(llama_trained_v019 llama_trained data/llama_tp2_trained/dp_reshardable.truth/tensors.safetensors)
+"$build/bin/ucp-load" -q --input data/qwen2_moe_ep2_trained/dp_reshardable --format hf --output qwen2_moe_trained
+cases+=(qwen2_moe_trained_v019 qwen2_moe_trained data/qwen2_moe_ep2_trained/dp_reshardable.truth/tensors.safetensors)
 # The fused expert layout (transformers 5's in-memory gate_up_proj / down_proj): loaded as it is, the same
 # model; ucpkit reads it back as the same checkpoint as the per-expert folder.
 "$build/bin/ucp-load" -q --input data/mixtral_ep2_trained/dp_reshardable --format hf --hf-experts fused --output mixtral_fused

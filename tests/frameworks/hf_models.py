@@ -10,7 +10,7 @@ models/llama/configuration_llama.py:31 (tie_word_embeddings :78), models/qwen2/c
 (biases on q/k/v only: modeling_qwen2.py:181-184), models/qwen3/configuration_qwen3.py:25 (q_norm and
 k_norm over head_dim: modeling_qwen3.py:229-230), models/mixtral/configuration_mixtral.py (num_local_experts,
 num_experts_per_tok, intermediate_size = the experts'), models/qwen3_moe/configuration_qwen3_moe.py
-(num_experts, moe_intermediate_size, norm_topk_prob; every layer MoE with decoder_sparse_step 1),
+(num_experts, moe_intermediate_size, norm_topk_prob, mlp_only_layers: layer 3 dense),
 models/qwen2_moe/configuration_qwen2_moe.py (shared_expert_intermediate_size, mlp_only_layers: layer 1 dense;
 the shared expert's sigmoid gate, modeling_qwen2_moe.py:337-347). Sizes: 4
 layers, hidden 32, 4 heads in 2 key-value groups, intermediate 64 (MoE: 4 experts of 48, top 2), vocabulary
@@ -37,8 +37,8 @@ def save(family, out, dtype, tied):
         kw["head_dim"] = 8
     if family == "mixtral":  # every layer MoE; intermediate_size is the experts'
         kw.update(num_local_experts=4, num_experts_per_tok=2, intermediate_size=48)
-    if family == "qwen3_moe":  # every layer MoE (decoder_sparse_step 1), top k renormalised
-        kw.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, norm_topk_prob=True)
+    if family == "qwen3_moe":  # layer 3 dense (mlp_only_layers), the others MoE; top k renormalised
+        kw.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, norm_topk_prob=True, mlp_only_layers=[3])
     if family == "qwen2_moe":  # layer 1 dense, the others MoE with a gated shared expert; top k not renormalised
         kw.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, shared_expert_intermediate_size=40,
                   norm_topk_prob=False, mlp_only_layers=[1], decoder_sparse_step=1)

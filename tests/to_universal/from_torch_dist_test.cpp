@@ -160,6 +160,38 @@ TEST(TorchDistStates, GqaDpReshardableBucketsSplitOverDpRanksUnflattenToMegatron
     }
 }
 
+// A Qwen2-MoE-shaped model trained by Megatron-LM (scripts/fixtures/mcore_trained_fixtures.sh): layer 0 dense,
+// layer 1 MoE with a gated shared expert, fp32 at EP 2 x DP 2, dp_reshardable. Its fp32 master weights unflattened
+// from the buckets equal the model weights Megatron's own reader returns (fp32 training: the same values). The
+// shared expert's gate_weight, a parameter of SharedExpertMLP itself, comes before its linear_fc1 / linear_fc2 in
+// the buckets (torch's named_parameters order); it was taken as the last, and the four tensors were read shifted.
+TEST(TorchDistStates, GatedSharedExpertAndDenseLayerBucketsUnflattenToMegatronsWeights) {
+  const std::string model = ucpkit::testing::kMcoreData + "/qwen2_moe_ep2_trained";
+  const auto t = parse_safetensors(ucpkit::testing::file_bytes(model + "/dp_reshardable.truth/tensors.safetensors"), model);
+  static const std::regex expert(R"((decoder\.layers\.\d+\.mlp\.experts\.experts\.)(\d+)\.(.*))");
+  TorchDistStates td(model + "/dp_reshardable");
+  size_t shared = 0;
+  for (size_t i = 0; i < td.plan().params.size(); ++i) {
+    const std::string& name = td.plan().params[i].name;
+    SCOPED_TRACE(name);
+    std::smatch m;
+    std::vector<float> want;
+    if (std::regex_match(name, m, expert)) {  // heterogeneous layers: one key per layer, the experts stacked
+      const SafetensorsTensor& w = t.at(m[1].str() + m[3].str());
+      const size_t per = w.bytes.size() / 4 / static_cast<size_t>(w.shape[0]), e = std::stoul(m[2].str());
+      want.resize(per);
+      std::memcpy(want.data(), w.bytes.data() + e * per * 4, per * 4);
+    } else {
+      const SafetensorsTensor& w = t.at(name);
+      want.resize(w.bytes.size() / 4);
+      std::memcpy(want.data(), w.bytes.data(), w.bytes.size());
+    }
+    EXPECT_EQ(floats(td.read(i, "fp32")), want);
+    shared += name.find(".shared_experts.") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_EQ(shared, 3u);  // linear_fc1, linear_fc2, gate_weight
+}
+
 TEST(TorchDistStates, RangesReadTheSameElementsAndAreNullForBuckets) {
   TorchDistStates fully(kFully);
   size_t ranged = 0;

@@ -43,7 +43,10 @@ Parallel parallel_of(const Checkpoint& ck) {
 // Where a layer's parameter comes in TransformerLayer's registration order (GPT layer spec, local
 // modules): input_layernorm (stored as linear_qkv.layer_norm_*), self_attention (linear_proj is
 // built before linear_qkv), pre_mlp_layernorm (stored as linear_fc1.layer_norm_*), mlp (router,
-// fc1, fc2, shared experts); within a module the weight before the bias. -1: unknown.
+// fc1, fc2, shared experts); within a module the weight before the bias, and a module's own parameters
+// before its children's (torch's named_parameters: the shared experts' gate_weight, a parameter of
+// SharedExpertMLP itself, core_v0.19.0 moe/shared_experts.py:129-134, comes before its linear_fc1 and
+// linear_fc2). -1: unknown.
 int layer_rank(const std::string& inner) {
   static const std::vector<std::string> order = {
       "self_attention.linear_qkv.layer_norm_weight", "self_attention.linear_qkv.layer_norm_bias",
@@ -54,8 +57,8 @@ int layer_rank(const std::string& inner) {
       "pre_mlp_layernorm.weight",                    "mlp.router.weight",
       "mlp.router.expert_bias",                      "mlp.linear_fc1.weight",
       "mlp.linear_fc1.bias",                         "mlp.linear_fc2.weight",
-      "mlp.linear_fc2.bias",                         "mlp.shared_experts.linear_fc1.weight",
-      "mlp.shared_experts.linear_fc2.weight",        "mlp.shared_experts.gate_weight"};
+      "mlp.linear_fc2.bias",                         "mlp.shared_experts.gate_weight",
+      "mlp.shared_experts.linear_fc1.weight",        "mlp.shared_experts.linear_fc2.weight"};
   for (size_t i = 0; i < order.size(); ++i)
     if (inner == order[i]) return static_cast<int>(i);
   return -1;

@@ -179,6 +179,19 @@ TEST(McoreReader, TrainedLlamaModelTp2) {
   EXPECT_EQ(names.size(), 3u + 2 * 6);  // embed, final norm, head; per layer 2 norms, qkv, proj, fc1, fc2
 }
 
+// A Qwen2-MoE-shaped model trained by Megatron-LM (scripts/fixtures/mcore_trained_fixtures.sh): layer 0 dense,
+// layer 1 MoE with a shared expert and its sigmoid gate; heterogeneous layers, so decoder.layers.{L}. keys.
+TEST(McoreReader, TrainedModelWithADenseLayerAndAGatedSharedExpert) {
+  const auto names = names_matching_truth("qwen2_moe_ep2_trained/dp_reshardable");
+  EXPECT_TRUE(names.count("decoder.layers.0.mlp.linear_fc1.weight"));
+  EXPECT_FALSE(names.count("decoder.layers.0.mlp.router.weight"));
+  EXPECT_TRUE(names.count("decoder.layers.1.mlp.shared_experts.gate_weight"));
+  EXPECT_FALSE(names.count("decoder.layers.1.mlp.linear_fc1.weight"));
+  // embed, final norm, head; layer 0: 2 norms, qkv, proj, fc1, fc2; layer 1: 2 norms, qkv, proj, router,
+  // 4 x (fc1, fc2), the shared expert's fc1, fc2 and gate
+  EXPECT_EQ(names.size(), 3u + 6 + (4 + 1 + 2 * 4 + 3));
+}
+
 TEST(McoreReader, NativeMoeExpertsEp2) {
   expect_matches_truth("moe_ep2/dp_reshardable");
   expect_matches_truth("moe_ep2/fully_reshardable");
