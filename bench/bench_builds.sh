@@ -12,7 +12,10 @@
 #        does and the other does not, such as round 4's master-image check against a build before it;
 #        PY: the Python with torch that writes the inputs; DROP_CACHES=1 (root): the page cache dropped before each
 #        timed step, so that no step pays for reclaiming the memory an earlier step filled (with WORK on a tmpfs such as
-#        /dev/shm the inputs and outputs stay in memory and the steps are timed without the disk); INSTRUCTIONS=1: each step of the first round also runs under valgrind's callgrind, and a second
+#        /dev/shm the inputs and outputs stay in memory and the steps are timed without the disk); WARM_MEMORY=MB: that
+#        much memory written to a tmpfs file and freed just before each timed step (on this VM memory freed a while ago
+#        is returned to the host, and the step that takes it back first pays 3-4x in system time: the first build of
+#        each pair, whichever it is, docs/notes/formats-refactor.md); INSTRUCTIONS=1: each step of the first round also runs under valgrind's callgrind, and a second
 #        table gives the instructions each build executed: repeatable on a shared, noisy machine, where
 #        wall and CPU medians cannot resolve a few percent)
 set -euo pipefail
@@ -20,7 +23,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 old=$(cd "$1" && pwd); new=$(cd "$2" && pwd)
 work=${3:-/tmp/ucpkit-bench-builds}
 HIDDEN=${HIDDEN:-1024}; LAYERS=${LAYERS:-8}; ROUNDS=${ROUNDS:-3}; FLAGS=${FLAGS:-}; INSTRUCTIONS=${INSTRUCTIONS:-0}
-DROP_CACHES=${DROP_CACHES:-0}
+DROP_CACHES=${DROP_CACHES:-0} WARM_MEMORY=${WARM_MEMORY:-0}
 MOE_HIDDEN=${MOE_HIDDEN:-256}; MOE_LAYERS=${MOE_LAYERS:-4}; STEPS=${STEPS:-union load direct pecsave pecrestore}
 py=${PY:-/usr/bin/python3}
 mkdir -p "$work"
@@ -58,6 +61,9 @@ step() {
   fi
   sync  # the previous step's dirty pages written first: no step pays for another's write-back
   if [ "$DROP_CACHES" = 1 ]; then echo 3 > /proc/sys/vm/drop_caches; fi
+  if [ "$WARM_MEMORY" -gt 0 ]; then  # memory the step will take, faulted in and freed just before it
+    head -c "${WARM_MEMORY}M" /dev/zero > /dev/shm/ucpkit-bench-warm && rm -f /dev/shm/ucpkit-bench-warm
+  fi
   /usr/bin/time -f '%e %U %S %M' -o "$work/log/$tag/$name.time" "$@" > /dev/null 2> "$work/log/$tag/$name.err" || {
     echo "$tag $name failed: $(cat "$work/log/$tag/$name.err")" >&2; exit 1; }
   t=$(tail -1 "$work/log/$tag/$name.time")
