@@ -558,8 +558,11 @@ void describe_hf(CheckpointInfo& info, const InfoOptions&) {
     info.hf["map"] = plan.origin;
     info.hf["megatron_core_parameters"] = plan.params.size();
     info.hf["layers"] = plan.facts["layers"];
-    if (plan.facts.value("experts", int64_t{0}) > 0)  // every layer MoE (the maps require it)
+    if (plan.facts.value("experts", int64_t{0}) > 0) {
       info.hf["experts"] = {{"count", plan.facts["experts"]}, {"top_k", plan.facts["moe_topk"]}, {"expert_ffn", plan.facts["moe_ffn"]}};
+      if (plan.facts.value("shared_ffn", int64_t{0}) > 0) info.hf["experts"]["shared_expert_ffn"] = plan.facts["shared_ffn"];
+      info.hf["dense_layers"] = plan.facts["dense_layers"];  // the layers without experts (mlp_only_layers, decoder_sparse_step)
+    }
   });
 }
 
@@ -702,9 +705,14 @@ std::string CheckpointInfo::text() const {
     std::string h = hf.contains("architectures") ? hf["architectures"].dump() : "";
     if (hf.contains("family")) h += "; family " + hf["family"].get<std::string>() + " (" + hf.value("map", "") + ")";
     if (hf.contains("layers")) h += "; " + hf["layers"].dump() + " layers";
-    if (hf.contains("experts"))
-      h += ", each MoE: " + hf["experts"]["count"].dump() + " experts of " + hf["experts"]["expert_ffn"].dump() + ", top " +
-           hf["experts"]["top_k"].dump();
+    if (hf.contains("experts")) {
+      const auto& dense = hf.value("dense_layers", nlohmann::json::array());
+      std::string d;
+      for (const auto& l : dense) d += (d.empty() ? "" : ", ") + l.dump();
+      h += dense.empty() ? ", each MoE: " : ", MoE but layer" + std::string(dense.size() > 1 ? "s " : " ") + d + " (dense): ";
+      h += hf["experts"]["count"].dump() + " experts of " + hf["experts"]["expert_ffn"].dump() + ", top " + hf["experts"]["top_k"].dump();
+      if (hf["experts"].contains("shared_expert_ffn")) h += ", a shared expert of " + hf["experts"]["shared_expert_ffn"].dump();
+    }
     row("hf model", h);
   }
   if (!store.is_null() && store.contains("steps")) {

@@ -50,10 +50,13 @@ done
 run_py "$root/tests/frameworks/hf_export_check.py" "${imports[@]}"
 run_py "$root/tests/frameworks/hf_round_trip_check.py" "${trips[@]}"
 run_py "$root/tests/frameworks/hf_import_audit_check.py" "${audits[@]}"
-# ucp-info of an MoE folder states its experts (what the import makes of it).
+# ucp-info of an MoE folder states its experts, its dense layers and its shared expert (what the import makes of it).
 "$build/bin/ucp-info" --json mixtral_float32 > mixtral.info.json
 "$py" -c 'import json, sys; h = json.load(open(sys.argv[1]))["hf"]; assert h["family"] == "mixtral" and h["experts"] == {"count": 4, "top_k": 2, "expert_ffn": 48} and h["layers"] == 4, h' mixtral.info.json ||
   { echo "FAIL: ucp-info of the Mixtral folder"; exit 1; }
+"$build/bin/ucp-info" --json qwen2_moe_float32 > qwen2_moe.info.json
+"$py" -c 'import json, sys; h = json.load(open(sys.argv[1]))["hf"]; assert h["family"] == "qwen2_moe" and h["dense_layers"] == [1] and h["experts"]["shared_expert_ffn"] == 40, h' qwen2_moe.info.json ||
+  { echo "FAIL: ucp-info of the Qwen2-MoE folder"; exit 1; }
 # A converter that transposes a projection (Megatron-Bridge#3743's kind of damage): ucp-diff of the original
 # against such an export finds it, exit 3, naming the parameter.
 cp -r llama_bfloat16.back transposed
