@@ -33,6 +33,9 @@ cases+=(mixtral_trained_v019 mixtral data/mixtral_ep2_trained/dp_reshardable.tru
 cases+=(llama_trained_v019 llama_trained data/llama_tp2_trained/dp_reshardable.truth/tensors.safetensors)
 "$build/bin/ucp-load" -q --input data/qwen2_moe_ep2_trained/dp_reshardable --format hf --output qwen2_moe_trained
 cases+=(qwen2_moe_trained_v019 qwen2_moe_trained data/qwen2_moe_ep2_trained/dp_reshardable.truth/tensors.safetensors)
+"$build/bin/ucp-load" -q --input data/qwen2_moe_ep2_trained/dp_reshardable --format hf --hf-experts fused --output qwen2_moe_fused
+cases+=(qwen2_moe_trained_v019_fused qwen2_moe_fused data/qwen2_moe_ep2_trained/dp_reshardable.truth/tensors.safetensors)
+"$build/bin/ucp-diff" -q qwen2_moe_trained qwen2_moe_fused 2>/dev/null || { echo "FAIL: ucp-diff of the Qwen2-MoE per-expert and fused exports"; exit 1; }
 # The fused expert layout (transformers 5's in-memory gate_up_proj / down_proj): loaded as it is, the same
 # model; ucpkit reads it back as the same checkpoint as the per-expert folder.
 "$build/bin/ucp-load" -q --input data/mixtral_ep2_trained/dp_reshardable --format hf --hf-experts fused --output mixtral_fused
