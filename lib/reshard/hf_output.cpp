@@ -5,6 +5,7 @@
 // its universal folder, a torch_dist save, a Megatron-Core-named universal folder); the model's
 // family, config and tensor layout come from the args of its common state and a family map
 // (formats/hf). Weights only: the optimizer state has no place in a Hugging Face folder. One process.
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -14,13 +15,16 @@
 #include "core/error.h"
 #include "core/sha256.h"
 #include "core/staging.h"
+#include "formats/detect.h"
 #include "formats/hf/export_plan.h"
 #include "formats/hf/import_plan.h"
 #include "formats/megatron_core/deepspeed_map.h"
 #include "formats/megatron_core/model_facts.h"
 #include "io/safetensors_file.h"
+#include "reshard/direct_source.h"
 #include "reshard/megatron_core_input.h"
 #include "reshard/output_writer.h"
+#include "reshard/safetensors_writer.h"
 #include "reshard/target_defaults.h"
 #include "reshard/universal_reader.h"
 
@@ -33,6 +37,10 @@ namespace {
 struct HfPrepared : WriterPlan {
   MegatronCoreInput in;
   formats::hf::ExportPlan plan;
+  // A DeepSpeed checkpoint already in Hugging Face names (hf_named_checkpoint): read as a model (Prepared::model
+  // and its direct source), each tensor written as it is named; `plan` holds those tensors (no split) and the
+  // source's config.json.
+  bool hf_named = false;
   nlohmann::json from_source = nlohmann::json::object();
   // --audit: one record per tensor, filled as it is written (one process), written after the commit.
   mutable nlohmann::json audit = nlohmann::json::array();
@@ -110,6 +118,71 @@ HfPrepared prepare_hf(const LoadOptions& o) {
   }
   std::vector<formats::hf::Family> families = formats::hf::shipped_hf_families();
   p.plan = formats::hf::plan_hf_export(families, facts, ei, dtype, o.shard_bytes, o.input, o.fused_experts);
+  return p;
+}
+
+// A DeepSpeed checkpoint of a transformers model (the DeepSpeed engine around a transformers model, as the HF
+// Trainer's checkpoint-N folder holds it): its module names are the Hugging Face names and the model's config.json
+// lies beside it. A native checkpoint (read directly) with a config.json.
+bool hf_named_checkpoint(const LoadOptions& o) {
+  return fs::is_regular_file(fs::path(o.input) / "config.json") && is_direct_input(formats::detect(o.input));
+}
+
+// Such a checkpoint's plan: the family map (plan_hf_import) checks that its tensor names and shapes are the model
+// config.json states, every tensor used once; the tensors are written as they are, in the output dtype, and
+// config.json is the source's with that dtype.
+HfPrepared prepare_hf_named(const LoadOptions& o, const Prepared& prep) {
+  if (!o.audit.empty())
+    throw UsageError("--audit: no audit is recorded for " + o.input + ", a checkpoint already in Hugging Face names (its "
+                     "tensors are written as they are)");
+  if (o.fused_experts)
+    throw UsageError("--hf-experts: " + o.input + " is already in Hugging Face names; its experts are written in its own layout");
+  const std::string config_path = (fs::path(o.input) / "config.json").string();
+  nlohmann::ordered_json config;
+  try {
+    config = nlohmann::ordered_json::parse(read_text_file(config_path, "config.json"));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(config_path + ": not JSON (" + e.what() + ")");
+  }
+  HfPrepared p;
+  p.hf_named = true;
+  const ModelInfo& m = prep.model;
+  const DType dtype = prep.plan.target.dtype;
+  std::map<std::string, formats::hf::TensorShape> tensors;
+  const auto shards = safetensors_shards(m, dtype, o.shard_bytes);
+  for (const auto& shard : shards)
+    for (int i : shard) {
+      tensors[safetensors_name(m, i)] = {safetensors_dtype(m, i, dtype), i < static_cast<int>(m.params.size())
+                                                                             ? m.params[static_cast<size_t>(i)].shape
+                                                                             : m.buffers.at(i - m.params.size()).shape};
+      formats::hf::Piece piece;
+      piece.name = safetensors_name(m, i);
+      piece.shape = tensors[piece.name].shape;
+      piece.param = static_cast<size_t>(i);
+      p.plan.tensors.push_back(std::move(piece));
+    }
+  formats::hf::ImportPlan ip;
+  try {
+    ip = formats::hf::plan_hf_import(formats::hf::shipped_hf_families(), nlohmann::json::parse(config.dump()), tensors, o.input);
+  } catch (const Error& e) {  // say why the names were taken for Hugging Face names
+    throw Error(std::string(e.what()) + " (a checkpoint with a config.json is written in its own names, which must be the "
+                "Hugging Face names of the model config.json states)");
+  }
+  p.plan.family = ip.family;
+  p.plan.origin = ip.origin;
+  p.plan.dtype = dtype;
+  p.plan.vocab = ip.facts["vocab"].get<int64_t>();
+  for (size_t k = 0, t = 0; k < shards.size(); ++k) {
+    p.plan.shards.emplace_back();
+    for (size_t j = 0; j < shards[k].size(); ++j) p.plan.shards.back().push_back(t++);
+    char buf[64];
+    if (shards.size() == 1) std::snprintf(buf, sizeof buf, "model.safetensors");
+    else std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
+    p.plan.files.push_back(buf);
+  }
+  config.erase("torch_dtype");  // transformers 4's name of the key transformers 5 writes as dtype
+  config["dtype"] = std::string(dtype_name(dtype));  // torch's name: float32, bfloat16, float16
+  p.plan.config = config;
   return p;
 }
 
@@ -207,6 +280,7 @@ uint64_t write_hf(const LoadOptions& o, const HfPrepared& p, const std::string& 
 class HfOutput final : public OutputWriter {
  public:
   bool reads_model() const override { return false; }
+  bool reads_model_of(const LoadOptions& o) const override { return hf_named_checkpoint(o); }
   bool takes_model_map() const override { return true; }
   bool takes_audit() const override { return true; }
   bool takes_experts_layout() const override { return true; }
@@ -216,6 +290,10 @@ class HfOutput final : public OutputWriter {
   bool one_process() const override { return true; }
 
   void prepare(const LoadOptions& options, Prepared& p) const override {
+    if (hf_named_checkpoint(options)) {  // read as a model by run_load (reads_model_of): its from_source kept
+      p.output = std::make_shared<HfPrepared>(prepare_hf_named(options, p));
+      return;
+    }
     auto hp = std::make_shared<HfPrepared>(prepare_hf(options));
     p.from_source = hp->from_source;
     p.output = std::move(hp);
@@ -232,17 +310,28 @@ class HfOutput final : public OutputWriter {
     const HfPrepared& p = of(prep);
     nlohmann::json j = p.plan.to_json();
     j["format"] = "hf";
-    j["from_source"] = p.from_source;
+    j["from_source"] = p.hf_named ? prep.from_source : p.from_source;  // a checkpoint read as a model: run_load's
     return j;
   }
 
   void write(LoadRun& r, const std::string& staged) const override {
-    r.failed.guard([&] { r.written += write_hf(r.options, of(r.prep), staged, r); });
+    const HfPrepared& p = of(r.prep);
+    if (p.hf_named) {
+      r.failed.guard([&] {
+        r.written += write_safetensors(r.prep.model, r.reader, p.plan.dtype, r.options.shard_bytes, staged, r.threads);
+        const std::string config = p.plan.config.dump(2) + "\n";
+        write_file_atomic((fs::path(staged) / "config.json").string(), config);
+        r.written += config.size();
+        r.files += p.plan.shards.size() + 2;  // the shards, the index, config.json
+      });
+      return;
+    }
+    r.failed.guard([&] { r.written += write_hf(r.options, p, staged, r); });
   }
 
   void summarize(const LoadRun& r, LoadSummary& s) const override {
     const HfPrepared& p = of(r.prep);
-    s.params = p.in.manifest.params.size();
+    s.params = p.hf_named ? r.prep.model.params.size() : p.in.manifest.params.size();
     s.target = {{"family", p.plan.family}, {"architectures", p.plan.config["architectures"]},
                 {"dtype", dtype_option_name(p.plan.dtype)}, {"vocab_size", p.plan.vocab}, {"tensors", p.plan.tensors.size()}};
     s.threads = 1;

@@ -109,7 +109,7 @@ Prepared prepare(const LoadOptions& options) { return prepare(options, kind_of(o
 Prepared prepare(const LoadOptions& options, const formats::FolderKind& kind, bool fused_crc) {
   const OutputWriter& writer = output_writer(options.format);
   Prepared p;
-  if (!writer.reads_model()) {
+  if (!writer.reads_model_of(options)) {
     writer.prepare(options, p);
     return p;
   }
@@ -328,12 +328,12 @@ LoadSummary run_load(const LoadOptions& options) {
   const auto kind = kind_of(options);  // read once for the whole run
   // A writer that reads the input itself reads all of it, not only a native checkpoint's data folder.
   refuse_output_over_input(options.output, "--output",
-                           writer.reads_model() ? input_data_dir(options.input, kind) : options.input, "--input");
+                           writer.reads_model_of(options) ? input_data_dir(options.input, kind) : options.input, "--input");
   // Direct mode: the source files' zip CRC-32 (the tools' --verify, on by default) is computed on the
   // shard bytes as they are read for the copy and completed at the end from the bytes no copy read
   // (check_source_crcs), instead of a pass over every file when it is opened. Under mpirun each rank
   // checks its share of the files (balanced by bytes) with the pieces it read.
-  const bool fused_crc = verify_files_crc() && writer.reads_model() && is_direct_input(kind);
+  const bool fused_crc = verify_files_crc() && writer.reads_model_of(options) && is_direct_input(kind);
   Reporter::Phase phase(options.reporter, "read source");
   Prepared prep;
   failed.guard([&] { prep = prepare(options, kind, fused_crc); });

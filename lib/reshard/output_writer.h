@@ -48,6 +48,9 @@ class OutputWriter {
   // native checkpoint directly, a torch_dist save with --template). When not, prepare() reads the input
   // itself and keeps what it decided in Prepared::output (torch_dist output: the Megatron-Core view).
   virtual bool reads_model() const { return true; }
+  // Whether this run reads its input as a model: reads_model(), or, for a writer that reads its inputs itself,
+  // the inputs it reads as a model all the same (--format hf: a DeepSpeed checkpoint already in Hugging Face names).
+  virtual bool reads_model_of(const LoadOptions&) const { return reads_model(); }
   // Whether --template (a torch_dist input through its Megatron-DeepSpeed view) can be written.
   virtual bool takes_template() const { return false; }
   // Which of ucp-load's options the format uses; the tool refuses the others by name, naming the

@@ -136,4 +136,25 @@ TEST(HfOutput, RefusalsLeaveNothing) {
   for (const auto& e : fs::directory_iterator(r.work)) ADD_FAILURE() << "left behind: " << e.path();
 }
 
+// A native checkpoint with a config.json beside it is taken for a DeepSpeed checkpoint of a transformers model
+// (its names the Hugging Face ones: tests/frameworks/ds_hf_export_test.sh judges those). One whose names are not
+// (here a Megatron-DeepSpeed GPT, tests/reshard/fixtures.py) is refused naming a tensor the family map wants, exit 1,
+// nothing written; --audit is refused for such a source before anything is read (exit 2).
+TEST(HfOutput, ACheckpointWithAConfigMustBeInHuggingFaceNames) {
+  const Folders r = fresh("hf_named");
+  const std::string src = r.root + "/gpt";
+  fs::copy(std::string(UCPKIT_BUILD_DIR) + "/fixtures/reshard/gpt_tp1dp2_to_tp2dp3/src", src, fs::copy_options::recursive);
+  std::ofstream(src + "/config.json") << R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 16, "intermediate_size": 64,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64, "vocab_size": 128})";
+  auto res = ucpkit::testing::run_split_in(r.work, kBin + "/ucp-load --input ../gpt --format hf --output hf", r.root);
+  EXPECT_EQ(res.rc, 1) << res.err;
+  EXPECT_NE(res.err.find("tensor model.embed_tokens.weight is missing"), std::string::npos) << res.err;
+  EXPECT_NE(res.err.find("must be the Hugging Face names"), std::string::npos) << res.err;
+  EXPECT_FALSE(fs::exists(r.work + "/hf"));
+  res = ucpkit::testing::run_split_in(r.work, kBin + "/ucp-load --input ../gpt --format hf --audit a.json --output hf", r.root);
+  EXPECT_EQ(res.rc, 2) << res.err;
+  EXPECT_NE(res.err.find("already in Hugging Face names"), std::string::npos) << res.err;
+  for (const auto& e : fs::directory_iterator(r.work)) ADD_FAILURE() << "left behind: " << e.path();
+}
+
 }  // namespace hf_output_test
