@@ -1,6 +1,7 @@
 // In-memory safetensors reader and writer for small tensors.
 #include "io/safetensors_file.h"
 
+#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -46,6 +47,13 @@ std::vector<double> SafetensorsTensor::to_doubles(const std::string& name) const
     else throw Error(name + ": tensor dtype " + dtype + " is not a count type (I8..I64, U8, F32, F64)");
   }
   return out;
+}
+
+std::string safetensors_shard_file(size_t k, size_t count) {
+  if (count == 1) return "model.safetensors";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", k + 1, count);
+  return buf;
 }
 
 std::string safetensors_tensor_i64(const std::vector<int64_t>& values) {

@@ -37,6 +37,9 @@ std::string safetensors_header(const std::vector<SafetensorsEntry>& entries,
 std::string safetensors_bytes(const std::map<std::string, SafetensorsTensor>& tensors,
                               const std::map<std::string, std::string>& metadata = {});
 std::string safetensors_tensor_i64(const std::vector<int64_t>& values);
+// The name transformers' save_pretrained gives shard k (0-based) of `count`: model.safetensors when there is
+// one, else model-0000{k+1}-of-0000{count}.safetensors.
+std::string safetensors_shard_file(size_t k, size_t count);
 
 // A tensor of a file's header: dtype, shape, and where its bytes are in the file (absolute offsets).
 struct SafetensorsEntryAt {

@@ -5,7 +5,6 @@
 // its universal folder, a torch_dist save, a Megatron-Core-named universal folder); the model's
 // family, config and tensor layout come from the args of its common state and a family map
 // (formats/hf). Weights only: the optimizer state has no place in a Hugging Face folder. One process.
-#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -138,9 +137,10 @@ HfPrepared prepare_hf_named(const LoadOptions& o, const Prepared& prep) {
   if (o.fused_experts)
     throw UsageError("--hf-experts: " + o.input + " is already in Hugging Face names; its experts are written in its own layout");
   const std::string config_path = (fs::path(o.input) / "config.json").string();
-  nlohmann::ordered_json config;
+  const std::string config_text = read_text_file(config_path, "config.json");
+  nlohmann::ordered_json config;  // written back in its own key order
   try {
-    config = nlohmann::ordered_json::parse(read_text_file(config_path, "config.json"));
+    config = nlohmann::ordered_json::parse(config_text);
   } catch (const nlohmann::json::exception& e) {
     throw Error(config_path + ": not JSON (" + e.what() + ")");
   }
@@ -152,18 +152,16 @@ HfPrepared prepare_hf_named(const LoadOptions& o, const Prepared& prep) {
   const auto shards = safetensors_shards(m, dtype, o.shard_bytes);
   for (const auto& shard : shards)
     for (int i : shard) {
-      tensors[safetensors_name(m, i)] = {safetensors_dtype(m, i, dtype), i < static_cast<int>(m.params.size())
-                                                                             ? m.params[static_cast<size_t>(i)].shape
-                                                                             : m.buffers.at(i - m.params.size()).shape};
       formats::hf::Piece piece;
       piece.name = safetensors_name(m, i);
-      piece.shape = tensors[piece.name].shape;
+      piece.shape = safetensors_shape(m, i);
+      tensors[piece.name] = {safetensors_dtype(m, i, dtype), piece.shape};
       piece.param = static_cast<size_t>(i);
       p.plan.tensors.push_back(std::move(piece));
     }
   formats::hf::ImportPlan ip;
   try {
-    ip = formats::hf::plan_hf_import(formats::hf::shipped_hf_families(), nlohmann::json::parse(config.dump()), tensors, o.input);
+    ip = formats::hf::plan_hf_import(formats::hf::shipped_hf_families(), nlohmann::json::parse(config_text), tensors, o.input);
   } catch (const Error& e) {  // say why the names were taken for Hugging Face names
     throw Error(std::string(e.what()) + " (a checkpoint with a config.json is written in its own names, which must be the "
                 "Hugging Face names of the model config.json states)");
@@ -175,10 +173,7 @@ HfPrepared prepare_hf_named(const LoadOptions& o, const Prepared& prep) {
   for (size_t k = 0, t = 0; k < shards.size(); ++k) {
     p.plan.shards.emplace_back();
     for (size_t j = 0; j < shards[k].size(); ++j) p.plan.shards.back().push_back(t++);
-    char buf[64];
-    if (shards.size() == 1) std::snprintf(buf, sizeof buf, "model.safetensors");
-    else std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
-    p.plan.files.push_back(buf);
+    p.plan.files.push_back(safetensors_shard_file(k, shards.size()));
   }
   config.erase("torch_dtype");  // transformers 4's name of the key transformers 5 writes as dtype
   config["dtype"] = std::string(dtype_name(dtype));  // torch's name: float32, bfloat16, float16

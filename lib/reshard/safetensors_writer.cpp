@@ -2,7 +2,6 @@
 #include "reshard/safetensors_writer.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -27,12 +26,12 @@ const formats::universal::UniversalBuffer* buffer_at(const ModelInfo& model, int
   return static_cast<size_t>(i) < n ? nullptr : &model.buffers.at(static_cast<size_t>(i) - n);
 }
 
-const std::vector<int64_t>& shape_at(const ModelInfo& model, int i) {
+}  // namespace
+
+const std::vector<int64_t>& safetensors_shape(const ModelInfo& model, int i) {
   const auto* b = buffer_at(model, i);
   return b ? b->shape : model.params[i].shape;
 }
-
-}  // namespace
 
 const std::string& safetensors_name(const ModelInfo& model, int i) {
   const auto* b = buffer_at(model, i);
@@ -45,7 +44,7 @@ DType safetensors_dtype(const ModelInfo& model, int i, DType dtype) {
 }
 
 uint64_t safetensors_bytes(const ModelInfo& model, int i, DType dtype) {
-  return static_cast<uint64_t>(numel_of(shape_at(model, i))) * dtype_size(safetensors_dtype(model, i, dtype));
+  return static_cast<uint64_t>(numel_of(safetensors_shape(model, i))) * dtype_size(safetensors_dtype(model, i, dtype));
 }
 
 std::vector<std::vector<int>> safetensors_shards(const ModelInfo& model, DType dtype, uint64_t shard_bytes) {
@@ -68,14 +67,7 @@ uint64_t write_safetensors(const ModelInfo& model, UniversalReader& reader, DTyp
   const auto shards = safetensors_shards(model, dtype, shard_bytes);
   const size_t es = dtype_size(dtype);
   std::vector<std::string> names(shards.size());
-  for (size_t k = 0; k < shards.size(); ++k) {
-    char buf[96];
-    if (shards.size() == 1)
-      std::snprintf(buf, sizeof buf, "model.safetensors");
-    else
-      std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
-    names[k] = buf;
-  }
+  for (size_t k = 0; k < shards.size(); ++k) names[k] = safetensors_shard_file(k, shards.size());
   std::vector<uint64_t> written(shards.size(), 0);
   uint64_t total = 0;
   for (const auto& sh : shards)
@@ -86,7 +78,7 @@ uint64_t write_safetensors(const ModelInfo& model, UniversalReader& reader, DTyp
       std::vector<SafetensorsEntry> entries;
       for (int i : shards[k]) {
         entries.push_back({safetensors_name(model, i), std::string(dtype_safetensors_name(safetensors_dtype(model, i, dtype))),
-                           shape_at(model, i), safetensors_bytes(model, i, dtype)});
+                           safetensors_shape(model, i), safetensors_bytes(model, i, dtype)});
       }
       const std::string h = safetensors_header(entries, {{"format", "pt"}});
       AtomicFile f((fs::path(dir) / names[k]).string());

@@ -15,8 +15,9 @@ namespace ucpkit::reshard {
 // unless a single tensor is larger). Pure. Index i < params.size() is parameter i, in `dtype`; the
 // indices after them are the buffers (ModelInfo::buffers, i - params.size()), each in its own dtype.
 std::vector<std::vector<int>> safetensors_shards(const ModelInfo& model, DType dtype, uint64_t shard_bytes);
-// Name, dtype and byte count of tensor `i` of the shards above.
+// Name, shape, dtype and byte count of tensor `i` of the shards above.
 const std::string& safetensors_name(const ModelInfo& model, int i);
+const std::vector<int64_t>& safetensors_shape(const ModelInfo& model, int i);
 DType safetensors_dtype(const ModelInfo& model, int i, DType dtype);
 uint64_t safetensors_bytes(const ModelInfo& model, int i, DType dtype);
 std::vector<std::vector<int>> safetensors_shards(const ModelInfo& model, DType dtype, uint64_t shard_bytes);

@@ -3,12 +3,12 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdio>
 #include <map>
 #include <set>
 
 #include "core/error.h"
 #include "formats/hf/config.h"
+#include "io/safetensors_file.h"
 
 namespace ucpkit::formats::hf {
 
@@ -171,14 +171,7 @@ ExportPlan plan_hf_export(const std::vector<Family>& families, const nlohmann::j
     p.shards.back().push_back(t);
     used += n;
   }
-  for (size_t k = 0; k < p.shards.size(); ++k) {
-    char buf[64];
-    if (p.shards.size() == 1)
-      std::snprintf(buf, sizeof buf, "model.safetensors");
-    else
-      std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", k + 1, p.shards.size());
-    p.files.push_back(buf);
-  }
+  for (size_t k = 0; k < p.shards.size(); ++k) p.files.push_back(safetensors_shard_file(k, p.shards.size()));
   p.config = hf_config(fam, facts, p.vocab, dtype);
   return p;
 }
