@@ -62,6 +62,10 @@ LayoutOptions add_options(CLI::App& app, tool::UcpLoadOptions& o) {
                  "transformers 4, 5 and vLLM read them; 'fused' one tensor per layer and projection (mlp.experts.gate_up_proj "
                  "[E, 2I, H], down_proj [E, H, I]), transformers 5's in-memory layout (docs/hf.md)")
       ->check(CLI::IsMember({"per-expert", "fused"}));
+  app.add_option("--param-group", o.param_group,
+                 "A Hugging Face input with --format deepspeed: the optimizer's hyperparameters as a JSON object (such as "
+                 "'{\"lr\": 2e-5, \"weight_decay\": 0.0}'), set over torch.optim.AdamW's defaults in the fresh optimizer "
+                 "state; DeepSpeed's load_checkpoint (load_optimizer_states=True) gives the optimizer these (docs/hf.md)");
   given.dtype = app.add_option("--dtype", o.dtype, "Low-precision weight dtype (default: the source's training precision)")
                     ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   app.add_flag("--reuse-output", l.reuse_output,

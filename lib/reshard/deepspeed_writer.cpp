@@ -147,7 +147,8 @@ ValuePtr DeepSpeedWriter::target_ds_version() const {
 // The template's module with the target's weights of `mr`: views into one low-precision flat buffer
 // per group, as ZeRO saves them; compact copies from DeepSpeed 0.17.1 on (clone_tensors_for_torch_save);
 // ZeRO-3 keeps the weights only in the optimizer shards, the module holds 0-element placeholders.
-ValuePtr DeepSpeedWriter::target_module(const MpRankPlan& mr, const ValuePtr& module, StorageSources& sources) const {
+ValuePtr DeepSpeedWriter::target_module(const MpRankPlan& mr, const ValuePtr& module, StorageSources& sources,
+                                        const std::vector<std::pair<std::string, std::string>>& tied) const {
   const auto& t = plan_.target;
   std::map<std::string, ValuePtr> fresh;
   const bool compact = moe_line_ && moe_line_->compact_copies;
@@ -168,7 +169,13 @@ ValuePtr DeepSpeedWriter::target_module(const MpRankPlan& mr, const ValuePtr& mo
         compact, members, [&](size_t k) { return low_precision_slice(g.slots[k], &sources); }, flat);
     for (size_t k = 0; k < members.size(); ++k) fresh[members[k].name] = values[k];
   }
+  // A tied entry (shared_params) is its parameter's tensor, one storage, as the engine's state_dict holds it;
+  // otherwise it would keep the template's value.
+  std::map<std::string, ValuePtr> aliases;
+  for (const auto& [alias, param] : tied)
+    if (auto it = fresh.find(param); it != fresh.end() && !fresh.count(alias)) aliases[alias] = it->second;
   auto out = formats::deepspeed::with_module_leaves(module, fresh);
+  if (!aliases.empty()) out = formats::deepspeed::with_module_leaves(out, aliases);
   for (const auto& [gi, si] : mr.module) {  // parameters the template has no entry for, in module order
     const auto& name = model_.params[mr.groups[gi].slots[si].param].name;
     if (auto it = fresh.find(name); it != fresh.end()) {
@@ -216,7 +223,7 @@ ValuePtr DeepSpeedWriter::model_root(int mp, int dp_rank, StorageSources& source
   formats::deepspeed::ModelStates m = formats::deepspeed::read_model_states(
       pickle::deep_copy(template_root(mr.template_file)), model_.model_files.at(mr.template_file));
   if (m.tree) {
-    m.tree = target_module(mr, m.tree, sources);
+    m.tree = target_module(mr, m.tree, sources, formats::deepspeed::shared_params(m));
     m.module = formats::deepspeed::module_tensors(m.tree);
   }
   if (formats::deepspeed::had_param_shapes(m) || moe_line_) m.param_shapes = target_param_shapes(mr);

@@ -86,7 +86,9 @@ class DeepSpeedWriter {
   const pickle::ValuePtr& template_root(int file) const { return templates_->model_states(file); }
   formats::deepspeed::LayoutFacts layout_facts() const;
   pickle::ValuePtr target_ds_version() const;
-  pickle::ValuePtr target_module(const MpRankPlan& mr, const pickle::ValuePtr& module, StorageSources& sources) const;
+  // `tied`: shared_params of the template (alias, parameter).
+  pickle::ValuePtr target_module(const MpRankPlan& mr, const pickle::ValuePtr& module, StorageSources& sources,
+                                 const std::vector<std::pair<std::string, std::string>>& tied) const;
   formats::deepspeed::ParamShapes target_param_shapes(const MpRankPlan& mr) const;
   void fill_moe_line(const MpRankPlan& mr, formats::deepspeed::ModelStates& m) const;
   // optimizer_state_dict of a ZeRO-1/2 or BF16_Optimizer shard, and of a ZeRO-3 shard.

@@ -30,7 +30,12 @@ struct ConvertOptions {
   // --audit FILE: the conversion's record of every parameter written (JSON, once the folder is in place), for
   // the inputs whose union registers that it writes one (union_executor.h register_union); "" = none.
   std::string audit;
-  std::string audit_output;           // the output the audit names ("": the union's own; ucp-load: the user's)
+  std::string audit_output;
+  // A Hugging Face input: the universal folder in transformers' in-memory names and order with DeepSpeed
+  // engine model files (from_hf.h run_union_hf_engine; ucp-load --format deepspeed), not Megatron-Core's.
+  bool hf_engine_names = false;
+  // With hf_engine_names: the optimizer param group's hyperparameters set over torch.optim.AdamW's defaults.
+  nlohmann::json param_group = nlohmann::json::object();           // the output the audit names ("": the union's own; ucp-load: the user's)
   Reporter reporter;                  // warnings, details, progress (tools: tool::console_reporter())
 };
 

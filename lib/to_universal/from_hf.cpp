@@ -25,6 +25,7 @@
 #include "io/shape.h"
 #include "io/torch/torch_file.h"
 #include "parallel/mpi_session.h"
+#include "to_universal/from_hf.h"
 #include "to_universal/from_torch_dist.h"
 #include "to_universal/plan.h"
 #include "to_universal/union_executor.h"
@@ -36,18 +37,13 @@ namespace ucpkit::to_universal {
 using pickle::Value;
 using pickle::ValuePtr;
 
-namespace {
-
-constexpr const char* kStates[] = {"fp32", "exp_avg", "exp_avg_sq"};
-
-formats::hf::ImportPlan import_plan_of(const formats::hf::Folder& folder) {
+formats::hf::ImportPlan hf_import_plan(const formats::hf::Folder& folder) {
   std::map<std::string, formats::hf::TensorShape> shapes;
   for (const auto& [n, r] : folder.tensors()) shapes[n] = {r.dtype, r.shape};
   return formats::hf::plan_hf_import(formats::hf::shipped_hf_families(), folder.config(), shapes, folder.dir());
 }
 
-// Parameter `p`'s value in Megatron-Core layout, fp32.
-Tensor joined(const formats::hf::Folder& folder, const formats::hf::ImportPlan& plan, const formats::hf::ImportParam& p) {
+Tensor hf_joined_value(const formats::hf::Folder& folder, const formats::hf::ImportPlan& plan, const formats::hf::ImportParam& p) {
   std::vector<Tensor> parts;
   for (const auto& s : p.sources) {
     Tensor t = folder.read(s);
@@ -60,6 +56,11 @@ Tensor joined(const formats::hf::Folder& folder, const formats::hf::ImportPlan& 
     t = formats::megatron_core::qkv_split_to_grouped(t, {plan.heads, plan.kv_heads, plan.head_dim}).contiguous(true);
   return t;
 }
+
+namespace {
+
+constexpr const char* kStates[] = {"fp32", "exp_avg", "exp_avg_sq"};
+
 
 // The optimizer's param_groups as Megatron-Core's _get_param_groups makes them: weight decay on the
 // matrices, none on biases and norms (wd_mult 1 / 0), hyperparameters those of a fresh AdamW; with
@@ -134,18 +135,19 @@ nlohmann::json audit_document(const std::string& input, const std::string& outpu
 }
 
 RunSummary run_union_hf(const std::string& input, const std::string& output, const ConvertOptions& options) {
+  if (!options.patterns_file.empty())
+    throw UsageError("--patterns " + options.patterns_file + ": " + input + " is a Hugging Face folder of whole tensors: there are no TP slices to join");
+  if (options.hf_engine_names) return run_union_hf_engine(input, output, options);
   const auto t0 = std::chrono::steady_clock::now();
   auto& mpi = parallel::MpiSession::get();
   parallel::RankFailure failed(mpi);
   Reporter::Phase phase(options.reporter, "plan");
-  if (!options.patterns_file.empty())
-    throw UsageError("--patterns " + options.patterns_file + ": " + input + " is a Hugging Face folder of whole tensors: there are no TP slices to join");
   refuse_output_over_input(output, "--output", input, "--input");
   std::unique_ptr<formats::hf::Folder> folder;
   formats::hf::ImportPlan plan;
   failed.guard([&] {
     folder = std::make_unique<formats::hf::Folder>(input);
-    plan = import_plan_of(*folder);
+    plan = hf_import_plan(*folder);
   });
   failed.settle("another MPI rank failed while planning");
   options.reporter.warning(input + ": Hugging Face family " + plan.family + " (" + plan.origin + "), " +
@@ -173,7 +175,7 @@ RunSummary run_union_hf(const std::string& input, const std::string& output, con
     TorchDistParam tp;
     tp.name = p.name, tp.shape = p.shape, tp.dtype = p.dtype;
     r.manifest = torch_dist_entry(tp, {kStates[0], kStates[1], kStates[2]}, true);
-    const Tensor value = joined(*folder, plan, p);
+    const Tensor value = hf_joined_value(*folder, plan, p);
     r.bytes_read += value.nbytes();
     if (!options.audit.empty()) audit[i] = audit_record(*folder, plan, p, value);
     for (const char* state : kStates)
@@ -213,7 +215,7 @@ RunSummary run_union_hf(const std::string& input, const std::string& output, con
 
 UnionCounts count_union_hf(const std::string& input, const ConvertOptions&) {
   const formats::hf::Folder folder(input);
-  const auto plan = import_plan_of(folder);
+  const auto plan = hf_import_plan(folder);
   UnionCounts c;
   c.params = plan.params.size();
   for (const auto& p : plan.params) c.bytes += static_cast<uint64_t>(numel_of(p.shape)) * dtype_size(p.dtype);
@@ -225,7 +227,7 @@ UnionCounts count_union_hf(const std::string& input, const ConvertOptions&) {
   return c;
 }
 
-[[maybe_unused]] const bool kFromHfRegistered = register_union(std::string(formats::kHf), run_union_hf, count_union_hf, true);
+[[maybe_unused]] const bool kFromHfRegistered = register_union(std::string(formats::kHf), run_union_hf, count_union_hf, true, true);
 
 }  // namespace
 

@@ -23,6 +23,7 @@ struct UnionFormat {
   UnionRunner run;
   UnionCounter count;
   bool audits = false;
+  bool engine_form = false;
 };
 
 NamedTable<UnionFormat>& runners() {
@@ -124,13 +125,15 @@ RunSummary execute_union(const UnionJob& job, const std::string& output, const C
   return union_summary(output, job.params, threads, t.bytes_read, t.bytes_written, t.files, t0);
 }
 
-bool register_union(const std::string& format, UnionRunner run, UnionCounter count, bool audits) {
-  return runners().set(format, {std::move(run), std::move(count), audits});
+bool register_union(const std::string& format, UnionRunner run, UnionCounter count, bool audits, bool engine_form) {
+  return runners().set(format, {std::move(run), std::move(count), audits, engine_form});
 }
 
 bool has_union(const std::string& format) { return static_cast<bool>(runners().find(format).run); }
 
 bool union_audits(const std::string& format) { return runners().find(format).audits; }
+
+bool union_writes_engine_form(const std::string& format) { return runners().find(format).engine_form; }
 
 RunSummary run_union(const std::string& input, const std::string& output, const ConvertOptions& options) {
   const UnionFormat u = union_of(input);

@@ -76,7 +76,10 @@ struct UnionCounts {
 using UnionRunner = std::function<RunSummary(const std::string& input, const std::string& output, const ConvertOptions& options)>;
 using UnionCounter = std::function<UnionCounts(const std::string& input, const ConvertOptions& options)>;
 // `audits`: it writes ConvertOptions::audit (run_union refuses --audit for the others, and under mpirun).
-bool register_union(const std::string& format, UnionRunner run, UnionCounter count = {}, bool audits = false);
+// `engine_form`: with ConvertOptions::hf_engine_names it writes DeepSpeed engine model files (from_hf.h), so
+// ucp-load --format deepspeed can take such an input.
+bool register_union(const std::string& format, UnionRunner run, UnionCounter count = {}, bool audits = false,
+                    bool engine_form = false);
 
 // The counts of the union registered for `input`'s kind; UsageError naming the kind when none is.
 UnionCounts count_union(const std::string& input, const ConvertOptions& options);
@@ -85,5 +88,7 @@ UnionCounts count_union(const std::string& input, const ConvertOptions& options)
 bool has_union(const std::string& format);
 // Whether the union registered for `format` records --audit (ucp-load's check before converting).
 bool union_audits(const std::string& format);
+// Whether the union registered for `format` writes the DeepSpeed engine form (register_union's engine_form).
+bool union_writes_engine_form(const std::string& format);
 
 }  // namespace ucpkit::to_universal

@@ -24,6 +24,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 namespace ucpkit::tool {
@@ -192,6 +193,7 @@ class ScratchUniversal {
 // has not: refused naming the formats that can be written (the output writers' facts).
 void refuse_deepspeed_output(const reshard::LoadOptions& load, const formats::FolderKind& kind) {
   if (!reshard::output_writer(load.format).needs_model_files()) return;
+  if (to_universal::union_writes_engine_form(kind.format)) return;  // its universal form carries engine model files
   std::string others = reshard::output_formats_that(&reshard::OutputWriter::writes_from_tensors);
   if (const auto comma = others.rfind(", "); comma != std::string::npos) others.replace(comma, 2, " or ");
   throw Error(load.input + ": a " + kind.name() + " checkpoint has no DeepSpeed model files, which --format " +
@@ -201,6 +203,27 @@ void refuse_deepspeed_output(const reshard::LoadOptions& load, const formats::Fo
                    ? ", or give --template <the Megatron-DeepSpeed universal folder of the model>"
                    : std::string()) +
               " (docs/ucp-load.md)");
+}
+
+// --param-group: a JSON object of hyperparameters, for a Hugging Face input written as --format deepspeed only.
+nlohmann::json param_group_of(const UcpLoadOptions& o) {
+  if (o.param_group.empty()) return nlohmann::json::object();
+  if (!to_universal::union_writes_engine_form(formats::detect(o.load.input).format) ||
+      !reshard::output_writer(o.load.format).needs_model_files())
+    throw UsageError("--param-group applies to a Hugging Face input written as --format deepspeed (a fresh optimizer state)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(o.param_group);
+  } catch (const nlohmann::json::exception&) {
+    throw UsageError("--param-group: '" + escaped_brief(o.param_group, 60) + "' is not JSON");
+  }
+  if (!j.is_object() || j.contains("params"))
+    throw UsageError("--param-group: a JSON object of hyperparameters (lr, betas, eps, weight_decay, ...) without 'params'");
+  for (const auto& [k, v] : j.items())
+    if (!(v.is_number() || v.is_boolean() || v.is_null() || v.is_string() ||
+          (v.is_array() && std::all_of(v.begin(), v.end(), [](const nlohmann::json& x) { return x.is_number(); }))))
+      throw UsageError("--param-group: '" + k + "' must be a number, a boolean, null, a string or a list of numbers");
+  return j;
 }
 
 // An input the load does not read itself (a universal folder) or directly (DeepSpeed shards, a work
@@ -274,15 +297,17 @@ void check_audit(const UcpLoadOptions& o) {
   if (!audits_import(o.load)) return;
   const formats::FolderKind kind = formats::detect(o.load.input);
   const bool imported = converted_first(kind) && to_universal::union_audits(kind.format) && o.load.template_dir.empty() &&
+                        !reshard::output_writer(o.load.format).needs_model_files() &&
                         o.device == "cpu" && !reshard::whole_rewrite_for(kind, o.load.format).write;
   if (!imported)
     throw UsageError("--audit applies to --format " + reshard::output_formats_that(&W::takes_audit) +
-                     ", or to a Hugging Face input (the import's audit, docs/hf.md)");
+                     ", or to a Hugging Face input written as --format torch_dist or dcp (the import's audit, docs/hf.md)");
 }
 
 Result run_ucp_load(const UcpLoadOptions& o) {
   if (!o.verify) set_verify_files_crc(false);
   check_audit(o);
+  const nlohmann::json param_group = param_group_of(o);
   reshard::LoadOptions load = o.load;
   load.reporter = console_reporter();
   if (load.template_dir.empty() && o.device == "cpu") {
@@ -346,6 +371,9 @@ Result run_ucp_load(const UcpLoadOptions& o) {
     co.sync = false;      // scratch, removed after the load
     co.tag_latest = false;
     co.reporter = load.reporter;
+    // A Hugging Face model written for the DeepSpeed engine: kept in transformers' names and order.
+    co.hf_engine_names = to_universal::union_writes_engine_form(kind.format) && reshard::output_writer(load.format).needs_model_files();
+    co.param_group = param_group;
     if (audits_import(load)) {  // the import's: check_audit let it through
       co.audit = (std::filesystem::path(scratch->path()) / ".import-audit.json").string();
       co.audit_output = load.output;

@@ -14,6 +14,7 @@ struct UcpLoadOptions {
   // --no-sync, --vocab-multiple, --sub-group-size; check() fills the rest from the fields below.
   reshard::LoadOptions load;
   std::string dtype = "bf16", device = "cpu", optimizer = "auto", exchange = "auto";
+  std::string param_group;  // --param-group: JSON object ("": AdamW's defaults); a Hugging Face input, --format deepspeed
   std::string hf_experts;  // --hf-experts: "" (not given: per expert), "per-expert" or "fused"
   std::string format{reshard::output_format_name(reshard::OutputFormat::DeepSpeed)};
   std::string partition_method;  // --partition-method ("": see reshard::TargetLayout::partition_method)

@@ -320,6 +320,51 @@ ValuePtr minimal_moe_ds_config(int zero_stage, bool bf16, bool fp16, bool data_b
   return cfg;
 }
 
+std::vector<std::pair<std::string, std::string>> shared_params(const ModelStates& m) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (auto d = m.get("shared_params"); d && d->kind == Kind::Dict)
+    for (const auto& [k, v] : d->entries)
+      if (k && k->kind == Kind::Str && v && v->kind == Kind::Str) out.emplace_back(k->s, v->s);
+  return out;
+}
+
+ModelStates fresh_engine_model_states(const ParamShapes& shapes, DType dtype, int zero_stage, const std::string& ds_version,
+                                      const std::vector<std::pair<std::string, std::string>>& tied) {
+  ModelStates m;
+  m.ordered = false;
+  m.tree = Value::dict(true);  // module.state_dict(): an OrderedDict of the parameters
+  for (const auto& group : shapes)
+    for (const auto& [name, shape] : group) {
+      auto placeholder = Value::of_tensor(Tensor(Storage::zeros(dtype, 0), 0, {0}, {1}));
+      m.tree->set_item(name, placeholder);
+      m.module.emplace_back(name, placeholder);
+    }
+  auto shared = Value::dict();
+  for (const auto& [alias, param] : tied) {
+    auto placeholder = Value::of_tensor(Tensor(Storage::zeros(dtype, 0), 0, {0}, {1}));
+    m.tree->set_item(alias, placeholder);
+    m.module.emplace_back(alias, placeholder);
+    shared->set_item(alias, Value::str(param));
+  }
+  m.param_shapes = shapes;
+  m.dp_world_size = 1;
+  m.mp_world_size = 1;
+  m.ds_config = minimal_moe_ds_config(zero_stage, dtype == DType::BFloat16, dtype == DType::Float16, false);
+  m.ds_version = ds_version;
+  auto parallel = Value::dict();
+  parallel->set_item("pp_degree", Value::integer(1));
+  parallel->set_item("tp_degree", Value::integer(1));
+  const std::pair<const char*, ValuePtr> keys[] = {
+      {"module", nullptr}, {"buffer_names", Value::list()}, {"optimizer", Value::none()}, {"param_shapes", nullptr},
+      {"frozen_param_shapes", Value::none()}, {"shared_params", shared}, {"frozen_param_fragments", Value::none()},
+      {"lr_scheduler", Value::none()}, {"data_sampler", Value::none()}, {"random_ltd", Value::none()},
+      {"skipped_steps", Value::integer(0)}, {"global_steps", Value::integer(0)}, {"global_samples", Value::integer(0)},
+      {"dp_world_size", nullptr}, {"mp_world_size", nullptr}, {"checkpoint_parallel_dimensions", parallel},
+      {"ds_config", nullptr}, {"ds_version", nullptr}};
+  for (const auto& [k, v] : keys) m.entries.emplace_back(k, v);
+  return m;
+}
+
 std::vector<std::pair<std::string, int64_t>> recorded_steps(const ModelStates& m) {
   std::vector<std::pair<std::string, int64_t>> out;
   for (const char* key : {"global_steps", "iteration"})

@@ -56,6 +56,7 @@ Family Family::from_json(const nlohmann::json& j, const std::string& origin) {
     if (!j["requires"].is_object()) throw Error(origin + ": \"requires\" must be an object of config.json keys and values");
     f.requires_config = j["requires"];
   }
+  if (j.contains("module_order")) f.module_order = strings_of(j["module_order"], origin, "\"module_order\"");
   if (!j.contains("params") || !j["params"].is_array() || j["params"].empty())
     throw Error(origin + ": \"params\" must be a non-empty list of rules");
   for (size_t i = 0; i < j["params"].size(); ++i) {

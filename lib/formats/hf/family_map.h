@@ -56,6 +56,10 @@ struct Family {
   // (Qwen3-MoE's dense layers between MoE layers, for one): an import of another value is refused.
   nlohmann::json requires_config = nlohmann::json::object();
   std::vector<Rule> rules;
+  // transformers' named_parameters() order of the model in memory (fused experts, {L} per layer, names a
+  // layer lacks skipped): the order DeepSpeed flattens a transformers model's parameters in
+  // (formats/hf/engine_plan.h). Empty when the map gives none.
+  std::vector<std::string> module_order;
 
   // Throws Error "<origin>: ..." naming the bad key.
   static Family from_json(const nlohmann::json& j, const std::string& origin);

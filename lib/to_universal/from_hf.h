@@ -1,0 +1,24 @@
+// The two universal forms of a Hugging Face folder (docs/hf.md): in Megatron-Core names (from_hf.cpp, what
+// ucp-load --format torch_dist / dcp / hf read) and in transformers' own in-memory names and order with
+// DeepSpeed engine model files (from_hf_engine.cpp, what ucp-load --format deepspeed reads). Both start a
+// fresh run: fp32 = the weights upcast, exp_avg = exp_avg_sq = 0, step 0.
+#pragma once
+#include <string>
+
+#include "formats/hf/folder.h"
+#include "formats/hf/import_plan.h"
+#include "io/tensor.h"
+#include "to_universal/convert.h"
+
+namespace ucpkit::to_universal {
+
+// The import plan of `folder` (the shipped family maps).
+formats::hf::ImportPlan hf_import_plan(const formats::hf::Folder& folder);
+// Megatron-Core parameter `p`'s value, fp32, read from `folder` and joined as the plan says.
+Tensor hf_joined_value(const formats::hf::Folder& folder, const formats::hf::ImportPlan& plan, const formats::hf::ImportParam& p);
+
+// ucp-union of a Hugging Face folder into the DeepSpeed engine's form (ConvertOptions::hf_engine_names; reached
+// through run_union, which has checked the options every Hugging Face union refuses).
+RunSummary run_union_hf_engine(const std::string& input, const std::string& output, const ConvertOptions& options);
+
+}  // namespace ucpkit::to_universal

@@ -1,0 +1,193 @@
+// A Hugging Face folder as the DeepSpeed engine around its transformers model would save it before the
+// first step (docs/hf.md "DeepSpeed output"): the universal folder in transformers' in-memory names and
+// layout (fused experts, transformers 5), in named_parameters order (the family map's module_order: ZeRO
+// flattens in that order), one optimizer group, an engine model file (formats/deepspeed
+// fresh_engine_model_states) as the template ucp-load's DeepSpeed writer lays out at any ZeRO stage and DP,
+// and the folder's config.json beside them. Each tensor is the import's Megatron-Core value put back into
+// the Hugging Face layout by the export plan (the same two maps the other directions use): a pure
+// rearrangement, bit-exact.
+#include <chrono>
+#include <filesystem>
+#include <limits>
+
+#include "core/atomic_file.h"
+#include "core/confine.h"
+#include "core/error.h"
+#include "formats/deepspeed/file_names.h"
+#include "formats/deepspeed/model_states.h"
+#include "formats/hf/engine_plan.h"
+#include "formats/hf/export_plan.h"
+#include "formats/megatron_core/deepspeed_map.h"
+#include "io/shape.h"
+#include "io/torch/torch_file.h"
+#include "parallel/mpi_session.h"
+#include "to_universal/from_hf.h"
+#include "to_universal/from_torch_dist.h"
+#include "to_universal/plan.h"
+#include "to_universal/union_executor.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::to_universal {
+
+using pickle::Value;
+using pickle::ValuePtr;
+
+namespace {
+
+constexpr const char* kEngineStates[] = {"fp32", "exp_avg", "exp_avg_sq"};
+// The DeepSpeed release whose engine save code the model file follows (model_states.h).
+constexpr const char* kEngineDsVersion = "0.19.8";
+
+// One in-memory tensor `piece`, fp32: its Megatron-Core parameters' values put back into the Hugging Face
+// layout (QKV regrouped and split, rows taken, experts stacked on a new first axis).
+Tensor engine_value(const formats::hf::Folder& folder, const formats::hf::ImportPlan& plan,
+                    const formats::hf::ExportPlan& ep, const formats::hf::Piece& piece) {
+  std::vector<Tensor> parts;
+  for (size_t i : piece.params()) {
+    Tensor v = hf_joined_value(folder, plan, plan.params.at(i));
+    if (piece.split == formats::hf::Split::Qkv)
+      v = formats::megatron_core::qkv_grouped_to_split(v, {ep.heads, ep.kv_heads, ep.head_dim}).contiguous(true);
+    if (!v.shape().empty() && (piece.row0 != 0 || piece.rows != v.shape()[0])) v = v.narrow(0, piece.row0, piece.rows);
+    if (!piece.stack.empty()) {
+      std::vector<int64_t> one = {1};
+      one.insert(one.end(), v.shape().begin(), v.shape().end());
+      v = v.contiguous(true).reshape(one);
+    }
+    parts.push_back(std::move(v));
+  }
+  Tensor t = parts.size() == 1 ? parts.front() : cat(parts, 0);
+  t = t.contiguous(true);
+  if (t.shape() != piece.shape)
+    throw Error(folder.dir() + ": tensor " + piece.name + " comes out as " + shape_str(t.shape()) + ", not " +
+                shape_str(piece.shape));
+  return t;
+}
+
+// A --param-group value: a list is a tuple (torch's betas), a number keeps its kind.
+ValuePtr hyperparameter(const nlohmann::json& v) {
+  if (v.is_boolean()) return Value::boolean(v.get<bool>());
+  if (v.is_number_integer()) return Value::integer(v.get<int64_t>());
+  if (v.is_number()) return Value::real(v.get<double>());
+  if (v.is_string()) return Value::str(v.get<std::string>());
+  if (v.is_array()) {
+    std::vector<ValuePtr> items;
+    for (const auto& x : v) items.push_back(hyperparameter(x));
+    return Value::tuple(std::move(items));
+  }
+  return Value::none();
+}
+
+// torch.optim.AdamW(params)'s one param group (torch 2.15 optim/adamw.py defaults), every parameter in it,
+// `given` set over it: what deepspeed.initialize(model, optimizer=AdamW(model.parameters(), **given)) starts with.
+ValuePtr fresh_adamw_state(size_t params, const nlohmann::json& given) {
+  auto g = Value::dict();
+  g->set_item("lr", Value::real(1e-3));
+  g->set_item("betas", Value::tuple({Value::real(0.9), Value::real(0.999)}));
+  g->set_item("eps", Value::real(1e-8));
+  g->set_item("weight_decay", Value::real(1e-2));
+  g->set_item("amsgrad", Value::boolean(false));
+  g->set_item("maximize", Value::boolean(false));
+  g->set_item("foreach", Value::none());
+  g->set_item("capturable", Value::boolean(false));
+  g->set_item("differentiable", Value::boolean(false));
+  g->set_item("fused", Value::none());
+  g->set_item("decoupled_weight_decay", Value::boolean(true));
+  for (const auto& [k, v] : given.items()) g->set_item(k, hyperparameter(v));
+  std::vector<ValuePtr> ids;
+  for (size_t i = 0; i < params; ++i) ids.push_back(Value::integer(static_cast<int64_t>(i)));
+  g->set_item("params", Value::list(std::move(ids)));
+  auto root = Value::dict();
+  root->set_item("param_groups", Value::list({g}));  // the release written: the model file's (the writer reads it there)
+  return root;
+}
+
+}  // namespace
+
+RunSummary run_union_hf_engine(const std::string& input, const std::string& output, const ConvertOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto& mpi = parallel::MpiSession::get();
+  parallel::RankFailure failed(mpi);
+  Reporter::Phase phase(options.reporter, "plan");
+  if (!options.audit.empty())
+    throw UsageError("--audit: the import's audit records Megatron-Core parameters; a DeepSpeed output of " + input +
+                     " keeps the Hugging Face tensors as they are (compare with ucp-diff)");
+  refuse_output_over_input(output, "--output", input, "--input");
+  std::unique_ptr<formats::hf::Folder> folder;
+  formats::hf::ImportPlan plan;
+  formats::hf::ExportPlan ep;
+  std::vector<size_t> order;
+  std::vector<std::pair<std::string, std::string>> tied;  // tie_word_embeddings: (the head, the embedding)
+  failed.guard([&] {
+    folder = std::make_unique<formats::hf::Folder>(input);
+    plan = hf_import_plan(*folder);
+    formats::hf::ExportInput ei;
+    for (const auto& p : plan.params) ei.names.push_back(p.name), ei.shapes.push_back(p.shape);
+    ei.vocab = plan.facts.value("vocab", int64_t{0});
+    const auto families = formats::hf::shipped_hf_families();
+    ep = formats::hf::plan_hf_export(families, plan.facts, ei, plan.dtype, std::numeric_limits<uint64_t>::max(), input, true);
+    std::vector<std::string> names;
+    for (const auto& t : ep.tensors) names.push_back(t.name);
+    for (const auto& f : families)
+      if (f.family == plan.family) {
+        order = formats::hf::engine_order(f, names, input);
+        if (plan.facts.value("tied", false)) tied.push_back(formats::hf::tied_output(f));
+      }
+    if (order.size() != ep.tensors.size()) throw Error(input + ": no shipped family map " + plan.family);
+  });
+  failed.settle("another MPI rank failed while planning");
+  options.reporter.warning(input + ": Hugging Face family " + plan.family + " (" + plan.origin + "), " +
+                           std::to_string(order.size()) + " tensors in transformers' names and order for the DeepSpeed "
+                           "engine; optimizer state initialised as a fresh run's (exp_avg = exp_avg_sq = 0, step 0), hyperparameters " +
+                           (options.param_group.empty() ? std::string("torch.optim.AdamW's defaults (lr 0.001; --param-group sets others)")
+                                                        : "AdamW's defaults with " + options.param_group.dump()));
+  const ValuePtr step = Value::integer(0);
+
+  UnionJob job;
+  job.params = order.size();
+  job.bytes = [&](size_t k) { return static_cast<uint64_t>(numel_of(ep.tensors[order[k]].shape)) * 4 * 3; };
+  job.write_param = [&](size_t k, const fs::path& zero_dir) {
+    const auto& piece = ep.tensors[order[k]];
+    ParamResult r;
+    const fs::path dir = zero_dir / param_folder(piece.name);
+    make_folder(dir);
+    TorchDistParam tp;
+    tp.name = piece.name, tp.shape = piece.shape, tp.dtype = plan.dtype;
+    r.manifest = torch_dist_entry(tp, {kEngineStates[0], kEngineStates[1], kEngineStates[2]}, true);
+    const Tensor value = engine_value(*folder, plan, ep, piece);
+    r.bytes_read += value.nbytes();
+    for (const char* state : kEngineStates)
+      write_state_file(dir, state, std::string(state) == "fp32" ? value : Tensor::zeros(DType::Float32, piece.shape), r);
+    write_step_file(dir, step, r);
+    return r;
+  };
+  job.write_common = [&](const fs::path& staged, formats::universal::UniversalManifest& manifest, CommonFiles& t) {
+    formats::deepspeed::ParamShapes shapes(1);
+    for (size_t i : order) shapes[0].emplace_back(ep.tensors[i].name, ep.tensors[i].shape);
+    const auto model = formats::deepspeed::fresh_engine_model_states(shapes, plan.dtype, 1, kEngineDsVersion, tied);
+    const std::string model_file = formats::deepspeed::model_states_name(0);
+    const std::vector<std::string> side = {(staged / model_file).string(),
+                                           (staged / formats::universal::kUniversalOptimizerState).string(),
+                                           (staged / "config.json").string()};
+    save_torch_file(side[0], formats::deepspeed::to_pickle(model));
+    save_torch_file(side[1], fresh_adamw_state(order.size(), options.param_group));
+    copy_file_contents(input + "/config.json", side[2]);
+    manifest.model_files = {model_file};
+    manifest.source.tp = manifest.source.pp = manifest.source.dp = manifest.source.ep = 1;
+    manifest.source.zero_stage = 1;
+    manifest.source.pipeline = false;
+    manifest.source.bf16 = false;
+    manifest.source.dir = input;
+    manifest.source.weights_only = true;
+    manifest.source.facts["hf"] = {{"folder", input}, {"family", plan.family}, {"map", plan.origin},
+                                   {"architectures", folder->config().value("architectures", nlohmann::json::array())},
+                                   {"names", "transformers"}, {"config", "config.json"}};
+    manifest.patterns_origin = "none (Hugging Face: whole tensors)";
+    manifest.patterns_set = nlohmann::json::object();
+    for (const auto& s : side) t.bytes_written += file_size_or_zero(s);
+    t.files += side.size();
+  };
+  return execute_union(job, output, options, failed, phase, t0);
+}
+
+}  // namespace ucpkit::to_universal

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The DeepSpeed engine as the judge of a Hugging Face import (label `frameworks`, docs/hf.md "DeepSpeed output";
+# issue 49): transformers 5.24.0 saves a Llama (untied and tied), a Mixtral, a Qwen3-MoE (one dense layer) and a Qwen2-MoE (shared
+# expert) model (ds_hf_import.py models); `ucp-load --format deepspeed --dp 2 --zero-stage 1|3 --param-group` writes
+# each as the DeepSpeed engine would have saved it before its first step; DeepSpeed 0.19.8's load_checkpoint of it
+# on 2 CPU ranks, then 3 training steps, gives the same losses (torch.equal, every step) as the run that started
+# from the weights in memory (ds_hf_import.py resume). Our output exported back to Hugging Face compares equal to
+# the original bit for bit (ucp-diff). A Llama with tied embeddings too (its head the embedding's tensor in the
+# module, shared_params as the engine records it). Refusals: --param-group without a Hugging Face input or not
+# JSON, --audit with --format deepspeed, ZeRO 0 of an fp32 model (exit 2); nothing left. Run as users run it: relative paths,
+# from another folder, options left out. Exit 77 (skipped) when the framework environment cannot be made.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=$(cd "$1" && pwd)
+. "$root/scripts/frameworks/env.sh"
+unset TRIXIE
+frameworks_lab "$root" ds_hf_import
+py=$FRAMEWORKS_PY
+cd "$LAB"
+rm -rf m && mkdir -p m run
+PYTHONWARNINGS=ignore "$py" "$root/tests/frameworks/ds_hf_import.py" models m > models.log 2>&1 || { tail -30 models.log; exit 1; }
+cases=(llama_z1 llama_z2 llama_z3 llama_tied_z1 llama_tied_z3 mixtral_z1 mixtral_z3 qwen3_moe_z1 qwen3_moe_z3 qwen2_moe_z1 qwen2_moe_z3)
+cd run  # the job's own folder: the model and the output named relative to it
+for c in "${cases[@]}"; do
+  "$build/bin/ucp-load" -q --input "../m/${c%_z*}" --output "../m/$c" --dp 2 --zero-stage "${c##*_z}" \
+    --param-group '{"lr": 0.01}' 2>/dev/null
+  [[ -f "../m/$c/config.json" && -n "$(ls "../m/$c/global_step0/" | grep model_states)" ]] || { echo "FAIL $c: not written"; exit 1; }
+done
+cd ..
+PYTHONWARNINGS=ignore "$py" "$root/tests/frameworks/ds_hf_import.py" resume m 0.01 "${cases[@]}" > resume.log 2>&1 ||
+  { grep -E "FAIL|Error" resume.log | tail -20; exit 1; }
+grep "^RESULT" resume.log
+for c in llama_z3 llama_tied_z1 mixtral_z1 qwen3_moe_z3; do  # the way back: every tensor as the original's
+  "$build/bin/ucp-load" -q --input "m/$c" --format hf --output "m/$c.hf" 2>/dev/null
+  "$build/bin/ucp-diff" -q "m/${c%_z*}" "m/$c.hf" > /dev/null 2>&1 || { echo "FAIL $c: the export differs from the original"; exit 1; }
+done
+echo "RESULT round_trip=hf-deepspeed-hf cases=4 equal=bit_for_bit"
+expect() {  # expect RC NAME ARGS...: exit RC, nothing left at NAME
+  local want=$1 name=$2 rc=0
+  shift 2
+  "$build/bin/ucp-load" "$@" > /dev/null 2> err.txt || rc=$?
+  [[ $rc -eq $want && ! -e $name && $(ls -A m | grep -c ucp-load-universal || true) -eq 0 ]] ||
+    { echo "FAIL ucp-load $*: exit $rc (want $want), $(head -1 err.txt)"; exit 1; }
+}
+expect 2 m/bad1 --input m/llama_z1 --output m/bad1 --dp 2 --param-group '{"lr": 0.01}'
+expect 2 m/bad2 --input m/llama --output m/bad2 --dp 2 --param-group 'lr=0.01'
+expect 2 m/bad3 --input m/llama --output m/bad3 --dp 2 --audit m/bad3.json
+[[ ! -e m/bad3.json ]] || { echo "FAIL: --audit left m/bad3.json"; exit 1; }
+expect 2 m/bad4 --input m/llama --output m/bad4 --dp 2 --zero-stage 0
+echo "RESULT refusals=4 nothing_left=yes"
