@@ -31,6 +31,7 @@
 #include "io/tensor.h"
 #include "io/torch/torch_file.h"
 #include "reshard/dcp_output.h"
+#include "reshard/direct_source.h"
 #include "reshard/model_info.h"
 #include "reshard/universal_reader.h"
 #include "to_universal/convert.h"
@@ -200,9 +201,20 @@ std::unique_ptr<Side> open_side(const std::string& dir, bool verify) {
   return s;
 }
 
-// The universal folder of an input: itself, or ucp-union's one-step conversion into `tmp`/`name`.
+// A checkpoint in transformers' own names (a DeepSpeed engine checkpoint of a transformers model, or the universal
+// folder ucp-load makes of a Hugging Face folder for one): a Hugging Face folder compared with it is converted
+// into those names (ConvertOptions::hf_engine_names), not Megatron-Core's.
+bool in_transformers_names(const std::string& path) {
+  if (reshard::is_transformers_named_checkpoint(path)) return true;
+  if (!formats::detect(path).is(formats::kUniversal)) return false;
+  const auto facts = formats::universal::read_universal_manifest((fs::path(path) / "manifest.json").string()).source.facts;
+  return facts.contains("hf") && facts["hf"].is_object() && facts["hf"].value("names", "") == "transformers";
+}
+
+// The universal folder of an input: itself, or ucp-union's one-step conversion into `tmp`/`name`;
+// `transformers_names`: a Hugging Face input in transformers' own names (in_transformers_names of the other side).
 std::string universal_form(const std::string& input, const char* name, std::optional<TempFolder>& tmp,
-                           const DiffOptions& o, DiffSide& side) {
+                           const DiffOptions& o, DiffSide& side, bool transformers_names) {
   side.input = input;
   if (formats::detect(input).is(formats::kUniversal)) {  // an unknown folder is refused here, before any conversion
     side.form = "universal";
@@ -216,6 +228,7 @@ std::string universal_form(const std::string& input, const char* name, std::opti
   co.allow_unused_patterns = true;  // values are compared; a pattern matching nothing changes none
   co.tag_latest = false;            // a scratch folder: no pointer file beside it, no warning about one
   co.reporter = o.reporter;
+  co.hf_engine_names = transformers_names;  // read by a Hugging Face input's union only
   const std::string out = (tmp->path() / name).string();
   // ucp-union's own checks would name its options (--output, --tolerance), which ucp-diff has not.
   refuse_output_over_input(tmp->path(), "--tmp-dir", input, std::string("checkpoint ") + (*name == 'a' ? "A" : "B"));
@@ -587,9 +600,9 @@ DiffResult diff_checkpoints(const std::string& a, const std::string& b, const Di
   // check_interrupted(), the temporary folder is removed on the way out, and the tool dies by the signal.
   StagedPhase staged;
   std::optional<TempFolder> tmp;
-  const std::string ua = universal_form(a, "a", tmp, o, r.a);
+  const std::string ua = universal_form(a, "a", tmp, o, r.a, in_transformers_names(b));
   check_interrupted();
-  const std::string ub = universal_form(b, "b", tmp, o, r.b);
+  const std::string ub = universal_form(b, "b", tmp, o, r.b, in_transformers_names(a));
   check_interrupted();
   auto sa = open_side(ua, o.verify);
   auto sb = open_side(ub, o.verify);

@@ -68,6 +68,11 @@ DirectReader direct_reader(const formats::FolderKind& kind) { return direct_read
 
 bool is_direct_input(const formats::FolderKind& kind) { return static_cast<bool>(direct_reader(kind)); }
 
+bool is_transformers_named_checkpoint(const std::string& path) {
+  std::error_code ec;
+  return fs::is_regular_file(fs::path(path) / "config.json", ec) && is_direct_input(formats::detect(path));
+}
+
 std::string native_checkpoint_dir(const std::string& input, const formats::FolderKind& kind) {
   const DirectReader reader = direct_reader(kind);
   if (!reader) throw Error(input + ": a " + kind.name() + " folder, not a DeepSpeed checkpoint or ucp-extract work folder");

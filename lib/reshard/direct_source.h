@@ -41,6 +41,11 @@ DirectReader direct_reader(const formats::FolderKind& kind);
 // Whether direct mode reads a folder of this kind (a reader is registered for it).
 bool is_direct_input(const formats::FolderKind& kind);
 
+// A DeepSpeed engine checkpoint of a transformers model, its module names the Hugging Face names: a native
+// checkpoint direct mode reads with the model's config.json beside it (the HF Trainer's checkpoint-N, or
+// ucp-load --format deepspeed of a Hugging Face folder).
+bool is_transformers_named_checkpoint(const std::string& path);
+
 // The folder a direct input's data is read from (global_stepN, or the work folder); throws Error
 // naming `input` when its kind (formats::detect) is no direct input or it holds no shards.
 std::string native_checkpoint_dir(const std::string& input, const formats::FolderKind& kind);

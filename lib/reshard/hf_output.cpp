@@ -123,9 +123,7 @@ HfPrepared prepare_hf(const LoadOptions& o) {
 // A DeepSpeed checkpoint of a transformers model (the DeepSpeed engine around a transformers model, as the HF
 // Trainer's checkpoint-N folder holds it): its module names are the Hugging Face names and the model's config.json
 // lies beside it. A native checkpoint (read directly) with a config.json.
-bool hf_named_checkpoint(const LoadOptions& o) {
-  return fs::is_regular_file(fs::path(o.input) / "config.json") && is_direct_input(formats::detect(o.input));
-}
+bool hf_named_checkpoint(const LoadOptions& o) { return is_transformers_named_checkpoint(o.input); }
 
 // Such a checkpoint's plan: the family map (plan_hf_import) checks that its tensor names and shapes are the model
 // config.json states, every tensor used once; the tensors are written as they are, in the output dtype, and

@@ -5,7 +5,8 @@
 # each as the DeepSpeed engine would have saved it before its first step; DeepSpeed 0.19.8's load_checkpoint of it
 # on 2 CPU ranks, then 3 training steps, gives the same losses (torch.equal, every step) as the run that started
 # from the weights in memory (ds_hf_import.py resume). Our output exported back to Hugging Face compares equal to
-# the original bit for bit (ucp-diff). A Llama with tied embeddings too (its head the embedding's tensor in the
+# the original bit for bit (ucp-diff), and ucp-diff of the folder and our checkpoint compares them in transformers'
+# names (equal; the --param-group lr the one difference). A Llama with tied embeddings too (its head the embedding's tensor in the
 # module, shared_params as the engine records it). Refusals: --param-group without a Hugging Face input or not
 # JSON, --audit with --format deepspeed, ZeRO 0 of an fp32 model (exit 2); nothing left. Run as users run it: relative paths,
 # from another folder, options left out. Exit 77 (skipped) when the framework environment cannot be made.
@@ -35,6 +36,14 @@ for c in llama_z3 llama_tied_z1 mixtral_z1 qwen3_moe_z3; do  # the way back: eve
   "$build/bin/ucp-diff" -q "m/${c%_z*}" "m/$c.hf" > /dev/null 2>&1 || { echo "FAIL $c: the export differs from the original"; exit 1; }
 done
 echo "RESULT round_trip=hf-deepspeed-hf cases=4 equal=bit_for_bit"
+# ucp-diff of the folder and our checkpoint compares in transformers' names: equal, or the one setting given.
+"$build/bin/ucp-load" -q --input m/mixtral --output m/mixtral_plain --dp 2 --zero-stage 3 2>/dev/null
+"$build/bin/ucp-diff" -q m/mixtral m/mixtral_plain 2>/dev/null || { echo "FAIL: ucp-diff of the folder and its import"; exit 1; }
+rc=0
+"$build/bin/ucp-diff" m/llama m/llama_z1 > diff.txt 2>/dev/null || rc=$?
+[[ $rc -eq 3 && $(grep -c "lr: 0.001 vs 0.01" diff.txt) -eq 1 && $(grep -c "^  " diff.txt) -eq 1 ]] ||
+  { echo "FAIL: ucp-diff against --param-group's lr: exit $rc"; cat diff.txt; exit 1; }
+echo "RESULT ucp_diff=transformers_names equal=yes lr_difference_found=yes"
 expect() {  # expect RC NAME ARGS...: exit RC, nothing left at NAME
   local want=$1 name=$2 rc=0
   shift 2
