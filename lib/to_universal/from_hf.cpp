@@ -213,7 +213,8 @@ RunSummary run_union_hf(const std::string& input, const std::string& output, con
   return execute_union(job, output, options, failed, phase, t0);
 }
 
-UnionCounts count_union_hf(const std::string& input, const ConvertOptions&) {
+UnionCounts count_union_hf(const std::string& input, const ConvertOptions& options) {
+  if (options.hf_engine_names) return count_union_hf_engine(input);
   const formats::hf::Folder folder(input);
   const auto plan = hf_import_plan(folder);
   UnionCounts c;

@@ -4,11 +4,15 @@
 // fresh run: fp32 = the weights upcast, exp_avg = exp_avg_sq = 0, step 0.
 #pragma once
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "formats/hf/folder.h"
 #include "formats/hf/import_plan.h"
 #include "io/tensor.h"
+#include "formats/hf/export_plan.h"
 #include "to_universal/convert.h"
+#include "to_universal/union_executor.h"
 
 namespace ucpkit::to_universal {
 
@@ -16,6 +20,18 @@ namespace ucpkit::to_universal {
 formats::hf::ImportPlan hf_import_plan(const formats::hf::Folder& folder);
 // Megatron-Core parameter `p`'s value, fp32, read from `folder` and joined as the plan says.
 Tensor hf_joined_value(const formats::hf::Folder& folder, const formats::hf::ImportPlan& plan, const formats::hf::ImportParam& p);
+
+// The engine form's tensors: the import plan, its export plan with fused experts (each in-memory tensor), their
+// module order (indices into tensors.tensors) and the tied entries (the head, the embedding).
+struct EngineTensors {
+  formats::hf::ImportPlan plan;
+  formats::hf::ExportPlan tensors;
+  std::vector<size_t> order;
+  std::vector<std::pair<std::string, std::string>> tied;
+};
+EngineTensors engine_tensors(const formats::hf::Folder& folder, const std::string& input);
+// The engine form's --dry-run counts.
+UnionCounts count_union_hf_engine(const std::string& input);
 
 // ucp-union of a Hugging Face folder into the DeepSpeed engine's form (ConvertOptions::hf_engine_names; reached
 // through run_union, which has checked the options every Hugging Face union refuses).

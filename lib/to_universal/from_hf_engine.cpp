@@ -104,6 +104,40 @@ ValuePtr fresh_adamw_state(size_t params, const nlohmann::json& given) {
 
 }  // namespace
 
+EngineTensors engine_tensors(const formats::hf::Folder& folder, const std::string& input) {
+  EngineTensors et;
+  et.plan = hf_import_plan(folder);
+  formats::hf::ExportInput ei;
+  for (const auto& p : et.plan.params) ei.names.push_back(p.name), ei.shapes.push_back(p.shape);
+  ei.vocab = et.plan.facts.value("vocab", int64_t{0});
+  const auto families = formats::hf::shipped_hf_families();
+  et.tensors = formats::hf::plan_hf_export(families, et.plan.facts, ei, et.plan.dtype, std::numeric_limits<uint64_t>::max(),
+                                           input, true);
+  std::vector<std::string> names;
+  for (const auto& t : et.tensors.tensors) names.push_back(t.name);
+  for (const auto& f : families)
+    if (f.family == et.plan.family) {
+      et.order = formats::hf::engine_order(f, names, input);
+      if (et.plan.facts.value("tied", false)) et.tied.push_back(formats::hf::tied_output(f));
+    }
+  if (et.order.size() != et.tensors.tensors.size()) throw Error(input + ": no shipped family map " + et.plan.family);
+  return et;
+}
+
+UnionCounts count_union_hf_engine(const std::string& input) {
+  const formats::hf::Folder folder(input);
+  const EngineTensors et = engine_tensors(folder, input);
+  UnionCounts c;
+  c.params = et.order.size();
+  for (const auto& t : et.tensors.tensors) c.bytes += static_cast<uint64_t>(numel_of(t.shape)) * dtype_size(et.plan.dtype);
+  c.atomic_files = c.params * 4;
+  c.files = "manifest.json, zero/optimizer_state.pt, " + formats::deepspeed::model_states_name(0) + ", config.json";
+  c.atomic_note = " (zero/<tensor>/{fp32,exp_avg,exp_avg_sq,step}.pt, transformers' names)";
+  c.from = "the Hugging Face folder";
+  c.input_kind = "hf";
+  return c;
+}
+
 RunSummary run_union_hf_engine(const std::string& input, const std::string& output, const ConvertOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   auto& mpi = parallel::MpiSession::get();
@@ -114,47 +148,31 @@ RunSummary run_union_hf_engine(const std::string& input, const std::string& outp
                      " keeps the Hugging Face tensors as they are (compare with ucp-diff)");
   refuse_output_over_input(output, "--output", input, "--input");
   std::unique_ptr<formats::hf::Folder> folder;
-  formats::hf::ImportPlan plan;
-  formats::hf::ExportPlan ep;
-  std::vector<size_t> order;
-  std::vector<std::pair<std::string, std::string>> tied;  // tie_word_embeddings: (the head, the embedding)
+  EngineTensors et;
   failed.guard([&] {
     folder = std::make_unique<formats::hf::Folder>(input);
-    plan = hf_import_plan(*folder);
-    formats::hf::ExportInput ei;
-    for (const auto& p : plan.params) ei.names.push_back(p.name), ei.shapes.push_back(p.shape);
-    ei.vocab = plan.facts.value("vocab", int64_t{0});
-    const auto families = formats::hf::shipped_hf_families();
-    ep = formats::hf::plan_hf_export(families, plan.facts, ei, plan.dtype, std::numeric_limits<uint64_t>::max(), input, true);
-    std::vector<std::string> names;
-    for (const auto& t : ep.tensors) names.push_back(t.name);
-    for (const auto& f : families)
-      if (f.family == plan.family) {
-        order = formats::hf::engine_order(f, names, input);
-        if (plan.facts.value("tied", false)) tied.push_back(formats::hf::tied_output(f));
-      }
-    if (order.size() != ep.tensors.size()) throw Error(input + ": no shipped family map " + plan.family);
+    et = engine_tensors(*folder, input);
   });
   failed.settle("another MPI rank failed while planning");
-  options.reporter.warning(input + ": Hugging Face family " + plan.family + " (" + plan.origin + "), " +
-                           std::to_string(order.size()) + " tensors in transformers' names and order for the DeepSpeed "
+  options.reporter.warning(input + ": Hugging Face family " + et.plan.family + " (" + et.plan.origin + "), " +
+                           std::to_string(et.order.size()) + " tensors in transformers' names and order for the DeepSpeed "
                            "engine; optimizer state initialised as a fresh run's (exp_avg = exp_avg_sq = 0, step 0), hyperparameters " +
-                           (options.param_group.empty() ? std::string("torch.optim.AdamW's defaults (lr 0.001; --param-group sets others)")
+                           (options.param_group.empty() ? std::string("torch.optim.AdamW's defaults (lr 0.001; ucp-load --param-group sets others)")
                                                         : "AdamW's defaults with " + options.param_group.dump()));
   const ValuePtr step = Value::integer(0);
 
   UnionJob job;
-  job.params = order.size();
-  job.bytes = [&](size_t k) { return static_cast<uint64_t>(numel_of(ep.tensors[order[k]].shape)) * 4 * 3; };
+  job.params = et.order.size();
+  job.bytes = [&](size_t k) { return static_cast<uint64_t>(numel_of(et.tensors.tensors[et.order[k]].shape)) * 4 * 3; };
   job.write_param = [&](size_t k, const fs::path& zero_dir) {
-    const auto& piece = ep.tensors[order[k]];
+    const auto& piece = et.tensors.tensors[et.order[k]];
     ParamResult r;
     const fs::path dir = zero_dir / param_folder(piece.name);
     make_folder(dir);
     TorchDistParam tp;
-    tp.name = piece.name, tp.shape = piece.shape, tp.dtype = plan.dtype;
+    tp.name = piece.name, tp.shape = piece.shape, tp.dtype = et.plan.dtype;
     r.manifest = torch_dist_entry(tp, {kEngineStates[0], kEngineStates[1], kEngineStates[2]}, true);
-    const Tensor value = engine_value(*folder, plan, ep, piece);
+    const Tensor value = engine_value(*folder, et.plan, et.tensors, piece);
     r.bytes_read += value.nbytes();
     for (const char* state : kEngineStates)
       write_state_file(dir, state, std::string(state) == "fp32" ? value : Tensor::zeros(DType::Float32, piece.shape), r);
@@ -163,14 +181,14 @@ RunSummary run_union_hf_engine(const std::string& input, const std::string& outp
   };
   job.write_common = [&](const fs::path& staged, formats::universal::UniversalManifest& manifest, CommonFiles& t) {
     formats::deepspeed::ParamShapes shapes(1);
-    for (size_t i : order) shapes[0].emplace_back(ep.tensors[i].name, ep.tensors[i].shape);
-    const auto model = formats::deepspeed::fresh_engine_model_states(shapes, plan.dtype, 1, kEngineDsVersion, tied);
+    for (size_t i : et.order) shapes[0].emplace_back(et.tensors.tensors[i].name, et.tensors.tensors[i].shape);
+    const auto model = formats::deepspeed::fresh_engine_model_states(shapes, et.plan.dtype, 1, kEngineDsVersion, et.tied);
     const std::string model_file = formats::deepspeed::model_states_name(0);
     const std::vector<std::string> side = {(staged / model_file).string(),
                                            (staged / formats::universal::kUniversalOptimizerState).string(),
                                            (staged / "config.json").string()};
     save_torch_file(side[0], formats::deepspeed::to_pickle(model));
-    save_torch_file(side[1], fresh_adamw_state(order.size(), options.param_group));
+    save_torch_file(side[1], fresh_adamw_state(et.order.size(), options.param_group));
     copy_file_contents(input + "/config.json", side[2]);
     manifest.model_files = {model_file};
     manifest.source.tp = manifest.source.pp = manifest.source.dp = manifest.source.ep = 1;
@@ -179,7 +197,7 @@ RunSummary run_union_hf_engine(const std::string& input, const std::string& outp
     manifest.source.bf16 = false;
     manifest.source.dir = input;
     manifest.source.weights_only = true;
-    manifest.source.facts["hf"] = {{"folder", input}, {"family", plan.family}, {"map", plan.origin},
+    manifest.source.facts["hf"] = {{"folder", input}, {"family", et.plan.family}, {"map", et.plan.origin},
                                    {"architectures", folder->config().value("architectures", nlohmann::json::array())},
                                    {"names", "transformers"}, {"config", "config.json"}};
     manifest.patterns_origin = "none (Hugging Face: whole tensors)";

@@ -320,14 +320,18 @@ Result run_ucp_load(const UcpLoadOptions& o) {
     const formats::FolderKind kind = formats::detect(load.input);
     if (converted_first(kind)) {
       const std::string what = kind.name();
+      const bool engine_form = to_universal::union_writes_engine_form(kind.format) &&
+                               reshard::output_writer(load.format).needs_model_files();
       if (o.plan)
         throw UsageError("--plan of a " + what + " checkpoint: the load is planned from its universal form; run "
-                         "ucp-union --input " + load.input + " --output <folder>, then ucp-load --plan --input <folder>");
+                         "ucp-union --input " + load.input + (engine_form ? " --to-names transformers" : "") +
+                         " --output <folder>, then ucp-load --plan --input <folder>");
       refuse_output_over_input(load.output, "--output", load.input, "--input");
       refuse_deepspeed_output(load, kind);
       const std::string note = existing_note(load.output, load.overwrite);
       to_universal::ConvertOptions count_only;
       count_only.overwrite = true;  // the output was decided on just above; the union counts what it reads
+      count_only.hf_engine_names = engine_form;
       const DryRun u = union_dry_run(load.input, load.output, count_only);
       const nlohmann::json params = u.fields.value("params", nlohmann::json(0)), bytes = u.fields.value("bytes", nlohmann::json(0));
       DryRun d;

@@ -11,6 +11,7 @@
 #include "parallel/mpi_session.h"
 #include "formats/detect.h"
 #include "to_universal/megatron_core_names.h"
+#include "to_universal/union_executor.h"
 #include "tool/tool.h"
 
 namespace ucpkit::tool {
@@ -25,16 +26,34 @@ void check_names_options(const UcpConvertOptions& c, const UcpNamesOptions& n) {
   }
   if (!n.template_dir.empty() && n.to_names != "megatron-deepspeed")
     throw UsageError("--template is used with --to-names megatron-deepspeed");
-  if (n.to_names != "megatron-core" && n.to_names != "megatron-deepspeed")
-    throw UsageError("--to-names: '" + escaped_brief(n.to_names, 40) + "' is not megatron-core or megatron-deepspeed");
+  if (n.to_names != "megatron-core" && n.to_names != "megatron-deepspeed" && n.to_names != "transformers")
+    throw UsageError("--to-names: '" + escaped_brief(n.to_names, 40) + "' is not megatron-core, megatron-deepspeed or transformers");
+  if (n.to_names == "transformers" && !n.model_map.empty()) throw UsageError("--model-map is used with --to-names megatron-core");
   if (c.dry_run) throw UsageError("--dry-run is not available with --to-names");
   if (!c.convert.audit.empty()) throw UsageError("--audit is not available with --to-names");
   if (parallel::MpiSession::get().size() > 1) throw UsageError("--to-names runs in one process (not under mpirun)");
 }
 
+// --to-names transformers: a Hugging Face folder's universal form in transformers' own names, order and layout with
+// DeepSpeed engine model files (to_universal/from_hf.h), what ucp-load --format deepspeed of the folder reads.
+Result run_union_transformers_names(const UcpConvertOptions& c) {
+  if (!to_universal::union_writes_engine_form(formats::detect(c.input).format))
+    throw UsageError("--to-names transformers reads a Hugging Face folder; " + escaped_brief(c.input) + " is not one");
+  to_universal::ConvertOptions conv = c.convert;
+  conv.reporter = console_reporter();
+  conv.hf_engine_names = true;
+  const auto s = to_universal::run_union(c.input, c.output, conv);
+  Result r;
+  r.output = s.output;
+  r.fields = s.to_json();
+  r.notes.push_back(std::to_string(s.params) + " tensors in transformers names -> " + c.output);
+  return r;
+}
+
 Result run_ucp_union_names(const UcpConvertOptions& c, const UcpNamesOptions& n) {
   check_names_options(c, n);
   set_verify_files_crc(c.verify);
+  if (n.to_names == "transformers") return run_union_transformers_names(c);
   to_universal::NamesOptions o;
   o.target = n.to_names == "megatron-core" ? to_universal::NamesTarget::MegatronCore
                                            : to_universal::NamesTarget::MegatronDeepSpeed;

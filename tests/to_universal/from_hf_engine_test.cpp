@@ -152,6 +152,10 @@ TEST(HfEngineUnion, MixtralBecomesTransformersInMemoryTensorsInModuleOrder) {
   EXPECT_EQ(groups->items[0]->at("params")->items.size(), order.size());
   EXPECT_TRUE(fs::exists(out / "config.json"));
   EXPECT_EQ(manifest["source"]["hf"]["names"], "transformers");
+  // --dry-run counts the same tensors (the Megatron-Core form has 11 parameters: q/k/v and each expert's w1/w3 joined).
+  const UnionCounts c = count_union((d.path() / "hf").string(), engine_options());
+  EXPECT_EQ(c.params, order.size());
+  EXPECT_EQ(c.atomic_files, 4 * order.size());
 }
 
 TEST(HfEngineUnion, ATiedHeadIsTheEmbeddingInTheModuleAndNoParameter) {
