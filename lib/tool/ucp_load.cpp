@@ -168,15 +168,24 @@ Result device_result(const UcpLoadOptions& o) {
 // by the next run beside the same output.
 class ScratchUniversal {
  public:
+  // Collective under mpirun: rank 0 sweeps, names the folder after its own pid and removes it; every rank
+  // converts into and loads from that one folder (a name of each rank's own pid gave each rank another,
+  // empty folder: rank 1 stopped on "no such folder" while rank 0 waited for it).
   ScratchUniversal(const std::string& output, const StagingNote& note) {
-    const std::filesystem::path out = std::filesystem::absolute(output).lexically_normal();
-    const std::string prefix = "." + out.filename().string() + ".ucp-load-universal-";
-    sweep_stale_pid_folders(out.parent_path(), prefix, note);
-    sweep_stale_pid_folders(out.parent_path(), "." + prefix, note);  // its conversion's staging folder
-    path_ = (out.parent_path() / (prefix + std::to_string(getpid()))).string();
-    removed_ = std::make_unique<RemovedOnStop>(path_);
+    auto& mpi = parallel::MpiSession::get();
+    owner_ = mpi.rank() == 0;
+    if (owner_) {
+      const std::filesystem::path out = std::filesystem::absolute(output).lexically_normal();
+      const std::string prefix = "." + out.filename().string() + ".ucp-load-universal-";
+      sweep_stale_pid_folders(out.parent_path(), prefix, note);
+      sweep_stale_pid_folders(out.parent_path(), "." + prefix, note);  // its conversion's staging folder
+      path_ = (out.parent_path() / (prefix + std::to_string(getpid()))).string();
+      removed_ = std::make_unique<RemovedOnStop>(path_);
+    }
+    if (mpi.size() > 1) path_ = mpi.broadcast(path_);
   }
   ~ScratchUniversal() {
+    if (!owner_) return;
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }
@@ -185,6 +194,7 @@ class ScratchUniversal {
   const std::string& path() const { return path_; }
 
  private:
+  bool owner_ = false;
   std::string path_;
   std::unique_ptr<RemovedOnStop> removed_;
 };

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "support/errors.h"
+#include "support/paths.h"
 #include "tool/ucp_load.h"
 
 namespace ucp_load_test {
@@ -157,6 +159,20 @@ TEST_F(UcpLoad, DcpInputLoadsThroughAScratchFolderThatIsRemoved) {
   const Result r = run(options(dcp, out, "safetensors"));
   EXPECT_EQ(r.output, out);
   EXPECT_TRUE(fs::is_directory(out));
+  EXPECT_TRUE(names_with(".ucp-load-universal-").empty());
+}
+
+// Under mpirun every rank converts into and loads from one scratch folder (rank 0's): each rank named its own
+// after its pid, so rank 1 loaded an empty folder ("no such folder") while rank 0 waited for it.
+TEST_F(UcpLoad, DcpInputUnderMpirunSharesOneScratchFolder) {
+  if (std::system("command -v mpirun > /dev/null") != 0) GTEST_SKIP() << "no mpirun";
+  const std::string dcp = dcp_of_gpt();
+  const std::string out = path("st");
+  const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun --oversubscribe -np 2 " +
+                          kBin + "/ucp-load -q --no-sync --input " + dcp + " --format safetensors --output " +
+                          out + " > " + path("log") + " 2>&1 < /dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  EXPECT_TRUE(fs::exists(fs::path(out) / "model.safetensors.index.json"));
   EXPECT_TRUE(names_with(".ucp-load-universal-").empty());
 }
 
