@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <sys/wait.h>
+
 #include <cstdlib>
+#include <fstream>
 #include <filesystem>
 
 #include "support/errors.h"
@@ -173,6 +176,28 @@ TEST_F(UcpLoad, DcpInputUnderMpirunSharesOneScratchFolder) {
                           out + " > " + path("log") + " 2>&1 < /dev/null";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   EXPECT_TRUE(fs::exists(fs::path(out) / "model.safetensors.index.json"));
+  EXPECT_TRUE(names_with(".ucp-load-universal-").empty());
+}
+
+// A failure of one rank alone (rank 1 given a folder that does not exist, rank 0 a DCP it converts) ends the job
+// with an error, nothing written or left, rather than leaving rank 0 waiting for rank 1.
+TEST_F(UcpLoad, ALoneRankFailureUnderMpirunEndsTheJob) {
+  if (std::system("command -v mpirun > /dev/null") != 0) GTEST_SKIP() << "no mpirun";
+  const std::string dcp = dcp_of_gpt();
+  const std::string script = path("lone.sh");
+  {
+    std::ofstream f(script);
+    f << "#!/bin/sh\nif [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then in=" << path("missing") << "; else in=" << dcp << "; fi\n"
+      << "exec " << kBin << "/ucp-load -q --no-sync --input \"$in\" --format safetensors --output " << path("st") << "\n";
+  }
+  fs::permissions(script, fs::perms::owner_all);
+  const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 90 mpirun --oversubscribe -np 2 " +
+                          script + " > " + path("log") + " 2>&1 < /dev/null";
+  const int st = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(st)) << cmd;
+  EXPECT_NE(WEXITSTATUS(st), 0);
+  EXPECT_NE(WEXITSTATUS(st), 124) << "the job hung until timeout ended it";
+  EXPECT_FALSE(fs::exists(path("st")));
   EXPECT_TRUE(names_with(".ucp-load-universal-").empty());
 }
 
