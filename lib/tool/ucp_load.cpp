@@ -388,6 +388,11 @@ Result run_ucp_load(const UcpLoadOptions& o) {
     // A Hugging Face model written for the DeepSpeed engine: kept in transformers' names and order.
     co.hf_engine_names = to_universal::union_writes_engine_form(kind.format) && reshard::output_writer(load.format).needs_model_files();
     co.param_group = param_group;
+    // At ZeRO 0 the engine around a transformers model keeps its optimizer state in the model file (DeepSpeed
+    // 0.19.8 FP16_UnfusedOptimizer, bf16 too); ZeRO 0 here is BF16_Optimizer shards, which it does not read.
+    if (co.hf_engine_names && o.given.zero_stage && o.zero_stage == 0)
+      throw UsageError("--zero-stage 0: the DeepSpeed engine around a transformers model keeps its ZeRO-0 optimizer state "
+                       "in its model file, which is not written; give --zero-stage 1, 2 or 3");
     if (audits_import(load)) {  // the import's: check_audit let it through
       co.audit = (std::filesystem::path(scratch->path()) / ".import-audit.json").string();
       co.audit_output = load.output;

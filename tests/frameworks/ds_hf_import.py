@@ -30,6 +30,8 @@ def family_model(family, seed):
     torch.manual_seed(seed)
     if family == "llama":
         return T.LlamaForCausalLM(T.LlamaConfig(**KW))
+    if family == "llama_bf16":  # a released model's precision: saved in bfloat16
+        return T.LlamaForCausalLM(T.LlamaConfig(**KW)).to(torch.bfloat16)
     if family == "llama_tied":
         return T.LlamaForCausalLM(T.LlamaConfig(**{**KW, "tie_word_embeddings": True}))
     if family == "mixtral":
@@ -44,7 +46,7 @@ def family_model(family, seed):
     raise SystemExit(f"unknown family {family}")
 
 
-FAMILIES = ["llama", "llama_tied", "mixtral", "qwen3_moe", "qwen2_moe"]
+FAMILIES = ["llama", "llama_tied", "llama_bf16", "mixtral", "qwen3_moe", "qwen2_moe"]
 
 
 def worker(rank, out, lr, cases, port):
@@ -65,12 +67,17 @@ def worker(rank, out, lr, cases, port):
         family, zero = case.rsplit("_z", 1)
         ds = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "train_batch_size": 4,
               "zero_optimization": {"stage": int(zero)}, "zero_allow_untested_optimizer": True, "steps_per_print": 1000}
+        bf16 = family.endswith("_bf16")
+        if bf16:
+            ds["bf16"] = {"enabled": True}  # bf16 module, fp32 master in the ZeRO optimizer
         losses = {}
         for run in ("memory", "checkpoint"):
             if run == "memory":
-                model = AutoModelForCausalLM.from_pretrained(os.path.join(out, family), dtype=torch.float32)
+                model = AutoModelForCausalLM.from_pretrained(os.path.join(out, family),
+                                                             dtype=torch.bfloat16 if bf16 else torch.float32)
             else:
                 model = family_model(family, 1234)  # other weights: the checkpoint must replace every one
+                model = model.to(torch.bfloat16) if bf16 else model.float()
             model.train()
             opt = torch.optim.AdamW(model.parameters(), lr=lr)
             engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=ds)

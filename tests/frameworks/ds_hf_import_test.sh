@@ -8,7 +8,8 @@
 # the original bit for bit (ucp-diff), and ucp-diff of the folder and our checkpoint compares them in transformers'
 # names (equal; the --param-group lr the one difference). A Llama with tied embeddings too (its head the embedding's tensor in the
 # module, shared_params as the engine records it). Refusals: --param-group without a Hugging Face input or not
-# JSON, --audit with --format deepspeed, ZeRO 0 of an fp32 model (exit 2); nothing left. Run as users run it: relative paths,
+# JSON, --audit with --format deepspeed, ZeRO 0 (the engine keeps that optimizer in its model file; exit 2); nothing
+# left. A bf16 folder (a released model's precision) runs with DeepSpeed's bf16 on, at ZeRO 1 and 3. Run as users run it: relative paths,
 # from another folder, options left out. Exit 77 (skipped) when the framework environment cannot be made.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -20,7 +21,7 @@ py=$FRAMEWORKS_PY
 cd "$LAB"
 rm -rf m && mkdir -p m run
 PYTHONWARNINGS=ignore "$py" "$root/tests/frameworks/ds_hf_import.py" models m > models.log 2>&1 || { tail -30 models.log; exit 1; }
-cases=(llama_z1 llama_z2 llama_z3 llama_tied_z1 llama_tied_z3 mixtral_z1 mixtral_z3 qwen3_moe_z1 qwen3_moe_z3 qwen2_moe_z1 qwen2_moe_z3)
+cases=(llama_z1 llama_z2 llama_z3 llama_tied_z1 llama_tied_z3 llama_bf16_z1 llama_bf16_z3 mixtral_z1 mixtral_z3 qwen3_moe_z1 qwen3_moe_z3 qwen2_moe_z1 qwen2_moe_z3)
 cd run  # the job's own folder: the model and the output named relative to it
 for c in "${cases[@]}"; do
   "$build/bin/ucp-load" -q --input "../m/${c%_z*}" --output "../m/$c" --dp 2 --zero-stage "${c##*_z}" \
@@ -66,5 +67,6 @@ expect 2 m/bad1 --input m/llama_z1 --output m/bad1 --dp 2 --param-group '{"lr": 
 expect 2 m/bad2 --input m/llama --output m/bad2 --dp 2 --param-group 'lr=0.01'
 expect 2 m/bad3 --input m/llama --output m/bad3 --dp 2 --audit m/bad3.json
 [[ ! -e m/bad3.json ]] || { echo "FAIL: --audit left m/bad3.json"; exit 1; }
-expect 2 m/bad4 --input m/llama --output m/bad4 --dp 2 --zero-stage 0
+expect 2 m/bad4 --input m/llama_bf16 --output m/bad4 --dp 2 --zero-stage 0
+grep -q "give --zero-stage 1, 2 or 3" err.txt || { echo "FAIL --zero-stage 0: $(cat err.txt)"; exit 1; }
 echo "RESULT refusals=4 nothing_left=yes"
