@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
                  "universal folder); megatron-deepspeed: back from such a folder (docs/megatron-core-mapping.md); "
                  "transformers: a Hugging Face folder in transformers' own names and order with DeepSpeed engine model "
                  "files, what ucp-load --format deepspeed of it reads (docs/hf.md)");
+  app.add_option("--param-group", names.param_group,
+                 "With --to-names transformers: the optimizer's hyperparameters as a JSON object ('{\"lr\": 2e-5}'), set "
+                 "over torch.optim.AdamW's defaults in the fresh optimizer state (docs/hf.md)");
   app.add_option("--model-map", names.model_map,
                  "Name map for --to-names megatron-core (patterns/megatron-core/*.json; default: the shipped family "
                  "that names every parameter)");

@@ -157,7 +157,7 @@ RunSummary run_union_hf_engine(const std::string& input, const std::string& outp
   options.reporter.warning(input + ": Hugging Face family " + et.plan.family + " (" + et.plan.origin + "), " +
                            std::to_string(et.order.size()) + " tensors in transformers' names and order for the DeepSpeed "
                            "engine; optimizer state initialised as a fresh run's (exp_avg = exp_avg_sq = 0, step 0), hyperparameters " +
-                           (options.param_group.empty() ? std::string("torch.optim.AdamW's defaults (lr 0.001; ucp-load --param-group sets others)")
+                           (options.param_group.empty() ? std::string("torch.optim.AdamW's defaults (lr 0.001; --param-group sets others)")
                                                         : "AdamW's defaults with " + options.param_group.dump()));
   const ValuePtr step = Value::integer(0);
 

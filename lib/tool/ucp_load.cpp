@@ -18,6 +18,7 @@
 #include "reshard/torch_dist_source.h"
 #include "reshard/whole_rewrite.h"
 #include "tool/typed_name.h"
+#include "tool/ucp_names.h"
 #include "to_universal/convert.h"
 #include "to_universal/union_executor.h"
 #include "to_universal/megatron_core_names.h"
@@ -221,19 +222,7 @@ nlohmann::json param_group_of(const UcpLoadOptions& o) {
   if (!to_universal::union_writes_engine_form(formats::detect(o.load.input).format) ||
       !reshard::output_writer(o.load.format).needs_model_files())
     throw UsageError("--param-group applies to a Hugging Face input written as --format deepspeed (a fresh optimizer state)");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(o.param_group);
-  } catch (const nlohmann::json::exception&) {
-    throw UsageError("--param-group: '" + escaped_brief(o.param_group, 60) + "' is not JSON");
-  }
-  if (!j.is_object() || j.contains("params"))
-    throw UsageError("--param-group: a JSON object of hyperparameters (lr, betas, eps, weight_decay, ...) without 'params'");
-  for (const auto& [k, v] : j.items())
-    if (!(v.is_number() || v.is_boolean() || v.is_null() || v.is_string() ||
-          (v.is_array() && std::all_of(v.begin(), v.end(), [](const nlohmann::json& x) { return x.is_number(); }))))
-      throw UsageError("--param-group: '" + k + "' must be a number, a boolean, null, a string or a list of numbers");
-  return j;
+  return parse_param_group(o.param_group);
 }
 
 // An input the load does not read itself (a universal folder) or directly (DeepSpeed shards, a work

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/confine.h"
@@ -18,7 +19,25 @@ namespace ucpkit::tool {
 
 namespace fs = std::filesystem;
 
+nlohmann::json parse_param_group(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception&) {
+    throw UsageError("--param-group: '" + escaped_brief(text, 60) + "' is not JSON");
+  }
+  if (!j.is_object() || j.contains("params"))
+    throw UsageError("--param-group: a JSON object of hyperparameters (lr, betas, eps, weight_decay, ...) without 'params'");
+  for (const auto& [k, v] : j.items())
+    if (!(v.is_number() || v.is_boolean() || v.is_null() || v.is_string() ||
+          (v.is_array() && std::all_of(v.begin(), v.end(), [](const nlohmann::json& x) { return x.is_number(); }))))
+      throw UsageError("--param-group: '" + k + "' must be a number, a boolean, null, a string or a list of numbers");
+  return j;
+}
+
 void check_names_options(const UcpConvertOptions& c, const UcpNamesOptions& n) {
+  if (!n.param_group.empty() && n.to_names != "transformers")
+    throw UsageError("--param-group is used with --to-names transformers (or ucp-load --format deepspeed of a Hugging Face folder)");
   if (n.to_names.empty()) {
     if (!n.model_map.empty()) throw UsageError("--model-map is used with --to-names megatron-core");
     if (!n.template_dir.empty()) throw UsageError("--template is used with --to-names megatron-deepspeed");
@@ -36,12 +55,13 @@ void check_names_options(const UcpConvertOptions& c, const UcpNamesOptions& n) {
 
 // --to-names transformers: a Hugging Face folder's universal form in transformers' own names, order and layout with
 // DeepSpeed engine model files (to_universal/from_hf.h), what ucp-load --format deepspeed of the folder reads.
-Result run_union_transformers_names(const UcpConvertOptions& c) {
+Result run_union_transformers_names(const UcpConvertOptions& c, const UcpNamesOptions& n) {
   if (!to_universal::union_writes_engine_form(formats::detect(c.input).format))
     throw UsageError("--to-names transformers reads a Hugging Face folder; " + escaped_brief(c.input) + " is not one");
   to_universal::ConvertOptions conv = c.convert;
   conv.reporter = console_reporter();
   conv.hf_engine_names = true;
+  if (!n.param_group.empty()) conv.param_group = parse_param_group(n.param_group);
   const auto s = to_universal::run_union(c.input, c.output, conv);
   Result r;
   r.output = s.output;
@@ -53,7 +73,7 @@ Result run_union_transformers_names(const UcpConvertOptions& c) {
 Result run_ucp_union_names(const UcpConvertOptions& c, const UcpNamesOptions& n) {
   check_names_options(c, n);
   set_verify_files_crc(c.verify);
-  if (n.to_names == "transformers") return run_union_transformers_names(c);
+  if (n.to_names == "transformers") return run_union_transformers_names(c, n);
   to_universal::NamesOptions o;
   o.target = n.to_names == "megatron-core" ? to_universal::NamesTarget::MegatronCore
                                            : to_universal::NamesTarget::MegatronDeepSpeed;
