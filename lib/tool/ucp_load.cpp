@@ -379,6 +379,10 @@ Result run_ucp_load(const UcpLoadOptions& o) {
     co.param_group = param_group;
     // At ZeRO 0 the engine around a transformers model keeps its optimizer state in the model file (DeepSpeed
     // 0.19.8 FP16_UnfusedOptimizer, bf16 too); ZeRO 0 here is BF16_Optimizer shards, which it does not read.
+    // The engine around a transformers model is data-parallel: its module has no tensor-parallel slices.
+    if (co.hf_engine_names && o.given.tp && o.tp != 1)
+      throw UsageError("--tp " + std::to_string(o.tp) + ": the DeepSpeed engine around a transformers model holds whole "
+                       "tensors on every rank (data parallel only); give --tp 1 or leave it out");
     if (co.hf_engine_names && o.given.zero_stage && o.zero_stage == 0)
       throw UsageError("--zero-stage 0: the DeepSpeed engine around a transformers model keeps its ZeRO-0 optimizer state "
                        "in its model file, which is not written; give --zero-stage 1, 2 or 3");

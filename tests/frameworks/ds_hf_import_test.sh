@@ -8,7 +8,7 @@
 # the original bit for bit (ucp-diff), and ucp-diff of the folder and our checkpoint compares them in transformers'
 # names (equal; the --param-group lr the one difference). A Llama with tied embeddings too (its head the embedding's tensor in the
 # module, shared_params as the engine records it). Refusals: --param-group without a Hugging Face input or not
-# JSON, --audit with --format deepspeed, ZeRO 0 (the engine keeps that optimizer in its model file; exit 2); nothing
+# JSON, --audit with --format deepspeed, ZeRO 0 (the engine keeps that optimizer in its model file), TP 2 (exit 2); nothing
 # left. A bf16 folder (a released model's precision) runs with DeepSpeed's bf16 on, at ZeRO 1 and 3. Run as users run it: relative paths,
 # from another folder, options left out. Exit 77 (skipped) when the framework environment cannot be made.
 set -euo pipefail
@@ -68,4 +68,5 @@ expect 2 m/bad3 --input m/llama --output m/bad3 --dp 2 --audit m/bad3.json
 [[ ! -e m/bad3.json ]] || { echo "FAIL: --audit left m/bad3.json"; exit 1; }
 expect 2 m/bad4 --input m/llama_bf16 --output m/bad4 --dp 2 --zero-stage 0
 grep -q "give --zero-stage 1, 2 or 3" err.txt || { echo "FAIL --zero-stage 0: $(cat err.txt)"; exit 1; }
-echo "RESULT refusals=4 nothing_left=yes"
+expect 2 m/bad5 --input m/llama --output m/bad5 --dp 1 --tp 2
+echo "RESULT refusals=5 nothing_left=yes"
