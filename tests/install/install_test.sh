@@ -3,7 +3,7 @@
 # and source trees made unreachable (a private mount namespace with empty tmpfs mounted over them)
 # and the CUDA libraries hidden the same way (a machine without CUDA), every installed tool's
 # --version and a small conversion (ucp-union of a generated checkpoint, then ucp-load, relative paths
-# from the work folder) run from the prefix; `ucp-load --device cuda` fails with one error line,
+# from the work folder; a Hugging Face folder into DeepSpeed and back) run from the prefix; `ucp-load --device cuda` fails with one error line,
 # exit 1. readelf: no tool and not libucpkit has libcudart/libnccl among its NEEDED entries, and no
 # RUNPATH/RPATH names the build or source tree. The outputs are then checked against the fixture
 # with the tests' own checkers against the generator's truth (outside the namespace). Needs root
@@ -48,6 +48,33 @@ done
 /usr/bin/python3 "$src/tests/generator/gen_ds_checkpoint.py" --output "$work/ck" --model gpt --tp 2 --pp 1 --dp 2 --zero 1 \
   --dtype bf16 --layers 2 --hidden 32 --heads 4 --ffn 64 --vocab 96 --seq 16 --seed 3 >/dev/null
 
+# A tiny Hugging Face Llama (config.json + model.safetensors, float32, every value distinct), written with Python's
+# standard library: the family maps it needs are compiled into the installed library.
+/usr/bin/python3 - "$work/hf" <<'PY'
+import json, os, struct, sys
+d = sys.argv[1]
+os.makedirs(d)
+shapes = {"model.embed_tokens.weight": [16, 8], "model.norm.weight": [8], "lm_head.weight": [16, 8]}
+for p, s in {"self_attn.q_proj": [8, 8], "self_attn.k_proj": [4, 8], "self_attn.v_proj": [4, 8], "self_attn.o_proj": [8, 8],
+             "mlp.gate_proj": [16, 8], "mlp.up_proj": [16, 8], "mlp.down_proj": [8, 16], "input_layernorm": [8],
+             "post_attention_layernorm": [8]}.items():
+    shapes["model.layers.0." + p + ".weight"] = s
+header, data, k = {}, b"", 0
+for name, shape in sorted(shapes.items()):
+    n = 1
+    for x in shape:
+        n *= x
+    values = struct.pack("<%df" % n, *[(k * 1000 + i) / 4096.0 for i in range(n)])
+    header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(data), len(data) + len(values)]}
+    data, k = data + values, k + 1
+h = json.dumps(header).encode()
+open(os.path.join(d, "model.safetensors"), "wb").write(struct.pack("<Q", len(h)) + h + data)
+json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8, "intermediate_size": 16,
+           "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 4,
+           "max_position_embeddings": 8, "vocab_size": 16, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+           "dtype": "float32"}, open(os.path.join(d, "config.json"), "w"))
+PY
+
 # The run from the prefix, build and source trees (and CUDA) hidden. $prefix and $work are outside them.
 cat >"$work/run.sh" <<'INNER'
 set -euo pipefail
@@ -79,6 +106,12 @@ set -e
 [ "$(wc -l <<<"$err")" -eq 1 ] && grep -q '^ucp-load: error: no GPU: ' <<<"$err" ||
   fail "ucp-load --device cuda without CUDA libraries: not one error line: $err"
 echo "install_test: --device cuda without CUDA: $err"
+# A Hugging Face folder into the DeepSpeed engine's form and back; both compare equal to it.
+ucp-load -q --input hf --output hf_ds --dp 2 --zero-stage 3 2>/dev/null || fail "ucp-load --input hf: exit $?"
+ucp-load -q --input hf_ds --format hf --output hf_back 2>/dev/null || fail "ucp-load --format hf: exit $?"
+ucp-diff -q hf hf_ds 2>/dev/null || fail "ucp-diff hf hf_ds: exit $?"
+ucp-diff -q hf hf_back 2>/dev/null || fail "ucp-diff hf hf_back: exit $?"
+echo "install_test: a Hugging Face folder -> DeepSpeed ZeRO-3 -> Hugging Face from the prefix: equal"
 INNER
 unshare -m --propagation private bash "$work/run.sh" "$prefix" "$build" "$src" "$version" "${tools[@]}" ||
   fail "the run from the prefix failed (above)"
