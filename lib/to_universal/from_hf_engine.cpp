@@ -8,11 +8,15 @@
 // rearrangement, bit-exact.
 #include <chrono>
 #include <filesystem>
+#include <algorithm>
 #include <limits>
+#include <map>
+#include <span>
 
 #include "core/atomic_file.h"
 #include "core/confine.h"
 #include "core/error.h"
+#include "core/sha256.h"
 #include "formats/deepspeed/file_names.h"
 #include "formats/deepspeed/model_states.h"
 #include "formats/hf/engine_plan.h"
@@ -102,6 +106,59 @@ ValuePtr fresh_adamw_state(size_t params, const nlohmann::json& given) {
   return root;
 }
 
+// The audit record of in-memory tensor `piece` (docs/hf.md "Audit"): its weights in the model dtype, as the engine's
+// module holds them, hashed; the Hugging Face tensors it is made of and how.
+nlohmann::json engine_audit_record(const formats::hf::Folder& folder, const EngineTensors& et, const formats::hf::Piece& piece,
+                                   const Tensor& fp32) {
+  const Tensor weights = et.plan.dtype == DType::Float32 ? fp32 : fp32.to(et.plan.dtype);  // exact: the upcast's inverse
+  const auto bytes = weights.contiguous_bytes();
+  std::vector<std::string> sources;
+  nlohmann::json transform = nlohmann::json::array();
+  if (folder.tensors().count(piece.name)) {
+    sources = {piece.name};  // the folder holds it as it is in memory
+  } else {
+    for (size_t i : piece.params())
+      for (const auto& s : et.plan.params.at(i).sources)
+        if (std::find(sources.begin(), sources.end(), s) == sources.end()) sources.push_back(s);
+    if (!piece.stack.empty())
+      transform.push_back(std::to_string(piece.stack.size()) + " experts stacked on a new first axis" +
+                          (piece.split == formats::hf::Split::None && et.plan.params.at(piece.param).sources.size() == 2
+                               ? ", each [gate; up]"
+                               : ""));
+    else
+      transform.push_back("renamed");
+  }
+  nlohmann::json from = nlohmann::json::array();
+  for (const auto& s : sources) {
+    const auto& t = folder.tensors().at(s);
+    from.push_back({{"name", s}, {"dtype", std::string(dtype_name(t.dtype))}, {"shape", t.shape}});
+  }
+  return {{"name", piece.name}, {"dtype", std::string(dtype_name(et.plan.dtype))}, {"shape", piece.shape},
+          {"sha256", sha256_hex(std::span<const uint8_t>(bytes.data(), bytes.size()))}, {"from", from},
+          {"transform", transform},
+          {"states", "fp32 = the weights cast to float32 (exact); exp_avg = exp_avg_sq = 0; step 0"}};
+}
+
+nlohmann::json engine_audit_document(const std::string& input, const std::string& output, const EngineTensors& et,
+                                     const std::vector<nlohmann::json>& records) {
+  int64_t values = 0, bytes = 0;
+  std::map<std::string, int64_t> changes;
+  std::vector<std::string> megatron_core;  // experts per layer, counted as the other audits count them
+  for (const auto& r : records) {
+    int64_t n = 1;
+    for (const auto& d : r["shape"]) n *= d.get<int64_t>();
+    values += n, bytes += n * static_cast<int64_t>(dtype_size(et.plan.dtype));
+    for (const auto& f : r["from"])
+      if (f["dtype"] != r["dtype"]) ++changes[f["dtype"].get<std::string>() + " -> " + r["dtype"].get<std::string>()];
+  }
+  for (const auto& p : et.plan.params) megatron_core.push_back(p.name);
+  return {{"format", "ucpkit-audit"}, {"version", 1},
+          {"conversion", "import of a Hugging Face folder for the DeepSpeed engine (transformers' in-memory tensors)"},
+          {"input", input}, {"output", output}, {"family", et.plan.family}, {"map", et.plan.origin},
+          {"totals", {{"tensors", records.size()}, {"values", values}, {"bytes", bytes}}}, {"dtype_changes", changes},
+          {"experts_per_layer", formats::hf::experts_per_layer(megatron_core)}, {"tensors", records}};
+}
+
 }  // namespace
 
 EngineTensors engine_tensors(const formats::hf::Folder& folder, const std::string& input) {
@@ -143,9 +200,6 @@ RunSummary run_union_hf_engine(const std::string& input, const std::string& outp
   auto& mpi = parallel::MpiSession::get();
   parallel::RankFailure failed(mpi);
   Reporter::Phase phase(options.reporter, "plan");
-  if (!options.audit.empty())
-    throw UsageError("--audit: the import's audit records Megatron-Core parameters; a DeepSpeed output of " + input +
-                     " keeps the Hugging Face tensors as they are (compare with ucp-diff)");
   refuse_output_over_input(output, "--output", input, "--input");
   std::unique_ptr<formats::hf::Folder> folder;
   EngineTensors et;
@@ -163,6 +217,13 @@ RunSummary run_union_hf_engine(const std::string& input, const std::string& outp
 
   UnionJob job;
   job.params = et.order.size();
+  // --audit: one record a tensor, filled by write_param, written once the folder is in place.
+  std::vector<nlohmann::json> audit(options.audit.empty() ? 0 : et.order.size());
+  if (!options.audit.empty())
+    job.after_commit = [&] {
+      const std::string& named = options.audit_output.empty() ? output : options.audit_output;
+      write_file_atomic(options.audit, engine_audit_document(input, named, et, audit).dump(1) + "\n");
+    };
   job.bytes = [&](size_t k) { return static_cast<uint64_t>(numel_of(et.tensors.tensors[et.order[k]].shape)) * 4 * 3; };
   job.write_param = [&](size_t k, const fs::path& zero_dir) {
     const auto& piece = et.tensors.tensors[et.order[k]];
@@ -174,6 +235,7 @@ RunSummary run_union_hf_engine(const std::string& input, const std::string& outp
     r.manifest = torch_dist_entry(tp, {kEngineStates[0], kEngineStates[1], kEngineStates[2]}, true);
     const Tensor value = engine_value(*folder, et.plan, et.tensors, piece);
     r.bytes_read += value.nbytes();
+    if (!options.audit.empty()) audit[k] = engine_audit_record(*folder, et, piece, value);
     for (const char* state : kEngineStates)
       write_state_file(dir, state, std::string(state) == "fp32" ? value : Tensor::zeros(DType::Float32, piece.shape), r);
     write_step_file(dir, step, r);

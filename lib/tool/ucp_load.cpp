@@ -296,11 +296,12 @@ void check_audit(const UcpLoadOptions& o) {
   if (!audits_import(o.load)) return;
   const formats::FolderKind kind = formats::detect(o.load.input);
   const bool imported = converted_first(kind) && to_universal::union_audits(kind.format) && o.load.template_dir.empty() &&
-                        !reshard::output_writer(o.load.format).needs_model_files() &&
+                        (!reshard::output_writer(o.load.format).needs_model_files() ||
+                         to_universal::union_writes_engine_form(kind.format)) &&
                         o.device == "cpu" && !reshard::whole_rewrite_for(kind, o.load.format).write;
   if (!imported)
     throw UsageError("--audit applies to --format " + reshard::output_formats_that(&W::takes_audit) +
-                     ", or to a Hugging Face input written as --format torch_dist or dcp (the import's audit, docs/hf.md)");
+                     ", or to a Hugging Face input (the import's audit, docs/hf.md)");
 }
 
 Result run_ucp_load(const UcpLoadOptions& o) {

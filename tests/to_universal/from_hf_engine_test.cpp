@@ -174,14 +174,29 @@ TEST(HfEngineUnion, ATiedHeadIsTheEmbeddingInTheModuleAndNoParameter) {
   EXPECT_EQ(model->at("shared_params")->at("lm_head.weight")->s, "model.embed_tokens.weight");
 }
 
-TEST(HfEngineUnion, AnAuditIsRefusedAndNothingIsWritten) {
+TEST(HfEngineUnion, TheAuditListsEveryTensorOnceWithItsSources) {
   TempDir d;
-  write_mixtral(d.path() / "hf2");
+  write_mixtral(d.path() / "hf");
   auto o = engine_options();
   o.audit = (d.path() / "a.json").string();
-  EXPECT_THROW(run_union((d.path() / "hf2").string(), (d.path() / "u").string(), o), UsageError);
-  EXPECT_FALSE(fs::exists(d.path() / "u"));
-  EXPECT_FALSE(fs::exists(d.path() / "a.json"));
+  run_union((d.path() / "hf").string(), (d.path() / "u").string(), o);
+  std::ifstream in(o.audit);
+  const auto a = nlohmann::json::parse(in);
+  ASSERT_EQ(a["tensors"].size(), 12u);
+  EXPECT_EQ(a["totals"]["tensors"], 12);
+  std::map<std::string, nlohmann::json> by_name;
+  for (const auto& r : a["tensors"]) by_name[r["name"]] = r;
+  EXPECT_EQ(by_name.size(), 12u);
+  const auto& q = by_name.at("model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(q["from"].size(), 1u);
+  EXPECT_EQ(q["from"][0]["name"], "model.layers.0.self_attn.q_proj.weight");
+  EXPECT_TRUE(q["transform"].empty());
+  const auto& gate_up = by_name.at("model.layers.0.mlp.experts.gate_up_proj");
+  EXPECT_EQ(gate_up["from"].size(), 4u);  // w1 and w3 of both experts
+  EXPECT_EQ(gate_up["transform"][0], "2 experts stacked on a new first axis, each [gate; up]");
+  EXPECT_EQ(by_name.at("model.layers.0.mlp.gate.weight")["transform"][0], "renamed");
+  EXPECT_EQ(a["experts_per_layer"]["0"], 2);
+  EXPECT_EQ(q["sha256"].get<std::string>().size(), 64u);
 }
 
 }  // namespace
