@@ -5,6 +5,7 @@
 // DeepSpeed itself judges the result in tests/frameworks/ds_hf_import_test.sh.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include "io/torch/torch_file.h"
 #include "support/errors.h"
 #include "support/files.h"
+#include "support/paths.h"
 #include "to_universal/convert.h"
 #include "to_universal/union_executor.h"
 
@@ -172,6 +174,17 @@ TEST(HfEngineUnion, ATiedHeadIsTheEmbeddingInTheModuleAndNoParameter) {
   ASSERT_EQ(module->entries.size(), 12u);
   EXPECT_EQ(module->entries.back().first->s, "lm_head.weight");  // registered last, as in the engine's state_dict
   EXPECT_EQ(model->at("shared_params")->at("lm_head.weight")->s, "model.embed_tokens.weight");
+
+  // Laid out by ucp-load at ZeRO-1: the head in the written module is the embedding's tensor, one storage (the
+  // writer gives every shared_params entry its parameter's tensor), holding the embedding's values.
+  const fs::path ds = d.path() / "ds";
+  const std::string cmd = kBin + "/ucp-load -q --no-sync --input " + out.string() + " --dp 2 --output " + ds.string() + " 2> /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const auto written = load_torch((ds / "global_step0" / "mp_rank_00_model_states.pt").string())->at("module");
+  const Tensor head = written->at("lm_head.weight")->as_tensor(), embed = written->at("model.embed_tokens.weight")->as_tensor();
+  EXPECT_EQ(head.storage().get(), embed.storage().get());
+  EXPECT_EQ(head.shape(), embed.shape());
+  EXPECT_EQ(head.contiguous().to_vector<float>(), values(1, 32));
 }
 
 TEST(HfEngineUnion, TheAuditListsEveryTensorOnceWithItsSources) {
