@@ -36,7 +36,7 @@ namespace {
 struct HfPrepared : WriterPlan {
   MegatronCoreInput in;
   formats::hf::ExportPlan plan;
-  // A DeepSpeed checkpoint already in Hugging Face names (hf_named_checkpoint): read as a model (Prepared::model
+  // A DeepSpeed checkpoint already in Hugging Face names (is_transformers_named_checkpoint): read as a model (Prepared::model
   // and its direct source), each tensor written as it is named; `plan` holds those tensors (no split) and the
   // source's config.json.
   bool hf_named = false;
@@ -120,14 +120,10 @@ HfPrepared prepare_hf(const LoadOptions& o) {
   return p;
 }
 
-// A DeepSpeed checkpoint of a transformers model (the DeepSpeed engine around a transformers model, as the HF
-// Trainer's checkpoint-N folder holds it): its module names are the Hugging Face names and the model's config.json
-// lies beside it. A native checkpoint (read directly) with a config.json.
-bool hf_named_checkpoint(const LoadOptions& o) { return is_transformers_named_checkpoint(o.input); }
-
-// Such a checkpoint's plan: the family map (plan_hf_import) checks that its tensor names and shapes are the model
-// config.json states, every tensor used once; the tensors are written as they are, in the output dtype, and
-// config.json is the source's with that dtype.
+// A DeepSpeed checkpoint of a transformers model (direct_source.h is_transformers_named_checkpoint: its module
+// names are the Hugging Face names, the model's config.json beside it), its plan: the family map (plan_hf_import)
+// checks that its tensor names and shapes are the model config.json states, every tensor used once; the tensors
+// are written as they are, in the output dtype, and config.json is the source's with that dtype.
 HfPrepared prepare_hf_named(const LoadOptions& o, const Prepared& prep) {
   if (!o.audit.empty())
     throw UsageError("--audit: no audit is recorded for " + o.input + ", a checkpoint already in Hugging Face names (its "
@@ -273,7 +269,7 @@ uint64_t write_hf(const LoadOptions& o, const HfPrepared& p, const std::string& 
 class HfOutput final : public OutputWriter {
  public:
   bool reads_model() const override { return false; }
-  bool reads_model_of(const LoadOptions& o) const override { return hf_named_checkpoint(o); }
+  bool reads_model_of(const LoadOptions& o) const override { return is_transformers_named_checkpoint(o.input); }
   bool takes_model_map() const override { return true; }
   bool takes_audit() const override { return true; }
   bool takes_experts_layout() const override { return true; }
@@ -283,7 +279,7 @@ class HfOutput final : public OutputWriter {
   bool one_process() const override { return true; }
 
   void prepare(const LoadOptions& options, Prepared& p) const override {
-    if (hf_named_checkpoint(options)) {  // read as a model by run_load (reads_model_of): its from_source kept
+    if (is_transformers_named_checkpoint(options.input)) {  // read as a model by run_load (reads_model_of): its from_source kept
       p.output = std::make_shared<HfPrepared>(prepare_hf_named(options, p));
       return;
     }

@@ -57,9 +57,48 @@ Tensor hf_joined_value(const formats::hf::Folder& folder, const formats::hf::Imp
   return t;
 }
 
-namespace {
+ParamResult write_fresh_param(const fs::path& zero_dir, const std::string& name, const std::vector<int64_t>& shape,
+                              DType dtype, const Tensor& fp32, const ValuePtr& step) {
+  static constexpr const char* kStates[] = {"fp32", "exp_avg", "exp_avg_sq"};
+  ParamResult r;
+  const fs::path dir = zero_dir / param_folder(name);
+  make_folder(dir);
+  TorchDistParam tp;
+  tp.name = name, tp.shape = shape, tp.dtype = dtype;
+  r.manifest = torch_dist_entry(tp, {kStates[0], kStates[1], kStates[2]}, true);
+  r.bytes_read += fp32.nbytes();
+  for (const char* state : kStates)
+    write_state_file(dir, state, std::string(state) == "fp32" ? fp32 : Tensor::zeros(DType::Float32, shape), r);
+  write_step_file(dir, step, r);
+  return r;
+}
 
-constexpr const char* kStates[] = {"fp32", "exp_avg", "exp_avg_sq"};
+void write_audit_after_commit(UnionJob& job, const ConvertOptions& options, const std::string& input,
+                              const std::string& output, const std::string& conversion,
+                              const formats::hf::ImportPlan& plan, const std::vector<nlohmann::json>& records) {
+  if (options.audit.empty()) return;
+  job.after_commit = [&options, &plan, &records, input, output, conversion] {
+    int64_t values = 0, bytes = 0;
+    std::map<std::string, int64_t> changes;  // source tensor -> written weights, per tensor
+    for (const auto& r : records) {
+      int64_t n = 1;
+      for (const auto& d : r["shape"]) n *= d.get<int64_t>();
+      values += n, bytes += n * static_cast<int64_t>(dtype_size(*dtype_from_name(r["dtype"].get<std::string>())));
+      for (const auto& f : r["from"])
+        if (f["dtype"] != r["dtype"]) ++changes[f["dtype"].get<std::string>() + " -> " + r["dtype"].get<std::string>()];
+    }
+    std::vector<std::string> names;  // experts per layer, counted on the Megatron-Core parameters as every audit counts them
+    for (const auto& p : plan.params) names.push_back(p.name);
+    const nlohmann::json doc = {
+        {"format", "ucpkit-audit"}, {"version", 1}, {"conversion", conversion}, {"input", input},
+        {"output", options.audit_output.empty() ? output : options.audit_output}, {"family", plan.family},
+        {"map", plan.origin}, {"totals", {{"tensors", records.size()}, {"values", values}, {"bytes", bytes}}},
+        {"dtype_changes", changes}, {"experts_per_layer", formats::hf::experts_per_layer(names)}, {"tensors", records}};
+    write_file_atomic(options.audit, doc.dump(1) + "\n");
+  };
+}
+
+namespace {
 
 
 // The optimizer's param_groups as Megatron-Core's _get_param_groups makes them: weight decay on the
@@ -115,25 +154,6 @@ nlohmann::json audit_record(const formats::hf::Folder& folder, const formats::hf
           {"states", "fp32 = the weights cast to float32 (exact); exp_avg = exp_avg_sq = 0; step 0"}};
 }
 
-// The import's audit document: the records, totals, dtype changes (source tensor -> written weights).
-nlohmann::json audit_document(const std::string& input, const std::string& output, const formats::hf::ImportPlan& plan,
-                              const std::vector<nlohmann::json>& records) {
-  int64_t values = 0, bytes = 0;
-  std::map<std::string, int64_t> changes;
-  std::vector<std::string> names;
-  for (size_t i = 0; i < records.size(); ++i) {
-    const int64_t n = numel_of(plan.params[i].shape);
-    values += n, bytes += n * static_cast<int64_t>(dtype_size(plan.params[i].dtype));
-    for (const auto& f : records[i]["from"])
-      if (f["dtype"] != records[i]["dtype"]) ++changes[f["dtype"].get<std::string>() + " -> " + records[i]["dtype"].get<std::string>()];
-    names.push_back(plan.params[i].name);
-  }
-  return {{"format", "ucpkit-audit"}, {"version", 1}, {"conversion", "import of a Hugging Face folder (its Megatron-Core parameters)"},
-          {"input", input}, {"output", output}, {"family", plan.family}, {"map", plan.origin},
-          {"totals", {{"tensors", records.size()}, {"values", values}, {"bytes", bytes}}},
-          {"dtype_changes", changes}, {"experts_per_layer", formats::hf::experts_per_layer(names)}, {"tensors", records}};
-}
-
 RunSummary run_union_hf(const std::string& input, const std::string& output, const ConvertOptions& options) {
   if (!options.patterns_file.empty())
     throw UsageError("--patterns " + options.patterns_file + ": " + input + " is a Hugging Face folder of whole tensors: there are no TP slices to join");
@@ -160,28 +180,15 @@ RunSummary run_union_hf(const std::string& input, const std::string& output, con
   job.params = plan.params.size();
   // --audit (registered below): one record a parameter, filled by write_param, written once the folder is in place.
   std::vector<nlohmann::json> audit(options.audit.empty() ? 0 : plan.params.size());
-  if (!options.audit.empty())
-    job.after_commit = [&] {
-      const std::string& named = options.audit_output.empty() ? output : options.audit_output;
-      write_file_atomic(options.audit, audit_document(input, named, plan, audit).dump(1) + "\n");
-    };
+  write_audit_after_commit(job, options, input, output, "import of a Hugging Face folder (its Megatron-Core parameters)", plan,
+                           audit);
   job.folders = {"zero", "megatron_core"};
   job.bytes = [&](size_t i) { return static_cast<uint64_t>(numel_of(plan.params[i].shape)) * 4 * 3; };
   job.write_param = [&](size_t i, const fs::path& zero_dir) {
     const auto& p = plan.params[i];
-    ParamResult r;
-    const fs::path dir = zero_dir / param_folder(p.name);
-    make_folder(dir);
-    TorchDistParam tp;
-    tp.name = p.name, tp.shape = p.shape, tp.dtype = p.dtype;
-    r.manifest = torch_dist_entry(tp, {kStates[0], kStates[1], kStates[2]}, true);
     const Tensor value = hf_joined_value(*folder, plan, p);
-    r.bytes_read += value.nbytes();
     if (!options.audit.empty()) audit[i] = audit_record(*folder, plan, p, value);
-    for (const char* state : kStates)
-      write_state_file(dir, state, std::string(state) == "fp32" ? value : Tensor::zeros(DType::Float32, p.shape), r);
-    write_step_file(dir, step, r);
-    return r;
+    return write_fresh_param(zero_dir, p.name, p.shape, p.dtype, value, step);
   };
   job.write_common = [&](const fs::path& staged, formats::universal::UniversalManifest& manifest, CommonFiles& t) {
     const std::string config_path = input + "/config.json";

@@ -3,6 +3,7 @@
 // DeepSpeed engine model files (from_hf_engine.cpp, what ucp-load --format deepspeed reads). Both start a
 // fresh run: fp32 = the weights upcast, exp_avg = exp_avg_sq = 0, step 0.
 #pragma once
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,17 @@ namespace ucpkit::to_universal {
 formats::hf::ImportPlan hf_import_plan(const formats::hf::Folder& folder);
 // Megatron-Core parameter `p`'s value, fp32, read from `folder` and joined as the plan says.
 Tensor hf_joined_value(const formats::hf::Folder& folder, const formats::hf::ImportPlan& plan, const formats::hf::ImportParam& p);
+
+// One parameter's files in a fresh run's universal form under `zero_dir`: fp32 = `fp32`, exp_avg = exp_avg_sq = 0,
+// `step`; its manifest entry and counts in the result.
+ParamResult write_fresh_param(const std::filesystem::path& zero_dir, const std::string& name,
+                              const std::vector<int64_t>& shape, DType dtype, const Tensor& fp32, const pickle::ValuePtr& step);
+// --audit of a Hugging Face import (docs/hf.md "Audit"): `records` (one per tensor written, filled while the parameters
+// are written) into the audit document with its totals, dtype changes and experts per layer, written by `job` once
+// the folder is in place. Nothing without ConvertOptions::audit. `options`, `plan` and `records` outlive the job.
+void write_audit_after_commit(UnionJob& job, const ConvertOptions& options, const std::string& input,
+                              const std::string& output, const std::string& conversion,
+                              const formats::hf::ImportPlan& plan, const std::vector<nlohmann::json>& records);
 
 // The engine form's tensors: the import plan, its export plan with fused experts (each in-memory tensor), their
 // module order (indices into tensors.tensors) and the tied entries (the head, the embedding).

@@ -39,7 +39,6 @@ using pickle::ValuePtr;
 
 namespace {
 
-constexpr const char* kEngineStates[] = {"fp32", "exp_avg", "exp_avg_sq"};
 // The DeepSpeed release whose engine save code the model file follows (model_states.h).
 constexpr const char* kEngineDsVersion = "0.19.8";
 
@@ -139,26 +138,6 @@ nlohmann::json engine_audit_record(const formats::hf::Folder& folder, const Engi
           {"states", "fp32 = the weights cast to float32 (exact); exp_avg = exp_avg_sq = 0; step 0"}};
 }
 
-nlohmann::json engine_audit_document(const std::string& input, const std::string& output, const EngineTensors& et,
-                                     const std::vector<nlohmann::json>& records) {
-  int64_t values = 0, bytes = 0;
-  std::map<std::string, int64_t> changes;
-  std::vector<std::string> megatron_core;  // experts per layer, counted as the other audits count them
-  for (const auto& r : records) {
-    int64_t n = 1;
-    for (const auto& d : r["shape"]) n *= d.get<int64_t>();
-    values += n, bytes += n * static_cast<int64_t>(dtype_size(et.plan.dtype));
-    for (const auto& f : r["from"])
-      if (f["dtype"] != r["dtype"]) ++changes[f["dtype"].get<std::string>() + " -> " + r["dtype"].get<std::string>()];
-  }
-  for (const auto& p : et.plan.params) megatron_core.push_back(p.name);
-  return {{"format", "ucpkit-audit"}, {"version", 1},
-          {"conversion", "import of a Hugging Face folder for the DeepSpeed engine (transformers' in-memory tensors)"},
-          {"input", input}, {"output", output}, {"family", et.plan.family}, {"map", et.plan.origin},
-          {"totals", {{"tensors", records.size()}, {"values", values}, {"bytes", bytes}}}, {"dtype_changes", changes},
-          {"experts_per_layer", formats::hf::experts_per_layer(megatron_core)}, {"tensors", records}};
-}
-
 }  // namespace
 
 EngineTensors engine_tensors(const formats::hf::Folder& folder, const std::string& input) {
@@ -219,27 +198,15 @@ RunSummary run_union_hf_engine(const std::string& input, const std::string& outp
   job.params = et.order.size();
   // --audit: one record a tensor, filled by write_param, written once the folder is in place.
   std::vector<nlohmann::json> audit(options.audit.empty() ? 0 : et.order.size());
-  if (!options.audit.empty())
-    job.after_commit = [&] {
-      const std::string& named = options.audit_output.empty() ? output : options.audit_output;
-      write_file_atomic(options.audit, engine_audit_document(input, named, et, audit).dump(1) + "\n");
-    };
+  write_audit_after_commit(job, options, input, output,
+                           "import of a Hugging Face folder for the DeepSpeed engine (transformers' in-memory tensors)",
+                           et.plan, audit);
   job.bytes = [&](size_t k) { return static_cast<uint64_t>(numel_of(et.tensors.tensors[et.order[k]].shape)) * 4 * 3; };
   job.write_param = [&](size_t k, const fs::path& zero_dir) {
     const auto& piece = et.tensors.tensors[et.order[k]];
-    ParamResult r;
-    const fs::path dir = zero_dir / param_folder(piece.name);
-    make_folder(dir);
-    TorchDistParam tp;
-    tp.name = piece.name, tp.shape = piece.shape, tp.dtype = et.plan.dtype;
-    r.manifest = torch_dist_entry(tp, {kEngineStates[0], kEngineStates[1], kEngineStates[2]}, true);
     const Tensor value = engine_value(*folder, et.plan, et.tensors, piece);
-    r.bytes_read += value.nbytes();
     if (!options.audit.empty()) audit[k] = engine_audit_record(*folder, et, piece, value);
-    for (const char* state : kEngineStates)
-      write_state_file(dir, state, std::string(state) == "fp32" ? value : Tensor::zeros(DType::Float32, piece.shape), r);
-    write_step_file(dir, step, r);
-    return r;
+    return write_fresh_param(zero_dir, piece.name, piece.shape, et.plan.dtype, value, step);
   };
   job.write_common = [&](const fs::path& staged, formats::universal::UniversalManifest& manifest, CommonFiles& t) {
     formats::deepspeed::ParamShapes shapes(1);

@@ -200,11 +200,17 @@ class ScratchUniversal {
   std::unique_ptr<RemovedOnStop> removed_;
 };
 
+// A Hugging Face input written as --format deepspeed: the DeepSpeed engine form of its transformers model
+// (to_universal/from_hf.h), whose union writes the engine's model files.
+bool writes_engine_form(const formats::FolderKind& kind, reshard::OutputFormat format) {
+  return to_universal::union_writes_engine_form(kind.format) && reshard::output_writer(format).needs_model_files();
+}
+
 // A format written from DeepSpeed model files (--format deepspeed), which a DCP or torch_dist input
 // has not: refused naming the formats that can be written (the output writers' facts).
 void refuse_deepspeed_output(const reshard::LoadOptions& load, const formats::FolderKind& kind) {
   if (!reshard::output_writer(load.format).needs_model_files()) return;
-  if (to_universal::union_writes_engine_form(kind.format)) return;  // its universal form carries engine model files
+  if (writes_engine_form(kind, load.format)) return;  // its universal form carries engine model files
   std::string others = reshard::output_formats_that(&reshard::OutputWriter::writes_from_tensors);
   if (const auto comma = others.rfind(", "); comma != std::string::npos) others.replace(comma, 2, " or ");
   throw Error(load.input + ": a " + kind.name() + " checkpoint has no DeepSpeed model files, which --format " +
@@ -216,13 +222,25 @@ void refuse_deepspeed_output(const reshard::LoadOptions& load, const formats::Fo
               " (docs/ucp-load.md)");
 }
 
-// --param-group: a JSON object of hyperparameters, for a Hugging Face input written as --format deepspeed only.
-nlohmann::json param_group_of(const UcpLoadOptions& o) {
-  if (o.param_group.empty()) return nlohmann::json::object();
-  if (!to_universal::union_writes_engine_form(formats::detect(o.load.input).format) ||
-      !reshard::output_writer(o.load.format).needs_model_files())
+
+// The engine form's rules, before anything is converted, and --param-group (a JSON object of hyperparameters for
+// its fresh optimizer; an empty object when not given).
+nlohmann::json engine_form_options(const UcpLoadOptions& o) {
+  const bool tp = o.given.tp && o.tp != 1, zero0 = o.given.zero_stage && o.zero_stage == 0;
+  if (o.param_group.empty() && !tp && !zero0) return nlohmann::json::object();
+  const bool engine = writes_engine_form(formats::detect(o.load.input), o.load.format);
+  if (!o.param_group.empty() && !engine)
     throw UsageError("--param-group applies to a Hugging Face input written as --format deepspeed (a fresh optimizer state)");
-  return parse_param_group(o.param_group);
+  // The engine around a transformers model is data-parallel: its module has no tensor-parallel slices.
+  if (engine && tp)
+    throw UsageError("--tp " + std::to_string(o.tp) + ": the DeepSpeed engine around a transformers model holds whole "
+                     "tensors on every rank (data parallel only); give --tp 1 or leave it out");
+  // At ZeRO 0 that engine keeps its optimizer state in the model file (DeepSpeed 0.19.8 FP16_UnfusedOptimizer, bf16
+  // too); ZeRO 0 here is BF16_Optimizer shards, which it does not read.
+  if (engine && zero0)
+    throw UsageError("--zero-stage 0: the DeepSpeed engine around a transformers model keeps its ZeRO-0 optimizer state "
+                     "in its model file, which is not written; give --zero-stage 1, 2 or 3");
+  return o.param_group.empty() ? nlohmann::json::object() : parse_param_group(o.param_group);
 }
 
 // An input the load does not read itself (a universal folder) or directly (DeepSpeed shards, a work
@@ -296,8 +314,7 @@ void check_audit(const UcpLoadOptions& o) {
   if (!audits_import(o.load)) return;
   const formats::FolderKind kind = formats::detect(o.load.input);
   const bool imported = converted_first(kind) && to_universal::union_audits(kind.format) && o.load.template_dir.empty() &&
-                        (!reshard::output_writer(o.load.format).needs_model_files() ||
-                         to_universal::union_writes_engine_form(kind.format)) &&
+                        (!reshard::output_writer(o.load.format).needs_model_files() || writes_engine_form(kind, o.load.format)) &&
                         o.device == "cpu" && !reshard::whole_rewrite_for(kind, o.load.format).write;
   if (!imported)
     throw UsageError("--audit applies to --format " + reshard::output_formats_that(&W::takes_audit) +
@@ -307,7 +324,7 @@ void check_audit(const UcpLoadOptions& o) {
 Result run_ucp_load(const UcpLoadOptions& o) {
   if (!o.verify) set_verify_files_crc(false);
   check_audit(o);
-  const nlohmann::json param_group = param_group_of(o);
+  const nlohmann::json param_group = engine_form_options(o);
   reshard::LoadOptions load = o.load;
   load.reporter = console_reporter();
   if (load.template_dir.empty() && o.device == "cpu") {
@@ -320,8 +337,7 @@ Result run_ucp_load(const UcpLoadOptions& o) {
     const formats::FolderKind kind = formats::detect(load.input);
     if (converted_first(kind)) {
       const std::string what = kind.name();
-      const bool engine_form = to_universal::union_writes_engine_form(kind.format) &&
-                               reshard::output_writer(load.format).needs_model_files();
+      const bool engine_form = writes_engine_form(kind, load.format);
       if (o.plan)
         throw UsageError("--plan of a " + what + " checkpoint: the load is planned from its universal form; run "
                          "ucp-union --input " + load.input + (engine_form ? " --to-names transformers" : "") +
@@ -376,17 +392,8 @@ Result run_ucp_load(const UcpLoadOptions& o) {
     co.tag_latest = false;
     co.reporter = load.reporter;
     // A Hugging Face model written for the DeepSpeed engine: kept in transformers' names and order.
-    co.hf_engine_names = to_universal::union_writes_engine_form(kind.format) && reshard::output_writer(load.format).needs_model_files();
+    co.hf_engine_names = writes_engine_form(kind, load.format);
     co.param_group = param_group;
-    // At ZeRO 0 the engine around a transformers model keeps its optimizer state in the model file (DeepSpeed
-    // 0.19.8 FP16_UnfusedOptimizer, bf16 too); ZeRO 0 here is BF16_Optimizer shards, which it does not read.
-    // The engine around a transformers model is data-parallel: its module has no tensor-parallel slices.
-    if (co.hf_engine_names && o.given.tp && o.tp != 1)
-      throw UsageError("--tp " + std::to_string(o.tp) + ": the DeepSpeed engine around a transformers model holds whole "
-                       "tensors on every rank (data parallel only); give --tp 1 or leave it out");
-    if (co.hf_engine_names && o.given.zero_stage && o.zero_stage == 0)
-      throw UsageError("--zero-stage 0: the DeepSpeed engine around a transformers model keeps its ZeRO-0 optimizer state "
-                       "in its model file, which is not written; give --zero-stage 1, 2 or 3");
     if (audits_import(load)) {  // the import's: check_audit let it through
       co.audit = (std::filesystem::path(scratch->path()) / ".import-audit.json").string();
       co.audit_output = load.output;

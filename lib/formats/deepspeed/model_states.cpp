@@ -333,17 +333,16 @@ ModelStates fresh_engine_model_states(const ParamShapes& shapes, DType dtype, in
   ModelStates m;
   m.ordered = false;
   m.tree = Value::dict(true);  // module.state_dict(): an OrderedDict of the parameters
+  auto add = [&](const std::string& name) {
+    auto placeholder = Value::of_tensor(Tensor(Storage::zeros(dtype, 0), 0, {0}, {1}));
+    m.tree->set_item(name, placeholder);
+    m.module.emplace_back(name, placeholder);
+  };
   for (const auto& group : shapes)
-    for (const auto& [name, shape] : group) {
-      auto placeholder = Value::of_tensor(Tensor(Storage::zeros(dtype, 0), 0, {0}, {1}));
-      m.tree->set_item(name, placeholder);
-      m.module.emplace_back(name, placeholder);
-    }
+    for (const auto& entry : group) add(entry.first);
   auto shared = Value::dict();
   for (const auto& [alias, param] : tied) {
-    auto placeholder = Value::of_tensor(Tensor(Storage::zeros(dtype, 0), 0, {0}, {1}));
-    m.tree->set_item(alias, placeholder);
-    m.module.emplace_back(alias, placeholder);
+    add(alias);
     shared->set_item(alias, Value::str(param));
   }
   m.param_shapes = shapes;
