@@ -6,12 +6,12 @@
 
 models: each family's model built from its own config class with a fixed seed (transformers 5.24.0: hidden 16,
 2 layers, 4 heads in 2 key-value groups, vocabulary 64; a Llama with tied embeddings too; the MoE ones 4 experts, top 2, Qwen3-MoE with layer 0
-dense, Qwen2-MoE with a shared expert), saved with save_pretrained (modeling_utils.py save_pretrained: one
-model.safetensors, config.json, per-expert names for the MoE families).
+dense, Qwen2-MoE with a shared expert), saved with save_pretrained (transformers 5.24.0 modeling_utils.py:3319: one
+model.safetensors, config.json, per-expert names for the MoE families; the bf16 one after model.to(bfloat16)).
 
 resume, per case on 2 gloo ranks on CPU: run A starts from the weights in memory (from_pretrained of the folder),
 run B from a model of the same config with other random weights that DeepSpeed's engine.load_checkpoint(OUT/CASE)
-overwrites (runtime/engine.py:4519 load_checkpoint, load_optimizer_states and load_lr_scheduler_states left at
+overwrites (runtime/engine.py:4395 load_checkpoint, load_optimizer_states and load_lr_scheduler_states left at
 their defaults); both deepspeed.initialize(model, torch.optim.AdamW(model.parameters(), lr=LR), config) at the
 case's ZeRO stage (fp32) and train 3 steps on the same fixed batches. The losses of every step must be equal
 (torch.equal): the first checks the weights, the later ones the optimizer state and its hyperparameters. The

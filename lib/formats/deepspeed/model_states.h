@@ -148,14 +148,14 @@ pickle::ValuePtr raw_ds_version(const pickle::ValuePtr& root);
 bool had_param_shapes(const ModelStates& m);
 bool had_ds_config(const ModelStates& m);
 
-// The mp_rank_00_model_states.pt the DeepSpeed engine saves (0.19.8 runtime/engine.py _save_checkpoint
-// :4980-5010) around a plain torch module no step has trained yet, one rank: module = the parameters
+// The mp_rank_00_model_states.pt the DeepSpeed engine saves (0.19.8 runtime/engine.py _common_checkpoint_state
+// :5017-5038, from _save_checkpoint :5377) around a plain torch module no step has trained yet, one rank: module = the parameters
 // `shapes` names (one optimizer group, in named_parameters order; 0-element placeholders of `dtype` the
 // writer fills), no buffers, frozen or shared parameters, scheduler or sampler, steps 0, and a ds_config
 // of `zero_stage` and the precision flags of `dtype`. What a universal folder made from a Hugging Face
 // folder carries as its template (to_universal from_hf_engine.cpp).
 // `tied`: module entries that share a parameter's storage (alias, parameter), after the parameters in the module and
-// in shared_params (a tied lm_head.weight, engine.py _get_shared_params).
+// in shared_params (a tied lm_head.weight, engine.py :5490 _get_shared_params).
 ModelStates fresh_engine_model_states(const ParamShapes& shapes, DType dtype, int zero_stage, const std::string& ds_version,
                                       const std::vector<std::pair<std::string, std::string>>& tied = {});
 // shared_params of a model-states file: module entries that are another parameter's tensor (alias, parameter), as
