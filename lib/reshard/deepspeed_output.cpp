@@ -226,7 +226,7 @@ void write_deepspeed_output(LoadRun& r, const std::string& staged) {
       fs::create_directories(ckdir);
       formats::deepspeed::write_latest(staged, model.tag);
       write_file_atomic((fs::path(staged) / kLayoutRecordName).string(), r.prep.record.dump(1) + "\n");
-      if (!model.hf_config.empty()) copy_file_contents(model.hf_config, (fs::path(staged) / "config.json").string());
+      for (const auto& f : model.hf_files) copy_file_contents(f, (fs::path(staged) / fs::path(f).filename()).string());
     }
   });
   r.failed.settle();

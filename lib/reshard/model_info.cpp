@@ -235,10 +235,11 @@ ModelInfo source_model_info(const UniversalMeta& meta, const formats::universal:
   m.pipeline = src.pipeline.value_or(false);
   m.layer_model_axis = src.layer_model_axis.value_or(true);
   m.tag = src.tag.value_or(m.tag);
-  // Only the folder's own config.json: a manifest cannot point the copy anywhere else.
+  // Only the folder's own config.json and generation_config.json: a manifest cannot point the copy anywhere else.
   if (const auto hf = src.facts.find("hf"); hf != src.facts.end() && hf->is_object() && hf->value("names", "") == "transformers" &&
                                             hf->value("config", "") == "config.json" && !meta.dir.empty())
-    m.hf_config = (fs::path(meta.dir) / "config.json").string();
+    for (const char* f : {"config.json", "generation_config.json"})
+      if (fs::is_regular_file(fs::path(meta.dir) / f)) m.hf_files.push_back((fs::path(meta.dir) / f).string());
   m.data_before_expert = src.data_before_expert.value_or(false);
   m.ds_line = src.ds_line.value_or("");
   if (!src.autoep.is_null()) {

@@ -78,8 +78,9 @@ struct ModelInfo {
   // Model sizes from Megatron args, 0 when unknown (for layout validation).
   int64_t heads = 0, kv_heads = 0, hidden = 0, ffn = 0;
   // A universal folder made from a Hugging Face folder for the DeepSpeed engine (to_universal from_hf_engine.cpp):
-  // the model's config.json in it, copied beside the written checkpoint as the HF Trainer keeps it; "" otherwise.
-  std::string hf_config;
+  // the model's config.json (and generation_config.json) in it, copied beside the written checkpoint as the HF
+  // Trainer keeps them; empty otherwise.
+  std::vector<std::string> hf_files;
   std::string tag = "global_step0";      // the source checkpoint's tag (global_stepN)
   std::vector<std::string> model_files;  // copied source mp_rank files, [pp_rank * tp + tp_rank]; ZeRO-3
                                          // sources: zero_pp_rank_0_mp_rank_<tp_rank> (weights-free templates)

@@ -213,12 +213,18 @@ RunSummary run_union_hf_engine(const std::string& input, const std::string& outp
     for (size_t i : et.order) shapes[0].emplace_back(et.tensors.tensors[i].name, et.tensors.tensors[i].shape);
     const auto model = formats::deepspeed::fresh_engine_model_states(shapes, et.plan.dtype, 1, kEngineDsVersion, et.tied);
     const std::string model_file = formats::deepspeed::model_states_name(0);
-    const std::vector<std::string> side = {(staged / model_file).string(),
-                                           (staged / formats::universal::kUniversalOptimizerState).string(),
-                                           (staged / "config.json").string()};
+    std::vector<std::string> side = {(staged / model_file).string(),
+                                     (staged / formats::universal::kUniversalOptimizerState).string()};
     save_torch_file(side[0], formats::deepspeed::to_pickle(model));
     save_torch_file(side[1], fresh_adamw_state(et.order.size(), options.param_group));
-    copy_file_contents(input + "/config.json", side[2]);
+    // The folder's model description travels with it (the HF Trainer keeps both in its checkpoint folder).
+    nlohmann::json kept = nlohmann::json::array();
+    for (const char* f : {"config.json", "generation_config.json"})
+      if (fs::is_regular_file(fs::path(input) / f)) {
+        side.push_back((staged / f).string());
+        copy_file_contents((fs::path(input) / f).string(), side.back());
+        kept.push_back(f);
+      }
     manifest.model_files = {model_file};
     manifest.source.tp = manifest.source.pp = manifest.source.dp = manifest.source.ep = 1;
     manifest.source.zero_stage = 1;
@@ -228,7 +234,7 @@ RunSummary run_union_hf_engine(const std::string& input, const std::string& outp
     manifest.source.weights_only = true;
     manifest.source.facts["hf"] = {{"folder", input}, {"family", et.plan.family}, {"map", et.plan.origin},
                                    {"architectures", folder->config().value("architectures", nlohmann::json::array())},
-                                   {"names", "transformers"}, {"config", "config.json"}};
+                                   {"names", "transformers"}, {"config", "config.json"}, {"files", kept}};
     manifest.patterns_origin = "none (Hugging Face: whole tensors)";
     manifest.patterns_set = nlohmann::json::object();
     for (const auto& s : side) t.bytes_written += file_size_or_zero(s);

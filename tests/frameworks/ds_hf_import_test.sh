@@ -27,7 +27,7 @@ cd run  # the job's own folder: the model and the output named relative to it
 for c in "${cases[@]}"; do
   "$build/bin/ucp-load" -q --input "../m/${c%_z*}" --output "../m/$c" --dp 2 --zero-stage "${c##*_z}" \
     --param-group '{"lr": 0.01}' 2>/dev/null
-  [[ -f "../m/$c/config.json" && -n "$(ls "../m/$c/global_step0/" | grep model_states)" ]] || { echo "FAIL $c: not written"; exit 1; }
+  [[ -f "../m/$c/config.json" && -f "../m/$c/generation_config.json" && -n "$(ls "../m/$c/global_step0/" | grep model_states)" ]] || { echo "FAIL $c: not written"; exit 1; }
 done
 cd ..
 PYTHONWARNINGS=ignore "$py" "$root/tests/frameworks/ds_hf_import.py" resume m 0.01 "${cases[@]}" > resume.log 2>&1 ||

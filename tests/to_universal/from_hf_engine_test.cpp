@@ -163,6 +163,7 @@ TEST(HfEngineUnion, MixtralBecomesTransformersInMemoryTensorsInModuleOrder) {
 TEST(HfEngineUnion, ATiedHeadIsTheEmbeddingInTheModuleAndNoParameter) {
   TempDir d;
   write_mixtral(d.path() / "hf", true);
+  std::ofstream(d.path() / "hf" / "generation_config.json") << "{\"bos_token_id\": 1}";
   const fs::path out = d.path() / "u";
   run_union((d.path() / "hf").string(), out.string(), engine_options());
   std::ifstream in(out / "manifest.json");
@@ -185,6 +186,9 @@ TEST(HfEngineUnion, ATiedHeadIsTheEmbeddingInTheModuleAndNoParameter) {
   EXPECT_EQ(head.storage().get(), embed.storage().get());
   EXPECT_EQ(head.shape(), embed.shape());
   EXPECT_EQ(head.contiguous().to_vector<float>(), values(1, 32));
+  // The folder's config.json and generation_config.json travel into both.
+  for (const fs::path& f : {out / "config.json", out / "generation_config.json", ds / "config.json", ds / "generation_config.json"})
+    EXPECT_TRUE(fs::exists(f)) << f;
 }
 
 TEST(HfEngineUnion, TheAuditListsEveryTensorOnceWithItsSources) {
