@@ -270,6 +270,7 @@ class HfOutput final : public OutputWriter {
  public:
   bool reads_model() const override { return false; }
   bool reads_model_of(const LoadOptions& o) const override { return is_transformers_named_checkpoint(o.input); }
+  bool reads_megatron_core_input() const override { return true; }
   bool takes_model_map() const override { return true; }
   bool takes_audit() const override { return true; }
   bool takes_experts_layout() const override { return true; }

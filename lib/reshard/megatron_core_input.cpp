@@ -87,10 +87,29 @@ std::shared_ptr<ForwardInput> open_forward_input(const LoadOptions& o) {
   return f;
 }
 
+std::map<std::string, MegatronCoreReader, std::less<>>& readers() {
+  static std::map<std::string, MegatronCoreReader, std::less<>> r;
+  return r;
+}
+
 }  // namespace
+
+bool register_megatron_core_reader(std::string_view kind, MegatronCoreReader reader) {
+  readers()[std::string(kind)] = std::move(reader);
+  return true;
+}
+
+MegatronCoreReader megatron_core_reader(const formats::FolderKind& kind) {
+  const auto it = readers().find(kind.format);
+  return it == readers().end() ? MegatronCoreReader{} : it->second;
+}
+
+bool reads_megatron_core_directly(const formats::FolderKind& kind) { return static_cast<bool>(megatron_core_reader(kind).open); }
 
 MegatronCoreInput open_megatron_core_input(const LoadOptions& o, std::string_view format) {
   const std::string fmt(format);
+  if (const auto kind = fs::is_directory(o.input) ? formats::try_detect(o.input) : std::nullopt)
+    if (const auto it = readers().find(kind->format); it != readers().end()) return it->second.open(o, format);
   MegatronCoreInput p;
   p.dir = o.input;
   p.manifest_path = (fs::path(o.input) / formats::universal::kUniversalManifestName).string();
@@ -144,6 +163,11 @@ MegatronCoreInput open_megatron_core_input(const LoadOptions& o, std::string_vie
 Tensor MegatronCoreInput::value(size_t param, const std::string& state, bool verify, uint64_t& read) const {
   const auto& e = manifest.params.at(param);
   Tensor t;
+  if (states) {
+    t = states(param, state, read);
+    if (t.shape() != e.shape) throw Error(dir + ": " + e.name + " " + state + ": shape differs from the plan's (internal)");
+    return t.dtype() == DType::Float32 ? t : t.to(DType::Float32);
+  }
   if (forward) {  // the Megatron-DeepSpeed state read whole (fp32), then in Megatron-Core layout
     const ForwardInput& f = *forward;
     const int mp = f.model_param.at(param);

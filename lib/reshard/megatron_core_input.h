@@ -6,12 +6,14 @@
 // param_groups) and each parameter state's value, whole, on request.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "formats/detect.h"
 #include "formats/universal/manifest.h"
 #include "io/dtype.h"
 #include "io/pickle/value.h"
@@ -35,6 +37,9 @@ struct MegatronCoreInput {
   pickle::ValuePtr objects;               // {fqn: bytes} of ShardedObjects (a torch_dist source), or null
   std::vector<std::string> extra_keys;    // forward: the ._extra_state objects Megatron-Core asks for
   std::string family;                     // forward: "<family> (<map origin>)" of the Megatron-Core map used
+  // Set by a reader registered for the input's kind (register_megatron_core_reader): `state` of parameter
+  // `param` (manifest order) as fp32, whole, made from the input's own files; its bytes read added to `read`.
+  std::function<Tensor(size_t param, const std::string& state, uint64_t& read)> states;
 
   // Parameter `param`'s `state` ("fp32", "exp_avg", ...) in Megatron-Core layout, whole, as fp32; its
   // bytes read are added to `read`. Checksums checked when `verify`. Throws Error naming the file.
@@ -50,5 +55,21 @@ struct MegatronCoreInput {
 // is none of the above (a DCP or torch_dist folder is converted into a universal folder first, by the
 // tool; a universal folder without the common state is refused naming the file).
 MegatronCoreInput open_megatron_core_input(const LoadOptions& o, std::string_view format);
+
+// Inputs read in Megatron-Core names straight from their own files, with no universal folder on disk (registered
+// by folder kind, formats::detect's name, from the reader's own file, as direct mode's readers are): the manifest,
+// common state and `states` made in memory. Registered: a Hugging Face folder (hf_megatron_core_input.cpp).
+struct MegatronCoreReader {
+  std::function<MegatronCoreInput(const LoadOptions& o, std::string_view format)> open;
+  // The import's --audit of such an input (docs/hf.md "Audit"), for a format that writes no audit of its own:
+  // (input, the output it names, the audit file), called once the output is in place; empty when there is none.
+  std::function<void(const std::string& input, const std::string& output, const std::string& path)> audit;
+};
+// Returns true (for a namespace-scope initializer).
+bool register_megatron_core_reader(std::string_view kind, MegatronCoreReader reader);
+// The reader registered for `kind`; its `open` empty when there is none.
+MegatronCoreReader megatron_core_reader(const formats::FolderKind& kind);
+// Whether open_megatron_core_input reads a folder of this kind straight from its files (a reader is registered).
+bool reads_megatron_core_directly(const formats::FolderKind& kind);
 
 }  // namespace ucpkit::reshard

@@ -51,6 +51,9 @@ class OutputWriter {
   // Whether this run reads its input as a model: reads_model(), or, for a writer that reads its inputs itself,
   // the inputs it reads as a model all the same (--format hf: a DeepSpeed checkpoint already in Hugging Face names).
   virtual bool reads_model_of(const LoadOptions&) const { return reads_model(); }
+  // Whether prepare() reads the input in Megatron-Core names (open_megatron_core_input), so an input kind with a
+  // registered Megatron-Core reader (a Hugging Face folder) is read in one pass instead of converted first.
+  virtual bool reads_megatron_core_input() const { return false; }
   // Whether --template (a torch_dist input through its Megatron-DeepSpeed view) can be written.
   virtual bool takes_template() const { return false; }
   // Which of ucp-load's options the format uses; the tool refuses the others by name, naming the

@@ -308,6 +308,7 @@ class TorchDistOutput final : public OutputWriter {
   bool takes_model_map() const override { return true; }
   bool takes_megatron_options() const override { return true; }
   bool reads_model() const override { return false; }
+  bool reads_megatron_core_input() const override { return true; }
   bool one_process() const override { return true; }
   bool staging_notes_warn() const override { return true; }
 

@@ -2,7 +2,10 @@
 // rule"): ucp-load's direct mode reads a native checkpoint through the extract plan, with no universal
 // folder on disk, and its torch_dist one pass (reshard/torch_dist_source) reads a Megatron-Core save
 // through the union's own torch_dist pieces (from_torch_dist.h: TorchDistStates, torch_dist_entry;
-// megatron_core_names.h: megatron_deepspeed_view, to_deepspeed_value). Everything here forwards to the
+// megatron_core_names.h: megatron_deepspeed_view, to_deepspeed_value), and the Megatron-Core one pass of
+// --format torch_dist / hf reads a torch_dist save or a Hugging Face folder the way their unions do
+// (from_torch_dist.h: torch_dist_manifest, stored_extra_state_objects; from_hf.h: hf_megatron_core,
+// hf_fresh_state, write_hf_import_audit). Everything here forwards to the
 // extract side's own code, so that ucp-load and ucp-union read the same bytes the same way.
 #pragma once
 #include <cstdint>
@@ -13,6 +16,7 @@
 #include "formats/universal/manifest.h"
 #include "io/pickle/value.h"
 #include "io/tensor.h"
+#include "to_universal/from_hf.h"
 #include "to_universal/from_torch_dist.h"
 #include "to_universal/master_image.h"
 #include "to_universal/megatron_core_names.h"

@@ -37,6 +37,10 @@ namespace ucpkit::to_universal {
 using pickle::Value;
 using pickle::ValuePtr;
 
+namespace {
+constexpr const char* kImportConversion = "import of a Hugging Face folder (its Megatron-Core parameters)";
+}  // namespace
+
 formats::hf::ImportPlan hf_import_plan(const formats::hf::Folder& folder) {
   std::map<std::string, formats::hf::TensorShape> shapes;
   for (const auto& [n, r] : folder.tensors()) shapes[n] = {r.dtype, r.shape};
@@ -73,27 +77,32 @@ ParamResult write_fresh_param(const fs::path& zero_dir, const std::string& name,
   return r;
 }
 
+nlohmann::json hf_audit_document(const std::string& input, const std::string& output, const std::string& conversion,
+                                 const formats::hf::ImportPlan& plan, const std::vector<nlohmann::json>& records) {
+  int64_t values = 0, bytes = 0;
+  std::map<std::string, int64_t> changes;  // source tensor -> written weights, per tensor
+  for (const auto& r : records) {
+    int64_t n = 1;
+    for (const auto& d : r["shape"]) n *= d.get<int64_t>();
+    values += n, bytes += n * static_cast<int64_t>(dtype_size(*dtype_from_name(r["dtype"].get<std::string>())));
+    for (const auto& f : r["from"])
+      if (f["dtype"] != r["dtype"]) ++changes[f["dtype"].get<std::string>() + " -> " + r["dtype"].get<std::string>()];
+  }
+  std::vector<std::string> names;  // experts per layer, counted on the Megatron-Core parameters as every audit counts them
+  for (const auto& p : plan.params) names.push_back(p.name);
+  return {{"format", "ucpkit-audit"}, {"version", 1}, {"conversion", conversion}, {"input", input},
+          {"output", output}, {"family", plan.family},
+          {"map", plan.origin}, {"totals", {{"tensors", records.size()}, {"values", values}, {"bytes", bytes}}},
+          {"dtype_changes", changes}, {"experts_per_layer", formats::hf::experts_per_layer(names)}, {"tensors", records}};
+}
+
 void write_audit_after_commit(UnionJob& job, const ConvertOptions& options, const std::string& input,
                               const std::string& output, const std::string& conversion,
                               const formats::hf::ImportPlan& plan, const std::vector<nlohmann::json>& records) {
   if (options.audit.empty()) return;
   job.after_commit = [&options, &plan, &records, input, output, conversion] {
-    int64_t values = 0, bytes = 0;
-    std::map<std::string, int64_t> changes;  // source tensor -> written weights, per tensor
-    for (const auto& r : records) {
-      int64_t n = 1;
-      for (const auto& d : r["shape"]) n *= d.get<int64_t>();
-      values += n, bytes += n * static_cast<int64_t>(dtype_size(*dtype_from_name(r["dtype"].get<std::string>())));
-      for (const auto& f : r["from"])
-        if (f["dtype"] != r["dtype"]) ++changes[f["dtype"].get<std::string>() + " -> " + r["dtype"].get<std::string>()];
-    }
-    std::vector<std::string> names;  // experts per layer, counted on the Megatron-Core parameters as every audit counts them
-    for (const auto& p : plan.params) names.push_back(p.name);
-    const nlohmann::json doc = {
-        {"format", "ucpkit-audit"}, {"version", 1}, {"conversion", conversion}, {"input", input},
-        {"output", options.audit_output.empty() ? output : options.audit_output}, {"family", plan.family},
-        {"map", plan.origin}, {"totals", {{"tensors", records.size()}, {"values", values}, {"bytes", bytes}}},
-        {"dtype_changes", changes}, {"experts_per_layer", formats::hf::experts_per_layer(names)}, {"tensors", records}};
+    const auto doc = hf_audit_document(input, options.audit_output.empty() ? output : options.audit_output, conversion,
+                                       plan, records);
     write_file_atomic(options.audit, doc.dump(1) + "\n");
   };
 }
@@ -154,6 +163,48 @@ nlohmann::json audit_record(const formats::hf::Folder& folder, const formats::hf
           {"states", "fp32 = the weights cast to float32 (exact); exp_avg = exp_avg_sq = 0; step 0"}};
 }
 
+}  // namespace
+
+HfMegatronCore hf_megatron_core(const formats::hf::Folder& folder, const formats::hf::ImportPlan& plan,
+                                const std::string& input) {
+  HfMegatronCore c;
+  const std::string config_path = input + "/config.json";
+  c.common = formats::megatron_core::fresh_common_state(plan.facts, plan.dtype, fresh_optimizer_state(plan), Value::integer(0),
+                                                         config_path);
+  // The param groups as the common state holds them, as ucp-union of a torch_dist save writes them: the
+  // same model imported and saved by Megatron compares equal (ucp-diff).
+  c.optimizer = Value::dict();
+  c.optimizer->set_item("param_groups", Value::list(formats::megatron_core::saved_param_groups(c.common, config_path)));
+  for (const auto& p : plan.params) {
+    c.names.push_back(p.name);
+    TorchDistParam tp;
+    tp.name = p.name, tp.shape = p.shape, tp.dtype = p.dtype;
+    c.manifest.params.push_back(torch_dist_entry(tp, {"fp32", "exp_avg", "exp_avg_sq"}, true));
+  }
+  c.stacked = formats::megatron_core::args_facts(c.common, config_path).homogeneous;
+  auto& source = c.manifest.source;
+  source.format = std::string(formats::kHf);
+  source.tp = source.pp = source.dp = source.ep = 1;
+  source.weights_only = true;
+  source.names = "megatron-core";  // what --to-names and the inspector ask (is_megatron_core_named)
+  source.facts["hf"] = {{"folder", input}, {"family", plan.family}, {"map", plan.origin},
+                        {"architectures", folder.config().value("architectures", nlohmann::json::array())},
+                        {"vocab_size", plan.facts.value("vocab", nlohmann::json())}};
+  c.manifest.patterns_origin = "none (Hugging Face: whole tensors)";
+  c.manifest.patterns_set = nlohmann::json::object();
+  return c;
+}
+
+Tensor hf_fresh_state(const formats::hf::Folder& folder, const formats::hf::ImportPlan& plan, size_t param,
+                      const std::string& state) {
+  const auto& p = plan.params.at(param);
+  if (state == "fp32") return hf_joined_value(folder, plan, p);
+  if (state == "exp_avg" || state == "exp_avg_sq") return Tensor::zeros(DType::Float32, p.shape);
+  throw Error(folder.dir() + ": " + p.name + " has no state " + state + " (a fresh run's: fp32, exp_avg, exp_avg_sq)");
+}
+
+namespace {
+
 RunSummary run_union_hf(const std::string& input, const std::string& output, const ConvertOptions& options) {
   if (!options.patterns_file.empty())
     throw UsageError("--patterns " + options.patterns_file + ": " + input + " is a Hugging Face folder of whole tensors: there are no TP slices to join");
@@ -173,14 +224,13 @@ RunSummary run_union_hf(const std::string& input, const std::string& output, con
   options.reporter.warning(input + ": Hugging Face family " + plan.family + " (" + plan.origin + "), " +
                            std::to_string(plan.params.size()) + " Megatron-Core parameters; optimizer state initialised "
                            "as a fresh run's (exp_avg = exp_avg_sq = 0, step 0)");
-  nlohmann::json facts = plan.facts;
   const ValuePtr step = Value::integer(0);
 
   UnionJob job;
   job.params = plan.params.size();
   // --audit (registered below): one record a parameter, filled by write_param, written once the folder is in place.
   std::vector<nlohmann::json> audit(options.audit.empty() ? 0 : plan.params.size());
-  write_audit_after_commit(job, options, input, output, "import of a Hugging Face folder (its Megatron-Core parameters)", plan,
+  write_audit_after_commit(job, options, input, output, kImportConversion, plan,
                            audit);
   job.folders = {"zero", "megatron_core"};
   job.bytes = [&](size_t i) { return static_cast<uint64_t>(numel_of(plan.params[i].shape)) * 4 * 3; };
@@ -191,34 +241,32 @@ RunSummary run_union_hf(const std::string& input, const std::string& output, con
     return write_fresh_param(zero_dir, p.name, p.shape, p.dtype, value, step);
   };
   job.write_common = [&](const fs::path& staged, formats::universal::UniversalManifest& manifest, CommonFiles& t) {
-    const std::string config_path = input + "/config.json";
-    const ValuePtr common = formats::megatron_core::fresh_common_state(facts, plan.dtype, fresh_optimizer_state(plan), step, config_path);
-    // The param groups as the common state holds them, as ucp-union of a torch_dist save writes them: the
-    // same model imported and saved by Megatron compares equal (ucp-diff).
-    const ValuePtr optimizer = Value::dict();
-    optimizer->set_item("param_groups", Value::list(formats::megatron_core::saved_param_groups(common, config_path)));
-    std::vector<std::string> names;
-    for (const auto& p : plan.params) names.push_back(p.name);
+    const HfMegatronCore core = hf_megatron_core(*folder, plan, input);
     const std::vector<std::string> side = {(staged / formats::universal::kUniversalOptimizerState).string(),
                                            (staged / kMcoreCommonStateFile).string(), (staged / kMcoreObjectsFile).string()};
-    save_torch_file(side[0], optimizer);
-    save_torch_file(side[1], common);
-    const bool stacked = formats::megatron_core::args_facts(common, config_path).homogeneous;
-    save_torch_file(side[2], formats::megatron_core::extra_state_objects(names, stacked, staged.string()));
-    manifest.source.format = std::string(formats::kHf);
-    manifest.source.tp = manifest.source.pp = manifest.source.dp = manifest.source.ep = 1;
-    manifest.source.weights_only = true;
-    manifest.source.names = "megatron-core";  // what --to-names and the inspector ask (is_megatron_core_named)
-    manifest.source.facts["hf"] = {{"folder", input}, {"family", plan.family}, {"map", plan.origin},
-                                   {"architectures", folder->config().value("architectures", nlohmann::json::array())},
-                                   {"vocab_size", facts["vocab"]}};
-    manifest.patterns_origin = "none (Hugging Face: whole tensors)";
-    manifest.patterns_set = nlohmann::json::object();
+    save_torch_file(side[0], core.optimizer);
+    save_torch_file(side[1], core.common);
+    save_torch_file(side[2], formats::megatron_core::extra_state_objects(core.names, core.stacked, staged.string()));
+    manifest.source = core.manifest.source;
+    manifest.patterns_origin = core.manifest.patterns_origin;
+    manifest.patterns_set = core.manifest.patterns_set;
     for (const auto& s : side) t.bytes_written += file_size_or_zero(s);
     t.files += side.size();
   };
   return execute_union(job, output, options, failed, phase, t0);
 }
+
+}  // namespace
+
+void write_hf_import_audit(const std::string& input, const std::string& output, const std::string& path) {
+  const formats::hf::Folder folder(input);
+  const formats::hf::ImportPlan plan = hf_import_plan(folder);
+  std::vector<nlohmann::json> records;
+  for (const auto& p : plan.params) records.push_back(audit_record(folder, plan, p, hf_joined_value(folder, plan, p)));
+  write_file_atomic(path, hf_audit_document(input, output, kImportConversion, plan, records).dump(1) + "\n");
+}
+
+namespace {
 
 UnionCounts count_union_hf(const std::string& input, const ConvertOptions& options) {
   if (options.hf_engine_names) return count_union_hf_engine(input);

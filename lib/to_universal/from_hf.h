@@ -12,6 +12,8 @@
 #include "formats/hf/import_plan.h"
 #include "io/tensor.h"
 #include "formats/hf/export_plan.h"
+#include "formats/universal/manifest.h"
+#include "io/pickle/value.h"
 #include "to_universal/convert.h"
 #include "to_universal/union_executor.h"
 
@@ -21,6 +23,23 @@ namespace ucpkit::to_universal {
 formats::hf::ImportPlan hf_import_plan(const formats::hf::Folder& folder);
 // Megatron-Core parameter `p`'s value, fp32, read from `folder` and joined as the plan says.
 Tensor hf_joined_value(const formats::hf::Folder& folder, const formats::hf::ImportPlan& plan, const formats::hf::ImportParam& p);
+
+// The import's Megatron-Core form of `folder` (at `input`) in memory: what its universal folder holds besides the state
+// files. The manifest's parameters (plan order, no checksums: nothing is written) and source facts; the common state
+// (Megatron args from config.json, a fresh AdamW's param groups, step 0); the universal optimizer state (those param
+// groups); the parameter names and whether the args' layer stack is homogeneous (extra_state_objects / _keys).
+// ucp-union writes it into the folder; ucp-load --format torch_dist / hf reads the folder through it in one pass
+// (reshard/megatron_core_input.h).
+struct HfMegatronCore {
+  formats::universal::UniversalManifest manifest;
+  pickle::ValuePtr common, optimizer;
+  std::vector<std::string> names;
+  bool stacked = true;
+};
+HfMegatronCore hf_megatron_core(const formats::hf::Folder& folder, const formats::hf::ImportPlan& plan, const std::string& input);
+// Plan parameter `param`'s `state` as a fresh run holds it: "fp32" the weights upcast and joined (hf_joined_value),
+// "exp_avg" and "exp_avg_sq" zeros; another state is an Error.
+Tensor hf_fresh_state(const formats::hf::Folder& folder, const formats::hf::ImportPlan& plan, size_t param, const std::string& state);
 
 // One parameter's files in a fresh run's universal form under `zero_dir`: fp32 = `fp32`, exp_avg = exp_avg_sq = 0,
 // `step`; its manifest entry and counts in the result.
@@ -32,6 +51,10 @@ ParamResult write_fresh_param(const std::filesystem::path& zero_dir, const std::
 void write_audit_after_commit(UnionJob& job, const ConvertOptions& options, const std::string& input,
                               const std::string& output, const std::string& conversion,
                               const formats::hf::ImportPlan& plan, const std::vector<nlohmann::json>& records);
+
+// The import's --audit of `input` without a union (ucp-load reading the folder in one pass): the same records, made
+// from the folder as the import reads it, naming `output`, written to `path`.
+void write_hf_import_audit(const std::string& input, const std::string& output, const std::string& path);
 
 // The engine form's tensors: the import plan, its export plan with fused experts (each in-memory tensor), their
 // module order (indices into tensors.tensors) and the tied entries (the head, the embedding).

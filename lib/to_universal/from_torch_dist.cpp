@@ -302,6 +302,26 @@ formats::universal::UniversalParam torch_dist_entry(const TorchDistParam& p, con
   return e;
 }
 
+ValuePtr stored_extra_state_objects(const Checkpoint& ck) {
+  auto objects = Value::dict();
+  for (const auto& k : ck.keys()) {
+    if (k.kind != KeyKind::Object || k.object.find("_extra_state") == std::string::npos) continue;
+    const auto b = ck.dcp().read_bytes(k.fqn);
+    objects->set_item(k.fqn, Value::bytes(std::string(b.begin(), b.end())));
+  }
+  return objects;
+}
+
+formats::universal::UniversalManifest torch_dist_manifest(const TorchDistStates& td) {
+  formats::universal::UniversalManifest m;
+  const std::vector<std::string> states = td.states();
+  for (const auto& p : td.plan().params) m.params.push_back(torch_dist_entry(p, states, td.has_optimizer() && td.step()));
+  m.source = td.plan().source;
+  m.patterns_origin = "none (Megatron-Core torch_dist: global tensors)";
+  m.patterns_set = nlohmann::json::object();
+  return m;
+}
+
 RunSummary run_union_torch_dist(const std::string& input, const std::string& output, const ConvertOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   auto& mpi = parallel::MpiSession::get();
@@ -345,17 +365,11 @@ RunSummary run_union_torch_dist(const std::string& input, const std::string& out
                                      (staged / kMcoreCommonStateFile).string(), (staged / kMcoreObjectsFile).string()};
     save_torch_file(side[0], opt_root);
     save_torch_file(side[1], td->common());
-    // The ._extra_state ShardedObjects as stored (torch.save([obj]) bytes), written back unchanged.
-    auto objects = Value::dict();
-    for (const auto& k : ck->keys()) {
-      if (k.kind != KeyKind::Object || k.object.find("_extra_state") == std::string::npos) continue;
-      const auto b = ck->dcp().read_bytes(k.fqn);
-      objects->set_item(k.fqn, Value::bytes(std::string(b.begin(), b.end())));
-    }
-    save_torch_file(side[2], objects);
-    manifest.source = plan.source;
-    manifest.patterns_origin = "none (Megatron-Core torch_dist: global tensors)";
-    manifest.patterns_set = nlohmann::json::object();
+    save_torch_file(side[2], stored_extra_state_objects(*ck));  // written back unchanged
+    const formats::universal::UniversalManifest m = torch_dist_manifest(*td);
+    manifest.source = m.source;
+    manifest.patterns_origin = m.patterns_origin;
+    manifest.patterns_set = m.patterns_set;
     for (const auto& s : side) t.bytes_written += file_size_or_zero(s);
     t.files += side.size();
   };

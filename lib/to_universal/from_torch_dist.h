@@ -99,6 +99,11 @@ class TorchDistStates {
 formats::universal::UniversalParam torch_dist_entry(const TorchDistParam& p, const std::vector<std::string>& states,
                                                     bool step);
 
+// The save's ._extra_state ShardedObjects as stored ({fqn: torch.save([obj]) bytes}), what megatron_core/objects.pt holds.
+pickle::ValuePtr stored_extra_state_objects(const formats::megatron_core::Checkpoint& ck);
+// The manifest ucp-union writes for the save, without checksums: parameters in plan order, the source, no patterns.
+formats::universal::UniversalManifest torch_dist_manifest(const TorchDistStates& td);
+
 // ucp-union for a torch_dist folder (from_dcp's run_union_dcp calls it for FolderKind::TorchDist).
 RunSummary run_union_torch_dist(const std::string& input, const std::string& output, const ConvertOptions& options);
 

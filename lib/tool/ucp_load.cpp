@@ -13,6 +13,7 @@
 #include "parallel/mpi_session.h"
 #include "reshard/direct_source.h"
 #include "reshard/layout_record.h"
+#include "reshard/megatron_core_input.h"
 #include "reshard/output_writer.h"
 #include "reshard/target_defaults.h"
 #include "reshard/torch_dist_source.h"
@@ -308,6 +309,15 @@ bool audits_import(const reshard::LoadOptions& load) {
   return !load.audit.empty() && !reshard::output_writer(load.format).takes_audit();
 }
 
+// An input a writer of Megatron-Core names reads in one pass (reshard/megatron_core_input.h: a Hugging Face folder or a
+// torch_dist save written as torch_dist or hf): no scratch universal folder; the import's --audit (check_audit let it
+// through) is then the reader's, written once the output is in place.
+bool read_in_one_pass(const formats::FolderKind& kind, const reshard::LoadOptions& load) {
+  const reshard::MegatronCoreReader reader = reshard::megatron_core_reader(kind);
+  return reshard::output_writer(load.format).reads_megatron_core_input() && reader.open &&
+         (!audits_import(load) || reader.audit) && load.template_dir.empty();
+}
+
 void check_audit(const UcpLoadOptions& o) {
   using W = reshard::OutputWriter;
   if (!o.load.audit.empty()) check_file_target(o.load.audit);  // written last, after the commit
@@ -335,7 +345,7 @@ Result run_ucp_load(const UcpLoadOptions& o) {
     // A DCP or torch_dist input is converted to universal form before the load can be planned: a dry
     // run says so and what the conversion reads (nothing is converted), --plan points to the two steps.
     const formats::FolderKind kind = formats::detect(load.input);
-    if (converted_first(kind)) {
+    if (converted_first(kind) && !read_in_one_pass(kind, load)) {
       const std::string what = kind.name();
       const bool engine_form = writes_engine_form(kind, load.format);
       if (o.plan)
@@ -368,7 +378,8 @@ Result run_ucp_load(const UcpLoadOptions& o) {
   std::vector<std::string> not_carried;  // by the conversion into the scratch folder
   std::string scratch_audit;             // the import's audit, in the scratch folder until the output is in place
   const formats::FolderKind kind = formats::detect(load.input);
-  if (converted_first(kind)) {
+  const bool one_pass = read_in_one_pass(kind, load);
+  if (converted_first(kind) && !one_pass) {
     // The user's folders, before anything is converted: the load's own check sees only the scratch copy.
     refuse_output_over_input(load.output, "--output", load.input, "--input");
     if (!load.template_dir.empty()) refuse_output_over_input(load.output, "--output", load.template_dir, "--template");
@@ -382,7 +393,7 @@ Result run_ucp_load(const UcpLoadOptions& o) {
                      ? " (a universal folder in Megatron-Core names: ucp-union --to-names megatron-deepspeed --template "
                        "first, then ucp-load)"
                      : std::string()));
-  } else if (converted_first(kind)) {
+  } else if (converted_first(kind) && !one_pass) {
     refuse_deepspeed_output(load, kind);  // before any conversion: name the input, not the scratch
     scratch = std::make_unique<ScratchUniversal>(load.output, [&](const std::string& m) { load.reporter.detail(m); });
     to_universal::ConvertOptions co;
@@ -414,7 +425,10 @@ Result run_ucp_load(const UcpLoadOptions& o) {
     if (!scratch) throw;
     rethrow_about_input(e, scratch->path(), o.load.input);
   }
-  if (!scratch_audit.empty()) write_file_atomic(load.audit, read_text_file(scratch_audit, "the import's audit"));  // the output is in place
+  // The import's audit, the output in place.
+  if (!scratch_audit.empty()) write_file_atomic(load.audit, read_text_file(scratch_audit, "the import's audit"));
+  if (one_pass && audits_import(load) && parallel::MpiSession::get().rank() == 0)
+    reshard::megatron_core_reader(kind).audit(o.load.input, load.output, load.audit);
   if (parallel::MpiSession::get().rank() != 0) return {};
   s.not_carried.insert(s.not_carried.begin(), not_carried.begin(), not_carried.end());
   Result r;

@@ -24,10 +24,30 @@ namespace {
 
 void put(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
 
+// Values in [0.5, 1) that differ along the tensor (a row or piece put in the wrong place shows).
 SafetensorsTensor bf16(std::vector<int64_t> shape) {
   int64_t n = 1;
   for (auto d : shape) n *= d;
-  return {"BF16", shape, std::string(static_cast<size_t>(n) * 2, '\x3f')};
+  std::string bytes(static_cast<size_t>(n) * 2, '\x3f');
+  for (size_t i = 0; i < bytes.size(); i += 2) bytes[i] = static_cast<char>((i / 2 * 37 + shape[0]) % 251);
+  return {"BF16", shape, bytes};
+}
+
+std::string file_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Every file under a and b (relative paths) with the same bytes; `same` maps a's text before the comparison (a
+// path recorded inside a file).
+void expect_same_files(const fs::path& a, const fs::path& b, const std::function<std::string(std::string)>& same) {
+  std::set<std::string> fa, fb;
+  for (const auto& e : fs::recursive_directory_iterator(a))
+    if (e.is_regular_file()) fa.insert(fs::relative(e.path(), a).string());
+  for (const auto& e : fs::recursive_directory_iterator(b))
+    if (e.is_regular_file()) fb.insert(fs::relative(e.path(), b).string());
+  EXPECT_EQ(fa, fb);
+  for (const auto& f : fa) EXPECT_TRUE(same(file_text(a / f)) == file_text(b / f)) << (a / f) << " and " << (b / f) << " differ";
 }
 
 // A Llama with hidden 8, 2 heads of 4 in 1 KV group, intermediate 16, 1 layer, vocabulary 16, untied.
@@ -194,6 +214,49 @@ TEST(HfUnion, ImportAuditListsEveryParameterOnceAndIsRefusedWhereNoneIsRecorded)
     EXPECT_FALSE(fs::exists(root / "v")) << args;
     EXPECT_FALSE(fs::exists(root / "a.json")) << args;
   }
+}
+
+// ucp-load of a Hugging Face folder as --format torch_dist (or hf), and of a torch_dist save as --format hf, reads the
+// input in one pass (reshard/megatron_core_input.h): no scratch universal folder, and byte for byte what the two
+// steps through a universal folder write; the import's --audit the union's records.
+TEST(HfUnion, UcpLoadReadsTheFolderInOnePassAsTheTwoStepsWrite) {
+  const fs::path root = with_hf_folder("hf_one_pass");
+  auto run = [&](const std::string& tool_args) {
+    return ucpkit::testing::run_split_in(root.string(), kBin + "/" + tool_args, root.string());
+  };
+  auto ok = [&](const std::string& tool_args) {
+    const auto r = run(tool_args);
+    EXPECT_EQ(r.rc, 0) << tool_args << ": " << r.err;
+    return r;
+  };
+  fs::create_directories(root / "a");
+  fs::create_directories(root / "b");
+  ok("ucp-union -q --input hf --output u --audit u.json");
+  ok("ucp-load -q --input u --format torch_dist --dp 2 --output a/td");
+  auto r = ok("ucp-load -v --input hf --format torch_dist --dp 2 --output b/td --audit b.json");
+  EXPECT_EQ(r.err.find("scratch universal folder"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("read in one pass"), std::string::npos) << r.err;
+  // .metadata records the folder it was written to (storage_meta.checkpoint_id): a/td and b/td.
+  auto a_to_b = [&](std::string text) {
+    const std::string from = (root / "a/td").string(), to = (root / "b/td").string();
+    for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) text.replace(at, from.size(), to);
+    return text;
+  };
+  expect_same_files(root / "a/td", root / "b/td", a_to_b);
+  const auto one = nlohmann::json::parse(std::ifstream(root / "b.json")), two = nlohmann::json::parse(std::ifstream(root / "u.json"));
+  EXPECT_EQ(one["tensors"], two["tensors"]);
+  EXPECT_EQ(one["output"], "b/td");
+  // The export: one pass from the save against ucp-union of it and ucp-load of that folder.
+  r = ok("ucp-load -v --input a/td --format hf --output a/back");
+  EXPECT_EQ(r.err.find("scratch universal folder"), std::string::npos) << r.err;
+  ok("ucp-union -q --input a/td --output ut");
+  ok("ucp-load -q --input ut --format hf --output b/back");
+  expect_same_files(root / "a/back", root / "b/back", [](std::string t) { return t; });
+  ok("ucp-load -q --input hf --format hf --output c");
+  ok("ucp-diff -q hf c");
+  ok("ucp-diff -q hf a/back");
+  for (const auto& e : fs::directory_iterator(root)) EXPECT_NE(e.path().filename().string()[0], '.') << e.path() << " left";
+  for (const auto& e : fs::directory_iterator(root / "a")) EXPECT_NE(e.path().filename().string()[0], '.') << e.path() << " left";
 }
 
 }  // namespace hf_union_test

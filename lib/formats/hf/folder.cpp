@@ -106,6 +106,8 @@ Tensor Folder::read(const std::string& name) const {
   const TensorRef& r = it->second;
   const auto& m = files_.at(r.file);
   std::vector<uint8_t> bytes(m->data() + r.begin, m->data() + r.end);
+  // Copied: its pages leave this process's memory (a model larger than memory is read tensor by tensor in bounded RSS).
+  MappedFile::done_with({m->data() + r.begin, r.end - r.begin});
   return Tensor::from_bytes(r.dtype, r.shape, std::move(bytes));
 }
 

@@ -342,12 +342,13 @@ TEST(McoreTorchDistLoad, MegatronVersionChoosesWhereTheCommonStateIsWritten) {
   EXPECT_NE(other.err.find("--megatron-version applies to --format torch_dist"), std::string::npos) << other.err;
 }
 
-TEST(McoreTorchDistLoad, DirectFromATorchDistInputThroughAScratchUniversalFolderThatIsRemoved) {
+// A torch_dist save written as torch_dist is read in one pass (reshard/megatron_core_input.h): no scratch folder.
+TEST(McoreTorchDistLoad, DirectFromATorchDistInputInOnePassLeavesNothingBeside) {
   const Scratch s = scratch("load_direct");
   const std::string in = rel(s, kMcoreData + "/moe_ep2/dp_reshardable");
   const auto r = run(s, "ucp-load", "--input " + in + " --format torch_dist --ep 1 --output td");
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_NE(r.err.find("scratch universal folder"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("scratch universal folder"), std::string::npos) << r.err;
   EXPECT_EQ(expect_torch_dist_is_truth(s.work + "/td", "moe_ep2"), 4u * 24u);
   // A failure after the conversion (--ep 3 does not divide DP 2) leaves no scratch folder either.
   const auto bad = run(s, "ucp-load", "--input " + in + " --format torch_dist --ep 3 --output td2");
