@@ -214,6 +214,7 @@ uint64_t write_hf(const LoadOptions& o, const HfPrepared& p, const std::string& 
   const size_t es = dtype_size(plan.dtype);
   ValueCache cache(p, o.verify);
   uint64_t written = 0;
+  Reporter::Bar progress(o.reporter, "ucp-load", plan.tensors.size());  // by Hugging Face tensor written
   for (size_t k = 0; k < plan.shards.size(); ++k) {
     std::vector<SafetensorsEntry> entries;
     for (size_t t : plan.shards[k]) {
@@ -242,6 +243,7 @@ uint64_t write_hf(const LoadOptions& o, const HfPrepared& p, const std::string& 
         if (!o.audit.empty()) sha.update(out);
       }
       if (!o.audit.empty()) p.audit.push_back(audit_record(p, piece, sha.hex()));
+      progress.advance();
     }
     written += f.offset();
     f.commit();
@@ -258,6 +260,7 @@ uint64_t write_hf(const LoadOptions& o, const HfPrepared& p, const std::string& 
     written += text.size();
     r.files += 1;
   }
+  progress.finish();
   const std::string config = plan.config.dump(2) + "\n";
   write_file_atomic((fs::path(staged) / "config.json").string(), config);
   written += config.size();

@@ -247,6 +247,7 @@ void write_torch_dist(const LoadOptions& options, const TdPrepared& p, const std
   } cache;
   auto param_state = [&](size_t param, const std::string& state, DType dtype) -> const Tensor& {
     if (cache.param == param && cache.state == state && cache.dtype == dtype) return cache.t;
+    cache = {};  // the previous state goes before the next is made: memory holds one at a time
     Tensor t = p.in.value(param, state, options.verify, read);
     if (dtype != DType::Float32) {
       const auto b = t.contiguous_bytes();
@@ -257,9 +258,14 @@ void write_torch_dist(const LoadOptions& options, const TdPrepared& p, const std
     cache = {param, state, dtype, std::move(t)};
     return cache.t;
   };
+  // Progress by chunk written (a long import or export showed nothing between its start and its end).
+  uint64_t chunks = 0;
+  for (const auto& e : p.plan.plan.entries) chunks += e.is_bytes ? 0 : e.chunks.size();
+  Reporter::Bar progress(options.reporter, "ucp-load", chunks);
   formats::dcp::ChunkSource source;
   source.chunk = [&](const formats::dcp::Entry& e, size_t chunk) -> Tensor {
     check_interrupted();
+    progress.advance();
     const size_t entry = index.at(e.fqn);
     const EntrySource& s = p.plan.sources[entry];
     const auto origin = formats::megatron_core::chunk_origin(p.plan, entry, chunk);
@@ -286,6 +292,7 @@ void write_torch_dist(const LoadOptions& options, const TdPrepared& p, const std
   // StorageMeta.checkpoint_id: the final iteration folder (Megatron's save passes it), not the staging one.
   wo.checkpoint_id = (fs::absolute(options.output).lexically_normal() / iteration_folder(p)).string();
   const auto result = formats::dcp::write_dcp(p.plan.plan, source, iter.string(), wo);
+  progress.finish();
   uint64_t written = result.bytes;  // data files, then .metadata, common.pt, metadata.json and the tracker
   if (p.legacy_common) {  // torch.save(common_state_dict), as the source's Megatron saved it
     const std::vector<uint8_t> b = torch_save_bytes(p.common, root);
