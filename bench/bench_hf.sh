@@ -5,6 +5,7 @@
 # here (transformers 5's from_pretrained + save_pretrained of the same folder: the Hugging Face side of
 # any converter). Conversions timed:
 #   import  ucp-load --input <hf> --format torch_dist --tp 2 --pp 1 --dp 1   (fp32 masters and Adam moments written)
+#           and the same under mpirun -np 2 (import_np2)
 #   export  ucp-load --input <that torch_dist save> --format hf
 # Time (s) and peak RSS (GNU time) per round, rounds alternating, medians and ratios at the end. The input
 # (bench_hf_make.py, transformers' save_pretrained, bf16, 1 GB shards) is made once and kept.
@@ -39,10 +40,14 @@ AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.bfloat16).save_pre
 PY
 echo "input: $hf, $(bytes "$hf") bytes ($(ls "$hf" | tr '\n' ' '))"
 for ((r = 1; r <= rounds; r++)); do
-  rm -rf "$work/td" "$work/back" "$work/peer_out"
+  rm -rf "$work/td" "$work/td2" "$work/back" "$work/peer_out"
   room $((10 * $(bytes "$hf")))
   add import $(measure "$build/bin/ucp-load" -q --input "$hf" --format torch_dist --tp 2 --pp 1 --dp 1 --output "$work/td")
   td_bytes=$(bytes "$work/td")
+  # The same import by two MPI ranks (the data files shared: docs/ucp-load.md), written beside and removed.
+  add import_np2 $(measure env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --allow-run-as-root \
+    --oversubscribe -np 2 "$build/bin/ucp-load" -q --input "$hf" --format torch_dist --tp 2 --pp 1 --dp 1 --output "$work/td2")
+  rm -rf "$work/td2"
   add import_floor $(measure bash -c "$(declare -f floor); work=$work; floor $hf $td_bytes")
   iter=$work/td/release  # an import is a release save (weights without a training run)
   [[ -d $iter ]] || iter=$(ls -d "$work"/td/iter_*)
@@ -64,9 +69,10 @@ same = sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
 print(f"round trip: {len(a)} tensors, {'bit-identical' if same else 'DIFFERENT'}")
 PY
 printf "%-13s %9s %9s %11s\n" step wall_s cpu_s peak_rss_MB
-for k in import import_floor export export_floor peer; do
+for k in import import_np2 import_floor export export_floor peer; do
   printf "%-13s %9s %9s %11.0f\n" "$k" "$(med <<< "${t[$k]}")" "$(med <<< "${c[$k]}")" "$(awk -v x="$(med <<< "${m[$k]}")" 'BEGIN{print x/1024}')"
 done
 awk -v a="$(med <<< "${t[import]}")" -v b="$(med <<< "${t[import_floor]}")" -v c="$(med <<< "${t[export]}")" \
     -v d="$(med <<< "${t[export_floor]}")" -v e="$(med <<< "${t[peer]}")" \
-    'BEGIN { printf "import / floor %.2f, export / floor %.2f, export / transformers round trip %.2f\n", a / b, c / d, c / e }'
+    -v n="$(med <<< "${t[import_np2]}")" \
+    'BEGIN { printf "import / floor %.2f (mpirun -np 2: %.2f of one process), export / floor %.2f, export / transformers round trip %.2f\n", a / b, n / a, c / d, c / e }'

@@ -17,6 +17,7 @@
 // folder through the Megatron-Core view, or a Megatron-Core-named universal folder) and is written by
 // one process.
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -26,6 +27,9 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/staging.h"
+#include "io/shape.h"
+#include "parallel/mpi_session.h"
+#include "parallel/share.h"
 #include "formats/dcp/folder.h"
 #include "formats/dcp/writer.h"
 #include "formats/megatron_core/common_edit.h"
@@ -231,9 +235,82 @@ nlohmann::json plan_of(const TdPrepared& p) {
 }
 
 // Writes the checkpoint into the staging folder `staged` (one process), adding to `r`'s counts.
+// The plan's data files rank `rank` of `ranks` writes (a flag per file), balanced by tensor bytes.
+std::vector<char> files_of_rank(const formats::dcp::SavePlan& plan, int rank, int ranks) {
+  std::vector<uint64_t> sizes;
+  for (const auto& f : plan.files) {
+    uint64_t n = 0;
+    for (const auto& it : f.items) {
+      const auto& e = plan.entries[it.entry];
+      if (!e.is_bytes) n += static_cast<uint64_t>(numel_of(e.chunks[it.chunk].sizes)) * dtype_size(e.dtype);
+    }
+    sizes.push_back(n);
+  }
+  const std::vector<int> owner = parallel::assign_by_size(sizes, ranks);
+  std::vector<char> mine(plan.files.size());
+  for (size_t f = 0; f < mine.size(); ++f) mine[f] = owner[f] == rank;
+  return mine;
+}
+
+// Every rank's items to rank 0 (in write order with their plan positions): `result` there holds them all.
+void gather_items(formats::dcp::WriteResult& result, parallel::MpiSession& mpi) {
+  if (mpi.size() == 1) return;
+  nlohmann::json own = nlohmann::json::array();
+  for (size_t i = 0; i < result.items.size(); ++i) {
+    const auto& it = result.items[i];
+    own.push_back({it.fqn, it.offset ? nlohmann::json(*it.offset) : nlohmann::json(), it.storage.relative_path,
+                   it.storage.offset, it.storage.length, result.order[i].first, result.order[i].second});
+  }
+  const std::vector<std::string> gathered = mpi.gather(own.dump());
+  for (size_t g = 1; g < gathered.size(); ++g)
+    for (const auto& j : nlohmann::json::parse(gathered[g])) {
+      formats::dcp::Item it;
+      it.fqn = j[0].get<std::string>();
+      if (!j[1].is_null()) it.offset = j[1].get<std::vector<int64_t>>();
+      it.storage.relative_path = j[2].get<std::string>();
+      it.storage.offset = j[3].get<uint64_t>();
+      it.storage.length = j[4].get<uint64_t>();
+      result.items.push_back(std::move(it));
+      result.order.push_back({j[5].get<size_t>(), j[6].get<size_t>()});
+    }
+}
+
+// Rank 0, once every data file is written: .metadata from every rank's items, the source's common.pt where it kept
+// one, metadata.json last (Megatron's metadata_finalize_fn), then the tracker at the save root.
+void write_save_files(const TdPrepared& p, const formats::dcp::WriteResult& all, const formats::dcp::WriteOptions& wo,
+                      const fs::path& root, const fs::path& iter, LoadRun& r) {
+  formats::dcp::write_dcp_metadata(p.plan.plan, all, iter.string(), iter.string(), wo);
+  uint64_t written = 0;
+  if (p.legacy_common) {  // torch.save(common_state_dict), as the source's Megatron saved it
+    const std::vector<uint8_t> b = torch_save_bytes(p.common, root);
+    write_file_atomic((iter / formats::megatron_core::kLegacyCommonFile).string(), std::string(b.begin(), b.end()));
+    written += b.size();
+    r.files += 1;
+  }
+  write_file_atomic((iter / "metadata.json").string(), "{\"sharded_backend\": \"torch_dist\", \"sharded_backend_version\": 1}");
+  write_file_atomic((root / "latest_checkpointed_iteration.txt").string(), p.release ? "release" : std::to_string(p.iteration));
+  for (const fs::path& f : {iter / ".metadata", iter / "metadata.json", root / "latest_checkpointed_iteration.txt"})
+    written += fs::file_size(f);
+  r.written += written;
+  r.files += 3;
+}
+
+// Under mpirun the data files are shared among the ranks, balanced by bytes (each rank makes the parameter states its
+// files need and writes them), and rank 0 writes .metadata from every rank's items, then the small files: the same
+// bytes as one process writes. Each step is settled on every rank before the next.
 void write_torch_dist(const LoadOptions& options, const TdPrepared& p, const std::string& staged, LoadRun& r) {
   const fs::path root = staged;
   const fs::path iter = root / iteration_folder(p);
+  const int rank = r.mpi.rank(), ranks = r.mpi.size();
+  // torch_save_bytes and extra_state_objects make a scratch file of a fixed name: one folder per rank.
+  const fs::path scratch = rank == 0 ? root : root / (".rank-" + std::to_string(rank));
+  r.failed.guard([&] {
+    if (rank == 0) fs::create_directories(iter);
+    if (rank != 0) fs::create_directories(scratch);
+  });
+  r.failed.settle();
+  const auto& files = p.plan.plan.files;
+  const std::vector<char> mine = files_of_rank(p.plan.plan, rank, ranks);
 
   std::map<std::string, size_t> index;
   for (size_t k = 0; k < p.plan.plan.entries.size(); ++k) index[p.plan.plan.entries[k].fqn] = k;
@@ -259,9 +336,10 @@ void write_torch_dist(const LoadOptions& options, const TdPrepared& p, const std
     return cache.t;
   };
   // Progress by chunk written (a long import or export showed nothing between its start and its end).
-  uint64_t chunks = 0;
-  for (const auto& e : p.plan.plan.entries) chunks += e.is_bytes ? 0 : e.chunks.size();
-  Reporter::Bar progress(options.reporter, "ucp-load", chunks);
+  uint64_t chunks = 0;  // this rank's (rank 0 shows them)
+  for (size_t f = 0; f < files.size(); ++f)
+    for (const auto& it : files[f].items) chunks += mine[f] && !p.plan.plan.entries[it.entry].is_bytes ? 1 : 0;
+  Reporter::Bar progress(options.reporter, "ucp-load", chunks, rank == 0);
   formats::dcp::ChunkSource source;
   source.chunk = [&](const formats::dcp::Entry& e, size_t chunk) -> Tensor {
     check_interrupted();
@@ -279,10 +357,10 @@ void write_torch_dist(const LoadOptions& options, const TdPrepared& p, const std
     std::vector<std::string> names;
     for (const auto& e : p.in.manifest.params) names.push_back(e.name);
     objects = formats::megatron_core::extra_state_objects(names, formats::megatron_core::args_facts(p.in.common, p.in.dir).homogeneous,
-                                                          root.string());
+                                                          scratch.string());
   }
   source.bytes = [&](const formats::dcp::Entry& e) -> std::vector<uint8_t> {
-    if (e.fqn == kCommonStateItem) return torch_save_bytes(Value::list(std::vector<ValuePtr>{p.common}), root);
+    if (e.fqn == kCommonStateItem) return torch_save_bytes(Value::list(std::vector<ValuePtr>{p.common}), scratch);
     const auto v = objects ? objects->get(e.fqn) : nullptr;
     if (!v || !v->is(Kind::Bytes)) throw Error(p.in.dir + "/" + kMegatronCoreObjectsFile + ": " + e.fqn + " is not bytes");
     return std::vector<uint8_t>(v->s.begin(), v->s.end());
@@ -291,23 +369,20 @@ void write_torch_dist(const LoadOptions& options, const TdPrepared& p, const std
   wo.durable = false;  // the staging folder is flushed at its commit
   // StorageMeta.checkpoint_id: the final iteration folder (Megatron's save passes it), not the staging one.
   wo.checkpoint_id = (fs::absolute(options.output).lexically_normal() / iteration_folder(p)).string();
-  const auto result = formats::dcp::write_dcp(p.plan.plan, source, iter.string(), wo);
-  progress.finish();
-  uint64_t written = result.bytes;  // data files, then .metadata, common.pt, metadata.json and the tracker
-  if (p.legacy_common) {  // torch.save(common_state_dict), as the source's Megatron saved it
-    const std::vector<uint8_t> b = torch_save_bytes(p.common, root);
-    write_file_atomic((iter / formats::megatron_core::kLegacyCommonFile).string(), std::string(b.begin(), b.end()));
-    written += b.size();
-    r.files += 1;
-  }
-  // metadata.json last, as Megatron's metadata_finalize_fn; then the tracker at the save root.
-  write_file_atomic((iter / "metadata.json").string(), "{\"sharded_backend\": \"torch_dist\", \"sharded_backend_version\": 1}");
-  write_file_atomic((root / "latest_checkpointed_iteration.txt").string(), p.release ? "release" : std::to_string(p.iteration));
-  for (const fs::path& f : {iter / ".metadata", iter / "metadata.json", root / "latest_checkpointed_iteration.txt"})
-    written += fs::file_size(f);
+  formats::dcp::WriteResult result;
+  r.failed.guard([&] {
+    result = formats::dcp::write_dcp_files(p.plan.plan, source, iter.string(), mine, iter.string());
+    progress.finish();
+    if (rank != 0) fs::remove_all(scratch);
+  });
+  r.failed.settle();
   r.read += read;
-  r.written += written;
-  r.files += p.plan.plan.files.size() + 3;
+  r.written += result.bytes;
+  r.files += static_cast<size_t>(std::count(mine.begin(), mine.end(), 1));
+  r.failed.guard([&] { gather_items(result, r.mpi); });  // collective: every rank got here
+  r.failed.guard([&] {
+    if (rank == 0) write_save_files(p, result, wo, root, iter, r);
+  });
 }
 
 class TorchDistOutput final : public OutputWriter {
@@ -316,7 +391,6 @@ class TorchDistOutput final : public OutputWriter {
   bool takes_megatron_options() const override { return true; }
   bool reads_model() const override { return false; }
   bool reads_megatron_core_input() const override { return true; }
-  bool one_process() const override { return true; }
   bool staging_notes_warn() const override { return true; }
 
   void prepare(const LoadOptions& options, Prepared& p) const override {
@@ -335,7 +409,7 @@ class TorchDistOutput final : public OutputWriter {
   nlohmann::json plan_json(const LoadOptions&, const Prepared& p) const override { return plan_of(of(p)); }
 
   void write(LoadRun& r, const std::string& staged) const override {
-    r.failed.guard([&] { write_torch_dist(r.options, of(r.prep), staged, r); });
+    write_torch_dist(r.options, of(r.prep), staged, r);  // settled step by step (collective under mpirun)
   }
 
   void summarize(const LoadRun& r, LoadSummary& s) const override {

@@ -42,7 +42,7 @@ TEST(OutputFormat, EveryFormatHasItsRegisteredWriter) {
   for (const auto& name : output_format_names()) EXPECT_NO_THROW((void)output_writer(*output_format_from_name(name))) << name;
   EXPECT_EQ(output_formats_that(&OutputWriter::reads_model), "deepspeed, safetensors, dcp");
   EXPECT_EQ(output_formats_that(&OutputWriter::takes_template), "deepspeed");
-  EXPECT_EQ(output_formats_that(&OutputWriter::one_process), "torch_dist, hf");
+  EXPECT_EQ(output_formats_that(&OutputWriter::one_process), "hf");
 }
 
 }  // namespace output_format_test

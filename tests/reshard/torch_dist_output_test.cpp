@@ -69,9 +69,10 @@ uint16_t bf16_of(float f) {
 
 }  // namespace
 
-TEST(TorchDistOutput, RegisteredAsAOneProcessWriterThatReadsItsInputItself) {
+TEST(TorchDistOutput, RegisteredAsAWriterOfSeveralProcessesThatReadsItsInputItself) {
   const OutputWriter& w = output_writer(OutputFormat::TorchDist);
-  EXPECT_TRUE(w.one_process());
+  EXPECT_FALSE(w.one_process());  // the data files shared among MPI ranks
+  EXPECT_TRUE(w.reads_megatron_core_input());
   EXPECT_FALSE(w.reads_model());
   EXPECT_TRUE(w.takes_model_map());
   EXPECT_TRUE(w.takes_megatron_options());

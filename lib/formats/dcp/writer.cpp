@@ -257,30 +257,35 @@ namespace {
 constexpr size_t kBatchBytes = size_t{256} << 20;  // chunks made before they are written in parallel
 }  // namespace
 
-WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std::string& out, const WriteOptions& options) {
+WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, const std::string& dir,
+                            const std::vector<char>& mine, const std::string& out) {
   for (const Entry& e : plan.entries)
     if (!e.is_bytes) check_chunks_cover(e, out);
   // (entry, chunk) -> data file
   std::map<std::pair<size_t, size_t>, size_t> file_of;
   for (size_t f = 0; f < plan.files.size(); ++f)
     for (const PlannedItem& it : plan.files[f].items) file_of[{it.entry, it.chunk}] = f;
-  StagingDir stage(out, options.overwrite, "dcp", {}, options.durable);
-  std::vector<DataFile> files;
-  for (const PlannedFile& pf : plan.files)
-    files.push_back({pf.relative_path, std::make_unique<AtomicFile>((stage.path() / pf.relative_path).string())});
+  std::vector<DataFile> files(plan.files.size());
+  for (size_t f = 0; f < plan.files.size(); ++f)
+    if (mine.at(f))
+      files[f] = {plan.files[f].relative_path,
+                  std::make_unique<AtomicFile>((std::filesystem::path(dir) / plan.files[f].relative_path).string())};
   WriteResult result;
-  auto place = [&](size_t entry, size_t chunk) -> DataFile& {
+  auto file_index = [&](size_t entry, size_t chunk) {
     auto it = file_of.find({entry, chunk});
     if (it == file_of.end())
       fail(out, "DCP writer: the plan puts '" + escaped_brief(plan.entries[entry].fqn) + "' in no data file");
-    return files[it->second];
+    return it->second;
   };
+  auto place = [&](size_t entry, size_t chunk) -> DataFile& { return files[file_index(entry, chunk)]; };
   for (size_t k = 0; k < plan.entries.size(); ++k) {
     check_interrupted();
     const Entry& e = plan.entries[k];
     if (e.is_bytes) {
+      if (!mine[file_index(k, PlannedItem::kBytes)]) continue;
       const std::vector<uint8_t> b = source.bytes(e);
       result.items.push_back({e.fqn, std::nullopt, append_bytes(place(k, PlannedItem::kBytes), b)});
+      result.order.push_back({k, PlannedItem::kBytes});
       continue;
     }
     // The chunks are made one after another (the source is called in plan order), a batch of at most one chunk
@@ -288,12 +293,13 @@ WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std
     // rank's file, and the writes (the kernel's copy into the page cache, each zip's CRC-32) were most of a
     // conversion. Each file still gets its items in plan order, so the files are the same bytes as written in turn.
     std::vector<Tensor> batch;
-    size_t first = 0, batch_bytes = 0;
+    std::vector<size_t> chunk_of;  // the batch's chunk indices
+    size_t batch_bytes = 0;
     auto write_batch = [&] {
       std::vector<size_t> file_list;  // the batch's data files, in order of first use
       std::map<size_t, std::vector<size_t>> by_file;
       for (size_t i = 0; i < batch.size(); ++i) {
-        const size_t f = static_cast<size_t>(&place(k, first + i) - files.data());
+        const size_t f = file_index(k, chunk_of[i]);
         if (by_file[f].empty()) file_list.push_back(f);
         by_file[f].push_back(i);
       }
@@ -306,14 +312,18 @@ WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std
       };
       if (file_list.size() > 1) tbb::parallel_for(size_t{0}, file_list.size(), write_file_part);
       else if (!file_list.empty()) write_file_part(0);
-      for (size_t i = 0; i < batch.size(); ++i) result.items.push_back({e.fqn, e.chunks[first + i].offsets, info[i]});
-      first += batch.size();
+      for (size_t i = 0; i < batch.size(); ++i) {
+        result.items.push_back({e.fqn, e.chunks[chunk_of[i]].offsets, info[i]});
+        result.order.push_back({k, chunk_of[i]});
+      }
       batch.clear();
+      chunk_of.clear();
       batch_bytes = 0;
     };
     std::vector<char> in_batch(files.size(), 0);  // a file already has a chunk of the batch
     for (size_t c = 0; c < e.chunks.size(); ++c) {
-      const size_t f = static_cast<size_t>(&place(k, c) - files.data());
+      const size_t f = file_index(k, c);
+      if (!mine[f]) continue;  // another process's file
       if (in_batch[f]) write_batch(), std::fill(in_batch.begin(), in_batch.end(), 0);  // one chunk per file
       in_batch[f] = 1;
       Tensor t = source.chunk(e, c);
@@ -323,18 +333,37 @@ WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std
                     std::string(dtype_name(e.dtype)) + " " + shape_str(e.chunks[c].sizes));
       batch_bytes += static_cast<size_t>(t.nbytes());
       batch.push_back(std::move(t));
+      chunk_of.push_back(c);
       if (batch_bytes >= kBatchBytes) write_batch(), std::fill(in_batch.begin(), in_batch.end(), 0);
     }
     write_batch();
   }
   for (DataFile& f : files) {
+    if (!f.out) continue;
     result.bytes += f.out->offset();
     f.out->commit();
   }
-  const std::string md = metadata_pickle(plan, result.items, options,
+  return result;
+}
+
+void write_dcp_metadata(const SavePlan& plan, const WriteResult& written, const std::string& dir, const std::string& out,
+                        const WriteOptions& options) {
+  // The items in plan order (each process wrote its own files' items in that order; together, any order).
+  std::vector<size_t> by_plan(written.items.size());
+  for (size_t i = 0; i < by_plan.size(); ++i) by_plan[i] = i;
+  std::sort(by_plan.begin(), by_plan.end(), [&](size_t a, size_t b) { return written.order.at(a) < written.order.at(b); });
+  std::vector<Item> items;
+  for (size_t i : by_plan) items.push_back(written.items[i]);
+  const std::string md = metadata_pickle(plan, items, options,
                                          options.checkpoint_id.empty() ? std::filesystem::absolute(out).lexically_normal().string()
                                                                        : options.checkpoint_id);
-  write_file_atomic((stage.path() / ".metadata").string(), md);
+  write_file_atomic((std::filesystem::path(dir) / ".metadata").string(), md);
+}
+
+WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std::string& out, const WriteOptions& options) {
+  StagingDir stage(out, options.overwrite, "dcp", {}, options.durable);
+  const WriteResult result = write_dcp_files(plan, source, stage.path().string(), std::vector<char>(plan.files.size(), 1), out);
+  write_dcp_metadata(plan, result, stage.path().string(), out, options);
   stage.commit();
   return result;
 }

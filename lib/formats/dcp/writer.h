@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "formats/dcp/metadata.h"
@@ -53,6 +54,7 @@ struct WriteOptions {
 
 struct WriteResult {
   std::vector<Item> items;  // storage_data, in write order (file, offset, length of every item)
+  std::vector<std::pair<size_t, size_t>> order;  // per item: (plan entry, chunk; PlannedItem::kBytes for bytes)
   uint64_t bytes = 0;       // data bytes written (all data files)
 };
 
@@ -61,6 +63,16 @@ struct WriteResult {
 // chunks do not tile it, or on an I/O failure; `out` is then untouched.
 WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std::string& out,
                       const WriteOptions& options = {});
+
+// write_dcp's two halves, for a plan written by several processes into one folder (ucp-load --format torch_dist
+// under mpirun): the data files marked in `mine` (one flag per plan file) written into the existing folder `dir`,
+// the source called for their items only, in plan order (Errors name `out`); then, by one process, `.metadata` from
+// every process's items (WriteResults joined: items and order appended) in plan order. write_dcp is both in a
+// staging folder of its own.
+WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, const std::string& dir,
+                            const std::vector<char>& mine, const std::string& out);
+void write_dcp_metadata(const SavePlan& plan, const WriteResult& written, const std::string& dir, const std::string& out,
+                        const WriteOptions& options);
 
 // The `.metadata` bytes for `plan` whose items were written as `items` (torch 2.6's classes; a pickle
 // Python's pickle.load and our reader read).

@@ -350,6 +350,19 @@ TEST(McoreTorchDistLoad, DirectFromATorchDistInputInOnePassLeavesNothingBeside) 
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.err.find("scratch universal folder"), std::string::npos) << r.err;
   EXPECT_EQ(expect_torch_dist_is_truth(s.work + "/td", "moe_ep2"), 4u * 24u);
+  // Under mpirun the ranks share the data files and rank 0 writes .metadata: the same files, the same content.
+  const auto np2 = ucpkit::testing::run_split_in(
+      s.work, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 " +
+                  kBin + "/ucp-load -q --input " + in + " --format torch_dist --ep 1 --output td_np2", s.root);
+  ASSERT_EQ(np2.rc, 0) << np2.err;
+  EXPECT_EQ(expect_torch_dist_is_truth(s.work + "/td_np2", "moe_ep2"), 4u * 24u);
+  for (const auto& e : fs::recursive_directory_iterator(s.work + "/td")) {
+    if (!e.is_regular_file() || e.path().filename() == ".metadata") continue;  // .metadata names its folder
+    const auto rel_path = fs::relative(e.path(), s.work + "/td");
+    EXPECT_EQ(ucpkit::testing::run_command("cmp -s " + e.path().string() + " " + (fs::path(s.work) / "td_np2" / rel_path).string()), 0)
+        << rel_path;
+  }
+  fs::remove_all(s.work + "/td_np2");
   // A failure after the conversion (--ep 3 does not divide DP 2) leaves no scratch folder either.
   const auto bad = run(s, "ucp-load", "--input " + in + " --format torch_dist --ep 3 --output td2");
   EXPECT_EQ(bad.rc, 2) << bad.err;
