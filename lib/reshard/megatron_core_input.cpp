@@ -8,6 +8,7 @@
 #include "core/confine.h"
 #include "core/crc32.h"
 #include "core/error.h"
+#include "core/registry.h"
 #include "formats/detect.h"
 #include "formats/megatron_core/common_edit.h"
 #include "formats/megatron_core/deepspeed_common_state.h"
@@ -87,29 +88,25 @@ std::shared_ptr<ForwardInput> open_forward_input(const LoadOptions& o) {
   return f;
 }
 
-std::map<std::string, MegatronCoreReader, std::less<>>& readers() {
-  static std::map<std::string, MegatronCoreReader, std::less<>> r;
+NamedTable<MegatronCoreReader>& readers() {
+  static NamedTable<MegatronCoreReader> r;
   return r;
 }
 
 }  // namespace
 
 bool register_megatron_core_reader(std::string_view kind, MegatronCoreReader reader) {
-  readers()[std::string(kind)] = std::move(reader);
-  return true;
+  return readers().set(std::string(kind), std::move(reader));
 }
 
-MegatronCoreReader megatron_core_reader(const formats::FolderKind& kind) {
-  const auto it = readers().find(kind.format);
-  return it == readers().end() ? MegatronCoreReader{} : it->second;
-}
+MegatronCoreReader megatron_core_reader(const formats::FolderKind& kind) { return readers().find(kind.format); }
 
 bool reads_megatron_core_directly(const formats::FolderKind& kind) { return static_cast<bool>(megatron_core_reader(kind).open); }
 
 MegatronCoreInput open_megatron_core_input(const LoadOptions& o, std::string_view format) {
   const std::string fmt(format);
   if (const auto kind = fs::is_directory(o.input) ? formats::try_detect(o.input) : std::nullopt)
-    if (const auto it = readers().find(kind->format); it != readers().end()) return it->second.open(o, format);
+    if (const MegatronCoreReader reader = megatron_core_reader(*kind); reader.open) return reader.open(o, format);
   MegatronCoreInput p;
   p.dir = o.input;
   p.manifest_path = (fs::path(o.input) / formats::universal::kUniversalManifestName).string();

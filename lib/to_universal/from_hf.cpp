@@ -4,6 +4,7 @@
 // ucp-load --format torch_dist / hf / dcp read). Names and layouts: the family map read backwards
 // (formats/hf/import_plan.h); QKV pieces joined per query group (formats/megatron_core/deepspeed_map.h
 // qkv_split_to_grouped), gate/up stacked as SwiGLU's [W; V].
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -39,6 +40,7 @@ using pickle::ValuePtr;
 
 namespace {
 constexpr const char* kImportConversion = "import of a Hugging Face folder (its Megatron-Core parameters)";
+const std::vector<std::string> kFreshStates = {"fp32", "exp_avg", "exp_avg_sq"};  // a fresh AdamW run's, step 0
 }  // namespace
 
 formats::hf::ImportPlan hf_import_plan(const formats::hf::Folder& folder) {
@@ -63,16 +65,15 @@ Tensor hf_joined_value(const formats::hf::Folder& folder, const formats::hf::Imp
 
 ParamResult write_fresh_param(const fs::path& zero_dir, const std::string& name, const std::vector<int64_t>& shape,
                               DType dtype, const Tensor& fp32, const ValuePtr& step) {
-  static constexpr const char* kStates[] = {"fp32", "exp_avg", "exp_avg_sq"};
   ParamResult r;
   const fs::path dir = zero_dir / param_folder(name);
   make_folder(dir);
   TorchDistParam tp;
   tp.name = name, tp.shape = shape, tp.dtype = dtype;
-  r.manifest = torch_dist_entry(tp, {kStates[0], kStates[1], kStates[2]}, true);
+  r.manifest = torch_dist_entry(tp, kFreshStates, true);
   r.bytes_read += fp32.nbytes();
-  for (const char* state : kStates)
-    write_state_file(dir, state, std::string(state) == "fp32" ? fp32 : Tensor::zeros(DType::Float32, shape), r);
+  for (const auto& state : kFreshStates)
+    write_state_file(dir, state, state == "fp32" ? fp32 : Tensor::zeros(DType::Float32, shape), r);
   write_step_file(dir, step, r);
   return r;
 }
@@ -179,7 +180,7 @@ HfMegatronCore hf_megatron_core(const formats::hf::Folder& folder, const formats
     c.names.push_back(p.name);
     TorchDistParam tp;
     tp.name = p.name, tp.shape = p.shape, tp.dtype = p.dtype;
-    c.manifest.params.push_back(torch_dist_entry(tp, {"fp32", "exp_avg", "exp_avg_sq"}, true));
+    c.manifest.params.push_back(torch_dist_entry(tp, kFreshStates, true));
   }
   c.stacked = formats::megatron_core::args_facts(c.common, config_path).homogeneous;
   auto& source = c.manifest.source;
@@ -199,7 +200,8 @@ Tensor hf_fresh_state(const formats::hf::Folder& folder, const formats::hf::Impo
                       const std::string& state) {
   const auto& p = plan.params.at(param);
   if (state == "fp32") return hf_joined_value(folder, plan, p);
-  if (state == "exp_avg" || state == "exp_avg_sq") return Tensor::zeros(DType::Float32, p.shape);
+  if (std::find(kFreshStates.begin(), kFreshStates.end(), state) != kFreshStates.end())
+    return Tensor::zeros(DType::Float32, p.shape);
   throw Error(folder.dir() + ": " + p.name + " has no state " + state + " (a fresh run's: fp32, exp_avg, exp_avg_sq)");
 }
 

@@ -379,7 +379,8 @@ Result run_ucp_load(const UcpLoadOptions& o) {
   std::string scratch_audit;             // the import's audit, in the scratch folder until the output is in place
   const formats::FolderKind kind = formats::detect(load.input);
   const bool one_pass = read_in_one_pass(kind, load);
-  if (converted_first(kind) && !one_pass) {
+  const bool via_scratch = converted_first(kind) && !one_pass;
+  if (via_scratch) {
     // The user's folders, before anything is converted: the load's own check sees only the scratch copy.
     refuse_output_over_input(load.output, "--output", load.input, "--input");
     if (!load.template_dir.empty()) refuse_output_over_input(load.output, "--output", load.template_dir, "--template");
@@ -393,7 +394,7 @@ Result run_ucp_load(const UcpLoadOptions& o) {
                      ? " (a universal folder in Megatron-Core names: ucp-union --to-names megatron-deepspeed --template "
                        "first, then ucp-load)"
                      : std::string()));
-  } else if (converted_first(kind) && !one_pass) {
+  } else if (via_scratch) {
     refuse_deepspeed_output(load, kind);  // before any conversion: name the input, not the scratch
     scratch = std::make_unique<ScratchUniversal>(load.output, [&](const std::string& m) { load.reporter.detail(m); });
     to_universal::ConvertOptions co;

@@ -293,38 +293,30 @@ WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, con
     // rank's file, and the writes (the kernel's copy into the page cache, each zip's CRC-32) were most of a
     // conversion. Each file still gets its items in plan order, so the files are the same bytes as written in turn.
     std::vector<Tensor> batch;
-    std::vector<size_t> chunk_of;  // the batch's chunk indices
+    std::vector<size_t> chunk_of;                 // the batch's chunk indices, each in another data file
+    std::vector<char> in_batch(files.size(), 0);  // a file already has a chunk of the batch
     size_t batch_bytes = 0;
     auto write_batch = [&] {
-      std::vector<size_t> file_list;  // the batch's data files, in order of first use
-      std::map<size_t, std::vector<size_t>> by_file;
-      for (size_t i = 0; i < batch.size(); ++i) {
-        const size_t f = file_index(k, chunk_of[i]);
-        if (by_file[f].empty()) file_list.push_back(f);
-        by_file[f].push_back(i);
-      }
       std::vector<StorageInfo> info(batch.size());
-      auto write_file_part = [&](size_t j) {
-        for (size_t i : by_file[file_list[j]]) {
-          info[i] = append_tensor(files[file_list[j]], batch[i]);
-          batch[i] = Tensor();
-        }
+      auto write_one = [&](size_t i) {
+        info[i] = append_tensor(place(k, chunk_of[i]), batch[i]);
+        batch[i] = Tensor();
       };
-      if (file_list.size() > 1) tbb::parallel_for(size_t{0}, file_list.size(), write_file_part);
-      else if (!file_list.empty()) write_file_part(0);
+      if (batch.size() > 1) tbb::parallel_for(size_t{0}, batch.size(), write_one);
+      else if (!batch.empty()) write_one(0);
       for (size_t i = 0; i < batch.size(); ++i) {
         result.items.push_back({e.fqn, e.chunks[chunk_of[i]].offsets, info[i]});
         result.order.push_back({k, chunk_of[i]});
       }
       batch.clear();
       chunk_of.clear();
+      std::fill(in_batch.begin(), in_batch.end(), 0);
       batch_bytes = 0;
     };
-    std::vector<char> in_batch(files.size(), 0);  // a file already has a chunk of the batch
     for (size_t c = 0; c < e.chunks.size(); ++c) {
       const size_t f = file_index(k, c);
       if (!mine[f]) continue;  // another process's file
-      if (in_batch[f]) write_batch(), std::fill(in_batch.begin(), in_batch.end(), 0);  // one chunk per file
+      if (in_batch[f]) write_batch();  // one chunk per file
       in_batch[f] = 1;
       Tensor t = source.chunk(e, c);
       if (t.dtype() != e.dtype || t.shape() != e.chunks[c].sizes)
@@ -334,7 +326,7 @@ WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, con
       batch_bytes += static_cast<size_t>(t.nbytes());
       batch.push_back(std::move(t));
       chunk_of.push_back(c);
-      if (batch_bytes >= kBatchBytes) write_batch(), std::fill(in_batch.begin(), in_batch.end(), 0);
+      if (batch_bytes >= kBatchBytes) write_batch();
     }
     write_batch();
   }
