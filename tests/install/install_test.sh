@@ -112,6 +112,11 @@ ucp-load -q --input hf_ds --format hf --output hf_back 2>/dev/null || fail "ucp-
 ucp-diff -q hf hf_ds 2>/dev/null || fail "ucp-diff hf hf_ds: exit $?"
 ucp-diff -q hf hf_back 2>/dev/null || fail "ucp-diff hf hf_back: exit $?"
 echo "install_test: a Hugging Face folder -> DeepSpeed ZeRO-3 -> Hugging Face from the prefix: equal"
+# The same folder through Megatron-Core torch_dist, both steps read in one pass, options left out.
+ucp-load -q --input hf --format torch_dist --output hf_td 2>/dev/null || fail "ucp-load --input hf --format torch_dist: exit $?"
+ucp-load -q --input hf_td --format hf --output hf_td_back 2>/dev/null || fail "ucp-load --input hf_td --format hf: exit $?"
+ucp-diff -q hf hf_td_back 2>/dev/null || fail "ucp-diff hf hf_td_back: exit $?"
+echo "install_test: a Hugging Face folder -> torch_dist -> Hugging Face from the prefix: equal"
 INNER
 unshare -m --propagation private bash "$work/run.sh" "$prefix" "$build" "$src" "$version" "${tools[@]}" ||
   fail "the run from the prefix failed (above)"
