@@ -161,6 +161,32 @@ void MappedFile::done_with(std::span<const uint8_t> bytes) {
   }
 }
 
+void MappedFile::drop_pages(std::span<const uint8_t> bytes) const {
+  if (parent_) return parent_->drop_pages(bytes);
+  const auto b = reinterpret_cast<uintptr_t>(bytes.data()), e = b + bytes.size();
+  const auto begin = reinterpret_cast<uintptr_t>(data_);
+  if (!mapped_ || bytes.empty() || b < begin || e > begin + size_) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  auto drop = [&](uintptr_t lo, uintptr_t hi) {  // whole pages touched; the map's length is page-rounded
+    lo = lo / page * page;
+    hi = (hi + page - 1) / page * page;
+    ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+  };
+  std::unique_lock<std::mutex> lock(drop_mu_);
+  if (drop_hi_ > drop_lo_ && (e + kDropBatch < drop_lo_ || b > drop_hi_ + kDropBatch)) {  // far away: the waiting go first
+    const uintptr_t lo = drop_lo_, hi = drop_hi_;
+    drop_lo_ = drop_hi_ = 0;
+    drop(lo, hi);
+  }
+  drop_lo_ = drop_hi_ > drop_lo_ ? std::min(drop_lo_, b) : b;
+  drop_hi_ = std::max(drop_hi_, e);
+  if (drop_hi_ - drop_lo_ < kDropBatch) return;
+  const uintptr_t lo = drop_lo_, hi = drop_hi_;
+  drop_lo_ = drop_hi_ = 0;
+  lock.unlock();
+  drop(lo, hi);
+}
+
 void MappedFile::will_need(size_t offset, size_t length) const {
   if (!mapped_ || length == 0 || offset >= size_) return;
   long page = ::sysconf(_SC_PAGESIZE);

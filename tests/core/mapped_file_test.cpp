@@ -6,10 +6,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -86,6 +88,48 @@ TEST(MappedFileShrink, ASigbusElsewhereStillEndsTheProcess) {
         std::exit(0);
       },
       ::testing::KilledBySignal(SIGBUS), "");
+}
+
+// Resident kB of the mapping that holds `p` (/proc/self/smaps), -1 when none does.
+long resident_kb(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in = false;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) in = lo <= a && a < hi;
+    else if (in && line.rfind("Rss:", 0) == 0) return std::stol(line.substr(4));
+  }
+  return -1;
+}
+
+TEST(MappedFileDrop, SmallRangesAreDroppedTogetherAndReadAgain) {
+  const std::string dir = ucpkit::testing::scratch_dir("mapped_drop");
+  const size_t page = ::sysconf(_SC_PAGESIZE), pages = (MappedFile::kDropBatch + (8u << 20)) / page;
+  auto m = MappedFile::open(make_file(dir, static_cast<int>(pages)).string());
+  long sum = 0;
+  for (size_t i = 0; i < m->size(); i += page) sum += m->data()[i];
+  EXPECT_EQ(sum, static_cast<long>(pages) * 0x5a);
+  const long all = resident_kb(m->data());
+  ASSERT_GE(all, static_cast<long>(m->size() / 1024) - 64);
+  // Items of 1.6 KB, one after another: none is dropped alone, the first kDropBatch bytes of them at once.
+  const size_t item = 1600;
+  size_t at = 0;
+  for (; at + item < MappedFile::kDropBatch - item; at += item) m->drop_pages({m->data() + at, item});
+  EXPECT_GE(resident_kb(m->data()), all - 64);
+  for (; at < MappedFile::kDropBatch + item; at += item) m->drop_pages({m->data() + at, item});
+  EXPECT_LE(resident_kb(m->data()), all - static_cast<long>(MappedFile::kDropBatch / 1024) + 64);
+  // A dropped page reads its bytes again (from the page cache); memory outside the map is never dropped.
+  EXPECT_EQ(m->data()[page], 0x5a);
+  std::vector<uint8_t> heap(4 * page, 7);
+  m->drop_pages({heap.data(), heap.size()});
+  EXPECT_EQ(heap[page], 7);
+  // Ranges waiting together span the pages between them: once they span kDropBatch, all of those are dropped.
+  const long before = resident_kb(m->data());
+  m->drop_pages({m->data() + m->size() - (8u << 20), 8u << 20});
+  m->drop_pages({m->data(), page});
+  EXPECT_LE(resident_kb(m->data()), before - 8 * 1024 + 64);
 }
 
 }  // namespace mapped_file_test

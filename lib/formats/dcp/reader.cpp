@@ -34,6 +34,7 @@ struct Stored {
   std::span<const uint8_t> bytes;   // the chunk's elements
   bool mapped = false;              // `bytes` lie in the data file's map (their pages may be dropped)
   std::span<const uint8_t> item;    // the whole item (zip) in the map
+  std::shared_ptr<const MappedFile> map;  // the data file's map (its pages dropped through it)
   std::optional<uint32_t> crc;      // the data record's CRC-32, to check over `bytes` as they are copied
   std::string record;               // that record's name
   std::string name;                 // "<file> (item '<fqn>' at byte N)"
@@ -72,16 +73,6 @@ void release_pages(const uint8_t* lo, const uint8_t* hi) {
   const uintptr_t a = (reinterpret_cast<uintptr_t>(lo) + page - 1) & ~(page - 1);
   const uintptr_t b = reinterpret_cast<uintptr_t>(hi) & ~(page - 1);
   if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
-}
-
-// Drops every page the item [lo, hi) touches, the pages it shares with its neighbours too: the map is
-// private and read-only, so a neighbour still being read faults its page in again from the page cache.
-void release_item(std::span<const uint8_t> item) {
-  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  if (item.empty()) return;
-  const uintptr_t a = reinterpret_cast<uintptr_t>(item.data()) & ~(page - 1);
-  const uintptr_t b = (reinterpret_cast<uintptr_t>(item.data()) + item.size() + page - 1) & ~(page - 1);
-  madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
 }
 
 }  // namespace
@@ -183,6 +174,7 @@ Stored Reader::stored_chunk(const Entry& e, size_t k) const {
   std::string file;
   Stored s;
   s.item = item_bytes(item, keep, file);
+  s.map = keep;
   s.name = file + " (item '" + escaped_brief(fqn) + "' at byte " + std::to_string(item.storage.offset) + ")";
   std::shared_ptr<const MappedFile> zip_file;
   if (item.storage.raw) {  // the safetensors flavour: the chunk's bytes as they are, copied
@@ -314,7 +306,7 @@ struct Stream {
       if (p.next_run == p.runs && !p.finished) {
         p.finished = true;
         if (p.s.crc && p.crc != *p.s.crc) fail(p.s.name, crc_mismatch(p.s.record));
-        release_item(p.s.item);
+        p.s.map->drop_pages(p.s.item);
       }
     }
     next = hi;
@@ -347,7 +339,7 @@ Tensor Reader::read_chunk(const std::string& fqn, size_t k) const {
   // item's pages dropped.
   std::vector<uint8_t> bytes(s.bytes.begin(), s.bytes.end());
   if (s.crc && crc32_parallel(bytes) != *s.crc) fail(s.name, crc_mismatch(s.record));
-  release_item(s.item);
+  s.map->drop_pages(s.item);
   return Tensor::from_bytes(e.dtype, e.chunks[k].sizes, std::move(bytes));
 }
 
@@ -364,7 +356,7 @@ ChunkBytes Reader::locate_chunk(const std::string& fqn, size_t k) const {
     const Item& item = md_.item_of(fqn, &c.box.offsets);
     c.file = confined_path(dir_, item.storage.relative_path, md_.path, "DCP data file").string();
     c.file_offset = item.storage.offset + static_cast<uint64_t>(s.bytes.data() - s.item.data());
-    release_item(s.item);
+    s.map->drop_pages(s.item);
   } else if (c.nbytes > 0) {
     c.memory = s.tensor;
   }

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/node_pool.h"
 #include "io/pickle/class_paths.h"
 #include "io/pickle/opcodes.h"
 
@@ -550,9 +551,9 @@ void Unpickler::check_callable(const ValuePtr& callable, const char* op) {
 
 // An object kept as it was built: callable(*args).
 ValuePtr opaque_call(ValuePtr callable, ValuePtr args) {
-  auto v = std::make_shared<Value>();
+  auto v = make_node<Value>();
   v->kind = Kind::Object;
-  v->object = std::make_shared<Object>();
+  v->object = make_node<Object>();
   v->object->callable = std::move(callable);
   v->object->args = std::move(args);
   v->object->build = Object::Build::Reduce;

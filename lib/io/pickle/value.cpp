@@ -8,11 +8,12 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/node_pool.h"
 
 namespace ucpkit::pickle {
 namespace {
 ValuePtr make(Kind k) {
-  auto v = std::make_shared<Value>();
+  auto v = make_node<Value>();
   v->kind = k;
   return v;
 }
@@ -111,7 +112,7 @@ ValuePtr Value::global(std::string module, std::string name) {
 ValuePtr Value::make_object(std::string module, std::string name, ValuePtr args, ValuePtr state,
                             Object::Build build) {
   auto r = make(Kind::Object);
-  r->object = std::make_shared<Object>();
+  r->object = make_node<Object>();
   r->object->callable = global(std::move(module), std::move(name));
   r->object->args = args ? std::move(args) : tuple();
   r->object->state = std::move(state);
