@@ -135,12 +135,17 @@ TEST(HfUnion, DamagedFoldersAreRefusedNamingTheFileAndNothingIsLeft) {
     put(in / "config.json", config().dump());
     put(in / "model.safetensors", safetensors_bytes(llama()));
     c.damage(in);
-    const auto r = ucpkit::testing::run_split_in(root.string(), kBin + "/ucp-union --input hf --output u", root.string());
-    EXPECT_EQ(r.rc, 1) << c.what << ": " << r.err;
-    EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.what << ": " << r.err;
-    EXPECT_NE(r.err.find("hf"), std::string::npos) << c.what << ": " << r.err;
-    for (const auto& e : fs::directory_iterator(root))
-      if (e.path().filename() != "hf") ADD_FAILURE() << c.what << ": left behind " << e.path();
+    // ucp-union, and ucp-load through its scratch folder (dcp) and in one pass (torch_dist, hf).
+    for (const std::string cmd : {"ucp-union --input hf --output u", "ucp-load --input hf --format dcp --output u",
+                                  "ucp-load --input hf --format torch_dist --tp 1 --output u",
+                                  "ucp-load --input hf --format hf --output u"}) {
+      const auto r = ucpkit::testing::run_split_in(root.string(), kBin + "/" + cmd, root.string());
+      EXPECT_EQ(r.rc, 1) << c.what << ", " << cmd << ": " << r.err;
+      EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.what << ", " << cmd << ": " << r.err;
+      EXPECT_NE(r.err.find("hf"), std::string::npos) << c.what << ", " << cmd << ": " << r.err;
+      for (const auto& e : fs::directory_iterator(root))
+        if (e.path().filename() != "hf") ADD_FAILURE() << c.what << ", " << cmd << ": left behind " << e.path();
+    }
   }
   // The same folder undamaged converts (the cases above fail for their damage alone).
   const fs::path root = with_hf_folder("hf_union_ok");
