@@ -81,8 +81,8 @@ const WholeRewrite kDcpRewrite{
                             std::to_string(convert.size()) + ")");
        dcp::WriteOptions wo;
        wo.checkpoint_id = std::filesystem::absolute(o.output).lexically_normal().string();
-       const dcp::WriteResult w = dcp::rewrite_dcp_into(reader, staged, target_of(o), convert, wo);
        const dcp::SavePlan plan = dcp::rewrite_plan(reader.metadata(), target_of(o), convert);
+       const dcp::WriteResult w = dcp::rewrite_dcp_into(reader, plan, staged, target_of(o).has_value(), convert, wo);
        nlohmann::json j = describe(o, plan, convert);
        size_t files = 0;
        uint64_t written = 0;

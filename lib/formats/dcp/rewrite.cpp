@@ -74,7 +74,7 @@ WriteResult rewrite_dcp(const std::string& in, const std::string& out, const std
   return write_dcp(rewrite_plan(reader.metadata(), target, {}), source_of(reader, target.has_value(), {}), out, options);
 }
 
-WriteResult rewrite_dcp_into(const Reader& reader, const std::string& dir, const std::optional<Target>& target,
+WriteResult rewrite_dcp_into(const Reader& reader, const SavePlan& plan, const std::string& dir, bool rechunked,
                              const std::map<std::string, DType>& convert, WriteOptions options) {
   if (!options.planner_data) options.planner_data = reader.metadata().planner_data;
   // write_dcp stages its own folder: inside `dir`, then its files move up (one file system, renames).
@@ -83,7 +83,7 @@ WriteResult rewrite_dcp_into(const Reader& reader, const std::string& dir, const
   if (options.checkpoint_id.empty()) options.checkpoint_id = std::filesystem::absolute(dir).lexically_normal().string();
   const std::filesystem::path inner = std::filesystem::path(dir) / ".dcp";
   WriteResult result =
-      write_dcp(rewrite_plan(reader.metadata(), target, convert), source_of(reader, target.has_value(), convert), inner.string(), options);
+      write_dcp(plan, source_of(reader, rechunked, convert), inner.string(), options);
   for (const auto& f : std::filesystem::directory_iterator(inner))
     std::filesystem::rename(f.path(), std::filesystem::path(dir) / f.path().filename());
   std::filesystem::remove(inner);

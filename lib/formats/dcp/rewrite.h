@@ -31,10 +31,11 @@ WriteResult rewrite_dcp(const std::string& in, const std::string& out, const std
 SavePlan rewrite_plan(const Metadata& md, const std::optional<Target>& target, const std::map<std::string, DType>& convert);
 
 // rewrite_dcp into the existing empty folder `dir` (a caller's staging folder, whose flush and rename are
-// the caller's), from an open reader; the tensor entries named in `convert` are written in the dtype
-// given there (converted with torch's rounding), every other entry as stored (its dtype, its key, its
-// bytes). ucp-load of a DCP into DCP (nothing the source holds is dropped).
-WriteResult rewrite_dcp_into(const Reader& reader, const std::string& dir, const std::optional<Target>& target,
+// the caller's), from an open reader, as `plan` (rewrite_plan of the reader's metadata for the same target and
+// `convert`; made once by the caller, which describes it: for 100,000 tensors a plan takes a second); the tensor
+// entries named in `convert` are written in the dtype given there (converted with torch's rounding), every other
+// entry as stored (its dtype, its key, its bytes). ucp-load of a DCP into DCP (nothing the source holds is dropped).
+WriteResult rewrite_dcp_into(const Reader& reader, const SavePlan& plan, const std::string& dir, bool rechunked,
                              const std::map<std::string, DType>& convert, WriteOptions options);
 
 }  // namespace ucpkit::formats::dcp

@@ -7,7 +7,8 @@
 #include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <set>
+#include <string_view>
+#include <unordered_set>
 
 #include "core/error.h"
 
@@ -100,7 +101,8 @@ SavePlan make_save_plan(const std::vector<Entry>& entries, const Target& target)
   plan.mesh = mesh_shape(target);
   int64_t world = 1;
   for (int64_t m : plan.mesh) world *= m;
-  std::set<std::string> seen;
+  std::unordered_set<std::string_view> seen;
+  seen.reserve(entries.size());
   for (const Entry& in : entries) {
     if (!seen.insert(in.fqn).second) throw Error("DCP plan: '" + escaped_brief(in.fqn) + "' is listed twice");
     for (int64_t s : in.size)
@@ -121,7 +123,24 @@ SavePlan make_save_plan(const std::vector<Entry>& entries, const Target& target)
     int64_t owner = -1;
   };
   std::vector<Held> held;  // dedup_save_plans' order: first appearance over the ranks
-  std::map<std::pair<size_t, std::vector<int64_t>>, size_t> index;
+  // An entry's boxes are found among its first few by comparing them (most entries have one box per rank of a
+  // few, or one for all); past kFew, through the index. (A map of every box was a tenth of a 100,000-tensor rewrite.)
+  constexpr size_t kFew = 8;
+  std::vector<std::vector<size_t>> few(plan.entries.size());  // per entry: its boxes in `held`, the first kFew
+  std::map<std::pair<size_t, std::vector<int64_t>>, size_t> index;  // (entry, offsets) of entries with more
+  auto box_of = [&](size_t k, Chunk&& box) -> size_t {
+    std::vector<size_t>& mine = few[k];
+    for (const size_t h : mine)
+      if (held[h].box.offsets == box.offsets) return h;
+    if (mine.size() >= kFew) {
+      if (const auto it = index.find({k, box.offsets}); it != index.end()) return it->second;
+      index.emplace(std::make_pair(k, box.offsets), held.size());
+    } else {
+      mine.push_back(held.size());
+    }
+    held.push_back({k, std::move(box), {}, -1});
+    return held.size() - 1;
+  };
   std::vector<int64_t> coord(plan.mesh.size());
   for (int64_t r = 0; r < world; ++r) {
     for (size_t m = plan.mesh.size(), rest = static_cast<size_t>(r); m-- > 0;) {
@@ -130,10 +149,7 @@ SavePlan make_save_plan(const std::vector<Entry>& entries, const Target& target)
     }
     for (size_t k = 0; k < plan.entries.size(); ++k) {
       const Entry& e = plan.entries[k];
-      Chunk box = e.is_bytes ? Chunk{} : local_box(e.size, plan.mesh, coord, placements[k]);
-      auto [it, fresh] = index.try_emplace({k, box.offsets}, held.size());
-      if (fresh) held.push_back({k, std::move(box), {}, -1});
-      auto& runs = held[it->second].runs;
+      auto& runs = held[box_of(k, e.is_bytes ? Chunk{} : local_box(e.size, plan.mesh, coord, placements[k]))].runs;
       if (!runs.empty() && runs.back().second == r - 1)
         runs.back().second = r;
       else
@@ -141,6 +157,7 @@ SavePlan make_save_plan(const std::vector<Entry>& entries, const Target& target)
     }
   }
   index.clear();
+  few.clear();
   // dedup_save_plans: each box goes to the holder with the fewest planned bytes so far, the lowest rank
   // on ties (bytes items weigh 1).
   std::vector<uint64_t> planned(static_cast<size_t>(world), 0);

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "formats/dcp/dcp_data.h"
 #include "formats/dcp/metadata.h"
+#include "formats/dcp/reader.h"
 #include "formats/dcp/save_plan.h"
 #include "formats/dcp/writer.h"
 
@@ -123,6 +124,28 @@ TEST(DcpSavePlan, WholeTensorsOnRankZero) {
   EXPECT_EQ(p.entries[2].chunks[0].sizes, V{});
   EXPECT_EQ(p.files[0].items[1].chunk, PlannedItem::kBytes);
   EXPECT_NE(plan_json(p).find("\"relative_path\": \"__0_0.distcp\""), std::string::npos);
+}
+
+// Boxes past the first eight of an entry (make_save_plan compares the first few, indexes the rest): 64 ranks of a
+// 1,000-row tensor hold 63 distinct boxes of 16 rows (the last 8) and one empty one past the end, each once, in rank
+// order; a scalar all hold is one item; an entry with 64 column boxes of a grid likewise.
+TEST(DcpSavePlan, ManyBoxesOfOneEntryAreEachPlannedOnce) {
+  std::vector<Entry> in{{"w", false, DType::Float32, {1000, 3}, {}}, {"s", false, DType::Float32, {}, {}}};
+  const SavePlan p = make_save_plan(in, Target::rows(64));
+  const auto& w = p.entries[0].chunks;
+  int64_t rows = 0;
+  for (size_t k = 0; k < w.size(); ++k) {
+    EXPECT_EQ(w[k].offsets[0], rows) << k;
+    rows += w[k].sizes[0];
+  }
+  EXPECT_EQ(rows, 1000);
+  EXPECT_GE(w.size(), 63u);
+  EXPECT_LE(w.size(), 64u);
+  EXPECT_EQ(p.entries[1].chunks.size(), 1u);
+  EXPECT_NO_THROW(check_chunks_cover(p.entries[0], "plan"));
+  size_t items = 0;
+  for (const auto& f : p.files) items += f.items.size();
+  EXPECT_EQ(items, w.size() + 1);
 }
 
 // Replicas: dedup_save_plans walks the items in order of first appearance (rank 0's whole list
