@@ -99,6 +99,17 @@ uint32_t crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
   return static_cast<uint32_t>(::crc32_combine64(crc_a, crc_b, static_cast<z_off64_t>(len_b)));
 }
 
+uint32_t crc32_zeros(uint64_t n) {
+  // zeros(a + b) = combine(zeros(a), zeros(b), b): the set bits of n, each a power of two made by doubling.
+  const uint8_t zero = 0;
+  uint32_t result = 0, power = crc32_update(0, {&zero, 1});
+  for (uint64_t len = 1; n; n >>= 1) {
+    if (n & 1) result = crc32_combine(result, power, len);
+    if (n > 1) power = crc32_combine(power, power, len), len <<= 1;
+  }
+  return result;
+}
+
 uint32_t crc32_parallel(std::span<const uint8_t> data, uint32_t crc) {
   if (data.size() <= kParallelChunk) return crc32_update(crc, data);
   const size_t n = (data.size() + kParallelChunk - 1) / kParallelChunk;

@@ -16,6 +16,9 @@ uint32_t crc32_parallel(std::span<const uint8_t> data, uint32_t crc = 0);
 // CRC-32 of A followed by B from crc(A), crc(B) and B's length (zlib's crc32_combine).
 uint32_t crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
+// CRC-32 of `n` zero bytes, in O(log n) combines (a record written as a hole of the file, core/atomic_file skip).
+uint32_t crc32_zeros(uint64_t n);
+
 // Whether crc32_update uses the PCLMULQDQ path on this machine (for benchmarks and tests).
 bool crc32_accelerated();
 

@@ -3,6 +3,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/error.h"
@@ -197,6 +198,12 @@ std::shared_ptr<Storage> Storage::generated(DType dtype, int64_t numel, Generato
   s->dtype_ = dtype;
   s->numel_ = numel;
   s->generator_ = std::move(fill);
+  return s;
+}
+
+std::shared_ptr<Storage> Storage::zero_filled(DType dtype, int64_t numel) {
+  auto s = generated(dtype, numel, [](uint64_t, std::span<uint8_t> out) { std::memset(out.data(), 0, out.size()); });
+  s->zero_ = true;
   return s;
 }
 

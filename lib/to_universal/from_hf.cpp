@@ -200,8 +200,11 @@ Tensor hf_fresh_state(const formats::hf::Folder& folder, const formats::hf::Impo
                       const std::string& state) {
   const auto& p = plan.params.at(param);
   if (state == "fp32") return hf_joined_value(folder, plan, p);
-  if (std::find(kFreshStates.begin(), kFreshStates.end(), state) != kFreshStates.end())
-    return Tensor::zeros(DType::Float32, p.shape);
+  if (std::find(kFreshStates.begin(), kFreshStates.end(), state) != kFreshStates.end()) {  // zeros that say so: holes
+    int64_t n = 1;
+    for (int64_t d : p.shape) n *= d;
+    return Tensor(Storage::zero_filled(DType::Float32, n), 0, p.shape, Tensor::contiguous_strides(p.shape));
+  }
   throw Error(folder.dir() + ": " + p.name + " has no state " + state + " (a fresh run's: fp32, exp_avg, exp_avg_sq)");
 }
 

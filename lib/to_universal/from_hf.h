@@ -38,7 +38,7 @@ struct HfMegatronCore {
 };
 HfMegatronCore hf_megatron_core(const formats::hf::Folder& folder, const formats::hf::ImportPlan& plan, const std::string& input);
 // Plan parameter `param`'s `state` as a fresh run holds it: "fp32" the weights upcast and joined (hf_joined_value),
-// "exp_avg" and "exp_avg_sq" zeros; another state is an Error.
+// "exp_avg" and "exp_avg_sq" zeros (Storage::zero_filled: written as holes, no bytes made); another state is an Error.
 Tensor hf_fresh_state(const formats::hf::Folder& folder, const formats::hf::ImportPlan& plan, size_t param, const std::string& state);
 
 // One parameter's files in a fresh run's universal form under `zero_dir`: fp32 = `fp32`, exp_avg = exp_avg_sq = 0,

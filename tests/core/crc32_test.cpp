@@ -70,4 +70,11 @@ TEST(Crc32, KnownCheckValue) {
   EXPECT_EQ(crc32_update(0, {reinterpret_cast<const uint8_t*>(s), 9}), 0xCBF43926u);
 }
 
+TEST(Crc32, ZerosAsZlibSumsThem) {
+  std::vector<uint8_t> zeros(3 << 20, 0);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{2}, size_t{3}, size_t{63}, size_t{64}, size_t{4095}, size_t{65537},
+                   size_t{1} << 20, (size_t{3} << 20) - 1, size_t{3} << 20})
+    EXPECT_EQ(crc32_zeros(n), zlib_crc(zeros.data(), n)) << n;
+}
+
 }  // namespace crc32_test

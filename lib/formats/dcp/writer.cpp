@@ -127,6 +127,11 @@ Tensor own_storage(const Tensor& t) {
 }  // namespace
 
 Tensor cut_box(const Tensor& whole, const Chunk& c) {
+  if (whole.storage() && whole.storage()->is_zero()) {  // a box of zeros is zeros (Storage::zero_filled: no bytes made)
+    int64_t n = 1;
+    for (int64_t s : c.sizes) n *= s;
+    return Tensor(Storage::zero_filled(whole.dtype(), n), 0, c.sizes, Tensor::contiguous_strides(c.sizes));
+  }
   if (c.sizes == whole.shape()) return own_storage(whole);  // the whole tensor: no copy when it owns its storage
   Tensor t = whole;
   for (size_t d = 0; d < c.sizes.size(); ++d) t = t.narrow(static_cast<int64_t>(d), c.offsets[d], c.sizes[d]);

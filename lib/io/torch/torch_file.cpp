@@ -396,6 +396,7 @@ void save_torch_file(const std::string& path, const pickle::ValuePtr& root, cons
   const std::string pkl = pickle_root(root, order);
   ZipWriter zip(path, options.durable, options.start_writeback);
   write_records(zip, options.archive_prefix, pkl, order, [&](const std::string& name, const std::shared_ptr<Storage>& st) {
+    if (st->is_zero()) return zip.add_zeros(name, st->nbytes());  // a hole: nothing to write
     zip.add_streamed(name, st->nbytes(), [&st](uint64_t off, std::span<uint8_t> w) { st->generate(off, w); },
                      dtype_size(st->dtype()));
   });
@@ -408,6 +409,7 @@ uint64_t append_torch_file(AtomicFile& out, const pickle::ValuePtr& root, const 
   const uint64_t start = out.offset();
   ZipWriter zip(out);
   write_records(zip, options.archive_prefix, pkl, order, [&](const std::string& name, const std::shared_ptr<Storage>& st) {
+    if (st->is_zero()) return zip.add_zeros(name, st->nbytes());  // a hole: nothing to write
     zip.add_streamed(name, st->nbytes(), [&st](uint64_t off, std::span<uint8_t> w) { st->generate(off, w); },
                      dtype_size(st->dtype()));
   });

@@ -78,6 +78,13 @@ void ZipWriter::add_streamed(const std::string& name, uint64_t size, const Fill&
   entries_.push_back({name, offset, size, crc});
 }
 
+void ZipWriter::add_zeros(const std::string& name, uint64_t size) {
+  const uint32_t crc = crc32_zeros(size);
+  const uint64_t offset = local_header(name, size, crc);
+  file_->skip(size);
+  entries_.push_back({name, offset, size, crc});
+}
+
 size_t ZipWriter::reserve(const std::string& name, uint64_t size) {
   const uint64_t offset = local_header(name, size, 0);
   Entry e{name, offset, size, 0};

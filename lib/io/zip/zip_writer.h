@@ -36,6 +36,9 @@ class ZipWriter {
   // its bytes are given later with write_reserved (any order, several threads at once for
   // disjoint ranges) and its CRC-32 with set_crc, both before finish(). Returns the record's index.
   size_t reserve(const std::string& name, uint64_t size);
+  // Adds one record of `size` zero bytes as a hole of the file (nothing written: the file system reads zeros back;
+  // the CRC-32 computed, not summed over bytes).
+  void add_zeros(const std::string& name, uint64_t size);
   void write_reserved(size_t record, uint64_t offset, std::span<const uint8_t> bytes);
   void set_crc(size_t record, uint32_t crc);
   // Writes out buffered bytes and frees the write buffer (a writer kept open while others work).

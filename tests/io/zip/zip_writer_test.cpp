@@ -3,6 +3,7 @@
 // zipfile (names, bytes, CRC-32s, dates, 64-byte data alignment), plus a local header checked byte by byte
 // and the writer's refusals.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -162,6 +163,38 @@ TEST(ZipWriter, RecordsOfEveryKindReadBackByPythonZipfile) {
   expect_aligned(path);
   for (const auto& e : std::filesystem::directory_iterator(dir))
     EXPECT_TRUE(e.path().filename() == "k.zip" || e.path().extension() != ".zip") << e.path();
+}
+
+// A record of zeros (a fresh run's optimizer moments) is a hole of the file: Python's zipfile reads its zeros and
+// checks their CRC-32 (computed, not summed), the records after it are in place, and where the file system keeps
+// holes the file takes less room than its size.
+TEST(ZipWriter, ARecordOfZerosIsAHoleReadBackAsZeros) {
+  const std::string dir = ucpkit::testing::scratch_dir("zip_writer_zeros");
+  const std::string path = dir + "/z.zip";
+  const size_t n = size_t{4} << 20;
+  {
+    ZipWriter z(path);
+    z.add("z/data.pkl", span_of("pickle"sv));
+    z.add_zeros("z/data/0", n);
+    z.add_zeros("z/data/1", 0);
+    z.add("z/after", span_of("tail"sv));
+    z.finish();
+  }
+  EXPECT_EQ(python_check(path, {{"z/data.pkl", "pickle"}, {"z/data/0", std::string(n, '\0')}, {"z/data/1", ""}, {"z/after", "tail"}}),
+            "ok 4\n");
+  expect_aligned(path);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  // A probe: does this file system keep a hole of the same size?
+  const std::string probe = dir + "/probe";
+  {
+    std::ofstream(probe, std::ios::binary).close();
+    std::filesystem::resize_file(probe, n);
+  }
+  struct stat ps {};
+  ASSERT_EQ(::stat(probe.c_str(), &ps), 0);
+  if (static_cast<uint64_t>(ps.st_blocks) * 512 < n / 2)
+    EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, n / 2) << "the zeros were written, not left as a hole";
 }
 
 TEST(ZipWriter, ZipAppendedInsideALargerFileCountsOffsetsFromItsStart) {
