@@ -375,6 +375,28 @@ Tensor Tensor::contiguous(bool force_copy) const {
   return t;
 }
 
+namespace {
+// `n` values of type In at `in` to type Out at `out` through `f` (memcpy: the buffers may be unaligned).
+template <class In, class Out, class F>
+void convert_each(const uint8_t* in, uint8_t* out, size_t n, F f) {
+  for (size_t i = 0; i < n; ++i) {
+    In x;
+    std::memcpy(&x, in + sizeof(In) * i, sizeof(In));
+    const Out y = f(x);
+    std::memcpy(out + sizeof(Out) * i, &y, sizeof(Out));
+  }
+}
+}  // namespace
+
+void convert_floats(const uint8_t* in, DType from, uint8_t* out, DType to, size_t n) {
+  if (from == to) return (void)std::memcpy(out, in, n * dtype_size(from));
+  // The import's upcast and the model copy of an fp32 master: the bits load_float / store_float give.
+  if (from == DType::BFloat16 && to == DType::Float32) return convert_each<uint16_t, float>(in, out, n, bf16_to_f32);
+  if (from == DType::Float32 && to == DType::BFloat16) return convert_each<float, uint16_t>(in, out, n, f32_to_bf16);
+  const size_t ies = dtype_size(from), oes = dtype_size(to);
+  for (size_t i = 0; i < n; ++i) store_float(out + i * oes, to, load_float(in + i * ies, from), from);
+}
+
 Tensor Tensor::to(DType target) const {
   if (target == dtype()) return contiguous();
   if (!dtype_is_floating(dtype()) || !dtype_is_floating(target))

@@ -139,4 +139,8 @@ class Tensor {
 // Concatenation along `dim` into a new contiguous tensor (dtypes and other dims must match).
 Tensor cat(const std::vector<Tensor>& parts, int64_t dim);
 
+// `n` floating values from `in` (dtype `from`) to `out` (dtype `to`), each as Tensor::to converts it (buffers may be
+// unaligned; Error for a dtype that is not floating).
+void convert_floats(const uint8_t* in, DType from, uint8_t* out, DType to, size_t n);
+
 }  // namespace ucpkit

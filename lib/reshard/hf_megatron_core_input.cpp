@@ -8,6 +8,8 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <string>
 
 #include "formats/detect.h"
 #include "formats/hf/folder.h"
@@ -45,6 +47,22 @@ struct HfStates {
     }
     return last_value;
   }
+
+  // The same, made as it is written (to_universal/hf_joined_stream.h): nothing whole, only the rows asked for read.
+  Tensor stream(size_t param, const std::string& s, uint64_t& read) {
+    if (s != "fp32") return to_universal::hf_fresh_state(folder, plan, param, s);
+    const auto& p = plan.params.at(param);
+    Tensor t = to_universal::hf_joined_stream(folder, plan, p);
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& name : p.sources) {  // counted once per parameter, as state() counts its join
+      if (streamed.insert(name).second) {
+        const auto& x = folder.tensors().at(name);
+        read += static_cast<uint64_t>(numel_of(x.shape)) * dtype_size(x.dtype);
+      }
+    }
+    return t;
+  }
+  std::set<std::string> streamed;  // sources counted in `read`
 };
 
 MegatronCoreInput open_hf(const LoadOptions& o, std::string_view) {
@@ -59,6 +77,7 @@ MegatronCoreInput open_hf(const LoadOptions& o, std::string_view) {
   p.extra_keys = formats::megatron_core::extra_state_keys(core.names, core.stacked);
   p.family = hf->plan.family + " (" + hf->plan.origin + ")";
   p.states = [hf](size_t param, const std::string& state, uint64_t& read) { return hf->state(param, state, read); };
+  p.streams = [hf](size_t param, const std::string& state, uint64_t& read) { return hf->stream(param, state, read); };
   o.reporter.warning(o.input + ": Hugging Face family " + p.family + ", " + std::to_string(hf->plan.params.size()) +
                      " Megatron-Core parameters, read in one pass; optimizer state initialised as a fresh run's "
                      "(exp_avg = exp_avg_sq = 0, step 0)");

@@ -157,6 +157,15 @@ MegatronCoreInput open_megatron_core_input(const LoadOptions& o, std::string_vie
   return p;
 }
 
+Tensor MegatronCoreInput::streamed_value(size_t param, const std::string& state, bool verify, uint64_t& read) const {
+  if (!streams) return value(param, state, verify, read);
+  Tensor t = streams(param, state, read);
+  const auto& e = manifest.params.at(param);
+  if (t.shape() != e.shape || t.dtype() != DType::Float32)
+    throw Error(dir + ": " + e.name + " " + state + ": shape or dtype differs from the plan's (internal)");
+  return t;
+}
+
 Tensor MegatronCoreInput::value(size_t param, const std::string& state, bool verify, uint64_t& read) const {
   const auto& e = manifest.params.at(param);
   Tensor t;

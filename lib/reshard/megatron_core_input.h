@@ -40,10 +40,15 @@ struct MegatronCoreInput {
   // Set by a reader registered for the input's kind (register_megatron_core_reader): `state` of parameter
   // `param` (manifest order) as fp32, whole, made from the input's own files; its bytes read added to `read`.
   std::function<Tensor(size_t param, const std::string& state, uint64_t& read)> states;
+  // Optional, for a writer that streams (torch_dist): the same values as generated tensors (io/generated_view.h),
+  // made window by window as they are written, never whole (a Hugging Face folder's).
+  std::function<Tensor(size_t param, const std::string& state, uint64_t& read)> streams;
 
   // Parameter `param`'s `state` ("fp32", "exp_avg", ...) in Megatron-Core layout, whole, as fp32; its
   // bytes read are added to `read`. Checksums checked when `verify`. Throws Error naming the file.
   Tensor value(size_t param, const std::string& state, bool verify, uint64_t& read) const;
+  // value(), as a generated tensor where the reader makes one (`streams`), else whole.
+  Tensor streamed_value(size_t param, const std::string& state, bool verify, uint64_t& read) const;
   // Rows the Megatron-Core view added to parameter `param` (a DeepSpeed input's vocabulary padded to
   // Megatron's padded size, zeros); 0 for a Megatron-Core-named folder, whose rows are all the source's.
   int64_t rows_added(size_t param) const;

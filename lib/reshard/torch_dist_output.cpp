@@ -27,6 +27,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/staging.h"
+#include "io/generated_view.h"
 #include "io/shape.h"
 #include "parallel/mpi_session.h"
 #include "parallel/share.h"
@@ -325,8 +326,10 @@ void write_torch_dist(const LoadOptions& options, const TdPrepared& p, const std
   auto param_state = [&](size_t param, const std::string& state, DType dtype) -> const Tensor& {
     if (cache.param == param && cache.state == state && cache.dtype == dtype) return cache.t;
     cache = {};  // the previous state goes before the next is made: memory holds one at a time
-    Tensor t = p.in.value(param, state, options.verify, read);
-    if (dtype != DType::Float32) {
+    Tensor t = p.in.streamed_value(param, state, options.verify, read);
+    if (dtype != DType::Float32 && t.storage() && t.storage()->is_generated()) {
+      t = generated_cast(t, dtype);  // made window by window as it is written
+    } else if (dtype != DType::Float32) {
       const auto b = t.contiguous_bytes();
       std::vector<uint8_t> out(static_cast<size_t>(t.numel()) * dtype_size(dtype));
       convert_from_fp32(reinterpret_cast<const float*>(b.data()), static_cast<size_t>(t.numel()), dtype, out.data());

@@ -18,6 +18,7 @@
 #include "io/tensor.h"
 #include "to_universal/from_hf.h"
 #include "to_universal/from_torch_dist.h"
+#include "to_universal/hf_joined_stream.h"
 #include "to_universal/master_image.h"
 #include "to_universal/megatron_core_names.h"
 #include "to_universal/plan.h"

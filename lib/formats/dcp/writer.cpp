@@ -23,6 +23,7 @@
 #include "core/mapped_file.h"
 #include "core/staging.h"
 #include "formats/dcp/reader.h"
+#include "io/generated_view.h"
 #include "io/pickle/pickler.h"
 #include "io/pickle/unpickler.h"
 #include "io/shape.h"
@@ -127,11 +128,8 @@ Tensor own_storage(const Tensor& t) {
 }  // namespace
 
 Tensor cut_box(const Tensor& whole, const Chunk& c) {
-  if (whole.storage() && whole.storage()->is_zero()) {  // a box of zeros is zeros (Storage::zero_filled: no bytes made)
-    int64_t n = 1;
-    for (int64_t s : c.sizes) n *= s;
-    return Tensor(Storage::zero_filled(whole.dtype(), n), 0, c.sizes, Tensor::contiguous_strides(c.sizes));
-  }
+  // A generated tensor's box stays generated (its bytes made as they are written; zeros stay a hole).
+  if (whole.storage() && whole.storage()->is_generated()) return generated_box(whole, c.offsets, c.sizes);
   if (c.sizes == whole.shape()) return own_storage(whole);  // the whole tensor: no copy when it owns its storage
   Tensor t = whole;
   for (size_t d = 0; d < c.sizes.size(); ++d) t = t.narrow(static_cast<int64_t>(d), c.offsets[d], c.sizes[d]);

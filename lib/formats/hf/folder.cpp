@@ -111,4 +111,12 @@ Tensor Folder::read(const std::string& name) const {
   return Tensor::from_bytes(r.dtype, r.shape, std::move(bytes));
 }
 
+std::pair<std::span<const uint8_t>, std::shared_ptr<const MappedFile>> Folder::mapped(const std::string& name) const {
+  const auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw Error(dir_ + ": no tensor " + escaped_brief(name));
+  const TensorRef& r = it->second;
+  const auto& m = files_.at(r.file);
+  return {{m->data() + r.begin, r.end - r.begin}, m};
+}
+
 }  // namespace ucpkit::formats::hf

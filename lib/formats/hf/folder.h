@@ -7,7 +7,9 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -37,6 +39,9 @@ class Folder {
   const std::map<std::string, TensorRef>& tensors() const { return tensors_; }
   // The tensor `name` (a copy of its bytes, row-major). Throws Error naming the folder when absent.
   Tensor read(const std::string& name) const;
+  // Its bytes where they lie in the shard's map (row-major, not copied) and that map, which keeps them mapped and
+  // drops their pages once read (MappedFile::drop_pages). Throws Error naming the folder when absent.
+  std::pair<std::span<const uint8_t>, std::shared_ptr<const MappedFile>> mapped(const std::string& name) const;
 
  private:
   std::string dir_;
