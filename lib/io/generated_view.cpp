@@ -74,4 +74,27 @@ Tensor generated_cast(const Tensor& t, DType dtype) {
   }));
 }
 
+Tensor generated_rows(const Tensor& t, std::vector<int64_t> order) {
+  require_generated(t, "generated_rows");
+  if (t.dim() == 0) throw Error("generated_rows: a tensor without rows (internal)");
+  const int64_t rows = t.shape()[0];
+  for (int64_t r : order)
+    if (r < 0 || r >= rows) throw Error("generated_rows: row " + std::to_string(r) + " of " + std::to_string(rows));
+  std::vector<int64_t> shape = t.shape();
+  shape[0] = static_cast<int64_t>(order.size());
+  const int64_t cols = rows > 0 ? t.numel() / rows : 0;
+  const uint64_t es = dtype_size(t.dtype());
+  const std::shared_ptr<Storage> from = t.storage();
+  auto fill = [from, cols, es, order = std::move(order)](uint64_t off, std::span<uint8_t> out) {
+    int64_t e = static_cast<int64_t>(off / es), left = static_cast<int64_t>(out.size() / es);
+    uint8_t* to = out.data();
+    while (left > 0) {
+      const int64_t c = e % cols, len = std::min(cols - c, left);
+      from->generate(static_cast<uint64_t>(order[static_cast<size_t>(e / cols)] * cols + c) * es, {to, static_cast<size_t>(len) * es});
+      e += len, left -= len, to += static_cast<size_t>(len) * es;
+    }
+  };
+  return Tensor(Storage::generated(t.dtype(), count(shape), fill), 0, shape, Tensor::contiguous_strides(shape));
+}
+
 }  // namespace ucpkit

@@ -18,4 +18,8 @@ Tensor generated_box(const Tensor& whole, const std::vector<int64_t>& offsets, c
 // A contiguous generated tensor of floating values in `dtype`, each value as Tensor::to converts it.
 Tensor generated_cast(const Tensor& t, DType dtype);
 
+// The rows (first-dim slices) of a contiguous generated tensor in another order: row i of the result is row
+// order[i] of `t` (a permutation, or any selection: the result has order.size() rows). Error for a row out of range.
+Tensor generated_rows(const Tensor& t, std::vector<int64_t> order);
+
 }  // namespace ucpkit

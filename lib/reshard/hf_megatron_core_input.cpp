@@ -77,7 +77,7 @@ MegatronCoreInput open_hf(const LoadOptions& o, std::string_view) {
   p.extra_keys = formats::megatron_core::extra_state_keys(core.names, core.stacked);
   p.family = hf->plan.family + " (" + hf->plan.origin + ")";
   p.states = [hf](size_t param, const std::string& state, uint64_t& read) { return hf->state(param, state, read); };
-  p.streams = [hf](size_t param, const std::string& state, uint64_t& read) { return hf->stream(param, state, read); };
+  p.streams = [hf](size_t param, const std::string& state, bool, uint64_t& read) { return hf->stream(param, state, read); };
   o.reporter.warning(o.input + ": Hugging Face family " + p.family + ", " + std::to_string(hf->plan.params.size()) +
                      " Megatron-Core parameters, read in one pass; optimizer state initialised as a fresh run's "
                      "(exp_avg = exp_avg_sq = 0, step 0)");

@@ -5,10 +5,12 @@
 // its universal folder, a torch_dist save, a Megatron-Core-named universal folder); the model's
 // family, config and tensor layout come from the args of its common state and a family map
 // (formats/hf). Weights only: the optimizer state has no place in a Hugging Face folder. One process.
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
 #include <span>
+#include <vector>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -19,6 +21,7 @@
 #include "formats/hf/import_plan.h"
 #include "formats/megatron_core/deepspeed_map.h"
 #include "formats/megatron_core/model_facts.h"
+#include "io/generated_view.h"
 #include "io/safetensors_file.h"
 #include "reshard/direct_source.h"
 #include "reshard/megatron_core_input.h"
@@ -182,7 +185,19 @@ class ValueCache {
   ValueCache(const HfPrepared& p, bool verify) : p_(p), verify_(verify) {}
   const Tensor& get(const formats::hf::Piece& t) {
     if (param_ == t.param && split_ == t.split) return value_;
-    Tensor v = p_.in.value(t.param, "fp32", verify_, read_);
+    Tensor v = p_.in.streamed_value(t.param, "fp32", verify_, read_);
+    if (v.storage() && v.storage()->is_generated()) {  // made as it is written: nothing whole (generated_view.h)
+      if (t.split == formats::hf::Split::Qkv) {
+        std::vector<int64_t> order;
+        for (const auto& run : formats::megatron_core::qkv_grouped_to_split_rows(
+                 v.shape().size(), v.shape().empty() ? 0 : v.shape()[0], {p_.plan.heads, p_.plan.kv_heads, p_.plan.head_dim}))
+          for (int64_t r = 0; r < run.rows; ++r) order.push_back(run.in + r);
+        v = generated_rows(v, std::move(order));
+      }
+      value_ = generated_cast(v, p_.plan.dtype);
+      param_ = t.param, split_ = t.split;
+      return value_;
+    }
     if (t.split == formats::hf::Split::Qkv)
       v = formats::megatron_core::qkv_grouped_to_split(v, {p_.plan.heads, p_.plan.kv_heads, p_.plan.head_dim});
     v = v.contiguous();
@@ -235,6 +250,19 @@ uint64_t write_hf(const LoadOptions& o, const HfPrepared& p, const std::string& 
         formats::hf::Piece part = piece;
         part.param = i;
         const Tensor& v = cache.get(part);
+        if (v.storage() && v.storage()->is_generated()) {  // its rows made window by window
+          const uint64_t row_bytes = v.shape().empty() || v.shape()[0] == 0 ? 0 : v.nbytes() / static_cast<uint64_t>(v.shape()[0]);
+          const uint64_t end = static_cast<uint64_t>(piece.row0 + piece.rows) * row_bytes;
+          thread_local std::vector<uint8_t> window;
+          const uint64_t step = std::max<uint64_t>(es, (uint64_t{8} << 20) / es * es);
+          for (uint64_t at = static_cast<uint64_t>(piece.row0) * row_bytes; at < end; at += step) {
+            window.resize(static_cast<size_t>(std::min(step, end - at)));
+            v.storage()->generate(at, window);
+            f.write(window.data(), window.size());
+            if (!o.audit.empty()) sha.update(window);
+          }
+          continue;
+        }
         const auto bytes = v.contiguous_bytes();
         const size_t row_bytes = v.shape().empty() || v.shape()[0] == 0 ? 0 : bytes.size() / static_cast<size_t>(v.shape()[0]);
         const std::span<const uint8_t> out(bytes.data() + static_cast<size_t>(piece.row0) * row_bytes,

@@ -159,7 +159,7 @@ MegatronCoreInput open_megatron_core_input(const LoadOptions& o, std::string_vie
 
 Tensor MegatronCoreInput::streamed_value(size_t param, const std::string& state, bool verify, uint64_t& read) const {
   if (!streams) return value(param, state, verify, read);
-  Tensor t = streams(param, state, read);
+  Tensor t = streams(param, state, verify, read);
   const auto& e = manifest.params.at(param);
   if (t.shape() != e.shape || t.dtype() != DType::Float32)
     throw Error(dir + ": " + e.name + " " + state + ": shape or dtype differs from the plan's (internal)");

@@ -40,9 +40,10 @@ struct MegatronCoreInput {
   // Set by a reader registered for the input's kind (register_megatron_core_reader): `state` of parameter
   // `param` (manifest order) as fp32, whole, made from the input's own files; its bytes read added to `read`.
   std::function<Tensor(size_t param, const std::string& state, uint64_t& read)> states;
-  // Optional, for a writer that streams (torch_dist): the same values as generated tensors (io/generated_view.h),
-  // made window by window as they are written, never whole (a Hugging Face folder's).
-  std::function<Tensor(size_t param, const std::string& state, uint64_t& read)> streams;
+  // Optional, for a writer that streams (torch_dist, hf): the same values as generated tensors (io/generated_view.h),
+  // made window by window as they are written, never whole (a Hugging Face folder's; a torch_dist save's without
+  // `verify`, whose checksums are checked on whole items); a reader may still give a whole one.
+  std::function<Tensor(size_t param, const std::string& state, bool verify, uint64_t& read)> streams;
 
   // Parameter `param`'s `state` ("fp32", "exp_avg", ...) in Megatron-Core layout, whole, as fp32; its
   // bytes read are added to `read`. Checksums checked when `verify`. Throws Error naming the file.

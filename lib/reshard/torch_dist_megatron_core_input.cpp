@@ -1,9 +1,16 @@
 // ucp-load --format hf / torch_dist of a Megatron-Core torch_dist save in one pass (megatron_core_input.h): the save
 // read as the universal folder ucp-union would write of it (to_universal/from_torch_dist.h: the same manifest, the
 // common state in its fully_reshardable form, the ._extra_state objects as stored), each parameter state read whole
-// from the save when the writer asks for it (TorchDistStates::read, its items' CRC-32s checked). An export to Hugging
-// Face reads only the fp32 states it writes from; through a universal folder every state was written and read back.
+// from the save when the writer asks for it (TorchDistStates::read, its items' CRC-32s checked), or with --no-verify
+// made as it is written, range by range. An export to Hugging Face reads only the fp32 states it writes from; through
+// a universal folder every state was written and read back.
+#include <memory>
+#include <span>
+#include <string>
+
+#include "formats/dcp/range_reader.h"
 #include "formats/detect.h"
+#include "io/tensor.h"
 #include "reshard/megatron_core_input.h"
 #include "to_universal/direct.h"  // from_torch_dist.h
 
@@ -24,6 +31,21 @@ MegatronCoreInput open_torch_dist(const LoadOptions& o, std::string_view) {
     Tensor t = td->read(param, state);
     read += t.nbytes();
     return t;
+  };
+  // Streamed with --no-verify: each fp32 state a generated tensor copying element ranges out of the data files as
+  // they are written (formats/dcp/range_reader.h); whole where its chunks do not suit a range reader.
+  p.streams = [td](size_t param, const std::string& state, bool verify, uint64_t& read) {
+    std::shared_ptr<formats::dcp::RangeReader> r = verify ? nullptr : td->range(param, state);
+    if (!r) {  // --verify (each item's CRC-32 checked over its whole record), or chunks a range reader does not suit
+      Tensor t = td->read(param, state);
+      read += t.nbytes();
+      return t;
+    }
+    read += static_cast<uint64_t>(r->numel()) * 4;
+    auto fill = [td, r](uint64_t off, std::span<uint8_t> out) {
+      r->copy(static_cast<int64_t>(off / 4), static_cast<int64_t>(out.size() / 4), out.data());
+    };
+    return Tensor(Storage::generated(DType::Float32, r->numel(), fill), 0, r->shape(), Tensor::contiguous_strides(r->shape()));
   };
   o.reporter.detail(o.input + ": Megatron-Core torch_dist save, " + std::to_string(p.manifest.params.size()) +
                     " parameters, read in one pass");
