@@ -391,8 +391,11 @@ void convert_each(const uint8_t* in, uint8_t* out, size_t n, F f) {
 void convert_floats(const uint8_t* in, DType from, uint8_t* out, DType to, size_t n) {
   if (from == to) return (void)std::memcpy(out, in, n * dtype_size(from));
   // The import's upcast and the model copy of an fp32 master: the bits load_float / store_float give.
-  if (from == DType::BFloat16 && to == DType::Float32) return convert_each<uint16_t, float>(in, out, n, bf16_to_f32);
-  if (from == DType::Float32 && to == DType::BFloat16) return convert_each<float, uint16_t>(in, out, n, f32_to_bf16);
+  // (Lambdas, not function pointers: inlined, the loops vectorize.)
+  if (from == DType::BFloat16 && to == DType::Float32)
+    return convert_each<uint16_t, float>(in, out, n, [](uint16_t h) { return bf16_to_f32(h); });
+  if (from == DType::Float32 && to == DType::BFloat16)
+    return convert_each<float, uint16_t>(in, out, n, [](float f) { return f32_to_bf16(f); });
   const size_t ies = dtype_size(from), oes = dtype_size(to);
   for (size_t i = 0; i < n; ++i) store_float(out + i * oes, to, load_float(in + i * ies, from), from);
 }
