@@ -1,12 +1,14 @@
 // ucp-load --format hf / torch_dist of a Megatron-Core torch_dist save in one pass (megatron_core_input.h): the save
 // read as the universal folder ucp-union would write of it (to_universal/from_torch_dist.h: the same manifest, the
 // common state in its fully_reshardable form, the ._extra_state objects as stored), each parameter state read whole
-// from the save when the writer asks for it (TorchDistStates::read, its items' CRC-32s checked), or with --no-verify
-// made as it is written, range by range. An export to Hugging Face reads only the fp32 states it writes from; through
+// from the save when the writer asks for it (TorchDistStates::read, its items' CRC-32s checked), or made as it is
+// written, range by range, for a writer that streams. An export to Hugging Face reads only the fp32 states it writes from; through
 // a universal folder every state was written and read back.
+#include <algorithm>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "formats/dcp/range_reader.h"
 #include "formats/detect.h"
@@ -32,14 +34,23 @@ MegatronCoreInput open_torch_dist(const LoadOptions& o, std::string_view) {
     read += t.nbytes();
     return t;
   };
-  // Streamed with --no-verify: each fp32 state a generated tensor copying element ranges out of the data files as
-  // they are written (formats/dcp/range_reader.h); whole where its chunks do not suit a range reader.
+  // Streamed: each fp32 state a generated tensor copying element ranges out of the data files as they are written
+  // (formats/dcp/range_reader.h); whole where its chunks do not suit a range reader. With --verify its items' CRC-32s
+  // are checked first by a pass of their own, window by window (the bytes read twice, never whole: the writers may
+  // ask for a range twice, which a range reader's own check does not allow).
   p.streams = [td](size_t param, const std::string& state, bool verify, uint64_t& read) {
-    std::shared_ptr<formats::dcp::RangeReader> r = verify ? nullptr : td->range(param, state);
-    if (!r) {  // --verify (each item's CRC-32 checked over its whole record), or chunks a range reader does not suit
+    std::shared_ptr<formats::dcp::RangeReader> r = td->range(param, state);
+    if (!r) {
       Tensor t = td->read(param, state);
       read += t.nbytes();
       return t;
+    }
+    if (verify) {
+      const std::unique_ptr<formats::dcp::RangeReader> check = td->range(param, state);
+      const int64_t window = int64_t{1} << 20;
+      std::vector<uint8_t> bytes(static_cast<size_t>(std::min(window, check->numel())) * 4);
+      for (int64_t at = 0; at < check->numel(); at += window) check->copy(at, std::min(window, check->numel() - at), bytes.data());
+      check->finish();
     }
     read += static_cast<uint64_t>(r->numel()) * 4;
     auto fill = [td, r](uint64_t off, std::span<uint8_t> out) {
