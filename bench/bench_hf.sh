@@ -9,19 +9,29 @@
 #   export  ucp-load --input <that torch_dist save> --format hf
 # Time (s) and peak RSS (GNU time) per round, rounds alternating, medians and ratios at the end. The input
 # (bench_hf_make.py, transformers' save_pretrained, bf16, 1 GB shards) is made once and kept.
-# Usage: bench/bench_hf.sh [build_dir] [rounds]   env: HIDDEN (1536), INTER (4096), LAYERS (6), VOCAB (32000), WORK
+# Usage: bench/bench_hf.sh [build_dir] [rounds]   env: HIDDEN (1536), INTER (4096), LAYERS (6), VOCAB (32000), WORK;
+#        MODEL=qwen3moe: instead a Qwen3-MoE-shaped folder (bench_hf_make_moe.py: vocabulary 151,936 x hidden 2048, LAYERS
+#        (2) layers of EXPERTS (8) experts), imported at TP 2 x EP 4 x DP 4
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
 rounds=${2:-2}
-HIDDEN=${HIDDEN:-1536}; INTER=${INTER:-4096}; LAYERS=${LAYERS:-6}; VOCAB=${VOCAB:-32000}
+HIDDEN=${HIDDEN:-1536}; INTER=${INTER:-4096}; VOCAB=${VOCAB:-32000}
+if [[ ${MODEL:-} == qwen3moe ]]; then LAYERS=${LAYERS:-2}; else LAYERS=${LAYERS:-6}; fi
 work=${WORK:-/tmp/ucpkit-bench-hf}
 . "$root/scripts/frameworks/env.sh"
 frameworks_python "$root"
 . "$root/bench/bench_lib.sh"
 mkdir -p "$work"
-hf=$work/hf-h$HIDDEN-l$LAYERS
-[ -f "$hf/config.json" ] || PYTHONWARNINGS=ignore "$FRAMEWORKS_PY" "$root/bench/bench_hf_make.py" "$hf" "$HIDDEN" "$INTER" "$LAYERS" "$VOCAB" 2>/dev/null
+if [[ ${MODEL:-} == qwen3moe ]]; then
+  hf=$work/qwen3moe-l$LAYERS-e${EXPERTS:=8}
+  layout=(--tp 2 --ep 4 --dp 4)
+  [ -f "$hf/config.json" ] || PYTHONWARNINGS=ignore "$FRAMEWORKS_PY" "$root/bench/bench_hf_make_moe.py" "$hf" "$LAYERS" "$EXPERTS" 2>/dev/null
+else
+  hf=$work/hf-h$HIDDEN-l$LAYERS
+  layout=(--tp 2 --pp 1 --dp 1)
+  [ -f "$hf/config.json" ] || PYTHONWARNINGS=ignore "$FRAMEWORKS_PY" "$root/bench/bench_hf_make.py" "$hf" "$HIDDEN" "$INTER" "$LAYERS" "$VOCAB" 2>/dev/null
+fi
 bytes() { du -sb "$1" | cut -f1; }
 floor() {  # read every file of $1 once, write $2 bytes once, flush
   cat "$1"/* > /dev/null
@@ -42,11 +52,11 @@ echo "input: $hf, $(bytes "$hf") bytes ($(ls "$hf" | tr '\n' ' '))"
 for ((r = 1; r <= rounds; r++)); do
   rm -rf "$work/td" "$work/td2" "$work/back" "$work/peer_out"
   room $((10 * $(bytes "$hf")))
-  add import $(measure "$build/bin/ucp-load" -q --input "$hf" --format torch_dist --tp 2 --pp 1 --dp 1 --output "$work/td")
+  add import $(measure "$build/bin/ucp-load" -q --input "$hf" --format torch_dist "${layout[@]}" --output "$work/td")
   td_bytes=$(bytes "$work/td")
   # The same import by two MPI ranks (the data files shared: docs/ucp-load.md), written beside and removed.
   add import_np2 $(measure env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --allow-run-as-root \
-    --oversubscribe -np 2 "$build/bin/ucp-load" -q --input "$hf" --format torch_dist --tp 2 --pp 1 --dp 1 --output "$work/td2")
+    --oversubscribe -np 2 "$build/bin/ucp-load" -q --input "$hf" --format torch_dist "${layout[@]}" --output "$work/td2")
   rm -rf "$work/td2"
   add import_floor $(measure bash -c "$(declare -f floor); work=$work; floor $hf $td_bytes")
   iter=$work/td/release  # an import is a release save (weights without a training run)
