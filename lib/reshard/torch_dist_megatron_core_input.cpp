@@ -6,6 +6,8 @@
 // a universal folder every state was written and read back.
 #include <algorithm>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,14 +40,24 @@ MegatronCoreInput open_torch_dist(const LoadOptions& o, std::string_view) {
   // (formats/dcp/range_reader.h); whole where its chunks do not suit a range reader. With --verify its items' CRC-32s
   // are checked first by a pass of their own, window by window (the bytes read twice, never whole: the writers may
   // ask for a range twice, which a range reader's own check does not allow).
-  p.streams = [td](size_t param, const std::string& state, bool verify, uint64_t& read) {
+  struct Checked {  // the states whose items were checked (a torch_dist output asks for the fp32 state twice)
+    std::mutex mu;
+    std::set<std::pair<size_t, std::string>> done;
+  };
+  auto checked = std::make_shared<Checked>();
+  p.streams = [td, checked](size_t param, const std::string& state, bool verify, uint64_t& read) {
     std::shared_ptr<formats::dcp::RangeReader> r = td->range(param, state);
     if (!r) {
       Tensor t = td->read(param, state);
       read += t.nbytes();
       return t;
     }
+    bool first = false;
     if (verify) {
+      std::lock_guard<std::mutex> lock(checked->mu);
+      first = checked->done.insert({param, state}).second;
+    }
+    if (first) {
       const std::unique_ptr<formats::dcp::RangeReader> check = td->range(param, state);
       const int64_t window = int64_t{1} << 20;
       std::vector<uint8_t> bytes(static_cast<size_t>(std::min(window, check->numel())) * 4);
