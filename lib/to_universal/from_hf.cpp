@@ -72,8 +72,11 @@ ParamResult write_fresh_param(const fs::path& zero_dir, const std::string& name,
   tp.name = name, tp.shape = shape, tp.dtype = dtype;
   r.manifest = torch_dist_entry(tp, kFreshStates, true);
   r.bytes_read += fp32.nbytes();
-  for (const auto& state : kFreshStates)
-    write_state_file(dir, state, state == "fp32" ? fp32 : Tensor::zeros(DType::Float32, shape), r);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  // The zero moments written as holes (Storage::zero_filled: nothing made, nothing written).
+  const Tensor zeros(Storage::zero_filled(DType::Float32, n), 0, shape, Tensor::contiguous_strides(shape));
+  for (const auto& state : kFreshStates) write_state_file(dir, state, state == "fp32" ? fp32 : zeros, r);
   write_step_file(dir, step, r);
   return r;
 }
