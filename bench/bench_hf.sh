@@ -10,7 +10,7 @@
 # Time (s) and peak RSS (GNU time) per round, rounds alternating, medians and ratios at the end. The input
 # (bench_hf_make.py, transformers' save_pretrained, bf16, 1 GB shards) is made once and kept.
 # Usage: bench/bench_hf.sh [build_dir] [rounds]   env: HIDDEN (1536), INTER (4096), LAYERS (6), VOCAB (32000), WORK;
-#        MODEL=qwen3moe: instead a Qwen3-MoE-shaped folder (bench_hf_make_moe.py: vocabulary 151,936 x hidden 2048, LAYERS
+#        MODEL=qwen3moe: instead a Qwen3-MoE-shaped folder (bench_hf_make.py qwen3moe: vocabulary 151,936 x hidden 2048, LAYERS
 #        (2) layers of EXPERTS (8) experts), imported at TP 2 x EP 4 x DP 4
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,7 +26,7 @@ mkdir -p "$work"
 if [[ ${MODEL:-} == qwen3moe ]]; then
   hf=$work/qwen3moe-l$LAYERS-e${EXPERTS:=8}
   layout=(--tp 2 --ep 4 --dp 4)
-  [ -f "$hf/config.json" ] || PYTHONWARNINGS=ignore "$FRAMEWORKS_PY" "$root/bench/bench_hf_make_moe.py" "$hf" "$LAYERS" "$EXPERTS" 2>/dev/null
+  [ -f "$hf/config.json" ] || PYTHONWARNINGS=ignore "$FRAMEWORKS_PY" "$root/bench/bench_hf_make.py" "$hf" qwen3moe "$LAYERS" "$EXPERTS" 2>/dev/null
 else
   hf=$work/hf-h$HIDDEN-l$LAYERS
   layout=(--tp 2 --pp 1 --dp 1)

@@ -1,18 +1,32 @@
-"""A Llama-shaped Hugging Face folder for bench/bench_hf.sh, written by transformers' own save_pretrained
-(random weights, bf16, no download). Usage: bench_hf_make.py OUT HIDDEN INTERMEDIATE LAYERS VOCAB"""
+"""A Hugging Face folder for bench/bench_hf.sh, written by transformers' own save_pretrained (random weights, bf16, no
+download): Llama-shaped, or with `qwen3moe` Qwen3-MoE-shaped (Qwen3-30B-A3B's hidden size 2048, vocabulary 151,936,
+32 heads in 4 KV groups of 128, experts of 768; few layers and experts: the real model's largest tensors, its
+embedding and LM head of 1.2 GB each in fp32, at a size this VM's disk holds).
+Usage: bench_hf_make.py OUT HIDDEN INTERMEDIATE LAYERS VOCAB
+       bench_hf_make.py OUT qwen3moe [LAYERS] [EXPERTS]"""
 import sys
 import warnings
 
 warnings.filterwarnings("ignore")
 import torch  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM  # noqa: E402
 
-out, hidden, inter, layers, vocab = sys.argv[1], *map(int, sys.argv[2:6])
+out = sys.argv[1]
+if sys.argv[2] == "qwen3moe":
+    layers = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+    experts = int(sys.argv[4]) if len(sys.argv) > 4 else 8
+    cls, cfg = Qwen3MoeForCausalLM, Qwen3MoeConfig(
+        hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_hidden_layers=layers,
+        num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=experts, num_experts_per_tok=2,
+        vocab_size=151936, max_position_embeddings=4096, tie_word_embeddings=False)
+else:
+    hidden, inter, layers, vocab = map(int, sys.argv[2:6])
+    cls, cfg = LlamaForCausalLM, LlamaConfig(
+        hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers, num_attention_heads=hidden // 128,
+        num_key_value_heads=hidden // 256, vocab_size=vocab, max_position_embeddings=4096)
 torch.manual_seed(0)
-cfg = LlamaConfig(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers, num_attention_heads=hidden // 128,
-                  num_key_value_heads=hidden // 256, vocab_size=vocab, max_position_embeddings=4096)
 with torch.device("meta"):
-    model = LlamaForCausalLM(cfg)
+    model = cls(cfg)
 model = model.to_empty(device="cpu").to(torch.bfloat16)
 with torch.no_grad():
     for p in model.parameters():

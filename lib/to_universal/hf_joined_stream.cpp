@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "formats/megatron_core/deepspeed_map.h"
 
 namespace ucpkit::to_universal {
 
@@ -53,14 +54,13 @@ Tensor hf_joined_stream(const formats::hf::Folder& folder, const formats::hf::Im
   }
   if (static_cast<int64_t>(joined.size()) != height)
     throw bad("its tensors hold " + std::to_string(joined.size()) + " rows, the plan " + std::to_string(height));
-  if (p.merge == formats::hf::Split::Qkv) {  // formats/megatron_core qkv_split_to_grouped's order
-    const int64_t per = plan.heads / plan.kv_heads, d = plan.head_dim, q = plan.heads * d, kv = plan.kv_heads * d;
-    if (height != q + 2 * kv) throw bad("QKV rows " + std::to_string(height) + " are not (heads + 2 groups) x head size");
-    for (int64_t g = 0; g < plan.kv_heads; ++g) {
-      for (int64_t r = g * per * d; r < (g + 1) * per * d; ++r) rows->order.push_back(joined[static_cast<size_t>(r)]);
-      for (int64_t r = q + g * d; r < q + (g + 1) * d; ++r) rows->order.push_back(joined[static_cast<size_t>(r)]);
-      for (int64_t r = q + kv + g * d; r < q + kv + (g + 1) * d; ++r) rows->order.push_back(joined[static_cast<size_t>(r)]);
-    }
+  if (p.merge == formats::hf::Split::Qkv) {
+    // qkv_split_to_grouped's order: the runs that take the grouped rows back to [Q; K; V], read the other way (they
+    // also refuse a shape that is not (heads + 2 groups) x head size, as the whole join does).
+    rows->order.resize(joined.size());
+    for (const auto& run : formats::megatron_core::qkv_grouped_to_split_rows(p.shape.size(), height,
+                                                                            {plan.heads, plan.kv_heads, plan.head_dim}))
+      for (int64_t r = 0; r < run.rows; ++r) rows->order[static_cast<size_t>(run.in + r)] = joined[static_cast<size_t>(run.out + r)];
   } else {
     rows->order = std::move(joined);
   }
