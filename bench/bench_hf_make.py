@@ -3,7 +3,8 @@ download): Llama-shaped, or with `qwen3moe` Qwen3-MoE-shaped (Qwen3-30B-A3B's hi
 32 heads in 4 KV groups of 128, experts of 768; few layers and experts: the real model's largest tensors, its
 embedding and LM head of 1.2 GB each in fp32, at a size this VM's disk holds).
 Usage: bench_hf_make.py OUT HIDDEN INTERMEDIATE LAYERS VOCAB
-       bench_hf_make.py OUT qwen3moe [LAYERS] [EXPERTS]"""
+       bench_hf_make.py OUT qwen3moe [LAYERS] [EXPERTS] [DTYPE]   (DTYPE bf16 or fp32, default bf16: the fp32 folder of
+       bench_hf_large.sh is one larger than half the RAM whose import and export this VM's disk can still hold)"""
 import sys
 import warnings
 
@@ -12,7 +13,9 @@ import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM  # noqa: E402
 
 out = sys.argv[1]
+dtype = torch.bfloat16
 if sys.argv[2] == "qwen3moe":
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[sys.argv[5] if len(sys.argv) > 5 else "bf16"]
     layers = int(sys.argv[3]) if len(sys.argv) > 3 else 2
     experts = int(sys.argv[4]) if len(sys.argv) > 4 else 8
     cls, cfg = Qwen3MoeForCausalLM, Qwen3MoeConfig(
@@ -27,7 +30,7 @@ else:
 torch.manual_seed(0)
 with torch.device("meta"):
     model = cls(cfg)
-model = model.to_empty(device="cpu").to(torch.bfloat16)
+model = model.to_empty(device="cpu").to(dtype)
 with torch.no_grad():
     for p in model.parameters():
         p.normal_(0, 0.02)

@@ -14,3 +14,29 @@ declare -A t c m
 add() { t[$1]+="$2 "; c[$1]+="$3 "; m[$1]+="$4 "; }
 # med: the median of the numbers on standard input (spaces or lines).
 med() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# floor_data IN BYTES OUT: the floor of a conversion: every data byte of the files under IN read once (holes
+# skipped: a save's zero moments are not data), then BYTES written once into the file OUT and flushed; OUT removed.
+floor_data() {
+  python3 - "$1" <<'PY' || return 1
+import os, sys
+buf = memoryview(bytearray(8 << 20))
+for top, _, names in os.walk(sys.argv[1]):
+    for name in names:
+        fd = os.open(os.path.join(top, name), os.O_RDONLY)
+        pos, end = 0, os.fstat(fd).st_size
+        while pos < end:
+            try:
+                pos = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError:  # only a hole is left
+                break
+            stop = os.lseek(fd, pos, os.SEEK_HOLE)
+            os.lseek(fd, pos, os.SEEK_SET)
+            while pos < stop:
+                n = os.readv(fd, [buf[:min(len(buf), stop - pos)]])
+                if n <= 0:
+                    break
+                pos += n
+        os.close(fd)
+PY
+  dd if=/dev/zero of="$3" bs=1M count=$(( ($2 + 1048575) / 1048576 )) status=none && sync -f "$3" && rm -f "$3"
+}

@@ -74,6 +74,11 @@ struct SavePlan {
   std::vector<int64_t> mesh;    // [1] for Whole
   std::vector<Entry> entries;   // state-dict order; each tensor's chunks in torch's global-plan order
   std::vector<PlannedFile> files;
+  // The order the items are written in (each file's items follow it); empty: the entries in order, each one's chunks
+  // in order. The .metadata lists the items in plan order either way. A writer whose source reads the same bytes
+  // for several entries (a torch_dist import: a parameter's model copy and its fp32 master) puts those items
+  // together, so the second read finds the bytes still in the page cache.
+  std::vector<PlannedItem> write_order;
 };
 
 // The plan for `entries` (fqn, is_bytes, dtype, size; their chunks are ignored) on `target`. Every

@@ -263,6 +263,26 @@ StorageInfo append_tensor(DataFile& f, const Tensor& chunk) {
 }  // namespace
 
 namespace {
+// A write order lists every item of the plan once (each chunk of each tensor, each bytes entry).
+void check_write_order(const SavePlan& plan, const std::string& out) {
+  size_t items = 0;
+  std::vector<std::vector<char>> seen(plan.entries.size());
+  for (size_t k = 0; k < plan.entries.size(); ++k) {
+    const size_t n = plan.entries[k].is_bytes ? 1 : plan.entries[k].chunks.size();
+    seen[k].assign(n, 0);
+    items += n;
+  }
+  for (const PlannedItem& it : plan.write_order) {
+    const bool bytes = it.entry < plan.entries.size() && plan.entries[it.entry].is_bytes;
+    const size_t c = bytes && it.chunk == PlannedItem::kBytes ? 0 : it.chunk;
+    if (it.entry >= plan.entries.size() || c >= seen[it.entry].size() || seen[it.entry][c]++)
+      fail(out, "DCP writer: the write order names an item twice or one the plan lacks (internal)");
+  }
+  if (plan.write_order.size() != items) fail(out, "DCP writer: the write order leaves items out (internal)");
+}
+}  // namespace
+
+namespace {
 constexpr size_t kBatchBytes = size_t{256} << 20;  // chunks made before they are written in parallel
 constexpr size_t kParallelBytes = size_t{1} << 20;  // a batch smaller is written on this thread
 }  // namespace
@@ -290,61 +310,73 @@ WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, con
     return it->second;
   };
   auto place = [&](size_t entry, size_t chunk) -> DataFile& { return files[file_index(entry, chunk)]; };
-  for (size_t k = 0; k < plan.entries.size(); ++k) {
+  // The chunks are made one after another (the source is called in write order), a batch of at most one chunk per data
+  // file and kBatchBytes, then written file by file in parallel: the chunks of one tensor are mostly its TP pieces,
+  // each for another rank's file, and the writes (the kernel's copy into the page cache, each zip's CRC-32) were most
+  // of a conversion. Each file still gets its items in write order, so the files are the same bytes as written in turn.
+  struct Made {
+    PlannedItem at;
+    Tensor t;
+  };
+  std::vector<Made> batch;
+  std::vector<char> in_batch(files.size(), 0);  // a file already has a chunk of the batch
+  size_t batch_bytes = 0;
+  auto write_batch = [&] {
+    std::vector<StorageInfo> info(batch.size());
+    auto write_one = [&](size_t i) {
+      info[i] = append_tensor(place(batch[i].at.entry, batch[i].at.chunk), batch[i].t);
+      batch[i].t = Tensor();
+    };
+    // Threads only for chunks worth waking them: for 100,000 chunks of 8 bytes, the workers spinning between
+    // batches cost a sixth of the rewrite's CPU.
+    if (batch.size() > 1 && batch_bytes >= kParallelBytes) tbb::parallel_for(size_t{0}, batch.size(), write_one);
+    else
+      for (size_t i = 0; i < batch.size(); ++i) write_one(i);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const PlannedItem& at = batch[i].at;
+      result.items.push_back({plan.entries[at.entry].fqn, plan.entries[at.entry].chunks[at.chunk].offsets, info[i]});
+      result.order.push_back({at.entry, at.chunk});
+    }
+    batch.clear();
+    std::fill(in_batch.begin(), in_batch.end(), 0);
+    batch_bytes = 0;
+  };
+  auto write_item = [&](size_t k, size_t c) {
     check_interrupted();
     const Entry& e = plan.entries[k];
     if (e.is_bytes) {
-      if (!mine[file_index(k, PlannedItem::kBytes)]) continue;
+      if (!mine[file_index(k, PlannedItem::kBytes)]) return;
+      write_batch();  // the items before it first: each file's items stay in write order
       const std::vector<uint8_t> b = source.bytes(e);
       result.items.push_back({e.fqn, std::nullopt, append_bytes(place(k, PlannedItem::kBytes), b)});
       result.order.push_back({k, PlannedItem::kBytes});
-      continue;
+      return;
     }
-    // The chunks are made one after another (the source is called in plan order), a batch of at most one chunk
-    // per data file and kBatchBytes, then written file by file in parallel: the chunks of one tensor are mostly its TP pieces, each for another
-    // rank's file, and the writes (the kernel's copy into the page cache, each zip's CRC-32) were most of a
-    // conversion. Each file still gets its items in plan order, so the files are the same bytes as written in turn.
-    std::vector<Tensor> batch;
-    std::vector<size_t> chunk_of;                 // the batch's chunk indices, each in another data file
-    std::vector<char> in_batch(files.size(), 0);  // a file already has a chunk of the batch
-    size_t batch_bytes = 0;
-    auto write_batch = [&] {
-      std::vector<StorageInfo> info(batch.size());
-      auto write_one = [&](size_t i) {
-        info[i] = append_tensor(place(k, chunk_of[i]), batch[i]);
-        batch[i] = Tensor();
-      };
-      // Threads only for chunks worth waking them: for 100,000 chunks of 8 bytes, the workers spinning between
-      // batches cost a sixth of the rewrite's CPU.
-      if (batch.size() > 1 && batch_bytes >= kParallelBytes) tbb::parallel_for(size_t{0}, batch.size(), write_one);
-      else
-        for (size_t i = 0; i < batch.size(); ++i) write_one(i);
-      for (size_t i = 0; i < batch.size(); ++i) {
-        result.items.push_back({e.fqn, e.chunks[chunk_of[i]].offsets, info[i]});
-        result.order.push_back({k, chunk_of[i]});
-      }
-      batch.clear();
-      chunk_of.clear();
-      std::fill(in_batch.begin(), in_batch.end(), 0);
-      batch_bytes = 0;
-    };
-    for (size_t c = 0; c < e.chunks.size(); ++c) {
-      const size_t f = file_index(k, c);
-      if (!mine[f]) continue;  // another process's file
-      if (in_batch[f]) write_batch();  // one chunk per file
-      in_batch[f] = 1;
-      Tensor t = source.chunk(e, c);
-      if (t.dtype() != e.dtype || t.shape() != e.chunks[c].sizes)
-        fail(out, "DCP writer: chunk " + std::to_string(c) + " of '" + escaped_brief(e.fqn) + "' from the source is a " +
-                    std::string(dtype_name(t.dtype())) + " tensor of shape " + shape_str(t.shape()) + ", the plan says " +
-                    std::string(dtype_name(e.dtype)) + " " + shape_str(e.chunks[c].sizes));
-      batch_bytes += static_cast<size_t>(t.nbytes());
-      batch.push_back(std::move(t));
-      chunk_of.push_back(c);
-      if (batch_bytes >= kBatchBytes) write_batch();
+    const size_t f = file_index(k, c);
+    if (!mine[f]) return;  // another process's file
+    if (in_batch[f]) write_batch();  // one chunk per file
+    in_batch[f] = 1;
+    Tensor t = source.chunk(e, c);
+    if (t.dtype() != e.dtype || t.shape() != e.chunks[c].sizes)
+      fail(out, "DCP writer: chunk " + std::to_string(c) + " of '" + escaped_brief(e.fqn) + "' from the source is a " +
+                  std::string(dtype_name(t.dtype())) + " tensor of shape " + shape_str(t.shape()) + ", the plan says " +
+                  std::string(dtype_name(e.dtype)) + " " + shape_str(e.chunks[c].sizes));
+    batch_bytes += static_cast<size_t>(t.nbytes());
+    batch.push_back({{k, c}, std::move(t)});
+    if (batch_bytes >= kBatchBytes) write_batch();
+  };
+  if (!plan.write_order.empty()) {
+    check_write_order(plan, out);
+    for (const PlannedItem& it : plan.write_order) write_item(it.entry, it.chunk);
+  } else {
+    for (size_t k = 0; k < plan.entries.size(); ++k) {
+      const Entry& e = plan.entries[k];
+      if (e.is_bytes) write_item(k, PlannedItem::kBytes);
+      for (size_t c = 0; !e.is_bytes && c < e.chunks.size(); ++c) write_item(k, c);
+      write_batch();  // a batch holds one entry's chunks (a materialized source keeps one tensor alive)
     }
-    write_batch();
   }
+  write_batch();
   for (DataFile& f : files) {
     if (!f.out) continue;
     result.bytes += f.out->offset();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <regex>
+#include <tuple>
 
 #include "core/error.h"
 #include "formats/megatron_core/key_model.h"
@@ -244,6 +245,36 @@ void plan_entries(const std::vector<std::vector<Box>>& boxes, const std::vector<
   }
 }
 
+// The write order: the bytes items, then parameter by parameter its model chunks and each optimizer state's
+// (param, exp_avg, exp_avg_sq). A torch_dist import reads a parameter's source rows for its model copy and again for
+// its fp32 master; written key after key (every model tensor, then every fp32 master), the rows were read twice from
+// disk once the input outgrew the page cache (a 13.7-GB fp32 folder: 1.47x the floor, two processes 1.02x).
+void order_by_parameter(TorchDistWritePlan& out) {
+  static const std::vector<std::string> kStates = {"param", "exp_avg", "exp_avg_sq"};
+  struct Item {
+    size_t param;
+    size_t state;  // 0 the model copy, then kStates' order
+    dcp::PlannedItem at;
+  };
+  std::vector<Item> items;
+  auto& order = out.plan.write_order;
+  order.clear();
+  for (size_t k = 0; k < out.plan.entries.size(); ++k) {
+    if (out.plan.entries[k].is_bytes) {
+      order.push_back({k, dcp::PlannedItem::kBytes});
+      continue;
+    }
+    const EntrySource& s = out.sources.at(k);
+    const size_t state = s.kind == EntrySource::Model
+                             ? 0
+                             : 1 + static_cast<size_t>(std::find(kStates.begin(), kStates.end(), s.state) - kStates.begin());
+    for (size_t c = 0; c < out.plan.entries[k].chunks.size(); ++c) items.push_back({chunk_origin(out, k, c).param, state, {k, c}});
+  }
+  std::stable_sort(items.begin(), items.end(),
+                   [](const Item& a, const Item& b) { return std::tie(a.param, a.state) < std::tie(b.param, b.state); });
+  for (const Item& i : items) order.push_back(i.at);
+}
+
 }  // namespace
 
 TorchDistWritePlan plan_torch_dist_write(const std::vector<std::string>& names,
@@ -260,6 +291,7 @@ TorchDistWritePlan plan_torch_dist_write(const std::vector<std::string>& names,
   std::vector<std::vector<Box>> boxes;
   for (const StoredKey& key : out.keys) boxes.push_back(chunk_boxes(key, layout.mesh, per_stage));
   plan_entries(boxes, bytes_fqns, layout, out);
+  order_by_parameter(out);
   return out;
 }
 

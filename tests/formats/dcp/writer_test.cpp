@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "core/mapped_file.h"
@@ -275,6 +276,55 @@ TEST(DcpWriter, BadSourceLeavesNothing) {
   gap.entries[0].chunks.pop_back();
   EXPECT_NE(ucpkit::testing::error_of([&] { write_dcp(gap, good, dir + "/gap"); }).find("leave a gap"), std::string::npos);
   EXPECT_FALSE(fs::exists(dir + "/gap"));
+}
+
+// A write order sets the order of each data file's items (a source called in that order); the .metadata lists them in
+// plan order and every value reads back. An order that leaves an item out or names one twice is refused, nothing left.
+TEST(DcpWriter, AWriteOrderOrdersEachFilesItemsAndTheMetadataStaysInPlanOrder) {
+  const std::string dir = ucpkit::testing::scratch_dir("dcp_writer_order");
+  std::vector<Entry> entries{{"a", false, DType::Float32, {4, 2}, {}}, {"b", false, DType::Float32, {4, 2}, {}},
+                             {"n", true, DType::Float32, {}, {}}};
+  SavePlan plan = make_save_plan(entries, Target::rows(2));
+  ASSERT_EQ(plan.files.size(), 2u);
+  plan.write_order = {{2, PlannedItem::kBytes}, {1, 0}, {0, 0}, {1, 1}, {0, 1}};
+  std::vector<std::string> called;
+  auto value = [](const Entry& e, size_t c) {
+    std::vector<float> v(4);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((e.fqn == "a" ? 100 : 200) + 10 * c + i);
+    return Tensor::from_vector(DType::Float32, {2, 2}, v);
+  };
+  ChunkSource src{[&](const Entry& e, size_t c) {
+                    called.push_back(e.fqn + std::to_string(c));
+                    return value(e, c);
+                  },
+                  [](const Entry&) { return std::vector<uint8_t>{1, 2, 3}; }};
+  write_dcp(plan, src, dir + "/out");
+  EXPECT_EQ(called, (std::vector<std::string>{"b0", "a0", "b1", "a1"}));
+  const Metadata md = read_metadata(dir + "/out/.metadata");
+  std::vector<std::string> listed;
+  for (const Item& it : md.items) listed.push_back(it.fqn);
+  EXPECT_EQ(listed, (std::vector<std::string>{"a", "a", "b", "b", "n"}));
+  std::map<std::string, std::vector<std::string>> by_offset;  // file -> fqns in the order they lie in it
+  std::map<std::string, std::map<uint64_t, std::string>> at;
+  for (const Item& it : md.items) at[it.storage.relative_path][it.storage.offset] = it.fqn;
+  for (const auto& [file, items] : at)
+    for (const auto& [off, fqn] : items) by_offset[file].push_back(fqn);
+  const int64_t bytes_rank = plan.files[0].items.size() == 3 ? plan.files[0].rank : plan.files[1].rank;
+  for (int64_t r = 0; r < 2; ++r)
+    EXPECT_EQ(by_offset.at(data_file_name(r)), r == bytes_rank ? (std::vector<std::string>{"n", "b", "a"})
+                                                               : (std::vector<std::string>{"b", "a"}));
+  const Reader r(dir + "/out");
+  for (const Entry& e : entries)
+    if (!e.is_bytes)
+      for (size_t c = 0; c < 2; ++c) EXPECT_TRUE(r.read_chunk(e.fqn, c).equal(value(e, c))) << e.fqn << c;
+  EXPECT_EQ(r.read_bytes("n"), (std::vector<uint8_t>{1, 2, 3}));
+
+  for (auto bad : {std::vector<PlannedItem>{{2, PlannedItem::kBytes}, {1, 0}, {0, 0}, {1, 1}},
+                   std::vector<PlannedItem>{{2, PlannedItem::kBytes}, {1, 0}, {0, 0}, {1, 1}, {1, 1}}}) {
+    plan.write_order = bad;
+    EXPECT_NE(ucpkit::testing::error_of([&] { write_dcp(plan, src, dir + "/bad"); }).find("write order"), std::string::npos);
+    EXPECT_FALSE(fs::exists(dir + "/bad"));
+  }
 }
 
 }  // namespace dcp_writer_test

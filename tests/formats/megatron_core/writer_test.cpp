@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -156,6 +157,46 @@ TEST(MegatronCoreWriter, OptimizerStatesFollowTheModelKeysInFp32AndBytesGoToRank
 
   l.optimizer = false;
   EXPECT_EQ(plan_torch_dist_write(p.names, p.shapes, {}, l, "u").plan.entries.size(), 6u);
+}
+
+TEST(MegatronCoreWriter, EachParametersItemsAreWrittenTogetherItsModelCopyFirst) {
+  const Params p = dense_gpt();
+  WriteLayout l = layout(2, 1, 1, 2);
+  const TorchDistWritePlan plan = plan_torch_dist_write(p.names, p.shapes, {"common_state/shard_0_1"}, l, "u");
+  const auto& order = plan.plan.write_order;
+  size_t items = 0;
+  for (const auto& e : plan.plan.entries) items += e.is_bytes ? 1 : e.chunks.size();
+  ASSERT_EQ(order.size(), items);  // every item once (the writer checks it too)
+  EXPECT_TRUE(plan.plan.entries[order[0].entry].is_bytes);
+  // Parameter by parameter (each one's items in one run): its model chunks (two TP pieces, or one replicated), then as
+  // many of param, exp_avg and exp_avg_sq, in that order.
+  const std::vector<std::string> kinds = {"model", "param", "exp_avg", "exp_avg_sq"};
+  auto kind = [&](const dcp::PlannedItem& it) {
+    const EntrySource& s = plan.sources[it.entry];
+    return static_cast<size_t>(std::find(kinds.begin(), kinds.end(), s.kind == EntrySource::Model ? "model" : s.state) -
+                               kinds.begin());
+  };
+  std::vector<size_t> params;
+  std::vector<std::vector<size_t>> runs;  // per parameter, the kinds of its items in write order
+  for (size_t i = 1; i < order.size(); ++i) {
+    const size_t param = chunk_origin(plan, order[i].entry, order[i].chunk).param;
+    if (params.empty() || params.back() != param) {
+      EXPECT_EQ(std::count(params.begin(), params.end(), param), 0) << "parameter " << param << " in two runs";
+      params.push_back(param);
+      runs.emplace_back();
+    }
+    runs.back().push_back(kind(order[i]));
+  }
+  EXPECT_EQ(params.size(), p.names.size());
+  for (const auto& run : runs) {
+    const size_t pieces = run.size() / kinds.size();
+    std::vector<size_t> want;
+    for (size_t k = 0; k < kinds.size(); ++k) want.insert(want.end(), pieces, k);
+    EXPECT_EQ(run, want);
+  }
+  const size_t qkv = static_cast<size_t>(std::find(p.names.begin(), p.names.end(), "decoder.layers.0.self_attention.linear_qkv.weight") -
+                                         p.names.begin());
+  EXPECT_EQ(runs.at(static_cast<size_t>(std::find(params.begin(), params.end(), qkv) - params.begin())).size(), 8u);  // TP pieces
 }
 
 TEST(MegatronCoreWriter, SwigluFc1IsCutInItsTwoHalvesEvenAtTensorParallelOne) {
