@@ -38,8 +38,8 @@ MegatronCoreInput open_torch_dist(const LoadOptions& o, std::string_view) {
   };
   // Streamed: each fp32 state a generated tensor copying element ranges out of the data files as they are written
   // (formats/dcp/range_reader.h); whole where its chunks do not suit a range reader. With --verify its items' CRC-32s
-  // are checked first by a pass of their own, window by window (the bytes read twice, never whole: the writers may
-  // ask for a range twice, which a range reader's own check does not allow).
+  // are checked first, once per state and run, where they lie in the mapped data files (RangeReader::check_now: the
+  // writers may ask for a range twice, which a range reader's check while copying does not allow).
   struct Checked {  // the states whose items were checked (a torch_dist output asks for the fp32 state twice)
     std::mutex mu;
     std::set<std::pair<size_t, std::string>> done;
@@ -57,13 +57,8 @@ MegatronCoreInput open_torch_dist(const LoadOptions& o, std::string_view) {
       std::lock_guard<std::mutex> lock(checked->mu);
       first = checked->done.insert({param, state}).second;
     }
-    if (first) {
-      const std::unique_ptr<formats::dcp::RangeReader> check = td->range(param, state);
-      const int64_t window = int64_t{1} << 20;
-      std::vector<uint8_t> bytes(static_cast<size_t>(std::min(window, check->numel())) * 4);
-      for (int64_t at = 0; at < check->numel(); at += window) check->copy(at, std::min(window, check->numel() - at), bytes.data());
-      check->finish();
-    }
+    if (first) r->check_now();
+    else r->trust();
     read += static_cast<uint64_t>(r->numel()) * 4;
     auto fill = [td, r](uint64_t off, std::span<uint8_t> out) {
       r->copy(static_cast<int64_t>(off / 4), static_cast<int64_t>(out.size() / 4), out.data());

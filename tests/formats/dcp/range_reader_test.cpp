@@ -147,6 +147,34 @@ TEST(DcpRangeReader, FlippedBitIsCaughtAtFinishWhetherAskedForOrNot) {
   }
 }
 
+// check_now() checks every chunk where it lies in the mapped data file, before any copy; afterwards copies (a range
+// twice included, which finish() alone refuses) need no check. trust() forgets the CRC-32s unchecked.
+TEST(DcpRangeReader, CheckNowCatchesAFlippedBitBeforeAnyCopyAndLeavesNothingForFinish) {
+  const std::string root = ucpkit::testing::scratch_dir("dcp_range_check_now");
+  const std::string file = ucpkit::testing::flip_first_chunk(kData + "/fsdp_w2", "tok_embeddings.weight", root + "/flipped");
+  {
+    const Reader r(root + "/flipped");
+    auto rr = RangeReader::open(r, "tok_embeddings.weight");
+    ASSERT_TRUE(rr);
+    ucpkit::testing::expect_crc_error([&] { rr->check_now(); }, file);
+  }
+  {
+    const Reader r(root + "/flipped");
+    auto rr = RangeReader::open(r, "tok_embeddings.weight");
+    ASSERT_TRUE(rr);
+    rr->trust();  // another reader checked these items: nothing is summed
+    (void)ranged(*rr, 333, 7);
+    EXPECT_NO_THROW(rr->finish());
+  }
+  const Reader r(kData + "/fsdp_w2");
+  auto rr = RangeReader::open(r, "tok_embeddings.weight");
+  ASSERT_TRUE(rr);
+  EXPECT_NO_THROW(rr->check_now());
+  const auto once = ranged(*rr, 333, 7), twice = ranged(*rr, 128, 3);
+  EXPECT_EQ(once, twice);
+  EXPECT_NO_THROW(rr->finish());
+}
+
 TEST(DcpRangeReader, RangesOutsideTheTensorAreRefused) {
   const Reader r(kData + "/fsdp_w2");
   auto rr = RangeReader::open(r, "tok_embeddings.weight");
