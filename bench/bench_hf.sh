@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Hugging Face in and out (issue 49, docs/hf.md "Benchmark"), each against, in the same run and on the same
-# input, the floor "read the input once and write the output once" (cat of every input file, then dd of
-# as many bytes as the output holds and sync -f), and the peer a user would run instead where it can run
-# here (transformers 5's from_pretrained + save_pretrained of the same folder: the Hugging Face side of
-# any converter). Conversions timed:
+# input, the floor "read the input once and write the output once" (every data byte of the input read, holes
+# skipped; as many bytes written as the output holds on disk; sync -f: bench_lib.sh floor_data), and the peer a user
+# would run instead where it can run here (transformers 5's from_pretrained + save_pretrained of the same folder: the
+# Hugging Face side of any converter). Conversions timed:
 #   import  ucp-load --input <hf> --format torch_dist --tp 2 --pp 1 --dp 1   (fp32 masters and Adam moments written)
 #           and the same under mpirun -np 2 (import_np2)
 #   export  ucp-load --input <that torch_dist save> --format hf
@@ -33,13 +33,6 @@ else
   [ -f "$hf/config.json" ] || PYTHONWARNINGS=ignore "$FRAMEWORKS_PY" "$root/bench/bench_hf_make.py" "$hf" "$HIDDEN" "$INTER" "$LAYERS" "$VOCAB" 2>/dev/null
 fi
 bytes() { du -sb "$1" | cut -f1; }
-floor() {  # read every file of $1 once, write $2 bytes once, flush
-  cat "$1"/* > /dev/null
-  # 1 MiB writes: on the 2-core VM 8 MiB ones cost 1.6-2x the system time (the source buffer out of cache).
-  dd if=/dev/zero of="$work/floor.bin" bs=1M count=$(( ($2 + 1048575) / 1048576 )) status=none
-  sync -f "$work/floor.bin"
-  rm -f "$work/floor.bin"
-}
 peer=$work/peer.py
 cat > "$peer" <<'PY'
 import sys, warnings
@@ -53,16 +46,16 @@ for ((r = 1; r <= rounds; r++)); do
   rm -rf "$work/td" "$work/td2" "$work/back" "$work/peer_out"
   room $((10 * $(bytes "$hf")))
   add import $(measure "$build/bin/ucp-load" -q --input "$hf" --format torch_dist "${layout[@]}" --output "$work/td")
-  td_bytes=$(bytes "$work/td")
+  td_bytes=$(du -s -B1 "$work/td" | cut -f1)  # on disk: the zero moments are holes
   # The same import by two MPI ranks (the data files shared: docs/ucp-load.md), written beside and removed.
   add import_np2 $(measure env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --allow-run-as-root \
     --oversubscribe -np 2 "$build/bin/ucp-load" -q --input "$hf" --format torch_dist "${layout[@]}" --output "$work/td2")
   rm -rf "$work/td2"
-  add import_floor $(measure bash -c "$(declare -f floor); work=$work; floor $hf $td_bytes")
+  add import_floor $(measure bash -c "$(declare -f floor_data); floor_data '$hf' $td_bytes '$work/floor.bin'")
   iter=$work/td/release  # an import is a release save (weights without a training run)
   [[ -d $iter ]] || iter=$(ls -d "$work"/td/iter_*)
   add export $(measure "$build/bin/ucp-load" -q --input "$work/td" --format hf --output "$work/back")
-  add export_floor $(measure bash -c "$(declare -f floor); work=$work; floor $iter $(bytes "$work/back")")
+  add export_floor $(measure bash -c "$(declare -f floor_data); floor_data '$iter' $(bytes "$work/back") '$work/floor.bin'")
   add peer $(measure env PYTHONWARNINGS=ignore "$FRAMEWORKS_PY" "$peer" "$hf" "$work/peer_out")
   echo "round $r: import ${t[import]##* } export ${t[export]##* } (seconds so far: ${t[import]}/ ${t[export]})" | tr -s ' '
 done

@@ -25,9 +25,10 @@ frameworks_python "$root"
 mkdir -p "$work"
 hf=$work/qwen3moe-l$LAYERS-e$EXPERTS-fp32
 layout=(--tp 2 --ep 4 --dp 4)
+rm -rf "$work/td" "$work/back" "$work/peer_out"
 if [ ! -f "$hf/model.safetensors.index.json" ]; then  # made beside, then renamed: a maker killed (memory) leaves no input
   rm -rf "$hf" "$hf.making" "$hf.sha256"
-  room $((16 * LAYERS * EXPERTS * 3 * 2048 * 768))
+  room $((3 * 4 * (LAYERS * EXPERTS * 3 * 2048 * 768 + 2 * 151936 * 2048)))  # the input, then a save of 2x beside it
   PYTHONWARNINGS=ignore "$FRAMEWORKS_PY" "$root/bench/bench_hf_make.py" "$hf.making" qwen3moe "$LAYERS" "$EXPERTS" fp32 2>/dev/null
   mv "$hf.making" "$hf"
 fi
@@ -55,7 +56,6 @@ if command -v fio > /dev/null; then  # sequential, O_DIRECT, 1 MiB blocks, 16 in
   disk_w=$(fio_bw write); disk_r=$(fio_bw read); rm -f "$work/fio.bin"
   echo "fio $(fio --version): sequential write $disk_w B/s, read $disk_r B/s"
 fi
-rm -rf "$work/td" "$work/back" "$work/peer_out"
 
 # The import side in ROUNDS rounds, orders alternating (this VM's page-cache writes swing 1.5x within minutes); the last
 # round's two-process save is kept for the export.
