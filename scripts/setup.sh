@@ -28,7 +28,7 @@ esac
 build=${1:-$root/build}
 
 packages=(cmake ninja-build g++ libtbb-dev libopenmpi-dev openmpi-bin nlohmann-json3-dev libzstd-dev zlib1g-dev
-          libcli11-dev)
+          libcli11-dev libjemalloc-dev)
 later=()  # not needed by the build: installed while it runs
 case $purpose in
   demo) later=(python3-torch python3-numpy) ;;
