@@ -41,8 +41,8 @@ struct MegatronCoreInput {
   // `param` (manifest order) as fp32, whole, made from the input's own files; its bytes read added to `read`.
   std::function<Tensor(size_t param, const std::string& state, uint64_t& read)> states;
   // Optional, for a writer that streams (torch_dist, hf): the same values as generated tensors (io/generated_view.h),
-  // made window by window as they are written, never whole (a Hugging Face folder's; a torch_dist save's without
-  // `verify`, whose checksums are checked on whole items); a reader may still give a whole one.
+  // made window by window as they are written, never whole (a Hugging Face folder's; a torch_dist save's, its items'
+  // checksums checked first under `verify`); a reader may still give a whole one.
   std::function<Tensor(size_t param, const std::string& state, bool verify, uint64_t& read)> streams;
 
   // Parameter `param`'s `state` ("fp32", "exp_avg", ...) in Megatron-Core layout, whole, as fp32; its

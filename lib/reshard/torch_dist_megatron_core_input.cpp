@@ -4,13 +4,11 @@
 // from the save when the writer asks for it (TorchDistStates::read, its items' CRC-32s checked), or made as it is
 // written, range by range, for a writer that streams. An export to Hugging Face reads only the fp32 states it writes from; through
 // a universal folder every state was written and read back.
-#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <span>
 #include <string>
-#include <vector>
 
 #include "formats/dcp/range_reader.h"
 #include "formats/detect.h"

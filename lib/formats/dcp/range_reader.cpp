@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <map>
 #include <cerrno>
 #include <cstring>
 
@@ -61,6 +60,7 @@ std::unique_ptr<RangeReader> RangeReader::open(const Reader& reader, const std::
   r->numel_ = 1;
   for (int64_t s : sub.size) r->numel_ *= s;
   r->metadata_ = md.path;
+  r->reader_ = &reader;
   const uint64_t es = dtype_size(e->dtype);
   for (size_t i = 0; i < which.size(); ++i) {
     ChunkBytes c = reader.locate_chunk(fqn, which[i]);
@@ -179,7 +179,6 @@ void RangeReader::finish() {
 
 void RangeReader::check_now() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::map<std::string, std::shared_ptr<const MappedFile>> maps;
   for (uint32_t k = 0; k < chunks_.size(); ++k) {
     ChunkBytes& c = chunks_[k];
     if (!c.crc) continue;
@@ -187,8 +186,7 @@ void RangeReader::check_now() {
     if (fds_[k] < 0) {
       crc = crc32_update(0, c.memory.contiguous_bytes().first(static_cast<size_t>(c.nbytes)));
     } else {
-      auto& map = maps[c.file];
-      if (!map) map = MappedFile::open(c.file);
+      const std::shared_ptr<const MappedFile> map = reader_->mapped(c.file);
       if (c.file_offset > map->size() || c.nbytes > map->size() - c.file_offset)
         fail(c.file, "ends at byte " + std::to_string(map->size()) + ", inside " + c.name);
       constexpr uint64_t kPiece = uint64_t{8} << 20;

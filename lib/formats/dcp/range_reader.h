@@ -64,6 +64,7 @@ class RangeReader {
   std::vector<int64_t> shape_;
   int64_t numel_ = 0;
   std::string metadata_;
+  const Reader* reader_ = nullptr;       // outlives this (open's contract): its data files' descriptors and maps
   std::vector<ChunkBytes> chunks_;
   std::vector<int> fds_;                 // [chunk] the data file's descriptor (the Reader's), -1 for bytes in memory
   std::vector<Run> runs_;                // sorted by `at`, tiling the (sub-)tensor

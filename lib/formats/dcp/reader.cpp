@@ -148,15 +148,17 @@ const Entry& Reader::entry(const std::string& fqn, bool bytes) const {
   return *e;
 }
 
+std::shared_ptr<const MappedFile> Reader::mapped(const std::string& file) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = files_[file];
+  if (!slot) slot = MappedFile::open(file);
+  return slot;
+}
+
 std::span<const uint8_t> Reader::item_bytes(const Item& item, std::shared_ptr<const MappedFile>& keep,
                                             std::string& file) const {
   file = confined_path(dir_, item.storage.relative_path, md_.path, "DCP data file").string();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto& slot = files_[file];
-    if (!slot) slot = MappedFile::open(file);
-    keep = slot;
-  }
+  keep = mapped(file);
   const StorageInfo& s = item.storage;
   if (s.offset > keep->size() || s.length > keep->size() - s.offset)
     fail(file, "DCP item '" + escaped_brief(item.fqn) + "' [" + std::to_string(s.offset) + ", +" +

@@ -82,6 +82,8 @@ class Reader {
   // A read-only descriptor of data file `file` (a ChunkBytes::file), opened once per reader and closed
   // with it: range readers of many states share it. Throws Error naming the file.
   int descriptor(const std::string& file) const;
+  // Data file `file` (a ChunkBytes::file) mapped, once per reader: the map item reads and range readers' checks share.
+  std::shared_ptr<const MappedFile> mapped(const std::string& file) const;
   // The stored bytes of a bytes item (a torch.save of the object).
   std::vector<uint8_t> read_bytes(const std::string& fqn) const;
   // A bytes item decoded: the object torch.save wrote (record CRC-32s checked under the tools' --verify).

@@ -280,9 +280,7 @@ void check_write_order(const SavePlan& plan, const std::string& out) {
   }
   if (plan.write_order.size() != items) fail(out, "DCP writer: the write order leaves items out (internal)");
 }
-}  // namespace
 
-namespace {
 constexpr size_t kBatchBytes = size_t{256} << 20;  // chunks made before they are written in parallel
 constexpr size_t kParallelBytes = size_t{1} << 20;  // a batch smaller is written on this thread
 }  // namespace
