@@ -12,7 +12,7 @@ namespace {
 // slot; a branch stops when its GPU would reach the best found. Interchangeable choices are tried
 // once: replicas of one expert on nondecreasing GPUs, and among GPUs in the same state (same node
 // contents so far being empty) only the first.
-struct Packer {
+struct ExactPacker {
   const Cluster& cl;
   int f;
   std::vector<int> item;        // expert of every replica, in packing order
@@ -111,7 +111,7 @@ std::optional<std::vector<int>> exact_lighter_placement(const std::vector<double
   gen(gen, 0, n - f * E);
   if (too_many) return std::nullopt;
   std::sort(allocs.begin(), allocs.end());
-  Packer pk{cl, f};
+  ExactPacker pk{cl, f};
   pk.best = incumbent;
   pk.max_steps = limits.max_steps;
   std::vector<int> best_item;

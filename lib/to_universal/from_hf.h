@@ -19,6 +19,10 @@
 
 namespace ucpkit::to_universal {
 
+// The DeepSpeed release whose save code the model files of a fresh run follow (the pinned framework's,
+// formats/deepspeed/model_states.h): the engine form's and the Megatron-DeepSpeed template's.
+inline constexpr const char* kFreshDsVersion = "0.19.8";
+
 // The import plan of `folder` (the shipped family maps).
 formats::hf::ImportPlan hf_import_plan(const formats::hf::Folder& folder);
 // Megatron-Core parameter `p`'s value, fp32, read from `folder` and joined as the plan says.

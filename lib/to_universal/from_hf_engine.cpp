@@ -39,9 +39,6 @@ using pickle::ValuePtr;
 
 namespace {
 
-// The DeepSpeed release whose engine save code the model file follows (model_states.h).
-constexpr const char* kEngineDsVersion = "0.19.8";
-
 // One in-memory tensor `piece`, fp32: its Megatron-Core parameters' values put back into the Hugging Face
 // layout (QKV regrouped and split, rows taken, experts stacked on a new first axis).
 Tensor engine_value(const formats::hf::Folder& folder, const formats::hf::ImportPlan& plan,
@@ -211,7 +208,7 @@ RunSummary run_union_hf_engine(const std::string& input, const std::string& outp
   job.write_common = [&](const fs::path& staged, formats::universal::UniversalManifest& manifest, CommonFiles& t) {
     formats::deepspeed::ParamShapes shapes(1);
     for (size_t i : et.order) shapes[0].emplace_back(et.tensors.tensors[i].name, et.tensors.tensors[i].shape);
-    const auto model = formats::deepspeed::fresh_engine_model_states(shapes, et.plan.dtype, 1, kEngineDsVersion, et.tied);
+    const auto model = formats::deepspeed::fresh_engine_model_states(shapes, et.plan.dtype, 1, kFreshDsVersion, et.tied);
     const std::string model_file = formats::deepspeed::model_states_name(0);
     std::vector<std::string> side = {(staged / model_file).string(),
                                      (staged / formats::universal::kUniversalOptimizerState).string()};

@@ -7,8 +7,12 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <set>
+
+#include <unistd.h>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -26,6 +30,7 @@
 #include "parallel/threads.h"
 #include "patterns/pattern_set.h"
 #include "to_universal/from_torch_dist.h"
+#include "to_universal/hf_megatron_deepspeed.h"
 #include "to_universal/plan.h"
 #include "to_universal/save.h"
 
@@ -440,16 +445,17 @@ Tensor to_megatron_core_value(Tensor t, const MegatronCoreView& v, size_t i, con
 }
 
 DeepSpeedView megatron_deepspeed_view(const uv::UniversalManifest& m, const std::string& mfile,
-                                      const std::string& template_dir, const std::string& map_file) {
+                                      const std::string& template_dir, const std::string& map_file, bool fresh_template) {
   if (m.source.names_record.is_null() && !is_megatron_core_named(m.source) && m.source.format != "torch_dist")
     throw Error(mfile + ": this universal folder already has Megatron-DeepSpeed names");
-  // Weights without a training run (a Hugging Face import): the Megatron-DeepSpeed model files would be the
-  // template's, and with them its iteration, learning-rate schedule and data position, so a run resumed from
-  // the output would not start where a fresh run does.
-  if (m.source.weights_only.value_or(false))
-    throw Error(mfile + ": weights without a training run (an import of a Hugging Face folder) have no Megatron-DeepSpeed "
-                "model files, and a template's would carry that run's iteration, learning-rate schedule and data "
-                "position; Megatron-DeepSpeed output from them is not supported yet (docs/hf.md)");
+  // Weights without a training run (a Hugging Face import) take the model files of a fresh run
+  // (hf_megatron_deepspeed.h, made when --template is left out): a real run's template would carry its
+  // iteration, learning-rate schedule and data position, so a run resumed from the output would not start
+  // where a fresh run does.
+  if (m.source.weights_only.value_or(false) && !fresh_template)
+    throw Error(mfile + ": weights without a training run (an import of a Hugging Face folder) take the model files of "
+                "a fresh Megatron-DeepSpeed run; a template's would carry that run's iteration, learning-rate schedule "
+                "and data position: leave --template out (docs/hf.md)");
   // The Megatron-DeepSpeed facts: the input's record, or the --template's (its record, or planned from
   // its Megatron-DeepSpeed names). `facts_dir` holds the model files (under model_files_dir) and the
   // DeepSpeed zero/optimizer_state.pt.
@@ -582,12 +588,46 @@ std::vector<mc::RowRun> deepspeed_value_rows(std::vector<int64_t> shape, const D
 
 namespace {
 
+// The fresh run's template folder of a Hugging Face import, `.<output>.ucp-fresh-mds-<pid>` beside the output:
+// removed when done, or on a stop signal, or by the next run after a SIGKILL.
+class FreshTemplateDir {
+ public:
+  FreshTemplateDir(const std::string& output, const Reporter& reporter) {
+    const fs::path out = fs::absolute(output).lexically_normal();
+    const std::string prefix = "." + out.filename().string() + ".ucp-fresh-mds-";
+    sweep_stale_pid_folders(out.parent_path(), prefix, [&](const std::string& m) { reporter.detail(m); });
+    path_ = out.parent_path() / (prefix + std::to_string(getpid()));
+    removed_ = std::make_unique<RemovedOnStop>(path_);
+  }
+  ~FreshTemplateDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  FreshTemplateDir(const FreshTemplateDir&) = delete;
+  FreshTemplateDir& operator=(const FreshTemplateDir&) = delete;
+  std::string path() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+  std::unique_ptr<RemovedOnStop> removed_;
+};
+
 RunSummary to_megatron_deepspeed(const std::string& input, const std::string& output, const NamesOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const fs::path in(input);
   const std::string mfile = (in / uv::kUniversalManifestName).string();
   const uv::UniversalManifest m = uv::read_universal_manifest(mfile);
-  DeepSpeedView v = megatron_deepspeed_view(m, mfile, o.template_dir, o.map_file);
+  // A Hugging Face import without --template: a fresh run's template beside the output, removed at the end.
+  std::string template_dir = o.template_dir;
+  std::optional<FreshTemplateDir> fresh;
+  if (template_dir.empty() && is_hf_import(m)) {
+    fresh.emplace(output, o.reporter);
+    write_fresh_megatron_deepspeed(input, fresh->path());
+    template_dir = fresh->path();
+    o.reporter.warning("a Hugging Face import takes the model files of a fresh Megatron-DeepSpeed run (GPTModelPipe, "
+                       "iteration 0, no scheduler or RNG state: Megatron-DeepSpeed loads it with --finetune, docs/hf.md)");
+  }
+  DeepSpeedView v = megatron_deepspeed_view(m, mfile, template_dir, o.map_file, fresh.has_value());
   if (o.family) *o.family = v.family;
   const auto set = patterns::PatternSet::from_json(v.manifest.patterns_set, v.manifest.patterns_origin);
   std::vector<Job> jobs;

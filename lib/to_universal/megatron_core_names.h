@@ -63,9 +63,11 @@ struct DeepSpeedView {
   bool template_named_ds = false;        // the template has Megatron-DeepSpeed names (its folders are theirs)
   std::string family;                    // "<family> (<map origin>)"
 };
-// Throws Error naming the manifest or template and what is missing or malformed.
+// Throws Error naming the manifest or template and what is missing or malformed. `fresh_template`: `template_dir`
+// is a fresh run's (hf_megatron_deepspeed.h), the only template a Hugging Face import takes.
 DeepSpeedView megatron_deepspeed_view(const formats::universal::UniversalManifest& m, const std::string& mfile,
-                                      const std::string& template_dir, const std::string& map_file);
+                                      const std::string& template_dir, const std::string& map_file,
+                                      bool fresh_template = false);
 // Parameter `i` of `v` from its Megatron-Core value `t` (fp32): QKV rows regrouped, Megatron's padded
 // vocabulary rows cut (into storage of its own when `own_storage`, else a view of the leading rows);
 // shape checked (Error naming `where`).

@@ -93,10 +93,16 @@ Result run_ucp_union_names(const UcpConvertOptions& c, const UcpNamesOptions& n)
       throw UsageError("--patterns with a universal folder: its patterns are fixed; pass --patterns when converting the checkpoint");
     s = to_universal::rename_universal(c.input, c.output, o);
   } else {
-    if (o.target != to_universal::NamesTarget::MegatronCore)
-      throw UsageError("--to-names megatron-deepspeed reads a universal folder made by --to-names megatron-core; " +
-                       escaped_brief(c.input) + " is not a universal folder");
-    // The checkpoint's universal folder first (Megatron-DeepSpeed names), beside the output, then renamed.
+    // A Hugging Face folder: its import (Megatron-Core names) renamed for a fresh Megatron-DeepSpeed run.
+    const bool hf = formats::detect(c.input).format == "hf";
+    if (o.target != to_universal::NamesTarget::MegatronCore && !hf)
+      throw UsageError("--to-names megatron-deepspeed reads a Hugging Face folder or a universal folder made by "
+                       "--to-names megatron-core; " + escaped_brief(c.input) + " is neither");
+    if (hf && !n.template_dir.empty())
+      throw UsageError("--template: a Hugging Face folder takes the model files of a fresh Megatron-DeepSpeed run; "
+                       "leave --template out");
+    // The checkpoint's universal folder first (Megatron-DeepSpeed names; a Hugging Face folder's in Megatron-Core
+    // names), beside the output, then renamed.
     const fs::path out = fs::absolute(c.output);
     const fs::path tmp = out.parent_path() / ("." + out.filename().string() + ".ucp-names-" + std::to_string(getpid()));
     to_universal::ConvertOptions conv = c.convert;

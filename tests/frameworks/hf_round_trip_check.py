@@ -2,7 +2,8 @@
 
     hf_round_trip_check.py ORIGINAL BACK AUDIT [ORIGINAL BACK AUDIT ...]
 
-BACK is ucp-load --format hf of the Megatron-Core save imported from the Hugging Face folder ORIGINAL, AUDIT
+BACK is ucp-load --format hf of the Megatron-Core save imported from the Hugging Face folder ORIGINAL (named
+<ORIGINAL>.<layout>.back: of the checkpoint in that layout, "mds" Megatron-DeepSpeed), AUDIT
 its --audit file. Checked: every tensor equal in dtype, shape and bytes (safetensors' load_file), the config
 states the same model, transformers' model of BACK computes ORIGINAL's logits exactly (torch.equal), and the
 audit lists every tensor once with the SHA-256 hashlib computes of its bytes and, for an MoE model, every
@@ -19,6 +20,12 @@ import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 from hf_layers import experts_of, moe_layers  # noqa: E402
+
+
+def via(back):
+    """A BACK named <orig>.<layout>.back went through that layout (.mds: Megatron-DeepSpeed); the default is torch_dist."""
+    parts = back.split(".")
+    return f"_via_{parts[1]}" if len(parts) == 3 else ""
 
 
 def check(orig, back, audit_path):
@@ -51,7 +58,7 @@ def check(orig, back, audit_path):
     want = {str(layer): experts_of(ca) for layer in moe_layers(ca)}
     assert audit["experts_per_layer"] == want, (audit["experts_per_layer"], want)
     import transformers  # the RESULT form of docs/frameworks-outside-ci.md (equal: every tensor bit-identical)
-    print(f"RESULT framework=transformers version={transformers.__version__} case={orig}_round_trip tensors={len(a)} "
+    print(f"RESULT framework=transformers version={transformers.__version__} case={orig}_round_trip{via(back)} tensors={len(a)} "
           f"equal=yes logits_identical=yes audit_sha256=yes")
 
 

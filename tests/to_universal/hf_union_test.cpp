@@ -157,7 +157,7 @@ TEST(HfUnion, DamagedFoldersAreRefusedNamingTheFileAndNothingIsLeft) {
 // The import is in Megatron-Core names (manifest source.names, to_universal/from_hf.cpp): renaming it
 // to Megatron-Core names again is refused as such, and to Megatron-DeepSpeed names through a template is refused
 // because the template's model files would bring that run's iteration, schedule and data position (the build before
-// said "already has Megatron-DeepSpeed names" to both).
+// said "already has Megatron-DeepSpeed names" to both); without one it takes a fresh run's.
 TEST(HfUnion, ImportIsNotRenamedAsIfItHadMegatronDeepSpeedNames) {
   const fs::path root = with_hf_folder("hf_union_names");
   auto run = [&](const std::string& args) {
@@ -169,9 +169,22 @@ TEST(HfUnion, ImportIsNotRenamedAsIfItHadMegatronDeepSpeedNames) {
   EXPECT_NE(r.err.find("u/manifest.json: this universal folder already has Megatron-Core names"), std::string::npos) << r.err;
   r = run("--input u --to-names megatron-deepspeed --template u --output d");
   EXPECT_EQ(r.rc, 1) << r.err;
-  EXPECT_NE(r.err.find("an import of a Hugging Face folder) have no Megatron-DeepSpeed model files"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("iteration, learning-rate schedule and data position"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("take the model files of a fresh Megatron-DeepSpeed run"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("iteration, learning-rate schedule and data position: leave --template out"), std::string::npos) << r.err;
   for (const char* left : {"c", "d"}) EXPECT_FALSE(fs::exists(root / left)) << left;
+  // Without --template, the import and the folder itself take a fresh run's model files (hf_megatron_deepspeed.h),
+  // and nothing is left beside the output but it.
+  for (const char* in : {"u", "hf"}) {
+    const std::string out = std::string("mds_") + in;
+    r = run(std::string("--input ") + in + " --to-names megatron-deepspeed --output " + out);
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_TRUE(fs::exists(root / out / "mp_rank_00_model_states.pt")) << in;
+    EXPECT_NE(r.err.find("fresh Megatron-DeepSpeed run"), std::string::npos) << r.err;
+  }
+  r = run("--input hf --to-names megatron-deepspeed --template u --output d");
+  EXPECT_EQ(r.rc, 2) << r.err;
+  for (const auto& e : fs::directory_iterator(root))
+    EXPECT_EQ(e.path().filename().string().find(".ucp-"), std::string::npos) << e.path();
 }
 
 // --audit (docs/hf.md "Audit"): the import records every Megatron-Core parameter once, after the folder is in

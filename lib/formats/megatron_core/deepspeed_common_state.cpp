@@ -25,7 +25,7 @@ void set_if_absent(const ValuePtr& args, const char* name, const ValuePtr& v) {
   if (!args->attr(name)) args->set_attr(name, v);
 }
 
-int64_t int_attr(const ValuePtr& args, const char* name, int64_t dflt) {
+int64_t args_int(const ValuePtr& args, const char* name, int64_t dflt) {
   const auto v = args->attr(name);
   return v && v->is(Kind::Int) ? v->i : dflt;
 }
@@ -40,8 +40,8 @@ double number_of(const ValuePtr& v, double dflt) {
 // Megatron-Core's model-architecture fields, from Megatron-DeepSpeed's names where they differ. Only what
 // the source says is written; nothing is guessed (a field Megatron-DeepSpeed's args lack stays absent).
 void add_architecture_fields(const ValuePtr& args) {
-  const int64_t heads = int_attr(args, "num_attention_heads", 0);
-  const int64_t hidden = int_attr(args, "hidden_size", 0);
+  const int64_t heads = args_int(args, "num_attention_heads", 0);
+  const int64_t hidden = args_int(args, "hidden_size", 0);
   // GQA: Megatron-DeepSpeed's num_key_value_heads (megatron/arguments.py) is Megatron-Core's
   // num_query_groups, with group_query_attention set when it is below the head count (Megatron-LM
   // core_v0.19.0 megatron/training/arguments.py:215,226 write the same pair from a Hugging Face config).
@@ -61,6 +61,10 @@ void add_architecture_fields(const ValuePtr& args) {
   }
   // Megatron-DeepSpeed's --use-rotary-position-embeddings is Megatron-Core's position_embedding_type rope
   // (Megatron-LM arguments.py:2314 position_embedding_type, :2332 the same deprecated flag).
+  // Megatron-DeepSpeed's --rotary-position-embeddings-theta (dest rope_theta, megatron/arguments.py:635-637 at
+  // 4efb479) is Megatron-Core's rotary_base.
+  if (const auto t = args->attr("rope_theta"); t && (t->is(Kind::Int) || t->is(Kind::Float)) && !args->attr("rotary_base"))
+    args->set_attr("rotary_base", Value::real(t->as_float()));
   if (const auto r = args->attr("use_rotary_position_embeddings"); r && r->is(Kind::Bool) && !args->attr("position_embedding_type"))
     args->set_attr("position_embedding_type", Value::str(r->b ? "rope" : "learned_absolute"));
   // What ucp-load --format torch_dist writes: a DistributedOptimizer's fully_reshardable state in a
@@ -101,7 +105,7 @@ ValuePtr scheduler_state(const ValuePtr& model_states, const ValuePtr& args, con
   // Megatron-DeepSpeed's --lr / --min-lr (the same arguments as Megatron-LM's) when the args have them.
   s->set_item("max_lr", Value::real(number_of(args->attr("lr"), lr)));
   s->set_item("lr_warmup_steps", Value::integer(0));
-  s->set_item("num_steps", Value::integer(int_attr(args, "consumed_train_samples", 0)));
+  s->set_item("num_steps", Value::integer(args_int(args, "consumed_train_samples", 0)));
   s->set_item("lr_decay_style", Value::str("constant"));
   s->set_item("lr_decay_steps", Value::integer(1));
   s->set_item("min_lr", Value::real(number_of(args->attr("min_lr"), lr)));
@@ -273,6 +277,42 @@ ValuePtr extra_state_objects(const std::vector<std::string>& param_names, bool s
   std::filesystem::remove(tmp);
   for (const auto& k : keys) out->set_item(k, Value::bytes(bytes));
   return out;
+}
+
+ValuePtr megatron_deepspeed_args(const deepspeed::GptPipeModel& m, int64_t padded) {
+  auto a = Value::make_object("argparse", "Namespace", Value::tuple(), Value::dict(), pickle::Object::Build::NewObj);
+  auto i = [&](const char* name, int64_t v) { a->set_attr(name, Value::integer(v)); };
+  auto b = [&](const char* name, bool v) { a->set_attr(name, Value::boolean(v)); };
+  i("num_layers", m.layers);
+  i("hidden_size", m.hidden);
+  i("ffn_hidden_size", m.ffn);
+  i("num_attention_heads", m.heads);
+  i("num_key_value_heads", m.kv_heads);
+  i("kv_channels", m.head_dim);
+  i("max_position_embeddings", m.max_positions);
+  i("seq_length", m.max_positions);
+  b("use_rotary_position_embeddings", true);
+  i("rope_theta", m.rope_theta);
+  a->set_attr("rotary_percent", Value::real(1.0));
+  b("add_position_embedding", false);
+  i("make_vocab_size_divisible_by", deepspeed::kGptPipeVocabMultiple);
+  i("padded_vocab_size", padded);
+  a->set_attr("normalization", Value::str("rmsnorm"));
+  a->set_attr("layernorm_epsilon", Value::real(m.norm_eps));
+  b("apply_layernorm_1p", false);
+  b("swiglu", true);
+  b("untie_embeddings_and_output_weights", !m.tied);
+  b("add_bias_linear", false);
+  a->set_attr("num_experts", Value::none());
+  b("bf16", m.dtype == DType::BFloat16);
+  b("fp16", m.dtype == DType::Float16);
+  a->set_attr("params_dtype", Value::torch_dtype(m.dtype));
+  for (const char* n : {"tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size", "world_size",
+                        "moe_expert_parallel_size", "zero_stage"})
+    i(n, 1);
+  i("iteration", 0);
+  i("consumed_train_samples", 0);
+  return a;
 }
 
 int64_t padded_vocab_size(const ValuePtr& model_states) {

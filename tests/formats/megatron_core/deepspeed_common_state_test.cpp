@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "formats/megatron_core/deepspeed_common_state.h"
+#include "formats/megatron_core/model_facts.h"
 
 namespace megatron_core_deepspeed_common_state_test {
 
@@ -51,6 +52,36 @@ TEST(McoreExtraState, AnUnstackedMoeModelHasPerLayerKeys) {
 TEST(McoreExtraState, ADenseModelIsStacked) {
   EXPECT_EQ(extra_state_keys(moe_names(3, 0), false), extra_state_keys(moe_names(3, 0), true));
   EXPECT_TRUE(has(extra_state_keys(moe_names(3, 0), false), "decoder.layers.self_attention.linear_proj._extra_state/shard_2_3"));
+}
+
+// A fresh Megatron-DeepSpeed run's args (megatron_deepspeed_args, its own names: num_key_value_heads, rope_theta,
+// layernorm_epsilon, normalization 'rmsnorm') read back through the Megatron-DeepSpeed -> Megatron-Core common
+// state give the model they were made from: what the Hugging Face export of such a checkpoint writes config.json from.
+TEST(McoreDeepSpeedArgs, AFreshRunsArgsGiveBackTheModelFacts) {
+  using namespace ucpkit;
+  formats::deepspeed::GptPipeModel m;
+  m.hidden = 32, m.ffn = 48, m.layers = 3, m.heads = 4, m.kv_heads = 2, m.head_dim = 8, m.max_positions = 64;
+  m.vocab = 100, m.norm_eps = 1e-6, m.rope_theta = 500000, m.tied = true, m.dtype = DType::BFloat16;
+  auto root = pickle::Value::dict();
+  root->set_item("args", formats::megatron_core::megatron_deepspeed_args(m, 128));
+  root->set_item("iteration", pickle::Value::integer(0));
+  auto opt = pickle::Value::dict();
+  opt->set_item("param_groups", pickle::Value::list());
+  const auto common = formats::megatron_core::common_state_from_deepspeed(root, "mp_rank_00_model_states.pt", opt, nullptr);
+  const auto f = formats::megatron_core::model_facts(common, "mp_rank_00_model_states.pt");
+  EXPECT_EQ(f["hidden"], 32);
+  EXPECT_EQ(f["ffn"], 48);
+  EXPECT_EQ(f["layers"], 3);
+  EXPECT_EQ(f["heads"], 4);
+  EXPECT_EQ(f["kv_heads"], 2);
+  EXPECT_EQ(f["head_dim"], 8);
+  EXPECT_EQ(f["max_positions"], 64);
+  EXPECT_DOUBLE_EQ(f["norm_eps"].get<double>(), 1e-6);
+  EXPECT_DOUBLE_EQ(f["rope_theta"].get<double>(), 500000.0);
+  EXPECT_EQ(f["tied"], true);
+  EXPECT_EQ(f["linear_bias"], false);
+  EXPECT_EQ(f["experts"], 0);
+  EXPECT_EQ(formats::megatron_core::padded_vocab_size(root), 128);
 }
 
 }  // namespace megatron_core_deepspeed_common_state_test

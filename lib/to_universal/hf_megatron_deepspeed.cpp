@@ -1,0 +1,162 @@
+// A fresh Megatron-DeepSpeed run's template for a Hugging Face import (hf_megatron_deepspeed.h): the import's config
+// facts as GPTModelPipe's model (formats/deepspeed/gpt_pipe.h), its parameters as universal manifest entries, the
+// import's optimizer hyper-parameters.
+#include "to_universal/hf_megatron_deepspeed.h"
+
+#include <cmath>
+#include <filesystem>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "formats/deepspeed/file_names.h"
+#include "formats/deepspeed/gpt_pipe.h"
+#include "formats/megatron_core/deepspeed_common_state.h"
+#include "formats/megatron_core/model_facts.h"
+#include "io/torch/torch_file.h"
+#include "patterns/pattern_set.h"
+#include "to_universal/direct.h"
+#include "to_universal/from_hf.h"
+#include "to_universal/from_torch_dist.h"
+#include "to_universal/plan.h"
+
+namespace fs = std::filesystem;
+
+namespace ucpkit::to_universal {
+
+using nlohmann::json;
+using pickle::Value;
+using pickle::ValuePtr;
+namespace uv = formats::universal;
+namespace ds = formats::deepspeed;
+
+namespace {
+
+// The model GPTModelPipe computes with these weights, or an Error naming what it has no place for.
+ds::GptPipeModel gpt_pipe_model(const json& f, int64_t vocab, DType dtype, const std::string& where) {
+  auto refuse = [&](const std::string& what) {
+    throw Error(where + ": " + what + "; Megatron-DeepSpeed's GPTModelPipe has no place for it (docs/hf.md "
+                "\"Megatron-DeepSpeed output\"); --format torch_dist or the DeepSpeed engine form hold it");
+  };
+  if (f.value("experts", int64_t{0}) > 0) refuse("a mixture of experts (its Megatron-DeepSpeed output is not written yet)");
+  if (f.value("linear_bias", false)) refuse("biases on the linear layers");
+  if (f.value("qkv_bias", false)) refuse("a query/key/value bias (Qwen2's attention)");
+  if (f.value("qk_norm", false)) refuse("query and key norms (Qwen3's attention)");
+  if (f.value("rope_llama3_factor", 0.0) > 0) refuse("Llama 3's rope scaling");
+  if (f.at("kv_heads") == f.at("heads"))
+    refuse("attention without grouped key/value heads (num_key_value_heads = num_attention_heads: Megatron-DeepSpeed "
+           "then fuses Q, K and V per head, a layout the Llama map does not write)");
+  const double theta = f.at("rope_theta").get<double>();
+  if (theta != std::floor(theta) || theta < 1 || theta > 9e15)
+    refuse("rope_theta " + f.at("rope_theta").dump() + ", not an integer (--rotary-position-embeddings-theta is an int)");
+  ds::GptPipeModel m;
+  m.hidden = f.at("hidden");
+  m.ffn = f.at("ffn");
+  m.layers = f.at("layers");
+  m.heads = f.at("heads");
+  m.kv_heads = f.at("kv_heads");
+  m.head_dim = f.at("head_dim");
+  m.max_positions = f.at("max_positions");
+  m.vocab = vocab;
+  m.norm_eps = f.at("norm_eps");
+  m.rope_theta = static_cast<int64_t>(theta);
+  m.tied = f.value("tied", false);
+  m.dtype = dtype;
+  return m;
+}
+
+// DeepSpeed's universal optimizer state: the import's two groups' hyper-parameters, one params entry each.
+ValuePtr optimizer_state(const ValuePtr& param_groups, const std::string& where) {
+  if (!param_groups || !param_groups->is_sequence() || param_groups->items.size() != 2)
+    throw Error(where + ": zero/optimizer_state.pt: not the two Megatron param groups of an import");
+  std::vector<ValuePtr> groups;
+  for (size_t g = 0; g < 2; ++g) {
+    const auto& from = param_groups->items[g];
+    if (!from || from->kind != pickle::Kind::Dict) throw Error(where + ": zero/optimizer_state.pt: a param group is not a dict");
+    auto to = Value::dict();
+    for (const char* k : {"lr", "betas", "eps", "weight_decay"})
+      if (auto v = from->get(k)) to->set_item(k, v);
+    to->set_item("amsgrad", Value::boolean(false));
+    to->set_item("bias_correction", Value::boolean(true));
+    to->set_item("params", Value::list({Value::integer(static_cast<int64_t>(g))}));
+    groups.push_back(to);
+  }
+  auto out = Value::dict();
+  out->set_item("param_groups", Value::list(std::move(groups)));
+  return out;
+}
+
+}  // namespace
+
+FreshMegatronDeepSpeed fresh_megatron_deepspeed(const json& facts, int64_t vocab, DType dtype, const ValuePtr& param_groups,
+                                                const std::string& where) {
+  const ds::GptPipeModel model = gpt_pipe_model(facts, vocab, dtype, where);
+  const ds::GptPipeLayout layout = ds::gpt_pipe_layout(model);
+  const auto& set = layout.checkpoint_patterns;
+
+  FreshMegatronDeepSpeed out;
+  uv::UniversalManifest& m = out.manifest;
+  m.patterns_origin = "checkpoint";
+  m.patterns_set = set.to_json();
+  m.model_files = {ds::model_states_name(0)};
+  for (const auto& [name, shape] : layout.params) {
+    uv::UniversalParam e;
+    e.name = name;
+    e.shape = shape;
+    e.dtype = "float32";
+    for (const char* s : {"fp32", "exp_avg", "exp_avg_sq"})
+      e.states[s] = {"zero/" + param_folder(name) + "/" + s + ".pt", std::nullopt};
+    ParamPlan plan;
+    plan.name = name;
+    plan.tp_shapes = {shape};
+    plan.step_file = 0;  // step.pt: the import's (step 0)
+    describe_manifest_entry(e, plan, patterns::classify(set, name), false);
+    m.params.push_back(std::move(e));
+  }
+  uv::UniversalSource& src = m.source;
+  src.tp = src.pp = src.dp = src.ep = 1;
+  src.zero_stage = 1;
+  src.pipeline = true;
+  src.bf16 = dtype == DType::BFloat16;
+  src.tag = "global_step0";
+  src.data_before_expert = false;
+  src.num_experts = std::vector<int>{};
+  src.expert_files = 0;
+  src.weights_only = true;
+  src.layer_keys = layout.layer_keys;
+  src.pipeline_numbering = ds::to_json(layout.numbering);
+  out.model_states = ds::fresh_gpt_pipe_model_states(
+      model, layout, formats::megatron_core::megatron_deepspeed_args(model, layout.padded_vocab), kFreshDsVersion);
+  out.optimizer_state = optimizer_state(param_groups, where);
+  return out;
+}
+
+bool is_hf_import(const uv::UniversalManifest& m) {
+  return m.source.format_name() == "hf" && m.source.names == "megatron-core" && m.source.weights_only.value_or(false);
+}
+
+void write_fresh_megatron_deepspeed(const std::string& imported, const std::string& dir) {
+  const fs::path in(imported), out(dir);
+  const std::string mfile = (in / uv::kUniversalManifestName).string();
+  const uv::UniversalManifest m = uv::read_universal_manifest(mfile);
+  if (!is_hf_import(m)) throw Error(mfile + ": not a Hugging Face import in Megatron-Core names");
+  const std::string common_file = (in / kMcoreCommonStateFile).string();
+  const json facts = formats::megatron_core::model_facts(load_torch(common_file), common_file);
+  int64_t vocab = 0;
+  std::optional<DType> dtype;
+  for (const auto& p : m.params) {
+    if (p.name == "embedding.word_embeddings.weight" && !p.shape.empty()) vocab = p.shape[0];
+    if (!dtype && p.dtype) dtype = dtype_from_name(*p.dtype);
+  }
+  if (vocab <= 0 || !dtype) throw Error(mfile + ": no embedding.word_embeddings.weight or model dtype");
+  const auto opt = load_torch((in / m.optimizer_state).string());
+  const auto fresh = fresh_megatron_deepspeed(facts, vocab, *dtype, pickle::entry_of(opt, "param_groups"), imported);
+  fs::create_directories(out / "zero");
+  save_torch_file((out / fresh.manifest.model_files.front()).string(), fresh.model_states);
+  save_torch_file((out / uv::kUniversalOptimizerState).string(), fresh.optimizer_state);
+  write_file_atomic((out / uv::kUniversalManifestName).string(), fresh.manifest.text());
+}
+
+}  // namespace ucpkit::to_universal
