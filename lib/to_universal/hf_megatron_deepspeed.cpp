@@ -1,6 +1,6 @@
 // A fresh Megatron-DeepSpeed run's template for a Hugging Face import (hf_megatron_deepspeed.h): the import's config
-// facts as GPTModelPipe's model (formats/deepspeed/gpt_pipe.h), its parameters as universal manifest entries, the
-// import's optimizer hyper-parameters.
+// facts as Megatron-DeepSpeed's GPT (formats/deepspeed/megatron_gpt.h: GPTModelPipe dense, GPTModel with native
+// DeepSpeed MoE), its parameters as universal manifest entries, the import's optimizer hyper-parameters.
 #include "to_universal/hf_megatron_deepspeed.h"
 
 #include <cmath>
@@ -12,7 +12,8 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "formats/deepspeed/file_names.h"
-#include "formats/deepspeed/gpt_pipe.h"
+#include "formats/deepspeed/megatron_gpt.h"
+#include "formats/deepspeed/param_groups.h"
 #include "formats/megatron_core/deepspeed_common_state.h"
 #include "formats/megatron_core/model_facts.h"
 #include "io/torch/torch_file.h"
@@ -34,13 +35,20 @@ namespace ds = formats::deepspeed;
 
 namespace {
 
-// The model GPTModelPipe computes with these weights, or an Error naming what it has no place for.
-ds::GptPipeModel gpt_pipe_model(const json& f, int64_t vocab, DType dtype, const std::string& where) {
+// The DeepSpeed version line of kFreshDsVersion's MoE files (formats/deepspeed/version_line.h: 0.19.5 on).
+constexpr const char* kFreshMoeLine = "0.19.5";
+
+// The model Megatron-DeepSpeed's GPT computes with these weights, or an Error naming what it has no place for.
+ds::MegatronGpt megatron_gpt(const json& f, int64_t vocab, DType dtype, const std::string& where) {
   auto refuse = [&](const std::string& what) {
     throw Error(where + ": " + what + "; Megatron-DeepSpeed's GPTModelPipe has no place for it (docs/hf.md "
                 "\"Megatron-DeepSpeed output\"); --format torch_dist or the DeepSpeed engine form hold it");
   };
-  if (f.value("experts", int64_t{0}) > 0) refuse("a mixture of experts (its Megatron-DeepSpeed output is not written yet)");
+  const int64_t experts = f.value("experts", int64_t{0});
+  if (experts > 0 && !f.value("dense_layers", json::array()).empty())
+    refuse("dense layers between the MoE layers (native DeepSpeed MoE is written in every layer here)");
+  if (f.value("shared_ffn", int64_t{0}) > 0) refuse("a shared expert");
+  if (experts > 0 && f.value("moe_pre_softmax", false)) refuse("the router's softmax before the top k");
   if (f.value("linear_bias", false)) refuse("biases on the linear layers");
   if (f.value("qkv_bias", false)) refuse("a query/key/value bias (Qwen2's attention)");
   if (f.value("qk_norm", false)) refuse("query and key norms (Qwen3's attention)");
@@ -51,9 +59,12 @@ ds::GptPipeModel gpt_pipe_model(const json& f, int64_t vocab, DType dtype, const
   const double theta = f.at("rope_theta").get<double>();
   if (theta != std::floor(theta) || theta < 1 || theta > 9e15)
     refuse("rope_theta " + f.at("rope_theta").dump() + ", not an integer (--rotary-position-embeddings-theta is an int)");
-  ds::GptPipeModel m;
+  ds::MegatronGpt m;
   m.hidden = f.at("hidden");
-  m.ffn = f.at("ffn");
+  m.ffn = experts > 0 ? f.at("moe_ffn").get<int64_t>() : f.at("ffn").get<int64_t>();
+  m.experts = experts;
+  m.topk = experts > 0 ? f.at("moe_topk").get<int64_t>() : 1;
+  m.aux_loss = f.value("moe_aux_loss", 0.0);
   m.layers = f.at("layers");
   m.heads = f.at("heads");
   m.kv_heads = f.at("kv_heads");
@@ -67,10 +78,13 @@ ds::GptPipeModel gpt_pipe_model(const json& f, int64_t vocab, DType dtype, const
   return m;
 }
 
-// DeepSpeed's universal optimizer state: the import's two groups' hyper-parameters, one params entry each.
-ValuePtr optimizer_state(const ValuePtr& param_groups, const std::string& where) {
-  if (!param_groups || !param_groups->is_sequence() || param_groups->items.size() != 2)
-    throw Error(where + ": zero/optimizer_state.pt: not the two Megatron param groups of an import");
+// DeepSpeed's universal optimizer state: the import's two groups' hyper-parameters, one params entry each; with
+// experts a third, DeepSpeed's MoE group (moe/utils.py split_params_into_different_moe_groups_for_optimizer: the
+// weight-decay group's experts, named by their EP size).
+ValuePtr optimizer_state(const ValuePtr& param_groups, bool experts, const std::string& where) {
+  // The import's dense groups come first (an MoE import's expert groups after them hold the same values).
+  if (!param_groups || !param_groups->is_sequence() || param_groups->items.size() < 2)
+    throw Error(where + ": zero/optimizer_state.pt: not the Megatron param groups of an import");
   std::vector<ValuePtr> groups;
   for (size_t g = 0; g < 2; ++g) {
     const auto& from = param_groups->items[g];
@@ -83,6 +97,7 @@ ValuePtr optimizer_state(const ValuePtr& param_groups, const std::string& where)
     to->set_item("params", Value::list({Value::integer(static_cast<int64_t>(g))}));
     groups.push_back(to);
   }
+  if (experts) groups.push_back(ds::expert_param_group(groups.front(), 1, 2));
   auto out = Value::dict();
   out->set_item("param_groups", Value::list(std::move(groups)));
   return out;
@@ -92,8 +107,8 @@ ValuePtr optimizer_state(const ValuePtr& param_groups, const std::string& where)
 
 FreshMegatronDeepSpeed fresh_megatron_deepspeed(const json& facts, int64_t vocab, DType dtype, const ValuePtr& param_groups,
                                                 const std::string& where) {
-  const ds::GptPipeModel model = gpt_pipe_model(facts, vocab, dtype, where);
-  const ds::GptPipeLayout layout = ds::gpt_pipe_layout(model);
+  const ds::MegatronGpt model = megatron_gpt(facts, vocab, dtype, where);
+  const ds::MegatronGptLayout layout = ds::megatron_gpt_layout(model);
   const auto& set = layout.checkpoint_patterns;
 
   FreshMegatronDeepSpeed out;
@@ -101,7 +116,7 @@ FreshMegatronDeepSpeed fresh_megatron_deepspeed(const json& facts, int64_t vocab
   m.patterns_origin = "checkpoint";
   m.patterns_set = set.to_json();
   m.model_files = {ds::model_states_name(0)};
-  for (const auto& [name, shape] : layout.params) {
+  for (const auto& [name, shape, layer, expert] : layout.params) {
     uv::UniversalParam e;
     e.name = name;
     e.shape = shape;
@@ -112,24 +127,30 @@ FreshMegatronDeepSpeed fresh_megatron_deepspeed(const json& facts, int64_t vocab
     plan.name = name;
     plan.tp_shapes = {shape};
     plan.step_file = 0;  // step.pt: the import's (step 0)
+    plan.moe_layer = layer;
+    plan.expert = expert;
     describe_manifest_entry(e, plan, patterns::classify(set, name), false);
     m.params.push_back(std::move(e));
   }
   uv::UniversalSource& src = m.source;
   src.tp = src.pp = src.dp = src.ep = 1;
   src.zero_stage = 1;
-  src.pipeline = true;
+  src.pipeline = layout.pipeline;
   src.bf16 = dtype == DType::BFloat16;
   src.tag = "global_step0";
   src.data_before_expert = false;
-  src.num_experts = std::vector<int>{};
+  src.num_experts = layout.num_experts;
   src.expert_files = 0;
+  for (int n : layout.num_experts) src.expert_files = *src.expert_files + n;
+  if (!layout.pipeline) src.ds_line = kFreshMoeLine;
   src.weights_only = true;
-  src.layer_keys = layout.layer_keys;
-  src.pipeline_numbering = ds::to_json(layout.numbering);
-  out.model_states = ds::fresh_gpt_pipe_model_states(
+  if (layout.pipeline) {
+    src.layer_keys = layout.layer_keys;
+    src.pipeline_numbering = ds::to_json(layout.numbering);
+  }
+  out.model_states = ds::fresh_megatron_gpt_model_states(
       model, layout, formats::megatron_core::megatron_deepspeed_args(model, layout.padded_vocab), kFreshDsVersion);
-  out.optimizer_state = optimizer_state(param_groups, where);
+  out.optimizer_state = optimizer_state(param_groups, !layout.pipeline, where);
   return out;
 }
 

@@ -1,5 +1,5 @@
 // A Hugging Face import as a fresh Megatron-DeepSpeed run holds it (docs/hf.md "Megatron-DeepSpeed output"):
-// GPTModelPipe's parameter names and layer numbering, one mp_rank_00 model file at TP = PP = DP = 1 (Megatron
+// its GPT's parameter names (and layer numbering), one mp_rank_00 model file at TP = PP = DP = 1 (Megatron
 // args from the import's config facts, iteration 0, no scheduler, sampler or RNG state), DeepSpeed's universal
 // optimizer state with Megatron's two param groups. It is the template `--to-names megatron-deepspeed` renames
 // the import's Megatron-Core-named universal folder with (to_universal/megatron_core_names.h), so ucp-load
@@ -27,7 +27,9 @@ struct FreshMegatronDeepSpeed {
 // `dtype`: the model's; `param_groups`: the import's Megatron param groups (weight decay first, then none),
 // whose hyper-parameters are kept; `where` names the import in errors. Plain data. Refuses (Error naming
 // `where` and the reason) a model GPTModelPipe does not compute with these weights: MoE, linear or QKV biases,
-// q/k norms, Llama 3 rope scaling, attention without grouped key/value heads, a rope theta that is not an integer.
+// q/k norms, Llama 3 rope scaling, attention without grouped key/value heads, a rope theta that is not an integer,
+// dense layers between MoE layers, a shared expert, the router's softmax before the top k. Dense models become
+// GPTModelPipe (any TP / PP), MoE models GPTModel with native DeepSpeed MoE (TP = PP = 1, any EP).
 FreshMegatronDeepSpeed fresh_megatron_deepspeed(const nlohmann::json& facts, int64_t vocab, DType dtype,
                                                 const pickle::ValuePtr& param_groups, const std::string& where);
 

@@ -624,8 +624,8 @@ RunSummary to_megatron_deepspeed(const std::string& input, const std::string& ou
     fresh.emplace(output, o.reporter);
     write_fresh_megatron_deepspeed(input, fresh->path());
     template_dir = fresh->path();
-    o.reporter.warning("a Hugging Face import takes the model files of a fresh Megatron-DeepSpeed run (GPTModelPipe, "
-                       "iteration 0, no scheduler or RNG state: Megatron-DeepSpeed loads it with --finetune, docs/hf.md)");
+    o.reporter.warning("a Hugging Face import takes the model files of a fresh Megatron-DeepSpeed run (iteration 0, "
+                       "no scheduler or RNG state: Megatron-DeepSpeed loads it with --finetune, docs/hf.md)");
   }
   DeepSpeedView v = megatron_deepspeed_view(m, mfile, template_dir, o.map_file, fresh.has_value());
   if (o.family) *o.family = v.family;

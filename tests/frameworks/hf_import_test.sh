@@ -50,18 +50,26 @@ for spec in "${specs[@]}"; do
 done
 # Megatron-DeepSpeed (docs/hf.md "Megatron-DeepSpeed output"): the dense Llama folders (GQA bf16, tied fp32) renamed
 # for a fresh GPTModelPipe run (ucp-union --to-names megatron-deepspeed), laid out at TP 2 x PP 2 x DP 2 by ucp-load
-# --format deepspeed, exported back: the same round-trip check as above, bit for bit and logits exactly.
-for name in llama_bfloat16 llama_float32_tied; do
+# --format deepspeed, and Mixtral as GPTModel with native DeepSpeed MoE at EP 2 x DP 2; exported back: the same
+# round-trip check as above, bit for bit and logits exactly.
+for name in llama_bfloat16 llama_float32_tied mixtral_float32; do
   "$build/bin/ucp-union" -q --input "$name" --to-names megatron-deepspeed --output "$name.mdsu" 2>&1 | quiet
-  "$build/bin/ucp-load" -q --input "$name.mdsu" --format deepspeed --tp 2 --pp 2 --dp 2 --output "$name.mds" 2>&1 | quiet
-  ls "$name.mds"/global_step0/layer_0[1-7]-model_0[01]-model_states.pt > /dev/null ||
-    { echo "FAIL: $name.mds has not the pipeline layer files of TP 2 x PP 2"; exit 1; }
+  if [[ $name == mixtral* ]]; then  # native DeepSpeed MoE: GPTModel at TP = PP = 1, experts over EP 2 within DP 2
+    "$build/bin/ucp-load" -q --input "$name.mdsu" --format deepspeed --ep 2 --dp 2 --output "$name.mds" 2>&1 | quiet
+    ls "$name.mds"/global_step0/layer_[0-3]_expert_[0-3]_mp_rank_00_model_states.pt > /dev/null ||
+      { echo "FAIL: $name.mds has not an expert file per layer and expert"; exit 1; }
+  else
+    "$build/bin/ucp-load" -q --input "$name.mdsu" --format deepspeed --tp 2 --pp 2 --dp 2 --output "$name.mds" 2>&1 | quiet
+    ls "$name.mds"/global_step0/layer_0[1-7]-model_0[01]-model_states.pt > /dev/null ||
+      { echo "FAIL: $name.mds has not the pipeline layer files of TP 2 x PP 2"; exit 1; }
+  fi
   "$build/bin/ucp-load" -q --input "$name.mds" --format hf --output "$name.mds.back" --audit "$name.mds.audit.json" 2>&1 | quiet
   trips+=("$name" "$name.mds.back" "$name.mds.audit.json")
   [[ -z $(ls -A . | grep "ucp-fresh-mds\|ucp-names") ]] || { echo "FAIL: scratch folders left beside $name.mdsu"; exit 1; }
 done
-# What GPTModelPipe has no place for is refused naming it, nothing written: Qwen3's q/k norms, Qwen2's QKV bias.
-for name in qwen3_bfloat16 qwen2_float32; do
+# What Megatron-DeepSpeed's GPT has no place for is refused naming it, nothing written: Qwen3's q/k norms (and
+# Qwen3-MoE's), Qwen2's QKV bias (and Qwen2-MoE's, with its shared expert).
+for name in qwen3_bfloat16 qwen2_float32 qwen3_moe_bfloat16 qwen2_moe_float32; do
   rc=0
   out=$("$build/bin/ucp-union" -q --input "$name" --to-names megatron-deepspeed --output "$name.mdsu" 2>&1) || rc=$?
   [[ $rc -eq 1 && ! -e $name.mdsu && $out == *"GPTModelPipe has no place"* && -z $(ls -A . | grep "ucp-fresh-mds\|ucp-names") ]] ||

@@ -29,6 +29,17 @@ json llama(bool tied = false) {
           {"tied", tied},     {"linear_bias", false}, {"qkv_bias", false}, {"qk_norm", false},    {"experts", 0}};
 }
 
+// Mixtral: the same attention, 4 experts of 40 in every layer, top 2.
+json mixtral() {
+  json f = llama();
+  f["experts"] = 4;
+  f["moe_ffn"] = 40;
+  f["moe_topk"] = 2;
+  f["dense_layers"] = json::array();
+  f["shared_ffn"] = 0;
+  return f;
+}
+
 pickle::ValuePtr groups() {
   auto g = [](double wd) {
     auto d = Value::dict();
@@ -121,17 +132,48 @@ TEST(FreshMegatronDeepSpeed, TiedEmbeddingsAreOneTiedModuleWithTheHeadLayerFile)
             json::array({"tied_modules.embed.word_embeddings.weight"}));
 }
 
+TEST(FreshMegatronDeepSpeed, AnMoeIsGptModelWithNativeExpertsInAThirdOptimizerGroup) {
+  const auto f = fresh_megatron_deepspeed(mixtral(), 100, DType::Float32, groups(), "hf");
+  const auto& src = f.manifest.source;
+  EXPECT_FALSE(src.pipeline.value_or(true));
+  EXPECT_EQ(src.num_experts, (std::vector<int>{4, 4}));
+  EXPECT_EQ(src.expert_files, 8);
+  EXPECT_EQ(src.ds_line, "0.19.5");
+  EXPECT_FALSE(src.layer_keys.has_value());
+  int experts = 0;
+  for (const auto& p : f.manifest.params)
+    if (p.expert) {
+      ++experts;
+      EXPECT_NE(p.name.find("deepspeed_experts." + std::to_string(p.expert->global_id) + "."), std::string::npos) << p.name;
+    }
+  EXPECT_EQ(experts, 2 * 4 * 2);
+  const auto pg = f.optimizer_state->get("param_groups");
+  ASSERT_EQ(pg->items.size(), 3u);
+  EXPECT_TRUE(pg->items[2]->get("moe")->b);
+  EXPECT_EQ(pg->items[2]->get("name")->s, "ep_size_1");
+  EXPECT_DOUBLE_EQ(pg->items[2]->get("weight_decay")->as_float(), 0.01);
+  const auto m = formats::deepspeed::read_rank_model_states(f.model_states, "mp_rank_00_model_states.pt");
+  EXPECT_EQ(m.args()->attr("topk")->i, 2);
+  EXPECT_EQ(m.args()->attr("ffn_hidden_size")->i, 40);
+}
+
 TEST(FreshMegatronDeepSpeed, WhatGptModelPipeHasNoPlaceForIsRefusedNamingIt) {
   auto with = [](const char* key, json v) {
     json f = llama();
     f[key] = v;
     return f;
   };
+  auto moe = [](json dense) {
+    json f = mixtral();
+    f["dense_layers"] = dense;
+    return f;
+  };
   const std::pair<json, std::string> cases[] = {
-      {with("experts", 4), "mixture of experts"},     {with("qkv_bias", true), "query/key/value bias"},
+      {moe(json::array({1})), "dense layers between the MoE layers"}, {with("qkv_bias", true), "query/key/value bias"},
       {with("qk_norm", true), "query and key norms"}, {with("linear_bias", true), "biases on the linear layers"},
       {with("rope_llama3_factor", 8.0), "rope scaling"}, {with("kv_heads", 4), "grouped key/value heads"},
-      {with("rope_theta", 10000.5), "not an integer"}};
+      {with("rope_theta", 10000.5), "not an integer"},
+      {[&] { json f = mixtral(); f["shared_ffn"] = 16; return f; }(), "a shared expert"}};
   for (const auto& [facts, what] : cases) {
     const std::string e = error_of([&] { fresh_megatron_deepspeed(facts, 100, DType::BFloat16, groups(), "my_hf"); });
     EXPECT_NE(e.find("my_hf: "), std::string::npos) << e;

@@ -73,4 +73,12 @@ void rename_expert_group(const pickle::ValuePtr& group, const std::string& name)
   if (auto moe = group->get("moe"); moe && moe->kind == pickle::Kind::Bool && moe->b) group->set_item("name", pickle::Value::str(name));
 }
 
+pickle::ValuePtr expert_param_group(const pickle::ValuePtr& dense, int ep, int64_t index) {
+  auto g = pickle::deep_copy(dense);
+  g->set_item("params", pickle::Value::list({pickle::Value::integer(index)}));
+  g->set_item("moe", pickle::Value::boolean(true));
+  g->set_item("name", pickle::Value::str(expert_group_name(ep)));
+  return g;
+}
+
 }  // namespace ucpkit::formats::deepspeed

@@ -50,6 +50,10 @@ std::vector<SavedParamGroup> saved_param_groups(const std::vector<pickle::ValueP
 // (a target's ep_size_<N>); any other entry is left as it is.
 void rename_expert_group(const pickle::ValuePtr& group, const std::string& name);
 
+// The expert param group split_params_into_different_moe_groups_for_optimizer makes of `dense` (moe/utils.py:90-115 at
+// v0.19.5-27): a copy of its hyper-parameters with 'moe' True, 'name' expert_group_name(ep) and 'params' [index].
+pickle::ValuePtr expert_param_group(const pickle::ValuePtr& dense, int ep, int64_t index);
+
 // Whether a model-states root was saved by Megatron's training script: Megatron-DeepSpeed's
 // save_checkpoint puts its argparse Namespace under 'args' (megatron/checkpointing.py:254-281 at
 // 4efb479d: state_dict['args'] = args, with num_layers) and nests the module as

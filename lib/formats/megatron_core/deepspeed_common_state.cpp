@@ -127,7 +127,12 @@ ValuePtr common_state_from_deepspeed(const ValuePtr& model_states, const std::st
   // layers are those with i % expert_interval == expert_interval - 1 (get_num_experts_per_layer,
   // megatron/model/transformer.py); Megatron-Core wants one count and a per-layer 0/1 list
   // (moe_layer_freq, megatron/training/arguments.py) and expert_model_parallel_size.
-  if (const auto ne = args->attr("num_experts"); ne && ne->is_sequence() && !ne->items.empty()) {
+  // A dense model's is [1] (--num-experts' default, megatron/arguments.py:608 at 4efb479: a layer of one expert is
+  // a plain MLP, gpt_model.py's is_moe_model).
+  const auto ne = args->attr("num_experts");
+  if (ne && ne->is_sequence() && ne->items.size() == 1 && ne->items.front()->is(Kind::Int) && ne->items.front()->i == 1)
+    args->set_attr("num_experts", Value::none());
+  else if (ne && ne->is_sequence() && !ne->items.empty()) {
     const int64_t experts = ne->items.front()->as_int();
     for (const auto& e : ne->items)
       if (e->as_int() != experts)
@@ -142,6 +147,11 @@ ValuePtr common_state_from_deepspeed(const ValuePtr& model_states, const std::st
     args->set_attr("moe_layer_freq", Value::list(std::move(freq)));
     if (const auto ep = args->attr("moe_expert_parallel_size"); ep && ep->is(Kind::Int))
       args->set_attr("expert_model_parallel_size", Value::integer(ep->i));
+    // --topk (megatron/arguments.py at 4efb479): the experts each token goes to, Megatron-Core's moe_router_topk.
+    if (const auto k = args->attr("topk"); k && k->is(Kind::Int)) set_if_absent(args, "moe_router_topk", Value::integer(k->i));
+    // --moe-loss-coeff (arguments.py:919): Megatron-Core's moe_aux_loss_coeff.
+    if (const auto c = args->attr("moe_loss_coeff"); c && (c->is(Kind::Float) || c->is(Kind::Int)))
+      set_if_absent(args, "moe_aux_loss_coeff", Value::real(c->as_float()));
   }
   add_architecture_fields(args);
   const ValuePtr root = Value::dict();
@@ -279,7 +289,7 @@ ValuePtr extra_state_objects(const std::vector<std::string>& param_names, bool s
   return out;
 }
 
-ValuePtr megatron_deepspeed_args(const deepspeed::GptPipeModel& m, int64_t padded) {
+ValuePtr megatron_deepspeed_args(const deepspeed::MegatronGpt& m, int64_t padded) {
   auto a = Value::make_object("argparse", "Namespace", Value::tuple(), Value::dict(), pickle::Object::Build::NewObj);
   auto i = [&](const char* name, int64_t v) { a->set_attr(name, Value::integer(v)); };
   auto b = [&](const char* name, bool v) { a->set_attr(name, Value::boolean(v)); };
@@ -295,7 +305,7 @@ ValuePtr megatron_deepspeed_args(const deepspeed::GptPipeModel& m, int64_t padde
   i("rope_theta", m.rope_theta);
   a->set_attr("rotary_percent", Value::real(1.0));
   b("add_position_embedding", false);
-  i("make_vocab_size_divisible_by", deepspeed::kGptPipeVocabMultiple);
+  i("make_vocab_size_divisible_by", deepspeed::kGptVocabMultiple);
   i("padded_vocab_size", padded);
   a->set_attr("normalization", Value::str("rmsnorm"));
   a->set_attr("layernorm_epsilon", Value::real(m.norm_eps));
@@ -303,7 +313,14 @@ ValuePtr megatron_deepspeed_args(const deepspeed::GptPipeModel& m, int64_t padde
   b("swiglu", true);
   b("untie_embeddings_and_output_weights", !m.tied);
   b("add_bias_linear", false);
-  a->set_attr("num_experts", Value::none());
+  if (m.experts > 0) {  // native MoE in every layer (--num-experts, --expert-interval, --topk)
+    a->set_attr("num_experts", Value::list({Value::integer(m.experts)}));
+    i("expert_interval", 1);
+    i("topk", m.topk);
+    a->set_attr("moe_loss_coeff", Value::real(m.aux_loss));
+  } else {
+    a->set_attr("num_experts", Value::none());
+  }
   b("bf16", m.dtype == DType::BFloat16);
   b("fp16", m.dtype == DType::Float16);
   a->set_attr("params_dtype", Value::torch_dtype(m.dtype));

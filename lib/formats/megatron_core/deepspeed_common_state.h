@@ -15,16 +15,16 @@
 #include <string>
 #include <vector>
 
-#include "formats/deepspeed/gpt_pipe.h"
+#include "formats/deepspeed/megatron_gpt.h"
 #include "io/pickle/value.h"
 
 namespace ucpkit::formats::megatron_core {
 
 // The other way: Megatron-DeepSpeed's args (its own names, megatron/arguments.py:619-681 and 937-939 at
-// deepspeedai/Megatron-DeepSpeed 4efb479) of GPTModelPipe model `m` at TP = PP = DP = 1 before its first step,
-// `padded` vocabulary rows: what a fresh run's model file holds (formats/deepspeed/gpt_pipe.h). Read back by
+// deepspeedai/Megatron-DeepSpeed 4efb479) of GPT `m` at TP = PP = DP = EP = 1 before its first step, `padded`
+// vocabulary rows: what a fresh run's model file holds (formats/deepspeed/megatron_gpt.h). Read back by
 // common_state_from_deepspeed, they give the same model facts.
-pickle::ValuePtr megatron_deepspeed_args(const deepspeed::GptPipeModel& m, int64_t padded);
+pickle::ValuePtr megatron_deepspeed_args(const deepspeed::MegatronGpt& m, int64_t padded);
 
 // `model_states`: a Megatron-DeepSpeed mp_rank model-states root (args, iteration); `optimizer_state`:
 // the universal zero/optimizer_state.pt root (param_groups); `step`: a per-parameter step.pt value (null:

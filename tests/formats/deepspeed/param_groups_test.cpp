@@ -103,4 +103,22 @@ TEST(ParamGroups, SavedByMegatronOnlyWithMegatronsArgsOrNestedModule) {
   EXPECT_FALSE(saved_by_megatron(Value::none()));
 }
 
+// A fresh run's expert group (a Hugging Face import written as native DeepSpeed MoE): the dense group's settings,
+// DeepSpeed's 'moe' flag and name, the dense group itself untouched.
+TEST(ParamGroups, ExpertParamGroupCopiesTheDenseGroupsSettings) {
+  using ucpkit::pickle::Value;
+  auto dense = Value::dict();
+  dense->set_item("weight_decay", Value::real(0.01));
+  dense->set_item("params", Value::list({Value::integer(0)}));
+  const auto g = ucpkit::formats::deepspeed::expert_param_group(dense, 2, 5);
+  EXPECT_DOUBLE_EQ(g->get("weight_decay")->as_float(), 0.01);
+  EXPECT_TRUE(g->get("moe")->b);
+  EXPECT_EQ(g->get("name")->s, "ep_size_2");
+  EXPECT_EQ(g->get("params")->items.at(0)->i, 5);
+  EXPECT_FALSE(dense->contains("moe"));
+  const auto saved = ucpkit::formats::deepspeed::saved_param_groups({dense, g});
+  EXPECT_FALSE(saved[0].moe);
+  EXPECT_TRUE(saved[1].moe);
+}
+
 }  // namespace deepspeed_param_groups_test

@@ -59,7 +59,7 @@ TEST(McoreExtraState, ADenseModelIsStacked) {
 // state give the model they were made from: what the Hugging Face export of such a checkpoint writes config.json from.
 TEST(McoreDeepSpeedArgs, AFreshRunsArgsGiveBackTheModelFacts) {
   using namespace ucpkit;
-  formats::deepspeed::GptPipeModel m;
+  formats::deepspeed::MegatronGpt m;
   m.hidden = 32, m.ffn = 48, m.layers = 3, m.heads = 4, m.kv_heads = 2, m.head_dim = 8, m.max_positions = 64;
   m.vocab = 100, m.norm_eps = 1e-6, m.rope_theta = 500000, m.tied = true, m.dtype = DType::BFloat16;
   auto root = pickle::Value::dict();
@@ -82,6 +82,33 @@ TEST(McoreDeepSpeedArgs, AFreshRunsArgsGiveBackTheModelFacts) {
   EXPECT_EQ(f["linear_bias"], false);
   EXPECT_EQ(f["experts"], 0);
   EXPECT_EQ(formats::megatron_core::padded_vocab_size(root), 128);
+  // With experts in every layer (--num-experts [4], --expert-interval 1, --topk 2): Megatron-Core's MoE facts.
+  m.experts = 4, m.topk = 2, m.aux_loss = 0.001;
+  root->set_item("args", formats::megatron_core::megatron_deepspeed_args(m, 128));
+  const auto moe = formats::megatron_core::model_facts(
+      formats::megatron_core::common_state_from_deepspeed(root, "mp_rank_00_model_states.pt", opt, nullptr), "m");
+  EXPECT_EQ(moe["experts"], 4);
+  EXPECT_EQ(moe["moe_topk"], 2);
+  EXPECT_EQ(moe["moe_ffn"], 48);
+  EXPECT_DOUBLE_EQ(moe["moe_aux_loss"].get<double>(), 0.001);
+  EXPECT_EQ(moe["dense_layers"], nlohmann::json::array());
+}
+
+// Megatron-DeepSpeed's --num-experts defaults to [1] (megatron/arguments.py:608 at 4efb479): a dense model, not one
+// expert per layer.
+TEST(McoreDeepSpeedArgs, NumExpertsOfOneIsADenseModel) {
+  using namespace ucpkit;
+  formats::deepspeed::MegatronGpt m;
+  m.hidden = 32, m.ffn = 48, m.layers = 2, m.heads = 4, m.kv_heads = 2, m.head_dim = 8, m.max_positions = 64, m.vocab = 100;
+  auto args = formats::megatron_core::megatron_deepspeed_args(m, 128);
+  args->set_attr("num_experts", pickle::Value::list({pickle::Value::integer(1)}));
+  auto root = pickle::Value::dict();
+  root->set_item("args", args);
+  auto opt = pickle::Value::dict();
+  opt->set_item("param_groups", pickle::Value::list());
+  const auto f = formats::megatron_core::model_facts(
+      formats::megatron_core::common_state_from_deepspeed(root, "mp_rank_00_model_states.pt", opt, nullptr), "m");
+  EXPECT_EQ(f["experts"], 0);
 }
 
 }  // namespace megatron_core_deepspeed_common_state_test
