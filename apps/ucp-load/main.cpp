@@ -66,6 +66,12 @@ LayoutOptions add_options(CLI::App& app, tool::UcpLoadOptions& o) {
                  "A Hugging Face input with --format deepspeed: the optimizer's hyperparameters as a JSON object (such as "
                  "'{\"lr\": 2e-5, \"weight_decay\": 0.0}'), set over torch.optim.AdamW's defaults in the fresh optimizer "
                  "state; DeepSpeed's load_checkpoint (load_optimizer_states=True) gives the optimizer these (docs/hf.md)");
+  app.add_option("--to-names", o.to_names,
+                 "A Hugging Face input with --format deepspeed: 'transformers' (default) writes the DeepSpeed engine "
+                 "around transformers' own model; 'megatron-deepspeed' a fresh Megatron-DeepSpeed run's checkpoint "
+                 "(GPTModelPipe at any --tp / --pp / --dp; an MoE model as native DeepSpeed MoE at --ep), what "
+                 "ucp-union --to-names megatron-deepspeed and ucp-load of its folder write (docs/hf.md)")
+      ->check(CLI::IsMember({"transformers", "megatron-deepspeed"}));
   given.dtype = app.add_option("--dtype", o.dtype, "Low-precision weight dtype (default: the source's training precision)")
                     ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   app.add_flag("--reuse-output", l.reuse_output,

@@ -202,16 +202,21 @@ class ScratchUniversal {
 };
 
 // A Hugging Face input written as --format deepspeed: the DeepSpeed engine form of its transformers model
-// (to_universal/from_hf.h), whose union writes the engine's model files.
-bool writes_engine_form(const formats::FolderKind& kind, reshard::OutputFormat format) {
+// (to_universal/from_hf.h), whose union writes the engine's model files; with --to-names megatron-deepspeed a fresh
+// Megatron-DeepSpeed run's instead (to_universal/hf_megatron_deepspeed.h).
+bool hf_deepspeed_input(const formats::FolderKind& kind, reshard::OutputFormat format) {
   return to_universal::union_writes_engine_form(kind.format) && reshard::output_writer(format).needs_model_files();
+}
+bool megatron_deepspeed_names(const std::string& to_names) { return to_names == "megatron-deepspeed"; }
+bool writes_engine_form(const formats::FolderKind& kind, reshard::OutputFormat format, const std::string& to_names = "") {
+  return hf_deepspeed_input(kind, format) && !megatron_deepspeed_names(to_names);
 }
 
 // A format written from DeepSpeed model files (--format deepspeed), which a DCP or torch_dist input
 // has not: refused naming the formats that can be written (the output writers' facts).
 void refuse_deepspeed_output(const reshard::LoadOptions& load, const formats::FolderKind& kind) {
   if (!reshard::output_writer(load.format).needs_model_files()) return;
-  if (writes_engine_form(kind, load.format)) return;  // its universal form carries engine model files
+  if (hf_deepspeed_input(kind, load.format)) return;  // its universal form carries engine or fresh-run model files
   std::string others = reshard::output_formats_that(&reshard::OutputWriter::writes_from_tensors);
   if (const auto comma = others.rfind(", "); comma != std::string::npos) others.replace(comma, 2, " or ");
   throw Error(load.input + ": a " + kind.name() + " checkpoint has no DeepSpeed model files, which --format " +
@@ -229,7 +234,7 @@ void refuse_deepspeed_output(const reshard::LoadOptions& load, const formats::Fo
 nlohmann::json engine_form_options(const UcpLoadOptions& o) {
   const bool tp = o.given.tp && o.tp != 1, zero0 = o.given.zero_stage && o.zero_stage == 0;
   if (o.param_group.empty() && !tp && !zero0) return nlohmann::json::object();
-  const bool engine = writes_engine_form(formats::detect(o.load.input), o.load.format);
+  const bool engine = writes_engine_form(formats::detect(o.load.input), o.load.format, o.to_names);
   if (!o.param_group.empty() && !engine)
     throw UsageError("--param-group applies to a Hugging Face input written as --format deepspeed (a fresh optimizer state)");
   // The engine around a transformers model is data-parallel: its module has no tensor-parallel slices.
@@ -324,15 +329,52 @@ void check_audit(const UcpLoadOptions& o) {
   if (!audits_import(o.load)) return;
   const formats::FolderKind kind = formats::detect(o.load.input);
   const bool imported = converted_first(kind) && to_universal::union_audits(kind.format) && o.load.template_dir.empty() &&
-                        (!reshard::output_writer(o.load.format).needs_model_files() || writes_engine_form(kind, o.load.format)) &&
+                        (!reshard::output_writer(o.load.format).needs_model_files() ||
+                         writes_engine_form(kind, o.load.format, o.to_names)) &&
                         o.device == "cpu" && !reshard::whole_rewrite_for(kind, o.load.format).write;
   if (!imported)
     throw UsageError("--audit applies to --format " + reshard::output_formats_that(&W::takes_audit) +
                      ", or to a Hugging Face input (the import's audit, docs/hf.md)");
 }
 
+// --to-names: a Hugging Face input written as --format deepspeed; megatron-deepspeed renames it in one process.
+void check_to_names(const UcpLoadOptions& o) {
+  if (o.to_names.empty()) return;
+  if (!hf_deepspeed_input(formats::detect(o.load.input), o.load.format))
+    throw UsageError("--to-names applies to a Hugging Face input with --format deepspeed");
+  if (!megatron_deepspeed_names(o.to_names)) return;
+  if (parallel::MpiSession::get().size() > 1) throw UsageError("--to-names megatron-deepspeed runs in one process (not under mpirun)");
+  if (!o.load.audit.empty())
+    throw UsageError("--audit with --to-names megatron-deepspeed: write the import's audit with ucp-union --input " +
+                     escaped_brief(o.load.input) + " --audit FILE (docs/hf.md)");
+}
+
+// The scratch universal folder of a Hugging Face input in Megatron-DeepSpeed names: its import (Megatron-Core names)
+// in `<scratch>-mc`, renamed for a fresh run into `scratch`; the import removed after.
+void convert_to_megatron_deepspeed(const std::string& input, const std::string& scratch, const to_universal::ConvertOptions& co,
+                                   std::vector<std::string>& not_carried) {
+  const std::string mc = scratch + "-mc";
+  RemovedOnStop removed(mc);
+  struct Remove {
+    std::string path;
+    ~Remove() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } remove{mc};
+  not_carried = to_universal::run_union(input, mc, co).not_carried;
+  to_universal::NamesOptions no;
+  no.target = to_universal::NamesTarget::MegatronDeepSpeed;
+  no.threads = co.threads;
+  no.overwrite = true;
+  no.sync = false;
+  no.reporter = co.reporter;
+  to_universal::rename_universal(mc, scratch, no);
+}
+
 Result run_ucp_load(const UcpLoadOptions& o) {
   if (!o.verify) set_verify_files_crc(false);
+  check_to_names(o);
   check_audit(o);
   const nlohmann::json param_group = engine_form_options(o);
   reshard::LoadOptions load = o.load;
@@ -347,10 +389,13 @@ Result run_ucp_load(const UcpLoadOptions& o) {
     const formats::FolderKind kind = formats::detect(load.input);
     if (converted_first(kind) && !read_in_one_pass(kind, load)) {
       const std::string what = kind.name();
-      const bool engine_form = writes_engine_form(kind, load.format);
+      const bool engine_form = writes_engine_form(kind, load.format, o.to_names);
       if (o.plan)
         throw UsageError("--plan of a " + what + " checkpoint: the load is planned from its universal form; run "
-                         "ucp-union --input " + load.input + (engine_form ? " --to-names transformers" : "") +
+                         "ucp-union --input " + load.input +
+                         (engine_form                             ? " --to-names transformers"
+                          : megatron_deepspeed_names(o.to_names) ? " --to-names megatron-deepspeed"
+                                                                 : "") +
                          " --output <folder>, then ucp-load --plan --input <folder>");
       refuse_output_over_input(load.output, "--output", load.input, "--input");
       refuse_deepspeed_output(load, kind);
@@ -404,7 +449,7 @@ Result run_ucp_load(const UcpLoadOptions& o) {
     co.tag_latest = false;
     co.reporter = load.reporter;
     // A Hugging Face model written for the DeepSpeed engine: kept in transformers' names and order.
-    co.hf_engine_names = writes_engine_form(kind, load.format);
+    co.hf_engine_names = writes_engine_form(kind, load.format, o.to_names);
     co.param_group = param_group;
     if (audits_import(load)) {  // the import's: check_audit let it through
       co.audit = (std::filesystem::path(scratch->path()) / ".import-audit.json").string();
@@ -413,7 +458,10 @@ Result run_ucp_load(const UcpLoadOptions& o) {
     load.reporter.warning(load.input + " is a " + kind.name() +
                           " checkpoint: converted into the scratch universal folder " + scratch->path() +
                           " first (removed after the load)");
-    not_carried = to_universal::run_union(load.input, scratch->path(), co).not_carried;  // said on stderr there
+    if (megatron_deepspeed_names(o.to_names))
+      convert_to_megatron_deepspeed(load.input, scratch->path(), co, not_carried);
+    else
+      not_carried = to_universal::run_union(load.input, scratch->path(), co).not_carried;  // said on stderr there
     scratch_audit = co.audit;
     load.input = scratch->path();
   }

@@ -16,6 +16,7 @@ struct UcpLoadOptions {
   std::string dtype = "bf16", device = "cpu", optimizer = "auto", exchange = "auto";
   std::string param_group;  // --param-group: JSON object ("": AdamW's defaults); a Hugging Face input, --format deepspeed
   std::string hf_experts;  // --hf-experts: "" (not given: per expert), "per-expert" or "fused"
+  std::string to_names;    // --to-names: "" / "transformers" (a Hugging Face input's engine form) or "megatron-deepspeed"
   std::string format{reshard::output_format_name(reshard::OutputFormat::DeepSpeed)};
   std::string partition_method;  // --partition-method ("": see reshard::TargetLayout::partition_method)
   std::string layer_types;       // --layer-types FILE ("": not given; reshard::TargetLayout::layer_types)

@@ -318,4 +318,37 @@ TEST(HfUnion, UcpLoadReadsTheFolderInOnePassAsTheTwoStepsWrite) {
   for (const auto& e : fs::directory_iterator(root / "a")) EXPECT_NE(e.path().filename().string()[0], '.') << e.path() << " left";
 }
 
+// ucp-load --to-names megatron-deepspeed (docs/hf.md "Megatron-DeepSpeed output"): one command writes what the two
+// steps write (ucp-union --to-names megatron-deepspeed, then ucp-load of its folder: equal for ucp-diff; exported
+// back, equal to the Hugging Face folder) and leaves no scratch folder; the options it does not go with are usage
+// errors.
+TEST(HfUnion, UcpLoadToMegatronDeepSpeedNamesWritesWhatTheTwoStepsWrite) {
+  const fs::path root = with_hf_folder("hf_to_mds");
+  auto run = [&](const std::string& tool_args) {
+    return ucpkit::testing::run_split_in(root.string(), kBin + "/" + tool_args, root.string());
+  };
+  ASSERT_EQ(run("ucp-union -q --input hf --to-names megatron-deepspeed --output u").rc, 0);
+  ASSERT_EQ(run("ucp-load -q --input u --dp 2 --output two").rc, 0);
+  auto r = run("ucp-load --input hf --to-names megatron-deepspeed --dp 2 --output one");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("fresh Megatron-DeepSpeed run"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(root / "one/global_step0/layer_01-model_00-model_states.pt"));
+  EXPECT_EQ(run("ucp-diff -q one two").rc, 0);
+  ASSERT_EQ(run("ucp-load -q --input one --format hf --output back").rc, 0);
+  EXPECT_EQ(run("ucp-diff -q back hf").rc, 0);
+  for (const auto& e : fs::directory_iterator(root))
+    EXPECT_EQ(e.path().filename().string().find(".ucp-"), std::string::npos) << e.path();
+  // Not with another format, not with --audit or --param-group; the engine form stays the default.
+  for (const char* bad : {"--format torch_dist --to-names megatron-deepspeed --dp 1",
+                          "--to-names megatron-deepspeed --dp 1 --audit a.json",
+                          "--to-names megatron-deepspeed --dp 1 --param-group '{\"lr\": 0.1}'"}) {
+    r = run(std::string("ucp-load -q --input hf --output bad ") + bad);
+    EXPECT_EQ(r.rc, 2) << bad << ": " << r.err;
+    EXPECT_FALSE(fs::exists(root / "bad")) << bad;
+  }
+  r = run("ucp-load -q --input u --to-names megatron-deepspeed --dp 1 --output bad");
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_NE(r.err.find("applies to a Hugging Face input"), std::string::npos) << r.err;
+}
+
 }  // namespace hf_union_test
