@@ -35,6 +35,7 @@
 #include "reshard/model_info.h"
 #include "reshard/universal_reader.h"
 #include "to_universal/convert.h"
+#include "to_universal/megatron_core_names.h"
 #include "to_universal/value_json.h"
 
 namespace fs = std::filesystem;
@@ -246,6 +247,38 @@ std::string universal_form(const std::string& input, const char* name, std::opti
   return out;
 }
 
+// A universal folder `u` in Megatron-DeepSpeed names compared with one in Megatron-Core names (`other`: a Hugging Face
+// folder's import, a torch_dist save's union): renamed into Megatron-Core names in `tmp` (ucp-union --to-names
+// megatron-core, the vocabulary without Megatron's padded rows, as the import holds it), so that the two compare
+// parameter by parameter. `u` itself otherwise, or when no shipped map names its parameters (said on stderr).
+std::string in_names_of(const std::string& u, const std::string& other, const char* name, std::optional<TempFolder>& tmp,
+                        const DiffOptions& o) {
+  auto source = [](const std::string& folder) {
+    return formats::universal::read_universal_manifest((fs::path(folder) / "manifest.json").string()).source;
+  };
+  const auto su = source(u), so = source(other);
+  const bool other_mcore = to_universal::is_megatron_core_named(so) || so.format_name() == "torch_dist";
+  const bool u_deepspeed = su.format_name() == "deepspeed" && !su.names && !in_transformers_names(u);
+  if (!other_mcore || !u_deepspeed) return u;
+  if (!tmp) tmp.emplace(temp_base(o), [&](const std::string& m) { o.reporter.detail(m); });
+  const std::string out = (tmp->path() / (std::string(name) + "-mcore")).string();
+  to_universal::NamesOptions no;
+  no.target = to_universal::NamesTarget::MegatronCore;
+  no.threads = o.threads;
+  no.overwrite = true;
+  no.sync = false;
+  no.pad_vocab = false;
+  no.reporter = o.reporter;
+  try {
+    to_universal::rename_universal(u, out, no);
+  } catch (const Error& e) {
+    o.reporter.warning(u + ": compared in its Megatron-DeepSpeed names (" + e.what() + ")");
+    return u;
+  }
+  o.reporter.detail(u + ": compared in Megatron-Core names (" + out + ")");
+  return out;
+}
+
 std::string shape_text(const std::vector<int64_t>& s) { return nlohmann::json(s).dump(); }
 
 // Two elements whose bits differ: the largest difference so far, and whether they differ beyond
@@ -389,7 +422,7 @@ nlohmann::json param_groups_of(const std::string& dir, const formats::universal:
 // What the universal form holds besides tensors (not compared before): each parameter's
 // optimizer step (zero/<param>/step.pt) and the optimizer's param_groups (learning rate, betas,
 // weight decay, their step), as non-tensor items.
-void compare_optimizer_items(DiffResult& r, const Side& a, const Side& b, const DiffOptions& o) {
+void compare_optimizer_items(DiffResult& r, const Side& a, const Side& b, const DiffOptions& o, bool param_groups = true) {
   const std::string &da = a.dir, &db = b.dir;
   const auto &ma = a.manifest, &mb = b.manifest;
   std::map<std::string, const formats::universal::UniversalParam*> in_b;
@@ -414,6 +447,7 @@ void compare_optimizer_items(DiffResult& r, const Side& a, const Side& b, const 
       note(r, o.listed, {pa.name, "step", "item", sa.value_or("?") + " vs " + sb.value_or("?")});
     }
   }
+  if (!param_groups) return;
   const auto ga = param_groups_of(da, ma), gb = param_groups_of(db, mb);
   if (ga.empty() && gb.empty()) return;
   ++r.tensors, ++r.items;
@@ -604,11 +638,17 @@ DiffResult diff_checkpoints(const std::string& a, const std::string& b, const Di
   check_interrupted();
   const std::string ub = universal_form(b, "b", tmp, o, r.b, in_transformers_names(a));
   check_interrupted();
-  auto sa = open_side(ua, o.verify);
-  auto sb = open_side(ub, o.verify);
+  // Megatron-DeepSpeed names against Megatron-Core ones: the former renamed (either side).
+  const std::string na = in_names_of(ua, ub, "a", tmp, o), nb = in_names_of(ub, ua, "b", tmp, o);
+  check_interrupted();
+  auto sa = open_side(na, o.verify);
+  auto sb = open_side(nb, o.verify);
   compare_sides(r, *sa, *sb, o);
   compare_buffers(r, *sa, *sb, o);
-  compare_optimizer_items(r, *sa, *sb, o);
+  // Two frameworks' optimizer settings (DeepSpeed's groups and keys against Megatron-Core's) are not one another's.
+  const bool renamed = na != ua || nb != ub;
+  if (renamed) r.skipped.push_back("the optimizer's param_groups (Megatron-DeepSpeed's against Megatron-Core's)");
+  compare_optimizer_items(r, *sa, *sb, o, !renamed);
   compare_items(r, *sa, *sb, o);
   return r;
 }

@@ -344,6 +344,11 @@ RunSummary to_megatron_core(const std::string& input, const std::string& output,
   ForwardPlan f = plan_forward(in, o.map_file, o.family);
   const uv::UniversalManifest& m = f.m;
   std::vector<Job>& jobs = f.jobs;
+  if (!o.pad_vocab)
+    for (auto& j : jobs) {
+      if (j.pad_rows) j.out.shape[0] -= j.pad_rows;
+      j.pad_rows = 0;
+    }
   const std::optional<mc::QkvShape>& qkv = f.qkv;
   // The Megatron-Core common state ucp-load --format torch_dist writes (args, iteration, param_groups).
   pickle::ValuePtr common;

@@ -39,6 +39,9 @@ struct NamesOptions {
   int threads = 0;
   bool overwrite = false;
   bool sync = true;
+  // --to-names megatron-core: vocabulary tensors get Megatron's padded rows (zeros; args.padded_vocab_size), as a
+  // torch_dist save holds them. Off for a comparison with a side that holds the vocabulary rows alone (ucp-diff).
+  bool pad_vocab = true;
   Reporter reporter;
   std::string* family = nullptr;  // when set: receives "<family> (<map origin>)" of the map used
 };

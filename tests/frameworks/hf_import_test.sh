@@ -64,6 +64,7 @@ for name in llama_bfloat16 llama_float32_tied mixtral_float32; do
       { echo "FAIL: $name.mds has not the pipeline layer files of TP 2 x PP 2"; exit 1; }
   fi
   "$build/bin/ucp-load" -q --input "$name.mds" --format hf --output "$name.mds.back" --audit "$name.mds.audit.json" 2>&1 | quiet
+  "$build/bin/ucp-diff" -q "$name" "$name.mds" 2>&1 | quiet || { echo "FAIL: ucp-diff calls $name and its Megatron-DeepSpeed import different"; exit 1; }
   trips+=("$name" "$name.mds.back" "$name.mds.audit.json")
   [[ -z $(ls -A . | grep "ucp-fresh-mds\|ucp-names") ]] || { echo "FAIL: scratch folders left beside $name.mdsu"; exit 1; }
 done

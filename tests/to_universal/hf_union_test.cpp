@@ -336,6 +336,11 @@ TEST(HfUnion, UcpLoadToMegatronDeepSpeedNamesWritesWhatTheTwoStepsWrite) {
   EXPECT_EQ(run("ucp-diff -q one two").rc, 0);
   ASSERT_EQ(run("ucp-load -q --input one --format hf --output back").rc, 0);
   EXPECT_EQ(run("ucp-diff -q back hf").rc, 0);
+  // ucp-diff reads the Megatron-DeepSpeed side in Megatron-Core names, as the Hugging Face side's import holds them:
+  // equal, and it says what it left out.
+  r = run("ucp-diff hf one");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("param_groups (Megatron-DeepSpeed's against Megatron-Core's)"), std::string::npos) << r.out;
   for (const auto& e : fs::directory_iterator(root))
     EXPECT_EQ(e.path().filename().string().find(".ucp-"), std::string::npos) << e.path();
   // Not with another format, not with --audit or --param-group; the engine form stays the default.
