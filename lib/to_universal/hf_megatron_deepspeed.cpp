@@ -41,17 +41,17 @@ constexpr const char* kFreshMoeLine = "0.19.5";
 // The model Megatron-DeepSpeed's GPT computes with these weights, or an Error naming what it has no place for.
 ds::MegatronGpt megatron_gpt(const json& f, int64_t vocab, DType dtype, const std::string& where) {
   auto refuse = [&](const std::string& what) {
-    throw Error(where + ": " + what + "; Megatron-DeepSpeed's GPTModelPipe has no place for it (docs/hf.md "
+    throw Error(where + ": " + what + "; Megatron-DeepSpeed's GPT has no place for it (docs/hf.md "
                 "\"Megatron-DeepSpeed output\"); --format torch_dist or the DeepSpeed engine form hold it");
   };
+  if (f.value("linear_bias", false)) refuse("biases on the linear layers");
+  if (f.value("qkv_bias", false)) refuse("a query/key/value bias (Qwen2's attention)");
+  if (f.value("qk_norm", false)) refuse("query and key norms (Qwen3's attention)");
   const int64_t experts = f.value("experts", int64_t{0});
   if (experts > 0 && !f.value("dense_layers", json::array()).empty())
     refuse("dense layers between the MoE layers (native DeepSpeed MoE is written in every layer here)");
   if (f.value("shared_ffn", int64_t{0}) > 0) refuse("a shared expert");
   if (experts > 0 && f.value("moe_pre_softmax", false)) refuse("the router's softmax before the top k");
-  if (f.value("linear_bias", false)) refuse("biases on the linear layers");
-  if (f.value("qkv_bias", false)) refuse("a query/key/value bias (Qwen2's attention)");
-  if (f.value("qk_norm", false)) refuse("query and key norms (Qwen3's attention)");
   if (f.value("rope_llama3_factor", 0.0) > 0) refuse("Llama 3's rope scaling");
   if (f.at("kv_heads") == f.at("heads"))
     refuse("attention without grouped key/value heads (num_key_value_heads = num_attention_heads: Megatron-DeepSpeed "
@@ -152,6 +152,12 @@ FreshMegatronDeepSpeed fresh_megatron_deepspeed(const json& facts, int64_t vocab
       model, layout, formats::megatron_core::megatron_deepspeed_args(model, layout.padded_vocab), kFreshDsVersion);
   out.optimizer_state = optimizer_state(param_groups, !layout.pipeline, where);
   return out;
+}
+
+void check_hf_megatron_deepspeed(const std::string& hf_folder) {
+  const formats::hf::Folder folder(hf_folder);
+  const auto plan = hf_import_plan(folder);
+  (void)megatron_gpt(plan.facts, plan.facts.value("vocab", int64_t{0}), plan.dtype, hf_folder);
 }
 
 bool is_hf_import(const uv::UniversalManifest& m) {

@@ -33,6 +33,10 @@ struct FreshMegatronDeepSpeed {
 FreshMegatronDeepSpeed fresh_megatron_deepspeed(const nlohmann::json& facts, int64_t vocab, DType dtype,
                                                 const pickle::ValuePtr& param_groups, const std::string& where);
 
+// fresh_megatron_deepspeed's refusals for Hugging Face folder `hf_folder` (its config.json facts, naming the folder),
+// before anything is converted.
+void check_hf_megatron_deepspeed(const std::string& hf_folder);
+
 // Whether universal folder manifest `m` is a Hugging Face import in Megatron-Core names (ucp-union of a Hugging
 // Face folder), which has no Megatron-DeepSpeed record of its own.
 bool is_hf_import(const formats::universal::UniversalManifest& m);

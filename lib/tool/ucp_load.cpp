@@ -22,6 +22,7 @@
 #include "tool/ucp_names.h"
 #include "to_universal/convert.h"
 #include "to_universal/union_executor.h"
+#include "to_universal/hf_megatron_deepspeed.h"
 #include "to_universal/megatron_core_names.h"
 
 #include <unistd.h>
@@ -347,6 +348,7 @@ void check_to_names(const UcpLoadOptions& o) {
   if (!o.load.audit.empty())
     throw UsageError("--audit with --to-names megatron-deepspeed: write the import's audit with ucp-union --input " +
                      escaped_brief(o.load.input) + " --audit FILE (docs/hf.md)");
+  if (!o.plan && !o.dry_run) to_universal::check_hf_megatron_deepspeed(o.load.input);  // before anything is converted
 }
 
 // The scratch universal folder of a Hugging Face input in Megatron-DeepSpeed names: its import (Megatron-Core names)

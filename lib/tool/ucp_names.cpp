@@ -11,6 +11,7 @@
 #include "io/torch/verify.h"
 #include "parallel/mpi_session.h"
 #include "formats/detect.h"
+#include "to_universal/hf_megatron_deepspeed.h"
 #include "to_universal/megatron_core_names.h"
 #include "to_universal/union_executor.h"
 #include "tool/tool.h"
@@ -101,6 +102,7 @@ Result run_ucp_union_names(const UcpConvertOptions& c, const UcpNamesOptions& n)
     if (hf && !n.template_dir.empty())
       throw UsageError("--template: a Hugging Face folder takes the model files of a fresh Megatron-DeepSpeed run; "
                        "leave --template out");
+    if (hf) to_universal::check_hf_megatron_deepspeed(c.input);  // what it has no place for, naming the folder
     // The checkpoint's universal folder first (Megatron-DeepSpeed names; a Hugging Face folder's in Megatron-Core
     // names), beside the output, then renamed.
     const fs::path out = fs::absolute(c.output);

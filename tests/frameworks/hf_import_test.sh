@@ -71,10 +71,12 @@ done
 # What Megatron-DeepSpeed's GPT has no place for is refused naming it, nothing written: Qwen3's q/k norms (and
 # Qwen3-MoE's), Qwen2's QKV bias (and Qwen2-MoE's, with its shared expert).
 for name in qwen3_bfloat16 qwen2_float32 qwen3_moe_bfloat16 qwen2_moe_float32; do
-  rc=0
-  out=$("$build/bin/ucp-union" -q --input "$name" --to-names megatron-deepspeed --output "$name.mdsu" 2>&1) || rc=$?
-  [[ $rc -eq 1 && ! -e $name.mdsu && $out == *"GPTModelPipe has no place"* && -z $(ls -A . | grep "ucp-fresh-mds\|ucp-names") ]] ||
-    { echo "FAIL: --to-names megatron-deepspeed of $name: exit $rc: $out"; exit 1; }
+  for tool in "ucp-union -q" "ucp-load -q --dp 2"; do
+    rc=0
+    out=$("$build/bin/"$tool --input "$name" --to-names megatron-deepspeed --output "$name.mdsu" 2>&1) || rc=$?
+    [[ $rc -eq 1 && ! -e $name.mdsu && $out == *"error: $name: "*"GPT has no place"* && -z $(ls -A . | grep "ucp-") ]] ||
+      { echo "FAIL: $tool --to-names megatron-deepspeed of $name: exit $rc: $out"; exit 1; }
+  done
 done
 run_py "$root/tests/frameworks/hf_export_check.py" "${imports[@]}"
 run_py "$root/tests/frameworks/hf_round_trip_check.py" "${trips[@]}"
