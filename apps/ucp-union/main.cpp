@@ -26,8 +26,8 @@ int main(int argc, char** argv) {
   app.add_option("--to-names", names.to_names,
                  "megatron-core: write the universal folder in Megatron-Core names (input: a DeepSpeed checkpoint or its "
                  "universal folder); megatron-deepspeed: back from such a folder (docs/megatron-core-mapping.md), or a "
-                 "Hugging Face folder (or its import) as a fresh Megatron-DeepSpeed run's (GPTModelPipe), which ucp-load "
-                 "--format deepspeed lays out at any TP / PP / DP (docs/hf.md); "
+                 "Hugging Face folder (or its import) as a fresh Megatron-DeepSpeed run's (GPTModelPipe; an MoE model "
+                 "as native DeepSpeed MoE), which ucp-load --format deepspeed lays out (docs/hf.md); "
                  "transformers: a Hugging Face folder in transformers' own names and order with DeepSpeed engine model "
                  "files, what ucp-load --format deepspeed of it reads (docs/hf.md)");
   app.add_option("--param-group", names.param_group,
