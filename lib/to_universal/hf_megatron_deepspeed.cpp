@@ -53,9 +53,6 @@ ds::MegatronGpt megatron_gpt(const json& f, int64_t vocab, DType dtype, const st
   if (f.value("shared_ffn", int64_t{0}) > 0) refuse("a shared expert");
   if (experts > 0 && f.value("moe_pre_softmax", false)) refuse("the router's softmax before the top k");
   if (f.value("rope_llama3_factor", 0.0) > 0) refuse("Llama 3's rope scaling");
-  if (f.at("kv_heads") == f.at("heads"))
-    refuse("attention without grouped key/value heads (num_key_value_heads = num_attention_heads: Megatron-DeepSpeed "
-           "then fuses Q, K and V per head, a layout the Llama map does not write)");
   const double theta = f.at("rope_theta").get<double>();
   if (theta != std::floor(theta) || theta < 1 || theta > 9e15)
     refuse("rope_theta " + f.at("rope_theta").dump() + ", not an integer (--rotary-position-embeddings-theta is an int)");

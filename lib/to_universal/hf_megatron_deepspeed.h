@@ -27,7 +27,7 @@ struct FreshMegatronDeepSpeed {
 // `dtype`: the model's; `param_groups`: the import's Megatron param groups (weight decay first, then none),
 // whose hyper-parameters are kept; `where` names the import in errors. Plain data. Refuses (Error naming
 // `where` and the reason) a model GPTModelPipe does not compute with these weights: MoE, linear or QKV biases,
-// q/k norms, Llama 3 rope scaling, attention without grouped key/value heads, a rope theta that is not an integer,
+// q/k norms, Llama 3 rope scaling, a rope theta that is not an integer,
 // dense layers between MoE layers, a shared expert, the router's softmax before the top k. Dense models become
 // GPTModelPipe (any TP / PP), MoE models GPTModel with native DeepSpeed MoE (TP = PP = 1, any EP).
 FreshMegatronDeepSpeed fresh_megatron_deepspeed(const nlohmann::json& facts, int64_t vocab, DType dtype,
