@@ -9,6 +9,9 @@ DeepSpeed pipeline engine's eval_batch (pretrain_gpt.get_batch_pipe, CrossEntrop
 gives the loss of one fixed batch, against the loss transformers' model of HF_FOLDER gives on it (fp32; its logits
 with the padded vocabulary's zero logits appended, as Megatron's padded rows are zeros). Prints
 `RESULT framework=megatron-deepspeed ... loss_abs_diff=X` on rank 0; exit 1 when the difference is over 1e-5.
+A Mixtral folder (num_local_experts; env EP, the expert-parallel size) is GPTModel with native DeepSpeed MoE: loaded
+with --no-pipeline-parallel --create-moe-param-group, and every tensor each rank loaded is compared with the folder's
+tensor it must be (mapped here on its own), exactly, instead of a loss (below).
 
 Around Megatron-DeepSpeed 4efb479 on this CPU machine kind (each cited): no fused kernels or dataset helpers are
 compiled (initialize._compile_dependencies: nothing here uses them); the vision monitor and two DeepSpeed modules
@@ -34,9 +37,11 @@ os.environ.setdefault("LOCAL_SIZE", os.environ.get("LOCAL_WORLD_SIZE", os.enviro
 sys.path.insert(0, os.environ["MDS_SRC"])
 ckpt, hf, tp, pp = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 cfg = json.load(open(f"{hf}/config.json"))
+experts = cfg.get("num_local_experts", 0)  # Mixtral: GPTModel with native DeepSpeed MoE in every layer
 assert cfg["num_key_value_heads"] == cfg["num_attention_heads"], "grouped-query attention does not run at 4efb479"
 bf16 = cfg.get("dtype") == "bfloat16"
-ds = {"train_batch_size": 1, "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 1},
+world = int(os.environ["WORLD_SIZE"])
+ds = {"train_batch_size": world // (int(tp) * int(pp)), "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 1},
       "bf16": {"enabled": bf16}, "fp16": {"enabled": False}}
 ds_file = f"ds_config.rank{os.environ['RANK']}.json"
 json.dump(ds, open(ds_file, "w"))
@@ -44,7 +49,7 @@ sys.argv = ["mds_hf_verify", "--num-layers", str(cfg["num_hidden_layers"]), "--h
             "--num-attention-heads", str(cfg["num_attention_heads"]),
             "--num-key-value-heads", str(cfg["num_key_value_heads"]), "--ffn-hidden-size", str(cfg["intermediate_size"]),
             "--seq-length", "8", "--max-position-embeddings", str(cfg["max_position_embeddings"]),
-            "--micro-batch-size", "1", "--global-batch-size", "1", "--swiglu", "--normalization", "rmsnorm",
+            "--micro-batch-size", "1", "--global-batch-size", str(ds["train_batch_size"]), "--swiglu", "--normalization", "rmsnorm",
             "--layernorm-epsilon", str(cfg["rms_norm_eps"]), "--use-rotary-position-embeddings",
             "--rotary-position-embeddings-theta", str(int(cfg.get("rope_parameters", {}).get("rope_theta", cfg.get("rope_theta", 10000)))),
             "--disable-bias-linear", "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--no-bias-dropout-fusion",
@@ -54,6 +59,11 @@ sys.argv = ["mds_hf_verify", "--num-layers", str(cfg["num_hidden_layers"]), "--h
             "--deepspeed", "--deepspeed_config", ds_file, "--tensor-model-parallel-size", tp,
             "--pipeline-model-parallel-size", pp, "--lr", "0.0", "--train-iters", "1", "--use-cpu-initialization",
             "--local_rank", os.environ["LOCAL_RANK"], "--load", ckpt, "--finetune"]
+if experts:  # every token through its top k experts, none dropped, the second one not sampled, no auxiliary loss
+    sys.argv += ["--no-pipeline-parallel", "--num-experts", str(experts), "--expert-interval", "1",
+                 "--topk", str(cfg["num_experts_per_tok"]), "--moe-expert-parallel-size", os.environ["EP"],
+                 "--disable-moe-token-dropping", "--disable-moe-top2-2nd-expert-sampling", "--moe-loss-coeff", "0",
+                 "--create-moe-param-group"]
 if not cfg.get("tie_word_embeddings", False):
     sys.argv.append("--untie-embeddings-and-output-weights")
 if bf16:
@@ -88,15 +98,12 @@ import megatron.utils as mu  # noqa: E402
 import pretrain_gpt  # noqa: E402
 
 
-def update_rotary_pos_emb(seq_length):
-    a = get_args()
-    dim = a.hidden_size // a.num_attention_heads if a.kv_channels is None else a.kv_channels
-    inv_freq = RotaryEmbedding(dim, theta=a.rope_theta).inv_freq
-    freqs = torch.einsum("i , j -> i j", torch.arange(seq_length).type_as(inv_freq), inv_freq)
-    a.rotary_pos_emb = torch.cat((freqs, freqs), dim=-1)[:, None, None, :]
+def rotary_angles(self, max_seq_len, offset=0):
+    freqs = torch.einsum("i , j -> i j", (torch.arange(max_seq_len) + offset).type_as(self.inv_freq), self.inv_freq)
+    return torch.cat((freqs, freqs), dim=-1)[:, None, None, :]
 
 
-mu.update_rotary_pos_emb = pretrain_gpt.update_rotary_pos_emb = update_rotary_pos_emb
+RotaryEmbedding.forward = rotary_angles  # what apply_rotary_pos_emb takes (see the docstring)
 args = get_args()
 args.deepspeed_config_dict = ds  # what megatron/training.py pretrain() makes of the config file
 args.deepspeed_config = None
@@ -107,14 +114,68 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 torch.manual_seed(0)
 tokens = torch.randint(0, cfg["vocab_size"], (1, args.seq_length + 1))
 with torch.no_grad():
-    loss = float(model[0].eval_batch(data_iter=iter([{"text": tokens}])))  # get_batch_pipe shifts the labels
     logits = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()(tokens[:, :-1]).logits[0].float()
     pad = args.padded_vocab_size - logits.shape[-1]
     logits = torch.cat([logits, torch.zeros(logits.shape[0], pad)], dim=-1)
     ref = F.cross_entropy(logits, tokens[0, 1:]).item()
+    if experts:
+        loss = None
+    else:
+        loss = float(model[0].eval_batch(data_iter=iter([{"text": tokens}])))  # get_batch_pipe shifts the labels
+if experts:
+    # GPTModel's rotary path does not run at 4efb479 (language_model.py:548 unpacks RotaryEmbedding's [cos, sin] and
+    # the attention takes them as the two angles, transformer.py:827-829), so no forward: every parameter Megatron-
+    # DeepSpeed loaded on this rank (its dense ones, its EP rank's experts) against the Hugging Face tensors it must be,
+    # mapped here on their own (the published Mixtral names, the fused QKV [Q; K; V], SwiGLU [w1; w3]).
+    from safetensors.torch import load_file
+    import torch.distributed as dist
+    t = load_file(f"{hf}/model.safetensors")
+    ep, ep_rank = int(os.environ["EP"]), int(os.environ["RANK"]) % int(os.environ["EP"])
+    per = experts // ep
+
+    def expected(name):
+        n = name.split(".")
+        if name == "language_model.embedding.word_embeddings.weight":
+            w = t["model.embed_tokens.weight"]
+            return torch.cat([w, torch.zeros(args.padded_vocab_size - w.shape[0], w.shape[1])])
+        if name == "language_model.output_layer.weight":
+            w = t["lm_head.weight"]
+            return torch.cat([w, torch.zeros(args.padded_vocab_size - w.shape[0], w.shape[1])])
+        if name == "language_model.encoder.final_layernorm.weight":
+            return t["model.norm.weight"]
+        layer, rest = n[3], ".".join(n[4:])
+        h = f"model.layers.{layer}."
+        if rest in ("input_layernorm.weight", "post_attention_layernorm.weight"):
+            return t[h + rest]
+        if rest == "self_attention.query_key_value.weight":
+            return torch.cat([t[h + f"self_attn.{x}_proj.weight"] for x in "qkv"])
+        if rest == "self_attention.dense.weight":
+            return t[h + "self_attn.o_proj.weight"]
+        if rest == "mlp.deepspeed_moe.gate.wg.weight":
+            return t[h + "block_sparse_moe.gate.weight"]
+        e = ep_rank * per + int(n[8])  # ...deepspeed_experts.<local>.<linear>.weight
+        x = h + f"block_sparse_moe.experts.{e}."
+        return torch.cat([t[x + "w1.weight"], t[x + "w3.weight"]]) if n[9] == "dense_h_to_4h" else t[x + "w2.weight"]
+
+    worst, count = 0.0, 0
+    for name, p in model[0].module.state_dict().items():
+        want = expected(name)
+        worst = max(worst, float("inf") if p.shape != want.shape else (p.float() - want.float()).abs().max().item())
+        count += 1
+    result = torch.tensor([worst, count], dtype=torch.float64)
+    dist.all_reduce(result[:1], op=dist.ReduceOp.MAX)
+    dist.all_reduce(result[1:], op=dist.ReduceOp.SUM)
+    if int(os.environ["RANK"]) == 0:
+        ok = result[0].item() == 0
+        print(f"RESULT framework=megatron-deepspeed version=4efb479 case={os.path.basename(ckpt)} tp={tp} pp={pp} "
+              f"ep={ep} tensors_loaded={int(result[1].item())} max_abs_diff={result[0].item():.3e} "
+              f"equal={'yes' if ok else 'no'}", flush=True)
+        sys.exit(0 if ok else 1)
+    sys.exit(0)
 if int(os.environ["RANK"]) == 0:
     diff = abs(loss - ref)
     print(f"RESULT framework=megatron-deepspeed version=4efb479 case={os.path.basename(ckpt)} tp={tp} pp={pp} "
+          
           f"loss={loss!r} transformers_loss={ref!r} loss_abs_diff={diff:.3e} equal={'yes' if diff <= 1e-5 else 'no'}",
           flush=True)
     sys.exit(0 if diff <= 1e-5 else 1)
