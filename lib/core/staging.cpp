@@ -131,6 +131,13 @@ RemovedOnStop::RemovedOnStop(fs::path path) : path_(std::move(path)) {
   removed_on_stop().push_back(path_);
 }
 
+OwnedFolder::OwnedFolder(fs::path path) : path_(std::move(path)), removed_(path_) {}
+
+OwnedFolder::~OwnedFolder() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
 RemovedOnStop::~RemovedOnStop() {
   std::lock_guard lock(g_removed_mu);
   auto& v = removed_on_stop();

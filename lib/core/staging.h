@@ -35,6 +35,22 @@ class RemovedOnStop {
   std::filesystem::path path_;
 };
 
+// A scratch folder this process owns at `path` (created by its user, or not at all): removed with everything in it when
+// it goes out of scope (any exception included) and, being RemovedOnStop, when a stop signal ends the run by force.
+// A folder a SIGKILLed run left is for sweep_stale_pid_folders (below) to remove.
+class OwnedFolder {
+ public:
+  explicit OwnedFolder(std::filesystem::path path);
+  ~OwnedFolder();
+  OwnedFolder(const OwnedFolder&) = delete;
+  OwnedFolder& operator=(const OwnedFolder&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  RemovedOnStop removed_;
+};
+
 // Receives a line for the user (callers pass their Reporter::verbose; lib/core prints nothing itself).
 using StagingNote = std::function<void(const std::string&)>;
 

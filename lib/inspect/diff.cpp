@@ -55,20 +55,12 @@ class TempFolder {
     std::string pattern = (fs::path(base) / ("ucp-diff-" + std::to_string(::getpid()) + "-XXXXXX")).string();
     if (!::mkdtemp(pattern.data()))
       throw Error(base + ": cannot create a temporary folder (--tmp-dir): " + std::strerror(errno));
-    path_ = pattern;
-    removed_ = std::make_unique<RemovedOnStop>(path_);
+    owned_ = std::make_unique<OwnedFolder>(pattern);
   }
-  ~TempFolder() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempFolder(const TempFolder&) = delete;
-  TempFolder& operator=(const TempFolder&) = delete;
-  const fs::path& path() const { return path_; }
+  const fs::path& path() const { return owned_->path(); }
 
  private:
-  fs::path path_;
-  std::unique_ptr<RemovedOnStop> removed_;
+  std::unique_ptr<OwnedFolder> owned_;
 };
 
 std::string temp_base(const DiffOptions& o) {

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
-#include <memory>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -593,29 +592,14 @@ std::vector<mc::RowRun> deepspeed_value_rows(std::vector<int64_t> shape, const D
 
 namespace {
 
-// The fresh run's template folder of a Hugging Face import, `.<output>.ucp-fresh-mds-<pid>` beside the output:
-// removed when done, or on a stop signal, or by the next run after a SIGKILL.
-class FreshTemplateDir {
- public:
-  FreshTemplateDir(const std::string& output, const Reporter& reporter) {
-    const fs::path out = fs::absolute(output).lexically_normal();
-    const std::string prefix = "." + out.filename().string() + ".ucp-fresh-mds-";
-    sweep_stale_pid_folders(out.parent_path(), prefix, [&](const std::string& m) { reporter.detail(m); });
-    path_ = out.parent_path() / (prefix + std::to_string(getpid()));
-    removed_ = std::make_unique<RemovedOnStop>(path_);
-  }
-  ~FreshTemplateDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  FreshTemplateDir(const FreshTemplateDir&) = delete;
-  FreshTemplateDir& operator=(const FreshTemplateDir&) = delete;
-  std::string path() const { return path_.string(); }
-
- private:
-  fs::path path_;
-  std::unique_ptr<RemovedOnStop> removed_;
-};
+// The fresh run's template folder of a Hugging Face import, `.<output>.ucp-fresh-mds-<pid>` beside the output (after
+// sweeping those of dead runs): removed when done, or on a stop signal, or by the next run after a SIGKILL.
+fs::path fresh_template_dir(const std::string& output, const Reporter& reporter) {
+  const fs::path out = fs::absolute(output).lexically_normal();
+  const std::string prefix = "." + out.filename().string() + ".ucp-fresh-mds-";
+  sweep_stale_pid_folders(out.parent_path(), prefix, [&](const std::string& m) { reporter.detail(m); });
+  return out.parent_path() / (prefix + std::to_string(getpid()));
+}
 
 RunSummary to_megatron_deepspeed(const std::string& input, const std::string& output, const NamesOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -624,11 +608,11 @@ RunSummary to_megatron_deepspeed(const std::string& input, const std::string& ou
   const uv::UniversalManifest m = uv::read_universal_manifest(mfile);
   // A Hugging Face import without --template: a fresh run's template beside the output, removed at the end.
   std::string template_dir = o.template_dir;
-  std::optional<FreshTemplateDir> fresh;
+  std::optional<OwnedFolder> fresh;
   if (template_dir.empty() && is_hf_import(m)) {
-    fresh.emplace(output, o.reporter);
-    write_fresh_megatron_deepspeed(input, fresh->path());
-    template_dir = fresh->path();
+    fresh.emplace(fresh_template_dir(output, o.reporter));
+    template_dir = fresh->path().string();
+    write_fresh_megatron_deepspeed(input, template_dir);
     o.reporter.warning("a Hugging Face import takes the model files of a fresh Megatron-DeepSpeed run (iteration 0, "
                        "no scheduler or RNG state: Megatron-DeepSpeed loads it with --finetune, docs/hf.md)");
   }

@@ -176,30 +176,21 @@ class ScratchUniversal {
   // empty folder: rank 1 stopped on "no such folder" while rank 0 waited for it).
   ScratchUniversal(const std::string& output, const StagingNote& note) {
     auto& mpi = parallel::MpiSession::get();
-    owner_ = mpi.rank() == 0;
-    if (owner_) {
+    if (mpi.rank() == 0) {
       const std::filesystem::path out = std::filesystem::absolute(output).lexically_normal();
       const std::string prefix = "." + out.filename().string() + ".ucp-load-universal-";
       sweep_stale_pid_folders(out.parent_path(), prefix, note);
       sweep_stale_pid_folders(out.parent_path(), "." + prefix, note);  // its conversion's staging folder
       path_ = (out.parent_path() / (prefix + std::to_string(getpid()))).string();
-      removed_ = std::make_unique<RemovedOnStop>(path_);
+      owned_ = std::make_unique<OwnedFolder>(path_);  // rank 0 owns it: removed there only
     }
     if (mpi.size() > 1) path_ = mpi.broadcast(path_);
   }
-  ~ScratchUniversal() {
-    if (!owner_) return;
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  ScratchUniversal(const ScratchUniversal&) = delete;
-  ScratchUniversal& operator=(const ScratchUniversal&) = delete;
   const std::string& path() const { return path_; }
 
  private:
-  bool owner_ = false;
   std::string path_;
-  std::unique_ptr<RemovedOnStop> removed_;
+  std::unique_ptr<OwnedFolder> owned_;
 };
 
 // A Hugging Face input written as --format deepspeed: the DeepSpeed engine form of its transformers model
@@ -355,23 +346,15 @@ void check_to_names(const UcpLoadOptions& o) {
 // in `<scratch>-mc`, renamed for a fresh run into `scratch`; the import removed after.
 void convert_to_megatron_deepspeed(const std::string& input, const std::string& scratch, const to_universal::ConvertOptions& co,
                                    std::vector<std::string>& not_carried) {
-  const std::string mc = scratch + "-mc";
-  RemovedOnStop removed(mc);
-  struct Remove {
-    std::string path;
-    ~Remove() {
-      std::error_code ec;
-      std::filesystem::remove_all(path, ec);
-    }
-  } remove{mc};
-  not_carried = to_universal::run_union(input, mc, co).not_carried;
+  const OwnedFolder mc(scratch + "-mc");
+  not_carried = to_universal::run_union(input, mc.path().string(), co).not_carried;
   to_universal::NamesOptions no;
   no.target = to_universal::NamesTarget::MegatronDeepSpeed;
   no.threads = co.threads;
   no.overwrite = true;
   no.sync = false;
   no.reporter = co.reporter;
-  to_universal::rename_universal(mc, scratch, no);
+  to_universal::rename_universal(mc.path().string(), scratch, no);
 }
 
 Result run_ucp_load(const UcpLoadOptions& o) {

@@ -1,6 +1,8 @@
 // A fresh Megatron-DeepSpeed GPT run's layout and model file (megatron_gpt.h).
 #include "formats/deepspeed/megatron_gpt.h"
 
+#include <unordered_map>
+
 #include <nlohmann/json.hpp>
 
 #include "formats/deepspeed/model_states.h"
@@ -167,11 +169,13 @@ ValuePtr fresh_megatron_gpt_model_states(const MegatronGpt& m, const MegatronGpt
   ParamShapes shapes(l.pipeline ? 2 : 3);
   for (const auto& p : l.params) shapes[p.expert >= 0 ? 2 : p.shape.size() > 1 ? 0 : 1].emplace_back(p.name, p.shape);
   auto ms = fresh_engine_model_states(shapes, m.dtype, 1, ds_version);
+  // The module holds the dense parameters in module order (the experts have files of their own).
   std::vector<std::pair<std::string, ValuePtr>> dense;
-  for (size_t i = 0; i < l.params.size() && !l.pipeline; ++i)
-    if (l.params[i].expert < 0)
-      for (const auto& entry : ms.module)
-        if (entry.first == l.params[i].name) dense.push_back(entry);
+  if (!l.pipeline) {
+    const std::unordered_map<std::string, ValuePtr> placeholder(ms.module.begin(), ms.module.end());
+    for (const auto& p : l.params)
+      if (p.expert < 0) dense.emplace_back(p.name, placeholder.at(p.name));
+  }
   ms.module = dense;
   ms.tree = l.pipeline ? nullptr : megatron_module(dense);
   for (auto& [k, v] : ms.entries)
