@@ -282,6 +282,19 @@ void sweep_stale_pid_folders(const fs::path& dir, const std::string& prefix, con
   }
 }
 
+void check_output_target(const fs::path& target, bool overwrite, const std::string& overwrite_option) {
+  const fs::path t = folder_path(target);
+  std::error_code ec;
+  if (fs::exists(t, ec) && !overwrite)
+    throw Error(t.string() + ": output already exists (remove it or pass " + overwrite_option + ")");
+  if (overwrite)
+    if (const std::string why = not_replaceable(t); !why.empty())
+      throw Error(t.string() + ": " + overwrite_option + " replaces an empty folder or a checkpoint; this " + why +
+                  ": remove it yourself or choose another output");
+  const fs::path parent = t.parent_path();
+  if (!fs::is_directory(parent, ec)) throw Error(parent.string() + ": output parent folder does not exist");
+}
+
 StagingDir::StagingDir(const fs::path& target, bool overwrite, std::string tag, const StagingNote& note,
                        bool durable, std::string overwrite_option)
     : target_(folder_path(target)),
@@ -290,15 +303,8 @@ StagingDir::StagingDir(const fs::path& target, bool overwrite, std::string tag, 
       note_(note),
       overwrite_(overwrite),
       durable_(durable) {
+  check_output_target(target_, overwrite, overwrite_option_);
   std::error_code ec;
-  if (fs::exists(target_, ec) && !overwrite)
-    throw Error(target_.string() + ": output already exists (remove it or pass " + overwrite_option_ + ")");
-  if (overwrite)
-    if (const std::string why = not_replaceable(target_); !why.empty())
-      throw Error(target_.string() + ": " + overwrite_option_ + " replaces an empty folder or a checkpoint; this " + why +
-                  ": remove it yourself or choose another output");
-  const fs::path parent = target_.parent_path();
-  if (!fs::is_directory(parent, ec)) throw Error(parent.string() + ": output parent folder does not exist");
   path_ = sibling(target_, tag_, "tmp");
   removed_ = std::make_unique<RemovedOnStop>(path_);
   sweep_stale_staging(target_, tag_, note);

@@ -171,6 +171,7 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
   p.layout.num_layers = args.num_layers;
   p.layout.homogeneous = args.homogeneous;
   p.layout.swiglu = args.swiglu;
+  p.layout.both_norm_keys = args.transformer_impl.empty();  // no Megatron run chose a layer spec
   const std::optional<DType> source_dtype = p.in.model_dtype();
   if (o.given.dtype) {
     p.layout.model_dtype = o.target.dtype;
@@ -204,6 +205,7 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
               {"dtype", dtype_option_name(p.layout.model_dtype)}, {"optimizer_dtype", "fp32"},
               {"optimizer_format", p.layout.optimizer ? "fully_reshardable" : "none"},
               {"homogeneous_layers", p.layout.homogeneous}, {"iteration", p.iteration}, {"release", p.release},
+              {"moe_norm_keys", p.layout.both_norm_keys ? "local and transformer_engine specs" : "as the source's"},
               {"common_state", p.legacy_common ? formats::megatron_core::kLegacyCommonFile : kCommonStateItem}};
   return p;
 }

@@ -221,11 +221,18 @@ void refuse_deepspeed_output(const reshard::LoadOptions& load, const formats::Fo
 }
 
 
+// The user's folders, before anything is converted: the load's own checks see only the scratch copy.
+void refuse_output_before_converting(const reshard::LoadOptions& load) {
+  refuse_output_over_input(load.output, "--output", load.input, "--input");
+  check_output_target(load.output, load.overwrite);
+  if (!load.template_dir.empty()) refuse_output_over_input(load.output, "--output", load.template_dir, "--template");
+}
+
 // The engine form's rules, before anything is converted, and --param-group (a JSON object of hyperparameters for
 // its fresh optimizer; an empty object when not given).
 nlohmann::json engine_form_options(const UcpLoadOptions& o) {
-  const bool tp = o.given.tp && o.tp != 1, zero0 = o.given.zero_stage && o.zero_stage == 0;
-  if (o.param_group.empty() && !tp && !zero0) return nlohmann::json::object();
+  const bool tp = o.given.tp && o.tp != 1, zero0 = o.given.zero_stage && o.zero_stage == 0, ep = o.given.ep && o.ep != 1;
+  if (o.param_group.empty() && !tp && !zero0 && !ep) return nlohmann::json::object();
   const bool engine = writes_engine_form(formats::detect(o.load.input), o.load.format, o.to_names);
   if (!o.param_group.empty() && !engine)
     throw UsageError("--param-group applies to a Hugging Face input written as --format deepspeed (a fresh optimizer state)");
@@ -233,6 +240,11 @@ nlohmann::json engine_form_options(const UcpLoadOptions& o) {
   if (engine && tp)
     throw UsageError("--tp " + std::to_string(o.tp) + ": the DeepSpeed engine around a transformers model holds whole "
                      "tensors on every rank (data parallel only); give --tp 1 or leave it out");
+  // Nor expert-parallel pieces: a transformers MoE block's experts are modules of the model every rank holds whole.
+  if (engine && ep)
+    throw UsageError("--ep " + std::to_string(o.ep) + ": the DeepSpeed engine around a transformers model holds every "
+                     "expert on every rank (data parallel only); leave --ep out, or write --to-names megatron-deepspeed "
+                     "(native DeepSpeed MoE) or --format torch_dist");
   // At ZeRO 0 that engine keeps its optimizer state in the model file (DeepSpeed 0.19.8 FP16_UnfusedOptimizer, bf16
   // too); ZeRO 0 here is BF16_Optimizer shards, which it does not read.
   if (engine && zero0)
@@ -410,11 +422,7 @@ Result run_ucp_load(const UcpLoadOptions& o) {
   const formats::FolderKind kind = formats::detect(load.input);
   const bool one_pass = read_in_one_pass(kind, load);
   const bool via_scratch = converted_first(kind) && !one_pass;
-  if (via_scratch) {
-    // The user's folders, before anything is converted: the load's own check sees only the scratch copy.
-    refuse_output_over_input(load.output, "--output", load.input, "--input");
-    if (!load.template_dir.empty()) refuse_output_over_input(load.output, "--output", load.template_dir, "--template");
-  }
+  if (via_scratch) refuse_output_before_converting(load);
   if (reshard::takes_template_input(kind) && !load.template_dir.empty()) {
     // read in one pass through the template's Megatron-DeepSpeed view (reshard/torch_dist_source.h)
   } else if (!load.template_dir.empty()) {

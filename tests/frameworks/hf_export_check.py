@@ -102,7 +102,7 @@ def moe_config(a):
                 moe_shared_expert_gate=getattr(a, "moe_shared_expert_gate", False))
 
 
-def megatron_model(ckpt, config):
+def megatron_model(ckpt, config, te_keys=False):
     from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec, get_gpt_layer_local_spec
@@ -141,6 +141,20 @@ def megatron_model(ckpt, config):
                  share_embeddings_and_output_weights=not a.untie_embeddings_and_output_weights,
                  rope_scaling=getattr(a, "use_rope_scaling", False))
     tensor_parallel.get_cuda_rng_tracker().fork = lambda *x, **k: contextlib.nullcontext()
+    if te_keys:
+        # The Transformer Engine spec's keys (Transformer Engine needs a GPU): its MoE layers keep the pre-MLP norm
+        # as the TENorm module pre_mlp_layernorm, with no sharded_state_dict_keys_map entry for it
+        # (gpt_layer_specs.py get_gpt_layer_with_transformer_engine_spec; the local spec maps it to
+        # mlp.linear_fc1.layer_norm_*). The other keys of the two specs are the same for this model (the input
+        # norm is linear_qkv.layer_norm_* in both; SequentialMLP experts), Transformer Engine's _extra_state aside.
+        for layer in m.decoder.layers:
+            if not isinstance(layer.pre_mlp_layernorm, torch.nn.Module) or not list(layer.pre_mlp_layernorm.parameters()):
+                continue
+            if type(layer.mlp).__name__ != "MoELayer":
+                continue
+            cfg_map = layer.submodules_config.sharded_state_dict_keys_map
+            layer.submodules_config.sharded_state_dict_keys_map = {k: v for k, v in cfg_map.items() if k != "pre_mlp_layernorm."}
+        assert any(".pre_mlp_layernorm." in k for k in m.sharded_state_dict()), "no MoE layer to load with TE keys"
     loaded = truth_state_dict(ckpt) if truth else dist_checkpointing.load(m.sharded_state_dict(), ckpt)
     res = m.load_state_dict(loaded, strict=False)
     assert not truth or not res.unexpected_keys, f"truth tensors the model lacks: {res.unexpected_keys[:5]}"
@@ -224,11 +238,19 @@ def check(case, hf_dir, ckpt):
         ours = hf(input_ids=ids).logits
     diff = (ref - ours).abs().max().item()
     assert diff <= 1e-5, f"logits differ by {diff:.3g} (more than 1e-5)"
+    te = ""
+    if getattr(a, "num_experts", None) and not ckpt.endswith(".safetensors") and not getattr(a, "transformer_impl", None):
+        # No Megatron run chose a layer spec (an import): a Transformer Engine spec job loads it with its own keys too.
+        mg_te, _ = megatron_model(ckpt, config, te_keys=True)
+        local, tek = mg.state_dict(), mg_te.state_dict()
+        differ = [k for k, v in local.items() if not k.endswith("_extra_state") and not torch.equal(v, tek[k])]
+        assert not differ, f"the Transformer Engine spec's keys load other values: {differ[:5]}"
+        te = " te_spec_keys=equal"
     import importlib.metadata as md
     # The RESULT form of docs/frameworks-outside-ci.md (equal: every tensor bit-exact), then this check's own fields.
     print(f"RESULT framework=transformers version={transformers.__version__} case={case} tensors={len(want)} equal=yes "
           f"megatron-core={md.version('megatron-core')} architecture={config['architectures'][0]} "
-          f"logits_max_abs_diff={diff:.3g}")
+          f"logits_max_abs_diff={diff:.3g}{te}")
 
 
 def main():

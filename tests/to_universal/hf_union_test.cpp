@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "formats/dcp/reader.h"
 #include "io/safetensors_file.h"
 #include "support/paths.h"
 #include "support/process.h"
@@ -78,6 +79,50 @@ fs::path with_hf_folder(const std::string& name) {
   fs::create_directories(root / "hf");
   put(root / "hf/config.json", config().dump());
   put(root / "hf/model.safetensors", safetensors_bytes(llama()));
+  return root;
+}
+
+// A bf16 norm of 8 values seeded by `seed` >= 8 (bf16's values follow the first dimension): each layer's its own.
+SafetensorsTensor norm8(int64_t seed) {
+  SafetensorsTensor t = bf16({seed});
+  t.shape = {8};
+  t.bytes.resize(16);
+  return t;
+}
+
+// A Mixtral (every layer MoE) with hidden 8, 2 heads of 4 in 1 KV group, 2 experts of 16, 2 layers, vocabulary 16.
+fs::path with_mixtral_folder(const std::string& name) {
+  std::map<std::string, SafetensorsTensor> t = {{"model.embed_tokens.weight", bf16({16, 8})},
+                                                {"model.norm.weight", bf16({8})},
+                                                {"lm_head.weight", bf16({16, 8})}};
+  for (int l = 0; l < 2; ++l) {
+    const std::string L = "model.layers." + std::to_string(l) + ".";
+    t.emplace(L + "input_layernorm.weight", norm8(8 + l));
+    t.emplace(L + "post_attention_layernorm.weight", norm8(10 + l));
+    t.emplace(L + "self_attn.q_proj.weight", bf16({8, 8}));
+    t.emplace(L + "self_attn.k_proj.weight", bf16({4, 8}));
+    t.emplace(L + "self_attn.v_proj.weight", bf16({4, 8}));
+    t.emplace(L + "self_attn.o_proj.weight", bf16({8, 8}));
+    t.emplace(L + "block_sparse_moe.gate.weight", bf16({2, 8}));
+    for (int e = 0; e < 2; ++e) {
+      const std::string E = L + "block_sparse_moe.experts." + std::to_string(e) + ".";
+      t.emplace(E + "w1.weight", bf16({16, 8}));
+      t.emplace(E + "w3.weight", bf16({16, 8}));
+      t.emplace(E + "w2.weight", bf16({8, 16}));
+    }
+  }
+  nlohmann::json c = config();
+  c["architectures"] = {"MixtralForCausalLM"};
+  c["model_type"] = "mixtral";
+  c["num_hidden_layers"] = 2;
+  c["num_local_experts"] = 2;
+  c["num_experts_per_tok"] = 1;
+  c["router_jitter_noise"] = 0.0;
+  c["sliding_window"] = nullptr;
+  const fs::path root = ucpkit::testing::scratch_dir(name);
+  fs::create_directories(root / "hf");
+  put(root / "hf/config.json", c.dump());
+  put(root / "hf/model.safetensors", safetensors_bytes(t));
   return root;
 }
 
@@ -354,6 +399,86 @@ TEST(HfUnion, UcpLoadToMegatronDeepSpeedNamesWritesWhatTheTwoStepsWrite) {
   r = run("ucp-load -q --input u --to-names megatron-deepspeed --dp 1 --output bad");
   EXPECT_EQ(r.rc, 2) << r.err;
   EXPECT_NE(r.err.find("applies to a Hugging Face input"), std::string::npos) << r.err;
+}
+
+// An import into torch_dist is for a job of either Megatron layer spec: an MoE layer's pre-MLP norm is stored under
+// the local spec's key and the Transformer Engine spec's (Megatron's default), formats/megatron_core/writer.h. Read
+// back it is one parameter (ucp-info, ucp-diff, the export); a file whose two copies differ is refused.
+TEST(HfUnion, AnMoeImportHoldsThePreMlpNormUnderBothLayerSpecsKeys) {
+  const fs::path root = with_mixtral_folder("hf_moe_norm_keys");
+  auto run = [&](const std::string& tool_args) {
+    return ucpkit::testing::run_split_in(root.string(), kBin + "/" + tool_args, root.string());
+  };
+  auto r = run("ucp-load -q --input hf --format torch_dist --ep 2 --dp 2 --output td");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const fs::path iter = root / "td/release";
+  {
+    formats::dcp::Reader dcp(iter.string());
+    for (const char* k : {"decoder.layers.mlp.linear_fc1.layer_norm_weight", "decoder.layers.pre_mlp_layernorm.weight",
+                          "optimizer.state.exp_avg.decoder.layers.pre_mlp_layernorm.weight"})
+      EXPECT_NE(dcp.metadata().find(k), nullptr) << k;
+  }
+  r = run("ucp-info --json td");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out.find("pre_mlp_layernorm"), std::string::npos) << "a parameter of its own";
+  EXPECT_EQ(run("ucp-diff -q hf td").rc, 0);
+  ASSERT_EQ(run("ucp-load -q --input td --format hf --output back").rc, 0);
+  EXPECT_EQ(run("ucp-diff -q hf back").rc, 0);
+  // Resharded, the output holds both keys again (its args still name no spec), once each.
+  ASSERT_EQ(run("ucp-load -q --input td --format torch_dist --ep 1 --dp 1 --output td1").rc, 0);
+  EXPECT_NE(formats::dcp::Reader((root / "td1/release").string()).metadata().find("decoder.layers.pre_mlp_layernorm.weight"), nullptr);
+
+  // Layer 0's and layer 1's copies under the Transformer Engine key swapped (same sizes, other values).
+  fs::copy(root / "td", root / "bad", fs::copy_options::recursive);
+  std::vector<formats::dcp::Item> items;
+  const formats::dcp::Reader bad((root / "bad/release").string());
+  for (const auto& it : bad.metadata().items)
+    if (it.fqn == "decoder.layers.pre_mlp_layernorm.weight") items.push_back(it);
+  ASSERT_EQ(items.size(), 2u);
+  ASSERT_EQ(items[0].storage.length, items[1].storage.length);
+  ASSERT_EQ(items[0].storage.relative_path, items[1].storage.relative_path);
+  const fs::path data = root / "bad/release" / items[0].storage.relative_path;
+  std::string bytes = file_text(data);
+  std::string a = bytes.substr(items[0].storage.offset, items[0].storage.length);
+  std::string b = bytes.substr(items[1].storage.offset, items[1].storage.length);
+  ASSERT_NE(a, b);
+  // The zips differ only in their stored values (the same record names and sizes).
+  bytes.replace(items[0].storage.offset, a.size(), b);
+  bytes.replace(items[1].storage.offset, b.size(), a);
+  put(data, bytes);
+  r = run("ucp-info bad");
+  EXPECT_NE(r.rc, 0);
+  r = run("ucp-load -q --input bad --format hf --output bad_back");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("decoder.layers.0.pre_mlp_layernorm.weight"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("differs from"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(root / "bad_back"));
+}
+
+// What ucp-load can refuse from its command line comes before the folder is converted: no conversion warning, nothing
+// beside the output.
+TEST(HfUnion, UcpLoadRefusesTheOutputAndTheEngineFormsLayoutBeforeConverting) {
+  const fs::path root = with_mixtral_folder("hf_refuse_first");
+  auto run = [&](const std::string& tool_args) {
+    return ucpkit::testing::run_split_in(root.string(), kBin + "/" + tool_args, root.string());
+  };
+  auto r = run("ucp-load --input hf --format dcp --world-size 2 --output missing/out");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("output parent folder does not exist"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("converted"), std::string::npos) << r.err;
+  fs::create_directories(root / "taken");
+  put(root / "taken/notes.txt", "mine");
+  r = run("ucp-load --input hf --format dcp --world-size 2 --output taken");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("output already exists"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("converted"), std::string::npos) << r.err;
+  r = run("ucp-load --input hf --dp 2 --ep 2 --output engine");
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_NE(r.err.find("--ep 2: the DeepSpeed engine around a transformers model"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("converted"), std::string::npos) << r.err;
+  for (const auto& e : fs::directory_iterator(root))
+    EXPECT_EQ(e.path().filename().string().find(".ucp-"), std::string::npos) << e.path();
+  EXPECT_FALSE(fs::exists(root / "engine"));
 }
 
 }  // namespace hf_union_test

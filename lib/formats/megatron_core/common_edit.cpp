@@ -63,6 +63,7 @@ ArgsFacts args_facts(const ValuePtr& common, const std::string& file, const Args
                                (lin && (lin->is(Kind::List) || (lin->is(Kind::Int) && lin->i > 1))) ||
                                (het && !het->is_none());
   f.homogeneous = !non_homogeneous;
+  if (const auto impl = a->attr("transformer_impl"); impl && impl->is(Kind::Str)) f.transformer_impl = impl->s;
   return f;
 }
 

@@ -32,6 +32,7 @@ struct ArgsFacts {
   int64_t num_query_groups = 0;            // group_query_attention's groups (0: no GQA or not recorded)
   bool swiglu = false;
   bool homogeneous = true;                 // decoder layers stacked (transformer_block.py:730-759)
+  std::string transformer_impl;            // args.transformer_impl ("" when absent: no Megatron run chose a spec)
 };
 // `fallback` gives tp/pp/ep/dp when args does not have them. Throws Error naming `file` when the
 // common state has no args.

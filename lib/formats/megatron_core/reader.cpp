@@ -27,6 +27,7 @@ Checkpoint::Checkpoint(const std::string& path) : dir_(iteration_dir(path)) {
   common_ = read_common_state(dir_, *dcp_);
   classify();
   check_optimizer_format();
+  check_norm_repeats();
 }
 
 void Checkpoint::classify() {
@@ -41,6 +42,45 @@ void Checkpoint::classify() {
         fail(md.path, "Megatron-Core torch_dist: parameter " + escaped_brief(s.name) + " stored twice");
       params_.push_back({std::move(s), k.fqn, &k});
     }
+  }
+  set_aside_norm_repeats();
+}
+
+// decoder.layers.{L}.pre_mlp_layernorm.<w> beside decoder.layers.{L}.mlp.linear_fc1.layer_norm_<w>: no layer spec of
+// Megatron's has both (gpt_layer_specs.py: the local spec maps the first to the second, the Transformer Engine spec
+// has only the first), so the first repeats the second.
+void Checkpoint::set_aside_norm_repeats() {
+  static const std::string kPrefix = "decoder.layers.", kRepeat = "pre_mlp_layernorm.", kKept = "mlp.linear_fc1.layer_norm_";
+  std::vector<ModelParam> kept;
+  std::vector<std::pair<ModelParam, std::string>> repeats;  // the repeat and the name it repeats
+  for (auto& p : params_) {
+    const std::string& n = p.slice.name;
+    const size_t at = n.find(kRepeat);
+    if (n.rfind(kPrefix, 0) == 0 && at != std::string::npos && at == n.find('.', kPrefix.size()) + 1) {
+      std::string of = n.substr(0, at) + kKept + n.substr(at + kRepeat.size());
+      if (param_index_.count(of)) {
+        repeats.emplace_back(std::move(p), std::move(of));
+        continue;
+      }
+    }
+    kept.push_back(std::move(p));
+  }
+  params_ = std::move(kept);
+  if (repeats.empty()) return;  // the same order: the index holds
+  param_index_.clear();
+  for (size_t i = 0; i < params_.size(); ++i) param_index_.emplace(params_[i].slice.name, i);
+  for (auto& [p, of] : repeats) norm_repeats_.emplace_back(std::move(p), param_index_.at(of));
+}
+
+void Checkpoint::check_norm_repeats() const {
+  for (const auto& [p, of] : norm_repeats_) {
+    std::vector<std::string> states = {""};
+    if (optimizer_format_ == OptimizerFormat::FullyReshardable) states.insert(states.end(), {"param", "exp_avg", "exp_avg_sq"});
+    for (const auto& s : states)
+      if (!read_param(p, s).equal(read_param(params_[of], s)))
+        fail(dcp_->metadata().path, "Megatron-Core torch_dist: " + escaped_brief(p.slice.name) + (s.empty() ? "" : " " + s) +
+                                        " differs from " + escaped_brief(params_[of].slice.name) +
+                                        " (one norm under the two layer specs' keys)");
   }
 }
 

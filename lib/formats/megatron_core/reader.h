@@ -48,8 +48,13 @@ class Checkpoint {
   // Every DCP entry classified, in .metadata order.
   const std::vector<Key>& keys() const { return keys_; }
 
-  // Every model parameter per layer and per expert, in .metadata order of their stored tensors.
+  // Every model parameter per layer and per expert, in .metadata order of their stored tensors. An MoE
+  // layer's pre-MLP norm stored under both layer specs' keys (ucpkit's output for sources without a spec:
+  // formats/megatron_core/writer.h, WriteLayout::both_norm_keys) is one parameter, the local spec's
+  // mlp.linear_fc1.layer_norm_*; the constructor checks that the two hold the same values and states.
   const std::vector<ModelParam>& params() const { return params_; }
+  // The repeats left out of params(): each pre_mlp_layernorm.* parameter and the index of the one it repeats.
+  const std::vector<std::pair<ModelParam, size_t>>& norm_repeats() const { return norm_repeats_; }
   // The parameter named `name` (decoder.layers.{L}.[...experts.{E}.]<param>); throws Error.
   const ModelParam& param(const std::string& name) const;
   // Its model value, or (state = param | exp_avg | exp_avg_sq) its fully_reshardable optimizer
@@ -70,6 +75,8 @@ class Checkpoint {
 
  private:
   void classify();
+  void set_aside_norm_repeats();
+  void check_norm_repeats() const;
   std::string state_fqn(const ModelParam& p, const std::string& state) const;  // read_param's tensor
   void check_optimizer_format();
 
@@ -80,6 +87,7 @@ class Checkpoint {
   OptimizerFormat optimizer_format_ = OptimizerFormat::None;
   std::vector<Key> keys_;
   std::vector<ModelParam> params_;
+  std::vector<std::pair<ModelParam, size_t>> norm_repeats_;
   std::unordered_map<std::string, size_t> param_index_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <regex>
 #include <tuple>
 
@@ -275,6 +276,23 @@ void order_by_parameter(TorchDistWritePlan& out) {
   for (const Item& i : items) order.push_back(i.at);
 }
 
+// The Transformer Engine spec's names of the MoE layers' pre-MLP norms stored under the local spec's
+// (WriteLayout::both_norm_keys): `decoder.layers.{L}.pre_mlp_layernorm.*` for each
+// `decoder.layers.{L}.mlp.linear_fc1.layer_norm_*` of a layer with a router, unless named already.
+// Returns the alias names, each with the parameter it repeats.
+std::vector<std::pair<std::string, size_t>> te_norm_aliases(const std::vector<std::string>& names) {
+  static const std::regex norm_re(R"((decoder\.layers\.\d{1,9}\.)mlp\.linear_fc1\.layer_norm_(weight|bias))");
+  const std::set<std::string> present(names.begin(), names.end());
+  std::vector<std::pair<std::string, size_t>> out;
+  std::smatch m;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!std::regex_match(names[i], m, norm_re) || !present.count(m[1].str() + "mlp.router.weight")) continue;
+    std::string alias = m[1].str() + "pre_mlp_layernorm." + m[2].str();
+    if (!present.count(alias)) out.emplace_back(std::move(alias), i);
+  }
+  return out;
+}
+
 }  // namespace
 
 TorchDistWritePlan plan_torch_dist_write(const std::vector<std::string>& names,
@@ -285,8 +303,22 @@ TorchDistWritePlan plan_torch_dist_write(const std::vector<std::string>& names,
   TorchDistWritePlan out;
   std::vector<std::vector<Member>> members;
   std::vector<Named> named;
-  group_into_keys(names, shapes, layout, file, out, members, named);
-  for (size_t k = 0; k < out.keys.size(); ++k) place_members(out.keys[k], members[k], named[k], shapes, names, layout, file);
+  // Alias names are planned as parameters of their own, then made to read the parameter they repeat.
+  std::vector<std::string> all_names = names;
+  std::vector<std::vector<int64_t>> all_shapes = shapes;
+  std::vector<size_t> param_of(names.size());
+  for (size_t i = 0; i < names.size(); ++i) param_of[i] = i;
+  if (layout.both_norm_keys)
+    for (auto& [alias, param] : te_norm_aliases(names)) {
+      all_names.push_back(std::move(alias));
+      all_shapes.push_back(shapes[param]);
+      param_of.push_back(param);
+    }
+  group_into_keys(all_names, all_shapes, layout, file, out, members, named);
+  for (size_t k = 0; k < out.keys.size(); ++k) {
+    place_members(out.keys[k], members[k], named[k], all_shapes, all_names, layout, file);
+    for (size_t& m : out.keys[k].members) m = param_of[m];
+  }
   const int64_t per_stage = layout.num_layers / layout.mesh.pp;
   std::vector<std::vector<Box>> boxes;
   for (const StoredKey& key : out.keys) boxes.push_back(chunk_boxes(key, layout.mesh, per_stage));

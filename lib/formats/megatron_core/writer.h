@@ -37,6 +37,15 @@ struct WriteLayout {
   bool swiglu = false;      // linear_fc1 holds [W_all; V_all]
   DType model_dtype = DType::BFloat16;
   bool optimizer = true;    // write optimizer.state.* (fully_reshardable)
+  // An MoE layer's pre-MLP norm stored under both layer specs' keys: the local spec's
+  // mlp.linear_fc1.layer_norm_* (its sharded_state_dict_keys_map) and the Transformer Engine spec's
+  // pre_mlp_layernorm.* (a TENorm module, no map), gpt_layer_specs.py (core_v0.19.0 / 0.16.1:
+  // get_gpt_layer_local_spec's map, get_gpt_layer_with_transformer_engine_spec's MoE layers). For sources
+  // no Megatron run chose a spec for (a Hugging Face import, a Megatron-DeepSpeed export: args without
+  // transformer_impl), so that Megatron loads the output with its default flags either way
+  // (transformer_impl transformer_engine is Megatron's default, local its CPU spec; the key the job's
+  // spec does not ask for is an unexpected key, which the default dist_ckpt_strictness accepts).
+  bool both_norm_keys = false;
 };
 
 // One stored model key and the universal parameters it is made of.

@@ -271,6 +271,46 @@ TEST(MegatronCoreWriter, NonHomogeneousLayersKeepTheLayerNumberInTheKey) {
   EXPECT_EQ(o.box.sizes, (std::vector<int64_t>{4, 2}));
 }
 
+// Layer 0 dense, layer 1 MoE (a router): the pre-MLP norm as the local spec names it in both.
+Params dense_then_moe() {
+  Params p;
+  for (int l = 0; l < 2; ++l) p.add("decoder.layers." + std::to_string(l) + ".mlp.linear_fc1.layer_norm_weight", {4});
+  p.add("decoder.layers.1.mlp.router.weight", {2, 4});
+  return p;
+}
+
+TEST(MegatronCoreWriter, AnMoeLayersPreMlpNormIsAlsoStoredUnderTheTransformerEngineSpecsKey) {
+  const Params p = dense_then_moe();
+  WriteLayout l = layout(1, 1, 1, 2);
+  l.homogeneous = false;
+  l.both_norm_keys = true;
+  const TorchDistWritePlan plan = plan_torch_dist_write(p.names, p.shapes, {}, l, "u");
+  const StoredKey& alias = plan.keys[key_index(plan, "decoder.layers.1.pre_mlp_layernorm.weight")];
+  EXPECT_EQ(alias.members, (std::vector<size_t>{1}));  // reads layer 1's norm
+  EXPECT_EQ(alias.size, (std::vector<int64_t>{4}));
+  for (const auto& k : plan.keys) EXPECT_NE(k.key, "decoder.layers.0.pre_mlp_layernorm.weight") << "a dense layer's";
+  entry_index(plan, "optimizer.state.exp_avg.decoder.layers.1.pre_mlp_layernorm.weight");
+  // Written right after the norm it repeats (one parameter state in memory at a time).
+  const auto& order = plan.plan.write_order;
+  std::vector<size_t> params;
+  for (const auto& it : order)
+    if (it.chunk != dcp::PlannedItem::kBytes) params.push_back(chunk_origin(plan, it.entry, it.chunk).param);
+  EXPECT_TRUE(std::is_sorted(params.begin(), params.end()));
+
+  l.both_norm_keys = false;  // a source whose Megatron run chose a spec: its keys only
+  EXPECT_EQ(plan_torch_dist_write(p.names, p.shapes, {}, l, "u").keys.size(), 3u);
+}
+
+TEST(MegatronCoreWriter, ANormNamedBothWaysAlreadyIsNotRepeatedAgain) {
+  Params p;
+  p.add("decoder.layers.0.mlp.linear_fc1.layer_norm_weight", {4});
+  p.add("decoder.layers.0.pre_mlp_layernorm.weight", {4});
+  p.add("decoder.layers.0.mlp.router.weight", {2, 4});
+  WriteLayout l = layout(1, 1, 1, 1);
+  l.both_norm_keys = true;
+  EXPECT_EQ(plan_torch_dist_write(p.names, p.shapes, {}, l, "u").keys.size(), 3u);
+}
+
 void expect_refused(const Params& p, const WriteLayout& l, const std::string& words) {
   try {
     plan_torch_dist_write(p.names, p.shapes, {}, l, "/ckpt/universal");
