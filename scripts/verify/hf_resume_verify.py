@@ -222,7 +222,27 @@ def _reads_optimizer(o):
     return not (o.no_load_optim or "--finetune" in (o.extra or []) or release)
 
 
+def _te_spec_keys():
+    """The job asks for the Transformer Engine GPT layer spec's keys (UCPKIT_TE_KEYS=1): an MoE layer keeps its
+    pre-MLP norm as the module pre_mlp_layernorm, which the local spec's sharded_state_dict_keys_map stores as
+    mlp.linear_fc1.layer_norm_* (models/gpt/gpt_layer_specs.py at core_v0.19.0). Transformer Engine needs a GPU, so
+    the local spec's layers drop that one map entry; the other keys of the two specs agree for this model."""
+    from megatron.core.transformer import transformer_layer
+
+    init = transformer_layer.TransformerLayer.__init__
+
+    def te_keys_init(self, *a, **k):
+        init(self, *a, **k)
+        if type(self.mlp).__name__ == "MoELayer":
+            m = self.submodules_config.sharded_state_dict_keys_map
+            self.submodules_config.sharded_state_dict_keys_map = {x: y for x, y in m.items() if x != "pre_mlp_layernorm."}
+
+    transformer_layer.TransformerLayer.__init__ = te_keys_init
+
+
 def _resume(rank, world, o):
+    if os.environ.get("UCPKIT_TE_KEYS") == "1":
+        _te_spec_keys()
     if not _reads_optimizer(o):
         mv.mcore_ckpt.prime_torch_adam = lambda optimizer: None
     mv._resume(rank, world, o)  # with its unshare_adam_step

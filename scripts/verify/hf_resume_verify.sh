@@ -16,6 +16,9 @@
 #   default      ours, the job's default load flags (the acceptance point: a training-ready import);
 #   finetune     ours, --finetune (Megatron's flag for starting from pretrained weights: weights only,
 #                iteration 0, a fresh optimizer and scheduler);
+#   te_keys      (FAMILY=mixtral) ours, default flags, the job asking for the Transformer Engine spec's keys: its MoE
+#                layers' pre-MLP norm under pre_mlp_layernorm.weight (gpt_layer_specs.py; TE needs a GPU, so the local
+#                spec with that one key-map entry removed, hf_resume_verify.py _te_spec_keys);
 #   parallel_load  ours, --ckpt-fully-parallel-load (the issue's "fully-parallel-load-style loading": each
 #                data-parallel rank reads a part and they exchange it; DP=2 gives it ranks to spread over).
 # DP: the job's data-parallel size (default 1; the import is written at TP 2 DP 1 whatever it is, and Megatron
@@ -39,8 +42,8 @@ TORCH2LAB=$(cd "${TORCH2LAB:-$ROOT/../shared/tools/torch2lab}" 2>/dev/null && pw
   { echo "SKIP: no torch2lab folder (set TORCH2LAB)"; exit 77; }
 TAG=core_v0.19.0
 DTYPE=${DTYPE:-bf16}
-CASES=${CASES:-default finetune parallel_load}
 FAMILY=${FAMILY:-llama}
+CASES=${CASES:-default finetune parallel_load$([ "$FAMILY" = mixtral ] && echo ' te_keys')}
 DP=${DP:-1}
 PP=${PP:-1}
 MEGATRON_SRC=${MEGATRON_SRC:-${XDG_CACHE_HOME:-$HOME/.cache}/ucpkit}
@@ -70,7 +73,7 @@ failed=0
 mrun() {  # LOG args...: the verify script in Megatron's environment
   log=$1; shift
   # shellcheck disable=SC2086
-  (cd "$WORK" && timeout 900 env -i PATH="$PATH" HOME="$HOME" LANG=C.UTF-8 PYTHONPATH="$TORCH2LAB/shims:$SRC" TORCH2LAB="$TORCH2LAB" $MENV \
+  (cd "$WORK" && timeout 900 env -i PATH="$PATH" HOME="$HOME" LANG=C.UTF-8 PYTHONPATH="$TORCH2LAB/shims:$SRC" TORCH2LAB="$TORCH2LAB" UCPKIT_TE_KEYS="${UCPKIT_TE_KEYS:-}" $MENV \
     "$FRAMEWORKS_PY" hf_resume_verify.py "$@") > "$WORK/$log" 2>&1
 }
 lines() { grep -aE "^(resumed iteration|train step)" "$WORK/$1.log" | sort > "$WORK/$1.lines"; }
@@ -118,5 +121,10 @@ case_() {  # NAME SAVE "resume flags" DESCRIPTION
 case_ default ours "" "ucp-load's import, Megatron's default load flags"
 case_ finetune ours "--finetune" "ucp-load's import, --finetune"
 case_ parallel_load ours "--ckpt-fully-parallel-load" "ucp-load's import, --ckpt-fully-parallel-load"
+# A Transformer Engine spec job's keys (Megatron's default --transformer-impl; TE itself needs a GPU): the MoE layers'
+# pre-MLP norm asked for as pre_mlp_layernorm.weight, the TE spec's key (hf_resume_verify.py _te_spec_keys).
+export UCPKIT_TE_KEYS=1
+case_ te_keys ours "" "ucp-load's import, default flags, the Transformer Engine spec's keys"
+unset UCPKIT_TE_KEYS
 echo "total $(($(date +%s) - t0)) s"
 exit $failed
