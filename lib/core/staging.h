@@ -58,6 +58,11 @@ using StagingNote = std::function<void(const std::string&)>;
 // there, instead of an fsync per file). Throws Error naming `path` when the flush fails.
 void sync_file_system(const std::filesystem::path& path);
 
+// What StagingDir's constructor refuses about `target`, checked alone (a tool that converts its input first calls it
+// before that work): the target exists without `overwrite`, or with it is not a folder --overwrite may replace; its
+// parent folder is missing. Throws Error naming the path.
+void check_output_target(const std::filesystem::path& target, bool overwrite, const std::string& overwrite_option = "--overwrite");
+
 // The folder `.<name>.<tag>-tmp-<pid>` beside `target` (created at construction, after sweeping stale
 // ones, each reported to `note`; swept again at commit, for owners that died during this run),
 // removed unless committed. `tag` names the tool family ("ucp":
@@ -65,11 +70,6 @@ void sync_file_system(const std::filesystem::path& path);
 // then swaps it out (atomically where the file system can exchange two names). `durable` (the
 // default; tools' `--no-sync` turns it off for scratch outputs): commit() first flushes the file system
 // of the folder, so the data is on stable storage before its name is, and fsyncs the parent folder after.
-// What StagingDir's constructor refuses about `target`, checked alone (a tool that converts its input first calls it
-// before that work): the target exists without `overwrite`, or with it is not a folder --overwrite may replace; its
-// parent folder is missing. Throws Error naming the path.
-void check_output_target(const std::filesystem::path& target, bool overwrite, const std::string& overwrite_option = "--overwrite");
-
 class StagingDir {
  public:
   // `overwrite_option`: the tool's option that allows replacing the target, named in refusals.

@@ -205,8 +205,9 @@ TdPrepared prepare_torch_dist(const LoadOptions& o) {
               {"dtype", dtype_option_name(p.layout.model_dtype)}, {"optimizer_dtype", "fp32"},
               {"optimizer_format", p.layout.optimizer ? "fully_reshardable" : "none"},
               {"homogeneous_layers", p.layout.homogeneous}, {"iteration", p.iteration}, {"release", p.release},
-              {"moe_norm_keys", p.layout.both_norm_keys ? "local and transformer_engine specs" : "as the source's"},
               {"common_state", p.legacy_common ? formats::megatron_core::kLegacyCommonFile : kCommonStateItem}};
+  if (args.num_experts > 0)  // the MoE layers' pre-MLP norm: under which layer specs' keys
+    p.target["moe_norm_keys"] = p.layout.both_norm_keys ? "local and transformer_engine specs" : "as the source's";
   return p;
 }
 

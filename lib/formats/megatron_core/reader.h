@@ -53,8 +53,6 @@ class Checkpoint {
   // formats/megatron_core/writer.h, WriteLayout::both_norm_keys) is one parameter, the local spec's
   // mlp.linear_fc1.layer_norm_*; the constructor checks that the two hold the same values and states.
   const std::vector<ModelParam>& params() const { return params_; }
-  // The repeats left out of params(): each pre_mlp_layernorm.* parameter and the index of the one it repeats.
-  const std::vector<std::pair<ModelParam, size_t>>& norm_repeats() const { return norm_repeats_; }
   // The parameter named `name` (decoder.layers.{L}.[...experts.{E}.]<param>); throws Error.
   const ModelParam& param(const std::string& name) const;
   // Its model value, or (state = param | exp_avg | exp_avg_sq) its fully_reshardable optimizer
@@ -87,7 +85,7 @@ class Checkpoint {
   OptimizerFormat optimizer_format_ = OptimizerFormat::None;
   std::vector<Key> keys_;
   std::vector<ModelParam> params_;
-  std::vector<std::pair<ModelParam, size_t>> norm_repeats_;
+  std::vector<std::pair<ModelParam, size_t>> norm_repeats_;  // each pre_mlp_layernorm.* left out, the index it repeats
   std::unordered_map<std::string, size_t> param_index_;
 };
 
