@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -20,6 +21,7 @@
 #include "core/error.h"
 #include "core/registry.h"
 #include "core/staging.h"
+#include "formats/megatron_core/key_model.h"
 #include "inspect/verify_scope.h"
 #include "io/shape.h"
 #include "formats/dcp/reader.h"
@@ -332,13 +334,15 @@ void note(DiffResult& r, size_t listed, TensorDifference d, size_t tensors = 1) 
 }
 
 // Every state of a parameter both hold, in `states` order.
-void compare_param(DiffResult& r, Side& a, Side& b, const std::string& name, const std::vector<std::string>& states,
-                   const DiffOptions& o) {
-  const int ia = a.index.at(name), ib = b.index.at(name);
+// `name` in a against `name_b` in b (the same name, or the other Megatron layer spec's spelling of an MoE layer's
+// pre-MLP norm, formats/megatron_core/key_model.h other_spec_norm_name: where a lacks one and b the other).
+void compare_param(DiffResult& r, Side& a, Side& b, const std::string& name, const std::string& name_b,
+                   const std::vector<std::string>& states, const DiffOptions& o) {
+  const int ia = a.index.at(name), ib = b.index.at(name_b);
   const auto& pa = a.model.params[ia];
   const auto& pb = b.model.params[ib];
   const std::string& da = a.dtype[name];
-  const std::string& db = b.dtype[name];
+  const std::string& db = b.dtype[name_b];
   for (const auto& state : states) {
     const bool in_a = a.has(ia, state), in_b = b.has(ib, state);
     if (!in_a && !in_b) continue;  // a state neither holds for this parameter (manifest-read sides)
@@ -361,16 +365,23 @@ void compare_sides(DiffResult& r, Side& a, Side& b, const DiffOptions& o) {
   std::vector<std::string> states = a.model.states;
   for (const auto& s : b.model.states)
     if (std::find(states.begin(), states.end(), s) == states.end()) states.push_back(s);
+  std::set<std::string> paired_in_b;  // b's names compared under a's other spelling
   for (const auto& p : a.model.params) {
-    if (!b.index.count(p.name)) {
+    std::string in_b = p.name;
+    if (const std::string twin = formats::megatron_core::other_spec_norm_name(p.name); !b.index.count(p.name) && !twin.empty() && b.index.count(twin) && !a.index.count(twin))
+      paired_in_b.insert(in_b = twin);
+    if (!b.index.count(in_b)) {
       r.tensors += a.model.states.size();
       note(r, o.listed, {p.name, "", "only_in_a", "parameter in " + r.a.input + " only"}, a.model.states.size());
       continue;
     }
-    compare_param(r, a, b, p.name, states, o);
+    compare_param(r, a, b, p.name, in_b, states, o);
   }
+  if (!paired_in_b.empty())
+    r.skipped.push_back("the names of " + std::to_string(paired_in_b.size()) +
+                        " MoE pre-MLP norms (Megatron's local and Transformer Engine layer specs' keys: their values compared as one parameter)");
   for (const auto& p : b.model.params)
-    if (!a.index.count(p.name)) {
+    if (!a.index.count(p.name) && !paired_in_b.count(p.name)) {
       r.tensors += b.model.states.size();
       note(r, o.listed, {p.name, "", "only_in_b", "parameter in " + r.b.input + " only"}, b.model.states.size());
     }

@@ -481,4 +481,37 @@ TEST(HfUnion, UcpLoadRefusesTheOutputAndTheEngineFormsLayoutBeforeConverting) {
   EXPECT_FALSE(fs::exists(root / "engine"));
 }
 
+// A universal folder whose MoE norms have the Transformer Engine spec's names (as a TE run's union has them, here
+// its manifest renamed): ucp-diff pairs each with the local spec's name on the other side and says so; ucp-load
+// writes it under both keys too, as it writes an import.
+TEST(HfUnion, TheTwoLayerSpecsNamesOfAnMoeNormAreOneParameter) {
+  const fs::path root = with_mixtral_folder("hf_moe_norm_names");
+  auto run = [&](const std::string& tool_args) {
+    return ucpkit::testing::run_split_in(root.string(), kBin + "/" + tool_args, root.string());
+  };
+  ASSERT_EQ(run("ucp-union -q --input hf --output u").rc, 0);
+  fs::copy(root / "u", root / "u_te", fs::copy_options::recursive);
+  nlohmann::json m = nlohmann::json::parse(file_text(root / "u_te/manifest.json"));
+  int renamed = 0;
+  for (auto& e : m["params"]) {
+    std::string n = e["name"];
+    if (const size_t at = n.find("mlp.linear_fc1.layer_norm_weight"); at != std::string::npos) {
+      e["name"] = n.substr(0, at) + "pre_mlp_layernorm.weight";
+      ++renamed;
+    }
+  }
+  ASSERT_EQ(renamed, 2);
+  put(root / "u_te/manifest.json", m.dump(1));
+  auto r = run("ucp-diff u u_te");
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("the names of 2 MoE pre-MLP norms"), std::string::npos) << r.out;
+  r = run("ucp-diff u_te u");
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  ASSERT_EQ(run("ucp-load -q --input u_te --format torch_dist --dp 1 --output td").rc, 0);
+  const formats::dcp::Reader td((root / "td/release").string());
+  for (const char* k : {"decoder.layers.mlp.linear_fc1.layer_norm_weight", "decoder.layers.pre_mlp_layernorm.weight"})
+    EXPECT_NE(td.metadata().find(k), nullptr) << k;
+  EXPECT_EQ(run("ucp-diff -q hf td").rc, 0);
+}
+
 }  // namespace hf_union_test

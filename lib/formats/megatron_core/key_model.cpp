@@ -178,4 +178,24 @@ std::vector<ParamSlice> param_slices(const ModelKey& key, const std::vector<int6
   return out;
 }
 
+namespace {
+const std::regex& local_norm_re() {
+  static const std::regex re(R"((decoder\.layers\.\d{1,9}\.)mlp\.linear_fc1\.layer_norm_(weight|bias))");
+  return re;
+}
+const std::regex& te_norm_re() {
+  static const std::regex re(R"((decoder\.layers\.\d{1,9}\.)pre_mlp_layernorm\.(weight|bias))");
+  return re;
+}
+}  // namespace
+
+std::string other_spec_norm_name(const std::string& name) {
+  std::smatch m;
+  if (std::regex_match(name, m, local_norm_re())) return m[1].str() + "pre_mlp_layernorm." + m[2].str();
+  if (std::regex_match(name, m, te_norm_re())) return m[1].str() + "mlp.linear_fc1.layer_norm_" + m[2].str();
+  return "";
+}
+
+bool is_te_spec_norm_name(const std::string& name) { return std::regex_match(name, te_norm_re()); }
+
 }  // namespace ucpkit::formats::megatron_core

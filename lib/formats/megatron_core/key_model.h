@@ -78,4 +78,13 @@ struct ParamSlice {
 std::vector<ParamSlice> param_slices(const ModelKey& key, const std::vector<int64_t>& size,
                                      const std::string& file);
 
+// An MoE layer's pre-MLP norm under the other Megatron GPT layer spec's key (models/gpt/gpt_layer_specs.py,
+// core_v0.19.0 / 0.16.1: the local spec stores it as decoder.layers.{L}.mlp.linear_fc1.layer_norm_<w> through its
+// sharded_state_dict_keys_map, the Transformer Engine spec as the TENorm module decoder.layers.{L}.pre_mlp_layernorm.<w>),
+// for a per-layer name of either form; "" for any other name. (A dense layer's norm is linear_fc1's in both specs:
+// callers pair the two only in a layer with a router.)
+std::string other_spec_norm_name(const std::string& name);
+// Whether `name` is the Transformer Engine spec's form above (decoder.layers.{L}.pre_mlp_layernorm.<w>).
+bool is_te_spec_norm_name(const std::string& name);
+
 }  // namespace ucpkit::formats::megatron_core

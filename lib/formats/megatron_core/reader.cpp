@@ -50,14 +50,11 @@ void Checkpoint::classify() {
 // Megatron's has both (gpt_layer_specs.py: the local spec maps the first to the second, the Transformer Engine spec
 // has only the first), so the first repeats the second.
 void Checkpoint::set_aside_norm_repeats() {
-  static const std::string kPrefix = "decoder.layers.", kRepeat = "pre_mlp_layernorm.", kKept = "mlp.linear_fc1.layer_norm_";
   std::vector<ModelParam> kept;
   std::vector<std::pair<ModelParam, std::string>> repeats;  // the repeat and the name it repeats
   for (auto& p : params_) {
-    const std::string& n = p.slice.name;
-    const size_t at = n.find(kRepeat);
-    if (n.rfind(kPrefix, 0) == 0 && at != std::string::npos && at == n.find('.', kPrefix.size()) + 1) {
-      std::string of = n.substr(0, at) + kKept + n.substr(at + kRepeat.size());
+    if (is_te_spec_norm_name(p.slice.name)) {
+      std::string of = other_spec_norm_name(p.slice.name);
       if (param_index_.count(of)) {
         repeats.emplace_back(std::move(p), std::move(of));
         continue;

@@ -276,19 +276,16 @@ void order_by_parameter(TorchDistWritePlan& out) {
   for (const Item& i : items) order.push_back(i.at);
 }
 
-// The Transformer Engine spec's names of the MoE layers' pre-MLP norms stored under the local spec's
-// (WriteLayout::both_norm_keys): `decoder.layers.{L}.pre_mlp_layernorm.*` for each
-// `decoder.layers.{L}.mlp.linear_fc1.layer_norm_*` of a layer with a router, unless named already.
-// Returns the alias names, each with the parameter it repeats.
-std::vector<std::pair<std::string, size_t>> te_norm_aliases(const std::vector<std::string>& names) {
-  static const std::regex norm_re(R"((decoder\.layers\.\d{1,9}\.)mlp\.linear_fc1\.layer_norm_(weight|bias))");
+// The other layer spec's names of the MoE layers' pre-MLP norms (WriteLayout::both_norm_keys,
+// other_spec_norm_name) in the layers with a router, unless named already; each with the parameter it repeats.
+std::vector<std::pair<std::string, size_t>> other_spec_norm_names(const std::vector<std::string>& names) {
   const std::set<std::string> present(names.begin(), names.end());
   std::vector<std::pair<std::string, size_t>> out;
-  std::smatch m;
   for (size_t i = 0; i < names.size(); ++i) {
-    if (!std::regex_match(names[i], m, norm_re) || !present.count(m[1].str() + "mlp.router.weight")) continue;
-    std::string alias = m[1].str() + "pre_mlp_layernorm." + m[2].str();
-    if (!present.count(alias)) out.emplace_back(std::move(alias), i);
+    std::string alias = other_spec_norm_name(names[i]);
+    if (alias.empty() || present.count(alias)) continue;
+    const std::string layer = names[i].substr(0, names[i].find('.', std::string("decoder.layers.").size()) + 1);
+    if (present.count(layer + "mlp.router.weight")) out.emplace_back(std::move(alias), i);
   }
   return out;
 }
@@ -309,7 +306,7 @@ TorchDistWritePlan plan_torch_dist_write(const std::vector<std::string>& names,
   std::vector<size_t> param_of(names.size());
   for (size_t i = 0; i < names.size(); ++i) param_of[i] = i;
   if (layout.both_norm_keys)
-    for (auto& [alias, param] : te_norm_aliases(names)) {
+    for (auto& [alias, param] : other_spec_norm_names(names)) {
       all_names.push_back(std::move(alias));
       all_shapes.push_back(shapes[param]);
       param_of.push_back(param);

@@ -37,7 +37,7 @@ struct WriteLayout {
   bool swiglu = false;      // linear_fc1 holds [W_all; V_all]
   DType model_dtype = DType::BFloat16;
   bool optimizer = true;    // write optimizer.state.* (fully_reshardable)
-  // An MoE layer's pre-MLP norm stored under both layer specs' keys: the local spec's
+  // An MoE layer's pre-MLP norm stored under both layer specs' keys (whichever the universal names use): the local spec's
   // mlp.linear_fc1.layer_norm_* (its sharded_state_dict_keys_map) and the Transformer Engine spec's
   // pre_mlp_layernorm.* (a TENorm module, no map), gpt_layer_specs.py (core_v0.19.0 / 0.16.1:
   // get_gpt_layer_local_spec's map, get_gpt_layer_with_transformer_engine_spec's MoE layers). For sources

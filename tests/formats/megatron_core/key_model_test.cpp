@@ -89,4 +89,15 @@ TEST(McoreKeyModel, UnknownKeysNameTheFile) {
   }
 }
 
+TEST(McoreKeyModel, AnMoeNormsNameUnderTheOtherLayerSpec) {
+  EXPECT_EQ(other_spec_norm_name("decoder.layers.3.mlp.linear_fc1.layer_norm_weight"), "decoder.layers.3.pre_mlp_layernorm.weight");
+  EXPECT_EQ(other_spec_norm_name("decoder.layers.3.pre_mlp_layernorm.bias"), "decoder.layers.3.mlp.linear_fc1.layer_norm_bias");
+  EXPECT_TRUE(is_te_spec_norm_name("decoder.layers.0.pre_mlp_layernorm.weight"));
+  EXPECT_FALSE(is_te_spec_norm_name("decoder.layers.0.mlp.linear_fc1.layer_norm_weight"));
+  for (const char* other : {"decoder.layers.mlp.linear_fc1.layer_norm_weight",  // a stacked key, not a per-layer name
+                            "decoder.layers.0.self_attention.linear_qkv.layer_norm_weight", "decoder.final_layernorm.weight",
+                            "decoder.layers.0.mlp.linear_fc1.weight"})
+    EXPECT_EQ(other_spec_norm_name(other), "") << other;
+}
+
 }  // namespace megatron_core_key_model_test

@@ -301,6 +301,16 @@ TEST(MegatronCoreWriter, AnMoeLayersPreMlpNormIsAlsoStoredUnderTheTransformerEng
   EXPECT_EQ(plan_torch_dist_write(p.names, p.shapes, {}, l, "u").keys.size(), 3u);
 }
 
+TEST(MegatronCoreWriter, AnMoeLayersNormInTheTransformerEngineSpecsNameGetsTheLocalSpecsToo) {
+  Params p;
+  p.add("decoder.layers.0.pre_mlp_layernorm.weight", {4});
+  p.add("decoder.layers.0.mlp.router.weight", {2, 4});
+  WriteLayout l = layout(1, 1, 1, 1);
+  l.both_norm_keys = true;
+  const TorchDistWritePlan plan = plan_torch_dist_write(p.names, p.shapes, {}, l, "u");
+  EXPECT_EQ(plan.keys[key_index(plan, "decoder.layers.mlp.linear_fc1.layer_norm_weight")].members, (std::vector<size_t>{0}));
+}
+
 TEST(MegatronCoreWriter, ANormNamedBothWaysAlreadyIsNotRepeatedAgain) {
   Params p;
   p.add("decoder.layers.0.mlp.linear_fc1.layer_norm_weight", {4});
