@@ -126,6 +126,13 @@ fs::path with_mixtral_folder(const std::string& name) {
   return root;
 }
 
+// A runner of the tools (the build's bin/) in `root`, as a user in that folder types them: tools_in(root)("ucp-load ...").
+auto tools_in(const fs::path& root) {
+  return [root](const std::string& tool_args) {
+    return ucpkit::testing::run_split_in(root.string(), kBin + "/" + tool_args, root.string());
+  };
+}
+
 struct Case {
   const char* what;      // the damage
   const char* expected;  // in the one error line
@@ -237,9 +244,7 @@ TEST(HfUnion, ImportIsNotRenamedAsIfItHadMegatronDeepSpeedNames) {
 // The SHA-256s are judged against Python's hashlib in tests/frameworks/hf_import_audit_check.py.
 TEST(HfUnion, ImportAuditListsEveryParameterOnceAndIsRefusedWhereNoneIsRecorded) {
   const fs::path root = with_hf_folder("hf_union_audit");
-  auto run = [&](const std::string& tool_args) {
-    return ucpkit::testing::run_split_in(root.string(), kBin + "/" + tool_args, root.string());
-  };
+  const auto run = tools_in(root);
   auto r = run("ucp-union -q --input hf --output u --audit audit.json");
   ASSERT_EQ(r.rc, 0) << r.err;
   const auto audit = nlohmann::json::parse(std::ifstream(root / "audit.json"));
@@ -284,9 +289,7 @@ TEST(HfUnion, ImportAuditListsEveryParameterOnceAndIsRefusedWhereNoneIsRecorded)
 // steps through a universal folder write; the import's --audit the union's records.
 TEST(HfUnion, UcpLoadReadsTheFolderInOnePassAsTheTwoStepsWrite) {
   const fs::path root = with_hf_folder("hf_one_pass");
-  auto run = [&](const std::string& tool_args) {
-    return ucpkit::testing::run_split_in(root.string(), kBin + "/" + tool_args, root.string());
-  };
+  const auto run = tools_in(root);
   auto ok = [&](const std::string& tool_args) {
     const auto r = run(tool_args);
     EXPECT_EQ(r.rc, 0) << tool_args << ": " << r.err;
@@ -369,9 +372,7 @@ TEST(HfUnion, UcpLoadReadsTheFolderInOnePassAsTheTwoStepsWrite) {
 // errors.
 TEST(HfUnion, UcpLoadToMegatronDeepSpeedNamesWritesWhatTheTwoStepsWrite) {
   const fs::path root = with_hf_folder("hf_to_mds");
-  auto run = [&](const std::string& tool_args) {
-    return ucpkit::testing::run_split_in(root.string(), kBin + "/" + tool_args, root.string());
-  };
+  const auto run = tools_in(root);
   ASSERT_EQ(run("ucp-union -q --input hf --to-names megatron-deepspeed --output u").rc, 0);
   ASSERT_EQ(run("ucp-load -q --input u --dp 2 --output two").rc, 0);
   auto r = run("ucp-load --input hf --to-names megatron-deepspeed --dp 2 --output one");
@@ -406,9 +407,7 @@ TEST(HfUnion, UcpLoadToMegatronDeepSpeedNamesWritesWhatTheTwoStepsWrite) {
 // back it is one parameter (ucp-info, ucp-diff, the export); a file whose two copies differ is refused.
 TEST(HfUnion, AnMoeImportHoldsThePreMlpNormUnderBothLayerSpecsKeys) {
   const fs::path root = with_mixtral_folder("hf_moe_norm_keys");
-  auto run = [&](const std::string& tool_args) {
-    return ucpkit::testing::run_split_in(root.string(), kBin + "/" + tool_args, root.string());
-  };
+  const auto run = tools_in(root);
   auto r = run("ucp-load -q --input hf --format torch_dist --ep 2 --dp 2 --output td");
   ASSERT_EQ(r.rc, 0) << r.err;
   const fs::path iter = root / "td/release";
@@ -459,9 +458,7 @@ TEST(HfUnion, AnMoeImportHoldsThePreMlpNormUnderBothLayerSpecsKeys) {
 // beside the output.
 TEST(HfUnion, UcpLoadRefusesTheOutputAndTheEngineFormsLayoutBeforeConverting) {
   const fs::path root = with_mixtral_folder("hf_refuse_first");
-  auto run = [&](const std::string& tool_args) {
-    return ucpkit::testing::run_split_in(root.string(), kBin + "/" + tool_args, root.string());
-  };
+  const auto run = tools_in(root);
   auto r = run("ucp-load --input hf --format dcp --world-size 2 --output missing/out");
   EXPECT_EQ(r.rc, 1) << r.err;
   EXPECT_NE(r.err.find("output parent folder does not exist"), std::string::npos) << r.err;
@@ -486,9 +483,7 @@ TEST(HfUnion, UcpLoadRefusesTheOutputAndTheEngineFormsLayoutBeforeConverting) {
 // writes it under both keys too, as it writes an import.
 TEST(HfUnion, TheTwoLayerSpecsNamesOfAnMoeNormAreOneParameter) {
   const fs::path root = with_mixtral_folder("hf_moe_norm_names");
-  auto run = [&](const std::string& tool_args) {
-    return ucpkit::testing::run_split_in(root.string(), kBin + "/" + tool_args, root.string());
-  };
+  const auto run = tools_in(root);
   ASSERT_EQ(run("ucp-union -q --input hf --output u").rc, 0);
   fs::copy(root / "u", root / "u_te", fs::copy_options::recursive);
   nlohmann::json m = nlohmann::json::parse(file_text(root / "u_te/manifest.json"));
