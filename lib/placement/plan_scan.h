@@ -1,4 +1,4 @@
-// A streaming reader of plan files for re-placement: reads the file in fixed-size blocks and keeps
+// A streaming reader of plan files for re-placement: reads the file through a memory map and keeps
 // only what read_plan needs, the small top-level keys as JSON and every layer's phy2log as ints,
 // never the document (222 MB of text, most of it log2phy padding, was a 733 MB JSON tree). It
 // validates the JSON syntax of everything it skips.

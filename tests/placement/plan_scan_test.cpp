@@ -163,6 +163,37 @@ TEST(PlanScan, BrokenFilesAreRefusedNamingTheFile) {
   fs::remove_all(d);
 }
 
+// log2phy's padding is skipped sixteen elements at a time: runs of every length around those steps, and a
+// break at every position of a run, read as the full parse reads them (a break is not JSON: refused).
+TEST(PlanScan, PaddingRunsOfAnyLengthAndBreaksInThemReadAsTheFullParse) {
+  const fs::path d = scratch();
+  const std::string text = written_plan();
+  auto with_run = [&](const std::string& run) { return text.substr(0, 1) + "\"pad\":[" + run + "]," + text.substr(1); };
+  auto padding = [](int n) {
+    std::string r;
+    for (int i = 0; i < n; ++i) r += "-1,";
+    return r;
+  };
+  for (int n : {0, 1, 7, 8, 15, 16, 17, 23, 24, 31, 32, 33, 47, 48, 49, 100}) {
+    SCOPED_TRACE(n);
+    const std::string t = with_run(padding(n) + "5,-1,12");
+    write(d / "r.json", t);
+    ASSERT_TRUE(scan_plan_file((d / "r.json").string(), {"nodes"}).has_value());
+    expect_same(read_plan((d / "r.json").string()), dom_plan(t));
+  }
+  const std::string run = padding(40) + "-1";
+  for (size_t at = 0; at < run.size(); ++at) {
+    SCOPED_TRACE(at);
+    std::string broken = run;
+    broken[at] = run[at] == '-' ? '+' : run[at] == '1' ? 'x' : ';';
+    write(d / "b.json", with_run(broken));
+    EXPECT_FALSE(scan_plan_file((d / "b.json").string(), {"nodes"}).has_value());
+    const std::string m = error_of([&] { read_plan((d / "b.json").string()); }, "(read)");
+    EXPECT_NE(m.find("not valid JSON"), std::string::npos) << m;
+  }
+  fs::remove_all(d);
+}
+
 // The plan file written in pieces (write_plan_json, what --previous and node loss stream to disk)
 // is the text plan_json_text builds whole, whatever the piece size, transfers included.
 TEST(PlanWrite, PiecesMakeTheWholeText) {
