@@ -234,6 +234,105 @@ std::string key_signature(const Value& k, int depth = 0) {
   }
 }
 
+// A dict key as key_signature classes it, without building the signature for the common kinds (a
+// checkpoint's metadata has dicts of 10^5 str keys: a string built, hashed and stored per key was most of
+// SETITEMS). Two keys are the same key exactly when their signatures are equal; a tuple (rare as a key)
+// keeps its signature.
+struct KeyView {
+  char cls = 0;  // key_signature's first character; 0: unhashable
+  int64_t i = 0;
+  std::string_view s;
+  std::string tuple_sig;
+};
+
+KeyView key_view(const Value& k) {
+  KeyView v;
+  switch (k.kind) {
+    case Kind::Str: v.cls = 's', v.s = k.s; break;
+    case Kind::Bytes: v.cls = 'b', v.s = k.s; break;
+    case Kind::BigInt: v.cls = 'I', v.s = k.s; break;
+    case Kind::Int: v.cls = 'i', v.i = k.i; break;
+    case Kind::Bool: v.cls = 'i', v.i = k.b ? 1 : 0; break;
+    case Kind::None: v.cls = 'N'; break;
+    case Kind::Dtype: v.cls = 'd', v.i = static_cast<int64_t>(k.dtype); break;
+    case Kind::Float:
+      if (std::floor(k.f) == k.f && std::fabs(k.f) < 9e18) v.cls = 'i', v.i = static_cast<int64_t>(k.f);
+      else v.cls = 'f', v.i = static_cast<int64_t>(std::bit_cast<uint64_t>(k.f));
+      break;
+    case Kind::Object:
+    case Kind::Global: v.cls = 'o', v.i = static_cast<int64_t>(reinterpret_cast<uintptr_t>(&k)); break;
+    case Kind::Tuple:
+      v.tuple_sig = key_signature(k);
+      if (!v.tuple_sig.empty()) v.cls = 't', v.s = v.tuple_sig;
+      break;
+    default: break;
+  }
+  return v;
+}
+
+bool same_key(const KeyView& a, const KeyView& b) {
+  if (a.cls != b.cls) return false;
+  switch (a.cls) {
+    case 's': case 'b': case 'I': case 't': return a.s == b.s;
+    case 'N': return true;
+    default: return a.i == b.i;
+  }
+}
+
+uint64_t key_hash(const KeyView& v) {
+  uint64_t h = v.cls == 's' || v.cls == 'b' || v.cls == 'I' || v.cls == 't' ? std::hash<std::string_view>{}(v.s)
+                                                                              : static_cast<uint64_t>(v.i);
+  h ^= static_cast<uint64_t>(static_cast<unsigned char>(v.cls)) << 56;
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;  // splitmix64's finaliser: integer keys spread over the table
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+  return h ^ (h >> 31);
+}
+
+// An index of a large dict's entries by key: open addressing over (hash, entry + 1), no allocation per key.
+class DictIndex {
+ public:
+  size_t size() const { return count_; }
+  void clear() {
+    at_.clear();
+    hash_.clear();
+    count_ = 0;
+  }
+  // The entry whose key `same(entry)` confirms among those of hash h, or npos.
+  template <class Same>
+  size_t find(uint64_t h, const Same& same) const {
+    if (at_.empty()) return npos;
+    for (size_t k = h & (at_.size() - 1);; k = (k + 1) & (at_.size() - 1)) {
+      if (at_[k] == 0) return npos;
+      if (hash_[k] == h && same(at_[k] - 1)) return at_[k] - 1;
+    }
+  }
+  void insert(uint64_t h, size_t entry) {
+    if ((count_ + 1) * 2 > at_.size()) grow();
+    place(h, entry);
+    ++count_;
+  }
+  static constexpr size_t npos = static_cast<size_t>(-1);
+
+ private:
+  void place(uint64_t h, size_t entry) {
+    size_t k = h & (at_.size() - 1);
+    while (at_[k] != 0) k = (k + 1) & (at_.size() - 1);
+    at_[k] = entry + 1;
+    hash_[k] = h;
+  }
+  void grow() {
+    std::vector<size_t> at = std::move(at_);
+    std::vector<uint64_t> hash = std::move(hash_);
+    at_.assign(std::max<size_t>(64, at.size() * 2), 0);
+    hash_.assign(at_.size(), 0);
+    for (size_t k = 0; k < at.size(); ++k)
+      if (at[k] != 0) place(hash[k], at[k] - 1);
+  }
+  std::vector<size_t> at_;
+  std::vector<uint64_t> hash_;
+  size_t count_ = 0;
+};
+
 // The memo indices a pickle fetches (BINGET, LONG_BINGET), found by walking its opcodes up to STOP
 // without building anything, so that a run may keep only those; nullopt when the walk meets what it
 // does not size (text GET/PUT of protocol 0, an unknown opcode, a length past the end): the run then
@@ -514,7 +613,7 @@ class Unpickler {
   std::vector<ValuePtr> stack_;
   std::vector<std::vector<ValuePtr>> mark_stack_;
   std::unordered_map<uint64_t, ValuePtr> memo_;
-  std::unordered_map<const Value*, std::unordered_map<std::string, size_t>> dict_index_;
+  std::unordered_map<const Value*, DictIndex> dict_index_;
   uint64_t counted_ = 0;  // memory of the values pushed so far (estimate; push())
   std::optional<std::vector<bool>> fetched_;  // with on_dict_items: the memo indices fetched (sparse memo)
   std::vector<bool> assigned_;               // sparse memo: the indices put so far
@@ -734,32 +833,29 @@ void Unpickler::set_items(Value& target, std::vector<ValuePtr>& kv) {
   // an index of its own (an index per dict was most of the parse's allocations on 10^5 tensors); a larger one
   // keeps its index across SETITEMS batches.
   const bool small = target.entries.size() + kv.size() / 2 <= kSmallDict && !dict_index_.contains(&target);
-  std::vector<std::string> sigs;  // small: each entry's key signature, in order
-  std::unordered_map<std::string, size_t>* index = small ? nullptr : &dict_index_[&target];
-  if (small) {
-    for (const auto& e : target.entries) sigs.push_back(key_signature(*e.first));
-  } else if (index->size() != target.entries.size()) {
+  DictIndex* index = small ? nullptr : &dict_index_[&target];
+  if (!small && index->size() != target.entries.size()) {
     index->clear();
-    for (size_t k = 0; k < target.entries.size(); ++k) {
-      std::string sig = key_signature(*target.entries[k].first);
-      if (!sig.empty()) index->emplace(std::move(sig), k);
-    }
+    for (size_t k = 0; k < target.entries.size(); ++k) index->insert(key_hash(key_view(*target.entries[k].first)), k);
   }
   for (size_t k = 0; k < kv.size(); k += 2) {
-    std::string sig = key_signature(*kv[k]);
-    if (sig.empty()) error("unhashable dict key of type " + std::string(kind_name(kv[k]->kind)));
-    size_t at = target.entries.size();
+    const KeyView key = key_view(*kv[k]);
+    if (!key.cls) error("unhashable dict key of type " + std::string(kind_name(kv[k]->kind)));
+    auto same = [&](size_t e) { return same_key(key_view(*target.entries[e].first), key); };
+    size_t at = DictIndex::npos;
+    uint64_t h = 0;
     if (small) {
-      at = static_cast<size_t>(std::find(sigs.begin(), sigs.end(), sig) - sigs.begin());
-    } else if (auto it = index->find(sig); it != index->end()) {
-      at = it->second;
+      for (size_t e = 0; e < target.entries.size() && at == DictIndex::npos; ++e)
+        if (same(e)) at = e;
+    } else {
+      h = key_hash(key);
+      at = index->find(h, same);
     }
-    if (at < target.entries.size()) {
+    if (at != DictIndex::npos) {
       target.entries[at].second = kv[k + 1];
       continue;
     }
-    if (small) sigs.push_back(std::move(sig));
-    else index->emplace(std::move(sig), at);
+    if (!small) index->insert(h, target.entries.size());
     target.entries.emplace_back(kv[k], kv[k + 1]);
   }
 }

@@ -214,6 +214,43 @@ TEST(Unpickler, DictKeysReplaceAsPythonsDoKeepingTheFirstPosition) {
   EXPECT_REFUSED("](K\x01\x90."sv, "ADDITEMS on a list");
 }
 
+// A dict above the small size goes through an index by key: the same keys replace as in a small one (Python's
+// equality: 1 == True == 1.0, a tuple by its items, str and bytes apart), across SETITEMS batches, and the
+// kinds Python cannot hash are refused.
+TEST(Unpickler, LargeDictsReplaceEqualKeysAsSmallOnesDo) {
+  auto str = [](const std::string& t) { return "\x8c"s + static_cast<char>(t.size()) + t; };
+  auto small_int = [](int v) { return "K"s + static_cast<char>(v); };
+  const std::string one_float = "G\x3f\xf0\x00\x00\x00\x00\x00\x00"s;
+  std::string p = "}(";
+  for (int k = 0; k < 40; ++k) p += str("k" + std::to_string(k)) + small_int(k);
+  p += small_int(1) + small_int(41) + "u(";  // key 1 (int)
+  p += str("k5") + small_int(100);           // replaces "k5"
+  p += "\x88" + small_int(101);              // True: key 1
+  p += one_float + small_int(102);           // 1.0: key 1
+  p += "C\x02k5" + small_int(103);           // bytes b"k5": a key of its own
+  p += "(" + str("a") + small_int(1) + "t" + small_int(104);  // ("a", 1)
+  p += "(" + str("a") + one_float + "t" + small_int(105);     // ("a", 1.0): the same
+  p += "(" + str("a") + small_int(2) + "t" + small_int(106);  // ("a", 2): another
+  p += "Nq\x00"s + small_int(107) + "h\x00"s + small_int(108);  // None twice (memoized)
+  p += "u.";
+  auto d = load(p);
+  ASSERT_TRUE(d->is(Kind::Dict));
+  ASSERT_EQ(d->entries.size(), 45u);  // 40 names, 1, b"k5", two tuples, None
+  EXPECT_EQ(d->at("k5")->i, 100);
+  EXPECT_EQ(d->entries[5].first->s, "k5");
+  EXPECT_EQ(d->at("k39")->i, 39);
+  EXPECT_EQ(d->entries[40].first->kind, Kind::Int);  // the first spelling of key 1 stays
+  EXPECT_EQ(d->entries[40].second->i, 102);
+  EXPECT_EQ(d->entries[41].first->kind, Kind::Bytes);
+  EXPECT_EQ(d->entries[41].second->i, 103);
+  EXPECT_EQ(d->entries[42].second->i, 105);
+  EXPECT_EQ(d->entries[43].second->i, 106);
+  EXPECT_EQ(d->entries[44].second->i, 108);
+  std::string unhashable = "}(";
+  for (int k = 0; k < 20; ++k) unhashable += str("k" + std::to_string(k)) + small_int(k);
+  EXPECT_REFUSED(unhashable + "]K\x01u."s, "unhashable dict key of type list");
+}
+
 TEST(Unpickler, MemoPutThenGetReturnsTheSameObject) {
   // [x, x] with x = [] memoized by BINPUT 0 and fetched by BINGET 0.
   auto v = load(
