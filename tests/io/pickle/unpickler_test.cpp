@@ -289,6 +289,29 @@ TEST(Unpickler, MemoErrors) {
   EXPECT_REFUSED("q\x00."sv, "stack underflow");  // PUT of an empty stack
 }
 
+// Memo indices far past the entries so far are kept aside, and moved in with the dense ones once those reach
+// them: every GET finds what its PUT stored.
+TEST(Unpickler, SparseAndDenseMemoIndicesAreFoundAlike) {
+  auto le32 = [](uint32_t v) {
+    std::string b(4, '\0');
+    for (int k = 0; k < 4; ++k) b[k] = static_cast<char>((v >> (8 * k)) & 0xff);
+    return b;
+  };
+  std::string p = "(\x8c\x01Zr"s + le32(5000);  // far ahead of any entry: aside
+  for (uint32_t i = 0; i < 2000; ++i) p += "K\x01r"s + le32(i) + "0";
+  p += "K\x02r"s + le32(4500) + "0" + "K\x03r"s + le32(4600) + "0";  // the dense range passes 5000
+  const std::string puts = p;
+  p += "j"s + le32(5000) + "j" + le32(4600) + "j" + le32(4500) + "h\x00"s + "t.";
+  auto v = load(p);
+  ASSERT_EQ(v->items.size(), 5u);
+  EXPECT_EQ(v->items[1]->s, "Z");
+  EXPECT_EQ(v->items[1].get(), v->items[0].get());
+  EXPECT_EQ(v->items[2]->i, 3);
+  EXPECT_EQ(v->items[3]->i, 2);
+  EXPECT_EQ(v->items[4]->i, 1);
+  EXPECT_REFUSED(puts + "j"s + le32(4999) + "t.", "memo key 4999 not found");
+}
+
 TEST(Unpickler, FramesAreLengthHintsOnly) {
   auto v = load("\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00\x8c\x02hi\x94."sv);
   EXPECT_EQ(v->s, "hi");
