@@ -141,12 +141,12 @@ std::vector<int> greedy_assignment(const std::vector<int>& cost, int n, int max_
 
 namespace {
 
-// The node cost matrix of aligning `fresh` to `prev`, row by row, into `cost`: [physical node i][fresh
-// node q], the replicas of fresh node q that physical node i lacks (multiset difference). The caller's
-// buffer is reused across layers: a fresh 4 MB matrix per layer at 1,024 nodes was zeroed twice (the
-// kernel's new pages, then the vector's), 4% of a re-placement's CPU.
-void node_costs(const std::vector<int>& prev, const std::vector<int>& fresh, const Cluster& cl, int experts,
-                std::vector<int>& cost) {
+// The node cost matrix of aligning `fresh` to `prev`, row by row: [physical node i][fresh node q],
+// the replicas of fresh node q that physical node i lacks (multiset difference). The matrix is this
+// thread's one buffer, valid until the next call: a fresh 4 MB matrix per layer at 1,024 nodes was zeroed
+// twice (the kernel's new pages, then the vector's), 4% of a re-placement's CPU.
+const std::vector<int>& node_costs(const std::vector<int>& prev, const std::vector<int>& fresh, const Cluster& cl,
+                                   int experts) {
   const int N = cl.nodes, c = cl.slots_per_node();
   // Node cost: replicas of fresh node q that physical node i lacks (multiset difference), that is
   // c minus the replicas they share; shared counts gathered per expert over the fresh nodes holding
@@ -171,7 +171,8 @@ void node_costs(const std::vector<int>& prev, const std::vector<int>& fresh, con
         else held[fill[e]++] = {q, 1};
       }
   }
-  cost.resize(static_cast<size_t>(N) * N);  // every row is filled below
+  thread_local std::vector<int> cost;
+  cost.resize(static_cast<size_t>(N) * N);  // [physical node i][fresh node q]; every row is filled below
   std::vector<int> have(experts, 0);
   for (int i = 0; i < N; ++i) {
     const int* node = prev.data() + static_cast<size_t>(i) * c;
@@ -185,6 +186,7 @@ void node_costs(const std::vector<int>& prev, const std::vector<int>& fresh, con
       have[e] = 0;
     }
   }
+  return cost;
 }
 
 // No alignment of `fresh` to `prev` needs fewer GPU-level copies than this: the copies of a GPU pair
@@ -211,9 +213,7 @@ long long alignment_lower_bound(const std::vector<int>& cost, int N) {
 
 long long alignment_copies_lower_bound(const std::vector<int>& before, const std::vector<int>& after,
                                        const Cluster& cluster, int experts) {
-  std::vector<int> cost;
-  node_costs(before, after, cluster, experts, cost);
-  return alignment_lower_bound(cost, cluster.nodes);
+  return alignment_lower_bound(node_costs(before, after, cluster, experts), cluster.nodes);
 }
 
 namespace {
@@ -734,8 +734,7 @@ Trajectory layer_trajectory(const std::vector<int>& prev, const std::vector<doub
     // Aligning permutes whole GPUs, slots kept in order: the same GPU loads, bit for bit.
     const auto g = gpu_loads(fresh->phy2log, t, cl);
     tr.max_after.push_back(*std::max_element(g.begin(), g.end()));
-    thread_local std::vector<int> nc;
-    node_costs(prev, fresh->phy2log, cl, experts, nc);
+    const std::vector<int>& nc = node_costs(prev, fresh->phy2log, cl, experts);
     // With `every_gain` (weight 0, no budget: every batch that lowers the maximum is taken), a
     // from-scratch point below every other point is taken whatever its copies: aligned now, with the
     // node costs at hand.
@@ -758,9 +757,7 @@ Trajectory layer_trajectory(const std::vector<int>& prev, const std::vector<doub
 // Aligns a trajectory's pending from-scratch point and sets its exact copies.
 void align_fresh(Trajectory& tr, const std::vector<int>& prev, const std::vector<int>& fresh, const Cluster& cl,
                  int experts) {
-  thread_local std::vector<int> nc;
-  node_costs(prev, fresh, cl, experts, nc);
-  tr.fresh = align_with(nc, prev, fresh, cl);
+  tr.fresh = align_with(node_costs(prev, fresh, cl, experts), prev, fresh, cl);
   tr.copies.back() = copies_between(prev, tr.fresh, cl) - tr.base_cost;
   tr.fresh_pending = false;
 }

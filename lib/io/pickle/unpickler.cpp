@@ -200,52 +200,31 @@ bool is_torch_dtype_name(std::string_view name, DType& out) {
   return false;
 }
 
-// Hashable signature of a dict key (for Python's "same key replaces" semantics); empty if unhashable.
-std::string key_signature(const Value& k, int depth = 0) {
-  switch (k.kind) {
-    case Kind::Str: return "s" + k.s;
-    case Kind::Bytes: return "b" + k.s;
-    case Kind::Int: return "i" + std::to_string(k.i);
-    case Kind::Bool: return "i" + std::to_string(k.b ? 1 : 0);
-    case Kind::BigInt: return "I" + k.s;
-    case Kind::None: return "N";
-    case Kind::Dtype: return "d" + std::to_string(static_cast<int>(k.dtype));  // torch dtypes are singletons
-    case Kind::Float: {
-      if (std::floor(k.f) == k.f && std::fabs(k.f) < 9e18) return "i" + std::to_string(static_cast<int64_t>(k.f));
-      return "f" + std::to_string(std::bit_cast<uint64_t>(k.f));
-    }
-    case Kind::Tuple: {
-      // Deep or long tuple keys are compared by identity only (bounded work per key).
-      if (depth > 8 || k.items.size() > 256) return "p" + std::to_string(reinterpret_cast<uintptr_t>(&k));
-      std::string sig = "t(";
-      for (const auto& it : k.items) {
-        std::string s = key_signature(*it, depth + 1);
-        if (s.empty()) return {};
-        sig += std::to_string(s.size()) + ":" + s;
-      }
-      return sig + ")";
-    }
-    // An instance or a class as a key: Python hashes it (object.__hash__, or a frozen dataclass's
-    // fields, e.g. DCP's MetadataIndex keying Metadata.storage_data); keys of one pickled dict are
-    // distinct objects, so identity keeps every entry.
-    case Kind::Object:
-    case Kind::Global: return "o" + std::to_string(reinterpret_cast<uintptr_t>(&k));
-    default: return {};
+// A dict key as Python's "same key replaces" compares it: a class (0: unhashable) and its content, without
+// building text for the common kinds (a checkpoint's metadata has dicts of 10^5 str keys: a string built,
+// hashed and stored per key was most of SETITEMS). A tuple is compared by its items' signatures in order.
+struct KeyView {
+  char cls = 0;
+  int64_t i = 0;
+  std::string_view s;
+  std::string tuple_sig;  // a tuple's signature (class 't')
+};
+
+KeyView key_view(const Value& k, int depth = 0);
+
+// A key's signature as text (how a tuple's items are compared); empty if unhashable.
+std::string key_signature(const Value& k, int depth) {
+  const KeyView v = key_view(k, depth);
+  switch (v.cls) {
+    case 0: return {};
+    case 't': return v.tuple_sig;
+    case 's': case 'b': case 'I': return v.cls + std::string(v.s);
+    case 'N': return "N";
+    default: return v.cls + std::to_string(v.i);
   }
 }
 
-// A dict key as key_signature classes it, without building the signature for the common kinds (a
-// checkpoint's metadata has dicts of 10^5 str keys: a string built, hashed and stored per key was most of
-// SETITEMS). Two keys are the same key exactly when their signatures are equal; a tuple (rare as a key)
-// keeps its signature.
-struct KeyView {
-  char cls = 0;  // key_signature's first character; 0: unhashable
-  int64_t i = 0;
-  std::string_view s;
-  std::string tuple_sig;
-};
-
-KeyView key_view(const Value& k) {
+KeyView key_view(const Value& k, int depth) {
   KeyView v;
   switch (k.kind) {
     case Kind::Str: v.cls = 's', v.s = k.s; break;
@@ -254,16 +233,30 @@ KeyView key_view(const Value& k) {
     case Kind::Int: v.cls = 'i', v.i = k.i; break;
     case Kind::Bool: v.cls = 'i', v.i = k.b ? 1 : 0; break;
     case Kind::None: v.cls = 'N'; break;
-    case Kind::Dtype: v.cls = 'd', v.i = static_cast<int64_t>(k.dtype); break;
+    case Kind::Dtype: v.cls = 'd', v.i = static_cast<int64_t>(k.dtype); break;  // torch dtypes are singletons
     case Kind::Float:
       if (std::floor(k.f) == k.f && std::fabs(k.f) < 9e18) v.cls = 'i', v.i = static_cast<int64_t>(k.f);
       else v.cls = 'f', v.i = static_cast<int64_t>(std::bit_cast<uint64_t>(k.f));
       break;
+    // An instance or a class as a key: Python hashes it (object.__hash__, or a frozen dataclass's
+    // fields, e.g. DCP's MetadataIndex keying Metadata.storage_data); keys of one pickled dict are
+    // distinct objects, so identity keeps every entry.
     case Kind::Object:
     case Kind::Global: v.cls = 'o', v.i = static_cast<int64_t>(reinterpret_cast<uintptr_t>(&k)); break;
     case Kind::Tuple:
-      v.tuple_sig = key_signature(k);
-      if (!v.tuple_sig.empty()) v.cls = 't', v.s = v.tuple_sig;
+      // Deep or long tuple keys are compared by identity only (bounded work per key).
+      if (depth > 8 || k.items.size() > 256) {
+        v.tuple_sig = "p" + std::to_string(reinterpret_cast<uintptr_t>(&k));
+      } else {
+        v.tuple_sig = "t(";
+        for (const auto& it : k.items) {
+          const std::string item = key_signature(*it, depth + 1);
+          if (item.empty()) return {};
+          v.tuple_sig += std::to_string(item.size()) + ":" + item;
+        }
+        v.tuple_sig += ")";
+      }
+      v.cls = 't';
       break;
     default: break;
   }
@@ -273,15 +266,17 @@ KeyView key_view(const Value& k) {
 bool same_key(const KeyView& a, const KeyView& b) {
   if (a.cls != b.cls) return false;
   switch (a.cls) {
-    case 's': case 'b': case 'I': case 't': return a.s == b.s;
+    case 't': return a.tuple_sig == b.tuple_sig;
+    case 's': case 'b': case 'I': return a.s == b.s;
     case 'N': return true;
     default: return a.i == b.i;
   }
 }
 
 uint64_t key_hash(const KeyView& v) {
-  uint64_t h = v.cls == 's' || v.cls == 'b' || v.cls == 'I' || v.cls == 't' ? std::hash<std::string_view>{}(v.s)
-                                                                              : static_cast<uint64_t>(v.i);
+  uint64_t h = v.cls == 't'                                    ? std::hash<std::string>{}(v.tuple_sig)
+               : v.cls == 's' || v.cls == 'b' || v.cls == 'I' ? std::hash<std::string_view>{}(v.s)
+                                                              : static_cast<uint64_t>(v.i);
   h ^= static_cast<uint64_t>(static_cast<unsigned char>(v.cls)) << 56;
   h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;  // splitmix64's finaliser: integer keys spread over the table
   h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
