@@ -157,10 +157,15 @@ void AtomicFile::skip(uint64_t n) {
 }
 
 void AtomicFile::pwrite_at(uint64_t offset, std::span<const uint8_t> bytes) {
-  leave_direct();
   if (offset > offset_ || bytes.size() > offset_ - offset)
     fail(target_, "pwrite_at: bytes [" + std::to_string(offset) + ", +" + std::to_string(bytes.size()) +
                       ") were not written yet");
+  // Inside the direct block being filled (a zip record's CRC after its data): patched there, O_DIRECT kept.
+  if (direct_ && offset >= offset_ - direct_used_) {
+    if (!bytes.empty()) std::memcpy(direct_ + (offset - (offset_ - direct_used_)), bytes.data(), bytes.size());
+    return;
+  }
+  leave_direct();
   // Bytes still in the buffer are patched there, the rest in the file.
   const uint64_t buffered_from = offset_ - buffer_.size();
   size_t in_file = 0;

@@ -16,7 +16,8 @@ class AtomicFile {
   // through the page cache: copying it into the cache cost the kernel about 1 s of CPU per 400 MB
   // here, O_DIRECT about 0.05 s. Where the file system refuses O_DIRECT the file is written as usual.
   // Anything but write() (skip, pwrite_at, flush, start_writeback, commit) first writes what is
-  // buffered and goes on without it.
+  // buffered and goes on without it; a pwrite_at inside the block being filled (a zip record's CRC
+  // after its data) is patched there and keeps it.
   enum class Cache { keep, bypass };
   explicit AtomicFile(std::string target, bool durable = false, Cache cache = Cache::keep);
   ~AtomicFile();

@@ -208,4 +208,33 @@ TEST(AtomicFile, BypassWritesEveryByteWhateverTheSizes) {
   if (dirs.size() > 1) fs::remove_all(dirs.back());
 }
 
+// A bypassed file written as a DCP data file is (records of a few KB, each with a field patched after its data):
+// patches inside the block being filled land there, a patch into a block already written (a record across a
+// block's end) turns O_DIRECT off; every byte lands either way.
+TEST(AtomicFile, BypassPatchesInTheBlockBeingFilledAndInBlocksWritten) {
+  const fs::path dir = ucpkit::testing::scratch_dir("atomic_bypass_patch");
+  std::mt19937 rng(5);
+  const fs::path target = dir / "records.bin";
+  std::string expect;
+  {
+    AtomicFile f(target.string(), false, AtomicFile::Cache::bypass);
+    while (expect.size() < (size_t{9} << 20)) {  // more than two 4 MiB blocks
+      const uint64_t header = f.offset();
+      f.write("HEADER00", 8);
+      std::string data(rng() % 40000 + 1, '\0');
+      for (auto& c : data) c = static_cast<char>(rng());
+      f.write(data.data(), data.size());
+      const std::string field = "C" + std::to_string(rng() % 1000000);
+      f.pwrite_at(header + 1, {reinterpret_cast<const uint8_t*>(field.data()), std::min<size_t>(field.size(), 7)});
+      std::string head = "HEADER00";
+      head.replace(1, std::min<size_t>(field.size(), 7), field.substr(0, 7));
+      expect += head + data;
+    }
+    EXPECT_EQ(f.offset(), expect.size());
+    f.commit();
+  }
+  EXPECT_EQ(slurp(target), expect);
+  EXPECT_EQ(entries(dir), 1u);
+}
+
 }  // namespace atomic_file_test

@@ -295,10 +295,15 @@ WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, con
     for (const PlannedItem& it : plan.files[f].items) file_of[{it.entry, it.chunk}] = f;
   std::vector<DataFile> files(plan.files.size());
   const bool flush_each = static_cast<size_t>(std::count(mine.begin(), mine.end(), 1)) > kBufferedFiles;
+  // Data files are written front to back and not read back by the run: with their buffers kept, they bypass the
+  // page cache (O_DIRECT; the kernel's copy into the cache was a third of a 2.6 GB reshard's CPU). Flushed after
+  // each item, a file could not keep its aligned blocks: through the cache.
+  const AtomicFile::Cache cache = flush_each ? AtomicFile::Cache::keep : AtomicFile::Cache::bypass;
   for (size_t f = 0; f < plan.files.size(); ++f)
     if (mine.at(f))
       files[f] = {plan.files[f].relative_path,
-                  std::make_unique<AtomicFile>((std::filesystem::path(dir) / plan.files[f].relative_path).string()),
+                  std::make_unique<AtomicFile>((std::filesystem::path(dir) / plan.files[f].relative_path).string(),
+                                               false, cache),
                   flush_each};
   WriteResult result;
   auto file_index = [&](size_t entry, size_t chunk) {

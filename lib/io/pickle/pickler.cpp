@@ -61,6 +61,11 @@ class Pickler {
       u32(static_cast<uint32_t>(idx));
     }
   }
+  // Kinds save() never memoizes: no memo lookup for them (most values of a DCP `.metadata` are ints).
+  static bool memoizable(Kind k) {
+    return k != Kind::None && k != Kind::Bool && k != Kind::Int && k != Kind::BigInt && k != Kind::Float &&
+           k != Kind::Dtype;
+  }
   bool get_memo(const Value* v) {
     auto it = memo_.find(v);
     if (it == memo_.end()) return false;
@@ -140,10 +145,17 @@ class Pickler {
     for (const auto& it : items) save(it);
     op(Op::TUPLE);
   }
+  // As tuple_of would write the tuple of these ints, without a value per int (a shape is in every
+  // tensor's record, three in each chunk of a DCP `.metadata`).
   void int_tuple(const std::vector<int64_t>& v) {
-    std::vector<ValuePtr> items;
-    for (auto x : v) items.push_back(Value::integer(x));
-    tuple_of(items);
+    if (v.empty()) {
+      op(Op::EMPTY_TUPLE);
+      return;
+    }
+    if (v.size() > 3) op(Op::MARK);
+    for (const int64_t x : v) integer(x);
+    static constexpr Op kTupleN[] = {Op::TUPLE1, Op::TUPLE2, Op::TUPLE3};
+    op(v.size() > 3 ? Op::TUPLE : kTupleN[v.size() - 1]);
   }
   void appends(const std::vector<ValuePtr>& items) {
     for (size_t start = 0; start < items.size(); start += 1000) {
@@ -257,7 +269,7 @@ class Pickler {
   void save(const ValuePtr& p) {
     if (!p) throw Error("pickler: null value");
     const Value& v = *p;
-    if (get_memo(&v)) return;
+    if (memoizable(v.kind) && get_memo(&v)) return;
     if (++depth_ > 2000) throw Error("pickler: structure nested too deeply");
     switch (v.kind) {
       case Kind::None: op(Op::NONE); break;
