@@ -195,4 +195,15 @@ void MappedFile::will_need(size_t offset, size_t length) const {
   ::madvise(const_cast<uint8_t*>(data_) + start, end - start, MADV_WILLNEED);
 }
 
+void MappedFile::prefault(size_t offset, size_t length) const {
+  if (!mapped_ || length == 0 || offset >= size_) return;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t start = offset / page * page, end = std::min(size_, offset + length);
+#ifdef MADV_POPULATE_READ
+  ::madvise(const_cast<uint8_t*>(data_) + start, end - start, MADV_POPULATE_READ);
+#else
+  ::madvise(const_cast<uint8_t*>(data_) + start, end - start, 22);
+#endif
+}
+
 }  // namespace ucpkit

@@ -27,7 +27,9 @@ constexpr int kDepth = kMaxJsonDepth - 4;
 class Reader {
  public:
   explicit Reader(const MappedFile& file)
-      : file_(file), buf_(reinterpret_cast<const char*>(file.data())), end_(file.size()) {}
+      : file_(file), buf_(reinterpret_cast<const char*>(file.data())), end_(file.size()) {
+    prefault();
+  }
 
   // The next byte, -1 at the end of the file. The per-byte calls are inlined (the reader's time is
   // theirs: 200 MB of log2phy skipped at 1,024 nodes); captures are out of line.
@@ -122,6 +124,15 @@ class Reader {
   void release() {
     file_.drop_pages({reinterpret_cast<const uint8_t*>(buf_) + released_, pos_ - released_});
     released_ = pos_;
+    prefault();
+  }
+
+  // The next kAhead bytes mapped in one call while less than half of that is mapped ahead (a page fault per
+  // 64 KB otherwise: the file is 1.4 GB at 1,024 nodes).
+  void prefault() {
+    if (pos_ + kAhead / 2 <= prefaulted_) return;
+    file_.prefault(prefaulted_, pos_ + kAhead - prefaulted_);
+    prefaulted_ = pos_ + kAhead;
   }
 
   std::string* capture_ = nullptr;
@@ -247,7 +258,8 @@ class Reader {
 
   const MappedFile& file_;
   const char* buf_;
-  size_t pos_ = 0, end_, released_ = 0;
+  size_t pos_ = 0, end_, released_ = 0, prefaulted_ = 0;
+  static constexpr size_t kAhead = size_t{64} << 20;
 };
 
 void read_layers(Reader& r, std::vector<std::vector<int>>& out) {
