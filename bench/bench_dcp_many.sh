@@ -1,36 +1,45 @@
 #!/usr/bin/env bash
-# A DCP of many small tensors resharded (issue 47's benchmark: 100,000 tensors with optimizer state), in one
-# run against:
-#   * the I/O floor: every input file read once and written once (dd bs=8M into the output folder, sync -f);
+# A DCP of many tensors resharded (issue 47's benchmark: 100,000 tensors with optimizer state), in one run against:
+#   * the I/O floor: every input byte read once and as many bytes as ucp-load's output holds written once, then
+#     sync -f (bench_lib.sh floor_data; the output's size from a first ucp-load run, which also warms the caches);
 #   * torch's own converter, torch.distributed.checkpoint.format_utils.dcp_to_torch_save (the pinned
 #     framework environment's torch, scripts/frameworks), then sync -f.
 # ucpkit's step is `ucp-load --format dcp --world-size 2` (the whole rewrite: every entry, item and the
 # .metadata) then the same sync. Time and peak RSS (GNU time) of each, rounds alternating, medians and ratios.
 # The input is written once by torch's dcp.save (bench/bench_dcp_many_make.py) and kept.
-# Usage: bench/bench_dcp_many.sh [build_dir] [rounds]   env: PARAMS (25000: 100,000 tensors), WORK
+# Usage: bench/bench_dcp_many.sh [build_dir] [rounds]   env: PARAMS (25000: 100,000 tensors), ELEMENTS (values per
+#        parameter, 4: the per-tensor cost alone; 8192: 2.5 GB, tensor bytes that count), WORK
 #        (/tmp/ucpkit-bench-dcp-many), FRAMEWORKS_PY (the pinned python; made by scripts/frameworks/setup.sh)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
 rounds=${2:-3}
 PARAMS=${PARAMS:-25000}
+ELEMENTS=${ELEMENTS:-4}
 work=${WORK:-/tmp/ucpkit-bench-dcp-many}
 . "$root/scripts/frameworks/env.sh"
 frameworks_python "$root"
-src=$work/dcp-p$PARAMS
+src=$work/dcp-p$PARAMS$([ "$ELEMENTS" = 4 ] || echo "-e$ELEMENTS")
 mkdir -p "$work"
-[ -f "$src/.metadata" ] || "$FRAMEWORKS_PY" "$root/bench/bench_dcp_many_make.py" "$src" --params "$PARAMS"
+. "$root/bench/bench_lib.sh"  # room, measure, add, med, floor_data
+if [ ! -f "$src/.metadata" ]; then
+  room $((PARAMS * (ELEMENTS * 12 + 2000) * 3))  # the input, the output and torch's file
+  "$FRAMEWORKS_PY" "$root/bench/bench_dcp_many_make.py" "$src" --params "$PARAMS" --elements "$ELEMENTS"
+fi
 in_bytes=$(du -sb "$src" | cut -f1)
-echo "input: $((PARAMS * 4)) tensors, $in_bytes bytes in $(ls -A "$src" | wc -l) files (torch $("$FRAMEWORKS_PY" -c 'import torch; print(torch.__version__)') dcp.save)"
+echo "input: $((PARAMS * 4)) tensors ($ELEMENTS values per parameter), $in_bytes bytes in $(ls -A "$src" | wc -l) files (torch $("$FRAMEWORKS_PY" -c 'import torch; print(torch.__version__)') dcp.save)"
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB RAM; load $(cut -d' ' -f1-3 /proc/loadavg)"
 cat "$src"/* "$src"/.metadata > /dev/null  # warm: each step reads the input from the page cache
-. "$root/bench/bench_lib.sh"  # measure, add, med
+rm -rf "$work/out"
+"$build/bin/ucp-load" -q --input "$src" --format dcp --world-size 2 --output "$work/out"  # warm; its size is the floor's
+out_bytes=$(du -sb "$work/out" | cut -f1)
+echo "output: $out_bytes bytes in $(ls -A "$work/out" | wc -l) files"
 run() {  # run NAME: one step into $work/out, its figures added
   rm -rf "$work/out"; sync
   local s u k
   case $1 in
     floor) mkdir -p "$work/out"
-           read -r s u k < <(measure sh -c "for f in '$src'/* '$src'/.metadata; do dd if=\"\$f\" of='$work/out'/\$(basename \"\$f\") bs=8M status=none || exit 1; done && sync -f '$work/out'") ;;
+           read -r s u k < <(measure bash -c "$(declare -f floor_data); floor_data '$src' $out_bytes '$work/out/floor.bin'") ;;
     ucp)   read -r s u k < <(measure sh -c "'$build/bin/ucp-load' -q --input '$src' --format dcp --world-size 2 --output '$work/out' && sync -f '$work/out'") ;;
     torch) mkdir -p "$work/out"
            read -r s u k < <(measure sh -c "'$FRAMEWORKS_PY' -c 'from torch.distributed.checkpoint.format_utils import dcp_to_torch_save as f; f(\"$src\", \"$work/out/model.pt\")' && sync -f '$work/out/model.pt'") ;;
@@ -45,7 +54,7 @@ done
 rm -rf "$work/out"
 declare -A T M
 for k in floor ucp torch; do T[$k]=$(echo "${t[$k]}" | med); M[$k]=$(echo "${m[$k]}" | med); done
-echo "medians of $rounds: floor (read and write once) ${T[floor]} s; ucp-load ${T[ucp]} s, peak RSS $((M[ucp] / 1024)) MiB;" \
+echo "medians of $rounds: floor (read the input, write the output's bytes, once) ${T[floor]} s; ucp-load ${T[ucp]} s, peak RSS $((M[ucp] / 1024)) MiB;" \
      "dcp_to_torch_save ${T[torch]} s, peak RSS $((M[torch] / 1024)) MiB"
 awk -v f="${T[floor]}" -v u="${T[ucp]}" -v p="${T[torch]}" -v mu="${M[ucp]}" -v mp="${M[torch]}" 'BEGIN {
   printf "ratios: ucp-load / floor %.1fx (issue 47 target 1.3x); ucp-load / dcp_to_torch_save %.2f in time, %.2f in peak RSS\n",
