@@ -367,9 +367,10 @@ ChunkBytes Reader::locate_chunk(const std::string& fqn, size_t k) const {
 
 Tensor Reader::read_tensor(const std::string& fqn) const {
   const Tensor t = stream_tensor(fqn);
-  std::vector<uint8_t> bytes(t.nbytes());
-  if (!bytes.empty()) t.storage()->generate(0, bytes);
-  return Tensor::from_bytes(t.dtype(), t.shape(), std::move(bytes));
+  // Every byte is generated: not zeroed first (a pass over each tensor of a reshard).
+  auto st = Storage::uninitialized(t.dtype(), t.numel());
+  if (t.numel() > 0) t.storage()->generate(0, st->mutable_bytes());
+  return Tensor(std::move(st), 0, t.shape(), Tensor::contiguous_strides(t.shape()));
 }
 
 std::vector<uint8_t> Reader::read_bytes(const std::string& fqn) const {
