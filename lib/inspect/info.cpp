@@ -681,7 +681,8 @@ std::string CheckpointInfo::text() const {
     row("deepspeed", (ds_version.empty() ? std::string("release not recorded") : ds_version) +
                          (ds_line.empty() ? "" : " (version line " + ds_line + ")"));
   if (parameters)
-    row("parameters", with_commas(static_cast<uint64_t>(*parameters)) + " in " + std::to_string(tensors.value_or(0)) +
+    row("parameters", with_commas(static_cast<uint64_t>(*parameters)) + " in " +
+                          with_commas(static_cast<uint64_t>(tensors.value_or(0))) +
                           " tensors" +
                           (expert_parameters && *expert_parameters > 0
                                ? " (" + with_commas(static_cast<uint64_t>(*expert_parameters)) + " in experts)"
@@ -762,7 +763,7 @@ std::string CheckpointInfo::text() const {
     }
     row("optimizer", o);
   }
-  std::string size = human_bytes(bytes) + " in " + std::to_string(files) + " files";
+  std::string size = human_bytes(bytes) + " in " + with_commas(static_cast<uint64_t>(files)) + " files";
   for (const auto& [k, s] : by_kind) size += "; " + k + " " + human_bytes(s.bytes) + " (" + std::to_string(s.files) + ")";
   row("size", size);
   for (const auto& c : checks)

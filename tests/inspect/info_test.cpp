@@ -221,7 +221,7 @@ TEST(InspectInfo, TextHasTheLayoutParametersWithCommasAndHumanSizes) {
   info.layout = ucpkit::inspect::ParallelLayout{2, 4, 8, 2, std::nullopt, 3, "bf16_optimizer", true};
   info.ds_version = "0.16.4";
   info.parameters = 1234567;
-  info.tensors = 12;
+  info.tensors = 25000;  // counts over 999 with separators, as the parameters
   info.expert_parameters = 1000;
   info.experts_per_layer = {4, 8};
   info.experts_kind = "native";
@@ -235,7 +235,7 @@ TEST(InspectInfo, TextHasTheLayoutParametersWithCommasAndHumanSizes) {
   EXPECT_EQ(t.rfind("ck/global_step7\n", 0), 0u) << t;
   for (const char* line : {"  kind        deepspeed (global_step7)\n", "  step        7\n",
                            "  layout      TP 2, PP 4, DP 8, EP 2, ZeRO stage 3, BF16_Optimizer, pipeline layer files\n",
-                           "  deepspeed   0.16.4\n", "  parameters  1,234,567 in 12 tensors (1,000 in experts)\n",
+                           "  deepspeed   0.16.4\n", "  parameters  1,234,567 in 25,000 tensors (1,000 in experts)\n",
                            "  experts     2 MoE layers, experts per layer 4, 8 (native)\n",
                            "  dtypes      model bfloat16, optimizer float32\n", "  states      fp32, exp_avg\n",
                            "  size        1.5 MiB in 3 files; optim_states 1000 B (2)\n", "  check       files: ok\n"})
