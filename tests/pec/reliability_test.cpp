@@ -45,7 +45,7 @@ std::set<std::string> names_under(const fs::path& dir) {
   std::set<std::string> s;
   std::error_code ec;
   for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    if (it->is_regular_file()) s.insert(fs::relative(it->path(), dir).string());
+    if (it->is_regular_file(ec)) s.insert(it->path().lexically_relative(dir).string());  // lexical: a file renamed meanwhile does not throw
   return s;
 }
 
@@ -128,6 +128,8 @@ TEST(PecReliability, SigtermDuringRestoreRemovesItsTemporaryFolder) {
     execl(bin.c_str(), "pec-restore", "-q", "--store", store.c_str(), "--output", out.c_str(), (char*)nullptr);
     _exit(127);
   }
+  // The child is stopped on every way out of this test (support/process.h).
+  ucpkit::testing::ChildGuard stop(pid);
   const fs::path staged = d + "/o/.global_step200.pec-restore-tmp-" + std::to_string(pid);
   bool reached = false, ended = false;
   int st = 0;
@@ -143,6 +145,7 @@ TEST(PecReliability, SigtermDuringRestoreRemovesItsTemporaryFolder) {
     kill(pid, SIGTERM);
     waitpid(pid, &st, 0);
   }
+  stop.reaped();
   EXPECT_TRUE(reached) << "the run never reached its pause";
   EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM) << st;
   EXPECT_TRUE(temporaries(d + "/o").empty());

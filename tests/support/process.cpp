@@ -3,6 +3,7 @@
 
 #include "support/files.h"
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -89,6 +90,12 @@ std::string quote(const std::string& arg) {
   std::string r = "'";
   for (char c : arg) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return r + "'";
+}
+
+ChildGuard::~ChildGuard() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
 }
 
 }  // namespace ucpkit::testing

@@ -40,6 +40,20 @@ std::string scratch_dir(const std::string& name);
 // failure, not something to wait for). Exceptions from `f` propagate.
 void within(std::chrono::seconds limit, const std::string& what, const std::function<void()>& f);
 
+// A forked child stopped (SIGKILL, reaped) when the guard goes, unless reaped() was called: a test that fails
+// while its child waits at a pause must not leave it behind (it would hold ctest's output pipe open).
+class ChildGuard {
+ public:
+  explicit ChildGuard(int pid) : pid_(pid) {}
+  ~ChildGuard();
+  ChildGuard(const ChildGuard&) = delete;
+  ChildGuard& operator=(const ChildGuard&) = delete;
+  void reaped() { pid_ = -1; }
+
+ private:
+  int pid_;
+};
+
 // Shell-quotes one argument.
 std::string quote(const std::string& arg);
 
