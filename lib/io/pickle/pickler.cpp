@@ -130,32 +130,24 @@ class Pickler {
     op(Op::EMPTY_TUPLE);
     op(Op::REDUCE);
   }
-  void tuple_of(const std::vector<ValuePtr>& items) {
-    if (items.empty()) {
+  // A tuple of n items, each written by item(k): EMPTY_TUPLE, TUPLE1-3, or MARK ... TUPLE.
+  template <class Item>
+  void tuple_n(size_t n, const Item& item) {
+    if (n == 0) {
       op(Op::EMPTY_TUPLE);
       return;
     }
-    if (items.size() <= 3) {
-      for (const auto& it : items) save(it);
-      static constexpr Op kTupleN[] = {Op::TUPLE1, Op::TUPLE2, Op::TUPLE3};
-      op(kTupleN[items.size() - 1]);
-      return;
-    }
-    op(Op::MARK);
-    for (const auto& it : items) save(it);
-    op(Op::TUPLE);
-  }
-  // As tuple_of would write the tuple of these ints, without a value per int (a shape is in every
-  // tensor's record, three in each chunk of a DCP `.metadata`).
-  void int_tuple(const std::vector<int64_t>& v) {
-    if (v.empty()) {
-      op(Op::EMPTY_TUPLE);
-      return;
-    }
-    if (v.size() > 3) op(Op::MARK);
-    for (const int64_t x : v) integer(x);
+    if (n > 3) op(Op::MARK);
+    for (size_t k = 0; k < n; ++k) item(k);
     static constexpr Op kTupleN[] = {Op::TUPLE1, Op::TUPLE2, Op::TUPLE3};
-    op(v.size() > 3 ? Op::TUPLE : kTupleN[v.size() - 1]);
+    op(n > 3 ? Op::TUPLE : kTupleN[n - 1]);
+  }
+  void tuple_of(const std::vector<ValuePtr>& items) {
+    tuple_n(items.size(), [&](size_t k) { save(items[k]); });
+  }
+  // Without a value per int (a shape is in every tensor's record, three in each chunk of a DCP `.metadata`).
+  void int_tuple(const std::vector<int64_t>& v) {
+    tuple_n(v.size(), [&](size_t k) { integer(v[k]); });
   }
   void appends(const std::vector<ValuePtr>& items) {
     for (size_t start = 0; start < items.size(); start += 1000) {
