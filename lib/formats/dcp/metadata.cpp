@@ -4,6 +4,8 @@
 // all_local_plans, newer torch fields) are ignored, unknown classes where a DCP class belongs are not.
 #include "formats/dcp/metadata.h"
 
+#include "formats/dcp/metadata_direct.h"
+
 #include <algorithm>
 #include <optional>
 #include <unordered_map>
@@ -20,9 +22,9 @@ using pickle::ValuePtr;
 
 namespace {
 
-constexpr std::string_view kPrototype = "torch.distributed._shard.checkpoint.";
-constexpr std::string_view kCurrent = "torch.distributed.checkpoint.";
-constexpr std::string_view kShardedProps = "torch.distributed._shard.sharded_tensor.metadata.TensorProperties";
+constexpr std::string_view kPrototype = kPrototypePrefix;
+constexpr std::string_view kCurrent = kCurrentPrefix;
+constexpr std::string_view kShardedProps = kShardedPropsClass;
 
 struct Parser {
   const std::string& name;
@@ -172,6 +174,11 @@ std::string_view era_name(ClassEra era) {
 }
 
 Metadata parse_metadata(std::span<const uint8_t> bytes, const std::string& name) {
+  if (std::optional<Metadata> md = parse_metadata_direct(bytes, name)) return std::move(*md);
+  return parse_metadata_general(bytes, name);
+}
+
+Metadata parse_metadata_general(std::span<const uint8_t> bytes, const std::string& name) {
   // Entries and storage items are converted as the unpickler adds them to their dicts, and dropped
   // there: the pickle of 100,000 tensors built 1.9 GB of values when kept whole; a
   // placeholder takes each one's place, recognised by its address.

@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -18,6 +19,11 @@
 #include "io/dtype.h"
 
 namespace ucpkit::formats::dcp {
+
+// The class-path prefixes of the two eras, and TensorProperties' class of torch 2.0-2.2.
+inline constexpr std::string_view kPrototypePrefix = "torch.distributed._shard.checkpoint.";
+inline constexpr std::string_view kCurrentPrefix = "torch.distributed.checkpoint.";
+inline constexpr std::string_view kShardedPropsClass = "torch.distributed._shard.sharded_tensor.metadata.TensorProperties";
 
 // ChunkStorageMetadata: one stored piece of a tensor, a box of the global tensor.
 struct Chunk {
@@ -90,8 +96,11 @@ struct Metadata {
   const Item& item_of(const std::string& fqn, const std::vector<int64_t>* offsets) const;
 };
 
-// Parses `.metadata` bytes; `name` is the file named in every error.
+// Parses `.metadata` bytes; `name` is the file named in every error. A DCP save's own shape is read in one
+// pass (metadata_direct.h), anything else through the general unpickler (parse_metadata_general).
 Metadata parse_metadata(std::span<const uint8_t> bytes, const std::string& name);
+// The general unpickler's parse alone: every pickle, every error worded (tests compare the two).
+Metadata parse_metadata_general(std::span<const uint8_t> bytes, const std::string& name);
 // Reads and parses a `.metadata` file.
 Metadata read_metadata(const std::string& path);
 // Rebuilds md.entry_index / md.item_index / md.planner_index from md.entries / md.items / md.planner_data;

@@ -183,6 +183,8 @@ std::string supported_dtype_names() {
   return "float32, float16, bfloat16, float64, int8, int16, int32, int64, uint8, bool";
 }
 
+}  // namespace
+
 bool is_torch_dtype_name(std::string_view name, DType& out) {
   static const std::pair<std::string_view, DType> names[] = {
       {"float32", DType::Float32}, {"float", DType::Float32},   {"float16", DType::Float16},
@@ -199,6 +201,8 @@ bool is_torch_dtype_name(std::string_view name, DType& out) {
     }
   return false;
 }
+
+namespace {
 
 // A dict key as Python's "same key replaces" compares it: a class (0: unhashable) and its content, without
 // building text for the common kinds (a checkpoint's metadata has dicts of 10^5 str keys: a string built,

@@ -7,6 +7,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "io/pickle/value.h"
@@ -27,6 +28,9 @@ struct UnpickleOptions {
   // hook, memo entries nothing fetches are not kept (a walk over the opcodes finds the fetched ones).
   std::function<void(std::vector<ValuePtr>& kv, std::vector<ValuePtr>& dropped)> on_dict_items;
 };
+
+// Whether `torch.<name>` is a dtype ucpkit reads (float32, half, bfloat16...: io/dtype.h's), and which.
+bool is_torch_dtype_name(std::string_view name, DType& out);
 
 // Decodes one pickle from `data`; `name` (the file) prefixes every error. Sets `consumed` to the
 // number of bytes up to and including STOP (several pickles can follow each other: legacy format).

@@ -1,5 +1,5 @@
-// The committed real DCP fixtures (tests/formats/dcp/data, README.md there), whole-file reads, and a
-// damaged copy of one.
+// The committed real DCP fixtures (tests/formats/dcp/data, README.md there), a Metadata as text, whole-file
+// reads, and a damaged copy of one.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -11,10 +11,47 @@
 
 #include "core/error.h"
 #include "formats/dcp/reader.h"
+#include "io/dtype.h"
 
 namespace ucpkit::testing {
 
 inline const std::string kDcpData = std::string(UCPKIT_SOURCE_DIR) + "/tests/formats/dcp/data";
+
+inline std::string metadata_ints(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t k = 0; k < v.size(); ++k) s += (k ? "," : "") + std::to_string(v[k]);
+  return s + "]";
+}
+
+// A `.metadata` as text, one line per entry, item and optional field (metadata_test.cpp's Python prints the
+// same from pickle's own reading).
+inline std::string describe_metadata(const formats::dcp::Metadata& md) {
+  std::ostringstream o;
+  for (const formats::dcp::Entry& e : md.entries) {
+    if (e.is_bytes) {
+      o << "B " << e.fqn << "\n";
+      continue;
+    }
+    o << "E " << e.fqn << " " << dtype_name(e.dtype) << " " << metadata_ints(e.size);
+    for (const formats::dcp::Chunk& c : e.chunks) o << " " << metadata_ints(c.offsets) << metadata_ints(c.sizes);
+    o << "\n";
+  }
+  for (const formats::dcp::Item& it : md.items) {
+    o << "I " << it.fqn << " " << (it.offset ? metadata_ints(*it.offset) : "None") << " " << it.storage.relative_path << " "
+      << it.storage.offset << " " << it.storage.length;
+    for (const auto& t : it.storage.transform_descriptors) o << " " << t;
+    o << "\n";
+  }
+  for (const auto& [flat, path] : md.flattening) {
+    o << "F " << flat;
+    for (const auto& p : path) o << " " << p;
+    o << "\n";
+  }
+  if (md.checkpoint_id) o << "C " << *md.checkpoint_id << "\n";
+  if (md.save_id) o << "S " << *md.save_id << "\n";
+  if (md.version) o << "V " << *md.version << "\n";
+  return o.str();
+}
 
 inline std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

@@ -2,7 +2,8 @@
 // there) parsed into Metadata and compared, field by field, with what /usr/bin/python3's own pickle
 // module reads from the same bytes (every class replaced by a stub that keeps its state: no torch
 // needed, no ucpkit code involved); the class eras; refusals of damaged or foreign metadata (pickles
-// written by Python with fake DCP modules); index_metadata, find and item_of.
+// written by Python with fake DCP modules, at protocol 2 for the general unpickler and 4 as torch writes them,
+// for the one-pass reader); index_metadata, find and item_of.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -13,6 +14,8 @@
 
 #include "core/error.h"
 #include "formats/dcp/metadata.h"
+#include "formats/dcp/metadata_direct.h"
+#include "formats/dcp/dcp_data.h"
 #include "support/errors.h"
 #include "support/files.h"
 #include "support/process.h"
@@ -28,42 +31,7 @@ const std::string kData = std::string(UCPKIT_SOURCE_DIR) + "/tests/formats/dcp/d
 
 std::string thrown(const std::function<void()>& f) { return ucpkit::testing::error_of(f, "(no error)"); }
 
-std::string ints(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t k = 0; k < v.size(); ++k) s += (k ? "," : "") + std::to_string(v[k]);
-  return s + "]";
-}
-
-// One line per entry, item and optional field: the same text tools/dump below prints from Python.
-std::string describe(const Metadata& md) {
-  std::ostringstream o;
-  for (const Entry& e : md.entries) {
-    if (e.is_bytes) {
-      o << "B " << e.fqn << "\n";
-      continue;
-    }
-    o << "E " << e.fqn << " " << dtype_name(e.dtype) << " " << ints(e.size);
-    for (const Chunk& c : e.chunks) o << " " << ints(c.offsets) << ints(c.sizes);
-    o << "\n";
-  }
-  for (const Item& it : md.items) {
-    o << "I " << it.fqn << " " << (it.offset ? ints(*it.offset) : "None") << " " << it.storage.relative_path << " "
-      << it.storage.offset << " " << it.storage.length;
-    for (const auto& t : it.storage.transform_descriptors) o << " " << t;
-    o << "\n";
-  }
-  for (const auto& [flat, path] : md.flattening) {
-    o << "F " << flat;
-    for (const auto& p : path) o << " " << p;
-    o << "\n";
-  }
-  if (md.checkpoint_id) o << "C " << *md.checkpoint_id << "\n";
-  if (md.save_id) o << "S " << *md.save_id << "\n";
-  if (md.version) o << "V " << *md.version << "\n";
-  return o.str();
-}
-
-// Python's pickle with stub classes: the independent reading of a `.metadata`, printed as describe() does.
+// Python's pickle with stub classes: the independent reading of a `.metadata`, printed as ucpkit::testing::describe_metadata() does.
 const char* kPython = R"PY(
 import pickle, sys, types, os
 
@@ -151,7 +119,7 @@ TEST(DcpMetadata, RealFilesParseAsPythonsPickleReadsThem) {
       return n;
     }() + ".txt");
     ASSERT_FALSE(want.empty());
-    EXPECT_EQ(describe(md), want);
+    EXPECT_EQ(ucpkit::testing::describe_metadata(md), want);
     EXPECT_FALSE(md.entries.empty());
   }
 }
@@ -236,9 +204,10 @@ def cls(path):
 def obj(path, **fields):
     o = cls(path)(); o.__dict__.update(fields); return o
 float32 = cls('torch.float32')
-class Props:
-    def __init__(self, st, path=C + 'metadata.TensorProperties'): self.st, self.path = st, path
-    def __reduce__(self): return (cls(self.path), (), self.st)
+def Props(st, path=C + 'metadata.TensorProperties'):  # a tuple state, pickled as torch's: NEWOBJ + BUILD
+    c = cls(path)
+    c.__getstate__ = lambda self: self.__dict__.get('_st', self.__dict__)
+    o = c(); o._st = st; return o
 def tensor(size=(4,), chunks=(((0,), (4,)),), props=None, pre=C):
     props = props or Props((float32, None, False, 0, False), pre + 'metadata.TensorProperties')
     chunks = [obj(pre + 'metadata.ChunkStorageMetadata', offsets=list(o), sizes=list(s)) for o, s in chunks]
@@ -265,10 +234,13 @@ cases = {
   'length': md(items=dict([item(length=-1)])),
   'path': md(items=dict([item(rel=5)])),
   'sd_list': md(items=[]),
+  'long': md(items=dict([item(off=5_000_000_000, length=2**31 + 1)])),
+  'long_negative': md(items=dict([item(length=-2**40)])),
   'tuple': ('not', 'metadata'),
 }
-for name, v in cases.items():
-    open(os.path.join(sys.argv[1], name + '.metadata'), 'wb').write(pickle.dumps(v, protocol=2))
+for name, v in cases.items():  # protocol 4 as torch's dcp.save writes (read in one pass), 2 (general unpickler)
+    for proto, suffix in ((2, ''), (4, '.p4')):
+        open(os.path.join(sys.argv[1], name + suffix + '.metadata'), 'wb').write(pickle.dumps(v, protocol=proto))
 )PY";
   std::ofstream(dir + "/make.py") << stub;
   std::string log;
@@ -277,11 +249,20 @@ for name, v in cases.items():
     return thrown([&] { read_metadata(dir + "/" + name + ".metadata"); });
   };
 
-  const Metadata ok = read_metadata(dir + "/ok.metadata");
-  EXPECT_EQ(describe(ok),
-            "E w float32 [4] [0][4]\nI w [0] __0_0.distcp 0 16\nF a.b a b\nF l.0 l 0\nC ck\nS s1\nV 1.0.0\n");
-  ASSERT_TRUE(ok.planner_data);
-  EXPECT_EQ(ok.planner_data->entries.size(), 2u);
+  for (const std::string suffix : {"", ".p4"}) {
+    const Metadata ok = read_metadata(dir + "/ok" + suffix + ".metadata");
+    EXPECT_EQ(ucpkit::testing::describe_metadata(ok),
+              "E w float32 [4] [0][4]\nI w [0] __0_0.distcp 0 16\nF a.b a b\nF l.0 l 0\nC ck\nS s1\nV 1.0.0\n");
+    ASSERT_TRUE(ok.planner_data);
+    EXPECT_EQ(ok.planner_data->entries.size(), 2u);
+    if (suffix[0]) {  // protocol 4: the one-pass reader's, which so meets each case below first
+      const std::string bytes = ucpkit::testing::file_bytes(dir + "/ok.p4.metadata");
+      EXPECT_TRUE(parse_metadata_direct({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, "ok"));
+    }
+    // Offsets past 2 GiB: LONG1 integers.
+    EXPECT_EQ(ucpkit::testing::describe_metadata(read_metadata(dir + "/long" + suffix + ".metadata")),
+              "E w float32 [4] [0][4]\nI w [0] __0_0.distcp 5000000000 2147483649\n");
+  }
 
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"top", "DCP metadata: unknown class torch.distributed.checkpoint.metadata.Other at the top"},
@@ -297,13 +278,15 @@ for name, v in cases.items():
       {"length", "storage_data['w'].length: negative -1"},
       {"path", "storage_data['w'].relative_path: expected a str"},
       {"sd_list", "storage_data is not a dict"},
+      {"long_negative", "storage_data['w'].length: negative -1099511627776"},
       {"tuple", "unknown class tuple at the top"},
   };
-  for (const auto& [name, words] : cases) {
-    const std::string msg = refusal(name);
-    EXPECT_EQ(msg.rfind(dir + "/" + name + ".metadata: ", 0), 0u) << msg;
-    EXPECT_NE(msg.find(words), std::string::npos) << name << ": " << msg;
-  }
+  for (const auto& [name, words] : cases)
+    for (const std::string file : {name, name + ".p4"}) {
+      const std::string msg = refusal(file);
+      EXPECT_EQ(msg.rfind(dir + "/" + file + ".metadata: ", 0), 0u) << msg;
+      EXPECT_NE(msg.find(words), std::string::npos) << file << ": " << msg;
+    }
 }
 
 TEST(DcpMetadata, ParseNamesTheBytesSourceAndRefusesNonPickles) {

@@ -1,0 +1,521 @@
+// DCP `.metadata` -> Metadata in one pass (metadata_direct.h says when; metadata.cpp's Parser is the field-
+// by-field reference this mirrors: the same classes, fields and checks, an Abandon where it would fail).
+// Why nodes need no cycle check: a list, dict or object is never fetched from the memo here, so each is
+// placed once, straight from the stack, after its last change; a node's nesting is final when it is placed.
+#include "formats/dcp/metadata_direct.h"
+
+#include <array>
+#include <bit>
+#include <cstring>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "io/pickle/class_paths.h"
+#include "io/pickle/opcodes.h"
+#include "io/pickle/unpickler.h"
+#include "io/pickle/value.h"
+
+namespace ucpkit::formats::dcp {
+namespace metadata_direct {
+
+using pickle::Op;
+using pickle::Value;
+using pickle::ValuePtr;
+
+static_assert(std::endian::native == std::endian::little, "the opcodes' integers are read in place");
+
+struct Abandon {};  // not of the shape read here: the general unpickler reads the file
+
+enum class K : uint8_t { None, False, True, Int, Str, Global, Dtype, Leaf, Tuple, Size, List, Dict, Object };
+
+constexpr uint32_t kNo = UINT32_MAX;
+constexpr uint16_t kMaxDepth = 900;  // under the general unpickler's 1,000 (UnpickleOptions::max_depth)
+constexpr uint32_t kEmptyTuple = 3, kSmallInts = 4;  // premade: None, False, True, (), then the ints 0..255
+
+struct Node {
+  K kind = K::None;
+  uint16_t depth = 0;  // nesting below it
+  uint32_t n = 0;      // Tuple / Size: kids; List / Dict: links (a dict's: key, value, key, ...)
+  uint32_t a = 0;      // Str: offset in the file; Global: module Str; Tuple / Size: first kid; List / Dict: first
+                       // link; Object: its class (a Global)
+  uint32_t b = 0;      // Str: length; Global: name Str; List / Dict: last link; Object: BUILD's state (kNo: none)
+  int64_t i = 0;       // Int: the value; Dtype: the DType
+};
+static_assert(sizeof(Node) == 24);
+
+struct Link {
+  uint32_t node;
+  uint32_t next;
+};
+
+// The pickle machine over nodes: only what a DCP save's pickle does.
+class Machine {
+ public:
+  explicit Machine(std::span<const uint8_t> d) : d_(d) {
+    if (d.size() >= kNo) throw Abandon{};  // a Str keeps its offset in 32 bits
+    nodes_.reserve(d.size() / 6);
+    for (K k : {K::None, K::False, K::True, K::Tuple}) nodes_.push_back({k});
+    for (int64_t v = 0; v < 256; ++v) nodes_.push_back({K::Int, 0, 0, 0, 0, v});
+  }
+  uint32_t run();
+
+  const Node& at(uint32_t k) const { return nodes_[k]; }
+  std::string_view str(uint32_t k) const {
+    const Node& s = nodes_[k];
+    if (s.kind != K::Str) throw Abandon{};
+    return {reinterpret_cast<const char*>(d_.data()) + s.a, s.b};
+  }
+  uint32_t kid(uint32_t tuple, uint32_t j) const { return kids_[nodes_[tuple].a + j]; }
+  // A Tuple's or Size's kids, a List's items or a Dict's keys and values in order.
+  template <typename F> void each(uint32_t k, F&& f) const {
+    const Node& c = nodes_[k];
+    if (c.kind == K::Tuple || c.kind == K::Size) {
+      for (uint32_t j = 0; j < c.n; ++j) f(kids_[c.a + j]);
+    } else if (c.kind == K::List || c.kind == K::Dict) {
+      for (uint32_t l = c.n ? c.a : kNo; l != kNo; l = links_[l].next) f(links_[l].node);
+    } else {
+      throw Abandon{};
+    }
+  }
+
+ private:
+  uint64_t le(size_t n) {
+    if (d_.size() - pos_ < n) throw Abandon{};
+    uint64_t v = 0;
+    std::memcpy(&v, d_.data() + pos_, n);
+    pos_ += n;
+    return v;
+  }
+  uint32_t add(Node node) {
+    if (node.depth > kMaxDepth) throw Abandon{};
+    nodes_.push_back(node);
+    return static_cast<uint32_t>(nodes_.size() - 1);
+  }
+  void push(uint32_t k) { stack_.push_back(k); }
+  // Where the stack of the innermost mark starts (Python's unpickler keeps each mark's stack apart).
+  size_t floor() const { return marks_.empty() ? 0 : marks_.back(); }
+  // The position of the top `n` items, which must be above the innermost mark.
+  size_t above(size_t n) const {
+    if (stack_.size() < floor() + n) throw Abandon{};
+    return stack_.size() - n;
+  }
+  uint32_t pop() {
+    const uint32_t k = stack_[above(1)];
+    stack_.pop_back();
+    return k;
+  }
+  uint32_t top() const { return stack_[above(1)]; }
+  size_t mark_start() {
+    if (marks_.empty()) throw Abandon{};
+    const size_t at = marks_.back();
+    marks_.pop_back();
+    return at;
+  }
+  static bool is_mutable(K k) { return k == K::List || k == K::Dict || k == K::Object; }
+  uint16_t deeper(uint16_t depth, uint32_t k) const {
+    return std::max<uint16_t>(depth, static_cast<uint16_t>(nodes_[k].depth + 1));
+  }
+  void text(uint64_t length);
+  void integer(int64_t v) { push(v >= 0 && v < 256 ? kSmallInts + static_cast<uint32_t>(v) : add({K::Int, 0, 0, 0, 0, v})); }
+  void long1();
+  void tuple(size_t from);
+  void link(uint32_t container, uint32_t item);
+  void fill(K kind, size_t from);
+  void stack_global();
+  void reduce();
+  void new_object();
+  void build();
+  void memo_get(uint64_t idx);
+
+  std::span<const uint8_t> d_;
+  size_t pos_ = 0;
+  std::vector<Node> nodes_;
+  std::vector<uint32_t> kids_, stack_, memo_;
+  std::vector<Link> links_;
+  std::vector<size_t> marks_;
+};
+
+void Machine::text(uint64_t length) {
+  if (length > d_.size() - pos_) throw Abandon{};
+  const uint8_t* p = d_.data() + pos_;
+  for (uint64_t k = 0; k < length; ++k)
+    if (p[k] >= 0x80) throw Abandon{};  // UTF-8 beyond ASCII: the general reader's decoder decides
+  push(add({K::Str, 0, 0, static_cast<uint32_t>(pos_), static_cast<uint32_t>(length)}));
+  pos_ += length;
+}
+
+void Machine::long1() {
+  const size_t n = le(1);
+  if (n > 8) throw Abandon{};
+  uint64_t v = le(n);
+  if (n && n < 8 && (v >> (8 * n - 1)) & 1) v |= ~uint64_t{0} << (8 * n);  // two's complement, sign-extended
+  integer(static_cast<int64_t>(v));
+}
+
+void Machine::tuple(size_t from) {
+  if (from == stack_.size()) return push(kEmptyTuple);
+  Node t{K::Tuple, 0, static_cast<uint32_t>(stack_.size() - from), static_cast<uint32_t>(kids_.size())};
+  for (size_t k = from; k < stack_.size(); ++k) {
+    kids_.push_back(stack_[k]);
+    t.depth = deeper(t.depth, stack_[k]);
+  }
+  stack_.resize(from);
+  push(add(t));
+}
+
+void Machine::link(uint32_t container, uint32_t item) {
+  Node& c = nodes_[container];
+  const uint32_t l = static_cast<uint32_t>(links_.size());
+  links_.push_back({item, kNo});
+  if (c.n++) links_[c.b].next = l;
+  else c.a = l;
+  c.b = l;
+  c.depth = deeper(c.depth, item);
+  if (c.depth > kMaxDepth) throw Abandon{};
+}
+
+// APPENDS / SETITEMS: the items from `from` (a popped mark's position) go into the list or dict below them.
+void Machine::fill(K kind, size_t from) {
+  if (from <= floor() || from > stack_.size()) throw Abandon{};
+  const uint32_t target = stack_[from - 1];
+  if (nodes_[target].kind != kind || (kind == K::Dict && (stack_.size() - from) % 2)) throw Abandon{};
+  for (size_t k = from; k < stack_.size(); ++k) {
+    const K key = nodes_[stack_[k]].kind;
+    if (kind == K::Dict && (k - from) % 2 == 0 && key != K::Str && key != K::Int && key != K::Object) throw Abandon{};
+    link(target, stack_[k]);
+  }
+  stack_.resize(from);
+}
+
+void Machine::stack_global() {
+  const uint32_t name = pop(), module = pop();
+  const std::string_view m = str(module), n = str(name);
+  if (!pickle::class_path_problem(m, n).empty() || (m == "collections" && n == "OrderedDict")) throw Abandon{};
+  DType t;
+  if (m == "torch" && pickle::is_torch_dtype_name(n, t)) return push(add({K::Dtype, 0, 0, 0, 0, static_cast<int64_t>(t)}));
+  push(add({K::Global, 1, 0, module, name}));
+}
+
+// torch.Size(tuple of ints), or an enum member, a layout or a path of scalars (the general unpickler keeps
+// those opaque): nothing else is called.
+void Machine::reduce() {
+  const uint32_t args = pop(), callable = pop();
+  const Node& f = nodes_[callable];
+  if (f.kind != K::Global || nodes_[args].kind != K::Tuple) throw Abandon{};
+  const std::string_view m = str(f.a), n = str(f.b);
+  const Node& a = nodes_[args];
+  if (m == "torch" && n == "Size") {
+    if (a.n != 1 || nodes_[kids_[a.a]].kind != K::Tuple) throw Abandon{};
+    Node shape = nodes_[kids_[a.a]];
+    for (uint32_t j = 0; j < shape.n; ++j)
+      if (nodes_[kids_[shape.a + j]].kind != K::Int) throw Abandon{};
+    shape.kind = K::Size;
+    return push(add(shape));
+  }
+  const bool opaque = m.starts_with("torch.distributed.") || (m == "torch.serialization" && n == "_get_layout") ||
+                      m == "pathlib" || m.starts_with("pathlib.");  // StorageMeta.checkpoint_id of a Path
+  if (!opaque) throw Abandon{};
+  for (uint32_t j = 0; j < a.n; ++j)
+    if (const K k = nodes_[kids_[a.a + j]].kind; k != K::Int && k != K::Str && k != K::None && k != K::False && k != K::True)
+      throw Abandon{};
+  push(add({K::Leaf, 1}));
+}
+
+void Machine::new_object() {
+  const uint32_t args = pop(), cls = pop();
+  if (nodes_[cls].kind != K::Global || nodes_[args].kind != K::Tuple || nodes_[args].n) throw Abandon{};
+  push(add({K::Object, 2, 0, cls, kNo}));
+}
+
+void Machine::build() {
+  const uint32_t state = pop();
+  Node& o = nodes_[top()];
+  if (o.kind != K::Object || o.b != kNo) throw Abandon{};
+  o.b = state;
+  o.depth = deeper(o.depth, state);
+  if (o.depth > kMaxDepth) throw Abandon{};
+}
+
+void Machine::memo_get(uint64_t idx) {
+  if (idx >= memo_.size() || is_mutable(nodes_[memo_[idx]].kind)) throw Abandon{};
+  push(memo_[idx]);
+}
+
+uint32_t Machine::run() {
+  while (pos_ < d_.size()) {
+    switch (static_cast<Op>(d_[pos_++])) {
+      case Op::PROTO: le(1); break;
+      case Op::FRAME: le(8); break;
+      case Op::STOP: return top();
+      case Op::MARK: marks_.push_back(stack_.size()); break;
+      case Op::MEMOIZE: memo_.push_back(top()); break;
+      case Op::BINGET: memo_get(le(1)); break;
+      case Op::LONG_BINGET: memo_get(le(4)); break;
+      case Op::SHORT_BINUNICODE: text(le(1)); break;
+      case Op::BINUNICODE: text(le(4)); break;
+      case Op::BINUNICODE8: text(le(8)); break;
+      case Op::BININT1: integer(static_cast<int64_t>(le(1))); break;
+      case Op::BININT2: integer(static_cast<int64_t>(le(2))); break;
+      case Op::BININT: integer(static_cast<int32_t>(le(4))); break;
+      case Op::LONG1: long1(); break;
+      case Op::NONE: push(0); break;
+      case Op::NEWFALSE: push(1); break;
+      case Op::NEWTRUE: push(2); break;
+      case Op::EMPTY_TUPLE: push(kEmptyTuple); break;
+      case Op::TUPLE1: tuple(above(1)); break;
+      case Op::TUPLE2: tuple(above(2)); break;
+      case Op::TUPLE3: tuple(above(3)); break;
+      case Op::TUPLE: tuple(mark_start()); break;
+      case Op::EMPTY_LIST: push(add({K::List, 1})); break;
+      case Op::EMPTY_DICT: push(add({K::Dict, 1})); break;
+      case Op::APPEND: {
+        const uint32_t item = pop();
+        if (nodes_[top()].kind != K::List) throw Abandon{};
+        link(top(), item);
+        break;
+      }
+      case Op::APPENDS: fill(K::List, mark_start()); break;
+      case Op::SETITEM: fill(K::Dict, above(2)); break;  // key and value above the dict
+      case Op::SETITEMS: fill(K::Dict, mark_start()); break;
+      case Op::STACK_GLOBAL: stack_global(); break;
+      case Op::REDUCE: reduce(); break;
+      case Op::NEWOBJ: new_object(); break;
+      case Op::BUILD: build(); break;
+      default: throw Abandon{};  // BINPUT, POP, DUP, floats, bytes, older protocols...: the general reader's
+    }
+  }
+  throw Abandon{};  // no STOP
+}
+
+// The Metadata of a machine's root: metadata.cpp's Parser over nodes.
+class Convert {
+ public:
+  Convert(const Machine& m, const std::string& name) : m_(m), name_(name) {}
+  Metadata metadata(uint32_t root);
+
+ private:
+  // An object's fields (BUILD's dict of str keys, none twice).
+  struct Fields {
+    std::array<std::pair<std::string_view, uint32_t>, 8> f{};
+    size_t n = 0;
+    uint32_t get(std::string_view name) const {
+      for (size_t k = 0; k < n; ++k)
+        if (f[k].first == name) return f[k].second;
+      return kNo;
+    }
+    uint32_t need(std::string_view name) const {
+      const uint32_t v = get(name);
+      if (v == kNo) throw Abandon{};
+      return v;
+    }
+  };
+  bool is(uint32_t k, const std::string& path) const;
+  Fields fields(uint32_t obj, const std::string& cls) const;
+  std::vector<int64_t> shape(uint32_t k) const;
+  uint64_t count(uint32_t k) const {
+    if (m_.at(k).kind != K::Int || m_.at(k).i < 0) throw Abandon{};
+    return static_cast<uint64_t>(m_.at(k).i);
+  }
+  bool none(uint32_t k) const { return k == kNo || m_.at(k).kind == K::None; }
+  Entry entry(uint32_t key, uint32_t value);
+  Item item(uint32_t key, uint32_t value) const;
+  void planner_data(uint32_t k, Metadata& md) const;
+  void storage_meta(uint32_t k, Metadata& md) const;
+
+  const Machine& m_;
+  const std::string& name_;
+  std::string prefix_;  // of this file's DCP classes
+  ClassEra era_ = ClassEra::Current;
+};
+
+bool Convert::is(uint32_t k, const std::string& path) const {
+  const Node& o = m_.at(k);
+  if (o.kind != K::Object) return false;
+  const Node& g = m_.at(o.a);
+  const std::string_view module = m_.str(g.a), name = m_.str(g.b);
+  return path.size() == module.size() + 1 + name.size() && path.starts_with(module) && path[module.size()] == '.' &&
+         path.ends_with(name);
+}
+
+Convert::Fields Convert::fields(uint32_t obj, const std::string& cls) const {
+  if (!is(obj, cls)) throw Abandon{};
+  Fields out;
+  const uint32_t state = m_.at(obj).b;
+  if (state == kNo) return out;
+  if (m_.at(state).kind != K::Dict || m_.at(state).n / 2 > out.f.size()) throw Abandon{};
+  bool key = true;
+  m_.each(state, [&](uint32_t k) {
+    if (key) {
+      const std::string_view s = m_.str(k);
+      if (out.get(s) != kNo) throw Abandon{};
+      out.f[out.n].first = s;
+    } else {
+      out.f[out.n++].second = k;
+    }
+    key = !key;
+  });
+  return out;
+}
+
+std::vector<int64_t> Convert::shape(uint32_t k) const {
+  if (const K kind = m_.at(k).kind; kind != K::Size && kind != K::Tuple && kind != K::List) throw Abandon{};
+  std::vector<int64_t> s;
+  s.reserve(m_.at(k).n);
+  m_.each(k, [&](uint32_t d) { s.push_back(static_cast<int64_t>(count(d))); });
+  return s;
+}
+
+Entry Convert::entry(uint32_t key, uint32_t value) {
+  Entry e;
+  e.fqn = m_.str(key);
+  if (is(value, prefix_ + "metadata.BytesStorageMetadata")) {
+    e.is_bytes = true;
+    return e;
+  }
+  const Fields f = fields(value, prefix_ + "metadata.TensorStorageMetadata");
+  const uint32_t props = f.need("properties");
+  if (is(props, std::string(kShardedPropsClass))) {
+    if (era_ == ClassEra::Current) era_ = ClassEra::ShardedProps;
+  } else if (!is(props, prefix_ + "metadata.TensorProperties")) {
+    throw Abandon{};
+  }
+  // (dtype, layout, requires_grad, memory-format encoding, pin_memory[, later fields...])
+  const uint32_t st = m_.at(props).b;
+  if (st == kNo || m_.at(st).kind != K::Tuple || !m_.at(st).n || m_.at(m_.kid(st, 0)).kind != K::Dtype) throw Abandon{};
+  e.dtype = static_cast<DType>(m_.at(m_.kid(st, 0)).i);
+  e.size = shape(f.need("size"));
+  const uint32_t chunks = f.need("chunks");
+  if (m_.at(chunks).kind != K::List && m_.at(chunks).kind != K::Tuple) throw Abandon{};
+  const std::string chunk_class = prefix_ + "metadata.ChunkStorageMetadata";
+  m_.each(chunks, [&](uint32_t c) {
+    const Fields cf = fields(c, chunk_class);
+    Chunk chunk{shape(cf.need("offsets")), shape(cf.need("sizes"))};
+    if (chunk.offsets.size() != e.size.size() || chunk.sizes.size() != e.size.size()) throw Abandon{};
+    e.chunks.push_back(std::move(chunk));
+  });
+  return e;
+}
+
+Item Convert::item(uint32_t key, uint32_t value) const {
+  const Fields kf = fields(key, prefix_ + "metadata.MetadataIndex");
+  Item it;
+  it.fqn = m_.str(kf.need("fqn"));
+  if (const uint32_t off = kf.get("offset"); !none(off)) it.offset = shape(off);
+  const Fields f = fields(value, prefix_ + "filesystem._StorageInfo");
+  it.storage.relative_path = m_.str(f.need("relative_path"));
+  it.storage.offset = count(f.need("offset"));
+  it.storage.length = count(f.need("length"));
+  if (const uint32_t t = f.get("transform_descriptors"); !none(t)) {
+    if (m_.at(t).kind != K::List && m_.at(t).kind != K::Tuple) throw Abandon{};
+    m_.each(t, [&](uint32_t d) { it.storage.transform_descriptors.emplace_back(m_.str(d)); });
+    it.storage.transforms = it.storage.transform_descriptors.size();
+  }
+  return it;
+}
+
+// DefaultSavePlanner's {flat fqn: tuple of the nested keys}: the flattening and the value written back.
+void Convert::planner_data(uint32_t k, Metadata& md) const {
+  if (none(k)) return;
+  if (m_.at(k).kind != K::Dict) throw Abandon{};
+  md.planner_data = Value::dict();
+  std::unordered_set<std::string_view> seen;
+  uint32_t key = kNo;
+  m_.each(k, [&](uint32_t v) {
+    if (key == kNo) {
+      key = v;
+      if (!seen.insert(m_.str(key)).second) throw Abandon{};
+      return;
+    }
+    const K kind = m_.at(v).kind;
+    if (kind != K::Tuple && kind != K::List) throw Abandon{};
+    std::vector<std::string> parts;
+    std::vector<ValuePtr> items;
+    m_.each(v, [&](uint32_t p) {
+      const Node& part = m_.at(p);
+      if (part.kind == K::Str) {
+        parts.emplace_back(m_.str(p));
+        items.push_back(Value::str(parts.back()));
+      } else if (part.kind == K::Int) {
+        parts.push_back(std::to_string(part.i));
+        items.push_back(Value::integer(part.i));
+      } else {
+        throw Abandon{};
+      }
+    });
+    const std::string flat(m_.str(key));
+    md.planner_data->entries.emplace_back(Value::str(flat), kind == K::Tuple ? Value::tuple(std::move(items))
+                                                                             : Value::list(std::move(items)));
+    md.flattening.emplace(flat, std::move(parts));
+    key = kNo;
+  });
+}
+
+void Convert::storage_meta(uint32_t k, Metadata& md) const {
+  if (none(k)) return;
+  const Fields f = fields(k, prefix_ + "metadata.StorageMeta");
+  auto text = [&](std::string_view field) -> std::optional<std::string> {
+    const uint32_t v = f.get(field);
+    if (v == kNo || m_.at(v).kind != K::Str) return std::nullopt;
+    return std::string(m_.str(v));
+  };
+  md.checkpoint_id = text("checkpoint_id");
+  md.save_id = text("save_id");
+}
+
+Metadata Convert::metadata(uint32_t root) {
+  if (is(root, std::string(kPrototypePrefix) + "metadata.Metadata")) {
+    prefix_ = kPrototypePrefix;
+    era_ = ClassEra::Prototype;
+  } else {
+    prefix_ = kCurrentPrefix;
+  }
+  const Fields f = fields(root, prefix_ + "metadata.Metadata");
+  Metadata md;
+  md.path = name_;
+  const uint32_t sdm = f.need("state_dict_metadata"), sd = f.need("storage_data");
+  if (m_.at(sdm).kind != K::Dict || m_.at(sd).kind != K::Dict) throw Abandon{};
+  md.entries.reserve(m_.at(sdm).n / 2);
+  uint32_t key = kNo;
+  m_.each(sdm, [&](uint32_t v) {
+    if (key == kNo) return void(key = v);
+    md.entries.push_back(entry(key, v));
+    key = kNo;
+  });
+  md.items.reserve(m_.at(sd).n / 2);
+  std::unordered_set<uint32_t> keys;  // MetadataIndex objects key the dict by identity
+  m_.each(sd, [&](uint32_t v) {
+    if (key == kNo) {
+      if (!keys.insert(v).second) throw Abandon{};
+      return void(key = v);
+    }
+    md.items.push_back(item(key, v));
+    key = kNo;
+  });
+  planner_data(f.get("planner_data"), md);
+  storage_meta(f.get("storage_meta"), md);
+  if (const uint32_t v = f.get("version"); v != kNo && m_.at(v).kind == K::Str) md.version = std::string(m_.str(v));
+  md.era = era_;
+  try {
+    index_metadata(md);  // a fqn listed twice: the general reader's dict would have kept one
+  } catch (const Error&) {
+    throw Abandon{};
+  }
+  return md;
+}
+
+}  // namespace metadata_direct
+
+std::optional<Metadata> parse_metadata_direct(std::span<const uint8_t> bytes, const std::string& name) {
+  try {
+    metadata_direct::Machine machine(bytes);
+    const uint32_t root = machine.run();
+    return metadata_direct::Convert(machine, name).metadata(root);
+  } catch (const metadata_direct::Abandon&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace ucpkit::formats::dcp
