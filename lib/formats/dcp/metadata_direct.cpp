@@ -8,6 +8,7 @@
 #include <bit>
 #include <cstring>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -422,6 +423,13 @@ void Convert::planner_data(uint32_t k, Metadata& md) const {
   if (m_.at(k).kind != K::Dict) throw Abandon{};
   md.planner_data = Value::dict();
   std::unordered_set<std::string_view> seen;
+  // One Value per node, as the general unpickler shares what the memo shares (the pickler writes it once).
+  std::unordered_map<uint32_t, ValuePtr> values;
+  auto value = [&](uint32_t k, std::string_view text) {
+    ValuePtr& v = values[k];
+    if (!v) v = Value::str(std::string(text));
+    return v;
+  };
   uint32_t key = kNo;
   m_.each(k, [&](uint32_t v) {
     if (key == kNo) {
@@ -437,7 +445,7 @@ void Convert::planner_data(uint32_t k, Metadata& md) const {
       const Node& part = m_.at(p);
       if (part.kind == K::Str) {
         parts.emplace_back(m_.str(p));
-        items.push_back(Value::str(parts.back()));
+        items.push_back(value(p, parts.back()));
       } else if (part.kind == K::Int) {
         parts.push_back(std::to_string(part.i));
         items.push_back(Value::integer(part.i));
@@ -446,7 +454,7 @@ void Convert::planner_data(uint32_t k, Metadata& md) const {
       }
     });
     const std::string flat(m_.str(key));
-    md.planner_data->entries.emplace_back(Value::str(flat), kind == K::Tuple ? Value::tuple(std::move(items))
+    md.planner_data->entries.emplace_back(value(key, flat), kind == K::Tuple ? Value::tuple(std::move(items))
                                                                              : Value::list(std::move(items)));
     md.flattening.emplace(flat, std::move(parts));
     key = kNo;

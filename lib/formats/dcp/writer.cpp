@@ -14,6 +14,8 @@
 #include <map>
 #include <unordered_map>
 #include <memory>
+#include <string_view>
+#include <tuple>
 
 #include <tbb/parallel_for.h>
 
@@ -48,19 +50,22 @@ class Pool {
   // A dataclass instance as pickle writes it: NEWOBJ(cls, ()) then BUILD(state).
   ValuePtr dataclass(const char* module, const char* name, ValuePtr state) {
     ValuePtr v = Value::make_object(module, name, empty_, std::move(state), pickle::Object::Build::NewObj);
-    ValuePtr& cls = classes_[std::string(module) + "." + name];
-    if (!cls) cls = v->object->callable;
-    v->object->callable = cls;
+    ValuePtr* cls = nullptr;  // a handful of classes, each asked for 10^5 times: a scan, no key built
+    for (auto& [m, n, c] : classes_)
+      if (!std::strcmp(m, module) && !std::strcmp(n, name)) cls = &c;
+    if (!cls) cls = &std::get<2>(classes_.emplace_back(module, name, v->object->callable));
+    v->object->callable = *cls;
     return v;
   }
   // The class `module.name` (one Global for every use).
   ValuePtr cls(const char* module, const char* name) { return dataclass(module, name, nullptr)->object->callable; }
-  ValuePtr str(const std::string& text) {
-    ValuePtr& v = strings_[text];
-    if (!v) v = Value::str(text);
+  ValuePtr str(std::string_view text) {
+    if (auto it = strings_.find(text); it != strings_.end()) return it->second;
+    ValuePtr v = Value::str(std::string(text));
+    strings_.emplace(v->s, v);
     return v;
   }
-  ValuePtr str_dict(std::vector<std::pair<std::string, ValuePtr>> fields) {
+  ValuePtr str_dict(std::vector<std::pair<std::string_view, ValuePtr>> fields) {
     ValuePtr d = Value::dict();
     for (auto& [k, v] : fields) d->entries.emplace_back(str(k), std::move(v));
     return d;
@@ -80,8 +85,12 @@ class Pool {
   // REDUCE(callable, args): torch.serialization._get_layout('torch.strided'), _MEM_FORMAT_ENCODING(0)
   ValuePtr layout_ = Value::make_object("torch.serialization", "_get_layout", Value::tuple({Value::str("torch.strided")}), nullptr);
   ValuePtr contiguous_ = Value::make_object(kMetadataModule, "_MEM_FORMAT_ENCODING", Value::tuple({Value::integer(0)}), nullptr);
-  std::map<std::string, ValuePtr> classes_;
-  std::unordered_map<std::string, ValuePtr> strings_;
+  std::vector<std::tuple<const char*, const char*, ValuePtr>> classes_;  // module, name, the Global
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, ValuePtr, Hash, std::equal_to<>> strings_;
   std::map<int, ValuePtr> properties_;
 };
 
@@ -99,7 +108,7 @@ ValuePtr storage_entry(const Entry& e, Pool& pool) {
 // MetadataIndex's __init__ sets fqn and index, and offset only when given (a bytes item has none).
 // `index` is the chunk's position in its entry's list (the lookup hint), None for bytes items.
 ValuePtr metadata_index(const Item& it, std::optional<size_t> index, Pool& pool) {
-  std::vector<std::pair<std::string, ValuePtr>> f{{"fqn", pool.str(it.fqn)}};
+  std::vector<std::pair<std::string_view, ValuePtr>> f{{"fqn", pool.str(it.fqn)}};
   f.emplace_back("index", index ? Value::integer(static_cast<int64_t>(*index)) : Value::none());
   if (it.offset) f.emplace_back("offset", Value::torch_size(*it.offset));
   return pool.dataclass(kMetadataModule, "MetadataIndex", pool.str_dict(std::move(f)));
