@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,8 +72,26 @@ WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std
 // staging folder of its own.
 WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, const std::string& dir,
                             const std::vector<char>& mine, const std::string& out);
+class MetadataPickle;
 void write_dcp_metadata(const SavePlan& plan, const WriteResult& written, const std::string& dir, const std::string& out,
-                        const WriteOptions& options);
+                        const WriteOptions& options, MetadataPickle* head = nullptr);
+
+// The `.metadata` bytes for `plan` in two steps: the constructor pickles what the plan alone gives (Metadata, its
+// state_dict_metadata and planner_data; it may run while the data files are written), finish() the items where
+// they were written and the rest. `options` must outlive it.
+class MetadataPickle {
+ public:
+  MetadataPickle(const SavePlan& plan, const WriteOptions& options);
+  ~MetadataPickle();
+  MetadataPickle(const MetadataPickle&) = delete;
+  MetadataPickle& operator=(const MetadataPickle&) = delete;
+  std::string finish(const std::vector<Item>& items, const std::string& checkpoint_id);  // once
+
+ private:
+  struct State;
+  const WriteOptions& options_;
+  std::unique_ptr<State> s_;
+};
 
 // The `.metadata` bytes for `plan` whose items were written as `items` (torch 2.6's classes; a pickle
 // Python's pickle.load and our reader read).
