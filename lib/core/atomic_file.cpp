@@ -132,6 +132,20 @@ void AtomicFile::write(const void* data, size_t n) {
   write_all(fd_, static_cast<const char*>(data), n, target_);
 }
 
+std::span<uint8_t> AtomicFile::room(size_t want, size_t align) {
+  if (!direct_ || want == 0) return {};
+  const size_t left = kDirectBlock - direct_used_;  // never 0: a full block is written at once
+  if (want < left) return {reinterpret_cast<uint8_t*>(direct_ + direct_used_), want};
+  if (align > 1 && left % align != 0) return {};
+  return {reinterpret_cast<uint8_t*>(direct_ + direct_used_), left};
+}
+
+void AtomicFile::filled(size_t n) {
+  offset_ += n;
+  direct_used_ += n;
+  if (direct_used_ == kDirectBlock && !direct_block()) leave_direct();
+}
+
 void AtomicFile::write_zeros(size_t n) {
   static const char zeros[4096] = {};
   while (n > 0) {

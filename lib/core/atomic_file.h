@@ -26,6 +26,12 @@ class AtomicFile {
 
   void write(const void* data, size_t n);
   void write(std::span<const uint8_t> bytes) { write(bytes.data(), bytes.size()); }
+  // With O_DIRECT on (Cache::bypass), the next `want` bytes (or fewer: up to the end of the block being
+  // filled) as a span to fill in place, then taken with filled(): bytes made there skip one copy through a
+  // buffer of the caller's. Empty when O_DIRECT is off or the room left in the block is not a multiple of
+  // `align`: write() then.
+  std::span<uint8_t> room(size_t want, size_t align = 1);
+  void filled(size_t n);  // the first `n` bytes of room() are written
   // Writes `n` zero bytes (padding).
   void write_zeros(size_t n);
   // Leaves `n` bytes unwritten (a hole that reads as zeros) to be filled later with pwrite_at.

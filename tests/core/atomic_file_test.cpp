@@ -237,4 +237,43 @@ TEST(AtomicFile, BypassPatchesInTheBlockBeingFilledAndInBlocksWritten) {
   EXPECT_EQ(entries(dir), 1u);
 }
 
+TEST(AtomicFile, RoomFillsTheDirectBlockInPlaceBesideWrites) {
+  const fs::path dir = ucpkit::testing::scratch_dir("atomic_room");
+  std::mt19937 rng(7);
+  const fs::path target = dir / "filled.bin";
+  std::string expect;
+  size_t in_place = 0;
+  {
+    AtomicFile f(target.string(), false, AtomicFile::Cache::bypass);
+    while (expect.size() < (size_t{10} << 20)) {  // across block ends, some of them not 8-aligned
+      const std::string head(rng() % 100 + 1, static_cast<char>('a' + rng() % 26));
+      f.write(head.data(), head.size());
+      expect += head;
+      for (size_t want = rng() % 3000000 + 1; want > 0;) {
+        const std::span<uint8_t> room = f.room(want, 8);
+        if (room.empty()) {  // the room left in the block is not a multiple of 8: an ordinary write
+          const char c = static_cast<char>(rng());
+          f.write(&c, 1);
+          expect += c;
+          --want;
+          continue;
+        }
+        ASSERT_LE(room.size(), want);
+        for (auto& c : room) c = static_cast<char>(rng());
+        expect.append(reinterpret_cast<const char*>(room.data()), room.size());
+        f.filled(room.size());
+        in_place += room.size();
+        want -= room.size();
+      }
+      EXPECT_EQ(f.offset(), expect.size());
+    }
+    f.commit();
+  }
+  EXPECT_TRUE(in_place == 0 || in_place > expect.size() / 2) << in_place;  // 0: this file system refuses O_DIRECT
+  EXPECT_EQ(slurp(target), expect);
+  // Through the page cache there is no block to fill: write() it is.
+  AtomicFile kept((dir / "kept.bin").string());
+  EXPECT_TRUE(kept.room(100).empty());
+}
+
 }  // namespace atomic_file_test

@@ -148,10 +148,18 @@ pickle::PickleOptions metadata_pickle_options() {
   return po;
 }
 
-// The chunk as a tensor of its own storage (what DCP clones a view into before torch.save).
+// The chunk as a tensor of its own storage (what DCP clones a view into before torch.save). A contiguous part
+// of a larger storage becomes a storage of its own that copies from it as it is written (straight into the
+// data file's block): a copy of the chunk in between was a third of a 2.6-GB reshard's copying.
 Tensor own_storage(const Tensor& t) {
   if (t.is_contiguous() && t.storage_offset() == 0 && t.storage() && t.storage()->numel() == t.numel()) return t;
-  return t.contiguous(true);
+  if (!t.is_contiguous() || !t.storage() || t.storage()->is_generated() || t.numel() == 0) return t.contiguous(true);
+  const std::shared_ptr<Storage> from = t.storage();
+  const size_t at = static_cast<size_t>(t.storage_offset()) * dtype_size(t.dtype());
+  auto view = Storage::generated(t.dtype(), t.numel(), [from, at](uint64_t off, std::span<uint8_t> out) {
+    std::memcpy(out.data(), from->bytes().data() + at + off, out.size());
+  });
+  return Tensor(std::move(view), 0, t.shape(), Tensor::contiguous_strides(t.shape()));
 }
 
 }  // namespace
