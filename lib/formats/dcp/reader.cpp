@@ -301,7 +301,9 @@ struct Stream {
         if (end > hi) break;
         ++p.next_run;
       }
-      if (p.s.mapped && p.done > p.released) {
+      // A large chunk's pages go as it is copied; a small one's all at once when it is done (drop_pages gathers
+      // them): a madvise per chunk of a 100,000-tensor reshard was 75,000 calls, 0.4 s of system time.
+      if (p.s.mapped && p.done - p.released >= MappedFile::kDropBatch) {
         release_pages(p.s.bytes.data() + p.released, p.s.bytes.data() + p.done);
         p.released = p.done;
       }
