@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -47,6 +48,8 @@ AtomicFile::AtomicFile(std::string target, bool durable, Cache cache) : target_(
 }
 
 AtomicFile::~AtomicFile() {
+  if (writing_.joinable()) writing_.join();
+  std::free(spare_);
   std::free(direct_);
   if (fd_ >= 0) ::close(fd_);
   if (!committed_) ::unlink(temp_.c_str());
@@ -71,7 +74,58 @@ bool AtomicFile::direct_block() {
   return true;
 }
 
+void AtomicFile::submit_block() {
+  settle();
+  if (!direct_) return;  // the last block could not go direct: this one went through the cache with it
+  if (!spare_) {
+    void* block = nullptr;
+    if (::posix_memalign(&block, kDirectAlign, kDirectBlock) != 0) {  // no second block: written in place
+      if (!direct_block()) leave_direct();
+      return;
+    }
+    spare_ = static_cast<char*>(block);
+  }
+  std::swap(direct_, spare_);
+  direct_used_ = 0;
+  written_ = 0;
+  write_errno_ = 0;
+  writing_ = std::thread([this, block = spare_] {
+    while (written_ < kDirectBlock) {
+      const ssize_t w = ::write(fd_, block + written_, kDirectBlock - written_);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0 || static_cast<size_t>(w) % kDirectAlign != 0) {
+        write_errno_ = w < 0 ? errno : 0;
+        if (w > 0) written_ += static_cast<size_t>(w);
+        if (w == 0) write_errno_ = EIO;
+        return;
+      }
+      written_ += static_cast<size_t>(w);
+    }
+  });
+}
+
+void AtomicFile::settle() {
+  if (!writing_.joinable()) return;
+  writing_.join();
+  if (written_ == kDirectBlock) return;
+  // O_DIRECT refused (EINVAL before any byte) or a write cut short off the alignment: that block's rest, then the
+  // block being filled, through the cache from here on.
+  if (write_errno_ && !(write_errno_ == EINVAL && written_ == 0))
+    fail(target_, std::string("write failed: ") + std::strerror(write_errno_));
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT) != 0)
+    fail(target_, std::string("cannot turn O_DIRECT off: ") + std::strerror(errno));
+  write_all(fd_, spare_ + written_, kDirectBlock - written_, target_);
+  written_ = kDirectBlock;
+  write_all(fd_, direct_, direct_used_, target_);
+  std::free(direct_);
+  direct_ = nullptr;
+  direct_used_ = 0;
+}
+
 void AtomicFile::leave_direct() {
+  settle();
+  std::free(std::exchange(spare_, nullptr));
   if (!direct_) return;
   // The whole blocks of what is buffered still go direct (offsets and sizes stay aligned), the tail
   // through the cache with O_DIRECT off.
@@ -98,10 +152,12 @@ void AtomicFile::write_direct(const char* data, size_t n) {
     direct_used_ += k;
     data += k;
     n -= k;
-    if (direct_used_ == kDirectBlock && !direct_block()) {
-      leave_direct();
-      write_all(fd_, data, n, target_);  // the rest through the cache (offset_ counted it already)
-      return;
+    if (direct_used_ == kDirectBlock) {
+      submit_block();
+      if (!direct_) {
+        write_all(fd_, data, n, target_);  // the rest through the cache (offset_ counted it already)
+        return;
+      }
     }
   }
 }
@@ -143,7 +199,7 @@ std::span<uint8_t> AtomicFile::room(size_t want, size_t align) {
 void AtomicFile::filled(size_t n) {
   offset_ += n;
   direct_used_ += n;
-  if (direct_used_ == kDirectBlock && !direct_block()) leave_direct();
+  if (direct_used_ == kDirectBlock) submit_block();
 }
 
 void AtomicFile::write_zeros(size_t n) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <thread>
 
 namespace ucpkit {
 
@@ -17,7 +18,8 @@ class AtomicFile {
   // here, O_DIRECT about 0.05 s. Where the file system refuses O_DIRECT the file is written as usual.
   // Anything but write() (skip, pwrite_at, flush, start_writeback, commit) first writes what is
   // buffered and goes on without it; a pwrite_at inside the block being filled (a zip record's CRC
-  // after its data) is patched there and keeps it.
+  // after its data) is patched there and keeps it. A full block is written by a thread of its own while
+  // the next one is filled (two blocks, one write at a time): the disk's time and the caller's overlap.
   enum class Cache { keep, bypass };
   explicit AtomicFile(std::string target, bool durable = false, Cache cache = Cache::keep);
   ~AtomicFile();
@@ -59,6 +61,8 @@ class AtomicFile {
   void write_direct(const char* data, size_t n);
   bool direct_block();  // writes the full direct buffer with O_DIRECT; false when the file system refused
   void leave_direct();  // the direct buffer written out, O_DIRECT off for good
+  void submit_block();  // the full direct block to the writing thread, the other block to fill next
+  void settle();        // waits for the block being written; what it could not write goes through the cache
   std::string target_, temp_;
   int fd_ = -1;
   bool durable_;
@@ -67,6 +71,10 @@ class AtomicFile {
   std::string buffer_;
   char* direct_ = nullptr;  // Cache::bypass while O_DIRECT is on: the aligned block being filled
   size_t direct_used_ = 0;
+  char* spare_ = nullptr;   // the other block: being written by `writing_`, or free
+  std::thread writing_;
+  size_t written_ = 0;      // by `writing_`: the bytes of spare_ it wrote
+  int write_errno_ = 0;     // and the error that stopped it (0: none)
 };
 
 // Writes a whole small file atomically.
