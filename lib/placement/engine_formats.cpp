@@ -15,10 +15,6 @@
 namespace ucpkit::placement {
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 std::vector<double> tensor_doubles(const Tensor& t, const std::string& name) {
   Tensor c = t.contiguous();
   std::vector<double> out;
@@ -173,7 +169,7 @@ std::string vllm_eplb_state_safetensors(const Plan& plan) {
 }
 
 LoadMatrix read_engine_loads(const std::string& path) {
-  LoadMatrix m = ends_with(path, ".pt") ? sglang_dump(path) : vllm_dump(path);
+  LoadMatrix m = path.ends_with(".pt") ? sglang_dump(path) : vllm_dump(path);
   validate_loads(m, path);
   return m;
 }

@@ -22,10 +22,6 @@ using Snapshot = std::vector<std::vector<double>>;
 
 constexpr double kMaxLoad = 9007199254740992.0;  // 2^53
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 double number(const json& v, const std::string& name, size_t l, size_t e) {
   if (v.is_number()) return v.get<double>();
   if (v.is_null()) return std::nan("");  // NaN serialized by Python's json as null in some dumps
@@ -223,9 +219,9 @@ LoadMatrix parse_loads(const std::string& text, const std::string& name, const L
   std::vector<Snapshot> snaps;
   size_t start = text.find_first_not_of(" \t\r\n");
   if (start == std::string::npos) fail(name, "file is empty");
-  if (ends_with(name, ".csv")) {
+  if (name.ends_with(".csv")) {
     snaps = snapshots_from_csv(text, name);
-  } else if (ends_with(name, ".jsonl") || ends_with(name, ".ndjson")) {
+  } else if (name.ends_with(".jsonl") || name.ends_with(".ndjson")) {
     snaps = snapshots_from_trace(text, name, opt);
   } else if (text[start] == '[' || text[start] == '{') {
     json doc;
@@ -242,7 +238,7 @@ LoadMatrix parse_loads(const std::string& text, const std::string& name, const L
 }
 
 LoadMatrix read_loads(const std::string& path, const LoadFileOptions& options) {
-  if (ends_with(path, ".pt") || ends_with(path, ".safetensors")) return read_engine_loads(path);
+  if (path.ends_with(".pt") || path.ends_with(".safetensors")) return read_engine_loads(path);
   return parse_loads(read_text_file(path), path, options);
 }
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 
+#include "formats/dcp/read_ahead.h"
 #include "formats/dcp/reader.h"
 
 namespace ucpkit::formats::dcp {
@@ -48,13 +49,17 @@ namespace {
 
 // The data of rewrite_plan(reader's metadata, target, convert): tensors read whole and cut for a
 // target, else chunk by chunk as stored; the entries in `convert` converted.
-ChunkSource source_of(const Reader& reader, bool whole, const std::map<std::string, DType>& convert) {
+ChunkSource source_of(const Reader& reader, bool whole, const std::map<std::string, DType>& convert, const SavePlan& plan) {
   auto converted = [&convert](const Entry& e, Tensor t) {
     const auto it = convert.find(e.fqn);
     return it == convert.end() || t.dtype() == it->second ? t : t.to(it->second);
   };
   auto bytes = [&reader](const Entry& e) { return reader.read_bytes(e.fqn); };
-  if (whole) return chunks_of_whole([&reader, converted](const Entry& e) { return converted(e, reader.read_tensor(e.fqn)); }, bytes);
+  // Whole tensors read ahead on another core while the chunks of the one before are written (read_ahead.h).
+  if (whole)
+    return chunks_of_whole(read_ahead([&reader, converted](const Entry& e) { return converted(e, reader.read_tensor(e.fqn)); },
+                                      read_order(plan)),
+                           bytes);
   return {[&reader, converted](const Entry& e, size_t k) { return converted(e, reader.read_chunk(e.fqn, k)); }, bytes};
 }
 
@@ -71,7 +76,8 @@ WriteResult rewrite_dcp(const std::string& in, const std::string& out, const std
                         WriteOptions options, const std::string& metadata_file) {
   const Reader reader(in, metadata_file);
   if (!options.planner_data) options.planner_data = reader.metadata().planner_data;
-  return write_dcp(rewrite_plan(reader.metadata(), target, {}), source_of(reader, target.has_value(), {}), out, options);
+  const SavePlan plan = rewrite_plan(reader.metadata(), target, {});
+  return write_dcp(plan, source_of(reader, target.has_value(), {}, plan), out, options);
 }
 
 WriteResult rewrite_dcp_into(const Reader& reader, const SavePlan& plan, const std::string& dir, bool rechunked,
@@ -83,7 +89,7 @@ WriteResult rewrite_dcp_into(const Reader& reader, const SavePlan& plan, const s
   if (options.checkpoint_id.empty()) options.checkpoint_id = std::filesystem::absolute(dir).lexically_normal().string();
   const std::filesystem::path inner = std::filesystem::path(dir) / ".dcp";
   WriteResult result =
-      write_dcp(plan, source_of(reader, rechunked, convert), inner.string(), options);
+      write_dcp(plan, source_of(reader, rechunked, convert, plan), inner.string(), options);
   for (const auto& f : std::filesystem::directory_iterator(inner))
     std::filesystem::rename(f.path(), std::filesystem::path(dir) / f.path().filename());
   std::filesystem::remove(inner);

@@ -1,0 +1,148 @@
+// Read ahead (read_ahead.h): one thread, a queue bounded in bytes, the consumer's order checked against the plan's.
+#include "formats/dcp/read_ahead.h"
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include "io/dtype.h"
+
+namespace ucpkit::formats::dcp {
+namespace {
+
+uint64_t entry_bytes(const Entry& e) {
+  uint64_t n = dtype_size(e.dtype);
+  for (int64_t d : e.size) n *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
+  return n;
+}
+
+class ReadAhead {
+ public:
+  ReadAhead(std::function<Tensor(const Entry&)> whole, std::vector<const Entry*> order, uint64_t max_bytes)
+      : whole_(std::move(whole)), order_(std::move(order)), max_bytes_(max_bytes) {
+    for (size_t k = 0; k < order_.size(); ++k) at_.emplace(order_[k], k);
+    worker_ = std::thread([this] { run(); });
+  }
+  ~ReadAhead() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+
+  Tensor get(const Entry& e) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto at = at_.find(&e);
+    if (at == at_.end() || at->second < taken_) {  // not read ahead (large), or asked again
+      lock.unlock();
+      return whole_(e);
+    }
+    for (;;) {  // the ones before it were not asked for: dropped
+      cv_.wait(lock, [&] { return !ready_.empty() || finished_; });
+      if (ready_.empty()) {  // the reading stopped at an error before it
+        lock.unlock();
+        return whole_(e);
+      }
+      Slot s = std::move(ready_.front());
+      ready_.pop_front();
+      waiting_ -= s.bytes;
+      ++taken_;
+      cv_.notify_all();
+      if (s.entry != &e) continue;
+      lock.unlock();
+      if (s.error) std::rethrow_exception(s.error);
+      return std::move(s.tensor);
+    }
+  }
+
+ private:
+  struct Slot {
+    const Entry* entry = nullptr;
+    Tensor tensor;
+    std::exception_ptr error;
+    uint64_t bytes = 0;
+  };
+
+  void run() {
+    struct Finish {  // however the loop ends, get() stops waiting for more
+      ReadAhead& r;
+      ~Finish() {
+        {
+          std::lock_guard<std::mutex> lock(r.mu_);
+          r.finished_ = true;
+        }
+        r.cv_.notify_all();
+      }
+    } finish{*this};
+    for (const Entry* e : order_) {
+      const uint64_t bytes = entry_bytes(*e);
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || ready_.empty() || waiting_ + bytes <= max_bytes_; });
+        if (stop_) return;
+      }
+      Slot s{e, Tensor(), nullptr, bytes};
+      try {
+        s.tensor = whole_(*e);
+      } catch (...) {
+        s.error = std::current_exception();
+      }
+      const bool failed = s.error != nullptr;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        waiting_ += bytes;
+        ready_.push_back(std::move(s));
+      }
+      cv_.notify_all();
+      if (failed) return;  // the error waits for its entry; nothing after it is read
+    }
+  }
+
+  std::function<Tensor(const Entry&)> whole_;
+  std::vector<const Entry*> order_;
+  std::unordered_map<const Entry*, size_t> at_;
+  uint64_t max_bytes_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Slot> ready_;
+  uint64_t waiting_ = 0;
+  size_t taken_ = 0;  // slots taken (or dropped) so far: order_[taken_] is the next one ready
+  bool stop_ = false;
+  bool finished_ = false;  // the reading thread is done (every entry read, an error, or stopped)
+  std::thread worker_;
+};
+
+}  // namespace
+
+std::function<Tensor(const Entry&)> read_ahead(std::function<Tensor(const Entry&)> whole, std::vector<const Entry*> order,
+                                               uint64_t max_bytes, uint64_t max_entry_bytes) {
+  std::vector<const Entry*> small;
+  for (const Entry* e : order)
+    if (!e->is_bytes && entry_bytes(*e) <= max_entry_bytes) small.push_back(e);
+  if (small.empty()) return whole;
+  auto state = std::make_shared<ReadAhead>(whole, std::move(small), max_bytes);
+  return [state](const Entry& e) { return state->get(e); };
+}
+
+std::vector<const Entry*> read_order(const SavePlan& plan) {
+  std::vector<const Entry*> order;
+  auto add = [&](size_t k) {
+    if (k < plan.entries.size() && !plan.entries[k].is_bytes && (order.empty() || order.back() != &plan.entries[k]))
+      order.push_back(&plan.entries[k]);
+  };
+  if (!plan.write_order.empty()) {
+    for (const PlannedItem& it : plan.write_order) add(it.entry);
+  } else {
+    for (size_t k = 0; k < plan.entries.size(); ++k) add(k);
+  }
+  return order;
+}
+
+}  // namespace ucpkit::formats::dcp
