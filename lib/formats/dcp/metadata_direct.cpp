@@ -7,7 +7,9 @@
 #include <array>
 #include <bit>
 #include <cstring>
+#include <exception>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -485,24 +487,41 @@ Metadata Convert::metadata(uint32_t root) {
   md.path = name_;
   const uint32_t sdm = f.need("state_dict_metadata"), sd = f.need("storage_data");
   if (m_.at(sdm).kind != K::Dict || m_.at(sd).kind != K::Dict) throw Abandon{};
-  md.entries.reserve(m_.at(sdm).n / 2);
-  uint32_t key = kNo;
-  m_.each(sdm, [&](uint32_t v) {
-    if (key == kNo) return void(key = v);
-    md.entries.push_back(entry(key, v));
-    key = kNo;
-  });
-  md.items.reserve(m_.at(sd).n / 2);
-  std::unordered_set<uint32_t> keys;  // MetadataIndex objects key the dict by identity
-  m_.each(sd, [&](uint32_t v) {
-    if (key == kNo) {
-      if (!keys.insert(v).second) throw Abandon{};
-      return void(key = v);
+  // storage_data and planner_data on a thread of their own while state_dict_metadata is read here (the nodes are
+  // only read; each side fills its own fields of md).
+  std::exception_ptr other_error;
+  std::thread other([&] {
+    try {
+      md.items.reserve(m_.at(sd).n / 2);
+      std::unordered_set<uint32_t> keys;  // MetadataIndex objects key the dict by identity
+      uint32_t key = kNo;
+      m_.each(sd, [&](uint32_t v) {
+        if (key == kNo) {
+          if (!keys.insert(v).second) throw Abandon{};
+          return void(key = v);
+        }
+        md.items.push_back(item(key, v));
+        key = kNo;
+      });
+      planner_data(f.get("planner_data"), md);
+    } catch (...) {
+      other_error = std::current_exception();
     }
-    md.items.push_back(item(key, v));
-    key = kNo;
   });
-  planner_data(f.get("planner_data"), md);
+  try {
+    md.entries.reserve(m_.at(sdm).n / 2);
+    uint32_t key = kNo;
+    m_.each(sdm, [&](uint32_t v) {
+      if (key == kNo) return void(key = v);
+      md.entries.push_back(entry(key, v));
+      key = kNo;
+    });
+  } catch (...) {
+    other.join();
+    throw;
+  }
+  other.join();
+  if (other_error) std::rethrow_exception(other_error);
   storage_meta(f.get("storage_meta"), md);
   if (const uint32_t v = f.get("version"); v != kNo && m_.at(v).kind == K::Str) md.version = std::string(m_.str(v));
   md.era = era_;
