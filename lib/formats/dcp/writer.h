@@ -70,22 +70,27 @@ WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std
 // the source called for their items only, in plan order (Errors name `out`); then, by one process, `.metadata` from
 // every process's items (WriteResults joined: items and order appended) in plan order. write_dcp is both in a
 // staging folder of its own.
+// `written`, when given, sees each item as it is written (in write order).
 WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, const std::string& dir,
-                            const std::vector<char>& mine, const std::string& out);
+                            const std::vector<char>& mine, const std::string& out,
+                            const std::function<void(const Item&)>& written = {});
 class MetadataPickle;
 void write_dcp_metadata(const SavePlan& plan, const WriteResult& written, const std::string& dir, const std::string& out,
                         const WriteOptions& options, MetadataPickle* head = nullptr);
 
-// The `.metadata` bytes for `plan` in two steps: the constructor pickles what the plan alone gives (Metadata, its
-// state_dict_metadata and planner_data; it may run while the data files are written), finish() the items where
-// they were written and the rest. `options` must outlive it.
+// The `.metadata` bytes for `plan` in steps: the constructor pickles what the plan alone gives (Metadata, its
+// state_dict_metadata and planner_data), add() each item where it was written (these may run on another thread
+// while the data files are written), finish() the rest. `options` must outlive it.
 class MetadataPickle {
  public:
   MetadataPickle(const SavePlan& plan, const WriteOptions& options);
   ~MetadataPickle();
   MetadataPickle(const MetadataPickle&) = delete;
   MetadataPickle& operator=(const MetadataPickle&) = delete;
-  std::string finish(const std::vector<Item>& items, const std::string& checkpoint_id);  // once
+  // The items in plan order, one at a time (add) or all at once, then the rest; finish once.
+  void add(const Item& item);
+  std::string finish(const std::string& checkpoint_id);
+  std::string finish(const std::vector<Item>& items, const std::string& checkpoint_id);
 
  private:
   struct State;
