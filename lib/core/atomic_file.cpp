@@ -74,6 +74,12 @@ bool AtomicFile::direct_block() {
   return true;
 }
 
+void AtomicFile::direct_off() {
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT) != 0)
+    fail(target_, std::string("cannot turn O_DIRECT off: ") + std::strerror(errno));
+}
+
 void AtomicFile::submit_block() {
   settle();
   if (!direct_) return;  // the last block could not go direct: this one went through the cache with it
@@ -112,9 +118,7 @@ void AtomicFile::settle() {
   // block being filled, through the cache from here on.
   if (write_errno_ && !(write_errno_ == EINVAL && written_ == 0))
     fail(target_, std::string("write failed: ") + std::strerror(write_errno_));
-  const int flags = ::fcntl(fd_, F_GETFL);
-  if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT) != 0)
-    fail(target_, std::string("cannot turn O_DIRECT off: ") + std::strerror(errno));
+  direct_off();
   write_all(fd_, spare_ + written_, kDirectBlock - written_, target_);
   written_ = kDirectBlock;
   write_all(fd_, direct_, direct_used_, target_);
@@ -135,9 +139,7 @@ void AtomicFile::leave_direct() {
     direct_used_ = whole;
     direct_ok = direct_block();
   }
-  const int flags = ::fcntl(fd_, F_GETFL);
-  if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT) != 0)
-    fail(target_, std::string("cannot turn O_DIRECT off: ") + std::strerror(errno));
+  direct_off();
   if (!direct_ok) write_all(fd_, direct_, direct_used_, target_);  // refused or cut short: what is left
   write_all(fd_, direct_ + whole, tail, target_);
   std::free(direct_);

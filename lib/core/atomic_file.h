@@ -63,6 +63,7 @@ class AtomicFile {
   void leave_direct();  // the direct buffer written out, O_DIRECT off for good
   void submit_block();  // the full direct block to the writing thread, the other block to fill next
   void settle();        // waits for the block being written; what it could not write goes through the cache
+  void direct_off();    // O_DIRECT cleared on the descriptor (the rest through the cache)
   std::string target_, temp_;
   int fd_ = -1;
   bool durable_;

@@ -330,7 +330,21 @@ class Convert {
 
   const Machine& m_;
   const std::string& name_;
-  std::string prefix_;  // of this file's DCP classes
+  // This file's DCP classes, spelled once (each is checked for every entry or item).
+  struct Classes {
+    explicit Classes(std::string_view prefix)
+        : bytes(std::string(prefix) + "metadata.BytesStorageMetadata"),
+          tensor(std::string(prefix) + "metadata.TensorStorageMetadata"),
+          properties(std::string(prefix) + "metadata.TensorProperties"),
+          sharded_properties(kShardedPropsClass),
+          chunk(std::string(prefix) + "metadata.ChunkStorageMetadata"),
+          index(std::string(prefix) + "metadata.MetadataIndex"),
+          info(std::string(prefix) + "filesystem._StorageInfo"),
+          storage_meta(std::string(prefix) + "metadata.StorageMeta"),
+          metadata(std::string(prefix) + "metadata.Metadata") {}
+    std::string bytes, tensor, properties, sharded_properties, chunk, index, info, storage_meta, metadata;
+  };
+  Classes c_{kCurrentPrefix};
   ClassEra era_ = ClassEra::Current;
 };
 
@@ -374,15 +388,15 @@ std::vector<int64_t> Convert::shape(uint32_t k) const {
 Entry Convert::entry(uint32_t key, uint32_t value) {
   Entry e;
   e.fqn = m_.str(key);
-  if (is(value, prefix_ + "metadata.BytesStorageMetadata")) {
+  if (is(value, c_.bytes)) {
     e.is_bytes = true;
     return e;
   }
-  const Fields f = fields(value, prefix_ + "metadata.TensorStorageMetadata");
+  const Fields f = fields(value, c_.tensor);
   const uint32_t props = f.need("properties");
-  if (is(props, std::string(kShardedPropsClass))) {
+  if (is(props, c_.sharded_properties)) {
     if (era_ == ClassEra::Current) era_ = ClassEra::ShardedProps;
-  } else if (!is(props, prefix_ + "metadata.TensorProperties")) {
+  } else if (!is(props, c_.properties)) {
     throw Abandon{};
   }
   // (dtype, layout, requires_grad, memory-format encoding, pin_memory[, later fields...])
@@ -392,9 +406,8 @@ Entry Convert::entry(uint32_t key, uint32_t value) {
   e.size = shape(f.need("size"));
   const uint32_t chunks = f.need("chunks");
   if (m_.at(chunks).kind != K::List && m_.at(chunks).kind != K::Tuple) throw Abandon{};
-  const std::string chunk_class = prefix_ + "metadata.ChunkStorageMetadata";
   m_.each(chunks, [&](uint32_t c) {
-    const Fields cf = fields(c, chunk_class);
+    const Fields cf = fields(c, c_.chunk);
     Chunk chunk{shape(cf.need("offsets")), shape(cf.need("sizes"))};
     if (chunk.offsets.size() != e.size.size() || chunk.sizes.size() != e.size.size()) throw Abandon{};
     e.chunks.push_back(std::move(chunk));
@@ -403,11 +416,11 @@ Entry Convert::entry(uint32_t key, uint32_t value) {
 }
 
 Item Convert::item(uint32_t key, uint32_t value) const {
-  const Fields kf = fields(key, prefix_ + "metadata.MetadataIndex");
+  const Fields kf = fields(key, c_.index);
   Item it;
   it.fqn = m_.str(kf.need("fqn"));
   if (const uint32_t off = kf.get("offset"); !none(off)) it.offset = shape(off);
-  const Fields f = fields(value, prefix_ + "filesystem._StorageInfo");
+  const Fields f = fields(value, c_.info);
   it.storage.relative_path = m_.str(f.need("relative_path"));
   it.storage.offset = count(f.need("offset"));
   it.storage.length = count(f.need("length"));
@@ -465,7 +478,7 @@ void Convert::planner_data(uint32_t k, Metadata& md) const {
 
 void Convert::storage_meta(uint32_t k, Metadata& md) const {
   if (none(k)) return;
-  const Fields f = fields(k, prefix_ + "metadata.StorageMeta");
+  const Fields f = fields(k, c_.storage_meta);
   auto text = [&](std::string_view field) -> std::optional<std::string> {
     const uint32_t v = f.get(field);
     if (v == kNo || m_.at(v).kind != K::Str) return std::nullopt;
@@ -476,13 +489,11 @@ void Convert::storage_meta(uint32_t k, Metadata& md) const {
 }
 
 Metadata Convert::metadata(uint32_t root) {
-  if (is(root, std::string(kPrototypePrefix) + "metadata.Metadata")) {
-    prefix_ = kPrototypePrefix;
+  if (const Classes prototype{kPrototypePrefix}; is(root, prototype.metadata)) {
+    c_ = prototype;
     era_ = ClassEra::Prototype;
-  } else {
-    prefix_ = kCurrentPrefix;
   }
-  const Fields f = fields(root, prefix_ + "metadata.Metadata");
+  const Fields f = fields(root, c_.metadata);
   Metadata md;
   md.path = name_;
   const uint32_t sdm = f.need("state_dict_metadata"), sd = f.need("storage_data");

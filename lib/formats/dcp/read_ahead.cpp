@@ -11,15 +11,12 @@
 #include <utility>
 
 #include "io/dtype.h"
+#include "io/shape.h"
 
 namespace ucpkit::formats::dcp {
 namespace {
 
-uint64_t entry_bytes(const Entry& e) {
-  uint64_t n = dtype_size(e.dtype);
-  for (int64_t d : e.size) n *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
-  return n;
-}
+uint64_t entry_bytes(const Entry& e) { return static_cast<uint64_t>(numel_of(e.size)) * dtype_size(e.dtype); }
 
 class ReadAhead {
  public:
@@ -127,7 +124,7 @@ std::function<Tensor(const Entry&)> read_ahead(std::function<Tensor(const Entry&
   for (const Entry* e : order)
     if (!e->is_bytes && entry_bytes(*e) <= max_entry_bytes) small.push_back(e);
   if (small.empty()) return whole;
-  auto state = std::make_shared<ReadAhead>(whole, std::move(small), max_bytes);
+  auto state = std::make_shared<ReadAhead>(std::move(whole), std::move(small), max_bytes);
   return [state](const Entry& e) { return state->get(e); };
 }
 
