@@ -1,4 +1,4 @@
-// CRC-32 (zip / gzip polynomial, the value zlib's crc32() gives), fast on x86 with PCLMULQDQ.
+// CRC-32 (zip / gzip polynomial, the value zlib's crc32() gives), fast on x86 with PCLMULQDQ or VPCLMULQDQ.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -21,5 +21,12 @@ uint32_t crc32_zeros(uint64_t n);
 
 // Whether crc32_update uses the PCLMULQDQ path on this machine (for benchmarks and tests).
 bool crc32_accelerated();
+
+// The implementations crc32_update chooses among (the widest this CPU has), each giving zlib's value: zlib's own;
+// 128-bit carry-less multiplies (PCLMULQDQ, SSE4.1); 512-bit ones (VPCLMULQDQ, AVX-512F/BW) for 256 bytes or more.
+// For tests and benchmarks; crc32_update_kernel throws Error for a kernel the CPU lacks.
+enum class Crc32Kernel { zlib, pclmul, vpclmul };
+bool crc32_kernel_available(Crc32Kernel k);
+uint32_t crc32_update_kernel(Crc32Kernel k, uint32_t crc, std::span<const uint8_t> data);
 
 }  // namespace ucpkit

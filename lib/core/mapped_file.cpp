@@ -128,7 +128,7 @@ std::shared_ptr<const MappedFile> MappedFile::from_bytes(std::span<const uint8_t
 }
 
 std::shared_ptr<const MappedFile> MappedFile::slice(std::shared_ptr<const MappedFile> parent, size_t offset,
-                                                   size_t length, std::string name) {
+                                                   size_t length, std::string name, bool drop_when_released) {
   if (!parent || offset > parent->size() || length > parent->size() - offset)
     fail(name, "slice [" + std::to_string(offset) + ", +" + std::to_string(length) + ") runs past the end of " +
                    (parent ? parent->path() : std::string("nothing")));
@@ -137,10 +137,17 @@ std::shared_ptr<const MappedFile> MappedFile::slice(std::shared_ptr<const Mapped
   f->size_ = length;
   f->parent_ = std::move(parent);
   f->path_ = std::move(name);
+  f->drop_when_released_ = drop_when_released;
   return f;
 }
 
 MappedFile::~MappedFile() {
+  if (drop_when_released_) {
+    try {
+      parent_->drop_pages(bytes());
+    } catch (...) {  // only the pages stay resident
+    }
+  }
   if (!mapped_) return;
   // A path the handler recorded stays valid: a shrunken file's name outlives its mapping.
   if (g_shrunk.load() == &path_) g_shrunk.store(new std::string(path_));

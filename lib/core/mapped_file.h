@@ -18,8 +18,10 @@ class MappedFile {
   // Bytes [offset, offset + length) of `parent` as a file of their own, not copied (a torch.save zip
   // stored inside a larger file: DCP data items); keeps `parent` mapped. Throws Error naming `name`
   // when the range does not fit.
+  // With `drop_when_released`, the slice's pages are dropped from the process (drop_pages) when the slice goes: a
+  // view that a writer copies from, whose pages are done with once its last storage is written.
   static std::shared_ptr<const MappedFile> slice(std::shared_ptr<const MappedFile> parent, size_t offset,
-                                                 size_t length, std::string name);
+                                                 size_t length, std::string name, bool drop_when_released = false);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -62,6 +64,7 @@ class MappedFile {
   int slot_ = -1;  // its entry in the SIGBUS guard's table (-1: not guarded)
   std::unique_ptr<uint8_t[]> owned_;
   std::shared_ptr<const MappedFile> parent_;  // slices
+  bool drop_when_released_ = false;           // a slice whose pages go with it
   mutable std::mutex drop_mu_;
   mutable uintptr_t drop_lo_ = 0, drop_hi_ = 0;  // drop_pages' range waiting (empty when equal)
   std::string path_;

@@ -49,6 +49,9 @@ class Storage : public std::enable_shared_from_this<Storage> {
   // Writable bytes; only for owned storages (throws Error otherwise).
   std::span<uint8_t> mutable_bytes();
   bool is_mapped() const { return file_ != nullptr; }
+  // A mapped storage's file and the byte offset of its first element there (nullptr and 0 for the others).
+  const std::shared_ptr<const MappedFile>& mapped_file() const { return file_; }
+  uint64_t mapped_offset() const { return offset_; }
   bool is_generated() const { return static_cast<bool>(generator_); }
   // Produces bytes [offset, offset + out.size()) of a generated storage (throws Error otherwise).
   void generate(uint64_t offset, std::span<uint8_t> out) const;

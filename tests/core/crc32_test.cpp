@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/crc32.h"
+#include "core/error.h"
 
 namespace crc32_test {
 
@@ -39,6 +40,30 @@ TEST(Crc32, EveryShortLengthAndOffsetEqualsZlib) {
   for (size_t off = 0; off < 17; ++off)
     for (size_t n = 0; n + off <= 300; ++n)
       ASSERT_EQ(crc32_update(0, {data.data() + off, n}), zlib_crc(data.data() + off, n)) << "offset " << off << " length " << n;
+}
+
+// Each kernel this CPU has, on every length 0..1,100 (the wide kernel's 256-byte steps, its fold to 64 bytes and the
+// 128-bit tail) at every offset of a 64-byte line, and on large buffers continued from another CRC.
+TEST(Crc32, EveryKernelEqualsZlib) {
+  auto data = random_bytes(1200, 5);
+  auto large = random_bytes((4u << 20) + 77, 6);
+  for (Crc32Kernel k : {Crc32Kernel::zlib, Crc32Kernel::pclmul, Crc32Kernel::vpclmul}) {
+    if (!crc32_kernel_available(k)) {
+      EXPECT_THROW(crc32_update_kernel(k, 0, {data.data(), 1}), Error);
+      continue;
+    }
+    SCOPED_TRACE(static_cast<int>(k));
+    for (size_t off = 0; off < 64; off += 9)
+      for (size_t n = 0; n + off <= 1100; ++n)
+        ASSERT_EQ(crc32_update_kernel(k, 0, {data.data() + off, n}), zlib_crc(data.data() + off, n))
+            << "offset " << off << " length " << n;
+    const uint32_t start = zlib_crc(data.data(), 100);
+    for (size_t off : {0, 3, 64}) {
+      std::span<const uint8_t> s{large.data() + off, large.size() - off};
+      EXPECT_EQ(crc32_update_kernel(k, start, s), zlib_crc(s.data(), s.size(), start)) << "offset " << off;
+    }
+  }
+  EXPECT_TRUE(crc32_kernel_available(Crc32Kernel::zlib));
 }
 
 TEST(Crc32, LargeBuffersSerialAndParallelEqualZlib) {

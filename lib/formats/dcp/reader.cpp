@@ -375,6 +375,35 @@ Tensor Reader::read_tensor(const std::string& fqn) const {
   return Tensor(std::move(st), 0, t.shape(), Tensor::contiguous_strides(t.shape()));
 }
 
+std::optional<Tensor> Reader::view_tensor(const std::string& fqn) const {
+  const Entry& e = entry(fqn, false);
+  if (e.chunks.size() != 1) return std::nullopt;
+  check_chunks_cover(e, md_.path);
+  Stored s = stored_chunk(e, 0);
+  if (!s.mapped) return s.tensor;  // decoded (or empty): contiguous, of the chunk's shape, which is the tensor's
+  // The record's pages come in here, on the caller's thread (read_ahead's): by the CRC-32 pass, or all at once. A
+  // record larger than one drop batch gives its pages back as it goes (the writer faults them in again from the page
+  // cache): a large tensor is never resident whole.
+  const size_t n = s.bytes.size();
+  if (s.crc) {
+    uint32_t crc = 0;
+    for (size_t done = 0; done < n;) {
+      const auto window = s.bytes.subspan(done, std::min(MappedFile::kDropBatch, n - done));
+      crc = crc32_parallel(window, crc);
+      done += window.size();
+      if (n > MappedFile::kDropBatch) s.map->drop_pages(window);
+    }
+    if (crc != *s.crc) fail(s.name, crc_mismatch(s.record));
+  } else if (n <= MappedFile::kDropBatch) {
+    s.map->prefault(static_cast<size_t>(s.bytes.data() - s.map->data()), n);
+  }
+  // A storage over the item's own slice of the map, which drops the item's pages when its last storage goes.
+  auto item = MappedFile::slice(s.map, static_cast<size_t>(s.item.data() - s.map->data()), s.item.size(), s.name, true);
+  const auto numel = static_cast<int64_t>(volume(e.size, md_.path, fqn));
+  auto storage = Storage::mapped(e.dtype, numel, std::move(item), static_cast<uint64_t>(s.bytes.data() - s.item.data()));
+  return Tensor(std::move(storage), 0, e.size, Tensor::contiguous_strides(e.size));
+}
+
 std::vector<uint8_t> Reader::read_bytes(const std::string& fqn) const {
   entry(fqn, true);
   const Item& item = md_.item_of(fqn, nullptr);

@@ -75,6 +75,12 @@ class Reader {
   // windows must be asked for in order, from byte 0 to the end, once (an Error otherwise); each item's
   // pages are dropped from the process once copied. Memory: the writer's window, not the tensor.
   Tensor stream_tensor(const std::string& fqn) const;
+  // The global tensor of `fqn` when it was saved as one item (one chunk, the whole tensor), nothing copied: for an
+  // item read in place, a contiguous tensor over a mapped storage of the item; for a decoded one (zstd, the
+  // safetensors flavour), the decoded tensor. The data record's CRC-32 is checked here under --verify, over the map: the pass that brings its
+  // pages in (without --verify they are brought in at once). The item's pages are dropped from the process when the
+  // last copy of the tensor goes. Nullopt for a tensor of several chunks (read_tensor or stream_tensor then).
+  std::optional<Tensor> view_tensor(const std::string& fqn) const;
   // Where the elements of chunk `k` of tensor `fqn` lie. Its item is decoded and checked as read_chunk
   // does (dtype, shape, the small records' CRC-32s under --verify), its pages dropped from the process;
   // the data record's CRC-32 is left to the caller (`crc`).

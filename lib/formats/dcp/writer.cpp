@@ -159,6 +159,10 @@ Tensor own_storage(const Tensor& t) {
   if (!t.is_contiguous() || !t.storage() || t.storage()->is_generated() || t.numel() == 0) return t.contiguous(true);
   const std::shared_ptr<Storage> from = t.storage();
   const size_t at = static_cast<size_t>(t.storage_offset()) * dtype_size(t.dtype());
+  if (from->is_mapped()) {  // a part of a mapped file's storage: a storage of that part, its bytes at hand (CRC-32 first)
+    auto part = Storage::mapped(t.dtype(), t.numel(), from->mapped_file(), from->mapped_offset() + at);
+    return Tensor(std::move(part), 0, t.shape(), Tensor::contiguous_strides(t.shape()));
+  }
   auto view = Storage::generated(t.dtype(), t.numel(), [from, at](uint64_t off, std::span<uint8_t> out) {
     std::memcpy(out.data(), from->bytes().data() + at + off, out.size());
   });
@@ -193,7 +197,15 @@ ChunkSource chunks_of_whole(std::function<Tensor(const Entry&)> whole,
     if (cache->t.shape() != e.size)
       throw Error("DCP writer: the source's '" + escaped_brief(e.fqn) + "' has shape " + shape_str(cache->t.shape()) +
                   ", the plan says " + shape_str(e.size));
-    return cut_box(cache->t, e.chunks[k]);
+    // Only the writer takes these chunks: a contiguous box (rows of a dim-0 shard) is a storage of that part of the
+    // whole (own_storage), copied from it as it is written, not into a storage of its own first.
+    const Chunk& c = e.chunks[k];
+    if (cache->t.storage() && !cache->t.storage()->is_generated() && c.sizes != cache->t.shape()) {
+      Tensor t = cache->t;
+      for (size_t d = 0; d < c.sizes.size(); ++d) t = t.narrow(static_cast<int64_t>(d), c.offsets[d], c.sizes[d]);
+      if (t.is_contiguous()) return own_storage(t);
+    }
+    return cut_box(cache->t, c);
   };
   s.bytes = std::move(bytes);
   return s;

@@ -173,4 +173,47 @@ TEST(DcpReader, MoreItemsThanOnePickleBatch) {
   EXPECT_EQ(Reader(d + "/ckpt").metadata().items.size(), 2500u);
 }
 
+// view_tensor (a reshard's whole tensors, rewrite.cpp): a tensor saved as one item is a mapped storage of the item's
+// record, the same bytes as read_tensor's copy; a tensor of several chunks has no view; a flipped bit in the record is
+// caught by view_tensor itself (its CRC-32 pass over the map), naming the data file.
+TEST(DcpReader, WholeItemsAreViewsOfTheirRecords) {
+  size_t views = 0, none = 0;
+  for (const char* v : {"plain_w2", "fsdp_w2", "single_item_w1", "t214_plain_w2"}) {
+    const Reader r(kData + "/" + v);
+    for (const auto& e : r.metadata().entries) {
+      if (e.is_bytes) continue;
+      SCOPED_TRACE(std::string(v) + " " + e.fqn);
+      const auto view = r.view_tensor(e.fqn);
+      if (e.chunks.size() != 1) {
+        EXPECT_FALSE(view) << "several chunks have no view";
+        ++none;
+        continue;
+      }
+      ASSERT_TRUE(view);
+      const Tensor copy = r.read_tensor(e.fqn);
+      EXPECT_EQ(view->dtype(), copy.dtype());
+      EXPECT_EQ(view->shape(), copy.shape());
+      EXPECT_TRUE(view->is_contiguous());
+      if (copy.numel() == 0) continue;
+      EXPECT_TRUE(view->storage()->is_mapped());
+      EXPECT_TRUE(view->equal(copy));
+      ++views;
+    }
+  }
+  EXPECT_GT(views, 3u);
+  EXPECT_GT(none, 3u);
+}
+
+TEST(DcpReader, FlippedBitInAWholeItemIsCaughtByItsView) {
+  const Reader clean(kData + "/plain_w2");
+  std::string fqn;
+  for (const auto& e : clean.metadata().entries)
+    if (!e.is_bytes && e.chunks.size() == 1 && e.size.size() == 2 && e.size[0] * e.size[1] >= 16) fqn = e.fqn;
+  ASSERT_FALSE(fqn.empty());
+  const std::string d = ucpkit::testing::scratch_dir("dcp_view_flip") + "/ckpt";
+  const std::string file = ucpkit::testing::flip_first_chunk(kData + "/plain_w2", fqn, d);
+  const Reader r(d);
+  ucpkit::testing::expect_crc_error([&] { (void)r.view_tensor(fqn); }, file);
+}
+
 }  // namespace dcp_reader_test
