@@ -63,5 +63,5 @@ echo "medians of $rounds: floor (read the input, write the output's bytes, once)
      "dcp_to_torch_save ${T[torch]} s, peak RSS $((M[torch] / 1024)) MiB"
 awk -v f="${T[floor]}" -v fd="${T[floor_direct]}" -v u="${T[ucp]}" -v p="${T[torch]}" -v mu="${M[ucp]}" -v mp="${M[torch]}" 'BEGIN {
   lo = (fd < f) ? fd : f
-  printf "ratios: ucp-load / floor %.1fx (the lower floor; issue 47 target 1.3x; %.1fx the cached floor); ucp-load / dcp_to_torch_save %.2f in time, %.2f in peak RSS\n",
+  printf "ratios: ucp-load / floor %.2fx (the lower floor; issue 47 target 1.3x; %.2fx the cached floor); ucp-load / dcp_to_torch_save %.2f in time, %.2f in peak RSS\n",
          u / lo, u / f, u / p, mu / mp }'
