@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/crc32.h"
 #include "core/mapped_file.h"
+#include "core/staging.h"
 #include "formats/dcp/safetensors_flavour.h"
 #include "formats/dcp/transforms.h"
 #include "io/torch/torch_file.h"
@@ -388,6 +389,7 @@ std::optional<Tensor> Reader::view_tensor(const std::string& fqn) const {
   if (s.crc) {
     uint32_t crc = 0;
     for (size_t done = 0; done < n;) {
+      check_interrupted();  // SIGINT/SIGTERM between windows of a large record
       const auto window = s.bytes.subspan(done, std::min(MappedFile::kDropBatch, n - done));
       crc = crc32_parallel(window, crc);
       done += window.size();
