@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -42,7 +43,8 @@ inline std::string describe_metadata(const formats::dcp::Metadata& md) {
     for (const auto& t : it.storage.transform_descriptors) o << " " << t;
     o << "\n";
   }
-  for (const auto& [flat, path] : md.flattening) {
+  // flattening is a hash map: listed by key
+  for (const auto& [flat, path] : std::map<std::string, std::vector<std::string>>(md.flattening.begin(), md.flattening.end())) {
     o << "F " << flat;
     for (const auto& p : path) o << " " << p;
     o << "\n";
