@@ -383,8 +383,8 @@ std::optional<Tensor> Reader::view_tensor(const std::string& fqn) const {
   Stored s = stored_chunk(e, 0);
   if (!s.mapped) return s.tensor;  // decoded (or empty): contiguous, of the chunk's shape, which is the tensor's
   // The record's pages come in here, on the caller's thread (read_ahead's): by the CRC-32 pass, or all at once. A
-  // record larger than one drop batch gives its pages back as it goes (the writer faults them in again from the page
-  // cache): a large tensor is never resident whole.
+  // record larger than one drop batch gives its pages back as the pass goes (the writer faults them in again from the
+  // page cache as it copies; they go when the tensor does, as read_tensor's copy of it would).
   const size_t n = s.bytes.size();
   if (s.crc) {
     uint32_t crc = 0;
