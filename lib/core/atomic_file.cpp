@@ -7,13 +7,18 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -28,7 +33,117 @@ constexpr size_t kBufferSize = 1 << 20;
 // alignment answers EINVAL and the file is written through the cache instead.
 constexpr size_t kDirectBlock = size_t{4} << 20;
 constexpr size_t kDirectAlign = 4096;
+// Full blocks waiting for the disk, at most (besides the one being filled). With one in flight, the disk of a 2.6-GB
+// reshard was busy 1.96 s of its 2.4 s of writing: idle whenever the caller stalled.
+constexpr size_t kQueuedBlocks = 3;
 }  // namespace
+
+// Writes the full blocks queued, in order, with the file's O_DIRECT descriptor; stops at the first write that fails
+// or is cut short off the alignment, leaving that block (and those after it) for settle() to write through the cache.
+class AtomicFile::Writer {
+ public:
+  explicit Writer(int fd) : fd_(fd) {}
+  ~Writer() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = abandon_ = true;  // the file is being removed: the blocks queued are not written
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    for (char* b : queued_) std::free(b);
+    for (char* b : free_) std::free(b);
+  }
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
+
+  // Queues `block` (full); returns a block to fill next, nullptr once a write has failed (settle() then).
+  char* submit(char* block) {
+    std::unique_lock<std::mutex> lock(mu_);
+    queued_.push_back(block);
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    cv_.notify_all();
+    if (failed_) return nullptr;
+    if (free_.empty() && allocated_ < kQueuedBlocks) {
+      void* b = nullptr;
+      if (::posix_memalign(&b, kDirectAlign, kDirectBlock) == 0) {
+        ++allocated_;
+        return static_cast<char*>(b);
+      }  // no memory for another: the next one written is reused
+    }
+    cv_.wait(lock, [&] { return !free_.empty() || failed_; });
+    if (failed_) return nullptr;
+    char* b = free_.back();
+    free_.pop_back();
+    return b;
+  }
+
+  struct Left {
+    std::vector<char*> blocks;  // not written direct, in file order (the caller frees them)
+    size_t written = 0;         // bytes of the first that were
+    int error = 0;              // the failed write's errno (0: cut short, or none)
+  };
+  // Waits for the queue to be written (or a write to fail) and ends the thread.
+  Left drain() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    Left left{std::vector<char*>(queued_.begin(), queued_.end()), written_, error_};
+    queued_.clear();
+    return left;
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      char* block;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queued_.empty(); });
+        if (abandon_ || queued_.empty()) return;
+        block = queued_.front();  // stays queued until written
+      }
+      size_t written = 0;
+      int error = 0;
+      bool ok = true;
+      while (written < kDirectBlock) {
+        const ssize_t w = ::write(fd_, block + written, kDirectBlock - written);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0 || static_cast<size_t>(w) % kDirectAlign != 0) {
+          error = w < 0 ? errno : w == 0 ? EIO : 0;
+          if (w > 0) written += static_cast<size_t>(w);
+          ok = false;
+          break;
+        }
+        written += static_cast<size_t>(w);
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!ok) {
+        failed_ = true;
+        written_ = written;
+        error_ = error;
+        cv_.notify_all();
+        return;
+      }
+      queued_.pop_front();
+      free_.push_back(block);
+      cv_.notify_all();
+    }
+  }
+
+  const int fd_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<char*> queued_;  // full blocks in file order; the front one is being written
+  std::vector<char*> free_;   // written, to fill again
+  size_t allocated_ = 0;      // blocks of this writer's own (the caller's first one aside)
+  bool stop_ = false, abandon_ = false, failed_ = false;
+  size_t written_ = 0;  // of the failed block
+  int error_ = 0;
+  std::thread thread_;
+};
 
 AtomicFile::AtomicFile(std::string target, bool durable, Cache cache) : target_(std::move(target)), durable_(durable) {
   temp_ = target_ + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(g_temp_counter++);
@@ -48,8 +163,7 @@ AtomicFile::AtomicFile(std::string target, bool durable, Cache cache) : target_(
 }
 
 AtomicFile::~AtomicFile() {
-  if (writing_.joinable()) writing_.join();
-  std::free(spare_);
+  writer_.reset();
   std::free(direct_);
   if (fd_ >= 0) ::close(fd_);
   if (!committed_) ::unlink(temp_.c_str());
@@ -81,55 +195,42 @@ void AtomicFile::direct_off() {
 }
 
 void AtomicFile::submit_block() {
-  settle();
-  if (!direct_) return;  // the last block could not go direct: this one went through the cache with it
-  if (!spare_) {
-    void* block = nullptr;
-    if (::posix_memalign(&block, kDirectAlign, kDirectBlock) != 0) {  // no second block: written in place
-      if (!direct_block()) leave_direct();
-      return;
-    }
-    spare_ = static_cast<char*>(block);
-  }
-  std::swap(direct_, spare_);
+  if (!writer_) writer_ = std::make_unique<Writer>(fd_);
+  direct_ = writer_->submit(direct_);
   direct_used_ = 0;
-  written_ = 0;
-  write_errno_ = 0;
-  writing_ = std::thread([this, block = spare_] {
-    while (written_ < kDirectBlock) {
-      const ssize_t w = ::write(fd_, block + written_, kDirectBlock - written_);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0 || static_cast<size_t>(w) % kDirectAlign != 0) {
-        write_errno_ = w < 0 ? errno : 0;
-        if (w > 0) written_ += static_cast<size_t>(w);
-        if (w == 0) write_errno_ = EIO;
-        return;
-      }
-      written_ += static_cast<size_t>(w);
-    }
-  });
+  if (!direct_) settle();  // a write failed or was cut short: the rest through the cache
 }
 
 void AtomicFile::settle() {
-  if (!writing_.joinable()) return;
-  writing_.join();
-  if (written_ == kDirectBlock) return;
-  // O_DIRECT refused (EINVAL before any byte) or a write cut short off the alignment: that block's rest, then the
-  // block being filled, through the cache from here on.
-  if (write_errno_ && !(write_errno_ == EINVAL && written_ == 0))
-    fail(target_, std::string("write failed: ") + std::strerror(write_errno_));
+  if (!writer_) return;
+  Writer::Left left = writer_->drain();
+  writer_.reset();
+  struct Free {  // the blocks not written direct, freed however this ends
+    std::vector<char*>& blocks;
+    ~Free() {
+      for (char* b : blocks) std::free(b);
+    }
+  } free_left{left.blocks};
+  if (left.blocks.empty()) return;
+  // O_DIRECT refused (EINVAL before any byte) or a write cut short off the alignment: that block's rest, the blocks
+  // queued after it, then the block being filled, through the cache from here on.
+  if (left.error && !(left.error == EINVAL && left.written == 0))
+    fail(target_, std::string("write failed: ") + std::strerror(left.error));
   direct_off();
-  write_all(fd_, spare_ + written_, kDirectBlock - written_, target_);
-  written_ = kDirectBlock;
-  write_all(fd_, direct_, direct_used_, target_);
-  std::free(direct_);
-  direct_ = nullptr;
-  direct_used_ = 0;
+  for (size_t i = 0; i < left.blocks.size(); ++i) {
+    const size_t from = i == 0 ? left.written : 0;
+    write_all(fd_, left.blocks[i] + from, kDirectBlock - from, target_);
+  }
+  if (direct_) {
+    write_all(fd_, direct_, direct_used_, target_);
+    std::free(direct_);
+    direct_ = nullptr;
+    direct_used_ = 0;
+  }
 }
 
 void AtomicFile::leave_direct() {
   settle();
-  std::free(std::exchange(spare_, nullptr));
   if (!direct_) return;
   // The whole blocks of what is buffered still go direct (offsets and sizes stay aligned), the tail
   // through the cache with O_DIRECT off.

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <thread>
@@ -18,8 +19,9 @@ class AtomicFile {
   // here, O_DIRECT about 0.05 s. Where the file system refuses O_DIRECT the file is written as usual.
   // Anything but write() (skip, pwrite_at, flush, start_writeback, commit) first writes what is
   // buffered and goes on without it; a pwrite_at inside the block being filled (a zip record's CRC
-  // after its data) is patched there and keeps it. A full block is written by a thread of its own while
-  // the next one is filled (two blocks, one write at a time): the disk's time and the caller's overlap.
+  // after its data) is patched there and keeps it. Full blocks are written in order by a thread of the file's
+  // own while the next ones are filled, up to three waiting: the disk's time and the caller's overlap, and the
+  // disk is kept busy through the caller's stalls.
   enum class Cache { keep, bypass };
   explicit AtomicFile(std::string target, bool durable = false, Cache cache = Cache::keep);
   ~AtomicFile();
@@ -61,8 +63,8 @@ class AtomicFile {
   void write_direct(const char* data, size_t n);
   bool direct_block();  // writes the full direct buffer with O_DIRECT; false when the file system refused
   void leave_direct();  // the direct buffer written out, O_DIRECT off for good
-  void submit_block();  // the full direct block to the writing thread, the other block to fill next
-  void settle();        // waits for the block being written; what it could not write goes through the cache
+  void submit_block();  // the full direct block to the writing thread, another block to fill next
+  void settle();        // waits for the blocks queued; what could not go direct goes through the cache, O_DIRECT ends
   void direct_off();    // O_DIRECT cleared on the descriptor (the rest through the cache)
   std::string target_, temp_;
   int fd_ = -1;
@@ -72,10 +74,8 @@ class AtomicFile {
   std::string buffer_;
   char* direct_ = nullptr;  // Cache::bypass while O_DIRECT is on: the aligned block being filled
   size_t direct_used_ = 0;
-  char* spare_ = nullptr;   // the other block: being written by `writing_`, or free
-  std::thread writing_;
-  size_t written_ = 0;      // by `writing_`: the bytes of spare_ it wrote
-  int write_errno_ = 0;     // and the error that stopped it (0: none)
+  class Writer;                     // the thread writing full blocks, and the blocks (atomic_file.cpp)
+  std::unique_ptr<Writer> writer_;  // from the first full block until settle()
 };
 
 // Writes a whole small file atomically.

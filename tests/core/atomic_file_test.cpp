@@ -165,7 +165,9 @@ TEST(AtomicFile, BypassWritesEveryByteWhateverTheSizes) {
   std::mt19937 rng(11);
   const size_t block = size_t{4} << 20;
   for (const fs::path& dir : dirs) {
-    for (size_t total : {size_t{0}, size_t{100}, size_t{4096}, block, block + 1, 2 * block + 4095, 9 * block / 4 + 123}) {
+    // Up to more full blocks than wait for the disk at once (three): the caller waits for one written to fill next.
+    for (size_t total : {size_t{0}, size_t{100}, size_t{4096}, block, block + 1, 2 * block + 4095, 9 * block / 4 + 123,
+                         9 * block + 7}) {
       const fs::path target = dir / ("out" + std::to_string(total) + ".bin");
       std::string expect(total, '\0');
       for (auto& c : expect) c = static_cast<char>(rng());
@@ -200,8 +202,12 @@ TEST(AtomicFile, BypassWritesEveryByteWhateverTheSizes) {
       f.commit();
     }
     EXPECT_EQ(slurp(target), expect);
-    // Not committed: nothing left.
+    // Not committed: nothing left (also with full blocks still waiting for the disk).
     { AtomicFile f((dir / "dropped.bin").string(), true, AtomicFile::Cache::bypass); f.write(expect.data(), expect.size()); }
+    {
+      AtomicFile f((dir / "dropped.bin").string(), true, AtomicFile::Cache::bypass);
+      for (int k = 0; k < 6; ++k) f.write(expect.data(), block);
+    }
     EXPECT_FALSE(fs::exists(dir / "dropped.bin"));
     EXPECT_EQ(entries(dir), 1u);
   }
