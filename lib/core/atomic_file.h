@@ -20,8 +20,8 @@ class AtomicFile {
   // Anything but write() (skip, pwrite_at, flush, start_writeback, commit) first writes what is
   // buffered and goes on without it; a pwrite_at inside the block being filled (a zip record's CRC
   // after its data) is patched there and keeps it. Full blocks are written in order by a thread of the file's
-  // own while the next ones are filled, up to three waiting: the disk's time and the caller's overlap, and the
-  // disk is kept busy through the caller's stalls.
+  // own while the next ones are filled, up to three waiting (two blocks a file, the rest from a few shared by the
+  // process): the disk's time and the caller's overlap, and the disk is kept busy through the caller's stalls.
   enum class Cache { keep, bypass };
   explicit AtomicFile(std::string target, bool durable = false, Cache cache = Cache::keep);
   ~AtomicFile();
