@@ -31,7 +31,7 @@ for c in "${cases[@]}"; do
 done
 cd ..
 PYTHONWARNINGS=ignore "$py" "$root/tests/frameworks/ds_hf_import.py" resume m 0.01 "${cases[@]}" > resume.log 2>&1 ||
-  { grep -E "FAIL|Error" resume.log | tail -20; exit 1; }
+  { grep -E "FAIL|Error|Exception|terminate" resume.log | tail -20; exit 1; }
 grep "^RESULT" resume.log
 for c in llama_z3 llama_tied_z1 mixtral_z1 qwen3_moe_z3; do  # the way back: every tensor as the original's
   "$build/bin/ucp-load" -q --input "m/$c" --format hf --output "m/$c.hf" 2>/dev/null
