@@ -169,15 +169,20 @@ Tensor own_storage(const Tensor& t) {
   return Tensor(std::move(view), 0, t.shape(), Tensor::contiguous_strides(t.shape()));
 }
 
+// The box `c` of `whole` as a view (no copy).
+Tensor box_view(const Tensor& whole, const Chunk& c) {
+  Tensor t = whole;
+  for (size_t d = 0; d < c.sizes.size(); ++d) t = t.narrow(static_cast<int64_t>(d), c.offsets[d], c.sizes[d]);
+  return t;
+}
+
 }  // namespace
 
 Tensor cut_box(const Tensor& whole, const Chunk& c) {
   // A generated tensor's box stays generated (its bytes made as they are written; zeros stay a hole).
   if (whole.storage() && whole.storage()->is_generated()) return generated_box(whole, c.offsets, c.sizes);
   if (c.sizes == whole.shape()) return own_storage(whole);  // the whole tensor: no copy when it owns its storage
-  Tensor t = whole;
-  for (size_t d = 0; d < c.sizes.size(); ++d) t = t.narrow(static_cast<int64_t>(d), c.offsets[d], c.sizes[d]);
-  return t.contiguous(true);
+  return box_view(whole, c).contiguous(true);
 }
 
 ChunkSource chunks_of_whole(std::function<Tensor(const Entry&)> whole,
@@ -201,8 +206,7 @@ ChunkSource chunks_of_whole(std::function<Tensor(const Entry&)> whole,
     // whole (own_storage), copied from it as it is written, not into a storage of its own first.
     const Chunk& c = e.chunks[k];
     if (cache->t.storage() && !cache->t.storage()->is_generated() && c.sizes != cache->t.shape()) {
-      Tensor t = cache->t;
-      for (size_t d = 0; d < c.sizes.size(); ++d) t = t.narrow(static_cast<int64_t>(d), c.offsets[d], c.sizes[d]);
+      const Tensor t = box_view(cache->t, c);
       if (t.is_contiguous()) return own_storage(t);
     }
     return cut_box(cache->t, c);
