@@ -179,7 +179,8 @@ Stored Reader::stored_chunk(const Entry& e, size_t k) const {
   s.item = item_bytes(item, keep, file);
   s.map = keep;
   s.name = file + " (item '" + escaped_brief(fqn) + "' at byte " + std::to_string(item.storage.offset) + ")";
-  std::shared_ptr<const MappedFile> zip_file;
+  std::shared_ptr<const MappedFile> zip_file;  // the item's zip, when it was parsed
+  bool in_place = false;                       // s.tensor is a view of the data file's map
   if (item.storage.raw) {  // the safetensors flavour: the chunk's bytes as they are, copied
     s.tensor = raw_chunk(s.item, e.dtype, c.sizes, s.name);
   } else if (item.storage.transforms) {  // zstd: the zip decoded into memory (formats/dcp/transforms.h)
@@ -191,13 +192,26 @@ Stored Reader::stored_chunk(const Entry& e, size_t k) const {
       fail(s.name, "DCP: a tensor item holds " + (tf.root ? tf.root->repr(1) : std::string("nothing")));
     s.tensor = tf.root->as_tensor();
   } else {
-    // The item's zip read in place: its directory and pickle are parsed, its storage is a view of the map.
-    zip_file = MappedFile::slice(keep, static_cast<size_t>(item.storage.offset),
-                                 static_cast<size_t>(item.storage.length), s.name);
-    TorchFile tf = load_torch_mapped(zip_file);
-    if (!tf.root || tf.root->kind != pickle::Kind::Tensor)
-      fail(s.name, "DCP: a tensor item holds " + (tf.root ? tf.root->repr(1) : std::string("nothing")));
-    s.tensor = tf.root->as_tensor();
+    std::optional<TensorZipReader::Found> known;
+    {
+      std::lock_guard<std::mutex> lock(zips_mu_);
+      known = zips_.match(keep, item.storage.offset, item.storage.length, verify_files_crc());
+    }
+    if (known) {
+      // The same zip as an earlier item's but for its data: the same tensor over this item's record.
+      s.tensor = std::move(known->tensor);
+      in_place = true;
+      if (verify_files_crc()) s.crc = known->crc, s.record = std::move(known->record);
+    } else {
+      // The item's zip read in place: its directory and pickle are parsed, its storage is a view of the map.
+      zip_file = MappedFile::slice(keep, static_cast<size_t>(item.storage.offset),
+                                   static_cast<size_t>(item.storage.length), s.name);
+      TorchFile tf = load_torch_mapped(zip_file);
+      if (!tf.root || tf.root->kind != pickle::Kind::Tensor)
+        fail(s.name, "DCP: a tensor item holds " + (tf.root ? tf.root->repr(1) : std::string("nothing")));
+      s.tensor = tf.root->as_tensor();
+      in_place = true;
+    }
   }
   const Tensor& t = s.tensor;
   if (t.dtype() != e.dtype || t.shape() != c.sizes)
@@ -209,17 +223,27 @@ Stored Reader::stored_chunk(const Entry& e, size_t k) const {
     const size_t es = dtype_size(t.dtype());
     s.bytes = s.tensor.storage()->bytes().subspan(static_cast<size_t>(s.tensor.storage_offset()) * es,
                                                   static_cast<size_t>(t.numel()) * es);
-    s.mapped = zip_file && s.tensor.storage()->is_mapped();  // a view of the data file's map (not a decoded copy)
+    s.mapped = in_place && s.tensor.storage()->is_mapped();  // a view of the data file's map (not a decoded copy)
   }
-  if (zip_file && verify_files_crc()) {  // the tools' --verify: every record's CRC-32, the data record's while it is copied
-    const ZipReader zip(zip_file);
-    for (const auto& [rname, rec] : zip.records()) {
-      const auto b = zip.bytes(rec);
-      if (s.mapped && !s.crc && b.data() == s.bytes.data() && b.size() == s.bytes.size()) {
-        s.crc = rec.crc32;
-        s.record = rname;
-      } else if (crc32_parallel(b) != rec.crc32) {
-        fail(s.name, crc_mismatch(rname));
+  if (zip_file) {
+    // The tools' --verify: every record's CRC-32, the data record's while it is copied. A small zip is remembered
+    // for the items after it: those whose other records are these bytes (so these CRC-32s are theirs).
+    const bool verify = verify_files_crc(), keep_it = item.storage.length <= TensorZipReader::kMaxBytes;
+    if (verify || keep_it) {
+      const ZipReader zip(zip_file);
+      std::optional<std::string> data;  // the record s.bytes are (none when they were copied)
+      for (const auto& [rname, rec] : zip.records()) {
+        const auto b = zip.bytes(rec);
+        if (s.mapped && !data && b.data() == s.bytes.data() && b.size() == s.bytes.size()) {
+          data = rname;
+          if (verify) s.crc = rec.crc32, s.record = rname;
+        } else if (verify && crc32_parallel(b) != rec.crc32) {
+          fail(s.name, crc_mismatch(rname));
+        }
+      }
+      if (data && keep_it) {
+        std::lock_guard<std::mutex> lock(zips_mu_);
+        zips_.remember(s.item, s.tensor, zip.records(), *data, verify);
       }
     }
   }

@@ -15,6 +15,7 @@
 #include "formats/dcp/metadata.h"
 #include "io/pickle/value.h"
 #include "io/tensor.h"
+#include "io/torch/torch_file.h"
 
 namespace ucpkit {
 class MappedFile;
@@ -108,6 +109,8 @@ class Reader {
   mutable std::mutex mu_;
   mutable std::map<std::string, std::shared_ptr<const MappedFile>> files_;
   mutable std::map<std::string, int> descriptors_;
+  mutable std::mutex zips_mu_;
+  mutable TensorZipReader zips_;  // the items' zips by length: most share their layout with an earlier one
 };
 
 // The error message of a stored record whose CRC-32 differs from its zip entry's (the readers' common wording).

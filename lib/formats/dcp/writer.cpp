@@ -310,6 +310,7 @@ struct DataFile {
   std::string relative_path;
   std::unique_ptr<AtomicFile> out;
   bool flush_each = false;  // its buffer written and freed after each item (many files open: see kBufferedFiles)
+  TensorZipWriter zips;     // its small items' zips, made once per tensor signature
 };
 
 // Up to this many data files written at once keep their write buffers (1 MiB each) between items; beyond, each
@@ -338,7 +339,7 @@ StorageInfo append_bytes(DataFile& f, std::span<const uint8_t> bytes) {
 // item's first byte, as torch.load of the item's bytes reads them): each tensor byte is written once.
 StorageInfo append_tensor(DataFile& f, const Tensor& chunk) {
   StorageInfo s = next_item(f);
-  s.length = append_torch_file(*f.out, Value::of_tensor(own_storage(chunk)));
+  s.length = f.zips.append(*f.out, own_storage(chunk));
   if (f.flush_each) f.out->flush();
   return s;
 }

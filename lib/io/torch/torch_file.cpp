@@ -417,6 +417,216 @@ uint64_t append_torch_file(AtomicFile& out, const pickle::ValuePtr& root, const 
   return out.offset() - start;
 }
 
+// A tensor's zip as append_torch_file writes it, with the place of its data record's bytes and of the
+// two copies of that record's CRC-32 (local header, central directory).
+struct TensorZipWriter::Template {
+  std::string zip;
+  uint64_t data = 0, size = 0, header_crc = 0, directory_crc = 0;
+};
+
+TensorZipWriter::TensorZipWriter(TorchSaveOptions options) : options_(std::move(options)) {}
+TensorZipWriter::~TensorZipWriter() = default;
+TensorZipWriter::TensorZipWriter(TensorZipWriter&&) noexcept = default;
+TensorZipWriter& TensorZipWriter::operator=(TensorZipWriter&&) noexcept = default;
+
+uint64_t TensorZipWriter::append(AtomicFile& out, const Tensor& t) {
+  const std::shared_ptr<Storage>& st = t.storage();
+  if (!st || st->is_zero() || st->nbytes() > kMaxBytes) return append_torch_file(out, Value::of_tensor(t), options_);
+  // Everything the pickle and the records depend on but the storage's bytes (Pickler::tensor, pickle_root).
+  std::string key;
+  auto add = [&key](int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  add(static_cast<int64_t>(st->dtype()));
+  add(st->numel());
+  add(t.storage_offset());
+  add(static_cast<int64_t>(t.shape().size()));
+  for (int64_t d : t.shape()) add(d);
+  for (int64_t d : t.strides()) add(d);
+  add((t.is_parameter ? 1 : 0) | (t.requires_grad ? 2 : 0));
+  key += st->location;
+  // A generated storage's bytes made here (small: kMaxBytes at most).
+  thread_local std::vector<uint8_t> made;
+  std::span<const uint8_t> bytes;
+  if (st->is_generated()) {
+    made.resize(st->nbytes());
+    st->generate(0, made);
+    bytes = made;
+  } else {
+    bytes = st->bytes();
+  }
+  auto it = templates_.find(key);
+  if (it == templates_.end()) {
+    if (templates_.size() >= kMaxTemplates) return append_torch_file(out, Value::of_tensor(t), options_);
+    auto tp = std::make_unique<Template>();
+    std::vector<std::shared_ptr<Storage>> order;
+    const std::string pkl = pickle_root(Value::of_tensor(t), order);
+    ZipWriter zip(&tp->zip);
+    write_records(zip, options_.archive_prefix, pkl, order, [&](const std::string& name, const std::shared_ptr<Storage>&) {
+      zip.add(name, bytes);
+    });
+    zip.finish();
+    const auto place = zip.place(options_.archive_prefix + "/data/0");
+    if (order.size() != 1 || !place || place->size != bytes.size())
+      throw Error("internal: a tensor's zip without its one data record");
+    tp->data = place->data;
+    tp->size = place->size;
+    tp->header_crc = place->header + 14;
+    tp->directory_crc = place->directory + 16;
+    it = templates_.emplace(std::move(key), std::move(tp)).first;
+  }
+  const Template& tp = *it->second;
+  const uint32_t crc = crc32_parallel(bytes);
+  uint8_t le[4];
+  for (int k = 0; k < 4; ++k) le[k] = static_cast<uint8_t>(crc >> (8 * k));
+  const auto* z = reinterpret_cast<const uint8_t*>(tp.zip.data());
+  auto piece = [&](uint64_t from, uint64_t to) { out.write(std::span<const uint8_t>(z + from, to - from)); };
+  piece(0, tp.header_crc);
+  out.write(std::span<const uint8_t>(le, 4));
+  piece(tp.header_crc + 4, tp.data);
+  out.write(bytes);
+  piece(tp.data + tp.size, tp.directory_crc);
+  out.write(std::span<const uint8_t>(le, 4));
+  piece(tp.directory_crc + 4, tp.zip.size());
+  return tp.zip.size();
+}
+
+// A remembered zip: its bytes, the ranges every matching zip shares with it, its data record and serialization id
+// (records whose bytes and CRC-32 differ), and the tensor it holds (its storage's offset counted from the zip's
+// first byte).
+struct TensorZipReader::Template {
+  struct Hole {
+    uint64_t data = 0, size = 0;
+    std::vector<uint64_t> crcs;  // where the record's CRC-32 is written: its central entry, and its local header
+                                 // and data descriptor where they hold it (torch's local headers hold 0)
+  };
+  std::string zip;
+  std::vector<std::pair<uint64_t, uint64_t>> same;  // [from, to)
+  Hole data;
+  std::optional<Hole> id;
+  DType dtype = DType::Float32;
+  int64_t numel = 0, storage_offset = 0;
+  std::vector<int64_t> shape, strides;
+  bool is_parameter = false, requires_grad = false, verified = false;
+  std::string key, location, record;
+};
+
+namespace {
+uint32_t le32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
+         static_cast<uint32_t>(p[3]) << 24;
+}
+}  // namespace
+
+std::optional<TensorZipReader::Found> TensorZipReader::match(const std::shared_ptr<const MappedFile>& file,
+                                                            uint64_t offset, uint64_t length, bool verify) const {
+  const auto it = templates_.find(length);
+  if (it == templates_.end()) return std::nullopt;
+  const uint8_t* z = file->data() + offset;
+  // Each hole's CRC-32, the same in every place it is written.
+  auto crc_of = [z](const Template::Hole& h) -> std::optional<uint32_t> {
+    const uint32_t c = le32(z + h.crcs.front());
+    for (uint64_t at : h.crcs)
+      if (le32(z + at) != c) return std::nullopt;
+    return c;
+  };
+  const Template* found = nullptr;
+  std::optional<uint32_t> crc;
+  for (const auto& candidate : it->second) {
+    const Template& tp = *candidate;
+    if (verify && !tp.verified) continue;
+    const auto* t = reinterpret_cast<const uint8_t*>(tp.zip.data());
+    bool same = true;
+    for (const auto& [from, to] : tp.same) same = same && std::memcmp(z + from, t + from, to - from) == 0;
+    if (!same || !(crc = crc_of(tp.data))) continue;
+    if (tp.id) {
+      const auto id_crc = crc_of(*tp.id);
+      if (!id_crc || (verify && crc32_update(0, {z + tp.id->data, tp.id->size}) != *id_crc))
+        return std::nullopt;  // parsed again, and named there
+    }
+    found = &tp;
+    break;
+  }
+  if (!found) return std::nullopt;
+  const Template& tp = *found;
+  auto st = Storage::mapped(tp.dtype, tp.numel, file, offset + tp.data.data);
+  st->key = tp.key;
+  st->location = tp.location;
+  Found f;
+  f.tensor = Tensor(std::move(st), tp.storage_offset, tp.shape, tp.strides);
+  f.tensor.is_parameter = tp.is_parameter;
+  f.tensor.requires_grad = tp.requires_grad;
+  f.crc = *crc;
+  f.record = tp.record;
+  return f;
+}
+
+void TensorZipReader::remember(std::span<const uint8_t> zip, const Tensor& t,
+                               const std::map<std::string, ZipRecord>& records, const std::string& data,
+                               bool verified) {
+  const std::shared_ptr<Storage>& st = t.storage();
+  const auto rec = records.find(data);
+  if (zip.size() > kMaxBytes || rec == records.end() || !st || !st->is_mapped() || st->nbytes() != rec->second.size ||
+      st->mapped_file()->data() + st->mapped_offset() != zip.data() + rec->second.data_offset)
+    return;
+  const auto known = templates_.find(zip.size());
+  if (count_ >= kMaxTemplates && (known == templates_.end() || known->second.size() < kPerLength)) return;
+  auto tp = std::make_shared<Template>();
+  // A record's bytes and the places of its CRC-32 (central entry + 16; local header + 14 and the data descriptor
+  // after its bytes, with or without its signature, where they hold it).
+  auto hole_of = [&](const ZipRecord& r) -> std::optional<Template::Hole> {
+    if (r.central_entry + 20 > zip.size() || r.data_offset + r.size > zip.size() || r.local_header + 18 > r.data_offset ||
+        le32(zip.data() + r.central_entry + 16) != r.crc32)
+      return std::nullopt;
+    Template::Hole h{r.data_offset, r.size, {r.central_entry + 16}};
+    if (le32(zip.data() + r.local_header + 14) == r.crc32) h.crcs.push_back(r.local_header + 14);
+    const uint64_t end = r.data_offset + r.size;
+    if (end + 8 <= r.central_entry && le32(zip.data() + end) == 0x08074b50 && le32(zip.data() + end + 4) == r.crc32)
+      h.crcs.push_back(end + 4);
+    else if (end + 4 <= r.central_entry && le32(zip.data() + end) == r.crc32)
+      h.crcs.push_back(end);
+    return h;
+  };
+  std::vector<std::pair<uint64_t, uint64_t>> masked;
+  auto mask = [&masked](const Template::Hole& h) {
+    masked.emplace_back(h.data, h.data + h.size);
+    for (uint64_t at : h.crcs) masked.emplace_back(at, at + 4);
+  };
+  const auto d = hole_of(rec->second);
+  if (!d) return;
+  tp->data = *d;
+  mask(*d);
+  for (const auto& [name, r] : records) {
+    const std::string id = "/.data/serialization_id";
+    if (name.size() < id.size() || name.compare(name.size() - id.size(), id.size(), id) != 0) continue;
+    tp->id = hole_of(r);
+    if (!tp->id) return;
+    mask(*tp->id);
+  }
+  std::sort(masked.begin(), masked.end());
+  uint64_t at = 0;
+  for (const auto& [from, to] : masked) {
+    if (from < at) return;  // overlapping: not a zip this takes
+    if (from > at) tp->same.emplace_back(at, from);
+    at = to;
+  }
+  if (at < zip.size()) tp->same.emplace_back(at, zip.size());
+  tp->zip.assign(reinterpret_cast<const char*>(zip.data()), zip.size());
+  tp->dtype = st->dtype();
+  tp->numel = st->numel();
+  tp->storage_offset = t.storage_offset();
+  tp->shape = t.shape();
+  tp->strides = t.strides();
+  tp->is_parameter = t.is_parameter;
+  tp->requires_grad = t.requires_grad;
+  tp->verified = verified;
+  tp->key = st->key;
+  tp->location = st->location;
+  tp->record = data;
+  auto& same_length = templates_[zip.size()];
+  if (same_length.size() == kPerLength) same_length.pop_back(), --count_;
+  same_length.insert(same_length.begin(), std::move(tp));
+  ++count_;
+}
+
 std::vector<std::shared_ptr<Storage>> generated_storages(const pickle::ValuePtr& root) {
   std::vector<std::shared_ptr<Storage>> order, generated;
   pickle_root(root, order);

@@ -1,12 +1,16 @@
 // torch.save files: load (zip or legacy container, any archive prefix) into a Value tree with lazy
 // tensors, and save a Value tree as a zip file that Python torch.load reads back.
 #pragma once
+#include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "io/pickle/value.h"
+#include "io/zip/zip_directory.h"
 
 namespace ucpkit {
 
@@ -57,6 +61,60 @@ class ZipWriter;
 // The bytes save_torch_file writes for `root`, appended to `out` at its current offset instead of a
 // file of their own (a zip whose offsets count from its first byte: a DCP data item). Returns how many.
 uint64_t append_torch_file(AtomicFile& out, const pickle::ValuePtr& root, const TorchSaveOptions& options = {});
+
+// append_torch_file(out, Value::of_tensor(t)) for many small tensors (a DCP data file's items): the zip of
+// a tensor differs from that of another with the same signature (dtype, shape, strides, storage offset and
+// size, location, flags) only in its data record's bytes and CRC-32, so the zip is made once per signature
+// and each tensor's bytes and CRC go into a copy of it (a 100,000-tensor DCP rewrite spent 7 us a tensor
+// pickling and zipping). The same bytes as append_torch_file; storages of zeros (holes), storages above
+// kMaxBytes and signatures past kMaxTemplates go through append_torch_file.
+class TensorZipWriter {
+ public:
+  static constexpr size_t kMaxBytes = 64 << 10, kMaxTemplates = 1024;
+  explicit TensorZipWriter(TorchSaveOptions options = {});
+  ~TensorZipWriter();
+  TensorZipWriter(TensorZipWriter&&) noexcept;
+  TensorZipWriter& operator=(TensorZipWriter&&) noexcept;
+  // Appends `t` to `out` at its current offset; returns the bytes written.
+  uint64_t append(AtomicFile& out, const Tensor& t);
+
+ private:
+  struct Template;
+  TorchSaveOptions options_;
+  std::unordered_map<std::string, std::unique_ptr<Template>> templates_;
+};
+
+// TensorZipWriter's counterpart for reading many small one-tensor zips (a DCP data file's items): a zip
+// whose bytes equal those of a zip remembered here but for its data record's bytes, its
+// `.data/serialization_id` (torch's differs from item to item; nothing reads it) and those two records'
+// CRC-32s (each record's two copies of its CRC agreeing) holds the same tensor over its own data record,
+// found by comparing bytes instead of parsing the zip and its pickle again. Up to kPerLength zips remembered
+// per length (a 0-dim tensor's zip can have a [4]-tensor's length: the padding takes the difference), the
+// latest first, kMaxTemplates in all, each of kMaxBytes at most. Not thread-safe: one per thread, or a lock.
+class TensorZipReader {
+ public:
+  static constexpr size_t kMaxBytes = 64 << 10, kMaxTemplates = 1024, kPerLength = 4;
+  struct Found {
+    Tensor tensor;       // over `file`'s bytes of the zip's data record
+    uint32_t crc = 0;    // that record's CRC-32 as the zip records it
+    std::string record;  // its name
+  };
+  // The tensor of the zip at [offset, offset + length) of `file`, when it matches a remembered one. With
+  // `verify` (the tools' --verify), only a zip remembered with every record's CRC-32 checked matches, and its
+  // serialization id's CRC-32 is checked (the data record's is the caller's, over the bytes as it copies them).
+  std::optional<Found> match(const std::shared_ptr<const MappedFile>& file, uint64_t offset, uint64_t length,
+                             bool verify) const;
+  // Remembers `zip`, which load_torch_mapped read as `t` (its root tensor) over the bytes of its record `data`
+  // (`records`: its directory, offsets counted from the zip's first byte); `verified`: every record's CRC-32
+  // was checked. Does nothing for a zip it cannot take (a tensor not over exactly one record's bytes).
+  void remember(std::span<const uint8_t> zip, const Tensor& t, const std::map<std::string, ZipRecord>& records,
+                const std::string& data, bool verified);
+
+ private:
+  struct Template;
+  std::unordered_map<uint64_t, std::vector<std::shared_ptr<const Template>>> templates_;  // by zip length
+  size_t count_ = 0;
+};
 
 // The generated storages of `root` in the order DeferredTorchFile(path, root).records() lists them
 // (nothing is written; the MPI exchange uses it to weigh files before deciding who writes them).

@@ -34,7 +34,26 @@ std::atomic<size_t> g_window{8u << 20};
 ZipWriter::ZipWriter(const std::string& path, bool durable, bool start_writeback)
     : out_(std::make_unique<AtomicFile>(path, durable)), file_(out_.get()), start_writeback_(start_writeback) {}
 ZipWriter::ZipWriter(AtomicFile& into) : file_(&into), base_(into.offset()) {}
+ZipWriter::ZipWriter(std::string* into) : mem_(into), base_(into->size()) {}
 ZipWriter::~ZipWriter() = default;
+
+uint64_t ZipWriter::here() const { return (mem_ ? mem_->size() : file_->offset()) - base_; }
+
+void ZipWriter::put(std::span<const uint8_t> bytes) {
+  if (mem_) mem_->append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  else file_->write(bytes);
+}
+
+AtomicFile& ZipWriter::file() {
+  if (!file_) throw Error("internal: a zip in memory takes whole records only");
+  return *file_;
+}
+
+std::optional<ZipWriter::Place> ZipWriter::place(const std::string& name) const {
+  for (const Entry& e : entries_)
+    if (e.name == name) return Place{e.header_offset, e.data, e.size, e.directory};
+  return std::nullopt;
+}
 
 void ZipWriter::add(const std::string& name, std::span<const uint8_t> data) {
   add(name, std::vector<std::span<const uint8_t>>{data});
@@ -48,14 +67,18 @@ void ZipWriter::add(const std::string& name, const std::vector<std::span<const u
     size += p.size();
   }
   const uint64_t offset = local_header(name, size, crc);
-  for (auto p : parts) file_->write(p);
-  entries_.push_back({name, offset, size, crc});
+  Entry e{name, offset, size, crc};
+  e.data = here();
+  for (auto p : parts) put(p);
+  entries_.push_back(std::move(e));
 }
 
 void ZipWriter::set_stream_window(size_t bytes) { g_window = std::max<size_t>(bytes, 4096); }
 
 void ZipWriter::add_streamed(const std::string& name, uint64_t size, const Fill& fill, size_t align) {
+  AtomicFile& out = file();
   const uint64_t offset = local_header(name, size, 0);
+  const uint64_t data = here();
   // One buffer per thread, reused for every window of every record: the kernel copies out of a
   // cache-warm buffer far faster than out of a large cold one (measured ~3x on this kind of VM).
   thread_local std::vector<uint8_t> buffer;
@@ -67,34 +90,41 @@ void ZipWriter::add_streamed(const std::string& name, uint64_t size, const Fill&
     check_interrupted();  // SIGINT/SIGTERM: a record of many GiB stops at its next window, not at its end
     const size_t n = static_cast<size_t>(std::min<uint64_t>(window, size - done));
     // Made where the file buffers it when it can (an O_DIRECT block): one copy of the bytes less.
-    std::span<uint8_t> w = file_->room(n, align);
+    std::span<uint8_t> w = out.room(n, align);
     const bool in_place = !w.empty();
     if (!in_place) w = {buffer.data(), n};
     fill(done, w);
     crc = crc32_update(crc, w);
-    if (in_place) file_->filled(w.size());
-    else file_->write(w);
+    if (in_place) out.filled(w.size());
+    else out.write(w);
     done += w.size();
   }
   uint8_t le[4];
   for (int k = 0; k < 4; ++k) le[k] = static_cast<uint8_t>(crc >> (8 * k));
-  file_->pwrite_at(base_ + offset + kCrcField, le);
-  entries_.push_back({name, offset, size, crc});
+  out.pwrite_at(base_ + offset + kCrcField, le);
+  Entry e{name, offset, size, crc};
+  e.data = data;
+  entries_.push_back(std::move(e));
 }
 
 void ZipWriter::add_zeros(const std::string& name, uint64_t size) {
+  AtomicFile& out = file();
   const uint32_t crc = crc32_zeros(size);
   const uint64_t offset = local_header(name, size, crc);
-  file_->skip(size);
-  entries_.push_back({name, offset, size, crc});
+  Entry e{name, offset, size, crc};
+  e.data = here();
+  out.skip(size);
+  entries_.push_back(std::move(e));
 }
 
 size_t ZipWriter::reserve(const std::string& name, uint64_t size) {
+  AtomicFile& out = file();
   const uint64_t offset = local_header(name, size, 0);
   Entry e{name, offset, size, 0};
-  e.data_offset = file_->offset();
+  e.data = here();
+  e.data_offset = out.offset();
   e.reserved = true;
-  file_->skip(size);
+  out.skip(size);
   entries_.push_back(std::move(e));
   return entries_.size() - 1;
 }
@@ -103,10 +133,12 @@ void ZipWriter::write_reserved(size_t record, uint64_t offset, std::span<const u
   const Entry& e = entries_.at(record);
   if (!e.reserved || offset > e.size || bytes.size() > e.size - offset)
     throw Error("zip record " + e.name + ": write outside its reserved bytes");
-  file_->pwrite_at(e.data_offset + offset, bytes);
+  file().pwrite_at(e.data_offset + offset, bytes);
 }
 
-void ZipWriter::flush() { file_->flush(); }
+void ZipWriter::flush() {
+  if (file_) file_->flush();
+}
 
 void ZipWriter::set_crc(size_t record, uint32_t crc) {
   Entry& e = entries_.at(record);
@@ -114,11 +146,11 @@ void ZipWriter::set_crc(size_t record, uint32_t crc) {
   e.crc = crc;
   uint8_t le[4];
   for (int k = 0; k < 4; ++k) le[k] = static_cast<uint8_t>(crc >> (8 * k));
-  file_->pwrite_at(base_ + e.header_offset + kCrcField, le);
+  file().pwrite_at(base_ + e.header_offset + kCrcField, le);
 }
 
 uint64_t ZipWriter::local_header(const std::string& name, uint64_t size, uint32_t crc) {
-  const uint64_t offset = file_->offset() - base_;
+  const uint64_t offset = here();
   const bool z64 = size >= 0xFFFFFFFFull || offset >= 0xFFFFFFFFull;
   Bytes h;
   h.u32(0x04034b50);
@@ -146,14 +178,15 @@ uint64_t ZipWriter::local_header(const std::string& name, uint64_t size, uint32_
   h.u16(0x4246);  // 'FB'
   h.u16(pad);
   h.b.append(pad, 'Z');
-  file_->write(h.b.data(), h.b.size());
+  put({reinterpret_cast<const uint8_t*>(h.b.data()), h.b.size()});
   return offset;
 }
 
 void ZipWriter::finish() {
-  const uint64_t cd_offset = file_->offset() - base_;
+  const uint64_t cd_offset = here();
   Bytes cd;
-  for (const auto& e : entries_) {
+  for (auto& e : entries_) {
+    e.directory = cd_offset + cd.b.size();
     const bool z64 = e.size >= 0xFFFFFFFFull || e.header_offset >= 0xFFFFFFFFull;
     cd.u32(0x02014b50);
     cd.u16(z64 ? 45 : 20);  // made by
@@ -209,7 +242,7 @@ void ZipWriter::finish() {
   cd.u32(z64 ? 0xFFFFFFFF : cd_size);
   cd.u32(z64 ? 0xFFFFFFFF : cd_offset);
   cd.u16(0);
-  file_->write(cd.b.data(), cd.b.size());
+  put({reinterpret_cast<const uint8_t*>(cd.b.data()), cd.b.size()});
   if (!out_) return;  // appended to a file the caller commits
   if (start_writeback_) out_->start_writeback();  // a hint: failures are left to the final flush, which reports them
   out_->commit();

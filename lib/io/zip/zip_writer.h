@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -22,6 +23,10 @@ class ZipWriter {
   // a larger file: a DCP data item); finish() writes the central directory and leaves `into` open for
   // the caller to go on writing and commit.
   explicit ZipWriter(AtomicFile& into);
+  // A zip appended to the string `*into` (offsets counted from its size at construction): add() and
+  // finish() only, for bytes reused many times (TensorZipWriter's templates). A pointer: a string
+  // argument is a path.
+  explicit ZipWriter(std::string* into);
   ~ZipWriter();
   // Adds one record; `parts` are written back to back (no copy into one buffer).
   void add(const std::string& name, std::span<const uint8_t> data);
@@ -48,18 +53,31 @@ class ZipWriter {
   // Writes the central directory and renames the file into place.
   void finish();
 
+  // Where the record `name` lies, counted from the zip's first byte: its local header, its bytes and,
+  // after finish(), its central directory entry (the CRC-32 fields: header + 14, directory + 16).
+  // Null when there is no such record.
+  struct Place {
+    uint64_t header = 0, data = 0, size = 0, directory = 0;
+  };
+  std::optional<Place> place(const std::string& name) const;
+
  private:
   // Writes the local header of a record starting at the current offset; returns that offset.
   uint64_t local_header(const std::string& name, uint64_t size, uint32_t crc);
+  uint64_t here() const;                      // the offset the next byte goes to, counted from the zip's first
+  void put(std::span<const uint8_t> bytes);  // to the file or the string
+  AtomicFile& file();                         // the file; an error for a zip in memory
   struct Entry {
     std::string name;
     uint64_t header_offset, size;
     uint32_t crc;
     uint64_t data_offset = 0;  // reserved records: where their bytes go
     bool reserved = false;
+    uint64_t data = 0, directory = 0;  // Place's: where its bytes and its central directory entry lie
   };
   std::unique_ptr<AtomicFile> out_;  // owned (a file of its own), or null
   AtomicFile* file_ = nullptr;       // where the bytes go: out_, or the file appended to
+  std::string* mem_ = nullptr;       // or this string
   uint64_t base_ = 0;                // offset of the zip's first byte in *file_
   std::vector<Entry> entries_;
   bool start_writeback_ = false;

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "io/torch/torch_file.h"
+#include "io/zip/zip_reader.h"
 #include "io/zip/zip_writer.h"
 #include "support/errors.h"
 #include "support/files.h"
@@ -290,6 +291,123 @@ TEST(TorchFile, AppendedFileLoadsFromItsOffset) {
   EXPECT_EQ(std::filesystem::file_size(path), 10 + n + 4);
   auto slice = MappedFile::slice(MappedFile::open(path), 10, n, "item");
   EXPECT_EQ(floats(load_torch_mapped(slice).root), (std::vector<float>{1.5f, -2.f, 0.25f}));
+}
+
+// TensorZipWriter's copies of a zip made once per signature: the bytes append_torch_file writes, item for
+// item, for tensors that share a signature with different values, every part of the signature changed
+// one at a time, storages it leaves to append_torch_file (zeros, above kMaxBytes), at any offset.
+TEST(TorchFile, TensorZipWriterWritesWhatAppendTorchFileWrites) {
+  std::vector<Tensor> ts;
+  auto floats_of = [](std::vector<float> v, std::vector<int64_t> shape) {
+    return Tensor::from_vector(DType::Float32, std::move(shape), v);
+  };
+  ts.push_back(floats_of({1.5f, -2.f, 0.25f}, {3}));
+  ts.push_back(floats_of({7.f, 8.f, 9.f}, {3}));  // same signature, other values
+  ts.push_back(floats_of({7.f, 8.f, 9.f, 1.f}, {2, 2}));
+  ts.push_back(floats_of({7.f, 8.f, 9.f, 1.f}, {4}));
+  ts.push_back(floats_of({3.f}, {}));
+  ts.push_back(floats_of({}, {0}));
+  ts.push_back(floats_of({}, {0, 5}));
+  ts.push_back(Tensor::from_vector(DType::Int64, {2}, std::vector<int64_t>{5, -6}));
+  ts.push_back(Tensor::from_vector(DType::BFloat16, {2}, std::vector<uint16_t>{0x3f80, 0x4000}));
+  ts.push_back(Tensor::from_vector(DType::Bool, {3}, std::vector<uint8_t>{1, 0, 1}));
+  Tensor base = floats_of({1.f, 2.f, 3.f, 4.f, 5.f, 6.f}, {2, 3});
+  ts.push_back(Tensor(base.storage(), 1, {2, 2}, {3, 1}));  // a view: the whole storage is its record
+  ts.push_back(Tensor(base.storage(), 0, {3, 2}, {1, 3}));  // transposed strides
+  Tensor p = floats_of({1.f, 2.f}, {2});
+  p.is_parameter = true;
+  ts.push_back(p);
+  Tensor g = floats_of({1.f, 2.f}, {2});
+  g.requires_grad = true;
+  ts.push_back(g);
+  Tensor cuda = floats_of({1.f, 2.f}, {2});
+  cuda.storage()->location = "cuda:0";
+  ts.push_back(cuda);
+  auto ramp = [](uint64_t off, std::span<uint8_t> out) {
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(off + i);
+  };
+  ts.push_back(Tensor(Storage::generated(DType::Float32, 6, ramp), 0, {6}, {1}));
+  ts.push_back(Tensor(Storage::zero_filled(DType::Float32, 6), 0, {6}, {1}));
+  const int64_t big = TensorZipWriter::kMaxBytes / 4 + 1;
+  ts.push_back(Tensor(Storage::generated(DType::Float32, big, ramp), 0, {big}, {1}));
+  ts.push_back(floats_of({1.5f, -2.f, 0.25f}, {3}));  // the first signature again
+  const std::string dir = ucpkit::testing::scratch_dir("torch_file_tensor_zip");
+  std::vector<uint64_t> sizes[2];
+  for (int way = 0; way < 2; ++way) {
+    AtomicFile out(dir + "/" + std::to_string(way));
+    out.write(span_of("0123456"sv));  // an offset no multiple of the alignment
+    TensorZipWriter zips;
+    for (const Tensor& t : ts) sizes[way].push_back(way ? zips.append(out, t) : append_torch_file(out, Value::of_tensor(t)));
+    out.commit();
+  }
+  EXPECT_EQ(sizes[0], sizes[1]);
+  const std::string a = ucpkit::testing::file_bytes(dir + "/0"), b = ucpkit::testing::file_bytes(dir + "/1");
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_TRUE(a == b) << "first difference at byte " << std::mismatch(a.begin(), a.end(), b.begin()).first - a.begin();
+  // And torch's reader takes each item back with its values.
+  auto map = MappedFile::open(dir + "/1");
+  uint64_t at = 7;
+  auto item = [&](size_t i) {
+    uint64_t from = at;
+    for (size_t k = 0; k < i; ++k) from += sizes[1][k];
+    return load_torch_mapped(MappedFile::slice(map, from, sizes[1][i], "item")).root;
+  };
+  EXPECT_EQ(floats(item(1)), (std::vector<float>{7.f, 8.f, 9.f}));
+  EXPECT_EQ(floats(item(ts.size() - 1)), (std::vector<float>{1.5f, -2.f, 0.25f}));
+  EXPECT_TRUE(item(12)->tensor->is_parameter);
+  EXPECT_EQ(item(14)->tensor->storage()->location, "cuda:0");
+}
+
+// TensorZipReader: a zip that matches a remembered one but for its data (and serialization id) gives the tensor
+// load_torch_mapped gives, over its own bytes, with its CRC-32; any other byte changed, CRC copies that disagree
+// or a remembered zip not checked under `verify` send the caller back to parsing (no match).
+TEST(TorchFile, TensorZipReaderMatchesZipsThatDifferOnlyInTheirData) {
+  const std::string dir = ucpkit::testing::scratch_dir("torch_file_tensor_zip_reader");
+  std::vector<uint64_t> at, len;
+  {
+    AtomicFile out(dir + "/items");
+    TensorZipWriter zips;
+    for (float v : {1.f, 2.f, 3.f}) {
+      at.push_back(out.offset());
+      len.push_back(zips.append(out, Tensor::from_vector(DType::Float32, {2, 2}, std::vector<float>{v, v, v, -v})));
+    }
+    out.commit();
+  }
+  const std::string bytes = ucpkit::testing::file_bytes(dir + "/items");
+  int files = 0;
+  auto map_of = [&](const std::string& b) {
+    const std::string path = dir + "/variant" + std::to_string(files++);
+    std::ofstream(path, std::ios::binary) << b;
+    return MappedFile::open(path);
+  };
+  auto item = [&](const std::shared_ptr<const MappedFile>& map, size_t i) { return MappedFile::slice(map, at[i], len[i], "item"); };
+  TensorZipReader reader;
+  auto map = MappedFile::open(dir + "/items");
+  const Tensor first = load_torch_mapped(item(map, 0)).root->as_tensor();
+  const auto records = ZipReader(item(map, 0)).records();
+  EXPECT_FALSE(reader.match(map, at[1], len[1], false));  // nothing remembered yet
+  reader.remember(map->bytes().subspan(at[0], len[0]), first, records, "archive/data/0", false);
+  auto hit = reader.match(map, at[1], len[1], false);
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(hit->tensor.to_vector<float>(), (std::vector<float>{2.f, 2.f, 2.f, -2.f}));
+  EXPECT_EQ(hit->tensor.shape(), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(hit->record, "archive/data/0");
+  EXPECT_EQ(hit->crc, ZipReader(item(map, 1)).find("data/0")->crc32);
+  EXPECT_FALSE(reader.match(map, at[1], len[1], true));  // remembered unchecked: parsed under --verify
+  reader.remember(map->bytes().subspan(at[0], len[0]), first, records, "archive/data/0", true);
+  EXPECT_TRUE(reader.match(map, at[2], len[2], true));
+  // A byte of item 2's pickle changed: no match (item 1 still matches).
+  std::string damaged = bytes;
+  const size_t pkl = damaged.find("FloatStorage", at[2]);
+  ASSERT_NE(pkl, std::string::npos);
+  damaged[pkl] = 'G';
+  auto map1 = map_of(damaged);
+  EXPECT_FALSE(reader.match(map1, at[2], len[2], false));
+  EXPECT_TRUE(reader.match(map1, at[1], len[1], false));
+  // Item 2's data CRC changed in its central entry only: no match.
+  damaged = bytes;
+  damaged[at[2] + ZipReader(item(map, 2)).find("data/0")->central_entry + 16] ^= 1;
+  EXPECT_FALSE(reader.match(map_of(damaged), at[2], len[2], false));
 }
 
 TEST(TorchFile, GeneratedStoragesAreListedOnceInPickleOrder) {
