@@ -4,14 +4,18 @@
 // (<variant>.truth/tensors.safetensors: torch's own full_state_dict gather, not DCP loading).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <tuple>
 
 #include "formats/dcp/dcp_data.h"
 #include "formats/dcp/reader.h"
 #include "io/safetensors_file.h"
+#include "core/mapped_file.h"
 #include "io/torch/torch_file.h"
+#include "io/zip/zip_reader.h"
 #include "support/process.h"
 
 namespace dcp_reader_test {
@@ -214,6 +218,61 @@ TEST(DcpReader, FlippedBitInAWholeItemIsCaughtByItsView) {
   const std::string file = ucpkit::testing::flip_first_chunk(kData + "/plain_w2", fqn, d);
   const Reader r(d);
   ucpkit::testing::expect_crc_error([&] { (void)r.view_tensor(fqn); }, file);
+}
+
+// Items whose zips share a layout are read through the first one's (TensorZipReader remembers it): a later item's
+// flipped bit in its data, its pickle or its serialization id is still refused, one line naming the data file;
+// every item of every fixture read through one reader equals the truth (expect_matches_truth above).
+TEST(DcpReader, ItemsReadThroughAnEarlierItemsLayoutStillCatchDamage) {
+  const Reader clean(kData + "/fsdp_optim_w2");
+  // Two items of one dtype, chunk shape and item length in one data file (an exp_avg's and an exp_avg_sq's
+  // shard): the later one is damaged.
+  std::map<std::tuple<int, std::vector<int64_t>, uint64_t, std::string>, std::vector<const formats::dcp::Item*>> layouts;
+  std::map<const formats::dcp::Item*, std::string> fqn_of;
+  for (const auto& e : clean.metadata().entries) {
+    if (e.is_bytes) continue;
+    for (const auto& c : e.chunks) {
+      const auto& item = clean.metadata().item_of(e.fqn, &c.offsets);
+      layouts[{static_cast<int>(e.dtype), c.sizes, item.storage.length, item.storage.relative_path}].push_back(&item);
+      fqn_of[&item] = e.fqn;
+    }
+  }
+  const formats::dcp::Item *first = nullptr, *later = nullptr;
+  for (auto& [key, items] : layouts)
+    if (items.size() >= 2 && !std::get<1>(key).empty()) {
+      std::sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->storage.offset < b->storage.offset; });
+      first = items.front(), later = items.back();
+    }
+  ASSERT_TRUE(first && later);
+  const std::string src = kData + "/fsdp_optim_w2/" + later->storage.relative_path;
+  const auto records = ZipReader(MappedFile::slice(MappedFile::open(src), later->storage.offset, later->storage.length, "item")).records();
+  int variant = 0;
+  for (const std::string record : {"/data/0", "/data.pkl", "/.data/serialization_id"}) {
+    SCOPED_TRACE(record);
+    const std::string d = ucpkit::testing::scratch_dir("dcp_layout_flip" + std::to_string(variant++)) + "/ckpt";
+    fs::copy(kData + "/fsdp_optim_w2", d, fs::copy_options::recursive);
+    const std::string file = d + "/" + later->storage.relative_path;
+    std::string bytes = slurp(file);
+    const auto rec = std::find_if(records.begin(), records.end(), [&](const auto& r) {
+      return r.first.size() >= record.size() && r.first.compare(r.first.size() - record.size(), record.size(), record) == 0;
+    });
+    ASSERT_NE(rec, records.end());
+    bytes[later->storage.offset + rec->second.data_offset + rec->second.size / 2] ^= 0x10;
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+    const Reader r(d);
+    (void)r.read_tensor(fqn_of[first]);  // its layout remembered
+    if (record != "/data.pkl") {
+      ucpkit::testing::expect_crc_error([&] { (void)r.read_tensor(fqn_of[later]); }, file);
+      continue;
+    }
+    try {  // the pickle is parsed again, and its damage reported before its CRC-32 is
+      (void)r.read_tensor(fqn_of[later]);
+      ADD_FAILURE() << "a flipped bit in a pickle went through";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find(file), std::string::npos) << err.what();
+      EXPECT_EQ(std::string(err.what()).find('\n'), std::string::npos) << err.what();
+    }
+  }
 }
 
 }  // namespace dcp_reader_test
