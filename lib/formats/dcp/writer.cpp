@@ -72,9 +72,10 @@ class Pool {
     strings_.emplace(v->s, v);
     return v;
   }
-  ValuePtr str_dict(std::vector<std::pair<std::string_view, ValuePtr>> fields) {
+  // A dataclass's fields; their names are string literals, found by address (a dozen, each asked for 10^5 times).
+  ValuePtr str_dict(std::vector<std::pair<const char*, ValuePtr>> fields) {
     ValuePtr d = Value::dict();
-    for (auto& [k, v] : fields) d->entries.emplace_back(str(k), std::move(v));
+    for (auto& [k, v] : fields) d->entries.emplace_back(field_name(k), std::move(v));
     return d;
   }
   // TensorProperties.__getstate__: (dtype, layout, requires_grad, _MEM_FORMAT_ENCODING, pin_memory);
@@ -99,6 +100,12 @@ class Pool {
   };
   std::unordered_map<std::string, ValuePtr, Hash, std::equal_to<>> strings_;
   std::map<int, ValuePtr> properties_;
+  std::vector<std::pair<const char*, ValuePtr>> field_names_;
+  ValuePtr field_name(const char* literal) {
+    for (const auto& [p, v] : field_names_)
+      if (p == literal) return v;
+    return field_names_.emplace_back(literal, str(literal)).second;
+  }
 };
 
 }  // namespace metadata_writer
@@ -123,7 +130,7 @@ ValuePtr storage_entry(const Entry& e, Pool& pool) {
 // MetadataIndex's __init__ sets fqn and index, and offset only when given (a bytes item has none).
 // `index` is the chunk's position in its entry's list (the lookup hint), None for bytes items.
 ValuePtr metadata_index(const Item& it, std::optional<size_t> index, Pool& pool) {
-  std::vector<std::pair<std::string_view, ValuePtr>> f{{"fqn", pool.str(it.fqn)}};
+  std::vector<std::pair<const char*, ValuePtr>> f{{"fqn", pool.str(it.fqn)}};
   f.emplace_back("index", index ? Value::integer(static_cast<int64_t>(*index)) : Value::none());
   if (it.offset) f.emplace_back("offset", Value::torch_size(*it.offset));
   return pool.dataclass(kMetadataModule, "MetadataIndex", pool.str_dict(std::move(f)));

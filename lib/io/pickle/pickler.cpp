@@ -2,6 +2,7 @@
 #include "io/pickle/pickler.h"
 
 #include <bit>
+#include <optional>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -73,17 +74,19 @@ class Pickler {
     return true;
   }
   void global(std::string_view module, std::string_view name) {
-    std::string key;
     if (opt_.memoize_repeats) {
-      key = std::string(module) + '\n' + std::string(name);
-      if (auto it = globals_.find(key); it != globals_.end()) return get(it->second);
+      // The key made in a buffer kept for it: a `.metadata` of 100,000 tensors asks for torch.Size 400,000 times.
+      global_key_.assign(module);
+      global_key_ += '\n';
+      global_key_.append(name);
+      if (auto it = globals_.find(global_key_); it != globals_.end()) return get(it->second);
     }
     op(Op::GLOBAL);
     out_.append(module);
     out_ += '\n';
     out_.append(name);
     out_ += '\n';
-    if (opt_.memoize_repeats) globals_.emplace(std::move(key), put());
+    if (opt_.memoize_repeats) globals_.emplace(global_key_, put());
   }
   void unicode(std::string_view s) {
     op(Op::BINUNICODE);
@@ -328,7 +331,12 @@ class Pickler {
         memoize(p);
         break;
       case Kind::Shape:
-        global("torch", "Size");
+        if (size_memo_) {
+          get(*size_memo_);  // most values of a DCP `.metadata` are torch.Size: its memo looked up once
+        } else {
+          global("torch", "Size");
+          if (opt_.memoize_repeats) size_memo_ = globals_.at("torch\nSize");
+        }
         int_tuple(v.shape);
         op(Op::TUPLE1);
         op(Op::REDUCE);
@@ -354,6 +362,8 @@ class Pickler {
   std::string out_;
   std::unordered_map<const Value*, uint64_t> memo_;
   std::unordered_map<std::string, uint64_t> globals_;  // memoize_repeats: "module\nname" -> memo index
+  std::string global_key_;
+  std::optional<uint64_t> size_memo_;  // memoize_repeats: torch.Size's memo index once written
   uint64_t next_memo_ = 0;
   std::vector<ValuePtr> keep_;
   int depth_ = 0;
