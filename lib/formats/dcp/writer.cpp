@@ -317,7 +317,6 @@ struct DataFile {
   std::string relative_path;
   std::unique_ptr<AtomicFile> out;
   bool flush_each = false;  // its buffer written and freed after each item (many files open: see kBufferedFiles)
-  TensorZipWriter zips;     // its small items' zips, made once per tensor signature
 };
 
 // Up to this many data files written at once keep their write buffers (1 MiB each) between items; beyond, each
@@ -344,9 +343,9 @@ StorageInfo append_bytes(DataFile& f, std::span<const uint8_t> bytes) {
 
 // Writes `chunk` as a torch.save zip straight into the data file (the zip's offsets count from the
 // item's first byte, as torch.load of the item's bytes reads them): each tensor byte is written once.
-StorageInfo append_tensor(DataFile& f, const Tensor& chunk) {
+StorageInfo append_tensor(DataFile& f, const Tensor& chunk, TensorZipWriter& zips) {
   StorageInfo s = next_item(f);
-  s.length = f.zips.append(*f.out, own_storage(chunk));
+  s.length = zips.append(*f.out, own_storage(chunk));
   if (f.flush_each) f.out->flush();
   return s;
 }
@@ -415,11 +414,12 @@ WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, con
   };
   std::vector<Made> batch;
   std::vector<char> in_batch(files.size(), 0);  // a file already has a chunk of the batch
+  TensorZipWriter zips;                         // the small items' zips, made once per tensor signature
   size_t batch_bytes = 0;
   auto write_batch = [&] {
     std::vector<StorageInfo> info(batch.size());
     auto write_one = [&](size_t i) {
-      info[i] = append_tensor(place(batch[i].at.entry, batch[i].at.chunk), batch[i].t);
+      info[i] = append_tensor(place(batch[i].at.entry, batch[i].at.chunk), batch[i].t, zips);
       batch[i].t = Tensor();
     };
     // Threads only for chunks worth waking them: for 100,000 chunks of 8 bytes, the workers spinning between

@@ -426,8 +426,6 @@ struct TensorZipWriter::Template {
 
 TensorZipWriter::TensorZipWriter(TorchSaveOptions options) : options_(std::move(options)) {}
 TensorZipWriter::~TensorZipWriter() = default;
-TensorZipWriter::TensorZipWriter(TensorZipWriter&&) noexcept = default;
-TensorZipWriter& TensorZipWriter::operator=(TensorZipWriter&&) noexcept = default;
 
 uint64_t TensorZipWriter::append(AtomicFile& out, const Tensor& t) {
   const std::shared_ptr<Storage>& st = t.storage();
@@ -453,10 +451,13 @@ uint64_t TensorZipWriter::append(AtomicFile& out, const Tensor& t) {
   } else {
     bytes = st->bytes();
   }
-  auto it = templates_.find(key);
-  if (it == templates_.end()) {
-    if (templates_.size() >= kMaxTemplates) return append_torch_file(out, Value::of_tensor(t), options_);
-    auto tp = std::make_unique<Template>();
+  std::shared_ptr<const Template> known;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = templates_.find(key); it != templates_.end()) known = it->second;
+  }
+  if (!known) {
+    auto tp = std::make_shared<Template>();
     std::vector<std::shared_ptr<Storage>> order;
     const std::string pkl = pickle_root(Value::of_tensor(t), order);
     ZipWriter zip(&tp->zip);
@@ -471,9 +472,11 @@ uint64_t TensorZipWriter::append(AtomicFile& out, const Tensor& t) {
     tp->size = place->size;
     tp->header_crc = place->header + 14;
     tp->directory_crc = place->directory + 16;
-    it = templates_.emplace(std::move(key), std::move(tp)).first;
+    known = tp;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (kept_ + tp->zip.size() <= kMaxKept && templates_.emplace(std::move(key), tp).second) kept_ += tp->zip.size();
   }
-  const Template& tp = *it->second;
+  const Template& tp = *known;
   const uint32_t crc = crc32_parallel(bytes);
   uint8_t le[4];
   for (int k = 0; k < 4; ++k) le[k] = static_cast<uint8_t>(crc >> (8 * k));
@@ -567,8 +570,7 @@ void TensorZipReader::remember(std::span<const uint8_t> zip, const Tensor& t,
   if (zip.size() > kMaxBytes || rec == records.end() || !st || !st->is_mapped() || st->nbytes() != rec->second.size ||
       st->mapped_file()->data() + st->mapped_offset() != zip.data() + rec->second.data_offset)
     return;
-  const auto known = templates_.find(zip.size());
-  if (count_ >= kMaxTemplates && (known == templates_.end() || known->second.size() < kPerLength)) return;
+  if (kept_ + zip.size() > kMaxKept) return;
   auto tp = std::make_shared<Template>();
   // A record's bytes and the places of its CRC-32 (central entry + 16; local header + 14 and the data descriptor
   // after its bytes, with or without its signature, where they hold it).
@@ -622,9 +624,9 @@ void TensorZipReader::remember(std::span<const uint8_t> zip, const Tensor& t,
   tp->location = st->location;
   tp->record = data;
   auto& same_length = templates_[zip.size()];
-  if (same_length.size() == kPerLength) same_length.pop_back(), --count_;
+  if (same_length.size() == kPerLength) kept_ -= same_length.back()->zip.size(), same_length.pop_back();
+  kept_ += tp->zip.size();
   same_length.insert(same_length.begin(), std::move(tp));
-  ++count_;
 }
 
 std::vector<std::shared_ptr<Storage>> generated_storages(const pickle::ValuePtr& root) {

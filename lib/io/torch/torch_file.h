@@ -3,6 +3,7 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -66,22 +67,23 @@ uint64_t append_torch_file(AtomicFile& out, const pickle::ValuePtr& root, const 
 // a tensor differs from that of another with the same signature (dtype, shape, strides, storage offset and
 // size, location, flags) only in its data record's bytes and CRC-32, so the zip is made once per signature
 // and each tensor's bytes and CRC go into a copy of it (a 100,000-tensor DCP rewrite spent 7 us a tensor
-// pickling and zipping). The same bytes as append_torch_file; storages of zeros (holes), storages above
-// kMaxBytes and signatures past kMaxTemplates go through append_torch_file.
+// pickling and zipping). The same bytes as append_torch_file; storages of zeros (holes) and storages above
+// kMaxBytes go through append_torch_file. The zips kept take kMaxKept bytes at most (past that a new
+// signature's zip is made for its tensor and not kept). Thread-safe: one for every file of a write.
 class TensorZipWriter {
  public:
-  static constexpr size_t kMaxBytes = 64 << 10, kMaxTemplates = 1024;
+  static constexpr size_t kMaxBytes = 64 << 10, kMaxKept = 8 << 20;
   explicit TensorZipWriter(TorchSaveOptions options = {});
   ~TensorZipWriter();
-  TensorZipWriter(TensorZipWriter&&) noexcept;
-  TensorZipWriter& operator=(TensorZipWriter&&) noexcept;
   // Appends `t` to `out` at its current offset; returns the bytes written.
   uint64_t append(AtomicFile& out, const Tensor& t);
 
  private:
   struct Template;
   TorchSaveOptions options_;
-  std::unordered_map<std::string, std::unique_ptr<Template>> templates_;
+  std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<const Template>> templates_;
+  size_t kept_ = 0;  // bytes of the zips in templates_
 };
 
 // TensorZipWriter's counterpart for reading many small one-tensor zips (a DCP data file's items): a zip
@@ -90,10 +92,10 @@ class TensorZipWriter {
 // CRC-32s (each record's two copies of its CRC agreeing) holds the same tensor over its own data record,
 // found by comparing bytes instead of parsing the zip and its pickle again. Up to kPerLength zips remembered
 // per length (a 0-dim tensor's zip can have a [4]-tensor's length: the padding takes the difference), the
-// latest first, kMaxTemplates in all, each of kMaxBytes at most. Not thread-safe: one per thread, or a lock.
+// latest first, each of kMaxBytes at most, kMaxKept bytes in all. Not thread-safe: one per thread, or a lock.
 class TensorZipReader {
  public:
-  static constexpr size_t kMaxBytes = 64 << 10, kMaxTemplates = 1024, kPerLength = 4;
+  static constexpr size_t kMaxBytes = 64 << 10, kMaxKept = 8 << 20, kPerLength = 4;
   struct Found {
     Tensor tensor;       // over `file`'s bytes of the zip's data record
     uint32_t crc = 0;    // that record's CRC-32 as the zip records it
@@ -113,7 +115,7 @@ class TensorZipReader {
  private:
   struct Template;
   std::unordered_map<uint64_t, std::vector<std::shared_ptr<const Template>>> templates_;  // by zip length
-  size_t count_ = 0;
+  size_t kept_ = 0;  // bytes of the zips in templates_
 };
 
 // The generated storages of `root` in the order DeferredTorchFile(path, root).records() lists them
