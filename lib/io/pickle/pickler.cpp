@@ -74,19 +74,17 @@ class Pickler {
     return true;
   }
   void global(std::string_view module, std::string_view name) {
+    std::string key;
     if (opt_.memoize_repeats) {
-      // The key made in a buffer kept for it: a `.metadata` of 100,000 tensors asks for torch.Size 400,000 times.
-      global_key_.assign(module);
-      global_key_ += '\n';
-      global_key_.append(name);
-      if (auto it = globals_.find(global_key_); it != globals_.end()) return get(it->second);
+      key = std::string(module) + '\n' + std::string(name);
+      if (auto it = globals_.find(key); it != globals_.end()) return get(it->second);
     }
     op(Op::GLOBAL);
     out_.append(module);
     out_ += '\n';
     out_.append(name);
     out_ += '\n';
-    if (opt_.memoize_repeats) globals_.emplace(global_key_, put());
+    if (opt_.memoize_repeats) globals_.emplace(std::move(key), put());
   }
   void unicode(std::string_view s) {
     op(Op::BINUNICODE);
@@ -362,7 +360,6 @@ class Pickler {
   std::string out_;
   std::unordered_map<const Value*, uint64_t> memo_;
   std::unordered_map<std::string, uint64_t> globals_;  // memoize_repeats: "module\nname" -> memo index
-  std::string global_key_;
   std::optional<uint64_t> size_memo_;  // memoize_repeats: torch.Size's memo index once written
   uint64_t next_memo_ = 0;
   std::vector<ValuePtr> keep_;

@@ -26,6 +26,7 @@
 #include "io/pickle/pickler.h"
 #include "io/pickle/unpickler.h"
 #include "io/zip/zip_reader.h"
+#include "io/zip/zip_records.h"
 #include "io/zip/zip_writer.h"
 
 namespace ucpkit {
@@ -470,8 +471,8 @@ uint64_t TensorZipWriter::append(AtomicFile& out, const Tensor& t) {
       throw Error("internal: a tensor's zip without its one data record");
     tp->data = place->data;
     tp->size = place->size;
-    tp->header_crc = place->header + 14;
-    tp->directory_crc = place->directory + 16;
+    tp->header_crc = place->header + kLocalCrcField;
+    tp->directory_crc = place->directory + kCentralCrcField;
     known = tp;
     std::lock_guard<std::mutex> lock(mu_);
     if (kept_ + tp->zip.size() <= kMaxKept && templates_.emplace(std::move(key), tp).second) kept_ += tp->zip.size();
@@ -498,8 +499,8 @@ uint64_t TensorZipWriter::append(AtomicFile& out, const Tensor& t) {
 struct TensorZipReader::Template {
   struct Hole {
     uint64_t data = 0, size = 0;
-    std::vector<uint64_t> crcs;  // where the record's CRC-32 is written: its central entry, and its local header
-                                 // and data descriptor where they hold it (torch's local headers hold 0)
+    std::vector<uint64_t> crcs;  // where the record's CRC-32 is written: its central entry, and its data descriptor
+                                 // or (no descriptor) its local header
   };
   std::string zip;
   std::vector<std::pair<uint64_t, uint64_t>> same;  // [from, to)
@@ -572,19 +573,19 @@ void TensorZipReader::remember(std::span<const uint8_t> zip, const Tensor& t,
     return;
   if (kept_ + zip.size() > kMaxKept) return;
   auto tp = std::make_shared<Template>();
-  // A record's bytes and the places of its CRC-32 (central entry + 16; local header + 14 and the data descriptor
-  // after its bytes, with or without its signature, where they hold it).
+  // A record's bytes and the places of its CRC-32: where store_zip_crc would write it (its central entry, and its
+  // data descriptor or local header), each holding it.
   auto hole_of = [&](const ZipRecord& r) -> std::optional<Template::Hole> {
-    if (r.central_entry + 20 > zip.size() || r.data_offset + r.size > zip.size() || r.local_header + 18 > r.data_offset ||
-        le32(zip.data() + r.central_entry + 16) != r.crc32)
-      return std::nullopt;
-    Template::Hole h{r.data_offset, r.size, {r.central_entry + 16}};
-    if (le32(zip.data() + r.local_header + 14) == r.crc32) h.crcs.push_back(r.local_header + 14);
-    const uint64_t end = r.data_offset + r.size;
-    if (end + 8 <= r.central_entry && le32(zip.data() + end) == 0x08074b50 && le32(zip.data() + end + 4) == r.crc32)
-      h.crcs.push_back(end + 4);
-    else if (end + 4 <= r.central_entry && le32(zip.data() + end) == r.crc32)
-      h.crcs.push_back(end);
+    if (r.data_offset + r.size > zip.size() || r.local_header + 8 > r.data_offset) return std::nullopt;
+    Template::Hole h{r.data_offset, r.size, {}};
+    bool inside = true;
+    store_zip_crc(
+        zip.size(), r, r.crc32, [&](uint64_t at, size_t n, uint8_t* out) { std::memcpy(out, zip.data() + at, n); },
+        [&](uint64_t at, uint32_t) {
+          inside = inside && at + 4 <= zip.size() && le32(zip.data() + at) == r.crc32;
+          h.crcs.push_back(at);
+        });
+    if (!inside || h.crcs.empty()) return std::nullopt;
     return h;
   };
   std::vector<std::pair<uint64_t, uint64_t>> masked;

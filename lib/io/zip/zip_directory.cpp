@@ -67,7 +67,7 @@ std::map<std::string, ZipRecord> read_zip_directory(std::span<const uint8_t> fil
   for (uint64_t k = 0; k < dir.entries; ++k) {
     if (c.get(p, 4) != kCentralSig) fail(path, "zip: damaged central directory entry " + std::to_string(k));
     const uint64_t method = c.get(p + 10, 2);
-    const auto crc = static_cast<uint32_t>(c.get(p + 16, 4));
+    const auto crc = static_cast<uint32_t>(c.get(p + kCentralCrcField, 4));
     uint64_t csize = c.get(p + 20, 4), usize = c.get(p + 24, 4);
     const uint64_t name_len = c.get(p + 28, 2), extra_len = c.get(p + 30, 2), comment_len = c.get(p + 32, 2);
     uint64_t lho = c.get(p + 42, 4);

@@ -17,6 +17,9 @@ struct ZipRecord {
   uint64_t central_entry = 0;  // offset of the central directory entry
 };
 
+// Where a record's CRC-32 lies in its local header and in its central directory entry.
+constexpr uint64_t kLocalCrcField = 14, kCentralCrcField = 16;
+
 // True when the bytes start like a zip archive (a local file header).
 bool looks_like_zip(std::span<const uint8_t> head);
 

@@ -4,7 +4,7 @@
 namespace ucpkit {
 void store_zip_crc(uint64_t size, const ZipRecord& r, uint32_t crc, const std::function<void(uint64_t, size_t, uint8_t*)>& read,
                    const std::function<void(uint64_t, uint32_t)>& write) {
-  write(r.central_entry + 16, crc);
+  write(r.central_entry + kCentralCrcField, crc);
   uint8_t flags[2];
   read(r.local_header + 6, 2, flags);
   if (flags[0] & 0x8) {
@@ -15,7 +15,7 @@ void store_zip_crc(uint64_t size, const ZipRecord& r, uint32_t crc, const std::f
     if (d + 4 <= size && sig[0] == 0x50 && sig[1] == 0x4b && sig[2] == 0x07 && sig[3] == 0x08) d += 4;
     if (d + 4 <= size) write(d, crc);
   } else {
-    write(r.local_header + 14, crc);
+    write(r.local_header + kLocalCrcField, crc);
   }
 }
 

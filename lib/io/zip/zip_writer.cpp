@@ -8,6 +8,7 @@
 #include "core/crc32.h"
 #include "core/error.h"
 #include "core/staging.h"
+#include "io/zip/zip_directory.h"
 
 namespace ucpkit {
 namespace {
@@ -25,7 +26,6 @@ struct Bytes {
 };
 
 constexpr uint16_t kDosTime = 0, kDosDate = (1 << 5) | 1;  // 1980-01-01: reproducible files
-constexpr uint64_t kCrcField = 14;  // offset of the CRC-32 in a local header
 
 std::atomic<size_t> g_window{8u << 20};
 
@@ -101,7 +101,7 @@ void ZipWriter::add_streamed(const std::string& name, uint64_t size, const Fill&
   }
   uint8_t le[4];
   for (int k = 0; k < 4; ++k) le[k] = static_cast<uint8_t>(crc >> (8 * k));
-  out.pwrite_at(base_ + offset + kCrcField, le);
+  out.pwrite_at(base_ + offset + kLocalCrcField, le);
   Entry e{name, offset, size, crc};
   e.data = data;
   entries_.push_back(std::move(e));
@@ -146,7 +146,7 @@ void ZipWriter::set_crc(size_t record, uint32_t crc) {
   e.crc = crc;
   uint8_t le[4];
   for (int k = 0; k < 4; ++k) le[k] = static_cast<uint8_t>(crc >> (8 * k));
-  file().pwrite_at(base_ + e.header_offset + kCrcField, le);
+  file().pwrite_at(base_ + e.header_offset + kLocalCrcField, le);
 }
 
 uint64_t ZipWriter::local_header(const std::string& name, uint64_t size, uint32_t crc) {

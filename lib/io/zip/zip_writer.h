@@ -54,7 +54,7 @@ class ZipWriter {
   void finish();
 
   // Where the record `name` lies, counted from the zip's first byte: its local header, its bytes and,
-  // after finish(), its central directory entry (the CRC-32 fields: header + 14, directory + 16).
+  // after finish(), its central directory entry (the CRC-32 fields: kLocalCrcField, kCentralCrcField).
   // Null when there is no such record.
   struct Place {
     uint64_t header = 0, data = 0, size = 0, directory = 0;
