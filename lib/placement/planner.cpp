@@ -329,12 +329,19 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
   compute_metrics(out.plan, loads, popt.recovery);
   // The same loads placed from scratch, for comparison: what a plain re-run would move. Above
   // kLargeClusterNodes eplb-global is placed for it only with --report (at 1,024 nodes its placement was
-  // about a tenth of the run, for a comparison field): the plan says so in "from_scratch_skipped".
+  // about a tenth of the run, for a comparison field), and so is balanced-ft where the re-placement
+  // placed it only for the layers whose search stalled (a migration weight or budget): the plan says
+  // so in "from_scratch_skipped".
   nlohmann::json scratch = nlohmann::json::object();
+  nlohmann::json skipped = nlohmann::json::object();
   double prev_bal = overall_balancedness(prev.layers, loads, cc);
-  const bool eplb_compared = cc.nodes <= kLargeClusterNodes || req.report;
+  const bool large_compared = cc.nodes <= kLargeClusterNodes || req.report;
+  const std::string above = "not placed above " + std::to_string(kLargeClusterNodes) + " nodes without --report";
+  if (!large_compared) skipped["eplb-global"] = above;
+  if (!large_compared && rr.from_scratch.size() != loads.layers)
+    skipped["balanced-ft"] = above + " (with a migration weight or budget: placed only where the moves stall)";
   for (const char* algo : {"eplb-global", "balanced-ft"}) {
-    if (!eplb_compared && std::string(algo) == "eplb-global") continue;
+    if (skipped.contains(algo)) continue;
     // balanced-ft from scratch was placed by the re-placement already (one of its options).
     const bool reuse = std::string(algo) == "balanced-ft" && rr.from_scratch.size() == loads.layers;
     std::vector<LayerPlacement> placed;  // referenced, not copied: 64 layers of phy2log at 1,024 nodes
@@ -349,9 +356,7 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
   nlohmann::json rep = replace_to_json(rr, req.expert_bytes);
   rep["previous_balancedness"] = prev_bal;
   rep["from_scratch"] = scratch;
-  if (!eplb_compared)
-    rep["from_scratch_skipped"] = {
-        {"eplb-global", "not placed above " + std::to_string(kLargeClusterNodes) + " nodes without --report"}};
+  if (!skipped.empty()) rep["from_scratch_skipped"] = skipped;
   nlohmann::json rextra = {{"replacement", rep}};
   if (req.dispatch) rextra["dispatch"] = dispatch_report(out.plan, loads);
   out.file_extra = rextra;
@@ -364,8 +369,9 @@ PlanOutcome replace_plan(const PlanRequest& req, const LoadMatrix& loads, std::c
   for (const auto& [name, j] : scratch.items())
     extra << "  from scratch, " << name << ": balancedness " << fixed(j["balancedness"].get<double>()) << ", "
           << j["copies_moved"].get<long long>() << " copies\n";
-  if (!eplb_compared)
-    extra << "  from scratch, eplb-global: not placed above " << kLargeClusterNodes << " nodes (--report places it)\n";
+  for (const auto& [name, j] : skipped.items())
+    extra << "  from scratch, " << name << ": not placed above " << kLargeClusterNodes
+          << " nodes (--report places it)\n";
   out.table = render_table(out.plan, std::nullopt, 32) + extra.str();
   if (req.dispatch) out.table += dispatch_line(rextra["dispatch"]);
   if (req.want_svg) out.svg = plan_svg(out.plan, chart_under(prev, loads), "before: previous plan", req.svg_layer);

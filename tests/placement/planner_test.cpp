@@ -8,6 +8,7 @@
 #include <set>
 
 #include "placement/planner.h"
+#include "placement/replace.h"
 #include "support/errors.h"
 #include "support/files.h"
 
@@ -219,6 +220,48 @@ TEST_F(Planner, PreviousPlanIsReplacedWithTransfersInTheFile) {
   req.loads_path = write("l1.json", "[[1, 2, 3]]");
   const std::string msg = error_of([&] { make_plan(req); });
   EXPECT_NE(msg.find(prev + ": plan has 2 layers x 3 experts, loads have 1 x 3"), std::string::npos) << msg;
+}
+
+// Above kLargeClusterNodes with a migration weight, balanced-ft from scratch is an option only of the
+// layers whose moves stall (replace.cpp): the plan says it was not placed for the comparison, and the
+// same run with --report, which places it for every layer to compare, places the same replicas.
+TEST_F(Planner, LargeWeightedReplacementNamesTheSkippedFromScratchPlacement) {
+  const int nodes = kLargeClusterNodes + 4;
+  std::string old_loads = "[[", new_loads = "[[";
+  for (int e = 0; e < 16; ++e) {  // layer 0 drifts, layer 1 stays
+    old_loads += std::to_string(100 + 37 * e) + (e < 15 ? ", " : "], [");
+    new_loads += std::to_string(e % 3 == 0 ? 900 - 40 * e : 100 + 37 * e) + (e < 15 ? ", " : "], [");
+  }
+  for (int e = 0; e < 16; ++e) {
+    old_loads += std::to_string(50 + 11 * e) + (e < 15 ? ", " : "]]");
+    new_loads += std::to_string(50 + 11 * e) + (e < 15 ? ", " : "]]");
+  }
+  const std::string prev = write("prev.json",
+                                 make_plan(request(write("old.json", old_loads), nodes, 1, 2, 0)).plan_file_text());
+  PlanRequest req;
+  req.loads_path = write("new.json", new_loads);
+  req.previous_path = prev;
+  req.migration_weight = 1;
+  const PlanOutcome plain = make_plan(req);
+  const auto& rep = plain.summary.at("replacement");
+  EXPECT_FALSE(rep.at("from_scratch").contains("balanced-ft")) << rep.dump();
+  EXPECT_FALSE(rep.at("from_scratch").contains("eplb-global")) << rep.dump();
+  EXPECT_NE(
+      rep.at("from_scratch_skipped").at("balanced-ft").get<std::string>().find("placed only where the moves stall"),
+      std::string::npos)
+      << rep.dump();
+  EXPECT_NE(plain.table.find("from scratch, balanced-ft: not placed above"), std::string::npos) << plain.table;
+  req.report = true;
+  const PlanOutcome reported = make_plan(req);
+  const auto& rep2 = reported.summary.at("replacement");
+  EXPECT_TRUE(rep2.at("from_scratch").contains("balanced-ft")) << rep2.dump();
+  EXPECT_TRUE(rep2.at("from_scratch").contains("eplb-global")) << rep2.dump();
+  EXPECT_FALSE(rep2.contains("from_scratch_skipped")) << rep2.dump();
+  ASSERT_EQ(plain.plan.layers.size(), reported.plan.layers.size());
+  for (size_t l = 0; l < plain.plan.layers.size(); ++l)
+    EXPECT_EQ(plain.plan.layers[l].phy2log, reported.plan.layers[l].phy2log) << "layer " << l;
+  EXPECT_EQ(rep.at("copies_moved"), rep2.at("copies_moved"));
+  EXPECT_EQ(rep.at("layers_from_scratch"), rep2.at("layers_from_scratch"));
 }
 
 TEST_F(Planner, OptionRefusalsNameTheOption) {
