@@ -198,15 +198,14 @@ LayerState::LayerState(const Cluster& cluster, std::vector<double> loads, std::v
   share_.resize(experts_);
   for (int e = 0; e < experts_; ++e) share_[e] = cnt_[e] ? t_[e] / cnt_[e] : 0.0;
   for (int p = 0; p < cluster_.slots(); ++p) load_[cluster_.gpu_of_slot(p)] += share(phy2log_[p]);
-  hi_.resize(cluster_.gpus());
-  for (size_t g = 0; g < hi_.size(); ++g) hi_[g].gpu = static_cast<int>(g);
-  hi_at_.resize(hi_.size());
-  rest_at_.resize(hi_.size());
+  rest_at_.resize(load_.size());
+  block_top_.resize((load_.size() + kBlock - 1) / kBlock);
+  block_moved_.assign(block_top_.size(), 0);
   build_order();
 }
 
 void LayerState::build_order() {
-  const size_t n = hi_.size();
+  const size_t n = load_.size();
   std::vector<int> all(n);
   std::iota(all.begin(), all.end(), 0);
   auto by_load = [&](int a, int b) { return lighter(a, b); };
@@ -219,11 +218,24 @@ void LayerState::build_order() {
   for (int g : bottom_) rest_at_[g] = -1;
   for (size_t i = 0; i < rest_.size(); ++i) rest_at_[rest_[i].gpu] = static_cast<int>(i);
   for (size_t i = rest_.size() / 2; i-- > 0;) sift<false>(rest_, rest_at_, i, false);
-  for (size_t i = 0; i < n; ++i) {
-    hi_[i].key = load_[hi_[i].gpu];
-    hi_at_[hi_[i].gpu] = static_cast<int>(i);
-  }
-  for (size_t i = n / 2; i-- > 0;) sift<true>(hi_, hi_at_, i, false);
+  for (size_t b = 0; b < block_top_.size(); ++b) scan_block(b);
+  scan_top();
+}
+
+void LayerState::scan_block(size_t b) {
+  const int first = static_cast<int>(b) * kBlock;
+  const int last = std::min(first + kBlock, static_cast<int>(load_.size()));
+  int m = first;
+  for (int g = first + 1; g < last; ++g)
+    if (load_[g] >= load_[m]) m = g;  // in id order: a tie goes to the larger id
+  block_top_[b] = m;
+}
+
+void LayerState::scan_top() {
+  int m = block_top_[0];
+  for (size_t b = 1; b < block_top_.size(); ++b)
+    if (load_[block_top_[b]] >= load_[m]) m = block_top_[b];  // blocks in id order
+  top_ = m;
 }
 
 void LayerState::insert_bottom(int gpu) {
@@ -257,14 +269,6 @@ void LayerState::sift(std::vector<Entry>& heap, std::vector<int>& at, size_t i, 
   at[g.gpu] = static_cast<int>(i);
 }
 
-void LayerState::settle_hi() {
-  // A stale key is above its GPU's load: lowering it only moves it down.
-  while (hi_[0].key != load_[hi_[0].gpu]) {
-    hi_[0].key = load_[hi_[0].gpu];
-    sift<true>(hi_, hi_at_, 0, false);
-  }
-}
-
 void LayerState::settle_rest() {
   // A stale key is below its GPU's load: raising it only moves it down.
   while (!rest_.empty() && rest_[0].key != load_[rest_[0].gpu]) {
@@ -274,11 +278,16 @@ void LayerState::settle_rest() {
 }
 
 void LayerState::place(int gpu) {
-  // The max-heap: a lighter GPU keeps its entry (a bound), a heavier one beyond it moves up.
-  const size_t h = static_cast<size_t>(hi_at_[gpu]);
-  if (load_[gpu] > hi_[h].key) {
-    hi_[h].key = load_[gpu];
-    sift<true>(hi_, hi_at_, h, true);
+  // The most loaded: gpu's block is scanned again when gpu was its top (its load may have fallen), and
+  // all blocks' tops when gpu was the top of all.
+  const size_t blk = static_cast<size_t>(gpu / kBlock);
+  if (block_top_[blk] == gpu) {
+    scan_block(blk);
+    if (top_ == gpu) scan_top();
+    else if (heavier(block_top_[blk], top_)) top_ = block_top_[blk];
+  } else if (heavier(gpu, block_top_[blk])) {
+    block_top_[blk] = gpu;
+    if (heavier(gpu, top_)) top_ = gpu;
   }
   if (rest_at_[gpu] < 0) {  // among the lightest
     bottom_.erase(std::find(bottom_.begin(), bottom_.end(), gpu));
@@ -373,7 +382,6 @@ void LayerState::swap_slots(int p, int q) {
   version_[x] = version_[y] = next_stamp();
   phy2log_[p] = y;
   phy2log_[q] = x;
-  settle_hi();
 }
 
 void LayerState::set_slot(int p, int e) {
@@ -414,46 +422,44 @@ void LayerState::set_slot(int p, int e) {
   add_all(x, share(x));
   add_all(e, share(e));
   if (batch) reorder_moved();
-  settle_hi();
 }
 
 void LayerState::reorder_moved() {
   // The new loads (the same additions in the same order, in pending_) take effect at once and the
-  // order is restored without sorting all GPUs again. Only a GPU past its lazy bound moves in a
-  // heap: above its entry in the max-heap, below it in the min-heap (a rewrite mostly raises the
-  // holders of one expert and lowers those of the other, so mostly one heap). Where few GPUs are
-  // past, each moves up; where many are (from a quarter of the heap on), that heap is made again
-  // from its GPUs' loads (in place, O(GPUs)). The lightest list is then sorted again and exchanges
-  // its heaviest with the others' lightest while that one is lighter. The order is the one
-  // build_order gives (the lightest list and the most loaded GPU are exact; the heaps' layout is
-  // not observed).
-  std::vector<int>& up = moved_up_;
+  // order is restored without sorting all GPUs again: the blocks with a changed GPU are scanned
+  // again for their most loaded, and only a GPU below its lazy bound moves in the min-heap (a
+  // rewrite lowers the holders of the expert that gains a replica). Where few GPUs are past, each
+  // moves up; where many are (from a quarter of the heap on), the heap is made again from its GPUs'
+  // loads (in place, O(GPUs)). The lightest list is then sorted again and exchanges its heaviest
+  // with the others' lightest while that one is lighter. The order is the one build_order gives
+  // (the lightest list and the most loaded GPU are exact; the heap's layout is not observed).
   std::vector<int>& down = moved_down_;
-  up.clear();
+  std::vector<int>& blocks = moved_blocks_;
   down.clear();
+  blocks.clear();
   for (int g : moved_) {
     load_[g] = pending_[g];
     moved_mark_[g] = 0;
-    if (load_[g] > hi_[static_cast<size_t>(hi_at_[g])].key) up.push_back(g);
     if (rest_at_[g] >= 0 && load_[g] < rest_[static_cast<size_t>(rest_at_[g])].key) down.push_back(g);
+    const size_t b = static_cast<size_t>(g / kBlock);
+    if (!block_moved_[b]) block_moved_[b] = 1, blocks.push_back(static_cast<int>(b));
   }
   moved_.clear();
-  // One heap (the max-heap with std::true_type) with its GPUs `past` their bound.
-  auto restore = [&](auto is_max, std::vector<Entry>& heap, std::vector<int>& at, const std::vector<int>& past) {
-    constexpr bool kMax = decltype(is_max)::value;
-    if (past.size() * 4 > heap.size()) {
-      for (Entry& e : heap) e.key = load_[e.gpu];
-      for (size_t i = heap.size() / 2; i-- > 0;) sift<kMax>(heap, at, i, false);
-      return;
+  for (int b : blocks) {
+    block_moved_[static_cast<size_t>(b)] = 0;
+    scan_block(static_cast<size_t>(b));
+  }
+  scan_top();
+  if (down.size() * 4 > rest_.size()) {
+    for (Entry& e : rest_) e.key = load_[e.gpu];
+    for (size_t i = rest_.size() / 2; i-- > 0;) sift<false>(rest_, rest_at_, i, false);
+  } else {
+    for (int g : down) {
+      const size_t i = static_cast<size_t>(rest_at_[g]);
+      rest_[i].key = load_[g];
+      sift<false>(rest_, rest_at_, i, true);
     }
-    for (int g : past) {
-      const size_t i = static_cast<size_t>(at[g]);
-      heap[i].key = load_[g];
-      sift<kMax>(heap, at, i, true);
-    }
-  };
-  restore(std::true_type{}, hi_, hi_at_, up);
-  restore(std::false_type{}, rest_, rest_at_, down);
+  }
   // The lightest list: sorted again (insertion sort: few of its loads changed order), then the
   // others' lightest (exact once settled) takes the place of the list's heaviest while it is lighter.
   for (size_t i = 1; i < bottom_.size(); ++i)
@@ -612,6 +618,17 @@ struct RewriteSearch {
     best = M - 1e-9 * std::max(1.0, M);
   }
 
+  // Whether a slot of `gpu` before its slot `s` holds `e` too. Two slots of one GPU with the same
+  // expert give the same loads when either is rewritten, or rewritten to: the same worst load, which
+  // the first one's search has already offered (consider() takes only a strictly lower one), so the
+  // second is skipped. A dominant expert has about three replicas on every GPU: the searches for it
+  // were most of best_rewrite, made once per slot.
+  bool held_before(int gpu, int s, int e) const {
+    for (int i = 0; i < s; ++i)
+      if (st.phy2log()[gpu * S + i] == e) return true;
+    return false;
+  }
+
   void consider(double worst, int slot, int expert) {
     if (worst < best) {
       best = worst;
@@ -699,6 +716,7 @@ void RewriteSearch::slot_of_hottest_gpu_becomes_hot_expert() {
   // the largest of those counts, and holders of e among the larger ones are evaluated exactly.
   for (int sp = 0; sp < S; ++sp) {
     const int p = g * S + sp, x = st.phy2log()[p];
+    if (held_before(g, sp, x)) continue;
     if (st.count(x) <= f || st.distinct_after_remove(x, cl.node_of_slot(p)) < std::min(f, st.distinct(x))) continue;
     const double tx = st.expert_load(x), rx = st.count(x);
     const double dx = tx / (rx - 1) - tx / rx;  // every other holder of x carries this much more
@@ -845,6 +863,7 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
     if (h == g) continue;
     for (int sq = 0; sq < S; ++sq) {
       const int q = h * S + sq, y = st.phy2log()[q];
+      if (held_before(h, sq, y)) continue;
       if (st.count(y) <= f || st.distinct_after_remove(y, cl.node_of_slot(q)) < std::min(f, st.distinct(y))) continue;
       const double ty = st.expert_load(y), ry = st.count(y);
       const double dy = ty / (ry - 1) - ty / ry;
@@ -858,7 +877,7 @@ void RewriteSearch::light_gpu_slot_joins_hottest_gpu_expert() {
       };
       for (int sp = 0; sp < S; ++sp) {
         const int x = st.phy2log()[g * S + sp];
-        if (x == y) continue;
+        if (x == y || held_before(g, sp, x)) continue;
         const double tx = st.expert_load(x), rx = st.count(x);
         const double dx = tx / rx - tx / (rx + 1);
         int x_on_h = 0;  // x's replicas on h

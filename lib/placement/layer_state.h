@@ -30,8 +30,8 @@ class LayerState {
   // involving e; copies share it): caches of per-expert data.
   unsigned long long version(int e) const { return version_[e]; }
   // The most loaded GPU (ties: the largest id) and its load.
-  double max_load() const { return load_[hi_[0].gpu]; }
-  int argmax_gpu() const { return hi_[0].gpu; }
+  double max_load() const { return load_[top_]; }
+  int argmax_gpu() const { return top_; }
   // The k lightest GPUs, by (load, GPU) ascending (ties by id), into `out` (fewer when there are fewer).
   void lightest(size_t k, std::vector<int>& out) const;
   // The GPUs by (load, GPU) ascending, one at a time: next() is -1 after the last. The lightest 64
@@ -67,13 +67,16 @@ class LayerState {
   void add_load(int gpu, double delta);
   void reorder_moved();
   // The GPUs by (load, id): the kBottom lightest as a sorted list (what the searches walk), the
-  // others as a min-heap, and all of them as a max-heap (the most loaded), with each GPU's place.
-  // The heaps are lazy: an entry keeps the load it was last placed with, a bound on the GPU's load
-  // (at least it in the max-heap, at most it in the min-heap), and only a change past that bound
-  // moves it (up: a short way). A stale entry is put right when it reaches the top (settle_*): the
-  // top is then the GPU of the largest (smallest) (load, id) exactly, as every other entry bounds
-  // its GPU.
+  // others as a min-heap, with each GPU's place, and the most loaded per block of kBlock GPUs and of
+  // all. The min-heap is lazy: an entry keeps the load it was last placed with, a bound on the GPU's
+  // load (at most it), and only a change below that bound moves it (up: a short way). A stale entry
+  // is put right when it reaches the top (settle_rest): the top is then the GPU of the smallest
+  // (load, id) exactly, as every other entry bounds its GPU. The most loaded GPU is exact after every
+  // change: a rewrite of an expert with thousands of replicas changes the loads of most GPUs, and
+  // scanning their blocks again is one pass over the loads where a max-heap moved each of them (or
+  // was made again) and then put its stale entries right one at a time.
   static constexpr size_t kBottom = 64;
+  static constexpr int kBlock = 64;
   struct Entry {
     double key;  // the GPU's load when the entry was last set
     int gpu;
@@ -82,9 +85,11 @@ class LayerState {
   static bool lighter(const Entry& a, const Entry& b) { return a.key < b.key || (a.key == b.key && a.gpu < b.gpu); }
   Entry entry(int gpu) const { return {load_[gpu], gpu}; }
   void place(int gpu);  // restores the order after gpu's load changed (the only change since it held)
-  void settle_hi();     // the max-heap's top entry current
-  void settle_rest();   // the min-heap's top entry current
-  void build_order();   // the order from scratch
+  bool heavier(int a, int b) const { return load_[a] > load_[b] || (load_[a] == load_[b] && a > b); }
+  void scan_block(size_t b);  // block_top_[b] from its GPUs' loads
+  void scan_top();            // top_ from block_top_
+  void settle_rest();         // the min-heap's top entry current
+  void build_order();         // the order from scratch
   void insert_bottom(int gpu);
   // Moves heap[i] up (when `up`) and down to its place.
   template <bool kMax>
@@ -94,17 +99,20 @@ class LayerState {
   std::vector<double> t_;
   std::vector<int> phy2log_, cnt_, distinct_, nodecnt_;
   std::vector<double> load_;
-  std::vector<double> share_;         // t_e / r_e (0 without replicas), kept with the counts
-  std::vector<int> bottom_;           // the kBottom lightest GPUs (all, when fewer), sorted
-  std::vector<Entry> rest_, hi_;      // min-heap of the other GPUs; max-heap of all
-  std::vector<int> rest_at_, hi_at_;  // per GPU: its index in rest_ (-1: in bottom_) and in hi_
+  std::vector<double> share_;      // t_e / r_e (0 without replicas), kept with the counts
+  std::vector<int> bottom_;        // the kBottom lightest GPUs (all, when fewer), sorted
+  std::vector<Entry> rest_;        // min-heap of the other GPUs
+  std::vector<int> rest_at_;       // per GPU: its index in rest_ (-1: in bottom_)
+  std::vector<int> block_top_;     // per block of kBlock GPUs: its most loaded GPU (ties: the largest id)
+  int top_ = 0;                    // the most loaded GPU (ties: the largest id)
+  std::vector<char> block_moved_;  // reorder_moved: blocks with a GPU whose load changed
   std::vector<std::vector<int>> slots_of_;
   std::vector<int> pos_;  // per slot: its index in slots_of_ of its expert
   std::vector<unsigned long long> version_;
   std::vector<int> moved_;  // GPUs whose load changed, while set_slot updates many at once
   std::vector<char> moved_mark_;
-  std::vector<double> pending_;             // their loads after the change, set in reorder_moved
-  std::vector<int> moved_up_, moved_down_;  // reorder_moved: those past their max-heap / min-heap bound
+  std::vector<double> pending_;                 // their loads after the change, set in reorder_moved
+  std::vector<int> moved_blocks_, moved_down_;  // reorder_moved: blocks to scan; GPUs past their min-heap bound
   struct ScratchSlot {
     std::unique_ptr<Scratch> p;
     ScratchSlot();

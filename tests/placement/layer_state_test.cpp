@@ -161,15 +161,15 @@ TEST(LayerState, CopiesAreIndependentAndShareStampsUntilTheyChange) {
   EXPECT_EQ(b.version(2), a.version(2));
 }
 
-// Moved from replace_test.cpp. LayerState keeps the GPUs by (load, id) in two heaps since issue 31's
-// fifth pass (it was one sorted array), lazy ones since the seventh (entries bound their loads and are
-// put right at the top): after every swap and rewrite (single ones and the batched ones of experts
+// Moved from replace_test.cpp. LayerState keeps the lightest GPUs by (load, id) in a sorted list and
+// a lazy min-heap (entries bound their loads and are put right at the top), the most loaded per block
+// of 64 GPUs and of all: after every swap and rewrite (single ones and the batched ones of experts
 // with many replicas) the most loaded GPU and the k lightest, past the 64 kept in order too, are those
-// of sorting all GPUs by (load, id).
+// of sorting all GPUs by (load, id), also where the last block is partly filled (65 and 325 GPUs).
 TEST(LayerState, OrderEqualsSortingTheGpus) {
   std::mt19937 rng(5);
-  for (const Cluster cl :
-       {Cluster{1, 1, 3}, Cluster{2, 2, 2}, Cluster{4, 4, 4}, Cluster{16, 8, 4}, Cluster{40, 8, 2}}) {
+  for (const Cluster cl : {Cluster{1, 1, 3}, Cluster{2, 2, 2}, Cluster{4, 4, 4}, Cluster{13, 5, 2}, Cluster{16, 8, 4},
+                           Cluster{40, 8, 2}, Cluster{25, 13, 2}}) {
     const int experts = std::max(2, cl.slots() / 3);
     std::vector<double> t(experts);
     for (double& x : t) x = static_cast<double>(rng() % 7);  // small integers: many equal loads
@@ -203,9 +203,9 @@ TEST(LayerState, OrderEqualsSortingTheGpus) {
 
 // Moved from replace_test.cpp. Rewrites of experts with every number of replicas, from a few GPUs to
 // all of them (a dominant expert of the heavy-tailed loads): LayerState restores its order from the
-// GPUs that changed, one at a time below 9 replicas, in one pass up to a quarter of the GPUs, with its
-// heaps made again above (issue 45); the most loaded GPU and the lightest ones stay those of sorting
-// every GPU.
+// GPUs that changed, one at a time below 9 replicas, else in one pass (the min-heap made again where a
+// quarter of its GPUs fell below their entries; the blocks of the changed GPUs scanned again for the
+// most loaded); the most loaded GPU and the lightest ones stay those of sorting every GPU.
 TEST(LayerState, OrderAfterRewritesOfExpertsOfEverySize) {
   std::mt19937 rng(11);
   const Cluster cl{64, 8, 4};  // 512 GPUs, 2,048 slots
