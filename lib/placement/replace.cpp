@@ -5,6 +5,9 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#ifdef __SSE2__
+#include <immintrin.h>
+#endif
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -25,6 +28,23 @@ namespace {
 // Replicas GPU slots `a` and `b` (S slots each) have in common, as multisets.
 int matched_slots(const int* a, const int* b, int S) {
   int matched = 0;
+#ifdef __SSE2__
+  if (S == 4) {
+    // Each slot of b takes the first unused equal slot of a, its four comparisons as one bit mask
+    // (aligning a from-scratch placement at 1,024 nodes calls this 4 million times, a twentieth of
+    // --previous): the same count as the loop below.
+    const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+    unsigned used = 0;
+    for (int x = 0; x < 4; ++x) {
+      const unsigned eq = static_cast<unsigned>(
+                              _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(va, _mm_set1_epi32(b[x]))))) &
+                          ~used;
+      used |= eq & (~eq + 1);  // the lowest one: the first unused equal slot
+      matched += eq != 0;
+    }
+    return matched;
+  }
+#endif
   if (S <= 64) {
     uint64_t used = 0;
     for (int x = 0; x < S; ++x)
