@@ -51,8 +51,8 @@ class Multiples {
     for (int i = 1; i < kTable; ++i) v_[i] = subtract ? v_[i - 1] - step : v_[i - 1] + step;
   }
   double operator()(int times) const {
-    if (times <= 0) return 0.0;
-    if (times < kTable) return v_[times];
+    if (static_cast<unsigned>(times) < static_cast<unsigned>(kTable)) return v_[times];  // v_[0] is 0.0
+    if (times < 0) return 0.0;
     const int more = times - (kTable - 1);
     return subtract_ ? sub_times(v_[kTable - 1], step_, more) : add_times(v_[kTable - 1], step_, more);
   }
@@ -802,6 +802,7 @@ YHolders& RewriteSearch::y_holders(int y, double dy) {
   for (size_t i = 0; i < en.gpus.size(); ++i) {
     const auto [k, c] = en.gpus[i];
     const std::pair<double, int> item{st.load(k) + en.dys(c), static_cast<int>(i)};
+    if (en.leads == 3 && !(item.first > en.lead[2].first)) continue;  // below the three: what the loop below keeps
     int at = en.leads < 3 ? en.leads++ : 3;
     while (at > 0 && item.first > en.lead[at - 1].first) {
       if (at < 3) en.lead[at] = en.lead[at - 1];
