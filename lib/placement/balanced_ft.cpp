@@ -516,6 +516,13 @@ std::vector<std::vector<int>> recovery_candidates(const std::vector<int>& phy2lo
   return out;
 }
 
+void check_balanced_ft_request(const LoadMatrix& loads, const Cluster& cluster, int f) {
+  check_fits(loads, cluster);
+  if (f > cluster.nodes)
+    throw UsageError(fault_tolerance_option(f) + " is impossible with " + std::to_string(cluster.nodes) +
+                     " nodes (each expert needs replicas on f distinct nodes)");
+}
+
 LayerPlacement balanced_ft_layer(const std::vector<double>& t, const Cluster& cl, int f, BalancedFtLayerInfo* info) {
   const int E = static_cast<int>(t.size());
   const long long slots = cl.slots(), floor_slots = static_cast<long long>(f) * E;
@@ -634,11 +641,8 @@ class BalancedFt : public PlacementAlgorithm {
     return "at least f replicas on f distinct nodes, packed for balance, node sets overlapped for recovery";
   }
   PlacementResult place(const LoadMatrix& loads, const Cluster& cluster, const PlacementOptions& opt) const override {
-    check_fits(loads, cluster);
     const int f = opt.fault_tolerance;
-    if (f > cluster.nodes)
-      throw UsageError(fault_tolerance_option(f) + " is impossible with " + std::to_string(cluster.nodes) +
-                       " nodes (each expert needs replicas on f distinct nodes)");
+    check_balanced_ft_request(loads, cluster, f);
     const double w = opt.recovery_weight;
     if (!(w >= 0 && w <= 1)) throw UsageError("--recovery-weight must be a number from 0 to 1");
     PlacementResult res;

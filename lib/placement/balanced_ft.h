@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "placement/cluster.h"
+#include "placement/loads.h"
 
 namespace ucpkit::placement {
 
@@ -36,6 +37,10 @@ double eplb_reference_max_load(const std::vector<double>& loads, const Cluster& 
 // to a node's slots (fewer node sets for an f-node failure to hit). For --recovery-weight.
 std::vector<std::vector<int>> recovery_candidates(const std::vector<int>& phy2log, const std::vector<double>& t,
                                                   const Cluster& cl, int f);
+
+// What balanced-ft refuses before placing any layer of `loads`: loads that do not fit the cluster
+// (check_fits), and f above the node count (a UsageError naming the option).
+void check_balanced_ft_request(const LoadMatrix& loads, const Cluster& cluster, int f);
 
 // One layer. f must be 1..nodes with f * experts <= slots (checked by the caller's allocation).
 LayerPlacement balanced_ft_layer(const std::vector<double>& loads, const Cluster& cluster, int f,

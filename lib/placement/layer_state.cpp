@@ -217,7 +217,7 @@ void LayerState::build_order() {
   for (size_t i = k; i < n; ++i) rest_.push_back(entry(all[i]));
   for (int g : bottom_) rest_at_[g] = -1;
   for (size_t i = 0; i < rest_.size(); ++i) rest_at_[rest_[i].gpu] = static_cast<int>(i);
-  for (size_t i = rest_.size() / 2; i-- > 0;) sift<false>(rest_, rest_at_, i, false);
+  for (size_t i = rest_.size() / 2; i-- > 0;) sift(rest_, rest_at_, i, false);
   for (size_t b = 0; b < block_top_.size(); ++b) scan_block(b);
   scan_top();
 }
@@ -244,10 +244,9 @@ void LayerState::insert_bottom(int gpu) {
   rest_at_[gpu] = -1;
 }
 
-template <bool kMax>
 void LayerState::sift(std::vector<Entry>& heap, std::vector<int>& at, size_t i, bool up) {
   // `first(a, b)`: a belongs above b.
-  auto first = [](const Entry& a, const Entry& b) { return kMax ? lighter(b, a) : lighter(a, b); };
+  auto first = [](const Entry& a, const Entry& b) { return lighter(a, b); };
   const Entry g = heap[i];
   while (up && i > 0) {
     const size_t up = (i - 1) / 2;
@@ -273,7 +272,7 @@ void LayerState::settle_rest() {
   // A stale key is below its GPU's load: raising it only moves it down.
   while (!rest_.empty() && rest_[0].key != load_[rest_[0].gpu]) {
     rest_[0].key = load_[rest_[0].gpu];
-    sift<false>(rest_, rest_at_, 0, false);
+    sift(rest_, rest_at_, 0, false);
   }
 }
 
@@ -300,7 +299,7 @@ void LayerState::place(int gpu) {
       rest_at_[l] = -1;
       rest_[0] = entry(gpu);
       rest_at_[gpu] = 0;
-      sift<false>(rest_, rest_at_, 0, false);
+      sift(rest_, rest_at_, 0, false);
     } else {
       insert_bottom(gpu);
     }
@@ -311,14 +310,14 @@ void LayerState::place(int gpu) {
     const size_t i = static_cast<size_t>(rest_at_[gpu]);
     rest_[i] = entry(b);
     rest_at_[b] = static_cast<int>(i);
-    sift<false>(rest_, rest_at_, i, true);
+    sift(rest_, rest_at_, i, true);
     insert_bottom(gpu);
   } else {
     // The min-heap: a heavier GPU keeps its entry (a bound), a lighter one below it moves up.
     const size_t i = static_cast<size_t>(rest_at_[gpu]);
     if (load_[gpu] < rest_[i].key) {
       rest_[i].key = load_[gpu];
-      sift<false>(rest_, rest_at_, i, true);
+      sift(rest_, rest_at_, i, true);
     }
   }
 }
@@ -452,12 +451,12 @@ void LayerState::reorder_moved() {
   scan_top();
   if (down.size() * 4 > rest_.size()) {
     for (Entry& e : rest_) e.key = load_[e.gpu];
-    for (size_t i = rest_.size() / 2; i-- > 0;) sift<false>(rest_, rest_at_, i, false);
+    for (size_t i = rest_.size() / 2; i-- > 0;) sift(rest_, rest_at_, i, false);
   } else {
     for (int g : down) {
       const size_t i = static_cast<size_t>(rest_at_[g]);
       rest_[i].key = load_[g];
-      sift<false>(rest_, rest_at_, i, true);
+      sift(rest_, rest_at_, i, true);
     }
   }
   // The lightest list: sorted again (insertion sort: few of its loads changed order), then the
@@ -471,7 +470,7 @@ void LayerState::reorder_moved() {
     bottom_.pop_back();
     rest_[0] = entry(b);
     rest_at_[b] = 0;
-    sift<false>(rest_, rest_at_, 0, false);
+    sift(rest_, rest_at_, 0, false);
     insert_bottom(l);
   }
 }

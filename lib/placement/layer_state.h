@@ -91,8 +91,7 @@ class LayerState {
   void settle_rest();         // the min-heap's top entry current
   void build_order();         // the order from scratch
   void insert_bottom(int gpu);
-  // Moves heap[i] up (when `up`) and down to its place.
-  template <bool kMax>
+  // Moves the min-heap's heap[i] up (when `up`) and down to its place.
   void sift(std::vector<Entry>& heap, std::vector<int>& at, size_t i, bool up);
   Cluster cluster_;
   int experts_;

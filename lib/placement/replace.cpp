@@ -18,7 +18,6 @@
 #include "placement/algorithm.h"
 #include "placement/balance.h"
 #include "placement/balanced_ft.h"
-#include "placement/cluster_request.h"
 #include "placement/layer_state.h"
 #include "placement/migration.h"
 
@@ -903,10 +902,7 @@ ReplaceResult replace_with_migration(const std::vector<std::vector<int>>& previo
     po.fault_tolerance = f;
     fresh_layers = algo->place(loads, cl, po).layers;
   } else if (fresh_if_stalled) {
-    check_fits(loads, cl);  // what balanced-ft's place() checks first, for every layer alike
-    if (f > cl.nodes)
-      throw UsageError(fault_tolerance_option(f) + " is impossible with " + std::to_string(cl.nodes) +
-                       " nodes (each expert needs replicas on f distinct nodes)");
+    check_balanced_ft_request(loads, cl, f);  // before any layer, as balanced-ft's place() refuses
     fresh_layers.resize(L);
   }
   double sum_mean = 0;
