@@ -48,64 +48,39 @@ namespace metadata_writer {
 constexpr const char* kMetadataModule = "torch.distributed.checkpoint.metadata";
 constexpr const char* kFilesystemModule = "torch.distributed.checkpoint.filesystem";
 
-// The values a `.metadata` repeats, made once so the pickler writes each once and refers to it
-// after (as Python's pickler memoizes the same objects): the class globals, the field names, each fqn
-// (a state_dict_metadata key, its MetadataIndex fqns and its planner_data), each data file's name.
-// A file of 100,000 tensors was 124 MB and took 2.9 GB to build without it, 24 MB as torch writes it.
+// The values of a `.metadata` written as Values, made once so that the pickler writes each once and refers to it
+// after (as Python's pickler memoizes the same objects): the empty tuple every dataclass is made from and one
+// TensorProperties per dtype. Everything else (the 10^5 entries and items, their field names, fqns and classes) is
+// written piece by piece below, memoized the same way by text (PickleStream::str, global_value): a file of
+// 100,000 tensors was 124 MB and took 2.9 GB to build without the memo, 24 MB as torch writes it; built as Values
+// first, it was a second core's 0.9 s of a 1.9-s reshard.
 class Pool {
  public:
-  // A dataclass instance as pickle writes it: NEWOBJ(cls, ()) then BUILD(state).
-  ValuePtr dataclass(const char* module, const char* name, ValuePtr state) {
-    ValuePtr v = Value::make_object(module, name, empty_, std::move(state), pickle::Object::Build::NewObj);
-    ValuePtr* cls = nullptr;  // a handful of classes, each asked for 10^5 times: a scan, no key built
-    for (auto& [m, n, c] : classes_)
-      if (!std::strcmp(m, module) && !std::strcmp(n, name)) cls = &c;
-    if (!cls) cls = &std::get<2>(classes_.emplace_back(module, name, v->object->callable));
-    v->object->callable = *cls;
-    return v;
-  }
-  // The class `module.name` (one Global for every use).
-  ValuePtr cls(const char* module, const char* name) { return dataclass(module, name, nullptr)->object->callable; }
-  ValuePtr str(std::string_view text) {
-    if (auto it = strings_.find(text); it != strings_.end()) return it->second;
-    ValuePtr v = Value::str(std::string(text));
-    strings_.emplace(v->s, v);
-    return v;
-  }
-  // A dataclass's fields; their names are string literals, found by address (a dozen, each asked for 10^5 times).
-  ValuePtr str_dict(std::vector<std::pair<const char*, ValuePtr>> fields) {
-    ValuePtr d = Value::dict();
-    for (auto& [k, v] : fields) d->entries.emplace_back(field_name(k), std::move(v));
-    return d;
-  }
-  // TensorProperties.__getstate__: (dtype, layout, requires_grad, _MEM_FORMAT_ENCODING, pin_memory);
-  // one object per dtype.
+  const ValuePtr& empty() const { return empty_; }
+  // TensorProperties.__getstate__: (dtype, layout, requires_grad, _MEM_FORMAT_ENCODING, pin_memory); one object per
+  // dtype, its class shared. A copy is returned: saved transient, an object held twice is memoized.
   ValuePtr properties(DType t) {
     ValuePtr& v = properties_[static_cast<int>(t)];
-    if (!v)
-      v = dataclass(kMetadataModule, "TensorProperties",
-                    Value::tuple({Value::torch_dtype(t), layout_, Value::boolean(false), contiguous_, Value::boolean(false)}));
+    if (!v) {
+      v = Value::make_object(
+          kMetadataModule, "TensorProperties", empty_,
+          Value::tuple({Value::torch_dtype(t), layout_, Value::boolean(false), contiguous_, Value::boolean(false)}),
+          pickle::Object::Build::NewObj);
+      if (!properties_class_) properties_class_ = v->object->callable;
+      v->object->callable = properties_class_;
+    }
     return v;
   }
 
  private:
   ValuePtr empty_ = Value::tuple();
   // REDUCE(callable, args): torch.serialization._get_layout('torch.strided'), _MEM_FORMAT_ENCODING(0)
-  ValuePtr layout_ = Value::make_object("torch.serialization", "_get_layout", Value::tuple({Value::str("torch.strided")}), nullptr);
-  ValuePtr contiguous_ = Value::make_object(kMetadataModule, "_MEM_FORMAT_ENCODING", Value::tuple({Value::integer(0)}), nullptr);
-  std::vector<std::tuple<const char*, const char*, ValuePtr>> classes_;  // module, name, the Global
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-  std::unordered_map<std::string, ValuePtr, Hash, std::equal_to<>> strings_;
+  ValuePtr layout_ = Value::make_object("torch.serialization", "_get_layout",
+                                        Value::tuple({Value::str("torch.strided")}), nullptr);
+  ValuePtr contiguous_ = Value::make_object(kMetadataModule, "_MEM_FORMAT_ENCODING", Value::tuple({Value::integer(0)}),
+                                            nullptr);
+  ValuePtr properties_class_;
   std::map<int, ValuePtr> properties_;
-  std::vector<std::pair<const char*, ValuePtr>> field_names_;
-  ValuePtr field_name(const char* literal) {
-    for (const auto& [p, v] : field_names_)
-      if (p == literal) return v;
-    return field_names_.emplace_back(literal, str(literal)).second;
-  }
 };
 
 }  // namespace metadata_writer
@@ -115,39 +90,97 @@ namespace {
 using metadata_writer::kFilesystemModule;
 using metadata_writer::kMetadataModule;
 using metadata_writer::Pool;
+using pickle::Op;
+using pickle::PickleStream;
 
-ValuePtr storage_entry(const Entry& e, Pool& pool) {
-  // A field-less dataclass: pickle writes no state (its __dict__ is empty), so no BUILD.
-  if (e.is_bytes) return pool.dataclass(kMetadataModule, "BytesStorageMetadata", nullptr);
-  ValuePtr chunks = Value::list();
-  for (const Chunk& c : e.chunks)
-    chunks->items.push_back(pool.dataclass(kMetadataModule, "ChunkStorageMetadata",
-                                           pool.str_dict({{"offsets", Value::torch_size(c.offsets)}, {"sizes", Value::torch_size(c.sizes)}})));
-  return pool.dataclass(kMetadataModule, "TensorStorageMetadata",
-                        pool.str_dict({{"properties", pool.properties(e.dtype)}, {"size", Value::torch_size(e.size)}, {"chunks", chunks}}));
+// A dataclass instance as pickle writes it: NEWOBJ(cls, ()), its class and the empty tuple shared.
+void new_dataclass(PickleStream& out, const Pool& pool, const char* module, const char* name) {
+  out.global_value(module, name);
+  out.save(pool.empty());  // held by every dataclass: memoized
+  out.op(Op::NEWOBJ);
+}
+
+// BUILD of the instance on the stack with its field dict (not shared: not memoized), the n >= 1 pairs written by
+// `pairs` (SETITEM for one, as the pickler writes a dict).
+template <class F>
+void build_fields(PickleStream& out, size_t n, F&& pairs) {
+  out.op(Op::EMPTY_DICT);
+  if (n > 1) out.op(Op::MARK);
+  pairs();
+  out.op(n > 1 ? Op::SETITEMS : Op::SETITEM);
+  out.op(Op::BUILD);
+}
+
+// `n` items written by item(k) into the list or dict on the stack, in batches of 1,000 (a batch of one with
+// `one`: APPEND / SETITEM), as the pickler fills a container.
+template <class F>
+void fill_batches(PickleStream& out, size_t n, Op one, Op many, F&& item) {
+  for (size_t start = 0; start < n; start += 1000) {
+    const size_t end = std::min(n, start + 1000);
+    if (end - start > 1) out.op(Op::MARK);
+    for (size_t k = start; k < end; ++k) item(k);
+    out.op(end - start > 1 ? many : one);
+  }
+}
+
+// TensorStorageMetadata(properties, size, chunks=[ChunkStorageMetadata(offsets, sizes), ...]) or
+// BytesStorageMetadata, a field-less dataclass: pickle writes no state (its __dict__ is empty), so no BUILD.
+void write_storage_entry(PickleStream& out, Pool& pool, const Entry& e) {
+  if (e.is_bytes) return new_dataclass(out, pool, kMetadataModule, "BytesStorageMetadata");
+  new_dataclass(out, pool, kMetadataModule, "TensorStorageMetadata");
+  build_fields(out, 3, [&] {
+    out.str("properties");
+    out.save(pool.properties(e.dtype), true);
+    out.str("size");
+    out.size(e.size);
+    out.str("chunks");
+    out.op(Op::EMPTY_LIST);
+    fill_batches(out, e.chunks.size(), Op::APPEND, Op::APPENDS, [&](size_t k) {
+      new_dataclass(out, pool, kMetadataModule, "ChunkStorageMetadata");
+      build_fields(out, 2, [&] {
+        out.str("offsets");
+        out.size(e.chunks[k].offsets);
+        out.str("sizes");
+        out.size(e.chunks[k].sizes);
+      });
+    });
+  });
 }
 
 // MetadataIndex's __init__ sets fqn and index, and offset only when given (a bytes item has none).
 // `index` is the chunk's position in its entry's list (the lookup hint), None for bytes items.
-ValuePtr metadata_index(const Item& it, std::optional<size_t> index, Pool& pool) {
-  std::vector<std::pair<const char*, ValuePtr>> f{{"fqn", pool.str(it.fqn)}};
-  f.emplace_back("index", index ? Value::integer(static_cast<int64_t>(*index)) : Value::none());
-  if (it.offset) f.emplace_back("offset", Value::torch_size(*it.offset));
-  return pool.dataclass(kMetadataModule, "MetadataIndex", pool.str_dict(std::move(f)));
+void write_metadata_index(PickleStream& out, const Pool& pool, const Item& it, std::optional<size_t> index) {
+  new_dataclass(out, pool, kMetadataModule, "MetadataIndex");
+  build_fields(out, it.offset ? 3 : 2, [&] {
+    out.str("fqn");
+    out.str(it.fqn);
+    out.str("index");
+    if (index) out.integer(static_cast<int64_t>(*index));
+    else out.op(Op::NONE);
+    if (it.offset) {
+      out.str("offset");
+      out.size(*it.offset);
+    }
+  });
 }
 
-ValuePtr flat_planner_data(const SavePlan& plan, Pool& pool) {
-  ValuePtr d = Value::dict();
-  for (const Entry& e : plan.entries) d->entries.emplace_back(pool.str(e.fqn), Value::tuple({pool.str(e.fqn)}));
-  return d;
+// DefaultSavePlanner's planner_data of a flat state dict: {fqn: (fqn,)}.
+void write_flat_planner_data(PickleStream& out, const SavePlan& plan) {
+  out.op(Op::EMPTY_DICT);
+  fill_batches(out, plan.entries.size(), Op::SETITEM, Op::SETITEMS, [&](size_t k) {
+    out.str(plan.entries[k].fqn);
+    out.str(plan.entries[k].fqn);
+    out.op(Op::TUPLE1);
+  });
 }
 
 // Pairs in SETITEMS batches of 1,000 into the dict on top of the stack, as Python's pickler does.
-void fill_dict(pickle::PickleStream& out, size_t n, const std::function<void(size_t)>& pair) {
+template <class F>
+void fill_dict(PickleStream& out, size_t n, F&& pair) {
   for (size_t start = 0; start < n; start += 1000) {
-    out.mark();
+    out.op(Op::MARK);
     for (size_t k = start; k < std::min(n, start + 1000); ++k) pair(k);
-    out.set_items();
+    out.op(Op::SETITEMS);
   }
 }
 
@@ -166,7 +199,8 @@ Tensor own_storage(const Tensor& t) {
   if (!t.is_contiguous() || !t.storage() || t.storage()->is_generated() || t.numel() == 0) return t.contiguous(true);
   const std::shared_ptr<Storage> from = t.storage();
   const size_t at = static_cast<size_t>(t.storage_offset()) * dtype_size(t.dtype());
-  if (from->is_mapped()) {  // a part of a mapped file's storage: a storage of that part, its bytes at hand (CRC-32 first)
+  if (from->is_mapped()) {  // a part of a mapped file's storage: a storage of that part, its bytes at hand (CRC-32
+                            // first)
     auto part = Storage::mapped(t.dtype(), t.numel(), from->mapped_file(), from->mapped_offset() + at);
     return Tensor(std::move(part), 0, t.shape(), Tensor::contiguous_strides(t.shape()));
   }
@@ -229,7 +263,8 @@ struct MetadataPickle::State {
   metadata_writer::Pool pool;
   pickle::PickleOptions options = metadata_pickle_options();  // the stream keeps a reference
   pickle::PickleStream out{options};
-  std::unordered_map<std::string_view, const Entry*> entries;  // fqn -> its entry (MetadataIndex.index: a chunk's place there)
+  std::unordered_map<std::string_view, const Entry*>
+      entries;                // fqn -> its entry (MetadataIndex.index: a chunk's place there)
   bool storage_data = false;  // its key and dict written (add())
   size_t added = 0;           // storage_data pairs so far
 };
@@ -237,19 +272,20 @@ struct MetadataPickle::State {
 MetadataPickle::MetadataPickle(const SavePlan& plan, const WriteOptions& options)
     : options_(options), s_(std::make_unique<State>()) {
   Pool& pool = s_->pool;
-  pickle::PickleStream& out = s_->out;
-  out.save(pool.cls(kMetadataModule, "Metadata"));
+  PickleStream& out = s_->out;
+  out.global_value(kMetadataModule, "Metadata");
   out.new_object();
   out.empty_dict();
   out.mark();
-  out.save(pool.str("state_dict_metadata"));
+  out.str("state_dict_metadata");
   out.empty_dict();
   fill_dict(out, plan.entries.size(), [&](size_t k) {
-    out.save(pool.str(plan.entries[k].fqn));
-    out.save(storage_entry(plan.entries[k], pool), true);
+    out.str(plan.entries[k].fqn);
+    write_storage_entry(out, pool, plan.entries[k]);
   });
-  out.save(pool.str("planner_data"));
-  out.save(options.planner_data ? options.planner_data : flat_planner_data(plan, pool), true);
+  out.str("planner_data");
+  if (options.planner_data) out.save(options.planner_data, true);
+  else write_flat_planner_data(out, plan);
   s_->entries.reserve(plan.entries.size());
   for (const Entry& e : plan.entries) s_->entries.emplace(e.fqn, &e);
 }
@@ -257,42 +293,52 @@ MetadataPickle::MetadataPickle(const SavePlan& plan, const WriteOptions& options
 MetadataPickle::~MetadataPickle() = default;
 
 void MetadataPickle::add(const Item& it) {
-  Pool& pool = s_->pool;
-  pickle::PickleStream& out = s_->out;
+  PickleStream& out = s_->out;
   if (!s_->storage_data) {
-    out.save(pool.str("storage_data"));
+    out.str("storage_data");
     out.empty_dict();
     s_->storage_data = true;
   }
   if (s_->added % 1000 == 0) out.mark();  // SETITEMS batches of 1,000 pairs, as Python's pickler writes them
-  std::optional<size_t> index;  // the chunk's position in its entry's list
+  std::optional<size_t> index;            // the chunk's position in its entry's list
   if (auto e = s_->entries.find(it.fqn); it.offset && e != s_->entries.end())
     for (size_t c = 0; c < e->second->chunks.size() && !index; ++c)
       if (e->second->chunks[c].offsets == *it.offset) index = c;
-  out.save(metadata_index(it, index, pool), true);
-  out.save(pool.dataclass(kFilesystemModule, "_StorageInfo",
-                          pool.str_dict({{"relative_path", pool.str(it.storage.relative_path)},
-                                         {"offset", Value::integer(static_cast<int64_t>(it.storage.offset))},
-                                         {"length", Value::integer(static_cast<int64_t>(it.storage.length))}})),
-           true);
+  write_metadata_index(out, s_->pool, it, index);
+  new_dataclass(out, s_->pool, kFilesystemModule, "_StorageInfo");
+  build_fields(out, 3, [&] {
+    out.str("relative_path");
+    out.str(it.storage.relative_path);
+    out.str("offset");
+    out.integer(static_cast<int64_t>(it.storage.offset));
+    out.str("length");
+    out.integer(static_cast<int64_t>(it.storage.length));
+  });
   if (++s_->added % 1000 == 0) out.set_items();
 }
 
 std::string MetadataPickle::finish(const std::string& checkpoint_id) {
-  Pool& pool = s_->pool;
-  pickle::PickleStream& out = s_->out;
+  PickleStream& out = s_->out;
   if (!s_->storage_data) {
-    out.save(pool.str("storage_data"));
+    out.str("storage_data");
     out.empty_dict();
   } else if (s_->added % 1000 != 0) {
     out.set_items();
   }
-  out.save(pool.str("storage_meta"));
-  out.save(pool.dataclass(kMetadataModule, "StorageMeta",
-                          pool.str_dict({{"checkpoint_id", checkpoint_id.empty() ? Value::none() : Value::str(checkpoint_id)},
-                                         {"save_id", options_.save_id.empty() ? Value::none() : Value::str(options_.save_id)},
-                                         {"load_id", Value::none()}})),
-           true);
+  out.str("storage_meta");
+  new_dataclass(out, s_->pool, kMetadataModule, "StorageMeta");
+  auto text_or_none = [&](const std::string& text) {  // a Str of its own, memoized (as Python's pickler does)
+    if (text.empty()) out.op(Op::NONE);
+    else out.save(Value::str(text));
+  };
+  build_fields(out, 3, [&] {
+    out.str("checkpoint_id");
+    text_or_none(checkpoint_id);
+    out.str("save_id");
+    text_or_none(options_.save_id);
+    out.str("load_id");
+    out.op(Op::NONE);
+  });
   out.set_items();
   out.build();
   return out.finish();
@@ -337,7 +383,8 @@ StorageInfo append_bytes(DataFile& f, std::span<const uint8_t> bytes) {
   StorageInfo s = next_item(f);
   s.length = bytes.size();
   f.out->write(bytes);
-  if (f.flush_each) f.out->flush();  // frees the write buffer: the other ranks' files hold none while this one is written
+  if (f.flush_each)
+    f.out->flush();  // frees the write buffer: the other ranks' files hold none while this one is written
   return s;
 }
 
@@ -371,7 +418,7 @@ void check_write_order(const SavePlan& plan, const std::string& out) {
   if (plan.write_order.size() != items) fail(out, "DCP writer: the write order leaves items out (internal)");
 }
 
-constexpr size_t kBatchBytes = size_t{256} << 20;  // chunks made before they are written in parallel
+constexpr size_t kBatchBytes = size_t{256} << 20;   // chunks made before they are written in parallel
 constexpr size_t kParallelBytes = size_t{1} << 20;  // a batch smaller is written on this thread
 }  // namespace
 
@@ -450,14 +497,14 @@ WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, con
       return;
     }
     const size_t f = file_index(k, c);
-    if (!mine[f]) return;  // another process's file
+    if (!mine[f]) return;            // another process's file
     if (in_batch[f]) write_batch();  // one chunk per file
     in_batch[f] = 1;
     Tensor t = source.chunk(e, c);
     if (t.dtype() != e.dtype || t.shape() != e.chunks[c].sizes)
       fail(out, "DCP writer: chunk " + std::to_string(c) + " of '" + escaped_brief(e.fqn) + "' from the source is a " +
-                  std::string(dtype_name(t.dtype())) + " tensor of shape " + shape_str(t.shape()) + ", the plan says " +
-                  std::string(dtype_name(e.dtype)) + " " + shape_str(e.chunks[c].sizes));
+                    std::string(dtype_name(t.dtype())) + " tensor of shape " + shape_str(t.shape()) +
+                    ", the plan says " + std::string(dtype_name(e.dtype)) + " " + shape_str(e.chunks[c].sizes));
     batch_bytes += static_cast<size_t>(t.nbytes());
     batch.push_back({{k, c}, std::move(t)});
     if (batch_bytes >= kBatchBytes) write_batch();
@@ -486,7 +533,8 @@ namespace {
 
 // What `.metadata` records as where it was saved: the options', else the output folder's absolute path.
 std::string saved_at(const std::string& out, const WriteOptions& options) {
-  return options.checkpoint_id.empty() ? std::filesystem::absolute(out).lexically_normal().string() : options.checkpoint_id;
+  return options.checkpoint_id.empty() ? std::filesystem::absolute(out).lexically_normal().string()
+                                       : options.checkpoint_id;
 }
 
 // Items passed from the thread writing the data files to the one pickling `.metadata`, in batches of kBatch (a
@@ -523,12 +571,13 @@ class ItemQueue {
 
 }  // namespace
 
-void write_dcp_metadata(const SavePlan& plan, const WriteResult& written, const std::string& dir, const std::string& out,
-                        const WriteOptions& options, MetadataPickle* head) {
+void write_dcp_metadata(const SavePlan& plan, const WriteResult& written, const std::string& dir,
+                        const std::string& out, const WriteOptions& options, MetadataPickle* head) {
   // The items in plan order (each process wrote its own files' items in that order; together, any order).
   std::vector<size_t> by_plan(written.items.size());
   for (size_t i = 0; i < by_plan.size(); ++i) by_plan[i] = i;
-  std::sort(by_plan.begin(), by_plan.end(), [&](size_t a, size_t b) { return written.order.at(a) < written.order.at(b); });
+  std::sort(by_plan.begin(), by_plan.end(),
+            [&](size_t a, size_t b) { return written.order.at(a) < written.order.at(b); });
   std::vector<Item> items;
   for (size_t i : by_plan) items.push_back(written.items[i]);
   std::optional<MetadataPickle> own;
@@ -536,7 +585,8 @@ void write_dcp_metadata(const SavePlan& plan, const WriteResult& written, const 
   write_file_atomic((std::filesystem::path(dir) / ".metadata").string(), head->finish(items, saved_at(out, options)));
 }
 
-WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std::string& out, const WriteOptions& options) {
+WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std::string& out,
+                      const WriteOptions& options) {
   StagingDir stage(out, options.overwrite, "dcp", {}, options.durable);
   // `.metadata` is pickled on a thread of its own while the data files are written: first what the plan alone gives,
   // then each item as it is written when they come in plan order (the plan has no write order of its own), the
@@ -559,7 +609,8 @@ WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std
   try {
     std::function<void(const Item&)> written;
     if (streamed) written = [&queue](const Item& it) { queue.push(it); };
-    result = write_dcp_files(plan, source, stage.path().string(), std::vector<char>(plan.files.size(), 1), out, written);
+    result = write_dcp_files(plan, source, stage.path().string(), std::vector<char>(plan.files.size(), 1), out,
+                             written);
   } catch (...) {
     queue.close();  // the pickling thread ends; joined on the way out
     throw;

@@ -108,10 +108,8 @@ class Pickler {
       for (int k = 0; k < 8; ++k) bytes += static_cast<char>((u >> (8 * k)) & 0xff);
       while (bytes.size() > 1) {
         uint8_t last = static_cast<uint8_t>(bytes.back()), prev = static_cast<uint8_t>(bytes[bytes.size() - 2]);
-        if ((last == 0 && !(prev & 0x80)) || (last == 0xff && (prev & 0x80)))
-          bytes.pop_back();
-        else
-          break;
+        if ((last == 0 && !(prev & 0x80)) || (last == 0xff && (prev & 0x80))) bytes.pop_back();
+        else break;
       }
       long_bytes(bytes);
     }
@@ -147,7 +145,7 @@ class Pickler {
     tuple_n(items.size(), [&](size_t k) { save(items[k]); });
   }
   // Without a value per int (a shape is in every tensor's record, three in each chunk of a DCP `.metadata`).
-  void int_tuple(const std::vector<int64_t>& v) {
+  void int_tuple(std::span<const int64_t> v) {
     tuple_n(v.size(), [&](size_t k) { integer(v[k]); });
   }
   void appends(const std::vector<ValuePtr>& items) {
@@ -259,6 +257,32 @@ class Pickler {
     }
   }
 
+  // torch.Size(dims) without its memo entry.
+  void size(std::span<const int64_t> dims) {
+    if (size_memo_) {
+      get(*size_memo_);  // most values of a DCP `.metadata` are torch.Size: its memo looked up once
+    } else {
+      global("torch", "Size");
+      if (opt_.memoize_repeats) size_memo_ = globals_.at("torch\nSize");
+    }
+    int_tuple(dims);
+    op(Op::TUPLE1);
+    op(Op::REDUCE);
+  }
+  // PickleStream::str: a Str value the caller shares (always memoized), keyed by its text.
+  void shared_str(std::string_view s) {
+    if (auto it = strs_.find(s); it != strs_.end()) return get(it->second);
+    unicode(s);
+    strs_.emplace(std::string(s), put());
+  }
+  // PickleStream::global_value: what save() writes for a Global value the caller shares.
+  void global_value(std::string_view module, std::string_view name) {
+    std::string key = std::string(module) + '\n' + std::string(name);
+    if (auto it = global_values_.find(key); it != global_values_.end()) return get(it->second);
+    global(module, name);
+    global_values_.emplace(std::move(key), put());
+  }
+
   void save(const ValuePtr& p) {
     if (!p) throw Error("pickler: null value");
     const Value& v = *p;
@@ -308,10 +332,8 @@ class Pickler {
         appends(v.items);
         break;
       case Kind::Dict:
-        if (v.ordered)
-          empty_ordered_dict();
-        else
-          op(Op::EMPTY_DICT);
+        if (v.ordered) empty_ordered_dict();
+        else op(Op::EMPTY_DICT);
         memoize(p);
         setitems(v.entries);
         if (v.dict_state) {  // OrderedDict attributes (a state_dict's _metadata) via BUILD
@@ -329,15 +351,7 @@ class Pickler {
         memoize(p);
         break;
       case Kind::Shape:
-        if (size_memo_) {
-          get(*size_memo_);  // most values of a DCP `.metadata` are torch.Size: its memo looked up once
-        } else {
-          global("torch", "Size");
-          if (opt_.memoize_repeats) size_memo_ = globals_.at("torch\nSize");
-        }
-        int_tuple(v.shape);
-        op(Op::TUPLE1);
-        op(Op::REDUCE);
+        size(v.shape);
         memoize(p);
         break;
       case Kind::Dtype: global("torch", dtype_name(v.dtype)); break;
@@ -354,13 +368,18 @@ class Pickler {
     --depth_;
   }
 
-
  private:
   const PickleOptions& opt_;
   std::string out_;
   std::unordered_map<const Value*, uint64_t> memo_;
   std::unordered_map<std::string, uint64_t> globals_;  // memoize_repeats: "module\nname" -> memo index
-  std::optional<uint64_t> size_memo_;  // memoize_repeats: torch.Size's memo index once written
+  std::optional<uint64_t> size_memo_;                  // memoize_repeats: torch.Size's memo index once written
+  struct TextHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, uint64_t, TextHash, std::equal_to<>> strs_;  // shared_str: text -> memo index
+  std::unordered_map<std::string, uint64_t> global_values_;  // global_value: "module\nname" -> the value's memo index
   uint64_t next_memo_ = 0;
   std::vector<ValuePtr> keep_;
   int depth_ = 0;
@@ -373,7 +392,9 @@ std::string pickle(const ValuePtr& root, const PickleOptions& options) {
   return p.run(root);
 }
 
-PickleStream::PickleStream(const PickleOptions& options) : p_(std::make_unique<detail::Pickler>(options)) { p_->begin(); }
+PickleStream::PickleStream(const PickleOptions& options) : p_(std::make_unique<detail::Pickler>(options)) {
+  p_->begin();
+}
 PickleStream::~PickleStream() = default;
 void PickleStream::save(const ValuePtr& value, bool transient) {
   p_->transient = transient;
@@ -388,6 +409,11 @@ void PickleStream::empty_dict() { p_->op(Op::EMPTY_DICT); }
 void PickleStream::mark() { p_->op(Op::MARK); }
 void PickleStream::set_items() { p_->op(Op::SETITEMS); }
 void PickleStream::build() { p_->op(Op::BUILD); }
+void PickleStream::op(Op o) { p_->op(o); }
+void PickleStream::str(std::string_view s) { p_->shared_str(s); }
+void PickleStream::global_value(std::string_view module, std::string_view name) { p_->global_value(module, name); }
+void PickleStream::integer(int64_t v) { p_->integer(v); }
+void PickleStream::size(std::span<const int64_t> dims) { p_->size(dims); }
 std::string PickleStream::finish() { return p_->end(); }
 
 }  // namespace ucpkit::pickle

@@ -4,8 +4,11 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 
+#include "io/pickle/opcodes.h"
 #include "io/pickle/value.h"
 
 namespace ucpkit::pickle {
@@ -44,7 +47,18 @@ class PickleStream {
   void mark();
   void set_items();
   void build();
-  std::string finish();  // STOP; the bytes
+  // Pieces of many small objects of one known shape (the 10^5 entries of a DCP `.metadata`), written without
+  // a Value each: the same opcodes and memo entries that save(..., true) writes for the values they stand for.
+  void op(Op o);
+  // A Str shared by the caller (a pool's string): memoized on first use, fetched after; by content, so the
+  // same text is one memo entry however often it is passed.
+  void str(std::string_view s);
+  // The class `module.name` as a Global value shared by the caller: GLOBAL and its two memo entries (the
+  // global's, the value's) the first time, fetched after. A class written here must not also be saved as a Value.
+  void global_value(std::string_view module, std::string_view name);
+  void integer(int64_t v);
+  void size(std::span<const int64_t> dims);  // torch.Size(dims), not shared
+  std::string finish();                      // STOP; the bytes
 
  private:
   std::unique_ptr<detail::Pickler> p_;
