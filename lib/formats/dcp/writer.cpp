@@ -83,6 +83,17 @@ class Pool {
   std::map<int, ValuePtr> properties_;
 };
 
+// Where each piece written for every entry or item was memoized, fetched by it after its first use without a lookup
+// of its text (each is written 10^5 times).
+struct Refs {
+  using Ref = pickle::PickleStream::MemoRef;
+  Ref empty;                                                                                     // the empty tuple
+  Ref tensor_storage, bytes_storage, chunk_storage, metadata_index, storage_info, storage_meta;  // classes
+  Ref properties, size, chunks, offsets, sizes, fqn, index, offset, relative_path, length;       // field names
+  std::string path;  // the last item's relative_path (items come file by file), and where it was memoized
+  Ref path_ref;
+};
+
 }  // namespace metadata_writer
 
 namespace {
@@ -90,13 +101,14 @@ namespace {
 using metadata_writer::kFilesystemModule;
 using metadata_writer::kMetadataModule;
 using metadata_writer::Pool;
+using metadata_writer::Refs;
 using pickle::Op;
 using pickle::PickleStream;
 
 // A dataclass instance as pickle writes it: NEWOBJ(cls, ()), its class and the empty tuple shared.
-void new_dataclass(PickleStream& out, const Pool& pool, const char* module, const char* name) {
-  out.global_value(module, name);
-  out.save(pool.empty());  // held by every dataclass: memoized
+void new_dataclass(PickleStream& out, const Pool& pool, Refs& r, const char* module, const char* name, Refs::Ref& cls) {
+  out.global_value(module, name, cls);
+  out.save_shared(pool.empty(), r.empty);  // held by every dataclass: memoized
   out.op(Op::NEWOBJ);
 }
 
@@ -125,22 +137,22 @@ void fill_batches(PickleStream& out, size_t n, Op one, Op many, F&& item) {
 
 // TensorStorageMetadata(properties, size, chunks=[ChunkStorageMetadata(offsets, sizes), ...]) or
 // BytesStorageMetadata, a field-less dataclass: pickle writes no state (its __dict__ is empty), so no BUILD.
-void write_storage_entry(PickleStream& out, Pool& pool, const Entry& e) {
-  if (e.is_bytes) return new_dataclass(out, pool, kMetadataModule, "BytesStorageMetadata");
-  new_dataclass(out, pool, kMetadataModule, "TensorStorageMetadata");
+void write_storage_entry(PickleStream& out, Pool& pool, Refs& r, const Entry& e) {
+  if (e.is_bytes) return new_dataclass(out, pool, r, kMetadataModule, "BytesStorageMetadata", r.bytes_storage);
+  new_dataclass(out, pool, r, kMetadataModule, "TensorStorageMetadata", r.tensor_storage);
   build_fields(out, 3, [&] {
-    out.str("properties");
+    out.str("properties", r.properties);
     out.save(pool.properties(e.dtype), true);
-    out.str("size");
+    out.str("size", r.size);
     out.size(e.size);
-    out.str("chunks");
+    out.str("chunks", r.chunks);
     out.op(Op::EMPTY_LIST);
     fill_batches(out, e.chunks.size(), Op::APPEND, Op::APPENDS, [&](size_t k) {
-      new_dataclass(out, pool, kMetadataModule, "ChunkStorageMetadata");
+      new_dataclass(out, pool, r, kMetadataModule, "ChunkStorageMetadata", r.chunk_storage);
       build_fields(out, 2, [&] {
-        out.str("offsets");
+        out.str("offsets", r.offsets);
         out.size(e.chunks[k].offsets);
-        out.str("sizes");
+        out.str("sizes", r.sizes);
         out.size(e.chunks[k].sizes);
       });
     });
@@ -148,28 +160,31 @@ void write_storage_entry(PickleStream& out, Pool& pool, const Entry& e) {
 }
 
 // MetadataIndex's __init__ sets fqn and index, and offset only when given (a bytes item has none).
-// `index` is the chunk's position in its entry's list (the lookup hint), None for bytes items.
-void write_metadata_index(PickleStream& out, const Pool& pool, const Item& it, std::optional<size_t> index) {
-  new_dataclass(out, pool, kMetadataModule, "MetadataIndex");
+// `index` is the chunk's position in its entry's list (the lookup hint), None for bytes items; `fqn` where the fqn
+// was memoized when the plan has its entry.
+void write_metadata_index(PickleStream& out, const Pool& pool, Refs& r, const Item& it, Refs::Ref* fqn,
+                          std::optional<size_t> index) {
+  new_dataclass(out, pool, r, kMetadataModule, "MetadataIndex", r.metadata_index);
   build_fields(out, it.offset ? 3 : 2, [&] {
-    out.str("fqn");
-    out.str(it.fqn);
-    out.str("index");
+    out.str("fqn", r.fqn);
+    if (fqn) out.str(it.fqn, *fqn);
+    else out.str(it.fqn);
+    out.str("index", r.index);
     if (index) out.integer(static_cast<int64_t>(*index));
     else out.op(Op::NONE);
     if (it.offset) {
-      out.str("offset");
+      out.str("offset", r.offset);
       out.size(*it.offset);
     }
   });
 }
 
-// DefaultSavePlanner's planner_data of a flat state dict: {fqn: (fqn,)}.
-void write_flat_planner_data(PickleStream& out, const SavePlan& plan) {
+// DefaultSavePlanner's planner_data of a flat state dict: {fqn: (fqn,)}; `fqns` where each entry's fqn was memoized.
+void write_flat_planner_data(PickleStream& out, const SavePlan& plan, std::vector<Refs::Ref>& fqns) {
   out.op(Op::EMPTY_DICT);
   fill_batches(out, plan.entries.size(), Op::SETITEM, Op::SETITEMS, [&](size_t k) {
-    out.str(plan.entries[k].fqn);
-    out.str(plan.entries[k].fqn);
+    out.str(plan.entries[k].fqn, fqns[k]);
+    out.str(plan.entries[k].fqn, fqns[k]);
     out.op(Op::TUPLE1);
   });
 }
@@ -263,8 +278,11 @@ struct MetadataPickle::State {
   metadata_writer::Pool pool;
   pickle::PickleOptions options = metadata_pickle_options();  // the stream keeps a reference
   pickle::PickleStream out{options};
-  std::unordered_map<std::string_view, const Entry*>
-      entries;                // fqn -> its entry (MetadataIndex.index: a chunk's place there)
+  Refs refs;
+  std::vector<Refs::Ref> fqns;  // where each plan entry's fqn was memoized
+  const SavePlan* plan = nullptr;
+  // fqn -> its entry's position in the plan (MetadataIndex.index: a chunk's place in its entry)
+  std::unordered_map<std::string_view, size_t> entries;
   bool storage_data = false;  // its key and dict written (add())
   size_t added = 0;           // storage_data pairs so far
 };
@@ -273,21 +291,24 @@ MetadataPickle::MetadataPickle(const SavePlan& plan, const WriteOptions& options
     : options_(options), s_(std::make_unique<State>()) {
   Pool& pool = s_->pool;
   PickleStream& out = s_->out;
-  out.global_value(kMetadataModule, "Metadata");
+  Refs::Ref metadata_class;
+  out.global_value(kMetadataModule, "Metadata", metadata_class);
   out.new_object();
   out.empty_dict();
   out.mark();
   out.str("state_dict_metadata");
   out.empty_dict();
+  s_->fqns.resize(plan.entries.size());
   fill_dict(out, plan.entries.size(), [&](size_t k) {
-    out.str(plan.entries[k].fqn);
-    write_storage_entry(out, pool, plan.entries[k]);
+    out.str(plan.entries[k].fqn, s_->fqns[k]);
+    write_storage_entry(out, pool, s_->refs, plan.entries[k]);
   });
   out.str("planner_data");
   if (options.planner_data) out.save(options.planner_data, true);
-  else write_flat_planner_data(out, plan);
+  else write_flat_planner_data(out, plan, s_->fqns);
+  s_->plan = &plan;
   s_->entries.reserve(plan.entries.size());
-  for (const Entry& e : plan.entries) s_->entries.emplace(e.fqn, &e);
+  for (size_t k = 0; k < plan.entries.size(); ++k) s_->entries.emplace(plan.entries[k].fqn, k);
 }
 
 MetadataPickle::~MetadataPickle() = default;
@@ -300,18 +321,27 @@ void MetadataPickle::add(const Item& it) {
     s_->storage_data = true;
   }
   if (s_->added % 1000 == 0) out.mark();  // SETITEMS batches of 1,000 pairs, as Python's pickler writes them
-  std::optional<size_t> index;            // the chunk's position in its entry's list
-  if (auto e = s_->entries.find(it.fqn); it.offset && e != s_->entries.end())
-    for (size_t c = 0; c < e->second->chunks.size() && !index; ++c)
-      if (e->second->chunks[c].offsets == *it.offset) index = c;
-  write_metadata_index(out, s_->pool, it, index);
-  new_dataclass(out, s_->pool, kFilesystemModule, "_StorageInfo");
+  Refs& r = s_->refs;
+  std::optional<size_t> index;  // the chunk's position in its entry's list
+  Refs::Ref* fqn = nullptr;
+  if (auto e = s_->entries.find(it.fqn); e != s_->entries.end()) {
+    fqn = &s_->fqns[e->second];
+    const std::vector<Chunk>& chunks = s_->plan->entries[e->second].chunks;
+    for (size_t c = 0; it.offset && c < chunks.size() && !index; ++c)
+      if (chunks[c].offsets == *it.offset) index = c;
+  }
+  write_metadata_index(out, s_->pool, r, it, fqn, index);
+  new_dataclass(out, s_->pool, r, kFilesystemModule, "_StorageInfo", r.storage_info);
   build_fields(out, 3, [&] {
-    out.str("relative_path");
-    out.str(it.storage.relative_path);
-    out.str("offset");
+    out.str("relative_path", r.relative_path);
+    if (it.storage.relative_path != r.path) {
+      r.path = it.storage.relative_path;
+      r.path_ref = {};
+    }
+    out.str(it.storage.relative_path, r.path_ref);
+    out.str("offset", r.offset);
     out.integer(static_cast<int64_t>(it.storage.offset));
-    out.str("length");
+    out.str("length", r.length);
     out.integer(static_cast<int64_t>(it.storage.length));
   });
   if (++s_->added % 1000 == 0) out.set_items();
@@ -326,7 +356,7 @@ std::string MetadataPickle::finish(const std::string& checkpoint_id) {
     out.set_items();
   }
   out.str("storage_meta");
-  new_dataclass(out, s_->pool, kMetadataModule, "StorageMeta");
+  new_dataclass(out, s_->pool, s_->refs, kMetadataModule, "StorageMeta", s_->refs.storage_meta);
   auto text_or_none = [&](const std::string& text) {  // a Str of its own, memoized (as Python's pickler does)
     if (text.empty()) out.op(Op::NONE);
     else out.save(Value::str(text));

@@ -270,17 +270,34 @@ class Pickler {
     op(Op::REDUCE);
   }
   // PickleStream::str: a Str value the caller shares (always memoized), keyed by its text.
-  void shared_str(std::string_view s) {
-    if (auto it = strs_.find(s); it != strs_.end()) return get(it->second);
+  uint64_t shared_str(std::string_view s) {
+    if (auto it = strs_.find(s); it != strs_.end()) {
+      get(it->second);
+      return it->second;
+    }
     unicode(s);
-    strs_.emplace(std::string(s), put());
+    const uint64_t idx = put();
+    strs_.emplace(std::string(s), idx);
+    return idx;
   }
   // PickleStream::global_value: what save() writes for a Global value the caller shares.
-  void global_value(std::string_view module, std::string_view name) {
+  uint64_t global_value(std::string_view module, std::string_view name) {
     std::string key = std::string(module) + '\n' + std::string(name);
-    if (auto it = global_values_.find(key); it != global_values_.end()) return get(it->second);
+    if (auto it = global_values_.find(key); it != global_values_.end()) {
+      get(it->second);
+      return it->second;
+    }
     global(module, name);
-    global_values_.emplace(std::move(key), put());
+    const uint64_t idx = put();
+    global_values_.emplace(std::move(key), idx);
+    return idx;
+  }
+  // PickleStream::save_shared: save() of a value kept by the caller; its memo index.
+  uint64_t save_shared(const ValuePtr& p) {
+    save(p);
+    const auto it = memo_.find(p.get());
+    if (it == memo_.end()) throw Error("pickler: a shared value of a kind never memoized");
+    return it->second;
   }
 
   void save(const ValuePtr& p) {
@@ -411,7 +428,18 @@ void PickleStream::set_items() { p_->op(Op::SETITEMS); }
 void PickleStream::build() { p_->op(Op::BUILD); }
 void PickleStream::op(Op o) { p_->op(o); }
 void PickleStream::str(std::string_view s) { p_->shared_str(s); }
-void PickleStream::global_value(std::string_view module, std::string_view name) { p_->global_value(module, name); }
+void PickleStream::str(std::string_view s, MemoRef& ref) {
+  if (ref.index != UINT64_MAX) return p_->get(ref.index);
+  ref.index = p_->shared_str(s);
+}
+void PickleStream::global_value(std::string_view module, std::string_view name, MemoRef& ref) {
+  if (ref.index != UINT64_MAX) return p_->get(ref.index);
+  ref.index = p_->global_value(module, name);
+}
+void PickleStream::save_shared(const ValuePtr& value, MemoRef& ref) {
+  if (ref.index != UINT64_MAX) return p_->get(ref.index);
+  ref.index = p_->save_shared(value);
+}
 void PickleStream::integer(int64_t v) { p_->integer(v); }
 void PickleStream::size(std::span<const int64_t> dims) { p_->size(dims); }
 std::string PickleStream::finish() { return p_->end(); }

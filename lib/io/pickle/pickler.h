@@ -50,12 +50,20 @@ class PickleStream {
   // Pieces of many small objects of one known shape (the 10^5 entries of a DCP `.metadata`), written without
   // a Value each: the same opcodes and memo entries that save(..., true) writes for the values they stand for.
   void op(Op o);
+  // Where a piece below was memoized, kept by the caller for a piece written again and again (a field name, a
+  // class): fetched from the memo without looking its text up. Empty until the piece is first written.
+  struct MemoRef {
+    uint64_t index = UINT64_MAX;
+  };
   // A Str shared by the caller (a pool's string): memoized on first use, fetched after; by content, so the
-  // same text is one memo entry however often it is passed.
+  // same text is one memo entry however often it is passed (and whichever MemoRef it is passed with).
   void str(std::string_view s);
+  void str(std::string_view s, MemoRef& ref);
   // The class `module.name` as a Global value shared by the caller: GLOBAL and its two memo entries (the
   // global's, the value's) the first time, fetched after. A class written here must not also be saved as a Value.
-  void global_value(std::string_view module, std::string_view name);
+  void global_value(std::string_view module, std::string_view name, MemoRef& ref);
+  // save(value) of a value the caller shares (memoized whether transient or not), fetched by `ref` after.
+  void save_shared(const ValuePtr& value, MemoRef& ref);
   void integer(int64_t v);
   void size(std::span<const int64_t> dims);  // torch.Size(dims), not shared
   std::string finish();                      // STOP; the bytes

@@ -260,12 +260,18 @@ TEST(PickleStream, PiecesWriteWhatSaveWritesForTheValuesTheyStandFor) {
   std::vector<ValuePtr> texts;
   for (int k = 0; k < 300; ++k) texts.push_back(Value::str("t" + std::to_string(k)));
   const std::vector<ValuePtr> text_users = texts;
+  const ValuePtr empty = Value::tuple(), empty_user = empty;
+  pickle::PickleStream::MemoRef cls_ref, empty_ref;
+  std::vector<pickle::PickleStream::MemoRef> text_refs(300);
   for (int round = 0; round < 2; ++round) {
     for (int k = 0; k < 300; ++k) {
-      pieces.global_value("m.n", "C");
+      pieces.global_value("m.n", "C", cls_ref);
       values.save(cls, true);
-      pieces.str(std::string(texts[k]->s));  // a copy: memoized by its text
+      if (k % 2) pieces.str(std::string(texts[k]->s));  // a copy: memoized by its text
+      else pieces.str(texts[k]->s, text_refs[k]);       // by its text the first time (round 0), by the ref after
       values.save(texts[k], true);
+      pieces.save_shared(empty, empty_ref);
+      values.save(empty, true);
       const std::vector<int64_t> dims{k, 70000, -5};
       pieces.size(dims);
       values.save(Value::torch_size(dims), true);
