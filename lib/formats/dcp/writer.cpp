@@ -160,22 +160,39 @@ void write_storage_entry(PickleStream& out, Pool& pool, Refs& r, const Entry& e)
 }
 
 // MetadataIndex's __init__ sets fqn and index, and offset only when given (a bytes item has none).
-// `index` is the chunk's position in its entry's list (the lookup hint), None for bytes items; `fqn` where the fqn
+// `index` is the chunk's position in its entry's list (the lookup hint), None for bytes items; `fqn_ref` where the fqn
 // was memoized when the plan has its entry.
-void write_metadata_index(PickleStream& out, const Pool& pool, Refs& r, const Item& it, Refs::Ref* fqn,
-                          std::optional<size_t> index) {
+void write_metadata_index(PickleStream& out, const Pool& pool, Refs& r, const std::string& fqn, Refs::Ref* fqn_ref,
+                          const std::vector<int64_t>* offset, std::optional<size_t> index) {
   new_dataclass(out, pool, r, kMetadataModule, "MetadataIndex", r.metadata_index);
-  build_fields(out, it.offset ? 3 : 2, [&] {
+  build_fields(out, offset ? 3 : 2, [&] {
     out.str("fqn", r.fqn);
-    if (fqn) out.str(it.fqn, *fqn);
-    else out.str(it.fqn);
+    if (fqn_ref) out.str(fqn, *fqn_ref);
+    else out.str(fqn);
     out.str("index", r.index);
     if (index) out.integer(static_cast<int64_t>(*index));
     else out.op(Op::NONE);
-    if (it.offset) {
+    if (offset) {
       out.str("offset", r.offset);
-      out.size(*it.offset);
+      out.size(*offset);
     }
+  });
+}
+
+// _StorageInfo(relative_path, offset, length).
+void write_storage_info(PickleStream& out, const Pool& pool, Refs& r, const StorageInfo& storage) {
+  new_dataclass(out, pool, r, kFilesystemModule, "_StorageInfo", r.storage_info);
+  build_fields(out, 3, [&] {
+    out.str("relative_path", r.relative_path);
+    if (storage.relative_path != r.path) {
+      r.path = storage.relative_path;
+      r.path_ref = {};
+    }
+    out.str(storage.relative_path, r.path_ref);
+    out.str("offset", r.offset);
+    out.integer(static_cast<int64_t>(storage.offset));
+    out.str("length", r.length);
+    out.integer(static_cast<int64_t>(storage.length));
   });
 }
 
@@ -314,14 +331,6 @@ MetadataPickle::MetadataPickle(const SavePlan& plan, const WriteOptions& options
 MetadataPickle::~MetadataPickle() = default;
 
 void MetadataPickle::add(const Item& it) {
-  PickleStream& out = s_->out;
-  if (!s_->storage_data) {
-    out.str("storage_data");
-    out.empty_dict();
-    s_->storage_data = true;
-  }
-  if (s_->added % 1000 == 0) out.mark();  // SETITEMS batches of 1,000 pairs, as Python's pickler writes them
-  Refs& r = s_->refs;
   std::optional<size_t> index;  // the chunk's position in its entry's list
   Refs::Ref* fqn = nullptr;
   if (auto e = s_->entries.find(it.fqn); e != s_->entries.end()) {
@@ -330,20 +339,27 @@ void MetadataPickle::add(const Item& it) {
     for (size_t c = 0; it.offset && c < chunks.size() && !index; ++c)
       if (chunks[c].offsets == *it.offset) index = c;
   }
-  write_metadata_index(out, s_->pool, r, it, fqn, index);
-  new_dataclass(out, s_->pool, r, kFilesystemModule, "_StorageInfo", r.storage_info);
-  build_fields(out, 3, [&] {
-    out.str("relative_path", r.relative_path);
-    if (it.storage.relative_path != r.path) {
-      r.path = it.storage.relative_path;
-      r.path_ref = {};
-    }
-    out.str(it.storage.relative_path, r.path_ref);
-    out.str("offset", r.offset);
-    out.integer(static_cast<int64_t>(it.storage.offset));
-    out.str("length", r.length);
-    out.integer(static_cast<int64_t>(it.storage.length));
-  });
+  add_pair(it.fqn, fqn, it.offset ? &*it.offset : nullptr, index, it.storage);
+}
+
+void MetadataPickle::add(const PlannedItem& at, const StorageInfo& storage) {
+  const Entry& e = s_->plan->entries.at(at.entry);
+  if (at.chunk == PlannedItem::kBytes) return add_pair(e.fqn, &s_->fqns[at.entry], nullptr, std::nullopt, storage);
+  add_pair(e.fqn, &s_->fqns[at.entry], &e.chunks.at(at.chunk).offsets, at.chunk, storage);
+}
+
+void MetadataPickle::add_pair(const std::string& fqn, pickle::PickleStream::MemoRef* fqn_ref,
+                              const std::vector<int64_t>* offset, std::optional<size_t> index,
+                              const StorageInfo& storage) {
+  PickleStream& out = s_->out;
+  if (!s_->storage_data) {
+    out.str("storage_data");
+    out.empty_dict();
+    s_->storage_data = true;
+  }
+  if (s_->added % 1000 == 0) out.mark();  // SETITEMS batches of 1,000 pairs, as Python's pickler writes them
+  write_metadata_index(out, s_->pool, s_->refs, fqn, fqn_ref, offset, index);
+  write_storage_info(out, s_->pool, s_->refs, storage);
   if (++s_->added % 1000 == 0) out.set_items();
 }
 
@@ -454,7 +470,7 @@ constexpr size_t kParallelBytes = size_t{1} << 20;  // a batch smaller is writte
 
 WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, const std::string& dir,
                             const std::vector<char>& mine, const std::string& out,
-                            const std::function<void(const Item&)>& written) {
+                            const std::function<void(const PlannedItem&, const Item&)>& written) {
   for (const Entry& e : plan.entries)
     if (!e.is_bytes) check_chunks_cover(e, out);
   // (entry, chunk) -> data file
@@ -507,7 +523,7 @@ WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, con
     for (size_t i = 0; i < batch.size(); ++i) {
       const PlannedItem& at = batch[i].at;
       result.items.push_back({plan.entries[at.entry].fqn, plan.entries[at.entry].chunks[at.chunk].offsets, info[i]});
-      if (written) written(result.items.back());
+      if (written) written(at, result.items.back());
       result.order.push_back({at.entry, at.chunk});
     }
     batch.clear();
@@ -522,7 +538,7 @@ WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, con
       write_batch();  // the items before it first: each file's items stay in write order
       const std::vector<uint8_t> b = source.bytes(e);
       result.items.push_back({e.fqn, std::nullopt, append_bytes(place(k, PlannedItem::kBytes), b)});
-      if (written) written(result.items.back());
+      if (written) written({k, PlannedItem::kBytes}, result.items.back());
       result.order.push_back({k, PlannedItem::kBytes});
       return;
     }
@@ -572,9 +588,13 @@ std::string saved_at(const std::string& out, const WriteOptions& options) {
 class ItemQueue {
  public:
   static constexpr size_t kBatch = 256;
-  void push(const Item& it) {
+  struct Written {
+    PlannedItem at;
+    StorageInfo storage;
+  };
+  void push(const PlannedItem& at, const StorageInfo& storage) {
     std::lock_guard<std::mutex> lock(mu_);
-    items_.push_back(it);
+    items_.push_back({at, storage});
     if (items_.size() == kBatch) cv_.notify_one();
   }
   void close() {
@@ -585,7 +605,7 @@ class ItemQueue {
     cv_.notify_one();
   }
   // The next items into `out` (a batch, or what is left once closed); false when closed and none are left.
-  bool take(std::deque<Item>& out) {
+  bool take(std::deque<Written>& out) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return closed_ || items_.size() >= kBatch; });
     out = std::exchange(items_, {});
@@ -595,7 +615,7 @@ class ItemQueue {
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Item> items_;
+  std::deque<Written> items_;
   bool closed_ = false;
 };
 
@@ -629,16 +649,16 @@ WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std
   std::jthread head_thread([&] {
     try {
       head.emplace(plan, options);
-      for (std::deque<Item> batch; streamed && queue.take(batch);)
-        for (const Item& it : batch) head->add(it);
+      for (std::deque<ItemQueue::Written> batch; streamed && queue.take(batch);)
+        for (const auto& w : batch) head->add(w.at, w.storage);
     } catch (...) {
       head_error = std::current_exception();
     }
   });
   WriteResult result;
   try {
-    std::function<void(const Item&)> written;
-    if (streamed) written = [&queue](const Item& it) { queue.push(it); };
+    std::function<void(const PlannedItem&, const Item&)> written;
+    if (streamed) written = [&queue](const PlannedItem& at, const Item& it) { queue.push(at, it.storage); };
     result = write_dcp_files(plan, source, stage.path().string(), std::vector<char>(plan.files.size(), 1), out,
                              written);
   } catch (...) {

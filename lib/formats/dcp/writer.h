@@ -14,12 +14,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "formats/dcp/metadata.h"
 #include "formats/dcp/save_plan.h"
+#include "io/pickle/pickler.h"
 #include "io/pickle/value.h"
 #include "io/tensor.h"
 
@@ -54,9 +56,9 @@ struct WriteOptions {
 };
 
 struct WriteResult {
-  std::vector<Item> items;  // storage_data, in write order (file, offset, length of every item)
+  std::vector<Item> items;                       // storage_data, in write order (file, offset, length of every item)
   std::vector<std::pair<size_t, size_t>> order;  // per item: (plan entry, chunk; PlannedItem::kBytes for bytes)
-  uint64_t bytes = 0;       // data bytes written (all data files)
+  uint64_t bytes = 0;                            // data bytes written (all data files)
 };
 
 // Writes `plan` with data from `source` into the folder `out`. Throws Error (naming the file or the
@@ -73,10 +75,10 @@ WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std
 // `written`, when given, sees each item as it is written (in write order).
 WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, const std::string& dir,
                             const std::vector<char>& mine, const std::string& out,
-                            const std::function<void(const Item&)>& written = {});
+                            const std::function<void(const PlannedItem&, const Item&)>& written = {});
 class MetadataPickle;
-void write_dcp_metadata(const SavePlan& plan, const WriteResult& written, const std::string& dir, const std::string& out,
-                        const WriteOptions& options, MetadataPickle* head = nullptr);
+void write_dcp_metadata(const SavePlan& plan, const WriteResult& written, const std::string& dir,
+                        const std::string& out, const WriteOptions& options, MetadataPickle* head = nullptr);
 
 // The `.metadata` bytes for `plan` in steps: the constructor pickles what the plan alone gives (Metadata, its
 // state_dict_metadata and planner_data), add() each item where it was written (these may run on another thread
@@ -89,10 +91,15 @@ class MetadataPickle {
   MetadataPickle& operator=(const MetadataPickle&) = delete;
   // The items in plan order, one at a time (add) or all at once, then the rest; finish once.
   void add(const Item& item);
+  // The item of the plan's entry `at.entry`, chunk `at.chunk` (PlannedItem::kBytes: its bytes item), stored as
+  // `storage`.
+  void add(const PlannedItem& at, const StorageInfo& storage);
   std::string finish(const std::string& checkpoint_id);
   std::string finish(const std::vector<Item>& items, const std::string& checkpoint_id);
 
  private:
+  void add_pair(const std::string& fqn, pickle::PickleStream::MemoRef* fqn_ref, const std::vector<int64_t>* offset,
+                std::optional<size_t> index, const StorageInfo& storage);
   struct State;
   const WriteOptions& options_;
   std::unique_ptr<State> s_;
