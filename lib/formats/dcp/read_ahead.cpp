@@ -82,7 +82,9 @@ class ReadAhead {
       const uint64_t bytes = entry_bytes(*e);
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || ready_.empty() || waiting_ + bytes <= max_bytes_; });
+        cv_.wait(lock, [&] {
+          return stop_ || ready_.empty() || (waiting_ + bytes <= max_bytes_ && ready_.size() < kMaxWaiting);
+        });
         if (stop_) return;
       }
       Slot s{e, Tensor(), nullptr, bytes};
@@ -102,6 +104,8 @@ class ReadAhead {
     }
   }
 
+  // Tensors waiting, at most (each holds its item's map slice and name: 10^5 tensors of 16 bytes fit in max_bytes).
+  static constexpr size_t kMaxWaiting = 1024;
   std::function<Tensor(const Entry&)> whole_;
   std::vector<const Entry*> order_;
   std::unordered_map<const Entry*, size_t> at_;
@@ -118,8 +122,9 @@ class ReadAhead {
 
 }  // namespace
 
-std::function<Tensor(const Entry&)> read_ahead(std::function<Tensor(const Entry&)> whole, std::vector<const Entry*> order,
-                                               uint64_t max_bytes, uint64_t max_entry_bytes) {
+std::function<Tensor(const Entry&)> read_ahead(std::function<Tensor(const Entry&)> whole,
+                                               std::vector<const Entry*> order, uint64_t max_bytes,
+                                               uint64_t max_entry_bytes) {
   std::vector<const Entry*> small;
   for (const Entry* e : order)
     if (!e->is_bytes && entry_bytes(*e) <= max_entry_bytes) small.push_back(e);

@@ -31,7 +31,8 @@ const std::string kData = std::string(UCPKIT_SOURCE_DIR) + "/tests/formats/dcp/d
 
 std::string thrown(const std::function<void()>& f) { return ucpkit::testing::error_of(f, "(no error)"); }
 
-// Python's pickle with stub classes: the independent reading of a `.metadata`, printed as ucpkit::testing::describe_metadata() does.
+// Python's pickle with stub classes: the independent reading of a `.metadata`, printed as
+// ucpkit::testing::describe_metadata() does.
 const char* kPython = R"PY(
 import pickle, sys, types, os
 
@@ -177,6 +178,40 @@ TEST(DcpMetadata, IndexRefusesAFqnListedTwice) {
   EXPECT_EQ(md.item_index.at("w"), (std::vector<size_t>{0, 1}));
   md.entries[1].fqn = "w";
   EXPECT_EQ(thrown([&] { index_metadata(md); }), "x/.metadata: DCP metadata: state_dict_metadata lists 'w' twice");
+}
+
+TEST(DcpMetadata, LookupsInFileOrderAndOutOfItAcrossTwoFilesFindTheirOwn) {
+  // find / item_of try the position after this thread's last find first: two files holding the same fqns in other
+  // orders and chunks, asked alternately, in order, backwards and for what they lack.
+  auto make = [](std::vector<std::string> fqns, int64_t chunk_rows) {
+    Metadata md;
+    md.path = "m/.metadata";
+    for (const std::string& f : fqns) {
+      md.entries.push_back({f, false, DType::Float32, {4}, {}});
+      for (int64_t r = 0; r < 4; r += chunk_rows) md.items.push_back({f, std::vector<int64_t>{r}, {}});
+    }
+    md.items.push_back({"bytes", std::nullopt, {}});
+    index_metadata(md);
+    return md;
+  };
+  const Metadata a = make({"x", "y", "z"}, 2), b = make({"z", "x", "y"}, 1);
+  for (const Metadata* md : {&a, &b, &a, &b}) {
+    for (const std::string f : {"x", "y", "z", "z", "y", "x"}) {
+      ASSERT_NE(md->find(f), nullptr);
+      EXPECT_EQ(md->find(f)->fqn, f);
+      for (int64_t r : {0, 2, 0}) {
+        const std::vector<int64_t> at{r};
+        const Item& it = md->item_of(f, &at);
+        EXPECT_EQ(it.fqn, f);
+        EXPECT_EQ(*it.offset, at);
+      }
+    }
+    EXPECT_EQ(md->find("bytes"), nullptr);
+    EXPECT_FALSE(md->item_of("bytes", nullptr).offset);
+    const std::vector<int64_t> odd{1};
+    if (md == &a) EXPECT_THROW(md->item_of("x", &odd), Error);
+    else EXPECT_EQ(*md->item_of("x", &odd).offset, odd);
+  }
 }
 
 TEST(DcpMetadata, UnsupportedDtypeIsRefusedByName) {
