@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-namespace core_exit_release_test {
+namespace exit_release_test {
 
 using namespace ucpkit;
 
@@ -28,4 +28,4 @@ TEST(ExitRelease, FreedAtOnceUnlessTheToolLeavesItToTheExit) {
   EXPECT_EQ(released_kept(), kept + 1);
 }
 
-}  // namespace core_exit_release_test
+}  // namespace exit_release_test
