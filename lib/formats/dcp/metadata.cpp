@@ -258,34 +258,40 @@ Metadata parse_metadata_general(std::span<const uint8_t> bytes, const std::strin
 }
 
 void index_metadata(Metadata& md) {
-  // item_index on a thread of its own for a large file (100,000 tensors: a tenth of a second of a reshard's
-  // start); reserved, so that no map is rehashed while it grows.
+  // The three maps built at once for a large file (100,000 tensors: a tenth of a second of a reshard's start, on one
+  // core while the other waited), each reserved so that it is not rehashed while it grows.
   auto items = [&md] {
     md.item_index.clear();
     md.item_index.reserve(md.items.size());
     for (size_t k = 0; k < md.items.size(); ++k) md.item_index[md.items[k].fqn].push_back(k);
   };
-  std::thread other;
-  if (md.items.size() >= 16384) other = std::thread(items);
-  else items();
+  auto planner = [&md] {
+    md.planner_index.clear();
+    if (!md.planner_data || md.planner_data->kind != Kind::Dict) return;
+    md.planner_index.reserve(md.planner_data->entries.size());
+    for (size_t k = 0; k < md.planner_data->entries.size(); ++k)
+      if (const ValuePtr& key = md.planner_data->entries[k].first; key->kind == Kind::Str)
+        md.planner_index.emplace(key->s, k);  // the first of a repeated key, as Value::get finds it
+  };
+  std::vector<std::thread> others;
+  if (md.items.size() >= 16384) {
+    others.emplace_back(items);
+    others.emplace_back(planner);
+  } else {
+    items();
+    planner();
+  }
   try {
     md.entry_index.clear();
     md.entry_index.reserve(md.entries.size());
     for (size_t k = 0; k < md.entries.size(); ++k)
       if (!md.entry_index.emplace(md.entries[k].fqn, k).second)
         fail(md.path, "DCP metadata: state_dict_metadata lists '" + escaped_brief(md.entries[k].fqn) + "' twice");
-    md.planner_index.clear();
-    if (md.planner_data && md.planner_data->kind == Kind::Dict) {
-      md.planner_index.reserve(md.planner_data->entries.size());
-      for (size_t k = 0; k < md.planner_data->entries.size(); ++k)
-        if (const ValuePtr& key = md.planner_data->entries[k].first; key->kind == Kind::Str)
-          md.planner_index.emplace(key->s, k);  // the first of a repeated key, as Value::get finds it
-    }
   } catch (...) {
-    if (other.joinable()) other.join();
+    for (std::thread& t : others) t.join();
     throw;
   }
-  if (other.joinable()) other.join();
+  for (std::thread& t : others) t.join();
 }
 
 Metadata read_metadata(const std::string& path) {
