@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <cstdint>
 #include <optional>
 #include <string_view>
 #include <thread>
@@ -473,10 +474,22 @@ WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, con
                             const std::function<void(const PlannedItem&, const Item&)>& written) {
   for (const Entry& e : plan.entries)
     if (!e.is_bytes) check_chunks_cover(e, out);
-  // (entry, chunk) -> data file
-  std::map<std::pair<size_t, size_t>, size_t> file_of;
+  // (entry, chunk) -> data file, at slot[entry] + chunk (a bytes entry: its one slot, chunk kBytes); kNoFile for an
+  // item no file holds. Flat: a map of 10^5 items, looked up twice per item, was a tenth of the writing thread.
+  constexpr size_t kNoFile = SIZE_MAX;
+  std::vector<size_t> slot(plan.entries.size() + 1, 0);
+  for (size_t k = 0; k < plan.entries.size(); ++k)
+    slot[k + 1] = slot[k] + (plan.entries[k].is_bytes ? 1 : plan.entries[k].chunks.size());
+  auto slot_of = [&](size_t entry, size_t chunk) -> std::optional<size_t> {
+    if (entry >= plan.entries.size()) return std::nullopt;
+    if (plan.entries[entry].is_bytes)
+      return chunk == PlannedItem::kBytes ? std::optional<size_t>(slot[entry]) : std::nullopt;
+    return chunk < plan.entries[entry].chunks.size() ? std::optional<size_t>(slot[entry] + chunk) : std::nullopt;
+  };
+  std::vector<size_t> file_of(slot.back(), kNoFile);
   for (size_t f = 0; f < plan.files.size(); ++f)
-    for (const PlannedItem& it : plan.files[f].items) file_of[{it.entry, it.chunk}] = f;
+    for (const PlannedItem& it : plan.files[f].items)
+      if (const auto at = slot_of(it.entry, it.chunk)) file_of[*at] = f;
   std::vector<DataFile> files(plan.files.size());
   const bool flush_each = static_cast<size_t>(std::count(mine.begin(), mine.end(), 1)) > kBufferedFiles;
   // Data files are written front to back and not read back by the run: with their buffers kept, they bypass the
@@ -491,10 +504,10 @@ WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, con
                   flush_each};
   WriteResult result;
   auto file_index = [&](size_t entry, size_t chunk) {
-    auto it = file_of.find({entry, chunk});
-    if (it == file_of.end())
+    const auto at = slot_of(entry, chunk);
+    if (!at || file_of[*at] == kNoFile)
       fail(out, "DCP writer: the plan puts '" + escaped_brief(plan.entries[entry].fqn) + "' in no data file");
-    return it->second;
+    return file_of[*at];
   };
   auto place = [&](size_t entry, size_t chunk) -> DataFile& { return files[file_index(entry, chunk)]; };
   // The chunks are made one after another (the source is called in write order), a batch of at most one chunk per data
