@@ -82,25 +82,25 @@ void release_pages(const uint8_t* lo, const uint8_t* hi) {
 std::string crc_mismatch(const std::string& record) { return "zip: CRC-32 mismatch in record '" + record + "'"; }
 
 void check_chunks_cover(const Entry& e, const std::string& file) {
-  const std::string what = "DCP: chunks of '" + escaped_brief(e.fqn) + "' ";
+  auto what = [&e] { return "DCP: chunks of '" + escaped_brief(e.fqn) + "' "; };  // made for an error only
   uint64_t total = 0;
   for (size_t k = 0; k < e.chunks.size(); ++k) {
     const Chunk& c = e.chunks[k];
     for (size_t d = 0; d < e.size.size(); ++d)
       if (c.sizes[d] > e.size[d] || c.offsets[d] > e.size[d] - c.sizes[d])
-        fail(file, what + "do not fit its size: chunk " + box_text(c.offsets, c.sizes) + " outside " +
+        fail(file, what() + "do not fit its size: chunk " + box_text(c.offsets, c.sizes) + " outside " +
                        box_text(std::vector<int64_t>(e.size.size(), 0), e.size));
     const uint64_t v = volume(c.sizes, file, e.fqn);
     for (size_t j = 0; j < k && v > 0; ++j)
       if (volume(e.chunks[j].sizes, file, e.fqn) > 0 && overlap(c, e.chunks[j]))
-        fail(file, what + "overlap: " + box_text(e.chunks[j].offsets, e.chunks[j].sizes) + " and " +
+        fail(file, what() + "overlap: " + box_text(e.chunks[j].offsets, e.chunks[j].sizes) + " and " +
                        box_text(c.offsets, c.sizes));
     total += v;
   }
   const uint64_t want = volume(e.size, file, e.fqn);
   if (total != want)
     fail(file,
-         what + "leave a gap: they hold " + std::to_string(total) + " of its " + std::to_string(want) + " elements");
+         what() + "leave a gap: they hold " + std::to_string(total) + " of its " + std::to_string(want) + " elements");
 }
 
 std::optional<Entry> leading_sub_entry(const Entry& e, const std::vector<int64_t>& index, std::vector<size_t>& which) {

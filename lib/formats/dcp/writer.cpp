@@ -262,16 +262,17 @@ Tensor cut_box(const Tensor& whole, const Chunk& c) {
 ChunkSource chunks_of_whole(std::function<Tensor(const Entry&)> whole,
                             std::function<std::vector<uint8_t>(const Entry&)> bytes) {
   struct Cache {
-    std::string fqn;
+    const Entry* entry = nullptr;  // the plan's entry read (a plan lists each fqn once)
     Tensor t;
   };
   auto cache = std::make_shared<Cache>();
   ChunkSource s;
   s.chunk = [whole = std::move(whole), cache](const Entry& e, size_t k) {
-    if (cache->fqn != e.fqn || !cache->t.storage()) {
+    if (cache->entry != &e || !cache->t.storage()) {
       cache->t = Tensor();  // the previous tensor goes before the next one is read
+      cache->entry = nullptr;
       cache->t = whole(e);
-      cache->fqn = e.fqn;
+      cache->entry = &e;
     }
     if (cache->t.shape() != e.size)
       throw Error("DCP writer: the source's '" + escaped_brief(e.fqn) + "' has shape " + shape_str(cache->t.shape()) +

@@ -36,7 +36,7 @@ struct ChunkSource {
 };
 
 // A source of whole tensors: each chunk cut out of `whole(e)`, which is called once per tensor (the
-// last one is kept while its chunks are cut).
+// last one is kept while its chunks are cut; the writer asks with the plan's own entries, told apart by address).
 ChunkSource chunks_of_whole(std::function<Tensor(const Entry&)> whole,
                             std::function<std::vector<uint8_t>(const Entry&)> bytes);
 
