@@ -97,6 +97,15 @@ class Machine {
   }
 
  private:
+  // An opcode's argument of N bytes: a fixed-size load (le(n) for a length read from the file).
+  template <size_t N>
+  uint64_t le() {
+    if (d_.size() - pos_ < N) throw Abandon{};
+    uint64_t v = 0;
+    std::memcpy(&v, d_.data() + pos_, N);
+    pos_ += N;
+    return v;
+  }
   uint64_t le(size_t n) {
     if (d_.size() - pos_ < n) throw Abandon{};
     uint64_t v = 0;
@@ -151,6 +160,7 @@ class Machine {
   size_t pos_ = 0;
   std::vector<Node> nodes_;
   std::vector<uint32_t> kids_, stack_, memo_;
+  std::vector<char> memo_mutable_;  // beside memo_: a fetch checks it without reaching into the node array
   std::vector<Link> links_;
   std::vector<size_t> marks_;
 };
@@ -165,7 +175,7 @@ void Machine::text(uint64_t length) {
 }
 
 void Machine::long1() {
-  const size_t n = le(1);
+  const size_t n = le<1>();
   if (n > 8) throw Abandon{};
   uint64_t v = le(n);
   if (n && n < 8 && (v >> (8 * n - 1)) & 1) v |= ~uint64_t{0} << (8 * n);  // two's complement, sign-extended
@@ -259,26 +269,29 @@ void Machine::build() {
 }
 
 void Machine::memo_get(uint64_t idx) {
-  if (idx >= memo_.size() || is_mutable(nodes_[memo_[idx]].kind)) throw Abandon{};
+  if (idx >= memo_.size() || memo_mutable_[idx]) throw Abandon{};
   push(memo_[idx]);
 }
 
 uint32_t Machine::run() {
   while (pos_ < d_.size()) {
     switch (static_cast<Op>(d_[pos_++])) {
-      case Op::PROTO: le(1); break;
-      case Op::FRAME: le(8); break;
+      case Op::PROTO: le<1>(); break;
+      case Op::FRAME: le<8>(); break;
       case Op::STOP: return top();
       case Op::MARK: marks_.push_back(stack_.size()); break;
-      case Op::MEMOIZE: memo_.push_back(top()); break;
-      case Op::BINGET: memo_get(le(1)); break;
-      case Op::LONG_BINGET: memo_get(le(4)); break;
-      case Op::SHORT_BINUNICODE: text(le(1)); break;
-      case Op::BINUNICODE: text(le(4)); break;
-      case Op::BINUNICODE8: text(le(8)); break;
-      case Op::BININT1: integer(static_cast<int64_t>(le(1))); break;
-      case Op::BININT2: integer(static_cast<int64_t>(le(2))); break;
-      case Op::BININT: integer(static_cast<int32_t>(le(4))); break;
+      case Op::MEMOIZE:
+        memo_.push_back(top());
+        memo_mutable_.push_back(is_mutable(nodes_[top()].kind));
+        break;
+      case Op::BINGET: memo_get(le<1>()); break;
+      case Op::LONG_BINGET: memo_get(le<4>()); break;
+      case Op::SHORT_BINUNICODE: text(le<1>()); break;
+      case Op::BINUNICODE: text(le<4>()); break;
+      case Op::BINUNICODE8: text(le<8>()); break;
+      case Op::BININT1: integer(static_cast<int64_t>(le<1>())); break;
+      case Op::BININT2: integer(static_cast<int64_t>(le<2>())); break;
+      case Op::BININT: integer(static_cast<int32_t>(le<4>())); break;
       case Op::LONG1: long1(); break;
       case Op::NONE: push(0); break;
       case Op::NEWFALSE: push(1); break;
