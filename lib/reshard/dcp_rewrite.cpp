@@ -63,57 +63,52 @@ nlohmann::json describe(const LoadOptions& o, const dcp::SavePlan& plan, const s
 
 const WholeRewrite kDcpRewrite{
     [](const LoadOptions& o) {
-      const dcp::Metadata md = dcp::read_folder_metadata(dcp::find_folder(o.input));
-      const auto convert = conversions(o, md, nullptr);
-      const dcp::SavePlan plan = dcp::rewrite_plan(md, target_of(o), convert);
-      nlohmann::json j = save_plan_description(plan);
-      j.update(describe(o, plan, convert));
-      j["format"] = "dcp";
-      j["route"] = "whole";
-      return j;
-    },
-    [](const LoadOptions& o, const std::string& staged) {
-      const dcp::Folder folder = dcp::find_folder(o.input);
-      auto reader_owned = std::make_unique<const dcp::Reader>(folder.dir, dcp::read_folder_metadata(folder));
-      const dcp::Reader& reader = *reader_owned;
-      bool all_floating = false;
-      const auto convert = conversions(o, reader.metadata(), &all_floating);
-      if (o.given.dtype && all_floating && !convert.empty())
-        o.reporter.warning(o.input +
-                           " holds no optimizer state, so nothing tells its parameters from its float "
-                           "buffers: --dtype converts every floating-point model tensor (" +
-                           std::to_string(convert.size()) + ")");
-      dcp::WriteOptions wo;
-      wo.checkpoint_id = std::filesystem::absolute(o.output).lexically_normal().string();
-      auto plan_owned = std::make_unique<const dcp::SavePlan>(
-          dcp::rewrite_plan(reader.metadata(), target_of(o), convert));
-      const dcp::SavePlan& plan = *plan_owned;
-      auto w = std::make_unique<const dcp::WriteResult>(
-          dcp::rewrite_dcp_into(reader, plan, staged, target_of(o).has_value(), convert, wo));
-      nlohmann::json j = describe(o, plan, convert);
-      size_t files = 0;
-      uint64_t written = 0;
-      for (const auto& f : std::filesystem::directory_iterator(staged))
-        ++files, written += std::filesystem::file_size(f);
-      j["files_written"] = files;
-      j["bytes_written"] = written;
-      j["data_bytes_written"] = w->bytes;
-      // 10^5 entries each: freed by the process's exit when the tool asks for it (core/exit_release.h).
-      release(std::move(w));
-      release(std::move(plan_owned));
-      release(std::move(reader_owned));
-      return j;
-    }};
+       const dcp::Metadata md = dcp::read_folder_metadata(dcp::find_folder(o.input));
+       const auto convert = conversions(o, md, nullptr);
+       const dcp::SavePlan plan = dcp::rewrite_plan(md, target_of(o), convert);
+       nlohmann::json j = save_plan_description(plan);
+       j.update(describe(o, plan, convert));
+       j["format"] = "dcp";
+       j["route"] = "whole";
+       return j;
+     },
+     [](const LoadOptions& o, const std::string& staged) {
+       const dcp::Folder folder = dcp::find_folder(o.input);
+       auto reader_owned = std::make_unique<const dcp::Reader>(folder.dir, dcp::read_folder_metadata(folder));
+       const dcp::Reader& reader = *reader_owned;
+       bool all_floating = false;
+       const auto convert = conversions(o, reader.metadata(), &all_floating);
+       if (o.given.dtype && all_floating && !convert.empty())
+         o.reporter.warning(o.input + " holds no optimizer state, so nothing tells its parameters from its float "
+                            "buffers: --dtype converts every floating-point model tensor (" +
+                            std::to_string(convert.size()) + ")");
+       dcp::WriteOptions wo;
+       wo.checkpoint_id = std::filesystem::absolute(o.output).lexically_normal().string();
+       auto plan_owned = std::make_unique<const dcp::SavePlan>(dcp::rewrite_plan(reader.metadata(), target_of(o), convert));
+       const dcp::SavePlan& plan = *plan_owned;
+       auto w = std::make_unique<const dcp::WriteResult>(
+           dcp::rewrite_dcp_into(reader, plan, staged, target_of(o).has_value(), convert, wo));
+       nlohmann::json j = describe(o, plan, convert);
+       size_t files = 0;
+       uint64_t written = 0;
+       for (const auto& f : std::filesystem::directory_iterator(staged)) ++files, written += std::filesystem::file_size(f);
+       j["files_written"] = files;
+       j["bytes_written"] = written;
+       j["data_bytes_written"] = w->bytes;
+       // 10^5 entries each: freed by the process's exit when the tool asks for it (core/exit_release.h).
+       release(std::move(w));
+       release(std::move(plan_owned));
+       release(std::move(reader_owned));
+       return j;
+     }};
 
 // Every flavour the DCP reader reads (dcp::Reader: one global .metadata, rank-local __<r>.metadata
 // files, HuggingFaceStorageWriter's safetensors) is rewritten whole the same way (torch
 // 2.15's rank-local and safetensors saves of an int64 buffer went through the universal form, which
 // refused it).
 [[maybe_unused]] const bool kDcpRewriteRegistered = register_whole_rewrite("dcp", OutputFormat::Dcp, kDcpRewrite) &&
-                                                    register_whole_rewrite("dcp-rank-local", OutputFormat::Dcp,
-                                                                           kDcpRewrite) &&
-                                                    register_whole_rewrite("dcp-safetensors", OutputFormat::Dcp,
-                                                                           kDcpRewrite);
+                                          register_whole_rewrite("dcp-rank-local", OutputFormat::Dcp, kDcpRewrite) &&
+                                          register_whole_rewrite("dcp-safetensors", OutputFormat::Dcp, kDcpRewrite);
 
 }  // namespace
 }  // namespace ucpkit::reshard

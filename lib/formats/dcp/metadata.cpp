@@ -197,8 +197,7 @@ Metadata parse_metadata_general(std::span<const uint8_t> bytes, const std::strin
       const std::string cls = value->class_path();
       const std::string_view prefix = cls.rfind(kPrototype, 0) == 0 ? kPrototype : kCurrent;
       const std::string_view leaf = std::string_view(cls).substr(std::min(cls.size(), prefix.size()));
-      const bool entry = key->kind == Kind::Str &&
-                         (leaf == "metadata.TensorStorageMetadata" || leaf == "metadata.BytesStorageMetadata");
+      const bool entry = key->kind == Kind::Str && (leaf == "metadata.TensorStorageMetadata" || leaf == "metadata.BytesStorageMetadata");
       const bool item = key->kind == Kind::Object && leaf == "filesystem._StorageInfo";
       if (!entry && !item) continue;
       if (conversion_prefix && *conversion_prefix != prefix) continue;  // mixed eras: the whole parse says so
@@ -334,13 +333,11 @@ const Item& Metadata::item_of(const std::string& fqn, const std::vector<int64_t>
     return items[next];
   }
   if (auto pos = item_index.find(fqn); pos != item_index.end())
-    for (size_t k : pos->second) {
-      const Item& it = items[k];
-      if (offsets ? it.offset && *it.offset == *offsets : !it.offset) {
+    for (size_t k : pos->second)
+      if (item_matches(items[k], fqn, offsets)) {
         last_item = k;
-        return it;
+        return items[k];
       }
-    }
   std::string at;
   if (offsets) {
     at = " at offsets [";

@@ -37,7 +37,7 @@ struct Abandon {};  // not of the shape read here: the general unpickler reads t
 enum class K : uint8_t { None, False, True, Int, Str, Global, Dtype, Leaf, Tuple, Size, List, Dict, Object };
 
 constexpr uint32_t kNo = UINT32_MAX;
-constexpr uint16_t kMaxDepth = 900;                  // under the general unpickler's 1,000 (UnpickleOptions::max_depth)
+constexpr uint16_t kMaxDepth = 900;  // under the general unpickler's 1,000 (UnpickleOptions::max_depth)
 constexpr uint32_t kEmptyTuple = 3, kSmallInts = 4;  // premade: None, False, True, (), then the ints 0..255
 
 struct Node {
@@ -84,8 +84,7 @@ class Machine {
   }
   uint32_t kid(uint32_t tuple, uint32_t j) const { return kids_[nodes_[tuple].a + j]; }
   // A Tuple's or Size's kids, a List's items or a Dict's keys and values in order.
-  template <typename F>
-  void each(uint32_t k, F&& f) const {
+  template <typename F> void each(uint32_t k, F&& f) const {
     const Node& c = nodes_[k];
     if (c.kind == K::Tuple || c.kind == K::Size) {
       for (uint32_t j = 0; j < c.n; ++j) f(kids_[c.a + j]);
@@ -143,9 +142,7 @@ class Machine {
     return std::max<uint16_t>(depth, static_cast<uint16_t>(nodes_[k].depth + 1));
   }
   void text(uint64_t length);
-  void integer(int64_t v) {
-    push(v >= 0 && v < 256 ? kSmallInts + static_cast<uint32_t>(v) : add({K::Int, 0, 0, 0, 0, v}));
-  }
+  void integer(int64_t v) { push(v >= 0 && v < 256 ? kSmallInts + static_cast<uint32_t>(v) : add({K::Int, 0, 0, 0, 0, v})); }
   void long1();
   void tuple(size_t from);
   void link(uint32_t container, uint32_t item);
@@ -222,8 +219,7 @@ void Machine::stack_global() {
   const std::string_view m = str(module), n = str(name);
   if (!pickle::class_path_problem(m, n).empty() || (m == "collections" && n == "OrderedDict")) throw Abandon{};
   DType t;
-  if (m == "torch" && pickle::is_torch_dtype_name(n, t))
-    return push(add({K::Dtype, 0, 0, 0, 0, static_cast<int64_t>(t)}));
+  if (m == "torch" && pickle::is_torch_dtype_name(n, t)) return push(add({K::Dtype, 0, 0, 0, 0, static_cast<int64_t>(t)}));
   push(add({K::Global, 1, 0, module, name}));
 }
 
@@ -247,8 +243,7 @@ void Machine::reduce() {
                       m == "pathlib" || m.starts_with("pathlib.");  // StorageMeta.checkpoint_id of a Path
   if (!opaque) throw Abandon{};
   for (uint32_t j = 0; j < a.n; ++j)
-    if (const K k = nodes_[kids_[a.a + j]].kind;
-        k != K::Int && k != K::Str && k != K::None && k != K::False && k != K::True)
+    if (const K k = nodes_[kids_[a.a + j]].kind; k != K::Int && k != K::Str && k != K::None && k != K::False && k != K::True)
       throw Abandon{};
   push(add({K::Leaf, 1}));
 }
@@ -372,9 +367,11 @@ class Convert {
     explicit Classes(std::string_view prefix)
         : bytes(std::string(prefix) + "metadata.BytesStorageMetadata"),
           tensor(std::string(prefix) + "metadata.TensorStorageMetadata"),
-          properties(std::string(prefix) + "metadata.TensorProperties"), sharded_properties(kShardedPropsClass),
+          properties(std::string(prefix) + "metadata.TensorProperties"),
+          sharded_properties(kShardedPropsClass),
           chunk(std::string(prefix) + "metadata.ChunkStorageMetadata"),
-          index(std::string(prefix) + "metadata.MetadataIndex"), info(std::string(prefix) + "filesystem._StorageInfo"),
+          index(std::string(prefix) + "metadata.MetadataIndex"),
+          info(std::string(prefix) + "filesystem._StorageInfo"),
           storage_meta(std::string(prefix) + "metadata.StorageMeta"),
           metadata(std::string(prefix) + "metadata.Metadata") {}
     std::string bytes, tensor, properties, sharded_properties, chunk, index, info, storage_meta, metadata;
@@ -515,8 +512,7 @@ Convert::PlannerHalf Convert::planner_half(const std::vector<std::pair<uint32_t,
       }
     });
     std::string flat(m_.str(key));
-    out.entries.emplace_back(value(key, flat),
-                             kind == K::Tuple ? Value::tuple(std::move(items)) : Value::list(std::move(items)));
+    out.entries.emplace_back(value(key, flat), kind == K::Tuple ? Value::tuple(std::move(items)) : Value::list(std::move(items)));
     out.flattening.emplace_back(std::move(flat), std::move(parts));
   }
   return out;

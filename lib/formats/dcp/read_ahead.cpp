@@ -122,9 +122,8 @@ class ReadAhead {
 
 }  // namespace
 
-std::function<Tensor(const Entry&)> read_ahead(std::function<Tensor(const Entry&)> whole,
-                                               std::vector<const Entry*> order, uint64_t max_bytes,
-                                               uint64_t max_entry_bytes) {
+std::function<Tensor(const Entry&)> read_ahead(std::function<Tensor(const Entry&)> whole, std::vector<const Entry*> order,
+                                               uint64_t max_bytes, uint64_t max_entry_bytes) {
   std::vector<const Entry*> small;
   for (const Entry* e : order)
     if (!e->is_bytes && entry_bytes(*e) <= max_entry_bytes) small.push_back(e);

@@ -31,14 +31,14 @@ namespace ucpkit::formats::dcp {
 // A tensor item decoded where it lies (formats/dcp/reader.h, stored_chunk): the chunk's elements,
 // row-major, inside the mapped data file (or, for a big-endian or oddly strided item, in a copy).
 struct Stored {
-  Tensor tensor;                          // keeps the map (or the copy) alive
-  std::span<const uint8_t> bytes;         // the chunk's elements
-  bool mapped = false;                    // `bytes` lie in the data file's map (their pages may be dropped)
-  std::span<const uint8_t> item;          // the whole item (zip) in the map
+  Tensor tensor;                    // keeps the map (or the copy) alive
+  std::span<const uint8_t> bytes;   // the chunk's elements
+  bool mapped = false;              // `bytes` lie in the data file's map (their pages may be dropped)
+  std::span<const uint8_t> item;    // the whole item (zip) in the map
   std::shared_ptr<const MappedFile> map;  // the data file's map (its pages dropped through it)
-  std::optional<uint32_t> crc;            // the data record's CRC-32, to check over `bytes` as they are copied
-  std::string record;                     // that record's name
-  std::string name;                       // "<file> (item '<fqn>' at byte N)"
+  std::optional<uint32_t> crc;      // the data record's CRC-32, to check over `bytes` as they are copied
+  std::string record;               // that record's name
+  std::string name;                 // "<file> (item '<fqn>' at byte N)"
 };
 
 namespace {
@@ -60,8 +60,7 @@ bool overlap(const Chunk& a, const Chunk& b) {
 uint64_t volume(const std::vector<int64_t>& sizes, const std::string& file, const std::string& fqn) {
   uint64_t n = 1;
   for (int64_t s : sizes) {
-    if (s != 0 && n > (uint64_t{1} << 62) / static_cast<uint64_t>(s))
-      fail(file, "DCP: '" + fqn + "' has an absurd size");
+    if (s != 0 && n > (uint64_t{1} << 62) / static_cast<uint64_t>(s)) fail(file, "DCP: '" + fqn + "' has an absurd size");
     n *= static_cast<uint64_t>(s);
   }
   return n;
@@ -105,11 +104,7 @@ void check_chunks_cover(const Entry& e, const std::string& file) {
 
 std::optional<Entry> leading_sub_entry(const Entry& e, const std::vector<int64_t>& index, std::vector<size_t>& which) {
   const size_t lead = index.size();
-  Entry sub{e.fqn,
-            false,
-            e.dtype,
-            std::vector<int64_t>(e.size.begin() + static_cast<std::ptrdiff_t>(lead), e.size.end()),
-            {}};
+  Entry sub{e.fqn, false, e.dtype, std::vector<int64_t>(e.size.begin() + static_cast<std::ptrdiff_t>(lead), e.size.end()), {}};
   which.clear();
   for (size_t k = 0; k < e.chunks.size(); ++k) {
     const auto& c = e.chunks[k];
@@ -129,8 +124,7 @@ std::optional<Entry> leading_sub_entry(const Entry& e, const std::vector<int64_t
 
 Reader::Reader(std::string dir, std::string metadata_file)
     : dir_(std::move(dir)),
-      md_(read_metadata(metadata_file.empty() ? (std::filesystem::path(dir_) / ".metadata").string() : metadata_file)) {
-}
+      md_(read_metadata(metadata_file.empty() ? (std::filesystem::path(dir_) / ".metadata").string() : metadata_file)) {}
 
 Reader::Reader(std::string dir, Metadata metadata) : dir_(std::move(dir)), md_(std::move(metadata)) {}
 
@@ -164,17 +158,19 @@ std::shared_ptr<const MappedFile> Reader::mapped(const std::string& file) const 
 
 std::span<const uint8_t> Reader::item_bytes(const Item& item, std::shared_ptr<const MappedFile>& keep,
                                             std::string& file) const {
+  std::optional<std::string> known;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (const auto it = data_files_.find(item.storage.relative_path); it != data_files_.end())
-      file = it->second.first, keep = it->second.second;
+    if (const auto it = data_files_.find(item.storage.relative_path); it != data_files_.end()) known = it->second;
   }
-  if (!keep) {
-    file = confined_path(dir_, item.storage.relative_path, md_.path, "DCP data file").string();
-    keep = mapped(file);
+  if (known) {
+    file = std::move(*known);
+  } else {
+    file = confined_path(dir_, item.storage.relative_path, md_.path, "DCP data file").string();  // refused: not kept
     std::lock_guard<std::mutex> lock(mu_);
-    data_files_.emplace(item.storage.relative_path, std::make_pair(file, keep));
+    data_files_.emplace(item.storage.relative_path, file);
   }
+  keep = mapped(file);
   const StorageInfo& s = item.storage;
   if (s.offset > keep->size() || s.length > keep->size() - s.offset)
     fail(file, "DCP item '" + escaped_brief(item.fqn) + "' [" + std::to_string(s.offset) + ", +" +
@@ -196,15 +192,13 @@ Stored Reader::stored_chunk(const Entry& e, size_t k) const {
   s.name = file + " (item '" + escaped_brief(fqn) + "' at byte " + std::to_string(item.storage.offset) + ")";
   std::shared_ptr<const MappedFile> zip_file;  // the item's zip, when it was parsed
   bool in_place = false;                       // s.tensor is a view of the data file's map
-  if (item.storage.raw) {                      // the safetensors flavour: the chunk's bytes as they are, copied
+  if (item.storage.raw) {  // the safetensors flavour: the chunk's bytes as they are, copied
     s.tensor = raw_chunk(s.item, e.dtype, c.sizes, s.name);
   } else if (item.storage.transforms) {  // zstd: the zip decoded into memory (formats/dcp/transforms.h)
     TorchLoadOptions load;
     load.verify_crc = verify_files_crc();  // every record's CRC-32 of the decoded zip
-    const uint64_t most = volume(c.sizes, md_.path, fqn) * dtype_size(e.dtype) +
-                          (1u << 20);  // the zip's data + records
-    TorchFile tf = load_torch_bytes(undo_transforms(s.item, item.storage.transform_descriptors, s.name, most), s.name,
-                                    load);
+    const uint64_t most = volume(c.sizes, md_.path, fqn) * dtype_size(e.dtype) + (1u << 20);  // the zip's data + records
+    TorchFile tf = load_torch_bytes(undo_transforms(s.item, item.storage.transform_descriptors, s.name, most), s.name, load);
     if (!tf.root || tf.root->kind != pickle::Kind::Tensor)
       fail(s.name, "DCP: a tensor item holds " + (tf.root ? tf.root->repr(1) : std::string("nothing")));
     s.tensor = tf.root->as_tensor();
@@ -443,8 +437,7 @@ std::optional<Tensor> Reader::view_tensor(const std::string& fqn) const {
   // A storage over the item's own slice of the map, which drops the item's pages when its last storage goes.
   auto item = MappedFile::slice(s.map, static_cast<size_t>(s.item.data() - s.map->data()), s.item.size(), s.name, true);
   const auto numel = static_cast<int64_t>(volume(e.size, md_.path, fqn));
-  auto storage = Storage::mapped(e.dtype, numel, std::move(item),
-                                 static_cast<uint64_t>(s.bytes.data() - s.item.data()));
+  auto storage = Storage::mapped(e.dtype, numel, std::move(item), static_cast<uint64_t>(s.bytes.data() - s.item.data()));
   return Tensor(std::move(storage), 0, e.size, Tensor::contiguous_strides(e.size));
 }
 
@@ -455,9 +448,8 @@ std::vector<uint8_t> Reader::read_bytes(const std::string& fqn) const {
   std::string file;
   const auto b = item_bytes(item, keep, file);
   if (item.storage.transforms)
-    return undo_transforms(
-        b, item.storage.transform_descriptors,
-        file + " (item '" + escaped_brief(fqn) + "' at byte " + std::to_string(item.storage.offset) + ")");
+    return undo_transforms(b, item.storage.transform_descriptors,
+                           file + " (item '" + escaped_brief(fqn) + "' at byte " + std::to_string(item.storage.offset) + ")");
   return {b.begin(), b.end()};
 }
 
@@ -467,9 +459,8 @@ pickle::ValuePtr Reader::read_object(const std::string& fqn) const {
   const std::string file = (std::filesystem::path(dir_) / item.storage.relative_path).string();
   TorchLoadOptions load;
   load.verify_crc = verify_files_crc();
-  return load_torch_bytes(
-             bytes, file + " (item '" + escaped_brief(fqn) + "' at byte " + std::to_string(item.storage.offset) + ")",
-             load)
+  return load_torch_bytes(bytes, file + " (item '" + escaped_brief(fqn) + "' at byte " + std::to_string(item.storage.offset) + ")",
+                          load)
       .root;
 }
 

@@ -42,9 +42,9 @@ std::optional<Entry> leading_sub_entry(const Entry& e, const std::vector<int64_t
 struct ChunkBytes {
   Chunk box;
   uint64_t nbytes = 0;
-  std::string file;  // the data file; empty when the bytes are in `memory`
+  std::string file;          // the data file; empty when the bytes are in `memory`
   uint64_t file_offset = 0;
-  Tensor memory;                // contiguous
+  Tensor memory;             // contiguous
   std::optional<uint32_t> crc;  // the data record's CRC-32 over these bytes, still to check (--verify)
   std::string record;           // that record's name
   std::string name;             // "<file> (item '<fqn>' at byte N)"
@@ -79,10 +79,9 @@ class Reader {
   Tensor stream_tensor(const std::string& fqn) const;
   // The global tensor of `fqn` when it was saved as one item (one chunk, the whole tensor), nothing copied: for an
   // item read in place, a contiguous tensor over a mapped storage of the item; for a decoded one (zstd, the
-  // safetensors flavour), the decoded tensor. The data record's CRC-32 is checked here under --verify, over the map:
-  // the pass that brings its pages in (without --verify they are brought in at once). The item's pages are dropped from
-  // the process when the last copy of the tensor goes. Nullopt for a tensor of several chunks (read_tensor or
-  // stream_tensor then).
+  // safetensors flavour), the decoded tensor. The data record's CRC-32 is checked here under --verify, over the map: the pass that brings its
+  // pages in (without --verify they are brought in at once). The item's pages are dropped from the process when the
+  // last copy of the tensor goes. Nullopt for a tensor of several chunks (read_tensor or stream_tensor then).
   std::optional<Tensor> view_tensor(const std::string& fqn) const;
   // Where the elements of chunk `k` of tensor `fqn` lie. Its item is decoded and checked as read_chunk
   // does (dtype, shape, the small records' CRC-32s under --verify), its pages dropped from the process;
@@ -104,14 +103,14 @@ class Reader {
   Stored stored_chunk(const Entry& e, size_t k) const;
   // The item's bytes inside its data file, bounds-checked.
   std::span<const uint8_t> item_bytes(const Item& item, std::shared_ptr<const MappedFile>& keep,
-                                      std::string& file) const;
+                                       std::string& file) const;
 
   std::string dir_;
   Metadata md_;
   mutable std::mutex mu_;
   mutable std::map<std::string, std::shared_ptr<const MappedFile>> files_;
-  // An item's relative_path -> its data file's path and map (10^5 items name a few files: checked and joined once).
-  mutable std::unordered_map<std::string, std::pair<std::string, std::shared_ptr<const MappedFile>>> data_files_;
+  // An item's relative_path -> its data file's path (10^5 items name a few files: each checked and joined once).
+  mutable std::unordered_map<std::string, std::string> data_files_;
   mutable std::map<std::string, int> descriptors_;
   mutable std::mutex zips_mu_;
   mutable TensorZipReader zips_;  // the items' zips by length: most share their layout with an earlier one

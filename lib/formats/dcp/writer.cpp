@@ -232,8 +232,7 @@ Tensor own_storage(const Tensor& t) {
   if (!t.is_contiguous() || !t.storage() || t.storage()->is_generated() || t.numel() == 0) return t.contiguous(true);
   const std::shared_ptr<Storage> from = t.storage();
   const size_t at = static_cast<size_t>(t.storage_offset()) * dtype_size(t.dtype());
-  if (from->is_mapped()) {  // a part of a mapped file's storage: a storage of that part, its bytes at hand (CRC-32
-                            // first)
+  if (from->is_mapped()) {  // a part of a mapped file's storage: a storage of that part, its bytes at hand (CRC-32 first)
     auto part = Storage::mapped(t.dtype(), t.numel(), from->mapped_file(), from->mapped_offset() + at);
     return Tensor(std::move(part), 0, t.shape(), Tensor::contiguous_strides(t.shape()));
   }
@@ -312,11 +311,12 @@ MetadataPickle::MetadataPickle(const SavePlan& plan, const WriteOptions& options
   PickleStream& out = s_->out;
   Refs::Ref metadata_class;
   out.global_value(kMetadataModule, "Metadata", metadata_class);
-  out.new_object();
-  out.empty_dict();
-  out.mark();
+  out.op(Op::EMPTY_TUPLE);  // NEWOBJ(Metadata, ())
+  out.op(Op::NEWOBJ);
+  out.op(Op::EMPTY_DICT);
+  out.op(Op::MARK);
   out.str("state_dict_metadata");
-  out.empty_dict();
+  out.op(Op::EMPTY_DICT);
   s_->fqns.resize(plan.entries.size());
   fill_dict(out, plan.entries.size(), [&](size_t k) {
     out.str(plan.entries[k].fqn, s_->fqns[k]);
@@ -356,22 +356,22 @@ void MetadataPickle::add_pair(const std::string& fqn, pickle::PickleStream::Memo
   PickleStream& out = s_->out;
   if (!s_->storage_data) {
     out.str("storage_data");
-    out.empty_dict();
+    out.op(Op::EMPTY_DICT);
     s_->storage_data = true;
   }
-  if (s_->added % 1000 == 0) out.mark();  // SETITEMS batches of 1,000 pairs, as Python's pickler writes them
+  if (s_->added % 1000 == 0) out.op(Op::MARK);  // SETITEMS batches of 1,000 pairs, as Python's pickler writes them
   write_metadata_index(out, s_->pool, s_->refs, fqn, fqn_ref, offset, index);
   write_storage_info(out, s_->pool, s_->refs, storage);
-  if (++s_->added % 1000 == 0) out.set_items();
+  if (++s_->added % 1000 == 0) out.op(Op::SETITEMS);
 }
 
 std::string MetadataPickle::finish(const std::string& checkpoint_id) {
   PickleStream& out = s_->out;
   if (!s_->storage_data) {
     out.str("storage_data");
-    out.empty_dict();
+    out.op(Op::EMPTY_DICT);
   } else if (s_->added % 1000 != 0) {
-    out.set_items();
+    out.op(Op::SETITEMS);
   }
   out.str("storage_meta");
   new_dataclass(out, s_->pool, s_->refs, kMetadataModule, "StorageMeta", s_->refs.storage_meta);
@@ -387,8 +387,8 @@ std::string MetadataPickle::finish(const std::string& checkpoint_id) {
     out.str("load_id");
     out.op(Op::NONE);
   });
-  out.set_items();
-  out.build();
+  out.op(Op::SETITEMS);
+  out.op(Op::BUILD);
   return out.finish();
 }
 
@@ -431,8 +431,7 @@ StorageInfo append_bytes(DataFile& f, std::span<const uint8_t> bytes) {
   StorageInfo s = next_item(f);
   s.length = bytes.size();
   f.out->write(bytes);
-  if (f.flush_each)
-    f.out->flush();  // frees the write buffer: the other ranks' files hold none while this one is written
+  if (f.flush_each) f.out->flush();  // frees the write buffer: the other ranks' files hold none while this one is written
   return s;
 }
 
@@ -466,13 +465,13 @@ void check_write_order(const SavePlan& plan, const std::string& out) {
   if (plan.write_order.size() != items) fail(out, "DCP writer: the write order leaves items out (internal)");
 }
 
-constexpr size_t kBatchBytes = size_t{256} << 20;   // chunks made before they are written in parallel
+constexpr size_t kBatchBytes = size_t{256} << 20;  // chunks made before they are written in parallel
 constexpr size_t kParallelBytes = size_t{1} << 20;  // a batch smaller is written on this thread
 }  // namespace
 
 WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, const std::string& dir,
                             const std::vector<char>& mine, const std::string& out,
-                            const std::function<void(const PlannedItem&, const Item&)>& written) {
+                            const std::function<void(const PlannedItem&, const StorageInfo&)>& written) {
   for (const Entry& e : plan.entries)
     if (!e.is_bytes) check_chunks_cover(e, out);
   // (entry, chunk) -> data file, at slot[entry] + chunk (a bytes entry: its one slot, chunk kBytes); kNoFile for an
@@ -537,7 +536,7 @@ WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, con
     for (size_t i = 0; i < batch.size(); ++i) {
       const PlannedItem& at = batch[i].at;
       result.items.push_back({plan.entries[at.entry].fqn, plan.entries[at.entry].chunks[at.chunk].offsets, info[i]});
-      if (written) written(at, result.items.back());
+      if (written) written(at, info[i]);
       result.order.push_back({at.entry, at.chunk});
     }
     batch.clear();
@@ -552,19 +551,19 @@ WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, con
       write_batch();  // the items before it first: each file's items stay in write order
       const std::vector<uint8_t> b = source.bytes(e);
       result.items.push_back({e.fqn, std::nullopt, append_bytes(place(k, PlannedItem::kBytes), b)});
-      if (written) written({k, PlannedItem::kBytes}, result.items.back());
+      if (written) written({k, PlannedItem::kBytes}, result.items.back().storage);
       result.order.push_back({k, PlannedItem::kBytes});
       return;
     }
     const size_t f = file_index(k, c);
-    if (!mine[f]) return;            // another process's file
+    if (!mine[f]) return;  // another process's file
     if (in_batch[f]) write_batch();  // one chunk per file
     in_batch[f] = 1;
     Tensor t = source.chunk(e, c);
     if (t.dtype() != e.dtype || t.shape() != e.chunks[c].sizes)
       fail(out, "DCP writer: chunk " + std::to_string(c) + " of '" + escaped_brief(e.fqn) + "' from the source is a " +
-                    std::string(dtype_name(t.dtype())) + " tensor of shape " + shape_str(t.shape()) +
-                    ", the plan says " + std::string(dtype_name(e.dtype)) + " " + shape_str(e.chunks[c].sizes));
+                  std::string(dtype_name(t.dtype())) + " tensor of shape " + shape_str(t.shape()) + ", the plan says " +
+                  std::string(dtype_name(e.dtype)) + " " + shape_str(e.chunks[c].sizes));
     batch_bytes += static_cast<size_t>(t.nbytes());
     batch.push_back({{k, c}, std::move(t)});
     if (batch_bytes >= kBatchBytes) write_batch();
@@ -593,8 +592,7 @@ namespace {
 
 // What `.metadata` records as where it was saved: the options', else the output folder's absolute path.
 std::string saved_at(const std::string& out, const WriteOptions& options) {
-  return options.checkpoint_id.empty() ? std::filesystem::absolute(out).lexically_normal().string()
-                                       : options.checkpoint_id;
+  return options.checkpoint_id.empty() ? std::filesystem::absolute(out).lexically_normal().string() : options.checkpoint_id;
 }
 
 // Items passed from the thread writing the data files to the one pickling `.metadata`, in batches of kBatch (a
@@ -635,13 +633,12 @@ class ItemQueue {
 
 }  // namespace
 
-void write_dcp_metadata(const SavePlan& plan, const WriteResult& written, const std::string& dir,
-                        const std::string& out, const WriteOptions& options, MetadataPickle* head) {
+void write_dcp_metadata(const SavePlan& plan, const WriteResult& written, const std::string& dir, const std::string& out,
+                        const WriteOptions& options, MetadataPickle* head) {
   // The items in plan order (each process wrote its own files' items in that order; together, any order).
   std::vector<size_t> by_plan(written.items.size());
   for (size_t i = 0; i < by_plan.size(); ++i) by_plan[i] = i;
-  std::sort(by_plan.begin(), by_plan.end(),
-            [&](size_t a, size_t b) { return written.order.at(a) < written.order.at(b); });
+  std::sort(by_plan.begin(), by_plan.end(), [&](size_t a, size_t b) { return written.order.at(a) < written.order.at(b); });
   std::vector<Item> items;
   for (size_t i : by_plan) items.push_back(written.items[i]);
   std::optional<MetadataPickle> own;
@@ -649,8 +646,7 @@ void write_dcp_metadata(const SavePlan& plan, const WriteResult& written, const 
   write_file_atomic((std::filesystem::path(dir) / ".metadata").string(), head->finish(items, saved_at(out, options)));
 }
 
-WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std::string& out,
-                      const WriteOptions& options) {
+WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std::string& out, const WriteOptions& options) {
   StagingDir stage(out, options.overwrite, "dcp", {}, options.durable);
   // `.metadata` is pickled on a thread of its own while the data files are written: first what the plan alone gives,
   // then each item as it is written when they come in plan order (the plan has no write order of its own), the
@@ -671,8 +667,8 @@ WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std
   });
   WriteResult result;
   try {
-    std::function<void(const PlannedItem&, const Item&)> written;
-    if (streamed) written = [&queue](const PlannedItem& at, const Item& it) { queue.push(at, it.storage); };
+    std::function<void(const PlannedItem&, const StorageInfo&)> written;
+    if (streamed) written = [&queue](const PlannedItem& at, const StorageInfo& storage) { queue.push(at, storage); };
     result = write_dcp_files(plan, source, stage.path().string(), std::vector<char>(plan.files.size(), 1), out,
                              written);
   } catch (...) {

@@ -56,9 +56,9 @@ struct WriteOptions {
 };
 
 struct WriteResult {
-  std::vector<Item> items;                       // storage_data, in write order (file, offset, length of every item)
+  std::vector<Item> items;  // storage_data, in write order (file, offset, length of every item)
   std::vector<std::pair<size_t, size_t>> order;  // per item: (plan entry, chunk; PlannedItem::kBytes for bytes)
-  uint64_t bytes = 0;                            // data bytes written (all data files)
+  uint64_t bytes = 0;       // data bytes written (all data files)
 };
 
 // Writes `plan` with data from `source` into the folder `out`. Throws Error (naming the file or the
@@ -72,13 +72,13 @@ WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std
 // the source called for their items only, in plan order (Errors name `out`); then, by one process, `.metadata` from
 // every process's items (WriteResults joined: items and order appended) in plan order. write_dcp is both in a
 // staging folder of its own.
-// `written`, when given, sees each item as it is written (in write order).
+// `written`, when given, sees each item as it is written (in write order): its place in the plan and where it went.
 WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, const std::string& dir,
                             const std::vector<char>& mine, const std::string& out,
-                            const std::function<void(const PlannedItem&, const Item&)>& written = {});
+                            const std::function<void(const PlannedItem&, const StorageInfo&)>& written = {});
 class MetadataPickle;
-void write_dcp_metadata(const SavePlan& plan, const WriteResult& written, const std::string& dir,
-                        const std::string& out, const WriteOptions& options, MetadataPickle* head = nullptr);
+void write_dcp_metadata(const SavePlan& plan, const WriteResult& written, const std::string& dir, const std::string& out,
+                        const WriteOptions& options, MetadataPickle* head = nullptr);
 
 // The `.metadata` bytes for `plan` in steps: the constructor pickles what the plan alone gives (Metadata, its
 // state_dict_metadata and planner_data), add() each item where it was written (these may run on another thread

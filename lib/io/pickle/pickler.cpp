@@ -108,8 +108,10 @@ class Pickler {
       for (int k = 0; k < 8; ++k) bytes += static_cast<char>((u >> (8 * k)) & 0xff);
       while (bytes.size() > 1) {
         uint8_t last = static_cast<uint8_t>(bytes.back()), prev = static_cast<uint8_t>(bytes[bytes.size() - 2]);
-        if ((last == 0 && !(prev & 0x80)) || (last == 0xff && (prev & 0x80))) bytes.pop_back();
-        else break;
+        if ((last == 0 && !(prev & 0x80)) || (last == 0xff && (prev & 0x80)))
+          bytes.pop_back();
+        else
+          break;
       }
       long_bytes(bytes);
     }
@@ -349,8 +351,10 @@ class Pickler {
         appends(v.items);
         break;
       case Kind::Dict:
-        if (v.ordered) empty_ordered_dict();
-        else op(Op::EMPTY_DICT);
+        if (v.ordered)
+          empty_ordered_dict();
+        else
+          op(Op::EMPTY_DICT);
         memoize(p);
         setitems(v.entries);
         if (v.dict_state) {  // OrderedDict attributes (a state_dict's _metadata) via BUILD
@@ -385,6 +389,7 @@ class Pickler {
     --depth_;
   }
 
+
  private:
   const PickleOptions& opt_;
   std::string out_;
@@ -409,23 +414,13 @@ std::string pickle(const ValuePtr& root, const PickleOptions& options) {
   return p.run(root);
 }
 
-PickleStream::PickleStream(const PickleOptions& options) : p_(std::make_unique<detail::Pickler>(options)) {
-  p_->begin();
-}
+PickleStream::PickleStream(const PickleOptions& options) : p_(std::make_unique<detail::Pickler>(options)) { p_->begin(); }
 PickleStream::~PickleStream() = default;
 void PickleStream::save(const ValuePtr& value, bool transient) {
   p_->transient = transient;
   p_->save(value);
   p_->transient = false;
 }
-void PickleStream::new_object() {
-  p_->op(Op::EMPTY_TUPLE);
-  p_->op(Op::NEWOBJ);
-}
-void PickleStream::empty_dict() { p_->op(Op::EMPTY_DICT); }
-void PickleStream::mark() { p_->op(Op::MARK); }
-void PickleStream::set_items() { p_->op(Op::SETITEMS); }
-void PickleStream::build() { p_->op(Op::BUILD); }
 void PickleStream::op(Op o) { p_->op(o); }
 void PickleStream::str(std::string_view s) { p_->shared_str(s); }
 void PickleStream::str(std::string_view s, MemoRef& ref) {

@@ -40,16 +40,10 @@ class PickleStream {
   PickleStream(const PickleStream&) = delete;
   PickleStream& operator=(const PickleStream&) = delete;
   void save(const ValuePtr& value, bool transient = false);
-  // The opcodes of a dataclass written by hand: save(class) then new_object() is NEWOBJ(cls, ());
-  // empty_dict(), mark(), ...saved pairs..., set_items() fills the dict on the stack; build() is BUILD.
-  void new_object();
-  void empty_dict();
-  void mark();
-  void set_items();
-  void build();
+  // One opcode (a container or object the caller builds by hand: EMPTY_DICT, MARK, ... SETITEMS, BUILD).
+  void op(Op o);
   // Pieces of many small objects of one known shape (the 10^5 entries of a DCP `.metadata`), written without
   // a Value each: the same opcodes and memo entries that save(..., true) writes for the values they stand for.
-  void op(Op o);
   // Where a piece below was memoized, kept by the caller for a piece written again and again (a field name, a
   // class): fetched from the memo without looking its text up. Empty until the piece is first written.
   struct MemoRef {
