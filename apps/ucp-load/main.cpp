@@ -42,8 +42,7 @@ LayoutOptions add_options(CLI::App& app, tool::UcpLoadOptions& o) {
                  ->check(tool::in_range(1, tool::kMaxDegree));
   app.add_option("--world-size", o.world_size, "Target world size: DP = world size / (TP * PP), which must divide")
       ->check(tool::in_range(1, tool::kMaxDegree));
-  given.zero_stage = app.add_option("--zero-stage", o.zero_stage, "Target ZeRO stage (0-3; default: the source's)")
-                         ->check(CLI::Range(0, 3));
+  given.zero_stage = app.add_option("--zero-stage", o.zero_stage, "Target ZeRO stage (0-3; default: the source's)")->check(CLI::Range(0, 3));
   given.ep = app.add_option("--ep", o.ep, "Target expert-parallel degree (default: the source's)")
                  ->check(tool::in_range(1, tool::kMaxDegree));
   app.add_option("--etp", o.etp,
@@ -54,31 +53,27 @@ LayoutOptions add_options(CLI::App& app, tool::UcpLoadOptions& o) {
                  "--format torch_dist: the Megatron-Core release the output is for (0.16, 0.19.0, ...): before 0.17 "
                  "the common state is written as common.pt, from 0.17 as the common_state item in the DCP files "
                  "(0.17+ reads both); default: the source's form (0.17+ for a DeepSpeed source)");
-  app.add_option(
-      "--audit", l.audit,
-      "--format hf: write the conversion's audit here as JSON once the output is in place: every tensor "
-      "written with its dtype, shape, SHA-256, source tensors and transform; totals; dtype changes. A Hugging "
-      "Face input with another --format: the import's audit, one record per Megatron-Core parameter (docs/hf.md)");
-  app.add_option(
-         "--hf-experts", o.hf_experts,
-         "--format hf, MoE models: 'per-expert' (default) writes each expert's tensors "
-         "(block_sparse_moe.experts.{E}.w1 / mlp.experts.{E}.gate_proj ...), as save_pretrained writes them and "
-         "transformers 4, 5 and vLLM read them; 'fused' one tensor per layer and projection (mlp.experts.gate_up_proj "
-         "[E, 2I, H], down_proj [E, H, I]), transformers 5's in-memory layout (docs/hf.md)")
+  app.add_option("--audit", l.audit,
+                 "--format hf: write the conversion's audit here as JSON once the output is in place: every tensor "
+                 "written with its dtype, shape, SHA-256, source tensors and transform; totals; dtype changes. A Hugging "
+                 "Face input with another --format: the import's audit, one record per Megatron-Core parameter (docs/hf.md)");
+  app.add_option("--hf-experts", o.hf_experts,
+                 "--format hf, MoE models: 'per-expert' (default) writes each expert's tensors "
+                 "(block_sparse_moe.experts.{E}.w1 / mlp.experts.{E}.gate_proj ...), as save_pretrained writes them and "
+                 "transformers 4, 5 and vLLM read them; 'fused' one tensor per layer and projection (mlp.experts.gate_up_proj "
+                 "[E, 2I, H], down_proj [E, H, I]), transformers 5's in-memory layout (docs/hf.md)")
       ->check(CLI::IsMember({"per-expert", "fused"}));
-  app.add_option(
-      "--param-group", o.param_group,
-      "A Hugging Face input with --format deepspeed: the optimizer's hyperparameters as a JSON object (such as "
-      "'{\"lr\": 2e-5, \"weight_decay\": 0.0}'), set over torch.optim.AdamW's defaults in the fresh optimizer "
-      "state; DeepSpeed's load_checkpoint (load_optimizer_states=True) gives the optimizer these (docs/hf.md)");
+  app.add_option("--param-group", o.param_group,
+                 "A Hugging Face input with --format deepspeed: the optimizer's hyperparameters as a JSON object (such as "
+                 "'{\"lr\": 2e-5, \"weight_decay\": 0.0}'), set over torch.optim.AdamW's defaults in the fresh optimizer "
+                 "state; DeepSpeed's load_checkpoint (load_optimizer_states=True) gives the optimizer these (docs/hf.md)");
   app.add_option("--to-names", o.to_names,
                  "A Hugging Face input with --format deepspeed: 'transformers' (default) writes the DeepSpeed engine "
                  "around transformers' own model; 'megatron-deepspeed' a fresh Megatron-DeepSpeed run's checkpoint "
                  "(GPTModelPipe at any --tp / --pp / --dp; an MoE model as native DeepSpeed MoE at --ep), what "
                  "ucp-union --to-names megatron-deepspeed and ucp-load of its folder write (docs/hf.md)")
       ->check(CLI::IsMember({"transformers", "megatron-deepspeed"}));
-  given.dtype = app.add_option("--dtype", o.dtype,
-                               "Low-precision weight dtype (default: the source's training precision)")
+  given.dtype = app.add_option("--dtype", o.dtype, "Low-precision weight dtype (default: the source's training precision)")
                     ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   app.add_flag("--reuse-output", l.reuse_output,
                "When --output exists and its ucpkit_layout.json records what this run would write, write nothing "
@@ -86,8 +81,7 @@ LayoutOptions add_options(CLI::App& app, tool::UcpLoadOptions& o) {
   app.add_option("--format", o.format,
                  "Output format: deepspeed (the target layout; default), safetensors (the weights in universal "
                  "names, no config.json), dcp (PyTorch DCP), torch_dist (Megatron-Core), hf (a Hugging Face model "
-                 "folder transformers loads: config.json and the weights in Hugging Face names, docs/hf.md)")
-      ->check(CLI::IsMember(reshard::output_format_names()));
+                 "folder transformers loads: config.json and the weights in Hugging Face names, docs/hf.md)")->check(CLI::IsMember(reshard::output_format_names()));
   app.add_option("--device", o.device, "Where to materialize")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--ds-version", l.target.ds_line,
                  "Native MoE: DeepSpeed version line to write (0.14, 0.17.1, 0.19.2, 0.19.3, 0.19.5, or a release "
@@ -96,13 +90,10 @@ LayoutOptions add_options(CLI::App& app, tool::UcpLoadOptions& o) {
   app.add_option("--optimizer", o.optimizer, "Optimizer shard flavour: auto, zero, bf16 (BF16_Optimizer)")
       ->check(CLI::IsMember({"auto", "zero", "bf16"}));
   tool::add_threads_option(app, l.threads);
-  tool::add_verify_option(app, o.verify,
-                          "Check the manifest checksums of atomic tensors and the zip CRC-32 of input files");
+  tool::add_verify_option(app, o.verify, "Check the manifest checksums of atomic tensors and the zip CRC-32 of input files");
   tool::add_dry_run_option(app, o.dry_run);
   app.add_flag("--overwrite", l.overwrite, "Replace an existing output folder (atomically, at the end)");
-  app.add_flag(
-      "--no-sync", [&l](int64_t) { l.sync = false; },
-      "Do not flush the output to stable storage before renaming it into place (scratch outputs)");
+  app.add_flag("--no-sync", [&l](int64_t) { l.sync = false; }, "Do not flush the output to stable storage before renaming it into place (scratch outputs)");
   app.add_option("--vocab-multiple", l.vocab_multiple, "Pad the vocabulary to a multiple of this times TP")
       ->check(tool::in_range(1, 65536));
   app.add_option("--partition-method", o.partition_method,
@@ -143,7 +134,7 @@ int main(int argc, char** argv) {
   const LayoutOptions layout = add_options(app, o);
   if (int rc = tool::parse_checkpoint_tool(app, argc, argv, common); rc >= 0) return rc;
   o.args = tool::arguments(argc, argv);
-  o.given = {layout.tp->count() > 0,         layout.pp->count() > 0, layout.dp->count() > 0,
+  o.given = {layout.tp->count() > 0, layout.pp->count() > 0,         layout.dp->count() > 0,
              layout.zero_stage->count() > 0, layout.ep->count() > 0, layout.dtype->count() > 0};
   set_release_at_exit(true);  // one conversion, then exit: its largest tables are left to the exit to free
   const int rc = tool::run("ucp-load", [&] {

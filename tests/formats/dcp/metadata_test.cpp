@@ -31,8 +31,7 @@ const std::string kData = std::string(UCPKIT_SOURCE_DIR) + "/tests/formats/dcp/d
 
 std::string thrown(const std::function<void()>& f) { return ucpkit::testing::error_of(f, "(no error)"); }
 
-// Python's pickle with stub classes: the independent reading of a `.metadata`, printed as
-// ucpkit::testing::describe_metadata() does.
+// Python's pickle with stub classes: the independent reading of a `.metadata`, printed as ucpkit::testing::describe_metadata() does.
 const char* kPython = R"PY(
 import pickle, sys, types, os
 

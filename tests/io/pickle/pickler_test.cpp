@@ -30,10 +30,9 @@ void expect_python_agrees(const std::string& name, const std::string& file, cons
   for (const auto& c : checks) out << c << "\n";
   out.close();
   std::string output;
-  const int rc = ucpkit::testing::run_command(std::string(UCPKIT_PYTHON) + " " + UCPKIT_SOURCE_DIR +
-                                                  "/tests/io/check_pickle.py " + ucpkit::testing::quote(file) + " " +
-                                                  ucpkit::testing::quote(list) + (torch ? " --torch" : ""),
-                                              &output);
+  const int rc = ucpkit::testing::run_command(std::string(UCPKIT_PYTHON) + " " + UCPKIT_SOURCE_DIR + "/tests/io/check_pickle.py " +
+                                          ucpkit::testing::quote(file) + " " + ucpkit::testing::quote(list) + (torch ? " --torch" : ""),
+                                      &output);
   EXPECT_EQ(rc, 0) << name << ":\n" << output;
 }
 
@@ -80,16 +79,18 @@ TEST(Pickler, SharedValuesComeBackAsOneObject) {
   for (const char* k : {"set1", "set2"}) root->set_item(k, set);
   for (const char* k : {"ns1", "ns2"}) root->set_item(k, ns);
   root->set_item("nested", Value::list({list, Value::tuple({dict, ns})}));
-  expect_pickle_loads(
-      "shared", root,
-      {"x['a'] == [1, 's'] and x['a'] is x['b']", "x['equal_not_same'] == x['a'] and x['equal_not_same'] is not x['a']",
-       "x['t1'] == (7, [1, 's']) and x['t1'] is x['t2'] and x['t1'][1] is x['a']",
-       "x['d1'] == {'k': 2} and x['d1'] is x['d2']",
-       "type(x['od1']).__name__ == 'OrderedDict' and list(x['od1'].items()) == [('z', 1), ('a', 2)]",
-       "x['od1'] is x['od2']", "x['by1'] == bytes([0, 1, 254, 255]) and x['by1'] is x['by2']",
-       "x['set1'] == {1, 2} and type(x['set1']) is set and x['set1'] is x['set2']",
-       "type(x['ns1']).__module__ == 'argparse' and vars(x['ns1']) == {'a': 1}", "x['ns1'] is x['ns2']",
-       "x['nested'][0] is x['a'] and x['nested'][1][0] is x['d1'] and x['nested'][1][1] is x['ns1']"});
+  expect_pickle_loads("shared", root,
+                      {"x['a'] == [1, 's'] and x['a'] is x['b']",
+                       "x['equal_not_same'] == x['a'] and x['equal_not_same'] is not x['a']",
+                       "x['t1'] == (7, [1, 's']) and x['t1'] is x['t2'] and x['t1'][1] is x['a']",
+                       "x['d1'] == {'k': 2} and x['d1'] is x['d2']",
+                       "type(x['od1']).__name__ == 'OrderedDict' and list(x['od1'].items()) == [('z', 1), ('a', 2)]",
+                       "x['od1'] is x['od2']",
+                       "x['by1'] == bytes([0, 1, 254, 255]) and x['by1'] is x['by2']",
+                       "x['set1'] == {1, 2} and type(x['set1']) is set and x['set1'] is x['set2']",
+                       "type(x['ns1']).__module__ == 'argparse' and vars(x['ns1']) == {'a': 1}",
+                       "x['ns1'] is x['ns2']",
+                       "x['nested'][0] is x['a'] and x['nested'][1][0] is x['d1'] and x['nested'][1][1] is x['ns1']"});
 }
 
 TEST(Pickler, CyclesThroughListsDictsAndObjects) {
@@ -135,14 +136,14 @@ TEST(Pickler, LongMemoIndicesAndLargeBatches) {
   root->set_item("odd", odd);
   root->set_item("map", map);
   root->set_item("omap", omap);
-  expect_pickle_loads(
-      "long_memo", root,
-      {"len(x['shared']) == 600 and all(x['shared'][i] == [i] for i in range(300))",
-       "all(x['shared'][i] is x['shared'][i + 300] for i in range(300))", "len({id(v) for v in x['shared']}) == 300",
-       "any(op.name == 'LONG_BINGET' for op, _, _ in pickletools.genops(raw))",
-       "x['big'] == list(range(2500)) and x['odd'] == list(range(1001))",
-       "x['map'] == {str(i): i for i in range(2001)}",
-       "list(x['omap'].items()) == [(str(2000 - i), i) for i in range(2001)]"});
+  expect_pickle_loads("long_memo", root,
+                      {"len(x['shared']) == 600 and all(x['shared'][i] == [i] for i in range(300))",
+                       "all(x['shared'][i] is x['shared'][i + 300] for i in range(300))",
+                       "len({id(v) for v in x['shared']}) == 300",
+                       "any(op.name == 'LONG_BINGET' for op, _, _ in pickletools.genops(raw))",
+                       "x['big'] == list(range(2500)) and x['odd'] == list(range(1001))",
+                       "x['map'] == {str(i): i for i in range(2001)}",
+                       "list(x['omap'].items()) == [(str(2000 - i), i) for i in range(2001)]"});
 }
 
 TEST(Pickler, BytesAndIntegerBoundaries) {
@@ -153,27 +154,10 @@ TEST(Pickler, BytesAndIntegerBoundaries) {
   root->set_item("empty", Value::bytes(""));
   root->set_item("high", Value::bytes("\x80"));
   // The edges of BININT1, BININT2, BININT and LONG1, both signs.
-  const std::vector<int64_t> edges = {0,
-                                      255,
-                                      256,
-                                      65535,
-                                      65536,
-                                      -1,
-                                      -255,
-                                      -256,
-                                      -65536,
-                                      INT32_MAX,
-                                      int64_t{INT32_MAX} + 1,
-                                      INT32_MIN,
-                                      int64_t{INT32_MIN} - 1,
-                                      int64_t{1} << 40,
-                                      -(int64_t{1} << 40),
-                                      int64_t{1} << 55,
-                                      -(int64_t{1} << 55),
-                                      0x7f00000000000000,
-                                      INT64_MAX,
-                                      INT64_MIN,
-                                      INT64_MIN + 1};
+  const std::vector<int64_t> edges = {0, 255, 256, 65535, 65536, -1, -255, -256, -65536, INT32_MAX,
+                                      int64_t{INT32_MAX} + 1, INT32_MIN, int64_t{INT32_MIN} - 1, int64_t{1} << 40,
+                                      -(int64_t{1} << 40), int64_t{1} << 55, -(int64_t{1} << 55), 0x7f00000000000000,
+                                      INT64_MAX, INT64_MIN, INT64_MIN + 1};
   auto l = Value::list();
   std::string expect = "x['ints'] == [";
   for (auto v : edges) {
@@ -212,20 +196,19 @@ TEST(Pickler, SharedTensorsSizesAndDtypesThroughTorchLoad) {
   root->set_item("dt", Value::torch_dtype(DType::BFloat16));
   const std::string file = ucpkit::testing::scratch_dir("pickler_tensors") + "/x.pt";
   save_torch_file(file, root);
-  expect_python_agrees(
-      "tensors", file,
-      {"x['t1'] is x['t2'] and x['in_list'][0] is x['t1']",
-       "x['t1'].tolist() == [[i * 4 + j - 2.5 for j in range(4)] for i in range(3)]",
-       "x['view'] is x['in_list'][1] and x['view'] is not x['t1']",
-       "x['view'].storage().data_ptr() == x['t1'].storage().data_ptr()",
-       "x['view'].storage_offset() == 1 and x['view'].stride() == (4, 1) and x['view'].shape == (3, 2)",
-       "x['view'].tolist() == [[i * 4 + j - 2.5 for j in (1, 2)] for i in range(3)]",
-       "isinstance(x['p1'], torch.nn.Parameter) and x['p1'].requires_grad and x['p1'] is x['p2']",
-       "x['in_list'][2] is x['p1'] and x['p1'].tolist() == [1.0, 2.0]",
-       "x['grad'].requires_grad and not isinstance(x['grad'], torch.nn.Parameter)",
-       "type(x['s1']) is torch.Size and x['s1'] == (3, 4) and x['s1'] is x['s2']", "x['dt'] is torch.bfloat16",
-       "type(x).__name__ == 'OrderedDict'"},
-      true);
+  expect_python_agrees("tensors", file,
+                       {"x['t1'] is x['t2'] and x['in_list'][0] is x['t1']",
+                        "x['t1'].tolist() == [[i * 4 + j - 2.5 for j in range(4)] for i in range(3)]",
+                        "x['view'] is x['in_list'][1] and x['view'] is not x['t1']",
+                        "x['view'].storage().data_ptr() == x['t1'].storage().data_ptr()",
+                        "x['view'].storage_offset() == 1 and x['view'].stride() == (4, 1) and x['view'].shape == (3, 2)",
+                        "x['view'].tolist() == [[i * 4 + j - 2.5 for j in (1, 2)] for i in range(3)]",
+                        "isinstance(x['p1'], torch.nn.Parameter) and x['p1'].requires_grad and x['p1'] is x['p2']",
+                        "x['in_list'][2] is x['p1'] and x['p1'].tolist() == [1.0, 2.0]",
+                        "x['grad'].requires_grad and not isinstance(x['grad'], torch.nn.Parameter)",
+                        "type(x['s1']) is torch.Size and x['s1'] == (3, 4) and x['s1'] is x['s2']",
+                        "x['dt'] is torch.bfloat16", "type(x).__name__ == 'OrderedDict'"},
+                       true);
 }
 
 TEST(Pickler, ErrorsNamedTensorWithoutStorageWriterNullAndDepth) {
