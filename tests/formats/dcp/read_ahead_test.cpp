@@ -1,7 +1,8 @@
 // lib/formats/dcp/read_ahead: the tensors read ahead are whole()'s, in any order they are asked for (next, skipped
 // ahead to, asked again, too large to read ahead); an error reaches the caller at its entry and the reading ends
-// there; the reading thread stops when the function goes, even while it waits for room; read_order follows the
-// plan's write order. (ucp-load's DCP reshards run through it: tests/reshard, kill_campaign_dcp.)
+// there; while the reader waits for room (by count or bytes) every tensor still comes once; the reading thread stops
+// when the function goes, even while it waits for room; read_order follows the plan's write order. (ucp-load's DCP
+// reshards run through it: tests/reshard, kill_campaign_dcp.)
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "formats/dcp/read_ahead.h"
@@ -77,6 +79,22 @@ TEST(DcpReadAhead, GivesWholeTensorsInAnyOrderAskedFor) {
   EXPECT_EQ(per_entry["e3"], 2);   // dropped when skipped, then read again when asked
   EXPECT_EQ(per_entry["e20"], 2);
   EXPECT_EQ(per_entry["e0"], 1);
+}
+
+// The reader waits for room, by count (3,000 small tensors: more than wait at once) and by bytes, and is woken in
+// batches: every tensor still comes once, in order, and none is read twice.
+TEST(DcpReadAhead, WaitingForRoomByCountOrBytesEveryTensorComesOnce) {
+  for (const auto& [n, values, max_bytes] : {std::tuple<size_t, int64_t, uint64_t>{3000, 4, uint64_t{16} << 20},
+                                             std::tuple<size_t, int64_t, uint64_t>{300, 1024, 16384}}) {
+    const std::vector<Entry> es = entries(n, values);
+    std::atomic<int> calls{0};
+    auto get = read_ahead([&](const Entry& e) { return ++calls, made(e); }, all(es), max_bytes);
+    for (size_t k = 0; k < n; ++k) {
+      if (k % 500 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the reader fills the room
+      ASSERT_EQ(first(get(es[k])), static_cast<float>(k)) << n;
+    }
+    EXPECT_EQ(calls.load(), static_cast<int>(n));
+  }
 }
 
 TEST(DcpReadAhead, AnErrorReachesItsEntryAndTheReadingEndsThere) {
