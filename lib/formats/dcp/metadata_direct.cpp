@@ -69,8 +69,19 @@ class Machine {
  public:
   explicit Machine(std::span<const uint8_t> d) : d_(d) {
     if (d.size() >= kNo) throw Abandon{};  // a Str keeps its offset in 32 bits
+    // Room for what a DCP save's pickle makes per byte (100,000 tensors: 0.11 nodes, 0.12 links, 0.07 kids and 0.10
+    // memo entries), reserved (not touched) in huge pages: grown by doubling, these arrays were a fifth of a reshard's
+    // page faults and copies.
     nodes_.reserve(d.size() / 6);
+    links_.reserve(d.size() / 6);
+    kids_.reserve(d.size() / 8);
+    memo_.reserve(d.size() / 8);
+    memo_mutable_.reserve(d.size() / 8);
     huge_pages(nodes_.data(), nodes_.capacity() * sizeof(Node));
+    huge_pages(links_.data(), links_.capacity() * sizeof(Link));
+    huge_pages(kids_.data(), kids_.capacity() * sizeof(uint32_t));
+    huge_pages(memo_.data(), memo_.capacity() * sizeof(uint32_t));
+    huge_pages(memo_mutable_.data(), memo_mutable_.capacity());
     for (K k : {K::None, K::False, K::True, K::Tuple}) nodes_.push_back({k});
     for (int64_t v = 0; v < 256; ++v) nodes_.push_back({K::Int, 0, 0, 0, 0, v});
   }

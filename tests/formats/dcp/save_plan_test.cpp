@@ -182,6 +182,17 @@ TEST(DcpSavePlan, BadTargetsAndInputs) {
   EXPECT_THROW(mesh_shape(Target::rows(0)), UsageError);
   std::vector<Entry> twice{{"a", false, DType::Float32, {2}, {}}, {"a", false, DType::Float32, {2}, {}}};
   EXPECT_THROW(make_save_plan(twice, Target::whole()), Error);
+  // Among many (the repeat found by hash tag and name, not position): the second listing is named.
+  std::vector<Entry> many;
+  for (int k = 0; k < 5000; ++k) many.push_back({"layer." + std::to_string(k) + ".w", false, DType::Float32, {2}, {}});
+  EXPECT_NO_THROW(make_save_plan(many, Target::rows(2)));
+  many.push_back(many[3171]);
+  try {
+    make_save_plan(many, Target::rows(2));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "DCP plan: 'layer.3171.w' is listed twice");
+  }
 }
 
 // Real torch 2.6 saves: plain tensors on 2 ranks (each written once, spread by the replica balance);
