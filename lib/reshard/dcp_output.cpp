@@ -31,8 +31,6 @@ using pickle::ValuePtr;
 
 namespace {
 
-ValuePtr path_tuple(const std::vector<ValuePtr>& parts) { return Value::tuple(parts); }
-
 std::string flat_of(const std::vector<ValuePtr>& parts) {
   std::string s;
   for (const auto& p : parts) {
@@ -102,20 +100,20 @@ DcpOutput plan_dcp_output(const ModelInfo& model, DType dtype, const formats::dc
   out.optimizer_dtype = optimizer_dtype_name(model);
   out.own_dtypes = own_dtypes;
   std::vector<Entry> entries;
-  out.planner_data = Value::dict();
-  std::unordered_map<std::string, size_t> planned;  // fqn -> its planner_data entry (Value::set_item searches in order)
+  std::vector<std::pair<std::string, formats::dcp::KeyPath>> paths;  // planner_data: {flat fqn: nested path}
+  std::unordered_map<std::string, size_t> planned;                   // fqn -> its place in `paths`
   // Each entry under the key the source saved it with (a DCP source's record), else get_state_dict's.
-  auto add = [&](const formats::dcp::KeyPath& default_path, DcpSource s, bool is_bytes, DType dt, std::vector<int64_t> size) {
-    const std::vector<ValuePtr> path = formats::dcp::pickle_path(formats::dcp::saved_path(model.dcp_keys, default_path));
+  auto add = [&](const formats::dcp::KeyPath& default_path, DcpSource s, bool is_bytes, DType dt,
+                 std::vector<int64_t> size) {
+    formats::dcp::KeyPath saved = formats::dcp::saved_path(model.dcp_keys, default_path);
     Entry e;
-    e.fqn = flat_of(path);
+    e.fqn = flat_of(formats::dcp::pickle_path(saved));
     e.is_bytes = is_bytes;
     e.dtype = dt;
     e.size = std::move(size);
-    if (auto [it, fresh] = planned.emplace(e.fqn, out.planner_data->entries.size()); fresh)
-      out.planner_data->entries.emplace_back(Value::str(e.fqn), path_tuple(path));
-    else
-      out.planner_data->entries[it->second].second = path_tuple(path);
+    if (auto [it, fresh] = planned.emplace(e.fqn, paths.size()); fresh)  // a later path replaces an earlier one
+      paths.emplace_back(e.fqn, std::move(saved));
+    else paths[it->second].second = std::move(saved);
     entries.push_back(std::move(e));
     out.sources.push_back(std::move(s));
   };
@@ -151,6 +149,16 @@ DcpOutput plan_dcp_output(const ModelInfo& model, DType dtype, const formats::dc
   // A DCP source's other bytes entries, verbatim under their own paths (not get_state_dict's: no record).
   for (size_t k = 0; k < model.items.size(); ++k)
     add(model.items[k].path, {DcpSource::Item, static_cast<int>(k)}, true, DType::Float32, {});
+  auto planner = std::make_shared<formats::dcp::PlannerPaths>();
+  std::vector<formats::dcp::PlannerPaths::Part> parts;
+  for (const auto& [flat, path] : paths) {
+    parts.clear();
+    for (const auto& p : path)
+      parts.push_back(p.is_string() ? formats::dcp::PlannerPaths::Part{p.get_ref<const std::string&>(), 0, false}
+                                    : formats::dcp::PlannerPaths::Part{{}, p.get<int64_t>(), true});
+    planner->add(flat, parts);
+  }
+  out.planner = std::move(planner);
   out.plan = formats::dcp::make_save_plan(entries, target);
   return out;
 }
@@ -219,7 +227,7 @@ DcpWritten write_dcp_output(const DcpOutput& out, const ModelInfo& model, Univer
   };
   formats::dcp::WriteOptions wo;
   wo.durable = false;  // the caller's staging folder is flushed at its commit
-  wo.planner_data = out.planner_data;
+  wo.planner = out.planner;
   const fs::path inner = fs::path(dir) / ".dcp";
   const auto result = formats::dcp::write_dcp(out.plan, formats::dcp::chunks_of_whole(whole, bytes), inner.string(), wo);
   DcpWritten w;

@@ -49,7 +49,7 @@ struct DcpOutput {
   bool own_dtypes = false;                 // each model tensor in its parameter's stored dtype, not `dtype`
   formats::dcp::SavePlan plan;
   std::vector<DcpSource> sources;          // [entry]
-  pickle::ValuePtr planner_data;           // {flat fqn: nested path}, as DefaultSavePlanner records it
+  std::shared_ptr<const formats::dcp::PlannerPaths> planner;  // planner_data, as DefaultSavePlanner records it
 };
 
 // The dtype state `state` of `p` is written in: the 16-bit float its source stored it in, else float32.

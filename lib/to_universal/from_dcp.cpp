@@ -80,7 +80,8 @@ nlohmann::json saved_keys(const DcpPlan& plan, const Metadata& md) {
   nlohmann::json keys = nlohmann::json::object();
   auto keep = [&](const formats::dcp::KeyPath& def, const std::string& fqn) {
     const formats::dcp::KeyPath saved = formats::dcp::recorded_path(md, fqn);
-    if (fqn != formats::dcp::flat_key(def) || (md.planner_data && saved != def)) formats::dcp::record_key(keys, def, saved);
+    if (fqn != formats::dcp::flat_key(def) || (md.has_planner_data() && saved != def))
+      formats::dcp::record_key(keys, def, saved);
   };
   for (const DcpParam& p : plan.params) {
     for (const auto& [state, fqn] : p.states)

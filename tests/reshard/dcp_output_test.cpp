@@ -375,9 +375,9 @@ TEST(DcpOutput, PlanKeysOrderAndNesting) {
   EXPECT_EQ(e[3].dtype, DType::Float32);
   EXPECT_TRUE(e[5].is_bytes);  // int step
   for (size_t k = 8; k < e.size(); ++k) EXPECT_TRUE(e[k].is_bytes) << e[k].fqn;
-  EXPECT_EQ(out.planner_data->at("model.a.weight")->repr(), "('model', 'a.weight')");
-  EXPECT_EQ(out.planner_data->at("optim.state.b.bias.exp_avg")->repr(), "('optim', 'state', 'b.bias', 'exp_avg')");
-  EXPECT_EQ(out.planner_data->at("optim.param_groups.1.params")->repr(), "('optim', 'param_groups', 1, 'params')");
+  EXPECT_EQ(out.planner->value()->at("model.a.weight")->repr(), "('model', 'a.weight')");
+  EXPECT_EQ(out.planner->value()->at("optim.state.b.bias.exp_avg")->repr(), "('optim', 'state', 'b.bias', 'exp_avg')");
+  EXPECT_EQ(out.planner->value()->at("optim.param_groups.1.params")->repr(), "('optim', 'param_groups', 1, 'params')");
   ASSERT_EQ(out.plan.files.size(), 1u);
   EXPECT_EQ(out.plan.files[0].items.size(), want.size());
 }
@@ -414,10 +414,11 @@ TEST(DcpOutput, PlanKeepsTheSourcesKeysItemsAndStateDtypes) {
   EXPECT_EQ(out.sources[3].kind, reshard::DcpSource::Item);
   EXPECT_EQ(out.sources[4].param, 1);
   EXPECT_EQ(out.optimizer_dtype, "bf16");
-  EXPECT_EQ(out.planner_data->at("emb.weight")->repr(), "('emb.weight')");  // a 1-tuple
-  EXPECT_EQ(out.planner_data->at("optimizer.state.emb.weight.exp_avg")->repr(), "('optimizer', 'state.emb.weight.exp_avg')");
-  EXPECT_EQ(out.planner_data->at("train_state.step")->repr(), "('train_state', 'step')");
-  EXPECT_EQ(out.planner_data->at("lr_scheduler.last_epoch")->repr(), "('lr_scheduler', 'last_epoch')");
+  EXPECT_EQ(out.planner->value()->at("emb.weight")->repr(), "('emb.weight')");  // a 1-tuple
+  EXPECT_EQ(out.planner->value()->at("optimizer.state.emb.weight.exp_avg")->repr(),
+            "('optimizer', 'state.emb.weight.exp_avg')");
+  EXPECT_EQ(out.planner->value()->at("train_state.step")->repr(), "('train_state', 'step')");
+  EXPECT_EQ(out.planner->value()->at("lr_scheduler.last_epoch")->repr(), "('lr_scheduler', 'last_epoch')");
 }
 
 // A DCP whose parameters differ in dtype (a bf16 layer beside an fp32 norm) has no one precision to

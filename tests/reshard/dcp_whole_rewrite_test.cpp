@@ -65,11 +65,13 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 void expect_same_entries(const Reader& in, const Reader& out, const std::set<std::string>& converted = {},
                          DType to = DType::BFloat16) {
   ASSERT_EQ(in.metadata().entries.size(), out.metadata().entries.size());
+  ASSERT_TRUE(in.metadata().planner && out.metadata().planner);
   for (const auto& e : in.metadata().entries) {
     const auto* o = out.metadata().find(e.fqn);
     ASSERT_NE(o, nullptr) << e.fqn;
     EXPECT_EQ(o->is_bytes, e.is_bytes) << e.fqn;
-    EXPECT_EQ(out.metadata().flattening.at(e.fqn), in.metadata().flattening.at(e.fqn)) << e.fqn;
+    EXPECT_FALSE(in.metadata().planner->strings(e.fqn).empty()) << e.fqn;
+    EXPECT_EQ(out.metadata().planner->strings(e.fqn), in.metadata().planner->strings(e.fqn)) << e.fqn;
     if (e.is_bytes) {
       EXPECT_EQ(out.read_bytes(e.fqn), in.read_bytes(e.fqn)) << e.fqn;
       continue;

@@ -208,6 +208,7 @@ Metadata read_folder_metadata(const Folder& folder) {
   if (folder.kind == FolderKind::Safetensors) return read_safetensors_metadata(folder.metadata_files);
   if (folder.kind != FolderKind::RankLocal) return read_metadata(folder.metadata_files[0]);
   Metadata out;
+  std::shared_ptr<PlannerPaths> planner;
   for (size_t r = 0; r < folder.metadata_files.size(); ++r) {
     const Metadata part = read_metadata(folder.metadata_files[r]);
     if (r == 0) {
@@ -218,9 +219,13 @@ Metadata read_folder_metadata(const Folder& folder) {
     } else if (part.era != out.era) {
       fail(part.path, "DCP metadata: class-path era " + std::string(era_name(part.era)) + " differs from rank 0's");
     }
-    for (const auto& [k, v] : part.flattening) out.flattening.emplace(k, v);
+    if (part.planner) {  // every rank's paths, the first wins (as merge.h merges them)
+      if (!planner) planner = std::make_shared<PlannerPaths>();
+      planner->add_all(*part.planner);
+    }
     merge_part(out, part, folder.data_dirs[r]);
   }
+  out.planner = std::move(planner);
   index_metadata(out);
   return out;
 }

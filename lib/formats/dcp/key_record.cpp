@@ -40,11 +40,11 @@ KeyPath strings(const std::vector<std::string>& parts) {
 
 KeyPath recorded_path(const Metadata& md, const std::string& fqn) {
   KeyPath out = KeyPath::array();
-  if (const pickle::ValuePtr p = md.planner_path(fqn); p && p->is_sequence()) {
-    for (const auto& part : p->items) {
-      if (part && part->is(Kind::Int)) out.push_back(part->i);
-      else if (part && part->is(Kind::Str)) out.push_back(part->s);
-      else return strings(nested_path(md, fqn));
+  if (const auto k = md.planner ? md.planner->find(fqn) : std::nullopt) {
+    for (size_t j = 0; j < md.planner->part_count(*k); ++j) {
+      const PlannerPaths::Part p = md.planner->part(*k, j);
+      if (p.is_index) out.push_back(p.index);
+      else out.push_back(std::string(p.key));
     }
     if (!out.empty()) return out;
   }

@@ -72,17 +72,29 @@ void add_part(Merged& m, std::map<std::string, size_t>& index, const Reader& r, 
   }
 }
 
-// planner_data of every part, merged (first wins); null when a part has none.
-pickle::ValuePtr merged_planner_data(const std::vector<RankLocalPart>& parts, const std::vector<std::unique_ptr<Reader>>& readers) {
-  pickle::ValuePtr all = pickle::Value::dict();
+// planner_data of every part, merged into `options` (the first wins); none when a part has none.
+void merge_planner_data(const std::vector<std::unique_ptr<Reader>>& readers, WriteOptions& options) {
+  bool other = false;
+  for (const auto& r : readers) {
+    if (!r->metadata().has_planner_data()) return;
+    other = other || r->metadata().other_planner_data;
+  }
+  if (!other) {  // DefaultSavePlanner's paths in every part
+    auto all = std::make_shared<PlannerPaths>();
+    for (const auto& r : readers) all->add_all(*r->metadata().planner);
+    options.planner = std::move(all);
+    return;
+  }
+  pickle::ValuePtr all = pickle::Value::dict();  // a custom planner's in some part: its str keys, as pickled
   std::map<std::string, bool> seen;
-  for (size_t p = 0; p < parts.size(); ++p) {
-    pickle::ValuePtr pd = readers[p]->metadata().planner_data;
-    if (!pd || pd->kind != pickle::Kind::Dict) return nullptr;
+  for (const auto& r : readers) {
+    const Metadata& md = r->metadata();
+    const pickle::ValuePtr pd = md.other_planner_data ? md.other_planner_data : md.planner->value();
+    if (pd->kind != pickle::Kind::Dict) return;
     for (const auto& [k, v] : pd->entries)
       if (k->kind == pickle::Kind::Str && seen.emplace(k->s, true).second) all->entries.emplace_back(k, v);
   }
-  return all;
+  options.other_planner_data = std::move(all);
 }
 
 }  // namespace
@@ -119,7 +131,7 @@ MergeResult merge_rank_local(const std::vector<RankLocalPart>& parts, const std:
     }
   for (auto& [p, f] : files) m.plan.files.push_back(std::move(f));
   m.plan.mesh = {static_cast<int64_t>(parts.size())};
-  if (!options.planner_data) options.planner_data = merged_planner_data(parts, readers);
+  if (!options.planner && !options.other_planner_data) merge_planner_data(readers, options);
   ChunkSource source;
   source.chunk = [&](const Entry& e, size_t c) {
     const Origin& o = m.origin[index.at(e.fqn)][c];

@@ -148,19 +148,13 @@ void Parser::storage_meta(const ValuePtr& v, Metadata& md) const {
   md.save_id = opt_text(v, "save_id");
 }
 
-// DefaultSavePlanner's planner_data: {flat fqn: tuple of the nested keys}.
+// planner_data: DefaultSavePlanner's paths, and the value as pickled when not all of it is of that shape.
 void Parser::planner_data(const ValuePtr& v, Metadata& md) const {
-  if (!v || v->kind != Kind::Dict) return;
-  for (const auto& [k, path] : v->entries) {
-    if (k->kind != Kind::Str || !path->is_sequence()) return;
-    std::vector<std::string> parts;
-    for (const auto& p : path->items) {
-      if (p->kind == Kind::Str) parts.push_back(p->s);
-      else if (p->kind == Kind::Int) parts.push_back(std::to_string(p->i));
-      else return;
-    }
-    md.flattening.emplace(k->s, std::move(parts));
-  }
+  if (!v || v->is_none()) return;
+  bool all = false;
+  auto paths = std::make_shared<PlannerPaths>(PlannerPaths::of(*v, &all));
+  if (all || paths->size()) md.planner = std::move(paths);
+  if (!all) md.other_planner_data = v;
 }
 
 }  // namespace
@@ -248,7 +242,6 @@ Metadata parse_metadata_general(std::span<const uint8_t> bytes, const std::strin
   md.entries = std::move(entries);
   md.items = std::move(items);
   p.planner_data(root->attr("planner_data"), md);
-  if (ValuePtr pd = root->attr("planner_data"); pd && !pd->is_none()) md.planner_data = std::move(pd);
   p.storage_meta(root->attr("storage_meta"), md);
   md.version = opt_text(root, "version");
   md.era = p.era;
@@ -257,29 +250,16 @@ Metadata parse_metadata_general(std::span<const uint8_t> bytes, const std::strin
 }
 
 void index_metadata(Metadata& md) {
-  // The three maps built at once for a large file (100,000 tensors: a tenth of a second of a reshard's start, on one
+  // The two maps built at once for a large file (100,000 tensors: a tenth of a second of a reshard's start, on one
   // core while the other waited), each reserved so that it is not rehashed while it grows.
   auto items = [&md] {
     md.item_index.clear();
     md.item_index.reserve(md.items.size());
     for (size_t k = 0; k < md.items.size(); ++k) md.item_index[md.items[k].fqn].push_back(k);
   };
-  auto planner = [&md] {
-    md.planner_index.clear();
-    if (!md.planner_data || md.planner_data->kind != Kind::Dict) return;
-    md.planner_index.reserve(md.planner_data->entries.size());
-    for (size_t k = 0; k < md.planner_data->entries.size(); ++k)
-      if (const ValuePtr& key = md.planner_data->entries[k].first; key->kind == Kind::Str)
-        md.planner_index.emplace(key->s, k);  // the first of a repeated key, as Value::get finds it
-  };
-  std::vector<std::thread> others;
-  if (md.items.size() >= 16384) {
-    others.emplace_back(items);
-    others.emplace_back(planner);
-  } else {
-    items();
-    planner();
-  }
+  std::optional<std::thread> other;
+  if (md.items.size() >= 16384) other.emplace(items);
+  else items();
   try {
     md.entry_index.clear();
     md.entry_index.reserve(md.entries.size());
@@ -287,20 +267,15 @@ void index_metadata(Metadata& md) {
       if (!md.entry_index.emplace(md.entries[k].fqn, k).second)
         fail(md.path, "DCP metadata: state_dict_metadata lists '" + escaped_brief(md.entries[k].fqn) + "' twice");
   } catch (...) {
-    for (std::thread& t : others) t.join();
+    if (other) other->join();
     throw;
   }
-  for (std::thread& t : others) t.join();
+  if (other) other->join();
 }
 
 Metadata read_metadata(const std::string& path) {
   auto file = MappedFile::open(path);
   return parse_metadata(file->bytes(), path);
-}
-
-pickle::ValuePtr Metadata::planner_path(const std::string& fqn) const {
-  auto it = planner_index.find(fqn);
-  return it == planner_index.end() ? nullptr : planner_data->entries[it->second].second;
 }
 
 namespace {

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -14,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "formats/dcp/planner_paths.h"
 #include "io/pickle/value.h"
 
 #include "io/dtype.h"
@@ -73,25 +75,22 @@ struct Metadata {
   ClassEra era = ClassEra::Current;
   std::vector<Entry> entries;    // state_dict_metadata, in file order
   std::vector<Item> items;       // storage_data, in file order
-  // planner_data of DefaultSavePlanner: flattened fqn -> the nested state-dict path it came from
-  // (dict keys as strings, list indices as decimal); empty when the planner wrote something else.
-  std::unordered_map<std::string, std::vector<std::string>> flattening;  // looked up only (100,000 keys: a hash)
-  // planner_data as pickled (null when absent or None): what a writer keeping the source's nesting
-  // writes back, without parsing the file again.
-  pickle::ValuePtr planner_data;
+  // planner_data of DefaultSavePlanner: flattened fqn -> the nested state-dict path it came from (planner_paths.h);
+  // null when the file records none of that shape. Shared: a writer keeping the source's nesting writes it back.
+  std::shared_ptr<const PlannerPaths> planner;
+  // planner_data as pickled when not all of it is of that shape (a custom planner's; `planner` holds the entries that
+  // are): what such a writer writes back instead. Null otherwise.
+  pickle::ValuePtr other_planner_data;
   std::optional<std::string> checkpoint_id, save_id;  // storage_meta (torch >= 2.4), when present
   std::optional<std::string> version;                 // Metadata.version (newer torch), when present
   // fqn -> position in entries / positions in items (parse_metadata fills them; lookups stay O(1)
   // per chunk on checkpoints of 10^5 items).
   std::unordered_map<std::string, size_t> entry_index;
   std::unordered_map<std::string, std::vector<size_t>> item_index;
-  // fqn -> position in planner_data->entries (index_metadata fills it: a pickled dict is searched in order).
-  std::unordered_map<std::string, size_t> planner_index;
 
+  bool has_planner_data() const { return planner || other_planner_data; }
   // The entry of `fqn`, or nullptr.
   const Entry* find(const std::string& fqn) const;
-  // planner_data's path of `fqn` as pickled, or nullptr.
-  pickle::ValuePtr planner_path(const std::string& fqn) const;
   // The item holding chunk `offsets` of `fqn` (bytes: offsets null); throws Error naming the file.
   const Item& item_of(const std::string& fqn, const std::vector<int64_t>* offsets) const;
 };
@@ -103,7 +102,7 @@ Metadata parse_metadata(std::span<const uint8_t> bytes, const std::string& name)
 Metadata parse_metadata_general(std::span<const uint8_t> bytes, const std::string& name);
 // Reads and parses a `.metadata` file.
 Metadata read_metadata(const std::string& path);
-// Rebuilds md.entry_index / md.item_index / md.planner_index from md.entries / md.items / md.planner_data;
+// Rebuilds md.entry_index / md.item_index from md.entries / md.items;
 // a fqn listed twice is an Error naming md.path.
 void index_metadata(Metadata& md);
 

@@ -10,6 +10,7 @@
 #include <bit>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
@@ -27,8 +28,6 @@ namespace ucpkit::formats::dcp {
 namespace metadata_direct {
 
 using pickle::Op;
-using pickle::Value;
-using pickle::ValuePtr;
 
 static_assert(std::endian::native == std::endian::little, "the opcodes' integers are read in place");
 
@@ -360,15 +359,7 @@ class Convert {
   bool none(uint32_t k) const { return k == kNo || m_.at(k).kind == K::None; }
   Entry entry(uint32_t key, uint32_t value);
   Item item(uint32_t key, uint32_t value) const;
-  // planner_data's (key, value) node pairs, converted in two halves on two threads (planner_half), then joined
-  // (planner_join): its 100,000 entries were the longest part of the conversion.
-  struct PlannerHalf {
-    std::vector<std::pair<ValuePtr, ValuePtr>> entries;
-    std::vector<std::pair<std::string, std::vector<std::string>>> flattening;
-  };
-  std::vector<std::pair<uint32_t, uint32_t>> planner_pairs(uint32_t k) const;
-  PlannerHalf planner_half(const std::vector<std::pair<uint32_t, uint32_t>>& pairs, size_t lo, size_t hi) const;
-  static void planner_join(PlannerHalf a, PlannerHalf b, Metadata& md);
+  std::shared_ptr<const PlannerPaths> planner(uint32_t k) const;
   void storage_meta(uint32_t k, Metadata& md) const;
 
   const Machine& m_;
@@ -475,70 +466,29 @@ Item Convert::item(uint32_t key, uint32_t value) const {
   return it;
 }
 
-// DefaultSavePlanner's {flat fqn: tuple of the nested keys}: the flattening and the value written back.
-std::vector<std::pair<uint32_t, uint32_t>> Convert::planner_pairs(uint32_t k) const {
-  std::vector<std::pair<uint32_t, uint32_t>> pairs;
-  if (none(k)) return pairs;
+// DefaultSavePlanner's {flat fqn: tuple of the nested keys} (planner_paths.h).
+std::shared_ptr<const PlannerPaths> Convert::planner(uint32_t k) const {
+  if (none(k)) return nullptr;
   if (m_.at(k).kind != K::Dict) throw Abandon{};
-  pairs.reserve(m_.at(k).n / 2);
+  auto out = std::make_shared<PlannerPaths>();
+  out->reserve(m_.at(k).n / 2);
+  std::vector<PlannerPaths::Part> parts;
   uint32_t key = kNo;
   m_.each(k, [&](uint32_t v) {
     if (key == kNo) return void(key = v);
-    pairs.emplace_back(key, v);
-    key = kNo;
-  });
-  return pairs;
-}
-
-Convert::PlannerHalf Convert::planner_half(const std::vector<std::pair<uint32_t, uint32_t>>& pairs, size_t lo,
-                                           size_t hi) const {
-  PlannerHalf out;
-  out.entries.reserve(hi - lo);
-  out.flattening.reserve(hi - lo);
-  // One Value per node, as the general unpickler shares what the memo shares (the pickler writes it once; here once
-  // per half).
-  std::unordered_map<uint32_t, ValuePtr> values;
-  auto value = [&](uint32_t k, std::string_view text) {
-    ValuePtr& v = values[k];
-    if (!v) v = Value::str(std::string(text));
-    return v;
-  };
-  for (size_t i = lo; i < hi; ++i) {
-    const auto [key, v] = pairs[i];
-    if (m_.at(key).kind != K::Str) throw Abandon{};
     const K kind = m_.at(v).kind;
     if (kind != K::Tuple && kind != K::List) throw Abandon{};
-    std::vector<std::string> parts;
-    std::vector<ValuePtr> items;
+    parts.clear();
     m_.each(v, [&](uint32_t p) {
       const Node& part = m_.at(p);
-      if (part.kind == K::Str) {
-        parts.emplace_back(m_.str(p));
-        items.push_back(value(p, parts.back()));
-      } else if (part.kind == K::Int) {
-        parts.push_back(std::to_string(part.i));
-        items.push_back(Value::integer(part.i));
-      } else {
-        throw Abandon{};
-      }
+      if (part.kind == K::Str) parts.push_back({m_.str(p), 0, false});
+      else if (part.kind == K::Int) parts.push_back({{}, part.i, true});
+      else throw Abandon{};
     });
-    std::string flat(m_.str(key));
-    out.entries.emplace_back(value(key, flat), kind == K::Tuple ? Value::tuple(std::move(items)) : Value::list(std::move(items)));
-    out.flattening.emplace_back(std::move(flat), std::move(parts));
-  }
+    if (!out->add(m_.str(key), parts, kind == K::List)) throw Abandon{};  // a key given twice
+    key = kNo;
+  });
   return out;
-}
-
-void Convert::planner_join(PlannerHalf a, PlannerHalf b, Metadata& md) {
-  md.planner_data = Value::dict();
-  auto& entries = md.planner_data->entries;
-  entries.reserve(a.entries.size() + b.entries.size());
-  md.flattening.reserve(a.flattening.size() + b.flattening.size());
-  for (PlannerHalf* h : {&a, &b}) {
-    for (auto& e : h->entries) entries.push_back(std::move(e));
-    for (auto& [flat, parts] : h->flattening)
-      if (!md.flattening.emplace(std::move(flat), std::move(parts)).second) throw Abandon{};  // a key given twice
-  }
 }
 
 void Convert::storage_meta(uint32_t k, Metadata& md) const {
@@ -563,11 +513,8 @@ Metadata Convert::metadata(uint32_t root) {
   md.path = name_;
   const uint32_t sdm = f.need("state_dict_metadata"), sd = f.need("storage_data");
   if (m_.at(sdm).kind != K::Dict || m_.at(sd).kind != K::Dict) throw Abandon{};
-  // storage_data and the first half of planner_data on a thread of their own while state_dict_metadata and the second
-  // half are read here (the nodes are only read; each side fills its own fields of md, the halves are joined after).
-  const auto planner = planner_pairs(f.get("planner_data"));
-  const size_t half = planner.size() / 2;
-  PlannerHalf first, second;
+  // storage_data and planner_data on a thread of their own while state_dict_metadata is read here (the nodes are
+  // only read; each side fills its own fields of md).
   std::exception_ptr other_error;
   std::thread other([&] {
     try {
@@ -582,7 +529,7 @@ Metadata Convert::metadata(uint32_t root) {
         md.items.push_back(item(key, v));
         key = kNo;
       });
-      first = planner_half(planner, 0, half);
+      md.planner = planner(f.get("planner_data"));
     } catch (...) {
       other_error = std::current_exception();
     }
@@ -595,14 +542,12 @@ Metadata Convert::metadata(uint32_t root) {
       md.entries.push_back(entry(key, v));
       key = kNo;
     });
-    second = planner_half(planner, half, planner.size());
   } catch (...) {
     other.join();
     throw;
   }
   other.join();
   if (other_error) std::rethrow_exception(other_error);
-  if (!none(f.get("planner_data"))) planner_join(std::move(first), std::move(second), md);
   storage_meta(f.get("storage_meta"), md);
   if (const uint32_t v = f.get("version"); v != kNo && m_.at(v).kind == K::Str) md.version = std::string(m_.str(v));
   md.era = era_;

@@ -70,6 +70,13 @@ ChunkSource source_of(const Reader& reader, bool whole, const std::map<std::stri
   return {[&reader, converted](const Entry& e, size_t k) { return converted(e, reader.read_chunk(e.fqn, k)); }, bytes};
 }
 
+// The source's planner_data, unless the options give one.
+void keep_planner_data(WriteOptions& options, const Metadata& md) {
+  if (options.planner || options.other_planner_data) return;
+  options.planner = md.planner;
+  options.other_planner_data = md.other_planner_data;
+}
+
 }  // namespace
 
 SavePlan rewrite_plan(const Metadata& md, const std::optional<Target>& target, const std::map<std::string, DType>& convert) {
@@ -82,14 +89,14 @@ SavePlan rewrite_plan(const Metadata& md, const std::optional<Target>& target, c
 WriteResult rewrite_dcp(const std::string& in, const std::string& out, const std::optional<Target>& target,
                         WriteOptions options, const std::string& metadata_file) {
   const Reader reader(in, metadata_file);
-  if (!options.planner_data) options.planner_data = reader.metadata().planner_data;
+  keep_planner_data(options, reader.metadata());
   const SavePlan plan = rewrite_plan(reader.metadata(), target, {});
   return write_dcp(plan, source_of(reader, target.has_value(), {}, plan), out, options);
 }
 
 WriteResult rewrite_dcp_into(const Reader& reader, const SavePlan& plan, const std::string& dir, bool rechunked,
                              const std::map<std::string, DType>& convert, WriteOptions options) {
-  if (!options.planner_data) options.planner_data = reader.metadata().planner_data;
+  keep_planner_data(options, reader.metadata());
   // write_dcp stages its own folder: inside `dir`, then its files move up (one file system, renames).
   options.durable = false;
   options.overwrite = false;

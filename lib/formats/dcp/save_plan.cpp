@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/name_table.h"
 
 namespace ucpkit::formats::dcp {
 
@@ -30,28 +31,13 @@ uint64_t chunk_bytes(const Entry& e, const Chunk& c) {
   return n;
 }
 
-// The first fqn listed twice, or nullptr: a table of hash tags and positions probed in place (a hash set of 100,000
-// fqns was half of a plan's time, a division and two cache misses per name).
+// The first fqn listed twice, or nullptr.
 const std::string* repeated_fqn(const std::vector<Entry>& entries) {
-  size_t capacity = 16;
-  while (capacity < entries.size() * 2) capacity <<= 1;
-  struct Slot {
-    uint32_t tag = 0;  // the hash's high half
-    uint32_t at = 0;   // position + 1; 0: free
-  };
-  std::vector<Slot> slots(capacity);
-  for (size_t k = 0; k < entries.size(); ++k) {
-    const uint64_t h = std::hash<std::string_view>{}(entries[k].fqn);
-    const auto tag = static_cast<uint32_t>(h >> 32);
-    for (size_t i = h & (capacity - 1);; i = (i + 1) & (capacity - 1)) {
-      Slot& s = slots[i];
-      if (!s.at) {
-        s = {tag, static_cast<uint32_t>(k + 1)};
-        break;
-      }
-      if (s.tag == tag && entries[s.at - 1].fqn == entries[k].fqn) return &entries[k].fqn;
-    }
-  }
+  NameTable names;
+  names.reserve(entries.size());
+  auto name_of = [&entries](uint32_t k) -> std::string_view { return entries[k].fqn; };
+  for (size_t k = 0; k < entries.size(); ++k)
+    if (names.add(entries[k].fqn, static_cast<uint32_t>(k), name_of)) return &entries[k].fqn;
   return nullptr;
 }
 

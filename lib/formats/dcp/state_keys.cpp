@@ -22,7 +22,8 @@ bool digits(const std::string& s) { return !s.empty() && s.size() < 10 && std::a
 // ("optim.state.<fqn>.<name>", "optim.param_groups.<i>.<key>", "model.<fqn>"; torch 1.13's planner
 // and non-default planners record none).
 std::vector<std::string> nested_path(const Metadata& md, const std::string& fqn) {
-  if (auto it = md.flattening.find(fqn); it != md.flattening.end() && !it->second.empty()) return it->second;
+  if (md.planner)
+    if (std::vector<std::string> p = md.planner->strings(fqn); !p.empty()) return p;
   for (const char* head : {"optim.", "optimizer."}) {
     const std::string h = head;
     if (fqn.rfind(h + "state.", 0) == 0) {

@@ -207,6 +207,32 @@ void write_flat_planner_data(PickleStream& out, const SavePlan& plan, std::vecto
   });
 }
 
+// DefaultSavePlanner's planner_data kept from a source (planner_paths.h): {flat fqn: tuple (or list) of its keys and
+// indices}, each text memoized by content (a flat fqn is the state_dict_metadata key written before it).
+void write_planner_paths(PickleStream& out, const PlannerPaths& paths) {
+  out.op(Op::EMPTY_DICT);
+  fill_batches(out, paths.size(), Op::SETITEM, Op::SETITEMS, [&](size_t k) {
+    out.str(paths.flat(k));
+    auto part = [&](size_t j) {
+      const PlannerPaths::Part p = paths.part(k, j);
+      if (p.is_index) out.integer(p.index);
+      else out.str(p.key);
+    };
+    const size_t n = paths.part_count(k);
+    if (paths.is_list(k)) {
+      out.op(Op::EMPTY_LIST);
+      fill_batches(out, n, Op::APPEND, Op::APPENDS, part);
+    } else if (n == 0) {
+      out.op(Op::EMPTY_TUPLE);
+    } else {
+      if (n > 3) out.op(Op::MARK);
+      for (size_t j = 0; j < n; ++j) part(j);
+      static constexpr Op kTupleN[] = {Op::TUPLE1, Op::TUPLE2, Op::TUPLE3};
+      out.op(n > 3 ? Op::TUPLE : kTupleN[n - 1]);
+    }
+  });
+}
+
 // Pairs in SETITEMS batches of 1,000 into the dict on top of the stack, as Python's pickler does.
 template <class F>
 void fill_dict(PickleStream& out, size_t n, F&& pair) {
@@ -323,7 +349,8 @@ MetadataPickle::MetadataPickle(const SavePlan& plan, const WriteOptions& options
     write_storage_entry(out, pool, s_->refs, plan.entries[k]);
   });
   out.str("planner_data");
-  if (options.planner_data) out.save(options.planner_data, true);
+  if (options.other_planner_data) out.save(options.other_planner_data, true);
+  else if (options.planner) write_planner_paths(out, *options.planner);
   else write_flat_planner_data(out, plan, s_->fqns);
   s_->plan = &plan;
   s_->entries.reserve(plan.entries.size());
@@ -401,8 +428,6 @@ std::string metadata_pickle(const SavePlan& plan, const std::vector<Item>& items
                             const std::string& checkpoint_id) {
   return MetadataPickle(plan, options).finish(items, checkpoint_id);
 }
-
-pickle::ValuePtr planner_data_of(const std::string& metadata_file) { return read_metadata(metadata_file).planner_data; }
 
 namespace {
 

@@ -47,9 +47,10 @@ Tensor cut_box(const Tensor& whole, const Chunk& c);
 struct WriteOptions {
   bool overwrite = false;  // replace an existing `out`
   bool durable = true;     // flush the file system before the rename (tools' --no-sync: false)
-  // Metadata.planner_data as pickled (DefaultSavePlanner's {flat fqn: tuple of nested keys}); null:
-  // {fqn: (fqn,)} for every entry (a flat state dict). Pass the source's own to keep its nesting.
-  pickle::ValuePtr planner_data;
+  // Metadata.planner_data: DefaultSavePlanner's paths (planner), else a value as pickled (other_planner_data: a custom
+  // planner's); neither: {fqn: (fqn,)} for every entry (a flat state dict). Pass the source's to keep its nesting.
+  std::shared_ptr<const PlannerPaths> planner;
+  pickle::ValuePtr other_planner_data;
   std::string save_id;  // StorageMeta.save_id; empty: None
   // StorageMeta.checkpoint_id; empty: `out` made absolute (give the final folder when `out` is staged)
   std::string checkpoint_id;
@@ -109,9 +110,5 @@ class MetadataPickle {
 // Python's pickle.load and our reader read).
 std::string metadata_pickle(const SavePlan& plan, const std::vector<Item>& items, const WriteOptions& options,
                             const std::string& checkpoint_id);
-
-// The planner_data of a `.metadata` file as pickled (null when it has none): to carry a source's
-// nesting through a rewrite.
-pickle::ValuePtr planner_data_of(const std::string& metadata_file);
 
 }  // namespace ucpkit::formats::dcp

@@ -11,14 +11,16 @@ using pickle::ValuePtr;
 
 namespace {
 
-std::string join(const std::string& prefix, const std::string& key) { return prefix.empty() ? key : prefix + "." + key; }
+std::string dotted(const std::string& prefix, const std::string& key) {
+  return prefix.empty() ? key : prefix + "." + key;
+}
 
 template <class F>
 void walk_dicts(const ValuePtr& d, const std::string& path, F&& f) {
   if (!d || d->kind != Kind::Dict) return;
   f(d, path);
   for (const auto& [k, v] : d->entries)
-    if (v && v->kind == Kind::Dict && k && k->kind == Kind::Str) walk_dicts(v, join(path, k->s), f);
+    if (v && v->kind == Kind::Dict && k && k->kind == Kind::Str) walk_dicts(v, dotted(path, k->s), f);
 }
 
 }  // namespace
@@ -27,7 +29,7 @@ std::vector<std::pair<std::string, ValuePtr>> module_tensors(const ValuePtr& mod
   std::vector<std::pair<std::string, ValuePtr>> out;
   walk_dicts(module, "", [&](const ValuePtr& d, const std::string& path) {
     for (const auto& [k, v] : d->entries)
-      if (v && v->kind == Kind::Tensor && k && k->kind == Kind::Str) out.emplace_back(join(path, k->s), v);
+      if (v && v->kind == Kind::Tensor && k && k->kind == Kind::Str) out.emplace_back(dotted(path, k->s), v);
   });
   return out;
 }
@@ -52,7 +54,7 @@ void replace_module_tensors(const ValuePtr& module,
   walk_dicts(module, "", [&](const ValuePtr& d, const std::string& path) {
     for (auto& [k, v] : d->entries)
       if (v && v->kind == Kind::Tensor && k && k->kind == Kind::Str)
-        if (auto n = replace(join(path, k->s), v)) v = n;
+        if (auto n = replace(dotted(path, k->s), v)) v = n;
   });
 }
 
@@ -63,7 +65,7 @@ static ValuePtr with_leaves(const ValuePtr& tree, const std::string& prefix, std
   auto out = Value::dict(tree->ordered);
   out->dict_state = tree->dict_state;
   for (const auto& [k, v] : tree->entries) {
-    const std::string path = k->kind == Kind::Str ? join(prefix, k->s) : std::string();
+    const std::string path = k->kind == Kind::Str ? dotted(prefix, k->s) : std::string();
     if (v && v->kind == Kind::Dict && !path.empty()) {
       out->entries.emplace_back(k, with_leaves(v, path, fresh));
       continue;

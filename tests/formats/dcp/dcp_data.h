@@ -43,8 +43,11 @@ inline std::string describe_metadata(const formats::dcp::Metadata& md) {
     for (const auto& t : it.storage.transform_descriptors) o << " " << t;
     o << "\n";
   }
-  // flattening is a hash map: listed by key
-  for (const auto& [flat, path] : std::map<std::string, std::vector<std::string>>(md.flattening.begin(), md.flattening.end())) {
+  // planner_data's paths, listed by key
+  std::map<std::string, std::vector<std::string>> paths;
+  for (size_t k = 0; md.planner && k < md.planner->size(); ++k)
+    paths[std::string(md.planner->flat(k))] = md.planner->strings(md.planner->flat(k));
+  for (const auto& [flat, path] : paths) {
     o << "F " << flat;
     for (const auto& p : path) o << " " << p;
     o << "\n";

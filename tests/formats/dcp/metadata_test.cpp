@@ -287,8 +287,9 @@ for name, v in cases.items():  # protocol 4 as torch's dcp.save writes (read in 
     const Metadata ok = read_metadata(dir + "/ok" + suffix + ".metadata");
     EXPECT_EQ(ucpkit::testing::describe_metadata(ok),
               "E w float32 [4] [0][4]\nI w [0] __0_0.distcp 0 16\nF a.b a b\nF l.0 l 0\nC ck\nS s1\nV 1.0.0\n");
-    ASSERT_TRUE(ok.planner_data);
-    EXPECT_EQ(ok.planner_data->entries.size(), 2u);
+    ASSERT_TRUE(ok.planner);
+    EXPECT_EQ(ok.planner->size(), 2u);
+    EXPECT_FALSE(ok.other_planner_data);
     if (suffix[0]) {  // protocol 4: the one-pass reader's, which so meets each case below first
       const std::string bytes = ucpkit::testing::file_bytes(dir + "/ok.p4.metadata");
       EXPECT_TRUE(parse_metadata_direct({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, "ok"));

@@ -93,9 +93,8 @@ TEST(DcpReader, OptimizerStateThroughGetStateDict) {
   EXPECT_DOUBLE_EQ(value("optim.param_groups.0.eps")->as_float(), 1e-08);
   EXPECT_FALSE(value("optim.param_groups.0.amsgrad")->as_bool());
   // DefaultSavePlanner's planner_data: flattened key -> the nested path it came from.
-  const auto& fl = r.metadata().flattening;
-  ASSERT_TRUE(fl.count("optim.state.norm.weight.exp_avg"));
-  EXPECT_EQ(fl.at("optim.state.norm.weight.exp_avg"),
+  ASSERT_TRUE(r.metadata().planner);
+  EXPECT_EQ(r.metadata().planner->strings("optim.state.norm.weight.exp_avg"),
             (std::vector<std::string>{"optim", "state", "norm.weight", "exp_avg"}));
   EXPECT_TRUE(r.metadata().save_id.has_value());
 }

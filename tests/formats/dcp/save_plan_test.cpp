@@ -50,9 +50,8 @@ Where where_of(const SavePlan& p) {
 // The saving ranks' state-dict order: the order of planner_data (each rank's flattening map, merged),
 // not of state_dict_metadata (the global plan lists rank 0's kept items first).
 std::vector<Entry> in_state_dict_order(const Metadata& md) {
-  const pickle::ValuePtr pd = planner_data_of(md.path);
   std::vector<Entry> out;
-  for (const auto& [k, path] : pd->entries) out.push_back(*md.find(k->s));
+  for (size_t k = 0; k < md.planner->size(); ++k) out.push_back(*md.find(std::string(md.planner->flat(k))));
   EXPECT_EQ(out.size(), md.entries.size());
   return out;
 }
