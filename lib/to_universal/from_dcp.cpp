@@ -69,8 +69,7 @@ uint64_t entry_bytes(const Entry& e) { return static_cast<uint64_t>(numel_of(e.s
 // The bytes of a fqn's items (what reading it costs).
 uint64_t item_bytes(const Metadata& md, const std::string& fqn) {
   uint64_t n = 0;
-  if (auto it = md.item_index.find(fqn); it != md.item_index.end())
-    for (size_t k : it->second) n += md.items[k].storage.length;
+  for (size_t k : md.items_of(fqn)) n += md.items[k].storage.length;
   return n;
 }
 

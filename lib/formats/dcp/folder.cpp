@@ -154,10 +154,9 @@ namespace {
 void merge_part(Metadata& out, const Metadata& part, const std::string& data_dir) {
   std::map<std::pair<std::string, std::vector<int64_t>>, bool> keep;  // (fqn, chunk offsets) -> taken from this part
   for (const Entry& e : part.entries) {
-    const Entry* have = out.find(e.fqn);
+    Entry* have = out.find(e.fqn);
     if (!have) {
-      out.entry_index.emplace(e.fqn, out.entries.size());
-      out.entries.push_back(e);
+      out.add_entry(e);
       for (const Chunk& c : e.chunks) keep[{e.fqn, c.offsets}] = true;
       if (e.is_bytes) keep[{e.fqn, {}}] = true;
       continue;
@@ -166,7 +165,7 @@ void merge_part(Metadata& out, const Metadata& part, const std::string& data_dir
       fail(part.path, "DCP metadata: '" + escaped_brief(e.fqn) + "' differs from the lower ranks' entry (" +
                           (e.is_bytes || have->is_bytes ? std::string("bytes vs tensor")
                                                         : std::string("dtype or global size")) + ")");
-    Entry& into = out.entries[out.entry_index.at(e.fqn)];
+    Entry& into = *have;
     for (const Chunk& c : e.chunks) {
       const bool replica = std::any_of(into.chunks.begin(), into.chunks.end(), [&](const Chunk& x) { return same_box(x, c); });
       if (!replica) into.chunks.push_back(c);

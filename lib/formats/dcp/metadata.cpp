@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 
@@ -250,27 +249,28 @@ Metadata parse_metadata_general(std::span<const uint8_t> bytes, const std::strin
 }
 
 void index_metadata(Metadata& md) {
-  // The two maps built at once for a large file (100,000 tensors: a tenth of a second of a reshard's start, on one
-  // core while the other waited), each reserved so that it is not rehashed while it grows.
-  auto items = [&md] {
-    md.item_index.clear();
-    md.item_index.reserve(md.items.size());
-    for (size_t k = 0; k < md.items.size(); ++k) md.item_index[md.items[k].fqn].push_back(k);
-  };
-  std::optional<std::thread> other;
-  if (md.items.size() >= 16384) other.emplace(items);
-  else items();
-  try {
-    md.entry_index.clear();
-    md.entry_index.reserve(md.entries.size());
-    for (size_t k = 0; k < md.entries.size(); ++k)
-      if (!md.entry_index.emplace(md.entries[k].fqn, k).second)
-        fail(md.path, "DCP metadata: state_dict_metadata lists '" + escaped_brief(md.entries[k].fqn) + "' twice");
-  } catch (...) {
-    if (other) other->join();
-    throw;
+  if (md.entries.size() >= Metadata::kNoItem || md.items.size() >= Metadata::kNoItem)
+    fail(md.path, "DCP metadata: more than 2^32 entries or items");
+  auto entry_name = [&md](uint32_t k) -> std::string_view { return md.entries[k].fqn; };
+  auto item_name = [&md](uint32_t k) -> std::string_view { return md.items[k].fqn; };
+  md.entry_names = NameTable();
+  md.entry_names.reserve(md.entries.size());
+  for (size_t k = 0; k < md.entries.size(); ++k)
+    if (md.entry_names.add(md.entries[k].fqn, static_cast<uint32_t>(k), entry_name))
+      fail(md.path, "DCP metadata: state_dict_metadata lists '" + escaped_brief(md.entries[k].fqn) + "' twice");
+  md.item_names = NameTable();
+  md.item_names.reserve(md.items.size());
+  md.item_next.assign(md.items.size(), Metadata::kNoItem);
+  std::vector<uint32_t> last(md.items.size());  // per first item of a fqn: its last one so far
+  for (size_t k = 0; k < md.items.size(); ++k) {
+    const auto kk = static_cast<uint32_t>(k);
+    if (const auto first = md.item_names.add(md.items[k].fqn, kk, item_name)) {
+      md.item_next[last[*first]] = kk;
+      last[*first] = kk;
+    } else {
+      last[k] = kk;
+    }
   }
-  if (other) other->join();
 }
 
 Metadata read_metadata(const std::string& path) {
@@ -296,10 +296,25 @@ const Entry* Metadata::find(const std::string& fqn) const {
     last_entry = next;
     return &entries[next];
   }
-  auto it = entry_index.find(fqn);
-  if (it == entry_index.end()) return nullptr;
-  last_entry = it->second;
-  return &entries[it->second];
+  const auto at = entry_names.find(fqn, [this](uint32_t k) -> std::string_view { return entries[k].fqn; });
+  if (!at) return nullptr;
+  last_entry = *at;
+  return &entries[*at];
+}
+
+Entry& Metadata::add_entry(Entry e) {
+  if (entries.size() >= kNoItem) fail(path, "DCP metadata: more than 2^32 entries");
+  entries.push_back(std::move(e));
+  entry_names.add(entries.back().fqn, static_cast<uint32_t>(entries.size() - 1),
+                  [this](uint32_t k) -> std::string_view { return entries[k].fqn; });
+  return entries.back();
+}
+
+std::vector<size_t> Metadata::items_of(const std::string& fqn) const {
+  std::vector<size_t> out;
+  const auto first = item_names.find(fqn, [this](uint32_t k) -> std::string_view { return items[k].fqn; });
+  for (uint32_t k = first ? *first : kNoItem; k != kNoItem && k < item_next.size(); k = item_next[k]) out.push_back(k);
+  return out;
 }
 
 const Item& Metadata::item_of(const std::string& fqn, const std::vector<int64_t>* offsets) const {
@@ -307,12 +322,12 @@ const Item& Metadata::item_of(const std::string& fqn, const std::vector<int64_t>
     last_item = next;
     return items[next];
   }
-  if (auto pos = item_index.find(fqn); pos != item_index.end())
-    for (size_t k : pos->second)
-      if (item_matches(items[k], fqn, offsets)) {
-        last_item = k;
-        return items[k];
-      }
+  const auto first = item_names.find(fqn, [this](uint32_t k) -> std::string_view { return items[k].fqn; });
+  for (uint32_t k = first ? *first : kNoItem; k != kNoItem && k < item_next.size(); k = item_next[k])
+    if (item_matches(items[k], fqn, offsets)) {
+      last_item = k;
+      return items[k];
+    }
   std::string at;
   if (offsets) {
     at = " at offsets [";

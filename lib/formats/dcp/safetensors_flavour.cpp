@@ -132,12 +132,9 @@ Metadata read_safetensors_metadata(const std::vector<std::string>& files) {
           static_cast<uint64_t>(span[1]) > h.file_size - h.data_start ||
           static_cast<uint64_t>(span[1] - span[0]) != bytes)
         fail(file, "safetensors: tensor " + what + " data_offsets do not hold its shape x dtype inside the file");
-      const auto known = md.entry_index.find(fqn);
-      Entry* e = known == md.entry_index.end() ? nullptr : &md.entries[known->second];
+      Entry* e = md.find(fqn);
       if (!e) {
-        md.entry_index.emplace(fqn, md.entries.size());
-        md.entries.push_back(Entry{fqn, false, *dt, std::vector<int64_t>(shape.size(), 0), {}});
-        e = &md.entries.back();
+        e = &md.add_entry(Entry{fqn, false, *dt, std::vector<int64_t>(shape.size(), 0), {}});
       } else if (e->dtype != *dt || e->size.size() != shape.size()) {
         fail(file, "safetensors: tensor " + what + " differs in dtype or rank from the earlier files' chunks");
       }

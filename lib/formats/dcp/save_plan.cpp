@@ -9,6 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 #include "core/error.h"
 #include "core/name_table.h"
 
@@ -113,86 +116,89 @@ SavePlan make_save_plan(const std::vector<Entry>& entries, const Target& target)
   for (int64_t m : plan.mesh) world *= m;
   if (const std::string* twice = repeated_fqn(entries))
     throw Error("DCP plan: '" + escaped_brief(*twice) + "' is listed twice");
-  for (const Entry& in : entries) {
+  for (const Entry& in : entries)
     for (int64_t s : in.size)
       if (s < 0) throw Error("DCP plan: '" + escaped_brief(in.fqn) + "' has a negative size");
-    Entry e{in.fqn, in.is_bytes, in.dtype, in.is_bytes ? std::vector<int64_t>{} : in.size, {}};
-    plan.entries.push_back(std::move(e));
-  }
-  std::vector<std::vector<Placement>> placements;
-  for (const Entry& e : plan.entries) placements.push_back(placements_for(target, e.size.size()));
   // Each rank's local plan holds one box per entry, in state-dict order (bytes items on every rank).
   // Nothing here is kept per rank: a box a million ranks hold (a scalar, a bytes item, the empty
-  // rows past the end of a small tensor) is one entry with the runs of consecutive ranks holding it,
-  // so a plan grows with the distinct boxes, not with --world-size.
+  // rows past the end of a small tensor) is one box with the runs of consecutive ranks holding it,
+  // so a plan grows with the distinct boxes, not with --world-size. Entries are independent: each one's boxes
+  // are found on the cores at once (on one, a plan of 100,000 entries was a tenth of a reshard).
   struct Held {
-    size_t entry;
     Chunk box;
     std::vector<std::pair<int64_t, int64_t>> runs;  // [first, last] ranks holding the box, ascending
-    int64_t owner = -1;
   };
-  std::vector<Held> held;  // dedup_save_plans' order: first appearance over the ranks
-  // An entry's boxes are found among its first few by comparing them (most entries have one box per rank of a
-  // few, or one for all); past kFew, through the index. (A map of every box was a tenth of a 100,000-tensor rewrite.)
-  constexpr size_t kFew = 8;
-  std::vector<std::vector<size_t>> few(plan.entries.size());  // per entry: its boxes in `held`, the first kFew
-  std::map<std::pair<size_t, std::vector<int64_t>>, size_t> index;  // (entry, offsets) of entries with more
-  auto box_of = [&](size_t k, Chunk&& box) -> size_t {
-    std::vector<size_t>& mine = few[k];
-    for (const size_t h : mine)
-      if (held[h].box.offsets == box.offsets) return h;
-    if (mine.size() >= kFew) {
-      if (const auto it = index.find({k, box.offsets}); it != index.end()) return it->second;
-      index.emplace(std::make_pair(k, box.offsets), held.size());
-    } else {
-      mine.push_back(held.size());
+  std::vector<std::vector<Held>> boxes(entries.size());  // per entry: its boxes, in the order of their first rank
+  plan.entries.resize(entries.size());
+  tbb::parallel_for(tbb::blocked_range<size_t>(0, entries.size(), 512), [&](const tbb::blocked_range<size_t>& range) {
+    std::vector<int64_t> coord(plan.mesh.size());
+    for (size_t k = range.begin(); k != range.end(); ++k) {
+      const Entry& in = entries[k];
+      Entry& e = plan.entries[k];
+      e = Entry{in.fqn, in.is_bytes, in.dtype, in.is_bytes ? std::vector<int64_t>{} : in.size, {}};
+      const std::vector<Placement> placements = placements_for(target, e.size.size());
+      std::vector<Held>& mine = boxes[k];
+      // A box is found among the entry's first few by comparing them (most entries have one box per rank of a few,
+      // or one for all); past kFew, through an index.
+      constexpr size_t kFew = 8;
+      std::map<std::vector<int64_t>, size_t> index;
+      for (int64_t r = 0; r < world; ++r) {
+        for (size_t m = plan.mesh.size(), rest = static_cast<size_t>(r); m-- > 0;) {
+          coord[m] = static_cast<int64_t>(rest % static_cast<size_t>(plan.mesh[m]));
+          rest /= static_cast<size_t>(plan.mesh[m]);
+        }
+        Chunk box = e.is_bytes ? Chunk{} : local_box(e.size, plan.mesh, coord, placements);
+        size_t h = mine.size();
+        for (size_t j = 0; j < std::min(mine.size(), kFew) && h == mine.size(); ++j)
+          if (mine[j].box.offsets == box.offsets) h = j;
+        if (h == mine.size() && mine.size() > kFew)
+          if (const auto it = index.find(box.offsets); it != index.end()) h = it->second;
+        if (h == mine.size()) {
+          if (mine.size() >= kFew) index.emplace(box.offsets, mine.size());
+          mine.push_back({std::move(box), {}});
+        }
+        auto& runs = mine[h].runs;
+        if (!runs.empty() && runs.back().second == r - 1) runs.back().second = r;
+        else runs.push_back({r, r});
+      }
     }
-    held.push_back({k, std::move(box), {}, -1});
-    return held.size() - 1;
-  };
-  std::vector<int64_t> coord(plan.mesh.size());
-  for (int64_t r = 0; r < world; ++r) {
-    for (size_t m = plan.mesh.size(), rest = static_cast<size_t>(r); m-- > 0;) {
-      coord[m] = static_cast<int64_t>(rest % static_cast<size_t>(plan.mesh[m]));
-      rest /= static_cast<size_t>(plan.mesh[m]);
-    }
-    for (size_t k = 0; k < plan.entries.size(); ++k) {
-      const Entry& e = plan.entries[k];
-      auto& runs = held[box_of(k, e.is_bytes ? Chunk{} : local_box(e.size, plan.mesh, coord, placements[k]))].runs;
-      if (!runs.empty() && runs.back().second == r - 1)
-        runs.back().second = r;
-      else
-        runs.push_back({r, r});
-    }
-  }
-  index.clear();
-  few.clear();
+  });
+  // dedup_save_plans' order: first appearance over the ranks (rank by rank, each rank's entries in order), so by
+  // the first rank holding a box, then by entry (a rank holds one box of an entry).
+  std::vector<size_t> start(static_cast<size_t>(world) + 1, 0);
+  for (const auto& mine : boxes)
+    for (const Held& x : mine) ++start[static_cast<size_t>(x.runs.front().first) + 1];
+  for (size_t r = 0; r < static_cast<size_t>(world); ++r) start[r + 1] += start[r];
+  std::vector<std::pair<size_t, size_t>> held(start.back());  // (entry, its box)
+  for (size_t k = 0; k < boxes.size(); ++k)
+    for (size_t j = 0; j < boxes[k].size(); ++j)
+      held[start[static_cast<size_t>(boxes[k][j].runs.front().first)]++] = {k, j};
   // dedup_save_plans: each box goes to the holder with the fewest planned bytes so far, the lowest rank
   // on ties (bytes items weigh 1).
   std::vector<uint64_t> planned(static_cast<size_t>(world), 0);
   std::map<int64_t, std::vector<size_t>> owned;  // rank -> its boxes (ascending entry: its local order)
   for (size_t h = 0; h < held.size(); ++h) {
-    Held& x = held[h];
+    const Held& x = boxes[held[h].first][held[h].second];
     int64_t best = -1;
     for (const auto& [first, last] : x.runs)
       for (int64_t r = first; r <= last; ++r)
         if (best < 0 || planned[r] < planned[best]) best = r;
-    const Entry& e = plan.entries[x.entry];
+    const Entry& e = plan.entries[held[h].first];
     planned[best] += e.is_bytes ? 1 : chunk_bytes(e, x.box);
-    x.owner = best;
     owned[best].push_back(h);
   }
   // The global plan: rank by rank, each kept item appends its chunk to its tensor's list.
-  for (auto& [r, boxes] : owned) {
-    std::sort(boxes.begin(), boxes.end(), [&](size_t a, size_t b) { return held[a].entry < held[b].entry; });
+  for (auto& [r, mine] : owned) {
+    std::sort(mine.begin(), mine.end(), [&](size_t a, size_t b) { return held[a].first < held[b].first; });
     PlannedFile f{r, data_file_name(r), {}};
-    for (size_t h : boxes) {
-      Entry& e = plan.entries[held[h].entry];
+    for (size_t h : mine) {
+      const auto [k, j] = held[h];
+      Entry& e = plan.entries[k];
       if (e.is_bytes) {
-        f.items.push_back({held[h].entry, PlannedItem::kBytes});
+        f.items.push_back({k, PlannedItem::kBytes});
       } else {
-        f.items.push_back({held[h].entry, e.chunks.size()});
-        e.chunks.push_back(held[h].box);
+        f.items.push_back({k, e.chunks.size()});
+        e.chunks.push_back(std::move(boxes[k][j].box));
       }
     }
     plan.files.push_back(std::move(f));

@@ -28,6 +28,8 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/exit_release.h"
+#include "core/name_table.h"
 #include "core/file_io.h"
 #include "core/mapped_file.h"
 #include "core/staging.h"
@@ -208,11 +210,15 @@ void write_flat_planner_data(PickleStream& out, const SavePlan& plan, std::vecto
 }
 
 // DefaultSavePlanner's planner_data kept from a source (planner_paths.h): {flat fqn: tuple (or list) of its keys and
-// indices}, each text memoized by content (a flat fqn is the state_dict_metadata key written before it).
-void write_planner_paths(PickleStream& out, const PlannerPaths& paths) {
+// indices}, each text memoized by content (a flat fqn is the state_dict_metadata key written before it: fetched by
+// `fqns`, the plan's entry found after the last one found when the two list them in the same order).
+void write_planner_paths(PickleStream& out, const PlannerPaths& paths, const SavePlan& plan,
+                         std::vector<Refs::Ref>& fqns) {
   out.op(Op::EMPTY_DICT);
+  size_t next = 0;  // the plan entry after the last flat fqn found in order
   fill_batches(out, paths.size(), Op::SETITEM, Op::SETITEMS, [&](size_t k) {
-    out.str(paths.flat(k));
+    if (next < plan.entries.size() && plan.entries[next].fqn == paths.flat(k)) out.str(paths.flat(k), fqns[next++]);
+    else out.str(paths.flat(k));
     auto part = [&](size_t j) {
       const PlannerPaths::Part p = paths.part(k, j);
       if (p.is_index) out.integer(p.index);
@@ -325,8 +331,9 @@ struct MetadataPickle::State {
   Refs refs;
   std::vector<Refs::Ref> fqns;  // where each plan entry's fqn was memoized
   const SavePlan* plan = nullptr;
-  // fqn -> its entry's position in the plan (MetadataIndex.index: a chunk's place in its entry)
-  std::unordered_map<std::string_view, size_t> entries;
+  // fqn -> its entry's position in the plan (MetadataIndex.index: a chunk's place in its entry), made when add(Item)
+  // first needs it
+  NameTable entries;
   bool storage_data = false;  // its key and dict written (add())
   size_t added = 0;           // storage_data pairs so far
 };
@@ -350,11 +357,9 @@ MetadataPickle::MetadataPickle(const SavePlan& plan, const WriteOptions& options
   });
   out.str("planner_data");
   if (options.other_planner_data) out.save(options.other_planner_data, true);
-  else if (options.planner) write_planner_paths(out, *options.planner);
+  else if (options.planner) write_planner_paths(out, *options.planner, plan, s_->fqns);
   else write_flat_planner_data(out, plan, s_->fqns);
   s_->plan = &plan;
-  s_->entries.reserve(plan.entries.size());
-  for (size_t k = 0; k < plan.entries.size(); ++k) s_->entries.emplace(plan.entries[k].fqn, k);
 }
 
 MetadataPickle::~MetadataPickle() = default;
@@ -362,9 +367,15 @@ MetadataPickle::~MetadataPickle() = default;
 void MetadataPickle::add(const Item& it) {
   std::optional<size_t> index;  // the chunk's position in its entry's list
   Refs::Ref* fqn = nullptr;
-  if (auto e = s_->entries.find(it.fqn); e != s_->entries.end()) {
-    fqn = &s_->fqns[e->second];
-    const std::vector<Chunk>& chunks = s_->plan->entries[e->second].chunks;
+  const std::vector<Entry>& entries = s_->plan->entries;
+  auto name_of = [&entries](uint32_t k) -> std::string_view { return entries[k].fqn; };
+  if (s_->entries.size() == 0) {
+    s_->entries.reserve(entries.size());
+    for (size_t k = 0; k < entries.size(); ++k) s_->entries.add(entries[k].fqn, static_cast<uint32_t>(k), name_of);
+  }
+  if (const auto e = s_->entries.find(it.fqn, name_of)) {
+    fqn = &s_->fqns[*e];
+    const std::vector<Chunk>& chunks = entries[*e].chunks;
     for (size_t c = 0; it.offset && c < chunks.size() && !index; ++c)
       if (chunks[c].offsets == *it.offset) index = c;
   }
@@ -416,7 +427,9 @@ std::string MetadataPickle::finish(const std::string& checkpoint_id) {
   });
   out.op(Op::SETITEMS);
   out.op(Op::BUILD);
-  return out.finish();
+  std::string bytes = out.finish();
+  release(std::move(s_));  // its memo of 10^5 texts: left to the exit when the tool leaves memory to it
+  return bytes;
 }
 
 std::string MetadataPickle::finish(const std::vector<Item>& items, const std::string& checkpoint_id) {

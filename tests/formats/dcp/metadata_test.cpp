@@ -174,7 +174,7 @@ TEST(DcpMetadata, IndexRefusesAFqnListedTwice) {
   md.items[2].fqn = "b";
   index_metadata(md);
   EXPECT_EQ(md.find("b"), &md.entries[1]);
-  EXPECT_EQ(md.item_index.at("w"), (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(md.items_of("w"), (std::vector<size_t>{0, 1}));
   md.entries[1].fqn = "w";
   EXPECT_EQ(thrown([&] { index_metadata(md); }), "x/.metadata: DCP metadata: state_dict_metadata lists 'w' twice");
 }

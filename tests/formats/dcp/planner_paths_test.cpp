@@ -73,25 +73,31 @@ TEST(DcpPlannerPaths, AsPickleValuesAndBackAndMergedFirstWins) {
   EXPECT_EQ(merged.strings("a.b.c.d.e"), (S{"a", "b", "c", "d", "e"}));
 }
 
+// The plan listing the entries in the paths' order (each flat key fetched from the entry's memo entry) and in
+// another (looked up by its text): the same paths come back.
 TEST(DcpPlannerPaths, WrittenIntoMetadataAndReadBackTheSameByBothReaders) {
   const auto p = std::make_shared<const PlannerPaths>(sample());
-  SavePlan plan;
-  std::vector<Item> items;
-  for (size_t k = 0; k < p->size(); ++k) {
-    Entry e;
-    e.fqn = std::string(p->flat(k));
-    e.is_bytes = true;
-    plan.entries.push_back(e);
-    items.push_back({e.fqn, std::nullopt, {"__0_0.distcp", 8 * k, 8}});
-  }
-  WriteOptions options;
-  options.planner = p;
-  const std::string bytes = metadata_pickle(plan, items, options, "/ck");
-  const std::span<const uint8_t> span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-  for (const Metadata& md : {parse_metadata(span, "m"), parse_metadata_general(span, "m")}) {
-    ASSERT_TRUE(md.planner);
-    EXPECT_TRUE(*md.planner == *p);
-    EXPECT_FALSE(md.other_planner_data);
+  for (const bool reversed : {false, true}) {
+    SavePlan plan;
+    std::vector<Item> items;
+    for (size_t j = 0; j < p->size(); ++j) {
+      const size_t k = reversed ? p->size() - 1 - j : j;
+      Entry e;
+      e.fqn = std::string(p->flat(k));
+      e.is_bytes = true;
+      plan.entries.push_back(e);
+      items.push_back({e.fqn, std::nullopt, {"__0_0.distcp", 8 * j, 8}});
+    }
+    WriteOptions options;
+    options.planner = p;
+    const std::string bytes = metadata_pickle(plan, items, options, "/ck");
+    const std::span<const uint8_t> span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+    for (const Metadata& md : {parse_metadata(span, "m"), parse_metadata_general(span, "m")}) {
+      ASSERT_TRUE(md.planner) << reversed;
+      EXPECT_TRUE(*md.planner == *p) << reversed;
+      EXPECT_FALSE(md.other_planner_data);
+      EXPECT_EQ(md.items_of(std::string(p->flat(2))).size(), 1u);
+    }
   }
 }
 
