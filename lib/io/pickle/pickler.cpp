@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/name_table.h"
 #include "io/pickle/opcodes.h"
 
 namespace ucpkit::pickle {
@@ -273,13 +274,18 @@ class Pickler {
   }
   // PickleStream::str: a Str value the caller shares (always memoized), keyed by its text.
   uint64_t shared_str(std::string_view s) {
-    if (auto it = strs_.find(s); it != strs_.end()) {
-      get(it->second);
-      return it->second;
+    auto text_of = [this](uint32_t k) { return std::string_view(out_.data() + texts_[k].at, texts_[k].size); };
+    if (const auto k = strs_.find(s, text_of)) {
+      get(texts_[*k].memo);
+      return texts_[*k].memo;
     }
+    if (s.size() > UINT32_MAX || texts_.size() >= UINT32_MAX - 1)
+      throw Error("pickler: too many or too long shared texts");
     unicode(s);
+    const uint64_t at = out_.size() - s.size();
     const uint64_t idx = put();
-    strs_.emplace(std::string(s), idx);
+    texts_.push_back({at, static_cast<uint32_t>(s.size()), idx});
+    strs_.add(s, static_cast<uint32_t>(texts_.size() - 1), text_of);
     return idx;
   }
   // PickleStream::global_value: what save() writes for a Global value the caller shares.
@@ -396,11 +402,15 @@ class Pickler {
   std::unordered_map<const Value*, uint64_t> memo_;
   std::unordered_map<std::string, uint64_t> globals_;  // memoize_repeats: "module\nname" -> memo index
   std::optional<uint64_t> size_memo_;                  // memoize_repeats: torch.Size's memo index once written
-  struct TextHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  // shared_str: each text found by its bytes where it was written into out_ (10^5 fqns of a DCP `.metadata` were as
+  // many copies and hash nodes), with its memo index.
+  struct Text {
+    uint64_t at;
+    uint32_t size;
+    uint64_t memo;
   };
-  std::unordered_map<std::string, uint64_t, TextHash, std::equal_to<>> strs_;  // shared_str: text -> memo index
+  std::vector<Text> texts_;
+  NameTable strs_;
   std::unordered_map<std::string, uint64_t> global_values_;  // global_value: "module\nname" -> the value's memo index
   uint64_t next_memo_ = 0;
   std::vector<ValuePtr> keep_;
