@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cstring>
 #include <exception>
@@ -63,6 +64,14 @@ void huge_pages(void* p, size_t bytes) {
   if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
 }
 
+// Faults in the pages of [p, p + bytes) for writing, whole pages inside it (nothing where the kernel cannot).
+void populate(void* p, size_t bytes) {
+  constexpr uintptr_t kPage = 4096;
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + kPage - 1) & ~(kPage - 1);
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kPage - 1);
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE);
+}
+
 // The pickle machine over nodes: only what a DCP save's pickle does.
 class Machine {
  public:
@@ -83,6 +92,29 @@ class Machine {
     huge_pages(memo_mutable_.data(), memo_mutable_.capacity());
     for (K k : {K::None, K::False, K::True, K::Tuple}) nodes_.push_back({k});
     for (int64_t v = 0; v < 256; ++v) nodes_.push_back({K::Int, 0, 0, 0, 0, v});
+    // The pages the machine will fill, faulted in on another core meanwhile (the parse is the one thread running
+    // then; a fresh page costs this VM's kernel about as much as the machine's work on it).
+    if (d.size() >= (size_t{4} << 20))
+      prefault_ = std::thread([this, n = d.size()] {
+        const std::pair<void*, size_t> areas[] = {{nodes_.data(), std::min(nodes_.capacity(), n / 8) * sizeof(Node)},
+                                                  {links_.data(), std::min(links_.capacity(), n / 7) * sizeof(Link)},
+                                                  {kids_.data(), std::min(kids_.capacity(), n / 12) * sizeof(uint32_t)},
+                                                  {memo_.data(), std::min(memo_.capacity(), n / 9) * sizeof(uint32_t)}};
+        constexpr size_t kStep = size_t{2} << 20;
+        for (size_t done = 0; !stop_prefault_.load(std::memory_order_relaxed); done += kStep) {
+          bool more = false;
+          for (const auto& [p, bytes] : areas)
+            if (done < bytes) {
+              populate(static_cast<char*>(p) + done, std::min(kStep, bytes - done));
+              more = true;
+            }
+          if (!more) break;
+        }
+      });
+  }
+  ~Machine() {
+    stop_prefault_ = true;
+    if (prefault_.joinable()) prefault_.join();
   }
   uint32_t run();
 
@@ -170,6 +202,8 @@ class Machine {
   std::vector<char> memo_mutable_;  // beside memo_: a fetch checks it without reaching into the node array
   std::vector<Link> links_;
   std::vector<size_t> marks_;
+  std::atomic<bool> stop_prefault_{false};
+  std::thread prefault_;  // last: started once the arrays above are reserved
 };
 
 void Machine::text(uint64_t length) {
