@@ -34,7 +34,20 @@ class Pickler {
   bool transient = false;
   void boolean(bool b) { op(b ? Op::NEWTRUE : Op::NEWFALSE); }
   void u32(uint32_t v) {
-    for (int k = 0; k < 4; ++k) out_ += static_cast<char>((v >> (8 * k)) & 0xff);
+    const char b[4] = {static_cast<char>(v & 0xff), static_cast<char>((v >> 8) & 0xff),
+                       static_cast<char>((v >> 16) & 0xff), static_cast<char>((v >> 24) & 0xff)};
+    out_.append(b, 4);
+  }
+  // An opcode and its one-byte or four-byte argument, appended at once (most of a DCP `.metadata` is memo puts and
+  // gets: one append each, not one per byte).
+  void op1(Op o, uint8_t arg) {
+    const char b[2] = {op_char(o), static_cast<char>(arg)};
+    out_.append(b, 2);
+  }
+  void op4(Op o, uint32_t arg) {
+    const char b[5] = {op_char(o), static_cast<char>(arg & 0xff), static_cast<char>((arg >> 8) & 0xff),
+                       static_cast<char>((arg >> 16) & 0xff), static_cast<char>((arg >> 24) & 0xff)};
+    out_.append(b, 5);
   }
   // Memoized values are kept alive: a freed temporary's address must never match a later value.
   void memoize(const ValuePtr& p) {
@@ -45,23 +58,13 @@ class Pickler {
   // Stores the top of the stack under the next memo index, which it returns.
   uint64_t put() {
     const uint64_t idx = next_memo_++;
-    if (idx < 256) {
-      op(Op::BINPUT);
-      out_ += static_cast<char>(idx);
-    } else {
-      op(Op::LONG_BINPUT);
-      u32(static_cast<uint32_t>(idx));
-    }
+    if (idx < 256) op1(Op::BINPUT, static_cast<uint8_t>(idx));
+    else op4(Op::LONG_BINPUT, static_cast<uint32_t>(idx));
     return idx;
   }
   void get(uint64_t idx) {
-    if (idx < 256) {
-      op(Op::BINGET);
-      out_ += static_cast<char>(idx);
-    } else {
-      op(Op::LONG_BINGET);
-      u32(static_cast<uint32_t>(idx));
-    }
+    if (idx < 256) op1(Op::BINGET, static_cast<uint8_t>(idx));
+    else op4(Op::LONG_BINGET, static_cast<uint32_t>(idx));
   }
   // Kinds save() never memoizes: no memo lookup for them (most values of a DCP `.metadata` are ints).
   static bool memoizable(Kind k) {
@@ -88,21 +91,17 @@ class Pickler {
     if (opt_.memoize_repeats) globals_.emplace(std::move(key), put());
   }
   void unicode(std::string_view s) {
-    op(Op::BINUNICODE);
-    u32(static_cast<uint32_t>(s.size()));
+    op4(Op::BINUNICODE, static_cast<uint32_t>(s.size()));
     out_.append(s);
   }
   void integer(int64_t v) {
     if (v >= 0 && v < 256) {
-      op(Op::BININT1);
-      out_ += static_cast<char>(v);
+      op1(Op::BININT1, static_cast<uint8_t>(v));
     } else if (v >= 0 && v < 65536) {
-      op(Op::BININT2);
-      out_ += static_cast<char>(v & 0xff);
-      out_ += static_cast<char>(v >> 8);
+      const char b[3] = {op_char(Op::BININT2), static_cast<char>(v & 0xff), static_cast<char>(v >> 8)};
+      out_.append(b, 3);
     } else if (v >= INT32_MIN && v <= INT32_MAX) {
-      op(Op::BININT);
-      u32(static_cast<uint32_t>(static_cast<int32_t>(v)));
+      op4(Op::BININT, static_cast<uint32_t>(static_cast<int32_t>(v)));
     } else {
       std::string bytes;
       uint64_t u = static_cast<uint64_t>(v);
