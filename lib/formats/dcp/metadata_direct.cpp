@@ -93,13 +93,17 @@ class Machine {
     for (K k : {K::None, K::False, K::True, K::Tuple}) nodes_.push_back({k});
     for (int64_t v = 0; v < 256; ++v) nodes_.push_back({K::Int, 0, 0, 0, 0, v});
     // The pages the machine will fill, faulted in on another core meanwhile (the parse is the one thread running
-    // then; a fresh page costs this VM's kernel about as much as the machine's work on it).
-    if (d.size() >= (size_t{4} << 20))
-      prefault_ = std::thread([this, n = d.size()] {
-        const std::pair<void*, size_t> areas[] = {{nodes_.data(), std::min(nodes_.capacity(), n / 8) * sizeof(Node)},
-                                                  {links_.data(), std::min(links_.capacity(), n / 7) * sizeof(Link)},
-                                                  {kids_.data(), std::min(kids_.capacity(), n / 12) * sizeof(uint32_t)},
-                                                  {memo_.data(), std::min(memo_.capacity(), n / 9) * sizeof(uint32_t)}};
+    // then; a fresh page costs this VM's kernel about as much as the machine's work on it). That thread is given the
+    // arrays' places, taken here before it starts, and never touches the arrays; one that outgrows its room moves,
+    // and the pages faulted in then are of memory it left (faulted in, not written).
+    const size_t n = d.size();
+    const std::array<std::pair<void*, size_t>, 4> areas = {
+        {{nodes_.data(), std::min(nodes_.capacity(), n / 8) * sizeof(Node)},
+         {links_.data(), std::min(links_.capacity(), n / 7) * sizeof(Link)},
+         {kids_.data(), std::min(kids_.capacity(), n / 12) * sizeof(uint32_t)},
+         {memo_.data(), std::min(memo_.capacity(), n / 9) * sizeof(uint32_t)}}};
+    if (n >= (size_t{4} << 20))
+      prefault_ = std::thread([this, areas] {
         constexpr size_t kStep = size_t{2} << 20;
         for (size_t done = 0; !stop_prefault_.load(std::memory_order_relaxed); done += kStep) {
           bool more = false;
