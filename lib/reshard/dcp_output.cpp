@@ -238,7 +238,7 @@ DcpWritten write_dcp_output(const DcpOutput& out, const ModelInfo& model, Univer
   fs::remove(inner / ".metadata");
   fs::remove(inner);
   // StorageMeta.checkpoint_id names the final folder, not the staging one.
-  const std::string md = formats::dcp::metadata_pickle(out.plan, result.items, wo, checkpoint_id);
+  const std::string md = formats::dcp::metadata_pickle(out.plan, result, wo, checkpoint_id);
   write_file_atomic((fs::path(dir) / ".metadata").string(), md);
   w.bytes = result.bytes + md.size();
   w.files += 1;

@@ -22,8 +22,6 @@ void PlannerPaths::reserve(size_t paths) {
 
 bool PlannerPaths::add(std::string_view flat, std::span<const Part> parts, bool list) {
   if (paths_.size() >= std::numeric_limits<uint32_t>::max() - 1) throw Error("DCP planner_data: too many paths");
-  auto flat_of = [this](uint32_t k) { return this->flat(k); };
-  if (index_.find(flat, flat_of)) return false;
   Path p;
   p.flat_at = keep(flat);
   p.flat_size = static_cast<uint32_t>(flat.size());
@@ -35,7 +33,14 @@ bool PlannerPaths::add(std::string_view flat, std::span<const Part> parts, bool 
                                    : StoredPart{static_cast<int64_t>(keep(part.key)),
                                                 static_cast<uint32_t>(part.key.size()), false});
   paths_.push_back(p);
-  index_.add(flat, static_cast<uint32_t>(paths_.size() - 1), flat_of);
+  // Added, then indexed: one probe, which finds a repeat (then the path is taken back).
+  if (index_.add(this->flat(paths_.size() - 1), static_cast<uint32_t>(paths_.size() - 1),
+                 [this](uint32_t k) { return this->flat(k); })) {
+    paths_.pop_back();
+    parts_.resize(p.first_part);
+    text_.resize(p.flat_at);
+    return false;
+  }
   return true;
 }
 

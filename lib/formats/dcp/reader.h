@@ -6,11 +6,11 @@
 #pragma once
 #include <cstdint>
 #include <map>
-#include <unordered_map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "formats/dcp/metadata.h"

@@ -228,13 +228,10 @@ void write_planner_paths(PickleStream& out, const PlannerPaths& paths, const Sav
     if (paths.is_list(k)) {
       out.op(Op::EMPTY_LIST);
       fill_batches(out, n, Op::APPEND, Op::APPENDS, part);
-    } else if (n == 0) {
-      out.op(Op::EMPTY_TUPLE);
     } else {
-      if (n > 3) out.op(Op::MARK);
+      out.tuple_begin(n);
       for (size_t j = 0; j < n; ++j) part(j);
-      static constexpr Op kTupleN[] = {Op::TUPLE1, Op::TUPLE2, Op::TUPLE3};
-      out.op(n > 3 ? Op::TUPLE : kTupleN[n - 1]);
+      out.tuple_end(n);
     }
   });
 }
@@ -628,6 +625,28 @@ WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, con
 
 namespace {
 
+// `written`'s items added to `head` by their places in the plan, in plan order (each process wrote its own files'
+// items in that order; together, any order): the plan already says which entry and chunk each is.
+void add_in_plan_order(MetadataPickle& head, const WriteResult& written) {
+  std::vector<size_t> by_plan(written.items.size());
+  for (size_t i = 0; i < by_plan.size(); ++i) by_plan[i] = i;
+  std::sort(by_plan.begin(), by_plan.end(),
+            [&](size_t a, size_t b) { return written.order.at(a) < written.order.at(b); });
+  for (size_t i : by_plan)
+    head.add(PlannedItem{written.order[i].first, written.order[i].second}, written.items[i].storage);
+}
+
+}  // namespace
+
+std::string metadata_pickle(const SavePlan& plan, const WriteResult& written, const WriteOptions& options,
+                            const std::string& checkpoint_id) {
+  MetadataPickle head(plan, options);
+  add_in_plan_order(head, written);
+  return head.finish(checkpoint_id);
+}
+
+namespace {
+
 // What `.metadata` records as where it was saved: the options', else the output folder's absolute path.
 std::string saved_at(const std::string& out, const WriteOptions& options) {
   return options.checkpoint_id.empty() ? std::filesystem::absolute(out).lexically_normal().string() : options.checkpoint_id;
@@ -671,17 +690,12 @@ class ItemQueue {
 
 }  // namespace
 
-void write_dcp_metadata(const SavePlan& plan, const WriteResult& written, const std::string& dir, const std::string& out,
-                        const WriteOptions& options, MetadataPickle* head) {
-  // The items in plan order (each process wrote its own files' items in that order; together, any order).
-  std::vector<size_t> by_plan(written.items.size());
-  for (size_t i = 0; i < by_plan.size(); ++i) by_plan[i] = i;
-  std::sort(by_plan.begin(), by_plan.end(), [&](size_t a, size_t b) { return written.order.at(a) < written.order.at(b); });
-  std::vector<Item> items;
-  for (size_t i : by_plan) items.push_back(written.items[i]);
+void write_dcp_metadata(const SavePlan& plan, const WriteResult& written, const std::string& dir,
+                        const std::string& out, const WriteOptions& options, MetadataPickle* head) {
   std::optional<MetadataPickle> own;
   if (!head) head = &own.emplace(plan, options);
-  write_file_atomic((std::filesystem::path(dir) / ".metadata").string(), head->finish(items, saved_at(out, options)));
+  add_in_plan_order(*head, written);
+  write_file_atomic((std::filesystem::path(dir) / ".metadata").string(), head->finish(saved_at(out, options)));
 }
 
 WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std::string& out, const WriteOptions& options) {

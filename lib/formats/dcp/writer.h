@@ -110,5 +110,8 @@ class MetadataPickle {
 // Python's pickle.load and our reader read).
 std::string metadata_pickle(const SavePlan& plan, const std::vector<Item>& items, const WriteOptions& options,
                             const std::string& checkpoint_id);
+// The same for items written by write_dcp / write_dcp_files, added by their places in the plan (WriteResult::order).
+std::string metadata_pickle(const SavePlan& plan, const WriteResult& written, const WriteOptions& options,
+                            const std::string& checkpoint_id);
 
 }  // namespace ucpkit::formats::dcp

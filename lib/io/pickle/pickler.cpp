@@ -131,17 +131,20 @@ class Pickler {
     op(Op::EMPTY_TUPLE);
     op(Op::REDUCE);
   }
-  // A tuple of n items, each written by item(k): EMPTY_TUPLE, TUPLE1-3, or MARK ... TUPLE.
+  // A tuple of n items, each written by item(k) between tuple_begin and tuple_end: EMPTY_TUPLE, TUPLE1-3, or
+  // MARK ... TUPLE.
+  void tuple_begin(size_t n) {
+    if (n > 3) op(Op::MARK);
+  }
+  void tuple_end(size_t n) {
+    static constexpr Op kTupleN[] = {Op::EMPTY_TUPLE, Op::TUPLE1, Op::TUPLE2, Op::TUPLE3};
+    op(n > 3 ? Op::TUPLE : kTupleN[n]);
+  }
   template <class Item>
   void tuple_n(size_t n, const Item& item) {
-    if (n == 0) {
-      op(Op::EMPTY_TUPLE);
-      return;
-    }
-    if (n > 3) op(Op::MARK);
+    tuple_begin(n);
     for (size_t k = 0; k < n; ++k) item(k);
-    static constexpr Op kTupleN[] = {Op::TUPLE1, Op::TUPLE2, Op::TUPLE3};
-    op(n > 3 ? Op::TUPLE : kTupleN[n - 1]);
+    tuple_end(n);
   }
   void tuple_of(const std::vector<ValuePtr>& items) {
     tuple_n(items.size(), [&](size_t k) { save(items[k]); });
@@ -444,6 +447,8 @@ void PickleStream::save_shared(const ValuePtr& value, MemoRef& ref) {
   if (ref.index != UINT64_MAX) return p_->get(ref.index);
   ref.index = p_->save_shared(value);
 }
+void PickleStream::tuple_begin(size_t n) { p_->tuple_begin(n); }
+void PickleStream::tuple_end(size_t n) { p_->tuple_end(n); }
 void PickleStream::integer(int64_t v) { p_->integer(v); }
 void PickleStream::size(std::span<const int64_t> dims) { p_->size(dims); }
 std::string PickleStream::finish() { return p_->end(); }

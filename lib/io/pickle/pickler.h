@@ -58,6 +58,9 @@ class PickleStream {
   void global_value(std::string_view module, std::string_view name, MemoRef& ref);
   // save(value) of a value the caller shares (memoized whether transient or not), fetched by `ref` after.
   void save_shared(const ValuePtr& value, MemoRef& ref);
+  // A tuple of `n` items the caller writes between the two, as save() writes one (not memoized, as a transient one).
+  void tuple_begin(size_t n);
+  void tuple_end(size_t n);
   void integer(int64_t v);
   void size(std::span<const int64_t> dims);  // torch.Size(dims), not shared
   std::string finish();                      // STOP; the bytes
