@@ -385,8 +385,8 @@ void AtomicFile::commit() {
   if (durable_) fsync_dir(std::filesystem::path(target_).parent_path().string());
 }
 
-void write_file_atomic(const std::string& path, std::string_view contents, bool durable) {
-  AtomicFile f(path, durable);
+void write_file_atomic(const std::string& path, std::string_view contents, bool durable, AtomicFile::Cache cache) {
+  AtomicFile f(path, durable, cache);
   f.write(contents.data(), contents.size());
   f.commit();
 }

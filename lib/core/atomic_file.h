@@ -78,8 +78,9 @@ class AtomicFile {
   std::unique_ptr<Writer> writer_;  // from the first full block until settle()
 };
 
-// Writes a whole small file atomically.
-void write_file_atomic(const std::string& path, std::string_view contents, bool durable = false);
+// Writes a whole file atomically (`cache`: AtomicFile's, for a large file the run does not read back).
+void write_file_atomic(const std::string& path, std::string_view contents, bool durable = false,
+                       AtomicFile::Cache cache = AtomicFile::Cache::keep);
 // Refuses, before a run writes anything, a file it would write last (a report beside the output): Error
 // naming `path` when its folder does not exist, is no folder or is not writable, or `path` is a folder.
 void check_file_target(const std::string& path);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -69,6 +70,9 @@ class Storage : public std::enable_shared_from_this<Storage> {
   // Where the storage came from / should go: record key and device location ("cpu", "cuda:0").
   std::string key;
   std::string location = "cpu";
+  // The CRC-32 of all of a mapped storage's bytes, when its reader checked them against the file's record: a writer
+  // of the same bytes takes it instead of a second pass over them.
+  std::optional<uint32_t> crc32;
 
  private:
   DType dtype_ = DType::Float32;

@@ -551,22 +551,11 @@ Metadata Convert::metadata(uint32_t root) {
   md.path = name_;
   const uint32_t sdm = f.need("state_dict_metadata"), sd = f.need("storage_data");
   if (m_.at(sdm).kind != K::Dict || m_.at(sd).kind != K::Dict) throw Abandon{};
-  // storage_data and planner_data on a thread of their own while state_dict_metadata is read here (the nodes are
-  // only read; each side fills its own fields of md).
+  // planner_data on a thread of its own while state_dict_metadata and storage_data are read here (the nodes are only
+  // read; each side fills its own fields of md): the planner's paths take about as long as the other two together.
   std::exception_ptr other_error;
   std::thread other([&] {
     try {
-      md.items.reserve(m_.at(sd).n / 2);
-      std::unordered_set<uint32_t> keys;  // MetadataIndex objects key the dict by identity
-      uint32_t key = kNo;
-      m_.each(sd, [&](uint32_t v) {
-        if (key == kNo) {
-          if (!keys.insert(v).second) throw Abandon{};
-          return void(key = v);
-        }
-        md.items.push_back(item(key, v));
-        key = kNo;
-      });
       md.planner = planner(f.get("planner_data"));
     } catch (...) {
       other_error = std::current_exception();
@@ -578,6 +567,16 @@ Metadata Convert::metadata(uint32_t root) {
     m_.each(sdm, [&](uint32_t v) {
       if (key == kNo) return void(key = v);
       md.entries.push_back(entry(key, v));
+      key = kNo;
+    });
+    md.items.reserve(m_.at(sd).n / 2);
+    std::unordered_set<uint32_t> keys;  // MetadataIndex objects key the dict by identity
+    m_.each(sd, [&](uint32_t v) {
+      if (key == kNo) {
+        if (!keys.insert(v).second) throw Abandon{};
+        return void(key = v);
+      }
+      md.items.push_back(item(key, v));
       key = kNo;
     });
   } catch (...) {

@@ -438,6 +438,7 @@ std::optional<Tensor> Reader::view_tensor(const std::string& fqn) const {
   auto item = MappedFile::slice(s.map, static_cast<size_t>(s.item.data() - s.map->data()), s.item.size(), s.name, true);
   const auto numel = static_cast<int64_t>(volume(e.size, md_.path, fqn));
   auto storage = Storage::mapped(e.dtype, numel, std::move(item), static_cast<uint64_t>(s.bytes.data() - s.item.data()));
+  storage->crc32 = s.crc;  // checked above: the DCP writer's zip of these bytes takes it
   return Tensor(std::move(storage), 0, e.size, Tensor::contiguous_strides(e.size));
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
@@ -127,16 +128,21 @@ SavePlan make_save_plan(const std::vector<Entry>& entries, const Target& target)
   struct Held {
     Chunk box;
     std::vector<std::pair<int64_t, int64_t>> runs;  // [first, last] ranks holding the box, ascending
+    uint64_t weight = 0;                            // its bytes (a bytes item: 1)
   };
   std::vector<std::vector<Held>> boxes(entries.size());  // per entry: its boxes, in the order of their first rank
   plan.entries.resize(entries.size());
   tbb::parallel_for(tbb::blocked_range<size_t>(0, entries.size(), 512), [&](const tbb::blocked_range<size_t>& range) {
     std::vector<int64_t> coord(plan.mesh.size());
+    std::vector<std::optional<std::vector<Placement>>> placements_of;  // by the number of dims, made once
     for (size_t k = range.begin(); k != range.end(); ++k) {
       const Entry& in = entries[k];
       Entry& e = plan.entries[k];
       e = Entry{in.fqn, in.is_bytes, in.dtype, in.is_bytes ? std::vector<int64_t>{} : in.size, {}};
-      const std::vector<Placement> placements = placements_for(target, e.size.size());
+      if (placements_of.size() <= e.size.size()) placements_of.resize(e.size.size() + 1);
+      auto& made = placements_of[e.size.size()];
+      if (!made) made = placements_for(target, e.size.size());
+      const std::vector<Placement>& placements = *made;
       std::vector<Held>& mine = boxes[k];
       // A box is found among the entry's first few by comparing them (most entries have one box per rank of a few,
       // or one for all); past kFew, through an index.
@@ -161,6 +167,8 @@ SavePlan make_save_plan(const std::vector<Entry>& entries, const Target& target)
         if (!runs.empty() && runs.back().second == r - 1) runs.back().second = r;
         else runs.push_back({r, r});
       }
+      for (Held& x : mine) x.weight = e.is_bytes ? 1 : chunk_bytes(e, x.box);
+      if (!e.is_bytes) e.chunks.reserve(mine.size());  // each box is one rank's chunk
     }
   });
   // dedup_save_plans' order: first appearance over the ranks (rank by rank, each rank's entries in order), so by
@@ -183,14 +191,15 @@ SavePlan make_save_plan(const std::vector<Entry>& entries, const Target& target)
     for (const auto& [first, last] : x.runs)
       for (int64_t r = first; r <= last; ++r)
         if (best < 0 || planned[r] < planned[best]) best = r;
-    const Entry& e = plan.entries[held[h].first];
-    planned[best] += e.is_bytes ? 1 : chunk_bytes(e, x.box);
+    planned[best] += x.weight;
     owned[best].push_back(h);
   }
   // The global plan: rank by rank, each kept item appends its chunk to its tensor's list.
   for (auto& [r, mine] : owned) {
-    std::sort(mine.begin(), mine.end(), [&](size_t a, size_t b) { return held[a].first < held[b].first; });
+    auto by_entry = [&](size_t a, size_t b) { return held[a].first < held[b].first; };
+    if (!std::is_sorted(mine.begin(), mine.end(), by_entry)) std::sort(mine.begin(), mine.end(), by_entry);
     PlannedFile f{r, data_file_name(r), {}};
+    f.items.reserve(mine.size());
     for (size_t h : mine) {
       const auto [k, j] = held[h];
       Entry& e = plan.entries[k];

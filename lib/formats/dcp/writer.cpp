@@ -27,6 +27,7 @@
 #include <tbb/parallel_for.h>
 
 #include "core/atomic_file.h"
+#include "core/crc32.h"
 #include "core/error.h"
 #include "core/exit_release.h"
 #include "core/file_io.h"
@@ -271,6 +272,24 @@ Tensor own_storage(const Tensor& t) {
   return Tensor(std::move(view), 0, t.shape(), Tensor::contiguous_strides(t.shape()));
 }
 
+// `part` (a storage of its own over elements [at, ...) of `whole`) with its CRC-32 known when `whole`'s is (its reader
+// checked it) and the parts before it covered `whole` from its start: computed here, and the last part's found from
+// the whole's and the others' (a second pass over those bytes saved: the writer's zip takes the CRC as it is).
+// `covered` and `crc` go with the parts: the bytes covered so far and their CRC-32.
+Tensor with_crc(Tensor part, const Storage& whole, int64_t at, uint64_t& covered, uint32_t& crc) {
+  const std::shared_ptr<Storage>& st = part.storage();
+  const uint64_t from = static_cast<uint64_t>(at) * dtype_size(part.dtype()), n = st ? st->nbytes() : 0;
+  if (!whole.crc32 || !whole.is_mapped() || !st || !st->is_mapped() || from != covered) return part;
+  if (from + n == whole.nbytes()) {
+    st->crc32 = *whole.crc32 ^ crc32_combine(crc, 0, n);  // crc(A B) = crc(A) shifted by |B|, xor crc(B)
+  } else {
+    st->crc32 = crc32_parallel(st->bytes());
+    crc = crc32_combine(crc, *st->crc32, n);
+    covered += n;
+  }
+  return part;
+}
+
 // The box `c` of `whole` as a view (no copy).
 Tensor box_view(const Tensor& whole, const Chunk& c) {
   Tensor t = whole;
@@ -292,6 +311,8 @@ ChunkSource chunks_of_whole(std::function<Tensor(const Entry&)> whole,
   struct Cache {
     const Entry* entry = nullptr;  // the plan's entry read (a plan lists each fqn once)
     Tensor t;
+    uint64_t covered = 0;  // bytes of t's storage from its start the parts so far cover, one after another
+    uint32_t crc = 0;      // their CRC-32
   };
   auto cache = std::make_shared<Cache>();
   ChunkSource s;
@@ -301,6 +322,8 @@ ChunkSource chunks_of_whole(std::function<Tensor(const Entry&)> whole,
       cache->entry = nullptr;
       cache->t = whole(e);
       cache->entry = &e;
+      cache->covered = 0;
+      cache->crc = 0;
     }
     if (cache->t.shape() != e.size)
       throw Error("DCP writer: the source's '" + escaped_brief(e.fqn) + "' has shape " + shape_str(cache->t.shape()) +
@@ -310,7 +333,8 @@ ChunkSource chunks_of_whole(std::function<Tensor(const Entry&)> whole,
     const Chunk& c = e.chunks[k];
     if (cache->t.storage() && !cache->t.storage()->is_generated() && c.sizes != cache->t.shape()) {
       const Tensor t = box_view(cache->t, c);
-      if (t.is_contiguous()) return own_storage(t);
+      if (t.is_contiguous())
+        return with_crc(own_storage(t), *cache->t.storage(), t.storage_offset(), cache->covered, cache->crc);
     }
     return cut_box(cache->t, c);
   };
@@ -652,6 +676,14 @@ std::string saved_at(const std::string& out, const WriteOptions& options) {
   return options.checkpoint_id.empty() ? std::filesystem::absolute(out).lexically_normal().string() : options.checkpoint_id;
 }
 
+// `.metadata`, past a few MiB as the data files are written: not through the page cache (the kernel's copy of the
+// 30 MB of 100,000 tensors' was a tenth of the writing thread's last part), nothing in the run reads it back.
+void write_metadata_file(const std::string& path, std::string_view pickled) {
+  constexpr size_t kDirectFrom = size_t{4} << 20;
+  write_file_atomic(path, pickled, false,
+                    pickled.size() >= kDirectFrom ? AtomicFile::Cache::bypass : AtomicFile::Cache::keep);
+}
+
 // Items passed from the thread writing the data files to the one pickling `.metadata`, in batches of kBatch (a
 // wake per item of 100,000 is not worth it).
 class ItemQueue {
@@ -695,7 +727,7 @@ void write_dcp_metadata(const SavePlan& plan, const WriteResult& written, const 
   std::optional<MetadataPickle> own;
   if (!head) head = &own.emplace(plan, options);
   add_in_plan_order(*head, written);
-  write_file_atomic((std::filesystem::path(dir) / ".metadata").string(), head->finish(saved_at(out, options)));
+  write_metadata_file((std::filesystem::path(dir) / ".metadata").string(), head->finish(saved_at(out, options)));
 }
 
 WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std::string& out, const WriteOptions& options) {
@@ -731,7 +763,7 @@ WriteResult write_dcp(const SavePlan& plan, const ChunkSource& source, const std
   head_thread.join();
   if (head_error) std::rethrow_exception(head_error);
   if (streamed && std::is_sorted(result.order.begin(), result.order.end()))
-    write_file_atomic((stage.path() / ".metadata").string(), head->finish(saved_at(out, options)));
+    write_metadata_file((stage.path() / ".metadata").string(), head->finish(saved_at(out, options)));
   else  // items sorted into plan order first (a plan with a write order; a streamed one never comes out of order)
     write_dcp_metadata(plan, result, stage.path().string(), out, options, streamed ? nullptr : &*head);
   stage.commit();

@@ -478,7 +478,7 @@ uint64_t TensorZipWriter::append(AtomicFile& out, const Tensor& t) {
     if (kept_ + tp->zip.size() <= kMaxKept && templates_.emplace(std::move(key), tp).second) kept_ += tp->zip.size();
   }
   const Template& tp = *known;
-  const uint32_t crc = crc32_parallel(bytes);
+  const uint32_t crc = st->crc32 && st->is_mapped() ? *st->crc32 : crc32_parallel(bytes);  // bytes: all of st's
   uint8_t le[4];
   for (int k = 0; k < 4; ++k) le[k] = static_cast<uint8_t>(crc >> (8 * k));
   const auto* z = reinterpret_cast<const uint8_t*>(tp.zip.data());
