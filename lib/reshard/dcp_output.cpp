@@ -242,7 +242,7 @@ DcpWritten write_dcp_output(const DcpOutput& out, const ModelInfo& model, Univer
   write_file_atomic((fs::path(dir) / ".metadata").string(), md);
   w.bytes = result.bytes + md.size();
   w.files += 1;
-  w.items = result.items.size();
+  w.items = result.storage.size();
   return w;
 }
 

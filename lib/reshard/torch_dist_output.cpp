@@ -256,26 +256,24 @@ std::vector<char> files_of_rank(const formats::dcp::SavePlan& plan, int rank, in
   return mine;
 }
 
-// Every rank's items to rank 0 (in write order with their plan positions): `result` there holds them all.
+// Every rank's items to rank 0 (in write order with their plan positions; the plan, every rank's own, names them):
+// `result` there holds them all.
 void gather_items(formats::dcp::WriteResult& result, parallel::MpiSession& mpi) {
   if (mpi.size() == 1) return;
   nlohmann::json own = nlohmann::json::array();
-  for (size_t i = 0; i < result.items.size(); ++i) {
-    const auto& it = result.items[i];
-    own.push_back({it.fqn, it.offset ? nlohmann::json(*it.offset) : nlohmann::json(), it.storage.relative_path,
-                   it.storage.offset, it.storage.length, result.order[i].first, result.order[i].second});
+  for (size_t i = 0; i < result.storage.size(); ++i) {
+    const auto& s = result.storage[i];
+    own.push_back({s.relative_path, s.offset, s.length, result.order[i].first, result.order[i].second});
   }
   const std::vector<std::string> gathered = mpi.gather(own.dump());
   for (size_t g = 1; g < gathered.size(); ++g)
     for (const auto& j : nlohmann::json::parse(gathered[g])) {
-      formats::dcp::Item it;
-      it.fqn = j[0].get<std::string>();
-      if (!j[1].is_null()) it.offset = j[1].get<std::vector<int64_t>>();
-      it.storage.relative_path = j[2].get<std::string>();
-      it.storage.offset = j[3].get<uint64_t>();
-      it.storage.length = j[4].get<uint64_t>();
-      result.items.push_back(std::move(it));
-      result.order.push_back({j[5].get<size_t>(), j[6].get<size_t>()});
+      formats::dcp::StorageInfo s;
+      s.relative_path = j[0].get<std::string>();
+      s.offset = j[1].get<uint64_t>();
+      s.length = j[2].get<uint64_t>();
+      result.storage.push_back(std::move(s));
+      result.order.push_back({j[3].get<size_t>(), j[4].get<size_t>()});
     }
 }
 

@@ -277,9 +277,12 @@ Tensor own_storage(const Tensor& t) {
 // the whole's and the others' (a second pass over those bytes saved: the writer's zip takes the CRC as it is).
 // `covered` and `crc` go with the parts: the bytes covered so far and their CRC-32.
 Tensor with_crc(Tensor part, const Storage& whole, int64_t at, uint64_t& covered, uint32_t& crc) {
+  // Below this a part's own CRC-32 costs less than the two combines that would spare it.
+  constexpr uint64_t kFrom = uint64_t{64} << 10;
   const std::shared_ptr<Storage>& st = part.storage();
   const uint64_t from = static_cast<uint64_t>(at) * dtype_size(part.dtype()), n = st ? st->nbytes() : 0;
-  if (!whole.crc32 || !whole.is_mapped() || !st || !st->is_mapped() || from != covered) return part;
+  if (!whole.crc32 || !whole.is_mapped() || whole.nbytes() < kFrom || !st || !st->is_mapped() || from != covered)
+    return part;
   if (from + n == whole.nbytes()) {
     st->crc32 = *whole.crc32 ^ crc32_combine(crc, 0, n);  // crc(A B) = crc(A) shifted by |B|, xor crc(B)
   } else {
@@ -503,6 +506,23 @@ StorageInfo append_tensor(DataFile& f, const Tensor& chunk, TensorZipWriter& zip
   return s;
 }
 
+// The data files marked in `mine`, created in `dir` (the others: none).
+std::vector<DataFile> open_data_files(const SavePlan& plan, const std::string& dir, const std::vector<char>& mine) {
+  std::vector<DataFile> files(plan.files.size());
+  const bool flush_each = static_cast<size_t>(std::count(mine.begin(), mine.end(), 1)) > kBufferedFiles;
+  // Data files are written front to back and not read back by the run: with their buffers kept, they bypass the
+  // page cache (O_DIRECT; the kernel's copy into the cache was a third of a 2.6 GB reshard's CPU). Flushed after
+  // each item, a file could not keep its aligned blocks: through the cache.
+  const AtomicFile::Cache cache = flush_each ? AtomicFile::Cache::keep : AtomicFile::Cache::bypass;
+  for (size_t f = 0; f < plan.files.size(); ++f)
+    if (mine.at(f))
+      files[f] = {plan.files[f].relative_path,
+                  std::make_unique<AtomicFile>((std::filesystem::path(dir) / plan.files[f].relative_path).string(),
+                                               false, cache),
+                  flush_each};
+  return files;
+}
+
 }  // namespace
 
 namespace {
@@ -549,19 +569,13 @@ WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, con
   for (size_t f = 0; f < plan.files.size(); ++f)
     for (const PlannedItem& it : plan.files[f].items)
       if (const auto at = slot_of(it.entry, it.chunk)) file_of[*at] = f;
-  std::vector<DataFile> files(plan.files.size());
-  const bool flush_each = static_cast<size_t>(std::count(mine.begin(), mine.end(), 1)) > kBufferedFiles;
-  // Data files are written front to back and not read back by the run: with their buffers kept, they bypass the
-  // page cache (O_DIRECT; the kernel's copy into the cache was a third of a 2.6 GB reshard's CPU). Flushed after
-  // each item, a file could not keep its aligned blocks: through the cache.
-  const AtomicFile::Cache cache = flush_each ? AtomicFile::Cache::keep : AtomicFile::Cache::bypass;
-  for (size_t f = 0; f < plan.files.size(); ++f)
-    if (mine.at(f))
-      files[f] = {plan.files[f].relative_path,
-                  std::make_unique<AtomicFile>((std::filesystem::path(dir) / plan.files[f].relative_path).string(),
-                                               false, cache),
-                  flush_each};
+  std::vector<DataFile> files = open_data_files(plan, dir, mine);
   WriteResult result;
+  size_t items = 0;
+  for (size_t f = 0; f < plan.files.size(); ++f)
+    if (mine[f]) items += plan.files[f].items.size();
+  result.storage.reserve(items);
+  result.order.reserve(items);
   auto file_index = [&](size_t entry, size_t chunk) {
     const auto at = slot_of(entry, chunk);
     if (!at || file_of[*at] == kNoFile)
@@ -594,8 +608,8 @@ WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, con
       for (size_t i = 0; i < batch.size(); ++i) write_one(i);
     for (size_t i = 0; i < batch.size(); ++i) {
       const PlannedItem& at = batch[i].at;
-      result.items.push_back({plan.entries[at.entry].fqn, plan.entries[at.entry].chunks[at.chunk].offsets, info[i]});
       if (written) written(at, info[i]);
+      result.storage.push_back(std::move(info[i]));
       result.order.push_back({at.entry, at.chunk});
     }
     batch.clear();
@@ -609,8 +623,8 @@ WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, con
       if (!mine[file_index(k, PlannedItem::kBytes)]) return;
       write_batch();  // the items before it first: each file's items stay in write order
       const std::vector<uint8_t> b = source.bytes(e);
-      result.items.push_back({e.fqn, std::nullopt, append_bytes(place(k, PlannedItem::kBytes), b)});
-      if (written) written({k, PlannedItem::kBytes}, result.items.back().storage);
+      result.storage.push_back(append_bytes(place(k, PlannedItem::kBytes), b));
+      if (written) written({k, PlannedItem::kBytes}, result.storage.back());
       result.order.push_back({k, PlannedItem::kBytes});
       return;
     }
@@ -652,12 +666,11 @@ namespace {
 // `written`'s items added to `head` by their places in the plan, in plan order (each process wrote its own files'
 // items in that order; together, any order): the plan already says which entry and chunk each is.
 void add_in_plan_order(MetadataPickle& head, const WriteResult& written) {
-  std::vector<size_t> by_plan(written.items.size());
+  std::vector<size_t> by_plan(written.storage.size());
   for (size_t i = 0; i < by_plan.size(); ++i) by_plan[i] = i;
   std::sort(by_plan.begin(), by_plan.end(),
             [&](size_t a, size_t b) { return written.order.at(a) < written.order.at(b); });
-  for (size_t i : by_plan)
-    head.add(PlannedItem{written.order[i].first, written.order[i].second}, written.items[i].storage);
+  for (size_t i : by_plan) head.add(PlannedItem{written.order[i].first, written.order[i].second}, written.storage[i]);
 }
 
 }  // namespace

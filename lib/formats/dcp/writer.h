@@ -56,10 +56,12 @@ struct WriteOptions {
   std::string checkpoint_id;
 };
 
+// What a write did, item by item in write order: where each went and its place in the plan, which names it (a fqn
+// copied per item was a tenth of the writing thread on 100,000 tensors).
 struct WriteResult {
-  std::vector<Item> items;  // storage_data, in write order (file, offset, length of every item)
+  std::vector<StorageInfo> storage;              // per item: file, offset, length
   std::vector<std::pair<size_t, size_t>> order;  // per item: (plan entry, chunk; PlannedItem::kBytes for bytes)
-  uint64_t bytes = 0;       // data bytes written (all data files)
+  uint64_t bytes = 0;                            // data bytes written (all data files)
 };
 
 // Writes `plan` with data from `source` into the folder `out`. Throws Error (naming the file or the

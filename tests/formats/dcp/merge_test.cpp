@@ -77,7 +77,7 @@ TEST(DcpMerge, RealRankLocalSaveOfTwoRanks) {
   size_t part_items = r1.metadata().items.size();
   EXPECT_EQ(m.replicas, part_items);
   EXPECT_EQ(merged.metadata().items.size(), part_items);
-  EXPECT_EQ(m.written.items.size(), part_items);
+  EXPECT_EQ(m.written.storage.size(), part_items);
 }
 
 // Two parts with different tensors (a pipeline's stages), as our writer writes rank-local parts.

@@ -154,7 +154,7 @@ TEST(DcpWriter, RoundTripOfEveryFixtureAsStored) {
         EXPECT_TRUE(same_bytes(ours.read_chunk(e.fqn, k), src.read_chunk(e.fqn, k))) << e.fqn << " chunk " << k;
       }
     }
-    EXPECT_EQ(w.items.size(), src.metadata().items.size());
+    EXPECT_EQ(w.storage.size(), src.metadata().items.size());
     EXPECT_GT(chunks, 0u);
     EXPECT_EQ(ours.metadata().era, ClassEra::Current);
     // Each chunk stays with the rank that wrote it.
@@ -249,29 +249,40 @@ TEST(DcpWriter, TensorItemsAreWholeTorchSaveZips) {
   }
 }
 
-// Rows cut from tensors stored whole (plain_w2): the writer takes each part's CRC-32 from the whole's, checked as it
-// was read (the last part's found from the whole's and the others'), not from a pass of its own; every record's
-// CRC-32 of every item of 2, 3 and 4 parts equals zlib's of its bytes.
+// Rows cut from tensors stored whole: the writer takes each part's CRC-32 of a large one from the whole's, checked as
+// it was read (the last part's found from the whole's and the others'), not from a pass of its own; every record's
+// CRC-32 of every item of 2, 3 and 4 parts equals zlib's of its bytes (rows that do not divide evenly too).
 TEST(DcpWriter, PartsOfAWholeItemHaveTheirOwnCrcs) {
+  const std::string dir = ucpkit::testing::scratch_dir("dcp_writer_part_crcs");
+  const std::vector<Entry> entries = {{"big", false, DType::Float32, {96, 256}, {}},
+                                      {"odd", false, DType::Float32, {7, 4096}, {}},
+                                      {"small", false, DType::Float32, {6, 4}, {}}};
+  const ChunkSource values{[](const Entry& e, size_t) {
+                             std::vector<float> v(static_cast<size_t>(e.size[0] * e.size[1]));
+                             for (size_t i = 0; i < v.size(); ++i)
+                               v[i] = static_cast<float>(i % 1000) + 0.25f * e.fqn.size();
+                             return Tensor::from_vector(DType::Float32, e.size, v);
+                           },
+                           {}};
+  write_dcp(make_save_plan(entries, Target::whole()), values, dir + "/in");
   for (const int64_t ranks : {2, 3, 4}) {
     SCOPED_TRACE(ranks);
-    const std::string out = ucpkit::testing::scratch_dir("dcp_writer_part_crcs_" + std::to_string(ranks)) + "/out";
-    rewrite_dcp(kData + "/plain_w2", out, Target::rows(ranks));
+    const std::string out = dir + "/rows" + std::to_string(ranks);
+    rewrite_dcp(dir + "/in", out, Target::rows(ranks));
     const Metadata md = read_metadata(out + "/.metadata");
-    size_t cut = 0;
+    size_t parts = 0;
     for (const Item& it : md.items) {
-      if (!it.offset) continue;
-      const Entry* e = md.find(it.fqn);
-      ASSERT_NE(e, nullptr);
-      cut += e->chunks.size() > 1;
       const std::string all = slurp(out + "/" + it.storage.relative_path);
       const std::span<const uint8_t> item(reinterpret_cast<const uint8_t*>(all.data()) + it.storage.offset,
                                           it.storage.length);
       TorchLoadOptions check;
       check.verify_crc = true;
       EXPECT_NO_THROW(load_torch_bytes(item, it.fqn, check)) << it.fqn;
+      ++parts;
     }
-    EXPECT_GT(cut, 0u);  // parts were cut
+    EXPECT_EQ(parts, 3u * static_cast<size_t>(ranks));
+    const Reader src(dir + "/in"), ours(out);
+    for (const Entry& e : entries) EXPECT_TRUE(same_bytes(ours.read_tensor(e.fqn), src.read_tensor(e.fqn))) << e.fqn;
   }
 }
 
@@ -366,9 +377,9 @@ TEST(DcpWriter, MetadataPickledWhileTheItemsAreWrittenIsThePickleOfThemAll) {
                         },
                         [](const Entry&) { return std::vector<uint8_t>{7}; }};
   const WriteResult r = write_dcp(plan, src, dir + "/out");
-  ASSERT_EQ(r.items.size(), 2401u);
+  ASSERT_EQ(r.storage.size(), 2401u);
   EXPECT_EQ(ucpkit::testing::slurp(dir + "/out/.metadata"),
-            metadata_pickle(plan, r.items, {}, fs::absolute(dir + "/out").lexically_normal().string()));
+            metadata_pickle(plan, r, {}, fs::absolute(dir + "/out").lexically_normal().string()));
   EXPECT_EQ(read_metadata(dir + "/out/.metadata").items.size(), 2401u);
 }
 
