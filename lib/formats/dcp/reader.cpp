@@ -38,7 +38,13 @@ struct Stored {
   std::shared_ptr<const MappedFile> map;  // the data file's map (its pages dropped through it)
   std::optional<uint32_t> crc;      // the data record's CRC-32, to check over `bytes` as they are copied
   std::string record;               // that record's name
-  std::string name;                 // "<file> (item '<fqn>' at byte N)"
+  const std::string* file = nullptr;  // the data file's path (the Reader's)
+  const std::string* fqn = nullptr;   // the item's (the metadata's)
+  uint64_t at = 0;                    // the item's first byte in the file
+  // "<file> (item '<fqn>' at byte N)", made when a message needs it (for every item, a tenth of the reading thread)
+  std::string name() const {
+    return *file + " (item '" + escaped_brief(*fqn) + "' at byte " + std::to_string(at) + ")";
+  }
 };
 
 namespace {
@@ -157,25 +163,26 @@ std::shared_ptr<const MappedFile> Reader::mapped(const std::string& file) const 
 }
 
 std::span<const uint8_t> Reader::item_bytes(const Item& item, std::shared_ptr<const MappedFile>& keep,
-                                            std::string& file) const {
-  std::optional<std::string> known;
+                                            const std::string*& file) const {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (const auto it = data_files_.find(item.storage.relative_path); it != data_files_.end()) known = it->second;
+    if (const auto it = data_files_.find(item.storage.relative_path); it != data_files_.end()) {
+      file = &it->second.path;
+      keep = it->second.map;
+    }
   }
-  if (known) {
-    file = std::move(*known);
-  } else {
-    file = confined_path(dir_, item.storage.relative_path, md_.path, "DCP data file").string();  // refused: not kept
+  if (!keep) {
+    std::string path =
+        confined_path(dir_, item.storage.relative_path, md_.path, "DCP data file").string();  // refused: not kept
+    keep = mapped(path);
     std::lock_guard<std::mutex> lock(mu_);
-    data_files_.emplace(item.storage.relative_path, file);
+    file = &data_files_.try_emplace(item.storage.relative_path, DataFile{std::move(path), keep}).first->second.path;
   }
-  keep = mapped(file);
   const StorageInfo& s = item.storage;
   if (s.offset > keep->size() || s.length > keep->size() - s.offset)
-    fail(file, "DCP item '" + escaped_brief(item.fqn) + "' [" + std::to_string(s.offset) + ", +" +
-                   std::to_string(s.length) + ") runs past the end of the file (" + std::to_string(keep->size()) +
-                   " bytes)");
+    fail(*file, "DCP item '" + escaped_brief(item.fqn) + "' [" + std::to_string(s.offset) + ", +" +
+                    std::to_string(s.length) + ") runs past the end of the file (" + std::to_string(keep->size()) +
+                    " bytes)");
   return keep->bytes().subspan(static_cast<size_t>(s.offset), static_cast<size_t>(s.length));
 }
 
@@ -185,22 +192,23 @@ Stored Reader::stored_chunk(const Entry& e, size_t k) const {
   const Chunk& c = e.chunks[k];
   const Item& item = md_.item_of(fqn, &c.offsets);
   std::shared_ptr<const MappedFile> keep;
-  std::string file;
   Stored s;
-  s.item = item_bytes(item, keep, file);
+  s.item = item_bytes(item, keep, s.file);
   s.map = keep;
-  s.name = file + " (item '" + escaped_brief(fqn) + "' at byte " + std::to_string(item.storage.offset) + ")";
+  s.fqn = &fqn;
+  s.at = item.storage.offset;
   std::shared_ptr<const MappedFile> zip_file;  // the item's zip, when it was parsed
   bool in_place = false;                       // s.tensor is a view of the data file's map
   if (item.storage.raw) {  // the safetensors flavour: the chunk's bytes as they are, copied
-    s.tensor = raw_chunk(s.item, e.dtype, c.sizes, s.name);
+    s.tensor = raw_chunk(s.item, e.dtype, c.sizes, s.name());
   } else if (item.storage.transforms) {  // zstd: the zip decoded into memory (formats/dcp/transforms.h)
     TorchLoadOptions load;
     load.verify_crc = verify_files_crc();  // every record's CRC-32 of the decoded zip
     const uint64_t most = volume(c.sizes, md_.path, fqn) * dtype_size(e.dtype) + (1u << 20);  // the zip's data + records
-    TorchFile tf = load_torch_bytes(undo_transforms(s.item, item.storage.transform_descriptors, s.name, most), s.name, load);
+    TorchFile tf = load_torch_bytes(undo_transforms(s.item, item.storage.transform_descriptors, s.name(), most),
+                                    s.name(), load);
     if (!tf.root || tf.root->kind != pickle::Kind::Tensor)
-      fail(s.name, "DCP: a tensor item holds " + (tf.root ? tf.root->repr(1) : std::string("nothing")));
+      fail(s.name(), "DCP: a tensor item holds " + (tf.root ? tf.root->repr(1) : std::string("nothing")));
     s.tensor = tf.root->as_tensor();
   } else {
     std::optional<TensorZipReader::Found> known;
@@ -216,19 +224,19 @@ Stored Reader::stored_chunk(const Entry& e, size_t k) const {
     } else {
       // The item's zip read in place: its directory and pickle are parsed, its storage is a view of the map.
       zip_file = MappedFile::slice(keep, static_cast<size_t>(item.storage.offset),
-                                   static_cast<size_t>(item.storage.length), s.name);
+                                   static_cast<size_t>(item.storage.length), s.name());
       TorchFile tf = load_torch_mapped(zip_file);
       if (!tf.root || tf.root->kind != pickle::Kind::Tensor)
-        fail(s.name, "DCP: a tensor item holds " + (tf.root ? tf.root->repr(1) : std::string("nothing")));
+        fail(s.name(), "DCP: a tensor item holds " + (tf.root ? tf.root->repr(1) : std::string("nothing")));
       s.tensor = tf.root->as_tensor();
       in_place = true;
     }
   }
   const Tensor& t = s.tensor;
   if (t.dtype() != e.dtype || t.shape() != c.sizes)
-    fail(s.name, "DCP: the item is a " + std::string(dtype_name(t.dtype())) + " tensor of shape " +
-                     box_text(std::vector<int64_t>(t.shape().size(), 0), t.shape()) + ", the metadata says " +
-                     std::string(dtype_name(e.dtype)) + " chunk " + box_text(c.offsets, c.sizes));
+    fail(s.name(), "DCP: the item is a " + std::string(dtype_name(t.dtype())) + " tensor of shape " +
+                       box_text(std::vector<int64_t>(t.shape().size(), 0), t.shape()) + ", the metadata says " +
+                       std::string(dtype_name(e.dtype)) + " chunk " + box_text(c.offsets, c.sizes));
   if (t.numel() > 0) {
     if (!t.is_contiguous()) s.tensor = t.contiguous(true);
     const size_t es = dtype_size(t.dtype());
@@ -249,7 +257,7 @@ Stored Reader::stored_chunk(const Entry& e, size_t k) const {
           data = rname;
           if (verify) s.crc = rec.crc32, s.record = rname;
         } else if (verify && crc32_parallel(b) != rec.crc32) {
-          fail(s.name, crc_mismatch(rname));
+          fail(s.name(), crc_mismatch(rname));
         }
       }
       if (data && keep_it) {
@@ -345,7 +353,7 @@ struct Stream {
       }
       if (p.next_run == p.runs && !p.finished) {
         p.finished = true;
-        if (p.s.crc && p.crc != *p.s.crc) fail(p.s.name, crc_mismatch(p.s.record));
+        if (p.s.crc && p.crc != *p.s.crc) fail(p.s.name(), crc_mismatch(p.s.record));
         p.s.map->drop_pages(p.s.item);
       }
     }
@@ -378,7 +386,7 @@ Tensor Reader::read_chunk(const std::string& fqn, size_t k) const {
   // One chunk in memory at a time: copied out of the map (its CRC-32 computed on the copy), the
   // item's pages dropped.
   std::vector<uint8_t> bytes(s.bytes.begin(), s.bytes.end());
-  if (s.crc && crc32_parallel(bytes) != *s.crc) fail(s.name, crc_mismatch(s.record));
+  if (s.crc && crc32_parallel(bytes) != *s.crc) fail(s.name(), crc_mismatch(s.record));
   s.map->drop_pages(s.item);
   return Tensor::from_bytes(e.dtype, e.chunks[k].sizes, std::move(bytes));
 }
@@ -391,7 +399,7 @@ ChunkBytes Reader::locate_chunk(const std::string& fqn, size_t k) const {
   c.nbytes = s.bytes.size();
   c.crc = s.crc;
   c.record = s.record;
-  c.name = s.name;
+  c.name = s.name();
   if (s.mapped) {  // the record in the data file: its place, the pages the decoding touched dropped
     const Item& item = md_.item_of(fqn, &c.box.offsets);
     c.file = confined_path(dir_, item.storage.relative_path, md_.path, "DCP data file").string();
@@ -430,12 +438,13 @@ std::optional<Tensor> Reader::view_tensor(const std::string& fqn) const {
       done += window.size();
       if (n > MappedFile::kDropBatch) s.map->drop_pages(window);
     }
-    if (crc != *s.crc) fail(s.name, crc_mismatch(s.record));
+    if (crc != *s.crc) fail(s.name(), crc_mismatch(s.record));
   } else if (n <= MappedFile::kDropBatch) {
     s.map->prefault(static_cast<size_t>(s.bytes.data() - s.map->data()), n);
   }
   // A storage over the item's own slice of the map, which drops the item's pages when its last storage goes.
-  auto item = MappedFile::slice(s.map, static_cast<size_t>(s.item.data() - s.map->data()), s.item.size(), s.name, true);
+  auto item = MappedFile::slice(s.map, static_cast<size_t>(s.item.data() - s.map->data()), s.item.size(), *s.file,
+                                true);
   const auto numel = static_cast<int64_t>(volume(e.size, md_.path, fqn));
   auto storage = Storage::mapped(e.dtype, numel, std::move(item), static_cast<uint64_t>(s.bytes.data() - s.item.data()));
   storage->crc32 = s.crc;  // checked above: the DCP writer's zip of these bytes takes it
@@ -446,11 +455,12 @@ std::vector<uint8_t> Reader::read_bytes(const std::string& fqn) const {
   entry(fqn, true);
   const Item& item = md_.item_of(fqn, nullptr);
   std::shared_ptr<const MappedFile> keep;
-  std::string file;
+  const std::string* file = nullptr;
   const auto b = item_bytes(item, keep, file);
   if (item.storage.transforms)
-    return undo_transforms(b, item.storage.transform_descriptors,
-                           file + " (item '" + escaped_brief(fqn) + "' at byte " + std::to_string(item.storage.offset) + ")");
+    return undo_transforms(
+        b, item.storage.transform_descriptors,
+        *file + " (item '" + escaped_brief(fqn) + "' at byte " + std::to_string(item.storage.offset) + ")");
   return {b.begin(), b.end()};
 }
 

@@ -102,15 +102,21 @@ class Reader {
   // Chunk `k` of tensor entry `e` decoded where it lies in the mapped data file (nothing copied).
   Stored stored_chunk(const Entry& e, size_t k) const;
   // The item's bytes inside its data file, bounds-checked.
+  // `file`: the data file's path (the Reader keeps it).
   std::span<const uint8_t> item_bytes(const Item& item, std::shared_ptr<const MappedFile>& keep,
-                                       std::string& file) const;
+                                      const std::string*& file) const;
 
   std::string dir_;
   Metadata md_;
   mutable std::mutex mu_;
   mutable std::map<std::string, std::shared_ptr<const MappedFile>> files_;
-  // An item's relative_path -> its data file's path (10^5 items name a few files: each checked and joined once).
-  mutable std::unordered_map<std::string, std::string> data_files_;
+  // An item's relative_path -> its data file's path and map (10^5 items name a few files: each checked, joined and
+  // mapped once; one lookup an item).
+  struct DataFile {
+    std::string path;
+    std::shared_ptr<const MappedFile> map;
+  };
+  mutable std::unordered_map<std::string, DataFile> data_files_;
   mutable std::map<std::string, int> descriptors_;
   mutable std::mutex zips_mu_;
   mutable TensorZipReader zips_;  // the items' zips by length: most share their layout with an earlier one
