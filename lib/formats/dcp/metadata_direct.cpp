@@ -15,7 +15,6 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -123,6 +122,7 @@ class Machine {
   uint32_t run();
 
   const Node& at(uint32_t k) const { return nodes_[k]; }
+  size_t nodes() const { return nodes_.size(); }
   std::string_view str(uint32_t k) const {
     const Node& s = nodes_[k];
     if (s.kind != K::Str) throw Abandon{};
@@ -570,10 +570,10 @@ Metadata Convert::metadata(uint32_t root) {
       key = kNo;
     });
     md.items.reserve(m_.at(sd).n / 2);
-    std::unordered_set<uint32_t> keys;  // MetadataIndex objects key the dict by identity
+    std::vector<char> keyed(m_.nodes(), 0);  // MetadataIndex objects key the dict by identity (a hash set was a tenth)
     m_.each(sd, [&](uint32_t v) {
       if (key == kNo) {
-        if (!keys.insert(v).second) throw Abandon{};
+        if (keyed[v]++) throw Abandon{};
         return void(key = v);
       }
       md.items.push_back(item(key, v));
