@@ -50,6 +50,16 @@ struct Node {
 };
 static_assert(sizeof(Node) == 24);
 
+// A stack or memo entry: a node with its kind and depth, so the machine's checks of what it holds need no trip to the
+// node array (a memo fetch is of a node made far back: filling planner_data's dict missed the cache on each fqn key).
+// The depth of a list, dict or object is its node's (it grows while the node is filled); theirs is read there.
+struct Slot {
+  uint32_t node;
+  K kind;
+  uint16_t depth;
+};
+static_assert(sizeof(Slot) == 8);
+
 struct Link {
   uint32_t node;
   uint32_t next;
@@ -83,12 +93,10 @@ class Machine {
     links_.reserve(d.size() / 6);
     kids_.reserve(d.size() / 8);
     memo_.reserve(d.size() / 8);
-    memo_mutable_.reserve(d.size() / 8);
     huge_pages(nodes_.data(), nodes_.capacity() * sizeof(Node));
     huge_pages(links_.data(), links_.capacity() * sizeof(Link));
     huge_pages(kids_.data(), kids_.capacity() * sizeof(uint32_t));
-    huge_pages(memo_.data(), memo_.capacity() * sizeof(uint32_t));
-    huge_pages(memo_mutable_.data(), memo_mutable_.capacity());
+    huge_pages(memo_.data(), memo_.capacity() * sizeof(Slot));
     for (K k : {K::None, K::False, K::True, K::Tuple}) nodes_.push_back({k});
     for (int64_t v = 0; v < 256; ++v) nodes_.push_back({K::Int, 0, 0, 0, 0, v});
     // The pages the machine will fill, faulted in on another core meanwhile (the parse is the one thread running
@@ -100,7 +108,7 @@ class Machine {
         {{nodes_.data(), std::min(nodes_.capacity(), n / 8) * sizeof(Node)},
          {links_.data(), std::min(links_.capacity(), n / 7) * sizeof(Link)},
          {kids_.data(), std::min(kids_.capacity(), n / 12) * sizeof(uint32_t)},
-         {memo_.data(), std::min(memo_.capacity(), n / 9) * sizeof(uint32_t)}}};
+         {memo_.data(), std::min(memo_.capacity(), n / 9) * sizeof(Slot)}}};
     if (n >= (size_t{4} << 20))
       prefault_ = std::thread([this, areas] {
         constexpr size_t kStep = size_t{2} << 20;
@@ -163,7 +171,7 @@ class Machine {
     nodes_.push_back(node);
     return static_cast<uint32_t>(nodes_.size() - 1);
   }
-  void push(uint32_t k) { stack_.push_back(k); }
+  void push(uint32_t k) { stack_.push_back({k, nodes_[k].kind, nodes_[k].depth}); }
   // Where the stack of the innermost mark starts (Python's unpickler keeps each mark's stack apart).
   size_t floor() const { return marks_.empty() ? 0 : marks_.back(); }
   // The position of the top `n` items, which must be above the innermost mark.
@@ -171,12 +179,13 @@ class Machine {
     if (stack_.size() < floor() + n) throw Abandon{};
     return stack_.size() - n;
   }
-  uint32_t pop() {
-    const uint32_t k = stack_[above(1)];
+  uint32_t pop() { return pop_slot().node; }
+  Slot pop_slot() {
+    const Slot k = stack_[above(1)];
     stack_.pop_back();
     return k;
   }
-  uint32_t top() const { return stack_[above(1)]; }
+  uint32_t top() const { return stack_[above(1)].node; }
   size_t mark_start() {
     if (marks_.empty()) throw Abandon{};
     const size_t at = marks_.back();
@@ -187,11 +196,14 @@ class Machine {
   uint16_t deeper(uint16_t depth, uint32_t k) const {
     return std::max<uint16_t>(depth, static_cast<uint16_t>(nodes_[k].depth + 1));
   }
+  uint16_t deeper(uint16_t depth, const Slot& k) const {
+    return std::max<uint16_t>(depth, static_cast<uint16_t>((is_mutable(k.kind) ? nodes_[k.node].depth : k.depth) + 1));
+  }
   void text(uint64_t length);
   void integer(int64_t v) { push(v >= 0 && v < 256 ? kSmallInts + static_cast<uint32_t>(v) : add({K::Int, 0, 0, 0, 0, v})); }
   void long1();
   void tuple(size_t from);
-  void link(uint32_t container, uint32_t item);
+  void link(uint32_t container, const Slot& item);
   void fill(K kind, size_t from);
   void stack_global();
   void reduce();
@@ -202,8 +214,8 @@ class Machine {
   std::span<const uint8_t> d_;
   size_t pos_ = 0;
   std::vector<Node> nodes_;
-  std::vector<uint32_t> kids_, stack_, memo_;
-  std::vector<char> memo_mutable_;  // beside memo_: a fetch checks it without reaching into the node array
+  std::vector<uint32_t> kids_;
+  std::vector<Slot> stack_, memo_;
   std::vector<Link> links_;
   std::vector<size_t> marks_;
   std::atomic<bool> stop_prefault_{false};
@@ -231,17 +243,17 @@ void Machine::tuple(size_t from) {
   if (from == stack_.size()) return push(kEmptyTuple);
   Node t{K::Tuple, 0, static_cast<uint32_t>(stack_.size() - from), static_cast<uint32_t>(kids_.size())};
   for (size_t k = from; k < stack_.size(); ++k) {
-    kids_.push_back(stack_[k]);
+    kids_.push_back(stack_[k].node);
     t.depth = deeper(t.depth, stack_[k]);
   }
   stack_.resize(from);
   push(add(t));
 }
 
-void Machine::link(uint32_t container, uint32_t item) {
+void Machine::link(uint32_t container, const Slot& item) {
   Node& c = nodes_[container];
   const uint32_t l = static_cast<uint32_t>(links_.size());
-  links_.push_back({item, kNo});
+  links_.push_back({item.node, kNo});
   if (c.n++) links_[c.b].next = l;
   else c.a = l;
   c.b = l;
@@ -252,10 +264,10 @@ void Machine::link(uint32_t container, uint32_t item) {
 // APPENDS / SETITEMS: the items from `from` (a popped mark's position) go into the list or dict below them.
 void Machine::fill(K kind, size_t from) {
   if (from <= floor() || from > stack_.size()) throw Abandon{};
-  const uint32_t target = stack_[from - 1];
+  const uint32_t target = stack_[from - 1].node;
   if (nodes_[target].kind != kind || (kind == K::Dict && (stack_.size() - from) % 2)) throw Abandon{};
   for (size_t k = from; k < stack_.size(); ++k) {
-    const K key = nodes_[stack_[k]].kind;
+    const K key = stack_[k].kind;
     if (kind == K::Dict && (k - from) % 2 == 0 && key != K::Str && key != K::Int && key != K::Object) throw Abandon{};
     link(target, stack_[k]);
   }
@@ -312,8 +324,8 @@ void Machine::build() {
 }
 
 void Machine::memo_get(uint64_t idx) {
-  if (idx >= memo_.size() || memo_mutable_[idx]) throw Abandon{};
-  push(memo_[idx]);
+  if (idx >= memo_.size() || is_mutable(memo_[idx].kind)) throw Abandon{};
+  stack_.push_back(memo_[idx]);
 }
 
 uint32_t Machine::run() {
@@ -323,10 +335,7 @@ uint32_t Machine::run() {
       case Op::FRAME: le<8>(); break;
       case Op::STOP: return top();
       case Op::MARK: marks_.push_back(stack_.size()); break;
-      case Op::MEMOIZE:
-        memo_.push_back(top());
-        memo_mutable_.push_back(is_mutable(nodes_[top()].kind));
-        break;
+      case Op::MEMOIZE: memo_.push_back(stack_[above(1)]); break;
       case Op::BINGET: memo_get(le<1>()); break;
       case Op::LONG_BINGET: memo_get(le<4>()); break;
       case Op::SHORT_BINUNICODE: text(le<1>()); break;
@@ -347,7 +356,7 @@ uint32_t Machine::run() {
       case Op::EMPTY_LIST: push(add({K::List, 1})); break;
       case Op::EMPTY_DICT: push(add({K::Dict, 1})); break;
       case Op::APPEND: {
-        const uint32_t item = pop();
+        const Slot item = pop_slot();
         if (nodes_[top()].kind != K::List) throw Abandon{};
         link(top(), item);
         break;
