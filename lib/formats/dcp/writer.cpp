@@ -32,7 +32,6 @@
 #include "core/exit_release.h"
 #include "core/file_io.h"
 #include "core/mapped_file.h"
-#include "core/name_table.h"
 #include "core/staging.h"
 #include "formats/dcp/reader.h"
 #include "io/generated_view.h"
@@ -165,14 +164,13 @@ void write_storage_entry(PickleStream& out, Pool& pool, Refs& r, const Entry& e)
 
 // MetadataIndex's __init__ sets fqn and index, and offset only when given (a bytes item has none).
 // `index` is the chunk's position in its entry's list (the lookup hint), None for bytes items; `fqn_ref` where the fqn
-// was memoized when the plan has its entry.
-void write_metadata_index(PickleStream& out, const Pool& pool, Refs& r, const std::string& fqn, Refs::Ref* fqn_ref,
+// was memoized (its state_dict_metadata key).
+void write_metadata_index(PickleStream& out, const Pool& pool, Refs& r, const std::string& fqn, Refs::Ref& fqn_ref,
                           const std::vector<int64_t>* offset, std::optional<size_t> index) {
   new_dataclass(out, pool, r, kMetadataModule, "MetadataIndex", r.metadata_index);
   build_fields(out, offset ? 3 : 2, [&] {
     out.str("fqn", r.fqn);
-    if (fqn_ref) out.str(fqn, *fqn_ref);
-    else out.str(fqn);
+    out.str(fqn, fqn_ref);
     out.str("index", r.index);
     if (index) out.integer(static_cast<int64_t>(*index));
     else out.op(Op::NONE);
@@ -355,9 +353,6 @@ struct MetadataPickle::State {
   Refs refs;
   std::vector<Refs::Ref> fqns;  // where each plan entry's fqn was memoized
   const SavePlan* plan = nullptr;
-  // fqn -> its entry's position in the plan (MetadataIndex.index: a chunk's place in its entry), made when add(Item)
-  // first needs it
-  NameTable entries;
   bool storage_data = false;  // its key and dict written (add())
   size_t added = 0;           // storage_data pairs so far
 };
@@ -388,33 +383,9 @@ MetadataPickle::MetadataPickle(const SavePlan& plan, const WriteOptions& options
 
 MetadataPickle::~MetadataPickle() = default;
 
-void MetadataPickle::add(const Item& it) {
-  std::optional<size_t> index;  // the chunk's position in its entry's list
-  Refs::Ref* fqn = nullptr;
-  const std::vector<Entry>& entries = s_->plan->entries;
-  auto name_of = [&entries](uint32_t k) -> std::string_view { return entries[k].fqn; };
-  if (s_->entries.size() == 0) {
-    s_->entries.reserve(entries.size());
-    for (size_t k = 0; k < entries.size(); ++k) s_->entries.add(entries[k].fqn, static_cast<uint32_t>(k), name_of);
-  }
-  if (const auto e = s_->entries.find(it.fqn, name_of)) {
-    fqn = &s_->fqns[*e];
-    const std::vector<Chunk>& chunks = entries[*e].chunks;
-    for (size_t c = 0; it.offset && c < chunks.size() && !index; ++c)
-      if (chunks[c].offsets == *it.offset) index = c;
-  }
-  add_pair(it.fqn, fqn, it.offset ? &*it.offset : nullptr, index, it.storage);
-}
-
 void MetadataPickle::add(const PlannedItem& at, const StorageInfo& storage) {
   const Entry& e = s_->plan->entries.at(at.entry);
-  if (at.chunk == PlannedItem::kBytes) return add_pair(e.fqn, &s_->fqns[at.entry], nullptr, std::nullopt, storage);
-  add_pair(e.fqn, &s_->fqns[at.entry], &e.chunks.at(at.chunk).offsets, at.chunk, storage);
-}
-
-void MetadataPickle::add_pair(const std::string& fqn, pickle::PickleStream::MemoRef* fqn_ref,
-                              const std::vector<int64_t>* offset, std::optional<size_t> index,
-                              const StorageInfo& storage) {
+  const bool bytes = at.chunk == PlannedItem::kBytes;
   PickleStream& out = s_->out;
   if (!s_->storage_data) {
     out.str("storage_data");
@@ -422,7 +393,9 @@ void MetadataPickle::add_pair(const std::string& fqn, pickle::PickleStream::Memo
     s_->storage_data = true;
   }
   if (s_->added % 1000 == 0) out.op(Op::MARK);  // SETITEMS batches of 1,000 pairs, as Python's pickler writes them
-  write_metadata_index(out, s_->pool, s_->refs, fqn, fqn_ref, offset, index);
+  write_metadata_index(out, s_->pool, s_->refs, e.fqn, s_->fqns[at.entry],
+                       bytes ? nullptr : &e.chunks.at(at.chunk).offsets,
+                       bytes ? std::nullopt : std::optional<size_t>(at.chunk));
   write_storage_info(out, s_->pool, s_->refs, storage);
   if (++s_->added % 1000 == 0) out.op(Op::SETITEMS);
 }
@@ -454,16 +427,6 @@ std::string MetadataPickle::finish(const std::string& checkpoint_id) {
   std::string bytes = out.finish();
   release(std::move(s_));  // its memo of 10^5 texts: left to the exit when the tool leaves memory to it
   return bytes;
-}
-
-std::string MetadataPickle::finish(const std::vector<Item>& items, const std::string& checkpoint_id) {
-  for (const Item& it : items) add(it);
-  return finish(checkpoint_id);
-}
-
-std::string metadata_pickle(const SavePlan& plan, const std::vector<Item>& items, const WriteOptions& options,
-                            const std::string& checkpoint_id) {
-  return MetadataPickle(plan, options).finish(items, checkpoint_id);
 }
 
 namespace {
@@ -566,14 +529,14 @@ WriteResult write_dcp_files(const SavePlan& plan, const ChunkSource& source, con
     return chunk < plan.entries[entry].chunks.size() ? std::optional<size_t>(slot[entry] + chunk) : std::nullopt;
   };
   std::vector<size_t> file_of(slot.back(), kNoFile);
-  for (size_t f = 0; f < plan.files.size(); ++f)
+  size_t items = 0;  // this process's
+  for (size_t f = 0; f < plan.files.size(); ++f) {
+    if (mine.at(f)) items += plan.files[f].items.size();
     for (const PlannedItem& it : plan.files[f].items)
       if (const auto at = slot_of(it.entry, it.chunk)) file_of[*at] = f;
+  }
   std::vector<DataFile> files = open_data_files(plan, dir, mine);
   WriteResult result;
-  size_t items = 0;
-  for (size_t f = 0; f < plan.files.size(); ++f)
-    if (mine[f]) items += plan.files[f].items.size();
   result.storage.reserve(items);
   result.order.reserve(items);
   auto file_index = [&](size_t entry, size_t chunk) {

@@ -92,27 +92,20 @@ class MetadataPickle {
   ~MetadataPickle();
   MetadataPickle(const MetadataPickle&) = delete;
   MetadataPickle& operator=(const MetadataPickle&) = delete;
-  // The items in plan order, one at a time (add) or all at once, then the rest; finish once.
-  void add(const Item& item);
-  // The item of the plan's entry `at.entry`, chunk `at.chunk` (PlannedItem::kBytes: its bytes item), stored as
-  // `storage`.
+  // The items in plan order, one at a time, then the rest; finish once. add: the item of the plan's entry
+  // `at.entry`, chunk `at.chunk` (PlannedItem::kBytes: its bytes item), stored as `storage`.
   void add(const PlannedItem& at, const StorageInfo& storage);
   std::string finish(const std::string& checkpoint_id);
-  std::string finish(const std::vector<Item>& items, const std::string& checkpoint_id);
 
  private:
-  void add_pair(const std::string& fqn, pickle::PickleStream::MemoRef* fqn_ref, const std::vector<int64_t>* offset,
-                std::optional<size_t> index, const StorageInfo& storage);
   struct State;
   const WriteOptions& options_;
   std::unique_ptr<State> s_;
 };
 
-// The `.metadata` bytes for `plan` whose items were written as `items` (torch 2.6's classes; a pickle
-// Python's pickle.load and our reader read).
-std::string metadata_pickle(const SavePlan& plan, const std::vector<Item>& items, const WriteOptions& options,
-                            const std::string& checkpoint_id);
-// The same for items written by write_dcp / write_dcp_files, added by their places in the plan (WriteResult::order).
+// The `.metadata` bytes for `plan` whose items were written as `written` says (by write_dcp / write_dcp_files; added
+// by their places in the plan, WriteResult::order): torch 2.6's classes, a pickle Python's pickle.load and our reader
+// read.
 std::string metadata_pickle(const SavePlan& plan, const WriteResult& written, const WriteOptions& options,
                             const std::string& checkpoint_id);
 

@@ -79,18 +79,19 @@ TEST(DcpPlannerPaths, WrittenIntoMetadataAndReadBackTheSameByBothReaders) {
   const auto p = std::make_shared<const PlannerPaths>(sample());
   for (const bool reversed : {false, true}) {
     SavePlan plan;
-    std::vector<Item> items;
+    WriteResult written;
     for (size_t j = 0; j < p->size(); ++j) {
       const size_t k = reversed ? p->size() - 1 - j : j;
       Entry e;
       e.fqn = std::string(p->flat(k));
       e.is_bytes = true;
       plan.entries.push_back(e);
-      items.push_back({e.fqn, std::nullopt, {"__0_0.distcp", 8 * j, 8}});
+      written.storage.push_back({"__0_0.distcp", 8 * j, 8});
+      written.order.push_back({j, PlannedItem::kBytes});
     }
     WriteOptions options;
     options.planner = p;
-    const std::string bytes = metadata_pickle(plan, items, options, "/ck");
+    const std::string bytes = metadata_pickle(plan, written, options, "/ck");
     const std::span<const uint8_t> span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
     for (const Metadata& md : {parse_metadata(span, "m"), parse_metadata_general(span, "m")}) {
       ASSERT_TRUE(md.planner) << reversed;
