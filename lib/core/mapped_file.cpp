@@ -130,8 +130,9 @@ std::shared_ptr<const MappedFile> MappedFile::from_bytes(std::span<const uint8_t
 std::shared_ptr<const MappedFile> MappedFile::slice(std::shared_ptr<const MappedFile> parent, size_t offset,
                                                    size_t length, std::string name, bool drop_when_released) {
   if (!parent || offset > parent->size() || length > parent->size() - offset)
-    fail(name, "slice [" + std::to_string(offset) + ", +" + std::to_string(length) + ") runs past the end of " +
-                   (parent ? parent->path() : std::string("nothing")));
+    fail(name.empty() && parent ? parent->path() : name, "slice [" + std::to_string(offset) + ", +" +
+                                                             std::to_string(length) + ") runs past the end of " +
+                                                             (parent ? parent->path() : std::string("nothing")));
   std::shared_ptr<MappedFile> f(new MappedFile());
   f->data_ = parent->data() + offset;
   f->size_ = length;

@@ -17,7 +17,7 @@ class MappedFile {
   static std::shared_ptr<const MappedFile> from_bytes(std::span<const uint8_t> bytes, std::string name);
   // Bytes [offset, offset + length) of `parent` as a file of their own, not copied (a torch.save zip
   // stored inside a larger file: DCP data items); keeps `parent` mapped. Throws Error naming `name`
-  // when the range does not fit.
+  // when the range does not fit; an empty `name` is the parent's (its path() is the parent's path).
   // With `drop_when_released`, the slice's pages are dropped from the process (drop_pages) when the slice goes: a
   // view that a writer copies from, whose pages are done with once its last storage is written.
   static std::shared_ptr<const MappedFile> slice(std::shared_ptr<const MappedFile> parent, size_t offset,
@@ -29,7 +29,7 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return path_.empty() && parent_ ? parent_->path() : path_; }
   // Tells the kernel a range will be read soon / sequentially (no-op for in-memory files).
   void will_need(size_t offset, size_t length) const;
   // Maps a range's pages in one call (MADV_POPULATE_READ) ahead of a sequential read: a fault per 64 KB

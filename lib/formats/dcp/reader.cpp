@@ -443,8 +443,9 @@ std::optional<Tensor> Reader::view_tensor(const std::string& fqn) const {
     s.map->prefault(static_cast<size_t>(s.bytes.data() - s.map->data()), n);
   }
   // A storage over the item's own slice of the map, which drops the item's pages when its last storage goes.
-  auto item = MappedFile::slice(s.map, static_cast<size_t>(s.item.data() - s.map->data()), s.item.size(), *s.file,
-                                true);
+  // Named by its map (the data file's path; a copy of it per item was a malloc per tensor).
+  auto item = MappedFile::slice(s.map, static_cast<size_t>(s.item.data() - s.map->data()), s.item.size(),
+                                *s.file == s.map->path() ? std::string() : *s.file, true);
   const auto numel = static_cast<int64_t>(volume(e.size, md_.path, fqn));
   auto storage = Storage::mapped(e.dtype, numel, std::move(item), static_cast<uint64_t>(s.bytes.data() - s.item.data()));
   storage->crc32 = s.crc;  // checked above: the DCP writer's zip of these bytes takes it

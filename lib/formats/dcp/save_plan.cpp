@@ -45,6 +45,24 @@ const std::string* repeated_fqn(const std::vector<Entry>& entries) {
   return nullptr;
 }
 
+// [first, last] ranks holding a box, ascending: the first run in place (most boxes have one, which then needs no
+// allocation of its own).
+struct PlanRuns {
+  std::pair<int64_t, int64_t> first{-1, -1};
+  std::vector<std::pair<int64_t, int64_t>> more;
+  void add(int64_t r) {
+    auto& last = more.empty() ? first : more.back();
+    if (first.first < 0) first = {r, r};
+    else if (last.second == r - 1) last.second = r;
+    else more.push_back({r, r});
+  }
+  template <class F>
+  void each(F&& f) const {
+    f(first);
+    for (const auto& x : more) f(x);
+  }
+};
+
 }  // namespace
 
 std::string_view target_kind_name(Target::Kind kind) {
@@ -127,8 +145,8 @@ SavePlan make_save_plan(const std::vector<Entry>& entries, const Target& target)
   // are found on the cores at once (on one, a plan of 100,000 entries was a tenth of a reshard).
   struct Held {
     Chunk box;
-    std::vector<std::pair<int64_t, int64_t>> runs;  // [first, last] ranks holding the box, ascending
-    uint64_t weight = 0;                            // its bytes (a bytes item: 1)
+    PlanRuns runs;
+    uint64_t weight = 0;  // its bytes (a bytes item: 1)
   };
   std::vector<std::vector<Held>> boxes(entries.size());  // per entry: its boxes, in the order of their first rank
   plan.entries.resize(entries.size());
@@ -163,9 +181,7 @@ SavePlan make_save_plan(const std::vector<Entry>& entries, const Target& target)
           if (mine.size() >= kFew) index.emplace(box.offsets, mine.size());
           mine.push_back({std::move(box), {}});
         }
-        auto& runs = mine[h].runs;
-        if (!runs.empty() && runs.back().second == r - 1) runs.back().second = r;
-        else runs.push_back({r, r});
+        mine[h].runs.add(r);
       }
       for (Held& x : mine) x.weight = e.is_bytes ? 1 : chunk_bytes(e, x.box);
       if (!e.is_bytes) e.chunks.reserve(mine.size());  // each box is one rank's chunk
@@ -175,12 +191,12 @@ SavePlan make_save_plan(const std::vector<Entry>& entries, const Target& target)
   // the first rank holding a box, then by entry (a rank holds one box of an entry).
   std::vector<size_t> start(static_cast<size_t>(world) + 1, 0);
   for (const auto& mine : boxes)
-    for (const Held& x : mine) ++start[static_cast<size_t>(x.runs.front().first) + 1];
+    for (const Held& x : mine) ++start[static_cast<size_t>(x.runs.first.first) + 1];
   for (size_t r = 0; r < static_cast<size_t>(world); ++r) start[r + 1] += start[r];
   std::vector<std::pair<size_t, size_t>> held(start.back());  // (entry, its box)
   for (size_t k = 0; k < boxes.size(); ++k)
     for (size_t j = 0; j < boxes[k].size(); ++j)
-      held[start[static_cast<size_t>(boxes[k][j].runs.front().first)]++] = {k, j};
+      held[start[static_cast<size_t>(boxes[k][j].runs.first.first)]++] = {k, j};
   // dedup_save_plans: each box goes to the holder with the fewest planned bytes so far, the lowest rank
   // on ties (bytes items weigh 1).
   std::vector<uint64_t> planned(static_cast<size_t>(world), 0);
@@ -188,9 +204,10 @@ SavePlan make_save_plan(const std::vector<Entry>& entries, const Target& target)
   for (size_t h = 0; h < held.size(); ++h) {
     const Held& x = boxes[held[h].first][held[h].second];
     int64_t best = -1;
-    for (const auto& [first, last] : x.runs)
-      for (int64_t r = first; r <= last; ++r)
+    x.runs.each([&](const std::pair<int64_t, int64_t>& run) {
+      for (int64_t r = run.first; r <= run.second; ++r)
         if (best < 0 || planned[r] < planned[best]) best = r;
+    });
     planned[best] += x.weight;
     owned[best].push_back(h);
   }

@@ -30,6 +30,7 @@ class Pickler {
     return std::move(out_);
   }
   void op(Op o) { out_ += op_char(o); }
+  void reserve(size_t bytes) { out_.reserve(bytes); }
   // PickleStream: containers and objects saved meanwhile are not memoized (see pickler.h).
   bool transient = false;
   void boolean(bool b) { op(b ? Op::NEWTRUE : Op::NEWFALSE); }
@@ -452,5 +453,6 @@ void PickleStream::tuple_end(size_t n) { p_->tuple_end(n); }
 void PickleStream::integer(int64_t v) { p_->integer(v); }
 void PickleStream::size(std::span<const int64_t> dims) { p_->size(dims); }
 std::string PickleStream::finish() { return p_->end(); }
+void PickleStream::reserve(size_t bytes) { p_->reserve(bytes); }
 
 }  // namespace ucpkit::pickle

@@ -81,6 +81,7 @@ class TensorZipWriter {
  private:
   struct Template;
   TorchSaveOptions options_;
+  const uint64_t serial_;  // tells this writer's templates in a thread's last-used cache from another's
   std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<const Template>> templates_;
   size_t kept_ = 0;  // bytes of the zips in templates_

@@ -358,6 +358,42 @@ TEST(TorchFile, TensorZipWriterWritesWhatAppendTorchFileWrites) {
   EXPECT_EQ(item(14)->tensor->storage()->location, "cuda:0");
 }
 
+// The zips TensorZipWriter makes in an O_DIRECT file's block (AtomicFile::room) and the templates a thread reuses
+// without a lock: two writers of other archive prefixes taking turns on one thread, their items crossing the 4 MiB
+// blocks, each file the bytes append_torch_file writes with its writer's options.
+TEST(TorchFile, TensorZipWritersTakingTurnsWriteWhatAppendTorchFileWrites) {
+  const std::string dir = ucpkit::testing::scratch_dir("torch_file_tensor_zip_turns");
+  std::vector<Tensor> ts;
+  for (int k = 0; k < 4000; ++k) {
+    const float v = static_cast<float>(k);
+    ts.push_back(k % 3 ? Tensor::from_vector(DType::Float32, {2, 2}, std::vector<float>{v, -v, v, 1.f})
+                       : Tensor::from_vector(DType::Float32, {}, std::vector<float>{v}));
+  }
+  const TorchSaveOptions first{"archive"}, second{"other/prefix"};
+  {
+    AtomicFile a(dir + "/a", false, AtomicFile::Cache::bypass), b(dir + "/b", false, AtomicFile::Cache::bypass);
+    TensorZipWriter za(first), zb(second);
+    for (const Tensor& t : ts) {
+      za.append(a, t);
+      zb.append(b, t);
+    }
+    a.commit();
+    b.commit();
+  }
+  for (const auto& [name, options] : {std::pair{"a", first}, std::pair{"b", second}}) {
+    {
+      AtomicFile out(dir + "/want_" + name);
+      for (const Tensor& t : ts) append_torch_file(out, Value::of_tensor(t), options);
+      out.commit();
+    }
+    const std::string got = ucpkit::testing::file_bytes(dir + "/" + name);
+    const std::string want = ucpkit::testing::file_bytes(dir + "/want_" + name);
+    ASSERT_GT(got.size(), size_t{4} << 20) << name;
+    EXPECT_TRUE(got == want) << name << ": first difference at byte "
+                             << std::mismatch(got.begin(), got.end(), want.begin(), want.end()).first - got.begin();
+  }
+}
+
 // TensorZipReader: a zip that matches a remembered one but for its data (and serialization id) gives the tensor
 // load_torch_mapped gives, over its own bytes, with its CRC-32; any other byte changed, CRC copies that disagree
 // or a remembered zip not checked under `verify` send the caller back to parsing (no match).
