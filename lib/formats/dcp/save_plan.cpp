@@ -63,6 +63,27 @@ struct PlanRuns {
   }
 };
 
+// Sorts `v`, a sequence of runs each in order, by merging neighbouring runs until one is left: a rank's boxes come in
+// one run per first holder (std::sort of them did not make use of that).
+template <class Less>
+void merge_runs(std::vector<size_t>& v, Less less) {
+  std::vector<size_t> starts{0};
+  for (size_t i = 1; i < v.size(); ++i)
+    if (less(v[i], v[i - 1])) starts.push_back(i);
+  while (starts.size() > 1) {
+    std::vector<size_t> merged;
+    for (size_t r = 0; r < starts.size(); r += 2) {
+      merged.push_back(starts[r]);
+      if (r + 1 == starts.size()) break;
+      const size_t end = r + 2 < starts.size() ? starts[r + 2] : v.size();
+      std::inplace_merge(v.begin() + static_cast<std::ptrdiff_t>(starts[r]),
+                         v.begin() + static_cast<std::ptrdiff_t>(starts[r + 1]),
+                         v.begin() + static_cast<std::ptrdiff_t>(end), less);
+    }
+    starts = std::move(merged);
+  }
+}
+
 }  // namespace
 
 std::string_view target_kind_name(Target::Kind kind) {
@@ -213,8 +234,7 @@ SavePlan make_save_plan(const std::vector<Entry>& entries, const Target& target)
   }
   // The global plan: rank by rank, each kept item appends its chunk to its tensor's list.
   for (auto& [r, mine] : owned) {
-    auto by_entry = [&](size_t a, size_t b) { return held[a].first < held[b].first; };
-    if (!std::is_sorted(mine.begin(), mine.end(), by_entry)) std::sort(mine.begin(), mine.end(), by_entry);
+    merge_runs(mine, [&](size_t a, size_t b) { return held[a].first < held[b].first; });
     PlannedFile f{r, data_file_name(r), {}};
     f.items.reserve(mine.size());
     for (size_t h : mine) {

@@ -167,6 +167,27 @@ TEST(DcpSavePlan, ReplicasGoToTheLeastLoadedRank) {
   EXPECT_EQ(p.entries[0].chunks.size(), 4u);
 }
 
+// A rank's items come in one run per first holder (replicas first held by rank 0, rows first held by the rank itself,
+// rows of short tensors first held by the ranks before it): merged, each data file lists them in state-dict order.
+TEST(DcpSavePlan, EachFileListsItsItemsInStateDictOrder) {
+  std::vector<Entry> in;
+  for (int k = 0; k < 60; ++k) {
+    const std::string n = std::to_string(k);
+    if (k % 3 == 0) in.push_back({"s" + n, false, DType::Float32, {}, {}});
+    else if (k % 3 == 1) in.push_back({"w" + n, false, DType::Float32, {8, 2}, {}});
+    else in.push_back({"v" + n, false, DType::Float32, {2 + k % 5, 3}, {}});  // fewer rows than ranks for some
+  }
+  const SavePlan p = make_save_plan(in, Target::rows(8));
+  size_t items = 0;
+  for (const PlannedFile& f : p.files) {
+    items += f.items.size();
+    for (size_t i = 1; i < f.items.size(); ++i) EXPECT_LT(f.items[i - 1].entry, f.items[i].entry) << f.relative_path;
+  }
+  size_t chunks = 0;
+  for (const Entry& e : p.entries) chunks += e.chunks.size();
+  EXPECT_EQ(items, chunks);
+}
+
 TEST(DcpSavePlan, TargetNamesAndMeshes) {
   EXPECT_EQ(target_kind_name(Target::grid(4, 2).kind), "grid");
   EXPECT_EQ(target_kind_name(Target::replicated(2).kind), "replicated");
