@@ -452,8 +452,12 @@ uint64_t TensorZipWriter::append(AtomicFile& out, const Tensor& t) {
     size_t next = 0;
   } mine;
   std::string& key = mine.key;
-  key.clear();
-  auto add = [&key](int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  key.resize((5 + t.shape().size() + t.strides().size()) * sizeof(int64_t) + st->location.size());  // room kept
+  char* at = key.data();
+  auto add = [&at](int64_t v) {
+    std::memcpy(at, &v, sizeof v);
+    at += sizeof v;
+  };
   add(static_cast<int64_t>(st->dtype()));
   add(st->numel());
   add(t.storage_offset());
@@ -461,7 +465,7 @@ uint64_t TensorZipWriter::append(AtomicFile& out, const Tensor& t) {
   for (int64_t d : t.shape()) add(d);
   for (int64_t d : t.strides()) add(d);
   add((t.is_parameter ? 1 : 0) | (t.requires_grad ? 2 : 0));
-  key += st->location;
+  std::memcpy(at, st->location.data(), st->location.size());
   // A generated storage's bytes made here (small: kMaxBytes at most).
   thread_local std::vector<uint8_t> made;
   std::span<const uint8_t> bytes;
