@@ -315,6 +315,28 @@ Tensor box_view(const Tensor& whole, const Chunk& c) {
   return t;
 }
 
+// Rows [c.offsets[0], + c.sizes[0]) of a contiguous mapped `whole` (FSDP2's Shard(0) of a tensor read in place): a
+// storage of those bytes of the whole's and the element it starts at, what own_storage(box_view(whole, c)) gives
+// without the views in between (one tensor a dim narrowed: most of the writing thread's allocations for small
+// tensors). Nullopt for any other box.
+std::optional<std::pair<Tensor, int64_t>> rows_of_mapped(const Tensor& whole, const Chunk& c) {
+  const std::shared_ptr<Storage>& st = whole.storage();
+  const std::vector<int64_t>& shape = whole.shape();
+  if (!st || !st->is_mapped() || c.sizes.empty() || c.sizes.size() != shape.size() || c.sizes == shape)
+    return std::nullopt;
+  int64_t row = 1;
+  for (size_t d = 1; d < shape.size(); ++d) {
+    if (c.offsets[d] != 0 || c.sizes[d] != shape[d]) return std::nullopt;
+    row *= shape[d];
+  }
+  if (c.offsets[0] < 0 || c.sizes[0] <= 0 || c.offsets[0] + c.sizes[0] > shape[0] || !whole.is_contiguous())
+    return std::nullopt;
+  const int64_t first = whole.storage_offset() + c.offsets[0] * row;
+  auto part = Storage::mapped(whole.dtype(), c.sizes[0] * row, st->mapped_file(),
+                              st->mapped_offset() + static_cast<uint64_t>(first) * dtype_size(whole.dtype()));
+  return std::pair{Tensor(std::move(part), 0, c.sizes, Tensor::contiguous_strides(c.sizes)), first};
+}
+
 }  // namespace
 
 Tensor cut_box(const Tensor& whole, const Chunk& c) {
@@ -349,6 +371,8 @@ ChunkSource chunks_of_whole(std::function<Tensor(const Entry&)> whole,
     // Only the writer takes these chunks: a contiguous box (rows of a dim-0 shard) is a storage of that part of the
     // whole (own_storage), copied from it as it is written, not into a storage of its own first.
     const Chunk& c = e.chunks[k];
+    if (auto rows = rows_of_mapped(cache->t, c))
+      return with_crc(std::move(rows->first), *cache->t.storage(), rows->second, cache->covered, cache->crc);
     if (cache->t.storage() && !cache->t.storage()->is_generated() && c.sizes != cache->t.shape()) {
       const Tensor t = box_view(cache->t, c);
       if (t.is_contiguous())
