@@ -186,7 +186,7 @@ std::span<const uint8_t> Reader::item_bytes(const Item& item, std::shared_ptr<co
   return keep->bytes().subspan(static_cast<size_t>(s.offset), static_cast<size_t>(s.length));
 }
 
-Stored Reader::stored_chunk(const Entry& e, size_t k) const {
+Stored Reader::stored_chunk(const Entry& e, size_t k, bool view) const {
   const std::string& fqn = e.fqn;
   if (k >= e.chunks.size()) fail(md_.path, "DCP: '" + escaped_brief(fqn) + "' has no chunk " + std::to_string(k));
   const Chunk& c = e.chunks[k];
@@ -211,6 +211,20 @@ Stored Reader::stored_chunk(const Entry& e, size_t k) const {
       fail(s.name(), "DCP: a tensor item holds " + (tf.root ? tf.root->repr(1) : std::string("nothing")));
     s.tensor = tf.root->as_tensor();
   } else {
+    if (view) {  // the caller makes its own storage over the record: only where it is, when it is the chunk's tensor
+      std::optional<TensorZipReader::Placed> placed;
+      {
+        std::lock_guard<std::mutex> lock(zips_mu_);
+        placed = zips_.match_place(keep, item.storage.offset, item.storage.length, verify_files_crc(), e.dtype,
+                                   c.sizes);
+      }
+      if (placed) {
+        s.bytes = keep->bytes().subspan(static_cast<size_t>(placed->data), static_cast<size_t>(placed->size));
+        s.mapped = true;
+        if (verify_files_crc()) s.crc = placed->crc, s.record = std::move(placed->record);
+        return s;
+      }
+    }
     std::optional<TensorZipReader::Found> known;
     {
       std::lock_guard<std::mutex> lock(zips_mu_);
@@ -423,7 +437,7 @@ std::optional<Tensor> Reader::view_tensor(const std::string& fqn) const {
   const Entry& e = entry(fqn, false);
   if (e.chunks.size() != 1) return std::nullopt;
   check_chunks_cover(e, md_.path);
-  Stored s = stored_chunk(e, 0);
+  Stored s = stored_chunk(e, 0, true);
   if (!s.mapped) return s.tensor;  // decoded (or empty): contiguous, of the chunk's shape, which is the tensor's
   // The record's pages come in here, on the caller's thread (read_ahead's): by the CRC-32 pass, or all at once. A
   // record larger than one drop batch gives its pages back as the pass goes (the writer faults them in again from the

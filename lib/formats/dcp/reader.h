@@ -100,7 +100,9 @@ class Reader {
  private:
   const Entry& entry(const std::string& fqn, bool bytes) const;
   // Chunk `k` of tensor entry `e` decoded where it lies in the mapped data file (nothing copied).
-  Stored stored_chunk(const Entry& e, size_t k) const;
+  // With `view`, a record that matches a remembered zip and holds the chunk's tensor as it is gives only its bytes
+  // (`tensor` empty, `mapped`): the caller (view_tensor) makes the one storage over them.
+  Stored stored_chunk(const Entry& e, size_t k, bool view = false) const;
   // The item's bytes inside its data file, bounds-checked.
   // `file`: the data file's path (the Reader keeps it).
   std::span<const uint8_t> item_bytes(const Item& item, std::shared_ptr<const MappedFile>& keep,

@@ -563,10 +563,10 @@ uint32_t le32(const uint8_t* p) {
 }
 }  // namespace
 
-std::optional<TensorZipReader::Found> TensorZipReader::match(const std::shared_ptr<const MappedFile>& file,
-                                                            uint64_t offset, uint64_t length, bool verify) const {
+const TensorZipReader::Template* TensorZipReader::find(const std::shared_ptr<const MappedFile>& file, uint64_t offset,
+                                                       uint64_t length, bool verify, uint32_t& crc) const {
   const auto it = templates_.find(length);
-  if (it == templates_.end()) return std::nullopt;
+  if (it == templates_.end()) return nullptr;
   const uint8_t* z = file->data() + offset;
   // Each hole's CRC-32, the same in every place it is written.
   auto crc_of = [z](const Template::Hole& h) -> std::optional<uint32_t> {
@@ -575,23 +575,29 @@ std::optional<TensorZipReader::Found> TensorZipReader::match(const std::shared_p
       if (le32(z + at) != c) return std::nullopt;
     return c;
   };
-  const Template* found = nullptr;
-  std::optional<uint32_t> crc;
   for (const auto& candidate : it->second) {
     const Template& tp = *candidate;
     if (verify && !tp.verified) continue;
     const auto* t = reinterpret_cast<const uint8_t*>(tp.zip.data());
     bool same = true;
     for (const auto& [from, to] : tp.same) same = same && std::memcmp(z + from, t + from, to - from) == 0;
-    if (!same || !(crc = crc_of(tp.data))) continue;
+    const auto data_crc = same ? crc_of(tp.data) : std::nullopt;
+    if (!data_crc) continue;
     if (tp.id) {
       const auto id_crc = crc_of(*tp.id);
       if (!id_crc || (verify && crc32_update(0, {z + tp.id->data, tp.id->size}) != *id_crc))
-        return std::nullopt;  // parsed again, and named there
+        return nullptr;  // parsed again, and named there
     }
-    found = &tp;
-    break;
+    crc = *data_crc;
+    return &tp;
   }
+  return nullptr;
+}
+
+std::optional<TensorZipReader::Found> TensorZipReader::match(const std::shared_ptr<const MappedFile>& file,
+                                                             uint64_t offset, uint64_t length, bool verify) const {
+  uint32_t crc = 0;
+  const Template* found = find(file, offset, length, verify, crc);
   if (!found) return std::nullopt;
   const Template& tp = *found;
   auto st = Storage::mapped(tp.dtype, tp.numel, file, offset + tp.data.data);
@@ -601,9 +607,27 @@ std::optional<TensorZipReader::Found> TensorZipReader::match(const std::shared_p
   f.tensor = Tensor(std::move(st), tp.storage_offset, tp.shape, tp.strides);
   f.tensor.is_parameter = tp.is_parameter;
   f.tensor.requires_grad = tp.requires_grad;
-  f.crc = *crc;
+  f.crc = crc;
   f.record = tp.record;
   return f;
+}
+
+std::optional<TensorZipReader::Placed> TensorZipReader::match_place(const std::shared_ptr<const MappedFile>& file,
+                                                                    uint64_t offset, uint64_t length, bool verify,
+                                                                    DType dtype, std::span<const int64_t> shape) const {
+  uint32_t crc = 0;
+  const Template* found = find(file, offset, length, verify, crc);
+  if (!found) return std::nullopt;
+  const Template& tp = *found;
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  if (tp.dtype != dtype || !std::equal(tp.shape.begin(), tp.shape.end(), shape.begin(), shape.end()) || numel == 0 ||
+      tp.storage_offset != 0 || tp.numel != numel || tp.data.size != static_cast<uint64_t>(numel) * dtype_size(dtype) ||
+      tp.strides.size() != tp.shape.size())
+    return std::nullopt;
+  for (int64_t d = static_cast<int64_t>(tp.shape.size()) - 1, stride = 1; d >= 0; stride *= tp.shape[d--])
+    if (tp.shape[d] != 1 && tp.strides[d] != stride) return std::nullopt;  // as Tensor::is_contiguous
+  return Placed{offset + tp.data.data, tp.data.size, crc, tp.record};
 }
 
 void TensorZipReader::remember(std::span<const uint8_t> zip, const Tensor& t,

@@ -107,6 +107,15 @@ class TensorZipReader {
   // serialization id's CRC-32 is checked (the data record's is the caller's, over the bytes as it copies them).
   std::optional<Found> match(const std::shared_ptr<const MappedFile>& file, uint64_t offset, uint64_t length,
                              bool verify) const;
+  // Where match() finds the zip's data record, when its tensor is a contiguous `dtype` tensor of `shape` over all of
+  // that record's bytes (nullopt otherwise): for a caller making its own storage over them (no tensor made here).
+  struct Placed {
+    uint64_t data = 0, size = 0;  // the record's bytes, [data, data + size) of `file`
+    uint32_t crc = 0;
+    std::string record;
+  };
+  std::optional<Placed> match_place(const std::shared_ptr<const MappedFile>& file, uint64_t offset, uint64_t length,
+                                    bool verify, DType dtype, std::span<const int64_t> shape) const;
   // Remembers `zip`, which load_torch_mapped read as `t` (its root tensor) over the bytes of its record `data`
   // (`records`: its directory, offsets counted from the zip's first byte); `verified`: every record's CRC-32
   // was checked. Does nothing for a zip it cannot take (a tensor not over exactly one record's bytes).
@@ -115,6 +124,8 @@ class TensorZipReader {
 
  private:
   struct Template;
+  const Template* find(const std::shared_ptr<const MappedFile>& file, uint64_t offset, uint64_t length, bool verify,
+                       uint32_t& crc) const;
   std::unordered_map<uint64_t, std::vector<std::shared_ptr<const Template>>> templates_;  // by zip length
   size_t kept_ = 0;  // bytes of the zips in templates_
 };

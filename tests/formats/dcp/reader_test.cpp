@@ -219,6 +219,68 @@ TEST(DcpReader, FlippedBitInAWholeItemIsCaughtByItsView) {
   ucpkit::testing::expect_crc_error([&] { (void)r.view_tensor(fqn); }, file);
 }
 
+// view_tensor of a whole item whose zip has an earlier item's layout (TensorZipReader::match_place: only where its
+// record's bytes are): a flipped bit in its data or serialization id is refused naming the data file, one in its
+// pickle too (parsed again), and an undamaged one is the same view as a fresh reader's.
+TEST(DcpReader, WholeItemsViewedThroughAnEarlierItemsLayoutStillCatchDamage) {
+  std::string variant;
+  std::string first, later;
+  const formats::dcp::Item* later_item = nullptr;
+  for (const char* v : {"plain_w2", "t214_plain_w2", "fsdp_optim_w2", "single_item_w1"}) {
+    const Reader clean(kData + "/" + v);
+    std::map<std::tuple<int, std::vector<int64_t>, uint64_t, std::string>, std::vector<std::string>> layouts;
+    for (const auto& e : clean.metadata().entries) {
+      if (e.is_bytes || e.chunks.size() != 1 || e.size.empty()) continue;
+      const auto& item = clean.metadata().item_of(e.fqn, &e.chunks[0].offsets);
+      layouts[{static_cast<int>(e.dtype), e.size, item.storage.length, item.storage.relative_path}].push_back(e.fqn);
+    }
+    for (const auto& [key, fqns] : layouts)
+      if (fqns.size() >= 2) variant = v, first = fqns.front(), later = fqns.back();
+    if (!variant.empty()) break;
+  }
+  ASSERT_FALSE(variant.empty()) << "no fixture with two whole items of one layout";
+  const Reader clean(kData + "/" + variant);
+  const auto& le = *clean.metadata().find(later);
+  later_item = &clean.metadata().item_of(later, &le.chunks[0].offsets);
+  const std::string src = kData + "/" + variant + "/" + later_item->storage.relative_path;
+  const auto records = ZipReader(MappedFile::slice(MappedFile::open(src), later_item->storage.offset,
+                                                   later_item->storage.length, "item"))
+                           .records();
+  {
+    const Reader r(kData + "/" + variant);
+    ASSERT_TRUE(r.view_tensor(first));
+    const auto through = r.view_tensor(later);
+    const auto fresh = Reader(kData + "/" + variant).view_tensor(later);
+    ASSERT_TRUE(through && fresh);
+    EXPECT_TRUE(through->equal(*fresh));
+    EXPECT_EQ(through->shape(), fresh->shape());
+  }
+  int n = 0;
+  for (const std::string record : {"/data/0", "/data.pkl", "/.data/serialization_id"}) {
+    SCOPED_TRACE(record);
+    const std::string d = ucpkit::testing::scratch_dir("dcp_view_layout_flip" + std::to_string(n++)) + "/ckpt";
+    fs::copy(kData + "/" + variant, d, fs::copy_options::recursive);
+    const std::string file = d + "/" + later_item->storage.relative_path;
+    std::string bytes = slurp(file);
+    const auto rec = std::find_if(records.begin(), records.end(), [&](const auto& r) {
+      return r.first.size() >= record.size() &&
+             r.first.compare(r.first.size() - record.size(), record.size(), record) == 0;
+    });
+    ASSERT_NE(rec, records.end());
+    bytes[later_item->storage.offset + rec->second.data_offset + rec->second.size / 2] ^= 0x10;
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+    const Reader r(d);
+    ASSERT_TRUE(r.view_tensor(first));  // its layout remembered
+    try {
+      (void)r.view_tensor(later);
+      ADD_FAILURE() << "a flipped bit went through";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find(file), std::string::npos) << err.what();
+      EXPECT_EQ(std::string(err.what()).find('\n'), std::string::npos) << err.what();
+    }
+  }
+}
+
 // Items whose zips share a layout are read through the first one's (TensorZipReader remembers it): a later item's
 // flipped bit in its data, its pickle or its serialization id is still refused, one line naming the data file;
 // every item of every fixture read through one reader equals the truth (expect_matches_truth above).
