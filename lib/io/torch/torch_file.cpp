@@ -438,9 +438,9 @@ uint64_t TensorZipWriter::append(AtomicFile& out, const Tensor& t) {
   const std::shared_ptr<Storage>& st = t.storage();
   if (!st || st->is_zero() || st->nbytes() > kMaxBytes) return append_torch_file(out, Value::of_tensor(t), options_);
   // Everything the pickle and the records depend on but the storage's bytes (Pickler::tensor, pickle_root), in a
-  // buffer of the thread's; the template last used by the thread is taken again without a lock when its key is the
-  // same (a DCP file's items mostly share one; the key's allocation, hash and lock were an eighth of this function's
-  // instructions in a 100,000-tensor rewrite).
+  // buffer of the thread's; the thread's four latest templates are taken again without the lock when the key is one of
+  // theirs (a DCP file's items mostly share a few; the key's allocation, hash and lock were an eighth of this
+  // function's instructions in a 100,000-tensor rewrite).
   struct Recent {
     uint64_t writer = 0;
     std::string key;
