@@ -279,21 +279,19 @@ class Pickler {
   }
   // PickleStream::str: a Str value the caller shares (always memoized), keyed by its text.
   uint64_t shared_str(std::string_view s) {
-    flush();  // the texts are found in out_
-    auto text_of = [this](uint32_t k) { return std::string_view(out_.data() + texts_[k].at, texts_[k].size); };
-    if (const auto k = strs_.find(s, text_of)) {
+    auto text_of = [this](uint32_t k) { return written(texts_[k].at, texts_[k].size); };
+    if (s.size() > UINT32_MAX || texts_.size() >= UINT32_MAX - 1)
+      throw Error("pickler: too many or too long shared texts");
+    // Added where unicode() is about to write it (after its 5-byte BINUNICODE head) under the memo index put() is
+    // about to give: one probe of the table, which finds a text written before (then the entry is taken back).
+    texts_.push_back({out_.size() + pending_ + 5, static_cast<uint32_t>(s.size()), next_memo_});
+    if (const auto k = strs_.add(s, static_cast<uint32_t>(texts_.size() - 1), text_of)) {
+      texts_.pop_back();
       get(texts_[*k].memo);
       return texts_[*k].memo;
     }
-    if (s.size() > UINT32_MAX || texts_.size() >= UINT32_MAX - 1)
-      throw Error("pickler: too many or too long shared texts");
     unicode(s);
-    flush();
-    const uint64_t at = out_.size() - s.size();
-    const uint64_t idx = put();
-    texts_.push_back({at, static_cast<uint32_t>(s.size()), idx});
-    strs_.add(s, static_cast<uint32_t>(texts_.size() - 1), text_of);
-    return idx;
+    return put();
   }
   // PickleStream::global_value: what save() writes for a Global value the caller shares.
   uint64_t global_value(std::string_view module, std::string_view name) {
@@ -424,6 +422,11 @@ class Pickler {
   void flush() {
     out_.append(next_, pending_);
     pending_ = 0;
+  }
+  // Bytes [at, at + n) of the pickle so far, in out_ or still in next_ (emit never splits a piece between them).
+  std::string_view written(uint64_t at, size_t n) const {
+    if (at + n <= out_.size()) return {out_.data() + at, n};
+    return {next_ + (at - out_.size()), n};
   }
   char next_[512];
   size_t pending_ = 0;
