@@ -207,7 +207,6 @@ class Machine {
   void integer(int64_t v) { push(v >= 0 && v < 256 ? kSmallInts + static_cast<uint32_t>(v) : add({K::Int, 0, 0, 0, 0, v})); }
   void long1();
   void tuple(size_t from);
-  void link(uint32_t container, const Slot& item);
   void fill(K kind, size_t from);
   void stack_global();
   void reduce();
@@ -253,17 +252,6 @@ void Machine::tuple(size_t from) {
   }
   stack_.resize(from);
   push(add(t));
-}
-
-void Machine::link(uint32_t container, const Slot& item) {
-  Node& c = nodes_[container];
-  const uint32_t l = static_cast<uint32_t>(links_.size());
-  links_.push_back({item.node, kNo});
-  if (c.n++) links_[c.b].next = l;
-  else c.a = l;
-  c.b = l;
-  c.depth = deeper(c.depth, item);
-  if (c.depth > kMaxDepth) throw Abandon{};
 }
 
 // APPENDS / SETITEMS: the items from `from` (a popped mark's position) go into the list or dict below them.
@@ -380,12 +368,7 @@ uint32_t Machine::run() {
       case Op::TUPLE: tuple(mark_start()); break;
       case Op::EMPTY_LIST: push(add({K::List, 1})); break;
       case Op::EMPTY_DICT: push(add({K::Dict, 1})); break;
-      case Op::APPEND: {
-        const Slot item = pop_slot();
-        if (nodes_[top()].kind != K::List) throw Abandon{};
-        link(top(), item);
-        break;
-      }
+      case Op::APPEND: fill(K::List, above(2) + 1); break;  // one item above the list
       case Op::APPENDS: fill(K::List, mark_start()); break;
       case Op::SETITEM: fill(K::Dict, above(2)); break;  // key and value above the dict
       case Op::SETITEMS: fill(K::Dict, mark_start()); break;

@@ -28,6 +28,11 @@
 
 namespace ucpkit::formats::dcp {
 
+// How messages name an item: "<file> (item '<fqn>' at byte N)".
+static std::string item_name(const std::string& file, const std::string& fqn, uint64_t at) {
+  return file + " (item '" + escaped_brief(fqn) + "' at byte " + std::to_string(at) + ")";
+}
+
 // A tensor item decoded where it lies (formats/dcp/reader.h, stored_chunk): the chunk's elements,
 // row-major, inside the mapped data file (or, for a big-endian or oddly strided item, in a copy).
 struct Stored {
@@ -42,9 +47,7 @@ struct Stored {
   const std::string* fqn = nullptr;   // the item's (the metadata's)
   uint64_t at = 0;                    // the item's first byte in the file
   // "<file> (item '<fqn>' at byte N)", made when a message needs it (for every item, a tenth of the reading thread)
-  std::string name() const {
-    return *file + " (item '" + escaped_brief(*fqn) + "' at byte " + std::to_string(at) + ")";
-  }
+  std::string name() const { return item_name(*file, *fqn, at); }
 };
 
 namespace {
@@ -473,9 +476,7 @@ std::vector<uint8_t> Reader::read_bytes(const std::string& fqn) const {
   const std::string* file = nullptr;
   const auto b = item_bytes(item, keep, file);
   if (item.storage.transforms)
-    return undo_transforms(
-        b, item.storage.transform_descriptors,
-        *file + " (item '" + escaped_brief(fqn) + "' at byte " + std::to_string(item.storage.offset) + ")");
+    return undo_transforms(b, item.storage.transform_descriptors, item_name(*file, fqn, item.storage.offset));
   return {b.begin(), b.end()};
 }
 

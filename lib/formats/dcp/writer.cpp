@@ -227,7 +227,7 @@ void write_planner_paths(PickleStream& out, const PlannerPaths& paths, const Sav
   size_t oldest = 0;
   auto key = [&](std::string_view text) {
     for (Recent& r : recent)
-      if (r.key.size() == text.size() && r.key == text) return out.str(text, r.ref);
+      if (r.key == text) return out.str(text, r.ref);
     Recent& r = recent[oldest++ % recent.size()];
     r = {text, {}};
     out.str(text, r.ref);
@@ -269,6 +269,15 @@ pickle::PickleOptions metadata_pickle_options() {
   return po;
 }
 
+// A contiguous `shape` tensor of its own storage over `from`'s mapped bytes, from element `first` on.
+Tensor mapped_part(const Storage& from, DType dtype, const std::vector<int64_t>& shape, int64_t first) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  auto part = Storage::mapped(dtype, numel, from.mapped_file(),
+                              from.mapped_offset() + static_cast<uint64_t>(first) * dtype_size(dtype));
+  return Tensor(std::move(part), 0, shape, Tensor::contiguous_strides(shape));
+}
+
 // The chunk as a tensor of its own storage (what DCP clones a view into before torch.save). A contiguous part
 // of a larger storage becomes a storage of its own that copies from it as it is written (straight into the
 // data file's block): a copy of the chunk in between was a third of a 2.6-GB reshard's copying.
@@ -276,11 +285,9 @@ Tensor own_storage(const Tensor& t) {
   if (t.is_contiguous() && t.storage_offset() == 0 && t.storage() && t.storage()->numel() == t.numel()) return t;
   if (!t.is_contiguous() || !t.storage() || t.storage()->is_generated() || t.numel() == 0) return t.contiguous(true);
   const std::shared_ptr<Storage> from = t.storage();
+  // A part of a mapped file's storage: a storage of that part, its bytes at hand (CRC-32 first).
+  if (from->is_mapped()) return mapped_part(*from, t.dtype(), t.shape(), t.storage_offset());
   const size_t at = static_cast<size_t>(t.storage_offset()) * dtype_size(t.dtype());
-  if (from->is_mapped()) {  // a part of a mapped file's storage: a storage of that part, its bytes at hand (CRC-32 first)
-    auto part = Storage::mapped(t.dtype(), t.numel(), from->mapped_file(), from->mapped_offset() + at);
-    return Tensor(std::move(part), 0, t.shape(), Tensor::contiguous_strides(t.shape()));
-  }
   auto view = Storage::generated(t.dtype(), t.numel(), [from, at](uint64_t off, std::span<uint8_t> out) {
     std::memcpy(out.data(), from->bytes().data() + at + off, out.size());
   });
@@ -332,9 +339,7 @@ std::optional<std::pair<Tensor, int64_t>> rows_of_mapped(const Tensor& whole, co
   if (c.offsets[0] < 0 || c.sizes[0] <= 0 || c.offsets[0] + c.sizes[0] > shape[0] || !whole.is_contiguous())
     return std::nullopt;
   const int64_t first = whole.storage_offset() + c.offsets[0] * row;
-  auto part = Storage::mapped(whole.dtype(), c.sizes[0] * row, st->mapped_file(),
-                              st->mapped_offset() + static_cast<uint64_t>(first) * dtype_size(whole.dtype()));
-  return std::pair{Tensor(std::move(part), 0, c.sizes, Tensor::contiguous_strides(c.sizes)), first};
+  return std::pair{mapped_part(*st, whole.dtype(), c.sizes, first), first};
 }
 
 }  // namespace
