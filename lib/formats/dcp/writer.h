@@ -95,6 +95,8 @@ class MetadataPickle {
   // The items in plan order, one at a time, then the rest; finish once. add: the item of the plan's entry
   // `at.entry`, chunk `at.chunk` (PlannedItem::kBytes: its bytes item), stored as `storage`.
   void add(const PlannedItem& at, const StorageInfo& storage);
+  // The bytes pickled so far (a view until the next add or finish): the front of what finish() returns.
+  std::string_view so_far();
   std::string finish(const std::string& checkpoint_id);
 
  private:

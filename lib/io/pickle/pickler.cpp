@@ -33,6 +33,10 @@ class Pickler {
   }
   void op(Op o) { emit(op_char(o)); }
   void reserve(size_t bytes) { out_.reserve(bytes); }
+  std::string_view so_far() {
+    flush();
+    return out_;
+  }
   // PickleStream: containers and objects saved meanwhile are not memoized (see pickler.h).
   bool transient = false;
   void boolean(bool b) { op(b ? Op::NEWTRUE : Op::NEWFALSE); }
@@ -483,5 +487,6 @@ void PickleStream::integer(int64_t v) { p_->integer(v); }
 void PickleStream::size(std::span<const int64_t> dims) { p_->size(dims); }
 std::string PickleStream::finish() { return p_->end(); }
 void PickleStream::reserve(size_t bytes) { p_->reserve(bytes); }
+std::string_view PickleStream::so_far() { return p_->so_far(); }
 
 }  // namespace ucpkit::pickle

@@ -64,6 +64,8 @@ class PickleStream {
   void integer(int64_t v);
   void size(std::span<const int64_t> dims);  // torch.Size(dims), not shared
   std::string finish();                      // STOP; the bytes
+  // The bytes pickled so far (a view until the next call that writes): the front of what finish() returns.
+  std::string_view so_far();
   // Room for `bytes` of pickle, taken at once (a 30 MB `.metadata` grown by doubling was copied about twice).
   void reserve(size_t bytes);
 

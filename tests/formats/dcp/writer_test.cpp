@@ -366,21 +366,29 @@ TEST(DcpWriter, AWriteOrderOrdersEachFilesItemsAndTheMetadataStaysInPlanOrder) {
 
 TEST(DcpWriter, MetadataPickledWhileTheItemsAreWrittenIsThePickleOfThemAll) {
   // write_dcp pickles each item on its own thread as the data files take it; the bytes must be those of the items
-  // pickled at the end: 2,401 items, so SETITEMS batches of 1,000 and a rest, a bytes item last.
-  const std::string dir = ucpkit::testing::scratch_dir("dcp_writer_streamed");
-  std::vector<Entry> entries;
-  for (int k = 0; k < 1200; ++k) entries.push_back({"t" + std::to_string(k), false, DType::Float32, {2, 2}, {}});
-  entries.push_back({"n", true, DType::Float32, {}, {}});
-  const SavePlan plan = make_save_plan(entries, Target::rows(2));
-  const ChunkSource src{[](const Entry&, size_t c) {
-                          return Tensor::from_vector(DType::Float32, {1, 2}, std::vector<float>{1.0f, static_cast<float>(c)});
-                        },
-                        [](const Entry&) { return std::vector<uint8_t>{7}; }};
-  const WriteResult r = write_dcp(plan, src, dir + "/out");
-  ASSERT_EQ(r.storage.size(), 2401u);
-  EXPECT_EQ(ucpkit::testing::slurp(dir + "/out/.metadata"),
-            metadata_pickle(plan, r, {}, fs::absolute(dir + "/out").lexically_normal().string()));
-  EXPECT_EQ(read_metadata(dir + "/out/.metadata").items.size(), 2401u);
+  // pickled at the end: 2,401 items, so SETITEMS batches of 1,000 and a rest, a bytes item last. With names of 4,000
+  // characters the pickle is over 4 MiB: written to the file as it grows (O_DIRECT blocks, a part of one at the end).
+  for (const size_t name_length : {size_t{0}, size_t{4000}}) {
+    const std::string dir = ucpkit::testing::scratch_dir("dcp_writer_streamed_" + std::to_string(name_length));
+    std::vector<Entry> entries;
+    for (int k = 0; k < 1200; ++k)
+      entries.push_back({std::string(name_length, 'p') + "t" + std::to_string(k), false, DType::Float32, {2, 2}, {}});
+    entries.push_back({"n", true, DType::Float32, {}, {}});
+    const SavePlan plan = make_save_plan(entries, Target::rows(2));
+    const ChunkSource src{
+        [](const Entry&, size_t c) {
+          return Tensor::from_vector(DType::Float32, {1, 2}, std::vector<float>{1.0f, static_cast<float>(c)});
+        },
+        [](const Entry&) { return std::vector<uint8_t>{7}; }};
+    const WriteResult r = write_dcp(plan, src, dir + "/out");
+    ASSERT_EQ(r.storage.size(), 2401u);
+    const std::string pickled = ucpkit::testing::slurp(dir + "/out/.metadata");
+    EXPECT_EQ(pickled, metadata_pickle(plan, r, {}, fs::absolute(dir + "/out").lexically_normal().string()));
+    if (name_length) EXPECT_GT(pickled.size(), size_t{4} << 20);
+    EXPECT_EQ(read_metadata(dir + "/out/.metadata").items.size(), 2401u);
+    for (const auto& f : fs::directory_iterator(dir + "/out"))  // no temporary file left beside them
+      EXPECT_EQ(f.path().filename().string().find(".tmp."), std::string::npos) << f.path();
+  }
 }
 
 }  // namespace dcp_writer_test
