@@ -249,15 +249,23 @@ Metadata parse_metadata_general(std::span<const uint8_t> bytes, const std::strin
 }
 
 void index_metadata(Metadata& md) {
-  if (md.entries.size() >= Metadata::kNoItem || md.items.size() >= Metadata::kNoItem)
-    fail(md.path, "DCP metadata: more than 2^32 entries or items");
+  index_entries(md);
+  index_items(md);
+}
+
+void index_entries(Metadata& md) {
+  if (md.entries.size() >= Metadata::kNoItem) fail(md.path, "DCP metadata: more than 2^32 entries");
   auto entry_name = [&md](uint32_t k) -> std::string_view { return md.entries[k].fqn; };
-  auto item_name = [&md](uint32_t k) -> std::string_view { return md.items[k].fqn; };
   md.entry_names = NameTable();
   md.entry_names.reserve(md.entries.size());
   for (size_t k = 0; k < md.entries.size(); ++k)
     if (md.entry_names.add(md.entries[k].fqn, static_cast<uint32_t>(k), entry_name))
       fail(md.path, "DCP metadata: state_dict_metadata lists '" + escaped_brief(md.entries[k].fqn) + "' twice");
+}
+
+void index_items(Metadata& md) {
+  if (md.items.size() >= Metadata::kNoItem) fail(md.path, "DCP metadata: more than 2^32 items");
+  auto item_name = [&md](uint32_t k) -> std::string_view { return md.items[k].fqn; };
   md.item_names = NameTable();
   md.item_names.reserve(md.items.size());
   md.item_next.assign(md.items.size(), Metadata::kNoItem);

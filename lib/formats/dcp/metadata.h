@@ -113,6 +113,10 @@ Metadata read_metadata(const std::string& path);
 // Rebuilds md.entry_names / md.item_names / md.item_next from md.entries / md.items;
 // a fqn listed twice is an Error naming md.path.
 void index_metadata(Metadata& md);
+// Its two halves, independent of each other: md.entry_names from md.entries; md.item_names and md.item_next from
+// md.items.
+void index_entries(Metadata& md);
+void index_items(Metadata& md);
 
 std::string_view era_name(ClassEra era);
 

@@ -600,31 +600,40 @@ Metadata Convert::metadata(uint32_t root) {
     for (const auto& [key, value] : items)
       if (keyed[key]++) throw Abandon{};
   }
-  md.entries.resize(entries.size());
-  md.items.resize(items.size());
   constexpr size_t kBlock = 1024;
+  // Each list's places made (their fresh pages: 25 MB for 100,000 tensors, 0.015 s of one core's page faults when
+  // made before), converted and indexed by one task, the two tasks and planner_data's beside each other.
+  // A fqn listed twice: the general reader's dict would have kept one.
+  auto indexed = [&](void (*index)(Metadata&)) {
+    try {
+      index(md);
+    } catch (const Error&) {
+      throw Abandon{};
+    }
+  };
   tbb::parallel_invoke([&] { md.planner = planner(f.get("planner_data")); },
                        [&] {
+                         md.entries.resize(entries.size());
                          tbb::parallel_for(tbb::blocked_range<size_t>(0, entries.size(), kBlock),
                                            [&](const tbb::blocked_range<size_t>& r) {
                                              for (size_t k = r.begin(); k != r.end(); ++k)
                                                md.entries[k] = entry(entries[k].first, entries[k].second);
                                            });
+                         indexed(index_entries);
+                       },
+                       [&] {
+                         md.items.resize(items.size());
                          tbb::parallel_for(tbb::blocked_range<size_t>(0, items.size(), kBlock),
                                            [&](const tbb::blocked_range<size_t>& r) {
                                              for (size_t k = r.begin(); k != r.end(); ++k)
                                                md.items[k] = item(items[k].first, items[k].second);
                                            });
+                         indexed(index_items);
                        });
   if (era_ == ClassEra::Current && sharded_props_.load(std::memory_order_relaxed)) era_ = ClassEra::ShardedProps;
   storage_meta(f.get("storage_meta"), md);
   if (const uint32_t v = f.get("version"); v != kNo && m_.at(v).kind == K::Str) md.version = std::string(m_.str(v));
   md.era = era_;
-  try {
-    index_metadata(md);  // a fqn listed twice: the general reader's dict would have kept one
-  } catch (const Error&) {
-    throw Abandon{};
-  }
   return md;
 }
 
