@@ -46,11 +46,12 @@ constexpr uint32_t kEmptyTuple = 3, kSmallInts = 4;  // premade: None, False, Tr
 struct Node {
   K kind = K::None;
   uint16_t depth = 0;  // nesting below it
-  uint32_t n = 0;      // Tuple / Size: kids; List / Dict: links (a dict's: key, value, key, ...)
-  uint32_t a = 0;      // Str: offset in the file; Global: module Str; Tuple / Size: first kid; List / Dict: first
-                       // link; Object: its class (a Global); Int: the value's low 32 bits; Dtype: the DType
-  uint32_t b = 0;      // Str: length; Global: name Str; List / Dict: last link; Object: BUILD's state (kNo: none);
-                       // Int: the value's high 32 bits
+  uint32_t n = 0;      // Tuple / Size: kids; List / Dict: items (a dict's: key, value, key, ...)
+  uint32_t a = 0;      // Str: offset in the file; Global: module Str; Tuple / Size: first kid; List / Dict: its first
+                       // item in items_ (those of its first fill lie in a row); Object: its class (a Global); Int:
+                       // the value's low 32 bits; Dtype: the DType
+  uint32_t b = 0;      // Str: length; Global: name Str; List / Dict: its first Run (kNo: none); Object: BUILD's state
+                       // (kNo: none); Int: the value's high 32 bits
   int64_t i() const { return static_cast<int64_t>((uint64_t{b} << 32) | a); }  // Int: the value; Dtype: the DType
 };
 // 16 bytes: the nodes of a 100,000-tensor `.metadata` are 2.6 million, each a fresh page's share that this VM kind
@@ -72,9 +73,13 @@ struct Slot {
 };
 static_assert(sizeof(Slot) == 8);
 
-struct Link {
-  uint32_t node;
-  uint32_t next;
+// A list's or dict's items past those of its first APPEND(S) / SETITEM(S) (each batch's items lie in a row in the
+// machine's items): most containers are filled once and keep theirs in the node (24 MB of links with a next each, 11
+// MB more to fault in, at 100,000 tensors).
+struct Run {
+  uint32_t first = 0, count = 0;
+  uint32_t next = kNo;  // the container's next run
+  uint32_t last = kNo;  // in the container's first run: its last one
 };
 
 // Transparent huge pages for a large array filled front to back: one fault per 2 MiB instead of per 4 KiB.
@@ -98,15 +103,15 @@ class Machine {
  public:
   explicit Machine(std::span<const uint8_t> d) : d_(d) {
     if (d.size() >= kNo) throw Abandon{};  // a Str keeps its offset in 32 bits
-    // Room for what a DCP save's pickle makes per byte (100,000 tensors: 0.11 nodes, 0.12 links, 0.07 kids and 0.10
+    // Room for what a DCP save's pickle makes per byte (100,000 tensors: 0.11 nodes, 0.12 items, 0.07 kids and 0.10
     // memo entries), reserved (not touched) in huge pages: grown by doubling, these arrays were a fifth of a reshard's
     // page faults and copies.
     nodes_.reserve(d.size() / 6);
-    links_.reserve(d.size() / 6);
+    items_.reserve(d.size() / 6);
     kids_.reserve(d.size() / 8);
     memo_.reserve(d.size() / 8);
     huge_pages(nodes_.data(), nodes_.capacity() * sizeof(Node));
-    huge_pages(links_.data(), links_.capacity() * sizeof(Link));
+    huge_pages(items_.data(), items_.capacity() * sizeof(uint32_t));
     huge_pages(kids_.data(), kids_.capacity() * sizeof(uint32_t));
     huge_pages(memo_.data(), memo_.capacity() * sizeof(Slot));
     for (K k : {K::None, K::False, K::True, K::Tuple}) nodes_.push_back({k});
@@ -115,13 +120,13 @@ class Machine {
     // then; a fresh page costs this VM's kernel about as much as the machine's work on it). That thread is given the
     // arrays' places, taken here before it starts, and never touches the arrays; one that outgrows its room moves,
     // and the pages faulted in then are of memory it left (faulted in, not written). A little over what torch's saves
-    // make per byte (0.104-0.117 nodes, 0.096-0.120 links, 0.051-0.071 kids, 0.085-0.103 memo entries from 4 to 100,000
+    // make per byte (0.104-0.117 nodes, 0.096-0.120 items, 0.051-0.071 kids, 0.085-0.103 memo entries from 4 to 100,000
     // tensors): pages faulted in and never used cost as much as used ones (7 MB more at 100,000 tensors with
     // 0.125 / 0.143 / 0.083 / 0.111); the machine faults in any it needs past them.
     const size_t n = d.size();
     const std::array<std::pair<void*, size_t>, 4> areas = {
         {{nodes_.data(), std::min(nodes_.capacity(), n * 3 / 25) * sizeof(Node)},
-         {links_.data(), std::min(links_.capacity(), n / 8) * sizeof(Link)},
+         {items_.data(), std::min(items_.capacity(), n / 8) * sizeof(uint32_t)},
          {kids_.data(), std::min(kids_.capacity(), n * 3 / 40) * sizeof(uint32_t)},
          {memo_.data(), std::min(memo_.capacity(), n * 21 / 200) * sizeof(Slot)}}};
     if (n >= (size_t{4} << 20))
@@ -158,7 +163,11 @@ class Machine {
     if (c.kind == K::Tuple || c.kind == K::Size) {
       for (uint32_t j = 0; j < c.n; ++j) f(kids_[c.a + j]);
     } else if (c.kind == K::List || c.kind == K::Dict) {
-      for (uint32_t l = c.n ? c.a : kNo; l != kNo; l = links_[l].next) f(links_[l].node);
+      uint32_t later = 0;  // the items of its runs after the first fill's
+      for (uint32_t r = c.b; r != kNo; r = runs_[r].next) later += runs_[r].count;
+      for (uint32_t j = c.a; j < c.a + (c.n - later); ++j) f(items_[j]);
+      for (uint32_t r = c.b; r != kNo; r = runs_[r].next)
+        for (uint32_t j = runs_[r].first; j < runs_[r].first + runs_[r].count; ++j) f(items_[j]);
     } else {
       throw Abandon{};
     }
@@ -232,7 +241,8 @@ class Machine {
   std::vector<Node> nodes_;
   std::vector<uint32_t> kids_;
   std::vector<Slot> stack_, memo_;
-  std::vector<Link> links_;
+  std::vector<uint32_t> items_;  // lists' and dicts' items, each fill's in a row
+  std::vector<Run> runs_;
   std::vector<size_t> marks_;
   uint32_t size_class_ = kNo;  // the Global node of torch.Size, once met
   std::atomic<bool> stop_prefault_{false};
@@ -273,25 +283,32 @@ void Machine::fill(K kind, size_t from) {
   const uint32_t target = stack_[from - 1].node;
   if (nodes_[target].kind != kind || (kind == K::Dict && (stack_.size() - from) % 2)) throw Abandon{};
   if (from == stack_.size()) return;
-  // The items' links made in a row, each pointing at the next, and the container's chain and depth set once (linked
-  // one by one, the container was read and written for each of a DCP `.metadata`'s 2.8 million links).
-  const uint32_t first = static_cast<uint32_t>(links_.size());
+  // The items put in a row, and the container's place and depth set once (item by item, the container was read and
+  // written for each of a DCP `.metadata`'s 2.8 million items).
+  if (items_.size() + (stack_.size() - from) >= kNo) throw Abandon{};
+  const auto first = static_cast<uint32_t>(items_.size());
   uint16_t depth = nodes_[target].depth;
   for (size_t k = from; k < stack_.size(); ++k) {
     const Slot& item = stack_[k];
     if (kind == K::Dict && (k - from) % 2 == 0 && item.kind != K::Str && item.kind != K::Int && item.kind != K::Object)
       throw Abandon{};
-    links_.push_back({item.node, static_cast<uint32_t>(links_.size() + 1)});
+    items_.push_back(item.node);
     depth = deeper(depth, item);
   }
   if (depth > kMaxDepth) throw Abandon{};
-  const uint32_t last = static_cast<uint32_t>(links_.size() - 1);
-  links_[last].next = kNo;
+  const auto count = static_cast<uint32_t>(items_.size() - first);
   Node& c = nodes_[target];
-  if (c.n) links_[c.b].next = first;
-  else c.a = first;
-  c.b = last;
-  c.n += last - first + 1;
+  if (c.n == 0) {
+    c.a = first;
+  } else if (c.b == kNo && c.a + c.n == first) {  // right after its first fill's (no other between): the same row
+  } else {
+    const auto run = static_cast<uint32_t>(runs_.size());
+    runs_.push_back({first, count, kNo, kNo});
+    if (c.b == kNo) c.b = run;
+    else runs_[runs_[c.b].last].next = run;
+    runs_[c.b].last = run;
+  }
+  c.n += count;
   c.depth = depth;
   stack_.resize(from);
 }
@@ -379,8 +396,8 @@ uint32_t Machine::run() {
       case Op::TUPLE2: tuple(above(2)); break;
       case Op::TUPLE3: tuple(above(3)); break;
       case Op::TUPLE: tuple(mark_start()); break;
-      case Op::EMPTY_LIST: push(add({K::List, 1})); break;
-      case Op::EMPTY_DICT: push(add({K::Dict, 1})); break;
+      case Op::EMPTY_LIST: push(add({K::List, 1, 0, 0, kNo})); break;
+      case Op::EMPTY_DICT: push(add({K::Dict, 1, 0, 0, kNo})); break;
       case Op::APPEND: fill(K::List, above(2) + 1); break;  // one item above the list
       case Op::APPENDS: fill(K::List, mark_start()); break;
       case Op::SETITEM: fill(K::Dict, above(2)); break;  // key and value above the dict

@@ -80,10 +80,27 @@ TEST(DcpMetadataDirect, EveryMetadataFileReadsAsTheGeneralUnpicklerReadsIt) {
   }
   EXPECT_GE(files, 20u);
   // torch's own dcp.save (protocol 4): 2.6 (both TensorProperties eras), 2.14 and 2.15.
-  for (const std::string want : {"plain_w2/.metadata", "fsdp_optim_w2/.metadata", "fsdp_tp_optim_w4/.metadata",
-                                 "t26_shardprops_w2/.metadata", "t214_plain_w2/.metadata", "t214_zstd_w2/.metadata",
-                                 "t215_loop_torchtitan_w2/.metadata", "t215_loop_gsd_bf16_w2/.metadata"})
+  for (const std::string want :
+       {"plain_w2/.metadata", "fsdp_optim_w2/.metadata", "fsdp_tp_optim_w4/.metadata", "t26_shardprops_w2/.metadata",
+        "t214_plain_w2/.metadata", "t214_zstd_w2/.metadata", "t215_loop_torchtitan_w2/.metadata",
+        "t215_loop_gsd_bf16_w2/.metadata", "t215_metadata_2200/.metadata"})
     EXPECT_NE(std::find(taken.begin(), taken.end(), want), taken.end()) << want << " went to the general unpickler";
+}
+
+TEST(DcpMetadataDirect, ContainersFilledInSeveralBatchesReadAsTheGeneralUnpicklerReadsThem) {
+  // 2,200 tensors saved by torch 2.15's dcp.save (data/README.md): state_dict_metadata and storage_data filled by three
+  // SETITEMS each with other containers filled between them (the machine's runs after a container's first fill),
+  // planner_data's dict by three in a row (one row of items).
+  const std::string path = ucpkit::testing::kDcpData + "/t215_metadata_2200/.metadata";
+  const std::string bytes = ucpkit::testing::file_bytes(path);
+  const std::optional<Metadata> direct = parse_metadata_direct(span_of(bytes), path);
+  ASSERT_TRUE(direct) << "went to the general unpickler";
+  const Metadata general = parse_metadata_general(span_of(bytes), path);
+  ASSERT_EQ(direct->entries.size(), 2203u);  // and three of param_groups (lr, betas, params)
+  EXPECT_EQ(ucpkit::testing::describe_metadata(*direct), ucpkit::testing::describe_metadata(general));
+  ASSERT_TRUE(direct->planner && general.planner);
+  EXPECT_TRUE(*direct->planner == *general.planner);
+  EXPECT_EQ(direct->planner->size(), 2203u);
 }
 
 TEST(DcpMetadataDirect, OtherShapesGoToTheGeneralUnpicklerAndItsErrors) {
