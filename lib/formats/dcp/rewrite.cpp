@@ -80,7 +80,9 @@ void keep_planner_data(WriteOptions& options, const Metadata& md) {
 }  // namespace
 
 SavePlan rewrite_plan(const Metadata& md, const std::optional<Target>& target, const std::map<std::string, DType>& convert) {
-  SavePlan plan = target ? make_save_plan(md.entries, *target) : plan_as_stored(md);
+  // A Metadata's index holding each entry once: no fqn is listed twice (index_entries and add_entry keep it so).
+  SavePlan plan = target ? make_save_plan(md.entries, *target, md.entry_names.size() == md.entries.size())
+                         : plan_as_stored(md);
   for (Entry& e : plan.entries)
     if (const auto it = convert.find(e.fqn); it != convert.end() && !e.is_bytes) e.dtype = it->second;
   return plan;

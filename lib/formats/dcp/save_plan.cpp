@@ -149,12 +149,12 @@ Chunk local_box(const std::vector<int64_t>& shape, const std::vector<int64_t>& m
 
 std::string data_file_name(int64_t rank) { return "__" + std::to_string(rank) + "_0.distcp"; }
 
-SavePlan make_save_plan(const std::vector<Entry>& entries, const Target& target) {
+SavePlan make_save_plan(const std::vector<Entry>& entries, const Target& target, bool fqns_unique) {
   SavePlan plan;
   plan.mesh = mesh_shape(target);
   int64_t world = 1;
   for (int64_t m : plan.mesh) world *= m;
-  if (const std::string* twice = repeated_fqn(entries))
+  if (const std::string* twice = fqns_unique ? nullptr : repeated_fqn(entries))
     throw Error("DCP plan: '" + escaped_brief(*twice) + "' is listed twice");
   for (const Entry& in : entries)
     for (int64_t s : in.size)

@@ -85,8 +85,10 @@ struct SavePlan {
 // rank's plan lists its boxes in state-dict order; a box that several ranks hold (replicas, bytes
 // items) goes to the rank that has planned the fewest bytes so far (the lowest on ties), as
 // dedup_save_plans does; a tensor's chunks are listed rank by rank (the global plan's order).
-// Throws UsageError on a bad target, Error on duplicate fqns or negative sizes.
-SavePlan make_save_plan(const std::vector<Entry>& entries, const Target& target);
+// Throws UsageError on a bad target, Error on duplicate fqns or negative sizes. `fqns_unique`: the caller knows no fqn
+// is listed twice (a read Metadata whose index holds each of its entries: index_entries refused a repeat), and the
+// plan does not look again (a hash of each of 10^5 fqns on one core).
+SavePlan make_save_plan(const std::vector<Entry>& entries, const Target& target, bool fqns_unique = false);
 
 // The file name torch gives rank `rank`'s single data file.
 std::string data_file_name(int64_t rank);

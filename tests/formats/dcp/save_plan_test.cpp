@@ -11,6 +11,7 @@
 #include "formats/dcp/dcp_data.h"
 #include "formats/dcp/metadata.h"
 #include "formats/dcp/reader.h"
+#include "formats/dcp/rewrite.h"
 #include "formats/dcp/save_plan.h"
 #include "formats/dcp/writer.h"
 
@@ -213,6 +214,16 @@ TEST(DcpSavePlan, BadTargetsAndInputs) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "DCP plan: 'layer.3171.w' is listed twice");
   }
+  // rewrite_plan skips the check only for a Metadata whose index holds each of its entries: one built without an
+  // index, or with a repeat added after it (add_entry keeps the first), is still checked.
+  Metadata md;
+  md.entries = twice;
+  EXPECT_THROW(rewrite_plan(md, Target::rows(2), {}), Error);
+  Metadata indexed;
+  indexed.add_entry(twice[0]);
+  EXPECT_NO_THROW(rewrite_plan(indexed, Target::rows(2), {}));
+  indexed.add_entry(twice[1]);
+  EXPECT_THROW(rewrite_plan(indexed, Target::rows(2), {}), Error);
 }
 
 // Real torch 2.6 saves: plain tensors on 2 ranks (each written once, spread by the replica balance);
