@@ -421,7 +421,8 @@ MetadataPickle::MetadataPickle(const SavePlan& plan, const WriteOptions& options
   out.op(Op::NEWOBJ);
   out.op(Op::EMPTY_DICT);
   out.op(Op::MARK);
-  out.reserve(pickle_size_hint(plan));
+  // Texts: each entry's fqn, and planner_data's keys (most paths bring at most one new one).
+  out.reserve(pickle_size_hint(plan), plan.entries.size() + (options.planner ? options.planner->size() : 0));
   out.str("state_dict_metadata");
   out.op(Op::EMPTY_DICT);
   s_->fqns.resize(plan.entries.size());

@@ -32,7 +32,11 @@ class Pickler {
     return std::move(out_);
   }
   void op(Op o) { emit(op_char(o)); }
-  void reserve(size_t bytes) { out_.reserve(bytes); }
+  void reserve(size_t bytes, size_t texts) {
+    out_.reserve(bytes);
+    texts_.reserve(texts);
+    strs_.reserve(texts);
+  }
   std::string_view so_far() {
     flush();
     return out_;
@@ -486,7 +490,7 @@ void PickleStream::tuple_end(size_t n) { p_->tuple_end(n); }
 void PickleStream::integer(int64_t v) { p_->integer(v); }
 void PickleStream::size(std::span<const int64_t> dims) { p_->size(dims); }
 std::string PickleStream::finish() { return p_->end(); }
-void PickleStream::reserve(size_t bytes) { p_->reserve(bytes); }
+void PickleStream::reserve(size_t bytes, size_t texts) { p_->reserve(bytes, texts); }
 std::string_view PickleStream::so_far() { return p_->so_far(); }
 
 }  // namespace ucpkit::pickle

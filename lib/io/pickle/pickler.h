@@ -67,7 +67,9 @@ class PickleStream {
   // The bytes pickled so far (a view until the next call that writes): the front of what finish() returns.
   std::string_view so_far();
   // Room for `bytes` of pickle, taken at once (a 30 MB `.metadata` grown by doubling was copied about twice).
-  void reserve(size_t bytes);
+  // And room for `texts` shared texts (str()): a table grown by doubling hashed each text again, read back from
+  // wherever it lies in the output (100,000 fqns of a DCP `.metadata`: cache misses on the pickling thread).
+  void reserve(size_t bytes, size_t texts = 0);
 
  private:
   std::unique_ptr<detail::Pickler> p_;
