@@ -599,10 +599,6 @@ Metadata Convert::metadata(uint32_t root) {
   md.path = name_;
   const uint32_t sdm = f.need("state_dict_metadata"), sd = f.need("storage_data");
   if (m_.at(sdm).kind != K::Dict || m_.at(sd).kind != K::Dict) throw Abandon{};
-  // planner_data's paths (one sequence: each is added to one table) on one core while the other converts
-  // state_dict_metadata's entries and storage_data's items in blocks, and then takes the blocks left (the nodes are
-  // only read; each block fills its own places of md). With planner_data on one thread and the rest on the other,
-  // one waited a third of the conversion for the other.
   auto pairs = [&](uint32_t dict) {  // a dict's keys and values, in order
     std::vector<std::pair<uint32_t, uint32_t>> out;
     out.reserve(m_.at(dict).n / 2);
@@ -620,11 +616,18 @@ Metadata Convert::metadata(uint32_t root) {
     for (const auto& [key, value] : items)
       if (keyed[key]++) throw Abandon{};
   }
-  constexpr size_t kBlock = 1024;
-  // Each list's places made (their fresh pages: 25 MB for 100,000 tensors, 0.015 s of one core's page faults when
-  // made before), converted and indexed by one task, the two tasks and planner_data's beside each other.
-  // A fqn listed twice: the general reader's dict would have kept one.
-  auto indexed = [&](void (*index)(Metadata&)) {
+  // planner_data's paths (one sequence: each is added to one table) on one task, state_dict_metadata's entries and
+  // storage_data's items on one each: a list's places made (their fresh pages: 25 MB for 100,000 tensors, 0.015 s of
+  // one core's page faults when made before), filled in blocks the cores share (the nodes are only read; each block
+  // fills its own places of md), then indexed. With planner_data on one thread and the rest on the other, one waited
+  // a third of the conversion for the other. A fqn listed twice: the general reader's dict would have kept one.
+  auto convert = [&](auto& out, const std::vector<std::pair<uint32_t, uint32_t>>& from, auto make,
+                     void (*index)(Metadata&)) {
+    constexpr size_t kBlock = 1024;
+    out.resize(from.size());
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, from.size(), kBlock), [&](const tbb::blocked_range<size_t>& r) {
+      for (size_t k = r.begin(); k != r.end(); ++k) out[k] = make(from[k].first, from[k].second);
+    });
     try {
       index(md);
     } catch (const Error&) {
@@ -633,22 +636,13 @@ Metadata Convert::metadata(uint32_t root) {
   };
   tbb::parallel_invoke([&] { md.planner = planner(f.get("planner_data")); },
                        [&] {
-                         md.entries.resize(entries.size());
-                         tbb::parallel_for(tbb::blocked_range<size_t>(0, entries.size(), kBlock),
-                                           [&](const tbb::blocked_range<size_t>& r) {
-                                             for (size_t k = r.begin(); k != r.end(); ++k)
-                                               md.entries[k] = entry(entries[k].first, entries[k].second);
-                                           });
-                         indexed(index_entries);
+                         convert(
+                             md.entries, entries, [this](uint32_t k, uint32_t v) { return entry(k, v); },
+                             index_entries);
                        },
                        [&] {
-                         md.items.resize(items.size());
-                         tbb::parallel_for(tbb::blocked_range<size_t>(0, items.size(), kBlock),
-                                           [&](const tbb::blocked_range<size_t>& r) {
-                                             for (size_t k = r.begin(); k != r.end(); ++k)
-                                               md.items[k] = item(items[k].first, items[k].second);
-                                           });
-                         indexed(index_items);
+                         convert(
+                             md.items, items, [this](uint32_t k, uint32_t v) { return item(k, v); }, index_items);
                        });
   if (era_ == ClassEra::Current && sharded_props_.load(std::memory_order_relaxed)) era_ = ClassEra::ShardedProps;
   storage_meta(f.get("storage_meta"), md);
