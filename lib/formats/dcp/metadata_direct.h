@@ -1,7 +1,7 @@
 // DCP `.metadata` read in one pass over its opcodes into Metadata, without the general unpickler's value
 // tree (io/pickle): torch's FileSystemWriter pickles one Metadata with protocol 4, every object memoized,
 // and building a shared Value for each of its millions of objects was most of a 100,000-tensor reshard's
-// parse. Only the opcodes and classes such a save holds are taken, each object is a 24-byte node;
+// parse. Only the opcodes and classes such a save holds are taken, each object is a 16-byte node (a torch.Size one);
 // anything else, and anything damaged or ambiguous, gives nullopt, and parse_metadata then reads the
 // file with the general unpickler, which takes every pickle and words every error. So both give the same
 // Metadata for any file this one takes (tests/formats/dcp/metadata_direct_test.cpp).

@@ -103,6 +103,22 @@ TEST(DcpMetadataDirect, ContainersFilledInSeveralBatchesReadAsTheGeneralUnpickle
   EXPECT_EQ(direct->planner->size(), 2203u);
 }
 
+TEST(DcpMetadataDirect, ASizesTuplesFetchedAgainGoToTheGeneralUnpickler) {
+  // One tuple object as the arguments of both torch.Size reductions (data/README.md): the one-pass reader folds a
+  // Size's two tuples into its node and drops the arguments' node, so a later fetch of them would name whatever node
+  // came next; it leaves the file to the general unpickler instead.
+  const std::string path = ucpkit::testing::kDcpData + "/size_args_shared/.metadata";
+  const std::string bytes = ucpkit::testing::file_bytes(path);
+  EXPECT_FALSE(parse_metadata_direct(span_of(bytes), path));
+  const Metadata md = parse_metadata(span_of(bytes), path);
+  ASSERT_EQ(md.entries.size(), 1u);
+  EXPECT_EQ(md.entries[0].size, std::vector<int64_t>{4});
+  ASSERT_EQ(md.entries[0].chunks.size(), 1u);
+  EXPECT_EQ(md.entries[0].chunks[0].sizes, std::vector<int64_t>{4});
+  ASSERT_TRUE(md.planner);
+  EXPECT_EQ(md.planner->size(), 1u);
+}
+
 TEST(DcpMetadataDirect, OtherShapesGoToTheGeneralUnpicklerAndItsErrors) {
   const std::string real = ucpkit::testing::file_bytes(ucpkit::testing::kDcpData + "/plain_w2/.metadata");
   ASSERT_TRUE(parse_metadata_direct(span_of(real), "m"));
