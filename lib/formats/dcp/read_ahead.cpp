@@ -134,8 +134,8 @@ class ReadAhead {
     publish();
   }
 
-  // Tensors waiting, at most (each holds its item's map slice and name: 10^5 tensors of 16 bytes fit in max_bytes);
-  // each batch the reader puts in ready_ at once, at most.
+  // Tensors waiting when the reader starts a batch, at most (each holds its item's map slice and name: 10^5 tensors of
+  // 16 bytes fit in max_bytes); the tensors of a batch, which goes into ready_ at once, at most.
   static constexpr size_t kMaxWaiting = 1024, kBatch = 64;
   std::function<Tensor(const Entry&)> whole_;
   std::vector<const Entry*> order_;
