@@ -349,12 +349,13 @@ void Machine::reduce() {
     // have named them (any other opcode there makes a node or changes the arguments); a reference to the shape left on
     // the stack below reads as this Size, which only a shape (the same values) or an abandon takes.
     const bool last = args + 1 == nodes_.size() && a.a + 1 == kids_.size();
-    if (last && (inner == kEmptyTuple || inner + 2 == nodes_.size())) {
-      for (size_t k = memo_.size(); k-- > 0 && (memo_[k].node == args || memo_[k].node == inner);)
-        if (memo_[k].node == args || inner != kEmptyTuple) memo_[k].kind = K::Gone;
+    const bool premade = inner == kEmptyTuple;  // Size([]): () is one shared node, never taken over
+    if (last && (premade || inner + 2 == nodes_.size())) {
+      for (size_t k = memo_.size(); k-- > 0 && (memo_[k].node == args || (!premade && memo_[k].node == inner));)
+        memo_[k].kind = K::Gone;
       nodes_.pop_back();
       kids_.pop_back();
-      if (inner == kEmptyTuple) return push(kEmptySize);
+      if (premade) return push(kEmptySize);
       nodes_[inner].kind = K::Size;
       return push(inner);
     }
